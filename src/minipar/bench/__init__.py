@@ -1,0 +1,1 @@
+"""Benchmarks: ``minipar bench ...``. Speed claims come from here, reported as ratios."""

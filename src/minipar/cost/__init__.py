@@ -1,0 +1,1 @@
+"""Pure-Python cost model (no torch import). Every formula names its source."""
