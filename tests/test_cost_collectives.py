@@ -1,0 +1,182 @@
+"""α-β collective costs (Thakur et al. 2005), nccl-tests bus bandwidth, links, units, no torch."""
+import math
+import subprocess
+import sys
+
+import pytest
+
+from minipar.cost.collectives import (ALGORITHMS, OPS, algbw, busbw, busbw_factor,
+                                      collective_time, fit_alpha_beta,
+                                      hierarchical_all_reduce_time, parameter_server_time,
+                                      ring_bytes_per_rank)
+from minipar.cost.hardware import GPUS, LINKS, Link, gpu, link
+from minipar.cost.units import GB, GiB, fmt_bytes, fmt_seconds
+
+
+def test_importing_cost_does_not_import_torch():
+    code = ("import minipar.cost, minipar.cost.collectives, minipar.cost.hardware, "
+            "minipar.cost.units; import sys; assert 'torch' not in sys.modules")
+    subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_units_and_formatting():
+    assert GB == 1e9 and GiB == 2**30
+    assert fmt_bytes(1.5 * GiB) == "1.50 GiB"
+    assert fmt_bytes(1.5e9, binary=False) == "1.50 GB"
+    assert fmt_bytes(512) == "512 B"
+    assert fmt_seconds(2.5e-6) == "2.50 µs" and fmt_seconds(0.0123) == "12.30 ms"
+    assert fmt_seconds(3) == "3.00 s"
+
+
+def test_busbw_factors_match_nccl_tests():
+    assert busbw_factor("all-reduce", 8) == pytest.approx(2 * 7 / 8)
+    for op in ("all-gather", "reduce-scatter", "all-to-all"):
+        assert busbw_factor(op, 8) == pytest.approx(7 / 8)
+    assert busbw_factor("broadcast", 8) == busbw_factor("reduce", 8) == 1.0
+    # 1 GB all-reduce in 10 ms on 8 ranks: algbw 100 GB/s, busbw 175 GB/s
+    assert algbw(1e9, 0.01) == pytest.approx(100e9)
+    assert busbw("all-reduce", 8, 1e9, 0.01) == pytest.approx(175e9)
+
+
+def test_ring_bytes_per_rank():
+    S = 1e9
+    assert ring_bytes_per_rank("all-reduce", 4, S) == pytest.approx(1.5e9)
+    assert ring_bytes_per_rank("all-gather", 4, S) == pytest.approx(0.75e9)
+    assert ring_bytes_per_rank("reduce-scatter", 4, S) == pytest.approx(0.75e9)
+    # all-reduce = reduce-scatter + all-gather, byte for byte
+    assert ring_bytes_per_rank("all-reduce", 7, S) == pytest.approx(
+        ring_bytes_per_rank("reduce-scatter", 7, S) + ring_bytes_per_rank("all-gather", 7, S))
+    with pytest.raises(ValueError, match="ring"):
+        ring_bytes_per_rank("broadcast", 4, S)
+
+
+def test_thakur_formulas():
+    a, bw, S = 1e-5, 1e9, 1e8
+    beta = 1 / bw
+    assert collective_time("all-reduce", "ring", 8, S, a, bw) == pytest.approx(
+        14 * a + 2 * 7 / 8 * S * beta)
+    assert collective_time("all-reduce", "recursive-doubling", 8, S, a, bw) == pytest.approx(
+        3 * (a + S * beta))
+    assert collective_time("all-reduce", "rabenseifner", 8, S, a, bw) == pytest.approx(
+        6 * a + 2 * 7 / 8 * S * beta)
+    assert collective_time("all-reduce", "binomial-tree", 8, S, a, bw) == pytest.approx(
+        6 * (a + S * beta))
+    assert collective_time("all-gather", "ring", 8, S, a, bw) == pytest.approx(
+        7 * a + 7 / 8 * S * beta)
+    assert collective_time("all-gather", "recursive-doubling", 8, S, a, bw) == pytest.approx(
+        3 * a + 7 / 8 * S * beta)
+    assert collective_time("broadcast", "binomial-tree", 5, S, a, bw) == pytest.approx(
+        3 * (a + S * beta))  # ceil(log2 5) = 3 rounds
+    # ring all-reduce is exactly reduce-scatter followed by all-gather
+    assert collective_time("all-reduce", "ring", 6, S, a, bw) == pytest.approx(
+        collective_time("reduce-scatter", "ring", 6, S, a, bw)
+        + collective_time("all-gather", "ring", 6, S, a, bw))
+
+
+def test_every_listed_pair_runs_and_one_rank_is_free():
+    for op in OPS:
+        for alg in ALGORITHMS[op]:
+            assert collective_time(op, alg, 8, 1e6, 1e-6, 1e9) > 0
+            assert collective_time(op, alg, 1, 1e6, 1e-6, 1e9) == 0
+
+
+def test_latency_vs_bandwidth_regimes():
+    """Small messages: log-step algorithms win; large: ring / rabenseifner win (Thakur §4)."""
+    a, bw, n = 5e-6, 50e9, 64
+    small, large = 1e3, 1e9
+    assert (collective_time("all-reduce", "recursive-doubling", n, small, a, bw)
+            < collective_time("all-reduce", "ring", n, small, a, bw))
+    assert (collective_time("all-reduce", "ring", n, large, a, bw)
+            < collective_time("all-reduce", "recursive-doubling", n, large, a, bw))
+    # the ring's bandwidth term tends to 2S/bw, independent of n
+    t = [collective_time("all-reduce", "ring", n, large, 0.0, bw) for n in (2, 8, 1024)]
+    assert t[-1] == pytest.approx(2 * large / bw, rel=1e-2) and t[0] < t[1] < t[2]
+
+
+def test_parameter_server_grows_with_n_ring_does_not():
+    S, a, bw = 1e9, 0.0, 12.5e9
+    assert parameter_server_time(2, S, a, bw) == pytest.approx(2 * S / bw)
+    assert parameter_server_time(9, S, a, bw) == pytest.approx(2 * 8 * S / bw)
+    assert collective_time("all-reduce", "parameter-server", 9, S, a, bw) == \
+        parameter_server_time(9, S, a, bw)
+    assert (parameter_server_time(64, S, a, bw)
+            > 30 * collective_time("all-reduce", "ring", 64, S, a, bw))
+
+
+def test_non_power_of_two():
+    a, bw, S = 1e-5, 1e9, 1e6
+    # all-reduce: MPICH fix-up, 6 ranks fold to 4 plus two extra α + Sβ steps
+    assert collective_time("all-reduce", "rabenseifner", 6, S, a, bw) == pytest.approx(
+        2 * (a + S / bw) + collective_time("all-reduce", "rabenseifner", 4, S, a, bw))
+    with pytest.raises(ValueError, match=r"power of two, got n \(6\)"):
+        collective_time("all-gather", "recursive-doubling", 6, S, a, bw)
+    with pytest.raises(ValueError, match="power of two"):
+        collective_time("reduce-scatter", "recursive-halving", 12, S, a, bw)
+
+
+@pytest.mark.parametrize("args, match", [
+    (("all-reduce", "scatter-allgather", 4, 1.0), "not one for all-reduce"),
+    (("broadcast", "ring", 4, 1.0), "not one for broadcast"),
+    (("all-gather", "rabenseifner", 4, 1.0), "not one for all-gather"),
+    (("gather", "ring", 4, 1.0), "op"),
+    (("all-reduce", "ring", 0, 1.0), r"n \(0\)"),
+    (("all-reduce", "ring", 4, -1.0), r"nbytes \(-1.0\)"),
+])
+def test_bad_inputs_name_the_rule(args, match):
+    with pytest.raises(ValueError, match=match):
+        collective_time(*args, alpha=1e-6, bandwidth=1e9)
+
+
+def test_hierarchical_all_reduce():
+    intra, inter = link("nvlink4-h100"), link("ib-ndr400")
+    S, N, g = 4e9, 16, 8
+    t = hierarchical_all_reduce_time(N, g, S, intra, inter)
+    expected = (collective_time("reduce-scatter", "ring", g, S, intra.alpha, intra.bandwidth)
+                + collective_time("all-reduce", "ring", N, S / g, inter.alpha, inter.bandwidth)
+                + collective_time("all-gather", "ring", g, S, intra.alpha, intra.bandwidth))
+    assert t == pytest.approx(expected)
+    # better than a flat ring over all 128 GPUs whose slowest hop is InfiniBand
+    flat = collective_time("all-reduce", "ring", N * g, S, inter.alpha, inter.bandwidth)
+    assert t < flat
+    # one node: just the intra-node ring all-reduce
+    assert hierarchical_all_reduce_time(1, g, S, intra, inter) == pytest.approx(
+        collective_time("all-reduce", "ring", g, S, intra.alpha, intra.bandwidth))
+
+
+@pytest.mark.parametrize("op, alg, n", [("all-reduce", "ring", 8), ("all-gather", "ring", 4),
+                                        ("broadcast", "binomial-tree", 8),
+                                        ("all-reduce", "rabenseifner", 6)])
+def test_fit_alpha_beta_recovers_the_model(op, alg, n):
+    alpha, bw = 7e-6, 40e9
+    sizes = [2.0**k for k in range(10, 31, 2)]
+    times = [collective_time(op, alg, n, S, alpha, bw) for S in sizes]
+    a_fit, bw_fit = fit_alpha_beta(sizes, times, op, n, algorithm=alg)
+    assert a_fit == pytest.approx(alpha, rel=1e-6) and bw_fit == pytest.approx(bw, rel=1e-9)
+
+
+def test_fit_alpha_beta_errors():
+    with pytest.raises(ValueError, match="distinct sizes"):
+        fit_alpha_beta([1e6, 1e6], [1.0, 2.0], "all-reduce", 4)
+    with pytest.raises(ValueError, match="do not grow"):
+        fit_alpha_beta([1e6, 2e6], [2.0, 1.0], "all-reduce", 4)
+
+
+def test_links_are_per_direction_with_sources():
+    assert link("nvlink4-h100").bandwidth == 450e9       # 900 GB/s bidirectional / 2
+    assert link("pcie5-x16").bandwidth == pytest.approx(63.0e9, rel=1e-3)
+    assert link("ib-ndr400").bandwidth == 50e9
+    assert link("eth-100g").bandwidth == 12.5e9
+    assert "bidirectional" in link("pcie5-x16").note    # seed 004's unit slip is recorded
+    for lk in LINKS.values():
+        assert isinstance(lk, Link) and lk.source and 0 < lk.alpha < 1e-3
+    with pytest.raises(ValueError, match="nvlink4-h100"):
+        link("nvlink5")
+
+
+def test_gpus_are_dense_peaks():
+    assert GPUS["A100-80GB"].peak_flops["bf16"] == 312e12   # Megatron's "% of peak" denominator
+    assert GPUS["H100-SXM"].peak_flops["bf16"] == pytest.approx(989.4e12)
+    assert GPUS["H200"].memory_bytes > GPUS["H100-SXM"].memory_bytes
+    with pytest.raises(ValueError, match="H100-SXM"):
+        gpu("B200")
+    assert math.isfinite(sum(g.memory_bytes for g in GPUS.values()))
