@@ -1,0 +1,113 @@
+"""Bytes per device: model states under ZeRO, and activations under tensor/sequence parallelism.
+
+Model states (Rajbhandari et al. 2020, "ZeRO: Memory Optimizations Toward Training Trillion
+Parameter Models", §3.1 and §5): mixed-precision Adam keeps 2Ψ bytes of fp16 weights, 2Ψ of fp16
+gradients and KΨ = 12Ψ of optimizer state (fp32 master weights, momentum, variance: 4+4+4).
+Activations: Korthikanti et al. 2022, "Reducing Activation Recomputation in Large Transformer
+Models", §4 and Table 2, 16-bit activations with 1-byte dropout masks.
+"""
+from __future__ import annotations
+
+from typing import NamedTuple
+
+RECOMPUTE = ("none", "selective", "full")
+
+
+class ModelStateBytes(NamedTuple):
+    weights: float
+    gradients: float
+    optimizer: float
+    total: float
+
+
+def model_state_bytes(psi: float, *, d: int = 1, t: int = 1, p: int = 1, zero: int = 0,
+                      weight_bytes: float = 2, grad_bytes: float = 2,
+                      optimizer_bytes: float = 12) -> ModelStateBytes:
+    """Per-device bytes of weights, gradients and optimizer state for Ψ = ``psi`` parameters.
+
+    Tensor and pipeline parallelism split the model first (each device holds Ψ/(t·p)); ZeRO then
+    shards over the d data-parallel replicas (ZeRO §5, Figure 1):
+      stage 0  (plain data parallelism)   (w + g + K)·Ψ'
+      stage 1  P_os:     optimizer / d      (w + g)·Ψ' + K·Ψ'/d
+      stage 2  P_os+g:   + gradients / d    w·Ψ' + (g + K)·Ψ'/d
+      stage 3  P_os+g+p: + weights / d      (w + g + K)·Ψ'/d
+    with Ψ' = Ψ/(t·p). Defaults are mixed-precision Adam (w = g = 2, K = 12). Plain fp32 Adam is
+    ``weight_bytes=4, grad_bytes=4, optimizer_bytes=8`` (exp_avg + exp_avg_sq, no master copy).
+    Ignores buffers, fragmentation and activations (ZeRO's "residual states").
+    """
+    if zero not in (0, 1, 2, 3):
+        raise ValueError(f"ZeRO stage ({zero}) must be 0, 1, 2 or 3")
+    for k, v in (("psi", psi), ("d", d), ("t", t), ("p", p)):
+        if v <= 0:
+            raise ValueError(f"{k} ({v}) must be > 0")
+    for k, v in (("weight_bytes", weight_bytes), ("grad_bytes", grad_bytes),
+                 ("optimizer_bytes", optimizer_bytes)):
+        if v < 0:
+            raise ValueError(f"{k} ({v}) must be >= 0")
+    local = psi / (t * p)                                        # parameters on this model shard
+    w = weight_bytes * local / (d if zero >= 3 else 1)
+    g = grad_bytes * local / (d if zero >= 2 else 1)
+    o = optimizer_bytes * local / (d if zero >= 1 else 1)
+    return ModelStateBytes(w, g, o, w + g + o)
+
+
+def activation_bytes_per_layer(s: int, b: int, h: int, a: int, *, t: int = 1, sp: bool = False,
+                               recompute: str = "none") -> float:
+    """Activation bytes one transformer layer keeps for the backward pass of one micro-batch.
+
+    Korthikanti et al. 2022, Table 2 (sbh = s·b·h):
+      no parallelism                       sbh(34 + 5as/h)
+      tensor parallel t                    sbh(10 + 24/t + 5as/(ht))
+      tensor + sequence parallel           sbh/t · (34 + 5as/h)
+      selective recomputation              drop the 5as/h term (attention scores, softmax,
+                                           its dropout mask and output: 5as²b bytes)
+      full recomputation                   2sbh (the 16-bit layer input only; sbh·2/t with sp)
+    The 34 = 11 attention + 19 MLP + 4 layer-norm inputs; the 10 of them that tensor parallelism
+    leaves replicated are layer-norm inputs, dropout inputs and masks, which sequence parallelism
+    shards along s.
+    """
+    for k, v in (("s", s), ("b", b), ("h", h), ("a", a), ("t", t)):
+        if v <= 0:
+            raise ValueError(f"{k} ({v}) must be > 0")
+    if a % t:
+        raise ValueError(f"heads ({a}) must be divisible by t ({t})")
+    if recompute not in RECOMPUTE:
+        raise ValueError(f"recompute ({recompute!r}) must be one of {', '.join(RECOMPUTE)}")
+    sbh = s * b * h
+    if recompute == "full":
+        return 2 * sbh / (t if sp else 1)
+    scores = 0.0 if recompute == "selective" else 5 * a * s / (h * t)
+    if sp:
+        return sbh * (34 / t + scores)
+    return sbh * (10 + 24 / t + scores)
+
+
+def pipeline_first_stage_activation_bytes(s: int, b: int, h: int, a: int, L: int, p: int, *,
+                                          m: int | None = None, t: int = 1, sp: bool = False,
+                                          recompute: str = "none", schedule: str = "1f1b",
+                                          v: int = 1) -> float:
+    """Activation bytes on the first pipeline stage, the one that holds the most.
+
+    Each stage has L/p layers. Under 1F1B the first stage has min(p, m) micro-batches in flight,
+    so it stores min(p, m)·(L/p) layers' worth: L layers when m ≥ p, whatever p is (Narayanan et
+    al. 2021 §2.2.1; Korthikanti et al. 2022 §4.2.3). GPipe keeps all m micro-batches until the
+    backward starts: m·L/p layers (Huang et al. 2019). The interleaved schedule with v chunks
+    per device multiplies the 1F1B figure by 1 + (p−1)/(p·v) (Korthikanti §4.2.3, Eq. 5, whose
+    "m" is our v). ``m=None`` means m ≥ p. Embedding and output-layer activations are left out
+    (Korthikanti §4.3 finds them negligible).
+    """
+    if L <= 0 or p <= 0 or L % p:
+        raise ValueError(f"layers ({L}) must be divisible by p ({p})")
+    per_layer = activation_bytes_per_layer(s, b, h, a, t=t, sp=sp, recompute=recompute)
+    in_flight = p if m is None else m
+    if in_flight <= 0:
+        raise ValueError(f"microbatches m ({m}) must be >= 1")
+    if schedule == "gpipe":
+        return per_layer * (L // p) * in_flight
+    if schedule == "1f1b":
+        return per_layer * (L // p) * min(p, in_flight)
+    if schedule == "interleaved":
+        if v < 1 or L % (p * v):
+            raise ValueError(f"layers ({L}) must be divisible by p·v ({p}·{v})")
+        return per_layer * L * (1 + (p - 1) / (p * v))
+    raise ValueError(f"schedule ({schedule!r}) must be one of gpipe, 1f1b, interleaved")
