@@ -15,7 +15,7 @@ def _positive(**kw) -> None:
             raise ValueError(f"{k} ({v}) must be > 0")
 
 
-def param_count(L: int, h: int, V: int, s: int) -> float:
+def param_count(L: int, h: int, V: int, s: int) -> int:
     """Ψ = 12 L h² (1 + 13/(12h) + (V + s)/(12 L h)).
 
     Narayanan et al. 2021 ("Efficient Large-Scale Language Model Training on GPU Clusters Using
@@ -23,7 +23,7 @@ def param_count(L: int, h: int, V: int, s: int) -> float:
     layer-norm parameters per layer, Vh token and sh position embeddings.
     """
     _positive(L=L, h=h, V=V, s=s)
-    return 12 * L * h**2 * (1 + 13 / (12 * h) + (V + s) / (12 * L * h))
+    return 12 * L * h**2 + 13 * L * h + (V + s) * h  # Eq. 2 multiplied out: exact integer
 
 
 def flops_per_iteration(B: int, s: int, L: int, h: int, V: int, recompute: str = "none") -> float:

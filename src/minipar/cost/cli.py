@@ -1,0 +1,260 @@
+"""``minipar params | flops | memory | activations | bubble | collective``: the cost model on the
+command line. Tables for people by default; ``--json`` prints one JSON object (bytes in bytes,
+times in seconds, bandwidth in bytes/s per direction). Bad input: one line, exit status 2.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+
+from . import collectives, hardware, memory, model, pipeline
+from .units import fmt_bytes, fmt_seconds
+
+_UNITS = {"": 1, "B": 1, "KB": 1e3, "MB": 1e6, "GB": 1e9, "TB": 1e12,
+          "KIB": 2**10, "MIB": 2**20, "GIB": 2**30, "TIB": 2**40}
+
+
+def positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a positive integer, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be a positive integer, got {text!r}")
+    return value
+
+
+def positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a positive number, got {text!r}") from None
+    if not value > 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"must be a positive number, got {text!r}")
+    return value
+
+
+def nonnegative_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a number >= 0, got {text!r}") from None
+    if not 0 <= value < float("inf"):
+        raise argparse.ArgumentTypeError(f"must be a number >= 0, got {text!r}")
+    return value
+
+
+def size_bytes(text: str) -> float:
+    """``"1e9"``, ``"512MB"``, ``"1.5GiB"`` -> bytes (> 0)."""
+    m = re.fullmatch(r"\s*([0-9.eE+-]+)\s*([a-zA-Z]*)\s*", text)
+    if not m or m.group(2).upper() not in _UNITS:
+        raise argparse.ArgumentTypeError(f"must be a positive size in bytes (e.g. 1e9, 512MB, "
+                                         f"1GiB), got {text!r}")
+    return positive_float(m.group(1)) * _UNITS[m.group(2).upper()]
+
+
+def _error(message: str):
+    from minipar.cli import CliError
+    return CliError(message)
+
+
+def _emit(args, command: str, result: dict, rows: list[tuple[str, str]]) -> int:
+    if args.json:
+        print(json.dumps(result))
+    else:
+        width = max(len(k) for k, _ in rows)
+        print(f"minipar {command}")
+        for k, v in rows:
+            print(f"  {k:<{width}}  {v}")
+    return 0
+
+
+def _guarded(command: str, fn):
+    """Run ``fn(args)``; a ValueError or CliError becomes one line on stderr and status 2.
+
+    Printing here (not only in minipar.cli.main) keeps the one-line promise also under
+    ``python -m minipar.cli``, where that module is loaded twice and its CliError class differs.
+    """
+    def run(args) -> int:
+        try:
+            return fn(args)
+        except Exception as e:  # noqa: BLE001 - only our two kinds, re-raised otherwise
+            if not (isinstance(e, ValueError) or type(e).__name__ == "CliError"):
+                raise
+            print(f"minipar {command}: error: {e}", file=sys.stderr)
+            return 2
+    return run
+
+
+def _check_model_shape(args, t: int = 1, p: int = 1) -> None:
+    if args.hidden % args.heads:
+        raise _error(f"hidden ({args.hidden}) must be divisible by heads ({args.heads})")
+    if args.heads % t:
+        raise _error(f"heads ({args.heads}) must be divisible by t ({t})")
+    if getattr(args, "layers", None) is not None and args.layers % p:
+        raise _error(f"layers ({args.layers}) must be divisible by p ({p})")
+
+
+def _params(args) -> int:
+    if args.heads is not None:
+        _check_model_shape(args)
+    n = model.param_count(args.layers, args.hidden, args.vocab, args.seq)
+    return _emit(args, "params", {"params": n},
+                 [("params", f"{n:,.0f} ({n / 1e9:.2f} B)"),
+                  ("source", "Narayanan et al. 2021, Eq. 2")])
+
+
+def _flops(args) -> int:
+    f = model.flops_per_iteration(args.batch, args.seq, args.layers, args.hidden, args.vocab,
+                                  args.recompute)
+    mf = model.flops_per_iteration(args.batch, args.seq, args.layers, args.hidden, args.vocab)
+    out = {"flops_per_iteration": f, "model_flops_per_iteration": mf, "recompute": args.recompute}
+    rows = [("flops_per_iteration", f"{f:.4g}"), ("model_flops_per_iteration", f"{mf:.4g}")]
+    if args.seconds is not None:
+        peak = hardware.gpu(args.gpu).peak_flops["bf16"] * args.gpus
+        out.update(mfu=model.mfu(mf / args.seconds, peak), hfu=model.hfu(f / args.seconds, peak))
+        rows += [("mfu", f"{out['mfu']:.1%}"), ("hfu", f"{out['hfu']:.1%}")]
+    return _emit(args, "flops", out, rows)
+
+
+def _memory(args) -> int:
+    dims = ("layers", "hidden", "heads", "seq", "vocab")
+    given = [k for k in dims if getattr(args, k) is not None]
+    if args.params is not None and given:
+        raise _error(f"give --params or the model shape, not both (got --params and --{given[0]})")
+    if args.params is None:
+        missing = [k for k in dims if getattr(args, k) is None]
+        if missing:
+            raise _error("give --params N or all of --layers --hidden --heads --seq --vocab "
+                         f"(missing --{' --'.join(missing)})")
+        _check_model_shape(args, args.tp, args.pp)
+        psi = model.param_count(args.layers, args.hidden, args.vocab, args.seq)
+    else:
+        psi = args.params
+    s = memory.model_state_bytes(psi, d=args.dp, t=args.tp, p=args.pp, zero=args.zero,
+                                 weight_bytes=args.weight_bytes, grad_bytes=args.grad_bytes,
+                                 optimizer_bytes=args.optimizer_bytes)
+    out = {"bytes_per_device": s.total, "weights": s.weights, "gradients": s.gradients,
+           "optimizer": s.optimizer, "params": psi}
+    rows = [(k, f"{v:,.0f} B ({fmt_bytes(v, binary=False)}, {fmt_bytes(v)})")
+            for k, v in out.items() if k != "params"] + [("params", f"{psi:,.0f}")]
+    return _emit(args, "memory", out, rows)
+
+
+def _activations(args) -> int:
+    _check_model_shape(args, args.tp)
+    per = memory.activation_bytes_per_layer(args.seq, args.micro_batch, args.hidden, args.heads,
+                                            t=args.tp, sp=args.sp, recompute=args.recompute)
+    out = {"bytes_per_layer": per}
+    rows = [("bytes_per_layer", f"{per:,.0f} B ({fmt_bytes(per)})")]
+    if args.layers is not None:
+        first = memory.pipeline_first_stage_activation_bytes(
+            args.seq, args.micro_batch, args.hidden, args.heads, args.layers, args.pp,
+            m=args.microbatches, t=args.tp, sp=args.sp, recompute=args.recompute,
+            schedule=args.schedule, v=args.chunks)
+        out["first_stage_bytes"] = first
+        rows.append(("first_stage_bytes", f"{first:,.0f} B ({fmt_bytes(first)})"))
+    return _emit(args, "activations", out, rows)
+
+
+def _bubble(args) -> int:
+    f = pipeline.bubble_fraction_of_total(args.schedule, args.pp, args.microbatches, args.chunks)
+    r = pipeline.bubble_relative_to_ideal(args.schedule, args.pp, args.microbatches, args.chunks)
+    return _emit(args, "bubble", {"fraction_of_total": f, "relative_to_ideal": r},
+                 [("fraction_of_total", f"{f:.4f}  (GPipe convention: bubble / total)"),
+                  ("relative_to_ideal", f"{r:.4f}  (Megatron convention: bubble / ideal)")])
+
+
+def _collective(args) -> int:
+    if args.link is not None:
+        lk = hardware.link(args.link)
+        alpha = lk.alpha if args.alpha is None else args.alpha
+        bandwidth = lk.bandwidth if args.bandwidth is None else args.bandwidth
+    elif args.alpha is None or args.bandwidth is None:
+        raise _error("give --alpha and --bandwidth, or --link NAME "
+                     f"(one of {', '.join(hardware.LINKS)})")
+    else:
+        alpha, bandwidth = args.alpha, args.bandwidth
+    t = collectives.collective_time(args.op, args.algorithm, args.ranks, args.bytes, alpha,
+                                    bandwidth)
+    factor = collectives.busbw_factor(args.op, args.ranks)
+    out = {"seconds": t, "busbw_factor": factor, "alpha": alpha, "bandwidth": bandwidth}
+    rows = [("seconds", fmt_seconds(t)), ("busbw_factor", f"{factor:.4f}")]
+    if t > 0:
+        out.update(algbw=collectives.algbw(args.bytes, t),
+                   busbw=collectives.busbw(args.op, args.ranks, args.bytes, t))
+        rows += [("algbw", f"{fmt_bytes(out['algbw'], binary=False)}/s"),
+                 ("busbw", f"{fmt_bytes(out['busbw'], binary=False)}/s")]
+    return _emit(args, "collective", out, rows)
+
+
+def _shape_args(p, *, required: bool, names=("layers", "hidden", "heads", "seq", "vocab")):
+    for name in names:
+        p.add_argument(f"--{name}", type=positive_int, required=required,
+                       help={"layers": "L", "hidden": "h", "heads": "a", "seq": "s",
+                             "vocab": "V"}[name])
+
+
+def add_parser(subparsers) -> None:
+    """Register the cost-model subcommands on ``minipar``'s subparsers."""
+    def sub(name, fn, help_):
+        p = subparsers.add_parser(name, help=help_, description=help_)
+        p.add_argument("--json", action="store_true", help="print one JSON object")
+        p.set_defaults(func=_guarded(name, fn))
+        return p
+
+    p = sub("params", _params, "parameter count, Narayanan et al. 2021 Eq. 2")
+    _shape_args(p, required=True, names=("layers", "hidden", "seq", "vocab"))
+    p.add_argument("--heads", type=positive_int, help="a (checked: h divisible by a)")
+
+    p = sub("flops", _flops, "FLOPs per iteration (model or hardware)")
+    _shape_args(p, required=True, names=("layers", "hidden", "seq", "vocab"))
+    p.add_argument("--batch", type=positive_int, required=True, help="B, sequences/iteration")
+    p.add_argument("--recompute", choices=model.RECOMPUTE, default="none")
+    p.add_argument("--seconds", type=positive_float, help="measured iteration time -> MFU/HFU")
+    p.add_argument("--gpus", type=positive_int, default=1)
+    p.add_argument("--gpu", choices=tuple(hardware.GPUS), default="A100-80GB",
+                   help="dense bf16 peak used for MFU/HFU")
+
+    p = sub("memory", _memory, "model-state bytes per device under TP, PP and ZeRO")
+    p.add_argument("--params", type=positive_float, help="Ψ (or give the model shape)")
+    _shape_args(p, required=False)
+    p.add_argument("--dp", type=positive_int, required=True, help="d")
+    p.add_argument("--tp", type=positive_int, default=1, help="t")
+    p.add_argument("--pp", type=positive_int, default=1, help="p")
+    p.add_argument("--zero", type=int, choices=(0, 1, 2, 3), required=True)
+    p.add_argument("--weight-bytes", type=nonnegative_float, default=2.0)
+    p.add_argument("--grad-bytes", type=nonnegative_float, default=2.0)
+    p.add_argument("--optimizer-bytes", type=nonnegative_float, default=12.0, help="K")
+
+    p = sub("activations", _activations, "activation bytes, Korthikanti et al. 2022 Table 2")
+    p.add_argument("--seq", type=positive_int, required=True, help="s")
+    p.add_argument("--micro-batch", type=positive_int, required=True, help="b")
+    p.add_argument("--hidden", type=positive_int, required=True, help="h")
+    p.add_argument("--heads", type=positive_int, required=True, help="a")
+    p.add_argument("--tp", type=positive_int, default=1, help="t")
+    p.add_argument("--sp", action="store_true", help="sequence parallelism")
+    p.add_argument("--recompute", choices=memory.RECOMPUTE, default="none")
+    p.add_argument("--layers", type=positive_int, help="L: also report the first stage's total")
+    p.add_argument("--pp", type=positive_int, default=1, help="p")
+    p.add_argument("--microbatches", type=positive_int, help="m (default: >= p)")
+    p.add_argument("--schedule", choices=pipeline.SCHEDULES, default="1f1b")
+    p.add_argument("--chunks", type=positive_int, default=1, help="v (interleaved)")
+
+    p = sub("bubble", _bubble, "pipeline bubble in both conventions")
+    p.add_argument("--schedule", choices=pipeline.SCHEDULES, required=True)
+    p.add_argument("--pp", type=positive_int, required=True, help="p")
+    p.add_argument("--microbatches", type=positive_int, required=True, help="m")
+    p.add_argument("--chunks", type=positive_int, default=1, help="v (interleaved only)")
+
+    p = sub("collective", _collective, "α-β time of one collective (Thakur et al. 2005)")
+    p.add_argument("--op", choices=collectives.OPS, required=True)
+    p.add_argument("--algorithm", required=True,
+                   choices=sorted({a for algs in collectives.ALGORITHMS.values() for a in algs}))
+    p.add_argument("--ranks", type=positive_int, required=True, help="n")
+    p.add_argument("--bytes", type=size_bytes, required=True, help="S, the whole buffer")
+    p.add_argument("--alpha", type=nonnegative_float, help="latency per message, s")
+    p.add_argument("--bandwidth", type=positive_float, help="bytes/s per direction")
+    p.add_argument("--link", choices=tuple(hardware.LINKS), help="take α and bandwidth from here")

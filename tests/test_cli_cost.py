@@ -1,0 +1,124 @@
+"""The cost-model subcommands: --json keys and values, and one-line errors with status 2."""
+import json
+import subprocess
+import sys
+
+import pytest
+
+from minipar.cli import main
+
+
+def run(capsys, *argv):
+    """(status, stdout, stderr) of ``minipar argv`` run in this process."""
+    try:
+        status = main(list(argv))
+    except SystemExit as e:        # argparse errors
+        status = e.code
+    out, err = capsys.readouterr()
+    return status, out, err
+
+
+def run_json(capsys, *argv):
+    status, out, err = run(capsys, *argv, "--json")
+    assert status == 0, err
+    assert len(out.strip().splitlines()) == 1
+    return json.loads(out)
+
+
+GPT3 = ("--layers", "96", "--hidden", "12288", "--seq", "2048", "--vocab", "51200")
+
+
+def test_params(capsys):
+    assert run_json(capsys, "params", *GPT3, "--heads", "96")["params"] == 174_615_822_336
+
+
+def test_flops_and_mfu(capsys):
+    out = run_json(capsys, "flops", *GPT3, "--batch", "64", "--recompute", "selective",
+                   "--seconds", "13.75", "--gpus", "64")
+    assert out["flops_per_iteration"] > out["model_flops_per_iteration"]
+    assert round(100 * out["mfu"], 1) == 51.4 and round(100 * out["hfu"], 1) == 52.8
+
+
+def test_memory(capsys):
+    out = run_json(capsys, "memory", "--params", "7.5e9", "--dp", "64", "--zero", "1")
+    assert round(out["bytes_per_device"] / 1e9, 1) == 31.4
+    assert out["bytes_per_device"] == out["weights"] + out["gradients"] + out["optimizer"]
+    out = run_json(capsys, "memory", "--params", "1e9", "--dp", "2", "--zero", "0",
+                   "--weight-bytes", "4", "--grad-bytes", "4", "--optimizer-bytes", "8")
+    assert out["bytes_per_device"] == 16e9
+    out = run_json(capsys, "memory", *GPT3, "--heads", "96", "--dp", "8", "--tp", "8",
+                   "--pp", "8", "--zero", "3")
+    assert out["bytes_per_device"] == pytest.approx(16 * 174_615_822_336 / 512)
+
+
+def test_activations(capsys):
+    out = run_json(capsys, "activations", "--seq", "2048", "--micro-batch", "1", "--hidden",
+                   "12288", "--heads", "96", "--tp", "8", "--sp", "--recompute", "selective")
+    assert out["bytes_per_layer"] == 2048 * 12288 * 34 / 8
+
+
+def test_bubble(capsys):
+    out = run_json(capsys, "bubble", "--schedule", "gpipe", "--pp", "4", "--microbatches", "4")
+    assert out == pytest.approx({"fraction_of_total": 3 / 7, "relative_to_ideal": 3 / 4})
+
+
+def test_collective(capsys):
+    out = run_json(capsys, "collective", "--op", "all-reduce", "--algorithm", "ring", "--ranks",
+                   "4", "--bytes", "1GB", "--alpha", "0", "--bandwidth", "1e9")
+    assert out["seconds"] == pytest.approx(1.5) and out["busbw_factor"] == 1.5
+    out = run_json(capsys, "collective", "--op", "all-gather", "--algorithm", "ring", "--ranks",
+                   "8", "--bytes", "1GiB", "--link", "ib-ndr400")
+    assert out["bandwidth"] == 50e9
+
+
+def test_human_table(capsys):
+    status, out, _ = run(capsys, "bubble", "--schedule", "1f1b", "--pp", "4", "--microbatches", "8")
+    assert status == 0 and "fraction_of_total" in out and "relative_to_ideal" in out
+
+
+BAD = [
+    # (argv, words the one error line must contain)
+    (("params", "--layers", "x", "--hidden", "8", "--seq", "8", "--vocab", "8"), ["--layers", "'x'"]),
+    (("params", "--layers", "0", "--hidden", "8", "--seq", "8", "--vocab", "8"), ["--layers", "'0'"]),
+    (("memory", "--params", "-5", "--dp", "4", "--zero", "1"), ["--params", "'-5'"]),
+    (("memory", "--params", "1e9", "--dp", "4", "--zero", "4"), ["--zero", "4"]),
+    (("memory", "--layers", "24", "--hidden", "768", "--heads", "12", "--seq", "1024",
+      "--vocab", "50257", "--dp", "1", "--tp", "5", "--zero", "0"),
+     ["heads (12) must be divisible by t (5)"]),
+    (("memory", "--layers", "10", "--hidden", "768", "--heads", "12", "--seq", "1024",
+      "--vocab", "50257", "--dp", "1", "--pp", "4", "--zero", "0"),
+     ["layers (10) must be divisible by p (4)"]),
+    (("memory", "--layers", "10", "--dp", "1", "--zero", "0"), ["missing", "--hidden"]),
+    (("activations", "--seq", "1024", "--micro-batch", "1", "--hidden", "768", "--heads", "12",
+      "--tp", "5"), ["heads (12) must be divisible by t (5)"]),
+    (("bubble", "--schedule", "interleaved", "--pp", "4", "--microbatches", "6", "--chunks", "2"),
+     ["m (6)", "multiple of p (4)"]),
+    (("bubble", "--schedule", "gpipe", "--pp", "4", "--microbatches", "0"), ["--microbatches"]),
+    (("collective", "--op", "broadcast", "--algorithm", "ring", "--ranks", "4", "--bytes", "1e6",
+      "--alpha", "1e-6", "--bandwidth", "1e9"), ["'ring'", "broadcast"]),
+    (("collective", "--op", "all-gather", "--algorithm", "recursive-doubling", "--ranks", "6",
+      "--bytes", "1e6", "--alpha", "1e-6", "--bandwidth", "1e9"), ["power of two", "n (6)"]),
+    (("collective", "--op", "all-reduce", "--algorithm", "ring", "--ranks", "4", "--bytes", "0",
+      "--alpha", "1e-6", "--bandwidth", "1e9"), ["--bytes", "'0'"]),
+    (("collective", "--op", "all-reduce", "--algorithm", "ring", "--ranks", "4", "--bytes", "1e6"),
+     ["--alpha", "--link"]),
+]
+
+
+@pytest.mark.parametrize("argv, words", BAD)
+def test_bad_input_is_one_line_status_2(capsys, argv, words):
+    status, out, err = run(capsys, *argv)
+    assert status == 2 and out == ""
+    assert len(err.strip().splitlines()) == 1 and "Traceback" not in err
+    assert err.startswith(f"minipar {argv[0]}: error: ")
+    for w in words:
+        assert w in err, err
+
+
+@pytest.mark.parametrize("argv, words", [BAD[0], BAD[4], BAD[8]])
+def test_bad_input_as_a_script(argv, words):
+    """Same under ``python -m minipar.cli`` (where minipar.cli is imported a second time)."""
+    p = subprocess.run([sys.executable, "-m", "minipar.cli", *argv], capture_output=True,
+                       text=True, timeout=60)
+    assert p.returncode == 2 and "Traceback" not in p.stderr
+    assert len(p.stderr.strip().splitlines()) == 1 and words[0] in p.stderr
