@@ -78,8 +78,10 @@ def test_human_table(capsys):
 
 BAD = [
     # (argv, words the one error line must contain)
-    (("params", "--layers", "x", "--hidden", "8", "--seq", "8", "--vocab", "8"), ["--layers", "'x'"]),
-    (("params", "--layers", "0", "--hidden", "8", "--seq", "8", "--vocab", "8"), ["--layers", "'0'"]),
+    (("params", "--layers", "x", "--hidden", "8", "--seq", "8", "--vocab", "8"),
+     ["--layers", "'x'"]),
+    (("params", "--layers", "0", "--hidden", "8", "--seq", "8", "--vocab", "8"),
+     ["--layers", "'0'"]),
     (("memory", "--params", "-5", "--dp", "4", "--zero", "1"), ["--params", "'-5'"]),
     (("memory", "--params", "1e9", "--dp", "4", "--zero", "4"), ["--zero", "4"]),
     (("memory", "--layers", "24", "--hidden", "768", "--heads", "12", "--seq", "1024",

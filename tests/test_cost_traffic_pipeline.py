@@ -23,7 +23,8 @@ def test_tp_and_pp_volumes():
     b, s, h, t = 1, 2048, 12288, 8
     act = b * s * h * 2                                       # one (b, s, h) bf16 activation
     # 4 ring all-reduces per layer (2 forward, 2 backward)
-    assert tp_bytes_per_layer(b, s, h, t) == pytest.approx(4 * ring_bytes_per_rank("all-reduce", t, act))
+    one_all_reduce = ring_bytes_per_rank("all-reduce", t, act)
+    assert tp_bytes_per_layer(b, s, h, t) == pytest.approx(4 * one_all_reduce)
     assert tp_bytes_per_layer(b, s, h, 1) == 0
     assert pp_p2p_bytes_per_microbatch(b, s, h) == 2 * act
     # per layer, TP sends far more than a pipeline boundary does per micro-batch

@@ -20,12 +20,15 @@ switches to Bruck / pairwise algorithms there, not modelled).
 """
 from __future__ import annotations
 
+from .hardware import Link
+
 OPS = ("all-reduce", "all-gather", "reduce-scatter", "broadcast", "reduce", "all-to-all")
 
 ALGORITHMS: dict[str, tuple[str, ...]] = {
     # all-reduce: ring = reduce-scatter + all-gather; binomial-tree = reduce then broadcast;
     # rabenseifner = recursive-halving reduce-scatter + recursive-doubling all-gather.
-    "all-reduce": ("ring", "recursive-doubling", "rabenseifner", "binomial-tree", "parameter-server"),
+    "all-reduce": ("ring", "recursive-doubling", "rabenseifner", "binomial-tree",
+                   "parameter-server"),
     "all-gather": ("ring", "recursive-doubling"),
     "reduce-scatter": ("ring", "recursive-halving"),
     "broadcast": ("binomial-tree", "scatter-allgather"),  # scatter-allgather: van de Geijn
@@ -159,18 +162,17 @@ def collective_time(op: str, algorithm: str, n: int, nbytes: float, alpha: float
     raise AssertionError(f"unhandled {op}/{algorithm}")
 
 
-def hierarchical_all_reduce_time(nodes: int, gpus_per_node: int, nbytes: float, intra, inter,
-                                 inter_algorithm: str = "ring") -> float:
+def hierarchical_all_reduce_time(nodes: int, gpus_per_node: int, nbytes: float, intra: Link,
+                                 inter: Link, inter_algorithm: str = "ring") -> float:
     """All-reduce of S bytes over ``nodes × gpus_per_node`` ranks in three phases (g = gpus/node):
 
     1. ring reduce-scatter inside each node over ``intra`` (each GPU then owns S/g);
     2. all-reduce of those S/g bytes across nodes over ``inter``, g of them in parallel;
     3. ring all-gather inside each node over ``intra``.
     Assumes each GPU has its own inter-node link (rail-optimised, one NIC per GPU as in DGX
-    H100), so the g phase-2 all-reduces do not share a NIC. ``intra``/``inter`` are
-    :class:`minipar.cost.hardware.Link`. Source: the 2D-torus all-reduce of Mikami et al. 2018
-    ("Massively Distributed SGD: ImageNet/ResNet-50 Training in a Flash", arXiv:1811.05233);
-    each phase costed with Thakur et al. 2005.
+    H100), so the g phase-2 all-reduces do not share a NIC. Source: the 2D-torus all-reduce of
+    Mikami et al. 2018 ("Massively Distributed SGD: ImageNet/ResNet-50 Training in a Flash",
+    arXiv:1811.05233); each phase costed with Thakur et al. 2005.
     """
     if nodes < 1 or gpus_per_node < 1:
         raise ValueError(f"nodes ({nodes}) and gpus_per_node ({gpus_per_node}) must be >= 1")
