@@ -1,0 +1,81 @@
+"""Ring reduce-scatter, all-gather and all-reduce from send/recv (Patarasuk & Yuan 2009).
+
+The n ranks of the group form a ring; each step every rank sends one chunk (S/n bytes) to its
+right neighbour and receives one from its left neighbour, so every link is busy in both
+directions at once. All-reduce = reduce-scatter (n−1 steps, rank r ends owning the full sum of
+chunk r) + all-gather (n−1 steps, every rank ends with every summed chunk): 2(n−1) steps, each
+rank sends 2(n−1)/n·S bytes, independent of n for large n. Cost 2(n−1)α + 2(n−1)/n·Sβ
+(Thakur, Rabenseifner & Gropp 2005).
+
+Sizes not divisible by n: ``tensor_split`` makes the first (numel mod n) chunks one element
+longer, so a rank sends 2S − |chunk r| − |chunk r+1| bytes, within 2 elements of 2(n−1)/n·S; the
+total over all ranks is exactly 2(n−1)·S.
+
+We exchange with ``isend`` + ``irecv`` and wait on both: a blocking ``send`` before ``recv`` on
+every rank can deadlock once messages exceed the transport's buffer. We do not use
+``dist.batch_isend_irecv``: it hangs on non-NCCL backends such as gloo.
+"""
+from __future__ import annotations
+
+import torch
+import torch.distributed as dist
+
+
+def _ring(group):
+    """(rank, size, right neighbour, left neighbour), all group ranks."""
+    r, n = dist.get_rank(group), dist.get_world_size(group)
+    return r, n, (r + 1) % n, (r - 1) % n
+
+
+def _exchange(send_buf, recv_buf, right, left, group):
+    """Send ``send_buf`` to ``right`` while receiving ``recv_buf`` from ``left``."""
+    reqs = [dist.isend(send_buf, group=group, group_dst=right),
+            dist.irecv(recv_buf, group=group, group_src=left)]
+    for req in reqs:
+        req.wait()
+
+
+def _chunks(flat: torch.Tensor, n: int) -> list[torch.Tensor]:
+    return list(flat.tensor_split(n))  # n views of (numel/n,) (first numel % n one longer)
+
+
+def ring_reduce_scatter(tensor: torch.Tensor, group=None) -> torch.Tensor:
+    """In place: afterwards chunk r of ``tensor`` on rank r holds the sum over ranks of chunk r.
+
+    Returns that chunk (a view). The other chunks hold partial sums (unspecified). ``tensor`` must
+    be contiguous. Step k: send chunk (r−k−1) mod n, receive chunk (r−k−2) mod n and add it in.
+    """
+    r, n, right, left = _ring(group)
+    chunks = _chunks(tensor.view(-1), n)   # n × (S/n,)
+    if n == 1:
+        return chunks[0]
+    buf = torch.empty_like(chunks[0])       # (⌈S/n⌉,) receive buffer
+    for k in range(n - 1):
+        send, recv = chunks[(r - k - 1) % n], chunks[(r - k - 2) % n]
+        _exchange(send, buf[: recv.numel()], right, left, group)
+        recv += buf[: recv.numel()]
+    return chunks[r]
+
+
+def ring_all_gather(tensor: torch.Tensor, group=None) -> torch.Tensor:
+    """In place: rank r's chunk r of ``tensor`` is copied to chunk r of every rank.
+
+    Step k: send chunk (r−k) mod n, receive chunk (r−k−1) mod n straight into place.
+    """
+    r, n, right, left = _ring(group)
+    chunks = _chunks(tensor.view(-1), n)   # n × (S/n,)
+    for k in range(n - 1):
+        _exchange(chunks[(r - k) % n], chunks[(r - k - 1) % n], right, left, group)
+    return tensor
+
+
+def ring_all_reduce(tensor: torch.Tensor, group=None) -> torch.Tensor:
+    """In-place sum over the group's ranks, like ``dist.all_reduce(tensor)``; returns ``tensor``."""
+    if dist.get_world_size(group) == 1:
+        return tensor
+    work = tensor if tensor.is_contiguous() else tensor.contiguous()
+    ring_reduce_scatter(work, group)   # rank r: chunk r summed
+    ring_all_gather(work, group)       # every rank: every chunk summed
+    if work is not tensor:
+        tensor.copy_(work)
+    return tensor

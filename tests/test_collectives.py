@@ -1,0 +1,152 @@
+"""Ring, recursive-doubling and parameter-server all-reduce against dist, on 1–4 gloo ranks.
+
+Each multi-process test makes ONE ``run`` call that tries many cases on the ranks and returns
+plain data; the assertions happen here. The 4-rank test runs first so that the warm pool already
+holds four workers for the 2- and 3-rank calls.
+"""
+import sys
+
+import cloudpickle
+import pytest
+import torch
+import torch.distributed as dist
+
+from minipar.collectives import (parameter_server_all_reduce, recursive_doubling_all_reduce,
+                                 ring_all_gather, ring_all_reduce, ring_reduce_scatter)
+from minipar.collectives.ring import _chunks, _exchange, _ring
+from minipar.cost.collectives import ring_bytes_per_rank
+from minipar.launch import RankError, run
+from minipar.trace import trace
+
+# Ship this module's functions to the ranks by value (workers cannot import a test module).
+cloudpickle.register_pickle_by_value(sys.modules[__name__])
+
+SIZES = [1, 3, 7, 16, 101, 1000]          # elements: below n, odd, divisible, not divisible
+
+
+def _inputs(rank, numel):
+    g = torch.Generator().manual_seed(1000 * rank + numel)
+    return torch.randn(numel, generator=g, dtype=torch.float64)
+
+
+def _compare_all(rank, n):
+    """[(case, numel, max abs difference from dist)] for every algorithm and size."""
+    algos = {"ring": ring_all_reduce, "parameter_server": parameter_server_all_reduce}
+    if n & (n - 1) == 0:
+        algos["recursive_doubling"] = recursive_doubling_all_reduce
+    out = []
+    for numel in SIZES:
+        ref = _inputs(rank, numel)
+        dist.all_reduce(ref)
+        for name, fn in algos.items():
+            x = _inputs(rank, numel)
+            fn(x)
+            out.append((name, numel, (x - ref).abs().max().item()))
+        # reduce-scatter and all-gather on a size divisible by n, against dist's
+        full = _inputs(rank, numel * n)
+        mine = ring_reduce_scatter(full.clone())
+        theirs = torch.empty(numel, dtype=full.dtype)
+        dist.reduce_scatter_single(theirs, full)
+        out.append(("reduce_scatter", numel, (mine - theirs).abs().max().item()))
+        gathered = torch.zeros(numel * n, dtype=full.dtype)
+        gathered[rank * numel:(rank + 1) * numel] = full[:numel]
+        ring_all_gather(gathered)
+        ref_g = torch.empty(numel * n, dtype=full.dtype)
+        dist.all_gather_single(ref_g, full[:numel].clone())
+        out.append(("all_gather", numel, (gathered - ref_g).abs().max().item()))
+    # a 2-D, non-contiguous tensor keeps its shape and gets the right values
+    m = _inputs(rank, 35).view(5, 7).t()                 # (7, 5), not contiguous
+    ref = m.clone()
+    dist.all_reduce(ref)
+    ring_all_reduce(m)
+    out.append(("ring_2d_noncontiguous", 35, (m - ref).abs().max().item()))
+    return out
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("n", [4, 2, 3])
+def test_algorithms_equal_dist_all_reduce(n):
+    for rank, cases in enumerate(run(_compare_all, n, timeout=60)):
+        for name, numel, err in cases:
+            assert err < 1e-9, f"{name} on rank {rank}, {numel} elements, n={n}: error {err}"
+
+
+def _ring_sent_bytes(rank, n, numels):
+    out = []
+    for numel in numels:
+        x = torch.ones(numel)                             # float32: S = 4·numel bytes
+        with trace() as tr:
+            ring_all_reduce(x)
+        out.append((tr.bytes("send"), tr.count("send"), tr.bytes("recv")))
+    return out
+
+
+@pytest.mark.slow
+def test_ring_sends_2_n_minus_1_over_n_of_S():
+    n, numels = 4, [16, 1000, 1001, 7]
+    per_rank = run(_ring_sent_bytes, n, numels, timeout=60)
+    for i, numel in enumerate(numels):
+        S = 4 * numel
+        sent = [r[i][0] for r in per_rank]
+        assert all(r[i][1] == 2 * (n - 1) for r in per_rank)       # 2(n−1) messages
+        assert sum(sent) == 2 * (n - 1) * S                          # always, in total
+        received = [r[i][2] for r in per_rank]
+        assert all(received[(r + 1) % n] == sent[r] for r in range(n))  # right neighbour gets it
+        if numel % n == 0:   # exactly the formula, per rank
+            assert sent == [ring_bytes_per_rank("all-reduce", n, S)] * n
+        else:                # chunks differ by one element: within 2 elements of the formula
+            assert all(abs(s - 2 * (n - 1) / n * S) <= 2 * 4 for s in sent), sent
+
+
+def _buggy_ring_all_reduce(tensor, group=None):
+    """Negative control: the reduce-scatter phase stops one step early (n−2 steps)."""
+    r, n, right, left = _ring(group)
+    chunks = _chunks(tensor.view(-1), n)
+    buf = torch.empty_like(chunks[0])
+    for k in range(n - 2):                                         # BUG: n − 1
+        send, recv = chunks[(r - k - 1) % n], chunks[(r - k - 2) % n]
+        _exchange(send, buf[: recv.numel()], right, left, group)
+        recv += buf[: recv.numel()]
+    return ring_all_gather(tensor, group)
+
+
+def _negative_control(rank, n):
+    x, ref = _inputs(rank, 12), _inputs(rank, 12)
+    dist.all_reduce(ref)
+    _buggy_ring_all_reduce(x)
+    return (x - ref).abs().max().item()
+
+
+@pytest.mark.slow
+def test_equality_check_catches_an_off_by_one_ring():
+    errors = run(_negative_control, 4, timeout=60)
+    assert all(e > 1e-3 for e in errors), errors
+
+
+def _odd_ranks_and_one_rank(rank, n):
+    try:
+        recursive_doubling_all_reduce(torch.ones(4))
+    except ValueError as e:
+        return str(e)
+    return "no error"
+
+
+@pytest.mark.slow
+def test_recursive_doubling_rejects_three_ranks():
+    msgs = run(_odd_ranks_and_one_rank, 3, timeout=30)
+    assert all("power-of-two" in m and "(3)" in m for m in msgs), msgs
+
+
+def _one_rank(rank, n):
+    x = torch.arange(5.0)
+    with trace() as tr:
+        ring_all_reduce(x)
+        recursive_doubling_all_reduce(x)
+        parameter_server_all_reduce(x)
+    return x.tolist(), tr.count()
+
+
+@pytest.mark.slow
+def test_one_rank_is_a_no_op():
+    [(values, calls)] = run(_one_rank, 1, timeout=30)
+    assert values == [0.0, 1.0, 2.0, 3.0, 4.0] and calls == 0
