@@ -51,5 +51,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
 
 
-if __name__ == "__main__":
-    raise SystemExit(main())
+if __name__ == "__main__":  # python -m minipar.cli: use the imported module's CliError
+    from minipar.cli import main as _main
+
+    raise SystemExit(_main())

@@ -27,7 +27,9 @@ from __future__ import annotations
 
 import atexit
 import multiprocessing.connection as mpc
+import linecache
 import os
+import re
 import secrets
 import socket
 import subprocess
@@ -144,25 +146,32 @@ def _worker_main(address: str, parent_pid: int) -> None:
             return
         if msg is None:
             return
-        task = cloudpickle.loads(msg)
+        sys_path, payload = msg
+        sys.path.extend(p for p in sys_path if p not in sys.path)  # so fn's module imports
         out = _RankStream(conn, lock)
         old = sys.stdout, sys.stderr
         sys.stdout = sys.stderr = out
         try:
-            _run_task(task, dist, conn, lock, out)
+            _run_task(payload, dist, conn, lock, out)
         finally:
             sys.stdout, sys.stderr = old
 
 
-def _run_task(task: dict, dist, conn, lock, out) -> None:
+def _run_task(payload: bytes, dist, conn, lock, out) -> None:
     import datetime
 
     import torch
 
     from minipar import device as _device
 
+    try:
+        task = cloudpickle.loads(payload)
+    except Exception as e:  # noqa: BLE001  (e.g. fn lives in a module this process can't import)
+        with lock:
+            conn.send(("err", (f"{type(e).__name__} while loading the function: {e}",
+                               traceback.format_exc(), time.time())))
+        return
     rank, world = task["rank"], task["world_size"]
-    sys.path.extend(p for p in task["sys_path"] if p not in sys.path)
     torch.set_num_threads(task["threads"])
     _device.set_backend(task["backend"], local_rank=rank)
     store = dist.TCPStore("127.0.0.1", task["port"], world, is_master=False,
@@ -312,9 +321,9 @@ def _run_on(workers, port, fn, args, backend, timeout, threads) -> list:
     n = len(workers)
     try:
         for rank, w in enumerate(workers):
-            w.conn.send(cloudpickle.dumps(dict(fn=fn, args=args, rank=rank, world_size=n,
-                                               backend=backend, port=port, timeout=timeout,
-                                               threads=threads, sys_path=list(sys.path))))
+            task = dict(fn=fn, args=args, rank=rank, world_size=n, backend=backend, port=port,
+                        timeout=timeout, threads=threads)
+            w.conn.send((list(sys.path), cloudpickle.dumps(task)))
     except Exception:
         _kill(workers)
         raise
@@ -351,8 +360,28 @@ def _run_on(workers, port, fn, args, backend, timeout, threads) -> list:
                 first = min(errors, key=lambda k: errors[k][2])
                 summary, tb, _ = errors[first]
                 _kill(workers)
-                raise RankError(first, summary, tb)
+                raise RankError(first, summary, _with_source(tb, fn))
     return results
+
+
+_DYNAMIC = re.compile(r'  File "<dynamic-code>", line (\d+), in (\S+)\n')
+
+
+def _with_source(tb: str, fn) -> str:
+    """Put file names and source lines back into a rank's traceback.
+
+    cloudpickle names the file of every by-value function ``<dynamic-code>``; the caller still
+    knows where ``fn`` came from (a module, or a notebook cell that IPython keeps in linecache).
+    """
+    filename = getattr(getattr(fn, "__code__", None), "co_filename", None)
+    if not filename:
+        return tb
+
+    def fix(m):
+        line = linecache.getline(filename, int(m.group(1))).strip()
+        text = f'  File "{filename}", line {m.group(1)}, in {m.group(2)}\n'
+        return text + (f"    {line}\n" if line else "")
+    return _DYNAMIC.sub(fix, tb)
 
 
 def _more_errors(by_conn: dict, grace: float) -> dict:

@@ -1,0 +1,61 @@
+# minipar: `make book` builds the site, `make test` runs everything CI runs.
+# Every target bootstraps .venv from requirements.txt when it is missing or stale.
+SHELL := /bin/bash
+PY    := .venv/bin/python
+STAMP := .venv/.installed
+PYTEST := $(PY) -m pytest -p no:cacheprovider
+JB    := .venv/bin/jupyter-book
+
+.PHONY: help book book-strict test unit fast notebooks exercises exercises-check grade bench clean
+
+help:
+	@echo "make book       build the site into _build/html (executes every notebook on CPU; cached)"
+	@echo "make test       the whole suite: unit + exercise tests, nbval over notebooks, strict book build"
+	@echo "make fast       inner loop: unit tests without the slow multi-process ones (~1 min)"
+	@echo "make grade      grade your exercise notebooks and print a score table"
+	@echo "make exercises  regenerate the starter notebooks from exercises/*/solutions/*.py"
+	@echo "make bench      benchmarks on this machine (collectives sweep, data parallel)"
+
+$(STAMP): requirements.txt pyproject.toml
+	@test -x $(PY) || python3 -m venv .venv
+	@echo "installing requirements into .venv (log: .venv/pip.log)"
+	@$(PY) -m pip install --disable-pip-version-check -q -r requirements.txt > .venv/pip.log 2>&1 \
+	  || { grep -v "is ignored" .venv/pip.log; exit 1; }
+	@touch $@
+
+book: $(STAMP)
+	$(JB) build . --quiet
+
+book-strict: $(STAMP)
+	$(JB) build . -W -n --keep-going --quiet
+
+unit: $(STAMP)
+	$(PYTEST) -q tests
+
+fast: $(STAMP)
+	$(PYTEST) -q -x -m "not slow" tests
+
+notebooks: $(STAMP)
+	$(PYTEST) -q --nbval-lax --nbval-current-env --nbval-cell-timeout=900 notebooks
+
+exercises: $(STAMP)
+	$(PY) -m minipar.grading.notebooks
+
+exercises-check: $(STAMP)
+	$(PY) -m minipar.grading.notebooks --check
+
+test: $(STAMP)
+	$(MAKE) --no-print-directory exercises-check
+	$(MAKE) --no-print-directory unit
+	$(MAKE) --no-print-directory notebooks
+	$(MAKE) --no-print-directory book-strict
+
+grade: $(STAMP)
+	.venv/bin/minipar grade exercises
+
+bench: $(STAMP)
+	.venv/bin/minipar bench collectives
+	-.venv/bin/minipar bench dp --ranks 4
+
+clean:
+	rm -rf _build

@@ -1,0 +1,219 @@
+"""Record every collective and point-to-point call a rank makes: op, bytes, group size, time.
+
+    with minipar.trace() as tr:
+        dist.all_reduce(x)
+    tr.summary()   # {"all_reduce": OpStats(calls=1, bytes=..., seconds=...)}
+
+Why not PyTorch's own tools? ``CommDebugMode`` (torch.distributed.tensor.debug) sees plain
+``torch.distributed`` collectives but counts calls only (no bytes, no time) and does not count
+``send``/``recv``; the profiler records GPU kernels and host ranges, not the bytes of a gloo call.
+Both rest on the same fact this tracer uses: every ``torch.distributed`` call, including the ones
+DDP's C++ reducer makes, goes through a ``c10d::*`` dispatcher op. So:
+
+* **bytes and group size** come from a ``TorchDispatchMode`` that sees every ``c10d`` op on this
+  thread (and in autograd's backward, which inherits the mode), however the op was called;
+* **wall time** comes from wrapping the public ``torch.distributed`` functions: a synchronous call
+  is timed until it returns (so the wait is included); an ``async_op=True`` call is timed until
+  its ``Work.wait()`` returns when waited through the handle we return, else only its launch
+  (``is_async`` marks these). Calls that bypass the Python API (DDP's reducer) record launch time.
+
+``bytes`` is the size nccl-tests reports for the op: the whole buffer S (all-reduce: the tensor;
+all-gather: the gathered output; reduce-scatter: the input being reduced; all-to-all: the input;
+broadcast/reduce: the tensor; send/recv: the tensor). What a rank actually puts on the wire for a
+given algorithm is the cost model's job (:func:`minipar.cost.collectives.ring_bytes_per_rank`),
+except for send/recv, where ``bytes`` is exactly what moves.
+
+Do not time code for benchmarks inside ``trace``: the dispatch mode adds Python overhead to
+every tensor op.
+"""
+from __future__ import annotations
+
+import functools
+import threading
+import time
+from collections import OrderedDict
+from dataclasses import dataclass, field
+
+import torch
+import torch.distributed as dist
+from torch.utils._python_dispatch import TorchDispatchMode
+
+# c10d dispatcher op -> (course name, index of the argument whose bytes we report)
+_C10D_OPS = {
+    "allreduce_": ("all_reduce", 0),
+    "allreduce_coalesced_": ("all_reduce", 0),
+    "allgather_": ("all_gather", 0),
+    "_allgather_base_": ("all_gather", 0),
+    "allgather_coalesced_": ("all_gather", 0),
+    "allgather_into_tensor_coalesced_": ("all_gather", 0),
+    "reduce_scatter_": ("reduce_scatter", 1),
+    "_reduce_scatter_base_": ("reduce_scatter", 1),
+    "reduce_scatter_tensor_coalesced_": ("reduce_scatter", 1),
+    "alltoall_": ("all_to_all", 1),
+    "alltoall_base_": ("all_to_all", 1),
+    "broadcast_": ("broadcast", 0),
+    "reduce_": ("reduce", 0),
+    "gather_": ("gather", 1),
+    "scatter_": ("scatter", 0),
+    "send": ("send", 0),
+    "recv_": ("recv", 0),
+    "recv_any_source_": ("recv", 0),
+    "barrier": ("barrier", None),
+}
+
+# public torch.distributed functions wrapped for wall time
+_PUBLIC = ["all_reduce", "all_gather", "all_gather_into_tensor", "reduce_scatter",
+           "reduce_scatter_tensor", "all_to_all", "all_to_all_single", "broadcast", "reduce",
+           "gather", "scatter", "send", "recv", "isend", "irecv", "barrier"]
+
+
+@dataclass
+class CommEvent:
+    op: str              # course name: all_reduce, all_gather, reduce_scatter, send, recv, ...
+    bytes: int           # nccl-tests "size" of the call (see module docstring)
+    group_size: int      # ranks in the process group
+    start: float         # seconds since the trace began
+    seconds: float = 0.0  # wall time (launch only when is_async and never waited through us)
+    is_async: bool = True
+    peer: int | None = None  # the other rank of a send/recv (group rank)
+    dtype: str = ""
+
+
+@dataclass
+class OpStats:
+    calls: int = 0
+    bytes: int = 0
+    seconds: float = 0.0
+
+
+def _nbytes(obj) -> int:
+    if isinstance(obj, torch.Tensor):
+        return obj.numel() * obj.element_size()
+    if isinstance(obj, (list, tuple)):
+        return sum(_nbytes(o) for o in obj)
+    return 0
+
+
+def _dtype(obj) -> str:
+    if isinstance(obj, torch.Tensor):
+        return str(obj.dtype).replace("torch.", "")
+    if isinstance(obj, (list, tuple)) and obj:
+        return _dtype(obj[0])
+    return ""
+
+
+def _group_size(args) -> int:
+    for a in args:
+        if isinstance(a, torch.ScriptObject):
+            try:
+                return dist.ProcessGroup.unbox(a).size()
+            except Exception:  # noqa: BLE001  (a ReduceOp or Work, not a group)
+                continue
+    return dist.get_world_size() if dist.is_initialized() else 1
+
+
+class _WaitTimedWork:
+    """Wraps a ``Work`` so that ``wait()`` closes the timing of the events it launched."""
+
+    def __init__(self, work, events, t0):
+        self._work, self._events, self._t0 = work, events, t0
+
+    def wait(self, *a, **k):
+        out = self._work.wait(*a, **k)
+        dt = time.perf_counter() - self._t0
+        for e in self._events:
+            e.seconds, e.is_async = dt, False
+        return out
+
+    def __getattr__(self, name):
+        return getattr(self._work, name)
+
+
+class trace(TorchDispatchMode):
+    """Context manager recording this rank's communication calls in ``self.events``."""
+
+    _local = threading.local()
+
+    def __init__(self):
+        super().__init__()
+        self.events: list[CommEvent] = []
+        self._t0 = 0.0
+        self._saved: dict = {}
+
+    # -- dispatcher side: bytes, group size ------------------------------------------------
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if func.namespace == "c10d":
+            name = func._schema.name.split("::")[-1]
+            if name in _C10D_OPS:
+                op, idx = _C10D_OPS[name]
+                ev = CommEvent(op=op, bytes=_nbytes(args[idx]) if idx is not None else 0,
+                               group_size=_group_size(args),
+                               start=time.perf_counter() - self._t0, dtype=_dtype(args[0]))
+                if op in ("send", "recv") and len(args) > 2 and isinstance(args[2], int):
+                    ev.peer = args[2]
+                self.events.append(ev)
+                pending = getattr(trace._local, "pending", None)
+                if pending is not None:
+                    pending.append(ev)
+        return func(*args, **kwargs)
+
+    # -- Python side: wall time --------------------------------------------------------------
+    def _wrap(self, fn):
+        @functools.wraps(fn)
+        def timed(*args, **kwargs):
+            outer = getattr(trace._local, "pending", None)
+            trace._local.pending = mine = []
+            t0 = time.perf_counter()
+            try:
+                out = fn(*args, **kwargs)
+            finally:
+                trace._local.pending = outer
+            if out is not None and hasattr(out, "wait"):  # async: time it when waited
+                return _WaitTimedWork(out, mine, t0)
+            dt = time.perf_counter() - t0
+            for e in mine:
+                e.seconds, e.is_async = dt, False
+            return out
+        return timed
+
+    def __enter__(self):
+        self._t0 = time.perf_counter()
+        for name in _PUBLIC:
+            for mod in (dist, dist.distributed_c10d):
+                fn = getattr(mod, name, None)
+                if fn is not None:
+                    self._saved[(mod, name)] = fn
+                    setattr(mod, name, self._wrap(fn))
+        return super().__enter__()
+
+    def __exit__(self, *exc):
+        for (mod, name), fn in self._saved.items():
+            setattr(mod, name, fn)
+        self._saved.clear()
+        return super().__exit__(*exc)
+
+    # -- reports -------------------------------------------------------------------------
+    def summary(self) -> "OrderedDict[str, OpStats]":
+        """Per op: calls, bytes (sum of nccl-tests sizes) and wall seconds, in first-seen order."""
+        out: OrderedDict[str, OpStats] = OrderedDict()
+        for e in self.events:
+            s = out.setdefault(e.op, OpStats())
+            s.calls += 1
+            s.bytes += e.bytes
+            s.seconds += e.seconds
+        return out
+
+    def bytes(self, op: str | None = None) -> int:
+        """Total bytes of all events, or of one op."""
+        return sum(e.bytes for e in self.events if op is None or e.op == op)
+
+    def count(self, op: str | None = None) -> int:
+        return sum(1 for e in self.events if op is None or e.op == op)
+
+    def table(self) -> str:
+        """The summary as an aligned text table."""
+        rows = [f"{'op':<15}{'calls':>7}{'bytes':>14}{'seconds':>11}"]
+        for op, s in self.summary().items():
+            rows.append(f"{op:<15}{s.calls:>7}{s.bytes:>14,}{s.seconds:>11.6f}")
+        return "\n".join(rows)

@@ -1,0 +1,129 @@
+"""The launcher: results in rank order, closures by value, failures and hangs, no orphans."""
+import os
+import subprocess
+import sys
+import textwrap
+import time
+
+import pytest
+
+from minipar.launch import RankError, choose_backend, run
+
+pytestmark = pytest.mark.slow
+
+
+def _sum_of_ranks(rank, world_size):
+    import torch
+    import torch.distributed as dist
+
+    t = torch.tensor([float(rank)])
+    dist.all_reduce(t)
+    return t.item()
+
+
+def test_results_in_rank_order_and_all_reduce():
+    assert run(lambda r, w: r * 10, 4) == [0, 10, 20, 30]
+    assert run(_sum_of_ranks, 3) == [3.0, 3.0, 3.0]
+
+
+def test_closure_and_args_by_value():
+    offset = 7
+
+    def fn(rank, world_size, scale):
+        return rank * scale + offset
+    assert run(fn, 2, 100) == [7, 107]
+
+
+def test_prints_are_prefixed(capsys):
+    run(lambda r, w: print(f"hello from {r}"), 2)
+    out = capsys.readouterr().out
+    assert "[rank 0] hello from 0" in out and "[rank 1] hello from 1" in out
+
+
+def test_rank_exception_carries_traceback_and_next_call_works():
+    def bad(rank, world_size):
+        import torch.distributed as dist
+        if rank == 1:
+            raise ValueError("boom on purpose")
+        dist.barrier()  # the others would wait forever without the launcher
+    t0 = time.monotonic()
+    with pytest.raises(RankError) as info:
+        run(bad, 3, timeout=60)
+    assert time.monotonic() - t0 < 30
+    assert info.value.rank == 1
+    assert "ValueError: boom on purpose" in str(info.value)
+    assert "raise ValueError" in info.value.remote_traceback
+    assert run(lambda r, w: r, 3) == [0, 1, 2]
+
+
+def test_hung_collective_times_out():
+    def hang(rank, world_size):
+        import time
+
+        import torch.distributed as dist
+        if rank == 0:
+            time.sleep(600)
+        dist.barrier()
+    t0 = time.monotonic()
+    with pytest.raises((RankError, TimeoutError)) as info:
+        run(hang, 2, timeout=3)
+    assert time.monotonic() - t0 < 20
+    assert "imed out" in str(info.value) or "timeout" in str(info.value).lower()
+    assert run(lambda r, w: w, 2) == [2, 2]
+
+
+@pytest.mark.parametrize("bad", [0, -1, 10_000, 2.5, "4"])
+def test_bad_world_size(bad):
+    with pytest.raises(ValueError, match=str(bad)):
+        run(lambda r, w: r, bad)
+
+
+def test_backend_choice():
+    assert choose_backend("gloo", 4) == "gloo"
+    with pytest.raises(ValueError, match="backend"):
+        choose_backend("mpi", 2)
+    import torch
+    if torch.cuda.device_count() < 64:
+        with pytest.raises(ValueError, match="one GPU per rank"):
+            choose_backend("nccl", 64)
+
+
+def test_threads_are_pinned():
+    threads = run(lambda r, w: __import__("torch").get_num_threads(), 4)
+    assert all(t == max(1, (os.cpu_count() or 1) // 4) for t in threads)
+
+
+def test_script_without_main_guard_and_no_orphans(tmp_path):
+    """A plain script (no ``if __name__ == '__main__'``) works, and no worker outlives it."""
+    script = tmp_path / "s.py"
+    script.write_text(textwrap.dedent("""
+        import os
+        from minipar.launch import run
+        print("pids", *run(lambda r, w: os.getpid(), 2))
+    """))
+    out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
+                         timeout=120)
+    assert out.returncode == 0, out.stderr
+    pids = [int(x) for x in out.stdout.split("pids")[1].split()]
+    time.sleep(1.0)
+    for pid in pids:
+        assert not os.path.exists(f"/proc/{pid}") or \
+            "zombie" in open(f"/proc/{pid}/status").read().lower(), f"worker {pid} outlived"
+
+
+def test_workers_exit_when_caller_is_killed(tmp_path):
+    script = tmp_path / "k.py"
+    script.write_text(textwrap.dedent("""
+        import os, sys, time
+        from minipar.launch import run
+        print(*run(lambda r, w: os.getpid(), 2), flush=True)
+        time.sleep(600)
+    """))
+    p = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True)
+    pids = [int(x) for x in p.stdout.readline().split()]
+    p.kill()
+    p.wait()
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and any(os.path.exists(f"/proc/{q}") for q in pids):
+        time.sleep(0.2)
+    assert not any(os.path.exists(f"/proc/{q}") for q in pids)
