@@ -1,0 +1,19 @@
+"""``minipar bench <name>``: benchmarks on this machine.
+
+Each module in ``BENCH_MODULES`` provides ``add_bench_parser(bench_sub)`` and registers one
+sub-subcommand; add a benchmark by appending its module here.
+"""
+from __future__ import annotations
+
+import importlib
+
+BENCH_MODULES = [
+    "minipar.bench.collectives",   # minipar bench collectives
+]
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser("bench", help="benchmarks on this machine (never assert a speed)")
+    bench_sub = p.add_subparsers(dest="bench", required=True)
+    for name in BENCH_MODULES:
+        importlib.import_module(name).add_bench_parser(bench_sub)

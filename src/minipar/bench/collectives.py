@@ -1,0 +1,225 @@
+"""``minipar bench collectives``: time collectives on this machine, fit α and β, report busbw.
+
+For every rank count n, op and message size S (nccl-tests convention: all-gather S = gathered
+output, reduce-scatter S = input, see :mod:`minipar.cost.collectives`) each rank times ``iters``
+calls after ``warmup`` untimed ones, each call started right after a barrier. A point's time is
+the median over iterations on each rank, then the max over ranks (the slowest rank decides when
+the collective is done). Per (op, n) we fit the α-β model of the algorithm we assume the backend
+uses (``ASSUMED_ALGORITHM``) with :func:`minipar.cost.collectives.fit_alpha_beta`.
+
+A benchmark reports; it never asserts a speed. Numbers on a shared 2-core CPU are noisy.
+"""
+from __future__ import annotations
+
+import platform
+import statistics
+import sys
+import time
+
+from minipar.cost import collectives as cc
+
+OPS = ("all-reduce", "all-gather", "reduce-scatter", "broadcast")
+ASSUMED_ALGORITHM = {"all-reduce": "ring", "all-gather": "ring", "reduce-scatter": "ring",
+                     "broadcast": "binomial-tree"}
+ELEMENT_BYTES = 4  # float32
+
+
+def _numel(op: str, n: int, nbytes: int) -> int:
+    """Elements of the op's nccl-tests buffer, rounded down to a multiple of n (at least n)."""
+    return max(n, nbytes // ELEMENT_BYTES // n * n)
+
+
+def _call(op: str, numel: int, n: int):
+    """A zero-argument function running one ``op`` on freshly allocated float32 buffers."""
+    import torch
+    import torch.distributed as dist
+
+    full, part = torch.ones(numel), torch.ones(numel // n)          # (S/4,), (S/4n,)
+    if op == "all-reduce":
+        return lambda: dist.all_reduce(full)
+    if op == "all-gather":
+        return lambda: dist.all_gather_single(full, part)
+    if op == "reduce-scatter":
+        return lambda: dist.reduce_scatter_single(part, full)
+    if op == "broadcast":
+        return lambda: dist.broadcast(full, src=0)
+    if op == "ring-all-reduce":
+        from minipar.collectives import ring_all_reduce
+        return lambda: ring_all_reduce(full)
+    raise ValueError(f"op ({op!r}) must be one of {', '.join(OPS)}")
+
+
+def _time_on_rank(rank: int, n: int, op: str, numel: int, iters: int, warmup: int) -> float:
+    """Median seconds of one ``op`` on this rank (runs on every rank)."""
+    import torch.distributed as dist
+
+    fn, times = _call(op, numel, n), []
+    for i in range(warmup + iters):
+        dist.barrier()
+        t0 = time.perf_counter()
+        fn()
+        if i >= warmup:
+            times.append(time.perf_counter() - t0)
+    return statistics.median(times)
+
+
+def time_op(op: str, n: int, nbytes: int, iters: int = 5, warmup: int = 2) -> tuple[int, float]:
+    """(S actually used in bytes, seconds: median over iterations, max over the n ranks)."""
+    from minipar.launch import run
+
+    numel = _numel(op, n, nbytes)
+    per_rank = run(_time_on_rank, n, op, numel, iters, warmup, backend="gloo", timeout=120)
+    return numel * ELEMENT_BYTES, max(per_rank)
+
+
+def sweep(ops, ranks, sizes, iters: int = 5, progress: bool = True) -> list[dict]:
+    """One row per (n, op, S): bytes, seconds, algbw and busbw (bytes/s, nccl-tests)."""
+    from tqdm.auto import tqdm
+
+    rows = []
+    jobs = [(n, op, s) for n in ranks for op in ops for s in sizes]
+    for n, op, s in tqdm(jobs, desc="bench collectives", file=sys.stderr, disable=not progress):
+        nbytes, t = time_op(op, n, s, iters)
+        rows.append(dict(op=op, n=n, bytes=nbytes, seconds=t, algbw=cc.algbw(nbytes, t),
+                         busbw=cc.busbw(op, n, nbytes, t)))
+    return rows
+
+
+def fit(rows: list[dict]) -> list[dict]:
+    """Per (op, n): α (s) and bandwidth (bytes/s per direction) of the assumed algorithm."""
+    fits = []
+    for op, n in dict.fromkeys((r["op"], r["n"]) for r in rows):
+        mine = [r for r in rows if (r["op"], r["n"]) == (op, n)]
+        algorithm, entry = ASSUMED_ALGORITHM[op], dict(op=op, n=n)
+        entry.update(algorithm=algorithm, alpha=None, bandwidth=None, error=None)
+        try:
+            entry["alpha"], entry["bandwidth"] = cc.fit_alpha_beta(
+                [r["bytes"] for r in mine], [r["seconds"] for r in mine], op, n, algorithm)
+        except ValueError as e:  # too few sizes, or times that do not grow with size
+            entry["error"] = str(e)
+        fits.append(entry)
+    return fits
+
+
+def ring_vs_dist(sizes, n: int = 4, iters: int = 5) -> list[dict]:
+    """Our send/recv ring all-reduce against ``dist.all_reduce`` (ratio > 1: ours is slower)."""
+    rows = []
+    for s in sizes:
+        nbytes, t_ring = time_op("ring-all-reduce", n, s, iters)
+        _, t_dist = time_op("all-reduce", n, s, iters)
+        rows.append(dict(n=n, bytes=nbytes, ring_seconds=t_ring, dist_seconds=t_dist,
+                         ratio=t_ring / t_dist))
+    return rows
+
+
+def machine() -> dict:
+    import os
+
+    import torch
+    return dict(platform=platform.platform(), processor=platform.processor(),
+                cpu_count=os.cpu_count(), torch=torch.__version__, backend="gloo",
+                dtype="float32")
+
+
+def run_benchmark(ops=OPS, ranks=(2, 4), sizes=None, iters: int = 5, ring_sizes=None,
+                  progress: bool = True) -> dict:
+    """The whole benchmark as one JSON-ready dict (what ``--json`` writes)."""
+    sizes = sizes or [4 * 4**k * 1024 for k in range(7)]            # 4 KiB … 16 MiB
+    rows = sweep(ops, ranks, sizes, iters, progress)
+    ring = ring_vs_dist(ring_sizes, 4, iters) if ring_sizes else []
+    return dict(machine=machine(), iters=iters, results=rows, fits=fit(rows), ring_vs_dist=ring)
+
+
+# ----------------------------------------------------------------------------- command line
+QUICK = dict(ops="all-reduce,all-gather", ranks="2", sizes="4KiB..256KiB", iters=3,
+             ring_sizes="64KiB")
+FULL = dict(ops=",".join(OPS), ranks="2,4", sizes="4KiB..16MiB", iters=5,
+            ring_sizes="64KiB,1MiB,4MiB")
+
+
+def _error(message: str):
+    from minipar.cli import CliError
+    return CliError(message)
+
+
+def parse_size(text: str) -> int:
+    """``"4KiB"`` -> 4096 bytes (also ``"1MB"``, ``"1e6"``, ``"512"``)."""
+    import argparse
+
+    from minipar.cost.cli import size_bytes
+    try:
+        return int(size_bytes(text))
+    except argparse.ArgumentTypeError as e:
+        raise _error(f"size {e}") from None
+
+
+def parse_sizes(text: str) -> list[int]:
+    """``"4KiB..16MiB"`` (×4 steps, both ends included) or a comma list ``"4KiB,1MiB"``."""
+    if ".." in text:
+        lo, hi = (parse_size(t) for t in text.split("..", 1))
+        if lo > hi:
+            raise _error(f"sizes range {text!r}: start ({lo} B) must be <= end ({hi} B)")
+        out = [lo]
+        while out[-1] * 4 <= hi:
+            out.append(out[-1] * 4)
+        return out
+    return [parse_size(t) for t in text.split(",")]
+
+
+def parse_ranks(text: str) -> list[int]:
+    from minipar.launch import MAX_WORLD_SIZE
+    try:
+        ranks = [int(t) for t in text.split(",")]
+    except ValueError:
+        raise _error(f"--ranks must be comma-separated integers, got {text!r}") from None
+    bad = [r for r in ranks if not 2 <= r <= MAX_WORLD_SIZE]
+    if bad:
+        raise _error(f"--ranks ({bad[0]}) must be between 2 and {MAX_WORLD_SIZE}: a collective "
+                     "on one rank moves nothing")
+    return ranks
+
+
+def parse_ops(text: str) -> list[str]:
+    ops = [t.strip() for t in text.split(",")]
+    bad = [o for o in ops if o not in OPS]
+    if bad:
+        raise _error(f"--ops ({bad[0]!r}) must be among {', '.join(OPS)}")
+    return ops
+
+
+def _main(args) -> int:
+    import json
+
+    preset = QUICK if args.quick else FULL
+    get = lambda name: preset[name] if getattr(args, name) is None else getattr(args, name)
+    ops, ranks = parse_ops(get("ops")), parse_ranks(get("ranks"))
+    sizes, iters = parse_sizes(get("sizes")), get("iters")
+    if iters < 1:
+        raise _error(f"--iters ({iters}) must be >= 1")
+    if len(sizes) < 2:
+        print("note: one size only, so no α-β fit", file=sys.stderr)
+    result = run_benchmark(ops, ranks, sizes, iters, parse_sizes(preset["ring_sizes"]))
+    from .collectives_report import plot, table
+    print(table(result))
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(result, f, indent=1)
+        print(f"wrote {args.json}")
+    if args.plot:
+        plot(result).savefig(args.plot, dpi=120)
+        print(f"wrote {args.plot}")
+    return 0
+
+
+def add_bench_parser(bench_sub) -> None:
+    p = bench_sub.add_parser("collectives", help="time collectives on gloo ranks, fit α and β, "
+                                                 "report algbw/busbw")
+    p.add_argument("--ops", help=f"comma list from {','.join(OPS)} (default: all)")
+    p.add_argument("--ranks", help="comma list of rank counts (default 2,4)")
+    p.add_argument("--sizes", help="LO..HI in ×4 steps or a comma list (default 4KiB..16MiB)")
+    p.add_argument("--iters", type=int, help="timed iterations per point (default 5)")
+    p.add_argument("--json", metavar="PATH", help="write the result as JSON")
+    p.add_argument("--plot", metavar="PATH", help="write the measured-vs-model figure")
+    p.add_argument("--quick", action="store_true",
+                   help="a small sweep (seconds): all-reduce,all-gather; 2 ranks; 4KiB..256KiB")
+    p.set_defaults(func=_main)

@@ -1,0 +1,43 @@
+"""``minipar bench collectives``: bad input is one line and exit 2; a tiny run writes JSON/plot."""
+import json
+
+import pytest
+
+from minipar.bench.collectives import parse_sizes
+from minipar.cli import main
+
+
+@pytest.mark.parametrize("args, words", [
+    (["--ranks", "0"], "--ranks (0)"),
+    (["--ranks", "two"], "comma-separated integers"),
+    (["--sizes", "abc"], "'abc'"),
+    (["--sizes", "1MiB..4KiB"], "must be <= end"),
+    (["--ops", "all-reduce,gossip"], "'gossip'"),
+    (["--iters", "0"], "--iters (0)"),
+])
+def test_bad_input_is_one_line_and_exit_2(capsys, args, words):
+    assert main(["bench", "collectives", "--quick", *args]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and words in err, err
+
+
+def test_size_range_steps_by_four_and_includes_both_ends():
+    assert parse_sizes("4KiB..64KiB") == [4096, 16384, 65536]
+    assert parse_sizes("4KiB,1MB") == [4096, 1_000_000]
+
+
+@pytest.mark.slow
+def test_tiny_run_writes_json_and_plot(tmp_path, capsys):
+    out, fig = tmp_path / "bench.json", tmp_path / "bench.png"
+    assert main(["bench", "collectives", "--quick", "--ops", "all-reduce", "--ranks", "2",
+                 "--sizes", "4KiB,64KiB", "--iters", "1", "--json", str(out),
+                 "--plot", str(fig)]) == 0
+    result = json.loads(out.read_text())
+    assert [(r["op"], r["n"], r["bytes"]) for r in result["results"]] == [
+        ("all-reduce", 2, 4096), ("all-reduce", 2, 65536)]
+    r = result["results"][0]   # nccl-tests: busbw = algbw · 2(n−1)/n = algbw for n = 2
+    assert r["algbw"] == pytest.approx(r["bytes"] / r["seconds"]) == pytest.approx(r["busbw"])
+    [f] = result["fits"]
+    assert f["algorithm"] == "ring" and (f["error"] or f["bandwidth"] > 0)
+    assert {"bytes", "ring_seconds", "dist_seconds", "ratio"} <= set(result["ring_vs_dist"][0])
+    assert fig.stat().st_size > 0 and "fitted α-β model" in capsys.readouterr().out
