@@ -83,8 +83,31 @@ def reason_for(exc: BaseException) -> str:
     return _one_line(f"your code raised {type(exc).__name__}: {exc}")
 
 
-def check(task_id: str, candidate, **options) -> bool:
-    """Grade ``candidate`` for ``task_id``; print one PASS or FAIL line; return whether it passed.
+class Result:
+    """Truthy when the check passed. Shows nothing as a cell's value, so a check cell's only
+    output is its printed line (which nbval compares)."""
+
+    def __init__(self, passed: bool, line: str):
+        self.passed, self.line = passed, line
+
+    def __bool__(self) -> bool:
+        return self.passed
+
+    def __eq__(self, other) -> bool:
+        return bool(self) == bool(other)
+
+    __hash__ = None
+
+    def __repr__(self) -> str:
+        return f"Result({self.line!r})"
+
+    def _ipython_display_(self) -> None:
+        pass
+
+
+def check(task_id: str, candidate, **options) -> Result:
+    """Grade ``candidate`` for ``task_id``; print one PASS or FAIL line; return a truthy
+    :class:`Result` when it passed.
 
     Output of the candidate (its ranks' prints, warnings) is swallowed so that the line printed
     is deterministic.
@@ -97,10 +120,11 @@ def check(task_id: str, candidate, **options) -> bool:
             warnings.simplefilter("ignore")
             t.checker(candidate, **options)
     except Exception as e:  # noqa: BLE001  (every mistake becomes a FAIL line)
-        print(f"FAIL {task_id}: {reason_for(e)}")
-        return False
+        line = f"FAIL {task_id}: {reason_for(e)}"
+        print(line)
+        return Result(False, line)
     print(pass_line(task_id))
-    return True
+    return Result(True, pass_line(task_id))
 
 
 def close(actual, expected, what: str, rtol: float = 1e-5, atol: float = 1e-6) -> None:

@@ -70,7 +70,7 @@ def build(script: Path, solved: bool) -> nbformat.NotebookNode:
             cell = nbformat.v4.new_code_cell(f"{CHECK_MARK}\n{text}")
             cell.outputs = [nbformat.v4.new_output("stream", name="stdout", text=lines)]
             cell.metadata = {"tags": ["check"]}
-            cell.execution_count = None
+            cell.execution_count = 1  # nbval compares only cells marked as run
         else:
             cell = nbformat.v4.new_code_cell(text)
         nb.cells.append(cell)

@@ -1,0 +1,127 @@
+"""The exercise pattern itself: one source of truth, PASS lines as stored outputs, one-line FAILs."""
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import nbformat
+import pytest
+
+from minipar import grading
+from minipar.grading import GradeFailure, check, close, close_number, reason_for, task
+from minipar.grading.notebooks import CHECK_MARK, build, main as build_main, scripts, starter_path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@task("selftest.double", "double(x) returns 2x for several x")
+def _check_double(candidate):
+    for x in (1, 2.5, 3):
+        close_number(candidate(x), 2 * x, f"double({x})", rel=1e-9)
+
+
+def test_check_prints_one_deterministic_line(capsys):
+    assert check("selftest.double", lambda x: 2 * x)
+    assert capsys.readouterr().out == "PASS selftest.double: double(x) returns 2x for several x\n"
+
+
+@pytest.mark.parametrize("candidate, reason", [
+    (lambda x: 3 * x, "too large"),
+    (lambda x: x, "too small"),
+    (lambda x: "two", "expected a number"),
+    (lambda x: 1 / 0, "ZeroDivisionError"),
+    (lambda x: (_ for _ in ()).throw(NotImplementedError()), "not implemented yet"),
+])
+def test_wrong_answers_get_one_line_reasons(capsys, candidate, reason):
+    assert not check("selftest.double", candidate)
+    out = capsys.readouterr().out
+    assert out.count("\n") == 1 and out.startswith("FAIL selftest.double: ")
+    assert reason in out
+
+
+def test_candidate_output_is_swallowed(capsys):
+    def noisy(x):
+        print("debug output")
+        return 2 * x
+    check("selftest.double", noisy)
+    assert "debug" not in capsys.readouterr().out
+
+
+def test_close_reports_shape_mismatch():
+    import torch
+    with pytest.raises(GradeFailure, match=r"shape \(2,\), expected \(3,\)"):
+        close(torch.zeros(2), torch.zeros(3), "out")
+
+
+def test_reason_for_rank_error():
+    from minipar.launch import RankError
+    e = RankError(2, "ValueError: bad\nmore", "tb")
+    assert reason_for(e) == "your code raised on rank 2: ValueError: bad more"
+
+
+SOURCE = textwrap.dedent('''\
+    # %% [markdown]
+    # # Double it
+    # Write `double`.
+
+    # %%
+    def double(x):
+        # BEGIN SOLUTION
+        return 2 * x
+        # END SOLUTION
+
+    # %% [check]
+    import sys; sys.path.insert(0, {tests!r})
+    import test_grading_framework
+    from minipar.grading import check
+    check("selftest.double", double)
+''')
+
+
+def _write_exercise(tmp_path):
+    sol = tmp_path / "ex" / "selftest" / "solutions" / "01_double.py"
+    sol.parent.mkdir(parents=True)
+    sol.write_text(SOURCE.format(tests=str(ROOT / "tests")))
+    return sol
+
+
+def test_starter_and_solution_from_one_source(tmp_path):
+    sol = _write_exercise(tmp_path)
+    starter, solved = build(sol, solved=False), build(sol, solved=True)
+    code = lambda nb: "\n".join(c.source for c in nb.cells if c.cell_type == "code")  # noqa: E731
+    assert "raise NotImplementedError" in code(starter) and "return 2 * x" not in code(starter)
+    assert "return 2 * x" in code(solved) and "BEGIN SOLUTION" not in code(solved)
+    checks = [c for c in starter.cells if CHECK_MARK in c.source]
+    assert len(checks) == 1
+    assert checks[0].outputs[0]["text"] == grading.pass_line("selftest.double") + "\n"
+    assert starter.cells[0].cell_type == "markdown" and starter.cells[0].source.startswith("# Double")
+
+
+@pytest.mark.slow
+def test_grade_cli_scores_starter_and_solution(tmp_path):
+    sol = _write_exercise(tmp_path)
+    nbs = tmp_path / "nbs"
+    nbs.mkdir()
+    nbformat.write(build(sol, solved=False), nbs / "01_starter.ipynb")
+    nbformat.write(build(sol, solved=True), nbs / "02_solved.ipynb")
+    out = subprocess.run([sys.executable, "-m", "minipar.cli", "grade", str(nbs)],
+                         capture_output=True, text=True, timeout=600)
+    assert "01_starter.ipynb: 0/1 passed" in out.stdout, out.stdout + out.stderr
+    assert "not implemented yet" in out.stdout
+    assert "02_solved.ipynb: 1/1 passed" in out.stdout
+    assert "score: 1/2 tasks passed" in out.stdout
+    assert out.returncode == 1
+
+
+def test_grade_cli_bad_path_is_one_line():
+    out = subprocess.run([sys.executable, "-m", "minipar.cli", "grade", "no/such.ipynb"],
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 2
+    assert out.stderr.strip().count("\n") == 0 and "no/such.ipynb" in out.stderr
+    assert "Traceback" not in out.stderr
+
+
+def test_committed_starters_are_up_to_date():
+    assert build_main(["--check"]) == 0, "run `make exercises` and commit the notebooks"
+    for script in scripts(ROOT / "exercises"):
+        assert starter_path(script).exists()
