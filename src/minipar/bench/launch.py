@@ -1,0 +1,62 @@
+"""``minipar bench launch``: how long ``minipar.launch.run`` takes to start ranks.
+
+The first call starts interpreters and imports torch in each; repeat calls reuse the warm pool
+and only rendezvous. Both are timed in one run, on a function that does one all-reduce.
+"""
+from __future__ import annotations
+
+import json
+import statistics
+import time
+
+
+def _one_all_reduce(rank, world_size):
+    import torch
+    import torch.distributed as dist
+
+    t = torch.ones(1)
+    dist.all_reduce(t)
+    return t.item()
+
+
+def measure(ranks: int = 4, repeats: int = 5) -> dict:
+    """Seconds for a cold first call and the median of ``repeats`` warm calls."""
+    from minipar import launch
+
+    launch.shutdown()  # make the first call cold even if this process launched before
+    t0 = time.perf_counter()
+    launch.run(_one_all_reduce, ranks)
+    first = time.perf_counter() - t0
+    warm = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        launch.run(_one_all_reduce, ranks)
+        warm.append(time.perf_counter() - t0)
+    repeat = statistics.median(warm)
+    return {"ranks": ranks, "first_call_s": first, "repeat_call_s": repeat,
+            "repeat_to_first": repeat / first}
+
+
+def add_bench_parser(bench_sub) -> None:
+    p = bench_sub.add_parser("launch", help="first-call and repeat-call latency of the launcher")
+    p.add_argument("--ranks", type=int, default=4)
+    p.add_argument("--repeats", type=int, default=5)
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.set_defaults(func=_main)
+
+
+def _main(args) -> int:
+    from minipar.cli import CliError
+
+    if not 1 <= args.ranks <= 64:
+        raise CliError(f"--ranks must be between 1 and 64, got {args.ranks}")
+    if args.repeats < 1:
+        raise CliError(f"--repeats must be at least 1, got {args.repeats}")
+    r = measure(args.ranks, args.repeats)
+    if args.json:
+        print(json.dumps(r))
+    else:
+        print(f"launch of {r['ranks']} ranks: first call {r['first_call_s']:.2f} s, "
+              f"repeat call {r['repeat_call_s'] * 1e3:.0f} ms "
+              f"({r['repeat_to_first']:.1%} of the first)")
+    return 0
