@@ -1,6 +1,6 @@
 """Run a course worker function under ``torchrun`` (real clusters), unchanged.
 
-    torchrun --nproc-per-node 4 -m minipar.run minipar.collectives.demo:all_reduce_demo [ARGS...]
+    torchrun --nproc-per-node 4 -m minipar.run minipar.collectives.smoke:ring_vs_dist [ARGS...]
 
 torchrun sets ``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``, ``MASTER_ADDR`` and ``MASTER_PORT``; this
 module initialises the default process group from them (NCCL when this node has a GPU for the
