@@ -39,11 +39,12 @@ def _chunks(flat: torch.Tensor, n: int) -> list[torch.Tensor]:
     return list(flat.tensor_split(n))  # n views of (numel/n,) (first numel % n one longer)
 
 
-def ring_reduce_scatter(tensor: torch.Tensor, group=None) -> torch.Tensor:
+def ring_reduce_scatter(tensor: torch.Tensor, group=None, on_step=None) -> torch.Tensor:
     """In place: afterwards chunk r of ``tensor`` on rank r holds the sum over ranks of chunk r.
 
     Returns that chunk (a view). The other chunks hold partial sums (unspecified). ``tensor`` must
     be contiguous. Step k: send chunk (r−k−1) mod n, receive chunk (r−k−2) mod n and add it in.
+    ``on_step(phase, k)``, if given, is called after each step (the notebook snapshots there).
     """
     r, n, right, left = _ring(group)
     chunks = _chunks(tensor.view(-1), n)   # n × (S/n,)
@@ -54,10 +55,12 @@ def ring_reduce_scatter(tensor: torch.Tensor, group=None) -> torch.Tensor:
         send, recv = chunks[(r - k - 1) % n], chunks[(r - k - 2) % n]
         _exchange(send, buf[: recv.numel()], right, left, group)
         recv += buf[: recv.numel()]
+        if on_step:
+            on_step("reduce-scatter", k)
     return chunks[r]
 
 
-def ring_all_gather(tensor: torch.Tensor, group=None) -> torch.Tensor:
+def ring_all_gather(tensor: torch.Tensor, group=None, on_step=None) -> torch.Tensor:
     """In place: rank r's chunk r of ``tensor`` is copied to chunk r of every rank.
 
     Step k: send chunk (r−k) mod n, receive chunk (r−k−1) mod n straight into place.
@@ -66,16 +69,21 @@ def ring_all_gather(tensor: torch.Tensor, group=None) -> torch.Tensor:
     chunks = _chunks(tensor.view(-1), n)   # n × (S/n,)
     for k in range(n - 1):
         _exchange(chunks[(r - k) % n], chunks[(r - k - 1) % n], right, left, group)
+        if on_step:
+            on_step("all-gather", k)
     return tensor
 
 
-def ring_all_reduce(tensor: torch.Tensor, group=None) -> torch.Tensor:
-    """In-place sum over the group's ranks, like ``dist.all_reduce(tensor)``; returns ``tensor``."""
+def ring_all_reduce(tensor: torch.Tensor, group=None, on_step=None) -> torch.Tensor:
+    """In-place sum over the group's ranks, like ``dist.all_reduce(tensor)``; returns ``tensor``.
+
+    ``on_step(phase, k)`` is called after every step (for the notebook's step-by-step view).
+    """
     if dist.get_world_size(group) == 1:
         return tensor
     work = tensor if tensor.is_contiguous() else tensor.contiguous()
-    ring_reduce_scatter(work, group)   # rank r: chunk r summed
-    ring_all_gather(work, group)       # every rank: every chunk summed
+    ring_reduce_scatter(work, group, on_step)   # rank r: chunk r summed
+    ring_all_gather(work, group, on_step)       # every rank: every chunk summed
     if work is not tensor:
         tensor.copy_(work)
     return tensor

@@ -1,0 +1,76 @@
+"""Every ``torch.distributed`` primitive on tiny readable tensors, and the ring step by step.
+
+Inputs are chosen to be read at a glance: rank r holds ``10·r + j`` at position j, so a value's
+tens digit says which rank it came from and a sum (≥ 10·n) is plainly a sum.
+"""
+from __future__ import annotations
+
+PRIMITIVES = ("broadcast", "reduce", "all-reduce", "reduce-scatter", "all-gather", "all-to-all",
+              "send/recv")
+
+
+def _primitives_on_rank(rank: int, n: int) -> dict:
+    import torch
+    import torch.distributed as dist
+
+    def x(k=n):
+        return torch.arange(k, dtype=torch.float32) + 10 * rank       # (k,)
+
+    out = {}
+    t = x(); dist.broadcast(t, src=0); out["broadcast"] = (x(), t)
+    t = x(); dist.reduce(t, dst=0); out["reduce"] = (x(), t)           # non-root: unspecified
+    t = x(); dist.all_reduce(t); out["all-reduce"] = (x(), t)
+    t = torch.empty(1); dist.reduce_scatter_single(t, x()); out["reduce-scatter"] = (x(), t)
+    t = torch.empty(2 * n); dist.all_gather_single(t, x(2)); out["all-gather"] = (x(2), t)
+    t = torch.empty(n); dist.all_to_all_single(t, x()); out["all-to-all"] = (x(), t)
+    t = torch.empty(n)                                                  # ring shift right
+    reqs = [dist.isend(x(), dst=(rank + 1) % n), dist.irecv(t, src=(rank - 1) % n)]
+    for req in reqs:
+        req.wait()
+    out["send/recv"] = (x(), t)
+    return {k: (a.tolist(), b.tolist()) for k, (a, b) in out.items()}
+
+
+def run_primitives(n: int = 4) -> dict:
+    """{primitive: {"inputs": [per rank], "outputs": [per rank]}} from a real run on n ranks."""
+    from minipar.launch import run
+
+    per_rank = run(_primitives_on_rank, n, backend="gloo", timeout=60)
+    return {op: {"inputs": [r[op][0] for r in per_rank], "outputs": [r[op][1] for r in per_rank]}
+            for op in PRIMITIVES}
+
+
+def describe(demo: dict, op: str) -> str:
+    """The inputs and outputs of one primitive, one line per rank."""
+    fmt = lambda v: "[" + ", ".join(f"{x:g}" for x in v) + "]"
+    lines = [f"{op}:"]
+    for r, (a, b) in enumerate(zip(demo[op]["inputs"], demo[op]["outputs"])):
+        note = "   (unspecified: only the root's result is defined)" if op == "reduce" and r else ""
+        lines.append(f"  rank {r}: {fmt(a):<28} -> {fmt(b)}{note}")
+    return "\n".join(lines)
+
+
+def _ring_steps_on_rank(rank: int, n: int, numel: int) -> dict:
+    import torch
+
+    from minipar.collectives import ring_all_reduce
+    from minipar.trace import trace
+
+    x = torch.full((numel,), float(2**rank))       # (numel,): bit r set = rank r contributed
+    snaps = [("start", -1, x.tolist())]
+    with trace() as tr:
+        ring_all_reduce(x, on_step=lambda phase, k: snaps.append((phase, k, x.tolist())))
+    return dict(snapshots=snaps, sent=tr.bytes("send"), messages=tr.count("send"))
+
+
+def ring_steps(n: int = 4, numel: int = 4) -> dict:
+    """A traced ring all-reduce of ``numel`` float32 values on n ranks, rank r holding 2^r.
+
+    Returns ``snapshots[rank]`` = [(phase, k, values)], ``sent[rank]`` (bytes, from the tracer),
+    ``messages[rank]`` and ``S`` (bytes). A value's binary digits name the ranks summed into it.
+    """
+    from minipar.launch import run
+
+    per_rank = run(_ring_steps_on_rank, n, numel, backend="gloo", timeout=60)
+    return dict(n=n, S=4 * numel, snapshots=[r["snapshots"] for r in per_rank],
+                sent=[r["sent"] for r in per_rank], messages=[r["messages"] for r in per_rank])
