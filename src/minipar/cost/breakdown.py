@@ -1,0 +1,58 @@
+"""Per-GPU training memory: model states plus the activations of the busiest pipeline stage.
+
+Combines, without new formulas, :func:`minipar.cost.model.param_count` (Narayanan et al. 2021
+Eq. 2), :func:`minipar.cost.memory.model_state_bytes` (ZeRO, Rajbhandari et al. 2020 §5) and
+:func:`minipar.cost.memory.pipeline_first_stage_activation_bytes` (Korthikanti et al. 2022
+Table 2 and §4.2.3, 1F1B). Assumptions: mixed-precision Adam (16Ψ bytes before sharding), the
+parameters spread evenly over t·p devices (the embedding really sits on the first and last
+stages), and nothing else: no communication buffers, no temporary workspace, no
+fragmentation, no logits. Real runs need headroom on top.
+"""
+from __future__ import annotations
+
+from typing import NamedTuple
+
+from .memory import model_state_bytes, pipeline_first_stage_activation_bytes
+from .model import param_count
+
+
+class MemoryBreakdown(NamedTuple):
+    weights: float
+    gradients: float
+    optimizer: float
+    activations: float
+    total: float
+    psi: int
+
+
+def check_layout(L: int, h: int, a: int, *, d: int = 1, t: int = 1, p: int = 1,
+                 zero: int = 0) -> None:
+    """Raise ``ValueError`` naming the rule an impossible layout breaks."""
+    for k, v in (("L", L), ("h", h), ("a", a), ("d", d), ("t", t), ("p", p)):
+        if int(v) != v or v < 1:
+            raise ValueError(f"{k} ({v}) must be a positive integer")
+    if h % a:
+        raise ValueError(f"hidden size ({h}) must be divisible by heads ({a})")
+    if a % t:
+        raise ValueError(f"heads ({a}) must be divisible by t ({t})")
+    if L % p:
+        raise ValueError(f"layers ({L}) must be divisible by p ({p})")
+    if zero not in (0, 1, 2, 3):
+        raise ValueError(f"ZeRO stage ({zero}) must be 0, 1, 2 or 3")
+
+
+def per_gpu_memory(L: int, h: int, a: int, s: int, V: int, *, b: int = 1, d: int = 1,
+                   t: int = 1, p: int = 1, zero: int = 0, sp: bool = False,
+                   recompute: str = "none", m: int | None = None) -> MemoryBreakdown:
+    """Bytes on the first pipeline stage (the fullest) of a d × t × p layout.
+
+    Model states: 16Ψ/(t·p), then ZeRO-``zero`` divides the sharded part by d. Activations:
+    under 1F1B the first stage holds min(p, m) micro-batches of L/p layers, i.e. L layers' worth
+    of one micro-batch of b sequences when m ≥ p (``m=None``); ZeRO does not touch them.
+    """
+    check_layout(L, h, a, d=d, t=t, p=p, zero=zero)
+    psi = param_count(L, h, V, s)
+    w, g, o, _ = model_state_bytes(psi, d=d, t=t, p=p, zero=zero)
+    act = pipeline_first_stage_activation_bytes(s, b, h, a, L, p, m=m, t=t, sp=sp,
+                                                recompute=recompute, schedule="1f1b")
+    return MemoryBreakdown(w, g, o, act, w + g + o + act, psi)

@@ -1,0 +1,74 @@
+"""Measured bytes on a real model equal the formulas, with the known gaps accounted for."""
+import matplotlib
+import pytest
+import torch
+
+from minipar.cost.memory import activation_bytes_per_layer, model_state_bytes
+from minipar.cost.model import param_count
+from minipar.memory.activations import (device_conventions, expected_items,
+                                        layer_activation_bytes, saved_bytes)
+from minipar.memory.gpt import GPTConfig, gpt
+from minipar.memory.model_states import fp32_adam_step, mixed_precision_adam_step
+
+matplotlib.use("Agg")
+C = GPTConfig(L=2, h=32, a=4, s=16, V=50)
+
+
+def test_parameter_count_is_eq2_plus_the_final_layer_norm():
+    psi = sum(p.numel() for p in gpt(C).parameters())
+    assert psi == param_count(C.L, C.h, C.V, C.s) + 2 * C.h      # Eq. 2 omits the final LN
+
+
+@pytest.mark.parametrize("recipe, dtype, kw", [
+    (fp32_adam_step, torch.float32, dict(weight_bytes=4, grad_bytes=4, optimizer_bytes=8)),
+    (mixed_precision_adam_step, torch.bfloat16, {}),
+])
+def test_model_states_equal_the_formula_exactly(recipe, dtype, kw):
+    r = recipe(gpt(C, dtype=dtype))
+    f = model_state_bytes(r.psi, **kw)
+    assert (r.weights, r.gradients, r.optimizer, r.total) == f
+    assert r.total == 16 * r.psi
+    n_tensors = len(list(gpt(C).parameters()))
+    assert r.step_counters == 4 * n_tensors                      # one fp32 scalar per tensor
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("recompute", ["none", "selective", "full"])
+def test_saved_activations_equal_the_itemised_formula(dtype, recompute):
+    c = GPTConfig(**{**C.__dict__, "recompute": recompute})
+    b = 3
+    got = layer_activation_bytes(gpt(c, dtype=dtype), b).total
+    want = sum(expected_items(c.s, b, c.h, c.a, recompute=recompute,
+                              **device_conventions("cpu", dtype)).values())
+    assert got == c.L * want
+
+
+@pytest.mark.parametrize("recompute", ["none", "selective", "full"])
+def test_itemised_formula_with_papers_conventions_is_table_2(recompute):
+    items = expected_items(16, 3, 32, 4, recompute=recompute)
+    assert sum(items.values()) == activation_bytes_per_layer(16, 3, 32, 4, recompute=recompute)
+
+
+def test_shared_storages_counted_once_and_parameters_skipped():
+    w = torch.nn.Parameter(torch.randn(8, 8))
+    x = torch.randn(4, 8, requires_grad=True)
+    def fn(x):                       # both halves are views of x; matmul saves x and w
+        return (x[:, :4] * x[:, 4:]).sum() + (x @ w).sum()
+    assert saved_bytes(fn, x, exclude=[w]).total == x.nbytes
+    assert saved_bytes(fn, x).total == x.nbytes + w.nbytes        # negative control
+
+
+def test_widget_draws_default_and_names_impossible_settings():
+    from minipar.widgets.memory_time import controls, draw, memory_explorer
+    fig = draw()
+    assert len(fig.axes[0].patches) == 16                         # 4 ZeRO stages × 4 parts
+    with pytest.raises(ValueError, match=r"layers \(96\) must be divisible by p \(5\)"):
+        draw(p=5)
+    box = memory_explorer(show=False)
+    c = box.children
+    ctrls = {w.description: w for row in c[1:3] for w in row.children}
+    ctrls["t"].value = 7
+    assert "heads (96) must be divisible by t (7)" in box.status.value
+    ctrls["t"].value = 8
+    assert box.status.value == ""
+    assert set(controls()) >= {"preset", "d", "t", "p", "zero", "sp", "recompute", "gpu_name"}
