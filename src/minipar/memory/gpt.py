@@ -1,7 +1,8 @@
 """A GPT with the layer Korthikanti et al. 2022 (§4.1, Figure 2) count activations for.
 
-Each layer: LayerNorm → QKV linear → softmax(QKᵀ/√(h/a)) → dropout → ·V → output linear →
-dropout → residual; LayerNorm → h→4h linear → GeLU → 4h→h linear → dropout → residual.
+Each layer: LayerNorm → QKV linear → softmax(QKᵀ/√(h/a)) → dropout → ·V → output
+linear → dropout → residual; LayerNorm → h→4h linear → GeLU → 4h→h linear → dropout →
+residual.
 Attention is written out (no fused kernel) so that what autograd saves is exactly what the
 paper counts. Embeddings are tied to the output layer, as Narayanan et al. 2021 Eq. 2 assumes.
 

@@ -1,0 +1,24 @@
+# %% [markdown]
+# # Exercise 1: how many parameters?
+#
+# Write `params(L, h, V, s)`: the parameter count Ψ of a GPT with `L` layers, hidden size `h`,
+# vocabulary `V` and `s` position embeddings, as Narayanan et al. 2021 count it (Eq. 2): per
+# layer, the weight matrices of attention (QKV and output projection) and of the h → 4h → h MLP,
+# their biases, and the two layer norms' scale and shift; plus token and position embeddings.
+# The output layer reuses the token embedding. The checker tries GPT-3 175B, the 1.7B model of
+# the paper's Table 1 and the notebook's tiny GPT.
+# %%
+from minipar.grading import check
+
+
+# %%
+def params(L, h, V, s):
+    """Ψ of a GPT (Narayanan et al. 2021, Eq. 2); an exact integer."""
+    # BEGIN SOLUTION
+    per_layer = 12 * h * h + 13 * h        # 4h² attention + 8h² MLP; 9h biases + 4h layer norm
+    return L * per_layer + (V + s) * h     # token and position embeddings (output layer tied)
+    # END SOLUTION
+
+
+# %% [check]
+check("memory_time.params", params)

@@ -1,0 +1,28 @@
+# %% [markdown]
+# # Exercise 3: activation memory of one layer
+#
+# Write `activation_bytes(s, b, h, a, t, sp, recompute)`: the bytes one transformer layer keeps
+# for the backward pass of one micro-batch of `b` sequences of length `s`, on one of `t`
+# tensor-parallel GPUs, with sequence parallelism on or off (`sp`) and `recompute` one of
+# `"none"`, `"selective"`, `"full"` (Korthikanti et al. 2022, Table 2; 16-bit activations and
+# 1-byte dropout masks). Return **bytes**. The checker uses GPT-3 175B's shape.
+# %%
+from minipar.grading import check
+
+
+# %%
+def activation_bytes(s, b, h, a, t, sp, recompute):
+    """Bytes per layer per micro-batch (Korthikanti et al. 2022, Table 2)."""
+    # BEGIN SOLUTION
+    sbh = s * b * h
+    if recompute == "full":
+        return 2 * sbh / (t if sp else 1)          # only the layer's input is kept
+    scores = 0 if recompute == "selective" else 5 * a * s / h
+    if sp:
+        return sbh / t * (34 + scores)            # everything split over t
+    return sbh * (10 + 24 / t + scores / t)       # 10sbh stays replicated without sp
+    # END SOLUTION
+
+
+# %% [check]
+check("memory_time.activations", activation_bytes)

@@ -1,0 +1,23 @@
+# %% [markdown]
+# # Exercise 4: model FLOPs utilisation
+#
+# Write `mfu(B, s, L, h, V, seconds, gpus, peak)`: the fraction of the GPUs' peak that a
+# training iteration on `B` sequences of length `s` achieves when it takes `seconds` on `gpus`
+# GPUs of `peak` FLOP/s each. Count model FLOPs (forward and backward, no recomputation) as
+# Korthikanti et al. 2022 Eq. 7 does. Return a fraction. The checker reproduces the paper's
+# Table 5 (175B: 13.75 s per iteration on 64 A100s, MFU 51.4 %).
+# %%
+from minipar.grading import check
+
+
+# %%
+def mfu(B, s, L, h, V, seconds, gpus, peak):
+    """Model FLOPs per second over the peak of all ``gpus`` (a fraction)."""
+    # BEGIN SOLUTION
+    flops = 72 * B * s * L * h**2 * (1 + s / (6 * h) + V / (12 * h * L))
+    return flops / (seconds * gpus * peak)
+    # END SOLUTION
+
+
+# %% [check]
+check("memory_time.mfu", mfu)

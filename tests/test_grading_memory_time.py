@@ -1,0 +1,131 @@
+"""Memory-and-time exercises: solutions pass, starters fail, realistic slips get named."""
+import importlib.util
+from pathlib import Path
+
+import nbformat
+import pytest
+
+from minipar.grading import check
+from minipar.grading.notebooks import starter_path
+
+ROOT = Path(__file__).resolve().parents[1]
+SOL = ROOT / "exercises" / "memory_time" / "solutions"
+TASKS = {"01_params": ("memory_time.params", "params"),
+         "02_zero_bytes": ("memory_time.zero_bytes", "zero_bytes"),
+         "03_activations": ("memory_time.activations", "activation_bytes"),
+         "04_mfu": ("memory_time.mfu", "mfu")}
+
+
+def solution(stem):
+    spec = importlib.util.spec_from_file_location(stem, SOL / f"{stem}.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)                     # runs its check cell too (prints PASS)
+    return getattr(mod, TASKS[stem][1])
+
+
+def starter(stem):
+    nb = nbformat.read(starter_path(SOL / f"{stem}.py"), as_version=4)
+    ns = {}
+    for cell in nb.cells:
+        if cell.cell_type == "code" and "check(" not in cell.source:
+            exec(cell.source, ns)
+    return ns[TASKS[stem][1]]
+
+
+@pytest.mark.parametrize("stem", TASKS)
+def test_solution_passes_and_starter_fails(stem, capsys):
+    task_id = TASKS[stem][0]
+    assert check(task_id, solution(stem))
+    assert not check(task_id, starter(stem))
+    assert "not implemented yet" in capsys.readouterr().out.splitlines()[-1]
+
+
+def failure(task_id, fn, capsys):
+    capsys.readouterr()
+    assert not check(task_id, fn)
+    out = capsys.readouterr().out
+    assert out.count("\n") == 1 and out.startswith(f"FAIL {task_id}: ")
+    return out
+
+
+@pytest.mark.parametrize("fn, reason", [
+    (lambda L, h, V, s: 12 * L * h**2 + 13 * L * h, "forgot the embedding term"),
+    (lambda L, h, V, s: 12 * L * h**2 + 13 * L * h + V * h, "forgot the position embeddings"),
+    (lambda L, h, V, s: 12 * L * h**2 + 13 * L * h + (2 * V + s) * h, "tied"),
+    (lambda L, h, V, s: 12 * L * h**2, "counted only 12Lh²"),
+    (lambda L, h, V, s: 1.7e9, "too"),                           # a hard-coded number
+])
+def test_params_slips(fn, reason, capsys):
+    assert reason in failure("memory_time.params", fn, capsys)
+
+
+def _zero(psi, d, stage, k=12, unit=1, shard_all=False):
+    w, g, o = 2 * psi, 2 * psi, k * psi
+    if shard_all and stage:
+        return (w + g + o) / d / unit
+    o, g = o / (d if stage >= 1 else 1), g / (d if stage >= 2 else 1)
+    w = w / (d if stage >= 3 else 1)
+    return (w + g + o) / unit
+
+
+@pytest.mark.parametrize("fn, reason", [
+    (lambda psi, d, stage: _zero(psi, d, stage, unit=1e9), "returned GB"),
+    (lambda psi, d, stage: _zero(psi, d, stage, unit=2**30), "returned GiB"),
+    (lambda psi, d, stage: 16 * psi, "did not divide the sharded states by d"),
+    (lambda psi, d, stage: _zero(psi, d, stage, shard_all=True),
+     "divided every state by d"),
+    (lambda psi, d, stage: _zero(psi, d, stage, k=8), "master weights"),
+    (lambda psi, d, stage: _zero(psi, d, min(stage + 1, 3)), "this is stage 1's memory, not stage 0's"),
+    (lambda psi, d, stage: 1.5e10, "too"),
+])
+def test_zero_slips(fn, reason, capsys):
+    assert reason in failure("memory_time.zero_bytes", fn, capsys)
+
+
+def _act(s, b, h, a, t, sp, recompute, *, e=2, t_mul=False, sp_ignored=False, sel=True):
+    sbh, tt = s * b * h, (1 / t if t_mul else t)
+    sp = sp and not sp_ignored
+    if recompute == "full":
+        return e * sbh / (tt if sp else 1)
+    scores = 0 if recompute == "selective" and sel else 5 * a * s / h
+    return e / 2 * (sbh / tt * (34 + scores) if sp else sbh * (10 + 24 / tt + scores / tt))
+
+
+@pytest.mark.parametrize("kw, reason", [
+    (dict(e=4), "counted 4-byte activations"),
+    (dict(t_mul=True), "multiplied by t"),
+    (dict(sp_ignored=True), "sequence parallelism also splits the 10sbh"),
+    (dict(sel=False), "selective recomputation drops the 5as²b"),
+])
+def test_activation_slips(kw, reason, capsys):
+    out = failure("memory_time.activations", lambda *a, **k: _act(*a, **k, **kw), capsys)
+    assert reason in out
+
+
+def _mfu(B, s, L, h, V, seconds, gpus, peak, *, fwd_only=False, percent=False, six_nd=False):
+    f = 72 * B * s * L * h**2 * (1 + s / (6 * h) + V / (12 * h * L))
+    if six_nd:
+        f = 6 * (12 * L * h**2 + 13 * L * h + (V + s) * h) * B * s
+    u = f / (3 if fwd_only else 1) / (seconds * gpus * peak)
+    return 100 * u if percent else u
+
+
+@pytest.mark.parametrize("kw, reason", [
+    (dict(fwd_only=True), "only the forward pass"),
+    (dict(percent=True), "not a percentage"),
+    (dict(six_nd=True), "6ND leaves out the attention"),
+])
+def test_mfu_slips(kw, reason, capsys):
+    out = failure("memory_time.mfu", lambda *a, **k: _mfu(*a, **k, **kw), capsys)
+    assert reason in out
+
+
+def test_hfu_is_not_mfu(capsys):
+    def hfu(B, s, L, h, V, seconds, gpus, peak):              # selective recomputation counted
+        f = 72 * B * s * L * h**2 * (1 + s / (3 * h) + V / (12 * h * L))
+        return f / (seconds * gpus * peak)
+    assert "that is HFU" in failure("memory_time.mfu", hfu, capsys)
+
+
+def test_a_number_instead_of_a_function(capsys):
+    assert "pass your function itself" in failure("memory_time.mfu", 0.514, capsys)
