@@ -74,3 +74,34 @@ def ring_steps(n: int = 4, numel: int = 4) -> dict:
     per_rank = run(_ring_steps_on_rank, n, numel, backend="gloo", timeout=60)
     return dict(n=n, S=4 * numel, snapshots=[r["snapshots"] for r in per_rank],
                 sent=[r["sent"] for r in per_rank], messages=[r["messages"] for r in per_rank])
+
+
+def _sent_on_rank(rank: int, n: int, numel: int) -> dict:
+    import torch
+    import torch.distributed as dist
+
+    from minipar import collectives as C
+    from minipar.trace import trace
+
+    algos = {"ring": C.ring_all_reduce, "parameter-server": C.parameter_server_all_reduce}
+    if n & (n - 1) == 0:
+        algos["recursive-doubling"] = C.recursive_doubling_all_reduce
+    ref = torch.full((numel,), float(rank))
+    dist.all_reduce(ref)
+    out = {}
+    for name, fn in algos.items():
+        x = torch.full((numel,), float(rank))
+        with trace() as tr:
+            fn(x)
+        out[name] = dict(sent=tr.bytes("send"), received=tr.bytes("recv"),
+                         messages=tr.count("send"), equal=bool(torch.equal(x, ref)))
+    return out
+
+
+def sent_bytes_by_algorithm(n: int = 4, numel: int = 2**16) -> dict:
+    """{algorithm: [per rank {sent, received, messages, equal}]} for one all-reduce of
+    ``numel`` float32 values on n ranks, bytes from the tracer; ``equal``: same as dist's."""
+    from minipar.launch import run
+
+    per_rank = run(_sent_on_rank, n, numel, backend="gloo", timeout=60)
+    return {a: [r[a] for r in per_rank] for a in per_rank[0]}
