@@ -1,0 +1,64 @@
+"""Step time of data-parallel training with bucketed all-reduce overlapped with backward.
+
+Model (the schedule of PyTorch DDP, Li et al. 2020, "PyTorch Distributed", VLDB 13(12), §3.2.3):
+forward takes F seconds and backward B. Gradients of S bytes are cut into buckets of at most
+``bucket_bytes`` in the order backward produces them; we assume they are produced at a constant
+rate, so the bucket that completes the first c bytes is ready at F + B·c/S. Buckets are reduced
+one at a time, in order, on one communication channel:
+
+    start_i = max(ready_i, end_{i−1}),   end_i = start_i + T_ar(size_i),   step = max(F + B, end_last)
+
+and without overlap every all-reduce waits for the end of backward. T_ar is any all-reduce cost,
+e.g. ``collective_time("all-reduce", "ring", n, size, α, bandwidth)`` (Thakur et al. 2005): its
+2(n−1)α term is paid once per bucket, which is why tiny buckets are latency-bound, and its
+2(n−1)/n·S/bandwidth term is why huge buckets (one bucket = no overlap) expose all of it.
+The optimizer step and any compute slowdown caused by communication are ignored.
+"""
+from __future__ import annotations
+
+import math
+from typing import Callable, NamedTuple
+
+
+class DPStep(NamedTuple):
+    step_s: float                 # wall time of one step
+    compute_s: float              # F + B
+    comm_s: float                 # sum of all-reduce times
+    exposed_s: float              # step_s − compute_s: communication not hidden by backward
+    intervals: list               # [(start_s, end_s), ...] of each bucket's all-reduce
+
+    @property
+    def efficiency(self) -> float:
+        """compute / step: the fraction of the ideal (n× one rank) throughput achieved."""
+        return self.compute_s / self.step_s
+
+
+def bucket_sizes(total_bytes: float, bucket_bytes: float) -> list[float]:
+    """``total_bytes`` cut into ⌈total/bucket⌉ buckets of ``bucket_bytes`` (the last smaller)."""
+    if total_bytes <= 0 or bucket_bytes <= 0:
+        raise ValueError(f"gradient bytes ({total_bytes}) and bucket bytes ({bucket_bytes}) "
+                         "must be > 0")
+    k = math.ceil(total_bytes / bucket_bytes)
+    return [bucket_bytes] * (k - 1) + [total_bytes - bucket_bytes * (k - 1)]
+
+
+def dp_step_time(forward_s: float, backward_s: float, grad_bytes: float, bucket_bytes: float,
+                 allreduce_s: Callable[[float], float], overlap: bool = True) -> DPStep:
+    """One data-parallel step under the bucketed-overlap model above.
+
+    ``allreduce_s(nbytes)`` gives the seconds of one all-reduce of ``nbytes``.
+    """
+    if forward_s < 0 or backward_s < 0:
+        raise ValueError(f"forward ({forward_s}) and backward ({backward_s}) seconds must be >= 0")
+    sizes = bucket_sizes(grad_bytes, bucket_bytes)
+    end, done, intervals = 0.0, 0.0, []
+    for size in sizes:
+        done += size
+        ready = forward_s + backward_s * (done / grad_bytes if overlap else 1.0)
+        start = max(ready, end)
+        end = start + allreduce_s(size)
+        intervals.append((start, end))
+    compute = forward_s + backward_s
+    step = max(compute, end)
+    comm = sum(e - s for s, e in intervals)
+    return DPStep(step, compute, comm, step - compute, intervals)

@@ -1,0 +1,58 @@
+"""Tiny models and data for the data-parallel chapter (seeded, CPU, fractions of a second)."""
+from __future__ import annotations
+
+import torch
+import torch.nn as nn
+
+
+class TiedClassifier(nn.Module):
+    """Token classifier with the two things that trip data-parallel code up:
+
+    * a **tied** weight: the output layer reuses the embedding matrix (one parameter, two uses);
+    * a **frozen** parameter: ``scale`` has ``requires_grad=False`` (no gradient, never reduced).
+
+    Ψ (trainable) = V·h + 4h² + 4h + 4h·h + h = with V=32, h=16: 512 + 1024 + 64 + 1024 + 16.
+    """
+
+    def __init__(self, vocab: int = 32, h: int = 16, tied: bool = True, frozen: bool = True):
+        super().__init__()
+        self.emb = nn.Embedding(vocab, h)
+        self.fc1 = nn.Linear(h, 4 * h)
+        self.fc2 = nn.Linear(4 * h, h)
+        self.scale = nn.Parameter(torch.linspace(0.5, 1.5, h), requires_grad=not frozen)
+        self.head = nn.Linear(h, vocab, bias=False)
+        if tied:
+            self.head.weight = self.emb.weight          # (V, h), used by emb and by head
+
+    def forward(self, tokens: torch.Tensor) -> torch.Tensor:  # tokens (b,)
+        x = self.emb(tokens)                                   # (b, h)
+        x = x + self.fc2(torch.tanh(self.fc1(x)))              # (b, h)
+        return self.head(x * self.scale)                       # (b, V)
+
+
+def mlp(width: int = 256, depth: int = 4, seed: int = 0) -> nn.Sequential:
+    """``depth`` Linear(width, width)+Tanh layers; Ψ = depth·(width² + width)."""
+    torch.manual_seed(seed)
+    layers = []
+    for _ in range(depth):
+        layers += [nn.Linear(width, width), nn.Tanh()]
+    return nn.Sequential(*layers)
+
+
+def token_batches(steps: int, batch: int, vocab: int = 32, seed: int = 2) -> list:
+    """``steps`` global batches [(tokens (batch,), targets (batch,)), ...]; same on every rank.
+
+    Seed 2 is chosen so that no gradient entry cancels to ~1e-8: Adam divides by √v + ε, so an
+    entry that small turns float32 rounding (which depends on how the batch is split) into a
+    parameter difference of ~1e-5, and no split of the batch could match to 1e-6 (seed 1 does).
+    """
+    g = torch.Generator().manual_seed(seed)
+    return [(torch.randint(vocab, (batch,), generator=g),
+             torch.randint(vocab, (batch,), generator=g)) for _ in range(steps)]
+
+
+def shard_batch(x: torch.Tensor, rank: int, n: int) -> torch.Tensor:
+    """Rank ``rank``'s contiguous 1/n of the global batch (dim 0 must divide by n)."""
+    if x.shape[0] % n:
+        raise ValueError(f"global batch ({x.shape[0]}) must be divisible by ranks n ({n})")
+    return x.chunk(n)[rank]                                    # (b/n, ...)

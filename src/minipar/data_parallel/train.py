@@ -1,0 +1,119 @@
+"""One training loop for every data-parallel variant, and the single-process reference.
+
+``train_reference`` trains on the whole global batch in one process; ``train_rank`` runs on one
+rank of ``minipar.launch.run`` and trains on that rank's slice with the chosen variant. With
+equal slices and a mean loss, every correct variant ends with the reference's parameters.
+"""
+from __future__ import annotations
+
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+
+from .accumulation import accumulation_step
+from .bucketed import BucketedDataParallel
+from .models import shard_batch
+from .naive import all_reduce_gradients
+from .zero import ZeRO
+
+VARIANTS = ("naive", "bucketed", "accumulation", "zero0", "zero1", "zero2", "zero3", "ddp",
+            "fsdp2")
+
+
+def make_optimizer(name: str, lr: float | None = None):
+    """``params -> optimizer``: "sgd" (plain SGD, lr 0.1) or "adam" (lr 0.01)."""
+    if name == "sgd":
+        return lambda ps: torch.optim.SGD(ps, lr=lr or 0.1)
+    if name == "adam":
+        return lambda ps: torch.optim.Adam(ps, lr=lr or 0.01)
+    raise ValueError(f"optimizer ({name!r}) must be 'sgd' or 'adam'")
+
+
+def train_reference(model, optimizer: str, batches, micro: int = 1):
+    """Single process, whole global batch (split in ``micro`` chunks, gradients summed)."""
+    opt = make_optimizer(optimizer)([p for p in model.parameters() if p.requires_grad])
+    losses = []
+    for x, y in batches:
+        opt.zero_grad()
+        loss = 0.0
+        for xc, yc in zip(x.chunk(micro), y.chunk(micro)):
+            part = F.cross_entropy(model(xc), yc) / micro
+            part.backward()
+            loss += part.item()
+        opt.step()
+        losses.append(loss)
+    return losses, [p.detach().clone() for p in model.parameters()]
+
+
+def _wrap(variant: str, model, optimizer: str, bucket_cap_mb: float):
+    """The variant's object and its optimizer (None where the variant owns it)."""
+    trainable = [p for p in model.parameters() if p.requires_grad]
+    if variant.startswith("zero"):
+        return ZeRO(model, int(variant[-1]), make_optimizer(optimizer)), None
+    if variant == "ddp":
+        from torch.nn.parallel import DistributedDataParallel as DDP
+        ddp = DDP(model, bucket_cap_mb=bucket_cap_mb)
+        return ddp, make_optimizer(optimizer)(trainable)
+    if variant == "fsdp2":
+        from torch.distributed.fsdp import fully_shard
+        fully_shard(model)                 # one group: tied weights must share one (FSDP2 rule)
+        return model, make_optimizer(optimizer)([p for p in model.parameters()
+                                                 if p.requires_grad])
+    if variant in ("bucketed", "accumulation"):
+        return BucketedDataParallel(model, bucket_cap_mb=bucket_cap_mb), \
+            make_optimizer(optimizer)(trainable)
+    if variant == "naive":
+        return None, make_optimizer(optimizer)(trainable)
+    raise ValueError(f"variant ({variant!r}) must be one of {', '.join(VARIANTS)}")
+
+
+def train_rank(rank: int, n: int, variant: str, model, optimizer: str, batches,
+               bucket_cap_mb: float = 0.001, micro: int = 2, tracer=None):
+    """Train ``model`` with ``variant`` on this rank's slices; returns (local losses, params).
+
+    ``tracer``: an optional :class:`minipar.trace` entered around the steps only.
+    """
+    import contextlib
+
+    wrapper, opt = _wrap(variant, model, optimizer, bucket_cap_mb)
+    fwd = wrapper if variant in ("ddp", "fsdp2") else model
+    losses = []
+    with tracer or contextlib.nullcontext():
+        for x, y in batches:
+            x, y = shard_batch(x, rank, n), shard_batch(y, rank, n)          # (b/n,)
+            if variant.startswith("zero"):
+                wrapper.zero_grad()
+            else:
+                opt.zero_grad()
+            if variant == "accumulation":
+                mb = list(zip(x.chunk(micro), y.chunk(micro)))
+                losses.append(accumulation_step(model, wrapper, mb, F.cross_entropy))
+            else:
+                loss = F.cross_entropy(fwd(x), y)
+                loss.backward()
+                losses.append(loss.item())
+            if variant == "naive":
+                all_reduce_gradients(model)
+            elif variant in ("bucketed", "accumulation"):
+                wrapper.finish()
+            if variant.startswith("zero"):
+                wrapper.step()
+            else:
+                opt.step()
+    if variant == "zero3":
+        wrapper._gather_params()                   # full parameters, to compare
+    params = [p.full_tensor() if hasattr(p, "full_tensor") else p
+              for p in model.parameters()]
+    return losses, [p.detach().clone() for p in params]
+
+
+def global_losses(per_rank_losses) -> list[float]:
+    """Mean over ranks of the local losses = the loss on the whole global batch."""
+    return [sum(step) / len(step) for step in zip(*per_rank_losses)]
+
+
+def max_param_error(params, ref) -> float:
+    return max((a - b).abs().max().item() for a, b in zip(params, ref))
+
+
+_ = dist  # (ranks call torch.distributed through the variants)
