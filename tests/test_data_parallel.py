@@ -198,3 +198,25 @@ def test_zero_rejects_bad_stage():
     from minipar.launch import RankError
     with pytest.raises(RankError, match=r"ZeRO stage \(4\) must be 0, 1, 2 or 3"):
         run(lambda r, n: ZeRO(TiedClassifier(), 4, None), 1)
+
+
+# ------------------------------------------------------------------ the bench command
+@pytest.mark.slow
+def test_bench_dp_runs_tiny_and_prints_the_keys(capsys):
+    import json
+
+    from minipar.cli import main
+    assert main(["bench", "dp", "--ranks", "2", "--steps", "1", "--rounds", "1", "--width", "16",
+                 "--depth", "2", "--batch", "4", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert {"naive_to_ddp", "bucketed_to_ddp", "step_seconds"} <= set(out)
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--ranks", "1"], "--ranks (1) must be >= 2"),
+    (["--bucket-mb", "0"], "--bucket-mb (0.0) must be > 0"),
+])
+def test_bench_dp_bad_input_is_one_line(capsys, argv, message):
+    from minipar.cli import main
+    assert main(["bench", "dp", *argv]) == 2
+    assert capsys.readouterr().err.strip() == f"minipar bench: error: {message}"
