@@ -72,3 +72,11 @@ def test_widget_draws_default_and_names_impossible_settings():
     ctrls["t"].value = 8
     assert box.status.value == ""
     assert set(controls()) >= {"preset", "d", "t", "p", "zero", "sp", "recompute", "gpu_name"}
+
+
+def test_memory_vs_gpus_figure_and_peak_skips_cpu():
+    from minipar.memory.peak import peak_allocated
+    from minipar.memory.plots import memory_vs_gpus
+    fig = memory_vs_gpus(80, 8192, 64, 4096, 32000)
+    assert len(fig.axes[0].lines) == 5
+    assert peak_allocated(lambda: None, "cpu") is None

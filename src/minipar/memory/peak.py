@@ -1,0 +1,31 @@
+"""What the allocator really peaks at during a step, on a GPU only (``None`` on the CPU).
+
+``torch.cuda.max_memory_allocated`` counts every live tensor at the worst moment of the step:
+model states, saved activations, and also the logits, the loss's temporaries, gradients of
+activations in flight and library workspaces, none of which the formulas count.
+"""
+from __future__ import annotations
+
+import torch
+
+from minipar.device import get_device
+
+
+def measurement_device() -> torch.device:
+    """The launcher's device if it set one, else the first GPU if there is one, else the CPU."""
+    dev = get_device()
+    if dev.type == "cpu" and torch.cuda.is_available():
+        return torch.device("cuda", 0)
+    return dev
+
+
+def peak_allocated(step, device) -> int | None:
+    """Run ``step()`` and return the peak bytes allocated on a CUDA ``device`` meanwhile."""
+    device = torch.device(device)
+    if device.type != "cuda":
+        return None
+    torch.cuda.synchronize(device)
+    torch.cuda.reset_peak_memory_stats(device)
+    step()
+    torch.cuda.synchronize(device)
+    return torch.cuda.max_memory_allocated(device)
