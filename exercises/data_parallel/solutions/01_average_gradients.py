@@ -1,0 +1,33 @@
+# %% [markdown]
+# # Exercise 1: average the gradients by hand
+#
+# Each rank has run `loss.backward()` on its own slice of the batch (`b/n` samples, loss = mean
+# over the slice). Write `average_gradients(model, group=None)` so that afterwards **every rank
+# holds the gradient a single process would compute on the whole batch**:
+# $g \leftarrow \frac{1}{n}\sum_r g_r$.
+#
+# The model has a frozen parameter (`requires_grad=False`, its `.grad` is `None`) and a tied
+# weight (the embedding matrix is also the output layer; `model.parameters()` lists it once).
+# The checker runs your function on 2 and 3 gloo ranks and compares with one process.
+# %%
+import torch
+import torch.distributed as dist
+
+from minipar.grading import check
+
+
+# %%
+def average_gradients(model, group=None):
+    """Replace every gradient by its mean over the ranks of ``group``."""
+    # BEGIN SOLUTION
+    n = dist.get_world_size(group)
+    for p in model.parameters():
+        if p.grad is None:                      # frozen
+            continue
+        dist.all_reduce(p.grad, op=dist.ReduceOp.SUM, group=group)
+        p.grad.div_(n)
+    # END SOLUTION
+
+
+# %% [check]
+check("data_parallel.average_gradients", average_gradients)

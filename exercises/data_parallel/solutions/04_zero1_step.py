@@ -1,0 +1,37 @@
+# %% [markdown]
+# # Exercise 4: a ZeRO-1 optimizer step
+#
+# Every rank holds the full flat parameter vector `flat` (P,) and its local gradient `grad`
+# (P,), the gradient of the mean loss over its own slice. The optimizer state is **sharded**:
+# rank r's optimizer only knows `shard`, an `nn.Parameter` of P/n elements holding
+# `flat[r·P/n : (r+1)·P/n]` (SGD with momentum here, so the state is a momentum buffer of P/n).
+#
+# Write `zero1_step(flat, grad, shard, optimizer, group=None)`:
+# 1. reduce-scatter the gradients so that rank r gets the **mean** over ranks of its shard
+#    (`dist.reduce_scatter_single(output, input)` sums);
+# 2. give that to `shard.grad` and take the optimizer step (only this rank's shard changes);
+# 3. all-gather the updated shards into `flat` (`dist.all_gather_single(output, input)`), so
+#    every rank has every updated parameter for the next forward.
+#
+# The checker runs 3 steps on 2 and 4 ranks and compares `flat` with one process.
+# %%
+import torch
+import torch.distributed as dist
+
+from minipar.grading import check
+
+
+# %%
+def zero1_step(flat, grad, shard, optimizer, group=None):
+    # BEGIN SOLUTION
+    n = dist.get_world_size(group)
+    mine = torch.empty_like(shard)                               # (P/n,)
+    dist.reduce_scatter_single(mine, grad, group=group)          # sum of my shard
+    shard.grad = mine.div_(n)                                    # mean
+    optimizer.step()
+    dist.all_gather_single(flat, shard.detach().clone(), group=group)   # (P,)
+    # END SOLUTION
+
+
+# %% [check]
+check("data_parallel.zero1_step", zero1_step)

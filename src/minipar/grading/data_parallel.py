@@ -1,0 +1,290 @@
+"""Checkers for the data-parallel exercises (``exercises/data_parallel``).
+
+Each runs the learner's code on gloo ranks through :func:`minipar.launch.run` (30 s timeout) and
+compares with a single-process run on the whole batch. When the answer is wrong, the checker
+recomputes the outcome of each classic mistake in one process (summing instead of averaging,
+not communicating, averaging parameters, syncing every micro-step, skipping the all-gather) and
+names the one the answer matches.
+"""
+from __future__ import annotations
+
+from minipar.grading import GradeFailure, task
+
+TIMEOUT = 30
+BATCH = 12                              # divisible by 2, 3 and 4 ranks
+
+
+def _launch(fn, n, *args):
+    from minipar.launch import run
+    return run(fn, n, *args, backend="gloo", timeout=TIMEOUT)
+
+
+def _same(a, b, atol=1e-6) -> bool:
+    import torch
+    return a is not None and b is not None and a.shape == b.shape and \
+        torch.allclose(a, b, atol=atol, rtol=1e-5)
+
+
+def _reference_grads(micro: int = 1, batch: int = BATCH, rank: int = 0, n: int = 1):
+    """Gradients of the single-process model on the whole batch (None for frozen); with
+    ``n > 1`` on rank ``rank``'s slice only (what that rank's backward computes)."""
+    import torch
+    import torch.nn.functional as F
+
+    from minipar.data_parallel.models import TiedClassifier, token_batches
+    torch.manual_seed(0)
+    model = TiedClassifier()
+    x, y = token_batches(1, batch)[0]
+    x, y = x.chunk(n)[rank], y.chunk(n)[rank]
+    for xc, yc in zip(x.chunk(micro), y.chunk(micro)):
+        (F.cross_entropy(model(xc), yc) / micro).backward()
+    return [None if p.grad is None else p.grad.clone() for p in model.parameters()]
+
+
+def _diagnose_grads(got, ref, n, rank, changed_params, reduced_bytes) -> None:
+    """Raise GradeFailure naming the mistake if ``got`` is not ``ref``."""
+    names = ["emb.weight (tied with head.weight)", "fc1.weight", "fc1.bias", "fc2.weight",
+             "fc2.bias", "scale (frozen)"]
+    if changed_params:
+        raise GradeFailure("the parameters changed during communication: average each "
+                           "parameter's gradient p.grad, not the parameter p itself")
+    local = _reference_grads(rank=rank, n=n)
+    for name, g, l, r in zip(names, got, local, ref):
+        if r is None:
+            if g is not None:
+                raise GradeFailure(f"rank {rank}: frozen parameter {name} got a gradient")
+            continue
+        if _same(g, r):
+            continue
+        if _same(g, n * r):
+            raise GradeFailure(f"rank {rank}: gradients are the SUM over the {n} ranks, not the "
+                               f"mean: divide by n = {n}")
+        if _same(g, l) and reduced_bytes:
+            raise GradeFailure(f"rank {rank}: gradients are still this rank's own although "
+                               f"{reduced_bytes} bytes were all-reduced: did you average the "
+                               "parameters p (identical on every rank, so nothing changes) "
+                               "instead of p.grad?")
+        if _same(g, l):
+            raise GradeFailure(f"rank {rank}: gradient of {name} is still this rank's own "
+                               "gradient: nothing was all-reduced")
+        err = (g - r).abs().max().item() if g is not None and g.shape == r.shape else float("nan")
+        raise GradeFailure(f"rank {rank}: gradient of {name} differs from the single-process "
+                           f"gradient on the whole batch (max error {err:.3g})")
+
+
+# ----------------------------------------------------------------------------- 01 average
+def _average_on_rank(rank, n, fn):
+    import torch
+    import torch.nn.functional as F
+
+    from minipar.data_parallel.models import TiedClassifier, token_batches
+    from minipar.trace import trace
+    torch.manual_seed(0)
+    model = TiedClassifier()
+    x, y = token_batches(1, BATCH)[0]
+    F.cross_entropy(model(x.chunk(n)[rank]), y.chunk(n)[rank]).backward()
+    before = [p.detach().clone() for p in model.parameters()]
+    with trace() as tr:
+        fn(model)
+    changed = any(not torch.equal(a, p) for a, p in zip(before, model.parameters()))
+    grads = [None if p.grad is None else p.grad.clone() for p in model.parameters()]
+    return dict(grads=grads, changed=changed, bytes=tr.bytes())
+
+
+@task("data_parallel.average_gradients",
+      "after your call every rank holds the full-batch gradient on 2 and 3 ranks")
+def check_average_gradients(fn, **_):
+    for n in (2, 3):
+        ref = _reference_grads()
+        for rank, r in enumerate(_launch(_average_on_rank, n, fn)):
+            _diagnose_grads(r["grads"], ref, n, rank, r["changed"], r["bytes"])
+
+
+# ----------------------------------------------------------------------------- 02 bucketed
+def _bucketed_on_rank(rank, n, make, cap):
+    import time
+
+    import torch
+    import torch.nn.functional as F
+
+    from minipar.data_parallel.models import TiedClassifier, token_batches
+    from minipar.trace import trace
+    torch.manual_seed(0)
+    model = TiedClassifier()
+    dp = make(model, cap)
+    opt = torch.optim.SGD([p for p in model.parameters() if p.requires_grad], lr=0.1)
+    out = {}
+    for step, (x, y) in enumerate(token_batches(2, BATCH)):
+        opt.zero_grad()
+        before = [p.detach().clone() for p in model.parameters()]
+        with trace() as tr:
+            F.cross_entropy(model(x.chunk(n)[rank]), y.chunk(n)[rank]).backward()
+            backward_end = time.perf_counter() - tr._t0
+            dp.finish()
+        if step == 0:
+            starts = [e.start for e in tr.events if e.op == "all_reduce"]
+            out.update(grads=[None if p.grad is None else p.grad.clone()
+                              for p in model.parameters()],
+                       changed=any(not torch.equal(a, p)
+                                   for a, p in zip(before, model.parameters())),
+                       calls=len(starts), bytes=tr.bytes("all_reduce"), all_bytes=tr.bytes(),
+                       early=sum(s < backward_end for s in starts))
+        opt.step()
+    out["params"] = [p.detach().clone() for p in model.parameters()]
+    return out
+
+
+@task("data_parallel.bucketed",
+      "bucketed all-reduce from gradient hooks: full-batch gradients, Ψ·4 bytes, launched "
+      "during backward")
+def check_bucketed(make, **_):
+    import torch
+    import torch.nn.functional as F
+
+    from minipar.data_parallel.models import TiedClassifier, token_batches
+    n, cap = 2, 2048
+    ref = _reference_grads()
+    results = _launch(_bucketed_on_rank, n, make, cap)
+    torch.manual_seed(0)
+    model = TiedClassifier()
+    psi = sum(p.numel() for p in model.parameters() if p.requires_grad)
+    for rank, r in enumerate(results):
+        _diagnose_grads(r["grads"], ref, n, rank, r["changed"], r["all_bytes"])
+        if r["bytes"] != psi * 4:
+            raise GradeFailure(f"rank {rank}: all-reduced {r['bytes']} bytes per step, expected "
+                               f"Ψ·4 = {psi * 4}: is a gradient reduced twice (a tied weight "
+                               "appears once in model.parameters()) or a frozen one included?")
+        if r["calls"] < 2:
+            raise GradeFailure(f"one all-reduce for {psi * 4} bytes with bucket_cap_bytes={cap}: "
+                               "close a bucket when it reaches the cap")
+        if r["early"] == 0:
+            raise GradeFailure("no all-reduce started before backward finished: launch each "
+                               "full bucket from the hook with async_op=True, wait in finish()")
+    opt = torch.optim.SGD([p for p in model.parameters() if p.requires_grad], lr=0.1)
+    for x, y in token_batches(2, BATCH):
+        opt.zero_grad()
+        F.cross_entropy(model(x), y).backward()
+        opt.step()
+    for rank, r in enumerate(results):
+        if not all(_same(a, b) for a, b in zip(r["params"], model.parameters())):
+            raise GradeFailure(f"rank {rank}: step 1 is right but step 2 is not: reset your "
+                               "bucket state in finish() for the next backward")
+
+
+# ----------------------------------------------------------------------------- 03 accumulation
+K = 3                                   # micro-batches per step in the check
+
+
+def _accumulation_on_rank(rank, n, fn):
+    import torch
+    import torch.nn.functional as F
+
+    from minipar.data_parallel import BucketedDataParallel
+    from minipar.data_parallel.models import TiedClassifier, token_batches
+    from minipar.trace import trace
+    torch.manual_seed(0)
+    model = TiedClassifier()
+    dp = BucketedDataParallel(model, bucket_cap_mb=25.0)
+    x, y = token_batches(1, BATCH * K // 2 * n)[0]
+    x, y = x.chunk(n)[rank], y.chunk(n)[rank]                    # (K·b,) this rank's slice
+    with trace() as tr:
+        fn(model, dp, list(zip(x.chunk(K), y.chunk(K))), F.cross_entropy)
+    return dict(grads=[None if p.grad is None else p.grad.clone() for p in model.parameters()],
+                calls=tr.count("all_reduce"))
+
+
+@task("data_parallel.accumulation",
+      "3 micro-batches, one all-reduce per step, gradients of the global batch")
+def check_accumulation(fn, **_):
+    n = 2
+    results = _launch(_accumulation_on_rank, n, fn)
+    ref = _reference_grads(micro=1, batch=BATCH * K // 2 * n)
+    for rank, r in enumerate(results):
+        if r["calls"] == 0:
+            raise GradeFailure("no all-reduce at all: call dp.finish() after the last backward")
+        if r["calls"] > 1:
+            raise GradeFailure(f"{r['calls']} all-reduces per step: the first {K - 1} "
+                               "micro-batches must run under dp.no_sync(), only the last syncs")
+        for g, want in zip(r["grads"], ref):
+            if want is None:
+                continue
+            if _same(g, K * want, atol=1e-5):
+                raise GradeFailure(f"gradients are {K}× too large: divide each micro-batch "
+                                   f"loss by the number of micro-batches ({K})")
+            if not _same(g, want, atol=1e-5):
+                raise GradeFailure(f"rank {rank}: gradients differ from the single-process "
+                                   "gradient of the global batch")
+
+
+# ----------------------------------------------------------------------------- 04 ZeRO-1
+P, STEPS = 24, 3
+
+
+def _zero1_problem():
+    import torch
+    g = torch.Generator().manual_seed(7)
+    X, y = torch.randn(BATCH, P, generator=g), torch.randn(BATCH, generator=g)  # (b, P), (b,)
+    return X, y, torch.randn(P, generator=g) / 4
+
+
+def _zero1_on_rank(rank, n, fn):
+    import torch
+
+    from minipar.trace import trace
+    X, y, w0 = _zero1_problem()
+    flat = w0.clone()                                               # (P,) on every rank
+    shard = torch.nn.Parameter(flat[rank * P // n:(rank + 1) * P // n].clone())   # (P/n,)
+    opt = torch.optim.SGD([shard], lr=0.05, momentum=0.9)
+    Xr, yr = X.chunk(n)[rank], y.chunk(n)[rank]
+    with trace() as tr:
+        for _ in range(STEPS):
+            w = flat.clone().requires_grad_(True)
+            ((Xr @ w - yr) ** 2).mean().backward()
+            fn(flat, w.grad, shard, opt)
+    return dict(flat=flat, ops={op: s.bytes for op, s in tr.summary().items()},
+                state=sum(v.numel() for st in opt.state.values() for v in st.values()
+                          if torch.is_tensor(v)))
+
+
+def _zero1_reference(n, mode):
+    """Flat parameters after STEPS steps in one process; ``mode`` simulates a mistake."""
+    import torch
+    X, y, w0 = _zero1_problem()
+    w = torch.nn.Parameter(w0.clone())
+    opt = torch.optim.SGD([w], lr=0.05, momentum=0.9)
+    for _ in range(STEPS):
+        opt.zero_grad()
+        ((X @ w - y) ** 2).mean().backward()
+        if mode == "sum":
+            w.grad.mul_(n)
+        opt.step()
+    return w.detach()
+
+
+@task("data_parallel.zero1_step",
+      "ZeRO-1 step: every rank ends with the single-process parameters, optimizer state 1/n")
+def check_zero1_step(fn, **_):
+    for n in (2, 4):
+        results = _launch(_zero1_on_rank, n, fn)
+        ref = _zero1_reference(n, "exact")
+        for rank, r in enumerate(results):
+            got, lo, hi = r["flat"], rank * P // n, (rank + 1) * P // n
+            if _same(got, ref, atol=1e-5):
+                if r["state"] > P // n:
+                    raise GradeFailure("parameters right, but the optimizer holds state for "
+                                       "more than this rank's shard")
+                continue
+            if _same(got, _zero1_reference(n, "sum"), atol=1e-5):
+                raise GradeFailure(f"gradients were summed over the {n} ranks, not averaged: "
+                                   f"divide by n = {n}")
+            if _same(got[lo:hi], ref[lo:hi], atol=1e-5):
+                raise GradeFailure(f"rank {rank} (n={n}): its own shard is right but the other "
+                                   "ranks' shards are stale: all-gather the updated shards "
+                                   "into the full parameters")
+            if "all_gather" not in r["ops"]:
+                raise GradeFailure(f"rank {rank} (n={n}): parameters differ and no all-gather "
+                                   "was called: all-gather the updated shards into the full "
+                                   "parameters")
+            raise GradeFailure(f"rank {rank} (n={n}): parameters differ from the single-process "
+                               f"run (max error {(got - ref).abs().max().item():.3g}); "
+                               "did you average the gradient before the step?")

@@ -1,0 +1,198 @@
+"""Data-parallel exercises: solutions pass, starters fail, realistic mistakes get named."""
+import contextlib
+import importlib.util
+from pathlib import Path
+
+import nbformat
+import pytest
+import torch
+import torch.distributed as dist
+
+from minipar.grading import check
+from minipar.grading.notebooks import starter_path
+
+ROOT = Path(__file__).resolve().parents[1]
+SOL = ROOT / "exercises" / "data_parallel" / "solutions"
+TASKS = {"01_average_gradients": ("data_parallel.average_gradients", "average_gradients"),
+         "02_bucketed": ("data_parallel.bucketed", "Bucketed"),
+         "03_accumulation": ("data_parallel.accumulation", "accumulation_step"),
+         "04_zero1_step": ("data_parallel.zero1_step", "zero1_step")}
+
+
+def solution(stem):
+    spec = importlib.util.spec_from_file_location(stem, SOL / f"{stem}.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)                     # runs its check cell too (prints PASS)
+    return getattr(mod, TASKS[stem][1])
+
+
+def starter(stem):
+    nb = nbformat.read(starter_path(SOL / f"{stem}.py"), as_version=4)
+    ns = {}
+    for cell in nb.cells:
+        if cell.cell_type == "code" and "check(" not in cell.source:
+            exec(cell.source, ns)
+    return ns[TASKS[stem][1]]
+
+
+def failure(task_id, fn, capsys):
+    capsys.readouterr()
+    assert not check(task_id, fn)
+    out = capsys.readouterr().out
+    assert out.count("\n") == 1 and out.startswith(f"FAIL {task_id}: ")
+    return out
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("stem", TASKS)
+def test_solution_passes_and_starter_fails(stem, capsys):
+    task_id = TASKS[stem][0]
+    assert check(task_id, solution(stem))
+    assert not check(task_id, starter(stem))
+    assert "not implemented yet" in capsys.readouterr().out.splitlines()[-1]
+
+
+# ------------------------------------------------------------------ 01
+def summing(model, group=None):
+    for p in model.parameters():
+        if p.grad is not None:
+            dist.all_reduce(p.grad, group=group)
+
+
+def averaging_parameters(model, group=None):
+    for p in model.parameters():
+        dist.all_reduce(p.data, group=group)
+        p.data.div_(dist.get_world_size(group))
+
+
+def nothing(model, group=None):
+    pass
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("fn, reason", [
+    (summing, "SUM over the 2 ranks, not the mean"),
+    (averaging_parameters, "instead of p.grad"),
+    (nothing, "nothing was all-reduced"),
+])
+def test_average_gradients_mistakes(fn, reason, capsys):
+    assert reason in failure("data_parallel.average_gradients", fn, capsys)
+
+
+# ------------------------------------------------------------------ 02
+def bucketed_variant(mistake):
+    Good = solution("02_bucketed")
+
+    class Wrong(Good):
+        def __init__(self, model, cap):
+            if mistake == "tied_twice":   # parameters listed without deduplication
+                self.model = model
+            super().__init__(model, cap)
+            if mistake == "tied_twice":
+                tied = model.head.weight
+                self.buckets[-1].append(tied)
+                self.missing[-1] += 1
+                self.reset = lambda: (Good.reset(self), self.missing.__setitem__(
+                    -1, len(self.buckets[-1])))
+
+        def hook(self, p):
+            if mistake == "params":
+                dist.all_reduce(p.data)
+                p.data.div_(self.n)
+                return
+            if mistake == "no_overlap":
+                return
+            if mistake == "tied_twice" and p is self.model.head.weight:
+                self.missing[-1] -= 1     # counted for both of its "uses"
+            Good.hook(self, p)
+
+        def finish(self):
+            if mistake == "no_overlap":   # everything reduced after backward
+                for i in range(len(self.buckets)):
+                    self.missing[i] = 0
+                Good.hook.__wrapped__(self) if hasattr(Good.hook, "__wrapped__") else None
+                while self.next < len(self.buckets):
+                    flat = torch.cat([q.grad.reshape(-1) for q in self.buckets[self.next]])
+                    self.inflight.append((dist.all_reduce(flat, async_op=True), flat,
+                                          self.next))
+                    self.next += 1
+            if mistake == "sum":
+                self.n = 1
+            Good.finish(self)
+    return Wrong
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("mistake, reason", [
+    ("params", "instead of p.grad"),
+    ("sum", "SUM over the 2 ranks"),
+    ("no_overlap", "no all-reduce started before backward finished"),
+    ("tied_twice", "reduced twice"),
+])
+def test_bucketed_mistakes(mistake, reason, capsys):
+    assert reason in failure("data_parallel.bucketed", bucketed_variant(mistake), capsys)
+
+
+# ------------------------------------------------------------------ 03
+def sync_every_step(model, dp, micro_batches, loss_fn):
+    for x, y in micro_batches:
+        (loss_fn(model(x), y) / len(micro_batches)).backward()
+        dp.finish()
+
+
+def loss_not_divided(model, dp, micro_batches, loss_fn):
+    for i, (x, y) in enumerate(micro_batches):
+        with contextlib.nullcontext() if i == len(micro_batches) - 1 else dp.no_sync():
+            loss_fn(model(x), y).backward()
+    dp.finish()
+
+
+def no_finish(model, dp, micro_batches, loss_fn):
+    with dp.no_sync():
+        for x, y in micro_batches:
+            (loss_fn(model(x), y) / len(micro_batches)).backward()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("fn, reason", [
+    (sync_every_step, "must run under dp.no_sync()"),
+    (loss_not_divided, "3× too large"),
+    (no_finish, "call dp.finish()"),
+])
+def test_accumulation_mistakes(fn, reason, capsys):
+    assert reason in failure("data_parallel.accumulation", fn, capsys)
+
+
+# ------------------------------------------------------------------ 04
+def zero1_no_gather(flat, grad, shard, optimizer, group=None):
+    n, r = dist.get_world_size(group), dist.get_rank(group)
+    mine = torch.empty_like(shard)
+    dist.reduce_scatter_single(mine, grad, group=group)
+    shard.grad = mine / n
+    optimizer.step()
+    flat[r * shard.numel():(r + 1) * shard.numel()] = shard.detach()
+
+
+def zero1_sum(flat, grad, shard, optimizer, group=None):
+    mine = torch.empty_like(shard)
+    dist.reduce_scatter_single(mine, grad, group=group)
+    shard.grad = mine
+    optimizer.step()
+    dist.all_gather_single(flat, shard.detach().clone(), group=group)
+
+
+def zero1_local_grad(flat, grad, shard, optimizer, group=None):
+    r = dist.get_rank(group)
+    shard.grad = grad[r * shard.numel():(r + 1) * shard.numel()].clone()
+    optimizer.step()
+    dist.all_gather_single(flat, shard.detach().clone(), group=group)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("fn, reason", [
+    (zero1_no_gather, "all-gather the updated shards"),
+    (zero1_sum, "summed over the 2 ranks, not averaged"),
+    (zero1_local_grad, "did you average the gradient"),
+])
+def test_zero1_mistakes(fn, reason, capsys):
+    assert reason in failure("data_parallel.zero1_step", fn, capsys)
