@@ -75,7 +75,8 @@ def _zero(psi, d, stage, k=12, unit=1, shard_all=False):
     (lambda psi, d, stage: _zero(psi, d, stage, shard_all=True),
      "divided every state by d"),
     (lambda psi, d, stage: _zero(psi, d, stage, k=8), "master weights"),
-    (lambda psi, d, stage: _zero(psi, d, min(stage + 1, 3)), "this is stage 1's memory, not stage 0's"),
+    (lambda psi, d, stage: _zero(psi, d, min(stage + 1, 3)),
+     "this is stage 1's memory, not stage 0's"),
     (lambda psi, d, stage: 1.5e10, "too"),
 ])
 def test_zero_slips(fn, reason, capsys):
