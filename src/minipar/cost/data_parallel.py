@@ -62,3 +62,23 @@ def dp_step_time(forward_s: float, backward_s: float, grad_bytes: float, bucket_
     step = max(compute, end)
     comm = sum(e - s for s, e in intervals)
     return DPStep(step, compute, comm, step - compute, intervals)
+
+
+def allreduce_seconds(n: int, gpus_per_node: int = 8, intra: str = "nvlink4-h100",
+                      inter: str = "ib-ndr400") -> Callable[[float], float]:
+    """``nbytes -> seconds`` of one all-reduce over n GPUs: a ring over the ``intra`` link
+    inside one node (n ≤ gpus_per_node), else the hierarchical all-reduce (ring reduce-scatter in
+    each node, all-reduce across nodes over ``inter``, all-gather in each node; see
+    :func:`minipar.cost.collectives.hierarchical_all_reduce_time`). n must then be a multiple of
+    ``gpus_per_node``. Link presets: :data:`minipar.cost.hardware.LINKS`.
+    """
+    from .collectives import collective_time, hierarchical_all_reduce_time
+    from .hardware import link
+
+    a, b = link(intra), link(inter)
+    if n <= gpus_per_node:
+        return lambda s: collective_time("all-reduce", "ring", n, s, a.alpha, a.bandwidth)
+    if n % gpus_per_node:
+        raise ValueError(f"ranks n ({n}) must be a multiple of gpus_per_node ({gpus_per_node}) "
+                         "beyond one node")
+    return lambda s: hierarchical_all_reduce_time(n // gpus_per_node, gpus_per_node, s, a, b)

@@ -225,3 +225,84 @@ def ring_bytes(op_bytes: dict, n: int) -> float:
     from minipar.cost.collectives import ring_bytes_per_rank
     return sum(ring_bytes_per_rank(_COST_OP[op], n, b) for op, b in op_bytes.items()
                if op in _COST_OP)
+
+
+def bucket_sweep_on_rank(rank, n, caps_mb, width=512, depth=8, batch=32, steps=3, rounds=2):
+    """Step times for each bucket cap (bucketed), naive and compute-only; plus this machine's
+    forward/backward split and all-reduce times of two sizes (to fit α and β)."""
+    t = time_variants_on_rank(rank, n, ["compute", "naive"], width, depth, batch, steps, rounds)
+    for cap in caps_mb:
+        t[cap] = time_variants_on_rank(rank, n, ["bucketed"], width, depth, batch, steps, rounds,
+                                       bucket_cap_mb=cap)["bucketed"]
+    model, x = mlp(width, depth), torch.randn(batch, width)
+    t0 = time.perf_counter()
+    out = model(x)
+    t1 = time.perf_counter()
+    F.mse_loss(out, x).backward()
+    t["fwd_bwd"] = (t1 - t0, time.perf_counter() - t1)
+    t["allreduce"] = {}
+    for numel in (2**8, 2**12, 2**16, 2**20):
+        buf, times = torch.ones(numel), []
+        for _ in range(5):
+            dist.barrier()
+            s = time.perf_counter()
+            dist.all_reduce(buf)
+            times.append(time.perf_counter() - s)
+        t["allreduce"][numel * 4] = min(times)          # least disturbed by the other ranks
+    return t
+
+
+def bucket_sweep(n, caps_mb, **kw) -> dict:
+    """Measured (slowest rank, median) and modelled step time per bucket cap."""
+    from minipar.cost.collectives import collective_time, fit_alpha_beta
+    from minipar.cost.data_parallel import dp_step_time
+
+    per_rank = run(functools.partial(bucket_sweep_on_rank, **kw), n, list(caps_mb))
+    med = {k: statistics.median(max(r[k][i] for r in per_rank) for i in range(len(per_rank[0][k])))
+           for k in ["compute", "naive", *caps_mb]}
+    sizes = sorted(per_rank[0]["allreduce"])
+    alpha, bw = fit_alpha_beta(sizes, [max(r["allreduce"][s] for r in per_rank) for s in sizes],
+                               "all-reduce", n)
+    f, b = per_rank[0]["fwd_bwd"]
+    scale = med["compute"] / (f + b)          # the timed steps include the optimizer step etc.
+    width, depth = kw.get("width", 512), kw.get("depth", 8)
+    grad = 4 * depth * (width * width + width)
+    model = {cap: dp_step_time(f * scale, b * scale, grad, cap * 2**20,
+                               lambda s: collective_time("all-reduce", "ring", n, s, alpha,
+                                                         bw)).step_s for cap in caps_mb}
+    return dict(measured=med, model=model, alpha=alpha, bandwidth=bw, forward=f, backward=b)
+
+
+def straggler(n, delay_s=0.05, **kw) -> dict:
+    """{"even"|"rank 0 slowed": [step seconds per rank]}: bucketed DP, rank 0 sleeps delay_s."""
+    out = {}
+    for label, slow in (("even", None), (f"rank 0 sleeps {delay_s * 1e3:.0f} ms", 0)):
+        per_rank = run(functools.partial(time_variants_on_rank, slow_rank=slow, delay_s=delay_s,
+                                         **kw), n, ["bucketed"])
+        out[label] = [statistics.median(r["bucketed"]) for r in per_rank]
+    return out
+
+
+def scaling_curves(ns=(8, 64, 512), scenarios=None) -> dict:
+    """Modelled efficiency (compute / step time) per scenario at each GPU count (weak scaling:
+    a fixed batch per GPU). Scenario: (Ψ, grad bytes/param, compute s, inter link, bucket MiB,
+    overlap)."""
+    from minipar.cost.data_parallel import allreduce_seconds, dp_step_time
+    scenarios = scenarios or DEFAULT_SCENARIOS
+    out = {}
+    for name, (psi, gb, c, inter, bucket, overlap) in scenarios.items():
+        out[name] = [dp_step_time(c / 3, 2 * c / 3, psi * gb, bucket * 2**20,
+                                  allreduce_seconds(n, inter=inter), overlap).efficiency
+                     for n in ns]
+    return out
+
+
+# 1.3B parameters, bf16 gradients. Compute per step: 6·Ψ·tokens FLOPs at 400 TFLOP/s
+# (about 40% of an H100's dense bf16 peak): 16 384 tokens per GPU -> 0.32 s; 2 048 -> 0.04 s.
+DEFAULT_SCENARIOS = {
+    "16k tokens/GPU, IB NDR, overlap": (1.3e9, 2, 6 * 1.3e9 * 16384 / 400e12, "ib-ndr400", 25, True),
+    "2k tokens/GPU, IB NDR, overlap": (1.3e9, 2, 6 * 1.3e9 * 2048 / 400e12, "ib-ndr400", 25, True),
+    "2k tokens/GPU, IB NDR, no overlap": (1.3e9, 2, 6 * 1.3e9 * 2048 / 400e12, "ib-ndr400", 25,
+                                          False),
+    "2k tokens/GPU, 100 GbE, overlap": (1.3e9, 2, 6 * 1.3e9 * 2048 / 400e12, "eth-100g", 25, True),
+}
