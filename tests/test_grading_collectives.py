@@ -1,0 +1,204 @@
+"""Collectives exercises: solutions pass, starters fail, realistic mistakes get a named reason."""
+import sys
+from pathlib import Path
+
+import cloudpickle
+import nbformat
+import pytest
+import torch
+import torch.distributed as dist
+
+from minipar.grading import check
+from minipar.grading.notebooks import _cells, starter_path
+
+# Ship this module's wrong answers to the ranks by value (workers cannot import a test module).
+cloudpickle.register_pickle_by_value(sys.modules[__name__])
+
+SOL = Path(__file__).resolve().parents[1] / "exercises" / "collectives" / "solutions"
+
+
+def _namespace(source_cells) -> dict:
+    ns = {"__name__": "exercise"}          # not an importable module: cloudpickle ships by value
+    for kind, text in source_cells:
+        if kind == "code":                 # skip [check] cells: the tests call check themselves
+            exec(text, ns)
+    return ns
+
+
+def solution(stem):
+    return _namespace(_cells((SOL / f"{stem}.py").read_text()))
+
+
+def starter(stem):
+    nb = nbformat.read(starter_path(SOL / f"{stem}.py"), as_version=4)
+    return _namespace([("code", c.source) for c in nb.cells
+                       if c.cell_type == "code" and "check(" not in c.source])
+
+
+def verdict(capsys, task_id, candidate, **options):
+    passed = check(task_id, candidate, **options)
+    return passed, capsys.readouterr().out.strip()
+
+
+# ----------------------------------------------------------------------------- wrong answers
+def _ring(tensor, rs_steps=None, add_own_again=False, recv_from_right=False):
+    """A ring all-reduce with one configurable learner mistake."""
+    r, n = dist.get_rank(), dist.get_world_size()
+    right, left = (r + 1) % n, ((r + 1) if recv_from_right else (r - 1)) % n
+    chunks = tensor.view(-1).tensor_split(n)
+    own = [c.clone() for c in chunks]
+    buf = torch.empty_like(chunks[0])
+
+    def exchange(send, recv):
+        reqs = [dist.isend(send, dst=right), dist.irecv(recv, src=left)]
+        for q in reqs:
+            q.wait()
+
+    for k in range(n - 1 if rs_steps is None else rs_steps(n)):
+        send, recv = chunks[(r - k - 1) % n], chunks[(r - k - 2) % n]
+        exchange(send, buf[: recv.numel()])
+        recv += buf[: recv.numel()]
+    if add_own_again:
+        chunks[r].add_(own[r])
+    for k in range(n - 1):
+        exchange(chunks[(r - k) % n], chunks[(r - k - 1) % n])
+    return tensor
+
+
+def own_chunk_twice(t):
+    return _ring(t, add_own_again=True)
+
+
+def off_by_one(t):
+    return _ring(t, rs_steps=lambda n: n - 2)
+
+
+def wrong_peer(t):
+    return _ring(t, recv_from_right=True)
+
+
+def calls_dist(t):
+    dist.all_reduce(t)
+    return t
+
+
+def everyone_sends_everything(t):
+    """Right sum, wrong algorithm: each rank sends its whole tensor to every other rank."""
+    r, n = dist.get_rank(), dist.get_world_size()
+    mine, buf = t.clone(), torch.empty_like(t)
+    for k in range(1, n):
+        reqs = [dist.isend(mine, dst=(r + k) % n), dist.irecv(buf, src=(r - k) % n)]
+        for q in reqs:
+            q.wait()
+        t += buf
+    return t
+
+
+def gather_wrong_block(chunk):
+    r, n = dist.get_rank(), dist.get_world_size()
+    out = torch.zeros(n * chunk.numel())
+    blocks = out.view(n, -1)
+    blocks[r] = chunk
+    for k in range(n - 1):
+        reqs = [dist.isend(blocks[(r + k) % n].clone(), dst=(r + 1) % n),
+                dist.irecv(blocks[(r + k + 1) % n], src=(r - 1) % n)]   # indices run backwards
+        for q in reqs:
+            q.wait()
+    return out
+
+
+def gather_too_few_steps(chunk):
+    r, n = dist.get_rank(), dist.get_world_size()
+    out = torch.zeros(n * chunk.numel())
+    blocks = out.view(n, -1)
+    blocks[r] = chunk
+    for k in range(n - 2):
+        reqs = [dist.isend(blocks[(r - k) % n], dst=(r + 1) % n),
+                dist.irecv(blocks[(r - k - 1) % n], src=(r - 1) % n)]
+        for q in reqs:
+            q.wait()
+    return out
+
+
+def gather_blocking_send_first(chunk):
+    r, n = dist.get_rank(), dist.get_world_size()
+    out = torch.zeros(n * chunk.numel())
+    blocks = out.view(n, -1)
+    blocks[r] = chunk
+    for k in range(n - 1):
+        dist.send(blocks[(r - k) % n], dst=(r + 1) % n)      # every rank sends first: deadlock
+        dist.recv(blocks[(r - k - 1) % n], src=(r - 1) % n)
+    return out
+
+
+# ----------------------------------------------------------------------------- tests
+TASKS = {"01_ring_all_reduce": [("collectives.ring_all_reduce", "ring_all_reduce")],
+         "02_all_gather": [("collectives.all_gather", "all_gather")],
+         "03_alpha_beta": [("collectives.alpha_beta_time", "ring_all_reduce_time"),
+                           ("collectives.busbw", "bus_bandwidth"),
+                           ("collectives.gradient_sync", "gradient_sync")]}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("stem", TASKS)
+def test_solution_passes_and_starter_fails(stem, capsys):
+    sol, start = solution(stem), starter(stem)
+    for task_id, name in TASKS[stem]:
+        assert verdict(capsys, task_id, sol[name]) == (True, f"PASS {task_id}: "
+                                                             + check.__globals__["get_task"](
+                                                                 task_id).summary)
+        passed, line = verdict(capsys, task_id, start[name])
+        assert not passed and "not implemented yet" in line, line
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("candidate, reason", [
+    (own_chunk_twice, "own value is counted 2 times"),
+    (off_by_one, "are missing"),
+    (calls_dist, "your code called all_reduce"),
+    (everyone_sends_everything, "a ring all-reduce sends 2(n−1)/n·S"),
+])
+def test_ring_all_reduce_names_the_mistake(capsys, candidate, reason):
+    passed, line = verdict(capsys, "collectives.ring_all_reduce", candidate)
+    assert not passed and reason in line, line
+
+
+@pytest.mark.slow
+def test_ring_with_wrong_peer_times_out_with_a_reason(capsys):
+    passed, line = verdict(capsys, "collectives.ring_all_reduce", wrong_peer, timeout=5)
+    assert not passed and "timed out" in line.lower() and "never matched" in line, line
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("candidate, reason", [
+    (gather_wrong_block, "holds rank"),
+    (gather_too_few_steps, "never arrived"),
+])
+def test_all_gather_names_the_mistake(capsys, candidate, reason):
+    passed, line = verdict(capsys, "collectives.all_gather", candidate)
+    assert not passed and reason in line, line
+
+
+@pytest.mark.slow
+def test_all_gather_blocking_sends_time_out_with_a_reason(capsys):
+    passed, line = verdict(capsys, "collectives.all_gather", gather_blocking_send_first, timeout=5)
+    assert not passed and "timed out" in line.lower(), line
+
+
+@pytest.mark.parametrize("task_id, candidate, reason", [
+    ("collectives.alpha_beta_time", lambda n, S, a, bw: (n - 1) * (a + S / n / bw), "one phase"),
+    ("collectives.alpha_beta_time", lambda n, S, a, bw: 2 * (n - 1) * (a + S / bw), "S/n bytes"),
+    ("collectives.busbw", lambda op, n, S, t: S / t, "is algbw"),
+    ("collectives.busbw", lambda op, n, S, t: S / t * (n - 1) / n, "too small"),
+    ("collectives.gradient_sync",
+     lambda: dict(S_bytes=1.5e9, bandwidth=450e9, seconds=0.0117), "elements"),
+    ("collectives.gradient_sync",
+     lambda: dict(S_bytes=6e9, bandwidth=900e9, seconds=0.0117), "bidirectional"),
+    ("collectives.gradient_sync",
+     lambda: dict(S_bytes=6e9, bandwidth=450 * 2**30, seconds=0.0217), "GiB"),
+    ("collectives.gradient_sync",
+     lambda: dict(S_bytes=6e9, bandwidth=450e9, seconds=23.36), "milliseconds"),
+])
+def test_arithmetic_names_the_mistake(capsys, task_id, candidate, reason):
+    passed, line = verdict(capsys, task_id, candidate)
+    assert not passed and reason in line, line
