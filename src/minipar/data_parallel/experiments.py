@@ -14,7 +14,7 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 
-from minipar.launch import run
+from minipar import launch
 from minipar.trace import trace
 
 from .bucketed import BucketedDataParallel
@@ -22,6 +22,11 @@ from .models import TiedClassifier, mlp, token_batches
 from .naive import all_reduce_gradients
 from .train import global_losses, train_rank
 from .zero import ZeRO
+
+
+def run(fn, n: int, *args) -> list:
+    """``minipar.launch.run`` on gloo: these experiments keep their tensors on the CPU."""
+    return launch.run(fn, n, *args, backend="gloo")
 
 
 def make_step(variant: str, model, bucket_cap_mb: float = 25.0):
@@ -196,7 +201,7 @@ class _null:
         return False
 
 
-def stale_sgd(staleness=(0, 1, 4, 16), steps=200, lr=0.3, seed=0) -> dict:
+def stale_sgd(staleness=(0, 1, 4, 16), steps=200, lr=8.0, seed=0) -> dict:
     """{τ: losses} of SGD on a random least-squares problem where each update uses the gradient
     computed τ steps earlier (what an asynchronous worker whose gradient arrives late applies)."""
     g = torch.Generator().manual_seed(seed)
@@ -209,7 +214,7 @@ def stale_sgd(staleness=(0, 1, 4, 16), steps=200, lr=0.3, seed=0) -> dict:
             history.append(w.clone())
             old = history[max(0, len(history) - 1 - tau)]                # parameters τ steps ago
             grad = A.T @ (A @ old - b) / len(b)
-            w = w - lr * 64 * grad / 16
+            w = w - lr * grad
             losses.append(0.5 * ((A @ w - b) ** 2).mean().item())
         out[tau] = losses
     return out
