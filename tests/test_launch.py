@@ -56,6 +56,20 @@ def test_rank_exception_carries_traceback_and_next_call_works():
     assert run(lambda r, w: r, 3) == [0, 1, 2]
 
 
+def test_workers_that_failed_cleanly_are_reused():
+    """A Python exception on one rank wakes the others (their peer left); all report back
+    cleanly, so the next call reuses the warm workers instead of paying the torch import."""
+    def bad(rank, world_size):
+        import torch.distributed as dist
+        if rank == 0:
+            raise KeyError("k")
+        dist.barrier()
+    before = run(lambda r, w: os.getpid(), 2)
+    with pytest.raises(RankError, match="KeyError"):
+        run(bad, 2, timeout=60)
+    assert run(lambda r, w: os.getpid(), 2) == before
+
+
 def test_hung_collective_times_out():
     def hang(rank, world_size):
         import time

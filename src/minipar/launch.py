@@ -31,6 +31,7 @@ import linecache
 import os
 import re
 import secrets
+import signal
 import socket
 import subprocess
 import sys
@@ -128,16 +129,24 @@ def _exit_when_orphaned(parent_pid: int) -> None:
 
 
 def _worker_main(address: str, parent_pid: int) -> None:
-    """Loop of one pooled worker: import torch once, then run tasks until told to stop."""
-    conn = mpc.Client(address, family="AF_UNIX",
-                      authkey=bytes.fromhex(os.environ.pop("MINIPAR_AUTHKEY")))
-    conn.send(os.getpid())
+    """Loop of one pooled worker: import torch once, then run tasks until told to stop.
+
+    The worker dials back only once torch is imported, so a task's ``timeout`` never includes
+    the import. It ignores SIGINT (a notebook interrupt is the caller's to handle: the caller
+    kills the ranks of the interrupted call) and exits when the caller disappears.
+    """
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     threading.Thread(target=_exit_when_orphaned, args=(parent_pid,), daemon=True).start()
     os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
     os.environ.setdefault("NCCL_SOCKET_IFNAME", "lo")
     import torch  # noqa: F401  (the point of the pool: pay this once)
     import torch.distributed as dist
 
+    import minipar.device  # noqa: F401
+
+    conn = mpc.Client(address, family="AF_UNIX",
+                      authkey=bytes.fromhex(os.environ.pop("MINIPAR_AUTHKEY")))
+    conn.send(os.getpid())
     lock = threading.Lock()
     while True:
         try:
@@ -158,6 +167,12 @@ def _worker_main(address: str, parent_pid: int) -> None:
 
 
 def _run_task(payload: bytes, dist, conn, lock, out) -> None:
+    """Run one task and send ("ok", result) or ("err", (summary, traceback, time)).
+
+    The reply goes out only after the process group is destroyed, so a worker that replied is
+    clean and can be reused. The time stamp, taken when the exception was caught, lets the
+    caller tell the first failure from its echoes on other ranks (whose peers vanished).
+    """
     import datetime
 
     import torch
@@ -166,33 +181,25 @@ def _run_task(payload: bytes, dist, conn, lock, out) -> None:
 
     try:
         task = cloudpickle.loads(payload)
-    except Exception as e:  # noqa: BLE001  (e.g. fn lives in a module this process can't import)
-        with lock:
-            conn.send(("err", (f"{type(e).__name__} while loading the function: {e}",
-                               traceback.format_exc(), time.time())))
-        return
-    rank, world = task["rank"], task["world_size"]
-    torch.set_num_threads(task["threads"])
-    _device.set_backend(task["backend"], local_rank=rank)
-    store = dist.TCPStore("127.0.0.1", task["port"], world, is_master=False,
-                          timeout=datetime.timedelta(seconds=task["timeout"]))
-    dist.init_process_group(task["backend"], store=store, rank=rank, world_size=world,
-                            timeout=datetime.timedelta(seconds=task["timeout"]))
-    try:
+        rank, world = task["rank"], task["world_size"]
+        torch.set_num_threads(task["threads"])
+        _device.set_backend(task["backend"], local_rank=rank)
+        limit = datetime.timedelta(seconds=task["timeout"])
+        store = dist.TCPStore("127.0.0.1", task["port"], world, is_master=False, timeout=limit)
+        dist.init_process_group(task["backend"], store=store, rank=rank, world_size=world,
+                                timeout=limit)
         result = task["fn"](rank, world, *task["args"])
         out.flush()
         reply = ("ok", cloudpickle.dumps(result))
     except BaseException as e:  # noqa: BLE001  (report everything, including SystemExit)
         out.flush()
-        # The time stamp lets the caller tell the first failure from its echoes on other ranks.
         reply = ("err", (f"{type(e).__name__}: {e}", traceback.format_exc(), time.time()))
-    try:
-        with lock:
-            conn.send(reply)  # before the group is destroyed, which wakes the other ranks
     finally:
         if dist.is_initialized():
             dist.destroy_process_group()
         _device.set_backend(None)
+    with lock:
+        conn.send(reply)
 
 
 # ----------------------------------------------------------------------------- caller side
@@ -308,7 +315,7 @@ def run(fn, world_size: int, *args, backend: str = "auto", timeout: float = DEFA
     backend = choose_backend(backend, world_size)
     threads = threads or max(1, (os.cpu_count() or 1) // world_size)
     with _pool_lock:
-        deadline = time.monotonic() + max(timeout, 120.0)  # worker start-up has its own budget
+        deadline = time.monotonic() + max(timeout, 300.0)  # start-up (torch import) has its own budget
         workers = _take_workers(world_size, deadline)
         store = _free_store()
         try:
@@ -324,44 +331,60 @@ def _run_on(workers, port, fn, args, backend, timeout, threads) -> list:
             task = dict(fn=fn, args=args, rank=rank, world_size=n, backend=backend, port=port,
                         timeout=timeout, threads=threads)
             w.conn.send((list(sys.path), cloudpickle.dumps(task)))
-    except Exception:
+        return _collect(workers, fn, timeout)
+    except (RankError, TimeoutError):
+        raise  # _collect already stopped the workers that did not come back clean
+    except BaseException:  # an interrupt, a failed send: the ranks' state is unknown
         _kill(workers)
         raise
-    results: list = [None] * n
-    done = [False] * n
+
+
+def _collect(workers, fn, timeout) -> list:
+    """Gather every rank's reply; print their output; raise the first failure."""
+    n = len(workers)
+    replies: dict[int, tuple] = {}
     # Ranks time out of a hung collective after ``timeout`` and report where; this deadline is
     # the backstop for a rank stuck outside a collective.
     deadline = time.monotonic() + timeout + 3.0
     by_conn = {w.conn: r for r, w in enumerate(workers)}
-    while not all(done):
+    while len(replies) < n:
+        if any(kind == "err" for kind, _ in replies.values()):
+            # A failure usually makes the others fail fast (their peer left): give them a
+            # moment to reply, so that they stay reusable; stop the ones that do not.
+            deadline = min(deadline, time.monotonic() + 3.0)
         left = deadline - time.monotonic()
         if left <= 0:
-            _kill(workers)
-            waiting = [r for r in range(n) if not done[r]]
-            raise TimeoutError(f"ranks {waiting} did not finish within timeout={timeout:g} s "
-                               "(a collective that not every rank called?); workers stopped")
-        for conn in mpc.wait(list(by_conn), timeout=min(left, 1.0)):
+            break
+        for conn in mpc.wait([c for c, r in by_conn.items() if r not in replies],
+                             timeout=min(left, 1.0)):
             r = by_conn[conn]
             try:
                 kind, payload = conn.recv()
             except (EOFError, OSError):
                 code = workers[r].proc.poll()
-                _kill(workers)
-                raise RankError(r, f"a process exit (exit code {code})",
-                                "the worker process died without a Python exception\n") from None
+                replies[r] = ("err", (f"a process exit (exit code {code})",
+                                      "the worker process died without a Python exception\n",
+                                      time.time()))
+                continue
             if kind == "out":
                 for line in payload.splitlines():
                     print(f"[rank {r}] {line}")
-            elif kind == "ok":
-                results[r] = cloudpickle.loads(payload)
-                done[r] = True
-            elif kind == "err":
-                errors = {r: payload, **_more_errors(by_conn, grace=0.5)}
-                first = min(errors, key=lambda k: errors[k][2])
-                summary, tb, _ = errors[first]
-                _kill(workers)
-                raise RankError(first, summary, _with_source(tb, fn))
-    return results
+            else:
+                replies[r] = (kind, payload)
+    silent = [r for r in range(n) if r not in replies]
+    dead = [r for r, (kind, p) in replies.items() if kind == "err" and
+            p[0].startswith("a process exit")]
+    if silent or dead:
+        _kill([workers[r] for r in silent + dead])
+    errors = {r: p for r, (kind, p) in replies.items() if kind == "err"}
+    if errors:
+        first = min(errors, key=lambda k: errors[k][2])
+        summary, tb, _ = errors[first]
+        raise RankError(first, summary, _with_source(tb, fn))
+    if silent:
+        raise TimeoutError(f"ranks {silent} did not finish within timeout={timeout:g} s "
+                           "(a collective that not every rank called?); workers stopped")
+    return [cloudpickle.loads(replies[r][1]) for r in range(n)]
 
 
 _DYNAMIC = re.compile(r'  File "<dynamic-code>", line (\d+), in (\S+)\n')
@@ -382,20 +405,6 @@ def _with_source(tb: str, fn) -> str:
         text = f'  File "{filename}", line {m.group(1)}, in {m.group(2)}\n'
         return text + (f"    {line}\n" if line else "")
     return _DYNAMIC.sub(fix, tb)
-
-
-def _more_errors(by_conn: dict, grace: float) -> dict:
-    """Errors other ranks report within ``grace`` seconds (often echoes of the first failure)."""
-    found, end = {}, time.monotonic() + grace
-    while time.monotonic() < end:
-        for conn in mpc.wait(list(by_conn), timeout=max(end - time.monotonic(), 0)):
-            try:
-                kind, payload = conn.recv()
-            except (EOFError, OSError):
-                continue
-            if kind == "err":
-                found[by_conn[conn]] = payload
-    return found
 
 
 def free_port() -> int:

@@ -62,9 +62,10 @@ _C10D_OPS = {
 }
 
 # public torch.distributed functions wrapped for wall time
-_PUBLIC = ["all_reduce", "all_gather", "all_gather_into_tensor", "reduce_scatter",
-           "reduce_scatter_tensor", "all_to_all", "all_to_all_single", "broadcast", "reduce",
-           "gather", "scatter", "send", "recv", "isend", "irecv", "barrier"]
+_PUBLIC = ["all_reduce", "all_gather", "all_gather_into_tensor", "all_gather_single",
+           "reduce_scatter", "reduce_scatter_tensor", "reduce_scatter_single", "all_to_all",
+           "all_to_all_single", "broadcast", "reduce", "gather", "scatter", "send", "recv",
+           "isend", "irecv", "barrier"]
 
 
 @dataclass

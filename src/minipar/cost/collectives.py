@@ -191,8 +191,11 @@ def fit_alpha_beta(sizes_bytes, seconds, op: str, n: int,
     That model is t = A·α + B·S/bandwidth with A, B fixed by (op, algorithm, n) (for a ring
     all-reduce A = 2(n−1), B = 2(n−1)/n). We fit the line t = a + c·(B·S) and return
     (α, bandwidth) = (a / A, 1 / c): α per message, bandwidth per direction, so that
-    ``collective_time(op, algorithm, n, S, α, bandwidth)`` reproduces the fitted line. With noisy
-    data α can come out negative; we return it as fitted. Pure Python (ordinary least squares).
+    ``collective_time(op, algorithm, n, S, α, bandwidth)`` reproduces the fitted line.
+
+    The fit minimises the *relative* error, Σ((a + c·x − t)/t)², i.e. weights 1/t²: sizes span
+    several decades, and an ordinary fit would let the largest messages set α too. With noisy
+    data α can come out negative; we return it as fitted. Pure Python.
     """
     _check(op, n, 0, algorithm)
     xs, ts = [float(x) for x in sizes_bytes], [float(t) for t in seconds]
@@ -203,9 +206,15 @@ def fit_alpha_beta(sizes_bytes, seconds, op: str, n: int,
     B = collective_time(op, algorithm, n, 1.0, 0.0, 1.0)         # bytes on the wire per byte of S
     if A == 0 or B == 0:
         raise ValueError(f"n ({n}) = 1: a collective on one rank costs nothing, nothing to fit")
+    if min(ts) <= 0:
+        raise ValueError(f"measured times must be > 0 seconds, got {min(ts)}")
     xs = [B * x for x in xs]
-    mx, mt = sum(xs) / len(xs), sum(ts) / len(ts)
-    c = sum((x - mx) * (t - mt) for x, t in zip(xs, ts)) / sum((x - mx) ** 2 for x in xs)
+    ws = [1.0 / t ** 2 for t in ts]                               # weighted least squares
+    sw = sum(ws)
+    mx = sum(w * x for w, x in zip(ws, xs)) / sw
+    mt = sum(w * t for w, t in zip(ws, ts)) / sw
+    c = sum(w * (x - mx) * (t - mt) for w, x, t in zip(ws, xs, ts)) / \
+        sum(w * (x - mx) ** 2 for w, x in zip(ws, xs))
     if c <= 0:
         raise ValueError(f"fitted seconds per byte ({c:.3g}) must be > 0: times do not grow "
                          "with size")

@@ -74,6 +74,10 @@ def reason_for(exc: BaseException) -> str:
     if isinstance(exc, RankError):
         if exc.summary.startswith("NotImplementedError"):
             return "not implemented yet (the starter code still raises NotImplementedError)"
+        if "timed out" in exc.summary.lower():
+            return _one_line(f"rank {exc.rank} timed out waiting in a collective or recv -- "
+                             "does every rank make the same collective calls, in the same "
+                             "order, and does every send have a matching recv?")
         return _one_line(f"your code raised on rank {exc.rank}: {exc.summary}")
     if isinstance(exc, NotImplementedError):
         return "not implemented yet (the starter code still raises NotImplementedError)"
