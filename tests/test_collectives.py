@@ -15,7 +15,7 @@ from minipar.collectives import (parameter_server_all_reduce, recursive_doubling
                                  ring_all_gather, ring_all_reduce, ring_reduce_scatter)
 from minipar.collectives.ring import _chunks, _exchange, _ring
 from minipar.cost.collectives import ring_bytes_per_rank
-from minipar.launch import RankError, run
+from minipar.launch import run
 from minipar.trace import trace
 
 # Ship this module's functions to the ranks by value (workers cannot import a test module).

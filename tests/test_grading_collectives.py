@@ -3,13 +3,12 @@ import sys
 from pathlib import Path
 
 import cloudpickle
-import nbformat
 import pytest
 import torch
 import torch.distributed as dist
 
 from minipar.grading import check
-from minipar.grading.notebooks import _cells, starter_path
+from minipar.grading.notebooks import exercise_namespace
 
 # Ship this module's wrong answers to the ranks by value (workers cannot import a test module).
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
@@ -17,22 +16,12 @@ cloudpickle.register_pickle_by_value(sys.modules[__name__])
 SOL = Path(__file__).resolve().parents[1] / "exercises" / "collectives" / "solutions"
 
 
-def _namespace(source_cells) -> dict:
-    ns = {"__name__": "exercise"}          # not an importable module: cloudpickle ships by value
-    for kind, text in source_cells:
-        if kind == "code":                 # skip [check] cells: the tests call check themselves
-            exec(text, ns)
-    return ns
-
-
 def solution(stem):
-    return _namespace(_cells((SOL / f"{stem}.py").read_text()))
+    return exercise_namespace(SOL / f"{stem}.py", solved=True)
 
 
 def starter(stem):
-    nb = nbformat.read(starter_path(SOL / f"{stem}.py"), as_version=4)
-    return _namespace([("code", c.source) for c in nb.cells
-                       if c.cell_type == "code" and "check(" not in c.source])
+    return exercise_namespace(SOL / f"{stem}.py", solved=False)
 
 
 def verdict(capsys, task_id, candidate, **options):

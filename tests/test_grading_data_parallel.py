@@ -1,15 +1,13 @@
 """Data-parallel exercises: solutions pass, starters fail, realistic mistakes get named."""
 import contextlib
-import importlib.util
 from pathlib import Path
 
-import nbformat
 import pytest
 import torch
 import torch.distributed as dist
 
 from minipar.grading import check
-from minipar.grading.notebooks import starter_path
+from minipar.grading.notebooks import exercise_namespace
 
 ROOT = Path(__file__).resolve().parents[1]
 SOL = ROOT / "exercises" / "data_parallel" / "solutions"
@@ -20,19 +18,11 @@ TASKS = {"01_average_gradients": ("data_parallel.average_gradients", "average_gr
 
 
 def solution(stem):
-    spec = importlib.util.spec_from_file_location(stem, SOL / f"{stem}.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)                     # runs its check cell too (prints PASS)
-    return getattr(mod, TASKS[stem][1])
+    return exercise_namespace(SOL / f"{stem}.py", solved=True)[TASKS[stem][1]]
 
 
 def starter(stem):
-    nb = nbformat.read(starter_path(SOL / f"{stem}.py"), as_version=4)
-    ns = {}
-    for cell in nb.cells:
-        if cell.cell_type == "code" and "check(" not in cell.source:
-            exec(cell.source, ns)
-    return ns[TASKS[stem][1]]
+    return exercise_namespace(SOL / f"{stem}.py", solved=False)[TASKS[stem][1]]
 
 
 def failure(task_id, fn, capsys):

@@ -1,12 +1,10 @@
 """Memory-and-time exercises: solutions pass, starters fail, realistic slips get named."""
-import importlib.util
 from pathlib import Path
 
-import nbformat
 import pytest
 
 from minipar.grading import check
-from minipar.grading.notebooks import starter_path
+from minipar.grading.notebooks import exercise_namespace
 
 ROOT = Path(__file__).resolve().parents[1]
 SOL = ROOT / "exercises" / "memory_time" / "solutions"
@@ -17,19 +15,11 @@ TASKS = {"01_params": ("memory_time.params", "params"),
 
 
 def solution(stem):
-    spec = importlib.util.spec_from_file_location(stem, SOL / f"{stem}.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)                     # runs its check cell too (prints PASS)
-    return getattr(mod, TASKS[stem][1])
+    return exercise_namespace(SOL / f"{stem}.py", solved=True)[TASKS[stem][1]]
 
 
 def starter(stem):
-    nb = nbformat.read(starter_path(SOL / f"{stem}.py"), as_version=4)
-    ns = {}
-    for cell in nb.cells:
-        if cell.cell_type == "code" and "check(" not in cell.source:
-            exec(cell.source, ns)
-    return ns[TASKS[stem][1]]
+    return exercise_namespace(SOL / f"{stem}.py", solved=False)[TASKS[stem][1]]
 
 
 @pytest.mark.parametrize("stem", TASKS)

@@ -252,7 +252,6 @@ def _start_workers(n: int, deadline: float) -> list[_Worker]:
 
 
 def _take_workers(n: int, deadline: float) -> list[_Worker]:
-    global _pool
     dead = [w for w in _pool if not w.alive()]
     if dead:
         _kill(dead)

@@ -79,6 +79,17 @@ def build(script: Path, solved: bool) -> nbformat.NotebookNode:
     return nb
 
 
+def exercise_namespace(script: Path, solved: bool) -> dict:
+    """Run the code cells (not the check cells) of the solved or starter notebook of ``script``
+    and return their namespace: how tests get a reference solution or an untouched starter.
+    Its ``__name__`` is not an importable module, so cloudpickle ships its functions by value."""
+    ns = {"__name__": "exercise"}
+    for cell in build(Path(script), solved=solved).cells:
+        if cell.cell_type == "code" and CHECK_MARK not in cell.source:
+            exec(compile(cell.source, f"<{Path(script).stem}>", "exec"), ns)  # noqa: S102
+    return ns
+
+
 def scripts(root: Path = Path("exercises")) -> list[Path]:
     return sorted(root.glob("*/solutions/[0-9][0-9]_*.py"))
 
