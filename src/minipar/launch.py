@@ -152,9 +152,10 @@ def _worker_main(address: str, parent_pid: int) -> None:
         try:
             msg = conn.recv()
         except EOFError:
-            return
-        if msg is None:
-            return
+            msg = None
+        if msg is None:  # leave without running C++ destructors of torch's threads, which
+            sys.stdout.flush()  # can abort ("Resource deadlock avoided") at interpreter exit
+            os._exit(0)
         sys_path, payload = msg
         sys.path.extend(p for p in sys_path if p not in sys.path)  # so fn's module imports
         out = _RankStream(conn, lock)
