@@ -141,3 +141,19 @@ def test_workers_exit_when_caller_is_killed(tmp_path):
     while time.monotonic() < deadline and any(os.path.exists(f"/proc/{q}") for q in pids):
         time.sleep(0.2)
     assert not any(os.path.exists(f"/proc/{q}") for q in pids)
+
+
+def test_a_crashing_rank_is_reported_with_its_log():
+    def crash(rank, world_size):
+        import os
+        import sys
+        if rank == 1:
+            sys.stderr.flush()
+            os.write(2, b"native message before the crash\n")
+            os._exit(3)
+        return rank
+    with pytest.raises(RankError) as info:
+        run(crash, 2, timeout=30)
+    assert info.value.rank == 1 and "exit code 3" in str(info.value)
+    assert "native message before the crash" in info.value.remote_traceback
+    assert run(lambda r, w: r, 2) == [0, 1]

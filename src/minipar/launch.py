@@ -26,11 +26,14 @@ The same worker functions run under ``torchrun``; see :mod:`minipar.run`.
 from __future__ import annotations
 
 import atexit
+import faulthandler
 import multiprocessing.connection as mpc
+import itertools
 import linecache
 import os
 import re
 import secrets
+import shutil
 import signal
 import socket
 import subprocess
@@ -136,6 +139,7 @@ def _worker_main(address: str, parent_pid: int) -> None:
     kills the ranks of the interrupted call) and exits when the caller disappears.
     """
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    faulthandler.enable()  # a crash in C++ leaves a Python stack in the worker's log
     threading.Thread(target=_exit_when_orphaned, args=(parent_pid,), daemon=True).start()
     os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
     os.environ.setdefault("NCCL_SOCKET_IFNAME", "lo")
@@ -208,14 +212,23 @@ def _run_task(payload: bytes, dist, conn, lock, out) -> None:
 class _Worker:
     proc: subprocess.Popen
     conn: mpc.Connection
+    log: str  # the worker's own stdout/stderr (C++ messages, crashes), not its rank output
 
     def alive(self) -> bool:
         return self.proc.poll() is None
+
+    def log_tail(self, lines: int = 15) -> str:
+        try:
+            with open(self.log, errors="replace") as f:
+                return "".join(f.readlines()[-lines:])
+        except OSError:
+            return ""
 
 
 _pool: list[_Worker] = []
 _pool_lock = threading.Lock()
 _listener: mpc.Listener | None = None
+_serial = itertools.count()
 
 
 def _get_listener() -> mpc.Listener:
@@ -234,17 +247,26 @@ def _start_workers(n: int, deadline: float) -> list[_Worker]:
         return []
     listener = _get_listener()
     env = dict(os.environ, MINIPAR_AUTHKEY=listener._authkey.hex())  # noqa: SLF001
-    procs = [subprocess.Popen([sys.executable, "-m", "minipar.launch", listener.address,
-                               str(os.getpid())], env=env, stdin=subprocess.DEVNULL)
-             for _ in range(n)]
+    # A worker's file descriptors 1 and 2 go to a log file, not to the caller's: a notebook
+    # kernel forwards what its children write there into whatever cell runs at the time, and
+    # torch's C++ teardown messages would land in unrelated cells. Rank output (print) is sent
+    # back over the connection; the log is shown when a worker dies.
+    logs = [os.path.join(os.path.dirname(listener.address), f"worker-{next(_serial)}.log")
+            for _ in range(n)]
+    procs = []
+    for log in logs:
+        with open(log, "wb") as f:
+            procs.append(subprocess.Popen([sys.executable, "-m", "minipar.launch",
+                                           listener.address, str(os.getpid())], env=env,
+                                          stdin=subprocess.DEVNULL, stdout=f, stderr=f))
     workers = []
     listener._listener._socket.settimeout(max(deadline - time.monotonic(), 1.0))  # noqa: SLF001
     try:
         for _ in procs:
             conn = listener.accept()
             pid = conn.recv()
-            proc = next(p for p in procs if p.pid == pid)
-            workers.append(_Worker(proc, conn))
+            i = next(i for i, p in enumerate(procs) if p.pid == pid)
+            workers.append(_Worker(procs[i], conn, logs[i]))
     except Exception as e:
         for p in procs:
             p.kill()
@@ -290,6 +312,14 @@ def shutdown() -> None:
         _kill(list(_pool))
 
 
+def _remove_socket_dir() -> None:
+    if _listener is not None:
+        folder = os.path.dirname(_listener.address)
+        _listener.close()
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+atexit.register(_remove_socket_dir)  # runs after shutdown (atexit is last in, first out)
 atexit.register(shutdown)
 
 
@@ -363,8 +393,9 @@ def _collect(workers, fn, timeout) -> list:
             except (EOFError, OSError):
                 code = workers[r].proc.poll()
                 replies[r] = ("err", (f"a process exit (exit code {code})",
-                                      "the worker process died without a Python exception\n",
-                                      time.time()))
+                                      "the worker process died without a Python exception; "
+                                      f"the end of its log ({workers[r].log}):\n"
+                                      + workers[r].log_tail(), time.time()))
                 continue
             if kind == "out":
                 for line in payload.splitlines():
