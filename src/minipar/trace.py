@@ -35,7 +35,8 @@ from collections import OrderedDict
 from dataclasses import dataclass
 
 import torch
-import torch.distributed as dist
+import torch._dynamo  # noqa: F401  entering a dispatch mode imports it (~2 s): pay that here,
+import torch.distributed as dist  # not inside the first traced call's wall time
 from torch.utils._python_dispatch import TorchDispatchMode
 
 # c10d dispatcher op -> (course name, index of the argument whose bytes we report)
