@@ -7,6 +7,7 @@ show the error's one-line message in the live area instead of a traceback.
 """
 from __future__ import annotations
 
+import html
 from typing import Callable
 
 
@@ -37,7 +38,8 @@ def explorer(controls: dict, draw: Callable, title: str = "", show: bool = True)
             try:
                 fig = draw(**values())
             except ValueError as e:
-                status.value = f"<b style='color:#b00'>Impossible setting:</b> {e}"
+                status.value = ("<b style='color:#b00'>Impossible setting:</b> "
+                                + html.escape(str(e)))
                 return
             status.value = ""
             display(fig)
