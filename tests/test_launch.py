@@ -113,7 +113,7 @@ def test_script_without_main_guard_and_no_orphans(tmp_path):
     script.write_text(textwrap.dedent("""
         import os
         from minipar.launch import run
-        print("pids", *run(lambda r, w: os.getpid(), 2))
+        print("pids", *run(lambda r, w: os.getpid(), 2, backend="gloo"))
     """))
     out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
                          timeout=120)
@@ -130,7 +130,7 @@ def test_workers_exit_when_caller_is_killed(tmp_path):
     script.write_text(textwrap.dedent("""
         import os, sys, time
         from minipar.launch import run
-        print(*run(lambda r, w: os.getpid(), 2), flush=True)
+        print(*run(lambda r, w: os.getpid(), 2, backend="gloo"), flush=True)
         time.sleep(600)
     """))
     p = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True)

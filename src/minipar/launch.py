@@ -83,7 +83,7 @@ def choose_backend(backend: str, world_size: int) -> str:
         _announced.add((chosen, world_size))
         why = (f"{gpus} GPUs >= {world_size} ranks, one GPU per rank" if chosen == "nccl"
                else f"{gpus} GPUs < {world_size} ranks, so ranks run on the CPU")
-        print(f"minipar.launch: backend={chosen} ({why})", file=sys.stderr)
+        print(f"minipar.launch: backend={chosen} ({why})")  # stdout: part of a notebook's record
     return chosen
 
 
@@ -391,7 +391,10 @@ def _collect(workers, fn, timeout) -> list:
             try:
                 kind, payload = conn.recv()
             except (EOFError, OSError):
-                code = workers[r].proc.poll()
+                try:  # the connection closes a moment before the process is reaped
+                    code = workers[r].proc.wait(timeout=2)
+                except subprocess.TimeoutExpired:
+                    code = None
                 replies[r] = ("err", (f"a process exit (exit code {code})",
                                       "the worker process died without a Python exception; "
                                       f"the end of its log ({workers[r].log}):\n"

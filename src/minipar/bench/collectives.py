@@ -7,6 +7,11 @@ the median over iterations on each rank, then the max over ranks (the slowest ra
 the collective is done). Per (op, n) we fit the α-β model of the algorithm we assume the backend
 uses (``ASSUMED_ALGORITHM``) with :func:`minipar.cost.collectives.fit_alpha_beta`.
 
+The backend is the launcher's choice (``--backend auto``: NCCL with one GPU per rank when the
+machine has enough GPUs, else gloo on the CPU); tensors live on :func:`minipar.device.get_device`
+and every timed call is followed by :func:`minipar.device.synchronize`, so a GPU workstation
+reports its NVLink or PCIe numbers next to the model's prediction.
+
 A benchmark reports; it never asserts a speed. Numbers on a shared 2-core CPU are noisy.
 """
 from __future__ import annotations
@@ -34,7 +39,10 @@ def _call(op: str, numel: int, n: int):
     import torch
     import torch.distributed as dist
 
-    full, part = torch.ones(numel), torch.ones(numel // n)          # (S/4,), (S/4n,)
+    from minipar.device import get_device
+
+    dev = get_device()
+    full, part = torch.ones(numel, device=dev), torch.ones(numel // n, device=dev)  # (S/4,), (S/4n,)
     if op == "all-reduce":
         return lambda: dist.all_reduce(full)
     if op == "all-gather":
@@ -53,33 +61,39 @@ def _time_on_rank(rank: int, n: int, op: str, numel: int, iters: int, warmup: in
     """Median seconds of one ``op`` on this rank (runs on every rank)."""
     import torch.distributed as dist
 
+    from minipar.device import synchronize
+
     fn, times = _call(op, numel, n), []
     for i in range(warmup + iters):
         dist.barrier()
+        synchronize()
         t0 = time.perf_counter()
         fn()
+        synchronize()                                  # a GPU collective is queued, not done
         if i >= warmup:
             times.append(time.perf_counter() - t0)
     return statistics.median(times)
 
 
-def time_op(op: str, n: int, nbytes: int, iters: int = 5, warmup: int = 2) -> tuple[int, float]:
+def time_op(op: str, n: int, nbytes: int, iters: int = 5, warmup: int = 2,
+            backend: str = "auto") -> tuple[int, float]:
     """(S actually used in bytes, seconds: median over iterations, max over the n ranks)."""
     from minipar.launch import run
 
     numel = _numel(op, n, nbytes)
-    per_rank = run(_time_on_rank, n, op, numel, iters, warmup, backend="gloo", timeout=120)
+    per_rank = run(_time_on_rank, n, op, numel, iters, warmup, backend=backend, timeout=120)
     return numel * ELEMENT_BYTES, max(per_rank)
 
 
-def sweep(ops, ranks, sizes, iters: int = 5, progress: bool = True) -> list[dict]:
+def sweep(ops, ranks, sizes, iters: int = 5, progress: bool = True,
+          backend: str = "auto") -> list[dict]:
     """One row per (n, op, S): bytes, seconds, algbw and busbw (bytes/s, nccl-tests)."""
     from tqdm.auto import tqdm
 
     rows = []
     jobs = [(n, op, s) for n in ranks for op in ops for s in sizes]
     for n, op, s in tqdm(jobs, desc="bench collectives", file=sys.stderr, disable=not progress):
-        nbytes, t = time_op(op, n, s, iters)
+        nbytes, t = time_op(op, n, s, iters, backend=backend)
         rows.append(dict(op=op, n=n, bytes=nbytes, seconds=t, algbw=cc.algbw(nbytes, t),
                          busbw=cc.busbw(op, n, nbytes, t)))
     return rows
@@ -101,33 +115,39 @@ def fit(rows: list[dict]) -> list[dict]:
     return fits
 
 
-def ring_vs_dist(sizes, n: int = 4, iters: int = 5) -> list[dict]:
+def ring_vs_dist(sizes, n: int = 4, iters: int = 5, backend: str = "auto") -> list[dict]:
     """Our send/recv ring all-reduce against ``dist.all_reduce`` (ratio > 1: ours is slower)."""
     rows = []
     for s in sizes:
-        nbytes, t_ring = time_op("ring-all-reduce", n, s, iters)
-        _, t_dist = time_op("all-reduce", n, s, iters)
+        nbytes, t_ring = time_op("ring-all-reduce", n, s, iters, backend=backend)
+        _, t_dist = time_op("all-reduce", n, s, iters, backend=backend)
         rows.append(dict(n=n, bytes=nbytes, ring_seconds=t_ring, dist_seconds=t_dist,
                          ratio=t_ring / t_dist))
     return rows
 
 
-def machine() -> dict:
+def machine(backend: str = "gloo") -> dict:
     import os
 
     import torch
+    gpu = torch.cuda.get_device_name(0) if backend == "nccl" else None
     return dict(platform=platform.platform(), processor=platform.processor(),
-                cpu_count=os.cpu_count(), torch=torch.__version__, backend="gloo",
+                cpu_count=os.cpu_count(), torch=torch.__version__, backend=backend, gpu=gpu,
                 dtype="float32")
 
 
 def run_benchmark(ops=OPS, ranks=(2, 4), sizes=None, iters: int = 5, ring_sizes=None,
-                  progress: bool = True) -> dict:
+                  progress: bool = True, backend: str = "auto") -> dict:
     """The whole benchmark as one JSON-ready dict (what ``--json`` writes)."""
+    from minipar.launch import choose_backend
+
     sizes = sizes or [4 * 4**k * 1024 for k in range(7)]            # 4 KiB … 16 MiB
-    rows = sweep(ops, ranks, sizes, iters, progress)
-    ring = ring_vs_dist(ring_sizes, 4, iters) if ring_sizes else []
-    return dict(machine=machine(), iters=iters, results=rows, fits=fit(rows), ring_vs_dist=ring)
+    ranks = list(ranks)
+    backend = choose_backend(backend, max(ranks + [4 if ring_sizes else 2]))  # one for all runs
+    rows = sweep(ops, ranks, sizes, iters, progress, backend)
+    ring = ring_vs_dist(ring_sizes, 4, iters, backend) if ring_sizes else []
+    return dict(machine=machine(backend), iters=iters, results=rows, fits=fit(rows),
+                ring_vs_dist=ring)
 
 
 # ----------------------------------------------------------------------------- command line
@@ -198,7 +218,11 @@ def _main(args) -> int:
         raise _error(f"--iters ({iters}) must be >= 1")
     if len(sizes) < 2:
         print("note: one size only, so no α-β fit", file=sys.stderr)
-    result = run_benchmark(ops, ranks, sizes, iters, parse_sizes(preset["ring_sizes"]))
+    try:
+        result = run_benchmark(ops, ranks, sizes, iters, parse_sizes(preset["ring_sizes"]),
+                               backend=args.backend)
+    except ValueError as e:  # e.g. --backend nccl without a GPU per rank
+        raise _error(str(e)) from None
     from .collectives_report import plot, table
     print(table(result))
     if args.json:
@@ -212,7 +236,7 @@ def _main(args) -> int:
 
 
 def add_bench_parser(bench_sub) -> None:
-    p = bench_sub.add_parser("collectives", help="time collectives on gloo ranks, fit α and β, "
+    p = bench_sub.add_parser("collectives", help="time collectives on this machine's ranks, fit α and β, "
                                                  "report algbw/busbw")
     p.add_argument("--ops", help=f"comma list from {','.join(OPS)} (default: all)")
     p.add_argument("--ranks", help="comma list of rank counts (default 2,4)")
@@ -220,6 +244,8 @@ def add_bench_parser(bench_sub) -> None:
     p.add_argument("--iters", type=int, help="timed iterations per point (default 5)")
     p.add_argument("--json", metavar="PATH", help="write the result as JSON")
     p.add_argument("--plot", metavar="PATH", help="write the measured-vs-model figure")
+    p.add_argument("--backend", choices=["auto", "gloo", "nccl"], default="auto",
+                   help="auto: NCCL with one GPU per rank if there are enough GPUs, else gloo")
     p.add_argument("--quick", action="store_true",
                    help="a small sweep (seconds): all-reduce,all-gather; 2 ranks; 4KiB..256KiB")
     p.set_defaults(func=_main)

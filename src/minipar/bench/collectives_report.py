@@ -7,7 +7,11 @@ from minipar.cost.units import fmt_bytes, fmt_seconds
 
 def table(result: dict) -> str:
     """Measured points, fitted α/β per (op, n), and the ring-vs-dist ratios, as text."""
-    lines = [f"{'op':<15}{'n':>3}{'size':>12}{'time':>12}{'algbw GB/s':>12}{'busbw GB/s':>12}"]
+    m = result.get("machine", {})
+    where = f"{m.get('backend', '?')} on " + (m["gpu"] if m.get("gpu") else
+                                               f"{m.get('cpu_count', '?')} CPU cores")
+    lines = [f"backend: {where}, {m.get('dtype', 'float32')}",
+             f"{'op':<15}{'n':>3}{'size':>12}{'time':>12}{'algbw GB/s':>12}{'busbw GB/s':>12}"]
     for r in result["results"]:
         lines.append(f"{r['op']:<15}{r['n']:>3}{fmt_bytes(r['bytes']):>12}"
                      f"{fmt_seconds(r['seconds']):>12}{r['algbw'] / 1e9:>12.3f}"
