@@ -5,8 +5,10 @@ and only rendezvous. Both are timed in one run, on a function that does one all-
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import statistics
+import sys
 import time
 
 
@@ -52,7 +54,8 @@ def _main(args) -> int:
         raise CliError(f"--ranks must be between 1 and 64, got {args.ranks}")
     if args.repeats < 1:
         raise CliError(f"--repeats must be at least 1, got {args.repeats}")
-    r = measure(args.ranks, args.repeats)
+    with contextlib.redirect_stdout(sys.stderr if args.json else sys.stdout):
+        r = measure(args.ranks, args.repeats)  # the launcher's note must not break the JSON
     if args.json:
         print(json.dumps(r))
     else:
