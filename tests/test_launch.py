@@ -157,3 +157,16 @@ def test_a_crashing_rank_is_reported_with_its_log():
     assert info.value.rank == 1 and "exit code 3" in str(info.value)
     assert "native message before the crash" in info.value.remote_traceback
     assert run(lambda r, w: r, 2) == [0, 1]
+
+
+def test_a_stale_group_counter_cannot_split_the_rendezvous():
+    """torch names the default group's store prefix after a process-wide counter. A worker whose
+    counter was left behind (here on purpose) must still meet the others (it used to hang)."""
+    def poison(rank, world_size):
+        import torch.distributed as dist
+        if rank == 0:
+            dist.destroy_process_group()
+            dist.distributed_c10d._world.group_count = 3
+        return rank
+    assert run(poison, 2, timeout=30) == [0, 1]
+    assert run(lambda r, w: r, 2, timeout=30) == [0, 1]

@@ -190,6 +190,10 @@ def _run_task(payload: bytes, dist, conn, lock, out) -> None:
         torch.set_num_threads(task["threads"])
         _device.set_backend(task["backend"], local_rank=rank)
         limit = datetime.timedelta(seconds=task["timeout"])
+        # The default group's store prefix is named after a process-wide counter that a failed
+        # init or teardown can leave behind; ranks whose counters differ wait for each other's
+        # keys forever. Every task starts from zero.
+        dist.distributed_c10d._world.group_count = 0
         store = dist.TCPStore("127.0.0.1", task["port"], world, is_master=False, timeout=limit)
         dist.init_process_group(task["backend"], store=store, rank=rank, world_size=world,
                                 timeout=limit)
