@@ -14,7 +14,7 @@ help:
 	@echo "make fast       inner loop: unit tests without the slow multi-process ones (~1 min)"
 	@echo "make grade      grade your exercise notebooks and print a score table"
 	@echo "make exercises  regenerate the starter notebooks from exercises/*/solutions/*.py"
-	@echo "make bench      benchmarks on this machine (collectives sweep, data parallel)"
+	@echo "make bench      benchmarks on this machine (launcher latency, collectives sweep, data parallel)"
 
 $(STAMP): requirements.txt pyproject.toml
 	@test -x $(PY) || python3 -m venv .venv
@@ -54,8 +54,9 @@ grade: $(STAMP)
 	.venv/bin/minipar grade exercises
 
 bench: $(STAMP)
+	.venv/bin/minipar bench launch --ranks 4
 	.venv/bin/minipar bench collectives
-	-.venv/bin/minipar bench dp --ranks 4
+	.venv/bin/minipar bench dp --ranks 4
 
 clean:
 	rm -rf _build
