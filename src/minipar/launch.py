@@ -271,9 +271,11 @@ def _start_workers(n: int, deadline: float) -> list[_Worker]:
             pid = conn.recv()
             i = next(i for i, p in enumerate(procs) if p.pid == pid)
             workers.append(_Worker(procs[i], conn, logs[i]))
-    except Exception as e:
+    except BaseException as e:  # a time-out, or an interrupt while they start: leave none behind
         for p in procs:
             p.kill()
+        if not isinstance(e, Exception):
+            raise
         raise TimeoutError(f"minipar workers did not start in time: {e}") from e
     return workers
 
