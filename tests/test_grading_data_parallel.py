@@ -1,16 +1,13 @@
 """Data-parallel exercises: solutions pass, starters fail, realistic mistakes get named."""
 import contextlib
-from pathlib import Path
 
 import pytest
 import torch
 import torch.distributed as dist
 
+from grading_support import exercise_function, failure
 from minipar.grading import check
-from minipar.grading.notebooks import exercise_namespace
 
-ROOT = Path(__file__).resolve().parents[1]
-SOL = ROOT / "exercises" / "data_parallel" / "solutions"
 TASKS = {"01_average_gradients": ("data_parallel.average_gradients", "average_gradients"),
          "02_bucketed": ("data_parallel.bucketed", "Bucketed"),
          "03_accumulation": ("data_parallel.accumulation", "accumulation_step"),
@@ -18,19 +15,11 @@ TASKS = {"01_average_gradients": ("data_parallel.average_gradients", "average_gr
 
 
 def solution(stem):
-    return exercise_namespace(SOL / f"{stem}.py", solved=True)[TASKS[stem][1]]
+    return exercise_function("data_parallel", stem, TASKS[stem][1], solved=True)
 
 
 def starter(stem):
-    return exercise_namespace(SOL / f"{stem}.py", solved=False)[TASKS[stem][1]]
-
-
-def failure(task_id, fn, capsys):
-    capsys.readouterr()
-    assert not check(task_id, fn)
-    out = capsys.readouterr().out
-    assert out.count("\n") == 1 and out.startswith(f"FAIL {task_id}: ")
-    return out
+    return exercise_function("data_parallel", stem, TASKS[stem][1], solved=False)
 
 
 @pytest.mark.slow

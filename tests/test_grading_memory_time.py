@@ -1,13 +1,10 @@
 """Memory-and-time exercises: solutions pass, starters fail, realistic slips get named."""
-from pathlib import Path
 
 import pytest
 
+from grading_support import exercise_function, failure
 from minipar.grading import check
-from minipar.grading.notebooks import exercise_namespace
 
-ROOT = Path(__file__).resolve().parents[1]
-SOL = ROOT / "exercises" / "memory_time" / "solutions"
 TASKS = {"01_params": ("memory_time.params", "params"),
          "02_zero_bytes": ("memory_time.zero_bytes", "zero_bytes"),
          "03_activations": ("memory_time.activations", "activation_bytes"),
@@ -15,11 +12,11 @@ TASKS = {"01_params": ("memory_time.params", "params"),
 
 
 def solution(stem):
-    return exercise_namespace(SOL / f"{stem}.py", solved=True)[TASKS[stem][1]]
+    return exercise_function("memory_time", stem, TASKS[stem][1], solved=True)
 
 
 def starter(stem):
-    return exercise_namespace(SOL / f"{stem}.py", solved=False)[TASKS[stem][1]]
+    return exercise_function("memory_time", stem, TASKS[stem][1], solved=False)
 
 
 @pytest.mark.parametrize("stem", TASKS)
@@ -28,14 +25,6 @@ def test_solution_passes_and_starter_fails(stem, capsys):
     assert check(task_id, solution(stem))
     assert not check(task_id, starter(stem))
     assert "not implemented yet" in capsys.readouterr().out.splitlines()[-1]
-
-
-def failure(task_id, fn, capsys):
-    capsys.readouterr()
-    assert not check(task_id, fn)
-    out = capsys.readouterr().out
-    assert out.count("\n") == 1 and out.startswith(f"FAIL {task_id}: ")
-    return out
 
 
 @pytest.mark.parametrize("fn, reason", [
