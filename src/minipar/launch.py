@@ -239,7 +239,9 @@ def _get_listener() -> mpc.Listener:
     """A Unix-socket listener the workers dial back to (local to this machine by construction)."""
     global _listener
     if _listener is None:
-        path = os.path.join(tempfile.mkdtemp(prefix="minipar-"), "launcher.sock")
+        # A Unix socket path must stay under ~100 bytes: fall back to /tmp if TMPDIR is deep.
+        base = None if len(tempfile.gettempdir()) < 64 or not os.path.isdir("/tmp") else "/tmp"
+        path = os.path.join(tempfile.mkdtemp(prefix="minipar-", dir=base), "launcher.sock")
         _listener = mpc.Listener(path, family="AF_UNIX", authkey=secrets.token_bytes(16))
     return _listener
 
