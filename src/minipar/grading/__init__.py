@@ -151,12 +151,17 @@ def close(actual, expected, what: str, rtol: float = 1e-5, atol: float = 1e-6) -
         raise GradeFailure(f"{what}: wrong values (max abs error {err:.3g})")
 
 
+def as_number(value, complaint: str) -> float:
+    """``float(value)``, or :class:`GradeFailure` "<complaint>, got <value>"."""
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        raise GradeFailure(f"{complaint}, got {value!r}") from None
+
+
 def close_number(actual, expected: float, what: str, rel: float = 0.01) -> None:
     """Numeric answer within a relative tolerance, with the expected order of magnitude hinted."""
-    try:
-        x = float(actual)
-    except (TypeError, ValueError):
-        raise GradeFailure(f"{what}: expected a number, got {actual!r}") from None
+    x = as_number(actual, f"{what}: expected a number")
     if not abs(x - expected) <= rel * abs(expected):
         side = "too large" if x > expected else "too small"
         raise GradeFailure(f"{what}: {x:.4g} is {side} (tolerance {rel:.0%}); check units "

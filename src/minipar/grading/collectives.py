@@ -8,7 +8,7 @@ rank r holds 8^r, so the base-8 digits of a sum count how often each rank's valu
 from __future__ import annotations
 
 from minipar.cost import collectives as cc
-from minipar.grading import GradeFailure, close_number, task
+from minipar.grading import GradeFailure, as_number, close_number, task
 
 RANKS = (2, 3, 4)          # a failing call restarts only its ranks' workers: fail small first
 
@@ -176,11 +176,7 @@ def check_alpha_beta_time(candidate):
              (64, 4e9, 5e-6, 50e9), (16, 1024, 3e-5, 12.5e9)]
     for n, S, a, bw in cases:
         want = cc.collective_time("all-reduce", "ring", n, S, a, bw)
-        got = candidate(n, S, a, bw)
-        try:
-            got = float(got)
-        except (TypeError, ValueError):
-            raise GradeFailure(f"return seconds as a number, got {got!r}") from None
+        got = as_number(candidate(n, S, a, bw), "return seconds as a number")
         if abs(got - want) <= 1e-6 * want:
             continue
         where = f"n={n}, S={S:g} B, α={a:g} s, bandwidth={bw:g} B/s"
@@ -200,11 +196,8 @@ def check_busbw(candidate):
     for op in ("all-reduce", "all-gather", "reduce-scatter", "broadcast"):
         for n in (2, 8):
             S, t = 1e9, 0.02
-            want, got = cc.busbw(op, n, S, t), candidate(op, n, S, t)
-            try:
-                got = float(got)
-            except (TypeError, ValueError):
-                raise GradeFailure(f"return bytes/s as a number, got {got!r}") from None
+            want = cc.busbw(op, n, S, t)
+            got = as_number(candidate(op, n, S, t), "return bytes/s as a number")
             if abs(got - want) <= 1e-6 * want:
                 continue
             where = f"{op}, n={n}, S={S:g} B, t={t} s"

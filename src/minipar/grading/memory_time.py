@@ -9,7 +9,7 @@ from __future__ import annotations
 from minipar.cost.memory import activation_bytes_per_layer, model_state_bytes
 from minipar.cost.model import flops_per_iteration, param_count
 
-from . import GradeFailure, task
+from . import GradeFailure, as_number, task
 
 
 def _near(x, y, rel):
@@ -24,11 +24,7 @@ def _grade(candidate, configs, expected, slips, rel=1e-6,
     for cfg in configs:
         what = ", ".join(f"{k}={v:g}" if isinstance(v, float) else f"{k}={v}"
                          for k, v in cfg.items())
-        x, want = candidate(**cfg), expected(**cfg)
-        try:
-            x = float(x)
-        except (TypeError, ValueError):
-            raise GradeFailure(f"for {what}: expected a number, got {x!r}") from None
+        x, want = as_number(candidate(**cfg), f"for {what}: expected a number"), expected(**cfg)
         if _near(x, want, rel):
             continue
         for reason, value in slips(**cfg).items():
