@@ -12,6 +12,7 @@ import sys
 
 _COMMAND_MODULES = [
     "minipar.cost.cli",       # params, flops, memory, activations, bubble, collective
+    "minipar.cost.planner",   # plan
     "minipar.bench.cli",      # bench collectives, bench dp, ...
     "minipar.grading.cli",    # grade
 ]
