@@ -1,54 +1,62 @@
-"""Explorers: the default view draws (it is what the static site shows); impossible settings
-show a one-line message in the widget instead of a traceback."""
+"""Explorers: a widget with a kernel, a self-contained HTML copy without one.
+
+The JavaScript models are checked against Python in test_explorer_parity.py and in a real
+browser in test_site_browser.py; here: the Python side and the inline script."""
+import json
+import re
+import subprocess
+
 import matplotlib
+import pytest
 
 matplotlib.use("Agg")
 
-import pytest  # noqa: E402
+from minipar.widgets import bundle, chapter_files, classic_script, static_html  # noqa: E402
+from minipar.widgets.parity import NODE, node_available  # noqa: E402
+
+SLUGS = ["collectives"]
 
 
-def _controls(box):
-    return {w.description: w for row in box.children[1:3] for w in row.children}
+@pytest.mark.parametrize("slug", SLUGS)
+def test_static_html_is_self_contained(slug):
+    page = static_html(slug, slug if slug == "collectives" else "x", {"n": 3}, {"k": "</script>"})
+    assert "minipar-explorer-mount" in page and "mountExplorer(" in page
+    assert not re.search(r"""(src|href)\s*=\s*["']?(https?:)?//""", page)   # nothing to fetch
+    assert re.search(r"^\s*(import|export)\b", classic_script(slug), re.M) is None
+    assert page.count("</script>") == 1                       # the config cannot close it early
 
 
-def test_collectives_explorer():
-    from minipar.widgets.collectives import collectives_explorer, draw
-    assert draw("all-reduce", "ring", 8, 2**26, "nvlink4-h100").axes
-    box = collectives_explorer(show=False)
-    c = _controls(box)
-    c["op"].value = "all-gather"
-    c["algorithm"].value = "rabenseifner"
-    assert "Impossible setting" in box.status.value and "all-gather" in box.status.value
-    c["algorithm"].value = "ring"
-    assert box.status.value == ""
-    c["link"].value = c["link"].options[-1]      # "this machine, fitted" without a fit
-    assert "Impossible" not in box.status.value
+@pytest.mark.skipif(not node_available(), reason="Node.js not installed")
+@pytest.mark.parametrize("slug", SLUGS)
+def test_classic_script_parses(slug, tmp_path):
+    path = tmp_path / "x.js"
+    path.write_text(classic_script(slug))
+    subprocess.run([NODE, "--check", str(path)], check=True)
 
 
-def test_data_parallel_explorers():
-    from minipar.widgets.data_parallel import (dp_step_explorer, dp_step_figure,
-                                               zero_memory_explorer, zero_memory_figure)
-    assert dp_step_figure().axes and zero_memory_figure().axes
-    with pytest.raises(ValueError, match=r"ranks \(0\) must be >= 1"):
-        dp_step_figure(ranks=0)
-    box = dp_step_explorer(show=False)
-    c = _controls(box)
-    c["overlap"].value = False
-    assert box.status.value == ""
-    zbox = zero_memory_explorer(show=False)
-    assert zbox.status.value.startswith("<i>")  # untouched: the hint, no error
+def test_bundle_orders_dependencies_first(tmp_path, monkeypatch):
+    import minipar.widgets as W
+    (tmp_path / "a.js").write_text("// minipar-requires: b\nexport function fa() {}\n")
+    (tmp_path / "b.js").write_text("export function fb() {}\n")
+    (tmp_path / "c.js").write_text("// minipar-requires: d\n")
+    (tmp_path / "d.js").write_text("// minipar-requires: c\n")
+    monkeypatch.setattr(W, "JS_DIR", tmp_path)
+    assert chapter_files("a") == ["b", "a"]
+    with pytest.raises(ValueError, match="cycle: c -> d -> c"):
+        chapter_files("c")
+    with pytest.raises(ValueError, match=r"slug \('nope'\) has no file nope.js"):
+        chapter_files("nope")
 
 
-def test_explorer_shows_the_message_of_a_value_error():
-    import ipywidgets as w
-
-    from minipar.widgets import explorer
-
-    def draw(x):
-        if x < 0:
-            raise ValueError(f"x ({x}) must be >= 0")
-        import matplotlib.pyplot as plt
-        return plt.figure()
-    box = explorer({"x": w.IntText(value=1, description="x")}, draw, show=False)
-    box.children[1].children[0].value = -2
-    assert "x (-2) must be &gt;= 0" in box.status.value          # escaped: it is HTML
+def test_explorer_widget_carries_model_and_static_copy():
+    from minipar.widgets.collectives import MACHINE, collectives_explorer
+    w = collectives_explorer(fitted=(2e-4, 1e9), n=3)
+    assert w.explorer == "collectives" and w.values == {"n": 3}
+    assert w.config["links"][MACHINE] == {"alpha": 2e-4, "bandwidth": 1e9, "source": w.config[
+        "links"][MACHINE]["source"]}
+    assert "registerExplorer(\"collectives\"" in w._esm and "export default" in w._esm
+    data, _ = w._repr_mimebundle_()
+    assert "application/vnd.jupyter.widget-view+json" in data
+    html = data["text/html"]
+    assert json.dumps({"n": 3}) in html and "rough default" not in html
+    assert bundle("collectives") == w._esm

@@ -1,0 +1,426 @@
+// minipar explorer framework: controls, redraw, error messages and small SVG charts.
+//
+// No imports, no dependencies, no network. Python (minipar/widgets/__init__.py) concatenates this
+// file, the chapter files a chapter needs, and the chapter's own <slug>.js into ONE module:
+//   * an ES module for anywidget (JupyterLab / Notebook with a kernel), whose default export is
+//     {render}, and for Node.js (the parity tests);
+//   * a classic <script> for the static site (the `export` keywords are stripped), inlined next
+//     to the explorer's <div>, so a page opened from disk or with no network still works.
+// A chapter registers each explorer with registerExplorer(name, spec), spec = {title, controls,
+// draw(values, config) -> HTML/SVG string}. draw throws Error(message) for an impossible
+// setting; the message is shown in the output instead of a figure.
+//
+// DOM contract (the browser test relies on it): root element class "minipar-explorer"
+// (data-explorer = name), figure in class "minipar-explorer-output", a message in class
+// "minipar-explorer-message"; every control change redraws and bumps root.dataset.redraws.
+
+const REGISTRY = {};
+
+export function registerExplorer(name, spec) {
+  REGISTRY[name] = spec;
+}
+
+export function explorerNames() {
+  return Object.keys(REGISTRY);
+}
+
+function specFor(name) {
+  const spec = REGISTRY[name];
+  if (!spec) throw new Error(`explorer (${name}) is not registered; known: ${explorerNames().join(", ")}`);
+  return spec;
+}
+
+export function escapeHtml(text) {
+  return String(text).replace(/[&<>"']/g, (c) => ({"&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;", "'": "&#39;"}[c]));
+}
+
+// Default values of an explorer's controls, overridden by `values`.
+export function defaultValues(name, values) {
+  const out = {};
+  for (const c of specFor(name).controls) out[c.name] = c.value;
+  return Object.assign(out, values || {});
+}
+
+// The explorer's output for these values: {html, error}. Never throws.
+export function drawExplorer(name, values, config) {
+  const spec = specFor(name);
+  const v = defaultValues(name, values);
+  try {
+    for (const c of spec.controls) {
+      if (c.type === "number" && !Number.isFinite(v[c.name])) {
+        throw new Error(`${c.label || c.name} (${v[c.name]}) must be a number`);
+      }
+    }
+    return {html: spec.draw(v, config || {}), error: null};
+  } catch (e) {
+    const msg = e && e.message ? e.message : String(e);
+    return {html: `<p class="minipar-explorer-message"><b>Impossible setting:</b> ${escapeHtml(msg)}</p>`, error: msg};
+  }
+}
+
+const CSS = `
+.minipar-explorer{border:1px solid #d0d7de;border-radius:6px;padding:.6em .8em;margin:1em 0;font-size:.9em;max-width:100%;overflow:hidden}
+.minipar-explorer-title{font-weight:600;margin-bottom:.4em}
+.minipar-explorer-controls{display:flex;flex-wrap:wrap;gap:.4em 1.2em;margin-bottom:.5em}
+.minipar-explorer-controls label{display:flex;align-items:center;gap:.35em;white-space:nowrap}
+.minipar-explorer-controls input[type=number]{width:7em}
+.minipar-explorer-controls output{min-width:4.5em;font-variant-numeric:tabular-nums}
+.minipar-explorer-output svg{max-width:100%;height:auto;display:block}
+.minipar-explorer-output .row{display:flex;flex-wrap:wrap;gap:.5em}
+.minipar-explorer-output .row>svg{flex:1 1 320px;min-width:0}
+.minipar-explorer-output p{margin:.3em 0}
+.minipar-explorer-message{color:#a40000}
+.minipar-explorer-note{color:#555;font-size:.9em}
+`;
+
+function ensureStyle(doc) {
+  if (doc.getElementById("minipar-explorer-style")) return;
+  const s = doc.createElement("style");
+  s.id = "minipar-explorer-style";
+  s.textContent = CSS;
+  (doc.head || doc.body).appendChild(s);
+}
+
+function makeControl(doc, c, value) {
+  const label = doc.createElement("label");
+  label.append(doc.createTextNode((c.label || c.name) + " "));
+  let input;
+  let read;
+  if (c.type === "select") {
+    input = doc.createElement("select");
+    c.options.forEach((opt, i) => {
+      const [text, val] = Array.isArray(opt) ? opt : [String(opt), opt];
+      const o = doc.createElement("option");
+      o.value = String(i);
+      o.textContent = text;
+      if (val === value) o.selected = true;
+      input.append(o);
+    });
+    read = () => {
+      const opt = c.options[Number(input.value)];
+      return Array.isArray(opt) ? opt[1] : opt;
+    };
+  } else if (c.type === "range") {            // a slider over a list of values
+    input = doc.createElement("input");
+    input.type = "range";
+    input.min = "0";
+    input.max = String(c.values.length - 1);
+    input.step = "1";
+    const i0 = c.values.indexOf(value);
+    input.value = String(i0 < 0 ? 0 : i0);
+    const out = doc.createElement("output");
+    const labelOf = (i) => (c.labels ? c.labels[i] : String(c.values[i]));
+    out.textContent = labelOf(Number(input.value));
+    input.addEventListener("input", () => { out.textContent = labelOf(Number(input.value)); });
+    label.append(input, out);
+    read = () => c.values[Number(input.value)];
+    return {label, input, read};
+  } else if (c.type === "checkbox") {
+    input = doc.createElement("input");
+    input.type = "checkbox";
+    input.checked = Boolean(value);
+    read = () => input.checked;
+  } else {                                    // "number"
+    input = doc.createElement("input");
+    input.type = "number";
+    if (c.min !== undefined) input.min = String(c.min);
+    if (c.max !== undefined) input.max = String(c.max);
+    input.step = c.step === undefined ? "any" : String(c.step);
+    input.value = String(value);
+    read = () => (input.value.trim() === "" ? NaN : Number(input.value));
+  }
+  label.append(input);
+  return {label, input, read};
+}
+
+// Build the explorer inside `container`; onChange(values) is called after each user change.
+export function mountExplorer(container, name, values, config, onChange) {
+  const doc = container.ownerDocument;
+  ensureStyle(doc);
+  const spec = specFor(name);
+  const start = defaultValues(name, values);
+  const cfg = config || {};
+  // a control may take its options from the config (e.g. link presets that Python supplies)
+  const resolved = spec.controls.map((c) => (c.configOptions && cfg[c.configOptions]
+    ? {...c, options: Object.keys(cfg[c.configOptions])} : c));
+  const root = doc.createElement("div");
+  root.className = "minipar-explorer";
+  root.dataset.explorer = name;
+  root.dataset.redraws = "0";
+  const title = doc.createElement("div");
+  title.className = "minipar-explorer-title";
+  title.textContent = spec.title;
+  const controls = doc.createElement("div");
+  controls.className = "minipar-explorer-controls";
+  const output = doc.createElement("div");
+  output.className = "minipar-explorer-output";
+  output.setAttribute("aria-live", "polite");
+  const made = resolved.map((c) => ({c, ...makeControl(doc, c, start[c.name])}));
+  for (const m of made) controls.append(m.label);
+  const current = () => {
+    const v = {};
+    for (const m of made) v[m.c.name] = m.read();
+    return v;
+  };
+  const redraw = (user) => {
+    const v = current();
+    const r = drawExplorer(name, v, config);
+    output.innerHTML = r.html;
+    root.dataset.error = r.error ? "1" : "0";
+    root.dataset.redraws = String(Number(root.dataset.redraws) + 1);
+    if (user && onChange) onChange(v);
+  };
+  for (const m of made) {
+    m.input.addEventListener(m.c.type === "range" ? "input" : "change", () => redraw(true));
+    if (m.c.type === "number") m.input.addEventListener("input", () => redraw(true));
+  }
+  root.append(title, controls, output);
+  container.replaceChildren(root);
+  redraw(false);
+  return root;
+}
+
+// ---------------------------------------------------------------------------------------------
+// SVG charts. Every function returns an <svg> string with a viewBox, so it scales to the page.
+
+const PALETTE = ["#4c72b0", "#dd8452", "#55a868", "#c44e52", "#8172b3", "#937860", "#da8bc3", "#8c8c8c"];
+export {PALETTE};
+
+function fmtTick(v) {
+  const a = Math.abs(v);
+  if (a === 0) return "0";
+  if (a >= 1e4 || a < 1e-3) {
+    const e = Math.floor(Math.log10(a) + 1e-9);
+    const m = v / 10 ** e;
+    return (Math.abs(m - 1) < 1e-9 ? "" : `${+m.toFixed(1)}×`) + `10${supNum(e)}`;
+  }
+  return String(+v.toPrecision(3));
+}
+
+function supNum(e) {
+  const sup = {"-": "⁻", 0: "⁰", 1: "¹", 2: "²", 3: "³", 4: "⁴", 5: "⁵", 6: "⁶", 7: "⁷", 8: "⁸", 9: "⁹"};
+  return String(e).split("").map((ch) => sup[ch]).join("");
+}
+
+function linearTicks(lo, hi, count) {
+  if (!(hi > lo)) hi = lo + 1;
+  const raw = (hi - lo) / count;
+  const mag = 10 ** Math.floor(Math.log10(raw));
+  const step = [1, 2, 2.5, 5, 10].map((m) => m * mag).find((s) => s >= raw) || 10 * mag;
+  const ticks = [];
+  for (let t = Math.ceil(lo / step) * step; t <= hi + step * 1e-9; t += step) ticks.push(+t.toPrecision(12));
+  return ticks;
+}
+
+function logTicks(lo, hi) {
+  const a = Math.floor(Math.log10(lo));
+  const b = Math.ceil(Math.log10(hi));
+  const every = Math.max(1, Math.ceil((b - a) / 7));
+  const ticks = [];
+  for (let e = a; e <= b; e += every) ticks.push(10 ** e);
+  return ticks;
+}
+
+function scale(lo, hi, a, b, log) {
+  if (log) {
+    const l0 = Math.log10(lo);
+    const l1 = Math.log10(hi);
+    return (v) => a + ((Math.log10(v) - l0) / (l1 - l0 || 1)) * (b - a);
+  }
+  return (v) => a + ((v - lo) / (hi - lo || 1)) * (b - a);
+}
+
+function text(x, y, s, attrs) {
+  return `<text x="${x.toFixed(1)}" y="${y.toFixed(1)}" ${attrs || ""}>${escapeHtml(s)}</text>`;
+}
+
+function legend(items, x, y, maxWidth) {
+  let out = "";
+  let cx = x;
+  let cy = y;
+  for (const it of items) {
+    const w = 22 + 6.2 * it.name.length;
+    if (cx + w > x + maxWidth && cx > x) { cx = x; cy += 15; }
+    const mark = it.kind === "line"
+      ? `<line x1="${cx}" y1="${cy - 4}" x2="${cx + 14}" y2="${cy - 4}" stroke="${it.color}" stroke-width="2" ${it.dash ? 'stroke-dasharray="4 3"' : ""}/>`
+      : `<rect x="${cx}" y="${cy - 9}" width="12" height="10" fill="${it.color}"/>`;
+    out += mark + text(cx + 18, cy, it.name, 'font-size="11"');
+    cx += w + 8;
+  }
+  return {svg: out, bottom: cy};
+}
+
+// Line chart. opts: {title, xlabel, ylabel, xlog, ylog, series: [{name, xs, ys, color, dash}],
+// points: [{x, y, color, label}], hlines: [{y, label, color}], width, height}
+export function lineChart(opts) {
+  const W = opts.width || 460;
+  const H = opts.height || 300;
+  const m = {l: 64, r: 12, t: 26, b: 62};
+  const xs = [];
+  const ys = [];
+  for (const s of opts.series) { xs.push(...s.xs); ys.push(...s.ys); }
+  for (const p of opts.points || []) { xs.push(p.x); ys.push(p.y); }
+  for (const h of opts.hlines || []) ys.push(h.y);
+  const okX = xs.filter((v) => Number.isFinite(v) && (!opts.xlog || v > 0));
+  const okY = ys.filter((v) => Number.isFinite(v) && (!opts.ylog || v > 0));
+  let [x0, x1] = [Math.min(...okX), Math.max(...okX)];
+  let [y0, y1] = [Math.min(...okY), Math.max(...okY)];
+  if (!opts.ylog) { y0 = Math.min(0, y0); y1 = y1 * 1.08 || 1; }
+  if (opts.ylog) { if (y1 === y0) { y0 /= 2; y1 *= 2; } y0 = 10 ** Math.floor(Math.log10(y0)); y1 = 10 ** Math.ceil(Math.log10(y1)); }
+  if (opts.xlog) { x0 = 10 ** Math.floor(Math.log10(x0)); x1 = 10 ** Math.ceil(Math.log10(x1)); }
+  const sx = scale(x0, x1, m.l, W - m.r, opts.xlog);
+  const sy = scale(y0, y1, H - m.b, m.t, opts.ylog);
+  let svg = `<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 ${W} ${H}" font-family="sans-serif" role="img">`;
+  svg += text(W / 2, 16, opts.title || "", 'text-anchor="middle" font-size="12" font-weight="600"');
+  const xt = opts.xlog ? logTicks(x0, x1) : linearTicks(x0, x1, 6);
+  const yt = opts.ylog ? logTicks(y0, y1) : linearTicks(y0, y1, 5);
+  for (const t of xt) {
+    if (t < x0 * (1 - 1e-9) || t > x1 * (1 + 1e-9)) continue;
+    const X = sx(t);
+    svg += `<line x1="${X}" x2="${X}" y1="${m.t}" y2="${H - m.b}" stroke="#eee"/>`;
+    svg += text(X, H - m.b + 14, opts.xtickFormat ? opts.xtickFormat(t) : fmtTick(t), 'text-anchor="middle" font-size="10"');
+  }
+  for (const t of yt) {
+    if (t < y0 * (1 - 1e-9) - 1e-300 || t > y1 * (1 + 1e-9)) continue;
+    const Y = sy(t);
+    svg += `<line x1="${m.l}" x2="${W - m.r}" y1="${Y}" y2="${Y}" stroke="#eee"/>`;
+    svg += text(m.l - 4, Y + 3, fmtTick(t), 'text-anchor="end" font-size="10"');
+  }
+  svg += `<rect x="${m.l}" y="${m.t}" width="${W - m.l - m.r}" height="${H - m.t - m.b}" fill="none" stroke="#888"/>`;
+  svg += text((m.l + W - m.r) / 2, H - m.b + 30, opts.xlabel || "", 'text-anchor="middle" font-size="11"');
+  svg += `<text transform="translate(14 ${(m.t + H - m.b) / 2}) rotate(-90)" text-anchor="middle" font-size="11">${escapeHtml(opts.ylabel || "")}</text>`;
+  const items = [];
+  opts.series.forEach((s, i) => {
+    const color = s.color || PALETTE[i % PALETTE.length];
+    const pts = s.xs.map((x, k) => [x, s.ys[k]]).filter(([x, y]) => Number.isFinite(x) && Number.isFinite(y) && (!opts.xlog || x > 0) && (!opts.ylog || y > 0));
+    if (pts.length) {
+      svg += `<polyline fill="none" stroke="${color}" stroke-width="2" ${s.dash ? 'stroke-dasharray="5 3"' : ""} points="${pts.map(([x, y]) => `${sx(x).toFixed(1)},${sy(y).toFixed(1)}`).join(" ")}"/>`;
+    }
+    if (s.name) items.push({name: s.name, color, kind: "line", dash: s.dash});
+  });
+  for (const h of opts.hlines || []) {
+    const Y = sy(h.y);
+    svg += `<line x1="${m.l}" x2="${W - m.r}" y1="${Y}" y2="${Y}" stroke="${h.color || "#555"}" stroke-dasharray="5 3"/>`;
+    if (h.label) items.push({name: h.label, color: h.color || "#555", kind: "line", dash: true});
+  }
+  for (const p of opts.points || []) {
+    if (!Number.isFinite(p.y) || (opts.ylog && p.y <= 0)) continue;
+    svg += `<circle cx="${sx(p.x).toFixed(1)}" cy="${sy(p.y).toFixed(1)}" r="4.5" fill="${p.color || "#c00"}"/>`;
+    if (p.label) items.push({name: p.label, color: p.color || "#c00", kind: "box"});
+  }
+  const lg = legend(items, m.l, H - m.b + 48, W - m.l - m.r);
+  svg += lg.svg;
+  svg += "</svg>";
+  return lg.bottom > H - 4 ? svg.replace(`viewBox="0 0 ${W} ${H}"`, `viewBox="0 0 ${W} ${lg.bottom + 6}"`) : svg;
+}
+
+// Stacked bars. opts: {title, ylabel, categories: [..], stacks: [{name, color, values}],
+// hline: {y, label}, totals: true, width, height, valueFormat}
+export function stackedBars(opts) {
+  const W = opts.width || 520;
+  const H = opts.height || 300;
+  const m = {l: 64, r: 12, t: 26, b: 58};
+  const n = opts.categories.length;
+  const totals = opts.categories.map((_, i) => opts.stacks.reduce((a, s) => a + s.values[i], 0));
+  let top = Math.max(...totals, opts.hline ? opts.hline.y : 0);
+  top = top > 0 ? top * 1.15 : 1;
+  const sy = scale(0, top, H - m.b, m.t, false);
+  const slot = (W - m.l - m.r) / n;
+  let svg = `<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 ${W} ${H}" font-family="sans-serif" role="img">`;
+  svg += text(W / 2, 16, opts.title || "", 'text-anchor="middle" font-size="12" font-weight="600"');
+  for (const t of linearTicks(0, top, 5)) {
+    if (t > top) continue;
+    const Y = sy(t);
+    svg += `<line x1="${m.l}" x2="${W - m.r}" y1="${Y}" y2="${Y}" stroke="#eee"/>`;
+    svg += text(m.l - 4, Y + 3, fmtTick(t), 'text-anchor="end" font-size="10"');
+  }
+  svg += `<text transform="translate(14 ${(m.t + H - m.b) / 2}) rotate(-90)" text-anchor="middle" font-size="11">${escapeHtml(opts.ylabel || "")}</text>`;
+  const fmt = opts.valueFormat || ((v) => v.toFixed(1));
+  opts.categories.forEach((cat, i) => {
+    const x = m.l + slot * i + slot * 0.2;
+    const w = slot * 0.6;
+    let base = 0;
+    opts.stacks.forEach((s, k) => {
+      const v = s.values[i];
+      if (v > 0) {
+        svg += `<rect x="${x.toFixed(1)}" y="${sy(base + v).toFixed(1)}" width="${w.toFixed(1)}" height="${(sy(base) - sy(base + v)).toFixed(1)}" fill="${s.color || PALETTE[k % PALETTE.length]}"><title>${escapeHtml(`${cat}, ${s.name}: ${fmt(v)}`)}</title></rect>`;
+      }
+      base += v;
+    });
+    if (opts.totals !== false) svg += text(x + w / 2, sy(base) - 3, fmt(base), 'text-anchor="middle" font-size="10"');
+    svg += text(x + w / 2, H - m.b + 14, cat, 'text-anchor="middle" font-size="11"');
+  });
+  svg += `<line x1="${m.l}" x2="${W - m.r}" y1="${H - m.b}" y2="${H - m.b}" stroke="#888"/>`;
+  const items = opts.stacks.map((s, k) => ({name: s.name, color: s.color || PALETTE[k % PALETTE.length], kind: "box"}));
+  if (opts.hline) {
+    const Y = sy(opts.hline.y);
+    svg += `<line x1="${m.l}" x2="${W - m.r}" y1="${Y}" y2="${Y}" stroke="#000" stroke-dasharray="5 3"/>`;
+    items.push({name: opts.hline.label, color: "#000", kind: "line", dash: true});
+  }
+  const lg = legend(items, m.l, H - m.b + 34, W - m.l - m.r);
+  svg += lg.svg + "</svg>";
+  return lg.bottom > H - 4 ? svg.replace(`viewBox="0 0 ${W} ${H}"`, `viewBox="0 0 ${W} ${lg.bottom + 6}"`) : svg;
+}
+
+// Timeline (Gantt). opts: {title, xlabel, rows: [{label, segments: [{start, end, color, name}]}],
+// legend: [{name, color}], width}
+export function timeline(opts) {
+  const W = opts.width || 640;
+  const rowH = 26;
+  const m = {l: 90, r: 14, t: 26, b: 50};
+  const H = m.t + rowH * opts.rows.length + m.b;
+  let x1 = 0;
+  for (const r of opts.rows) for (const s of r.segments) x1 = Math.max(x1, s.end);
+  x1 = x1 > 0 ? x1 : 1;
+  const sx = scale(0, x1, m.l, W - m.r, false);
+  let svg = `<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 ${W} ${H}" font-family="sans-serif" role="img">`;
+  svg += text(W / 2, 16, opts.title || "", 'text-anchor="middle" font-size="12" font-weight="600"');
+  for (const t of linearTicks(0, x1, 6)) {
+    if (t > x1 * (1 + 1e-9)) continue;
+    const X = sx(t);
+    svg += `<line x1="${X}" x2="${X}" y1="${m.t}" y2="${H - m.b}" stroke="#eee"/>`;
+    svg += text(X, H - m.b + 14, fmtTick(t), 'text-anchor="middle" font-size="10"');
+  }
+  opts.rows.forEach((r, i) => {
+    const y = m.t + i * rowH + 3;
+    svg += text(m.l - 6, y + rowH / 2 + 1, r.label, 'text-anchor="end" font-size="11"');
+    for (const s of r.segments) {
+      const w = Math.max(0.5, sx(s.end) - sx(s.start));
+      svg += `<rect x="${sx(s.start).toFixed(2)}" y="${y}" width="${w.toFixed(2)}" height="${rowH - 6}" fill="${s.color}" stroke="#fff" stroke-width="0.4"><title>${escapeHtml(s.name || "")}</title></rect>`;
+    }
+  });
+  svg += text((m.l + W - m.r) / 2, H - m.b + 30, opts.xlabel || "", 'text-anchor="middle" font-size="11"');
+  const lg = legend((opts.legend || []).map((l) => ({...l, kind: "box"})), m.l, H - m.b + 44, W - m.l - m.r);
+  svg += lg.svg + "</svg>";
+  return lg.bottom > H - 4 ? svg.replace(`viewBox="0 0 ${W} ${H}"`, `viewBox="0 0 ${W} ${lg.bottom + 6}"`) : svg;
+}
+
+// Readable numbers for captions.
+export function fmtBytes(x, binary = true) {
+  const [base, names] = binary ? [1024, ["B", "KiB", "MiB", "GiB", "TiB", "PiB"]] : [1000, ["B", "kB", "MB", "GB", "TB", "PB"]];
+  let v = Math.abs(x);
+  for (const name of names) {
+    if (v < base || name === names[names.length - 1]) return (x < 0 ? "-" : "") + (name === "B" ? `${v.toFixed(0)} B` : `${v.toFixed(2)} ${name}`);
+    v /= base;
+  }
+  return String(x);
+}
+
+export function fmtSeconds(x) {
+  const v = Math.abs(x);
+  if (v === 0) return "0 s";
+  for (const [s, name] of [[1, "s"], [1e-3, "ms"], [1e-6, "µs"]]) if (v >= s) return `${(x / s).toFixed(2)} ${name}`;
+  return `${(x / 1e-9).toFixed(2)} ns`;
+}
+
+// anywidget entry point: the Python Explorer widget syncs `explorer`, `values` and `config`.
+export default {
+  render({model, el}) {
+    const draw = () => mountExplorer(el, model.get("explorer"), model.get("values"), model.get("config"), (v) => {
+      model.set("values", v);
+      model.save_changes();
+    });
+    draw();
+    model.on("change:config", draw);
+  },
+};
