@@ -1,0 +1,46 @@
+"""Runs on ranks for the chapter's notebook and tests (start them with ``minipar.launch.run``)."""
+from __future__ import annotations
+
+from .grid import RankGrid, new_groups
+
+
+def group_members_on_rank(rank: int, world_size: int, d: int, t: int, p: int) -> dict:
+    """Create the grid's groups, then in each of this rank's groups all-reduce the rank's own
+    number (→ the sum of the members) and all-gather it (→ the members, in group order).
+
+    Returns ``{kind: {"sum": int, "members": [ranks]}}``; a kind this rank has no group of
+    (embedding on a middle stage) is left out.
+    """
+    import torch
+    import torch.distributed as dist
+
+    grid = RankGrid(d, t, p)
+    groups = new_groups(grid)
+    out = {}
+    for kind, group in groups._asdict().items():
+        if group is None:
+            continue
+        n = dist.get_world_size(group)
+        x = torch.tensor([rank], dtype=torch.int64)
+        dist.all_reduce(x, group=group)                       # (1,) sum over the group
+        got = [torch.zeros(1, dtype=torch.int64) for _ in range(n)]
+        dist.all_gather(got, torch.tensor([rank], dtype=torch.int64), group=group)
+        out[kind] = {"sum": int(x), "members": [int(g) for g in got]}
+    return out
+
+
+def check_members(grid: RankGrid, results: list[dict]) -> list[str]:
+    """Compare what the ranks saw with the grid's groups; return the mismatches (empty: all ok)."""
+    problems = []
+    for rank, seen in enumerate(results):
+        for kind in ("tp", "dp", "pp", "embedding"):
+            want = grid.group_of(kind, rank)
+            got = seen.get(kind)
+            if not want:
+                if got is not None:
+                    problems.append(f"rank {rank}: {kind} group {got['members']}, expected none")
+                continue
+            if got is None or got["members"] != want or got["sum"] != sum(want):
+                problems.append(f"rank {rank}: {kind} group {got and got['members']}, "
+                                f"expected {want}")
+    return problems
