@@ -1,4 +1,4 @@
-"""Exercise notebooks from one source of truth.
+"""Exercise notebooks from one source of truth, and the registry of what each must check.
 
 Each exercise is written once, as a solved percent-format script
 ``exercises/<chapter>/solutions/NN_name.py``::
@@ -14,14 +14,26 @@ Each exercise is written once, as a solved percent-format script
     check("collectives.ring_all_reduce", ring_all_reduce)
 
 From it we build the learner's notebook ``exercises/<chapter>/NN_name.ipynb`` (each solution block
-becomes ``raise NotImplementedError``) and, for tests, the solved notebook. A ``[check]`` cell gets
-``# NBVAL_CHECK_OUTPUT`` and, as stored output, the PASS line of every task it checks, so
-``pytest --nbval-lax`` on a learner's notebook passes exactly when every check passes.
+becomes ``raise NotImplementedError``; **no stored outputs**; the notebook's metadata
+``minipar.exercise = "<chapter>/NN_name"`` names its script) and, for tests, the solved notebook.
+
+**Registry.** :func:`expected_tasks` reads the ``check("<task>", ...)`` calls of a solution
+script: those are the tasks its notebook must pass. :func:`find_script` finds the script of a
+learner's notebook (metadata first, then ``solutions/<stem>.py`` beside it, then the course's
+``exercises/<chapter>/solutions/``), so a deleted check cell is a failed task, never a vanished
+one.
+
+**Graded copy.** :func:`graded_copy` turns a learner's notebook into what ``minipar grade`` runs:
+outputs, execution counts, cell tags and ``NBVAL_*`` markers stripped; every cell that calls
+``check`` marked ``# NBVAL_CHECK_OUTPUT`` with the PASS lines of its tasks as the expected output;
+a first cell that moves into the notebook's folder and records errors and check outcomes in a
+side log. Nothing the learner's file has saved reaches the verdict.
 
 ``python -m minipar.grading.notebooks`` rebuilds every starter; ``--check`` fails if one is stale.
 """
 from __future__ import annotations
 
+import json
 import re
 import sys
 from pathlib import Path
@@ -31,8 +43,10 @@ import nbformat
 CHECK_MARK = "# NBVAL_CHECK_OUTPUT"
 _CELL = re.compile(r"^# %%(?: \[(markdown|check)\])?[^\n]*$", re.M)
 _TASK = re.compile(r"""check\(\s*["']([\w.]+)["']""")
+_NBVAL = re.compile(r"^[ \t]*# *NBVAL_\w*[^\n]*\n?", re.M)
 _BLOCK = re.compile(r"^([ \t]*)# BEGIN SOLUTION[^\n]*\n.*?^[ \t]*# END SOLUTION[^\n]*\n", re.M | re.S)
 _HINT = "raise NotImplementedError(\"your code here\")"
+COURSE_EXERCISES = Path(__file__).resolve().parents[3] / "exercises"   # a source checkout
 
 
 def _cells(source: str):
@@ -48,15 +62,21 @@ def _markdown(text: str) -> str:
                      for line in text.splitlines())
 
 
-def build(script: Path, solved: bool) -> nbformat.NotebookNode:
-    """The learner's notebook (``solved=False``) or the reference notebook (``solved=True``)."""
-    from minipar.grading import pass_line
+def exercise_id(script: Path) -> str:
+    """``"<chapter>/NN_name"`` of ``exercises/<chapter>/solutions/NN_name.py``."""
+    script = Path(script)
+    return f"{script.parent.parent.name}/{script.stem}"
 
+
+def build(script: Path, solved: bool) -> nbformat.NotebookNode:
+    """The learner's notebook (``solved=False``) or the reference notebook (``solved=True``),
+    without outputs: the grader supplies the expected PASS lines (:func:`graded_copy`)."""
     nb = nbformat.v4.new_notebook()
     nb.metadata = {"kernelspec": {"name": "python3", "display_name": "Python 3",
                                   "language": "python"},
-                   "language_info": {"name": "python"}}
-    for kind, text in _cells(script.read_text()):
+                   "language_info": {"name": "python"},
+                   "minipar": {"exercise": exercise_id(script)}}
+    for kind, text in _cells(Path(script).read_text()):
         if kind == "markdown":
             nb.cells.append(nbformat.v4.new_markdown_cell(_markdown(text)))
             continue
@@ -65,33 +85,119 @@ def build(script: Path, solved: bool) -> nbformat.NotebookNode:
         else:
             text = _BLOCK.sub(lambda m: f"{m.group(1)}{_HINT}\n", text + "\n")
         text = text.rstrip("\n")
+        cell = nbformat.v4.new_code_cell(text)
         if kind == "check":
-            lines = "".join(pass_line(t) + "\n" for t in _TASK.findall(text))
-            cell = nbformat.v4.new_code_cell(f"{CHECK_MARK}\n{text}")
-            cell.outputs = [nbformat.v4.new_output("stream", name="stdout", text=lines)]
             cell.metadata = {"tags": ["check"]}
-            cell.execution_count = 1  # nbval compares only cells marked as run
-        else:
-            cell = nbformat.v4.new_code_cell(text)
         nb.cells.append(cell)
     for i, cell in enumerate(nb.cells):  # stable ids keep committed notebooks diff-free
-        cell.id = f"{script.stem}-{i}"
+        cell.id = f"{Path(script).stem}-{i}"
     return nb
 
 
+# ----------------------------------------------------------------------------- registry
+def cell_tasks(source: str) -> list[str]:
+    """Task ids that a code cell checks (its ``check("<task>", ...)`` calls), in order."""
+    return _TASK.findall(source)
+
+
+def expected_tasks(script: Path) -> list[str]:
+    """Every task a notebook built from ``script`` must pass: its code cells' check calls."""
+    found = []
+    for kind, text in _cells(Path(script).read_text()):
+        if kind != "markdown":
+            found += [t for t in cell_tasks(text) if t not in found]
+    return found
+
+
+def find_script(nb_path: Path, nb=None) -> Path | None:
+    """The solution script a learner's notebook was built from, or None if there is none."""
+    nb_path = Path(nb_path).resolve()
+    meta = ((nb or {}).get("metadata", {}) or {}).get("minipar", {}) or {}
+    ident = meta.get("exercise") if isinstance(meta, dict) else None
+    chapter, stem = (ident.split("/", 1) if isinstance(ident, str) and "/" in ident
+                     else (nb_path.parent.name, nb_path.stem))
+    roots = [p / "exercises" for p in nb_path.parents] + [Path.cwd() / "exercises",
+                                                          COURSE_EXERCISES]
+    candidates = [nb_path.parent / "solutions" / f"{stem}.py"]
+    candidates += [root / chapter / "solutions" / f"{stem}.py" for root in roots]
+    return next((c for c in candidates if c.is_file()), None)
+
+
+# ----------------------------------------------------------------------------- graded copy
+SETUP = ("# minipar grade: set-up (not part of the learner's notebook)\n"
+         "from minipar.grading.notebooks import grading_setup as _minipar_setup\n"
+         "_minipar_setup({folder!r}, {log!r})\n"
+         "del _minipar_setup")
+
+
+def graded_copy(nb, folder: str, log: str) -> tuple[nbformat.NotebookNode, list[int | None]]:
+    """The notebook ``minipar grade`` runs, and for each of its code cells the index of the
+    learner's cell it came from (None for the set-up cell)."""
+    from minipar.grading import pass_line
+
+    copy = nbformat.v4.new_notebook()
+    copy.metadata = {"kernelspec": {"name": "python3", "display_name": "Python 3",
+                                    "language": "python"}}
+    origin: list[int | None] = [None]
+    copy.cells.append(nbformat.v4.new_code_cell(SETUP.format(folder=folder, log=log)))
+    for i, cell in enumerate(nb.cells):
+        if cell.get("cell_type") != "code":
+            continue
+        source = _NBVAL.sub("", cell.get("source") or "")
+        new = nbformat.v4.new_code_cell(source)
+        tasks = cell_tasks(source)
+        if tasks:
+            try:
+                lines = [pass_line(t) + "\n" for t in tasks]
+            except KeyError:      # registered only inside the kernel: the side log decides
+                copy.cells.append(new)
+                origin.append(i)
+                continue
+            new.source = f"{CHECK_MARK}\n{source}"
+            new.outputs = [nbformat.v4.new_output("stream", name="stdout", text="".join(lines))]
+            new.execution_count = 1          # nbval compares only cells marked as run
+        copy.cells.append(new)
+        origin.append(i)
+    return copy, origin
+
+
+def grading_setup(folder: str, log: str) -> None:
+    """First cell of a graded copy: run in the learner's folder, log checks and cell errors."""
+    import os
+
+    from IPython import get_ipython
+
+    os.chdir(folder)
+    os.environ["MINIPAR_GRADE_LOG"] = log
+
+    def record(result):
+        from minipar.grading import learner_line
+
+        err = result.error_before_exec or result.error_in_exec
+        if err is None:
+            return
+        where = learner_line(err)
+        text = f"{type(err).__name__}: {err}" + (f" ({where})" if where else "")
+        with open(log, "a", encoding="utf-8") as f:
+            f.write(json.dumps({"cell": result.info.raw_cell, "error": text}) + "\n")
+
+    get_ipython().events.register("post_run_cell", record)
+
+
+# ----------------------------------------------------------------------------- helpers
 def exercise_namespace(script: Path, solved: bool) -> dict:
     """Run the code cells (not the check cells) of the solved or starter notebook of ``script``
     and return their namespace: how tests get a reference solution or an untouched starter.
     Its ``__name__`` is not an importable module, so cloudpickle ships its functions by value."""
     ns = {"__name__": "exercise"}
     for cell in build(Path(script), solved=solved).cells:
-        if cell.cell_type == "code" and CHECK_MARK not in cell.source:
+        if cell.cell_type == "code" and not cell_tasks(cell.source):
             exec(compile(cell.source, f"<{Path(script).stem}>", "exec"), ns)  # noqa: S102
     return ns
 
 
 def scripts(root: Path = Path("exercises")) -> list[Path]:
-    return sorted(root.glob("*/solutions/[0-9][0-9]_*.py"))
+    return sorted(Path(root).glob("*/solutions/[0-9][0-9]_*.py"))
 
 
 def starter_path(script: Path) -> Path:
