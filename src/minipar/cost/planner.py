@@ -29,7 +29,9 @@ GPU Clusters Using Megatron-LM", §2.2 and §3). N = d·t·p GPUs, B = d·b·m s
                p > 1 it runs after the pipeline flush, fully exposed (Narayanan §3.3).
                ZeRO 3 (p = 1 only): per micro-batch all-gather in forward, again in backward,
                reduce-scatter of gradients, 1.5× the all-reduce (Rajbhandari et al. 2020 §7),
-               overlapped with compute by prefetching (Zhao et al. 2023), exposed only beyond it.
+               issued per layer (one FSDP unit per transformer block, so L/p collectives each
+               paying the α terms), overlapped with compute by prefetching (Zhao et al. 2023),
+               exposed only beyond it.
   memory       the first stage's: L/p layers + the whole (V+s)·h embedding (split over t),
                ZeRO on the states; activations of min(p, m) micro-batches (1F1B) or the
                interleaved factor (Korthikanti §4.2.3). "fits" = total ≤ the GPU's memory; no
@@ -197,8 +199,9 @@ def evaluate(m_: ModelShape, cl: Cluster, global_batch: int, *, tp: int, pp: int
     # data parallelism
     grad_bytes = 2 * psi / (t * p)                             # 16-bit gradients of one stage
     ar, dp_name = dp_allreduce_seconds(grad_bytes, d, t, cl)
-    if zero == 3:
-        dp_total = m * 1.5 * ar
+    if zero == 3:                                              # one FSDP unit per layer
+        ar_layer, _ = dp_allreduce_seconds(grad_bytes / (L // p), d, t, cl)
+        dp_total = m * 1.5 * (L // p) * ar_layer
         exposed = max(0.0, dp_total - m * c_mb)
     else:
         dp_total = ar
