@@ -1,0 +1,247 @@
+"""Rank functions behind the tests and the chapter: every piece against the unsharded module.
+
+Each ``*_on_rank(rank, t, ...)`` runs under :func:`minipar.launch.run` (or with t = 1 in one
+process) and returns plain numbers: maximum absolute differences from the single-process
+reference, the communication events traced per layer, saved activation bytes.
+"""
+from __future__ import annotations
+
+import copy
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from minipar.memory.gpt import GPT, GPTConfig, Layer
+
+from .block import ParallelBlock, allreduce_sequence_parallel_grads
+from .cross_entropy import vocab_parallel_cross_entropy
+from .gpt import ParallelGPT
+from .layers import ColumnParallelLinear, RowParallelLinear, VocabParallelEmbedding, shard
+
+# divisible by t = 1, 2, 3, 4: h/t, 4h/t, a/t, v/t, s/t
+SMALL = GPTConfig(L=2, h=48, a=12, s=12, V=96, dropout=0.0)
+B = 2
+
+
+def _randn(*shape, seed, dtype=torch.float64):
+    return torch.randn(*shape, generator=torch.Generator().manual_seed(seed), dtype=dtype)
+
+
+def max_diff(a, b) -> float:
+    return (a.detach() - b.detach()).abs().max().item()
+
+
+def grads_as_module(module: nn.Module) -> nn.Module:
+    """A copy of ``module`` whose parameters hold its gradients: ``Cls.from_full`` of it gives
+    the slices of the full gradients that each rank's shard must have."""
+    g = copy.deepcopy(module)
+    for p, q in zip(module.parameters(), g.parameters()):
+        q.data = p.grad.detach().clone()
+    return g
+
+
+def param_diff(tp: nn.Module, expected: nn.Module, grads: bool) -> float:
+    ours = dict(tp.named_parameters())
+    out = 0.0
+    for name, e in expected.named_parameters():
+        o = ours[name].grad if grads else ours[name]
+        out = max(out, max_diff(o, e))
+    return out
+
+
+def layer_parity(rank: int, t: int, group=None, dtype=torch.float64) -> dict[str, float]:
+    """Column, row, column→row, vocab embedding and cross-entropy against the full modules."""
+    c, res = SMALL, {}
+    torch.manual_seed(0)
+    full_col, full_row = nn.Linear(c.h, 4 * c.h).to(dtype), nn.Linear(4 * c.h, c.h).to(dtype)
+    x = _randn(B, c.s, c.h, seed=1, dtype=dtype).requires_grad_()          # (b, s, h)
+    dy = _randn(B, c.s, c.h, seed=2, dtype=dtype)                           # (b, s, h)
+
+    # column alone: output and input gradient against the full layer
+    ref = full_col(x)                                                        # (b, s, 4h)
+    ref.backward(_randn(*ref.shape, seed=3, dtype=dtype))
+    col = ColumnParallelLinear.from_full(full_col, group)
+    xl = x.detach().clone().requires_grad_()
+    y = col(xl)                                                              # (b, s, 4h/t)
+    y.backward(shard(_randn(*ref.shape, seed=3, dtype=dtype), -1, rank, t))
+    res["column out"] = max_diff(y, shard(ref, -1, rank, t))
+    res["column dX"] = max_diff(xl.grad, x.grad)
+    res["column dW"] = param_diff(col, ColumnParallelLinear.from_full(grads_as_module(full_col), group), True)
+    x.grad = None
+    for m in (full_col, full_row):
+        m.zero_grad()
+
+    # row alone, and column -> row (the MLP without the GeLU), against the full layers
+    u = _randn(B, c.s, 4 * c.h, seed=4, dtype=dtype).requires_grad_()      # (b, s, 4h)
+    ref = full_row(u)
+    ref.backward(dy)
+    row = RowParallelLinear.from_full(full_row, group)
+    ul = shard(u.detach(), -1, rank, t).requires_grad_()                     # (b, s, 4h/t)
+    y = row(ul)
+    y.backward(dy)
+    res["row out"] = max_diff(y, ref)
+    res["row dX"] = max_diff(ul.grad, shard(u.grad, -1, rank, t))
+    res["row dW"] = param_diff(row, RowParallelLinear.from_full(grads_as_module(full_row), group), True)
+    full_row.zero_grad()
+
+    ref = full_row(F.gelu(full_col(x)))
+    ref.backward(dy)
+    col, row = ColumnParallelLinear.from_full(full_col, group), RowParallelLinear.from_full(full_row, group)
+    xl = x.detach().clone().requires_grad_()
+    y = row(F.gelu(col(xl)))
+    y.backward(dy)
+    res["mlp out"] = max_diff(y, ref)
+    res["mlp dX"] = max_diff(xl.grad, x.grad)
+    res["mlp dW"] = max(
+        param_diff(col, ColumnParallelLinear.from_full(grads_as_module(full_col), group), True),
+        param_diff(row, RowParallelLinear.from_full(grads_as_module(full_row), group), True))
+
+    # vocabulary-parallel embedding
+    emb = nn.Embedding(c.V, c.h).to(dtype)
+    tokens = torch.randint(0, c.V, (B, c.s), generator=torch.Generator().manual_seed(5))
+    ref = emb(tokens)
+    ref.backward(dy)
+    vemb = VocabParallelEmbedding.from_full(emb, group)
+    y = vemb(tokens)
+    y.backward(dy)
+    res["embedding out"] = max_diff(y, ref)
+    res["embedding dW"] = max_diff(vemb.weight.grad, shard(emb.weight.grad, 0, rank, t))
+
+    # vocabulary-parallel cross-entropy, with logits large enough to overflow exp() unshifted
+    logits = (1000 * _randn(B, c.s, c.V, seed=6, dtype=dtype)).requires_grad_()  # (b, s, v)
+    target = torch.randint(0, c.V, (B, c.s), generator=torch.Generator().manual_seed(7))
+    ref = F.cross_entropy(logits.flatten(0, 1), target.flatten())
+    ref.backward()
+    ll = shard(logits.detach(), -1, rank, t).requires_grad_()                # (b, s, v/t)
+    loss = vocab_parallel_cross_entropy(ll, target, group)
+    loss.backward()
+    res["cross-entropy loss"] = max_diff(loss, ref)
+    res["cross-entropy dlogits"] = max_diff(ll.grad, shard(logits.grad, -1, rank, t))
+    return res
+
+
+def block_parity(rank: int, t: int, group=None, *, sequence_parallel: bool = False,
+                 finish: bool = True, dtype=torch.float64) -> dict[str, float]:
+    """One :class:`ParallelBlock` against :class:`minipar.memory.gpt.Layer`: output, input
+    gradient and every parameter gradient (``finish=False`` skips the sequence-parallel
+    gradient all-reduce: the negative control)."""
+    torch.manual_seed(0)
+    layer = Layer(SMALL).to(dtype)
+    x = _randn(B, SMALL.s, SMALL.h, seed=11, dtype=dtype).requires_grad_()   # (b, s, h)
+    dy = _randn(B, SMALL.s, SMALL.h, seed=12, dtype=dtype)
+    ref = layer(x)
+    ref.backward(dy)
+    blk = ParallelBlock.from_full(layer, group, sequence_parallel=sequence_parallel)
+    if sequence_parallel:
+        xl = shard(x.detach(), 1, rank, t).requires_grad_()                  # (b, s/t, h)
+        y = blk(xl)
+        y.backward(shard(dy, 1, rank, t))
+        if finish:
+            allreduce_sequence_parallel_grads(blk, group)
+        out, dx = max_diff(y, shard(ref, 1, rank, t)), max_diff(xl.grad, shard(x.grad, 1, rank, t))
+    else:
+        xl = x.detach().clone().requires_grad_()
+        y = blk(xl)
+        y.backward(dy)
+        out, dx = max_diff(y, ref), max_diff(xl.grad, x.grad)
+    expected = ParallelBlock.from_full(grads_as_module(layer), group,
+                                       sequence_parallel=sequence_parallel)
+    return {"block out": out, "block dX": dx, "block dW": param_diff(blk, expected, True)}
+
+
+def gpt_training(rank: int, t: int, group=None, *, sequence_parallel: bool = False,
+                 steps: int = 3, finish: bool = True, dtype=torch.float64) -> dict[str, float]:
+    """Adam for ``steps`` steps on the TP GPT and on one process from the same weights; the
+    largest loss difference and the largest parameter difference after the last step."""
+    torch.manual_seed(0)
+    full = GPT(SMALL).to(dtype)
+    tp = ParallelGPT.from_full(full, group, sequence_parallel=sequence_parallel)
+    opt_full = torch.optim.Adam(full.parameters(), lr=1e-2)
+    opt_tp = torch.optim.Adam(tp.parameters(), lr=1e-2)
+    g = torch.Generator().manual_seed(21)
+    loss_diff = 0.0
+    for _ in range(steps):
+        tokens = torch.randint(0, SMALL.V, (B, SMALL.s), generator=g)
+        targets = torch.roll(tokens, -1, dims=1)
+        opt_full.zero_grad(), opt_tp.zero_grad()
+        ref = F.cross_entropy(full(tokens).flatten(0, 1), targets.flatten())
+        ref.backward()
+        loss = tp.loss(tokens, targets)
+        loss.backward()
+        if finish:
+            tp.finish_grads()
+        opt_full.step(), opt_tp.step()
+        loss_diff = max(loss_diff, max_diff(loss, ref))
+    expected = ParallelGPT.from_full(full, group, sequence_parallel=sequence_parallel)
+    return {"gpt loss": loss_diff, "gpt params": param_diff(tp, expected, False)}
+
+
+def all_parity(rank: int, t: int, group=None) -> dict[str, float]:
+    """Every parity number at once (one launch): layers, block with and without sequence
+    parallelism, and GPT training with and without it."""
+    res = layer_parity(rank, t, group)
+    res.update({f"{k}": v for k, v in block_parity(rank, t, group).items()})
+    res.update({f"sp {k}": v for k, v in block_parity(rank, t, group, sequence_parallel=True).items()})
+    res.update(gpt_training(rank, t, group))
+    res.update({f"sp {k}": v for k, v in gpt_training(rank, t, group, sequence_parallel=True).items()})
+    return res
+
+
+def block_traffic(rank: int, t: int, group=None, *, sequence_parallel: bool = False,
+                  c: GPTConfig = SMALL, b: int = B, dtype=torch.float64) -> list[tuple[str, int, int]]:
+    """(op, nccl-tests bytes, group size) of every collective one :class:`ParallelBlock` makes in
+    one forward and backward of a (b, s, h) micro-batch, traced with :class:`minipar.trace`."""
+    from minipar.trace import trace
+
+    torch.manual_seed(0)
+    blk = ParallelBlock.from_full(Layer(c).to(dtype), group, sequence_parallel=sequence_parallel)
+    s = c.s // t if sequence_parallel else c.s
+    x = _randn(b, s, c.h, seed=31, dtype=dtype).requires_grad_()             # (b, s or s/t, h)
+    with trace() as tr:
+        blk(x).sum().backward()
+    return [(e.op, e.bytes, e.group_size) for e in tr.events]
+
+
+def dropout_masks(rank: int, t: int, group=None, *, tp_offset: int | None = None,
+                  n: int = 4096) -> dict[str, torch.Tensor]:
+    """Dropout masks drawn on the default stream (replicated activations) and on the
+    tensor-parallel stream (inside the parallel region) with :func:`model_parallel_seed`.
+    ``tp_offset`` given as the same number on every rank reproduces the bug of one seed for
+    the parallel region (we pass rank 0 for every rank)."""
+    from .random import TP_SEED_OFFSET, model_parallel_seed
+
+    if tp_offset is None:
+        tracker = model_parallel_seed(1234, rank)
+    else:                                               # bug: same tensor-parallel seed everywhere
+        tracker = model_parallel_seed(1234, 0, tp_offset=tp_offset or TP_SEED_OFFSET)
+    ones = torch.ones(n, dtype=torch.float64)
+    replicated = F.dropout(ones, 0.5, True) != 0
+    with tracker.fork():
+        parallel = F.dropout(ones, 0.5, True) != 0
+    after = F.dropout(ones, 0.5, True) != 0             # default stream continues as if unforked
+    return {"replicated": replicated, "parallel": parallel, "after fork": after}
+
+
+def block_saved_bytes(rank: int, t: int, group=None, *, sequence_parallel: bool = False,
+                      c: GPTConfig | None = None, b: int = B, dtype=torch.float32) -> dict:
+    """Bytes one rank's :class:`ParallelBlock` saves for backward on a micro-batch (dropout on,
+    measured with :func:`minipar.memory.activations.saved_bytes`), and the per-rank items of
+    :func:`minipar.cost.tensor_parallel.activation_items` with this device's conventions."""
+    from minipar.cost.tensor_parallel import activation_items
+    from minipar.memory.activations import device_conventions, saved_bytes
+    from .random import model_parallel_seed
+
+    c = c or GPTConfig(L=1, h=48, a=12, s=12, V=96, dropout=0.1)
+    tracker = model_parallel_seed(0, rank)
+    blk = ParallelBlock.from_full(Layer(c).to(dtype), group, sequence_parallel=sequence_parallel,
+                                  tracker=tracker)
+    blk.train()
+    s = c.s // t if sequence_parallel else c.s
+    x = _randn(b, s, c.h, seed=41, dtype=dtype).requires_grad_()             # (b, s or s/t, h)
+    got = saved_bytes(blk, x, exclude=list(blk.parameters()))
+    got.result.sum().backward()
+    conv = device_conventions("cpu", dtype)
+    items = activation_items(c.s, b, c.h, c.a, t=t, sp=sequence_parallel, **conv)
+    return {"measured": got.total, "model": sum(items.values()), "items": items,
+            "by_shape": dict(got.by_shape)}
