@@ -1,0 +1,88 @@
+"""Tensor-parallel cost model: collectives, bytes, activation items, comm/compute ratio."""
+import subprocess
+import sys
+
+import pytest
+
+from minipar.cost.collectives import ring_bytes_per_rank
+from minipar.cost.memory import activation_bytes_per_layer
+from minipar.cost.tensor_parallel import (activation_items, comm_compute_ratio,
+                                          korthikanti_bytes_per_layer, layer_forward_flops,
+                                          sp_grad_allreduce_elements, tp_collectives_per_layer,
+                                          tp_sent_bytes_per_layer)
+from minipar.cost.traffic import tp_bytes_per_layer
+
+GPT3 = dict(s=2048, b=1, h=12288, a=96)      # Korthikanti et al. 2022 Table 3, 175B
+
+
+def test_pure_python():
+    code = "import sys, minipar.cost.tensor_parallel; assert 'torch' not in sys.modules"
+    subprocess.run([sys.executable, "-c", code], check=True)
+
+
+@pytest.mark.parametrize("t", [1, 2, 3, 4, 8])
+@pytest.mark.parametrize("sp", [False, True])
+def test_collectives_and_bytes(t, sp):
+    b, s, h = 2, 12, 48
+    ops = tp_collectives_per_layer(b, s, h, t, 8, sp=sp)
+    if t == 1:
+        assert ops == [] and tp_sent_bytes_per_layer(b, s, h, t, sp=sp) == 0
+        return
+    size = b * s * h * 8
+    assert ops == ([("all-gather", size, 4), ("reduce-scatter", size, 4)] if sp
+                   else [("all-reduce", size, 4)])
+    # same bytes with or without sequence parallelism: 4 · 2(t−1)/t · bsh · bytes
+    assert tp_sent_bytes_per_layer(b, s, h, t, 8, sp=sp) == pytest.approx(
+        4 * 2 * (t - 1) / t * size)
+    assert tp_sent_bytes_per_layer(b, s, h, t, 8, sp=sp) == pytest.approx(
+        tp_bytes_per_layer(b, s, h, t, 8))
+    assert sum(n * ring_bytes_per_rank(op, t, S) for op, S, n in ops) == pytest.approx(
+        tp_bytes_per_layer(b, s, h, t, 8))
+
+
+@pytest.mark.parametrize("t", [1, 2, 4, 8])
+@pytest.mark.parametrize("sp", [False, True])
+def test_activation_items_add_up_to_table_2(t, sp):
+    items = activation_items(**GPT3, t=t, sp=sp)
+    assert sum(items.values()) == pytest.approx(activation_bytes_per_layer(**GPT3, t=t, sp=sp))
+    assert korthikanti_bytes_per_layer(**GPT3, t=t, sp=sp) == activation_bytes_per_layer(
+        **GPT3, t=t, sp=sp)
+    sbh, a, s = 2048 * 12288, 96, 2048
+    want = sbh * (34 + 5 * a * s / 12288) / t if sp else sbh * (10 + 24 / t + 5 * a * s / (12288 * t))
+    assert sum(items.values()) == pytest.approx(want)
+
+
+def test_tp_leaves_10_sbh_replicated_and_sp_removes_it():
+    sbh = GPT3["s"] * GPT3["b"] * GPT3["h"]
+    big_t = activation_items(**GPT3, t=96)           # t = a: everything splittable is split
+    replicated = sum(v for k, v in big_t.items() if k in (
+        "layer-norm inputs (2)", "QKV-linear input", "h→4h input",
+        "dropout masks after projection and MLP (2)"))
+    assert replicated == pytest.approx(10 * sbh)
+    # the wrong bug-class: a model that forgot the replicated part would undercount
+    assert sum(big_t.values()) > sum(activation_items(**GPT3, t=96, sp=True).values())
+
+
+def test_comm_compute_ratio_does_not_depend_on_batch():
+    F, BW = 989.4e12, 450e9
+    r = [comm_compute_ratio(b, 2048, 12288, 8, flops=F, bandwidth=BW) for b in (1, 4, 16)]
+    assert r[0] == pytest.approx(r[1]) == pytest.approx(r[2])
+    # grows with t, shrinks with h, grows when the link slows
+    assert comm_compute_ratio(1, 2048, 12288, 16, flops=F, bandwidth=BW) > r[0]
+    assert comm_compute_ratio(1, 2048, 4096, 8, flops=F, bandwidth=BW) > r[0]
+    assert comm_compute_ratio(1, 2048, 12288, 8, flops=F, bandwidth=50e9) > r[0]
+    assert comm_compute_ratio(1, 2048, 12288, 1, flops=F, bandwidth=BW) == 0
+    # s ≪ 6h, α = 0: ≈ (t−1)·bytes·F / (6h·BW) — within the 4bs²h attention term
+    approx = 7 * 2 * F / (6 * 12288 * BW)
+    assert r[0] == pytest.approx(approx / (1 + 2048 / (6 * 12288)))
+
+
+def test_flops_and_errors():
+    assert layer_forward_flops(1, 10, 8, 2) == (24 * 10 * 64 + 4 * 100 * 8) / 2
+    assert sp_grad_allreduce_elements(48) == 6 * 48
+    with pytest.raises(ValueError, match=r"heads \(12\) must be divisible by t \(5\)"):
+        activation_items(12, 1, 48, 12, t=5)
+    with pytest.raises(ValueError, match=r"t \(0\) must be an integer >= 1"):
+        tp_collectives_per_layer(1, 1, 1, 0)
+    with pytest.raises(ValueError, match=r"bandwidth \(0\)"):
+        comm_compute_ratio(1, 1, 1, 2, flops=1.0, bandwidth=0)
