@@ -23,6 +23,14 @@ def set_backend(backend: str | None, local_rank: int = 0) -> None:
         os.environ[_ENV] = "cpu"
 
 
+def gpu_count() -> int:
+    """GPUs this process can see (0 without a CUDA build); the launcher's ``backend="auto"``
+    picks NCCL when there is one per rank."""
+    import torch
+
+    return torch.cuda.device_count() if torch.cuda.is_available() else 0
+
+
 def get_device():
     """The ``torch.device`` this rank should put its tensors on (``cpu`` outside a launch)."""
     import torch

@@ -1,0 +1,371 @@
+"""The caller side of :mod:`minipar.launch`: the robustness machinery behind ``run``.
+
+* :func:`pack` pickles a task by value, keeping the true file name of every function (cloudpickle
+  replaces it with ``<dynamic-code>``) and the source of notebook cells, so a rank's traceback
+  points at the right cell and line.
+* :func:`caller_state` is what a fresh rank takes from the caller: environment, working
+  directory, ``sys.path``, thread count (from the CPU affinity mask), loopback interface.
+* :class:`Zygote` starts and talks to the warm zygote (:mod:`minipar._rank`); a zygote that
+  cannot start is reported at once with the end of its log and a likely cause.
+* :class:`Ranks` gathers one call's ranks: their output, replies and exit codes.
+* Socket folders are named after the caller's pid; the zygote removes its folder when the caller
+  dies, and the next caller removes folders whose owner is gone.
+"""
+from __future__ import annotations
+
+import io
+import linecache
+import multiprocessing.connection as mpc
+import os
+import pickle
+import re
+import secrets
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import types
+from collections import ChainMap
+
+import cloudpickle
+
+RANK_SOURCE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_rank.py")
+
+
+# ----------------------------------------------------------------------------- what ranks get
+def _code_reduce_keeping_filename(code):
+    from cloudpickle import cloudpickle as cp
+
+    ctor, args = cp._code_reduce(code)  # noqa: SLF001
+    _Pickler.filenames.add(code.co_filename)
+    return ctor, tuple(code.co_filename if a == "<dynamic-code>" else a for a in args)
+
+
+class _Pickler(cloudpickle.Pickler):
+    filenames: set = set()
+    dispatch_table = ChainMap({types.CodeType: _code_reduce_keeping_filename},
+                              cloudpickle.Pickler.dispatch_table)
+
+
+def pack(fn, args) -> tuple[bytes, dict]:
+    """``(fn, args)`` pickled by value, and the cell sources its functions come from.
+
+    Raises ``TypeError`` naming the argument that cannot be sent (nothing has started yet).
+    """
+    _Pickler.filenames = set()
+    buf = io.BytesIO()
+    try:
+        _Pickler(buf, protocol=pickle.HIGHEST_PROTOCOL).dump((fn, args))
+    except Exception as e:  # noqa: BLE001
+        what = "fn"
+        for i, a in enumerate(args):
+            try:
+                cloudpickle.dumps(a)
+            except Exception:  # noqa: BLE001
+                what = f"argument {i + 1} after world_size ({type(a).__name__})"
+                break
+        raise TypeError(f"{what} cannot be sent to the ranks (it must be picklable by "
+                        f"cloudpickle): {type(e).__name__}: {e}") from e
+    # IPython keeps each cell's source in linecache with mtime None (no file on disk)
+    lines = {f: linecache.cache[f] for f in _Pickler.filenames
+             if f in linecache.cache and linecache.cache[f][1] is None}
+    return buf.getvalue(), lines
+
+
+def usable_cpus() -> int:
+    """CPUs this process may run on (its affinity mask), not all the machine's."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
+def loopback_interface() -> str:
+    """The loopback interface's name: ``lo`` on Linux, ``lo0`` on macOS and the BSDs."""
+    try:
+        names = [name for _, name in socket.if_nameindex()]
+    except (AttributeError, OSError):
+        names = []
+    for name in ("lo", "lo0"):
+        if name in names:
+            return name
+    return "lo" if sys.platform.startswith("linux") else "lo0"
+
+
+def caller_state(backend: str, port: int, timeout: float, threads: int, lines: dict) -> dict:
+    return dict(env=dict(os.environ), cwd=os.getcwd(), sys_path=list(sys.path), lines=lines,
+                loopback=loopback_interface(), backend=backend, port=port, timeout=timeout,
+                threads=threads)
+
+
+# ----------------------------------------------------------------------------- socket folders
+def _base_dir() -> str:
+    # A Unix socket path must stay under ~100 bytes: fall back to /tmp if TMPDIR is deep.
+    base = tempfile.gettempdir()
+    return "/tmp" if len(base) >= 64 and os.path.isdir("/tmp") else base
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+_FOLDER = re.compile(r"minipar-(\d+)-\w+$")
+
+
+def remove_stale_folders(base: str | None = None) -> list[str]:
+    """Remove ``minipar-<pid>-*`` socket folders whose caller is no longer running."""
+    base = base or _base_dir()
+    removed = []
+    try:
+        names = os.listdir(base)
+    except OSError:
+        return removed
+    for name in names:
+        m = _FOLDER.match(name)
+        if m and int(m.group(1)) != os.getpid() and not _pid_alive(int(m.group(1))):
+            shutil.rmtree(os.path.join(base, name), ignore_errors=True)
+            removed.append(name)
+    return removed
+
+
+# ----------------------------------------------------------------------------- start failures
+_CAUSES = [
+    (r"init_fs_encoding|No module named 'encodings'|PYTHONHOME",
+     "the worker interpreter cannot start: check PYTHONHOME (now {PYTHONHOME!r}) and "
+     "PYTHONPATH; unset them, or point them at this Python's installation"),
+    (r"in zygote_main\s+import torch\b|No module named '?torch\b",
+     "torch cannot be imported in the worker interpreter ({exe}), PYTHONPATH {PYTHONPATH!r}: "
+     "see its error below"),
+    (r"No module named '?cloudpickle",
+     "cloudpickle is not importable in the worker interpreter ({exe}); install it there"),
+    (r"No module named '?minipar",
+     "minipar is not importable in the ranks: install it into this environment "
+     "(pip install -e .) or put its src folder on sys.path"),
+    (r"Error|error", "the worker's own error is above (PYTHONPATH now {PYTHONPATH!r})"),
+]
+
+
+def likely_cause(log: str) -> str:
+    for pattern, text in _CAUSES:
+        if re.search(pattern, log):
+            return text.format(exe=sys.executable, PYTHONHOME=os.environ.get("PYTHONHOME"),
+                               PYTHONPATH=os.environ.get("PYTHONPATH"))
+    return "no error text: the process was killed (out of memory?) or exited on its own"
+
+
+def tail(path: str, lines: int = 25) -> str:
+    """The last lines of a log, without faulthandler's list of extension modules."""
+    try:
+        with open(path, errors="replace") as f:
+            kept = [x for x in f if not x.startswith("Extension modules:")]
+    except OSError:
+        return ""
+    return "".join(kept[-lines:])
+
+
+def signal_name(code) -> str:
+    if code is None:
+        return "exit code unknown"
+    if code < 0:
+        try:
+            return f"killed by signal {-code} ({signal.Signals(-code).name})"
+        except ValueError:
+            return f"killed by signal {-code}"
+    return f"exit code {code}"
+
+
+# ----------------------------------------------------------------------------- the zygote
+class StartFailed(Exception):
+    """The zygote could not start: ``log`` is the end of its output, ``cause`` a likely why."""
+
+    def __init__(self, message: str, log: str, cause: str):
+        super().__init__(message)
+        self.log, self.cause = log, cause
+
+
+class Zygote:
+    """A warm process that has imported torch and forks fresh ranks (:mod:`minipar._rank`)."""
+
+    def __init__(self, start_timeout: float):
+        remove_stale_folders()
+        self.folder = tempfile.mkdtemp(prefix=f"minipar-{os.getpid()}-", dir=_base_dir())
+        self.listener = mpc.Listener(os.path.join(self.folder, "s"), family="AF_UNIX",
+                                     authkey=secrets.token_bytes(16))
+        self.source_mtime = _mtime(RANK_SOURCE)
+        self.exits: dict[int, int] = {}  # pid -> exit code, as the zygote reports them
+        self.calls = 0
+        self.log = os.path.join(self.folder, "zygote.log")
+        env = dict(os.environ, MINIPAR_AUTHKEY=self.listener._authkey.hex())  # noqa: SLF001
+        with open(self.log, "wb") as f:
+            self.proc = subprocess.Popen(
+                [sys.executable, RANK_SOURCE, self.listener.address, str(os.getpid()),
+                 self.folder], env=env, cwd=self.folder, stdin=subprocess.DEVNULL, stdout=f,
+                stderr=f)
+        try:
+            self.conn = self.accept(time.monotonic() + start_timeout, lambda: None)
+            self.conn.recv()  # ("ready", pid): torch is imported
+        except BaseException:
+            self.close()
+            raise
+
+    def accept(self, deadline: float, check) -> mpc.Connection:
+        """The next connection to our socket; ``check()`` runs while waiting and may raise."""
+        sock = self.listener._listener._socket  # noqa: SLF001
+        sock.settimeout(0.25)
+        while True:
+            try:
+                return self.listener.accept()
+            except (socket.timeout, TimeoutError):
+                pass
+            if self.proc.poll() is not None:
+                log = tail(self.log)
+                raise StartFailed(f"the minipar zygote exited ({signal_name(self.proc.returncode)})"
+                                  f" before its ranks started", log, likely_cause(log))
+            check()
+            if time.monotonic() > deadline:
+                log = tail(self.log)
+                raise StartFailed("the ranks did not start in time", log, likely_cause(log))
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None and _mtime(RANK_SOURCE) == self.source_mtime
+
+    def fork(self, world_size: int, state: dict, task: bytes) -> list[int]:
+        self.calls += 1
+        state["call"] = self.calls
+        self.conn.send(("fork", self.calls, world_size, state, task))
+        while True:
+            msg = self.conn.recv()
+            if msg[0] == "forked" and msg[1] == self.calls:
+                return msg[2]
+            self.note(msg)
+
+    def note(self, msg) -> None:
+        if msg[0] == "exit":
+            self.exits[msg[1]] = msg[2]
+
+    def drain(self) -> None:
+        while self.conn.poll(0):
+            self.note(self.conn.recv())
+
+    def close(self) -> None:
+        try:
+            self.conn.send(None)
+            self.proc.wait(timeout=2)
+        except (AttributeError, OSError, subprocess.TimeoutExpired):
+            pass
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+        self.listener.close()
+        shutil.rmtree(self.folder, ignore_errors=True)
+
+
+def _mtime(path: str) -> float:
+    try:
+        return os.stat(path).st_mtime
+    except OSError:
+        return 0.0
+
+
+# ----------------------------------------------------------------------------- one call's ranks
+class Ranks:
+    """The ranks of one call: connect them, stream their output, gather their replies."""
+
+    def __init__(self, zygote: Zygote, pids: list[int], deadline: float):
+        self.zygote, self.pids = zygote, pids
+        self.conns: dict[int, mpc.Connection] = {}
+        self.replies: dict[int, tuple] = {}
+        self.started = False
+        try:
+            while len(self.conns) < len(pids):
+                conn = zygote.accept(deadline, self._check_started)
+                _, call, rank, pid = conn.recv()  # ("hello", call, rank, pid)
+                if call != zygote.calls or pid != pids[rank]:  # left over from an interrupt
+                    conn.close()
+                    _kill_pid(pid)
+                    continue
+                self.conns[rank] = conn
+            self.started = True
+        except _EarlyDeath:  # collect() returns the dead rank's reply at once
+            self.kill(range(len(pids)))
+        except BaseException:
+            self.kill(range(len(pids)))
+            raise
+
+    def _check_started(self) -> None:
+        """A rank that died before it dialled back: its reply is its exit code and log."""
+        self.zygote.drain()
+        for r, pid in enumerate(self.pids):
+            if r not in self.conns and pid in self.zygote.exits:
+                self._died(r)
+                raise _EarlyDeath()
+
+    def log(self, rank: int) -> str:
+        return os.path.join(self.zygote.folder, f"rank-{rank}.log")
+
+    def _died(self, r: int) -> None:
+        pid = self.pids[r]
+        deadline = time.monotonic() + 2.0  # the connection closes a moment before the reap
+        while pid not in self.zygote.exits and time.monotonic() < deadline:
+            if self.zygote.conn.poll(0.05):
+                self.zygote.note(self.zygote.conn.recv())
+        how = signal_name(self.zygote.exits.get(pid))
+        self.replies[r] = ("died", (f"died ({how}) without a Python exception", "",
+                                    time.time()))
+
+    def collect(self, timeout: float, on_output) -> dict[int, tuple]:
+        """Every rank's reply: ("ok", bytes), ("err", (summary, tb, t)) or ("died", ...)."""
+        n = len(self.pids) if self.started else 0
+        # Ranks time out of a hung collective after ``timeout`` and report where; this
+        # deadline is the backstop for a rank stuck outside a collective.
+        deadline = time.monotonic() + timeout + 3.0
+        while len(self.replies) < n:
+            if any(kind != "ok" for kind, _ in self.replies.values()):
+                # a failure usually makes the others fail fast (their peer left)
+                deadline = min(deadline, time.monotonic() + 3.0)
+            left = deadline - time.monotonic()
+            if left <= 0:
+                break
+            waiting = {c: r for r, c in self.conns.items() if r not in self.replies}
+            for conn in mpc.wait(list(waiting), timeout=min(left, 1.0)):
+                r = waiting[conn]
+                try:
+                    kind, payload = conn.recv()
+                except (EOFError, OSError):
+                    self._died(r)
+                    continue
+                if kind == "out":
+                    on_output(r, payload)
+                else:
+                    self.replies[r] = (kind, payload)
+        return self.replies
+
+    def kill(self, ranks) -> None:
+        for r in ranks:
+            _kill_pid(self.pids[r])
+
+    def close(self) -> None:
+        """Kill the ranks that did not reply (a hang, an interrupt); close the connections."""
+        self.kill([r for r in range(len(self.pids)) if r not in self.replies])
+        for c in self.conns.values():
+            c.close()
+
+
+def _kill_pid(pid: int) -> None:
+    try:
+        os.kill(pid, signal.SIGKILL)
+    except OSError:
+        pass
+
+
+class _EarlyDeath(Exception):
+    """A rank died before it connected; its reply is already recorded."""
