@@ -1,0 +1,124 @@
+"""Train the stage-split GPT with any schedule on ranks, and the one-process reference.
+
+``train_reference`` runs the whole GPT on the whole batch (B = m·b sequences) with a mean loss;
+``train_rank`` runs on rank r of :func:`minipar.launch.run`, splits each batch into m
+micro-batches and runs the schedule's action list with :class:`PipelineExecutor`. With the loss
+scaled by 1/m both take the same optimizer steps, so the parameters must agree.
+"""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+
+from minipar.memory.gpt import GPTConfig
+
+from .executor import PipelineExecutor
+from .schedules import schedule
+from .stage import build_stages, reference_model
+
+
+def small_config(L: int = 8) -> GPTConfig:
+    """A GPT small enough for many runs on a CPU: L layers, h = 8, 2 heads, s = 4, V = 16."""
+    return GPTConfig(L=L, h=8, a=2, s=4, V=16, dropout=0.0)
+
+
+def token_batches(steps: int, batch: int, c: GPTConfig, seed: int = 3) -> list:
+    """``steps`` batches [(tokens (batch, s), targets (batch, s)), ...], the same on every rank."""
+    g = torch.Generator().manual_seed(seed)
+    return [(torch.randint(c.V, (batch, c.s), generator=g),
+             torch.randint(c.V, (batch, c.s), generator=g)) for _ in range(steps)]
+
+
+def _optimizer(name: str, params):
+    if name == "sgd":
+        return torch.optim.SGD(params, lr=0.1)
+    if name == "adam":
+        return torch.optim.Adam(params, lr=0.01)
+    raise ValueError(f"optimizer ({name!r}) must be 'sgd' or 'adam'")
+
+
+def train_reference(c: GPTConfig, batches, optimizer: str = "adam", dtype=torch.float64):
+    """One process, whole batch: (losses, first-step gradients, final parameters) by name."""
+    model = reference_model(c, dtype=dtype)
+    opt = _optimizer(optimizer, model.parameters())
+    losses, grads = [], None
+    for x, y in batches:
+        opt.zero_grad()
+        loss = F.cross_entropy(model(x).flatten(0, 1), y.flatten())   # (B·s, V) vs (B·s,)
+        loss.backward()
+        if grads is None:
+            grads = {n: q.grad.clone() for n, q in model.named_parameters()}
+        opt.step()
+        losses.append(loss.item())
+    return losses, grads, {n: q.detach().clone() for n, q in model.named_parameters()}
+
+
+@dataclass
+class RankResult:
+    losses: list            # per step, mean over micro-batches (last stage only, else [])
+    grads: dict             # first step's gradients by reference name
+    params: dict            # final parameters by reference name
+    peak_in_flight: int     # high-water of (stage, micro-batch) activations held, first step
+    peak_saved_bytes: int
+    timeline: list          # first step's (rank, action, start, end)
+
+
+def embedding_group(p: int):
+    """The first and last stage's ranks {0, p−1}; every rank must call this (new_group)."""
+    if p == 1:
+        return None
+    return dist.new_group([0, p - 1])
+
+
+def train_rank(rank: int, p: int, name: str, m: int, v: int, c: GPTConfig, batches,
+               optimizer: str = "adam", executor_cls=PipelineExecutor, actions=None,
+               loss_scale: float | None = None, emb_group="auto", dtype=torch.float64):
+    """Train on rank ``rank`` of p with schedule ``name`` (or explicit ``actions``, one list per
+    rank); each batch of B = m·b sequences is cut into m micro-batches of b."""
+    stages = build_stages(c, rank, p, v, dtype=dtype)
+    group = embedding_group(p) if emb_group == "auto" else emb_group
+    params = list({id(q): q for st in stages.values() for q in st.parameters()}.values())
+    opt = _optimizer(optimizer, params)
+    acts = (actions or schedule(name, p, m, v))[rank]
+    ex = executor_cls(stages, v * p, rank, p, m, group=None, embedding_group=group,
+                      loss_scale=loss_scale)
+    named = {}
+    for st in stages.values():
+        named.update(st.reference_names())
+    out = RankResult([], {}, {}, 0, 0, [])
+    for step, (x, y) in enumerate(batches):
+        if x.shape[0] % m:
+            raise ValueError(f"batch ({x.shape[0]}) must be divisible by micro-batches m ({m})")
+        b = x.shape[0] // m
+        opt.zero_grad()
+        rec = ex.run(acts, list(x.chunk(m)), list(y.chunk(m)), (b, c.s, c.h), dtype)
+        if rec.losses:
+            out.losses.append(sum(rec.losses) / m)
+        if step == 0:
+            out.grads = {n: q.grad.clone() for n, q in named.items() if q.grad is not None}
+            out.peak_in_flight, out.peak_saved_bytes = rec.peak_in_flight, rec.peak_saved_bytes
+            out.timeline = rec.timeline
+        opt.step()
+    out.params = {n: q.detach().clone() for n, q in named.items()}
+    return out
+
+
+def max_error(ranks: list[RankResult], ref: dict, what: str = "params") -> float:
+    """Largest |pipeline − reference| over every parameter every rank holds (relative to the
+    reference's largest entry of that tensor); every reference parameter must be held."""
+    seen, worst = set(), 0.0
+    for r in ranks:
+        for n, t in getattr(r, what).items():
+            seen.add(n)
+            worst = max(worst, ((t - ref[n]).abs().max() / ref[n].abs().max()).item())
+    missing = set(ref) - seen
+    if missing:
+        raise AssertionError(f"reference parameters not held by any rank: {sorted(missing)}")
+    return worst
+
+
+def as_dict(r: RankResult) -> dict:
+    return asdict(r)

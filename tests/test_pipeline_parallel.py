@@ -1,0 +1,164 @@
+"""Pipeline parallelism on gloo ranks: every schedule equals one process on the full batch
+(losses, first-step gradients, parameters after several Adam steps, float64), p in {2, 3, 4},
+m in {p, 2p, 2p+1}; p2p traffic and activation high-water equal the model; negative controls
+show the checks catch an unscaled loss, a receiver that does not require grad, and a warm-up
+that deadlocks (a timeout, never a hang)."""
+import pytest
+import torch
+
+from minipar.cost.traffic import pp_p2p_bytes_per_microbatch
+from minipar.launch import RankError, run
+from minipar.pipeline_parallel import Action, ScheduleError, simulate
+from minipar.pipeline_parallel.executor import PipelineExecutor
+from minipar.pipeline_parallel.model_bubble import peak_in_flight
+from minipar.pipeline_parallel.stage import partition_layers
+from minipar.pipeline_parallel.train import (max_error, small_config, token_batches,
+                                             train_rank, train_reference)
+from minipar.trace import trace
+
+STEPS, B_MICRO, TOL = 3, 2, 1e-9
+C = small_config(L=8)
+
+
+def cases(p):
+    out = [(name, m, 1) for name in ("gpipe", "1f1b", "zb-h1") for m in (p, 2 * p, 2 * p + 1)]
+    return out + [("interleaved", m, 2) for m in (p, 2 * p)]
+
+
+def _all_cases(rank, p):
+    out = {}
+    for name, m, v in cases(p):
+        batches = token_batches(STEPS, B_MICRO * m, C)
+        if m == p:          # trace one run per schedule: p2p bytes and messages
+            with trace() as tr:
+                res = train_rank(rank, p, name, m, v, C, batches)
+            sends = [e for e in tr.events if e.op == "send"]
+            res.sends = (len(sends), sum(e.bytes for e in sends))
+        else:
+            res = train_rank(rank, p, name, m, v, C, batches)
+        res.timeline = None
+        out[name, m, v] = res
+    # negative control: the loss not divided by m
+    m = p
+    out["unscaled"] = train_rank(rank, p, "1f1b", m, 1, C, token_batches(1, B_MICRO * m, C),
+                                 loss_scale=1.0)
+    return out
+
+
+@pytest.fixture(scope="module", params=[2, 3, 4], ids=lambda p: f"p{p}")
+def launched(request):
+    p = request.param
+    return p, run(_all_cases, p, backend="gloo", timeout=600)
+
+
+@pytest.fixture(scope="module")
+def references():
+    refs = {}
+    for p in (2, 3, 4):
+        for _, m, _ in cases(p):
+            if m not in refs:
+                refs[m] = train_reference(C, token_batches(STEPS, B_MICRO * m, C))
+    return refs
+
+
+@pytest.mark.slow
+def test_every_schedule_equals_one_process(launched, references):
+    p, results = launched
+    for name, m, v in cases(p):
+        ref_losses, ref_grads, ref_params = references[m]
+        ranks = [r[name, m, v] for r in results]
+        assert max_error(ranks, ref_grads, "grads") < TOL, (name, m, v)
+        assert max_error(ranks, ref_params, "params") < TOL, (name, m, v)
+        assert ranks[-1].losses == pytest.approx(ref_losses, rel=1e-12)
+
+
+@pytest.mark.slow
+def test_unscaled_loss_gives_m_times_the_gradient(launched, references):
+    p, results = launched
+    ranks = [r["unscaled"] for r in results]
+    _, ref_grads, _ = train_reference(C, token_batches(1, B_MICRO * p, C))
+    assert max_error(ranks, ref_grads, "grads") > 0.5          # the check catches it ...
+    scaled = {n: g * p for n, g in ref_grads.items()}           # ... and it is exactly m×
+    assert max_error(ranks, scaled, "grads") < TOL
+
+
+@pytest.mark.slow
+def test_activation_high_water_equals_the_model(launched):
+    p, results = launched
+    for name, m, v in cases(p):
+        measured = [r[name, m, v].peak_in_flight for r in results]
+        assert measured == [peak_in_flight(name, r, p, m, v) for r in range(p)], (name, m)
+    # GPipe holds m micro-batches on every rank, 1F1B p−r: bytes saved say the same
+    m = 2 * p + 1
+    g, o = results[1]["gpipe", m, 1], results[1]["1f1b", m, 1]
+    assert g.peak_saved_bytes * (p - 1) == o.peak_saved_bytes * m
+
+
+@pytest.mark.slow
+def test_p2p_traffic_equals_the_model(launched):
+    p, results = launched
+    b, s, h = B_MICRO, C.s, C.h
+    for name, v in (("gpipe", 1), ("1f1b", 1), ("zb-h1", 1), ("interleaved", 2)):
+        m = p
+        n_msgs = sum(r[name, m, v].sends[0] for r in results)
+        n_bytes = sum(r[name, m, v].sends[1] for r in results)
+        boundaries = v * p - 1
+        assert n_msgs == 2 * boundaries * m * STEPS            # activation + gradient
+        assert n_bytes == boundaries * m * STEPS * pp_p2p_bytes_per_microbatch(b, s, h, 8)
+        if name == "interleaved":   # v× the boundaries crossing ranks (v·p − 1 vs p − 1)
+            assert n_msgs == sum(r["1f1b", m, 1].sends[0] for r in results) * \
+                (v * p - 1) / (p - 1)
+
+
+# ------------------------------------------------------------------ negative controls
+class NoGradReceiver(PipelineExecutor):
+    """Bug: the received activation is not marked requires_grad."""
+
+    def received_activation(self, x):
+        return x
+
+
+@pytest.mark.slow
+def test_receiver_must_require_grad():
+    b = token_batches(1, 2 * B_MICRO, C)
+    with pytest.raises(RankError, match="must be marked requires_grad|must mark it requires_grad"):
+        run(train_rank, 2, "1f1b", 2, 1, C, b, "adam", NoGradReceiver, backend="gloo",
+            timeout=120)
+
+
+def mirrored_1f1b(p, m):
+    """Bug: the warm-up counted from the wrong end (r forwards instead of p−r−1)."""
+    out = []
+    for r in range(p):
+        w = min(r, m)
+        lst = [Action("F", r, i) for i in range(w)]
+        for i in range(m - w):
+            lst += [Action("F", r, w + i), Action("B", r, i)]
+        out.append(lst + [Action("B", r, i) for i in range(m - w, m)])
+    return out
+
+
+@pytest.mark.slow
+def test_wrong_warmup_deadlock_is_a_timeout_not_a_hang():
+    p, m = 3, 3
+    with pytest.raises(ScheduleError, match="deadlock"):
+        simulate(mirrored_1f1b(p, m))                    # caught on paper ...
+    b = token_batches(1, B_MICRO * m, C)
+    with pytest.raises(TimeoutError):                    # ... and on ranks, by the launcher
+        run(train_rank, p, "1f1b", m, 1, C, b, "adam", PipelineExecutor, mirrored_1f1b(p, m),
+            backend="gloo", timeout=20)
+
+
+# ------------------------------------------------------------------ fast
+def test_partition_layers():
+    assert partition_layers(5, 3) == [range(0, 2), range(2, 4), range(4, 5)]
+    with pytest.raises(ValueError, match=r"layers L \(3\) must be >= stages v·p \(4\)"):
+        partition_layers(3, 4)
+
+
+def test_one_rank_is_the_reference():
+    c = small_config(L=2)
+    b = token_batches(2, 4, c)
+    ref = train_reference(c, b)
+    res = run(train_rank, 1, "interleaved", 2, 2, c, b, backend="gloo", timeout=120)
+    assert max_error(res, ref[2]) < TOL and res[0].peak_in_flight == 2
