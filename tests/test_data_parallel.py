@@ -220,3 +220,319 @@ def test_bench_dp_bad_input_is_one_line(capsys, argv, message):
     from minipar.cli import main
     assert main(["bench", "dp", *argv]) == 2
     assert capsys.readouterr().err.strip() == f"minipar bench: error: {message}"
+
+
+# ------------------------------------------------------------------ the contract (float64, n=3)
+# What PyTorch DDP does, checked against one process: every synced backward all-reduces;
+# parameters unused on some ranks are averaged with zeros, unused on every rank keep grad None
+# and are not moved; replicas start from rank 0's parameters; ZeRO keeps float64; any output
+# structure; unequal micro-batches; a process group that is not the default one.
+ATOL64 = 1e-12
+SUB = [0, 2]                                    # the subgroup: 2 of 3 ranks
+SUB_VARIANTS = ("naive", "bucketed", "accumulation", "zero0", "zero1", "zero2", "zero3", "ddp")
+BRANCHY = ("naive", "bucketed", "zero0", "zero1", "zero2", "zero3", "ddp")
+
+
+def _branchy_data(steps, n, b=2, h=8, vocab=5):
+    g = torch.Generator().manual_seed(3)
+    return [(torch.randn(n * b, h, generator=g, dtype=torch.float64),
+             torch.randint(vocab, (n * b,), generator=g)) for _ in range(steps)]
+
+
+def adamw(ps):
+    return torch.optim.AdamW(ps, lr=0.01, weight_decay=0.1)   # decay moves any non-None grad
+
+
+def _branchy_reference(n, branch_ranks, steps=STEPS, zero_unused=False):
+    """One process: the loss is the mean over ranks of each rank's loss (branch on some)."""
+    from minipar.data_parallel.models import Branchy
+    F = torch.nn.functional
+    torch.manual_seed(0)
+    model = Branchy().double()
+    opt = adamw(model.parameters())
+    grads = None
+    for x, y in _branchy_data(steps, n):
+        opt.zero_grad()
+        sum(F.cross_entropy(model(xr, use_branch=r in branch_ranks)["logits"], yr)
+            for r, (xr, yr) in enumerate(zip(x.chunk(n), y.chunk(n)))).div(n).backward()
+        for p in model.parameters():
+            if zero_unused and p.grad is None:                   # the bug, for the control
+                p.grad = torch.zeros_like(p)
+        if grads is None:
+            grads = {k: None if p.grad is None else p.grad.clone()
+                     for k, p in model.named_parameters()}
+        opt.step()
+    return grads, {k: p.detach().clone() for k, p in model.named_parameters()}
+
+
+def _branchy_rank(rank, n, variant, branch_ranks, steps=STEPS):
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    from minipar.data_parallel.models import Branchy
+    F = torch.nn.functional
+    torch.manual_seed(0)
+    model = Branchy().double()
+    adam = adamw
+    fwd, zero, opt = model, None, None
+    if variant.startswith("zero"):
+        zero = ZeRO(model, int(variant[-1]), adam, find_unused_parameters=True)
+    elif variant == "bucketed":
+        BucketedDataParallel(model, bucket_cap_mb=0.0002, find_unused_parameters=True)
+    elif variant == "ddp":
+        fwd = DDP(model, find_unused_parameters=True)
+    if zero is None:
+        opt = adam(model.parameters())
+    grads = None
+    for x, y in _branchy_data(steps, n):
+        (zero or opt).zero_grad()
+        F.cross_entropy(fwd(x.chunk(n)[rank], use_branch=rank in branch_ranks)["logits"],
+                        y.chunk(n)[rank]).backward()
+        if variant == "naive":
+            all_reduce_gradients(model, find_unused_parameters=True)
+        if grads is None and zero is None:
+            grads = {k: None if p.grad is None else p.grad.clone()
+                     for k, p in model.named_parameters()}
+        (zero or opt).step()
+    names = [k for k, _ in model.named_parameters()]
+    params = zero.full_parameters() if zero else [p.detach().clone() for p in model.parameters()]
+    return grads, dict(zip(names, params))
+
+
+def _no_sync_section(rank, n, out):
+    """Backward three times without no_sync: DDP's semantics, 3 all-reduces."""
+    F = torch.nn.functional
+    for impl in ("ours", "ddp"):
+        torch.manual_seed(0)
+        model = TiedClassifier().double()
+        fwd = model
+        if impl == "ours":
+            BucketedDataParallel(model, bucket_cap_mb=0.001)
+        else:
+            from torch.nn.parallel import DistributedDataParallel as DDP
+            fwd = DDP(model)
+        x, y = token_batches(1, 6 * n)[0]
+        with trace() as tr:
+            for xc, yc in zip(x.chunk(n)[rank].chunk(3), y.chunk(n)[rank].chunk(3)):
+                (F.cross_entropy(fwd(xc), yc) / 3).backward()
+        out["no_sync", impl] = ([p.grad.clone() for p in model.parameters() if p.requires_grad],
+                                tr.bytes("all_reduce"))
+
+
+def _unused_section(rank, n, out):
+    """Unused parameters: branch used on rank 0 only, spare on no rank."""
+    for v in BRANCHY:
+        out["branchy", v] = _branchy_rank(rank, n, v, {0})
+
+
+def _start_section(rank, n, out):
+    """Replicas start from rank 0's parameters (each rank builds its model from its own seed)."""
+    for impl in ("bucketed", "zero1", "zero3"):
+        torch.manual_seed(rank)
+        model = TiedClassifier().double()
+        if impl == "bucketed":
+            BucketedDataParallel(model)
+            out["start", impl] = [p.detach().clone() for p in model.parameters()
+                                  if p.requires_grad]
+        else:
+            zero = ZeRO(model, int(impl[-1]), make_sgd)
+            out["start", impl] = zero.full_parameters()
+            out["dtype", impl] = (zero.flat.dtype, zero.shard()[2].dtype, zero.shard()[:2])
+
+
+def _accumulation_section(rank, n, out):
+    """Unequal micro-batches (1, 2, 3) on equal ranks; then unequal ranks (r+2 samples)."""
+    from minipar.data_parallel import accumulation_step
+    F = torch.nn.functional
+    x, y = token_batches(1, 6 * n)[0]
+    xr, yr = x.chunk(n)[rank], y.chunk(n)[rank]                      # (6,)
+    sizes = [r + 2 for r in range(n)]
+    lo = sum(sizes[:rank])
+    cases = {"micro": ([(xr[a:b], yr[a:b]) for a, b in ((0, 1), (1, 3), (3, 6))], None),
+             "ranks": ([(x[lo:lo + 1], y[lo:lo + 1]),
+                        (x[lo + 1:lo + sizes[rank]], y[lo + 1:lo + sizes[rank]])], sum(sizes))}
+    for case, (mbs, total) in cases.items():
+        torch.manual_seed(0)
+        model = TiedClassifier().double()
+        dp = BucketedDataParallel(model)
+        kw = {"global_samples": total, "global_loss": True} if total else {"global_loss": True}
+        loss = accumulation_step(model, dp, mbs, F.cross_entropy, **kw)
+        out["accumulation", case] = ([p.grad.clone() for p in model.parameters()
+                                      if p.requires_grad], loss)
+
+
+def _group_section(rank, n, out):
+    """Every implementation on a subgroup of 2 of the 3 ranks (rank 1 sits out)."""
+    group = dist.new_group(SUB)
+    if rank in SUB:
+        for v in SUB_VARIANTS:
+            torch.manual_seed(0)
+            out["group", v] = train_rank(SUB.index(rank), len(SUB), v,
+                                         TiedClassifier().double(), "adam",
+                                         token_batches(STEPS, BATCH), group=group)
+
+
+SECTIONS = (_no_sync_section, _unused_section, _start_section, _accumulation_section,
+            _group_section)
+
+
+def _contract_on_rank(rank, n):
+    out = {"errors": {}}
+    for section in SECTIONS:       # one section's failure must not hide the others'
+        try:
+            section(rank, n, out)
+        except Exception as e:     # noqa: BLE001 (reported by the section's test)
+            out["errors"][section.__name__] = f"{type(e).__name__}: {e}"
+    return out
+
+
+def _ok(contract, section):
+    for rank, r in enumerate(contract):
+        assert section.__name__ not in r["errors"], f"rank {rank}: {r['errors']}"
+
+
+def make_sgd(ps):
+    return torch.optim.SGD(ps, lr=0.1)
+
+
+@pytest.fixture(scope="module")
+def contract():
+    return run(_contract_on_rank, 3, backend="gloo", timeout=300)
+
+
+def _double_reference_grads(batch):
+    torch.manual_seed(0)
+    model = TiedClassifier().double()
+    x, y = token_batches(1, batch)[0]
+    loss = torch.nn.functional.cross_entropy(model(x), y)
+    loss.backward()
+    return [p.grad for p in model.parameters() if p.requires_grad], loss.item()
+
+
+@pytest.mark.slow
+def test_every_synced_backward_all_reduces_like_ddp(contract):
+    _ok(contract, _no_sync_section)
+    ref, _ = _double_reference_grads(18)
+    psi = sum(g.numel() for g in ref)
+    for rank, r in enumerate(contract):
+        for impl in ("ours", "ddp"):
+            grads, nbytes = r["no_sync", impl]
+            assert max((g - w).abs().max().item() for g, w in zip(grads, ref)) < ATOL64, impl
+            assert nbytes == 3 * psi * 8, (impl, nbytes)     # three backward, three reductions
+    # control: the old behaviour (only the first micro-batch reduced) is far from the reference
+    first = _double_reference_grads(18)[0]
+    assert max((g / 3 - w).abs().max().item() for g, w in zip(first, ref)) > 1e-3
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("variant", BRANCHY)
+def test_unused_parameters_follow_ddp(contract, variant):
+    _ok(contract, _unused_section)
+    ref_grads, ref_params = _branchy_reference(3, {0})
+    init = _branchy_reference(3, {0}, steps=0)[1]
+    assert ref_grads["spare.weight"] is None and ref_grads["branch.weight"] is not None
+    for rank, r in enumerate(contract):
+        grads, params = r["branchy", variant]
+        for k, want in ref_params.items():
+            err = (params[k] - want).abs().max().item()
+            assert err < ATOL64, f"{variant} rank {rank}: {k} differs by {err:.1e}"
+        assert torch.equal(params["spare.weight"], init["spare.weight"])   # never moved
+        if grads is not None:                                  # not ZeRO (flat, local grads)
+            assert grads["spare.weight"] is None and grads["spare.bias"] is None
+            assert (grads["branch.weight"] - ref_grads["branch.weight"]).abs().max() < ATOL64
+    # controls: a zero gradient for the unused parameter lets AdamW's weight decay move it;
+    # rank 0's branch gradient not averaged with the others' zeros is 3x too large
+    zeroed = _branchy_reference(3, {0}, zero_unused=True)[1]
+    assert (zeroed["spare.weight"] - init["spare.weight"]).abs().max() > 1e-4
+    assert (ref_grads["branch.weight"] * 3 - ref_grads["branch.weight"]).abs().max() > 1e-3
+
+
+@pytest.mark.slow
+def test_replicas_start_from_rank_0(contract):
+    _ok(contract, _start_section)
+    torch.manual_seed(0)
+    want = [p for p in TiedClassifier().double().parameters() if p.requires_grad]
+    for rank, r in enumerate(contract):
+        for impl in ("bucketed", "zero1", "zero3"):
+            assert all(torch.equal(a, b) for a, b in zip(r["start", impl], want)), (rank, impl)
+    torch.manual_seed(1)                                       # control: rank 1's own seed
+    assert not torch.equal(TiedClassifier().emb.weight, want[0].float())
+
+
+@pytest.mark.slow
+def test_zero_keeps_float64_and_documents_its_shard(contract):
+    _ok(contract, _start_section)
+    for rank, r in enumerate(contract):
+        for impl in ("zero1", "zero3"):
+            flat_dtype, shard_dtype, (lo, hi) = r["dtype", impl]
+            assert flat_dtype == shard_dtype == torch.float64
+            assert (lo, hi) == (rank * (hi - lo), (rank + 1) * (hi - lo))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("case", ["micro", "ranks"])
+def test_accumulation_weights_unequal_batches_and_returns_global_loss(contract, case):
+    _ok(contract, _accumulation_section)
+    batch = 18 if case == "micro" else 2 + 3 + 4
+    ref, ref_loss = _double_reference_grads(18)
+    if case == "ranks":
+        torch.manual_seed(0)
+        model = TiedClassifier().double()
+        x, y = token_batches(1, 18)[0]
+        loss = torch.nn.functional.cross_entropy(model(x[:batch]), y[:batch])
+        loss.backward()
+        ref, ref_loss = [p.grad for p in model.parameters() if p.requires_grad], loss.item()
+    for r in contract:
+        grads, loss = r["accumulation", case]
+        assert max((g - w).abs().max().item() for g, w in zip(grads, ref)) < ATOL64
+        assert loss == pytest.approx(ref_loss, rel=1e-12)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("variant", SUB_VARIANTS)
+def test_every_implementation_runs_on_a_subgroup(contract, variant):
+    _ok(contract, _group_section)
+    torch.manual_seed(0)
+    micro = 4 if variant == "accumulation" else 1
+    ref_losses, ref_params = train_reference(TiedClassifier().double(), "adam",
+                                             token_batches(STEPS, BATCH), micro=micro)
+    assert all(("group", variant) not in contract[r] for r in range(3) if r not in SUB)
+    for rank in SUB:
+        losses, params = contract[rank]["group", variant]
+        assert max_param_error(params, ref_params) < ATOL64, (variant, rank)
+    losses = global_losses([contract[r]["group", variant][0] for r in SUB])
+    assert losses == pytest.approx(ref_losses, rel=1e-12)
+
+
+def test_subgroup_check_catches_dividing_by_the_world_size():
+    """Control: averaging over the 3 ranks of the world instead of the 2 of the group."""
+    torch.manual_seed(0)
+    _, ref = train_reference(TiedClassifier().double(), "adam", token_batches(STEPS, BATCH))
+    torch.manual_seed(0)
+    model = TiedClassifier().double()
+    for p in model.parameters():
+        if p.requires_grad:
+            p.register_hook(lambda g: g * 2 / 3)
+    _, wrong = train_reference(model, "adam", token_batches(STEPS, BATCH))
+    assert max_param_error(wrong, ref) > 100 * ATOL64
+
+
+@pytest.mark.parametrize("impl", ["naive", "bucketed", "zero2"])
+def test_a_parameter_without_gradient_is_a_clear_error(impl):
+    from minipar.launch import RankError
+    with pytest.raises(RankError, match=r"unless find_unused_parameters=True; no gradient for: "
+                                        r".*spare\.weight"):
+        run(_unused_without_flag, 2, impl, backend="gloo", timeout=120)
+
+
+def _unused_without_flag(rank, n, impl):
+    from minipar.data_parallel.models import Branchy
+    model = Branchy().double()
+    zero = ZeRO(model, 2, make_sgd) if impl == "zero2" else None
+    if impl == "bucketed":
+        BucketedDataParallel(model)
+    x, y = _branchy_data(1, n)[0]
+    torch.nn.functional.cross_entropy(model(x)["logits"], y).backward()
+    if impl == "naive":
+        all_reduce_gradients(model)
+    if zero:
+        zero.step()

@@ -9,7 +9,7 @@ import importlib
 
 BENCH_MODULES = [
     "minipar.bench.collectives",   # minipar bench collectives
-    "minipar.bench.dp",            # minipar bench dp
+    "minipar.bench.data_parallel", # minipar bench data_parallel (alias: dp)
     "minipar.bench.launch",        # minipar bench launch
 ]
 

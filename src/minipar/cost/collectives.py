@@ -162,12 +162,34 @@ def collective_time(op: str, algorithm: str, n: int, nbytes: float, alpha: float
     raise AssertionError(f"unhandled {op}/{algorithm}")
 
 
+def double_binary_tree_all_reduce_time(n: int, nbytes: float, alpha: float,
+                                       bandwidth: float) -> float:
+    """All-reduce over two complementary binary trees, pipelined in chunks (NCCL's "tree"):
+    2⌈log2 n⌉α + 2·S·β, latency logarithmic in n, bandwidth term 2Sβ (≈ the ring's 2(n−1)/n·Sβ).
+
+    Each tree reduces half of S up to its root and broadcasts it back down; a rank is interior in
+    at most one tree, so in the pipelined limit every link carries S in each direction. We charge
+    the ⌈log2 n⌉ depth once up and once down (the pipeline fill) and ignore the chunk count.
+    Sanders, Speck & Träff 2009 ("Two-tree algorithms for full bandwidth broadcast, reduction and
+    scan", Parallel Computing 35(12)); NCCL 2.4 adopted it for inter-node all-reduce (Jeaugey 2019,
+    "Massively Scale Your Deep Learning Training with NCCL 2.4", NVIDIA blog).
+    """
+    _check("all-reduce", n, nbytes)
+    if bandwidth <= 0 or alpha < 0:
+        raise ValueError(f"bandwidth ({bandwidth}) must be > 0 and alpha ({alpha}) >= 0")
+    if n == 1:
+        return 0.0
+    return 2 * _lg(n) * alpha + 2 * nbytes / bandwidth
+
+
 def hierarchical_all_reduce_time(nodes: int, gpus_per_node: int, nbytes: float, intra: Link,
                                  inter: Link, inter_algorithm: str = "ring") -> float:
     """All-reduce of S bytes over ``nodes × gpus_per_node`` ranks in three phases (g = gpus/node):
 
     1. ring reduce-scatter inside each node over ``intra`` (each GPU then owns S/g);
-    2. all-reduce of those S/g bytes across nodes over ``inter``, g of them in parallel;
+    2. all-reduce of those S/g bytes across nodes over ``inter``, g of them in parallel
+       (``inter_algorithm``: an all-reduce algorithm of :data:`ALGORITHMS`, or
+       ``"double-binary-tree"``, see :func:`double_binary_tree_all_reduce_time`);
     3. ring all-gather inside each node over ``intra``.
     Assumes each GPU has its own inter-node link (rail-optimised, one NIC per GPU as in DGX
     H100), so the g phase-2 all-reduces do not share a NIC. Source: the 2D-torus all-reduce of
@@ -178,8 +200,12 @@ def hierarchical_all_reduce_time(nodes: int, gpus_per_node: int, nbytes: float, 
         raise ValueError(f"nodes ({nodes}) and gpus_per_node ({gpus_per_node}) must be >= 1")
     g = gpus_per_node
     t_rs = collective_time("reduce-scatter", "ring", g, nbytes, intra.alpha, intra.bandwidth)
-    t_ar = collective_time("all-reduce", inter_algorithm, nodes, nbytes / g, inter.alpha,
-                           inter.bandwidth)
+    if inter_algorithm == "double-binary-tree":
+        t_ar = double_binary_tree_all_reduce_time(nodes, nbytes / g, inter.alpha,
+                                                  inter.bandwidth)
+    else:
+        t_ar = collective_time("all-reduce", inter_algorithm, nodes, nbytes / g, inter.alpha,
+                               inter.bandwidth)
     t_ag = collective_time("all-gather", "ring", g, nbytes, intra.alpha, intra.bandwidth)
     return t_rs + t_ar + t_ag
 

@@ -13,6 +13,16 @@ e.g. ``collective_time("all-reduce", "ring", n, size, α, bandwidth)`` (Thakur e
 2(n−1)α term is paid once per bucket, which is why tiny buckets are latency-bound, and its
 2(n−1)/n·S/bandwidth term is why huge buckets (one bucket = no overlap) expose all of it.
 The optimizer step and any compute slowdown caused by communication are ignored.
+
+Compute per step comes from the model, not from constants sprinkled in notebooks and widgets:
+:func:`compute_seconds` is 6·Ψ·T FLOPs (T tokens per GPU; Kaplan et al. 2020, §2.1) at an
+achieved rate, and :func:`forward_backward` splits it 1 : 2 (backward computes the gradients
+with respect to both inputs and weights, twice the forward's matrix products; Narayanan et al.
+2021, §3.5). When is the all-reduce hidden behind backward? With a flat ring of per-direction
+bandwidth W and q bytes per gradient, communication takes about 2qΨ/W (the latency terms
+neglected) and backward (2/3)·6ΨT/F_eff; hiding needs T ≥ q·F_eff/(2W), i.e. T ≥ F_eff/W tokens
+per GPU for bf16 gradients (:func:`min_tokens_to_hide`). The latency terms then decide the rest:
+a flat ring pays 2(N−1)α per bucket, a tree 2⌈log2 N⌉α.
 """
 from __future__ import annotations
 
@@ -64,13 +74,57 @@ def dp_step_time(forward_s: float, backward_s: float, grad_bytes: float, bucket_
     return DPStep(step, compute, comm, step - compute, intervals)
 
 
+ACHIEVED_FLOPS = 400e12
+"""FLOP/s per GPU the course's scaling examples assume: about 40 % of an H100 SXM's dense bf16
+peak (989 TFLOP/s, :data:`minipar.cost.hardware.GPUS`), a typical MFU for well-tuned training."""
+
+
+def forward_backward(compute_s: float) -> tuple[float, float]:
+    """(forward, backward) seconds of a step that computes for ``compute_s``: 1/3 and 2/3
+    (backward ≈ 2 × forward FLOPs; Kaplan et al. 2020 §2.1, Narayanan et al. 2021 §3.5)."""
+    if compute_s < 0:
+        raise ValueError(f"compute seconds ({compute_s}) must be >= 0")
+    return compute_s / 3, 2 * compute_s / 3
+
+
+def compute_seconds(params: float, tokens_per_gpu: float,
+                    flops_per_s: float = ACHIEVED_FLOPS) -> float:
+    """Seconds of forward + backward on one GPU: 6·Ψ·T FLOPs (:func:`minipar.cost.model.six_nd`)
+    at ``flops_per_s`` achieved. E.g. Ψ = 1.3e9, T = 2048: 6·1.3e9·2048/400e12 = 0.040 s."""
+    from .model import six_nd
+
+    if flops_per_s <= 0:
+        raise ValueError(f"flops_per_s ({flops_per_s}) must be > 0")
+    return six_nd(params, tokens_per_gpu) / flops_per_s
+
+
+def min_tokens_to_hide(flops_per_s: float, bandwidth: float, grad_bytes: float = 2) -> float:
+    """Tokens per GPU above which a ring all-reduce's bandwidth term fits inside backward.
+
+    Ring all-reduce of q·Ψ bytes moves 2(N−1)/N·qΨ ≈ 2qΨ bytes per direction per GPU: about
+    2qΨ/W seconds. Backward is 2/3 of 6ΨT/F_eff = 4ΨT/F_eff. Hidden when 4ΨT/F_eff ≥ 2qΨ/W,
+    i.e. T ≥ q·F_eff/(2W); for bf16 gradients (q = 2), T ≥ F_eff/W. Ψ cancels; latency (α per
+    message) and bucket count are neglected, so this is necessary, not sufficient.
+    """
+    if flops_per_s <= 0 or bandwidth <= 0 or grad_bytes <= 0:
+        raise ValueError(f"flops_per_s ({flops_per_s}), bandwidth ({bandwidth}) and grad_bytes "
+                         f"({grad_bytes}) must be > 0")
+    return grad_bytes * flops_per_s / (2 * bandwidth)
+
+
 def allreduce_seconds(n: int, gpus_per_node: int = 8, intra: str = "nvlink4-h100",
-                      inter: str = "ib-ndr400") -> Callable[[float], float]:
+                      inter: str = "ib-ndr400",
+                      inter_algorithm: str = "ring") -> Callable[[float], float]:
     """``nbytes -> seconds`` of one all-reduce over n GPUs: a ring over the ``intra`` link
     inside one node (n ≤ gpus_per_node), else the hierarchical all-reduce (ring reduce-scatter in
     each node, all-reduce across nodes over ``inter``, all-gather in each node; see
     :func:`minipar.cost.collectives.hierarchical_all_reduce_time`). n must then be a multiple of
     ``gpus_per_node``. Link presets: :data:`minipar.cost.hardware.LINKS`.
+
+    The across-node step is a flat ring by default: its latency 2(N−1)α grows with the number of
+    nodes N and is paid once per bucket (with α = 5 µs, 64 nodes and 100 buckets: 63 ms per step).
+    ``inter_algorithm="double-binary-tree"`` (what NCCL uses across nodes at scale) pays
+    2⌈log2 N⌉α instead.
     """
     from .collectives import collective_time, hierarchical_all_reduce_time
     from .hardware import link
@@ -81,4 +135,5 @@ def allreduce_seconds(n: int, gpus_per_node: int = 8, intra: str = "nvlink4-h100
     if n % gpus_per_node:
         raise ValueError(f"ranks n ({n}) must be a multiple of gpus_per_node ({gpus_per_node}) "
                          "beyond one node")
-    return lambda s: hierarchical_all_reduce_time(n // gpus_per_node, gpus_per_node, s, a, b)
+    return lambda s: hierarchical_all_reduce_time(n // gpus_per_node, gpus_per_node, s, a, b,
+                                                  inter_algorithm)

@@ -1,34 +1,54 @@
 """Gradient accumulation: k micro-batches per optimizer step, one synchronisation per step.
 
-Summing the gradients of k micro-batches (each loss divided by k) gives the gradient of their
-union, so a rank can process a batch k times larger than fits in memory. The gradient only has to
-be averaged across ranks once, after the last micro-batch: the first k−1 backward passes run
-under ``no_sync`` (DDP's context manager of the same name) and communicate nothing. Traffic per
-optimizer step stays Ψ·4 bytes while compute grows k-fold, so communication is amortised; the
-update is still synchronous and exactly the one a single process computes on the global batch of
-n·k·b samples (not "periodic synchronisation with staleness").
+Summing the gradients of k micro-batches, each loss weighted by its share b_i/Σb of the rank's
+samples, gives the gradient of the mean loss over their union (with equal micro-batches the
+weight is 1/k), so a rank can process a batch k times larger than fits in memory. The gradient
+only has to be averaged across ranks once, after the last micro-batch: the first k−1 backward
+passes run under ``no_sync`` (DDP's context manager of the same name) and communicate nothing.
+Traffic per optimizer step stays Ψ·4 bytes while compute grows k-fold, so communication is
+amortised; the update is still synchronous and exactly the one a single process computes on the
+global batch of n·k·b samples (not "periodic synchronisation with staleness").
+
+Averaging over ranks divides by n, which is the global mean only if every rank holds the same
+number of samples. When they differ, pass ``global_samples`` (the global batch size B): each
+micro-batch loss is then weighted by n·b_i/B, and the rank average (1/n)Σ_r becomes the mean over
+all B samples.
 """
 from __future__ import annotations
 
 import contextlib
 
 import torch
+import torch.distributed as dist
 
 from .bucketed import BucketedDataParallel
 
 
 def accumulation_step(model: torch.nn.Module, dp: BucketedDataParallel, micro_batches,
-                      loss_fn) -> float:
+                      loss_fn, global_samples: int | None = None,
+                      global_loss: bool = False) -> float:
     """Forward and backward over ``micro_batches`` [(x, y), ...]; gradients averaged once.
 
-    Returns the mean loss. Call ``optimizer.step()`` afterwards (and ``zero_grad`` before).
+    ``loss_fn`` must return the mean loss over its micro-batch. Returns this rank's mean loss
+    over its samples; with ``global_loss=True`` one extra all-reduce of two numbers returns the
+    mean over every sample of the group (the loss a single process would report). Call
+    ``optimizer.step()`` afterwards (and ``zero_grad`` before).
     """
+    if not micro_batches:
+        raise ValueError("micro_batches (0) must hold at least one (x, y) pair")
+    sizes = [len(x) for x, _ in micro_batches]
+    local = sum(sizes)
+    scale = dp.n * 1.0 / global_samples if global_samples else 1.0 / local
     k, total = len(micro_batches), 0.0
     for i, (x, y) in enumerate(micro_batches):
         last = i == k - 1
         with (contextlib.nullcontext() if last else dp.no_sync()):
-            loss = loss_fn(model(x), y) / k            # mean over the k·b samples of this rank
-            loss.backward()                            # accumulates into .grad
-        total += loss.item()
-    dp.finish()                                        # the one all-reduce of the step
-    return total
+            loss = loss_fn(model(x), y) * (sizes[i] * scale)   # weight of this micro-batch
+            loss.backward()                    # accumulates into .grad; the last one syncs
+        total += loss.item() / (scale * local)                 # Σ b_i·ℓ_i / Σ b_i
+    dp.finish()                                # waits if anything is still in flight
+    if not global_loss or dp.n == 1:
+        return total
+    both = torch.tensor([total * local, float(local)], dtype=torch.float64)   # (2,)
+    dist.all_reduce(both, group=dp.group)
+    return (both[0] / both[1]).item()

@@ -1,12 +1,13 @@
 """Bucketed gradient all-reduce overlapped with backward: the design of PyTorch DDP.
 
 Li et al. 2020 ("PyTorch Distributed: Experiences on Accelerating Data Parallel Training",
-VLDB 13(12)), §3.2: (1) one all-reduce per parameter pays the per-call latency α hundreds of
+PVLDB 13(12)), §3.2: (1) one all-reduce per parameter pays the per-call latency α hundreds of
 times, so gradients are packed into **buckets** of about ``bucket_cap_mb`` MiB; (2) backward
 produces gradients roughly from the last layer to the first, so buckets are filled in **reverse
 parameter order**; (3) when every gradient of a bucket is ready, its all-reduce is **launched
 asynchronously** and backward continues computing earlier layers' gradients meanwhile;
-(4) :meth:`finish` waits for the outstanding all-reduces before the optimizer step.
+(4) at the end of backward the outstanding all-reduces are awaited and the averaged gradients
+written into ``.grad``.
 
 "Ready" comes from ``Tensor.register_post_accumulate_grad_hook`` on each **parameter**: it fires
 once autograd has accumulated the parameter's full gradient into ``p.grad`` for this backward,
@@ -14,9 +15,23 @@ once per backward even for a tied weight used twice in the forward (its two cont
 summed before the accumulation). Reducing anything other than ``p.grad`` here (the classic bug is
 averaging ``p`` itself) leaves replicas that agree with each other but not with a single process.
 
-Buckets are launched in bucket order on every rank (a later bucket that fills first waits for
-the earlier ones), so all ranks issue the same collectives in the same order. Frozen parameters
-are left out; a parameter that got no gradient this step is reduced as zeros in :meth:`finish`.
+Semantics, the same as ``torch.nn.parallel.DistributedDataParallel``:
+
+* construction broadcasts rank 0's parameters and buffers (replicas start equal);
+* **every** backward outside :meth:`no_sync` all-reduces and, when it ends, leaves the average
+  over ranks of the accumulated ``.grad`` (a queued autograd callback, as in DDP). Several synced
+  backward passes in a row are therefore correct, only wasteful: each pays a full all-reduce.
+  Under :meth:`no_sync` backward only accumulates locally; the next synced backward reduces the
+  sum. :meth:`finish` is kept for the course's explicit style: it waits if anything is in flight
+  and is otherwise a no-op;
+* a trainable parameter that got no gradient in a synced backward is an error unless
+  ``find_unused_parameters=True`` (DDP's flag of the same name). With it, such a parameter
+  contributes zeros; one extra all-reduce of a used-flag per parameter tells the ranks which
+  parameters nobody used, and those keep their ``.grad`` untouched (``None`` stays ``None``, so
+  momentum and Adam do not move them);
+* buckets are launched in bucket order on every rank (a later bucket that fills first waits for
+  the earlier ones), so all ranks issue the same collectives in the same order. Frozen
+  parameters are left out; a tied parameter is reduced once.
 """
 from __future__ import annotations
 
@@ -26,15 +41,20 @@ from contextlib import contextmanager
 import torch
 import torch.distributed as dist
 
+from .naive import broadcast_parameters
+
 
 class BucketedDataParallel:
-    """Attach to ``model``; call :meth:`finish` after ``loss.backward()``, then ``optimizer.step()``."""
+    """Attach to ``model``; ``loss.backward()`` averages the gradients; then ``optimizer.step()``."""
 
     def __init__(self, model: torch.nn.Module, group=None, bucket_cap_mb: float = 25.0,
-                 record: bool = False):
+                 record: bool = False, find_unused_parameters: bool = False,
+                 broadcast: bool = True):
         if bucket_cap_mb <= 0:
             raise ValueError(f"bucket_cap_mb ({bucket_cap_mb}) must be > 0")
         self.group, self.n = group, dist.get_world_size(group)
+        self.find_unused = find_unused_parameters
+        self.names = {id(p): name for name, p in model.named_parameters()}
         self.params = [p for p in model.parameters() if p.requires_grad]   # tied: once
         self.buckets: list[list[torch.Tensor]] = []
         cap, size = bucket_cap_mb * 2**20, 0
@@ -47,19 +67,31 @@ class BucketedDataParallel:
         self._bucket_of = {id(p): i for i, b in enumerate(self.buckets) for p in b}
         self.sync = True
         self.record, self.events = record, []             # (kind, bucket, start, end) if record
+        self._used: set[int] = set()                      # ids with a gradient since last sync
         self._reset()
         if self.n > 1:
+            if broadcast:
+                broadcast_parameters(model, group)
             for p in self.params:
                 p.register_post_accumulate_grad_hook(self._grad_ready)
 
     def _reset(self) -> None:
         self._missing = [len(b) for b in self.buckets]    # gradients not yet ready per bucket
+        self._ready: set[int] = set()                     # ids ready in this backward
         self._next = 0                                    # next bucket to launch
         self._inflight: list[tuple] = []                  # (work, flat, bucket index)
+        self._queued = False                              # end-of-backward callback queued
 
     def _grad_ready(self, p: torch.Tensor) -> None:       # p.grad holds the accumulated gradient
+        self._used.add(id(p))
         if not self.sync:
             return
+        if not self._queued:                              # first hook of this backward
+            self._queued = True
+            torch.autograd.Variable._execution_engine.queue_callback(self._end_of_backward)
+        if id(p) in self._ready:
+            return
+        self._ready.add(id(p))
         self._missing[self._bucket_of[id(p)]] -= 1
         while self._next < len(self.buckets) and self._missing[self._next] == 0:
             self._launch(self._next)
@@ -77,24 +109,43 @@ class BucketedDataParallel:
         self._inflight.append((work, flat, i))
         self._next += 1
 
-    def finish(self) -> None:
+    def _end_of_backward(self) -> None:
         """Launch what is left, wait for every all-reduce, write the averaged gradients back."""
-        if self.n == 1 or not self.sync or self._missing == [len(b) for b in self.buckets]:
-            return                                        # no backward since the last finish
-        while self._next < len(self.buckets):             # parameters unused in this forward
+        unused = [p for p in self.params if id(p) not in self._ready]
+        while self._next < len(self.buckets):             # buckets holding unused parameters
             self._launch(self._next)
+        nobody = set()
+        if self.find_unused:                              # which parameters did any rank use?
+            flags = torch.tensor([float(id(p) in self._used) for p in self.params],
+                                 device=self.params[0].device)   # (number of parameters,)
+            dist.all_reduce(flags, group=self.group)
+            nobody = {id(p) for p, f in zip(self.params, flags.tolist()) if f == 0}
         for work, flat, i in self._inflight:
             work.wait()
             flat.div_(self.n)                             # sum -> mean
             offset = 0
             for p in self.buckets[i]:
                 g = flat[offset:offset + p.numel()].view_as(p)
+                offset += p.numel()
+                if id(p) in nobody:
+                    continue                              # DDP: a globally unused grad is kept
                 if p.grad is None:
                     p.grad = g.clone()
                 else:
                     p.grad.copy_(g)
-                offset += p.numel()
         self._reset()
+        self._used.clear()
+        if unused and not self.find_unused:
+            names = ", ".join(self.names.get(id(p), "?") for p in unused)
+            raise RuntimeError(f"every trainable parameter must get a gradient in a synced "
+                               f"backward unless find_unused_parameters=True; no gradient for: "
+                               f"{names}")
+
+    def finish(self) -> None:
+        """Wait for a backward's all-reduces if any are still in flight (normally a no-op:
+        backward already waited when it ended). Safe to call any number of times."""
+        if self.n > 1 and self.sync and self._queued:
+            self._end_of_backward()
 
     @contextmanager
     def no_sync(self):
@@ -104,4 +155,3 @@ class BucketedDataParallel:
             yield
         finally:
             self.sync = True
-            self._reset()

@@ -56,3 +56,22 @@ def shard_batch(x: torch.Tensor, rank: int, n: int) -> torch.Tensor:
     if x.shape[0] % n:
         raise ValueError(f"global batch ({x.shape[0]}) must be divisible by ranks n ({n})")
     return x.chunk(n)[rank]                                    # (b/n, ...)
+
+
+class Branchy(nn.Module):
+    """A model whose forward may skip parameters, the case DDP's ``find_unused_parameters``
+    is for: ``branch`` is used only when ``forward(x, use_branch=True)``, ``spare`` never.
+    Returns a dict (a model output that is not one tensor). x (b, h) -> {"logits": (b, V)}."""
+
+    def __init__(self, h: int = 8, vocab: int = 5):
+        super().__init__()
+        self.body = nn.Linear(h, h)
+        self.branch = nn.Linear(h, h)
+        self.spare = nn.Linear(h, h)
+        self.head = nn.Linear(h, vocab)
+
+    def forward(self, x: torch.Tensor, use_branch: bool = False) -> dict:
+        z = torch.tanh(self.body(x))                            # (b, h)
+        if use_branch:
+            z = z + torch.tanh(self.branch(z))                  # (b, h)
+        return {"logits": self.head(z)}                         # (b, V)

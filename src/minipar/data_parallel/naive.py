@@ -9,6 +9,12 @@ Communication: one all-reduce per parameter tensor, Ψ·4 bytes (fp32) per step 
 the batch size, and none of it starts before backward has finished (no overlap). Frozen
 parameters (``requires_grad=False``) have no gradient and are skipped; a tied parameter appears
 once in ``model.parameters()`` and is reduced once.
+
+Unused parameters follow PyTorch DDP: by default every trainable parameter must have a gradient
+(a ``None`` gradient raises before any collective, naming the parameter: the ranks would otherwise
+issue different collectives and abort or hang). With ``find_unused_parameters=True`` one extra
+all-reduce of a used-flag per parameter comes first; a parameter some rank used is averaged with
+zeros from the ranks that did not use it, and one that no rank used keeps ``grad = None``.
 """
 from __future__ import annotations
 
@@ -17,21 +23,37 @@ import torch.distributed as dist
 
 
 def broadcast_parameters(model: torch.nn.Module, group=None, src: int = 0) -> None:
-    """Copy rank ``src``'s parameters and buffers to every rank (replicas must start equal)."""
+    """Copy the parameters and buffers of rank ``src`` of ``group`` to every rank of ``group``
+    (replicas must start equal; DDP does this when it wraps a model)."""
     if dist.get_world_size(group) == 1:
         return
+    root = dist.get_global_rank(group, src) if group is not None else src
     for t in list(model.parameters()) + list(model.buffers()):
-        dist.broadcast(t.data, src=dist.get_global_rank(group, src) if group else src,
-                       group=group)
+        dist.broadcast(t.data, src=root, group=group)          # (same shape as t)
 
 
-def all_reduce_gradients(model: torch.nn.Module, group=None) -> None:
+def all_reduce_gradients(model: torch.nn.Module, group=None,
+                         find_unused_parameters: bool = False) -> None:
     """Replace each gradient by its mean over the ranks of ``group``: g ← (1/n) Σ_r g_r."""
     n = dist.get_world_size(group)
     if n == 1:
         return
-    for p in model.parameters():           # deduplicated: a tied weight comes once
-        if p.grad is None:                 # frozen, or not used in this step's forward
-            continue
+    params = [p for p in model.parameters() if p.requires_grad]   # deduplicated: tied once
+    if find_unused_parameters:
+        used = torch.tensor([float(p.grad is not None) for p in params],
+                            device=params[0].device)            # (number of parameters,)
+        dist.all_reduce(used, group=group)
+        params = [p for p, u in zip(params, used.tolist()) if u > 0]
+        for p in params:
+            if p.grad is None:                                  # unused here, used elsewhere
+                p.grad = torch.zeros_like(p)
+    else:
+        missing = [name for name, p in model.named_parameters()
+                   if p.requires_grad and p.grad is None]
+        if missing:
+            raise RuntimeError("every trainable parameter must have a gradient unless "
+                               "find_unused_parameters=True; no gradient for: "
+                               + ", ".join(missing))
+    for p in params:
         dist.all_reduce(p.grad, op=dist.ReduceOp.SUM, group=group)  # (same shape as p)
         p.grad.div_(n)                     # sum -> mean: the full-batch gradient

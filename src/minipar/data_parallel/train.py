@@ -45,22 +45,24 @@ def train_reference(model, optimizer: str, batches, micro: int = 1):
     return losses, [p.detach().clone() for p in model.parameters()]
 
 
-def _wrap(variant: str, model, optimizer: str, bucket_cap_mb: float):
+def _wrap(variant: str, model, optimizer: str, bucket_cap_mb: float, group=None):
     """The variant's object and its optimizer (None where the variant owns it)."""
     trainable = [p for p in model.parameters() if p.requires_grad]
     if variant.startswith("zero"):
-        return ZeRO(model, int(variant[-1]), make_optimizer(optimizer)), None
+        return ZeRO(model, int(variant[-1]), make_optimizer(optimizer), group=group), None
     if variant == "ddp":
         from torch.nn.parallel import DistributedDataParallel as DDP
-        ddp = DDP(model, bucket_cap_mb=bucket_cap_mb)
+        ddp = DDP(model, bucket_cap_mb=bucket_cap_mb, process_group=group)
         return ddp, make_optimizer(optimizer)(trainable)
     if variant == "fsdp2":
+        if group is not None:
+            raise ValueError("variant 'fsdp2' runs on the default group only (group must be None)")
         from torch.distributed.fsdp import fully_shard
         fully_shard(model)                 # one group: tied weights must share one (FSDP2 rule)
         return model, make_optimizer(optimizer)([p for p in model.parameters()
                                                  if p.requires_grad])
     if variant in ("bucketed", "accumulation"):
-        return BucketedDataParallel(model, bucket_cap_mb=bucket_cap_mb), \
+        return BucketedDataParallel(model, group, bucket_cap_mb=bucket_cap_mb), \
             make_optimizer(optimizer)(trainable)
     if variant == "naive":
         return None, make_optimizer(optimizer)(trainable)
@@ -68,14 +70,15 @@ def _wrap(variant: str, model, optimizer: str, bucket_cap_mb: float):
 
 
 def train_rank(rank: int, n: int, variant: str, model, optimizer: str, batches,
-               bucket_cap_mb: float = 0.001, micro: int = 2, tracer=None):
+               bucket_cap_mb: float = 0.001, micro: int = 2, tracer=None, group=None):
     """Train ``model`` with ``variant`` on this rank's slices; returns (local losses, params).
 
-    ``tracer``: an optional :class:`minipar.trace` entered around the steps only.
+    ``tracer``: an optional :class:`minipar.trace` entered around the steps only. ``group``: the
+    process group to train in (then ``rank``, ``n`` are this rank's place in it and its size).
     """
     import contextlib
 
-    wrapper, opt = _wrap(variant, model, optimizer, bucket_cap_mb)
+    wrapper, opt = _wrap(variant, model, optimizer, bucket_cap_mb, group)
     fwd = wrapper if variant in ("ddp", "fsdp2") else model
     losses = []
     with tracer or contextlib.nullcontext():
@@ -93,17 +96,19 @@ def train_rank(rank: int, n: int, variant: str, model, optimizer: str, batches,
                 loss.backward()
                 losses.append(loss.item())
             if variant == "naive":
-                all_reduce_gradients(model)
+                all_reduce_gradients(model, group)
             elif variant in ("bucketed", "accumulation"):
                 wrapper.finish()
             if variant.startswith("zero"):
                 wrapper.step()
             else:
                 opt.step()
-    if variant == "zero3":
-        wrapper._gather_params()                   # full parameters, to compare
-    params = [p.full_tensor() if hasattr(p, "full_tensor") else p
-              for p in model.parameters()]
+    if variant.startswith("zero"):                 # ZeRO's documented way to read them
+        full = iter(wrapper.full_parameters())
+        params = [next(full) if p.requires_grad else p for p in model.parameters()]
+    else:
+        params = [p.full_tensor() if hasattr(p, "full_tensor") else p
+                  for p in model.parameters()]
     return losses, [p.detach().clone() for p in params]
 
 

@@ -21,11 +21,34 @@ during forward and backward (FSDP gathers one layer at a time), and stage 2 hold
 gradient until backward ends (ZeRO-2 reduce-scatters bucket by bucket during backward). What
 each stage keeps *between* steps — what :func:`state_bytes` measures — is exactly ZeRO's.
 Frozen parameters stay ordinary replicated tensors.
+
+Contract (the same as :mod:`.bucketed`, i.e. PyTorch DDP's): construction broadcasts rank 0's
+parameters (replicas start equal); the flat buffers take the parameters' dtype and device (a
+float64 model trains in float64; mixed dtypes are rejected); a trainable parameter with no
+gradient in a step is an error unless ``find_unused_parameters=True``, and then one extra
+all-reduce of a used-flag per parameter finds the parameters no rank used: the optimizer step
+leaves those (and their optimizer state) untouched, as it leaves a ``None`` gradient. Stage 3
+accepts any forward output (tensor, tuple, dict): backward gathers the parameters when it
+reaches the first output that needs a gradient.
+
+Reading the state: :meth:`ZeRO.shard` is this rank's slice of the flat parameter (what its
+optimizer updates) and its range; :meth:`ZeRO.full_parameters` returns every parameter in full
+(stage 3 all-gathers them, so every rank of the group must call it).
 """
 from __future__ import annotations
 
 import torch
 import torch.distributed as dist
+from torch.utils._pytree import tree_leaves
+
+STAGES = (0, 1, 2, 3)
+
+
+def check_stage(stage) -> int:
+    """``stage`` if it is a ZeRO stage, else ValueError naming it (the one check for minipar)."""
+    if stage not in STAGES:
+        raise ValueError(f"ZeRO stage ({stage}) must be 0, 1, 2 or 3")
+    return stage
 
 
 def _free(t: torch.Tensor) -> None:
@@ -40,33 +63,47 @@ class ZeRO:
     """``zero = ZeRO(model, stage, lambda ps: torch.optim.Adam(ps, lr=1e-3))``; per step:
     ``zero.zero_grad(); loss_fn(model(x), y).backward(); zero.step()``."""
 
-    def __init__(self, model: torch.nn.Module, stage: int, make_optimizer, group=None):
-        if stage not in (0, 1, 2, 3):
-            raise ValueError(f"ZeRO stage ({stage}) must be 0, 1, 2 or 3")
-        self.stage, self.group = stage, group
+    def __init__(self, model: torch.nn.Module, stage: int, make_optimizer, group=None,
+                 find_unused_parameters: bool = False):
+        self.stage, self.group = check_stage(stage), group
         self.n, self.rank = dist.get_world_size(group), dist.get_rank(group)
+        self.find_unused = find_unused_parameters
+        self.names = {id(p): name for name, p in model.named_parameters()}
         self.params = [p for p in model.parameters() if p.requires_grad]    # tied: once
+        dtypes = sorted({str(p.dtype) for p in self.params})
+        if len(dtypes) != 1:
+            raise ValueError(f"trainable parameters must share one dtype for one flat buffer "
+                             f"(got {', '.join(dtypes)})")
+        self.dtype, self.device = self.params[0].dtype, self.params[0].device
         numel = sum(p.numel() for p in self.params)
-        self.shard = -(-numel // self.n)                                     # P/n
-        self.P = self.shard * self.n
-        self.flat = torch.zeros(self.P)                                      # (P,)
-        offset = 0
+        self.shard_numel = -(-numel // self.n)                               # P/n
+        self.P = self.shard_numel * self.n
+        self.flat = torch.zeros(self.P, dtype=self.dtype, device=self.device)   # (P,)
+        self._ranges, offset = [], 0
         for p in self.params:                     # parameters become views into self.flat
             self.flat[offset:offset + p.numel()].copy_(p.data.reshape(-1))
             p.data = self.flat[offset:offset + p.numel()].view_as(p)
+            self._ranges.append((offset, offset + p.numel()))
             offset += p.numel()
-        lo = self.rank * self.shard
+        if self.n > 1:                            # replicas start from rank 0's parameters
+            root = dist.get_global_rank(group, 0) if group is not None else 0
+            dist.broadcast(self.flat, src=root, group=group)                 # (P,)
+        self._used: set[int] = set()
+        for p in self.params:
+            p.register_post_accumulate_grad_hook(lambda p: self._used.add(id(p)))
+        lo = self.rank * self.shard_numel
+        shard = self.shard_numel
         if stage == 0:
             self.master = torch.nn.Parameter(self.flat)                      # (P,) shares storage
         elif stage in (1, 2):
-            self.master = torch.nn.Parameter(self.flat[lo:lo + self.shard])  # (P/n,) a view
+            self.master = torch.nn.Parameter(self.flat[lo:lo + shard])       # (P/n,) a view
         else:
-            self.master = torch.nn.Parameter(self.flat[lo:lo + self.shard].clone())  # own copy
+            self.master = torch.nn.Parameter(self.flat[lo:lo + shard].clone())   # own copy
             _free(self.flat)
             model.register_forward_pre_hook(lambda m, a: self._gather_params())
             model.register_forward_hook(self._after_forward)
         self.optimizer = make_optimizer([self.master])
-        self.grad = torch.zeros(self.P)                                      # (P,) full grad
+        self.grad = torch.zeros(self.P, dtype=self.dtype, device=self.device)  # (P,) full grad
         if stage == 3:
             _free(self.grad)                      # attached again just before backward
         else:
@@ -95,35 +132,92 @@ class ZeRO:
     def _after_forward(self, module, args, output):
         if self.n > 1:
             _free(self.flat)
+        armed = [True]                            # gather once, at the first output reached
 
-        def before_backward(grad):                # runs when backward reaches the model output
-            self._gather_params()
-            self._attach_grads()
+        def before_backward(grad):                # runs when backward reaches a model output
+            if armed[0]:
+                armed[0] = False
+                self._gather_params()
+                self._attach_grads()
             return grad
-        if output.requires_grad:
-            output.register_hook(before_backward)
+        for t in tree_leaves(output):             # a tensor, or any tuple/list/dict of them
+            if torch.is_tensor(t) and t.requires_grad:
+                t.register_hook(before_backward)
         return output
 
+    # -- reading the state -------------------------------------------------------------------
+    def shard(self) -> tuple[int, int, torch.Tensor]:
+        """(lo, hi, values): this rank's slice flat[lo:hi] of the flat parameter, the part its
+        optimizer updates (a detached view; the last shard may end in zero padding)."""
+        lo = self.rank * self.shard_numel
+        return lo, lo + self.shard_numel, self.master.detach()
+
+    def full_parameters(self) -> list[torch.Tensor]:
+        """Every trainable parameter in full (clones, in ``model.parameters()`` order). Stage 3
+        all-gathers them first: call it on every rank of the group."""
+        if self.stage == 3:
+            self._gather_params()
+        full = [p.detach().clone() for p in self.params]
+        if self.stage == 3 and self.n > 1:
+            _free(self.flat)
+        return full
+
     # -- the optimizer step ----------------------------------------------------------------
+    def _unused(self) -> set[int]:
+        """ids of the parameters no rank used since the last step (an error without
+        ``find_unused_parameters`` if this rank left any parameter unused)."""
+        mine = [p for p in self.params if id(p) not in self._used]
+        if not self.find_unused:
+            if mine:
+                raise RuntimeError(
+                    "every trainable parameter must get a gradient in a step unless "
+                    "find_unused_parameters=True; no gradient for: "
+                    + ", ".join(self.names.get(id(p), "?") for p in mine))
+            return set()
+        flags = torch.tensor([float(id(p) in self._used) for p in self.params],
+                             device=self.device)                             # (parameters,)
+        if self.n > 1:
+            dist.all_reduce(flags, group=self.group)
+        return {id(p) for p, f in zip(self.params, flags.tolist()) if f == 0}
+
     def step(self) -> None:
-        n, lo = self.n, self.rank * self.shard
+        n, lo, shard = self.n, self.rank * self.shard_numel, self.shard_numel
+        nobody = self._unused()
+        self._used = set()
+        keep = torch.zeros(self.P, dtype=torch.bool, device=self.device)    # (P,)
+        for p, (a, b) in zip(self.params, self._ranges):
+            if id(p) in nobody:
+                keep[a:b] = True
+        if self.stage:
+            keep = keep[lo:lo + shard]                                       # (P/n,) mine
+        saved = None
+        if keep.any():                           # untouched by the step, like a None grad
+            saved = (self.master.detach()[keep].clone(),
+                     {k: v[keep].clone() for st in [self.optimizer.state.get(self.master, {})]
+                      for k, v in st.items() if torch.is_tensor(v) and v.shape == keep.shape})
         if self.stage == 0:
             if n > 1:
                 dist.all_reduce(self.grad, group=self.group)                 # (P,)
             self.master.grad = self.grad.div_(n)
         else:
-            mine = torch.empty(self.shard)                                   # (P/n,)
+            mine = torch.empty(shard, dtype=self.dtype, device=self.device)   # (P/n,)
             dist.reduce_scatter_single(mine, self.grad, group=self.group)    # sum of my shard
             mine.div_(n)
             if self.stage == 1:
-                self.grad[lo:lo + self.shard].copy_(mine)
-                self.master.grad = self.grad[lo:lo + self.shard]
+                self.grad[lo:lo + shard].copy_(mine)
+                self.master.grad = self.grad[lo:lo + shard]
             else:                                                            # stages 2 and 3
                 for p in self.params:
                     p.grad = None
                 _free(self.grad)
                 self.master.grad = mine
         self.optimizer.step()
+        if saved is not None:
+            with torch.no_grad():
+                self.master[keep] = saved[0]
+            state = self.optimizer.state.get(self.master, {})
+            for k, v in saved[1].items():
+                state[k][keep] = v
         if self.stage in (1, 2):                 # every rank needs every updated parameter
             dist.all_gather_single(self.flat, self.master.detach().clone(),
                                         group=self.group)                   # (P,)

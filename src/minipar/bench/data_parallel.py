@@ -1,4 +1,4 @@
-"""``minipar bench dp``: time naive, bucketed-with-overlap and PyTorch DDP data parallelism.
+"""``minipar bench data_parallel`` (alias ``dp``): time naive, bucketed-with-overlap and PyTorch DDP data parallelism.
 
 The same MLP (``--depth`` Linear(width, width)+Tanh layers), the same per-rank batch and the same
 bucket cap for ours and DDP, on ``--ranks`` gloo ranks of this machine. Variants are interleaved
@@ -17,7 +17,7 @@ VARIANTS = ("compute", "naive", "bucketed", "ddp")
 
 def bench(ranks: int, steps: int, rounds: int, width: int, depth: int, batch: int,
           bucket_mb: float) -> dict:
-    from minipar.data_parallel.experiments import time_variants
+    from minipar.data_parallel.timing import time_variants
 
     t = time_variants(ranks, list(VARIANTS), width=width, depth=depth, batch=batch,
                       steps=steps, rounds=rounds, bucket_cap_mb=bucket_mb)
@@ -59,7 +59,8 @@ def _main(args) -> int:
 
 
 def add_bench_parser(bench_sub) -> None:
-    p = bench_sub.add_parser("dp", help="time naive, bucketed and DDP data parallelism")
+    p = bench_sub.add_parser("data_parallel", aliases=["dp"],
+                             help="time naive, bucketed and DDP data parallelism")
     p.add_argument("--ranks", type=int, default=4, help="gloo ranks (default 4)")
     p.add_argument("--steps", type=int, default=5, help="timed steps per round (default 5)")
     p.add_argument("--rounds", type=int, default=3, help="interleaved rounds (default 3)")
