@@ -77,3 +77,29 @@ def cost_per_token(model: str = "llama2-70b", gpus: int = 64, batch: int = 256,
                          c.step_seconds, gpus, tokens, price),
                      "tokens_per_gpu_second": tokens / c.step_seconds / gpus}
     return out
+
+
+def smallest_cluster_that_fits(model: str = "llama2-70b", batch: int = 64, seq: int = 4096,
+                               gpu: str = "A100-80GB", max_gpus: int = 512) -> "planner.Config":
+    """The fewest GPUs (a multiple of 8) on which some layout of full fine-tuning with
+    mixed-precision Adam fits; the best layout there. Model states alone need 16Ψ bytes."""
+    m = replace(planner.MODELS[model], seq=seq)
+    for n in range(8, max_gpus + 1, 8):
+        if batch % n and n % batch:
+            continue
+        fitting = [c for c in planner.search(m, planner.cluster(n, 8, gpu), batch) if c.fits]
+        if fitting:
+            return fitting[0]
+    raise ValueError(f"nothing fits on up to {max_gpus} GPUs")
+
+
+def tp_share(model: str = "mt-nlg-530b", gpus: int = 2240, batch: int = 1920) -> dict:
+    """Share of the step spent in TP all-reduces for t = 8 (in a node) and t = 16 (across two
+    nodes), same p, on A100 links."""
+    m, cl = planner.MODELS[model], planner.cluster(gpus, 8, "A100-80GB", **A100_LINKS)
+    out = {}
+    for t in (8, 16):
+        c = planner.evaluate(m, cl, batch, tp=t, pp=35, dp=gpus // (35 * t), micro_batch=1,
+                             recompute="selective", sp=True, zero=1)
+        out[t] = c
+    return out
