@@ -245,3 +245,28 @@ def block_saved_bytes(rank: int, t: int, group=None, *, sequence_parallel: bool 
     items = activation_items(c.s, b, c.h, c.a, t=t, sp=sequence_parallel, **conv)
     return {"measured": got.total, "model": sum(items.values()), "items": items,
             "by_shape": dict(got.by_shape)}
+
+
+# ------------------------------------------------------------------ for the notebook
+def run(fn, t: int, *args, timeout: float = 300) -> list:
+    """``minipar.launch.run`` on gloo: these experiments keep their tensors on the CPU."""
+    from minipar import launch
+
+    return launch.run(fn, t, *args, backend="gloo", timeout=timeout)
+
+
+def _chapter_on_rank(rank, t):
+    return {"parity": all_parity(rank, t),
+            "traffic": block_traffic(rank, t), "traffic sp": block_traffic(rank, t, sequence_parallel=True),
+            "saved": block_saved_bytes(rank, t), "saved sp": block_saved_bytes(rank, t, sequence_parallel=True)}
+
+
+def chapter_runs(ts=(1, 2, 3)) -> dict[int, dict]:
+    """One launch per t (t = 1 in this process): ``parity`` is the largest |difference| over
+    ranks for every check of :func:`all_parity`; traffic and saved bytes are rank 0's."""
+    out = {}
+    for t in ts:
+        per_rank = [_chapter_on_rank(0, 1)] if t == 1 else run(_chapter_on_rank, t)
+        out[t] = dict(per_rank[0])
+        out[t]["parity"] = {k: max(r["parity"][k] for r in per_rank) for k in per_rank[0]["parity"]}
+    return out

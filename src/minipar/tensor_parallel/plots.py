@@ -1,0 +1,40 @@
+"""Figures for the tensor-parallel chapter (matplotlib; each returns a Figure)."""
+from __future__ import annotations
+
+import matplotlib.pyplot as plt
+
+
+def activations(ts, measured, model, measured_sp, model_sp, title=""):
+    """Saved bytes per rank of one layer: measured bars, Korthikanti's items as markers."""
+    fig, ax = plt.subplots(figsize=(7, 3.2))
+    x = range(len(ts))
+    ax.bar([i - 0.2 for i in x], [m / 1e3 for m in measured], 0.4, label="TP, measured",
+           color="#3182bd")
+    ax.bar([i + 0.2 for i in x], [m / 1e3 for m in measured_sp], 0.4, label="TP + SP, measured",
+           color="#9ecae1")
+    ax.plot([i - 0.2 for i in x], [m / 1e3 for m in model], "k_", ms=18, mew=2,
+            label="Korthikanti items")
+    ax.plot([i + 0.2 for i in x], [m / 1e3 for m in model_sp], "k_", ms=18, mew=2)
+    ax.set_xticks(list(x), [f"t = {t}" for t in ts])
+    ax.set_ylabel("saved kB per rank")
+    ax.set_title(title)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    return fig
+
+
+def comm_compute(ts, ratios: dict[str, list[float]], title=""):
+    """Forward communication / computation time of one layer against t, one line per link."""
+    fig, ax = plt.subplots(figsize=(7, 3.2))
+    for name, r in ratios.items():
+        ax.plot(ts, r, "o-", label=name)
+    ax.axhline(1.0, color="grey", ls=":", lw=0.8)
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log")
+    ax.set_xticks(ts, [str(t) for t in ts])
+    ax.set_xlabel("t (tensor-parallel ranks)")
+    ax.set_ylabel("comm time / GEMM time")
+    ax.set_title(title)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    return fig
