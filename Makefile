@@ -6,13 +6,14 @@ STAMP := .venv/.installed
 PYTEST := $(PY) -m pytest -p no:cacheprovider
 JB    := .venv/bin/jupyter-book
 
-.PHONY: help book book-strict test unit fast notebooks exercises exercises-check grade bench clean
+.PHONY: help book book-strict test unit fast notebooks exercises exercises-check grade lab bench clean
 
 help:
 	@echo "make book       build the site into _build/html (executes every notebook on CPU; cached)"
 	@echo "make test       the whole suite: unit + exercise tests, nbval over notebooks, strict book build"
 	@echo "make fast       inner loop: unit tests without the slow multi-process ones (~1 min)"
 	@echo "make grade      grade your exercise notebooks and print a score table"
+	@echo "make lab        JupyterLab on the course, with the .venv kernel"
 	@echo "make exercises  regenerate the starter notebooks from exercises/*/solutions/*.py"
 	@echo "make bench      benchmarks on this machine (launcher latency, collectives sweep, data parallel)"
 
@@ -52,6 +53,9 @@ test: $(STAMP)
 
 grade: $(STAMP)
 	.venv/bin/minipar grade exercises
+
+lab: $(STAMP)
+	.venv/bin/jupyter lab --ServerApp.root_dir=.   # kernel "Python 3" is .venv's python
 
 bench: $(STAMP)
 	.venv/bin/minipar bench launch --ranks 4

@@ -169,6 +169,9 @@ def reason_for(exc: BaseException) -> str:
         return _one_line(exc)
     if isinstance(exc, CheckTimeLimit):
         return _one_line(str(exc))
+    if isinstance(exc, RankError) and getattr(exc, "rank", 0) is None:     # StartError
+        return _one_line(f"the ranks could not start: {exc.summary}; likely cause: "
+                         f"{getattr(exc, 'cause', 'unknown')}")
     if isinstance(exc, RankError):
         summary = exc.summary
         if summary.startswith("NotImplementedError"):

@@ -18,6 +18,7 @@ score is the result) and 2 for bad input (a path that does not exist).
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 import subprocess
@@ -215,7 +216,10 @@ def _grade(args) -> int:
     width = max([len(r["task"]) for r in rows] + [4])
     for nb in dict.fromkeys(r["notebook"] for r in rows):
         mine = [r for r in rows if r["notebook"] == nb]
-        print(f"\n{nb}: {sum(r['passed'] for r in mine)}/{len(mine)} passed")
+        shown = Path(nb)
+        with contextlib.suppress(ValueError):
+            shown = shown.relative_to(Path.cwd().resolve())
+        print(f"\n{shown}: {sum(r['passed'] for r in mine)}/{len(mine)} passed")
         for r in mine:
             print(f"  {'PASS' if r['passed'] else 'FAIL'}  {r['task']:<{width}}  {r['reason']}")
     print(f"\nscore: {result['passed']}/{result['total']} tasks passed")

@@ -1,0 +1,198 @@
+"""Learner workflows: the verdict of ``minipar grade`` depends on the code alone.
+
+Every habit of a Jupyter user that fooled the old grader is reproduced on the parameter-count
+exercise (checked in-process, so one kernel per notebook is all it costs) and its verdict
+asserted: a wrong answer run and saved, outputs cleared, a fix saved without re-running, counts
+kept without outputs, cells run out of order, a deleted check cell, a deleted notebook, two
+notebooks with one file name, syntax/name/import errors, an endless loop, a forged PASS print.
+All notebooks go through one ``grade`` call (one pytest session).
+"""
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import nbformat
+import pytest
+
+from minipar.grading import check, pass_line
+from minipar.grading.cli import grade
+from minipar.grading.notebooks import build
+
+ROOT = Path(__file__).resolve().parents[1]
+SCRIPT = ROOT / "exercises" / "memory_time" / "solutions" / "01_params.py"
+TASK = "memory_time.params"
+WRONG = ("def params(L, h, V, s):\n"
+         "    return L * (12 * h * h + 13 * h)        # forgot the embeddings\n")
+RIGHT = ("def params(L, h, V, s):\n"
+         "    return L * (12 * h * h + 13 * h) + (V + s) * h\n")
+
+
+def _notebook(code: str | None = None, outputs: str | None = None, counts=None,
+              drop_check=False, solved=False):
+    """The exercise notebook with ``params`` replaced by ``code``; the check cell's saved output
+    ``outputs`` (as if it had been run); ``counts`` the saved execution counts."""
+    nb = build(SCRIPT, solved=solved)
+    for cell in nb.cells:
+        if cell.cell_type == "code" and "def params" in cell.source and code is not None:
+            cell.source = code
+    code_cells = [c for c in nb.cells if c.cell_type == "code"]
+    check_cell = next(c for c in code_cells if "check(" in c.source)
+    if outputs is not None:
+        check_cell.outputs = [nbformat.v4.new_output("stream", name="stdout", text=outputs)]
+        check_cell.execution_count = 3
+    if counts is not None:
+        for c, n in zip(code_cells, counts):
+            c.execution_count = n
+    if drop_check:
+        nb.cells.remove(check_cell)
+    return nb
+
+
+FAIL_SAVED = ("FAIL memory_time.params: for L=96, h=12288, V=51200, s=2048: 1.739e+11 -- forgot "
+              "the embedding term (V + s)·h\n")
+
+CASES = {
+    # name: (notebook, passed, words the reason must contain)
+    "saved_wrong_run": (_notebook(WRONG, outputs=FAIL_SAVED), False, "forgot the embedding"),
+    "saved_forged_pass": (_notebook(WRONG, outputs=pass_line(TASK) + "\n"), False,
+                          "forgot the embedding"),
+    "cleared_wrong": (_notebook(WRONG), False, "forgot the embedding"),
+    "fixed_not_rerun": (_notebook(RIGHT, outputs=FAIL_SAVED), True, ""),
+    "cleared_counts_kept": (_notebook(RIGHT, counts=[1, 2, 3]), True, ""),
+    "run_out_of_order": (_notebook(RIGHT, counts=[9, 2, 1]), True, ""),
+    "check_deleted": (_notebook(RIGHT, drop_check=True), False,
+                      "check cell for memory_time.params is missing"),
+    "untouched_starter": (_notebook(), False, "not implemented yet"),
+    "syntax_error": (_notebook("def params(L, h, V, s):\n    return L * (12 * h * h +\n"), False,
+                     "SyntaxError"),
+    "name_error": (_notebook("def params(L, h, V, s):\n    return L * hh\n"), False,
+                   "NameError: name 'hh' is not defined (line 2 of params: return L * hh)"),
+    "import_error": (_notebook("import minipar.no_such_module\n" + RIGHT), False,
+                     "ModuleNotFoundError: No module named 'minipar.no_such_module'"),
+    "endless_loop": (_notebook("def params(L, h, V, s):\n    while True:\n        pass\n"), False,
+                     "time limit of 3 s"),
+    "forged_print": (_notebook(WRONG + f"\nprint({pass_line(TASK)!r})\n"), False,
+                     "forgot the embedding"),
+}
+
+
+@pytest.fixture(scope="module")
+def graded(tmp_path_factory):
+    root = tmp_path_factory.mktemp("learner")
+    paths = {}
+    for name, (nb, _, _) in CASES.items():
+        paths[name] = root / name / "01_params.ipynb"        # one file name in many folders
+        paths[name].parent.mkdir()
+        nbformat.write(nb, paths[name])
+    renamed = root / "renamed" / "my copy of params.ipynb"    # metadata finds its exercise
+    renamed.parent.mkdir()
+    nbformat.write(_notebook(RIGHT, drop_check=True), renamed)
+    paths["renamed"] = renamed
+    old = os.environ.get("MINIPAR_CHECK_TIME_LIMIT")
+    os.environ["MINIPAR_CHECK_TIME_LIMIT"] = "3"               # the kernels inherit it
+    try:
+        result = grade([root], timeout=300)
+    finally:
+        if old is None:
+            del os.environ["MINIPAR_CHECK_TIME_LIMIT"]
+        else:
+            os.environ["MINIPAR_CHECK_TIME_LIMIT"] = old
+    return paths, result
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", list(CASES))
+def test_verdict_depends_on_the_code_alone(graded, name):
+    paths, result = graded
+    rows = [t for t in result["tasks"] if t["notebook"] == str(paths[name].resolve())]
+    assert [r["task"] for r in rows] == [TASK], rows
+    _, passed, words = CASES[name]
+    assert rows[0]["passed"] is passed, rows[0]
+    assert words in rows[0]["reason"], rows[0]
+
+
+@pytest.mark.slow
+def test_results_keyed_by_full_path_and_missing_listed(graded):
+    paths, result = graded
+    names = [t["notebook"] for t in result["tasks"]]
+    assert len(names) == len(set(names)) == len(CASES) + 1     # same file name, separate rows
+    missing = {(m["notebook"], m["task"]) for m in result["missing"]}
+    assert missing == {(str(paths["check_deleted"].resolve()), TASK),
+                       (str(paths["renamed"].resolve()), TASK)}
+    assert result["passed"] == sum(p for _, p, _ in CASES.values())
+    assert result["total"] == len(CASES) + 1
+
+
+def test_deleted_notebook_is_a_failed_task_not_a_vanished_one(tmp_path):
+    chapter = tmp_path / "memory_time"
+    (chapter / "solutions").mkdir(parents=True)
+    shutil.copy(SCRIPT, chapter / "solutions" / SCRIPT.name)    # the learner deleted the .ipynb
+    result = grade([tmp_path])
+    assert result["total"] == 1 and result["passed"] == 0
+    row = result["tasks"][0]
+    assert row["task"] == TASK and "01_params.ipynb is missing" in row["reason"]
+    assert result["missing"] == [{"notebook": row["notebook"], "task": TASK}]
+
+
+@pytest.mark.slow
+def test_grade_json_cli(tmp_path):
+    nb = tmp_path / "a" / "01_params.ipynb"
+    nb.parent.mkdir()
+    nbformat.write(_notebook(WRONG, outputs=pass_line(TASK) + "\n"), nb)
+    out = subprocess.run([sys.executable, "-m", "minipar.cli", "grade", "--json", str(nb)],
+                         capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr        # failed tasks are the result, not an error
+    result = json.loads(out.stdout)
+    assert set(result) == {"tasks", "passed", "total", "missing"}
+    assert result["passed"] == 0 and result["total"] == 1 and result["missing"] == []
+    (row,) = result["tasks"]
+    assert set(row) == {"notebook", "task", "passed", "reason"}
+    assert row["notebook"] == str(nb.resolve()) and not row["passed"]
+    bad = subprocess.run([sys.executable, "-m", "minipar.cli", "grade", "--json",
+                          str(tmp_path / "nope.ipynb")], capture_output=True, text=True,
+                         timeout=120)
+    assert bad.returncode == 2 and "nope.ipynb" in bad.stderr and not bad.stdout
+
+
+def test_table_keeps_quotes_and_full_reasons(tmp_path, capsys):
+    from minipar.grading import cli
+    from minipar.grading.cli import _grade
+
+    reason = "this is stage 2's memory, not <class 'int'>; \"quoted\" and it doesn't stop " * 3
+    fake = {"tasks": [dict(notebook="/x/01.ipynb", task="t.x", passed=False, reason=reason)],
+            "passed": 0, "total": 1, "missing": []}
+    real, cli.grade = cli.grade, lambda paths, timeout: fake
+    try:
+        assert _grade(type("A", (), dict(paths=["x"], timeout=1, json=False))()) == 0
+    finally:
+        cli.grade = real
+    assert reason in capsys.readouterr().out
+
+
+def test_in_process_check_is_stopped_by_the_time_limit(capsys):
+    def endless(L, h, V, s):
+        while True:
+            pass
+    assert not check(TASK, endless, time_limit_s=0.5)
+    out = capsys.readouterr().out
+    assert out.startswith(f"FAIL {TASK}: stopped after the time limit of 0.5 s")
+
+
+def test_jupyter_front_end_runs_from_the_venv(tmp_path):
+    """`jupyter nbconvert --execute` (and so `jupyter execute`) work from .venv."""
+    nb = tmp_path / "01_params.ipynb"
+    nbformat.write(_notebook(solved=True), nb)
+    jupyter = Path(sys.executable).parent / "jupyter"
+    out = subprocess.run([str(jupyter), "nbconvert", "--to", "notebook", "--execute",
+                          "--output", "ran.ipynb", str(nb)], capture_output=True, text=True,
+                         timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    ran = nbformat.read(tmp_path / "ran.ipynb", as_version=4)
+    printed = "".join(o.get("text", "") for c in ran.cells if c.cell_type == "code"
+                      for o in c.outputs)
+    assert pass_line(TASK) in printed
+    assert subprocess.run([str(jupyter), "lab", "--version"], capture_output=True,
+                          timeout=120).returncode == 0
