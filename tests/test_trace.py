@@ -34,7 +34,7 @@ def _traced(rank, world_size):
 
 
 def test_ops_bytes_and_group_sizes():
-    events, table = run(_traced, 2)[0]
+    events, table = run(_traced, 2, backend="gloo")[0]
     ops = [(op, nbytes, g) for op, nbytes, g, _, _ in events]
     assert ops[:7] == [("all_reduce", 48, 2), ("all_gather", 96, 2), ("reduce_scatter", 48, 2),
                        ("broadcast", 48, 2), ("send", 48, 2), ("all_reduce", 96, 2),
@@ -47,11 +47,11 @@ def test_ops_bytes_and_group_sizes():
 
 
 def test_subgroup_size_and_recv():
-    events = run(_traced, 4)[3][0]
+    events = run(_traced, 4, backend="gloo")[3][0]
     assert ("recv", 48, 4) in [(op, b, g) for op, b, g, _, _ in events]
     # rank 3 is not in the subgroup [0, 1]: it makes no call on it
     assert sum(1 for op, b, g, _, _ in events if g == 2) == 0
-    events0 = run(_traced, 4)[0][0]
+    events0 = run(_traced, 4, backend="gloo")[0][0]
     assert ("all_reduce", 48, 2) in [(op, b, g) for op, b, g, _, _ in events0]
 
 
@@ -65,4 +65,66 @@ def test_negative_control_untraced_calls_are_not_counted():
             pass
         dist.all_reduce(torch.ones(4))  # outside the context
         return tr.count()
-    assert run(fn, 2) == [0, 0]
+    assert run(fn, 2, backend="gloo") == [0, 0]
+
+
+def _threads(rank, world_size):
+    import threading
+    import time
+
+    import torch
+    import torch.distributed as dist
+
+    from minipar.trace import trace
+
+    original = dist.all_reduce
+    a_in, b_in, a_out = threading.Event(), threading.Event(), threading.Event()
+
+    def first():  # enters first, leaves first
+        with trace():
+            a_in.set()
+            b_in.wait()
+        a_out.set()
+
+    def second():  # enters second, leaves last
+        a_in.wait()
+        with trace():
+            b_in.set()
+            a_out.wait()
+    threads = [threading.Thread(target=first), threading.Thread(target=second)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    restored = dist.all_reduce is original and dist.distributed_c10d.all_reduce is original
+    work = dist.all_reduce(torch.ones(2), async_op=True)
+    plain_work = isinstance(work, dist.Work)
+    work.wait()
+    # one thread traces, another does not: the other's calls are neither wrapped nor counted
+    before = time.perf_counter()
+    with trace() as tr:
+        seen = []
+
+        def untraced():
+            w = dist.all_reduce(torch.ones(3), async_op=True)
+            seen.append(isinstance(w, dist.Work))
+            w.wait()
+        t = threading.Thread(target=untraced)
+        t.start()
+        t.join()
+        dist.all_reduce(torch.ones(5))
+        elapsed = tr.elapsed()
+    return dict(restored=restored, plain_work=plain_work, untraced_plain=seen == [True],
+                ops=[(e.op, e.bytes) for e in tr.events], start_ok=before <= tr.start_time,
+                within=all(0 <= e.start <= elapsed for e in tr.events),
+                after=dist.all_reduce is original)
+
+
+def test_traces_in_threads_leave_torch_distributed_as_they_found_it():
+    """Two traced threads leaving out of order used to leave ``dist.all_reduce`` wrapped for
+    good (async calls then returned a wrapper, not a ``Work``)."""
+    for r in run(_threads, 2, backend="gloo", timeout=120):
+        assert r["restored"] and r["plain_work"] and r["after"]
+        assert r["untraced_plain"]                  # another thread's trace does not wrap us
+        assert r["ops"] == [("all_reduce", 20)]     # only this thread's 5 floats are counted
+        assert r["start_ok"] and r["within"]        # the public start time and elapsed()

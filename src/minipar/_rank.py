@@ -32,6 +32,10 @@ import threading  # noqa: E402
 import time  # noqa: E402
 
 POLL_S = 0.2  # how often the zygote reaps children and checks that the caller is alive
+# torch modules that take seconds to import and that ranks often need (minipar.trace enters a
+# dispatch mode, which imports dynamo): imported when the zygote is idle, so that the first
+# call does not wait for them and later ranks inherit them. torch only: nothing user-edited.
+WARM_UP = ["torch._dynamo", "torch.distributed.pipelining"]
 
 
 # ----------------------------------------------------------------------------- the zygote
@@ -54,7 +58,12 @@ def zygote_main(address: str, caller_pid: int, folder: str) -> None:
             _leave(children, folder)
         if msg is None:  # a clean shutdown: the caller removes the folder itself
             _leave(children, None)
-        if msg != "idle":
+        if msg == "idle" and WARM_UP:
+            try:
+                __import__(WARM_UP.pop(0))
+            except Exception:  # noqa: BLE001  (an optional speed-up; ranks import it anyway)
+                pass
+        elif msg != "idle":
             _, call, world, state, task = msg
             pids = []
             for rank in range(world):

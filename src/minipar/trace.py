@@ -131,16 +131,77 @@ class _WaitTimedWork:
         return getattr(self._work, name)
 
 
-class trace(TorchDispatchMode):
-    """Context manager recording this rank's communication calls in ``self.events``."""
+# -- the wall-time wrappers: installed once for all threads, active only where a trace is ----
+_install_lock = threading.Lock()
+_installs = 0                   # traces open in any thread; the wrappers stay while > 0
+_originals: dict = {}           # (module, name) -> the function we wrapped
+_local = threading.local()      # .depth: traces open on this thread; .pending: events to time
 
-    _local = threading.local()
+
+def _timed(fn):
+    @functools.wraps(fn)
+    def timed(*args, **kwargs):
+        if not getattr(_local, "depth", 0):  # no trace on this thread: the plain call
+            return fn(*args, **kwargs)
+        outer = getattr(_local, "pending", None)
+        _local.pending = mine = []
+        t0 = time.perf_counter()
+        try:
+            out = fn(*args, **kwargs)
+        finally:
+            _local.pending = outer
+        if out is not None and hasattr(out, "wait"):  # async: time it when waited
+            return _WaitTimedWork(out, mine, t0)
+        dt = time.perf_counter() - t0
+        for e in mine:
+            e.seconds, e.is_async = dt, False
+        return out
+    timed.__minipar_traced__ = fn
+    return timed
+
+
+def _install() -> None:
+    """Wrap the public functions when the first trace (in any thread) opens."""
+    global _installs
+    with _install_lock:
+        if _installs == 0:
+            for name in _PUBLIC:
+                for mod in (dist, dist.distributed_c10d):
+                    fn = getattr(mod, name, None)
+                    if fn is not None:
+                        _originals[(mod, name)] = fn
+                        setattr(mod, name, _timed(fn))
+        _installs += 1
+
+
+def _uninstall() -> None:
+    """Put the original functions back when the last trace (in any thread) closes."""
+    global _installs
+    with _install_lock:
+        _installs -= 1
+        if _installs == 0:
+            for (mod, name), fn in _originals.items():
+                setattr(mod, name, fn)
+            _originals.clear()
+
+
+class trace(TorchDispatchMode):
+    """Context manager recording this thread's communication calls in ``self.events``.
+
+    Traces in several threads at once are safe: each sees only its own thread's calls, and
+    ``torch.distributed`` is back to its own functions once the last one closes, whatever the
+    order. ``start_time`` (a ``time.perf_counter()`` value) is when the trace began; event
+    ``start`` times and :meth:`elapsed` are seconds since then.
+    """
 
     def __init__(self):
         super().__init__()
         self.events: list[CommEvent] = []
-        self._t0 = 0.0
-        self._saved: dict = {}
+        self.start_time = 0.0
+
+    def elapsed(self) -> float:
+        """Seconds since the trace began (same clock as the events' ``start``)."""
+        return time.perf_counter() - self.start_time
 
     # -- dispatcher side: bytes, group size ------------------------------------------------
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
@@ -151,49 +212,29 @@ class trace(TorchDispatchMode):
                 op, idx = _C10D_OPS[name]
                 ev = CommEvent(op=op, bytes=_nbytes(args[idx]) if idx is not None else 0,
                                group_size=_group_size(args),
-                               start=time.perf_counter() - self._t0, dtype=_dtype(args[0]))
+                               start=time.perf_counter() - self.start_time,
+                               dtype=_dtype(args[0]))
                 if op in ("send", "recv") and len(args) > 2 and isinstance(args[2], int):
                     ev.peer = args[2]
                 self.events.append(ev)
-                pending = getattr(trace._local, "pending", None)
+                pending = getattr(_local, "pending", None)
                 if pending is not None:
                     pending.append(ev)
         return func(*args, **kwargs)
 
-    # -- Python side: wall time --------------------------------------------------------------
-    def _wrap(self, fn):
-        @functools.wraps(fn)
-        def timed(*args, **kwargs):
-            outer = getattr(trace._local, "pending", None)
-            trace._local.pending = mine = []
-            t0 = time.perf_counter()
-            try:
-                out = fn(*args, **kwargs)
-            finally:
-                trace._local.pending = outer
-            if out is not None and hasattr(out, "wait"):  # async: time it when waited
-                return _WaitTimedWork(out, mine, t0)
-            dt = time.perf_counter() - t0
-            for e in mine:
-                e.seconds, e.is_async = dt, False
-            return out
-        return timed
-
+    # -- entering and leaving --------------------------------------------------------------
     def __enter__(self):
-        self._t0 = time.perf_counter()
-        for name in _PUBLIC:
-            for mod in (dist, dist.distributed_c10d):
-                fn = getattr(mod, name, None)
-                if fn is not None:
-                    self._saved[(mod, name)] = fn
-                    setattr(mod, name, self._wrap(fn))
+        self.start_time = time.perf_counter()
+        _install()
+        _local.depth = getattr(_local, "depth", 0) + 1
         return super().__enter__()
 
     def __exit__(self, *exc):
-        for (mod, name), fn in self._saved.items():
-            setattr(mod, name, fn)
-        self._saved.clear()
-        return super().__exit__(*exc)
+        try:
+            return super().__exit__(*exc)
+        finally:
+            _local.depth -= 1
+            _uninstall()
 
     # -- reports -------------------------------------------------------------------------
     def summary(self) -> "OrderedDict[str, OpStats]":
