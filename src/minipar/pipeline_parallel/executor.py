@@ -11,8 +11,9 @@
 Loss scaling: the full batch's loss is the mean over m equal micro-batches of their mean loss,
 so each micro-batch's loss is divided by m and the summed gradients equal the full batch's.
 After the last action, the tied embedding's gradient is all-reduced between the first and last
-stage. The executor records per action its wall-clock start and end, and the activations held
-(count and bytes saved for backward) so their high-water can be compared with the model.
+stage. The executor records per action the wall-clock start and end of its work (after the
+receive it waited for, so waiting shows as idle), and the activations held (count and bytes
+saved for backward) so their high-water can be compared with the model.
 
 The B/W split here is for exactness, not speed: W back-propagates through the stage again
 (``retain_graph``), where the zero-bubble papers split each matmul's backward in two.
@@ -78,15 +79,17 @@ class PipelineExecutor:
         live_bytes = 0
         split = any(a.op == "W" for a in actions)
         for a in actions:
-            start = time.perf_counter() - t0
             s, i = a.stage, a.microbatch
             mod = self.stages[s]
             if a.op == "F":
-                if s == 0:
+                if s == 0:   # tokens; a float input (a benchmark's) is treated as received
                     x = inputs[i]
+                    if x.is_floating_point():
+                        x = x.detach().requires_grad_()
                 else:
                     x = self.comm.recv(act_shape, dtype, s, s - 1, i, ACTIVATION)
                     x = self.received_activation(x)
+                start = time.perf_counter() - t0
                 saved = [0]
 
                 def pack(t, saved=saved):
@@ -108,11 +111,13 @@ class PipelineExecutor:
                 x, y, _, nbytes = stash[s, i]
                 g = None if s == self.num_stages - 1 else \
                     self.comm.recv(act_shape, dtype, s, s + 1, i, GRADIENT)
+                start = time.perf_counter() - t0
                 if split:
                     stash[s, i][2] = g
-                    if s > 0:
+                    if x.requires_grad:
                         (gx,) = torch.autograd.grad(y, [x], g, retain_graph=True)
-                        self.comm.send(gx, s - 1, i, GRADIENT)
+                        if s > 0:
+                            self.comm.send(gx, s - 1, i, GRADIENT)
                 else:
                     torch.autograd.backward(y, g)
                     if s > 0:
@@ -120,6 +125,7 @@ class PipelineExecutor:
                     del stash[s, i]
                     live_bytes -= nbytes
             else:  # W
+                start = time.perf_counter() - t0
                 x, y, g, nbytes = stash.pop((s, i))
                 params = [q for q in mod.parameters() if q.requires_grad]
                 _accumulate(params, torch.autograd.grad(y, params, g))
@@ -129,7 +135,7 @@ class PipelineExecutor:
         if stash:
             raise RuntimeError(f"rank {self.rank}: actions {sorted(stash)} never ran backward")
         first, last = self.stages.get(0), self.stages.get(self.num_stages - 1)
-        tied = first.tied_weight() if first is not None else \
-            (last.tied_weight() if last is not None else None)
+        holder = first if first is not None else last
+        tied = getattr(holder, "tied_weight", lambda: None)()
         all_reduce_tied_gradient(tied, self.embedding_group)
         return rec

@@ -1,0 +1,129 @@
+"""Stages whose compute takes a fixed, calibrated time, to measure a schedule's bubble.
+
+On a shared 2-core machine, p ranks doing real matmuls slow each other down and the measured
+idle time says more about the machine than about the schedule. A :class:`TimedStage` instead
+*waits* a fixed time in its forward (t_F), its input-gradient backward (t_B) and its
+weight-gradient backward (t_W), so the ranks do not compete for cores, and whatever the step
+takes beyond the work is the schedule's bubble (plus send/receive overhead, which the
+measurement includes). :func:`precise_wait` sleeps, then spins the last half millisecond
+(the kernel's sleep overshoots by ~0.1 ms).
+"""
+from __future__ import annotations
+
+import statistics
+import time
+
+import torch
+import torch.distributed as dist
+import torch.nn as nn
+
+SPIN = 0.0
+
+
+def precise_wait(seconds: float) -> None:
+    deadline = time.perf_counter() + seconds
+    if seconds > SPIN:
+        time.sleep(seconds - SPIN)
+    while time.perf_counter() < deadline:
+        pass
+
+
+class _Timed(torch.autograd.Function):
+    """Identity on x; waits t_F forward and t_B backward (the input gradient)."""
+
+    @staticmethod
+    def forward(ctx, x, t_f, t_b):
+        ctx.t_b = t_b
+        precise_wait(t_f)
+        return x.clone()                                      # (b, s, h)
+
+    @staticmethod
+    def backward(ctx, g):
+        precise_wait(ctx.t_b)
+        return g, None, None
+
+
+class _WeightWork(torch.autograd.Function):
+    """A zero scalar that depends on w; its backward (the weight gradient) waits t_W."""
+
+    @staticmethod
+    def forward(ctx, w, t_w):
+        ctx.t_w = t_w
+        return w.new_zeros(())
+
+    @staticmethod
+    def backward(ctx, g):
+        precise_wait(ctx.t_w)
+        return torch.zeros(1, dtype=g.dtype), None
+
+
+class TimedStage(nn.Module):
+    """forward(x) = x after t_F; backward: t_B for the input gradient, t_W for the weights'.
+    A full backward (torch.autograd.backward) takes t_B + t_W; ``torch.autograd.grad`` with
+    only the input (B) or only the weight (W) runs only that part."""
+
+    def __init__(self, t_f: float, t_b: float, t_w: float):
+        super().__init__()
+        self.t_f, self.t_b, self.t_w = t_f, t_b, t_w
+        self.w = nn.Parameter(torch.zeros(1))
+
+    def forward(self, x):
+        return _Timed.apply(x, self.t_f, self.t_b) + _WeightWork.apply(self.w, self.t_w)
+
+
+def _zero_loss(y, _targets):
+    return (y * 0).sum()
+
+
+def bench_rank(rank: int, p: int, name: str, m: int, v: int, t_f: float, t_b: float,
+               t_w: float, steps: int, layers: str = "timed", shape=(1, 16, 64)):
+    """On each rank: run the schedule ``steps`` + 1 times (the first is a warm-up) with timed
+    stages (``layers="timed"``) or real GPT layers (``"gpt"``: 2 layers per stage, h = 64);
+    returns per step (busy seconds, end second from the common start, timeline)."""
+    from .executor import PipelineExecutor
+    from .schedules import schedule
+    from .stage import build_stages
+    from .train import small_config, token_batches
+
+    b = shape[0]
+    if layers == "timed":
+        stages = {s: TimedStage(t_f / v, t_b / v, t_w / v) for s in range(rank, v * p, p)}
+        ex = PipelineExecutor(stages, v * p, rank, p, m, loss_fn=_zero_loss)
+        inputs, targets, dtype = [torch.zeros(shape) for _ in range(m)], [None] * m, torch.float32
+    elif layers == "gpt":
+        c = small_config(L=2 * v * p)
+        c.h, c.a, c.s, c.V = shape[2], 4, shape[1], 256
+        stages = build_stages(c, rank, p, v, dtype=torch.float32)
+        ex = PipelineExecutor(stages, v * p, rank, p, m)
+        x, y = token_batches(1, b * m, c)[0]
+        inputs, targets, dtype = list(x.chunk(m)), list(y.chunk(m)), torch.float32
+    else:
+        raise ValueError(f"layers ({layers!r}) must be 'timed' or 'gpt'")
+    acts = schedule(name, p, m, v)[rank]
+    out = []
+    for _ in range(steps + 1):
+        dist.barrier()
+        t0 = torch.tensor([time.perf_counter()], dtype=torch.float64)
+        dist.all_reduce(t0, op=dist.ReduceOp.MAX)       # one start for all ranks (same clock)
+        rec = ex.run(acts, inputs, targets, shape, dtype, t0=t0.item())
+        for prm in ex_params(stages):
+            prm.grad = None
+        busy = sum(e - s for _, _, s, e in rec.timeline)
+        out.append((busy, max(e for *_, e in rec.timeline), rec.timeline))
+    return out[1:]
+
+
+def ex_params(stages):
+    return [q for st in stages.values() for q in st.parameters()]
+
+
+def measured_bubble(per_rank: list) -> tuple[float, list]:
+    """(median over steps of the mean over ranks of the idle fraction, that step's timeline)."""
+    steps = len(per_rank[0])
+    bubbles, timelines = [], []
+    for k in range(steps):
+        span = max(r[k][1] for r in per_rank)
+        bubbles.append(sum(1 - r[k][0] / span for r in per_rank) / len(per_rank))
+        timelines.append([ev for r in per_rank for ev in r[k][2]])
+    med = statistics.median(bubbles)
+    return med, timelines[bubbles.index(min(bubbles, key=lambda b: abs(b - med)))]

@@ -1,0 +1,46 @@
+"""``minipar bench pp``: the JSON it promises, and timed stages that split B from W (checked by
+counting waits, never by timing)."""
+import json
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from minipar.pipeline_parallel import timed
+from minipar.pipeline_parallel.timed import TimedStage
+
+
+def test_timed_stage_splits_input_and_weight_backward(monkeypatch):
+    waits = []
+    monkeypatch.setattr(timed, "precise_wait", waits.append)
+    st = TimedStage(1.0, 2.0, 3.0)
+    x = torch.zeros(2, 3, requires_grad=True)
+    y = st(x)
+    assert waits == [1.0]                                     # forward: t_F
+    torch.autograd.grad(y, [x], torch.ones_like(y), retain_graph=True)
+    assert waits == [1.0, 2.0]                                # B: input gradient only
+    torch.autograd.grad(y, [st.w], torch.ones_like(y), retain_graph=True)
+    assert waits == [1.0, 2.0, 3.0]                           # W: weight gradient only
+    torch.autograd.backward(y, torch.ones_like(y))
+    assert sorted(waits[3:]) == [2.0, 3.0]                    # a full backward: both
+
+
+@pytest.mark.slow
+def test_bench_json_keys():
+    out = subprocess.run([sys.executable, "-m", "minipar.cli", "bench", "pp", "--schedule",
+                          "interleaved", "--pp", "2", "--microbatches", "2", "--chunks", "2",
+                          "--t-forward", "2", "--t-backward", "2", "--t-weight", "2",
+                          "--steps", "1", "--json"], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    r = json.loads(out.stdout.strip().splitlines()[-1])
+    assert 0 <= r["measured_bubble"] < 1
+    assert r["model_bubble"] == pytest.approx(1 / 5)          # (p−1)/(v·m+p−1)
+
+
+def test_bench_rejects_bad_arguments():
+    out = subprocess.run([sys.executable, "-m", "minipar.cli", "bench", "pp", "--schedule",
+                          "interleaved", "--pp", "4", "--microbatches", "6", "--chunks", "2"],
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode != 0
+    assert "microbatches m (6) to be a multiple of p (4)" in out.stderr
