@@ -11,6 +11,7 @@ BENCH_MODULES = [
     "minipar.bench.collectives",   # minipar bench collectives
     "minipar.bench.data_parallel", # minipar bench data_parallel (alias: dp)
     "minipar.bench.launch",        # minipar bench launch
+    "minipar.bench.pipeline_parallel",  # minipar bench pipeline_parallel (alias: pp)
 ]
 
 
