@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from .memory import model_state_bytes, pipeline_first_stage_activation_bytes
+from .memory import check_zero_stage, model_state_bytes, pipeline_first_stage_activation_bytes
 from .model import param_count
 
 
@@ -27,7 +27,8 @@ class MemoryBreakdown(NamedTuple):
 
 def check_layout(L: int, h: int, a: int, *, d: int = 1, t: int = 1, p: int = 1,
                  zero: int = 0) -> None:
-    """Raise ``ValueError`` naming the rule an impossible layout breaks."""
+    """Raise ``ValueError`` naming the rule an impossible layout breaks (the one statement of
+    these rules: ``minipar memory`` and the other cost commands call it too)."""
     for k, v in (("L", L), ("h", h), ("a", a), ("d", d), ("t", t), ("p", p)):
         if int(v) != v or v < 1:
             raise ValueError(f"{k} ({v}) must be a positive integer")
@@ -37,8 +38,7 @@ def check_layout(L: int, h: int, a: int, *, d: int = 1, t: int = 1, p: int = 1,
         raise ValueError(f"heads ({a}) must be divisible by t ({t})")
     if L % p:
         raise ValueError(f"layers ({L}) must be divisible by p ({p})")
-    if zero not in (0, 1, 2, 3):
-        raise ValueError(f"ZeRO stage ({zero}) must be 0, 1, 2 or 3")
+    check_zero_stage(zero)
 
 
 def per_gpu_memory(L: int, h: int, a: int, s: int, V: int, *, b: int = 1, d: int = 1,

@@ -48,9 +48,14 @@ def size_bytes(text: str) -> float:
     return positive_float(m.group(1)) * _UNITS[m.group(2).upper()]
 
 
-def _error(message: str):
-    from minipar.cli import CliError
-    return CliError(message)
+class InputError(ValueError):
+    """Bad command-line input: one line on stderr, exit status 2 (see :func:`_guarded`).
+
+    A ValueError, so this module needs nothing from :mod:`minipar.cli` (which imports it)."""
+
+
+def _error(message: str) -> InputError:
+    return InputError(message)
 
 
 def _emit(args, command: str, result: dict, rows: list[tuple[str, str]]) -> int:
@@ -65,29 +70,22 @@ def _emit(args, command: str, result: dict, rows: list[tuple[str, str]]) -> int:
 
 
 def _guarded(command: str, fn):
-    """Run ``fn(args)``; a ValueError or CliError becomes one line on stderr and status 2.
-
-    Printing here (not only in minipar.cli.main) keeps the one-line promise also under
-    ``python -m minipar.cli``, where that module is loaded twice and its CliError class differs.
-    """
+    """Run ``fn(args)``; a ValueError (the cost model's rule errors and :class:`InputError`)
+    becomes one line on stderr and status 2, under ``minipar`` and ``python -m minipar.cli``
+    alike."""
     def run(args) -> int:
         try:
             return fn(args)
-        except Exception as e:  # noqa: BLE001 - only our two kinds, re-raised otherwise
-            if not (isinstance(e, ValueError) or type(e).__name__ == "CliError"):
-                raise
+        except ValueError as e:
             print(f"minipar {command}: error: {e}", file=sys.stderr)
             return 2
     return run
 
 
 def _check_model_shape(args, t: int = 1, p: int = 1) -> None:
-    if args.hidden % args.heads:
-        raise _error(f"hidden ({args.hidden}) must be divisible by heads ({args.heads})")
-    if args.heads % t:
-        raise _error(f"heads ({args.heads}) must be divisible by t ({t})")
-    if getattr(args, "layers", None) is not None and args.layers % p:
-        raise _error(f"layers ({args.layers}) must be divisible by p ({p})")
+    from .breakdown import check_layout            # the layout rules, stated once
+    layers = getattr(args, "layers", None)
+    check_layout(p if layers is None else layers, args.hidden, args.heads, t=t, p=p)
 
 
 def _params(args) -> int:

@@ -10,7 +10,17 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-RECOMPUTE = ("none", "selective", "full")
+from .model import RECOMPUTE  # noqa: F401  (one list of recomputation modes, re-exported)
+
+ZERO_STAGES = (0, 1, 2, 3)
+
+
+def check_zero_stage(stage) -> int:
+    """``stage`` if it is a ZeRO stage (0–3), else ValueError naming it: the one check that the
+    cost model, the traffic model and :class:`minipar.data_parallel.ZeRO` share."""
+    if stage not in ZERO_STAGES:
+        raise ValueError(f"ZeRO stage ({stage}) must be 0, 1, 2 or 3")
+    return stage
 
 
 class ModelStateBytes(NamedTuple):
@@ -35,8 +45,7 @@ def model_state_bytes(psi: float, *, d: int = 1, t: int = 1, p: int = 1, zero: i
     ``weight_bytes=4, grad_bytes=4, optimizer_bytes=8`` (exp_avg + exp_avg_sq, no master copy).
     Ignores buffers, fragmentation and activations (ZeRO's "residual states").
     """
-    if zero not in (0, 1, 2, 3):
-        raise ValueError(f"ZeRO stage ({zero}) must be 0, 1, 2 or 3")
+    check_zero_stage(zero)
     for k, v in (("psi", psi), ("d", d), ("t", t), ("p", p)):
         if v <= 0:
             raise ValueError(f"{k} ({v}) must be > 0")
@@ -63,8 +72,10 @@ def activation_bytes_per_layer(s: int, b: int, h: int, a: int, *, t: int = 1, sp
                                            its dropout mask and output: 5as²b bytes)
       full recomputation                   2sbh (the 16-bit layer input only; sbh·2/t with sp)
     The 34 = 11 attention + 19 MLP + 4 layer-norm inputs; the 10 of them that tensor parallelism
-    leaves replicated are layer-norm inputs, dropout inputs and masks, which sequence parallelism
-    shards along s.
+    leaves replicated are the two layer-norm inputs (4sbh), the inputs of the first GEMM after
+    each layer norm (QKV and MLP up-projection, 4sbh) and the two 1-byte dropout masks after
+    attention and after the MLP (2sbh) (Korthikanti et al. §4.2.2); sequence parallelism shards
+    them along s.
     """
     for k, v in (("s", s), ("b", b), ("h", h), ("a", a), ("t", t)):
         if v <= 0:

@@ -5,6 +5,8 @@ rank puts on its outgoing link, which is what a per-direction bandwidth divides.
 """
 from __future__ import annotations
 
+from .memory import check_zero_stage
+
 
 def _check_n(n: int) -> None:
     if not isinstance(n, int) or n < 1:
@@ -30,8 +32,7 @@ def zero_bytes_per_rank(stage: int, param_bytes: float, n: int) -> float:
     of the communicated dtype).
     """
     _check_n(n)
-    if stage not in (0, 1, 2, 3):
-        raise ValueError(f"ZeRO stage ({stage}) must be 0, 1, 2 or 3")
+    check_zero_stage(stage)
     return (3 if stage == 3 else 2) * (n - 1) / n * param_bytes
 
 

@@ -41,14 +41,7 @@ import torch
 import torch.distributed as dist
 from torch.utils._pytree import tree_leaves
 
-STAGES = (0, 1, 2, 3)
-
-
-def check_stage(stage) -> int:
-    """``stage`` if it is a ZeRO stage, else ValueError naming it (the one check for minipar)."""
-    if stage not in STAGES:
-        raise ValueError(f"ZeRO stage ({stage}) must be 0, 1, 2 or 3")
-    return stage
+from minipar.cost.memory import check_zero_stage
 
 
 def _free(t: torch.Tensor) -> None:
@@ -65,7 +58,7 @@ class ZeRO:
 
     def __init__(self, model: torch.nn.Module, stage: int, make_optimizer, group=None,
                  find_unused_parameters: bool = False):
-        self.stage, self.group = check_stage(stage), group
+        self.stage, self.group = check_zero_stage(stage), group
         self.n, self.rank = dist.get_world_size(group), dist.get_rank(group)
         self.find_unused = find_unused_parameters
         self.names = {id(p): name for name, p in model.named_parameters()}
