@@ -1,0 +1,155 @@
+"""Checkers for the "Putting them together" exercises: rank-grid groups against
+:class:`minipar.three_d.RankGrid`, a chosen (t, p, d) against the planner's feasible set, and a
+cost per token against :func:`minipar.cost.planner.dollars_per_million_tokens`."""
+from __future__ import annotations
+
+from minipar.cost import planner
+from minipar.three_d.grid import RankGrid
+
+from . import GradeFailure, as_number, task
+
+GRID_SHAPES = [(2, 2, 2), (3, 2, 1), (1, 3, 2), (2, 3, 4), (1, 1, 1)]
+
+
+def _normal(groups):
+    return sorted(sorted(int(r) for r in g) for g in groups)
+
+
+def _other_orders(d, t, p):
+    """Groups produced by the usual mix-ups of the rank order, for naming the slip."""
+    import itertools
+    sizes = {"tp": t, "dp": d, "pp": p}
+    out = {}
+    for order in itertools.permutations(("pp", "dp", "tp")):   # outermost .. innermost
+        if order == ("pp", "dp", "tp"):
+            continue
+        strides, s = {}, 1
+        for ax in reversed(order):
+            strides[ax] = s
+            s *= sizes[ax]
+
+        def groups(ax):
+            others = [a for a in order if a != ax]
+            return _normal([[sum(idx[a] * strides[a] for a in others) + k * strides[ax]
+                             for k in range(sizes[ax])]
+                            for idx in (dict(zip(others, v)) for v in itertools.product(
+                                *(range(sizes[a]) for a in others)))])
+        out[" > ".join(order)] = {ax: groups(ax) for ax in ("tp", "dp", "pp")}
+    return out
+
+
+@task("three_d.rank_groups", "tp/dp/pp groups equal Megatron's order (tp innermost, pp outermost) "
+      "for (d, t, p) = (2,2,2), (3,2,1), (1,3,2), (2,3,4), (1,1,1)")
+def check_rank_groups(candidate):
+    if not callable(candidate):
+        raise GradeFailure("pass your function itself, not its result")
+    for d, t, p in GRID_SHAPES:
+        got = candidate(d, t, p)
+        if not isinstance(got, dict) or not {"tp", "dp", "pp"} <= set(got):
+            raise GradeFailure(f"for (d, t, p) = ({d}, {t}, {p}): return a dict with keys "
+                               f"'tp', 'dp', 'pp', got {type(got).__name__}")
+        grid = RankGrid(d, t, p)
+        try:
+            mine = {ax: _normal(got[ax]) for ax in ("tp", "dp", "pp")}
+        except (TypeError, ValueError):
+            raise GradeFailure(f"for (d, t, p) = ({d}, {t}, {p}): each value must be a list "
+                               "of lists of ranks") from None
+        want = {ax: _normal(grid.groups(ax)) for ax in ("tp", "dp", "pp")}
+        if mine == want:
+            continue
+        for order, groups in _other_orders(d, t, p).items():
+            if mine == groups:
+                raise GradeFailure(f"for (d, t, p) = ({d}, {t}, {p}): your groups follow the "
+                                   f"order {order} (outermost to innermost); Megatron's is "
+                                   "pp > dp > tp")
+        bad = next(ax for ax in ("tp", "dp", "pp") if mine[ax] != want[ax])
+        raise GradeFailure(f"for (d, t, p) = ({d}, {t}, {p}): {bad} groups {mine[bad][:3]}... "
+                           f"should be {want[bad][:3]}...")
+
+
+# --- choosing a layout ----------------------------------------------------------------------
+LAYOUT_MODEL = "gpt3-175b"
+LAYOUT_GPUS, LAYOUT_BATCH, LAYOUT_SLACK = 1024, 1536, 1.10
+
+
+def layout_verdicts():
+    """{(t, p, d): best fitting Config} for the exercise's setting, and the overall best."""
+    m = planner.MODELS[LAYOUT_MODEL]
+    cl = planner.cluster(LAYOUT_GPUS, 8, "A100-80GB", intra_bandwidth=300e9,
+                         inter_bandwidth=25e9)
+    best_of = {}
+    for c in planner.search(m, cl, LAYOUT_BATCH, max_micro_batch=4):
+        if c.fits and (c.tp, c.pp, c.dp) not in best_of:
+            best_of[c.tp, c.pp, c.dp] = c
+    return best_of, min(best_of.values(), key=lambda c: c.step_seconds), m, cl
+
+
+@task("three_d.choose_layout", "the layout fits GPT-3 175B on 1024 A100 and is within 10 % of the "
+      "planner's best predicted step time")
+def check_choose_layout(candidate):
+    value = candidate() if callable(candidate) else candidate
+    if not isinstance(value, (tuple, list)) or len(value) != 3:
+        raise GradeFailure(f"return a tuple (t, p, d), got {value!r}")
+    try:
+        t, p, d = (int(as_number(x, "t, p and d must be numbers")) for x in value)
+    except (TypeError, ValueError):
+        raise GradeFailure(f"return a tuple (t, p, d), got {value!r}") from None
+    best_of, best, m, cl = layout_verdicts()
+    if t * p * d != LAYOUT_GPUS:
+        raise GradeFailure(f"t·p·d ({t}·{p}·{d} = {t * p * d}) must equal the GPUs ({LAYOUT_GPUS})")
+    if m.heads % t:
+        raise GradeFailure(f"heads ({m.heads}) must be divisible by t ({t})")
+    if m.layers % p:
+        raise GradeFailure(f"layers ({m.layers}) must be divisible by p ({p})")
+    if LAYOUT_BATCH % d:
+        raise GradeFailure(f"global batch ({LAYOUT_BATCH}) must be divisible by d ({d})")
+    if t > cl.gpus_per_node:
+        raise GradeFailure(f"t ({t}) exceeds the GPUs per node ({cl.gpus_per_node}): TP's "
+                           "all-reduces would cross InfiniBand")
+    if (t, p, d) not in best_of:
+        raise GradeFailure(f"(t, p, d) = ({t}, {p}, {d}) does not fit in 80 GiB for any "
+                           "micro-batch, recomputation or ZeRO stage: raise t·p")
+    mine = best_of[t, p, d]
+    if mine.step_seconds > LAYOUT_SLACK * best.step_seconds:
+        raise GradeFailure(
+            f"(t, p, d) = ({t}, {p}, {d}) fits but its best predicted step, "
+            f"{mine.step_seconds:.1f} s, is {mine.step_seconds / best.step_seconds - 1:.0%} "
+            f"slower than ({best.tp}, {best.pp}, {best.dp}) at {best.step_seconds:.1f} s "
+            f"(bubble {mine.bubble:.0%}, TP {mine.tp_seconds:.1f} s)")
+
+
+# --- cost per token -------------------------------------------------------------------------
+COST_CONFIGS = [dict(step_seconds=12.9, gpus=64, global_batch=256, seq=4096, usd_per_gpu_hour=2.69),
+                dict(step_seconds=20.2, gpus=64, global_batch=256, seq=4096, usd_per_gpu_hour=1.99),
+                dict(step_seconds=36.8, gpus=2240, global_batch=1920, seq=2048,
+                     usd_per_gpu_hour=1.5),
+                dict(step_seconds=0.5, gpus=3, global_batch=6, seq=1000, usd_per_gpu_hour=7.0)]
+
+
+def _cost(step_seconds, gpus, global_batch, seq, usd_per_gpu_hour):
+    return planner.dollars_per_million_tokens(step_seconds, gpus, global_batch * seq,
+                                              usd_per_gpu_hour)
+
+
+@task("three_d.cost_per_token", "$ per million tokens = GPU-hours per step × price / tokens "
+      "per step × 10⁶ on four settings")
+def check_cost_per_token(candidate):
+    if not callable(candidate):
+        raise GradeFailure("pass your function itself, not its result")
+    for cfg in COST_CONFIGS:
+        want = _cost(**cfg)
+        x = as_number(candidate(**cfg), "expected a number of dollars")
+        if abs(x - want) <= 1e-6 * want:
+            continue
+        slips = {"per token, not per million tokens": want / 1e6,
+                 "per sequence: multiply the sequences by seq to count tokens":
+                     want * cfg["seq"],
+                 "used seconds as hours: divide GPU-seconds by 3600": want * 3600,
+                 "left out the number of GPUs: every GPU is paid for": want / cfg["gpus"],
+                 "per billion tokens, not per million": want * 1e3}
+        what = ", ".join(f"{k}={v}" for k, v in cfg.items())
+        for reason, value in slips.items():
+            if abs(x - value) <= 1e-6 * abs(value):
+                raise GradeFailure(f"for {what}: {x:.4g} -- {reason}")
+        raise GradeFailure(f"for {what}: {x:.4g}, expected {want:.4g} dollars per million "
+                           "tokens")

@@ -1,0 +1,78 @@
+"""Putting-them-together exercises: solutions pass, starters fail, wrong answers are named."""
+import pytest
+
+from grading_support import exercise_function, failure
+from minipar.grading import check
+
+TASKS = {"01_rank_groups": ("three_d.rank_groups", "rank_groups"),
+         "02_choose_layout": ("three_d.choose_layout", "choose_layout"),
+         "03_cost_per_token": ("three_d.cost_per_token", "usd_per_million_tokens")}
+
+
+def fn(stem, solved=True):
+    return exercise_function("three_d", stem, TASKS[stem][1], solved=solved)
+
+
+@pytest.mark.parametrize("stem", TASKS)
+def test_solution_passes_and_starter_fails(stem, capsys):
+    task_id = TASKS[stem][0]
+    assert check(task_id, fn(stem))
+    assert not check(task_id, fn(stem, solved=False))
+    assert "not implemented yet" in capsys.readouterr().out.splitlines()[-1]
+
+
+def _groups(order):
+    """Groups for an arbitrary axis order (outermost first), e.g. ("dp", "pp", "tp")."""
+    def make(d, t, p):
+        sizes = {"tp": t, "dp": d, "pp": p}
+        stride, s = {}, 1
+        for ax in reversed(order):
+            stride[ax], s = s, s * sizes[ax]
+        import itertools
+        out = {}
+        for ax in ("tp", "dp", "pp"):
+            others = [a for a in order if a != ax]
+            out[ax] = [[sum(i * stride[a] for a, i in zip(others, idx)) + k * stride[ax]
+                        for k in range(sizes[ax])]
+                       for idx in itertools.product(*(range(sizes[a]) for a in others))]
+        return out
+    return make
+
+
+@pytest.mark.parametrize("candidate, reason", [
+    (_groups(("dp", "pp", "tp")), "order dp > pp > tp"),          # picotron's order
+    (_groups(("pp", "tp", "dp")), "order pp > tp > dp"),          # dp innermost
+    (lambda d, t, p: {"tp": [[0]], "dp": [[0]], "pp": [[0]]}, "groups"),
+    (lambda d, t, p: [[0, 1]], "return a dict"),
+])
+def test_rank_group_slips(candidate, reason, capsys):
+    assert reason in failure("three_d.rank_groups", candidate, capsys)
+
+
+@pytest.mark.parametrize("layout, reason", [
+    ((16, 4, 16), "exceeds the GPUs per node"),
+    ((8, 4, 16), "must equal the GPUs (1024)"),
+    ((5, 4, 50), "must equal the GPUs"),
+    ((1, 2, 512), "does not fit"),
+    ((8, 32, 4), "slower than"),                     # fits, but a big bubble at m = 384
+    ((1, 64, 16), "layers (96) must be divisible by p (64)"),
+    ("8x8x16", "return a tuple"),
+])
+def test_choose_layout_rejects(layout, reason, capsys):
+    assert reason in failure("three_d.choose_layout", lambda: layout, capsys)
+
+
+@pytest.mark.parametrize("candidate, reason", [
+    (lambda step_seconds, gpus, global_batch, seq, usd_per_gpu_hour:
+     gpus * step_seconds / 3600 * usd_per_gpu_hour / (global_batch * seq),
+     "per token, not per million"),
+    (lambda step_seconds, gpus, global_batch, seq, usd_per_gpu_hour:
+     gpus * step_seconds / 3600 * usd_per_gpu_hour / global_batch * 1e6, "per sequence"),
+    (lambda step_seconds, gpus, global_batch, seq, usd_per_gpu_hour:
+     gpus * step_seconds * usd_per_gpu_hour / (global_batch * seq) * 1e6, "seconds as hours"),
+    (lambda step_seconds, gpus, global_batch, seq, usd_per_gpu_hour:
+     step_seconds / 3600 * usd_per_gpu_hour / (global_batch * seq) * 1e6, "number of GPUs"),
+    (lambda **kw: 0.5, "expected"),
+])
+def test_cost_slips(candidate, reason, capsys):
+    assert reason in failure("three_d.cost_per_token", candidate, capsys)
