@@ -30,6 +30,15 @@ book: $(STAMP)
 book-strict: $(STAMP)
 	$(JB) build . -W -n --keep-going --quiet
 
+# The built site in headless Chromium with the network blocked (tests/test_site_browser.py).
+site-test: $(STAMP)
+	@if [ -x /usr/bin/chromium ]; then \
+	  MINIPAR_BROWSER_TEST=1 $(PYTEST) -q -s tests/test_site_browser.py; \
+	else \
+	  echo "SKIPPED the browser test: /usr/bin/chromium is missing (apt-get install -y chromium;" \
+	       ".ci/run installs it)"; \
+	fi
+
 unit: $(STAMP)
 	$(PYTEST) -q tests
 
@@ -50,6 +59,7 @@ test: $(STAMP)
 	$(MAKE) --no-print-directory unit
 	$(MAKE) --no-print-directory notebooks
 	$(MAKE) --no-print-directory book-strict
+	$(MAKE) --no-print-directory site-test
 
 grade: $(STAMP)
 	.venv/bin/minipar grade exercises

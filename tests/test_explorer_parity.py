@@ -99,3 +99,112 @@ def test_collectives_explorer_default_view_and_impossible_settings():
     assert rd6["error"] == "recursive-doubling all-gather needs n a power of two, got n (6)"
     assert "ranks n (1)" in one["error"]
     assert machine["error"] is None and "rough default" in machine["html"]
+
+
+# ---- memory_time.js ------------------------------------------------------------------------
+
+SHAPES = [(96, 12288, 96, 51200), (80, 8192, 64, 32000), (2, 64, 4, 100), (5, 96, 6, 7),
+          (12, 100, 3, 1000)]
+
+
+def test_memory_model_parity():
+    from minipar.cost.breakdown import check_layout, per_gpu_memory
+    from minipar.cost.memory import activation_bytes_per_layer, model_state_bytes
+    from minipar.cost.model import param_count
+    assert_parity("memory_time", "paramCount", param_count,
+                  [dict(L=L, h=h, V=V, s=s) for L, h, _, V in SHAPES for s in (1, 2048, 0)])
+    assert_parity("memory_time", "modelStateBytes", model_state_bytes,
+                  [dict(psi=psi, d=d, t=t, p=p, zero=z, weight_bytes=w, grad_bytes=g,
+                        optimizer_bytes=k)
+                   for psi in (1.3e9, 175e9, 7, 0) for d in (1, 3, 64) for t in (1, 3, 8)
+                   for p in (1, 6) for z in (0, 1, 2, 3, 4) for w, g, k in
+                   ((2, 2, 12), (4, 4, 8), (4, 4, 0), (2, -1, 12))])
+    acts = [dict(s=s, b=b, h=h, a=a, t=t, sp=sp, recompute=rc)
+            for _, h, a, _ in SHAPES for s in (1, 2048) for b in (1, 3) for t in (1, 2, 3, 8)
+            for sp in (False, True) for rc in ("none", "selective", "full", "some")]
+    counts = assert_parity("memory_time", "activationBytesPerLayer",
+                           activation_bytes_per_layer, acts)
+    assert 0 < counts["errors"] < counts["cases"]
+    layouts = [dict(L=L, h=h, a=a, d=d, t=t, p=p, zero=z) for L, h, a, _ in SHAPES
+               for d in (1, 3) for t in (1, 2, 3, 8) for p in (1, 2, 3, 5) for z in (0, 3, 5)]
+    assert_parity("memory_time", "checkLayout", check_layout, layouts)
+    counts = assert_parity(
+        "memory_time", "perGpuMemory", per_gpu_memory,
+        [dict(L=L, h=h, a=a, s=s, V=V, b=b, d=d, t=t, p=p, zero=z, sp=sp, recompute=rc, m=m)
+         for L, h, a, V in SHAPES for s in (2048,) for b in (1, 2) for d in (1, 3)
+         for t in (1, 3, 8) for p in (1, 2, 3) for z in (0, 2, 3) for sp in (False, True)
+         for rc in ("selective", "full") for m in (None, 1)])
+    assert 0 < counts["errors"] < counts["cases"]
+
+
+def test_pipeline_activation_parity():
+    from minipar.cost.memory import pipeline_first_stage_activation_bytes as f
+    counts = assert_parity("memory_time", "pipelineFirstStageActivationBytes", f,
+                           [dict(s=512, b=2, h=h, a=a, L=L, p=p, m=m, t=t, sp=True,
+                                 recompute="none", schedule=sc, v=v)
+                            for L, h, a, _ in SHAPES[:3] for p in (1, 2, 3, 4)
+                            for m in (None, 1, 2, 8, 0) for t in (1, 2)
+                            for sc in ("gpipe", "1f1b", "interleaved", "zb") for v in (1, 2, 3)])
+    assert 0 < counts["errors"] < counts["cases"]
+
+
+# ---- data_parallel.js ----------------------------------------------------------------------
+
+def test_data_parallel_model_parity():
+    from minipar.cost.data_parallel import bucket_sizes
+    from minipar.widgets.data_parallel import dp_step_model, zero_memory_model
+    assert_parity("data_parallel", "bucketSizes", bucket_sizes,
+                  [dict(total_bytes=t, bucket_bytes=b) for t in (1, 1e6, 2.6e9, 0)
+                   for b in (7, 3e5, 25 * 2**20, 1e12, -1) if t / b < 1e6])
+    links = {name: {"alpha": L.alpha, "bandwidth": L.bandwidth} for name, L in LINKS_()}
+    cases = [dict(params_m=pm, ranks=n, intra=i, inter=o, bucket_mb=bm, overlap=ov,
+                  compute_ms=c)
+             for pm in (1, 1300, 70000, 0) for n in (1, 2, 3, 8, 12, 16, 64, 24)
+             for i, o in (("nvlink4-h100", "ib-ndr400"), ("pcie5-x16", "eth-100g"))
+             for bm in (0.01, 1, 25, 1e4) for ov in (True, False) for c in (5, 300)]
+    counts = assert_parity(
+        "data_parallel", "dpStepModel", dp_step_model, cases,
+        js_args=lambda c: [c["params_m"], c["ranks"], links[c["intra"]], links[c["inter"]],
+                           c["bucket_mb"], c["overlap"], c["compute_ms"]])
+    assert 0 < counts["errors"] < counts["cases"]
+    assert_parity("data_parallel", "zeroMemoryModel", zero_memory_model,
+                  [dict(params_b=p, d=d, optimizer=o) for p in (0.1, 7.5, 175) for d in (1, 3, 64)
+                   for o in ("adam-mixed", "adam-fp32", "sgd-fp32", "lion")])
+
+
+def LINKS_():
+    from minipar.cost.hardware import LINKS
+    return LINKS.items()
+
+
+def test_parity_check_catches_a_dp_model_that_ignores_overlap():
+    """Negative control: a Python twin that never overlaps (the classic 'all-reduce after
+    backward') differs from the JavaScript model exactly where overlap is on."""
+    from minipar.widgets.data_parallel import dp_step_model
+    no_overlap = lambda **kw: dp_step_model(**{**kw, "overlap": False})
+    with pytest.raises(AssertionError, match="1 of 2 cases"):
+        assert_parity("data_parallel", "dpStepModel", no_overlap,
+                      [dict(params_m=1300, ranks=64, bucket_mb=25, overlap=ov, compute_ms=300)
+                       for ov in (True, False)],
+                      js_args=lambda c: [c["params_m"], c["ranks"],
+                                         {"alpha": 2e-6, "bandwidth": 450e9},
+                                         {"alpha": 5e-6, "bandwidth": 50e9}, c["bucket_mb"],
+                                         c["overlap"], c["compute_ms"]])
+
+
+@pytest.mark.parametrize("slug,name,config,impossible,message", [
+    ("memory_time", "memory", "memory_config", {"t": 7}, "heads (96) must be divisible by t (7)"),
+    ("memory_time", "memory", "memory_config", {"preset": "custom", "p": 5},
+     "layers (96) must be divisible by p (5)"),
+    ("data_parallel", "dp-step", "dp_config", {"ranks": 12},
+     "ranks n (12) must be a multiple of gpus_per_node (8) beyond one node"),
+    ("data_parallel", "zero-memory", None, {"d": 0}, "d (0) must be > 0"),
+])
+def test_explorer_default_views_and_messages(slug, name, config, impossible, message):
+    import importlib
+    mod = importlib.import_module(f"minipar.widgets.{slug}")
+    cfg = getattr(mod, config)() if config else {}
+    (k1, default), (k2, bad) = js_call(slug, [("drawExplorer", [name, {}, cfg]),
+                                              ("drawExplorer", [name, impossible, cfg])])
+    assert default["error"] is None and "<svg" in default["html"] and "</svg>" in default["html"]
+    assert bad["error"] == message and "minipar-explorer-message" in bad["html"]

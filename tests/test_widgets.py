@@ -14,7 +14,7 @@ matplotlib.use("Agg")
 from minipar.widgets import bundle, chapter_files, classic_script, static_html  # noqa: E402
 from minipar.widgets.parity import NODE, node_available  # noqa: E402
 
-SLUGS = ["collectives"]
+SLUGS = ["collectives", "memory_time", "data_parallel"]
 
 
 @pytest.mark.parametrize("slug", SLUGS)
@@ -60,3 +60,15 @@ def test_explorer_widget_carries_model_and_static_copy():
     html = data["text/html"]
     assert json.dumps({"n": 3}) in html and "rough default" not in html
     assert bundle("collectives") == w._esm
+
+
+def test_every_chapter_explorer_is_a_widget_with_a_static_copy():
+    from minipar.widgets.data_parallel import dp_step_explorer, zero_memory_explorer
+    from minipar.widgets.memory_time import memory_time_explorer
+    for w, name in ((dp_step_explorer(ranks=16), "dp-step"),
+                    (zero_memory_explorer(), "zero-memory"),
+                    (memory_time_explorer(t=4), "memory")):
+        assert w.explorer == name
+        html = w._repr_mimebundle_()[0]["text/html"]
+        assert f'registerExplorer("{name}"' in html and f'mountExplorer(document.getElementById(' in html
+    assert chapter_files("data_parallel") == ["collectives", "memory_time", "data_parallel"]

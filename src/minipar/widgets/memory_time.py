@@ -3,6 +3,11 @@
 Every number comes from :func:`minipar.cost.breakdown.per_gpu_memory` (model states under ZeRO
 plus the first pipeline stage's 1F1B activations). The figure shows the selected ZeRO stage next
 to the other three, so what each stage shards is visible at a glance.
+
+:func:`memory_time_explorer` is the live explorer (``widgets/memory_time.js``, parity-tested
+against ``per_gpu_memory``; works on the static site). ``draw``, ``controls`` and
+``memory_explorer`` are the older kernel-only ipywidgets + matplotlib version, kept while
+tests/test_memory_measure.py still uses it.
 """
 from __future__ import annotations
 
@@ -87,3 +92,16 @@ def memory_explorer(show: bool = True):
 
     return explorer(controls(), draw, "Per-GPU training memory (mixed-precision Adam, 1F1B)",
                     show=show)
+
+
+def memory_config() -> dict:
+    """The JavaScript explorer's data: model presets (L, h, a, V) and GPU memory in bytes."""
+    return {"presets": {k: list(v) if v else None for k, v in PRESETS.items()},
+            "gpus": {k: g.memory_bytes for k, g in GPUS.items()}}
+
+
+def memory_time_explorer(**values):
+    """The live memory calculator; ``values`` override the default controls."""
+    from minipar.widgets import Explorer
+
+    return Explorer("memory_time", "memory", config=memory_config(), values=values)

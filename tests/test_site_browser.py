@@ -1,0 +1,187 @@
+"""The built site as a reader without a kernel or a network sees it, in headless Chromium.
+
+Serves _build/html on 127.0.0.1, opens every page with every request that would leave the
+machine blocked, and asserts: no external request, every formula typeset (none left raw, no
+MathJax error box), no JavaScript error, and every explorer redraws when any control changes.
+
+Runs from `make site-test` (part of `make test`, after the book build), which sets
+MINIPAR_BROWSER_TEST=1; a plain `pytest tests` skips it, since the site may be stale or absent.
+Needs Debian's `chromium` (/usr/bin/chromium; `.ci/run` installs it) driven by Playwright for
+Python; no browser is ever downloaded.
+"""
+from __future__ import annotations
+
+import functools
+import http.server
+import json
+import os
+import shutil
+import threading
+from pathlib import Path
+from urllib.parse import urlparse
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+SITE = Path(os.environ.get("MINIPAR_SITE", ROOT / "_build" / "html"))
+CHROMIUM = os.environ.get("MINIPAR_CHROMIUM", "/usr/bin/chromium")
+FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+         "--disable-component-update", "--disable-sync", "--no-first-run",
+         "--disable-dev-shm-usage"]
+
+
+def _skip_reason() -> str | None:
+    if os.environ.get("MINIPAR_BROWSER_TEST") != "1":
+        return "browser test runs in `make site-test` after the book build (MINIPAR_BROWSER_TEST=1)"
+    if not Path(CHROMIUM).exists() and not shutil.which("chromium"):
+        return (f"chromium not found at {CHROMIUM}: install Debian's package with "
+                "`apt-get install -y chromium` (.ci/run does this)")
+    try:
+        import playwright.sync_api  # noqa: F401
+    except ImportError:
+        return "playwright for Python is not installed (it is in requirements.txt)"
+    return None
+
+
+pytestmark = pytest.mark.skipif(_skip_reason() is not None, reason=str(_skip_reason()))
+
+# Runs in the page: count formulas, raw TeX left in the text, MathJax errors, explorers.
+_COUNT_MATH = r"""
+() => {
+  const formulas = document.querySelectorAll("mjx-container").length;
+  const errors = document.querySelectorAll("mjx-merror, [data-mjx-error]").length;
+  const raw = [];
+  for (const el of document.querySelectorAll(".math")) {
+    if (!el.querySelector("mjx-container")) raw.push(el.textContent.slice(0, 80));
+  }
+  if (!document.body) return {formulas, errors, raw, explorers: 0, redirect: true};  // index.html
+  const walker = document.createTreeWalker(document.body, NodeFilter.SHOW_TEXT);
+  for (let n = walker.nextNode(); n; n = walker.nextNode()) {
+    const p = n.parentElement;
+    if (p.closest("script, style, pre, code, textarea, mjx-container, .math")) continue;
+    if (/\\\(|\\\[|\$\$/.test(n.textContent)) raw.push(n.textContent.trim().slice(0, 80));
+  }
+  return {formulas, errors, raw, explorers: document.querySelectorAll(".minipar-explorer").length};
+}
+"""
+
+# Runs in the page: change every control of every explorer, one at a time; report redraws.
+_POKE_EXPLORERS = r"""
+() => {
+  const report = [];
+  for (const root of document.querySelectorAll(".minipar-explorer")) {
+    const out = root.querySelector(".minipar-explorer-output");
+    const r = {name: root.dataset.explorer, controls: 0, redrawn: 0, empty: [],
+               initial: out ? out.innerHTML.length : 0, svg: !!(out && out.querySelector("svg"))};
+    for (const input of root.querySelectorAll(".minipar-explorer-controls input, .minipar-explorer-controls select")) {
+      r.controls += 1;
+      const before = Number(root.dataset.redraws);
+      const html = out.innerHTML;
+      let ev = "change";
+      if (input.tagName === "SELECT") {
+        input.selectedIndex = (input.selectedIndex + 1) % input.options.length;
+      } else if (input.type === "checkbox") {
+        input.checked = !input.checked;
+      } else if (input.type === "range") {
+        input.value = String(Number(input.value) > Number(input.min) ? Number(input.value) - 1 : Number(input.value) + 1);
+        ev = "input";
+      } else {
+        input.value = String(Number(input.value) * 2 || 1);
+      }
+      input.dispatchEvent(new Event(ev, {bubbles: true}));
+      const after = Number(root.dataset.redraws);
+      if (after > before && out.innerHTML.trim() !== "") r.redrawn += 1;
+      if (out.innerHTML.trim() === "") r.empty.push(input.outerHTML.slice(0, 60));
+      void html;
+    }
+    report.push(r);
+  }
+  return report;
+}
+"""
+
+
+class _Quiet(http.server.SimpleHTTPRequestHandler):
+    def log_message(self, *args):
+        pass
+
+
+@pytest.fixture(scope="module")
+def server():
+    if not (SITE / "index.html").exists():
+        pytest.fail(f"no built site at {SITE}: run `make book` first")
+    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0),
+                                            functools.partial(_Quiet, directory=str(SITE)))
+    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{httpd.server_address[1]}"
+    httpd.shutdown()
+
+
+def _pages() -> list[str]:
+    return sorted(p.relative_to(SITE).as_posix() for p in SITE.rglob("*.html")
+                  if not p.relative_to(SITE).parts[0].startswith("_"))
+
+
+def test_every_page_offline(server):
+    from playwright.sync_api import sync_playwright
+
+    pages = _pages()
+    assert pages, f"no pages under {SITE}"
+    external, failed, page_errors, raw, math_errors = [], [], [], [], []
+    formulas = redirects = 0
+    explorer_reports = []
+    local = urlparse(server).netloc
+
+    def route(r):
+        u = urlparse(r.request.url)
+        if u.scheme in ("data", "blob", "about") or u.netloc == local:
+            r.continue_()
+        else:
+            external.append(r.request.url)
+            r.abort()
+
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=FLAGS)
+        context = browser.new_context(viewport={"width": 1280, "height": 900})
+        context.route("**/*", route)
+        page = context.new_page()
+        page.on("pageerror", lambda e: page_errors.append(f"{page.url}: {e}"))
+        page.on("requestfailed", lambda r: failed.append(f"{r.url} ({r.failure})")  # aborted:
+                if urlparse(r.url).netloc == local and "ABORTED" not in str(r.failure)  # we left
+                else None)
+        page.on("response", lambda r: failed.append(f"{r.url} (HTTP {r.status})")
+                if r.status >= 400 else None)
+        for name in pages:
+            page.goto(f"{server}/{name}", wait_until="load")
+            page.wait_for_function("() => !window.MathJax || !MathJax.startup || "
+                                   "MathJax.startup.promise", timeout=30_000)
+            page.evaluate("() => window.MathJax && MathJax.startup && MathJax.startup.promise"
+                          " ? MathJax.startup.promise.then(() => true) : true")
+            counts = page.evaluate(_COUNT_MATH)
+            if counts.get("redirect"):
+                redirects += 1
+                continue
+            formulas += counts["formulas"]
+            math_errors += [name] * counts["errors"]
+            raw += [f"{name}: {t}" for t in counts["raw"]]
+            for rep in page.evaluate(_POKE_EXPLORERS):
+                explorer_reports.append({"page": name, **rep})
+        browser.close()
+
+    summary = {"pages": len(pages) - redirects, "formulas": formulas, "explorers": len(explorer_reports),
+               "controls": sum(r["controls"] for r in explorer_reports),
+               "external_requests": len(external), "raw_formulas": len(raw),
+               "math_errors": len(math_errors), "page_errors": len(page_errors)}
+    print("\nsite test:", json.dumps(summary))
+    assert not external, f"requests leaving the machine: {external[:10]}"
+    assert not page_errors, f"JavaScript errors: {page_errors[:10]}"
+    assert not raw, f"formulas left raw: {raw[:10]}"
+    assert not math_errors, f"MathJax error boxes on: {sorted(set(math_errors))}"
+    assert not failed, f"failed local requests: {failed[:10]}"
+    assert formulas > 0
+    assert explorer_reports, "no explorer on any page"
+    for r in explorer_reports:
+        assert r["svg"] and r["initial"] > 0, f"{r}: default view draws no figure"
+        assert r["controls"] > 0 and r["redrawn"] == r["controls"] and not r["empty"], \
+            f"{r}: not every control change redrew the output"
