@@ -3,8 +3,10 @@
 m in {p, 2p, 2p+1}; p2p traffic and activation high-water equal the model; negative controls
 show the checks catch an unscaled loss, a receiver that does not require grad, and a warm-up
 that deadlocks (a timeout, never a hang)."""
+import re
+import time
+
 import pytest
-import torch
 
 from minipar.cost.traffic import pp_p2p_bytes_per_microbatch
 from minipar.launch import RankError, run
@@ -144,9 +146,15 @@ def test_wrong_warmup_deadlock_is_a_timeout_not_a_hang():
     with pytest.raises(ScheduleError, match="deadlock"):
         simulate(mirrored_1f1b(p, m))                    # caught on paper ...
     b = token_batches(1, B_MICRO * m, C)
-    with pytest.raises(TimeoutError):                    # ... and on ranks, by the launcher
+    t0 = time.monotonic()
+    # ... and on ranks: the launcher's timeout, or gloo's receive timeout (the launcher sets
+    # it to the same value) on one rank, which closes the others' connections
+    with pytest.raises((TimeoutError, RankError)) as e:
         run(train_rank, p, "1f1b", m, 1, C, b, "adam", PipelineExecutor, mirrored_1f1b(p, m),
             backend="gloo", timeout=20)
+    if e.type is RankError:
+        assert re.search("timed out|connection closed", str(e.value), re.I), str(e.value)[:300]
+    assert time.monotonic() - t0 < 120
 
 
 # ------------------------------------------------------------------ fast
