@@ -15,7 +15,7 @@ def test_bench_launch_json_keys():
     out = _cli("--ranks", "2", "--repeats", "2", "--json")
     assert out.returncode == 0, out.stderr
     r = json.loads(out.stdout)
-    assert {"first_call_s", "repeat_call_s", "repeat_to_first"} <= set(r)
+    assert {"first_call_s", "repeat_call_s", "repeat_to_first", "backend"} <= set(r)
     assert r["first_call_s"] > 0 and r["repeat_call_s"] > 0
 
 

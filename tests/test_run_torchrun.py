@@ -13,7 +13,7 @@ def test_worker_runs_under_torchrun_and_under_launch():
     out = subprocess.run(
         [sys.executable, "-m", "torch.distributed.run", "--nnodes", "1", "--nproc-per-node", "2",
          "--master-addr", "127.0.0.1", "--master-port", str(free_port()),
-         "-m", "minipar.run", "minipar.collectives.smoke:ring_vs_dist", "1000"],
+         "-m", "minipar.run", "minipar.collectives.smoke:ring_vs_dist", "1000", "--backend", "gloo"],
         capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr[-3000:]
     diffs = dict(re.findall(r"\[rank (\d)\] \{'max_abs_diff': ([0-9.e-]+)",
@@ -21,7 +21,7 @@ def test_worker_runs_under_torchrun_and_under_launch():
     assert sorted(diffs) == ["0", "1"], out.stdout
     assert all(float(d) < 1e-5 for d in diffs.values())
     from minipar.collectives.smoke import ring_vs_dist
-    results = run(ring_vs_dist, 2, 1000)
+    results = run(ring_vs_dist, 2, 1000, backend="gloo")
     assert all(r["max_abs_diff"] < 1e-5 and r["bytes"] == 4000 for r in results)
 
 

@@ -46,7 +46,6 @@ from minipar import _pool
 MAX_WORLD_SIZE = 64
 DEFAULT_TIMEOUT = 300.0
 START_TIMEOUT = 300.0  # the first call imports torch in the zygote: its own budget
-_BACKENDS = ("auto", "gloo", "nccl")
 
 
 class RankError(RuntimeError):
@@ -184,17 +183,12 @@ def choose_backend(backend: str, world_size: int) -> str:
     The one place that decides: ranks then put their tensors on
     :func:`minipar.device.get_device` (``cuda:<rank>`` under NCCL, the CPU under gloo).
     """
-    if backend not in _BACKENDS:
-        raise ValueError(f"backend must be one of {_BACKENDS}, got {backend!r}")
-    from minipar.device import gpu_count
+    from minipar.device import gpu_count, resolve_backend
 
-    gpus = gpu_count()
-    if backend == "nccl" and gpus < world_size:
-        raise ValueError(f"backend 'nccl' needs one GPU per rank: world_size ({world_size}) "
-                         f"> GPUs visible ({gpus}); use backend='gloo' or fewer ranks")
+    chosen = resolve_backend(backend, world_size)
     if backend != "auto":
-        return backend
-    chosen = "nccl" if gpus >= world_size else "gloo"
+        return chosen
+    gpus = gpu_count()
     if (chosen, world_size) not in _announced:
         _announced.add((chosen, world_size))
         why = (f"{gpus} GPUs >= {world_size} ranks, one GPU per rank" if chosen == "nccl"

@@ -3,7 +3,7 @@
     torchrun --nproc-per-node 4 -m minipar.run minipar.collectives.smoke:ring_vs_dist [ARGS...]
 
 torchrun sets ``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``, ``MASTER_ADDR`` and ``MASTER_PORT``; this
-module initialises the default process group from them (NCCL when this node has a GPU for the
+module initialises the default process group from them (NCCL when this node has a GPU for each
 local rank, gloo otherwise; ``--backend`` overrides), calls ``fn(rank, world_size, *args)`` (extra
 command-line arguments are passed as strings, or parsed as Python literals when they are ones),
 prints each rank's return value prefixed ``[rank r]`` and destroys the group.
@@ -40,17 +40,15 @@ def main(argv: list[str] | None = None) -> int:
     if "RANK" not in os.environ or "WORLD_SIZE" not in os.environ:
         raise SystemExit("minipar.run: error: RANK and WORLD_SIZE are not set; start this "
                          "module with torchrun (or use minipar.launch.run from Python)")
-    import torch
     import torch.distributed as dist
 
     from minipar import device
 
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     local_rank = int(os.environ.get("LOCAL_RANK", 0))
-    backend = ns.backend
-    if backend == "auto":
-        backend = "nccl" if torch.cuda.is_available() and \
-            torch.cuda.device_count() > local_rank else "gloo"
+    # every rank of this node decides alike: NCCL only with a GPU for each of them
+    backend = device.resolve_backend(ns.backend,
+                                     int(os.environ.get("LOCAL_WORLD_SIZE", local_rank + 1)))
     device.set_backend(backend, local_rank=local_rank)
     dist.init_process_group(backend)
     try:

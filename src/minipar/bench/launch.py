@@ -1,7 +1,9 @@
 """``minipar bench launch``: how long ``minipar.launch.run`` takes to start ranks.
 
-The first call starts interpreters and imports torch in each; repeat calls reuse the warm pool
-and only rendezvous. Both are timed in one run, on a function that does one all-reduce.
+The first call starts the zygote (an interpreter that imports torch); each repeat call forks
+fresh ranks from it, which rendezvous, run one all-reduce on the rank's device (the launcher's
+backend choice: NCCL with one GPU per rank when there are enough GPUs) and exit. Both are timed
+in one run; the repeat figure is the median.
 """
 from __future__ import annotations
 
@@ -16,15 +18,19 @@ def _one_all_reduce(rank, world_size):
     import torch
     import torch.distributed as dist
 
-    t = torch.ones(1)
+    from minipar.device import get_device
+
+    t = torch.ones(1, device=get_device())
     dist.all_reduce(t)
-    return t.item()
+    return t.item()  # .item() waits for a GPU collective
 
 
 def measure(ranks: int = 4, repeats: int = 5) -> dict:
-    """Seconds for a cold first call and the median of ``repeats`` warm calls."""
+    """Seconds for a cold first call and the median of ``repeats`` warm calls; the backend
+    is the launcher's ``"auto"`` choice, reported under ``backend``."""
     from minipar import launch
 
+    backend = launch.choose_backend("auto", ranks)
     launch.shutdown()  # make the first call cold even if this process launched before
     t0 = time.perf_counter()
     launch.run(_one_all_reduce, ranks)
@@ -35,7 +41,7 @@ def measure(ranks: int = 4, repeats: int = 5) -> dict:
         launch.run(_one_all_reduce, ranks)
         warm.append(time.perf_counter() - t0)
     repeat = statistics.median(warm)
-    return {"ranks": ranks, "first_call_s": first, "repeat_call_s": repeat,
+    return {"ranks": ranks, "backend": backend, "first_call_s": first, "repeat_call_s": repeat,
             "repeat_to_first": repeat / first}
 
 
@@ -59,7 +65,8 @@ def _main(args) -> int:
     if args.json:
         print(json.dumps(r))
     else:
-        print(f"launch of {r['ranks']} ranks: first call {r['first_call_s']:.2f} s, "
+        print(f"launch of {r['ranks']} {r['backend']} ranks: "
+              f"first call {r['first_call_s']:.2f} s, "
               f"repeat call {r['repeat_call_s'] * 1e3:.0f} ms "
               f"({r['repeat_to_first']:.1%} of the first)")
     return 0

@@ -8,15 +8,13 @@ from __future__ import annotations
 
 import torch
 
-from minipar.device import get_device
+from minipar.device import default_device
 
 
 def measurement_device() -> torch.device:
-    """The launcher's device if it set one, else the first GPU if there is one, else the CPU."""
-    dev = get_device()
-    if dev.type == "cpu" and torch.cuda.is_available():
-        return torch.device("cuda", 0)
-    return dev
+    """The launcher's device if this is a rank, else the first GPU if there is one, else the
+    CPU (decided in :func:`minipar.device.default_device`)."""
+    return default_device()
 
 
 def peak_allocated(step, device) -> int | None:
