@@ -49,14 +49,12 @@ import math
 from dataclasses import asdict, dataclass
 from typing import Iterable
 
+from .breakdown import check_layout
 from .collectives import collective_time, hierarchical_all_reduce_time
 from .hardware import GPU, Link, gpu as gpu_preset, link as link_preset
 from .memory import model_state_bytes, pipeline_first_stage_activation_bytes
-from .model import flops_per_iteration, param_count
+from .model import RECOMPUTE, flops_per_iteration, param_count
 from .pipeline import bubble_fraction_of_total, bubble_relative_to_ideal
-
-RECOMPUTE = ("none", "selective", "full")
-
 
 @dataclass(frozen=True)
 class ModelShape:
@@ -224,12 +222,10 @@ def evaluate(m_: ModelShape, cl: Cluster, global_batch: int, *, tp: int, pp: int
 
 def check(m_: ModelShape, cl: Cluster, global_batch: int, *, tp: int, pp: int, dp: int,
           micro_batch: int, chunks: int = 1, zero: int = 1) -> None:
-    """Raise ``ValueError`` naming the first rule the layout breaks."""
+    """Raise ``ValueError`` naming the first rule the layout breaks: the cost model's layout
+    rules (:func:`minipar.cost.breakdown.check_layout`), then the planner's own."""
     t, p, d, b, v = tp, pp, dp, micro_batch, chunks
-    if m_.hidden % m_.heads:
-        raise ValueError(f"hidden ({m_.hidden}) must be divisible by heads ({m_.heads})")
-    if m_.heads % t:
-        raise ValueError(f"heads ({m_.heads}) must be divisible by t ({t})")
+    check_layout(m_.layers, m_.hidden, m_.heads, d=d, t=t, p=p, zero=zero)
     if m_.layers % (p * v):
         raise ValueError(f"layers ({m_.layers}) must be divisible by p·v ({p}·{v})")
     if t * p * d != cl.gpus:
@@ -240,8 +236,6 @@ def check(m_: ModelShape, cl: Cluster, global_batch: int, *, tp: int, pp: int, d
     if v > 1 and (p == 1 or m % p):
         raise ValueError(f"interleaving (v={v}) needs p > 1 and microbatches m ({m}) a multiple "
                          f"of p ({p})")
-    if zero not in (0, 1, 2, 3):
-        raise ValueError(f"ZeRO stage ({zero}) must be 0, 1, 2 or 3")
     if zero >= 2 and p > 1:
         raise ValueError(f"ZeRO stage ({zero}) >= 2 needs p = 1 (gradients are accumulated "
                          f"over micro-batches under PP), got p ({p})")
