@@ -371,8 +371,14 @@ def _group_section(rank, n, out):
                                          token_batches(STEPS, BATCH), group=group)
 
 
+def _overlap_section(rank, n, out):
+    """ZeRO-1 whose all-gathers the next forward waits for layer by layer."""
+    from minipar.data_parallel.overlap import zero1_prefetch_on_rank
+    out["overlap"] = zero1_prefetch_on_rank(rank, n, 32, 4, 4, 3, torch.float64)
+
+
 SECTIONS = (_no_sync_section, _unused_section, _start_section, _accumulation_section,
-            _group_section)
+            _group_section, _overlap_section)
 
 
 def _contract_on_rank(rank, n):
@@ -536,3 +542,26 @@ def _unused_without_flag(rank, n, impl):
         all_reduce_gradients(model)
     if zero:
         zero.step()
+
+
+@pytest.mark.slow
+def test_zero1_all_gather_overlaps_the_next_forward(contract):
+    """Equal to one process; and the order of events proves the overlap without timing: every
+    all-gather is launched before the next forward starts, and layer 0's forward begins while
+    the other layers' all-gathers are still not waited for."""
+    from minipar.data_parallel.overlap import zero1_prefetch_reference
+    _ok(contract, _overlap_section)
+    ref = zero1_prefetch_reference(3, 32, 4, 4, 3, torch.float64)
+    depth = 4
+    for rank, r in enumerate(contract):
+        assert max_param_error(r["overlap"]["params"], ref) < ATOL64, rank
+        ev = [(k, i, pending) for k, i, _, pending in r["overlap"]["events"] if k != "done"]
+        launches = [i for k, i, _ in ev if k == "launch"]
+        assert launches == list(range(depth)) and ev[:depth] == [("launch", i, i)
+                                                                 for i in range(depth)]
+        assert [(k, i) for k, i, _ in ev[depth:]] == [(k, i) for i in range(depth)
+                                                      for k in ("wait", "forward")]
+        assert ev[depth + 1] == ("forward", 0, depth - 1)   # layer 0 runs, 3 still in flight
+    # control: gradients summed instead of averaged (lr·n) would not match
+    wrong = zero1_prefetch_reference(3, 32, 4, 4, 3, torch.float64, lr=0.3)
+    assert max_param_error(wrong, ref) > 1e-6

@@ -5,8 +5,17 @@ average their gradients so that every replica takes the same optimizer step.
     bucketed.py      DDP's design: gradient hooks fill buckets, async all-reduce overlaps backward
     accumulation.py  gradient accumulation that synchronises only on the last micro-step
     zero.py          ZeRO stages 0-3 on one flat parameter: shard optimizer, gradients, weights
+    overlap.py       ZeRO-1 whose parameter all-gather overlaps the next forward (prefetch)
     models.py        the tiny models the chapter, tests and exercises train
-    experiments.py   measurements the chapter's notebooks plot (run on ranks with minipar.launch)
+    train.py         one training loop for every variant, and the single-process reference
+    timing.py        timed experiments (step time, overlap timeline, bucket sweep, straggler)
+    measurements.py  counted experiments (traced bytes, ZeRO memory, PyTorch comparison)
+    scaling.py       modelled scaling at cluster sizes (minipar.cost), the staleness toy
+    experiments.py   the three above in one namespace for the chapter's notebook
+
+Contract, shared with PyTorch DDP: replicas start from rank 0's parameters; every synced
+backward averages gradients; a parameter without gradient is an error unless
+``find_unused_parameters=True``, and then a parameter no rank used keeps ``grad = None``.
 """
 from .accumulation import accumulation_step
 from .bucketed import BucketedDataParallel
