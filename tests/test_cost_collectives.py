@@ -1,5 +1,4 @@
 """α-β collective costs (Thakur et al. 2005), nccl-tests bus bandwidth, links, units, no torch."""
-import math
 import subprocess
 import sys
 
@@ -72,6 +71,26 @@ def test_thakur_formulas():
     assert collective_time("all-reduce", "ring", 6, S, a, bw) == pytest.approx(
         collective_time("reduce-scatter", "ring", 6, S, a, bw)
         + collective_time("all-gather", "ring", 6, S, a, bw))
+
+
+@pytest.mark.parametrize("op, alg, n, want", [
+    # written out by hand from Thakur et al. 2005 (L = ceil(log2 n)); a = α, b = S·β
+    ("reduce-scatter", "ring", 8, lambda a, b: 7 * a + 7 / 8 * b),
+    ("reduce-scatter", "recursive-halving", 8, lambda a, b: 3 * a + 7 / 8 * b),
+    ("broadcast", "scatter-allgather", 8, lambda a, b: (3 + 7) * a + 2 * 7 / 8 * b),
+    ("broadcast", "scatter-allgather", 6, lambda a, b: (3 + 5) * a + 2 * 5 / 6 * b),
+    ("reduce", "binomial-tree", 6, lambda a, b: 3 * (a + b)),
+    ("reduce", "rabenseifner", 8, lambda a, b: 6 * a + 2 * 7 / 8 * b),
+    # non-power-of-two: 6 ranks fold into n' = 4 (one α + Sβ for reduce, two for all-reduce)
+    ("reduce", "rabenseifner", 6, lambda a, b: (a + b) + 4 * a + 2 * 3 / 4 * b),
+    ("all-reduce", "rabenseifner", 6, lambda a, b: 2 * (a + b) + 4 * a + 2 * 3 / 4 * b),
+    ("all-reduce", "recursive-doubling", 6, lambda a, b: 2 * (a + b) + 2 * (a + b)),
+    ("all-to-all", "pairwise-exchange", 8, lambda a, b: 7 * a + 7 / 8 * b),
+    ("all-to-all", "pairwise-exchange", 3, lambda a, b: 2 * a + 2 / 3 * b),
+])
+def test_each_pair_against_its_formula(op, alg, n, want):
+    a, bw, S = 1e-5, 1e9, 1e6
+    assert collective_time(op, alg, n, S, a, bw) == pytest.approx(want(a, S / bw), rel=1e-12)
 
 
 def test_every_listed_pair_runs_and_one_rank_is_free():
@@ -180,4 +199,6 @@ def test_gpus_are_dense_peaks():
     assert GPUS["H200"].memory_bytes > GPUS["H100-SXM"].memory_bytes
     with pytest.raises(ValueError, match="H100-SXM"):
         gpu("B200")
-    assert math.isfinite(sum(g.memory_bytes for g in GPUS.values()))
+    # HBM capacities are binary: 80 GiB, 141 GiB (the datasheets' "GB")
+    assert GPUS["A100-80GB"].memory_bytes == GPUS["H100-SXM"].memory_bytes == 80 * 2**30
+    assert GPUS["H200"].memory_bytes == 141 * 2**30

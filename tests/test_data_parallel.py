@@ -206,10 +206,17 @@ def test_bench_dp_runs_tiny_and_prints_the_keys(capsys):
     import json
 
     from minipar.cli import main
-    assert main(["bench", "dp", "--ranks", "2", "--steps", "1", "--rounds", "1", "--width", "16",
-                 "--depth", "2", "--batch", "4", "--json"]) == 0
+    assert main(["bench", "data_parallel", "--ranks", "2", "--steps", "1", "--rounds", "1",
+                 "--width", "16", "--depth", "2", "--batch", "4", "--json"]) == 0
     out = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
-    assert {"naive_to_ddp", "bucketed_to_ddp", "step_seconds"} <= set(out)
+    t = out["step_seconds"]
+    assert set(t) == {"compute", "naive", "bucketed", "ddp"} and min(t.values()) > 0
+    assert out["params"] == 2 * (16 * 16 + 16) and out["ranks"] == 2
+    assert out["naive_to_ddp"] == pytest.approx(t["ddp"] / t["naive"])
+    assert out["bucketed_to_ddp"] == pytest.approx(t["ddp"] / t["bucketed"])
+    assert out["samples_per_second"]["ddp"] == pytest.approx(2 * 4 / t["ddp"])
+    # the short name is an alias of the same command
+    assert main(["bench", "dp", "--ranks", "1"]) == 2
 
 
 @pytest.mark.parametrize("argv, message", [
