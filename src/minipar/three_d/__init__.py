@@ -3,6 +3,9 @@
     grid.py         RankGrid(d, t, p): coordinates, tp/dp/pp/embedding groups, a printable table;
                     new_groups(grid) creates this rank's torch.distributed groups
     experiments.py  what the chapter's notebook runs on ranks (group membership check)
+    train.py        3D training from the chapters' pieces: TP blocks in 1F1B pipeline stages,
+                    ZeRO-1 over the DP group, compared with one process; traffic per group
+    chapter.py      pure-Python inputs and rows for the notebook (planner runs)
 
 The planner that chooses (d, t, p) is pure Python: :mod:`minipar.cost.planner`.
 """
