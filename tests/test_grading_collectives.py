@@ -85,7 +85,7 @@ def everyone_sends_everything(t):
 
 def gather_wrong_block(chunk):
     r, n = dist.get_rank(), dist.get_world_size()
-    out = torch.zeros(n * chunk.numel())
+    out = torch.zeros(n * chunk.numel(), dtype=chunk.dtype)
     blocks = out.view(n, -1)
     blocks[r] = chunk
     for k in range(n - 1):
@@ -120,6 +120,112 @@ def gather_blocking_send_first(chunk):
     return out
 
 
+def chunk_ring(tensor):
+    """The reference ring with .chunk(n): fewer than n chunks when n does not divide the size."""
+    r, n = dist.get_rank(), dist.get_world_size()
+    chunks = tensor.view(-1).chunk(n)
+    buf = torch.empty_like(chunks[0])
+    for k in range(n - 1):
+        send, recv = chunks[(r - k - 1) % n], chunks[(r - k - 2) % n]
+        reqs = [dist.isend(send, dst=(r + 1) % n), dist.irecv(buf[: recv.numel()], src=(r - 1) % n)]
+        for q in reqs:
+            q.wait()
+        recv += buf[: recv.numel()]
+    for k in range(n - 1):
+        reqs = [dist.isend(chunks[(r - k) % n], dst=(r + 1) % n),
+                dist.irecv(chunks[(r - k - 1) % n], src=(r - 1) % n)]
+        for q in reqs:
+            q.wait()
+    return tensor
+
+
+def float32_buffers(tensor):
+    """Right for float32 inputs only: the receive buffer ignores the input's dtype."""
+    r, n = dist.get_rank(), dist.get_world_size()
+    chunks = tensor.view(-1).tensor_split(n)
+    buf = torch.empty(chunks[0].numel())                       # float32, whatever the input
+    for k in range(n - 1):
+        send, recv = chunks[(r - k - 1) % n], chunks[(r - k - 2) % n]
+        reqs = [dist.isend(send, dst=(r + 1) % n), dist.irecv(buf[: recv.numel()], src=(r - 1) % n)]
+        for q in reqs:
+            q.wait()
+        recv += buf[: recv.numel()].to(recv.dtype)
+    for k in range(n - 1):
+        reqs = [dist.isend(chunks[(r - k) % n], dst=(r + 1) % n),
+                dist.irecv(chunks[(r - k - 1) % n], src=(r - 1) % n)]
+        for q in reqs:
+            q.wait()
+    return tensor
+
+
+def returns_none(tensor):
+    _ring(tensor)                                              # right sum, forgets to return
+
+
+def direct_exchange(tensor):
+    """Right sum and the ring's bytes, but every rank talks to every other rank: each chunk goes
+    straight to its owner, then each owner sends its finished chunk straight to everyone."""
+    r, n = dist.get_rank(), dist.get_world_size()
+    chunks = tensor.view(-1).tensor_split(n)
+    mine = chunks[r]
+    bufs = [torch.empty_like(mine) for _ in range(n)]
+    reqs = []
+    for k in range(1, n):
+        reqs += [dist.isend(chunks[(r + k) % n], dst=(r + k) % n),
+                 dist.irecv(bufs[(r - k) % n], src=(r - k) % n)]
+    for q in reqs:
+        q.wait()
+    for k in range(1, n):
+        mine += bufs[(r - k) % n]
+    reqs = []
+    for k in range(1, n):
+        reqs += [dist.isend(mine, dst=(r + k) % n), dist.irecv(chunks[(r - k) % n], src=(r - k) % n)]
+    for q in reqs:
+        q.wait()
+    return tensor
+
+
+def course_ring(tensor):
+    from minipar.collectives.ring import ring_all_reduce
+    return ring_all_reduce(tensor)
+
+
+def gather_via_rank0(chunk):
+    """Right result, but everything goes through rank 0: rank 0 sends n·(n−1) chunks."""
+    r, n = dist.get_rank(), dist.get_world_size()
+    out = torch.empty(n * chunk.numel(), dtype=chunk.dtype)
+    blocks = out.view(n, -1)
+    if r == 0:
+        blocks[0] = chunk
+        for k in range(1, n):
+            dist.recv(blocks[k], src=k)
+        for k in range(1, n):
+            dist.send(out, dst=k)
+    else:
+        dist.send(chunk, dst=0)
+        dist.recv(out, src=0)
+    return out
+
+
+def gather_float32_out(chunk):
+    """Right for float32 chunks only: the output is always float32."""
+    r, n = dist.get_rank(), dist.get_world_size()
+    out = torch.zeros(n * chunk.numel())
+    blocks = out.view(n, -1)
+    blocks[r] = chunk
+    for k in range(n - 1):
+        reqs = [dist.isend(blocks[(r - k) % n], dst=(r + 1) % n),
+                dist.irecv(blocks[(r - k - 1) % n], src=(r - 1) % n)]
+        for q in reqs:
+            q.wait()
+    return out
+
+
+def gather_course(chunk):
+    from minipar.collectives.ring import ring_all_gather
+    return ring_all_gather(chunk)
+
+
 # ----------------------------------------------------------------------------- tests
 TASKS = {"01_ring_all_reduce": [("collectives.ring_all_reduce", "ring_all_reduce")],
          "02_all_gather": [("collectives.all_gather", "all_gather")],
@@ -146,6 +252,13 @@ def test_solution_passes_and_starter_fails(stem, capsys):
     (off_by_one, "are missing"),
     (calls_dist, "your code called all_reduce"),
     (everyone_sends_everything, "a ring all-reduce sends 2(n−1)/n·S"),
+    (chunk_ring, "n=2, 1 elements (fewer elements than ranks), float32: IndexError"),
+    (float32_buffers, "n=2, 9 elements (not divisible by n), float64: dist.irecv on a float32 "
+                      "buffer while the input is float64"),
+    (returns_none, "rank 0 returned NoneType; return the tensor"),
+    (direct_exchange, "n=3, 12 elements, float32: rank 0 sent to ranks [1, 2] and received "
+                      "from ranks [1, 2]; in a ring each rank sends only to one neighbour"),
+    (course_ring, "calls the course's own minipar.collectives.ring"),
 ])
 def test_ring_all_reduce_names_the_mistake(capsys, candidate, reason):
     passed, line = verdict(capsys, "collectives.ring_all_reduce", candidate)
@@ -162,6 +275,11 @@ def test_ring_with_wrong_peer_times_out_with_a_reason(capsys):
 @pytest.mark.parametrize("candidate, reason", [
     (gather_wrong_block, "holds rank"),
     (gather_too_few_steps, "never arrived"),
+    (gather_via_rank0, "n=2, chunks of 3, float32, rank 0: rank 0 sent 24 bytes; each rank "
+                       "should send (n−1)/n·S = 12 bytes"),
+    (gather_float32_out, "n=2, chunks of 1, float64: dist.isend on a float32 buffer while the "
+                         "input is float64"),
+    (gather_course, "calls the course's own minipar.collectives.ring"),
 ])
 def test_all_gather_names_the_mistake(capsys, candidate, reason):
     passed, line = verdict(capsys, "collectives.all_gather", candidate)

@@ -9,8 +9,10 @@
 # n−1 all-gather steps (send one finished chunk right, receive one from the left into place).
 #
 # The checker runs your function on 2, 3 and 4 gloo ranks, with sizes divisible by n and not,
-# compares with `dist.all_reduce`, and uses the tracer to check that each rank sends exactly
-# 2(n−1)/n·S bytes. Hints: `dist.get_rank()`, `dist.get_world_size()`; exchange with
+# fewer elements than ranks, and float32, float64 and int64 inputs (allocate buffers with the
+# input's dtype), and compares with `dist.all_reduce`. With the tracer it checks that each rank
+# sends exactly 2(n−1)/n·S bytes and talks only to its two ring neighbours; calling the course's
+# own `minipar.collectives` fails. Hints: `dist.get_rank()`, `dist.get_world_size()`; exchange with
 # `isend` + `irecv` and wait on both (a blocking `send` on every rank before any `recv`
 # deadlocks on gloo); do not use `dist.batch_isend_irecv` (it hangs on gloo).
 # %%

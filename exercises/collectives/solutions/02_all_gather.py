@@ -7,8 +7,10 @@
 # does it in n−1 steps: at step k send the block you received last (your own at k = 0) to the
 # right and receive the next block from the left.
 #
-# The checker runs your function on 2, 3 and 4 gloo ranks and compares with
-# `dist.all_gather_single`. Hint: block i of `out.view(n, numel)` is a view you can receive into.
+# The checker runs your function on 2, 3 and 4 gloo ranks with float32, float64 and int64
+# chunks (the output has the chunk's dtype) and compares with `dist.all_gather_single`. Each
+# rank must send exactly (n−1) chunks' worth of bytes, as in a ring: routing everything through
+# one rank fails. Hint: block i of `out.view(n, numel)` is a view you can receive into.
 # %%
 import torch
 import torch.distributed as dist

@@ -1,73 +1,220 @@
 """Checkers for the collectives exercises (``exercises/collectives``).
 
 The send/recv exercises run the learner's function on 2, 3 and 4 gloo ranks through
-:func:`minipar.launch.run` (a hang becomes a timeout, never a stuck notebook) and compare with
-``torch.distributed``'s own collective. A second run uses inputs that make mistakes readable:
-rank r holds 8^r, so the base-8 digits of a sum count how often each rank's value went in.
+:func:`minipar.launch.run` (a hang becomes a timeout, never a stuck notebook), one launch per
+world size running every case in turn, and compare with ``torch.distributed``'s own collective.
+The cases exercise what the task asks for: sizes divisible by n and not, fewer elements than
+ranks, float32, float64 and int64 inputs. The tracer checks the traffic (each rank sends the
+ring's 2(n−1)/n·S bytes) and the peer pattern (a ring talks only to its two neighbours); a
+profile hook rejects calls into the course's own ``minipar.collectives``. A first case uses
+inputs that make mistakes readable: rank r holds 8^r, so the base-8 digits of a sum count how
+often each rank's value went in.
 """
 from __future__ import annotations
 
-from minipar.cost import collectives as cc
-from minipar.grading import GradeFailure, as_number, close_number, task
+import contextlib
+import re
 
-RANKS = (2, 3, 4)          # a failing call restarts only its ranks' workers: fail small first
+from minipar.cost import collectives as cc
+from minipar.grading import GradeFailure, as_number, close_number, reason_for, task
+
+RANKS = (2, 3, 4)
+_FORBIDDEN = ("minipar.collectives", "minipar.cost")     # they hold the answers
+
+
+class CaseError(RuntimeError):
+    """A learner's exception on a rank, labelled with the case that raised it."""
+
+
+class BufferError_(RuntimeError):
+    """A send/recv buffer whose dtype differs from the input's (gloo would abort)."""
 
 
 # ----------------------------------------------------------------------------- on the ranks
-def _ring_on_rank(rank, n, fn, numel):
-    import torch
-    import torch.distributed as dist
+def _cases(n: int):
+    """(numel, dtype name) per case, in the order they run on every rank."""
+    return [(4 * n, "float32"), (4 * n + 1, "float64"), (n + 1, "int64"), (n - 1, "float32")]
 
-    from minipar.trace import trace
+
+def _describe(n, numel, dtype):
+    extra = " (not divisible by n)" if numel % n else ""
+    extra = " (fewer elements than ranks)" if numel < n else extra
+    return f"n={n}, {numel} elements{extra}, {dtype}"
+
+
+def _input(rank, numel, dtype):
+    import torch
 
     g = torch.Generator().manual_seed(100 * rank + numel)
-    x = torch.randn(numel, generator=g)                  # (numel,) float32
-    ref = x.clone()
-    dist.all_reduce(ref)
-    with trace() as tr:
-        returned = fn(x)
-    digits = torch.full((numel,), float(8**rank))        # base-8 digit r counts rank r
-    fn(digits)
-    ops = sorted({e.op for e in tr.events} - {"send", "recv"})
-    return dict(got=x, ref=ref, returned=returned, digits=digits.tolist(), ops=ops,
-                sent=tr.bytes("send"))
+    if dtype == "int64":
+        return torch.randint(-50, 50, (numel,), generator=g)              # (numel,) int64
+    return torch.randn(numel, generator=g, dtype=getattr(torch, dtype))   # (numel,)
 
 
-def _gather_on_rank(rank, n, fn, numel):
-    import torch
+@contextlib.contextmanager
+def _guarded(dtype):
+    """Within the candidate: point-to-point buffers must have the input's dtype (a mismatch
+    makes gloo abort the process with nothing the learner can act on)."""
     import torch.distributed as dist
+
+    originals = {name: getattr(dist, name) for name in ("send", "recv", "isend", "irecv")}
+
+    def wrap(name, fn):
+        def guarded(tensor, *args, **kwargs):
+            if tensor.dtype != dtype:
+                raise BufferError_(f"dist.{name} on a {str(tensor.dtype)[6:]} buffer while the "
+                                   f"input is {str(dtype)[6:]}: allocate buffers with the "
+                                   "input's dtype (torch.empty_like)")
+            return fn(tensor, *args, **kwargs)
+        return guarded
+
+    for name, fn in originals.items():
+        setattr(dist, name, wrap(name, fn))
+    try:
+        yield
+    finally:
+        for name, fn in originals.items():
+            setattr(dist, name, fn)
+
+
+@contextlib.contextmanager
+def _course_calls(used: set):
+    """Record calls into the course's answer modules (``minipar.collectives``, ``minipar.cost``)."""
+    import sys
+
+    def profile(frame, event, arg):
+        if event == "call" and frame.f_code.co_name != "<module>":     # not the import itself
+            mod = frame.f_globals.get("__name__", "")
+            if mod.startswith(_FORBIDDEN):
+                used.add(mod)
+
+    old = sys.getprofile()
+    sys.setprofile(profile)
+    try:
+        yield
+    finally:
+        sys.setprofile(old)
+
+
+def _run_case(fn, x, where):
+    """``fn(x)`` under the tracer, the dtype guard and the course-call watch."""
+    import os
 
     from minipar.trace import trace
 
-    chunk = torch.arange(numel, dtype=torch.float32) + 100 * rank   # (numel,)
-    ref = torch.empty(n * numel)
-    dist.all_gather_single(ref, chunk.clone())
+    os.write(2, f"minipar check: running case {where}\n".encode())   # shown if the rank dies
+    used: set = set()
     with trace() as tr:
-        out = fn(chunk.clone())
+        try:
+            with _guarded(x.dtype), _course_calls(used):
+                returned = fn(x)
+        except NotImplementedError:
+            raise
+        except BufferError_ as e:
+            raise BufferError_(f"{where}: {e}") from None
+        except Exception as e:  # noqa: BLE001
+            raise CaseError(f"{where}: {type(e).__name__}: {e}") from e
+    sends = sorted({e.peer for e in tr.events if e.op == "send"})
+    recvs = sorted({e.peer for e in tr.events if e.op == "recv"})
     ops = sorted({e.op for e in tr.events} - {"send", "recv"})
-    return dict(got=out, ref=ref, ops=ops)
+    return returned, dict(sends=sends, recvs=recvs, ops=ops, used=sorted(used),
+                          sent=tr.bytes("send"))
+
+
+def _ring_on_rank(rank, n, fn):
+    import torch
+    import torch.distributed as dist
+
+    out = []
+    for numel, dtype in _cases(n):
+        where = _describe(n, numel, dtype)
+        x = _input(rank, numel, dtype)
+        ref = x.clone()
+        dist.all_reduce(ref)
+        returned, info = _run_case(fn, x, where)
+        info.update(where=where, numel=numel, elsize=x.element_size(), got=x, ref=ref,
+                    returned=returned if isinstance(returned, torch.Tensor) else None,
+                    returned_type=type(returned).__name__)
+        if not out:                                   # base-8 digits: who was added how often
+            digits = torch.full((numel,), float(8**rank))
+            _run_case(fn, digits, where)
+            info["digits"] = digits.tolist()
+        out.append(info)
+    return out
+
+
+def _gather_cases(n: int):
+    return [(3, "float32"), (1, "float64"), (2, "int64")]
+
+
+def _gather_on_rank(rank, n, fn):
+    import torch
+    import torch.distributed as dist
+
+    out = []
+    for numel, dtype in _gather_cases(n):
+        where = f"n={n}, chunks of {numel}, {dtype}"
+        chunk = (torch.arange(numel) + 100 * rank).to(getattr(torch, dtype))   # (numel,)
+        ref = torch.empty(n * numel, dtype=chunk.dtype)                         # (n·numel,)
+        dist.all_gather_single(ref, chunk.clone())
+        returned, info = _run_case(fn, chunk.clone(), where)
+        info.update(where=where, numel=numel, elsize=chunk.element_size(), ref=ref,
+                    got=returned if isinstance(returned, torch.Tensor) else None,
+                    returned_type=type(returned).__name__)
+        out.append(info)
+    return out
 
 
 def _ready(rank, n):
     return rank
 
 
-def _run(worker, n, fn, numel, timeout):
-    from minipar.launch import run
-    # Start (or restart, after a timeout killed them) the workers with a generous budget first:
-    # a fresh worker imports torch inside the call, which must not eat the candidate's timeout.
+def _launch(worker, n, fn, timeout):
+    """``run``, retried once if gloo could not even connect the ranks (before any learner code
+    ran: a launcher hiccup, not the learner's mistake)."""
+    from minipar.launch import RankError, run
+
+    try:
+        return run(worker, n, fn, backend="gloo", timeout=timeout)
+    except RankError as e:
+        if "connectFullMesh" not in (e.summary or ""):
+            raise
+    return run(worker, n, fn, backend="gloo", timeout=timeout)
+
+
+def _run(worker, n, fn, timeout):
     from minipar.launch import RankError
 
-    run(_ready, n, backend="gloo", timeout=300)
     try:
-        return run(worker, n, fn, numel, backend="gloo", timeout=timeout)
+        return _launch(worker, n, fn, timeout)
     except RankError as e:
-        if "timed out" not in e.summary.lower():
-            raise
-        raise GradeFailure(f"timed out on {n} ranks (gloo gave up waiting after {timeout:g} s): "
-                           "a send or recv was never matched -- does every send go to a rank "
-                           "that receives from this one, and does every rank post its recv "
-                           "(irecv) before waiting on its send?") from None
+        if "timed out" in (e.summary or "").lower():
+            raise GradeFailure(f"timed out on {n} ranks (gloo gave up waiting after {timeout:g} "
+                               "s): a send or recv was never matched -- does every send go to a "
+                               "rank that receives from this one, and does every rank post its "
+                               "recv (irecv) before waiting on its send?") from None
+        m = re.match(r"(?:\w+\.)*(CaseError|BufferError_): (.*)", e.summary or "", re.S)
+        if m and m.group(1) == "BufferError_":
+            raise GradeFailure(f"rank {e.rank}, {m.group(2)}") from None
+        if m:
+            raise GradeFailure(reason_for(RankError(e.rank, m.group(2), e.remote_traceback))
+                               .replace("your code raised on rank", "your code raised, on rank")
+                               ) from None
+        case = re.findall(r"minipar check: running case ([^\n]*)",
+                          getattr(e, "stderr_tail", "") or "")
+        raise GradeFailure((f"{case[-1]}: " if case else f"n={n}: ") + reason_for(e)) from None
+    except TimeoutError:
+        raise GradeFailure(f"timed out on {n} ranks after {timeout:g} s: a rank never returned "
+                           "(a send or recv never matched?)") from None
+
+
+def _common(res, rank, what):
+    if res["ops"]:
+        raise GradeFailure(f"{res['where']}: your code called {', '.join(res['ops'])}; build "
+                           f"{what} from send/recv (isend/irecv) only")
+    if res["used"]:
+        raise GradeFailure(f"{res['where']}: your code calls the course's own "
+                           f"{', '.join(res['used'])}; write {what} yourself from send/recv")
 
 
 # ----------------------------------------------------------------------------- diagnosis
@@ -100,73 +247,102 @@ def _diagnose_sum(rank: int, n: int, digits: list) -> str | None:
     return None
 
 
-def _no_collectives(ops, what):
-    if ops:
-        raise GradeFailure(f"your code called {', '.join(ops)}; build {what} from send/recv "
-                           "(isend/irecv) only")
+def _ring_peers(res, rank, n, what):
+    right, left = (rank + 1) % n, (rank - 1) % n
+    sends, recvs = set(res["sends"]), set(res["recvs"])
+    if (sends <= {right} and recvs <= {left}) or (sends <= {left} and recvs <= {right}):
+        return
+    raise GradeFailure(f"{res['where']}: rank {rank} sent to ranks {sorted(sends)} and received "
+                       f"from ranks {sorted(recvs)}; in a ring each rank sends only to one "
+                       f"neighbour ({right}) and receives only from the other ({left}) — {what}")
 
 
 # ----------------------------------------------------------------------------- tasks
 @task("collectives.ring_all_reduce",
-      "equals dist.all_reduce on 2, 3 and 4 ranks (sizes divisible by n and not) and each rank "
-      "sends 2(n−1)/n·S bytes")
+      "equals dist.all_reduce on 2, 3 and 4 ranks (sizes divisible by n and not, fewer "
+      "elements than ranks, float32/float64/int64), in place and returned, ring neighbours "
+      "only, 2(n−1)/n·S bytes sent per rank")
 def check_ring_all_reduce(candidate, timeout: float = 20.0):
     import torch
 
+    from minipar.launch import run
+
+    run(_ready, 2, backend="gloo", timeout=300)     # start the launcher outside the time budget
     for n in RANKS:
-        for numel in (4 * n, 4 * n + 1):
-            per_rank = _run(_ring_on_rank, n, candidate, numel, timeout)
-            for r, res in enumerate(per_rank):
-                _no_collectives(res["ops"], "the ring all-reduce")
-                where = f"n={n}, {numel} elements"
-                if not torch.allclose(res["got"], res["ref"], rtol=1e-4, atol=1e-5):
+        per_rank = _run(_ring_on_rank, n, candidate, timeout)
+        for r, cases in enumerate(per_rank):
+            for res in cases:
+                _common(res, r, "the ring all-reduce")
+                where = res["where"]
+                got, ref = res["got"], res["ref"]
+                if not torch.allclose(got.double(), ref.double(), rtol=1e-4, atol=1e-5):
                     ret = res["returned"]
-                    if isinstance(ret, torch.Tensor) and ret.shape == res["ref"].shape and \
-                            torch.allclose(ret, res["ref"], rtol=1e-4, atol=1e-5):
+                    if ret is not None and ret.shape == ref.shape and \
+                            torch.allclose(ret.double(), ref.double(), rtol=1e-4, atol=1e-5):
                         raise GradeFailure(f"{where}: you return the right sum but the input "
                                            "tensor was not updated in place")
-                    why = _diagnose_sum(r, n, res["digits"])
-                    err = (res["got"] - res["ref"]).abs().max().item()
+                    why = _diagnose_sum(r, n, res["digits"]) if "digits" in res else None
+                    err = (got.double() - ref.double()).abs().max().item()
                     raise GradeFailure(f"{where}: " + (why or f"rank {r} differs from "
                                        f"dist.all_reduce (max error {err:.3g}); the right ranks "
                                        "may be summed into the wrong positions"))
-                S, expected = 4 * numel, cc.ring_bytes_per_rank("all-reduce", n, 4 * numel)
-                if numel % n == 0 and res["sent"] != expected:
+                if res["returned"] is None or not torch.equal(res["returned"], got):
+                    raise GradeFailure(f"{where}: rank {r} returned {res['returned_type']}; "
+                                       "return the tensor you summed into")
+                S = res["numel"] * res["elsize"]
+                expected = cc.ring_bytes_per_rank("all-reduce", n, S)
+                if res["numel"] % n == 0 and res["sent"] != expected:
                     raise GradeFailure(f"{where}: rank {r} sent {res['sent']} bytes; a ring "
                                        f"all-reduce sends 2(n−1)/n·S = {expected:.0f} bytes "
                                        f"(S = {S}) — one chunk of S/n per step, 2(n−1) steps")
+                _ring_peers(res, r, n, "is this a direct exchange rather than a ring?")
 
 
 @task("collectives.all_gather",
-      "equals dist.all_gather_single on 2, 3 and 4 ranks, using only send/recv")
+      "equals dist.all_gather_single on 2, 3 and 4 ranks (float32/float64/int64), send/recv "
+      "only, (n−1)·chunk bytes sent per rank")
 def check_all_gather(candidate, timeout: float = 20.0):
     import torch
 
+    from minipar.launch import run
+
+    run(_ready, 2, backend="gloo", timeout=300)
     for n in RANKS:
-        numel = 3
-        for r, res in enumerate(_run(_gather_on_rank, n, candidate, numel, timeout)):
-            _no_collectives(res["ops"], "the all-gather")
-            got, ref = res["got"], res["ref"]
-            where = f"n={n}, rank {r}"
-            if not isinstance(got, torch.Tensor):
-                raise GradeFailure(f"{where}: return a tensor of n·numel elements, got "
-                                   f"{type(got).__name__}")
-            if tuple(got.shape) != tuple(ref.shape):
-                raise GradeFailure(f"{where}: result has shape {tuple(got.shape)}, expected "
-                                   f"{tuple(ref.shape)} (n chunks of {numel}, rank order)")
-            if torch.equal(got, ref):
-                continue
-            blocks = got.view(n, numel)                    # (n, numel)
-            for i in range(n):
-                if torch.equal(blocks[i], ref.view(n, numel)[i]):
-                    continue
-                src = [k for k in range(n) if torch.equal(blocks[i], ref.view(n, numel)[k])]
-                if src:
-                    raise GradeFailure(f"{where}: block {i} holds rank {src[0]}'s chunk; block "
-                                       f"i must hold rank i's — check which block you receive "
-                                       "into at each step")
-                raise GradeFailure(f"{where}: block {i} (rank {i}'s chunk) never arrived — an "
-                                   "all-gather needs n−1 steps (or a recv from every other rank)")
+        for r, cases in enumerate(_run(_gather_on_rank, n, candidate, timeout)):
+            for res in cases:
+                _common(res, r, "the all-gather")
+                got, ref, numel = res["got"], res["ref"], res["numel"]
+                where = f"{res['where']}, rank {r}"
+                if got is None:
+                    raise GradeFailure(f"{where}: return a tensor of n·numel elements, got "
+                                       f"{res['returned_type']}")
+                if tuple(got.shape) != tuple(ref.shape):
+                    raise GradeFailure(f"{where}: result has shape {tuple(got.shape)}, expected "
+                                       f"{tuple(ref.shape)} (n chunks of {numel}, rank order)")
+                if got.dtype != ref.dtype:
+                    raise GradeFailure(f"{where}: result is {str(got.dtype)[6:]}, the chunks "
+                                       f"are {str(ref.dtype)[6:]}: allocate the output with "
+                                       "the chunk's dtype")
+                if not torch.equal(got, ref):
+                    blocks, want = got.view(n, numel), ref.view(n, numel)   # (n, numel)
+                    for i in range(n):
+                        if torch.equal(blocks[i], want[i]):
+                            continue
+                        src = [k for k in range(n) if torch.equal(blocks[i], want[k])]
+                        if src:
+                            raise GradeFailure(f"{where}: block {i} holds rank {src[0]}'s "
+                                               "chunk; block i must hold rank i's — check "
+                                               "which block you receive into at each step")
+                        raise GradeFailure(f"{where}: block {i} (rank {i}'s chunk) never "
+                                           "arrived — an all-gather needs n−1 steps (or a recv "
+                                           "from every other rank)")
+                S = n * numel * res["elsize"]
+                expected = cc.ring_bytes_per_rank("all-gather", n, S)
+                if res["sent"] != expected:
+                    raise GradeFailure(f"{where}: rank {r} sent {res['sent']} bytes; each rank "
+                                       f"should send (n−1)/n·S = {expected:.0f} bytes (S = {S}, "
+                                       "its chunk's worth n−1 times, as a ring does) — routing "
+                                       "everything through one rank overloads it")
 
 
 @task("collectives.alpha_beta_time",
@@ -209,7 +385,7 @@ def check_busbw(candidate):
 
 
 @task("collectives.gradient_sync",
-      "S = 6e9 bytes, 450e9 bytes/s per direction, ring all-reduce ≈ 23.36 ms")
+      "S in bytes, the bandwidth of one direction and the ring all-reduce time in seconds")
 def check_gradient_sync(candidate):
     ans = candidate()
     if not isinstance(ans, dict) or not {"S_bytes", "bandwidth", "seconds"} <= set(ans):

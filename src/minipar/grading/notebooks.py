@@ -29,7 +29,8 @@ outputs, execution counts, cell tags and ``NBVAL_*`` markers stripped; every cel
 a first cell that moves into the notebook's folder and records errors and check outcomes in a
 side log. Nothing the learner's file has saved reaches the verdict.
 
-``python -m minipar.grading.notebooks`` rebuilds every starter; ``--check`` fails if one is stale.
+``python -m minipar.grading.notebooks [CHAPTER...]`` rebuilds the starters (of every chapter, or
+of the chapters named); ``--check`` fails if one is stale.
 """
 from __future__ import annotations
 
@@ -210,8 +211,11 @@ def render(nb) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
+    chapters = [a for a in argv if not a.startswith("-")]      # optional: only these chapters
     stale = []
     for script in scripts():
+        if chapters and script.parent.parent.name not in chapters:
+            continue
         text, target = render(build(script, solved=False)), starter_path(script)
         if "--check" in argv:
             if not target.exists() or target.read_text() != text:
