@@ -86,3 +86,30 @@ def test_flops_and_errors():
         tp_collectives_per_layer(1, 1, 1, 0)
     with pytest.raises(ValueError, match=r"bandwidth \(0\)"):
         comm_compute_ratio(1, 1, 1, 2, flops=1.0, bandwidth=0)
+
+
+def test_numbers_quoted_in_the_chapter():
+    """book/tensor_parallel.md quotes these; a change in the model must show up here."""
+    from minipar.cost.hardware import gpu, link
+    from minipar.cost.tensor_parallel import layer_comm_fraction
+    F = gpu("H100-SXM").peak_flops["bf16"]
+
+    def ratio(t, name):
+        return comm_compute_ratio(1, 2048, 12288, t, flops=F, bandwidth=link(name).bandwidth,
+                                  alpha=link(name).alpha)
+
+    def share(t, name):
+        return layer_comm_fraction(1, 2048, 12288, t, flops=F, bandwidth=link(name).bandwidth,
+                                   alpha=link(name).alpha)
+    assert round(ratio(8, "nvlink4-h100"), 2) == 0.46
+    assert round(ratio(8, "ib-ndr400"), 1) == 3.8
+    assert round(100 * share(2, "nvlink4-h100")) == 4
+    assert round(100 * share(8, "nvlink4-h100")) == 24
+    assert round(100 * share(16, "nvlink4-h100")) == 43
+    assert round(100 * share(8, "pcie5-x16")) == 67
+    assert round(100 * share(8, "ib-ndr400")) == 72
+    msg = 2048 * 12288 * 2                                   # one (s, h) bf16 activation, bytes
+    assert round(msg / 1e6) == 50
+    nv = link("nvlink4-h100")
+    assert round(2 * 7 * nv.alpha * 1e6) == 28                       # latency term, µs
+    assert round(2 * 7 / 8 * msg / nv.bandwidth * 1e6) == 196        # bandwidth term, µs

@@ -129,3 +129,13 @@ def comm_compute_ratio(b: int, s: int, h: int, t: int, *, flops: float, bandwidt
     msg = b * s * h * bytes_per_elem
     comm = 2 * (2 * (t - 1) * alpha + 2 * (t - 1) / t * msg / bandwidth)
     return comm / (layer_forward_flops(b, s, h, t) / flops)
+
+
+def layer_comm_fraction(b: int, s: int, h: int, t: int, *, flops: float, bandwidth: float,
+                        alpha: float = 0.0, bytes_per_elem: float = 2) -> float:
+    """Share of a layer's forward + backward time spent in its four all-reduces when nothing
+    overlaps. Backward does twice the forward FLOPs and the same two all-reduces, so over the
+    whole pass the ratio is r·2/3 with r = :func:`comm_compute_ratio`; the share is x/(1 + x)."""
+    x = 2 * comm_compute_ratio(b, s, h, t, flops=flops, bandwidth=bandwidth, alpha=alpha,
+                               bytes_per_elem=bytes_per_elem) / 3
+    return x / (1 + x)

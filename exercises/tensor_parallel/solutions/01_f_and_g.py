@@ -1,0 +1,75 @@
+# %% [markdown]
+# # Exercise 1: f and g as autograd functions
+#
+# Megatron's two conjugate operators (Shoeybi et al. 2019, §3):
+#
+# * **f** `copy_to_tp_region(x, group)`: forward the identity, backward an **all-reduce (sum)** of
+#   the gradient. It sits before a column-parallel layer: every rank uses the same `x`, each for
+#   its own slice of the output, so `x`'s gradient is the sum of the ranks' contributions.
+# * **g** `reduce_from_tp_region(x, group)`: forward an **all-reduce (sum)** of the partial
+#   results, backward the identity (the gradient of a sum reaches every summand unchanged).
+#
+# Write each as a `torch.autograd.Function` (`forward(ctx, x, group)`, `backward(ctx, grad)`
+# returning one gradient per input of `forward`) and wrap it. Both must leave the input tensor
+# unchanged (all-reduce works in place: reduce a copy), and must be the identity for a group of
+# one rank. The checker runs them on 2 and 3 gloo ranks against the sum a single process computes.
+# %%
+import torch
+import torch.distributed as dist
+
+from minipar.grading import check
+
+
+# %%
+class CopyToTPRegion(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, group):
+        # BEGIN SOLUTION
+        ctx.group = group
+        return x.clone()
+        # END SOLUTION
+
+    @staticmethod
+    def backward(ctx, grad):
+        # BEGIN SOLUTION
+        if dist.get_world_size(ctx.group) == 1:
+            return grad, None
+        grad = grad.clone()
+        dist.all_reduce(grad, group=ctx.group)
+        return grad, None
+        # END SOLUTION
+
+
+def copy_to_tp_region(x, group=None):
+    return CopyToTPRegion.apply(x, group)
+
+
+# %% [check]
+check("tensor_parallel.copy_to_tp_region", copy_to_tp_region)
+
+
+# %%
+class ReduceFromTPRegion(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, group):
+        # BEGIN SOLUTION
+        if dist.get_world_size(group) == 1:
+            return x.clone()
+        x = x.clone()
+        dist.all_reduce(x, group=group)
+        return x
+        # END SOLUTION
+
+    @staticmethod
+    def backward(ctx, grad):
+        # BEGIN SOLUTION
+        return grad, None
+        # END SOLUTION
+
+
+def reduce_from_tp_region(x, group=None):
+    return ReduceFromTPRegion.apply(x, group)
+
+
+# %% [check]
+check("tensor_parallel.reduce_from_tp_region", reduce_from_tp_region)
