@@ -369,8 +369,13 @@ def _accumulation_section(rank, n, out):
 
 def _group_section(rank, n, out):
     """Every implementation on a subgroup of 2 of the 3 ranks (rank 1 sits out)."""
+    from minipar.data_parallel import broadcast_parameters
     group = dist.new_group(SUB)
     if rank in SUB:
+        torch.manual_seed(rank + 1)                   # rank 2 differs from rank 0 (seed 1)
+        model = TiedClassifier().double()
+        broadcast_parameters(model, group)            # from group rank 0 = global rank 0
+        out["broadcast"] = [p.detach().clone() for p in model.parameters()]
         for v in SUB_VARIANTS:
             torch.manual_seed(0)
             out["group", v] = train_rank(SUB.index(rank), len(SUB), v,
@@ -514,6 +519,17 @@ def test_every_implementation_runs_on_a_subgroup(contract, variant):
         assert max_param_error(params, ref_params) < ATOL64, (variant, rank)
     losses = global_losses([contract[r]["group", variant][0] for r in SUB])
     assert losses == pytest.approx(ref_losses, rel=1e-12)
+
+
+@pytest.mark.slow
+def test_broadcast_parameters_on_a_subgroup(contract):
+    _ok(contract, _group_section)
+    torch.manual_seed(1)
+    want = list(TiedClassifier().double().parameters())
+    for rank in SUB:
+        assert all(torch.equal(a, b) for a, b in zip(contract[rank]["broadcast"], want)), rank
+    torch.manual_seed(3)                                       # control: rank 2's own seed
+    assert not torch.equal(TiedClassifier().double().emb.weight, want[0])
 
 
 def test_subgroup_check_catches_dividing_by_the_world_size():

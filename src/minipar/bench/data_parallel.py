@@ -17,11 +17,12 @@ VARIANTS = ("compute", "naive", "bucketed", "ddp")
 
 def bench(ranks: int, steps: int, rounds: int, width: int, depth: int, batch: int,
           bucket_mb: float) -> dict:
+    from minipar.data_parallel.models import mlp_params
     from minipar.data_parallel.timing import time_variants
 
     t = time_variants(ranks, list(VARIANTS), width=width, depth=depth, batch=batch,
                       steps=steps, rounds=rounds, bucket_cap_mb=bucket_mb)
-    out = {"ranks": ranks, "params": depth * (width * width + width), "batch_per_rank": batch,
+    out = {"ranks": ranks, "params": mlp_params(width, depth), "batch_per_rank": batch,
            "bucket_cap_mb": bucket_mb, "step_seconds": t,
            "samples_per_second": {v: ranks * batch / s for v, s in t.items()}}
     out["naive_to_ddp"] = t["ddp"] / t["naive"]

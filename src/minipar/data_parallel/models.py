@@ -30,8 +30,13 @@ class TiedClassifier(nn.Module):
         return self.head(x * self.scale)                       # (b, V)
 
 
+def mlp_params(width: int, depth: int) -> int:
+    """Ψ of :func:`mlp`: depth·(width² + width) (a weight matrix and a bias per layer)."""
+    return depth * (width * width + width)
+
+
 def mlp(width: int = 256, depth: int = 4, seed: int = 0) -> nn.Sequential:
-    """``depth`` Linear(width, width)+Tanh layers; Ψ = depth·(width² + width)."""
+    """``depth`` Linear(width, width)+Tanh layers; Ψ = :func:`mlp_params` (width, depth)."""
     torch.manual_seed(seed)
     layers = []
     for _ in range(depth):

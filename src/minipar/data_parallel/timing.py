@@ -20,7 +20,7 @@ from minipar import launch
 from minipar.device import get_device, synchronize
 
 from .bucketed import BucketedDataParallel
-from .models import mlp
+from .models import mlp, mlp_params
 from .naive import all_reduce_gradients
 
 
@@ -153,7 +153,7 @@ def bucket_sweep(n, caps_mb, **kw) -> dict:
     f, b = per_rank[0]["fwd_bwd"]
     scale = med["compute"] / (f + b)          # the timed steps include the optimizer step etc.
     width, depth = kw.get("width", 512), kw.get("depth", 8)
-    grad = 4 * depth * (width * width + width)
+    grad = 4 * mlp_params(width, depth)                                   # fp32 bytes
     model = {cap: dp_step_time(f * scale, b * scale, grad, cap * 2**20,
                                lambda s: collective_time("all-reduce", "ring", n, s, alpha,
                                                          bw)).step_s for cap in caps_mb}
