@@ -26,6 +26,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import types
 from collections import ChainMap
@@ -36,16 +37,18 @@ RANK_SOURCE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_rank.py
 
 
 # ----------------------------------------------------------------------------- what ranks get
+_seen = threading.local()  # .filenames: source files of the code objects pickled by value
+
+
 def _code_reduce_keeping_filename(code):
     from cloudpickle import cloudpickle as cp
 
     ctor, args = cp._code_reduce(code)  # noqa: SLF001
-    _Pickler.filenames.add(code.co_filename)
+    _seen.filenames.add(code.co_filename)
     return ctor, tuple(code.co_filename if a == "<dynamic-code>" else a for a in args)
 
 
 class _Pickler(cloudpickle.Pickler):
-    filenames: set = set()
     dispatch_table = ChainMap({types.CodeType: _code_reduce_keeping_filename},
                               cloudpickle.Pickler.dispatch_table)
 
@@ -55,7 +58,7 @@ def pack(fn, args) -> tuple[bytes, dict]:
 
     Raises ``TypeError`` naming the argument that cannot be sent (nothing has started yet).
     """
-    _Pickler.filenames = set()
+    _seen.filenames = set()
     buf = io.BytesIO()
     try:
         _Pickler(buf, protocol=pickle.HIGHEST_PROTOCOL).dump((fn, args))
@@ -70,7 +73,7 @@ def pack(fn, args) -> tuple[bytes, dict]:
         raise TypeError(f"{what} cannot be sent to the ranks (it must be picklable by "
                         f"cloudpickle): {type(e).__name__}: {e}") from e
     # IPython keeps each cell's source in linecache with mtime None (no file on disk)
-    lines = {f: linecache.cache[f] for f in _Pickler.filenames
+    lines = {f: linecache.cache[f] for f in _seen.filenames
              if f in linecache.cache and linecache.cache[f][1] is None}
     return buf.getvalue(), lines
 
@@ -119,10 +122,23 @@ def _pid_alive(pid: int) -> bool:
 
 
 _FOLDER = re.compile(r"minipar-(\d+)-\w+$")
+_OLD_FOLDER = re.compile(r"minipar-\w{8}$")  # the launcher before the zygote: no pid in the name
+
+
+def _nobody_listens(sock_path: str) -> bool:
+    with socket.socket(socket.AF_UNIX) as s:
+        try:
+            s.connect(sock_path)
+        except (ConnectionRefusedError, FileNotFoundError):
+            return True
+        except OSError:
+            return False
+    return False
 
 
 def remove_stale_folders(base: str | None = None) -> list[str]:
-    """Remove ``minipar-<pid>-*`` socket folders whose caller is no longer running."""
+    """Remove socket folders whose caller is gone: ``minipar-<pid>-*`` with no process ``pid``,
+    and the older launcher's ``minipar-XXXXXXXX`` whose socket no longer answers."""
     base = base or _base_dir()
     removed = []
     try:
@@ -130,9 +146,16 @@ def remove_stale_folders(base: str | None = None) -> list[str]:
     except OSError:
         return removed
     for name in names:
+        path = os.path.join(base, name)
         m = _FOLDER.match(name)
-        if m and int(m.group(1)) != os.getpid() and not _pid_alive(int(m.group(1))):
-            shutil.rmtree(os.path.join(base, name), ignore_errors=True)
+        if m:
+            stale = int(m.group(1)) != os.getpid() and not _pid_alive(int(m.group(1)))
+        else:
+            sock = os.path.join(path, "launcher.sock")
+            stale = bool(_OLD_FOLDER.match(name)) and os.path.exists(sock) and \
+                time.time() - os.path.getmtime(path) > 60 and _nobody_listens(sock)
+        if stale:
+            shutil.rmtree(path, ignore_errors=True)
             removed.append(name)
     return removed
 
@@ -201,6 +224,7 @@ class Zygote:
         self.listener = mpc.Listener(os.path.join(self.folder, "s"), family="AF_UNIX",
                                      authkey=secrets.token_bytes(16))
         self.source_mtime = _mtime(RANK_SOURCE)
+        self.owner = os.getpid()  # a forked copy of the caller must start its own zygote
         self.exits: dict[int, int] = {}  # pid -> exit code, as the zygote reports them
         self.calls = 0
         self.log = os.path.join(self.folder, "zygote.log")
@@ -211,14 +235,17 @@ class Zygote:
                  self.folder], env=env, cwd=self.folder, stdin=subprocess.DEVNULL, stdout=f,
                 stderr=f)
         try:
-            self.conn = self.accept(time.monotonic() + start_timeout, lambda: None)
+            self.conn = self.accept(time.monotonic() + start_timeout, lambda: None,
+                                    f"the minipar zygote did not import torch within "
+                                    f"{start_timeout:g} s")
             self.conn.recv()  # ("ready", pid): torch is imported
         except BaseException:
             self.close()
             raise
 
-    def accept(self, deadline: float, check) -> mpc.Connection:
-        """The next connection to our socket; ``check()`` runs while waiting and may raise."""
+    def accept(self, deadline: float, check, late: str) -> mpc.Connection:
+        """The next connection to our socket; ``check()`` runs while waiting and may raise;
+        ``late`` says what did not happen by the deadline."""
         sock = self.listener._listener._socket  # noqa: SLF001
         sock.settimeout(0.25)
         while True:
@@ -227,13 +254,22 @@ class Zygote:
             except (socket.timeout, TimeoutError):
                 pass
             if self.proc.poll() is not None:
-                log = tail(self.log)
-                raise StartFailed(f"the minipar zygote exited ({signal_name(self.proc.returncode)})"
-                                  f" before its ranks started", log, likely_cause(log))
+                self._failed(f"the minipar zygote exited ({signal_name(self.proc.returncode)}) "
+                             "before the ranks started")
             check()
             if time.monotonic() > deadline:
-                log = tail(self.log)
-                raise StartFailed("the ranks did not start in time", log, likely_cause(log))
+                self._failed(late)
+
+    def _died(self):
+        try:
+            self.proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+        self._failed(f"the minipar zygote died ({signal_name(self.proc.poll())})")
+
+    def _failed(self, what: str):
+        log = tail(self.log)
+        raise StartFailed(what, log, likely_cause(log))
 
     def alive(self) -> bool:
         return self.proc.poll() is None and _mtime(RANK_SOURCE) == self.source_mtime
@@ -241,10 +277,19 @@ class Zygote:
     def fork(self, world_size: int, state: dict, task: bytes) -> list[int]:
         self.calls += 1
         state["call"] = self.calls
-        self.conn.send(("fork", self.calls, world_size, state, task))
+        try:
+            self.conn.send(("fork", self.calls, world_size, state, task))
+        except OSError:
+            self._died()
         while True:
-            msg = self.conn.recv()
+            try:
+                msg = self.conn.recv()
+            except (EOFError, OSError):
+                self._died()
             if msg[0] == "forked" and msg[1] == self.calls:
+                # exits reported from now on are of this call's ranks or of older ones that
+                # were still unreaped (so their pids differ from ours): forget the rest
+                self.exits.clear()
                 return msg[2]
             self.note(msg)
 
@@ -287,7 +332,8 @@ class Ranks:
         self.started = False
         try:
             while len(self.conns) < len(pids):
-                conn = zygote.accept(deadline, self._check_started)
+                conn = zygote.accept(deadline, self._check_started,
+                                     "the ranks did not dial back in time")
                 _, call, rank, pid = conn.recv()  # ("hello", call, rank, pid)
                 if call != zygote.calls or pid != pids[rank]:  # left over from an interrupt
                     conn.close()

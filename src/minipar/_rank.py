@@ -33,8 +33,9 @@ import time  # noqa: E402
 
 POLL_S = 0.2  # how often the zygote reaps children and checks that the caller is alive
 # torch modules that take seconds to import and that ranks often need (minipar.trace enters a
-# dispatch mode, which imports dynamo): imported when the zygote is idle, so that the first
-# call does not wait for them and later ranks inherit them. torch only: nothing user-edited.
+# dispatch mode, which imports dynamo): imported when the zygote is idle with no rank alive, so
+# the first call does not wait for them, a rank's exit is still reported at once, and later
+# ranks inherit them. torch only: nothing a learner edits.
 WARM_UP = ["torch._dynamo", "torch.distributed.pipelining"]
 
 
@@ -58,7 +59,7 @@ def zygote_main(address: str, caller_pid: int, folder: str) -> None:
             _leave(children, folder)
         if msg is None:  # a clean shutdown: the caller removes the folder itself
             _leave(children, None)
-        if msg == "idle" and WARM_UP:
+        if msg == "idle" and WARM_UP and not children:
             try:
                 __import__(WARM_UP.pop(0))
             except Exception:  # noqa: BLE001  (an optional speed-up; ranks import it anyway)
@@ -175,7 +176,8 @@ def rank_main(rank, world, state, task, address, authkey, folder) -> None:
     os.dup2(log, 1)
     os.dup2(log, 2)
     os.close(log)
-    faulthandler.enable(file=sys.__stderr__, all_threads=False)  # a crash in C++ leaves a Python stack in the log
+    # a crash in C++ leaves this thread's Python stack in the log
+    faulthandler.enable(file=sys.__stderr__, all_threads=False)
     _die_with_parent(os.getppid())
     conn = mpc.Client(address, family="AF_UNIX", authkey=authkey)
     lock = threading.Lock()

@@ -35,6 +35,7 @@ under ``torchrun``; see :mod:`minipar.run`.
 from __future__ import annotations
 
 import atexit
+import os
 import socket
 import threading
 import time
@@ -113,8 +114,9 @@ def run(fn, world_size: int, *args, backend: str = "auto", timeout: float = DEFA
             ranks.close()                               # kills ranks that did not reply
             del store
     failed = {r: p for r, (kind, p) in replies.items() if kind != "ok"}
-    if failed:
-        first = min(failed, key=lambda r: failed[r][2])  # the earliest; the rest are echoes
+    died = {r: p for r, (kind, p) in replies.items() if kind == "died"}
+    if failed:  # a rank that died is the cause; else the earliest error (the rest are echoes)
+        first = min(died or failed, key=lambda r: (died or failed)[r][2])
         summary, tb, _ = failed[first]
         raise RankError(first, summary, tb, _pool.tail(ranks.log(first)))
     silent = [r for r in range(world_size) if r not in replies]
@@ -128,6 +130,8 @@ def run(fn, world_size: int, *args, backend: str = "auto", timeout: float = DEFA
 def _warm_zygote() -> _pool.Zygote:
     """The running zygote, or a new one (first call, or the old one died or was edited)."""
     global _zygote
+    if _zygote is not None and _zygote.owner != os.getpid():
+        _zygote = None  # this process is a fork of the one that started it: leave it alone
     if _zygote is not None and not _zygote.alive():
         _zygote.close()
         _zygote = None
@@ -166,7 +170,7 @@ def shutdown() -> None:
     Called automatically when the caller exits."""
     global _zygote
     with _lock:
-        if _zygote is not None:
+        if _zygote is not None and _zygote.owner == os.getpid():
             _zygote.close()
             _zygote = None
 
