@@ -66,7 +66,7 @@ def _compare_all(rank, n):
 @pytest.mark.slow
 @pytest.mark.parametrize("n", [4, 2, 3])
 def test_algorithms_equal_dist_all_reduce(n):
-    for rank, cases in enumerate(run(_compare_all, n, timeout=60)):
+    for rank, cases in enumerate(run(_compare_all, n, backend="gloo", timeout=60)):
         for name, numel, err in cases:
             assert err < 1e-9, f"{name} on rank {rank}, {numel} elements, n={n}: error {err}"
 
@@ -84,7 +84,7 @@ def _ring_sent_bytes(rank, n, numels):
 @pytest.mark.slow
 def test_ring_sends_2_n_minus_1_over_n_of_S():
     n, numels = 4, [16, 1000, 1001, 7]
-    per_rank = run(_ring_sent_bytes, n, numels, timeout=60)
+    per_rank = run(_ring_sent_bytes, n, numels, backend="gloo", timeout=60)
     for i, numel in enumerate(numels):
         S = 4 * numel
         sent = [r[i][0] for r in per_rank]
@@ -119,7 +119,7 @@ def _negative_control(rank, n):
 
 @pytest.mark.slow
 def test_equality_check_catches_an_off_by_one_ring():
-    errors = run(_negative_control, 4, timeout=60)
+    errors = run(_negative_control, 4, backend="gloo", timeout=60)
     assert all(e > 1e-3 for e in errors), errors
 
 
@@ -133,7 +133,7 @@ def _odd_ranks_and_one_rank(rank, n):
 
 @pytest.mark.slow
 def test_recursive_doubling_rejects_three_ranks():
-    msgs = run(_odd_ranks_and_one_rank, 3, timeout=30)
+    msgs = run(_odd_ranks_and_one_rank, 3, backend="gloo", timeout=30)
     assert all("power-of-two" in m and "(3)" in m for m in msgs), msgs
 
 
@@ -148,5 +148,76 @@ def _one_rank(rank, n):
 
 @pytest.mark.slow
 def test_one_rank_is_a_no_op():
-    [(values, calls)] = run(_one_rank, 1, timeout=30)
+    [(values, calls)] = run(_one_rank, 1, backend="gloo", timeout=30)
     assert values == [0.0, 1.0, 2.0, 3.0, 4.0] and calls == 0
+
+
+# ------------------------------------------------------------------ a non-default group
+SUB = [0, 2]                               # a subgroup of 2 of 3 ranks; rank 1 sits out
+
+
+def _on_subgroup(rank, n):
+    """[(case, max abs difference from dist on the same group)]; rank 1 returns []."""
+    group = dist.new_group(SUB)
+    x = _inputs(rank, 7)
+    ring_all_reduce(x)                     # control: the default group, as if group were ignored
+    if rank not in SUB:
+        return []
+    ref = _inputs(rank, 7)
+    dist.all_reduce(ref, group=group)
+    out = [("control_default_group", 7, (x - ref).abs().max().item())]
+    for numel in (1, 7, 16):
+        ref = _inputs(rank, numel)
+        dist.all_reduce(ref, group=group)
+        for name, fn in (("ring", ring_all_reduce), ("parameter_server",
+                                                      parameter_server_all_reduce),
+                         ("recursive_doubling", recursive_doubling_all_reduce)):
+            x = _inputs(rank, numel)
+            fn(x, group=group)
+            out.append((name, numel, (x - ref).abs().max().item()))
+        full = _inputs(rank, 2 * numel)
+        theirs = torch.empty(numel, dtype=full.dtype)
+        dist.reduce_scatter_single(theirs, full, group=group)
+        mine = ring_reduce_scatter(full.clone(), group=group)
+        out.append(("reduce_scatter", numel, (mine - theirs).abs().max().item()))
+        me = SUB.index(rank)
+        gathered = torch.zeros(2 * numel, dtype=full.dtype)
+        gathered[me * numel:(me + 1) * numel] = full[:numel]
+        ref_g = torch.empty(2 * numel, dtype=full.dtype)
+        dist.all_gather_single(ref_g, full[:numel].clone(), group=group)
+        out.append(("all_gather", numel, (ring_all_gather(gathered, group=group) - ref_g)
+                    .abs().max().item()))
+    return out
+
+
+@pytest.mark.slow
+def test_every_algorithm_on_a_subgroup():
+    per_rank = run(_on_subgroup, 3, backend="gloo", timeout=120)
+    assert per_rank[1] == []
+    for rank in SUB:
+        (name, _, err), *cases = per_rank[rank]
+        assert name == "control_default_group" and err > 1e-3    # the check would catch it
+        assert len(cases) == 15
+        for name, numel, err in cases:
+            assert err < 1e-12, f"rank {rank}: {name} on {numel} elements differs by {err:.1e}"
+
+
+# ------------------------------------------------------------------ batch_isend_irecv on gloo
+def _batched_ring_shift(rank, n, iters):
+    x = torch.full((1000,), float(rank))
+    y = torch.empty(1000)
+    for _ in range(iters):
+        ops = [dist.P2POp(dist.isend, x, (rank + 1) % n),
+               dist.P2POp(dist.irecv, y, (rank - 1) % n)]
+        for req in dist.batch_isend_irecv(ops):
+            req.wait()
+    return y[0].item()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("n", [2, 3])
+def test_batch_isend_irecv_runs_on_gloo(n):
+    """The book says it runs on gloo with torch 2.13 (older releases could hang): checked here,
+    20 ring shifts; a hang would raise TimeoutError."""
+    got = run(_batched_ring_shift, n, 20, backend="gloo", timeout=60)
+    assert got == [float((r - 1) % n) for r in range(n)]
