@@ -112,3 +112,39 @@ def draw_hierarchical(nodes=(2, 4, 8, 16, 32, 64), gpus_per_node: int = 8, S: fl
     ax.legend(fontsize=8)
     fig.tight_layout()
     return fig
+
+
+def _bytes_label(x: float) -> str:
+    for unit, k in (("GiB", 30), ("MiB", 20), ("KiB", 10)):
+        if x >= 2**k:
+            return f"{x / 2**k:g} {unit}"
+    return f"{x:g} B"
+
+
+def draw_benchmark(result: dict, cols: int = 2):
+    """Measured time vs S (dots) and the fitted α-β model (line), one panel per op, two panels
+    per row so the tick labels stay legible at page width. ``result``: run_benchmark's."""
+    import matplotlib.pyplot as plt
+
+    ops = list(dict.fromkeys(r["op"] for r in result["results"]))
+    rows = -(-len(ops) // cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(9, 3.3 * rows), squeeze=False)
+    for ax, op in zip(axes.flat, ops):
+        for k, f in enumerate(x for x in result["fits"] if x["op"] == op):
+            pts = [r for r in result["results"] if (r["op"], r["n"]) == (op, f["n"])]
+            xs = [r["bytes"] for r in pts]
+            ax.loglog(xs, [r["seconds"] * 1e3 for r in pts], "o", color=f"C{k}",
+                      label=f"n = {f['n']}, measured")
+            if f["error"] is None:
+                model = [cc.collective_time(op, f["algorithm"], f["n"], x, max(f["alpha"], 0.0),
+                                            f["bandwidth"]) * 1e3 for x in xs]
+                ax.loglog(xs, model, "-", color=f"C{k}", label=f"n = {f['n']}, α-β fit")
+        sizes = sorted({r["bytes"] for r in result["results"] if r["op"] == op})
+        ax.set_xticks(sizes, [_bytes_label(s) for s in sizes])
+        ax.minorticks_off()
+        ax.set(title=op, xlabel="S (message size)", ylabel="time (ms)")
+        ax.legend(fontsize=8)
+    for ax in list(axes.flat)[len(ops):]:
+        ax.axis("off")
+    fig.tight_layout()
+    return fig

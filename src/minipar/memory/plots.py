@@ -18,7 +18,9 @@ def memory_vs_gpus(L, h, a, s, V, *, b=1, recompute="selective", ns=(1, 2, 4, 8)
     total/N line. Activations of one micro-batch of b sequences."""
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(6.5, 3.6))
+    from matplotlib.ticker import NullFormatter
+
+    fig, ax = plt.subplots(figsize=(7, 4.4))
     one = per_gpu_memory(L, h, a, s, V, b=b, recompute=recompute).total / GiB
     ax.plot(ns, [one / n for n in ns], "k--", label="ideal: total / N")
     for label, kw in LAYOUTS.items():
@@ -29,8 +31,14 @@ def memory_vs_gpus(L, h, a, s, V, *, b=1, recompute="selective", ns=(1, 2, 4, 8)
     ax.set_yscale("log")
     ax.set_xticks(ns, [str(n) for n in ns])
     ax.set_xlabel("GPUs N")
-    ax.set_ylabel("GiB per GPU")
+    ax.set_ylabel("GiB per GPU (log scale)")
+    ticks = [t for t in (10, 20, 50, 100, 200, 500, 1000, 2000, 5000) if
+             min(y for line in ax.get_lines() for y in line.get_ydata()) / 1.5 <= t
+             <= max(y for line in ax.get_lines() for y in line.get_ydata()) * 1.5]
+    ax.set_yticks(ticks, [f"{t:g}" for t in ticks])
+    ax.yaxis.set_minor_formatter(NullFormatter())
     ax.set_title(title, fontsize=9)
-    ax.legend(fontsize=8)
+    ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.15), ncol=2,
+              frameon=False)
     fig.tight_layout()
     return fig
