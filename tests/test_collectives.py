@@ -221,3 +221,16 @@ def test_batch_isend_irecv_runs_on_gloo(n):
     20 ring shifts; a hang would raise TimeoutError."""
     got = run(_batched_ring_shift, n, 20, backend="gloo", timeout=60)
     assert got == [float((r - 1) % n) for r in range(n)]
+
+
+def test_fit_ranges_for_the_chapter():
+    from minipar.collectives.demo import fit_ranges
+    bench = {"fits": [dict(op="all-reduce", alpha=59e-6, bandwidth=1.6e9, error=None),
+                      dict(op="broadcast", alpha=314e-6, bandwidth=3.9e9, error=None),
+                      dict(op="all-gather", alpha=None, bandwidth=None, error="too few")]}
+    r = fit_ranges(bench)
+    assert r["alpha_us"] == pytest.approx((59, 314)) and r["ops"] == ["all-reduce", "broadcast"]
+    assert r["alpha_text"] == "59–314 µs"
+    assert r["bandwidth_text"] == "1.6–3.9 GB/s per direction"
+    with pytest.raises(ValueError, match=r"fits that succeeded \(0\) must be at least 1: too few"):
+        fit_ranges({"fits": bench["fits"][2:]})

@@ -77,7 +77,7 @@ def _all_on_rank(rank, n):
 @pytest.fixture(scope="module", params=[2, 4], ids=lambda n: f"n{n}")
 def launched(request):
     n = request.param
-    return n, run(_all_on_rank, n, timeout=120)
+    return n, run(_all_on_rank, n, backend="gloo", timeout=120)
 
 
 @pytest.fixture(scope="module")
@@ -176,12 +176,12 @@ def _one_rank(rank, n):
 
 
 def test_one_rank_group_is_a_no_op():
-    same, untouched = run(_one_rank, 1)[0]
+    same, untouched = run(_one_rank, 1, backend="gloo")[0]
     assert same and untouched
 
 
 def test_bucket_order_and_sizes():
-    run(functools.partial(_bucket_layout), 1)
+    run(functools.partial(_bucket_layout), 1, backend="gloo")
 
 
 def _bucket_layout(rank, n):
@@ -197,7 +197,7 @@ def _bucket_layout(rank, n):
 def test_zero_rejects_bad_stage():
     from minipar.launch import RankError
     with pytest.raises(RankError, match=r"ZeRO stage \(4\) must be 0, 1, 2 or 3"):
-        run(lambda r, n: ZeRO(TiedClassifier(), 4, None), 1)
+        run(lambda r, n: ZeRO(TiedClassifier(), 4, None), 1, backend="gloo")
 
 
 # ------------------------------------------------------------------ the bench command

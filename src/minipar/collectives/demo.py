@@ -105,3 +105,26 @@ def sent_bytes_by_algorithm(n: int = 4, numel: int = 2**16) -> dict:
 
     per_rank = run(_sent_on_rank, n, numel, backend="gloo", timeout=60)
     return {a: [r[a] for r in per_rank] for a in per_rank[0]}
+
+
+def fit_ranges(bench: dict) -> dict:
+    """The spread of the α-β fits of a :func:`minipar.bench.collectives.run_benchmark` result,
+    for the chapter to quote (glue) instead of writing numbers down.
+
+    Returns ``alpha_us`` and ``bandwidth_gbps`` as (lowest, highest) over the fits that
+    succeeded (α in µs per message, bandwidth in GB/s = 10⁹ bytes/s per direction), ``ops`` the
+    ops they cover, and ``alpha_text``/``bandwidth_text`` ready to print ("59–314 µs").
+    ValueError if no fit succeeded.
+    """
+    ok = [f for f in bench["fits"] if not f.get("error")]
+    if not ok:
+        raise ValueError(f"fits that succeeded ({len(ok)}) must be at least 1: "
+                         + "; ".join(str(f.get("error")) for f in bench["fits"]))
+    alpha = [f["alpha"] * 1e6 for f in ok]                      # µs
+    bw = [f["bandwidth"] / 1e9 for f in ok]                     # GB/s per direction
+    out = {"alpha_us": (min(alpha), max(alpha)), "bandwidth_gbps": (min(bw), max(bw)),
+           "ops": sorted({f["op"] for f in ok})}
+    out["alpha_text"] = f"{out['alpha_us'][0]:.0f}–{out['alpha_us'][1]:.0f} µs"
+    out["bandwidth_text"] = (f"{out['bandwidth_gbps'][0]:.1f}–{out['bandwidth_gbps'][1]:.1f} "
+                             "GB/s per direction")
+    return out
