@@ -70,8 +70,8 @@ def _reference(batches, rows: slice, m: int, dtype):
     return losses, grads, model
 
 
-def train_3d_on_rank(rank: int, world_size: int, d: int, t: int, p: int, *, m: int = 2,
-                     b: int = 2, steps: int = 3, bugs=BUGS, dtype=torch.float64) -> dict:
+def train_3d_on_rank(rank: int, world_size: int, d: int, t: int, p: int, bugs=BUGS, *,
+                     m: int = 2, b: int = 2, steps: int = 3, dtype=torch.float64) -> dict:
     """Train 3D on this rank once per entry of ``bugs`` (None = correct; the others are
     negative controls) and return, per entry, the parity maxima against the reference; for the
     correct run also the traced traffic per group and ZeRO's measured state bytes."""
