@@ -19,6 +19,7 @@ from minipar.tensor_parallel import (ColumnParallelLinear, ParallelBlock, RowPar
 from minipar.tensor_parallel.experiments import (SMALL, B, _randn, all_parity, block_parity,
                                                  block_saved_bytes, block_traffic,
                                                  dropout_masks, max_diff)
+from minipar.tensor_parallel.dtensor import compare_on_rank
 from minipar.tensor_parallel.mappings import group_rank, group_size
 from minipar.memory.gpt import GPTConfig
 
@@ -96,7 +97,8 @@ def _everything(rank, t):
             "traffic": block_traffic(rank, t),
             "traffic sp": block_traffic(rank, t, sequence_parallel=True),
             "masks": dropout_masks(rank, t), "masks shared seed": dropout_masks(rank, t, tp_offset=0),
-            "saved": block_saved_bytes(rank, t), "saved sp": block_saved_bytes(rank, t, sequence_parallel=True)}
+            "saved": block_saved_bytes(rank, t), "saved sp": block_saved_bytes(rank, t, sequence_parallel=True),
+            "dtensor": compare_on_rank(rank, t)}
 
 
 @pytest.fixture(scope="module", params=[2, 3, 4], ids=lambda t: f"t{t}")
@@ -202,3 +204,12 @@ def test_saved_activations_match_korthikanti_items(launched):
         assert r["saved"]["measured"] == r["saved"]["model"]
         assert r["saved sp"]["measured"] == r["saved sp"]["model"] + gathered
         assert r["saved sp"]["measured"] < r["saved"]["measured"]
+
+
+@pytest.mark.slow
+def test_same_losses_and_gradients_as_dtensor(launched):
+    t, results = launched
+    for d in (r["dtensor"] for r in results):
+        assert set(d) == {"loss ours-dtensor", "dX ours-dtensor", "dW ours-dtensor",
+                          "loss ours-full", "dX ours-full", "dW ours-full"}
+        assert max(d.values()) < TOL, d

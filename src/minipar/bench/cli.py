@@ -12,6 +12,7 @@ BENCH_MODULES = [
     "minipar.bench.data_parallel", # minipar bench data_parallel (alias: dp)
     "minipar.bench.launch",        # minipar bench launch
     "minipar.bench.pipeline_parallel",  # minipar bench pipeline_parallel (alias: pp)
+    "minipar.bench.tensor_parallel",  # minipar bench tensor_parallel (alias: tp)
 ]
 
 

@@ -1,0 +1,72 @@
+"""``minipar bench tensor_parallel`` (alias ``tp``): our tensor-parallel MLP block against
+DTensor's (``parallelize_module`` with ColwiseParallel / RowwiseParallel) on the same shapes.
+
+One launch on ``--ranks`` gloo ranks of this machine; forward + backward of each, interleaved
+round by round; a round's time is the median over ``--steps`` of that rank, a variant's time the
+median over rounds of the slowest rank. ``ours_to_dtensor`` is our throughput divided by
+DTensor's (1.0 = as fast; the issue's target is >= 0.9). Also reported: the largest differences
+of loss and gradients between the two (float64, same weights).
+
+A benchmark reports, it never asserts: ranks share this machine's cores, so numbers are noisy.
+"""
+from __future__ import annotations
+
+import json
+
+
+def _median(xs):
+    xs = sorted(xs)
+    return xs[len(xs) // 2]
+
+
+def bench(ranks: int, h: int, b: int, s: int, steps: int, rounds: int) -> dict:
+    from minipar.launch import run
+    from minipar.tensor_parallel.dtensor import compare_on_rank, time_on_rank
+
+    per_rank = run(time_on_rank, ranks, h, b, s, steps, rounds, backend="gloo", timeout=600)
+    t = {k: _median([max(r[k][i] for r in per_rank) for i in range(rounds)])
+         for k in per_rank[0]}
+    diffs = run(compare_on_rank, ranks, backend="gloo", timeout=300)
+    return {"ranks": ranks, "h": h, "b": b, "s": s, "dtype": "float32", "step_seconds": t,
+            "tokens_per_second": {k: b * s / v for k, v in t.items()},
+            "ours_to_dtensor": t["dtensor"] / t["ours"],
+            "max_difference_float64": {k: max(d[k] for d in diffs) for k in diffs[0]}}
+
+
+def _main(args) -> int:
+    from minipar.cli import CliError
+
+    for name, lo in (("ranks", 2), ("hidden", 1), ("batch", 1), ("seq", 1), ("steps", 1),
+                     ("rounds", 1)):
+        if getattr(args, name) < lo:
+            raise CliError(f"--{name} ({getattr(args, name)}) must be >= {lo}")
+    if args.ranks > 16:
+        raise CliError(f"--ranks ({args.ranks}) must be <= 16 on one machine")
+    if (4 * args.hidden) % args.ranks:
+        raise CliError(f"4·hidden ({4 * args.hidden}) must be divisible by t ({args.ranks})")
+    r = bench(args.ranks, args.hidden, args.batch, args.seq, args.steps, args.rounds)
+    if args.json:
+        print(json.dumps(r))
+        return 0
+    print(f"tensor-parallel MLP block on {r['ranks']} gloo ranks: h = {r['h']}, b = {r['b']}, "
+          f"s = {r['s']}, float32, forward + backward")
+    for k, v in r["step_seconds"].items():
+        print(f"{k:<9}{v * 1e3:>9.2f} ms{r['tokens_per_second'][k]:>12.0f} tokens/s")
+    print(f"ours_to_dtensor = {r['ours_to_dtensor']:.2f} (our throughput / DTensor's)")
+    worst = max(r["max_difference_float64"].values())
+    print(f"largest difference of loss and gradients, ours vs DTensor and vs one process "
+          f"(float64): {worst:.1e}")
+    return 0
+
+
+def add_bench_parser(bench_sub) -> None:
+    p = bench_sub.add_parser("tensor_parallel", aliases=["tp"],
+                             help="time our tensor-parallel MLP block against DTensor's")
+    p.add_argument("--ranks", type=int, default=2, help="gloo ranks = t (default 2)")
+    p.add_argument("--hidden", type=int, default=512, help="hidden size h (default 512)")
+    p.add_argument("--batch", type=int, default=4, help="micro-batch b (default 4)")
+    p.add_argument("--seq", type=int, default=128, help="sequence length s (default 128)")
+    p.add_argument("--steps", type=int, default=5, help="timed steps per round (default 5)")
+    p.add_argument("--rounds", type=int, default=3, help="interleaved rounds (default 3)")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.set_defaults(func=_main)

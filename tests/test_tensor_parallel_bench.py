@@ -1,0 +1,26 @@
+"""``minipar bench tensor_parallel``: runs, reports ``ours_to_dtensor`` and the differences
+from DTensor (never a speed assertion)."""
+import json
+import subprocess
+import sys
+
+import pytest
+
+
+@pytest.mark.slow
+def test_bench_tp_json():
+    out = subprocess.run([sys.executable, "-m", "minipar.cli", "bench", "tp", "--ranks", "2",
+                          "--hidden", "48", "--batch", "2", "--seq", "8", "--steps", "1",
+                          "--rounds", "1", "--json"],
+                         capture_output=True, text=True, timeout=600, check=True)
+    r = json.loads(out.stdout.strip().splitlines()[-1])
+    assert r["ranks"] == 2 and r["ours_to_dtensor"] > 0
+    assert set(r["step_seconds"]) == {"ours", "dtensor"}
+    assert max(r["max_difference_float64"].values()) < 1e-12
+
+
+def test_bench_tp_rejects_bad_shapes():
+    out = subprocess.run([sys.executable, "-m", "minipar.cli", "bench", "tp", "--ranks", "3",
+                          "--hidden", "10"], capture_output=True, text=True, timeout=120)
+    assert out.returncode != 0
+    assert "4·hidden (40) must be divisible by t (3)" in out.stderr + out.stdout
