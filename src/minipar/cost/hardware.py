@@ -35,14 +35,16 @@ LINKS: dict[str, Link] = {
     "nvlink4-h100": Link(
         "nvlink4-h100", 450 * GB, 2e-6,
         source="NVIDIA H100 Tensor Core GPU datasheet: NVLink 900 GB/s (18 NVLink-4 links)",
-        note="900 GB/s is the bidirectional total = 450 GB/s per direction. Seed article 004 "
-             "quotes the 900 GB/s bidirectional figure correctly; a ring step can use 450."),
+        note="900 GB/s is the bidirectional total = 450 GB/s per direction. 'What Is Tensor "
+             "Parallelism? Multi-GPU Training Explained' quotes the 900 GB/s bidirectional "
+             "figure correctly; a ring step can use 450."),
     "pcie5-x16": Link(
         "pcie5-x16", 32e9 * 16 * (128 / 130) / 8, 5e-6,
         source="PCI-SIG PCIe 5.0 base spec: 32 GT/s per lane, 128b/130b encoding",
         note="32 GT/s x 16 lanes x 128/130 / 8 = 63.0 GB/s per direction (≈64 GB/s as usually "
              "quoted), ≈126 GB/s bidirectional; NVIDIA's '128 GB/s' is that bidirectional sum. "
-             "Seed article 004 calls ~64 GB/s 'bidirectional': it is per direction. Measured "
+             "'What Is Tensor Parallelism? Multi-GPU Training Explained' calls ~64 GB/s "
+             "'bidirectional': it is per direction. Measured "
              "GPU-to-GPU copies reach roughly 50 GB/s."),
     "ib-ndr400": Link(
         "ib-ndr400", 400e9 / 8, 5e-6,
