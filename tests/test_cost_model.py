@@ -93,3 +93,14 @@ def test_bad_sizes():
         mfu(1.0, 0.0)
     # the smallest model: 12 + 13 weights and biases in one layer, 2 embedding rows of h = 1
     assert param_count(1, 1, 1, 1) == 12 + 13 + 2
+
+
+def test_llama_parameter_counts_are_the_published_ones():
+    from minipar.cost.model import param_count_llama
+    assert param_count_llama(32, 4096, 32000, 32, 32, 11008) == 6_738_415_616      # Llama 2 7B
+    assert param_count_llama(80, 8192, 32000, 64, 8, 28672) == 68_976_648_192     # Llama 2 70B
+    # control: Eq. 2's GPT shape for the same L, h, V misses 4.5B (GQA, SwiGLU width, untied)
+    assert param_count(80, 8192, 32000, 4096) < 65e9
+    with pytest.raises(ValueError, match=r"heads \(64\) must be divisible by key-value heads "
+                                         r"a_kv \(7\)"):
+        param_count_llama(80, 8192, 32000, 64, 7, 28672)

@@ -3,6 +3,7 @@
 Notation: L layers, h hidden size, a heads, s sequence length, V vocabulary, B global batch
 (sequences per iteration). The MLP is h → 4h → h, attention has no grouped keys, embeddings are
 tied to the output layer; these are the assumptions of the two Megatron papers cited below.
+:func:`param_count_llama` counts Llama-class shapes (GQA, SwiGLU, untied embeddings).
 """
 from __future__ import annotations
 
@@ -24,6 +25,28 @@ def param_count(L: int, h: int, V: int, s: int) -> int:
     """
     _positive(L=L, h=h, V=V, s=s)
     return 12 * L * h**2 + 13 * L * h + (V + s) * h  # Eq. 2 multiplied out: exact integer
+
+
+def param_count_llama(L: int, h: int, V: int, a: int, a_kv: int, f: int,
+                      tied: bool = False) -> int:
+    """Ψ of a Llama-class decoder: grouped-query attention, SwiGLU MLP, RMSNorm, RoPE, no biases.
+
+    Per layer: Q and output projections 2h², K and V projections 2h·(h·a_kv/a) (a_kv key-value
+    heads, Ainslie et al. 2023, "GQA"), a SwiGLU MLP of three h×f matrices 3hf (Shazeer 2020,
+    "GLU Variants Improve Transformer"), two RMSNorm scales 2h; then a final RMSNorm h and the
+    token embedding Vh, doubled when input and output embeddings are untied (Llama 2, Touvron et
+    al. 2023). No position embeddings (rotary). f = 8h/3 keeps the MLP at 8h², as in Eq. 2's
+    h → 4h → h. Reproduces the published counts
+    exactly: Llama 2 7B (32, 4096, 32000, 32, 32, 11008) = 6 738 415 616; Llama 2 70B
+    (80, 8192, 32000, 64, 8, 28672) = 68 976 648 192.
+    """
+    _positive(L=L, h=h, V=V, a=a, a_kv=a_kv, f=f)
+    if a % a_kv:
+        raise ValueError(f"heads ({a}) must be divisible by key-value heads a_kv ({a_kv})")
+    if h % a:
+        raise ValueError(f"hidden size ({h}) must be divisible by heads ({a})")
+    layer = 2 * h * h + 2 * h * (h // a) * a_kv + 3 * h * f + 2 * h
+    return L * layer + h + V * h * (1 if tied else 2)
 
 
 def flops_per_iteration(B: int, s: int, L: int, h: int, V: int, recompute: str = "none") -> float:
