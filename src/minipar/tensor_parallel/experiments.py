@@ -68,6 +68,12 @@ def layer_parity(rank: int, t: int, group=None, dtype=torch.float64) -> dict[str
     res["column out"] = max_diff(y, shard(ref, -1, rank, t))
     res["column dX"] = max_diff(xl.grad, x.grad)
     res["column dW"] = param_diff(col, ColumnParallelLinear.from_full(grads_as_module(full_col), group), True)
+    acol = ColumnParallelLinear.from_full(full_col, group, async_grad_allreduce=True)
+    xl = x.detach().clone().requires_grad_()
+    y = acol(xl)
+    y.backward(shard(_randn(*ref.shape, seed=3, dtype=dtype), -1, rank, t))
+    res["async column dX"] = max_diff(xl.grad, x.grad)
+    res["async column dW"] = param_diff(acol, ColumnParallelLinear.from_full(grads_as_module(full_col), group), True)
     x.grad = None
     for m in (full_col, full_row):
         m.zero_grad()
@@ -269,4 +275,23 @@ def chapter_runs(ts=(1, 2, 3)) -> dict[int, dict]:
         per_rank = [_chapter_on_rank(0, 1)] if t == 1 else run(_chapter_on_rank, t)
         out[t] = dict(per_rank[0])
         out[t]["parity"] = {k: max(r["parity"][k] for r in per_rank) for k in per_rank[0]["parity"]}
+    return out
+
+
+def overlap_on_rank(rank: int, t: int, h: int = 256, b: int = 4, s: int = 128,
+                    steps: int = 3) -> list[dict]:
+    """Backward event times of an async column-parallel layer (``async_grad_allreduce=True``):
+    the input-gradient GEMM, the all-reduce from launch to the end of its wait, the
+    weight-gradient GEMM running meanwhile, and whether the all-reduce had already completed
+    when the GEMM ended. Times in seconds from the start of each backward."""
+    torch.manual_seed(0)
+    col = ColumnParallelLinear(h, 4 * h, async_grad_allreduce=True)
+    x = torch.randn(b, s, h, generator=torch.Generator().manual_seed(1)).requires_grad_()
+    out = []
+    for _ in range(steps):
+        col.timeline = []
+        col(x).sum().backward()
+        ev = col.timeline[0]
+        t0 = ev["grad_input_gemm"][0]
+        out.append({k: (v if isinstance(v, bool) else (v[0] - t0, v[1] - t0)) for k, v in ev.items()})
     return out

@@ -26,6 +26,8 @@ marked ``p.sequence_parallel = True`` for :func:`minipar.tensor_parallel.block.a
 """
 from __future__ import annotations
 
+import time
+
 import torch
 import torch.distributed as dist
 import torch.nn as nn
@@ -51,27 +53,39 @@ def shard(full: torch.Tensor, dim: int, rank: int, t: int, stride: int = 1) -> t
 class _LinearAsyncGradAllReduce(torch.autograd.Function):
     """``F.linear`` whose backward starts the input-gradient all-reduce asynchronously and
     computes the weight gradient while it runs (Megatron's async TP, picotron's
-    ``LinearWithAsyncAllReduce``). Forward: identity on x (f), then x Aᵀ + b."""
+    ``LinearWithAsyncAllReduce``). Forward: identity on x (f), then x Aᵀ + b.
+    ``timeline``: a list to which backward appends its event times (for the chapter's figure)."""
 
     @staticmethod
-    def forward(ctx, x, weight, bias, group):
+    def forward(ctx, x, weight, bias, group, timeline):
         ctx.save_for_backward(x, weight)
-        ctx.group, ctx.has_bias = group, bias is not None
+        ctx.group, ctx.has_bias, ctx.timeline = group, bias is not None, timeline
         return F.linear(x, weight, bias)
 
     @staticmethod
     def backward(ctx, grad):                               # grad (b, s, out/t)
         x, weight = ctx.saved_tensors
+        clock = [time.perf_counter()]
         grad_x = grad.matmul(weight)                       # (b, s, in), a partial sum
         work = None
+        clock.append(time.perf_counter())
         if group_size(ctx.group) > 1:
             work = dist.all_reduce(grad_x, group=ctx.group, async_op=True)
+        clock.append(time.perf_counter())
         g2 = grad.reshape(-1, grad.shape[-1])              # (b·s, out/t)
         grad_w = g2.t().matmul(x.reshape(-1, x.shape[-1])) # (out/t, in): overlaps the all-reduce
         grad_b = g2.sum(0) if ctx.has_bias else None
+        clock.append(time.perf_counter())
+        done_early = work is None or work.is_completed()
         if work is not None:
             work.wait()
-        return grad_x, grad_w, grad_b, None
+        clock.append(time.perf_counter())
+        if ctx.timeline is not None:
+            ctx.timeline.append({"grad_input_gemm": (clock[0], clock[1]),
+                                 "all_reduce": (clock[2], clock[4]),
+                                 "weight_grad_gemm": (clock[2], clock[3]),
+                                 "done_before_gemm_ended": done_early})
+        return grad_x, grad_w, grad_b, None, None
 
 
 class ColumnParallelLinear(nn.Module):
@@ -97,6 +111,7 @@ class ColumnParallelLinear(nn.Module):
                "output features" if stride == 1 else "output features per block")
         self.gather_output, self.sequence_parallel = gather_output, sequence_parallel
         self.async_grad_allreduce = async_grad_allreduce and not sequence_parallel
+        self.timeline = None      # a list: backward appends its event times (async path only)
         master = nn.Linear(in_features, out_features, bias=bias)   # same on every rank
         self.weight = nn.Parameter(shard(master.weight.detach(), 0, self.rank, self.t, stride))
         self.bias = (nn.Parameter(shard(master.bias.detach(), 0, self.rank, self.t, stride))
@@ -117,7 +132,8 @@ class ColumnParallelLinear(nn.Module):
         if self.sequence_parallel:
             y = F.linear(gather_from_sp_region(x, self.group), self.weight, self.bias)
         elif self.async_grad_allreduce:
-            y = _LinearAsyncGradAllReduce.apply(x, self.weight, self.bias, self.group)
+            y = _LinearAsyncGradAllReduce.apply(x, self.weight, self.bias, self.group,
+                                                self.timeline)
         else:
             y = F.linear(copy_to_tp_region(x, self.group), self.weight, self.bias)
         # y (b, s, out/t)

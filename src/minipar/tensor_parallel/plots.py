@@ -38,3 +38,23 @@ def comm_compute(ts, ratios: dict[str, list[float]], title=""):
     ax.legend(fontsize=8)
     fig.tight_layout()
     return fig
+
+
+def overlap(per_rank: list[dict], title=""):
+    """One backward of an async column-parallel layer per rank: the input-gradient GEMM, then
+    the all-reduce of its result (launch to end of wait) beside the weight-gradient GEMM."""
+    fig, ax = plt.subplots(figsize=(8, 1.2 + 0.8 * len(per_rank)))
+    colors = {"grad_input_gemm": "#9ecae1", "weight_grad_gemm": "#3182bd", "all_reduce": "#e6550d"}
+    rows = {"grad_input_gemm": 0.55, "weight_grad_gemm": 0.55, "all_reduce": 0.1}
+    for r, ev in enumerate(per_rank):
+        for k, c in colors.items():
+            s, e = ev[k]
+            ax.broken_barh([(s * 1e3, (e - s) * 1e3)], (2 * r + rows[k], 0.4), color=c,
+                           label=k.replace("_", " ") if r == 0 else None)
+    ax.set_yticks([2 * r + 0.5 for r in range(len(per_rank))],
+                  [f"rank {r}" for r in range(len(per_rank))])
+    ax.set_xlabel("ms since backward reached the layer (all-reduce: launch to end of wait)")
+    ax.set_title(title)
+    ax.legend(loc="upper left", fontsize=8, ncol=3)
+    fig.tight_layout()
+    return fig
