@@ -48,11 +48,35 @@ def nothing(model, group=None):
     pass
 
 
+def ignores_group(model, group=None):
+    for p in model.parameters():
+        if p.grad is not None:
+            dist.all_reduce(p.grad)
+            p.grad.div_(dist.get_world_size())
+
+
+def divides_by_world(model, group=None):
+    for p in model.parameters():
+        if p.grad is not None:
+            dist.all_reduce(p.grad, group=group)
+            p.grad.div_(dist.get_world_size())
+
+
+def hard_coded_two(model, group=None):
+    for p in model.parameters():
+        if p.grad is not None:
+            dist.all_reduce(p.grad, group=group)
+            p.grad.div_(2)
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("fn, reason", [
     (summing, "SUM over the 2 ranks, not the mean"),
     (averaging_parameters, "instead of p.grad"),
     (nothing, "nothing was all-reduced"),
+    (ignores_group, "ignores its group argument"),
+    (divides_by_world, "divided by 3, the world size"),
+    (hard_coded_two, "divided by 2, not by n = 3: is n hard-coded?"),
 ])
 def test_average_gradients_mistakes(fn, reason, capsys):
     assert reason in failure("data_parallel.average_gradients", fn, capsys)
@@ -66,7 +90,11 @@ def bucketed_variant(mistake):
         def __init__(self, model, cap):
             if mistake == "tied_twice":   # parameters listed without deduplication
                 self.model = model
-            super().__init__(model, cap)
+            super().__init__(model, 0 if mistake == "per_parameter" else cap)
+            if mistake == "forward_order":  # buckets in forward order: the first bucket holds
+                self.buckets.reverse()      # the gradient that is ready last
+                self.where = {id(p): i for i, b in enumerate(self.buckets) for p in b}
+                self.reset()
             if mistake == "tied_twice":
                 tied = model.head.weight
                 self.buckets[-1].append(tied)
@@ -86,6 +114,8 @@ def bucketed_variant(mistake):
             Good.hook(self, p)
 
         def finish(self):
+            if mistake == "halve":
+                self.n = 2                # hard-coded for the 2 ranks the author tried
             if mistake == "no_overlap":   # everything reduced after backward
                 for i in range(len(self.buckets)):
                     self.missing[i] = 0
@@ -103,10 +133,14 @@ def bucketed_variant(mistake):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("mistake, reason", [
-    ("params", "instead of p.grad"),
-    ("sum", "SUM over the 2 ranks"),
-    ("no_overlap", "no all-reduce started before backward finished"),
+    ("params", "not the parameter p itself"),
+    ("sum", "SUM over the 3 ranks"),
+    ("no_overlap", "no all-reduce had started when the last gradient became ready"),
     ("tied_twice", "reduced twice"),
+    ("forward_order", "no all-reduce had started when the last gradient became ready"),
+    ("per_parameter", "5 all-reduces per step; with bucket_cap_bytes=2048 the trainable "
+                      "parameters in reverse order make 3 buckets"),
+    ("halve", "divided by 2, not by n = 3: is n hard-coded?"),
 ])
 def test_bucketed_mistakes(mistake, reason, capsys):
     assert reason in failure("data_parallel.bucketed", bucketed_variant(mistake), capsys)
@@ -126,6 +160,13 @@ def loss_not_divided(model, dp, micro_batches, loss_fn):
     dp.finish()
 
 
+def one_big_backward(model, dp, micro_batches, loss_fn):
+    x = torch.cat([x for x, _ in micro_batches])
+    y = torch.cat([y for _, y in micro_batches])
+    loss_fn(model(x), y).backward()
+    dp.finish()
+
+
 def no_finish(model, dp, micro_batches, loss_fn):
     with dp.no_sync():
         for x, y in micro_batches:
@@ -135,8 +176,9 @@ def no_finish(model, dp, micro_batches, loss_fn):
 @pytest.mark.slow
 @pytest.mark.parametrize("fn, reason", [
     (sync_every_step, "must run under dp.no_sync()"),
-    (loss_not_divided, "3× too large"),
+    (loss_not_divided, "4× too large"),
     (no_finish, "call dp.finish()"),
+    (one_big_backward, "rank 0: 1 backward pass(es) for 4 micro-batches"),
 ])
 def test_accumulation_mistakes(fn, reason, capsys):
     assert reason in failure("data_parallel.accumulation", fn, capsys)
@@ -167,8 +209,19 @@ def zero1_local_grad(flat, grad, shard, optimizer, group=None):
     dist.all_gather_single(flat, shard.detach().clone(), group=group)
 
 
+def zero1_all_reduce(flat, grad, shard, optimizer, group=None):
+    n, r = dist.get_world_size(group), dist.get_rank(group)
+    g = grad.clone()
+    dist.all_reduce(g, group=group)                  # everyone gets every shard's sum
+    shard.grad = g[r * shard.numel():(r + 1) * shard.numel()] / n
+    optimizer.step()
+    dist.all_gather_single(flat, shard.detach().clone(), group=group)
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("fn, reason", [
+    (zero1_all_reduce, "n=2: parameters right, but the gradients went through all_reduce, not "
+                       "a reduce-scatter"),
     (zero1_no_gather, "all-gather the updated shards"),
     (zero1_sum, "summed over the 2 ranks, not averaged"),
     (zero1_local_grad, "did you average the gradient"),

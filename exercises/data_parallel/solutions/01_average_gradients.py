@@ -8,7 +8,9 @@
 #
 # The model has a frozen parameter (`requires_grad=False`, its `.grad` is `None`) and a tied
 # weight (the embedding matrix is also the output layer; `model.parameters()` lists it once).
-# The checker runs your function on 2 and 3 gloo ranks and compares with one process.
+# The checker runs your function on 2 and 3 gloo ranks and compares with one process; on 3
+# ranks it also passes a `group` of ranks 0 and 1 (rank 2 gets a group of its own): average
+# over the ranks of `group`, dividing by `dist.get_world_size(group)`.
 # %%
 import torch
 import torch.distributed as dist

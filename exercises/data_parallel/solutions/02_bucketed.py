@@ -15,8 +15,9 @@
 # 4. `finish()` waits for every launched all-reduce, divides by n, copies the means back into
 #    the `.grad` tensors, and resets the state for the next step.
 #
-# The checker (2 ranks, 2 KiB buckets) wants the full-batch gradients, exactly Ψ·4 bytes
-# all-reduced per step, more than one all-reduce, and at least one started before backward ends.
+# The checker (3 ranks, 2 KiB buckets) wants the full-batch gradients, exactly Ψ·4 bytes
+# all-reduced per step, one all-reduce per bucket of the rule above, and at least one started
+# before the last gradient's hook fires.
 # %%
 import torch
 import torch.distributed as dist

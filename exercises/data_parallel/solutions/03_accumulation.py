@@ -8,7 +8,8 @@
 #
 # `dp` is a `minipar.data_parallel.BucketedDataParallel`: backward launches its all-reduces from
 # gradient hooks, `with dp.no_sync():` turns that off, and `dp.finish()` waits for the
-# all-reduces and writes the averaged gradients. The checker uses 2 ranks and 3 micro-batches.
+# all-reduces and writes the averaged gradients. Run one forward and one backward per
+# micro-batch. The checker uses 3 ranks and 4 micro-batches.
 # %%
 import contextlib
 

@@ -13,7 +13,8 @@
 # 3. all-gather the updated shards into `flat` (`dist.all_gather_single(output, input)`), so
 #    every rank has every updated parameter for the next forward.
 #
-# The checker runs 3 steps on 2 and 4 ranks and compares `flat` with one process.
+# The checker runs 3 steps on 2 and 3 ranks, compares `flat` with one process, and wants the
+# gradients reduce-scattered (an all-reduce moves twice the bytes).
 # %%
 import torch
 import torch.distributed as dist

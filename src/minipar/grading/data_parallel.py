@@ -59,6 +59,11 @@ def _diagnose_grads(got, ref, n, rank, changed_params, reduced_bytes) -> None:
         if _same(g, n * r):
             raise GradeFailure(f"rank {rank}: gradients are the SUM over the {n} ranks, not the "
                                f"mean: divide by n = {n}")
+        for k in (2, 4, 8):
+            if k != n and _same(g, n * r / k):
+                raise GradeFailure(f"rank {rank}: gradients are the sum over the {n} ranks "
+                                   f"divided by {k}, not by n = {n}: is n hard-coded? use "
+                                   "dist.get_world_size(group)")
         if _same(g, l) and reduced_bytes:
             raise GradeFailure(f"rank {rank}: gradients are still this rank's own although "
                                f"{reduced_bytes} bytes were all-reduced: did you average the "
@@ -73,37 +78,94 @@ def _diagnose_grads(got, ref, n, rank, changed_params, reduced_bytes) -> None:
 
 
 # ----------------------------------------------------------------------------- 01 average
+def _local_grads(model_fn, x, y):
+    import torch.nn.functional as F
+    model = model_fn()
+    F.cross_entropy(model(x), y).backward()
+    return model
+
+
 def _average_on_rank(rank, n, fn):
     import torch
-    import torch.nn.functional as F
+    import torch.distributed as dist
 
     from minipar.data_parallel.models import TiedClassifier, token_batches
     from minipar.trace import trace
-    torch.manual_seed(0)
-    model = TiedClassifier()
+
+    def fresh():
+        torch.manual_seed(0)
+        return TiedClassifier()
+
     x, y = token_batches(1, BATCH)[0]
-    F.cross_entropy(model(x.chunk(n)[rank]), y.chunk(n)[rank]).backward()
+    x, y = x.chunk(n)[rank], y.chunk(n)[rank]
+    model = _local_grads(fresh, x, y)
     before = [p.detach().clone() for p in model.parameters()]
     with trace() as tr:
         fn(model)
-    changed = any(not torch.equal(a, p) for a, p in zip(before, model.parameters()))
-    grads = [None if p.grad is None else p.grad.clone() for p in model.parameters()]
-    return dict(grads=grads, changed=changed, bytes=tr.bytes())
+    out = dict(changed=any(not torch.equal(a, p) for a, p in zip(before, model.parameters())),
+               grads=[None if p.grad is None else p.grad.clone() for p in model.parameters()],
+               bytes=tr.bytes())
+    if n == 3:                  # group honoured? ranks 0 and 1 average; rank 2 is alone
+        pair, alone = dist.new_group([0, 1]), dist.new_group([2])
+        model = _local_grads(fresh, x, y)
+        fn(model, group=pair if rank < 2 else alone)
+        out["sub"] = [None if p.grad is None else p.grad.clone() for p in model.parameters()]
+    return out
+
+
+def _check_subgroup(results) -> None:
+    """Ranks 0 and 1 called with a group of ranks [0, 1], rank 2 with a group of itself."""
+    local = [_reference_grads(rank=r, n=3) for r in range(3)]
+    pair = [None if a is None else (a + b) / 2 for a, b in zip(local[0], local[1])]
+    everyone = [None if a is None else (a + b + c) / 3 for a, b, c in zip(*local)]
+    summed_pair_over_3 = [None if a is None else (a + b) / 3 for a, b in zip(local[0], local[1])]
+    for rank, r in enumerate(results):
+        want = pair if rank < 2 else local[2]
+        got = r["sub"]
+        if all(w is None or _same(g, w) for g, w in zip(got, want)):
+            continue
+        if rank < 2 and all(w is None or _same(g, w) for g, w in zip(got, everyone)):
+            raise GradeFailure(f"with group = ranks [0, 1] of 3, rank {rank} holds the mean "
+                               "over all 3 ranks: your code ignores its group argument; pass "
+                               "group=group to all_reduce and use dist.get_world_size(group)")
+        if rank < 2 and all(w is None or _same(g, w) for g, w in zip(got, summed_pair_over_3)):
+            raise GradeFailure(f"with group = ranks [0, 1] of 3, rank {rank}'s gradient is the "
+                               "group's sum divided by 3, the world size: divide by the group's "
+                               "size, dist.get_world_size(group) = 2")
+        raise GradeFailure(f"with group = ranks [0, 1] of 3 (rank 2 alone in its own group), "
+                           f"rank {rank}'s gradient is not the mean over its group: use the "
+                           "group for the all-reduce and for n")
 
 
 @task("data_parallel.average_gradients",
-      "after your call every rank holds the full-batch gradient on 2 and 3 ranks")
+      "after your call every rank holds the full-batch gradient on 2 and 3 ranks, and a "
+      "group of 2 of the 3 ranks averages over that group only")
 def check_average_gradients(fn, **_):
+    ref = _reference_grads()
     for n in (2, 3):
-        ref = _reference_grads()
-        for rank, r in enumerate(_launch(_average_on_rank, n, fn)):
+        results = _launch(_average_on_rank, n, fn)
+        for rank, r in enumerate(results):
             _diagnose_grads(r["grads"], ref, n, rank, r["changed"], r["bytes"])
+        if n == 3:
+            _check_subgroup(results)
 
 
 # ----------------------------------------------------------------------------- 02 bucketed
-def _bucketed_on_rank(rank, n, make, cap):
-    import time
+BUCKET_RANKS, CAP = 3, 2048             # 3 ranks: a hard-coded "/ 2" shows
 
+
+def expected_buckets(model, cap: int) -> int:
+    """Buckets of the exercise's rule: trainable parameters in reverse order, a bucket closed
+    once it holds ``cap`` bytes or more."""
+    count, size = 0, None
+    for p in reversed([p for p in model.parameters() if p.requires_grad]):
+        if size is None or size >= cap:
+            count, size = count + 1, 0
+        size += p.numel() * p.element_size()
+    return count
+
+
+def _bucketed_on_rank(rank, n, make, cap):
     import torch
     import torch.nn.functional as F
 
@@ -111,55 +173,69 @@ def _bucketed_on_rank(rank, n, make, cap):
     from minipar.trace import trace
     torch.manual_seed(0)
     model = TiedClassifier()
+    # Our hooks go in first, so for each parameter they run before the learner's: at the last
+    # gradient's hook, the all-reduces already started were launched during backward.
+    current, seen = {}, []
+    for p in model.parameters():
+        if p.requires_grad:
+            p.register_post_accumulate_grad_hook(
+                lambda p: seen.append(current["tr"].count("all_reduce")) if "tr" in current
+                else None)
     dp = make(model, cap)
     opt = torch.optim.SGD([p for p in model.parameters() if p.requires_grad], lr=0.1)
     out = {}
     for step, (x, y) in enumerate(token_batches(2, BATCH)):
         opt.zero_grad()
         before = [p.detach().clone() for p in model.parameters()]
+        seen.clear()
         with trace() as tr:
+            current["tr"] = tr
             F.cross_entropy(model(x.chunk(n)[rank]), y.chunk(n)[rank]).backward()
-            backward_end = tr.elapsed()
+            current.clear()
             dp.finish()
         if step == 0:
-            starts = [e.start for e in tr.events if e.op == "all_reduce"]
             out.update(grads=[None if p.grad is None else p.grad.clone()
                               for p in model.parameters()],
                        changed=any(not torch.equal(a, p)
                                    for a, p in zip(before, model.parameters())),
-                       calls=len(starts), bytes=tr.bytes("all_reduce"), all_bytes=tr.bytes(),
-                       early=sum(s < backward_end for s in starts))
+                       calls=tr.count("all_reduce"), bytes=tr.bytes("all_reduce"),
+                       all_bytes=tr.bytes(), before_last=seen[-1] if seen else 0)
         opt.step()
     out["params"] = [p.detach().clone() for p in model.parameters()]
     return out
 
 
 @task("data_parallel.bucketed",
-      "bucketed all-reduce from gradient hooks: full-batch gradients, Ψ·4 bytes, launched "
-      "during backward")
+      "bucketed all-reduce from gradient hooks on 3 ranks: full-batch gradients, Ψ·4 bytes, "
+      "one all-reduce per bucket of the cap, launched before the last gradient is ready")
 def check_bucketed(make, **_):
     import torch
     import torch.nn.functional as F
 
     from minipar.data_parallel.models import TiedClassifier, token_batches
-    n, cap = 2, 2048
+    n, cap = BUCKET_RANKS, CAP
     ref = _reference_grads()
     results = _launch(_bucketed_on_rank, n, make, cap)
     torch.manual_seed(0)
     model = TiedClassifier()
     psi = sum(p.numel() for p in model.parameters() if p.requires_grad)
+    buckets = expected_buckets(model, cap)
     for rank, r in enumerate(results):
         _diagnose_grads(r["grads"], ref, n, rank, r["changed"], r["all_bytes"])
         if r["bytes"] != psi * 4:
             raise GradeFailure(f"rank {rank}: all-reduced {r['bytes']} bytes per step, expected "
                                f"Ψ·4 = {psi * 4}: is a gradient reduced twice (a tied weight "
                                "appears once in model.parameters()) or a frozen one included?")
-        if r["calls"] < 2:
-            raise GradeFailure(f"one all-reduce for {psi * 4} bytes with bucket_cap_bytes={cap}: "
-                               "close a bucket when it reaches the cap")
-        if r["early"] == 0:
-            raise GradeFailure("no all-reduce started before backward finished: launch each "
-                               "full bucket from the hook with async_op=True, wait in finish()")
+        if r["calls"] != buckets:
+            raise GradeFailure(f"rank {rank}: {r['calls']} all-reduces per step; with "
+                               f"bucket_cap_bytes={cap} the trainable parameters in reverse "
+                               f"order make {buckets} buckets (close a bucket once it holds "
+                               "the cap or more), one all-reduce each")
+        if r["before_last"] == 0:
+            raise GradeFailure("no all-reduce had started when the last gradient became ready: "
+                               "buckets must be filled in reverse order (backward's order) and "
+                               "each launched from the hook, with async_op=True, as soon as it "
+                               "is full — launched in forward order, nothing overlaps backward")
     opt = torch.optim.SGD([p for p in model.parameters() if p.requires_grad], lr=0.1)
     for x, y in token_batches(2, BATCH):
         opt.zero_grad()
@@ -172,7 +248,7 @@ def check_bucketed(make, **_):
 
 
 # ----------------------------------------------------------------------------- 03 accumulation
-K = 3                                   # micro-batches per step in the check
+K, ACC_RANKS = 4, 3                     # micro-batches per step, ranks (neither is 2)
 
 
 def _accumulation_on_rank(rank, n, fn):
@@ -185,21 +261,30 @@ def _accumulation_on_rank(rank, n, fn):
     torch.manual_seed(0)
     model = TiedClassifier()
     dp = BucketedDataParallel(model, bucket_cap_mb=25.0)
+    backwards = []
+    model.fc2.bias.register_post_accumulate_grad_hook(lambda p: backwards.append(1))
     x, y = token_batches(1, BATCH * K // 2 * n)[0]
     x, y = x.chunk(n)[rank], y.chunk(n)[rank]                    # (K·b,) this rank's slice
     with trace() as tr:
         fn(model, dp, list(zip(x.chunk(K), y.chunk(K))), F.cross_entropy)
     return dict(grads=[None if p.grad is None else p.grad.clone() for p in model.parameters()],
-                calls=tr.count("all_reduce"))
+                calls=tr.count("all_reduce"), backwards=len(backwards))
 
 
 @task("data_parallel.accumulation",
-      "3 micro-batches, one all-reduce per step, gradients of the global batch")
+      "4 micro-batches on 3 ranks: one backward per micro-batch, one all-reduce per step, "
+      "gradients of the global batch")
 def check_accumulation(fn, **_):
-    n = 2
+    n = ACC_RANKS
     results = _launch(_accumulation_on_rank, n, fn)
     ref = _reference_grads(micro=1, batch=BATCH * K // 2 * n)
     for rank, r in enumerate(results):
+        if r["backwards"] != K:
+            raise GradeFailure(f"rank {rank}: {r['backwards']} backward pass(es) for {K} "
+                               "micro-batches: run forward and backward once per micro-batch "
+                               "(one backward over the concatenated batch keeps every "
+                               "micro-batch's activations alive at once, which accumulation "
+                               "exists to avoid)")
         if r["calls"] == 0:
             raise GradeFailure("no all-reduce at all: call dp.finish() after the last backward")
         if r["calls"] > 1:
@@ -262,9 +347,10 @@ def _zero1_reference(n, mode):
 
 
 @task("data_parallel.zero1_step",
-      "ZeRO-1 step: every rank ends with the single-process parameters, optimizer state 1/n")
+      "ZeRO-1 step on 2 and 3 ranks: gradients reduce-scattered, optimizer state 1/n, every "
+      "rank ends with the single-process parameters")
 def check_zero1_step(fn, **_):
-    for n in (2, 4):
+    for n in (2, 3):
         results = _launch(_zero1_on_rank, n, fn)
         ref = _zero1_reference(n, "exact")
         for rank, r in enumerate(results):
@@ -273,6 +359,12 @@ def check_zero1_step(fn, **_):
                 if r["state"] > P // n:
                     raise GradeFailure("parameters right, but the optimizer holds state for "
                                        "more than this rank's shard")
+                if "reduce_scatter" not in r["ops"] or "all_reduce" in r["ops"]:
+                    used = ", ".join(sorted(set(r["ops"]) - {"all_gather"})) or "nothing"
+                    raise GradeFailure(f"n={n}: parameters right, but the gradients went through "
+                                       f"{used}, not a reduce-scatter: ZeRO-1 reduce-scatters "
+                                       "so that each rank receives only its own shard's mean "
+                                       "((n−1)/n·Ψ per rank, half an all-reduce's traffic)")
                 continue
             if _same(got, _zero1_reference(n, "sum"), atol=1e-5):
                 raise GradeFailure(f"gradients were summed over the {n} ranks, not averaged: "
