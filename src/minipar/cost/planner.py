@@ -40,8 +40,9 @@ GPU Clusters Using Megatron-LM", §2.2 and §3). N = d·t·p GPUs, B = d·b·m s
                kernel launch gaps, stragglers, GEMM efficiency falling as t shrinks matrices.
 
 ``gemm_efficiency`` (default 0.6) is an ASSUMPTION, not a measurement: the fraction of the dense
-peak that the large matrix multiplications reach. With it the model predicts 45-55 % of peak for
-Megatron's published runs, which measured 44-52 % (Narayanan et al. 2021 Table 1).
+peak that the large matrix multiplications reach. With it the model predicts 49-51 % of peak
+(hardware FLOPs, full recomputation) for Megatron's published layouts from 18B to 1T parameters,
+which measured 43-52 % (Narayanan et al. 2021 Table 1; tests/test_cost_planner.py).
 """
 from __future__ import annotations
 
