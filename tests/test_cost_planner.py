@@ -110,8 +110,8 @@ PTD_P_TABLE1 = [("18.4B", 40, 6144, 48, 8, 1, 256, 1024, 0.43),
 def test_megatron_table1_layouts(name, L, h, a, t, p, n, B, measured):
     """Each published layout (full recomputation, no ZeRO, b = 1, as run) fits, its predicted
     hardware FLOPs utilisation is within 7 points of the measured one, and its best variant is
-    within 20 % of the planner's best layout (which may use ZeRO-3 or selective recomputation,
-    neither available to that paper)."""
+    within 20 % of the planner's best layout (which may use selective recomputation, published
+    a year later, or ZeRO-3, which the paper ran only as a baseline)."""
     m, cl = planner.ModelShape(L, h, a, 2048, 51200), a100(n)
     pub = planner.evaluate(m, cl, B, tp=t, pp=p, dp=n // (t * p), micro_batch=1,
                            recompute="full", zero=0)
