@@ -9,6 +9,7 @@ from __future__ import annotations
 import copy
 
 import torch
+import torch.distributed
 import torch.nn as nn
 import torch.nn.functional as F
 
@@ -290,7 +291,10 @@ def overlap_on_rank(rank: int, t: int, h: int = 256, b: int = 4, s: int = 128,
     out = []
     for _ in range(steps):
         col.timeline = []
-        col(x).sum().backward()
+        y = col(x).sum()
+        if t > 1:
+            torch.distributed.barrier()                 # ranks enter backward together
+        y.backward()
         ev = col.timeline[0]
         t0 = ev["grad_input_gemm"][0]
         out.append({k: (v if isinstance(v, bool) else (v[0] - t0, v[1] - t0)) for k, v in ev.items()})

@@ -1,0 +1,96 @@
+// minipar-requires: memory_time
+// Tensor-parallel chapter: JavaScript twins of minipar.cost.tensor_parallel (layer_forward_flops,
+// comm_compute_ratio, layer_comm_fraction, tp_sent_bytes_per_layer) and of
+// minipar.widgets.tensor_parallel.tp_layer_model; the tp-layer explorer. Sources: Shoeybi et al.
+// 2019 §3 (4 all-reduces of bsh per layer); Narayanan et al. 2021 §5.1 (24bsh² + 4bs²h forward
+// FLOPs); Korthikanti et al. 2022 Table 2. Parity with Python: tests/test_tensor_parallel_explorer.py.
+
+function checkInts(pairs) {
+  for (const [k, v] of pairs) if (!Number.isInteger(v) || v < 1) throw new Error(`${k} (${v}) must be an integer >= 1`);
+}
+
+// Python: layer_forward_flops(b, s, h, t)
+export function layerForwardFlops(b, s, h, t = 1) {
+  checkInts([["b", b], ["s", s], ["h", h], ["t", t]]);
+  return (24 * b * s * h * h + 4 * b * s * s * h) / t;
+}
+
+// Python: comm_compute_ratio(b, s, h, t, *, flops, bandwidth, alpha, bytes_per_elem)
+export function commComputeRatio(b, s, h, t, flops, bandwidth, alpha = 0.0, bytesPerElem = 2) {
+  if (flops <= 0 || bandwidth <= 0 || alpha < 0) {
+    throw new Error(`flops (${flops}) and bandwidth (${bandwidth}) must be > 0, alpha (${alpha}) >= 0`);
+  }
+  if (t === 1) return 0.0;
+  const msg = b * s * h * bytesPerElem;
+  const comm = 2 * (2 * (t - 1) * alpha + ((2 * (t - 1)) / t) * msg / bandwidth);
+  return comm / (layerForwardFlops(b, s, h, t) / flops);
+}
+
+// Python: layer_comm_fraction(b, s, h, t, *, flops, bandwidth, alpha, bytes_per_elem)
+export function layerCommFraction(b, s, h, t, flops, bandwidth, alpha = 0.0, bytesPerElem = 2) {
+  const x = (2 * commComputeRatio(b, s, h, t, flops, bandwidth, alpha, bytesPerElem)) / 3;
+  return x / (1 + x);
+}
+
+// Python: tp_sent_bytes_per_layer(b, s, h, t, bytes_per_elem, sp): 4 · 2(t−1)/t · bsh · bytes
+export function tpSentBytesPerLayer(b, s, h, t, bytesPerElem = 2, sp = false) {
+  checkInts([["b", b], ["s", s], ["h", h], ["t", t]]);
+  if (t === 1) return 0;
+  const size = b * s * h * bytesPerElem;
+  return sp ? 4 * ((t - 1) / t) * size + 4 * ((t - 1) / t) * size : 4 * ((2 * (t - 1)) / t) * size;
+}
+
+// Python: minipar.widgets.tensor_parallel.tp_layer_model
+export function tpLayerModel(h, a, s, b, t, flops, bandwidth, alpha, sp) {
+  const act = activationBytesPerLayer(s, b, h, a, t, sp);
+  return {
+    ratio: commComputeRatio(b, s, h, t, flops, bandwidth, alpha),
+    share: layerCommFraction(b, s, h, t, flops, bandwidth, alpha),
+    sent_bytes: tpSentBytesPerLayer(b, s, h, t, 2, sp),
+    activation_bytes: act,
+  };
+}
+
+const TS = [1, 2, 4, 8, 16, 32, 64];
+const HS = [1024, 2048, 4096, 5120, 8192, 12288, 16384, 20480, 25600];
+const SS = [512, 1024, 2048, 4096, 8192, 16384, 32768];
+const COLORS = {"nvlink4-h100": "#3182bd", "pcie5-x16": "#31a354", "ib-ndr400": "#e6550d", "eth-100g": "#756bb1"};
+
+// config (Python: minipar.widgets.tensor_parallel.tp_config): {links: {name: {alpha, bandwidth}}, gpus: {name: bf16 flops}}
+registerExplorer("tp-layer", {
+  title: "Tensor parallelism, one transformer layer (bf16, no overlap)",
+  controls: [
+    {name: "t", label: "t", type: "number", min: 1, step: 1, value: 8},
+    {name: "h", label: "h", type: "range", values: HS, value: 12288},
+    {name: "a", label: "a (heads)", type: "number", min: 1, step: 1, value: 96},
+    {name: "s", label: "s", type: "range", values: SS, value: 2048},
+    {name: "b", label: "b", type: "number", min: 1, step: 1, value: 1},
+    {name: "link", label: "link between the t GPUs", type: "select", options: ["nvlink4-h100", "pcie5-x16", "ib-ndr400", "eth-100g"], value: "nvlink4-h100", configOptions: "links"},
+    {name: "gpu", label: "GPU", type: "select", options: ["H100-SXM"], value: "H100-SXM", configOptions: "gpus"},
+    {name: "sp", label: "sequence parallelism", type: "checkbox", value: false},
+  ],
+  draw(v, config) {
+    const links = config.links || {};
+    const L = links[v.link];
+    if (!L) throw new Error(`link ('${v.link}') must be one of ${Object.keys(links).join(", ")}`);
+    const F = (config.gpus || {})[v.gpu];
+    if (!F) throw new Error(`gpu ('${v.gpu}') must be one of ${Object.keys(config.gpus || {}).join(", ")}`);
+    const r = tpLayerModel(v.h, v.a, v.s, v.b, v.t, F, L.bandwidth, L.alpha, v.sp);
+    const series = Object.entries(links).map(([name, l]) => ({
+      name, color: COLORS[name], xs: TS, ys: TS.map((t) => 100 * layerCommFraction(v.b, v.s, v.h, t, F, l.bandwidth, l.alpha)),
+    }));
+    const svg = lineChart({
+      title: `share of the layer's time in TP all-reduces, h = ${v.h}, s = ${v.s}`,
+      xlabel: "t (tensor-parallel GPUs)", ylabel: "communication share (%)", xlog: true,
+      series, points: [{x: v.t, y: 100 * r.share, color: "#c00", label: `t = ${v.t} over ${v.link}`}],
+    });
+    const noSp = activationBytesPerLayer(v.s, v.b, v.h, v.a, v.t, false);
+    const withSp = activationBytesPerLayer(v.s, v.b, v.h, v.a, v.t, true);
+    return svg + `<p>At t = ${v.t} over ${escapeHtml(v.link)}: communication / GEMM time in forward = <b>${r.ratio.toFixed(3)}</b>; `
+      + `the four all-reduces take <b>${(100 * r.share).toFixed(1)} %</b> of forward + backward if nothing overlaps. `
+      + `Each GPU sends ${fmtBytes(r.sent_bytes, false)} per layer per micro-batch (the same with sequence parallelism). `
+      + `The ratio does not change with b: traffic and FLOPs both grow with b·s.</p>`
+      + `<p>Saved activations per GPU per layer: ${fmtBytes(noSp, false)} with TP alone, ${fmtBytes(withSp, false)} with sequence parallelism `
+      + `(Korthikanti et al. 2022, 16-bit, no recomputation).</p>`;
+  },
+});

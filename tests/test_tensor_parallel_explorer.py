@@ -1,0 +1,54 @@
+"""The tensor-parallel explorer's JavaScript equals its Python twins (minipar.cost is the source
+of truth); the default view draws and an impossible setting gives the Python error message."""
+import pytest
+
+from minipar.widgets.parity import assert_parity, js_call, node_available
+
+pytestmark = pytest.mark.skipif(not node_available(), reason="needs Node.js")
+
+
+def test_cost_twins():
+    from minipar.cost.tensor_parallel import (comm_compute_ratio, layer_comm_fraction,
+                                              layer_forward_flops, tp_sent_bytes_per_layer)
+    grid = [dict(b=b, s=s, h=h, t=t) for b in (1, 3) for s in (7, 2048) for h in (48, 12288)
+            for t in (1, 2, 3, 8, 0)]
+    assert_parity("tensor_parallel", "layerForwardFlops", layer_forward_flops, grid)
+    hw = [dict(flops=f, bandwidth=bw, alpha=al) for f, bw, al in
+          ((989.4e12, 450e9, 2e-6), (312e12, 50e9, 5e-6), (1e12, 0, 0))]
+    cases = [dict(g, **w) for g in grid if g["t"] > 0 for w in hw]
+    for name, fn in (("commComputeRatio", comm_compute_ratio),
+                     ("layerCommFraction", layer_comm_fraction)):
+        counts = assert_parity("tensor_parallel", name, fn, cases)
+        assert 0 < counts["errors"] < counts["cases"]
+    assert_parity("tensor_parallel", "tpSentBytesPerLayer", tp_sent_bytes_per_layer,
+                  [dict(g, bytes_per_elem=2, sp=sp) for g in grid for sp in (False, True)])
+
+
+def test_layer_model_twin():
+    from minipar.widgets.tensor_parallel import tp_layer_model
+    cases = [dict(h=h, a=a, s=s, b=b, t=t, flops=989.4e12, bandwidth=bw, alpha=2e-6, sp=sp)
+             for h, a in ((12288, 96), (48, 12)) for s in (12, 2048) for b in (1, 4)
+             for t in (1, 3, 8, 7) for bw in (450e9, 50e9) for sp in (False, True)]
+    counts = assert_parity("tensor_parallel", "tpLayerModel", tp_layer_model, cases)
+    assert 0 < counts["errors"] < counts["cases"]          # t = 7 does not divide the heads
+
+
+def test_parity_check_catches_a_model_that_amortises_with_batch():
+    """Negative control: a twin that divides the traffic by b ('larger batches amortise
+    communication') differs from the JavaScript wherever b > 1."""
+    from minipar.cost.tensor_parallel import comm_compute_ratio
+    wrong = lambda b, **kw: comm_compute_ratio(b, **kw) / b
+    with pytest.raises(AssertionError, match="1 of 2 cases"):
+        assert_parity("tensor_parallel", "commComputeRatio", wrong,
+                      [dict(b=b, s=2048, h=12288, t=8, flops=989.4e12, bandwidth=450e9,
+                            alpha=0.0) for b in (1, 4)])
+
+
+def test_default_view_and_message():
+    from minipar.widgets.tensor_parallel import tp_config
+    cfg = tp_config()
+    (_, default), (_, bad) = js_call("tensor_parallel", [("drawExplorer", ["tp-layer", {}, cfg]),
+                                                         ("drawExplorer", ["tp-layer", {"t": 7}, cfg])])
+    assert default["error"] is None and "<svg" in default["html"] and "</svg>" in default["html"]
+    assert bad["error"] == "heads (96) must be divisible by t (7)"
+    assert "minipar-explorer-message" in bad["html"]
