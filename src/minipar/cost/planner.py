@@ -441,15 +441,13 @@ def _plan(args) -> int:
 def add_parser(subparsers) -> None:
     """Register ``minipar plan`` (called by :mod:`minipar.cli`)."""
     from . import hardware
-    from .cli import _guarded, positive_float, positive_int, nonnegative_float
+    from .cli import _guarded, _number, nonnegative_float, positive_float, positive_int
 
     def fraction(text: str) -> float:
-        return __import__("minipar.cost.cli", fromlist=["_number"])._number(
-            text, float, lambda v: 0 < v <= 1, "a number in (0, 1]")
+        return _number(text, float, lambda v: 0 < v <= 1, "a number in (0, 1]")
 
     def nonneg_int(text: str) -> int:
-        return __import__("minipar.cost.cli", fromlist=["_number"])._number(
-            text, int, lambda v: v >= 0, "an integer >= 0")
+        return _number(text, int, lambda v: v >= 0, "an integer >= 0")
 
     help_ = "rank data × tensor × pipeline layouts by predicted step time"
     p = subparsers.add_parser("plan", help=help_, description=help_)
