@@ -106,11 +106,16 @@ class _Quiet(http.server.SimpleHTTPRequestHandler):
         pass
 
 
+class _Server(http.server.ThreadingHTTPServer):
+    def handle_error(self, request, client_address):
+        pass        # the browser drops connections when it moves on to the next page
+
+
 @pytest.fixture(scope="module")
 def server():
     if not (SITE / "index.html").exists():
         pytest.fail(f"no built site at {SITE}: run `make book` first")
-    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0),
+    httpd = _Server(("127.0.0.1", 0),
                                             functools.partial(_Quiet, directory=str(SITE)))
     thread = threading.Thread(target=httpd.serve_forever, daemon=True)
     thread.start()
