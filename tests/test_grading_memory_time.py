@@ -109,3 +109,66 @@ def test_hfu_is_not_mfu(capsys):
 
 def test_a_number_instead_of_a_function(capsys):
     assert "pass your function itself" in failure("memory_time.mfu", 0.514, capsys)
+
+
+# ------------------------------------------------------------------ measured, not copied
+def _measured(stem, *names, solved=True):
+    from minipar.grading.notebooks import exercise_namespace
+    from grading_support import EXERCISES
+    ns = exercise_namespace(EXERCISES / "memory_time" / "solutions" / f"{stem}.py", solved)
+    return tuple(ns[n] for n in names)
+
+
+def _gpt(L, h, a, s, V):
+    from minipar.memory.gpt import GPTConfig, gpt
+    return gpt(GPTConfig(L=L, h=h, a=a, s=s, V=V))
+
+
+def test_params_measured_solution_starter_and_slips(capsys):
+    from minipar.cost.model import param_count
+    (good,) = _measured("01_params", "measured_and_predicted")
+    (start,) = _measured("01_params", "measured_and_predicted", solved=False)
+    task = "memory_time.params_measured"
+    assert check(task, good)
+    assert "not implemented yet" in failure(task, start, capsys)
+    count = lambda m: sum(p.numel() for p in m.parameters())                    # noqa: E731
+    nested = lambda m: sum(p.numel() for mod in m.modules() for p in mod.parameters())  # noqa
+    slips = [
+        (lambda L, h, a, s, V: (nested(_gpt(L, h, a, s, V)), 0), "once per module"),
+        (lambda L, h, a, s, V: (count(_gpt(L, h, a, s, V)) + V * h, 0), "tied output weight"),
+        (lambda L, h, a, s, V: (count(_gpt(L, h, a, s, V)), param_count(L, h, V, s)),
+         "Eq. 2 leaves out the final layer norm"),
+        (lambda L, h, a, s, V: 27584, "return (measured, predicted)"),    # one number
+    ]
+    for fn, reason in slips:
+        assert reason in failure(task, fn, capsys)
+
+
+@pytest.mark.slow
+def test_adam_state_measured_over_gloo(capsys):
+    measure, predict = _measured("02_zero_bytes", "adam_state_bytes", "predict_adam_state_bytes")
+    start = _measured("02_zero_bytes", "adam_state_bytes", "predict_adam_state_bytes",
+                      solved=False)
+    task = "memory_time.adam_state"
+    assert check(task, (measure, predict))
+    assert "not implemented yet" in failure(task, start, capsys)
+    assert "pass both functions" in failure(task, predict, capsys)
+    # wrong measurements (each one launch on 2 ranks; the first stage already fails)
+    for wrong, reason in [(with_step, "includes Adam's scalar step counter"),
+                          (one_moment, "Adam keeps two moments")]:
+        assert reason in failure(task, (wrong, predict), capsys)
+    # wrong predictions, against the right measurement
+    for wrong, reason in [(lambda psi, d, stage: 12 * psi / (d if stage else 1), "mixed precision"),
+                          (lambda psi, d, stage: 8 * psi, "divide by d"),
+                          (lambda psi, d, stage: 8 * psi / d, "stage 0 shards nothing")]:
+        assert reason in failure(task, (measure, wrong), capsys)
+
+
+def with_step(rank, world_size, stage):
+    from minipar.grading.memory_time import _reference_adam_bytes
+    return _reference_adam_bytes(stage, count_step=True)
+
+
+def one_moment(rank, world_size, stage):
+    from minipar.grading.memory_time import _reference_adam_bytes
+    return _reference_adam_bytes(stage) // 2

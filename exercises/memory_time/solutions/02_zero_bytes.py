@@ -27,3 +27,55 @@ def zero_bytes(psi, d, stage):
 
 # %% [check]
 check("memory_time.zero_bytes", zero_bytes)
+
+# %% [markdown]
+# **(b) Measure it over gloo.** Write `adam_state_bytes(rank, world_size, stage)`, which
+# `minipar.launch.run` runs on every rank: build the tiny GPT
+# `gpt(GPTConfig(L=2, h=32, a=4, s=16, V=50))` from `minipar.memory.gpt` (call
+# `torch.manual_seed(0)` first, so every rank starts equal), wrap it in
+# `ZeRO(model, stage, lambda ps: torch.optim.Adam(ps, lr=1e-3))` from
+# `minipar.data_parallel.zero`, take one training step (`zero.zero_grad()`, a next-token
+# cross-entropy `.backward()`, `zero.step()`), and return the bytes of the Adam moments this
+# rank holds (`zero.optimizer.state`: `exp_avg` and `exp_avg_sq`; leave out the scalar `step`
+# counter, which is not model state).
+#
+# Then write `predict_adam_state_bytes(psi, d, stage)`: this model trains in fp32, so Adam keeps
+# two fp32 moments per parameter; from stage 1 on each of the `d` ranks keeps only its shard.
+# The checker runs your measurement on 2 and 3 ranks for stages 0, 1 and 2, compares it with
+# its own, and wants your prediction within 1 % of it (ZeRO pads Ψ up to a multiple of d).
+# Try it first: `run(adam_state_bytes, 2, 1, backend="gloo")` gives one number per rank.
+# %%
+import torch
+import torch.nn.functional as F
+
+from minipar.data_parallel.zero import ZeRO
+from minipar.launch import run
+from minipar.memory.gpt import GPTConfig, gpt
+
+
+def adam_state_bytes(rank, world_size, stage):
+    """On each rank: the bytes of Adam's moments this rank holds after one ZeRO step."""
+    # BEGIN SOLUTION
+    torch.manual_seed(0)
+    model = gpt(GPTConfig(L=2, h=32, a=4, s=16, V=50))
+    zero = ZeRO(model, stage, lambda ps: torch.optim.Adam(ps, lr=1e-3))
+    tokens = torch.randint(50, (2, 17))                        # (b, s + 1)
+    zero.zero_grad()
+    logits = model(tokens[:, :-1])                             # (b, s, V)
+    F.cross_entropy(logits.flatten(0, 1), tokens[:, 1:].flatten()).backward()
+    zero.step()
+    return sum(v.numel() * v.element_size() for state in zero.optimizer.state.values()
+               for name, v in state.items() if name != "step")
+    # END SOLUTION
+
+
+def predict_adam_state_bytes(psi, d, stage):
+    """Adam moment bytes per rank for an fp32 model of ``psi`` parameters, ZeRO-``stage``."""
+    # BEGIN SOLUTION
+    moments = 2 * 4 * psi                                      # exp_avg + exp_avg_sq, fp32
+    return moments / d if stage >= 1 else moments
+    # END SOLUTION
+
+
+# %% [check]
+check("memory_time.adam_state", (adam_state_bytes, predict_adam_state_bytes))

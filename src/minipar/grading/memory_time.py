@@ -171,3 +171,143 @@ def check_mfu(candidate):
     _grade(candidate, MFU_CONFIGS, _mfu, _mfu_slips, rel=1e-3,
            hint="count 72BsLh²(1 + s/6h + V/12hL) FLOPs per iteration, "
                 "over seconds × gpus × peak")
+
+
+# ---------------------------------------------------------------- 01b parameters, measured
+MEASURED_CONFIGS = [dict(L=2, h=32, a=4, s=16, V=50), dict(L=3, h=48, a=6, s=24, V=70),
+                    dict(L=1, h=16, a=2, s=8, V=10)]
+
+
+def _gpt_counts(L, h, a, s, V):
+    """(true Ψ, Ψ summed over every module's recursive parameters: each parameter counted
+    once per module that contains it)."""
+    from minipar.memory.gpt import GPTConfig, gpt
+
+    model = gpt(GPTConfig(L=L, h=h, a=a, s=s, V=V))
+    return (sum(p.numel() for p in model.parameters()),
+            sum(p.numel() for m in model.modules() for p in m.parameters()))
+
+
+@task("memory_time.params_measured",
+      "the parameters counted on three real tiny GPTs, and predicted exactly from Eq. 2 plus "
+      "what it leaves out")
+def check_params_measured(candidate):
+    if not callable(candidate):
+        raise GradeFailure("pass your function itself, e.g. check(id, measured_and_predicted)")
+    for cfg in MEASURED_CONFIGS:
+        what = ", ".join(f"{k}={v}" for k, v in cfg.items())
+        got = candidate(**cfg)
+        if not isinstance(got, (tuple, list)) or len(got) != 2:
+            raise GradeFailure(f"for {what}: return (measured, predicted), got {got!r}")
+        measured = as_number(got[0], f"for {what}: measured must be a number")
+        predicted = as_number(got[1], f"for {what}: predicted must be a number")
+        true, nested = _gpt_counts(**cfg)
+        eq2 = param_count(cfg["L"], cfg["h"], cfg["V"], cfg["s"])
+        if measured != true:
+            if measured == nested:
+                raise GradeFailure(f"for {what}: measured {measured:.0f} counts each parameter "
+                                   "once per module that contains it (m.parameters() recurses "
+                                   "into submodules): sum over model.parameters() once")
+            if measured == true + cfg["V"] * cfg["h"]:
+                raise GradeFailure(f"for {what}: measured {measured:.0f} counts the tied "
+                                   "output weight (V·h) a second time")
+            raise GradeFailure(f"for {what}: measured {measured:.0f}, but the model has "
+                               f"{true} parameters: sum p.numel() over model.parameters()")
+        if predicted != true:
+            if predicted == eq2:
+                raise GradeFailure(f"for {what}: predicted {predicted:.0f} is Eq. 2 alone, "
+                                   f"{true - eq2} short of the model: Eq. 2 leaves out the "
+                                   "final layer norm before the output layer (scale and shift, "
+                                   "2h)")
+            raise GradeFailure(f"for {what}: predicted {predicted:.0f}, measured {true}: "
+                               f"off by {predicted - true:+.0f}")
+
+
+# ---------------------------------------------------------------- 02b Adam state, measured
+ADAM_STAGES, ADAM_RANKS = (0, 1, 2), (2, 3)
+_TINY = dict(L=2, h=32, a=4, s=16, V=50)
+
+
+def _reference_adam_bytes(stage: int, count_step: bool = False) -> int:
+    """This rank's Adam state bytes after one ZeRO step of the tiny GPT (the course's code)."""
+    import torch
+    import torch.nn.functional as F
+
+    from minipar.data_parallel.zero import ZeRO
+    from minipar.memory.gpt import GPTConfig, gpt
+
+    torch.manual_seed(0)
+    model = gpt(GPTConfig(**_TINY))
+    zero = ZeRO(model, stage, lambda ps: torch.optim.Adam(ps, lr=1e-3))
+    tokens = torch.randint(_TINY["V"], (2, _TINY["s"] + 1))      # (b, s + 1)
+    zero.zero_grad()
+    logits = model(tokens[:, :-1])                                # (b, s, V)
+    F.cross_entropy(logits.flatten(0, 1), tokens[:, 1:].flatten()).backward()
+    zero.step()
+    return sum(v.numel() * v.element_size() for st in zero.optimizer.state.values()
+               for k, v in st.items() if torch.is_tensor(v) and (count_step or k != "step"))
+
+
+def _adam_on_rank(rank, n, measure):
+    out = {}
+    for stage in ADAM_STAGES:
+        out[stage] = dict(got=measure(rank, n, stage), ref=_reference_adam_bytes(stage),
+                          with_step=_reference_adam_bytes(stage, count_step=True))
+    return out
+
+
+@task("memory_time.adam_state",
+      "Adam state per rank measured over gloo on 2 and 3 ranks (ZeRO stages 0–2) and predicted "
+      "within 1 %")
+def check_adam_state(candidate, timeout: float = 120.0):
+    from minipar.launch import run
+    from minipar.memory.gpt import GPTConfig, gpt
+
+    if not (isinstance(candidate, (tuple, list)) and len(candidate) == 2
+            and all(callable(c) for c in candidate)):
+        raise GradeFailure("pass both functions: check(id, (adam_state_bytes, "
+                           "predict_adam_state_bytes))")
+    measure, predict = candidate
+    psi = sum(p.numel() for p in gpt(GPTConfig(**_TINY)).parameters())
+    for n in ADAM_RANKS:
+        for rank, res in enumerate(run(_adam_on_rank, n, measure, backend="gloo",
+                                       timeout=timeout)):
+            for stage, r in res.items():
+                where = f"stage {stage}, {n} ranks, rank {rank}"
+                got = as_number(r["got"], f"{where}: adam_state_bytes must return a number")
+                if got != r["ref"]:
+                    if got == r["with_step"]:
+                        raise GradeFailure(f"{where}: measured {got:.0f} bytes includes Adam's "
+                                           "scalar step counter; count exp_avg and exp_avg_sq "
+                                           "only")
+                    if got == r["ref"] / 2:
+                        raise GradeFailure(f"{where}: measured {got:.0f} bytes, half of the "
+                                           f"{r['ref']} held: Adam keeps two moments, exp_avg "
+                                           "and exp_avg_sq")
+                    raise GradeFailure(f"{where}: measured {got:.0f} bytes, but this rank's "
+                                       f"Adam moments take {r['ref']} bytes: build the model "
+                                       "given, wrap it in ZeRO with that stage, take one step, "
+                                       "and sum numel·element_size over zero.optimizer.state")
+                _near_prediction(predict, psi, n, stage, r["ref"], "measured")
+    for psi_big, d in ((7.5e9, 64), (1.3e9, 3)):                # ZeRO's 7.5B example, and n=3
+        for stage in (0, 1, 2, 3):
+            want = 8 * psi_big / (d if stage else 1)
+            _near_prediction(predict, psi_big, d, stage, want, "ZeRO's arithmetic gives")
+
+
+def _near_prediction(predict, psi, d, stage, want, source):
+    what = f"predict_adam_state_bytes(psi={psi:g}, d={d}, stage={stage})"
+    x = as_number(predict(psi, d, stage), f"{what}: expected a number")
+    if abs(x - want) <= 0.01 * want:
+        return
+    slips = {4 * psi / (d if stage else 1): "Adam keeps two moments, not one",
+             12 * psi / (d if stage else 1): "12 bytes per parameter is mixed precision's "
+             "fp32 master weights + moments; this model trains in fp32: 2 moments × 4 bytes",
+             16 * psi / (d if stage else 1): "16 bytes per parameter is all model states; "
+             "Adam's moments are 8",
+             8 * psi: "stage ≥ 1 shards the optimizer state: divide by d",
+             8 * psi / d: "stage 0 shards nothing: every rank keeps all the state"}
+    for value, reason in slips.items():
+        if abs(value - want) > 0.01 * want and abs(x - value) <= 0.01 * value:
+            raise GradeFailure(f"{what} = {x:.4g}, {source} {want:.4g}: {reason}")
+    raise GradeFailure(f"{what} = {x:.4g}, {source} {want:.4g} (tolerance 1 %)")
