@@ -100,6 +100,7 @@ def loopback_interface() -> str:
 
 def caller_state(backend: str, port: int, timeout: float, threads: int, lines: dict) -> dict:
     return dict(env=dict(os.environ), cwd=os.getcwd(), sys_path=list(sys.path), lines=lines,
+                prefix=f"minipar-{secrets.token_hex(8)}",
                 loopback=loopback_interface(), backend=backend, port=port, timeout=timeout,
                 threads=threads)
 

@@ -5,8 +5,9 @@ zygote imports the standard library, cloudpickle and torch, and not one minipar 
 nothing a learner edits can be stale here. It never touches ``torch.cuda`` (a process that has
 initialised CUDA cannot fork usable children). Then it waits for the caller's requests:
 
-* ``("fork", call, world_size, state, task)``: fork ``world_size`` children, one per rank, and
-  answer ``("forked", call, pids)``. Each child (:func:`rank_main`) takes the caller's
+* ``("fork", call, world_size, state, task)``: start ``world_size`` children, one per rank, and
+  answer ``("forked", call, pids)``. A child is a spare forked ahead of time (see
+  :class:`_Children`) or, if none is left, forked on demand. Each child (:func:`rank_main`) takes the caller's
   environment, working directory, ``sys.path`` and notebook-cell sources from ``state``, dials
   the caller back, unpickles ``task`` (the function and its arguments), runs it in a fresh
   process group, replies, and leaves. The zygote never unpickles a task, so a bad argument can
@@ -49,59 +50,121 @@ def zygote_main(address: str, caller_pid: int, folder: str) -> None:
 
     conn = mpc.Client(address, family="AF_UNIX", authkey=authkey)
     conn.send(("ready", os.getpid()))
-    children: dict[int, int] = {}  # pid -> rank
+    z = _Children(conn, (address, authkey, folder))
     while True:
         if os.getppid() != caller_pid:
-            _leave(children, folder)
+            z.leave(folder)
         try:
             msg = conn.recv() if conn.poll(POLL_S) else "idle"
         except (EOFError, OSError):  # the caller is gone
-            _leave(children, folder)
+            z.leave(folder)
         if msg is None:  # a clean shutdown: the caller removes the folder itself
-            _leave(children, None)
-        if msg == "idle" and WARM_UP and not children:
+            z.leave(None)
+        if msg == "idle" and WARM_UP and not z.running:
             try:
                 __import__(WARM_UP.pop(0))
             except Exception:  # noqa: BLE001  (an optional speed-up; ranks import it anyway)
                 pass
+            z.drop_spares()  # forked before the import: without it
         elif msg != "idle":
             _, call, world, state, task = msg
-            pids = []
-            for rank in range(world):
-                pid = os.fork()
-                if pid == 0:
-                    conn.close()
-                    rank_main(rank, world, state, task, address, authkey, folder)
-                children[pid] = rank
-                pids.append(pid)
-            conn.send(("forked", call, pids))
-        _reap(children, conn)
+            conn.send(("forked", call, [z.start_rank(r, world, state, task)
+                                        for r in range(world)]))
+            z.spares_wanted = world
+        z.reap()
+        z.add_spares()
 
 
-def _reap(children: dict, conn) -> None:
-    while children:
-        try:
-            pid, status = os.waitpid(-1, os.WNOHANG)
-        except ChildProcessError:
-            return
+class _Children:
+    """The zygote's children: ranks running a call, and spares forked ahead of the next call.
+
+    A spare is a fork of the zygote that waits on a pipe for its task, so a call need not wait
+    for ``fork()`` (tens of milliseconds for a process holding torch). It is exactly as fresh as
+    a child forked on demand: the zygote's state does not change between the two moments
+    (spares forked before a warm-up import are dropped).
+    """
+
+    def __init__(self, conn, where):
+        self.conn, self.where = conn, where
+        self.running: dict[int, int] = {}     # pid -> rank
+        self.spares: list[tuple[int, int]] = []  # (pid, write end of its task pipe)
+        self.spares_wanted = 0
+
+    def start_rank(self, rank, world, state, task) -> int:
+        import pickle
+
+        while self.spares:
+            pid, w = self.spares.pop(0)
+            try:
+                with os.fdopen(w, "wb") as f:
+                    f.write(pickle.dumps((rank, world, state, task), pickle.HIGHEST_PROTOCOL))
+            except OSError:  # the spare died: its exit is reported, try the next one
+                continue
+            self.running[pid] = rank
+            return pid
+        pid = self._fork(lambda: rank_main(rank, world, state, task, *self.where))
+        self.running[pid] = rank
+        return pid
+
+    def add_spares(self) -> None:
+        while len(self.spares) < self.spares_wanted:
+            r, w = os.pipe()
+            pid = self._fork(lambda: _spare_main(r, w, self.where))
+            os.close(r)
+            self.spares.append((pid, w))
+
+    def _fork(self, body) -> int:
+        pid = os.fork()
         if pid == 0:
-            return
-        children.pop(pid, None)
-        try:
-            conn.send(("exit", pid, os.waitstatus_to_exitcode(status)))
-        except OSError:
-            return
+            self.conn.close()
+            for _, w in self.spares:
+                os.close(w)
+            body()  # never returns
+        return pid
+
+    def drop_spares(self) -> None:
+        for pid, w in self.spares:
+            os.close(w)  # the spare reads an empty task and leaves
+        self.spares = []
+
+    def reap(self) -> None:
+        while True:
+            try:
+                pid, status = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                return
+            if pid == 0:
+                return
+            self.running.pop(pid, None)
+            self.spares = [(p, w) for p, w in self.spares if p != pid]
+            try:
+                self.conn.send(("exit", pid, os.waitstatus_to_exitcode(status)))
+            except OSError:
+                return
+
+    def leave(self, folder) -> None:
+        for pid in list(self.running) + [p for p, _ in self.spares]:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except OSError:
+                pass
+        if folder:
+            shutil.rmtree(folder, ignore_errors=True)
+        os._exit(0)
 
 
-def _leave(children: dict, folder) -> None:
-    for pid in children:
-        try:
-            os.kill(pid, signal.SIGKILL)
-        except OSError:
-            pass
-    if folder:
-        shutil.rmtree(folder, ignore_errors=True)
-    os._exit(0)
+def _spare_main(r: int, w: int, where) -> None:
+    """A spare: wait for a task on the pipe, then become that rank (or leave on an empty one)."""
+    import pickle
+
+    os.close(w)
+    _die_with_parent(os.getppid())
+    with os.fdopen(r, "rb") as f:
+        data = f.read()
+    if not data:
+        os._exit(0)
+    rank, world, state, task = pickle.loads(data)
+    rank_main(rank, world, state, task, *where)
 
 
 # ----------------------------------------------------------------------------- one rank
@@ -206,6 +269,7 @@ def _run(rank, world, state, task) -> tuple:
     import cloudpickle
     import torch.distributed as dist
 
+    store = None
     try:
         _become_fresh(state)
         import torch
@@ -221,18 +285,36 @@ def _run(rank, world, state, task) -> tuple:
         fn, args = cloudpickle.loads(task)
         limit = datetime.timedelta(seconds=state["timeout"])
         store = dist.TCPStore("127.0.0.1", state["port"], world, is_master=False, timeout=limit)
+        store = dist.PrefixStore(state["prefix"], store)  # this call's keys only
         dist.init_process_group(state["backend"], store=store, rank=rank, world_size=world,
                                 timeout=limit)
         result = fn(rank, world, *args)
         reply = ("ok", cloudpickle.dumps(result))
     except BaseException as e:  # noqa: BLE001  (report everything, including SystemExit)
         reply = ("err", (f"{type(e).__name__}: {e}", traceback.format_exc(), time.time()))
+    _wait_for_peers(store, world, wait=reply[0] == "ok")
     try:
         if dist.is_initialized():
             dist.destroy_process_group()
     except Exception:  # noqa: BLE001  (the reply matters more than a clean teardown)
         pass
     return reply
+
+
+def _wait_for_peers(store, world: int, wait: bool) -> None:
+    """Leave only when every rank is done: a rank that closes its sockets while a slow peer
+    is still connecting to it makes that peer's ``init_process_group`` fail ("connection
+    closed by peer"). A failed rank counts itself done without waiting (its exit is what wakes
+    peers blocked in a collective with it)."""
+    if store is None:
+        return
+    try:
+        if store.add("finished", 1) == world:
+            store.set("all finished", "1")
+        if wait:
+            store.wait(["all finished"])
+    except Exception:  # noqa: BLE001  (the caller is gone, or a peer died: leave anyway)
+        pass
 
 
 if __name__ == "__main__":

@@ -118,7 +118,9 @@ def run(fn, world_size: int, *args, backend: str = "auto", timeout: float = DEFA
     if failed:  # a rank that died is the cause; else the earliest error (the rest are echoes)
         first = min(died or failed, key=lambda r: (died or failed)[r][2])
         summary, tb, _ = failed[first]
-        raise RankError(first, summary, tb, _pool.tail(ranks.log(first)))
+        err = RankError(first, summary, tb, _pool.tail(ranks.log(first)))
+        err.other_failures = {r: p[0] for r, p in sorted(failed.items()) if r != first}
+        raise err
     silent = [r for r in range(world_size) if r not in replies]
     if silent:
         raise TimeoutError(f"ranks {silent} did not finish within timeout={timeout:g} s "
