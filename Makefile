@@ -12,6 +12,7 @@ help:
 	@echo "make book       build the site into _build/html (executes every notebook on CPU; cached)"
 	@echo "make test       the whole suite: unit + exercise tests, nbval over notebooks, strict book build"
 	@echo "make fast       inner loop: unit tests without the slow multi-process ones (~1 min)"
+	@echo "make site-test  the built site in headless Chromium, network blocked (after make book)"
 	@echo "make grade      grade your exercise notebooks and print a score table"
 	@echo "make lab        JupyterLab on the course, with the .venv kernel"
 	@echo "make exercises  regenerate the starter notebooks from exercises/*/solutions/*.py"

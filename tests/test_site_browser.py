@@ -3,6 +3,7 @@
 Serves _build/html on 127.0.0.1, opens every page with every request that would leave the
 machine blocked, and asserts: no external request, every formula typeset (none left raw, no
 MathJax error box), no JavaScript error, and every explorer redraws when any control changes.
+A second test loads each explorer's ES module the way anywidget does in JupyterLab.
 
 Runs from `make site-test` (part of `make test`, after the book build), which sets
 MINIPAR_BROWSER_TEST=1; a plain `pytest tests` skips it, since the site may be stale or absent.
@@ -190,3 +191,50 @@ def test_every_page_offline(server):
         assert r["svg"] and r["initial"] > 0, f"{r}: default view draws no figure"
         assert r["controls"] > 0 and r["redrawn"] == r["controls"] and not r["empty"], \
             f"{r}: not every control change redrew the output"
+
+
+_ANYWIDGET_RENDER = r"""
+async ([src, name, config]) => {
+  const url = URL.createObjectURL(new Blob([src], {type: "text/javascript"}));
+  const mod = await import(url);
+  const state = {explorer: name, values: {}, config}, saved = [], handlers = {};
+  const model = {get: (k) => state[k], set: (k, v) => { state[k] = v; },
+                 save_changes: () => saved.push(JSON.stringify(state.values)),
+                 on: (ev, fn) => { handlers[ev] = fn; }};
+  const el = document.createElement("div");
+  document.body.append(el);
+  mod.default.render({model, el});
+  const root = el.querySelector(".minipar-explorer");
+  const input = root.querySelector(".minipar-explorer-controls select");
+  input.selectedIndex = (input.selectedIndex + 1) % input.options.length;
+  input.dispatchEvent(new Event("change", {bubbles: true}));
+  return {svg: !!root.querySelector(".minipar-explorer-output svg"), saved,
+          redraws: Number(root.dataset.redraws), listens: Object.keys(handlers)};
+}
+"""
+
+
+@pytest.mark.parametrize("slug,name,config", [("collectives", "collectives", "collectives_config"),
+                                              ("memory_time", "memory", "memory_config"),
+                                              ("data_parallel", "dp-step", "dp_config")])
+def test_anywidget_entry_point_in_chromium(slug, name, config):
+    """What JupyterLab does with a kernel: import the ES module, call render({model, el});
+    a control change redraws and writes the values back to the model."""
+    import importlib
+
+    from playwright.sync_api import sync_playwright
+
+    from minipar.widgets import bundle
+    cfg = getattr(importlib.import_module(f"minipar.widgets.{slug}"), config)()
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=FLAGS)
+        page = browser.new_page()
+        page.route("**/*", lambda r: r.abort())          # nothing may be fetched
+        errors = []
+        page.on("pageerror", lambda e: errors.append(str(e)))
+        page.set_content("<html><body></body></html>")
+        out = page.evaluate(_ANYWIDGET_RENDER, [bundle(slug), name, cfg])
+        browser.close()
+    assert not errors
+    assert out["svg"] and out["redraws"] == 2 and len(out["saved"]) == 1
+    assert "change:config" in out["listens"]
