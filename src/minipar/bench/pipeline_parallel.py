@@ -5,7 +5,9 @@ gradient; see :mod:`minipar.pipeline_parallel.timed`), so ranks do not compete f
 machine's cores and the step's idle time is the schedule's bubble plus send/receive overhead.
 ``measured_bubble`` is the median over steps of the mean over ranks of the idle fraction of the
 step; ``model_bubble`` the closed form ((p−1)/(v·m+p−1) for gpipe, 1f1b, interleaved; ZB-H1's
-(p−1)(t_F+t_B−t_W) idle for zb-h1). ``--layers gpt`` runs real GPT layers instead (then the
+(p−1)(t_F+t_B−t_W) idle for zb-h1); ``hop_latency`` the median time from a sender's end to a
+waiting receiver's start, and ``model_bubble_with_latency`` the simulator's bubble when every
+message takes that long (what the measurement should approach on a busy machine). ``--layers gpt`` runs real GPT layers instead (then the
 ranks share the cores and the number is this machine's, not the schedule's).
 
 A benchmark reports, it never asserts.
@@ -20,18 +22,22 @@ def bench(schedule: str, p: int, m: int, v: int = 1, t_f: float = 0.05, t_b: flo
     from minipar.launch import run
     from minipar.pipeline_parallel.model_bubble import bubble_fraction
     from minipar.pipeline_parallel.schedules import schedule as make
-    from minipar.pipeline_parallel.timed import bench_rank, measured_bubble
+    from minipar.pipeline_parallel.simulate import simulate
+    from minipar.pipeline_parallel.timed import bench_rank, hop_latency, measured_bubble
 
     make(schedule, p, m, v)   # validates the arguments before any rank starts
     per_rank = run(bench_rank, p, schedule, m, v, t_f, t_b, t_w, steps, layers,
                    backend="gloo", timeout=600)
     measured, timeline = measured_bubble(per_rank)
     span = max(e for *_, e in timeline)
+    hop = hop_latency(timeline, p)
+    sim = simulate(make(schedule, p, m, v), m, t_f, t_b, t_w, comm=hop)
     return {"schedule": schedule, "p": p, "m": m, "v": v, "layers": layers,
             "t_forward": t_f, "t_backward": t_b, "t_weight": t_w, "steps": steps,
             "measured_bubble": measured,
             "model_bubble": bubble_fraction(schedule, p, m, v, t_f, t_b, t_w),
             "step_seconds": span,
+            "hop_latency": hop, "model_bubble_with_latency": sim.bubble,
             "timeline": [[r, str(a), s, e] for r, a, s, e in timeline]}
 
 
@@ -62,6 +68,8 @@ def _main(args) -> int:
           f"{args.t_weight:g} ms)")
     print(f"bubble measured {r['measured_bubble']:.3f}   model {r['model_bubble']:.3f}   "
           f"(fraction of the step, median of {r['steps']} steps)")
+    print(f"median hop {r['hop_latency'] * 1e3:.2f} ms; model with that latency "
+          f"{r['model_bubble_with_latency']:.3f}")
     return 0
 
 

@@ -127,3 +127,26 @@ def measured_bubble(per_rank: list) -> tuple[float, list]:
         timelines.append([ev for r in per_rank for ev in r[k][2]])
     med = statistics.median(bubbles)
     return med, timelines[bubbles.index(min(bubbles, key=lambda b: abs(b - med)))]
+
+
+def hop_latency(timeline, p: int) -> float:
+    """Median delay between a message's sender finishing and its waiting receiver starting:
+    for F(s, i) after F(s−1, i) and B(s, i) after B(s+1, i) on another rank, when the receiver
+    was idle (its previous action had ended before the sender's)."""
+    from .schedules import Action
+
+    end = {a: e for _, a, _, e in timeline}
+    prev_end, by_rank = {}, {}
+    for r, a, s, e in sorted(timeline, key=lambda ev: ev[2]):
+        prev_end[a] = by_rank.get(r, 0.0)
+        by_rank[r] = e
+    n_st = 1 + max(a.stage for _, a, _, _ in timeline)
+    gaps = []
+    for r, a, s, _ in timeline:
+        src = Action("F", a.stage - 1, a.microbatch) if a.op == "F" and a.stage > 0 else \
+            Action("B", a.stage + 1, a.microbatch) if a.op == "B" and a.stage < n_st - 1 else None
+        if src is None or src.stage % p == r or src not in end:
+            continue
+        if prev_end[a] <= end[src]:
+            gaps.append(s - end[src])
+    return statistics.median(gaps) if gaps else 0.0

@@ -64,6 +64,7 @@ class RankResult:
     peak_in_flight: int     # high-water of (stage, micro-batch) activations held, first step
     peak_saved_bytes: int
     timeline: list          # first step's (rank, action, start, end)
+    sends: tuple = (0, 0)   # first step's p2p sends (messages, bytes), when traced
 
 
 def embedding_group(p: int):
@@ -75,9 +76,15 @@ def embedding_group(p: int):
 
 def train_rank(rank: int, p: int, name: str, m: int, v: int, c: GPTConfig, batches,
                optimizer: str = "adam", executor_cls=PipelineExecutor, actions=None,
-               loss_scale: float | None = None, emb_group="auto", dtype=torch.float64):
+               loss_scale: float | None = None, emb_group="auto", dtype=torch.float64,
+               trace_first_step: bool = False):
     """Train on rank ``rank`` of p with schedule ``name`` (or explicit ``actions``, one list per
-    rank); each batch of B = m·b sequences is cut into m micro-batches of b."""
+    rank); each batch of B = m·b sequences is cut into m micro-batches of b.
+    ``trace_first_step``: record the first step's sends with :class:`minipar.trace.trace`."""
+    from contextlib import nullcontext
+
+    from minipar.trace import trace
+
     stages = build_stages(c, rank, p, v, dtype=dtype)
     group = embedding_group(p) if emb_group == "auto" else emb_group
     params = list({id(q): q for st in stages.values() for q in st.parameters()}.values())
@@ -94,7 +101,11 @@ def train_rank(rank: int, p: int, name: str, m: int, v: int, c: GPTConfig, batch
             raise ValueError(f"batch ({x.shape[0]}) must be divisible by micro-batches m ({m})")
         b = x.shape[0] // m
         opt.zero_grad()
-        rec = ex.run(acts, list(x.chunk(m)), list(y.chunk(m)), (b, c.s, c.h), dtype)
+        with (trace() if trace_first_step and step == 0 else nullcontext()) as tr:
+            rec = ex.run(acts, list(x.chunk(m)), list(y.chunk(m)), (b, c.s, c.h), dtype)
+        if tr is not None:
+            sends = [e for e in tr.events if e.op == "send"]
+            out.sends = (len(sends), sum(e.bytes for e in sends))
         if rec.losses:
             out.losses.append(sum(rec.losses) / m)
         if step == 0:
