@@ -125,6 +125,7 @@ def draw_benchmark(result: dict, cols: int = 2):
     """Measured time vs S (dots) and the fitted α-β model (line), one panel per op, two panels
     per row so the tick labels stay legible at page width. ``result``: run_benchmark's."""
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 
     ops = list(dict.fromkeys(r["op"] for r in result["results"]))
     rows = -(-len(ops) // cols)
@@ -141,8 +142,11 @@ def draw_benchmark(result: dict, cols: int = 2):
                 ax.loglog(xs, model, "-", color=f"C{k}", label=f"n = {f['n']}, α-β fit")
         sizes = sorted({r["bytes"] for r in result["results"] if r["op"] == op})
         ax.set_xticks(sizes, [_bytes_label(s) for s in sizes])
-        ax.minorticks_off()
-        ax.set(title=op, xlabel="S (message size)", ylabel="time (ms)")
+        ax.xaxis.set_minor_formatter(NullFormatter())
+        ax.yaxis.set_major_locator(LogLocator(subs=(1.0, 2.0, 5.0)))
+        ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+        ax.yaxis.set_minor_formatter(NullFormatter())
+        ax.set(title=op, xlabel="S (message size)", ylabel="time (ms, log scale)")
         ax.legend(fontsize=8)
     for ax in list(axes.flat)[len(ops):]:
         ax.axis("off")
