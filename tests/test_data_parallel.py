@@ -585,6 +585,10 @@ def test_zero1_all_gather_overlaps_the_next_forward(contract):
         assert [(k, i) for k, i, _ in ev[depth:]] == [(k, i) for i in range(depth)
                                                       for k in ("wait", "forward")]
         assert ev[depth + 1] == ("forward", 0, depth - 1)   # layer 0 runs, 3 still in flight
+        from minipar.data_parallel.overlap import prefetch_report
+        assert prefetch_report(r["overlap"]).endswith(
+            f"started with {depth - 1} later layers' all-gathers still outstanding: "
+            "communication overlapped the next forward")
     # control: gradients summed instead of averaged (lr·n) would not match
     wrong = zero1_prefetch_reference(3, 32, 4, 4, 3, torch.float64, lr=0.3)
     assert max_param_error(wrong, ref) > 1e-6

@@ -133,3 +133,19 @@ def zero1_prefetch_reference(n, width=256, depth=6, batch=32, steps=3, dtype=Non
         sum(F.mse_loss(model(c), c.flip(1)) for c in x.chunk(n)).div(n).backward()
         opt.step()
     return [p.detach().clone() for p in model.parameters()]
+
+
+def prefetch_report(result: dict) -> str:
+    """The event log of :func:`zero1_prefetch_on_rank` as lines for a notebook, and a last line
+    stating what it shows (computed from the log, so a run that did not overlap says so)."""
+    lines = []
+    for kind, layer, t, pending in result["events"]:
+        extra = "" if pending is None else f"   ({pending} all-gathers not yet waited for)"
+        lines.append(f"{t * 1e3:8.3f} ms  {kind:<8} layer {layer}{extra}")
+    first = next((p for k, i, _, p in result["events"] if (k, i) == ("forward", 0)), None)
+    if first:
+        lines.append(f"layer 0's forward started with {first} later layers' all-gathers still "
+                     "outstanding: communication overlapped the next forward")
+    else:
+        lines.append("layer 0's forward started after every all-gather: no overlap")
+    return "\n".join(lines)
