@@ -156,3 +156,39 @@ def test_a_killed_zygote_is_replaced_and_takes_its_ranks_along():
     zygote.wait()
     assert run(lambda r, w: r, 2, backend="gloo") == [0, 1]  # a new zygote, started at once
     assert launch._zygote.proc.pid != zygote.pid
+
+
+def test_an_interrupt_stops_the_ranks_of_that_call_only():
+    """A notebook interrupt (SIGINT in the caller) while ranks run: their processes go, the
+    zygote stays, and the next call works."""
+    import threading
+
+    def sleeper(rank, world_size):
+        import os
+        import time
+        print(os.getpid(), flush=True)
+        time.sleep(600)
+    run(lambda r, w: r, 1, backend="gloo")
+    zygote = launch._zygote.proc.pid
+    pids = []
+    stop = threading.Event()
+
+    def interrupt_once_both_run():
+        while len(pids) < 2 and not stop.wait(0.1):
+            pass
+        if not stop.is_set():
+            os.kill(os.getpid(), signal.SIGINT)
+    timer = threading.Thread(target=interrupt_once_both_run)
+    timer.start()
+    real_print = launch._print_prefixed
+    try:
+        launch._print_prefixed = lambda r, text: pids.append(int(text.split()[0]))
+        with pytest.raises(KeyboardInterrupt):
+            run(sleeper, 2, backend="gloo", timeout=600)
+    finally:
+        launch._print_prefixed = real_print
+        stop.set()
+        timer.join()
+    assert len(pids) == 2 and _wait_gone(pids) == []
+    assert launch._zygote.proc.pid == zygote
+    assert run(lambda r, w: r, 2, backend="gloo") == [0, 1]

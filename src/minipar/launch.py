@@ -11,15 +11,16 @@ The idea fits in :func:`run` (about forty lines):
    import functions from modules), and an argument that cannot be pickled fails this call
    before anything starts.
 2. A warm **zygote** process, started on the first call, has imported torch (seconds, paid once;
-   it never touches CUDA). Each call asks it to **fork one fresh process per rank**, so every
-   call starts clean: torch's default dtype, RNG, environment and imported modules of the
-   previous call are gone. A rank takes the caller's *current* environment, working directory
+   it never touches CUDA). Each call asks it for **one fresh forked process per rank** (forked
+   ahead of time as spares when it can), so every call starts clean: torch's default dtype,
+   RNG, environment and imported modules of the previous call are gone. A rank takes the caller's *current* environment, working directory
    and ``sys.path``, and imports the caller's modules afresh (an edited and reloaded module
    runs its new code). The zygote imports no minipar or user module, so none can be stale.
 3. Ranks meet at a ``TCPStore`` the caller serves on 127.0.0.1; gloo and NCCL use the loopback
    interface, so nothing listens beyond this machine. Every rank's ``print`` comes back
    prefixed ``[rank r]``.
-4. Each rank replies with its result or its traceback and exits. If a rank raises, ``run``
+4. Each rank replies with its result or its traceback and exits (a rank that succeeded first
+   waits for its peers, so a slow peer is never left connecting to a closed socket). If a rank raises, ``run``
    raises :class:`RankError` with that rank's traceback (true file and line of every frame,
    notebook cells included); if it dies (a crash, ``abort``), with its exit status and the end
    of its stderr (``RankError.stderr_tail``); ranks still running are killed. A call that does
