@@ -309,3 +309,20 @@ def test_all_gather_blocking_sends_time_out_with_a_reason(capsys):
 def test_arithmetic_names_the_mistake(capsys, task_id, candidate, reason):
     passed, line = verdict(capsys, task_id, candidate)
     assert not passed and reason in line, line
+
+
+def aborts(t):
+    """A rank that dies in C++ without a Python exception (what a dtype mismatch does in gloo)."""
+    import os
+    if dist.get_rank() == 1:
+        os.write(2, b"about to abort: learner's last words\n")
+        os.abort()
+    return _ring(t)
+
+
+@pytest.mark.slow
+def test_a_rank_abort_is_reported_with_its_stderr(capsys):
+    passed, line = verdict(capsys, "collectives.ring_all_reduce", aborts, timeout=10)
+    assert not passed, line
+    assert "n=2, 8 elements, float32: rank 1 died" in line, line
+    assert "about to abort: learner's last words" in line, line

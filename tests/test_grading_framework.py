@@ -133,3 +133,28 @@ def test_committed_starters_are_up_to_date():
     assert build_main(["--check"]) == 0, "run `make exercises` and commit the notebooks"
     for script in scripts(ROOT / "exercises"):
         assert starter_path(script).exists()
+
+
+def test_reason_for_a_rank_that_died_shows_its_stderr_tail():
+    from minipar.launch import RankError
+    e = RankError(1, "a process exit (killed by signal 6 (SIGABRT))", "no Python traceback")
+    e.stderr_tail = "minipar check: running case n=2\nterminate called\nFatal Python error: Aborted\n"
+    reason = reason_for(e)
+    assert reason.startswith("rank 1 died (a process exit (killed by signal 6 (SIGABRT)))")
+    assert "terminate called | Fatal Python error: Aborted" in reason
+
+
+def test_reason_for_names_the_learners_line():
+    def learner(x):
+        return x.nope                      # the learner's own line
+    try:
+        learner(3)
+    except AttributeError as e:
+        reason = reason_for(e)
+    assert reason.startswith("your code raised AttributeError: 'int' object has no attribute")
+    assert "(line" in reason and "of learner: return x.nope" in reason
+
+
+def test_unknown_task_id_is_a_fail_line_not_a_crash(capsys):
+    assert not check("selftest.no_such_task", lambda: None)
+    assert "unknown exercise task 'selftest.no_such_task'" in capsys.readouterr().out

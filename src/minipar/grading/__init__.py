@@ -157,8 +157,15 @@ def _stderr_tail(exc, lines: int = 4) -> str:
     if not tail:
         tb = getattr(exc, "remote_traceback", "") or ""
         tail = tb.split(":\n", 1)[1] if "the end of its log" in tb and ":\n" in tb else tb
-    kept = [ln.strip() for ln in str(tail).splitlines() if ln.strip()]
-    return " | ".join(kept[-lines:])
+    text, where = str(tail), ""
+    if "Stack (most recent call first):" in text:          # a faulthandler dump: keep the
+        text, stack = text.split("Stack (most recent call first):", 1)   # messages and the
+        for f, line, func in re.findall(r'File "([^"]+)", line (\d+) in (\S+)', stack):
+            if not _library(f):                             # learner's innermost frame
+                where = f" (at line {line} of {func})"
+                break
+    kept = [ln.strip() for ln in text.splitlines() if ln.strip()]
+    return " | ".join(kept[-lines:]) + where
 
 
 def reason_for(exc: BaseException) -> str:
@@ -180,9 +187,11 @@ def reason_for(exc: BaseException) -> str:
             return _one_line(f"rank {exc.rank} timed out waiting in a collective or recv -- "
                              "does every rank make the same collective calls, in the same "
                              "order, and does every send have a matching recv?")
-        if summary.startswith("a process exit") or getattr(exc, "exitcode", None):
+        if summary.startswith(("a process exit", "died")) or \
+                "without a Python exception" in summary:
+            how = re.sub(r"^died \((.*)\) without a Python exception$", r"\1", summary)
             tail = _stderr_tail(exc)
-            return _one_line(f"rank {exc.rank} died ({summary}) without a Python exception; "
+            return _one_line(f"rank {exc.rank} died ({how}) without a Python exception; "
                              f"the last lines of its stderr: {tail or '(empty)'}")
         where = remote_learner_line(getattr(exc, "remote_traceback", ""))
         return _one_line(f"your code raised on rank {exc.rank}: {summary}"
