@@ -124,3 +124,21 @@ def test_bad_input_as_a_script(argv, words):
                        text=True, timeout=60)
     assert p.returncode == 2 and "Traceback" not in p.stderr
     assert len(p.stderr.strip().splitlines()) == 1 and words[0] in p.stderr
+
+
+def test_cost_cli_needs_nothing_from_minipar_cli():
+    """No import cycle: the cost commands' input errors are ValueErrors of their own module,
+    so minipar.cost.cli never imports minipar.cli (which imports it)."""
+    code = ("import sys; from minipar.cost import cli; e = cli._error('x'); "
+            "assert isinstance(e, ValueError), type(e); "
+            "assert 'minipar.cli' not in sys.modules, 'imported minipar.cli'")
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr
+
+
+def test_layout_rules_have_one_wording(capsys):
+    """The CLI states the layout rules with minipar.cost.breakdown.check_layout's words."""
+    status, _, err = run(capsys, "params", "--layers", "2", "--hidden", "100", "--heads", "3",
+                         "--seq", "8", "--vocab", "10")
+    assert status == 2
+    assert err.strip() == "minipar params: error: hidden size (100) must be divisible by heads (3)"

@@ -49,6 +49,7 @@ def accumulation_step(model: torch.nn.Module, dp: BucketedDataParallel, micro_ba
     dp.finish()                                # waits if anything is still in flight
     if not global_loss or dp.n == 1:
         return total
-    both = torch.tensor([total * local, float(local)], dtype=torch.float64)   # (2,)
+    device = dp.params[0].device if dp.params else None        # NCCL needs it on the GPU
+    both = torch.tensor([total * local, float(local)], dtype=torch.float64, device=device)  # (2,)
     dist.all_reduce(both, group=dp.group)
     return (both[0] / both[1]).item()
