@@ -12,7 +12,9 @@ DDP's C++ reducer makes, goes through a ``c10d::*`` dispatcher op. So:
 
 * **bytes and group size** come from a ``TorchDispatchMode`` that sees every ``c10d`` op on this
   thread (and in autograd's backward, which inherits the mode), however the op was called;
-* **wall time** comes from wrapping the public ``torch.distributed`` functions: a synchronous call
+* **wall time** comes from wrapping the public ``torch.distributed`` functions (wrapped while any
+  trace is open in any thread, reference-counted; the wrappers time only calls made on a thread
+  that has a trace open, and pass the others straight through): a synchronous call
   is timed until it returns (so the wait is included); an ``async_op=True`` call is timed until
   its ``Work.wait()`` returns when waited through the handle we return, else only its launch
   (``is_async`` marks these). Calls that bypass the Python API (DDP's reducer) record launch time.
@@ -37,7 +39,7 @@ from dataclasses import dataclass
 import torch
 import torch._dynamo  # noqa: F401  entering a dispatch mode imports it (~2 s): pay that here,
 import torch.distributed as dist  # not inside the first traced call's wall time
-from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._python_dispatch import TorchDispatchMode, _get_current_dispatch_mode_stack
 
 # c10d dispatcher op -> (course name, index of the argument whose bytes we report)
 _C10D_OPS = {
@@ -135,13 +137,19 @@ class _WaitTimedWork:
 _install_lock = threading.Lock()
 _installs = 0                   # traces open in any thread; the wrappers stay while > 0
 _originals: dict = {}           # (module, name) -> the function we wrapped
-_local = threading.local()      # .depth: traces open on this thread; .pending: events to time
+_local = threading.local()      # .pending: the events of the public call in progress, to time
+
+
+def _tracing_here() -> bool:
+    """Is a trace open on this thread? (Its dispatch mode is on this thread's mode stack,
+    which autograd's backward threads inherit, so a hook's calls there are timed too.)"""
+    return any(isinstance(m, trace) for m in _get_current_dispatch_mode_stack())
 
 
 def _timed(fn):
     @functools.wraps(fn)
     def timed(*args, **kwargs):
-        if not getattr(_local, "depth", 0):  # no trace on this thread: the plain call
+        if not _tracing_here():  # no trace on this thread: the plain call
             return fn(*args, **kwargs)
         outer = getattr(_local, "pending", None)
         _local.pending = mine = []
@@ -226,14 +234,12 @@ class trace(TorchDispatchMode):
     def __enter__(self):
         self.start_time = time.perf_counter()
         _install()
-        _local.depth = getattr(_local, "depth", 0) + 1
         return super().__enter__()
 
     def __exit__(self, *exc):
         try:
             return super().__exit__(*exc)
         finally:
-            _local.depth -= 1
             _uninstall()
 
     # -- reports -------------------------------------------------------------------------

@@ -130,10 +130,12 @@ def machine(backend: str = "gloo") -> dict:
     import os
 
     import torch
+
+    from minipar._pool import usable_cpus
     gpu = torch.cuda.get_device_name(0) if backend == "nccl" else None
     return dict(platform=platform.platform(), processor=platform.processor(),
-                cpu_count=os.cpu_count(), torch=torch.__version__, backend=backend, gpu=gpu,
-                dtype="float32")
+                cpu_count=os.cpu_count(), usable_cpus=usable_cpus(), torch=torch.__version__,
+                backend=backend, gpu=gpu, dtype="float32")
 
 
 def run_benchmark(ops=OPS, ranks=(2, 4), sizes=None, iters: int = 5, ring_sizes=None,
