@@ -44,9 +44,15 @@ WARM_UP = ["torch._dynamo", "torch.distributed.pipelining"]
 def zygote_main(address: str, caller_pid: int, folder: str) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # an interrupt is the caller's to handle
     authkey = bytes.fromhex(os.environ.pop("MINIPAR_AUTHKEY"))
+    # A forked child cannot use CUDA if its parent initialised the driver: any check made
+    # here asks NVML instead, and a CUDA build skips the warm-up imports (they may probe it).
+    os.environ.setdefault("PYTORCH_NVML_BASED_CUDA_CHECK", "1")
     import cloudpickle  # noqa: F401  (the point of the zygote: every rank inherits these)
-    import torch  # noqa: F401
+    import torch
     import torch.distributed  # noqa: F401
+
+    if torch.version.cuda or torch.version.hip:
+        WARM_UP.clear()
 
     conn = mpc.Client(address, family="AF_UNIX", authkey=authkey)
     conn.send(("ready", os.getpid()))
