@@ -290,19 +290,21 @@ def _branchy_rank(rank, n, variant, branch_ranks, steps=STEPS):
     if zero is None:
         opt = adam(model.parameters())
     grads = None
-    for x, y in _branchy_data(steps, n):
-        (zero or opt).zero_grad()
-        F.cross_entropy(fwd(x.chunk(n)[rank], use_branch=rank in branch_ranks)["logits"],
-                        y.chunk(n)[rank]).backward()
-        if variant == "naive":
-            all_reduce_gradients(model, find_unused_parameters=True)
-        if grads is None and zero is None:
-            grads = {k: None if p.grad is None else p.grad.clone()
-                     for k, p in model.named_parameters()}
-        (zero or opt).step()
+    with trace() as tr:
+        for x, y in _branchy_data(steps, n):
+            (zero or opt).zero_grad()
+            F.cross_entropy(fwd(x.chunk(n)[rank], use_branch=rank in branch_ranks)["logits"],
+                            y.chunk(n)[rank]).backward()
+            if variant == "naive":
+                all_reduce_gradients(model, find_unused_parameters=True)
+            if grads is None and zero is None:
+                grads = {k: None if p.grad is None else p.grad.clone()
+                         for k, p in model.named_parameters()}
+            (zero or opt).step()
     names = [k for k, _ in model.named_parameters()]
     params = zero.full_parameters() if zero else [p.detach().clone() for p in model.parameters()]
-    return grads, dict(zip(names, params))
+    ops = {op: st.bytes / steps for op, st in tr.summary().items()}
+    return grads, dict(zip(names, params)), ops
 
 
 def _no_sync_section(rank, n, out):
@@ -328,7 +330,7 @@ def _no_sync_section(rank, n, out):
 def _unused_section(rank, n, out):
     """Unused parameters: branch used on rank 0 only, spare on no rank."""
     for v in BRANCHY:
-        out["branchy", v] = _branchy_rank(rank, n, v, {0})
+        *out["branchy", v], out["branchy_bytes", v] = _branchy_rank(rank, n, v, {0})
 
 
 def _start_section(rank, n, out):
@@ -459,6 +461,14 @@ def test_unused_parameters_follow_ddp(contract, variant):
             assert (grads["branch.weight"] - ref_grads["branch.weight"]).abs().max() < ATOL64
     # controls: a zero gradient for the unused parameter lets AdamW's weight decay move it;
     # rank 0's branch gradient not averaged with the others' zeros is 3x too large
+    # traffic: one used-flag (fp32) per parameter tensor on top of the float64 gradients; naive
+    # skips the parameter nobody used, bucketed reduces it as zeros (both leave its grad None)
+    flags, psi, spare = 8 * 4, 261, 72
+    want = {"naive": {"all_reduce": flags + (psi - spare) * 8},
+            "bucketed": {"all_reduce": flags + psi * 8},
+            "zero1": {"all_reduce": flags, "reduce_scatter": psi * 8, "all_gather": psi * 8}}
+    if variant in want:
+        assert contract[0]["branchy_bytes", variant] == want[variant]
     zeroed = _branchy_reference(3, {0}, zero_unused=True)[1]
     assert (zeroed["spare.weight"] - init["spare.weight"]).abs().max() > 1e-4
     assert (ref_grads["branch.weight"] * 3 - ref_grads["branch.weight"]).abs().max() > 1e-3
