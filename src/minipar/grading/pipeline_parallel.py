@@ -1,0 +1,232 @@
+"""Checkers for the pipeline-parallel exercises (``exercises/pipeline_parallel``).
+
+Schedules are checked by simulation (deadlock, stage ownership, warm-up, in-flight count,
+bubble) against the reference lists, and the 1F1B answer also by training one step on gloo
+ranks with the course's executor; the send/recv exercise runs the learner's GPipe step on 2 and
+3 ranks and compares the gradients with one process; the B/W split is compared with a full
+backward in one process. Wrong answers get one line naming the likely mistake.
+"""
+from __future__ import annotations
+
+from minipar.grading import GradeFailure, task
+
+TIMEOUT = 30
+
+
+def _as_actions(lists, p, what):
+    from minipar.pipeline_parallel import Action
+
+    if not isinstance(lists, (list, tuple)):
+        raise GradeFailure(f"{what} must return a list of actions, got {type(lists).__name__}")
+    out = []
+    for a in lists:
+        try:
+            op, stage, mb = a
+            out.append(Action(str(op), int(stage), int(mb)))
+        except (TypeError, ValueError):
+            raise GradeFailure(f"{what}: each action must be (op, stage, microbatch), "
+                               f"got {a!r}") from None
+    return out
+
+
+def _leading_forwards(acts) -> int:
+    k = 0
+    while k < len(acts) and acts[k].op == "F":
+        k += 1
+    return k
+
+
+def _diagnose_schedule(fn, name, cases, v_of=lambda p: 1):
+    """Compare fn(rank, p, m[, v]) with the reference for each (p, m); raise naming the slip."""
+    from minipar.pipeline_parallel import ScheduleError, schedule, simulate
+    from minipar.pipeline_parallel.model_bubble import peak_in_flight
+
+    for p, m in cases:
+        v = v_of(p)
+        args = (p, m) if name == "1f1b" else (p, m, v)
+        ref = schedule(name, p, m, v)
+        got = [_as_actions(fn(r, *args), p, f"rank {r} (p = {p}, m = {m})") for r in range(p)]
+        if got == ref:
+            continue
+        for r, acts in enumerate(got):
+            owned = {r + c * p for c in range(v)}
+            for a in acts:
+                if a.stage not in owned:
+                    own = f"stage {r}" if v == 1 else f"stages {sorted(owned)} (r + c·p)"
+                    raise GradeFailure(f"p = {p}, m = {m}: rank {r} runs {a} but owns {own}")
+        for r, (acts, want) in enumerate(zip(got, ref)):
+            k, k_ref = _leading_forwards(acts), _leading_forwards(want)
+            if k != k_ref:
+                formula = "p−r−1" if name == "1f1b" else "2(p−r−1)+(v−1)p"
+                raise GradeFailure(f"p = {p}, m = {m}: rank {r} runs {k} forwards before its "
+                                   f"first backward, expected {k_ref} (warm-up {formula} = "
+                                   f"{k_ref - 1 if k_ref < m * v else k_ref}, then one more "
+                                   "forward)")
+        try:
+            sim = simulate(got, m)
+        except ScheduleError as e:
+            raise GradeFailure(f"p = {p}, m = {m}: {e}") from None
+        for r in range(p):
+            if sim.peak_in_flight[r] > peak_in_flight(name, r, p, m, v):
+                raise GradeFailure(f"p = {p}, m = {m}: rank {r} holds {sim.peak_in_flight[r]} "
+                                   f"micro-batches at once, {name} holds at most "
+                                   f"{peak_in_flight(name, r, p, m, v)}")
+        for r, (acts, want) in enumerate(zip(got, ref)):
+            if acts != want:
+                i = next(j for j, (a, b) in enumerate(zip(acts, want)) if a != b) \
+                    if any(a != b for a, b in zip(acts, want)) else min(len(acts), len(want))
+                have = acts[i] if i < len(acts) else "nothing"
+                need = want[i] if i < len(want) else "nothing"
+                raise GradeFailure(f"p = {p}, m = {m}: rank {r}'s action {i} is {have}, "
+                                   f"{name} runs {need} there")
+
+
+def _train_one_step(rank, p, m, lists):
+    from minipar.pipeline_parallel.train import small_config, token_batches, train_rank
+    c = small_config(L=6)
+    return train_rank(rank, p, "1f1b", m, 1, c, token_batches(1, 2 * m, c), actions=lists).grads
+
+
+# ----------------------------------------------------------------------------- 01 1F1B
+@task("pipeline_parallel.one_f_one_b",
+      "equals 1F1B for p = 1..4 and several m (simulated), and trains like one process on 3 ranks")
+def check_one_f_one_b(fn, timeout=TIMEOUT):
+    from types import SimpleNamespace
+
+    from minipar.launch import run
+    from minipar.pipeline_parallel.train import (max_error, small_config, token_batches,
+                                                 train_reference)
+
+    _diagnose_schedule(fn, "1f1b", [(1, 3), (2, 2), (2, 5), (3, 3), (3, 7), (4, 8), (4, 2)])
+    p, m = 3, 5
+    lists = [_as_actions(fn(r, p, m), p, "rank") for r in range(p)]
+    grads = run(_train_one_step, p, m, lists, backend="gloo", timeout=timeout)
+    c = small_config(L=6)
+    _, ref, _ = train_reference(c, token_batches(1, 2 * m, c))
+    err = max_error([SimpleNamespace(grads=g) for g in grads], ref, "grads")
+    if err > 1e-9:
+        raise GradeFailure(f"on 3 ranks the gradients differ from one process by {err:.2g}")
+
+
+# ----------------------------------------------------------------------------- 02 send/recv
+def _gpipe_on_rank(rank, p, m, fn):
+    import torch
+
+    from minipar.pipeline_parallel.stage import build_stages
+    from minipar.pipeline_parallel.train import small_config, token_batches
+
+    c = small_config(L=6)
+    stage = build_stages(c, rank, p)[rank]
+    x, y = token_batches(1, 2 * m, c)[0]
+    fn(stage, rank, p, list(x.chunk(m)), list(y.chunk(m)), (2, c.s, c.h))
+    return {n: (None if q.grad is None else q.grad.clone())
+            for n, q in stage.reference_names().items()}, torch.is_grad_enabled()
+
+
+def _diagnose_gpipe(results, ref, m, p):
+    import torch
+
+    def same(a, b):
+        return a is not None and a.shape == b.shape and torch.allclose(a, b, atol=1e-9)
+
+    for rank, (grads, _) in enumerate(results):
+        for n, g in grads.items():
+            if n == "tok.weight":       # tied: each copy has only its own use's share
+                continue
+            if same(g, ref[n]):
+                continue
+            if same(g, m * ref[n]):
+                raise GradeFailure(f"p = {p}: rank {rank}'s gradients are m = {m} times too "
+                                   "large: divide each micro-batch's loss by m")
+            if g is None or torch.count_nonzero(g) == 0:
+                raise GradeFailure(f"p = {p}: rank {rank} has no gradient for {n}: does the "
+                                   "received activation require grad, and does every rank "
+                                   "back-propagate the gradient it receives?")
+            err = (g - ref[n]).abs().max().item()
+            raise GradeFailure(f"p = {p}: rank {rank}'s gradient of {n} differs from one "
+                               f"process by {err:.2g}")
+
+
+@task("pipeline_parallel.gpipe_send_recv",
+      "a GPipe step with send/recv gives one process's gradients on 2 and 3 ranks")
+def check_gpipe_send_recv(fn, timeout=TIMEOUT):
+    from minipar.launch import run
+    from minipar.pipeline_parallel.train import small_config, token_batches, train_reference
+
+    c = small_config(L=6)
+    for p, m in ((2, 3), (3, 4)):
+        _, ref, _ = train_reference(c, token_batches(1, 2 * m, c))
+        results = run(_gpipe_on_rank, p, m, fn, backend="gloo", timeout=timeout)
+        _diagnose_gpipe(results, ref, m, p)
+
+
+# ----------------------------------------------------------------------------- 03 B/W split
+@task("pipeline_parallel.bw_split",
+      "B gives the input gradient only, W accumulates the weight gradients; B+W = backward")
+def check_bw_split(fns):
+    import torch
+
+    from minipar.pipeline_parallel.stage import build_stages
+    from minipar.pipeline_parallel.train import small_config
+
+    try:
+        backward_input, backward_weight = fns
+    except (TypeError, ValueError):
+        raise GradeFailure("pass the pair (backward_input, backward_weight)") from None
+    c = small_config(L=4)
+    stage = build_stages(c, 1, 2)[1]               # the last of 2 stages: layers + head
+    params = [q for q in stage.parameters() if q.requires_grad]
+    g = torch.Generator().manual_seed(0)
+    xs = [torch.randn(2, c.s, c.h, generator=g, dtype=torch.float64) for _ in range(2)]
+    gys = [torch.randn(2, c.s, c.V, generator=g, dtype=torch.float64) for _ in range(2)]
+
+    want_x, each_w = [], []
+    for x, gy in zip(xs, gys):                     # reference: one full backward each
+        x = x.clone().requires_grad_()
+        gx_w = torch.autograd.grad(stage(x), [x] + params, gy)
+        want_x.append(gx_w[0])
+        each_w.append(gx_w[1:])
+    want_w = [a + b for a, b in zip(*each_w)]
+
+    outs = []
+    for x, gy in zip(xs, gys):                     # both micro-batches' B, then both W's
+        x = x.clone().requires_grad_()
+        y = stage(x)
+        gx = backward_input(y, x, gy)
+        if any(q.grad is not None and torch.count_nonzero(q.grad) for q in params):
+            raise GradeFailure("backward_input changed the weights' .grad: B must compute only "
+                               "the input gradient (torch.autograd.grad(y, [x], grad_y, "
+                               "retain_graph=True)), not y.backward()")
+        if not isinstance(gx, torch.Tensor) or gx.shape != x.shape:
+            raise GradeFailure(f"backward_input must return the gradient of x, shape "
+                               f"{tuple(x.shape)}")
+        if not torch.allclose(gx, want_x[len(outs)], atol=1e-10):
+            raise GradeFailure("backward_input's gradient differs from a full backward's "
+                               "gradient of x")
+        outs.append((y, gy))
+    for y, gy in outs:
+        try:
+            backward_weight(y, params, gy)
+        except RuntimeError as e:
+            if "second time" in str(e):
+                raise GradeFailure("W found the graph freed: B must keep it "
+                                   "(retain_graph=True)") from None
+            raise
+    if any(q.grad is None for q in params):
+        raise GradeFailure("backward_weight left a weight's .grad at None")
+    if all(torch.allclose(q.grad, w, atol=1e-10) for q, w in zip(params, each_w[-1])):
+        raise GradeFailure("the weight gradients are the last micro-batch's only: "
+                           "backward_weight must add to .grad, not overwrite it")
+    for q, w in zip(params, want_w):
+        if not torch.allclose(q.grad, w, atol=1e-10):
+            raise GradeFailure("weight gradients after B and W differ from a full backward "
+                               f"(max error {(q.grad - w).abs().max().item():.2g})")
+
+
+# ----------------------------------------------------------------------------- 04 interleaved
+@task("pipeline_parallel.interleaved",
+      "equals Megatron's interleaved order for p = 2..4, v = 2..3 (simulated)")
+def check_interleaved(fn):
+    _diagnose_schedule(fn, "interleaved", [(2, 2), (2, 4), (3, 6), (4, 4), (4, 8)],
+                       v_of=lambda p: 2)
+    _diagnose_schedule(fn, "interleaved", [(2, 4), (3, 3)], v_of=lambda p: 3)

@@ -1,0 +1,190 @@
+"""Pipeline-parallel exercises: solutions pass, starters fail, realistic mistakes get named."""
+import re
+
+import pytest
+import torch
+import torch.distributed as dist
+
+from grading_support import exercise_function, failure
+from minipar.grading import check
+
+CH = "pipeline_parallel"
+TASKS = {"01_one_f_one_b": ("pipeline_parallel.one_f_one_b", ("one_f_one_b",)),
+         "02_gpipe_send_recv": ("pipeline_parallel.gpipe_send_recv", ("gpipe_step",)),
+         "03_bw_split": ("pipeline_parallel.bw_split", ("backward_input", "backward_weight")),
+         "04_interleaved": ("pipeline_parallel.interleaved", ("interleaved",))}
+
+
+def load(stem, solved):
+    fns = tuple(exercise_function(CH, stem, n, solved=solved) for n in TASKS[stem][1])
+    return fns if len(fns) > 1 else fns[0]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("stem", TASKS)
+def test_solution_passes_and_starter_fails(stem, capsys):
+    task_id = TASKS[stem][0]
+    assert check(task_id, load(stem, True))
+    assert not check(task_id, load(stem, False))
+    assert "not implemented yet" in capsys.readouterr().out.splitlines()[-1]
+
+
+# ------------------------------------------------------------------ 01 1F1B
+def warmup_too_long(rank, p, m):
+    w = min(p - rank, m)                                     # off by one
+    acts = [("F", rank, i) for i in range(w)]
+    for i in range(m - w):
+        acts += [("F", rank, w + i), ("B", rank, i)]
+    return acts + [("B", rank, i) for i in range(m - w, m)]
+
+
+def wrong_stage(rank, p, m):
+    return [(op, 0, i) for i in range(m) for op in "FB"]
+
+
+def mirrored(rank, p, m):
+    w = min(rank, m)                                         # counted from the wrong end
+    acts = [("F", rank, i) for i in range(w)]
+    for i in range(m - w):
+        acts += [("F", rank, w + i), ("B", rank, i)]
+    return acts + [("B", rank, i) for i in range(m - w, m)]
+
+
+def gpipe_order(rank, p, m):
+    return [("F", rank, i) for i in range(m)] + [("B", rank, i) for i in range(m)]
+
+
+@pytest.mark.parametrize("fn, reason", [
+    (warmup_too_long, r"rank 0 runs 2 forwards before its first backward, expected 1 \(warm-up p−r−1 = 0"),
+    (wrong_stage, r"rank 1 runs F0\.0 but owns stage 1"),
+    (mirrored, r"forwards before its first backward"),
+    (gpipe_order, r"forwards before its first backward")])
+def test_one_f_one_b_mistakes(fn, reason, capsys):
+    line = failure("pipeline_parallel.one_f_one_b", fn, capsys)
+    assert re.search(reason, line), line
+
+
+# ------------------------------------------------------------------ 02 send/recv
+def _loss(logits, targets):
+    return torch.nn.functional.cross_entropy(logits.flatten(0, 1), targets.flatten())
+
+
+def unscaled(stage, rank, p, microbatches, targets, shape):
+    held = []
+    for i, mb in enumerate(microbatches):
+        if rank == 0:
+            x = mb
+        else:
+            x = torch.empty(shape, dtype=torch.float64)
+            dist.recv(x, rank - 1)
+            x.requires_grad_()
+        y = stage(x)
+        if rank == p - 1:
+            y = _loss(y, targets[i])                          # not divided by m
+        else:
+            dist.send(y.detach(), rank + 1)
+        held.append((x, y))
+    for x, y in held:
+        if rank == p - 1:
+            y.backward()
+        else:
+            g = torch.empty(shape, dtype=torch.float64)
+            dist.recv(g, rank + 1)
+            y.backward(g)
+        if rank > 0:
+            dist.send(x.grad, rank - 1)
+
+
+def no_requires_grad(stage, rank, p, microbatches, targets, shape):
+    held, m = [], len(microbatches)
+    for i, mb in enumerate(microbatches):
+        if rank == 0:
+            x = mb
+        else:
+            x = torch.empty(shape, dtype=torch.float64)
+            dist.recv(x, rank - 1)                            # forgot requires_grad_()
+        y = stage(x)
+        if rank == p - 1:
+            y = _loss(y, targets[i]) / m
+        else:
+            dist.send(y.detach(), rank + 1)
+        held.append((x, y))
+    for x, y in held:
+        if rank == p - 1:
+            y.backward()
+        else:
+            g = torch.empty(shape, dtype=torch.float64)
+            dist.recv(g, rank + 1)
+            y.backward(g)
+        if rank > 0:
+            dist.send(x.grad if x.grad is not None else torch.zeros(shape, dtype=x.dtype),
+                      rank - 1)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("fn, reason", [
+    (unscaled, "m = 3 times too large: divide each micro-batch's loss by m"),
+    (no_requires_grad, "does the received activation require grad")])
+def test_send_recv_mistakes(fn, reason, capsys):
+    line = failure("pipeline_parallel.gpipe_send_recv", fn, capsys)
+    assert reason in line, line
+
+
+# ------------------------------------------------------------------ 03 B/W split
+def b_with_backward(y, x, grad_y):
+    y.backward(grad_y, retain_graph=True)                     # also fills the weights' .grad
+    return x.grad
+
+
+def b_without_retain(y, x, grad_y):
+    return torch.autograd.grad(y, [x], grad_y)[0]
+
+
+def w_overwrites(y, params, grad_y):
+    for q, g in zip(params, torch.autograd.grad(y, params, grad_y)):
+        q.grad = g
+
+
+def b_ok(y, x, grad_y):
+    return torch.autograd.grad(y, [x], grad_y, retain_graph=True)[0]
+
+
+def w_ok(y, params, grad_y):
+    for q, g in zip(params, torch.autograd.grad(y, params, grad_y)):
+        q.grad = g if q.grad is None else q.grad + g
+
+
+@pytest.mark.parametrize("fns, reason", [
+    ((b_with_backward, w_ok), "B must compute only the input gradient"),
+    ((b_without_retain, w_ok), "retain_graph=True"),
+    ((b_ok, w_overwrites), "must add to .grad, not overwrite it")])
+def test_bw_split_mistakes(fns, reason, capsys):
+    line = failure("pipeline_parallel.bw_split", fns, capsys)
+    assert reason in line, line
+
+
+# ------------------------------------------------------------------ 04 interleaved
+def _megatron(rank, p, m, v, warm_extra=0, owner=lambda r, c, p, v: r + c * p, rev=True):
+    total = m * v
+    warmup = min(2 * (p - rank - 1) + (v - 1) * p + warm_extra, total)
+
+    def unit(k, fwd):
+        c = (k // p) % v
+        if not fwd and rev:
+            c = v - 1 - c
+        return owner(rank, c, p, v), (k // (p * v)) * p + k % p
+    acts = [("F", *unit(k, True)) for k in range(warmup)]
+    for k in range(total - warmup):
+        acts += [("F", *unit(warmup + k, True)), ("B", *unit(k, False))]
+    return acts + [("B", *unit(k, False)) for k in range(total - warmup, total)]
+
+
+@pytest.mark.parametrize("fn, reason", [
+    (lambda r, p, m, v: _megatron(r, p, m, v, owner=lambda r, c, p, v: r * v + c),
+     "but owns stages"),
+    (lambda r, p, m, v: _megatron(r, p, m, v, warm_extra=-1), "forwards before its first "
+                                                              "backward"),
+    (lambda r, p, m, v: _megatron(r, p, m, v, rev=False), "p = ")])
+def test_interleaved_mistakes(fn, reason, capsys):
+    line = failure("pipeline_parallel.interleaved", fn, capsys)
+    assert reason in line, line
