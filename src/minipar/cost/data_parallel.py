@@ -1,12 +1,13 @@
 """Step time of data-parallel training with bucketed all-reduce overlapped with backward.
 
-Model (the schedule of PyTorch DDP, Li et al. 2020, "PyTorch Distributed", VLDB 13(12), §3.2.3):
-forward takes F seconds and backward B. Gradients of S bytes are cut into buckets of at most
-``bucket_bytes`` in the order backward produces them; we assume they are produced at a constant
-rate, so the bucket that completes the first c bytes is ready at F + B·c/S. Buckets are reduced
-one at a time, in order, on one communication channel:
+Model (the schedule of PyTorch DDP, Li et al. 2020, "PyTorch Distributed", PVLDB 13(12),
+§3.2.3): forward takes t_f seconds and backward t_b. Gradients of S bytes are cut into buckets
+of at most ``bucket_bytes`` in the order backward produces them; we assume they are produced at
+a constant rate, so the bucket that completes the first c bytes is ready at t_f + t_b·c/S.
+Buckets are reduced one at a time, in order, on one communication channel:
 
-    start_i = max(ready_i, end_{i−1}),   end_i = start_i + T_ar(size_i),   step = max(F + B, end_last)
+    start_i = max(ready_i, end_{i−1}),  end_i = start_i + T_ar(size_i),
+    step = max(t_f + t_b, end_last)
 
 and without overlap every all-reduce waits for the end of backward. T_ar is any all-reduce cost,
 e.g. ``collective_time("all-reduce", "ring", n, size, α, bandwidth)`` (Thakur et al. 2005): its
@@ -32,7 +33,7 @@ from typing import Callable, NamedTuple
 
 class DPStep(NamedTuple):
     step_s: float                 # wall time of one step
-    compute_s: float              # F + B
+    compute_s: float              # t_f + t_b
     comm_s: float                 # sum of all-reduce times
     exposed_s: float              # step_s − compute_s: communication not hidden by backward
     intervals: list               # [(start_s, end_s), ...] of each bucket's all-reduce
