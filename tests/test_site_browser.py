@@ -238,3 +238,31 @@ def test_anywidget_entry_point_in_chromium(slug, name, config):
     assert not errors
     assert out["svg"] and out["redraws"] == 2 and len(out["saved"]) == 1
     assert "change:config" in out["listens"]
+
+
+def test_site_opened_from_disk():
+    """README: "Open _build/html/index.html": from file:// (no server) math and explorers work."""
+    from playwright.sync_api import sync_playwright
+
+    if not (SITE / "index.html").exists():
+        pytest.fail(f"no built site at {SITE}: run `make book` first")
+    pages = [p for p in _pages() if p.startswith("notebooks/")] + ["book/memory_time.html"]
+    errors, seen = [], {}
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=FLAGS)
+        page = browser.new_page()
+        page.route("**/*", lambda r: r.continue_() if r.request.url.startswith("file:")
+                   else r.abort())
+        page.on("pageerror", lambda e: errors.append(f"{page.url}: {e}"))
+        for name in pages:
+            page.goto((SITE / name).resolve().as_uri(), wait_until="load")
+            page.evaluate("() => window.MathJax && MathJax.startup && MathJax.startup.promise"
+                          " ? MathJax.startup.promise.then(() => true) : true")
+            seen[name] = page.evaluate(
+                "() => [document.querySelectorAll('mjx-container').length,"
+                " document.querySelectorAll('.minipar-explorer').length,"
+                " document.querySelectorAll('.minipar-explorer-output svg').length]")
+        browser.close()
+    assert not errors, errors[:5]
+    assert seen["book/memory_time.html"][0] > 0, seen
+    assert sum(v[1] for v in seen.values()) > 0 and all(v[2] >= v[1] for v in seen.values()), seen
