@@ -266,3 +266,31 @@ def test_site_opened_from_disk():
     assert not errors, errors[:5]
     assert seen["book/memory_time.html"][0] > 0, seen
     assert sum(v[1] for v in seen.values()) > 0 and all(v[2] >= v[1] for v in seen.values()), seen
+
+
+def test_the_checks_catch_what_the_issue_saw():
+    """Negative control: a page like the old site (a CDN script, raw TeX, a MathJax error box,
+    a script error, a dead explorer control) fails every check above."""
+    from playwright.sync_api import sync_playwright
+
+    bad = r"""<html><body><p class="math">\(x^2\)</p><p>raw \(\Psi\) text</p>
+      <mjx-container><mjx-merror>maximum macro substitution count exceeded</mjx-merror>
+      </mjx-container><script src="https://cdn.example.org/mathjax.js"></script>
+      <script>const THEBE_JS_URL = 1;</script><script>const THEBE_JS_URL = 2;</script>
+      <div class="minipar-explorer" data-redraws="0"><div class="minipar-explorer-controls">
+      <input type="number" value="1"></div><div class="minipar-explorer-output"><svg></svg>
+      </div></div></body></html>"""
+    external, errors = [], []
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=FLAGS)
+        page = browser.new_page()
+        page.route("**/*", lambda r: (external.append(r.request.url), r.abort()))
+        page.on("pageerror", lambda e: errors.append(str(e)))
+        page.set_content(bad)
+        counts = page.evaluate(_COUNT_MATH)
+        report = page.evaluate(_POKE_EXPLORERS)
+        browser.close()
+    assert external == ["https://cdn.example.org/mathjax.js"]
+    assert any("THEBE_JS_URL" in e for e in errors)
+    assert len(counts["raw"]) == 2 and counts["errors"] == 1
+    assert report[0]["controls"] == 1 and report[0]["redrawn"] == 0
