@@ -391,8 +391,51 @@ def _overlap_section(rank, n, out):
     out["overlap"] = zero1_prefetch_on_rank(rank, n, 32, 4, 4, 3, torch.float64)
 
 
+CLIP, CLIP_LR = 0.1, 0.5
+
+
+def _clip_section(rank, n, out):
+    """ZeRO stages 0-3 clipping by the global gradient norm (SGD, 3 steps)."""
+    F = torch.nn.functional
+    for stage in (0, 1, 2, 3):
+        torch.manual_seed(0)
+        model = TiedClassifier().double()
+        zero = ZeRO(model, stage, lambda ps: torch.optim.SGD(ps, lr=CLIP_LR))
+        norms = []
+        for x, y in token_batches(STEPS, 6 * n):
+            zero.zero_grad()
+            F.cross_entropy(model(x.chunk(n)[rank]), y.chunk(n)[rank]).backward()
+            norms.append(zero.step(max_norm=CLIP))
+        out["clip", stage] = (zero.full_parameters(), norms)
+
+
+def _clip_reference(per_shard: int = 0):
+    """One process, whole batch, clip_grad_norm_; ``per_shard`` > 0 simulates the classic bug
+    (each of that many shards of the flat gradient clipped by its own norm)."""
+    torch.manual_seed(0)
+    model = TiedClassifier().double()
+    ps = [p for p in model.parameters() if p.requires_grad]
+    opt = torch.optim.SGD(ps, lr=CLIP_LR)
+    norms = []
+    for x, y in token_batches(STEPS, 18):
+        opt.zero_grad()
+        torch.nn.functional.cross_entropy(model(x), y).backward()
+        if per_shard:
+            flat = torch.cat([p.grad.reshape(-1) for p in ps])
+            for chunk in flat.tensor_split(per_shard):
+                chunk.mul_((CLIP / (chunk.norm() + 1e-6)).clamp(max=1.0))
+            offset = 0
+            for p in ps:
+                p.grad.copy_(flat[offset:offset + p.numel()].view_as(p))
+                offset += p.numel()
+        else:
+            norms.append(torch.nn.utils.clip_grad_norm_(ps, CLIP).item())
+        opt.step()
+    return ps, norms
+
+
 SECTIONS = (_no_sync_section, _unused_section, _start_section, _accumulation_section,
-            _group_section, _overlap_section)
+            _group_section, _overlap_section, _clip_section)
 
 
 def _contract_on_rank(rank, n):
@@ -601,4 +644,18 @@ def test_zero1_all_gather_overlaps_the_next_forward(contract):
             "communication overlapped the next forward")
     # control: gradients summed instead of averaged (lr·n) would not match
     wrong = zero1_prefetch_reference(3, 32, 4, 4, 3, torch.float64, lr=0.3)
+    assert max_param_error(wrong, ref) > 1e-6
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("stage", [0, 1, 2, 3])
+def test_zero_clips_by_the_global_norm(contract, stage):
+    _ok(contract, _clip_section)
+    ref, ref_norms = _clip_reference()
+    assert min(ref_norms) > CLIP                               # clipping is active every step
+    for rank, r in enumerate(contract):
+        params, norms = r["clip", stage]
+        assert norms == pytest.approx(ref_norms, rel=1e-12), (stage, rank)
+        assert max_param_error(params, ref) < ATOL64, (stage, rank)
+    wrong, _ = _clip_reference(per_shard=3)                    # control: each shard by its own
     assert max_param_error(wrong, ref) > 1e-6

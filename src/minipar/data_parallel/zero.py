@@ -173,7 +173,15 @@ class ZeRO:
             dist.all_reduce(flags, group=self.group)
         return {id(p) for p, f in zip(self.params, flags.tolist()) if f == 0}
 
-    def step(self) -> None:
+    def step(self, max_norm: float | None = None):
+        """Reduce the gradients, step this rank's shard, share the result (see the table above).
+
+        ``max_norm``: clip by the norm of the WHOLE averaged gradient first, as
+        ``torch.nn.utils.clip_grad_norm_`` does in one process (coefficient
+        max_norm/(norm + 1e-6), at most 1). A rank holds only its shard, so the squared norms of
+        the shards are all-reduced (one number); clipping each shard by its own norm would scale
+        the shards differently. Returns the global norm when clipping, else None.
+        """
         n, lo, shard = self.n, self.rank * self.shard_numel, self.shard_numel
         nobody = self._unused()
         self._used = set()
@@ -204,6 +212,14 @@ class ZeRO:
                     p.grad = None
                 _free(self.grad)
                 self.master.grad = mine
+        norm = None
+        if max_norm is not None:
+            sq = self.master.grad.detach().pow(2).sum()       # my shard's (or all, stage 0)
+            if self.stage and n > 1:
+                dist.all_reduce(sq, group=self.group)         # Σ over shards: the whole norm²
+            norm = sq.sqrt()
+            self.master.grad.mul_((max_norm / (norm + 1e-6)).clamp(max=1.0))
+            norm = norm.item()
         self.optimizer.step()
         if saved is not None:
             with torch.no_grad():
@@ -216,6 +232,7 @@ class ZeRO:
                                         group=self.group)                   # (P,)
         if self.stage == 3:
             _free(self.flat)                     # stage 3 re-gathers before the next forward
+        return norm
 
     def state_bytes(self) -> dict:
         """Bytes this rank holds between steps: weights, gradients, optimizer state (each
