@@ -58,3 +58,28 @@ def test_bubble_conventions():
 def test_bubble_errors(args, kw, match):
     with pytest.raises(ValueError, match=match):
         bubble_relative_to_ideal(*args, **kw)
+
+
+def test_zb_h1_and_peak_microbatches():
+    from minipar.cost.pipeline import peak_microbatches, zb_h1_bubble_fraction
+    assert zb_h1_bubble_fraction(4, 8) == pytest.approx(3 / 27)       # (p−1)/(3m+p−1)
+    # a third of 1F1B's relative bubble when F, B, W take equal time
+    r_zb = zb_h1_bubble_fraction(4, 8) / (1 - zb_h1_bubble_fraction(4, 8))
+    r_1f1b = bubble_relative_to_ideal("1f1b", 4, 8)                    # (p−1)/m
+    assert r_zb == pytest.approx(r_1f1b / 3)
+    assert [peak_microbatches("1f1b", r, 4, 8) for r in range(4)] == [4, 3, 2, 1]
+    assert [peak_microbatches("gpipe", r, 4, 8) for r in range(4)] == [8] * 4
+    assert peak_microbatches("interleaved", 0, 4, 16, v=2) == 2 * 3 + 4 + 1
+    assert peak_microbatches("zb-h1", 3, 4, 8) == 4
+    with pytest.raises(ValueError, match=r"needs m \(2\) >= p \(4\)"):
+        zb_h1_bubble_fraction(4, 2)
+    with pytest.raises(ValueError, match=r"rank \(4\) must be in 0..3"):
+        peak_microbatches("1f1b", 4, 4, 8)
+
+
+def test_chapter_numbers_for_gpt3_shape():
+    """The pipeline chapter's figures for s = 2048, h = 12288, bf16, b = 1."""
+    b, s, h = 1, 2048, 12288
+    assert round(b * s * h * 2 / 1e6) == 50                            # one message, MB
+    assert round(pp_p2p_bytes_per_microbatch(b, s, h) / 1e6) == 101    # per boundary
+    assert round(tp_bytes_per_layer(b, s, h, 8) / 1e6) == 352          # TP, t = 8, per layer

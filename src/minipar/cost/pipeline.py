@@ -38,3 +38,34 @@ def bubble_fraction_of_total(schedule: str, p: int, m: int, v: int = 1) -> float
     ((p−1)/v) / (m + (p−1)/v) — the same as r/(1+r) for r = bubble_relative_to_ideal."""
     r = bubble_relative_to_ideal(schedule, p, m, v)
     return r / (1 + r)
+
+
+def zb_h1_bubble_fraction(p: int, m: int, t_f: float = 1.0, t_b: float = 1.0,
+                          t_w: float = 1.0) -> float:
+    """ZB-H1's idle fraction of the step (Qi et al. 2024 §3): each rank idles
+    (p−1)(t_F + t_B − t_W), with t_B the input-gradient and t_W the weight-gradient time, against
+    1F1B's (p−1)(t_F + t_B + t_W); with equal times (p−1)/(3m+p−1). Needs m >= p."""
+    for k, x in (("p", p), ("m", m)):
+        if not isinstance(x, int) or x < 1:
+            raise ValueError(f"{k} ({x}) must be an integer >= 1")
+    if m < p:
+        raise ValueError(f"the ZB-H1 bubble formula needs m ({m}) >= p ({p})")
+    idle = (p - 1) * (t_f + t_b - t_w)
+    return idle / (m * (t_f + t_b + t_w) + idle)
+
+
+def peak_microbatches(schedule: str, rank: int, p: int, m: int, v: int = 1) -> int:
+    """Most micro-batches (chunks when interleaved) whose activations rank ``rank`` holds:
+    GPipe m (Huang et al. 2019); 1F1B min(p−r, m) (Narayanan et al. 2021 §2.2.1); interleaved
+    min(v·m, 2(p−r−1) + (v−1)p + 1) chunks (Megatron-LM's warm-up plus one); ZB-H1 min(p, m)
+    (Qi et al. 2024; a micro-batch counts until its W has run)."""
+    if schedule == "zb-h1":
+        return min(p, m)
+    _check(schedule, p, m, v)
+    if not 0 <= rank < p:
+        raise ValueError(f"rank ({rank}) must be in 0..{p - 1}")
+    if schedule == "gpipe":
+        return m
+    if schedule == "1f1b":
+        return min(p - rank, m)
+    return min(v * m, 2 * (p - rank - 1) + (v - 1) * p + 1)

@@ -1,4 +1,5 @@
-"""What each schedule should achieve, in closed form (equal stages, free communication).
+"""What each schedule should achieve, in closed form (equal stages, free communication); the
+formulas live in :mod:`minipar.cost.pipeline`.
 
 Bubble as a fraction of the step (GPipe's convention), with t_F, t_B, t_W the times of one
 micro-batch's forward, input-gradient and weight-gradient work on one rank's whole share:
@@ -17,30 +18,18 @@ Peak micro-batches whose activations a rank holds (in chunk units for interleave
 """
 from __future__ import annotations
 
+from minipar.cost.pipeline import (bubble_fraction_of_total, peak_microbatches,
+                                   zb_h1_bubble_fraction)
+
 
 def bubble_fraction(name: str, p: int, m: int, v: int = 1, t_f: float = 1.0, t_b: float = 1.0,
                     t_w: float = 1.0) -> float:
     """Idle fraction of the step, averaged over ranks (see the module docstring)."""
-    if name in ("gpipe", "1f1b"):
-        return (p - 1) / (m + p - 1)
-    if name == "interleaved":
-        return (p - 1) / (v * m + p - 1)
     if name == "zb-h1":
-        if m < p:
-            raise ValueError(f"the ZB-H1 bubble formula needs m ({m}) >= p ({p})")
-        idle = (p - 1) * (t_f + t_b - t_w)
-        return idle / (m * (t_f + t_b + t_w) + idle)
-    raise ValueError(f"schedule ({name!r}) must be gpipe, 1f1b, interleaved or zb-h1")
+        return zb_h1_bubble_fraction(p, m, t_f, t_b, t_w)
+    return bubble_fraction_of_total(name, p, m, v)
 
 
 def peak_in_flight(name: str, rank: int, p: int, m: int, v: int = 1) -> int:
     """Peak micro-batches (chunks when interleaved) with stored activations on ``rank``."""
-    if name == "gpipe":
-        return m
-    if name == "1f1b":
-        return min(p - rank, m)
-    if name == "interleaved":
-        return min(v * m, 2 * (p - rank - 1) + (v - 1) * p + 1)
-    if name == "zb-h1":
-        return min(p, m)
-    raise ValueError(f"schedule ({name!r}) must be gpipe, 1f1b, interleaved or zb-h1")
+    return peak_microbatches(name, rank, p, m, v)

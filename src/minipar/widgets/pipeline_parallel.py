@@ -1,0 +1,27 @@
+"""Explorer for the pipeline-parallel chapter: any schedule's timeline, bubble and peak
+activations for p, m, v and the F/B/W times.
+
+The browser evaluates ``widgets/pipeline_parallel.js``, whose ``schedule``, ``simulate`` and
+``ppModel`` are JavaScript twins of :func:`minipar.pipeline_parallel.schedule`,
+:func:`minipar.pipeline_parallel.simulate` and :func:`pp_model` (parity-tested in
+tests/test_pipeline_parallel_explorer.py).
+"""
+from __future__ import annotations
+
+
+def pp_model(name: str, p: int, m: int, v: int = 1, t_f: float = 1.0, t_b: float = 1.0,
+             t_w: float = 1.0) -> dict:
+    """Simulated bubble (mean idle fraction), step time and peak micro-batches held per rank
+    (also in stage-equivalents, chunks / v) of schedule ``name``."""
+    from minipar.pipeline_parallel import schedule, simulate
+
+    sim = simulate(schedule(name, p, m, v), m, t_f, t_b, t_w)
+    return {"bubble": sim.bubble, "makespan": sim.makespan,
+            "peak_in_flight": sim.peak_in_flight, "peak_stages": sim.peak_in_flight_stages}
+
+
+def pp_explorer(**values):
+    """The live schedule explorer; ``values`` override the default controls."""
+    from minipar.widgets import Explorer
+
+    return Explorer("pipeline_parallel", "pp-schedule", config={}, values=values)

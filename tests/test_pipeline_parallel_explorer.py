@@ -1,0 +1,44 @@
+"""The pipeline explorer's JavaScript equals its Python twins (schedule, simulate, pp_model);
+the default view draws and an impossible setting gives the Python error message."""
+import pytest
+
+from minipar.widgets.parity import assert_parity, js_call, node_available
+
+pytestmark = pytest.mark.skipif(not node_available(), reason="needs Node.js")
+
+GRID = [dict(name=n, p=p, m=m, v=v) for n, v in (("gpipe", 1), ("1f1b", 1), ("zb-h1", 1),
+                                                ("interleaved", 2), ("interleaved", 3),
+                                                ("gpipe", 2), ("interleaved", 1))
+        for p in (1, 2, 3, 4) for m in (1, 3, 4, 6, 8)] + [dict(name="zb", p=2, m=2, v=1),
+                                                          dict(name="1f1b", p=0, m=2, v=1)]
+
+
+def test_schedule_twin():
+    from minipar.pipeline_parallel import schedule
+    counts = assert_parity("pipeline_parallel", "schedule", schedule, GRID)
+    assert 0 < counts["errors"] < counts["cases"]
+
+
+def test_model_twin():
+    from minipar.widgets.pipeline_parallel import pp_model
+    cases = [dict(g, t_f=tf, t_b=tb, t_w=tw) for g in GRID for tf, tb, tw in
+             ((1, 1, 1), (1, 2, 0.5))]
+    counts = assert_parity("pipeline_parallel", "ppModel", pp_model, cases)
+    assert 0 < counts["errors"] < counts["cases"]
+
+
+def test_parity_check_catches_a_wrong_warmup():
+    """Negative control: a Python twin whose 1F1B warm-up is one forward longer differs."""
+    from minipar.pipeline_parallel.schedules import one_f_one_b_schedule
+    wrong = lambda name, p, m, v: [one_f_one_b_schedule(r, p + 1, m) for r in range(p)]
+    with pytest.raises(AssertionError, match="1 of 1 cases"):
+        assert_parity("pipeline_parallel", "schedule", wrong, [dict(name="1f1b", p=3, m=6, v=1)])
+
+
+def test_default_view_and_message():
+    (_, default), (_, bad) = js_call("pipeline_parallel", [
+        ("drawExplorer", ["pp-schedule", {}, {}]),
+        ("drawExplorer", ["pp-schedule", {"schedule": "interleaved", "m": 6, "v": 2}, {}])])
+    assert default["error"] is None and "<svg" in default["html"] and "0.273" in default["html"]
+    assert bad["error"] == "interleaved schedule needs microbatches m (6) to be a multiple of p (4)"
+    assert "minipar-explorer-message" in bad["html"]
