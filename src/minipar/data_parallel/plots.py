@@ -95,7 +95,7 @@ def memory_bars(measured: dict, modelled: dict, n: int):
 
 
 def scaling(ns, curves: dict, title=""):
-    fig, ax = plt.subplots(figsize=(6.5, 3.5))
+    fig, ax = plt.subplots(figsize=(7, 4.8))
     for label, eff in curves.items():
         ax.plot(ns, [100 * e for e in eff], "o-", label=label)
     ax.axhspan(80, 90, color="C2", alpha=0.1, label="claimed for 8 GPUs: 80–90 %")
@@ -106,6 +106,7 @@ def scaling(ns, curves: dict, title=""):
     ax.set_ylabel("scaling efficiency (%)")
     ax.set_ylim(0, 105)
     ax.set_title(title)
-    ax.legend(fontsize=8, loc="lower left")
+    ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.16), ncol=2,
+              frameon=False)
     fig.tight_layout()
     return fig
