@@ -25,6 +25,7 @@ if __name__ == "__main__":
     del sys.path[0]  # this file's folder (src/minipar) holds trace.py, which shadows the stdlib
 
 import faulthandler  # noqa: E402
+import gc  # noqa: E402
 import multiprocessing.connection as mpc  # noqa: E402
 import os  # noqa: E402
 import shutil  # noqa: E402
@@ -120,7 +121,8 @@ class _Children:
             self.spares.append((pid, w))
 
     def _fork(self, body) -> int:
-        pid = os.fork()
+        gc.freeze()  # the child's garbage collector then never writes to (and so copies) the
+        pid = os.fork()  # pages of the zygote's objects: torch's modules stay shared
         if pid == 0:
             self.conn.close()
             for _, w in self.spares:
