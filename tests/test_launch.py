@@ -112,10 +112,11 @@ def test_threads_follow_the_affinity_mask():
     mask = os.sched_getaffinity(0)
     os.sched_setaffinity(0, {min(mask)})
     try:
-        one_cpu = run(lambda r, w: __import__("torch").get_num_threads(), 1, backend="gloo")
+        one_cpu = run(lambda r, w: (__import__("torch").get_num_threads(),
+                                    sorted(os.sched_getaffinity(0))), 1, backend="gloo")
     finally:
         os.sched_setaffinity(0, mask)
-    assert one_cpu == [1]
+    assert one_cpu == [(1, [min(mask)])]  # the caller's mask reaches the rank too
     threads = run(lambda r, w: __import__("torch").get_num_threads(), 2, backend="gloo")
     assert threads == [max(1, len(mask) // 2)] * 2
 

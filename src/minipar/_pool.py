@@ -78,12 +78,17 @@ def pack(fn, args) -> tuple[bytes, dict]:
     return buf.getvalue(), lines
 
 
+def _affinity() -> list[int] | None:
+    try:
+        return sorted(os.sched_getaffinity(0))
+    except (AttributeError, OSError):  # macOS has no affinity masks
+        return None
+
+
 def usable_cpus() -> int:
     """CPUs this process may run on (its affinity mask), not all the machine's."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):
-        return os.cpu_count() or 1
+    cpus = _affinity()
+    return len(cpus) if cpus else os.cpu_count() or 1
 
 
 def loopback_interface() -> str:
@@ -100,7 +105,7 @@ def loopback_interface() -> str:
 
 def caller_state(backend: str, port: int, timeout: float, threads: int, lines: dict) -> dict:
     return dict(env=dict(os.environ), cwd=os.getcwd(), sys_path=list(sys.path), lines=lines,
-                prefix=f"minipar-{secrets.token_hex(8)}",
+                prefix=f"minipar-{secrets.token_hex(8)}", cpus=_affinity(),
                 loopback=loopback_interface(), backend=backend, port=port, timeout=timeout,
                 threads=threads)
 

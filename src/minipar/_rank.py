@@ -225,7 +225,8 @@ def _die_with_parent(parent: int) -> None:
 
 
 def _become_fresh(state: dict) -> None:
-    """Take the caller's environment, working directory, ``sys.path`` and cell sources."""
+    """Take the caller's environment, working directory, CPU affinity, ``sys.path`` and cell
+    sources."""
     import linecache
 
     os.environ.clear()
@@ -233,6 +234,8 @@ def _become_fresh(state: dict) -> None:
     os.environ.setdefault("GLOO_SOCKET_IFNAME", state["loopback"])
     os.environ.setdefault("NCCL_SOCKET_IFNAME", state["loopback"])
     os.chdir(state["cwd"])
+    if state["cpus"]:  # the caller's affinity now, not the zygote's when it started
+        os.sched_setaffinity(0, state["cpus"])
     sys.path[:] = state["sys_path"]
     linecache.cache.update(state["lines"])  # notebook cells: not files, but tracebacks need them
     for name in ("random", "numpy.random"):  # forks share a seed; a fresh process would not
