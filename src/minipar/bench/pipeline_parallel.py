@@ -33,7 +33,9 @@ def bench(schedule: str, p: int, m: int, v: int = 1, t_f: float = 0.05, t_b: flo
     hop = hop_latency(timeline, p)
     sim = simulate(make(schedule, p, m, v), m, t_f, t_b, t_w, comm=hop)
     return {"schedule": schedule, "p": p, "m": m, "v": v, "layers": layers,
-            "t_forward": t_f, "t_backward": t_b, "t_weight": t_w, "steps": steps,
+            "steps": steps,
+            **({"t_forward": t_f, "t_backward": t_b, "t_weight": t_w} if layers == "timed"
+               else {}),
             "measured_bubble": measured,
             "model_bubble": bubble_fraction(schedule, p, m, v, t_f, t_b, t_w),
             "step_seconds": span,
@@ -63,9 +65,10 @@ def _main(args) -> int:
             r.pop("timeline")
         print(json.dumps(r))
         return 0
+    times = (f" (t_F, t_B, t_W = {args.t_forward:g}, {args.t_backward:g}, {args.t_weight:g} ms)"
+             if r["layers"] == "timed" else "")
     print(f"{r['schedule']} on p = {r['p']} gloo ranks, m = {r['m']}, v = {r['v']}, "
-          f"{r['layers']} stages (t_F, t_B, t_W = {args.t_forward:g}, {args.t_backward:g}, "
-          f"{args.t_weight:g} ms)")
+          f"{r['layers']} stages{times}")
     print(f"bubble measured {r['measured_bubble']:.3f}   model {r['model_bubble']:.3f}   "
           f"(fraction of the step, median of {r['steps']} steps)")
     print(f"median hop {r['hop_latency'] * 1e3:.2f} ms; model with that latency "

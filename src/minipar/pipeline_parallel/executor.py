@@ -114,6 +114,8 @@ class PipelineExecutor:
                 start = time.perf_counter() - t0
                 if split:
                     stash[s, i][2] = g
+                    if s > 0 and not x.requires_grad:
+                        self._input_grad(s, i, x)               # raises: the rule it broke
                     if x.requires_grad:
                         (gx,) = torch.autograd.grad(y, [x], g, retain_graph=True)
                         if s > 0:
