@@ -16,7 +16,6 @@ from minipar.pipeline_parallel.model_bubble import peak_in_flight
 from minipar.pipeline_parallel.stage import partition_layers
 from minipar.pipeline_parallel.train import (max_error, small_config, token_batches,
                                              train_rank, train_reference)
-from minipar.trace import trace
 
 STEPS, B_MICRO, TOL = 3, 2, 1e-9
 C = small_config(L=8)
@@ -31,13 +30,8 @@ def _all_cases(rank, p):
     out = {}
     for name, m, v in cases(p):
         batches = token_batches(STEPS, B_MICRO * m, C)
-        if m == p:          # trace one run per schedule: p2p bytes and messages
-            with trace() as tr:
-                res = train_rank(rank, p, name, m, v, C, batches)
-            sends = [e for e in tr.events if e.op == "send"]
-            res.sends = (len(sends), sum(e.bytes for e in sends))
-        else:
-            res = train_rank(rank, p, name, m, v, C, batches)
+        # m = p: trace the first step's p2p messages and bytes
+        res = train_rank(rank, p, name, m, v, C, batches, trace_first_step=(m == p))
         res.timeline = None
         out[name, m, v] = res
     # negative control: the loss not divided by m
@@ -105,8 +99,8 @@ def test_p2p_traffic_equals_the_model(launched):
         n_msgs = sum(r[name, m, v].sends[0] for r in results)
         n_bytes = sum(r[name, m, v].sends[1] for r in results)
         boundaries = v * p - 1
-        assert n_msgs == 2 * boundaries * m * STEPS            # activation + gradient
-        assert n_bytes == boundaries * m * STEPS * pp_p2p_bytes_per_microbatch(b, s, h, 8)
+        assert n_msgs == 2 * boundaries * m                    # activation + gradient
+        assert n_bytes == boundaries * m * pp_p2p_bytes_per_microbatch(b, s, h, 8)
         if name == "interleaved":   # v× the boundaries crossing ranks (v·p − 1 vs p − 1)
             assert n_msgs == sum(r["1f1b", m, 1].sends[0] for r in results) * \
                 (v * p - 1) / (p - 1)
@@ -152,7 +146,7 @@ def test_wrong_warmup_deadlock_is_a_timeout_not_a_hang():
     # it to the same value) on one rank, which closes the others' connections
     with pytest.raises((TimeoutError, RankError)) as e:
         run(train_rank, p, "1f1b", m, 1, C, b, "adam", PipelineExecutor, mirrored_1f1b(p, m),
-            backend="gloo", timeout=20)
+            backend="gloo", timeout=10)
     if e.type is RankError:
         assert re.search("timed out|connection closed", str(e.value), re.I), str(e.value)[:300]
     assert time.monotonic() - t0 < 120
