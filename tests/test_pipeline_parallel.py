@@ -11,6 +11,7 @@ import pytest
 from minipar.cost.traffic import pp_p2p_bytes_per_microbatch
 from minipar.launch import RankError, run
 from minipar.pipeline_parallel import Action, ScheduleError, simulate
+from minipar.pipeline_parallel.communication import P2P
 from minipar.pipeline_parallel.executor import PipelineExecutor
 from minipar.pipeline_parallel.model_bubble import peak_in_flight
 from minipar.pipeline_parallel.stage import partition_layers
@@ -118,9 +119,36 @@ class NoGradReceiver(PipelineExecutor):
 @pytest.mark.parametrize("name", ["1f1b", "zb-h1"])
 def test_receiver_must_require_grad(name):
     b = token_batches(1, 2 * B_MICRO, C)
-    with pytest.raises(RankError, match="must mark it requires_grad"):
+    with pytest.raises(RankError, match="must be a leaf that requires grad"):
         run(train_rank, 2, name, 2, 1, C, b, "adam", NoGradReceiver, backend="gloo",
             timeout=120)
+
+
+class AttachedP2P(P2P):
+    """Bug: the same-rank hand-off keeps the sender's graph (no detach)."""
+
+    def send(self, t, to_stage, microbatch, kind):
+        if self.owner(to_stage) == self.rank:
+            self.local[to_stage, microbatch, kind] = t
+            return
+        super().send(t, to_stage, microbatch, kind)
+
+
+class AttachedExecutor(PipelineExecutor):
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.comm = AttachedP2P(self.rank, self.p, self.m)
+
+
+@pytest.mark.slow
+def test_sent_activation_must_be_detached():
+    # one rank, two chunks: stage 0 hands its output to stage 1 in memory; without detach,
+    # stage 1's backward runs into stage 0's graph and the received tensor has no .grad
+    c = small_config(L=2)
+    b = token_batches(1, 4, c)
+    with pytest.raises(RankError, match="must be a leaf that requires grad"):
+        run(train_rank, 1, "interleaved", 2, 2, c, b, "adam", AttachedExecutor,
+            backend="gloo", timeout=120)
 
 
 def mirrored_1f1b(p, m):

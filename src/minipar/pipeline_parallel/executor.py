@@ -65,7 +65,8 @@ class PipelineExecutor:
     def _input_grad(self, s, i, x):
         if x.grad is None:
             raise RuntimeError(f"stage {s} micro-batch {i}: the received activation has no "
-                               "gradient; the receiver must mark it requires_grad")
+                               ".grad; it must be a leaf that requires grad (send a detached "
+                               "tensor, call requires_grad_() on the receiver)")
         return x.grad
 
     # -- one step ---------------------------------------------------------------------------
