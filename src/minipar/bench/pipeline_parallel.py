@@ -90,7 +90,8 @@ def add_bench_parser(bench_sub) -> None:
                    help="ms per input-gradient backward B (default 50)")
     p.add_argument("--t-weight", type=float, default=50.0,
                    help="ms per weight-gradient backward W (default 50)")
-    p.add_argument("--steps", type=int, default=3, help="timed steps (default 3)")
+    p.add_argument("--steps", type=int, default=5,
+                   help="timed steps after a warm-up; the median is reported (default 5)")
     p.add_argument("--layers", choices=("timed", "gpt"), default="timed",
                    help="fixed-duration stages (default) or real GPT layers")
     p.add_argument("--timeline", action="store_true", help="include the timeline in --json")
