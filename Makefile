@@ -71,7 +71,9 @@ lab: $(STAMP)
 bench: $(STAMP)
 	.venv/bin/minipar bench launch --ranks 4
 	.venv/bin/minipar bench collectives
-	.venv/bin/minipar bench dp --ranks 4
+	.venv/bin/minipar bench data_parallel --ranks 4
+	.venv/bin/minipar bench tensor_parallel --ranks 2
+	.venv/bin/minipar bench pipeline_parallel --pp 2
 
 clean:
 	rm -rf _build
