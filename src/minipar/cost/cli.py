@@ -16,7 +16,7 @@ _UNITS = {"": 1, "B": 1, "KB": 1e3, "MB": 1e6, "GB": 1e9, "TB": 1e12,
           "KIB": 2**10, "MIB": 2**20, "GIB": 2**30, "TIB": 2**40}
 
 
-def _number(text: str, cast, ok, rule: str):
+def parse_number(text: str, cast, ok, rule: str):
     """``cast(text)`` if it parses and ``ok(value)``; else argparse's one-line error."""
     try:
         value = cast(text)
@@ -28,15 +28,15 @@ def _number(text: str, cast, ok, rule: str):
 
 
 def positive_int(text: str) -> int:
-    return _number(text, int, lambda v: v >= 1, "a positive integer")
+    return parse_number(text, int, lambda v: v >= 1, "a positive integer")
 
 
 def positive_float(text: str) -> float:
-    return _number(text, float, lambda v: 0 < v < float("inf"), "a positive number")
+    return parse_number(text, float, lambda v: 0 < v < float("inf"), "a positive number")
 
 
 def nonnegative_float(text: str) -> float:
-    return _number(text, float, lambda v: 0 <= v < float("inf"), "a number >= 0")
+    return parse_number(text, float, lambda v: 0 <= v < float("inf"), "a number >= 0")
 
 
 def size_bytes(text: str) -> float:
@@ -49,13 +49,16 @@ def size_bytes(text: str) -> float:
 
 
 class InputError(ValueError):
-    """Bad command-line input: one line on stderr, exit status 2 (see :func:`_guarded`).
+    """Bad command-line input: one line on stderr, exit status 2 (see :func:`guarded`).
 
     A ValueError, so this module needs nothing from :mod:`minipar.cli` (which imports it)."""
 
 
-def _error(message: str) -> InputError:
+def input_error(message: str) -> InputError:
     return InputError(message)
+
+
+_error = input_error  # the old private name, still used by tests/test_cli_cost.py
 
 
 def _emit(args, command: str, result: dict, rows: list[tuple[str, str]]) -> int:
@@ -69,7 +72,7 @@ def _emit(args, command: str, result: dict, rows: list[tuple[str, str]]) -> int:
     return 0
 
 
-def _guarded(command: str, fn):
+def guarded(command: str, fn):
     """Run ``fn(args)``; a ValueError (the cost model's rule errors and :class:`InputError`)
     becomes one line on stderr and status 2, under ``minipar`` and ``python -m minipar.cli``
     alike."""
@@ -114,11 +117,12 @@ def _memory(args) -> int:
     dims = ("layers", "hidden", "heads", "seq", "vocab")
     given = [k for k in dims if getattr(args, k) is not None]
     if args.params is not None and given:
-        raise _error(f"give --params or the model shape, not both (got --params and --{given[0]})")
+        raise input_error("give --params or the model shape, not both "
+                          f"(got --params and --{given[0]})")
     if args.params is None:
         missing = [k for k in dims if getattr(args, k) is None]
         if missing:
-            raise _error("give --params N or all of --layers --hidden --heads --seq --vocab "
+            raise input_error("give --params N or all of --layers --hidden --heads --seq --vocab "
                          f"(missing --{' --'.join(missing)})")
         _check_model_shape(args, args.tp, args.pp)
         psi = model.param_count(args.layers, args.hidden, args.vocab, args.seq)
@@ -164,7 +168,7 @@ def _collective(args) -> int:
         alpha = lk.alpha if args.alpha is None else args.alpha
         bandwidth = lk.bandwidth if args.bandwidth is None else args.bandwidth
     elif args.alpha is None or args.bandwidth is None:
-        raise _error("give --alpha and --bandwidth, or --link NAME "
+        raise input_error("give --alpha and --bandwidth, or --link NAME "
                      f"(one of {', '.join(hardware.LINKS)})")
     else:
         alpha, bandwidth = args.alpha, args.bandwidth
@@ -193,7 +197,7 @@ def add_parser(subparsers) -> None:
     def sub(name, fn, help_):
         p = subparsers.add_parser(name, help=help_, description=help_)
         p.add_argument("--json", action="store_true", help="print one JSON object")
-        p.set_defaults(func=_guarded(name, fn))
+        p.set_defaults(func=guarded(name, fn))
         return p
 
     p = sub("params", _params, "parameter count, Narayanan et al. 2021 Eq. 2")

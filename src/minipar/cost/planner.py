@@ -53,7 +53,8 @@ from typing import Iterable
 from .breakdown import check_layout
 from .collectives import collective_time, hierarchical_all_reduce_time
 from .hardware import GPU, Link, gpu as gpu_preset, link as link_preset
-from .memory import model_state_bytes, pipeline_first_stage_activation_bytes
+from .memory import (ZERO_STAGES, check_zero_stage, model_state_bytes,
+                     pipeline_first_stage_activation_bytes)
 from .model import RECOMPUTE, flops_per_iteration, param_count
 from .pipeline import bubble_fraction_of_total, bubble_relative_to_ideal
 
@@ -237,7 +238,7 @@ def check(m_: ModelShape, cl: Cluster, global_batch: int, *, tp: int, pp: int, d
     if v > 1 and (p == 1 or m % p):
         raise ValueError(f"interleaving (v={v}) needs p > 1 and microbatches m ({m}) a multiple "
                          f"of p ({p})")
-    if zero >= 2 and p > 1:
+    if check_zero_stage(zero) >= 2 and p > 1:
         raise ValueError(f"ZeRO stage ({zero}) >= 2 needs p = 1 (gradients are accumulated "
                          f"over micro-batches under PP), got p ({p})")
 
@@ -274,7 +275,7 @@ def search(m_: ModelShape, cl: Cluster, global_batch: int, *, tp: int | None = N
                 m = global_batch // (d * b)
                 vs = [1] + [v for v in (2, 4) if v <= max_chunks and p > 1 and m % p == 0
                             and m_.layers % (p * v) == 0]
-                zs = [0] if d == 1 else ([0, 1, 2, 3] if p == 1 else [0, 1])
+                zs = [0] if d == 1 else (list(ZERO_STAGES) if p == 1 else [0, 1])
                 if zero is not None:
                     zs = [zero]
                 for v in vs:
@@ -385,7 +386,7 @@ __all__ = ["ModelShape", "MODELS", "Cluster", "Config", "cluster", "evaluate", "
 def _plan(args) -> int:
     import json
 
-    from .cli import _error
+    from .cli import input_error
     from .units import fmt_bytes, fmt_seconds
 
     dims = ("layers", "hidden", "heads", "seq", "vocab")
@@ -396,7 +397,7 @@ def _plan(args) -> int:
     else:
         missing = [k for k in dims if k not in given]
         if missing:
-            raise _error("give --model NAME or all of --layers --hidden --heads --seq --vocab "
+            raise input_error("give --model NAME or all of --layers --hidden --heads --seq --vocab "
                          f"(missing --{' --'.join(missing)})")
         m_ = ModelShape(*(getattr(args, k) for k in dims))
     cl = cluster(args.gpus, args.gpus_per_node, args.gpu, args.intra, args.inter,
@@ -404,16 +405,16 @@ def _plan(args) -> int:
                  inter_bandwidth=args.inter_bandwidth, inter_alpha=args.inter_alpha)
     fixed = {k: getattr(args, k) for k in ("tp", "pp", "dp", "micro_batch", "zero")}
     if fixed["tp"] and m_.heads % fixed["tp"]:
-        raise _error(f"heads ({m_.heads}) must be divisible by t ({fixed['tp']})")
+        raise input_error(f"heads ({m_.heads}) must be divisible by t ({fixed['tp']})")
     if fixed["pp"] and m_.layers % fixed["pp"]:
-        raise _error(f"layers ({m_.layers}) must be divisible by p ({fixed['pp']})")
+        raise input_error(f"layers ({m_.layers}) must be divisible by p ({fixed['pp']})")
     prod = math.prod(v for k, v in fixed.items() if k in ("tp", "pp", "dp") and v)
     if cl.gpus % prod:
-        raise _error(f"gpus ({cl.gpus}) must be divisible by the fixed t·p·d ({prod})")
+        raise input_error(f"gpus ({cl.gpus}) must be divisible by the fixed t·p·d ({prod})")
     configs = search(m_, cl, args.global_batch, gemm_efficiency=args.gemm_efficiency, **fixed)
     fitting = [c for c in configs if c.fits]
     if not fitting:
-        raise _error("nothing fits: " + why_nothing_fits(m_, cl, configs))
+        raise input_error("nothing fits: " + why_nothing_fits(m_, cl, configs))
     shown = fitting if args.top == 0 else fitting[:args.top]
     if args.json:
         print(json.dumps({"model": asdict(m_), "params": m_.params, "gpus": cl.gpus,
@@ -441,18 +442,18 @@ def _plan(args) -> int:
 def add_parser(subparsers) -> None:
     """Register ``minipar plan`` (called by :mod:`minipar.cli`)."""
     from . import hardware
-    from .cli import _guarded, _number, nonnegative_float, positive_float, positive_int
+    from .cli import guarded, nonnegative_float, parse_number, positive_float, positive_int
 
     def fraction(text: str) -> float:
-        return _number(text, float, lambda v: 0 < v <= 1, "a number in (0, 1]")
+        return parse_number(text, float, lambda v: 0 < v <= 1, "a number in (0, 1]")
 
     def nonneg_int(text: str) -> int:
-        return _number(text, int, lambda v: v >= 0, "an integer >= 0")
+        return parse_number(text, int, lambda v: v >= 0, "an integer >= 0")
 
     help_ = "rank data × tensor × pipeline layouts by predicted step time"
     p = subparsers.add_parser("plan", help=help_, description=help_)
     p.add_argument("--json", action="store_true", help="print one JSON object")
-    p.set_defaults(func=_guarded("plan", _plan))
+    p.set_defaults(func=guarded("plan", _plan))
     p.add_argument("--model", choices=tuple(MODELS), help="a preset shape (flags override it)")
     for name, sym in (("layers", "L"), ("hidden", "h"), ("heads", "a"), ("seq", "s"),
                       ("vocab", "V")):
@@ -471,7 +472,7 @@ def add_parser(subparsers) -> None:
     p.add_argument("--pp", type=positive_int, help="fix p")
     p.add_argument("--dp", type=positive_int, help="fix d")
     p.add_argument("--micro-batch", type=positive_int, help="fix b")
-    p.add_argument("--zero", type=int, choices=(0, 1, 2, 3), help="fix the ZeRO stage")
+    p.add_argument("--zero", type=int, choices=ZERO_STAGES, help="fix the ZeRO stage")
     p.add_argument("--gemm-efficiency", type=fraction, default=0.6,
                    help="assumed fraction of dense peak reached by GEMMs")
     p.add_argument("--top", type=nonneg_int, default=10, help="rows to show (0 = all)")
