@@ -112,10 +112,11 @@ def test_a_bad_argument_fails_that_call_only():
     assert launch._zygote.proc.pid == zygote  # the warm zygote survived both
 
 
-def test_nothing_is_left_after_the_caller_is_killed():
+def test_nothing_is_left_after_the_caller_is_killed(request):
     """SIGKILL the caller while its ranks run: ranks, zygote and socket folder go away; a folder
     left by an earlier killed caller is removed when the next caller starts."""
     tmp = tempfile.mkdtemp(prefix="mpk", dir="/tmp")  # short: a Unix socket path is limited
+    request.addfinalizer(lambda: shutil.rmtree(tmp, ignore_errors=True))
     dead = subprocess.Popen([sys.executable, "-c", "pass"])
     dead.wait()
     stale = os.path.join(tmp, f"minipar-{dead.pid}-stale")
@@ -146,7 +147,6 @@ def test_nothing_is_left_after_the_caller_is_killed():
     while os.path.exists(folder) and time.monotonic() < deadline:
         time.sleep(0.2)
     assert [n for n in os.listdir(tmp) if n.startswith("minipar-")] == []  # (torch's caches stay)
-    shutil.rmtree(tmp)
 
 
 def test_a_killed_zygote_is_replaced_and_takes_its_ranks_along():
