@@ -45,7 +45,6 @@ import os
 import re
 import signal
 import threading
-import traceback
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
