@@ -19,12 +19,13 @@ def dp_step_model(params_m: float = 1000.0, ranks: int = 64, intra: str = "nvlin
                   inter: str = "ib-ndr400", bucket_mb: float = 25.0, overlap: bool = True,
                   compute_ms: float = 200.0, grad_bytes: float = 2,
                   gpus_per_node: int = 8) -> dict:
-    """One modelled step: compute (1/3 forward, 2/3 backward) and each bucket's all-reduce.
+    """One modelled step: compute split into forward and backward by
+    :func:`minipar.cost.data_parallel.forward_backward` (1/3, 2/3), and each bucket's all-reduce.
 
     Up to ``gpus_per_node`` GPUs a ring over ``intra``; beyond, the hierarchical all-reduce
     (``inter`` across nodes). Returns DPStep's fields plus ``efficiency`` and ``buckets``.
     """
-    from minipar.cost.data_parallel import allreduce_seconds, dp_step_time
+    from minipar.cost.data_parallel import allreduce_seconds, dp_step_time, forward_backward
     if params_m <= 0 or compute_ms <= 0:
         raise ValueError(f"parameters ({params_m} M) and compute ({compute_ms} ms) must be > 0")
     if not isinstance(ranks, int) or ranks < 1:
@@ -34,19 +35,19 @@ def dp_step_model(params_m: float = 1000.0, ranks: int = 64, intra: str = "nvlin
         raise ValueError(f"buckets ({math.ceil(total / bucket)}) must be <= {MAX_BUCKETS}: "
                          "choose a larger bucket")
     ar = allreduce_seconds(ranks, gpus_per_node, intra=intra, inter=inter)
-    c = compute_ms / 1e3
-    st = dp_step_time(c / 3, 2 * c / 3, total, bucket, ar, overlap)
+    forward_s, backward_s = forward_backward(compute_ms / 1e3)
+    st = dp_step_time(forward_s, backward_s, total, bucket, ar, overlap)
     return {**st._asdict(), "efficiency": st.efficiency, "buckets": len(st.intervals)}
 
 
 def zero_memory_model(params_b: float = 7.5, d: int = 64, optimizer: str = "adam-mixed"):
     """Per-GPU model-state bytes at ZeRO stages 0–3 (Rajbhandari et al. 2020, Fig. 1)."""
-    from minipar.cost.memory import model_state_bytes
+    from minipar.cost.memory import ZERO_STAGES, model_state_bytes
     if optimizer not in OPTIMIZERS:
         raise ValueError(f"optimizer ({optimizer!r}) must be one of {', '.join(OPTIMIZERS)}")
     w, g, k = OPTIMIZERS[optimizer]
     return [model_state_bytes(params_b * 1e9, d=d, zero=s, weight_bytes=w, grad_bytes=g,
-                              optimizer_bytes=k) for s in range(4)]
+                              optimizer_bytes=k) for s in ZERO_STAGES]
 
 
 def dp_config() -> dict:
