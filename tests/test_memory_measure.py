@@ -5,6 +5,7 @@ import torch
 
 from minipar.cost.memory import activation_bytes_per_layer, model_state_bytes
 from minipar.cost.model import param_count
+from minipar.widgets.parity import js_call, node_available
 from minipar.memory.activations import (device_conventions, expected_items,
                                         layer_activation_bytes, saved_bytes)
 from minipar.memory.gpt import GPTConfig, gpt
@@ -58,20 +59,38 @@ def test_shared_storages_counted_once_and_parameters_skipped():
     assert saved_bytes(fn, x).total == x.nbytes + w.nbytes        # negative control
 
 
+@pytest.mark.skipif(not node_available(), reason="Node.js (/usr/bin/node) not installed")
 def test_widget_draws_default_and_names_impossible_settings():
-    from minipar.widgets.memory_time import controls, draw, memory_explorer
-    fig = draw()
-    assert len(fig.axes[0].patches) == 16                         # 4 ZeRO stages × 4 parts
-    with pytest.raises(ValueError, match=r"layers \(96\) must be divisible by p \(5\)"):
-        draw(p=5)
-    box = memory_explorer(show=False)
-    c = box.children
-    ctrls = {w.description: w for row in c[1:3] for w in row.children}
-    ctrls["t"].value = 7
-    assert "heads (96) must be divisible by t (7)" in box.status.value
-    ctrls["t"].value = 8
-    assert box.status.value == ""
-    assert set(controls()) >= {"preset", "d", "t", "p", "zero", "sp", "recompute", "gpu_name"}
+    from minipar.widgets.memory_time import memory_config
+    cfg = memory_config()
+    (k0, default), (k1, bad_t), (k2, bad_p), (k3, fixed) = js_call("memory_time", [
+        ("drawExplorer", ["memory", {}, cfg]),
+        ("drawExplorer", ["memory", {"t": 7}, cfg]),
+        ("drawExplorer", ["memory", {"preset": "custom", "p": 5}, cfg]),
+        ("drawExplorer", ["memory", {"t": 8}, cfg]),
+    ])
+    assert (k0, k1, k2, k3) == ("ok",) * 4
+    assert default["error"] is None and default["html"].count("ZeRO-") >= 4   # 4 stages drawn
+    assert "ZeRO-1 ★" in default["html"]                                    # the chosen one
+    assert bad_t["error"] == "heads (96) must be divisible by t (7)"
+    assert "minipar-explorer-message" in bad_t["html"] and "<svg" not in bad_t["html"]
+    assert bad_p["error"] == "layers (96) must be divisible by p (5)"
+    assert fixed["error"] is None and fixed["html"] == default["html"]      # t = 8 is the default
+
+
+def test_llama_presets_name_the_published_parameter_count():
+    from minipar.widgets.memory_time import LLAMA_SHAPES, PRESETS, memory_config, preset_params
+    got = preset_params("Llama-2 70B-like")
+    assert got["llama"] == 68_976_648_192                  # Llama 2 70B, published shape
+    assert got["eq2"] == param_count(80, 8192, 32000, 2048)  # what the calculator sizes
+    assert abs(got["eq2"] / 1e9 - 64.7) < 0.05 and got["eq2"] < got["llama"]
+    assert preset_params("7B (Llama-like)")["llama"] == 6_738_415_616
+    assert preset_params("GPT-3 175B")["llama"] is None
+    for name, (L, h, V, a, _, _) in LLAMA_SHAPES.items():   # same L, h, a, V as the preset
+        assert PRESETS[name] == (L, h, a, V)
+    assert memory_config()["llama_params"]["Llama-2 70B-like"] == got["llama"]
+    with pytest.raises(ValueError, match=r"preset \('custom'\) must be one of"):
+        preset_params("custom")
 
 
 def test_memory_vs_gpus_figure_and_peak_skips_cpu():

@@ -40,12 +40,10 @@ DOM contract used by the browser test (tests/test_site_browser.py): root element
 """
 from __future__ import annotations
 
-import html
 import json
 import re
 import uuid
 from pathlib import Path
-from typing import Callable
 
 JS_DIR = Path(__file__).resolve().parent
 _REQUIRES = re.compile(r"^//\s*minipar-requires:\s*(.+)$", re.M)
@@ -157,52 +155,3 @@ def Explorer(slug: str, explorer: str, config: dict | None = None,
     if _EXPLORER_CLASS is None:
         _EXPLORER_CLASS = _widget_class()
     return _EXPLORER_CLASS(slug, explorer, config=config, values=values)
-
-
-# ---------------------------------------------------------------------------------------------
-# Legacy ipywidgets + matplotlib explorer (kernel only). Kept while minipar.widgets.memory_time
-# still offers it; new explorers use Explorer above.
-def explorer(controls: dict, draw: Callable, title: str = "", show: bool = True):
-    """Display ``draw(**defaults)`` as a static figure, then widgets that redraw it live.
-
-    controls: name -> ipywidget (its ``value`` is the default). draw(**values) -> matplotlib
-    Figure. Returns the widget box (for tests: ``box.children``; ``box.redraw()`` redraws).
-    """
-    import ipywidgets as w
-    import matplotlib.pyplot as plt
-    from IPython.display import display
-
-    def values():
-        return {k: c.value for k, c in controls.items()}
-
-    if show:
-        fig = draw(**values())
-        display(fig)
-        plt.close(fig)
-    out = w.Output()
-    status = w.HTML(value="<i>Change a control to redraw; the figure above is the default "
-                          "view.</i>")
-
-    def redraw(*_):
-        with out:
-            out.clear_output(wait=True)
-            try:
-                fig = draw(**values())
-            except ValueError as e:
-                status.value = ("<b style='color:#b00'>Impossible setting:</b> "
-                                + html.escape(str(e)))
-                return
-            status.value = ""
-            display(fig)
-            plt.close(fig)
-
-    for c in controls.values():
-        c.observe(redraw, names="value")
-    box = w.VBox([w.HTML(f"<b>{title}</b>") if title else w.HTML(""),
-                  w.HBox(list(controls.values())[:4]), w.HBox(list(controls.values())[4:]),
-                  status, out])
-    box.redraw = redraw
-    box.status = status
-    if show:
-        display(box)
-    return box
