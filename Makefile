@@ -41,7 +41,7 @@ site-test: $(STAMP)
 	fi
 
 unit: $(STAMP)
-	$(PYTEST) -q tests
+	$(PYTEST) -q --durations=15 tests
 
 fast: $(STAMP)
 	$(PYTEST) -q -x -m "not slow" tests

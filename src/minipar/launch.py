@@ -116,8 +116,9 @@ def run(fn, world_size: int, *args, backend: str = "auto", timeout: float = DEFA
             del store
     failed = {r: p for r, (kind, p) in replies.items() if kind != "ok"}
     died = {r: p for r, (kind, p) in replies.items() if kind == "died"}
-    if failed:  # a rank that died is the cause; else the earliest error (the rest are echoes)
-        first = min(died or failed, key=lambda r: (died or failed)[r][2])
+    if failed:  # a rank that died is the cause; else the earliest error that is not an echo
+        pool = died or failed
+        first = min(pool, key=lambda r: (_is_echo(pool[r][0]), pool[r][2]))
         summary, tb, _ = failed[first]
         err = RankError(first, summary, tb, _pool.tail(ranks.log(first)))
         err.other_failures = {r: p[0] for r, p in sorted(failed.items()) if r != first}
@@ -130,6 +131,15 @@ def run(fn, world_size: int, *args, backend: str = "auto", timeout: float = DEFA
 
 
 # ----------------------------------------------------------------------------- helpers
+_ECHOES = ("Connection closed by peer", "Connection reset by peer", "remote worker crashing")
+
+
+def _is_echo(summary: str) -> bool:
+    """A peer's error that only reports another rank leaving (gloo's "Connection closed by
+    peer" after that rank timed out or raised): never the cause when a real error exists."""
+    return any(e in summary for e in _ECHOES)
+
+
 def _warm_zygote() -> _pool.Zygote:
     """The running zygote, or a new one (first call, or the old one died or was edited)."""
     global _zygote
