@@ -110,7 +110,7 @@ registerExplorer("memory", {
     const cap = gpus[v.gpu] / GIB;
     const chosen = rows[v.zero];
     const svg = stackedBars({
-      title: `${v.preset}: Ψ = ${(chosen.psi / 1e9).toFixed(1)}B; d = ${v.d}, t = ${v.t}, p = ${v.p} (N = ${v.d * v.t * v.p} GPUs)`,
+      title: `${v.preset}: Ψ = ${(chosen.psi / 1e9).toFixed(1)}B${llamaNote(config, v.preset)}; d = ${v.d}, t = ${v.t}, p = ${v.p} (N = ${v.d * v.t * v.p} GPUs)`,
       ylabel: "GiB per GPU (first pipeline stage)",
       categories: [0, 1, 2, 3].map((k) => `ZeRO-${k}${k === v.zero ? " ★" : ""}`),
       stacks: PARTS.map(([part, color]) => ({name: part, color, values: rows.map((r) => r[part] / GIB)})),
@@ -125,3 +125,10 @@ registerExplorer("memory", {
       + `<p class="minipar-explorer-note">L, h, a, V apply with the "custom" model. 1 GiB = 2³⁰ bytes.</p>`;
   },
 });
+
+// A Llama preset's published count (GQA, SwiGLU, untied embeddings; cost.model.param_count_llama)
+// next to the GPT-shaped Eq. 2 count the memory bars use.
+function llamaNote(config, preset) {
+  const n = (config.llama_params || {})[preset];
+  return n ? ` (Eq. 2; published shape ${(n / 1e9).toFixed(1)}B)` : "";
+}
