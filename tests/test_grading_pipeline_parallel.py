@@ -69,43 +69,20 @@ def _loss(logits, targets):
     return torch.nn.functional.cross_entropy(logits.flatten(0, 1), targets.flatten())
 
 
-def unscaled(stage, rank, p, microbatches, targets, shape):
-    held = []
-    for i, mb in enumerate(microbatches):
-        if rank == 0:
-            x = mb
-        else:
-            x = torch.empty(shape, dtype=torch.float64)
-            dist.recv(x, rank - 1)
-            x.requires_grad_()
-        y = stage(x)
-        if rank == p - 1:
-            y = _loss(y, targets[i])                          # not divided by m
-        else:
-            dist.send(y.detach(), rank + 1)
-        held.append((x, y))
-    for x, y in held:
-        if rank == p - 1:
-            y.backward()
-        else:
-            g = torch.empty(shape, dtype=torch.float64)
-            dist.recv(g, rank + 1)
-            y.backward(g)
-        if rank > 0:
-            dist.send(x.grad, rank - 1)
-
-
-def no_requires_grad(stage, rank, p, microbatches, targets, shape):
+def _gpipe(stage, rank, p, microbatches, targets, shape, *, divide_by_m=True, mark_received=True):
+    """The solution's GPipe step, with one classic mistake switched on by a False flag."""
     held, m = [], len(microbatches)
     for i, mb in enumerate(microbatches):
         if rank == 0:
             x = mb
         else:
             x = torch.empty(shape, dtype=torch.float64)
-            dist.recv(x, rank - 1)                            # forgot requires_grad_()
+            dist.recv(x, rank - 1)
+            if mark_received:
+                x.requires_grad_()
         y = stage(x)
         if rank == p - 1:
-            y = _loss(y, targets[i]) / m
+            y = _loss(y, targets[i]) / (m if divide_by_m else 1)
         else:
             dist.send(y.detach(), rank + 1)
         held.append((x, y))
@@ -119,6 +96,14 @@ def no_requires_grad(stage, rank, p, microbatches, targets, shape):
         if rank > 0:
             dist.send(x.grad if x.grad is not None else torch.zeros(shape, dtype=x.dtype),
                       rank - 1)
+
+
+def unscaled(*args):
+    return _gpipe(*args, divide_by_m=False)                   # loss not divided by m
+
+
+def no_requires_grad(*args):
+    return _gpipe(*args, mark_received=False)                 # forgot requires_grad_()
 
 
 @pytest.mark.slow
