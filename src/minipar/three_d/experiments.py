@@ -9,11 +9,15 @@ def group_members_on_rank(rank: int, world_size: int, d: int, t: int, p: int) ->
     number (→ the sum of the members) and all-gather it (→ the members, in group order).
 
     Returns ``{kind: {"sum": int, "members": [ranks]}}``; a kind this rank has no group of
-    (embedding on a middle stage) is left out.
+    (embedding on a middle stage) is left out. The numbers live on the rank's device
+    (:func:`minipar.device.get_device`), so this runs on NCCL as well as on gloo.
     """
     import torch
     import torch.distributed as dist
 
+    from minipar.device import get_device
+
+    dev = get_device()
     grid = RankGrid(d, t, p)
     groups = new_groups(grid)
     out = {}
@@ -21,10 +25,10 @@ def group_members_on_rank(rank: int, world_size: int, d: int, t: int, p: int) ->
         if group is None:
             continue
         n = dist.get_world_size(group)
-        x = torch.tensor([rank], dtype=torch.int64)
+        x = torch.tensor([rank], dtype=torch.int64, device=dev)
         dist.all_reduce(x, group=group)                       # (1,) sum over the group
-        got = [torch.zeros(1, dtype=torch.int64) for _ in range(n)]
-        dist.all_gather(got, torch.tensor([rank], dtype=torch.int64), group=group)
+        got = [torch.zeros(1, dtype=torch.int64, device=dev) for _ in range(n)]
+        dist.all_gather(got, torch.tensor([rank], dtype=torch.int64, device=dev), group=group)
         out[kind] = {"sum": int(x), "members": [int(g) for g in got]}
     return out
 
