@@ -103,3 +103,48 @@ def time_on_rank(rank: int, t: int, h: int, b: int, s: int, steps: int, rounds: 
                 times.append(time.perf_counter() - t0)
             out[name].append(sorted(times)[len(times) // 2])
     return out
+
+
+def compare_loss_parallel_on_rank(rank: int, t: int, h: int = 24, v: int = 60, b: int = 2,
+                                  s: int = 6, dtype=torch.float64) -> dict[str, float]:
+    """Vocab-parallel cross-entropy: our column-parallel head + ``vocab_parallel_cross_entropy``
+    against DTensor's ``ColwiseParallel(output_layouts=Shard(-1))`` head under ``loss_parallel``.
+    Largest |difference| of loss, input gradient and the local head-weight gradient; the
+    ``control`` entry is a plain cross-entropy on the local vocab slice (the classic bug: no
+    all-reduce of max / sum; targets taken modulo v/t), which must differ."""
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor import Shard
+    from torch.distributed.tensor.parallel import (ColwiseParallel, loss_parallel,
+                                                   parallelize_module)
+
+    from .cross_entropy import vocab_parallel_cross_entropy
+
+    torch.manual_seed(0)
+    head = nn.Linear(h, v, bias=False).to(dtype)                 # weight (v, h)
+    x = torch.randn(b, s, h, generator=torch.Generator().manual_seed(1), dtype=dtype)
+    y = torch.randint(0, v, (b, s), generator=torch.Generator().manual_seed(2))
+
+    def run_ours(plain: bool):
+        m = ColumnParallelLinear.from_full(head)
+        xi = x.detach().clone().requires_grad_()
+        logits = m(xi)                                           # (b, s, v/t)
+        loss = (F.cross_entropy(logits.flatten(0, 1), y.flatten() % (v // t)) if plain
+                else vocab_parallel_cross_entropy(logits, y))
+        loss.backward()
+        return loss.detach(), xi.grad, m.weight.grad
+
+    mesh = init_device_mesh("cpu", (t,))
+    d = parallelize_module(copy.deepcopy(head), mesh,
+                           ColwiseParallel(output_layouts=Shard(-1), use_local_output=False))
+    xi = x.detach().clone().requires_grad_()
+    with loss_parallel():
+        logits = d(xi)                                           # DTensor (b, s, v), Shard(-1)
+        loss = F.cross_entropy(logits.flatten(0, 1), y.flatten())
+        loss.backward()
+    dt = (_local(loss.detach()), xi.grad, _local(d.weight.grad))
+    a, c = run_ours(False), run_ours(True)
+    diff = lambda u, w: (u - w).abs().max().item()
+    full = nn.functional.cross_entropy(F.linear(x, head.weight).flatten(0, 1), y.flatten())
+    return {"loss ours-dtensor": diff(a[0], dt[0]), "dX ours-dtensor": diff(a[1], dt[1]),
+            "dW ours-dtensor": diff(a[2], dt[2]), "loss ours-full": diff(a[0], full.detach()),
+            "loss control-dtensor": diff(c[0], dt[0])}
