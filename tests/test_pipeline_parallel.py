@@ -10,13 +10,14 @@ import pytest
 
 from minipar.cost.traffic import pp_p2p_bytes_per_microbatch
 from minipar.launch import RankError, run
-from minipar.pipeline_parallel import Action, ScheduleError, simulate
+from minipar.pipeline_parallel import ScheduleError, simulate
 from minipar.pipeline_parallel.communication import P2P
 from minipar.pipeline_parallel.executor import PipelineExecutor
 from minipar.pipeline_parallel.model_bubble import peak_in_flight
 from minipar.pipeline_parallel.stage import partition_layers
 from minipar.pipeline_parallel.train import (max_error, small_config, token_batches,
                                              train_rank, train_reference)
+from test_pipeline_parallel_schedules import _one_f_one_b_mirrored as mirrored_1f1b  # warm-up bug
 
 STEPS, B_MICRO, TOL = 3, 2, 1e-9
 C = small_config(L=8)
@@ -149,18 +150,6 @@ def test_sent_activation_must_be_detached():
     with pytest.raises(RankError, match="must be a leaf that requires grad"):
         run(train_rank, 1, "interleaved", 2, 2, c, b, "adam", AttachedExecutor,
             backend="gloo", timeout=120)
-
-
-def mirrored_1f1b(p, m):
-    """Bug: the warm-up counted from the wrong end (r forwards instead of p−r−1)."""
-    out = []
-    for r in range(p):
-        w = min(r, m)
-        lst = [Action("F", r, i) for i in range(w)]
-        for i in range(m - w):
-            lst += [Action("F", r, w + i), Action("B", r, i)]
-        out.append(lst + [Action("B", r, i) for i in range(m - w, m)])
-    return out
 
 
 @pytest.mark.slow
