@@ -14,6 +14,8 @@ from __future__ import annotations
 import torch
 import torch.distributed as dist
 
+from minipar.device import get_device
+
 ACTIVATION, GRADIENT = 0, 1
 
 
@@ -50,7 +52,7 @@ class P2P:
         src = self.owner(from_stage)
         if src == self.rank:
             return self.local.pop((stage, microbatch, kind))
-        buf = torch.empty(like, dtype=dtype)                 # (b, s, h)
+        buf = torch.empty(like, dtype=dtype, device=get_device())   # (b, s, h), on this rank's device
         src = src if self.group is None else dist.get_global_rank(self.group, src)
         dist.recv(buf, src, group=self.group, tag=tag(stage, microbatch, kind, self.m))
         return buf

@@ -27,6 +27,7 @@ def chapter_runs(p: int = 4, m: int = 8) -> dict:
     c = small_config(L=8)
     batches = token_batches(STEPS, B_MICRO * m, c)
     ref_losses, ref_grads, ref_params = train_reference(c, batches)
+    # gloo/CPU: train.py keeps stages and micro-batches on the CPU and measures saved bytes there
     per_rank = run(_chapter_rank, p, m, backend="gloo", timeout=600)
     out = {}
     for name, v in SCHEDULES:
@@ -50,7 +51,8 @@ def chapter_runs(p: int = 4, m: int = 8) -> dict:
 
 
 def bubble_runs(p: int = 4, m: int = 8, t: float = 0.05, steps: int = 2) -> dict:
-    """``minipar bench pp`` for each schedule with t_F = t_B = t_W = ``t`` seconds."""
+    """``minipar bench pp`` for each schedule with t_F = t_B = t_W = ``t`` seconds (stages
+    that sleep a fixed time: gloo on the CPU, since there is no GPU work to time)."""
     from minipar.bench.pipeline_parallel import bench
 
     return {name: bench(name, p, m, v, t, t, t, steps) for name, v in SCHEDULES}
