@@ -255,11 +255,14 @@ def block_saved_bytes(rank: int, t: int, group=None, *, sequence_parallel: bool 
 
 
 # ------------------------------------------------------------------ for the notebook
-def run(fn, t: int, *args, timeout: float = 300) -> list:
-    """``minipar.launch.run`` on gloo: these experiments keep their tensors on the CPU."""
+def run(fn, t: int, *args, backend: str = "gloo", timeout: float = 300) -> list:
+    """``minipar.launch.run``, on gloo unless asked: the parity, traffic and saved-bytes
+    functions above build their inputs with CPU generators and measure with CPU conventions.
+    ``backend="auto"`` (NCCL with one GPU per rank, else gloo) suits functions that put their
+    tensors on :func:`minipar.device.get_device`, such as :func:`overlap_on_rank`."""
     from minipar import launch
 
-    return launch.run(fn, t, *args, backend="gloo", timeout=timeout)
+    return launch.run(fn, t, *args, backend=backend, timeout=timeout)
 
 
 def _chapter_on_rank(rank, t):
@@ -285,13 +288,17 @@ def overlap_on_rank(rank: int, t: int, h: int = 256, b: int = 4, s: int = 128,
     the input-gradient GEMM, the all-reduce from launch to the end of its wait, the
     weight-gradient GEMM running meanwhile, and whether the all-reduce had already completed
     when the GEMM ended. Times in seconds from the start of each backward."""
+    from minipar.device import get_device, synchronize
+
+    dev = get_device()
     torch.manual_seed(0)
-    col = ColumnParallelLinear(h, 4 * h, async_grad_allreduce=True)
-    x = torch.randn(b, s, h, generator=torch.Generator().manual_seed(1)).requires_grad_()
+    col = ColumnParallelLinear(h, 4 * h, async_grad_allreduce=True).to(dev)
+    x = torch.randn(b, s, h, generator=torch.Generator().manual_seed(1)).to(dev).requires_grad_()
     out = []
     for _ in range(steps):
         col.timeline = []
         y = col(x).sum()
+        synchronize()                                   # the forward is done before timing
         if t > 1:
             torch.distributed.barrier()                 # ranks enter backward together
         y.backward()
