@@ -16,7 +16,7 @@ from minipar.collectives import (parameter_server_all_reduce, recursive_doubling
 from minipar.collectives.ring import _chunks, _exchange, _ring
 from minipar.cost.collectives import ring_bytes_per_rank
 from minipar.launch import run
-from minipar.trace import trace
+from minipar.tracer import trace
 
 # Ship this module's functions to the ranks by value (workers cannot import a test module).
 cloudpickle.register_pickle_by_value(sys.modules[__name__])

@@ -14,7 +14,7 @@ from minipar.data_parallel.models import TiedClassifier, token_batches
 from minipar.data_parallel.train import (VARIANTS, global_losses, max_param_error,
                                          train_reference, train_rank)
 from minipar.launch import run
-from minipar.trace import trace
+from minipar.tracer import trace
 
 STEPS, BATCH, ATOL = 3, 8, 1e-6
 OPTIMIZERS = ("sgd", "adam")

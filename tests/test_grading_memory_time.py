@@ -120,7 +120,7 @@ def _measured(stem, *names, solved=True):
 
 
 def _gpt(L, h, a, s, V):
-    from minipar.memory.gpt import GPTConfig, gpt
+    from minipar.memory_time.gpt import GPTConfig, gpt
     return gpt(GPTConfig(L=L, h=h, a=a, s=s, V=V))
 
 

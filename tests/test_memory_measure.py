@@ -6,10 +6,10 @@ import torch
 from minipar.cost.memory import activation_bytes_per_layer, model_state_bytes
 from minipar.cost.model import param_count
 from minipar.widgets.parity import js_call, node_available
-from minipar.memory.activations import (device_conventions, expected_items,
+from minipar.memory_time.activations import (device_conventions, expected_items,
                                         layer_activation_bytes, saved_bytes)
-from minipar.memory.gpt import GPTConfig, gpt
-from minipar.memory.model_states import fp32_adam_step, mixed_precision_adam_step
+from minipar.memory_time.gpt import GPTConfig, gpt
+from minipar.memory_time.model_states import fp32_adam_step, mixed_precision_adam_step
 
 matplotlib.use("Agg")
 C = GPTConfig(L=2, h=32, a=4, s=16, V=50)
@@ -94,8 +94,8 @@ def test_llama_presets_name_the_published_parameter_count():
 
 
 def test_memory_vs_gpus_figure_and_peak_skips_cpu():
-    from minipar.memory.peak import peak_allocated
-    from minipar.memory.plots import memory_vs_gpus
+    from minipar.memory_time.peak import peak_allocated
+    from minipar.memory_time.plots import memory_vs_gpus
     fig = memory_vs_gpus(80, 8192, 64, 4096, 32000)
     assert len(fig.axes[0].lines) == 5
     assert peak_allocated(lambda: None, "cpu") is None

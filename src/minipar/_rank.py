@@ -22,7 +22,7 @@ caller can name how a rank died. A child writes its file descriptors 1 and 2 (C+
 import sys
 
 if __name__ == "__main__":
-    del sys.path[0]  # this file's folder (src/minipar) holds trace.py, which shadows the stdlib
+    del sys.path[0]  # run as a script: its folder comes first; modules resolve from the caller's sys.path
 
 import faulthandler  # noqa: E402
 import gc  # noqa: E402
@@ -34,7 +34,7 @@ import threading  # noqa: E402
 import time  # noqa: E402
 
 POLL_S = 0.2  # how often the zygote reaps children and checks that the caller is alive
-# torch modules that take seconds to import and that ranks often need (minipar.trace enters a
+# torch modules that take seconds to import and that ranks often need (minipar.tracer enters a
 # dispatch mode, which imports dynamo): imported when the zygote is idle with no rank alive, so
 # the first call does not wait for them, a rank's exit is still reported at once, and later
 # ranks inherit them. torch only: nothing a learner edits.

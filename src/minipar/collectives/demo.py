@@ -54,7 +54,7 @@ def _ring_steps_on_rank(rank: int, n: int, numel: int) -> dict:
     import torch
 
     from minipar.collectives import ring_all_reduce
-    from minipar.trace import trace
+    from minipar.tracer import trace
 
     x = torch.full((numel,), float(2**rank))       # (numel,): bit r set = rank r contributed
     snaps = [("start", -1, x.tolist())]
@@ -81,7 +81,7 @@ def _sent_on_rank(rank: int, n: int, numel: int) -> dict:
     import torch.distributed as dist
 
     from minipar import collectives as C
-    from minipar.trace import trace
+    from minipar.tracer import trace
 
     algos = {"ring": C.ring_all_reduce, "parameter-server": C.parameter_server_all_reduce}
     if n & (n - 1) == 0:

@@ -11,7 +11,7 @@ import torch
 import torch.nn.functional as F
 
 from minipar.device import get_device
-from minipar.trace import trace
+from minipar.tracer import trace
 
 from .accumulation import accumulation_step
 from .bucketed import BucketedDataParallel

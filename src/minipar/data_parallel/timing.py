@@ -4,7 +4,7 @@ the plain-named wrappers launch it and reduce the per-rank results.
 
 Models and tensors go on :func:`minipar.device.get_device` (a GPU per rank under NCCL, the CPU
 under gloo) and every clock read waits for the device first (:func:`minipar.device.synchronize`).
-Timings are never taken inside ``minipar.trace`` (its dispatch mode slows every tensor op).
+Timings are never taken inside ``minipar.tracer`` (its dispatch mode slows every tensor op).
 """
 from __future__ import annotations
 

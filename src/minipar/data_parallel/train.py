@@ -73,7 +73,7 @@ def train_rank(rank: int, n: int, variant: str, model, optimizer: str, batches,
                bucket_cap_mb: float = 0.001, micro: int = 2, tracer=None, group=None):
     """Train ``model`` with ``variant`` on this rank's slices; returns (local losses, params).
 
-    ``tracer``: an optional :class:`minipar.trace` entered around the steps only. ``group``: the
+    ``tracer``: an optional :class:`minipar.tracer` entered around the steps only. ``group``: the
     process group to train in (then ``rank``, ``n`` are this rank's place in it and its size).
     """
     import contextlib

@@ -100,7 +100,7 @@ def _run_case(fn, x, where):
     """``fn(x)`` under the tracer, the dtype guard and the course-call watch."""
     import os
 
-    from minipar.trace import trace
+    from minipar.tracer import trace
 
     os.write(2, f"minipar check: running case {where}\n".encode())   # shown if the rank dies
     used: set = set()

@@ -181,7 +181,7 @@ MEASURED_CONFIGS = [dict(L=2, h=32, a=4, s=16, V=50), dict(L=3, h=48, a=6, s=24,
 def _gpt_counts(L, h, a, s, V):
     """(true Ψ, Ψ summed over every module's recursive parameters: each parameter counted
     once per module that contains it)."""
-    from minipar.memory.gpt import GPTConfig, gpt
+    from minipar.memory_time.gpt import GPTConfig, gpt
 
     model = gpt(GPTConfig(L=L, h=h, a=a, s=s, V=V))
     return (sum(p.numel() for p in model.parameters()),
@@ -234,7 +234,7 @@ def _reference_adam_bytes(stage: int, count_step: bool = False) -> int:
     import torch.nn.functional as F
 
     from minipar.data_parallel.zero import ZeRO
-    from minipar.memory.gpt import GPTConfig, gpt
+    from minipar.memory_time.gpt import GPTConfig, gpt
 
     torch.manual_seed(0)
     model = gpt(GPTConfig(**_TINY))
@@ -261,7 +261,7 @@ def _adam_on_rank(rank, n, measure):
       "within 1 %")
 def check_adam_state(candidate, timeout: float = 120.0):
     from minipar.launch import run
-    from minipar.memory.gpt import GPTConfig, gpt
+    from minipar.memory_time.gpt import GPTConfig, gpt
 
     if not (isinstance(candidate, (tuple, list)) and len(candidate) == 2
             and all(callable(c) for c in candidate)):

@@ -12,7 +12,7 @@ from __future__ import annotations
 import torch
 import torch.nn as nn
 
-from minipar.memory.gpt import GPT, GPTConfig
+from minipar.memory_time.gpt import GPT, GPTConfig
 
 
 def partition_layers(L: int, num_stages: int) -> list[range]:

@@ -13,7 +13,7 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 
-from minipar.memory.gpt import GPTConfig
+from minipar.memory_time.gpt import GPTConfig
 
 from .executor import PipelineExecutor
 from .schedules import schedule
@@ -80,10 +80,10 @@ def train_rank(rank: int, p: int, name: str, m: int, v: int, c: GPTConfig, batch
                trace_first_step: bool = False):
     """Train on rank ``rank`` of p with schedule ``name`` (or explicit ``actions``, one list per
     rank); each batch of B = m·b sequences is cut into m micro-batches of b.
-    ``trace_first_step``: record the first step's sends with :class:`minipar.trace.trace`."""
+    ``trace_first_step``: record the first step's sends with :class:`minipar.tracer.trace`."""
     from contextlib import nullcontext
 
-    from minipar.trace import trace
+    from minipar.tracer import trace
 
     stages = build_stages(c, rank, p, v, dtype=dtype)
     group = embedding_group(p) if emb_group == "auto" else emb_group

@@ -13,7 +13,7 @@ import torch.distributed
 import torch.nn as nn
 import torch.nn.functional as F
 
-from minipar.memory.gpt import GPT, GPTConfig, Layer
+from minipar.memory_time.gpt import GPT, GPTConfig, Layer
 
 from .block import ParallelBlock, allreduce_sequence_parallel_grads
 from .cross_entropy import vocab_parallel_cross_entropy
@@ -130,7 +130,7 @@ def layer_parity(rank: int, t: int, group=None, dtype=torch.float64) -> dict[str
 
 def block_parity(rank: int, t: int, group=None, *, sequence_parallel: bool = False,
                  finish: bool = True, dtype=torch.float64) -> dict[str, float]:
-    """One :class:`ParallelBlock` against :class:`minipar.memory.gpt.Layer`: output, input
+    """One :class:`ParallelBlock` against :class:`minipar.memory_time.gpt.Layer`: output, input
     gradient and every parameter gradient (``finish=False`` skips the sequence-parallel
     gradient all-reduce: the negative control)."""
     torch.manual_seed(0)
@@ -198,8 +198,8 @@ def all_parity(rank: int, t: int, group=None) -> dict[str, float]:
 def block_traffic(rank: int, t: int, group=None, *, sequence_parallel: bool = False,
                   c: GPTConfig = SMALL, b: int = B, dtype=torch.float64) -> list[tuple[str, int, int]]:
     """(op, nccl-tests bytes, group size) of every collective one :class:`ParallelBlock` makes in
-    one forward and backward of a (b, s, h) micro-batch, traced with :class:`minipar.trace`."""
-    from minipar.trace import trace
+    one forward and backward of a (b, s, h) micro-batch, traced with :class:`minipar.tracer`."""
+    from minipar.tracer import trace
 
     torch.manual_seed(0)
     blk = ParallelBlock.from_full(Layer(c).to(dtype), group, sequence_parallel=sequence_parallel)
@@ -233,10 +233,10 @@ def dropout_masks(rank: int, t: int, group=None, *, tp_offset: int | None = None
 def block_saved_bytes(rank: int, t: int, group=None, *, sequence_parallel: bool = False,
                       c: GPTConfig | None = None, b: int = B, dtype=torch.float32) -> dict:
     """Bytes one rank's :class:`ParallelBlock` saves for backward on a micro-batch (dropout on,
-    measured with :func:`minipar.memory.activations.saved_bytes`), and the per-rank items of
+    measured with :func:`minipar.memory_time.activations.saved_bytes`), and the per-rank items of
     :func:`minipar.cost.tensor_parallel.activation_items` with this device's conventions."""
     from minipar.cost.tensor_parallel import activation_items
-    from minipar.memory.activations import device_conventions, saved_bytes
+    from minipar.memory_time.activations import device_conventions, saved_bytes
     from .random import model_parallel_seed
 
     c = c or GPTConfig(L=1, h=48, a=12, s=12, V=96, dropout=0.1)

@@ -24,14 +24,14 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from minipar.data_parallel.zero import ZeRO
-from minipar.memory.gpt import GPT, GPTConfig
+from minipar.memory_time.gpt import GPT, GPTConfig
 from minipar.pipeline_parallel.executor import PipelineExecutor
 from minipar.pipeline_parallel.schedules import schedule
 from minipar.pipeline_parallel.stage import GPTStage
 from minipar.pipeline_parallel.train import token_batches
 from minipar.tensor_parallel import ParallelBlock
 from minipar.tensor_parallel.experiments import grads_as_module
-from minipar.trace import trace
+from minipar.tracer import trace
 
 from .grid import RankGrid, new_groups
 

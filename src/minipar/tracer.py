@@ -1,6 +1,6 @@
 """Record every collective and point-to-point call a rank makes: op, bytes, group size, time.
 
-    with minipar.trace() as tr:
+    with minipar.tracer() as tr:
         dist.all_reduce(x)
     tr.summary()   # {"all_reduce": OpStats(calls=1, bytes=..., seconds=...)}
 
