@@ -17,9 +17,10 @@ import re
 
 from minipar.cost import collectives as cc
 from minipar.grading import GradeFailure, as_number, close_number, reason_for, task
+from minipar.grading.imports import course_calls, forbidden_modules
 
 RANKS = (2, 3, 4)
-_FORBIDDEN = ("minipar.collectives", "minipar.cost")     # they hold the answers
+_FORBIDDEN = forbidden_modules("collectives")     # minipar.collectives, minipar.cost: the answers
 
 
 class CaseError(RuntimeError):
@@ -80,20 +81,11 @@ def _guarded(dtype):
 @contextlib.contextmanager
 def _course_calls(used: set):
     """Record calls into the course's answer modules (``minipar.collectives``, ``minipar.cost``)."""
-    import sys
-
-    def profile(frame, event, arg):
-        if event == "call" and frame.f_code.co_name != "<module>":     # not the import itself
-            mod = frame.f_globals.get("__name__", "")
-            if mod.startswith(_FORBIDDEN):
-                used.add(mod)
-
-    old = sys.getprofile()
-    sys.setprofile(profile)
-    try:
-        yield
-    finally:
-        sys.setprofile(old)
+    with course_calls(_FORBIDDEN) as entered:
+        try:
+            yield
+        finally:
+            used.update(entered)
 
 
 def _run_case(fn, x, where):

@@ -1,0 +1,218 @@
+"""One rule for every chapter: an answer may not import or call the course's own implementation.
+
+The course ships a working ``minipar.tensor_parallel``, ``minipar.pipeline_parallel`` and so on;
+an exercise asks the learner to write that code, so an answer that calls it proves nothing.
+Two checks share one list of forbidden modules per chapter (:data:`FORBIDDEN`):
+
+* :func:`forbid_course_code` (static, in the grading process, before anything runs): the names
+  the candidate's code uses -- globals, attributes of imported modules, closures, base classes,
+  and recursively the learner's own helpers it calls -- resolved to objects; one that lives in a
+  forbidden module fails with "your code uses the course's own minipar.x.y (Name) ...".
+* :func:`course_calls` (dynamic, on a rank, around the candidate's call): a profile hook that
+  records each *entry* into a forbidden module (a call whose caller is outside it), which catches
+  what the static pass cannot see (``importlib.import_module("minipar....")``, ``getattr``).
+  :func:`reject_course_calls` turns what it recorded into the same reason.
+
+An exercise that hands the learner a course helper on purpose (the tensor-parallel MLP uses the
+f and g of exercise 1 from ``minipar.tensor_parallel``) names it in ``allow``: a qualified name
+such as ``"copy_to_tp_region"`` or ``"_CopyToTPRegion"`` (which covers its methods, since
+autograd calls ``_CopyToTPRegion.backward`` directly).
+"""
+from __future__ import annotations
+
+import contextlib
+import inspect
+import sys
+import types
+
+from minipar.grading import GradeFailure
+
+#: chapter slug -> the modules that hold that chapter's answers
+FORBIDDEN: dict[str, tuple[str, ...]] = {
+    "collectives": ("minipar.collectives", "minipar.cost"),
+    "tensor_parallel": ("minipar.tensor_parallel",),
+    "pipeline_parallel": ("minipar.pipeline_parallel",),
+    # 3D: the grid (exercise 1) and the planner, which holds the cost-per-token formula
+    # (exercise 3) -- a checker whose exercise is *about* using the planner passes its own list
+    "three_d": ("minipar.three_d", "minipar.cost.planner"),
+    "context_parallel": ("minipar.context_parallel",),
+    "expert_parallel": ("minipar.expert_parallel",),
+}
+
+
+def forbidden_modules(chapter: str) -> tuple[str, ...]:
+    """The modules an answer of ``chapter`` may not use (``KeyError`` for an unknown slug)."""
+    return FORBIDDEN[chapter]
+
+
+def _is_forbidden(module_name: str | None, modules: tuple[str, ...]) -> bool:
+    name = module_name or ""
+    return any(name == m or name.startswith(m + ".") for m in modules)
+
+
+def _allowed(qualname: str, allow: tuple[str, ...]) -> bool:
+    return any(qualname == a or qualname.startswith(a + ".") for a in allow)
+
+
+def _module_of(obj) -> str | None:
+    if isinstance(obj, types.ModuleType):
+        return obj.__name__
+    if isinstance(obj, (staticmethod, classmethod)):
+        obj = obj.__func__
+    return getattr(obj, "__module__", None) if isinstance(obj, (type, types.FunctionType,
+                                                                types.BuiltinFunctionType,
+                                                                types.MethodType)) else None
+
+
+def _code_objects(code: types.CodeType):
+    yield code
+    for const in code.co_consts:
+        if isinstance(const, types.CodeType):
+            yield from _code_objects(const)
+
+
+def _functions_of(obj):
+    """The Python functions that make up ``obj`` (a function, a bound method, a class)."""
+    if isinstance(obj, types.MethodType):
+        obj = obj.__func__
+    if isinstance(obj, (staticmethod, classmethod)):
+        obj = obj.__func__
+    if isinstance(obj, property):
+        return [f for f in (obj.fget, obj.fset, obj.fdel) if f is not None]
+    if isinstance(obj, types.FunctionType):
+        return [obj]
+    if isinstance(obj, type):
+        found = []
+        for value in vars(obj).values():
+            found += _functions_of(value)
+        return found
+    call = getattr(type(obj), "__call__", None)           # an instance (e.g. an nn.Module)
+    if call is not None and not isinstance(obj, type) and hasattr(obj, "__dict__"):
+        return _functions_of(type(obj))
+    return []
+
+
+def find_course_use(candidate, modules: tuple[str, ...], allow: tuple[str, ...] = ()
+                    ) -> str | None:
+    """``"minipar.x.y (Name)"`` for the first forbidden object the candidate's code refers to,
+    else ``None``. Follows the learner's own helpers (functions and classes defined outside
+    ``minipar`` and outside libraries) that the candidate uses."""
+    seen: set[int] = set()
+    todo = [candidate]
+    while todo:
+        obj = todo.pop()
+        if id(obj) in seen:
+            continue
+        seen.add(id(obj))
+        if isinstance(obj, type):
+            for base in obj.__mro__[1:]:
+                if _is_forbidden(base.__module__, modules) and not _allowed(base.__qualname__,
+                                                                           allow):
+                    return f"{base.__module__} ({base.__qualname__})"
+        for fn in _functions_of(obj):
+            cells = [c.cell_contents for c in (fn.__closure__ or ()) if _filled(c)]
+            names = set()
+            for code in _code_objects(fn.__code__):
+                names.update(code.co_names)
+            env = dict(vars(__builtins__) if isinstance(__builtins__, types.ModuleType)
+                       else __builtins__)
+            env.update(fn.__globals__)
+            values = [env[n] for n in names if n in env] + cells
+            for value in values:
+                hit = _forbidden_object(value, modules, allow)
+                if hit:
+                    return hit
+                if isinstance(value, types.ModuleType) and value.__name__.startswith("minipar"):
+                    for n in names:                      # minipar.tensor_parallel.X, tp.X
+                        attr = getattr(value, n, None)
+                        hit = attr is not None and _forbidden_object(attr, modules, allow)
+                        if hit:
+                            return hit
+                if _learners(value):
+                    todo.append(value)
+    return None
+
+
+def _filled(cell) -> bool:
+    try:
+        cell.cell_contents
+    except ValueError:
+        return False
+    return True
+
+
+def _forbidden_object(value, modules, allow) -> str | None:
+    mod = _module_of(value)
+    if mod is None and not isinstance(value, (int, float, str, bytes, tuple, list, dict)):
+        value = type(value)                              # an instance of a course class
+        mod = value.__module__
+    if not _is_forbidden(mod, modules):
+        return None
+    if isinstance(value, types.ModuleType):
+        return value.__name__
+    qual = getattr(value, "__qualname__", getattr(value, "__name__", "?"))
+    return None if _allowed(qual, allow) else f"{mod} ({qual})"
+
+
+def _learners(value) -> bool:
+    """A function or class the learner wrote (not in a library, not in minipar)."""
+    if not isinstance(value, (types.FunctionType, type, types.MethodType)):
+        return False
+    mod = _module_of(value) or ""
+    if mod.split(".")[0] in sys.stdlib_module_names or mod.startswith(("minipar", "torch")):
+        return False
+    try:
+        path = inspect.getfile(value)
+    except (TypeError, OSError):
+        return True                                      # defined in a notebook or REPL
+    return "site-packages" not in path and "/lib/python" not in path
+
+
+def _reason(used: str, what: str) -> str:
+    return (f"your code uses the course's own {used}; {what} yourself -- the exercise is to "
+            "build it, not to call the course's version")
+
+
+def forbid_course_code(candidate, chapter: str | None = None, *,
+                       modules: tuple[str, ...] | None = None, allow: tuple[str, ...] = (),
+                       what: str = "write it") -> None:
+    """Raise :class:`GradeFailure` if ``candidate`` refers to a module of ``chapter``'s answers
+    (or to ``modules``), except the helpers named in ``allow``; the reason names the module and
+    object used."""
+    mods = modules if modules is not None else forbidden_modules(chapter)
+    used = find_course_use(candidate, mods, allow)
+    if used:
+        raise GradeFailure(_reason(used, what))
+
+
+@contextlib.contextmanager
+def course_calls(modules: tuple[str, ...], allow: tuple[str, ...] = ()):
+    """Within the block, record every entry into ``modules`` (a call from outside them), except
+    the qualified names in ``allow``; yields the set of ``"module (qualname)"`` strings."""
+    used: set[str] = set()
+
+    def profile(frame, event, arg):
+        if event != "call" or frame.f_code.co_name == "<module>":   # not the import itself
+            return
+        mod = frame.f_globals.get("__name__", "")
+        if not _is_forbidden(mod, modules):
+            return
+        back = frame.f_back
+        if back is not None and _is_forbidden(back.f_globals.get("__name__", ""), modules):
+            return                                          # inside the course's code already
+        qual = getattr(frame.f_code, "co_qualname", frame.f_code.co_name)
+        if not _allowed(qual, allow):
+            used.add(f"{mod} ({qual})")
+
+    old = sys.getprofile()
+    sys.setprofile(profile)
+    try:
+        yield used
+    finally:
+        sys.setprofile(old)
+
+
+def reject_course_calls(used, what: str = "write it") -> None:
+    """Raise :class:`GradeFailure` naming the first recorded entry (see :func:`course_calls`)."""
+    if used:
+        raise GradeFailure(_reason(sorted(used)[0], what))
