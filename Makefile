@@ -6,7 +6,8 @@ STAMP := .venv/.installed
 PYTEST := $(PY) -m pytest -p no:cacheprovider
 JB    := .venv/bin/jupyter-book
 
-.PHONY: help book book-strict test unit fast notebooks exercises exercises-check grade lab bench clean
+.PHONY: help book book-strict test unit fast notebooks exercises exercises-check grade lab bench clean \
+        site-test gpu-check
 
 help:
 	@echo "make book       build the site into _build/html (executes every notebook on CPU; cached)"
@@ -16,6 +17,7 @@ help:
 	@echo "make grade      grade your exercise notebooks and print a score table"
 	@echo "make lab        JupyterLab on the course, with the .venv kernel"
 	@echo "make exercises  regenerate the starter notebooks from exercises/*/solutions/*.py"
+	@echo "make gpu-check  on a GPU node: notebooks and benchmarks on NCCL, JSON report"
 	@echo "make bench      benchmarks on this machine (launcher latency, collectives sweep, data parallel)"
 
 $(STAMP): requirements.txt pyproject.toml
@@ -38,13 +40,22 @@ book-strict: $(STAMP)
 	@set -o pipefail; $(JB) build . -W -n --keep-going --quiet 2>&1 | { $(QUIET_KERNEL); }
 
 # The built site in headless Chromium with the network blocked (tests/test_site_browser.py).
+# Outside CI a missing chromium is a note; under CI=true it fails (.ci/run installs it first).
 site-test: $(STAMP)
 	@if [ -x /usr/bin/chromium ]; then \
 	  MINIPAR_BROWSER_TEST=1 $(PYTEST) -q -s tests/test_site_browser.py; \
+	elif [ "$$CI" = true ]; then \
+	  echo "FAILED the browser test: /usr/bin/chromium is missing under CI=true" \
+	       "(apt-get install -y chromium; .ci/run installs it)"; exit 1; \
 	else \
 	  echo "SKIPPED the browser test: /usr/bin/chromium is missing (apt-get install -y chromium;" \
 	       ".ci/run installs it)"; \
 	fi
+
+# On a GPU node: chapter notebooks with NCCL where a chapter switches, and the NCCL benchmarks;
+# writes gpu-check.json. Without a GPU it says so and exits 0 (scripts/gpu_check.py).
+gpu-check: $(STAMP)
+	$(PY) scripts/gpu_check.py --out gpu-check.json
 
 unit: $(STAMP)
 	$(PYTEST) -q --durations=15 tests

@@ -1,0 +1,67 @@
+"""Shared pytest settings: the ``gpu`` marker, and no silent skips in CI.
+
+* ``@pytest.mark.gpu``: a test that needs CUDA. Without a GPU it skips, and that skip is expected.
+* Under ``CI=true`` every other skip is turned into a failure whose message gives the skip's
+  reason: CI installs what the tests need (``.ci/run``), so a skip there means a step is missing
+  (Node.js for the explorer-parity tests, Chromium for the browser test, ...).
+* ``tests/test_site_browser.py`` drives the *built* site, so it belongs to ``make site-test``
+  (``MINIPAR_BROWSER_TEST=1``, after the book build); any other session deselects it instead of
+  skipping it, so it is counted as "deselected", never as a skip.
+"""
+from __future__ import annotations
+
+import os
+
+import pytest
+
+BROWSER_TEST = "test_site_browser.py"
+
+
+def in_ci() -> bool:
+    return os.environ.get("CI", "").strip().lower() in ("true", "1", "yes")
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "gpu: GPU-only; skipped without CUDA, expected")
+
+
+def pytest_collection_modifyitems(config, items):
+    if os.environ.get("MINIPAR_BROWSER_TEST") == "1":
+        return
+    browser = [i for i in items if i.path.name == BROWSER_TEST]
+    if browser:
+        config.hook.pytest_deselected(items=browser)
+        items[:] = [i for i in items if i.path.name != BROWSER_TEST]
+
+
+def _skip_reason(longrepr) -> str:
+    if isinstance(longrepr, tuple) and len(longrepr) == 3:  # (path, line, "Skipped: why")
+        return str(longrepr[2])
+    return str(longrepr)
+
+
+def unexpected_skip_message(reason: str) -> str:
+    return (f"skipped under CI=true ({reason}); in CI only @pytest.mark.gpu tests may skip: "
+            "install what the test needs (.ci/run) or mark it gpu if it needs CUDA")
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    outcome = yield
+    report = outcome.get_result()
+    if not (in_ci() and report.skipped) or hasattr(report, "wasxfail"):
+        return
+    if item.get_closest_marker("gpu") is not None:
+        return
+    report.outcome = "failed"
+    report.longrepr = unexpected_skip_message(_skip_reason(report.longrepr))
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_make_collect_report(collector):
+    """A whole module skipped at import (``pytest.importorskip``, ``allow_module_level``)."""
+    outcome = yield
+    report = outcome.get_result()
+    if in_ci() and report.skipped:
+        report.outcome = "failed"
+        report.longrepr = unexpected_skip_message(_skip_reason(report.longrepr))
