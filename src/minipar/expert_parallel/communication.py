@@ -1,0 +1,79 @@
+"""The all-to-all of expert parallelism, as an autograd function, and the count exchange.
+
+GShard (Lepikhin et al. 2021, §3.2) writes the MoE layer as two all-to-alls: *dispatch* sends
+each token to the rank that owns its expert, *combine* brings the results back. With tokens
+routed unevenly, rank r sends ``in_splits[d]`` rows to rank d and receives ``out_splits[s]``
+rows from rank s: ``torch.distributed.all_to_all_single`` with uneven splits (gloo supports it
+on CPU in torch 2.13; tested in ``tests/test_expert_parallel.py``).
+
+Backward of an all-to-all is the all-to-all with the splits swapped: the gradient of the rows
+rank r received from s goes back to s. Every helper is the identity for a group of one rank.
+"""
+from __future__ import annotations
+
+import torch
+import torch.distributed as dist
+
+
+def group_size(group=None) -> int:
+    """Ranks in ``group`` (default group when None); 1 when torch.distributed is not set up."""
+    if not dist.is_available() or not dist.is_initialized():
+        return 1
+    return dist.get_world_size(group)
+
+
+def group_rank(group=None) -> int:
+    """This rank's index in ``group``; 0 when torch.distributed is not set up."""
+    if not dist.is_available() or not dist.is_initialized():
+        return 0
+    return dist.get_rank(group)
+
+
+def _a2a(x: torch.Tensor, out_splits: list[int], in_splits: list[int], group) -> torch.Tensor:
+    """(Σ in_splits, ...) -> (Σ out_splits, ...): rows [in_splits[:d]] go to rank d."""
+    if group_size(group) == 1:
+        return x
+    out = x.new_empty((sum(out_splits), *x.shape[1:]))
+    dist.all_to_all_single(out, x.contiguous(), out_splits, in_splits, group=group)
+    return out
+
+
+class _AllToAll(torch.autograd.Function):
+    """Forward: all-to-all with (out_splits, in_splits). Backward: the same with them swapped."""
+
+    @staticmethod
+    def forward(ctx, x, out_splits, in_splits, group):
+        ctx.splits, ctx.group = (out_splits, in_splits), group
+        return _a2a(x, out_splits, in_splits, group)
+
+    @staticmethod
+    def backward(ctx, grad):
+        out_splits, in_splits = ctx.splits
+        return _a2a(grad, in_splits, out_splits, ctx.group), None, None, None
+
+
+def all_to_all(x: torch.Tensor, out_splits: list[int], in_splits: list[int],
+               group=None) -> torch.Tensor:
+    """Differentiable uneven all-to-all: send ``in_splits[d]`` rows of ``x`` to rank d, receive
+    ``out_splits[s]`` rows from rank s, concatenated in source-rank order."""
+    return _AllToAll.apply(x, list(out_splits), list(in_splits), group)
+
+
+def exchange_counts(send_counts: torch.Tensor, group=None) -> torch.Tensor:
+    """(ep, E/ep) rows this rank sends to each rank's local experts -> (ep, E/ep) rows this rank
+    receives from each source rank for each of its local experts (one all-to-all of E integers)."""
+    if group_size(group) == 1:
+        return send_counts
+    recv = torch.empty_like(send_counts)
+    dist.all_to_all_single(recv, send_counts.contiguous(), group=group)
+    return recv
+
+
+def all_gather_counts(counts: torch.Tensor, group=None) -> torch.Tensor:
+    """(K, E) this rank's slot counts -> (ep, K, E) every rank's, in rank order (all-gather)."""
+    n = group_size(group)
+    if n == 1:
+        return counts[None]
+    out = counts.new_empty(n * counts.numel())                   # (ep·K·E,)
+    dist.all_gather_single(out, counts.flatten(), group=group)
+    return out.view(n, *counts.shape)                             # (ep, K, E)

@@ -1,0 +1,181 @@
+"""Runs shared by the tests and the notebook: parity with one process, traced traffic against
+the cost model, EP × DP training, and load balance under a skewed router.
+
+Each ``*_on_rank`` function runs inside ``minipar.launch.run`` (one call, several cases) and
+returns plain numbers. Float64 throughout, so "equal" means equal to ~1e-12.
+"""
+from __future__ import annotations
+
+import torch
+import torch.distributed as dist
+
+from minipar import tracer
+from minipar.cost.expert_parallel import layer_events
+
+from .communication import group_rank, group_size
+from .grid import ep_dp_groups, reduce_gradients
+from .layer import ExpertParallelMoE
+from .moe import MoE
+from .routing import load_balancing_loss
+
+H, F = 8, 12                      # hidden, expert FFN width: tiny on purpose
+
+
+def _randn(*shape, seed, dtype=torch.float64):
+    return torch.randn(*shape, generator=torch.Generator().manual_seed(seed), dtype=dtype)
+
+
+def max_diff(a, b) -> float:
+    return (a.detach() - b.detach()).abs().max().item() if a.numel() else 0.0
+
+
+def tokens_on(rank: int) -> int:
+    """Ranks hold different numbers of tokens (6, 7, 8, ...): uneven splits everywhere."""
+    return 6 + rank
+
+
+def make_moe(experts: int, top_k: int, capacity_factor=None, seed: int = 0,
+             router_scale: float = 1.0) -> MoE:
+    torch.manual_seed(seed)
+    moe = MoE(H, F, experts, top_k, capacity_factor).double()
+    with torch.no_grad():
+        moe.router.weight.mul_(router_scale)
+    return moe
+
+
+def reference(moe: MoE, chunks: list[torch.Tensor], weights: list[torch.Tensor]):
+    """One process on all ranks' tokens concatenated in rank order. Loss = Σ w·y + Σ_r aux(chunk r)
+    (the balancing loss of each rank's tokens, as each rank computes it). Returns y, x.grad."""
+    x = torch.cat(chunks).requires_grad_()
+    y = moe(x)
+    aux = sum(load_balancing_loss(*_probs_experts(moe, c)) for c in x.split([len(c) for c in chunks]))
+    ((y * torch.cat(weights)).sum() + aux).backward()
+    return y, x.grad
+
+
+def _probs_experts(moe, x):
+    probs, _, experts, _ = moe.route(x)
+    return probs, experts
+
+
+def parity_on_rank(rank: int, experts: int, top_k: int, capacity_factor=None,
+                   cls=ExpertParallelMoE, seed: int = 0, group=None) -> dict:
+    """Max differences of this rank's EP layer against the reference on all ranks' tokens:
+    outputs, input grads, owned experts' w1/w2 grads, the summed router grad, kept masks."""
+    ep, r = group_size(group), group_rank(group)
+    moe = make_moe(experts, top_k, capacity_factor, seed)
+    chunks = [_randn(tokens_on(s), H, seed=100 + s) for s in range(ep)]
+    weights = [_randn(tokens_on(s), H, seed=200 + s) for s in range(ep)]
+    y_ref, dx_ref = reference(moe, chunks, weights)
+    layer = cls.from_full(moe, group=group)
+    x = chunks[r].clone().requires_grad_()
+    y = layer(x)
+    ((y * weights[r]).sum() + layer.aux_loss).backward()
+    g_router = layer.router.weight.grad.clone()
+    if ep > 1:
+        dist.all_reduce(g_router, group=group)
+    lo = sum(tokens_on(s) for s in range(r))
+    own = slice(layer.first, layer.first + layer.local)
+    return {"out": max_diff(y, y_ref[lo:lo + len(x)]),
+            "dx": max_diff(x.grad, dx_ref[lo:lo + len(x)]),
+            "dw1": max_diff(layer.w1.grad, moe.w1.grad[own]),
+            "dw2": max_diff(layer.w2.grad, moe.w2.grad[own]),
+            "drouter": max_diff(g_router, moe.router.weight.grad),
+            "kept differ": int((layer.kept != moe.kept[lo:lo + len(x)]).sum()),
+            "dropped": moe.dropped, "copies": layer.w1.data_ptr() != moe.w1.data_ptr()}
+
+
+def traffic_on_rank(rank: int, experts: int, top_k: int, capacity_factor=None,
+                    router_scale: float = 1.0) -> dict:
+    """Traced (op, bytes) of one forward + backward next to the cost model's from the counts."""
+    ep = group_size()
+    moe = make_moe(experts, top_k, capacity_factor, router_scale=router_scale)
+    layer = ExpertParallelMoE.from_full(moe)
+    x = _randn(tokens_on(rank), H, seed=100 + rank).requires_grad_()
+    with tracer.trace() as tr:
+        layer(x).sum().backward()
+    rows = torch.zeros(ep, ep, dtype=torch.int64)
+    rows[rank] = layer.send_counts.sum(1)
+    dist.all_reduce(rows)                                    # rows[s][d] for every pair
+    traced = [(e.op, e.bytes) for e in tr.events]
+    model = layer_events(rows.tolist(), rank, H, experts, top_k, 8, capacity_factor is not None)
+    return {"traced": traced, "model": model, "rows": rows.tolist()}
+
+
+def ep_dp_train_on_rank(rank: int, world: int, ep: int, experts: int, top_k: int,
+                        capacity_factor=None, steps: int = 3, aux_coef: float = 0.01,
+                        expert_divisor: int | None = None, lr: float = 0.1,
+                        groups=None) -> dict:
+    """EP inside DP on ``world`` ranks (grid (dp, ep)), SGD with momentum for ``steps`` steps,
+    against one process that runs each replica's tokens (rank order) and averages the ranks'
+    mean losses. Returns the max parameter difference (this rank's router and owned experts)
+    after each step. (SGD, not Adam: Adam divides by √v and so hides a gradient off by a
+    constant factor, the very bug ``expert_divisor`` plants.)"""
+    ep_group, dp_group = groups if groups is not None else ep_dp_groups(ep)
+    dp, d = world // ep, rank // ep
+    n = 6
+    moe = make_moe(experts, top_k, capacity_factor)
+    layer = ExpertParallelMoE.from_full(moe, group=ep_group)
+    opt_ref = torch.optim.SGD(moe.parameters(), lr=lr, momentum=0.9)
+    opt = torch.optim.SGD(layer.parameters(), lr=lr, momentum=0.9)
+    own = slice(layer.first, layer.first + layer.local)
+    diffs, dropped = [], 0
+    for step in range(steps):
+        xs = [_randn(n, H, seed=1000 * step + s) for s in range(world)]
+        ts = [_randn(n, H, seed=5000 + 1000 * step + s) for s in range(world)]
+
+        def loss_of(y, t, aux):
+            return ((y - t) ** 2).mean() + aux_coef * aux
+        # reference: replica by replica (capacity is per EP group's batch)
+        opt_ref.zero_grad()
+        total = 0.0
+        for rep in range(dp):
+            ids = range(rep * ep, (rep + 1) * ep)
+            y = moe(torch.cat([xs[s] for s in ids])).split(n)
+            for s, ys in zip(ids, y):
+                total = total + loss_of(ys, ts[s], load_balancing_loss(*_probs_experts(moe, xs[s])))
+        (total / world).backward()
+        opt_ref.step()
+        # expert parallel inside data parallel
+        opt.zero_grad()
+        loss_of(layer(xs[rank]), ts[rank], layer.aux_loss).backward()
+        dropped += layer.dropped
+        reduce_gradients(layer, dp_group, expert_divisor)
+        opt.step()
+        diffs.append(max(max_diff(layer.router.weight, moe.router.weight),
+                         max_diff(layer.w1, moe.w1[own]), max_diff(layer.w2, moe.w2[own])))
+    return {"replica": d, "param diff per step": diffs, "dropped": dropped}
+
+
+def skewed_router(moe: MoE, favourite: int = 0, bias: float = 3.0) -> None:
+    """Make expert ``favourite`` everyone's first choice: add ``bias`` times a shared direction
+    to its router row, so the logit of tokens along it is large (a router collapsed early)."""
+    with torch.no_grad():
+        moe.router.weight[favourite] += bias * torch.ones(moe.hidden, dtype=moe.w1.dtype) / moe.hidden ** 0.5
+
+
+def balance_run(experts: int = 8, top_k: int = 1, aux_coef: float = 0.0,
+                capacity_factor=None, steps: int = 60, tokens: int = 256, lr: float = 3e-2,
+                seed: int = 0) -> dict:
+    """One process: train a skewed MoE to imitate a random teacher MoE; record tokens per expert
+    every step. What the balancing loss and the capacity factor do to the load."""
+    teacher = make_moe(experts, top_k, seed=seed + 1)
+    moe = make_moe(experts, top_k, capacity_factor, seed=seed)
+    skewed_router(moe)
+    opt = torch.optim.Adam(moe.parameters(), lr=lr)
+    loads, losses, dropped = [], [], []
+    for step in range(steps):
+        x = _randn(tokens, H, seed=10_000 + step) + 0.5      # tokens share a mean direction
+        with torch.no_grad():
+            target = teacher(x)
+        y = moe(x)
+        loss = ((y - target) ** 2).mean()
+        opt.zero_grad()
+        (loss + aux_coef * moe.aux_loss).backward()
+        opt.step()
+        from .routing import slot_counts
+        _, _, chosen, _ = moe.route(x)
+        loads.append(slot_counts(chosen, experts).sum(0).tolist())  # routed, before dropping
+        losses.append(loss.item())
+        dropped.append(moe.dropped / (tokens * top_k))
+    return {"routed per expert": loads, "loss": losses, "dropped fraction": dropped}

@@ -1,0 +1,78 @@
+"""The one-process mixture-of-experts layer: the reference every expert-parallel run must equal.
+
+y_i = Σ_{j<K, kept} g_ij · expert_{e_ij}(x_i),   expert_e(x) = gelu(x W1[e]) W2[e]
+
+(Shazeer et al. 2017, §2; Fedus et al. 2022, "Switch Transformers", §2.1; Jiang et al. 2024,
+"Mixtral of Experts", Eq. 1-2 with a GELU MLP instead of SwiGLU). The router is a bias-free
+linear map h -> E; gates, capacity and the balancing loss are :mod:`.routing`'s. Expert weights
+are stacked: ``w1`` (E, h, f), ``w2`` (E, f, h), used as ``x @ w1[e]`` (no transposes, no biases).
+GELU is exact (erf), torch's default.
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from .routing import capacity, load_balancing_loss, priority_positions, top_k_gates
+
+
+def expert_mlp(x: torch.Tensor, w1: torch.Tensor, w2: torch.Tensor) -> torch.Tensor:
+    """One expert: (m, h) @ (h, f) -> gelu -> @ (f, h) = (m, h)."""
+    return F.gelu(x @ w1) @ w2
+
+
+def init_experts(experts: int, hidden: int, ffn: int, dtype=None):
+    """w1 (E, h, f) and w2 (E, f, h), each expert initialised like an ``nn.Linear`` (uniform
+    ±1/√fan_in), from the global RNG, expert 0 first."""
+    w1 = torch.empty(experts, hidden, ffn, dtype=dtype).uniform_(-1, 1) / math.sqrt(hidden)
+    w2 = torch.empty(experts, ffn, hidden, dtype=dtype).uniform_(-1, 1) / math.sqrt(ffn)
+    return nn.Parameter(w1), nn.Parameter(w2)
+
+
+class MoE(nn.Module):
+    """Mixture of experts on one process: ``forward(x)`` for x of shape (..., h).
+
+    ``capacity_factor=None``: no token is dropped. Else each expert takes at most
+    C = ⌈c_f·K·n/E⌉ of the n tokens of the call, in priority order (slot, then token index);
+    the rest are dropped (zero contribution). After a forward: ``aux_loss`` (Switch's balancing
+    loss of this call's tokens), ``tokens_per_expert`` (E,) assignments each expert processed,
+    ``dropped`` (number of dropped assignments).
+    """
+
+    def __init__(self, hidden: int, ffn: int, experts: int, top_k: int,
+                 capacity_factor: float | None = None, renormalize: bool = True):
+        super().__init__()
+        if not 1 <= top_k <= experts:
+            raise ValueError(f"top_k ({top_k}) must be between 1 and experts ({experts})")
+        self.hidden, self.ffn, self.experts, self.top_k = hidden, ffn, experts, top_k
+        self.capacity_factor, self.renormalize = capacity_factor, renormalize
+        self.router = nn.Linear(hidden, experts, bias=False)
+        self.w1, self.w2 = init_experts(experts, hidden, ffn)
+
+    def route(self, x: torch.Tensor):
+        """(n, h) -> probs (n, E), gates (n, K), experts (n, K), kept (n, K) bool."""
+        probs, gates, experts = top_k_gates(self.router(x), self.top_k, self.renormalize)
+        C = capacity(x.shape[0], self.experts, self.top_k, self.capacity_factor)
+        if C is None:
+            kept = torch.ones_like(experts, dtype=torch.bool)
+        else:
+            kept = priority_positions(experts, self.experts) < C
+        return probs, gates, experts, kept
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        shape = x.shape
+        x = x.reshape(-1, self.hidden)                                # (n, h)
+        probs, gates, experts, kept = self.route(x)
+        self.aux_loss = load_balancing_loss(probs, experts)
+        self.tokens_per_expert = torch.bincount(experts[kept], minlength=self.experts)
+        self.kept, self.dropped = kept, int((~kept).sum())
+        y = torch.zeros_like(x)
+        for e in range(self.experts):
+            tok, slot = torch.nonzero((experts == e) & kept, as_tuple=True)   # (m,), (m,)
+            if tok.numel():
+                out = expert_mlp(x[tok], self.w1[e], self.w2[e])          # (m, h)
+                y = y.index_add(0, tok, gates[tok, slot, None] * out)
+        return y.reshape(shape)
