@@ -1,20 +1,25 @@
 """The caller side of :mod:`minipar.launch`: the robustness machinery behind ``run``.
 
 * :func:`pack` pickles a task by value, keeping the true file name of every function (cloudpickle
-  replaces it with ``<dynamic-code>``) and the source of notebook cells, so a rank's traceback
-  points at the right cell and line.
+  replaces it with ``<dynamic-code>``; we send code objects with :mod:`marshal`, which keeps
+  everything) and the source of notebook cells, so a rank's traceback points at the right cell
+  and line.
 * :func:`caller_state` is what a fresh rank takes from the caller: environment, working
   directory, ``sys.path``, thread count (from the CPU affinity mask), loopback interface.
-* :class:`Zygote` starts and talks to the warm zygote (:mod:`minipar._rank`); a zygote that
-  cannot start is reported at once with the end of its log and a likely cause.
+* :class:`Zygote` starts and talks to the warm zygote (:mod:`minipar._rank`) in its own session,
+  so a kernel restart that kills the caller's process group leaves it alive long enough to clean
+  up; a zygote that cannot start is reported at once with the end of its log and a likely cause,
+  and one whose connection fails in any way is killed, so the next call starts a new one.
 * :class:`Ranks` gathers one call's ranks: their output, replies and exit codes.
-* Socket folders are named after the caller's pid; the zygote removes its folder when the caller
-  dies, and the next caller removes folders whose owner is gone.
+* Socket folders (``minipar-<caller pid>-*``, mode 0700, so only this user can connect: no
+  authentication key is needed) are removed by the zygote when the caller dies or on SIGTERM, and
+  by the next caller when both died at once (a folder whose pid is gone).
 """
 from __future__ import annotations
 
 import io
 import linecache
+import marshal
 import multiprocessing.connection as mpc
 import os
 import pickle
@@ -40,16 +45,19 @@ RANK_SOURCE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_rank.py
 _seen = threading.local()  # .filenames: source files of the code objects pickled by value
 
 
-def _code_reduce_keeping_filename(code):
-    from cloudpickle import cloudpickle as cp
-
-    ctor, args = cp._code_reduce(code)  # noqa: SLF001
-    _seen.filenames.add(code.co_filename)
-    return ctor, tuple(code.co_filename if a == "<dynamic-code>" else a for a in args)
+def _code_by_marshal(code):
+    """Send a code object as :mod:`marshal` bytes (what a ``.pyc`` holds; the ranks run this
+    same interpreter), which keeps ``co_filename`` and nested functions' code."""
+    stack = [code]
+    while stack:
+        c = stack.pop()
+        _seen.filenames.add(c.co_filename)
+        stack += [k for k in c.co_consts if isinstance(k, types.CodeType)]
+    return marshal.loads, (marshal.dumps(code),)
 
 
 class _Pickler(cloudpickle.Pickler):
-    dispatch_table = ChainMap({types.CodeType: _code_reduce_keeping_filename},
+    dispatch_table = ChainMap({types.CodeType: _code_by_marshal},
                               cloudpickle.Pickler.dispatch_table)
 
 
@@ -128,23 +136,11 @@ def _pid_alive(pid: int) -> bool:
 
 
 _FOLDER = re.compile(r"minipar-(\d+)-\w+$")
-_OLD_FOLDER = re.compile(r"minipar-\w{8}$")  # the launcher before the zygote: no pid in the name
-
-
-def _nobody_listens(sock_path: str) -> bool:
-    with socket.socket(socket.AF_UNIX) as s:
-        try:
-            s.connect(sock_path)
-        except (ConnectionRefusedError, FileNotFoundError):
-            return True
-        except OSError:
-            return False
-    return False
 
 
 def remove_stale_folders(base: str | None = None) -> list[str]:
-    """Remove socket folders whose caller is gone: ``minipar-<pid>-*`` with no process ``pid``,
-    and the older launcher's ``minipar-XXXXXXXX`` whose socket no longer answers."""
+    """Remove socket folders ``minipar-<pid>-*`` whose caller ``pid`` is gone (left when the
+    caller and its zygote were killed at once, e.g. by the out-of-memory killer)."""
     base = base or _base_dir()
     removed = []
     try:
@@ -152,16 +148,9 @@ def remove_stale_folders(base: str | None = None) -> list[str]:
     except OSError:
         return removed
     for name in names:
-        path = os.path.join(base, name)
         m = _FOLDER.match(name)
-        if m:
-            stale = int(m.group(1)) != os.getpid() and not _pid_alive(int(m.group(1)))
-        else:
-            sock = os.path.join(path, "launcher.sock")
-            stale = bool(_OLD_FOLDER.match(name)) and os.path.exists(sock) and \
-                time.time() - os.path.getmtime(path) > 60 and _nobody_listens(sock)
-        if stale:
-            shutil.rmtree(path, ignore_errors=True)
+        if m and int(m.group(1)) != os.getpid() and not _pid_alive(int(m.group(1))):
+            shutil.rmtree(os.path.join(base, name), ignore_errors=True)
             removed.append(name)
     return removed
 
@@ -226,20 +215,26 @@ class Zygote:
 
     def __init__(self, start_timeout: float):
         remove_stale_folders()
-        self.folder = tempfile.mkdtemp(prefix=f"minipar-{os.getpid()}-", dir=_base_dir())
-        self.listener = mpc.Listener(os.path.join(self.folder, "s"), family="AF_UNIX",
-                                     authkey=secrets.token_bytes(16))
+        self.folder = tempfile.mkdtemp(prefix=f"minipar-{os.getpid()}-", dir=_base_dir())  # 0700
+        self.address = os.path.join(self.folder, "s")
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.sock.bind(self.address)
+        self.sock.listen(128)
+        self.sock.settimeout(0.25)  # accept() wakes up to check the zygote and the deadline
+        self.proc = None
         self.source_mtime = _mtime(RANK_SOURCE)
         self.owner = os.getpid()  # a forked copy of the caller must start its own zygote
         self.exits: dict[int, int] = {}  # pid -> exit code, as the zygote reports them
         self.calls = 0
+        self.broken = False  # the connection failed once: never use this zygote again
         self.log = os.path.join(self.folder, "zygote.log")
-        env = dict(os.environ, MINIPAR_AUTHKEY=self.listener._authkey.hex())  # noqa: SLF001
         with open(self.log, "wb") as f:
+            # its own session: a kernel restart kills the kernel's process group, not the
+            # zygote, which then sees its caller gone and removes the folder (see _rank.py)
             self.proc = subprocess.Popen(
-                [sys.executable, RANK_SOURCE, self.listener.address, str(os.getpid()),
-                 self.folder], env=env, cwd=self.folder, stdin=subprocess.DEVNULL, stdout=f,
-                stderr=f)
+                [sys.executable, RANK_SOURCE, self.address, str(os.getpid()), self.folder],
+                cwd=self.folder, stdin=subprocess.DEVNULL, stdout=f, stderr=f,
+                start_new_session=True)
         try:
             self.conn = self.accept(time.monotonic() + start_timeout, lambda: None,
                                     f"the minipar zygote did not import torch within "
@@ -252,13 +247,14 @@ class Zygote:
     def accept(self, deadline: float, check, late: str) -> mpc.Connection:
         """The next connection to our socket; ``check()`` runs while waiting and may raise;
         ``late`` says what did not happen by the deadline."""
-        sock = self.listener._listener._socket  # noqa: SLF001
-        sock.settimeout(0.25)
         while True:
             try:
-                return self.listener.accept()
+                s, _ = self.sock.accept()
             except (socket.timeout, TimeoutError):
                 pass
+            else:
+                s.setblocking(True)
+                return mpc.Connection(s.detach())
             if self.proc.poll() is not None:
                 self._failed(f"the minipar zygote exited ({signal_name(self.proc.returncode)}) "
                              "before the ranks started")
@@ -266,33 +262,42 @@ class Zygote:
             if time.monotonic() > deadline:
                 self._failed(late)
 
-    def _died(self):
+    def _died(self, error: BaseException):
+        """The connection to the zygote failed (it died, or the stream broke): kill it, so
+        :meth:`alive` is False and the next call starts a new one, and report why."""
+        self.broken = True
         try:
-            self.proc.wait(timeout=5)
+            self.proc.wait(timeout=0.5 if isinstance(error, (EOFError, OSError)) else 0)
         except subprocess.TimeoutExpired:
-            self.proc.kill()
-        self._failed(f"the minipar zygote died ({signal_name(self.proc.poll())})")
+            pass
+        how = signal_name(self.proc.poll()) if self.proc.poll() is not None else \
+            f"its connection failed: {type(error).__name__}: {error}"
+        self.proc.kill()
+        self.proc.wait()
+        self._failed(f"the minipar zygote died ({how}); the next call starts a new one")
 
     def _failed(self, what: str):
         log = tail(self.log)
         raise StartFailed(what, log, likely_cause(log))
 
     def alive(self) -> bool:
-        return self.proc.poll() is None and _mtime(RANK_SOURCE) == self.source_mtime
+        return (not self.broken and self.proc.poll() is None
+                and _mtime(RANK_SOURCE) == self.source_mtime)
 
     def fork(self, world_size: int, state: dict, task: bytes) -> list[int]:
         self.calls += 1
         state["call"] = self.calls
         try:
             self.conn.send(("fork", self.calls, world_size, state, task))
-        except OSError:
-            self._died()
+        except Exception as e:  # noqa: BLE001  (any failure: a dead or unusable zygote)
+            self._died(e)
         while True:
             try:
                 msg = self.conn.recv()
-            except (EOFError, OSError):
-                self._died()
-            if msg[0] == "forked" and msg[1] == self.calls:
+                kind = msg[0]
+            except Exception as e:  # noqa: BLE001  (EOF, a reset, a garbled message, ...)
+                self._died(e)
+            if kind == "forked" and msg[1] == self.calls:
                 # exits reported from now on are of this call's ranks or of older ones that
                 # were still unreaped (so their pids differ from ours): forget the rest
                 self.exits.clear()
@@ -304,19 +309,22 @@ class Zygote:
             self.exits[msg[1]] = msg[2]
 
     def drain(self) -> None:
-        while self.conn.poll(0):
-            self.note(self.conn.recv())
+        try:
+            while self.conn.poll(0):
+                self.note(self.conn.recv())
+        except Exception as e:  # noqa: BLE001
+            self._died(e)
 
     def close(self) -> None:
         try:
             self.conn.send(None)
             self.proc.wait(timeout=2)
-        except (AttributeError, OSError, subprocess.TimeoutExpired):
+        except Exception:  # noqa: BLE001  (no connection yet, or a broken one: kill it)
             pass
-        if self.proc.poll() is None:
+        if self.proc is not None and self.proc.poll() is None:
             self.proc.kill()
             self.proc.wait()
-        self.listener.close()
+        self.sock.close()
         shutil.rmtree(self.folder, ignore_errors=True)
 
 
@@ -368,8 +376,12 @@ class Ranks:
         pid = self.pids[r]
         deadline = time.monotonic() + 2.0  # the connection closes a moment before the reap
         while pid not in self.zygote.exits and time.monotonic() < deadline:
-            if self.zygote.conn.poll(0.05):
-                self.zygote.note(self.zygote.conn.recv())
+            try:
+                if self.zygote.conn.poll(0.05):
+                    self.zygote.note(self.zygote.conn.recv())
+            except Exception:  # noqa: BLE001  (the zygote is gone too: the next call sees it)
+                self.zygote.broken = True
+                break
         how = signal_name(self.zygote.exits.get(pid))
         self.replies[r] = ("died", (f"died ({how}) without a Python exception", "",
                                     time.time()))

@@ -13,7 +13,9 @@ initialised CUDA cannot fork usable children). Then it waits for the caller's re
   process group, replies, and leaves. The zygote never unpickles a task, so a bad argument can
   only break its own call.
 * ``None``: leave. The zygote also leaves, killing its children and removing the socket folder,
-  when the caller disappears (its connection closes, or it stops being our parent).
+  when the caller disappears (its connection closes, or it stops being our parent) and on
+  SIGTERM or SIGHUP. It runs in its own session, so a kernel restart (which kills the kernel's
+  process group) does not kill it before it has cleaned up.
 
 Every child's exit is reported as ``("exit", pid, code)`` (a negative code is a signal), so the
 caller can name how a rank died. A child writes its file descriptors 1 and 2 (C++ messages,
@@ -22,7 +24,9 @@ caller can name how a rank died. A child writes its file descriptors 1 and 2 (C+
 import sys
 
 if __name__ == "__main__":
-    del sys.path[0]  # run as a script: its folder comes first; modules resolve from the caller's sys.path
+    # run as a script, its folder (src/minipar) would come first on sys.path and its modules
+    # (run.py, launch.py, ...) would shadow top-level names: resolve from the caller's sys.path
+    del sys.path[0]
 
 import faulthandler  # noqa: E402
 import gc  # noqa: E402
@@ -44,7 +48,7 @@ WARM_UP = ["torch._dynamo", "torch.distributed.pipelining"]
 # ----------------------------------------------------------------------------- the zygote
 def zygote_main(address: str, caller_pid: int, folder: str) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # an interrupt is the caller's to handle
-    authkey = bytes.fromhex(os.environ.pop("MINIPAR_AUTHKEY"))
+    _on_term(lambda *_: _leave_early(folder))    # until the children exist
     # A forked child cannot use CUDA if its parent initialised the driver: any check made
     # here asks NVML instead, and a CUDA build skips the warm-up imports (they may probe it).
     os.environ.setdefault("PYTORCH_NVML_BASED_CUDA_CHECK", "1")
@@ -55,9 +59,10 @@ def zygote_main(address: str, caller_pid: int, folder: str) -> None:
     if torch.version.cuda or torch.version.hip:
         WARM_UP.clear()
 
-    conn = mpc.Client(address, family="AF_UNIX", authkey=authkey)
+    conn = mpc.Client(address, family="AF_UNIX")  # the folder is 0700: only this user connects
     conn.send(("ready", os.getpid()))
-    z = _Children(conn, (address, authkey, folder))
+    z = _Children(conn, (address, folder))
+    _on_term(lambda *_: z.leave(folder))
     while True:
         if os.getppid() != caller_pid:
             z.leave(folder)
@@ -80,6 +85,16 @@ def zygote_main(address: str, caller_pid: int, folder: str) -> None:
             z.spares_wanted = world
         z.reap()
         z.add_spares()
+
+
+def _on_term(handler) -> None:
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, handler)
+
+
+def _leave_early(folder: str) -> None:
+    shutil.rmtree(folder, ignore_errors=True)
+    os._exit(0)
 
 
 class _Children:
@@ -124,6 +139,7 @@ class _Children:
         gc.freeze()  # the child's garbage collector then never writes to (and so copies) the
         pid = os.fork()  # pages of the zygote's objects: torch's modules stay shared
         if pid == 0:
+            _on_term(signal.SIG_DFL)  # a rank's SIGTERM must not clean up the zygote's folder
             self.conn.close()
             for _, w in self.spares:
                 os.close(w)
@@ -243,7 +259,7 @@ def _become_fresh(state: dict) -> None:
             sys.modules[name].seed()
 
 
-def rank_main(rank, world, state, task, address, authkey, folder) -> None:
+def rank_main(rank, world, state, task, address, folder) -> None:
     """One rank, in a child forked for this call only; never returns."""
     log = os.open(os.path.join(folder, f"rank-{rank}.log"),
                   os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
@@ -253,7 +269,7 @@ def rank_main(rank, world, state, task, address, authkey, folder) -> None:
     # a crash in C++ leaves this thread's Python stack in the log
     faulthandler.enable(file=sys.__stderr__, all_threads=False)
     _die_with_parent(os.getppid())
-    conn = mpc.Client(address, family="AF_UNIX", authkey=authkey)
+    conn = mpc.Client(address, family="AF_UNIX")
     lock = threading.Lock()
     conn.send(("hello", state["call"], rank, os.getpid()))
     out = _RankStream(conn, lock)
