@@ -84,7 +84,8 @@ def _functions_of(obj):
     if isinstance(obj, type):
         found = []
         for value in vars(obj).values():
-            found += _functions_of(value)
+            if isinstance(value, (types.FunctionType, staticmethod, classmethod, property)):
+                found += _functions_of(value)
         return found
     call = getattr(type(obj), "__call__", None)           # an instance (e.g. an nn.Module)
     if call is not None and not isinstance(obj, type) and hasattr(obj, "__dict__"):

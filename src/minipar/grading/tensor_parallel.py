@@ -1,22 +1,121 @@
 """Checkers for the tensor-parallel exercises (``exercises/tensor_parallel``).
 
-Each runs the learner's code on gloo ranks (:func:`minipar.launch.run`, 30 s timeout) in float64
-and compares with one process on the unsharded computation. When the answer is wrong, the
-checker recomputes the outcome of the classic mistakes in one process (f without its backward
-all-reduce, g that also reduces in backward, the row bias added per rank, cross-entropy without
-the global max or with a local one, sequence parallelism without the reduce-scatter or without
-the layer-norm gradient all-reduce) and names the one the answer matches.
+Each runs the learner's code on gloo ranks (:func:`minipar.grading.limits.run_ranks`) in float64
+and compares with one process on the unsharded computation. Every answer runs in three layouts
+of the tensor-parallel group, because a TP group is rarely the whole world (inside a 3D grid it
+is one of several):
+
+* the whole world of 3 ranks (``group=None``, t = 3);
+* on the same 3 ranks, a group of one rank ({0}, t = 1) next to the group {1, 2} (t = 2);
+* on 4 ranks, both TP groups of a 2 × 2 grid ({0, 1} and {2, 3}) at once.
+
+A wrong answer is diagnosed from the actual difference: the checker recomputes in one process
+what each classic mistake would give on that rank (f without its backward all-reduce, a sum
+over the whole world instead of the group, the row bias added per rank, a shard that is a view
+of the full weight, a cross-entropy without the global max, with a local one, with the sum of
+exponentials or the target logit not reduced, with the max not detached, a target owned by no
+rank or by two; the sequence-parallel gradients averaged or not reduced) and names the one the
+answer matches, with the rank, token or parameter where it shows. Answers that use the course's
+own ``minipar.tensor_parallel`` (other than f and g, which exercise 1 builds and the later
+exercises use) are rejected (:mod:`minipar.grading.imports`).
 """
 from __future__ import annotations
 
+import re
+
 from minipar.grading import GradeFailure, task
+from minipar.grading.imports import (course_calls, forbid_course_code, forbidden_modules,
+                                     reject_course_calls)
 
-TIMEOUT = 30
+CHAPTER = "tensor_parallel"
+_FG = ("copy_to_tp_region", "reduce_from_tp_region", "_CopyToTPRegion", "_ReduceFromTPRegion")
+
+# world size -> [(label, TP groups or None for the whole world)], run in this order
+LAYOUTS = {3: [("the whole world of 3 ranks", None),
+               ("TP groups {0} and {1, 2} of 3 ranks", [[0], [1, 2]])],
+           4: [("both TP groups {0, 1} and {2, 3} of a 2 × 2 grid", [[0, 1], [2, 3]])]}
 
 
-def _launch(fn, n, *args):
-    from minipar.launch import run
-    return run(fn, n, *args, backend="gloo", timeout=TIMEOUT)
+# ----------------------------------------------------------------------------- running
+def _run(fn, n, *args):
+    """The ranks under the grader's shared limits (:mod:`minipar.grading.limits`)."""
+    try:
+        from minipar.grading.limits import run_ranks
+    except ImportError:                                   # the limits module is being replaced
+        from minipar.launch import run
+        return run(fn, n, *args, backend="gloo")
+    return run_ranks(fn, n, *args)
+
+
+def _launch(body, fn, allow=_FG):
+    """Every layout's cases, in the order they ran (a generator: a world size is launched only
+    once the previous one's cases were all checked); a rank's exception is reported with the
+    case it happened in. Each case carries ``batch``, the cases of its launch."""
+    order = {label: i for i, label in enumerate(l for w in LAYOUTS for l, _ in LAYOUTS[w])}
+    for world in LAYOUTS:
+        try:
+            per_rank = _run(_on_rank, world, body, fn, allow)
+        except Exception as e:  # noqa: BLE001   (a rank raised, died or hung: one reason)
+            from minipar.grading import reason_for
+            err = getattr(e, "error", e)
+            tail = getattr(e, "stderr_tail", "") or getattr(err, "stderr_tail", "") or ""
+            case = re.findall(r"minipar check: running case ([^\n]*)", tail)
+            msg = reason_for(e)
+            if case:
+                raise GradeFailure(f"{case[-1]}: {msg}" + _hint(case[-1], msg)) from None
+            raise GradeFailure(msg) from None
+        batch = sorted((c for cases in zip(*per_rank) for c in cases),
+                       key=lambda c: (order[c["label"]], c["rank"]))
+        for c in batch:
+            c["batch"] = batch
+        yield from batch
+
+
+def _hint(case: str, msg: str) -> str:
+    if "out of bounds" in msg and "target" in case:
+        return (" -- the targets include every shard boundary, 0 and V−1: is a target outside "
+                "this rank's ids lo ≤ target < hi masked before it is used as an index?")
+    if "of group" in case:
+        return (" -- this case's TP group is not the whole world: use dist.get_rank(group) and "
+                "dist.get_world_size(group), and pass group= to every collective")
+    return ""
+
+
+_CURRENT = {"where": ""}      # on a rank: the case being run, for the bodies' own labels
+
+
+def _on_rank(rank, world, body, fn, allow):
+    import os
+
+    import torch.distributed as dist
+
+    out = []
+    for label, groups in LAYOUTS[world]:
+        if groups is None:
+            group, members = None, list(range(world))
+        else:
+            handles = [dist.new_group(g) for g in groups]     # every rank creates every group
+            k = next(i for i, g in enumerate(groups) if rank in g)
+            group, members = handles[k], groups[k]
+        gr, t = members.index(rank), len(members)
+        where = f"{label}, rank {rank}" + ("" if groups is None else
+                                           f" (rank {gr} of group {members})")
+        os.write(2, f"minipar check: running case {where}\n".encode())
+        _CURRENT["where"] = where
+        with course_calls(forbidden_modules(CHAPTER), allow) as used:
+            res = body(gr, t, group, fn)
+        res.update(label=label, rank=rank, gr=gr, t=t, members=members, world=world,
+                   where=where, whole=groups is None, used=sorted(used),
+                   gr_of=[next(g.index(r) for g in (groups or [list(range(world))]) if r in g)
+                          for r in range(world)],
+                   t_of=[next(len(g) for g in (groups or [list(range(world))]) if r in g)
+                         for r in range(world)])
+        out.append(res)
+    return out
+
+
+def _common(case):
+    reject_course_calls(case["used"], "write this part")
 
 
 def _randn(*shape, seed):
@@ -33,87 +132,132 @@ def _same(a, b, atol=1e-9) -> bool:
 def _err(a, b) -> str:
     if a is None or b is None or tuple(a.shape) != tuple(b.shape):
         return f"shape {None if a is None else tuple(a.shape)}, expected {tuple(b.shape)}"
-    return f"max error {(a - b).abs().max().item():.3g}"
+    d = (a - b).abs()
+    i = int(d.argmax())
+    idx = tuple(int(j) for j in _unravel(i, a.shape))
+    return f"max error {d.max().item():.3g} at element {idx}"
+
+
+def _unravel(i, shape):
+    out = []
+    for s in reversed(shape):
+        out.append(i % s)
+        i //= s
+    return tuple(reversed(out))
+
+
+def _not_whole(case, passed_whole: bool) -> str:
+    """Context for a case whose TP group is not the whole world."""
+    if case["whole"] or not passed_whole:
+        return ""
+    return (f" (the whole-world case passed; here the TP group is {case['members']} and rank "
+            f"{case['rank']} is its rank {case['gr']}: use dist.get_rank(group) and "
+            "dist.get_world_size(group), and pass group= to every collective)")
 
 
 # ----------------------------------------------------------------------------- 01 f and g
-def _f_on_rank(rank, n, fn):
+def _f_body(gr, t, group, fn):
     import torch
     x = _randn(4, 6, seed=1).requires_grad_()                # (4, 6) the same on every rank
-    y = fn(x)
+    y = fn(x, group)
     unchanged = torch.equal(x.detach(), _randn(4, 6, seed=1))
-    (y * _randn(4, 6, seed=100 + rank)).sum().backward()     # each rank uses x differently
+    (y * _randn(4, 6, seed=100 + gr)).sum().backward()       # each rank uses x differently
     return dict(y=y.detach(), grad=None if x.grad is None else x.grad.clone(), unchanged=unchanged)
 
 
+def _group_sum(seed0, case):
+    """(sum over the case's group, sum over the whole world) of _randn(4, 6, seed0 + group rank)."""
+    group = sum(_randn(4, 6, seed=seed0 + k) for k in range(case["t"]))
+    world = sum(_randn(4, 6, seed=seed0 + k) for k in case["gr_of"])
+    return group, world
+
+
 @task("tensor_parallel.copy_to_tp_region",
-      "f is the identity forward and sums the gradient over 1, 2 and 3 ranks backward")
+      "f is the identity forward and sums the gradient over its group backward (t = 1, 2, 3; "
+      "the whole world, a subgroup, both groups of a 2 × 2 grid)")
 def check_copy_to_tp_region(fn, **_):
-    for n in (1, 2, 3):
+    forbid_course_code(fn, CHAPTER, what="write f")
+    passed_whole = False
+    for c in _launch(_f_body, fn, allow=()):
+        _common(c)
+        rank, t, where = c["rank"], c["t"], c["where"]
         x = _randn(4, 6, seed=1)
-        ws = [_randn(4, 6, seed=100 + r) for r in range(n)]
-        total = sum(ws)
-        for rank, r in enumerate(_launch(_f_on_rank, n, fn)):
-            if not r["unchanged"]:
-                raise GradeFailure(f"rank {rank}: f modified its input x in place (t = {n})")
-            if not _same(r["y"], x):
-                if _same(r["y"], n * x) and n > 1:
-                    raise GradeFailure(f"rank {rank}: f's forward all-reduced x (t = {n}): the "
-                                       "forward is the identity, every rank already holds x")
-                raise GradeFailure(f"rank {rank}: f's forward changed x (t = {n}, {_err(r['y'], x)})")
-            g = r["grad"]
-            if g is None:
-                raise GradeFailure(f"rank {rank}: no gradient reached x (t = {n}): return the "
-                                   "gradient from backward")
-            if _same(g, total):
-                continue
-            if _same(g, ws[rank]):
-                raise GradeFailure(f"rank {rank}: x.grad is this rank's own partial gradient "
-                                   f"(t = {n}): f's backward must all-reduce (sum) it")
-            if _same(g, total / n):
-                raise GradeFailure(f"rank {rank}: x.grad is the MEAN over the {n} ranks: f's "
-                                   "backward is the sum, not the average")
-            raise GradeFailure(f"rank {rank}: x.grad differs from the sum of the ranks' "
-                               f"gradients (t = {n}, {_err(g, total)})")
+        if not c["unchanged"]:
+            raise GradeFailure(f"{where}: f modified its input x in place")
+        if not _same(c["y"], x):
+            if t > 1 and _same(c["y"], t * x):
+                raise GradeFailure(f"{where}: f's forward all-reduced x: the forward is the "
+                                   "identity, every rank already holds x")
+            raise GradeFailure(f"{where}: f's forward changed x ({_err(c['y'], x)})")
+        g = c["grad"]
+        if g is None:
+            raise GradeFailure(f"{where}: no gradient reached x: return the gradient from "
+                               "backward")
+        total, world_total = _group_sum(100, c)
+        own = _randn(4, 6, seed=100 + c["gr"])
+        if _same(g, total):
+            passed_whole = passed_whole or c["whole"]
+            continue
+        if t > 1 and _same(g, own):
+            raise GradeFailure(f"{where}: x.grad is this rank's own partial gradient: f's "
+                               f"backward must all-reduce (sum) it over the group's {t} ranks")
+        if not c["whole"] and _same(g, world_total):
+            raise GradeFailure(f"{where}: f's backward summed over all {c['world']} ranks of "
+                               f"the world, not over its group {c['members']}: honour the "
+                               "group argument (all_reduce(..., group=group))")
+        if t > 1 and _same(g, total / t):
+            raise GradeFailure(f"{where}: x.grad is the MEAN over the {t} ranks: f's backward "
+                               "is the sum, not the average")
+        raise GradeFailure(f"{where}: x.grad differs from the sum of the group's gradients "
+                           f"({_err(g, total)})" + _not_whole(c, passed_whole))
 
 
-def _g_on_rank(rank, n, fn):
+def _g_body(gr, t, group, fn):
     import torch
-    x = _randn(4, 6, seed=10 + rank).requires_grad_()        # this rank's partial result
-    y = fn(x)
-    unchanged = torch.equal(x.detach(), _randn(4, 6, seed=10 + rank))
+    x = _randn(4, 6, seed=10 + gr).requires_grad_()          # this rank's partial result
+    y = fn(x, group)
+    unchanged = torch.equal(x.detach(), _randn(4, 6, seed=10 + gr))
     (y * _randn(4, 6, seed=7)).sum().backward()              # y is replicated: same use everywhere
     return dict(y=y.detach(), grad=None if x.grad is None else x.grad.clone(), unchanged=unchanged)
 
 
 @task("tensor_parallel.reduce_from_tp_region",
-      "g sums the partial results over 1, 2 and 3 ranks forward and is the identity backward")
+      "g sums the partial results over its group forward and is the identity backward (t = 1, "
+      "2, 3; the whole world, a subgroup, both groups of a 2 × 2 grid)")
 def check_reduce_from_tp_region(fn, **_):
-    for n in (1, 2, 3):
-        xs = [_randn(4, 6, seed=10 + r) for r in range(n)]
-        total, w = sum(xs), _randn(4, 6, seed=7)
-        for rank, r in enumerate(_launch(_g_on_rank, n, fn)):
-            if not r["unchanged"]:
-                raise GradeFailure(f"rank {rank}: g reduced its input in place (t = {n}): "
-                                   "all-reduce a copy, the caller's tensor must not change")
-            if not _same(r["y"], total):
-                if _same(r["y"], xs[rank]) and n > 1:
-                    raise GradeFailure(f"rank {rank}: g's forward returned this rank's partial "
-                                       f"result: it must all-reduce (sum) over the {n} ranks")
-                if _same(r["y"], total / n):
-                    raise GradeFailure(f"rank {rank}: g's forward is the mean, not the sum")
-                raise GradeFailure(f"rank {rank}: g's forward differs from the sum "
-                                   f"(t = {n}, {_err(r['y'], total)})")
-            g = r["grad"]
-            if g is None:
-                raise GradeFailure(f"rank {rank}: no gradient reached the input (t = {n})")
-            if _same(g, w):
-                continue
-            if _same(g, n * w):
-                raise GradeFailure(f"rank {rank}: the gradient is {n} times too large: g's "
-                                   "backward all-reduced again; it must be the identity")
-            raise GradeFailure(f"rank {rank}: g's backward changed the gradient (t = {n}, "
-                               f"{_err(g, w)}): it is the identity")
+    forbid_course_code(fn, CHAPTER, what="write g")
+    passed_whole = False
+    for c in _launch(_g_body, fn, allow=()):
+        _common(c)
+        t, where = c["t"], c["where"]
+        total, world_total = _group_sum(10, c)
+        own, w = _randn(4, 6, seed=10 + c["gr"]), _randn(4, 6, seed=7)
+        if not c["unchanged"]:
+            raise GradeFailure(f"{where}: g reduced its input in place: all-reduce a copy, the "
+                               "caller's tensor must not change")
+        if not _same(c["y"], total):
+            if t > 1 and _same(c["y"], own):
+                raise GradeFailure(f"{where}: g's forward returned this rank's partial result: "
+                                   f"it must all-reduce (sum) over the group's {t} ranks")
+            if not c["whole"] and _same(c["y"], world_total):
+                raise GradeFailure(f"{where}: g's forward summed over all {c['world']} ranks "
+                                   f"of the world, not over its group {c['members']}: honour "
+                                   "the group argument (all_reduce(..., group=group))")
+            if t > 1 and _same(c["y"], total / t):
+                raise GradeFailure(f"{where}: g's forward is the mean, not the sum")
+            raise GradeFailure(f"{where}: g's forward differs from the group's sum "
+                               f"({_err(c['y'], total)})" + _not_whole(c, passed_whole))
+        g = c["grad"]
+        if g is None:
+            raise GradeFailure(f"{where}: no gradient reached the input")
+        if _same(g, w):
+            passed_whole = passed_whole or c["whole"]
+            continue
+        if t > 1 and _same(g, t * w):
+            raise GradeFailure(f"{where}: the gradient is {t} times too large: g's backward "
+                               "all-reduced again; it must be the identity")
+        raise GradeFailure(f"{where}: g's backward changed the gradient ({_err(g, w)}): it is "
+                           "the identity")
 
 
 # ----------------------------------------------------------------------------- 02 MLP
@@ -130,138 +274,283 @@ def _mlp_full():
     return fc1, fc2
 
 
-def _mlp_on_rank(rank, n, cls):
+def _mlp_body(gr, t, group, cls):
     import copy
 
-    import torch.nn.functional as F
     fc1, fc2 = _mlp_full()
-    m = cls(copy.deepcopy(fc1), copy.deepcopy(fc2), None).double()
-    stored = sum(p.numel() for p in m.parameters())
+    m = cls(copy.deepcopy(fc1), copy.deepcopy(fc2), group).double()
+    params = [(name, q) for name, q in m.named_parameters()]
+    stored = sum(q.numel() for _, q in params)
+    storages, per_param = {}, []
+    for name, q in params:                                   # bytes kept alive, per storage
+        st = q.untyped_storage()
+        storages[st.data_ptr()] = st.nbytes()
+        per_param.append((name, tuple(q.shape), q.numel() * q.element_size(), st.nbytes()))
     x = _randn(2, 5, H, seed=4).requires_grad_()             # (b, s, h)
     y = m(x)
     (y * _randn(2, 5, H, seed=5)).sum().backward()
-    grads = [p.grad.clone() for p in m.parameters() if p.grad is not None]
+    grads = [q.grad.clone() for _, q in params if q.grad is not None]
     return dict(y=y.detach(), dx=None if x.grad is None else x.grad.clone(), grads=grads,
-                stored=stored)
+                stored=stored, storage_bytes=sum(storages.values()), per_param=per_param)
 
 
 @task("tensor_parallel.column_row_mlp",
-      "the column→row MLP equals the unsharded one (output, input and weight gradients) on 2 and "
-      "3 ranks, each rank storing 1/t of the weights")
+      "the column→row MLP equals the unsharded one (output, input and weight gradients) for "
+      "t = 1, 2, 3 (the whole world, a subgroup, both groups of a 2 × 2 grid), each rank's "
+      "parameters holding 1/t of the weights in storage")
 def check_column_row_mlp(cls, **_):
     import torch.nn.functional as F
+    forbid_course_code(cls, CHAPTER, allow=_FG, what="write the parallel MLP")
     fc1, fc2 = _mlp_full()
     x = _randn(2, 5, H, seed=4).requires_grad_()
     dy = _randn(2, 5, H, seed=5)
     ref = fc2(F.gelu(fc1(x)))
     (ref * dy).sum().backward()
-    for n in (2, 3):
-        k = 4 * H // n
-        for rank, r in enumerate(_launch(_mlp_on_rank, n, cls)):
-            sl = slice(rank * k, (rank + 1) * k)
-            want_stored = (4 * H * H + 4 * H + H * 4 * H) // n + H
-            if r["stored"] >= 2 * H * 4 * H:
-                raise GradeFailure(f"rank {rank} stores {r['stored']} parameters, the whole MLP: "
-                                   f"keep only this rank's shards ({want_stored} with t = {n})")
-            if not _same(r["y"], ref.detach()):
-                if _same(r["y"], ref.detach() + (n - 1) * fc2.bias.detach()):
-                    raise GradeFailure(f"rank {rank}: the output is off by (t−1)·bias: fc2's "
-                                       "bias was added on every rank before the all-reduce; add "
-                                       "it once, after")
-                raise GradeFailure(f"rank {rank}: output differs from the unsharded MLP (t = {n}, "
-                                   f"{_err(r['y'], ref)}): fc1 keeps rows (output features) "
-                                   "r·4h/t…, fc2 columns (input features), then g sums")
-            # this rank's own contribution to dL/dx (what a missing f leaves)
-            u = F.linear(x.detach(), fc1.weight[sl].detach(), fc1.bias[sl].detach())
-            u.requires_grad_()
-            part = F.linear(F.gelu(u), fc2.weight[:, sl].detach())
-            (part * dy).sum().backward()
-            own = u.grad @ fc1.weight[sl].detach()
-            if not _same(r["dx"], x.grad):
-                if _same(r["dx"], own):
-                    raise GradeFailure(f"rank {rank}: the input gradient is this rank's partial "
-                                       "sum: put f (copy_to_tp_region) before fc1 so that "
-                                       "backward all-reduces it")
-                raise GradeFailure(f"rank {rank}: the input gradient differs (t = {n}, "
-                                   f"{_err(r['dx'], x.grad)})")
-            want = [fc1.weight.grad[sl], fc1.bias.grad[sl], fc2.weight.grad[:, sl], fc2.bias.grad]
-            names = ["fc1.weight rows", "fc1.bias slice", "fc2.weight columns", "fc2.bias"]
-            for name, w in zip(names, want):
-                if not any(_same(g, w) for g in r["grads"]):
-                    raise GradeFailure(f"rank {rank}: no parameter has the gradient of the "
-                                       f"{name} of this rank (t = {n})")
+    passed_whole = False
+    for c in _launch(_mlp_body, cls):
+        _common(c)
+        t, gr, where = c["t"], c["gr"], c["where"]
+        k = 4 * H // t
+        sl = slice(gr * k, (gr + 1) * k)
+        want_stored = (4 * H * H + 4 * H + H * 4 * H) // t + H
+        if t > 1 and c["stored"] >= 2 * H * 4 * H:
+            raise GradeFailure(f"{where} stores {c['stored']} parameters, the whole MLP: keep "
+                               f"only this rank's shards ({want_stored} with t = {t})")
+        if c["storage_bytes"] > 8 * want_stored:
+            name, shape, own, nbytes = max(c["per_param"], key=lambda p: p[3] - p[2])
+            raise GradeFailure(
+                f"{where}: parameter {name} {list(shape)} uses {own} bytes but keeps a storage "
+                f"of {nbytes} bytes alive: it is a view of the full weight, so the rank still "
+                f"stores all of it ({c['storage_bytes']} bytes of parameter storage, a 1/t "
+                f"share is {8 * want_stored}); copy the shard into its own tensor")
+        if not _same(c["y"], ref.detach()):
+            if t > 1 and _same(c["y"], ref.detach() + (t - 1) * fc2.bias.detach()):
+                raise GradeFailure(f"{where}: the output is off by (t−1)·bias: fc2's bias was "
+                                   "added on every rank before the all-reduce; add it once, "
+                                   "after")
+            raise GradeFailure(f"{where}: output differs from the unsharded MLP "
+                               f"({_err(c['y'], ref)}): fc1 keeps rows (output features) "
+                               "r·4h/t…, fc2 columns (input features), then g sums"
+                               + _not_whole(c, passed_whole))
+        # this rank's own contribution to dL/dx (what a missing f leaves)
+        u = F.linear(x.detach(), fc1.weight[sl].detach(), fc1.bias[sl].detach())
+        u.requires_grad_()
+        part = F.linear(F.gelu(u), fc2.weight[:, sl].detach())
+        (part * dy).sum().backward()
+        own = u.grad @ fc1.weight[sl].detach()
+        if not _same(c["dx"], x.grad):
+            if t > 1 and _same(c["dx"], own):
+                raise GradeFailure(f"{where}: the input gradient is this rank's partial sum: "
+                                   "put f (copy_to_tp_region) before fc1 so that backward "
+                                   "all-reduces it")
+            raise GradeFailure(f"{where}: the input gradient differs ({_err(c['dx'], x.grad)})"
+                               + _not_whole(c, passed_whole))
+        want = [fc1.weight.grad[sl], fc1.bias.grad[sl], fc2.weight.grad[:, sl], fc2.bias.grad]
+        names = ["fc1.weight rows", "fc1.bias slice", "fc2.weight columns", "fc2.bias"]
+        for name, w in zip(names, want):
+            if not any(_same(g, w) for g in c["grads"]):
+                raise GradeFailure(f"{where}: no parameter has the gradient of the {name} of "
+                                   f"this rank (t = {t})" + _not_whole(c, passed_whole))
+        passed_whole = passed_whole or c["whole"]
 
 
 # ----------------------------------------------------------------------------- 03 cross-entropy
-N, V = 10, 24
+V = 24
+# every shard boundary for t = 2 and 3 (last id of a shard, first of the next), 0 and V−1,
+# and two ids inside shards
+TARGETS = [0, 7, 8, 11, 12, 15, 16, V - 1, 5, 19]
+N = len(TARGETS)
+CE_SCALES = (("logits of size ~1", 1.0), ("logits of size ~1000", 1000.0))
 
 
-def _ce_data():
+def _ce_data(scale):
     import torch
-    logits = 1000 * _randn(N, V, seed=6)                     # exp() overflows without the max
-    target = torch.randint(0, V, (N,), generator=torch.Generator().manual_seed(7))
-    return logits, target
+    logits = scale * _randn(N, V, seed=6)                    # (N, V); exp() overflows at 1000
+    return logits, torch.tensor(TARGETS)
 
 
-def _ce_on_rank(rank, n, fn):
-    logits, target = _ce_data()
-    per = V // n
-    ll = logits[:, rank * per:(rank + 1) * per].clone().requires_grad_()   # (N, V/t)
-    loss = fn(ll, target)
-    loss.backward()
-    return dict(loss=loss.detach(), grad=None if ll.grad is None else ll.grad.clone())
+def _ce_body(gr, t, group, fn):
+    import os
+    out = {}
+    for label, scale in CE_SCALES:
+        os.write(2, f"minipar check: running case {_CURRENT['where']}, {label}, targets "
+                    f"{TARGETS}\n".encode())
+        logits, target = _ce_data(scale)
+        per = V // t
+        ll = logits[:, gr * per:(gr + 1) * per].clone().requires_grad_()   # (N, V/t)
+        loss = fn(ll, target.clone(), group)
+        if hasattr(loss, "backward") and loss.requires_grad and loss.numel() == 1:
+            loss.backward()
+        out[label] = dict(loss=loss.detach() if hasattr(loss, "detach") else loss,
+                          grad=None if ll.grad is None else ll.grad.clone())
+    return dict(ce=out)
 
 
-def _ce_local_max(logits, target, n):
-    """The loss when each rank subtracts its own max (the exp-sums are on different scales)."""
-    per = V // n
-    picked, sum_e = 0.0, 0.0
-    for r in range(n):
-        z = logits[:, r * per:(r + 1) * per]
-        z = z - z.max(-1, keepdim=True).values
+def _ce_variants(logits, target, t, gr):
+    """What rank gr of t returns for the classic mistakes (loss values, one process)."""
+    import torch
+    per = V // t
+    lo = gr * per
+    gmax = logits.max(-1, keepdim=True).values
+    z = logits - gmax                                        # (N, V)
+    shard = slice(lo, lo + per)
+    owned = (target >= lo) & (target < lo + per)
+    picked = z.gather(-1, target.unsqueeze(-1)).squeeze(-1)  # (N,)
+    sum_e = z.exp().sum(-1)
+    local_sum = z[:, shard].exp().sum(-1)
+    local_pick = torch.where(owned, picked, torch.zeros_like(picked))
+    # each rank's own max: picked and sums on different scales
+    lp, ls = 0.0, 0.0
+    for r in range(t):
+        zr = logits[:, r * per:(r + 1) * per]
+        zr = zr - zr.max(-1, keepdim=True).values
         own = (target >= r * per) & (target < (r + 1) * per)
-        picked = picked + z.gather(-1, (target - r * per).clamp(0, per - 1).unsqueeze(-1)
-                                   ).squeeze(-1) * own
-        sum_e = sum_e + z.exp().sum(-1)
-    return (sum_e.log() - picked).mean()
+        lp = lp + zr.gather(-1, (target - r * per).clamp(0, per - 1).unsqueeze(-1)
+                            ).squeeze(-1) * own
+        ls = ls + zr.exp().sum(-1)
+    return {
+        "exp_sum": ((local_sum.log() - picked).mean(),
+                    "the sum of exponentials is this rank's own: sum exp(logit − max) over "
+                    "the group's ranks (reduce_from_tp_region) before the log"),
+        "picked": ((sum_e.log() - local_pick).mean(),
+                   "the target logit is taken on its owner only and never summed over the "
+                   "ranks, so the other ranks miss it: sum it over the group "
+                   "(reduce_from_tp_region)"),
+        "local_max": ((ls.log() - lp).mean(),
+                      "each rank subtracted its own max, so the ranks' exp-sums are on "
+                      "different scales: all-reduce the max with ReduceOp.MAX so every rank "
+                      "uses the global one"),
+    }
+
+
+def _picks(grad_full, logits, target, t):
+    """Per token, the vocabulary ids whose logit was taken as the target's, read from the
+    gradient (softmax − one-hot)/N; None if the gradient is not of that form."""
+    import torch
+    if grad_full is None:
+        return None
+    soft = torch.softmax(logits, -1)
+    d = grad_full * N - soft                                 # −1 where a target logit was taken
+    if not torch.allclose(d, d.round(), atol=1e-6) or bool((d.round() > 0).any()):
+        return None
+    k = (-d.round()).long()                                  # how often each id was taken
+    return [[j for j in range(d.shape[1]) for _ in range(int(k[i, j]))] for i in range(N)]
+
+
+def _owner_text(T, t):
+    per = V // t
+    r = T // per
+    lo, hi = r * per, (r + 1) * per - 1
+    edge = " (its first id)" if T == lo else " (its last id)" if T == hi else ""
+    return f"rank {r}'s ids {lo}…{hi}{edge}"
+
+
+def _diagnose_picks(picks, target, t):
+    per = V // t
+    for i, got in enumerate(picks):
+        T = int(target[i])
+        if got == [T]:
+            continue
+        who = ", ".join(f"rank {j // per} (id {j})" for j in got)
+        head = f"token {i}, target {T} ({_owner_text(T, t)})"
+        if not got:
+            return (f"{head}: no rank took the target's logit: the ownership test misses it; "
+                    "a rank owns lo ≤ target < hi = lo + V/t")
+        if len(got) == 1:
+            return (f"{head}: the logit taken for it is {who}'s: a rank's first id is lo = "
+                    "(its rank in the group)·V/t, and the target's column there is target − lo")
+        if len(got) == t and t > 1:
+            return (f"{head}: the target's logit was taken on every rank ({who}): take it only "
+                    "where the rank owns the target, 0 elsewhere")
+        return (f"{head}: the target's logit was taken {len(got)} times, by {who}: a rank owns "
+                "lo ≤ target < hi = lo + V/t (the boundary id belongs to one rank only)")
+    return None
 
 
 @task("tensor_parallel.vocab_parallel_cross_entropy",
-      "the loss and logit gradients equal one process's cross-entropy on 2 and 3 ranks, with "
-      "logits of size ~1000")
+      "the loss and logit gradients equal one process's cross-entropy for t = 1, 2, 3 (the "
+      "whole world, a subgroup, both groups of a 2 × 2 grid), with targets on every shard "
+      "boundary and logits of size ~1 and ~1000")
 def check_vocab_parallel_cross_entropy(fn, **_):
     import torch
     import torch.nn.functional as F
-    logits, target = _ce_data()
-    full = logits.clone().requires_grad_()
-    ref = F.cross_entropy(full, target)
-    ref.backward()
-    for n in (2, 3):
-        per = V // n
-        for rank, r in enumerate(_launch(_ce_on_rank, n, fn)):
+    forbid_course_code(fn, CHAPTER, allow=_FG, what="write the cross-entropy")
+    refs = {}
+    for label, scale in CE_SCALES:
+        logits, target = _ce_data(scale)
+        full = logits.clone().requires_grad_()
+        loss = F.cross_entropy(full, target)
+        loss.backward()
+        refs[label] = (logits, target, loss.detach(), full.grad)
+    passed_whole = False
+    for c in _launch(_ce_body, fn):
+        _common(c)
+        t, gr = c["t"], c["gr"]
+        per = V // t
+        for label, _scale in CE_SCALES:
+            logits, target, ref, ref_grad = refs[label]
+            where = f"{c['where']}, {label}"
+            r = c["ce"][label]
             loss = r["loss"]
-            if loss.numel() != 1:
-                raise GradeFailure(f"rank {rank}: the loss has shape {tuple(loss.shape)}: return "
-                                   "the mean over tokens, a scalar")
-            if not torch.isfinite(loss):
-                raise GradeFailure(f"rank {rank}: the loss is {loss.item()} with logits of size "
-                                   "~1000: subtract the global max (all-reduce with "
-                                   "ReduceOp.MAX) before exp")
-            if not _same(loss, ref.detach()):
-                if _same(loss, N * ref.detach()):
-                    raise GradeFailure(f"rank {rank}: the loss is the SUM over the {N} tokens: "
+            if not isinstance(loss, torch.Tensor) or loss.numel() != 1:
+                shape = tuple(loss.shape) if isinstance(loss, torch.Tensor) else type(loss)
+                raise GradeFailure(f"{where}: the loss is {shape}: return the mean over the "
+                                   "tokens, a scalar tensor")
+            group_grad = None
+            members = [m for m in c["batch"] if m["label"] == c["label"] and
+                       m["members"] == c["members"]]
+            if all(m["ce"][label]["grad"] is not None for m in members):
+                group_grad = torch.cat([m["ce"][label]["grad"] for m in
+                                        sorted(members, key=lambda m: m["gr"])], -1)   # (N, V)
+            if not _same(loss, ref):
+                if not torch.isfinite(loss):
+                    if label != CE_SCALES[0][0]:          # the ~1 case passed
+                        raise GradeFailure(f"{where}: the loss is {loss.item()}, while it was "
+                                           "right with logits of size ~1: exp overflows; "
+                                           "subtract the global max (all-reduce the max with "
+                                           "ReduceOp.MAX) before exp")
+                    raise GradeFailure(f"{where}: the loss is {loss.item()}")
+                if _same(loss, N * ref):
+                    raise GradeFailure(f"{where}: the loss is the SUM over the {N} tokens: "
                                        "return the mean")
-                if _same(loss, _ce_local_max(logits, target, n)):
-                    raise GradeFailure(f"rank {rank}: each rank subtracted its own max: all-reduce "
-                                       "the max with ReduceOp.MAX so every rank uses the global one")
-                raise GradeFailure(f"rank {rank}: the loss differs from F.cross_entropy on the "
-                                   f"gathered logits (t = {n}, {_err(loss, ref)}): is the target's "
-                                   "logit taken only on the rank that owns it?")
-            want = full.grad[:, rank * per:(rank + 1) * per]
-            if not _same(r["grad"], want):
-                raise GradeFailure(f"rank {rank}: the loss is right but the logit gradient is not "
-                                   f"(t = {n}, {_err(r['grad'], want)}): sum with "
-                                   "reduce_from_tp_region so backward is the identity")
+                picks = _picks(group_grad, logits, target, t)
+                why = picks and _diagnose_picks(picks, target, t)
+                if why:
+                    raise GradeFailure(f"{where}: {why}")
+                for value, reason in _ce_variants(logits, target, t, gr).values():
+                    if t > 1 and _same(loss, value):
+                        raise GradeFailure(f"{where}: {reason}")
+                raise GradeFailure(f"{where}: the loss differs from F.cross_entropy on the "
+                                   f"gathered logits ({_err(loss, ref)})"
+                                   + _not_whole(c, passed_whole))
+            want = ref_grad[:, gr * per:(gr + 1) * per]
+            got = r["grad"]
+            if got is None:
+                raise GradeFailure(f"{where}: the loss is right but no gradient reached the "
+                                   "logits")
+            if not _same(got, want):
+                if t > 1 and _same(got, t * want):
+                    raise GradeFailure(f"{where}: the loss is right but the logit gradient is "
+                                       f"{t} times too large: the sums' all-reduce also ran in "
+                                       "backward; with g (reduce_from_tp_region) backward is "
+                                       "the identity")
+                # the max not detached: backward sends −Σ(this rank's gradient) to its argmax
+                pred = want.clone()
+                idx = logits[:, gr * per:(gr + 1) * per].argmax(-1)
+                pred[torch.arange(N), idx] -= want.sum(-1)
+                if t > 1 and _same(got, pred):
+                    raise GradeFailure(f"{where}: the loss is right but the gradient also flows "
+                                       "through the max (to each token's largest local logit): "
+                                       "compute the max on a detached tensor; it cancels out "
+                                       "of the loss")
+                picks = _picks(group_grad, logits, target, t)
+                why = picks and _diagnose_picks(picks, target, t)
+                if why:
+                    raise GradeFailure(f"{where}: the loss is right but the gradient is not: "
+                                       f"{why}")
+                raise GradeFailure(f"{where}: the loss is right but the logit gradient is not "
+                                   f"({_err(got, want)})" + _not_whole(c, passed_whole))
+        passed_whole = passed_whole or c["whole"]
 
 
 # ----------------------------------------------------------------------------- 04 SP layer norm
@@ -278,52 +567,94 @@ def _sp_full():
     return ln, _randn(OUT, HS, seed=11)                      # column layer's full weight (out, h)
 
 
-def _sp_on_rank(rank, n, cls):
+def _sp_body(gr, t, group, cls):
     import torch.nn.functional as F
     ln, A = _sp_full()
-    m = cls(HS, None).double()
+    m = cls(HS, group).double()
     m.ln.load_state_dict(ln.state_dict())
-    k, c = S // n, OUT // n
-    x = _randn(2, S, HS, seed=12)[:, rank * k:(rank + 1) * k].clone().requires_grad_()  # (b, s/t, h)
+    k, c = S // t, OUT // t
+    x = _randn(2, S, HS, seed=12)[:, gr * k:(gr + 1) * k].clone().requires_grad_()  # (b, s/t, h)
     g = m(x)                                                 # (b, s, h)
-    y = F.linear(g, A[rank * c:(rank + 1) * c])              # (b, s, out/t) column-parallel
-    (y * _randn(2, S, OUT, seed=13)[..., rank * c:(rank + 1) * c]).sum().backward()
+    y = F.linear(g, A[gr * c:(gr + 1) * c])                  # (b, s, out/t) column-parallel
+    (y * _randn(2, S, OUT, seed=13)[..., gr * c:(gr + 1) * c]).sum().backward()
     m.finish_grads()
     return dict(g=g.detach(), dx=None if x.grad is None else x.grad.clone(),
-                dw=m.ln.weight.grad.clone(), db=m.ln.bias.grad.clone())
+                dw=None if m.ln.weight.grad is None else m.ln.weight.grad.clone(),
+                db=None if m.ln.bias.grad is None else m.ln.bias.grad.clone())
+
+
+def _sp_partials(ln, x, go, t):
+    """Per group rank: the layer-norm (weight, bias) gradients from its s/t tokens only."""
+    import torch.nn.functional as F
+    k, out = S // t, []
+    for r in range(t):
+        w = ln.weight.detach().clone().requires_grad_()
+        b = ln.bias.detach().clone().requires_grad_()
+        o = F.layer_norm(x.detach()[:, r * k:(r + 1) * k], (HS,), w, b)
+        (o * go[:, r * k:(r + 1) * k]).sum().backward()
+        out.append((w.grad, b.grad))
+    return out
 
 
 @task("tensor_parallel.sp_layernorm",
       "the sequence-parallel layer-norm region equals one process (gathered output, input and "
-      "layer-norm gradients) on 2 and 3 ranks")
+      "layer-norm gradients) for t = 1, 2, 3 (the whole world, a subgroup, both groups of a "
+      "2 × 2 grid)")
 def check_sp_layernorm(cls, **_):
     import torch.nn.functional as F
+    forbid_course_code(cls, CHAPTER, allow=_FG, what="write the sequence-parallel region")
     ln, A = _sp_full()
     x = _randn(2, S, HS, seed=12).requires_grad_()
     dy = _randn(2, S, OUT, seed=13)
     out = ln(x)
     (F.linear(out, A) * dy).sum().backward()
-    for n in (2, 3):
-        k, c = S // n, OUT // n
-        for rank, r in enumerate(_launch(_sp_on_rank, n, cls)):
-            if not _same(r["g"], out.detach()):
-                raise GradeFailure(f"rank {rank}: the gathered output differs from the layer norm "
-                                   f"of the whole sequence (t = {n}, {_err(r['g'], out)}): "
-                                   "all-gather along dim 1, slices in rank order")
-            want_dx = x.grad[:, rank * k:(rank + 1) * k]
-            if not _same(r["dx"], want_dx):
-                # what a backward that only slices its own gradient gives
-                xs = x.detach()[:, rank * k:(rank + 1) * k].clone().requires_grad_()
-                o = F.layer_norm(xs, (HS,), ln.weight.detach(), ln.bias.detach())
-                go = (dy[..., rank * c:(rank + 1) * c] @ A[rank * c:(rank + 1) * c])
-                (o * go[:, rank * k:(rank + 1) * k]).sum().backward()
-                if _same(r["dx"], xs.grad):
-                    raise GradeFailure(f"rank {rank}: backward kept this rank's slice of its own "
-                                       "gradient: the column layer's ranks each contribute a "
-                                       "part, reduce-scatter (sum, then slice) along s")
-                raise GradeFailure(f"rank {rank}: the gradient of x differs (t = {n}, "
-                                   f"{_err(r['dx'], want_dx)})")
-            if not (_same(r["dw"], ln.weight.grad) and _same(r["db"], ln.bias.grad)):
-                raise GradeFailure(f"rank {rank}: the layer-norm gradients are this rank's "
-                                   f"partial sums over its s/t tokens (t = {n}): all-reduce "
-                                   "them over the group in finish_grads")
+    go = dy @ A                                              # (b, s, h) gradient of the gather
+    passed_whole = False
+    for c in _launch(_sp_body, cls):
+        _common(c)
+        t, gr, where = c["t"], c["gr"], c["where"]
+        k, cc = S // t, OUT // t
+        if not _same(c["g"], out.detach()):
+            raise GradeFailure(f"{where}: the gathered output differs from the layer norm of the "
+                               f"whole sequence ({_err(c['g'], out)}): all-gather along dim 1, "
+                               "slices in rank order" + _not_whole(c, passed_whole))
+        want_dx = x.grad[:, gr * k:(gr + 1) * k]
+        if not _same(c["dx"], want_dx):
+            # what a backward that only slices its own gradient gives
+            xs = x.detach()[:, gr * k:(gr + 1) * k].clone().requires_grad_()
+            o = F.layer_norm(xs, (HS,), ln.weight.detach(), ln.bias.detach())
+            mine = (dy[..., gr * cc:(gr + 1) * cc] @ A[gr * cc:(gr + 1) * cc])
+            (o * mine[:, gr * k:(gr + 1) * k]).sum().backward()
+            if t > 1 and _same(c["dx"], xs.grad):
+                raise GradeFailure(f"{where}: backward kept this rank's slice of its own "
+                                   "gradient: the column layer's ranks each contribute a "
+                                   "part, reduce-scatter (sum, then slice) along s")
+            raise GradeFailure(f"{where}: the gradient of x differs "
+                               f"({_err(c['dx'], want_dx)})" + _not_whole(c, passed_whole))
+        partial = _sp_partials(ln, x, go, t)[gr]
+        world_sum = None
+        if not c["whole"]:
+            each = [_sp_partials(ln, x, go, tr)[g] for g, tr in zip(c["gr_of"], c["t_of"])]
+            world_sum = [sum(e[i] for e in each) for i in range(2)]
+        for i, (name, got, want) in enumerate((("weight", c["dw"], ln.weight.grad),
+                                               ("bias", c["db"], ln.bias.grad))):
+            if _same(got, want):
+                continue
+            what = f"{where}: the layer-norm {name} gradient"
+            if got is None:
+                raise GradeFailure(f"{what} is None")
+            if t > 1 and _same(got, want / t):
+                raise GradeFailure(f"{what} is the MEAN over the group's {t} ranks: each rank's "
+                                   "gradient covers different tokens, so they add up -- sum "
+                                   "them, do not average")
+            if t > 1 and _same(got, partial[i]):
+                raise GradeFailure(f"{what} is this rank's partial sum over its s/t = {k} "
+                                   "tokens: all-reduce (sum) it over the group in "
+                                   "finish_grads")
+            if world_sum is not None and _same(got, world_sum[i]):
+                raise GradeFailure(f"{what} is summed over all {c['world']} ranks of the world, "
+                                   f"not over its group {c['members']}: pass group= to the "
+                                   "all-reduce")
+            raise GradeFailure(f"{what} differs ({_err(got, want)})"
+                               + _not_whole(c, passed_whole))
+        passed_whole = passed_whole or c["whole"]
