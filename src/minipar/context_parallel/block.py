@@ -1,0 +1,174 @@
+"""A transformer layer and the course's tiny GPT with the sequence sharded over a CP group.
+
+Every rank holds all the weights and s/cp tokens of every activation. Layer norms, linear
+layers, GeLU and residual adds act token by token, so they run on the shard as they are; only
+attention mixes tokens, and it is replaced by :func:`ring_attention` or :func:`ulysses_attention`
+(Megatron-LM's context parallelism, Korthikanti et al. 2022 extended: "only attention
+communicates"). Because each rank sees s/cp of the tokens, each weight gradient is a partial
+sum: :func:`allreduce_cp_grads` sums them over the CP group (Megatron folds this into the data-
+parallel all-reduce over the combined dp × cp group). Positions are global: rank r adds the
+position embeddings of the positions it holds (:func:`positions`).
+
+The layer is :class:`minipar.memory_time.gpt.Layer` (weights copied by ``from_full``) with an
+optional causal mask and without attention dropout (ring attention here does not draw dropout
+masks; the configurations quoted in the chapter train without dropout).
+CP × TP: :class:`ContextTensorParallelBlock` is :class:`minipar.tensor_parallel.ParallelBlock`
+(heads split over the TP group) whose attention is ring attention over the CP group.
+"""
+from __future__ import annotations
+
+import copy
+
+import torch
+import torch.distributed as dist
+import torch.nn as nn
+import torch.nn.functional as F
+
+from minipar.memory_time.gpt import GPT, Layer
+from minipar.tensor_parallel import ParallelAttention, ParallelBlock
+from minipar.tensor_parallel.mappings import group_rank, group_size
+
+from .online_softmax import full_attention
+from .ring import ring_attention
+from .sharding import positions
+from .ulysses import ulysses_attention
+
+ATTENTIONS = ("ring", "ulysses")
+
+
+def cp_attention(q, k, v, *, causal: bool, group, attention: str, layout: str):
+    """Dispatch to ring or Ulysses attention (Ulysses takes contiguous shards only)."""
+    if attention == "ring":
+        return ring_attention(q, k, v, causal, group, layout)
+    if attention == "ulysses":
+        if layout != "contiguous":
+            raise ValueError(f"ulysses attention takes layout 'contiguous', got {layout!r}")
+        return ulysses_attention(q, k, v, causal, group)
+    raise ValueError(f"attention must be one of {ATTENTIONS}, got {attention!r}")
+
+
+def _check_dropout(c) -> None:
+    if c.dropout:
+        raise ValueError(f"dropout ({c.dropout}) must be 0 under context parallelism here")
+
+
+class ContextParallelBlock(nn.Module):
+    """:class:`Layer` on a sequence shard: x (b, s/cp, h) → (b, s/cp, h)."""
+
+    def __init__(self, layer: Layer, group=None, *, attention: str = "ring",
+                 layout: str = "contiguous", causal: bool = True):
+        super().__init__()
+        _check_dropout(layer.c)
+        self.c, self.group, self.attention, self.layout, self.causal = (
+            layer.c, group, attention, layout, causal)
+        for name in ("ln1", "qkv", "proj", "ln2", "fc1", "fc2"):
+            setattr(self, name, copy.deepcopy(getattr(layer, name)))
+
+    def forward(self, x):                                   # x (b, s/cp, h)
+        c, (b, n, h) = self.c, x.shape
+        qkv = self.qkv(self.ln1(x)).view(b, n, 3, c.a, h // c.a)      # (b, s/cp, 3, a, h/a)
+        q, k, v = qkv.permute(2, 0, 3, 1, 4)                          # each (b, a, s/cp, h/a)
+        ctx = cp_attention(q, k, v, causal=self.causal, group=self.group,
+                           attention=self.attention, layout=self.layout)
+        x = x + self.proj(ctx.transpose(1, 2).reshape(b, n, h))      # (b, s/cp, h)
+        return x + self.fc2(F.gelu(self.fc1(self.ln2(x))))
+
+
+class ContextParallelGPT(nn.Module):
+    """:class:`minipar.memory_time.gpt.GPT` on sequence shards: tokens (b, s/cp) → logits
+    (b, s/cp, V). Call :meth:`finish_grads` after backward."""
+
+    def __init__(self, model: GPT, group=None, *, attention: str = "ring",
+                 layout: str = "contiguous", causal: bool = True):
+        super().__init__()
+        _check_dropout(model.c)
+        self.c, self.group, self.layout = model.c, group, layout
+        self.tok, self.pos = copy.deepcopy(model.tok), copy.deepcopy(model.pos)
+        self.ln_f = copy.deepcopy(model.ln_f)
+        self.layers = nn.ModuleList(
+            ContextParallelBlock(layer, group, attention=attention, layout=layout, causal=causal)
+            for layer in model.layers)
+
+    def forward(self, tokens):                              # tokens (b, s/cp): this rank's shard
+        cp, r = group_size(self.group), group_rank(self.group)
+        pos = positions(tokens.shape[1] * cp, cp, r, self.layout).to(tokens.device)  # (s/cp,)
+        x = self.tok(tokens) + self.pos(pos)                # (b, s/cp, h)
+        for layer in self.layers:
+            x = layer(x)
+        return self.ln_f(x) @ self.tok.weight.T             # (b, s/cp, V)
+
+    def loss(self, tokens, targets):
+        """This rank's share of the mean cross-entropy over all b·s tokens (shares sum to it)."""
+        logits = self(tokens)                               # (b, s/cp, V)
+        total = targets.numel() * group_size(self.group)
+        return F.cross_entropy(logits.flatten(0, 1), targets.flatten(), reduction="sum") / total
+
+    def finish_grads(self) -> None:
+        allreduce_cp_grads(self, self.group)
+
+
+def allreduce_cp_grads(module: nn.Module, group=None) -> int:
+    """Sum every parameter gradient over the CP group (each rank saw s/cp tokens), one flat
+    all-reduce. Returns the elements reduced; a no-op for one rank."""
+    grads = [p.grad for p in module.parameters() if p.grad is not None]
+    if not grads or group_size(group) == 1:
+        return 0
+    flat = torch.cat([g.reshape(-1) for g in grads])        # (n,)
+    dist.all_reduce(flat, group=group)
+    offset = 0
+    for g in grads:
+        g.copy_(flat[offset:offset + g.numel()].view_as(g))
+        offset += g.numel()
+    return flat.numel()
+
+
+def full_layer_forward(layer: Layer, x, causal: bool = True):
+    """Single-process reference of one layer: ``layer``'s weights, (optionally causal) attention
+    over the whole sequence, no dropout; x (b, s, h) → (b, s, h)."""
+    c, (b, s, h) = layer.c, x.shape
+    qkv = layer.qkv(layer.ln1(x)).view(b, s, 3, c.a, h // c.a)            # (b, s, 3, a, h/a)
+    q, k, v = qkv.permute(2, 0, 3, 1, 4)                                   # (b, a, s, h/a)
+    ctx = full_attention(q, k, v, causal).transpose(1, 2).reshape(b, s, h)  # (b, s, h)
+    x = x + layer.proj(ctx)
+    return x + layer.fc2(F.gelu(layer.fc1(layer.ln2(x))))
+
+
+def full_gpt_loss(model: GPT, tokens, targets, causal: bool = True):
+    """Single-process reference: ``model``'s forward with (optionally causal) attention, no
+    dropout, mean cross-entropy; tokens, targets (b, s) → scalar."""
+    x = model.tok(tokens) + model.pos(torch.arange(tokens.shape[1], device=tokens.device))
+    for layer in model.layers:
+        x = full_layer_forward(layer, x, causal)                           # (b, s, h)
+    logits = model.ln_f(x) @ model.tok.weight.T                            # (b, s, V)
+    return F.cross_entropy(logits.flatten(0, 1), targets.flatten())
+
+
+class RingParallelAttention(ParallelAttention):
+    """Tensor-parallel attention (a/t heads per TP rank) whose core is ring attention over a
+    CP group: the QKV column GEMM and the output row GEMM communicate over TP, the ring over CP."""
+
+    def __init__(self, base: ParallelAttention, cp_group, layout: str, causal: bool):
+        super().__init__(base.qkv, base.proj, base.c)
+        self.cp_group, self.layout, self.causal = cp_group, layout, causal
+
+    def forward(self, x):                                   # x (b, s/cp, h), replicated over TP
+        qkv = self.qkv(x)                                   # (b, s/cp, 3h/t)
+        b, n, _ = qkv.shape
+        hd = self.c.h // self.c.a
+        q, k, v = qkv.view(b, n, 3, self.local_heads, hd).permute(2, 0, 3, 1, 4)  # (b, a/t, s/cp, h/a)
+        ctx = ring_attention(q, k, v, self.causal, self.cp_group, self.layout)
+        ctx = ctx.transpose(1, 2).reshape(b, n, self.local_heads * hd)             # (b, s/cp, h/t)
+        return self.proj(ctx)                               # (b, s/cp, h) after g over TP
+
+
+class ContextTensorParallelBlock(ParallelBlock):
+    """CP × TP: weights sharded over ``tp_group`` (Megatron), tokens over ``cp_group``."""
+
+    @classmethod
+    def from_layers(cls, layer: Layer, tp_group, cp_group, *, layout: str = "contiguous",
+                    causal: bool = True) -> "ContextTensorParallelBlock":
+        _check_dropout(layer.c)
+        m = cls.from_full(layer, tp_group)
+        m.attn = RingParallelAttention(m.attn, cp_group, layout, causal)
+        m.cp_group = cp_group
+        return m

@@ -1,0 +1,247 @@
+"""Rank functions behind the chapter's tests and notebook: parity with one process, negative
+controls, traffic, causal load balance, activation memory and a ring-step timeline.
+
+Each ``*_on_rank(rank, cp, ...)`` runs inside :func:`minipar.launch.run` on the default group
+(the CP group is the whole world) and returns plain numbers. Errors are relative: max |ours −
+reference| / max |reference|, float64.
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.distributed as dist
+
+from minipar.memory_time.gpt import GPT, GPTConfig, Layer
+
+from . import ring as ring_module
+from .block import (ContextParallelBlock, ContextParallelGPT, ContextTensorParallelBlock,
+                    allreduce_cp_grads, full_gpt_loss, full_layer_forward)
+from .online_softmax import full_attention
+from .ring import ring_attention
+from .sharding import gather_sequence, shard_sequence
+from .ulysses import ulysses_attention
+
+METHODS = (("ring", "contiguous"), ("ring", "zigzag"), ("ulysses", "contiguous"))
+
+
+def rel_diff(ours, ref) -> float:
+    return ((ours - ref).abs().max() / ref.abs().max().clamp_min(1e-300)).item()
+
+
+def qkv(b=2, a=6, s=24, d=8, *, logit=1e3, seed=0, dtype=torch.float64):
+    """Random q, k, v (b, a, s, d) whose largest |q·k|/√d is about ``logit``."""
+    g = torch.Generator().manual_seed(seed)
+    q, k, v = (torch.randn(b, a, s, d, generator=g, dtype=dtype) for _ in range(3))
+    z = (q @ k.transpose(-2, -1)).abs().max() / math.sqrt(d)
+    q = q * math.sqrt(logit / z)
+    k = k * math.sqrt(logit / z)
+    return q, k, v
+
+
+def attention_errors(rank, cp, method, layout, causal, *, logit=1e3, a=6, s=24):
+    """Relative errors of the output and q, k, v gradients of ``method`` against full attention."""
+    q, k, v = (t.requires_grad_() for t in qkv(a=a, s=s, logit=logit))
+    ref = full_attention(q, k, v, causal)
+    dout = torch.randn(ref.shape, generator=torch.Generator().manual_seed(7), dtype=ref.dtype)
+    ref.backward(dout)
+    ql, kl, vl = (shard_sequence(t.detach(), 2, None, layout).requires_grad_() for t in (q, k, v))
+    if method == "ring":
+        out = ring_attention(ql, kl, vl, causal, None, layout)
+    else:
+        out = ulysses_attention(ql, kl, vl, causal)
+    out.backward(shard_sequence(dout, 2, None, layout))
+    full = lambda t: gather_sequence(t.detach(), 2, None, layout)   # noqa: E731
+    return {"out": rel_diff(full(out), ref), "dq": rel_diff(full(ql.grad), q.grad),
+            "dk": rel_diff(full(kl.grad), k.grad), "dv": rel_diff(full(vl.grad), v.grad)}
+
+
+def attention_parity_on_rank(rank, cp, logit=1e3):
+    """{"ring/contiguous/causal": max error over out, dq, dk, dv, ...} for every method."""
+    out = {}
+    for method, layout in METHODS:
+        for causal in (False, True):
+            e = attention_errors(rank, cp, method, layout, causal, logit=logit)
+            out[f"{method}/{layout}/{'causal' if causal else 'full'}"] = max(e.values())
+    return out
+
+
+def merge_without_lse(o_a, lse_a, o_b, lse_b):
+    """The classic bug: average the blocks' normalised outputs, ignoring how much softmax mass
+    each block carries."""
+    return (o_a + o_b) / 2, torch.maximum(lse_a, lse_b)
+
+
+def plan_local_positions(q_ids, k_ids, causal):
+    """The classic bug: every block masked by local position (as if each block were the
+    diagonal one), ignoring where the block sits in the sequence."""
+    for i in range(len(q_ids)):
+        for j in range(len(k_ids)):
+            yield i, j, "causal" if causal else "full"
+
+
+def controls_on_rank(rank, cp):
+    """Ring attention with each classic bug, against the same reference."""
+    out = {}
+    ring_module.merge_blocks, ok_merge = merge_without_lse, ring_module.merge_blocks
+    out["merge without lse"] = max(attention_errors(rank, cp, "ring", "contiguous", False).values())
+    ring_module.merge_blocks = ok_merge
+    ring_module.plan, ok_plan = plan_local_positions, ring_module.plan
+    for layout in ("contiguous", "zigzag"):
+        out[f"causal by local position/{layout}"] = max(
+            attention_errors(rank, cp, "ring", layout, True).values())
+    ring_module.plan = ok_plan
+    return out
+
+
+def small_gpt(s=24, a=6, L=2, h=48, seed=0) -> GPT:
+    torch.manual_seed(seed)
+    return GPT(GPTConfig(L=L, h=h, a=a, s=s, V=50, dropout=0.0)).double()
+
+
+def batch(b=2, s=24, V=50, seed=3):
+    g = torch.Generator().manual_seed(seed)
+    tokens = torch.randint(0, V, (b, s + 1), generator=g)
+    return tokens[:, :-1], tokens[:, 1:]                        # inputs, next-token targets
+
+
+def max_param_diff(a, b) -> float:
+    """Largest relative difference between same-named parameters of two models."""
+    theirs = dict(b.named_parameters())
+    return max(rel_diff(p, theirs[name]) for name, p in a.named_parameters())
+
+
+def gpt_training_on_rank(rank, cp, attention="ring", layout="contiguous", causal=True, steps=3,
+                         finish=True):
+    """Max relative parameter difference after ``steps`` Adam steps, CP GPT vs one process."""
+    ref = small_gpt()
+    cpm = ContextParallelGPT(ref, None, attention=attention, layout=layout, causal=causal)
+    opt_r = torch.optim.Adam(ref.parameters(), lr=1e-2)
+    opt_c = torch.optim.Adam(cpm.parameters(), lr=1e-2)
+    losses = []
+    for step in range(steps):
+        x, y = batch(seed=3 + step)
+        loss_r = full_gpt_loss(ref, x, y, causal)
+        loss_r.backward()
+        loss_c = cpm.loss(shard_sequence(x, 1, None, layout), shard_sequence(y, 1, None, layout))
+        loss_c.backward()
+        if finish:
+            cpm.finish_grads()
+        summed = loss_c.detach().clone()
+        dist.all_reduce(summed)
+        losses.append(abs(summed.item() - loss_r.item()) / abs(loss_r.item()))
+        opt_r.step(), opt_c.step(), opt_r.zero_grad(), opt_c.zero_grad()
+    return {"loss": max(losses), "params": max_param_diff(cpm, ref)}
+
+
+def cp_tp_on_rank(rank, world, cp=2, layout="zigzag", steps=3):
+    """CP × TP on cp·t ranks laid out (cp, t), TP innermost: a ContextTensorParallelBlock
+    trained against one full layer; returns the max relative error of outputs, input grads and
+    each rank's weight shard after ``steps`` SGD steps."""
+    t = world // cp
+    grid = torch.arange(world).view(cp, t)                      # rank = cp_index·t + tp_index
+    tp_groups = [dist.new_group(grid[i].tolist()) for i in range(cp)]
+    cp_groups = [dist.new_group(grid[:, j].tolist()) for j in range(t)]
+    ci, ti = divmod(rank, t)
+    tp, cpg = tp_groups[ci], cp_groups[ti]
+    torch.manual_seed(0)
+    c = GPTConfig(L=1, h=48, a=6, s=24, V=50, dropout=0.0)
+    layer = Layer(c).double()
+    block = ContextTensorParallelBlock.from_layers(layer, tp, cpg, layout=layout, causal=True)
+    block0 = ContextTensorParallelBlock.from_layers(layer, tp, cpg, layout=layout)
+    ref = layer                                                 # one process: full_layer_forward
+    opt_r = torch.optim.SGD(ref.parameters(), lr=0.1)
+    opt_b = torch.optim.SGD(block.parameters(), lr=0.1)
+    errs = {"out": 0.0, "dx": 0.0}
+    for step in range(steps):
+        g = torch.Generator().manual_seed(10 + step)
+        x = torch.randn(2, c.s, c.h, generator=g, dtype=torch.float64).requires_grad_()
+        y = full_layer_forward(ref, x, causal=True)
+        y.square().sum().div(y.numel()).backward()        # mean of squares over all tokens
+        xl = shard_sequence(x.detach(), 1, cpg, layout).requires_grad_()
+        yl = block(xl)
+        yl.square().sum().div(y.numel()).backward()       # this rank's share of that mean
+        allreduce_cp_grads(block, cpg)
+        errs["out"] = max(errs["out"], rel_diff(gather_sequence(yl.detach(), 1, cpg, layout), y))
+        errs["dx"] = max(errs["dx"], rel_diff(gather_sequence(xl.grad, 1, cpg, layout), x.grad))
+        opt_r.step(), opt_b.step(), opt_r.zero_grad(), opt_b.zero_grad()
+    full = ContextTensorParallelBlock.from_layers(ref, tp, cpg, layout=layout)  # shard of ref
+    errs["params"] = max_param_diff(block, full)
+    errs["params moved"] = max((p - q).abs().max().item()       # the steps changed something
+                               for p, q in zip(block.parameters(), block0.parameters()))
+    return errs
+
+
+# ------------------------------------------------------------------ traffic, balance, memory
+def traffic_on_rank(rank, cp, b=2, a=12, s=24, d=4):
+    """Bytes and calls this rank's ring and Ulysses attention put on the wire, traced with
+    :class:`minipar.tracer.trace`, forward and backward separately (float64)."""
+    from minipar.tracer import trace
+
+    out = {}
+    for method in ("ring", "ulysses"):
+        q, k, v = (shard_sequence(t, 2).requires_grad_() for t in qkv(b, a, s, d))
+        fn = ring_attention if method == "ring" else ulysses_attention
+        with trace() as fwd:
+            o = fn(q, k, v, True)
+        with trace() as bwd:
+            o.backward(torch.ones_like(o))
+        for name, tr in (("forward", fwd), ("backward", bwd)):
+            out[f"{method}/{name}"] = {op: (st.calls, st.bytes) for op, st in tr.summary().items()}
+    return out
+
+
+def balance_on_rank(rank, cp, layout, b=1, a=4, s=768, d=32, repeats=3):
+    """This rank's causal ring-attention forward: FLOPs counted by ``FlopCounterMode`` and the
+    seconds its block compute took (best of ``repeats``), float32."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    q, k, v = (shard_sequence(t.float(), 2, None, layout) for t in qkv(b, a, s, d, logit=10))
+    with FlopCounterMode(display=False) as fc:
+        ring_attention(q, k, v, True, None, layout)
+    best = math.inf
+    for _ in range(repeats):
+        dist.barrier()
+        tl = []
+        with torch.no_grad():
+            ring_attention(q, k, v, True, None, layout, timeline=tl)
+        best = min(best, sum(e["compute"][1] - e["compute"][0] for e in tl))
+    return {"flops": fc.get_total_flops(), "compute_s": best}
+
+
+def memory_on_rank(rank, cp, s=96, b=2, L=2, h=48, a=6, layout="zigzag"):
+    """Bytes autograd saves for the layer stack on this rank (``minipar.memory_time``'s hooks):
+    the CP layers on s/cp tokens, and, for comparison, the course's layer with the full (s × s)
+    attention scores materialised (cp = 1 only)."""
+    from minipar.memory_time.activations import saved_bytes
+
+    model = small_gpt(s=s, a=a, L=L, h=h)
+    cpm = ContextParallelGPT(model, None, layout=layout, causal=True)
+    x = torch.randn(b, s, h, generator=torch.Generator().manual_seed(1), dtype=torch.float64)
+    xl = shard_sequence(x, 1, None, layout).requires_grad_()
+
+    def stack(layers, x):
+        for layer in layers:
+            x = layer(x)
+        return x
+
+    got = saved_bytes(stack, cpm.layers, xl, exclude=list(cpm.parameters()))
+    got.result.sum().backward()
+    out = {"cp_layers": got.total}
+    if cp == 1:
+        model.train()
+        full = saved_bytes(stack, model.layers, x.clone().requires_grad_(),
+                           exclude=list(model.parameters()))
+        out["materialised_scores"] = full.total
+    return out
+
+
+def timeline_on_rank(rank, cp, b=1, a=4, s=1536, d=32, layout="zigzag"):
+    """One causal ring-attention forward's per-step compute and transfer intervals (float32)."""
+    q, k, v = (shard_sequence(t.float(), 2, None, layout) for t in qkv(b, a, s, d, logit=10))
+    with torch.no_grad():
+        ring_attention(q, k, v, True, None, layout)             # warm-up
+        dist.barrier()
+        tl = []
+        ring_attention(q, k, v, True, None, layout, timeline=tl)
+    return tl
