@@ -2,7 +2,7 @@
 import pytest
 
 from minipar.cost.breakdown import per_gpu_memory
-from minipar.cost.memory import (activation_bytes_per_layer, model_state_bytes,
+from minipar.cost.memory_time import (activation_bytes_per_layer, model_state_bytes,
                                  pipeline_first_stage_activation_bytes)
 from minipar.cost.model import param_count
 

@@ -3,7 +3,7 @@ import math
 
 import pytest
 
-from minipar.cost.memory import (activation_bytes_per_layer, model_state_bytes,
+from minipar.cost.memory_time import (activation_bytes_per_layer, model_state_bytes,
                                  pipeline_first_stage_activation_bytes)
 from minipar.cost.units import GB
 

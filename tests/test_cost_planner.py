@@ -1,4 +1,4 @@
-"""``minipar plan`` and minipar.cost.planner against published layouts and figures.
+"""``minipar plan`` and minipar.cost.three_d against published layouts and figures.
 
 A100 clusters of 2020-2022 (Selene, Jean Zay, the MT-NLG cluster): NVLink 3 at 300 GB/s per
 direction inside a DGX A100, HDR InfiniBand 200 Gb/s = 25 GB/s per GPU between nodes.
@@ -8,7 +8,7 @@ import json
 import pytest
 
 from minipar.cli import main
-from minipar.cost import planner
+from minipar.cost import three_d as planner
 from minipar.cost.breakdown import per_gpu_memory
 from minipar.cost.hardware import GPUS
 

@@ -5,12 +5,12 @@ import sys
 import pytest
 
 from minipar.cost.collectives import ring_bytes_per_rank
-from minipar.cost.memory import activation_bytes_per_layer
+from minipar.cost.memory_time import activation_bytes_per_layer
 from minipar.cost.tensor_parallel import (activation_items, comm_compute_ratio,
-                                          korthikanti_bytes_per_layer, layer_forward_flops,
+                                          layer_forward_flops,
                                           sp_grad_allreduce_elements, tp_collectives_per_layer,
                                           tp_sent_bytes_per_layer)
-from minipar.cost.traffic import tp_bytes_per_layer
+from minipar.cost.tensor_parallel import tp_bytes_per_layer
 
 GPT3 = dict(s=2048, b=1, h=12288, a=96)      # Korthikanti et al. 2022 Table 3, 175B
 
@@ -45,8 +45,6 @@ def test_collectives_and_bytes(t, sp):
 def test_activation_items_add_up_to_table_2(t, sp):
     items = activation_items(**GPT3, t=t, sp=sp)
     assert sum(items.values()) == pytest.approx(activation_bytes_per_layer(**GPT3, t=t, sp=sp))
-    assert korthikanti_bytes_per_layer(**GPT3, t=t, sp=sp) == activation_bytes_per_layer(
-        **GPT3, t=t, sp=sp)
     sbh, a, s = 2048 * 12288, 96, 2048
     want = sbh * (34 + 5 * a * s / 12288) / t if sp else sbh * (10 + 24 / t + 5 * a * s / (12288 * t))
     assert sum(items.values()) == pytest.approx(want)

@@ -2,9 +2,10 @@
 import pytest
 
 from minipar.cost.collectives import ring_bytes_per_rank
-from minipar.cost.pipeline import bubble_fraction_of_total, bubble_relative_to_ideal
-from minipar.cost.traffic import (dp_allreduce_bytes_per_rank, pp_p2p_bytes_per_microbatch,
-                                  tp_bytes_per_layer, zero_bytes_per_rank)
+from minipar.cost.pipeline_parallel import bubble_fraction_of_total, bubble_relative_to_ideal
+from minipar.cost.data_parallel import dp_allreduce_bytes_per_rank, zero_bytes_per_rank
+from minipar.cost.pipeline_parallel import pp_p2p_bytes_per_microbatch
+from minipar.cost.tensor_parallel import tp_bytes_per_layer
 
 
 def test_dp_and_zero_volumes():
@@ -61,7 +62,7 @@ def test_bubble_errors(args, kw, match):
 
 
 def test_zb_h1_and_peak_microbatches():
-    from minipar.cost.pipeline import peak_microbatches, zb_h1_bubble_fraction
+    from minipar.cost.pipeline_parallel import peak_microbatches, zb_h1_bubble_fraction
     assert zb_h1_bubble_fraction(4, 8) == pytest.approx(3 / 27)       # (p−1)/(3m+p−1)
     # a third of 1F1B's relative bubble when F, B, W take equal time
     r_zb = zb_h1_bubble_fraction(4, 8) / (1 - zb_h1_bubble_fraction(4, 8))

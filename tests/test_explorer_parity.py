@@ -109,7 +109,7 @@ SHAPES = [(96, 12288, 96, 51200), (80, 8192, 64, 32000), (2, 64, 4, 100), (5, 96
 
 def test_memory_model_parity():
     from minipar.cost.breakdown import check_layout, per_gpu_memory
-    from minipar.cost.memory import activation_bytes_per_layer, model_state_bytes
+    from minipar.cost.memory_time import activation_bytes_per_layer, model_state_bytes
     from minipar.cost.model import param_count
     assert_parity("memory_time", "paramCount", param_count,
                   [dict(L=L, h=h, V=V, s=s) for L, h, _, V in SHAPES for s in (1, 2048, 0)])
@@ -138,7 +138,7 @@ def test_memory_model_parity():
 
 
 def test_pipeline_activation_parity():
-    from minipar.cost.memory import pipeline_first_stage_activation_bytes as f
+    from minipar.cost.memory_time import pipeline_first_stage_activation_bytes as f
     counts = assert_parity("memory_time", "pipelineFirstStageActivationBytes", f,
                            [dict(s=512, b=2, h=h, a=a, L=L, p=p, m=m, t=t, sp=True,
                                  recompute="none", schedule=sc, v=v)

@@ -3,7 +3,7 @@ import matplotlib
 import pytest
 import torch
 
-from minipar.cost.memory import activation_bytes_per_layer, model_state_bytes
+from minipar.cost.memory_time import activation_bytes_per_layer, model_state_bytes
 from minipar.cost.model import param_count
 from minipar.widgets.parity import js_call, node_available
 from minipar.memory_time.activations import (device_conventions, expected_items,

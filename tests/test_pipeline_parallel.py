@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from minipar.cost.traffic import pp_p2p_bytes_per_microbatch
+from minipar.cost.pipeline_parallel import pp_p2p_bytes_per_microbatch
 from minipar.launch import RankError, run
 from minipar.pipeline_parallel import ScheduleError, simulate
 from minipar.pipeline_parallel.communication import P2P

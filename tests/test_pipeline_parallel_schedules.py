@@ -2,7 +2,7 @@
 of every schedule equal the closed-form model; controls show the simulator catches bad lists."""
 import pytest
 
-from minipar.cost.pipeline import bubble_fraction_of_total
+from minipar.cost.pipeline_parallel import bubble_fraction_of_total
 from minipar.pipeline_parallel import Action, ScheduleError, schedule, simulate, table
 from minipar.pipeline_parallel.model_bubble import bubble_fraction, peak_in_flight
 from minipar.pipeline_parallel.plots import text_timeline

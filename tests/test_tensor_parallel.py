@@ -9,7 +9,7 @@ import torch.nn.functional as F
 
 from minipar.cost.collectives import ring_bytes_per_rank
 from minipar.cost.tensor_parallel import tp_collectives_per_layer, tp_sent_bytes_per_layer
-from minipar.cost.traffic import tp_bytes_per_layer
+from minipar.cost.tensor_parallel import tp_bytes_per_layer
 from minipar.launch import run
 from minipar.tensor_parallel import (ColumnParallelLinear, ParallelBlock, RowParallelLinear,
                                      VocabParallelEmbedding, copy_to_tp_region,

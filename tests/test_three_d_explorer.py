@@ -1,9 +1,9 @@
-"""The layout explorer's JavaScript equals minipar.cost.planner.evaluate, run under Node.js."""
+"""The layout explorer's JavaScript equals minipar.cost.three_d.evaluate, run under Node.js."""
 import itertools
 
 import pytest
 
-from minipar.cost import planner
+from minipar.cost import three_d as planner
 from minipar.widgets.parity import assert_parity, js_call, node_available
 from minipar.widgets.three_d import plan_config
 
@@ -57,7 +57,7 @@ def test_plan_evaluate_parity():
 
 
 def test_dp_allreduce_and_bubble_parity():
-    from minipar.cost.pipeline import bubble_fraction_of_total, bubble_relative_to_ideal
+    from minipar.cost.pipeline_parallel import bubble_fraction_of_total, bubble_relative_to_ideal
     cases = [dict(schedule=s, p=p, m=m, v=v) for s in ("gpipe", "1f1b", "interleaved", "x")
              for p in (1, 2, 3, 5) for m in (1, 3, 6, 10) for v in (1, 2, 3)]
     assert_parity("three_d", "bubbleRelativeToIdeal", bubble_relative_to_ideal, cases)

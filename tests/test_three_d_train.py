@@ -5,9 +5,10 @@ memory model; negative controls (swapped TP/DP groups, no embedding all-reduce) 
 import pytest
 
 from minipar.cost.collectives import busbw_factor
-from minipar.cost.memory import model_state_bytes
-from minipar.cost.traffic import (pp_p2p_bytes_per_microbatch, tp_bytes_per_layer,
-                                  zero_bytes_per_rank)
+from minipar.cost.memory_time import model_state_bytes
+from minipar.cost.pipeline_parallel import pp_p2p_bytes_per_microbatch
+from minipar.cost.tensor_parallel import tp_bytes_per_layer
+from minipar.cost.data_parallel import zero_bytes_per_rank
 from minipar.launch import run
 from minipar.three_d.train import SMALL, train_3d_on_rank
 

@@ -11,8 +11,7 @@ import importlib
 import sys
 
 _COMMAND_MODULES = [
-    "minipar.cost.cli",       # params, flops, memory, activations, bubble, collective
-    "minipar.cost.planner",   # plan
+    "minipar.cost.cli",       # params, flops, memory, activations, bubble, collective, plan
     "minipar.bench.cli",      # bench collectives, bench dp, ...
     "minipar.grading.cli",    # grade
 ]

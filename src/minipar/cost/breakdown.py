@@ -1,8 +1,8 @@
 """Per-GPU training memory: model states plus the activations of the busiest pipeline stage.
 
 Combines, without new formulas, :func:`minipar.cost.model.param_count` (Narayanan et al. 2021
-Eq. 2), :func:`minipar.cost.memory.model_state_bytes` (ZeRO, Rajbhandari et al. 2020 §5) and
-:func:`minipar.cost.memory.pipeline_first_stage_activation_bytes` (Korthikanti et al. 2022
+Eq. 2), :func:`minipar.cost.memory_time.model_state_bytes` (ZeRO, Rajbhandari et al. 2020 §5) and
+:func:`minipar.cost.memory_time.pipeline_first_stage_activation_bytes` (Korthikanti et al. 2022
 Table 2 and §4.2.3, 1F1B). Assumptions: mixed-precision Adam (16Ψ bytes before sharding), the
 parameters spread evenly over t·p devices (the embedding really sits on the first and last
 stages), and nothing else: no communication buffers, no temporary workspace, no
@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from .memory import check_zero_stage, model_state_bytes, pipeline_first_stage_activation_bytes
+from .memory_time import check_zero_stage, model_state_bytes, pipeline_first_stage_activation_bytes
 from .model import param_count
 
 

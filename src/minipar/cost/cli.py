@@ -9,7 +9,9 @@ import json
 import re
 import sys
 
-from . import collectives, hardware, memory, model, pipeline
+from . import collectives, hardware, model
+from . import memory_time as memory
+from . import pipeline_parallel as pipeline
 from .units import fmt_bytes, fmt_seconds
 
 _UNITS = {"": 1, "B": 1, "KB": 1e3, "MB": 1e6, "GB": 1e9, "TB": 1e12,
@@ -253,3 +255,125 @@ def add_parser(subparsers) -> None:
     p.add_argument("--alpha", type=nonnegative_float, help="latency per message, s")
     p.add_argument("--bandwidth", type=positive_float, help="bytes/s per direction")
     p.add_argument("--link", choices=tuple(hardware.LINKS), help="take α and bandwidth from here")
+
+    add_plan_parser(subparsers)
+
+
+# --- minipar plan: the 3D planner (minipar.cost.three_d) ------------------------------------
+
+def _plan(args) -> int:
+    from dataclasses import asdict
+
+    from . import three_d as planner
+
+    dims = ("layers", "hidden", "heads", "seq", "vocab")
+    given = [k for k in dims if getattr(args, k) is not None]
+    if args.model is not None:
+        base = planner.MODELS[args.model]
+        m_ = planner.ModelShape(*(getattr(args, k) or getattr(base, k) for k in dims))
+    else:
+        missing = [k for k in dims if k not in given]
+        if missing:
+            raise input_error("give --model NAME or all of --layers --hidden --heads --seq "
+                              f"--vocab (missing --{' --'.join(missing)})")
+        m_ = planner.ModelShape(*(getattr(args, k) for k in dims))
+    cl = planner.cluster(args.gpus, args.gpus_per_node, args.gpu, args.intra, args.inter,
+                         gemm_efficiency=args.gemm_efficiency,
+                         intra_bandwidth=args.intra_bandwidth, intra_alpha=args.intra_alpha,
+                         inter_bandwidth=args.inter_bandwidth, inter_alpha=args.inter_alpha)
+    fixed = {k: getattr(args, k) for k in ("tp", "pp", "dp", "micro_batch", "zero", "recompute")}
+    if fixed["tp"] and m_.heads % fixed["tp"]:
+        raise input_error(f"heads ({m_.heads}) must be divisible by t ({fixed['tp']})")
+    if fixed["pp"] and m_.layers % fixed["pp"]:
+        raise input_error(f"layers ({m_.layers}) must be divisible by p ({fixed['pp']})")
+    prod = 1
+    for k in ("tp", "pp", "dp"):
+        prod *= fixed[k] or 1
+    if cl.gpus % prod:
+        raise input_error(f"gpus ({cl.gpus}) must be divisible by the fixed t·p·d ({prod})")
+    configs = planner.search(m_, cl, args.global_batch, grad_reduce_bytes=args.grad_reduce_bytes,
+                             headroom=args.headroom, **fixed)
+    fitting = [c for c in configs if c.fits]
+    if not fitting:
+        raise input_error("nothing fits: " + planner.why_nothing_fits(m_, cl, configs))
+    shown = fitting if args.top == 0 else fitting[:args.top]
+    links = {"intra": {"name": cl.intra.name, "bandwidth": cl.intra.bandwidth,
+                       "alpha": cl.intra.alpha},
+             "inter": {"name": cl.inter.name, "bandwidth": cl.inter.bandwidth,
+                       "alpha": cl.inter.alpha}}
+    if args.json:
+        print(json.dumps({"model": asdict(m_), "params": m_.params, "gpus": cl.gpus,
+                          "gpu": cl.gpu.name, **links, "intra": cl.intra.name,
+                          "inter": cl.inter.name, "links": links,
+                          "gemm_efficiency": cl.gpu.gemm_efficiency,
+                          "configs": [c.as_dict() for c in shown]}))
+        return 0
+    print(f"minipar plan: {m_.params / 1e9:.1f} B params on {cl.gpus} × {cl.gpu.name} "
+          f"(η = {cl.gpu.gemm_efficiency:.2f} of {cl.peak / 1e12:.0f} TFLOP/s), "
+          f"B = {args.global_batch}; {len(fitting)} of {len(configs)} layouts fit in "
+          f"{fmt_bytes(shown[0].memory_limit)} ({args.headroom:.0%} headroom)")
+    print(f"  links: intra {cl.intra.name} {cl.intra.bandwidth / 1e9:.2f} GB/s per direction "
+          f"({cl.gpus_per_node}/node), inter {cl.inter.name} {cl.inter.bandwidth / 1e9:.2f} GB/s "
+          "per direction per GPU")
+    print("  overlap: TP and PP on the critical path; DP after the flush (p>1) or under the last "
+          "backward (p=1); ZeRO-3 gathers prefetched one layer ahead")
+    print(f"  {'t':>2} {'p':>3} {'d':>4} {'b':>2} {'m':>4} {'v':>1} {'recomp':<9} {'sp':<2} "
+          f"{'Z':>1} {'mem/GPU':>10} {'bubble':>6} {'TP':>9} {'PP':>9} {'DP exp':>9} "
+          f"{'step':>9} {'MFU':>5}")
+    for c in shown:
+        print(f"  {c.tp:>2} {c.pp:>3} {c.dp:>4} {c.micro_batch:>2} {c.microbatches:>4} "
+              f"{c.chunks:>1} {c.recompute:<9} {'y' if c.sp else 'n':<2} {c.zero:>1} "
+              f"{fmt_bytes(c.bytes_per_gpu):>10} {c.bubble:>6.1%} {fmt_seconds(c.tp_seconds):>9} "
+              f"{fmt_seconds(c.pp_seconds):>9} "
+              f"{fmt_seconds(c.dp_exposed_seconds + c.zero3_exposed_seconds):>9} "
+              f"{fmt_seconds(c.step_seconds):>9} {c.mfu:>5.1%}")
+    return 0
+
+
+def add_plan_parser(subparsers) -> None:
+    """Register ``minipar plan``."""
+    from . import three_d as planner
+
+    def fraction(text: str) -> float:
+        return parse_number(text, float, lambda v: 0 < v <= 1, "a number in (0, 1]")
+
+    def headroom(text: str) -> float:
+        return parse_number(text, float, lambda v: 0 <= v < 1, "a number in [0, 1)")
+
+    def nonneg_int(text: str) -> int:
+        return parse_number(text, int, lambda v: v >= 0, "an integer >= 0")
+
+    help_ = "rank data × tensor × pipeline layouts by predicted step time"
+    p = subparsers.add_parser("plan", help=help_, description=help_)
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.set_defaults(func=guarded("plan", _plan))
+    p.add_argument("--model", choices=tuple(planner.MODELS),
+                   help="a preset shape (flags override it)")
+    for name, sym in (("layers", "L"), ("hidden", "h"), ("heads", "a"), ("seq", "s"),
+                      ("vocab", "V")):
+        p.add_argument(f"--{name}", type=positive_int, help=sym)
+    p.add_argument("--gpus", type=positive_int, required=True, help="N")
+    p.add_argument("--gpus-per-node", type=positive_int, default=8)
+    p.add_argument("--gpu", choices=tuple(hardware.GPUS), default="A100-80GB")
+    p.add_argument("--intra", choices=tuple(hardware.LINKS),
+                   help="link inside a node (default: the GPU generation's NVLink)")
+    p.add_argument("--inter", choices=tuple(hardware.LINKS),
+                   help="link between nodes, per GPU (default: the generation's InfiniBand)")
+    p.add_argument("--intra-bandwidth", type=positive_float, help="bytes/s per direction")
+    p.add_argument("--intra-alpha", type=nonnegative_float, help="s per message")
+    p.add_argument("--inter-bandwidth", type=positive_float, help="bytes/s per direction")
+    p.add_argument("--inter-alpha", type=nonnegative_float, help="s per message")
+    p.add_argument("--global-batch", type=positive_int, required=True, help="B, sequences/step")
+    p.add_argument("--tp", type=positive_int, help="fix t")
+    p.add_argument("--pp", type=positive_int, help="fix p")
+    p.add_argument("--dp", type=positive_int, help="fix d")
+    p.add_argument("--micro-batch", type=positive_int, help="fix b")
+    p.add_argument("--zero", type=int, choices=planner.ZERO_STAGES, help="fix the ZeRO stage")
+    p.add_argument("--recompute", choices=model.RECOMPUTE, help="fix the recomputation")
+    p.add_argument("--gemm-efficiency", type=fraction,
+                   help="η, override the GPU's large-GEMM fraction of peak")
+    p.add_argument("--grad-reduce-bytes", type=positive_float, default=planner.GRAD_REDUCE_BYTES,
+                   help="bytes per gradient element reduced (4: fp32, Megatron's default)")
+    p.add_argument("--headroom", type=headroom, default=planner.HEADROOM,
+                   help="fraction of GPU memory kept free")
+    p.add_argument("--top", type=nonneg_int, default=10, help="rows to show (0 = all)")

@@ -30,6 +30,8 @@ from __future__ import annotations
 import math
 from typing import Callable, NamedTuple
 
+from .memory_time import check_zero_stage
+
 
 class DPStep(NamedTuple):
     step_s: float                 # wall time of one step
@@ -138,3 +140,33 @@ def allreduce_seconds(n: int, gpus_per_node: int = 8, intra: str = "nvlink4-h100
                          "beyond one node")
     return lambda s: hierarchical_all_reduce_time(n // gpus_per_node, gpus_per_node, s, a, b,
                                                   inter_algorithm)
+
+
+# --- bytes each rank sends per step (what one rank puts on its outgoing link) ---------------
+
+def _check_n(n: int) -> None:
+    if not isinstance(n, int) or n < 1:
+        raise ValueError(f"ranks n ({n}) must be an integer >= 1")
+
+
+def dp_allreduce_bytes_per_rank(grad_bytes_total: float, n: int) -> float:
+    """Ring all-reduce of all gradients over n data-parallel ranks: 2(n−1)/n·S bytes sent.
+
+    Patarasuk & Yuan 2009; it tends to 2S, independent of n (unlike a parameter server).
+    """
+    _check_n(n)
+    return 2 * (n - 1) / n * grad_bytes_total
+
+
+def zero_bytes_per_rank(stage: int, param_bytes: float, n: int) -> float:
+    """Bytes one rank sends per step under ZeRO stage 0–3 over n ranks (Rajbhandari et al. 2020 §7).
+
+    Stages 0–2: 2(n−1)/n·S — a reduce-scatter of gradients then an all-gather of updated
+    parameters (stage 0 calls the pair an all-reduce; stages 1 and 2 keep only their shard).
+    Stage 3: 3(n−1)/n·S — all-gather parameters in forward, again in backward, and
+    reduce-scatter gradients: 1.5× data parallelism. S = ``param_bytes`` (Ψ × bytes per element
+    of the communicated dtype).
+    """
+    _check_n(n)
+    check_zero_stage(stage)
+    return (3 if stage == 3 else 2) * (n - 1) / n * param_bytes

@@ -69,3 +69,11 @@ def peak_microbatches(schedule: str, rank: int, p: int, m: int, v: int = 1) -> i
     if schedule == "1f1b":
         return min(p - rank, m)
     return min(v * m, 2 * (p - rank - 1) + (v - 1) * p + 1)
+
+
+
+def pp_p2p_bytes_per_microbatch(b: int, s: int, h: int, bytes_per_elem: float = 2) -> float:
+    """Bytes crossing one pipeline-stage boundary per micro-batch: the (b, s, h) activation
+    forward plus its gradient backward, 2·bsh·bytes (Narayanan et al. 2021 §3.2; with tensor
+    parallelism Megatron's scatter/gather optimisation divides each rank's share by t)."""
+    return 2 * b * s * h * bytes_per_elem

@@ -10,8 +10,8 @@ t tensor-parallel ranks. Sizes are BYTES unless a name says elements.
   all-gather and a reduce-scatter of the same logical size: 4 + 4.
 * Bytes a rank sends: ring all-reduce 2(t−1)/t·S, all-gather / reduce-scatter (t−1)/t·S
   (:func:`minipar.cost.collectives.ring_bytes_per_rank`), so both variants send the same bytes,
-  :func:`minipar.cost.traffic.tp_bytes_per_layer`.
-* Activations: :func:`minipar.cost.memory.activation_bytes_per_layer` (Korthikanti Table 2);
+  :func:`tp_bytes_per_layer`.
+* Activations: :func:`minipar.cost.memory_time.activation_bytes_per_layer` (Korthikanti Table 2);
   :func:`activation_items` splits it into the items of §4.1 per rank.
 * Comm/compute: forward FLOPs of a layer 24bsh² + 4bs²h (Narayanan et al. 2021, "Efficient
   Large-Scale Language Model Training on GPU Clusters Using Megatron-LM", §5.1 / Appendix),
@@ -22,8 +22,7 @@ t tensor-parallel ranks. Sizes are BYTES unless a name says elements.
 from __future__ import annotations
 
 from .collectives import ring_bytes_per_rank
-from .memory import activation_bytes_per_layer
-from .traffic import tp_bytes_per_layer
+from .memory_time import activation_bytes_per_layer
 
 
 def _check(**kw) -> None:
@@ -52,10 +51,10 @@ def tp_collectives_per_layer(b: int, s: int, h: int, t: int, bytes_per_elem: flo
 def tp_sent_bytes_per_layer(b: int, s: int, h: int, t: int, bytes_per_elem: float = 2, *,
                             sp: bool = False) -> float:
     """Bytes one rank sends per layer per micro-batch (ring algorithms): 4·2(t−1)/t·bsh·bytes,
-    the same with or without sequence parallelism."""
+    the same with or without sequence parallelism when the gathered input is kept (equal to
+    :func:`tp_bytes_per_layer`; tests/test_cost_tensor_parallel.py checks it)."""
     total = sum(calls * ring_bytes_per_rank(op, t, size)
                 for op, size, calls in tp_collectives_per_layer(b, s, h, t, bytes_per_elem, sp=sp))
-    assert abs(total - tp_bytes_per_layer(b, s, h, t, bytes_per_elem)) <= 1e-9 * max(total, 1)
     return total
 
 
@@ -77,7 +76,7 @@ def activation_items(s: int, b: int, h: int, a: int, *, t: int = 1, sp: bool = F
     inputs, the inputs of QKV and h→4h (the f outputs), and the two dropout masks after g stay
     whole on every rank (10·sbh), unless sequence parallelism splits them along s.
     With paper conventions (2-byte activations, 1-byte masks, no statistics) the sum equals
-    :func:`minipar.cost.memory.activation_bytes_per_layer`.
+    :func:`minipar.cost.memory_time.activation_bytes_per_layer`.
     """
     _check(s=s, b=b, h=h, a=a, t=t)
     if a % t:
@@ -99,12 +98,6 @@ def activation_items(s: int, b: int, h: int, a: int, *, t: int = 1, sp: bool = F
         "4h→h input (GeLU output)": 4 * sbh * e / t,
     }
     return items
-
-
-def korthikanti_bytes_per_layer(s: int, b: int, h: int, a: int, *, t: int = 1,
-                                sp: bool = False) -> float:
-    """sbh(10 + 24/t + 5as/(ht)) with TP, sbh/t·(34 + 5as/h) with TP + SP (Table 2)."""
-    return activation_bytes_per_layer(s, b, h, a, t=t, sp=sp)
 
 
 def layer_forward_flops(b: int, s: int, h: int, t: int = 1) -> float:
@@ -139,3 +132,17 @@ def layer_comm_fraction(b: int, s: int, h: int, t: int, *, flops: float, bandwid
     x = 2 * comm_compute_ratio(b, s, h, t, flops=flops, bandwidth=bandwidth, alpha=alpha,
                                bytes_per_elem=bytes_per_elem) / 3
     return x / (1 + x)
+
+
+
+def tp_bytes_per_layer(b: int, s: int, h: int, t: int, bytes_per_elem: float = 2) -> float:
+    """Bytes one rank sends per transformer layer per micro-batch under Megatron tensor parallelism.
+
+    Shoeybi et al. 2019 (Megatron-LM) §3, Fig. 4: each layer does 2 all-reduces in forward (g
+    after attention and after the MLP) and 2 in backward (f before each), every one on the (b, s, h)
+    activation; a ring all-reduce sends 2(t−1)/t·bsh·bytes per rank. Total 4 × that. Sequence
+    parallelism replaces each all-reduce by an all-gather + reduce-scatter: same bytes.
+    """
+    if t < 1:
+        raise ValueError(f"t ({t}) must be >= 1")
+    return 4 * 2 * (t - 1) / t * b * s * h * bytes_per_elem

@@ -1,62 +1,83 @@
-"""``minipar plan``: search data × tensor × pipeline layouts and rank them by predicted step time.
+"""The 3D planner: search data × tensor × pipeline layouts and rank them by predicted step time.
 
-Pure Python. Every number comes from a cost-model function that already names its source:
+Pure Python (the command line is ``minipar plan`` in :mod:`minipar.cost.cli`). Every number comes
+from a cost-model function that names its source:
   parameters and FLOPs      :mod:`minipar.cost.model` (Narayanan et al. 2021 Eq. 2-3,
                             Korthikanti et al. 2022 Eq. 7-8)
-  memory                    :mod:`minipar.cost.memory` (ZeRO §5; Korthikanti Table 2, §4.2.3)
-  bubble                    :mod:`minipar.cost.pipeline` (GPipe and Megatron conventions)
+  memory                    :mod:`minipar.cost.memory_time` (ZeRO §5; Korthikanti Table 2, §4.2.3)
+  compute                   :mod:`minipar.cost.compute` (a roofline per GEMM with tile/wave
+                            quantisation, the memory-bound kernels, the optimizer step)
+  bubble                    :mod:`minipar.cost.pipeline_parallel`
   collectives               :mod:`minipar.cost.collectives` (α-β, Thakur et al. 2005; the
                             hierarchical all-reduce of Mikami et al. 2018)
-  links and GPUs            :mod:`minipar.cost.hardware`
+  links and GPUs            :mod:`minipar.cost.hardware` (each GPU with its generation's links)
+
+One set of constants per cluster (the GPU's peak, HBM bandwidth, SM count and large-GEMM
+efficiency η; the links' α and bandwidth): nothing is fitted per run.
 
 How one step is timed (Narayanan et al. 2021, "Efficient Large-Scale Language Model Training on
 GPU Clusters Using Megatron-LM", §2.2 and §3). N = d·t·p GPUs, B = d·b·m sequences per step.
-  rank order   t innermost (consecutive ranks), then d, then p outermost (Megatron's order), so a
-               TP group stays inside a node when t ≤ GPUs per node.
-  per micro-batch on one stage
-      compute  hardware FLOPs of b sequences / (t·p) / (peak · gemm_efficiency)
-      TP       4 all-reduces of the (b, s, h) activation per layer (6 with full recomputation,
-               whose extra forward repeats them), ring on the TP link, NOT overlapped: they sit
-               between the GEMMs that need their result (Shoeybi et al. 2019 §3). Sequence
-               parallelism turns each into all-gather + reduce-scatter: same ring time.
+  rank order   t innermost, then d, then p outermost (Megatron's order), so a TP group stays
+               inside a node when t ≤ GPUs per node.
+  one micro-batch on the slowest stage (the last: L/p layers + the output layer)
+      compute  :func:`minipar.cost.compute.layer_seconds` per layer (forward, backward and the
+               recomputation chosen) + :func:`~minipar.cost.compute.logits_seconds`.
+      TP       ring collectives of the (b, s, h) activation on the TP link, NOT overlapped (they
+               sit between the GEMMs that need their result; Shoeybi et al. 2019 §3): 4
+               all-reduces per layer, 6 with full recomputation. With sequence parallelism
+               (Korthikanti et al. 2022 §4.2.2) each becomes an all-gather or a reduce-scatter
+               (half an all-reduce's time): 4 forward + 4 backward + 2 re-gathers of the layer-norm
+               outputs for the weight gradients, because the memory (34/t) keeps only the
+               scattered input (Megatron-LM does the same); with full recomputation the
+               recomputed forward's 4 replace the re-gathers: 12.
       PP       the (b, s, h)/t activation forward and its gradient backward cross each stage
-               boundary (scatter/gather optimisation, Narayanan §4.1), v times with v chunks;
-               counted on the critical path (not overlapped).
+               boundary (scatter/gather, Narayanan §4.1), v times with v chunks.
+      ZeRO-3   per layer: all-gather the 16-bit weights in forward, again in backward, reduce-
+               scatter the gradients, every micro-batch (the parameters cannot stay gathered:
+               that would be ZeRO-2's memory); prefetching hides each layer's collectives under
+               the previous layer's compute, so only max(0, comm − compute) per layer and the
+               first layer's gather are exposed (Zhao et al. 2023, "PyTorch FSDP" §3.4).
   pipeline     (m + (p−1)/v) micro-batch slots: m useful, (p−1)/v bubble (Narayanan §2.2).
-  DP           ZeRO 0-2: one all-reduce (or reduce-scatter + all-gather, same ring bytes) of the
-               stage's 2-byte gradients over d ranks after the last micro-batch. Overlapped with
-               that micro-batch's backward only when p = 1 (DDP buckets, Li et al. 2020); with
-               p > 1 it runs after the pipeline flush, fully exposed (Narayanan §3.3).
-               ZeRO 3 (p = 1 only): per micro-batch all-gather in forward, again in backward,
-               reduce-scatter of gradients, 1.5× the all-reduce (Rajbhandari et al. 2020 §7),
-               issued per layer (one FSDP unit per transformer block, so L/p collectives each
-               paying the α terms), overlapped with compute by prefetching (Zhao et al. 2023),
-               exposed only beyond it.
+  after the last micro-batch (exposed, except DP under the last backward when p = 1 and
+               ``dp_overlap``)
+      DP       ZeRO 0: all-reduce of the stage's gradients in ``grad_reduce_bytes`` per element
+               (4: Megatron-LM reduces bf16 gradients in fp32 by default); ZeRO 1-2:
+               reduce-scatter of the gradients + all-gather of the 16-bit parameters.
+      embedding  all-reduce of the tied embedding's gradient between the first and the last
+               stage (p > 1; Narayanan §3 / Megatron-LM's ``_allreduce_embedding_grads``).
+      optimizer  :func:`minipar.cost.compute.optimizer_seconds` on this rank's shard.
   memory       the first stage's: L/p layers + the whole (V+s)·h embedding (split over t),
-               ZeRO on the states; activations of min(p, m) micro-batches (1F1B) or the
-               interleaved factor (Korthikanti §4.2.3). "fits" = total ≤ the GPU's memory; no
-               headroom for buffers or fragmentation is kept.
-  ignored      optimizer step, embedding-gradient all-reduce between first and last stage,
-               kernel launch gaps, stragglers, GEMM efficiency falling as t shrinks matrices.
-
-``gemm_efficiency`` (default 0.6) is an ASSUMPTION, not a measurement: the fraction of the dense
-peak that the large matrix multiplications reach. With it the model predicts 49-51 % of peak
-(hardware FLOPs, full recomputation) for Megatron's published layouts from 18B to 1T parameters,
-which measured 43-52 % (Narayanan et al. 2021 Table 1; tests/test_cost_planner.py).
+               ZeRO on the states, ZeRO-3's two gathered layers and one unsharded layer
+               gradient; activations of min(p, m) micro-batches (1F1B) or the interleaved
+               factor (Korthikanti §4.2.3), plus one layer's full activations under full
+               recomputation (the layer being recomputed). "fits" keeps ``headroom`` = 10 % of
+               the GPU's memory free for the CUDA context, NCCL buffers, temporary workspaces
+               and allocator fragmentation (Rajbhandari et al. 2020 §3.2 report out-of-memory
+               errors with over 30 % of memory free in extreme cases, from fragmentation).
+  ignored      kernel launch gaps, stragglers, NCCL kernels slowing overlapped compute,
+               stage imbalance from the embedding lookup, data loading.
 """
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Iterable
 
 from .breakdown import check_layout
 from .collectives import collective_time, hierarchical_all_reduce_time
+from .compute import layer_seconds, logits_seconds, optimizer_seconds
 from .hardware import GPU, Link, gpu as gpu_preset, link as link_preset
-from .memory import (ZERO_STAGES, check_zero_stage, model_state_bytes,
-                     pipeline_first_stage_activation_bytes)
+from .memory_time import (ZERO_STAGES, activation_bytes_per_layer, check_zero_stage,
+                          model_state_bytes, pipeline_first_stage_activation_bytes)
 from .model import RECOMPUTE, flops_per_iteration, param_count
-from .pipeline import bubble_fraction_of_total, bubble_relative_to_ideal
+from .pipeline_parallel import bubble_fraction_of_total, bubble_relative_to_ideal
+
+HEADROOM = 0.10
+"""Fraction of a GPU's memory "fits" leaves free (see the module docstring)."""
+
+GRAD_REDUCE_BYTES = 4
+"""Bytes per gradient element in the data-parallel reduction: Megatron-LM accumulates and
+reduces bf16 gradients in fp32 by default (``accumulate_allreduce_grads_in_fp32``)."""
 
 @dataclass(frozen=True)
 class ModelShape:
@@ -118,13 +139,17 @@ class Config:
     model_state_bytes: float
     activation_bytes: float
     fits: bool
+    memory_limit: float       # the GPU's memory less the headroom
     bubble: float             # fraction of the step (GPipe convention)
     bubble_relative: float    # bubble / ideal time (Megatron convention)
-    compute_seconds: float    # m micro-batches of compute on one stage
+    compute_seconds: float    # m micro-batches of compute on the slowest stage
     tp_seconds: float         # TP collectives on the critical path, per step
     pp_seconds: float         # p2p sends on the critical path, per step
     dp_seconds: float         # DP/ZeRO collectives, total
     dp_exposed_seconds: float  # the part not hidden behind compute
+    embedding_seconds: float   # tied-embedding gradient all-reduce, first <-> last stage
+    optimizer_seconds: float   # the Adam step on this rank's shard (memory-bound)
+    zero3_exposed_seconds: float  # ZeRO-3 gathers not hidden by prefetching, per step
     step_seconds: float
     mfu: float
     hfu: float
@@ -150,7 +175,7 @@ def dp_allreduce_seconds(nbytes: float, d: int, t: int, cl: Cluster) -> tuple[fl
     Inside one node: a ring on the intra link. Spanning nodes with k = gpus_per_node/t group
     members per node: the hierarchical all-reduce (intra reduce-scatter, inter all-reduce on
     each rail, intra all-gather; Mikami et al. 2018). One member per node: a ring on the inter
-    link.
+    link. A reduce-scatter or an all-gather of the same bytes takes half this time (ring).
     """
     g = cl.gpus_per_node
     if d == 1:
@@ -164,59 +189,97 @@ def dp_allreduce_seconds(nbytes: float, d: int, t: int, cl: Cluster) -> tuple[fl
     return _ring("all-reduce", d, nbytes, cl.inter), cl.inter.name
 
 
+def tp_collectives(t: int, sp: bool, recompute: str) -> float:
+    """All-reduce equivalents per layer per micro-batch on the TP group (module docstring):
+    4 (6 with full recomputation) without SP; with SP all-gathers and reduce-scatters, each
+    half an all-reduce: (4 + 4 + 2)/2 = 5, or 12/2 = 6 with full recomputation."""
+    if t == 1:
+        return 0.0
+    if sp:
+        return 6.0 if recompute == "full" else 5.0
+    return 6.0 if recompute == "full" else 4.0
+
+
 def evaluate(m_: ModelShape, cl: Cluster, global_batch: int, *, tp: int, pp: int, dp: int,
              micro_batch: int, chunks: int = 1, recompute: str = "selective", sp: bool = False,
-             zero: int = 1, gemm_efficiency: float = 0.6) -> Config:
-    """Predicted memory and step time of one layout (see the module docstring for the model)."""
+             zero: int = 1, grad_reduce_bytes: float = GRAD_REDUCE_BYTES,
+             dp_overlap: bool = True, headroom: float = HEADROOM) -> Config:
+    """Predicted memory and step time of one layout (see the module docstring for the model).
+
+    ``dp_overlap`` lets the data-parallel reduction run under the last micro-batch's backward
+    when p = 1 (PyTorch DDP's buckets, Li et al. 2020); Megatron-LM in 2021 reduced after the
+    backward (``dp_overlap=False``). With p > 1 it always follows the pipeline flush.
+    """
     t, p, d, b, v = tp, pp, dp, micro_batch, chunks
     L, h, a, s, V = m_.layers, m_.hidden, m_.heads, m_.seq, m_.vocab
     check(m_, cl, global_batch, tp=t, pp=p, dp=d, micro_batch=b, chunks=v, zero=zero)
+    if grad_reduce_bytes <= 0 or not 0 <= headroom < 1:
+        raise ValueError(f"grad_reduce_bytes ({grad_reduce_bytes}) must be > 0 and headroom "
+                         f"({headroom}) in [0, 1)")
     m = global_batch // (d * b)
     psi = m_.params
+    lp = L // p                                                # layers per stage
+    layer_params = 12 * h * h + 13 * h                         # Eq. 2, one layer
     # memory of the first (fullest) stage: its L/p layers plus the (V + s)·h embedding, which
-    # Megatron keeps whole on the first stage (and a tied copy on the last), split over t only
+    # Megatron keeps whole on the first stage (and a tied copy on the last), split over t
     emb = (V + s) * h
-    psi_first = (psi - emb) / p + emb
-    states = model_state_bytes(psi_first * p, d=d, t=t, p=p, zero=zero).total
+    psi_stage = lp * layer_params + emb                        # the first (and last) stage
+    states = model_state_bytes(psi_stage * p, d=d, t=t, p=p, zero=zero).total
+    if zero == 3:                                              # 2 gathered layers + 1 gradient
+        states += (2 * 2 + grad_reduce_bytes) * layer_params / t
     schedule = "interleaved" if v > 1 else "1f1b"
     act = pipeline_first_stage_activation_bytes(s, b, h, a, L, p, m=m, t=t, sp=sp,
                                                 recompute=recompute, schedule=schedule, v=v)
+    if recompute == "full":                                    # the layer being recomputed
+        act += activation_bytes_per_layer(s, b, h, a, t=t, sp=sp)
     total = states + act
-    # per micro-batch on one stage
-    peak = cl.peak
-    hw_flops_mb = flops_per_iteration(b, s, L, h, V, recompute)
-    c_mb = hw_flops_mb / (t * p) / (peak * gemm_efficiency)
+    limit = cl.gpu.memory_bytes * (1 - headroom)
+    # one micro-batch on the slowest (last) stage
+    gpu = cl.gpu
+    lt = layer_seconds(b, s, h, a, gpu, t, sp=sp, recompute=recompute).total_s
+    c_mb = lp * lt + logits_seconds(b, s, h, V, gpu, t)
     act_bytes = b * s * h * 2                                  # (b, s, h) in 16-bit
     tp_link = cl.intra if t <= cl.gpus_per_node else cl.inter
-    n_ar = 6 if recompute == "full" else 4
-    tp_mb = (L // p) * n_ar * _ring("all-reduce", t, act_bytes, tp_link)
+    tp_mb = lp * tp_collectives(t, sp, recompute) * _ring("all-reduce", t, act_bytes, tp_link)
     pp_link = cl.intra if t * d * p <= cl.gpus_per_node else cl.inter
     pp_mb = 0.0 if p == 1 else 2 * v * (pp_link.alpha + act_bytes / t / pp_link.bandwidth)
-    slot = c_mb + tp_mb + pp_mb
+    z3_mb = 0.0
+    if zero == 3:                                              # one FSDP unit per layer
+        gather, _ = dp_allreduce_seconds(2 * layer_params / t, d, t, cl)
+        scatter, _ = dp_allreduce_seconds(grad_reduce_bytes * layer_params / t, d, t, cl)
+        comm_layer = gather + scatter / 2                      # AG fwd + AG bwd + RS (halves)
+        z3_mb = lp * max(0.0, comm_layer - lt) + gather / 2    # prefetch hides ≤ one layer
+    slot = c_mb + tp_mb + pp_mb + z3_mb
     r = 0.0 if p == 1 else bubble_relative_to_ideal(schedule, p, m, v)
     f = 0.0 if p == 1 else bubble_fraction_of_total(schedule, p, m, v)
-    pipe = m * slot * (1 + r)                                  # (m + (p−1)/v) slots
-    # data parallelism
-    grad_bytes = 2 * psi / (t * p)                             # 16-bit gradients of one stage
+    pipe = m * slot * (1 + r)
+    # after the last micro-batch: data parallelism, the embedding gradient, the optimizer
+    grad_bytes = grad_reduce_bytes * psi_stage / t
     ar, dp_name = dp_allreduce_seconds(grad_bytes, d, t, cl)
-    if zero == 3:                                              # one FSDP unit per layer
-        ar_layer, _ = dp_allreduce_seconds(grad_bytes / (L // p), d, t, cl)
-        dp_total = m * 1.5 * (L // p) * ar_layer
-        exposed = max(0.0, dp_total - m * c_mb)
+    if zero == 3:
+        dp_total, exposed = m * lp * comm_layer, 0.0
     else:
+        if zero in (1, 2):                                     # RS(grads) + AG(16-bit params)
+            ar = ar / 2 + dp_allreduce_seconds(2 * psi_stage / t, d, t, cl)[0] / 2
         dp_total = ar
-        window = (2 / 3) * c_mb if p == 1 else 0.0             # backward ≈ 2/3 of F+B
+        window = (2 / 3) * c_mb if p == 1 and dp_overlap else 0.0
         exposed = max(0.0, dp_total - window)
-    step = pipe + exposed
+    emb_s = 0.0 if p == 1 else _ring("all-reduce", 2, grad_reduce_bytes * V * h / t, cl.inter
+                                     if t * d * p > cl.gpus_per_node else cl.intra)
+    opt_s = optimizer_seconds(psi_stage / t / (d if zero >= 1 else 1), gpu)
+    step = pipe + exposed + emb_s + opt_s
     n = t * p * d
+    peak = cl.peak
     model_flops = flops_per_iteration(global_batch, s, L, h, V, "none")
     hw_flops = flops_per_iteration(global_batch, s, L, h, V, recompute)
     return Config(
         tp=t, pp=p, dp=d, micro_batch=b, microbatches=m, chunks=v, recompute=recompute, sp=sp,
         zero=zero, bytes_per_gpu=total, model_state_bytes=states, activation_bytes=act,
-        fits=total <= cl.gpu.memory_bytes, bubble=f, bubble_relative=r,
+        fits=total <= limit, memory_limit=limit, bubble=f, bubble_relative=r,
         compute_seconds=m * c_mb, tp_seconds=m * (1 + r) * tp_mb,
         pp_seconds=m * (1 + r) * pp_mb, dp_seconds=dp_total, dp_exposed_seconds=exposed,
+        embedding_seconds=emb_s, optimizer_seconds=opt_s,
+        zero3_exposed_seconds=m * (1 + r) * z3_mb,
         step_seconds=step, mfu=model_flops / (step * n * peak), hfu=hw_flops / (step * n * peak),
         tp_link=tp_link.name if t > 1 else "-", pp_link=pp_link.name if p > 1 else "-",
         dp_link=dp_name)
@@ -238,22 +301,24 @@ def check(m_: ModelShape, cl: Cluster, global_batch: int, *, tp: int, pp: int, d
     if v > 1 and (p == 1 or m % p):
         raise ValueError(f"interleaving (v={v}) needs p > 1 and microbatches m ({m}) a multiple "
                          f"of p ({p})")
-    if check_zero_stage(zero) >= 2 and p > 1:
-        raise ValueError(f"ZeRO stage ({zero}) >= 2 needs p = 1 (gradients are accumulated "
-                         f"over micro-batches under PP), got p ({p})")
+    if check_zero_stage(zero) == 2 and p > 1:
+        raise ValueError(f"ZeRO stage (2) needs p = 1 (its sharded gradients would be reduced "
+                         f"every micro-batch under PP; use ZeRO-1 or ZeRO-3), got p ({p})")
 
 
 def search(m_: ModelShape, cl: Cluster, global_batch: int, *, tp: int | None = None,
            pp: int | None = None, dp: int | None = None, micro_batch: int | None = None,
-           zero: int | None = None, gemm_efficiency: float = 0.6, max_micro_batch: int = 8,
-           max_chunks: int = 4) -> list[Config]:
+           zero: int | None = None, max_micro_batch: int = 8, max_chunks: int = 4,
+           recompute: str | None = None, **model_options) -> list[Config]:
     """Every valid layout, fitting ones first, each group ordered by predicted step time.
 
     Search space: t a divisor of the heads and at most the GPUs per node (Megatron's rule: keep
     TP inside the NVLink domain, Narayanan et al. 2021 §3.3 Takeaway 1) unless ``tp`` fixes it;
     p a divisor of L; d = N/(t·p); b a power of two up to ``max_micro_batch`` dividing B/d;
     v in 1, 2, 4; recomputation none/selective/full; sequence parallelism on or off (t > 1);
-    ZeRO 0-3 (2 and 3 only with p = 1; 1-3 only with d > 1).
+    ZeRO 0-3 (2 only with p = 1; 1-3 only with d > 1; FSDP = ZeRO-3 composes with PP as in
+    torchtitan). ``model_options`` go to :func:`evaluate` (``grad_reduce_bytes``,
+    ``dp_overlap``, ``headroom``).
     """
     out: list[Config] = []
     ts = [tp] if tp else [k for k in _divisors(m_.heads) if k <= cl.gpus_per_node]
@@ -275,18 +340,17 @@ def search(m_: ModelShape, cl: Cluster, global_batch: int, *, tp: int | None = N
                 m = global_batch // (d * b)
                 vs = [1] + [v for v in (2, 4) if v <= max_chunks and p > 1 and m % p == 0
                             and m_.layers % (p * v) == 0]
-                zs = [0] if d == 1 else (list(ZERO_STAGES) if p == 1 else [0, 1])
+                zs = [0] if d == 1 else (list(ZERO_STAGES) if p == 1 else [0, 1, 3])
                 if zero is not None:
                     zs = [zero]
                 for v in vs:
-                    for rc in RECOMPUTE:
+                    for rc in ([recompute] if recompute else RECOMPUTE):
                         for sp in ((False, True) if t > 1 else (False,)):
                             for z in zs:
                                 try:
                                     out.append(evaluate(m_, cl, global_batch, tp=t, pp=p, dp=d,
                                                         micro_batch=b, chunks=v, recompute=rc,
-                                                        sp=sp, zero=z,
-                                                        gemm_efficiency=gemm_efficiency))
+                                                        sp=sp, zero=z, **model_options))
                                 except ValueError:
                                     continue
     out.sort(key=lambda c: (not c.fits, c.step_seconds, c.bytes_per_gpu))
@@ -340,14 +404,24 @@ def dollars_per_million_tokens(step_seconds: float, gpus: int, tokens_per_step: 
 
 
 def cluster(gpus: int, gpus_per_node: int = 8, gpu: str = "A100-80GB",
-            intra: str = "nvlink4-h100", inter: str = "ib-ndr400", **links: float) -> Cluster:
-    """A :class:`Cluster` from presets; ``intra_bandwidth``, ``intra_alpha``, ``inter_bandwidth``,
-    ``inter_alpha`` keywords override a preset link's numbers."""
-    if gpus < 1 or gpus_per_node < 1:
-        raise ValueError(f"gpus ({gpus}) and gpus_per_node ({gpus_per_node}) must be >= 1")
+            intra: str | None = None, inter: str | None = None,
+            gemm_efficiency: float | None = None, **links: float) -> Cluster:
+    """A :class:`Cluster` from presets. ``intra``/``inter`` default to the GPU generation's links
+    (A100: NVLink 3 + HDR 200; H100, H200: NVLink 4 + NDR 400; :data:`hardware.GPUS`);
+    ``intra_bandwidth``, ``intra_alpha``, ``inter_bandwidth``, ``inter_alpha`` keywords override a
+    link's numbers and ``gemm_efficiency`` the GPU's η."""
+    if not (isinstance(gpus, int) and gpus >= 1 and isinstance(gpus_per_node, int)
+            and gpus_per_node >= 1):
+        raise ValueError(f"gpus ({gpus}) and gpus_per_node ({gpus_per_node}) must be integers "
+                         ">= 1")
     if gpus > gpus_per_node and gpus % gpus_per_node:
         raise ValueError(f"gpus ({gpus}) must be a multiple of gpus_per_node ({gpus_per_node})")
-    li, le = link_preset(intra), link_preset(inter)
+    g = gpu_preset(gpu)
+    if gemm_efficiency is not None:
+        if not 0 < gemm_efficiency <= 1:
+            raise ValueError(f"gemm_efficiency ({gemm_efficiency}) must be in (0, 1]")
+        g = replace(g, gemm_efficiency=gemm_efficiency)
+    li, le = link_preset(intra or g.intra), link_preset(inter or g.inter)
     if links.get("intra_bandwidth") or links.get("intra_alpha") is not None:
         li = Link(f"{li.name}*", links.get("intra_bandwidth") or li.bandwidth,
                   li.alpha if links.get("intra_alpha") is None else links["intra_alpha"],
@@ -356,12 +430,11 @@ def cluster(gpus: int, gpus_per_node: int = 8, gpu: str = "A100-80GB",
         le = Link(f"{le.name}*", links.get("inter_bandwidth") or le.bandwidth,
                   le.alpha if links.get("inter_alpha") is None else links["inter_alpha"],
                   "given on the command line")
-    return Cluster(gpus, gpus_per_node, gpu_preset(gpu), li, le)
+    return Cluster(gpus, gpus_per_node, g, li, le)
 
 
 def megatron_rule_layout(m_: ModelShape, cl: Cluster, global_batch: int, micro_batch: int = 1,
-                         recompute: str = "full", zero: int = 0,
-                         gemm_efficiency: float = 0.6) -> Config | None:
+                         recompute: str = "full", zero: int = 0) -> Config | None:
     """Narayanan et al. 2021 §3.3's rule of thumb: t = GPUs per node (largest valid), then the
     smallest p that fits, then d = N/(t·p). ``None`` when no p fits."""
     t = max(k for k in _divisors(m_.heads) if k <= cl.gpus_per_node and cl.gpus % k == 0)
@@ -369,8 +442,7 @@ def megatron_rule_layout(m_: ModelShape, cl: Cluster, global_batch: int, micro_b
         if cl.gpus % (t * p) or global_batch % ((cl.gpus // (t * p)) * micro_batch):
             continue
         c = evaluate(m_, cl, global_batch, tp=t, pp=p, dp=cl.gpus // (t * p),
-                     micro_batch=micro_batch, recompute=recompute, zero=zero,
-                     gemm_efficiency=gemm_efficiency)
+                     micro_batch=micro_batch, recompute=recompute, zero=zero)
         if c.fits:
             return c
     return None
@@ -378,101 +450,7 @@ def megatron_rule_layout(m_: ModelShape, cl: Cluster, global_batch: int, micro_b
 
 __all__ = ["ModelShape", "MODELS", "Cluster", "Config", "cluster", "evaluate", "check", "search",
            "why_nothing_fits", "training_seconds", "implied_mfu", "dollars_per_million_tokens",
-           "dp_allreduce_seconds", "megatron_rule_layout", "add_parser"]
+           "dp_allreduce_seconds", "megatron_rule_layout", "tp_collectives", "HEADROOM",
+           "GRAD_REDUCE_BYTES"]
 
 
-# --- the command line -----------------------------------------------------------------------
-
-def _plan(args) -> int:
-    import json
-
-    from .cli import input_error
-    from .units import fmt_bytes, fmt_seconds
-
-    dims = ("layers", "hidden", "heads", "seq", "vocab")
-    given = [k for k in dims if getattr(args, k) is not None]
-    if args.model is not None:
-        base = MODELS[args.model]
-        m_ = ModelShape(*(getattr(args, k) or getattr(base, k) for k in dims))
-    else:
-        missing = [k for k in dims if k not in given]
-        if missing:
-            raise input_error("give --model NAME or all of --layers --hidden --heads --seq --vocab "
-                         f"(missing --{' --'.join(missing)})")
-        m_ = ModelShape(*(getattr(args, k) for k in dims))
-    cl = cluster(args.gpus, args.gpus_per_node, args.gpu, args.intra, args.inter,
-                 intra_bandwidth=args.intra_bandwidth, intra_alpha=args.intra_alpha,
-                 inter_bandwidth=args.inter_bandwidth, inter_alpha=args.inter_alpha)
-    fixed = {k: getattr(args, k) for k in ("tp", "pp", "dp", "micro_batch", "zero")}
-    if fixed["tp"] and m_.heads % fixed["tp"]:
-        raise input_error(f"heads ({m_.heads}) must be divisible by t ({fixed['tp']})")
-    if fixed["pp"] and m_.layers % fixed["pp"]:
-        raise input_error(f"layers ({m_.layers}) must be divisible by p ({fixed['pp']})")
-    prod = math.prod(v for k, v in fixed.items() if k in ("tp", "pp", "dp") and v)
-    if cl.gpus % prod:
-        raise input_error(f"gpus ({cl.gpus}) must be divisible by the fixed t·p·d ({prod})")
-    configs = search(m_, cl, args.global_batch, gemm_efficiency=args.gemm_efficiency, **fixed)
-    fitting = [c for c in configs if c.fits]
-    if not fitting:
-        raise input_error("nothing fits: " + why_nothing_fits(m_, cl, configs))
-    shown = fitting if args.top == 0 else fitting[:args.top]
-    if args.json:
-        print(json.dumps({"model": asdict(m_), "params": m_.params, "gpus": cl.gpus,
-                          "gpu": cl.gpu.name, "intra": cl.intra.name, "inter": cl.inter.name,
-                          "gemm_efficiency": args.gemm_efficiency,
-                          "configs": [c.as_dict() for c in shown]}))
-        return 0
-    print(f"minipar plan: {m_.params / 1e9:.1f} B params on {cl.gpus} × {cl.gpu.name} "
-          f"({cl.gpus_per_node}/node, intra {cl.intra.name}, inter {cl.inter.name}), "
-          f"B = {args.global_batch}; {len(fitting)} of {len(configs)} layouts fit")
-    print("  overlap: TP and PP on the critical path; DP after the flush (p>1) or under the last "
-          "backward (p=1); ZeRO-3 gathers prefetched")
-    print(f"  {'t':>2} {'p':>3} {'d':>4} {'b':>2} {'m':>4} {'v':>1} {'recomp':<9} {'sp':<2} "
-          f"{'Z':>1} {'mem/GPU':>10} {'bubble':>6} {'TP':>9} {'PP':>9} {'DP exp':>9} "
-          f"{'step':>9} {'MFU':>5}")
-    for c in shown:
-        print(f"  {c.tp:>2} {c.pp:>3} {c.dp:>4} {c.micro_batch:>2} {c.microbatches:>4} "
-              f"{c.chunks:>1} {c.recompute:<9} {'y' if c.sp else 'n':<2} {c.zero:>1} "
-              f"{fmt_bytes(c.bytes_per_gpu):>10} {c.bubble:>6.1%} {fmt_seconds(c.tp_seconds):>9} "
-              f"{fmt_seconds(c.pp_seconds):>9} {fmt_seconds(c.dp_exposed_seconds):>9} "
-              f"{fmt_seconds(c.step_seconds):>9} {c.mfu:>5.1%}")
-    return 0
-
-
-def add_parser(subparsers) -> None:
-    """Register ``minipar plan`` (called by :mod:`minipar.cli`)."""
-    from . import hardware
-    from .cli import guarded, nonnegative_float, parse_number, positive_float, positive_int
-
-    def fraction(text: str) -> float:
-        return parse_number(text, float, lambda v: 0 < v <= 1, "a number in (0, 1]")
-
-    def nonneg_int(text: str) -> int:
-        return parse_number(text, int, lambda v: v >= 0, "an integer >= 0")
-
-    help_ = "rank data × tensor × pipeline layouts by predicted step time"
-    p = subparsers.add_parser("plan", help=help_, description=help_)
-    p.add_argument("--json", action="store_true", help="print one JSON object")
-    p.set_defaults(func=guarded("plan", _plan))
-    p.add_argument("--model", choices=tuple(MODELS), help="a preset shape (flags override it)")
-    for name, sym in (("layers", "L"), ("hidden", "h"), ("heads", "a"), ("seq", "s"),
-                      ("vocab", "V")):
-        p.add_argument(f"--{name}", type=positive_int, help=sym)
-    p.add_argument("--gpus", type=positive_int, required=True, help="N")
-    p.add_argument("--gpus-per-node", type=positive_int, default=8)
-    p.add_argument("--gpu", choices=tuple(hardware.GPUS), default="A100-80GB")
-    p.add_argument("--intra", choices=tuple(hardware.LINKS), default="nvlink4-h100")
-    p.add_argument("--inter", choices=tuple(hardware.LINKS), default="ib-ndr400")
-    p.add_argument("--intra-bandwidth", type=positive_float, help="bytes/s per direction")
-    p.add_argument("--intra-alpha", type=nonnegative_float, help="s per message")
-    p.add_argument("--inter-bandwidth", type=positive_float, help="bytes/s per direction")
-    p.add_argument("--inter-alpha", type=nonnegative_float, help="s per message")
-    p.add_argument("--global-batch", type=positive_int, required=True, help="B, sequences/step")
-    p.add_argument("--tp", type=positive_int, help="fix t")
-    p.add_argument("--pp", type=positive_int, help="fix p")
-    p.add_argument("--dp", type=positive_int, help="fix d")
-    p.add_argument("--micro-batch", type=positive_int, help="fix b")
-    p.add_argument("--zero", type=int, choices=ZERO_STAGES, help="fix the ZeRO stage")
-    p.add_argument("--gemm-efficiency", type=fraction, default=0.6,
-                   help="assumed fraction of dense peak reached by GEMMs")
-    p.add_argument("--top", type=nonneg_int, default=10, help="rows to show (0 = all)")

@@ -6,7 +6,7 @@ published one, and compared with :mod:`minipar.cost`. When a wrong value equals 
 """
 from __future__ import annotations
 
-from minipar.cost.memory import activation_bytes_per_layer, model_state_bytes
+from minipar.cost.memory_time import activation_bytes_per_layer, model_state_bytes
 from minipar.cost.model import flops_per_iteration, param_count
 
 from . import GradeFailure, as_number, task

@@ -1,9 +1,9 @@
 """Checkers for the "Putting them together" exercises: rank-grid groups against
 :class:`minipar.three_d.RankGrid`, a chosen (t, p, d) against the planner's feasible set, and a
-cost per token against :func:`minipar.cost.planner.dollars_per_million_tokens`."""
+cost per token against :func:`minipar.cost.three_d.dollars_per_million_tokens`."""
 from __future__ import annotations
 
-from minipar.cost import planner
+from minipar.cost import three_d as planner
 from minipar.three_d.grid import RankGrid
 
 from . import GradeFailure, as_number, task

@@ -7,7 +7,7 @@
                     ZeRO-1 over the DP group, compared with one process; traffic per group
     chapter.py      pure-Python inputs and rows for the notebook (planner runs)
 
-The planner that chooses (d, t, p) is pure Python: :mod:`minipar.cost.planner`.
+The planner that chooses (d, t, p) is pure Python: :mod:`minipar.cost.three_d`.
 """
 from .grid import Coord, Groups, RankGrid, new_groups
 

@@ -1,12 +1,12 @@
 """Pure-Python helpers behind the chapter's notebook (no torch): the worked layout, cost per token,
 and the published settings the planner is checked against. Everything comes from
-:mod:`minipar.cost.planner`; this module only chooses inputs and collects rows.
+:mod:`minipar.cost.three_d`; this module only chooses inputs and collects rows.
 """
 from __future__ import annotations
 
 from dataclasses import replace
 
-from minipar.cost import planner
+from minipar.cost import three_d as planner
 from minipar.cost.hardware import GPU, GPUS
 
 # The PCIe H100 has less compute than the SXM part, not only a slower link: 756 dense bf16

@@ -2,7 +2,7 @@
 
 The browser evaluates ``widgets/data_parallel.js``; its models are the JavaScript twins of the
 two pure functions below, which compose :mod:`minipar.cost.data_parallel` (the DDP schedule of
-Li et al. 2020) and :func:`minipar.cost.memory.model_state_bytes` (ZeRO, Rajbhandari et al.
+Li et al. 2020) and :func:`minipar.cost.memory_time.model_state_bytes` (ZeRO, Rajbhandari et al.
 2020). tests/test_explorer_parity.py checks the twins agree.
 """
 from __future__ import annotations
@@ -42,7 +42,7 @@ def dp_step_model(params_m: float = 1000.0, ranks: int = 64, intra: str = "nvlin
 
 def zero_memory_model(params_b: float = 7.5, d: int = 64, optimizer: str = "adam-mixed"):
     """Per-GPU model-state bytes at ZeRO stages 0–3 (Rajbhandari et al. 2020, Fig. 1)."""
-    from minipar.cost.memory import ZERO_STAGES, model_state_bytes
+    from minipar.cost.memory_time import ZERO_STAGES, model_state_bytes
     if optimizer not in OPTIMIZERS:
         raise ValueError(f"optimizer ({optimizer!r}) must be one of {', '.join(OPTIMIZERS)}")
     w, g, k = OPTIMIZERS[optimizer]

@@ -4,7 +4,7 @@ its activation memory per GPU, as t, h, s, b and the link vary.
 The browser evaluates ``widgets/tensor_parallel.js``; its model is the JavaScript twin of
 :func:`tp_layer_model`, which composes :mod:`minipar.cost.tensor_parallel` (Shoeybi et al. 2019
 for the collectives; Narayanan et al. 2021 for the FLOPs) and
-:func:`minipar.cost.memory.activation_bytes_per_layer` (Korthikanti et al. 2022, Table 2).
+:func:`minipar.cost.memory_time.activation_bytes_per_layer` (Korthikanti et al. 2022, Table 2).
 tests/test_tensor_parallel_explorer.py checks the twins agree.
 """
 from __future__ import annotations
@@ -18,7 +18,7 @@ def tp_layer_model(h: int = 12288, a: int = 96, s: int = 2048, b: int = 1, t: in
     """One layer, bf16: forward comm/compute ratio, share of forward + backward time in the
     four all-reduces without overlap, bytes a rank sends per micro-batch, and saved activation
     bytes per rank with tensor parallelism alone and with sequence parallelism."""
-    from minipar.cost.memory import activation_bytes_per_layer
+    from minipar.cost.memory_time import activation_bytes_per_layer
     from minipar.cost.tensor_parallel import (comm_compute_ratio, layer_comm_fraction,
                                               tp_sent_bytes_per_layer)
     act = activation_bytes_per_layer(s, b, h, a, t=t, sp=sp)

@@ -1,6 +1,6 @@
 // minipar-requires: collectives, memory_time
 // Putting-them-together chapter: JavaScript twins of minipar.cost.model.flops_per_iteration,
-// minipar.cost.pipeline (both bubble conventions) and minipar.cost.planner (check,
+// minipar.cost.pipeline_parallel (both bubble conventions) and minipar.cost.three_d (check,
 // dp_allreduce_seconds, evaluate), and the layout explorer. Sources: Narayanan et al. 2021
 // (Eq. 2-3, §2.2, §3), Korthikanti et al. 2022 (Eq. 7-8, Table 2), Shoeybi et al. 2019 §3,
 // Rajbhandari et al. 2020 §5 and §7, Thakur et al. 2005, Mikami et al. 2018.
@@ -18,7 +18,7 @@ export function flopsPerIteration(B, s, L, h, V, recompute = "none") {
 
 const SCHEDULES = ["gpipe", "1f1b", "interleaved"];
 
-function checkSchedule(schedule, p, m, v) {           // Python: minipar.cost.pipeline._check
+function checkSchedule(schedule, p, m, v) {           // Python: minipar.cost.pipeline_parallel._check
   if (!SCHEDULES.includes(schedule)) throw new Error(`schedule ('${schedule}') must be one of ${SCHEDULES.join(", ")}`);
   for (const [k, x] of [["p", p], ["m", m], ["v", v]]) if (!Number.isInteger(x) || x < 1) throw new Error(`${k} (${x}) must be an integer >= 1`);
   if (schedule !== "interleaved" && v !== 1) throw new Error(`chunks v (${v}) apply only to the interleaved schedule, not ${schedule}`);

@@ -2,14 +2,14 @@
 the same t at every other pipeline depth, from the planner's model.
 
 The browser evaluates ``widgets/three_d.js``, whose ``planEvaluate`` is the JavaScript twin of
-:func:`minipar.cost.planner.evaluate` (parity-tested in tests/test_three_d_explorer.py).
+:func:`minipar.cost.three_d.evaluate` (parity-tested in tests/test_three_d_explorer.py).
 """
 from __future__ import annotations
 
 from dataclasses import asdict
 
 from minipar.cost.hardware import GPUS, LINKS
-from minipar.cost.planner import MODELS
+from minipar.cost.three_d import MODELS
 
 
 def plan_config() -> dict:
