@@ -154,8 +154,8 @@ def skewed_router(moe: MoE, favourite: int = 0, bias: float = 3.0) -> None:
         moe.router.weight[favourite] += bias * torch.ones(moe.hidden, dtype=moe.w1.dtype) / moe.hidden ** 0.5
 
 
-def balance_run(experts: int = 8, top_k: int = 1, aux_coef: float = 0.0,
-                capacity_factor=None, steps: int = 60, tokens: int = 256, lr: float = 3e-2,
+def balance_run(experts: int = 8, top_k: int = 2, aux_coef: float = 0.0,
+                capacity_factor=None, steps: int = 100, tokens: int = 128, lr: float = 3e-2,
                 seed: int = 0) -> dict:
     """One process: train a skewed MoE to imitate a random teacher MoE; record tokens per expert
     every step. What the balancing loss and the capacity factor do to the load."""
@@ -170,12 +170,22 @@ def balance_run(experts: int = 8, top_k: int = 1, aux_coef: float = 0.0,
             target = teacher(x)
         y = moe(x)
         loss = ((y - target) ** 2).mean()
+        loads.append(moe.routed_per_expert.tolist())         # this step's routing, before drops
+        losses.append(loss.item())
+        dropped.append(moe.dropped / (tokens * top_k))
         opt.zero_grad()
         (loss + aux_coef * moe.aux_loss).backward()
         opt.step()
-        from .routing import slot_counts
-        _, _, chosen, _ = moe.route(x)
-        loads.append(slot_counts(chosen, experts).sum(0).tolist())  # routed, before dropping
-        losses.append(loss.item())
-        dropped.append(moe.dropped / (tokens * top_k))
     return {"routed per expert": loads, "loss": losses, "dropped fraction": dropped}
+
+
+def balance_summary(result: dict, ep: int, window: int = 10) -> dict:
+    """Most loaded rank over the mean (routed rows, experts grouped E/ep per rank) at the first
+    step and averaged over the last ``window`` steps; the dropped fraction at the end."""
+    from minipar.cost.expert_parallel import imbalance
+    loads = result["routed per expert"]
+    last = [imbalance(l, ep)["max/mean rank"] for l in loads[-window:]]
+    return {"first": imbalance(loads[0], ep)["max/mean rank"],
+            "last": sum(last) / len(last),
+            "dropped last": sum(result["dropped fraction"][-window:]) / window,
+            "loss last": sum(result["loss"][-window:]) / window}

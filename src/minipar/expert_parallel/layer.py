@@ -34,7 +34,7 @@ class ExpertParallelMoE(nn.Module):
 
     After a forward: ``aux_loss`` (balancing loss of this rank's tokens), ``tokens_per_expert``
     (E/ep,) rows each local expert processed, ``send_counts`` / ``recv_counts`` (ep, E/ep), and
-    ``dropped`` (this rank's dropped assignments).
+    ``kept`` (n, K) and ``dropped`` (this rank's dropped assignments).
     """
 
     def __init__(self, hidden: int, ffn: int, experts: int, top_k: int,

@@ -38,7 +38,8 @@ class MoE(nn.Module):
     ``capacity_factor=None``: no token is dropped. Else each expert takes at most
     C = ⌈c_f·K·n/E⌉ of the n tokens of the call, in priority order (slot, then token index);
     the rest are dropped (zero contribution). After a forward: ``aux_loss`` (Switch's balancing
-    loss of this call's tokens), ``tokens_per_expert`` (E,) assignments each expert processed,
+    loss of this call's tokens), ``routed_per_expert`` (E,) assignments routed to each expert,
+    ``tokens_per_expert`` (E,) those it processed (after dropping), ``kept`` (n, K) bool and
     ``dropped`` (number of dropped assignments).
     """
 
@@ -67,6 +68,7 @@ class MoE(nn.Module):
         x = x.reshape(-1, self.hidden)                                # (n, h)
         probs, gates, experts, kept = self.route(x)
         self.aux_loss = load_balancing_loss(probs, experts)
+        self.routed_per_expert = torch.bincount(experts.flatten(), minlength=self.experts)
         self.tokens_per_expert = torch.bincount(experts[kept], minlength=self.experts)
         self.kept, self.dropped = kept, int((~kept).sum())
         y = torch.zeros_like(x)
