@@ -86,12 +86,16 @@ def parity_on_rank(rank: int, experts: int, top_k: int, capacity_factor=None,
 
 
 def traffic_on_rank(rank: int, experts: int, top_k: int, capacity_factor=None,
-                    router_scale: float = 1.0) -> dict:
-    """Traced (op, bytes) of one forward + backward next to the cost model's from the counts."""
+                    skew: float = 0.0, tokens: int | None = None) -> dict:
+    """Traced (op, bytes) of one forward + backward next to the cost model's from the counts;
+    ``skew`` > 0 biases the router towards expert 0 (:func:`skewed_router`)."""
     ep = group_size()
-    moe = make_moe(experts, top_k, capacity_factor, router_scale=router_scale)
+    moe = make_moe(experts, top_k, capacity_factor)
+    if skew:
+        skewed_router(moe, bias=skew)
     layer = ExpertParallelMoE.from_full(moe)
-    x = _randn(tokens_on(rank), H, seed=100 + rank).requires_grad_()
+    n = tokens_on(rank) if tokens is None else tokens
+    x = (_randn(n, H, seed=100 + rank) + (0.5 if skew else 0.0)).requires_grad_()
     with tracer.trace() as tr:
         layer(x).sum().backward()
     rows = torch.zeros(ep, ep, dtype=torch.int64)
@@ -99,7 +103,8 @@ def traffic_on_rank(rank: int, experts: int, top_k: int, capacity_factor=None,
     dist.all_reduce(rows)                                    # rows[s][d] for every pair
     traced = [(e.op, e.bytes) for e in tr.events]
     model = layer_events(rows.tolist(), rank, H, experts, top_k, 8, capacity_factor is not None)
-    return {"traced": traced, "model": model, "rows": rows.tolist()}
+    return {"traced": traced, "model": model, "rows": rows.tolist(),
+            "tokens per expert": layer.tokens_per_expert.tolist()}
 
 
 def ep_dp_train_on_rank(rank: int, world: int, ep: int, experts: int, top_k: int,
@@ -189,3 +194,35 @@ def balance_summary(result: dict, ep: int, window: int = 10) -> dict:
             "last": sum(last) / len(last),
             "dropped last": sum(result["dropped fraction"][-window:]) / window,
             "loss last": sum(result["loss"][-window:]) / window}
+
+
+PARITY_CASES = [(1, None), (2, None), (1, 1.0), (2, 1.0)]   # (top_k, capacity_factor)
+
+
+def run(fn, world: int, *args, timeout: float = 300) -> list:
+    """``minipar.launch.run`` on gloo: these functions build float64 inputs with CPU generators."""
+    from minipar import launch
+
+    return launch.run(fn, world, *args, backend="gloo", timeout=timeout)
+
+
+def _chapter_on_rank(rank, ep):
+    E = 6 if ep == 3 else 4
+    return {"parity": {case: parity_on_rank(rank, E, *case) for case in PARITY_CASES},
+            "traffic": traffic_on_rank(rank, E, 2, None),
+            "traffic capacity": traffic_on_rank(rank, E, 2, 1.0),
+            "skewed": traffic_on_rank(rank, E, 1, None, skew=3.0, tokens=32),
+            "even": traffic_on_rank(rank, E, 1, None, tokens=32)}
+
+
+def _ep_dp_on_rank(rank, world):
+    groups = ep_dp_groups(2)
+    return {cf: ep_dp_train_on_rank(rank, world, 2, 4, 2, cf, 3, groups=groups)
+            for cf in (None, 1.0)}
+
+
+def chapter_runs(eps=(2, 3)) -> dict:
+    """One launch per ep (all ranks' results) and one EP × DP launch on 4 ranks (dp = ep = 2)."""
+    out = {ep: run(_chapter_on_rank, ep) for ep in eps}
+    out["ep x dp"] = run(_ep_dp_on_rank, 4)
+    return out

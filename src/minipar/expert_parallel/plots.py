@@ -1,0 +1,37 @@
+"""Figures for the expert-parallel chapter (matplotlib; each returns a Figure)."""
+from __future__ import annotations
+
+import matplotlib.pyplot as plt
+
+from minipar.cost.expert_parallel import imbalance
+
+
+def balance(runs: dict[str, dict], ep: int, title: str = ""):
+    """Most loaded rank / mean rank (routed rows) at every training step, one line per run."""
+    fig, ax = plt.subplots(figsize=(7, 3.2))
+    for label, r in runs.items():
+        ax.plot([imbalance(l, ep)["max/mean rank"] for l in r["routed per expert"]], label=label)
+    ax.axhline(1.0, color="grey", ls=":", lw=0.8)
+    ax.set_xlabel("training step")
+    ax.set_ylabel(f"most loaded rank / mean (ep = {ep})")
+    ax.set_title(title)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    return fig
+
+
+def rows_matrix(rows: list[list[int]], title: str = ""):
+    """rows[s][d]: assignments rank s dispatches to rank d, as a heat map."""
+    fig, ax = plt.subplots(figsize=(3.4, 3.0))
+    im = ax.imshow(rows, cmap="Blues")
+    for s, row in enumerate(rows):
+        for d, v in enumerate(row):
+            ax.text(d, s, str(v), ha="center", va="center", fontsize=9)
+    ax.set_xlabel("to rank d")
+    ax.set_ylabel("from rank s")
+    ax.set_xticks(range(len(rows)))
+    ax.set_yticks(range(len(rows)))
+    ax.set_title(title, fontsize=9)
+    fig.colorbar(im, ax=ax, fraction=0.046)
+    fig.tight_layout()
+    return fig
