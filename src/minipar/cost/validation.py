@@ -165,15 +165,21 @@ def spearman(xs, ys) -> float:
 def zero3_comparison(model: str = "gpt3-175b", batch: int = 1536,
                      gpus: tuple[int, ...] = (384, 768, 1536)) -> list[dict]:
     """Narayanan et al. 2021 §5.2 (Figure 10): PTD-P against ZeRO-3 without model parallelism at
-    a fixed global batch as the GPU count doubles. For each N: the best PTD-P layout (t = 8,
-    ZeRO ≤ 1) and the best ZeRO-3 layout with t = p = 1, and their throughput ratio."""
+    a fixed global batch as the GPU count doubles, both with full recomputation and no sequence
+    parallelism (as run in 2021). For each N: the best PTD-P layout (t = 8, ZeRO ≤ 1, no DP
+    overlap), the best ZeRO-3 layout (t = p = 1), and ``ratio`` = ZeRO-3 step / PTD-P step
+    (> 1: PTD-P faster). The paper measured PTD-P ahead, by about 70 % once N doubles; this
+    model, whose ZeRO-3 collectives run at the NCCL-ideal hierarchical bandwidth and hide under
+    one layer's compute, does not reproduce that gap (see tests/test_cost_validation.py)."""
     m_ = three_d.MODELS[model]
     out = []
     for n in gpus:
         cl = three_d.cluster(n, 8, "A100-80GB")
         ptdp = [c for z in (0, 1) for c in three_d.search(m_, cl, batch, tp=8, zero=z,
-                                                          dp_overlap=False) if c.fits]
-        z3 = [c for c in three_d.search(m_, cl, batch, tp=1, pp=1, zero=3) if c.fits]
+                                                          recompute="full", dp_overlap=False)
+                if c.fits and not c.sp]
+        z3 = [c for c in three_d.search(m_, cl, batch, tp=1, pp=1, zero=3, recompute="full")
+              if c.fits]
         best_p = min(ptdp, key=lambda c: c.step_seconds) if ptdp else None
         best_z = min(z3, key=lambda c: c.step_seconds) if z3 else None
         out.append({"gpus": n, "ptdp": best_p, "zero3": best_z,
