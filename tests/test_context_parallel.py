@@ -29,7 +29,7 @@ def test_layouts_exactly_as_specified():
     assert every == list(range(24))
     x = torch.arange(12.0).view(1, 12)
     assert torch.equal(shard_sequence(x, 1), x)             # one rank: the whole sequence
-    with pytest.raises(ValueError, match=r"sequence length \(10\) must be divisible by 4"):
+    with pytest.raises(ValueError, match=r"sequence length \(10\) must be divisible by 2·cp \(4\)"):
         positions(10, 2, 0, "zigzag")
     with pytest.raises(ValueError, match="layout must be one of"):
         chunk_ids(0, 2, "striped")

@@ -39,7 +39,7 @@ def qkv(b=2, a=6, s=24, d=8, *, logit=1e3, seed=0, dtype=torch.float64):
     return q, k, v
 
 
-def attention_errors(rank, cp, method, layout, causal, *, logit=1e3, a=6, s=24):
+def attention_errors(rank, cp, method, layout, causal, *, logit=1e3, a=12, s=24):
     """Relative errors of the output and q, k, v gradients of ``method`` against full attention."""
     q, k, v = (t.requires_grad_() for t in qkv(a=a, s=s, logit=logit))
     ref = full_attention(q, k, v, causal)
@@ -94,7 +94,7 @@ def controls_on_rank(rank, cp):
     return out
 
 
-def small_gpt(s=24, a=6, L=2, h=48, seed=0) -> GPT:
+def small_gpt(s=24, a=12, L=2, h=48, seed=0) -> GPT:
     torch.manual_seed(seed)
     return GPT(GPTConfig(L=L, h=h, a=a, s=s, V=50, dropout=0.0)).double()
 
@@ -245,3 +245,29 @@ def timeline_on_rank(rank, cp, b=1, a=4, s=1536, d=32, layout="zigzag"):
         tl = []
         ring_attention(q, k, v, True, None, layout, timeline=tl)
     return tl
+
+
+# ------------------------------------------------------------------ the notebook's runs
+BALANCE = dict(b=1, a=4, s=1152, d=32)      # float32, causal: the load-balance measurement
+MEMORY_S = 48                                # memory_on_rank's sequence length
+
+
+def _chapter_on_rank(rank, cp):
+    out = {"traffic": traffic_on_rank(rank, cp),
+           "balance": {lay: balance_on_rank(rank, cp, lay, **BALANCE) for lay in ("contiguous", "zigzag")}}
+    if cp in (1, 2, 4):
+        out["memory"] = memory_on_rank(rank, cp, s=MEMORY_S)
+    if cp > 1:
+        out["parity"] = attention_parity_on_rank(rank, cp)
+        out["controls"] = controls_on_rank(rank, cp)
+        out["gpt"] = max(gpt_training_on_rank(rank, cp, m, lay)["params"] for m, lay in METHODS)
+    if cp == 2:
+        out["timeline"] = timeline_on_rank(rank, cp)
+    return out
+
+
+def chapter_runs(cps=(1, 2, 3, 4)) -> dict[int, list[dict]]:
+    """One launch per cp on gloo; each value is the list of per-rank results."""
+    from minipar.launch import run
+
+    return {cp: run(_chapter_on_rank, cp, backend="gloo") for cp in cps}

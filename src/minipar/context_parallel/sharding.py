@@ -52,8 +52,9 @@ def positions(s: int, cp: int, rank: int, layout: str = "contiguous") -> torch.T
     """Global positions (int64, length s/cp) of the tokens this rank holds, in storage order."""
     n = cp * chunks_per_rank(layout)
     if s % n:
-        raise ValueError(f"sequence length ({s}) must be divisible by {n} "
-                         f"({'2·cp' if layout == 'zigzag' else 'cp'}, cp = {cp}) for layout {layout!r}")
+        rule = "2·cp" if layout == "zigzag" else "cp"
+        raise ValueError(f"sequence length ({s}) must be divisible by {rule} ({n}) "
+                         f"for layout {layout!r}")
     size = s // n
     return torch.cat([torch.arange(i * size, (i + 1) * size) for i in chunk_ids(rank, cp, layout)])
 
