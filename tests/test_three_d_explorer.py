@@ -1,19 +1,27 @@
-"""The layout explorer's JavaScript equals minipar.cost.three_d.evaluate, run under Node.js."""
+"""The layout explorer's JavaScript equals minipar.cost.three_d (evaluate, cluster, the compute
+roofline, the cost per token), run under Node.js, on valid and invalid inputs alike."""
 import itertools
 
 import pytest
 
-from minipar.cost import three_d as planner
+from minipar.cost import compute, three_d as planner
+from minipar.cost.hardware import GPUS
 from minipar.widgets.parity import assert_parity, js_call, node_available
-from minipar.widgets.three_d import plan_config
+from minipar.widgets.three_d import PRESET_LAYOUTS, plan_config
 
 pytestmark = pytest.mark.skipif(not node_available(), reason="Node.js (/usr/bin/node) not installed")
+
+CONFIG = plan_config()
+
+
+def _js_gpu(g):
+    return CONFIG["gpus"][g.name] | {"gemm_efficiency": g.gemm_efficiency}
 
 
 def _js_cluster(cl):
     link = lambda L: {"name": L.name, "alpha": L.alpha, "bandwidth": L.bandwidth}
     return {"gpus": cl.gpus, "gpus_per_node": cl.gpus_per_node, "peak": cl.peak,
-            "memory_bytes": cl.gpu.memory_bytes, "intra": link(cl.intra), "inter": link(cl.inter)}
+            "gpu": _js_gpu(cl.gpu), "intra": link(cl.intra), "inter": link(cl.inter)}
 
 
 def _js_model(m):
@@ -21,27 +29,35 @@ def _js_model(m):
             "vocab": m.vocab}
 
 
-def _evaluate(m, cl, global_batch, tp, pp, dp, micro_batch, chunks, recompute, sp, zero, eff):
+def _evaluate(m, cl, global_batch, tp, pp, dp, micro_batch, chunks, recompute, sp, zero, grb,
+              overlap, headroom):
     return planner.evaluate(m, cl, global_batch, tp=tp, pp=pp, dp=dp, micro_batch=micro_batch,
                             chunks=chunks, recompute=recompute, sp=sp, zero=zero,
-                            gemm_efficiency=eff).as_dict()
+                            grad_reduce_bytes=grb, dp_overlap=overlap,
+                            headroom=headroom).as_dict()
 
 
 def _cases():
     small = planner.ModelShape(12, 768, 12, 1024, 50304)       # non-powers of two: t = 3, p = 3
     gpt3 = planner.MODELS["gpt3-175b"]
     clusters = [planner.cluster(24, 8), planner.cluster(24, 6, "H100-SXM", intra="pcie5-x16"),
-                planner.cluster(1024, 8), planner.cluster(96, 8, inter="eth-100g")]
+                planner.cluster(1024, 8), planner.cluster(96, 8, "H200", inter="eth-100g"),
+                planner.cluster(384, 8, inter="opa-jean-zay", gemm_efficiency=0.5)]
     out = []
     for cl in clusters:
         for m in (small, gpt3):
             for t, p in itertools.product((1, 2, 3, 4, 8, 16), (1, 2, 3, 4, 6, 8)):
                 d = max(1, cl.gpus // (t * p))
-                for b, v, rc, sp, z in ((1, 1, "selective", True, 1), (2, 2, "none", False, 0),
-                                        (1, 1, "full", False, 3), (4, 4, "selective", True, 2)):
+                for b, v, rc, sp, z, grb, ov, hr in (
+                        (1, 1, "selective", True, 1, 4, True, 0.1),
+                        (2, 2, "none", False, 0, 2, False, 0.0),
+                        (1, 1, "full", False, 3, 4, True, 0.1),
+                        (1, 2, "full", True, 3, 2, False, 0.2),
+                        (4, 4, "selective", True, 2, 4, True, 0.1),
+                        (1, 1, "none", False, 0, 0, True, 1.5)):          # invalid options
                     out.append(dict(m=m, cl=cl, global_batch=48 if cl.gpus < 100 else 1536,
                                     tp=t, pp=p, dp=d, micro_batch=b, chunks=v, recompute=rc,
-                                    sp=sp, zero=z, eff=0.6))
+                                    sp=sp, zero=z, grb=grb, overlap=ov, headroom=hr))
     return out
 
 
@@ -51,9 +67,66 @@ def test_plan_evaluate_parity():
                            js_args=lambda c: [_js_model(c["m"]), _js_cluster(c["cl"]),
                                               *[c[k] for k in ("global_batch", "tp", "pp", "dp",
                                                                "micro_batch", "chunks",
-                                                               "recompute", "sp", "zero",
-                                                               "eff")]])
-    assert counts["cases"] > 500 and 0 < counts["errors"] < counts["cases"] - 100
+                                                               "recompute", "sp", "zero", "grb",
+                                                               "overlap", "headroom")]])
+    assert counts["cases"] > 1000 and 100 < counts["errors"] < counts["cases"] - 300
+
+
+def test_compute_roofline_parity():
+    g = GPUS["A100-80GB"]
+    kw = dict(peak=g.peak_flops["bf16"], efficiency=g.gemm_efficiency, hbm=g.hbm_bandwidth,
+              sms=g.sms)
+    cases = [dict(M=M, N=N, K=K, batch=n) for M in (1, 300, 2048) for N in (64, 2304, 6912)
+             for K in (96, 12288) for n in (1, 48)] + [dict(M=0, N=1, K=1, batch=1)]
+    assert_parity("three_d", "gemmSeconds", lambda M, N, K, batch: compute.gemm_seconds(
+        M, N, K, batch=batch, **kw), cases,
+        js_args=lambda c: [c["M"], c["N"], c["K"], kw["peak"], kw["efficiency"], kw["hbm"],
+                           kw["sms"], c["batch"]])
+    layer = [dict(b=b, s=s, h=h, a=a, t=t, sp=sp, rc=rc) for b in (1, 3) for s in (128, 2048)
+             for h, a in ((768, 12), (12288, 96)) for t in (1, 3, 4) for sp in (False, True)
+             for rc in ("none", "selective", "full", "x")]
+    counts = assert_parity(
+        "three_d", "layerSeconds",
+        lambda b, s, h, a, t, sp, rc: compute.layer_seconds(b, s, h, a, g, t, sp=sp,
+                                                            recompute=rc)._asdict()
+        | {"total_s": compute.layer_seconds(b, s, h, a, g, t, sp=sp, recompute=rc).total_s},
+        layer, js_args=lambda c: [c["b"], c["s"], c["h"], c["a"], _js_gpu(g), c["t"], c["sp"],
+                                  c["rc"]])
+    assert counts["errors"] > 0
+    assert_parity("three_d", "logitsSeconds",
+                  lambda b, s, h, V, t: compute.logits_seconds(b, s, h, V, g, t),
+                  [dict(b=b, s=2048, h=h, V=V, t=t) for b in (1, 2) for h in (2304, 12288)
+                   for V in (51200, 250880) for t in (1, 3, 8)],
+                  js_args=lambda c: [c["b"], c["s"], c["h"], c["V"], _js_gpu(g), c["t"]])
+
+
+def test_cluster_and_price_parity_with_messages():
+    """planCluster and dollarsPerMillionTokens follow the Python rules and say the same thing
+    for the same bad value (0 GPUs per node, a negative price, a non-multiple of the node)."""
+    links = CONFIG["links"]
+    cases = [(8, 8, "A100-80GB", None, None, None), (1024, 8, "H100-SXM", None, "eth-100g", 0.5),
+             (12, 8, "A100-80GB", None, None, None), (8, 0, "A100-80GB", None, None, None),
+             (0, 8, "H200", None, None, None), (16, 8, "A100-80GB", "x", None, None),
+             (16, 8, "A100-80GB", None, None, 1.5)]
+    js = js_call("three_d", [("planCluster", [n, g, CONFIG["gpus"][name], links, i, e, eff])
+                             for n, g, name, i, e, eff in cases])
+    for (n, g, name, i, e, eff), (kind, got) in zip(cases, js):
+        try:
+            cl = planner.cluster(n, g, name, i, e, gemm_efficiency=eff)
+        except ValueError as err:
+            assert (kind, got) == ("error", str(err))
+            continue
+        assert kind == "ok"
+        assert (got["intra"]["name"], got["inter"]["name"], got["gpu"]["gemm_efficiency"]) == \
+            (cl.intra.name, cl.inter.name, cl.gpu.gemm_efficiency)
+    prices = [(10.0, 8, 16384, 2.0), (10.0, 8, 16384, -1.0), (0.0, 8, 16384, 2.0)]
+    js = js_call("three_d", [("dollarsPerMillionTokens", list(c)) for c in prices])
+    for c, (kind, got) in zip(prices, js):
+        try:
+            want = ("ok", planner.dollars_per_million_tokens(*c))
+        except ValueError as err:
+            want = ("error", str(err))
+        assert (kind, got) == want
 
 
 def test_dp_allreduce_and_bubble_parity():
@@ -70,12 +143,31 @@ def test_dp_allreduce_and_bubble_parity():
                   js_args=lambda c: [c["nbytes"], c["d"], c["t"], _js_cluster(cl)])
 
 
-def test_default_view_draws_and_bad_input_says_why():
-    cfg = plan_config()
-    (kind, html), (kind2, msg) = js_call("three_d", [
-        ("drawExplorer", ["plan", {}, cfg]),
-        ("drawExplorer", ["plan", {"t": 5}, cfg]),
-    ])
-    assert kind == "ok" and "<svg" in html["html"] and "MFU" in html["html"]
-    assert kind2 == "ok" and msg["error"] == "gpus (1024) must be divisible by t·p (5·8)"
-    assert "minipar-explorer-message" in msg["html"]
+def test_every_preset_draws_its_layout_and_bad_input_says_why():
+    """Each preset opens on a valid layout (BLOOM and MT-NLG used to open on an error); A100
+    shows NVLink 3 and HDR 200; invalid inputs name the rule and the value."""
+    calls = [("drawExplorer", ["plan", {"model": k}, CONFIG]) for k in PRESET_LAYOUTS]
+    bad = [({"layout": "custom", "t": 5}, "gpus (1024) must be divisible by t·p (5·16)"),
+           ({"layout": "custom", "t": 0}, "t (0) must be a positive integer"),
+           ({"layout": "custom", "p": 0}, "p (0) must be a positive integer"),
+           ({"price": -1}, "price ($ per GPU-hour) (-1) must be >= 0"),
+           ({"gpn": 0}, "gpus (1024) and gpus_per_node (0) must be integers >= 1"),
+           ({"layout": "custom", "gpus": 1001}, "gpus (1001) must be a multiple of "
+                                                "gpus_per_node (8)"),
+           ({"zero": 2}, "ZeRO stage (2) needs p = 1 (its sharded gradients would be reduced "
+                         "every micro-batch under PP; use ZeRO-1 or ZeRO-3), got p (16)")]
+    calls += [("drawExplorer", ["plan", v, CONFIG]) for v, _ in bad]
+    got = js_call("three_d", calls)
+    for (kind, out), name in zip(got[:len(PRESET_LAYOUTS)], PRESET_LAYOUTS):
+        assert kind == "ok" and out["error"] is None, (name, out["error"])
+        assert "<svg" in out["html"] and "MFU" in out["html"]
+    assert "nvlink3-a100 300.00 GB/s per direction" in got[0][1]["html"]
+    assert "ib-hdr200 25.00 GB/s per direction" in got[0][1]["html"]
+    for (kind, out), (_, message) in zip(got[len(PRESET_LAYOUTS):], bad):
+        assert kind == "ok" and out["error"] == message
+        assert "minipar-explorer-message" in out["html"]
+    # the Python rules say the same for the same values
+    with pytest.raises(ValueError, match=r"gpus \(1024\) and gpus_per_node \(0\)"):
+        planner.cluster(1024, 0)
+    with pytest.raises(ValueError, match="the price >= 0"):
+        planner.dollars_per_million_tokens(1.0, 8, 100, -1)

@@ -1,9 +1,11 @@
 // minipar-requires: collectives, memory_time
 // Putting-them-together chapter: JavaScript twins of minipar.cost.model.flops_per_iteration,
-// minipar.cost.pipeline_parallel (both bubble conventions) and minipar.cost.three_d (check,
-// dp_allreduce_seconds, evaluate), and the layout explorer. Sources: Narayanan et al. 2021
-// (Eq. 2-3, §2.2, §3), Korthikanti et al. 2022 (Eq. 7-8, Table 2), Shoeybi et al. 2019 §3,
-// Rajbhandari et al. 2020 §5 and §7, Thakur et al. 2005, Mikami et al. 2018.
+// minipar.cost.pipeline_parallel (both bubble conventions), minipar.cost.compute (the roofline
+// per GEMM and per memory-bound kernel) and minipar.cost.three_d (cluster, check,
+// dp_allreduce_seconds, tp_collectives, evaluate, dollars_per_million_tokens), and the layout
+// explorer. Sources: Narayanan et al. 2021 (Eq. 2-3, §2.2, §3), Korthikanti et al. 2022 (Eq.
+// 7-8, Table 2), Shoeybi et al. 2019 §3, Rajbhandari et al. 2020 §5 and §7, Thakur et al. 2005,
+// Mikami et al. 2018, Williams et al. 2009 (roofline).
 // Parity with Python: tests/test_three_d_explorer.py.
 
 // Python: flops_per_iteration(B, s, L, h, V, recompute)
@@ -37,8 +39,7 @@ export function bubbleFractionOfTotal(schedule, p, m, v = 1) {
   return r / (1 + r);
 }
 
-// model: {layers, hidden, heads, seq, vocab}; cluster: {gpus, gpus_per_node, peak, memory_bytes,
-// intra: {name, alpha, bandwidth}, inter: {...}} (Python: ModelShape, Cluster)
+// model: {layers, hidden, heads, seq, vocab}; cluster: (Python: ModelShape, Cluster) from planCluster
 
 // Python: planner.check(m_, cl, global_batch, tp, pp, dp, micro_batch, chunks, zero)
 export function planCheck(model, cluster, globalBatch, tp, pp, dp, microBatch, chunks = 1, zero = 1) {
@@ -49,7 +50,7 @@ export function planCheck(model, cluster, globalBatch, tp, pp, dp, microBatch, c
   if (globalBatch % (d * b)) throw new Error(`global batch (${globalBatch}) must be divisible by d·b (${d}·${b})`);
   const m = Math.floor(globalBatch / (d * b));
   if (v > 1 && (p === 1 || m % p)) throw new Error(`interleaving (v=${v}) needs p > 1 and microbatches m (${m}) a multiple of p (${p})`);
-  if (zero >= 2 && p > 1) throw new Error(`ZeRO stage (${zero}) >= 2 needs p = 1 (gradients are accumulated over micro-batches under PP), got p (${p})`);
+  if (zero === 2 && p > 1) throw new Error(`ZeRO stage (2) needs p = 1 (its sharded gradients would be reduced every micro-batch under PP; use ZeRO-1 or ZeRO-3), got p (${p})`);
   return null;
 }
 
@@ -70,119 +71,254 @@ export function dpAllreduceSeconds(nbytes, d, t, cluster) {
   return [ring("all-reduce", d, nbytes, cluster.inter), cluster.inter.name];
 }
 
-// Python: planner.evaluate(m_, cl, global_batch, tp, pp, dp, micro_batch, chunks, recompute, sp,
-// zero, gemm_efficiency).as_dict()
+// --- minipar.cost.compute: a roofline per kernel ------------------------------------------
+const TILE_M = 256, TILE_N = 128;
+
+function positive(pairs) {
+  for (const [k, v] of pairs) if (!(v > 0)) throw new Error(`${k} (${v}) must be > 0`);
+}
+
+// Python: gemm_seconds(M, N, K, peak, efficiency, hbm, sms, batch, bytes_per_elem)
+export function gemmSeconds(M, N, K, peak, efficiency, hbm, sms, batch = 1, bytesPerElem = 2) {
+  positive([["M", M], ["N", N], ["K", K], ["peak", peak], ["efficiency", efficiency], ["hbm", hbm], ["sms", sms], ["batch", batch]]);
+  const tiles = batch * Math.ceil(M / TILE_M) * Math.ceil(N / TILE_N);
+  const q = (batch * M * N) / (Math.ceil(tiles / sms) * sms * TILE_M * TILE_N);
+  const flops = 2.0 * batch * M * N * K;
+  const moved = batch * (M * K + K * N + M * N) * bytesPerElem;
+  return Math.max(flops / (peak * efficiency * q), moved / hbm);
+}
+
+// Python: layer_gemms(b, s, h, a, t) -> [(batch, M, N, K)]
+export function layerGemms(b, s, h, a, t = 1) {
+  positive([["b", b], ["s", s], ["h", h], ["a", a], ["t", t]]);
+  const bs = b * s, dh = Math.floor(h / a), at = Math.floor(a / t);
+  return [[1, bs, Math.floor(3 * h / t), h], [1, bs, h, Math.floor(h / t)], [1, bs, Math.floor(4 * h / t), h],
+    [1, bs, h, Math.floor(4 * h / t)], [b * at, s, s, dh], [b * at, s, dh, s]];
+}
+
+function passSeconds(gemms, gpu) {
+  const g = (M, N, K, n) => gemmSeconds(M, N, K, gpu.peak, gpu.gemm_efficiency, gpu.hbm_bandwidth, gpu.sms, n);
+  let fwd = 0, bwd = 0;
+  for (const [n, M, N, K] of gemms) fwd += g(M, N, K, n);
+  for (const [n, M, N, K] of gemms) bwd += g(M, K, N, n) + g(K, N, M, n);
+  return [fwd, bwd];
+}
+
+// Python: layer_memory_bytes(b, s, h, a, t, sp, grad_accum_bytes) -> [fwd, bwd, core]
+export function layerMemoryBytes(b, s, h, a, t = 1, sp = false, gradAccumBytes = 10) {
+  positive([["b", b], ["s", s], ["h", h], ["a", a], ["t", t]]);
+  const bsh = b * s * h, scores = (a * s * s * b) / t;
+  const rep = sp ? bsh / t : bsh;
+  const fwd = 22 * rep + (16 * bsh) / t + 9 * scores;
+  const bwd = 22 * rep + (24 * bsh) / t + 11 * scores + (gradAccumBytes * 12 * h * h) / t;
+  return [fwd, bwd, 9 * scores];
+}
+
+// Python: layer_seconds(b, s, h, a, gpu, t, sp, recompute) -> {gemm_s, memory_s, total_s}
+export function layerSeconds(b, s, h, a, gpu, t = 1, sp = false, recompute = "none") {
+  const gemms = layerGemms(b, s, h, a, t);
+  const [fwd, bwd] = passSeconds(gemms, gpu);
+  const [coreF] = passSeconds(gemms.slice(4), gpu);
+  const [mF, mB, mCore] = layerMemoryBytes(b, s, h, a, t, sp);
+  let g = fwd + bwd, mem = mF + mB;
+  if (recompute === "full") { g += fwd; mem += mF; }
+  else if (recompute === "selective") { g += coreF; mem += mCore; }
+  else if (recompute !== "none") throw new Error(`recompute ('${recompute}') must be one of none, selective, full`);
+  return {gemm_s: g, memory_s: mem / gpu.hbm_bandwidth, total_s: g + mem / gpu.hbm_bandwidth};
+}
+
+// Python: logits_seconds(b, s, h, V, gpu, t)
+export function logitsSeconds(b, s, h, V, gpu, t = 1) {
+  const g = (M, N, K) => gemmSeconds(M, N, K, gpu.peak, gpu.gemm_efficiency, gpu.hbm_bandwidth, gpu.sms);
+  const Vt = Math.max(1, Math.floor(V / t));
+  return g(b * s, Vt, h) + g(b * s, h, Vt) + g(h, Vt, b * s) + (16 * b * s * Vt) / gpu.hbm_bandwidth;
+}
+
+// Python: optimizer_seconds(params, gpu, bytes_per_param)
+export function optimizerSeconds(params, gpu, bytesPerParam = 30) {
+  if (params < 0) throw new Error(`params (${params}) must be >= 0`);
+  return (bytesPerParam * params) / gpu.hbm_bandwidth;
+}
+
+// --- minipar.cost.three_d ------------------------------------------------------------------
+export const HEADROOM = 0.10, GRAD_REDUCE_BYTES = 4;
+
+// gpu: {name, memory_bytes, peak, hbm_bandwidth, sms, gemm_efficiency, intra, inter};
+// links: {name: {name, alpha, bandwidth}} (Python: minipar.widgets.three_d.plan_config)
+// Python: three_d.cluster(gpus, gpus_per_node, gpu, intra, inter, gemm_efficiency)
+export function planCluster(gpus, gpusPerNode, gpu, links, intra = null, inter = null, gemmEfficiency = null) {
+  if (!(Number.isInteger(gpus) && gpus >= 1 && Number.isInteger(gpusPerNode) && gpusPerNode >= 1)) {
+    throw new Error(`gpus (${gpus}) and gpus_per_node (${gpusPerNode}) must be integers >= 1`);
+  }
+  if (gpus > gpusPerNode && gpus % gpusPerNode) throw new Error(`gpus (${gpus}) must be a multiple of gpus_per_node (${gpusPerNode})`);
+  let g = gpu;
+  if (gemmEfficiency !== null) {
+    if (!(gemmEfficiency > 0 && gemmEfficiency <= 1)) throw new Error(`gemm_efficiency (${gemmEfficiency}) must be in (0, 1]`);
+    g = {...gpu, gemm_efficiency: gemmEfficiency};
+  }
+  const pick = (name) => {
+    if (!(name in links)) throw new Error(`link ('${name}') must be one of ${Object.keys(links).join(", ")}`);
+    return links[name];
+  };
+  return {gpus, gpus_per_node: gpusPerNode, gpu: g, peak: g.peak, intra: pick(intra || g.intra), inter: pick(inter || g.inter)};
+}
+
+// Python: tp_collectives(t, sp, recompute): all-reduce equivalents per layer per micro-batch
+export function tpCollectives(t, sp, recompute) {
+  if (t === 1) return 0.0;
+  if (sp) return recompute === "full" ? 6.0 : 5.0;
+  return recompute === "full" ? 6.0 : 4.0;
+}
+
+// Python: three_d.evaluate(m_, cl, global_batch, tp, pp, dp, micro_batch, chunks, recompute, sp,
+// zero, grad_reduce_bytes, dp_overlap, headroom).as_dict()
 export function planEvaluate(model, cluster, globalBatch, tp, pp, dp, microBatch, chunks = 1,
-  recompute = "selective", sp = false, zero = 1, gemmEfficiency = 0.6) {
+  recompute = "selective", sp = false, zero = 1, gradReduceBytes = GRAD_REDUCE_BYTES, dpOverlap = true,
+  headroom = HEADROOM) {
   const [t, p, d, b, v] = [tp, pp, dp, microBatch, chunks];
   const {layers: L, hidden: h, heads: a, seq: s, vocab: V} = model;
   planCheck(model, cluster, globalBatch, t, p, d, b, v, zero);
+  if (!(gradReduceBytes > 0) || !(headroom >= 0 && headroom < 1)) {
+    throw new Error(`grad_reduce_bytes (${gradReduceBytes}) must be > 0 and headroom (${headroom}) in [0, 1)`);
+  }
   const m = Math.floor(globalBatch / (d * b));
-  const psi = paramCount(L, h, V, s);
-  const emb = (V + s) * h;                               // whole on the first stage, split over t
-  const psiFirst = (psi - emb) / p + emb;
-  const states = modelStateBytes(psiFirst * p, d, t, p, zero).total;
+  const lp = Math.floor(L / p);
+  const layerParams = 12 * h * h + 13 * h;
+  const emb = (V + s) * h;
+  const psiStage = lp * layerParams + emb;
+  let states = modelStateBytes(psiStage * p, d, t, p, zero).total;
+  if (zero === 3) states += ((2 * 2 + gradReduceBytes) * layerParams) / t;
   const schedule = v > 1 ? "interleaved" : "1f1b";
-  const act = pipelineFirstStageActivationBytes(s, b, h, a, L, p, m, t, sp, recompute, schedule, v);
+  let act = pipelineFirstStageActivationBytes(s, b, h, a, L, p, m, t, sp, recompute, schedule, v);
+  if (recompute === "full") act += activationBytesPerLayer(s, b, h, a, t, sp);
   const total = states + act;
-  const peak = cluster.peak;
-  const cMb = flopsPerIteration(b, s, L, h, V, recompute) / (t * p) / (peak * gemmEfficiency);
-  const actBytes = b * s * h * 2;                        // (b, s, h) in 16-bit
+  const gpu = cluster.gpu;
+  const limit = gpu.memory_bytes * (1 - headroom);
+  const lt = layerSeconds(b, s, h, a, gpu, t, sp, recompute).total_s;
+  const cMb = lp * lt + logitsSeconds(b, s, h, V, gpu, t);
+  const actBytes = b * s * h * 2;
   const tpLink = t <= cluster.gpus_per_node ? cluster.intra : cluster.inter;
-  const nAr = recompute === "full" ? 6 : 4;
-  const layersPerStage = Math.floor(L / p);
-  const tpMb = layersPerStage * nAr * ring("all-reduce", t, actBytes, tpLink);
+  const tpMb = lp * tpCollectives(t, sp, recompute) * ring("all-reduce", t, actBytes, tpLink);
   const ppLink = t * d * p <= cluster.gpus_per_node ? cluster.intra : cluster.inter;
   const ppMb = p === 1 ? 0.0 : 2 * v * (ppLink.alpha + actBytes / t / ppLink.bandwidth);
-  const slot = cMb + tpMb + ppMb;
+  let z3Mb = 0.0, commLayer = 0.0;
+  if (zero === 3) {
+    const [gather] = dpAllreduceSeconds((2 * layerParams) / t, d, t, cluster);
+    const [scatter] = dpAllreduceSeconds((gradReduceBytes * layerParams) / t, d, t, cluster);
+    commLayer = gather + scatter / 2;
+    z3Mb = lp * Math.max(0.0, commLayer - lt) + gather / 2;
+  }
+  const slot = cMb + tpMb + ppMb + z3Mb;
   const r = p === 1 ? 0.0 : bubbleRelativeToIdeal(schedule, p, m, v);
   const f = p === 1 ? 0.0 : bubbleFractionOfTotal(schedule, p, m, v);
   const pipe = m * slot * (1 + r);
-  const gradBytes = (2 * psi) / (t * p);
-  const [ar, dpName] = dpAllreduceSeconds(gradBytes, d, t, cluster);
+  let [ar, dpName] = dpAllreduceSeconds((gradReduceBytes * psiStage) / t, d, t, cluster);
   let dpTotal, exposed;
-  if (zero === 3) {                                      // one FSDP unit per layer
-    const [arLayer] = dpAllreduceSeconds(gradBytes / layersPerStage, d, t, cluster);
-    dpTotal = m * 1.5 * layersPerStage * arLayer;
-    exposed = Math.max(0.0, dpTotal - m * cMb);
+  if (zero === 3) {
+    dpTotal = m * lp * commLayer; exposed = 0.0;
   } else {
+    if (zero === 1 || zero === 2) ar = ar / 2 + dpAllreduceSeconds((2 * psiStage) / t, d, t, cluster)[0] / 2;
     dpTotal = ar;
-    const windowS = p === 1 ? (2 / 3) * cMb : 0.0;       // backward ≈ 2/3 of F+B
+    const windowS = p === 1 && dpOverlap ? (2 / 3) * cMb : 0.0;
     exposed = Math.max(0.0, dpTotal - windowS);
   }
-  const step = pipe + exposed;
+  const embS = p === 1 ? 0.0 : ring("all-reduce", 2, (gradReduceBytes * V * h) / t, t * d * p > cluster.gpus_per_node ? cluster.inter : cluster.intra);
+  const optS = optimizerSeconds(psiStage / t / (zero >= 1 ? d : 1), gpu);
+  const step = pipe + exposed + embS + optS;
   const n = t * p * d;
+  const peak = cluster.peak;
   const modelFlops = flopsPerIteration(globalBatch, s, L, h, V, "none");
   const hwFlops = flopsPerIteration(globalBatch, s, L, h, V, recompute);
   return {
     tp: t, pp: p, dp: d, micro_batch: b, microbatches: m, chunks: v, recompute, sp, zero,
     bytes_per_gpu: total, model_state_bytes: states, activation_bytes: act,
-    fits: total <= cluster.memory_bytes, bubble: f, bubble_relative: r,
+    fits: total <= limit, memory_limit: limit, bubble: f, bubble_relative: r,
     compute_seconds: m * cMb, tp_seconds: m * (1 + r) * tpMb, pp_seconds: m * (1 + r) * ppMb,
-    dp_seconds: dpTotal, dp_exposed_seconds: exposed, step_seconds: step,
+    dp_seconds: dpTotal, dp_exposed_seconds: exposed, embedding_seconds: embS, optimizer_seconds: optS,
+    zero3_exposed_seconds: m * (1 + r) * z3Mb, step_seconds: step,
     mfu: modelFlops / (step * n * peak), hfu: hwFlops / (step * n * peak),
     tp_link: t > 1 ? tpLink.name : "-", pp_link: p > 1 ? ppLink.name : "-", dp_link: dpName,
   };
 }
 
-const GIB_3D = 2 ** 30;
-const PARTS_3D = [["compute", "#4c72b0"], ["bubble", "#8172b3"], ["TP", "#dd8452"], ["PP", "#55a868"], ["DP exposed", "#c44e52"]];
+// Python: three_d.dollars_per_million_tokens(step_seconds, gpus, tokens_per_step, dollars_per_gpu_hour)
+export function dollarsPerMillionTokens(stepSeconds, gpus, tokensPerStep, dollarsPerGpuHour) {
+  if (Math.min(stepSeconds, gpus, tokensPerStep) <= 0 || dollarsPerGpuHour < 0) {
+    throw new Error("step_seconds, gpus, tokens_per_step must be > 0 and the price >= 0");
+  }
+  return stepSeconds * gpus / 3600 / tokensPerStep * dollarsPerGpuHour * 1e6;
+}
 
-// config (Python: minipar.widgets.three_d.plan_config): {models: {name: {layers, ...}},
-//   gpus: {name: {memory_bytes, peak}}, links: {name: {name, alpha, bandwidth}}}
+const GIB_3D = 2 ** 30;
+const PARTS_3D = [["compute", "#4c72b0"], ["bubble", "#8172b3"], ["TP", "#dd8452"], ["PP", "#55a868"], ["DP, embedding, optimizer", "#c44e52"]];
+
+function positiveInteger(name, x) {                    // Python: breakdown.check_layout's rule
+  if (!Number.isInteger(x) || x < 1) throw new Error(`${name} (${x}) must be a positive integer`);
+}
+
+// config (Python: minipar.widgets.three_d.plan_config): {models: {name: {layers, ..., layout:
+//   {t, p, gpus, batch}}}, gpus: {name: {memory_bytes, peak, hbm_bandwidth, sms,
+//   gemm_efficiency, intra, inter}}, links: {name: {name, alpha, bandwidth}}}
 registerExplorer("plan", {
   title: "One layout's step time against the pipeline depth (minipar plan's model)",
   controls: [
     {name: "model", label: "model", type: "select", options: ["gpt3-175b"], value: "gpt3-175b", configOptions: "models"},
-    {name: "gpus", label: "GPUs N", type: "number", min: 1, step: 1, value: 1024},
+    {name: "layout", label: "layout", type: "select", options: ["preset", "custom"], value: "preset"},
+    {name: "gpus", label: "GPUs N (custom)", type: "number", min: 1, step: 1, value: 1024},
     {name: "gpn", label: "GPUs per node", type: "number", min: 1, step: 1, value: 8},
     {name: "gpu", label: "GPU", type: "select", options: ["A100-80GB"], value: "A100-80GB", configOptions: "gpus"},
-    {name: "intra", label: "in a node", type: "select", options: ["nvlink4-h100"], value: "nvlink4-h100", configOptions: "links"},
-    {name: "inter", label: "between nodes", type: "select", options: ["ib-ndr400"], value: "ib-ndr400", configOptions: "links"},
-    {name: "batch", label: "global batch B", type: "number", min: 1, step: 1, value: 1536},
-    {name: "t", label: "t", type: "number", min: 1, step: 1, value: 8},
-    {name: "p", label: "p", type: "number", min: 1, step: 1, value: 8},
+    {name: "intra", label: "in a node", type: "select", options: ["GPU's own"], value: "GPU's own", configOptions: "intra_links"},
+    {name: "inter", label: "between nodes", type: "select", options: ["GPU's own"], value: "GPU's own", configOptions: "inter_links"},
+    {name: "batch", label: "global batch B (custom)", type: "number", min: 1, step: 1, value: 1536},
+    {name: "t", label: "t (custom)", type: "number", min: 1, step: 1, value: 8},
+    {name: "p", label: "p (custom)", type: "number", min: 1, step: 1, value: 16},
     {name: "b", label: "micro-batch b", type: "number", min: 1, step: 1, value: 1},
     {name: "v", label: "chunks v", type: "select", options: [1, 2, 4], value: 1},
     {name: "recompute", label: "recompute", type: "select", options: RECOMPUTE, value: "selective"},
     {name: "sp", label: "sequence parallel", type: "checkbox", value: true},
     {name: "zero", label: "ZeRO", type: "select", options: [0, 1, 2, 3], value: 1},
-    {name: "eff", label: "GEMM efficiency", type: "number", min: 0.05, max: 1, step: 0.05, value: 0.6},
+    {name: "eff", label: "GEMM efficiency η (0 = the GPU's)", type: "number", min: 0, max: 1, step: 0.01, value: 0},
     {name: "price", label: "$ per GPU-hour", type: "number", min: 0, step: 0.01, value: 2.0},
   ],
   draw(v, config) {
     const models = config.models || {}, gpus = config.gpus || {}, links = config.links || {};
     if (!(v.model in models)) throw new Error(`model ('${v.model}') must be one of ${Object.keys(models).join(", ")}`);
     if (!(v.gpu in gpus)) throw new Error(`gpu ('${v.gpu}') must be one of ${Object.keys(gpus).join(", ")}`);
-    for (const k of ["intra", "inter"]) if (!(v[k] in links)) throw new Error(`${k} ('${v[k]}') must be one of ${Object.keys(links).join(", ")}`);
-    if (!(v.eff > 0 && v.eff <= 1)) throw new Error(`GEMM efficiency (${v.eff}) must be in (0, 1]`);
     const model = models[v.model];
-    const cluster = {gpus: v.gpus, gpus_per_node: v.gpn, peak: gpus[v.gpu].peak,
-      memory_bytes: gpus[v.gpu].memory_bytes, intra: links[v.intra], inter: links[v.inter]};
-    if (v.gpus % (v.t * v.p)) throw new Error(`gpus (${v.gpus}) must be divisible by t·p (${v.t}·${v.p})`);
-    const chosen = planEvaluate(model, cluster, v.batch, v.t, v.p, v.gpus / (v.t * v.p), v.b, Number(v.v), v.recompute, v.sp, Number(v.zero), v.eff);
+    const preset = v.layout === "preset" && model.layout ? model.layout : null;
+    const [N, B, t, p] = preset ? [preset.gpus, preset.batch, preset.t, preset.p] : [v.gpus, v.batch, v.t, v.p];
+    if (!(v.price >= 0)) throw new Error(`price ($ per GPU-hour) (${v.price}) must be >= 0`);
+    positiveInteger("t", t);
+    positiveInteger("p", p);
+    positiveInteger("global batch", B);
+    const own = (k) => (v[k] === "GPU's own" ? null : v[k]);
+    const cluster = planCluster(N, v.gpn, gpus[v.gpu], links, own("intra"), own("inter"), v.eff === 0 ? null : v.eff);
+    if (N % (t * p)) throw new Error(`gpus (${N}) must be divisible by t·p (${t}·${p})`);
+    const chosen = planEvaluate(model, cluster, B, t, p, N / (t * p), v.b, Number(v.v), v.recompute, v.sp, Number(v.zero));
     const rows = [];                                     // every valid p at this t
-    for (let p = 1; p <= model.layers; p += 1) {
-      if (model.layers % p || v.gpus % (v.t * p)) continue;
+    for (let q = 1; q <= model.layers; q += 1) {
+      if (model.layers % q || N % (t * q)) continue;
       try {
-        rows.push(planEvaluate(model, cluster, v.batch, v.t, p, v.gpus / (v.t * p), v.b, p > 1 ? Number(v.v) : 1, v.recompute, v.sp, p > 1 ? Math.min(Number(v.zero), 1) : Number(v.zero), v.eff));
+        rows.push(planEvaluate(model, cluster, B, t, q, N / (t * q), v.b, q > 1 ? Number(v.v) : 1, v.recompute, v.sp, q > 1 && Number(v.zero) === 2 ? 1 : Number(v.zero)));
       } catch (e) { /* this p breaks a rule: left out */ }
     }
     const parts = (c) => ({compute: c.compute_seconds, bubble: c.compute_seconds * c.bubble_relative,
-      TP: c.tp_seconds, PP: c.pp_seconds, "DP exposed": c.dp_exposed_seconds});
+      TP: c.tp_seconds, PP: c.pp_seconds + c.zero3_exposed_seconds,
+      "DP, embedding, optimizer": c.dp_exposed_seconds + c.embedding_seconds + c.optimizer_seconds});
     const svg = stackedBars({
-      title: `${v.model}, N = ${v.gpus}, t = ${v.t}: step time per p (d = N/(t·p)); ★ = chosen, ✗ = does not fit`,
+      title: `${v.model}, N = ${N}, t = ${t}: step time per p (d = N/(t·p)); ★ = chosen, ✗ = does not fit`,
       ylabel: "seconds per step",
       categories: rows.map((c) => `p=${c.pp}${c.pp === chosen.pp ? "★" : ""}${c.fits ? "" : "✗"}`),
       stacks: PARTS_3D.map(([name, color]) => ({name, color, values: rows.map((c) => parts(c)[name])})),
       valueFormat: (x) => x.toFixed(x < 10 ? 2 : 1),
     });
-    const tokens = v.batch * model.seq;
-    const usd = chosen.step_seconds * v.gpus / 3600 / tokens * v.price * 1e6;
-    return svg + `<p>t = ${chosen.tp}, p = ${chosen.pp}, d = ${chosen.dp}, b = ${chosen.micro_batch}, m = ${chosen.microbatches}: `
-      + `<b>${fmtBytes(chosen.bytes_per_gpu)}</b> per GPU (${chosen.fits ? "fits" : "<b>does not fit</b>"} in ${(cluster.memory_bytes / GIB_3D).toFixed(0)} GiB, no headroom kept), `
+    const usd = dollarsPerMillionTokens(chosen.step_seconds, N, B * model.seq, v.price);
+    const bw = (lk) => `${escapeHtml(lk.name)} ${(lk.bandwidth / 1e9).toFixed(2)} GB/s per direction`;
+    return svg + `<p>t = ${chosen.tp}, p = ${chosen.pp}, d = ${chosen.dp}, b = ${chosen.micro_batch}, m = ${chosen.microbatches}, B = ${B}${preset ? " (the preset's layout)" : ""}: `
+      + `<b>${fmtBytes(chosen.bytes_per_gpu)}</b> per GPU (${chosen.fits ? "fits" : "<b>does not fit</b>"} in ${(chosen.memory_limit / GIB_3D).toFixed(1)} GiB, ${(cluster.gpu.memory_bytes / GIB_3D).toFixed(0)} GiB less 10 % headroom), `
       + `bubble ${(100 * chosen.bubble).toFixed(1)} % of the step, step <b>${fmtSeconds(chosen.step_seconds)}</b>, MFU <b>${(100 * chosen.mfu).toFixed(1)} %</b>, `
-      + `${usd.toFixed(3)} $ per million tokens at ${v.price} $/GPU-hour. TP on ${escapeHtml(chosen.tp_link)}, PP on ${escapeHtml(chosen.pp_link)}, DP on ${escapeHtml(chosen.dp_link)}.</p>`
-      + `<p class="minipar-explorer-note">TP and PP sit on the critical path; DP runs after the pipeline flush (p > 1) or under the last backward (p = 1); ZeRO-2/3 only with p = 1, so other p are shown with ZeRO ≤ 1. The GEMM efficiency is an assumption. The full search: <code>minipar plan</code>.</p>`;
+      + `${usd.toFixed(3)} $ per million tokens at ${v.price} $/GPU-hour. Links: in a node ${bw(cluster.intra)}, between nodes ${bw(cluster.inter)} per GPU; `
+      + `GEMMs at η = ${cluster.gpu.gemm_efficiency.toFixed(2)} of ${(cluster.peak / 1e12).toFixed(0)} TFLOP/s. TP on ${escapeHtml(chosen.tp_link)}, PP on ${escapeHtml(chosen.pp_link)}, DP on ${escapeHtml(chosen.dp_link)}.</p>`
+      + `<p class="minipar-explorer-note">TP and PP sit on the critical path; DP runs after the pipeline flush (p > 1) or under the last backward (p = 1); ZeRO-2 needs p = 1, so other p are shown with ZeRO-1 then; ZeRO-3 composes with PP. The full search: <code>minipar plan</code>.</p>`;
   },
 });

@@ -2,7 +2,8 @@
 the same t at every other pipeline depth, from the planner's model.
 
 The browser evaluates ``widgets/three_d.js``, whose ``planEvaluate`` is the JavaScript twin of
-:func:`minipar.cost.three_d.evaluate` (parity-tested in tests/test_three_d_explorer.py).
+:func:`minipar.cost.three_d.evaluate` and ``planCluster`` of :func:`minipar.cost.three_d.cluster`
+(parity-tested, invalid inputs included, in tests/test_three_d_explorer.py).
 """
 from __future__ import annotations
 
@@ -11,15 +12,36 @@ from dataclasses import asdict
 from minipar.cost.hardware import GPUS, LINKS
 from minipar.cost.three_d import MODELS
 
+# Each preset opens on a layout that satisfies the rules (t | a, p | L, t·p | N), published where
+# one was: GPT-3 175B t = 8, p = 16 on 1024 A100 (Narayanan et al. 2021 §5.1); MT-NLG 530B
+# t = 8, p = 35 on 2240 (Smith et al. 2022); the 1T model t = 8, p = 64 on 3072 (Narayanan et al.
+# 2021 Table 1). BLOOM's published p = 12 counts 72 units (70 layers + 2 embeddings), which p | L
+# refuses: its preset keeps t = 4, d = 8 with p = 14 (5 layers per stage) on 448 GPUs. Llama 2
+# 70B: no published layout.
+PRESET_LAYOUTS = {
+    "gpt3-175b": {"t": 8, "p": 16, "gpus": 1024, "batch": 1536},
+    "bloom-176b": {"t": 4, "p": 14, "gpus": 448, "batch": 2048},
+    "mt-nlg-530b": {"t": 8, "p": 35, "gpus": 2240, "batch": 1920},
+    "llama2-70b": {"t": 8, "p": 4, "gpus": 256, "batch": 512},
+    "megatron-1t": {"t": 8, "p": 64, "gpus": 3072, "batch": 3072},
+}
+
 
 def plan_config() -> dict:
-    """The explorer's data: model shapes, GPUs (memory, dense bf16 peak) and link presets."""
-    return {"models": {k: {f: v for f, v in asdict(m).items() if f != "note"}
+    """The explorer's data: model shapes with a valid default layout each, GPUs (memory, dense
+    bf16 peak, HBM bandwidth, SMs, η, their generation's links) and link presets."""
+    links = {k: {"name": L.name, "alpha": L.alpha, "bandwidth": L.bandwidth}
+             for k, L in LINKS.items()}
+    choice = {"GPU's own": None, **{k: None for k in LINKS}}
+    return {"models": {k: {**{f: v for f, v in asdict(m).items() if f != "note"},
+                           "layout": PRESET_LAYOUTS.get(k)}
                        for k, m in MODELS.items()},
-            "gpus": {k: {"memory_bytes": g.memory_bytes, "peak": g.peak_flops["bf16"]}
+            "gpus": {k: {"name": g.name, "memory_bytes": g.memory_bytes,
+                         "peak": g.peak_flops["bf16"], "hbm_bandwidth": g.hbm_bandwidth,
+                         "sms": g.sms, "gemm_efficiency": g.gemm_efficiency, "intra": g.intra,
+                         "inter": g.inter}
                      for k, g in GPUS.items()},
-            "links": {k: {"name": L.name, "alpha": L.alpha, "bandwidth": L.bandwidth}
-                      for k, L in LINKS.items()}}
+            "links": links, "intra_links": choice, "inter_links": choice}
 
 
 def plan_explorer(**values):
