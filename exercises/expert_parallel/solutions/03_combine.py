@@ -1,0 +1,35 @@
+# %% [markdown]
+# # Exercise 3: the combine, in original order
+#
+# After dispatch (exercise 2) each rank ran its experts on the rows it received: `out` (m, h),
+# in the order received (by source rank, then local expert). The combine brings every row back
+# to the rank its token came from and adds it, weighted by its gate, to that token's output:
+#
+# y[token[a]] += gate[a] · row a
+#
+# where `token` (A,) and `gate` (A,) list this rank's own A assignments **in dispatch order**
+# (sorted by expert, as they were sent), `send_counts` (ep, E/ep) the rows this rank sent to each
+# rank's experts and `recv_counts` (ep, E/ep) the rows it received. Write
+# `combine(out, send_counts, recv_counts, token, gate, n, group)` returning y (n, h) in the
+# original token order. Use the course's differentiable all-to-all,
+# `all_to_all(x, out_splits, in_splits, group)` from `minipar.expert_parallel` (rows
+# `in_splits[d]` go to rank d, `out_splits[s]` come from rank s), so that gradients reach both
+# `out` and `gate`. The check runs on whole worlds and subgroups, top-1 and top-2.
+# %%
+import torch
+
+from minipar.expert_parallel import all_to_all
+from minipar.grading import check
+
+
+# %%
+def combine(out, send_counts, recv_counts, token, gate, n, group=None):
+    """Expert outputs (m, h) in received order -> y (n, h) of this rank's tokens."""
+    # BEGIN SOLUTION
+    back = all_to_all(out, send_counts.sum(1).tolist(), recv_counts.sum(1).tolist(), group)
+    return back.new_zeros(n, back.shape[1]).index_add(0, token, gate[:, None] * back)
+    # END SOLUTION
+
+
+# %% [check]
+check("expert_parallel.combine", combine)

@@ -1,0 +1,441 @@
+"""Checkers for the expert-parallel exercises (``exercises/expert_parallel``).
+
+Exercises 1 (top-K gates) and 4 (capacity dropping) run in this process against a reference
+written here. Exercises 2 (dispatch) and 3 (combine) run on gloo ranks
+(:func:`minipar.grading.limits.run_ranks`) in float64 in three layouts of the EP group, since an
+EP group is rarely the whole world: the whole world of 3 ranks; on the same 3 ranks the groups
+{0} and {1, 2}; on 4 ranks both groups {0, 1} and {2, 3} of a 2 × 2 grid. Ranks hold different
+numbers of tokens (5 + group rank), so every split is uneven.
+
+A wrong answer is diagnosed from the actual result: the checker recomputes what each classic
+mistake would give (gates not renormalised, the smallest experts, softmax over the tokens;
+rows not sorted by expert, token-major instead of slot-major order, counts not exchanged; the
+combine without gates, in dispatch order, with the splits not swapped; a capacity applied
+token-major, with ≤ C, per slot) and names the one the answer matches, with the rank, token or
+element where it shows. Answers that call the course's ``minipar.expert_parallel`` are rejected
+(:mod:`minipar.grading.imports`), except its ``all_to_all`` in exercise 3, which the exercise
+hands the learner.
+"""
+from __future__ import annotations
+
+import re
+
+from minipar.grading import GradeFailure, task
+from minipar.grading.imports import (course_calls, forbid_course_code, forbidden_modules,
+                                     reject_course_calls)
+
+CHAPTER = "expert_parallel"
+_A2A = ("all_to_all", "_AllToAll")
+E, K2, H = 6, 2, 4                 # experts (divisible by 1, 2, 3), top-2, hidden
+
+LAYOUTS = {3: [("the whole world of 3 ranks", None),
+               ("EP groups {0} and {1, 2} of 3 ranks", [[0], [1, 2]])],
+           4: [("both EP groups {0, 1} and {2, 3} of a 2 × 2 grid", [[0, 1], [2, 3]])]}
+
+
+# ----------------------------------------------------------------------------- helpers
+def _randn(*shape, seed):
+    import torch
+    return torch.randn(*shape, generator=torch.Generator().manual_seed(seed), dtype=torch.float64)
+
+
+def _same(a, b, atol=1e-9) -> bool:
+    import torch
+    return (isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor)
+            and tuple(a.shape) == tuple(b.shape)
+            and bool(torch.allclose(a.double(), b.double(), atol=atol, rtol=1e-7)))
+
+
+def _err(a, b) -> str:
+    import torch
+    if not isinstance(a, torch.Tensor):
+        return f"got {type(a).__name__}, expected a tensor of shape {tuple(b.shape)}"
+    if tuple(a.shape) != tuple(b.shape):
+        return f"shape {tuple(a.shape)}, expected {tuple(b.shape)}"
+    d = (a.double() - b.double()).abs()
+    i = int(d.argmax())
+    idx = []
+    for s in reversed(a.shape):
+        idx.append(i % s)
+        i //= s
+    return f"max error {d.max().item():.3g} at element {tuple(reversed(idx))}"
+
+
+def _tokens(gr: int) -> int:
+    return 5 + gr
+
+
+def _choices(gr: int, k: int = K2):
+    """This group rank's tokens x (n, H) and distinct expert choices (n, k), deterministic."""
+    import torch
+    n = _tokens(gr)
+    logits = _randn(n, E, seed=50 + gr)
+    return _randn(n, H, seed=10 + gr), logits.topk(k, dim=-1).indices
+
+
+def _assignments(experts, order="slot", sort=True):
+    """(token, expert) of every assignment: slot-major (a = j·n + i) or token-major, then a
+    stable sort by expert unless ``sort`` is False."""
+    import torch
+    n, k = experts.shape
+    if order == "slot":
+        token, expert = torch.arange(n).repeat(k), experts.T.reshape(-1)
+    else:
+        token, expert = torch.arange(n).repeat_interleave(k), experts.reshape(-1)
+    if sort:
+        o = torch.argsort(expert, stable=True)
+        token, expert = token[o], expert[o]
+    return token, expert
+
+
+def _expected_rows(gr: int, t: int, order="slot", sort=True):
+    """Rows group rank ``gr`` receives from every source (and recv counts (t, E/t))."""
+    import torch
+    per = E // t
+    rows, counts = [], torch.zeros(t, per, dtype=torch.long)
+    for s in range(t):
+        x, experts = _choices(s)
+        token, expert = _assignments(experts, order, sort)
+        if sort:
+            mine = (expert >= gr * per) & (expert < (gr + 1) * per)
+        else:                                 # unsorted rows cut by the right split sizes
+            c = torch.bincount(expert, minlength=E).view(t, per).sum(1).tolist()
+            lo = sum(c[:gr])
+            mine = torch.zeros_like(expert, dtype=torch.bool)
+            mine[lo:lo + c[gr]] = True
+        rows.append(x[token[mine]])
+        for e in expert[(expert >= gr * per) & (expert < (gr + 1) * per)].tolist():
+            counts[s, e - gr * per] += 1
+    return torch.cat(rows), counts
+
+
+# ----------------------------------------------------------------------------- ranks
+def _run(fn, n, *args):
+    from minipar.grading.limits import run_ranks
+    return run_ranks(fn, n, *args)
+
+
+_CURRENT = {"where": ""}
+
+
+def _on_rank(rank, world, body, fn, allow):
+    import os
+
+    import torch.distributed as dist
+
+    out = []
+    for label, groups in LAYOUTS[world]:
+        if groups is None:
+            group, members = None, list(range(world))
+        else:
+            handles = [dist.new_group(g) for g in groups]     # every rank creates every group
+            k = next(i for i, g in enumerate(groups) if rank in g)
+            group, members = handles[k], groups[k]
+        gr, t = members.index(rank), len(members)
+        where = f"{label}, rank {rank}" + ("" if groups is None else
+                                           f" (rank {gr} of group {members})")
+        os.write(2, f"minipar check: running case {where}\n".encode())
+        _CURRENT["where"] = where
+        with course_calls(forbidden_modules(CHAPTER), allow) as used:
+            res = body(gr, t, group, fn)
+        res.update(rank=rank, gr=gr, t=t, members=members, where=where, whole=groups is None,
+                   used=sorted(used), label=label)
+        out.append(res)
+    return out
+
+
+def _launch(body, fn, allow=()):
+    """Every layout's cases, rank by rank; a rank's exception names the case it happened in."""
+    for world in LAYOUTS:
+        try:
+            per_rank = _run(_on_rank, world, body, fn, allow)
+        except GradeFailure as e:
+            msg = str(e)
+            tail = getattr(getattr(e, "error", None), "stderr_tail", "") or ""
+            case = re.findall(r"minipar check: running case ([^\n]*)", tail)
+            hint = ""
+            if case and "of group" in case[-1]:
+                hint = (" -- this case's EP group is not the whole world: use "
+                        "dist.get_rank(group) and dist.get_world_size(group), and pass group= "
+                        "to every collective")
+            elif "expected size" in msg or "split" in msg.lower():
+                hint = (" -- the split sizes disagree between ranks: a rank's output splits "
+                        "must be what the others send it (exchange the counts with an "
+                        "all-to-all first; the combine swaps the two lists)")
+            raise GradeFailure(f"{case[-1]}: {msg}{hint}" if case else msg) from None
+        for cases in zip(*per_rank):
+            for c in sorted(cases, key=lambda c: c["rank"]):
+                reject_course_calls(c["used"], "write this part")
+                yield c
+
+
+# ----------------------------------------------------------------------------- 01 gates
+def _ref_gates(logits, k):
+    import torch
+    p = torch.softmax(logits, -1)
+    top, idx = p.topk(k, dim=-1)
+    return top / top.sum(-1, keepdim=True), idx
+
+
+@task("expert_parallel.top_k_gates",
+      "gates are the top-K softmax probabilities renormalised to 1, largest first, with the "
+      "reference's gradients (n = 1, 7, 16; E = 4, 8; K = 1, 2, 3)")
+def check_top_k_gates(fn, **_):
+    import torch
+    forbid_course_code(fn, CHAPTER, what="write the gating")
+    for n, e, k in ((7, 4, 2), (16, 8, 1), (1, 8, 3), (16, 8, 2)):
+        logits = (2 * _randn(n, e, seed=n * 10 + e)).requires_grad_()
+        got = fn(logits, k)
+        if not isinstance(got, (tuple, list)) or len(got) != 2:
+            raise GradeFailure("return a pair (gates, experts)")
+        gates, experts = got
+        ref_g, ref_e = _ref_gates(logits.detach(), k)
+        where = f"n = {n}, E = {e}, K = {k}"
+        if not isinstance(experts, torch.Tensor) or tuple(experts.shape) != (n, k):
+            raise GradeFailure(f"{where}: experts must be a tensor of shape ({n}, {k}), got "
+                               f"{getattr(experts, 'shape', type(experts).__name__)}")
+        if not torch.equal(experts.long(), ref_e):
+            p = torch.softmax(logits.detach(), -1)
+            i = int((experts.long() != ref_e).any(-1).nonzero()[0])
+            if torch.equal(experts.long(), p.topk(k, dim=-1, largest=False).indices):
+                raise GradeFailure(f"{where}: token {i} was sent to its {k} LEAST likely "
+                                   "experts: take the largest probabilities (topk's default)")
+            if torch.equal(experts.long().sort(-1).values, ref_e.sort(-1).values):
+                raise GradeFailure(f"{where}: token {i}'s experts are right but not in order: "
+                                   "list them largest probability first")
+            if torch.equal(experts.long(), torch.softmax(logits.detach(), 0).topk(k, -1).indices):
+                raise GradeFailure(f"{where}: the softmax ran over the tokens (dim 0): take it "
+                                   "over the experts, the last dimension")
+            raise GradeFailure(f"{where}: token {i} chose experts {experts[i].tolist()}, "
+                               f"expected {ref_e[i].tolist()}")
+        if not isinstance(gates, torch.Tensor) or not _same(gates, ref_g):
+            if isinstance(gates, torch.Tensor) and k > 1 and _same(
+                    gates, torch.softmax(logits.detach(), -1).gather(-1, ref_e)):
+                raise GradeFailure(f"{where}: the gates are the softmax probabilities of the "
+                                   f"chosen experts, not renormalised: token 0's sum to "
+                                   f"{gates[0].sum().item():.3f}; divide by their sum")
+            if isinstance(gates, torch.Tensor) and _same(
+                    gates, torch.softmax(logits.detach(), 0).gather(-1, ref_e) /
+                    torch.softmax(logits.detach(), 0).gather(-1, ref_e).sum(-1, keepdim=True)):
+                raise GradeFailure(f"{where}: the softmax ran over the tokens (dim 0): take it "
+                                   "over the experts, the last dimension")
+            if isinstance(gates, torch.Tensor) and k == 1 and _same(
+                    gates, torch.softmax(logits.detach(), -1).gather(-1, ref_e)):
+                raise GradeFailure(f"{where}: with K = 1 the renormalised gate is 1 (the "
+                                   "probability divided by itself): divide by the sum")
+            raise GradeFailure(f"{where}: gates differ from the reference ({_err(gates, ref_g)})")
+        if not gates.requires_grad:
+            raise GradeFailure(f"{where}: the gates carry no gradient: do not detach them or "
+                               "build them outside autograd (the router learns through them)")
+        w = _randn(n, k, seed=3)
+        (g_got,) = torch.autograd.grad((gates * w).sum(), logits)
+        lg = logits.detach().requires_grad_()
+        (g_ref,) = torch.autograd.grad((_ref_gates(lg, k)[0] * w).sum(), lg)
+        if not _same(g_got, g_ref):
+            raise GradeFailure(f"{where}: the gradient with respect to the logits differs "
+                               f"({_err(g_got, g_ref)})")
+
+
+# ----------------------------------------------------------------------------- 02 dispatch
+def _dispatch_body(gr, t, group, fn):
+    x, experts = _choices(gr)
+    got = fn(x.clone(), experts.clone(), E, group)
+    ok = isinstance(got, (tuple, list)) and len(got) == 2
+    return {"rows": got[0].detach().clone() if ok else None,
+            "counts": got[1].clone() if ok else None, "pair": ok}
+
+
+@task("expert_parallel.dispatch",
+      "each rank receives its experts' rows from every source, by source then local expert, in "
+      "priority order, and the (ep, E/ep) counts (ep = 1, 2, 3; the whole world, a subgroup, "
+      "both groups of a 2 × 2 grid; uneven token counts, top-2)")
+def check_dispatch(fn, **_):
+    import torch
+    forbid_course_code(fn, CHAPTER, what="write the dispatch")
+    for c in _launch(_dispatch_body, fn):
+        where, gr, t = c["where"], c["gr"], c["t"]
+        if not c["pair"]:
+            raise GradeFailure(f"{where}: return a pair (rows, recv_counts)")
+        want_rows, want_counts = _expected_rows(gr, t)
+        counts = c["counts"]
+        if not isinstance(counts, torch.Tensor) or tuple(counts.shape) != tuple(want_counts.shape):
+            raise GradeFailure(f"{where}: recv_counts must have shape (ep, E/ep) = "
+                               f"{tuple(want_counts.shape)}, got "
+                               f"{tuple(getattr(counts, 'shape', ()))}")
+        if not torch.equal(counts.long(), want_counts):
+            sent = torch.bincount(_choices(gr)[1].reshape(-1), minlength=E).view(t, E // t)
+            if t > 1 and torch.equal(counts.long(), sent):
+                raise GradeFailure(f"{where}: recv_counts are the counts this rank SENDS: "
+                                   "exchange them with an all-to-all to learn what it receives")
+            s, e = (int(v) for v in (counts.long() != want_counts).nonzero()[0])
+            raise GradeFailure(f"{where}: recv_counts[{s}, {e}] = {int(counts[s, e])}, but source "
+                               f"rank {s} sends {int(want_counts[s, e])} rows to local expert {e}")
+        rows = c["rows"]
+        if _same(rows, want_rows, atol=0):
+            continue
+        if t > 1 and _same(rows, _expected_rows(gr, t, sort=False)[0], atol=0):
+            raise GradeFailure(f"{where}: the rows were sent in token order, not sorted by "
+                               "expert: sort the assignments by expert (so by destination) "
+                               "before the all-to-all")
+        if _same(rows, _expected_rows(gr, t, order="token")[0], atol=0):
+            raise GradeFailure(f"{where}: within an expert the rows are in token-major order "
+                               "(token 0's choices, then token 1's): number the assignments "
+                               "slot-major, a = j·n + i, before the stable sort")
+        raise GradeFailure(f"{where}: the rows received differ ({_err(rows, want_rows)})")
+
+
+# ----------------------------------------------------------------------------- 03 combine
+def _combine_inputs(gr, t, k):
+    """This rank's dispatch (as the course's reference does it), gates and the received rows
+    through a fixed per-expert map, so the combine is all that is being checked."""
+    import torch
+    x, experts = _choices(gr, k)
+    per = E // t
+    token, expert = _assignments(experts)
+    gate = _randn(len(token), seed=70 + gr).abs() + 0.1        # (A,) positive gates
+    send = torch.bincount(expert, minlength=E).view(t, per)
+    rows, recv = _expected_rows(gr, t) if k == K2 else _rows_k(gr, t, k)
+    return x, token, expert, gate, send, recv, rows
+
+
+def _rows_k(gr, t, k):
+    import torch
+    per = E // t
+    rows, counts = [], torch.zeros(t, per, dtype=torch.long)
+    for s in range(t):
+        x, experts = _choices(s, k)
+        token, expert = _assignments(experts)
+        mine = (expert >= gr * per) & (expert < (gr + 1) * per)
+        rows.append(x[token[mine]])
+        for e in expert[mine].tolist():
+            counts[s, e - gr * per] += 1
+    return torch.cat(rows), counts
+
+
+def _expert_map(rows):
+    """A stand-in for the experts: a fixed smooth function of each row."""
+    import torch
+    return torch.tanh(rows) * 2 + 0.5
+
+
+def _combine_body(gr, t, group, fn):
+    out = {}
+    for k in (1, K2):
+        x, token, expert, gate, send, recv, rows = _combine_inputs(gr, t, k)
+        o = _expert_map(rows).requires_grad_()
+        g = gate.clone().requires_grad_()
+        y = fn(o, send.clone(), recv.clone(), token.clone(), g, len(x), group)
+        dy = _randn(len(x), H, seed=90 + gr)
+        res = {"y": y.detach().clone()}
+        try:
+            (y * dy).sum().backward()
+            res["dgate"] = None if g.grad is None else g.grad.clone()
+            res["dout"] = None if o.grad is None else o.grad.clone()
+        except RuntimeError as e:                 # no graph: reported as no gradient
+            res["dgate"] = res["dout"] = None
+            res["no graph"] = str(e)[:120]
+        out[k] = res
+    return out
+
+
+@task("expert_parallel.combine",
+      "the combine returns Σ gate · expert output in the original token order, with the "
+      "gradients of the gates and the expert outputs (ep = 1, 2, 3; the whole world, a "
+      "subgroup, both groups of a 2 × 2 grid; top-1 and top-2)")
+def check_combine(fn, **_):
+    import torch
+    forbid_course_code(fn, CHAPTER, allow=_A2A, what="write the combine")
+    for c in _launch(_combine_body, fn, allow=_A2A):
+        where, gr, t = c["where"], c["gr"], c["t"]
+        for k in (1, K2):
+            r = c[k]
+            x, token, expert, gate, send, recv, rows = _combine_inputs(gr, t, k)
+            back = _expert_map(x[token])                       # rows back in dispatch order
+            n = len(x)
+            want = torch.zeros(n, H, dtype=torch.float64).index_add(0, token, gate[:, None] * back)
+            y, case = r["y"], f"{where}, top-{k}"
+            if not _same(y, want):
+                no_gate = torch.zeros(n, H, dtype=torch.float64).index_add(0, token, back)
+                if _same(y, no_gate):
+                    raise GradeFailure(f"{case}: the outputs were added without their gates: "
+                                       "scale row a by gate[a] before adding it to its token")
+                rows_g = gate[:, None] * back                      # (A, h) dispatch order
+                in_dispatch_order = [rows_g] + ([rows_g.view(k, n, H).sum(0)]
+                                                if len(token) == k * n else [])
+                if any(_same(y, d) for d in in_dispatch_order):
+                    raise GradeFailure(f"{case}: the rows are in dispatch (expert-sorted) "
+                                       "order, not token order: add row a to y[token[a]] "
+                                       "(index_add)")
+                if k > 1 and _same(y, want / k):
+                    raise GradeFailure(f"{case}: the output is the gated sum divided by K: the "
+                                       "gates already sum to one per token; add, do not average")
+                i = int((y - want).abs().amax(-1).argmax()) if y.shape == want.shape else 0
+                raise GradeFailure(f"{case}: y differs from Σ gate · expert output "
+                                   f"({_err(y, want)}; token {i})")
+            if r["dgate"] is None or r["dout"] is None:
+                which = "the gates" if r["dgate"] is None else "the expert outputs"
+                raise GradeFailure(f"{case}: no gradient reached {which}: build y with "
+                                   "differentiable operations and the course's all_to_all (not "
+                                   "dist.all_to_all_single, which autograd does not see)")
+            dy = _randn(n, H, seed=90 + gr)
+            want_dgate = (dy[token] * back).sum(-1)
+            if not _same(r["dgate"], want_dgate):
+                raise GradeFailure(f"{case}: the gates' gradient differs "
+                                   f"({_err(r['dgate'], want_dgate)})")
+
+
+# ----------------------------------------------------------------------------- 04 capacity
+def _ref_keep(experts, num_experts, capacity, order="slot", le=False, per_slot=False):
+    import torch
+    n, k = experts.shape
+    seen = torch.zeros(num_experts, dtype=torch.long)
+    keep = torch.zeros(n, k, dtype=torch.bool)
+    pairs = ([(i, j) for j in range(k) for i in range(n)] if order == "slot"
+             else [(i, j) for i in range(n) for j in range(k)])
+    last_j = 0
+    for i, j in pairs:
+        if per_slot and j != last_j:
+            seen.zero_()
+            last_j = j
+        e = int(experts[i, j])
+        keep[i, j] = bool(seen[e] <= capacity) if le else bool(seen[e] < capacity)
+        seen[e] += 1
+    return keep
+
+
+@task("expert_parallel.keep_mask",
+      "the kept assignments are the first C of each expert's queue in priority order (slot, "
+      "then token): top-1 and top-2, C = 1 up to no drop")
+def check_keep_mask(fn, **_):
+    import torch
+    forbid_course_code(fn, CHAPTER, what="write the capacity rule")
+    for n, e, k, cap in ((12, 4, 2, 3), (12, 4, 1, 2), (9, 3, 2, 1), (8, 4, 2, 100), (20, 5, 2, 5)):
+        experts = _randn(n, e, seed=n + 7 * e).topk(k, dim=-1).indices
+        want = _ref_keep(experts, e, cap)
+        where = f"n = {n}, E = {e}, K = {k}, C = {cap}"
+        got = fn(experts.clone(), e, cap)
+        if not isinstance(got, torch.Tensor) or tuple(got.shape) != (n, k):
+            raise GradeFailure(f"{where}: return a bool tensor of shape ({n}, {k}), got "
+                               f"{getattr(got, 'shape', type(got).__name__)}")
+        got = got.bool()
+        if torch.equal(got, want):
+            continue
+        kept = torch.bincount(experts[got], minlength=e)
+        if int(kept.max()) > cap:
+            ex = int(kept.argmax())
+            if torch.equal(got, _ref_keep(experts, e, cap, le=True)):
+                raise GradeFailure(f"{where}: expert {ex} keeps {int(kept[ex])} assignments, "
+                                   f"C + 1: keep positions 0 … C−1 (position < C, not ≤ C)")
+            if k > 1 and torch.equal(got, _ref_keep(experts, e, cap, per_slot=True)):
+                raise GradeFailure(f"{where}: expert {ex} keeps {int(kept[ex])} > C: the count "
+                                   "restarts for each slot; the capacity covers all slots")
+            raise GradeFailure(f"{where}: expert {ex} keeps {int(kept[ex])} assignments, more "
+                               f"than C = {cap}")
+        if torch.equal(got, _ref_keep(experts, e, cap, order="token")):
+            i, j = (int(v) for v in (got != want).nonzero()[0])
+            raise GradeFailure(f"{where}: the queue is token-major (token 0's choices, then "
+                               f"token 1's): token {i}'s choice {j} is {'kept' if got[i, j] else 'dropped'} "
+                               "but every first choice must queue before any second choice")
+        i, j = (int(v) for v in (got != want).nonzero()[0])
+        raise GradeFailure(f"{where}: token {i}'s choice {j} (expert {int(experts[i, j])}) "
+                           f"should be {'kept' if want[i, j] else 'dropped'}")

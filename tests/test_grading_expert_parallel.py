@@ -1,0 +1,205 @@
+"""Expert-parallel exercises: solutions pass, starters fail, and realistic wrong answers (written
+as a learner would, without the solution) fail with a reason that names their mistake."""
+import pytest
+import torch
+import torch.distributed as dist
+
+from grading_support import exercise_function, failure
+from minipar.expert_parallel import all_to_all
+
+TASKS = {"top_k_gates": ("01_top_k_gating", "top_k_gates"),
+         "dispatch": ("02_dispatch", "dispatch"),
+         "combine": ("03_combine", "combine"),
+         "keep_mask": ("04_capacity", "keep_mask")}
+
+
+def _fn(name, solved):
+    stem, attr = TASKS[name]
+    return exercise_function("expert_parallel", stem, attr, solved=solved)
+
+
+def _fail(name, fn, capsys):
+    return failure(f"expert_parallel.{name}", fn, capsys)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", TASKS)
+def test_solution_passes_and_starter_fails(name, capsys):
+    from minipar.grading import check
+    assert check(f"expert_parallel.{name}", _fn(name, True))
+    assert "not implemented yet" in _fail(name, _fn(name, False), capsys)
+
+
+# ------------------------------------------------------------------ 01 gates (one process)
+def gates_not_renormalised(logits, k):
+    p = torch.softmax(logits, -1)
+    top, idx = p.topk(k)
+    return top, idx
+
+
+def gates_smallest(logits, k):
+    p = torch.softmax(logits, -1)
+    top, idx = p.topk(k, largest=False)
+    return top / top.sum(-1, keepdim=True), idx
+
+
+def gates_softmax_over_tokens(logits, k):
+    p = torch.softmax(logits, 0)
+    top, idx = p.topk(k)
+    return top / top.sum(-1, keepdim=True), idx
+
+
+def gates_detached(logits, k):
+    with torch.no_grad():
+        p = torch.softmax(logits, -1)
+        top, idx = p.topk(k)
+    return top / top.sum(-1, keepdim=True), idx
+
+
+def gates_index_order(logits, k):
+    p = torch.softmax(logits, -1)
+    _, idx = p.topk(k)
+    idx = idx.sort(-1).values
+    top = p.gather(-1, idx)
+    return top / top.sum(-1, keepdim=True), idx
+
+
+@pytest.mark.parametrize("fn, words", [
+    (gates_not_renormalised, "not renormalised"), (gates_smallest, "LEAST likely"),
+    (gates_softmax_over_tokens, "over the tokens (dim 0)"), (gates_detached, "no gradient"),
+    (gates_index_order, "not in order")])
+def test_gate_mistakes_are_named(fn, words, capsys):
+    assert words in _fail("top_k_gates", fn, capsys)
+
+
+# ------------------------------------------------------------------ 04 capacity (one process)
+def keep_token_major(experts, num_experts, capacity):
+    n, K = experts.shape
+    seen, keep = [0] * num_experts, torch.zeros(n, K, dtype=torch.bool)
+    for i in range(n):
+        for j in range(K):
+            e = int(experts[i, j])
+            keep[i, j] = seen[e] < capacity
+            seen[e] += 1
+    return keep
+
+
+def keep_less_equal(experts, num_experts, capacity):
+    n, K = experts.shape
+    seen, keep = [0] * num_experts, torch.zeros(n, K, dtype=torch.bool)
+    for j in range(K):
+        for i in range(n):
+            e = int(experts[i, j])
+            keep[i, j] = seen[e] <= capacity
+            seen[e] += 1
+    return keep
+
+
+def keep_per_slot(experts, num_experts, capacity):
+    n, K = experts.shape
+    keep = torch.zeros(n, K, dtype=torch.bool)
+    for j in range(K):
+        seen = [0] * num_experts
+        for i in range(n):
+            e = int(experts[i, j])
+            keep[i, j] = seen[e] < capacity
+            seen[e] += 1
+    return keep
+
+
+def keep_from_course(experts, num_experts, capacity):
+    from minipar.expert_parallel import priority_positions
+    return priority_positions(experts, num_experts) < capacity
+
+
+@pytest.mark.parametrize("fn, words", [
+    (keep_token_major, "token-major"), (keep_less_equal, "not ≤ C"),
+    (keep_per_slot, "restarts for each slot"), (keep_from_course, "course's own")])
+def test_capacity_mistakes_are_named(fn, words, capsys):
+    assert words in _fail("keep_mask", fn, capsys)
+
+
+# ------------------------------------------------------------------ 02 dispatch (ranks)
+def _dispatch(x, experts, num_experts, group, *, sort=True, order="slot", exchange=True,
+              world_size=False):
+    n, K = experts.shape
+    ep = dist.get_world_size() if world_size else dist.get_world_size(group)
+    if order == "slot":
+        token, expert = torch.arange(n).repeat(K), experts.T.reshape(-1)
+    else:
+        token, expert = torch.arange(n).repeat_interleave(K), experts.reshape(-1)
+    if sort:
+        o = torch.argsort(expert, stable=True)
+        token, expert = token[o], expert[o]
+    send = torch.bincount(expert, minlength=num_experts).view(ep, num_experts // ep)
+    if ep == 1:
+        return x[token], send
+    recv = torch.empty_like(send)
+    if exchange:
+        dist.all_to_all_single(recv, send, group=group)
+    else:
+        recv = send.clone()
+    rows = x.new_empty(int(recv.sum()), x.shape[1])
+    dist.all_to_all_single(rows, x[token].contiguous(), recv.sum(1).tolist(),
+                           send.sum(1).tolist(), group=group)
+    return rows, recv
+
+
+def dispatch_unsorted(x, experts, num_experts, group=None):
+    return _dispatch(x, experts, num_experts, group, sort=False)
+
+
+def dispatch_token_major(x, experts, num_experts, group=None):
+    return _dispatch(x, experts, num_experts, group, order="token")
+
+
+def dispatch_no_exchange(x, experts, num_experts, group=None):
+    return _dispatch(x, experts, num_experts, group, exchange=False)
+
+
+def dispatch_world_size(x, experts, num_experts, group=None):
+    return _dispatch(x, experts, num_experts, group, world_size=True)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("fn, words", [
+    (dispatch_unsorted, "not sorted by expert"), (dispatch_token_major, "token-major"),
+    (dispatch_no_exchange, "exchange the counts"), (dispatch_world_size, "not the whole world")])
+def test_dispatch_mistakes_are_named(fn, words, capsys):
+    assert words in _fail("dispatch", fn, capsys)
+
+
+# ------------------------------------------------------------------ 03 combine (ranks)
+def combine_without_gates(out, send_counts, recv_counts, token, gate, n, group=None):
+    back = all_to_all(out, send_counts.sum(1).tolist(), recv_counts.sum(1).tolist(), group)
+    return back.new_zeros(n, back.shape[1]).index_add(0, token, back) + 0 * gate.sum()
+
+
+def combine_dispatch_order(out, send_counts, recv_counts, token, gate, n, group=None):
+    back = all_to_all(out, send_counts.sum(1).tolist(), recv_counts.sum(1).tolist(), group)
+    rows = gate[:, None] * back
+    return rows.view(-1, n, rows.shape[1]).sum(0)
+
+
+def combine_averaged(out, send_counts, recv_counts, token, gate, n, group=None):
+    back = all_to_all(out, send_counts.sum(1).tolist(), recv_counts.sum(1).tolist(), group)
+    k = len(token) // n
+    return back.new_zeros(n, back.shape[1]).index_add(0, token, gate[:, None] * back) / k
+
+
+def combine_raw_collective(out, send_counts, recv_counts, token, gate, n, group=None):
+    back = out.new_empty(int(send_counts.sum()), out.shape[1])
+    if dist.get_world_size(group) == 1:
+        back = out.detach().clone()
+    else:
+        dist.all_to_all_single(back, out.detach().contiguous(), send_counts.sum(1).tolist(),
+                               recv_counts.sum(1).tolist(), group=group)
+    return back.new_zeros(n, back.shape[1]).index_add(0, token, gate.detach()[:, None] * back)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("fn, words", [
+    (combine_without_gates, "without their gates"), (combine_dispatch_order, "dispatch"),
+    (combine_averaged, "divided by K"), (combine_raw_collective, "no gradient")])
+def test_combine_mistakes_are_named(fn, words, capsys):
+    assert words in _fail("combine", fn, capsys)
