@@ -1,0 +1,198 @@
+"""Context-parallel exercises: solutions pass, starters fail, and realistic wrong answers (written
+as a learner would, without the solution) fail with a reason that names their mistake."""
+import math
+
+import pytest
+import torch
+import torch.distributed as dist
+
+from grading_support import exercise_function, failure
+from minipar.grading import check
+
+TASKS = {"merge_softmax_blocks": ("01_merge_softmax_blocks", "merge"),
+         "zigzag_shard": ("02_zigzag_shard", "zigzag_shard"),
+         "ring_step": ("03_ring_step", "ring_step"),
+         "seq_to_heads": ("04_ulysses_all_to_all", "seq_to_heads")}
+
+
+def _fn(name, solved):
+    stem, attr = TASKS[name]
+    return exercise_function("context_parallel", stem, attr, solved=solved)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", TASKS)
+def test_solution_passes_and_starter_fails(name, capsys):
+    assert check(f"context_parallel.{name}", _fn(name, True))
+    assert not check(f"context_parallel.{name}", _fn(name, False))
+    assert "not implemented yet" in capsys.readouterr().out.splitlines()[-1]
+
+
+# ------------------------------------------------------------------ 01 merge (no ranks)
+def merge_average(o_a, lse_a, o_b, lse_b):
+    return (o_a + o_b) / 2, torch.logaddexp(lse_a, lse_b)
+
+
+def merge_naive_exp(o_a, lse_a, o_b, lse_b):
+    ea, eb = torch.exp(lse_a), torch.exp(lse_b)              # overflows at logits ~1000
+    w_a, w_b = (ea / (ea + eb)).unsqueeze(-1), (eb / (ea + eb)).unsqueeze(-1)
+    return w_a * o_a + w_b * o_b, torch.log(ea + eb)
+
+
+def merge_lse_is_max(o_a, lse_a, o_b, lse_b):
+    m = torch.maximum(lse_a, lse_b)
+    return (torch.exp(lse_a - m).unsqueeze(-1) * o_a + torch.exp(lse_b - m).unsqueeze(-1) * o_b), m
+
+
+def merge_swapped(o_a, lse_a, o_b, lse_b):
+    lse = torch.logaddexp(lse_a, lse_b)
+    return (torch.exp(lse_b - lse).unsqueeze(-1) * o_a + torch.exp(lse_a - lse).unsqueeze(-1) * o_b), lse
+
+
+@pytest.mark.parametrize("fn, reason", [
+    (merge_average, "o is the average of o_a and o_b"),
+    (merge_naive_exp, "exp(lse) overflows"),
+    (merge_lse_is_max, "lse is max(lse_a, lse_b)"),
+    (merge_swapped, "the two weights are swapped"),
+])
+def test_merge_mistakes_are_named(fn, reason, capsys):
+    assert reason in failure("context_parallel.merge_softmax_blocks", fn, capsys)
+
+
+# ------------------------------------------------------------------ 02 zigzag
+def zigzag_contiguous(x, dim, group=None):
+    cp, r = dist.get_world_size(group), dist.get_rank(group)
+    return x.chunk(cp, dim=dim)[r].contiguous()
+
+
+def zigzag_reversed(x, dim, group=None):
+    cp, r = dist.get_world_size(group), dist.get_rank(group)
+    c = x.chunk(2 * cp, dim=dim)
+    return torch.cat([c[2 * cp - 1 - r], c[r]], dim=dim)
+
+
+def zigzag_global_rank(x, dim, group=None):
+    cp, r = dist.get_world_size(), dist.get_rank()           # ignores the group
+    c = x.chunk(2 * cp, dim=dim)
+    return torch.cat([c[r], c[2 * cp - 1 - r]], dim=dim)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("fn, reason", [
+    (zigzag_contiguous, "that is chunk r of cp contiguous chunks"),
+    (zigzag_reversed, "the two chunks are in the wrong order"),
+    (zigzag_global_rank, "use the group's rank and size"),
+])
+def test_zigzag_mistakes_are_named(fn, reason, capsys):
+    out = failure("context_parallel.zigzag_shard", fn, capsys)
+    assert reason in out and "expected" in out
+
+
+# ------------------------------------------------------------------ 03 ring step
+def _blk(q, k, v):
+    z = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
+    lse = torch.logsumexp(z, -1)
+    return torch.exp(z - lse.unsqueeze(-1)) @ v, lse
+
+
+def _shift(k, v, group, to_next=True, global_peers=True):
+    cp, r = dist.get_world_size(group), dist.get_rank(group)
+    if cp == 1:
+        return k, v
+    a, b = ((r + 1) % cp, (r - 1) % cp) if to_next else ((r - 1) % cp, (r + 1) % cp)
+    if global_peers and group is not None:
+        a, b = dist.get_global_rank(group, a), dist.get_global_rank(group, b)
+    kv = torch.stack([k, v]).contiguous()
+    buf = torch.empty_like(kv)
+    for w in dist.batch_isend_irecv([dist.P2POp(dist.isend, kv, a, group),
+                                     dist.P2POp(dist.irecv, buf, b, group)]):
+        w.wait()
+    return buf[0], buf[1]
+
+
+def ring_wrong_direction(q, k, v, o, lse, group=None):
+    o_b, l_b = _blk(q, k, v)
+    if o is not None:
+        l = torch.logaddexp(lse, l_b)
+        o_b, l_b = torch.exp(lse - l).unsqueeze(-1) * o + torch.exp(l_b - l).unsqueeze(-1) * o_b, l
+    return (o_b, l_b, *_shift(k, v, group, to_next=False))
+
+
+def ring_replace(q, k, v, o, lse, group=None):
+    o_b, l_b = _blk(q, k, v)                                  # forgets the running result
+    return (o_b, l_b, *_shift(k, v, group))
+
+
+def ring_average(q, k, v, o, lse, group=None):
+    o_b, l_b = _blk(q, k, v)
+    cp = dist.get_world_size(group)
+    o = o_b / cp if o is None else o + o_b / cp
+    return (o, l_b, *_shift(k, v, group))
+
+
+def ring_group_ranks_as_peers(q, k, v, o, lse, group=None):
+    o_b, l_b = _blk(q, k, v)
+    if o is not None:
+        l = torch.logaddexp(lse, l_b)
+        o_b, l_b = torch.exp(lse - l).unsqueeze(-1) * o + torch.exp(l_b - l).unsqueeze(-1) * o_b, l
+    return (o_b, l_b, *_shift(k, v, group, global_peers=False))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("fn, reason", [
+    (ring_wrong_direction, "the ring turns the wrong way"),
+    (ring_replace, "merge each step's block result into the running (o, lse)"),
+    (ring_average, "o is the average of the"),
+    (ring_group_ranks_as_peers, "group"),
+])
+def test_ring_mistakes_are_named(fn, reason, capsys):
+    assert reason in failure("context_parallel.ring_step", fn, capsys)
+
+
+# ------------------------------------------------------------------ 04 Ulysses
+def ulysses_interleaved(x, group=None):
+    cp = dist.get_world_size(group)
+    b, a, n, d = x.shape
+    if a % cp:
+        raise ValueError(f"heads ({a}) must be divisible by cp ({cp})")
+    send = x.reshape(b, a // cp, cp, n, d).permute(2, 0, 1, 3, 4).contiguous()   # heads j::cp
+    recv = torch.empty_like(send)
+    dist.all_to_all_single(recv, send, group=group)
+    return recv.permute(1, 2, 0, 3, 4).reshape(b, a // cp, cp * n, d)
+
+
+def ulysses_positions_scrambled(x, group=None):
+    cp = dist.get_world_size(group)
+    b, a, n, d = x.shape
+    if a % cp:
+        raise ValueError(f"heads ({a}) must be divisible by cp ({cp})")
+    send = x.reshape(b, cp, a // cp, n, d).transpose(0, 1).contiguous()
+    recv = torch.empty_like(send)
+    dist.all_to_all_single(recv, send, group=group)
+    return recv.permute(1, 2, 3, 0, 4).reshape(b, a // cp, cp * n, d)    # (n, cp) not (cp, n)
+
+
+def ulysses_no_check(x, group=None):
+    cp = dist.get_world_size(group)
+    b, a, n, d = x.shape
+    ah = a // cp
+    send = x[:, :ah * cp].reshape(b, cp, ah, n, d).transpose(0, 1).contiguous()
+    recv = torch.empty_like(send)
+    dist.all_to_all_single(recv, send, group=group)
+    return recv.permute(1, 2, 0, 3, 4).reshape(b, ah, cp * n, d)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("fn, reason", [
+    (ulysses_interleaved, "every cp-th head"),
+    (ulysses_positions_scrambled, "token positions along s are"),
+    (ulysses_no_check, "gave no error"),
+])
+def test_ulysses_mistakes_are_named(fn, reason, capsys):
+    assert reason in failure("context_parallel.seq_to_heads", fn, capsys)
+
+
+def test_course_code_is_rejected(capsys):
+    from minipar.context_parallel import merge_blocks
+    assert "course's own minipar.context_parallel" in failure(
+        "context_parallel.merge_softmax_blocks", merge_blocks, capsys)
