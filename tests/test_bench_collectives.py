@@ -27,17 +27,24 @@ def test_size_range_steps_by_four_and_includes_both_ends():
 
 
 @pytest.mark.slow
-def test_tiny_run_writes_json_and_plot(tmp_path, capsys):
+def test_tiny_run_prints_json_only_and_writes_json_and_plot(tmp_path, capsys):
     out, fig = tmp_path / "bench.json", tmp_path / "bench.png"
     assert main(["bench", "collectives", "--quick", "--ops", "all-reduce", "--ranks", "2",
-                 "--sizes", "4KiB,64KiB", "--iters", "1", "--json", str(out),
+                 "--sizes", "4KiB,64KiB", "--iters", "1", "--json", "--out", str(out),
                  "--plot", str(fig)]) == 0
-    result = json.loads(out.read_text())
+    printed = capsys.readouterr()
+    result = json.loads(printed.out)                 # stdout is the JSON object and nothing else
+    assert json.loads(out.read_text()) == result
+    assert "fitted α-β model" in printed.err and f"wrote {fig}" in printed.err
     assert [(r["op"], r["n"], r["bytes"]) for r in result["results"]] == [
         ("all-reduce", 2, 4096), ("all-reduce", 2, 65536)]
-    r = result["results"][0]   # nccl-tests: busbw = algbw · 2(n−1)/n = algbw for n = 2
-    assert r["algbw"] == pytest.approx(r["bytes"] / r["seconds"]) == pytest.approx(r["busbw"])
+    for r in result["results"]:  # nccl-tests: busbw = algbw · 2(n−1)/n = algbw for n = 2
+        assert r["algbw"] == pytest.approx(r["bytes"] / r["seconds"]) == pytest.approx(r["busbw"])
     [f] = result["fits"]
-    assert f["algorithm"] == "ring" and (f["error"] or f["bandwidth"] > 0)
-    assert {"bytes", "ring_seconds", "dist_seconds", "ratio"} <= set(result["ring_vs_dist"][0])
-    assert fig.stat().st_size > 0 and "fitted α-β model" in capsys.readouterr().out
+    assert (f["op"], f["n"], f["algorithm"]) == ("all-reduce", 2, "ring")
+    assert f["error"] or f["bandwidth"] > 0
+    [ring] = result["ring_vs_dist"]                  # the quick preset: one 64 KiB point, n = 4
+    assert (ring["n"], ring["bytes"]) == (4, 65536)
+    assert ring["ratio"] == pytest.approx(ring["ring_seconds"] / ring["dist_seconds"])
+    assert result["machine"]["backend"] == "gloo" and result["iters"] == 1
+    assert fig.stat().st_size > 0

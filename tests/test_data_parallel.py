@@ -208,13 +208,16 @@ def test_bench_dp_runs_tiny_and_prints_the_keys(capsys):
     from minipar.cli import main
     assert main(["bench", "data_parallel", "--ranks", "2", "--steps", "1", "--rounds", "1",
                  "--width", "16", "--depth", "2", "--batch", "4", "--json"]) == 0
-    out = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    out = json.loads(capsys.readouterr().out)     # stdout: the JSON object and nothing else
     t = out["step_seconds"]
     assert set(t) == {"compute", "naive", "bucketed", "ddp"} and min(t.values()) > 0
     assert out["params"] == 2 * (16 * 16 + 16) and out["ranks"] == 2
+    assert (out["batch_per_rank"], out["bucket_cap_mb"]) == (4, 1.0)
     assert out["naive_to_ddp"] == pytest.approx(t["ddp"] / t["naive"])
     assert out["bucketed_to_ddp"] == pytest.approx(t["ddp"] / t["bucketed"])
-    assert out["samples_per_second"]["ddp"] == pytest.approx(2 * 4 / t["ddp"])
+    assert out["ddp_to_compute"] == pytest.approx(t["compute"] / t["ddp"])
+    for v, seconds in t.items():               # samples per second over all ranks
+        assert out["samples_per_second"][v] == pytest.approx(2 * 4 / seconds)
     # the short name is an alias of the same command
     assert main(["bench", "dp", "--ranks", "1"]) == 2
 

@@ -27,15 +27,28 @@ def test_timed_stage_splits_input_and_weight_backward(monkeypatch):
 
 
 @pytest.mark.slow
-def test_bench_json_keys():
+def test_bench_json_matches_its_timeline_and_the_schedule():
+    from minipar.pipeline_parallel.schedules import schedule
+
     out = subprocess.run([sys.executable, "-m", "minipar.cli", "bench", "pp", "--schedule",
-                          "interleaved", "--pp", "2", "--microbatches", "2", "--chunks", "2",
+                          "interleaved", "--ranks", "2", "--microbatches", "2", "--chunks", "2",
                           "--t-forward", "2", "--t-backward", "2", "--t-weight", "2",
-                          "--steps", "1", "--json"], capture_output=True, text=True, timeout=300)
+                          "--steps", "1", "--timeline", "--json"],
+                         capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr
-    r = json.loads(out.stdout.strip().splitlines()[-1])
-    assert 0 <= r["measured_bubble"] < 1
+    r = json.loads(out.stdout)                  # stdout: the JSON object and nothing else
+    assert (r["p"], r["m"], r["v"], r["t_forward"]) == (2, 2, 2, 0.002)
     assert r["model_bubble"] == pytest.approx(1 / 5)          # (p−1)/(v·m+p−1)
+    # every rank ran exactly its actions of the schedule, in order, one at a time
+    for rank, acts in enumerate(schedule("interleaved", 2, 2, 2)):
+        mine = sorted((ev for ev in r["timeline"] if ev[0] == rank), key=lambda ev: ev[2])
+        assert [ev[1] for ev in mine] == [str(a) for a in acts]
+        assert all(a[3] <= b[2] for a, b in zip(mine, mine[1:]))
+    # with one step, the reported bubble is that step's idle fraction, recomputed here
+    span = max(ev[3] for ev in r["timeline"])
+    idle = [1 - sum(ev[3] - ev[2] for ev in r["timeline"] if ev[0] == k) / span for k in (0, 1)]
+    assert r["measured_bubble"] == pytest.approx(sum(idle) / 2)
+    assert r["step_seconds"] == pytest.approx(span) and r["hop_latency"] >= 0
 
 
 def test_bench_rejects_bad_arguments():

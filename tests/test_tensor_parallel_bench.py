@@ -13,10 +13,14 @@ def test_bench_tp_json():
                           "--hidden", "48", "--batch", "2", "--seq", "8", "--steps", "1",
                           "--rounds", "1", "--json"],
                          capture_output=True, text=True, timeout=600, check=True)
-    r = json.loads(out.stdout.strip().splitlines()[-1])
-    assert r["ranks"] == 2 and r["ours_to_dtensor"] > 0
-    assert set(r["step_seconds"]) == {"ours", "dtensor"}
-    assert max(r["max_difference_float64"].values()) < 1e-12
+    r = json.loads(out.stdout)                  # stdout: the JSON object and nothing else
+    assert (r["ranks"], r["h"], r["b"], r["s"]) == (2, 48, 2, 8)
+    t = r["step_seconds"]
+    assert set(t) == {"ours", "dtensor"} and min(t.values()) > 0
+    assert r["ours_to_dtensor"] == pytest.approx(t["dtensor"] / t["ours"])
+    for k, seconds in t.items():
+        assert r["tokens_per_second"][k] == pytest.approx(2 * 8 / seconds)
+    assert r["max_difference_float64"] and max(r["max_difference_float64"].values()) < 1e-12
 
 
 def test_bench_tp_rejects_bad_shapes():

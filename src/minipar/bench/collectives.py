@@ -22,6 +22,9 @@ import sys
 import time
 
 from minipar.cost import collectives as cc
+from minipar.errors import InputError
+
+from .common import add_json, emit
 
 OPS = ("all-reduce", "all-gather", "reduce-scatter", "broadcast")
 ASSUMED_ALGORITHM = {"all-reduce": "ring", "all-gather": "ring", "reduce-scatter": "ring",
@@ -159,11 +162,6 @@ FULL = dict(ops=",".join(OPS), ranks="2,4", sizes="4KiB..16MiB", iters=5,
             ring_sizes="64KiB,1MiB,4MiB")
 
 
-def _error(message: str):
-    from minipar.cli import CliError
-    return CliError(message)
-
-
 def parse_size(text: str) -> int:
     """``"4KiB"`` -> 4096 bytes (also ``"1MB"``, ``"1e6"``, ``"512"``)."""
     import argparse
@@ -172,7 +170,7 @@ def parse_size(text: str) -> int:
     try:
         return int(size_bytes(text))
     except argparse.ArgumentTypeError as e:
-        raise _error(f"size {e}") from None
+        raise InputError(f"size {e}") from None
 
 
 def parse_sizes(text: str) -> list[int]:
@@ -180,7 +178,7 @@ def parse_sizes(text: str) -> list[int]:
     if ".." in text:
         lo, hi = (parse_size(t) for t in text.split("..", 1))
         if lo > hi:
-            raise _error(f"sizes range {text!r}: start ({lo} B) must be <= end ({hi} B)")
+            raise InputError(f"sizes range {text!r}: start ({lo} B) must be <= end ({hi} B)")
         out = [lo]
         while out[-1] * 4 <= hi:
             out.append(out[-1] * 4)
@@ -193,10 +191,10 @@ def parse_ranks(text: str) -> list[int]:
     try:
         ranks = [int(t) for t in text.split(",")]
     except ValueError:
-        raise _error(f"--ranks must be comma-separated integers, got {text!r}") from None
+        raise InputError(f"--ranks must be comma-separated integers, got {text!r}") from None
     bad = [r for r in ranks if not 2 <= r <= MAX_WORLD_SIZE]
     if bad:
-        raise _error(f"--ranks ({bad[0]}) must be between 2 and {MAX_WORLD_SIZE}: a collective "
+        raise InputError(f"--ranks ({bad[0]}) must be between 2 and {MAX_WORLD_SIZE}: a collective "
                      "on one rank moves nothing")
     return ranks
 
@@ -205,7 +203,7 @@ def parse_ops(text: str) -> list[str]:
     ops = [t.strip() for t in text.split(",")]
     bad = [o for o in ops if o not in OPS]
     if bad:
-        raise _error(f"--ops ({bad[0]!r}) must be among {', '.join(OPS)}")
+        raise InputError(f"--ops ({bad[0]!r}) must be among {', '.join(OPS)}")
     return ops
 
 
@@ -217,24 +215,27 @@ def _main(args) -> int:
     ops, ranks = parse_ops(get("ops")), parse_ranks(get("ranks"))
     sizes, iters = parse_sizes(get("sizes")), get("iters")
     if iters < 1:
-        raise _error(f"--iters ({iters}) must be >= 1")
+        raise InputError(f"--iters ({iters}) must be >= 1")
     if len(sizes) < 2:
         print("note: one size only, so no α-β fit", file=sys.stderr)
-    try:
-        result = run_benchmark(ops, ranks, sizes, iters, parse_sizes(preset["ring_sizes"]),
-                               backend=args.backend)
-    except ValueError as e:  # e.g. --backend nccl without a GPU per rank
-        raise _error(str(e)) from None
-    from .collectives_report import plot, table
-    print(table(result))
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump(result, f, indent=1)
-        print(f"wrote {args.json}")
-    if args.plot:
-        plot(result).savefig(args.plot, dpi=120)
-        print(f"wrote {args.plot}")
-    return 0
+
+    def measure() -> dict:
+        try:
+            result = run_benchmark(ops, ranks, sizes, iters, parse_sizes(preset["ring_sizes"]),
+                                   backend=args.backend)
+        except ValueError as e:  # e.g. --backend nccl without a GPU per rank
+            raise InputError(str(e)) from None
+        from .collectives_report import plot, table
+        print(table(result))  # on stderr under --json
+        if args.out:
+            with open(args.out, "w") as f:
+                json.dump(result, f, indent=1)
+            print(f"wrote {args.out}")
+        if args.plot:
+            plot(result).savefig(args.plot, dpi=120)
+            print(f"wrote {args.plot}")
+        return result
+    return emit(args, measure, lambda result: None)
 
 
 def add_bench_parser(bench_sub) -> None:
@@ -244,7 +245,8 @@ def add_bench_parser(bench_sub) -> None:
     p.add_argument("--ranks", help="comma list of rank counts (default 2,4)")
     p.add_argument("--sizes", help="LO..HI in ×4 steps or a comma list (default 4KiB..16MiB)")
     p.add_argument("--iters", type=int, help="timed iterations per point (default 5)")
-    p.add_argument("--json", metavar="PATH", help="write the result as JSON")
+    add_json(p)
+    p.add_argument("--out", metavar="PATH", help="also write the result as JSON to PATH")
     p.add_argument("--plot", metavar="PATH", help="write the measured-vs-model figure")
     p.add_argument("--backend", choices=["auto", "gloo", "nccl"], default="auto",
                    help="auto: NCCL with one GPU per rank if there are enough GPUs, else gloo")

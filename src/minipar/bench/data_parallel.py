@@ -10,7 +10,7 @@ A benchmark reports, it never asserts: ranks share this machine's cores, so numb
 """
 from __future__ import annotations
 
-import json
+from .common import MAX_RANKS, add_common, check, emit
 
 VARIANTS = ("compute", "naive", "bucketed", "ddp")
 
@@ -31,38 +31,29 @@ def bench(ranks: int, steps: int, rounds: int, width: int, depth: int, batch: in
     return out
 
 
-def _main(args) -> int:
-    from minipar.cli import CliError
-
-    for name, lo in (("ranks", 2), ("steps", 1), ("rounds", 1), ("width", 1), ("depth", 1),
-                     ("batch", 1)):
-        if getattr(args, name) < lo:
-            raise CliError(f"--{name} ({getattr(args, name)}) must be >= {lo}")
-    if args.ranks > 16:
-        raise CliError(f"--ranks ({args.ranks}) must be <= 16 on one machine")
-    if args.bucket_mb <= 0:
-        raise CliError(f"--bucket-mb ({args.bucket_mb}) must be > 0")
-    r = bench(args.ranks, args.steps, args.rounds, args.width, args.depth, args.batch,
-              args.bucket_mb)
-    if args.json:
-        print(json.dumps(r))
-        return 0
+def _show(r: dict) -> None:
     print(f"data parallel on {r['ranks']} gloo ranks: MLP Ψ = {r['params']:,} "
-          f"({r['params'] * 4 / 2**20:.1f} MiB of fp32 gradients), batch {args.batch} per rank, "
-          f"buckets {args.bucket_mb:g} MiB")
+          f"({r['params'] * 4 / 2**20:.1f} MiB of fp32 gradients), batch {r['batch_per_rank']} "
+          f"per rank, buckets {r['bucket_cap_mb']:g} MiB")
     print(f"{'variant':<10}{'step (ms)':>11}{'samples/s':>11}{'vs DDP':>8}")
     for v in VARIANTS:
         s = r["step_seconds"][v]
         print(f"{v:<10}{s * 1e3:>11.1f}{r['samples_per_second'][v]:>11.0f}"
               f"{r['step_seconds']['ddp'] / s:>8.2f}")
     print("'compute' communicates nothing: the ceiling. Ratios > 1 are faster than DDP.")
-    return 0
+
+
+def _main(args) -> int:
+    check(args, at_least=dict(ranks=2, steps=1, rounds=1, width=1, depth=1, batch=1),
+          at_most=dict(ranks=MAX_RANKS), positive=("bucket_mb",))
+    return emit(args, lambda: bench(args.ranks, args.steps, args.rounds, args.width, args.depth,
+                                    args.batch, args.bucket_mb), _show)
 
 
 def add_bench_parser(bench_sub) -> None:
     p = bench_sub.add_parser("data_parallel", aliases=["dp"],
                              help="time naive, bucketed and DDP data parallelism")
-    p.add_argument("--ranks", type=int, default=4, help="gloo ranks (default 4)")
+    add_common(p, ranks=4, ranks_help="gloo ranks")
     p.add_argument("--steps", type=int, default=5, help="timed steps per round (default 5)")
     p.add_argument("--rounds", type=int, default=3, help="interleaved rounds (default 3)")
     p.add_argument("--width", type=int, default=512, help="MLP width (default 512)")
@@ -70,5 +61,4 @@ def add_bench_parser(bench_sub) -> None:
     p.add_argument("--batch", type=int, default=32, help="samples per rank (default 32)")
     p.add_argument("--bucket-mb", type=float, default=1.0,
                    help="bucket cap in MiB, ours and DDP's (default 1)")
-    p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(func=_main)

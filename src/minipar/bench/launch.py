@@ -7,11 +7,10 @@ in one run; the repeat figure is the median.
 """
 from __future__ import annotations
 
-import contextlib
-import json
 import statistics
-import sys
 import time
+
+from .common import add_common, check, emit
 
 
 def _one_all_reduce(rank, world_size):
@@ -47,26 +46,19 @@ def measure(ranks: int = 4, repeats: int = 5) -> dict:
 
 def add_bench_parser(bench_sub) -> None:
     p = bench_sub.add_parser("launch", help="first-call and repeat-call latency of the launcher")
-    p.add_argument("--ranks", type=int, default=4)
-    p.add_argument("--repeats", type=int, default=5)
-    p.add_argument("--json", action="store_true", help="print one JSON object")
+    add_common(p, ranks=4, ranks_help="ranks per call")
+    p.add_argument("--repeats", type=int, default=5, help="warm calls timed (default 5)")
     p.set_defaults(func=_main)
 
 
-def _main(args) -> int:
-    from minipar.cli import CliError
+def _show(r: dict) -> None:
+    print(f"launch of {r['ranks']} {r['backend']} ranks: first call {r['first_call_s']:.2f} s, "
+          f"repeat call {r['repeat_call_s'] * 1e3:.0f} ms ({r['repeat_to_first']:.1%} of the "
+          f"first)")
 
-    if not 1 <= args.ranks <= 64:
-        raise CliError(f"--ranks must be between 1 and 64, got {args.ranks}")
-    if args.repeats < 1:
-        raise CliError(f"--repeats must be at least 1, got {args.repeats}")
-    with contextlib.redirect_stdout(sys.stderr if args.json else sys.stdout):
-        r = measure(args.ranks, args.repeats)  # the launcher's note must not break the JSON
-    if args.json:
-        print(json.dumps(r))
-    else:
-        print(f"launch of {r['ranks']} {r['backend']} ranks: "
-              f"first call {r['first_call_s']:.2f} s, "
-              f"repeat call {r['repeat_call_s'] * 1e3:.0f} ms "
-              f"({r['repeat_to_first']:.1%} of the first)")
-    return 0
+
+def _main(args) -> int:
+    from minipar.launch import MAX_WORLD_SIZE
+
+    check(args, at_least=dict(ranks=1, repeats=1), at_most=dict(ranks=MAX_WORLD_SIZE))
+    return emit(args, lambda: measure(args.ranks, args.repeats), _show)

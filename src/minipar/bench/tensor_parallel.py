@@ -11,7 +11,9 @@ A benchmark reports, it never asserts: ranks share this machine's cores, so numb
 """
 from __future__ import annotations
 
-import json
+from minipar.errors import InputError
+
+from .common import MAX_RANKS, add_common, check, emit
 
 
 def _median(xs):
@@ -33,21 +35,7 @@ def bench(ranks: int, h: int, b: int, s: int, steps: int, rounds: int) -> dict:
             "max_difference_float64": {k: max(d[k] for d in diffs) for k in diffs[0]}}
 
 
-def _main(args) -> int:
-    from minipar.cli import CliError
-
-    for name, lo in (("ranks", 2), ("hidden", 1), ("batch", 1), ("seq", 1), ("steps", 1),
-                     ("rounds", 1)):
-        if getattr(args, name) < lo:
-            raise CliError(f"--{name} ({getattr(args, name)}) must be >= {lo}")
-    if args.ranks > 16:
-        raise CliError(f"--ranks ({args.ranks}) must be <= 16 on one machine")
-    if (4 * args.hidden) % args.ranks:
-        raise CliError(f"4·hidden ({4 * args.hidden}) must be divisible by t ({args.ranks})")
-    r = bench(args.ranks, args.hidden, args.batch, args.seq, args.steps, args.rounds)
-    if args.json:
-        print(json.dumps(r))
-        return 0
+def _show(r: dict) -> None:
     print(f"tensor-parallel MLP block on {r['ranks']} gloo ranks: h = {r['h']}, b = {r['b']}, "
           f"s = {r['s']}, float32, forward + backward")
     for k, v in r["step_seconds"].items():
@@ -56,17 +44,24 @@ def _main(args) -> int:
     worst = max(r["max_difference_float64"].values())
     print(f"largest difference of loss and gradients, ours vs DTensor and vs one process "
           f"(float64): {worst:.1e}")
-    return 0
+
+
+def _main(args) -> int:
+    check(args, at_least=dict(ranks=2, hidden=1, batch=1, seq=1, steps=1, rounds=1),
+          at_most=dict(ranks=MAX_RANKS))
+    if (4 * args.hidden) % args.ranks:
+        raise InputError(f"4·hidden ({4 * args.hidden}) must be divisible by t ({args.ranks})")
+    return emit(args, lambda: bench(args.ranks, args.hidden, args.batch, args.seq, args.steps,
+                                    args.rounds), _show)
 
 
 def add_bench_parser(bench_sub) -> None:
     p = bench_sub.add_parser("tensor_parallel", aliases=["tp"],
                              help="time our tensor-parallel MLP block against DTensor's")
-    p.add_argument("--ranks", type=int, default=2, help="gloo ranks = t (default 2)")
+    add_common(p, ranks=2, ranks_help="gloo ranks = t")
     p.add_argument("--hidden", type=int, default=512, help="hidden size h (default 512)")
     p.add_argument("--batch", type=int, default=4, help="micro-batch b (default 4)")
     p.add_argument("--seq", type=int, default=128, help="sequence length s (default 128)")
     p.add_argument("--steps", type=int, default=5, help="timed steps per round (default 5)")
     p.add_argument("--rounds", type=int, default=3, help="interleaved rounds (default 3)")
-    p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(func=_main)

@@ -53,9 +53,9 @@ def chapter_runs(p: int = 4, m: int = 8) -> dict:
 def bubble_runs(p: int = 4, m: int = 8, t: float = 0.05, steps: int = 2) -> dict:
     """``minipar bench pp`` for each schedule with t_F = t_B = t_W = ``t`` seconds (stages
     that sleep a fixed time: gloo on the CPU, since there is no GPU work to time)."""
-    from minipar.bench.pipeline_parallel import bench
+    from .measure import measure_bubble
 
-    return {name: bench(name, p, m, v, t, t, t, steps) for name, v in SCHEDULES}
+    return {name: measure_bubble(name, p, m, v, t, t, t, steps) for name, v in SCHEDULES}
 
 
 def parse_timeline(rows) -> list:
