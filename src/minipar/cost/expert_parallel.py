@@ -1,7 +1,7 @@
 """Expert-parallel cost: all-to-all bytes from routed counts, α-β time, imbalance, parameters.
 
 Pure Python. Symbols as on the notation page: E experts per MoE layer, K experts per token
-(top-K), e the expert-parallel degree (``ep`` in code), n tokens per rank, h hidden, f expert
+(top-K), x the expert-parallel degree (``ep`` in code), n tokens per rank, h hidden, f expert
 FFN width, C an expert's capacity, c_f the capacity factor. Sizes are BYTES unless a name says
 rows (tokens) or elements.
 
@@ -12,8 +12,8 @@ rows (tokens) or elements.
   counts, dispatch (S = Σ_d rows[s][d]·h·bytes), combine (S = Σ_d rows[d][s]·h·bytes, the rows
   it received), then in backward the combine's and dispatch's all-to-alls again with the splits
   swapped (:func:`layer_events`). Bytes that leave the rank exclude rows[s][s].
-* **Even routing**: every rank sends K·n rows, (e−1)/e of them to other ranks.
-* **Time**: pairwise-exchange all-to-all (e−1)α + (e−1)/e·Sβ of
+* **Even routing**: every rank sends K·n rows, (x−1)/x of them to other ranks.
+* **Time**: pairwise-exchange all-to-all (x−1)α + (x−1)/x·Sβ of
   :func:`minipar.cost.collectives.collective_time`, with α and the bandwidth fitted in the
   collectives chapter. Uneven rows: the slowest rank sets the time (its larger S).
 * **Parameters** (Fedus et al. 2022, §2; Jiang et al. 2024, Table 1): an expert is an MLP of
@@ -78,14 +78,14 @@ def off_rank_bytes(rows: list[list[int]], rank: int, hidden: int,
 def even_dispatch_bytes(tokens: int, top_k: int, hidden: int, ep: int,
                         bytes_per_elem: float = 4) -> tuple[float, float]:
     """(S, off-rank bytes) of one dispatch with perfectly even routing: K·n·h·bytes and
-    (e−1)/e of it."""
+    (x−1)/x of it."""
     _check(tokens=tokens, top_k=top_k, hidden=hidden, ep=ep)
     S = top_k * tokens * hidden * bytes_per_elem
     return S, S * (ep - 1) / ep
 
 
 def all_to_all_time(nbytes: float, ep: int, alpha: float, bandwidth: float) -> float:
-    """Pairwise-exchange all-to-all, (e−1)α + (e−1)/e·Sβ (Thakur et al. 2005)."""
+    """Pairwise-exchange all-to-all, (x−1)α + (x−1)/x·Sβ (Thakur et al. 2005)."""
     return collective_time("all-to-all", "pairwise-exchange", ep, nbytes, alpha, bandwidth)
 
 
@@ -108,9 +108,9 @@ def all_to_all_vs_all_reduce(nbytes: float, ranks: int, alpha: float,
 
 def tokens_vs_weights_bytes(tokens: int, top_k: int, hidden: int, ffn: int, experts: int,
                             ep: int, bytes_per_elem: float = 4, matrices: int = 2) -> dict:
-    """Per rank, per layer, per step: bytes EP sends (four all-to-alls of K·n rows, (e−1)/e off
-    rank) vs bytes data parallelism would send to all-reduce the E experts' gradients on e
-    ranks (ring, 2(e−1)/e·S). "Move tokens, not weights."""
+    """Per rank, per layer, per step: bytes EP sends (four all-to-alls of K·n rows, (x−1)/x off
+    rank) vs bytes data parallelism would send to all-reduce the E experts' gradients on x
+    ranks (ring, 2(x−1)/x·S). "Move tokens, not weights."""
     check_shapes(experts, top_k, ep)
     _, off = even_dispatch_bytes(tokens, top_k, hidden, ep, bytes_per_elem)
     grads = experts * matrices * hidden * ffn * bytes_per_elem
@@ -118,7 +118,7 @@ def tokens_vs_weights_bytes(tokens: int, top_k: int, hidden: int, ffn: int, expe
 
 
 def imbalance(tokens_per_expert: list[int], ep: int) -> dict[str, float]:
-    """Rows per rank (experts r·E/e … grouped), and the most loaded rank over the mean: the
+    """Rows per rank (experts r·E/x … grouped), and the most loaded rank over the mean: the
     factor by which the expert compute of a step is longer than with even routing."""
     E = len(tokens_per_expert)
     if E % ep:
@@ -133,7 +133,7 @@ def imbalance(tokens_per_expert: list[int], ep: int) -> dict[str, float]:
 
 def expert_params_per_rank(experts: int, hidden: int, ffn: int, ep: int,
                            matrices: int = 2) -> int:
-    """E/e experts of ``matrices``·h·f weights each: ∝ 1/e."""
+    """E/x experts of ``matrices``·h·f weights each: ∝ 1/x."""
     check_shapes(experts, 1, ep)
     return experts // ep * matrices * hidden * ffn
 
@@ -158,3 +158,48 @@ def mixtral_8x7b() -> dict[str, int]:
     p = moe_params(h, f, 8, 2, L, matrices=3, dense_per_layer=attn)
     extra = 2 * V * h + h                                    # embeddings, head, final norm
     return {k: v + extra for k, v in p.items() if k != "forward flops per token"}
+
+
+def skewed_loads(tokens: int, experts: int, top_k: int, ep: int, hot: float = 0.0,
+                 capacity_factor: float | None = None) -> dict:
+    """Assignments per expert and per rank when a share ``hot`` of the EP group's A = x·n·K
+    assignments goes to expert 0 and the rest spread evenly over all E experts (a router that
+    over-uses one expert; ``hot`` = 0 is perfect balance). With a capacity factor each expert
+    processes min(load, C), C = ⌈c_f·K·x·n/E⌉, and the rest is dropped. ``tokens`` is n, per rank.
+    """
+    check_shapes(experts, top_k, ep)
+    _check(tokens=tokens)
+    if not 0.0 <= hot <= 1.0:
+        raise ValueError(f"hot share ({hot}) must be between 0 and 1")
+    A = ep * tokens * top_k
+    routed = [(1 - hot) * A / experts + (hot * A if e == 0 else 0.0) for e in range(experts)]
+    C = capacity(ep * tokens, experts, top_k, capacity_factor)
+    done = routed if C is None else [min(r, C) for r in routed]
+    per = experts // ep
+    ranks = [sum(done[r * per:(r + 1) * per]) for r in range(ep)]
+    return {"routed": routed, "processed": done, "per rank": ranks, "capacity": C,
+            "max rank": max(ranks), "mean rank": sum(ranks) / ep,
+            "dropped fraction": 1 - sum(done) / A}
+
+
+def ep_layer_model(tokens: int = 4096, experts: int = 8, top_k: int = 2, ep: int = 8,
+                   hidden: int = 4096, ffn: int = 14336, capacity_factor: float | None = None,
+                   hot: float = 0.0, alpha: float = 2e-6, bandwidth: float = 450e9,
+                   bytes_per_elem: float = 2, matrices: int = 3) -> dict:
+    """One MoE layer on x = ``ep`` ranks with n = ``tokens`` per rank (the explorer's model):
+    rows the most loaded rank processes and its ratio to the mean, the dispatch buffer S of
+    even routing and the bytes leaving a rank, the four all-to-alls' time (set by the largest
+    buffer, that of the most loaded rank), expert bytes per rank, total and active parameters
+    of the layer. Defaults: Mixtral 8×7B's layer (bf16), NVLink 4."""
+    load = skewed_loads(tokens, experts, top_k, ep, hot, capacity_factor)
+    S, off = even_dispatch_bytes(tokens, top_k, hidden, ep, bytes_per_elem)
+    worst = max(load["max rank"], top_k * tokens) * hidden * bytes_per_elem
+    p = moe_params(hidden, ffn, experts, top_k, 1, matrices)
+    return {"max rank rows": load["max rank"],
+            "imbalance": load["max rank"] / load["mean rank"] if load["mean rank"] else 1.0,
+            "capacity": load["capacity"], "dropped fraction": load["dropped fraction"],
+            "dispatch bytes": S, "off rank bytes": off,
+            "layer a2a seconds": 4 * all_to_all_time(worst, ep, alpha, bandwidth),
+            "expert bytes per rank": expert_params_per_rank(experts, hidden, ffn, ep, matrices)
+            * bytes_per_elem,
+            "total params": p["total"], "active params": p["active"]}

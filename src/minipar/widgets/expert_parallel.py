@@ -1,0 +1,25 @@
+"""Explorer for the expert-parallel chapter: one MoE layer's rows per rank, all-to-all bytes and
+time, and expert memory per rank, as tokens, experts, top-K, x, the capacity factor, a skewed
+router and the link vary.
+
+The browser evaluates ``widgets/expert_parallel.js``; its model is the JavaScript twin of
+:func:`minipar.cost.expert_parallel.ep_layer_model` (GShard §2.2 and §3.2; Switch §2.2; the
+pairwise-exchange all-to-all of Thakur et al. 2005). tests/test_expert_parallel_explorer.py
+checks the twins agree.
+"""
+from __future__ import annotations
+
+from minipar.cost.hardware import LINKS
+
+
+def ep_config() -> dict:
+    """Links (α, per-direction bandwidth) from minipar.cost.hardware."""
+    return {"links": {name: {"alpha": L.alpha, "bandwidth": L.bandwidth}
+                      for name, L in LINKS.items()}}
+
+
+def ep_explorer(**values):
+    """Live explorer of :func:`minipar.cost.expert_parallel.ep_layer_model`; ``values``
+    override the default controls."""
+    from minipar.widgets import Explorer
+    return Explorer("expert_parallel", "ep-layer", config=ep_config(), values=values)
