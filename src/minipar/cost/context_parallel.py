@@ -45,6 +45,16 @@ def check_shape(s: int, cp: int, layout: str = "contiguous") -> None:
         raise ValueError(f"sequence length s ({s}) must be divisible by {rule} ({n})")
 
 
+def _check_rates(flops: float | None = None, bandwidth: float | None = None,
+                 alpha: float | None = None) -> None:
+    if flops is not None and not flops > 0:
+        raise ValueError(f"flops ({flops}) must be > 0 FLOP/s")
+    if bandwidth is not None and not bandwidth > 0:
+        raise ValueError(f"bandwidth ({bandwidth}) must be > 0 bytes/s")
+    if alpha is not None and not alpha >= 0:
+        raise ValueError(f"alpha ({alpha}) must be >= 0 s")
+
+
 def kv_block_bytes(b: int, s: int, h_kv: int, cp: int, bytes_per_elem: float = 2) -> float:
     """Bytes of one rank's K and V shards together: 2·b·(s/cp)·h_kv·bytes."""
     _check(b=b, s=s, h_kv=h_kv, cp=cp)
@@ -130,8 +140,7 @@ def min_tokens_per_rank_for_overlap(flops: float, bandwidth: float, bytes_per_el
     Block compute 4·b·(s/cp)²·h / F ≥ transfer 2·b·(s/cp)·h_kv·bytes / B  ⇔
     s/cp ≥ F·bytes·(h_kv/h) / (2·B); F in FLOP/s, B in bytes/s per direction,
     ``kv_fraction`` = h_kv/h (Liu et al. 2023 §3 state the same condition as block ≥ F/B)."""
-    if flops <= 0 or bandwidth <= 0:
-        raise ValueError(f"flops ({flops}) and bandwidth ({bandwidth}) must be > 0")
+    _check_rates(flops=flops, bandwidth=bandwidth)
     return flops * bytes_per_elem * kv_fraction / (2 * bandwidth)
 
 
@@ -145,6 +154,7 @@ def ring_attention_time(b: int, s: int, h: int, cp: int, *, flops: float, bandwi
     rank's total), comm (its transfers) and time (with overlap)."""
     h_kv = h if h_kv is None else h_kv
     check_shape(s, cp, layout)
+    _check_rates(flops, bandwidth, alpha)
     per_rank = attention_flops_per_rank(b, s, h, cp, layout, causal)
     slowest = max(range(cp), key=lambda r: per_rank[r])
     comp = per_rank[slowest] / flops
