@@ -135,13 +135,99 @@ def test_committed_starters_are_up_to_date():
         assert starter_path(script).exists()
 
 
-def test_reason_for_a_rank_that_died_shows_its_stderr_tail():
-    from minipar.launch import RankError
-    e = RankError(1, "a process exit (killed by signal 6 (SIGABRT))", "no Python traceback")
-    e.stderr_tail = "minipar check: running case n=2\nterminate called\nFatal Python error: Aborted\n"
-    reason = reason_for(e)
-    assert reason.startswith("rank 1 died (a process exit (killed by signal 6 (SIGABRT)))")
-    assert "terminate called | Fatal Python error: Aborted" in reason
+def _dies_on_rank_1(rank, world_size):
+    import os
+    if rank == 1:
+        os.write(2, b"native message before the abort\n")   # what a C++ library prints
+        os.abort()                                            # the learner's fatal line
+    return rank
+
+
+def _deadlocks(rank, world_size):
+    import torch
+    import torch.distributed as dist
+    x = torch.ones(3)
+    if rank == 0:
+        dist.recv(x, src=1)                 # rank 1 never sends
+    else:
+        dist.all_reduce(x)                  # and rank 0 never joins
+    return rank
+
+
+def _loops_on_rank_1(rank, world_size):
+    import torch.distributed as dist
+    n = 0
+    while rank == 1:                        # never ends
+        n += 1
+    dist.barrier()
+    return n
+
+
+@pytest.mark.slow
+def test_reason_for_a_rank_that_died_shows_its_stderr_tail_and_line():
+    from minipar.grading import RankFailure, run_ranks
+    with pytest.raises(RankFailure) as info:
+        run_ranks(_dies_on_rank_1, 2)
+    reason = str(info.value)
+    assert reason.startswith("rank 1 died (killed by signal 6 (SIGABRT)) without a Python "
+                             "exception at line"), reason
+    assert "of _dies_on_rank_1: os.abort()" in reason
+    assert "native message before the abort | Fatal Python error: Aborted" in reason
+    assert "Extension modules" not in reason and "\n" not in reason
+
+
+@pytest.mark.slow
+def test_deadlock_is_reported_with_every_ranks_line_without_a_wall_clock_budget():
+    """No rank uses CPU: stopped after STALL_S seconds (10), not after a fixed timeout."""
+    import time
+
+    from minipar.grading import LimitExceeded, limits, run_ranks
+    t = time.monotonic()
+    with pytest.raises(LimitExceeded) as info:
+        run_ranks(_deadlocks, 3)
+    waited = time.monotonic() - t
+    reason = str(info.value)
+    assert info.value.kind == "deadlock", reason
+    assert reason.startswith(f"deadlock on 3 ranks: for {limits.STALL_S:g} s no rank made "
+                             "progress"), reason
+    parts = reason.split("using no CPU): ", 1)[1].split(" -- ")[0].split("; ")
+    assert len(parts) == 3, reason
+    for part, (rank, code, op) in zip(parts, [(0, "dist.recv(x, src=1)", "recv"),
+                                              (1, "dist.all_reduce(x)", "all_reduce"),
+                                              (2, "dist.all_reduce(x)", "all_reduce")]):
+        assert part.startswith(f"rank {rank} waiting at line ") and code in part \
+            and part.endswith(f"(in {op})"), part
+    assert waited >= limits.STALL_S, "stopped before the ranks were idle for STALL_S"
+    # (how soon after: STALL_S plus the abort; not asserted, a busy machine may take longer)
+
+
+@pytest.mark.slow
+def test_endless_loop_is_stopped_by_cpu_time_and_named(monkeypatch):
+    from minipar.grading import LimitExceeded, limits, run_ranks
+    monkeypatch.setattr(limits, "CPU_LIMIT", 2.0)     # CPU-seconds; the default is 60
+    with pytest.raises(LimitExceeded) as info:
+        run_ranks(_loops_on_rank_1, 2)
+    reason = str(info.value)
+    assert info.value.kind == "endless loop", reason
+    assert "rank 1 (2 CPU-s, line" in reason and "while rank == 1:" in reason
+    assert "rank 0 waiting at line" in reason and "dist.barrier()" in reason
+
+
+@task("selftest.sleepy", "returns after waiting (no CPU)")
+def _check_sleepy(candidate):
+    candidate()
+
+
+def test_in_process_limit_counts_cpu_time_not_waiting(capsys):
+    import time
+    assert check("selftest.sleepy", lambda: time.sleep(1.5), time_limit_s=0.5), \
+        "1.5 s of waiting is 0 CPU-seconds: under a 0.5 CPU-s limit"
+    def spin():
+        while True:
+            pass
+    assert not check("selftest.sleepy", spin, time_limit_s=0.5)
+    assert "stopped after 0.5 CPU-seconds: your code was still computing" in \
+        capsys.readouterr().out
 
 
 def test_reason_for_names_the_learners_line():

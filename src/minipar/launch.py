@@ -88,12 +88,15 @@ _zygote: _pool.Zygote | None = None
 
 
 def run(fn, world_size: int, *args, backend: str = "auto", timeout: float = DEFAULT_TIMEOUT,
-        threads: int | None = None) -> list:
+        threads: int | None = None, on_start=None) -> list:
     """Run ``fn(rank, world_size, *args)`` on ``world_size`` ranks; return results in rank order.
 
     backend: ``"auto"`` (NCCL with one GPU per rank if there are enough GPUs, else gloo on the
     CPU), ``"gloo"`` or ``"nccl"``. timeout: seconds for the whole call, and for each collective.
     threads: torch intra-op threads per rank (default: usable CPUs // world_size, at least 1).
+    on_start: called as ``on_start(pids, logs)`` once the ranks exist (process ids and the paths
+    of their stderr logs, in rank order), e.g. by a grader that watches their progress
+    (:mod:`minipar.grading.limits`); it must return at once.
     """
     _check(fn, world_size, timeout)
     backend = choose_backend(backend, world_size)
@@ -106,6 +109,9 @@ def run(fn, world_size: int, *args, backend: str = "auto", timeout: float = DEFA
         deadline = time.monotonic() + max(timeout, 60.0)
         try:
             pids = zygote.fork(world_size, state, task)  # one fresh process per rank
+            if on_start is not None:
+                on_start(list(pids), [os.path.join(zygote.folder, f"rank-{r}.log")
+                                      for r in range(world_size)])
             ranks = _pool.Ranks(zygote, pids, deadline)
         except _pool.StartFailed as e:
             raise StartError(str(e), e.log, e.cause) from None

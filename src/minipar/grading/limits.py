@@ -1,22 +1,61 @@
-"""Time limits for graded code: one mechanism shared by every checker.
+"""Time limits for graded code: one mechanism shared by every checker, measured in progress.
+
+A fixed wall-clock budget cannot tell a slow machine from a hang: the same correct answer that
+takes 3 s on an idle laptop takes 40 s while a book build runs. So the grader never counts wall
+time. It watches what the learner's processes do:
+
+* **a deadlock** is a state, not a duration: every rank is blocked (in a collective, a ``recv``,
+  a ``wait``) and so uses no CPU. :func:`run_ranks` samples each rank's CPU time and scheduler
+  state (``/proc/<pid>/stat``) every :data:`SAMPLE_S` seconds; when for :data:`STALL_S`
+  seconds no rank gained more than :data:`IDLE_CPU_SHARE` of that time in CPU and
+  their threads were runnable in at most :data:`BUSY_SHARE` of the samples (gloo's socket
+  thread wakes up now and then), the ranks are stopped with ``SIGABRT`` (``faulthandler`` writes each one's Python
+  stack to its log) and the reason names the line every rank was waiting on. A busy machine
+  delays a working rank but leaves it runnable, so it never looks stalled.
+* **an endless loop** does use CPU: it is stopped when one rank has used :data:`CPU_LIMIT`
+  CPU-seconds in one call. CPU time hardly grows with the machine's load (the wall time does),
+  and the limit is at least 20× the most any reference solution's rank uses in one call
+  (``tests/test_grading_framework.py`` measures that under load).
+* code that runs in the caller's process (a check that calls the candidate directly) gets
+  :func:`cpu_time_limit`: :data:`TIME_LIMIT` CPU-seconds of this process (``ITIMER_PROF``),
+  and ten times that in wall time as a backstop for a wait that never ends.
+
+Without ``/proc`` (macOS) the launcher's own wall-clock ``timeout`` of :data:`FALLBACK_TIMEOUT`
+seconds is the limit. ``MINIPAR_GRADE_STALL_S``, ``MINIPAR_GRADE_CPU_LIMIT`` and
+``MINIPAR_CHECK_TIME_LIMIT`` override the three numbers; ``MINIPAR_GRADE_STATS=PATH`` appends
+one JSON line per call (world size, each rank's CPU-seconds, wall seconds, verdict).
 
 ``run_ranks(fn, world_size, *args)`` runs ``fn(rank, world_size, *args)`` on fresh gloo ranks
-(:func:`minipar.launch.run`) and turns every way the learner's ranks can fail into a
-:class:`~minipar.grading.GradeFailure` whose message is the learner's one-line reason:
-
-* a rank raised or died: :class:`RankFailure` (a ``GradeFailure``) carrying the launcher's
-  ``RankError`` as ``.error`` (``rank``, ``summary``, ``remote_traceback``, ``stderr_tail``),
-  so a checker can still look at what the rank said;
-* ranks that never finish (a deadlock, an endless loop): a ``GradeFailure`` saying so.
-
-Checkers never pass their own ``timeout``: the limit is the grader's business, not the chapter's.
+(:func:`minipar.launch.run`) and turns every way they can fail into a
+:class:`~minipar.grading.GradeFailure` whose message is the learner's one-line reason: a rank that
+raised or died gives a :class:`RankFailure` that carries the launcher's ``RankError`` as
+``.error`` (``rank``, ``summary``, ``remote_traceback``, ``stderr_tail``) for a checker that wants
+to look closer; a deadlock or an endless loop gives a :class:`LimitExceeded`. Checkers pass no
+``timeout``: the limit is the grader's business, the same for every chapter.
 """
 from __future__ import annotations
 
-from minipar.grading import GradeFailure, reason_for
+import contextlib
+import json
+import os
+import re
+import signal
+import threading
+import time
 
-# A generous wall-clock budget per call (a placeholder while the progress-based limit lands).
-RUN_TIMEOUT = 300.0
+from minipar.grading.errors import CheckTimeLimit, GradeFailure
+from minipar.grading.reasons import HINT as _HINT
+from minipar.grading.reasons import dump_learner_line, is_library, reason_for
+
+SAMPLE_S = 0.5                 # how often the ranks' CPU times are read
+STALL_S = float(os.environ.get("MINIPAR_GRADE_STALL_S", "10"))
+IDLE_CPU_SHARE = 0.02          # a blocked gloo rank uses ~0.5 % of a core (its socket threads)
+BUSY_SHARE = 0.25              # ...and its socket thread is seen runnable in a few samples
+CPU_LIMIT = float(os.environ.get("MINIPAR_GRADE_CPU_LIMIT", "60"))
+TIME_LIMIT = float(os.environ.get("MINIPAR_CHECK_TIME_LIMIT", "60"))
+WALL_BACKSTOP = 3600.0         # the launcher's timeout under the watcher: never reached by design
+FALLBACK_TIMEOUT = 300.0       # no /proc: the launcher's wall-clock timeout is all we have
+_STATS_ENV = "MINIPAR_GRADE_STATS"
 
 
 class RankFailure(GradeFailure):
@@ -26,30 +65,281 @@ class RankFailure(GradeFailure):
         super().__init__(reason)
         self.error = error
         self.rank = getattr(error, "rank", None)
-        self.summary = getattr(error, "summary", "")
-        self.remote_traceback = getattr(error, "remote_traceback", "")
-        self.stderr_tail = getattr(error, "stderr_tail", "")
+        self.summary = getattr(error, "summary", "") or ""
+        self.remote_traceback = getattr(error, "remote_traceback", "") or ""
+        self.stderr_tail = getattr(error, "stderr_tail", "") or ""
 
 
+class LimitExceeded(GradeFailure):
+    """The ranks were stopped: ``kind`` is ``"deadlock"`` or ``"endless loop"``."""
+
+    def __init__(self, reason: str, kind: str):
+        super().__init__(reason)
+        self.kind = kind
+
+
+# ----------------------------------------------------------------------------- /proc
+_TICK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+
+
+def _stat(pid: int):
+    """(state letter, CPU-seconds of all its threads, start time) or None if it is gone."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    return fields[0], (int(fields[11]) + int(fields[12])) / _TICK, int(fields[19])
+
+
+def _any_thread_running(pid: int) -> bool:
+    """A thread of ``pid`` is runnable (``R``) or in uninterruptible I/O (``D``): it is making
+    progress, or would if the CPU were free."""
+    try:
+        tids = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return False
+    for tid in tids:
+        try:
+            with open(f"/proc/{pid}/task/{tid}/stat") as f:
+                if f.read().rsplit(")", 1)[1].split()[0] in "RD":
+                    return True
+        except OSError:
+            pass
+    return False
+
+
+def has_proc() -> bool:
+    return _stat(os.getpid()) is not None
+
+
+# ----------------------------------------------------------------------------- the watcher
+class Watcher:
+    """Watches one call's ranks from a thread; stops them on a deadlock or an endless loop."""
+
+    def __init__(self, stall_s: float | None = None, cpu_limit: float | None = None):
+        self.stall_s = STALL_S if stall_s is None else stall_s      # read now: tests may
+        self.cpu_limit = CPU_LIMIT if cpu_limit is None else cpu_limit   # change them
+        self.pids: list[int] = []
+        self.logs: list[str] = []
+        self.cpu: dict[int, float] = {}         # rank -> CPU-seconds used, last sample
+        self.kind: str | None = None            # set when it stopped the ranks
+        self.culprits: list[int] = []           # the looping ranks (endless loop)
+        self.stacks: dict[int, str] = {}        # rank -> its log after SIGABRT
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def start(self, pids, logs) -> None:        # launch.run's on_start: returns at once
+        self.pids, self.logs = list(pids), list(logs)
+        self._thread = threading.Thread(target=self._watch, name="minipar-grade-watch",
+                                        daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+
+    def _watch(self) -> None:
+        try:
+            self._loop()
+        except Exception:  # noqa: BLE001  (the launcher's own timeout remains the backstop)
+            pass
+
+    def _loop(self) -> None:
+        starts: dict[int, int] = {}
+        window: list[tuple[float, dict[int, float], bool]] = []   # (time, cpu per rank, busy)
+        while not self._stop.wait(SAMPLE_S):
+            now, cpu, busy = time.monotonic(), {}, False
+            for r, pid in enumerate(self.pids):
+                st = _stat(pid)
+                if st is None or starts.setdefault(r, st[2]) != st[2] or st[0] in "ZX":
+                    continue                                   # exited (or the pid was reused)
+                cpu[r] = st[1]
+                busy = busy or st[0] in "RD" or _any_thread_running(pid)
+            if not cpu:
+                continue                                       # all gone: the launcher reports
+            self.cpu.update(cpu)
+            over = [r for r, c in cpu.items() if c > self.cpu_limit]
+            if over:
+                self._abort("endless loop", over)
+                return
+            window.append((now, cpu, busy))
+            while window and now - window[0][0] > self.stall_s:
+                window.pop(0)
+            first_t, first_cpu, _ = window[0]
+            if now - first_t < self.stall_s - SAMPLE_S or \
+                    sum(b for _, _, b in window) > BUSY_SHARE * len(window):
+                continue
+            gained = max(cpu.get(r, 0.0) - first_cpu.get(r, cpu.get(r, 0.0)) for r in cpu)
+            if gained <= IDLE_CPU_SHARE * (now - first_t):
+                self._abort("deadlock", [])
+                return
+
+    def _abort(self, kind: str, culprits: list[int]) -> None:
+        self.kind, self.culprits = kind, culprits
+        for pid in self.pids:             # faulthandler writes the Python stack to the log
+            _signal(pid, signal.SIGABRT)
+        deadline = time.monotonic() + 5.0
+        while time.monotonic() < deadline and any(_alive(p) for p in self.pids):
+            time.sleep(0.05)
+        for pid in self.pids:
+            _signal(pid, signal.SIGKILL)
+        for r, path in enumerate(self.logs):
+            try:
+                with open(path, errors="replace") as f:
+                    self.stacks[r] = f.read()[-20000:]
+            except OSError:
+                self.stacks[r] = ""
+
+    # ------------------------------------------------------------------------- the reason
+    def reason(self, world_size: int) -> str:
+        where = {r: waiting_at(self.stacks.get(r, "")) for r in range(world_size)}
+        if self.kind == "endless loop":
+            loops = ", ".join(f"rank {r} ({self.cpu.get(r, 0):.0f} CPU-s, "
+                              f"{where[r] or 'outside your code'})" for r in self.culprits)
+            others = _positions({r: w for r, w in where.items() if r not in self.culprits})
+            return (f"stopped an endless loop on {world_size} ranks: {loops} kept computing past "
+                    f"the limit of {self.cpu_limit:g} CPU-seconds per rank (the reference needs "
+                    f"a few); is there a loop whose condition never becomes false?"
+                    + (f" The other ranks: {others}." if others else ""))
+        return (f"deadlock on {world_size} ranks: for {self.stall_s:g} s no rank made progress "
+                f"(all blocked, using no CPU): {_positions(where)} -- {_HINT}")
+
+
+def _positions(where: dict) -> str:
+    return "; ".join(f"rank {r} " + (f"waiting at {w}" if w else "had finished its work")
+                     for r, w in sorted(where.items()))
+
+
+def _signal(pid: int, sig) -> None:
+    try:
+        os.kill(pid, sig)
+    except OSError:
+        pass
+
+
+def _alive(pid: int) -> bool:
+    st = _stat(pid)
+    return st is not None and st[0] not in "ZX"
+
+
+_DUMP_FRAME = re.compile(r'File "([^"]+)", line (\d+) in (\S+)')
+
+
+def waiting_at(dump: str) -> str | None:
+    """From a ``faulthandler`` stack: the learner's innermost frame, with its source line and
+    the library call it was in, e.g. ``line 9 of ring: dist.recv(buf, src=left) (in recv)``;
+    None if the stack holds no learner frame (the rank had returned and waited for its peers)."""
+    where = dump_learner_line(dump)
+    if where is None:
+        return None
+    inner = None
+    for f, _, func in _DUMP_FRAME.findall(dump.split("most recent call first", 1)[1]):
+        if not is_library(f):
+            break
+        if inner is None and func not in ("wrapper", "<lambda>"):
+            inner = func
+    return where + (f" (in {inner})" if inner else "")
+
+
+# ----------------------------------------------------------------------------- the entry point
 def run_ranks(fn, world_size: int, *args, **kwargs) -> list:
-    """``minipar.launch.run(fn, world_size, *args, backend="gloo")`` with the grader's limits;
-    per-rank results in rank order, or a :class:`GradeFailure` with the learner's reason."""
+    """``minipar.launch.run(fn, world_size, *args, backend="gloo")`` under the grader's limits:
+    per-rank results in rank order, or a :class:`GradeFailure` with the learner's reason.
+
+    ``kwargs`` go to ``run`` (``threads``, ``backend``); a ``timeout`` is ignored.
+    """
     from minipar.launch import RankError, run
 
-    kwargs.pop("timeout", None)          # the grader decides, not the checker
+    kwargs.pop("timeout", None)
     kwargs.setdefault("backend", "gloo")
+    watcher = Watcher() if has_proc() else None
+    t0 = time.monotonic()
+    verdict = "ok"
     try:
-        return run(fn, world_size, *args, timeout=RUN_TIMEOUT, **kwargs)
+        if watcher is None:
+            return run(fn, world_size, *args, timeout=FALLBACK_TIMEOUT, **kwargs)
+        return run(fn, world_size, *args, timeout=WALL_BACKSTOP, on_start=watcher.start,
+                   **kwargs)
     except RankError as e:
+        if watcher is not None:
+            watcher.stop()
+        if watcher is not None and watcher.kind:
+            verdict = watcher.kind
+            raise LimitExceeded(watcher.reason(world_size), watcher.kind) from None
         if "timed out" in (e.summary or "").lower():
-            raise GradeFailure(f"deadlock on {world_size} ranks: rank {e.rank} waited in a "
-                               "collective or recv that its peers never matched -- does every "
-                               "rank make the same collective calls, in the same order, and "
-                               "does every send have a matching recv?") from None
+            verdict = "deadlock"
+            raise LimitExceeded(f"deadlock on {world_size} ranks: rank {e.rank} timed out "
+                                f"waiting in a collective or recv -- {_HINT}", "deadlock") from None
+        verdict = "raised"
         raise RankFailure(reason_for(e), e) from None
     except TimeoutError as e:
-        raise GradeFailure(f"{world_size} ranks never finished ({e}): an endless loop, or a "
-                           "wait that never ends?") from None
+        verdict = "timeout"
+        raise LimitExceeded(f"{world_size} ranks never finished ({e}): an endless loop, or a "
+                            "wait that never ends?", "timeout") from None
+    finally:
+        if watcher is not None:
+            watcher.stop()
+        _record(world_size, watcher, time.monotonic() - t0, verdict)
 
 
-__all__ = ["run_ranks", "RankFailure", "RUN_TIMEOUT"]
+def _record(world_size, watcher, wall, verdict) -> None:
+    path = os.environ.get(_STATS_ENV)
+    if not path:
+        return
+    cpu = [round(watcher.cpu.get(r, 0.0), 2) for r in range(world_size)] if watcher else []
+    with open(path, "a", encoding="utf-8") as f:
+        f.write(json.dumps({"world_size": world_size, "cpu_s": cpu, "wall_s": round(wall, 2),
+                            "verdict": verdict}) + "\n")
+
+
+# ----------------------------------------------------------------------------- in this process
+def _in_launcher(frame) -> bool:
+    while frame is not None:
+        if frame.f_globals.get("__name__") in ("minipar.launch", __name__):
+            return True
+        frame = frame.f_back
+    return False
+
+
+@contextlib.contextmanager
+def cpu_time_limit(seconds: float | None):
+    """Raise :class:`CheckTimeLimit` in this (main) thread once this process has used
+    ``seconds`` CPU-seconds outside :func:`run_ranks`/:mod:`minipar.launch` (whose ranks have
+    their own limits and must not be interrupted half-way), or after ten times that in wall
+    time (a wait that never ends). A no-op off the main thread, without ``setitimer``, or for
+    ``None``/0."""
+    if not seconds or threading.current_thread() is not threading.main_thread() \
+            or not hasattr(signal, "setitimer"):
+        yield
+        return
+
+    def fire(signum, frame):
+        timer = signal.ITIMER_PROF if signum == signal.SIGPROF else signal.ITIMER_REAL
+        if _in_launcher(frame):
+            signal.setitimer(timer, 0.5)           # retry once the launcher returns
+            return
+        if signum == signal.SIGPROF:
+            raise CheckTimeLimit(f"stopped after {seconds:g} CPU-seconds: your code was still "
+                                 "computing (an endless loop?)")
+        raise CheckTimeLimit(f"stopped after {10 * seconds:g} s of waiting: your code was still "
+                             "running (a wait that never ends?)")
+
+    old_prof = signal.signal(signal.SIGPROF, fire)
+    old_alrm = signal.signal(signal.SIGALRM, fire)
+    signal.setitimer(signal.ITIMER_PROF, seconds)
+    signal.setitimer(signal.ITIMER_REAL, 10 * seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_PROF, 0)
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGPROF, old_prof)
+        signal.signal(signal.SIGALRM, old_alrm)
+
+
+time_limit = cpu_time_limit    # the name checks used before CPU time was counted
+
+__all__ = ["run_ranks", "RankFailure", "LimitExceeded", "cpu_time_limit", "waiting_at",
+           "Watcher", "CPU_LIMIT", "STALL_S", "TIME_LIMIT"]
