@@ -226,3 +226,42 @@ def chapter_runs(eps=(2, 3)) -> dict:
     out = {ep: run(_chapter_on_rank, ep) for ep in eps}
     out["ep x dp"] = run(_ep_dp_on_rank, 4)
     return out
+
+
+def _a2a_times_on_rank(rank: int, n: int, sizes: list[int], iters: int) -> list[float]:
+    """Median seconds of an even ``all_to_all_single`` of S = ``size`` bytes (float32) per size."""
+    import statistics
+    import time
+
+    times = []
+    for size in sizes:
+        numel = max(n, size // 4 // n * n)
+        inp, out = torch.ones(numel), torch.empty(numel)           # (S/4,) float32
+        ts = []
+        for i in range(iters + 2):
+            dist.barrier()
+            t0 = time.perf_counter()
+            dist.all_to_all_single(out, inp)
+            if i >= 2:
+                ts.append(time.perf_counter() - t0)
+        times.append(statistics.median(ts))
+    return times
+
+
+def all_to_all_fit(n: int = 2, sizes=(2**12, 2**16, 2**19, 2**22), iters: int = 5) -> dict:
+    """Time gloo's all-to-all on n ranks at several S and fit the pairwise-exchange α-β model
+    (:func:`minipar.cost.collectives.fit_alpha_beta`, the collectives chapter's method, applied
+    to the all-to-all). Returns sizes, seconds (max over ranks), and α, bandwidth or the fit's
+    error (timings on a busy machine can make the fit meaningless: then it says so)."""
+    from minipar.cost.collectives import fit_alpha_beta
+
+    per_rank = run(_a2a_times_on_rank, n, list(sizes), iters)
+    seconds = [max(r[i] for r in per_rank) for i in range(len(sizes))]
+    out = {"sizes": list(sizes), "seconds": seconds, "alpha": None, "bandwidth": None,
+           "error": None}
+    try:
+        out["alpha"], out["bandwidth"] = fit_alpha_beta(sizes, seconds, "all-to-all", n,
+                                                        "pairwise-exchange")
+    except ValueError as e:
+        out["error"] = str(e)
+    return out
