@@ -97,3 +97,14 @@ def test_default_view_and_messages():
     assert bad_kv["error"] == "heads (128) must be divisible by K/V heads (5)"
     assert bad_cp["error"] == "cp (0) must be an integer >= 1"
     assert "minipar-explorer-message" in bad_s["html"]
+
+
+def test_widget_has_a_self_contained_static_copy():
+    from minipar.widgets import classic_script
+    from minipar.widgets.context_parallel import cp_explorer
+    assert "registerExplorer(\"cp-layer\"" in classic_script("context_parallel")
+    w = cp_explorer(cp=8)
+    html = w._repr_mimebundle_()[0]["text/html"]
+    assert 'registerExplorer("cp-layer"' in html and "mountExplorer(document.getElementById(" in html
+    assert "http://" not in html.replace('xmlns="http://www.w3.org/2000/svg"', "") \
+        and "https://" not in html                      # works offline: nothing is fetched

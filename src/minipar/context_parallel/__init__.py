@@ -7,6 +7,8 @@ ring.py                ring_attention (Liu et al. 2023) with its own ring backwa
 ulysses.py             ulysses_attention (Jacobs et al. 2023): all-to-all seq → heads and back
 block.py               ContextParallelBlock / ContextParallelGPT, allreduce_cp_grads, CP × TP
 experiments.py         parity, traffic, load balance, memory and timeline runs for the chapter
+plots.py               the notebook's figures
+dtensor.py             against torch's context_parallel (GPU only; why, for CPU)
 """
 from .block import (ContextParallelBlock, ContextParallelGPT, ContextTensorParallelBlock,
                     allreduce_cp_grads, full_gpt_loss)
