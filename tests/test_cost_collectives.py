@@ -21,12 +21,22 @@ def test_importing_cost_does_not_import_torch():
 
 
 def test_units_and_formatting():
-    assert GB == 1e9 and GiB == 2**30
-    assert fmt_bytes(1.5 * GiB) == "1.50 GiB"
-    assert fmt_bytes(1.5e9, binary=False) == "1.50 GB"
-    assert fmt_bytes(512) == "512 B"
-    assert fmt_seconds(2.5e-6) == "2.50 µs" and fmt_seconds(0.0123) == "12.30 ms"
-    assert fmt_seconds(3) == "3.00 s"
+    """fmt_bytes/fmt_seconds pick the unit at the right boundary (1024 vs 1000) and round-trip
+    through the command line's size parser within the 3 significant digits they print."""
+    from minipar.cost.cli import size_bytes
+    assert (fmt_bytes(GiB - 1), fmt_bytes(GiB), fmt_bytes(1023), fmt_bytes(1024)) == (
+        "1024.00 MiB", "1.00 GiB", "1023 B", "1.00 KiB")
+    assert (fmt_bytes(999, binary=False), fmt_bytes(1000, binary=False)) == ("999 B", "1.00 kB")
+    assert fmt_bytes(-1.5 * GiB) == "-1.50 GiB" and fmt_bytes(1.5e9, binary=False) == "1.50 GB"
+    assert (fmt_seconds(0.999e-3), fmt_seconds(1e-3), fmt_seconds(5e-10), fmt_seconds(0)) == (
+        "999.00 µs", "1.00 ms", "0.50 ns", "0 s")
+    assert fmt_seconds(-0.0123) == "-12.30 ms"
+    for x in (512, 1500, 3 * 2**20 + 7, 1.5 * GiB, 12.3e12):
+        for binary in (True, False):
+            text = fmt_bytes(x, binary=binary).replace(" ", "").replace("kB", "KB")
+            assert size_bytes(text) == pytest.approx(x, rel=5e-3), (x, binary, text)
+    # the two GB: a 1 GiB message is 7.4 % more than 1 GB
+    assert fmt_bytes(GiB, binary=False) == "1.07 GB" and GB < GiB
 
 
 def test_busbw_factors_match_nccl_tests():
@@ -183,10 +193,21 @@ def test_fit_alpha_beta_errors():
 
 
 def test_links_are_per_direction_with_sources():
-    assert link("nvlink4-h100").bandwidth == 450e9       # 900 GB/s bidirectional / 2
-    assert link("pcie5-x16").bandwidth == pytest.approx(63.0e9, rel=1e-3)
-    assert link("ib-ndr400").bandwidth == 50e9
-    assert link("eth-100g").bandwidth == 12.5e9
+    """Each link's bandwidth is the per-direction rate derived here from the physical layer
+    (a bidirectional sum would be 2x), and it is what a ring all-reduce's busbw reaches for a
+    large message (nccl-tests compare busbw with the per-direction link speed)."""
+    per_direction = {
+        "nvlink4-h100": 18 * 25e9,              # 18 NVLink-4 links x 25 GB/s each way
+        "pcie5-x16": 32e9 * 16 * 128 / 130 / 8,  # 32 GT/s x 16 lanes, 128b/130b, bits -> bytes
+        "ib-ndr400": 400e9 / 8,                  # 400 Gb/s per port, each way
+        "eth-100g": 100e9 / 8,
+    }
+    for name, bw in per_direction.items():
+        lk = link(name)
+        assert lk.bandwidth == pytest.approx(bw, rel=1e-9), name
+        S, n = 1e12, 8
+        t = collective_time("all-reduce", "ring", n, S, lk.alpha, lk.bandwidth)
+        assert busbw("all-reduce", n, S, t) == pytest.approx(bw, rel=1e-3), name
     assert "bidirectional" in link("pcie5-x16").note    # seed 004's unit slip is recorded
     for lk in LINKS.values():
         assert isinstance(lk, Link) and lk.source and 0 < lk.alpha < 1e-3
@@ -195,9 +216,15 @@ def test_links_are_per_direction_with_sources():
 
 
 def test_gpus_are_dense_peaks():
-    assert GPUS["A100-80GB"].peak_flops["bf16"] == 312e12   # Megatron's "% of peak" denominator
-    assert GPUS["H100-SXM"].peak_flops["bf16"] == pytest.approx(989.4e12)
-    assert GPUS["H200"].memory_bytes > GPUS["H100-SXM"].memory_bytes
+    """bf16 peaks are the dense tensor-core rates, derived here from SMs x tensor cores x
+    FLOPs per clock x boost clock (the datasheets' "with sparsity" figures are 2x), the
+    denominator Megatron's "% of peak" uses."""
+    dense = {"A100-80GB": 108 * 4 * 512 * 1.41e9,    # 3rd-gen tensor core: 256 bf16 FMA/clock
+             "H100-SXM": 132 * 4 * 1024 * 1.83e9}    # 4th-gen: 512 bf16 FMA/clock
+    for name, peak in dense.items():
+        assert GPUS[name].peak_flops["bf16"] == pytest.approx(peak, rel=2e-3), name
+        assert GPUS[name].peak_flops["fp16"] == GPUS[name].peak_flops["bf16"]
+    assert GPUS["H200"].peak_flops["bf16"] == GPUS["H100-SXM"].peak_flops["bf16"]  # same die
     with pytest.raises(ValueError, match="H100-SXM"):
         gpu("B200")
     # HBM capacities are binary: 80 GiB, 141 GiB (the datasheets' "GB")

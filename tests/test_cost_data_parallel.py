@@ -19,8 +19,13 @@ def test_step_time_by_hand():
     assert st.efficiency == pytest.approx(0.5)
     # without overlap both wait for the end of backward (t = 3): 3..5, 5..7
     assert dp_step_time(1, 2, 4, 2, lambda s: s, overlap=False).intervals == [(3, 5), (5, 7)]
-    # control: a model that ignored the bucket order (all at once) would give step 4, not 6
-    assert st.step_s != 1 + 2 + 1
+    # uneven buckets: F = 1, B = 4, 5 bytes in buckets of 2 -> [2, 2, 1], 0.5 s per byte.
+    # ready at 1 + 4·2/5 = 2.6, 4.2, 5.0; the link is serial, so the last waits until 5.2
+    st = dp_step_time(1, 4, 5, 2, lambda s: s / 2)
+    assert [t for iv in st.intervals for t in iv] == pytest.approx([2.6, 3.6, 4.2, 5.2, 5.2, 5.7])
+    assert (st.step_s, st.compute_s, st.comm_s, st.exposed_s) == pytest.approx((5.7, 5, 2.5, 0.7))
+    # a fast link hides everything but the last bucket: 1 + 4 + 0.01
+    assert dp_step_time(1, 4, 5, 2, lambda s: 0.01).exposed_s == pytest.approx(0.01)
 
 
 def test_bucket_sizes_and_errors():
@@ -33,10 +38,25 @@ def test_bucket_sizes_and_errors():
 
 
 def test_compute_model():
-    assert compute_seconds(1.3e9, 2048) == pytest.approx(6 * 1.3e9 * 2048 / 400e12)
-    assert ACHIEVED_FLOPS == 400e12
-    f, b = forward_backward(0.3)
-    assert (f, b) == pytest.approx((0.1, 0.2)) and b == pytest.approx(2 * f)
+    """6·Ψ·T and the 1 : 2 forward/backward split, against the FLOPs torch counts for an MLP
+    (every layer computes its input gradient, as inside a transformer)."""
+    import torch
+    from torch.utils.flop_counter import FlopCounterMode
+
+    widths, T = [24, 40, 16, 8], 32
+    mlp = torch.nn.Sequential(*(torch.nn.Linear(a, b, bias=False)
+                                for a, b in zip(widths, widths[1:])))
+    psi = sum(p.numel() for p in mlp.parameters())
+    x = torch.randn(T, widths[0], requires_grad=True)
+    with FlopCounterMode(display=False) as fwd:
+        y = mlp(x)
+    with FlopCounterMode(display=False) as bwd:
+        y.sum().backward()
+    flops = fwd.get_total_flops() + bwd.get_total_flops()
+    assert compute_seconds(psi, T, 1.0) == flops                      # 6·Ψ·T exactly
+    assert compute_seconds(psi, T) == pytest.approx(flops / ACHIEVED_FLOPS)
+    f, b = forward_backward(compute_seconds(psi, T, 1.0))
+    assert (f, b) == pytest.approx((fwd.get_total_flops(), bwd.get_total_flops()))
     with pytest.raises(ValueError, match=r"flops_per_s \(0\) must be > 0"):
         compute_seconds(1, 1, 0)
 

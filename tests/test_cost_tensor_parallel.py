@@ -4,7 +4,6 @@ import sys
 
 import pytest
 
-from minipar.cost.collectives import ring_bytes_per_rank
 from minipar.cost.memory_time import activation_bytes_per_layer
 from minipar.cost.tensor_parallel import (activation_items, comm_compute_ratio,
                                           layer_forward_flops,
@@ -36,18 +35,41 @@ def test_collectives_and_bytes(t, sp):
         4 * 2 * (t - 1) / t * size)
     assert tp_sent_bytes_per_layer(b, s, h, t, 8, sp=sp) == pytest.approx(
         tp_bytes_per_layer(b, s, h, t, 8))
-    assert sum(n * ring_bytes_per_rank(op, t, S) for op, S, n in ops) == pytest.approx(
-        tp_bytes_per_layer(b, s, h, t, 8))
+    # counted step by step as a ring runs them: an all-reduce is 2(t−1) steps, an all-gather
+    # or reduce-scatter t−1 steps, each sending one S/t chunk per rank
+    steps = {"all-reduce": 2 * (t - 1), "all-gather": t - 1, "reduce-scatter": t - 1}
+    assert tp_sent_bytes_per_layer(b, s, h, t, 8, sp=sp) == pytest.approx(
+        sum(n * steps[op] * S / t for op, S, n in ops))
 
 
-@pytest.mark.parametrize("t", [1, 2, 4, 8])
+def _paper_items(s, b, h, a, t, sp):
+    """Korthikanti et al. 2022 §4.1, item by item (2-byte activations, 1-byte masks): what
+    tensor parallelism splits is divided by t; the layer-norm inputs, the f outputs (QKV and
+    h→4h inputs) and the two dropout masks after g stay whole unless sp splits them too."""
+    sbh, as2b = s * b * h, a * s * s * b
+    split = {"Q, K, V": 6 * sbh, "softmax output": 2 * as2b, "attention dropout mask": as2b,
+             "attention dropout output": 2 * as2b, "projection input": 2 * sbh,
+             "GeLU input": 8 * sbh, "4h→h input (GeLU output)": 8 * sbh}
+    whole = {"layer-norm inputs (2)": 4 * sbh, "layer-norm mean and 1/std (2 × 2)": 0,
+             "QKV-linear input": 2 * sbh, "h→4h input": 2 * sbh,
+             "dropout masks after projection and MLP (2)": 2 * sbh}
+    return {**{k: v / t for k, v in split.items()},
+            **{k: v / (t if sp else 1) for k, v in whole.items()}}
+
+
+@pytest.mark.parametrize("t", [1, 2, 3, 6])
 @pytest.mark.parametrize("sp", [False, True])
 def test_activation_items_add_up_to_table_2(t, sp):
-    items = activation_items(**GPT3, t=t, sp=sp)
-    assert sum(items.values()) == pytest.approx(activation_bytes_per_layer(**GPT3, t=t, sp=sp))
-    sbh, a, s = 2048 * 12288, 96, 2048
-    want = sbh * (34 + 5 * a * s / 12288) / t if sp else sbh * (10 + 24 / t + 5 * a * s / (12288 * t))
-    assert sum(items.values()) == pytest.approx(want)
+    shape = dict(s=6, b=2, h=12, a=6)
+    items = activation_items(**shape, t=t, sp=sp)
+    assert items == pytest.approx(_paper_items(**shape, t=t, sp=sp))
+    # the items add up to Table 2 (minipar.cost.memory_time, written from the table itself)
+    table_2 = activation_bytes_per_layer(**shape, t=t, sp=sp)
+    assert sum(items.values()) == pytest.approx(table_2)
+    if t > 1 and not sp:
+        # control: sharding the h→4h input (it is f's output: whole on every rank) is caught
+        wrong = dict(items, **{"h→4h input": items["h→4h input"] / t})
+        assert sum(wrong.values()) != pytest.approx(table_2)
 
 
 def test_tp_leaves_10_sbh_replicated_and_sp_removes_it():

@@ -484,9 +484,27 @@ def test_every_synced_backward_all_reduces_like_ddp(contract):
             grads, nbytes = r["no_sync", impl]
             assert max((g - w).abs().max().item() for g, w in zip(grads, ref)) < ATOL64, impl
             assert nbytes == 3 * psi * 8, (impl, nbytes)     # three backward, three reductions
-    # control: the old behaviour (only the first micro-batch reduced) is far from the reference
-    first = _double_reference_grads(18)[0]
-    assert max((g / 3 - w).abs().max().item() for g, w in zip(first, ref)) > 1e-3
+    # control: the old behaviour (only the first micro-batch's backward all-reduced, the other
+    # two kept local), computed in one process, fails the comparison above on every rank
+    for rank, grads in enumerate(_first_microbatch_only_grads(3)):
+        assert max((g - w).abs().max().item() for g, w in zip(grads, ref)) > 1e-3, rank
+
+
+def _first_microbatch_only_grads(n):
+    """Per rank, what a DP that all-reduced only the first of three micro-batches leaves:
+    mean over ranks of micro-batch 0's gradient + the rank's own micro-batches 1 and 2."""
+    F = torch.nn.functional
+    x, y = token_batches(1, 6 * n)[0]
+    per = []                                    # per[r][k]: rank r, micro-batch k, its grads
+    for xr, yr in zip(x.chunk(n), y.chunk(n)):
+        per.append([])
+        for xc, yc in zip(xr.chunk(3), yr.chunk(3)):
+            torch.manual_seed(0)
+            model = TiedClassifier().double()
+            (F.cross_entropy(model(xc), yc) / 3).backward()
+            per[-1].append([p.grad for p in model.parameters() if p.requires_grad])
+    shared = [sum(per[r][0][i] for r in range(n)) / n for i in range(len(per[0][0]))]
+    return [[a + b + c for a, b, c in zip(shared, per[r][1], per[r][2])] for r in range(n)]
 
 
 @pytest.mark.slow
@@ -517,7 +535,13 @@ def test_unused_parameters_follow_ddp(contract, variant):
         assert contract[0]["branchy_bytes", variant] == want[variant]
     zeroed = _branchy_reference(3, {0}, zero_unused=True)[1]
     assert (zeroed["spare.weight"] - init["spare.weight"]).abs().max() > 1e-4
-    assert (ref_grads["branch.weight"] * 3 - ref_grads["branch.weight"]).abs().max() > 1e-3
+    from minipar.data_parallel.models import Branchy
+    torch.manual_seed(0)
+    alone = Branchy().double()                                # rank 0's own gradient, unaveraged
+    x, y = _branchy_data(1, 3)[0]
+    torch.nn.functional.cross_entropy(alone(x.chunk(3)[0], use_branch=True)["logits"],
+                                      y.chunk(3)[0]).backward()
+    assert (alone.branch.weight.grad - ref_grads["branch.weight"]).abs().max() > 1e-3
 
 
 @pytest.mark.slow

@@ -2,7 +2,6 @@
 of every schedule equal the closed-form model; controls show the simulator catches bad lists."""
 import pytest
 
-from minipar.cost.pipeline_parallel import bubble_fraction_of_total
 from minipar.pipeline_parallel import Action, ScheduleError, schedule, simulate, table
 from minipar.pipeline_parallel.model_bubble import bubble_fraction, peak_in_flight
 from minipar.pipeline_parallel.plots import text_timeline
@@ -14,13 +13,43 @@ CASES = [(name, p, m, v) for name, v in (("gpipe", 1), ("1f1b", 1), ("zb-h1", 1)
          if not (name == "interleaved" and (m % p or p == 1))]
 
 
+def _paper_bubble(name, p, m, v):
+    """The papers' closed forms with t_F = t_B = t_W, written out here (independent of
+    minipar.cost): GPipe/1F1B (p−1)/(m+p−1), interleaved (p−1)/(v·m+p−1), ZB-H1
+    (p−1)(t_F+t_B−t_W)/(m(t_F+t_B+t_W)+(p−1)(t_F+t_B−t_W)) = (p−1)/(3m+p−1)."""
+    if name == "zb-h1":
+        return (p - 1) / (3 * m + p - 1)
+    return (p - 1) / ((v if name == "interleaved" else 1) * m + p - 1)
+
+
+def _paper_peak(name, r, p, m, v):
+    return {"gpipe": m, "1f1b": min(p - r, m), "zb-h1": min(p, m),
+            "interleaved": min(v * m, 2 * (p - r - 1) + (v - 1) * p + 1)}[name]
+
+
 @pytest.mark.parametrize("name, p, m, v", CASES)
 def test_bubble_and_in_flight_match_the_model(name, p, m, v):
+    """The simulator (a schedule run on paper) against the closed forms of the papers, and the
+    course's cost model (minipar.cost.pipeline_parallel) against the same numbers."""
     sim = simulate(schedule(name, p, m, v))
-    assert sim.bubble == pytest.approx(bubble_fraction(name, p, m, v), abs=1e-12)
-    assert sim.peak_in_flight == [peak_in_flight(name, r, p, m, v) for r in range(p)]
-    if name != "zb-h1":  # the cost model's bubble (Huang / Narayanan) is the same number
-        assert sim.bubble == pytest.approx(bubble_fraction_of_total(name, p, m, v), abs=1e-12)
+    assert sim.bubble == pytest.approx(_paper_bubble(name, p, m, v), abs=1e-12)
+    assert sim.peak_in_flight == [_paper_peak(name, r, p, m, v) for r in range(p)]
+    assert bubble_fraction(name, p, m, v) == pytest.approx(_paper_bubble(name, p, m, v),
+                                                           abs=1e-12)
+    assert [peak_in_flight(name, r, p, m, v) for r in range(p)] == sim.peak_in_flight
+
+
+def test_the_model_check_catches_a_wrong_schedule():
+    """Negative control: 1F1B with one extra warm-up forward on rank 0 (a classic off-by-one)
+    holds one more micro-batch on that rank: the in-flight check sees it."""
+    p, m = 4, 8
+    acts = schedule("1f1b", p, m)
+    ops = acts[0]
+    i = next(k for k, a in enumerate(ops) if a.op == "B")
+    f = next(k for k, a in enumerate(ops) if k > i and a.op == "F")
+    ops.insert(i, ops.pop(f))                   # rank 0 runs p forwards before its first B
+    sim = simulate(acts)
+    assert sim.peak_in_flight[0] == _paper_peak("1f1b", 0, p, m, 1) + 1
 
 
 def test_1f1b_structure():
