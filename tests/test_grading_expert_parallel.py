@@ -197,8 +197,14 @@ def combine_raw_collective(out, send_counts, recv_counts, token, gate, n, group=
     return back.new_zeros(n, back.shape[1]).index_add(0, token, gate.detach()[:, None] * back)
 
 
+def combine_splits_not_swapped(out, send_counts, recv_counts, token, gate, n, group=None):
+    back = all_to_all(out, recv_counts.sum(1).tolist(), send_counts.sum(1).tolist(), group)
+    return back.new_zeros(n, back.shape[1]).index_add(0, token, gate[:, None] * back)
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("fn, words", [
+    (combine_splits_not_swapped, "swaps the two lists"),
     (combine_without_gates, "without their gates"), (combine_dispatch_order, "dispatch"),
     (combine_averaged, "divided by K"), (combine_raw_collective, "no gradient")])
 def test_combine_mistakes_are_named(fn, words, capsys):

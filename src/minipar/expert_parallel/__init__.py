@@ -7,7 +7,8 @@ moe.py            MoE: the one-process reference layer
 communication.py  differentiable uneven all-to-all, the count exchange
 layer.py          ExpertParallelMoE: route, exchange counts, dispatch, experts, combine
 grid.py           EP × DP groups and gradient reduction
-experiments.py    parity, traffic and load-balance runs used by the tests and the notebook
+experiments.py    parity, traffic, EP × DP and load-balance runs used by the tests and the notebook
+plots.py          figures of the notebook
 """
 from .communication import all_to_all, exchange_counts
 from .layer import ExpertParallelMoE

@@ -239,10 +239,12 @@ def check_top_k_gates(fn, **_):
 # ----------------------------------------------------------------------------- 02 dispatch
 def _dispatch_body(gr, t, group, fn):
     x, experts = _choices(gr)
+    import torch
     got = fn(x.clone(), experts.clone(), E, group)
     ok = isinstance(got, (tuple, list)) and len(got) == 2
-    return {"rows": got[0].detach().clone() if ok else None,
-            "counts": got[1].clone() if ok else None, "pair": ok}
+    tensor = lambda v: v.detach().clone() if isinstance(v, torch.Tensor) else None
+    return {"rows": tensor(got[0]) if ok else None,
+            "counts": tensor(got[1]) if ok else None, "pair": ok}
 
 
 @task("expert_parallel.dispatch",
@@ -271,6 +273,8 @@ def check_dispatch(fn, **_):
             raise GradeFailure(f"{where}: recv_counts[{s}, {e}] = {int(counts[s, e])}, but source "
                                f"rank {s} sends {int(want_counts[s, e])} rows to local expert {e}")
         rows = c["rows"]
+        if rows is None:
+            raise GradeFailure(f"{where}: rows must be a tensor of shape {tuple(want_rows.shape)}")
         if _same(rows, want_rows, atol=0):
             continue
         if t > 1 and _same(rows, _expected_rows(gr, t, sort=False)[0], atol=0):
@@ -319,6 +323,7 @@ def _expert_map(rows):
 
 
 def _combine_body(gr, t, group, fn):
+    import torch
     out = {}
     for k in (1, K2):
         x, token, expert, gate, send, recv, rows = _combine_inputs(gr, t, k)
@@ -326,6 +331,9 @@ def _combine_body(gr, t, group, fn):
         g = gate.clone().requires_grad_()
         y = fn(o, send.clone(), recv.clone(), token.clone(), g, len(x), group)
         dy = _randn(len(x), H, seed=90 + gr)
+        if not isinstance(y, torch.Tensor):
+            out[k] = {"y": None, "dgate": None, "dout": None}
+            continue
         res = {"y": y.detach().clone()}
         try:
             (y * dy).sum().backward()
@@ -354,6 +362,8 @@ def check_combine(fn, **_):
             n = len(x)
             want = torch.zeros(n, H, dtype=torch.float64).index_add(0, token, gate[:, None] * back)
             y, case = r["y"], f"{where}, top-{k}"
+            if y is None:
+                raise GradeFailure(f"{case}: return y, a tensor of shape ({n}, {H})")
             if not _same(y, want):
                 no_gate = torch.zeros(n, H, dtype=torch.float64).index_add(0, token, back)
                 if _same(y, no_gate):
