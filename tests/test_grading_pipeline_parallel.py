@@ -54,8 +54,28 @@ def gpipe_order(rank, p, m):
     return [("F", rank, i) for i in range(m)] + [("B", rank, i) for i in range(m)]
 
 
+def warmup_uncapped(rank, p, m):
+    """The warm-up p−r−1 without the cap at m: right until m < p − 1."""
+    w = p - rank - 1
+    acts = [("F", rank, i) for i in range(w)]
+    for i in range(m - w):
+        acts += [("F", rank, w + i), ("B", rank, i)]
+    return acts + [("B", rank, i) for i in range(max(m - w, 0), m)]
+
+
+def schedule_from_course(rank, p, m):
+    from minipar.pipeline_parallel import schedule
+    return [tuple(a) for a in schedule("1f1b", p, m)[rank]]
+
+
 @pytest.mark.parametrize("fn, reason", [
-    (warmup_too_long, r"rank 0 runs 2 forwards before its first backward, expected 1 \(warm-up p−r−1 = 0"),
+    (warmup_too_long, r"p = 1, m = 3: rank 0 runs 2 forwards before its first backward, "
+                      r"expected 1 \(warm-up min\(p−r−1, m\) = min\(0, 3\) = 0 forwards, then "
+                      r"the steady phase's first forward\)"),
+    (warmup_uncapped, r"p = 4, m = 2: rank 0 runs 3 forwards before its first backward, "
+                      r"expected 2 \(warm-up min\(p−r−1, m\) = min\(3, 2\) = 2: capped, so all 2 "
+                      r"forwards run before the first backward\)"),
+    (schedule_from_course, r"course's own minipar\.pipeline_parallel"),
     (wrong_stage, r"rank 1 runs F0\.0 but owns stage 1"),
     (mirrored, r"forwards before its first backward"),
     (gpipe_order, r"forwards before its first backward")])
@@ -70,32 +90,37 @@ def _loss(logits, targets):
 
 
 def _gpipe(stage, rank, p, microbatches, targets, shape, *, divide_by_m=True, mark_received=True):
-    """The solution's GPipe step, with one classic mistake switched on by a False flag."""
-    held, m = [], len(microbatches)
-    for i, mb in enumerate(microbatches):
-        if rank == 0:
-            x = mb
+    """A learner's GPipe step (backwards in reverse order, one loss per micro-batch), with one
+    classic mistake switched on by a False flag."""
+    first, last = rank == 0, rank == p - 1
+    inputs, outputs = [], []
+    for i in range(len(microbatches)):
+        if first:
+            inp = microbatches[i]
         else:
-            x = torch.empty(shape, dtype=torch.float64)
-            dist.recv(x, rank - 1)
-            if mark_received:
-                x.requires_grad_()
-        y = stage(x)
-        if rank == p - 1:
-            y = _loss(y, targets[i]) / (m if divide_by_m else 1)
+            inp = torch.zeros(shape, dtype=torch.float64)
+            dist.recv(inp, src=rank - 1)
+            inp.requires_grad = mark_received
+        out = stage(inp)
+        if last:
+            out = _loss(out, targets[i])
+            if divide_by_m:
+                out = out / len(microbatches)
         else:
-            dist.send(y.detach(), rank + 1)
-        held.append((x, y))
-    for x, y in held:
-        if rank == p - 1:
-            y.backward()
+            dist.send(out, dst=rank + 1)                 # values only: autograd stays local
+        inputs.append(inp)
+        outputs.append(out)
+    for i in reversed(range(len(microbatches))):
+        if last:
+            outputs[i].backward()
         else:
-            g = torch.empty(shape, dtype=torch.float64)
-            dist.recv(g, rank + 1)
-            y.backward(g)
-        if rank > 0:
-            dist.send(x.grad if x.grad is not None else torch.zeros(shape, dtype=x.dtype),
-                      rank - 1)
+            grad = torch.zeros(shape, dtype=torch.float64)
+            dist.recv(grad, src=rank + 1)
+            outputs[i].backward(grad)
+        if not first:
+            g = inputs[i].grad
+            dist.send(g if g is not None else torch.zeros(shape, dtype=torch.float64),
+                      dst=rank - 1)
 
 
 def unscaled(*args):
@@ -103,13 +128,27 @@ def unscaled(*args):
 
 
 def no_requires_grad(*args):
-    return _gpipe(*args, mark_received=False)                 # forgot requires_grad_()
+    return _gpipe(*args, mark_received=False)                 # forgot requires_grad
+
+
+def gpipe_with_course_p2p(stage, rank, p, microbatches, targets, shape):
+    from minipar.pipeline_parallel.communication import P2P
+    P2P(rank, p, len(microbatches))
+    return _gpipe(stage, rank, p, microbatches, targets, shape)
+
+
+@pytest.mark.slow
+def test_send_recv_learner_version_passes(capsys):
+    """The learner-style step above, without a mistake, passes (so the failures below are the
+    mistakes', and a send of y itself, not y.detach(), is accepted: dist.send copies values)."""
+    assert check("pipeline_parallel.gpipe_send_recv", _gpipe)
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("fn, reason", [
     (unscaled, "m = 3 times too large: divide each micro-batch's loss by m"),
-    (no_requires_grad, "does the received activation require grad")])
+    (no_requires_grad, "does the received activation require grad"),
+    (gpipe_with_course_p2p, "course's own minipar.pipeline_parallel.communication (P2P)")])
 def test_send_recv_mistakes(fn, reason, capsys):
     line = failure("pipeline_parallel.gpipe_send_recv", fn, capsys)
     assert reason in line, line
@@ -139,19 +178,29 @@ def w_ok(y, params, grad_y):
         q.grad = g if q.grad is None else q.grad + g
 
 
+def w_from_course(y, params, grad_y):
+    from minipar.pipeline_parallel.executor import _accumulate
+    _accumulate(params, torch.autograd.grad(y, params, grad_y))
+
+
 @pytest.mark.parametrize("fns, reason", [
-    ((b_with_backward, w_ok), "B must compute only the input gradient"),
-    ((b_without_retain, w_ok), "retain_graph=True"),
-    ((b_ok, w_overwrites), "must add to .grad, not overwrite it")])
+    ((b_with_backward, w_ok), "backward_input filled .grad of "),
+    ((b_without_retain, w_ok), "backward_weight found the graph already freed"),
+    ((b_ok, w_overwrites), "must add to .grad, not overwrite it"),
+    ((b_ok, w_from_course), "course's own minipar.pipeline_parallel.executor (_accumulate)")])
 def test_bw_split_mistakes(fns, reason, capsys):
     line = failure("pipeline_parallel.bw_split", fns, capsys)
     assert reason in line, line
+    for code in ("autograd.grad(", "retain_graph=True", ".backward("):     # no solution code
+        assert code not in line, line
 
 
 # ------------------------------------------------------------------ 04 interleaved
-def _megatron(rank, p, m, v, warm_extra=0, owner=lambda r, c, p, v: r + c * p, rev=True):
+def _megatron(rank, p, m, v, warm_extra=0, owner=lambda r, c, p, v: r + c * p, rev=True,
+              cap=True):
     total = m * v
-    warmup = min(2 * (p - rank - 1) + (v - 1) * p + warm_extra, total)
+    warmup = 2 * (p - rank - 1) + (v - 1) * p + warm_extra
+    warmup = min(warmup, total) if cap else warmup
 
     def unit(k, fwd):
         c = (k // p) % v
@@ -169,7 +218,11 @@ def _megatron(rank, p, m, v, warm_extra=0, owner=lambda r, c, p, v: r + c * p, r
      "but owns stages"),
     (lambda r, p, m, v: _megatron(r, p, m, v, warm_extra=-1), "forwards before its first "
                                                               "backward"),
-    (lambda r, p, m, v: _megatron(r, p, m, v, rev=False), "p = ")])
+    (lambda r, p, m, v: _megatron(r, p, m, v, rev=False), "p = "),
+    (lambda r, p, m, v: _megatron(r, p, m, v, cap=False),
+     "p = 4, m = 4, v = 2: rank 0 runs 10 forwards before its first backward, expected 8 "
+     "(warm-up min(2(p−r−1)+(v−1)p, m·v) = min(2·3+1·4, 4·2) = min(10, 8) = 8: capped, so all "
+     "8 forward units run before the first backward)")])
 def test_interleaved_mistakes(fn, reason, capsys):
     line = failure("pipeline_parallel.interleaved", fn, capsys)
     assert reason in line, line

@@ -1,4 +1,11 @@
-"""Tensor-parallel exercises: solutions pass, starters fail, the classic mistakes get named."""
+"""Tensor-parallel exercises: solutions pass, starters fail, and realistic wrong answers (written
+as a learner would, without the solution) fail with a reason that names their mistake.
+
+Exercises 2-4 tell the learner to use the course's f and g (``minipar.tensor_parallel``); the
+wrong answers do the same there, and nothing else from the course, except the ones that test
+the course-code rule."""
+import importlib
+
 import pytest
 import torch
 import torch.distributed as dist
@@ -7,6 +14,7 @@ import torch.nn.functional as F
 
 from grading_support import exercise_function, failure
 from minipar.grading import check
+from minipar.grading.imports import find_course_use, forbid_course_code
 from minipar.tensor_parallel import copy_to_tp_region, reduce_from_tp_region
 
 TASKS = {"copy_to_tp_region": ("01_f_and_g", "copy_to_tp_region"),
@@ -30,13 +38,39 @@ def test_solution_passes_and_starter_fails(name, capsys):
     assert "not implemented yet" in capsys.readouterr().out.splitlines()[-1]
 
 
-def test_the_library_passes_too(capsys):
-    """Our own mappings are graded like a learner's answer (t = 1 runs without ranks too)."""
-    assert check("tensor_parallel.copy_to_tp_region", copy_to_tp_region)
+def test_the_course_code_rule_without_ranks():
+    """The static rule: the course's f is the answer to exercise 1 (rejected), but exercise 2
+    may use it (allowed by name); a helper of the learner's that imports a course class inside
+    the function is followed."""
+    from minipar.grading import GradeFailure
+
+    def helper(x):
+        from minipar.tensor_parallel import ColumnParallelLinear      # noqa: F401
+        return ColumnParallelLinear
+
+    def uses_helper(x, group=None):
+        return helper(x)
+
+    with pytest.raises(GradeFailure, match=r"course's own minipar.tensor_parallel.mappings "
+                                           r"\(copy_to_tp_region\)"):
+        forbid_course_code(copy_to_tp_region, "tensor_parallel")
+    assert find_course_use(MLPWithoutF, ("minipar.tensor_parallel",),
+                           allow=("copy_to_tp_region", "reduce_from_tp_region")) is None
+    assert find_course_use(uses_helper, ("minipar.tensor_parallel",)) == \
+        "minipar.tensor_parallel.layers (ColumnParallelLinear)"       # an import in a helper
+    assert "minipar.tensor_parallel" in find_course_use(MLPFromCourse,
+                                                        ("minipar.tensor_parallel",))
 
 
 # ------------------------------------------------------------------ 01 f and g
-class _NoAllReduce(torch.autograd.Function):
+def _ar(x, group):
+    """A learner's all-reduce of a copy over ``group`` (None: the world)."""
+    x = x.clone()
+    dist.all_reduce(x, group=group)
+    return x
+
+
+class FNoAllReduce(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, group):
         return x.clone()
@@ -46,91 +80,162 @@ class _NoAllReduce(torch.autograd.Function):
         return grad, None
 
 
-class _Mean(torch.autograd.Function):
+class FMean(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, group):
+        ctx.group = group
         return x.clone()
 
     @staticmethod
     def backward(ctx, grad):
+        return _ar(grad, ctx.group) / dist.get_world_size(ctx.group), None
+
+
+class FReducingForward(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, group):
+        ctx.group = group
+        return _ar(x, group)
+
+    @staticmethod
+    def backward(ctx, grad):
+        return _ar(grad, ctx.group), None
+
+
+class FIgnoresGroup(torch.autograd.Function):
+    """Keeps the group but all-reduces over the whole world (the issue's 3D-grid bug)."""
+
+    @staticmethod
+    def forward(ctx, x, group):
+        ctx.group = group
+        return x.clone()
+
+    @staticmethod
+    def backward(ctx, grad):
+        if dist.get_world_size(ctx.group) == 1:
+            return grad, None
         grad = grad.clone()
-        dist.all_reduce(grad)
-        return grad / dist.get_world_size(), None
+        dist.all_reduce(grad)                                # no group=
+        return grad, None
 
 
-def f_without_backward_all_reduce(x, group=None):
-    return _NoAllReduce.apply(x, group)
+class GIdentityForward(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, group):
+        ctx.group = group
+        return x.clone()
+
+    @staticmethod
+    def backward(ctx, grad):
+        return _ar(grad, ctx.group), None
 
 
-def f_mean(x, group=None):
-    return _Mean.apply(x, group)
+class GReducingBackward(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, group):
+        ctx.group = group
+        return _ar(x, group)
+
+    @staticmethod
+    def backward(ctx, grad):
+        return _ar(grad, ctx.group), None
 
 
-def f_reducing_forward(x, group=None):
-    return reduce_from_tp_region(x, group)
+class GInPlace(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, group):
+        dist.all_reduce(x, group=group)                      # the caller's tensor changes
+        return x.clone()
+
+    @staticmethod
+    def backward(ctx, grad):
+        return grad, None
 
 
-def g_identity_forward(x, group=None):
-    return copy_to_tp_region(x, group) * 1.0
+class GIgnoresGroup(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, group):
+        x = x.clone()
+        dist.all_reduce(x)                                   # no group=
+        return x
+
+    @staticmethod
+    def backward(ctx, grad):
+        return grad, None
 
 
-def g_reducing_backward(x, group=None):
-    return copy_to_tp_region(reduce_from_tp_region(x, group), group)
+def _wrap(fn_cls):
+    def op(x, group=None):
+        return fn_cls.apply(x, group)
+    return op
 
 
-def g_in_place(x, group=None):
-    class _InPlace(torch.autograd.Function):
-        @staticmethod
-        def forward(ctx, x):
-            dist.all_reduce(x.data)
-            return x.clone()
+def f_from_the_course(x, group=None):
+    return copy_to_tp_region(x, group)
 
-        @staticmethod
-        def backward(ctx, grad):
-            return grad
-    return _InPlace.apply(x)
+
+def g_via_importlib(x, group=None):
+    """The course's g reached without an import statement: only the rank-side watch sees it."""
+    return getattr(importlib.import_module("minipar.tensor_parallel.mappings"),
+                   "reduce_from_tp_region")(x, group)
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("task, fn, reason", [
-    ("copy_to_tp_region", f_without_backward_all_reduce, "this rank's own partial gradient"),
-    ("copy_to_tp_region", f_mean, "MEAN over the 2 ranks"),
-    ("copy_to_tp_region", f_reducing_forward, "forward all-reduced x"),
-    ("reduce_from_tp_region", g_identity_forward, "returned this rank's partial result"),
-    ("reduce_from_tp_region", g_reducing_backward, "2 times too large"),
-    ("reduce_from_tp_region", g_in_place, "reduced its input in place"),
+    ("copy_to_tp_region", _wrap(FNoAllReduce), "this rank's own partial gradient"),
+    ("copy_to_tp_region", _wrap(FMean), "MEAN over the 3 ranks"),
+    ("copy_to_tp_region", _wrap(FReducingForward), "forward all-reduced x"),
+    ("copy_to_tp_region", _wrap(FIgnoresGroup),
+     "2 × 2 grid, rank 0 (rank 0 of group [0, 1]): f's backward summed over all 4 ranks of the "
+     "world, not over its group [0, 1]"),
+    ("copy_to_tp_region", f_from_the_course,
+     "course's own minipar.tensor_parallel.mappings (copy_to_tp_region)"),
+    ("reduce_from_tp_region", _wrap(GIdentityForward), "returned this rank's partial result"),
+    ("reduce_from_tp_region", _wrap(GReducingBackward), "3 times too large"),
+    ("reduce_from_tp_region", _wrap(GInPlace), "reduced its input in place"),
+    ("reduce_from_tp_region", _wrap(GIgnoresGroup),
+     "g's forward summed over all 4 ranks of the world, not over its group [0, 1]"),
+    ("reduce_from_tp_region", g_via_importlib,
+     "course's own minipar.tensor_parallel.mappings (reduce_from_tp_region)"),
 ])
 def test_f_and_g_mistakes(task, fn, reason, capsys):
-    assert reason in failure(f"tensor_parallel.{task}", fn, capsys)
+    line = failure(f"tensor_parallel.{task}", fn, capsys)
+    assert reason in line, line
 
 
 # ------------------------------------------------------------------ 02 MLP
 class _Sharded(nn.Module):
+    """A learner's shard copies (group rank and size), for the forward mistakes below."""
+
     def __init__(self, fc1, fc2, group=None):
         super().__init__()
         t, r = dist.get_world_size(group), dist.get_rank(group)
         n = fc1.out_features // t
         self.group = group
-        self.w1 = nn.Parameter(fc1.weight.detach()[r * n:(r + 1) * n].clone())
-        self.b1 = nn.Parameter(fc1.bias.detach()[r * n:(r + 1) * n].clone())
-        self.w2 = nn.Parameter(fc2.weight.detach()[:, r * n:(r + 1) * n].clone())
-        self.b2 = nn.Parameter(fc2.bias.detach().clone())
+        self.w1 = nn.Parameter(fc1.weight.data[r * n:(r + 1) * n].clone())
+        self.b1 = nn.Parameter(fc1.bias.data[r * n:(r + 1) * n].clone())
+        self.w2 = nn.Parameter(fc2.weight.data[:, r * n:(r + 1) * n].clone())
+        self.b2 = nn.Parameter(fc2.bias.data.clone())
+
+    def forward(self, x):
+        h = F.gelu(F.linear(copy_to_tp_region(x, self.group), self.w1, self.b1))
+        return reduce_from_tp_region(F.linear(h, self.w2), self.group) + self.b2
 
 
 class MLPBiasPerRank(_Sharded):
     def forward(self, x):
-        u = F.gelu(F.linear(copy_to_tp_region(x, self.group), self.w1, self.b1))
-        return reduce_from_tp_region(F.linear(u, self.w2, self.b2), self.group)
+        h = F.gelu(F.linear(copy_to_tp_region(x, self.group), self.w1, self.b1))
+        return reduce_from_tp_region(F.linear(h, self.w2, self.b2), self.group)
 
 
 class MLPWithoutF(_Sharded):
     def forward(self, x):
-        u = F.gelu(F.linear(x, self.w1, self.b1))
-        return reduce_from_tp_region(F.linear(u, self.w2), self.group) + self.b2
+        h = F.gelu(F.linear(x, self.w1, self.b1))
+        return reduce_from_tp_region(F.linear(h, self.w2), self.group) + self.b2
 
 
 class MLPReplicated(nn.Module):
-    """A plain copy of the full layers on every rank (complaint #9: a TP layer that is not one)."""
+    """A plain copy of the full layers on every rank."""
 
     def __init__(self, fc1, fc2, group=None):
         super().__init__()
@@ -148,11 +253,46 @@ class MLPWrongSlice(_Sharded):
         t, r = dist.get_world_size(group), dist.get_rank(group)
         n = fc1.out_features // t
         r = (r + 1) % t
-        self.w2 = nn.Parameter(fc2.weight.detach()[:, r * n:(r + 1) * n].clone())
+        self.w2 = nn.Parameter(fc2.weight.data[:, r * n:(r + 1) * n].clone())
+
+
+class MLPViews(_Sharded):
+    """The 'shards' are views of the full weights: right values, but each rank keeps all of
+    fc1's and fc2's storage (the issue's memory bug)."""
+
+    def __init__(self, fc1, fc2, group=None):
+        super().__init__(fc1, fc2, group)
+        t, r = dist.get_world_size(group), dist.get_rank(group)
+        n = fc1.out_features // t
+        self.w1 = nn.Parameter(fc1.weight.data[r * n:(r + 1) * n])       # a view, no copy
+        self.b1 = nn.Parameter(fc1.bias.data[r * n:(r + 1) * n])
+
+
+class MLPGlobalRank(_Sharded):
+    """Slices with the global rank and world size: right only when the group is the world."""
+
+    def __init__(self, fc1, fc2, group=None):
+        nn.Module.__init__(self)
+        t, r = dist.get_world_size(), dist.get_rank()
+        n = fc1.out_features // t
+        self.group = group
+        self.w1 = nn.Parameter(fc1.weight.data[r * n:(r + 1) * n].clone())
+        self.b1 = nn.Parameter(fc1.bias.data[r * n:(r + 1) * n].clone())
+        self.w2 = nn.Parameter(fc2.weight.data[:, r * n:(r + 1) * n].clone())
+        self.b2 = nn.Parameter(fc2.bias.data.clone())
+
+
+class MLPFromCourse(nn.Module):
+    def __init__(self, fc1, fc2, group=None):
+        super().__init__()
+        from minipar.tensor_parallel import ColumnParallelLinear, RowParallelLinear
+        t, r = dist.get_world_size(group), dist.get_rank(group)
+        self.fc1 = ColumnParallelLinear(fc1.in_features, fc1.out_features, group=group)
+        self.fc2 = RowParallelLinear(fc2.in_features, fc2.out_features, group=group)
+        del t, r
 
     def forward(self, x):
-        u = F.gelu(F.linear(copy_to_tp_region(x, self.group), self.w1, self.b1))
-        return reduce_from_tp_region(F.linear(u, self.w2), self.group) + self.b2
+        return self.fc2(F.gelu(self.fc1(x)))
 
 
 @pytest.mark.slow
@@ -161,88 +301,186 @@ class MLPWrongSlice(_Sharded):
     (MLPWithoutF, "put f (copy_to_tp_region) before fc1"),
     (MLPReplicated, "the whole MLP"),
     (MLPWrongSlice, "output differs from the unsharded MLP"),
+    (MLPViews, "parameter w1 [16, 12] uses 1536 bytes but keeps a storage of 4608 bytes alive: "
+               "it is a view of the full weight"),
+    (MLPGlobalRank, "rank 0 (rank 0 of group [0, 1]): output differs from the unsharded MLP"),
+    (MLPFromCourse, "course's own minipar.tensor_parallel.layers"),
 ])
 def test_mlp_mistakes(cls, reason, capsys):
-    assert reason in failure("tensor_parallel.column_row_mlp", cls, capsys)
+    line = failure("tensor_parallel.column_row_mlp", cls, capsys)
+    assert reason in line, line
 
 
 # ------------------------------------------------------------------ 03 cross-entropy
-def _ce(local_logits, target, group=None, *, max_op="global", mean=True, mask=True):
+def _lo_per(local_logits, group):
     per = local_logits.shape[-1]
-    start = dist.get_rank(group) * per
-    z = local_logits
-    if max_op != "none":
-        m = local_logits.detach().max(dim=-1).values
-        if max_op == "global":
-            dist.all_reduce(m, op=dist.ReduceOp.MAX, group=group)
-        z = local_logits - m.unsqueeze(-1)
-    outside = (target < start) | (target >= start + per)
-    local = (target - start).clamp(0, per - 1)
-    picked = z.gather(-1, local.unsqueeze(-1)).squeeze(-1)
-    if mask:
-        picked = picked.masked_fill(outside, 0.0)
-    picked = reduce_from_tp_region(picked, group)
-    loss = reduce_from_tp_region(z.exp().sum(-1), group).log() - picked
-    return loss.mean() if mean else loss.sum()
+    return dist.get_rank(group) * per, per
 
 
 def ce_no_max(local_logits, target, group=None):
-    return _ce(local_logits, target, group, max_op="none")
+    lo, per = _lo_per(local_logits, group)
+    mine = (target >= lo) & (target < lo + per)
+    idx = torch.where(mine, target - lo, torch.zeros_like(target))
+    picked = local_logits.gather(1, idx[:, None])[:, 0] * mine
+    total = reduce_from_tp_region(local_logits.exp().sum(1), group)
+    return (total.log() - reduce_from_tp_region(picked, group)).mean()
 
 
 def ce_local_max(local_logits, target, group=None):
-    return _ce(local_logits, target, group, max_op="local")
+    lo, per = _lo_per(local_logits, group)
+    z = local_logits - local_logits.max(1, keepdim=True).values.detach()   # not all-reduced
+    mine = (target >= lo) & (target < lo + per)
+    idx = torch.where(mine, target - lo, torch.zeros_like(target))
+    picked = z.gather(1, idx[:, None])[:, 0] * mine
+    return (reduce_from_tp_region(z.exp().sum(1), group).log()
+            - reduce_from_tp_region(picked, group)).mean()
+
+
+def _good_ce(local_logits, target, group=None, *, own=None, clamp=False, reduce_sum=True,
+             reduce_pick=True, detach=True, mean=True, start=None):
+    """A learner's cross-entropy, written from the four steps of the exercise, with one of the
+    mistakes below switched on."""
+    lo, per = _lo_per(local_logits, group)
+    if start is not None:
+        lo = start
+    m = local_logits.max(dim=1).values
+    m = m.detach() if detach else m
+    dist.all_reduce(m, op=dist.ReduceOp.MAX, group=group)
+    z = local_logits - m[:, None]
+    mine = own(target, lo, per) if own else (target >= lo) & (target < lo + per)
+    idx = (target - lo).clamp(0, per - 1) if clamp else torch.where(mine, target - lo, 0)
+    picked = z.gather(1, idx[:, None])[:, 0] * mine
+    s = z.exp().sum(1)
+    s = reduce_from_tp_region(s, group) if reduce_sum else s
+    picked = reduce_from_tp_region(picked, group) if reduce_pick else picked
+    loss = s.log() - picked
+    return loss.mean() if mean else loss.sum()
 
 
 def ce_sum(local_logits, target, group=None):
-    return _ce(local_logits, target, group, mean=False)
+    return _good_ce(local_logits, target, group, mean=False)
 
 
 def ce_unmasked(local_logits, target, group=None):
-    return _ce(local_logits, target, group, mask=False)
+    return _good_ce(local_logits, target, group, clamp=True, own=lambda t, lo, per: t >= 0)
 
 
-def ce_backward_all_reduce(local_logits, target, group=None):
-    """The sums reduced with an all-reduce that runs in backward too (f∘g): gradients × t."""
-    per = local_logits.shape[-1]
-    start = dist.get_rank(group) * per
-    m = local_logits.detach().max(dim=-1).values
+def ce_boundary_twice(local_logits, target, group=None):
+    """The issue's off-by-one: 'hi' is the next shard's first id and the test is target <= hi
+    (indices clamped, so nothing raises)."""
+    return _good_ce(local_logits, target, group, clamp=True,
+                    own=lambda t, lo, per: (t >= lo) & (t <= lo + per))
+
+
+def ce_boundary_missed(local_logits, target, group=None):
+    """hi taken as the last id, but the test is target < hi: each shard's last id is lost."""
+    return _good_ce(local_logits, target, group,
+                    own=lambda t, lo, per: (t >= lo) & (t < lo + per - 1))
+
+
+def ce_boundary_index_error(local_logits, target, group=None):
+    """Megatron's masking with an off-by-one: target == hi is kept, its index is out of range."""
+    lo, per = _lo_per(local_logits, group)
+    m = local_logits.detach().max(1).values
     dist.all_reduce(m, op=dist.ReduceOp.MAX, group=group)
-    z = local_logits - m.unsqueeze(-1)
-    outside = (target < start) | (target >= start + per)
-    picked = z.gather(-1, (target - start).clamp(0, per - 1).unsqueeze(-1)).squeeze(-1)
-    picked = copy_to_tp_region(reduce_from_tp_region(picked.masked_fill(outside, 0.0), group), group)
-    s = copy_to_tp_region(reduce_from_tp_region(z.exp().sum(-1), group), group)
-    return (s.log() - picked).mean()
+    z = local_logits - m[:, None]
+    outside = (target < lo) | (target > lo + per)
+    local = (target - lo).masked_fill(outside, 0)
+    picked = z.gather(1, local[:, None])[:, 0].masked_fill(outside, 0.0)
+    return (reduce_from_tp_region(z.exp().sum(1), group).log()
+            - reduce_from_tp_region(picked, group)).mean()
+
+
+def ce_sum_not_reduced(local_logits, target, group=None):
+    return _good_ce(local_logits, target, group, reduce_sum=False)
+
+
+def ce_pick_not_reduced(local_logits, target, group=None):
+    return _good_ce(local_logits, target, group, reduce_pick=False)
+
+
+def ce_max_not_detached(local_logits, target, group=None):
+    return _good_ce(local_logits, target, group, detach=False)
+
+
+def ce_global_rank(local_logits, target, group=None):
+    return _good_ce(local_logits, target, group,
+                    start=dist.get_rank() * local_logits.shape[-1])
+
+
+def ce_all_reduce_both_ways(local_logits, target, group=None):
+    """The sums reduced with a hand-written all-reduce that also all-reduces in backward."""
+    class AllReduce(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, x):
+            x = x.clone()
+            dist.all_reduce(x, group=group)
+            return x
+
+        @staticmethod
+        def backward(ctx, g):
+            g = g.clone()
+            dist.all_reduce(g, group=group)
+            return g
+
+    lo, per = _lo_per(local_logits, group)
+    m = local_logits.detach().max(1).values
+    dist.all_reduce(m, op=dist.ReduceOp.MAX, group=group)
+    z = local_logits - m[:, None]
+    mine = (target >= lo) & (target < lo + per)
+    picked = z.gather(1, torch.where(mine, target - lo, 0)[:, None])[:, 0] * mine
+    return (AllReduce.apply(z.exp().sum(1)).log() - AllReduce.apply(picked)).mean()
+
+
+def ce_from_course(local_logits, target, group=None):
+    from minipar.tensor_parallel import vocab_parallel_cross_entropy
+    return vocab_parallel_cross_entropy(local_logits, target, group)
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("fn, reason", [
-    (ce_no_max, "subtract the global max"),
+    (ce_no_max, "logits of size ~1000: the loss is inf, while it was right with logits of "
+                "size ~1: exp overflows; subtract the global max"),
     (ce_local_max, "each rank subtracted its own max"),
     (ce_sum, "SUM over the 10 tokens"),
-    (ce_unmasked, "only on the rank that owns it"),
-    (ce_backward_all_reduce, "the loss is right but the logit gradient is not"),
+    (ce_unmasked, "the target's logit was taken on every rank"),
+    (ce_boundary_twice, "token 2, target 8 (rank 1's ids 8…15 (its first id)): the target's "
+                        "logit was taken 2 times, by rank 0 (id 7), rank 1 (id 8)"),
+    (ce_boundary_missed, "token 1, target 7 (rank 0's ids 0…7 (its last id)): no rank took "
+                         "the target's logit"),
+    (ce_boundary_index_error, "out of bounds"),
+    (ce_sum_not_reduced, "the sum of exponentials is this rank's own"),
+    (ce_pick_not_reduced, "the target logit is taken on its owner only and never summed"),
+    (ce_max_not_detached, "the gradient also flows through the max"),
+    (ce_global_rank, "(the whole-world case passed; here the TP group is [2, 3] and rank 2 is "
+                     "its rank 0"),
+    (ce_all_reduce_both_ways, "the logit gradient is 3 times too large"),
+    (ce_from_course, "course's own minipar.tensor_parallel.cross_entropy"),
 ])
 def test_cross_entropy_mistakes(fn, reason, capsys):
-    assert reason in failure("tensor_parallel.vocab_parallel_cross_entropy", fn, capsys)
+    line = failure("tensor_parallel.vocab_parallel_cross_entropy", fn, capsys)
+    assert reason in line, line
 
 
 # ------------------------------------------------------------------ 04 SP layer norm
-def _sp_class(backward: str, finish: bool):
+def _sp_class(backward="reduce_scatter", finish="sum", gather_group=True):
+    """A learner's region: all_gather of a list then cat; backward by reduce-scatter (all-reduce
+    then slice, correct), or only slicing; finish_grads summing, averaging, the weight only,
+    over the world, or nothing."""
     class Gather(torch.autograd.Function):
         @staticmethod
         def forward(ctx, x, group):
             ctx.group = group
-            parts = [torch.empty_like(x) for _ in range(dist.get_world_size(group))]
-            dist.all_gather(parts, x.contiguous(), group=group)
+            g = group if gather_group else None
+            parts = [torch.empty_like(x) for _ in range(dist.get_world_size(g))]
+            dist.all_gather(parts, x.contiguous(), group=g)
             return torch.cat(parts, dim=1)
 
         @staticmethod
         def backward(ctx, grad):
             t, r = dist.get_world_size(ctx.group), dist.get_rank(ctx.group)
             k = grad.shape[1] // t
-            if backward == "reduce":
+            if backward == "reduce_scatter":
                 grad = grad.clone()
                 dist.all_reduce(grad, group=ctx.group)
             return grad[:, r * k:(r + 1) * k].contiguous(), None
@@ -256,17 +494,51 @@ def _sp_class(backward: str, finish: bool):
             return Gather.apply(self.ln(x), self.group)
 
         def finish_grads(self):
-            if finish:
-                for p in self.ln.parameters():
-                    dist.all_reduce(p.grad, group=self.group)
+            params = {"weight_only": [self.ln.weight]}.get(finish, list(self.ln.parameters()))
+            for p in params if finish != "none" else []:
+                dist.all_reduce(p.grad, group=None if finish == "world" else self.group)
+                if finish == "mean":
+                    p.grad /= dist.get_world_size(self.group)
+    return SP
+
+
+def sp_from_course():
+    from minipar.tensor_parallel import gather_from_sp_region
+
+    class SP(nn.Module):
+        def __init__(self, h, group=None):
+            super().__init__()
+            self.ln, self.group = nn.LayerNorm(h), group
+
+        def forward(self, x):
+            return gather_from_sp_region(self.ln(x), self.group)
+
+        def finish_grads(self):
+            for p in self.ln.parameters():
+                dist.all_reduce(p.grad, group=self.group)
     return SP
 
 
 @pytest.mark.slow
-def test_sp_layernorm_mistakes_and_an_alternative(capsys):
+def test_sp_layernorm_alternative_passes(capsys):
     # all-reduce then slice is a correct (if twice as chatty) reduce-scatter: accepted
-    assert check("tensor_parallel.sp_layernorm", _sp_class("reduce", True))
-    assert "reduce-scatter (sum, then slice)" in failure(
-        "tensor_parallel.sp_layernorm", _sp_class("slice", True), capsys)
-    assert "all-reduce them over the group in finish_grads" in failure(
-        "tensor_parallel.sp_layernorm", _sp_class("reduce", False), capsys)
+    assert check("tensor_parallel.sp_layernorm", _sp_class())
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("cls, reason", [
+    (_sp_class(backward="slice"), "reduce-scatter (sum, then slice)"),
+    (_sp_class(finish="none"), "the layer-norm weight gradient is this rank's partial sum over "
+                               "its s/t = 2 tokens"),
+    (_sp_class(finish="weight_only"), "the layer-norm bias gradient is this rank's partial "
+                                      "sum"),
+    (_sp_class(finish="mean"), "the layer-norm weight gradient is the MEAN over the group's 3 "
+                               "ranks"),
+    (_sp_class(finish="world"), "rank 0 (rank 0 of group [0, 1]): the layer-norm weight "
+                                "gradient is summed over all 4 ranks of the world"),
+    (_sp_class(gather_group=False), "the gathered output differs"),
+    (sp_from_course(), "course's own minipar.tensor_parallel.mappings"),
+])
+def test_sp_layernorm_mistakes(cls, reason, capsys):
+    line = failure("tensor_parallel.sp_layernorm", cls, capsys)
+    assert reason in line, line

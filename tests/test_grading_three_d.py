@@ -39,11 +39,42 @@ def _groups(order):
     return make
 
 
+def tp_without_stage(d, t, p):
+    """The tp groups forget the pipeline stage's offset i_p·d·t: right when p = 1."""
+    rank = lambda i_p, i_d, i_t: i_p * d * t + i_d * t + i_t           # noqa: E731
+    return {"tp": [[i_d * t + k for k in range(t)] for i_p in range(p) for i_d in range(d)],
+            "dp": [[rank(i, j, k) for j in range(d)] for i in range(p) for k in range(t)],
+            "pp": [[rank(i, j, k) for i in range(p)] for j in range(d) for k in range(t)]}
+
+
+def pp_stride_t(d, t, p):
+    """pp groups stepping by t (the tp size) instead of d·t."""
+    rank = lambda i_p, i_d, i_t: i_p * d * t + i_d * t + i_t           # noqa: E731
+    return {"tp": [[rank(i, j, k) for k in range(t)] for i in range(p) for j in range(d)],
+            "dp": [[rank(i, j, k) for j in range(d)] for i in range(p) for k in range(t)],
+            "pp": [[j * t + k + i * t for i in range(p)] for j in range(d) for k in range(t)]}
+
+
+def groups_from_the_grid(d, t, p):
+    from minipar.three_d.grid import RankGrid
+    g = RankGrid(d, t, p)
+    return {ax: g.groups(ax) for ax in ("tp", "dp", "pp")}
+
+
 @pytest.mark.parametrize("candidate, reason", [
     (_groups(("dp", "pp", "tp")), "order dp > pp > tp"),          # picotron's order
     (_groups(("pp", "tp", "dp")), "order pp > tp > dp"),          # dp innermost
-    (lambda d, t, p: {"tp": [[0]], "dp": [[0]], "pp": [[0]]}, "groups"),
+    (lambda d, t, p: {"tp": [[0]], "dp": [[0]], "pp": [[0]]},
+     "for (d, t, p) = (2, 2, 2): tp groups [[0]]; Megatron's are [[0, 1], [2, 3], [4, 5], "
+     "[6, 7]] -- yours has [[0]], which Megatron's has not; it lacks [[0, 1], [2, 3], [4, 5], "
+     "[6, 7]]"),
     (lambda d, t, p: [[0, 1]], "return a dict"),
+    (tp_without_stage, "for (d, t, p) = (2, 2, 2): tp groups [[0, 1], [0, 1], [2, 3], [2, 3]]; "
+                       "Megatron's are [[0, 1], [2, 3], [4, 5], [6, 7]] -- it lacks [[4, 5], "
+                       "[6, 7]]"),
+    (pp_stride_t, "pp groups [[0, 2], [1, 3], [2, 4], [3, 5]]; Megatron's are [[0, 4], [1, 5], "
+                  "[2, 6], [3, 7]]"),
+    (groups_from_the_grid, "course's own minipar.three_d.grid (RankGrid)"),
 ])
 def test_rank_group_slips(candidate, reason, capsys):
     assert reason in failure("three_d.rank_groups", candidate, capsys)
@@ -73,6 +104,10 @@ def test_choose_layout_rejects(layout, reason, capsys):
     (lambda step_seconds, gpus, global_batch, seq, usd_per_gpu_hour:
      step_seconds / 3600 * usd_per_gpu_hour / (global_batch * seq) * 1e6, "number of GPUs"),
     (lambda **kw: 0.5, "expected"),
+    (lambda step_seconds, gpus, global_batch, seq, usd_per_gpu_hour:
+     __import__("minipar.cost.three_d", fromlist=["x"]).dollars_per_million_tokens(
+         step_seconds, gpus, global_batch * seq, usd_per_gpu_hour),
+     "course's own minipar.cost.three_d (dollars_per_million_tokens)"),
 ])
 def test_cost_slips(candidate, reason, capsys):
     assert reason in failure("three_d.cost_per_token", candidate, capsys)

@@ -21,6 +21,7 @@ autograd calls ``_CopyToTPRegion.backward`` directly).
 from __future__ import annotations
 
 import contextlib
+import importlib
 import inspect
 import sys
 import types
@@ -34,7 +35,7 @@ FORBIDDEN: dict[str, tuple[str, ...]] = {
     "pipeline_parallel": ("minipar.pipeline_parallel",),
     # 3D: the grid (exercise 1) and the planner, which holds the cost-per-token formula
     # (exercise 3) -- a checker whose exercise is *about* using the planner passes its own list
-    "three_d": ("minipar.three_d", "minipar.cost.planner"),
+    "three_d": ("minipar.three_d", "minipar.cost.three_d"),
     "context_parallel": ("minipar.context_parallel",),
     "expert_parallel": ("minipar.expert_parallel",),
 }
@@ -98,6 +99,10 @@ def find_course_use(candidate, modules: tuple[str, ...], allow: tuple[str, ...] 
     """``"minipar.x.y (Name)"`` for the first forbidden object the candidate's code refers to,
     else ``None``. Follows the learner's own helpers (functions and classes defined outside
     ``minipar`` and outside libraries) that the candidate uses."""
+    itself = None if isinstance(candidate, types.ModuleType) else \
+        _forbidden_object(candidate, modules, allow)
+    if itself:
+        return itself
     seen: set[int] = set()
     todo = [candidate]
     while todo:
@@ -119,18 +124,40 @@ def find_course_use(candidate, modules: tuple[str, ...], allow: tuple[str, ...] 
                        else __builtins__)
             env.update(fn.__globals__)
             values = [env[n] for n in names if n in env] + cells
+            for n in names:                              # import statements inside functions
+                if _is_forbidden(n, modules) or any(m.startswith(n + ".") for m in modules):
+                    try:
+                        values.append(importlib.import_module(n))
+                    except ImportError:
+                        pass
             for value in values:
-                hit = _forbidden_object(value, modules, allow)
+                hit = not isinstance(value, types.ModuleType) and \
+                    _forbidden_object(value, modules, allow)
                 if hit:
                     return hit
-                if isinstance(value, types.ModuleType) and value.__name__.startswith("minipar"):
-                    for n in names:                      # minipar.tensor_parallel.X, tp.X
-                        attr = getattr(value, n, None)
-                        hit = attr is not None and _forbidden_object(attr, modules, allow)
-                        if hit:
-                            return hit
+                if isinstance(value, types.ModuleType):
+                    hit = _scan_module(value, names, modules, allow)
+                    if hit:
+                        return hit
+                    continue
                 if _learners(value):
                     todo.append(value)
+    return None
+
+
+def _scan_module(mod, names, modules, allow, depth: int = 3) -> str | None:
+    """A forbidden object reached as an attribute of ``mod`` by one of ``names``
+    (``tp.ColumnParallelLinear``, ``minipar.tensor_parallel.layers.X``)."""
+    if depth == 0 or not mod.__name__.startswith("minipar"):
+        return None
+    for n in names:
+        attr = getattr(mod, n, None)
+        if isinstance(attr, types.ModuleType):
+            hit = _scan_module(attr, names, modules, allow, depth - 1)
+        else:
+            hit = attr is not None and _forbidden_object(attr, modules, allow)
+        if hit:
+            return hit
     return None
 
 

@@ -9,8 +9,49 @@ backward in one process. Wrong answers get one line naming the likely mistake.
 from __future__ import annotations
 
 from minipar.grading import GradeFailure, task
+from minipar.grading.imports import (course_calls, forbid_course_code, forbidden_modules,
+                                     reject_course_calls)
 
-TIMEOUT = 30
+TIMEOUT = 30                 # only for the launcher fallback while grading.limits is replaced
+CHAPTER = "pipeline_parallel"
+_STAGE = ("GPTStage",)       # the stage the checker hands to the learner's code may be called
+
+
+def _run(fn, n, *args):
+    """The ranks under the grader's shared limits (:mod:`minipar.grading.limits`)."""
+    try:
+        from minipar.grading.limits import run_ranks
+    except ImportError:                                   # the limits module is being replaced
+        from minipar.launch import run
+        return run(fn, n, *args, backend="gloo", timeout=TIMEOUT)
+    return run_ranks(fn, n, *args)
+
+
+def _call(fn, *args, allow=()):
+    """``fn(*args)`` in this process, rejecting calls into the course's pipeline code."""
+    with course_calls(forbidden_modules(CHAPTER), allow) as used:
+        out = fn(*args)
+    reject_course_calls(used)
+    return out
+
+
+def _warmup_text(name, r, p, m, v, k_ref) -> str:
+    """The warm-up arithmetic for rank r, with the cap at m (1F1B) or m·v (interleaved)."""
+    if name == "1f1b":
+        raw, cap = p - r - 1, m
+        expr = f"min(p−r−1, m) = min({raw}, {m})"
+    else:
+        raw, cap = 2 * (p - r - 1) + (v - 1) * p, m * v
+        expr = (f"min(2(p−r−1)+(v−1)p, m·v) = min(2·{p - r - 1}+{v - 1}·{p}, {m}·{v}) = "
+                f"min({raw}, {cap})")
+    w = min(raw, cap)
+    unit = "forwards" if name == "1f1b" else "forward units"
+    if w < cap and k_ref == w + 1:
+        return f"warm-up {expr} = {w} {unit}, then the steady phase's first forward"
+    if w == cap and k_ref == cap:
+        return (f"warm-up {expr} = {w}: capped, so all {cap} {unit} run before the first "
+                "backward")
+    return f"warm-up {expr} = {w}"
 
 
 def _as_actions(lists, p, what):
@@ -45,7 +86,8 @@ def _diagnose_schedule(fn, name, cases, v_of=lambda p: 1):
         v = v_of(p)
         args = (p, m) if name == "1f1b" else (p, m, v)
         ref = schedule(name, p, m, v)
-        got = [_as_actions(fn(r, *args), p, f"rank {r} (p = {p}, m = {m})") for r in range(p)]
+        got = [_as_actions(_call(fn, r, *args), p, f"rank {r} (p = {p}, m = {m})")
+               for r in range(p)]
         if got == ref:
             continue
         for r, acts in enumerate(got):
@@ -57,11 +99,10 @@ def _diagnose_schedule(fn, name, cases, v_of=lambda p: 1):
         for r, (acts, want) in enumerate(zip(got, ref)):
             k, k_ref = _leading_forwards(acts), _leading_forwards(want)
             if k != k_ref:
-                formula = "p−r−1" if name == "1f1b" else "2(p−r−1)+(v−1)p"
-                raise GradeFailure(f"p = {p}, m = {m}: rank {r} runs {k} forwards before its "
-                                   f"first backward, expected {k_ref} (warm-up {formula} = "
-                                   f"{k_ref - 1 if k_ref < m * v else k_ref}, then one more "
-                                   "forward)")
+                raise GradeFailure(f"p = {p}, m = {m}" + ("" if v == 1 else f", v = {v}") +
+                                   f": rank {r} runs {k} forwards before its first backward, "
+                                   f"expected {k_ref} ("
+                                   + _warmup_text(name, r, p, m, v, k_ref) + ")")
         try:
             sim = simulate(got, m)
         except ScheduleError as e:
@@ -90,17 +131,17 @@ def _train_one_step(rank, p, m, lists):
 # ----------------------------------------------------------------------------- 01 1F1B
 @task("pipeline_parallel.one_f_one_b",
       "equals 1F1B for p = 1..4 and several m (simulated), and trains like one process on 3 ranks")
-def check_one_f_one_b(fn, timeout=TIMEOUT):
+def check_one_f_one_b(fn, **_):
     from types import SimpleNamespace
 
-    from minipar.launch import run
     from minipar.pipeline_parallel.train import (max_error, small_config, token_batches,
                                                  train_reference)
 
+    forbid_course_code(fn, CHAPTER, what="write the schedule")
     _diagnose_schedule(fn, "1f1b", [(1, 3), (2, 2), (2, 5), (3, 3), (3, 7), (4, 8), (4, 2)])
     p, m = 3, 5
-    lists = [_as_actions(fn(r, p, m), p, "rank") for r in range(p)]
-    grads = run(_train_one_step, p, m, lists, backend="gloo", timeout=timeout)
+    lists = [_as_actions(_call(fn, r, p, m), p, "rank") for r in range(p)]
+    grads = _run(_train_one_step, p, m, lists)
     c = small_config(L=6)
     _, ref, _ = train_reference(c, token_batches(1, 2 * m, c))
     err = max_error([SimpleNamespace(grads=g) for g in grads], ref, "grads")
@@ -118,9 +159,10 @@ def _gpipe_on_rank(rank, p, m, fn):
     c = small_config(L=6)
     stage = build_stages(c, rank, p)[rank]
     x, y = token_batches(1, 2 * m, c)[0]
-    fn(stage, rank, p, list(x.chunk(m)), list(y.chunk(m)), (2, c.s, c.h))
+    with course_calls(forbidden_modules(CHAPTER), _STAGE) as used:
+        fn(stage, rank, p, list(x.chunk(m)), list(y.chunk(m)), (2, c.s, c.h))
     return {n: (None if q.grad is None else q.grad.clone())
-            for n, q in stage.reference_names().items()}, torch.is_grad_enabled()
+            for n, q in stage.reference_names().items()}, sorted(used)
 
 
 def _diagnose_gpipe(results, ref, m, p):
@@ -129,7 +171,8 @@ def _diagnose_gpipe(results, ref, m, p):
     def same(a, b):
         return a is not None and a.shape == b.shape and torch.allclose(a, b, atol=1e-9)
 
-    for rank, (grads, _) in enumerate(results):
+    for rank, (grads, used) in enumerate(results):
+        reject_course_calls(used, "write the send/recv step")
         for n, g in grads.items():
             if n == "tok.weight":       # tied: each copy has only its own use's share
                 continue
@@ -149,21 +192,21 @@ def _diagnose_gpipe(results, ref, m, p):
 
 @task("pipeline_parallel.gpipe_send_recv",
       "a GPipe step with send/recv gives one process's gradients on 2 and 3 ranks")
-def check_gpipe_send_recv(fn, timeout=TIMEOUT):
-    from minipar.launch import run
+def check_gpipe_send_recv(fn, **_):
     from minipar.pipeline_parallel.train import small_config, token_batches, train_reference
 
+    forbid_course_code(fn, CHAPTER, what="write the send/recv step")
     c = small_config(L=6)
     for p, m in ((2, 3), (3, 4)):
         _, ref, _ = train_reference(c, token_batches(1, 2 * m, c))
-        results = run(_gpipe_on_rank, p, m, fn, backend="gloo", timeout=timeout)
+        results = _run(_gpipe_on_rank, p, m, fn)
         _diagnose_gpipe(results, ref, m, p)
 
 
 # ----------------------------------------------------------------------------- 03 B/W split
 @task("pipeline_parallel.bw_split",
       "B gives the input gradient only, W accumulates the weight gradients; B+W = backward")
-def check_bw_split(fns):
+def check_bw_split(fns, **_):
     import torch
 
     from minipar.pipeline_parallel.stage import build_stages
@@ -173,6 +216,8 @@ def check_bw_split(fns):
         backward_input, backward_weight = fns
     except (TypeError, ValueError):
         raise GradeFailure("pass the pair (backward_input, backward_weight)") from None
+    for fn in fns:
+        forbid_course_code(fn, CHAPTER, what="write B and W")
     c = small_config(L=4)
     stage = build_stages(c, 1, 2)[1]               # the last of 2 stages: layers + head
     params = [q for q in stage.parameters() if q.requires_grad]
@@ -192,11 +237,21 @@ def check_bw_split(fns):
     for x, gy in zip(xs, gys):                     # both micro-batches' B, then both W's
         x = x.clone().requires_grad_()
         y = stage(x)
-        gx = backward_input(y, x, gy)
-        if any(q.grad is not None and torch.count_nonzero(q.grad) for q in params):
-            raise GradeFailure("backward_input changed the weights' .grad: B must compute only "
-                               "the input gradient (torch.autograd.grad(y, [x], grad_y, "
-                               "retain_graph=True)), not y.backward()")
+        try:
+            gx = _call(backward_input, y, x, gy, allow=_STAGE)
+        except RuntimeError as e:
+            if "second time" in str(e):
+                raise GradeFailure("backward_input found the graph already freed: the first "
+                                   "micro-batch's B ran twice through one graph?") from None
+            raise
+        touched = [n for n, q in stage.named_parameters() if q.requires_grad and
+                   q.grad is not None and torch.count_nonzero(q.grad)]
+        if touched:
+            raise GradeFailure(f"backward_input filled .grad of {len(touched)} of the stage's "
+                               f"{len(params)} weights (e.g. {touched[0]}): B must return x's "
+                               "gradient and leave every weight's .grad untouched -- a full "
+                               "backward from y accumulates into every leaf; ask autograd for "
+                               "x's gradient alone")
         if not isinstance(gx, torch.Tensor) or gx.shape != x.shape:
             raise GradeFailure(f"backward_input must return the gradient of x, shape "
                                f"{tuple(x.shape)}")
@@ -206,27 +261,34 @@ def check_bw_split(fns):
         outs.append((y, gy))
     for y, gy in outs:
         try:
-            backward_weight(y, params, gy)
+            _call(backward_weight, y, params, gy, allow=_STAGE)
         except RuntimeError as e:
             if "second time" in str(e):
-                raise GradeFailure("W found the graph freed: B must keep it "
-                                   "(retain_graph=True)") from None
+                raise GradeFailure("backward_weight found the graph already freed: B ran "
+                                   "through it first and autograd frees a graph after a "
+                                   "backward unless told to keep it; B must leave it alive "
+                                   "for W") from None
             raise
     if any(q.grad is None for q in params):
         raise GradeFailure("backward_weight left a weight's .grad at None")
     if all(torch.allclose(q.grad, w, atol=1e-10) for q, w in zip(params, each_w[-1])):
         raise GradeFailure("the weight gradients are the last micro-batch's only: "
                            "backward_weight must add to .grad, not overwrite it")
-    for q, w in zip(params, want_w):
+    names = [n for n, q in stage.named_parameters() if q.requires_grad]
+    for n, q, w in zip(names, params, want_w):
         if not torch.allclose(q.grad, w, atol=1e-10):
-            raise GradeFailure("weight gradients after B and W differ from a full backward "
-                               f"(max error {(q.grad - w).abs().max().item():.2g})")
+            if torch.allclose(q.grad, 2 * w, atol=1e-10):
+                raise GradeFailure(f"the gradient of {n} is twice the full backward's: W added "
+                                   "each micro-batch's gradient twice")
+            raise GradeFailure(f"the gradient of {n} after B and W differs from a full "
+                               f"backward (max error {(q.grad - w).abs().max().item():.2g})")
 
 
 # ----------------------------------------------------------------------------- 04 interleaved
 @task("pipeline_parallel.interleaved",
       "equals Megatron's interleaved order for p = 2..4, v = 2..3 (simulated)")
-def check_interleaved(fn):
+def check_interleaved(fn, **_):
+    forbid_course_code(fn, CHAPTER, what="write the schedule")
     _diagnose_schedule(fn, "interleaved", [(2, 2), (2, 4), (3, 6), (4, 4), (4, 8)],
                        v_of=lambda p: 2)
     _diagnose_schedule(fn, "interleaved", [(2, 4), (3, 3)], v_of=lambda p: 3)

@@ -6,8 +6,9 @@ of the tensor-parallel group, because a TP group is rarely the whole world (insi
 is one of several):
 
 * the whole world of 3 ranks (``group=None``, t = 3);
-* on the same 3 ranks, a group of one rank ({0}, t = 1) next to the group {1, 2} (t = 2);
-* on 4 ranks, both TP groups of a 2 × 2 grid ({0, 1} and {2, 3}) at once.
+* on 4 ranks, both TP groups of a 2 × 2 grid ({0, 1} and {2, 3}) at once;
+* on the same 4 ranks, groups {0}, {1, 2} and {3} (t = 1 next to a group that straddles the
+  grid's two).
 
 A wrong answer is diagnosed from the actual difference: the checker recomputes in one process
 what each classic mistake would give on that rank (f without its backward all-reduce, a sum
@@ -30,10 +31,12 @@ from minipar.grading.imports import (course_calls, forbid_course_code, forbidden
 CHAPTER = "tensor_parallel"
 _FG = ("copy_to_tp_region", "reduce_from_tp_region", "_CopyToTPRegion", "_ReduceFromTPRegion")
 
-# world size -> [(label, TP groups or None for the whole world)], run in this order
-LAYOUTS = {3: [("the whole world of 3 ranks", None),
-               ("TP groups {0} and {1, 2} of 3 ranks", [[0], [1, 2]])],
-           4: [("both TP groups {0, 1} and {2, 3} of a 2 × 2 grid", [[0, 1], [2, 3]])]}
+# world size -> [(label, TP groups or None for the whole world)], run in this order: a
+# collective that ignores its group sums over the world on the grid (a wrong value, named)
+# before the mixed layout, where it would wait for a rank of another group (a deadlock)
+LAYOUTS = {3: [("the whole world of 3 ranks", None)],
+           4: [("both TP groups {0, 1} and {2, 3} of a 2 × 2 grid", [[0, 1], [2, 3]]),
+               ("TP groups {0}, {1, 2} and {3} of 4 ranks", [[0], [1, 2], [3]])]}
 
 
 # ----------------------------------------------------------------------------- running
@@ -61,6 +64,10 @@ def _launch(body, fn, allow=_FG):
             tail = getattr(e, "stderr_tail", "") or getattr(err, "stderr_tail", "") or ""
             case = re.findall(r"minipar check: running case ([^\n]*)", tail)
             msg = reason_for(e)
+            if getattr(e, "kind", None) == "deadlock" and any(g for _, g in LAYOUTS[world]):
+                msg += (f" (this launch runs TP groups {[g for _, g in LAYOUTS[world]]} inside "
+                        f"a world of {world} ranks: a collective without group= waits for "
+                        "ranks of other groups)")
             if case:
                 raise GradeFailure(f"{case[-1]}: {msg}" + _hint(case[-1], msg)) from None
             raise GradeFailure(msg) from None
@@ -174,7 +181,7 @@ def _group_sum(seed0, case):
 
 @task("tensor_parallel.copy_to_tp_region",
       "f is the identity forward and sums the gradient over its group backward (t = 1, 2, 3; "
-      "the whole world, a subgroup, both groups of a 2 × 2 grid)")
+      "the whole world, both groups of a 2 × 2 grid, a subgroup)")
 def check_copy_to_tp_region(fn, **_):
     forbid_course_code(fn, CHAPTER, what="write f")
     passed_whole = False
@@ -223,7 +230,7 @@ def _g_body(gr, t, group, fn):
 
 @task("tensor_parallel.reduce_from_tp_region",
       "g sums the partial results over its group forward and is the identity backward (t = 1, "
-      "2, 3; the whole world, a subgroup, both groups of a 2 × 2 grid)")
+      "2, 3; the whole world, both groups of a 2 × 2 grid, a subgroup)")
 def check_reduce_from_tp_region(fn, **_):
     forbid_course_code(fn, CHAPTER, what="write g")
     passed_whole = False
@@ -296,7 +303,7 @@ def _mlp_body(gr, t, group, cls):
 
 @task("tensor_parallel.column_row_mlp",
       "the column→row MLP equals the unsharded one (output, input and weight gradients) for "
-      "t = 1, 2, 3 (the whole world, a subgroup, both groups of a 2 × 2 grid), each rank's "
+      "t = 1, 2, 3 (the whole world, both groups of a 2 × 2 grid, a subgroup), each rank's "
       "parameters holding 1/t of the weights in storage")
 def check_column_row_mlp(cls, **_):
     import torch.nn.functional as F
@@ -469,7 +476,7 @@ def _diagnose_picks(picks, target, t):
 
 @task("tensor_parallel.vocab_parallel_cross_entropy",
       "the loss and logit gradients equal one process's cross-entropy for t = 1, 2, 3 (the "
-      "whole world, a subgroup, both groups of a 2 × 2 grid), with targets on every shard "
+      "whole world, both groups of a 2 × 2 grid, a subgroup), with targets on every shard "
       "boundary and logits of size ~1 and ~1000")
 def check_vocab_parallel_cross_entropy(fn, **_):
     import torch
@@ -516,7 +523,7 @@ def check_vocab_parallel_cross_entropy(fn, **_):
                 picks = _picks(group_grad, logits, target, t)
                 why = picks and _diagnose_picks(picks, target, t)
                 if why:
-                    raise GradeFailure(f"{where}: {why}")
+                    raise GradeFailure(f"{where}: {why}" + _not_whole(c, passed_whole))
                 for value, reason in _ce_variants(logits, target, t, gr).values():
                     if t > 1 and _same(loss, value):
                         raise GradeFailure(f"{where}: {reason}")
@@ -547,7 +554,7 @@ def check_vocab_parallel_cross_entropy(fn, **_):
                 why = picks and _diagnose_picks(picks, target, t)
                 if why:
                     raise GradeFailure(f"{where}: the loss is right but the gradient is not: "
-                                       f"{why}")
+                                       f"{why}" + _not_whole(c, passed_whole))
                 raise GradeFailure(f"{where}: the loss is right but the logit gradient is not "
                                    f"({_err(got, want)})" + _not_whole(c, passed_whole))
         passed_whole = passed_whole or c["whole"]
@@ -598,8 +605,8 @@ def _sp_partials(ln, x, go, t):
 
 @task("tensor_parallel.sp_layernorm",
       "the sequence-parallel layer-norm region equals one process (gathered output, input and "
-      "layer-norm gradients) for t = 1, 2, 3 (the whole world, a subgroup, both groups of a "
-      "2 × 2 grid)")
+      "layer-norm gradients) for t = 1, 2, 3 (the whole world, both groups of a 2 × 2 grid, a "
+      "subgroup)")
 def check_sp_layernorm(cls, **_):
     import torch.nn.functional as F
     forbid_course_code(cls, CHAPTER, allow=_FG, what="write the sequence-parallel region")

@@ -7,12 +7,40 @@ from minipar.cost import three_d as planner
 from minipar.three_d.grid import RankGrid
 
 from . import GradeFailure, as_number, task
+from .imports import course_calls, forbid_course_code, forbidden_modules, reject_course_calls
 
 GRID_SHAPES = [(2, 2, 2), (3, 2, 1), (1, 3, 2), (2, 3, 4), (1, 1, 1)]
 
 
 def _normal(groups):
     return sorted(sorted(int(r) for r in g) for g in groups)
+
+
+def _call(fn, *args, **kwargs):
+    """``fn(...)`` in this process, rejecting calls into the course's grid or planner."""
+    with course_calls(forbidden_modules("three_d")) as used:
+        out = fn(*args, **kwargs)
+    reject_course_calls(used)
+    return out
+
+
+def _show(groups) -> str:
+    return "[" + ", ".join("[" + ", ".join(map(str, g)) + "]" for g in groups) + "]"
+
+
+def _group_diff(ax, mine, want) -> str:
+    """Both lists in full and what differs (groups missing, groups that should not be there)."""
+    missing = [g for g in want if g not in mine]
+    extra = [g for g in mine if g not in want]
+    parts = []
+    if extra:
+        parts.append(f"yours has {_show(extra)}, which Megatron's has not")
+    if missing:
+        parts.append(f"it lacks {_show(missing)}")
+    if not parts:                                          # same groups, other multiplicities
+        parts.append(f"{len(mine)} groups where Megatron's has {len(want)}")
+    return (f"{ax} groups {_show(mine)}; Megatron's are {_show(want)} -- "
+            + "; ".join(parts))
 
 
 def _other_orders(d, t, p):
@@ -43,8 +71,9 @@ def _other_orders(d, t, p):
 def check_rank_groups(candidate):
     if not callable(candidate):
         raise GradeFailure("pass your function itself, not its result")
+    forbid_course_code(candidate, "three_d", what="write the groups")
     for d, t, p in GRID_SHAPES:
-        got = candidate(d, t, p)
+        got = _call(candidate, d, t, p)
         if not isinstance(got, dict) or not {"tp", "dp", "pp"} <= set(got):
             raise GradeFailure(f"for (d, t, p) = ({d}, {t}, {p}): return a dict with keys "
                                f"'tp', 'dp', 'pp', got {type(got).__name__}")
@@ -63,8 +92,8 @@ def check_rank_groups(candidate):
                                    f"order {order} (outermost to innermost); Megatron's is "
                                    "pp > dp > tp")
         bad = next(ax for ax in ("tp", "dp", "pp") if mine[ax] != want[ax])
-        raise GradeFailure(f"for (d, t, p) = ({d}, {t}, {p}): {bad} groups {mine[bad][:3]}... "
-                           f"should be {want[bad][:3]}...")
+        raise GradeFailure(f"for (d, t, p) = ({d}, {t}, {p}): "
+                           + _group_diff(bad, mine[bad], want[bad]))
 
 
 # --- choosing a layout ----------------------------------------------------------------------
@@ -136,9 +165,10 @@ def _cost(step_seconds, gpus, global_batch, seq, usd_per_gpu_hour):
 def check_cost_per_token(candidate):
     if not callable(candidate):
         raise GradeFailure("pass your function itself, not its result")
+    forbid_course_code(candidate, "three_d", what="write the formula")
     for cfg in COST_CONFIGS:
         want = _cost(**cfg)
-        x = as_number(candidate(**cfg), "expected a number of dollars")
+        x = as_number(_call(candidate, **cfg), "expected a number of dollars")
         if abs(x - want) <= 1e-6 * want:
             continue
         slips = {"per token, not per million tokens": want / 1e6,
