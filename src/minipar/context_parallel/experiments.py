@@ -8,6 +8,7 @@ reference| / max |reference|, float64.
 from __future__ import annotations
 
 import math
+import time
 
 import torch
 import torch.distributed as dist
@@ -17,9 +18,9 @@ from minipar.memory_time.gpt import GPT, GPTConfig, Layer
 from . import ring as ring_module
 from .block import (ContextParallelBlock, ContextParallelGPT, ContextTensorParallelBlock,
                     allreduce_cp_grads, full_gpt_loss, full_layer_forward)
-from .online_softmax import full_attention
+from .online_softmax import block_attention, full_attention, merge_blocks
 from .ring import ring_attention
-from .sharding import gather_sequence, shard_sequence
+from .sharding import chunk_ids, chunks_per_rank, gather_sequence, positions, shard_sequence
 from .ulysses import ulysses_attention
 
 METHODS = (("ring", "contiguous"), ("ring", "zigzag"), ("ulysses", "contiguous"))
@@ -192,21 +193,40 @@ def traffic_on_rank(rank, cp, b=2, a=12, s=24, d=4):
 
 
 def balance_on_rank(rank, cp, layout, b=1, a=4, s=768, d=32, repeats=3):
-    """This rank's causal ring-attention forward: FLOPs counted by ``FlopCounterMode`` and the
-    seconds its block compute took (best of ``repeats``), float32."""
+    """This rank's causal ring-attention forward: FLOPs counted by ``FlopCounterMode`` during a
+    real ring call, and the seconds of the same block computations (best of ``repeats``) timed
+    one rank at a time, so ranks that share a machine's cores do not slow each other down."""
     from torch.utils.flop_counter import FlopCounterMode
 
-    q, k, v = (shard_sequence(t.float(), 2, None, layout) for t in qkv(b, a, s, d, logit=10))
+    full = [t.float() for t in qkv(b, a, s, d, logit=10)]
+    q, k, v = (shard_sequence(t, 2, None, layout) for t in full)
     with FlopCounterMode(display=False) as fc:
         ring_attention(q, k, v, True, None, layout)
+    shards = [[t.index_select(2, positions(s, cp, r, layout)) for t in full[1:]] for r in range(cp)]
     best = math.inf
-    for _ in range(repeats):
+    for turn in range(cp):                                      # one rank computes at a time
         dist.barrier()
-        tl = []
-        with torch.no_grad():
-            ring_attention(q, k, v, True, None, layout, timeline=tl)
-        best = min(best, sum(e["compute"][1] - e["compute"][0] for e in tl))
+        if turn == rank:
+            for _ in range(repeats):
+                t0 = time.perf_counter()
+                _ring_compute(q, shards, rank, cp, layout)
+                best = min(best, time.perf_counter() - t0)
+    dist.barrier()
     return {"flops": fc.get_total_flops(), "compute_s": best}
+
+
+def _ring_compute(q, shards, rank, cp, layout):
+    """The block attention and merges ring attention does on ``rank`` (no communication)."""
+    n = chunks_per_rank(layout)
+    qs, outs = q.chunk(n, dim=2), [None] * n
+    with torch.no_grad():
+        for step in range(cp):
+            src = (rank - step) % cp
+            ks, vs = shards[src][0].chunk(n, dim=2), shards[src][1].chunk(n, dim=2)
+            for i, j, mask in ring_module.plan(chunk_ids(rank, cp, layout), chunk_ids(src, cp, layout), True):
+                o = block_attention(qs[i], ks[j], vs[j], mask)
+                outs[i] = o if outs[i] is None else merge_blocks(*outs[i], *o)
+    return outs
 
 
 def memory_on_rank(rank, cp, s=96, b=2, L=2, h=48, a=6, layout="zigzag"):
