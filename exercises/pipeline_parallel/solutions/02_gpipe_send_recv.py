@@ -7,10 +7,13 @@
 # * `stage` is this rank's part of a GPT: on rank 0 it takes tokens `(b, s)`, elsewhere the
 #   activation `(b, s, h)`; on the last rank it returns logits `(b, s, V)`.
 # * Forward of micro-batch `i`: rank 0 uses `microbatches[i]`; other ranks receive the
-#   activation (`shape` = `(b, s, h)`, float64) from `rank − 1`. The receiver must let autograd
-#   compute the gradient of what it received. Non-last ranks send their output to `rank + 1`
-#   (only the values: detach it). The last rank computes `loss(logits, targets[i])`, scaled so
-#   that the summed gradients equal the gradient of the mean loss over the whole batch.
+#   activation (`shape` = `(b, s, h)`, float64) from `rank − 1`. Autograd does not cross ranks:
+#   `dist.send` copies only the values (sending `y` or `y.detach()` is the same), and the
+#   received buffer is a fresh tensor with no history, so the receiver must mark it as
+#   requiring grad to get the gradient of what it received. Non-last ranks send their output to
+#   `rank + 1` and keep it, to back-propagate into later. The last rank computes
+#   `loss(logits, targets[i])`, scaled so that the summed gradients equal the gradient of the
+#   mean loss over the whole batch.
 # * Backward of micro-batch `i`: the last rank back-propagates its loss; the others receive the
 #   gradient of their output from `rank + 1`. Every rank but 0 sends the gradient of its input
 #   to `rank − 1`.

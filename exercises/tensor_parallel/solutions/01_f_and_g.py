@@ -12,7 +12,14 @@
 # Write each as a `torch.autograd.Function` (`forward(ctx, x, group)`, `backward(ctx, grad)`
 # returning one gradient per input of `forward`) and wrap it. Both must leave the input tensor
 # unchanged (all-reduce works in place: reduce a copy), and must be the identity for a group of
-# one rank. The checker runs them on 2 and 3 gloo ranks against the sum a single process computes.
+# one rank.
+#
+# **Honour `group`.** The tensor-parallel group is rarely the whole world: inside a 3D grid it
+# is one of several groups, and a sum over every rank would mix them. Every collective and every
+# `get_world_size` / `get_rank` takes `group=group` (`None` means the whole world). The checker
+# runs f and g on the whole world of 3 ranks, on both TP groups {0, 1} and {2, 3} of a 2 × 2
+# grid at once, and on groups {0}, {1, 2} and {3} of 4 ranks, against the sums a single process
+# computes.
 # %%
 import torch
 import torch.distributed as dist

@@ -12,9 +12,18 @@
 #
 # `forward(x)` takes the replicated (b, s, h) input and returns the replicated (b, s, h) output.
 # Use the operators of Exercise 1 from `minipar.tensor_parallel` (`copy_to_tp_region`,
-# `reduce_from_tp_region`): where does each go, and where is the bias of `fc2` added? The
-# checker compares output, input gradient and each weight gradient (as a slice of the full one)
-# with the unsharded MLP on 2 and 3 ranks, and checks that each rank stores 1/t of the weights.
+# `reduce_from_tp_region`): where does each go, and where is the bias of `fc2` added? Nothing
+# else from `minipar.tensor_parallel` (its `ColumnParallelLinear` is this exercise's answer).
+# The checker compares output, input gradient and each weight gradient (as a slice of the full
+# one) with the unsharded MLP for t = 1, 2 and 3, with `group` the whole world or one TP group of
+# several (use the rank and size *in the group*).
+#
+# **How "each rank stores 1/t of the weights" is measured:** the checker adds up, on each rank,
+# the bytes of the storage behind your module's parameters (`p.untyped_storage().nbytes()`, each
+# storage counted once) and requires at most the shards' size,
+# (4h·h + 4h + h·4h)/t + h elements of 8 bytes. A slice such as `fc1.weight[rows]` is a *view*:
+# it shares the full weight's storage, so the rank would still hold every weight. The shard
+# must be a tensor of its own.
 # %%
 import torch
 import torch.distributed as dist

@@ -15,8 +15,10 @@
 #
 # For the sums, `reduce_from_tp_region` (g: all-reduce forward, identity backward) lets autograd
 # produce the right gradient: every rank computes the same loss and differentiates only through
-# its own slice. The checker uses logits of size ~1000 (exp overflows unless the max is
-# subtracted) on 2 and 3 ranks and compares loss and logit gradients with one process.
+# its own slice. Honour `group` (rank and size in the group, `group=` in every collective). The
+# checker compares loss and logit gradients with one process for t = 1, 2 and 3 (the whole
+# world, and TP groups that are not), with targets on every shard boundary, 0 and V − 1, and
+# logits of size ~1 and ~1000 (exp overflows unless the max is subtracted).
 # %%
 import torch
 import torch.distributed as dist

@@ -14,8 +14,9 @@
 # 2. `finish_grads()`: the layer-norm weight and bias saw only this rank's s/t tokens, so their
 #    gradients are partial: sum them over the group.
 #
-# The checker puts a column-parallel linear after your region on 2 and 3 ranks and compares the
-# output, the gradient of `x` and the layer-norm gradients with one process on the whole sequence.
+# Honour `group` in every collective. The checker puts a column-parallel linear after your region
+# for t = 1, 2 and 3 (the whole world, and TP groups that are not) and compares the output, the
+# gradient of `x` and the layer-norm gradients with one process on the whole sequence.
 # %%
 import torch
 import torch.distributed as dist
