@@ -11,11 +11,13 @@ Sizes not divisible by n: ``tensor_split`` makes the first (numel mod n) chunks 
 longer, so a rank sends 2S − |chunk r| − |chunk r+1| bytes, within 2 elements of 2(n−1)/n·S; the
 total over all ranks is exactly 2(n−1)·S.
 
-We exchange with ``isend`` + ``irecv`` and wait on both: a blocking ``send`` before ``recv`` on
-every rank can deadlock once messages exceed the transport's buffer. ``dist.batch_isend_irecv``
-would do the same job; older torch releases could hang in it on gloo, on torch 2.13 it runs
-(``tests/test_collectives.py`` checks 20 ring shifts on 2 and 3 ranks). The plain pair keeps
-each step's two messages visible.
+Each step's send and receive are posted together in one ``dist.batch_isend_irecv`` call and
+both are waited on. On NCCL that is one group, whose send and receive progress together: NCCL
+matches point-to-point messages by posting order (it ignores tags), a send does not complete
+until its receiver has posted, and a rank's calls run one after another, so n separate
+``isend``-then-``irecv`` pairs would leave every rank's send waiting for a receive its
+neighbour has queued behind its own send. On gloo the batch is a loop of ``isend``/``irecv``.
+(``tests/test_collectives_ring_p2p.py`` pins this call pattern.)
 """
 from __future__ import annotations
 
@@ -30,10 +32,13 @@ def _ring(group):
 
 
 def _exchange(send_buf, recv_buf, right, left, group):
-    """Send ``send_buf`` to ``right`` while receiving ``recv_buf`` from ``left``."""
-    reqs = [dist.isend(send_buf, group=group, group_dst=right),
-            dist.irecv(recv_buf, group=group, group_src=left)]
-    for req in reqs:
+    """Send ``send_buf`` to ``right`` while receiving ``recv_buf`` from ``left``: one paired
+    ``batch_isend_irecv`` call (the function is looked up at call time, since
+    ``minipar.tracer`` wraps ``isend``/``irecv`` and ``P2POp`` accepts only the current one)."""
+    c10d = dist.distributed_c10d
+    ops = [dist.P2POp(c10d.isend, send_buf, group=group, group_peer=right),
+           dist.P2POp(c10d.irecv, recv_buf, group=group, group_peer=left)]
+    for req in dist.batch_isend_irecv(ops):
         req.wait()
 
 

@@ -1,13 +1,30 @@
 """Point-to-point messages between pipeline stages, and the tied-embedding all-reduce.
 
 Forward, stage s sends its output activation (b, s, h) to stage s+1; backward, stage s+1 sends
-the gradient of that activation back. Each message is tagged with (stage, micro-batch, kind) so
-that the receiver gets the tensor it asked for even when two ranks exchange activations and
-gradients in either direction (the interleaved schedule with p = 2 does). Sends are
-non-blocking (``isend``): a rank that sends an activation and then waits for a gradient never
-waits for its neighbour to post the matching receive first, which is the classic pipeline
-deadlock with blocking sends. Receives block. A message between two stages on the same rank
-never touches the network.
+the gradient of that activation back. Two rules make this correct on gloo *and* NCCL:
+
+1. **Matching is by posting order, not by tag.** NCCL ignores point-to-point tags: the k-th
+   send from rank a to rank b meets the k-th receive on b from a. (gloo honours tags; we pass
+   none, so the gloo runs test the same matching NCCL does.) Both ends must therefore post a
+   link's messages in the same order, even when two ranks exchange activations and gradients
+   in both directions (the interleaved schedule with p = 2 does).
+2. **No cycle of waiting sends.** On NCCL a send does not complete until the receiver has
+   posted its receive, and a rank's point-to-point calls run one after another on one stream.
+   Posting in the order of its own action list, every rank would start 1F1B's steady state by
+   sending to a neighbour that is itself sending: a deadlock (``message_order`` shows it).
+
+Both follow from one global order: every rank posts its messages sorted by the time at which
+each message is produced when the schedule runs on paper (``simulate`` with equal action
+times), ties broken by (sender, receiver, stage, micro-batch, kind). The sender and the
+receiver sort a message by the same key, so every link's order agrees, and the message with
+the smallest key is always at the head of both its ends' queues, so something always
+progresses. A receive that is due before a send is posted early (prefetched into its buffer).
+The messages a rank posts at one moment go in one ``dist.batch_isend_irecv`` call, as
+Megatron-LM's ``p2p_communication`` does: on NCCL it is one group whose sends and receives
+progress together; on gloo it is a loop of ``isend``/``irecv``. A schedule that cannot run on
+paper (a learner's deadlocking list) falls back to posting in call order.
+
+A message between two stages on the same rank never touches the network.
 """
 from __future__ import annotations
 
@@ -19,21 +36,128 @@ from minipar.device import get_device
 ACTIVATION, GRADIENT = 0, 1
 
 
-def tag(stage: int, microbatch: int, kind: int, m: int) -> int:
-    """A unique tag for the message *to* ``stage`` about ``microbatch``."""
-    return 2 * (stage * m + microbatch) + kind
+def messages(actions, p: int, num_stages: int) -> list[tuple]:
+    """Every cross-rank message of one rank's action list, in list order:
+    ("recv" | "send", peer rank, (to_stage, micro-batch, kind), action index)."""
+    out = []
+    for k, a in enumerate(actions):
+        s, i, rank = a.stage, a.microbatch, a.stage % p
+        if a.op == "F":
+            if s > 0 and (s - 1) % p != rank:
+                out.append(("recv", (s - 1) % p, (s, i, ACTIVATION), k))
+            if s < num_stages - 1 and (s + 1) % p != rank:
+                out.append(("send", (s + 1) % p, (s + 1, i, ACTIVATION), k))
+        elif a.op == "B":
+            if s < num_stages - 1 and (s + 1) % p != rank:
+                out.append(("recv", (s + 1) % p, (s, i, GRADIENT), k))
+            if s > 0 and (s - 1) % p != rank:
+                out.append(("send", (s - 1) % p, (s - 1, i, GRADIENT), k))
+    return out
+
+
+def message_order(all_actions, rank: int, m: int | None = None) -> list[tuple] | None:
+    """This rank's messages sorted by the global key (module docstring): a list of
+    (op, peer, (to_stage, micro-batch, kind)). None when the schedule cannot run on paper."""
+    from .simulate import ScheduleError, simulate
+    from .schedules import Action, num_stages
+
+    p, n_st = len(all_actions), num_stages(all_actions)
+    try:
+        sim = simulate(all_actions, m)
+    except ScheduleError:
+        return None
+    end = {a: t1 for _, a, _, t1 in sim.timeline}
+
+    def key(op, peer, msg):
+        s, i, kind = msg                      # s: the receiving stage
+        made_by = Action("F", s - 1, i) if kind == ACTIVATION else Action("B", s + 1, i)
+        src, dst = (rank, peer) if op == "send" else (peer, rank)
+        return (end[made_by], src, dst, s, i, kind)
+
+    mine = [(op, peer, msg) for op, peer, msg, _ in messages(all_actions[rank], p, n_st)]
+    return sorted(mine, key=lambda e: key(*e))
+
+
+def _p2p_op(op: str, t: torch.Tensor, peer: int, group):
+    # looked up at call time: minipar.tracer wraps isend/irecv, and P2POp accepts only the
+    # function torch.distributed currently holds
+    fn = dist.distributed_c10d.isend if op == "send" else dist.distributed_c10d.irecv
+    return dist.P2POp(fn, t, group=group, group_peer=peer)
+
+
+class _Batch:
+    """The works of one ``batch_isend_irecv`` call, waited at most once (a gloo receive's
+    work waited a second time blocks for a message that never comes)."""
+
+    def __init__(self, works):
+        self.works, self.done = works, False
+
+    def wait(self) -> None:
+        if not self.done:
+            for w in self.works:
+                w.wait()
+            self.done = True
 
 
 class P2P:
-    """Sends and receives of one rank; ``owner(stage)`` is the rank holding a stage."""
+    """Sends and receives of one rank; ``owner(stage)`` is the rank holding a stage.
+
+    ``set_order(order)`` (from :func:`message_order`) switches on the global posting order;
+    without it every call posts its own message at once (the order of the action list)."""
 
     def __init__(self, rank: int, p: int, m: int, group=None):
         self.rank, self.p, self.m, self.group = rank, p, m, group
         self.local: dict[tuple, torch.Tensor] = {}   # same-rank hand-offs
-        self.pending: list = []                      # (work, tensor) of isends in flight
+        self.pending: list = []                      # (batch, tensor) of sends in flight
+        self.order: list | None = None               # (op, peer, msg) in posting order
+        self.next = 0                                # first entry of ``order`` not yet posted
+        self.posted: dict[tuple, tuple] = {}         # recv msg -> (buffer, its batch)
+        self.calls: list[tuple] = []                 # ("post", [(op, peer, msg)]) / ("wait", msg)
+        self.like = None                             # (shape, dtype) of every message
 
     def owner(self, stage: int) -> int:
         return stage % self.p
+
+    def set_order(self, order: list | None, like: tuple | None = None) -> None:
+        self.order, self.next, self.like = order, 0, like
+        self.posted.clear()
+
+    def _post(self, entries: list, tensors: list) -> _Batch:
+        """One ``batch_isend_irecv`` call for ``entries`` (op, group peer, msg)."""
+        self.calls.append(("post", [(op, peer, msg) for op, peer, msg in entries]))
+        return _Batch(dist.batch_isend_irecv([_p2p_op(op, t, peer, self.group)
+                                              for (op, peer, _), t in zip(entries, tensors)]))
+
+    def _post_until(self, target: tuple, send: torch.Tensor | None = None) -> None:
+        """Post every message of ``order`` up to ``target`` (op, peer, msg) in one batch:
+        the receives before it are prefetched into fresh buffers."""
+        entries, tensors, recvs = [], [], []
+        while True:
+            if self.next >= len(self.order):
+                raise RuntimeError(f"rank {self.rank}: {target[0]} of {target[2]} (stage, "
+                                   "micro-batch, kind) is not in this schedule's messages")
+            e = self.order[self.next]
+            self.next += 1
+            op, peer, msg = e
+            if e == target and op == "send":
+                t = send
+            elif op == "recv":
+                shape, dtype = self.like
+                t = torch.empty(shape, dtype=dtype, device=get_device())   # (b, s, h)
+                recvs.append((msg, t))
+            else:
+                raise RuntimeError(f"rank {self.rank}: the send of {msg} (stage, micro-batch, "
+                                   f"kind) is due before {target[2]}; the executor must run "
+                                   "the schedule it was planned for")
+            entries.append(e)
+            tensors.append(t)
+            if e == target:
+                break
+        batch = self._post(entries, tensors)
+        for msg, t in recvs:
+            self.posted[msg] = (t, batch)
+        if send is not None:
+            self.pending.append((batch, send))
 
     def send(self, t: torch.Tensor, to_stage: int, microbatch: int, kind: int) -> None:
         """Send ``t`` (detached: only its values cross) to ``to_stage``."""
@@ -42,9 +166,11 @@ class P2P:
         if dst == self.rank:
             self.local[to_stage, microbatch, kind] = t.clone()
             return
-        dst = dst if self.group is None else dist.get_global_rank(self.group, dst)
-        work = dist.isend(t, dst, group=self.group, tag=tag(to_stage, microbatch, kind, self.m))
-        self.pending.append((work, t))
+        msg = (to_stage, microbatch, kind)
+        if self.order is not None:
+            self._post_until(("send", dst, msg), send=t)
+            return
+        self.pending.append((self._post([("send", dst, msg)], [t]), t))
 
     def recv(self, like: tuple, dtype, stage: int, from_stage: int, microbatch: int,
              kind: int) -> torch.Tensor:
@@ -52,15 +178,25 @@ class P2P:
         src = self.owner(from_stage)
         if src == self.rank:
             return self.local.pop((stage, microbatch, kind))
-        buf = torch.empty(like, dtype=dtype, device=get_device())   # (b, s, h), on this rank's device
-        src = src if self.group is None else dist.get_global_rank(self.group, src)
-        dist.recv(buf, src, group=self.group, tag=tag(stage, microbatch, kind, self.m))
+        msg = (stage, microbatch, kind)
+        if self.order is not None:
+            if msg not in self.posted:
+                self._post_until(("recv", src, msg))
+            buf, batch = self.posted.pop(msg)
+        else:
+            buf = torch.empty(like, dtype=dtype, device=get_device())   # (b, s, h)
+            batch = self._post([("recv", src, msg)], [buf])
+        self.calls.append(("wait", msg))
+        batch.wait()                       # the whole batch, as Megatron waits on it
         return buf
 
     def wait_all(self) -> None:
-        for work, _ in self.pending:
-            work.wait()
+        for batch, _ in self.pending:
+            batch.wait()
         self.pending.clear()
+        if self.order is not None and self.next != len(self.order):
+            raise RuntimeError(f"rank {self.rank}: {len(self.order) - self.next} planned "
+                               f"messages never posted, first {self.order[self.next]}")
 
 
 def all_reduce_tied_gradient(weight: torch.Tensor | None, group) -> None:

@@ -26,8 +26,8 @@ from dataclasses import dataclass, field
 import torch
 import torch.nn.functional as F
 
-from .communication import ACTIVATION, GRADIENT, P2P, all_reduce_tied_gradient
-from .schedules import Action
+from .communication import ACTIVATION, GRADIENT, P2P, all_reduce_tied_gradient, message_order
+from .schedules import NAMES, Action, schedule
 
 
 @dataclass
@@ -70,10 +70,28 @@ class PipelineExecutor:
         return x.grad
 
     # -- one step ---------------------------------------------------------------------------
+    def full_schedule(self, actions: list[Action]) -> list[list[Action]] | None:
+        """Every rank's list of the named schedule whose list for this rank is ``actions``."""
+        v = self.num_stages // self.p
+        for name in NAMES:
+            try:
+                lists = schedule(name, self.p, self.m, v)
+            except ValueError:
+                continue
+            if lists[self.rank] == list(actions):
+                return lists
+        return None
+
     def run(self, actions: list[Action], inputs: list, targets: list,
-            act_shape: tuple, dtype=torch.float64, t0: float | None = None) -> StepRecord:
+            act_shape: tuple, dtype=torch.float64, t0: float | None = None,
+            all_actions: list[list[Action]] | None = None) -> StepRecord:
         """Run ``actions`` for micro-batches ``inputs[i]`` (tokens (b, s)), ``targets[i]``;
-        ``act_shape`` = (b, s, h) of the messages. Returns the step's record."""
+        ``act_shape`` = (b, s, h) of the messages. ``all_actions`` (every rank's list) fixes
+        the order messages are posted in (``communication`` explains why); a named schedule's
+        lists are found without it. Returns the step's record."""
+        full = all_actions if all_actions is not None else self.full_schedule(actions)
+        order = None if full is None else message_order(full, self.rank, self.m)
+        self.comm.set_order(order, like=(act_shape, dtype))
         rec = StepRecord()
         t0 = time.perf_counter() if t0 is None else t0
         stash: dict[tuple, list] = {}       # (s, i) -> [input, output, grad_out, saved_bytes]

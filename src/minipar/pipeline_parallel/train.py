@@ -89,7 +89,8 @@ def train_rank(rank: int, p: int, name: str, m: int, v: int, c: GPTConfig, batch
     group = embedding_group(p) if emb_group == "auto" else emb_group
     params = list({id(q): q for st in stages.values() for q in st.parameters()}.values())
     opt = _optimizer(optimizer, params)
-    acts = (actions or schedule(name, p, m, v))[rank]
+    lists = actions or schedule(name, p, m, v)
+    acts = lists[rank]
     ex = executor_cls(stages, v * p, rank, p, m, group=None, embedding_group=group,
                       loss_scale=loss_scale)
     named = {}
@@ -102,7 +103,8 @@ def train_rank(rank: int, p: int, name: str, m: int, v: int, c: GPTConfig, batch
         b = x.shape[0] // m
         opt.zero_grad()
         with (trace() if trace_first_step and step == 0 else nullcontext()) as tr:
-            rec = ex.run(acts, list(x.chunk(m)), list(y.chunk(m)), (b, c.s, c.h), dtype)
+            rec = ex.run(acts, list(x.chunk(m)), list(y.chunk(m)), (b, c.s, c.h), dtype,
+                         all_actions=lists)
         if tr is not None:
             sends = [e for e in tr.events if e.op == "send"]
             out.sends = (len(sends), sum(e.bytes for e in sends))
