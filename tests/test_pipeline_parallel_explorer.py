@@ -23,6 +23,9 @@ def test_model_twin():
     from minipar.widgets.pipeline_parallel import pp_model
     cases = [dict(g, t_f=tf, t_b=tb, t_w=tw) for g in GRID for tf, tb, tw in
              ((1, 1, 1), (1, 2, 0.5))]
+    # invalid times: the same rule and message in both (t_F = -1 used to draw negative bars)
+    cases += [dict(name="1f1b", p=2, m=2, v=1, t_f=tf, t_b=tb, t_w=tw) for tf, tb, tw in
+              ((-1, 1, 1), (1, -0.5, 1), (1, 1, -2), (0, 0, 0), (0, 1, 0))]
     counts = assert_parity("pipeline_parallel", "ppModel", pp_model, cases)
     assert 0 < counts["errors"] < counts["cases"]
 
@@ -42,3 +45,23 @@ def test_default_view_and_message():
     assert default["error"] is None and "<svg" in default["html"] and "0.273" in default["html"]
     assert bad["error"] == "interleaved schedule needs microbatches m (6) to be a multiple of p (4)"
     assert "minipar-explorer-message" in bad["html"]
+
+
+def test_explorer_refuses_what_python_refuses():
+    """Each invalid control gives the Python twin's message, naming the rule and the value:
+    "interleaved" with the v field at 1 is refused (it used to run silently with v = 2), and so
+    is a negative time (it used to draw bars at negative time)."""
+    from minipar.widgets.pipeline_parallel import pp_model
+    bad = [({"schedule": "interleaved", "v": 1}, dict(name="interleaved", p=4, m=8, v=1)),
+           ({"tF": -1}, dict(name="1f1b", p=4, m=8, v=1, t_f=-1)),
+           ({"tW": -0.25}, dict(name="1f1b", p=4, m=8, v=1, t_w=-0.25)),
+           ({"p": 0}, dict(name="1f1b", p=0, m=8, v=1)),
+           ({"schedule": "gpipe", "v": 2}, dict(name="gpipe", p=4, m=8, v=2))]
+    got = js_call("pipeline_parallel", [("drawExplorer", ["pp-schedule", ui, {}]) for ui, _ in bad])
+    for (_, out), (ui, kw) in zip(got, bad):
+        with pytest.raises(ValueError) as e:
+            pp_model(**kw)
+        assert out["error"] == str(e.value), ui
+    (_, ok), = js_call("pipeline_parallel", [("drawExplorer", ["pp-schedule",
+                                                              {"schedule": "interleaved", "v": 2}, {}])])
+    assert ok["error"] is None and "v = 2" in ok["html"] and "unit of t_F" in ok["html"]

@@ -52,3 +52,29 @@ def test_default_view_and_message():
     assert default["error"] is None and "<svg" in default["html"] and "</svg>" in default["html"]
     assert bad["error"] == "heads (96) must be divisible by t (7)"
     assert "minipar-explorer-message" in bad["html"]
+
+
+def test_sequence_parallel_checkbox_changes_the_view():
+    """The checkbox used to change nothing: now it picks the activation curve that is marked,
+    the number in bold and the collectives named."""
+    from minipar.widgets.tensor_parallel import tp_config, tp_layer_model
+    cfg = tp_config()
+    (_, off), (_, on) = js_call("tensor_parallel", [("drawExplorer", ["tp-layer", {"sp": False}, cfg]),
+                                                    ("drawExplorer", ["tp-layer", {"sp": True}, cfg])])
+    assert off["error"] is None and on["error"] is None and off["html"] != on["html"]
+    assert "all-gathers" in on["html"] and "all-gathers" not in off["html"]
+    act = {sp: tp_layer_model(sp=sp)["activation_bytes"] for sp in (False, True)}
+    assert act[True] < act[False]
+    assert "with TP + SP: <b>" in on["html"] and "with TP alone: <b>" in off["html"]
+
+
+def test_explorer_refuses_what_python_refuses():
+    """Each invalid control gives the Python twin's message, naming the rule and the value."""
+    from minipar.widgets.tensor_parallel import tp_config, tp_layer_model
+    cfg = tp_config()
+    bad = [{"t": 0}, {"t": -2}, {"b": 0}, {"a": 0}, {"t": 5}, {"a": 7}, {"t": 2.5}]
+    got = js_call("tensor_parallel", [("drawExplorer", ["tp-layer", ui, cfg]) for ui in bad])
+    for (_, out), ui in zip(got, bad):
+        with pytest.raises(ValueError) as e:
+            tp_layer_model(**ui)
+        assert out["error"] == str(e.value), ui

@@ -115,7 +115,16 @@ export function simulate(actions, m, tF = 1.0, tB = 1.0, tW = 1.0, comm = 0.0) {
 }
 
 // Python: minipar.widgets.pipeline_parallel.pp_model
+// Python: minipar.widgets.pipeline_parallel.check_times
+function checkTimes(tF, tB, tW) {
+  for (const [k, x] of [["t_F", tF], ["t_B", tB], ["t_W", tW]]) {
+    if (typeof x !== "number" || !Number.isFinite(x) || x < 0) throw new Error(`${k} (${x}) must be a number >= 0`);
+  }
+  if (tF + tB + tW <= 0) throw new Error(`t_F + t_B + t_W (${tF + tB + tW}) must be > 0`);
+}
+
 export function ppModel(name, p, m, v, tF, tB, tW) {
+  checkTimes(tF, tB, tW);
   const sim = simulate(schedule(name, p, m, v), m, tF, tB, tW);
   const idle = sim.busy.map((b) => 1 - b / sim.makespan);
   return {bubble: idle.reduce((x, y) => x + y, 0) / p, makespan: sim.makespan,
@@ -131,20 +140,23 @@ registerExplorer("pp-schedule", {
     {name: "schedule", label: "schedule", type: "select", options: NAMES, value: "1f1b"},
     {name: "p", label: "p (ranks)", type: "number", min: 1, step: 1, value: 4},
     {name: "m", label: "m (micro-batches)", type: "number", min: 1, step: 1, value: 8},
-    {name: "v", label: "v (chunks, interleaved)", type: "number", min: 1, step: 1, value: 1},
+    {name: "v", label: "v (chunks; >= 2 for interleaved, 1 otherwise)", type: "number", min: 1, step: 1, value: 1},
     {name: "tF", label: "t_F", type: "number", min: 0, step: 0.25, value: 1},
     {name: "tB", label: "t_B (input gradient)", type: "number", min: 0, step: 0.25, value: 1},
     {name: "tW", label: "t_W (weight gradient)", type: "number", min: 0, step: 0.25, value: 1},
   ],
   draw(v) {
-    const vv = v.schedule === "interleaved" ? Math.max(2, v.v) : v.v;
+    // v is used as given: the interleaved schedule with v = 1 is refused with the rule it breaks
+    const vv = v.v;
+    checkSchedule(v.schedule, v.p, v.m, vv);
+    checkTimes(v.tF, v.tB, v.tW);
     if (v.p * v.m * vv > 4096) throw new Error(`p·m·v (${v.p * v.m * vv}) must be <= 4096 for a drawing`);
     const sim = simulate(schedule(v.schedule, v.p, v.m, vv), v.m, v.tF, v.tB, v.tW);
     const r = ppModel(v.schedule, v.p, v.m, vv, v.tF, v.tB, v.tW);
     const rows = Array.from({length: v.p}, (_, k) => ({label: `rank ${k}`, segments: []}));
     for (const [rk, a, s, e] of sim.timeline) rows[rk].segments.push({start: s, end: e, color: COL[a.op], name: `${a.op} stage ${a.stage} mb ${a.microbatch}`});
     const svg = timeline({title: `${v.schedule}, p = ${v.p}, m = ${v.m}${v.schedule === "interleaved" ? `, v = ${vv}` : ""}`,
-      rows, xlabel: "time (units of t)", legend: [{name: "F", color: COL.F}, {name: "B", color: COL.B}, {name: "W", color: COL.W}]});
+      rows, xlabel: "time (in the unit of t_F, t_B, t_W)", legend: [{name: "F", color: COL.F}, {name: "B", color: COL.B}, {name: "W", color: COL.W}]});
     const closed = v.schedule === "zb-h1" ? null : (v.p - 1) / (vv * v.m + v.p - 1);
     return svg + `<p>Bubble (idle fraction of the step, mean over ranks): <b>${r.bubble.toFixed(3)}</b>`
       + (closed === null ? "" : `; equal stages give (p−1)/(v·m+p−1) = ${closed.toFixed(3)}`)

@@ -84,13 +84,29 @@ registerExplorer("tp-layer", {
       xlabel: "t (tensor-parallel GPUs)", ylabel: "communication share (%)", xlog: true,
       series, points: [{x: v.t, y: 100 * r.share, color: "#c00", label: `t = ${v.t} over ${v.link}`}],
     });
-    const noSp = activationBytesPerLayer(v.s, v.b, v.h, v.a, v.t, false);
-    const withSp = activationBytesPerLayer(v.s, v.b, v.h, v.a, v.t, true);
+    // saved activations per GPU against t, both modes; the checkbox picks the marked curve
+    const fits = (t) => { try { activationBytesPerLayer(v.s, v.b, v.h, v.a, t, false); return v.a % t === 0; } catch (e) { return false; } };
+    const tsMem = TS.filter(fits);
+    const GiB = 2 ** 30;
+    const memSeries = [false, true].map((sp) => ({
+      name: sp ? "TP + sequence parallelism" : "TP alone", color: sp ? "#e6550d" : "#3182bd",
+      xs: tsMem, ys: tsMem.map((t) => activationBytesPerLayer(v.s, v.b, v.h, v.a, t, sp) / GiB),
+    }));
+    const mode = v.sp ? "TP + SP" : "TP alone";
+    const memSvg = lineChart({
+      title: `saved activations per GPU per layer (16-bit, no recomputation), b = ${v.b}`,
+      xlabel: "t (tensor-parallel GPUs)", ylabel: "GiB per GPU per layer", xlog: true,
+      series: memSeries, points: [{x: v.t, y: r.activation_bytes / GiB, color: "#c00", label: `t = ${v.t}, ${mode}`}],
+    });
+    const other = activationBytesPerLayer(v.s, v.b, v.h, v.a, v.t, !v.sp);
+    const colls = v.sp ? "four all-gathers and four reduce-scatters (sequence parallelism; the same bytes as four all-reduces)"
+      : "four all-reduces";
     return svg + `<p>At t = ${v.t} over ${escapeHtml(v.link)}: communication / GEMM time in forward = <b>${r.ratio.toFixed(3)}</b>; `
-      + `the four all-reduces take <b>${(100 * r.share).toFixed(1)} %</b> of forward + backward if nothing overlaps. `
-      + `Each GPU sends ${fmtBytes(r.sent_bytes, false)} per layer per micro-batch (the same with sequence parallelism). `
-      + `The ratio does not change with b: traffic and FLOPs both grow with b·s.</p>`
-      + `<p>Saved activations per GPU per layer: ${fmtBytes(noSp, false)} with TP alone, ${fmtBytes(withSp, false)} with sequence parallelism `
-      + `(Korthikanti et al. 2022, 16-bit, no recomputation).</p>`;
+      + `the collectives take <b>${(100 * r.share).toFixed(1)} %</b> of forward + backward if nothing overlaps. `
+      + `Each GPU sends ${fmtBytes(r.sent_bytes, false)} per layer per micro-batch in ${colls}. `
+      + `Only the latency term α of the ratio shrinks as b grows; its bandwidth term does not change with b, since traffic and FLOPs both grow with b·s.</p>`
+      + memSvg
+      + `<p>Saved activations per GPU per layer with ${mode}: <b>${fmtBytes(r.activation_bytes, false)}</b> `
+      + `(${v.sp ? "TP alone" : "with sequence parallelism"}: ${fmtBytes(other, false)}; Korthikanti et al. 2022 Table 2, 16-bit, no recomputation).</p>`;
   },
 });
