@@ -1,6 +1,6 @@
 """Context parallelism: ring attention (both layouts) and Ulysses equal full attention
 (outputs, q/k/v gradients; float64; cp = 2, 3; causal and not; logits ~1e3); a CP GPT equals one
-process after several Adam steps; CP × TP on 4 ranks equals one layer; traced bytes equal the
+process after several Adam steps; CP × TP and CP × DP on 4 ranks equal one process; traced bytes equal the
 cost model; causal FLOPs per rank equal the model (contiguous unbalanced, zigzag balanced);
 saved activations per rank ∝ 1/cp. Negative controls: merge without the log-sum-exp
 correction, causal mask by local position, CP gradients not summed."""
@@ -148,8 +148,16 @@ def test_memory_per_rank_scales_as_one_over_cp():
     assert got[1]["materialised_scores"] > base             # the s² scores cost extra
 
 
+def _four_ranks(rank, world):
+    return {"tp": E.cp_tp_on_rank(rank, world), "dp": E.cp_dp_on_rank(rank, world),
+            "dp control": E.cp_dp_on_rank(rank, world, reduce_over="cp")}
+
+
 @pytest.mark.slow
-def test_cp_times_tp_on_four_ranks_equals_one_layer():
-    for r in run(E.cp_tp_on_rank, 4, backend="gloo"):
-        assert r["out"] < TOL and r["dx"] < TOL and r["params"] < TOL, r
-        assert r["params moved"] > 1e-4, r                  # the steps were not no-ops
+def test_cp_times_tp_and_cp_times_dp_on_four_ranks_equal_one_process():
+    for r in run(_four_ranks, 4, backend="gloo"):
+        tp = r["tp"]
+        assert tp["out"] < TOL and tp["dx"] < TOL and tp["params"] < TOL, tp
+        assert tp["params moved"] > 1e-4, tp                # the steps were not no-ops
+        assert r["dp"]["params"] < TOL_TRAIN, r["dp"]
+        assert r["dp control"]["params"] > BUG, r["dp control"]  # DP replicas never averaged

@@ -173,6 +173,37 @@ def cp_tp_on_rank(rank, world, cp=2, layout="zigzag", steps=3):
     return errs
 
 
+
+def cp_dp_on_rank(rank, world, cp=2, layout="zigzag", steps=3, reduce_over="dp x cp"):
+    """CP × DP on dp·cp ranks laid out (dp, cp), CP innermost (Megatron's tp → cp → dp): each DP
+    replica takes its share of a global batch, each CP rank its tokens; every rank's loss is its
+    share of the global mean, so one all-reduce over the combined DP × CP group (here the world)
+    sums the gradients. Returns the max relative parameter difference after ``steps`` Adam
+    steps against one process on the whole batch. ``reduce_over="cp"`` is the classic bug (the
+    gradients summed over the CP group only, the DP replicas never averaged)."""
+    dp = world // cp
+    grid = torch.arange(world).view(dp, cp)                     # rank = dp_index·cp + cp_index
+    cp_groups = [dist.new_group(grid[i].tolist()) for i in range(dp)]
+    di = rank // cp
+    ref = small_gpt()
+    cpm = ContextParallelGPT(ref, cp_groups[di], attention="ring", layout=layout, causal=True)
+    opt_r = torch.optim.Adam(ref.parameters(), lr=1e-2)
+    opt_c = torch.optim.Adam(cpm.parameters(), lr=1e-2)
+    for step in range(steps):
+        x, y = batch(b=2 * dp, seed=3 + step)                   # the global batch (2·dp, s)
+        full_gpt_loss(ref, x, y, True).backward()
+        mine = slice(2 * di, 2 * di + 2)                        # this replica's 2 sequences
+        xl = shard_sequence(x[mine], 1, cp_groups[di], layout)
+        yl = shard_sequence(y[mine], 1, cp_groups[di], layout)
+        logits = cpm(xl)                                        # (2, s/cp, V)
+        loss = torch.nn.functional.cross_entropy(logits.flatten(0, 1), yl.flatten(),
+                                                 reduction="sum") / y.numel()
+        loss.backward()
+        allreduce_cp_grads(cpm, None if reduce_over == "dp x cp" else cp_groups[di])
+        opt_r.step(), opt_c.step(), opt_r.zero_grad(), opt_c.zero_grad()
+    return {"params": max_param_diff(cpm, ref)}
+
+
 # ------------------------------------------------------------------ traffic, balance, memory
 def traffic_on_rank(rank, cp, b=2, a=12, s=24, d=4):
     """Bytes and calls this rank's ring and Ulysses attention put on the wire, traced with
