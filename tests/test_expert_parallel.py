@@ -125,6 +125,9 @@ def test_parity_with_one_process(launched):
         for case, res in r["parity"].items():
             assert max(res[k] for k in ("out", "dx", "dw1", "dw2", "drouter")) < TOL, (case, res)
             assert res["kept differ"] == 0 and res["copies"], (case, res)
+    E = 6 if ep == 3 else 4                    # expert parameters per rank ∝ 1/ep
+    assert all(res["expert params"] == E // ep * 2 * 8 * 12
+               for r in results for res in r["parity"].values())
     # the capacity cases really drop tokens (else "same tokens dropped" would be vacuous)
     assert all(results[0]["parity"][(k, 1.0)]["dropped"] > 0 for k in (1, 2))
 
@@ -163,3 +166,11 @@ def test_ep_inside_dp_equals_one_process_after_steps():
         assert max(r["capacity"]["param diff per step"]) < TOL, r
         assert min(r["divide by dp"]["param diff per step"]) > BUG, r   # control: expert grads 2×
     assert sum(r["capacity"]["dropped"] for r in results) > 0
+
+
+def test_the_copy_check_catches_a_view():
+    """Negative control for "copies": a rank's slice taken as a view keeps all E experts alive."""
+    full = torch.zeros(4, 8, 12, dtype=torch.float64)
+    view, copy = full[2:], full[2:].clone()
+    own = lambda w: w.untyped_storage().nbytes() == w.numel() * w.element_size()
+    assert not own(view) and own(copy)

@@ -82,7 +82,11 @@ def parity_on_rank(rank: int, experts: int, top_k: int, capacity_factor=None,
             "dw2": max_diff(layer.w2.grad, moe.w2.grad[own]),
             "drouter": max_diff(g_router, moe.router.weight.grad),
             "kept differ": int((layer.kept != moe.kept[lo:lo + len(x)]).sum()),
-            "dropped": moe.dropped, "copies": layer.w1.data_ptr() != moe.w1.data_ptr()}
+            "dropped": moe.dropped,
+            # own storage of E/ep experts (a view of the full stack would keep all E alive)
+            "copies": all(w.untyped_storage().nbytes() == w.numel() * w.element_size()
+                          for w in (layer.w1, layer.w2)),
+            "expert params": layer.w1.numel() + layer.w2.numel()}
 
 
 def traffic_on_rank(rank: int, experts: int, top_k: int, capacity_factor=None,
