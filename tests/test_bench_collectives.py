@@ -14,6 +14,8 @@ from minipar.cli import main
     (["--sizes", "1MiB..4KiB"], "must be <= end"),
     (["--ops", "all-reduce,gossip"], "'gossip'"),
     (["--iters", "0"], "--iters (0)"),
+    (["--ring-ranks", "1"], "--ring-ranks (1) must be >= 2"),
+    (["--ranks", "64", "--backend", "nccl"], "needs one GPU per rank: world_size (64)"),
 ])
 def test_bad_input_is_one_line_and_exit_2(capsys, args, words):
     assert main(["bench", "collectives", "--quick", *args]) == 2

@@ -13,6 +13,7 @@ from minipar.data_parallel.experiments import ring_bytes, zero_on_rank
 from minipar.data_parallel.models import TiedClassifier, token_batches
 from minipar.data_parallel.train import (VARIANTS, global_losses, max_param_error,
                                          train_reference, train_rank)
+from minipar.device import gpu_count
 from minipar.launch import run
 from minipar.tracer import trace
 
@@ -225,6 +226,8 @@ def test_bench_dp_runs_tiny_and_prints_the_keys(capsys):
 @pytest.mark.parametrize("argv, message", [
     (["--ranks", "1"], "--ranks (1) must be >= 2"),
     (["--bucket-mb", "0"], "--bucket-mb (0.0) must be > 0"),
+    (["--ranks", "16", "--backend", "nccl"], "--backend nccl: backend 'nccl' needs one GPU per "
+     f"rank: world_size (16) > GPUs visible ({gpu_count()}); use backend='gloo' or fewer ranks"),
 ])
 def test_bench_dp_bad_input_is_one_line(capsys, argv, message):
     from minipar.cli import main

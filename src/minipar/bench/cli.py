@@ -13,6 +13,7 @@ BENCH_MODULES = [
     "minipar.bench.launch",        # minipar bench launch
     "minipar.bench.pipeline_parallel",  # minipar bench pipeline_parallel (alias: pp)
     "minipar.bench.tensor_parallel",  # minipar bench tensor_parallel (alias: tp)
+    "minipar.bench.three_d",       # minipar bench three_d (alias: 3d)
 ]
 
 

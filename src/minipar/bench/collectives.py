@@ -24,7 +24,7 @@ import time
 from minipar.cost import collectives as cc
 from minipar.errors import InputError
 
-from .common import add_json, emit
+from .common import add_backend, add_json, emit
 
 OPS = ("all-reduce", "all-gather", "reduce-scatter", "broadcast")
 ASSUMED_ALGORITHM = {"all-reduce": "ring", "all-gather": "ring", "reduce-scatter": "ring",
@@ -142,15 +142,16 @@ def machine(backend: str = "gloo") -> dict:
 
 
 def run_benchmark(ops=OPS, ranks=(2, 4), sizes=None, iters: int = 5, ring_sizes=None,
-                  progress: bool = True, backend: str = "auto") -> dict:
-    """The whole benchmark as one JSON-ready dict (what ``--json`` writes)."""
+                  progress: bool = True, backend: str = "auto", ring_ranks: int = 4) -> dict:
+    """The whole benchmark as one JSON-ready dict (what ``--json`` prints); ``ring_ranks``:
+    the rank count of the ring-vs-dist comparison."""
     from minipar.launch import choose_backend
 
     sizes = sizes or [4 * 4**k * 1024 for k in range(7)]            # 4 KiB … 16 MiB
     ranks = list(ranks)
-    backend = choose_backend(backend, max(ranks + [4 if ring_sizes else 2]))  # one for all runs
+    backend = choose_backend(backend, max(ranks + [ring_ranks if ring_sizes else 2]))  # one for all
     rows = sweep(ops, ranks, sizes, iters, progress, backend)
-    ring = ring_vs_dist(ring_sizes, 4, iters, backend) if ring_sizes else []
+    ring = ring_vs_dist(ring_sizes, ring_ranks, iters, backend) if ring_sizes else []
     return dict(machine=machine(backend), iters=iters, results=rows, fits=fit(rows),
                 ring_vs_dist=ring)
 
@@ -216,13 +217,15 @@ def _main(args) -> int:
     sizes, iters = parse_sizes(get("sizes")), get("iters")
     if iters < 1:
         raise InputError(f"--iters ({iters}) must be >= 1")
+    if args.ring_ranks < 2:
+        raise InputError(f"--ring-ranks ({args.ring_ranks}) must be >= 2")
     if len(sizes) < 2:
         print("note: one size only, so no α-β fit", file=sys.stderr)
 
     def measure() -> dict:
         try:
             result = run_benchmark(ops, ranks, sizes, iters, parse_sizes(preset["ring_sizes"]),
-                                   backend=args.backend)
+                                   backend=args.backend, ring_ranks=args.ring_ranks)
         except ValueError as e:  # e.g. --backend nccl without a GPU per rank
             raise InputError(str(e)) from None
         from .collectives_report import plot, table
@@ -248,8 +251,9 @@ def add_bench_parser(bench_sub) -> None:
     add_json(p)
     p.add_argument("--out", metavar="PATH", help="also write the result as JSON to PATH")
     p.add_argument("--plot", metavar="PATH", help="write the measured-vs-model figure")
-    p.add_argument("--backend", choices=["auto", "gloo", "nccl"], default="auto",
-                   help="auto: NCCL with one GPU per rank if there are enough GPUs, else gloo")
+    add_backend(p, "auto", "the chapter measures this machine's links, NCCL on GPUs")
+    p.add_argument("--ring-ranks", type=int, default=4,
+                   help="ranks of the ring_all_reduce vs dist.all_reduce comparison (default 4)")
     p.add_argument("--quick", action="store_true",
                    help="a small sweep (seconds): all-reduce,all-gather; 2 ranks; 4KiB..256KiB")
     p.set_defaults(func=_main)

@@ -39,6 +39,24 @@ def add_json(p, help: str | None = None) -> None:
                    help=help or "print one JSON object on stdout (everything else on stderr)")
 
 
+def add_backend(p, default: str, why: str) -> None:
+    """``--backend {auto,gloo,nccl}``; ``why`` says why ``default`` is the default."""
+    p.add_argument("--backend", choices=["auto", "gloo", "nccl"], default=default,
+                   help=f"auto: NCCL with one GPU per rank if there are enough GPUs, else gloo "
+                        f"(default {default}: {why})")
+
+
+def backend(args, ranks: int) -> str:
+    """``args.backend`` resolved for ``ranks`` ranks; NCCL without a GPU per rank is an
+    :class:`InputError` naming both numbers."""
+    from minipar.device import resolve_backend
+
+    try:
+        return resolve_backend(args.backend, ranks)
+    except ValueError as e:
+        raise InputError(f"--backend {args.backend}: {e}") from None
+
+
 def check(args, *, at_least: dict | None = None, at_most: dict | None = None,
           positive: tuple = ()) -> None:
     """``at_least={"steps": 1}``: ``args.steps >= 1``; ``at_most``: ``<=``; ``positive``: ``> 0``

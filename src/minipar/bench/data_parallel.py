@@ -2,7 +2,8 @@
 
 The same MLP (``--depth`` Linear(width, width)+Tanh layers), the same per-rank batch and the same
 bucket cap for ours and DDP, on ``--ranks`` gloo ranks of this machine. Variants are interleaved
-round by round; a variant's step time is the median over rounds of the slowest rank. Also timed:
+round by round (``--backend``: NCCL with one GPU per rank when there are enough, else gloo on
+the CPU); a variant's step time is the median over rounds of the slowest rank. Also timed:
 "compute", the same step with no communication at all (the ideal). Throughput is samples per
 second over all ranks; ``*_to_ddp`` is our throughput divided by DDP's (1.0 = as fast as DDP).
 
@@ -10,20 +11,26 @@ A benchmark reports, it never asserts: ranks share this machine's cores, so numb
 """
 from __future__ import annotations
 
-from .common import MAX_RANKS, add_common, check, emit
+from .common import MAX_RANKS, add_backend, add_common, backend, check, emit
 
 VARIANTS = ("compute", "naive", "bucketed", "ddp")
 
 
 def bench(ranks: int, steps: int, rounds: int, width: int, depth: int, batch: int,
-          bucket_mb: float) -> dict:
-    from minipar.data_parallel.models import mlp_params
-    from minipar.data_parallel.timing import time_variants
+          bucket_mb: float, backend: str = "auto") -> dict:
+    import functools
+    import statistics
 
-    t = time_variants(ranks, list(VARIANTS), width=width, depth=depth, batch=batch,
-                      steps=steps, rounds=rounds, bucket_cap_mb=bucket_mb)
-    out = {"ranks": ranks, "params": mlp_params(width, depth), "batch_per_rank": batch,
-           "bucket_cap_mb": bucket_mb, "step_seconds": t,
+    from minipar.data_parallel.models import mlp_params
+    from minipar.data_parallel.timing import run_on_ranks, time_variants_on_rank
+
+    per_rank = run_on_ranks(functools.partial(
+        time_variants_on_rank, width=width, depth=depth, batch=batch, steps=steps,
+        rounds=rounds, bucket_cap_mb=bucket_mb), ranks, list(VARIANTS), backend=backend)
+    t = {v: statistics.median(max(r[v][i] for r in per_rank)     # slowest rank, median round
+                              for i in range(len(per_rank[0][v]))) for v in VARIANTS}
+    out = {"ranks": ranks, "backend": backend, "params": mlp_params(width, depth),
+           "batch_per_rank": batch, "bucket_cap_mb": bucket_mb, "step_seconds": t,
            "samples_per_second": {v: ranks * batch / s for v, s in t.items()}}
     out["naive_to_ddp"] = t["ddp"] / t["naive"]
     out["bucketed_to_ddp"] = t["ddp"] / t["bucketed"]
@@ -32,7 +39,7 @@ def bench(ranks: int, steps: int, rounds: int, width: int, depth: int, batch: in
 
 
 def _show(r: dict) -> None:
-    print(f"data parallel on {r['ranks']} gloo ranks: MLP Ψ = {r['params']:,} "
+    print(f"data parallel on {r['ranks']} {r['backend']} ranks: MLP Ψ = {r['params']:,} "
           f"({r['params'] * 4 / 2**20:.1f} MiB of fp32 gradients), batch {r['batch_per_rank']} "
           f"per rank, buckets {r['bucket_cap_mb']:g} MiB")
     print(f"{'variant':<10}{'step (ms)':>11}{'samples/s':>11}{'vs DDP':>8}")
@@ -46,14 +53,16 @@ def _show(r: dict) -> None:
 def _main(args) -> int:
     check(args, at_least=dict(ranks=2, steps=1, rounds=1, width=1, depth=1, batch=1),
           at_most=dict(ranks=MAX_RANKS), positive=("bucket_mb",))
+    chosen = backend(args, args.ranks)
     return emit(args, lambda: bench(args.ranks, args.steps, args.rounds, args.width, args.depth,
-                                    args.batch, args.bucket_mb), _show)
+                                    args.batch, args.bucket_mb, chosen), _show)
 
 
 def add_bench_parser(bench_sub) -> None:
     p = bench_sub.add_parser("data_parallel", aliases=["dp"],
                              help="time naive, bucketed and DDP data parallelism")
-    add_common(p, ranks=4, ranks_help="gloo ranks")
+    add_common(p, ranks=4, ranks_help="ranks")
+    add_backend(p, "auto", "the timings are the chapter's NCCL measurement on GPUs")
     p.add_argument("--steps", type=int, default=5, help="timed steps per round (default 5)")
     p.add_argument("--rounds", type=int, default=3, help="interleaved rounds (default 3)")
     p.add_argument("--width", type=int, default=512, help="MLP width (default 512)")

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from minipar.errors import InputError
 
-from .common import MAX_RANKS, add_common, check, emit
+from .common import MAX_RANKS, add_backend, add_common, backend, check, emit
 
 
 def _median(xs):
@@ -21,22 +21,23 @@ def _median(xs):
     return xs[len(xs) // 2]
 
 
-def bench(ranks: int, h: int, b: int, s: int, steps: int, rounds: int) -> dict:
+def bench(ranks: int, h: int, b: int, s: int, steps: int, rounds: int,
+          backend: str = "gloo") -> dict:
     from minipar.launch import run
     from minipar.tensor_parallel.dtensor import compare_on_rank, time_on_rank
 
-    per_rank = run(time_on_rank, ranks, h, b, s, steps, rounds, backend="gloo", timeout=600)
+    per_rank = run(time_on_rank, ranks, h, b, s, steps, rounds, backend=backend, timeout=600)
     t = {k: _median([max(r[k][i] for r in per_rank) for i in range(rounds)])
          for k in per_rank[0]}
-    diffs = run(compare_on_rank, ranks, backend="gloo", timeout=300)
-    return {"ranks": ranks, "h": h, "b": b, "s": s, "dtype": "float32", "step_seconds": t,
+    diffs = run(compare_on_rank, ranks, backend=backend, timeout=300)
+    return {"ranks": ranks, "backend": backend, "h": h, "b": b, "s": s, "dtype": "float32", "step_seconds": t,
             "tokens_per_second": {k: b * s / v for k, v in t.items()},
             "ours_to_dtensor": t["dtensor"] / t["ours"],
             "max_difference_float64": {k: max(d[k] for d in diffs) for k in diffs[0]}}
 
 
 def _show(r: dict) -> None:
-    print(f"tensor-parallel MLP block on {r['ranks']} gloo ranks: h = {r['h']}, b = {r['b']}, "
+    print(f"tensor-parallel MLP block on {r['ranks']} {r['backend']} ranks: h = {r['h']}, b = {r['b']}, "
           f"s = {r['s']}, float32, forward + backward")
     for k, v in r["step_seconds"].items():
         print(f"{k:<9}{v * 1e3:>9.2f} ms{r['tokens_per_second'][k]:>12.0f} tokens/s")
@@ -51,14 +52,16 @@ def _main(args) -> int:
           at_most=dict(ranks=MAX_RANKS))
     if (4 * args.hidden) % args.ranks:
         raise InputError(f"4·hidden ({4 * args.hidden}) must be divisible by t ({args.ranks})")
+    chosen = backend(args, args.ranks)
     return emit(args, lambda: bench(args.ranks, args.hidden, args.batch, args.seq, args.steps,
-                                    args.rounds), _show)
+                                    args.rounds, chosen), _show)
 
 
 def add_bench_parser(bench_sub) -> None:
     p = bench_sub.add_parser("tensor_parallel", aliases=["tp"],
                              help="time our tensor-parallel MLP block against DTensor's")
-    add_common(p, ranks=2, ranks_help="gloo ranks = t")
+    add_common(p, ranks=2, ranks_help="ranks = t")
+    add_backend(p, "gloo", "the chapter compares float64 results with a CPU reference")
     p.add_argument("--hidden", type=int, default=512, help="hidden size h (default 512)")
     p.add_argument("--batch", type=int, default=4, help="micro-batch b (default 4)")
     p.add_argument("--seq", type=int, default=128, help="sequence length s (default 128)")

@@ -11,8 +11,9 @@ from __future__ import annotations
 
 def measure_bubble(schedule: str, p: int, m: int, v: int = 1, t_f: float = 0.05,
                    t_b: float = 0.05, t_w: float = 0.05, steps: int = 3,
-                   layers: str = "timed") -> dict:
-    """One JSON-ready dict: measured and model bubble, step time, hop latency, timeline."""
+                   layers: str = "timed", backend: str = "gloo") -> dict:
+    """One JSON-ready dict: measured and model bubble, step time, hop latency, timeline.
+    ``backend``: gloo (the chapter's default: stages only wait, nothing needs a GPU) or NCCL."""
     from minipar.launch import run
 
     from .model_bubble import bubble_fraction
@@ -22,12 +23,12 @@ def measure_bubble(schedule: str, p: int, m: int, v: int = 1, t_f: float = 0.05,
 
     make(schedule, p, m, v)   # validates the arguments before any rank starts
     per_rank = run(bench_rank, p, schedule, m, v, t_f, t_b, t_w, steps, layers,
-                   backend="gloo", timeout=600)
+                   backend=backend, timeout=600)
     measured, timeline = measured_bubble(per_rank)
     span = max(e for *_, e in timeline)
     hop = hop_latency(timeline, p)
     sim = simulate(make(schedule, p, m, v), m, t_f, t_b, t_w, comm=hop)
-    return {"schedule": schedule, "p": p, "m": m, "v": v, "layers": layers,
+    return {"schedule": schedule, "backend": backend, "p": p, "m": m, "v": v, "layers": layers,
             "steps": steps,
             **({"t_forward": t_f, "t_backward": t_b, "t_weight": t_w} if layers == "timed"
                else {}),

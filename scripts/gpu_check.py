@@ -1,0 +1,286 @@
+"""`make gpu-check`: prove the course's GPU path on one node, in one step, with a JSON report.
+
+    python scripts/gpu_check.py [--out gpu-check.json] [--budget 450] [--only bench:launch,...]
+
+On a node with GPUs it runs, within ``--budget`` seconds (default 450, so the whole check stays
+under 8 minutes with start-up):
+
+* ``minipar bench`` for launch, collectives, data, tensor and pipeline parallelism on NCCL
+  (one GPU per rank; as many ranks as the node has GPUs, up to 8);
+* every chapter notebook where the chapter switches to NCCL or to the GPU (see ``NOTEBOOKS``:
+  which ones and why); the others stay on gloo on purpose and are listed as skipped with the
+  chapter's reason. Each notebook run records the backends its launches announced.
+
+An item that needs more GPUs than the node has (NCCL takes one GPU per rank) is skipped with
+that reason, so a 1-GPU workstation runs what fits and says what it skipped. Without any GPU
+the script says "no GPU", writes a report in which every item is skipped for that reason and
+exits 0. Exit status 1 means an item failed (its reason is in the report).
+
+The report: ``{"machine": ..., "status": "ok" | "failures" | "no GPU", "benches": {name:
+{"status": "ran" | "failed" | "skipped", "reason", "seconds", "command", "figures", "result"}},
+"notebooks": {slug: {"status", "reason", "seconds", "backends_seen"}}}``, rewritten after each
+item so an interrupted check still leaves what it learnt.
+
+``--dry-run [--assume-gpus N]`` prints the plan without running anything; ``--cpu-plumbing``
+runs the selected items on gloo without a GPU (to test this script on a CPU machine).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+NOTEBOOK_DIR = ROOT / "notebooks"
+MAX_RANKS = 8
+
+# slug -> (GPUs its NCCL/GPU part needs, or None if the chapter stays on gloo; why)
+NOTEBOOKS = {
+    "collectives": (2, "its sweep (minipar.bench.collectives.run_benchmark) picks NCCL with one "
+                       "GPU per rank"),
+    "memory_time": (1, "its memory measurements run on the first GPU (device.default_device)"),
+    "data_parallel": (2, "its step timings and bucket sweep launch with backend='auto' (NCCL)"),
+    "three_d": (8, "its group check launches 8 ranks with backend='auto' (NCCL with 8 GPUs); "
+                   "training stays on gloo"),
+    "tensor_parallel": (None, "stays on gloo: float64 parity against a CPU reference on a CPU "
+                              "device mesh, and a host-clock timeline"),
+    "pipeline_parallel": (None, "stays on gloo: float64 parity against a CPU reference, and "
+                                "stages that sleep a fixed time"),
+}
+UNCLASSIFIED = (2, "not classified in scripts/gpu_check.py NOTEBOOKS: run, and report the "
+                   "backends its launches chose")
+BENCH_TIMEOUT = 240.0
+NOTEBOOK_TIMEOUT = 300.0
+
+
+# ----------------------------------------------------------------------------- the plan
+def _largest(choices, gpus: int) -> int:
+    return max([c for c in choices if c <= gpus] or [min(choices)])
+
+
+def bench_plan(gpus: int) -> list[dict]:
+    """One entry per benchmark: the ``minipar`` arguments and the GPUs they need."""
+    n = min(gpus, MAX_RANKS)
+    counts = [k for k in (2, 3, 4, 8) if k <= n] or [2]
+    t = _largest((2, 4, 8), n)                       # divides 4·hidden = 2048
+    p = _largest((2, 3, 4), n)
+    return [
+        dict(name="launch", min_gpus=1,
+             args=["bench", "launch", "--ranks", str(max(n, 1)), "--repeats", "3", "--json"]),
+        dict(name="collectives", min_gpus=2,
+             args=["bench", "collectives", "--ops",
+                   "all-reduce,all-gather,reduce-scatter,broadcast", "--ranks",
+                   ",".join(map(str, counts)), "--sizes", "64KiB..64MiB", "--iters", "5",
+                   "--ring-ranks", str(min(4, max(counts))), "--backend", "nccl", "--json"]),
+        dict(name="data_parallel", min_gpus=2,
+             args=["bench", "data_parallel", "--ranks", str(max(n, 2)), "--backend", "nccl",
+                   "--json"]),
+        dict(name="tensor_parallel", min_gpus=2,
+             args=["bench", "tensor_parallel", "--ranks", str(t), "--hidden", "512",
+                   "--backend", "nccl", "--json"]),
+        dict(name="pipeline_parallel", min_gpus=2,
+             args=["bench", "pipeline_parallel", "--schedule", "1f1b", "--ranks", str(p),
+                   "--microbatches", str(4 * p), "--t-forward", "20", "--t-backward", "20",
+                   "--t-weight", "20", "--steps", "3", "--backend", "nccl", "--json"]),
+    ]
+
+
+def notebook_plan() -> list[dict]:
+    out = []
+    for path in sorted(NOTEBOOK_DIR.glob("*.ipynb")):
+        need, why = NOTEBOOKS.get(path.stem, UNCLASSIFIED)
+        out.append(dict(name=path.stem, path=str(path), min_gpus=need, why=why))
+    return out
+
+
+def decide(item: dict, gpus: int) -> str | None:
+    """Why ``item`` is skipped on a node with ``gpus`` GPUs, or None if it runs."""
+    if gpus == 0:
+        return "no GPU (torch.cuda.is_available() is False)"
+    if item["min_gpus"] is None:
+        return item["why"]
+    if gpus < item["min_gpus"]:
+        return (f"needs {item['min_gpus']} GPUs (one per rank for NCCL); this node has {gpus}")
+    return None
+
+
+# ----------------------------------------------------------------------------- running
+def _reason(stderr: str, rc: int) -> str:
+    lines = [ln.strip() for ln in stderr.splitlines() if ln.strip()]
+    errors = [ln for ln in lines if re.search(r"Error|error:|raised|died", ln)]
+    return (errors or lines or [f"exit status {rc}, no output"])[-1][:400]
+
+
+def figures(name: str, r: dict) -> dict:
+    """The numbers a reader compares across machines (ratios and fitted link figures)."""
+    if name == "launch":
+        return {k: r[k] for k in ("backend", "first_call_s", "repeat_call_s", "repeat_to_first")}
+    if name == "collectives":
+        fits = {f"{f['op']} n={f['n']}": None if f["error"] else
+                {"alpha_s": f["alpha"], "bandwidth_GB_per_s": f["bandwidth"] / 1e9}
+                for f in r["fits"]}
+        busbw = max((x["busbw"] for x in r["results"]), default=0.0)
+        return {"backend": r["machine"]["backend"], "gpu": r["machine"]["gpu"],
+                "max_busbw_GB_per_s": busbw / 1e9, "fits_per_direction": fits,
+                "ring_to_dist": [x["ratio"] for x in r["ring_vs_dist"]]}
+    if name == "data_parallel":
+        return {k: r[k] for k in ("backend", "ranks", "naive_to_ddp", "bucketed_to_ddp",
+                                  "ddp_to_compute")}
+    if name == "tensor_parallel":
+        return {"backend": r["backend"], "ranks": r["ranks"],
+                "ours_to_dtensor": r["ours_to_dtensor"],
+                "max_difference_float64": max(r["max_difference_float64"].values())}
+    if name == "pipeline_parallel":
+        return {k: r[k] for k in ("backend", "p", "m", "measured_bubble", "model_bubble",
+                                  "model_bubble_with_latency", "hop_latency")}
+    return {}
+
+
+def run_bench(item: dict, timeout: float) -> dict:
+    t0 = time.monotonic()
+    cmd = [sys.executable, "-m", "minipar.cli", *item["args"]]
+    try:
+        p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, cwd=ROOT)
+    except subprocess.TimeoutExpired:
+        return dict(status="failed", reason=f"did not finish within {timeout:.0f} s",
+                    seconds=time.monotonic() - t0)
+    out = dict(seconds=time.monotonic() - t0)
+    if p.returncode != 0:
+        return dict(out, status="failed", reason=_reason(p.stderr, p.returncode))
+    try:
+        result = json.loads(p.stdout)
+    except json.JSONDecodeError as e:
+        return dict(out, status="failed", reason=f"stdout is not one JSON object: {e}")
+    return dict(out, status="ran", reason="", figures=figures(item["name"], result),
+                result=result)
+
+
+def run_notebook(path: str, timeout: float) -> dict:
+    """Execute a notebook in a fresh kernel (cwd: its folder); the backends its launches
+    announced ("minipar.launch: backend=nccl (...)") are collected from its outputs."""
+    import nbformat
+    from nbclient import NotebookClient
+    from nbclient.exceptions import CellExecutionError, CellTimeoutError, DeadKernelError
+
+    t0 = time.monotonic()
+    nb = nbformat.read(path, as_version=4)
+    client = NotebookClient(nb, timeout=max(1, int(timeout)), kernel_name="python3",
+                            resources={"metadata": {"path": str(Path(path).parent)}})
+    status, reason = "ran", ""
+    try:
+        client.execute()
+    except CellExecutionError as e:
+        ename = getattr(e, "ename", "") or "error"
+        evalue = (getattr(e, "evalue", "") or str(e).strip().splitlines()[-1])[:300]
+        cell = next((i for i, c in enumerate(nb.cells) if c.get("cell_type") == "code"
+                     and any(o.get("output_type") == "error" for o in c.get("outputs", []))),
+                    None)
+        status, reason = "failed", f"code cell {cell}: {ename}: {evalue}"
+    except CellTimeoutError:
+        status, reason = "failed", f"a cell did not finish within {timeout:.0f} s"
+    except DeadKernelError as e:
+        status, reason = "failed", f"the kernel died: {e}"
+    seen = set()
+    for c in nb.cells:
+        for o in c.get("outputs", []):
+            seen.update(re.findall(r"backend=(nccl|gloo)", o.get("text", "") or ""))
+    return dict(status=status, reason=reason, seconds=time.monotonic() - t0,
+                backends_seen=sorted(seen))
+
+
+# ----------------------------------------------------------------------------- the check
+def machine() -> dict:
+    import torch
+
+    from minipar.device import gpu_count
+
+    gpus = gpu_count()
+    return dict(gpus=gpus, gpu_names=[torch.cuda.get_device_name(i) for i in range(gpus)],
+                torch=torch.__version__, cuda=torch.version.cuda,
+                nccl=".".join(map(str, torch.cuda.nccl.version())) if gpus else None,
+                platform=platform.platform(), cpus=os.cpu_count())
+
+
+def check(gpus: int, budget: float, only: set[str] | None, out: Path | None, dry_run: bool,
+          plumbing: bool, info: dict) -> dict:
+    report = dict(machine=info, budget_s=budget, status="running", benches={}, notebooks={})
+    t0 = time.monotonic()
+
+    def save():
+        report["elapsed_s"] = time.monotonic() - t0
+        if out is not None:
+            out.write_text(json.dumps(report, indent=1))
+
+    items = [("benches", b) for b in bench_plan(gpus)] + \
+            [("notebooks", nb) for nb in notebook_plan()]
+    for kind, item in items:
+        key = ("bench:" if kind == "benches" else "notebook:") + item["name"]
+        entry = report[kind].setdefault(item["name"], {})
+        if kind == "benches":
+            args = [("gloo" if plumbing and a == "nccl" else a) for a in item["args"]]
+            entry["command"] = "minipar " + " ".join(args)
+            item = dict(item, args=args)
+        skip = "not selected by --only" if only is not None and key not in only else \
+            None if plumbing else decide(item, gpus)
+        left = budget - (time.monotonic() - t0)
+        if skip is None and left < 10:
+            skip = f"the time budget ({budget:g} s) is spent"
+        if skip is not None:
+            entry.update(status="skipped", reason=skip)
+        elif dry_run:
+            entry.update(status="planned", reason="")
+        else:
+            print(f"gpu-check: {key} ...", file=sys.stderr, flush=True)
+            entry.update(run_bench(item, min(BENCH_TIMEOUT, left)) if kind == "benches" else
+                         run_notebook(item["path"], min(NOTEBOOK_TIMEOUT, left)))
+            print(f"gpu-check: {key} {entry['status']} in {entry['seconds']:.0f} s "
+                  f"{entry['reason']}", file=sys.stderr, flush=True)
+        save()
+    states = [e["status"] for k in ("benches", "notebooks") for e in report[k].values()]
+    report["status"] = "no GPU" if gpus == 0 and not plumbing else \
+        "planned" if dry_run else "failures" if "failed" in states else "ok"
+    save()
+    return report
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", default="gpu-check.json", help="JSON report path")
+    ap.add_argument("--budget", type=float, default=450.0, help="seconds for all items")
+    ap.add_argument("--only", help="comma list of items, e.g. bench:launch,notebook:three_d")
+    ap.add_argument("--dry-run", action="store_true", help="print the plan, run nothing")
+    ap.add_argument("--assume-gpus", type=int, help="plan for this many GPUs (with --dry-run)")
+    ap.add_argument("--cpu-plumbing", action="store_true",
+                    help="run the selected items on gloo even without a GPU (tests this script)")
+    a = ap.parse_args(argv)
+    if a.assume_gpus is not None and not a.dry_run:
+        ap.error("--assume-gpus only plans (add --dry-run): real runs use the GPUs present")
+    info = machine()
+    gpus = a.assume_gpus if a.assume_gpus is not None else info["gpus"]
+    if a.cpu_plumbing:
+        gpus = max(gpus, 2)
+    only = set(a.only.split(",")) if a.only else None
+    out = Path(a.out) if a.out else None
+    report = check(gpus, a.budget, only, out, a.dry_run, a.cpu_plumbing, info)
+    if report["status"] == "no GPU":
+        print(f"gpu-check: no GPU (torch.cuda.is_available() is False): nothing runs on NCCL "
+              f"here; every item is skipped for that reason; report: {a.out}")
+        return 0
+    if a.dry_run:
+        print(json.dumps(report, indent=1))
+        return 0
+    counts = {s: sum(e["status"] == s for k in ("benches", "notebooks")
+                     for e in report[k].values()) for s in ("ran", "failed", "skipped")}
+    print(f"gpu-check: {info['gpus']} GPUs; {counts['ran']} ran, {counts['failed']} failed, "
+          f"{counts['skipped']} skipped in {report['elapsed_s']:.0f} s; report: {a.out}")
+    return 1 if counts["failed"] else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,38 @@
+"""``minipar bench three_d``: calibrate this machine (compute rate and per-layer cost, α-β per
+group size), predict the tiny 3D GPT's step time under every (d, t, p) layout of ``--ranks``
+(:mod:`minipar.cost.calibrate`), run each layout and report predicted against measured: the
+error per layout and Spearman's rank correlation. A benchmark reports, it never asserts.
+"""
+from __future__ import annotations
+
+from .common import MAX_RANKS, add_common, check, emit
+
+
+def _show(r: dict) -> None:
+    m = r["machine"]
+    print(f"3D GPT {r['config']} on {r['ranks']} gloo ranks, B = {r['batch']}, "
+          f"b = {r['micro_batch']}")
+    print(f"calibrated: {m['flop_rate'] / 1e9:.2f} GFLOP/s per rank, "
+          f"{m['layer_overhead_s'] * 1e3:.2f} ms per layer; "
+          + ", ".join(f"n={n}: α {v['alpha'] * 1e6:.0f} µs, {v['bandwidth'] / 1e9:.2f} GB/s"
+                      for n, v in m["links"].items()))
+    print(f"{'d':>2} {'t':>2} {'p':>2} {'predicted':>11} {'measured':>11} {'error':>7}")
+    for x in r["layouts"]:
+        print(f"{x['d']:>2} {x['t']:>2} {x['p']:>2} {x['predicted_s'] * 1e3:>8.1f} ms "
+              f"{x['measured_s'] * 1e3:>8.1f} ms {x['error']:>+6.0f}%")
+    print(f"Spearman (predicted vs measured step time): {r['spearman']:.2f}")
+
+
+def _main(args) -> int:
+    from minipar.three_d.calibrate import bench
+
+    check(args, at_least=dict(ranks=2, steps=1), at_most=dict(ranks=MAX_RANKS))
+    return emit(args, lambda: bench(args.ranks, steps=args.steps), _show)
+
+
+def add_bench_parser(bench_sub) -> None:
+    p = bench_sub.add_parser("three_d", aliases=["3d"],
+                             help="calibrate, predict every (d, t, p) layout, run, compare")
+    add_common(p, 4, "ranks (every (d, t, p) with d·t·p = ranks is run)")
+    p.add_argument("--steps", type=int, default=3, help="timed steps per layout (default 3)")
+    p.set_defaults(func=_main)

@@ -1,0 +1,98 @@
+"""scripts/gpu_check.py (make gpu-check) on a CPU machine: it says "no GPU" and exits 0 with a
+JSON report; its plan for 1 and 8 GPUs runs what fits and names what it skips; every command it
+would run parses with the real CLI; its runners record results and failures (gloo plumbing)."""
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import nbformat
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+SCRIPT = ROOT / "scripts" / "gpu_check.py"
+
+
+def _module():
+    spec = importlib.util.spec_from_file_location("gpu_check", SCRIPT)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def _statuses(report, kind):
+    return {k: (v["status"], v["reason"]) for k, v in report[kind].items()}
+
+
+def test_no_gpu_is_reported_cleanly(tmp_path):
+    out = tmp_path / "report.json"
+    p = subprocess.run([sys.executable, str(SCRIPT), "--out", str(out)], capture_output=True,
+                       text=True, timeout=120, env=dict(os.environ, CUDA_VISIBLE_DEVICES=""))
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.startswith("gpu-check: no GPU")
+    r = json.loads(out.read_text())
+    assert r["status"] == "no GPU" and r["machine"]["gpus"] == 0
+    assert set(r["notebooks"]) == {nb.stem for nb in (ROOT / "notebooks").glob("*.ipynb")}
+    assert set(r["benches"]) == {"launch", "collectives", "data_parallel", "tensor_parallel",
+                                 "pipeline_parallel"}
+    for kind in ("benches", "notebooks"):
+        assert all(s == "skipped" and why.startswith("no GPU")
+                   for s, why in _statuses(r, kind).values())
+
+
+def test_plan_for_one_and_eight_gpus_uses_the_real_commands():
+    from minipar.cli import build_parser
+
+    gc = _module()
+    one = gc.check(1, 450, None, None, True, False, {})
+    b = _statuses(one, "benches")
+    assert b["launch"] == ("planned", "")
+    assert one["benches"]["launch"]["command"].startswith("minipar bench launch --ranks 1 ")
+    for name in ("collectives", "data_parallel", "tensor_parallel", "pipeline_parallel"):
+        assert b[name] == ("skipped", "needs 2 GPUs (one per rank for NCCL); this node has 1")
+    nb = _statuses(one, "notebooks")
+    assert nb["memory_time"] == ("planned", "")
+    assert nb["tensor_parallel"][0] == "skipped" and "stays on gloo" in nb["tensor_parallel"][1]
+    assert nb["three_d"] == ("skipped", "needs 8 GPUs (one per rank for NCCL); this node has 1")
+
+    eight = gc.check(8, 450, None, None, True, False, {})
+    assert all(s == "planned" for s, _ in _statuses(eight, "benches").values())
+    commands = {k: v["command"] for k, v in eight["benches"].items()}
+    assert "--ranks 2,3,4,8 " in commands["collectives"] and "--ring-ranks 4" in \
+        commands["collectives"]
+    assert "--ranks 8 " in commands["data_parallel"] and "--ranks 8 " in \
+        commands["tensor_parallel"] and "--ranks 4 " in commands["pipeline_parallel"]
+    assert _statuses(eight, "notebooks")["three_d"] == ("planned", "")
+    parser = build_parser()
+    for plan in (gc.bench_plan(1), gc.bench_plan(3), gc.bench_plan(8)):
+        for item in plan:
+            args = parser.parse_args(item["args"])        # every flag exists, every value parses
+            assert args.json and getattr(args, "backend", "nccl") in ("nccl", "auto"), item
+
+
+@pytest.mark.slow
+def test_runners_record_results_and_failures_on_gloo(tmp_path):
+    out = tmp_path / "report.json"
+    p = subprocess.run([sys.executable, str(SCRIPT), "--cpu-plumbing", "--only",
+                        "bench:launch,bench:pipeline_parallel", "--out", str(out)],
+                       capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr[-2000:]
+    r = json.loads(out.read_text())
+    launch, pp = r["benches"]["launch"], r["benches"]["pipeline_parallel"]
+    assert launch["status"] == "ran" and launch["figures"]["backend"] == "gloo"
+    assert launch["figures"]["repeat_call_s"] == launch["result"]["repeat_call_s"] > 0
+    assert pp["status"] == "ran" and "--backend gloo" in pp["command"]
+    assert pp["figures"]["model_bubble"] == pytest.approx(1 / 9)   # (p−1)/(m+p−1), p=2, m=8
+    assert r["benches"]["collectives"]["reason"] == "not selected by --only"
+    assert "2 ran, 0 failed, 11 skipped" in p.stdout
+    # a notebook: backends announced by the launcher are collected; an error names its cell
+    nb = nbformat.v4.new_notebook(cells=[
+        nbformat.v4.new_code_cell("print('minipar.launch: backend=gloo (0 GPUs < 2 ranks)')"),
+        nbformat.v4.new_code_cell("raise ValueError('heads (12) must be divisible by t (5)')")])
+    path = tmp_path / "tiny.ipynb"
+    nbformat.write(nb, path)
+    got = _module().run_notebook(str(path), 120)
+    assert got["status"] == "failed" and got["backends_seen"] == ["gloo"]
+    assert got["reason"] == "code cell 1: ValueError: heads (12) must be divisible by t (5)"
