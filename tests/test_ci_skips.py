@@ -66,3 +66,24 @@ def test_ci_scripts_parse():
                           text=True, env=dict(os.environ, CI="true"))
     assert "chromium is missing under CI=true" in make.stdout and "exit 1" in make.stdout
     assert "scripts/gpu_check.py" in make.stdout
+
+
+def test_ci_run_fails_when_it_cannot_install_what_tests_need(tmp_path):
+    """Under CI=true a missing Node.js whose install fails stops .ci/run before make test;
+    outside CI the same failure is a note and the run goes on (here: to a fake make)."""
+    fake = tmp_path / "bin"
+    fake.mkdir()
+    (fake / "apt-get").write_text("#!/bin/sh\necho 'E: Unable to locate package' >&2\nexit 100\n")
+    (fake / "make").write_text("#!/bin/sh\necho '2 passed, 1 skipped in 0.10s'\n")
+    for f in fake.iterdir():
+        f.chmod(0o755)
+    env = dict(os.environ, PATH=f"{fake}:{os.environ['PATH']}",
+               MINIPAR_NODE=str(tmp_path / "no-node"))
+    ci = subprocess.run(["bash", str(ROOT / ".ci" / "run")], capture_output=True, text=True,
+                        env=dict(env, CI="true"), timeout=60)
+    assert ci.returncode == 1 and "could not install nodejs" in ci.stdout, ci.stdout
+    assert "make test took" not in ci.stdout
+    local = subprocess.run(["bash", str(ROOT / ".ci" / "run")], capture_output=True, text=True,
+                           env={k: v for k, v in env.items() if k != "CI"}, timeout=60)
+    assert local.returncode == 0, local.stdout + local.stderr
+    assert local.stdout.splitlines()[-1] == "2 passed, 0 failed, 1 skipped"
