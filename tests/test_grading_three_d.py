@@ -84,7 +84,8 @@ def test_rank_group_slips(candidate, reason, capsys):
     ((16, 4, 16), "exceeds the GPUs per node"),
     ((8, 4, 16), "must equal the GPUs (1024)"),
     ((5, 4, 50), "must equal the GPUs"),
-    ((1, 2, 512), "does not fit"),
+    ((1, 2, 512), "ZeRO-3) predicts"),                # fits only as ZeRO-3: a choice, slower
+    ((2, 16, 32), "most of the gap is the pipeline bubble"),
     ((8, 32, 4), "slower than"),                     # fits, but a big bubble at m = 384
     ((1, 64, 16), "layers (96) must be divisible by p (64)"),
     ("8x8x16", "return a tuple"),
