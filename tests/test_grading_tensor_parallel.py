@@ -194,7 +194,8 @@ def g_via_importlib(x, group=None):
     ("reduce_from_tp_region", _wrap(GReducingBackward), "3 times too large"),
     ("reduce_from_tp_region", _wrap(GInPlace), "reduced its input in place"),
     ("reduce_from_tp_region", _wrap(GIgnoresGroup),
-     "g's forward summed over all 4 ranks of the world, not over its group [0, 1]"),
+     "TP groups {0}, {1} and {2} of 3 ranks, rank 0 (rank 0 of group [0]): g's forward summed "
+     "over all 3 ranks of the world, not over its group [0]"),
     ("reduce_from_tp_region", g_via_importlib,
      "course's own minipar.tensor_parallel.mappings (reduce_from_tp_region)"),
 ])
@@ -303,7 +304,7 @@ class MLPFromCourse(nn.Module):
     (MLPWrongSlice, "output differs from the unsharded MLP"),
     (MLPViews, "parameter w1 [16, 12] uses 1536 bytes but keeps a storage of 4608 bytes alive: "
                "it is a view of the full weight"),
-    (MLPGlobalRank, "rank 0 (rank 0 of group [0, 1]): output differs from the unsharded MLP"),
+    (MLPGlobalRank, "rank 0 (rank 0 of group [0]): output differs from the unsharded MLP"),
     (MLPFromCourse, "course's own minipar.tensor_parallel.layers"),
 ])
 def test_mlp_mistakes(cls, reason, capsys):
@@ -452,8 +453,8 @@ def ce_from_course(local_logits, target, group=None):
     (ce_sum_not_reduced, "the sum of exponentials is this rank's own"),
     (ce_pick_not_reduced, "the target logit is taken on its owner only and never summed"),
     (ce_max_not_detached, "the gradient also flows through the max"),
-    (ce_global_rank, "(the whole-world case passed; here the TP group is [2, 3] and rank 2 is "
-                     "its rank 0"),
+    (ce_global_rank, "(the whole-world case passed; here the TP group is [1] and rank 1 is its "
+                     "rank 0"),
     (ce_all_reduce_both_ways, "the logit gradient is 3 times too large"),
     (ce_from_course, "course's own minipar.tensor_parallel.cross_entropy"),
 ])
@@ -534,8 +535,8 @@ def test_sp_layernorm_alternative_passes(capsys):
                                       "sum"),
     (_sp_class(finish="mean"), "the layer-norm weight gradient is the MEAN over the group's 3 "
                                "ranks"),
-    (_sp_class(finish="world"), "rank 0 (rank 0 of group [0, 1]): the layer-norm weight "
-                                "gradient is summed over all 4 ranks of the world"),
+    (_sp_class(finish="world"), "rank 0 (rank 0 of group [0]): the layer-norm weight "
+                                "gradient is summed over all 3 ranks of the world"),
     (_sp_class(gather_group=False), "the gathered output differs"),
     (sp_from_course(), "course's own minipar.tensor_parallel.mappings"),
 ])

@@ -17,9 +17,9 @@
 # **Honour `group`.** The tensor-parallel group is rarely the whole world: inside a 3D grid it
 # is one of several groups, and a sum over every rank would mix them. Every collective and every
 # `get_world_size` / `get_rank` takes `group=group` (`None` means the whole world). The checker
-# runs f and g on the whole world of 3 ranks, on both TP groups {0, 1} and {2, 3} of a 2 × 2
-# grid at once, and on groups {0}, {1, 2} and {3} of 4 ranks, against the sums a single process
-# computes.
+# runs f and g on the whole world of 3 ranks, on groups of one rank, on both TP groups {0, 1}
+# and {2, 3} of a 2 × 2 grid at once, and on groups {0, 3} and {1, 2}, against the sums a
+# single process computes.
 # %%
 import torch
 import torch.distributed as dist

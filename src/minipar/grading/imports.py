@@ -216,8 +216,9 @@ def forbid_course_code(candidate, chapter: str | None = None, *,
 @contextlib.contextmanager
 def course_calls(modules: tuple[str, ...], allow: tuple[str, ...] = ()):
     """Within the block, record every entry into ``modules`` (a call from outside them), except
-    the qualified names in ``allow``; yields the set of ``"module (qualname)"`` strings."""
-    used: set[str] = set()
+    the qualified names in ``allow``; yields a dict whose keys are the ``"module (qualname)"``
+    strings in the order they were first entered."""
+    used: dict[str, None] = {}
 
     def profile(frame, event, arg):
         if event != "call" or frame.f_code.co_name == "<module>":   # not the import itself
@@ -230,7 +231,7 @@ def course_calls(modules: tuple[str, ...], allow: tuple[str, ...] = ()):
             return                                          # inside the course's code already
         qual = getattr(frame.f_code, "co_qualname", frame.f_code.co_name)
         if not _allowed(qual, allow):
-            used.add(f"{mod} ({qual})")
+            used.setdefault(f"{mod} ({qual})")
 
     old = sys.getprofile()
     sys.setprofile(profile)
@@ -243,4 +244,4 @@ def course_calls(modules: tuple[str, ...], allow: tuple[str, ...] = ()):
 def reject_course_calls(used, what: str = "write it") -> None:
     """Raise :class:`GradeFailure` naming the first recorded entry (see :func:`course_calls`)."""
     if used:
-        raise GradeFailure(_reason(sorted(used)[0], what))
+        raise GradeFailure(_reason(next(iter(used)), what))

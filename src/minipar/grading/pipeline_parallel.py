@@ -4,7 +4,11 @@ Schedules are checked by simulation (deadlock, stage ownership, warm-up, in-flig
 bubble) against the reference lists, and the 1F1B answer also by training one step on gloo
 ranks with the course's executor; the send/recv exercise runs the learner's GPipe step on 2 and
 3 ranks and compares the gradients with one process; the B/W split is compared with a full
-backward in one process. Wrong answers get one line naming the likely mistake.
+backward in one process. Wrong answers get one line naming the likely mistake, computed from
+the first difference (a warm-up's length is explained with its formula, min(p−r−1, m) or
+min(2(p−r−1)+(v−1)p, m·v), and the cap). Answers that use the course's own
+``minipar.pipeline_parallel`` are rejected (:mod:`minipar.grading.imports`); the stage the
+checker hands to the send/recv and B/W answers is the one course object they may call.
 """
 from __future__ import annotations
 
@@ -162,7 +166,7 @@ def _gpipe_on_rank(rank, p, m, fn):
     with course_calls(forbidden_modules(CHAPTER), _STAGE) as used:
         fn(stage, rank, p, list(x.chunk(m)), list(y.chunk(m)), (2, c.s, c.h))
     return {n: (None if q.grad is None else q.grad.clone())
-            for n, q in stage.reference_names().items()}, sorted(used)
+            for n, q in stage.reference_names().items()}, list(used)
 
 
 def _diagnose_gpipe(results, ref, m, p):

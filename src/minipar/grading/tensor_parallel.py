@@ -5,10 +5,10 @@ and compares with one process on the unsharded computation. Every answer runs in
 of the tensor-parallel group, because a TP group is rarely the whole world (inside a 3D grid it
 is one of several):
 
-* the whole world of 3 ranks (``group=None``, t = 3);
-* on 4 ranks, both TP groups of a 2 × 2 grid ({0, 1} and {2, 3}) at once;
-* on the same 4 ranks, groups {0}, {1, 2} and {3} (t = 1 next to a group that straddles the
-  grid's two).
+* the whole world of 3 ranks (``group=None``, t = 3), then on the same ranks a group of one
+  rank each (t = 1);
+* on 4 ranks, both TP groups of a 2 × 2 grid ({0, 1} and {2, 3}) at once, then groups {0, 3}
+  and {1, 2} (not consecutive ranks).
 
 A wrong answer is diagnosed from the actual difference: the checker recomputes in one process
 what each classic mistake would give on that rank (f without its backward all-reduce, a sum
@@ -31,12 +31,14 @@ from minipar.grading.imports import (course_calls, forbid_course_code, forbidden
 CHAPTER = "tensor_parallel"
 _FG = ("copy_to_tp_region", "reduce_from_tp_region", "_CopyToTPRegion", "_ReduceFromTPRegion")
 
-# world size -> [(label, TP groups or None for the whole world)], run in this order: a
-# collective that ignores its group sums over the world on the grid (a wrong value, named)
-# before the mixed layout, where it would wait for a rank of another group (a deadlock)
-LAYOUTS = {3: [("the whole world of 3 ranks", None)],
+# world size -> [(label, TP groups or None for the whole world)], run in this order. In each
+# layout every group has the same size, so code that ignores its group makes the same calls on
+# every rank: it sums over the world (a wrong value, named) instead of waiting for a rank that
+# never joins (a deadlock, which would hide which layout broke it)
+LAYOUTS = {3: [("the whole world of 3 ranks", None),
+               ("TP groups {0}, {1} and {2} of 3 ranks", [[0], [1], [2]])],
            4: [("both TP groups {0, 1} and {2, 3} of a 2 × 2 grid", [[0, 1], [2, 3]]),
-               ("TP groups {0}, {1, 2} and {3} of 4 ranks", [[0], [1, 2], [3]])]}
+               ("TP groups {0, 3} and {1, 2} of 4 ranks", [[0, 3], [1, 2]])]}
 
 
 # ----------------------------------------------------------------------------- running
@@ -112,7 +114,7 @@ def _on_rank(rank, world, body, fn, allow):
         with course_calls(forbidden_modules(CHAPTER), allow) as used:
             res = body(gr, t, group, fn)
         res.update(label=label, rank=rank, gr=gr, t=t, members=members, world=world,
-                   where=where, whole=groups is None, used=sorted(used),
+                   where=where, whole=groups is None, used=list(used),
                    gr_of=[next(g.index(r) for g in (groups or [list(range(world))]) if r in g)
                           for r in range(world)],
                    t_of=[next(len(g) for g in (groups or [list(range(world))]) if r in g)
