@@ -14,7 +14,8 @@ from minipar.cost.units import GB, GiB, fmt_bytes, fmt_seconds
 
 def test_importing_cost_does_not_import_torch():
     mods = ("collectives", "hardware", "units", "model", "memory_time", "pipeline_parallel",
-            "data_parallel", "tensor_parallel", "compute", "three_d", "validation", "cli")
+            "data_parallel", "tensor_parallel", "compute", "three_d", "validation", "calibrate",
+            "cli")
     code = (f"import minipar.cost, {', '.join('minipar.cost.' + m for m in mods)}; "
             "import sys; assert 'torch' not in sys.modules, 'torch was imported'")
     subprocess.run([sys.executable, "-c", code], check=True)
