@@ -1,57 +1,113 @@
-"""Pure-Python helpers behind the chapter's notebook (no torch): the worked layout, cost per token,
-and the published settings the planner is checked against. Everything comes from
-:mod:`minipar.cost.three_d`; this module only chooses inputs and collects rows.
+"""Pure-Python helpers behind the chapter's notebook (no torch): the hand calculation, the
+planner's runs, its validation against published measurements, cost per token. Every number
+comes from :mod:`minipar.cost` (the planner :mod:`minipar.cost.three_d`, the published runs
+:mod:`minipar.cost.validation`); this module only chooses inputs and collects rows.
 """
 from __future__ import annotations
 
 from dataclasses import replace
 
 from minipar.cost import three_d as planner
+from minipar.cost import validation
 from minipar.cost.hardware import GPU, GPUS
+
+GiB = 2**30
 
 # The PCIe H100 has less compute than the SXM part, not only a slower link: 756 dense bf16
 # TFLOP/s (the datasheet's 1,513 is with 2:4 sparsity), 80 GB HBM2e.
-H100_PCIE = GPU("H100-PCIe", 80 * 2**30, {"bf16": 756e12},
-                source="NVIDIA H100 Tensor Core GPU datasheet (PCIe, dense)",
-                note="1,513 TFLOP/s bf16 'with sparsity' halved")
+H100_PCIE = replace(GPUS["H100-SXM"], name="H100-PCIe", peak_flops={"bf16": 756e12},
+                    source="NVIDIA H100 Tensor Core GPU datasheet (PCIe, dense)",
+                    note="1,513 TFLOP/s bf16 'with sparsity' halved")
 
-# A100 clusters of 2020-2022 (DGX A100): NVLink 3 = 300 GB/s per direction per GPU, HDR
-# InfiniBand 200 Gb/s = 25 GB/s per GPU (one NIC per GPU).
-A100_LINKS = dict(intra_bandwidth=300e9, inter_bandwidth=25e9)
-
+# Published layouts (t, p, d) and where they ran. A100 presets carry NVLink 3 and HDR 200 per
+# GPU (DGX A100); BLOOM ran on Jean Zay: 4 × 100 Gb/s Omni-Path per 8-GPU node.
 PUBLISHED = {
-    # name: (model preset or shape override, gpus, global batch, published (t, p, d), source)
-    "MT-NLG 530B": ("mt-nlg-530b", {}, 2240, 1920, (8, 35, 8),
+    # name: (model preset, override, gpus, global batch, published (t, p, d), inter link, source)
+    "MT-NLG 530B": ("mt-nlg-530b", {}, 2240, 1920, (8, 35, 8), None,
                     "Smith et al. 2022, §3: 280 DGX A100 nodes"),
-    "BLOOM 176B": ("bloom-176b", {"layers": 72}, 384, 2048, (4, 12, 8),
-                   "BigScience 2022, §3.4: 48 nodes of 8 A100 (70 layers + 2 embedding units)"),
+    "BLOOM 176B": ("bloom-176b", {"layers": 72}, 384, 2048, (4, 12, 8), "opa-jean-zay",
+                   "BigScience 2022, §3.4: 48 Jean Zay nodes of 8 A100 (70 layers + 2 "
+                   "embedding units)"),
 }
+
+
+def hand_calculation(psi: float = 175e9, L: int = 96, h: int = 12288, a: int = 96,
+                     s: int = 2048, gpus: int = 1024, batch: int = 1536, t: int = 8,
+                     gpu_bytes: float = 80 * GiB, inter_bw: float = 25e9,
+                     intra_bw: float = 300e9, x: float = 140e12) -> dict:
+    """The chapter's by-hand layout for GPT-3 175B on 1024 A100 (no ZeRO, full recomputation,
+    b = 1), step by step: the numbers the chapter prints, recomputed."""
+    states = 16 * psi
+    out = {"states_TB": states / 1e12, "tp_min": states / gpu_bytes,
+           "states_GiB": {tp: states / tp / GiB for tp in (32, 64, 128)},
+           "acts_GiB": L * 2 * s * h / GiB,                        # L·2sbh, b = 1
+           "layer_GiB": (34 * s * h + 5 * a * s * s) / t / GiB,    # Korthikanti Table 2, /t
+           "flops": 8 * psi * batch * s}
+    out["compute_s"] = out["flops"] / gpus / x
+    rows = {}
+    for p in (8, 16):
+        d = gpus // (t * p)
+        m = batch // d
+        dp_bytes = 2 * (d - 1) / d * 2 * psi / (t * p)
+        rows[(d, t, p)] = {"m": m, "bubble": (p - 1) / (m + p - 1),
+                           "bubble_s": (p - 1) / m * out["compute_s"],
+                           "dp_GB": dp_bytes / 1e9, "dp_s": dp_bytes / inter_bw}
+    out["rows"] = rows
+    tp_layer = 4 * 2 * (t - 1) / t * 2 * s * h                     # bytes per layer per mb
+    out["tp_GB_per_layer"] = tp_layer / 1e9
+    out["tp_s"] = tp_layer * (L // 8) * (batch // 16) / intra_bw   # 12 layers × 96 mb
+    out["tp16_ratio"] = (2 * 15 / 16) / (2 * 7 / 8) * intra_bw / inter_bw
+    return out
+
+
+def gpt3_plan(top: int = 3, gpus: int = 1024, batch: int = 1536) -> list:
+    """The planner's best ``top`` layouts for GPT-3 175B on ``gpus`` A100 (its presets' links)."""
+    m, cl = planner.MODELS["gpt3-175b"], planner.cluster(gpus, 8, "A100-80GB")
+    return [c for c in planner.search(m, cl, batch) if c.fits][:top]
 
 
 def published_rows(top: int = 3) -> dict:
     """For each published setting: the planner's best ``top`` layouts and the published one."""
     out = {}
-    for name, (preset, override, gpus, batch, (t, p, d), source) in PUBLISHED.items():
+    for name, (preset, override, gpus, batch, (t, p, d), inter, source) in PUBLISHED.items():
         m = replace(planner.MODELS[preset], **override)
-        cl = planner.cluster(gpus, 8, "A100-80GB", **A100_LINKS)
+        cl = planner.cluster(gpus, 8, "A100-80GB", inter=inter)
         ranked = [c for c in planner.search(m, cl, batch) if c.fits]
-        pub = [c for c in ranked if (c.tp, c.pp, c.dp) == (t, p, d)]
-        out[name] = {"best": ranked[:top], "published": (t, p, d),
-                     "published_rank": next(i for i, c in enumerate(ranked)
-                                            if (c.tp, c.pp, c.dp) == (t, p, d)) + 1,
-                     "published_best": pub[0], "source": source, "gpus": gpus, "batch": batch}
+        rank = next((i for i, c in enumerate(ranked) if (c.tp, c.pp, c.dp) == (t, p, d)), None)
+        best_pub = min((c for c in ranked if (c.tp, c.pp, c.dp) == (t, p, d)),
+                       key=lambda c: c.step_seconds, default=None)
+        out[name] = {"best": ranked[:top], "published": (t, p, d), "published_best": best_pub,
+                     "published_rank": None if rank is None else rank + 1,
+                     "source": source, "gpus": gpus, "batch": batch,
+                     "inter": cl.inter.name}
     return out
+
+
+def validation_summary() -> dict:
+    """The planner against published measurements (:func:`minipar.cost.validation.published_runs`):
+    the rows, the largest |error|, the rows outside ±10 %, Spearman's rank correlation of
+    predicted and published TFLOP/s over Table 1 of Narayanan et al. 2021, and the §5.2 ZeRO-3
+    comparison."""
+    rows = validation.published_runs()
+    table1 = [r for r in rows if r.where == "Table 1"]
+    return {"rows": rows, "by_name": {r.name: r for r in rows},
+            "worst": max(rows, key=lambda r: abs(r.error)),
+            "outside_10": [r for r in rows if abs(r.error) > 10],
+            "spearman_table1": validation.spearman([r.published_tflops for r in table1],
+                                                   [r.predicted_tflops for r in table1]),
+            "zero3": validation.zero3_comparison()}
 
 
 def worked_layouts(model: str = "llama2-70b", gpus: int = 256, batch: int = 512,
                    gpu: str = "H100-SXM") -> dict:
-    """The best 3D layout (ZeRO ≤ 1), the best FSDP-only (t = p = 1, ZeRO-3) and the best
-    FSDP + TP (p = 1, ZeRO-3, t > 1) for one model on one cluster."""
+    """The best 3D layout with ZeRO-1 (p > 1), the best FSDP-only (t = p = 1, ZeRO-3) and the
+    best FSDP + TP (p = 1, ZeRO-3, t > 1) for one model on one cluster."""
     m, cl = planner.MODELS[model], planner.cluster(gpus, 8, gpu)
+
     def best(configs):
         fitting = [c for c in configs if c.fits]
-        return fitting[0] if fitting else None
-    three_d = best(c for z in (0, 1) for c in planner.search(m, cl, batch, zero=z))
+        return min(fitting, key=lambda c: c.step_seconds) if fitting else None
+    three_d = best(c for c in planner.search(m, cl, batch, zero=1) if c.pp > 1)
     fsdp = best(planner.search(m, cl, batch, tp=1, pp=1, zero=3))
     fsdp_tp = best(c for c in planner.search(m, cl, batch, pp=1, zero=3) if c.tp > 1)
     return {"3D (ZeRO-1)": three_d, "FSDP only": fsdp, "FSDP + TP": fsdp_tp}
@@ -94,12 +150,8 @@ def smallest_cluster_that_fits(model: str = "llama2-70b", batch: int = 64, seq: 
 
 
 def tp_share(model: str = "mt-nlg-530b", gpus: int = 2240, batch: int = 1920) -> dict:
-    """Share of the step spent in TP all-reduces for t = 8 (in a node) and t = 16 (across two
-    nodes), same p, on A100 links."""
-    m, cl = planner.MODELS[model], planner.cluster(gpus, 8, "A100-80GB", **A100_LINKS)
-    out = {}
-    for t in (8, 16):
-        c = planner.evaluate(m, cl, batch, tp=t, pp=35, dp=gpus // (35 * t), micro_batch=1,
-                             recompute="selective", sp=True, zero=1)
-        out[t] = c
-    return out
+    """Share of the step spent in TP collectives for t = 8 (in a node) and t = 16 (across two
+    nodes), same p, on the A100 preset's links."""
+    m, cl = planner.MODELS[model], planner.cluster(gpus, 8, "A100-80GB")
+    return {t: planner.evaluate(m, cl, batch, tp=t, pp=35, dp=gpus // (35 * t), micro_batch=1,
+                                recompute="selective", sp=True, zero=1) for t in (8, 16)}

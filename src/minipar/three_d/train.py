@@ -1,25 +1,48 @@
-"""3D training from the chapters' own pieces: pipeline stages (minipar.pipeline_parallel) whose
-layers are tensor-parallel blocks (minipar.tensor_parallel), each stage's parameters trained by
-ZeRO-1 over its data-parallel group (minipar.data_parallel), on the groups of one RankGrid.
+"""3D training from the chapters' own pieces, composed as Megatron-LM composes them: pipeline
+stages (minipar.pipeline_parallel) whose layers are tensor-parallel blocks with sequence
+parallelism (minipar.tensor_parallel), each stage's parameters trained by ZeRO-1 over its
+data-parallel group (minipar.data_parallel), on the groups of one RankGrid.
 
 Rank r with grid coordinates (i_p, i_d, i_t):
-  * builds the whole GPT from seed 0 and keeps pipeline stage i_p (``GPTStage``), with every
+  * builds the whole GPT from seed 0 and keeps pipeline stage i_p (:class:`Stage3D`), every
     layer replaced by its i_t-th ``ParallelBlock`` shard over the TP group; embeddings, final
-    layer norm and the tied output layer stay replicated over the TP group (their inputs are
-    identical on every TP rank, so are their gradients);
-  * takes slice i_d of every global batch and runs the 1F1B schedule over m micro-batches with
+    layer norm and the tied output layer stay replicated over the TP group;
+  * takes slice i_d of every global batch and runs 1F1B over m micro-batches with
     ``PipelineExecutor`` on its PP group (which also all-reduces the tied embedding's gradient
     in the embedding group);
   * steps with ``ZeRO(stage, 1, Adam)`` over its DP group: reduce-scatter of the gradient,
     Adam on its shard, all-gather of the parameters.
 
+Stage messages (``mode``):
+  ``"sp"``              sequence parallelism inside TP (Korthikanti et al. 2022 §4.2.2): the
+                        activation between layers is the rank's (b, s/t, h) sequence slice, so
+                        each TP rank sends only its slice to its peer in the next stage. This is
+                        Narayanan et al. 2021 §4.1's scatter/gather for free: the receiver needs
+                        no all-gather, its first layer norm runs on the slice. The layer-norm
+                        and row-bias gradients are summed over TP after backward
+                        (``allreduce_sequence_parallel_grads``, Megatron's finalize_model_grads).
+  ``"scatter_gather"``  no sequence parallelism; Narayanan et al. 2021 §4.1: the sender keeps
+                        1/t of the replicated (b, s, h) output (``scatter_to_sp_region``), each
+                        TP rank sends its 1/t over the slow link, the receiver all-gathers over
+                        TP (fast link) before its first layer. Backward the mirror image.
+  ``"full"``            no sequence parallelism, every TP rank sends the whole (b, s, h): t
+                        copies of the same bytes cross the pipeline link.
+
 Every rank also trains the one-process reference (the whole GPT on the whole batch) and compares
 with its own shard of it: losses and gradients of the first step on its own micro-batches, and
-parameters after the last step. The tracer records the three groups' traffic separately.
+parameters after the last step. :class:`GroupTrace` attributes every traced call to the process
+group it ran on (tp, dp, pp, embedding), by the group's identity, not by its size or bytes.
+
+:func:`fsdp2_tp_on_rank` composes PyTorch's own pieces the torchtitan way (``parallelize_module``
+over the ``tp`` axis of a 2-D ``DeviceMesh``, then ``fully_shard`` over ``dp``) and compares
+them with the course's TP + ZeRO-3 and with one process.
 """
 from __future__ import annotations
 
+import contextlib
+
 import torch
+import torch.distributed as dist
 import torch.nn as nn
 import torch.nn.functional as F
 
@@ -30,32 +53,149 @@ from minipar.pipeline_parallel.schedules import schedule
 from minipar.pipeline_parallel.stage import GPTStage
 from minipar.pipeline_parallel.train import token_batches
 from minipar.tensor_parallel import ParallelBlock
+from minipar.tensor_parallel.block import allreduce_sequence_parallel_grads
 from minipar.tensor_parallel.experiments import grads_as_module
-from minipar.tracer import trace
+from minipar.tensor_parallel.mappings import group_rank, group_size, scatter_to_sp_region
+from minipar.tracer import CommEvent, trace
 
 from .grid import RankGrid, new_groups
 
-SMALL = GPTConfig(L=4, h=8, a=2, s=4, V=16, dropout=0.0)
+SMALL = GPTConfig(L=4, h=12, a=6, s=6, V=16, dropout=0.0)     # s and a divisible by t = 2, 3
 LR = 0.01
-BUGS = (None, "swapped_groups", "no_embedding_allreduce")
+MODES = ("sp", "scatter_gather", "full")
+BUGS = (None, "swapped_groups", "no_embedding_allreduce", "no_sp_grad_allreduce")
 
 
-def stage_3d(full: GPT, i_p: int, p: int, tp_group) -> GPTStage:
-    """Pipeline stage ``i_p`` of ``full`` with its layers sharded over ``tp_group``."""
-    st = GPTStage(full, i_p, p)
-    st.layers = nn.ModuleList(ParallelBlock.from_full(layer, tp_group) for layer in st.layers)
-    return st
+# ------------------------------------------------------------------ the stage-boundary mapping
+class _GatherFromTPRanks(torch.autograd.Function):
+    """(b, s/t, h) slices -> (b, s, h): forward all-gather along s over the TP group, backward
+    keep this rank's slice (the gradient of a replicated activation is the same on every TP
+    rank). The conjugate of ``scatter_to_sp_region``."""
+
+    @staticmethod
+    def forward(ctx, x, group):
+        ctx.group = group
+        parts = [torch.empty_like(x) for _ in range(group_size(group))]
+        dist.all_gather(parts, x.contiguous(), group=group)       # t × (b, s/t, h)
+        return torch.cat(parts, dim=1)                              # (b, s, h)
+
+    @staticmethod
+    def backward(ctx, grad):                                        # grad (b, s, h)
+        t, r = group_size(ctx.group), group_rank(ctx.group)
+        return grad.chunk(t, dim=1)[r].contiguous(), None          # (b, s/t, h)
+
+
+def gather_from_tp_ranks(x: torch.Tensor, group=None) -> torch.Tensor:
+    """(b, s/t, h) -> (b, s, h), backward own slice; the identity for one rank."""
+    return x if group_size(group) == 1 else _GatherFromTPRanks.apply(x, group)
+
+
+class Stage3D(nn.Module):
+    """Pipeline stage ``i_p`` of ``full`` with its layers sharded over ``tp_group``.
+
+    Input: tokens (b, s) on the first stage, else the received message; output: logits
+    (b, s, V) on the last stage, else the message sent on. Messages are (b, s/t, h) in modes
+    ``sp`` and ``scatter_gather``, (b, s, h) in ``full``."""
+
+    def __init__(self, full: GPT, i_p: int, p: int, tp_group, mode: str = "sp"):
+        super().__init__()
+        if mode not in MODES:
+            raise ValueError(f"mode ({mode!r}) must be one of {', '.join(MODES)}")
+        self.inner, self.mode, self.group = GPTStage(full, i_p, p), mode, tp_group
+        sp = mode == "sp"
+        self.inner.layers = nn.ModuleList(
+            ParallelBlock.from_full(layer, tp_group, sequence_parallel=sp)
+            for layer in self.inner.layers)
+
+    def forward(self, x):
+        st, g = self.inner, self.group
+        if st.first:                                                 # tokens (b, s)
+            x = st.tok(x) + st.pos(torch.arange(x.shape[1], device=x.device))  # (b, s, h)
+            if self.mode == "sp":
+                x = scatter_to_sp_region(x, g)                       # (b, s/t, h)
+        elif self.mode == "scatter_gather":
+            x = gather_from_tp_ranks(x, g)                           # (b, s/t, h) -> (b, s, h)
+        for layer in st.layers:
+            x = layer(x)                                             # (b, s/t, h) under SP
+        if st.last:
+            if self.mode == "sp":
+                x = gather_from_tp_ranks(x, g)                       # (b, s, h)
+            return st.ln_f(x) @ st.head.T                            # (b, s, V)
+        if self.mode == "scatter_gather":
+            x = scatter_to_sp_region(x, g)                           # (b, s, h) -> (b, s/t, h)
+        return x                                                     # the message
+
+    def tied_weight(self):
+        return self.inner.tied_weight()
+
+
+def stage_3d(full: GPT, i_p: int, p: int, tp_group, mode: str = "sp") -> Stage3D:
+    return Stage3D(full, i_p, p, tp_group, mode)
+
+
+# ------------------------------------------------------------------ traffic by process group
+# DTensor calls functional collectives (namespace _c10d_functional), which the course's tracer
+# does not list: op -> (course name, bytes = input × group size). Sizes as nccl-tests reports.
+_FUNCTIONAL = {"all_reduce": ("all_reduce", False),
+               "all_gather_into_tensor": ("all_gather", True),
+               "reduce_scatter_tensor": ("reduce_scatter", False)}
+
+class GroupTrace(trace):
+    """The course's tracer, plus the process group of every call: ``kinds[i]`` names the group
+    of ``events[i]`` ('tp', 'dp', 'pp', 'embedding', or the group's name if unknown). Groups
+    are told apart by identity (``group_name``), never by size or bytes: on a (2, 2, 2) grid
+    the TP and DP groups both have two ranks."""
+
+    def __init__(self, groups):
+        super().__init__()
+        self.names = {g.group_name: k for k, g in groups._asdict().items() if g is not None}
+        self.kinds: list[str] = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if func.namespace == "_c10d_functional" and func._schema.name.split("::")[-1] in \
+                _FUNCTIONAL:                 # DTensor's collectives: group named by a string
+            op, mult = _FUNCTIONAL[func._schema.name.split("::")[-1]]
+            size = args[-2] if op != "all_reduce" else 0
+            nbytes = args[0].numel() * args[0].element_size() * (size if mult else 1)
+            self.events.append(CommEvent(op=op, bytes=nbytes, group_size=size,
+                                         start=0.0, dtype=str(args[0].dtype)[6:]))
+            self.kinds.append(self.names.get(args[-1], args[-1]))
+            return func(*args, **(kwargs or {}))
+        n = len(self.events)
+        out = super().__torch_dispatch__(func, types, args, kwargs)
+        for _ in self.events[n:]:
+            self.kinds.append(self._kind(args))
+        return out
+
+    def _kind(self, args) -> str:
+        for a in args:
+            if isinstance(a, torch.ScriptObject):
+                try:
+                    name = dist.ProcessGroup.unbox(a).group_name
+                except Exception:  # noqa: BLE001  (a ReduceOp or Work, not a group)
+                    continue
+                return self.names.get(name, name)
+        return "world"
+
+    def by_group(self) -> dict:
+        """{(group kind, op): [calls, bytes]}."""
+        out: dict = {}
+        for kind, e in zip(self.kinds, self.events):
+            c = out.setdefault((kind, e.op), [0, 0])
+            c[0] += 1
+            c[1] += e.bytes
+        return out
 
 
 def _max_diff(ours, expected) -> float:
     return max((a.detach() - b.detach()).abs().max().item() for a, b in zip(ours, expected))
 
 
-def _reference(batches, rows: slice, m: int, dtype):
+def _reference(config, batches, rows: slice, m: int, dtype):
     """One process: first-step losses per micro-batch and gradients on ``rows`` of the first
     batch (a fresh model), and the model after Adam on every whole batch."""
     torch.manual_seed(0)
-    model = GPT(SMALL).to(dtype)
+    model = GPT(config).to(dtype)
     x, y = batches[0][0][rows], batches[0][1][rows]
     losses = [F.cross_entropy(model(xm).flatten(0, 1), ym.flatten()).item()
               for xm, ym in zip(x.chunk(m), y.chunk(m))]
@@ -70,59 +210,154 @@ def _reference(batches, rows: slice, m: int, dtype):
     return losses, grads, model
 
 
-def train_3d_on_rank(rank: int, world_size: int, d: int, t: int, p: int, bugs=BUGS, *,
-                     m: int = 2, b: int = 2, steps: int = 3, dtype=torch.float64) -> dict:
+def train_3d_on_rank(rank: int, world_size: int, d: int, t: int, p: int, bugs=BUGS,
+                     mode: str = "sp", *,
+                     config: GPTConfig = SMALL, m: int = 2, b: int = 2,
+                     steps: int = 3, dtype=torch.float64) -> dict:
     """Train 3D on this rank once per entry of ``bugs`` (None = correct; the others are
     negative controls) and return, per entry, the parity maxima against the reference; for the
-    correct run also the traced traffic per group and ZeRO's measured state bytes."""
+    correct run also the traced traffic per (group, op) and ZeRO's measured state bytes."""
     grid = RankGrid(d, t, p)
     groups = new_groups(grid)
     c = grid.coord(rank)
     B = d * m * b
-    batches = token_batches(steps, B, SMALL)
+    batches = token_batches(steps, B, config)
     rows = slice(c.dp * m * b, (c.dp + 1) * m * b)           # this replica's sequences
-    ref_losses, ref_grads, ref_model = _reference(batches, rows, m, dtype)
+    ref_losses, ref_grads, ref_model = _reference(config, batches, rows, m, dtype)
+    msg = (b, config.s if mode == "full" else config.s // t, config.h)   # (b, s/t, h)
     out = {}
     for bug in bugs:
+        if (bug == "no_sp_grad_allreduce" and mode != "sp") or \
+                (bug == "swapped_groups" and d != t):          # would crash, not mislead
+            continue
         tp_group, dp_group = (groups.dp, groups.tp) if bug == "swapped_groups" else \
             (groups.tp, groups.dp)
         emb = None if bug == "no_embedding_allreduce" else groups.embedding
         torch.manual_seed(0)
-        stage = stage_3d(GPT(SMALL).to(dtype), c.pp, p, tp_group)
+        stage = stage_3d(GPT(config).to(dtype), c.pp, p, tp_group, mode)
         zero = ZeRO(stage, 1, lambda ps: torch.optim.Adam(ps, lr=LR), group=dp_group)
         ex = PipelineExecutor({c.pp: stage}, p, c.pp, p, m, group=groups.pp,
                               embedding_group=emb)
         actions = schedule("1f1b", p, m)[c.pp]
-        pipe_events, dp_events, losses, grads0 = [], [], [], None
-        for step, (x, y) in enumerate(batches):
-            zero.zero_grad()
-            with trace() as tr:
-                rec = ex.run(actions, list(x[rows].chunk(m)), list(y[rows].chunk(m)),
-                             (b, SMALL.s, SMALL.h), dtype)
-            pipe_events += tr.events
-            if step == 0:
-                losses = rec.losses
-                grads0 = [q.grad.clone() for q in stage.parameters()]
-            with trace() as tr:
+        tr = GroupTrace(groups)                   # traced for the correct run only (costly)
+        losses, grads0 = [], None
+        with tr if bug is None else contextlib.nullcontext():
+            for step, (x, y) in enumerate(batches):
+                zero.zero_grad()
+                rec = ex.run(actions, list(x[rows].chunk(m)), list(y[rows].chunk(m)), msg, dtype)
+                if mode == "sp" and bug != "no_sp_grad_allreduce":
+                    allreduce_sequence_parallel_grads(stage, tp_group)   # LN, row biases
+                if step == 0:
+                    losses = rec.losses
+                    grads0 = [q.grad.clone() for q in stage.parameters()]
                 zero.step()
-            dp_events += tr.events
-        expected_grads = stage_3d(ref_grads, c.pp, p, groups.tp).parameters()
-        expected_params = stage_3d(ref_model, c.pp, p, groups.tp).parameters()
+        ref_stage = stage_3d(ref_grads, c.pp, p, groups.tp, mode)
+        expected_params = stage_3d(ref_model, c.pp, p, groups.tp, mode).parameters()
         r = {"params": _max_diff(list(stage.parameters()), list(expected_params)),
-             "grads": _max_diff(grads0, list(expected_grads)),
+             "grads": _max_diff(grads0, list(ref_stage.parameters())),
              "loss": max((abs(a - e) for a, e in zip(losses, ref_losses)), default=0.0)}
         if bug is None:
-            emb_bytes = SMALL.V * SMALL.h * torch.finfo(dtype).bits // 8
-            ar = [e for e in pipe_events if e.op == "all_reduce"]
-            r["traffic"] = {
-                "tp_all_reduce": sum(e.bytes for e in ar if e.bytes != emb_bytes),
-                "tp_calls": sum(1 for e in ar if e.bytes != emb_bytes),
-                "embedding_all_reduce": sum(e.bytes for e in ar if e.bytes == emb_bytes),
-                "pp_send": sum(e.bytes for e in pipe_events if e.op == "send"),
-                "dp": {op: sum(e.bytes for e in dp_events if e.op == op)
-                       for op in sorted({e.op for e in dp_events})},
-            }
+            r["traffic"] = {f"{k}:{op}": v for (k, op), v in sorted(tr.by_group().items())}
             r["state_bytes"], r["flat_numel"] = zero.state_bytes(), zero.P
+            r["sp_numel"] = sum(q.numel() for q in stage.parameters()
+                                if getattr(q, "sequence_parallel", False))
             r["coord"] = tuple(c)
         out[bug or "correct"] = r
     return out
+
+
+# ------------------------------------------------------------------ FSDP2 + TP, torchtitan's way
+def _mlp_model(h: int, dtype) -> nn.Sequential:
+    from minipar.tensor_parallel.dtensor import MLPBlock
+    torch.manual_seed(0)
+    return nn.Sequential(MLPBlock(h), MLPBlock(h)).to(dtype)
+
+
+def fsdp2_tp_on_rank(rank: int, world_size: int, d: int, t: int, bug: str | None = None, *,
+                     h: int = 8, b: int = 2,
+                     s: int = 3, steps: int = 3,
+                     dtype=torch.float64) -> dict:
+    """Two MLP blocks (LN → fc1 → GeLU → fc2, residual) on a (d, t) grid, three ways, each
+    trained ``steps`` Adam steps on the same global batch of d·b sequences:
+
+      * one process on the whole batch (the reference);
+      * torchtitan's composition: a 2-D ``DeviceMesh`` named (dp, tp), ``parallelize_module``
+        (fc1 ``ColwiseParallel``, fc2 ``RowwiseParallel``) over ``tp``, then ``fully_shard``
+        per block and on the root over ``dp`` (FSDP2);
+      * the course's: ``ColumnParallelLinear``/``RowParallelLinear`` over the RankGrid's TP
+        group, ``ZeRO(model, 3, Adam)`` over its DP group.
+
+    Returns max |difference| of the parameters after the last step: FSDP2 vs one process
+    (full tensors), course vs one process (this rank's TP shards), FSDP2 vs course (shards),
+    and the FSDP2 run's traffic per mesh dimension. ``bug="data_by_tp_rank"`` is the classic
+    composition bug, a negative control: each rank takes its batch slice by its TP index
+    instead of its DP index, so the ranks of one TP group see different data."""
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import fully_shard
+    from torch.distributed.tensor.parallel import (ColwiseParallel, RowwiseParallel,
+                                                   parallelize_module)
+
+    from minipar.tensor_parallel.dtensor import ours
+    from minipar.tensor_parallel.layers import shard
+
+    grid = RankGrid(d, t, 1)
+    groups = new_groups(grid)
+    c = grid.coord(rank)
+    mesh = init_device_mesh("cpu", (d, t), mesh_dim_names=("dp", "tp"))
+    assert sorted(dist.get_process_group_ranks(mesh["tp"].get_group())) == \
+        grid.group_of("tp", rank)
+    g = torch.Generator().manual_seed(1)
+    data = [torch.randn(d * b, s, h, generator=g, dtype=dtype) for _ in range(steps)]
+    slot = c.tp % d if bug == "data_by_tp_rank" else c.dp
+    rows = slice(slot * b, (slot + 1) * b)
+    loss_fn = lambda mdl, x: mdl(x).square().mean()            # noqa: E731
+
+    ref = _mlp_model(h, dtype)
+    opt = torch.optim.Adam(ref.parameters(), lr=LR)
+    for x in data:
+        opt.zero_grad()
+        loss_fn(ref, x).backward()
+        opt.step()
+
+    # torchtitan: TP first, then FSDP outermost (per block, then the root)
+    model = _mlp_model(h, dtype)
+    for blk in model:
+        parallelize_module(blk, mesh["tp"], {"fc1": ColwiseParallel(), "fc2": RowwiseParallel()})
+        fully_shard(blk, mesh=mesh["dp"])
+    fully_shard(model, mesh=mesh["dp"])
+    opt = torch.optim.Adam(model.parameters(), lr=LR)
+    tr = GroupTrace(groups)
+    names = {mesh["dp"].get_group().group_name: "dp", mesh["tp"].get_group().group_name: "tp"}
+    tr.names.update(names)
+    with tr:
+        for x in data:
+            opt.zero_grad()
+            loss_fn(model, x[rows]).backward()
+            opt.step()
+    fsdp_full = {n: q.full_tensor() for n, q in model.named_parameters()}
+
+    # the course: TP layers over the grid's TP group, ZeRO-3 over its DP group
+    torch.manual_seed(0)
+    mine = nn.Sequential(*(ours(blk, groups.tp) for blk in _mlp_model(h, dtype)))
+    zero = ZeRO(mine, 3, lambda ps: torch.optim.Adam(ps, lr=LR), group=groups.dp)
+    for x in data:
+        zero.zero_grad()
+        loss_fn(mine, x[rows]).backward()
+        zero.step()
+    mine_params = dict(zip([n for n, _ in mine.named_parameters()], zero.full_parameters()))
+
+    def my_shard(name, full):                   # the course's TP shard of a full tensor
+        if ".fc1." in name:
+            return shard(full, 0, c.tp, t)
+        if name.endswith("fc2.weight"):
+            return shard(full, 1, c.tp, t)
+        return full
+    refp = dict(ref.named_parameters())
+    diff = lambda a, e: (a.detach() - e.detach()).abs().max().item()   # noqa: E731
+    return {
+        "fsdp2-ref": max(diff(fsdp_full[n], refp[n]) for n in refp),
+        "ours-ref": max(diff(mine_params[n], my_shard(n, refp[n])) for n in refp),
+        "fsdp2-ours": max(diff(my_shard(n, fsdp_full[n]), mine_params[n]) for n in refp),
+        "traffic": {f"{k}:{op}": v for (k, op), v in sorted(tr.by_group().items())},
+        "params_local": sum(q.numel() for q in mine.parameters()),     # this rank's TP shards
+    }
