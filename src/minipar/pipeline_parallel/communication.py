@@ -86,17 +86,21 @@ def _p2p_op(op: str, t: torch.Tensor, peer: int, group):
 
 
 class _Batch:
-    """The works of one ``batch_isend_irecv`` call, waited at most once (a gloo receive's
-    work waited a second time blocks for a message that never comes)."""
+    """The works of one ``batch_isend_irecv`` call, each waited at most once (a gloo receive's
+    work waited a second time blocks for a message that never comes). ``wait(i)`` waits for
+    operation i only where the backend returned one work per operation (gloo): a receive then
+    does not also wait for a send in its batch, whose receiver may still be busy (gloo's sends
+    are rendezvous too). Where the batch is one coalesced work (NCCL), it waits for that."""
 
-    def __init__(self, works):
-        self.works, self.done = works, False
+    def __init__(self, works, n_ops: int):
+        self.works, self.n_ops, self.done = list(works), n_ops, set()
 
-    def wait(self) -> None:
-        if not self.done:
-            for w in self.works:
-                w.wait()
-            self.done = True
+    def wait(self, i: int | None = None) -> None:
+        todo = range(len(self.works)) if i is None or len(self.works) != self.n_ops else [i]
+        for k in todo:
+            if k not in self.done:
+                self.works[k].wait()
+                self.done.add(k)
 
 
 class P2P:
@@ -111,7 +115,7 @@ class P2P:
         self.pending: list = []                      # (batch, tensor) of sends in flight
         self.order: list | None = None               # (op, peer, msg) in posting order
         self.next = 0                                # first entry of ``order`` not yet posted
-        self.posted: dict[tuple, tuple] = {}         # recv msg -> (buffer, its batch)
+        self.posted: dict[tuple, tuple] = {}         # recv msg -> (buffer, batch, index in it)
         self.calls: list[tuple] = []                 # ("post", [(op, peer, msg)]) / ("wait", msg)
         self.like = None                             # (shape, dtype) of every message
 
@@ -126,7 +130,8 @@ class P2P:
         """One ``batch_isend_irecv`` call for ``entries`` (op, group peer, msg)."""
         self.calls.append(("post", [(op, peer, msg) for op, peer, msg in entries]))
         return _Batch(dist.batch_isend_irecv([_p2p_op(op, t, peer, self.group)
-                                              for (op, peer, _), t in zip(entries, tensors)]))
+                                              for (op, peer, _), t in zip(entries, tensors)]),
+                      len(entries))
 
     def _post_until(self, target: tuple, send: torch.Tensor | None = None) -> None:
         """Post every message of ``order`` up to ``target`` (op, peer, msg) in one batch:
@@ -144,7 +149,7 @@ class P2P:
             elif op == "recv":
                 shape, dtype = self.like
                 t = torch.empty(shape, dtype=dtype, device=get_device())   # (b, s, h)
-                recvs.append((msg, t))
+                recvs.append((msg, t, len(entries)))
             else:
                 raise RuntimeError(f"rank {self.rank}: the send of {msg} (stage, micro-batch, "
                                    f"kind) is due before {target[2]}; the executor must run "
@@ -154,8 +159,8 @@ class P2P:
             if e == target:
                 break
         batch = self._post(entries, tensors)
-        for msg, t in recvs:
-            self.posted[msg] = (t, batch)
+        for msg, t, i in recvs:
+            self.posted[msg] = (t, batch, i)
         if send is not None:
             self.pending.append((batch, send))
 
@@ -182,12 +187,12 @@ class P2P:
         if self.order is not None:
             if msg not in self.posted:
                 self._post_until(("recv", src, msg))
-            buf, batch = self.posted.pop(msg)
+            buf, batch, i = self.posted.pop(msg)
         else:
             buf = torch.empty(like, dtype=dtype, device=get_device())   # (b, s, h)
-            batch = self._post([("recv", src, msg)], [buf])
+            batch, i = self._post([("recv", src, msg)], [buf]), 0
         self.calls.append(("wait", msg))
-        batch.wait()                       # the whole batch, as Megatron waits on it
+        batch.wait(i)                      # this receive (its whole batch on NCCL)
         return buf
 
     def wait_all(self) -> None:
