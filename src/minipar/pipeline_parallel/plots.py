@@ -23,8 +23,10 @@ def text_timeline(timeline, p: int, unit: float | None = None) -> str:
     return "\n".join(f"rank {r} |{''.join(row)}|" for r, row in enumerate(rows))
 
 
-def plot_timeline(timeline, p: int, ax=None, title: str = ""):
-    """Matplotlib chart of ``(rank, action, start, end)`` tuples; returns the axes."""
+def plot_timeline(timeline, p: int, ax=None, title: str = "", unit: str = "s"):
+    """Matplotlib chart of ``(rank, action, start, end)`` tuples, time in ``unit`` (seconds for
+    a measured timeline, "units of t" for a simulated one); the legend sits outside the axes,
+    to the right, so it never covers a bar. Returns the axes."""
     import matplotlib.pyplot as plt
 
     if ax is None:
@@ -36,9 +38,10 @@ def plot_timeline(timeline, p: int, ax=None, title: str = ""):
                     color="white", fontsize=7)
     ax.set_yticks(range(p), [f"rank {r}" for r in range(p)])
     ax.invert_yaxis()
-    ax.set_xlabel("time")
+    ax.set_xlabel(f"time ({unit})")
     handles = [plt.Rectangle((0, 0), 1, 1, color=c) for c in COLORS.values()]
-    ax.legend(handles, ["F", "B", "W"], loc="upper right", fontsize=7, ncol=3)
+    ax.legend(handles, ["F", "B", "W"], loc="upper left", bbox_to_anchor=(1.01, 1.0),
+              fontsize=7, borderaxespad=0.0)
     if title:
         ax.set_title(title)
     return ax

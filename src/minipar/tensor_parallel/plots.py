@@ -1,7 +1,12 @@
-"""Figures for the tensor-parallel chapter (matplotlib; each returns a Figure)."""
+"""Figures for the tensor-parallel chapter (matplotlib; each returns a Figure). Every legend
+sits outside the axes, right of them, so it never covers data."""
 from __future__ import annotations
 
 import matplotlib.pyplot as plt
+
+
+def _legend_outside(ax) -> None:
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0)
 
 
 def activations(ts, measured, model, measured_sp, model_sp, title=""):
@@ -18,7 +23,7 @@ def activations(ts, measured, model, measured_sp, model_sp, title=""):
     ax.set_xticks(list(x), [f"t = {t}" for t in ts])
     ax.set_ylabel("saved kB per rank")
     ax.set_title(title)
-    ax.legend(fontsize=8)
+    _legend_outside(ax)
     fig.tight_layout()
     return fig
 
@@ -35,7 +40,7 @@ def comm_compute(ts, ratios: dict[str, list[float]], title=""):
     ax.set_xlabel("t (tensor-parallel ranks)")
     ax.set_ylabel("comm time / GEMM time")
     ax.set_title(title)
-    ax.legend(fontsize=8)
+    _legend_outside(ax)
     fig.tight_layout()
     return fig
 
@@ -55,6 +60,6 @@ def overlap(per_rank: list[dict], title=""):
                   [f"rank {r}" for r in range(len(per_rank))])
     ax.set_xlabel("ms since backward reached the layer (all-reduce: launch to end of wait)")
     ax.set_title(title)
-    ax.legend(loc="upper left", fontsize=8, ncol=3)
+    _legend_outside(ax)
     fig.tight_layout()
     return fig
