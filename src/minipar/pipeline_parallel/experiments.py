@@ -52,10 +52,19 @@ def chapter_runs(p: int = 4, m: int = 8) -> dict:
 
 def bubble_runs(p: int = 4, m: int = 8, t: float = 0.05, steps: int = 2) -> dict:
     """``minipar bench pp`` for each schedule with t_F = t_B = t_W = ``t`` seconds (stages
-    that sleep a fixed time: gloo on the CPU, since there is no GPU work to time)."""
+    that sleep a fixed time: gloo on the CPU, since there is no GPU work to time); each result
+    also holds ``breakdown``, :func:`.timed.bubble_breakdown` of its timeline."""
     from .measure import measure_bubble
+    from .schedules import schedule
+    from .timed import bubble_breakdown
 
-    return {name: measure_bubble(name, p, m, v, t, t, t, steps) for name, v in SCHEDULES}
+    out = {}
+    for name, v in SCHEDULES:
+        r = measure_bubble(name, p, m, v, t, t, t, steps)
+        r["breakdown"] = bubble_breakdown(parse_timeline(r["timeline"]), schedule(name, p, m, v),
+                                          t, t, t)
+        out[name] = r
+    return out
 
 
 def parse_timeline(rows) -> list:

@@ -150,3 +150,64 @@ def hop_latency(timeline, p: int) -> float:
         if prev_end[a] <= end[src]:
             gaps.append(s - end[src])
     return statistics.median(gaps) if gaps else 0.0
+
+
+def _replay(actions, dur, wait) -> float:
+    """Bubble of ``actions`` when action a takes ``dur[a]`` and, if it receives a message,
+    starts ``wait`` after both its rank is free and the message's sender has finished."""
+    from .simulate import _deps
+    from .schedules import num_stages
+
+    p, n_st = len(actions), num_stages(actions)
+    done, pos, free, busy = {}, [0] * p, [0.0] * p, [0.0] * p
+    while any(pos[r] < len(actions[r]) for r in range(p)):
+        for r in range(p):
+            while pos[r] < len(actions[r]):
+                a = actions[r][pos[r]]
+                deps = _deps(a, n_st)
+                if any(d not in done for d in deps):
+                    break
+                remote = any(done[d][0] != r for d in deps)
+                start = max([free[r]] + [done[d][1] for d in deps]) + (wait if remote else 0.0)
+                done[a], free[r] = (r, start + dur[a]), start + dur[a]
+                busy[r] += dur[a]
+                pos[r] += 1
+    span = max(free)
+    return sum(1 - b / span for b in busy) / p
+
+
+def bubble_breakdown(timeline, actions, t_f: float, t_b: float, t_w: float) -> dict:
+    """Where a measured bubble's excess over the model comes from, replayed step by step
+    through the simulator on the run's own ``timeline`` (rank, action, start, end):
+
+      model        nominal durations (t_F, t_B [+ t_W], t_W; /v per chunk), free messages
+      durations    each action's measured duration, free messages
+      messages     + each receiving action starting the run's median receive wait after its
+                   rank was free and its sender done (the handshake of a rendezvous send)
+      measured     the timeline itself; the rest is ranks that were ready and started late
+
+    Also the mean overrun of the actions over their nominal time, and that median wait."""
+    from .schedules import num_stages, splits_backward
+    from .simulate import _deps
+
+    p, n_st = len(actions), num_stages(actions)
+    v, split = n_st // p, splits_backward(actions)
+    nominal = {"F": t_f / v, "B": (t_b if split else t_b + t_w) / v, "W": t_w / v}
+    start = {a: s for _, a, s, _ in timeline}
+    end = {a: e for _, a, _, e in timeline}
+    owner = {a: r for r, a, _, _ in timeline}
+    dur = {a: end[a] - start[a] for a in start}
+    last, waits = {}, []
+    for r, a, s, e in sorted(timeline, key=lambda ev: ev[2]):
+        deps = _deps(a, n_st)
+        if any(owner[d] != r for d in deps):
+            waits.append(s - max([last.get(r, 0.0)] + [end[d] for d in deps]))
+        last[r] = e
+    wait = statistics.median(waits) if waits else 0.0
+    span = max(end.values())
+    busy = [sum(e - s for rr, _, s, e in timeline if rr == r) for r in range(p)]
+    nom = {a: nominal[a.op] for a in dur}
+    return {"model": _replay(actions, nom, 0.0), "durations": _replay(actions, dur, 0.0),
+            "messages": _replay(actions, dur, wait),
+            "measured": sum(1 - b / span for b in busy) / p,
+            "overrun": sum(dur.values()) / sum(nom.values()) - 1, "receive_wait": wait}
