@@ -440,8 +440,55 @@ def _clip_reference(per_shard: int = 0):
     return ps, norms
 
 
+
+# ZeRO + find_unused_parameters + Adam: the branch is used on rank 0 in steps 0, 2, 3 and on no
+# rank in step 1. The shard is one tensor with one Adam step count: step 1 restores the branch's
+# values and moments but the count still advances (the difference documented in zero.py).
+SKIP_PLAN = ({0}, set(), {0}, {0})
+
+
+def adam(ps):
+    return torch.optim.Adam(ps, lr=0.01)
+
+
+def _skip_then_use_section(rank, n, out):
+    from minipar.data_parallel.models import Branchy
+    F = torch.nn.functional
+    data = _branchy_data(len(SKIP_PLAN), n)
+    for stage in (0, 1, 2, 3):
+        torch.manual_seed(0)
+        model = Branchy().double()
+        zero = ZeRO(model, stage, adam, find_unused_parameters=True)
+        for (x, y), users in zip(data, SKIP_PLAN):
+            zero.zero_grad()
+            F.cross_entropy(model(x.chunk(n)[rank], use_branch=rank in users)["logits"],
+                            y.chunk(n)[rank]).backward()
+            zero.step()
+        names = [k for k, _ in model.named_parameters()]
+        out["skip", stage] = dict(zip(names, zero.full_parameters()))
+
+
+def _skip_reference(n, count_skipped_step: bool):
+    """One process with torch.optim.Adam; ``count_skipped_step`` adds 1 to the branch's own
+    step count in the step where it has no gradient (what one flat shard's count does)."""
+    from minipar.data_parallel.models import Branchy
+    F = torch.nn.functional
+    torch.manual_seed(0)
+    model = Branchy().double()
+    opt = adam(model.parameters())
+    for (x, y), users in zip(_branchy_data(len(SKIP_PLAN), n), SKIP_PLAN):
+        opt.zero_grad()
+        sum(F.cross_entropy(model(xr, use_branch=r in users)["logits"], yr)
+            for r, (xr, yr) in enumerate(zip(x.chunk(n), y.chunk(n)))).div(n).backward()
+        opt.step()
+        if count_skipped_step and not users:
+            for p in model.branch.parameters():
+                opt.state[p]["step"] += 1
+    return {k: p.detach().clone() for k, p in model.named_parameters()}
+
 SECTIONS = (_no_sync_section, _unused_section, _start_section, _accumulation_section,
-            _group_section, _overlap_section, _clip_section)
+            _group_section, _overlap_section, _clip_section,
+            _skip_then_use_section)
 
 
 def _contract_on_rank(rank, n):
@@ -689,3 +736,22 @@ def test_zero_clips_by_the_global_norm(contract, stage):
         assert max_param_error(params, ref) < ATOL64, (stage, rank)
     wrong, _ = _clip_reference(per_shard=3)                    # control: each shard by its own
     assert max_param_error(wrong, ref) > 1e-6
+
+
+@pytest.mark.slow
+def test_zero_adam_skip_counts_the_step_as_documented(contract):
+    """Pins the documented difference: after a step in which no rank used the branch, ZeRO (all
+    stages) equals one process whose Adam also counted that step for the branch; plain
+    torch.optim.Adam (which does not count a None gradient's step) differs, most in the branch
+    (the others follow through the loss)."""
+    _ok(contract, _skip_then_use_section)
+    counted, plain = _skip_reference(3, True), _skip_reference(3, False)
+    for rank, r in enumerate(contract):
+        for stage in (0, 1, 2, 3):
+            params = r["skip", stage]
+            for k, want in counted.items():
+                err = (params[k] - want).abs().max().item()
+                assert err < ATOL64, f"stage {stage} rank {rank}: {k} differs by {err:.1e}"
+    gap = {k: (counted[k] - plain[k]).abs().max().item() for k in plain}
+    assert gap["branch.weight"] > 1e-4 and gap["branch.bias"] > 1e-4      # the difference is real,
+    assert max(gap, key=gap.get).startswith("branch.")                    # the branch's above all

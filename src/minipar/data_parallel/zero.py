@@ -27,7 +27,17 @@ parameters (replicas start equal); the flat buffers take the parameters' dtype a
 float64 model trains in float64; mixed dtypes are rejected); a trainable parameter with no
 gradient in a step is an error unless ``find_unused_parameters=True``, and then one extra
 all-reduce of a used-flag per parameter finds the parameters no rank used: the optimizer step
-leaves those (and their optimizer state) untouched, as it leaves a ``None`` gradient. Stage 3
+leaves their values and their optimizer state untouched, as it leaves a ``None`` gradient, with
+one difference for optimizers that count steps. The shard is one tensor, so Adam keeps one step
+count k for all of it, and k advances in a step that skipped a parameter; one process keeps a
+count per parameter and does not. When the parameter is used again, its bias corrections
+1 − β₁ᵏ and 1 − β₂ᵏ use the larger k, so it moves slightly differently from one process
+(``test_zero_adam_skip_counts_the_step_as_documented`` pins this: ZeRO equals one process whose
+Adam also counted the skipped step). SGD has no count and agrees exactly. FSDP2
+(``fully_shard``, one sharded tensor per parameter) keeps per-parameter counts and skips like
+one process; FSDP1's flat parameter and DeepSpeed's ZeRO-1/2 partitions fill a missing
+gradient with zeros, so Adam moves an unused parameter by its momentum and counts the step.
+Stage 3
 accepts any forward output (tensor, tuple, dict): backward gathers the parameters when it
 reaches the first output that needs a gradient.
 
