@@ -1,6 +1,6 @@
 """Checkers for the data-parallel exercises (``exercises/data_parallel``).
 
-Each runs the learner's code on gloo ranks through :func:`minipar.launch.run` (30 s timeout) and
+Each runs the learner's code on gloo ranks through :func:`minipar.grading.limits.run_ranks` and
 compares with a single-process run on the whole batch. When the answer is wrong, the checker
 recomputes the outcome of each classic mistake in one process (summing instead of averaging,
 not communicating, averaging parameters, syncing every micro-step, skipping the all-gather) and
@@ -10,13 +10,12 @@ from __future__ import annotations
 
 from minipar.grading import GradeFailure, task
 
-TIMEOUT = 30
 BATCH = 12                              # divisible by 2, 3 and 4 ranks
 
 
 def _launch(fn, n, *args):
-    from minipar.launch import run
-    return run(fn, n, *args, backend="gloo", timeout=TIMEOUT)
+    from minipar.grading.limits import run_ranks
+    return run_ranks(fn, n, *args)
 
 
 def _same(a, b, atol=1e-6) -> bool:

@@ -2,6 +2,8 @@
 from __future__ import annotations
 
 import contextlib
+import dis
+import functools
 import io
 import json
 import os
@@ -9,7 +11,7 @@ import warnings
 
 from minipar.grading import limits
 from minipar.grading.errors import CheckTimeLimit
-from minipar.grading.reasons import reason_for
+from minipar.grading.reasons import NOT_IMPLEMENTED, reason_for
 from minipar.grading.registry import get_task, pass_line
 
 _LOG_ENV = "MINIPAR_GRADE_LOG"
@@ -37,6 +39,47 @@ class Result:
         pass
 
 
+# ----------------------------------------------------------------------------- starters
+_STOPS = ("JUMP", "RETURN", "YIELD", "SETUP", "FOR_ITER", "SEND")
+
+
+def _raises_not_implemented(code) -> bool:
+    """``code`` reaches ``raise NotImplementedError`` on every call: the raise comes before
+    any branch, loop, return or ``try`` (read from the bytecode)."""
+    if getattr(code, "co_exceptiontable", b""):          # a try/with somewhere: not sure
+        return False
+    named = False
+    for ins in dis.get_instructions(code):
+        if any(stop in ins.opname for stop in _STOPS):
+            return False
+        if ins.opname in ("LOAD_GLOBAL", "LOAD_NAME") and ins.argval == "NotImplementedError":
+            named = True
+        elif ins.opname == "RAISE_VARARGS" and named:
+            return True
+    return False
+
+
+def unimplemented(candidate, depth: int = 0) -> bool:
+    """``candidate`` (a function, a class's own methods, or a tuple/list/dict of them) still
+    holds a starter's ``raise NotImplementedError`` that every call reaches: the check can
+    fail at once instead of starting ranks that would only raise it."""
+    if depth > 2:
+        return False
+    if isinstance(candidate, functools.partial):
+        return unimplemented(candidate.func, depth + 1)
+    if isinstance(candidate, (tuple, list)):
+        return any(unimplemented(c, depth + 1) for c in candidate)
+    if isinstance(candidate, dict):
+        return any(unimplemented(c, depth + 1) for c in candidate.values())
+    if isinstance(candidate, type):
+        return any(unimplemented(getattr(v, "__func__", v), depth + 1)
+                   for v in vars(candidate).values()
+                   if callable(getattr(v, "__func__", v)) and not isinstance(v, type))
+    func = getattr(candidate, "__func__", candidate)     # a bound method
+    code = getattr(func, "__code__", None)
+    return code is not None and _raises_not_implemented(code)
+
+
 def _log(task_id: str, passed: bool, reason: str) -> None:
     """Append this outcome to ``$MINIPAR_GRADE_LOG`` (set by ``minipar grade``) if set."""
     path = os.environ.get(_LOG_ENV)
@@ -62,6 +105,10 @@ def check(task_id: str, candidate, time_limit_s: float | None = None, **options)
         print(line)
         _log(task_id, False, line.split(": ", 1)[1])
         return Result(False, line)
+    if unimplemented(candidate):
+        print(f"FAIL {task_id}: {NOT_IMPLEMENTED}")
+        _log(task_id, False, NOT_IMPLEMENTED)
+        return Result(False, f"FAIL {task_id}: {NOT_IMPLEMENTED}")
     sink = io.StringIO()
     limit = limits.TIME_LIMIT if time_limit_s is None else time_limit_s
     try:

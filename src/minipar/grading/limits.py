@@ -45,6 +45,7 @@ import time
 
 from minipar.grading.errors import CheckTimeLimit, GradeFailure
 from minipar.grading.reasons import HINT as _HINT
+from minipar.grading.reasons import _PACKAGE as _COURSE
 from minipar.grading.reasons import dump_learner_line, is_library, reason_for
 
 SAMPLE_S = 0.5                 # how often the ranks' CPU times are read
@@ -71,11 +72,12 @@ class RankFailure(GradeFailure):
 
 
 class LimitExceeded(GradeFailure):
-    """The ranks were stopped: ``kind`` is ``"deadlock"`` or ``"endless loop"``."""
+    """The ranks were stopped: ``kind`` is ``"deadlock"``, ``"endless loop"`` or ``"timeout"``
+    (no ``/proc``); ``logs`` maps each rank to the end of its stderr (its stack included)."""
 
-    def __init__(self, reason: str, kind: str):
+    def __init__(self, reason: str, kind: str, logs: dict | None = None):
         super().__init__(reason)
-        self.kind = kind
+        self.kind, self.logs = kind, dict(logs or {})
 
 
 # ----------------------------------------------------------------------------- /proc
@@ -229,18 +231,18 @@ _DUMP_FRAME = re.compile(r'File "([^"]+)", line (\d+) in (\S+)')
 
 def waiting_at(dump: str) -> str | None:
     """From a ``faulthandler`` stack: the learner's innermost frame, with its source line and
-    the library call it was in, e.g. ``line 9 of ring: dist.recv(buf, src=left) (in recv)``;
+    the library function it called, e.g. ``line 9 of ring: dist.recv(buf, src=left) (in recv)``;
     None if the stack holds no learner frame (the rank had returned and waited for its peers)."""
     where = dump_learner_line(dump)
     if where is None:
         return None
-    inner = None
+    called = None               # the library function the learner's line called
     for f, _, func in _DUMP_FRAME.findall(dump.split("most recent call first", 1)[1]):
         if not is_library(f):
             break
-        if inner is None and func not in ("wrapper", "<lambda>"):
-            inner = func
-    return where + (f" (in {inner})" if inner else "")
+        if func not in ("wrapper", "<lambda>") and not f.startswith(_COURSE):  # a checker's
+            called = func                                                        # wrapper
+    return where + (f" (in {called})" if called else "")
 
 
 # ----------------------------------------------------------------------------- the entry point
@@ -267,7 +269,8 @@ def run_ranks(fn, world_size: int, *args, **kwargs) -> list:
             watcher.stop()
         if watcher is not None and watcher.kind:
             verdict = watcher.kind
-            raise LimitExceeded(watcher.reason(world_size), watcher.kind) from None
+            raise LimitExceeded(watcher.reason(world_size), watcher.kind,
+                                watcher.stacks) from None
         if "timed out" in (e.summary or "").lower():
             verdict = "deadlock"
             raise LimitExceeded(f"deadlock on {world_size} ranks: rank {e.rank} timed out "

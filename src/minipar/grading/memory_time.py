@@ -259,8 +259,8 @@ def _adam_on_rank(rank, n, measure):
 @task("memory_time.adam_state",
       "Adam state per rank measured over gloo on 2 and 3 ranks (ZeRO stages 0–2) and predicted "
       "within 1 %")
-def check_adam_state(candidate, timeout: float = 120.0):
-    from minipar.launch import run
+def check_adam_state(candidate):
+    from minipar.grading.limits import run_ranks
     from minipar.memory_time.gpt import GPTConfig, gpt
 
     if not (isinstance(candidate, (tuple, list)) and len(candidate) == 2
@@ -270,8 +270,7 @@ def check_adam_state(candidate, timeout: float = 120.0):
     measure, predict = candidate
     psi = sum(p.numel() for p in gpt(GPTConfig(**_TINY)).parameters())
     for n in ADAM_RANKS:
-        for rank, res in enumerate(run(_adam_on_rank, n, measure, backend="gloo",
-                                       timeout=timeout)):
+        for rank, res in enumerate(run_ranks(_adam_on_rank, n, measure)):
             for stage, r in res.items():
                 where = f"stage {stage}, {n} ranks, rank {rank}"
                 got = as_number(r["got"], f"{where}: adam_state_bytes must return a number")
