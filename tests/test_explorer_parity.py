@@ -198,7 +198,12 @@ def test_parity_check_catches_a_dp_model_that_ignores_overlap():
      "layers (96) must be divisible by p (5)"),
     ("data_parallel", "dp-step", "dp_config", {"ranks": 12},
      "ranks n (12) must be a multiple of gpus_per_node (8) beyond one node"),
-    ("data_parallel", "zero-memory", None, {"d": 0}, "d (0) must be > 0"),
+    ("data_parallel", "zero-memory", None, {"d": 0}, "d (0) must be a positive integer"),
+    ("data_parallel", "zero-memory", None, {"d": 2.5}, "d (2.5) must be a positive integer"),
+    ("memory_time", "memory", "memory_config", {"s": 2.5}, "s (2.5) must be a positive integer"),
+    ("memory_time", "memory", "memory_config", {"b": 0}, "b (0) must be a positive integer"),
+    ("memory_time", "memory", "memory_config", {"preset": "custom", "V": -1},
+     "V (-1) must be a positive integer"),
 ])
 def test_explorer_default_views_and_messages(slug, name, config, impossible, message):
     import importlib
@@ -208,3 +213,16 @@ def test_explorer_default_views_and_messages(slug, name, config, impossible, mes
                                               ("drawExplorer", [name, impossible, cfg])])
     assert default["error"] is None and "<svg" in default["html"] and "</svg>" in default["html"]
     assert bad["error"] == message and "minipar-explorer-message" in bad["html"]
+
+
+def test_explorer_input_rules_are_the_python_twins():
+    """The memory calculator's s, b, V and the ZeRO explorer's d: the JavaScript refuses what
+    the Python twin refuses, with the same message (invalid inputs included)."""
+    from minipar.widgets.data_parallel import zero_memory_model
+    from minipar.widgets.memory_time import check_inputs
+    cases = [dict(s=s, b=b, V=V) for s in (2048, 0, 2.5) for b in (1, 3, -1) for V in (51200, 0)]
+    counts = assert_parity("memory_time", "checkInputs", check_inputs, cases)
+    assert 0 < counts["errors"] < counts["cases"]
+    cases = [dict(params_b=7.5, d=d, optimizer="adam-mixed") for d in (1, 3, 64, 0, -2, 2.5)]
+    counts = assert_parity("data_parallel", "zeroMemoryModel", zero_memory_model, cases)
+    assert 0 < counts["errors"] < counts["cases"]

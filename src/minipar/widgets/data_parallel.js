@@ -64,6 +64,7 @@ export const OPTIMIZERS = {"adam-mixed": [2, 2, 12], "adam-fp32": [4, 4, 8], "sg
 // Python: minipar.widgets.data_parallel.zero_memory_model
 export function zeroMemoryModel(paramsB, d, optimizer) {
   if (!(optimizer in OPTIMIZERS)) throw new Error(`optimizer ('${optimizer}') must be one of ${Object.keys(OPTIMIZERS).join(", ")}`);
+  if (!Number.isInteger(d) || d < 1) throw new Error(`d (${d}) must be a positive integer`);
   const [w, g, k] = OPTIMIZERS[optimizer];
   return [0, 1, 2, 3].map((s) => modelStateBytes(paramsB * 1e9, d, 1, 1, s, w, g, k));
 }

@@ -45,6 +45,8 @@ def zero_memory_model(params_b: float = 7.5, d: int = 64, optimizer: str = "adam
     from minipar.cost.memory_time import ZERO_STAGES, model_state_bytes
     if optimizer not in OPTIMIZERS:
         raise ValueError(f"optimizer ({optimizer!r}) must be one of {', '.join(OPTIMIZERS)}")
+    if isinstance(d, bool) or not isinstance(d, (int, float)) or int(d) != d or d < 1:
+        raise ValueError(f"d ({d}) must be a positive integer")     # the CLI's --dp rule
     w, g, k = OPTIMIZERS[optimizer]
     return [model_state_bytes(params_b * 1e9, d=d, zero=s, weight_bytes=w, grad_bytes=g,
                               optimizer_bytes=k) for s in ZERO_STAGES]

@@ -54,6 +54,14 @@ export function pipelineFirstStageActivationBytes(s, b, h, a, L, p, m = null, t 
   throw new Error(`schedule ('${schedule}') must be one of gpipe, 1f1b, interleaved`);
 }
 
+// Python: minipar.widgets.memory_time.check_inputs(s, b, V)
+export function checkInputs(s, b, V) {
+  for (const [k, v] of [["s", s], ["b", b], ["V", V]]) {
+    if (!Number.isInteger(v) || v < 1) throw new Error(`${k} (${v}) must be a positive integer`);
+  }
+  return null;
+}
+
 // Python: check_layout(L, h, a, d, t, p, zero)
 export function checkLayout(L, h, a, d = 1, t = 1, p = 1, zero = 0) {
   for (const [k, v] of [["L", L], ["h", h], ["a", a], ["d", d], ["t", t], ["p", p]]) {
@@ -106,6 +114,7 @@ registerExplorer("memory", {
     if (!(v.gpu in gpus)) throw new Error(`gpu ('${v.gpu}') must be one of ${Object.keys(gpus).join(", ")}`);
     let {L, h, a, V} = v;
     if (presets[v.preset]) [L, h, a, V] = presets[v.preset];
+    checkInputs(v.s, v.b, V);
     const rows = [0, 1, 2, 3].map((k) => perGpuMemory(L, h, a, v.s, V, v.b, v.d, v.t, v.p, k, v.sp, v.recompute));
     const cap = gpus[v.gpu] / GIB;
     const chosen = rows[v.zero];

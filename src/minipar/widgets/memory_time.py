@@ -41,6 +41,14 @@ def preset_params(name: str, s: int = 2048) -> dict:
             "llama": param_count_llama(*llama) if llama else None}
 
 
+def check_inputs(s, b, V) -> None:
+    """The calculator's own inputs besides the layout (:func:`check_layout` covers L, h, a, d,
+    t, p): positive integers, as the CLI's ``--seq``, ``--batch`` and ``--vocab`` require."""
+    for k, v in (("s", s), ("b", b), ("V", V)):
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or int(v) != v or v < 1:
+            raise ValueError(f"{k} ({v}) must be a positive integer")
+
+
 def memory_config() -> dict:
     """The JavaScript explorer's data: model presets (L, h, a, V), GPU memory in bytes, and the
     published parameter count of each Llama preset (``llama_params``)."""
