@@ -2,7 +2,11 @@
 
 Serves _build/html on 127.0.0.1, opens every page with every request that would leave the
 machine blocked, and asserts: no external request, every formula typeset (none left raw, no
-MathJax error box), no JavaScript error, and every explorer redraws when any control changes.
+MathJax error box), no JavaScript error, every explorer redraws when any control changes, no
+element of an article wider than its column at 1280 px (unless it scrolls sideways), and, on a
+390 px phone screen, every explorer fits the screen with charts at least 320 px wide (they
+scroll sideways rather than shrink). That no legend covers data is checked where the figures
+are made (tests/test_pipeline_parallel_figures.py).
 A second test loads each explorer's ES module the way anywidget does in JupyterLab.
 
 Runs from `make site-test` (part of `make test`, after the book build), which sets
@@ -124,6 +128,46 @@ def server():
     httpd.shutdown()
 
 
+# Runs in the page: elements of the article wider than its column (not inside something that
+# scrolls sideways), e.g. a display equation clipped at the right edge.
+_TOO_WIDE = r"""
+() => {
+  const col = document.querySelector("article.bd-article") || document.querySelector("main");
+  if (!col) return [];
+  const right = col.getBoundingClientRect().right + 1, out = [];
+  const scrolls = (el) => {
+    for (let a = el.parentElement; a && a !== col.parentElement; a = a.parentElement) {
+      const o = getComputedStyle(a).overflowX;
+      if (o === "auto" || o === "scroll") return true;
+    }
+    return false;
+  };
+  for (const el of col.querySelectorAll("*")) {
+    const r = el.getBoundingClientRect();
+    if (r.width === 0 || r.height === 0 || r.right <= right || scrolls(el)) continue;
+    if (getComputedStyle(el).visibility === "hidden") continue;
+    out.push(`<${el.tagName.toLowerCase()} class="${String(el.className).slice(0, 40)}"> ` +
+             `${Math.round(r.right - right)} px past the column`);
+    if (out.length >= 5) break;
+  }
+  return out;
+}
+"""
+
+# Runs in the page on a narrow screen: every explorer fits the screen, and its charts keep a
+# legible width (they scroll sideways inside the explorer instead of shrinking their text).
+_NARROW_EXPLORERS = r"""
+(minWidth) => Array.from(document.querySelectorAll(".minipar-explorer")).map((root) => {
+  const vw = document.documentElement.clientWidth;
+  const box = root.getBoundingClientRect();
+  const svgs = Array.from(root.querySelectorAll(".minipar-explorer-output svg"));
+  return {name: root.dataset.explorer, fits: box.left >= -1 && box.right <= vw + 1,
+          narrowest: svgs.length ? Math.min(...svgs.map((g) => g.getBoundingClientRect().width)) : 0,
+          legible: svgs.every((g) => g.getBoundingClientRect().width >= minWidth)};
+})
+"""
+
+
 def _pages() -> list[str]:
     return sorted(p.relative_to(SITE).as_posix() for p in SITE.rglob("*.html")
                   if not p.relative_to(SITE).parts[0].startswith("_"))
@@ -136,7 +180,7 @@ def test_every_page_offline(server):
     assert pages, f"no pages under {SITE}"
     external, failed, page_errors, raw, math_errors = [], [], [], [], []
     formulas = redirects = 0
-    explorer_reports = []
+    explorer_reports, wide, narrow = [], [], []
     local = urlparse(server).netloc
 
     def route(r):
@@ -171,11 +215,19 @@ def test_every_page_offline(server):
             formulas += counts["formulas"]
             math_errors += [name] * counts["errors"]
             raw += [f"{name}: {t}" for t in counts["raw"]]
+            wide += [f"{name}: {w}" for w in page.evaluate(_TOO_WIDE)]
             for rep in page.evaluate(_POKE_EXPLORERS):
                 explorer_reports.append({"page": name, **rep})
+        phone = browser.new_context(viewport={"width": 390, "height": 844})
+        phone.route("**/*", route)
+        small = phone.new_page()
+        for name in sorted({r["page"] for r in explorer_reports}):
+            small.goto(f"{server}/{name}", wait_until="load")
+            narrow += [{"page": name, **r} for r in small.evaluate(_NARROW_EXPLORERS, 320)]
         browser.close()
 
     summary = {"pages": len(pages) - redirects, "formulas": formulas, "explorers": len(explorer_reports),
+               "too_wide": len(wide), "explorers_at_390px": len(narrow),
                "controls": sum(r["controls"] for r in explorer_reports),
                "external_requests": len(external), "raw_formulas": len(raw),
                "math_errors": len(math_errors), "page_errors": len(page_errors)}
@@ -187,6 +239,10 @@ def test_every_page_offline(server):
     assert not failed, f"failed local requests: {failed[:10]}"
     assert formulas > 0
     assert explorer_reports, "no explorer on any page"
+    assert not wide, f"wider than the article column at 1280 px: {wide[:10]}"
+    assert narrow and all(r["fits"] and r["legible"] for r in narrow), \
+        f"explorers at 390 px (must fit the screen, charts >= 320 px wide): " \
+        f"{[r for r in narrow if not (r['fits'] and r['legible'])][:5]}"
     for r in explorer_reports:
         assert r["svg"] and r["initial"] > 0, f"{r}: default view draws no figure"
         assert r["controls"] > 0 and r["redrawn"] == r["controls"] and not r["empty"], \
@@ -279,7 +335,8 @@ def test_the_checks_catch_what_the_issue_saw():
       <script>const THEBE_JS_URL = 1;</script><script>const THEBE_JS_URL = 2;</script>
       <div class="minipar-explorer" data-redraws="0"><div class="minipar-explorer-controls">
       <input type="number" value="1"></div><div class="minipar-explorer-output"><svg></svg>
-      </div></div></body></html>"""
+      </div></div><main><div style="overflow:hidden"><div style="width:3000px;height:10px">
+      </div></div></main></body></html>"""
     external, errors = [], []
     with sync_playwright() as p:
         browser = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=FLAGS)
@@ -289,8 +346,13 @@ def test_the_checks_catch_what_the_issue_saw():
         page.set_content(bad)
         counts = page.evaluate(_COUNT_MATH)
         report = page.evaluate(_POKE_EXPLORERS)
+        too_wide = page.evaluate(_TOO_WIDE)
+        page.set_viewport_size({"width": 390, "height": 844})
+        shrunk = page.evaluate(_NARROW_EXPLORERS, 320)
         browser.close()
     assert external == ["https://cdn.example.org/mathjax.js"]
     assert any("THEBE_JS_URL" in e for e in errors)
     assert len(counts["raw"]) == 2 and counts["errors"] == 1
     assert report[0]["controls"] == 1 and report[0]["redrawn"] == 0
+    assert too_wide and "px past the column" in too_wide[0]
+    assert shrunk and not shrunk[0]["legible"]           # an svg without the course's CSS

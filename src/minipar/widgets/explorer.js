@@ -65,9 +65,10 @@ const CSS = `
 .minipar-explorer-controls label{display:flex;align-items:center;gap:.35em;white-space:nowrap}
 .minipar-explorer-controls input[type=number]{width:7em}
 .minipar-explorer-controls output{min-width:4.5em;font-variant-numeric:tabular-nums}
-.minipar-explorer-output svg{max-width:100%;height:auto;display:block}
+.minipar-explorer-output{overflow-x:auto}
+.minipar-explorer-output svg{width:100%;min-width:480px;height:auto;display:block}
 .minipar-explorer-output .row{display:flex;flex-wrap:wrap;gap:.5em}
-.minipar-explorer-output .row>svg{flex:1 1 320px;min-width:0}
+.minipar-explorer-output .row>svg{flex:1 1 480px;min-width:480px;width:auto}
 .minipar-explorer-output p{margin:.3em 0}
 .minipar-explorer-message{color:#a40000}
 .minipar-explorer-note{color:#555;font-size:.9em}
@@ -181,7 +182,8 @@ export function mountExplorer(container, name, values, config, onChange) {
 }
 
 // ---------------------------------------------------------------------------------------------
-// SVG charts. Every function returns an <svg> string with a viewBox, so it scales to the page.
+// SVG charts. Every function returns an <svg> string with a viewBox, so it scales to the page;
+// below 480 px wide the output scrolls sideways instead of shrinking the text (phones).
 
 const PALETTE = ["#4c72b0", "#dd8452", "#55a868", "#c44e52", "#8172b3", "#937860", "#da8bc3", "#8c8c8c"];
 export {PALETTE};
