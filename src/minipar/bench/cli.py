@@ -9,7 +9,9 @@ import importlib
 
 BENCH_MODULES = [
     "minipar.bench.collectives",   # minipar bench collectives
+    "minipar.bench.context_parallel",  # minipar bench context_parallel (alias: cp)
     "minipar.bench.data_parallel", # minipar bench data_parallel (alias: dp)
+    "minipar.bench.expert_parallel",  # minipar bench expert_parallel (alias: ep)
     "minipar.bench.launch",        # minipar bench launch
     "minipar.bench.pipeline_parallel",  # minipar bench pipeline_parallel (alias: pp)
     "minipar.bench.tensor_parallel",  # minipar bench tensor_parallel (alias: tp)
