@@ -90,6 +90,8 @@ bench: $(STAMP)
 	.venv/bin/minipar bench data_parallel --ranks 4
 	.venv/bin/minipar bench tensor_parallel --ranks 2
 	.venv/bin/minipar bench pipeline_parallel --pp 2
+	.venv/bin/minipar bench context_parallel --ranks 4
+	.venv/bin/minipar bench expert_parallel --ranks 4
 
 clean:
 	rm -rf _build
