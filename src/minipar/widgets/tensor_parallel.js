@@ -107,6 +107,6 @@ registerExplorer("tp-layer", {
       + `Only the latency term α of the ratio shrinks as b grows; its bandwidth term does not change with b, since traffic and FLOPs both grow with b·s.</p>`
       + memSvg
       + `<p>Saved activations per GPU per layer with ${mode}: <b>${fmtBytes(r.activation_bytes, false)}</b> `
-      + `(${v.sp ? "TP alone" : "with sequence parallelism"}: ${fmtBytes(other, false)}; Korthikanti et al. 2022 Table 2, 16-bit, no recomputation).</p>`;
+      + `(${v.sp ? "TP alone" : "with sequence parallelism"}: ${fmtBytes(other, false)}; Korthikanti et al. 2023 Table 2, 16-bit, no recomputation).</p>`;
   },
 });
