@@ -230,6 +230,18 @@ def test_in_process_limit_counts_cpu_time_not_waiting(capsys):
         capsys.readouterr().out
 
 
+def test_reasons_are_one_line_and_cut_only_a_learners_long_message_at_a_word():
+    long_words = " ".join(f"word{i}" for i in range(400))              # ~3600 characters
+    reason = reason_for(ValueError(long_words + "\nsecond line"))
+    assert "\n" not in reason and len(reason) < 600, reason
+    kept = reason.split("ValueError: ", 1)[1].split(" … (")[0]
+    assert long_words.startswith(kept + " "), "cut between words, never inside one"
+    assert reason.endswith("more characters)"), reason
+    groups = str([[r, r + 1] for r in range(0, 400, 2)])              # a checker's own list
+    assert reason_for(GradeFailure(f"groups {groups}\nshould be {groups}")) == \
+        f"groups {groups} should be {groups}", "a checker's reason is never cut"
+
+
 def test_reason_for_names_the_learners_line():
     def learner(x):
         return x.nope                      # the learner's own line
