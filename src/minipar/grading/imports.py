@@ -123,42 +123,73 @@ def find_course_use(candidate, modules: tuple[str, ...], allow: tuple[str, ...] 
             env = dict(vars(__builtins__) if isinstance(__builtins__, types.ModuleType)
                        else __builtins__)
             env.update(fn.__globals__)
-            values = [env[n] for n in names if n in env] + cells
-            for n in names:                              # import statements inside functions
-                if _is_forbidden(n, modules) or any(m.startswith(n + ".") for m in modules):
-                    try:
-                        values.append(importlib.import_module(n))
-                    except ImportError:
-                        pass
+            values = [env[n] for n in names if n in env and
+                      not isinstance(env[n], types.ModuleType)] + cells
+            closure = dict(zip(fn.__code__.co_freevars,
+                               [c.cell_contents if _filled(c) else None
+                                for c in (fn.__closure__ or ())]))
+            for code in _code_objects(fn.__code__):
+                values += list(_through_modules(code, env, closure))
             for value in values:
-                hit = not isinstance(value, types.ModuleType) and \
-                    _forbidden_object(value, modules, allow)
+                if isinstance(value, types.ModuleType):
+                    continue
+                hit = _forbidden_object(value, modules, allow)
                 if hit:
                     return hit
-                if isinstance(value, types.ModuleType):
-                    hit = _scan_module(value, names, modules, allow)
-                    if hit:
-                        return hit
-                    continue
                 if _learners(value):
                     todo.append(value)
     return None
 
 
-def _scan_module(mod, names, modules, allow, depth: int = 3) -> str | None:
-    """A forbidden object reached as an attribute of ``mod`` by one of ``names``
-    (``tp.ColumnParallelLinear``, ``minipar.tensor_parallel.layers.X``)."""
-    if depth == 0 or not mod.__name__.startswith("minipar"):
-        return None
-    for n in names:
-        attr = getattr(mod, n, None)
-        if isinstance(attr, types.ModuleType):
-            hit = _scan_module(attr, names, modules, allow, depth - 1)
+_SKIP = {"CACHE", "PRECALL", "EXTENDED_ARG", "NOP", "RESUME", "COPY_FREE_VARS"}
+
+
+def _through_modules(code, env: dict, closure: dict):
+    """The objects ``code`` reaches through a module: ``tp.X``, ``minipar.tensor_parallel.X``,
+    ``from minipar.tensor_parallel import X`` inside the function, ``import ... as m; m.X``.
+    Follows the bytecode, so only attributes actually read from a module count (an attribute
+    of the learner's own object that happens to share a course function's name does not)."""
+    import dis
+
+    local: dict = {}                 # local names bound to modules by import statements
+    cur, fromlist = None, None
+    for ins in dis.get_instructions(code):
+        op, arg = ins.opname, ins.argval
+        if op in _SKIP:
+            continue
+        if op == "LOAD_CONST":
+            fromlist, cur = arg, None
+            continue
+        if op in ("LOAD_GLOBAL", "LOAD_NAME"):
+            cur = env.get(arg)
+        elif op.startswith("LOAD_FAST"):
+            cur = local.get(arg)
+        elif op == "LOAD_DEREF":
+            cur = closure.get(arg, local.get(arg))
+        elif op == "IMPORT_NAME":
+            cur = None
+            if isinstance(arg, str) and arg.startswith("minipar"):
+                try:
+                    cur = importlib.import_module(arg if fromlist else arg.split(".")[0])
+                except ImportError:
+                    cur = None
+            continue
+        elif op in ("LOAD_ATTR", "LOAD_METHOD", "IMPORT_FROM") and \
+                isinstance(cur, types.ModuleType):
+            cur = getattr(cur, arg, None)
+            if cur is not None and not isinstance(cur, types.ModuleType):
+                yield cur
+            if op == "IMPORT_FROM" and cur is not None:
+                continue
+        elif op.startswith("STORE") and isinstance(cur, types.ModuleType):
+            local[arg] = cur
+            cur = None
+            continue
+        elif op in ("SWAP", "POP_TOP") and isinstance(cur, types.ModuleType):
+            continue                                 # inside `import a.b.c as m`
         else:
-            hit = attr is not None and _forbidden_object(attr, modules, allow)
-        if hit:
-            return hit
-    return None
+            cur = None
+        fromlist = None if op != "IMPORT_FROM" else fromlist
 
 
 def _filled(cell) -> bool:
