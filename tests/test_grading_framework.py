@@ -228,6 +228,9 @@ def test_in_process_limit_counts_cpu_time_not_waiting(capsys):
     assert not check("selftest.sleepy", spin, time_limit_s=0.5)
     assert "stopped after 0.5 CPU-seconds: your code was still computing" in \
         capsys.readouterr().out
+    assert not check("selftest.sleepy", lambda: time.sleep(3600), time_limit_s=0.2)
+    assert "stopped after 2 s of waiting: your code was still running (a wait that never " \
+        "ends?)" in capsys.readouterr().out, "a wait is stopped by the wall backstop, 10x"
 
 
 def test_reasons_are_one_line_and_cut_only_a_learners_long_message_at_a_word():

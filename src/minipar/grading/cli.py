@@ -32,6 +32,8 @@ import nbformat
 from minipar.grading.notebooks import (cell_tasks, expected_tasks, find_script, graded_copy,
                                        scripts, starter_path)
 
+CELL_TIMEOUT = 1800     # no correct answer comes near it: see minipar.grading.limits
+
 
 def add_parser(sub) -> None:
     p = sub.add_parser("grade", help="grade exercise notebooks from a fresh kernel and print "
@@ -40,7 +42,10 @@ def add_parser(sub) -> None:
                    help="notebooks or folders (default: exercises)")
     p.add_argument("--json", action="store_true",
                    help='print one JSON object {"tasks": [...], "passed", "total", "missing"}')
-    p.add_argument("--timeout", type=int, default=600, help="seconds per cell (default 600)")
+    p.add_argument("--timeout", type=int, default=CELL_TIMEOUT,
+                   help=f"wall-clock seconds per cell (default {CELL_TIMEOUT}): only a backstop "
+                        "for a learner's cell outside a check; checks stop deadlocks and endless "
+                        "loops themselves, however busy the machine")
     p.set_defaults(func=_grade)
 
 
@@ -156,7 +161,7 @@ def _score_notebook(nb_path, nb, script, copy, origin, records, cells, timeout):
     return rows, missing
 
 
-def grade(paths, timeout: int = 600) -> dict:
+def grade(paths, timeout: int = CELL_TIMEOUT) -> dict:
     """Grade; return ``{"tasks": [...], "passed", "total", "missing"}`` (see module doc)."""
     nbs, wanted = notebooks(paths)
     rows, missing, jobs = [], [], []

@@ -57,6 +57,7 @@ TIME_LIMIT = float(os.environ.get("MINIPAR_CHECK_TIME_LIMIT", "60"))
 WALL_BACKSTOP = 3600.0         # the launcher's timeout under the watcher: never reached by design
 FALLBACK_TIMEOUT = 300.0       # no /proc: the launcher's wall-clock timeout is all we have
 _STATS_ENV = "MINIPAR_GRADE_STATS"
+_ranks_wall_s = 0.0            # wall time spent in run_ranks so far (not this process's to limit)
 
 
 class RankFailure(GradeFailure):
@@ -252,6 +253,7 @@ def run_ranks(fn, world_size: int, *args, **kwargs) -> list:
 
     ``kwargs`` go to ``run`` (``threads``, ``backend``); a ``timeout`` is ignored.
     """
+    global _ranks_wall_s
     from minipar.launch import RankError, run
 
     kwargs.pop("timeout", None)
@@ -284,6 +286,7 @@ def run_ranks(fn, world_size: int, *args, **kwargs) -> list:
     finally:
         if watcher is not None:
             watcher.stop()
+        _ranks_wall_s += time.monotonic() - t0
         _record(world_size, watcher, time.monotonic() - t0, verdict)
 
 
@@ -311,12 +314,15 @@ def cpu_time_limit(seconds: float | None):
     """Raise :class:`CheckTimeLimit` in this (main) thread once this process has used
     ``seconds`` CPU-seconds outside :func:`run_ranks`/:mod:`minipar.launch` (whose ranks have
     their own limits and must not be interrupted half-way), or after ten times that in wall
-    time (a wait that never ends). A no-op off the main thread, without ``setitimer``, or for
+    time outside :func:`run_ranks` (a wait that never ends). A no-op off the main thread, without ``setitimer``, or for
     ``None``/0."""
     if not seconds or threading.current_thread() is not threading.main_thread() \
             or not hasattr(signal, "setitimer"):
         yield
         return
+
+    wall = 10 * seconds
+    start, ranks_before = time.monotonic(), _ranks_wall_s
 
     def fire(signum, frame):
         timer = signal.ITIMER_PROF if signum == signal.SIGPROF else signal.ITIMER_REAL
@@ -326,13 +332,17 @@ def cpu_time_limit(seconds: float | None):
         if signum == signal.SIGPROF:
             raise CheckTimeLimit(f"stopped after {seconds:g} CPU-seconds: your code was still "
                                  "computing (an endless loop?)")
-        raise CheckTimeLimit(f"stopped after {10 * seconds:g} s of waiting: your code was still "
+        here = time.monotonic() - start - (_ranks_wall_s - ranks_before)  # not the ranks' time
+        if here < wall:
+            signal.setitimer(signal.ITIMER_REAL, wall - here)
+            return
+        raise CheckTimeLimit(f"stopped after {wall:g} s of waiting: your code was still "
                              "running (a wait that never ends?)")
 
     old_prof = signal.signal(signal.SIGPROF, fire)
     old_alrm = signal.signal(signal.SIGALRM, fire)
     signal.setitimer(signal.ITIMER_PROF, seconds)
-    signal.setitimer(signal.ITIMER_REAL, 10 * seconds)
+    signal.setitimer(signal.ITIMER_REAL, wall)
     try:
         yield
     finally:
