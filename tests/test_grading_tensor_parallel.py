@@ -15,7 +15,10 @@ import torch.nn.functional as F
 from grading_support import exercise_function, failure
 from minipar.grading import check
 from minipar.grading.imports import find_course_use, forbid_course_code
+import minipar.tensor_parallel as tp
 from minipar.tensor_parallel import copy_to_tp_region, reduce_from_tp_region
+
+_F_AND_G = ("copy_to_tp_region", "reduce_from_tp_region")
 
 TASKS = {"copy_to_tp_region": ("01_f_and_g", "copy_to_tp_region"),
          "reduce_from_tp_region": ("01_f_and_g", "reduce_from_tp_region"),
@@ -54,12 +57,23 @@ def test_the_course_code_rule_without_ranks():
     with pytest.raises(GradeFailure, match=r"course's own minipar.tensor_parallel.mappings "
                                            r"\(copy_to_tp_region\)"):
         forbid_course_code(copy_to_tp_region, "tensor_parallel")
-    assert find_course_use(MLPWithoutF, ("minipar.tensor_parallel",),
-                           allow=("copy_to_tp_region", "reduce_from_tp_region")) is None
+    assert find_course_use(MLPWithoutF, ("minipar.tensor_parallel",), allow=_F_AND_G) is None
     assert find_course_use(uses_helper, ("minipar.tensor_parallel",)) == \
         "minipar.tensor_parallel.layers (ColumnParallelLinear)"       # an import in a helper
     assert "minipar.tensor_parallel" in find_course_use(MLPFromCourse,
                                                         ("minipar.tensor_parallel",))
+
+    class OwnShard(nn.Module):         # its own attribute is named like the course's tp.shard
+        def forward(self, x):
+            return tp.copy_to_tp_region(self.shard(x))
+
+    class CourseShard(nn.Module):      # the negative control: the course's own tp.shard
+        def forward(self, x):
+            return tp.copy_to_tp_region(tp.shard(x, 0, 0, 2))
+
+    assert find_course_use(OwnShard, ("minipar.tensor_parallel",), allow=_F_AND_G) is None
+    assert find_course_use(CourseShard, ("minipar.tensor_parallel",), allow=_F_AND_G) == \
+        "minipar.tensor_parallel.layers (shard)"
 
 
 # ------------------------------------------------------------------ 01 f and g
