@@ -196,7 +196,7 @@ CLAIMS: tuple[Claim, ...] = (
           "derived: TP's grows with $bsh$ per layer, DP's with Ψ", TD),
     Claim("C11", "scaling efficiency is 80–90 % at 8 GPUs and 50–70 % at 64", "imprecise",
           "cited: no source given; Megatron-LM's 8-way TP weak scaling kept about 77 % of "
-          "linear and 76 % at 512 GPUs with DP {cite:p}`shoeybi2019`; Megatron kept 43–52 % of "
+          "linear, and 74–76 % at 512 GPUs with DP {cite:p}`shoeybi2019`; Megatron kept 43–52 % of "
           "peak from 32 to 3072 GPUs {cite:p}`narayanan2021`", TP),
     Claim("C12", "larger batches amortise communication", "imprecise",
           "derived: true for DP (bytes fixed per step) and PP (bubble $(p-1)/m$); TP's "
