@@ -23,7 +23,8 @@ def test_bench_cp_json_is_consistent():
     assert (r["ranks"], r["s"], r["a"], r["d"], r["h"]) == (cp, s, 2, 4, h)
     t, per = r["step_seconds"], r["per_rank_seconds"]
     assert set(t) == set(per) == VARIANTS and min(t.values()) > 0
-    assert len(per["one_process"]) == 1 and all(len(per[v]) == cp for v in VARIANTS - {"one_process"})
+    assert len(per["one_process"]) == 1
+    assert all(len(per[v]) == cp for v in VARIANTS - {"one_process"})
     for v in VARIANTS - {"one_process"}:         # one round: the slowest rank is that round's
         assert t[v] == max(per[v])
         assert r["speedup_vs_one_process"][v] == pytest.approx(t["one_process"] / t[v])
@@ -44,7 +45,8 @@ def test_bench_cp_json_is_consistent():
     assert u["model_leaving_rank"] == 8 * S * (cp - 1) / cp
     # predictions follow from the reported fit (none when the noise made the fit meaningless)
     fit, p = r["fit"], r["predicted_comm_seconds"]
-    assert len(fit["sizes"]) == len(fit["ring_shift"]["seconds"]) == len(fit["all_to_all"]["seconds"])
+    n_sizes = len(fit["sizes"])
+    assert n_sizes == len(fit["ring_shift"]["seconds"]) == len(fit["all_to_all"]["seconds"])
     ring_fit, a2a_fit = fit["ring_shift"], fit["all_to_all"]
     if ring_fit["bandwidth"]:
         per_msg = ring_fit["alpha"] + kv / ring_fit["bandwidth"]

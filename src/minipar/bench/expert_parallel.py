@@ -23,8 +23,9 @@ choice. Reported:
   size S, nccl-tests' convention).
 * the α-β-predicted time of the four token all-to-alls
   (:func:`~minipar.cost.expert_parallel.layer_comm_time`, set by the largest buffer) with α and
-  bandwidth fitted in the same launch from gloo all-to-alls (pairwise exchange,
-  :func:`minipar.cost.collectives.fit_alpha_beta`, the fastest of a few tries per size).
+  bandwidth fitted in the same launch from gloo all-to-alls timed as the chapter times them
+  (median of a few tries per size; pairwise exchange,
+  :func:`minipar.cost.collectives.fit_alpha_beta`; α clamped at 0 when noise makes it negative).
 
 A benchmark reports, it never asserts: ranks share this machine's cores, so numbers are noisy;
 ratios measured in one run are the figures to read, not absolute seconds.
@@ -124,14 +125,15 @@ def bench_on_rank(rank: int, ep: int, tokens: int, experts: int, top_k: int, hid
                 expert_s = _expert_seconds(layer, mine, steps)
         dist.barrier()
         out[name] = {"traced": [[e.op, e.bytes] for e in tr.events],
-                     "model": [list(e) for e in layer_events(rows, rank, hidden, experts, top_k, 4)],
+                     "model": [list(e) for e in
+                               layer_events(rows, rank, hidden, experts, top_k, 4)],
                      "rows": rows, "tokens_per_local_expert": mine, "expert_seconds": expert_s}
     out["a2a_seconds"] = _a2a_times_on_rank(rank, ep, list(FIT_SIZES), steps + 2)
     return out
 
 
 def bench(ranks: int = 4, tokens: int = 1024, experts: int | None = None, top_k: int = 1,
-          hidden: int = 64, ffn: int = 256, skew: float = 3.0, steps: int = 5) -> dict:
+          hidden: int = 128, ffn: int = 512, skew: float = 3.0, steps: int = 5) -> dict:
     from minipar.cost.collectives import fit_alpha_beta
     from minipar.cost.expert_parallel import imbalance, layer_comm_time
     from minipar.launch import run
@@ -225,8 +227,8 @@ def add_bench_parser(bench_sub) -> None:
     p.add_argument("--experts", type=int, default=None, help="experts E (default 2·ranks)")
     p.add_argument("--top-k", type=int, default=1,
                    help="experts per token K (default 1, Switch's: the skew lands on one rank)")
-    p.add_argument("--hidden", type=int, default=64, help="hidden size h (default 64)")
-    p.add_argument("--ffn", type=int, default=256, help="expert FFN width f (default 256)")
+    p.add_argument("--hidden", type=int, default=128, help="hidden size h (default 128)")
+    p.add_argument("--ffn", type=int, default=512, help="expert FFN width f (default 512)")
     p.add_argument("--skew", type=float, default=3.0,
                    help="router bias towards expert 0 in the skewed run (default 3)")
     p.add_argument("--steps", type=int, default=5, help="timed rounds (default 5)")
