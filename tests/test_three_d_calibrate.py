@@ -28,6 +28,12 @@ def test_fits_recover_known_lines():
     assert alpha >= 0 and bw > 0
     with pytest.raises(ValueError, match="must be > 0"):
         cal.fit_compute([1, 2], [2.0, 1.0])
+    # noise that pulls the intercept below zero: refit through the origin, not a clipped c0
+    # with the steeper slope (which would predict every layer too slow)
+    c0, rate = cal.fit_compute([1e6, 2e6, 4e6], [1.0e-3, 3.2e-3, 6.0e-3])
+    assert c0 == 0 and 3 * 4e6 / rate == pytest.approx(6.0e-3, rel=0.2)
+    steep = cal.fit_line([3e6, 6e6, 12e6], [1.0e-3, 3.2e-3, 6.0e-3])[1]
+    assert 1 / rate < steep
 
 
 def test_layouts_and_prediction_terms():

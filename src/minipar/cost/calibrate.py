@@ -81,12 +81,19 @@ def layer_flops(b: int, s: int, h: int) -> float:
 
 
 def fit_compute(flops, seconds) -> tuple[float, float]:
-    """(c₀, R) from layer forward + backward times: seconds = c₀ + 3·flops/R."""
-    c0, slope = fit_line([3 * f for f in flops], seconds)
+    """(c₀, R) from layer forward + backward times: seconds = c₀ + 3·flops/R. A negative
+    fitted c₀ (noise) is not clipped after the fact, which would leave the slope of a line
+    that needed it: the line is refitted through the origin (c₀ = 0, same weights)."""
+    xs = [3 * f for f in flops]
+    c0, slope = fit_line(xs, seconds)
+    if c0 < 0:
+        ws = [1.0 / y ** 2 for y in seconds]
+        c0, slope = 0.0, sum(w * x * y for w, x, y in zip(ws, xs, seconds)) / \
+            sum(w * x * x for w, x in zip(ws, xs))
     if slope <= 0:
         raise ValueError(f"fitted seconds per FLOP ({slope:.3g}) must be > 0: times do not "
                          "grow with FLOPs")
-    return max(c0, 0.0), 1.0 / slope
+    return c0, 1.0 / slope
 
 
 def _coll(machine: Machine, op: str, n: int, nbytes: float) -> float:
