@@ -34,6 +34,8 @@ def test_bench_cp_json_is_consistent():
     kv = 2 * b * (s // cp) * h * e
     ring = (cp - 1) * kv + (cp - 1) * kv + cp * kv          # forward K/V; backward K/V + dK/dV
     assert r["kv_block_bytes"] == kv
+    # control: a model that forgets the dK/dV accumulator's cp sends would not match the trace
+    assert r["bytes"]["ring/zigzag"]["traced_per_rank"][0] != 2 * (cp - 1) * kv
     for lay in ("contiguous", "zigzag"):
         x = r["bytes"][f"ring/{lay}"]
         assert x["traced_per_rank"] == [ring] * cp and x["model"] == ring and x["equal"]

@@ -50,6 +50,10 @@ def test_bench_ep_json_is_consistent():
             assert g["predicted_a2a_seconds"] == pytest.approx(4 * one)
         else:
             assert g["predicted_a2a_seconds"] is None and fit["error"]
+    # control: the skewed run's traffic is not what even routing would predict (E·8 bytes of
+    # counts + four all-to-alls of K·n rows): the model has to use the routed counts
+    even_model = E * 8 + 4 * K * n * h * 4
+    assert r["routers"]["skewed"]["bytes"]["traced_per_rank"] != [even_model] * x
     # the skewed router is skewed: expert 0 takes more than its even share (counted, not timed)
     assert r["routers"]["skewed"]["tokens_per_expert"][0] > x * n * K / E
     assert r["routers"]["skewed"]["counted_imbalance"] > r["routers"]["even"]["counted_imbalance"]
