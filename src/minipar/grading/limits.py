@@ -1,21 +1,22 @@
 """Time limits for graded code: one mechanism shared by every checker, measured in progress.
 
-A fixed wall-clock budget cannot tell a slow machine from a hang: the same correct answer that
-takes 3 s on an idle laptop takes 40 s while a book build runs. So the grader never counts wall
+A fixed wall-clock budget cannot tell a slow machine from a hang: on 2 cores at load average 23,
+a collectives check whose ranks needed 1.5 CPU-seconds each took 25 s of wall time per launch
+(the 20 s budget it used to have failed the reference solution). So the grader never counts wall
 time. It watches what the learner's processes do:
 
 * **a deadlock** is a state, not a duration: every rank is blocked (in a collective, a ``recv``,
   a ``wait``) and so uses no CPU. :func:`run_ranks` samples each rank's CPU time and scheduler
-  state (``/proc/<pid>/stat``) every :data:`SAMPLE_S` seconds; when for :data:`STALL_S`
-  seconds no rank gained more than :data:`IDLE_CPU_SHARE` of that time in CPU and
-  their threads were runnable in at most :data:`BUSY_SHARE` of the samples (gloo's socket
-  thread wakes up now and then), the ranks are stopped with ``SIGABRT`` (``faulthandler`` writes each one's Python
-  stack to its log) and the reason names the line every rank was waiting on. A busy machine
-  delays a working rank but leaves it runnable, so it never looks stalled.
+  state (``/proc/<pid>/stat``) every :data:`SAMPLE_S` seconds; when for :data:`STALL_S` seconds
+  no rank gained more than :data:`IDLE_CPU_SHARE` of that time in CPU and their threads were
+  runnable in at most :data:`BUSY_SHARE` of the samples (gloo's socket thread wakes up now and
+  then), the ranks are stopped with ``SIGABRT`` (``faulthandler`` writes each one's Python stack
+  to its log) and the reason names the line every rank was waiting on. A busy machine delays a
+  working rank but leaves it runnable, so it never looks stalled.
 * **an endless loop** does use CPU: it is stopped when one rank has used :data:`CPU_LIMIT`
-  CPU-seconds in one call. CPU time hardly grows with the machine's load (the wall time does),
-  and the limit is at least 20× the most any reference solution's rank uses in one call
-  (``tests/test_grading_framework.py`` measures that under load).
+  CPU-seconds in one call. CPU time hardly grows with the machine's load (the wall time does);
+  the heaviest reference launch uses 1.5 CPU-seconds per rank, so the limit of 60 is a 40×
+  margin (``tests/test_exercises.py`` measures it under load and asserts at least 10×).
 * code that runs in the caller's process (a check that calls the candidate directly) gets
   :func:`cpu_time_limit`: :data:`TIME_LIMIT` CPU-seconds of this process (``ITIMER_PROF``),
   and ten times that in wall time as a backstop for a wait that never ends.
