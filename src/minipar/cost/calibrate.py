@@ -10,7 +10,7 @@ with the terms that matter for a tiny model on CPU ranks:
             measured FLOP rate and c₀ the measured fixed cost of a layer (kernel launches and
             Python: a tiny layer is overhead-bound, so F/R alone would predict nothing). Both
             come from one straight-line fit of measured layer times against F
-            (:func:`fit_line`), with all ranks computing at once, so that sharing the cores is in
+            (:func:`fit_compute`), with all ranks computing at once, so that sharing the cores is in
             R and c₀. The head (logits 2bshV/t, backward twice) and the embedding at the same R.
   TP        the course's sequence-parallel block: per layer and micro-batch 4 all-gathers and
             4 reduce-scatters of the (b, s, h) activation over t ranks (ring α-β, Thakur et al.
@@ -81,15 +81,20 @@ def layer_flops(b: int, s: int, h: int) -> float:
 
 
 def fit_compute(flops, seconds) -> tuple[float, float]:
-    """(c₀, R) from layer forward + backward times: seconds = c₀ + 3·flops/R. A negative
-    fitted c₀ (noise) is not clipped after the fact, which would leave the slope of a line
-    that needed it: the line is refitted through the origin (c₀ = 0, same weights)."""
-    xs = [3 * f for f in flops]
-    c0, slope = fit_line(xs, seconds)
+    """(c₀, R) from layer forward + backward times: seconds = c₀ + 3·flops/R, ordinary least
+    squares (the large, compute-bound layers carry the slope; the small ones, whose times are
+    mostly overhead and noise on a shared machine, mostly set c₀). A negative c₀ (noise) is not
+    clipped after the fact, which would keep a slope that needed it: the line is refitted
+    through the origin."""
+    xs, ys = [3.0 * f for f in flops], [float(y) for y in seconds]
+    if len(xs) != len(ys) or len(set(xs)) < 2 or min(ys) <= 0:
+        raise ValueError(f"need >= 2 distinct FLOP counts and as many positive times (got "
+                         f"{len(xs)}, {len(ys)})")
+    mx, my = sum(xs) / len(xs), sum(ys) / len(ys)
+    slope = sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / sum((x - mx) ** 2 for x in xs)
+    c0 = my - slope * mx
     if c0 < 0:
-        ws = [1.0 / y ** 2 for y in seconds]
-        c0, slope = 0.0, sum(w * x * y for w, x, y in zip(ws, xs, seconds)) / \
-            sum(w * x * x for w, x in zip(ws, xs))
+        c0, slope = 0.0, sum(x * y for x, y in zip(xs, ys)) / sum(x * x for x in xs)
     if slope <= 0:
         raise ValueError(f"fitted seconds per FLOP ({slope:.3g}) must be > 0: times do not "
                          "grow with FLOPs")
