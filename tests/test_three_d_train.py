@@ -113,3 +113,22 @@ def test_fsdp2_over_tp_on_a_2d_mesh_equals_ours_and_one_process():
     bad = run(fsdp2_tp_on_rank, d * t, d, t, "data_by_tp_rank", backend="gloo", timeout=600)
     assert max(r["fsdp2-ref"] for r in bad) > 1e-3
     assert max(r["ours-ref"] for r in bad) > 1e-3
+
+
+def test_stage_modes_name_the_rule_and_one_rank_is_the_identity():
+    import torch
+
+    from minipar.memory_time.gpt import GPT
+    from minipar.three_d.train import MODES, Stage3D, gather_from_tp_ranks
+
+    with pytest.raises(ValueError, match=r"mode \('tp'\) must be one of sp, scatter_gather"):
+        Stage3D(GPT(SMALL), 0, 2, None, "tp")
+    x = torch.randn(2, SMALL.s, SMALL.h)
+    assert gather_from_tp_ranks(x) is x                  # no process group: one rank
+    # one rank, any mode: the whole GPT, stage 0 of 1, equals the unsharded model
+    torch.manual_seed(0)
+    full = GPT(SMALL).double()
+    tokens = torch.randint(SMALL.V, (2, SMALL.s))
+    for mode in MODES:
+        got = Stage3D(full, 0, 1, None, mode)(tokens)
+        assert (got - full(tokens)).abs().max() < 1e-12, mode
