@@ -58,9 +58,7 @@ from minipar.grading.limits import (TIME_LIMIT, LimitExceeded, RankFailure, cpu_
                                     run_ranks)
 from minipar.grading.display import Result, check
 
-time_limit = cpu_time_limit   # the older name
-
 __all__ = ["GradeFailure", "CheckTimeLimit", "Task", "task", "get_task", "pass_line",
            "learner_line", "remote_learner_line", "reason_for", "close", "close_number",
            "as_number", "run_ranks", "RankFailure", "LimitExceeded", "cpu_time_limit",
-           "time_limit", "TIME_LIMIT", "Result", "check"]
+           "TIME_LIMIT", "Result", "check"]

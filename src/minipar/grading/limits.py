@@ -353,7 +353,5 @@ def cpu_time_limit(seconds: float | None):
         signal.signal(signal.SIGALRM, old_alrm)
 
 
-time_limit = cpu_time_limit    # the name checks used before CPU time was counted
-
 __all__ = ["run_ranks", "RankFailure", "LimitExceeded", "cpu_time_limit", "waiting_at",
            "Watcher", "CPU_LIMIT", "STALL_S", "TIME_LIMIT"]
