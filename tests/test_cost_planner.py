@@ -324,8 +324,25 @@ def test_gemm_efficiency_is_shape_dependent():
      "gpus (1001) must be a multiple of gpus_per_node (8)"),
     (("--layers", "4", "--gpus", "8", "--global-batch", "8"), "missing --hidden"),
     (("--model", "gpt3-175b", "--gpus", "0", "--global-batch", "8"), "positive integer"),
+    (("--model", "gpt3-175b", "--global-batch", "8"), "give --gpus (or --calibrate"),
 ])
 def test_bad_input_one_line_exit_2(capsys, argv, message):
     status, out, err = plan(capsys, *argv)
     assert status == 2 and out == ""
     assert len(err.strip().splitlines()) == 1 and message in err
+
+
+def test_plan_calibrate_is_bench_three_d(capsys, monkeypatch):
+    """``minipar plan --calibrate`` runs the same code as ``minipar bench three_d`` (stubbed
+    here: the real run is tests/test_three_d_calibrate.py's benchmark)."""
+    import minipar.three_d.calibrate as c3
+    calls = []
+    fake = {"ranks": 4, "config": {}, "batch": 16, "micro_batch": 2, "spearman": 1.0,
+            "machine": {"flop_rate": 1e9, "layer_overhead_s": 1e-3, "links": {}},
+            "layouts": [{"d": 4, "t": 1, "p": 1, "predicted_s": 0.1, "measured_s": 0.1,
+                         "error": 0.0}]}
+    monkeypatch.setattr(c3, "bench", lambda ranks, steps: calls.append((ranks, steps)) or fake)
+    out = plan_json(capsys, "--calibrate", "--ranks", "4", "--steps", "2")
+    assert calls == [(4, 2)] and out == fake
+    status, text, _ = plan(capsys, "--calibrate")
+    assert status == 0 and calls[-1] == (4, 3) and "Spearman" in text

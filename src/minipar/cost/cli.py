@@ -12,6 +12,7 @@ import sys
 from . import collectives, hardware, model
 from . import memory_time as memory
 from . import pipeline_parallel as pipeline
+from ..errors import InputError
 from .units import fmt_bytes, fmt_seconds
 
 _UNITS = {"": 1, "B": 1, "KB": 1e3, "MB": 1e6, "GB": 1e9, "TB": 1e12,
@@ -50,19 +51,6 @@ def size_bytes(text: str) -> float:
     return positive_float(m.group(1)) * _UNITS[m.group(2).upper()]
 
 
-class InputError(ValueError):
-    """Bad command-line input: one line on stderr, exit status 2 (see :func:`guarded`).
-
-    A ValueError, so this module needs nothing from :mod:`minipar.cli` (which imports it)."""
-
-
-def input_error(message: str) -> InputError:
-    return InputError(message)
-
-
-_error = input_error  # the old private name, still used by tests/test_cli_cost.py
-
-
 def _emit(args, command: str, result: dict, rows: list[tuple[str, str]]) -> int:
     if args.json:
         print(json.dumps(result))
@@ -75,7 +63,8 @@ def _emit(args, command: str, result: dict, rows: list[tuple[str, str]]) -> int:
 
 
 def guarded(command: str, fn):
-    """Run ``fn(args)``; a ValueError (the cost model's rule errors and :class:`InputError`)
+    """Run ``fn(args)``; a ValueError (the cost model's rule errors and
+    :class:`minipar.errors.InputError`)
     becomes one line on stderr and status 2, under ``minipar`` and ``python -m minipar.cli``
     alike."""
     def run(args) -> int:
@@ -119,12 +108,12 @@ def _memory(args) -> int:
     dims = ("layers", "hidden", "heads", "seq", "vocab")
     given = [k for k in dims if getattr(args, k) is not None]
     if args.params is not None and given:
-        raise input_error("give --params or the model shape, not both "
+        raise InputError("give --params or the model shape, not both "
                           f"(got --params and --{given[0]})")
     if args.params is None:
         missing = [k for k in dims if getattr(args, k) is None]
         if missing:
-            raise input_error("give --params N or all of --layers --hidden --heads --seq --vocab "
+            raise InputError("give --params N or all of --layers --hidden --heads --seq --vocab "
                          f"(missing --{' --'.join(missing)})")
         _check_model_shape(args, args.tp, args.pp)
         psi = model.param_count(args.layers, args.hidden, args.vocab, args.seq)
@@ -170,7 +159,7 @@ def _collective(args) -> int:
         alpha = lk.alpha if args.alpha is None else args.alpha
         bandwidth = lk.bandwidth if args.bandwidth is None else args.bandwidth
     elif args.alpha is None or args.bandwidth is None:
-        raise input_error("give --alpha and --bandwidth, or --link NAME "
+        raise InputError("give --alpha and --bandwidth, or --link NAME "
                      f"(one of {', '.join(hardware.LINKS)})")
     else:
         alpha, bandwidth = args.alpha, args.bandwidth
@@ -266,6 +255,15 @@ def _plan(args) -> int:
 
     from . import three_d as planner
 
+    if args.calibrate:                 # the same code as ``minipar bench three_d``
+        from minipar.bench.three_d import _main as bench_three_d
+        return bench_three_d(argparse.Namespace(ranks=args.ranks, steps=args.steps,
+                                                json=args.json))
+    missing = [f"--{k.replace('_', '-')}" for k in ("gpus", "global_batch")
+               if getattr(args, k) is None]
+    if missing:
+        raise InputError(f"give {' and '.join(missing)} (or --calibrate to measure this "
+                         "machine)")
     dims = ("layers", "hidden", "heads", "seq", "vocab")
     given = [k for k in dims if getattr(args, k) is not None]
     if args.model is not None:
@@ -274,7 +272,7 @@ def _plan(args) -> int:
     else:
         missing = [k for k in dims if k not in given]
         if missing:
-            raise input_error("give --model NAME or all of --layers --hidden --heads --seq "
+            raise InputError("give --model NAME or all of --layers --hidden --heads --seq "
                               f"--vocab (missing --{' --'.join(missing)})")
         m_ = planner.ModelShape(*(getattr(args, k) for k in dims))
     cl = planner.cluster(args.gpus, args.gpus_per_node, args.gpu, args.intra, args.inter,
@@ -283,19 +281,19 @@ def _plan(args) -> int:
                          inter_bandwidth=args.inter_bandwidth, inter_alpha=args.inter_alpha)
     fixed = {k: getattr(args, k) for k in ("tp", "pp", "dp", "micro_batch", "zero", "recompute")}
     if fixed["tp"] and m_.heads % fixed["tp"]:
-        raise input_error(f"heads ({m_.heads}) must be divisible by t ({fixed['tp']})")
+        raise InputError(f"heads ({m_.heads}) must be divisible by t ({fixed['tp']})")
     if fixed["pp"] and m_.layers % fixed["pp"]:
-        raise input_error(f"layers ({m_.layers}) must be divisible by p ({fixed['pp']})")
+        raise InputError(f"layers ({m_.layers}) must be divisible by p ({fixed['pp']})")
     prod = 1
     for k in ("tp", "pp", "dp"):
         prod *= fixed[k] or 1
     if cl.gpus % prod:
-        raise input_error(f"gpus ({cl.gpus}) must be divisible by the fixed t·p·d ({prod})")
+        raise InputError(f"gpus ({cl.gpus}) must be divisible by the fixed t·p·d ({prod})")
     configs = planner.search(m_, cl, args.global_batch, grad_reduce_bytes=args.grad_reduce_bytes,
                              headroom=args.headroom, **fixed)
     fitting = [c for c in configs if c.fits]
     if not fitting:
-        raise input_error("nothing fits: " + planner.why_nothing_fits(m_, cl, configs))
+        raise InputError("nothing fits: " + planner.why_nothing_fits(m_, cl, configs))
     shown = fitting if args.top == 0 else fitting[:args.top]
     links = {"intra": {"name": cl.intra.name, "bandwidth": cl.intra.bandwidth,
                        "alpha": cl.intra.alpha},
@@ -352,7 +350,13 @@ def add_plan_parser(subparsers) -> None:
     for name, sym in (("layers", "L"), ("hidden", "h"), ("heads", "a"), ("seq", "s"),
                       ("vocab", "V")):
         p.add_argument(f"--{name}", type=positive_int, help=sym)
-    p.add_argument("--gpus", type=positive_int, required=True, help="N")
+    p.add_argument("--calibrate", action="store_true",
+                   help="measure this machine and predict vs run every (d, t, p) of --ranks "
+                        "gloo ranks (the same as `minipar bench three_d`)")
+    p.add_argument("--ranks", type=positive_int, default=4, help="with --calibrate (default 4)")
+    p.add_argument("--steps", type=positive_int, default=3,
+                   help="with --calibrate: timed steps per layout (default 3)")
+    p.add_argument("--gpus", type=positive_int, help="N (required unless --calibrate)")
     p.add_argument("--gpus-per-node", type=positive_int, default=8)
     p.add_argument("--gpu", choices=tuple(hardware.GPUS), default="A100-80GB")
     p.add_argument("--intra", choices=tuple(hardware.LINKS),
@@ -363,7 +367,8 @@ def add_plan_parser(subparsers) -> None:
     p.add_argument("--intra-alpha", type=nonnegative_float, help="s per message")
     p.add_argument("--inter-bandwidth", type=positive_float, help="bytes/s per direction")
     p.add_argument("--inter-alpha", type=nonnegative_float, help="s per message")
-    p.add_argument("--global-batch", type=positive_int, required=True, help="B, sequences/step")
+    p.add_argument("--global-batch", type=positive_int,
+                   help="B, sequences/step (required unless --calibrate)")
     p.add_argument("--tp", type=positive_int, help="fix t")
     p.add_argument("--pp", type=positive_int, help="fix p")
     p.add_argument("--dp", type=positive_int, help="fix d")

@@ -189,12 +189,14 @@ def zero3_comparison(model: str = "gpt3-175b", batch: int = 1536,
 
 
 def table(rows: list[Row] | None = None) -> str:
-    """The validation table as plain text (one line per row)."""
+    """The validation table as plain text (one line per row), layouts in the course's
+    (d, t, p) order (book/notation.md)."""
     rows = published_runs() if rows is None else rows
-    lines = [f"{'run':<16} {'t,p,d':>10} {'GPUs':>5} {'B':>5} {'pub s':>7} {'pred s':>7} "
+    lines = [f"{'run':<16} {'d,t,p':>10} {'GPUs':>5} {'B':>5} {'pub s':>7} {'pred s':>7} "
              f"{'pub TF':>6} {'pred TF':>7} {'err':>6}"]
     for r in rows:
-        lines.append(f"{r.name:<16} {','.join(map(str, r.layout)):>10} {r.gpus:>5} {r.batch:>5} "
+        t, p, d = r.layout                             # stored as published: (t, p, d)
+        lines.append(f"{r.name:<16} {f'{d},{t},{p}':>10} {r.gpus:>5} {r.batch:>5} "
                      f"{r.published_step:>7.2f} {r.predicted_step:>7.2f} "
                      f"{r.published_tflops:>6.1f} {r.predicted_tflops:>7.1f} {r.error:>+5.1f}%")
     return "\n".join(lines)
