@@ -209,12 +209,16 @@ def tp_collectives(t: int, sp: bool, recompute: str) -> float:
 def evaluate(m_: ModelShape, cl: Cluster, global_batch: int, *, tp: int, pp: int, dp: int,
              micro_batch: int, chunks: int = 1, recompute: str = "selective", sp: bool = False,
              zero: int = 1, grad_reduce_bytes: float = GRAD_REDUCE_BYTES,
-             dp_overlap: bool = True, headroom: float = HEADROOM) -> Config:
+             dp_overlap: bool = True, headroom: float = HEADROOM,
+             zero3_overlap: bool = True) -> Config:
     """Predicted memory and step time of one layout (see the module docstring for the model).
 
     ``dp_overlap`` lets the data-parallel reduction run under the last micro-batch's backward
     when p = 1 (PyTorch DDP's buckets, Li et al. 2020); Megatron-LM in 2021 reduced after the
     backward (``dp_overlap=False``). With p > 1 it always follows the pipeline flush.
+    ``zero3_overlap=False`` exposes all of ZeRO-3's per-layer collectives (no prefetching): the
+    bound used by :func:`minipar.cost.validation.zero3_comparison` to show what overlap can and
+    cannot explain.
     """
     t, p, d, b, v = tp, pp, dp, micro_batch, chunks
     L, h, a, s, V = m_.layers, m_.hidden, m_.heads, m_.seq, m_.vocab
@@ -254,7 +258,8 @@ def evaluate(m_: ModelShape, cl: Cluster, global_batch: int, *, tp: int, pp: int
         gather, _ = dp_allreduce_seconds(2 * layer_params / t, d, t, cl)
         scatter, _ = dp_allreduce_seconds(grad_reduce_bytes * layer_params / t, d, t, cl)
         comm_layer = gather + scatter / 2                      # AG fwd + AG bwd + RS (halves)
-        z3_mb = lp * max(0.0, comm_layer - lt) + gather / 2    # prefetch hides ≤ one layer
+        z3_mb = (lp * max(0.0, comm_layer - lt) + gather / 2   # prefetch hides ≤ one layer
+                 if zero3_overlap else lp * comm_layer)
     slot = c_mb + tp_mb + pp_mb + z3_mb
     r = 0.0 if p == 1 else bubble_relative_to_ideal(schedule, p, m, v)
     f = 0.0 if p == 1 else bubble_fraction_of_total(schedule, p, m, v)
