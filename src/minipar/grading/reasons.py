@@ -6,8 +6,10 @@ traceback, in a rank that died from the ``faulthandler`` stack in its stderr.
 """
 from __future__ import annotations
 
+import io
 import linecache
 import re
+import tokenize
 from pathlib import Path
 
 from minipar.grading.errors import CheckTimeLimit, GradeFailure
@@ -40,9 +42,21 @@ def is_library(filename: str) -> bool:
             or "/torch/" in f or f.startswith("<frozen"))
 
 
+def _code_only(code: str) -> str:
+    """A source line without its trailing comment (tokenized, so a ``#`` in a string stays)."""
+    code = code.strip()
+    try:
+        for tok in tokenize.generate_tokens(io.StringIO(code).readline):
+            if tok.type == tokenize.COMMENT:
+                return code[:tok.start[1]].rstrip() or code
+    except (tokenize.TokenError, SyntaxError, IndentationError):
+        pass
+    return code
+
+
 def _where(line: int, func: str, code: str | None) -> str:
     where = f"line {line}" + (f" of {func}" if func not in ("<module>", "") else "")
-    return f"{where}: {code.strip()}" if code and code.strip() else where
+    return f"{where}: {_code_only(code)}" if code and code.strip() else where
 
 
 def learner_line(exc: BaseException) -> str | None:
