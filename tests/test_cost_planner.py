@@ -346,3 +346,95 @@ def test_plan_calibrate_is_bench_three_d(capsys, monkeypatch):
     assert calls == [(4, 2)] and out == fake
     status, text, _ = plan(capsys, "--calibrate")
     assert status == 0 and calls[-1] == (4, 3) and "Spearman" in text
+
+
+# --- context parallelism (cp) and expert parallelism (ep) -------------------------------
+
+def h100(n):
+    return planner.cluster(n, 8, "H100-SXM")
+
+
+def test_cp_and_ep_default_to_one_and_change_nothing():
+    m = planner.MODELS["gpt3-175b"]
+    kw = dict(tp=8, pp=16, dp=8, micro_batch=1, recompute="full", zero=1)
+    base = planner.evaluate(m, a100(1024), 1536, **kw)
+    same = planner.evaluate(m, a100(1024), 1536, cp=1, ep=1, **kw)
+    assert base == same and base.cp == 1 and base.ep == 1 and base.cp_seconds == 0
+    with pytest.raises(ValueError, match="ep .2. needs an MoE model"):
+        planner.evaluate(m, a100(1024), 1536, ep=2, **kw)
+    with pytest.raises(ValueError, match=r"t·cp·p·d"):
+        planner.evaluate(m, a100(1024), 1536, cp=2, **kw)
+
+
+def test_llama3_405b_at_128k_needs_cp_and_its_published_layout_fits():
+    """Llama 3 405B's 128K stage (Llama Team 2024, Table 4): t = 8, cp = 16, p = 16, d = 8 on
+    16,384 H100, 16 sequences per DP rank (B = 128). Without cp, d = 128 and a pipeline fed
+    with m ≥ p micro-batches cannot fit: the layer inputs kept for the backward even under full
+    recomputation, 2·s·b·h/t bytes per layer for L/p layers and p micro-batches in flight, plus
+    the 16-bit weights and gradients (4Ψ/(t·p)), exceed the GPU less its headroom; what fits
+    has one micro-batch per step (a 15/16 bubble). With cp ≤ 32 searched, the planner's best
+    layout has cp > 1 and is faster than any cp = 1 layout, and the published one fits."""
+    m, cl = planner.MODELS["llama3-405b-128k"], h100(16384)
+    inputs = 2 * m.seq * 1 * m.hidden / 8 * (m.layers // 16) * 16
+    assert inputs + 4 * m.params / (8 * 16) > cl.gpu.memory_bytes * (1 - planner.HEADROOM)
+    no_cp = [c for c in planner.search(m, cl, 128, tp=8, pp=16) if c.fits]
+    assert all(c.microbatches < c.pp and c.bubble > 0.9 for c in no_cp)
+    fits = [c for c in planner.search(m, cl, 128, tp=8, pp=16, max_cp=32) if c.fits]
+    assert fits and fits[0].cp > 1
+    assert fits[0].step_seconds < min(c.step_seconds for c in no_cp) / 3
+    published = [c for c in fits if (c.cp, c.dp) == (16, 8)]
+    assert published, "the published layout (t 8, cp 16, p 16, d 8) must fit"
+    # activations per rank ∝ 1/cp (same m, so the same micro-batches in flight)
+    kw = dict(tp=8, pp=16, micro_batch=1, recompute="full", sp=True, zero=1)
+    a8 = planner.evaluate(m, cl, 256, cp=8, dp=16, **kw).activation_bytes
+    a16 = planner.evaluate(m, cl, 256, cp=16, dp=8, **kw).activation_bytes
+    assert a8 == pytest.approx(2 * a16)
+
+
+def test_cp_ring_is_hidden_by_block_compute_only_when_blocks_are_long():
+    """The ring's K/V transfer per step against the block's attention compute
+    (context_parallel: s/cp ≥ F·bytes·(h_kv/h)/(2B)). At 128K tokens and cp = 16 (8K per rank)
+    the ring hides under compute on NVLink and InfiniBand; at 8K tokens and cp = 16 (512 per
+    rank) across a slow link it does not, and the exposed time grows as the link slows
+    (negative control: a model that ignored the ring would show 0 in both)."""
+    m = planner.MODELS["llama3-405b-128k"]
+    kw = dict(tp=8, pp=16, dp=8, cp=16, micro_batch=1, recompute="full", sp=True, zero=1)
+    assert planner.evaluate(m, h100(16384), 128, **kw).cp_seconds == 0
+    short = replace(m, seq=8192)
+    slow = [planner.evaluate(short, planner.cluster(16384, 8, "H100-SXM", inter_bandwidth=bw),
+                             128, **kw).cp_seconds for bw in (12.5e9, 1e9)]
+    assert 0 < slow[0] < slow[1]
+
+
+def test_mixtral_moe_active_vs_total_and_experts_split_over_ep():
+    """Mixtral 8×7B (Jiang et al. 2024): ~47 B parameters in memory, ~13 B used per token (the
+    paper: 46.7 and 12.9; this GPT-shaped count keeps full K/V projections). FLOPs follow the
+    active parameters (6·active per token, plus attention), memory all of them; the expert
+    states per rank ∝ 1/ep, and ep > 1 pays four all-to-alls per layer and micro-batch."""
+    mx, cl = planner.MODELS["mixtral-8x7b"], h100(64)
+    assert 46e9 < mx.params < 48.5e9 and 12.5e9 < mx.active_params < 14e9
+    kw = dict(tp=1, pp=1, dp=64, micro_batch=1, recompute="selective", zero=1)
+    by_ep = {ep: planner.evaluate(mx, cl, 256, ep=ep, **kw) for ep in (1, 2, 4, 8)}
+    st = [by_ep[e].model_state_bytes for e in (1, 2, 4, 8)]
+    assert st[0] - st[1] == pytest.approx(2 * (st[1] - st[2]), rel=1e-6)
+    assert st[1] - st[2] == pytest.approx(2 * (st[2] - st[3]), rel=1e-6)
+    assert by_ep[1].ep_seconds == 0 and all(by_ep[e].ep_seconds > 0 for e in (2, 4, 8))
+    assert not by_ep[1].fits and by_ep[8].fits
+    c = by_ep[8]
+    model_flops = c.mfu * c.step_seconds * 64 * cl.peak
+    dense = 6 * mx.active_params * 256 * mx.seq
+    assert dense < model_flops < 1.25 * dense            # + attention (s/6h ≈ 17 %)
+    # negative control: the experts counted as active (total parameters) would be 3.5x more
+    assert 6 * mx.params * 256 * mx.seq > 3 * model_flops
+
+
+def test_plan_cli_cp_ep(capsys):
+    out = plan_json(capsys, "--model", "mixtral-8x7b", "--gpus", "64", "--gpu", "H100-SXM",
+                    "--global-batch", "256", "--max-ep", "8", "--top", "0")
+    assert {c["ep"] for c in out["configs"]} >= {1, 2, 4, 8}
+    out = plan_json(capsys, "--model", "llama3-405b-128k", "--gpus", "16384", "--gpu",
+                    "H100-SXM", "--global-batch", "128", "--tp", "8", "--pp", "16", "--cp", "16")
+    assert out["configs"] and all(c["cp"] == 16 and c["dp"] == 8 for c in out["configs"])
+    status, _, err = plan(capsys, "--model", "gpt3-175b", "--gpus", "1024", "--global-batch",
+                          "1536", "--ep", "2")
+    assert status == 2 and "needs an MoE model" in err

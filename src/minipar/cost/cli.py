@@ -251,7 +251,7 @@ def add_parser(subparsers) -> None:
 # --- minipar plan: the 3D planner (minipar.cost.three_d) ------------------------------------
 
 def _plan(args) -> int:
-    from dataclasses import asdict
+    from dataclasses import asdict, replace
 
     from . import three_d as planner
 
@@ -268,7 +268,7 @@ def _plan(args) -> int:
     given = [k for k in dims if getattr(args, k) is not None]
     if args.model is not None:
         base = planner.MODELS[args.model]
-        m_ = planner.ModelShape(*(getattr(args, k) or getattr(base, k) for k in dims))
+        m_ = replace(base, **{k: getattr(args, k) for k in given})     # keeps MoE fields
     else:
         missing = [k for k in dims if k not in given]
         if missing:
@@ -279,18 +279,22 @@ def _plan(args) -> int:
                          gemm_efficiency=args.gemm_efficiency,
                          intra_bandwidth=args.intra_bandwidth, intra_alpha=args.intra_alpha,
                          inter_bandwidth=args.inter_bandwidth, inter_alpha=args.inter_alpha)
-    fixed = {k: getattr(args, k) for k in ("tp", "pp", "dp", "micro_batch", "zero", "recompute")}
+    fixed = {k: getattr(args, k) for k in ("tp", "pp", "dp", "micro_batch", "zero", "recompute",
+                                           "cp", "ep")}
+    if (args.ep or args.max_ep > 1) and not m_.moe:
+        raise InputError(f"--ep needs an MoE model (experts > 1), got --model {args.model}")
     if fixed["tp"] and m_.heads % fixed["tp"]:
         raise InputError(f"heads ({m_.heads}) must be divisible by t ({fixed['tp']})")
     if fixed["pp"] and m_.layers % fixed["pp"]:
         raise InputError(f"layers ({m_.layers}) must be divisible by p ({fixed['pp']})")
     prod = 1
-    for k in ("tp", "pp", "dp"):
+    for k in ("tp", "pp", "dp", "cp"):
         prod *= fixed[k] or 1
     if cl.gpus % prod:
-        raise InputError(f"gpus ({cl.gpus}) must be divisible by the fixed t·p·d ({prod})")
+        raise InputError(f"gpus ({cl.gpus}) must be divisible by the fixed t·cp·p·d ({prod})")
     configs = planner.search(m_, cl, args.global_batch, grad_reduce_bytes=args.grad_reduce_bytes,
-                             headroom=args.headroom, **fixed)
+                             headroom=args.headroom, max_cp=args.max_cp, max_ep=args.max_ep,
+                             **fixed)
     fitting = [c for c in configs if c.fits]
     if not fitting:
         raise InputError("nothing fits: " + planner.why_nothing_fits(m_, cl, configs))
@@ -315,11 +319,13 @@ def _plan(args) -> int:
           "per direction per GPU")
     print("  overlap: TP and PP on the critical path; DP after the flush (p>1) or under the last "
           "backward (p=1); ZeRO-3 gathers prefetched one layer ahead")
-    print(f"  {'t':>2} {'p':>3} {'d':>4} {'b':>2} {'m':>4} {'v':>1} {'recomp':<9} {'sp':<2} "
+    extra = any(c.cp > 1 or c.ep > 1 for c in shown)           # cp/ep columns when used
+    print(f"  {'t':>2} {'p':>3} {'d':>4} " + (f"{'cp':>3} {'ep':>3} " if extra else "") + f"{'b':>2} {'m':>4} {'v':>1} {'recomp':<9} {'sp':<2} "
           f"{'Z':>1} {'mem/GPU':>10} {'bubble':>6} {'TP':>9} {'PP':>9} {'DP exp':>9} "
           f"{'step':>9} {'MFU':>5}")
     for c in shown:
-        print(f"  {c.tp:>2} {c.pp:>3} {c.dp:>4} {c.micro_batch:>2} {c.microbatches:>4} "
+        print(f"  {c.tp:>2} {c.pp:>3} {c.dp:>4} " + (f"{c.cp:>3} {c.ep:>3} " if extra else "")
+              + f"{c.micro_batch:>2} {c.microbatches:>4} "
               f"{c.chunks:>1} {c.recompute:<9} {'y' if c.sp else 'n':<2} {c.zero:>1} "
               f"{fmt_bytes(c.bytes_per_gpu):>10} {c.bubble:>6.1%} {fmt_seconds(c.tp_seconds):>9} "
               f"{fmt_seconds(c.pp_seconds):>9} "
@@ -373,6 +379,13 @@ def add_plan_parser(subparsers) -> None:
     p.add_argument("--pp", type=positive_int, help="fix p")
     p.add_argument("--dp", type=positive_int, help="fix d")
     p.add_argument("--micro-batch", type=positive_int, help="fix b")
+    p.add_argument("--cp", type=positive_int, help="fix the context-parallel degree (default 1)")
+    p.add_argument("--max-cp", type=positive_int, default=1,
+                   help="search cp over powers of two up to this (default 1)")
+    p.add_argument("--ep", type=positive_int,
+                   help="fix the expert-parallel degree (MoE models; default 1)")
+    p.add_argument("--max-ep", type=positive_int, default=1,
+                   help="search ep over powers of two up to this (MoE models; default 1)")
     p.add_argument("--zero", type=int, choices=planner.ZERO_STAGES, help="fix the ZeRO stage")
     p.add_argument("--recompute", choices=model.RECOMPUTE, help="fix the recomputation")
     p.add_argument("--gemm-efficiency", type=fraction,

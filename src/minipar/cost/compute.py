@@ -162,3 +162,15 @@ def optimizer_seconds(params: float, gpu, bytes_per_param: float = 30) -> float:
     if params < 0:
         raise ValueError(f"params ({params}) must be >= 0")
     return bytes_per_param * params / gpu.hbm_bandwidth
+
+
+def attention_core_and_mlp_seconds(b: int, s: int, h: int, a: int, gpu,
+                                   t: int = 1) -> dict[str, float]:
+    """Forward and backward GEMM seconds of one layer's attention core (QKᵀ, attention·V) and
+    of its MLP (h→4h, 4h→h) on one of t ranks: the parts :mod:`minipar.cost.three_d` rescales
+    for context parallelism (the core repeats for each of the other cp−1 key blocks of the
+    ring) and for MoE or non-4h MLPs (the MLP scales with the active expert FLOPs)."""
+    gemms = layer_gemms(b, s, h, a, t)
+    core_f, core_b = _pass_seconds(gemms[4:], gpu)
+    mlp_f, mlp_b = _pass_seconds(gemms[2:4], gpu)
+    return {"core_f": core_f, "core_b": core_b, "mlp_f": mlp_f, "mlp_b": mlp_b}

@@ -71,7 +71,10 @@ from typing import Iterable
 
 from .breakdown import check_layout
 from .collectives import collective_time, hierarchical_all_reduce_time
-from .compute import layer_seconds, logits_seconds, optimizer_seconds
+from .compute import (attention_core_and_mlp_seconds, layer_seconds, logits_seconds,
+                      optimizer_seconds)
+from .context_parallel import ring_sent_bytes_per_layer
+from .expert_parallel import all_to_all_time
 from .hardware import GPU, Link, gpu as gpu_preset, link as link_preset
 from .memory_time import (ZERO_STAGES, activation_bytes_per_layer, check_zero_stage,
                           model_state_bytes, pipeline_first_stage_activation_bytes)
@@ -94,10 +97,37 @@ class ModelShape:
     seq: int      # s
     vocab: int    # V
     note: str = ""
+    experts: int = 1       # E, experts per MLP (1: dense)
+    top_k: int = 1         # K, experts each token is routed to
+    ffn: int = 0           # f, one expert's hidden width (0: 4h, GPT's MLP)
+    mlp_matrices: int = 2  # 2 (GELU MLP) or 3 (SwiGLU)
+    kv_heads: int = 0      # key/value heads (0: a; GQA only changes the ring's K/V bytes here)
+
+    @property
+    def moe(self) -> bool:
+        return self.experts > 1
+
+    @property
+    def expert_params_per_layer(self) -> int:
+        """One layer's MLP parameters: E experts of ``mlp_matrices``·h·f (+ the router h·E)."""
+        f = self.ffn or 4 * self.hidden
+        router = self.hidden * self.experts if self.moe else 0
+        return self.experts * self.mlp_matrices * self.hidden * f + router
 
     @property
     def params(self) -> int:
-        return param_count(self.layers, self.hidden, self.vocab, self.seq)
+        """Total parameters: Eq. 2 with the 8h² GELU MLP replaced by the experts."""
+        dense = param_count(self.layers, self.hidden, self.vocab, self.seq)
+        if not self.moe and not self.ffn and self.mlp_matrices == 2:
+            return dense
+        return dense + self.layers * (self.expert_params_per_layer - 8 * self.hidden ** 2)
+
+    @property
+    def active_params(self) -> int:
+        """Parameters one token uses: K of the E experts (all of them when dense)."""
+        f = self.ffn or 4 * self.hidden
+        unused = (self.experts - self.top_k) * self.mlp_matrices * self.hidden * f
+        return self.params - self.layers * unused
 
 
 # Shapes as published. Llama 2 70B uses grouped-query attention and a SwiGLU MLP (h → 28672),
@@ -112,6 +142,15 @@ MODELS: dict[str, ModelShape] = {
     "llama2-70b": ModelShape(80, 8192, 64, 4096, 32000,
                              "Touvron et al. 2023 (Llama 2); GQA and SwiGLU not modelled"),
     "megatron-1t": ModelShape(128, 25600, 160, 2048, 51200, "Narayanan et al. 2021 Table 1"),
+    "mixtral-8x7b": ModelShape(32, 4096, 32, 4096, 32000,
+                               "Jiang et al. 2024 Table 1: 8 experts, top-2, f = 14336, SwiGLU, "
+                               "8 KV heads (untied embeddings counted once)",
+                               experts=8, top_k=2, ffn=14336, mlp_matrices=3, kv_heads=8),
+    "llama3-405b-128k": ModelShape(128, 16384, 128, 131072, 128256,
+                                   "Llama 3 405B (Llama Team 2024 §3.3) in its 128K-context "
+                                   "stage: 126 layers + embedding and head as 2 pipeline units; "
+                                   "f = 53248, SwiGLU, 8 KV heads",
+                                   ffn=53248, mlp_matrices=3, kv_heads=8),
 }
 
 
@@ -162,6 +201,10 @@ class Config:
     tp_link: str
     pp_link: str
     dp_link: str
+    cp: int = 1               # context parallel: the sequence split over cp ranks
+    ep: int = 1               # expert parallel: the experts split over ep of the d ranks
+    cp_seconds: float = 0.0   # ring K/V transfers not hidden by block compute, per step
+    ep_seconds: float = 0.0   # MoE all-to-alls on the critical path, per step
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -210,7 +253,7 @@ def evaluate(m_: ModelShape, cl: Cluster, global_batch: int, *, tp: int, pp: int
              micro_batch: int, chunks: int = 1, recompute: str = "selective", sp: bool = False,
              zero: int = 1, grad_reduce_bytes: float = GRAD_REDUCE_BYTES,
              dp_overlap: bool = True, headroom: float = HEADROOM,
-             zero3_overlap: bool = True) -> Config:
+             zero3_overlap: bool = True, cp: int = 1, ep: int = 1) -> Config:
     """Predicted memory and step time of one layout (see the module docstring for the model).
 
     ``dp_overlap`` lets the data-parallel reduction run under the last micro-batch's backward
@@ -219,70 +262,131 @@ def evaluate(m_: ModelShape, cl: Cluster, global_batch: int, *, tp: int, pp: int
     ``zero3_overlap=False`` exposes all of ZeRO-3's per-layer collectives (no prefetching): the
     bound used by :func:`minipar.cost.validation.zero3_comparison` to show what overlap can and
     cannot explain.
+
+    Context parallelism (``cp``; Megatron's rank order t → cp → d → p): each rank holds s/cp
+    tokens of every sequence, so activations, GEMM work and TP/PP messages shrink by cp; the
+    attention core runs against all cp key blocks (zigzag-balanced causal work,
+    :mod:`minipar.cost.context_parallel`), and the ring sends (cp−1) K/V blocks per layer
+    forward, (cp−1) K/V + cp dK/dV backward (again (cp−1) forward when fully recomputed), each
+    step overlapped with the block compute, only the excess exposed. Weights are replicated
+    over cp: gradients are reduced and ZeRO shards over d·cp ranks.
+    Expert parallelism (``ep``, an MoE :class:`ModelShape`; ep divides d): FLOPs from the K
+    active experts, memory from all E, the experts' weights ÷ ep and their states sharded over
+    d·cp/ep; four all-to-alls of the K·b·s/cp routed (b, ·, h) rows per MoE layer and
+    micro-batch (six with full recomputation), on the critical path
+    (:mod:`minipar.cost.expert_parallel`).
     """
     t, p, d, b, v = tp, pp, dp, micro_batch, chunks
     L, h, a, s, V = m_.layers, m_.hidden, m_.heads, m_.seq, m_.vocab
-    check(m_, cl, global_batch, tp=t, pp=p, dp=d, micro_batch=b, chunks=v, zero=zero)
+    check(m_, cl, global_batch, tp=t, pp=p, dp=d, micro_batch=b, chunks=v, zero=zero, cp=cp,
+          ep=ep)
+    sl = s // cp                                               # tokens per CP rank
+    dcp = d * cp                                               # ranks sharing the weights
     if grad_reduce_bytes <= 0 or not 0 <= headroom < 1:
         raise ValueError(f"grad_reduce_bytes ({grad_reduce_bytes}) must be > 0 and headroom "
                          f"({headroom}) in [0, 1)")
     m = global_batch // (d * b)
     psi = m_.params
     lp = L // p                                                # layers per stage
-    layer_params = 12 * h * h + 13 * h                         # Eq. 2, one layer
+    exp_layer = m_.expert_params_per_layer                     # the MLP (all E experts)
+    dense_layer = 12 * h * h + 13 * h - 8 * h * h              # Eq. 2's layer less its MLP
+    layer_params = dense_layer + exp_layer / ep                # what one rank holds of a layer
     # memory of the first (fullest) stage: its L/p layers plus the (V + s)·h embedding, which
     # Megatron keeps whole on the first stage (and a tied copy on the last), split over t
     emb = (V + s) * h
     psi_stage = lp * layer_params + emb                        # the first (and last) stage
-    states = model_state_bytes(psi_stage * p, d=d, t=t, p=p, zero=zero).total
+    psi_dense = lp * dense_layer + emb                         # replicated over d·cp
+    psi_exp = lp * exp_layer / ep                              # replicated over d·cp/ep
+    states = (model_state_bytes(psi_dense * p, d=dcp, t=t, p=p, zero=zero).total
+              + model_state_bytes(psi_exp * p, d=dcp // ep, t=t, p=p, zero=zero).total)
     if zero == 3:                                              # 2 gathered layers + 1 gradient
         states += (2 * 2 + grad_reduce_bytes) * layer_params / t
     schedule = "interleaved" if v > 1 else "1f1b"
+    # with cp > 1 every tensor holds s/cp tokens and ring attention is blockwise: no s² scores
+    # are stored, which is selective recomputation's memory (Korthikanti Table 2)
+    mem_rc = "selective" if cp > 1 and recompute == "none" else recompute
     act = pipeline_first_stage_activation_bytes(s, b, h, a, L, p, m=m, t=t, sp=sp,
-                                                recompute=recompute, schedule=schedule, v=v)
+                                                recompute=mem_rc, schedule=schedule, v=v)
     if recompute == "full":                                    # the layer being recomputed
-        act += activation_bytes_per_layer(s, b, h, a, t=t, sp=sp)
+        act += activation_bytes_per_layer(s, b, h, a, t=t, sp=sp,
+                                          recompute="selective" if cp > 1 else "none")
+    act /= cp
     total = states + act
     limit = cl.gpu.memory_bytes * (1 - headroom)
     # one micro-batch on the slowest (last) stage
     gpu = cl.gpu
-    lt = layer_seconds(b, s, h, a, gpu, t, sp=sp, recompute=recompute).total_s
-    c_mb = lp * lt + logits_seconds(b, s, h, V, gpu, t)
-    act_bytes = b * s * h * 2                                  # (b, s, h) in 16-bit
+    lt = layer_seconds(b, sl, h, a, gpu, t, sp=sp, recompute=recompute).total_s
+    parts = attention_core_and_mlp_seconds(b, sl, h, a, gpu, t)
+    refwd = 1 if recompute == "none" else 2                    # the core is recomputed
+    core = refwd * parts["core_f"] + parts["core_b"]           # one (s/cp)² block
+    if cp > 1:                                                 # the other cp−1 key blocks
+        lt += (cp - 1) * core
+    ffn = m_.ffn or 4 * h
+    scale = m_.top_k * m_.mlp_matrices * ffn / (2 * 4 * h)       # active MLP / GPT's 8h² MLP
+    if scale != 1:
+        lt += (scale - 1) * ((2 if recompute == "full" else 1) * parts["mlp_f"] + parts["mlp_b"])
+    c_mb = lp * lt + logits_seconds(b, sl, h, V, gpu, t)
+    act_bytes = b * sl * h * 2                                 # (b, s/cp, h) in 16-bit
+    cp_mb = 0.0
+    if cp > 1:                                                 # ring K/V, overlapped per step
+        h_kv = h * (m_.kv_heads or a) // a
+        ring = ring_sent_bytes_per_layer(b, s, h_kv // t, cp)
+        fwd_sends = (cp - 1) * (2 if recompute == "full" else 1)
+        cp_link = cl.intra if t * cp <= cl.gpus_per_node else cl.inter
+        kv = ring["forward"] / (cp - 1)
+        comm = (fwd_sends + (cp - 1)) * (cp_link.alpha + kv / cp_link.bandwidth) + \
+            cp * (cp_link.alpha + kv / cp_link.bandwidth)
+        cp_mb = lp * max(0.0, comm - cp * core)
+    ep_mb = 0.0
+    if ep > 1:                                                 # dispatch + combine, fwd + bwd
+        rows = m_.top_k * b * sl * h * 2 / (t if sp else 1)    # routed (·, h) rows, 16-bit
+        ep_link = cl.intra if t * cp * ep <= cl.gpus_per_node else cl.inter
+        n_a2a = 6 if recompute == "full" else 4
+        ep_mb = lp * n_a2a * all_to_all_time(rows, ep, ep_link.alpha, ep_link.bandwidth)
     tp_link = cl.intra if t <= cl.gpus_per_node else cl.inter
     tp_mb = lp * tp_collectives(t, sp, recompute) * _ring("all-reduce", t, act_bytes, tp_link)
     pp_link = cl.intra if t * d * p <= cl.gpus_per_node else cl.inter
     pp_mb = 0.0 if p == 1 else 2 * v * (pp_link.alpha + act_bytes / t / pp_link.bandwidth)
     z3_mb = 0.0
     if zero == 3:                                              # one FSDP unit per layer
-        gather, _ = dp_allreduce_seconds(2 * layer_params / t, d, t, cl)
-        scatter, _ = dp_allreduce_seconds(grad_reduce_bytes * layer_params / t, d, t, cl)
+        gather, _ = dp_allreduce_seconds(2 * layer_params / t, dcp, t, cl)
+        scatter, _ = dp_allreduce_seconds(grad_reduce_bytes * layer_params / t, dcp, t, cl)
         comm_layer = gather + scatter / 2                      # AG fwd + AG bwd + RS (halves)
         z3_mb = (lp * max(0.0, comm_layer - lt) + gather / 2   # prefetch hides ≤ one layer
                  if zero3_overlap else lp * comm_layer)
-    slot = c_mb + tp_mb + pp_mb + z3_mb
+    slot = c_mb + tp_mb + pp_mb + z3_mb + cp_mb + ep_mb
     r = 0.0 if p == 1 else bubble_relative_to_ideal(schedule, p, m, v)
     f = 0.0 if p == 1 else bubble_fraction_of_total(schedule, p, m, v)
     pipe = m * slot * (1 + r)
     # after the last micro-batch: data parallelism, the embedding gradient, the optimizer
-    grad_bytes = grad_reduce_bytes * psi_stage / t
-    ar, dp_name = dp_allreduce_seconds(grad_bytes, d, t, cl)
+    def reduce(psi: float, n: int) -> tuple[float, str]:
+        ar, name = dp_allreduce_seconds(grad_reduce_bytes * psi / t, n, t, cl)
+        if zero in (1, 2):                                     # RS(grads) + AG(16-bit params)
+            ar = ar / 2 + dp_allreduce_seconds(2 * psi / t, n, t, cl)[0] / 2
+        return ar, name
+    if ep == 1:
+        ar, dp_name = reduce(psi_stage, dcp)
+    else:                                                      # two groups, one after the other
+        ar, dp_name = reduce(psi_dense, dcp)
+        ar += reduce(psi_exp, dcp // ep)[0]
     if zero == 3:
         dp_total, exposed = m * lp * comm_layer, 0.0
     else:
-        if zero in (1, 2):                                     # RS(grads) + AG(16-bit params)
-            ar = ar / 2 + dp_allreduce_seconds(2 * psi_stage / t, d, t, cl)[0] / 2
         dp_total = ar
         window = (2 / 3) * c_mb if p == 1 and dp_overlap else 0.0
         exposed = max(0.0, dp_total - window)
     emb_s = 0.0 if p == 1 else _ring("all-reduce", 2, grad_reduce_bytes * V * h / t, cl.inter
                                      if t * d * p > cl.gpus_per_node else cl.intra)
-    opt_s = optimizer_seconds(psi_stage / t / (d if zero >= 1 else 1), gpu)
+    shard = (psi_dense / dcp + psi_exp / (dcp // ep)) if zero >= 1 else psi_stage
+    opt_s = optimizer_seconds(shard / t, gpu)
     step = pipe + exposed + emb_s + opt_s
-    n = t * p * d
+    n = t * cp * p * d
     peak = cl.peak
     model_flops = flops_per_iteration(global_batch, s, L, h, V, "none")
     hw_flops = flops_per_iteration(global_batch, s, L, h, V, recompute)
+    extra = 2 * L * global_batch * s * (m_.top_k * m_.mlp_matrices * ffn * h - 8 * h * h)
+    model_flops += 3 * extra                                   # active MLP, fwd + bwd
+    hw_flops += (4 if recompute == "full" else 3) * extra
     return Config(
         tp=t, pp=p, dp=d, micro_batch=b, microbatches=m, chunks=v, recompute=recompute, sp=sp,
         zero=zero, bytes_per_gpu=total, model_state_bytes=states, activation_bytes=act,
@@ -291,21 +395,30 @@ def evaluate(m_: ModelShape, cl: Cluster, global_batch: int, *, tp: int, pp: int
         pp_seconds=m * (1 + r) * pp_mb, dp_seconds=dp_total, dp_exposed_seconds=exposed,
         embedding_seconds=emb_s, optimizer_seconds=opt_s,
         zero3_exposed_seconds=m * (1 + r) * z3_mb,
+        cp=cp, ep=ep, cp_seconds=m * (1 + r) * cp_mb, ep_seconds=m * (1 + r) * ep_mb,
         step_seconds=step, mfu=model_flops / (step * n * peak), hfu=hw_flops / (step * n * peak),
         tp_link=tp_link.name if t > 1 else "-", pp_link=pp_link.name if p > 1 else "-",
         dp_link=dp_name)
 
 
 def check(m_: ModelShape, cl: Cluster, global_batch: int, *, tp: int, pp: int, dp: int,
-          micro_batch: int, chunks: int = 1, zero: int = 1) -> None:
+          micro_batch: int, chunks: int = 1, zero: int = 1, cp: int = 1, ep: int = 1) -> None:
     """Raise ``ValueError`` naming the first rule the layout breaks: the cost model's layout
     rules (:func:`minipar.cost.breakdown.check_layout`), then the planner's own."""
     t, p, d, b, v = tp, pp, dp, micro_batch, chunks
     check_layout(m_.layers, m_.hidden, m_.heads, d=d, t=t, p=p, zero=zero)
     if m_.layers % (p * v):
         raise ValueError(f"layers ({m_.layers}) must be divisible by p·v ({p}·{v})")
-    if t * p * d != cl.gpus:
-        raise ValueError(f"gpus ({cl.gpus}) must equal t·p·d ({t}·{p}·{d})")
+    if not (isinstance(cp, int) and cp >= 1 and isinstance(ep, int) and ep >= 1):
+        raise ValueError(f"cp ({cp}) and ep ({ep}) must be integers >= 1")
+    if m_.seq % (2 * cp if cp > 1 else 1):
+        raise ValueError(f"seq ({m_.seq}) must be divisible by 2·cp ({2 * cp}): zigzag chunks")
+    if ep > 1 and (not m_.moe or m_.experts % ep or d % ep):
+        raise ValueError(f"ep ({ep}) needs an MoE model whose experts ({m_.experts}) and d ({d}) "
+                         "it divides")
+    if t * cp * p * d != cl.gpus:
+        raise ValueError(f"gpus ({cl.gpus}) must equal t·cp·p·d ({t}·{cp}·{p}·{d})"
+                         if cp > 1 else f"gpus ({cl.gpus}) must equal t·p·d ({t}·{p}·{d})")
     if global_batch % (d * b):
         raise ValueError(f"global batch ({global_batch}) must be divisible by d·b ({d}·{b})")
     m = global_batch // (d * b)
@@ -320,7 +433,8 @@ def check(m_: ModelShape, cl: Cluster, global_batch: int, *, tp: int, pp: int, d
 def search(m_: ModelShape, cl: Cluster, global_batch: int, *, tp: int | None = None,
            pp: int | None = None, dp: int | None = None, micro_batch: int | None = None,
            zero: int | None = None, max_micro_batch: int = 8, max_chunks: int = 4,
-           recompute: str | None = None, **model_options) -> list[Config]:
+           recompute: str | None = None, cp: int | None = None, max_cp: int = 1,
+           ep: int | None = None, max_ep: int = 1, **model_options) -> list[Config]:
     """Every valid layout, fitting ones first, each group ordered by predicted step time.
 
     Search space: t a divisor of the heads and at most the GPUs per node (Megatron's rule: keep
@@ -328,42 +442,47 @@ def search(m_: ModelShape, cl: Cluster, global_batch: int, *, tp: int | None = N
     p a divisor of L; d = N/(t·p); b a power of two up to ``max_micro_batch`` dividing B/d;
     v in 1, 2, 4; recomputation none/selective/full; sequence parallelism on or off (t > 1);
     ZeRO 0-3 (2 only with p = 1; 1-3 only with d > 1; FSDP = ZeRO-3 composes with PP as in
-    torchtitan). ``model_options`` go to :func:`evaluate` (``grad_reduce_bytes``,
-    ``dp_overlap``, ``headroom``).
+    torchtitan). cp is 1 (default), ``cp``, or every power of two up to ``max_cp``; ep likewise
+    (``ep``/``max_ep``, MoE shapes only). ``model_options`` go to :func:`evaluate`
+    (``grad_reduce_bytes``, ``dp_overlap``, ``headroom``).
     """
     out: list[Config] = []
     ts = [tp] if tp else [k for k in _divisors(m_.heads) if k <= cl.gpus_per_node]
     ps = [pp] if pp else _divisors(m_.layers)
-    for t in ts:
-        for p in ps:
-            if cl.gpus % (t * p):
+
+    def powers(fixed, top):
+        return [fixed] if fixed else [1 << k for k in range(top.bit_length()) if 1 << k <= top]
+    for t, cp_, ep_, p in ((t, c, e, p) for t in ts for c in powers(cp, max_cp)
+                           for e in powers(ep, max_ep) for p in ps):
+        if cl.gpus % (t * cp_ * p) or (ep_ > 1 and not m_.moe):
+            continue
+        d = cl.gpus // (t * cp_ * p)
+        if dp and d != dp:
+            continue
+        if global_batch % d:
+            continue
+        bs = [micro_batch] if micro_batch else \
+            [1 << k for k in range(max_micro_batch.bit_length()) if 1 << k <= max_micro_batch]
+        for b in bs:
+            if global_batch % (d * b):
                 continue
-            d = cl.gpus // (t * p)
-            if dp and d != dp:
-                continue
-            if global_batch % d:
-                continue
-            bs = [micro_batch] if micro_batch else \
-                [1 << k for k in range(max_micro_batch.bit_length()) if 1 << k <= max_micro_batch]
-            for b in bs:
-                if global_batch % (d * b):
-                    continue
-                m = global_batch // (d * b)
-                vs = [1] + [v for v in (2, 4) if v <= max_chunks and p > 1 and m % p == 0
-                            and m_.layers % (p * v) == 0]
-                zs = [0] if d == 1 else (list(ZERO_STAGES) if p == 1 else [0, 1, 3])
-                if zero is not None:
-                    zs = [zero]
-                for v in vs:
-                    for rc in ([recompute] if recompute else RECOMPUTE):
-                        for sp in ((False, True) if t > 1 else (False,)):
-                            for z in zs:
-                                try:
-                                    out.append(evaluate(m_, cl, global_batch, tp=t, pp=p, dp=d,
-                                                        micro_batch=b, chunks=v, recompute=rc,
-                                                        sp=sp, zero=z, **model_options))
-                                except ValueError:
-                                    continue
+            m = global_batch // (d * b)
+            vs = [1] + [v for v in (2, 4) if v <= max_chunks and p > 1 and m % p == 0
+                        and m_.layers % (p * v) == 0]
+            zs = [0] if d == 1 else (list(ZERO_STAGES) if p == 1 else [0, 1, 3])
+            if zero is not None:
+                zs = [zero]
+            for v in vs:
+                for rc in ([recompute] if recompute else RECOMPUTE):
+                    for sp in ((False, True) if t > 1 else (False,)):
+                        for z in zs:
+                            try:
+                                out.append(evaluate(m_, cl, global_batch, tp=t, pp=p, dp=d,
+                                                    micro_batch=b, chunks=v, recompute=rc,
+                                                    sp=sp, zero=z, cp=cp_, ep=ep_,
+                                                    **model_options))
+                            except ValueError:
+                                continue
     out.sort(key=lambda c: (not c.fits, c.step_seconds, c.bytes_per_gpu))
     return out
 

@@ -238,6 +238,7 @@ export function planEvaluate(model, cluster, globalBatch, tp, pp, dp, microBatch
     zero3_exposed_seconds: m * (1 + r) * z3Mb, step_seconds: step,
     mfu: modelFlops / (step * n * peak), hfu: hwFlops / (step * n * peak),
     tp_link: t > 1 ? tpLink.name : "-", pp_link: p > 1 ? ppLink.name : "-", dp_link: dpName,
+    cp: 1, ep: 1, cp_seconds: 0, ep_seconds: 0,   // the explorer has no cp/ep (minipar plan has)
   };
 }
 
