@@ -21,6 +21,7 @@ from minipar.memory_time.gpt import GPT, GPTConfig, Layer
 TINY = GPTConfig(L=4, h=128, a=4, s=32, V=64, dropout=0.0)   # a, s divisible by t = 1, 2, 4
 BATCH, MICRO = 16, 2                                          # B sequences per step, b
 SIZES = (2**8, 2**14, 2**17, 2**19)                           # all-reduce sizes, elements
+BATCHES = (1, 2, 4, 8)                                        # micro-batches of the layer fit
 
 
 def _timed(fn, reps: int) -> float:
@@ -79,7 +80,13 @@ def calibrate(ranks: int = 4, config: GPTConfig = TINY, reps: int = 5) -> model.
     """Measure on ``ranks`` gloo ranks and fit :class:`minipar.cost.calibrate.Machine`."""
     from minipar.launch import run
 
-    per = run(measure_on_rank, ranks, config, (1, 2, 4, 8), reps, backend="gloo")
+    return fit_machine(run(measure_on_rank, ranks, config, BATCHES, reps, backend="gloo"),
+                       ranks, config)
+
+
+def fit_machine(per: list[dict], ranks: int, config: GPTConfig = TINY) -> model.Machine:
+    """:class:`minipar.cost.calibrate.Machine` from every rank's :func:`measure_on_rank`
+    (the slowest rank per point: a layout waits for it)."""
     bs = sorted(per[0]["layer"])
     secs = [max(r["layer"][b] for r in per) for b in bs]                # slowest rank
     c0, rate = model.fit_compute([model.layer_flops(b, config.s, config.h) for b in bs], secs)
@@ -131,22 +138,39 @@ def time_layout_on_rank(rank: int, world_size: int, d: int, t: int, p: int,
     return min(times[1:])
 
 
+def _bench_on_rank(rank: int, world_size: int, config: GPTConfig, batch: int, b: int,
+                   steps: int, reps: int, layouts: list[tuple[int, int, int]]) -> dict:
+    """One launch does it all (each launch of fresh ranks costs more CPU than the measurements
+    it would hold): the calibration, then every layout's fastest step."""
+    return {"machine": measure_on_rank(rank, world_size, config, BATCHES, reps),
+            "steps": [time_layout_on_rank(rank, world_size, d, t, p, config, batch, b, steps)
+                      for d, t, p in layouts]}
+
+
 def bench(ranks: int = 4, config: GPTConfig = TINY, batch: int = BATCH, b: int = MICRO,
           steps: int = 3, reps: int = 5) -> dict:
     """Calibrate, predict every (d, t, p) of ``ranks``, run each, compare (Spearman of the step
-    times, error per layout)."""
+    times, error per layout), all in one launch of ``ranks`` gloo ranks."""
     from minipar.launch import run
 
-    mach = calibrate(ranks, config, reps)
-    rows = []
+    def predict(mach, d, t, p):
+        return model.predict_tiny_step(mach, config.L, config.h, config.a, config.s, config.V,
+                                       batch, d=d, t=t, p=p, b=b)
+    rough = model.Machine(ranks, 0.0, 1.0, {n: (0.0, 1.0) for n in range(2, ranks + 1)},
+                          (0.0, 1.0), 4)                          # only the rules matter here
+    valid = []
     for d, t, p in model.layouts(ranks):
         try:
-            pred = model.predict_tiny_step(mach, config.L, config.h, config.a, config.s, config.V,
-                                           batch, d=d, t=t, p=p, b=b)
+            predict(rough, d, t, p)
         except ValueError:
             continue                                              # breaks a divisibility rule
-        got = max(run(time_layout_on_rank, ranks, d, t, p, config, batch, b, steps,
-                      backend="gloo"))
+        valid.append((d, t, p))
+    per = run(_bench_on_rank, ranks, config, batch, b, steps, reps, valid, backend="gloo")
+    mach = fit_machine([r["machine"] for r in per], ranks, config)
+    rows = []
+    for i, (d, t, p) in enumerate(valid):
+        pred = predict(mach, d, t, p)
+        got = max(r["steps"][i] for r in per)
         rows.append({"d": d, "t": t, "p": p, "predicted_s": pred.step_s, "measured_s": got,
                      "error": 100 * (pred.step_s / got - 1), "prediction": asdict(pred)})
     rho = model.spearman([r["predicted_s"] for r in rows], [r["measured_s"] for r in rows])
