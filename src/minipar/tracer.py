@@ -25,6 +25,13 @@ broadcast/reduce: the tensor; send/recv: the tensor). What a rank actually puts 
 given algorithm is the cost model's job (:func:`minipar.cost.collectives.ring_bytes_per_rank`),
 except for send/recv, where ``bytes`` is exactly what moves.
 
+**which group**: every event records the global ranks of its process group (``group``) and the
+group's identity (``group_name``), so traffic is attributed to the TP, DP or PP group by
+identity, never guessed from its size or bytes (on a (2, 2, 2) grid the TP and DP groups both
+have two ranks): ``trace(groups={"tp": tp_group, "dp": dp_group})`` names them and
+:meth:`trace.by_group` sums calls and bytes per (group, op). DTensor's functional collectives
+(``_c10d_functional``, which name their group by a string) are recorded the same way.
+
 Do not time code for benchmarks inside ``trace``: the dispatch mode adds Python overhead to
 every tensor op.
 """
@@ -81,6 +88,8 @@ class CommEvent:
     is_async: bool = True
     peer: int | None = None  # the other rank of a send/recv (group rank)
     dtype: str = ""
+    group: tuple[int, ...] = ()  # global ranks of the call's process group
+    group_name: str = ""         # the group's identity (ProcessGroup.group_name)
 
 
 @dataclass
@@ -107,13 +116,47 @@ def _dtype(obj) -> str:
 
 
 def _group_size(args) -> int:
+    return _group_of(args)[0]
+
+
+def _describe(pg) -> tuple[int, tuple[int, ...], str]:
+    """(size, global ranks, name) of a ProcessGroup."""
+    try:
+        ranks = tuple(dist.get_process_group_ranks(pg))
+    except Exception:  # noqa: BLE001  (a group this rank is not registered in)
+        ranks = ()
+    return pg.size(), ranks, getattr(pg, "group_name", "")
+
+
+def _group_of(args) -> tuple[int, tuple[int, ...], str]:
+    """(size, global ranks, name) of the ProcessGroup among a c10d op's arguments (the default
+    group when none is found)."""
     for a in args:
         if isinstance(a, torch.ScriptObject):
             try:
-                return dist.ProcessGroup.unbox(a).size()
+                pg = dist.ProcessGroup.unbox(a)
             except Exception:  # noqa: BLE001  (a ReduceOp or Work, not a group)
                 continue
-    return dist.get_world_size() if dist.is_initialized() else 1
+            return _describe(pg)
+    if dist.is_initialized():
+        return _describe(dist.group.WORLD)
+    return 1, (), ""
+
+
+# DTensor's functional collectives: op -> (course name, bytes = input × group size?)
+_FUNCTIONAL = {"all_reduce": ("all_reduce", False),
+               "all_gather_into_tensor": ("all_gather", True),
+               "reduce_scatter_tensor": ("reduce_scatter", False)}
+
+
+def _functional_event(name: str, args, start: float) -> CommEvent:
+    """A CommEvent for a ``_c10d_functional`` op, whose last argument names its group."""
+    from torch.distributed.distributed_c10d import _resolve_process_group
+    op, gathered = _FUNCTIONAL[name]
+    size, ranks, gname = _describe(_resolve_process_group(args[-1]))
+    nbytes = _nbytes(args[0]) * (size if gathered else 1)
+    return CommEvent(op=op, bytes=nbytes, group_size=size, start=start, dtype=_dtype(args[0]),
+                     group=ranks, group_name=gname)
 
 
 class _WaitTimedWork:
@@ -202,10 +245,14 @@ class trace(TorchDispatchMode):
     ``start`` times and :meth:`elapsed` are seconds since then.
     """
 
-    def __init__(self):
+    def __init__(self, groups=None):
         super().__init__()
         self.events: list[CommEvent] = []
         self.start_time = 0.0
+        # group identity -> the name given in ``groups``: {"tp": tp_group, ...} or (name, group)
+        # pairs (several groups may share a name); None groups skipped
+        pairs = groups.items() if isinstance(groups, dict) else (groups or ())
+        self.names = {g.group_name: k for k, g in pairs if g is not None}
 
     def elapsed(self) -> float:
         """Seconds since the trace began (same clock as the events' ``start``)."""
@@ -214,14 +261,19 @@ class trace(TorchDispatchMode):
     # -- dispatcher side: bytes, group size ------------------------------------------------
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
+        if func.namespace == "_c10d_functional":
+            name = func._schema.name.split("::")[-1]
+            if name in _FUNCTIONAL:
+                self.events.append(_functional_event(name, args,
+                                                     time.perf_counter() - self.start_time))
         if func.namespace == "c10d":
             name = func._schema.name.split("::")[-1]
             if name in _C10D_OPS:
                 op, idx = _C10D_OPS[name]
+                size, ranks, gname = _group_of(args)
                 ev = CommEvent(op=op, bytes=_nbytes(args[idx]) if idx is not None else 0,
-                               group_size=_group_size(args),
-                               start=time.perf_counter() - self.start_time,
-                               dtype=_dtype(args[0]))
+                               group_size=size, start=time.perf_counter() - self.start_time,
+                               dtype=_dtype(args[0]), group=ranks, group_name=gname)
                 if op in ("send", "recv") and len(args) > 2 and isinstance(args[2], int):
                     ev.peer = args[2]
                 self.events.append(ev)
@@ -259,6 +311,25 @@ class trace(TorchDispatchMode):
 
     def count(self, op: str | None = None) -> int:
         return sum(1 for e in self.events if op is None or e.op == op)
+
+    def group_label(self, e: CommEvent) -> str:
+        """The name given for the event's group in ``trace(groups=...)``; else ``"world"`` for
+        the default group, else its global ranks ("0,2")."""
+        if e.group_name in self.names:
+            return self.names[e.group_name]
+        if dist.is_initialized() and e.group_name == dist.group.WORLD.group_name:
+            return "world"
+        return ",".join(map(str, e.group))
+
+    def by_group(self) -> dict:
+        """{(group label, op): [calls, bytes]} (:meth:`group_label`), attributed by the
+        group's identity."""
+        out: dict = {}
+        for e in self.events:
+            c = out.setdefault((self.group_label(e), e.op), [0, 0])
+            c[0] += 1
+            c[1] += e.bytes
+        return out
 
     def table(self) -> str:
         """The summary as an aligned text table."""

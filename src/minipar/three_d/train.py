@@ -30,7 +30,7 @@ Stage messages (``mode``):
 
 Every rank also trains the one-process reference (the whole GPT on the whole batch) and compares
 with its own shard of it: losses and gradients of the first step on its own micro-batches, and
-parameters after the last step. :class:`GroupTrace` attributes every traced call to the process
+parameters after the last step. :mod:`minipar.tracer` attributes every traced call to the process
 group it ran on (tp, dp, pp, embedding), by the group's identity, not by its size or bytes.
 
 :func:`fsdp2_tp_on_rank` composes PyTorch's own pieces the torchtitan way (``parallelize_module``
@@ -47,16 +47,15 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from minipar.data_parallel.zero import ZeRO
-from minipar.memory_time.gpt import GPT, GPTConfig
+from minipar.model import GPT, GPTConfig, token_batches
 from minipar.pipeline_parallel.executor import PipelineExecutor
 from minipar.pipeline_parallel.schedules import schedule
 from minipar.pipeline_parallel.stage import GPTStage
-from minipar.pipeline_parallel.train import token_batches
 from minipar.tensor_parallel import ParallelBlock
 from minipar.tensor_parallel.block import allreduce_sequence_parallel_grads
 from minipar.tensor_parallel.experiments import grads_as_module
 from minipar.tensor_parallel.mappings import group_rank, group_size, scatter_to_sp_region
-from minipar.tracer import CommEvent, trace
+from minipar.tracer import trace
 
 from .grid import RankGrid, new_groups
 
@@ -133,60 +132,6 @@ def stage_3d(full: GPT, i_p: int, p: int, tp_group, mode: str = "sp") -> Stage3D
     return Stage3D(full, i_p, p, tp_group, mode)
 
 
-# ------------------------------------------------------------------ traffic by process group
-# DTensor calls functional collectives (namespace _c10d_functional), which the course's tracer
-# does not list: op -> (course name, bytes = input × group size). Sizes as nccl-tests reports.
-_FUNCTIONAL = {"all_reduce": ("all_reduce", False),
-               "all_gather_into_tensor": ("all_gather", True),
-               "reduce_scatter_tensor": ("reduce_scatter", False)}
-
-class GroupTrace(trace):
-    """The course's tracer, plus the process group of every call: ``kinds[i]`` names the group
-    of ``events[i]`` ('tp', 'dp', 'pp', 'embedding', or the group's name if unknown). Groups
-    are told apart by identity (``group_name``), never by size or bytes: on a (2, 2, 2) grid
-    the TP and DP groups both have two ranks."""
-
-    def __init__(self, groups):
-        super().__init__()
-        self.names = {g.group_name: k for k, g in groups._asdict().items() if g is not None}
-        self.kinds: list[str] = []
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        if func.namespace == "_c10d_functional" and func._schema.name.split("::")[-1] in \
-                _FUNCTIONAL:                 # DTensor's collectives: group named by a string
-            op, mult = _FUNCTIONAL[func._schema.name.split("::")[-1]]
-            size = args[-2] if op != "all_reduce" else 0
-            nbytes = args[0].numel() * args[0].element_size() * (size if mult else 1)
-            self.events.append(CommEvent(op=op, bytes=nbytes, group_size=size,
-                                         start=0.0, dtype=str(args[0].dtype)[6:]))
-            self.kinds.append(self.names.get(args[-1], args[-1]))
-            return func(*args, **(kwargs or {}))
-        n = len(self.events)
-        out = super().__torch_dispatch__(func, types, args, kwargs)
-        for _ in self.events[n:]:
-            self.kinds.append(self._kind(args))
-        return out
-
-    def _kind(self, args) -> str:
-        for a in args:
-            if isinstance(a, torch.ScriptObject):
-                try:
-                    name = dist.ProcessGroup.unbox(a).group_name
-                except Exception:  # noqa: BLE001  (a ReduceOp or Work, not a group)
-                    continue
-                return self.names.get(name, name)
-        return "world"
-
-    def by_group(self) -> dict:
-        """{(group kind, op): [calls, bytes]}."""
-        out: dict = {}
-        for kind, e in zip(self.kinds, self.events):
-            c = out.setdefault((kind, e.op), [0, 0])
-            c[0] += 1
-            c[1] += e.bytes
-        return out
-
-
 def _max_diff(ours, expected) -> float:
     return max((a.detach() - b.detach()).abs().max().item() for a, b in zip(ours, expected))
 
@@ -239,7 +184,7 @@ def train_3d_on_rank(rank: int, world_size: int, d: int, t: int, p: int, bugs=BU
         ex = PipelineExecutor({c.pp: stage}, p, c.pp, p, m, group=groups.pp,
                               embedding_group=emb)
         actions = schedule("1f1b", p, m)[c.pp]
-        tr = GroupTrace(groups)                   # traced for the correct run only (costly)
+        tr = trace(groups._asdict())              # traced for the correct run only (costly)
         losses, grads0 = [], None
         with tr if bug is None else contextlib.nullcontext():
             for step, (x, y) in enumerate(batches):
@@ -326,9 +271,8 @@ def fsdp2_tp_on_rank(rank: int, world_size: int, d: int, t: int, bug: str | None
         fully_shard(blk, mesh=mesh["dp"])
     fully_shard(model, mesh=mesh["dp"])
     opt = torch.optim.Adam(model.parameters(), lr=LR)
-    tr = GroupTrace(groups)
-    names = {mesh["dp"].get_group().group_name: "dp", mesh["tp"].get_group().group_name: "tp"}
-    tr.names.update(names)
+    tr = trace([*groups._asdict().items(), ("dp", mesh["dp"].get_group()),
+                ("tp", mesh["tp"].get_group())])
     with tr:
         for x in data:
             opt.zero_grad()
