@@ -96,7 +96,8 @@ def test_zero3_comparison_direction_not_reproduced_documented():
     z = rows[-1]["zero3"]
     alpha = three_d.cluster(z.dp, 8, "A100-80GB").inter.alpha
     latency_layer = 3 * (z.dp - 1) * alpha
-    compute_layer = z.compute_seconds / (z.microbatches * validation.three_d.MODELS["gpt3-175b"].layers)
+    layers = three_d.MODELS["gpt3-175b"].layers
+    compute_layer = z.compute_seconds / (z.microbatches * layers)
     assert latency_layer < 0.2 * compute_layer, (latency_layer, compute_layer)
     # (3) the bandwidth deficit that would be needed: finite and well above 1
     assert 3 < e["bandwidth_factor"] < 10

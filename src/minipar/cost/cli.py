@@ -320,7 +320,8 @@ def _plan(args) -> int:
     print("  overlap: TP and PP on the critical path; DP after the flush (p>1) or under the last "
           "backward (p=1); ZeRO-3 gathers prefetched one layer ahead")
     extra = any(c.cp > 1 or c.ep > 1 for c in shown)           # cp/ep columns when used
-    print(f"  {'t':>2} {'p':>3} {'d':>4} " + (f"{'cp':>3} {'ep':>3} " if extra else "") + f"{'b':>2} {'m':>4} {'v':>1} {'recomp':<9} {'sp':<2} "
+    print(f"  {'t':>2} {'p':>3} {'d':>4} " + (f"{'cp':>3} {'ep':>3} " if extra else "")
+          + f"{'b':>2} {'m':>4} {'v':>1} {'recomp':<9} {'sp':<2} "
           f"{'Z':>1} {'mem/GPU':>10} {'bubble':>6} {'TP':>9} {'PP':>9} {'DP exp':>9} "
           f"{'step':>9} {'MFU':>5}")
     for c in shown:

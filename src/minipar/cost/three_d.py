@@ -61,7 +61,13 @@ Validation (:mod:`minipar.cost.validation`, tests/test_cost_validation.py): ever
 Narayanan et al. 2021 Table 1 within 8 % of its measured step time with the throughput order
 right (Spearman 0.87), GPT-3 175B at 140 TFLOP/s and BLOOM on Jean Zay within 10 %; MT-NLG
 (DeepSpeed's pipeline engine) 22 % too fast, and ZeRO-3's measured deficit against PTD-P
-(§5.2) not reproduced: the model's ZeRO-3 collectives reach NCCL's ideal bandwidth.
+(§5.2) not reproduced: the model's ZeRO-3 collectives reach NCCL's ideal bandwidth; neither
+removing the overlap nor a flat ring's latency closes the gap, only an achieved bandwidth ~5×
+below the ideal would (:func:`minipar.cost.validation.zero3_missing_effect`).
+
+Optional dimensions (default 1, leaving every result above unchanged): context parallelism
+``cp`` and, for MoE shapes (:class:`ModelShape` ``experts``, ``top_k``, ``ffn``), expert
+parallelism ``ep``; :func:`evaluate` states what each changes.
 """
 from __future__ import annotations
 

@@ -103,7 +103,7 @@ def fit_machine(per: list[dict], ranks: int, config: GPTConfig = TINY) -> model.
 def time_layout_on_rank(rank: int, world_size: int, d: int, t: int, p: int,
                         config: GPTConfig = TINY, batch: int = BATCH, b: int = MICRO,
                         steps: int = 3) -> float:
-    """The fastest step's seconds (as :func:`_timed`) of the 3D GPT of the 3D GPT (:mod:`minipar.three_d.train`'s
+    """The fastest step's seconds (as :func:`_timed`) of the 3D GPT (:mod:`minipar.three_d.train`'s
     composition: SP inside TP, 1F1B, ZeRO-1) on this rank, after one warm-up step."""
     from minipar.data_parallel.zero import ZeRO
     from minipar.pipeline_parallel.executor import PipelineExecutor
