@@ -21,7 +21,7 @@ from minipar.tensor_parallel.experiments import (SMALL, B, _randn, all_parity, b
                                                  dropout_masks, max_diff)
 from minipar.tensor_parallel.dtensor import compare_on_rank
 from minipar.tensor_parallel.mappings import group_rank, group_size
-from minipar.memory_time.gpt import GPTConfig
+from minipar.model import GPTConfig
 
 TOL = 1e-12          # float64 outputs and gradients
 TOL_TRAIN = 1e-9     # parameters after 3 Adam steps (Adam divides tiny gradients by tiny √v)

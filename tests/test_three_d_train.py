@@ -118,7 +118,7 @@ def test_fsdp2_over_tp_on_a_2d_mesh_equals_ours_and_one_process():
 def test_stage_modes_name_the_rule_and_one_rank_is_the_identity():
     import torch
 
-    from minipar.memory_time.gpt import GPT
+    from minipar.model import GPT
     from minipar.three_d.train import MODES, Stage3D, gather_from_tp_ranks
 
     with pytest.raises(ValueError, match=r"mode \('tp'\) must be one of sp, scatter_gather"):

@@ -9,7 +9,7 @@ sum: :func:`allreduce_cp_grads` sums them over the CP group (Megatron folds this
 parallel all-reduce over the combined dp × cp group). Positions are global: rank r adds the
 position embeddings of the positions it holds (:func:`positions`).
 
-The layer is :class:`minipar.memory_time.gpt.Layer` (weights copied by ``from_full``) with an
+The layer is :class:`minipar.model.Layer` (weights copied by ``from_full``) with an
 optional causal mask and without attention dropout (ring attention here does not draw dropout
 masks; the configurations quoted in the chapter train without dropout).
 CP × TP: :class:`ContextTensorParallelBlock` is :class:`minipar.tensor_parallel.ParallelBlock`
@@ -24,7 +24,7 @@ import torch.distributed as dist
 import torch.nn as nn
 import torch.nn.functional as F
 
-from minipar.memory_time.gpt import GPT, Layer
+from minipar.model import GPT, Layer
 from minipar.tensor_parallel import ParallelAttention, ParallelBlock
 from minipar.tensor_parallel.mappings import group_rank, group_size
 
@@ -75,7 +75,7 @@ class ContextParallelBlock(nn.Module):
 
 
 class ContextParallelGPT(nn.Module):
-    """:class:`minipar.memory_time.gpt.GPT` on sequence shards: tokens (b, s/cp) → logits
+    """:class:`minipar.model.GPT` on sequence shards: tokens (b, s/cp) → logits
     (b, s/cp, V). Call :meth:`finish_grads` after backward."""
 
     def __init__(self, model: GPT, group=None, *, attention: str = "ring",

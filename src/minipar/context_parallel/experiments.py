@@ -13,7 +13,7 @@ import time
 import torch
 import torch.distributed as dist
 
-from minipar.memory_time.gpt import GPT, GPTConfig, Layer
+from minipar.model import GPT, GPTConfig, Layer
 
 from . import ring as ring_module
 from .block import (ContextParallelBlock, ContextParallelGPT, ContextTensorParallelBlock,

@@ -4,6 +4,9 @@ from __future__ import annotations
 import torch
 import torch.nn as nn
 
+from minipar import model
+from minipar.model import GPTConfig
+
 
 class TiedClassifier(nn.Module):
     """Token classifier with the two things that trip data-parallel code up:
@@ -47,13 +50,15 @@ def mlp(width: int = 256, depth: int = 4, seed: int = 0) -> nn.Sequential:
 def token_batches(steps: int, batch: int, vocab: int = 32, seed: int = 2) -> list:
     """``steps`` global batches [(tokens (batch,), targets (batch,)), ...]; same on every rank.
 
-    Seed 2 is chosen so that no gradient entry cancels to ~1e-8: Adam divides by √v + ε, so an
-    entry that small turns float32 rounding (which depends on how the batch is split) into a
-    parameter difference of ~1e-5, and no split of the batch could match to 1e-6 (seed 1 does).
+    :func:`minipar.model.token_batches` with one position per sequence (s = 1), flattened: this
+    chapter's models classify single tokens. Seed 2 is chosen so that no gradient entry cancels
+    to ~1e-8: Adam divides by √v + ε, so an entry that small turns float32 rounding (which
+    depends on how the batch is split) into a parameter difference of ~1e-5, and no split of
+    the batch could match to 1e-6 (seed 1 does).
     """
-    g = torch.Generator().manual_seed(seed)
-    return [(torch.randint(vocab, (batch,), generator=g),
-             torch.randint(vocab, (batch,), generator=g)) for _ in range(steps)]
+    c = GPTConfig(V=vocab, s=1)
+    return [(x.view(batch), y.view(batch))                    # (batch, 1) -> (batch,)
+            for x, y in model.token_batches(steps, batch, c, seed)]
 
 
 def shard_batch(x: torch.Tensor, rank: int, n: int) -> torch.Tensor:

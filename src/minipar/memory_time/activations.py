@@ -46,7 +46,7 @@ def saved_bytes(fn, *args, exclude=()) -> SavedBytes:
 
 
 def layer_activation_bytes(model, b: int, *, dtype=None) -> SavedBytes:
-    """Saved bytes of ``model.layers`` (a GPT from :mod:`minipar.memory_time.gpt`) on one
+    """Saved bytes of ``model.layers`` (a GPT from :mod:`minipar.model`) on one
     micro-batch of b sequences, embeddings and output layer left out as in Korthikanti §4."""
     c, p = model.c, next(model.parameters())
     g = torch.Generator().manual_seed(1)

@@ -12,7 +12,7 @@ from __future__ import annotations
 import torch
 import torch.nn as nn
 
-from minipar.memory_time.gpt import GPT, GPTConfig
+from minipar.model import GPT, GPTConfig, gpt
 
 
 def partition_layers(L: int, num_stages: int) -> list[range]:
@@ -82,8 +82,7 @@ class GPTStage(nn.Module):
 def build_stages(config: GPTConfig, rank: int, p: int, v: int = 1, seed: int = 0,
                  dtype=torch.float64) -> dict[int, GPTStage]:
     """Rank ``rank``'s stages {r: ..., r+p: ..., ...} of a v·p-stage pipeline."""
-    torch.manual_seed(seed)
-    full = GPT(config).to(dtype)
+    full = gpt(config, seed, dtype)
     stages = {s: GPTStage(full, s, v * p) for s in range(rank, v * p, p)}
     last = v * p - 1
     if 0 in stages and last in stages and last:           # p = 1, v > 1: one weight, not two
@@ -92,5 +91,5 @@ def build_stages(config: GPTConfig, rank: int, p: int, v: int = 1, seed: int = 0
 
 
 def reference_model(config: GPTConfig, seed: int = 0, dtype=torch.float64) -> GPT:
-    torch.manual_seed(seed)
-    return GPT(config).to(dtype)
+    """The unsplit GPT whose weights :func:`build_stages` splits (same ``seed``)."""
+    return gpt(config, seed, dtype)

@@ -13,7 +13,7 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 
-from minipar.memory_time.gpt import GPTConfig
+from minipar.model import GPTConfig, token_batches  # noqa: F401  (token_batches: chapter name)
 
 from .executor import PipelineExecutor
 from .schedules import schedule
@@ -23,13 +23,6 @@ from .stage import build_stages, reference_model
 def small_config(L: int = 8) -> GPTConfig:
     """A GPT small enough for many runs on a CPU: L layers, h = 8, 2 heads, s = 4, V = 16."""
     return GPTConfig(L=L, h=8, a=2, s=4, V=16, dropout=0.0)
-
-
-def token_batches(steps: int, batch: int, c: GPTConfig, seed: int = 3) -> list:
-    """``steps`` batches [(tokens (batch, s), targets (batch, s)), ...], the same on every rank."""
-    g = torch.Generator().manual_seed(seed)
-    return [(torch.randint(c.V, (batch, c.s), generator=g),
-             torch.randint(c.V, (batch, c.s), generator=g)) for _ in range(steps)]
 
 
 def _optimizer(name: str, params):

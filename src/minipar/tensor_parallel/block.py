@@ -1,6 +1,6 @@
 """A tensor-parallel transformer layer: attention heads split across ranks, MLP column → row.
 
-The layer is :class:`minipar.memory_time.gpt.Layer` (Korthikanti et al. 2022, Figure 2) sharded the
+The layer is :class:`minipar.model.Layer` (Korthikanti et al. 2022, Figure 2) sharded the
 Megatron way (Shoeybi et al. 2019 §3, Figures 3 and 4):
 
     LN1 → f → QKV (column, a/t heads) → attention on those heads → proj (row) → g → dropout → +
@@ -24,7 +24,7 @@ import torch.distributed as dist
 import torch.nn as nn
 import torch.nn.functional as F
 
-from minipar.memory_time.gpt import GPTConfig, Layer, attention_core
+from minipar.model import GPTConfig, Layer, attention_core
 
 from .layers import ColumnParallelLinear, RowParallelLinear
 from .mappings import divide, group_size
@@ -58,7 +58,7 @@ class ParallelAttention(nn.Module):
 
 
 class ParallelBlock(nn.Module):
-    """One transformer layer of :class:`minipar.memory_time.gpt.Layer`, tensor parallel over ``group``."""
+    """One transformer layer of :class:`minipar.model.Layer`, tensor parallel over ``group``."""
 
     def __init__(self, c: GPTConfig, group=None, *, sequence_parallel: bool = False,
                  tracker=None, async_grad_allreduce: bool = False):

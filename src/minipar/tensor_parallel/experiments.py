@@ -13,7 +13,7 @@ import torch.distributed
 import torch.nn as nn
 import torch.nn.functional as F
 
-from minipar.memory_time.gpt import GPT, GPTConfig, Layer
+from minipar.model import GPT, GPTConfig, Layer
 
 from .block import ParallelBlock, allreduce_sequence_parallel_grads
 from .cross_entropy import vocab_parallel_cross_entropy
@@ -130,7 +130,7 @@ def layer_parity(rank: int, t: int, group=None, dtype=torch.float64) -> dict[str
 
 def block_parity(rank: int, t: int, group=None, *, sequence_parallel: bool = False,
                  finish: bool = True, dtype=torch.float64) -> dict[str, float]:
-    """One :class:`ParallelBlock` against :class:`minipar.memory_time.gpt.Layer`: output, input
+    """One :class:`ParallelBlock` against :class:`minipar.model.Layer`: output, input
     gradient and every parameter gradient (``finish=False`` skips the sequence-parallel
     gradient all-reduce: the negative control)."""
     torch.manual_seed(0)

@@ -1,4 +1,4 @@
-"""A small tensor-parallel GPT: :class:`minipar.memory_time.gpt.GPT` sharded over a TP group.
+"""A small tensor-parallel GPT: :class:`minipar.model.GPT` sharded over a TP group.
 
 Token embedding vocabulary-parallel and tied to the output layer (so the output GEMM produces
 (b, s, v/t) logits and :func:`vocab_parallel_cross_entropy` never gathers them), position
@@ -13,7 +13,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from minipar.memory_time.gpt import GPT, GPTConfig
+from minipar.model import GPT, GPTConfig
 
 from .block import ParallelBlock, _mark_sp, allreduce_sequence_parallel_grads
 from .cross_entropy import vocab_parallel_cross_entropy
