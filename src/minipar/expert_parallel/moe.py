@@ -16,6 +16,8 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from minipar.model import GPTConfig
+
 from .routing import capacity, load_balancing_loss, priority_positions, top_k_gates
 
 
@@ -52,6 +54,15 @@ class MoE(nn.Module):
         self.capacity_factor, self.renormalize = capacity_factor, renormalize
         self.router = nn.Linear(hidden, experts, bias=False)
         self.w1, self.w2 = init_experts(experts, hidden, ffn)
+
+    @classmethod
+    def from_config(cls, c: GPTConfig, experts: int, top_k: int, ffn: int | None = None,
+                    **kw) -> "MoE":
+        """The MoE that replaces a :class:`minipar.model.Layer`'s MLP (fc1 → GeLU → fc2, h → 4h
+        → h) in the course GPT: hidden size ``c.h``, expert width ``ffn`` (default 4·c.h, the
+        dense MLP's), E = ``experts`` experts of which each token uses ``top_k``. What changes
+        from the dense layer: E expert MLPs without biases and a router instead of one MLP."""
+        return cls(c.h, 4 * c.h if ffn is None else ffn, experts, top_k, **kw)
 
     def route(self, x: torch.Tensor):
         """(n, h) -> probs (n, E), gates (n, K), experts (n, K), kept (n, K) bool."""
