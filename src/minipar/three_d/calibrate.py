@@ -16,7 +16,7 @@ import torch.distributed as dist
 import torch.nn.functional as F
 
 from minipar.cost import calibrate as model
-from minipar.memory_time.gpt import GPT, GPTConfig, Layer
+from minipar.model import GPT, GPTConfig, Layer
 
 TINY = GPTConfig(L=4, h=128, a=4, s=32, V=64, dropout=0.0)   # a, s divisible by t = 1, 2, 4
 BATCH, MICRO = 16, 2                                          # B sequences per step, b
@@ -108,7 +108,7 @@ def time_layout_on_rank(rank: int, world_size: int, d: int, t: int, p: int,
     from minipar.data_parallel.zero import ZeRO
     from minipar.pipeline_parallel.executor import PipelineExecutor
     from minipar.pipeline_parallel.schedules import schedule
-    from minipar.pipeline_parallel.train import token_batches
+    from minipar.model import token_batches
     from minipar.tensor_parallel.block import allreduce_sequence_parallel_grads
 
     from .grid import RankGrid, new_groups
