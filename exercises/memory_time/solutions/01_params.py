@@ -26,13 +26,13 @@ check("memory_time.params", params)
 # %% [markdown]
 # **(b) Measure it.** A formula is only as good as its match with a real model. Write
 # `measured_and_predicted(L, h, a, s, V)`: build the course's GPT,
-# `gpt(GPTConfig(L=L, h=h, a=a, s=s, V=V))` from `minipar.memory_time.gpt`, **count** its parameters
+# `gpt(GPTConfig(L=L, h=h, a=a, s=s, V=V))` from `minipar.model`, **count** its parameters
 # (a tied weight is one parameter, however many modules use it), and **predict** the same
 # number from your `params` plus what Eq. 2 leaves out of this model (look at the model's last
 # layers). Return `(measured, predicted)`; the checker wants both exact, on three tiny models.
 # Print them for one model first and see whether they agree.
 # %%
-from minipar.memory_time.gpt import GPTConfig, gpt
+from minipar.model import GPTConfig, gpt
 
 
 def measured_and_predicted(L, h, a, s, V):
