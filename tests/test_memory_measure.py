@@ -8,7 +8,7 @@ from minipar.cost.model import param_count
 from minipar.widgets.parity import js_call, node_available
 from minipar.memory_time.activations import (device_conventions, expected_items,
                                         layer_activation_bytes, saved_bytes)
-from minipar.memory_time.gpt import GPTConfig, gpt
+from minipar.model import GPTConfig, gpt
 from minipar.memory_time.model_states import fp32_adam_step, mixed_precision_adam_step
 
 matplotlib.use("Agg")
