@@ -58,7 +58,7 @@ gpu-check: $(STAMP)
 	$(PY) scripts/gpu_check.py --out gpu-check.json
 
 unit: $(STAMP)
-	$(PYTEST) -q --durations=15 tests
+	$(PYTEST) -q -n 2 --dist loadfile --durations=15 tests
 
 fast: $(STAMP)
 	$(PYTEST) -q -x -m "not slow" tests

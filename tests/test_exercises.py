@@ -27,8 +27,16 @@ SCRIPTS = scripts(ROOT / "exercises")
 @pytest.mark.slow
 @pytest.mark.skipif(not SCRIPTS, reason="no exercises yet")
 def test_grade_scores_every_reference_solution(tmp_path):
-    """One ``minipar grade`` over every chapter's solved notebook (one pytest session)."""
+    """One ``minipar grade`` over one solved notebook of every chapter (one pytest session):
+    the notebook machinery (stripped copy, fresh kernel, PASS lines from the registry, side
+    log) end to end in every chapter. Every other reference solution is graded through the same
+    ``check`` by its chapter's ``test_solution_passes_and_starter_fails``; grading all 30
+    notebooks here again took 156 s of an idle 2-core machine for no extra coverage."""
+    firsts = {}
     for script in SCRIPTS:
+        firsts.setdefault(script.parent.parent.name, script)
+    chosen = list(firsts.values())
+    for script in chosen:
         target = tmp_path / script.parent.parent.name / starter_path(script).name
         target.parent.mkdir(parents=True, exist_ok=True)
         nbformat.write(build(script, solved=True), target)
@@ -37,7 +45,8 @@ def test_grade_scores_every_reference_solution(tmp_path):
             if extra.is_file() and extra.suffix != ".ipynb":
                 (target.parent / extra.name).write_bytes(extra.read_bytes())
     result = grade([tmp_path])
-    want = sum(len(expected_tasks(s)) for s in SCRIPTS)
+    want = sum(len(expected_tasks(s)) for s in chosen)
+    assert len(chosen) == len({s.parent.parent.name for s in SCRIPTS})
     assert result["total"] == want and not result["missing"], result
     failed = [(t["task"], t["reason"]) for t in result["tasks"] if not t["passed"]]
     assert not failed, failed

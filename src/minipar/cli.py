@@ -20,7 +20,6 @@ _COMMAND_MODULES = [
 ]
 
 
-CliError = InputError  # the old name, until minipar.grading.cli imports minipar.errors
 
 
 class _Parser(argparse.ArgumentParser):

@@ -51,7 +51,7 @@ def add_parser(sub) -> None:
 
 def notebooks(paths) -> tuple[list[Path], list[Path]]:
     """(notebooks to grade, solution scripts found under the folders given)."""
-    from minipar.cli import CliError
+    from minipar.errors import InputError
 
     found, wanted = [], []
     for p in map(Path, paths):
@@ -62,7 +62,7 @@ def notebooks(paths) -> tuple[list[Path], list[Path]]:
         elif p.suffix == ".ipynb" and p.is_file():
             found.append(p)
         else:
-            raise CliError(f"a path to grade must be a notebook or a folder, got {str(p)!r}")
+            raise InputError(f"a path to grade must be a notebook or a folder, got {str(p)!r}")
     return list(dict.fromkeys(found)), list(dict.fromkeys(wanted))
 
 
