@@ -23,6 +23,7 @@ import math
 import re
 
 from minipar.grading import GradeFailure, task
+from minipar.grading.layouts import on_every_layout
 from minipar.grading.imports import (course_calls, forbid_course_code, forbidden_modules,
                                      reject_course_calls)
 
@@ -66,26 +67,10 @@ def _launch(body, fn):
 
 
 def _on_rank(rank, world, body, fn):
-    import os
-
-    import torch.distributed as dist
-
     out = []
-    for label, groups in LAYOUTS[world]:
-        if groups is None:
-            group, members = None, list(range(world))
-        else:
-            handles = [dist.new_group(g) for g in groups]     # every rank creates every group
-            k = next(i for i, g in enumerate(groups) if rank in g)
-            group, members = handles[k], groups[k]
-        gr, cp = members.index(rank), len(members)
-        where = f"{label}, rank {rank}" + ("" if groups is None else
-                                           f" (rank {gr} of group {members})")
-        os.write(2, f"minipar check: running case {where}\n".encode())
-        with course_calls(forbidden_modules(CHAPTER), ()) as used:
-            res = body(gr, cp, group, fn)
-        res.update(label=label, rank=rank, gr=gr, cp=cp, members=members, world=world,
-                   where=where, whole=groups is None, used=sorted(used))
+    for res, _ in on_every_layout(rank, world, LAYOUTS, CHAPTER,
+                                  lambda gr, cp, group: body(gr, cp, group, fn)):
+        res.update(cp=len(res["members"]), used=sorted(res["used"]))
         out.append(res)
     return out
 

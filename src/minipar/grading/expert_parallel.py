@@ -21,6 +21,7 @@ from __future__ import annotations
 import re
 
 from minipar.grading import GradeFailure, task
+from minipar.grading.layouts import on_every_layout
 from minipar.grading.imports import (course_calls, forbid_course_code, forbidden_modules,
                                      reject_course_calls)
 
@@ -119,27 +120,11 @@ _CURRENT = {"where": ""}
 
 
 def _on_rank(rank, world, body, fn, allow):
-    import os
-
-    import torch.distributed as dist
-
     out = []
-    for label, groups in LAYOUTS[world]:
-        if groups is None:
-            group, members = None, list(range(world))
-        else:
-            handles = [dist.new_group(g) for g in groups]     # every rank creates every group
-            k = next(i for i, g in enumerate(groups) if rank in g)
-            group, members = handles[k], groups[k]
-        gr, t = members.index(rank), len(members)
-        where = f"{label}, rank {rank}" + ("" if groups is None else
-                                           f" (rank {gr} of group {members})")
-        os.write(2, f"minipar check: running case {where}\n".encode())
-        _CURRENT["where"] = where
-        with course_calls(forbidden_modules(CHAPTER), allow) as used:
-            res = body(gr, t, group, fn)
-        res.update(rank=rank, gr=gr, t=t, members=members, where=where, whole=groups is None,
-                   used=sorted(used), label=label)
+    for res, _ in on_every_layout(rank, world, LAYOUTS, CHAPTER,
+                                  lambda gr, t, group: body(gr, t, group, fn), allow,
+                                  note=lambda where: _CURRENT.update(where=where)):
+        res.update(t=len(res["members"]), used=sorted(res["used"]))
         out.append(res)
     return out
 

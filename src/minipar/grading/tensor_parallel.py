@@ -25,6 +25,7 @@ from __future__ import annotations
 import re
 
 from minipar.grading import GradeFailure, task
+from minipar.grading.layouts import on_every_layout
 from minipar.grading.imports import (course_calls, forbid_course_code, forbidden_modules,
                                      reject_course_calls)
 
@@ -90,31 +91,14 @@ _CURRENT = {"where": ""}      # on a rank: the case being run, for the bodies' o
 
 
 def _on_rank(rank, world, body, fn, allow):
-    import os
-
-    import torch.distributed as dist
-
     out = []
-    for label, groups in LAYOUTS[world]:
-        if groups is None:
-            group, members = None, list(range(world))
-        else:
-            handles = [dist.new_group(g) for g in groups]     # every rank creates every group
-            k = next(i for i, g in enumerate(groups) if rank in g)
-            group, members = handles[k], groups[k]
-        gr, t = members.index(rank), len(members)
-        where = f"{label}, rank {rank}" + ("" if groups is None else
-                                           f" (rank {gr} of group {members})")
-        os.write(2, f"minipar check: running case {where}\n".encode())
-        _CURRENT["where"] = where
-        with course_calls(forbidden_modules(CHAPTER), allow) as used:
-            res = body(gr, t, group, fn)
-        res.update(label=label, rank=rank, gr=gr, t=t, members=members, world=world,
-                   where=where, whole=groups is None, used=list(used),
-                   gr_of=[next(g.index(r) for g in (groups or [list(range(world))]) if r in g)
-                          for r in range(world)],
-                   t_of=[next(len(g) for g in (groups or [list(range(world))]) if r in g)
-                         for r in range(world)])
+    for res, groups in on_every_layout(rank, world, LAYOUTS, CHAPTER,
+                                       lambda gr, t, group: body(gr, t, group, fn), allow,
+                                       note=lambda where: _CURRENT.update(where=where)):
+        every = groups or [list(range(world))]
+        res.update(t=len(res["members"]),
+                   gr_of=[next(g.index(r) for g in every if r in g) for r in range(world)],
+                   t_of=[next(len(g) for g in every if r in g) for r in range(world)])
         out.append(res)
     return out
 
