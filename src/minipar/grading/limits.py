@@ -47,7 +47,7 @@ import time
 from minipar.grading.errors import CheckTimeLimit, GradeFailure
 from minipar.grading.reasons import HINT as _HINT
 from minipar.grading.reasons import _PACKAGE as _COURSE
-from minipar.grading.reasons import dump_learner_line, is_library, reason_for
+from minipar.grading.reasons import dump_frames, dump_learner_line, is_library, reason_for
 
 SAMPLE_S = 0.5                 # how often the ranks' CPU times are read
 STALL_S = float(os.environ.get("MINIPAR_GRADE_STALL_S", "10"))
@@ -228,9 +228,6 @@ def _alive(pid: int) -> bool:
     return st is not None and st[0] not in "ZX"
 
 
-_DUMP_FRAME = re.compile(r'File "([^"]+)", line (\d+) in (\S+)')
-
-
 def waiting_at(dump: str) -> str | None:
     """From a ``faulthandler`` stack: the learner's innermost frame, with its source line and
     the library function it called, e.g. ``line 9 of ring: dist.recv(buf, src=left) (in recv)``;
@@ -239,7 +236,7 @@ def waiting_at(dump: str) -> str | None:
     if where is None:
         return None
     called = None               # the library function the learner's line called
-    for f, _, func in _DUMP_FRAME.findall(dump.split("most recent call first", 1)[1]):
+    for f, _, func in dump_frames(dump):
         if not is_library(f):
             break
         if func not in ("wrapper", "<lambda>") and not f.startswith(_COURSE):  # a checker's

@@ -83,12 +83,22 @@ def remote_learner_line(remote_traceback: str) -> str | None:
     return found
 
 
+def dump_frames(dump: str) -> list[tuple[str, str, str]]:
+    """The (file, line, function) frames, innermost first, of the thread in a ``faulthandler``
+    stack ('most recent call first', one block per thread) that runs learner code; [] if no
+    thread does. The thread that handled the signal is listed first and may be a library thread
+    with no Python frame, so every block is searched."""
+    for block in re.split(r"most recent call first\):", dump or "")[1:]:
+        frames = _DUMP_FRAME.findall(block)
+        if any(not is_library(f) for f, _, _ in frames):
+            return frames
+    return []
+
+
 def dump_learner_line(dump: str) -> str | None:
-    """The learner's innermost frame in a ``faulthandler`` stack ('most recent call first'),
-    with its source line from this process's ``linecache`` (notebook cells included)."""
-    if "most recent call first" not in (dump or ""):
-        return None
-    for f, line, func in _DUMP_FRAME.findall(dump.split("most recent call first", 1)[1]):
+    """The learner's innermost frame in a ``faulthandler`` stack (:func:`dump_frames`), with its
+    source line from this process's ``linecache`` (notebook cells included)."""
+    for f, line, func in dump_frames(dump):
         if not is_library(f):
             return _where(int(line), func, linecache.getline(f, int(line)))
     return None
