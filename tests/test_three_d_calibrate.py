@@ -57,6 +57,85 @@ def test_layouts_and_prediction_terms():
         cal.predict_tiny_step(mach, **shape, d=1, t=3, p=1, b=2)
 
 
+def test_fit_op_recovers_a_known_line_and_survives_noise():
+    sizes = [8e3, 3.2e4, 2.6e5, 4.2e6]                                # bytes, whole buffer
+    alpha, bw = cal.fit_op(sizes, [2e-4 + x / 5e8 for x in sizes])
+    assert alpha == pytest.approx(2e-4) and bw == pytest.approx(5e8)
+    alpha, bw = cal.fit_op(sizes, [3e-3, 1e-3, 1e-3, 2e-3])             # noise: slope <= 0
+    assert alpha >= 0 and bw > 0
+
+
+def _cpu_machine(cores, **kw):
+    """1 ms CPU per layer (infinite FLOP rate), 0.5 ms for the ends, 1 ms for Adam, free
+    communication: every number below is by hand."""
+    base = dict(ranks=4, layer_overhead=1e-3, flop_rate=1e30, links={2: (0.0, 1e30),
+                4: (0.0, 1e30)}, p2p=(0.0, 1e30), cores=cores, ends=(5e-4, 0.0),
+                optimizer=(1e-3, 0.0))
+    return cal.Machine(**(base | kw))
+
+
+SHAPE = dict(L=4, h=128, a=4, s=32, V=64, B=16)
+
+
+def test_cores_share_the_compute():
+    assert _cpu_machine(2).share == 2 and _cpu_machine(4).share == 1
+    assert _cpu_machine(None).share == 1 and _cpu_machine(8).share == 1
+    with pytest.raises(ValueError, match=r"cores \(0\) must be a positive number"):
+        _cpu_machine(0)
+    # 4 ranks that each ran half the time got 2 cores; a busier machine gave them 1.2; never
+    # more than the affinity mask
+    assert cal.effective_cores(4, [[1, 1]] * 4, [[2, 2]] * 4, 2) == pytest.approx(2)
+    assert cal.effective_cores(4, [[1, 2], [1, 2]], [[2, 4], [5, 5]], 2) == pytest.approx(1.2)
+    assert cal.effective_cores(2, [[1]] * 2, [[1]] * 2, 2) == 2
+    with pytest.raises(ValueError, match="usable"):
+        cal.effective_cores(2, [[1]], [[1]], 0)
+    # pure DP, 4 ranks on 2 cores: m = 2 micro-batches of 4 layers (1 ms) + ends (0.5 ms), at
+    # 2 wall s per CPU s: 2·(4 + 0.5)·2 = 18 ms, Adam 1 ms·2: 20 ms. All ranks busy all the
+    # time, so the critical path is the cores' bound: 4 ranks·(2·4.5 + 1) ms / 2 cores = 20 ms
+    dp = cal.predict_tiny_step(_cpu_machine(2), **SHAPE, d=4, t=1, p=1, b=2)
+    assert dp.compute_s == pytest.approx(18e-3) and dp.optimizer_s == pytest.approx(2e-3)
+    assert dp.critical_s == pytest.approx(20e-3) and dp.cores_s == pytest.approx(20e-3)
+    assert dp.step_s == pytest.approx(20e-3)
+    # negative control: a core per rank (the GPU model) predicts it twice as fast
+    own = cal.predict_tiny_step(_cpu_machine(None), **SHAPE, d=4, t=1, p=1, b=2)
+    assert own.step_s == pytest.approx(10e-3) and own.cores_s == 0
+
+
+def test_the_bubble_is_partly_free_on_shared_cores():
+    # (1, 1, 4), m = 8: a slot is 1 layer + the ends = 1.5 ms CPU, 3 ms at share 2. Bubble:
+    # fill/drain slot k has k ranks busy, shares 1, 1, 1.5 (of 2): 3 ms·(1 + 1 + 1.5)/2 = 5.25 ms
+    # (not 3·3 = 9 ms); step = 8·3 + 5.25 + Adam 2 = 31.25 ms. Cores' bound: every stage's
+    # 8 layers + the last's 8 ends + 4 Adams = 8·4·1 + 8·0.5 + 4 = 40 ms CPU / 2 = 20 ms.
+    pp = cal.predict_tiny_step(_cpu_machine(2), **SHAPE, d=1, t=1, p=4, b=2)
+    assert pp.compute_s == pytest.approx(24e-3) and pp.bubble_s == pytest.approx(5.25e-3)
+    assert pp.cores_s == pytest.approx(20e-3) and pp.step_s == pytest.approx(31.25e-3)
+    # with a core per rank the bubble is the GPU's: p − 1 whole slots of 1.5 ms
+    own = cal.predict_tiny_step(_cpu_machine(None), **SHAPE, d=1, t=1, p=4, b=2)
+    assert own.bubble_s == pytest.approx(3 * 1.5e-3)
+
+
+def test_cores_bound_binds_when_communication_burns_cpu():
+    # gloo's threads spend CPU in a collective (1 ms per reduce-scatter or all-gather of any
+    # size); the critical path counts their wall time (free here), the cores count their CPU:
+    # pure DP adds 2 ms CPU per rank: 4·(2·4.5 + 1 + 2) / 2 = 24 ms > the 20 ms path
+    ops = {(op, 4): (0.0, 1e30) for op in ("all-gather", "reduce-scatter")}
+    busy = {k: (1e-3, 0.0) for k in ops}
+    dp = cal.predict_tiny_step(_cpu_machine(2, ops=ops, ops_cpu=busy), **SHAPE, d=4, t=1, p=1,
+                               b=2)
+    assert dp.critical_s == pytest.approx(20e-3) and dp.cores_s == pytest.approx(24e-3)
+    assert dp.step_s == pytest.approx(24e-3)
+
+
+def test_measured_layers_replace_the_flop_model():
+    # a measured SP block at t = 2: 10 ms + 1 ms per sequence wall (its 8 collectives in it),
+    # 3 ms CPU: (2, 2, 1), m = 4, b = 2: 4·(4·12 ms + 2·0.5 ms) = 196 ms of stage time
+    mach = _cpu_machine(2, layers={2: ((10e-3, 1e-3), (3e-3, 0.0))})
+    x = cal.predict_tiny_step(mach, **SHAPE, d=2, t=2, p=1, b=2)
+    assert x.compute_s == pytest.approx(196e-3)
+    flops_only = cal.predict_tiny_step(_cpu_machine(2), **SHAPE, d=2, t=2, p=1, b=2)
+    assert flops_only.compute_s < x.compute_s / 4                      # negative control
+
+
 @pytest.mark.slow
 def test_bench_predicts_and_measures_every_layout_of_4_ranks():
     """One launch of 4 ranks: the calibration and one timed step per (d, t, p) (~13 s wall at

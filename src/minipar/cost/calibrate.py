@@ -2,25 +2,39 @@
 3D GPT under every (d, t, p) layout of its ranks.
 
 Pure Python. :mod:`minipar.three_d.calibrate` measures the constants (torch, gloo) and times the
-real runs; this module fits and predicts. The same step model as :mod:`minipar.cost.three_d`,
-with the terms that matter for a tiny model on CPU ranks:
+real runs; this module fits and predicts. The step of :mod:`minipar.cost.three_d` (SP inside
+TP, 1F1B, ZeRO-1), written for CPU ranks that may outnumber the cores:
 
-  compute   one transformer layer's forward + backward on one rank, b sequences:
-            c₀ + 3·F/(t·R), F = 24bsh² + 4bs²h forward FLOPs (Narayanan et al. 2021 §5.1), R the
-            measured FLOP rate and c₀ the measured fixed cost of a layer (kernel launches and
-            Python: a tiny layer is overhead-bound, so F/R alone would predict nothing). Both
-            come from one straight-line fit of measured layer times against F
-            (:func:`fit_compute`), with all ranks computing at once, so that sharing the cores is in
-            R and c₀. The head (logits 2bshV/t, backward twice) and the embedding at the same R.
-  TP        the course's sequence-parallel block: per layer and micro-batch 4 all-gathers and
-            4 reduce-scatters of the (b, s, h) activation over t ranks (ring α-β, Thakur et al.
-            2005), plus the layer-norm/bias gradient all-reduce over t once per step.
-  PP        2 point-to-point messages of (b, s/t, h) per micro-batch and stage boundary (α-β of
-            one message), 1F1B over m + p − 1 slots (Narayanan et al. 2021 §2.2).
+  cores     n ranks share c cores (measured: :func:`effective_cores`). While k ranks compute, each
+            gets min(1, c/k) of a core (Linux's fair scheduler shares a core equally between
+            runnable processes), so a phase lasts its CPU seconds × max(1, k/c)
+            (:attr:`Machine.share`, :func:`_share`). And no schedule beats the cores: the step
+            is at least the CPU seconds of all ranks over c (the work law, Cormen et al.,
+            Introduction to Algorithms, 3rd ed., §27.1). Step = max(critical path, that bound).
+  layer     one layer's forward + backward on one rank at TP degree t, micro-batch b, measured
+            as the course runs it: the sequence-parallel block with its 4 all-gathers and
+            4 reduce-scatters of (b, s, h) (Korthikanti et al. 2022), every TP group busy at
+            once; wall and CPU seconds, each a line in b. Measured whole because on shared
+            cores a collective waits until its peers are scheduled, and they are busy
+            computing: composing compute and α-β collectives timed apart predicts the t = 4
+            block at half its measured time. Without that measurement (a machine from
+            :func:`fit_compute` alone): c₀ + 3·F/(t·R) at the shared rate plus 4 + 4 collectives,
+            F = 24bsh² + 4bs²h forward FLOPs (Narayanan et al. 2021 §5.1).
+  ends      embedding, final layer norm, tied head, cross-entropy, forward + backward, CPU
+            seconds e₀ + e₁·b, on every TP rank of the end stages (charged to the last, the
+            slowest). Measured: on CPU they cost about a layer where their FLOPs say 2 %.
+  TP        beyond the layers: the (b, s, h) all-gather before the head per micro-batch, the
+            layer-norm/bias gradient all-reduce over t once per step.
+  PP        2 messages of (b, s/t, h) per micro-batch and slot, α + bytes/bandwidth of a timed
+            send/recv. 1F1B over m + p − 1 slots (Narayanan et al. 2021 §2.2): m at the shared
+            rate (every stage busy), and the p − 1 bubble slots with only k·d·t ranks busy in the
+            k-th (fill and drain), so on oversubscribed cores the bubble is partly free.
   DP        ZeRO-1: reduce-scatter of the stage's gradients + all-gather of its parameters over
-            d; the tied-embedding gradient all-reduce between first and last stage (p > 1).
-α and the bandwidth are fitted per group size n (:func:`minipar.cost.collectives.fit_alpha_beta`)
-from all-reduces timed with every group of that size busy at once, as in a layout.
+            d, the tied-embedding gradient all-reduce between first and last stage (p > 1), and
+            Adam on the rank's shard (CPU seconds o₀ + o₁·elements; memory-bound).
+Collectives are timed as the operation (α + bytes/bandwidth of the whole buffer, nccl-tests'
+size; :func:`fit_op`) per group size n with every group of that size busy at once; a machine
+without them uses the ring α-β of ``links`` (Thakur et al. 2005).
 """
 from __future__ import annotations
 
@@ -32,13 +46,41 @@ from .validation import spearman  # noqa: F401  (one rank correlation for both c
 
 @dataclass(frozen=True)
 class Machine:
-    """Calibrated constants of one machine at a given number of concurrent ranks."""
+    """Calibrated constants of one machine at a given number of concurrent ranks.
+
+    Compute terms (``layer_overhead``, ``flop_rate``, ``ends``, ``optimizer``) are CPU seconds of
+    one rank; ``cores`` says how many ranks run at once (None: every rank has its own core).
+    Communication terms are wall seconds measured with every group of that size busy at once:
+    ``ops[(op, n)] = (α, bandwidth)`` for a time α + bytes/bandwidth of the whole buffer
+    (nccl-tests' size), else the ring α-β of ``links`` (fitted on all-reduce).
+
+    ``cores`` is what the ranks get, measured (:func:`effective_cores`): the usable CPUs on an
+    idle machine, fewer while other processes run."""
     ranks: int
     layer_overhead: float            # c₀, seconds per layer forward + backward
-    flop_rate: float                 # R, FLOP/s per rank with every rank computing
+    flop_rate: float                 # R, FLOP/s per rank
     links: dict = field(default_factory=dict)   # group size n -> (α s, bandwidth bytes/s)
     p2p: tuple[float, float] = (0.0, 1.0)        # (α, bandwidth) of one send/recv
     bytes_per_elem: int = 4
+    cores: float | None = None                   # CPU cores the ranks get (may be < usable)
+    ends: tuple[float, float] = (0.0, 0.0)       # (s, s per sequence): embedding + head + loss
+    optimizer: tuple[float, float] = (0.0, 0.0)  # (s, s per element): one Adam step
+    ops: dict = field(default_factory=dict)      # (op, n) -> (α s, bandwidth bytes/s)
+    layers: dict = field(default_factory=dict)   # t -> ((s, s/seq) wall, (s, s/seq) CPU)
+    ops_cpu: dict = field(default_factory=dict)  # (op, n) -> (s, s per byte) CPU of one rank
+    p2p_cpu: tuple[float, float] = (0.0, 0.0)    # (s, s per byte) CPU of a send or a recv
+
+    def __post_init__(self):
+        if self.cores is not None and not (isinstance(self.cores, (int, float)) and
+                                           self.cores > 0):
+            raise ValueError(f"cores ({self.cores!r}) must be a positive number or None")
+
+    @property
+    def share(self) -> float:
+        """Wall seconds per CPU second of a rank when every rank computes at once: ranks/cores
+        when the ranks outnumber the cores (each gets cores/ranks of one; Linux's fair
+        scheduler shares a core equally between runnable processes), else 1."""
+        return 1.0 if self.cores is None else max(1.0, self.ranks / self.cores)
 
 
 def fit_line(xs, ys) -> tuple[float, float]:
@@ -101,9 +143,46 @@ def fit_compute(flops, seconds) -> tuple[float, float]:
     return c0, 1.0 / slope
 
 
+def effective_cores(ranks: int, cpu_seconds, wall_seconds, usable: int) -> float:
+    """Cores the ranks got while all of them computed: ``ranks`` × CPU seconds / wall seconds
+    (each rank ran cpu/wall of the time), at most ``usable`` (the affinity mask). Sums over the
+    timed points; the least served rank's ratio (a layout waits for it).
+    ``cpu_seconds[r]`` and ``wall_seconds[r]`` are rank r's lists."""
+    if not cpu_seconds or len(cpu_seconds) != len(wall_seconds) or usable < 1:
+        raise ValueError(f"need per-rank CPU and wall times ({len(cpu_seconds)} and "
+                         f"{len(wall_seconds)} ranks) and usable >= 1 ({usable})")
+    ratio = min(sum(c) / sum(w) for c, w in zip(cpu_seconds, wall_seconds))
+    if ratio <= 0:
+        raise ValueError(f"CPU / wall ({ratio:.3g}) must be > 0")
+    return min(float(usable), ranks * ratio)
+
+
+def fit_op(sizes_bytes, seconds) -> tuple[float, float]:
+    """(α, bandwidth) of a measured operation's time α + bytes/bandwidth (Hockney's model, as
+    in :mod:`~minipar.cost.collectives`, but of the operation as timed, not of one link):
+    :func:`fit_line`, and on a machine so noisy that its slope is not positive, the two-point
+    line through the smallest and the largest size. α is clipped at 0 (noise); the model needs a
+    positive bandwidth."""
+    alpha, slope = fit_line(sizes_bytes, seconds)
+    if slope <= 0:
+        (x0, t0), (x1, t1) = min(zip(sizes_bytes, seconds)), max(zip(sizes_bytes, seconds))
+        slope = max((t1 - t0) / (x1 - x0), 1e-15)
+        alpha = t0 - slope * x0
+    return max(alpha, 0.0), 1.0 / slope
+
+
 def _coll(machine: Machine, op: str, n: int, nbytes: float) -> float:
+    """Wall seconds of one collective over n ranks, ``nbytes`` the whole buffer: the measured
+    operation if calibrated, an all-reduce as reduce-scatter + all-gather (Rabenseifner;
+    Thakur et al. 2005 §4), else the ring α-β of the link."""
     if n == 1:
         return 0.0
+    if (op, n) in machine.ops:
+        alpha, bw = machine.ops[(op, n)]
+        return alpha + nbytes / bw
+    if op == "all-reduce" and ("reduce-scatter", n) in machine.ops:
+        return _coll(machine, "reduce-scatter", n, nbytes) + \
+            _coll(machine, "all-gather", n, nbytes)
     alpha, bw = machine.links[n]
     return collective_time(op, "ring", n, nbytes, max(alpha, 0.0), bw)
 
@@ -114,17 +193,41 @@ class TinyPrediction:
     t: int
     p: int
     m: int
-    compute_s: float
+    compute_s: float        # m micro-batches of the last stage, at the shared rate
     tp_s: float
     pp_s: float
-    dp_s: float
+    dp_s: float             # ZeRO-1's reduce-scatter + all-gather, tied embedding, SP grads
     bubble_s: float
     step_s: float
+    optimizer_s: float = 0.0
+    critical_s: float = 0.0  # the critical path: m·slot + bubble + dp + optimizer
+    cores_s: float = 0.0     # CPU seconds of all ranks / cores: the cores' lower bound
+
+
+def _line(c: tuple[float, float], x: float) -> float:
+    return max(c[0] + c[1] * x, 0.0)
+
+
+def _share(machine: Machine, busy: int) -> float:
+    """Wall seconds per CPU second while ``busy`` ranks compute (:attr:`Machine.share`)."""
+    return 1.0 if machine.cores is None else max(1.0, busy / machine.cores)
+
+
+def _coll_cpu(machine: Machine, op: str, n: int, nbytes: float) -> float:
+    """CPU seconds one rank spends in one collective (gloo's threads included), 0 if not
+    calibrated."""
+    if n == 1:
+        return 0.0
+    if op == "all-reduce":
+        return _coll_cpu(machine, "reduce-scatter", n, nbytes) + \
+            _coll_cpu(machine, "all-gather", n, nbytes)
+    return _line(machine.ops_cpu[(op, n)], nbytes) if (op, n) in machine.ops_cpu else 0.0
 
 
 def predict_tiny_step(machine: Machine, L: int, h: int, a: int, s: int, V: int, B: int, *,
                       d: int, t: int, p: int, b: int) -> TinyPrediction:
-    """Predicted seconds of one training step of the tiny GPT (module docstring)."""
+    """Predicted seconds of one training step of the tiny GPT (module docstring):
+    max(critical path, CPU seconds of all ranks / cores)."""
     for k, v in (("d", d), ("t", t), ("p", p), ("b", b)):
         if not isinstance(v, int) or v < 1:
             raise ValueError(f"{k} ({v}) must be a positive integer")
@@ -132,29 +235,50 @@ def predict_tiny_step(machine: Machine, L: int, h: int, a: int, s: int, V: int, 
         raise ValueError(f"layout (d, t, p) = ({d}, {t}, {p}), b = {b} breaks a rule: "
                          f"p | L ({L}), t | a ({a}), t | s ({s}), d·b | B ({B})")
     m = B // (d * b)
-    q, R = machine.bytes_per_elem, machine.flop_rate
+    q, R, f = machine.bytes_per_elem, machine.flop_rate, machine.share
     lp = L // p
-    layer = machine.layer_overhead + 3 * layer_flops(b, s, h) / (t * R)
-    head = 3 * 2 * b * s * h * V / (t * R)
-    stage = lp * layer + head                                   # the last stage, slowest
-    act = b * s * h * q
-    tp = lp * 4 * (_coll(machine, "all-gather", t, act) + _coll(machine, "reduce-scatter", t, act))
+    act = b * s * h * q                             # (b, s, h), whole
+    ag, rs = (_coll(machine, op, t, act) for op in ("all-gather", "reduce-scatter"))
+    if t in machine.layers:                         # measured: the SP block, its 8 collectives
+        (w, c) = machine.layers[t]
+        layer_wall, layer_cpu, layer_tp = _line(w, b), _line(c, b), 0.0
+    else:                                           # c₀ + 3F/(tR), plus 4 + 4 collectives
+        layer_cpu = machine.layer_overhead + 3 * layer_flops(b, s, h) / (t * R)
+        layer_wall, layer_tp = f * layer_cpu, 4 * (ag + rs)
+    ends = _line(machine.ends, b) if machine.ends != (0.0, 0.0) else \
+        3 * 2 * b * s * h * V / (t * R)            # uncalibrated: the head's FLOPs
+    # the last stage, slowest: its layers, head and loss, the (b, s, h) gather before the head
+    stage = lp * layer_wall + f * ends
+    tp = lp * layer_tp + ag
     a_p2p, bw_p2p = machine.p2p
-    pp = 0.0 if p == 1 else 2 * (a_p2p + act / t / bw_p2p)
-    slot = stage + tp + pp
-    bubble = (p - 1) * slot
+    msg = act / t                                   # (b, s/t, h)
+    pp = 0.0 if p == 1 else 2 * (a_p2p + msg / bw_p2p)       # forward, backward
+    slot = stage + tp + pp                          # every rank busy: at the shared rate
+    bubble = slot * sum(_share(machine, k * d * t) for k in range(1, p)) / f
     layer_params = 12 * h * h + 13 * h
     stage_params = (lp * layer_params + (V + s) * h) / t
-    dp = 0.0
+    dp = dp_cpu = 0.0
     if d > 1:
-        dp = _coll(machine, "reduce-scatter", d, stage_params * q) + \
-            _coll(machine, "all-gather", d, stage_params * q)
-    emb = 0.0 if p == 1 else _coll(machine, "all-reduce", 2, V * h * q / t) \
-        if 2 in machine.links else 0.0
+        for op in ("reduce-scatter", "all-gather"):
+            dp += _coll(machine, op, d, stage_params * q)
+            dp_cpu += _coll_cpu(machine, op, d, stage_params * q)
+    emb = emb_cpu = 0.0
+    if p > 1 and (2 in machine.links or ("reduce-scatter", 2) in machine.ops):
+        emb = _coll(machine, "all-reduce", 2, V * h * q)     # tied (V, h), whole on TP ranks
+        emb_cpu = _coll_cpu(machine, "all-reduce", 2, V * h * q)
     sp_grads = _coll(machine, "all-reduce", t, lp * 6 * h * q)
-    step = m * slot + bubble + dp + emb + sp_grads
-    return TinyPrediction(d, t, p, m, m * stage, m * tp, m * pp, dp + emb + sp_grads, bubble,
-                          step)
+    opt = _line(machine.optimizer, stage_params / d)  # ZeRO-1: Adam on this rank's shard, CPU
+    critical = m * slot + bubble + dp + emb + sp_grads + f * opt
+    # the cores' bound: CPU seconds of every rank, d·t copies of each stage's work
+    p2p_cpu = _line(machine.p2p_cpu, msg) if p > 1 else 0.0
+    per_stage = (m * (lp * layer_cpu + 4 * p2p_cpu * (p - 1) / p) +
+                 opt + dp_cpu + _coll_cpu(machine, "all-reduce", t, lp * 6 * h * q))
+    cpu = d * t * (p * per_stage + m * (ends + _coll_cpu(machine, "all-gather", t, act)) +
+                   (2 * emb_cpu if p > 1 else 0.0))
+    cores_bound = cpu / machine.cores if machine.cores else 0.0
+    step = max(critical, cores_bound)
+    return TinyPrediction(d, t, p, m, m * stage, m * tp, m * pp, dp + emb + sp_grads,
+                          bubble, step, f * opt, critical, cores_bound)
 
 
 def layouts(ranks: int) -> list[tuple[int, int, int]]:

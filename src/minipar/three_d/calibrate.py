@@ -17,49 +17,89 @@ import torch.nn.functional as F
 
 from minipar.cost import calibrate as model
 from minipar.model import GPT, GPTConfig, Layer
+from minipar.tensor_parallel.block import ParallelBlock
 
 TINY = GPTConfig(L=4, h=128, a=4, s=32, V=64, dropout=0.0)   # a, s divisible by t = 1, 2, 4
 BATCH, MICRO = 16, 2                                          # B sequences per step, b
-SIZES = (2**8, 2**14, 2**17, 2**19)                           # all-reduce sizes, elements
+SIZES = (2**11, 2**13, 2**16, 2**20)                          # collective sizes, elements (whole)
 BATCHES = (1, 2, 4, 8)                                        # micro-batches of the layer fit
+OPT_SIZES = (2**14, 2**20)                                    # Adam step sizes, elements
 
 
-def _timed(fn, reps: int) -> float:
-    """The fastest of ``reps`` calls, all ranks starting together: on a shared machine the
-    floor is what the operation costs; the rest is other processes' noise."""
+def _burst(fn, reps: int, k: int) -> tuple[float, float]:
+    """(wall, CPU) seconds per call: ``k`` back-to-back calls, all ranks starting together, the
+    fastest of ``reps`` bursts. A burst, not one call: a layout makes hundreds of calls in a row
+    and pays their mean, scheduling included, which the luckiest single call on a shared machine
+    underestimates several times over (4 ranks on 2 cores, 32 KiB all-gathers over 4 ranks:
+    fastest call 0.37 ms, mean 2.7 ms); the fastest burst is the one least disturbed by other
+    processes, as the fastest step is in :func:`time_layout_on_rank`. CPU is this process's,
+    every thread (gloo's included)."""
     dist.barrier()
-    ts = []
+    best = (float("inf"), float("inf"))
     for _ in range(reps):
-        t0 = time.perf_counter()
-        fn()
-        ts.append(time.perf_counter() - t0)
-    return min(ts)
+        w0, c0 = time.perf_counter(), time.process_time()
+        for _ in range(k):
+            fn()
+        best = min(best, ((time.perf_counter() - w0) / k, (time.process_time() - c0) / k))
+    return best
 
 
 def measure_on_rank(rank: int, world_size: int, config: GPTConfig = TINY,
-                    batches=(1, 2, 4, 8), reps: int = 5) -> dict:
-    """Per rank, all ranks at once: forward + backward seconds of one layer for each micro-batch
-    size, all-reduce seconds per group size n (every group of n consecutive ranks busy) and
-    size, and the one-way time of a send/recv between rank pairs."""
+                    batches=BATCHES, reps: int = 3) -> dict:
+    """Per rank, all ranks at once, (wall, CPU) seconds per call (:func:`_burst`) of: one
+    layer's forward + backward per micro-batch size b; the ends of the model (embedding, final
+    layer norm, tied head, cross-entropy: forward + backward) per b; an Adam step per number of
+    elements; the all-gather and the reduce-scatter of the course's sequence parallelism and
+    ZeRO (``all_gather_single``, ``reduce_scatter_single``) per group size n (every group of n
+    consecutive ranks busy at once) and size; a one-way send/recv between rank pairs."""
     torch.manual_seed(0)
-    layer = Layer(replace(config, dropout=0.0))
-    out = {"layer": {}, "allreduce": {}, "p2p": {}}
+    cfg = replace(config, dropout=0.0)
+    layer = Layer(cfg)
+    ends = GPT(replace(cfg, L=0))
+    out = {"layer": {}, "block": {}, "ends": {}, "adam": {}, "all-gather": {},
+           "reduce-scatter": {}, "p2p": {}}
     for b in batches:
-        x = torch.randn(b, config.s, config.h, requires_grad=True)          # (b, s, h)
+        x = torch.randn(b, cfg.s, cfg.h, requires_grad=True)              # (b, s, h)
+        tokens = torch.randint(0, cfg.V, (b, cfg.s))                      # (b, s)
 
-        def step():
+        def fwd_bwd():
             layer(x).sum().backward()
-        step()
-        out["layer"][b] = _timed(step, reps)
+
+        def ends_fwd_bwd():
+            F.cross_entropy(ends(tokens).flatten(0, 1), tokens.flatten()).backward()  # (b·s, V)
+        for fn, key in ((fwd_bwd, "layer"), (ends_fwd_bwd, "ends")):
+            fn()                                                           # warm up
+            out[key][b] = _burst(fn, reps, 4)
+    for t in [k for k in range(1, world_size + 1) if world_size % k == 0 and
+              cfg.a % k == 0 and cfg.s % k == 0]:
+        groups = [dist.new_group(list(range(g, g + t))) for g in range(0, world_size, t)]
+        block = ParallelBlock.from_full(layer, groups[rank // t], sequence_parallel=True)
+        out["block"][t] = {}
+        for b in batches:
+            x = torch.randn(b, cfg.s // t, cfg.h, requires_grad=True)    # (b, s/t, h)
+
+            def block_fwd_bwd():
+                block(x).sum().backward()
+            block_fwd_bwd()
+            out["block"][t][b] = _burst(block_fwd_bwd, reps, 4)
+    for numel in OPT_SIZES:
+        w = torch.nn.Parameter(torch.zeros(numel))
+        w.grad = torch.ones(numel)
+        opt = torch.optim.Adam([w], lr=1e-3)
+        opt.step()
+        out["adam"][numel] = _burst(opt.step, reps, 3)
     for n in [k for k in range(2, world_size + 1) if world_size % k == 0]:
         groups = [dist.new_group(list(range(g, g + n))) for g in range(0, world_size, n)]
         mine = groups[rank // n]
-        out["allreduce"][n] = {}
+        out["all-gather"][n], out["reduce-scatter"][n] = {}, {}
         for size in SIZES:
-            buf = torch.ones(size)
-            for _ in range(2):                                             # warm up this size
-                dist.all_reduce(buf, group=mine)
-            out["allreduce"][n][size] = _timed(lambda: dist.all_reduce(buf, group=mine), reps)
+            whole, shard = torch.ones(size), torch.ones(size // n)         # (N,), (N/n,)
+            calls = {"all-gather": lambda: dist.all_gather_single(whole, shard, group=mine),
+                     "reduce-scatter": lambda: dist.reduce_scatter_single(shard, whole,
+                                                                          group=mine)}
+            for op, fn in calls.items():
+                fn()                                                       # warm up this size
+                out[op][n][size] = _burst(fn, reps, 8 if size < 2**18 else 2)
     peer = rank ^ 1 if (rank ^ 1) < world_size else rank
     for size in SIZES:
         buf = torch.ones(size)
@@ -72,11 +112,12 @@ def measure_on_rank(rank: int, world_size: int, config: GPTConfig = TINY,
                 dist.recv(buf, peer)
                 dist.send(buf, peer)
         ping()
-        out["p2p"][size] = _timed(ping, reps) / 2                          # one way
+        w, c = _burst(ping, reps, 8 if size < 2**18 else 2)
+        out["p2p"][size] = (w / 2, c / 2)                                  # one way
     return out
 
 
-def calibrate(ranks: int = 4, config: GPTConfig = TINY, reps: int = 5) -> model.Machine:
+def calibrate(ranks: int = 4, config: GPTConfig = TINY, reps: int = 3) -> model.Machine:
     """Measure on ``ranks`` gloo ranks and fit :class:`minipar.cost.calibrate.Machine`."""
     from minipar.launch import run
 
@@ -84,20 +125,47 @@ def calibrate(ranks: int = 4, config: GPTConfig = TINY, reps: int = 5) -> model.
                        ranks, config)
 
 
-def fit_machine(per: list[dict], ranks: int, config: GPTConfig = TINY) -> model.Machine:
-    """:class:`minipar.cost.calibrate.Machine` from every rank's :func:`measure_on_rank`
-    (the slowest rank per point: a layout waits for it)."""
-    bs = sorted(per[0]["layer"])
-    secs = [max(r["layer"][b] for r in per) for b in bs]                # slowest rank
+def _slowest(per: list[dict], key: str, *path, i: int = 0) -> tuple[list, list]:
+    """(sizes, seconds) of one measurement, the slowest rank per size (a layout waits for it);
+    ``i`` 0 for wall, 1 for CPU seconds."""
+    tables = [r[key] for r in per]
+    for k in path:
+        tables = [t[k] for t in tables]
+    sizes = sorted(tables[0])
+    return sizes, [max(t[x][i] for t in tables) for x in sizes]
+
+
+def fit_machine(per: list[dict], ranks: int, config: GPTConfig = TINY,
+                cores: int | None = None) -> model.Machine:
+    """:class:`minipar.cost.calibrate.Machine` from every rank's :func:`measure_on_rank`:
+    compute terms from CPU seconds (the cores they share are the model's business,
+    ``cores``: default what the ranks got while all of them computed a layer,
+    :func:`~minipar.cost.calibrate.effective_cores`), communication terms from wall seconds
+    with every group busy at once (the slowest rank per point)."""
+    from minipar._pool import usable_cpus
+
+    bs, secs = _slowest(per, "layer", i=1)
     c0, rate = model.fit_compute([model.layer_flops(b, config.s, config.h) for b in bs], secs)
-    links = {}
-    for n in per[0]["allreduce"]:
-        sizes = sorted(per[0]["allreduce"][n])
-        ts = [max(r["allreduce"][n][s] for r in per) for s in sizes]
-        links[n] = model.fit_link([4 * s for s in sizes], ts, n)
-    sizes = sorted(per[0]["p2p"])
-    a, c = model.fit_line([4 * s for s in sizes], [max(r["p2p"][s] for r in per) for s in sizes])
-    return model.Machine(ranks, c0, rate, links, (max(a, 0.0), 1.0 / c), 4)
+    ends = model.fit_line(*_slowest(per, "ends", i=1))
+    adam = model.fit_line(*_slowest(per, "adam", i=1))
+    layers = {t: (model.fit_line(*_slowest(per, "block", t)),
+                  model.fit_line(*_slowest(per, "block", t, i=1))) for t in per[0]["block"]}
+    ops, ops_cpu = {}, {}
+    for op in ("all-gather", "reduce-scatter"):
+        for n in per[0][op]:
+            sizes, ts = _slowest(per, op, n)
+            ops[(op, n)] = model.fit_op([4 * x for x in sizes], ts)
+            ops_cpu[(op, n)] = model.fit_line([4 * x for x in sizes], _slowest(per, op, n, i=1)[1])
+    sizes, ts = _slowest(per, "p2p")
+    p2p = model.fit_op([4 * x for x in sizes], ts)
+    p2p_cpu = model.fit_line([4 * x for x in sizes], _slowest(per, "p2p", i=1)[1])
+    if cores is None:                    # what the ranks got while every one computed
+        cores = model.effective_cores(ranks, [[v[1] for v in r["layer"].values()] for r in per],
+                                      [[v[0] for v in r["layer"].values()] for r in per],
+                                      usable_cpus())
+    return model.Machine(ranks, c0, rate, {}, p2p, 4, cores=cores,
+                         ends=ends, optimizer=adam, ops=ops, layers=layers, ops_cpu=ops_cpu,
+                         p2p_cpu=p2p_cpu)
 
 
 def time_layout_on_rank(rank: int, world_size: int, d: int, t: int, p: int,
@@ -151,6 +219,7 @@ def bench(ranks: int = 4, config: GPTConfig = TINY, batch: int = BATCH, b: int =
           steps: int = 3, reps: int = 5) -> dict:
     """Calibrate, predict every (d, t, p) of ``ranks``, run each, compare (Spearman of the step
     times, error per layout), all in one launch of ``ranks`` gloo ranks."""
+    from minipar._pool import usable_cpus
     from minipar.launch import run
 
     def predict(mach, d, t, p):
@@ -176,8 +245,11 @@ def bench(ranks: int = 4, config: GPTConfig = TINY, batch: int = BATCH, b: int =
     rho = model.spearman([r["predicted_s"] for r in rows], [r["measured_s"] for r in rows])
     return {"ranks": ranks, "config": asdict(config), "batch": batch, "micro_batch": b,
             "machine": {"layer_overhead_s": mach.layer_overhead, "flop_rate": mach.flop_rate,
-                        "links": {str(n): {"alpha": a, "bandwidth": bw}
-                                  for n, (a, bw) in mach.links.items()},
+                        "cores": mach.cores, "share": mach.share, "usable_cpus": usable_cpus(),
+                        "ends": {"s": mach.ends[0], "s_per_sequence": mach.ends[1]},
+                        "optimizer": {"s": mach.optimizer[0], "s_per_element": mach.optimizer[1]},
+                        "links": {f"{op} n={n}": {"alpha": a, "bandwidth": bw}
+                                  for (op, n), (a, bw) in mach.ops.items()},
                         "p2p": {"alpha": mach.p2p[0], "bandwidth": mach.p2p[1]}},
-            "layouts": rows, "spearman": rho,
+            "layouts": rows, "spearman": rho, "calibration": [r["machine"] for r in per],
             "max_abs_error": max(abs(r["error"]) for r in rows)}
