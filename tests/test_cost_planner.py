@@ -136,7 +136,8 @@ def test_gpt3_175b_34_days_on_1024_a100():
 def test_zero3_is_a_choice_not_the_answer_for_gpt3():
     """The planner used to rank ZeRO-3 (t = 1-2, p = 1) first for GPT-3 on 768-1536 A100 at
     78 GiB of 80 with no buffer for the gathered layers. Now ZeRO-3 pays two gathered layers and
-    one layer gradient in memory and the 10 % headroom, and PTD-P layouts come first."""
+    one layer gradient in memory and the 10 % headroom, its collectives across nodes run as a
+    flat ring (§5.2's measured ZeRO-3, minipar.cost.three_d), and PTD-P layouts come first."""
     m = planner.MODELS["gpt3-175b"]
     for n in (768, 1024, 1536):
         fitting = [c for c in planner.search(m, a100(n), 1536) if c.fits]
@@ -275,15 +276,61 @@ def test_zero3_buffers_prefetch_and_pipeline():
                                                    + (51200 + 2048) * h) / 8) / 32 \
         == pytest.approx((2 * 2 + 4) * (12 * h * h + 13 * h) / 8)
     slow = planner.cluster(1024, 8, "A100-80GB", inter="eth-100g")
-    fast_z3 = planner.evaluate(GPT3, cl, 2048, tp=1, pp=1, dp=1024, micro_batch=1, zero=3,
-                               recompute="full")
-    slow_z3 = planner.evaluate(GPT3, slow, 2048, tp=1, pp=1, dp=1024, micro_batch=1, zero=3,
-                               recompute="full")
-    assert fast_z3.zero3_exposed_seconds < 0.02 * fast_z3.step_seconds
-    assert slow_z3.zero3_exposed_seconds > 0.2 * slow_z3.step_seconds
+    kw = dict(tp=1, pp=1, dp=1024, micro_batch=1, zero=3, recompute="full")
+    # NCCL-ideal hierarchical collectives hide under one layer's compute; the flat ring (the
+    # default, each GPU's whole share through its own NIC) cannot, and 100 Gb/s Ethernet less
+    ideal_z3 = planner.evaluate(GPT3, cl, 2048, zero3_collectives="hierarchical", **kw)
+    flat_z3 = planner.evaluate(GPT3, cl, 2048, **kw)
+    slow_z3 = planner.evaluate(GPT3, slow, 2048, **kw)
+    assert ideal_z3.zero3_exposed_seconds < 0.02 * ideal_z3.step_seconds
+    assert flat_z3.zero3_exposed_seconds > 0.5 * flat_z3.step_seconds
+    assert slow_z3.zero3_exposed_seconds > flat_z3.zero3_exposed_seconds
+    assert (ideal_z3.bytes_per_gpu, ideal_z3.compute_seconds) == \
+        (flat_z3.bytes_per_gpu, flat_z3.compute_seconds)
     with pytest.raises(ValueError, match=r"ZeRO stage \(2\) needs p = 1"):
         planner.evaluate(GPT3, cl, 1536, tp=8, pp=4, dp=32, micro_batch=1, zero=2)
     assert any(c.zero == 3 and c.pp > 1 for c in planner.search(GPT3, cl, 1536, tp=8, pp=4))
+
+
+def test_zero3_regathers_for_the_recomputed_forward_on_a_flat_ring():
+    """ZeRO-3 per layer and micro-batch: 3 all-gathers (forward, recomputed forward, backward) +
+    1 reduce-scatter with full recomputation, 2 + 1 otherwise (the hooks free the gathered
+    weights after each forward). Across nodes each is a flat α-β ring on the inter link
+    (Thakur et al. 2005): (n−1)α + (n−1)/n·S/B; inside a node a ring on NVLink. Memory: the
+    same two gathered layers and one layer gradient whatever the recomputation (control: the
+    old count, 2 all-gathers with full recomputation, is a different number)."""
+    from minipar.cost.collectives import collective_time
+    n, h = 256, 12288
+    cl = a100(n)
+    layer = 12 * h * h + 13 * h
+    kw = dict(tp=1, pp=1, dp=n, micro_batch=2, zero=3, grad_reduce_bytes=4)
+    full = planner.evaluate(GPT3, cl, 2048, recompute="full", **kw)
+    sel = planner.evaluate(GPT3, cl, 2048, recompute="selective", **kw)
+    ag = collective_time("all-gather", "ring", n, 2 * layer, cl.inter.alpha, cl.inter.bandwidth)
+    rs = collective_time("reduce-scatter", "ring", n, 4 * layer, cl.inter.alpha,
+                         cl.inter.bandwidth)
+    assert planner.zero3_collective_seconds(2 * layer, n, 1, cl) == (pytest.approx(ag),
+                                                                     cl.inter.name)
+    m, L = full.microbatches, GPT3.layers
+    assert full.dp_seconds == pytest.approx(m * L * (3 * ag + rs))
+    assert sel.dp_seconds == pytest.approx(m * L * (2 * ag + rs))
+    assert full.dp_seconds != pytest.approx(m * L * (2 * ag + rs))          # negative control
+    assert full.dp_link == cl.inter.name
+    assert full.model_state_bytes == sel.model_state_bytes
+    # a group inside one node: a ring on NVLink, whichever algorithm is asked for
+    small = a100(8)
+    for alg in planner.ZERO3_COLLECTIVES:
+        sec, link = planner.zero3_collective_seconds(2 * layer, 8, 1, small, alg)
+        assert link == small.intra.name and sec == pytest.approx(collective_time(
+            "all-gather", "ring", 8, 2 * layer, small.intra.alpha, small.intra.bandwidth))
+    # the hierarchical option moves 1/8 of the flat ring's bytes across each NIC
+    hier, _ = planner.zero3_collective_seconds(2 * layer, n, 1, cl, "hierarchical")
+    assert hier < ag / 4
+    with pytest.raises(ValueError, match=r"zero3_collectives \('tree'\) must be one of "
+                                         r"flat-ring, hierarchical"):
+        planner.evaluate(GPT3, cl, 2048, recompute="full", zero3_collectives="tree", **kw)
+    with pytest.raises(ValueError, match=r"zero3_collectives \('tree'\)"):
+        planner.search(GPT3, cl, 2048, tp=1, pp=1, zero3_collectives="tree")
 
 
 def test_memory_headroom_decides_fits():

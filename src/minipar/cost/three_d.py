@@ -32,11 +32,23 @@ GPU Clusters Using Megatron-LM", §2.2 and §3). N = d·t·p GPUs, B = d·b·m s
                recomputed forward's 4 replace the re-gathers: 12.
       PP       the (b, s, h)/t activation forward and its gradient backward cross each stage
                boundary (scatter/gather, Narayanan §4.1), v times with v chunks.
-      ZeRO-3   per layer: all-gather the 16-bit weights in forward, again in backward, reduce-
-               scatter the gradients, every micro-batch (the parameters cannot stay gathered:
-               that would be ZeRO-2's memory); prefetching hides each layer's collectives under
+      ZeRO-3   per layer and micro-batch: all-gather the 16-bit weights for the forward, again
+               for the recomputed forward under full recomputation (DeepSpeed's and FSDP's
+               module hooks free a layer's gathered weights after its forward), again for the
+               backward, and reduce-scatter the gradients: 3 all-gathers + 1 reduce-scatter
+               with full recomputation, 2 + 1 otherwise (selective recomputation re-runs only
+               the attention core, which has no weights). The parameters cannot stay gathered:
+               that would be ZeRO-2's memory. Prefetching hides each layer's collectives under
                the previous layer's compute, so only max(0, comm − compute) per layer and the
                first layer's gather are exposed (Zhao et al. 2023, "PyTorch FSDP" §3.4).
+               Algorithm (``zero3_collectives``): a group inside one node is a ring on the
+               intra link. A group spanning nodes is by default a flat ring (``"flat-ring"``)
+               in which each rank's whole (n−1)/n·S crosses its own NIC: α-β ring on the inter
+               link, (n−1)α + (n−1)/n·S/B_inter (Thakur et al. 2005), the achieved bandwidth of
+               the ZeRO-3 Narayanan et al. 2021 measured (§5.2, below). ``"hierarchical"``
+               keeps the NCCL-ideal intra reduce-scatter + inter ring + intra all-gather of
+               Megatron's DP all-reduce (Mikami et al. 2018), which moves 1/k of that across
+               each NIC with k group members per node.
   pipeline     (m + (p−1)/v) micro-batch slots: m useful, (p−1)/v bubble (Narayanan §2.2).
   after the last micro-batch (exposed, except DP under the last backward when p = 1 and
                ``dp_overlap``)
@@ -60,10 +72,28 @@ GPU Clusters Using Megatron-LM", §2.2 and §3). N = d·t·p GPUs, B = d·b·m s
 Validation (:mod:`minipar.cost.validation`, tests/test_cost_validation.py): every row of
 Narayanan et al. 2021 Table 1 within 8 % of its measured step time with the throughput order
 right (Spearman 0.87), GPT-3 175B at 140 TFLOP/s and BLOOM on Jean Zay within 10 %; MT-NLG
-(DeepSpeed's pipeline engine) 22 % too fast, and ZeRO-3's measured deficit against PTD-P
-(§5.2) not reproduced: the model's ZeRO-3 collectives reach NCCL's ideal bandwidth; neither
-removing the overlap nor a flat ring's latency closes the gap, only an achieved bandwidth ~5×
-below the ideal would (:func:`minipar.cost.validation.zero3_missing_effect`).
+(DeepSpeed's pipeline engine) 22 % too fast. ZeRO-3 against PTD-P (§5.2, each layout as run,
+:func:`minipar.cost.validation.zero3_comparison`): PTD-P's TFLOP/s per GPU over ZeRO-3's is
+1.54 (175B, 768 GPUs) and 1.71 (530B, 1120 GPUs) once the GPU count doubles, measured 1.69 and
+1.70; 2.95 and 3.25 at the largest count (measured 3.20, 3.31). At the smallest count the model
+puts ZeRO-3 ahead (0.79 and 0.88, measured 1.06 and 1.24): there one layer's compute can hide
+the collectives and the model hides them all, while the measured step lies between perfect and
+no overlap; and its memory rejects the 530B ZeRO-3 layout that ran on 640 GPUs (two whole
+gathered layers and a whole layer gradient; DeepSpeed gathers per sub-module)
+(:func:`minipar.cost.validation.zero3_missing_effect`).
+
+Why ZeRO-3's collectives spanning nodes are a flat ring by default. In §5.2 (Table 2) the
+measured ZeRO-3 throughput per GPU halves each time the GPU count doubles at a fixed batch (175B:
+88 → 44 TFLOP/s from 768 to 1536 GPUs), so its step time stays constant (67 s): the step is
+bound by collectives whose bytes per GPU do not shrink with N. ZeRO-3 moves the 16-bit
+parameters, 349 GB for 175B, four times per step (3 all-gathers + 1 reduce-scatter of the
+16-bit gradients, DeepSpeed's default; one micro-batch per rank there); 4 × 349 GB in 67-82 s
+is 17-21 GB/s per GPU (530B, 4 × 1059 GB: 17-24 GB/s), about one HDR NIC's 25 GB/s, where the
+hierarchical algorithm would move 1/8 of it per NIC. With the hierarchical algorithm the model
+puts ZeRO-3 ahead of PTD-P at every count (ratio 0.72-0.79), the wrong way; with the flat ring
+it gets the direction once the count doubles and the growth with N.
+Megatron's own data-parallel all-reduce (ZeRO 0-1) keeps the hierarchical algorithm: Table 1's
+rows, which use it, are within 8 % with it.
 
 Optional dimensions (default 1, leaving every result above unchanged): context parallelism
 ``cp`` and, for MoE shapes (:class:`ModelShape` ``experts``, ``top_k``, ``ffn``), expert
@@ -244,6 +274,39 @@ def dp_allreduce_seconds(nbytes: float, d: int, t: int, cl: Cluster) -> tuple[fl
     return _ring("all-reduce", d, nbytes, cl.inter), cl.inter.name
 
 
+ZERO3_COLLECTIVES = ("flat-ring", "hierarchical")
+"""Algorithms for ZeRO-3's per-layer collectives over a group spanning nodes (module docstring)."""
+
+
+def zero3_collective_seconds(nbytes: float, n: int, t: int, cl: Cluster,
+                             algorithm: str = "flat-ring") -> tuple[float, str]:
+    """One ZeRO-3 all-gather (S = ``nbytes``, the whole gathered buffer) or reduce-scatter (S the
+    whole input) over the n ranks of one data-parallel group (stride t in the rank order).
+
+    Inside one node (t·n ≤ GPUs per node): ring on the intra link. Spanning nodes:
+    ``"flat-ring"``: one ring whose node-crossing hops limit it, so each rank's (n−1)/n·S crosses
+    its own NIC: (n−1)α + (n−1)/n·S/B on the inter link (Thakur et al. 2005 §4);
+    ``"hierarchical"``: half of :func:`dp_allreduce_seconds` (Mikami et al. 2018), the NCCL-ideal
+    algorithm that spreads the inter-node bytes over the node's NICs. Returns (seconds, link).
+    """
+    if algorithm not in ZERO3_COLLECTIVES:
+        raise ValueError(f"zero3_collectives ({algorithm!r}) must be one of "
+                         f"{', '.join(ZERO3_COLLECTIVES)}")
+    if n == 1:
+        return 0.0, "-"
+    if t * n <= cl.gpus_per_node or algorithm == "hierarchical":
+        ar, name = dp_allreduce_seconds(nbytes, n, t, cl)
+        return ar / 2, name
+    return _ring("all-gather", n, nbytes, cl.inter), cl.inter.name
+
+
+def zero3_gathers(recompute: str) -> int:
+    """All-gathers of a layer's weights per micro-batch under ZeRO-3: forward and backward, plus
+    the recomputed forward under full recomputation (the hooks free the gathered weights after
+    each forward; selective recomputation re-runs only the weightless attention core)."""
+    return 3 if recompute == "full" else 2
+
+
 def tp_collectives(t: int, sp: bool, recompute: str) -> float:
     """All-reduce equivalents per layer per micro-batch on the TP group (module docstring):
     4 (6 with full recomputation) without SP; with SP all-gathers and reduce-scatters, each
@@ -259,7 +322,8 @@ def evaluate(m_: ModelShape, cl: Cluster, global_batch: int, *, tp: int, pp: int
              micro_batch: int, chunks: int = 1, recompute: str = "selective", sp: bool = False,
              zero: int = 1, grad_reduce_bytes: float = GRAD_REDUCE_BYTES,
              dp_overlap: bool = True, headroom: float = HEADROOM,
-             zero3_overlap: bool = True, cp: int = 1, ep: int = 1) -> Config:
+             zero3_overlap: bool = True, zero3_collectives: str = "flat-ring", cp: int = 1,
+             ep: int = 1) -> Config:
     """Predicted memory and step time of one layout (see the module docstring for the model).
 
     ``dp_overlap`` lets the data-parallel reduction run under the last micro-batch's backward
@@ -267,7 +331,9 @@ def evaluate(m_: ModelShape, cl: Cluster, global_batch: int, *, tp: int, pp: int
     backward (``dp_overlap=False``). With p > 1 it always follows the pipeline flush.
     ``zero3_overlap=False`` exposes all of ZeRO-3's per-layer collectives (no prefetching): the
     bound used by :func:`minipar.cost.validation.zero3_comparison` to show what overlap can and
-    cannot explain.
+    cannot explain. ``zero3_collectives`` (``"flat-ring"``, the default, or ``"hierarchical"``)
+    is the algorithm of ZeRO-3's collectives over a group spanning nodes
+    (:func:`zero3_collective_seconds`).
 
     Context parallelism (``cp``; Megatron's rank order t → cp → d → p): each rank holds s/cp
     tokens of every sequence, so activations, GEMM work and TP/PP messages shrink by cp; the
@@ -288,6 +354,9 @@ def evaluate(m_: ModelShape, cl: Cluster, global_batch: int, *, tp: int, pp: int
           ep=ep)
     sl = s // cp                                               # tokens per CP rank
     dcp = d * cp                                               # ranks sharing the weights
+    if zero3_collectives not in ZERO3_COLLECTIVES:
+        raise ValueError(f"zero3_collectives ({zero3_collectives!r}) must be one of "
+                         f"{', '.join(ZERO3_COLLECTIVES)}")
     if grad_reduce_bytes <= 0 or not 0 <= headroom < 1:
         raise ValueError(f"grad_reduce_bytes ({grad_reduce_bytes}) must be > 0 and headroom "
                          f"({headroom}) in [0, 1)")
@@ -355,10 +424,12 @@ def evaluate(m_: ModelShape, cl: Cluster, global_batch: int, *, tp: int, pp: int
     pp_mb = 0.0 if p == 1 else 2 * v * (pp_link.alpha + act_bytes / t / pp_link.bandwidth)
     z3_mb = 0.0
     if zero == 3:                                              # one FSDP unit per layer
-        gather, _ = dp_allreduce_seconds(2 * layer_params / t, dcp, t, cl)
-        scatter, _ = dp_allreduce_seconds(grad_reduce_bytes * layer_params / t, dcp, t, cl)
-        comm_layer = gather + scatter / 2                      # AG fwd + AG bwd + RS (halves)
-        z3_mb = (lp * max(0.0, comm_layer - lt) + gather / 2   # prefetch hides ≤ one layer
+        gather, z3_name = zero3_collective_seconds(2 * layer_params / t, dcp, t, cl,
+                                                   zero3_collectives)
+        scatter, _ = zero3_collective_seconds(grad_reduce_bytes * layer_params / t, dcp, t, cl,
+                                              zero3_collectives)
+        comm_layer = zero3_gathers(recompute) * gather + scatter   # AGs (fwd, re-fwd, bwd) + RS
+        z3_mb = (lp * max(0.0, comm_layer - lt) + gather       # prefetch hides ≤ one layer
                  if zero3_overlap else lp * comm_layer)
     slot = c_mb + tp_mb + pp_mb + z3_mb + cp_mb + ep_mb
     r = 0.0 if p == 1 else bubble_relative_to_ideal(schedule, p, m, v)
@@ -376,7 +447,7 @@ def evaluate(m_: ModelShape, cl: Cluster, global_batch: int, *, tp: int, pp: int
         ar, dp_name = reduce(psi_dense, dcp)
         ar += reduce(psi_exp, dcp // ep)[0]
     if zero == 3:
-        dp_total, exposed = m * lp * comm_layer, 0.0
+        dp_total, exposed, dp_name = m * lp * comm_layer, 0.0, z3_name
     else:
         dp_total = ar
         window = (2 / 3) * c_mb if p == 1 and dp_overlap else 0.0
@@ -450,8 +521,14 @@ def search(m_: ModelShape, cl: Cluster, global_batch: int, *, tp: int | None = N
     ZeRO 0-3 (2 only with p = 1; 1-3 only with d > 1; FSDP = ZeRO-3 composes with PP as in
     torchtitan). cp is 1 (default), ``cp``, or every power of two up to ``max_cp``; ep likewise
     (``ep``/``max_ep``, MoE shapes only). ``model_options`` go to :func:`evaluate`
-    (``grad_reduce_bytes``, ``dp_overlap``, ``headroom``).
+    (``grad_reduce_bytes``, ``dp_overlap``, ``headroom``, ``zero3_overlap``,
+    ``zero3_collectives``); an invalid one raises ``ValueError`` here rather than leaving every
+    layout out.
     """
+    z3c = model_options.get("zero3_collectives", "flat-ring")
+    if z3c not in ZERO3_COLLECTIVES:
+        raise ValueError(f"zero3_collectives ({z3c!r}) must be one of "
+                         f"{', '.join(ZERO3_COLLECTIVES)}")
     out: list[Config] = []
     ts = [tp] if tp else [k for k in _divisors(m_.heads) if k <= cl.gpus_per_node]
     ps = [pp] if pp else _divisors(m_.layers)
@@ -587,6 +664,6 @@ def megatron_rule_layout(m_: ModelShape, cl: Cluster, global_batch: int, micro_b
 __all__ = ["ModelShape", "MODELS", "Cluster", "Config", "cluster", "evaluate", "check", "search",
            "why_nothing_fits", "training_seconds", "implied_mfu", "dollars_per_million_tokens",
            "dp_allreduce_seconds", "megatron_rule_layout", "tp_collectives", "HEADROOM",
-           "GRAD_REDUCE_BYTES"]
+           "GRAD_REDUCE_BYTES", "ZERO3_COLLECTIVES", "zero3_collective_seconds", "zero3_gathers"]
 
 

@@ -2,7 +2,8 @@
 // Putting-them-together chapter: JavaScript twins of minipar.cost.model.flops_per_iteration,
 // minipar.cost.pipeline_parallel (both bubble conventions), minipar.cost.compute (the roofline
 // per GEMM and per memory-bound kernel) and minipar.cost.three_d (cluster, check,
-// dp_allreduce_seconds, tp_collectives, evaluate, dollars_per_million_tokens), and the layout
+// dp_allreduce_seconds, zero3_collective_seconds, zero3_gathers, tp_collectives, evaluate,
+// dollars_per_million_tokens), and the layout
 // explorer. Sources: Narayanan et al. 2021 (Eq. 2-3, §2.2, §3), Korthikanti et al. 2022 (Eq.
 // 7-8, Table 2), Shoeybi et al. 2019 §3, Rajbhandari et al. 2020 §5 and §7, Thakur et al. 2005,
 // Mikami et al. 2018, Williams et al. 2009 (roofline).
@@ -69,6 +70,26 @@ export function dpAllreduceSeconds(nbytes, d, t, cluster) {
       `${cluster.intra.name}+${cluster.inter.name}`];
   }
   return [ring("all-reduce", d, nbytes, cluster.inter), cluster.inter.name];
+}
+
+export const ZERO3_COLLECTIVES = ["flat-ring", "hierarchical"];
+
+// Python: zero3_collective_seconds(nbytes, n, t, cl, algorithm) -> (seconds, link name): one
+// ZeRO-3 all-gather or reduce-scatter; spanning nodes, a flat ring on the inter link (each rank's
+// (n−1)/n·S through its own NIC) or half the hierarchical all-reduce.
+export function zero3CollectiveSeconds(nbytes, n, t, cluster, algorithm = "flat-ring") {
+  if (!ZERO3_COLLECTIVES.includes(algorithm)) throw new Error(`zero3_collectives ('${algorithm}') must be one of ${ZERO3_COLLECTIVES.join(", ")}`);
+  if (n === 1) return [0.0, "-"];
+  if (t * n <= cluster.gpus_per_node || algorithm === "hierarchical") {
+    const [ar, name] = dpAllreduceSeconds(nbytes, n, t, cluster);
+    return [ar / 2, name];
+  }
+  return [ring("all-gather", n, nbytes, cluster.inter), cluster.inter.name];
+}
+
+// Python: zero3_gathers(recompute): all-gathers per layer per micro-batch (fwd, re-fwd, bwd)
+export function zero3Gathers(recompute) {
+  return recompute === "full" ? 3 : 2;
 }
 
 // --- minipar.cost.compute: a roofline per kernel ------------------------------------------
@@ -171,13 +192,14 @@ export function tpCollectives(t, sp, recompute) {
 }
 
 // Python: three_d.evaluate(m_, cl, global_batch, tp, pp, dp, micro_batch, chunks, recompute, sp,
-// zero, grad_reduce_bytes, dp_overlap, headroom).as_dict()
+// zero, grad_reduce_bytes, dp_overlap, headroom, zero3_collectives=...).as_dict()
 export function planEvaluate(model, cluster, globalBatch, tp, pp, dp, microBatch, chunks = 1,
   recompute = "selective", sp = false, zero = 1, gradReduceBytes = GRAD_REDUCE_BYTES, dpOverlap = true,
-  headroom = HEADROOM) {
+  headroom = HEADROOM, zero3Collectives = "flat-ring") {
   const [t, p, d, b, v] = [tp, pp, dp, microBatch, chunks];
   const {layers: L, hidden: h, heads: a, seq: s, vocab: V} = model;
   planCheck(model, cluster, globalBatch, t, p, d, b, v, zero);
+  if (!ZERO3_COLLECTIVES.includes(zero3Collectives)) throw new Error(`zero3_collectives ('${zero3Collectives}') must be one of ${ZERO3_COLLECTIVES.join(", ")}`);
   if (!(gradReduceBytes > 0) || !(headroom >= 0 && headroom < 1)) {
     throw new Error(`grad_reduce_bytes (${gradReduceBytes}) must be > 0 and headroom (${headroom}) in [0, 1)`);
   }
@@ -201,12 +223,13 @@ export function planEvaluate(model, cluster, globalBatch, tp, pp, dp, microBatch
   const tpMb = lp * tpCollectives(t, sp, recompute) * ring("all-reduce", t, actBytes, tpLink);
   const ppLink = t * d * p <= cluster.gpus_per_node ? cluster.intra : cluster.inter;
   const ppMb = p === 1 ? 0.0 : 2 * v * (ppLink.alpha + actBytes / t / ppLink.bandwidth);
-  let z3Mb = 0.0, commLayer = 0.0;
-  if (zero === 3) {
-    const [gather] = dpAllreduceSeconds((2 * layerParams) / t, d, t, cluster);
-    const [scatter] = dpAllreduceSeconds((gradReduceBytes * layerParams) / t, d, t, cluster);
-    commLayer = gather + scatter / 2;
-    z3Mb = lp * Math.max(0.0, commLayer - lt) + gather / 2;
+  let z3Mb = 0.0, commLayer = 0.0, z3Name = "-";
+  if (zero === 3) {                                    // AGs (fwd, re-fwd, bwd) + RS per layer
+    const [gather, name] = zero3CollectiveSeconds((2 * layerParams) / t, d, t, cluster, zero3Collectives);
+    const [scatter] = zero3CollectiveSeconds((gradReduceBytes * layerParams) / t, d, t, cluster, zero3Collectives);
+    commLayer = zero3Gathers(recompute) * gather + scatter;
+    z3Mb = lp * Math.max(0.0, commLayer - lt) + gather;
+    z3Name = name;
   }
   const slot = cMb + tpMb + ppMb + z3Mb;
   const r = p === 1 ? 0.0 : bubbleRelativeToIdeal(schedule, p, m, v);
@@ -215,7 +238,7 @@ export function planEvaluate(model, cluster, globalBatch, tp, pp, dp, microBatch
   let [ar, dpName] = dpAllreduceSeconds((gradReduceBytes * psiStage) / t, d, t, cluster);
   let dpTotal, exposed;
   if (zero === 3) {
-    dpTotal = m * lp * commLayer; exposed = 0.0;
+    dpTotal = m * lp * commLayer; exposed = 0.0; dpName = z3Name;
   } else {
     if (zero === 1 || zero === 2) ar = ar / 2 + dpAllreduceSeconds((2 * psiStage) / t, d, t, cluster)[0] / 2;
     dpTotal = ar;
