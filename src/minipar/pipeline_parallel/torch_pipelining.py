@@ -7,11 +7,18 @@ them. ``scale_grads=True`` divides the summed gradients by the number of micro-b
 1/m loss scaling does. PyTorch does not know that the first and last stage share the tied
 embedding, so we all-reduce its gradient ourselves after ``step``. Needs torch >= 2.8 (its P2P
 batching could deadlock on gloo before) and numpy.
+
+The stages, their ``PipelineStage`` wrappers and the batch live on the rank's device
+(:func:`minipar.device.get_device`: ``cuda:<rank>`` under NCCL, the CPU under gloo), since
+PyTorch's schedule allocates its receive buffers on the stage's device and NCCL moves only GPU
+tensors. The returned gradients are copied to the CPU once every message has arrived.
 """
 from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
+
+from minipar.device import get_device
 
 from .communication import all_reduce_tied_gradient
 from .stage import build_stages
@@ -31,16 +38,16 @@ def torch_pipelining_grads(rank: int, p: int, name: str, m: int, v: int, c, batc
     and the mean loss (last stage)."""
     from torch.distributed import pipelining
 
-    stages = build_stages(c, rank, p, v)
+    dev = get_device()
+    stages = {s: st.to(dev) for s, st in build_stages(c, rank, p, v).items()}
     last = v * p - 1
-    pstages = [pipelining.PipelineStage(stages[s], s, v * p, torch.device("cpu"))
-               for s in sorted(stages)]
+    pstages = [pipelining.PipelineStage(stages[s], s, v * p, dev) for s in sorted(stages)]
     cls = getattr(pipelining, TORCH_SCHEDULES[name])
     if v == 1:
         sched = cls(pstages[0], m, loss_fn=_loss, scale_grads=True)
     else:
         sched = cls(pstages, m, loss_fn=_loss, scale_grads=True)
-    x, y = batch
+    x, y = (t.to(dev) for t in batch)                     # tokens (m·b, s), targets (m·b, s)
     losses: list = []
     kwargs = {"target": y, "losses": losses} if last in stages else {}
     if 0 in stages:
@@ -53,6 +60,6 @@ def torch_pipelining_grads(rank: int, p: int, name: str, m: int, v: int, c, batc
     for st in stages.values():
         for n, q in st.reference_names().items():
             if q.grad is not None:
-                grads[n] = q.grad.clone()
+                grads[n] = q.grad.detach().to("cpu", copy=True)   # step() has returned
     loss = sum(l.item() for l in losses) / m if losses else None
     return {"grads": grads, "loss": loss}

@@ -5,6 +5,13 @@ w1 / w2), on the same weights and inputs.
 :func:`compare_on_rank` returns the largest differences between ours, DTensor's and the
 unsharded block (loss, input gradient, weight gradients). :func:`time_on_rank` times forward +
 backward of both, interleaved round by round (used by ``minipar bench tensor_parallel``).
+
+Everything lives on the rank's device (:func:`minipar.device.get_device`: ``cuda:<rank>`` under
+NCCL, the CPU under gloo), the device mesh included: an NCCL process group cannot run a
+collective on CPU tensors. Weights and inputs are drawn on the CPU with fixed seeds and then
+moved, so every backend starts from the same numbers. A timed step ends with
+:func:`minipar.device.synchronize`: CUDA queues kernels, and a clock read without waiting for
+them measures the launch, not the work.
 """
 from __future__ import annotations
 
@@ -14,6 +21,8 @@ import time
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+
+from minipar.device import get_device, synchronize
 
 from .layers import ColumnParallelLinear, RowParallelLinear, shard
 from .mappings import group_rank, group_size
@@ -39,12 +48,13 @@ def ours(block: MLPBlock, group=None, **kw) -> MLPBlock:
 
 
 def dtensor(block: MLPBlock, t: int) -> MLPBlock:
-    """The block through ``parallelize_module`` on a 1-D CPU mesh of t ranks (gloo)."""
+    """The block through ``parallelize_module`` on a 1-D mesh of t ranks on this rank's device
+    type (``"cpu"`` under gloo, ``"cuda"`` under NCCL)."""
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.tensor.parallel import (ColwiseParallel, RowwiseParallel,
                                                    parallelize_module)
 
-    mesh = init_device_mesh("cpu", (t,))
+    mesh = init_device_mesh(get_device().type, (t,))
     return parallelize_module(copy.deepcopy(block), mesh,
                               {"fc1": ColwiseParallel(), "fc2": RowwiseParallel()})
 
@@ -64,9 +74,10 @@ def compare_on_rank(rank: int, t: int, h: int = 48, b: int = 2, s: int = 12,
                     dtype=torch.float64) -> dict[str, float]:
     """Largest |difference| of loss, input gradient and weight gradients: ours vs DTensor,
     and ours vs the unsharded block (weight gradients as slices)."""
+    dev = get_device()
     torch.manual_seed(0)
-    full = MLPBlock(h).to(dtype)
-    x = torch.randn(b, s, h, generator=torch.Generator().manual_seed(1), dtype=dtype)
+    full = MLPBlock(h).to(dtype=dtype, device=dev)          # seeded on the CPU, then moved
+    x = torch.randn(b, s, h, generator=torch.Generator().manual_seed(1), dtype=dtype).to(dev)
     ref = _step(full, x)
     a, d = _step(ours(full), x), _step(dtensor(full, t), x)
     r, diff = group_rank(), lambda u, v: (u - v).abs().max().item()
@@ -87,10 +98,11 @@ def time_on_rank(rank: int, t: int, h: int, b: int, s: int, steps: int, rounds: 
     ``steps``), the two interleaved so that machine noise hits both alike."""
     import torch.distributed as dist
 
+    dev = get_device()
     torch.manual_seed(0)
-    full = MLPBlock(h).to(dtype)
+    full = MLPBlock(h).to(dtype=dtype, device=dev)
     models = {"ours": ours(full), "dtensor": dtensor(full, t)}
-    x = torch.randn(b, s, h, generator=torch.Generator().manual_seed(1), dtype=dtype)
+    x = torch.randn(b, s, h, generator=torch.Generator().manual_seed(1), dtype=dtype).to(dev)
     out = {k: [] for k in models}
     for _ in range(rounds):
         for name, m in models.items():
@@ -98,8 +110,10 @@ def time_on_rank(rank: int, t: int, h: int, b: int, s: int, steps: int, rounds: 
             times = []
             for _ in range(steps):
                 dist.barrier()
+                synchronize()                              # earlier queued work is not ours
                 t0 = time.perf_counter()
                 _step(m, x)
+                synchronize()                              # the step's kernels have finished
                 times.append(time.perf_counter() - t0)
             out[name].append(sorted(times)[len(times) // 2])
     return out
@@ -119,10 +133,11 @@ def compare_loss_parallel_on_rank(rank: int, t: int, h: int = 24, v: int = 60, b
 
     from .cross_entropy import vocab_parallel_cross_entropy
 
+    dev = get_device()
     torch.manual_seed(0)
-    head = nn.Linear(h, v, bias=False).to(dtype)                 # weight (v, h)
-    x = torch.randn(b, s, h, generator=torch.Generator().manual_seed(1), dtype=dtype)
-    y = torch.randint(0, v, (b, s), generator=torch.Generator().manual_seed(2))
+    head = nn.Linear(h, v, bias=False).to(dtype=dtype, device=dev)   # weight (v, h)
+    x = torch.randn(b, s, h, generator=torch.Generator().manual_seed(1), dtype=dtype).to(dev)
+    y = torch.randint(0, v, (b, s), generator=torch.Generator().manual_seed(2)).to(dev)
 
     def run_ours(plain: bool):
         m = ColumnParallelLinear.from_full(head)
@@ -133,7 +148,7 @@ def compare_loss_parallel_on_rank(rank: int, t: int, h: int = 24, v: int = 60, b
         loss.backward()
         return loss.detach(), xi.grad, m.weight.grad
 
-    mesh = init_device_mesh("cpu", (t,))
+    mesh = init_device_mesh(dev.type, (t,))
     d = parallelize_module(copy.deepcopy(head), mesh,
                            ColwiseParallel(output_layouts=Shard(-1), use_local_output=False))
     xi = x.detach().clone().requires_grad_()
