@@ -25,13 +25,19 @@ progress together; on gloo it is a loop of ``isend``/``irecv``. A schedule that 
 paper (a learner's deadlocking list) falls back to posting in call order.
 
 A message between two stages on the same rank never touches the network.
+
+A receive returns once its message is here, on both backends. On gloo ``wait()`` blocks until
+then; on NCCL it only makes this rank's CUDA stream wait, and the Python code goes on at once,
+so :meth:`P2P.recv` also calls :func:`minipar.device.synchronize` (a no-op on the CPU). Without
+it a timed stage would start its clock before its input had arrived, and the measured bubble
+would be the launch order's, not the schedule's.
 """
 from __future__ import annotations
 
 import torch
 import torch.distributed as dist
 
-from minipar.device import get_device
+from minipar.device import get_device, synchronize
 
 ACTIVATION, GRADIENT = 0, 1
 
@@ -193,6 +199,7 @@ class P2P:
             batch, i = self._post([("recv", src, msg)], [buf]), 0
         self.calls.append(("wait", msg))
         batch.wait(i)                      # this receive (its whole batch on NCCL)
+        synchronize()                      # NCCL: the wait above did not block this thread
         return buf
 
     def wait_all(self) -> None:
