@@ -226,3 +226,44 @@ def test_explorer_input_rules_are_the_python_twins():
     cases = [dict(params_b=7.5, d=d, optimizer="adam-mixed") for d in (1, 3, 64, 0, -2, 2.5)]
     counts = assert_parity("data_parallel", "zeroMemoryModel", zero_memory_model, cases)
     assert 0 < counts["errors"] < counts["cases"]
+
+
+def test_three_d_zero3_collectives_parity():
+    """The 3D explorer's ZeRO-3 collectives equal minipar.cost.three_d's: one all-gather per
+    algorithm (flat ring across nodes, hierarchical, a ring inside a node), and whole layouts
+    with ``zero3_collectives`` set, an unknown algorithm refused with the same message."""
+    from minipar.cost import three_d as planner
+
+    def js_cluster(cl):
+        link = lambda L: {"name": L.name, "alpha": L.alpha, "bandwidth": L.bandwidth}
+        return {"gpus": cl.gpus, "gpus_per_node": cl.gpus_per_node, "peak": cl.peak,
+                "gpu": {"name": cl.gpu.name, "memory_bytes": cl.gpu.memory_bytes,
+                        "peak": cl.peak, "hbm_bandwidth": cl.gpu.hbm_bandwidth,
+                        "sms": cl.gpu.sms, "gemm_efficiency": cl.gpu.gemm_efficiency},
+                "intra": link(cl.intra), "inter": link(cl.inter)}
+    clusters = [planner.cluster(64, 8), planner.cluster(96, 6, "H100-SXM"),
+                planner.cluster(384, 8, inter="opa-jean-zay")]
+    cases = [dict(nbytes=s, n=n, t=t, cl=cl, algorithm=al)
+             for cl in clusters for n in (1, 2, 6, 8, 16) for t in (1, 2, 4)
+             for s in (0, 3e8) for al in ("flat-ring", "hierarchical", "tree")
+             if t * n <= cl.gpus]
+    counts = assert_parity("three_d", "zero3CollectiveSeconds", planner.zero3_collective_seconds,
+                           cases, js_args=lambda c: [c["nbytes"], c["n"], c["t"],
+                                                     js_cluster(c["cl"]), c["algorithm"]])
+    assert 0 < counts["errors"] < counts["cases"]
+
+    gpt = planner.ModelShape(12, 768, 12, 1024, 50304)
+    cl = planner.cluster(64, 8)
+
+    def evaluate(tp, dp, recompute, algorithm):
+        return planner.evaluate(gpt, cl, 128, tp=tp, pp=1, dp=dp, micro_batch=1,
+                                recompute=recompute, zero=3,
+                                zero3_collectives=algorithm).as_dict()
+    model = {"layers": 12, "hidden": 768, "heads": 12, "seq": 1024, "vocab": 50304}
+    layouts = [dict(tp=t, dp=64 // t, recompute=rc, algorithm=al) for t in (1, 2, 4)
+               for rc in ("full", "selective") for al in ("flat-ring", "hierarchical", "tree")]
+    counts = assert_parity("three_d", "planEvaluate", evaluate, layouts,
+                           js_args=lambda c: [model, js_cluster(cl), 128, c["tp"], 1, c["dp"], 1,
+                                              1, c["recompute"], False, 3, 4, True, 0.1,
+                                              c["algorithm"]])
+    assert 0 < counts["errors"] < counts["cases"]
