@@ -93,7 +93,9 @@ hierarchical algorithm would move 1/8 of it per NIC. With the hierarchical algor
 puts ZeRO-3 ahead of PTD-P at every count (ratio 0.72-0.79), the wrong way; with the flat ring
 it gets the direction once the count doubles and the growth with N.
 Megatron's own data-parallel all-reduce (ZeRO 0-1) keeps the hierarchical algorithm: Table 1's
-rows, which use it, are within 8 % with it.
+rows, which use it, are within 8 % with it. The flat ring is the rate a 2021 ZeRO-3 reached, not
+a bound: an implementation that gathers in large flat buffers over all of a node's NICs can
+approach the hierarchical one, so pass ``zero3_collectives="hierarchical"`` to price that.
 
 Optional dimensions (default 1, leaving every result above unchanged): context parallelism
 ``cp`` and, for MoE shapes (:class:`ModelShape` ``experts``, ``top_k``, ``ffn``), expert
