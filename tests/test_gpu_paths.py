@@ -316,3 +316,14 @@ def test_on_nccl_torch_pipelining_matches_one_process():
     res = run(_pp_rank, p, c, batches[0], backend="nccl", timeout=300)
     _, ref, _ = train_reference(c, batches)
     assert max_error([SimpleNamespace(grads=r["grads"]) for r in res], ref, "grads") < 1e-12
+
+
+def test_the_collectives_bench_uses_names_older_torch_has():
+    """torch 2.11 (a GPU image's, seen on an H200 node) has no ``dist.all_gather_single`` or
+    ``dist.reduce_scatter_single``: the bench times the long-standing ``all_gather_into_tensor``
+    and ``reduce_scatter_tensor`` (the same operations, torch >= 2.0)."""
+    tree = ast.parse((SRC / "bench" / "collectives.py").read_text())
+    used = {n.attr for n in ast.walk(tree) if isinstance(n, ast.Attribute)
+            and isinstance(n.value, ast.Name) and n.value.id == "dist"}
+    assert {"all_gather_into_tensor", "reduce_scatter_tensor"} <= used
+    assert not used & {"all_gather_single", "reduce_scatter_single"}, used

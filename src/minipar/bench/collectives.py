@@ -48,10 +48,12 @@ def _call(op: str, numel: int, n: int):
     full, part = torch.ones(numel, device=dev), torch.ones(numel // n, device=dev)  # (S/4,), (S/4n,)
     if op == "all-reduce":
         return lambda: dist.all_reduce(full)
+    # the long-standing names (torch >= 2.0): all_gather_single / reduce_scatter_single are
+    # missing from torch 2.11, which a GPU node may have
     if op == "all-gather":
-        return lambda: dist.all_gather_single(full, part)
+        return lambda: dist.all_gather_into_tensor(full, part)
     if op == "reduce-scatter":
-        return lambda: dist.reduce_scatter_single(part, full)
+        return lambda: dist.reduce_scatter_tensor(part, full)
     if op == "broadcast":
         return lambda: dist.broadcast(full, src=0)
     if op == "ring-all-reduce":
