@@ -304,11 +304,13 @@ MEMORY_S = 48                                # memory_on_rank's sequence length
 
 
 def _chapter_on_rank(rank, cp):
-    out = {"traffic": traffic_on_rank(rank, cp),
-           "balance": {lay: balance_on_rank(rank, cp, lay, **BALANCE) for lay in ("contiguous", "zigzag")}}
+    out = {}
     if cp in (1, 2, 4):
         out["memory"] = memory_on_rank(rank, cp, s=MEMORY_S)
-    if cp > 1:
+    if cp > 1:                  # at cp = 1 nothing is sent and nothing is unbalanced: memory only
+        out["traffic"] = traffic_on_rank(rank, cp)
+        out["balance"] = {lay: balance_on_rank(rank, cp, lay, **BALANCE)
+                          for lay in ("contiguous", "zigzag")}
         out["parity"] = attention_parity_on_rank(rank, cp)
         out["controls"] = controls_on_rank(rank, cp)
         out["gpt"] = max(gpt_training_on_rank(rank, cp, m, lay)["params"] for m, lay in METHODS)
