@@ -7,6 +7,11 @@ under 8 minutes with start-up):
 
 * ``minipar bench`` for launch, collectives, data, tensor and pipeline parallelism on NCCL
   (one GPU per rank; as many ranks as the node has GPUs, up to 8);
+* the GPU tests of ``tests/test_gpu_paths.py`` (``pytest -m gpu``, ~35 s on one H200): on
+  min(GPUs, 2) NCCL ranks, our tensor parallelism against DTensor and one process, PyTorch's
+  pipelining against one process, our ring all-reduce against ``dist.all_reduce``, the timed
+  pipeline bench. They need one GPU, so a 1-GPU workstation checks the device placement of
+  these paths too (and with 2 GPUs their point-to-point messages);
 * every chapter notebook where the chapter switches to NCCL or to the GPU (see ``NOTEBOOKS``:
   which ones and why); the others stay on gloo on purpose and are listed as skipped with the
   chapter's reason. Each notebook run records the backends its launches announced.
@@ -18,6 +23,7 @@ exits 0. Exit status 1 means an item failed (its reason is in the report).
 
 The report: ``{"machine": ..., "status": "ok" | "failures" | "no GPU", "benches": {name:
 {"status": "ran" | "failed" | "skipped", "reason", "seconds", "command", "figures", "result"}},
+"tests": {name: {"status", "reason", "seconds", "command", "summary"}},
 "notebooks": {slug: {"status", "reason", "seconds", "backends_seen"}}}``, rewritten after each
 item so an interrupted check still leaves what it learnt.
 
@@ -55,6 +61,11 @@ NOTEBOOKS = {
 }
 UNCLASSIFIED = (2, "not classified in scripts/gpu_check.py NOTEBOOKS: run, and report the "
                    "backends its launches chose")
+# pytest runs; min_gpus 1: the tests use min(GPUs, 2) ranks
+TESTS = [dict(name="gpu_paths", min_gpus=1,
+              args=["-m", "pytest", "-q", "-p", "no:cacheprovider", "-m", "gpu", "-rfEx",
+                    "tests/test_gpu_paths.py"])]
+KINDS = ("benches", "tests", "notebooks")
 BENCH_TIMEOUT = 240.0
 NOTEBOOK_TIMEOUT = 300.0
 
@@ -161,6 +172,27 @@ def run_bench(item: dict, timeout: float) -> dict:
                 result=result)
 
 
+def run_tests(item: dict, timeout: float) -> dict:
+    """``python -m pytest ...`` in the repository; ``summary``: pytest's closing line; a failure's
+    reason is the first FAILED/ERROR line of the short summary."""
+    t0 = time.monotonic()
+    cmd = [sys.executable, *item["args"]]
+    try:
+        p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, cwd=ROOT)
+    except subprocess.TimeoutExpired:
+        return dict(status="failed", reason=f"did not finish within {timeout:.0f} s",
+                    seconds=time.monotonic() - t0)
+    lines = [ln.strip() for ln in p.stdout.splitlines() if ln.strip()]
+    summary = next((ln.strip("= ") for ln in reversed(lines)
+                    if re.search(r"\d+ (passed|failed|skipped|error|xfailed|deselected)", ln)), "")
+    out = dict(seconds=time.monotonic() - t0, summary=summary)
+    if p.returncode != 0:
+        bad = [ln for ln in lines if ln.startswith(("FAILED", "ERROR"))]
+        return dict(out, status="failed",
+                    reason=(bad or [summary or _reason(p.stderr, p.returncode)])[0][:400])
+    return dict(out, status="ran", reason="")
+
+
 def run_notebook(path: str, timeout: float) -> dict:
     """Execute a notebook in a fresh kernel (cwd: its folder); the backends its launches
     announced ("minipar.launch: backend=nccl (...)") are collected from its outputs."""
@@ -209,7 +241,8 @@ def machine() -> dict:
 
 def check(gpus: int, budget: float, only: set[str] | None, out: Path | None, dry_run: bool,
           plumbing: bool, info: dict) -> dict:
-    report = dict(machine=info, budget_s=budget, status="running", benches={}, notebooks={})
+    report = dict(machine=info, budget_s=budget, status="running", benches={}, tests={},
+                  notebooks={})
     t0 = time.monotonic()
 
     def save():
@@ -217,15 +250,18 @@ def check(gpus: int, budget: float, only: set[str] | None, out: Path | None, dry
         if out is not None:
             out.write_text(json.dumps(report, indent=1))
 
-    items = [("benches", b) for b in bench_plan(gpus)] + \
+    items = [("benches", b) for b in bench_plan(gpus)] + [("tests", t) for t in TESTS] + \
             [("notebooks", nb) for nb in notebook_plan()]
+    prefix = {"benches": "bench:", "tests": "tests:", "notebooks": "notebook:"}
     for kind, item in items:
-        key = ("bench:" if kind == "benches" else "notebook:") + item["name"]
+        key = prefix[kind] + item["name"]
         entry = report[kind].setdefault(item["name"], {})
         if kind == "benches":
             args = [("gloo" if plumbing and a == "nccl" else a) for a in item["args"]]
             entry["command"] = "minipar " + " ".join(args)
             item = dict(item, args=args)
+        elif kind == "tests":
+            entry["command"] = "python " + " ".join(item["args"])
         skip = "not selected by --only" if only is not None and key not in only else \
             None if plumbing else decide(item, gpus)
         left = budget - (time.monotonic() - t0)
@@ -238,11 +274,12 @@ def check(gpus: int, budget: float, only: set[str] | None, out: Path | None, dry
         else:
             print(f"gpu-check: {key} ...", file=sys.stderr, flush=True)
             entry.update(run_bench(item, min(BENCH_TIMEOUT, left)) if kind == "benches" else
+                         run_tests(item, min(BENCH_TIMEOUT, left)) if kind == "tests" else
                          run_notebook(item["path"], min(NOTEBOOK_TIMEOUT, left)))
             print(f"gpu-check: {key} {entry['status']} in {entry['seconds']:.0f} s "
                   f"{entry['reason']}", file=sys.stderr, flush=True)
         save()
-    states = [e["status"] for k in ("benches", "notebooks") for e in report[k].values()]
+    states = [e["status"] for k in KINDS for e in report[k].values()]
     report["status"] = "no GPU" if gpus == 0 and not plumbing else \
         "planned" if dry_run else "failures" if "failed" in states else "ok"
     save()
@@ -253,7 +290,8 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", default="gpu-check.json", help="JSON report path")
     ap.add_argument("--budget", type=float, default=450.0, help="seconds for all items")
-    ap.add_argument("--only", help="comma list of items, e.g. bench:launch,notebook:three_d")
+    ap.add_argument("--only", help="comma list of items, e.g. bench:launch,tests:gpu_paths,"
+                                   "notebook:three_d")
     ap.add_argument("--dry-run", action="store_true", help="print the plan, run nothing")
     ap.add_argument("--assume-gpus", type=int, help="plan for this many GPUs (with --dry-run)")
     ap.add_argument("--cpu-plumbing", action="store_true",
@@ -275,8 +313,8 @@ def main(argv=None) -> int:
     if a.dry_run:
         print(json.dumps(report, indent=1))
         return 0
-    counts = {s: sum(e["status"] == s for k in ("benches", "notebooks")
-                     for e in report[k].values()) for s in ("ran", "failed", "skipped")}
+    counts = {s: sum(e["status"] == s for k in KINDS for e in report[k].values())
+              for s in ("ran", "failed", "skipped")}
     print(f"gpu-check: {info['gpus']} GPUs; {counts['ran']} ran, {counts['failed']} failed, "
           f"{counts['skipped']} skipped in {report['elapsed_s']:.0f} s; report: {a.out}")
     return 1 if counts["failed"] else 0

@@ -37,7 +37,8 @@ def test_no_gpu_is_reported_cleanly(tmp_path):
     assert set(r["notebooks"]) == {nb.stem for nb in (ROOT / "notebooks").glob("*.ipynb")}
     assert set(r["benches"]) == {"launch", "collectives", "data_parallel", "tensor_parallel",
                                  "pipeline_parallel"}
-    for kind in ("benches", "notebooks"):
+    assert set(r["tests"]) == {"gpu_paths"}
+    for kind in ("benches", "tests", "notebooks"):
         assert all(s == "skipped" and why.startswith("no GPU")
                    for s, why in _statuses(r, kind).values())
 
@@ -52,6 +53,8 @@ def test_plan_for_one_and_eight_gpus_uses_the_real_commands():
     assert one["benches"]["launch"]["command"].startswith("minipar bench launch --ranks 1 ")
     for name in ("collectives", "data_parallel", "tensor_parallel", "pipeline_parallel"):
         assert b[name] == ("skipped", "needs 2 GPUs (one per rank for NCCL); this node has 1")
+    assert _statuses(one, "tests") == {"gpu_paths": ("planned", "")}     # fits one GPU
+    assert one["tests"]["gpu_paths"]["command"].endswith("-m gpu -rfEx tests/test_gpu_paths.py")
     nb = _statuses(one, "notebooks")
     assert nb["memory_time"] == ("planned", "")
     assert nb["tensor_parallel"][0] == "skipped" and "stays on gloo" in nb["tensor_parallel"][1]
@@ -88,7 +91,7 @@ def test_runners_record_results_and_failures_on_gloo(tmp_path):
     pp = r["benches"]["pipeline_parallel"]                  # not run: NCCL replaced by gloo
     assert pp["status"] == "skipped" and pp["reason"] == "not selected by --only"
     assert "--backend gloo" in pp["command"] and "nccl" not in pp["command"]
-    assert "1 ran, 0 failed, 12 skipped" in p.stdout
+    assert "1 ran, 0 failed, 13 skipped" in p.stdout
     # a notebook: backends announced by the launcher are collected; an error names its cell
     nb = nbformat.v4.new_notebook(cells=[
         nbformat.v4.new_code_cell("print('minipar.launch: backend=gloo (0 GPUs < 2 ranks)')"),
@@ -98,3 +101,17 @@ def test_runners_record_results_and_failures_on_gloo(tmp_path):
     got = _module().run_notebook(str(path), 120)
     assert got["status"] == "failed" and got["backends_seen"] == ["gloo"]
     assert got["reason"] == "code cell 1: ValueError: heads (12) must be divisible by t (5)"
+
+
+def test_test_runner_records_the_summary_and_the_failing_test(tmp_path):
+    """The pytest item: its closing line on success; the first FAILED line as the reason."""
+    gc = _module()
+    good, bad = tmp_path / "test_good.py", tmp_path / "test_bad.py"
+    good.write_text("def test_ok():\n    assert True\n")
+    bad.write_text("def test_ok():\n    pass\n\n\ndef test_broken():\n    assert 1 == 2\n")
+    args = ["-m", "pytest", "-q", "-p", "no:cacheprovider", "-rfEx"]
+    ran = gc.run_tests(dict(args=[*args, str(good)]), 120)
+    assert ran["status"] == "ran" and ran["summary"].startswith("1 passed"), ran
+    failed = gc.run_tests(dict(args=[*args, str(bad)]), 120)
+    assert failed["status"] == "failed" and failed["summary"].startswith("1 failed, 1 passed")
+    assert failed["reason"].startswith("FAILED") and "test_broken" in failed["reason"], failed
