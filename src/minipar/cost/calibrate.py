@@ -9,26 +9,32 @@ TP, 1F1B, ZeRO-1), written for CPU ranks that may outnumber the cores:
             gets min(1, c/k) of a core (Linux's fair scheduler shares a core equally between
             runnable processes), so a phase lasts its CPU seconds × max(1, k/c)
             (:attr:`Machine.share`, :func:`_share`). And no schedule beats the cores: the step
-            is at least the CPU seconds of all ranks over c (the work law, Cormen et al.,
-            Introduction to Algorithms, 3rd ed., §27.1). Step = max(critical path, that bound).
+            is at least the compute CPU seconds of all ranks over c (the work law, Cormen et
+            al., Introduction to Algorithms, 3rd ed., §27.1). Step = max(critical path, that
+            bound). Only compute is counted (c₀ + 3F/(tR) per layer, the ends, Adam): gloo's
+            CPU in a collective is not a fixed amount of work (measured here, all-gathers of
+            32 KiB: 0.17 ms of CPU per rank in groups of 2, 0.84 ms in groups of 4, with 4 ranks
+            on 2 cores), and counted, the bound overshot the t = 4 layouts of 8 ranks by up to
+            70 %; part of the work still bounds the step from below.
   layer     one layer's forward + backward on one rank at TP degree t, micro-batch b, measured
             as the course runs it: the sequence-parallel block with its 4 all-gathers and
             4 reduce-scatters of (b, s, h) (Korthikanti et al. 2022), every TP group busy at
-            once; wall and CPU seconds, each a line in b. Measured whole because on shared
-            cores a collective waits until its peers are scheduled, and they are busy
-            computing: composing compute and α-β collectives timed apart predicts the t = 4
-            block at half its measured time. Without that measurement (a machine from
-            :func:`fit_compute` alone): c₀ + 3·F/(t·R) at the shared rate plus 4 + 4 collectives,
-            F = 24bsh² + 4bs²h forward FLOPs (Narayanan et al. 2021 §5.1).
+            once; wall seconds, a line in b. Measured whole because on shared cores a
+            collective waits until its peers are scheduled, and they are busy computing:
+            compute and α-β collectives timed apart, then added, made the t = 2 and t = 4 blocks
+            15–55 % too short in five calibrations on 2 cores. Without that measurement:
+            c₀ + 3·F/(t·R) at the shared rate plus 4 + 4 collectives, F = 24bsh² + 4bs²h
+            forward FLOPs (Narayanan et al. 2021 §5.1), c₀ and R fitted on a plain layer's CPU
+            seconds (:func:`fit_compute`); the cores' bound uses that compute in any case.
   ends      embedding, final layer norm, tied head, cross-entropy, forward + backward, CPU
             seconds e₀ + e₁·b, on every TP rank of the end stages (charged to the last, the
-            slowest). Measured: on CPU they cost about a layer where their FLOPs say 2 %.
+            slowest). Measured: on CPU they cost about a layer, with 4 % of its FLOPs.
   TP        beyond the layers: the (b, s, h) all-gather before the head per micro-batch, the
             layer-norm/bias gradient all-reduce over t once per step.
   PP        2 messages of (b, s/t, h) per micro-batch and slot, α + bytes/bandwidth of a timed
             send/recv. 1F1B over m + p − 1 slots (Narayanan et al. 2021 §2.2): m at the shared
-            rate (every stage busy), and the p − 1 bubble slots with only k·d·t ranks busy in the
-            k-th (fill and drain), so on oversubscribed cores the bubble is partly free.
+            rate (every stage busy), and the p − 1 bubble slots with only k·d·t ranks busy in
+            the k-th (fill and drain), so on oversubscribed cores the bubble is partly free.
   DP        ZeRO-1: reduce-scatter of the stage's gradients + all-gather of its parameters over
             d, the tied-embedding gradient all-reduce between first and last stage (p > 1), and
             Adam on the rank's shard (CPU seconds o₀ + o₁·elements; memory-bound).
@@ -66,9 +72,7 @@ class Machine:
     ends: tuple[float, float] = (0.0, 0.0)       # (s, s per sequence): embedding + head + loss
     optimizer: tuple[float, float] = (0.0, 0.0)  # (s, s per element): one Adam step
     ops: dict = field(default_factory=dict)      # (op, n) -> (α s, bandwidth bytes/s)
-    layers: dict = field(default_factory=dict)   # t -> ((s, s/seq) wall, (s, s/seq) CPU)
-    ops_cpu: dict = field(default_factory=dict)  # (op, n) -> (s, s per byte) CPU of one rank
-    p2p_cpu: tuple[float, float] = (0.0, 0.0)    # (s, s per byte) CPU of a send or a recv
+    layers: dict = field(default_factory=dict)   # t -> (s, s per sequence): SP block, wall
 
     def __post_init__(self):
         if self.cores is not None and not (isinstance(self.cores, (int, float)) and
@@ -213,17 +217,6 @@ def _share(machine: Machine, busy: int) -> float:
     return 1.0 if machine.cores is None else max(1.0, busy / machine.cores)
 
 
-def _coll_cpu(machine: Machine, op: str, n: int, nbytes: float) -> float:
-    """CPU seconds one rank spends in one collective (gloo's threads included), 0 if not
-    calibrated."""
-    if n == 1:
-        return 0.0
-    if op == "all-reduce":
-        return _coll_cpu(machine, "reduce-scatter", n, nbytes) + \
-            _coll_cpu(machine, "all-gather", n, nbytes)
-    return _line(machine.ops_cpu[(op, n)], nbytes) if (op, n) in machine.ops_cpu else 0.0
-
-
 def predict_tiny_step(machine: Machine, L: int, h: int, a: int, s: int, V: int, B: int, *,
                       d: int, t: int, p: int, b: int) -> TinyPrediction:
     """Predicted seconds of one training step of the tiny GPT (module docstring):
@@ -239,11 +232,10 @@ def predict_tiny_step(machine: Machine, L: int, h: int, a: int, s: int, V: int, 
     lp = L // p
     act = b * s * h * q                             # (b, s, h), whole
     ag, rs = (_coll(machine, op, t, act) for op in ("all-gather", "reduce-scatter"))
+    layer_cpu = machine.layer_overhead + 3 * layer_flops(b, s, h) / (t * R)   # compute only
     if t in machine.layers:                         # measured: the SP block, its 8 collectives
-        (w, c) = machine.layers[t]
-        layer_wall, layer_cpu, layer_tp = _line(w, b), _line(c, b), 0.0
-    else:                                           # c₀ + 3F/(tR), plus 4 + 4 collectives
-        layer_cpu = machine.layer_overhead + 3 * layer_flops(b, s, h) / (t * R)
+        layer_wall, layer_tp = _line(machine.layers[t], b), 0.0
+    else:                                           # c₀ + 3F/(tR) shared, 4 + 4 collectives
         layer_wall, layer_tp = f * layer_cpu, 4 * (ag + rs)
     ends = _line(machine.ends, b) if machine.ends != (0.0, 0.0) else \
         3 * 2 * b * s * h * V / (t * R)            # uncalibrated: the head's FLOPs
@@ -257,24 +249,18 @@ def predict_tiny_step(machine: Machine, L: int, h: int, a: int, s: int, V: int, 
     bubble = slot * sum(_share(machine, k * d * t) for k in range(1, p)) / f
     layer_params = 12 * h * h + 13 * h
     stage_params = (lp * layer_params + (V + s) * h) / t
-    dp = dp_cpu = 0.0
+    dp = 0.0
     if d > 1:
-        for op in ("reduce-scatter", "all-gather"):
-            dp += _coll(machine, op, d, stage_params * q)
-            dp_cpu += _coll_cpu(machine, op, d, stage_params * q)
-    emb = emb_cpu = 0.0
+        dp = _coll(machine, "reduce-scatter", d, stage_params * q) + \
+            _coll(machine, "all-gather", d, stage_params * q)
+    emb = 0.0
     if p > 1 and (2 in machine.links or ("reduce-scatter", 2) in machine.ops):
         emb = _coll(machine, "all-reduce", 2, V * h * q)     # tied (V, h), whole on TP ranks
-        emb_cpu = _coll_cpu(machine, "all-reduce", 2, V * h * q)
     sp_grads = _coll(machine, "all-reduce", t, lp * 6 * h * q)
     opt = _line(machine.optimizer, stage_params / d)  # ZeRO-1: Adam on this rank's shard, CPU
     critical = m * slot + bubble + dp + emb + sp_grads + f * opt
-    # the cores' bound: CPU seconds of every rank, d·t copies of each stage's work
-    p2p_cpu = _line(machine.p2p_cpu, msg) if p > 1 else 0.0
-    per_stage = (m * (lp * layer_cpu + 4 * p2p_cpu * (p - 1) / p) +
-                 opt + dp_cpu + _coll_cpu(machine, "all-reduce", t, lp * 6 * h * q))
-    cpu = d * t * (p * per_stage + m * (ends + _coll_cpu(machine, "all-gather", t, act)) +
-                   (2 * emb_cpu if p > 1 else 0.0))
+    # the cores' bound: the compute CPU seconds of every rank (d·t copies of each stage's work)
+    cpu = d * t * (p * (m * lp * layer_cpu + opt) + m * ends)
     cores_bound = cpu / machine.cores if machine.cores else 0.0
     step = max(critical, cores_bound)
     return TinyPrediction(d, t, p, m, m * stage, m * tp, m * pp, dp + emb + sp_grads,

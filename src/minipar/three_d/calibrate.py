@@ -1,6 +1,8 @@
-"""Closing the loop on the reader's machine: measure its compute rate and its α-β per group
-size, predict the tiny 3D GPT's step time under every (d, t, p) layout of the ranks
-(:mod:`minipar.cost.calibrate`), then run each layout and compare.
+"""Closing the loop on the reader's machine: measure what the tiny 3D GPT is made of (one
+layer, its sequence-parallel block per TP degree, the embedding and head, Adam, the collectives
+per group size, a send/recv) and the cores the ranks get, predict its step time under every
+(d, t, p) layout of the ranks (:mod:`minipar.cost.calibrate`), then run each layout and
+compare.
 
 Everything runs on gloo ranks of this machine through :func:`minipar.launch.run`; ranks share the
 cores, so every measurement is taken with all ranks busy at once, as in a real layout. A
@@ -26,21 +28,26 @@ BATCHES = (1, 2, 4, 8)                                        # micro-batches of
 OPT_SIZES = (2**14, 2**20)                                    # Adam step sizes, elements
 
 
-def _burst(fn, reps: int, k: int) -> tuple[float, float]:
-    """(wall, CPU) seconds per call: ``k`` back-to-back calls, all ranks starting together, the
-    fastest of ``reps`` bursts. A burst, not one call: a layout makes hundreds of calls in a row
-    and pays their mean, scheduling included, which the luckiest single call on a shared machine
-    underestimates several times over (4 ranks on 2 cores, 32 KiB all-gathers over 4 ranks:
-    fastest call 0.37 ms, mean 2.7 ms); the fastest burst is the one least disturbed by other
-    processes, as the fastest step is in :func:`time_layout_on_rank`. CPU is this process's,
-    every thread (gloo's included)."""
-    dist.barrier()
+def _burst(fn, reps: int, k: int | None = None, min_s: float = 0.03) -> tuple[float, float]:
+    """(wall, CPU) seconds per call of ``fn`` in bursts, all ranks starting each burst together,
+    the fastest of ``reps`` bursts: ``k`` calls (``fn`` communicates: every rank must make as
+    many), or as many as fill ``min_s`` seconds (compute only). A burst, not one call: a layout
+    makes hundreds of calls in a row and pays their mean, scheduling included, which the
+    luckiest call on a shared machine underestimates several times over (4 ranks on 2 cores,
+    32 KiB all-gathers over 4 ranks: fastest call 0.37 ms, mean 2.7 ms). Long, because a burst
+    shorter than the scheduler's time slice runs alone on a core and never sees the sharing
+    (a 5 ms burst of 1.2 ms layers: wall = CPU with 4 ranks on 2 cores). The fastest burst is
+    the one least disturbed by other processes, as the fastest step is in
+    :func:`time_layout_on_rank`. CPU is this process's, every thread (gloo's included)."""
     best = (float("inf"), float("inf"))
     for _ in range(reps):
-        w0, c0 = time.perf_counter(), time.process_time()
-        for _ in range(k):
+        dist.barrier()
+        w0, c0, calls = time.perf_counter(), time.process_time(), 0
+        while calls < k if k else time.perf_counter() - w0 < min_s:
             fn()
-        best = min(best, ((time.perf_counter() - w0) / k, (time.process_time() - c0) / k))
+            calls += 1
+        best = min(best, ((time.perf_counter() - w0) / calls,
+                          (time.process_time() - c0) / calls))
     return best
 
 
@@ -69,19 +76,19 @@ def measure_on_rank(rank: int, world_size: int, config: GPTConfig = TINY,
             F.cross_entropy(ends(tokens).flatten(0, 1), tokens.flatten()).backward()  # (b·s, V)
         for fn, key in ((fwd_bwd, "layer"), (ends_fwd_bwd, "ends")):
             fn()                                                           # warm up
-            out[key][b] = _burst(fn, reps, 4)
+            out[key][b] = _burst(fn, reps)
     for t in [k for k in range(1, world_size + 1) if world_size % k == 0 and
               cfg.a % k == 0 and cfg.s % k == 0]:
         groups = [dist.new_group(list(range(g, g + t))) for g in range(0, world_size, t)]
         block = ParallelBlock.from_full(layer, groups[rank // t], sequence_parallel=True)
         out["block"][t] = {}
-        for b in batches:
+        for b in batches[:3]:                                   # a line in b: 3 points do
             x = torch.randn(b, cfg.s // t, cfg.h, requires_grad=True)    # (b, s/t, h)
 
             def block_fwd_bwd():
                 block(x).sum().backward()
             block_fwd_bwd()
-            out["block"][t][b] = _burst(block_fwd_bwd, reps, 4)
+            out["block"][t][b] = _burst(block_fwd_bwd, reps, None if t == 1 else 3)
     for numel in OPT_SIZES:
         w = torch.nn.Parameter(torch.zeros(numel))
         w.grad = torch.ones(numel)
@@ -148,24 +155,18 @@ def fit_machine(per: list[dict], ranks: int, config: GPTConfig = TINY,
     c0, rate = model.fit_compute([model.layer_flops(b, config.s, config.h) for b in bs], secs)
     ends = model.fit_line(*_slowest(per, "ends", i=1))
     adam = model.fit_line(*_slowest(per, "adam", i=1))
-    layers = {t: (model.fit_line(*_slowest(per, "block", t)),
-                  model.fit_line(*_slowest(per, "block", t, i=1))) for t in per[0]["block"]}
-    ops, ops_cpu = {}, {}
-    for op in ("all-gather", "reduce-scatter"):
-        for n in per[0][op]:
-            sizes, ts = _slowest(per, op, n)
-            ops[(op, n)] = model.fit_op([4 * x for x in sizes], ts)
-            ops_cpu[(op, n)] = model.fit_line([4 * x for x in sizes], _slowest(per, op, n, i=1)[1])
+    layers = {t: model.fit_line(*_slowest(per, "block", t)) for t in per[0]["block"]}
+    ops = {(op, n): model.fit_op([4 * x for x in _slowest(per, op, n)[0]],
+                                 _slowest(per, op, n)[1])
+           for op in ("all-gather", "reduce-scatter") for n in per[0][op]}
     sizes, ts = _slowest(per, "p2p")
     p2p = model.fit_op([4 * x for x in sizes], ts)
-    p2p_cpu = model.fit_line([4 * x for x in sizes], _slowest(per, "p2p", i=1)[1])
     if cores is None:                    # what the ranks got while every one computed
         cores = model.effective_cores(ranks, [[v[1] for v in r["layer"].values()] for r in per],
                                       [[v[0] for v in r["layer"].values()] for r in per],
                                       usable_cpus())
     return model.Machine(ranks, c0, rate, {}, p2p, 4, cores=cores,
-                         ends=ends, optimizer=adam, ops=ops, layers=layers, ops_cpu=ops_cpu,
-                         p2p_cpu=p2p_cpu)
+                         ends=ends, optimizer=adam, ops=ops, layers=layers)
 
 
 def time_layout_on_rank(rank: int, world_size: int, d: int, t: int, p: int,
@@ -209,10 +210,20 @@ def time_layout_on_rank(rank: int, world_size: int, d: int, t: int, p: int,
 def _bench_on_rank(rank: int, world_size: int, config: GPTConfig, batch: int, b: int,
                    steps: int, reps: int, layouts: list[tuple[int, int, int]]) -> dict:
     """One launch does it all (each launch of fresh ranks costs more CPU than the measurements
-    it would hold): the calibration, then every layout's fastest step."""
-    return {"machine": measure_on_rank(rank, world_size, config, BATCHES, reps),
-            "steps": [time_layout_on_rank(rank, world_size, d, t, p, config, batch, b, steps)
-                      for d, t, p in layouts]}
+    it would hold): every layout's fastest step, in two passes when ``steps`` > 1 (the first
+    half of the steps in order, the rest in reverse order), with the calibration between them.
+    On a shared machine the load drifts: a layout is then not timed only at one moment, and the
+    calibration sits in the middle of the runs it predicts, not before all of them."""
+    def timed(order, k):
+        return {i: time_layout_on_rank(rank, world_size, *layouts[i], config, batch, b, k)
+                for i in order}
+    first = (steps + 1) // 2
+    got = timed(range(len(layouts)), first)
+    machine = measure_on_rank(rank, world_size, config, BATCHES, reps)
+    if steps > first:
+        again = timed(reversed(range(len(layouts))), steps - first)
+        got = {i: min(got[i], again[i]) for i in got}
+    return {"machine": machine, "steps": [got[i] for i in range(len(layouts))]}
 
 
 def bench(ranks: int = 4, config: GPTConfig = TINY, batch: int = BATCH, b: int = MICRO,
