@@ -7,14 +7,21 @@
 * ``tests/test_site_browser.py`` drives the *built* site, so it belongs to ``make site-test``
   (``MINIPAR_BROWSER_TEST=1``, after the book build); any other session deselects it instead of
   skipping it, so it is counted as "deselected", never as a skip.
+* ``short_stall_window``: a context manager that shortens the grader's deadlock window
+  (``minipar.grading.limits.STALL_S``, 10 s) to :data:`SHORT_STALL_S` for a wrong answer that
+  truly deadlocks (every rank blocked for good: it is caught whatever the window, so waiting
+  10 s proves nothing more). ``test_grading_framework.py``'s deadlock test keeps the production
+  window and checks it is 10 s; a reference solution is never graded under the short one.
 """
 from __future__ import annotations
 
+import contextlib
 import os
 
 import pytest
 
 BROWSER_TEST = "test_site_browser.py"
+SHORT_STALL_S = 2.0     # seconds; 4 samples of limits.SAMPLE_S (0.5 s)
 
 
 def in_ci() -> bool:
@@ -65,3 +72,16 @@ def pytest_make_collect_report(collector):
     if in_ci() and report.skipped:
         report.outcome = "failed"
         report.longrepr = unexpected_skip_message(_skip_reason(report.longrepr))
+
+
+@pytest.fixture
+def short_stall_window(monkeypatch):
+    """``with short_stall_window(): ...`` grades with a deadlock window of SHORT_STALL_S."""
+    from minipar.grading import limits
+
+    @contextlib.contextmanager
+    def shortened():
+        with monkeypatch.context() as m:
+            m.setattr(limits, "STALL_S", SHORT_STALL_S)
+            yield SHORT_STALL_S
+    return shortened

@@ -5,7 +5,9 @@ exercise (checked in-process, so one kernel per notebook is all it costs) and it
 asserted: a wrong answer run and saved, outputs cleared, a fix saved without re-running, counts
 kept without outputs, cells run out of order, a deleted check cell, a deleted notebook, two
 notebooks with one file name, syntax/name/import errors, an endless loop, a forged PASS print.
-All notebooks go through one ``grade`` call (one pytest session).
+All notebooks go through one ``grade`` call (one pytest session). The habits' notebooks hold
+part (a) of the exercise, ``params``, as the course ships it: part (b) builds torch models, which
+cost each of the 15 kernels a torch import and show nothing about a habit.
 """
 import json
 import os
@@ -30,11 +32,17 @@ RIGHT = ("def params(L, h, V, s):\n"
          "    return L * (12 * h * h + 13 * h) + (V + s) * h\n")
 
 
+def _part_a(script: Path) -> str:
+    """The exercise's source up to its part (b): ``params`` and its check cell."""
+    text = script.read_text()
+    return text[:text.rfind("# %%", 0, text.index("**(b) Measure it.**"))]
+
+
 def _notebook(code: str | None = None, outputs: str | None = None, counts=None,
-              drop_check=False, solved=False):
+              drop_check=False, solved=False, script: Path = SCRIPT):
     """The exercise notebook with ``params`` replaced by ``code``; the check cell's saved output
     ``outputs`` (as if it had been run); ``counts`` the saved execution counts."""
-    nb = build(SCRIPT, solved=solved)
+    nb = build(script, solved=solved)
     for cell in nb.cells:
         if cell.cell_type == "code" and "def params" in cell.source and code is not None:
             cell.source = code
@@ -54,45 +62,62 @@ def _notebook(code: str | None = None, outputs: str | None = None, counts=None,
 FAIL_SAVED = ("FAIL memory_time.params: for L=96, h=12288, V=51200, s=2048: 1.739e+11 -- forgot "
               "the embedding term (V + s)·h\n")
 
-CASES = {
-    # name: (notebook, passed, words the reason must contain)
-    "saved_wrong_run": (_notebook(WRONG, outputs=FAIL_SAVED), False, "forgot the embedding"),
-    "saved_forged_pass": (_notebook(WRONG, outputs=pass_line(TASK) + "\n"), False,
-                          "forgot the embedding"),
-    "cleared_wrong": (_notebook(WRONG), False, "forgot the embedding"),
-    "fixed_not_rerun": (_notebook(RIGHT, outputs=FAIL_SAVED), True, ""),
-    "cleared_counts_kept": (_notebook(RIGHT, counts=[1, 2, 3]), True, ""),
-    "run_out_of_order": (_notebook(RIGHT, counts=[9, 2, 1]), True, ""),
-    "check_deleted": (_notebook(RIGHT, drop_check=True), False,
-                      "check cell for memory_time.params is missing"),
-    "untouched_starter": (_notebook(), False, "not implemented yet"),
-    "syntax_error": (_notebook("def params(L, h, V, s):\n    return L * (12 * h * h +\n"), False,
-                     "SyntaxError"),
-    "name_error": (_notebook("def params(L, h, V, s):\n    return L * hh\n"), False,
-                   "NameError: name 'hh' is not defined (line 2 of params: return L * hh)"),
-    "import_error": (_notebook("import minipar.no_such_module\n" + RIGHT), False,
-                     "ModuleNotFoundError: No module named 'minipar.no_such_module'"),
-    "endless_loop": (_notebook("def params(L, h, V, s):\n    while True:\n        pass\n"), False,
-                     "stopped after 3 CPU-seconds: your code was still computing"),
-    "forged_print": (_notebook(WRONG + f"\nprint({pass_line(TASK)!r})\n"), False,
-                     "forgot the embedding"),
-}
+CHECK_TIME_LIMIT = 1      # CPU-seconds for the kernels' in-process checks; params needs ~1e-4
+
+
+def cases(script: Path) -> dict:
+    """name: (notebook built from ``script``, passed, words the reason must contain)."""
+    nb = lambda code=None, **kw: _notebook(code, script=script, **kw)  # noqa: E731
+    return {
+        "saved_wrong_run": (nb(WRONG, outputs=FAIL_SAVED), False, "forgot the embedding"),
+        "saved_forged_pass": (nb(WRONG, outputs=pass_line(TASK) + "\n"), False,
+                              "forgot the embedding"),
+        "cleared_wrong": (nb(WRONG), False, "forgot the embedding"),
+        "fixed_not_rerun": (nb(RIGHT, outputs=FAIL_SAVED), True, ""),
+        "cleared_counts_kept": (nb(RIGHT, counts=[1, 2, 3]), True, ""),
+        "run_out_of_order": (nb(RIGHT, counts=[9, 2, 1]), True, ""),
+        "check_deleted": (nb(RIGHT, drop_check=True), False,
+                          "check cell for memory_time.params is missing"),
+        "untouched_starter": (nb(), False, "not implemented yet"),
+        "syntax_error": (nb("def params(L, h, V, s):\n    return L * (12 * h * h +\n"), False,
+                         "SyntaxError"),
+        "name_error": (nb("def params(L, h, V, s):\n    return L * hh\n"), False,
+                       "NameError: name 'hh' is not defined (line 2 of params: return L * hh)"),
+        "import_error": (nb("import minipar.no_such_module\n" + RIGHT), False,
+                         "ModuleNotFoundError: No module named 'minipar.no_such_module'"),
+        "endless_loop": (nb("def params(L, h, V, s):\n    while True:\n        pass\n"), False,
+                         f"stopped after {CHECK_TIME_LIMIT} CPU-seconds: your code was still "
+                         "computing"),
+        "forged_print": (nb(WRONG + f"\nprint({pass_line(TASK)!r})\n"), False,
+                         "forgot the embedding"),
+    }
+
+
+CASES = list(cases(SCRIPT))
 
 
 @pytest.fixture(scope="module")
 def graded(tmp_path_factory):
-    root = tmp_path_factory.mktemp("learner")
-    paths = {}
-    for name, (nb, _, _) in CASES.items():
+    """Every habit's notebook graded in one call. The exercise is part (a) of the course's
+    script, found the way a learner's is: through the notebook's metadata, in the ``exercises``
+    folder of the course above it."""
+    course = tmp_path_factory.mktemp("course")
+    script = course / "exercises" / "memory_time" / "solutions" / SCRIPT.name
+    script.parent.mkdir(parents=True)
+    script.write_text(_part_a(SCRIPT))
+    assert expected_tasks(script) == [TASK], "part (a) checks memory_time.params alone"
+    root = course / "learner"
+    paths, table = {}, cases(script)
+    for name, (nb, _, _) in table.items():
         paths[name] = root / name / "01_params.ipynb"        # one file name in many folders
-        paths[name].parent.mkdir()
+        paths[name].parent.mkdir(parents=True)
         nbformat.write(nb, paths[name])
     renamed = root / "renamed" / "my copy of params.ipynb"    # metadata finds its exercise
     renamed.parent.mkdir()
-    nbformat.write(_notebook(RIGHT, drop_check=True), renamed)
+    nbformat.write(_notebook(RIGHT, drop_check=True, script=script), renamed)
     paths["renamed"] = renamed
     old = os.environ.get("MINIPAR_CHECK_TIME_LIMIT")
-    os.environ["MINIPAR_CHECK_TIME_LIMIT"] = "3"               # the kernels inherit it
+    os.environ["MINIPAR_CHECK_TIME_LIMIT"] = str(CHECK_TIME_LIMIT)    # the kernels inherit it
     try:
         result = grade([root], timeout=300)
     finally:
@@ -100,32 +125,31 @@ def graded(tmp_path_factory):
             del os.environ["MINIPAR_CHECK_TIME_LIMIT"]
         else:
             os.environ["MINIPAR_CHECK_TIME_LIMIT"] = old
-    return paths, result
+    return paths, result, script, table
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("name", list(CASES))
+@pytest.mark.parametrize("name", CASES)
 def test_verdict_depends_on_the_code_alone(graded, name):
-    paths, result = graded
+    paths, result, script, table = graded
     rows = [t for t in result["tasks"] if t["notebook"] == str(paths[name].resolve())]
-    assert [r["task"] for r in rows] == expected_tasks(SCRIPT), rows     # every task, in order
-    rows = [r for r in rows if r["task"] == TASK]
-    _, passed, words = CASES[name]
+    assert [r["task"] for r in rows] == expected_tasks(script) == [TASK], rows
+    _, passed, words = table[name]
     assert rows[0]["passed"] is passed, rows[0]
     assert words in rows[0]["reason"], rows[0]
 
 
 @pytest.mark.slow
 def test_results_keyed_by_full_path_and_missing_listed(graded):
-    paths, result = graded
+    paths, result, script, table = graded
     rows = [t for t in result["tasks"] if t["task"] == TASK]
     names = [t["notebook"] for t in rows]
-    assert len(names) == len(set(names)) == len(CASES) + 1     # same file name, separate rows
+    assert len(names) == len(set(names)) == len(table) + 1     # same file name, separate rows
     missing = {(m["notebook"], m["task"]) for m in result["missing"]}
     assert missing == {(str(paths["check_deleted"].resolve()), TASK),
                        (str(paths["renamed"].resolve()), TASK)}
-    assert sum(t["passed"] for t in rows) == sum(p for _, p, _ in CASES.values())
-    assert result["total"] == (len(CASES) + 1) * len(expected_tasks(SCRIPT))
+    assert sum(t["passed"] for t in rows) == sum(p for _, p, _ in table.values())
+    assert result["total"] == (len(table) + 1) * len(expected_tasks(script))
 
 
 def test_deleted_notebook_is_a_failed_task_not_a_vanished_one(tmp_path):
