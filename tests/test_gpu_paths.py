@@ -40,10 +40,7 @@ NCCL_MODULES = ["bench/launch.py", "bench/collectives.py", "collectives/ring.py"
                 "pipeline_parallel/measure.py", "pipeline_parallel/communication.py",
                 "pipeline_parallel/executor.py", "pipeline_parallel/torch_pipelining.py",
                 "pipeline_parallel/timed.py"]
-# known to fail on NCCL, the fix written up in issue 21 (the file is not this change's to edit):
-# bench_rank's inputs, its all-reduced start time and TimedStage's weight gradient are CPU tensors
-PENDING = {"pipeline_parallel/timed.py": "bench_rank: torch.zeros(shape), torch.tensor([t0]) "
-                                         "and _WeightWork's gradient are made on the CPU"}
+PENDING: dict[str, str] = {}   # module -> why it is known to fail on NCCL (none now)
 
 FACTORIES = {"empty", "zeros", "ones", "full", "randn", "rand", "randint", "randperm", "tensor",
              "arange", "linspace", "eye", "as_tensor"}
@@ -342,10 +339,25 @@ def test_on_nccl_ring_all_reduce_matches_dist():
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not device.gpu_count(), reason="needs CUDA (one GPU per NCCL rank)")
-@pytest.mark.xfail(strict=True, reason=PENDING["pipeline_parallel/timed.py"])
 def test_on_nccl_the_timed_pipeline_bench_runs():
     from minipar.pipeline_parallel.measure import measure_bubble
 
     p = _gpu_ranks()
     r = measure_bubble("1f1b", p, 2 * p, 1, 0.01, 0.01, 0.01, steps=1, backend="nccl")
     assert r["backend"] == "nccl" and 0 <= r["measured_bubble"] < 1
+
+
+def test_pipeline_timeline_ends_each_action_after_the_device(one_rank, monkeypatch):
+    """The executor's timeline (the pipeline bench's bubble) stamps an action's end only after
+    the device has run it: without the synchronize, on CUDA it would record launch times."""
+    from minipar.pipeline_parallel import executor as E
+    from minipar.pipeline_parallel.schedules import schedule
+
+    calls = []
+    monkeypatch.setattr(E, "synchronize", _slow_synchronize(calls))
+    stage = torch.nn.Linear(4, 4)
+    ex = E.PipelineExecutor({0: stage}, 1, 0, 1, 2, loss_fn=lambda y, t: y.sum())
+    x = [torch.randn(1, 2, 4) for _ in range(2)]
+    rec = ex.run(schedule("1f1b", 1, 2)[0], x, [None, None], (1, 2, 4), torch.float32)
+    spans = [end - start for _, _, start, end in rec.timeline]
+    assert len(spans) == 4 and min(spans) >= DELAY, spans

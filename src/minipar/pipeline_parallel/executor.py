@@ -26,6 +26,8 @@ from dataclasses import dataclass, field
 import torch
 import torch.nn.functional as F
 
+from minipar.device import synchronize
+
 from .communication import ACTIVATION, GRADIENT, P2P, all_reduce_tied_gradient, message_order
 from .schedules import NAMES, Action, schedule
 
@@ -151,6 +153,7 @@ class PipelineExecutor:
                 params = [q for q in mod.parameters() if q.requires_grad]
                 _accumulate(params, torch.autograd.grad(y, params, g))
                 live_bytes -= nbytes
+            synchronize()              # CUDA runs asynchronously: end when the work has ended
             rec.timeline.append((self.rank, a, start, time.perf_counter() - t0))
         self.comm.wait_all()
         if stash:

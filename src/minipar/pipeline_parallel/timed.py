@@ -54,7 +54,7 @@ class _WeightWork(torch.autograd.Function):
     @staticmethod
     def backward(ctx, g):
         precise_wait(ctx.t_w)
-        return torch.zeros(1, dtype=g.dtype), None
+        return g.new_zeros(1), None                           # on w's device, like g
 
 
 class TimedStage(nn.Module):
@@ -80,22 +80,26 @@ def bench_rank(rank: int, p: int, name: str, m: int, v: int, t_f: float, t_b: fl
     """On each rank: run the schedule ``steps`` + 1 times (the first is a warm-up) with timed
     stages (``layers="timed"``) or real GPT layers (``"gpt"``: 2 layers per stage, h = 64);
     returns per step (busy seconds, end second from the common start, timeline)."""
+    from minipar.device import get_device
+
     from .executor import PipelineExecutor
     from .schedules import schedule
     from .stage import build_stages
     from .train import small_config, token_batches
 
-    b = shape[0]
+    b, dev = shape[0], get_device()
     if layers == "timed":
-        stages = {s: TimedStage(t_f / v, t_b / v, t_w / v) for s in range(rank, v * p, p)}
+        stages = {s: TimedStage(t_f / v, t_b / v, t_w / v).to(dev) for s in range(rank, v * p, p)}
         ex = PipelineExecutor(stages, v * p, rank, p, m, loss_fn=_zero_loss)
-        inputs, targets, dtype = [torch.zeros(shape) for _ in range(m)], [None] * m, torch.float32
+        inputs, targets = [torch.zeros(shape, device=dev) for _ in range(m)], [None] * m
+        dtype = torch.float32
     elif layers == "gpt":
         c = small_config(L=2 * v * p)
         c.h, c.a, c.s, c.V = shape[2], 4, shape[1], 256
-        stages = build_stages(c, rank, p, v, dtype=torch.float32)
+        stages = {s: st.to(dev) for s, st in
+                  build_stages(c, rank, p, v, dtype=torch.float32).items()}
         ex = PipelineExecutor(stages, v * p, rank, p, m)
-        x, y = token_batches(1, b * m, c)[0]
+        x, y = (t.to(dev) for t in token_batches(1, b * m, c)[0])
         inputs, targets, dtype = list(x.chunk(m)), list(y.chunk(m)), torch.float32
     else:
         raise ValueError(f"layers ({layers!r}) must be 'timed' or 'gpt'")
@@ -103,7 +107,7 @@ def bench_rank(rank: int, p: int, name: str, m: int, v: int, t_f: float, t_b: fl
     out = []
     for _ in range(steps + 1):
         dist.barrier()
-        t0 = torch.tensor([time.perf_counter()], dtype=torch.float64)
+        t0 = torch.tensor([time.perf_counter()], dtype=torch.float64, device=dev)
         dist.all_reduce(t0, op=dist.ReduceOp.MAX)       # one start for all ranks (same clock)
         rec = ex.run(acts, inputs, targets, shape, dtype, t0=t0.item())
         for prm in ex_params(stages):
