@@ -314,8 +314,11 @@ def _run(rank, world, state, task) -> tuple:
         limit = datetime.timedelta(seconds=state["timeout"])
         store = dist.TCPStore("127.0.0.1", state["port"], world, is_master=False, timeout=limit)
         store = dist.PrefixStore(state["prefix"], store)  # this call's keys only
+        # NCCL: bind the group to this rank's GPU (else its first barrier guesses the device
+        # and warns); gloo takes no device
+        bound = {"device_id": device.get_device()} if state["backend"] == "nccl" else {}
         dist.init_process_group(state["backend"], store=store, rank=rank, world_size=world,
-                                timeout=limit)
+                                timeout=limit, **bound)
         result = fn(rank, world, *args)
         reply = ("ok", cloudpickle.dumps(result))
     except BaseException as e:  # noqa: BLE001  (report everything, including SystemExit)

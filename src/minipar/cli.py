@@ -18,6 +18,8 @@ _COMMAND_MODULES = [
     "minipar.bench.cli",      # bench collectives, bench dp, ...
     "minipar.grading.cli",    # grade
 ]
+# commands whose third-party imports come from an extra (pyproject.toml), not the base install
+_EXTRAS = {"minipar.grading.cli": ("grade", "grade")}
 
 
 
@@ -32,8 +34,26 @@ def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="minipar", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
     for name in _COMMAND_MODULES:  # a missing module is an error, never a silently absent command
-        importlib.import_module(name).add_parser(sub)
+        try:
+            module = importlib.import_module(name)
+        except ModuleNotFoundError as e:
+            if name not in _EXTRAS or (e.name or "").startswith("minipar"):
+                raise
+            _needs_extra(sub, *_EXTRAS[name], e.name)
+            continue
+        module.add_parser(sub)
     return parser
+
+
+def _needs_extra(sub, command: str, extra: str, missing: str) -> None:
+    """``command`` without its extra installed: it exits 2 saying what to install (so `minipar
+    bench` and `minipar plan` work on a GPU node that installed the base package only)."""
+    def run(args):
+        raise InputError(f"needs the [{extra}] extra ({missing} is not installed): "
+                         f"pip install -e '.[{extra}]'")
+    p = sub.add_parser(command, help=f"(needs the [{extra}] extra)")
+    p.add_argument("rest", nargs=argparse.REMAINDER)
+    p.set_defaults(func=run)
 
 
 def main(argv: list[str] | None = None) -> int:
