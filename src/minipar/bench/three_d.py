@@ -12,21 +12,27 @@ def _show(r: dict) -> None:
     m = r["machine"]
     print(f"3D GPT {r['config']} on {r['ranks']} gloo ranks, B = {r['batch']}, "
           f"b = {r['micro_batch']}")
-    print(f"calibrated: {m['cores']} cores for {r['ranks']} ranks (share {m['share']:.2f}); "
-          f"t = 1 layer {m['flop_rate'] / 1e9:.2f} GFLOP/s + {m['layer_overhead_s'] * 1e3:.2f} ms "
-          f"(CPU); ends {m['ends']['s'] * 1e3:.2f} ms + {m['ends']['s_per_sequence'] * 1e3:.2f} ms "
-          f"per sequence (CPU)")
-    print("  " + "; ".join(f"{k}: {v['alpha'] * 1e6:.0f} µs + {v['bandwidth'] / 1e9:.2f} GB/s"
-                           for k, v in m["links"].items()))
+    line = (f"calibrated: t = 1 layer {m['flop_rate'] / 1e9:.2f} GFLOP/s + "
+            f"{m['layer_overhead_s'] * 1e3:.2f} ms (CPU)")
+    if "cores" in m:
+        line += (f"; the ranks got {m['cores']:.2f} of {m['usable_cpus']} cores (share "
+                 f"{m['share']:.2f}); ends {m['ends']['s'] * 1e3:.2f} ms + "
+                 f"{m['ends']['s_per_sequence'] * 1e3:.2f} ms per sequence (CPU)")
+    print(line)
+    if m.get("links"):
+        print("  " + "; ".join(f"{k}: {v['alpha'] * 1e6:.0f} µs + bytes / "
+                               f"{v['bandwidth'] / 1e9:.2f} GB/s" for k, v in m["links"].items()))
+    parts = ("compute_s", "tp_s", "pp_s", "dp_s", "bubble_s", "optimizer_s")
     print(f"{'d':>2} {'t':>2} {'p':>2} {'predicted':>11} {'measured':>11} {'error':>7}   "
           "compute / tp / pp / dp / bubble / optimizer; critical path, cores' bound (ms)")
     for x in r["layouts"]:
-        q = x["prediction"]
-        print(f"{x['d']:>2} {x['t']:>2} {x['p']:>2} {x['predicted_s'] * 1e3:>8.1f} ms "
-              f"{x['measured_s'] * 1e3:>8.1f} ms {x['error']:>+6.0f}%   "
-              + " / ".join(f"{q[k] * 1e3:.1f}" for k in ("compute_s", "tp_s", "pp_s", "dp_s",
-                                                       "bubble_s", "optimizer_s"))
-              + f"; {q['critical_s'] * 1e3:.1f}, {q['cores_s'] * 1e3:.1f}")
+        row = (f"{x['d']:>2} {x['t']:>2} {x['p']:>2} {x['predicted_s'] * 1e3:>8.1f} ms "
+               f"{x['measured_s'] * 1e3:>8.1f} ms {x['error']:>+6.0f}%")
+        q = x.get("prediction", {})
+        if all(k in q for k in parts + ("critical_s", "cores_s")):
+            row += ("   " + " / ".join(f"{q[k] * 1e3:.1f}" for k in parts)
+                    + f"; {q['critical_s'] * 1e3:.1f}, {q['cores_s'] * 1e3:.1f}")
+        print(row)
     print(f"Spearman (predicted vs measured step time): {r['spearman']:.2f}")
 
 
