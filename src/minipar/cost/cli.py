@@ -294,7 +294,7 @@ def _plan(args) -> int:
         raise InputError(f"gpus ({cl.gpus}) must be divisible by the fixed t·cp·p·d ({prod})")
     configs = planner.search(m_, cl, args.global_batch, grad_reduce_bytes=args.grad_reduce_bytes,
                              headroom=args.headroom, max_cp=args.max_cp, max_ep=args.max_ep,
-                             **fixed)
+                             zero3_collectives=args.zero3_collectives, **fixed)
     fitting = [c for c in configs if c.fits]
     if not fitting:
         raise InputError("nothing fits: " + planner.why_nothing_fits(m_, cl, configs))
@@ -395,4 +395,8 @@ def add_plan_parser(subparsers) -> None:
                    help="bytes per gradient element reduced (4: fp32, Megatron's default)")
     p.add_argument("--headroom", type=headroom, default=planner.HEADROOM,
                    help="fraction of GPU memory kept free")
+    p.add_argument("--zero3-collectives", choices=planner.ZERO3_COLLECTIVES,
+                   default="flat-ring", help="ZeRO-3's collectives across nodes: a flat ring "
+                   "through each GPU's NIC (2021 ZeRO-3's measured rate; default) or "
+                   "hierarchical (all of a node's NICs)")
     p.add_argument("--top", type=nonneg_int, default=10, help="rows to show (0 = all)")
