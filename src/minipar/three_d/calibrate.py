@@ -28,27 +28,32 @@ BATCHES = (1, 2, 4, 8)                                        # micro-batches of
 OPT_SIZES = (2**14, 2**20)                                    # Adam step sizes, elements
 
 
-def _burst(fn, reps: int, k: int | None = None, min_s: float = 0.03) -> tuple[float, float]:
+def _burst(fn, reps: int, k: int | None = None, min_s: float | None = None
+           ) -> tuple[float, float]:
     """(wall, CPU) seconds per call of ``fn`` in bursts, all ranks starting each burst together,
-    the fastest of ``reps`` bursts: ``k`` calls (``fn`` communicates: every rank must make as
-    many), or as many as fill ``min_s`` seconds (compute only). A burst, not one call: a layout
-    makes hundreds of calls in a row and pays their mean, scheduling included, which the
+    the median of ``reps`` bursts: ``k`` calls (``fn`` communicates: every rank must make as
+    many), or as many as fill ``min_s`` seconds (compute only; default 8 ms per rank, so every
+    rank gets a few of the scheduler's time slices). A burst, not one call: a layout makes
+    hundreds of calls in a row and pays their mean, scheduling included, which the
     luckiest call on a shared machine underestimates several times over (4 ranks on 2 cores,
     32 KiB all-gathers over 4 ranks: fastest call 0.37 ms, mean 2.7 ms). Long, because a burst
     shorter than the scheduler's time slice runs alone on a core and never sees the sharing
-    (a 5 ms burst of 1.2 ms layers: wall = CPU with 4 ranks on 2 cores). The fastest burst is
-    the one least disturbed by other processes, as the fastest step is in
+    (a 5 ms burst of 1.2 ms layers: wall = CPU with 4 ranks on 2 cores). The median, not the
+    fastest: a burst of tens of ms finds a quiet moment on a shared machine more often than a
+    step of hundreds does, so the fastest burst is more optimistic than the fastest step of
     :func:`time_layout_on_rank`. CPU is this process's, every thread (gloo's included)."""
-    best = (float("inf"), float("inf"))
+    got = []
+    min_s = 0.008 * dist.get_world_size() if min_s is None else min_s
     for _ in range(reps):
         dist.barrier()
         w0, c0, calls = time.perf_counter(), time.process_time(), 0
         while calls < k if k else time.perf_counter() - w0 < min_s:
             fn()
             calls += 1
-        best = min(best, ((time.perf_counter() - w0) / calls,
-                          (time.process_time() - c0) / calls))
-    return best
+        got.append(((time.perf_counter() - w0) / calls, (time.process_time() - c0) / calls))
+    got.sort()
+    mid = got[(len(got) - 1) // 2:len(got) // 2 + 1]                  # the median burst
+    return tuple(sum(v[i] for v in mid) / len(mid) for i in (0, 1))
 
 
 def measure_on_rank(rank: int, world_size: int, config: GPTConfig = TINY,
