@@ -61,7 +61,7 @@ unit: $(STAMP)
 	$(PYTEST) -q -n 2 --dist loadfile --durations=15 tests
 
 fast: $(STAMP)
-	$(PYTEST) -q -x -m "not slow" tests
+	$(PYTEST) -q -x -n 2 --dist loadfile -m "not slow" tests
 
 notebooks: $(STAMP)
 	$(PYTEST) -q --nbval-lax --nbval-current-env --nbval-cell-timeout=900 notebooks

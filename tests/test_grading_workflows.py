@@ -212,6 +212,7 @@ def test_in_process_check_is_stopped_by_the_time_limit(capsys):
                           "computing (an endless loop?)")
 
 
+@pytest.mark.slow
 def test_jupyter_front_end_runs_from_the_venv(tmp_path):
     """`jupyter nbconvert --execute` (and so `jupyter execute`) work from .venv."""
     nb = tmp_path / "01_params.ipynb"
