@@ -26,9 +26,11 @@ TP, 1F1B, ZeRO-1), written for CPU ranks that may outnumber the cores:
             c₀ + 3·F/(t·R) at the shared rate plus 4 + 4 collectives, F = 24bsh² + 4bs²h
             forward FLOPs (Narayanan et al. 2021 §5.1), c₀ and R fitted on a plain layer's CPU
             seconds (:func:`fit_compute`); the cores' bound uses that compute in any case.
-  ends      embedding, final layer norm, tied head, cross-entropy, forward + backward, CPU
-            seconds e₀ + e₁·b, on every TP rank of the end stages (charged to the last, the
-            slowest). Measured: on CPU they cost about a layer, with 4 % of its FLOPs.
+  ends      embedding, final layer norm, tied head, cross-entropy, forward + backward, and the
+            pipeline executor's own work, per micro-batch: CPU seconds e₀ + e₁·b (a one-layer
+            model's micro-batch through the executor, less its layer), on every TP rank of the
+            end stages (charged to the last, the slowest). Measured: more than a layer, with
+            4 % of its FLOPs.
   TP        beyond the layers: the (b, s, h) all-gather before the head per micro-batch, the
             layer-norm/bias gradient all-reduce over t once per step.
   PP        2 messages of (b, s/t, h) per micro-batch and slot, α + bytes/bandwidth of a timed
@@ -69,7 +71,7 @@ class Machine:
     p2p: tuple[float, float] = (0.0, 1.0)        # (α, bandwidth) of one send/recv
     bytes_per_elem: int = 4
     cores: float | None = None                   # CPU cores the ranks get (may be < usable)
-    ends: tuple[float, float] = (0.0, 0.0)       # (s, s per sequence): embedding + head + loss
+    ends: tuple[float, float] = (0.0, 0.0)       # (s, s/sequence): embedding, head, loss, executor
     optimizer: tuple[float, float] = (0.0, 0.0)  # (s, s per element): one Adam step
     ops: dict = field(default_factory=dict)      # (op, n) -> (α s, bandwidth bytes/s)
     layers: dict = field(default_factory=dict)   # t -> (s, s per sequence): SP block, wall

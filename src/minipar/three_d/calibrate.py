@@ -59,27 +59,37 @@ def _burst(fn, reps: int, k: int | None = None, min_s: float | None = None
 def measure_on_rank(rank: int, world_size: int, config: GPTConfig = TINY,
                     batches=BATCHES, reps: int = 3) -> dict:
     """Per rank, all ranks at once, (wall, CPU) seconds per call (:func:`_burst`) of: one
-    layer's forward + backward per micro-batch size b; the ends of the model (embedding, final
-    layer norm, tied head, cross-entropy: forward + backward) per b; an Adam step per number of
-    elements; the all-gather and the reduce-scatter of the course's sequence parallelism and
-    ZeRO (``all_gather_single``, ``reduce_scatter_single``) per group size n (every group of n
+    layer's forward + backward per micro-batch size b; one micro-batch of a one-layer model
+    through the course's pipeline executor on one stage (``"stage"``: embedding, the layer,
+    final layer norm, tied head, cross-entropy, and the executor's own work); the
+    sequence-parallel block per TP degree t and b; an Adam step per number of elements; the
+    all-gather and the reduce-scatter of the course's sequence parallelism and ZeRO
+    (``all_gather_single``, ``reduce_scatter_single``) per group size n (every group of n
     consecutive ranks busy at once) and size; a one-way send/recv between rank pairs."""
+    from minipar.pipeline_parallel.executor import PipelineExecutor
+    from minipar.pipeline_parallel.schedules import schedule
+
+    from .train import stage_3d
+
     torch.manual_seed(0)
     cfg = replace(config, dropout=0.0)
     layer = Layer(cfg)
-    ends = GPT(replace(cfg, L=0))
-    out = {"layer": {}, "block": {}, "ends": {}, "adam": {}, "all-gather": {},
+    solo = [dist.new_group([r]) for r in range(world_size)][rank]         # every rank alone
+    stage = stage_3d(GPT(replace(cfg, L=1)), 0, 1, solo)
+    ex = PipelineExecutor({0: stage}, 1, 0, 1, 1, group=solo)
+    out = {"layer": {}, "stage": {}, "block": {}, "adam": {}, "all-gather": {},
            "reduce-scatter": {}, "p2p": {}}
     for b in batches:
         x = torch.randn(b, cfg.s, cfg.h, requires_grad=True)              # (b, s, h)
-        tokens = torch.randint(0, cfg.V, (b, cfg.s))                      # (b, s)
+        tokens = torch.randint(0, cfg.V, (b, cfg.s + 1))                  # (b, s + 1)
 
         def fwd_bwd():
             layer(x).sum().backward()
 
-        def ends_fwd_bwd():
-            F.cross_entropy(ends(tokens).flatten(0, 1), tokens.flatten()).backward()  # (b·s, V)
-        for fn, key in ((fwd_bwd, "layer"), (ends_fwd_bwd, "ends")):
+        def one_micro_batch():
+            ex.run(schedule("1f1b", 1, 1)[0], [tokens[:, :-1]], [tokens[:, 1:]],
+                   (b, cfg.s, cfg.h), torch.float32)
+        for fn, key in ((fwd_bwd, "layer"), (one_micro_batch, "stage")):
             fn()                                                           # warm up
             out[key][b] = _burst(fn, reps)
     for t in [k for k in range(1, world_size + 1) if world_size % k == 0 and
@@ -158,7 +168,10 @@ def fit_machine(per: list[dict], ranks: int, config: GPTConfig = TINY,
 
     bs, secs = _slowest(per, "layer", i=1)
     c0, rate = model.fit_compute([model.layer_flops(b, config.s, config.h) for b in bs], secs)
-    ends = model.fit_line(*_slowest(per, "ends", i=1))
+    bs1, stage1 = _slowest(per, "stage", i=1)
+    block1 = dict(zip(*_slowest(per, "block", 1, i=1)))
+    ends = model.fit_line([b for b in bs1 if b in block1],     # the stage less its one layer
+                          [max(s1 - block1[b], 1e-9) for b, s1 in zip(bs1, stage1) if b in block1])
     adam = model.fit_line(*_slowest(per, "adam", i=1))
     layers = {t: model.fit_line(*_slowest(per, "block", t)) for t in per[0]["block"]}
     ops = {(op, n): model.fit_op([4 * x for x in _slowest(per, op, n)[0]],
