@@ -158,10 +158,11 @@ def _slowest(per: list[dict], key: str, *path, i: int = 0) -> tuple[list, list]:
 
 
 def fit_machine(per: list[dict], ranks: int, config: GPTConfig = TINY,
-                cores: int | None = None) -> model.Machine:
+                cores: float | None = None) -> model.Machine:
     """:class:`minipar.cost.calibrate.Machine` from every rank's :func:`measure_on_rank`:
     compute terms from CPU seconds (the cores they share are the model's business,
-    ``cores``: default what the ranks got while all of them computed a layer,
+    ``cores``: default what the ranks got while all of them computed (every burst without
+    communication: layer, stage, t = 1 block),
     :func:`~minipar.cost.calibrate.effective_cores`), communication terms from wall seconds
     with every group busy at once (the slowest rank per point)."""
     from minipar._pool import usable_cpus
@@ -180,9 +181,10 @@ def fit_machine(per: list[dict], ranks: int, config: GPTConfig = TINY,
     sizes, ts = _slowest(per, "p2p")
     p2p = model.fit_op([4 * x for x in sizes], ts)
     if cores is None:                    # what the ranks got while every one computed
-        cores = model.effective_cores(ranks, [[v[1] for v in r["layer"].values()] for r in per],
-                                      [[v[0] for v in r["layer"].values()] for r in per],
-                                      usable_cpus())
+        busy = [[*r["layer"].values(), *r["stage"].values(), *r["block"][1].values()]
+                for r in per]                     # every burst with no communication in it
+        cores = model.effective_cores(ranks, [[v[1] for v in r] for r in busy],
+                                      [[v[0] for v in r] for r in busy], usable_cpus())
     return model.Machine(ranks, c0, rate, {}, p2p, 4, cores=cores,
                          ends=ends, optimizer=adam, ops=ops, layers=layers)
 
