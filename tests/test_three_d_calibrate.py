@@ -131,6 +131,45 @@ def test_measured_layers_and_the_cores_bound():
     assert alone.step_s == pytest.approx(38e-3)
 
 
+def _synthetic_rank(alpha_busy: float | None):
+    """One rank's measure_on_rank() of a made-up machine whose every constant is known: CPU
+    seconds 1 ms + 3F/R (R = 1e11) per layer, ends 0.4 ms + 0.9 ms per sequence, Adam
+    2 µs + 4 ns per element, walls 4 × CPU (the ranks got one core between 4), collectives
+    100 µs + bytes/1e9, send/recv 50 µs + bytes/2e9, 0.55 ms one way under load."""
+    def layer_cpu(b):
+        return 1e-3 + 3 * cal.layer_flops(b, 32, 128) / 1e11
+
+    def timed(cpu):
+        return (4 * cpu, cpu)
+    coll = {n: {x: (1e-4 + 4 * x / 1e9, 0.0) for x in (2**11, 2**13, 2**16, 2**20)}
+            for n in (2, 4)}
+    return {"layer": {b: timed(layer_cpu(b)) for b in (1, 2, 4, 8)},
+            "stage": {b: timed(layer_cpu(b) + 4e-4 + 9e-4 * b) for b in (1, 2, 4, 8)},
+            "block": {t: {b: timed(layer_cpu(b) / t + 1e-3 * (t - 1)) for b in (1, 2, 4)}
+                      for t in (1, 2, 4)},
+            "adam": {n: (0.0, 2e-6 + 4e-9 * n) for n in (2**14, 2**20)},
+            "all-gather": coll, "reduce-scatter": coll,
+            "p2p": {x: (5e-5 + 4 * x / 2e9, 0.0) for x in (2**11, 2**13, 2**16, 2**20)},
+            "p2p_busy": {"size": 2**13, "one_way": [] if alpha_busy is None else
+                         [alpha_busy + 4 * 2**13 / 2e9] * 3}}
+
+
+def test_fit_machine_recovers_a_synthetic_machine():
+    from minipar.three_d.calibrate import fit_machine
+    mach = fit_machine([_synthetic_rank(5.5e-4)] * 4, 4)
+    assert mach.layer_overhead == pytest.approx(1e-3) and mach.flop_rate == pytest.approx(1e11)
+    assert mach.ends == pytest.approx((4e-4, 9e-4))           # the stage less its t = 1 block
+    assert mach.optimizer == pytest.approx((2e-6, 4e-9))
+    assert mach.cores == pytest.approx(1.0) and mach.share == pytest.approx(4.0)
+    assert mach.ops[("all-gather", 4)] == pytest.approx((1e-4, 1e9))
+    assert mach.p2p == pytest.approx((5.5e-4, 2e9))           # α as timed under load
+    w0, w1 = mach.layers[2]                                    # wall: 4 × CPU, a line in b
+    assert w0 + 2 * w1 == pytest.approx(4 * (1e-3 + 3 * cal.layer_flops(2, 32, 128) / 1e11) / 2
+                                        + 4e-3)
+    # negative control: without the hand-off timed under load, α is the idle 50 µs
+    assert fit_machine([_synthetic_rank(None)] * 4, 4).p2p == pytest.approx((5e-5, 2e9))
+
+
 @pytest.mark.slow
 def test_bench_predicts_and_measures_every_layout_of_4_ranks():
     """One launch of 4 ranks: one timed step per (d, t, p), then the calibration (~15 s wall
