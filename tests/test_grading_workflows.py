@@ -34,8 +34,9 @@ RIGHT = ("def params(L, h, V, s):\n"
 
 def _part_a(script: Path) -> str:
     """The exercise's source up to its part (b): ``params`` and its check cell."""
-    text = script.read_text()
-    return text[:text.rfind("# %%", 0, text.index("**(b) Measure it.**"))]
+    text, mark = script.read_text(), "**(b) Measure it.**"
+    assert mark in text, f"{script.name} has no part {mark!r} any more: update _part_a"
+    return text[:text.rfind("# %%", 0, text.index(mark))]
 
 
 def _notebook(code: str | None = None, outputs: str | None = None, counts=None,
