@@ -34,11 +34,9 @@ TP, 1F1B, ZeRO-1), written for CPU ranks that may outnumber the cores:
   TP        beyond the layers: the (b, s, h) all-gather before the head per micro-batch, the
             layer-norm/bias gradient all-reduce over t once per step.
   PP        2 messages of (b, s/t, h) per micro-batch and slot, α + bytes/bandwidth of a timed
-            send/recv, α timed while the other ranks compute (a hand-off waits until the
-            receiver gets a core). 1F1B over m + p − 1 slots (Narayanan et al. 2021 §2.2): m
-            at the shared rate (every stage busy), and the p − 1 bubble slots with only k·d·t
-            ranks busy in the k-th (fill and drain), so on shared cores the bubble is partly
-            free.
+            send/recv. 1F1B over m + p − 1 slots (Narayanan et al. 2021 §2.2): m at the shared
+            rate (every stage busy), and the p − 1 bubble slots with only k·d·t ranks busy in
+            the k-th (fill and drain), so on oversubscribed cores the bubble is partly free.
   DP        ZeRO-1: reduce-scatter of the stage's gradients + all-gather of its parameters over
             d, the tied-embedding gradient all-reduce between first and last stage (p > 1), and
             Adam on the rank's shard (CPU seconds o₀ + o₁·elements; memory-bound).

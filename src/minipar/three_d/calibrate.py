@@ -65,8 +65,7 @@ def measure_on_rank(rank: int, world_size: int, config: GPTConfig = TINY,
     sequence-parallel block per TP degree t and b; an Adam step per number of elements; the
     all-gather and the reduce-scatter of the course's sequence parallelism and ZeRO
     (``all_gather_single``, ``reduce_scatter_single``) per group size n (every group of n
-    consecutive ranks busy at once) and size; a one-way send/recv between rank pairs, idle and
-    while the other ranks compute (``"p2p_busy"``)."""
+    consecutive ranks busy at once) and size; a one-way send/recv between rank pairs."""
     from minipar.pipeline_parallel.executor import PipelineExecutor
     from minipar.pipeline_parallel.schedules import schedule
 
@@ -137,27 +136,6 @@ def measure_on_rank(rank: int, world_size: int, config: GPTConfig = TINY,
         ping()
         w, c = _burst(ping, reps, 8 if size < 2**18 else 2)
         out["p2p"][size] = (w / 2, c / 2)                                  # one way
-    # the same hand-off while the other ranks compute, as in a pipeline's steady state: half the
-    # pairs ping 6 times while the other half run layers for 80 ms, then the other way round
-    out["p2p_busy"] = {"size": SIZES[1], "one_way": []}
-    msg = torch.ones(SIZES[1])
-    x = torch.randn(MICRO, cfg.s, cfg.h, requires_grad=True)              # (b, s, h)
-    for phase in (0, 1):
-        for _ in range(reps if world_size >= 4 else 0):
-            dist.barrier()
-            w0 = time.perf_counter()
-            if (rank // 2) % 2 == phase and peer != rank:
-                for _ in range(6):
-                    if rank < peer:
-                        dist.send(msg, peer)
-                        dist.recv(msg, peer)
-                    else:
-                        dist.recv(msg, peer)
-                        dist.send(msg, peer)
-                out["p2p_busy"]["one_way"].append((time.perf_counter() - w0) / 12)
-            else:
-                while time.perf_counter() - w0 < 0.08:
-                    layer(x).sum().backward()
     return out
 
 
@@ -202,10 +180,6 @@ def fit_machine(per: list[dict], ranks: int, config: GPTConfig = TINY,
            for op in ("all-gather", "reduce-scatter") for n in per[0][op]}
     sizes, ts = _slowest(per, "p2p")
     p2p = model.fit_op([4 * x for x in sizes], ts)
-    busy = [sorted(r["p2p_busy"]["one_way"]) for r in per if r["p2p_busy"]["one_way"]]
-    if busy:                       # α of a hand-off while the other ranks compute: the slowest
-        one_way = max(v[(len(v) - 1) // 2] for v in busy)        # rank's median, less the bytes
-        p2p = (max(p2p[0], one_way - 4 * per[0]["p2p_busy"]["size"] / p2p[1]), p2p[1])
     if cores is None:                    # what the ranks got while every one computed
         busy = [[*r["layer"].values(), *r["stage"].values(), *r["block"][1].values()]
                 for r in per]                     # every burst with no communication in it
