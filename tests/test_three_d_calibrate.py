@@ -131,11 +131,11 @@ def test_measured_layers_and_the_cores_bound():
     assert alone.step_s == pytest.approx(38e-3)
 
 
-def _synthetic_rank(alpha_busy: float | None):
+def _synthetic_rank():
     """One rank's measure_on_rank() of a made-up machine whose every constant is known: CPU
     seconds 1 ms + 3F/R (R = 1e11) per layer, ends 0.4 ms + 0.9 ms per sequence, Adam
     2 µs + 4 ns per element, walls 4 × CPU (the ranks got one core between 4), collectives
-    100 µs + bytes/1e9, send/recv 50 µs + bytes/2e9, 0.55 ms one way under load."""
+    100 µs + bytes/1e9, send/recv 50 µs + bytes/2e9."""
     def layer_cpu(b):
         return 1e-3 + 3 * cal.layer_flops(b, 32, 128) / 1e11
 
@@ -149,25 +149,24 @@ def _synthetic_rank(alpha_busy: float | None):
                       for t in (1, 2, 4)},
             "adam": {n: (0.0, 2e-6 + 4e-9 * n) for n in (2**14, 2**20)},
             "all-gather": coll, "reduce-scatter": coll,
-            "p2p": {x: (5e-5 + 4 * x / 2e9, 0.0) for x in (2**11, 2**13, 2**16, 2**20)},
-            "p2p_busy": {"size": 2**13, "one_way": [] if alpha_busy is None else
-                         [alpha_busy + 4 * 2**13 / 2e9] * 3}}
+            "p2p": {x: (5e-5 + 4 * x / 2e9, 0.0) for x in (2**11, 2**13, 2**16, 2**20)}}
 
 
 def test_fit_machine_recovers_a_synthetic_machine():
     from minipar.three_d.calibrate import fit_machine
-    mach = fit_machine([_synthetic_rank(5.5e-4)] * 4, 4)
+    mach = fit_machine([_synthetic_rank()] * 4, 4)
     assert mach.layer_overhead == pytest.approx(1e-3) and mach.flop_rate == pytest.approx(1e11)
     assert mach.ends == pytest.approx((4e-4, 9e-4))           # the stage less its t = 1 block
     assert mach.optimizer == pytest.approx((2e-6, 4e-9))
     assert mach.cores == pytest.approx(1.0) and mach.share == pytest.approx(4.0)
     assert mach.ops[("all-gather", 4)] == pytest.approx((1e-4, 1e9))
-    assert mach.p2p == pytest.approx((5.5e-4, 2e9))           # α as timed under load
+    assert mach.p2p == pytest.approx((5e-5, 2e9))
     w0, w1 = mach.layers[2]                                    # wall: 4 × CPU, a line in b
     assert w0 + 2 * w1 == pytest.approx(4 * (1e-3 + 3 * cal.layer_flops(2, 32, 128) / 1e11) / 2
                                         + 4e-3)
-    # negative control: without the hand-off timed under load, α is the idle 50 µs
-    assert fit_machine([_synthetic_rank(None)] * 4, 4).p2p == pytest.approx((5e-5, 2e9))
+    # negative control: the stage's own line counts its layer again (1 ms + 3F/R per call)
+    stage = cal.fit_line([1, 2, 4, 8], [v[1] for v in _synthetic_rank()["stage"].values()])
+    assert stage[0] > mach.ends[0] + 0.9e-3
 
 
 @pytest.mark.slow
