@@ -15,7 +15,7 @@ TP, 1F1B, ZeRO-1), written for CPU ranks that may outnumber the cores:
             CPU in a collective is not a fixed amount of work (measured here, all-gathers of
             32 KiB: 0.17 ms of CPU per rank in groups of 2, 0.84 ms in groups of 4, with 4 ranks
             on 2 cores), and counted, the bound overshot the t = 4 layouts of 8 ranks by up to
-            70 %; part of the work still bounds the step from below.
+            70 % (one run at load 6–8); part of the work still bounds the step from below.
   layer     one layer's forward + backward on one rank at TP degree t, micro-batch b, measured
             as the course runs it: the sequence-parallel block with its 4 all-gathers and
             4 reduce-scatters of (b, s, h) (Korthikanti et al. 2022), every TP group busy at
@@ -37,6 +37,9 @@ TP, 1F1B, ZeRO-1), written for CPU ranks that may outnumber the cores:
             send/recv. 1F1B over m + p − 1 slots (Narayanan et al. 2021 §2.2): m at the shared
             rate (every stage busy), and the p − 1 bubble slots with only k·d·t ranks busy in
             the k-th (fill and drain), so on oversubscribed cores the bubble is partly free.
+            The α is the idle one: a hand-off timed while the other ranks compute took
+            0.5–1.8 ms here (0.1–0.25 ms idle), but counted, it overshot p = 4 by 26–65 % in
+            three runs: in the steady state the waiting rank's core runs the other stages.
   DP        ZeRO-1: reduce-scatter of the stage's gradients + all-gather of its parameters over
             d, the tied-embedding gradient all-reduce between first and last stage (p > 1), and
             Adam on the rank's shard (CPU seconds o₀ + o₁·elements; memory-bound).
