@@ -242,7 +242,9 @@ def test_three_d_zero3_collectives_parity():
                         "sms": cl.gpu.sms, "gemm_efficiency": cl.gpu.gemm_efficiency},
                 "intra": link(cl.intra), "inter": link(cl.inter)}
     clusters = [planner.cluster(64, 8), planner.cluster(96, 6, "H100-SXM"),
-                planner.cluster(384, 8, inter="opa-jean-zay")]
+                planner.cluster(384, 8, inter="opa-jean-zay"),
+                planner.cluster(64, 8, "H100-SXM", intra="ib-hdr200"),     # intra slower
+                planner.cluster(64, 8, intra="ib-hdr200", inter="ib-hdr200")]  # a tie
     cases = [dict(nbytes=s, n=n, t=t, cl=cl, algorithm=al)
              for cl in clusters for n in (1, 2, 6, 8, 16) for t in (1, 2, 4)
              for s in (0, 3e8) for al in ("flat-ring", "hierarchical", "tree")

@@ -188,11 +188,13 @@ CLAIMS: tuple[Claim, ...] = (
     Claim("C8", "PCIe: about 64 GB/s bidirectional", "wrong",
           "derived: PCIe 5.0 ×16 is ≈ 63 GB/s *per direction*, ≈ 126 GB/s bidirectional", CO),
     Claim("C9", "NVLink's higher hourly price pays off where GPU-to-GPU traffic dominates",
-          "imprecise", "derived: at the article's prices the NVLink server does buy the cheaper "
-          "token, but the link is not the whole story: with the same chip and price the PCIe "
-          "link alone makes a token dearer by less than the 35 % price gap, and the PCIe part's "
-          "lower price more than makes up for its lower peak; chip, link and price decide "
-          "together (the 3D notebook's cost-per-token cell asserts each of these)", NB3),
+          "imprecise", "derived: at the article's prices the two servers' tokens cost within "
+          "a few per cent of each other, and which is cheaper turns on how fast ZeRO-3's "
+          "collectives cross nodes; with the same chip and price the PCIe link alone makes a "
+          "token dearer by less than the 35 % price gap, and the PCIe part's lower price more "
+          "than makes up for its lower peak; chip, link, price and the software's achieved "
+          "bandwidth decide together (the 3D notebook's cost-per-token cell asserts each of "
+          "these)", NB3),
     Claim("C10", "communication grows with model size", "imprecise",
           "derived: TP's grows with $bsh$ per layer, DP's with Ψ", TD),
     Claim("C11", "scaling efficiency is 80–90 % at 8 GPUs and 50–70 % at 64", "imprecise",

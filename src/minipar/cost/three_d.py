@@ -286,8 +286,9 @@ def zero3_collective_seconds(nbytes: float, n: int, t: int, cl: Cluster,
     whole input) over the n ranks of one data-parallel group (stride t in the rank order).
 
     Inside one node (t·n ≤ GPUs per node): ring on the intra link. Spanning nodes:
-    ``"flat-ring"``: one ring whose node-crossing hops limit it, so each rank's (n−1)/n·S crosses
-    its own NIC: (n−1)α + (n−1)/n·S/B on the inter link (Thakur et al. 2005 §4);
+    ``"flat-ring"``: one ring whose slowest hop limits it, so each rank's (n−1)/n·S crosses its
+    own NIC: (n−1)α + (n−1)/n·S/B with B the slower of the two links (the NIC on a DGX; PCIe
+    inside a PCIe server whose NIC is faster) and α the larger (Thakur et al. 2005 §4);
     ``"hierarchical"``: half of :func:`dp_allreduce_seconds` (Mikami et al. 2018), the NCCL-ideal
     algorithm that spreads the inter-node bytes over the node's NICs. Returns (seconds, link).
     """
@@ -299,7 +300,9 @@ def zero3_collective_seconds(nbytes: float, n: int, t: int, cl: Cluster,
     if t * n <= cl.gpus_per_node or algorithm == "hierarchical":
         ar, name = dp_allreduce_seconds(nbytes, n, t, cl)
         return ar / 2, name
-    return _ring("all-gather", n, nbytes, cl.inter), cl.inter.name
+    slow = min(cl.intra, cl.inter, key=lambda lk: lk.bandwidth)    # the ring's slowest hop
+    return collective_time("all-gather", "ring", n, nbytes, max(cl.intra.alpha, cl.inter.alpha),
+                           slow.bandwidth), slow.name
 
 
 def zero3_gathers(recompute: str) -> int:

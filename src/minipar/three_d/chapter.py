@@ -114,10 +114,12 @@ def worked_layouts(model: str = "llama2-70b", gpus: int = 256, batch: int = 512,
 
 
 def cost_per_token(model: str = "llama2-70b", gpus: int = 64, batch: int = 256,
-                   price_nvlink: float = 2.69, price_pcie: float = 1.99) -> dict:
+                   price_nvlink: float = 2.69, price_pcie: float = 1.99,
+                   zero3_collectives: str = "flat-ring") -> dict:
     """Best layout and $ per million tokens on H100 SXM (NVLink) and H100 PCIe servers, same
     InfiniBand between nodes, at the given $/GPU-hour; a third row keeps the SXM compute and
-    price but puts a PCIe link between the GPUs, to separate the link from the chip."""
+    price but puts a PCIe link between the GPUs, to separate the link from the chip.
+    ``zero3_collectives``: as :func:`minipar.cost.three_d.evaluate`."""
     m = planner.MODELS[model]
     out = {}
     rows = (("NVLink (H100 SXM)", GPUS["H100-SXM"], "nvlink4-h100", price_nvlink),
@@ -126,7 +128,8 @@ def cost_per_token(model: str = "llama2-70b", gpus: int = 64, batch: int = 256,
             ("SXM compute, PCIe link", GPUS["H100-SXM"], "pcie5-x16", price_nvlink))
     for name, gpu, intra, price in rows:
         cl = replace(planner.cluster(gpus, 8, "H100-SXM", intra=intra), gpu=gpu)
-        c = next(c for c in planner.search(m, cl, batch) if c.fits)
+        c = next(c for c in planner.search(m, cl, batch, zero3_collectives=zero3_collectives)
+                 if c.fits)
         tokens = batch * m.seq
         out[name] = {"config": c, "price": price,
                      "usd_per_million_tokens": planner.dollars_per_million_tokens(

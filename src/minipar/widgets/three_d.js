@@ -75,8 +75,9 @@ export function dpAllreduceSeconds(nbytes, d, t, cluster) {
 export const ZERO3_COLLECTIVES = ["flat-ring", "hierarchical"];
 
 // Python: zero3_collective_seconds(nbytes, n, t, cl, algorithm) -> (seconds, link name): one
-// ZeRO-3 all-gather or reduce-scatter; spanning nodes, a flat ring on the inter link (each rank's
-// (n−1)/n·S through its own NIC) or half the hierarchical all-reduce.
+// ZeRO-3 all-gather or reduce-scatter; spanning nodes, a flat ring limited by its slowest hop
+// (each rank's (n−1)/n·S through its own NIC; min bandwidth, max α) or half the hierarchical
+// all-reduce.
 export function zero3CollectiveSeconds(nbytes, n, t, cluster, algorithm = "flat-ring") {
   if (!ZERO3_COLLECTIVES.includes(algorithm)) throw new Error(`zero3_collectives ('${algorithm}') must be one of ${ZERO3_COLLECTIVES.join(", ")}`);
   if (n === 1) return [0.0, "-"];
@@ -84,7 +85,9 @@ export function zero3CollectiveSeconds(nbytes, n, t, cluster, algorithm = "flat-
     const [ar, name] = dpAllreduceSeconds(nbytes, n, t, cluster);
     return [ar / 2, name];
   }
-  return [ring("all-gather", n, nbytes, cluster.inter), cluster.inter.name];
+  const slow = cluster.intra.bandwidth <= cluster.inter.bandwidth ? cluster.intra : cluster.inter;
+  const hop = {alpha: Math.max(cluster.intra.alpha, cluster.inter.alpha), bandwidth: slow.bandwidth};
+  return [ring("all-gather", n, nbytes, hop), slow.name];
 }
 
 // Python: zero3_gathers(recompute): all-gathers per layer per micro-batch (fwd, re-fwd, bwd)
