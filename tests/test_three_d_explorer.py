@@ -171,3 +171,21 @@ def test_every_preset_draws_its_layout_and_bad_input_says_why():
         planner.cluster(1024, 0)
     with pytest.raises(ValueError, match="the price >= 0"):
         planner.dollars_per_million_tokens(1.0, 8, 100, -1)
+
+
+def test_zero3_collectives_control_changes_the_zero3_layout_only():
+    """The explorer's "ZeRO-3 collectives across nodes" control reaches the model: a ZeRO-3
+    layout spanning nodes draws differently with the flat ring and the hierarchical algorithm,
+    a ZeRO-1 layout draws the same, and an unknown algorithm is refused by name."""
+    z3 = {"layout": "custom", "gpus": 768, "t": 1, "p": 1, "b": 2, "zero": 3, "recompute": "full",
+          "sp": False}
+    z1 = {"zero": 1}
+    calls = [("drawExplorer", ["plan", dict(v, z3=a), CONFIG])
+             for v in (z3, z1) for a in ("flat-ring", "hierarchical")]
+    calls.append(("drawExplorer", ["plan", dict(z3, z3="tree"), CONFIG]))
+    got = js_call("three_d", calls)
+    assert all(kind == "ok" for kind, _ in got), got
+    (_, f3), (_, h3), (_, f1), (_, h1), (_, bad) = got
+    assert f3["error"] is None and h3["error"] is None and f3["html"] != h3["html"]
+    assert f1["html"] == h1["html"]
+    assert bad["error"] == "zero3_collectives ('tree') must be one of flat-ring, hierarchical"

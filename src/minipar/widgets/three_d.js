@@ -304,6 +304,7 @@ registerExplorer("plan", {
     {name: "recompute", label: "recompute", type: "select", options: RECOMPUTE, value: "selective"},
     {name: "sp", label: "sequence parallel", type: "checkbox", value: true},
     {name: "zero", label: "ZeRO", type: "select", options: [0, 1, 2, 3], value: 1},
+    {name: "z3", label: "ZeRO-3 collectives across nodes", type: "select", options: ZERO3_COLLECTIVES, value: "flat-ring"},
     {name: "eff", label: "GEMM efficiency η (0 = the GPU's)", type: "number", min: 0, max: 1, step: 0.01, value: 0},
     {name: "price", label: "$ per GPU-hour", type: "number", min: 0, step: 0.01, value: 2.0},
   ],
@@ -321,12 +322,13 @@ registerExplorer("plan", {
     const own = (k) => (v[k] === "GPU's own" ? null : v[k]);
     const cluster = planCluster(N, v.gpn, gpus[v.gpu], links, own("intra"), own("inter"), v.eff === 0 ? null : v.eff);
     if (N % (t * p)) throw new Error(`gpus (${N}) must be divisible by t·p (${t}·${p})`);
-    const chosen = planEvaluate(model, cluster, B, t, p, N / (t * p), v.b, Number(v.v), v.recompute, v.sp, Number(v.zero));
+    const opts = [GRAD_REDUCE_BYTES, true, HEADROOM, v.z3];   // Python's defaults, but ZeRO-3's algorithm
+    const chosen = planEvaluate(model, cluster, B, t, p, N / (t * p), v.b, Number(v.v), v.recompute, v.sp, Number(v.zero), ...opts);
     const rows = [];                                     // every valid p at this t
     for (let q = 1; q <= model.layers; q += 1) {
       if (model.layers % q || N % (t * q)) continue;
       try {
-        rows.push(planEvaluate(model, cluster, B, t, q, N / (t * q), v.b, q > 1 ? Number(v.v) : 1, v.recompute, v.sp, q > 1 && Number(v.zero) === 2 ? 1 : Number(v.zero)));
+        rows.push(planEvaluate(model, cluster, B, t, q, N / (t * q), v.b, q > 1 ? Number(v.v) : 1, v.recompute, v.sp, q > 1 && Number(v.zero) === 2 ? 1 : Number(v.zero), ...opts));
       } catch (e) { /* this p breaks a rule: left out */ }
     }
     const parts = (c) => ({compute: c.compute_seconds, bubble: c.compute_seconds * c.bubble_relative,
