@@ -269,3 +269,36 @@ def test_three_d_zero3_collectives_parity():
                                               1, c["recompute"], False, 3, 4, True, 0.1,
                                               c["algorithm"]])
     assert 0 < counts["errors"] < counts["cases"]
+
+
+def test_three_d_plan_check_cp_ep_rules_say_what_python_says():
+    """planCheck's context- and expert-parallel rules equal minipar.cost.three_d.check's, message
+    for message (assert_parity compares only that both refuse, so the messages are compared here):
+    cp and ep integers >= 1, seq divisible by 2·cp, ep only on an MoE model whose experts and d it
+    divides, gpus = t·cp·p·d; valid MoE layouts pass in both."""
+    from dataclasses import asdict
+
+    from minipar.cost import three_d as planner
+
+    moe = planner.MODELS["mixtral-8x7b"]
+    dense = planner.ModelShape(12, 768, 12, 1020, 50304)             # 1020 % 2·cp fails at cp 4
+    cl = planner.cluster(64, 8)
+    cases = [(m, t, p, d, cp, ep) for m in (moe, dense) for t, p in ((1, 1), (2, 2), (4, 1))
+             for cp in (1, 2, 4, 0) for ep in (1, 2, 4, 3)
+             for d in {max(1, 64 // (t * p * max(cp, 1))), 3}]
+    want = []
+    for m, t, p, d, cp, ep in cases:
+        try:
+            planner.check(m, cl, 48, tp=t, pp=p, dp=d, micro_batch=1, cp=cp, ep=ep)
+            want.append(("ok", None))
+        except ValueError as e:
+            want.append(("error", str(e)))
+    link = lambda L: {"name": L.name, "alpha": L.alpha, "bandwidth": L.bandwidth}
+    js_cl = {"gpus": cl.gpus, "gpus_per_node": cl.gpus_per_node, "intra": link(cl.intra),
+             "inter": link(cl.inter)}
+    got = js_call("three_d", [("planCheck", [{k: v for k, v in asdict(m).items() if k != "note"},
+                                             js_cl, 48, t, p, d, 1, 1, 1, cp, ep])
+                              for m, t, p, d, cp, ep in cases])
+    assert got == want
+    rules = {w.split(" (")[0] for k, w in want if k == "error"}
+    assert {"cp", "seq", "ep", "gpus"} <= rules and sum(k == "ok" for k, _ in want) >= 10

@@ -1,12 +1,13 @@
 """The layout explorer's JavaScript equals minipar.cost.three_d (evaluate, cluster, the compute
 roofline, the cost per token), run under Node.js, on valid and invalid inputs alike."""
 import itertools
+from dataclasses import asdict
 
 import pytest
 
 from minipar.cost import compute, three_d as planner
 from minipar.cost.hardware import GPUS
-from minipar.widgets.parity import assert_parity, js_call, node_available
+from minipar.widgets.parity import assert_parity, js_call, mismatch, node_available
 from minipar.widgets.three_d import PRESET_LAYOUTS, plan_config
 
 pytestmark = pytest.mark.skipif(not node_available(), reason="Node.js (/usr/bin/node) not installed")
@@ -25,8 +26,8 @@ def _js_cluster(cl):
 
 
 def _js_model(m):
-    return {"layers": m.layers, "hidden": m.hidden, "heads": m.heads, "seq": m.seq,
-            "vocab": m.vocab}
+    """Every ModelShape field the planner reads (MoE, SwiGLU and GQA ones included)."""
+    return {k: v for k, v in asdict(m).items() if k != "note"}
 
 
 def _evaluate(m, cl, global_batch, tp, pp, dp, micro_batch, chunks, recompute, sp, zero, grb,
@@ -189,3 +190,125 @@ def test_zero3_collectives_control_changes_the_zero3_layout_only():
     assert f3["error"] is None and h3["error"] is None and f3["html"] != h3["html"]
     assert f1["html"] == h1["html"]
     assert bad["error"] == "zero3_collectives ('tree') must be one of flat-ring, hierarchical"
+
+
+# cp/ep shapes: a dense GPT, a dense SwiGLU + GQA one (Llama-style), a small MoE and Mixtral, and a
+# sequence (1020) that 2·cp = 8 does not divide
+_DENSE = planner.ModelShape(12, 768, 12, 1024, 50304)
+_SWIGLU_GQA = planner.ModelShape(8, 768, 12, 1020, 32000, ffn=2048, mlp_matrices=3, kv_heads=4)
+_MOE = planner.ModelShape(8, 768, 12, 1024, 50304, experts=8, top_k=2, ffn=2048,
+                          mlp_matrices=3, kv_heads=4)
+_MIXTRAL = planner.MODELS["mixtral-8x7b"]
+_CP_EP_OPTIONS = ((1, 1, "selective", True, 1), (1, 1, "none", False, 0),
+                  (2, 2, "full", True, 3), (1, 1, "full", False, 2))   # b, v, recompute, sp, zero
+
+
+def _cp_ep_cases():
+    """Dense and MoE shapes, cp and ep in 1, 2, 4, t in 1, 2, 4, p in 1, 2, on one node's ring
+    and across nodes (4 GPUs per node: cp and ep groups leave the node), plus broken inputs."""
+    clusters = [planner.cluster(64, 8), planner.cluster(64, 4, "H100-SXM")]
+    out = []
+    for cl, m in itertools.product(clusters, (_DENSE, _SWIGLU_GQA, _MOE, _MIXTRAL)):
+        for t, cp, ep, p in itertools.product((1, 2, 4), (1, 2, 4), (1, 2, 4), (1, 2)):
+            for b, v, rc, sp, z in _CP_EP_OPTIONS:
+                out.append(dict(m=m, cl=cl, tp=t, pp=p, dp=cl.gpus // (t * cp * p), cp=cp, ep=ep,
+                                micro_batch=b, chunks=v, recompute=rc, sp=sp, zero=z))
+    cl = clusters[0]
+    for cp, ep, d in ((0, 1, 8), (2, 0, 8), (-1, 2, 8), (2, 1, 32), (1, 2, 6), (1, 3, 8)):
+        out.append(dict(m=_MOE, cl=cl, tp=2, pp=2, dp=d, cp=cp, ep=ep, micro_batch=1, chunks=1,
+                        recompute="selective", sp=True, zero=1))   # cp/ep rules, gpus ≠ t·cp·p·d
+    return out
+
+
+def _evaluate_cp_ep(c):
+    return planner.evaluate(c["m"], c["cl"], 64, tp=c["tp"], pp=c["pp"], dp=c["dp"],
+                            micro_batch=c["micro_batch"], chunks=c["chunks"],
+                            recompute=c["recompute"], sp=c["sp"], zero=c["zero"], cp=c["cp"],
+                            ep=c["ep"]).as_dict()
+
+
+def _js_evaluate_cp_ep(c, model=None):
+    return ("planEvaluate", [model or _js_model(c["m"]), _js_cluster(c["cl"]), 64, c["tp"],
+                             c["pp"], c["dp"], c["micro_batch"], c["chunks"], c["recompute"],
+                             c["sp"], c["zero"], 4, True, 0.1, "flat-ring", c["cp"], c["ep"]])
+
+
+def _expected(cases):
+    out = []
+    for c in cases:
+        try:
+            out.append(("ok", _evaluate_cp_ep(c)))
+        except ValueError as e:
+            out.append(("error", str(e)))
+    return out
+
+
+def test_plan_evaluate_cp_ep_moe_parity_with_messages():
+    """planEvaluate equals evaluate(...).as_dict() with context and expert parallelism on dense,
+    SwiGLU + GQA and MoE shapes (every field: memory split into dense and expert states, the
+    cp−1 key blocks, the ring's exposed K/V, the all-to-alls, the two DP groups, MFU with the
+    active MLP), and refuses what Python refuses with the same message."""
+    cases = _cp_ep_cases()
+    want = _expected(cases)
+    got = js_call("three_d", [_js_evaluate_cp_ep(c) for c in cases])
+    bad = []
+    for c, (wk, wv), (gk, gv) in zip(cases, want, got):
+        if (wk, gk) == ("error", "error"):
+            if wv != gv:
+                bad.append(f"{c}: python {wv!r} != js {gv!r}")
+        elif wk != gk or mismatch(wv, gv, 1e-9, "planEvaluate"):
+            bad.append(f"{c}: python {wk} {wv!r}, js {gk} {gv!r}")
+    assert not bad, f"{len(bad)} of {len(cases)} differ:\n" + "\n".join(bad[:5])
+    ok = [w for k, w in want if k == "ok"]
+    errors = {w for k, w in want if k == "error"}
+    assert len(cases) > 1700 and len(ok) >= 800
+    # the grid reaches every new term, and every new rule's message
+    assert any(w["cp_seconds"] > 0 for w in ok) and any(w["ep_seconds"] > 0 for w in ok)
+    assert {(w["cp"], w["ep"]) for w in ok} >= {(c, e) for c in (1, 2, 4) for e in (1, 2, 4)}
+    for rule in ("must be integers >= 1", "must be divisible by 2·cp",
+                 "needs an MoE model whose experts", "must equal t·cp·p·d"):
+        assert any(rule in e for e in errors), rule
+
+
+def test_moe_priced_as_dense_fails_the_parity_check():
+    """Negative control for the bug this port fixed: the JavaScript given Mixtral without its
+    MoE, SwiGLU and GQA fields (what the explorer computed before) differs from Python in every
+    field that prices the experts, so the parity check above would catch it."""
+    cases = [c for c in _cp_ep_cases() if c["m"] is _MIXTRAL and c["ep"] == 1 and c["cp"] == 2]
+    want = _expected(cases)
+    dense = {k: _js_model(_MIXTRAL)[k] for k in ("layers", "hidden", "heads", "seq", "vocab")}
+    got = js_call("three_d", [_js_evaluate_cp_ep(c, dense) for c in cases])
+    pairs = [(w, g) for (wk, w), (gk, g) in zip(want, got) if wk == gk == "ok"]
+    assert len(pairs) > 20
+    for w, g in pairs:
+        for field in ("model_state_bytes", "compute_seconds", "step_seconds", "mfu"):
+            assert mismatch(w[field], g[field], 1e-9, field), field
+
+
+def test_moe_and_long_context_presets_draw_with_ep_and_cp():
+    """Mixtral draws with ep = 2 and differently from ep = 1 (expert weights ÷ 2, all-to-alls);
+    Llama 3 405B at 128K draws with cp = 2; ep on a dense model and a cp the GPUs do not
+    allow are refused with the rule and the values, as Python refuses them."""
+    mix = {"model": "mixtral-8x7b", "layout": "custom", "gpus": 64, "t": 4, "p": 2, "batch": 64}
+    calls = [("drawExplorer", ["plan", dict(mix, ep=e), CONFIG]) for e in (1, 2)]
+    calls.append(("drawExplorer", ["plan", {"model": "llama3-405b-128k", "layout": "custom",
+                                            "gpus": 1024, "t": 8, "p": 16, "batch": 32,
+                                            "cp": 2}, CONFIG]))
+    bad = [({"ep": 2}, "ep (2) needs an MoE model whose experts (1) and d (8) it divides"),
+           ({"cp": 3}, "gpus (1024) must be divisible by t·cp·p (8·3·16)"),
+           ({"cp": 3, "layout": "custom", "gpus": 1152}, "seq (2048) must be divisible by "
+                                                         "2·cp (6): zigzag chunks")]
+    calls += [("drawExplorer", ["plan", v, CONFIG]) for v, _ in bad]
+    got = js_call("three_d", calls)
+    (_, ep1), (_, ep2), (_, llama) = got[:3]
+    for out in (ep1, ep2, llama):
+        assert out["error"] is None and "<svg" in out["html"], out["error"]
+    assert ep1["html"] != ep2["html"] and "ep = 2" in ep2["html"] and "ep = 1" in ep1["html"]
+    assert "cp = 2" in llama["html"]
+    for (kind, out), (_, message) in zip(got[3:], bad):
+        assert kind == "ok" and out["error"] == message
+    cl = planner.cluster(1024, 8)
+    with pytest.raises(ValueError) as e:
+        planner.check(planner.MODELS["gpt3-175b"], cl, 1536, tp=8, pp=16, dp=8, micro_batch=1,
+                      ep=2)
+    assert str(e.value) == bad[0][1]

@@ -1,13 +1,15 @@
-// minipar-requires: collectives, memory_time
+// minipar-requires: collectives, memory_time, context_parallel, expert_parallel
 // Putting-them-together chapter: JavaScript twins of minipar.cost.model.flops_per_iteration,
 // minipar.cost.pipeline_parallel (both bubble conventions), minipar.cost.compute (the roofline
 // per GEMM and per memory-bound kernel) and minipar.cost.three_d (cluster, check,
-// dp_allreduce_seconds, zero3_collective_seconds, zero3_gathers, tp_collectives, evaluate,
-// dollars_per_million_tokens), and the layout
-// explorer. Sources: Narayanan et al. 2021 (Eq. 2-3, §2.2, §3), Korthikanti et al. 2022 (Eq.
-// 7-8, Table 2), Shoeybi et al. 2019 §3, Rajbhandari et al. 2020 §5 and §7, Thakur et al. 2005,
-// Mikami et al. 2018, Williams et al. 2009 (roofline).
-// Parity with Python: tests/test_three_d_explorer.py.
+// dp_allreduce_seconds, zero3_collective_seconds, zero3_gathers, tp_collectives, evaluate with
+// context parallelism cp and, for MoE/SwiGLU/GQA shapes, expert parallelism ep,
+// dollars_per_million_tokens), and the layout explorer. The ring's K/V bytes and the MoE
+// all-to-all come from the context_parallel.js and expert_parallel.js twins. Sources: Narayanan
+// et al. 2021 (Eq. 2-3, §2.2, §3), Korthikanti et al. 2022 (Eq. 7-8, Table 2), Shoeybi et al.
+// 2019 §3, Rajbhandari et al. 2020 §5 and §7, Thakur et al. 2005, Mikami et al. 2018, Williams
+// et al. 2009 (roofline), Liu et al. 2023 (ring attention), Lepikhin et al. 2021 (GShard).
+// Parity with Python: tests/test_three_d_explorer.py and tests/test_explorer_parity.py.
 
 // Python: flops_per_iteration(B, s, L, h, V, recompute)
 export function flopsPerIteration(B, s, L, h, V, recompute = "none") {
@@ -40,14 +42,35 @@ export function bubbleFractionOfTotal(schedule, p, m, v = 1) {
   return r / (1 + r);
 }
 
-// model: {layers, hidden, heads, seq, vocab}; cluster: (Python: ModelShape, Cluster) from planCluster
+// model: {layers, hidden, heads, seq, vocab, and optionally experts, top_k, ffn, mlp_matrices,
+// kv_heads (Python: ModelShape's defaults when absent: dense, 4h GELU MLP, MHA)}; cluster:
+// (Python: ModelShape, Cluster) from planCluster
 
-// Python: planner.check(m_, cl, global_batch, tp, pp, dp, micro_batch, chunks, zero)
-export function planCheck(model, cluster, globalBatch, tp, pp, dp, microBatch, chunks = 1, zero = 1) {
+// Python: ModelShape with its defaults filled in, and its expert_params_per_layer property
+function planShape(model) {
+  return {experts: 1, top_k: 1, ffn: 0, mlp_matrices: 2, kv_heads: 0, ...model};
+}
+
+function expertParamsPerLayer(m) {                    // Python: ModelShape.expert_params_per_layer
+  const f = m.ffn || 4 * m.hidden;
+  const router = m.experts > 1 ? m.hidden * m.experts : 0;
+  return m.experts * m.mlp_matrices * m.hidden * f + router;
+}
+
+// Python: planner.check(m_, cl, global_batch, tp, pp, dp, micro_batch, chunks, zero, cp, ep)
+export function planCheck(model, cluster, globalBatch, tp, pp, dp, microBatch, chunks = 1, zero = 1, cp = 1, ep = 1) {
   const [t, p, d, b, v] = [tp, pp, dp, microBatch, chunks];
+  model = planShape(model);
   checkLayout(model.layers, model.hidden, model.heads, d, t, p, zero);
   if (model.layers % (p * v)) throw new Error(`layers (${model.layers}) must be divisible by p·v (${p}·${v})`);
-  if (t * p * d !== cluster.gpus) throw new Error(`gpus (${cluster.gpus}) must equal t·p·d (${t}·${p}·${d})`);
+  if (!(Number.isInteger(cp) && cp >= 1 && Number.isInteger(ep) && ep >= 1)) throw new Error(`cp (${cp}) and ep (${ep}) must be integers >= 1`);
+  if (model.seq % (cp > 1 ? 2 * cp : 1)) throw new Error(`seq (${model.seq}) must be divisible by 2·cp (${2 * cp}): zigzag chunks`);
+  if (ep > 1 && (!(model.experts > 1) || model.experts % ep || d % ep)) {
+    throw new Error(`ep (${ep}) needs an MoE model whose experts (${model.experts}) and d (${d}) it divides`);
+  }
+  if (t * cp * p * d !== cluster.gpus) {
+    throw new Error(cp > 1 ? `gpus (${cluster.gpus}) must equal t·cp·p·d (${t}·${cp}·${p}·${d})` : `gpus (${cluster.gpus}) must equal t·p·d (${t}·${p}·${d})`);
+  }
   if (globalBatch % (d * b)) throw new Error(`global batch (${globalBatch}) must be divisible by d·b (${d}·${b})`);
   const m = Math.floor(globalBatch / (d * b));
   if (v > 1 && (p === 1 || m % p)) throw new Error(`interleaving (v=${v}) needs p > 1 and microbatches m (${m}) a multiple of p (${p})`);
@@ -151,6 +174,14 @@ export function layerSeconds(b, s, h, a, gpu, t = 1, sp = false, recompute = "no
   return {gemm_s: g, memory_s: mem / gpu.hbm_bandwidth, total_s: g + mem / gpu.hbm_bandwidth};
 }
 
+// Python: attention_core_and_mlp_seconds(b, s, h, a, gpu, t) -> {core_f, core_b, mlp_f, mlp_b}
+export function attentionCoreAndMlpSeconds(b, s, h, a, gpu, t = 1) {
+  const gemms = layerGemms(b, s, h, a, t);
+  const [coreF, coreB] = passSeconds(gemms.slice(4), gpu);
+  const [mlpF, mlpB] = passSeconds(gemms.slice(2, 4), gpu);
+  return {core_f: coreF, core_b: coreB, mlp_f: mlpF, mlp_b: mlpB};
+}
+
 // Python: logits_seconds(b, s, h, V, gpu, t)
 export function logitsSeconds(b, s, h, V, gpu, t = 1) {
   const g = (M, N, K) => gemmSeconds(M, N, K, gpu.peak, gpu.gemm_efficiency, gpu.hbm_bandwidth, gpu.sms);
@@ -195,66 +226,110 @@ export function tpCollectives(t, sp, recompute) {
 }
 
 // Python: three_d.evaluate(m_, cl, global_batch, tp, pp, dp, micro_batch, chunks, recompute, sp,
-// zero, grad_reduce_bytes, dp_overlap, headroom, zero3_collectives=...).as_dict()
+// zero, grad_reduce_bytes, dp_overlap, headroom, zero3_collectives=..., cp=..., ep=...).as_dict()
+// cp: each rank holds s/cp tokens (ring attention over the other cp−1 key blocks, K/V sends
+// overlapped with the block compute); ep: the experts' weights ÷ ep, their states sharded over
+// d·cp/ep, four (six) all-to-alls per MoE layer and micro-batch. Python's docstring states each rule.
 export function planEvaluate(model, cluster, globalBatch, tp, pp, dp, microBatch, chunks = 1,
   recompute = "selective", sp = false, zero = 1, gradReduceBytes = GRAD_REDUCE_BYTES, dpOverlap = true,
-  headroom = HEADROOM, zero3Collectives = "flat-ring") {
+  headroom = HEADROOM, zero3Collectives = "flat-ring", cp = 1, ep = 1) {
   const [t, p, d, b, v] = [tp, pp, dp, microBatch, chunks];
+  model = planShape(model);
   const {layers: L, hidden: h, heads: a, seq: s, vocab: V} = model;
-  planCheck(model, cluster, globalBatch, t, p, d, b, v, zero);
+  planCheck(model, cluster, globalBatch, t, p, d, b, v, zero, cp, ep);
+  const sl = Math.floor(s / cp);                       // tokens per CP rank
+  const dcp = d * cp;                                  // ranks sharing the weights
   if (!ZERO3_COLLECTIVES.includes(zero3Collectives)) throw new Error(`zero3_collectives ('${zero3Collectives}') must be one of ${ZERO3_COLLECTIVES.join(", ")}`);
   if (!(gradReduceBytes > 0) || !(headroom >= 0 && headroom < 1)) {
     throw new Error(`grad_reduce_bytes (${gradReduceBytes}) must be > 0 and headroom (${headroom}) in [0, 1)`);
   }
   const m = Math.floor(globalBatch / (d * b));
-  const lp = Math.floor(L / p);
-  const layerParams = 12 * h * h + 13 * h;
+  const lp = Math.floor(L / p);                        // layers per stage
+  const expLayer = expertParamsPerLayer(model);        // the MLP (all E experts)
+  const denseLayer = 12 * h * h + 13 * h - 8 * h * h;  // Eq. 2's layer less its MLP
+  const layerParams = denseLayer + expLayer / ep;      // what one rank holds of a layer
   const emb = (V + s) * h;
-  const psiStage = lp * layerParams + emb;
-  let states = modelStateBytes(psiStage * p, d, t, p, zero).total;
-  if (zero === 3) states += ((2 * 2 + gradReduceBytes) * layerParams) / t;
+  const psiStage = lp * layerParams + emb;             // the first (and last) stage
+  const psiDense = lp * denseLayer + emb;              // replicated over d·cp
+  const psiExp = (lp * expLayer) / ep;                 // replicated over d·cp/ep
+  let states = modelStateBytes(psiDense * p, dcp, t, p, zero).total + modelStateBytes(psiExp * p, dcp / ep, t, p, zero).total;
+  if (zero === 3) states += ((2 * 2 + gradReduceBytes) * layerParams) / t;   // 2 gathered layers + 1 gradient
   const schedule = v > 1 ? "interleaved" : "1f1b";
-  let act = pipelineFirstStageActivationBytes(s, b, h, a, L, p, m, t, sp, recompute, schedule, v);
-  if (recompute === "full") act += activationBytesPerLayer(s, b, h, a, t, sp);
+  // blockwise ring attention (cp > 1) stores no s² scores: selective recomputation's memory
+  const memRc = cp > 1 && recompute === "none" ? "selective" : recompute;
+  let act = pipelineFirstStageActivationBytes(s, b, h, a, L, p, m, t, sp, memRc, schedule, v);
+  if (recompute === "full") act += activationBytesPerLayer(s, b, h, a, t, sp, cp > 1 ? "selective" : "none");
+  act /= cp;
   const total = states + act;
   const gpu = cluster.gpu;
   const limit = gpu.memory_bytes * (1 - headroom);
-  const lt = layerSeconds(b, s, h, a, gpu, t, sp, recompute).total_s;
-  const cMb = lp * lt + logitsSeconds(b, s, h, V, gpu, t);
-  const actBytes = b * s * h * 2;
+  let lt = layerSeconds(b, sl, h, a, gpu, t, sp, recompute).total_s;
+  const parts = attentionCoreAndMlpSeconds(b, sl, h, a, gpu, t);
+  const refwd = recompute === "none" ? 1 : 2;          // the core is recomputed
+  const core = refwd * parts.core_f + parts.core_b;    // one (s/cp)² block
+  if (cp > 1) lt += (cp - 1) * core;                   // the other cp−1 key blocks
+  const ffn = model.ffn || 4 * h;
+  const scale = (model.top_k * model.mlp_matrices * ffn) / (2 * 4 * h);   // active MLP / GPT's 8h² MLP
+  if (scale !== 1) lt += (scale - 1) * ((recompute === "full" ? 2 : 1) * parts.mlp_f + parts.mlp_b);
+  const cMb = lp * lt + logitsSeconds(b, sl, h, V, gpu, t);
+  const actBytes = b * sl * h * 2;                     // (b, s/cp, h) in 16-bit
+  let cpMb = 0.0;
+  if (cp > 1) {                                        // ring K/V, overlapped per step
+    const hKv = Math.floor((h * (model.kv_heads || a)) / a);
+    const ringBytes = ringSentBytesPerLayer(b, s, Math.floor(hKv / t), cp);
+    const fwdSends = (cp - 1) * (recompute === "full" ? 2 : 1);
+    const cpLink = t * cp <= cluster.gpus_per_node ? cluster.intra : cluster.inter;
+    const kv = ringBytes.forward / (cp - 1);
+    const comm = (fwdSends + (cp - 1)) * (cpLink.alpha + kv / cpLink.bandwidth) + cp * (cpLink.alpha + kv / cpLink.bandwidth);
+    cpMb = lp * Math.max(0.0, comm - cp * core);
+  }
+  let epMb = 0.0;
+  if (ep > 1) {                                        // dispatch + combine, fwd + bwd
+    const rows = (model.top_k * b * sl * h * 2) / (sp ? t : 1);   // routed (·, h) rows, 16-bit
+    const epLink = t * cp * ep <= cluster.gpus_per_node ? cluster.intra : cluster.inter;
+    const nA2a = recompute === "full" ? 6 : 4;
+    epMb = lp * nA2a * allToAllTime(rows, ep, epLink.alpha, epLink.bandwidth);
+  }
   const tpLink = t <= cluster.gpus_per_node ? cluster.intra : cluster.inter;
   const tpMb = lp * tpCollectives(t, sp, recompute) * ring("all-reduce", t, actBytes, tpLink);
   const ppLink = t * d * p <= cluster.gpus_per_node ? cluster.intra : cluster.inter;
   const ppMb = p === 1 ? 0.0 : 2 * v * (ppLink.alpha + actBytes / t / ppLink.bandwidth);
   let z3Mb = 0.0, commLayer = 0.0, z3Name = "-";
   if (zero === 3) {                                    // AGs (fwd, re-fwd, bwd) + RS per layer
-    const [gather, name] = zero3CollectiveSeconds((2 * layerParams) / t, d, t, cluster, zero3Collectives);
-    const [scatter] = zero3CollectiveSeconds((gradReduceBytes * layerParams) / t, d, t, cluster, zero3Collectives);
+    const [gather, name] = zero3CollectiveSeconds((2 * layerParams) / t, dcp, t, cluster, zero3Collectives);
+    const [scatter] = zero3CollectiveSeconds((gradReduceBytes * layerParams) / t, dcp, t, cluster, zero3Collectives);
     commLayer = zero3Gathers(recompute) * gather + scatter;
     z3Mb = lp * Math.max(0.0, commLayer - lt) + gather;
     z3Name = name;
   }
-  const slot = cMb + tpMb + ppMb + z3Mb;
+  const slot = cMb + tpMb + ppMb + z3Mb + cpMb + epMb;
   const r = p === 1 ? 0.0 : bubbleRelativeToIdeal(schedule, p, m, v);
   const f = p === 1 ? 0.0 : bubbleFractionOfTotal(schedule, p, m, v);
   const pipe = m * slot * (1 + r);
-  let [ar, dpName] = dpAllreduceSeconds((gradReduceBytes * psiStage) / t, d, t, cluster);
+  const reduce = (psi, n) => {                         // ZeRO 1-2: RS(grads) + AG(16-bit params)
+    let [ar, name] = dpAllreduceSeconds((gradReduceBytes * psi) / t, n, t, cluster);
+    if (zero === 1 || zero === 2) ar = ar / 2 + dpAllreduceSeconds((2 * psi) / t, n, t, cluster)[0] / 2;
+    return [ar, name];
+  };
+  let [ar, dpName] = ep === 1 ? reduce(psiStage, dcp) : reduce(psiDense, dcp);
+  if (ep > 1) ar += reduce(psiExp, dcp / ep)[0];      // two groups, one after the other
   let dpTotal, exposed;
   if (zero === 3) {
     dpTotal = m * lp * commLayer; exposed = 0.0; dpName = z3Name;
   } else {
-    if (zero === 1 || zero === 2) ar = ar / 2 + dpAllreduceSeconds((2 * psiStage) / t, d, t, cluster)[0] / 2;
     dpTotal = ar;
     const windowS = p === 1 && dpOverlap ? (2 / 3) * cMb : 0.0;
     exposed = Math.max(0.0, dpTotal - windowS);
   }
   const embS = p === 1 ? 0.0 : ring("all-reduce", 2, (gradReduceBytes * V * h) / t, t * d * p > cluster.gpus_per_node ? cluster.inter : cluster.intra);
-  const optS = optimizerSeconds(psiStage / t / (zero >= 1 ? d : 1), gpu);
+  const shard = zero >= 1 ? psiDense / dcp + psiExp / (dcp / ep) : psiStage;
+  const optS = optimizerSeconds(shard / t, gpu);
   const step = pipe + exposed + embS + optS;
-  const n = t * p * d;
+  const n = t * cp * p * d;
   const peak = cluster.peak;
-  const modelFlops = flopsPerIteration(globalBatch, s, L, h, V, "none");
-  const hwFlops = flopsPerIteration(globalBatch, s, L, h, V, recompute);
+  const extra = 2 * L * globalBatch * s * (model.top_k * model.mlp_matrices * ffn * h - 8 * h * h);
+  const modelFlops = flopsPerIteration(globalBatch, s, L, h, V, "none") + 3 * extra;   // active MLP, fwd + bwd
+  const hwFlops = flopsPerIteration(globalBatch, s, L, h, V, recompute) + (recompute === "full" ? 4 : 3) * extra;
   return {
     tp: t, pp: p, dp: d, micro_batch: b, microbatches: m, chunks: v, recompute, sp, zero,
     bytes_per_gpu: total, model_state_bytes: states, activation_bytes: act,
@@ -264,7 +339,7 @@ export function planEvaluate(model, cluster, globalBatch, tp, pp, dp, microBatch
     zero3_exposed_seconds: m * (1 + r) * z3Mb, step_seconds: step,
     mfu: modelFlops / (step * n * peak), hfu: hwFlops / (step * n * peak),
     tp_link: t > 1 ? tpLink.name : "-", pp_link: p > 1 ? ppLink.name : "-", dp_link: dpName,
-    cp: 1, ep: 1, cp_seconds: 0, ep_seconds: 0,   // the explorer has no cp/ep (minipar plan has)
+    cp, ep, cp_seconds: m * (1 + r) * cpMb, ep_seconds: m * (1 + r) * epMb,
   };
 }
 
@@ -277,7 +352,7 @@ export function dollarsPerMillionTokens(stepSeconds, gpus, tokensPerStep, dollar
 }
 
 const GIB_3D = 2 ** 30;
-const PARTS_3D = [["compute", "#4c72b0"], ["bubble", "#8172b3"], ["TP", "#dd8452"], ["PP", "#55a868"], ["DP, embedding, optimizer", "#c44e52"]];
+const PARTS_3D = [["compute", "#4c72b0"], ["bubble", "#8172b3"], ["TP", "#dd8452"], ["PP, ZeRO-3, CP ring, EP all-to-all", "#55a868"], ["DP, embedding, optimizer", "#c44e52"]];
 
 function positiveInteger(name, x) {                    // Python: breakdown.check_layout's rule
   if (!Number.isInteger(x) || x < 1) throw new Error(`${name} (${x}) must be a positive integer`);
@@ -299,6 +374,8 @@ registerExplorer("plan", {
     {name: "batch", label: "global batch B (custom)", type: "number", min: 1, step: 1, value: 1536},
     {name: "t", label: "t (custom)", type: "number", min: 1, step: 1, value: 8},
     {name: "p", label: "p (custom)", type: "number", min: 1, step: 1, value: 16},
+    {name: "cp", label: "context parallel cp", type: "number", min: 1, step: 1, value: 1},
+    {name: "ep", label: "expert parallel ep (MoE models)", type: "number", min: 1, step: 1, value: 1},
     {name: "b", label: "micro-batch b", type: "number", min: 1, step: 1, value: 1},
     {name: "v", label: "chunks v", type: "select", options: [1, 2, 4], value: 1},
     {name: "recompute", label: "recompute", type: "select", options: RECOMPUTE, value: "selective"},
@@ -318,24 +395,27 @@ registerExplorer("plan", {
     if (!(v.price >= 0)) throw new Error(`price ($ per GPU-hour) (${v.price}) must be >= 0`);
     positiveInteger("t", t);
     positiveInteger("p", p);
+    const [cp, ep] = [Number(v.cp ?? 1), Number(v.ep ?? 1)];
     positiveInteger("global batch", B);
     const own = (k) => (v[k] === "GPU's own" ? null : v[k]);
     const cluster = planCluster(N, v.gpn, gpus[v.gpu], links, own("intra"), own("inter"), v.eff === 0 ? null : v.eff);
-    if (N % (t * p)) throw new Error(`gpus (${N}) must be divisible by t·p (${t}·${p})`);
-    const opts = [GRAD_REDUCE_BYTES, true, HEADROOM, v.z3];   // Python's defaults, but ZeRO-3's algorithm
-    const chosen = planEvaluate(model, cluster, B, t, p, N / (t * p), v.b, Number(v.v), v.recompute, v.sp, Number(v.zero), ...opts);
-    const rows = [];                                     // every valid p at this t
+    if (N % (t * cp * p)) {
+      throw new Error(cp > 1 ? `gpus (${N}) must be divisible by t·cp·p (${t}·${cp}·${p})` : `gpus (${N}) must be divisible by t·p (${t}·${p})`);
+    }
+    const opts = [GRAD_REDUCE_BYTES, true, HEADROOM, v.z3, cp, ep];   // Python's defaults, but ZeRO-3's algorithm, cp and ep
+    const chosen = planEvaluate(model, cluster, B, t, p, N / (t * cp * p), v.b, Number(v.v), v.recompute, v.sp, Number(v.zero), ...opts);
+    const rows = [];                                     // every valid p at this t, cp and ep
     for (let q = 1; q <= model.layers; q += 1) {
-      if (model.layers % q || N % (t * q)) continue;
+      if (model.layers % q || N % (t * cp * q)) continue;
       try {
-        rows.push(planEvaluate(model, cluster, B, t, q, N / (t * q), v.b, q > 1 ? Number(v.v) : 1, v.recompute, v.sp, q > 1 && Number(v.zero) === 2 ? 1 : Number(v.zero), ...opts));
+        rows.push(planEvaluate(model, cluster, B, t, q, N / (t * cp * q), v.b, q > 1 ? Number(v.v) : 1, v.recompute, v.sp, q > 1 && Number(v.zero) === 2 ? 1 : Number(v.zero), ...opts));
       } catch (e) { /* this p breaks a rule: left out */ }
     }
     const parts = (c) => ({compute: c.compute_seconds, bubble: c.compute_seconds * c.bubble_relative,
-      TP: c.tp_seconds, PP: c.pp_seconds + c.zero3_exposed_seconds,
+      TP: c.tp_seconds, "PP, ZeRO-3, CP ring, EP all-to-all": c.pp_seconds + c.zero3_exposed_seconds + c.cp_seconds + c.ep_seconds,
       "DP, embedding, optimizer": c.dp_exposed_seconds + c.embedding_seconds + c.optimizer_seconds});
     const svg = stackedBars({
-      title: `${v.model}, N = ${N}, t = ${t}: step time per p (d = N/(t·p)); ★ = chosen, ✗ = does not fit`,
+      title: `${v.model}, N = ${N}, t = ${t}, cp = ${cp}, ep = ${ep}: step time per p (d = N/(t·cp·p)); ★ = chosen, ✗ = does not fit`,
       ylabel: "seconds per step",
       categories: rows.map((c) => `p=${c.pp}${c.pp === chosen.pp ? "★" : ""}${c.fits ? "" : "✗"}`),
       stacks: PARTS_3D.map(([name, color]) => ({name, color, values: rows.map((c) => parts(c)[name])})),
@@ -343,11 +423,12 @@ registerExplorer("plan", {
     });
     const usd = dollarsPerMillionTokens(chosen.step_seconds, N, B * model.seq, v.price);
     const bw = (lk) => `${escapeHtml(lk.name)} ${(lk.bandwidth / 1e9).toFixed(2)} GB/s per direction`;
-    return svg + `<p>t = ${chosen.tp}, p = ${chosen.pp}, d = ${chosen.dp}, b = ${chosen.micro_batch}, m = ${chosen.microbatches}, B = ${B}${preset ? " (the preset's layout)" : ""}: `
+    return svg + `<p>t = ${chosen.tp}, cp = ${chosen.cp}, p = ${chosen.pp}, d = ${chosen.dp}, ep = ${chosen.ep}, b = ${chosen.micro_batch}, m = ${chosen.microbatches}, B = ${B}${preset ? " (the preset's layout)" : ""}: `
       + `<b>${fmtBytes(chosen.bytes_per_gpu)}</b> per GPU (${chosen.fits ? "fits" : "<b>does not fit</b>"} in ${(chosen.memory_limit / GIB_3D).toFixed(1)} GiB, ${(cluster.gpu.memory_bytes / GIB_3D).toFixed(0)} GiB less 10 % headroom), `
       + `bubble ${(100 * chosen.bubble).toFixed(1)} % of the step, step <b>${fmtSeconds(chosen.step_seconds)}</b>, MFU <b>${(100 * chosen.mfu).toFixed(1)} %</b>, `
       + `${usd.toFixed(3)} $ per million tokens at ${v.price} $/GPU-hour. Links: in a node ${bw(cluster.intra)}, between nodes ${bw(cluster.inter)} per GPU; `
-      + `GEMMs at η = ${cluster.gpu.gemm_efficiency.toFixed(2)} of ${(cluster.peak / 1e12).toFixed(0)} TFLOP/s. TP on ${escapeHtml(chosen.tp_link)}, PP on ${escapeHtml(chosen.pp_link)}, DP on ${escapeHtml(chosen.dp_link)}.</p>`
-      + `<p class="minipar-explorer-note">TP and PP sit on the critical path; DP runs after the pipeline flush (p > 1) or under the last backward (p = 1); ZeRO-2 needs p = 1, so other p are shown with ZeRO-1 then; ZeRO-3 composes with PP. The full search: <code>minipar plan</code>.</p>`;
+      + `GEMMs at η = ${cluster.gpu.gemm_efficiency.toFixed(2)} of ${(cluster.peak / 1e12).toFixed(0)} TFLOP/s. TP on ${escapeHtml(chosen.tp_link)}, PP on ${escapeHtml(chosen.pp_link)}, DP on ${escapeHtml(chosen.dp_link)}; `
+      + `ring K/V exposed ${fmtSeconds(chosen.cp_seconds)}, EP all-to-alls ${fmtSeconds(chosen.ep_seconds)} per step.</p>`
+      + `<p class="minipar-explorer-note">TP and PP sit on the critical path; DP runs after the pipeline flush (p > 1) or under the last backward (p = 1); ZeRO-2 needs p = 1, so other p are shown with ZeRO-1 then; ZeRO-3 composes with PP. cp splits each sequence (N = t·cp·p·d, weights replicated over cp); ep splits the experts over ep of the d ranks (MoE models only). The full search: <code>minipar plan</code>.</p>`;
   },
 });
