@@ -485,3 +485,17 @@ def test_plan_cli_cp_ep(capsys):
     status, _, err = plan(capsys, "--model", "gpt3-175b", "--gpus", "1024", "--global-batch",
                           "1536", "--ep", "2")
     assert status == 2 and "needs an MoE model" in err
+
+
+def test_pipeline_link_counts_the_context_parallel_ranks():
+    """Rank order t → cp → d → p: stage neighbours are t·cp·d ranks apart, so t = 2, cp = 4,
+    d = 1, p = 2 on 8-GPU nodes puts the two stages on different nodes (16 ranks)."""
+    from minipar.cost import three_d as planner
+
+    m_ = planner.ModelShape(8, 1024, 16, 4096, 32000)
+    cl = planner.cluster(16, 8, "A100-80GB")
+    c = planner.evaluate(m_, cl, 8, tp=2, pp=2, dp=1, micro_batch=1, cp=4, sp=True)
+    assert c.pp_link == cl.inter.name, c.pp_link
+    same_node = planner.evaluate(m_, planner.cluster(16, 16, "A100-80GB"), 8, tp=2, pp=2, dp=1,
+                                 micro_batch=1, cp=4, sp=True)
+    assert same_node.pp_link == cl.intra.name and same_node.embedding_seconds < c.embedding_seconds

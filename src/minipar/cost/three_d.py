@@ -425,7 +425,7 @@ def evaluate(m_: ModelShape, cl: Cluster, global_batch: int, *, tp: int, pp: int
         ep_mb = lp * n_a2a * all_to_all_time(rows, ep, ep_link.alpha, ep_link.bandwidth)
     tp_link = cl.intra if t <= cl.gpus_per_node else cl.inter
     tp_mb = lp * tp_collectives(t, sp, recompute) * _ring("all-reduce", t, act_bytes, tp_link)
-    pp_link = cl.intra if t * d * p <= cl.gpus_per_node else cl.inter
+    pp_link = cl.intra if t * cp * d * p <= cl.gpus_per_node else cl.inter
     pp_mb = 0.0 if p == 1 else 2 * v * (pp_link.alpha + act_bytes / t / pp_link.bandwidth)
     z3_mb = 0.0
     if zero == 3:                                              # one FSDP unit per layer
@@ -458,7 +458,7 @@ def evaluate(m_: ModelShape, cl: Cluster, global_batch: int, *, tp: int, pp: int
         window = (2 / 3) * c_mb if p == 1 and dp_overlap else 0.0
         exposed = max(0.0, dp_total - window)
     emb_s = 0.0 if p == 1 else _ring("all-reduce", 2, grad_reduce_bytes * V * h / t, cl.inter
-                                     if t * d * p > cl.gpus_per_node else cl.intra)
+                                     if t * cp * d * p > cl.gpus_per_node else cl.intra)
     shard = (psi_dense / dcp + psi_exp / (dcp // ep)) if zero >= 1 else psi_stage
     opt_s = optimizer_seconds(shard / t, gpu)
     step = pipe + exposed + emb_s + opt_s

@@ -292,7 +292,7 @@ export function planEvaluate(model, cluster, globalBatch, tp, pp, dp, microBatch
   }
   const tpLink = t <= cluster.gpus_per_node ? cluster.intra : cluster.inter;
   const tpMb = lp * tpCollectives(t, sp, recompute) * ring("all-reduce", t, actBytes, tpLink);
-  const ppLink = t * d * p <= cluster.gpus_per_node ? cluster.intra : cluster.inter;
+  const ppLink = t * cp * d * p <= cluster.gpus_per_node ? cluster.intra : cluster.inter;
   const ppMb = p === 1 ? 0.0 : 2 * v * (ppLink.alpha + actBytes / t / ppLink.bandwidth);
   let z3Mb = 0.0, commLayer = 0.0, z3Name = "-";
   if (zero === 3) {                                    // AGs (fwd, re-fwd, bwd) + RS per layer
@@ -321,7 +321,7 @@ export function planEvaluate(model, cluster, globalBatch, tp, pp, dp, microBatch
     const windowS = p === 1 && dpOverlap ? (2 / 3) * cMb : 0.0;
     exposed = Math.max(0.0, dpTotal - windowS);
   }
-  const embS = p === 1 ? 0.0 : ring("all-reduce", 2, (gradReduceBytes * V * h) / t, t * d * p > cluster.gpus_per_node ? cluster.inter : cluster.intra);
+  const embS = p === 1 ? 0.0 : ring("all-reduce", 2, (gradReduceBytes * V * h) / t, t * cp * d * p > cluster.gpus_per_node ? cluster.inter : cluster.intra);
   const shard = zero >= 1 ? psiDense / dcp + psiExp / (dcp / ep) : psiStage;
   const optS = optimizerSeconds(shard / t, gpu);
   const step = pipe + exposed + embS + optS;
