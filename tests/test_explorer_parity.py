@@ -302,3 +302,18 @@ def test_three_d_plan_check_cp_ep_rules_say_what_python_says():
     assert got == want
     rules = {w.split(" (")[0] for k, w in want if k == "error"}
     assert {"cp", "seq", "ep", "gpus"} <= rules and sum(k == "ok" for k, _ in want) >= 10
+
+
+def test_parity_compares_the_words_of_a_refusal():
+    """assert_parity fails when both sides refuse an input with different messages (a whole
+    float's trailing .0, the one difference between the languages, is folded)."""
+    from minipar.cost import three_d as planner
+    from minipar.widgets.parity import _message, assert_parity
+
+    def other_words(**case):
+        raise ValueError("zero3_collectives must be something else")
+    case = dict(nbytes=1.0, n=2, t=1, cl=planner.cluster(16, 8), algorithm="tree")
+    js = lambda c: [1.0, 2, 1, {"gpus": 16, "gpus_per_node": 8, "intra": {}, "inter": {}}, "tree"]
+    with pytest.raises(AssertionError, match="python says"):
+        assert_parity("three_d", "zero3CollectiveSeconds", other_words, [case], js_args=js)
+    assert _message("gradient bytes (1000000.0) and (0.5)") == "gradient bytes (1000000) and (0.5)"

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import shutil
 import subprocess
 import tempfile
@@ -95,6 +96,12 @@ def mismatch(py, js, rel: float = 1e-9, where: str = "") -> str | None:
     return None if py == js else f"{where}: python {py!r} != js {js!r}"
 
 
+def _message(text: str) -> str:
+    """A refusal's words with the one formatting difference of the two languages folded:
+    Python writes a whole float as 1000000.0, JavaScript as 1000000."""
+    return re.sub(r"(\d)\.0\b", r"\1", str(text))
+
+
 def assert_parity(slug: str, js_name: str, py_fn: Callable, cases: list[dict], *,
                   js_args: Callable[[dict], list] | None = None, rel: float = 1e-9) -> dict:
     """Assert the JavaScript ``js_name`` equals ``py_fn`` on every case (see module docstring).
@@ -119,6 +126,8 @@ def assert_parity(slug: str, js_name: str, py_fn: Callable, cases: list[dict], *
             d = mismatch(ev, gv, rel, js_name)
             if d:
                 bad.append(f"{case}: {d}")
+        elif _message(ev) != _message(gv):   # both refuse: the same rule and value
+            bad.append(f"{case}: python says {ev!r}, js says {gv!r}")
     if bad:
         raise AssertionError(f"{js_name} ({slug}.js) differs from {py_fn.__module__}."
                              f"{py_fn.__name__} in {len(bad)} of {len(cases)} cases:\n"
