@@ -499,3 +499,14 @@ def test_pipeline_link_counts_the_context_parallel_ranks():
     same_node = planner.evaluate(m_, planner.cluster(16, 16, "A100-80GB"), 8, tp=2, pp=2, dp=1,
                                  micro_batch=1, cp=4, sp=True)
     assert same_node.pp_link == cl.intra.name and same_node.embedding_seconds < c.embedding_seconds
+
+
+def test_kv_width_per_rank_keeps_whole_heads():
+    """⌈kv/t⌉ heads of h/a per TP rank: split when t ≤ kv, one whole (replicated) head when
+    t > kv, never half a head (h_kv // t gave 64 of a 128-wide head at kv = 8, t = 16)."""
+    from minipar.cost import three_d as planner
+
+    gqa = planner.ModelShape(8, 4096, 32, 8192, 32000, kv_heads=8)
+    mha = planner.ModelShape(8, 768, 12, 1024, 50304)
+    assert [planner.kv_width_per_rank(gqa, t) for t in (1, 4, 8, 16)] == [1024, 256, 128, 128]
+    assert [planner.kv_width_per_rank(mha, t) for t in (1, 2, 4, 12)] == [768, 384, 192, 64]

@@ -199,6 +199,7 @@ _SWIGLU_GQA = planner.ModelShape(8, 768, 12, 1020, 32000, ffn=2048, mlp_matrices
 _MOE = planner.ModelShape(8, 768, 12, 1024, 50304, experts=8, top_k=2, ffn=2048,
                           mlp_matrices=3, kv_heads=4)
 _MIXTRAL = planner.MODELS["mixtral-8x7b"]
+_GQA2 = planner.ModelShape(8, 768, 12, 1024, 32000, ffn=2048, mlp_matrices=3, kv_heads=2)  # t > kv
 _CP_EP_OPTIONS = ((1, 1, "selective", True, 1), (1, 1, "none", False, 0),
                   (2, 2, "full", True, 3), (1, 1, "full", False, 2))   # b, v, recompute, sp, zero
 
@@ -208,7 +209,7 @@ def _cp_ep_cases():
     and across nodes (4 GPUs per node: cp and ep groups leave the node), plus broken inputs."""
     clusters = [planner.cluster(64, 8), planner.cluster(64, 4, "H100-SXM")]
     out = []
-    for cl, m in itertools.product(clusters, (_DENSE, _SWIGLU_GQA, _MOE, _MIXTRAL)):
+    for cl, m in itertools.product(clusters, (_DENSE, _SWIGLU_GQA, _MOE, _MIXTRAL, _GQA2)):
         for t, cp, ep, p in itertools.product((1, 2, 4), (1, 2, 4), (1, 2, 4), (1, 2)):
             for b, v, rc, sp, z in _CP_EP_OPTIONS:
                 out.append(dict(m=m, cl=cl, tp=t, pp=p, dp=cl.gpus // (t * cp * p), cp=cp, ep=ep,

@@ -305,6 +305,14 @@ def zero3_collective_seconds(nbytes: float, n: int, t: int, cl: Cluster,
                            slow.bandwidth), slow.name
 
 
+def kv_width_per_rank(m_: ModelShape, t: int) -> int:
+    """Width of the K (or V) rows one TP rank holds: ⌈kv/t⌉ heads of h/a each, kv the model's
+    key/value heads (a without GQA). With t > kv each rank keeps a whole head: Megatron-LM
+    replicates K/V heads over the TP ranks that share them, it does not split a head."""
+    kv = m_.kv_heads or m_.heads
+    return (m_.hidden // m_.heads) * -(-kv // t)
+
+
 def zero3_gathers(recompute: str) -> int:
     """All-gathers of a layer's weights per micro-batch under ZeRO-3: forward and backward, plus
     the recomputed forward under full recomputation (the hooks free the gathered weights after
@@ -409,8 +417,7 @@ def evaluate(m_: ModelShape, cl: Cluster, global_batch: int, *, tp: int, pp: int
     act_bytes = b * sl * h * 2                                 # (b, s/cp, h) in 16-bit
     cp_mb = 0.0
     if cp > 1:                                                 # ring K/V, overlapped per step
-        h_kv = h * (m_.kv_heads or a) // a
-        ring = ring_sent_bytes_per_layer(b, s, h_kv // t, cp)
+        ring = ring_sent_bytes_per_layer(b, s, kv_width_per_rank(m_, t), cp)
         fwd_sends = (cp - 1) * (2 if recompute == "full" else 1)
         cp_link = cl.intra if t * cp <= cl.gpus_per_node else cl.inter
         kv = ring["forward"] / (cp - 1)

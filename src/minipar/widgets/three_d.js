@@ -275,8 +275,9 @@ export function planEvaluate(model, cluster, globalBatch, tp, pp, dp, microBatch
   const actBytes = b * sl * h * 2;                     // (b, s/cp, h) in 16-bit
   let cpMb = 0.0;
   if (cp > 1) {                                        // ring K/V, overlapped per step
-    const hKv = Math.floor((h * (model.kv_heads || a)) / a);
-    const ringBytes = ringSentBytesPerLayer(b, s, Math.floor(hKv / t), cp);
+    const kvHeads = model.kv_heads || a;              // ⌈kv/t⌉ K/V heads per TP rank
+    const hKv = Math.floor(h / a) * Math.ceil(kvHeads / t);   // Python: kv_width_per_rank
+    const ringBytes = ringSentBytesPerLayer(b, s, hKv, cp);
     const fwdSends = (cp - 1) * (recompute === "full" ? 2 : 1);
     const cpLink = t * cp <= cluster.gpus_per_node ? cluster.intra : cluster.inter;
     const kv = ringBytes.forward / (cp - 1);
