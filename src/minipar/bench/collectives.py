@@ -167,12 +167,10 @@ FULL = dict(ops=",".join(OPS), ranks="2,4", sizes="4KiB..16MiB", iters=5,
 
 def parse_size(text: str) -> int:
     """``"4KiB"`` -> 4096 bytes (also ``"1MB"``, ``"1e6"``, ``"512"``)."""
-    import argparse
-
-    from minipar.cost.cli import size_bytes
+    from minipar.cost.units import parse_bytes
     try:
-        return int(size_bytes(text))
-    except argparse.ArgumentTypeError as e:
+        return int(parse_bytes(text))
+    except InputError as e:
         raise InputError(f"size {e}") from None
 
 

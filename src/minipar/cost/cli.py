@@ -6,18 +6,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import re
 import sys
 
 from . import collectives, hardware, model
 from . import memory_time as memory
 from . import pipeline_parallel as pipeline
 from ..errors import InputError
-from .units import fmt_bytes, fmt_seconds
-
-_UNITS = {"": 1, "B": 1, "KB": 1e3, "MB": 1e6, "GB": 1e9, "TB": 1e12,
-          "KIB": 2**10, "MIB": 2**20, "GIB": 2**30, "TIB": 2**40}
-
+from .units import fmt_bytes, fmt_seconds, parse_bytes
 
 def parse_number(text: str, cast, ok, rule: str):
     """``cast(text)`` if it parses and ``ok(value)``; else argparse's one-line error."""
@@ -43,12 +38,11 @@ def nonnegative_float(text: str) -> float:
 
 
 def size_bytes(text: str) -> float:
-    """``"1e9"``, ``"512MB"``, ``"1.5GiB"`` -> bytes (> 0)."""
-    m = re.fullmatch(r"\s*([0-9.eE+-]+)\s*([a-zA-Z]*)\s*", text)
-    if not m or m.group(2).upper() not in _UNITS:
-        raise argparse.ArgumentTypeError(f"must be a positive size in bytes (e.g. 1e9, 512MB, "
-                                         f"1GiB), got {text!r}")
-    return positive_float(m.group(1)) * _UNITS[m.group(2).upper()]
+    """:func:`minipar.cost.units.parse_bytes` as an argparse type."""
+    try:
+        return parse_bytes(text)
+    except InputError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
 
 
 def _emit(args, command: str, result: dict, rows: list[tuple[str, str]]) -> int:

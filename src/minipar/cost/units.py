@@ -5,6 +5,10 @@ bandwidth is bytes/s per direction unless a name says ``bidirectional``.
 """
 from __future__ import annotations
 
+import re
+
+from ..errors import InputError
+
 GB = 1e9        # decimal gigabyte: what datasheets, link speeds and the ZeRO paper's tables use
 GiB = 2**30     # binary gibibyte: what torch.cuda.memory_allocated / nvidia-smi (MiB) count in
 MB = 1e6
@@ -32,3 +36,22 @@ def fmt_seconds(x: float) -> str:
         if v >= scale:
             return f"{x / scale:.2f} {name}"
     return f"{x / 1e-9:.2f} ns"
+
+
+_UNITS = {"": 1, "B": 1, "KB": 1e3, "MB": 1e6, "GB": 1e9, "TB": 1e12,
+          "KIB": 2**10, "MIB": 2**20, "GIB": 2**30, "TIB": 2**40}
+
+
+def parse_bytes(text: str) -> float:
+    """``"1e9"``, ``"512MB"``, ``"1.5GiB"`` -> bytes (> 0); else :class:`InputError` naming the
+    rule and the text (the ``minipar`` commands and ``minipar bench`` parse sizes with it)."""
+    m = re.fullmatch(r"\s*([0-9.eE+-]+)\s*([a-zA-Z]*)\s*", text)
+    if not m or m.group(2).upper() not in _UNITS:
+        raise InputError(f"must be a positive size in bytes (e.g. 1e9, 512MB, 1GiB), got {text!r}")
+    try:
+        value = float(m.group(1))
+    except ValueError:
+        value = None
+    if value is None or not 0 < value < float("inf"):
+        raise InputError(f"must be a positive number, got {m.group(1)!r}")
+    return value * _UNITS[m.group(2).upper()]
