@@ -21,8 +21,7 @@ time. It watches what the learner's processes do:
   :func:`cpu_time_limit`: :data:`TIME_LIMIT` CPU-seconds of this process (``ITIMER_PROF``),
   and ten times that in wall time as a backstop for a wait that never ends.
 
-Without ``/proc`` (macOS) the launcher's own wall-clock ``timeout`` of :data:`FALLBACK_TIMEOUT`
-seconds is the limit. ``MINIPAR_GRADE_STALL_S``, ``MINIPAR_GRADE_CPU_LIMIT`` and
+Without ``/proc`` (macOS) the same watch reads each rank's state and CPU time from ``ps``. ``MINIPAR_GRADE_STALL_S``, ``MINIPAR_GRADE_CPU_LIMIT`` and
 ``MINIPAR_CHECK_TIME_LIMIT`` override the three numbers; ``MINIPAR_GRADE_STATS=PATH`` appends
 one JSON line per call (world size, each rank's CPU-seconds, wall seconds, verdict).
 
@@ -56,7 +55,6 @@ BUSY_SHARE = 0.25              # ...and its socket thread is seen runnable in a 
 CPU_LIMIT = float(os.environ.get("MINIPAR_GRADE_CPU_LIMIT", "60"))
 TIME_LIMIT = float(os.environ.get("MINIPAR_CHECK_TIME_LIMIT", "60"))
 WALL_BACKSTOP = 3600.0         # the launcher's timeout under the watcher: never reached by design
-FALLBACK_TIMEOUT = 300.0       # no /proc: the launcher's wall-clock timeout is all we have
 _STATS_ENV = "MINIPAR_GRADE_STATS"
 _ranks_wall_s = 0.0            # wall time spent in run_ranks so far (not this process's to limit)
 
@@ -75,7 +73,7 @@ class RankFailure(GradeFailure):
 
 class LimitExceeded(GradeFailure):
     """The ranks were stopped: ``kind`` is ``"deadlock"``, ``"endless loop"`` or ``"timeout"``
-    (no ``/proc``); ``logs`` maps each rank to the end of its stderr (its stack included)."""
+    (a system with neither ``/proc`` nor ``ps``); ``logs`` maps each rank to the end of its stderr (its stack included)."""
 
     def __init__(self, reason: str, kind: str, logs: dict | None = None):
         super().__init__(reason)
@@ -86,8 +84,35 @@ class LimitExceeded(GradeFailure):
 _TICK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 
 
+_PROC = os.path.exists(f"/proc/{os.getpid()}/stat")
+_PS_TIME = re.compile(r"(?:(\d+)-)?(?:(\d+):)?(\d+):(\d+(?:\.\d+)?)")   # [[d-]h:]m:s[.cs]
+
+
 def _stat(pid: int):
-    """(state letter, CPU-seconds of all its threads, start time) or None if it is gone."""
+    """(state letter, CPU-seconds of all its threads, start time) or None if it is gone; from
+    ``/proc`` where there is one, else from ``ps``."""
+    return _stat_proc(pid) if _PROC else _stat_ps(pid)
+
+
+def _stat_ps(pid: int):
+    """:func:`_stat` from ``ps -o stat=,time=,lstart=`` (macOS; Linux prints whole seconds).
+    macOS's ``U`` (uninterruptible wait) counts as Linux's ``D``."""
+    import subprocess
+
+    try:
+        out = subprocess.run(["ps", "-o", "stat=,time=,lstart=", "-p", str(pid)],
+                             capture_output=True, text=True, timeout=5).stdout.split(None, 2)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    m = _PS_TIME.fullmatch(out[1]) if len(out) == 3 else None
+    if m is None:
+        return None
+    days, hours, minutes, seconds = m.groups()
+    cpu = ((int(days or 0) * 24 + int(hours or 0)) * 60 + int(minutes)) * 60 + float(seconds)
+    return out[0][0].replace("U", "D"), cpu, out[2].strip()
+
+
+def _stat_proc(pid: int):
     try:
         with open(f"/proc/{pid}/stat") as f:
             fields = f.read().rsplit(")", 1)[1].split()
@@ -98,7 +123,10 @@ def _stat(pid: int):
 
 def _any_thread_running(pid: int) -> bool:
     """A thread of ``pid`` is runnable (``R``) or in uninterruptible I/O (``D``): it is making
-    progress, or would if the CPU were free."""
+    progress, or would if the CPU were free. Without ``/proc`` the process's state stands for
+    its threads'."""
+    if not _PROC:
+        return False
     try:
         tids = os.listdir(f"/proc/{pid}/task")
     except OSError:
@@ -113,7 +141,8 @@ def _any_thread_running(pid: int) -> bool:
     return False
 
 
-def has_proc() -> bool:
+def can_watch() -> bool:
+    """This system reports a process's state and CPU time (``/proc`` or ``ps``)."""
     return _stat(os.getpid()) is not None
 
 
@@ -256,12 +285,12 @@ def run_ranks(fn, world_size: int, *args, **kwargs) -> list:
 
     kwargs.pop("timeout", None)
     kwargs.setdefault("backend", "gloo")
-    watcher = Watcher() if has_proc() else None
+    watcher = Watcher() if can_watch() else None
     t0 = time.monotonic()
     verdict = "ok"
     try:
         if watcher is None:
-            return run(fn, world_size, *args, timeout=FALLBACK_TIMEOUT, **kwargs)
+            return run(fn, world_size, *args, timeout=WALL_BACKSTOP, **kwargs)
         return run(fn, world_size, *args, timeout=WALL_BACKSTOP, on_start=watcher.start,
                    **kwargs)
     except RankError as e:

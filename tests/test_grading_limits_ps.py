@@ -1,0 +1,56 @@
+"""The grader's progress watch without /proc (macOS): the same verdicts from `ps`, forced here
+on Linux. No fixed wall-clock budget is left for a system without /proc."""
+import sys
+
+import cloudpickle
+import pytest
+import torch
+import torch.distributed as dist
+
+from minipar.grading import LimitExceeded, limits, run_ranks
+
+cloudpickle.register_pickle_by_value(sys.modules[__name__])
+
+
+def _deadlocks(rank, world_size):
+    x = torch.zeros(1)
+    if rank == 0:
+        dist.recv(x, src=1)            # rank 1 never sends
+    else:
+        dist.all_reduce(x)
+    return 0
+
+
+def _loops(rank, world_size):
+    n = 0
+    while rank == 0 or n < 0:
+        n += 1
+    return n
+
+
+@pytest.fixture
+def without_proc(monkeypatch):
+    monkeypatch.setattr(limits, "_PROC", False)
+    monkeypatch.setattr(limits, "STALL_S", 2.0)       # a true deadlock: any window catches it
+    monkeypatch.setattr(limits, "CPU_LIMIT", 3.0)
+    assert limits.can_watch() and limits._stat(limits.os.getpid())[2] != 0   # ps's start time
+
+
+def test_ps_reads_state_and_cpu_time():
+    state, cpu, start = limits._stat_ps(limits.os.getpid())
+    assert state in "RSD" and cpu >= 0 and start
+    assert limits._stat_ps(2 ** 22 + 12345) is None                  # no such process
+
+
+def test_a_deadlock_is_reported_from_ps(without_proc):
+    with pytest.raises(LimitExceeded) as e:
+        run_ranks(_deadlocks, 2)
+    assert e.value.kind == "deadlock" and str(e.value).startswith(
+        "deadlock on 2 ranks: for 2 s no rank made progress"), str(e.value)
+    assert "rank 0 waiting at line" in str(e.value) and "dist.recv(x, src=1)" in str(e.value)
+
+
+def test_an_endless_loop_is_stopped_by_cpu_time_from_ps(without_proc):
+    with pytest.raises(LimitExceeded) as e:
+        run_ranks(_loops, 2)
+    assert e.value.kind == "endless loop" and "rank 0" in str(e.value), str(e.value)
