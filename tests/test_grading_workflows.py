@@ -64,6 +64,7 @@ FAIL_SAVED = ("FAIL memory_time.params: for L=96, h=12288, V=51200, s=2048: 1.73
               "the embedding term (V + s)·h\n")
 
 CHECK_TIME_LIMIT = 1      # CPU-seconds for the kernels' in-process checks; params needs ~1e-4
+CELL_CPU_LIMIT = 10       # CPU-seconds for each graded cell (imports of minipar.grading ~1)
 
 
 def cases(script: Path) -> dict:
@@ -89,6 +90,9 @@ def cases(script: Path) -> dict:
         "endless_loop": (nb("def params(L, h, V, s):\n    while True:\n        pass\n"), False,
                          f"stopped after {CHECK_TIME_LIMIT} CPU-seconds: your code was still "
                          "computing"),
+        "endless_loop_in_a_cell": (nb("while True:\n    pass\n" + RIGHT), False,
+                                   f"raised CheckTimeLimit: stopped after {CELL_CPU_LIMIT} "
+                                   "CPU-seconds"),
         "forged_print": (nb(WRONG + f"\nprint({pass_line(TASK)!r})\n"), False,
                          "forgot the embedding"),
     }
@@ -117,15 +121,18 @@ def graded(tmp_path_factory):
     renamed.parent.mkdir()
     nbformat.write(_notebook(RIGHT, drop_check=True, script=script), renamed)
     paths["renamed"] = renamed
-    old = os.environ.get("MINIPAR_CHECK_TIME_LIMIT")
-    os.environ["MINIPAR_CHECK_TIME_LIMIT"] = str(CHECK_TIME_LIMIT)    # the kernels inherit it
+    limits = {"MINIPAR_CHECK_TIME_LIMIT": CHECK_TIME_LIMIT,           # the kernels inherit
+              "MINIPAR_GRADE_CELL_CPU_LIMIT": CELL_CPU_LIMIT}           # them
+    old = {k: os.environ.get(k) for k in limits}
+    os.environ.update({k: str(v) for k, v in limits.items()})
     try:
         result = grade([root], timeout=300)
     finally:
-        if old is None:
-            del os.environ["MINIPAR_CHECK_TIME_LIMIT"]
-        else:
-            os.environ["MINIPAR_CHECK_TIME_LIMIT"] = old
+        for k, v in old.items():
+            if v is None:
+                del os.environ[k]
+            else:
+                os.environ[k] = v
     return paths, result, script, table
 
 

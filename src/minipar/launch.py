@@ -85,6 +85,13 @@ class StartError(RankError):
 # ----------------------------------------------------------------------------- the core idea
 _lock = threading.Lock()
 _zygote: _pool.Zygote | None = None
+_ranks_wall_s = 0.0      # wall time this process has spent in run() (waiting on its ranks)
+
+
+def ranks_wall_seconds() -> float:
+    """Wall seconds this process has spent in :func:`run` so far: time that is the ranks'
+    (their own limits apply), which a limit on this process's waiting leaves out."""
+    return _ranks_wall_s
 
 
 def run(fn, world_size: int, *args, backend: str = "auto", timeout: float = DEFAULT_TIMEOUT,
@@ -98,6 +105,17 @@ def run(fn, world_size: int, *args, backend: str = "auto", timeout: float = DEFA
     of their stderr logs, in rank order), e.g. by a grader that watches their progress
     (:mod:`minipar.grading.limits`); it must return at once.
     """
+    global _ranks_wall_s
+    t0 = time.monotonic()
+    try:
+        return _run(fn, world_size, *args, backend=backend, timeout=timeout, threads=threads,
+                    on_start=on_start)
+    finally:
+        _ranks_wall_s += time.monotonic() - t0
+
+
+def _run(fn, world_size: int, *args, backend: str, timeout: float, threads: int | None,
+         on_start) -> list:
     _check(fn, world_size, timeout)
     backend = choose_backend(backend, world_size)
     threads = threads or max(1, _pool.usable_cpus() // world_size)

@@ -22,7 +22,10 @@ time. It watches what the learner's processes do:
   and ten times that in wall time as a backstop for a wait that never ends.
 
 Without ``/proc`` (macOS) the same watch reads each rank's state and CPU time from ``ps``. ``MINIPAR_GRADE_STALL_S``, ``MINIPAR_GRADE_CPU_LIMIT`` and
-``MINIPAR_CHECK_TIME_LIMIT`` override the three numbers; ``MINIPAR_GRADE_STATS=PATH`` appends
+``MINIPAR_CHECK_TIME_LIMIT`` override the three numbers. ``minipar grade`` runs every learner
+cell under :func:`cpu_time_limit` of :data:`CELL_LIMIT` CPU-seconds
+(``MINIPAR_GRADE_CELL_CPU_LIMIT``; a check inside sets its own, nested), so no cell needs a
+wall-clock timeout; ``MINIPAR_GRADE_STATS=PATH`` appends
 one JSON line per call (world size, each rank's CPU-seconds, wall seconds, verdict).
 
 ``run_ranks(fn, world_size, *args)`` runs ``fn(rank, world_size, *args)`` on fresh gloo ranks
@@ -54,9 +57,9 @@ IDLE_CPU_SHARE = 0.02          # a blocked gloo rank uses ~0.5 % of a core (its 
 BUSY_SHARE = 0.25              # ...and its socket thread is seen runnable in a few samples
 CPU_LIMIT = float(os.environ.get("MINIPAR_GRADE_CPU_LIMIT", "60"))
 TIME_LIMIT = float(os.environ.get("MINIPAR_CHECK_TIME_LIMIT", "60"))
+CELL_LIMIT = float(os.environ.get("MINIPAR_GRADE_CELL_CPU_LIMIT", "120"))   # a graded cell
 WALL_BACKSTOP = 3600.0         # the launcher's timeout under the watcher: never reached by design
 _STATS_ENV = "MINIPAR_GRADE_STATS"
-_ranks_wall_s = 0.0            # wall time spent in run_ranks so far (not this process's to limit)
 
 
 class RankFailure(GradeFailure):
@@ -280,7 +283,6 @@ def run_ranks(fn, world_size: int, *args, **kwargs) -> list:
 
     ``kwargs`` go to ``run`` (``threads``, ``backend``); a ``timeout`` is ignored.
     """
-    global _ranks_wall_s
     from minipar.launch import RankError, run
 
     kwargs.pop("timeout", None)
@@ -313,7 +315,6 @@ def run_ranks(fn, world_size: int, *args, **kwargs) -> list:
     finally:
         if watcher is not None:
             watcher.stop()
-        _ranks_wall_s += time.monotonic() - t0
         _record(world_size, watcher, time.monotonic() - t0, verdict)
 
 
@@ -341,7 +342,8 @@ def cpu_time_limit(seconds: float | None):
     """Raise :class:`CheckTimeLimit` in this (main) thread once this process has used
     ``seconds`` CPU-seconds outside :func:`run_ranks`/:mod:`minipar.launch` (whose ranks have
     their own limits and must not be interrupted half-way), or after ten times that in wall
-    time outside :func:`run_ranks` (a wait that never ends). A no-op off the main thread, without ``setitimer``, or for
+    time outside :func:`minipar.launch.run` (a wait that never ends). Nested, the inner limit
+    applies inside and the outer one goes on after it. A no-op off the main thread, without ``setitimer``, or for
     ``None``/0."""
     if not seconds or threading.current_thread() is not threading.main_thread() \
             or not hasattr(signal, "setitimer"):
@@ -349,7 +351,9 @@ def cpu_time_limit(seconds: float | None):
         return
 
     wall = 10 * seconds
-    start, ranks_before = time.monotonic(), _ranks_wall_s
+    from minipar.launch import ranks_wall_seconds
+
+    start, ranks_before = time.monotonic(), ranks_wall_seconds()
 
     def fire(signum, frame):
         timer = signal.ITIMER_PROF if signum == signal.SIGPROF else signal.ITIMER_REAL
@@ -359,7 +363,7 @@ def cpu_time_limit(seconds: float | None):
         if signum == signal.SIGPROF:
             raise CheckTimeLimit(f"stopped after {seconds:g} CPU-seconds: your code was still "
                                  "computing (an endless loop?)")
-        here = time.monotonic() - start - (_ranks_wall_s - ranks_before)  # not the ranks' time
+        here = time.monotonic() - start - (ranks_wall_seconds() - ranks_before)  # not the ranks'
         if here < wall:
             signal.setitimer(signal.ITIMER_REAL, wall - here)
             return
@@ -368,8 +372,9 @@ def cpu_time_limit(seconds: float | None):
 
     old_prof = signal.signal(signal.SIGPROF, fire)
     old_alrm = signal.signal(signal.SIGALRM, fire)
-    signal.setitimer(signal.ITIMER_PROF, seconds)
-    signal.setitimer(signal.ITIMER_REAL, wall)
+    outer_prof = signal.setitimer(signal.ITIMER_PROF, seconds)[0]   # an enclosing limit's
+    outer_real = signal.setitimer(signal.ITIMER_REAL, wall)[0]      # time left, if any
+    cpu0 = time.process_time()
     try:
         yield
     finally:
@@ -377,7 +382,13 @@ def cpu_time_limit(seconds: float | None):
         signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGPROF, old_prof)
         signal.signal(signal.SIGALRM, old_alrm)
+        if outer_prof:          # nested (a check inside a graded cell): the outer limit goes on
+            signal.setitimer(signal.ITIMER_PROF,
+                             max(outer_prof - (time.process_time() - cpu0), 0.01))
+        if outer_real:
+            signal.setitimer(signal.ITIMER_REAL,
+                             max(outer_real - (time.monotonic() - start), 0.01))
 
 
 __all__ = ["run_ranks", "RankFailure", "LimitExceeded", "cpu_time_limit", "waiting_at",
-           "Watcher", "CPU_LIMIT", "STALL_S", "TIME_LIMIT"]
+           "Watcher", "CPU_LIMIT", "STALL_S", "TIME_LIMIT", "CELL_LIMIT"]

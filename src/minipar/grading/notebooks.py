@@ -164,9 +164,12 @@ def graded_copy(nb, folder: str, log: str) -> tuple[nbformat.NotebookNode, list[
 
 def grading_setup(folder: str, log: str) -> None:
     """First cell of a graded copy: run in the learner's folder, log checks and cell errors."""
+    import contextlib
     import os
 
     from IPython import get_ipython
+
+    from minipar.grading.limits import CELL_LIMIT, cpu_time_limit
 
     os.chdir(folder)
     os.environ["MINIPAR_GRADE_LOG"] = log
@@ -182,7 +185,19 @@ def grading_setup(folder: str, log: str) -> None:
         with open(log, "a", encoding="utf-8") as f:
             f.write(json.dumps({"cell": result.info.raw_cell, "error": text}) + "\n")
 
-    get_ipython().events.register("post_run_cell", record)
+    # every learner cell runs under the grader's progress limit (minipar.grading.limits): CPU
+    # time of this kernel, and waiting outside the ranks; a check inside sets its own, nested
+    limit = contextlib.ExitStack()
+
+    def arm(info):
+        limit.enter_context(cpu_time_limit(CELL_LIMIT))
+
+    def disarm(result):
+        limit.close()
+        record(result)
+
+    get_ipython().events.register("pre_run_cell", arm)
+    get_ipython().events.register("post_run_cell", disarm)
 
 
 # ----------------------------------------------------------------------------- helpers
