@@ -234,13 +234,7 @@ def test_three_d_zero3_collectives_parity():
     with ``zero3_collectives`` set, an unknown algorithm refused with the same message."""
     from minipar.cost import three_d as planner
 
-    def js_cluster(cl):
-        link = lambda L: {"name": L.name, "alpha": L.alpha, "bandwidth": L.bandwidth}
-        return {"gpus": cl.gpus, "gpus_per_node": cl.gpus_per_node, "peak": cl.peak,
-                "gpu": {"name": cl.gpu.name, "memory_bytes": cl.gpu.memory_bytes,
-                        "peak": cl.peak, "hbm_bandwidth": cl.gpu.hbm_bandwidth,
-                        "sms": cl.gpu.sms, "gemm_efficiency": cl.gpu.gemm_efficiency},
-                "intra": link(cl.intra), "inter": link(cl.inter)}
+    from minipar.widgets.three_d import cluster_config as js_cluster
     clusters = [planner.cluster(64, 8), planner.cluster(96, 6, "H100-SXM"),
                 planner.cluster(384, 8, inter="opa-jean-zay"),
                 planner.cluster(64, 8, "H100-SXM", intra="ib-hdr200"),     # intra slower

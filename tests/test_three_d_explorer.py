@@ -8,21 +8,11 @@ import pytest
 from minipar.cost import compute, three_d as planner
 from minipar.cost.hardware import GPUS
 from minipar.widgets.parity import assert_parity, js_call, mismatch, node_available
-from minipar.widgets.three_d import PRESET_LAYOUTS, plan_config
+from minipar.widgets.three_d import PRESET_LAYOUTS, cluster_config, gpu_config, plan_config
 
 pytestmark = pytest.mark.skipif(not node_available(), reason="Node.js (/usr/bin/node) not installed")
 
 CONFIG = plan_config()
-
-
-def _js_gpu(g):
-    return CONFIG["gpus"][g.name] | {"gemm_efficiency": g.gemm_efficiency}
-
-
-def _js_cluster(cl):
-    link = lambda L: {"name": L.name, "alpha": L.alpha, "bandwidth": L.bandwidth}
-    return {"gpus": cl.gpus, "gpus_per_node": cl.gpus_per_node, "peak": cl.peak,
-            "gpu": _js_gpu(cl.gpu), "intra": link(cl.intra), "inter": link(cl.inter)}
 
 
 def _js_model(m):
@@ -65,7 +55,7 @@ def _cases():
 def test_plan_evaluate_parity():
     cases = _cases()
     counts = assert_parity("three_d", "planEvaluate", _evaluate, cases,
-                           js_args=lambda c: [_js_model(c["m"]), _js_cluster(c["cl"]),
+                           js_args=lambda c: [_js_model(c["m"]), cluster_config(c["cl"]),
                                               *[c[k] for k in ("global_batch", "tp", "pp", "dp",
                                                                "micro_batch", "chunks",
                                                                "recompute", "sp", "zero", "grb",
@@ -91,14 +81,14 @@ def test_compute_roofline_parity():
         lambda b, s, h, a, t, sp, rc: compute.layer_seconds(b, s, h, a, g, t, sp=sp,
                                                             recompute=rc)._asdict()
         | {"total_s": compute.layer_seconds(b, s, h, a, g, t, sp=sp, recompute=rc).total_s},
-        layer, js_args=lambda c: [c["b"], c["s"], c["h"], c["a"], _js_gpu(g), c["t"], c["sp"],
+        layer, js_args=lambda c: [c["b"], c["s"], c["h"], c["a"], gpu_config(g), c["t"], c["sp"],
                                   c["rc"]])
     assert counts["errors"] > 0
     assert_parity("three_d", "logitsSeconds",
                   lambda b, s, h, V, t: compute.logits_seconds(b, s, h, V, g, t),
                   [dict(b=b, s=2048, h=h, V=V, t=t) for b in (1, 2) for h in (2304, 12288)
                    for V in (51200, 250880) for t in (1, 3, 8)],
-                  js_args=lambda c: [c["b"], c["s"], c["h"], c["V"], _js_gpu(g), c["t"]])
+                  js_args=lambda c: [c["b"], c["s"], c["h"], c["V"], gpu_config(g), c["t"]])
 
 
 def test_cluster_and_price_parity_with_messages():
@@ -141,7 +131,7 @@ def test_dp_allreduce_and_bubble_parity():
                   lambda nbytes, d, t: planner.dp_allreduce_seconds(nbytes, d, t, cl),
                   [dict(nbytes=s, d=d, t=t) for s in (1e6, 3e9) for d in (1, 2, 3, 4, 12, 24)
                    for t in (1, 2, 4, 8)],
-                  js_args=lambda c: [c["nbytes"], c["d"], c["t"], _js_cluster(cl)])
+                  js_args=lambda c: [c["nbytes"], c["d"], c["t"], cluster_config(cl)])
 
 
 def test_every_preset_draws_its_layout_and_bad_input_says_why():
@@ -229,7 +219,7 @@ def _evaluate_cp_ep(c):
 
 
 def _js_evaluate_cp_ep(c, model=None):
-    return ("planEvaluate", [model or _js_model(c["m"]), _js_cluster(c["cl"]), 64, c["tp"],
+    return ("planEvaluate", [model or _js_model(c["m"]), cluster_config(c["cl"]), 64, c["tp"],
                              c["pp"], c["dp"], c["micro_batch"], c["chunks"], c["recompute"],
                              c["sp"], c["zero"], 4, True, 0.1, "flat-ring", c["cp"], c["ep"]])
 

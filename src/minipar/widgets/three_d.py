@@ -27,20 +27,34 @@ PRESET_LAYOUTS = {
 }
 
 
+def _link(L) -> dict:
+    return {"name": L.name, "alpha": L.alpha, "bandwidth": L.bandwidth}
+
+
+def gpu_config(g) -> dict:
+    """A :class:`minipar.cost.hardware.GPU` as the explorer's JavaScript takes it."""
+    return {"name": g.name, "memory_bytes": g.memory_bytes, "peak": g.peak_flops["bf16"],
+            "hbm_bandwidth": g.hbm_bandwidth, "sms": g.sms,
+            "gemm_efficiency": g.gemm_efficiency, "intra": g.intra, "inter": g.inter}
+
+
+def cluster_config(cl) -> dict:
+    """A :class:`minipar.cost.three_d.Cluster` as ``planEvaluate`` takes it (what
+    ``planCluster`` builds from the controls; the parity tests pass it directly)."""
+    return {"gpus": cl.gpus, "gpus_per_node": cl.gpus_per_node, "peak": cl.peak,
+            "gpu": gpu_config(cl.gpu) | {"peak": cl.peak}, "intra": _link(cl.intra),
+            "inter": _link(cl.inter)}
+
+
 def plan_config() -> dict:
     """The explorer's data: model shapes with a valid default layout each, GPUs (memory, dense
     bf16 peak, HBM bandwidth, SMs, η, their generation's links) and link presets."""
-    links = {k: {"name": L.name, "alpha": L.alpha, "bandwidth": L.bandwidth}
-             for k, L in LINKS.items()}
+    links = {k: _link(L) for k, L in LINKS.items()}
     choice = {"GPU's own": None, **{k: None for k in LINKS}}
     return {"models": {k: {**{f: v for f, v in asdict(m).items() if f != "note"},
                            "layout": PRESET_LAYOUTS.get(k)}
                        for k, m in MODELS.items()},
-            "gpus": {k: {"name": g.name, "memory_bytes": g.memory_bytes,
-                         "peak": g.peak_flops["bf16"], "hbm_bandwidth": g.hbm_bandwidth,
-                         "sms": g.sms, "gemm_efficiency": g.gemm_efficiency, "intra": g.intra,
-                         "inter": g.inter}
-                     for k, g in GPUS.items()},
+            "gpus": {k: gpu_config(g) for k, g in GPUS.items()},
             "links": links, "intra_links": choice, "inter_links": choice}
 
 
