@@ -95,3 +95,16 @@ def test_citations_and_docs_resolve():
             path = BOOK / target
             assert path.with_suffix(".md").exists() or path.with_suffix(".ipynb").exists(), \
                 target
+
+
+def test_cost_comparison_reads_the_three_servers_rows():
+    """What the chapter's cost-per-token paragraph glues, computed from cost_per_token."""
+    from minipar.three_d import chapter as C
+
+    c = C.cost_comparison(2.69, 1.99)
+    nv, pc, link_only = c["usd"]
+    assert [r["usd_per_million_tokens"] for r in c["rows"].values()] == [nv, pc, link_only]
+    assert c["facts"]["nvlink_cheapest"] == (nv < pc)
+    assert c["cheaper_token"].startswith("the PCIe server" if pc < nv else "the NVLink server")
+    assert abs(c["price_gap"] - 100 * (2.69 / 1.99 - 1)) < 1e-9
+    assert c["usd_ideal"][0] < c["usd_ideal"][1] and c["ideal_nvlink_zero3"]

@@ -138,6 +138,31 @@ def cost_per_token(model: str = "llama2-70b", gpus: int = 64, batch: int = 256,
     return out
 
 
+def cost_comparison(price_nvlink: float = 2.69, price_pcie: float = 1.99,
+                    model: str = "llama2-70b", gpus: int = 64, batch: int = 256) -> dict:
+    """:func:`cost_per_token` and what the chapter reads from it: ``rows`` (the three servers),
+    ``usd`` per million tokens (NVLink, PCIe, SXM compute behind a PCIe link), the link's own
+    penalty and the price gap in %, ``facts`` (which is cheaper; the PCIe part beats the third
+    row; the link's penalty is below the price gap), the sentence saying which server buys the
+    cheaper token, and ``usd_ideal`` (NVLink, PCIe) with the hierarchical ZeRO-3 algorithm and
+    whether the NVLink server's best layout is then a ZeRO-3 one."""
+    rows = cost_per_token(model, gpus, batch, price_nvlink, price_pcie)
+    ideal = cost_per_token(model, gpus, batch, price_nvlink, price_pcie,
+                           zero3_collectives="hierarchical")
+    nv, pc, link_only = (r["usd_per_million_tokens"] for r in rows.values())
+    penalty, gap = 100 * (link_only / nv - 1), 100 * (price_nvlink / price_pcie - 1)
+    cheap, dear, cheaper = (nv, pc, "NVLink") if nv < pc else (pc, nv, "PCIe")
+    first = next(iter(ideal.values()))
+    return {"rows": rows, "usd": (nv, pc, link_only), "link_penalty": penalty, "price_gap": gap,
+            "facts": {"nvlink_cheapest": nv < pc, "pcie_part_beats_link_only": pc < link_only,
+                      "link_penalty_below_price_gap": penalty < gap},
+            "cheaper_token": (f"the {cheaper} server buys the cheaper token ({cheap:.3f} "
+                              f"against {dear:.3f} dollars per million tokens, "
+                              f"{100 * (dear / cheap - 1):.0f} % apart)"),
+            "usd_ideal": tuple(r["usd_per_million_tokens"] for r in list(ideal.values())[:2]),
+            "ideal_nvlink_zero3": first["config"].zero == 3}
+
+
 def smallest_cluster_that_fits(model: str = "llama2-70b", batch: int = 64, seq: int = 4096,
                                gpu: str = "A100-80GB", max_gpus: int = 512) -> "planner.Config":
     """The fewest GPUs (a multiple of 8) on which some layout of full fine-tuning with
