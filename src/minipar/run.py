@@ -14,6 +14,7 @@ import argparse
 import ast
 import importlib
 import os
+import sys
 
 
 def _literal(text: str):
@@ -53,7 +54,10 @@ def main(argv: list[str] | None = None) -> int:
     dist.init_process_group(backend)
     try:
         result = load(ns.function)(rank, world, *map(_literal, ns.args))
-        print(f"[rank {rank}] {result!r}", flush=True)
+        # one write of the whole line: the ranks of a node share the agent's stdout, and
+        # print's separate text and newline writes interleaved two ranks on one line
+        sys.stdout.flush()
+        os.write(sys.stdout.fileno(), f"[rank {rank}] {result!r}\n".encode())
     finally:
         dist.destroy_process_group()
     return 0
