@@ -10,8 +10,9 @@ time. It watches what the learner's processes do:
   state (``/proc/<pid>/stat``) every :data:`SAMPLE_S` seconds; when for :data:`STALL_S` seconds
   no rank gained more than :data:`IDLE_CPU_SHARE` of that time in CPU and their threads were
   runnable in at most :data:`BUSY_SHARE` of the samples (gloo's socket thread wakes up now and
-  then), the ranks are stopped with ``SIGABRT`` (``faulthandler`` writes each one's Python stack
-  to its log) and the reason names the line every rank was waiting on. A busy machine delays a
+  then), each rank is asked for its Python stacks (``SIGUSR1``: ``faulthandler`` writes them to
+  its log and the rank goes on), all are killed once every rank has written them or is gone,
+  and the reason names the line every rank was waiting on. A busy machine delays a
   working rank but leaves it runnable, so it never looks stalled.
 * **an endless loop** does use CPU: it is stopped when one rank has used :data:`CPU_LIMIT`
   CPU-seconds in one call. CPU time hardly grows with the machine's load (the wall time does);
@@ -58,6 +59,7 @@ BUSY_SHARE = 0.25              # ...and its socket thread is seen runnable in a 
 CPU_LIMIT = float(os.environ.get("MINIPAR_GRADE_CPU_LIMIT", "60"))
 TIME_LIMIT = float(os.environ.get("MINIPAR_CHECK_TIME_LIMIT", "60"))
 CELL_LIMIT = float(os.environ.get("MINIPAR_GRADE_CELL_CPU_LIMIT", "120"))   # a graded cell
+DUMP_WAIT_S = 60.0             # for a stopped rank to be scheduled and write its stack
 WALL_BACKSTOP = 3600.0         # the launcher's timeout under the watcher: never reached by design
 _STATS_ENV = "MINIPAR_GRADE_STATS"
 
@@ -161,7 +163,7 @@ class Watcher:
         self.cpu: dict[int, float] = {}         # rank -> CPU-seconds used, last sample
         self.kind: str | None = None            # set when it stopped the ranks
         self.culprits: list[int] = []           # the looping ranks (endless loop)
-        self.stacks: dict[int, str] = {}        # rank -> its log after SIGABRT
+        self.stacks: dict[int, str] = {}        # rank -> its log after the dump
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -214,11 +216,13 @@ class Watcher:
 
     def _abort(self, kind: str, culprits: list[int]) -> None:
         self.kind, self.culprits = kind, culprits
-        for pid in self.pids:             # faulthandler writes the Python stack to the log
-            _signal(pid, signal.SIGABRT)
-        deadline = time.monotonic() + 5.0
-        while time.monotonic() < deadline and any(_alive(p) for p in self.pids):
+        for pid in self.pids:             # faulthandler writes every thread's stack to the log
+            _signal(pid, signal.SIGUSR1)      # and the rank goes on: none dies (and so none is
+        deadline = time.monotonic() + DUMP_WAIT_S   # killed by the launcher) before all dumped
+        while time.monotonic() < deadline and not all(
+                not _alive(pid) or _has_dump(path) for pid, path in zip(self.pids, self.logs)):
             time.sleep(0.05)
+        time.sleep(0.1)                   # the last lines of a dump being written
         for pid in self.pids:
             _signal(pid, signal.SIGKILL)
         for r, path in enumerate(self.logs):
@@ -241,6 +245,15 @@ class Watcher:
                     + (f" The other ranks: {others}." if others else ""))
         return (f"deadlock on {world_size} ranks: for {self.stall_s:g} s no rank made progress "
                 f"(all blocked, using no CPU): {_positions(where)} -- {_HINT}")
+
+
+def _has_dump(path: str) -> bool:
+    try:
+        with open(path, errors="replace") as f:
+            text = f.read()
+    except OSError:
+        return False
+    return "most recent call first" in text and text.endswith("\n")
 
 
 def _positions(where: dict) -> str:
