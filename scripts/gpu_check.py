@@ -195,7 +195,7 @@ def run_tests(item: dict, timeout: float) -> dict:
 
 def run_notebook(path: str, timeout: float) -> dict:
     """Execute a notebook in a fresh kernel (cwd: its folder); the backends its launches
-    announced ("minipar.launch: backend=nccl (...)") are collected from its outputs."""
+    announced ("minipar.runtime.launch: backend=nccl (...)") are collected from its outputs."""
     import nbformat
     from nbclient import NotebookClient
     from nbclient.exceptions import CellExecutionError, CellTimeoutError, DeadKernelError
@@ -230,7 +230,7 @@ def run_notebook(path: str, timeout: float) -> dict:
 def machine() -> dict:
     import torch
 
-    from minipar.device import gpu_count
+    from minipar.runtime.device import gpu_count
 
     gpus = gpu_count()
     return dict(gpus=gpus, gpu_names=[torch.cuda.get_device_name(i) for i in range(gpus)],

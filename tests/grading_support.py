@@ -69,7 +69,7 @@ def failure(task_id, fn, capsys, **options) -> str:
 # ----------------------------------------------------------------------------- a busy machine
 _LOAD = textwrap.dedent('''\
     import sys, time
-    from minipar.launch import run
+    from minipar.runtime.launch import run
 
     def work(rank, world_size, steps):       # what a notebook's ranks do: compute, all-reduce
         import torch, torch.distributed as dist

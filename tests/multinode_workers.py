@@ -1,5 +1,5 @@
 """Worker functions for the multi-node torchrun test (tests/test_run_torchrun.py), started as
-``python -m minipar.run multinode_workers:FUNCTION`` with this folder on PYTHONPATH. Test-only:
+``python -m minipar.runtime.run multinode_workers:FUNCTION`` with this folder on PYTHONPATH. Test-only:
 they live with the tests, not in the package."""
 import os
 import signal

@@ -12,14 +12,14 @@ def _cli(*args):
 
 @pytest.mark.slow
 def test_bench_launch_json_is_stdout_and_consistent():
-    from minipar.device import gpu_count
+    from minipar.runtime.device import gpu_count
 
     out = _cli("--ranks", "2", "--repeats", "2", "--json")
     assert out.returncode == 0, out.stderr
     r = json.loads(out.stdout)                       # nothing but the JSON object on stdout
     assert r["ranks"] == 2
     assert r["backend"] == ("nccl" if gpu_count() >= 2 else "gloo")
-    assert "minipar.launch: backend=" in out.stderr  # the launcher's note went to stderr
+    assert "minipar.runtime.launch: backend=" in out.stderr  # the launcher's note went to stderr
     assert r["first_call_s"] > 0 and r["repeat_call_s"] > 0
     assert r["repeat_to_first"] == pytest.approx(r["repeat_call_s"] / r["first_call_s"])
 

@@ -15,8 +15,8 @@ from minipar.collectives import (parameter_server_all_reduce, recursive_doubling
                                  ring_all_gather, ring_all_reduce, ring_reduce_scatter)
 from minipar.collectives.ring import _chunks, _exchange, _ring
 from minipar.cost.collectives import ring_bytes_per_rank
-from minipar.launch import run
-from minipar.tracer import trace
+from minipar.runtime.launch import run
+from minipar.runtime.tracer import trace
 
 # Ship this module's functions to the ranks by value (workers cannot import a test module).
 cloudpickle.register_pickle_by_value(sys.modules[__name__])

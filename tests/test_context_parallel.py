@@ -12,7 +12,7 @@ from minipar.context_parallel import (block_attention, chunk_ids, full_attention
                                       ulysses_attention, zigzag_indices)
 from minipar.context_parallel import experiments as E
 from minipar.cost import context_parallel as C
-from minipar.launch import run
+from minipar.runtime.launch import run
 
 TOL = 1e-11          # float64, logits ~1e3: outputs and gradients, relative to the largest entry
 TOL_TRAIN = 1e-9     # parameters after 3 Adam steps

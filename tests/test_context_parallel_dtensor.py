@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from minipar.context_parallel import dtensor as D
-from minipar.launch import run
+from minipar.runtime.launch import run
 
 
 @pytest.mark.slow

@@ -13,9 +13,9 @@ from minipar.data_parallel.experiments import ring_bytes, zero_on_rank
 from minipar.data_parallel.models import TiedClassifier, token_batches
 from minipar.data_parallel.train import (VARIANTS, global_losses, max_param_error,
                                          train_reference, train_rank)
-from minipar.device import gpu_count
-from minipar.launch import run
-from minipar.tracer import trace
+from minipar.runtime.device import gpu_count
+from minipar.runtime.launch import run
+from minipar.runtime.tracer import trace
 
 STEPS, BATCH, ATOL = 3, 8, 1e-6
 OPTIMIZERS = ("sgd", "adam")
@@ -196,7 +196,7 @@ def _bucket_layout(rank, n):
 
 
 def test_zero_rejects_bad_stage():
-    from minipar.launch import RankError
+    from minipar.runtime.launch import RankError
     with pytest.raises(RankError, match=r"ZeRO stage \(4\) must be 0, 1, 2 or 3"):
         run(lambda r, n: ZeRO(TiedClassifier(), 4, None), 1, backend="gloo")
 
@@ -677,7 +677,7 @@ def test_subgroup_check_catches_dividing_by_the_world_size():
 
 @pytest.mark.parametrize("impl", ["naive", "bucketed", "zero2"])
 def test_a_parameter_without_gradient_is_a_clear_error(impl):
-    from minipar.launch import RankError
+    from minipar.runtime.launch import RankError
     with pytest.raises(RankError, match=r"unless find_unused_parameters=True; no gradient for: "
                                         r".*spare\.weight"):
         run(_unused_without_flag, 2, impl, backend="gloo", timeout=120)

@@ -12,7 +12,7 @@ from minipar.expert_parallel import (ExpertParallelMoE, MoE, all_to_all, capacit
 from minipar.expert_parallel.experiments import (ep_dp_train_on_rank, parity_on_rank,
                                                  traffic_on_rank)
 from minipar.expert_parallel.grid import ep_dp_groups
-from minipar.launch import run
+from minipar.runtime.launch import run
 
 TOL = 1e-12
 BUG = 1e-6

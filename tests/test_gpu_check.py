@@ -94,7 +94,7 @@ def test_runners_record_results_and_failures_on_gloo(tmp_path):
     assert "1 ran, 0 failed, 13 skipped" in p.stdout
     # a notebook: backends announced by the launcher are collected; an error names its cell
     nb = nbformat.v4.new_notebook(cells=[
-        nbformat.v4.new_code_cell("print('minipar.launch: backend=gloo (0 GPUs < 2 ranks)')"),
+        nbformat.v4.new_code_cell("print('minipar.runtime.launch: backend=gloo (0 GPUs < 2 ranks)')"),
         nbformat.v4.new_code_cell("raise ValueError('heads (12) must be divisible by t (5)')")])
     path = tmp_path / "tiny.ipynb"
     nbformat.write(nb, path)

@@ -12,7 +12,7 @@ one fails at the first message of a GPU run, and never on gloo. Three kinds of c
 * placement: with the rank's device set to ``meta`` (a device that is not the CPU and needs no
   GPU), the DTensor comparison builds its mesh on ``meta`` and the ``torch.distributed
   .pipelining`` path builds its stages and ``PipelineStage`` wrappers there.
-* timing: with ``minipar.device.synchronize`` replaced by a 0.2 s wait (the stand-in for queued
+* timing: with ``minipar.runtime.device.synchronize`` replaced by a 0.2 s wait (the stand-in for queued
   GPU work), every timed interval is at least 0.2 s: the clock stops only after the device is
   waited for (a CUDA timer without a synchronize measures the launch, not the work).
 """
@@ -27,7 +27,7 @@ import pytest
 import torch
 import torch.distributed as dist
 
-from minipar import device
+from minipar.runtime import device
 
 SRC = Path(__file__).resolve().parents[1] / "src" / "minipar"
 
@@ -291,7 +291,7 @@ def _pp_rank(rank, p, c, batch):
 @pytest.mark.gpu
 @pytest.mark.skipif(not device.gpu_count(), reason="needs CUDA (one GPU per NCCL rank)")
 def test_on_nccl_tensor_parallel_matches_dtensor_and_one_process():
-    from minipar.launch import run
+    from minipar.runtime.launch import run
 
     t = _gpu_ranks()
     for diffs, times in run(_tp_rank, t, backend="nccl", timeout=300):
@@ -304,7 +304,7 @@ def test_on_nccl_tensor_parallel_matches_dtensor_and_one_process():
 def test_on_nccl_torch_pipelining_matches_one_process():
     from types import SimpleNamespace
 
-    from minipar.launch import run
+    from minipar.runtime.launch import run
     from minipar.pipeline_parallel.train import (max_error, small_config, token_batches,
                                                  train_reference)
 
@@ -331,7 +331,7 @@ def test_the_collectives_bench_uses_names_older_torch_has():
 def test_on_nccl_ring_all_reduce_matches_dist():
     """Our send/recv ring (one batch_isend_irecv per step) on NCCL, against dist.all_reduce."""
     from minipar.collectives.smoke import ring_vs_dist
-    from minipar.launch import run
+    from minipar.runtime.launch import run
 
     for r in run(ring_vs_dist, _gpu_ranks(), 2**20, 2, backend="nccl", timeout=300):
         assert r["max_abs_diff"] < 1e-4, r

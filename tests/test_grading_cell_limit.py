@@ -1,5 +1,5 @@
 """The grader's in-process limit: nested limits keep the outer one, and time the caller spends
-in minipar.launch.run (its ranks' time, under their own watch) is not counted as waiting."""
+in minipar.runtime.launch.run (its ranks' time, under their own watch) is not counted as waiting."""
 import time
 
 import pytest
@@ -30,9 +30,9 @@ def _sleeps(rank, world_size, seconds):
 
 
 def test_waiting_on_launched_ranks_is_not_the_cells_waiting():
-    """A learner's own minipar.launch.run (not the grader's run_ranks) that outlasts the wall
+    """A learner's own minipar.runtime.launch.run (not the grader's run_ranks) that outlasts the wall
     backstop (10 × 0.2 s) is the ranks' time: no limit fires after it returns."""
-    from minipar.launch import ranks_wall_seconds, run
+    from minipar.runtime.launch import ranks_wall_seconds, run
 
     before = ranks_wall_seconds()
     with cpu_time_limit(0.2):

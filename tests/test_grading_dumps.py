@@ -63,10 +63,10 @@ def learner_is_here_waiting():
 
 
 def test_a_rank_aborted_on_another_thread_still_shows_the_main_threads_line():
-    """The real rank set-up (minipar._rank): SIGABRT handled on a non-main thread."""
+    """The real rank set-up (minipar.runtime._rank): SIGABRT handled on a non-main thread."""
     import pytest
 
-    from minipar.launch import RankError, run
+    from minipar.runtime.launch import RankError, run
     logs = []
     with pytest.raises(RankError):
         run(_abort_on_a_side_thread, 1, backend="gloo", timeout=60,

@@ -63,7 +63,7 @@ def test_close_reports_shape_mismatch():
 
 
 def test_reason_for_rank_error():
-    from minipar.launch import RankError
+    from minipar.runtime.launch import RankError
     e = RankError(2, "ValueError: bad\nmore", "tb")
     assert reason_for(e) == "your code raised on rank 2: ValueError: bad more"
 

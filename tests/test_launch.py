@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from minipar.launch import RankError, choose_backend, run
+from minipar.runtime.launch import RankError, choose_backend, run
 
 pytestmark = pytest.mark.slow
 
@@ -59,7 +59,7 @@ def test_rank_exception_carries_traceback_and_next_call_works():
 def test_a_failed_call_keeps_the_zygote_warm():
     """A Python exception on one rank fails that call only: the warm zygote (torch imported)
     serves the next call, which gets fresh processes."""
-    from minipar import launch
+    from minipar.runtime import launch
 
     def bad(rank, world_size):
         import torch.distributed as dist
@@ -126,7 +126,7 @@ def test_script_without_main_guard_and_no_orphans(tmp_path):
     script = tmp_path / "s.py"
     script.write_text(textwrap.dedent("""
         import os
-        from minipar.launch import run
+        from minipar.runtime.launch import run
         print("pids", *run(lambda r, w: os.getpid(), 2, backend="gloo"))
     """))
     out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
@@ -143,7 +143,7 @@ def test_workers_exit_when_caller_is_killed(tmp_path):
     script = tmp_path / "k.py"
     script.write_text(textwrap.dedent("""
         import os, sys, time
-        from minipar.launch import run
+        from minipar.runtime.launch import run
         print(*run(lambda r, w: os.getpid(), 2, backend="gloo"), flush=True)
         time.sleep(600)
     """))

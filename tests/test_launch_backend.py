@@ -2,7 +2,7 @@
 import pytest
 import torch
 
-from minipar import device, launch
+from minipar.runtime import device, launch
 
 
 @pytest.mark.parametrize("gpus, ranks, want", [(0, 1, "gloo"), (0, 2, "gloo"), (2, 2, "nccl"),
@@ -40,5 +40,5 @@ def test_devices_follow_the_backend(monkeypatch):
 def test_the_loopback_interface_exists_here():
     import socket
 
-    from minipar import _pool
+    from minipar.runtime import pool as _pool
     assert _pool.loopback_interface() in [name for _, name in socket.if_nameindex()]

@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from minipar import _pool, launch
-from minipar.launch import StartError, run
+from minipar.runtime import launch, pool as _pool
+from minipar.runtime.launch import StartError, run
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -46,8 +46,8 @@ def test_pack_keeps_file_names_without_private_apis():
     assert fn.__code__.co_filename == __file__                     # cloudpickle: <dynamic-code>
     inner = next(c for c in fn.__code__.co_consts if hasattr(c, "co_filename"))
     assert inner.co_filename == __file__
-    for src in ("_pool.py", "_rank.py"):
-        text = (ROOT / "src" / "minipar" / src).read_text()
+    for src in ("pool.py", "_rank.py"):
+        text = (ROOT / "src" / "minipar" / "runtime" / src).read_text()
         for private in ("._listener", "_authkey", "_code_reduce"):
             assert private not in text, (src, private)
 
@@ -57,7 +57,7 @@ def test_a_kernel_restart_leaves_no_folder():
     """The caller runs in its own process group, as Jupyter starts a kernel; a restart kills
     the whole group with SIGKILL. The zygote (own session) survives it and cleans up."""
     script = textwrap.dedent("""
-        from minipar import launch
+        from minipar.runtime import launch
         launch.run(lambda r, w: r, 2, backend="gloo")
         print(launch._zygote.proc.pid, launch._zygote.folder, flush=True)
         import time; time.sleep(600)

@@ -15,8 +15,8 @@ import time
 
 import pytest
 
-from minipar import launch
-from minipar.launch import RankError, StartError, run
+from minipar.runtime import launch
+from minipar.runtime.launch import RankError, StartError, run
 
 pytestmark = pytest.mark.slow
 
@@ -124,7 +124,7 @@ def test_nothing_is_left_after_the_caller_is_killed(request):
     open(os.path.join(stale, "s"), "w").close()
     script = textwrap.dedent("""
         import os, time
-        from minipar import launch
+        from minipar.runtime import launch
         def sleeper(rank, world_size):
             print(os.getpid(), flush=True)
             time.sleep(600)

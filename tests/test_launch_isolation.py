@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from minipar.launch import run
+from minipar.runtime.launch import run
 
 pytestmark = pytest.mark.slow
 

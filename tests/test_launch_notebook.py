@@ -13,7 +13,7 @@ from nbclient import NotebookClient
 pytestmark = pytest.mark.slow
 
 CELLS = [
-    "from minipar.launch import run, RankError",
+    "from minipar.runtime.launch import run, RankError",
     "def helper(x):\n    y = x + 1\n    raise ValueError(f'bad value {y}')",
     "# a later cell\ndef work(rank, world_size):\n    z = rank * 2\n"
     "    return helper(z) if rank == 1 else z",

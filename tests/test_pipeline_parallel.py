@@ -11,7 +11,7 @@ import pytest
 
 from minipar.cost.pipeline_parallel import pp_p2p_bytes_per_microbatch
 from minipar.grading import LimitExceeded, run_ranks
-from minipar.launch import RankError, run
+from minipar.runtime.launch import RankError, run
 from minipar.pipeline_parallel import ScheduleError, simulate
 from minipar.pipeline_parallel.communication import P2P
 from minipar.pipeline_parallel.executor import PipelineExecutor

@@ -5,7 +5,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from minipar.launch import run
+from minipar.runtime.launch import run
 from minipar.pipeline_parallel.torch_pipelining import torch_pipelining_grads
 from minipar.pipeline_parallel.train import (max_error, small_config, token_batches,
                                              train_rank, train_reference)

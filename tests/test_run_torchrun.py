@@ -1,4 +1,4 @@
-"""The same worker functions run under torchrun (``python -m minipar.run``), on one node and on
+"""The same worker functions run under torchrun (``python -m minipar.runtime.run``), on one node and on
 two nodes simulated on this machine (two torchrun agents meeting at a c10d rendezvous on
 127.0.0.1, as on a cluster where each node runs one agent)."""
 import ast
@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from minipar.launch import free_port, run
+from minipar.runtime.launch import free_port, run
 
 
 @pytest.mark.slow
@@ -19,7 +19,7 @@ def test_worker_runs_under_torchrun_and_under_launch():
     out = subprocess.run(
         [sys.executable, "-m", "torch.distributed.run", "--nnodes", "1", "--nproc-per-node", "2",
          "--master-addr", "127.0.0.1", "--master-port", str(free_port()),
-         "-m", "minipar.run", "minipar.collectives.smoke:ring_vs_dist", "1000", "--backend", "gloo"],
+         "-m", "minipar.runtime.run", "minipar.collectives.smoke:ring_vs_dist", "1000", "--backend", "gloo"],
         capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr[-3000:]
     diffs = dict(re.findall(r"\[rank (\d)\] \{'max_abs_diff': ([0-9.e-]+)",
@@ -32,7 +32,7 @@ def test_worker_runs_under_torchrun_and_under_launch():
 
 
 def test_run_without_torchrun_explains():
-    out = subprocess.run([sys.executable, "-m", "minipar.run", "minipar.collectives.smoke:x"],
+    out = subprocess.run([sys.executable, "-m", "minipar.runtime.run", "minipar.collectives.smoke:x"],
                          capture_output=True, text=True, timeout=120,
                          env={k: v for k, v in __import__("os").environ.items()
                               if k not in ("RANK", "WORLD_SIZE")})
@@ -45,14 +45,14 @@ TESTS = os.path.dirname(os.path.abspath(__file__))
 
 def _two_agents(function: str, timeout: float = 150) -> list[subprocess.CompletedProcess]:
     """Two torchrun agents (nodes) with 2 ranks each, meeting at a c10d rendezvous on
-    127.0.0.1, running ``python -m minipar.run multinode_workers:FUNCTION``; each agent and its
+    127.0.0.1, running ``python -m minipar.runtime.run multinode_workers:FUNCTION``; each agent and its
     workers are killed (process group) if they outlive ``timeout``."""
     port = free_port()
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([TESTS, os.environ.get("PYTHONPATH", "")]),
                GLOO_SOCKET_IFNAME="lo", OMP_NUM_THREADS="1")
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "2", "--nproc-per-node",
            "2", "--rdzv-backend", "c10d", "--rdzv-endpoint", f"127.0.0.1:{port}", "--rdzv-id",
-           f"minipar-{port}", "-m", "minipar.run", f"multinode_workers:{function}",
+           f"minipar-{port}", "-m", "minipar.runtime.run", f"multinode_workers:{function}",
            "--backend", "gloo"]
     agents = [subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                                env=env, start_new_session=True) for _ in range(2)]
@@ -74,7 +74,7 @@ def _two_agents(function: str, timeout: float = 150) -> list[subprocess.Complete
 @pytest.mark.slow
 def test_two_nodes_train_like_one_process():
     """torchrun --nnodes 2 --nproc-per-node 2 (c10d rendezvous): the data-parallel step and the
-    3D chapter's step (t = 2 inside a node, p = 2 across the nodes) through minipar.run equal
+    3D chapter's step (t = 2 inside a node, p = 2 across the nodes) through minipar.runtime.run equal
     the single-process reference (float64)."""
     agents = _two_agents("dp_and_3d_step")
     for a in agents:
@@ -112,8 +112,8 @@ def test_slurm_example_parses_and_launches_like_the_test():
     text = open(path).read()
     sbatch = dict(re.findall(r"^#SBATCH --([a-z-]+)=(\S+)$", text, re.M))
     assert sbatch["nodes"] == "2" and sbatch["ntasks-per-node"] == "1"   # one agent per node
-    for flag in ("--rdzv-backend c10d", "--rdzv-endpoint", "--nnodes", "-m minipar.run"):
+    for flag in ("--rdzv-backend c10d", "--rdzv-endpoint", "--nnodes", "-m minipar.runtime.run"):
         assert flag in text, flag
-    from minipar.run import load
-    spec = re.search(r"-m minipar.run (\S+)", text).group(1)
+    from minipar.runtime.run import load
+    spec = re.search(r"-m minipar.runtime.run (\S+)", text).group(1)
     assert callable(load(spec))

@@ -10,7 +10,7 @@ import torch.nn.functional as F
 from minipar.cost.collectives import ring_bytes_per_rank
 from minipar.cost.tensor_parallel import tp_collectives_per_layer, tp_sent_bytes_per_layer
 from minipar.cost.tensor_parallel import tp_bytes_per_layer
-from minipar.launch import run
+from minipar.runtime.launch import run
 from minipar.tensor_parallel import (ColumnParallelLinear, ParallelBlock, RowParallelLinear,
                                      VocabParallelEmbedding, copy_to_tp_region,
                                      gather_from_sp_region, reduce_from_tp_region,
@@ -20,7 +20,7 @@ from minipar.tensor_parallel.experiments import (SMALL, B, _randn, all_parity, b
                                                  block_saved_bytes, block_traffic,
                                                  dropout_masks, max_diff)
 from minipar.tensor_parallel.dtensor import compare_on_rank
-from minipar.tensor_parallel.mappings import group_rank, group_size
+from minipar.dist import group_rank, group_size
 from minipar.model import GPTConfig
 
 TOL = 1e-12          # float64 outputs and gradients

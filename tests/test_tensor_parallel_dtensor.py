@@ -2,7 +2,7 @@
 with a negative control: cross-entropy on the local vocab slice must not match."""
 import pytest
 
-from minipar.launch import run
+from minipar.runtime.launch import run
 from minipar.tensor_parallel.dtensor import compare_loss_parallel_on_rank
 
 TOL = 1e-10

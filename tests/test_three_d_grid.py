@@ -4,7 +4,7 @@ import itertools
 
 import pytest
 
-from minipar.launch import run
+from minipar.runtime.launch import run
 from minipar.three_d import RankGrid
 from minipar.three_d.experiments import check_members, group_members_on_rank
 

@@ -12,7 +12,7 @@ from minipar.cost.data_parallel import zero_bytes_per_rank
 from minipar.cost.memory_time import model_state_bytes
 from minipar.cost.pipeline_parallel import pp_p2p_bytes_per_microbatch
 from minipar.cost.tensor_parallel import tp_bytes_per_layer
-from minipar.launch import run
+from minipar.runtime.launch import run
 from minipar.three_d.train import SMALL, fsdp2_tp_on_rank, train_3d_on_rank
 
 M, B, STEPS, BYTES = 2, 2, 3, 8     # micro-batches, micro-batch size, Adam steps, float64

@@ -1,7 +1,7 @@
 """The tracer sees every collective and point-to-point call, with exact bytes and group sizes."""
 import pytest
 
-from minipar.launch import run
+from minipar.runtime.launch import run
 
 pytestmark = pytest.mark.slow
 
@@ -10,7 +10,7 @@ def _traced(rank, world_size):
     import torch
     import torch.distributed as dist
 
-    from minipar.tracer import trace
+    from minipar.runtime.tracer import trace
 
     x = torch.ones(12)  # 48 bytes of fp32
     with trace() as tr:
@@ -60,7 +60,7 @@ def test_negative_control_untraced_calls_are_not_counted():
         import torch
         import torch.distributed as dist
 
-        from minipar.tracer import trace
+        from minipar.runtime.tracer import trace
         with trace() as tr:
             pass
         dist.all_reduce(torch.ones(4))  # outside the context
@@ -75,7 +75,7 @@ def _threads(rank, world_size):
     import torch
     import torch.distributed as dist
 
-    from minipar.tracer import trace
+    from minipar.runtime.tracer import trace
 
     original = dist.all_reduce
     a_in, b_in, a_out = threading.Event(), threading.Event(), threading.Event()

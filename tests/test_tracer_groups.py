@@ -2,7 +2,7 @@
 so two groups of the same size moving the same bytes are told apart."""
 import pytest
 
-from minipar.launch import run
+from minipar.runtime.launch import run
 
 pytestmark = pytest.mark.slow
 
@@ -12,7 +12,7 @@ def _two_groups_of_two(rank, world_size):
     import torch.distributed as dist
     import torch.distributed._functional_collectives as funcol
 
-    from minipar.tracer import trace
+    from minipar.runtime.tracer import trace
 
     # a 2 × 2 grid: "tp" pairs {0,1}, {2,3}; "dp" pairs {0,2}, {1,3} (same size, same bytes)
     tp = [dist.new_group([0, 1]), dist.new_group([2, 3])][rank // 2]

@@ -30,7 +30,7 @@ check("memory_time.zero_bytes", zero_bytes)
 
 # %% [markdown]
 # **(b) Measure it over gloo.** Write `adam_state_bytes(rank, world_size, stage)`, which
-# `minipar.launch.run` runs on every rank: build the tiny GPT
+# `minipar.runtime.launch.run` runs on every rank: build the tiny GPT
 # `gpt(GPTConfig(L=2, h=32, a=4, s=16, V=50))` from `minipar.model` (call
 # `torch.manual_seed(0)` first, so every rank starts equal), wrap it in
 # `ZeRO(model, stage, lambda ps: torch.optim.Adam(ps, lr=1e-3))` from
@@ -49,7 +49,7 @@ import torch
 import torch.nn.functional as F
 
 from minipar.data_parallel.zero import ZeRO
-from minipar.launch import run
+from minipar.runtime.launch import run
 from minipar.model import GPTConfig, gpt
 
 

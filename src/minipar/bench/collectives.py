@@ -8,8 +8,8 @@ the collective is done). Per (op, n) we fit the α-β model of the algorithm we 
 uses (``ASSUMED_ALGORITHM``) with :func:`minipar.cost.collectives.fit_alpha_beta`.
 
 The backend is the launcher's choice (``--backend auto``: NCCL with one GPU per rank when the
-machine has enough GPUs, else gloo on the CPU); tensors live on :func:`minipar.device.get_device`
-and every timed call is followed by :func:`minipar.device.synchronize`, so a GPU workstation
+machine has enough GPUs, else gloo on the CPU); tensors live on :func:`minipar.runtime.device.get_device`
+and every timed call is followed by :func:`minipar.runtime.device.synchronize`, so a GPU workstation
 reports its NVLink or PCIe numbers next to the model's prediction.
 
 A benchmark reports; it never asserts a speed. Numbers on a shared 2-core CPU are noisy.
@@ -42,7 +42,7 @@ def _call(op: str, numel: int, n: int):
     import torch
     import torch.distributed as dist
 
-    from minipar.device import get_device
+    from minipar.runtime.device import get_device
 
     dev = get_device()
     full, part = torch.ones(numel, device=dev), torch.ones(numel // n, device=dev)  # (S/4,), (S/4n,)
@@ -66,7 +66,7 @@ def _time_on_rank(rank: int, n: int, op: str, numel: int, iters: int, warmup: in
     """Median seconds of one ``op`` on this rank (runs on every rank)."""
     import torch.distributed as dist
 
-    from minipar.device import synchronize
+    from minipar.runtime.device import synchronize
 
     fn, times = _call(op, numel, n), []
     for i in range(warmup + iters):
@@ -83,7 +83,7 @@ def _time_on_rank(rank: int, n: int, op: str, numel: int, iters: int, warmup: in
 def time_op(op: str, n: int, nbytes: int, iters: int = 5, warmup: int = 2,
             backend: str = "auto") -> tuple[int, float]:
     """(S actually used in bytes, seconds: median over iterations, max over the n ranks)."""
-    from minipar.launch import run
+    from minipar.runtime.launch import run
 
     numel = _numel(op, n, nbytes)
     per_rank = run(_time_on_rank, n, op, numel, iters, warmup, backend=backend, timeout=120)
@@ -136,7 +136,7 @@ def machine(backend: str = "gloo") -> dict:
 
     import torch
 
-    from minipar._pool import usable_cpus
+    from minipar.runtime.pool import usable_cpus
     gpu = torch.cuda.get_device_name(0) if backend == "nccl" else None
     return dict(platform=platform.platform(), processor=platform.processor(),
                 cpu_count=os.cpu_count(), usable_cpus=usable_cpus(), torch=torch.__version__,
@@ -147,7 +147,7 @@ def run_benchmark(ops=OPS, ranks=(2, 4), sizes=None, iters: int = 5, ring_sizes=
                   progress: bool = True, backend: str = "auto", ring_ranks: int = 4) -> dict:
     """The whole benchmark as one JSON-ready dict (what ``--json`` prints); ``ring_ranks``:
     the rank count of the ring-vs-dist comparison."""
-    from minipar.launch import choose_backend
+    from minipar.runtime.launch import choose_backend
 
     sizes = sizes or [4 * 4**k * 1024 for k in range(7)]            # 4 KiB … 16 MiB
     ranks = list(ranks)
@@ -188,7 +188,7 @@ def parse_sizes(text: str) -> list[int]:
 
 
 def parse_ranks(text: str) -> list[int]:
-    from minipar.launch import MAX_WORLD_SIZE
+    from minipar.runtime.launch import MAX_WORLD_SIZE
     try:
         ranks = [int(t) for t in text.split(",")]
     except ValueError:

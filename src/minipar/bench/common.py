@@ -49,7 +49,7 @@ def add_backend(p, default: str, why: str) -> None:
 def backend(args, ranks: int) -> str:
     """``args.backend`` resolved for ``ranks`` ranks; NCCL without a GPU per rank is an
     :class:`InputError` naming both numbers."""
-    from minipar.device import resolve_backend
+    from minipar.runtime.device import resolve_backend
 
     try:
         return resolve_backend(args.backend, ranks)

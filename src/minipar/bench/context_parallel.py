@@ -12,7 +12,7 @@ other ranks wait at a barrier). Reported beside the times:
   the same run, next to the model's causal imbalance 2cp/(cp+1)
   (:func:`minipar.cost.context_parallel.imbalance`; zigzag's is 1). Communication, waits and
   ranks sharing this machine's cores all add to the measured ratio.
-* bytes traced with :mod:`minipar.tracer` on one forward + backward against the model: ring,
+* bytes traced with :mod:`minipar.runtime.tracer` on one forward + backward against the model: ring,
   bytes one rank sends (:func:`~minipar.cost.context_parallel.ring_sent_bytes_per_layer`);
   Ulysses, the summed input size S of its eight all-to-alls (nccl-tests' convention) and the
   (cp−1)/cp of it that leaves the rank.
@@ -82,7 +82,7 @@ def bench_on_rank(rank: int, cp: int, b: int, a: int, s: int, d: int, steps: int
     import torch
     import torch.distributed as dist
 
-    from minipar import tracer
+    from minipar.runtime import tracer
     from minipar.context_parallel.experiments import qkv
     from minipar.context_parallel.online_softmax import full_attention
     from minipar.context_parallel.ring import ring_attention
@@ -151,7 +151,7 @@ def _fit(sizes, ring_s, a2a_s, cp) -> dict:
 def bench(ranks: int = 4, seq: int = 2048, batch: int = 1, heads: int = 4, head_dim: int = 32,
           steps: int = 5) -> dict:
     from minipar.cost import context_parallel as C
-    from minipar.launch import run
+    from minipar.runtime.launch import run
 
     cp, e, h = ranks, 4, heads * head_dim
     per = run(bench_on_rank, cp, batch, heads, seq, head_dim, steps, backend="gloo", timeout=900)

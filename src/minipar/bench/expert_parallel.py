@@ -18,7 +18,7 @@ choice. Reported:
   ``measured_imbalance`` = the most loaded rank's expert time over the mean; beside it
   ``counted_imbalance``, the most loaded rank's rows over the mean
   (:func:`minipar.cost.expert_parallel.imbalance`).
-* bytes: every collective of one forward + backward traced with :mod:`minipar.tracer`, against
+* bytes: every collective of one forward + backward traced with :mod:`minipar.runtime.tracer`, against
   :func:`minipar.cost.expert_parallel.layer_events` from the routed counts (all-to-all input
   size S, nccl-tests' convention).
 * the α-β-predicted time of the four token all-to-alls
@@ -78,7 +78,7 @@ def bench_on_rank(rank: int, ep: int, tokens: int, experts: int, top_k: int, hid
     import torch
     import torch.distributed as dist
 
-    from minipar import tracer
+    from minipar.runtime import tracer
     from minipar.cost.expert_parallel import layer_events
     from minipar.expert_parallel.experiments import _a2a_times_on_rank, skewed_router
     from minipar.expert_parallel.layer import ExpertParallelMoE
@@ -136,7 +136,7 @@ def bench(ranks: int = 4, tokens: int = 1024, experts: int | None = None, top_k:
           hidden: int = 128, ffn: int = 512, skew: float = 3.0, steps: int = 5) -> dict:
     from minipar.cost.collectives import fit_alpha_beta
     from minipar.cost.expert_parallel import imbalance, layer_comm_time
-    from minipar.launch import run
+    from minipar.runtime.launch import run
 
     ep = ranks
     E = 2 * ep if experts is None else experts

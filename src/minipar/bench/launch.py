@@ -1,4 +1,4 @@
-"""``minipar bench launch``: how long ``minipar.launch.run`` takes to start ranks.
+"""``minipar bench launch``: how long ``minipar.runtime.launch.run`` takes to start ranks.
 
 The first call starts the zygote (an interpreter that imports torch); each repeat call forks
 fresh ranks from it, which rendezvous, run one all-reduce on the rank's device (the launcher's
@@ -17,7 +17,7 @@ def _one_all_reduce(rank, world_size):
     import torch
     import torch.distributed as dist
 
-    from minipar.device import get_device
+    from minipar.runtime.device import get_device
 
     t = torch.ones(1, device=get_device())
     dist.all_reduce(t)
@@ -27,7 +27,7 @@ def _one_all_reduce(rank, world_size):
 def measure(ranks: int = 4, repeats: int = 5) -> dict:
     """Seconds for a cold first call and the median of ``repeats`` warm calls; the backend
     is the launcher's ``"auto"`` choice, reported under ``backend``."""
-    from minipar import launch
+    from minipar.runtime import launch
 
     backend = launch.choose_backend("auto", ranks)
     launch.shutdown()  # make the first call cold even if this process launched before
@@ -58,7 +58,7 @@ def _show(r: dict) -> None:
 
 
 def _main(args) -> int:
-    from minipar.launch import MAX_WORLD_SIZE
+    from minipar.runtime.launch import MAX_WORLD_SIZE
 
     check(args, at_least=dict(ranks=1, repeats=1), at_most=dict(ranks=MAX_WORLD_SIZE))
     return emit(args, lambda: measure(args.ranks, args.repeats), _show)

@@ -23,7 +23,7 @@ def _median(xs):
 
 def bench(ranks: int, h: int, b: int, s: int, steps: int, rounds: int,
           backend: str = "gloo") -> dict:
-    from minipar.launch import run
+    from minipar.runtime.launch import run
     from minipar.tensor_parallel.dtensor import compare_on_rank, time_on_rank
 
     per_rank = run(time_on_rank, ranks, h, b, s, steps, rounds, backend=backend, timeout=600)

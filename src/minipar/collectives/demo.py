@@ -33,7 +33,7 @@ def _primitives_on_rank(rank: int, n: int) -> dict:
 
 def run_primitives(n: int = 4) -> dict:
     """{primitive: {"inputs": [per rank], "outputs": [per rank]}} from a real run on n ranks."""
-    from minipar.launch import run
+    from minipar.runtime.launch import run
 
     per_rank = run(_primitives_on_rank, n, backend="gloo", timeout=60)
     return {op: {"inputs": [r[op][0] for r in per_rank], "outputs": [r[op][1] for r in per_rank]}
@@ -54,7 +54,7 @@ def _ring_steps_on_rank(rank: int, n: int, numel: int) -> dict:
     import torch
 
     from minipar.collectives import ring_all_reduce
-    from minipar.tracer import trace
+    from minipar.runtime.tracer import trace
 
     x = torch.full((numel,), float(2**rank))       # (numel,): bit r set = rank r contributed
     snaps = [("start", -1, x.tolist())]
@@ -69,7 +69,7 @@ def ring_steps(n: int = 4, numel: int = 4) -> dict:
     Returns ``snapshots[rank]`` = [(phase, k, values)], ``sent[rank]`` (bytes, from the tracer),
     ``messages[rank]`` and ``S`` (bytes). A value's binary digits name the ranks summed into it.
     """
-    from minipar.launch import run
+    from minipar.runtime.launch import run
 
     per_rank = run(_ring_steps_on_rank, n, numel, backend="gloo", timeout=60)
     return dict(n=n, S=4 * numel, snapshots=[r["snapshots"] for r in per_rank],
@@ -81,7 +81,7 @@ def _sent_on_rank(rank: int, n: int, numel: int) -> dict:
     import torch.distributed as dist
 
     from minipar import collectives as C
-    from minipar.tracer import trace
+    from minipar.runtime.tracer import trace
 
     algos = {"ring": C.ring_all_reduce, "parameter-server": C.parameter_server_all_reduce}
     if n & (n - 1) == 0:
@@ -101,7 +101,7 @@ def _sent_on_rank(rank: int, n: int, numel: int) -> dict:
 def sent_bytes_by_algorithm(n: int = 4, numel: int = 2**16) -> dict:
     """{algorithm: [per rank {sent, received, messages, equal}]} for one all-reduce of
     ``numel`` float32 values on n ranks, bytes from the tracer; ``equal``: same as dist's."""
-    from minipar.launch import run
+    from minipar.runtime.launch import run
 
     per_rank = run(_sent_on_rank, n, numel, backend="gloo", timeout=60)
     return {a: [r[a] for r in per_rank] for a in per_rank[0]}

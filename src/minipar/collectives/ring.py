@@ -34,7 +34,7 @@ def _ring(group):
 def _exchange(send_buf, recv_buf, right, left, group):
     """Send ``send_buf`` to ``right`` while receiving ``recv_buf`` from ``left``: one paired
     ``batch_isend_irecv`` call (the function is looked up at call time, since
-    ``minipar.tracer`` wraps ``isend``/``irecv`` and ``P2POp`` accepts only the current one)."""
+    ``minipar.runtime.tracer`` wraps ``isend``/``irecv`` and ``P2POp`` accepts only the current one)."""
     c10d = dist.distributed_c10d
     ops = [dist.P2POp(c10d.isend, send_buf, group=group, group_peer=right),
            dist.P2POp(c10d.irecv, recv_buf, group=group, group_peer=left)]

@@ -1,6 +1,6 @@
-"""A smoke test that runs anywhere: ``minipar.launch.run`` locally or ``torchrun`` on a cluster.
+"""A smoke test that runs anywhere: ``minipar.runtime.launch.run`` locally or ``torchrun`` on a cluster.
 
-    torchrun --nproc-per-node 8 -m minipar.run minipar.collectives.smoke:ring_vs_dist
+    torchrun --nproc-per-node 8 -m minipar.runtime.run minipar.collectives.smoke:ring_vs_dist
 """
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ def ring_vs_dist(rank: int, world_size: int, numel: int = 2**22, iters: int = 5)
     import torch.distributed as dist
 
     from minipar.collectives import ring_all_reduce
-    from minipar.device import get_device, synchronize
+    from minipar.runtime.device import get_device, synchronize
 
     g = torch.Generator().manual_seed(rank)
     x = torch.randn(numel, generator=g).to(get_device())     # (numel,) float32

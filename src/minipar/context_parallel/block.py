@@ -26,7 +26,7 @@ import torch.nn.functional as F
 
 from minipar.model import GPT, Layer
 from minipar.tensor_parallel import ParallelAttention, ParallelBlock
-from minipar.tensor_parallel.mappings import group_rank, group_size
+from minipar.dist import group_rank, group_size
 
 from .online_softmax import full_attention
 from .ring import ring_attention

@@ -14,7 +14,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from minipar.device import get_device
+from minipar.runtime.device import get_device
 
 from .experiments import qkv, rel_diff
 from .online_softmax import full_attention

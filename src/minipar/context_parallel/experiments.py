@@ -1,7 +1,7 @@
 """Rank functions behind the chapter's tests and notebook: parity with one process, negative
 controls, traffic, causal load balance, activation memory and a ring-step timeline.
 
-Each ``*_on_rank(rank, cp, ...)`` runs inside :func:`minipar.launch.run` on the default group
+Each ``*_on_rank(rank, cp, ...)`` runs inside :func:`minipar.runtime.launch.run` on the default group
 (the CP group is the whole world) and returns plain numbers. Errors are relative: max |ours −
 reference| / max |reference|, float64.
 """
@@ -207,8 +207,8 @@ def cp_dp_on_rank(rank, world, cp=2, layout="zigzag", steps=3, reduce_over="dp x
 # ------------------------------------------------------------------ traffic, balance, memory
 def traffic_on_rank(rank, cp, b=2, a=12, s=24, d=4):
     """Bytes and calls this rank's ring and Ulysses attention put on the wire, traced with
-    :class:`minipar.tracer.trace`, forward and backward separately (float64)."""
-    from minipar.tracer import trace
+    :class:`minipar.runtime.tracer.trace`, forward and backward separately (float64)."""
+    from minipar.runtime.tracer import trace
 
     out = {}
     for method in ("ring", "ulysses"):
@@ -321,6 +321,6 @@ def _chapter_on_rank(rank, cp):
 
 def chapter_runs(cps=(1, 2, 3, 4)) -> dict[int, list[dict]]:
     """One launch per cp on gloo; each value is the list of per-rank results."""
-    from minipar.launch import run
+    from minipar.runtime.launch import run
 
     return {cp: run(_chapter_on_rank, cp, backend="gloo") for cp in cps}

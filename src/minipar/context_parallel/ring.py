@@ -25,7 +25,7 @@ import time
 
 import torch
 
-from minipar.tensor_parallel.mappings import group_rank, group_size
+from minipar.dist import group_rank, group_size
 
 from .online_softmax import block_attention, block_attention_backward, merge_blocks
 from .ring_communication import RingShift

@@ -4,14 +4,14 @@ while receiving the previous rank's, without waiting (so the caller computes mea
 Each shift is one ``isend`` to rank r+1 and one ``irecv`` from rank r−1 (group ranks, mod cp),
 posted together with ``batch_isend_irecv``, which works on gloo and on NCCL (NCCL needs the pair
 posted as one group or it can deadlock when cp = 2 and both peers are the same rank). The bytes of
-one shift per rank are the tensor's bytes (what :mod:`minipar.tracer` records for a send).
+one shift per rank are the tensor's bytes (what :mod:`minipar.runtime.tracer` records for a send).
 """
 from __future__ import annotations
 
 import torch
 import torch.distributed as dist
 
-from minipar.tensor_parallel.mappings import group_rank, group_size
+from minipar.dist import group_rank, group_size
 
 
 class RingShift:

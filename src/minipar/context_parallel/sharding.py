@@ -18,7 +18,7 @@ from __future__ import annotations
 import torch
 import torch.distributed as dist
 
-from minipar.tensor_parallel.mappings import group_rank, group_size
+from minipar.dist import group_rank, group_size
 
 LAYOUTS = ("contiguous", "zigzag")
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 import torch
 import torch.distributed as dist
 
-from minipar.tensor_parallel.mappings import group_size
+from minipar.dist import group_size
 
 from .online_softmax import full_attention
 

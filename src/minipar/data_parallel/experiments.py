@@ -6,14 +6,14 @@ The code lives in three modules, one concern each:
     measurements.py  traced bytes and calls, ZeRO's memory, PyTorch comparison, compression
     scaling.py       modelled scaling at cluster sizes, the staleness toy
 
-``run`` is :func:`minipar.launch.run` forced onto gloo (the notebook's counted experiments keep
+``run`` is :func:`minipar.runtime.launch.run` forced onto gloo (the notebook's counted experiments keep
 their tensors on the CPU); prefer ``run_on_ranks`` (``backend="auto"``) in new code.
 """
 from __future__ import annotations
 
 import functools
 
-from minipar import launch
+from minipar.runtime import launch
 
 from .measurements import (accumulation_traffic_on_rank, compression_on_rank,  # noqa: F401
                            pytorch_comparison, pytorch_comparison_on_rank, ring_bytes,
@@ -23,4 +23,4 @@ from .timing import (bucket_sweep, bucket_sweep_on_rank, make_step, run_on_ranks
                      straggler, time_variants, time_variants_on_rank, timeline_on_rank)
 
 run = functools.partial(launch.run, backend="gloo")
-run.__doc__ = "minipar.launch.run(fn, n, *args, backend='gloo'): CPU ranks for counted runs."
+run.__doc__ = "minipar.runtime.launch.run(fn, n, *args, backend='gloo'): CPU ranks for counted runs."

@@ -1,7 +1,7 @@
 """Counted (not timed) data-parallel experiments: traced bytes and calls, ZeRO's memory, the
 comparison with PyTorch's DDP and FSDP2, DDP's compression hooks. Each ``*_on_rank`` function
 runs on every rank under :func:`minipar.data_parallel.timing.run_on_ranks` (or
-``minipar.launch.run``); tensors go on :func:`minipar.device.get_device`.
+``minipar.runtime.launch.run``); tensors go on :func:`minipar.runtime.device.get_device`.
 """
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ import contextlib
 import torch
 import torch.nn.functional as F
 
-from minipar.device import get_device
-from minipar.tracer import trace
+from minipar.runtime.device import get_device
+from minipar.runtime.tracer import trace
 
 from .accumulation import accumulation_step
 from .bucketed import BucketedDataParallel

@@ -24,7 +24,7 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 
-from minipar.device import get_device, synchronize
+from minipar.runtime.device import get_device, synchronize
 
 
 class PrefetchingZeRO1:

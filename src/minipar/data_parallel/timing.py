@@ -2,9 +2,9 @@
 sweep, a straggler. Each ``*_on_rank`` function runs on every rank under :func:`run_on_ranks`;
 the plain-named wrappers launch it and reduce the per-rank results.
 
-Models and tensors go on :func:`minipar.device.get_device` (a GPU per rank under NCCL, the CPU
-under gloo) and every clock read waits for the device first (:func:`minipar.device.synchronize`).
-Timings are never taken inside ``minipar.tracer`` (its dispatch mode slows every tensor op).
+Models and tensors go on :func:`minipar.runtime.device.get_device` (a GPU per rank under NCCL, the CPU
+under gloo) and every clock read waits for the device first (:func:`minipar.runtime.device.synchronize`).
+Timings are never taken inside ``minipar.runtime.tracer`` (its dispatch mode slows every tensor op).
 """
 from __future__ import annotations
 
@@ -16,8 +16,8 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 
-from minipar import launch
-from minipar.device import get_device, synchronize
+from minipar.runtime import launch
+from minipar.runtime.device import get_device, synchronize
 
 from .bucketed import BucketedDataParallel
 from .models import mlp, mlp_params
@@ -25,7 +25,7 @@ from .naive import all_reduce_gradients
 
 
 def run_on_ranks(fn, n: int, *args, backend: str = "auto") -> list:
-    """:func:`minipar.launch.run` with ``backend="auto"``: NCCL with a GPU per rank where there
+    """:func:`minipar.runtime.launch.run` with ``backend="auto"``: NCCL with a GPU per rank where there
     are enough GPUs, gloo on the CPU otherwise (the experiments put tensors on the rank's
     device)."""
     return launch.run(fn, n, *args, backend=backend)

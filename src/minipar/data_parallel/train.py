@@ -1,7 +1,7 @@
 """One training loop for every data-parallel variant, and the single-process reference.
 
 ``train_reference`` trains on the whole global batch in one process; ``train_rank`` runs on one
-rank of ``minipar.launch.run`` and trains on that rank's slice with the chosen variant. With
+rank of ``minipar.runtime.launch.run`` and trains on that rank's slice with the chosen variant. With
 equal slices and a mean loss, every correct variant ends with the reference's parameters.
 """
 from __future__ import annotations
@@ -72,7 +72,7 @@ def train_rank(rank: int, n: int, variant: str, model, optimizer: str, batches,
                bucket_cap_mb: float = 0.001, micro: int = 2, tracer=None, group=None):
     """Train ``model`` with ``variant`` on this rank's slices; returns (local losses, params).
 
-    ``tracer``: an optional :class:`minipar.tracer` entered around the steps only. ``group``: the
+    ``tracer``: an optional :class:`minipar.runtime.tracer` entered around the steps only. ``group``: the
     process group to train in (then ``rank``, ``n`` are this rank's place in it and its size).
     """
     import contextlib

@@ -1,7 +1,7 @@
 """Runs shared by the tests and the notebook: parity with one process, traced traffic against
 the cost model, EP × DP training, and load balance under a skewed router.
 
-Each ``*_on_rank`` function runs inside ``minipar.launch.run`` (one call, several cases) and
+Each ``*_on_rank`` function runs inside ``minipar.runtime.launch.run`` (one call, several cases) and
 returns plain numbers. Float64 throughout, so "equal" means equal to ~1e-12.
 """
 from __future__ import annotations
@@ -9,10 +9,10 @@ from __future__ import annotations
 import torch
 import torch.distributed as dist
 
-from minipar import tracer
+from minipar.runtime import tracer
 from minipar.cost.expert_parallel import layer_events
 
-from .communication import group_rank, group_size
+from minipar.dist import group_rank, group_size
 from .grid import ep_dp_groups, reduce_gradients
 from .layer import ExpertParallelMoE
 from .moe import MoE
@@ -204,8 +204,8 @@ PARITY_CASES = [(1, None), (2, None), (1, 1.0), (2, 1.0)]   # (top_k, capacity_f
 
 
 def run(fn, world: int, *args, timeout: float = 300) -> list:
-    """``minipar.launch.run`` on gloo: these functions build float64 inputs with CPU generators."""
-    from minipar import launch
+    """``minipar.runtime.launch.run`` on gloo: these functions build float64 inputs with CPU generators."""
+    from minipar.runtime import launch
 
     return launch.run(fn, world, *args, backend="gloo", timeout=timeout)
 

@@ -23,7 +23,9 @@ from __future__ import annotations
 import torch
 import torch.nn as nn
 
-from .communication import all_gather_counts, all_to_all, exchange_counts, group_rank, group_size
+from minipar.dist import group_rank, group_size
+
+from .communication import all_gather_counts, all_to_all, exchange_counts
 from .moe import MoE, expert_mlp, init_experts
 from .routing import (capacity, load_balancing_loss, priority_positions, queue_ahead,
                       slot_counts, top_k_gates)

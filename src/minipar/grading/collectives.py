@@ -93,7 +93,7 @@ def _run_case(fn, x, where):
     """``fn(x)`` under the tracer, the dtype guard and the course-call watch."""
     import os
 
-    from minipar.tracer import trace
+    from minipar.runtime.tracer import trace
 
     os.write(2, f"minipar check: running case {where}\n".encode())   # shown if the rank dies
     used: set = set()
@@ -161,7 +161,7 @@ def _gather_on_rank(rank, n, fn):
 def _run(worker, n, fn):
     """The ranks under the grader's shared limits; a failure names the case it happened in."""
     from minipar.grading.limits import LimitExceeded, RankFailure, run_ranks
-    from minipar.launch import RankError
+    from minipar.runtime.launch import RankError
 
     try:
         return run_ranks(worker, n, fn)

@@ -89,7 +89,7 @@ def _average_on_rank(rank, n, fn):
     import torch.distributed as dist
 
     from minipar.data_parallel.models import TiedClassifier, token_batches
-    from minipar.tracer import trace
+    from minipar.runtime.tracer import trace
 
     def fresh():
         torch.manual_seed(0)
@@ -169,7 +169,7 @@ def _bucketed_on_rank(rank, n, make, cap):
     import torch.nn.functional as F
 
     from minipar.data_parallel.models import TiedClassifier, token_batches
-    from minipar.tracer import trace
+    from minipar.runtime.tracer import trace
     torch.manual_seed(0)
     model = TiedClassifier()
     # Our hooks go in first, so for each parameter they run before the learner's: at the last
@@ -256,7 +256,7 @@ def _accumulation_on_rank(rank, n, fn):
 
     from minipar.data_parallel import BucketedDataParallel
     from minipar.data_parallel.models import TiedClassifier, token_batches
-    from minipar.tracer import trace
+    from minipar.runtime.tracer import trace
     torch.manual_seed(0)
     model = TiedClassifier()
     dp = BucketedDataParallel(model, bucket_cap_mb=25.0)
@@ -314,7 +314,7 @@ def _zero1_problem():
 def _zero1_on_rank(rank, n, fn):
     import torch
 
-    from minipar.tracer import trace
+    from minipar.runtime.tracer import trace
     X, y, w0 = _zero1_problem()
     flat = w0.clone()                                               # (P,) on every rank
     shard = torch.nn.Parameter(flat[rank * P // n:(rank + 1) * P // n].clone())   # (P/n,)

@@ -30,7 +30,7 @@ wall-clock timeout; ``MINIPAR_GRADE_STATS=PATH`` appends
 one JSON line per call (world size, each rank's CPU-seconds, wall seconds, verdict).
 
 ``run_ranks(fn, world_size, *args)`` runs ``fn(rank, world_size, *args)`` on fresh gloo ranks
-(:func:`minipar.launch.run`) and turns every way they can fail into a
+(:func:`minipar.runtime.launch.run`) and turns every way they can fail into a
 :class:`~minipar.grading.GradeFailure` whose message is the learner's one-line reason: a rank that
 raised or died gives a :class:`RankFailure` that carries the launcher's ``RankError`` as
 ``.error`` (``rank``, ``summary``, ``remote_traceback``, ``stderr_tail``) for a checker that wants
@@ -65,7 +65,7 @@ _STATS_ENV = "MINIPAR_GRADE_STATS"
 
 
 class RankFailure(GradeFailure):
-    """A rank raised or died; ``error`` is the launcher's :class:`minipar.launch.RankError`."""
+    """A rank raised or died; ``error`` is the launcher's :class:`minipar.runtime.launch.RankError`."""
 
     def __init__(self, reason: str, error):
         super().__init__(reason)
@@ -291,12 +291,12 @@ def waiting_at(dump: str) -> str | None:
 
 # ----------------------------------------------------------------------------- the entry point
 def run_ranks(fn, world_size: int, *args, **kwargs) -> list:
-    """``minipar.launch.run(fn, world_size, *args, backend="gloo")`` under the grader's limits:
+    """``minipar.runtime.launch.run(fn, world_size, *args, backend="gloo")`` under the grader's limits:
     per-rank results in rank order, or a :class:`GradeFailure` with the learner's reason.
 
     ``kwargs`` go to ``run`` (``threads``, ``backend``); a ``timeout`` is ignored.
     """
-    from minipar.launch import RankError, run
+    from minipar.runtime.launch import RankError, run
 
     kwargs.pop("timeout", None)
     kwargs.setdefault("backend", "gloo")
@@ -344,7 +344,7 @@ def _record(world_size, watcher, wall, verdict) -> None:
 # ----------------------------------------------------------------------------- in this process
 def _in_launcher(frame) -> bool:
     while frame is not None:
-        if frame.f_globals.get("__name__") in ("minipar.launch", __name__):
+        if frame.f_globals.get("__name__") in ("minipar.runtime.launch", __name__):
             return True
         frame = frame.f_back
     return False
@@ -353,9 +353,9 @@ def _in_launcher(frame) -> bool:
 @contextlib.contextmanager
 def cpu_time_limit(seconds: float | None):
     """Raise :class:`CheckTimeLimit` in this (main) thread once this process has used
-    ``seconds`` CPU-seconds outside :func:`run_ranks`/:mod:`minipar.launch` (whose ranks have
+    ``seconds`` CPU-seconds outside :func:`run_ranks`/:mod:`minipar.runtime.launch` (whose ranks have
     their own limits and must not be interrupted half-way), or after ten times that in wall
-    time outside :func:`minipar.launch.run` (a wait that never ends). Nested, the inner limit
+    time outside :func:`minipar.runtime.launch.run` (a wait that never ends). Nested, the inner limit
     applies inside and the outer one goes on after it. A no-op off the main thread, without ``setitimer``, or for
     ``None``/0."""
     if not seconds or threading.current_thread() is not threading.main_thread() \
@@ -364,7 +364,7 @@ def cpu_time_limit(seconds: float | None):
         return
 
     wall = 10 * seconds
-    from minipar.launch import ranks_wall_seconds
+    from minipar.runtime.launch import ranks_wall_seconds
 
     start, ranks_before = time.monotonic(), ranks_wall_seconds()
 

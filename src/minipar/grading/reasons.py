@@ -116,7 +116,7 @@ def stderr_tail(text: str, lines: int = 4) -> str:
 
 def reason_for(exc: BaseException) -> str:
     """A learner-facing one-line reason for an exception raised while checking."""
-    from minipar.launch import RankError, StartError
+    from minipar.runtime.launch import RankError, StartError
 
     if isinstance(exc, (GradeFailure, CheckTimeLimit)):
         return one_line(exc)

@@ -8,12 +8,12 @@ from __future__ import annotations
 
 import torch
 
-from minipar.device import default_device
+from minipar.runtime.device import default_device
 
 
 def measurement_device() -> torch.device:
     """The launcher's device if this is a rank, else the first GPU if there is one, else the
-    CPU (decided in :func:`minipar.device.default_device`)."""
+    CPU (decided in :func:`minipar.runtime.device.default_device`)."""
     return default_device()
 
 

@@ -28,7 +28,7 @@ A message between two stages on the same rank never touches the network.
 
 A receive returns once its message is here, on both backends. On gloo ``wait()`` blocks until
 then; on NCCL it only makes this rank's CUDA stream wait, and the Python code goes on at once,
-so :meth:`P2P.recv` also calls :func:`minipar.device.synchronize` (a no-op on the CPU). Without
+so :meth:`P2P.recv` also calls :func:`minipar.runtime.device.synchronize` (a no-op on the CPU). Without
 it a timed stage would start its clock before its input had arrived, and the measured bubble
 would be the launch order's, not the schedule's.
 """
@@ -37,7 +37,7 @@ from __future__ import annotations
 import torch
 import torch.distributed as dist
 
-from minipar.device import get_device, synchronize
+from minipar.runtime.device import get_device, synchronize
 
 ACTIVATION, GRADIENT = 0, 1
 
@@ -85,7 +85,7 @@ def message_order(all_actions, rank: int, m: int | None = None) -> list[tuple] |
 
 
 def _p2p_op(op: str, t: torch.Tensor, peer: int, group):
-    # looked up at call time: minipar.tracer wraps isend/irecv, and P2POp accepts only the
+    # looked up at call time: minipar.runtime.tracer wraps isend/irecv, and P2POp accepts only the
     # function torch.distributed currently holds
     fn = dist.distributed_c10d.isend if op == "send" else dist.distributed_c10d.irecv
     return dist.P2POp(fn, t, group=group, group_peer=peer)

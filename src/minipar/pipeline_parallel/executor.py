@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 import torch
 import torch.nn.functional as F
 
-from minipar.device import synchronize
+from minipar.runtime.device import synchronize
 
 from .communication import ACTIVATION, GRADIENT, P2P, all_reduce_tied_gradient, message_order
 from .schedules import NAMES, Action, schedule

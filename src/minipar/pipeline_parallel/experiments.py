@@ -7,7 +7,7 @@ gloo ranks, tracing the first step's p2p messages; ``bubble_runs`` calls the ben
 from __future__ import annotations
 
 from minipar.cost.pipeline_parallel import pp_p2p_bytes_per_microbatch
-from minipar.launch import run
+from minipar.runtime.launch import run
 
 from .model_bubble import peak_in_flight
 from .train import max_error, small_config, token_batches, train_rank, train_reference

@@ -14,7 +14,7 @@ def measure_bubble(schedule: str, p: int, m: int, v: int = 1, t_f: float = 0.05,
                    layers: str = "timed", backend: str = "gloo") -> dict:
     """One JSON-ready dict: measured and model bubble, step time, hop latency, timeline.
     ``backend``: gloo (the chapter's default: stages only wait, nothing needs a GPU) or NCCL."""
-    from minipar.launch import run
+    from minipar.runtime.launch import run
 
     from .model_bubble import bubble_fraction
     from .schedules import schedule as make

@@ -80,7 +80,7 @@ def bench_rank(rank: int, p: int, name: str, m: int, v: int, t_f: float, t_b: fl
     """On each rank: run the schedule ``steps`` + 1 times (the first is a warm-up) with timed
     stages (``layers="timed"``) or real GPT layers (``"gpt"``: 2 layers per stage, h = 64);
     returns per step (busy seconds, end second from the common start, timeline)."""
-    from minipar.device import get_device
+    from minipar.runtime.device import get_device
 
     from .executor import PipelineExecutor
     from .schedules import schedule

@@ -9,7 +9,7 @@ embedding, so we all-reduce its gradient ourselves after ``step``. Needs torch >
 batching could deadlock on gloo before) and numpy.
 
 The stages, their ``PipelineStage`` wrappers and the batch live on the rank's device
-(:func:`minipar.device.get_device`: ``cuda:<rank>`` under NCCL, the CPU under gloo), since
+(:func:`minipar.runtime.device.get_device`: ``cuda:<rank>`` under NCCL, the CPU under gloo), since
 PyTorch's schedule allocates its receive buffers on the stage's device and NCCL moves only GPU
 tensors. The returned gradients are copied to the CPU once every message has arrived.
 """
@@ -18,7 +18,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from minipar.device import get_device
+from minipar.runtime.device import get_device
 
 from .communication import all_reduce_tied_gradient
 from .stage import build_stages

@@ -1,7 +1,7 @@
 """Train the stage-split GPT with any schedule on ranks, and the one-process reference.
 
 ``train_reference`` runs the whole GPT on the whole batch (B = m·b sequences) with a mean loss;
-``train_rank`` runs on rank r of :func:`minipar.launch.run`, splits each batch into m
+``train_rank`` runs on rank r of :func:`minipar.runtime.launch.run`, splits each batch into m
 micro-batches and runs the schedule's action list with :class:`PipelineExecutor`. With the loss
 scaled by 1/m both take the same optimizer steps, so the parameters must agree.
 """
@@ -73,10 +73,10 @@ def train_rank(rank: int, p: int, name: str, m: int, v: int, c: GPTConfig, batch
                trace_first_step: bool = False):
     """Train on rank ``rank`` of p with schedule ``name`` (or explicit ``actions``, one list per
     rank); each batch of B = m·b sequences is cut into m micro-batches of b.
-    ``trace_first_step``: record the first step's sends with :class:`minipar.tracer.trace`."""
+    ``trace_first_step``: record the first step's sends with :class:`minipar.runtime.tracer.trace`."""
     from contextlib import nullcontext
 
-    from minipar.tracer import trace
+    from minipar.runtime.tracer import trace
 
     stages = build_stages(c, rank, p, v, dtype=dtype)
     group = embedding_group(p) if emb_group == "auto" else emb_group

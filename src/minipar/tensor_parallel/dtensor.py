@@ -6,11 +6,11 @@ w1 / w2), on the same weights and inputs.
 unsharded block (loss, input gradient, weight gradients). :func:`time_on_rank` times forward +
 backward of both, interleaved round by round (used by ``minipar bench tensor_parallel``).
 
-Everything lives on the rank's device (:func:`minipar.device.get_device`: ``cuda:<rank>`` under
+Everything lives on the rank's device (:func:`minipar.runtime.device.get_device`: ``cuda:<rank>`` under
 NCCL, the CPU under gloo), the device mesh included: an NCCL process group cannot run a
 collective on CPU tensors. Weights and inputs are drawn on the CPU with fixed seeds and then
 moved, so every backend starts from the same numbers. A timed step ends with
-:func:`minipar.device.synchronize`: CUDA queues kernels, and a clock read without waiting for
+:func:`minipar.runtime.device.synchronize`: CUDA queues kernels, and a clock read without waiting for
 them measures the launch, not the work.
 """
 from __future__ import annotations
@@ -22,7 +22,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from minipar.device import get_device, synchronize
+from minipar.runtime.device import get_device, synchronize
 
 from .layers import ColumnParallelLinear, RowParallelLinear, shard
 from .mappings import group_rank, group_size

@@ -1,6 +1,6 @@
 """Rank functions behind the tests and the chapter: every piece against the unsharded module.
 
-Each ``*_on_rank(rank, t, ...)`` runs under :func:`minipar.launch.run` (or with t = 1 in one
+Each ``*_on_rank(rank, t, ...)`` runs under :func:`minipar.runtime.launch.run` (or with t = 1 in one
 process) and returns plain numbers: maximum absolute differences from the single-process
 reference, the communication events traced per layer, saved activation bytes.
 """
@@ -198,8 +198,8 @@ def all_parity(rank: int, t: int, group=None) -> dict[str, float]:
 def block_traffic(rank: int, t: int, group=None, *, sequence_parallel: bool = False,
                   c: GPTConfig = SMALL, b: int = B, dtype=torch.float64) -> list[tuple[str, int, int]]:
     """(op, nccl-tests bytes, group size) of every collective one :class:`ParallelBlock` makes in
-    one forward and backward of a (b, s, h) micro-batch, traced with :class:`minipar.tracer`."""
-    from minipar.tracer import trace
+    one forward and backward of a (b, s, h) micro-batch, traced with :class:`minipar.runtime.tracer`."""
+    from minipar.runtime.tracer import trace
 
     torch.manual_seed(0)
     blk = ParallelBlock.from_full(Layer(c).to(dtype), group, sequence_parallel=sequence_parallel)
@@ -256,11 +256,11 @@ def block_saved_bytes(rank: int, t: int, group=None, *, sequence_parallel: bool 
 
 # ------------------------------------------------------------------ for the notebook
 def run(fn, t: int, *args, backend: str = "gloo", timeout: float = 300) -> list:
-    """``minipar.launch.run``, on gloo unless asked: the parity, traffic and saved-bytes
+    """``minipar.runtime.launch.run``, on gloo unless asked: the parity, traffic and saved-bytes
     functions above build their inputs with CPU generators and measure with CPU conventions.
     ``backend="auto"`` (NCCL with one GPU per rank, else gloo) suits functions that put their
-    tensors on :func:`minipar.device.get_device`, such as :func:`overlap_on_rank`."""
-    from minipar import launch
+    tensors on :func:`minipar.runtime.device.get_device`, such as :func:`overlap_on_rank`."""
+    from minipar.runtime import launch
 
     return launch.run(fn, t, *args, backend=backend, timeout=timeout)
 
@@ -288,7 +288,7 @@ def overlap_on_rank(rank: int, t: int, h: int = 256, b: int = 4, s: int = 128,
     the input-gradient GEMM, the all-reduce from launch to the end of its wait, the
     weight-gradient GEMM running meanwhile, and whether the all-reduce had already completed
     when the GEMM ended. Times in seconds from the start of each backward."""
-    from minipar.device import get_device, synchronize
+    from minipar.runtime.device import get_device, synchronize
 
     dev = get_device()
     torch.manual_seed(0)

@@ -26,19 +26,7 @@ from __future__ import annotations
 import torch
 import torch.distributed as dist
 
-
-def group_size(group=None) -> int:
-    """Ranks in ``group`` (the default group when None); 1 when torch.distributed is not set up."""
-    if not dist.is_available() or not dist.is_initialized():
-        return 1
-    return dist.get_world_size(group)
-
-
-def group_rank(group=None) -> int:
-    """This rank's index in ``group``; 0 when torch.distributed is not set up."""
-    if not dist.is_available() or not dist.is_initialized():
-        return 0
-    return dist.get_rank(group)
+from minipar.dist import group_rank, group_size
 
 
 def divide(numerator: int, denominator: int, what: str = "dimension") -> int:

@@ -24,7 +24,7 @@ import contextlib
 
 import torch
 
-from minipar.device import get_device
+from minipar.runtime.device import get_device
 
 TP_SEED_OFFSET = 2718  # Megatron's offset between the default and the tensor-parallel seed
 

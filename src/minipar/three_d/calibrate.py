@@ -4,7 +4,7 @@ per group size, a send/recv) and the cores the ranks get, predict its step time 
 (d, t, p) layout of the ranks (:mod:`minipar.cost.calibrate`), then run each layout and
 compare.
 
-Everything runs on gloo ranks of this machine through :func:`minipar.launch.run`; ranks share the
+Everything runs on gloo ranks of this machine through :func:`minipar.runtime.launch.run`; ranks share the
 cores, so every measurement is taken with all ranks busy at once, as in a real layout. A
 benchmark reports, it never asserts a speed (``minipar bench three_d``).
 """
@@ -141,7 +141,7 @@ def measure_on_rank(rank: int, world_size: int, config: GPTConfig = TINY,
 
 def calibrate(ranks: int = 4, config: GPTConfig = TINY, reps: int = 3) -> model.Machine:
     """Measure on ``ranks`` gloo ranks and fit :class:`minipar.cost.calibrate.Machine`."""
-    from minipar.launch import run
+    from minipar.runtime.launch import run
 
     return fit_machine(run(measure_on_rank, ranks, config, BATCHES, reps, backend="gloo"),
                        ranks, config)
@@ -165,7 +165,7 @@ def fit_machine(per: list[dict], ranks: int, config: GPTConfig = TINY,
     communication: layer, stage, t = 1 block),
     :func:`~minipar.cost.calibrate.effective_cores`), communication terms from wall seconds
     with every group busy at once (the slowest rank per point)."""
-    from minipar._pool import usable_cpus
+    from minipar.runtime.pool import usable_cpus
 
     bs, secs = _slowest(per, "layer", i=1)
     c0, rate = model.fit_compute([model.layer_flops(b, config.s, config.h) for b in bs], secs)
@@ -250,8 +250,8 @@ def bench(ranks: int = 4, config: GPTConfig = TINY, batch: int = BATCH, b: int =
           steps: int = 3, reps: int = 5) -> dict:
     """Calibrate, predict every (d, t, p) of ``ranks``, run each, compare (Spearman of the step
     times, error per layout), all in one launch of ``ranks`` gloo ranks."""
-    from minipar._pool import usable_cpus
-    from minipar.launch import run
+    from minipar.runtime.pool import usable_cpus
+    from minipar.runtime.launch import run
 
     def predict(mach, d, t, p):
         return model.predict_tiny_step(mach, config.L, config.h, config.a, config.s, config.V,

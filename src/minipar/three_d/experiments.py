@@ -1,4 +1,4 @@
-"""Runs on ranks for the chapter's notebook and tests (start them with ``minipar.launch.run``)."""
+"""Runs on ranks for the chapter's notebook and tests (start them with ``minipar.runtime.launch.run``)."""
 from __future__ import annotations
 
 from .grid import RankGrid, new_groups
@@ -10,12 +10,12 @@ def group_members_on_rank(rank: int, world_size: int, d: int, t: int, p: int) ->
 
     Returns ``{kind: {"sum": int, "members": [ranks]}}``; a kind this rank has no group of
     (embedding on a middle stage) is left out. The numbers live on the rank's device
-    (:func:`minipar.device.get_device`), so this runs on NCCL as well as on gloo.
+    (:func:`minipar.runtime.device.get_device`), so this runs on NCCL as well as on gloo.
     """
     import torch
     import torch.distributed as dist
 
-    from minipar.device import get_device
+    from minipar.runtime.device import get_device
 
     dev = get_device()
     grid = RankGrid(d, t, p)

@@ -123,7 +123,7 @@ def new_groups(grid: RankGrid) -> Groups:
 
     Every rank must call ``new_group`` for every group, in the same order (the torch rule), so
     the loop runs over all groups on all ranks. Call it once, after the default group exists
-    (``minipar.launch.run`` creates it), with ``grid.world_size`` equal to the world size.
+    (``minipar.runtime.launch.run`` creates it), with ``grid.world_size`` equal to the world size.
     """
     import torch.distributed as dist
 

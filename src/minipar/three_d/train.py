@@ -30,7 +30,7 @@ Stage messages (``mode``):
 
 Every rank also trains the one-process reference (the whole GPT on the whole batch) and compares
 with its own shard of it: losses and gradients of the first step on its own micro-batches, and
-parameters after the last step. :mod:`minipar.tracer` attributes every traced call to the process
+parameters after the last step. :mod:`minipar.runtime.tracer` attributes every traced call to the process
 group it ran on (tp, dp, pp, embedding), by the group's identity, not by its size or bytes.
 
 :func:`fsdp2_tp_on_rank` composes PyTorch's own pieces the torchtitan way (``parallelize_module``
@@ -54,8 +54,9 @@ from minipar.pipeline_parallel.stage import GPTStage
 from minipar.tensor_parallel import ParallelBlock
 from minipar.tensor_parallel.block import allreduce_sequence_parallel_grads
 from minipar.tensor_parallel.experiments import grads_as_module
-from minipar.tensor_parallel.mappings import group_rank, group_size, scatter_to_sp_region
-from minipar.tracer import trace
+from minipar.dist import group_rank, group_size
+from minipar.tensor_parallel.mappings import scatter_to_sp_region
+from minipar.runtime.tracer import trace
 
 from .grid import RankGrid, new_groups
 

@@ -29,9 +29,9 @@ The idea fits in :func:`run` (about forty lines):
 What is not reset per call: settings torch reads once at import (``OMP_NUM_THREADS`` in the
 environment, for instance) keep the zygote's values; the thread count is set per call.
 The robustness machinery (start-up failures reported in seconds with the cause, socket folders
-cleaned after a killed caller, ranks that die with the zygote) lives in :mod:`minipar._pool`
-(caller side) and :mod:`minipar._rank` (zygote and rank side). The same worker functions run
-under ``torchrun``; see :mod:`minipar.run`.
+cleaned after a killed caller, ranks that die with the zygote) lives in :mod:`minipar.runtime.pool`
+(caller side) and :mod:`minipar.runtime._rank` (zygote and rank side). The same worker functions run
+under ``torchrun``; see :mod:`minipar.runtime.run`.
 """
 from __future__ import annotations
 
@@ -43,7 +43,7 @@ import time
 
 import cloudpickle
 
-from minipar import _pool
+from minipar.runtime import pool
 
 MAX_WORLD_SIZE = 64
 DEFAULT_TIMEOUT = 300.0
@@ -84,7 +84,7 @@ class StartError(RankError):
 
 # ----------------------------------------------------------------------------- the core idea
 _lock = threading.Lock()
-_zygote: _pool.Zygote | None = None
+_zygote: pool.Zygote | None = None
 _ranks_wall_s = 0.0      # wall time this process has spent in run() (waiting on its ranks)
 
 
@@ -118,20 +118,20 @@ def _run(fn, world_size: int, *args, backend: str, timeout: float, threads: int 
          on_start) -> list:
     _check(fn, world_size, timeout)
     backend = choose_backend(backend, world_size)
-    threads = threads or max(1, _pool.usable_cpus() // world_size)
-    task, cell_sources = _pool.pack(fn, args)          # a bad argument fails here, alone
+    threads = threads or max(1, pool.usable_cpus() // world_size)
+    task, cell_sources = pool.pack(fn, args)          # a bad argument fails here, alone
     with _lock:
         zygote = _warm_zygote()
         store = _free_store()                           # the rendezvous, served by the caller
-        state = _pool.caller_state(backend, store.port, timeout, threads, cell_sources)
+        state = pool.caller_state(backend, store.port, timeout, threads, cell_sources)
         deadline = time.monotonic() + max(timeout, 60.0)
         try:
             pids = zygote.fork(world_size, state, task)  # one fresh process per rank
             if on_start is not None:
                 on_start(list(pids), [os.path.join(zygote.folder, f"rank-{r}.log")
                                       for r in range(world_size)])
-            ranks = _pool.Ranks(zygote, pids, deadline)
-        except _pool.StartFailed as e:
+            ranks = pool.Ranks(zygote, pids, deadline)
+        except pool.StartFailed as e:
             raise StartError(str(e), e.log, e.cause) from None
         try:
             replies = ranks.collect(timeout, on_output=_print_prefixed)
@@ -141,10 +141,10 @@ def _run(fn, world_size: int, *args, backend: str, timeout: float, threads: int 
     failed = {r: p for r, (kind, p) in replies.items() if kind != "ok"}
     died = {r: p for r, (kind, p) in replies.items() if kind == "died"}
     if failed:  # a rank that died is the cause; else the earliest error that is not an echo
-        pool = died or failed
-        first = min(pool, key=lambda r: (_is_echo(pool[r][0]), pool[r][2]))
+        culprits = died or failed
+        first = min(culprits, key=lambda r: (_is_echo(culprits[r][0]), culprits[r][2]))
         summary, tb, _ = failed[first]
-        err = RankError(first, summary, tb, _pool.tail(ranks.log(first)))
+        err = RankError(first, summary, tb, pool.tail(ranks.log(first)))
         err.other_failures = {r: p[0] for r, p in sorted(failed.items()) if r != first}
         raise err
     silent = [r for r in range(world_size) if r not in replies]
@@ -164,7 +164,7 @@ def _is_echo(summary: str) -> bool:
     return any(e in summary for e in _ECHOES)
 
 
-def _warm_zygote() -> _pool.Zygote:
+def _warm_zygote() -> pool.Zygote:
     """The running zygote, or a new one (first call, or the old one died or was edited)."""
     global _zygote
     if _zygote is not None and _zygote.owner != os.getpid():
@@ -174,8 +174,8 @@ def _warm_zygote() -> _pool.Zygote:
         _zygote = None
     if _zygote is None:
         try:
-            _zygote = _pool.Zygote(START_TIMEOUT)
-        except _pool.StartFailed as e:
+            _zygote = pool.Zygote(START_TIMEOUT)
+        except pool.StartFailed as e:
             raise StartError(str(e), e.log, e.cause) from None
     return _zygote
 
@@ -222,9 +222,9 @@ def choose_backend(backend: str, world_size: int) -> str:
     """Resolve ``"auto"`` to NCCL (one GPU per rank) or gloo (CPU); check explicit choices.
 
     The one place that decides: ranks then put their tensors on
-    :func:`minipar.device.get_device` (``cuda:<rank>`` under NCCL, the CPU under gloo).
+    :func:`minipar.runtime.device.get_device` (``cuda:<rank>`` under NCCL, the CPU under gloo).
     """
-    from minipar.device import gpu_count, resolve_backend
+    from minipar.runtime.device import gpu_count, resolve_backend
 
     chosen = resolve_backend(backend, world_size)
     if backend != "auto":
@@ -234,7 +234,7 @@ def choose_backend(backend: str, world_size: int) -> str:
         _announced.add((chosen, world_size))
         why = (f"{gpus} GPUs >= {world_size} ranks, one GPU per rank" if chosen == "nccl"
                else f"{gpus} GPUs < {world_size} ranks, so ranks run on the CPU")
-        print(f"minipar.launch: backend={chosen} ({why})")  # stdout: part of a notebook's record
+        print(f"minipar.runtime.launch: backend={chosen} ({why})")  # stdout: part of a notebook's record
     return chosen
 
 

@@ -1,6 +1,6 @@
 """Run a course worker function under ``torchrun`` (real clusters), unchanged.
 
-    torchrun --nproc-per-node 4 -m minipar.run minipar.collectives.smoke:ring_vs_dist [ARGS...]
+    torchrun --nproc-per-node 4 -m minipar.runtime.run minipar.collectives.smoke:ring_vs_dist [ARGS...]
 
 torchrun sets ``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``, ``MASTER_ADDR`` and ``MASTER_PORT``; this
 module initialises the default process group from them (NCCL when this node has a GPU for each
@@ -28,22 +28,22 @@ def load(spec: str):
     """``"package.module:function"`` -> the function."""
     module, sep, name = spec.partition(":")
     if not sep or not name:
-        raise SystemExit(f"minipar.run: error: expected MODULE:FUNCTION, got {spec!r}")
+        raise SystemExit(f"minipar.runtime.run: error: expected MODULE:FUNCTION, got {spec!r}")
     return getattr(importlib.import_module(module), name)
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m minipar.run", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m minipar.runtime.run", description=__doc__)
     parser.add_argument("function", help="MODULE:FUNCTION taking (rank, world_size, *args)")
     parser.add_argument("args", nargs="*", help="extra arguments (Python literals or strings)")
     parser.add_argument("--backend", choices=["auto", "gloo", "nccl"], default="auto")
     ns = parser.parse_args(argv)
     if "RANK" not in os.environ or "WORLD_SIZE" not in os.environ:
-        raise SystemExit("minipar.run: error: RANK and WORLD_SIZE are not set; start this "
-                         "module with torchrun (or use minipar.launch.run from Python)")
+        raise SystemExit("minipar.runtime.run: error: RANK and WORLD_SIZE are not set; start this "
+                         "module with torchrun (or use minipar.runtime.launch.run from Python)")
     import torch.distributed as dist
 
-    from minipar import device
+    from minipar.runtime import device
 
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     local_rank = int(os.environ.get("LOCAL_RANK", 0))

@@ -3,7 +3,7 @@
 Nothing else in minipar calls ``torch.cuda`` unconditionally: code asks :func:`get_device`
 (ranks) or :func:`default_device` (single-process experiments). :func:`resolve_backend` turns
 ``"auto"`` into NCCL when there is one GPU per rank, else gloo on the CPU; the launcher
-(:func:`minipar.launch.choose_backend`) and :mod:`minipar.run` under torchrun both use it, then
+(:func:`minipar.runtime.launch.choose_backend`) and :mod:`minipar.runtime.run` under torchrun both use it, then
 call :func:`set_backend` on each rank. Time GPU work only after :func:`synchronize`.
 """
 from __future__ import annotations

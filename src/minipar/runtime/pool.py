@@ -1,4 +1,4 @@
-"""The caller side of :mod:`minipar.launch`: the robustness machinery behind ``run``.
+"""The caller side of :mod:`minipar.runtime.launch`: the robustness machinery behind ``run``.
 
 * :func:`pack` pickles a task by value, keeping the true file name of every function (cloudpickle
   replaces it with ``<dynamic-code>``; we send code objects with :mod:`marshal`, which keeps
@@ -6,7 +6,7 @@
   and line.
 * :func:`caller_state` is what a fresh rank takes from the caller: environment, working
   directory, ``sys.path``, thread count (from the CPU affinity mask), loopback interface.
-* :class:`Zygote` starts and talks to the warm zygote (:mod:`minipar._rank`) in its own session,
+* :class:`Zygote` starts and talks to the warm zygote (:mod:`minipar.runtime._rank`) in its own session,
   so a kernel restart that kills the caller's process group leaves it alive long enough to clean
   up; a zygote that cannot start is reported at once with the end of its log and a likely cause,
   and one whose connection fails in any way is killed, so the next call starts a new one.
@@ -211,7 +211,7 @@ class StartFailed(Exception):
 
 
 class Zygote:
-    """A warm process that has imported torch and forks fresh ranks (:mod:`minipar._rank`)."""
+    """A warm process that has imported torch and forks fresh ranks (:mod:`minipar.runtime._rank`)."""
 
     def __init__(self, start_timeout: float):
         remove_stale_folders()

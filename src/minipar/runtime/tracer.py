@@ -1,6 +1,6 @@
 """Record every collective and point-to-point call a rank makes: op, bytes, group size, time.
 
-    with minipar.tracer() as tr:
+    with minipar.runtime.tracer() as tr:
         dist.all_reduce(x)
     tr.summary()   # {"all_reduce": OpStats(calls=1, bytes=..., seconds=...)}
 
@@ -113,10 +113,6 @@ def _dtype(obj) -> str:
     if isinstance(obj, (list, tuple)) and obj:
         return _dtype(obj[0])
     return ""
-
-
-def _group_size(args) -> int:
-    return _group_of(args)[0]
 
 
 def _describe(pg) -> tuple[int, tuple[int, ...], str]:

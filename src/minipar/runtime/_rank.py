@@ -1,4 +1,4 @@
-"""The rank side of :mod:`minipar.launch`: a warm zygote that forks one fresh rank per call.
+"""The rank side of :mod:`minipar.runtime.launch`: a warm zygote that forks one fresh rank per call.
 
 The caller starts this file **by path** (``python _rank.py ADDRESS CALLER_PID FOLDER``), so the
 zygote imports the standard library, cloudpickle and torch, and not one minipar or user module:
@@ -38,7 +38,7 @@ import threading  # noqa: E402
 import time  # noqa: E402
 
 POLL_S = 0.2  # how often the zygote reaps children and checks that the caller is alive
-# torch modules that take seconds to import and that ranks often need (minipar.tracer enters a
+# torch modules that take seconds to import and that ranks often need (minipar.runtime.tracer enters a
 # dispatch mode, which imports dynamo): imported when the zygote is idle with no rank alive, so
 # the first call does not wait for them, a rank's exit is still reported at once, and later
 # ranks inherit them. torch only: nothing a learner edits.
@@ -306,7 +306,7 @@ def _run(rank, world, state, task) -> tuple:
 
         torch.set_num_threads(state["threads"])
         try:
-            from minipar import device  # imported afresh, from the caller's sys.path
+            from minipar.runtime import device  # imported afresh, from the caller's sys.path
         except ImportError as e:
             raise ImportError(f"minipar is not importable on the ranks from the caller's "
                               f"sys.path {sys.path}: {e}") from e

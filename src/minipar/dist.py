@@ -1,0 +1,23 @@
+"""Process-group helpers every chapter shares, each correct without a process group.
+
+Every helper answers for a single process too (no ``torch.distributed`` set up, or a group of
+one rank), so the same model code runs sharded and unsharded. The process group is always an
+argument, never a module-level global.
+"""
+from __future__ import annotations
+
+import torch.distributed as dist
+
+
+def group_size(group=None) -> int:
+    """Ranks in ``group`` (the default group when None); 1 when torch.distributed is not set up."""
+    if not dist.is_available() or not dist.is_initialized():
+        return 1
+    return dist.get_world_size(group)
+
+
+def group_rank(group=None) -> int:
+    """This rank's index in ``group``; 0 when torch.distributed is not set up."""
+    if not dist.is_available() or not dist.is_initialized():
+        return 0
+    return dist.get_rank(group)
