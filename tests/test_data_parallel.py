@@ -162,23 +162,40 @@ def test_zero_model_state_memory(launched, stage):
 
 
 # ------------------------------------------------------------------ fast, single-process
-def _one_rank(rank, n):
+def _one_rank(rank, n, scale=1.0):
+    """A wrapped model and a plain one, same seed and batch, two SGD steps: on a group of one
+    rank the gradients and the parameters after each step must be bit-identical. ``scale``
+    multiplies the wrapped model's gradients, the classic bug this check must catch."""
+    torch.manual_seed(0)
     model = TiedClassifier()
-    before = [p.detach().clone() for p in model.parameters()]
+    torch.manual_seed(0)
+    plain = TiedClassifier()
     dp = BucketedDataParallel(model)
-    x, y = token_batches(1, 4)[0]
-    torch.nn.functional.cross_entropy(model(x), y).backward()
-    grads = [None if p.grad is None else p.grad.clone() for p in model.parameters()]
-    dp.finish()
-    all_reduce_gradients(model)
-    same = all(g is None and p.grad is None or torch.equal(g, p.grad)
-               for g, p in zip(grads, model.parameters()))
-    return same, all(torch.equal(a, b) for a, b in zip(before, model.parameters()))
+    opts = [torch.optim.SGD(m.parameters(), lr=0.1) for m in (model, plain)]
+    same_grads = same_params = True
+    for x, y in token_batches(2, 4):
+        for m in (model, plain):
+            torch.nn.functional.cross_entropy(m(x), y).backward()
+        dp.finish()
+        all_reduce_gradients(model)
+        for p in model.parameters():
+            if p.grad is not None:
+                p.grad.mul_(scale)
+        same_grads &= all((a.grad is None and b.grad is None) or torch.equal(a.grad, b.grad)
+                          for a, b in zip(model.parameters(), plain.parameters()))
+        for o in opts:
+            o.step()
+            o.zero_grad()
+        same_params &= all(torch.equal(a, b) for a, b in zip(model.parameters(),
+                                                              plain.parameters()))
+    return same_grads, same_params
 
 
 def test_one_rank_group_is_a_no_op():
-    same, untouched = run(_one_rank, 1, backend="gloo")[0]
-    assert same and untouched
+    same_grads, same_params = run(_one_rank, 1, backend="gloo")[0]
+    assert same_grads and same_params
+    # negative control: a gradient scaled on the way (e.g. summed twice) changes both
+    assert run(functools.partial(_one_rank, scale=2.0), 1, backend="gloo")[0] == (False, False)
 
 
 def test_bucket_order_and_sizes():

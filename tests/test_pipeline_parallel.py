@@ -4,7 +4,6 @@ m in {p, 2p, 2p+1}; p2p traffic and activation high-water equal the model; negat
 show the checks catch an unscaled loss, a receiver that does not require grad, and a warm-up
 that deadlocks (stopped and named by the grader's deadlock watch, never a hang)."""
 import sys
-import time
 
 import cloudpickle
 import pytest
@@ -164,7 +163,6 @@ def test_wrong_warmup_deadlock_is_stopped_not_a_hang(short_stall_window):
     with pytest.raises(ScheduleError, match="deadlock"):
         simulate(mirrored_1f1b(p, m))                    # caught on paper ...
     b = token_batches(1, B_MICRO * m, C)
-    t0 = time.monotonic()
     # ... and on ranks: every rank blocked for good in a p2p receive, which the grader's watch
     # (no rank gaining CPU for its window; shortened here, a true deadlock is caught whatever
     # the window) stops with each rank's stack. A hang would never return; a slow rank is busy.
@@ -178,7 +176,6 @@ def test_wrong_warmup_deadlock_is_stopped_not_a_hang(short_stall_window):
         frames = [ln for ln in e.value.logs[r].splitlines() if ln.lstrip().startswith("File")]
         assert any("pipeline_parallel/communication.py" in f and f.endswith(" in recv")
                    for f in frames[:3]), (r, frames[:6])
-    assert time.monotonic() - t0 < 120
 
 
 # ------------------------------------------------------------------ fast
