@@ -1,6 +1,7 @@
 """The package's import graph (every import statement, lazy ones inside functions included, and
 the module names ``minipar.cli`` loads with importlib): no arrow from the library up to the
-command-line layer, and no cycle between modules (STYLE 21)."""
+command-line layer, no cycle between modules, and every arrow pointing down the layers that
+CONTRIBUTING.md describes."""
 import ast
 from pathlib import Path
 
@@ -125,3 +126,92 @@ def test_the_checks_see_an_upward_arrow_and_a_cycle():
 
 def test_errors_is_a_leaf():
     assert graph()["minipar.errors"] == set()
+
+
+# ------------------------------------------------------------------ layers (CONTRIBUTING.md)
+CHAPTERS = ("collectives", "memory_time", "data_parallel", "tensor_parallel", "pipeline_parallel",
+            "context_parallel", "expert_parallel")     # in the course's order
+COMMANDS = ("minipar.cli", "minipar.bench", "minipar.cost.cli", "minipar.grading.cli",
+            "minipar.audit")
+FLOOR = ("minipar", "minipar.errors", "minipar.cost", "minipar.runtime", "minipar.dist",
+         "minipar.grid", "minipar.model")
+
+
+def _under(module: str, prefixes) -> bool:
+    return any(module == p or module.startswith(p + ".") for p in prefixes)
+
+
+def layer_of(module: str) -> int:
+    """0 floor, 1 chapters, 2 composition, 3 explorers, 4 grading, 5 commands."""
+    if _under(module, COMMANDS):
+        return 5
+    if _under(module, ("minipar.grading",)):
+        return 4
+    if _under(module, ("minipar.widgets",)):
+        return 3
+    if _under(module, ("minipar.three_d",)):
+        return 2
+    if _under(module, tuple(f"minipar.{c}" for c in CHAPTERS)):
+        return 1
+    if module == "minipar" or _under(module, FLOOR[1:]):
+        return 0
+    raise AssertionError(f"{module} is in no layer: add it to CONTRIBUTING.md and this test")
+
+
+def package_of(module: str) -> str:
+    parts = module.split(".")
+    return ".".join(parts[:2]) if len(parts) > 1 else module
+
+
+def _chapter_index(module: str) -> int:
+    return CHAPTERS.index(module.split(".")[1])
+
+
+def layer_violations(g) -> set[tuple[str, str]]:
+    """Arrows that point up a layer, a chapter importing a later chapter (a chapter may build on
+    an earlier one's public API, as CP × TP builds on TP's block; shared helpers live in the
+    floor), or the pure cost model importing anything outside itself and minipar.errors."""
+    bad = set()
+    for a, targets in g.items():
+        for b in targets:
+            la, lb = layer_of(a), layer_of(b)
+            if lb > la:
+                bad.add((a, b))
+            elif la == lb == 1 and _chapter_index(b) > _chapter_index(a):
+                bad.add((a, b))
+            elif (_under(a, ("minipar.cost",)) and not _under(a, COMMANDS)
+                  and not _under(b, ("minipar.cost", "minipar.errors"))):
+                bad.add((a, b))
+    return bad
+
+
+def test_every_arrow_points_down_the_layers():
+    g = _without_pending(graph())
+    assert layer_violations(g) == set()
+
+
+def test_the_layer_check_sees_arrows_that_break_the_layers():
+    """Negative control: tensor parallelism importing a later chapter (context parallelism),
+    the cost model importing the runtime, and the runtime importing a chapter, are reported."""
+    g = _without_pending(graph())
+    g["minipar.tensor_parallel.layers"].add("minipar.context_parallel.ring")
+    g["minipar.cost.model"].add("minipar.runtime.tracer")
+    g["minipar.runtime.launch"].add("minipar.collectives.ring")
+    assert layer_violations(g) == {("minipar.tensor_parallel.layers",
+                                    "minipar.context_parallel.ring"),
+                                   ("minipar.cost.model", "minipar.runtime.tracer"),
+                                   ("minipar.runtime.launch", "minipar.collectives.ring")}
+
+
+def figures() -> dict:
+    """The graph's figures: packages, layers, arrows between packages, upward arrows, cycles."""
+    g = graph()
+    arrows = {(package_of(a), package_of(b)) for a, t in g.items() for b in t
+              if package_of(a) != package_of(b)}
+    return dict(modules=len(g), packages=len({package_of(m) for m in g}),
+                layers=len({layer_of(m) for m in g}), package_arrows=len(arrows),
+                upward=len(layer_violations(g)), cycles=len(cycles(g)))
+
+
+if __name__ == "__main__":      # python tests/test_import_graph.py: the figures for a review
+    print(figures())
