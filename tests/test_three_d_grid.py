@@ -73,3 +73,20 @@ def test_created_groups_reduce_over_the_right_ranks(d, t, p):
         swapped = [{"tp": r["dp"], "dp": r["tp"], **{k: r[k] for k in ("pp", "embedding")
                                                      if k in r}} for r in results]
         assert check_members(grid, swapped) != []
+
+
+@pytest.mark.parametrize("d, t, p", SHAPES)
+def test_the_3d_grid_is_the_course_grid_with_cp_and_ep_one(d, t, p):
+    from minipar.grid import Grid
+    g, whole = RankGrid(d, t, p), Grid(d, t, p)
+    for kind in ("tp", "dp", "pp", "embedding"):
+        assert g.groups(kind) == whole.groups(kind)
+    assert all(tuple(g.coord(r)) == (c.pp, c.dp, c.tp) and c.cp == 0
+               for r, c in ((r, whole.coord(r)) for r in range(g.world_size)))
+    with pytest.raises(ValueError, match=r"group kind \('cp'\) must be one of tp, dp, pp"):
+        g.groups("cp")
+
+
+def test_the_3d_grid_refuses_cp_and_ep():
+    with pytest.raises(ValueError, match=r"cp = ep = 1, got cp \(2\), ep \(1\)"):
+        RankGrid(2, 2, 2, 2)

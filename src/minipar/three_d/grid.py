@@ -1,4 +1,5 @@
-"""One rank grid for data × tensor × pipeline parallelism, and the process groups cut from it.
+"""The 3D chapter's view of the course's rank grid (:mod:`minipar.grid`): data × tensor ×
+pipeline parallelism, with context and expert parallelism left at one rank.
 
 N = d·t·p ranks are laid out as a (p, d, t) array in row-major order, so
 
@@ -18,11 +19,17 @@ Groups (each a list of global ranks):
   pp         ranks with the same (dp, tp): stride d·t, size p (one pipeline)
   embedding  first and last stage of each pipeline (tied input/output embedding gradients are
              all-reduced here, Shoeybi et al. 2019 / Megatron-LM); one rank when p = 1
+
+The whole grid, with cp between tp and dp and the experts folded over a stage, is
+:class:`minipar.grid.Grid`; this class is that grid with cp = ep = 1 and (pp, dp, tp)
+coordinates.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import NamedTuple
+
+from minipar import grid as _grid
 
 
 class Coord(NamedTuple):
@@ -32,81 +39,48 @@ class Coord(NamedTuple):
 
 
 @dataclass(frozen=True)
-class RankGrid:
-    d: int
-    t: int
-    p: int
+class RankGrid(_grid.Grid):
+    """``RankGrid(d, t, p)``: :class:`minipar.grid.Grid` with cp = ep = 1."""
+
+    kinds = ("tp", "dp", "pp", "embedding")
 
     def __post_init__(self):
-        for k in ("d", "t", "p"):
-            v = getattr(self, k)
-            if not isinstance(v, int) or v < 1:
-                raise ValueError(f"{k} ({v!r}) must be an integer >= 1")
-
-    @property
-    def world_size(self) -> int:
-        return self.d * self.t * self.p
+        super().__post_init__()
+        if (self.cp, self.ep) != (1, 1):
+            raise ValueError(f"the 3D grid has cp = ep = 1, got cp ({self.cp}), ep ({self.ep}): "
+                             "use minipar.grid.Grid")
 
     def coord(self, rank: int) -> Coord:
         """(pp, dp, tp) indices of ``rank``."""
-        if not 0 <= rank < self.world_size:
-            raise ValueError(f"rank ({rank}) must be in [0, {self.world_size})")
-        pp, rest = divmod(rank, self.d * self.t)
-        dp, tp = divmod(rest, self.t)
-        return Coord(pp, dp, tp)
+        c = super().coord(rank)
+        return Coord(c.pp, c.dp, c.tp)
 
     def rank(self, pp: int, dp: int, tp: int) -> int:
-        return pp * self.d * self.t + dp * self.t + tp
+        return super().rank(pp=pp, dp=dp, tp=tp)
 
     def tp_groups(self) -> list[list[int]]:
-        return [[self.rank(i, j, k) for k in range(self.t)]
-                for i in range(self.p) for j in range(self.d)]
+        return self.groups("tp")
 
     def dp_groups(self) -> list[list[int]]:
-        return [[self.rank(i, j, k) for j in range(self.d)]
-                for i in range(self.p) for k in range(self.t)]
+        return self.groups("dp")
 
     def pp_groups(self) -> list[list[int]]:
-        return [[self.rank(i, j, k) for i in range(self.p)]
-                for j in range(self.d) for k in range(self.t)]
+        return self.groups("pp")
 
     def embedding_groups(self) -> list[list[int]]:
-        return [sorted({g[0], g[-1]}) for g in self.pp_groups()]
+        return self.groups("embedding")
 
     def groups(self, kind: str) -> list[list[int]]:
-        kinds = {"tp": self.tp_groups, "dp": self.dp_groups, "pp": self.pp_groups,
-                 "embedding": self.embedding_groups}
-        if kind not in kinds:
-            raise ValueError(f"group kind ({kind!r}) must be one of {', '.join(kinds)}")
-        return kinds[kind]()
+        if kind not in self.kinds:
+            raise ValueError(f"group kind ({kind!r}) must be one of {', '.join(self.kinds)}")
+        return super().groups(kind)
 
-    def group_of(self, kind: str, rank: int) -> list[int]:
-        """The ``kind`` group that ``rank`` belongs to ([] for a rank outside every embedding
-        group, i.e. a middle pipeline stage)."""
-        self.coord(rank)
-        return next((g for g in self.groups(kind) if rank in g), [])
+    def _title(self) -> str:
+        return (f"(d, t, p) = ({self.d}, {self.t}, {self.p}): {self.world_size} ranks; "
+                "tp innermost, then dp, pp outermost (Megatron's order)")
 
-    def describe(self, gpus_per_node: int | None = None) -> str:
-        """A table of every rank's coordinates and the groups, for printing."""
-        lines = [f"(d, t, p) = ({self.d}, {self.t}, {self.p}): {self.world_size} ranks; "
-                 "tp innermost, then dp, pp outermost (Megatron's order)"]
-        head = "rank  pp  dp  tp" + ("  node" if gpus_per_node else "")
-        lines.append(head)
-        for r in range(self.world_size):
-            c = self.coord(r)
-            node = f"  {r // gpus_per_node:>4}" if gpus_per_node else ""
-            lines.append(f"{r:>4}  {c.pp:>2}  {c.dp:>2}  {c.tp:>2}{node}")
-        for kind in ("tp", "dp", "pp", "embedding"):
-            gs = self.groups(kind)
-            text = " ".join(str(g) for g in gs)
-            if gpus_per_node:
-                crossing = sum(len({r // gpus_per_node for r in g}) > 1 for g in gs)
-                text += f"   ({crossing} of {len(gs)} span more than one node)"
-            lines.append(f"{kind + ' groups:':<18}{text}")
-        return "\n".join(lines)
-
-    def __str__(self) -> str:
-        return self.describe()
+    def _columns(self, rank: int) -> dict[str, int]:
+        return self.coord(rank)._asdict()
 
 
 class Groups(NamedTuple):
@@ -119,7 +93,7 @@ class Groups(NamedTuple):
 
 def new_groups(grid: RankGrid) -> Groups:
     """Create every tp, dp, pp and embedding group with ``torch.distributed.new_group`` and return
-    the ones this rank belongs to.
+    the ones this rank belongs to (:func:`minipar.grid.new_groups` for these four kinds).
 
     Every rank must call ``new_group`` for every group, in the same order (the torch rule), so
     the loop runs over all groups on all ranks. Call it once, after the default group exists
@@ -127,15 +101,7 @@ def new_groups(grid: RankGrid) -> Groups:
     """
     import torch.distributed as dist
 
-    n, me = dist.get_world_size(), dist.get_rank()
-    if n != grid.world_size:
-        raise ValueError(f"world size ({n}) must equal d·t·p ({grid.d}·{grid.t}·{grid.p} = "
-                         f"{grid.world_size})")
-    mine = {}
-    for kind in ("tp", "dp", "pp", "embedding"):
-        mine[kind] = None
-        for ranks in grid.groups(kind):
-            g = dist.new_group(ranks)
-            if me in ranks:
-                mine[kind] = g
-    return Groups(**mine)
+    if dist.get_world_size() != grid.world_size:
+        raise ValueError(f"world size ({dist.get_world_size()}) must equal d·t·p ({grid.d}·"
+                         f"{grid.t}·{grid.p} = {grid.world_size})")
+    return Groups(**_grid.new_groups(grid, Groups._fields))
