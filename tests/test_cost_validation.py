@@ -1,9 +1,11 @@
-"""The planner's model against published measured runs (minipar.cost.validation).
+"""The planner's model against measured runs (minipar.cost.validation).
 
-One test per published row, tolerance ±10 % on the step time, with one set of A100 constants and
-nothing fitted per row. Where the model does not reach ±10 % (MT-NLG; the PTD-P/ZeRO-3 ratio at
-±15 %, and its smallest GPU count), the test asserts what it does reach and names the effect that
-is missing.
+Published A100 runs: one test per row, ±10 % on the step time, with the inputs as run (Table 1's
+micro-batch and interleaving from the paper's reproduction script) and at the micro-batch the
+planner picks. η was settled on Table 1 at b = v = 1, so that setting is in-sample; where the
+model misses at the real inputs, the test asserts what it reaches and the evidence for the
+missing effect. H200: the validation set (h200_step_times.json) predicted from constants set
+on the calibration set only (h200_layer_gemm_times.json), one test per row and quantity.
 """
 from dataclasses import replace
 
@@ -12,20 +14,90 @@ import pytest
 from minipar.cost import hardware, validation
 from minipar.cost.model import flops_per_iteration
 
-ROWS = {r.name: r for r in validation.published_runs()}
-WITHIN_10 = [r.name for r in validation.RUNS if r.name != "MT-NLG 530B"]
+ROWS = {r.name: r for r in validation.published_runs()}           # as run
+PLANNER = {r.name: r for r in validation.published_runs("planner")}
+OLD = {run.name: validation.predict(replace(run, chunks=1), "1")           # b = 1, v = 1: where
+       for run in validation.RUNS if run.where == "Table 1"}              # η was settled
+TABLE1 = [r.name for r in validation.RUNS if r.where == "Table 1"]
+OTHERS = [r.name for r in validation.RUNS if r.where != "Table 1" and r.name != "MT-NLG 530B"]
 
 
-@pytest.mark.parametrize("name", WITHIN_10)
-def test_published_run_within_10_percent(name):
+def test_table1_inputs_are_the_ones_that_ran():
+    """Micro-batch and interleaving from the paper's reproduction script: v = 3, 2, 2, 3 for
+    76 B, 145 B, 310 B, 530 B (§5.1: Table 1 ran the interleaved schedule), PyTorch's DDP for
+    the p = 1 rows; each layout fits, B = d·b·m with m a multiple of p where interleaved."""
+    runs = {r.name: r for r in validation.RUNS}
+    assert [runs[n].micro_batch for n in TABLE1] == [16, 16, 16, 8, 4, 2, 2, 1, 1, 1]
+    assert [runs[n].chunks for n in TABLE1] == [1, 1, 1, 1, 1, 3, 2, 2, 3, 1]
+    assert [runs[n].dp_overlap for n in TABLE1] == [True] * 4 + [False] * 6
+    for n in TABLE1:
+        r, row = runs[n], ROWS[n]
+        t, p, d = r.layout
+        assert row.fits and t * p * d == r.gpus
+        m = r.batch // (d * r.micro_batch)
+        assert m * d * r.micro_batch == r.batch and (r.chunks == 1 or m % p == 0)
+        assert r.model.layers % (p * r.chunks) == 0
+    assert runs["BLOOM 176B"].published_tflops == 156
+    assert (runs["MT-NLG 530B"].published_step, runs["MT-NLG 530B"].where) == (60.1, "§2.4")
+
+
+@pytest.mark.parametrize("name", TABLE1)
+def test_table1_row_at_the_planners_micro_batch(name):
+    """At the micro-batch the planner picks for the published layout (as ``minipar plan``
+    would), each Table 1 row is within ±10 % of its measured step, or it is predicted too fast
+    and the missing effect is the one named: the same row is within ±10 % at b = 1 and v = 1,
+    the inputs η = 0.78 was settled on, so the miss is how the model prices a larger
+    micro-batch (and interleaving), not the layout."""
+    r = PLANNER[name]
+    assert r.fits and r.mode == "planner"
+    if abs(r.error) > 10:
+        assert r.error < -10, f"{name}: {r.error:+.1f} % (too slow: no effect named for that)"
+        assert r.micro_batch > 1 or r.chunks > 1
+        assert abs(OLD[name].error) <= 10, f"{name}: {OLD[name].error:+.1f} % at b = v = 1"
+    # the published TFLOP/s and step time are the same measurement (Eq. 3 FLOPs)
+    run = next(x for x in validation.RUNS if x.name == name)
+    flops = flops_per_iteration(run.batch, run.model.seq, run.model.layers, run.model.hidden,
+                                run.model.vocab, "full")
+    assert flops / (r.gpus * r.published_step) / 1e12 == pytest.approx(r.published_tflops)
+
+
+def test_the_missing_effect_gemm_tile_quantisation():
+    """The evidence for the named effect, from the H200 GEMM calibration set: where the GEMM
+    model's single-tile wave quantisation gives q < 0.8, the measured GEMMs reach a clearly
+    larger fraction of the matmul ceiling (cuBLAS picks smaller tiles), so the model
+    over-penalises the small-M GEMMs of b = 1 and a larger b gains more than it should."""
+    ev = validation.wave_quantisation_evidence()
+    assert ev["n"] >= 5
+    assert ev["measured"] > ev["q"] + 0.1, ev
+    # in the prediction: the rows that ran b >= 8 are faster per sequence at their b than at 1
+    for name in TABLE1[:4]:
+        assert ROWS[name].predicted_step < 0.9 * validation.predict(
+            next(x for x in validation.RUNS if x.name == name), "1").predicted_step
+
+
+@pytest.mark.xfail(strict=True, reason="Spearman of Table 1's throughputs at the planner's "
+                   "micro-batch is 0.38 with today's GEMM model (target 0.6); at b = v = 1, "
+                   "where η was settled, it is 0.85 (see test_the_missing_effect_...)")
+def test_table1_throughput_order_at_the_planners_micro_batch():
+    s = validation.table1_summary("planner")
+    assert s["spearman"] >= 0.6
+
+
+def test_table1_order_where_eta_was_settled():
+    """In-sample (b = v = 1): Spearman ≥ 0.8 and small models slower than the large, as
+    measured. The same order at the planner's micro-batch is the test above."""
+    rows = [OLD[n] for n in TABLE1]
+    assert validation.spearman([r.predicted_tflops for r in rows],
+                               [r.published_tflops for r in rows]) >= 0.8
+    small, large = rows[:4], rows[-2:]
+    assert max(r.predicted_tflops for r in small) < min(r.predicted_tflops for r in large)
+
+
+@pytest.mark.parametrize("name", OTHERS)
+def test_other_published_run_within_10_percent(name):
     r = ROWS[name]
     assert r.fits, f"{name}: the published layout must fit ({r.config.bytes_per_gpu / 2**30:.1f} GiB)"
     assert abs(r.error) <= 10, f"{name}: predicted {r.predicted_step:.2f} s vs {r.published_step:.2f} s"
-    # the published TFLOP/s and step time are the same measurement (Eq. 3 FLOPs)
-    run = next(x for x in validation.RUNS if x.name == name)
-    flops = flops_per_iteration(run.batch, run.model.seq, run.flops_layers or run.model.layers,
-                                run.model.hidden, run.model.vocab, "full")
-    assert flops / (r.gpus * r.published_step) / 1e12 == pytest.approx(r.published_tflops)
 
 
 def test_mt_nlg_60s_reaches_25_percent_and_the_missing_effect_is_the_implementation():
@@ -41,33 +113,30 @@ def test_mt_nlg_60s_reaches_25_percent_and_the_missing_effect_is_the_implementat
     assert r.published_tflops / same.published_tflops == pytest.approx(0.77, abs=0.01)
 
 
-def test_table1_throughput_order_is_right():
-    """Spearman between predicted and measured TFLOP/s over Table 1's ten rows, and the small
-    models predicted slower than the large ones, as measured (137 vs 163 TFLOP/s)."""
-    rows = [ROWS[r.name] for r in validation.RUNS[:10]]
-    rho = validation.spearman([r.predicted_tflops for r in rows],
-                              [r.published_tflops for r in rows])
-    assert rho >= 0.8
-    small, large = rows[:4], rows[-2:]
-    assert max(r.predicted_tflops for r in small) < min(r.predicted_tflops for r in large)
-
-
 def test_negative_controls_fail_the_tolerance():
-    """(1) A constant 50 % of peak (156 TFLOP/s, what the old ±7-point test accepted) misses
-    rows by more than 10 %. (2) Without the memory-bound kernels (infinite HBM bandwidth) the
-    model predicts the small models too fast and loses the order: the effect that matters."""
-    table1 = [ROWS[r.name] for r in validation.RUNS[:10]]
+    """(1) A constant 50 % of peak (156 TFLOP/s) misses rows by more than 10 %. (2) Without the
+    memory-bound kernels (infinite HBM bandwidth) the model predicts the small models too fast
+    and loses the order even where η was settled (b = v = 1)."""
+    table1 = [ROWS[n] for n in TABLE1]
     const = [100 * (r.published_tflops / 156 - 1) for r in table1]     # step error of 156 TF
     assert max(abs(e) for e in const) > 10
     gpu = hardware.GPUS["A100-80GB"]
     try:
         hardware.GPUS["A100-80GB"] = replace(gpu, hbm_bandwidth=1e30)
-        rows = validation.published_runs()[:10]
+        rows = [validation.predict(replace(r, chunks=1), "1") for r in validation.RUNS[:10]]
     finally:
         hardware.GPUS["A100-80GB"] = gpu
     assert max(abs(r.error) for r in rows) > 10
     assert validation.spearman([r.predicted_tflops for r in rows],
                                [r.published_tflops for r in rows]) < 0.8
+
+
+def test_micro_batch_choice_is_checked():
+    run = validation.RUNS[0]
+    assert validation.predict(run, 4).micro_batch == 4
+    with pytest.raises(ValueError, match=r"micro_batch \('big'\) must be one of as run, 1, planner"):
+        validation.predict(run, "big")
+    assert validation.planner_micro_batch(run) <= validation.PLANNER_MAX_MICRO_BATCH
 
 
 def test_zero3_table2_transcription_matches_the_papers_text():
@@ -165,3 +234,84 @@ def test_table_text_has_every_row():
     text = validation.table()
     assert len(text.splitlines()) == 1 + len(validation.RUNS)
     assert "MT-NLG 530B" in text and "BLOOM 176B" in text
+    modes = validation.table_modes()
+    assert len(modes.splitlines()) == 1 + len(validation.RUNS) + 3
+    assert len(validation.h200_table().splitlines()) == 1 + len(validation.h200_runs())
+
+
+def test_module_prints_both_tables():
+    import subprocess
+    import sys
+    out = subprocess.run([sys.executable, "-m", "minipar.cost.validation"], capture_output=True,
+                         text=True, check=True).stdout
+    assert "PTD-P 1.7B" in out and "GPT 350M" in out and "err(planner)" in out
+
+
+# --- one H200: the validation set, constants from the calibration set only -----------------
+
+H200 = validation.h200_runs()
+H200_IDS = [f"{r.name} {r.attention}" for r in H200]
+# What today's planner misses, each with its measured numbers: strict, so a fix that makes a row
+# pass fails here until its mark is removed (nothing passes or fails silently).
+MISSING_TODAY = {
+    ("GPT 350M sdpa", "time"): "+39 %: the planner has no flash-attention kernel yet "
+                               "(prices the s² scores through HBM)",
+    ("GPT 350M sdpa", "memory"): "78 GiB predicted vs 28 measured: s² scores stored (no flash)",
+    ("GPT 1.3B sdpa", "memory"): "62 GiB vs 40: s² scores stored (no flash)",
+    ("GPT 1.3B unfused", "time"): "−44 %: the unfused attention's many small kernels are not "
+                                  "priced at their measured rate",
+    ("GPT 2.7B sdpa", "time"): "refused: 141 GiB predicted for a run that peaked at 71",
+    ("GPT 2.7B sdpa", "memory"): "+99 %: no flash, 16-byte recipe",
+    ("GPT 1.3B s8192 sdpa", "time"): "refused: 153 GiB predicted for a run that peaked at 40",
+    ("GPT 1.3B s8192 sdpa", "memory"): "+283 %: the s² = 8192² scores stored (no flash)",
+}
+
+
+def _h200_case(quantity):
+    return [pytest.param(r, id=i, marks=pytest.mark.xfail(strict=True,
+                                                          reason=MISSING_TODAY[(i, quantity)]))
+            if (i, quantity) in MISSING_TODAY else pytest.param(r, id=i)
+            for r, i in zip(H200, H200_IDS)]
+
+
+def test_h200_constants_come_from_the_calibration_set_only():
+    """η = the 8192³ matmul's 775 TFLOP/s over the 989 peak, HBM = the 2 GiB copy's rate;
+    nothing from the step-time file (it is never read to set a constant)."""
+    import json
+    from pathlib import Path
+    g = validation.h200_gpu()
+    cal = json.loads((Path(validation.__file__).parent / "measurements"
+                      / "h200_layer_gemm_times.json").read_text())
+    assert g.gemm_efficiency * g.peak_flops["bf16"] == pytest.approx(cal["gemm_ceiling_flops"])
+    assert g.hbm_bandwidth == cal["copy_bytes_per_s"]
+    assert 0.75 < g.gemm_efficiency < 0.80 and len(H200) == 5
+
+
+@pytest.mark.parametrize("row", _h200_case("time"))
+def test_h200_step_time(row):
+    """Every row that ran is admitted, and its step time is within ±15 % (SDPA) or ±25 %
+    (unfused attention) of the measured one."""
+    assert row.fits, f"{row.name}: refused ({row.predicted_gib:.0f} GiB), ran at {row.measured_gib:.0f}"
+    tol, _ = validation.h200_targets(row)
+    assert abs(row.time_error) <= tol, f"{row.name}: {row.time_error:+.1f} %"
+
+
+@pytest.mark.parametrize("row", _h200_case("memory"))
+def test_h200_peak_memory(row):
+    _, tol = validation.h200_targets(row)
+    assert abs(row.memory_error) <= tol, \
+        f"{row.name}: {row.predicted_gib:.1f} GiB vs {row.measured_gib:.1f} ({row.memory_error:+.0f} %)"
+
+
+def test_h200_negative_control_unfused_attention_on_the_sdpa_rows():
+    """Pricing PyTorch's fused attention as the unfused kernels (s² scores through HBM and kept
+    for the backward) misses the SDPA rows: their memory by far more than 15 %."""
+    forced = validation.h200_runs(attention="unfused")
+    sdpa = [r for r in forced if r.attention == "sdpa"]
+    assert all(r.memory_error > 15 or not r.fits for r in sdpa)
+
+
+def test_h200_summary_counts():
+    s = validation.h200_summary(H200)
+    assert s["n"] == 5 and s["time_ok"] + len(s["refused"]) <= s["n"]
+    assert s["refused"] == [r.name for r in H200 if not r.fits]
