@@ -65,3 +65,59 @@ def all_gather_counts(counts: torch.Tensor, group=None) -> torch.Tensor:
     out = counts.new_empty(n * counts.numel())                   # (ep·K·E,)
     dist.all_gather_single(out, counts.flatten(), group=group)
     return out.view(n, *counts.shape)                             # (ep, K, E)
+
+
+def _all_gather_rows(x: torch.Tensor, group) -> torch.Tensor:
+    n = group_size(group)
+    out = x.new_empty((n * x.shape[0], *x.shape[1:]))
+    dist.all_gather_single(out, x.contiguous(), group=group)
+    return out
+
+
+def _reduce_scatter_rows(x: torch.Tensor, group) -> torch.Tensor:
+    n = group_size(group)
+    out = x.new_empty((x.shape[0] // n, *x.shape[1:]))
+    dist.reduce_scatter_single(out, x.contiguous(), group=group)
+    return out
+
+
+class _AllGather(torch.autograd.Function):
+    """Forward: rows of every rank, rank order (all-gather). Backward: reduce-scatter, rank r
+    keeps the sum over ranks of the gradient of its own rows."""
+
+    @staticmethod
+    def forward(ctx, x, group):
+        ctx.group = group
+        return _all_gather_rows(x, group)
+
+    @staticmethod
+    def backward(ctx, grad):
+        return _reduce_scatter_rows(grad, ctx.group), None
+
+
+class _ReduceScatter(torch.autograd.Function):
+    """Forward: sum over ranks, rank r keeps row block r (reduce-scatter). Backward: all-gather."""
+
+    @staticmethod
+    def forward(ctx, x, group):
+        ctx.group = group
+        return _reduce_scatter_rows(x, group)
+
+    @staticmethod
+    def backward(ctx, grad):
+        return _all_gather_rows(grad, ctx.group), None
+
+
+def all_gather_rows(x: torch.Tensor, group=None) -> torch.Tensor:
+    """Differentiable all-gather along dim 0: (m, ...) on each of g ranks -> (g·m, ...)."""
+    return x if group_size(group) == 1 else _AllGather.apply(x, group)
+
+
+def reduce_scatter_rows(x: torch.Tensor, group=None) -> torch.Tensor:
+    """Differentiable reduce-scatter along dim 0: (g·m, ...) -> (m, ...), summed over ranks."""
+    return x if group_size(group) == 1 else _ReduceScatter.apply(x, group)
+
+
+def a2a_index(x: torch.Tensor, out_splits: list[int], in_splits: list[int], group=None):
+    """Uneven all-to-all of integer metadata (expert indices): no gradient."""
+    return _a2a(x, list(out_splits), list(in_splits), group)

@@ -59,15 +59,16 @@ def _probs_experts(moe, x):
 
 
 def parity_on_rank(rank: int, experts: int, top_k: int, capacity_factor=None,
-                   cls=ExpertParallelMoE, seed: int = 0, group=None) -> dict:
+                   cls=ExpertParallelMoE, seed: int = 0, group=None, **layer_kw) -> dict:
     """Max differences of this rank's EP layer against the reference on all ranks' tokens:
-    outputs, input grads, owned experts' w1/w2 grads, the summed router grad, kept masks."""
+    outputs, input grads, owned experts' w1/w2 grads, the summed router grad, kept masks.
+    ``layer_kw``: the layer's ``kernel``, ``dispatcher``, ``node_group``, ``rail_group``."""
     ep, r = group_size(group), group_rank(group)
     moe = make_moe(experts, top_k, capacity_factor, seed)
     chunks = [_randn(tokens_on(s), H, seed=100 + s) for s in range(ep)]
     weights = [_randn(tokens_on(s), H, seed=200 + s) for s in range(ep)]
     y_ref, dx_ref = reference(moe, chunks, weights)
-    layer = cls.from_full(moe, group=group)
+    layer = cls.from_full(moe, group=group, **layer_kw)
     x = chunks[r].clone().requires_grad_()
     y = layer(x)
     ((y * weights[r]).sum() + layer.aux_loss).backward()

@@ -10,13 +10,17 @@ et al. 2021, §3.2; Fedus et al. 2022, §2.2 and Figure 3):
 2. sorts the kept assignments by expert (so by destination rank), **exchanges counts** (one
    all-to-all of E integers: how many rows each rank will receive for each local expert);
 3. **dispatch**: an all-to-all with uneven splits sends each row to its expert's owner;
-4. runs each local expert on the rows it received (from all sources);
+4. runs each local expert on the rows it received (from all sources): the rows are permuted
+   expert-major and go through one grouped GEMM per weight (:mod:`.grouped`; ``kernel="loop"``
+   is the per-expert Python loop kept for comparison);
 5. **combine**: the inverse all-to-all brings the results back in dispatch order; each row is
    scaled by its gate and added into its token's output row, restoring the original order.
 
-Backward runs the same two all-to-alls in reverse (:mod:`.communication`). The router's gradient
-on a rank is its own tokens' contribution; summing it over the ranks that hold different tokens
-(the data-parallel group of dense parameters, which contains the EP group) gives the full one.
+Steps 2-5 are the ``all_to_all`` dispatcher; ``dispatcher="all_gather"`` or ``"node_dedup"``
+moves the same rows differently (:mod:`.dispatchers`). Backward runs the collectives' adjoints
+(:mod:`.communication`). The router's gradient on a rank is its own tokens' contribution;
+summing it over every rank that holds different tokens gives the full one (the EP group need
+not be inside the dense weights' data-parallel group: :mod:`.folding`).
 """
 from __future__ import annotations
 
@@ -25,8 +29,10 @@ import torch.nn as nn
 
 from minipar.dist import group_rank, group_size
 
-from .communication import all_gather_counts, all_to_all, exchange_counts
-from .moe import MoE, expert_mlp, init_experts
+from .communication import all_gather_counts
+from .dispatchers import DISPATCHERS, FORWARD
+from .grouped import KERNELS, grouped_mlp
+from .moe import MoE, init_experts
 from .routing import (capacity, load_balancing_loss, priority_positions, queue_ahead,
                       slot_counts, top_k_gates)
 
@@ -40,9 +46,21 @@ class ExpertParallelMoE(nn.Module):
     """
 
     def __init__(self, hidden: int, ffn: int, experts: int, top_k: int,
-                 capacity_factor: float | None = None, renormalize: bool = True, group=None):
+                 capacity_factor: float | None = None, renormalize: bool = True, group=None,
+                 kernel: str = "padded", dispatcher: str = "all_to_all", node_group=None,
+                 rail_group=None):
         super().__init__()
         ep = group_size(group)
+        if kernel not in KERNELS:
+            raise ValueError(f"kernel ({kernel!r}) must be one of {KERNELS}")
+        if dispatcher not in DISPATCHERS:
+            raise ValueError(f"dispatcher ({dispatcher!r}) must be one of {DISPATCHERS}")
+        self.kernel, self.dispatcher = kernel, dispatcher
+        self.node_group, self.rail_group = node_group, rail_group
+        self.node_size = group_size(node_group) if dispatcher == "node_dedup" else 1
+        if dispatcher == "node_dedup" and ep != self.node_size * group_size(rail_group):
+            raise ValueError(f"ep ({ep}) must equal node_size ({self.node_size}) × nodes "
+                             f"({group_size(rail_group)}): build the groups with node_groups()")
         if experts % ep:
             raise ValueError(f"experts ({experts}) must be divisible by ep ({ep})")
         if not 1 <= top_k <= experts:
@@ -59,10 +77,11 @@ class ExpertParallelMoE(nn.Module):
         self.w2 = nn.Parameter(w2.data[own].clone())              # (E/ep, f, h)
 
     @classmethod
-    def from_full(cls, moe: MoE, group=None) -> "ExpertParallelMoE":
-        """This rank's part of ``moe``: the router copied, its experts' weights copied (not views)."""
+    def from_full(cls, moe: MoE, group=None, **kw) -> "ExpertParallelMoE":
+        """This rank's part of ``moe``: the router copied, its experts' weights copied (not
+        views). ``kw``: ``kernel``, ``dispatcher``, ``node_group``, ``rail_group``."""
         m = cls(moe.hidden, moe.ffn, moe.experts, moe.top_k, moe.capacity_factor,
-                moe.renormalize, group).to(moe.w1.dtype)
+                moe.renormalize, group, **kw).to(moe.w1.dtype)
         own = slice(m.first, m.first + m.local)
         with torch.no_grad():
             m.router.weight.copy_(moe.router.weight)
@@ -81,15 +100,19 @@ class ExpertParallelMoE(nn.Module):
         ahead = queue_ahead(all_counts, self.rank)                # (K, E)
         return priority_positions(experts, self.experts, ahead) < C
 
+    def grouped(self, rows: torch.Tensor, sizes: torch.Tensor) -> torch.Tensor:
+        """Rows grouped by local expert (``sizes`` (E/ep,)) -> each through its expert: one
+        grouped GEMM per weight (:mod:`.grouped`), or the per-expert loop (``kernel="loop"``)."""
+        return grouped_mlp(rows, sizes, self.w1, self.w2, self.kernel)
+
     def run_experts(self, rows: torch.Tensor, recv_counts: torch.Tensor) -> torch.Tensor:
-        """Rows grouped by source rank, then local expert -> each through its expert, same order."""
-        local_e = torch.arange(self.local).repeat(self.ep)        # (ep·E/ep,) expert of each chunk
+        """Rows grouped by source rank, then local expert (``recv_counts`` (sources, E/ep)) ->
+        each through its expert, same order: permute to expert-major, grouped MLP, unpermute."""
+        sources = recv_counts.shape[0]
+        local_e = torch.arange(self.local).repeat(sources)        # (sources·E/ep,) chunk's expert
         row_e = local_e.repeat_interleave(recv_counts.flatten())  # (m,) local expert of each row
         order = torch.argsort(row_e, stable=True)                 # expert-major, sources in order
-        grouped = rows[order]                                     # (m, h)
-        outs = [expert_mlp(chunk, self.w1[e], self.w2[e])
-                for e, chunk in enumerate(grouped.split(recv_counts.sum(0).tolist()))]
-        out = torch.cat(outs) if outs else grouped                # (m, h) expert-major
+        out = self.grouped(rows[order], recv_counts.sum(0))       # (m, h) expert-major
         return out[torch.argsort(order)]                          # back to source-major
 
     def combine(self, back: torch.Tensor, token: torch.Tensor, gate: torch.Tensor,
@@ -105,18 +128,5 @@ class ExpertParallelMoE(nn.Module):
         self.aux_loss = load_balancing_loss(probs, experts)
         kept = self.keep(experts)                                 # (n, K)
         self.kept, self.dropped = kept, int((~kept).sum())
-        # assignments in priority order (slot-major), the dropped ones removed
-        token = torch.arange(n).repeat(K)[kept.T.reshape(-1)]     # (a,)
-        expert = experts.T.reshape(-1)[kept.T.reshape(-1)]        # (a,)
-        gate = gates.T.reshape(-1)[kept.T.reshape(-1)]            # (a,)
-        order = torch.argsort(expert, stable=True)                # dispatch order: by expert
-        token, expert, gate = token[order], expert[order], gate[order]
-        send = torch.bincount(expert, minlength=self.experts).view(self.ep, self.local)
-        recv = exchange_counts(send, self.group)                  # (ep, E/ep)
-        self.send_counts, self.recv_counts = send, recv
-        self.tokens_per_expert = recv.sum(0)                      # (E/ep,)
-        in_splits, out_splits = send.sum(1).tolist(), recv.sum(1).tolist()
-        rows = all_to_all(x[token], out_splits, in_splits, self.group)       # dispatch (m, h)
-        out = self.run_experts(rows, recv)                                   # (m, h)
-        back = all_to_all(out, in_splits, out_splits, self.group)            # combine (a, h)
-        return self.combine(back, token, gate, n).reshape(shape)
+        y = FORWARD[self.dispatcher](self, x, experts, gates, kept)
+        return y.reshape(shape)

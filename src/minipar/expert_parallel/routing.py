@@ -19,16 +19,16 @@ token (top-K), n tokens, C tokens an expert may take (its capacity), c_f the cap
   around the layer, not modelled here, carries the token on).
 * **Balancing loss** (Fedus et al. 2022, Eq. 4–6): aux = E · Σ_e f_e · P_e with f_e the fraction
   of the n·K assignments routed to e (before dropping) and P_e the mean router probability of e.
-  It is 1 for a perfectly even router and E when every token goes to one expert; only P carries a
-  gradient. (Switch has K = 1; dividing the counts by n·K keeps aux = 1 at balance for any K, as
+  It is 1 for a perfectly even router; its maximum, E/K, is reached when every token sends its K
+  choices to the same K experts (E for top-1); only P carries a gradient. (Switch has K = 1; dividing the counts by n·K keeps aux = 1 at balance for any K, as
   Megatron-LM's ``switch_load_balancing_loss_func`` does.)
 """
 from __future__ import annotations
 
-import math
-
 import torch
 import torch.nn.functional as F
+
+from minipar.cost.expert_parallel import capacity  # noqa: F401  one definition, the cost model's
 
 
 def top_k_gates(logits: torch.Tensor, top_k: int, renormalize: bool = True):
@@ -44,15 +44,6 @@ def top_k_gates(logits: torch.Tensor, top_k: int, renormalize: bool = True):
     top_p, experts = probs.topk(top_k, dim=-1)                    # (n, K), (n, K)
     gates = top_p / top_p.sum(-1, keepdim=True) if renormalize else top_p
     return probs, gates, experts
-
-
-def capacity(tokens: int, experts: int, top_k: int, capacity_factor: float | None) -> int | None:
-    """C = ⌈c_f · K · n / E⌉ tokens per expert (GShard §2.2, Switch §2.2); None: no limit."""
-    if capacity_factor is None:
-        return None
-    if capacity_factor <= 0:
-        raise ValueError(f"capacity_factor ({capacity_factor}) must be > 0")
-    return math.ceil(capacity_factor * top_k * tokens / experts)
 
 
 def slot_counts(experts: torch.Tensor, num_experts: int) -> torch.Tensor:
