@@ -16,6 +16,14 @@ rows (tokens) or elements.
 * **Time**: pairwise-exchange all-to-all (x−1)α + (x−1)/x·Sβ of
   :func:`minipar.cost.collectives.collective_time`, with α and the bandwidth fitted in the
   collectives chapter. Uneven rows: the slowest rank sets the time (its larger S).
+* **Dispatchers** (Megatron-Core's token dispatchers; DeepSeek-V3 §3.2.2 and DeepEP): the
+  all-gather dispatcher's sizes depend only on the token counts (:func:`all_gather_events`);
+  the node-deduplicated one sends a token once per destination node over the rail and fans it
+  out inside the node (:func:`node_dedup_rows`, :func:`node_dedup_events`,
+  :func:`inter_node_rows`, :func:`expected_nodes_per_token`).
+* **MoE parallel folding** (Liu et al. 2025; Megatron-Core): the expert layers re-slice the
+  ranks of a pipeline stage as ETP × EP × EDP independently of the attention's TP × CP × DP
+  (:func:`folded_expert_dp`, :func:`folded_moe_traffic`, :func:`off_node_fraction`).
 * **Parameters** (Fedus et al. 2022, §2; Jiang et al. 2024, Table 1): an expert is an MLP of
   ``matrices`` h×f weights (2 for GELU, 3 for SwiGLU); E of them are stored, K are used per
   token: memory ∝ total, FLOPs ∝ active (2 FLOPs per multiply-add, forward).
@@ -107,14 +115,19 @@ def all_to_all_vs_all_reduce(nbytes: float, ranks: int, alpha: float,
 
 
 def tokens_vs_weights_bytes(tokens: int, top_k: int, hidden: int, ffn: int, experts: int,
-                            ep: int, bytes_per_elem: float = 4, matrices: int = 2) -> dict:
-    """Per rank, per layer, per step: bytes EP sends (four all-to-alls of K·n rows, (x−1)/x off
-    rank) vs bytes data parallelism would send to all-reduce the E experts' gradients on x
-    ranks (ring, 2(x−1)/x·S). "Move tokens, not weights."""
+                            ep: int, bytes_per_elem: float = 4, matrices: int = 2,
+                            micro_batches: int = 1) -> dict:
+    """Per rank and layer, bytes that leave the rank: EP's four all-to-alls of K·n rows ((x−1)/x
+    off rank), which run for **every micro-batch** of n tokens, against the ring all-reduce of
+    the E experts' gradients on x ranks (2(x−1)/x·S) that data parallelism over replicated
+    experts would run **once per step**. Both per step: the token bytes scale with the
+    ``micro_batches`` of a step, the gradient bytes do not. "Move tokens, not weights."""
     check_shapes(experts, top_k, ep)
+    _check(micro_batches=micro_batches)
     _, off = even_dispatch_bytes(tokens, top_k, hidden, ep, bytes_per_elem)
     grads = experts * matrices * hidden * ffn * bytes_per_elem
-    return {"ep tokens": 4 * off, "dp expert grads": 2 * (ep - 1) / ep * grads}
+    return {"ep tokens per micro-batch": 4 * off, "ep tokens": 4 * off * micro_batches,
+            "dp expert grads": 2 * (ep - 1) / ep * grads}
 
 
 def imbalance(tokens_per_expert: list[int], ep: int) -> dict[str, float]:
@@ -203,3 +216,193 @@ def ep_layer_model(tokens: int = 4096, experts: int = 8, top_k: int = 2, ep: int
             "expert bytes per rank": expert_params_per_rank(experts, hidden, ffn, ep, matrices)
             * bytes_per_elem,
             "total params": p["total"], "active params": p["active"]}
+
+
+# ------------------------------------------------------------------ dispatchers (from routing)
+def _owner(expert: int, experts: int, ep: int) -> int:
+    return expert // (experts // ep)
+
+
+def dispatch_rows(choices: list[list[list[int]]], experts: int) -> list[list[int]]:
+    """rows[s][d] of the all-to-all dispatcher from every rank's kept choices:
+    ``choices[s][i]`` the experts token i of rank s is sent to (dropped choices left out)."""
+    ep = len(choices)
+    rows = [[0] * ep for _ in range(ep)]
+    for s, toks in enumerate(choices):
+        for es in toks:
+            for e in es:
+                rows[s][_owner(e, experts, ep)] += 1
+    return rows
+
+
+def all_gather_events(tokens: list[int], rank: int, hidden: int, top_k: int,
+                      bytes_per_elem: float = 4, index_bytes: int = COUNT_BYTES,
+                      capacity_limited: bool = False, experts: int = 0) -> list[tuple[str, float]]:
+    """(op, S bytes) of the all-gather dispatcher's forward + backward on one rank (Megatron-Core
+    ``MoEAllGatherTokenDispatcher``): the ranks' token counts (x int64), then tokens, choices
+    (int64) and gates, each padded to m = max n and all-gathered (S = x·m·width), and a
+    reduce-scatter of the (x·m, h) partial outputs. Backward: the reduce-scatter's adjoint (an
+    all-gather) and the adjoints of the tokens' and gates' all-gathers (reduce-scatters).
+    Independent of the routing: every rank receives every token. ``tokens`` [n_0, ...]."""
+    ep, m = len(tokens), max(tokens)
+    if ep == 1:
+        return []
+    ev = [("all_gather", ep * top_k * experts * COUNT_BYTES)] if capacity_limited else []
+    full, route = ep * m * hidden * bytes_per_elem, ep * m * top_k
+    ev += [("all_gather", ep * COUNT_BYTES), ("all_gather", full),
+           ("all_gather", route * index_bytes), ("all_gather", route * bytes_per_elem),
+           ("reduce_scatter", full),
+           ("all_gather", full), ("reduce_scatter", route * bytes_per_elem),
+           ("reduce_scatter", full)]
+    return ev
+
+
+def node_dedup_rows(choices: list[list[list[int]]], experts: int, node_size: int) -> dict:
+    """Rows of the node-deduplicated dispatcher (DeepSeek-AI 2024, "DeepSeek-V3", §3.2.2):
+    ranks s = v·g + l (node v, local index l, g = ``node_size``).
+    ``rail[s][v]``: tokens of rank s with at least one kept choice on node v (sent once, over the
+    rail, to rank v·g + l); ``node[f][d]``: choices rank f forwards to rank d of its own node
+    (index d in the node), from every token it received over the rail."""
+    ep = len(choices)
+    if ep % node_size:
+        raise ValueError(f"ep ({ep}) must be divisible by node_size ({node_size})")
+    nodes, per_node = ep // node_size, experts // (ep // node_size)
+    rail = [[0] * nodes for _ in range(ep)]
+    node = [[0] * node_size for _ in range(ep)]
+    for s, toks in enumerate(choices):
+        for es in toks:
+            for v in sorted({e // per_node for e in es}):
+                rail[s][v] += 1
+                f = v * node_size + s % node_size                 # the forwarding rank
+                for e in es:
+                    if e // per_node == v:
+                        node[f][_owner(e, experts, ep) % node_size] += 1
+    return {"rail": rail, "node": node}
+
+
+def node_dedup_events(choices: list[list[list[int]]], rank: int, experts: int, top_k: int,
+                      hidden: int, node_size: int, bytes_per_elem: float = 4,
+                      index_bytes: int = COUNT_BYTES,
+                      capacity_limited: bool = False) -> list[tuple[str, float]]:
+    """(op, S bytes) of the node-deduplicated dispatcher on ``rank``, forward + backward: over
+    the rail (one rank per node) the counts (nodes int64), the S1 token rows (h), their K gates
+    and K expert indices; inside the node the counts (E/nodes int64), the S2 choice rows there
+    and the R2 rows back; over the rail the R1 (token, node) sums back. Backward: the adjoints
+    of the five differentiable all-to-alls (S1·h, S2·h, R2·h, R1·K, R1·h). Groups of one rank
+    send nothing."""
+    ep = len(choices)
+    if ep == 1:
+        return []
+    g, nodes = node_size, ep // node_size
+    t = node_dedup_rows(choices, experts, node_size)
+    v, l = divmod(rank, g)
+    S1 = sum(t["rail"][rank])
+    R1 = sum(t["rail"][u * g + l][v] for u in range(nodes))
+    S2 = sum(t["node"][rank])
+    R2 = sum(t["node"][v * g + j][l] for j in range(g))
+    h, b = hidden, bytes_per_elem
+    ev = [("all_gather", ep * top_k * experts * COUNT_BYTES)] if capacity_limited else []
+    if nodes > 1:
+        ev += [("all_to_all", nodes * COUNT_BYTES), ("all_to_all", S1 * h * b),
+               ("all_to_all", S1 * top_k * b), ("all_to_all", S1 * top_k * index_bytes)]
+    if g > 1:
+        ev += [("all_to_all", experts // nodes * COUNT_BYTES), ("all_to_all", S2 * h * b),
+               ("all_to_all", R2 * h * b)]
+    if nodes > 1:
+        ev += [("all_to_all", R1 * h * b), ("all_to_all", S1 * h * b)]
+    if g > 1:
+        ev += [("all_to_all", S2 * h * b), ("all_to_all", R2 * h * b)]
+    if nodes > 1:
+        ev += [("all_to_all", R1 * top_k * b), ("all_to_all", R1 * h * b)]
+    return ev
+
+
+def inter_node_rows(choices: list[list[list[int]]], experts: int, node_size: int,
+                    dispatcher: str = "all_to_all") -> int:
+    """Rows of one dispatch that leave their source's node, summed over ranks: one per (token,
+    kept choice on another node) for ``all_to_all``, one per (token, other node) for
+    ``node_dedup``. The combine sends the same number back."""
+    ep = len(choices)
+    nodes = ep // node_size
+    per_node = experts // nodes
+    total = 0
+    for s, toks in enumerate(choices):
+        home = s // node_size
+        for es in toks:
+            where = [e // per_node for e in es]
+            if dispatcher == "all_to_all":
+                total += sum(v != home for v in where)
+            elif dispatcher == "node_dedup":
+                total += len(set(where) - {home})
+            else:
+                raise ValueError(f"dispatcher ({dispatcher!r}) must be all_to_all or node_dedup")
+    return total
+
+
+def expected_nodes_per_token(experts: int, top_k: int, nodes: int,
+                             max_nodes: int | None = None) -> float:
+    """Expected number of distinct nodes holding a token's K experts when the K are a uniformly
+    random K-subset of E spread evenly over ``nodes``: nodes·(1 − C(E − E/nodes, K)/C(E, K))
+    (inclusion of each node, linearity of expectation). Node-limited routing caps it at
+    ``max_nodes`` (DeepSeek-V3 §2.1.2: M = 4). The all-to-all dispatcher sends K rows per token."""
+    _check(experts=experts, top_k=top_k, nodes=nodes)
+    if experts % nodes:
+        raise ValueError(f"experts ({experts}) must be divisible by nodes ({nodes})")
+    miss = math.comb(experts - experts // nodes, top_k) / math.comb(experts, top_k)
+    d = nodes * (1 - miss)
+    return d if max_nodes is None else min(d, max_nodes)
+
+
+# ------------------------------------------------------------------ MoE parallel folding
+def off_node_fraction(ep: int, gpus_per_node: int) -> float:
+    """Share of an even dispatch's rows that leave the node: the EP group's ranks are
+    consecutive, so a rank has min(x, g) EP peers (itself included) on its node; rows go to the
+    x ranks evenly: (x − min(x, g))/x. It depends on the EP degree x, not on the number of
+    experts: DeepSeek-V2's 160 experts over 8-way EP stay inside an 8-GPU node
+    (DeepSeek-AI 2024, "DeepSeek-V2", §3.2 and §4)."""
+    _check(ep=ep, gpus_per_node=gpus_per_node)
+    if ep > gpus_per_node and ep % gpus_per_node:
+        raise ValueError(f"ep ({ep}) larger than a node must be a multiple of gpus_per_node "
+                         f"({gpus_per_node})")
+    return (ep - min(ep, gpus_per_node)) / ep
+
+
+def folded_expert_dp(t: int, cp: int, d: int, ep: int, etp: int = 1) -> int:
+    """Expert data-parallel degree of MoE parallel folding (Liu et al. 2025, §3; Megatron-Core):
+    the attention uses t·cp·d ranks per pipeline stage, the experts the same ranks as
+    ETP × EP × EDP, so EDP = t·cp·d/(etp·ep). EP need not divide d (it may reuse TP and CP
+    ranks); it must divide t·cp·d/etp."""
+    _check(t=t, cp=cp, d=d, ep=ep, etp=etp)
+    stage = t * cp * d
+    if stage % (etp * ep):
+        raise ValueError(f"etp·ep ({etp}·{ep} = {etp * ep}) must divide the ranks of a "
+                         f"stage, t·cp·d = {stage} (MoE parallel folding)")
+    return stage // (etp * ep)
+
+
+def folded_moe_traffic(tokens: int, hidden: int, ffn: int, experts: int, top_k: int, t: int,
+                       cp: int, d: int, ep: int, etp: int = 1, gpus_per_node: int = 8,
+                       micro_batches: int = 1, bytes_per_elem: float = 2,
+                       grad_bytes_per_elem: float = 4, matrices: int = 3) -> dict:
+    """One MoE layer under MoE parallel folding, per rank and per step: ``tokens`` = tokens a
+    rank holds at the MoE layer (after sequence/context parallelism: b·s/(t·cp) per
+    micro-batch). Terms, each a separate entry:
+
+    * ``ep a2a bytes``: the four even all-to-alls of K·n rows, (x−1)/x of them off rank, for each
+      of ``micro_batches`` micro-batches (as :func:`tokens_vs_weights_bytes`), and the share of
+      them that leaves the node (:func:`off_node_fraction`);
+    * ``expert grad bytes``: S of the all-reduce of this rank's E/x experts (÷ etp) over the EDP
+      group of :func:`folded_expert_dp`, once per step (ring: 2(EDP−1)/EDP·S per rank);
+    * ``edp``: that group's size; ``dense grad group``: t·cp·d/t = cp·d, the group of the dense
+      weights (attention, router), independent of ep.
+    Megatron-Core's folding; torchtitan builds an equivalent separate expert mesh."""
+    check_shapes(experts, top_k, ep)
+    edp = folded_expert_dp(t, cp, d, ep, etp)
+    _, off = even_dispatch_bytes(tokens, top_k, hidden, ep, bytes_per_elem)
+    a2a = 4 * off * micro_batches
+    grads = experts // ep * matrices * hidden * ffn // etp * grad_bytes_per_elem
+    return {"ep a2a bytes": a2a, "ep a2a off-node bytes": 4 * micro_batches *
+            even_dispatch_bytes(tokens, top_k, hidden, ep, bytes_per_elem)[0] *
+            off_node_fraction(ep, gpus_per_node),
+            "expert grad bytes": grads, "expert grad ring bytes": 2 * (edp - 1) / edp * grads,
+            "edp": edp, "dense grad group": cp * d}

@@ -112,6 +112,51 @@ def traffic_on_rank(rank: int, experts: int, top_k: int, capacity_factor=None,
             "tokens per expert": layer.tokens_per_expert.tolist()}
 
 
+def dispatcher_traffic_on_rank(rank: int, dispatcher: str, experts: int, top_k: int,
+                               capacity_factor=None, node_size: int = 1) -> dict:
+    """One traced forward + backward of ``dispatcher`` on the whole world, and the cost model's
+    events from every rank's kept choices (gathered afterwards, outside the trace). Events are
+    compared as sorted lists: autograd may run independent branches of backward in either order.
+    Also the rows that leave the source's node (``node_size`` ranks per node) under the model."""
+    from minipar.cost.expert_parallel import (all_gather_events, inter_node_rows,
+                                              node_dedup_events)
+    from .dispatchers import node_groups
+    ep = group_size()
+    kw = {"dispatcher": dispatcher}
+    if dispatcher == "node_dedup":
+        kw["node_group"], kw["rail_group"] = node_groups(node_size)
+    moe = make_moe(experts, top_k, capacity_factor)
+    layer = ExpertParallelMoE.from_full(moe, **kw)
+    x = _randn(tokens_on(rank), H, seed=100 + rank).requires_grad_()
+    with tracer.trace() as tr:
+        layer(x).sum().backward()
+    mine = [[int(e) for e, k in zip(es, ks) if k] for es, ks in zip(layer_choices(layer, x), layer.kept.tolist())]
+    choices = [None] * ep
+    dist.all_gather_object(choices, mine)
+    cap = capacity_factor is not None
+    if dispatcher == "all_to_all":
+        from minipar.cost.expert_parallel import dispatch_rows
+        model = layer_events(dispatch_rows(choices, experts), rank, H, experts, top_k, 8, cap)
+    elif dispatcher == "all_gather":
+        model = all_gather_events([len(c) for c in choices], rank, H, top_k, 8,
+                                  capacity_limited=cap, experts=experts)
+    else:
+        model = node_dedup_events(choices, rank, experts, top_k, H, node_size, 8,
+                                  capacity_limited=cap)
+    ns = node_size if ep % node_size == 0 else 1
+    return {"traced": sorted((e.op, e.bytes) for e in tr.events), "model": sorted(model),
+            "inter-node rows": {d: inter_node_rows(choices, experts, ns, d)
+                                for d in ("all_to_all", "node_dedup")}}
+
+
+def layer_choices(layer, x) -> list[list[int]]:
+    """(n, K) expert choices of ``layer``'s router for ``x`` (no gradient)."""
+    from .routing import top_k_gates
+    with torch.no_grad():
+        return top_k_gates(layer.router(x.reshape(-1, layer.hidden)), layer.top_k,
+                           layer.renormalize)[2].tolist()
+
+
 def ep_dp_train_on_rank(rank: int, world: int, ep: int, experts: int, top_k: int,
                         capacity_factor=None, steps: int = 3, aux_coef: float = 0.01,
                         expert_divisor: int | None = None, lr: float = 0.1,
