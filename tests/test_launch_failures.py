@@ -15,7 +15,7 @@ import time
 
 import pytest
 
-from minipar.runtime import launch
+from minipar.runtime import launch, pool
 from minipar.runtime.launch import RankError, StartError, run
 
 pytestmark = pytest.mark.slow
@@ -67,7 +67,8 @@ def test_a_torch_that_cannot_be_imported_is_named(monkeypatch, tmp_path):
 
 
 def test_minipar_not_importable_on_the_ranks_is_named(monkeypatch):
-    src = os.path.dirname(os.path.dirname(launch.__file__))
+    src = os.path.dirname(os.path.dirname(os.path.dirname(launch.__file__)))   # .../src
+    assert os.path.isdir(os.path.join(src, "minipar")), src
     monkeypatch.setattr(sys, "path", [p for p in sys.path if os.path.abspath(p) != src])
     with pytest.raises(RankError) as info:
         run(lambda r, w: r, 2, backend="gloo", timeout=60)
@@ -119,9 +120,11 @@ def test_nothing_is_left_after_the_caller_is_killed(request):
     request.addfinalizer(lambda: shutil.rmtree(tmp, ignore_errors=True))
     dead = subprocess.Popen([sys.executable, "-c", "pass"])
     dead.wait()
-    stale = os.path.join(tmp, f"minipar-{dead.pid}-stale")
-    os.makedirs(stale)
-    open(os.path.join(stale, "s"), "w").close()
+    stale = os.path.join(tmp, f"minipar-{pool.host_token()}-{dead.pid}-stale")
+    neighbour = os.path.join(tmp, f"minipar-0000beef-{dead.pid}-live")  # another container's
+    for folder in (stale, neighbour):
+        os.makedirs(folder)
+        open(os.path.join(folder, "s"), "w").close()
     script = textwrap.dedent("""
         import os, time
         from minipar.runtime import launch
@@ -138,6 +141,8 @@ def test_nothing_is_left_after_the_caller_is_killed(request):
         _, zpid, folder = p.stdout.readline().split()
         ranks = [int(p.stdout.readline().split()[-1]) for _ in range(2)]
         assert not os.path.exists(stale)  # cleaned when this caller started
+        assert os.path.exists(neighbour)  # another PID namespace's pid: never touched
+        shutil.rmtree(neighbour)
         assert os.path.isdir(folder)
     finally:
         p.send_signal(signal.SIGKILL)

@@ -17,6 +17,9 @@ initialised CUDA cannot fork usable children). Then it waits for the caller's re
   SIGTERM or SIGHUP. It runs in its own session, so a kernel restart (which kills the kernel's
   process group) does not kill it before it has cleaned up.
 
+Each rank leads its own OS process group (``setpgid``): when it ends, or when the zygote
+leaves, the whole group is killed, so no process a rank started outlives its call.
+
 Every child's exit is reported as ``("exit", pid, code)`` (a negative code is a signal), so the
 caller can name how a rank died. A child writes its file descriptors 1 and 2 (C++ messages,
 ``faulthandler`` stacks) to ``FOLDER/rank-<r>.log``; its Python ``print`` goes to the caller.
@@ -59,8 +62,13 @@ def zygote_main(address: str, caller_pid: int, folder: str) -> None:
     if torch.version.cuda or torch.version.hip:
         WARM_UP.clear()
 
-    conn = mpc.Client(address, family="AF_UNIX")  # the folder is 0700: only this user connects
-    conn.send(("ready", os.getpid()))
+    if os.getppid() != caller_pid:   # the caller died while torch was being imported
+        _leave_early(folder)
+    try:
+        conn = mpc.Client(address, family="AF_UNIX")  # the folder is 0700: only this user
+        conn.send(("ready", os.getpid()))             # connects
+    except OSError:                  # the caller is gone (its socket closed): no folder left
+        _leave_early(folder)
     z = _Children(conn, (address, folder))
     _on_term(lambda *_: z.leave(folder))
     while True:
@@ -159,7 +167,8 @@ class _Children:
                 return
             if pid == 0:
                 return
-            self.running.pop(pid, None)
+            if self.running.pop(pid, None) is not None:
+                _kill_group(pid, reaped=True)  # the rank's children (its group) go with it
             self.spares = [(p, w) for p, w in self.spares if p != pid]
             try:
                 self.conn.send(("exit", pid, os.waitstatus_to_exitcode(status)))
@@ -168,13 +177,21 @@ class _Children:
 
     def leave(self, folder) -> None:
         for pid in list(self.running) + [p for p, _ in self.spares]:
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except OSError:
-                pass
+            _kill_group(pid)
         if folder:
             shutil.rmtree(folder, ignore_errors=True)
         os._exit(0)
+
+
+def _kill_group(pid: int, reaped: bool = False) -> None:
+    """SIGKILL a rank and every process of its group (a rank leads its own group). Once the
+    rank is reaped its pid may be reused: only the group (whose id Linux never reuses while a
+    member lives) is signalled."""
+    for kill in (os.killpg,) if reaped else (os.killpg, os.kill):
+        try:
+            kill(pid, signal.SIGKILL)
+        except OSError:
+            pass
 
 
 def _spare_main(r: int, w: int, where) -> None:
@@ -261,6 +278,10 @@ def _become_fresh(state: dict) -> None:
 
 def rank_main(rank, world, state, task, address, folder) -> None:
     """One rank, in a child forked for this call only; never returns."""
+    try:  # its own process group: the processes it starts are killed with it when it ends
+        os.setpgid(0, 0)
+    except OSError:
+        pass
     log = os.open(os.path.join(folder, f"rank-{rank}.log"),
                   os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     os.dup2(log, 1)
@@ -322,7 +343,12 @@ def _run(rank, world, state, task) -> tuple:
         dist.init_process_group(state["backend"], store=store, rank=rank, world_size=world,
                                 timeout=limit, **bound)
         result = fn(rank, world, *args)
-        reply = ("ok", cloudpickle.dumps(result))
+        try:
+            reply = ("ok", cloudpickle.dumps(result))
+        except Exception as e:  # noqa: BLE001
+            raise TypeError(f"rank {rank}'s return value (a {type(result).__name__}) cannot be "
+                            f"sent back to the caller: it must be picklable by cloudpickle "
+                            f"({type(e).__name__}: {e})") from None
     except BaseException as e:  # noqa: BLE001  (report everything, including SystemExit)
         reply = ("err", (f"{type(e).__name__}: {e}", traceback.format_exc(), time.time()))
     _wait_for_peers(store, world, wait=reply[0] == "ok")

@@ -36,6 +36,7 @@ under ``torchrun``; see :mod:`minipar.runtime.run`.
 from __future__ import annotations
 
 import atexit
+import math
 import os
 import socket
 import threading
@@ -47,7 +48,9 @@ from minipar.runtime import pool
 
 MAX_WORLD_SIZE = 64
 DEFAULT_TIMEOUT = 300.0
-START_TIMEOUT = 300.0  # the first call imports torch in the zygote: its own budget
+# The first call imports torch in the zygote: no fixed budget (minutes on a loaded machine);
+# it fails when the zygote made no CPU progress for this long (pool._Progress), or exited.
+START_STALL_S = 60.0
 
 
 class RankError(RuntimeError):
@@ -116,7 +119,7 @@ def run(fn, world_size: int, *args, backend: str = "auto", timeout: float = DEFA
 
 def _run(fn, world_size: int, *args, backend: str, timeout: float, threads: int | None,
          on_start) -> list:
-    _check(fn, world_size, timeout)
+    _check(fn, world_size, timeout, threads)
     backend = choose_backend(backend, world_size)
     threads = threads or max(1, pool.usable_cpus() // world_size)
     task, cell_sources = pool.pack(fn, args)          # a bad argument fails here, alone
@@ -174,7 +177,7 @@ def _warm_zygote() -> pool.Zygote:
         _zygote = None
     if _zygote is None:
         try:
-            _zygote = pool.Zygote(START_TIMEOUT)
+            _zygote = pool.Zygote(START_STALL_S)
         except pool.StartFailed as e:
             raise StartError(str(e), e.log, e.cause) from None
     return _zygote
@@ -191,15 +194,20 @@ def _free_store():
     return dist.TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False)
 
 
-def _check(fn, world_size, timeout) -> None:
+def _check(fn, world_size, timeout, threads=None) -> None:
     if not isinstance(world_size, int) or isinstance(world_size, bool):
         raise ValueError(f"world_size must be an int, got {world_size!r}")
     if world_size < 1 or world_size > MAX_WORLD_SIZE:
         raise ValueError(f"world_size must be between 1 and {MAX_WORLD_SIZE}, got {world_size}")
     if not callable(fn):
         raise TypeError(f"fn must be callable, got {type(fn).__name__}")
-    if not timeout or timeout <= 0:
-        raise ValueError(f"timeout must be a positive number of seconds, got {timeout!r}")
+    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) \
+            or not math.isfinite(timeout) or timeout <= 0:
+        raise ValueError(f"timeout must be a finite number of seconds > 0, got {timeout!r}")
+    if threads is not None and (isinstance(threads, bool) or not isinstance(threads, int)
+                                or threads < 1):
+        raise ValueError(f"threads must be an int >= 1 (or None for usable CPUs // world_size), "
+                         f"got {threads!r}")
 
 
 def shutdown() -> None:

@@ -11,12 +11,19 @@
   up; a zygote that cannot start is reported at once with the end of its log and a likely cause,
   and one whose connection fails in any way is killed, so the next call starts a new one.
 * :class:`Ranks` gathers one call's ranks: their output, replies and exit codes.
-* Socket folders (``minipar-<caller pid>-*``, mode 0700, so only this user can connect: no
-  authentication key is needed) are removed by the zygote when the caller dies or on SIGTERM, and
-  by the next caller when both died at once (a folder whose pid is gone).
+* Socket folders (``minipar-<host>-<caller pid>-<random>``, mode 0700, so only this user can
+  connect: no authentication key is needed) are removed by the zygote when the caller dies or on
+  SIGTERM/SIGHUP, and by the next caller when both died at once (a folder whose pid is gone).
+  ``<host>`` (:func:`host_token`) names this boot and PID namespace: two containers that share
+  ``/tmp`` number their processes independently, so a caller only ever removes folders of its
+  own namespace, never a live one of a neighbour whose pid happens to be free here.
+* Every blocking read has a deadline: the zygote's "ready" (no deadline while it keeps
+  computing, i.e. importing torch: :func:`cpu_seconds` must grow), its answer to a fork request
+  and each rank's "hello".
 """
 from __future__ import annotations
 
+import hashlib
 import io
 import linecache
 import marshal
@@ -135,24 +142,73 @@ def _pid_alive(pid: int) -> bool:
     return True
 
 
-_FOLDER = re.compile(r"minipar-(\d+)-\w+$")
+def host_token() -> str:
+    """8 hex digits naming this boot and PID namespace (``/proc``'s boot id and the namespace's
+    inode; on a system without them, the host name)."""
+    parts = []
+    for path in ("/proc/sys/kernel/random/boot_id",):
+        try:
+            with open(path) as f:
+                parts.append(f.read().strip())
+        except OSError:
+            pass
+    try:
+        parts.append(os.readlink("/proc/self/ns/pid"))
+    except OSError:
+        pass
+    if not parts:
+        parts.append(socket.gethostname())
+    return hashlib.sha1("|".join(parts).encode()).hexdigest()[:8]
+
+
+_FOLDER = re.compile(r"minipar-([0-9a-f]{8})-(\d+)-\w+$")
 
 
 def remove_stale_folders(base: str | None = None) -> list[str]:
-    """Remove socket folders ``minipar-<pid>-*`` whose caller ``pid`` is gone (left when the
-    caller and its zygote were killed at once, e.g. by the out-of-memory killer)."""
+    """Remove socket folders ``minipar-<host>-<pid>-*`` of this host whose caller ``pid`` is
+    gone (left when the caller and its zygote were killed at once, e.g. by the out-of-memory
+    killer). Folders of another host token (another container sharing ``/tmp``) are never
+    touched, nor folders of another user (their mode is 0700: ``listdir`` fails, skipped)."""
     base = base or _base_dir()
-    removed = []
+    removed, host = [], host_token()
     try:
         names = os.listdir(base)
     except OSError:
         return removed
     for name in names:
         m = _FOLDER.match(name)
-        if m and int(m.group(1)) != os.getpid() and not _pid_alive(int(m.group(1))):
-            shutil.rmtree(os.path.join(base, name), ignore_errors=True)
+        if not m or m.group(1) != host:
+            continue
+        pid = int(m.group(2))
+        path = os.path.join(base, name)
+        try:
+            mine = os.stat(path).st_uid == os.getuid()
+        except OSError:
+            continue
+        if mine and pid != os.getpid() and not _pid_alive(pid):
+            shutil.rmtree(path, ignore_errors=True)
             removed.append(name)
     return removed
+
+
+def cpu_seconds(pid: int) -> float | None:
+    """CPU-seconds used so far by process ``pid`` (``/proc``, else ``ps``); None if unknown."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError):
+        pass
+    try:
+        out = subprocess.run(["ps", "-o", "time=", "-p", str(pid)], capture_output=True,
+                             text=True, timeout=5).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return None
+    m = re.fullmatch(r"(?:(\d+)-)?(?:(\d+):)?(\d+):(\d+(?:\.\d+)?)", out)
+    if m is None:
+        return None
+    d, h, mi, se = m.groups()
+    return ((int(d or 0) * 24 + int(h or 0)) * 60 + int(mi)) * 60 + float(se)
 
 
 # ----------------------------------------------------------------------------- start failures
@@ -210,12 +266,43 @@ class StartFailed(Exception):
         self.log, self.cause = log, cause
 
 
+FORK_STALL_S = 60.0     # a zygote that neither answers a fork request nor computes: broken
+HELLO_S = 60.0          # a rank that connected but sent no "hello": broken
+
+
+class _Progress:
+    """``check()`` is False once process ``pid`` gained no CPU time for ``stall_s`` seconds
+    (None where its CPU time cannot be read: then a fixed ``stall_s`` deadline applies)."""
+
+    def __init__(self, pid: int, stall_s: float):
+        self.pid, self.stall_s = pid, stall_s
+        self.cpu, self.t = cpu_seconds(pid), time.monotonic()
+
+    def check(self):
+        now, cpu = time.monotonic(), cpu_seconds(self.pid)
+        if cpu is not None and (self.cpu is None or cpu > self.cpu + 0.01):
+            self.cpu, self.t = cpu, now
+        return False if now - self.t > self.stall_s else None
+
+
+def _recv(conn, check, fail, alive) -> object:
+    """``conn.recv()`` that gives up (``fail(why)``) when ``check()`` is False or the peer
+    process is gone (``alive()`` False) before a message arrives."""
+    while not conn.poll(0.25):
+        if not alive():
+            fail("the peer exited before it answered")
+        if check() is False:
+            fail("no answer and no progress")
+    return conn.recv()
+
+
 class Zygote:
     """A warm process that has imported torch and forks fresh ranks (:mod:`minipar.runtime._rank`)."""
 
-    def __init__(self, start_timeout: float):
+    def __init__(self, start_stall_s: float):
         remove_stale_folders()
-        self.folder = tempfile.mkdtemp(prefix=f"minipar-{os.getpid()}-", dir=_base_dir())  # 0700
+        self.folder = tempfile.mkdtemp(prefix=f"minipar-{host_token()}-{os.getpid()}-",
+                                       dir=_base_dir())  # 0700
         self.address = os.path.join(self.folder, "s")
         self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         self.sock.bind(self.address)
@@ -236,10 +323,14 @@ class Zygote:
                 cwd=self.folder, stdin=subprocess.DEVNULL, stdout=f, stderr=f,
                 start_new_session=True)
         try:
-            self.conn = self.accept(time.monotonic() + start_timeout, lambda: None,
-                                    f"the minipar zygote did not import torch within "
-                                    f"{start_timeout:g} s")
-            self.conn.recv()  # ("ready", pid): torch is imported
+            # no fixed deadline while the zygote keeps computing (importing torch takes 2 s
+            # on an idle machine and minutes on a loaded one): it fails when it made no CPU
+            # progress for start_stall_s seconds, or exited
+            progress = _Progress(self.proc.pid, start_stall_s)
+            self.conn = self.accept(float("inf"), progress.check,
+                                    f"the minipar zygote made no progress for "
+                                    f"{start_stall_s:g} s while importing torch")
+            _recv(self.conn, progress.check, self._failed, lambda: self.proc.poll() is None)
         except BaseException:
             self.close()
             raise
@@ -258,8 +349,7 @@ class Zygote:
             if self.proc.poll() is not None:
                 self._failed(f"the minipar zygote exited ({signal_name(self.proc.returncode)}) "
                              "before the ranks started")
-            check()
-            if time.monotonic() > deadline:
+            if check() is False or time.monotonic() > deadline:
                 self._failed(late)
 
     def _died(self, error: BaseException):
@@ -291,8 +381,16 @@ class Zygote:
             self.conn.send(("fork", self.calls, world_size, state, task))
         except Exception as e:  # noqa: BLE001  (any failure: a dead or unusable zygote)
             self._died(e)
+        progress = _Progress(self.proc.pid, FORK_STALL_S)
         while True:
             try:
+                if not self.conn.poll(0.25):
+                    if self.proc.poll() is not None:
+                        raise EOFError("the zygote exited")
+                    if progress.check() is False:
+                        raise TimeoutError(f"no answer to a fork request and no progress for "
+                                           f"{FORK_STALL_S:g} s")
+                    continue
                 msg = self.conn.recv()
                 kind = msg[0]
             except Exception as e:  # noqa: BLE001  (EOF, a reset, a garbled message, ...)
@@ -348,6 +446,9 @@ class Ranks:
             while len(self.conns) < len(pids):
                 conn = zygote.accept(deadline, self._check_started,
                                      "the ranks did not dial back in time")
+                if not conn.poll(HELLO_S):      # a connection that says nothing: not a rank
+                    conn.close()
+                    continue
                 _, call, rank, pid = conn.recv()  # ("hello", call, rank, pid)
                 if call != zygote.calls or pid != pids[rank]:  # left over from an interrupt
                     conn.close()
@@ -425,10 +526,12 @@ class Ranks:
 
 
 def _kill_pid(pid: int) -> None:
-    try:
-        os.kill(pid, signal.SIGKILL)
-    except OSError:
-        pass
+    """Kill a rank and its process group (a rank leads its own: its child processes go too)."""
+    for kill in (os.killpg, os.kill) if hasattr(os, "killpg") else (os.kill,):
+        try:
+            kill(pid, signal.SIGKILL)
+        except OSError:
+            pass
 
 
 class _EarlyDeath(Exception):
