@@ -1,40 +1,65 @@
 """Time of one transformer layer's computation on one GPU: a roofline per kernel.
 
-Pure Python. Every kernel is timed as the larger of its arithmetic time and its memory time
-(the roofline, Williams, Waterman & Patterson 2009, "Roofline: an insightful visual performance
-model", CACM 52(4)):
+Pure Python. Two rules for a GEMM (M, N, K) of 16-bit operands, chosen per GPU by
+``GPU.gemm_rule`` (the 2021 A100 reproductions keep "waves"):
 
-    GEMM (M, N, K), 16-bit     max(2MNK / (peak · η · q(M, N)),  2(MK + KN + MN) / W_hbm)
-    memory-bound kernel        bytes / W_hbm
+    "waves"     max(2MNK / (P · η · q(M, N)),  2(MK + KN + MN) / W)
+    "additive"  λ + 2MNK / (P · η) + 2(MK + KN + MN) / W
 
-* η (``GPU.gemm_efficiency``) is the fraction of the dense peak a large, well-shaped GEMM
-  sustains in training (one constant per GPU model, in :mod:`minipar.cost.hardware`).
-* q(M, N) is tile and wave quantisation (NVIDIA, "Matrix Multiplication Background User's
-  Guide", Deep Learning Performance documentation): the output is cut into tiles of
-  ``TILE_M × TILE_N``; a partial tile costs a whole one, and the tiles run in waves of one tile
-  per SM, so ``q = useful tiles / (waves · SMs)`` with padded edges counted as waste.
+* P is the dense bf16 peak, W the HBM bandwidth, η (``GPU.gemm_efficiency``) the fraction of
+  P a large, well-shaped GEMM sustains (one constant per GPU model, :mod:`minipar.cost.hardware`).
+* "waves" is the roofline (Williams, Waterman & Patterson 2009, "Roofline: an insightful visual
+  performance model", CACM 52(4)) with tile and wave quantisation q (NVIDIA, "Matrix
+  Multiplication Background User's Guide"): the output is cut into ``TILE_M × TILE_N`` tiles
+  that run in waves of one tile per SM, ``q = useful tiles / (waves · SMs)``.
+* "additive" is what one H200 measured (``measurements/h200_layer_gemm_times.json``, the 72
+  dense GEMMs of six Megatron layers): the wave rule charged (2048, 4608, 12288) three full
+  waves (+50 %) where cuBLAS ran it at 758 TFLOP/s, because Hopper's kernels pick tile shapes,
+  split K or stream K so that a partial last wave is not idle. What the measurements show
+  instead is a cost that does not overlap: a fixed λ per call (launch, prologue and epilogue;
+  ``GPU.gemm_latency_s``), the math at the measured ceiling P·η, and the compulsory HBM traffic
+  (each operand read once, the output written once), which a GEMM with few K steps per tile
+  cannot hide behind its math (small K: (2048, 6144, 768) ran at 406 TFLOP/s). η and W are
+  measured directly (an 8192³ GEMM, a 2 GiB copy); λ is the only constant fitted on the GEMMs.
+* The batched GEMMs of unfused attention, QKᵀ b·a/t × (s, s, h/a) and attention·V b·a/t ×
+  (s, h/a, s), do h/a FLOPs per byte, below the ridge point P·η/W (184 FLOP/byte on the H200),
+  so they are memory-bound; measured, they moved their bytes at their own bandwidth
+  ``GPU.bmm_bandwidth`` after a fixed ``GPU.bmm_latency_s`` per call (:func:`bmm_seconds`).
+  Unset (None), they follow the GPU's GEMM rule like every other GEMM.
 * The memory-bound kernels are the ones Megatron-LM runs between the GEMMs (layer norms, fused
-  bias-GeLU, fused bias-dropout-add, fused scale-mask-softmax, attention dropout) and the fp32
-  accumulation of each weight gradient into its main-gradient buffer; their bytes are counted
-  item by item in :func:`layer_memory_bytes`.
+  bias-GeLU, fused bias-dropout-add, the attention scores' softmax and dropout) and the fp32
+  accumulation of each weight gradient; their bytes are counted item by item in
+  :func:`layer_memory_bytes`. ``GPU.layer_overhead_s`` adds a fixed time per layer forward +
+  backward for the kernels the byte count does not see (launch gaps, layout copies, bias
+  gradients); 0 for the published-run presets.
+* Attention is an explicit input (``attention=``): "unfused" materialises the b·a/t·s² scores
+  (QKᵀ, softmax, dropout, attention·V as separate kernels, ``GPU.attention_score_bytes`` per
+  score over a forward + backward); "flash" (Dao et al. 2022, "FlashAttention"; Dao 2023,
+  "FlashAttention-2") keeps the scores on chip: no per-score bytes, and its FLOPs
+  (:func:`flash_attention_flops`) at the measured rate ``GPU.flash_efficiency`` · P.
 
-Attention's QKᵀ and attention·V are batched GEMMs with K or N = h/a (the head dimension): their
-arithmetic intensity is about h/a FLOPs per byte, below an A100's 153 FLOP/byte ridge point for
-h/a < 153, so the roofline makes them memory-bound. That, and the softmax's 9 bytes per score,
-is why small models with s ≫ h/a reach a lower fraction of peak (Narayanan et al. 2021 Table 1:
-137 TFLOP/s at 1.7 B, 163 at 1 T) — without any per-model constant.
+With the "waves" rule and unfused attention, the small models of Narayanan et al. 2021 Table 1
+(137 TFLOP/s at 1.7 B, 163 at 1 T) reach a lower fraction of peak because attention's GEMMs with
+s ≫ h/a are memory-bound and the softmax moves 9 bytes per score, without any per-model
+constant.
 """
 from __future__ import annotations
 
 import math
 from typing import NamedTuple
 
+from .memory_time import ATTENTION, check_attention  # noqa: F401  (one list, re-exported)
+
 TILE_M, TILE_N = 256, 128          # cuBLAS's largest Ampere/Hopper tile (CUTLASS 256×128)
+GEMM_RULES = ("waves", "additive")
+SCORE_BYTES_FWD, SCORE_BYTES_BWD = 9, 11   # Megatron's fused scale-mask-softmax + dropout
+FLASH_BACKWARD = 2.5   # FlashAttention-2's backward / forward FLOPs (scores recomputed)
 
 
 class LayerTime(NamedTuple):
-    gemm_s: float          # the GEMMs of the layer (forward + backward + recomputation)
+    gemm_s: float          # matrix kernels: GEMMs, attention's batched GEMMs or flash kernel
     memory_s: float        # memory-bound kernels (elementwise, softmax, fp32 grad accumulation)
+    #                        and the layer's fixed overhead (GPU.layer_overhead_s)
 
     @property
     def total_s(self) -> float:
@@ -59,17 +84,54 @@ def wave_efficiency(M: int, N: int, sms: int) -> float:
 
 
 def gemm_seconds(M: int, N: int, K: int, *, peak: float, efficiency: float, hbm: float,
-                 sms: int, batch: int = 1, bytes_per_elem: float = 2) -> float:
-    """Seconds of ``batch`` GEMMs (M×K)·(K×N) on one GPU under the roofline above.
+                 sms: int, batch: int = 1, bytes_per_elem: float = 2, rule: str = "waves",
+                 latency: float = 0.0) -> float:
+    """Seconds of ``batch`` GEMMs (M×K)·(K×N) on one GPU under ``rule`` (module docstring):
 
-    A batched GEMM shares its waves: the tiles of all ``batch`` products are scheduled together.
-    """
+    "waves"     max(F / (peak·η·q), bytes / hbm); a batched GEMM shares its waves (the tiles
+                of all ``batch`` products are scheduled together);
+    "additive"  latency + F / (peak·η) + bytes / hbm, one ``latency`` per call,
+    with F = 2·batch·MNK and bytes = batch·(MK + KN + MN)·``bytes_per_elem``."""
     _positive(M=M, N=N, K=K, peak=peak, efficiency=efficiency, hbm=hbm, sms=sms, batch=batch)
-    tiles = batch * math.ceil(M / TILE_M) * math.ceil(N / TILE_N)
-    q = batch * M * N / (math.ceil(tiles / sms) * sms * TILE_M * TILE_N)
     flops = 2.0 * batch * M * N * K
     moved = batch * (M * K + K * N + M * N) * bytes_per_elem
+    if rule == "additive":
+        if latency < 0:
+            raise ValueError(f"latency ({latency}) must be >= 0")
+        return latency + flops / (peak * efficiency) + moved / hbm
+    if rule != "waves":
+        raise ValueError(f"rule ({rule!r}) must be one of {', '.join(GEMM_RULES)}")
+    tiles = batch * math.ceil(M / TILE_M) * math.ceil(N / TILE_N)
+    q = batch * M * N / (math.ceil(tiles / sms) * sms * TILE_M * TILE_N)
     return max(flops / (peak * efficiency * q), moved / hbm)
+
+
+def bmm_seconds(M: int, N: int, K: int, *, batch: int, bandwidth: float, latency: float = 0.0,
+                bytes_per_elem: float = 2) -> float:
+    """``batch`` memory-bound GEMMs (attention's QKᵀ and attention·V, K or N = h/a):
+    latency + batch·(MK + KN + MN)·bytes / bandwidth, the bytes each operand and output take
+    once; ``bandwidth`` and ``latency`` are the GPU's measured ``bmm_bandwidth`` and
+    ``bmm_latency_s`` (module docstring)."""
+    _positive(M=M, N=N, K=K, batch=batch, bandwidth=bandwidth)
+    if latency < 0:
+        raise ValueError(f"latency ({latency}) must be >= 0")
+    return latency + batch * (M * K + K * N + M * N) * bytes_per_elem / bandwidth
+
+
+def _gemm(gpu, M: int, N: int, K: int, batch: int = 1) -> float:
+    """One dense GEMM under ``gpu``'s rule and constants."""
+    return gemm_seconds(M, N, K, batch=batch, peak=gpu.peak_flops["bf16"],
+                        efficiency=gpu.gemm_efficiency, hbm=gpu.hbm_bandwidth, sms=gpu.sms,
+                        rule=gpu.gemm_rule, latency=gpu.gemm_latency_s)
+
+
+def _attention_gemm(gpu, M: int, N: int, K: int, batch: int) -> float:
+    """One batched attention GEMM: :func:`bmm_seconds` if the GPU has a measured
+    ``bmm_bandwidth``, else the GPU's GEMM rule."""
+    if gpu.bmm_bandwidth is None:
+        return _gemm(gpu, M, N, K, batch)
+    return bmm_seconds(M, N, K, batch=batch, bandwidth=gpu.bmm_bandwidth,
+                       latency=gpu.bmm_latency_s)
 
 
 def layer_gemms(b: int, s: int, h: int, a: int, t: int = 1) -> list[tuple[int, int, int, int]]:
@@ -87,17 +149,41 @@ def layer_gemms(b: int, s: int, h: int, a: int, t: int = 1) -> list[tuple[int, i
 def _pass_seconds(gemms, gpu) -> tuple[float, float]:
     """(forward, backward) GEMM seconds: backward runs, for every forward GEMM (M, N, K), the
     input gradient (M, K, N) and the weight gradient (K, N, M) (Narayanan et al. 2021 §3.5:
-    backward = 2 × forward FLOPs)."""
-    kw = dict(peak=gpu.peak_flops["bf16"], efficiency=gpu.gemm_efficiency,
-              hbm=gpu.hbm_bandwidth, sms=gpu.sms)
-    fwd = sum(gemm_seconds(M, N, K, batch=n, **kw) for n, M, N, K in gemms)
-    bwd = sum(gemm_seconds(M, K, N, batch=n, **kw) + gemm_seconds(K, N, M, batch=n, **kw)
-              for n, M, N, K in gemms)
+    backward = 2 × forward FLOPs). Batched GEMMs (n > 1) are attention's."""
+    def one(n, M, N, K):
+        return _gemm(gpu, M, N, K) if n == 1 else _attention_gemm(gpu, M, N, K, n)
+    fwd = sum(one(n, M, N, K) for n, M, N, K in gemms)
+    bwd = sum(one(n, M, K, N) + one(n, K, N, M) for n, M, N, K in gemms)
     return fwd, bwd
 
 
+def flash_attention_flops(b: int, s: int, h: int, t: int = 1, *,
+                          causal: bool = True) -> tuple[float, float]:
+    """(forward, backward) FLOPs of fused attention on one of t ranks. Forward: QKᵀ and P·V,
+    2·s²·(h/a) each per head, 4·b·s²·h/t in all (Narayanan et al. 2021 §5.1's 4bs²h), halved
+    by causal block skipping (blocks above the diagonal are never computed; Dao 2023,
+    "FlashAttention-2", §3.1). Backward: 2.5 × forward, five s²·(h/a) products per head (the
+    scores recomputed, dV, dP, dQ, dK; Dao 2023 §3.2 and its FLOP count in §4.1)."""
+    _positive(b=b, s=s, h=h, t=t)
+    fwd = 4.0 * b * s * s * h / t * (0.5 if causal else 1.0)
+    return fwd, FLASH_BACKWARD * fwd
+
+
+def flash_attention_seconds(b: int, s: int, h: int, a: int, gpu,
+                            t: int = 1) -> tuple[float, float]:
+    """(forward, backward) seconds of the fused causal attention kernel: its FLOPs
+    (:func:`flash_attention_flops`) at ``gpu.flash_efficiency`` of the bf16 peak, the rate
+    measured on whole SDPA layers (:mod:`minipar.cost.hardware`); no per-score bytes move."""
+    _positive(a=a)
+    rate = gpu.peak_flops["bf16"] * gpu.flash_efficiency
+    f, bw = flash_attention_flops(b, s, h, t)
+    return f / rate, bw / rate
+
+
 def layer_memory_bytes(b: int, s: int, h: int, a: int, t: int = 1, *, sp: bool = False,
-                       grad_accum_bytes: float = 10) -> tuple[float, float, float]:
+                       grad_accum_bytes: float = 10, attention: str = "unfused",
+                       score_bytes: float = SCORE_BYTES_FWD + SCORE_BYTES_BWD
+                       ) -> tuple[float, float, float]:
     """(forward, backward, attention-core forward) bytes of one layer's memory-bound kernels
     on one rank, 16-bit activations, 1-byte dropout masks (Korthikanti et al. 2022 §4.1's
     tensors, read and written once per kernel):
@@ -112,33 +198,54 @@ def layer_memory_bytes(b: int, s: int, h: int, a: int, t: int = 1, *, sp: bool =
               parameter (read the 16-bit gradient 2, read + write the fp32 buffer 8;
               Megatron-LM's ``main_grad``): 22·bsh + 24·bsh/t + 11·as²b/t + 10·12h²/t.
     The layer-norm and dropout-add terms act on the replicated (b, s, h) tensors, which
-    sequence parallelism splits over t.
+    sequence parallelism splits over t. ``score_bytes`` is the forward + backward bytes per
+    score (9 + 11 above), split 9 : 11; ``attention="flash"`` moves none (the scores stay on
+    chip; its inputs and outputs are the (b, s, h) tensors already counted).
     """
     _positive(b=b, s=s, h=h, a=a, t=t)
+    if check_attention(attention) == "flash":
+        score_bytes = 0.0
+    elif score_bytes < 0:
+        raise ValueError(f"score_bytes ({score_bytes}) must be >= 0")
     bsh, scores = b * s * h, a * s * s * b / t
+    f_score = score_bytes * SCORE_BYTES_FWD / (SCORE_BYTES_FWD + SCORE_BYTES_BWD)
     rep = bsh / t if sp else bsh
-    fwd = 22 * rep + 16 * bsh / t + 9 * scores
-    bwd = 22 * rep + 24 * bsh / t + 11 * scores + grad_accum_bytes * 12 * h * h / t
-    return fwd, bwd, 9 * scores
+    fwd = 22 * rep + 16 * bsh / t + f_score * scores
+    bwd = 22 * rep + 24 * bsh / t + (score_bytes - f_score) * scores + \
+        grad_accum_bytes * 12 * h * h / t
+    return fwd, bwd, f_score * scores
 
 
 def layer_seconds(b: int, s: int, h: int, a: int, gpu, t: int = 1, *, sp: bool = False,
-                  recompute: str = "none") -> LayerTime:
+                  recompute: str = "none", attention: str = "unfused",
+                  grad_accum_bytes: float = 10) -> LayerTime:
     """Forward + backward of one layer for one micro-batch on one rank, with recomputation:
     "full" repeats the whole forward, "selective" repeats the attention core (QKᵀ, softmax,
-    dropout, attention·V; Korthikanti et al. 2022 §5)."""
+    dropout, attention·V, or the flash forward; Korthikanti et al. 2022 §5). ``attention``:
+    "unfused" (default, the 2021 runs) or "flash" (module docstring). The GPU's fixed
+    ``layer_overhead_s`` is charged once per forward + backward, a third of it again for a
+    full recomputation's forward (a forward issues about a third of the layer's kernels: one
+    GEMM per forward GEMM against two in the backward)."""
+    check_attention(attention)
     gemms = layer_gemms(b, s, h, a, t)
-    fwd, bwd = _pass_seconds(gemms, gpu)
-    core_f, _ = _pass_seconds(gemms[4:], gpu)
-    m_f, m_b, m_core = layer_memory_bytes(b, s, h, a, t, sp=sp)
-    g, mem = fwd + bwd, m_f + m_b
+    dense_f, dense_b = _pass_seconds(gemms[:4], gpu)
+    if attention == "flash":
+        core_f, core_b = flash_attention_seconds(b, s, h, a, gpu, t)
+    else:
+        core_f, core_b = _pass_seconds(gemms[4:], gpu)
+    m_f, m_b, m_core = layer_memory_bytes(
+        b, s, h, a, t, sp=sp, grad_accum_bytes=grad_accum_bytes, attention=attention,
+        score_bytes=gpu.attention_score_bytes)
+    overhead = gpu.layer_overhead_s
+    fwd = dense_f + core_f
+    g, mem, extra = fwd + dense_b + core_b, m_f + m_b, overhead
     if recompute == "full":
-        g, mem = g + fwd, mem + m_f
+        g, mem, extra = g + fwd, mem + m_f, extra + overhead / 3
     elif recompute == "selective":
         g, mem = g + core_f, mem + m_core
     elif recompute != "none":
         raise ValueError(f"recompute ({recompute!r}) must be one of none, selective, full")
-    return LayerTime(g, mem / gpu.hbm_bandwidth)
+    return LayerTime(g, mem / gpu.hbm_bandwidth + extra)
 
 
 def logits_seconds(b: int, s: int, h: int, V: int, gpu, t: int = 1) -> float:
@@ -146,31 +253,35 @@ def logits_seconds(b: int, s: int, h: int, V: int, gpu, t: int = 1) -> float:
     backward GEMMs, plus the vocabulary-parallel cross-entropy reading and writing the fp32
     (b, s, V/t) logits a few times (≈ 16 bytes per logit); no recomputation (Megatron leaves
     the output layer out of the checkpointed layers)."""
-    kw = dict(peak=gpu.peak_flops["bf16"], efficiency=gpu.gemm_efficiency,
-              hbm=gpu.hbm_bandwidth, sms=gpu.sms)
     Vt = max(1, V // t)
-    g = gemm_seconds(b * s, Vt, h, **kw) + gemm_seconds(b * s, h, Vt, **kw) + \
-        gemm_seconds(h, Vt, b * s, **kw)
+    g = _gemm(gpu, b * s, Vt, h) + _gemm(gpu, b * s, h, Vt) + _gemm(gpu, h, Vt, b * s)
     return g + 16 * b * s * Vt / gpu.hbm_bandwidth
 
 
 def optimizer_seconds(params: float, gpu, bytes_per_param: float = 30) -> float:
     """One mixed-precision Adam step over ``params`` parameters, memory-bound: read the fp32
     gradient (4), read and write the fp32 master weight, momentum and variance (3 × 8) and
-    write the 16-bit weight (2): 30 bytes per parameter over the HBM bandwidth (the kernel does
-    ~10 FLOPs per parameter, far below the ridge point)."""
+    write the 16-bit weight (2): 30 bytes per parameter (the kernel does ~10 FLOPs per
+    parameter, far below the ridge point), over the bandwidth the fused Adam kernel reaches,
+    ``gpu.optimizer_bandwidth`` (measured, :mod:`minipar.cost.hardware`), or the HBM bandwidth
+    where none was measured."""
     if params < 0:
         raise ValueError(f"params ({params}) must be >= 0")
-    return bytes_per_param * params / gpu.hbm_bandwidth
+    bw = gpu.optimizer_bandwidth or gpu.hbm_bandwidth
+    return bytes_per_param * params / bw
 
 
-def attention_core_and_mlp_seconds(b: int, s: int, h: int, a: int, gpu,
-                                   t: int = 1) -> dict[str, float]:
-    """Forward and backward GEMM seconds of one layer's attention core (QKᵀ, attention·V) and
-    of its MLP (h→4h, 4h→h) on one of t ranks: the parts :mod:`minipar.cost.three_d` rescales
-    for context parallelism (the core repeats for each of the other cp−1 key blocks of the
-    ring) and for MoE or non-4h MLPs (the MLP scales with the active expert FLOPs)."""
+def attention_core_and_mlp_seconds(b: int, s: int, h: int, a: int, gpu, t: int = 1, *,
+                                   attention: str = "unfused") -> dict[str, float]:
+    """Forward and backward GEMM seconds of one layer's attention core (QKᵀ, attention·V, or
+    the flash kernel) and of its MLP (h→4h, 4h→h) on one of t ranks: the parts
+    :mod:`minipar.cost.three_d` rescales for context parallelism (the core repeats for each of
+    the other cp−1 key blocks of the ring) and for MoE or non-4h MLPs (the MLP scales with the
+    active expert FLOPs)."""
     gemms = layer_gemms(b, s, h, a, t)
-    core_f, core_b = _pass_seconds(gemms[4:], gpu)
+    if check_attention(attention) == "flash":
+        core_f, core_b = flash_attention_seconds(b, s, h, a, gpu, t)
+    else:
+        core_f, core_b = _pass_seconds(gemms[4:], gpu)
     mlp_f, mlp_b = _pass_seconds(gemms[2:4], gpu)
     return {"core_f": core_f, "core_b": core_b, "mlp_f": mlp_f, "mlp_b": mlp_b}

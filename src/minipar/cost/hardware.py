@@ -8,7 +8,9 @@ are order-of-magnitude assumptions for one message's start-up cost through NCCL 
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import json
+import math
+from dataclasses import dataclass, field, fields
 
 from .units import GB
 
@@ -34,6 +36,16 @@ class GPU:
     gemm_efficiency: float = 0.75   # η: fraction of dense peak a large GEMM sustains in training
     intra: str = "nvlink3-a100"     # the NVLink of its generation (DGX/HGX baseboard)
     inter: str = "ib-hdr200"        # the InfiniBand NIC per GPU of its generation
+    # The kernel model of minipar.cost.compute (its docstring derives each term). The defaults
+    # are the 2021 model that the A100 reproductions use; a measured profile sets them all.
+    gemm_rule: str = "waves"        # "waves" (tile/wave roofline) or "additive" (measured)
+    gemm_latency_s: float = 0.0     # λ: fixed seconds per GEMM call under "additive"
+    bmm_bandwidth: float | None = None  # bytes/s of attention's batched GEMMs (None: GEMM rule)
+    bmm_latency_s: float = 0.0      # fixed seconds per batched attention GEMM call
+    flash_efficiency: float = 0.5   # fused (flash) attention's FLOP/s over the bf16 peak
+    attention_score_bytes: float = 20.0  # unfused attention: bytes per score, fwd + bwd
+    layer_overhead_s: float = 0.0   # fixed seconds per layer forward + backward
+    optimizer_bandwidth: float | None = None  # bytes/s of the fused Adam step (None: HBM)
 
 
 LINKS: dict[str, Link] = {
@@ -87,8 +99,28 @@ the A100 generation, not per run; :mod:`minipar.cost.validation` then checks eve
 A100 run against it (Narayanan et al. 2021 Table 1, MT-NLG, BLOOM)."""
 
 H100_GEMM_EFFICIENCY = 0.70
-"""η for H100/H200 (an ASSUMPTION, not validated against a published run in this course): dense
-bf16 GEMMs of training shapes reach about 650-700 of the 989 TFLOP/s peak."""
+"""η for H100 (an ASSUMPTION, not validated against a published run in this course): dense
+bf16 GEMMs of training shapes reach about 650-700 of the 989 TFLOP/s peak. The H200 preset,
+same GH100 chip, takes its η from a measurement instead (0.78, below)."""
+
+# The H200's kernel model, from one H200 (SXM, 132 SMs; torch 2.11, CUDA 13.0), the CALIBRATION
+# set measurements/h200_layer_gemm_times.json (its README gives the method). Measured directly:
+#   η = 0.78        an 8192³ bf16 matmul ran at 775 TFLOP/s = 0.783 of the 989.4 dense peak;
+#   W = 4.22 TB/s   a 2 GiB device-to-device copy (bytes read + written), 88 % of the 4.8 of
+#                   the datasheet.
+# Fitted (least squares of the log error) on that file's rows, rounded:
+#   λ = 8 µs        per GEMM call, on its 72 dense GEMMs (compute.gemm_seconds, "additive");
+#   W_bmm = 3.7 TB/s, λ_bmm = 20 µs   on its 36 batched attention GEMMs (compute.bmm_seconds);
+#   layer overhead 0.76 ms and flash efficiency 0.41 (406 TFLOP/s) on its 6 SDPA layers;
+#   74 bytes per score on its 6 unfused layers (PyTorch's separate scale, mask, softmax and
+#   dropout kernels and their backward, some in fp32: far more than the 9 + 11 of Megatron's
+#   fused kernel, which is the default for the other presets);
+#   Adam 3.33 TB/s: torch.optim.Adam(fused=True) moves 28 bytes per fp32 parameter (read
+#   weight, gradient, momentum, variance; write three) and took 9.03 ms for 2³⁰ parameters.
+# The whole-step measurements (h200_step_times.json) are the VALIDATION set: no constant here
+# is set from them. tests/test_cost_compute_h200.py re-derives every figure above.
+H200_GEMM_EFFICIENCY = 0.78
+H200_HBM_ACHIEVED = 4.22e12
 
 GPUS: dict[str, GPU] = {
     "A100-80GB": GPU("A100-80GB", 80 * 2**30,
@@ -110,14 +142,30 @@ GPUS: dict[str, GPU] = {
                          "direction), one NDR 400 Gb/s NIC per GPU in a DGX H100.",
                     hbm_bandwidth=3.35e12, sms=132, gemm_efficiency=H100_GEMM_EFFICIENCY,
                     intra="nvlink4-h100", inter="ib-ndr400"),
+    "H100-PCIe": GPU("H100-PCIe", 80 * 2**30,
+                     {"fp64": 25.6 * _T, "fp32": 51.2 * _T, "tf32": 378 * _T,
+                      "bf16": 756 * _T, "fp16": 756 * _T, "fp8": 1513 * _T},
+                     source="NVIDIA H100 Tensor Core GPU datasheet (PCIe, dense); NVIDIA H100 "
+                            "Tensor Core GPU Architecture whitepaper (114 SMs in the PCIe part)",
+                     note="a smaller part than the SXM5: 114 SMs (not 132), HBM2e at 2.0 TB/s "
+                          "(not HBM3 at 3.35), 300-350 W; datasheet 1,513 BF16 / 3,026 FP8 TFLOP/s "
+                          "are 'with sparsity', dense is half. GPUs of a server talk over PCIe "
+                          "Gen5 x16 (an NVLink bridge joins pairs only).",
+                     hbm_bandwidth=2.0e12, sms=114, gemm_efficiency=H100_GEMM_EFFICIENCY,
+                     intra="pcie5-x16", inter="ib-ndr400"),
     "H200": GPU("H200", 141 * 2**30,
                 {"fp64": 66.9 * _T, "fp32": 66.9 * _T, "tf32": 494.7 * _T,
                  "bf16": 989.4 * _T, "fp16": 989.4 * _T, "fp8": 1978.9 * _T},
-                source="NVIDIA H200 Tensor Core GPU datasheet (SXM, dense)",
-                note="same GH100 compute as H100 SXM; 141 GB HBM3e at 4.8 TB/s; NVLink 4 "
-                     "and NDR 400 as in a DGX H100 (HGX H200).",
-                hbm_bandwidth=4.8e12, sms=132, gemm_efficiency=H100_GEMM_EFFICIENCY,
-                intra="nvlink4-h100", inter="ib-ndr400"),
+                source="NVIDIA H200 Tensor Core GPU datasheet (SXM, dense); kernel constants "
+                       "measured on one H200 (measurements/h200_layer_gemm_times.json)",
+                note="same GH100 compute as H100 SXM; 141 GB HBM3e, 4.8 TB/s on the datasheet, "
+                     "4.22 achieved by a copy (the figure used); NVLink 4 and NDR 400 as in a "
+                     "DGX H100 (HGX H200).",
+                hbm_bandwidth=H200_HBM_ACHIEVED, sms=132, gemm_efficiency=H200_GEMM_EFFICIENCY,
+                intra="nvlink4-h100", inter="ib-ndr400",
+                gemm_rule="additive", gemm_latency_s=8e-6, bmm_bandwidth=3.7e12,
+                bmm_latency_s=20e-6, flash_efficiency=0.41, attention_score_bytes=74.0,
+                layer_overhead_s=0.76e-3, optimizer_bandwidth=3.33e12),
 }
 
 
@@ -133,3 +181,86 @@ def gpu(name: str) -> GPU:
     if name not in GPUS:
         raise ValueError(f"gpu ({name!r}) must be one of {', '.join(GPUS)}")
     return GPUS[name]
+
+
+# A GPU profile is a JSON object with GPU's fields (what ``minipar calibrate gpu`` writes); these
+# keys may carry the raw measurements and how they were taken, and are not read back.
+PROFILE_EXTRA_KEYS = ("measured", "method")
+_PROFILE_REQUIRED = ("name", "memory_bytes", "peak_flops", "hbm_bandwidth", "sms",
+                     "gemm_efficiency")
+_FRACTIONS = ("gemm_efficiency", "flash_efficiency")       # in (0, 1]
+_POSITIVE = ("memory_bytes", "hbm_bandwidth", "sms", "bmm_bandwidth", "optimizer_bandwidth")
+_NON_NEGATIVE = ("gemm_latency_s", "bmm_latency_s", "attention_score_bytes", "layer_overhead_s")
+
+
+def gpu_profile(g: GPU) -> dict:
+    """``g`` as the JSON object :func:`load_gpu_profile` reads."""
+    return {f.name: getattr(g, f.name) for f in fields(GPU)}
+
+
+def check_gpu_profile(profile: dict, where: str = "gpu profile") -> GPU:
+    """A :class:`GPU` from a profile's dict; ``ValueError`` naming the field, its value and the
+    rule it breaks (``"gpu profile p.json: hbm_bandwidth (-1) must be > 0"``)."""
+    def bad(rule: str):
+        raise ValueError(f"{where}: {rule}")
+
+    if not isinstance(profile, dict):
+        bad(f"must be a JSON object, got {type(profile).__name__}")
+    known = {f.name for f in fields(GPU)}
+    unknown = sorted(set(profile) - known - set(PROFILE_EXTRA_KEYS))
+    if unknown:
+        bad(f"unknown field {unknown[0]!r} (fields: {', '.join(sorted(known))})")
+    missing = [k for k in _PROFILE_REQUIRED if k not in profile]
+    if missing:
+        bad(f"missing field {missing[0]!r}")
+    kw = {k: v for k, v in profile.items() if k in known}
+
+    def number(k):
+        v = kw[k]
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
+            bad(f"{k} ({v!r}) must be a finite number")
+        return v
+
+    peak = kw["peak_flops"]
+    if not isinstance(peak, dict) or "bf16" not in peak:
+        bad(f"peak_flops ({peak!r}) must be an object with a 'bf16' entry (dense FLOP/s)")
+    for dtype, v in peak.items():
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not v > 0:
+            bad(f"peak_flops[{dtype!r}] ({v!r}) must be a number > 0")
+    for k in _FRACTIONS:
+        if k in kw and not 0 < number(k) <= 1:
+            bad(f"{k} ({kw[k]!r}) must be in (0, 1]")
+    for k in _POSITIVE:
+        if k in kw and kw[k] is not None and not number(k) > 0:
+            bad(f"{k} ({kw[k]!r}) must be > 0")
+    for k in _NON_NEGATIVE:
+        if k in kw and not number(k) >= 0:
+            bad(f"{k} ({kw[k]!r}) must be >= 0")
+    if "sms" in kw and int(kw["sms"]) != kw["sms"]:
+        bad(f"sms ({kw['sms']!r}) must be a whole number")
+    if kw.get("gemm_rule", "waves") not in ("waves", "additive"):
+        bad(f"gemm_rule ({kw['gemm_rule']!r}) must be one of waves, additive")
+    for k in ("intra", "inter"):
+        if k in kw and kw[k] not in LINKS:
+            bad(f"{k} ({kw[k]!r}) must be one of {', '.join(LINKS)}")
+    for k in ("name", "source", "note"):
+        if k in kw and not isinstance(kw[k], str):
+            bad(f"{k} ({kw[k]!r}) must be a string")
+    kw["sms"] = int(kw["sms"])
+    return GPU(**kw)
+
+
+def load_gpu_profile(path) -> GPU:
+    """The :class:`GPU` in the JSON profile at ``path`` (written by ``minipar calibrate gpu``,
+    or by hand from :func:`gpu_profile` of a preset): required fields name, memory_bytes,
+    peak_flops (with 'bf16'), hbm_bandwidth, sms, gemm_efficiency; every other field of
+    :class:`GPU` optional with its default. ``ValueError`` names the missing or invalid field
+    and its value."""
+    try:
+        with open(path) as f:
+            profile = json.load(f)
+    except OSError as e:
+        raise ValueError(f"gpu profile {path}: cannot be read ({e.strerror})") from None
+    except json.JSONDecodeError as e:
+        raise ValueError(f"gpu profile {path}: not JSON ({e.msg}, line {e.lineno})") from None
+    return check_gpu_profile(profile, f"gpu profile {path}")

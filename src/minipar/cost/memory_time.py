@@ -12,6 +12,16 @@ from typing import NamedTuple
 
 from .model import RECOMPUTE  # noqa: F401  (one list of recomputation modes, re-exported)
 
+ATTENTION = ("unfused", "flash")   # the attention kernel: scores materialised, or fused
+
+
+def check_attention(attention: str) -> str:
+    """``attention`` if it is one of :data:`ATTENTION`, else ValueError naming it: the one check
+    that the memory and the time models share."""
+    if attention not in ATTENTION:
+        raise ValueError(f"attention ({attention!r}) must be one of {', '.join(ATTENTION)}")
+    return attention
+
 ZERO_STAGES = (0, 1, 2, 3)
 
 
@@ -61,7 +71,7 @@ def model_state_bytes(psi: float, *, d: int = 1, t: int = 1, p: int = 1, zero: i
 
 
 def activation_bytes_per_layer(s: int, b: int, h: int, a: int, *, t: int = 1, sp: bool = False,
-                               recompute: str = "none") -> float:
+                               recompute: str = "none", attention: str = "unfused") -> float:
     """Activation bytes one transformer layer keeps for the backward pass of one micro-batch.
 
     Korthikanti et al. 2022, Table 2 (sbh = s·b·h):
@@ -76,6 +86,12 @@ def activation_bytes_per_layer(s: int, b: int, h: int, a: int, *, t: int = 1, sp
     each layer norm (QKV and MLP up-projection, 4sbh) and the two 1-byte dropout masks after
     attention and after the MLP (2sbh) (Korthikanti et al. §4.2.2); sequence parallelism shards
     them along s.
+
+    ``attention="flash"`` (Dao et al. 2022, "FlashAttention", §3.1) never materialises the
+    scores: the 5as²b/t term goes, and the kernel keeps for its backward only its output (the
+    projection's input, already among the 34) and one fp32 logsumexp per row and head,
+    4·a·s·b/t bytes. With selective or full recomputation the attention core is recomputed
+    either way, so flash changes nothing there.
     """
     for k, v in (("s", s), ("b", b), ("h", h), ("a", a), ("t", t)):
         if v <= 0:
@@ -84,10 +100,16 @@ def activation_bytes_per_layer(s: int, b: int, h: int, a: int, *, t: int = 1, sp
         raise ValueError(f"heads ({a}) must be divisible by t ({t})")
     if recompute not in RECOMPUTE:
         raise ValueError(f"recompute ({recompute!r}) must be one of {', '.join(RECOMPUTE)}")
+    check_attention(attention)
     sbh = s * b * h
     if recompute == "full":
         return 2 * sbh / (t if sp else 1)
-    scores = 0.0 if recompute == "selective" else 5 * a * s / (h * t)
+    if recompute == "selective":
+        scores = 0.0
+    elif attention == "flash":
+        scores = 4 * a / (h * t)             # the logsumexp: 4·a·s·b/t bytes = sbh · 4a/(ht)
+    else:
+        scores = 5 * a * s / (h * t)
     if sp:
         return sbh * (34 / t + scores)
     return sbh * (10 + 24 / t + scores)
@@ -96,7 +118,7 @@ def activation_bytes_per_layer(s: int, b: int, h: int, a: int, *, t: int = 1, sp
 def pipeline_first_stage_activation_bytes(s: int, b: int, h: int, a: int, L: int, p: int, *,
                                           m: int | None = None, t: int = 1, sp: bool = False,
                                           recompute: str = "none", schedule: str = "1f1b",
-                                          v: int = 1) -> float:
+                                          v: int = 1, attention: str = "unfused") -> float:
     """Activation bytes on the first pipeline stage, the one that holds the most.
 
     Each stage has L/p layers. Under 1F1B the first stage has min(p, m) micro-batches in flight,
@@ -105,11 +127,13 @@ def pipeline_first_stage_activation_bytes(s: int, b: int, h: int, a: int, L: int
     backward starts: m·L/p layers (Huang et al. 2019). The interleaved schedule with v chunks
     per device multiplies the 1F1B figure by 1 + (p−1)/(p·v) (Korthikanti §4.2.3, Eq. 5, whose
     "m" is our v). ``m=None`` means m ≥ p. Embedding and output-layer activations are left out
-    (Korthikanti §4.3 finds them negligible).
+    (Korthikanti §4.3 finds them negligible). ``attention`` as in
+    :func:`activation_bytes_per_layer`.
     """
     if L <= 0 or p <= 0 or L % p:
         raise ValueError(f"layers ({L}) must be divisible by p ({p})")
-    per_layer = activation_bytes_per_layer(s, b, h, a, t=t, sp=sp, recompute=recompute)
+    per_layer = activation_bytes_per_layer(s, b, h, a, t=t, sp=sp, recompute=recompute,
+                                           attention=attention)
     in_flight = p if m is None else m
     if in_flight <= 0:
         raise ValueError(f"microbatches m ({m}) must be >= 1")
