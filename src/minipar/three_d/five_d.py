@@ -1,0 +1,332 @@
+"""All five parallelisms in one training run: a tiny mixture-of-experts GPT trained with
+d × t × p × cp (and ep folded over them) on the groups of one :class:`minipar.grid.Grid`.
+
+The model is the course's GPT (:mod:`minipar.model`) with every layer's MLP replaced by an MoE
+(:class:`minipar.expert_parallel.MoE`, dropless: no capacity, so routing one token never depends
+on the others) and causal attention. Rank r with coordinates (i_pp, i_dp, i_cp, i_tp) and
+expert coordinates (i_edp, i_ep) holds, built from the one-process model's weights:
+
+  * **pp**: the layers of pipeline stage i_pp (:func:`minipar.pipeline_parallel.stage.
+    partition_layers`), run by the course's 1F1B executor; the first stage holds the embeddings,
+    the last the final LayerNorm and the tied output layer;
+  * **dp**: the micro-batches of sequences i_dp·m·b … (i_dp+1)·m·b of every global batch;
+  * **cp**: sequence shard i_cp of those sequences (zigzag by default, with the positions it holds),
+    attention exact by ring attention over the cp group (:mod:`minipar.context_parallel`);
+  * **tp**: a/t heads of every attention (QKV column-, output row-parallel, Megatron);
+  * **ep**: E/ep experts of every MoE layer. Before the MoE each TP rank keeps 1/t of its
+    tokens (the sequence-parallel split: (b, s/cp, h) → (b, s/(cp·t), h)), so the ep ranks of an
+    expert group, which include TP and CP neighbours, all bring different tokens; after it the
+    TP group all-gathers the outputs back ((b, s/cp, h), backward: keep own slice).
+
+After backward, :func:`reduce_gradients` finishes what each rank's partial view leaves out
+(Megatron-Core's finalize_model_grads, in the same three groups):
+
+  1. the router saw only this TP rank's tokens: sum its gradient over **tp**;
+  2. dense weights saw other sequences (dp) and other positions (cp): sum over **dp_cp**;
+  3. each expert's gradient sums the tokens its EP group sent it; the edp ranks hold the same
+     experts and saw other tokens: sum over **edp**.
+
+Each rank's loss is the mean over its own tokens, the global loss the mean over the d·cp ranks
+of distinct tokens, so both sums are divided by d·cp. :func:`train_5d_on_rank` compares the
+result with one process (parameters after ``steps`` Adam steps, gradients of the first step) and
+returns the traffic per group, which :func:`expected_traffic` predicts from the cost model.
+"""
+from __future__ import annotations
+
+import contextlib
+import copy
+
+import torch
+import torch.distributed as dist
+import torch.nn as nn
+import torch.nn.functional as F
+
+from minipar.context_parallel.block import RingParallelAttention
+from minipar.context_parallel.online_softmax import full_attention
+from minipar.context_parallel.sharding import positions, shard_sequence
+from minipar.cost.context_parallel import ring_sent_bytes_per_layer
+from minipar.cost.pipeline_parallel import pp_p2p_bytes_per_microbatch
+from minipar.cost.tensor_parallel import tp_collectives_per_layer
+from minipar.dist import group_rank, group_size
+from minipar.expert_parallel import ExpertParallelMoE, MoE
+from minipar.grid import Grid, new_groups
+from minipar.model import GPT, GPTConfig, Layer, token_batches
+from minipar.pipeline_parallel.executor import PipelineExecutor
+from minipar.pipeline_parallel.schedules import schedule
+from minipar.pipeline_parallel.stage import partition_layers
+from minipar.runtime.tracer import trace
+from minipar.tensor_parallel import (ColumnParallelLinear, ParallelAttention, RowParallelLinear,
+                                     allreduce_sequence_parallel_grads, scatter_to_sp_region)
+
+from .train import gather_from_tp_ranks
+
+TINY = GPTConfig(L=2, h=8, a=2, s=8, V=16, dropout=0.0)   # a, s/cp divisible by t = 2
+EXPERTS, TOP_K, FFN = 4, 2, 16
+LR = 0.01
+BUGS = (None, "no_cp_grad_reduction", "experts_over_ep", "router_not_over_tp")
+
+
+# ------------------------------------------------------------------ the one-process reference
+class MoELayer(nn.Module):
+    """:class:`minipar.model.Layer` with causal attention and its MLP replaced by ``moe``."""
+
+    def __init__(self, layer: Layer, moe: MoE):
+        super().__init__()
+        self.c = layer.c
+        self.ln1, self.qkv, self.proj, self.ln2 = layer.ln1, layer.qkv, layer.proj, layer.ln2
+        self.moe = moe
+
+    def forward(self, x):                                            # x (b, s, h)
+        c, (b, s, h) = self.c, x.shape
+        qkv = self.qkv(self.ln1(x)).view(b, s, 3, c.a, h // c.a)     # (b, s, 3, a, h/a)
+        q, k, v = qkv.permute(2, 0, 3, 1, 4)                         # each (b, a, s, h/a)
+        ctx = full_attention(q, k, v, causal=True)                   # (b, a, s, h/a)
+        x = x + self.proj(ctx.transpose(1, 2).reshape(b, s, h))     # (b, s, h)
+        return x + self.moe(self.ln2(x))
+
+
+class MoEGPT(nn.Module):
+    """The course GPT with MoE layers: embeddings, L :class:`MoELayer`, LayerNorm, tied head."""
+
+    def __init__(self, gpt: GPT, moes: list[MoE]):
+        super().__init__()
+        self.c = gpt.c
+        self.tok, self.pos, self.ln_f = gpt.tok, gpt.pos, gpt.ln_f
+        self.layers = nn.ModuleList(MoELayer(lay, moe) for lay, moe in zip(gpt.layers, moes))
+
+    def forward(self, tokens):                                       # (b, s) int64
+        x = self.tok(tokens) + self.pos(torch.arange(tokens.shape[1], device=tokens.device))
+        for layer in self.layers:
+            x = layer(x)                                             # (b, s, h)
+        return self.ln_f(x) @ self.tok.weight.T                      # (b, s, V)
+
+
+def moe_gpt(config: GPTConfig = TINY, experts: int = EXPERTS, top_k: int = TOP_K,
+            ffn: int = FFN, seed: int = 0, dtype=torch.float64) -> MoEGPT:
+    """The same weights on every rank: the GPT from ``seed``, then the experts, layer by layer."""
+    torch.manual_seed(seed)
+    gpt = GPT(config)
+    moes = [MoE.from_config(config, experts, top_k, ffn) for _ in range(config.L)]
+    return MoEGPT(gpt, moes).to(dtype)
+
+
+# ------------------------------------------------------------------ this rank's part
+class Layer5D(nn.Module):
+    """One :class:`MoELayer`: attention over tp (heads) × cp (ring), experts over ep.
+    x (b, s/cp, h), replicated over the TP group → same."""
+
+    def __init__(self, layer: MoELayer, groups: dict, layout: str):
+        super().__init__()
+        tp = groups["tp"]
+        self.tp = tp
+        self.ln1, self.ln2 = copy.deepcopy(layer.ln1), copy.deepcopy(layer.ln2)
+        base = ParallelAttention(ColumnParallelLinear.from_full(layer.qkv, tp, stride=3),
+                                 RowParallelLinear.from_full(layer.proj, tp), layer.c)
+        self.attn = RingParallelAttention(base, groups["cp"], layout, causal=True)
+        self.moe = ExpertParallelMoE.from_full(layer.moe, groups["ep"])
+        self.moe.router.weight.sequence_parallel = True      # saw 1/t of the tokens: sum over tp
+
+    def forward(self, x):                                             # x (b, s/cp, h)
+        x = x + self.attn(self.ln1(x))                                # g over tp, ring over cp
+        y = scatter_to_sp_region(self.ln2(x), self.tp)                # (b, s/(cp·t), h)
+        y = gather_from_tp_ranks(self.moe(y), self.tp)                # a2a over ep; (b, s/cp, h)
+        return x + y
+
+
+class Stage5D(nn.Module):
+    """Pipeline stage ``i_p`` of ``model``: tokens (b, s/cp) on the first stage, else the
+    received (b, s/cp, h); logits (b, s/cp, V) on the last stage, else the message."""
+
+    def __init__(self, model: MoEGPT, i_p: int, p: int, groups: dict, layout: str = "zigzag"):
+        super().__init__()
+        self.first, self.last = i_p == 0, i_p == p - 1
+        self.cp_group, self.layout = groups["cp"], layout
+        ids = partition_layers(model.c.L, p)[i_p]
+        self.layers = nn.ModuleList(Layer5D(model.layers[i], groups, layout) for i in ids)
+        if self.first:
+            self.tok, self.pos = copy.deepcopy(model.tok), copy.deepcopy(model.pos)
+        if self.last:
+            self.ln_f = copy.deepcopy(model.ln_f)
+            self.head = self.tok.weight if self.first else \
+                nn.Parameter(model.tok.weight.detach().clone())
+
+    def forward(self, x):
+        if self.first:                                                # tokens (b, s/cp)
+            cp, r = group_size(self.cp_group), group_rank(self.cp_group)
+            pos = positions(x.shape[1] * cp, cp, r, self.layout)     # (s/cp,) global
+            x = self.tok(x) + self.pos(pos)                          # (b, s/cp, h)
+        for layer in self.layers:
+            x = layer(x)
+        return self.ln_f(x) @ self.head.T if self.last else x        # (b, s/cp, V)
+
+    def tied_weight(self):
+        return self.tok.weight if self.first else (self.head if self.last else None)
+
+
+def applies(bug: str | None, grid: Grid) -> bool:
+    """Whether a negative control changes anything on ``grid`` (no cp to forget at cp = 1, no
+    router split at t = 1, the ep and edp groups the same at one rank per stage)."""
+    return {"no_cp_grad_reduction": grid.cp > 1, "router_not_over_tp": grid.t > 1,
+            "experts_over_ep": grid.stage_size > 1}.get(bug, True)
+
+
+def _is_expert(name: str) -> bool:
+    return name.endswith("moe.w1") or name.endswith("moe.w2")
+
+
+def _all_reduce_mean(grads: list, group, divisor: int) -> int:
+    """Sum ``grads`` over ``group`` in one flat all-reduce, divide by ``divisor``; elements."""
+    if not grads:
+        return 0
+    flat = torch.cat([g.reshape(-1) for g in grads])                # (n,)
+    if group_size(group) > 1:
+        dist.all_reduce(flat, group=group)
+    flat /= divisor
+    offset = 0
+    for g in grads:
+        g.copy_(flat[offset:offset + g.numel()].view_as(g))
+        offset += g.numel()
+    return flat.numel()
+
+
+def reduce_gradients(stage: Stage5D, groups: dict, grid: Grid, bug: str | None = None) -> dict:
+    """The three reductions of the module docstring; returns the elements of each."""
+    params = [(n, q) for n, q in stage.named_parameters() if q.grad is not None]
+    router = 0 if bug == "router_not_over_tp" else \
+        allreduce_sequence_parallel_grads(stage, groups["tp"])
+    dense = [q.grad for n, q in params if not _is_expert(n)]
+    experts = [q.grad for n, q in params if _is_expert(n)]
+    if bug == "no_cp_grad_reduction":                     # forgot cp: dp only, ÷ d
+        n_dense = _all_reduce_mean(dense, groups["dp"], grid.d)
+    else:
+        n_dense = _all_reduce_mean(dense, groups["dp_cp"], grid.d * grid.cp)
+    wrong = bug == "experts_over_ep"                      # same shapes, other experts
+    n_exp = _all_reduce_mean(experts, groups["ep" if wrong else "edp"], grid.d * grid.cp)
+    return {"router": router, "dense": n_dense, "experts": n_exp}
+
+
+def _max_diff(ours, expected) -> float:
+    return max((a.detach() - b.detach()).abs().max().item() for a, b in zip(ours, expected))
+
+
+def _reference(build, batches, steps: int):
+    """One process on the whole batches: first-step gradients (as a model whose weights are
+    them) and the model ``build()`` after ``steps`` Adam steps."""
+    model, grads = build(), build()
+    x, y = batches[0]
+    F.cross_entropy(model(x).flatten(0, 1), y.flatten()).backward()  # (B·s, V)
+    for g, q in zip(grads.parameters(), model.parameters()):
+        g.data = q.grad.detach().clone()
+    opt = torch.optim.Adam(model.parameters(), lr=LR)
+    for xb, yb in batches[:steps]:
+        opt.zero_grad()
+        F.cross_entropy(model(xb).flatten(0, 1), yb.flatten()).backward()
+        opt.step()
+    return grads, model
+
+
+def train_5d_on_rank(rank: int, world_size: int, d: int, t: int, p: int, cp: int, ep: int,
+                     bugs=BUGS, *, config: GPTConfig = TINY, experts: int = EXPERTS,
+                     top_k: int = TOP_K, m: int = 2, b: int = 2, steps: int = 3,
+                     layout: str = "zigzag", dtype=torch.float64) -> dict:
+    """Train the MoE GPT with all five parallelisms once per entry of ``bugs`` (None: correct;
+    the others negative controls) and return, per entry, max |difference| from one process of
+    the parameters after ``steps`` Adam steps and of the first step's gradients; for the correct
+    run also the traffic per (group, op) and this rank's coordinates and reduced elements."""
+    grid = Grid(d, t, p, cp, ep)
+    groups = new_groups(grid)
+    c = grid.coord(rank)
+    batches = token_batches(steps, d * m * b, config)
+    rows = slice(c.dp * m * b, (c.dp + 1) * m * b)                    # this replica's sequences
+    cpg = groups["cp"]
+    local = [(shard_sequence(x[rows], 1, cpg, layout), shard_sequence(y[rows], 1, cpg, layout))
+             for x, y in batches]                                    # (m·b, s/cp) each
+    build = lambda: moe_gpt(config, experts, top_k, dtype=dtype)          # noqa: E731
+    ref_grads, ref_model = _reference(build, batches, steps)
+    msg = (b, config.s // cp, config.h)                               # (b, s/cp, h)
+    actions = schedule("1f1b", p, m)[c.pp]
+    out = {}
+    for bug in (x for x in bugs if applies(x, grid)):
+        stage = Stage5D(build(), c.pp, p, groups, layout)
+        opt = torch.optim.Adam(stage.parameters(), lr=LR)
+        ex = PipelineExecutor({c.pp: stage}, p, c.pp, p, m, group=groups["pp"],
+                              embedding_group=groups["embedding"])
+        tr = trace({k: g for k, g in groups.items()})
+        grads0 = reduced = None
+        with tr if bug is None else contextlib.nullcontext():
+            for step, (x, y) in enumerate(local):
+                opt.zero_grad()
+                ex.run(actions, list(x.chunk(m)), list(y.chunk(m)), msg, dtype)
+                reduced = reduce_gradients(stage, groups, grid, bug)
+                if step == 0:
+                    grads0 = [q.grad.clone() for q in stage.parameters()]
+                opt.step()
+        expected_grads = Stage5D(ref_grads, c.pp, p, groups, layout).parameters()
+        expected = Stage5D(ref_model, c.pp, p, groups, layout).parameters()
+        r = {"params": _max_diff(list(stage.parameters()), list(expected)),
+             "grads": _max_diff(grads0, list(expected_grads))}
+        if bug is None:
+            r["traffic"] = {f"{k}:{op}": v for (k, op), v in sorted(tr.by_group().items())}
+            r["coord"], r["reduced"] = tuple(c), reduced
+            r["layers"] = len(stage.layers)
+        out[bug or "correct"] = r
+    return out
+
+
+# ------------------------------------------------------------------ the cost model's count
+def expected_traffic(grid: Grid, i_p: int, reduced: dict, *, config: GPTConfig = TINY,
+                     experts: int = EXPERTS, top_k: int = TOP_K, m: int = 2, b: int = 2,
+                     steps: int = 3, bytes_per_elem: int = 8) -> dict:
+    """Bytes (nccl-tests sizes S, as :mod:`minipar.runtime.tracer` records them) one rank of
+    stage ``i_p`` moves per group over ``steps`` steps; ``"ep"`` is the total of one EP group.
+    ``reduced``: the elements :func:`reduce_gradients` reduced (router, dense, experts).
+
+    tp  per layer and micro-batch four collectives of S = b·(s/cp)·h (Shoeybi et al. 2019 §3,
+        :func:`minipar.cost.tensor_parallel.tp_collectives_per_layer`: the attention's f and g
+        stay all-reduces; the MoE's split and gather replace the MLP's two by two all-gathers of
+        the same S); and once per step the router's gradient;
+    cp  ring attention's K/V sends, :func:`minipar.cost.context_parallel.ring_sent_bytes_per_layer`
+        with h_kv = h/t (each TP rank's heads);
+    pp  one (b, s/cp, h) message per micro-batch and direction of each boundary the rank has
+        (:func:`minipar.cost.pipeline_parallel.pp_p2p_bytes_per_microbatch` counts both
+        directions);
+    ep  per layer and micro-batch, the count exchange (E int64) and four token all-to-alls
+        whose inputs sum over the group to 4·ep·n·K rows, n = b·s/(cp·t) tokens per rank
+        (Lepikhin et al. 2021 §3.2: dispatch and combine, each mirrored backward);
+    dp_cp, edp  one all-reduce of the dense and of the expert gradients per step;
+    embedding  the tied (V, h) gradient per step when p > 1.
+    """
+    c, B = config, bytes_per_elem
+    L = len(partition_layers(c.L, grid.p)[i_p])
+    sc, t = c.s // grid.cp, grid.t
+    tp_per_layer = sum(S * calls for _, S, calls in tp_collectives_per_layer(b, sc, c.h, t, B))
+    n = b * sc // t
+    out = {
+        "tp": (tp_per_layer * L * m + (reduced["router"] * B if t > 1 else 0)) * steps,
+        "cp:send": ring_sent_bytes_per_layer(b, c.s, c.h // t, grid.cp, B)["total"] * L * m
+        * steps,
+        "pp:send": pp_p2p_bytes_per_microbatch(b, sc, c.h, B) / 2 * m * steps
+        * ((i_p > 0) + (i_p < grid.p - 1)),
+        "ep": (grid.ep * (experts * 8 + 4 * n * top_k * c.h * B) * L * m * steps
+               if grid.ep > 1 else 0),
+        "dp_cp": reduced["dense"] * B * steps if grid.d * grid.cp > 1 else 0,
+        "edp": reduced["experts"] * B * steps if grid.stage_size // grid.ep > 1 else 0,
+        "embedding": c.V * c.h * B * steps if grid.p > 1 else 0,
+    }
+    return out
+
+
+def measured_traffic(results: list[dict], grid: Grid) -> list[dict]:
+    """Per rank, the traced bytes in the keys of :func:`expected_traffic` (``"ep"`` summed over
+    the rank's EP group)."""
+    def total(tr, prefix):
+        return sum(v[1] for k, v in tr.items() if k == prefix or k.startswith(prefix + ":"))
+    out = []
+    for r, res in enumerate(results):
+        tr = res["correct"]["traffic"]
+        row = {k: total(tr, k) for k in ("tp", "cp:send", "pp:send", "dp_cp", "edp",
+                                          "embedding")}
+        row["ep"] = sum(total(results[x]["correct"]["traffic"], "ep")
+                        for x in grid.group_of("ep", r))
+        out.append(row)
+    return out
