@@ -6,18 +6,29 @@ holds the block of rank r−i. While it computes attention of its queries over t
 block travels on to rank r+1 and the block of rank r−i−1 arrives (:class:`RingShift`), so the
 transfer hides behind the compute when block compute ≥ block transfer. The per-block results are
 merged with the log-sum-exp rule (:func:`merge_blocks`), never materialising more than one
-(s/cp × s/cp) score block.
+(s/cp × s/cp) score block. With grouped-query attention K and V have a_kv < a heads, and the
+blocks that travel are a_kv heads wide.
 
-Causal masking is by *global* position. A rank's shard is 1 (contiguous) or 2 (zigzag) chunks
-of global chunk indices :func:`chunk_ids`; a (query chunk, key chunk) pair is computed in full
-when the key chunk comes earlier, with the triangular mask when it is the same chunk, and
-skipped when it comes later (:func:`plan`). Skipped pairs are why contiguous shards are
-unbalanced (rank cp−1 computes cp pairs, rank 0 one) and zigzag shards are not.
+Causal masking is by *global* position. A contiguous or zigzag shard is 1 or 2 chunks of global
+chunk indices :func:`chunk_ids`; a (query chunk, key chunk) pair is computed in full when the key
+chunk comes earlier, with the triangular mask when it is the same chunk, and skipped when it
+comes later (:func:`plan`). Skipped pairs are why contiguous shards are unbalanced (rank cp−1
+computes cp pairs, rank 0 one) and zigzag shards are not. The striped layout and document masks
+(``documents``: the lengths of the documents packed into the sequence, each causal on its own)
+take the general route (:func:`mask_plan`): each pair's mask is computed from the global
+positions (and documents) of its queries and keys, and a pair whose mask is empty is skipped.
+
+Numerics (as ring-flash-attention and Megatron-Core/Transformer Engine do): each block is
+computed in ``compute`` precision (float32 for 16-bit inputs, as tensor cores accumulate), the
+running (o, lse) are merged in ``merge_dtype`` (default float32 or wider) and the output is
+rounded to the input dtype once at the end; in the backward the dK/dV accumulators that travel
+the ring are ``accum_dtype`` (default float32 or wider). Passing the input dtype for either
+reproduces what a naive 16-bit implementation does.
 
 Backward (its own, no all-gather of the sequence): K/V travel the ring again; beside each block
 travels its dK/dV accumulator, to which every rank adds its share, and which arrives back home
 after cp hops. Traffic per rank per call: forward cp−1 K/V blocks; backward cp−1 K/V blocks and
-cp dK/dV blocks (:mod:`minipar.cost.context_parallel`).
+cp dK/dV blocks in the accumulator's dtype (:mod:`minipar.cost.context_parallel`).
 """
 from __future__ import annotations
 
@@ -27,9 +38,10 @@ import torch
 
 from minipar.dist import group_rank, group_size
 
-from .online_softmax import block_attention, block_attention_backward, merge_blocks
+from .online_softmax import (block_attention, block_attention_backward, merge_blocks,
+                             visible)
 from .ring_communication import RingShift
-from .sharding import chunk_ids, chunks_per_rank
+from .sharding import chunk_ids, chunks_per_rank, document_ids, positions
 
 
 def plan(q_ids: list[int], k_ids: list[int], causal: bool):
@@ -42,23 +54,63 @@ def plan(q_ids: list[int], k_ids: list[int], causal: bool):
                 yield i, j, "causal"
 
 
+def mask_plan(q_chunks, k_chunks, causal: bool, doc_ids=None):
+    """(query chunk, key chunk, mask) pairs from global positions: q_chunks and k_chunks are
+    lists of position tensors; mask "full", or a boolean (n, n_k); empty pairs skipped."""
+    for i, qp in enumerate(q_chunks):
+        for j, kp in enumerate(k_chunks):
+            keep = visible(qp, kp, causal, doc_ids)
+            if bool(keep.all()):
+                yield i, j, "full"
+            elif bool(keep.any()):
+                yield i, j, keep
+
+
+def _dtype(requested, x):
+    """``requested``, or float32 or wider (the dtype real kernels keep softmax state in)."""
+    return torch.promote_types(x.dtype, torch.float32) if requested is None else requested
+
+
+class _Pairs:
+    """Which (query chunk, key chunk, mask) pairs rank r computes against the block of rank
+    src: :func:`plan` for the chunked layouts, :func:`mask_plan` for striped or documents."""
+
+    def __init__(self, r, cp, n_local, layout, causal, documents, device):
+        self.r, self.cp, self.layout, self.causal = r, cp, layout, causal
+        self.n = chunks_per_rank(layout)
+        s = n_local * cp
+        self.general = layout == "striped" or documents is not None
+        self.doc_ids = None if documents is None else document_ids(documents, s).to(device)
+        self.pos = [positions(s, cp, j, layout).to(device).chunk(self.n) for j in range(cp)]
+
+    def __call__(self, src):
+        if self.general:
+            return list(mask_plan(self.pos[self.r], self.pos[src], self.causal, self.doc_ids))
+        return list(plan(chunk_ids(self.r, self.cp, self.layout),
+                         chunk_ids(src, self.cp, self.layout), self.causal))
+
+
 class _RingAttention(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, q, k, v, causal, group, layout, timeline):
+    def forward(ctx, q, k, v, causal, group, layout, timeline, documents, merge_dtype,
+                accum_dtype):
         cp, r = group_size(group), group_rank(group)
         n = chunks_per_rank(layout)
-        my_ids = chunk_ids(r, cp, layout)
-        qs = q.chunk(n, dim=2)                                  # n × (b, a, s/(n·cp), d)
+        pairs = _Pairs(r, cp, q.shape[2], layout, causal, documents, q.device)
+        comp = _dtype(None, q)                                  # block compute precision
+        mdt = _dtype(merge_dtype, q)
+        qs = q.to(comp).chunk(n, dim=2)                         # n × (b, a, s/(n·cp), d)
         outs, lses = [None] * n, [None] * n
-        kv = torch.stack([k, v])                                # (2, b, a, s/cp, d): one message
+        kv = torch.stack([k, v])                                # (2, b, a_kv, s/cp, d): one message
         t0 = time.perf_counter()
         for step in range(cp):
             src = (r - step) % cp
             shift = RingShift(kv, group) if step < cp - 1 else None
             c0 = time.perf_counter()
-            ks, vs = kv[0].chunk(n, dim=2), kv[1].chunk(n, dim=2)
-            for i, j, mask in plan(my_ids, chunk_ids(src, cp, layout), causal):
+            ks, vs = kv[0].to(comp).chunk(n, dim=2), kv[1].to(comp).chunk(n, dim=2)
+            for i, j, mask in pairs(src):
                 o, lse = block_attention(qs[i], ks[j], vs[j], mask)
+                o, lse = o.to(mdt), lse.to(mdt)                 # what the merge keeps
                 if outs[i] is None:
                     outs[i], lses[i] = o, lse
                 else:
@@ -69,9 +121,16 @@ class _RingAttention(torch.autograd.Function):
             if timeline is not None:
                 timeline.append(dict(step=step, src=src, compute=(c0 - t0, c1 - t0),
                                      comm=(c0 - t0, time.perf_counter() - t0) if shift else None))
+        b, a, m, d = q.shape
+        for i in range(n):                                      # a row no key can see: o = 0
+            if outs[i] is None:
+                outs[i] = q.new_zeros(b, a, m // n, d, dtype=mdt)
+                lses[i] = q.new_full((b, a, m // n), float("-inf"), dtype=mdt)
         out, lse = torch.cat(outs, dim=2), torch.cat(lses, dim=2)   # (b, a, s/cp, d), (b, a, s/cp)
+        out = out.to(q.dtype)                                   # rounded once, at the end
         ctx.save_for_backward(q, k, v, out, lse)
-        ctx.causal, ctx.group, ctx.layout = causal, group, layout
+        ctx.causal, ctx.group, ctx.layout, ctx.documents = causal, group, layout, documents
+        ctx.accum_dtype = accum_dtype
         return out
 
     @staticmethod
@@ -80,48 +139,67 @@ class _RingAttention(torch.autograd.Function):
         group, layout = ctx.group, ctx.layout
         cp, r = group_size(group), group_rank(group)
         n = chunks_per_rank(layout)
-        my_ids = chunk_ids(r, cp, layout)
-        dout = dout.contiguous()
-        delta = (dout * out).sum(-1)                            # (b, a, s/cp)
-        qs, dos = q.chunk(n, dim=2), dout.chunk(n, dim=2)
-        lses, deltas = lse.chunk(n, dim=2), delta.chunk(n, dim=2)
-        dq = torch.zeros_like(q)
+        pairs = _Pairs(r, cp, q.shape[2], layout, ctx.causal, ctx.documents, q.device)
+        comp = _dtype(None, q)
+        acc = _dtype(ctx.accum_dtype, k)                        # dK/dV accumulator on the wire
+        dout = dout.contiguous().to(comp)
+        delta = (dout * out.to(comp)).sum(-1)                   # (b, a, s/cp)
+        qs, dos = q.to(comp).chunk(n, dim=2), dout.chunk(n, dim=2)
+        lses, deltas = lse.to(comp).chunk(n, dim=2), delta.chunk(n, dim=2)
+        dq = torch.zeros_like(q, dtype=comp)                    # local: stays in compute dtype
         dqs = dq.chunk(n, dim=2)                                # views: writes land in dq
-        kv = torch.stack([k, v])                                # (2, b, a, s/cp, d)
+        kv = torch.stack([k, v])                                # (2, b, a_kv, s/cp, d)
         incoming = None                                         # dK/dV accumulator in flight
         for step in range(cp):
             src = (r - step) % cp
             shift = RingShift(kv, group) if step < cp - 1 else None
-            dkv = torch.zeros_like(kv)                          # this rank's share for block src
-            ks, vs = kv[0].chunk(n, dim=2), kv[1].chunk(n, dim=2)
+            dkv = torch.zeros_like(kv, dtype=comp)              # this rank's share for block src
+            ks, vs = kv[0].to(comp).chunk(n, dim=2), kv[1].to(comp).chunk(n, dim=2)
             dks, dvs = dkv[0].chunk(n, dim=2), dkv[1].chunk(n, dim=2)
-            for i, j, mask in plan(my_ids, chunk_ids(src, cp, layout), ctx.causal):
+            for i, j, mask in pairs(src):
                 gq, gk, gv = block_attention_backward(qs[i], ks[j], vs[j], dos[i], lses[i],
                                                       deltas[i], mask)
                 dqs[i].add_(gq), dks[j].add_(gk), dvs[j].add_(gv)
+            dkv = dkv.to(acc)
             if incoming is not None:                            # ranks src … r−1 added theirs
                 dkv += incoming.wait()
             incoming = RingShift(dkv, group)                    # on to r+1; the last hop is home
             if shift is not None:
                 kv = shift.wait()
         dkv = incoming.wait()                                   # our own block, all cp shares
-        return dq, dkv[0], dkv[1], None, None, None, None
+        return (dq.to(q.dtype), dkv[0].to(k.dtype), dkv[1].to(v.dtype),
+                None, None, None, None, None, None, None)
+
+
+def check_qkv(q, k, v) -> None:
+    """q (b, a, n, d), k and v (b, a_kv, n, d) with a divisible by a_kv; errors name the rule."""
+    if k.shape != v.shape:
+        raise ValueError(f"k and v must have one shape, got {tuple(k.shape)}, {tuple(v.shape)}")
+    if q.dim() != 4 or (q.shape[0], q.shape[2], q.shape[3]) != (k.shape[0], k.shape[2], k.shape[3]):
+        raise ValueError(f"q (b, a, n, d) and k, v (b, a_kv, n, d) must agree in b, n and d, got "
+                         f"{tuple(q.shape)}, {tuple(k.shape)}")
+    if q.shape[1] % k.shape[1]:
+        raise ValueError(f"query heads ({q.shape[1]}) must be divisible by K/V heads "
+                         f"({k.shape[1]})")
 
 
 def ring_attention(q, k, v, causal: bool = False, group=None, layout: str = "contiguous",
-                   timeline: list | None = None):
+                   timeline: list | None = None, *, documents=None, merge_dtype=None,
+                   accum_dtype=None):
     """This rank's output shard of softmax(q kᵀ/√d) v over the whole sequence.
 
-    q, k, v: this rank's shards (b, a, s/cp, d) in ``layout`` (:func:`shard_sequence`); the
-    output has the same shape and layout. ``causal`` masks by global position. ``timeline``: a
-    list to which the forward appends one dict per ring step (compute and transfer intervals,
-    seconds since the call began). For one rank it is plain attention, no communication.
+    q (b, a, s/cp, d), k and v (b, a_kv, s/cp, d): this rank's shards in ``layout``
+    (:func:`shard_sequence`); the output has q's shape and layout. ``causal`` masks by global
+    position; ``documents`` (lengths summing to s) masks attention across documents.
+    ``timeline``: a list to which the forward appends one dict per ring step (compute and
+    transfer intervals, seconds since the call began). ``merge_dtype``, ``accum_dtype``: the
+    dtype of the running (o, lse) and of the travelling dK/dV (None: float32 or wider). For one
+    rank it is plain attention, no communication.
     """
-    if not (q.shape == k.shape == v.shape):
-        raise ValueError(f"q, k, v must have one shape (b, a, s/cp, d), got "
-                         f"{tuple(q.shape)}, {tuple(k.shape)}, {tuple(v.shape)}")
+    check_qkv(q, k, v)
     n = chunks_per_rank(layout)
     if q.shape[2] % n:
         raise ValueError(f"local sequence length ({q.shape[2]}) must be divisible by {n} "
                          f"for layout {layout!r}")
-    return _RingAttention.apply(q, k, v, causal, group, layout, timeline)
+    return _RingAttention.apply(q, k, v, causal, group, layout, timeline, documents,
+                                merge_dtype, accum_dtype)

@@ -1,6 +1,6 @@
 """Cutting the sequence into cp shards, and putting it back together.
 
-Two layouts (``layout``):
+Three layouts (``layout``):
 
 * ``"contiguous"``: the sequence is cut into cp equal chunks; rank r keeps chunk r.
 * ``"zigzag"``: the sequence is cut into 2·cp equal chunks; rank r keeps chunks r and
@@ -9,6 +9,14 @@ Two layouts (``layout``):
   with its mirror 2·cp−1−r gives every rank the same work. This is the layout of Megatron-LM's
   context parallelism and of the Llama 3 report (Dubey et al. 2024, §3.3.2), also called
   "load-balanced" sharding in torch's ``context_parallel``.
+* ``"striped"``: rank r keeps tokens r, r+cp, r+2·cp, … (Brandon et al. 2023, "Striped
+  Attention: Faster Ring Attention for Causal Transformers"). Every block pair then straddles
+  the diagonal: rank r's queries see a block from rank src ≤ r with the mask "key index ≤ query
+  index" and from src > r with "key index < query index", so every ring step does about half
+  of a block on every rank (with a kernel that skips masked entries).
+
+Document masks (packed sequences of several documents, each causal on its own) break both
+balances: which pairs are empty depends on where the documents end, not only on the layout.
 
 :func:`chunk_ids` and :func:`positions` say which global chunks and token positions a rank
 holds; ring attention uses them to mask by *global* position.
@@ -20,7 +28,7 @@ import torch.distributed as dist
 
 from minipar.dist import group_rank, group_size
 
-LAYOUTS = ("contiguous", "zigzag")
+LAYOUTS = ("contiguous", "zigzag", "striped")
 
 
 def _check_layout(layout: str) -> None:
@@ -29,15 +37,17 @@ def _check_layout(layout: str) -> None:
 
 
 def chunks_per_rank(layout: str) -> int:
-    """1 for contiguous, 2 for zigzag."""
+    """1 for contiguous and striped, 2 for zigzag."""
     _check_layout(layout)
-    return 1 if layout == "contiguous" else 2
+    return 2 if layout == "zigzag" else 1
 
 
 def chunk_ids(rank: int, cp: int, layout: str = "contiguous") -> list[int]:
     """Global chunk indices rank ``rank`` holds, in storage order (chunks of s/cp tokens for
     contiguous, s/(2·cp) for zigzag)."""
     _check_layout(layout)
+    if layout == "striped":
+        raise ValueError("layout 'striped' holds no chunks (tokens r, r+cp, …): use positions")
     if not 0 <= rank < cp:
         raise ValueError(f"rank ({rank}) must be in [0, cp={cp})")
     return [rank] if layout == "contiguous" else [rank, 2 * cp - 1 - rank]
@@ -50,11 +60,15 @@ def zigzag_indices(s: int, cp: int, rank: int) -> list[int]:
 
 def positions(s: int, cp: int, rank: int, layout: str = "contiguous") -> torch.Tensor:
     """Global positions (int64, length s/cp) of the tokens this rank holds, in storage order."""
+    if layout == "striped" and not 0 <= rank < cp:
+        raise ValueError(f"rank ({rank}) must be in [0, cp={cp})")
     n = cp * chunks_per_rank(layout)
     if s % n:
         rule = "2·cp" if layout == "zigzag" else "cp"
         raise ValueError(f"sequence length ({s}) must be divisible by {rule} ({n}) "
                          f"for layout {layout!r}")
+    if layout == "striped":
+        return torch.arange(rank, s, cp)
     size = s // n
     return torch.cat([torch.arange(i * size, (i + 1) * size) for i in chunk_ids(rank, cp, layout)])
 
@@ -83,3 +97,14 @@ def gather_sequence(x_local: torch.Tensor, dim: int, group=None,
     for r, part in enumerate(parts):
         out.index_copy_(dim, positions(s, cp, r, layout).to(x_local.device), part)
     return out
+
+
+def document_ids(lengths, s: int | None = None) -> torch.Tensor:
+    """Document index of every global position of a packed sequence whose documents have
+    ``lengths`` tokens, in order (FlashAttention's ``cu_seqlens`` as ids): (s,) int64."""
+    lengths = [int(n) for n in lengths]
+    if any(n < 1 for n in lengths):
+        raise ValueError(f"document lengths ({lengths}) must all be >= 1")
+    if s is not None and sum(lengths) != s:
+        raise ValueError(f"document lengths sum to {sum(lengths)}, the sequence has {s} tokens")
+    return torch.repeat_interleave(torch.arange(len(lengths)), torch.tensor(lengths))

@@ -2,12 +2,17 @@
 Enabling Training of Extreme Long Sequence Transformer Models"): trade the sequence shard for a
 head shard around attention.
 
-Each rank holds q, k, v for all a heads on its contiguous s/cp tokens. One all-to-all per
-tensor regroups them to a/cp heads on all s tokens; attention then runs locally (any attention
-kernel, causal mask by position as usual); one all-to-all takes the output back to s/cp tokens
-of all heads. Four all-to-alls per layer forward (q, k, v, output) and four backward (the
-all-to-all's adjoint is the inverse all-to-all). It needs a divisible by cp, which caps cp at the
-number of heads (KV heads with grouped-query attention).
+Each rank holds q (a heads) and k, v (a_kv heads, grouped-query attention when a_kv < a) on its
+contiguous s/cp tokens. One all-to-all of q, k and v packed together regroups them to a/cp query
+heads (and their K/V heads) on all s tokens; attention then runs locally (any attention kernel,
+causal mask by position as usual); one all-to-all takes the output back to s/cp tokens of all
+heads. Two all-to-alls per layer forward (packed QKV, output) and two backward (the all-to-all's
+adjoint is the inverse all-to-all), as DeepSpeed-Ulysses does.
+
+It needs a divisible by cp. K/V heads: when a_kv is divisible by cp each rank gets a_kv/cp of
+them; when a_kv < cp (and cp is divisible by a_kv) every K/V head is first repeated cp/a_kv
+times, so each rank receives the one K/V head its a/cp query heads read, and the backward sums
+the copies' gradients. Repetition makes the K/V all-to-all carry cp heads instead of a_kv.
 """
 from __future__ import annotations
 
@@ -16,7 +21,7 @@ import torch.distributed as dist
 
 from minipar.dist import group_size
 
-from .online_softmax import full_attention
+from .online_softmax import expand_kv, full_attention
 
 
 def _seq_to_heads(x: torch.Tensor, group) -> torch.Tensor:
@@ -71,11 +76,29 @@ def heads_to_seq(x, group=None):
     return x if group_size(group) == 1 else _HeadsToSeq.apply(x, group)
 
 
-def ulysses_attention(q, k, v, causal: bool = False, group=None, attention=full_attention):
-    """This rank's output shard (b, a, s/cp, d) of softmax(q kᵀ/√d) v; q, k, v contiguous
-    sequence shards (b, a, s/cp, d). ``attention(q, k, v, causal)`` is the local kernel."""
-    cp, a = group_size(group), q.shape[1]
+def kv_heads_sent(a: int, a_kv: int, cp: int) -> int:
+    """K/V heads per tensor in the all-to-all: a_kv, or cp when K/V heads are replicated."""
     if a % cp:
         raise ValueError(f"heads ({a}) must be divisible by cp ({cp})")
-    q, k, v = (seq_to_heads(t, group) for t in (q, k, v))      # (b, a/cp, s, d) each
-    return heads_to_seq(attention(q, k, v, causal), group)     # (b, a, s/cp, d)
+    if a % a_kv:
+        raise ValueError(f"query heads ({a}) must be divisible by K/V heads ({a_kv})")
+    if a_kv % cp and cp % a_kv:
+        raise ValueError(f"K/V heads ({a_kv}) must be divisible by cp ({cp}), or cp by them")
+    return max(a_kv, cp)
+
+
+def ulysses_attention(q, k, v, causal: bool = False, group=None, attention=full_attention):
+    """This rank's output shard (b, a, s/cp, d) of softmax(q kᵀ/√d) v; q (b, a, s/cp, d), k and
+    v (b, a_kv, s/cp, d) contiguous sequence shards. ``attention(q, k, v, causal)`` is the local
+    kernel (it gets a/cp query heads and their K/V heads)."""
+    cp, (b, a, n, d), a_kv = group_size(group), q.shape, k.shape[1]
+    m = kv_heads_sent(a, a_kv, cp)
+    if cp == 1:
+        return attention(q, k, v, causal)
+    if m > a_kv:                                               # replicate: one K/V head per rank
+        k, v = expand_kv(k, m), expand_kv(v, m)                # (b, cp, s/cp, d)
+    parts = [t.reshape(b, cp, t.shape[1] // cp, n, d) for t in (q, k, v)]   # (b, cp, ·/cp, s/cp, d)
+    qkv = torch.cat(parts, dim=2).reshape(b, a + 2 * m, n, d)  # per destination: its q, k, v heads
+    qkv = seq_to_heads(qkv, group)                             # (b, (a + 2m)/cp, s, d)
+    ql, kl, vl = qkv.split([a // cp, m // cp, m // cp], dim=1)
+    return heads_to_seq(attention(ql, kl, vl, causal), group)  # (b, a, s/cp, d)

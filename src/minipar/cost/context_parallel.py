@@ -2,21 +2,34 @@
 
 Pure Python. Symbols as on the notation page: b micro-batch, s sequence, h hidden, a heads,
 cp context-parallel ranks; h_kv is the width of K (and of V): h without grouped-query attention,
-h·(KV heads)/a with it. Sizes are BYTES unless a name says elements.
+h·(KV heads)/a with it. Sizes are BYTES unless a name says elements; e is bytes per element of
+the activations, e_acc of the dK/dV accumulators.
 
 * Ring attention (Liu et al. 2023, "Ring Attention with Blockwise Transformers for
-  Near-Infinite Context", §3): a rank's K/V block is 2·b·(s/cp)·h_kv elements. Forward: cp−1
+  Near-Infinite Context", §3): a rank's K/V block is KV = 2·b·(s/cp)·h_kv·e bytes. Forward: cp−1
   blocks pass through each rank. Backward (:mod:`minipar.context_parallel.ring`): the K/V
-  blocks again (cp−1) and a dK/dV accumulator of the same size cp times (the last hop takes it
-  home).
-* Ulysses (Jacobs et al. 2023, "DeepSpeed Ulysses", §3.1): all-to-alls of q, k, v and the
-  output forward (4), their adjoints backward (4); each input buffer S = b·(s/cp)·h elements
-  (for k and v: h_kv), of which a rank sends (cp−1)/cp·S.
+  blocks again (cp−1) and a dK/dV accumulator cp times (the last hop takes it home), of
+  2·b·(s/cp)·h_kv·e_acc bytes: real implementations accumulate in float32 (zhuzilin's
+  ring-flash-attention, Megatron-Core/Transformer Engine), so e_acc = 4 for bf16 training
+  (``accum_bytes_per_elem``, default max(e, 4)).
+* All-gather CP (Llama 3, Dubey et al. 2024 §3.3.2; PyTorch ``context_parallel``'s default
+  rotate method): forward one all-gather of the K/V blocks (S = cp·KV), backward the same
+  all-gather again and one reduce-scatter of the dK/dV contributions (S = cp·KV_acc); each
+  rank sends (cp−1)/cp·S of each (Thakur et al. 2005). The gather is exposed (attention waits
+  for it); its compute is one kernel per layer, so the slowest rank's *total* work counts, not
+  each step's slowest rank as in the ring.
+* Ulysses (Jacobs et al. 2023, "DeepSpeed Ulysses", §3.1): one all-to-all of q, k, v packed
+  together and one of the output forward (2), their adjoints backward (2); input sizes
+  b·(s/cp)·(h + 2·h_kv′)·e and b·(s/cp)·h·e, h_kv′ = h_kv, or h_kv·cp/a_kv when a_kv < cp and
+  K/V heads are replicated; a rank sends (cp−1)/cp of each.
 * Time: the α-β model of :mod:`minipar.cost.collectives` (Thakur et al. 2005); one ring step
   sends and receives one block at once (full duplex): α + block/bandwidth.
 * Causal work: attention FLOPs of one (query chunk, key chunk) pair are 4·n_q·n_k·h (QKᵀ and
   PV, Narayanan et al. 2021's 4bs²h term split by chunks); pairs planned as in
-  :func:`minipar.context_parallel.ring.plan` (a diagonal pair is computed whole, then masked).
+  :func:`minipar.context_parallel.ring.plan`. ``diagonal`` names the kernel: "whole" computes a
+  diagonal pair whole and masks it (minipar's plain-torch blocks; what ``FlopCounterMode``
+  counts), "half" skips the masked triangle (FlashAttention's causal kernel, Dao 2023; the
+  default), counted as half a pair (exact to O(1/n) for chunks of n tokens).
 * Activations: Korthikanti et al. 2022 ("Reducing Activation Recomputation in Large Transformer
   Models", Table 2): 34·sbh + 5·as²b bytes per layer with 16-bit activations; blockwise
   attention (flash / ring) keeps no s² term, and CP divides every token's share by cp.
@@ -25,7 +38,8 @@ from __future__ import annotations
 
 from .collectives import collective_time
 
-LAYOUTS = ("contiguous", "zigzag")
+LAYOUTS = ("contiguous", "zigzag", "striped")
+DIAGONALS = ("half", "whole")
 
 
 def _check(**kw) -> None:
@@ -39,9 +53,9 @@ def check_shape(s: int, cp: int, layout: str = "contiguous") -> None:
     _check(s=s, cp=cp)
     if layout not in LAYOUTS:
         raise ValueError(f"layout ({layout!r}) must be one of {', '.join(LAYOUTS)}")
-    n = cp if layout == "contiguous" else 2 * cp
+    n = 2 * cp if layout == "zigzag" else cp
     if s % n:
-        rule = "cp" if layout == "contiguous" else "2·cp"
+        rule = "2·cp" if layout == "zigzag" else "cp"
         raise ValueError(f"sequence length s ({s}) must be divisible by {rule} ({n})")
 
 
@@ -61,14 +75,50 @@ def kv_block_bytes(b: int, s: int, h_kv: int, cp: int, bytes_per_elem: float = 2
     return 2 * b * (s / cp) * h_kv * bytes_per_elem
 
 
-def ring_sent_bytes_per_layer(b: int, s: int, h_kv: int, cp: int,
-                              bytes_per_elem: float = 2) -> dict[str, float]:
+def accum_bytes(bytes_per_elem: float = 2, accum_bytes_per_elem: float | None = None) -> float:
+    """Bytes per element of the dK/dV accumulators: as given, else max(e, 4) (float32 or wider,
+    what ring-flash-attention and Transformer Engine circulate)."""
+    if accum_bytes_per_elem is None:
+        return max(bytes_per_elem, 4)
+    if not accum_bytes_per_elem > 0:
+        raise ValueError(f"accum_bytes_per_elem ({accum_bytes_per_elem}) must be > 0")
+    return accum_bytes_per_elem
+
+
+def ring_sent_bytes_per_layer(b: int, s: int, h_kv: int, cp: int, bytes_per_elem: float = 2,
+                              accum_bytes_per_elem: float | None = None) -> dict[str, float]:
     """Bytes one rank sends per layer per micro-batch under ring attention:
-    forward (cp−1)·KV, backward (cp−1)·KV + cp·dKV, KV = :func:`kv_block_bytes`; 0 for cp = 1."""
+    forward (cp−1)·KV, backward (cp−1)·KV + cp·dKV, KV = :func:`kv_block_bytes` at e bytes,
+    dKV the same block at e_acc = :func:`accum_bytes`; 0 for cp = 1."""
     kv = kv_block_bytes(b, s, h_kv, cp, bytes_per_elem)
+    dkv = kv_block_bytes(b, s, h_kv, cp, accum_bytes(bytes_per_elem, accum_bytes_per_elem))
     if cp == 1:
         return {"forward": 0.0, "backward": 0.0, "total": 0.0}
-    fwd, bwd = (cp - 1) * kv, (cp - 1) * kv + cp * kv
+    fwd, bwd = (cp - 1) * kv, (cp - 1) * kv + cp * dkv
+    return {"forward": fwd, "backward": bwd, "total": fwd + bwd}
+
+
+def allgather_collectives_per_layer(b: int, s: int, h_kv: int, cp: int,
+                                    bytes_per_elem: float = 2,
+                                    accum_bytes_per_elem: float | None = None) -> dict:
+    """All-gather CP's collectives per layer, each (op, S bytes as nccl-tests counts it: the
+    gathered output, the reduced input): forward [all-gather cp·KV]; backward [all-gather
+    cp·KV, reduce-scatter cp·dKV]. Empty lists for cp = 1."""
+    kv = kv_block_bytes(b, s, h_kv, cp, bytes_per_elem)
+    dkv = kv_block_bytes(b, s, h_kv, cp, accum_bytes(bytes_per_elem, accum_bytes_per_elem))
+    if cp == 1:
+        return {"forward": [], "backward": []}
+    return {"forward": [("all-gather", cp * kv)],
+            "backward": [("all-gather", cp * kv), ("reduce-scatter", cp * dkv)]}
+
+
+def allgather_sent_bytes_per_layer(b: int, s: int, h_kv: int, cp: int, bytes_per_elem: float = 2,
+                                   accum_bytes_per_elem: float | None = None) -> dict[str, float]:
+    """Bytes one rank sends per layer under all-gather CP: (cp−1)/cp of every collective's S
+    (ring algorithms): forward (cp−1)·KV, backward (cp−1)·KV + (cp−1)·dKV."""
+    c = allgather_collectives_per_layer(b, s, h_kv, cp, bytes_per_elem, accum_bytes_per_elem)
+    fwd = sum((cp - 1) / cp * S for _, S in c["forward"])
+    bwd = sum((cp - 1) / cp * S for _, S in c["backward"])
     return {"forward": fwd, "backward": bwd, "total": fwd + bwd}
 
 
@@ -78,25 +128,41 @@ def ring_sends_per_layer(cp: int) -> dict[str, int]:
     return {"forward": cp - 1, "backward": 2 * cp - 1 if cp > 1 else 0}
 
 
+def ulysses_kv_width(h_kv: int, cp: int, a_kv: int | None = None) -> float:
+    """Width of K (and V) in Ulysses' all-to-all: h_kv, or h_kv·cp/a_kv when the a_kv K/V heads
+    are fewer than cp and each is repeated cp/a_kv times (then cp must be divisible by a_kv;
+    otherwise a_kv by cp). ``a_kv`` None: no head rule checked."""
+    _check(h_kv=h_kv, cp=cp)
+    if a_kv is None:
+        return h_kv
+    _check(a_kv=a_kv)
+    if a_kv % cp and cp % a_kv:
+        raise ValueError(f"K/V heads ({a_kv}) must be divisible by cp ({cp}), or cp by them")
+    return h_kv * cp / a_kv if cp > a_kv else h_kv
+
+
 def ulysses_all_to_alls_per_layer(b: int, s: int, h: int, cp: int, bytes_per_elem: float = 2,
-                                  h_kv: int | None = None) -> list[tuple[str, float]]:
-    """(tensor, all-to-all input size S in bytes) per layer forward; the backward repeats the
-    list (each all-to-all's adjoint is one all-to-all of the same size). Empty for cp = 1."""
+                                  h_kv: int | None = None,
+                                  a_kv: int | None = None) -> list[tuple[str, float]]:
+    """(tensor, all-to-all input size S in bytes) per layer forward: q, k, v packed in one, the
+    output in the other; the backward repeats the list (each all-to-all's adjoint is one
+    all-to-all of the same size). Empty for cp = 1."""
     h_kv = h if h_kv is None else h_kv
     _check(b=b, s=s, h=h, h_kv=h_kv, cp=cp)
+    w = ulysses_kv_width(h_kv, cp, a_kv)
     if cp == 1:
         return []
     q = b * (s / cp) * h * bytes_per_elem
-    kv = b * (s / cp) * h_kv * bytes_per_elem
-    return [("q", q), ("k", kv), ("v", kv), ("out", q)]
+    return [("qkv", b * (s / cp) * (h + 2 * w) * bytes_per_elem), ("out", q)]
 
 
 def ulysses_sent_bytes_per_layer(b: int, s: int, h: int, cp: int, bytes_per_elem: float = 2,
-                                 h_kv: int | None = None) -> dict[str, float]:
+                                 h_kv: int | None = None,
+                                 a_kv: int | None = None) -> dict[str, float]:
     """Bytes one rank sends per layer: (cp−1)/cp of every all-to-all's input, forward and
     backward."""
-    fwd = sum((cp - 1) / cp * S for _, S in ulysses_all_to_alls_per_layer(b, s, h, cp,
-                                                                          bytes_per_elem, h_kv))
+    fwd = sum((cp - 1) / cp * S for _, S in ulysses_all_to_alls_per_layer(
+        b, s, h, cp, bytes_per_elem, h_kv, a_kv))
     return {"forward": fwd, "backward": fwd, "total": 2 * fwd}
 
 
@@ -105,70 +171,199 @@ def chunk_ids(rank: int, cp: int, layout: str) -> list[int]:
     return [rank] if layout == "contiguous" else [rank, 2 * cp - 1 - rank]
 
 
-def pairs_per_rank(cp: int, layout: str = "contiguous", causal: bool = True) -> list[int]:
-    """(query chunk, key chunk) pairs each rank computes over the whole ring.
+def _check_diagonal(diagonal: str) -> None:
+    if diagonal not in DIAGONALS:
+        raise ValueError(f"diagonal ({diagonal!r}) must be one of {', '.join(DIAGONALS)}")
 
-    Contiguous causal: rank r computes r+1 pairs of (s/cp)²; zigzag: 2cp+1 pairs of (s/2cp)²
-    on every rank (chunk r sees r+1 key chunks, chunk 2cp−1−r sees 2cp−r). Not causal: every
-    pair (1 per step contiguous, 4 per step zigzag)."""
+
+def step_pairs(rank: int, cp: int, layout: str = "zigzag", causal: bool = True,
+               diagonal: str = "half") -> list[float]:
+    """Block pairs rank ``rank`` computes at each ring step i (it holds rank r−i's K/V), in
+    pairs of chunks (s/cp tokens contiguous and striped, s/2cp zigzag). A diagonal pair counts
+    1 ("whole") or 1/2 ("half"); striped: every causal pair straddles the diagonal."""
     check_shape(2 * cp, cp, layout)
-    n = 1 if layout == "contiguous" else 2
-    if not causal:
-        return [cp * n * n] * cp
-    return [sum(qc + 1 for qc in chunk_ids(r, cp, layout)) for r in range(cp)]
+    _check_diagonal(diagonal)
+    half = 0.5 if diagonal == "half" else 1
+    if layout == "striped":
+        return [half if causal else 1] * cp
+    out = []
+    for i in range(cp):
+        src = (rank - i) % cp
+        w = 0.0
+        for qc in chunk_ids(rank, cp, layout):
+            for kc in chunk_ids(src, cp, layout):
+                w += 1 if not causal or kc < qc else half if kc == qc else 0
+        out.append(w)
+    return out
+
+
+def pairs_per_rank(cp: int, layout: str = "contiguous", causal: bool = True,
+                   diagonal: str = "whole") -> list[float]:
+    """(query chunk, key chunk) pairs each rank computes over the whole ring (sum of
+    :func:`step_pairs`).
+
+    Contiguous causal: rank r computes r pairs and the diagonal one; zigzag: 2cp pairs and two
+    diagonals on every rank (chunk r sees r+1 key chunks, chunk 2cp−1−r sees 2cp−r). Not
+    causal: every pair (1 per step contiguous, 4 per step zigzag)."""
+    check_shape(2 * cp, cp, layout)
+    _check_diagonal(diagonal)
+    return [sum(step_pairs(r, cp, layout, causal, diagonal)) for r in range(cp)]
 
 
 def attention_flops_per_rank(b: int, s: int, h: int, cp: int, layout: str = "contiguous",
-                             causal: bool = True) -> list[float]:
+                             causal: bool = True, diagonal: str = "whole") -> list[float]:
     """Forward attention FLOPs (QKᵀ and PV) of each rank: pairs × 4·b·n²·h, n = chunk length."""
     check_shape(s, cp, layout)
     _check(b=b, h=h)
-    n = s / (cp if layout == "contiguous" else 2 * cp)
-    return [p * 4 * b * n * n * h for p in pairs_per_rank(cp, layout, causal)]
+    n = s / (2 * cp if layout == "zigzag" else cp)
+    return [p * 4 * b * n * n * h for p in pairs_per_rank(cp, layout, causal, diagonal)]
 
 
-def imbalance(cp: int, layout: str = "contiguous", causal: bool = True) -> float:
-    """Slowest rank's attention work over the mean: 2cp/(cp+1) contiguous causal, 1 zigzag."""
-    w = pairs_per_rank(cp, layout, causal)
+def imbalance(cp: int, layout: str = "contiguous", causal: bool = True,
+              diagonal: str = "half") -> float:
+    """Slowest rank's attention work over the mean. Contiguous causal: (2cp−1)/cp with a
+    causal kernel on the diagonal ("half"), 2cp/(cp+1) with the diagonal computed whole and
+    masked ("whole"); zigzag and striped: 1."""
+    w = pairs_per_rank(cp, layout, causal, diagonal)
     return max(w) / (sum(w) / len(w))
 
 
 def min_tokens_per_rank_for_overlap(flops: float, bandwidth: float, bytes_per_elem: float = 2,
-                                    kv_fraction: float = 1.0) -> float:
+                                    kv_fraction: float = 1.0, causal: bool = True,
+                                    layout: str = "zigzag") -> float:
     """Smallest s/cp for which one ring step's block compute hides its K/V transfer (α ignored).
 
-    Block compute 4·b·(s/cp)²·h / F ≥ transfer 2·b·(s/cp)·h_kv·bytes / B  ⇔
-    s/cp ≥ F·bytes·(h_kv/h) / (2·B); F in FLOP/s, B in bytes/s per direction,
-    ``kv_fraction`` = h_kv/h (Liu et al. 2023 §3 state the same condition as block ≥ F/B)."""
+    A step computes a fraction f of a full block pair: 4·f·b·(s/cp)²·h / F ≥ transfer
+    2·b·(s/cp)·h_kv·bytes / B  ⇔  s/cp ≥ F·bytes·(h_kv/h) / (2·f·B); F in FLOP/s, B in bytes/s
+    per direction, ``kv_fraction`` = h_kv/h. f = 1 without a mask or with contiguous shards (the
+    slowest rank computes whole blocks); f = 1/2 for causal zigzag or striped shards, whose
+    every step after the first computes half a block pair, which doubles the threshold
+    (Liu et al. 2023 §3 state the unmasked condition as block ≥ F/B)."""
     _check_rates(flops=flops, bandwidth=bandwidth)
-    return flops * bytes_per_elem * kv_fraction / (2 * bandwidth)
+    check_shape(2, 1, layout)
+    f = 0.5 if causal and layout != "contiguous" else 1.0
+    return flops * bytes_per_elem * kv_fraction / (2 * f * bandwidth)
+
+
+def ring_time_from_steps(step_compute: list[float], step_comm: float) -> float:
+    """Ring time: every step but the last overlaps its compute with the next block's transfer
+    and ends when both have (the ring waits for its slowest rank at every step)."""
+    return sum(max(c, step_comm) for c in step_compute[:-1]) + step_compute[-1]
 
 
 def ring_attention_time(b: int, s: int, h: int, cp: int, *, flops: float, bandwidth: float,
                         alpha: float = 0.0, layout: str = "contiguous", causal: bool = True,
-                        bytes_per_elem: float = 2, h_kv: int | None = None) -> dict[str, float]:
-    """Forward seconds of ring attention on the slowest rank, α-β link, compute at ``flops``.
+                        bytes_per_elem: float = 2, h_kv: int | None = None,
+                        diagonal: str = "half") -> dict[str, float]:
+    """Forward seconds of ring attention, α-β link, compute at ``flops``.
 
-    Per step: compute of that step's pairs, transfer α + KV/B of the next block; the step takes
-    the larger of the two (overlap), the last step has no transfer. Returns compute (the slowest
-    rank's total), comm (its transfers) and time (with overlap)."""
+    Step i computes the largest of the ranks' step-i pairs (:func:`step_pairs`) and transfers
+    α + KV/B (:func:`ring_time_from_steps`). Returns compute (the slowest rank's total), comm
+    (its transfers), time (with overlap) and step (the slowest step's compute after the
+    first)."""
     h_kv = h if h_kv is None else h_kv
     check_shape(s, cp, layout)
     _check_rates(flops, bandwidth, alpha)
-    per_rank = attention_flops_per_rank(b, s, h, cp, layout, causal)
-    slowest = max(range(cp), key=lambda r: per_rank[r])
-    comp = per_rank[slowest] / flops
-    step_comp = comp / cp  # the slowest rank's work, spread evenly over its cp steps
+    _check(b=b, h=h, h_kv=h_kv)
+    n = s / (2 * cp if layout == "zigzag" else cp)
+    unit = 4 * b * n * n * h / flops                     # seconds of one chunk pair
+    per_rank = [step_pairs(r, cp, layout, causal, diagonal) for r in range(cp)]
+    steps = [unit * max(w[i] for w in per_rank) for i in range(cp)]
+    comp = unit * max(sum(w) for w in per_rank)
     step_comm = (alpha + kv_block_bytes(b, s, h_kv, cp, bytes_per_elem) / bandwidth) if cp > 1 else 0.0
-    t = (cp - 1) * max(step_comp, step_comm) + step_comp
-    return {"compute": comp, "comm": (cp - 1) * step_comm, "time": t}
+    return {"compute": comp, "comm": (cp - 1) * step_comm,
+            "time": ring_time_from_steps(steps, step_comm),
+            "step": max(steps[1:]) if cp > 1 else steps[0]}
+
+
+def allgather_attention_time(b: int, s: int, h: int, cp: int, *, flops: float, bandwidth: float,
+                             alpha: float = 0.0, layout: str = "zigzag", causal: bool = True,
+                             bytes_per_elem: float = 2, h_kv: int | None = None,
+                             diagonal: str = "half", algorithm: str = "ring") -> dict[str, float]:
+    """Forward seconds of all-gather CP: the K/V all-gather (S = cp·KV, ``algorithm`` of
+    :func:`collective_time`), exposed, then the slowest rank's whole attention compute."""
+    h_kv = h if h_kv is None else h_kv
+    check_shape(s, cp, layout)
+    _check_rates(flops, bandwidth, alpha)
+    _check(b=b, h=h, h_kv=h_kv)
+    comp = max(attention_flops_per_rank(b, s, h, cp, layout, causal, diagonal)) / flops
+    gather = collective_time("all-gather", algorithm, cp, cp * kv_block_bytes(
+        b, s, h_kv, cp, bytes_per_elem), alpha, bandwidth) if cp > 1 else 0.0
+    return {"compute": comp, "gather": gather, "time": gather + comp}
+
+
+def _pairs_below(a: int, b: int, c: int, e: int) -> int:
+    """#{(i, j): a ≤ i < b, c ≤ j < e, j ≤ i} (a causal block of queries [a, b), keys [c, e))."""
+    if a >= b or c >= e:
+        return 0
+    L = e - c
+
+    def S(T):                                            # Σ_{t ≤ T} clamp(t, 0, L)
+        if T <= 0:
+            return 0
+        if T <= L:
+            return T * (T + 1) // 2
+        return L * (L + 1) // 2 + (T - L) * L
+    return S(b - c) - S(a - c)
+
+
+def document_step_work(s: int, cp: int, layout: str, documents: list[int]) -> list[list[int]]:
+    """Visible (query, key) entries each rank computes at each ring step under a causal
+    document mask: work[step][rank], entries of a causal kernel that skips masked ones
+    (FlashAttention's varlen kernels). ``documents``: lengths packed into the sequence, in
+    order. Contiguous and zigzag layouts (chunks are intervals)."""
+    check_shape(s, cp, layout)
+    if layout == "striped":
+        raise ValueError("layout ('striped') must be contiguous or zigzag for document work")
+    if any(not isinstance(n, int) or n < 1 for n in documents) or sum(documents) != s:
+        raise ValueError(f"document lengths ({list(documents)}) must be integers >= 1 summing "
+                         f"to s ({s})")
+    n = s // (2 * cp if layout == "zigzag" else cp)
+    bounds, start = [], 0
+    for length in documents:
+        bounds.append((start, start + length))
+        start += length
+
+    def entries(qc, kc):
+        total = 0
+        for d0, d1 in bounds:
+            total += _pairs_below(max(qc * n, d0), min((qc + 1) * n, d1),
+                                  max(kc * n, d0), min((kc + 1) * n, d1))
+        return total
+    return [[sum(entries(qc, kc) for qc in chunk_ids(r, cp, layout)
+                 for kc in chunk_ids((r - i) % cp, cp, layout)) for r in range(cp)]
+            for i in range(cp)]
+
+
+def document_attention_times(b: int, s: int, h: int, cp: int, documents: list[int], *,
+                             flops: float, bandwidth: float, alpha: float = 0.0,
+                             layout: str = "zigzag", bytes_per_elem: float = 2,
+                             h_kv: int | None = None, algorithm: str = "ring") -> dict[str, float]:
+    """Forward seconds of ring and of all-gather CP under a causal document mask
+    (:func:`document_step_work`, 4·b·h FLOPs per visible entry). The ring pays, at every step,
+    its slowest rank's work at that step (Σ_steps max_ranks); the all-gather pays its exposed
+    gather and then its slowest rank's total (max_ranks Σ_steps)."""
+    h_kv = h if h_kv is None else h_kv
+    _check_rates(flops, bandwidth, alpha)
+    _check(b=b, h=h, h_kv=h_kv)
+    work = document_step_work(s, cp, layout, documents)
+    unit = 4 * b * h / flops
+    steps = [unit * max(w) for w in work]
+    kv = kv_block_bytes(b, s, h_kv, cp, bytes_per_elem)
+    step_comm = alpha + kv / bandwidth if cp > 1 else 0.0
+    gather = collective_time("all-gather", algorithm, cp, cp * kv, alpha, bandwidth) if cp > 1 else 0.0
+    total = [unit * sum(work[i][r] for i in range(cp)) for r in range(cp)]
+    return {"ring": ring_time_from_steps(steps, step_comm), "ring_compute": sum(steps),
+            "allgather": gather + max(total), "allgather_compute": max(total),
+            "gather": gather, "imbalance": max(total) / (sum(total) / cp)}
 
 
 def ulysses_time(b: int, s: int, h: int, cp: int, *, alpha: float, bandwidth: float,
-                 bytes_per_elem: float = 2, h_kv: int | None = None) -> float:
-    """Forward seconds of Ulysses' four all-to-alls (pairwise exchange, α-β), not overlapped."""
+                 bytes_per_elem: float = 2, h_kv: int | None = None,
+                 a_kv: int | None = None) -> float:
+    """Forward seconds of Ulysses' two all-to-alls (pairwise exchange, α-β), not overlapped."""
     return sum(collective_time("all-to-all", "pairwise-exchange", cp, S, alpha, bandwidth)
-               for _, S in ulysses_all_to_alls_per_layer(b, s, h, cp, bytes_per_elem, h_kv))
+               for _, S in ulysses_all_to_alls_per_layer(b, s, h, cp, bytes_per_elem, h_kv, a_kv))
 
 
 def activation_bytes_per_rank(s: int, b: int, h: int, a: int, cp: int = 1, *,

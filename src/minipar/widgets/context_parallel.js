@@ -1,11 +1,14 @@
 // minipar-requires: collectives
 // Context-parallel chapter: JavaScript twins of minipar.cost.context_parallel and of
 // minipar.widgets.context_parallel.cp_layer_model; the cp-layer explorer. Sources: Liu et al.
-// 2023 (ring: cp−1 K/V blocks forward, overlap when block compute ≥ transfer); Jacobs et al. 2023
-// (Ulysses: 4 all-to-alls per layer each way); Korthikanti et al. 2022 Table 2 (34·sbh per layer,
-// no s² term with blockwise attention). Parity with Python: tests/test_context_parallel_explorer.py.
+// 2023 (ring: cp−1 K/V blocks forward, overlap when block compute ≥ transfer; dK/dV accumulators
+// in float32 as ring-flash-attention and Transformer Engine circulate them); Dubey et al. 2024
+// §3.3.2 (all-gather CP); Jacobs et al. 2023 (Ulysses: 2 all-to-alls per layer each way, QKV
+// packed); Korthikanti et al. 2022 Table 2 (34·sbh per layer, no s² term with blockwise
+// attention). Parity with Python: tests/test_context_parallel_explorer.py.
 
-const CP_LAYOUTS = ["contiguous", "zigzag"];
+const CP_LAYOUTS = ["contiguous", "zigzag", "striped"];
+const CP_DIAGONALS = ["half", "whole"];
 
 function cpCheck(pairs) {                       // Python: _check
   for (const [k, v] of pairs) if (!Number.isInteger(v) || v < 1) throw new Error(`${k} (${v}) must be an integer >= 1`);
@@ -21,8 +24,8 @@ function cpCheckRates(flops, bandwidth, alpha) { // Python: _check_rates
 export function checkShape(s, cp, layout = "contiguous") {
   cpCheck([["s", s], ["cp", cp]]);
   if (!CP_LAYOUTS.includes(layout)) throw new Error(`layout ('${layout}') must be one of ${CP_LAYOUTS.join(", ")}`);
-  const n = layout === "contiguous" ? cp : 2 * cp;
-  if (s % n) throw new Error(`sequence length s (${s}) must be divisible by ${layout === "contiguous" ? "cp" : "2·cp"} (${n})`);
+  const n = layout === "zigzag" ? 2 * cp : cp;
+  if (s % n) throw new Error(`sequence length s (${s}) must be divisible by ${layout === "zigzag" ? "2·cp" : "cp"} (${n})`);
 }
 
 // Python: kv_block_bytes(b, s, h_kv, cp, bytes_per_elem)
@@ -31,12 +34,38 @@ export function kvBlockBytes(b, s, hKv, cp, bytesPerElem = 2) {
   return 2 * b * (s / cp) * hKv * bytesPerElem;
 }
 
-// Python: ring_sent_bytes_per_layer(b, s, h_kv, cp, bytes_per_elem)
-export function ringSentBytesPerLayer(b, s, hKv, cp, bytesPerElem = 2) {
+// Python: accum_bytes(bytes_per_elem, accum_bytes_per_elem)
+export function accumBytes(bytesPerElem = 2, accumBytesPerElem = null) {
+  if (accumBytesPerElem === null) return Math.max(bytesPerElem, 4);
+  if (!(accumBytesPerElem > 0)) throw new Error(`accum_bytes_per_elem (${accumBytesPerElem}) must be > 0`);
+  return accumBytesPerElem;
+}
+
+// Python: ring_sent_bytes_per_layer(b, s, h_kv, cp, bytes_per_elem, accum_bytes_per_elem)
+export function ringSentBytesPerLayer(b, s, hKv, cp, bytesPerElem = 2, accumBytesPerElem = null) {
   const kv = kvBlockBytes(b, s, hKv, cp, bytesPerElem);
+  const dkv = kvBlockBytes(b, s, hKv, cp, accumBytes(bytesPerElem, accumBytesPerElem));
   if (cp === 1) return {forward: 0.0, backward: 0.0, total: 0.0};
   const fwd = (cp - 1) * kv;
-  const bwd = (cp - 1) * kv + cp * kv;
+  const bwd = (cp - 1) * kv + cp * dkv;
+  return {forward: fwd, backward: bwd, total: fwd + bwd};
+}
+
+// Python: allgather_collectives_per_layer(b, s, h_kv, cp, bytes_per_elem, accum_bytes_per_elem)
+export function allgatherCollectivesPerLayer(b, s, hKv, cp, bytesPerElem = 2, accumBytesPerElem = null) {
+  const kv = kvBlockBytes(b, s, hKv, cp, bytesPerElem);
+  const dkv = kvBlockBytes(b, s, hKv, cp, accumBytes(bytesPerElem, accumBytesPerElem));
+  if (cp === 1) return {forward: [], backward: []};
+  return {forward: [["all-gather", cp * kv]],
+          backward: [["all-gather", cp * kv], ["reduce-scatter", cp * dkv]]};
+}
+
+// Python: allgather_sent_bytes_per_layer(b, s, h_kv, cp, bytes_per_elem, accum_bytes_per_elem)
+export function allgatherSentBytesPerLayer(b, s, hKv, cp, bytesPerElem = 2, accumBytesPerElem = null) {
+  const c = allgatherCollectivesPerLayer(b, s, hKv, cp, bytesPerElem, accumBytesPerElem);
+  let fwd = 0, bwd = 0;
+  for (const [, S] of c.forward) fwd += ((cp - 1) / cp) * S;
+  for (const [, S] of c.backward) bwd += ((cp - 1) / cp) * S;
   return {forward: fwd, backward: bwd, total: fwd + bwd};
 }
 
@@ -46,20 +75,29 @@ export function ringSendsPerLayer(cp) {
   return {forward: cp - 1, backward: cp > 1 ? 2 * cp - 1 : 0};
 }
 
-// Python: ulysses_all_to_alls_per_layer(b, s, h, cp, bytes_per_elem, h_kv) -> [[tensor, S], ...]
-export function ulyssesAllToAllsPerLayer(b, s, h, cp, bytesPerElem = 2, hKv = null) {
-  hKv = hKv === null ? h : hKv;
-  cpCheck([["b", b], ["s", s], ["h", h], ["h_kv", hKv], ["cp", cp]]);
-  if (cp === 1) return [];
-  const q = b * (s / cp) * h * bytesPerElem;
-  const kv = b * (s / cp) * hKv * bytesPerElem;
-  return [["q", q], ["k", kv], ["v", kv], ["out", q]];
+// Python: ulysses_kv_width(h_kv, cp, a_kv)
+export function ulyssesKvWidth(hKv, cp, aKv = null) {
+  cpCheck([["h_kv", hKv], ["cp", cp]]);
+  if (aKv === null) return hKv;
+  cpCheck([["a_kv", aKv]]);
+  if (aKv % cp && cp % aKv) throw new Error(`K/V heads (${aKv}) must be divisible by cp (${cp}), or cp by them`);
+  return cp > aKv ? hKv * cp / aKv : hKv;
 }
 
-// Python: ulysses_sent_bytes_per_layer(b, s, h, cp, bytes_per_elem, h_kv)
-export function ulyssesSentBytesPerLayer(b, s, h, cp, bytesPerElem = 2, hKv = null) {
+// Python: ulysses_all_to_alls_per_layer(b, s, h, cp, bytes_per_elem, h_kv, a_kv) -> [[tensor, S], ...]
+export function ulyssesAllToAllsPerLayer(b, s, h, cp, bytesPerElem = 2, hKv = null, aKv = null) {
+  hKv = hKv === null ? h : hKv;
+  cpCheck([["b", b], ["s", s], ["h", h], ["h_kv", hKv], ["cp", cp]]);
+  const w = ulyssesKvWidth(hKv, cp, aKv);
+  if (cp === 1) return [];
+  const q = b * (s / cp) * h * bytesPerElem;
+  return [["qkv", b * (s / cp) * (h + 2 * w) * bytesPerElem], ["out", q]];
+}
+
+// Python: ulysses_sent_bytes_per_layer(b, s, h, cp, bytes_per_elem, h_kv, a_kv)
+export function ulyssesSentBytesPerLayer(b, s, h, cp, bytesPerElem = 2, hKv = null, aKv = null) {
   let fwd = 0;
-  for (const [, S] of ulyssesAllToAllsPerLayer(b, s, h, cp, bytesPerElem, hKv)) fwd += ((cp - 1) / cp) * S;
+  for (const [, S] of ulyssesAllToAllsPerLayer(b, s, h, cp, bytesPerElem, hKv, aKv)) fwd += ((cp - 1) / cp) * S;
   return {forward: fwd, backward: fwd, total: 2 * fwd};
 }
 
@@ -67,57 +105,101 @@ function cpChunkIds(rank, cp, layout) {
   return layout === "contiguous" ? [rank] : [rank, 2 * cp - 1 - rank];
 }
 
-// Python: pairs_per_rank(cp, layout, causal)
-export function pairsPerRank(cp, layout = "contiguous", causal = true) {
+function cpCheckDiagonal(diagonal) {             // Python: _check_diagonal
+  if (!CP_DIAGONALS.includes(diagonal)) throw new Error(`diagonal ('${diagonal}') must be one of ${CP_DIAGONALS.join(", ")}`);
+}
+
+// Python: step_pairs(rank, cp, layout, causal, diagonal)
+export function stepPairs(rank, cp, layout = "zigzag", causal = true, diagonal = "half") {
   checkShape(2 * cp, cp, layout);
-  const n = layout === "contiguous" ? 1 : 2;
+  cpCheckDiagonal(diagonal);
+  const half = diagonal === "half" ? 0.5 : 1;
+  if (layout === "striped") return Array(cp).fill(causal ? half : 1);
   const out = [];
-  for (let r = 0; r < cp; r++) {
-    out.push(causal ? cpChunkIds(r, cp, layout).reduce((acc, qc) => acc + qc + 1, 0) : cp * n * n);
+  for (let i = 0; i < cp; i++) {
+    const src = (((rank - i) % cp) + cp) % cp;
+    let w = 0.0;
+    for (const qc of cpChunkIds(rank, cp, layout)) {
+      for (const kc of cpChunkIds(src, cp, layout)) w += (!causal || kc < qc) ? 1 : (kc === qc ? half : 0);
+    }
+    out.push(w);
   }
   return out;
 }
 
-// Python: attention_flops_per_rank(b, s, h, cp, layout, causal)
-export function attentionFlopsPerRank(b, s, h, cp, layout = "contiguous", causal = true) {
-  checkShape(s, cp, layout);
-  cpCheck([["b", b], ["h", h]]);
-  const n = s / (layout === "contiguous" ? cp : 2 * cp);
-  return pairsPerRank(cp, layout, causal).map((p) => p * 4 * b * n * n * h);
+// Python: pairs_per_rank(cp, layout, causal, diagonal)
+export function pairsPerRank(cp, layout = "contiguous", causal = true, diagonal = "whole") {
+  checkShape(2 * cp, cp, layout);
+  cpCheckDiagonal(diagonal);
+  const out = [];
+  for (let r = 0; r < cp; r++) out.push(stepPairs(r, cp, layout, causal, diagonal).reduce((a, x) => a + x, 0));
+  return out;
 }
 
-// Python: imbalance(cp, layout, causal)
-export function imbalance(cp, layout = "contiguous", causal = true) {
-  const w = pairsPerRank(cp, layout, causal);
+// Python: attention_flops_per_rank(b, s, h, cp, layout, causal, diagonal)
+export function attentionFlopsPerRank(b, s, h, cp, layout = "contiguous", causal = true, diagonal = "whole") {
+  checkShape(s, cp, layout);
+  cpCheck([["b", b], ["h", h]]);
+  const n = s / (layout === "zigzag" ? 2 * cp : cp);
+  return pairsPerRank(cp, layout, causal, diagonal).map((p) => p * 4 * b * n * n * h);
+}
+
+// Python: imbalance(cp, layout, causal, diagonal)
+export function imbalance(cp, layout = "contiguous", causal = true, diagonal = "half") {
+  const w = pairsPerRank(cp, layout, causal, diagonal);
   return Math.max(...w) / (w.reduce((a, x) => a + x, 0) / w.length);
 }
 
-// Python: min_tokens_per_rank_for_overlap(flops, bandwidth, bytes_per_elem, kv_fraction)
-export function minTokensPerRankForOverlap(flops, bandwidth, bytesPerElem = 2, kvFraction = 1.0) {
+// Python: min_tokens_per_rank_for_overlap(flops, bandwidth, bytes_per_elem, kv_fraction, causal, layout)
+export function minTokensPerRankForOverlap(flops, bandwidth, bytesPerElem = 2, kvFraction = 1.0, causal = true, layout = "zigzag") {
   cpCheckRates(flops, bandwidth, null);
-  return flops * bytesPerElem * kvFraction / (2 * bandwidth);
+  checkShape(2, 1, layout);
+  const f = causal && layout !== "contiguous" ? 0.5 : 1.0;
+  return flops * bytesPerElem * kvFraction / (2 * f * bandwidth);
 }
 
-// Python: ring_attention_time(b, s, h, cp, *, flops, bandwidth, alpha, layout, causal, bytes_per_elem, h_kv)
+// Python: ring_time_from_steps(step_compute, step_comm)
+export function ringTimeFromSteps(stepCompute, stepComm) {
+  let t = 0;
+  for (let i = 0; i < stepCompute.length - 1; i++) t += Math.max(stepCompute[i], stepComm);
+  return t + stepCompute[stepCompute.length - 1];
+}
+
+// Python: ring_attention_time(b, s, h, cp, *, flops, bandwidth, alpha, layout, causal, bytes_per_elem, h_kv, diagonal)
 export function ringAttentionTime(b, s, h, cp, flops, bandwidth, alpha = 0.0, layout = "contiguous",
-                                  causal = true, bytesPerElem = 2, hKv = null) {
+                                  causal = true, bytesPerElem = 2, hKv = null, diagonal = "half") {
   hKv = hKv === null ? h : hKv;
   checkShape(s, cp, layout);
   cpCheckRates(flops, bandwidth, alpha);
-  const perRank = attentionFlopsPerRank(b, s, h, cp, layout, causal);
-  let slowest = 0;
-  for (let r = 1; r < cp; r++) if (perRank[r] > perRank[slowest]) slowest = r;
-  const comp = perRank[slowest] / flops;
-  const stepComp = comp / cp;
+  cpCheck([["b", b], ["h", h], ["h_kv", hKv]]);
+  const n = s / (layout === "zigzag" ? 2 * cp : cp);
+  const unit = 4 * b * n * n * h / flops;
+  const perRank = [];
+  for (let r = 0; r < cp; r++) perRank.push(stepPairs(r, cp, layout, causal, diagonal));
+  const steps = [];
+  for (let i = 0; i < cp; i++) steps.push(unit * Math.max(...perRank.map((w) => w[i])));
+  const comp = unit * Math.max(...perRank.map((w) => w.reduce((a, x) => a + x, 0)));
   const stepComm = cp > 1 ? alpha + kvBlockBytes(b, s, hKv, cp, bytesPerElem) / bandwidth : 0.0;
-  const t = (cp - 1) * Math.max(stepComp, stepComm) + stepComp;
-  return {compute: comp, comm: (cp - 1) * stepComm, time: t};
+  return {compute: comp, comm: (cp - 1) * stepComm, time: ringTimeFromSteps(steps, stepComm),
+          step: cp > 1 ? Math.max(...steps.slice(1)) : steps[0]};
 }
 
-// Python: ulysses_time(b, s, h, cp, *, alpha, bandwidth, bytes_per_elem, h_kv)
-export function ulyssesTime(b, s, h, cp, alpha, bandwidth, bytesPerElem = 2, hKv = null) {
+// Python: allgather_attention_time(b, s, h, cp, *, flops, bandwidth, alpha, layout, causal, bytes_per_elem, h_kv, diagonal, algorithm)
+export function allgatherAttentionTime(b, s, h, cp, flops, bandwidth, alpha = 0.0, layout = "zigzag",
+                                       causal = true, bytesPerElem = 2, hKv = null, diagonal = "half", algorithm = "ring") {
+  hKv = hKv === null ? h : hKv;
+  checkShape(s, cp, layout);
+  cpCheckRates(flops, bandwidth, alpha);
+  cpCheck([["b", b], ["h", h], ["h_kv", hKv]]);
+  const comp = Math.max(...attentionFlopsPerRank(b, s, h, cp, layout, causal, diagonal)) / flops;
+  const gather = cp > 1 ? collectiveTime("all-gather", algorithm, cp, cp * kvBlockBytes(b, s, hKv, cp, bytesPerElem), alpha, bandwidth) : 0.0;
+  return {compute: comp, gather, time: gather + comp};
+}
+
+// Python: ulysses_time(b, s, h, cp, *, alpha, bandwidth, bytes_per_elem, h_kv, a_kv)
+export function ulyssesTime(b, s, h, cp, alpha, bandwidth, bytesPerElem = 2, hKv = null, aKv = null) {
   let t = 0;
-  for (const [, S] of ulyssesAllToAllsPerLayer(b, s, h, cp, bytesPerElem, hKv)) {
+  for (const [, S] of ulyssesAllToAllsPerLayer(b, s, h, cp, bytesPerElem, hKv, aKv)) {
     t += collectiveTime("all-to-all", "pairwise-exchange", cp, S, alpha, bandwidth);
   }
   return t;
@@ -137,16 +219,19 @@ export function cpLayerModel(s, cp, layout, h, a, aKv, b, flops, bandwidth, alph
   if (a % aKv) throw new Error(`heads (${a}) must be divisible by K/V heads (${aKv})`);
   const hKv = (h * aKv - ((h * aKv) % a)) / a;          // Python: h * a_kv // a
   const ring = ringAttentionTime(b, s, h, cp, flops, bandwidth, alpha, layout, true, 2, hKv);
-  const ulyssesOk = aKv % cp === 0;
+  const gather = allgatherAttentionTime(b, s, h, cp, flops, bandwidth, alpha, layout, true, 2, hKv);
+  const ulyssesOk = a % cp === 0 && (aKv % cp === 0 || cp % aKv === 0);
   return {
     tokens_per_rank: s / cp,
     activation_bytes: activationBytesPerRank(s, b, h, a, cp),
     ring_bytes: ringSentBytesPerLayer(b, s, hKv, cp).total,
-    ring_compute: ring.compute, ring_comm: ring.comm, ring_time: ring.time,
-    ulysses_bytes: ulyssesOk ? ulyssesSentBytesPerLayer(b, s, h, cp, 2, hKv).total : null,
-    ulysses_time: ulyssesOk ? ulyssesTime(b, s, h, cp, alpha, bandwidth, 2, hKv) : null,
+    ring_compute: ring.compute, ring_comm: ring.comm, ring_time: ring.time, ring_step: ring.step,
+    allgather_bytes: allgatherSentBytesPerLayer(b, s, hKv, cp).total,
+    allgather_gather: gather.gather, allgather_time: gather.time,
+    ulysses_bytes: ulyssesOk ? ulyssesSentBytesPerLayer(b, s, h, cp, 2, hKv, aKv).total : null,
+    ulysses_time: ulyssesOk ? ulyssesTime(b, s, h, cp, alpha, bandwidth, 2, hKv, aKv) : null,
     imbalance: imbalance(cp, layout),
-    overlap_min_tokens: minTokensPerRankForOverlap(flops, bandwidth, 2, hKv / h),
+    overlap_min_tokens: minTokensPerRankForOverlap(flops, bandwidth, 2, hKv / h, true, layout),
   };
 }
 
@@ -160,7 +245,7 @@ registerExplorer("cp-layer", {
   controls: [
     {name: "s", label: "s (tokens)", type: "range", values: CP_SS, labels: CP_SS_LABELS, value: 131072},
     {name: "cp", label: "cp", type: "number", min: 1, step: 1, value: 16},
-    {name: "layout", label: "layout", type: "select", options: ["zigzag", "contiguous"], value: "zigzag"},
+    {name: "layout", label: "layout", type: "select", options: ["zigzag", "striped", "contiguous"], value: "zigzag"},
     {name: "link", label: "link between the cp GPUs", type: "select", options: ["ib-ndr400", "nvlink4-h100", "pcie5-x16", "eth-100g"], value: "ib-ndr400", configOptions: "links"},
     {name: "gpu", label: "GPU", type: "select", options: ["H100-SXM"], value: "H100-SXM", configOptions: "gpus"},
     {name: "h", label: "h", type: "number", min: 1, step: 1, value: 16384},
@@ -181,19 +266,22 @@ registerExplorer("cp-layer", {
       series.push({name: `ring, ${layout}`, color,
         xs: cps, ys: cps.map((c) => 1e3 * cpLayerModel(v.s, c, layout, v.h, v.a, v.a_kv, v.b, F, L.bandwidth, L.alpha).ring_time)});
     }
+    series.push({name: "all-gather, zigzag", color: "#31a354",
+      xs: cps, ys: cps.map((c) => 1e3 * cpLayerModel(v.s, c, "zigzag", v.h, v.a, v.a_kv, v.b, F, L.bandwidth, L.alpha).allgather_time)});
     const svg = lineChart({
       title: `forward attention time per layer, slowest rank, s = ${v.s}, over ${v.link}`,
       xlabel: "cp (GPUs the sequence is split over)", ylabel: "time (ms)", xlog: true, ylog: true,
       series, points: [{x: v.cp, y: 1e3 * r.ring_time, color: "#c00", label: `cp = ${v.cp}, ${v.layout}`}],
     });
-    const hidden = r.ring_comm <= r.ring_compute * (v.cp - 1) / v.cp + 1e-15;
+    const hidden = r.ring_comm / Math.max(v.cp - 1, 1) <= r.ring_step + 1e-15;
     const uly = r.ulysses_bytes === null
-      ? `Ulysses cannot use cp = ${v.cp}: it must divide the ${v.a_kv} K/V heads.`
-      : `Ulysses sends ${fmtBytes(r.ulysses_bytes, false)} per GPU per layer (forward + backward), its four forward all-to-alls take ${fmtSeconds(r.ulysses_time)} (not overlapped).`;
+      ? `Ulysses cannot use cp = ${v.cp}: cp must divide the ${v.a} heads, and the ${v.a_kv} K/V heads must be divisible by cp or divide it.`
+      : `Ulysses sends ${fmtBytes(r.ulysses_bytes, false)} per GPU per layer (forward + backward), its two forward all-to-alls take ${fmtSeconds(r.ulysses_time)} (not overlapped).`;
+    const ag = `All-gather CP (Llama 3) sends ${fmtBytes(r.allgather_bytes, false)} per layer; forward: gather ${fmtSeconds(r.allgather_gather)} (exposed) + compute = <b>${fmtSeconds(r.allgather_time)}</b>.`;
     return svg + `<p>Per GPU: <b>${fmtBytes(r.activation_bytes, false)}</b> of activations per layer (Korthikanti's 34·sbh/cp, 16-bit, blockwise attention), `
       + `${r.tokens_per_rank.toLocaleString("en-US")} tokens. The ring sends <b>${fmtBytes(r.ring_bytes, false)}</b> per layer (forward + backward); `
       + `forward attention on the slowest GPU: compute ${fmtSeconds(r.ring_compute)}, K/V transfers ${fmtSeconds(r.ring_comm)}, `
-      + `<b>${fmtSeconds(r.ring_time)}</b> with overlap (transfers ${hidden ? "hidden" : "exposed"}: hiding them needs ≥ ${Math.ceil(r.overlap_min_tokens).toLocaleString("en-US")} tokens per GPU on this link). `
-      + `Causal imbalance (slowest / mean work): <b>${r.imbalance.toFixed(2)}</b> with the ${escapeHtml(v.layout)} layout.</p><p>${uly}</p>`;
+      + `<b>${fmtSeconds(r.ring_time)}</b> with overlap (transfers ${hidden ? "hidden" : "exposed"}: hiding them needs ≥ ${Math.ceil(r.overlap_min_tokens).toLocaleString("en-US")} tokens per GPU on this link). The backward's dK/dV accumulators travel in float32. `
+      + `Causal imbalance (slowest / mean work): <b>${r.imbalance.toFixed(2)}</b> with the ${escapeHtml(v.layout)} layout and a causal kernel on the diagonal.</p><p>${ag}</p><p>${uly}</p>`;
   },
 });

@@ -1,0 +1,153 @@
+"""Rank functions for context parallelism as trained at scale: all-gather CP beside the ring and
+Ulysses, grouped-query attention, document masks (packed sequences), the striped layout, and
+the numerics of 16-bit training (the log-sum-exp merge and the dK/dV accumulators in float32).
+
+Each ``*_on_rank(rank, cp, ...)`` runs inside :func:`minipar.runtime.launch.run` on the default
+group and returns plain numbers; errors are max |ours − reference| / max |reference| over the
+output and the q, k, v gradients, against one process in float64.
+"""
+from __future__ import annotations
+
+import torch
+
+from . import ring as ring_module
+from .allgather import allgather_attention
+from .experiments import rel_diff
+from .online_softmax import full_attention
+from .ring import ring_attention
+from .sharding import document_ids, gather_sequence, shard_sequence
+from .ulysses import ulysses_attention
+
+DOCUMENTS = [5, 11, 3, 5]          # a packed sequence of s = 24 tokens: four documents
+A, S, D = 12, 24, 4                # query heads, sequence, head dimension of the parity runs
+
+
+def gqa_qkv(a=A, a_kv=4, s=S, d=D, b=2, *, logit=30.0, seed=0, dtype=torch.float64):
+    """q (b, a, s, d), k and v (b, a_kv, s, d); the largest |q·k|/√d about ``logit``."""
+    g = torch.Generator().manual_seed(seed)
+    q = torch.randn(b, a, s, d, generator=g, dtype=torch.float64)
+    k = torch.randn(b, a_kv, s, d, generator=g, dtype=torch.float64)
+    v = torch.randn(b, a_kv, s, d, generator=g, dtype=torch.float64)
+    z = (q @ k.repeat_interleave(a // a_kv, 1).transpose(-2, -1)).abs().max() / d ** 0.5
+    q = q * (logit / z) ** 0.5
+    k = k * (logit / z) ** 0.5
+    return tuple(t.to(dtype) for t in (q, k, v))
+
+
+def run_method(method, q, k, v, causal, layout, documents=None, group=None, **kw):
+    """``method``'s output shard of this rank's shards (ring, allgather, ulysses)."""
+    if method == "ring":
+        return ring_attention(q, k, v, causal, group, layout, documents=documents, **kw)
+    if method == "allgather":
+        return allgather_attention(q, k, v, causal, group, layout, documents=documents, **kw)
+    if method == "ulysses":
+        if documents is not None or layout != "contiguous":
+            raise ValueError("ulysses here takes contiguous shards and no document mask")
+        return ulysses_attention(q, k, v, causal, group)
+    raise ValueError(f"method must be ring, allgather or ulysses, got {method!r}")
+
+
+def errors(method, layout, *, a_kv=4, causal=True, documents=None, dtype=torch.float64,
+           ref_inputs_rounded=True, **kw):
+    """{out, dq, dk, dv}: ``method`` against one process in float64 (the reference takes the
+    same, possibly rounded, inputs, so only the parallel computation's error is measured)."""
+    q, k, v = gqa_qkv(a_kv=a_kv, dtype=dtype)
+    doc_ids = None if documents is None else document_ids(documents, S)
+    qr, kr, vr = (t.detach().double().clone().requires_grad_() for t in (q, k, v))
+    ref = full_attention(qr, kr, vr, causal, doc_ids)
+    dout = torch.randn(ref.shape, generator=torch.Generator().manual_seed(7), dtype=torch.float64)
+    ref.backward(dout)
+    ql, kl, vl = (shard_sequence(t, 2, None, layout).requires_grad_() for t in (q, k, v))
+    out = run_method(method, ql, kl, vl, causal, layout, documents, **kw)
+    out.backward(shard_sequence(dout.to(dtype), 2, None, layout))
+    full = lambda t: gather_sequence(t.detach(), 2, None, layout).double()   # noqa: E731
+    return {"out": rel_diff(full(out), ref), "dq": rel_diff(full(ql.grad), qr.grad),
+            "dk": rel_diff(full(kl.grad), kr.grad), "dv": rel_diff(full(vl.grad), vr.grad)}
+
+
+def ulysses_kv_heads(cp: int) -> list[int]:
+    """K/V head counts Ulysses is tested with at cp: one divisible by cp, one replicated."""
+    return {1: [4], 2: [4, 1], 3: [3, 1], 4: [4, 2]}.get(cp, [cp])
+
+
+CASES = [("ring", "contiguous", None), ("ring", "zigzag", None), ("ring", "striped", None),
+         ("ring", "zigzag", DOCUMENTS), ("ring", "striped", DOCUMENTS),
+         ("allgather", "zigzag", None), ("allgather", "contiguous", DOCUMENTS),
+         ("allgather", "zigzag", DOCUMENTS), ("allgather", "striped", DOCUMENTS)]
+
+
+def parity_on_rank(rank, cp):
+    """Max error over out, dq, dk, dv of every case, GQA (12 query heads, 4 K/V heads), causal,
+    float64; Ulysses with K/V heads divisible by cp and fewer than cp (replicated)."""
+    out = {}
+    for method, layout, docs in CASES:
+        key = f"{method}/{layout}" + ("/documents" if docs else "")
+        out[key] = max(errors(method, layout, documents=docs).values())
+    for a_kv in ulysses_kv_heads(cp):
+        out[f"ulysses/kv heads {a_kv}"] = max(errors("ulysses", "contiguous", a_kv=a_kv).values())
+    return out
+
+
+def controls_on_rank(rank, cp):
+    """Plausible bugs, each against the same reference: the document mask forgotten (plain
+    causal attention over a packed sequence), and documents masked by local positions in the
+    ring (the mask built from the shard's own indices instead of global positions)."""
+    out = {f"documents ignored/{m}": _docs_ignored(m) for m in ("ring", "allgather")}
+    ok = ring_module.mask_plan
+
+    def local_plan(q_chunks, k_chunks, causal, doc_ids=None):
+        local = [torch.arange(len(c)) + i * len(c) for i, c in enumerate(q_chunks)]
+        return ok(local, local, causal, doc_ids)
+    ring_module.mask_plan = local_plan
+    try:
+        out["documents by local position/ring"] = max(
+            errors("ring", "zigzag", documents=DOCUMENTS).values())
+    finally:
+        ring_module.mask_plan = ok
+    return out
+
+
+def _docs_ignored(method):
+    """The reference masks documents, the parallel run does not: the output's error."""
+    q, k, v = gqa_qkv()
+    ref = full_attention(q, k, v, True, document_ids(DOCUMENTS, S))
+    out = run_method(method, *(shard_sequence(t, 2, None, "zigzag") for t in (q, k, v)), True,
+                     "zigzag")
+    return rel_diff(gather_sequence(out, 2, None, "zigzag"), ref)
+
+
+def traffic_on_rank(rank, cp, b=2, a=A, a_kv=4, s=S, d=D, dtype=torch.float64):
+    """Calls and bytes of ring, all-gather and Ulysses attention with GQA (causal, zigzag for
+    the first two, Ulysses contiguous), forward and backward, traced with
+    :class:`minipar.runtime.tracer.trace`."""
+    from minipar.runtime.tracer import trace
+
+    out = {}
+    for method, layout in (("ring", "zigzag"), ("allgather", "zigzag"), ("ulysses", "contiguous")):
+        akv = a_kv if method != "ulysses" else ulysses_kv_heads(cp)[-1]
+        q, k, v = (shard_sequence(t, 2, None, layout).requires_grad_()
+                   for t in gqa_qkv(a, akv, s, d, b, dtype=dtype))
+        with trace() as fwd:
+            o = run_method(method, q, k, v, True, layout)
+        with trace() as bwd:
+            o.backward(torch.ones_like(o))
+        for name, tr in (("forward", fwd), ("backward", bwd)):
+            out[f"{method}/{name}"] = {op: (st.calls, st.bytes) for op, st in tr.summary().items()}
+    return out
+
+
+def bf16_on_rank(rank, cp, logit=30.0):
+    """Errors of bf16 ring attention against float64 on the same bf16-rounded inputs: with
+    the log-sum-exp merge in float32 or in bf16, and the dK/dV accumulators in float32 or in
+    bf16 (ring); the all-gather's reduce-scatter in float32 or bf16."""
+    bf = torch.bfloat16
+    cases = {"ring, fp32 merge, fp32 accumulators": dict(method="ring"),
+             "ring, bf16 merge": dict(method="ring", merge_dtype=bf),
+             "ring, bf16 accumulators": dict(method="ring", accum_dtype=bf),
+             "allgather, fp32 accumulators": dict(method="allgather"),
+             "allgather, bf16 accumulators": dict(method="allgather", accum_dtype=bf)}
+    out = {}
+    for name, kw in cases.items():
+        method = kw.pop("method")
+        out[name] = errors(method, "zigzag", dtype=bf, **kw)
+    return out
