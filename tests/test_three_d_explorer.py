@@ -303,3 +303,127 @@ def test_moe_and_long_context_presets_draw_with_ep_and_cp():
         planner.check(planner.MODELS["gpt3-175b"], cl, 1536, tp=8, pp=16, dp=8, micro_batch=1,
                       ep=2)
     assert str(e.value) == bad[0][1]
+
+
+# --- the named terms, one by one -----------------------------------------------------------
+
+def _lay(c, global_batch=64):
+    return planner.Layout(global_batch, c["tp"], c["pp"], c["dp"], c["micro_batch"], c["chunks"],
+                          c["recompute"], c["sp"], c["zero"], c["cp"], c["ep"])
+
+
+def _term_cases():
+    """The cp/ep grid with ZeRO-3's options varied (flat ring or hierarchical, prefetch or not):
+    every term is non-zero somewhere in it."""
+    out = []
+    for i, c in enumerate(_cp_ep_cases()):
+        opt = [dict(), dict(zero3_collectives="hierarchical"), dict(zero3_overlap=False),
+               dict(dp_overlap=False, grad_reduce_bytes=2)][i % 4]
+        out.append((c, opt))
+    return out
+
+
+def _python_terms(cases, term_fns=None):
+    """(kind, the StepBreakdown as a dict, or the message) per case."""
+    from dataclasses import asdict as as_dict
+    out = []
+    for c, opt in cases:
+        try:
+            out.append(("ok", as_dict(planner.terms(c["m"], c["cl"], _lay(c), **opt))))
+        except ValueError as e:
+            out.append(("error", str(e)))
+    return out
+
+
+def _term_differences(cases, want, got):
+    """One line per differing term: the case, the term's name, both values."""
+    bad = []
+    for (c, opt), (wk, wv), (gk, gv) in zip(cases, want, got):
+        if wk != gk or (wk == "error" and wv != gv):
+            bad.append(f"{c['m'].layers}L t={c['tp']} cp={c['cp']} ep={c['ep']}: python {wk} "
+                       f"{wv!r}, js {gk} {gv!r}")
+            continue
+        if wk == "ok":
+            for term, x in wv.items():
+                if mismatch(x, gv.get(term), 1e-12, term):
+                    bad.append(f"term {term} (t={c['tp']} p={c['pp']} cp={c['cp']} ep={c['ep']} "
+                               f"z={c['zero']} {opt}): python {x!r}, js {gv.get(term)!r}")
+    return bad
+
+
+def test_plan_terms_parity_term_by_term():
+    """Each named term of three_d_terms.breakdown (compute, tp, pp, cp, ep, zero3_exposed, the
+    bubble, dp, dp_exposed, embedding, optimizer, states, activations, the links) equals its
+    JavaScript twin's (planTerms: termCompute, termTp, ...), compared term by term so a
+    failure names the term; refusals compare word for word."""
+    cases = _term_cases()
+    want = _python_terms(cases)
+    got = js_call("three_d", [("planTerms", [_js_model(c["m"]), cluster_config(c["cl"]),
+                                             asdict(_lay(c)), opt]) for c, opt in cases])
+    bad = _term_differences(cases, want, got)
+    assert not bad, f"{len(bad)} terms differ:\n" + "\n".join(bad[:8])
+    ok = [w for k, w in want if k == "ok"]
+    assert len(ok) >= 800
+    for term in ("compute", "tp", "pp", "cp", "ep", "zero3_exposed", "bubble_relative", "dp",
+                 "dp_exposed", "embedding", "optimizer", "states", "activations"):
+        assert any(w[term] > 0 for w in ok), term
+
+
+def test_evaluate_is_the_sum_of_its_terms():
+    """Config's fields are the breakdown's terms: per-step slot terms are m·(1 + r)·term, the
+    step is m·slot·(1 + r) + exposed DP + embedding + optimizer, memory states + activations."""
+    for c, opt in _term_cases()[::37]:
+        try:
+            br = planner.terms(c["m"], c["cl"], _lay(c), **opt)
+        except ValueError:
+            continue
+        cfg = planner.evaluate(c["m"], c["cl"], 64, tp=c["tp"], pp=c["pp"], dp=c["dp"],
+                               micro_batch=c["micro_batch"], chunks=c["chunks"],
+                               recompute=c["recompute"], sp=c["sp"], zero=c["zero"], cp=c["cp"],
+                               ep=c["ep"], **opt)
+        m, r = br.microbatches, br.bubble_relative
+        assert cfg.tp_seconds == m * (1 + r) * br.tp and cfg.compute_seconds == m * br.compute
+        assert cfg.step_seconds == pytest.approx(
+            m * br.slot + br.bubble_seconds + br.dp_exposed + br.embedding + br.optimizer,
+            rel=1e-12)
+        assert cfg.bytes_per_gpu == br.states + br.activations and cfg.fits == br.fits
+
+
+def test_a_wrong_term_is_named_by_the_parity_check():
+    """Negative control: a Python twin whose embedding term forgets the ÷ t (the vocabulary-
+    parallel split) differs from the JavaScript in that term, and the report names it."""
+    from minipar.cost import three_d_terms as terms_mod
+    cases = [(c, opt) for c, opt in _term_cases() if c["pp"] == 2 and c["tp"] == 2][:40]
+    got = js_call("three_d", [("planTerms", [_js_model(c["m"]), cluster_config(c["cl"]),
+                                             asdict(_lay(c)), opt]) for c, opt in cases])
+    right = terms_mod.term_embedding
+
+    def wrong(m_, cl, lay, opt):
+        return right(m_, cl, planner.Layout(**{**asdict(lay), "tp": 1}), opt)
+    terms_mod.term_embedding = wrong
+    try:
+        want = _python_terms(cases)
+    finally:
+        terms_mod.term_embedding = right
+    bad = _term_differences(cases, want, got)
+    assert bad and all(line.startswith("term embedding ") for line in bad), bad[:3]
+
+
+def test_options_are_one_config_and_unknown_ones_are_named():
+    """evaluate's keyword options are three_d_terms.Options fields; an unknown one (a typo) is
+    refused by name in Python and JavaScript alike, as are the options' own rules."""
+    m, cl = _DENSE, planner.cluster(8, 8)
+    kw = dict(tp=2, pp=1, dp=4, micro_batch=1)
+    for bad, message in ((dict(zero3_colectives="flat-ring"), "option ('zero3_colectives') must "
+                          "be one of grad_reduce_bytes, dp_overlap, headroom, zero3_overlap, "
+                          "zero3_collectives"),
+                         (dict(headroom=1.5), "headroom (1.5) in [0, 1)")):
+        with pytest.raises(ValueError) as e:
+            planner.evaluate(m, cl, 8, **kw, **bad)
+        assert message in str(e.value)
+        (kind, got), = js_call("three_d", [("planTerms", [_js_model(m), cluster_config(cl),
+                                                          asdict(planner.Layout(8, 2, 1, 4, 1)),
+                                                          bad])])
+        assert kind == "error" and got == str(e.value)
+    assert planner.evaluate(m, cl, 8, **kw) == planner.evaluate(m, cl, 8, **kw,
+                                                                **asdict(planner.Options()))

@@ -10,6 +10,7 @@ fragmentation, no logits. Real runs need headroom on top.
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import NamedTuple
 
 from .memory_time import check_zero_stage, model_state_bytes, pipeline_first_stage_activation_bytes
@@ -56,3 +57,66 @@ def per_gpu_memory(L: int, h: int, a: int, s: int, V: int, *, b: int = 1, d: int
     act = pipeline_first_stage_activation_bytes(s, b, h, a, L, p, m=m, t=t, sp=sp,
                                                 recompute=recompute, schedule="1f1b")
     return MemoryBreakdown(w, g, o, act, w + g + o + act, psi)
+
+
+SLOT_TERMS = ("compute", "tp", "pp", "zero3_exposed", "cp", "ep")
+"""The terms inside one pipeline slot (seconds per micro-batch on the slowest stage)."""
+
+
+@dataclass(frozen=True)
+class StepBreakdown:
+    """The 3D planner's named terms of one layout (:func:`minipar.cost.three_d_terms.breakdown`).
+
+    Seconds per micro-batch on the slowest stage for the terms of one pipeline slot
+    (:data:`SLOT_TERMS`); seconds per step for those after the last micro-batch (``dp``,
+    ``dp_exposed``, ``embedding``, ``optimizer``); bytes on the first stage for memory. The step
+    is m·slot·(1 + r) + exposed DP + embedding + optimizer, r the bubble relative to the ideal
+    time (Narayanan et al. 2021 §2.2)."""
+    microbatches: int
+    compute: float
+    tp: float
+    pp: float
+    cp: float
+    ep: float
+    zero3_exposed: float
+    bubble_relative: float
+    bubble_fraction: float
+    dp: float
+    dp_exposed: float
+    embedding: float
+    optimizer: float
+    states: float
+    activations: float
+    memory_limit: float
+    tp_link: str = "-"
+    pp_link: str = "-"
+    dp_link: str = "-"
+
+    @property
+    def slot(self) -> float:
+        """Seconds of one micro-batch on the slowest stage, every slot term added."""
+        return self.compute + self.tp + self.pp + self.zero3_exposed + self.cp + self.ep
+
+    def per_step(self, term: str) -> float:
+        """A slot term over the whole step: m micro-batches, stretched by the bubble (compute
+        alone is not: its bubble is :attr:`bubble_seconds`)."""
+        m, r = self.microbatches, self.bubble_relative
+        x = getattr(self, term)
+        return m * x if term == "compute" else m * (1 + r) * x
+
+    @property
+    def bubble_seconds(self) -> float:
+        return self.microbatches * self.slot * self.bubble_relative
+
+    @property
+    def step_seconds(self) -> float:
+        pipe = self.microbatches * self.slot * (1 + self.bubble_relative)
+        return pipe + self.dp_exposed + self.embedding + self.optimizer
+
+    @property
+    def bytes_per_gpu(self) -> float:
+        return self.states + self.activations
+
+    @property
+    def fits(self) -> bool:
+        return self.bytes_per_gpu <= self.memory_limit

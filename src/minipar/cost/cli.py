@@ -250,9 +250,7 @@ def _plan(args) -> int:
     from . import three_d as planner
 
     if args.calibrate:                 # the same code as ``minipar bench three_d``
-        from minipar.bench.three_d import _main as bench_three_d
-        return bench_three_d(argparse.Namespace(ranks=args.ranks, steps=args.steps,
-                                                json=args.json))
+        return _calibrate(args)
     missing = [f"--{k.replace('_', '-')}" for k in ("gpus", "global_batch")
                if getattr(args, k) is None]
     if missing:
@@ -329,8 +327,21 @@ def _plan(args) -> int:
     return 0
 
 
+def _calibrate(args) -> int:
+    """``minipar plan --calibrate``: run ``minipar bench three_d`` as the command tree that
+    registered ``plan`` dispatches it (the cost layer never imports the benchmarks)."""
+    bench = args.command_tree.choices.get("bench") if args.command_tree else None
+    if bench is None:
+        raise InputError("--calibrate needs the `minipar bench three_d` command, which this "
+                         "command line does not register")
+    argv = ["three_d", "--ranks", str(args.ranks), "--steps", str(args.steps)]
+    ns = bench.parse_args(argv + (["--json"] if args.json else []))
+    return ns.func(ns)
+
+
 def add_plan_parser(subparsers) -> None:
-    """Register ``minipar plan``."""
+    """Register ``minipar plan`` (``--calibrate`` reaches ``bench three_d`` through
+    ``subparsers``, the command tree both are registered on)."""
     from . import three_d as planner
 
     def fraction(text: str) -> float:
@@ -345,7 +356,7 @@ def add_plan_parser(subparsers) -> None:
     help_ = "rank data × tensor × pipeline layouts by predicted step time"
     p = subparsers.add_parser("plan", help=help_, description=help_)
     p.add_argument("--json", action="store_true", help="print one JSON object")
-    p.set_defaults(func=guarded("plan", _plan))
+    p.set_defaults(func=guarded("plan", _plan), command_tree=subparsers)
     p.add_argument("--model", choices=tuple(planner.MODELS),
                    help="a preset shape (flags override it)")
     for name, sym in (("layers", "L"), ("hidden", "h"), ("heads", "a"), ("seq", "s"),

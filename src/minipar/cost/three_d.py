@@ -12,6 +12,12 @@ from a cost-model function that names its source:
                             hierarchical all-reduce of Mikami et al. 2018)
   links and GPUs            :mod:`minipar.cost.hardware` (each GPU with its generation's links)
 
+The step and the memory are sums of named terms, one pure function each in
+:mod:`minipar.cost.three_d_terms` (compute, bubble, tp, pp, cp, ep, zero3_exposed, dp_exposed,
+embedding, optimizer; states, activations), kept apart in a
+:class:`~minipar.cost.breakdown.StepBreakdown` (:func:`terms`) that :func:`evaluate` copies into
+a :class:`Config`; the options every layout shares are one :class:`Options`.
+
 One set of constants per cluster (the GPU's peak, HBM bandwidth, SM count and large-GEMM
 efficiency η; the links' α and bandwidth): nothing is fitted per run.
 
@@ -103,28 +109,16 @@ parallelism ``ep``; :func:`evaluate` states what each changes.
 """
 from __future__ import annotations
 
-import math
 from dataclasses import asdict, dataclass, replace
 from typing import Iterable
 
-from .breakdown import check_layout
-from .collectives import collective_time, hierarchical_all_reduce_time
-from .compute import (attention_core_and_mlp_seconds, layer_seconds, logits_seconds,
-                      optimizer_seconds)
-from .context_parallel import ring_sent_bytes_per_layer
-from .expert_parallel import all_to_all_time
+from .breakdown import StepBreakdown, check_layout
 from .hardware import GPU, Link, gpu as gpu_preset, link as link_preset
-from .memory_time import (ZERO_STAGES, activation_bytes_per_layer, check_zero_stage,
-                          model_state_bytes, pipeline_first_stage_activation_bytes)
+from .memory_time import ZERO_STAGES, check_zero_stage
 from .model import RECOMPUTE, flops_per_iteration, param_count
-from .pipeline_parallel import bubble_fraction_of_total, bubble_relative_to_ideal
-
-HEADROOM = 0.10
-"""Fraction of a GPU's memory "fits" leaves free (see the module docstring)."""
-
-GRAD_REDUCE_BYTES = 4
-"""Bytes per gradient element in the data-parallel reduction: Megatron-LM accumulates and
-reduces bf16 gradients in fp32 by default (``accumulate_allreduce_grads_in_fp32``)."""
+from .three_d_terms import (GRAD_REDUCE_BYTES, HEADROOM, ZERO3_COLLECTIVES, Layout, Options,
+                            breakdown, dp_allreduce_seconds, kv_width_per_rank, options,
+                            tp_collectives, zero3_collective_seconds, zero3_gathers)
 
 @dataclass(frozen=True)
 class ModelShape:
@@ -252,93 +246,13 @@ def _divisors(n: int) -> list[int]:
     return [k for k in range(1, n + 1) if n % k == 0]
 
 
-def _ring(op: str, n: int, nbytes: float, lk: Link) -> float:
-    return collective_time(op, "ring", n, nbytes, lk.alpha, lk.bandwidth)
-
-
-def dp_allreduce_seconds(nbytes: float, d: int, t: int, cl: Cluster) -> tuple[float, str]:
-    """All-reduce of ``nbytes`` over the d ranks of one DP group (stride t in the rank order).
-
-    Inside one node: a ring on the intra link. Spanning nodes with k = gpus_per_node/t group
-    members per node: the hierarchical all-reduce (intra reduce-scatter, inter all-reduce on
-    each rail, intra all-gather; Mikami et al. 2018). One member per node: a ring on the inter
-    link. A reduce-scatter or an all-gather of the same bytes takes half this time (ring).
-    """
-    g = cl.gpus_per_node
-    if d == 1:
-        return 0.0, "-"
-    if t * d <= g:
-        return _ring("all-reduce", d, nbytes, cl.intra), cl.intra.name
-    k = max(1, g // t)
-    if k > 1 and d % k == 0:
-        return hierarchical_all_reduce_time(d // k, k, nbytes, cl.intra, cl.inter), \
-            f"{cl.intra.name}+{cl.inter.name}"
-    return _ring("all-reduce", d, nbytes, cl.inter), cl.inter.name
-
-
-ZERO3_COLLECTIVES = ("flat-ring", "hierarchical")
-"""Algorithms for ZeRO-3's per-layer collectives over a group spanning nodes (module docstring)."""
-
-
-def zero3_collective_seconds(nbytes: float, n: int, t: int, cl: Cluster,
-                             algorithm: str = "flat-ring") -> tuple[float, str]:
-    """One ZeRO-3 all-gather (S = ``nbytes``, the whole gathered buffer) or reduce-scatter (S the
-    whole input) over the n ranks of one data-parallel group (stride t in the rank order).
-
-    Inside one node (t·n ≤ GPUs per node): ring on the intra link. Spanning nodes:
-    ``"flat-ring"``: one ring whose slowest hop limits it, so each rank's (n−1)/n·S crosses its
-    own NIC: (n−1)α + (n−1)/n·S/B with B the slower of the two links (the NIC on a DGX; PCIe
-    inside a PCIe server whose NIC is faster) and α the larger (Thakur et al. 2005 §4);
-    ``"hierarchical"``: half of :func:`dp_allreduce_seconds` (Mikami et al. 2018), the NCCL-ideal
-    algorithm that spreads the inter-node bytes over the node's NICs. Returns (seconds, link).
-    """
-    if algorithm not in ZERO3_COLLECTIVES:
-        raise ValueError(f"zero3_collectives ({algorithm!r}) must be one of "
-                         f"{', '.join(ZERO3_COLLECTIVES)}")
-    if n == 1:
-        return 0.0, "-"
-    if t * n <= cl.gpus_per_node or algorithm == "hierarchical":
-        ar, name = dp_allreduce_seconds(nbytes, n, t, cl)
-        return ar / 2, name
-    slow = min(cl.intra, cl.inter, key=lambda lk: lk.bandwidth)    # the ring's slowest hop
-    return collective_time("all-gather", "ring", n, nbytes, max(cl.intra.alpha, cl.inter.alpha),
-                           slow.bandwidth), slow.name
-
-
-def kv_width_per_rank(m_: ModelShape, t: int) -> int:
-    """Width of the K (or V) rows one TP rank holds: ⌈kv/t⌉ heads of h/a each, kv the model's
-    key/value heads (a without GQA). With t > kv each rank keeps a whole head: Megatron-LM
-    replicates K/V heads over the TP ranks that share them, it does not split a head."""
-    kv = m_.kv_heads or m_.heads
-    return (m_.hidden // m_.heads) * -(-kv // t)
-
-
-def zero3_gathers(recompute: str) -> int:
-    """All-gathers of a layer's weights per micro-batch under ZeRO-3: forward and backward, plus
-    the recomputed forward under full recomputation (the hooks free the gathered weights after
-    each forward; selective recomputation re-runs only the weightless attention core)."""
-    return 3 if recompute == "full" else 2
-
-
-def tp_collectives(t: int, sp: bool, recompute: str) -> float:
-    """All-reduce equivalents per layer per micro-batch on the TP group (module docstring):
-    4 (6 with full recomputation) without SP; with SP all-gathers and reduce-scatters, each
-    half an all-reduce: (4 + 4 + 2)/2 = 5, or 12/2 = 6 with full recomputation."""
-    if t == 1:
-        return 0.0
-    if sp:
-        return 6.0 if recompute == "full" else 5.0
-    return 6.0 if recompute == "full" else 4.0
-
-
 def evaluate(m_: ModelShape, cl: Cluster, global_batch: int, *, tp: int, pp: int, dp: int,
              micro_batch: int, chunks: int = 1, recompute: str = "selective", sp: bool = False,
-             zero: int = 1, grad_reduce_bytes: float = GRAD_REDUCE_BYTES,
-             dp_overlap: bool = True, headroom: float = HEADROOM,
-             zero3_overlap: bool = True, zero3_collectives: str = "flat-ring", cp: int = 1,
-             ep: int = 1) -> Config:
-    """Predicted memory and step time of one layout (see the module docstring for the model).
+             zero: int = 1, cp: int = 1, ep: int = 1, **model_options) -> Config:
+    """Predicted memory and step time of one layout (see the module docstring for the model):
+    the named terms of :func:`terms`, copied into a :class:`Config`.
 
+    ``model_options`` are :class:`~minipar.cost.three_d_terms.Options` fields.
     ``dp_overlap`` lets the data-parallel reduction run under the last micro-batch's backward
     when p = 1 (PyTorch DDP's buckets, Li et al. 2020); Megatron-LM in 2021 reduced after the
     backward (``dp_overlap=False``). With p > 1 it always follows the pipeline flush.
@@ -361,133 +275,39 @@ def evaluate(m_: ModelShape, cl: Cluster, global_batch: int, *, tp: int, pp: int
     micro-batch (six with full recomputation), on the critical path
     (:mod:`minipar.cost.expert_parallel`).
     """
+    lay = Layout(global_batch, tp, pp, dp, micro_batch, chunks, recompute, sp, zero, cp, ep)
+    br = terms(m_, cl, lay, **model_options)
     t, p, d, b, v = tp, pp, dp, micro_batch, chunks
-    L, h, a, s, V = m_.layers, m_.hidden, m_.heads, m_.seq, m_.vocab
-    check(m_, cl, global_batch, tp=t, pp=p, dp=d, micro_batch=b, chunks=v, zero=zero, cp=cp,
-          ep=ep)
-    sl = s // cp                                               # tokens per CP rank
-    dcp = d * cp                                               # ranks sharing the weights
-    if zero3_collectives not in ZERO3_COLLECTIVES:
-        raise ValueError(f"zero3_collectives ({zero3_collectives!r}) must be one of "
-                         f"{', '.join(ZERO3_COLLECTIVES)}")
-    if grad_reduce_bytes <= 0 or not 0 <= headroom < 1:
-        raise ValueError(f"grad_reduce_bytes ({grad_reduce_bytes}) must be > 0 and headroom "
-                         f"({headroom}) in [0, 1)")
-    m = global_batch // (d * b)
-    psi = m_.params
-    lp = L // p                                                # layers per stage
-    exp_layer = m_.expert_params_per_layer                     # the MLP (all E experts)
-    dense_layer = 12 * h * h + 13 * h - 8 * h * h              # Eq. 2's layer less its MLP
-    layer_params = dense_layer + exp_layer / ep                # what one rank holds of a layer
-    # memory of the first (fullest) stage: its L/p layers plus the (V + s)·h embedding, which
-    # Megatron keeps whole on the first stage (and a tied copy on the last), split over t
-    emb = (V + s) * h
-    psi_stage = lp * layer_params + emb                        # the first (and last) stage
-    psi_dense = lp * dense_layer + emb                         # replicated over d·cp
-    psi_exp = lp * exp_layer / ep                              # replicated over d·cp/ep
-    states = (model_state_bytes(psi_dense * p, d=dcp, t=t, p=p, zero=zero).total
-              + model_state_bytes(psi_exp * p, d=dcp // ep, t=t, p=p, zero=zero).total)
-    if zero == 3:                                              # 2 gathered layers + 1 gradient
-        states += (2 * 2 + grad_reduce_bytes) * layer_params / t
-    schedule = "interleaved" if v > 1 else "1f1b"
-    # with cp > 1 every tensor holds s/cp tokens and ring attention is blockwise: no s² scores
-    # are stored, which is selective recomputation's memory (Korthikanti Table 2)
-    mem_rc = "selective" if cp > 1 and recompute == "none" else recompute
-    act = pipeline_first_stage_activation_bytes(s, b, h, a, L, p, m=m, t=t, sp=sp,
-                                                recompute=mem_rc, schedule=schedule, v=v)
-    if recompute == "full":                                    # the layer being recomputed
-        act += activation_bytes_per_layer(s, b, h, a, t=t, sp=sp,
-                                          recompute="selective" if cp > 1 else "none")
-    act /= cp
-    total = states + act
-    limit = cl.gpu.memory_bytes * (1 - headroom)
-    # one micro-batch on the slowest (last) stage
-    gpu = cl.gpu
-    lt = layer_seconds(b, sl, h, a, gpu, t, sp=sp, recompute=recompute).total_s
-    parts = attention_core_and_mlp_seconds(b, sl, h, a, gpu, t)
-    refwd = 1 if recompute == "none" else 2                    # the core is recomputed
-    core = refwd * parts["core_f"] + parts["core_b"]           # one (s/cp)² block
-    if cp > 1:                                                 # the other cp−1 key blocks
-        lt += (cp - 1) * core
-    ffn = m_.ffn or 4 * h
-    scale = m_.top_k * m_.mlp_matrices * ffn / (2 * 4 * h)       # active MLP / GPT's 8h² MLP
-    if scale != 1:
-        lt += (scale - 1) * ((2 if recompute == "full" else 1) * parts["mlp_f"] + parts["mlp_b"])
-    c_mb = lp * lt + logits_seconds(b, sl, h, V, gpu, t)
-    act_bytes = b * sl * h * 2                                 # (b, s/cp, h) in 16-bit
-    cp_mb = 0.0
-    if cp > 1:                                                 # ring K/V, overlapped per step
-        ring = ring_sent_bytes_per_layer(b, s, kv_width_per_rank(m_, t), cp)
-        fwd_sends = (cp - 1) * (2 if recompute == "full" else 1)
-        cp_link = cl.intra if t * cp <= cl.gpus_per_node else cl.inter
-        kv = ring["forward"] / (cp - 1)
-        comm = (fwd_sends + (cp - 1)) * (cp_link.alpha + kv / cp_link.bandwidth) + \
-            cp * (cp_link.alpha + kv / cp_link.bandwidth)
-        cp_mb = lp * max(0.0, comm - cp * core)
-    ep_mb = 0.0
-    if ep > 1:                                                 # dispatch + combine, fwd + bwd
-        rows = m_.top_k * b * sl * h * 2 / (t if sp else 1)    # routed (·, h) rows, 16-bit
-        ep_link = cl.intra if t * cp * ep <= cl.gpus_per_node else cl.inter
-        n_a2a = 6 if recompute == "full" else 4
-        ep_mb = lp * n_a2a * all_to_all_time(rows, ep, ep_link.alpha, ep_link.bandwidth)
-    tp_link = cl.intra if t <= cl.gpus_per_node else cl.inter
-    tp_mb = lp * tp_collectives(t, sp, recompute) * _ring("all-reduce", t, act_bytes, tp_link)
-    pp_link = cl.intra if t * cp * d * p <= cl.gpus_per_node else cl.inter
-    pp_mb = 0.0 if p == 1 else 2 * v * (pp_link.alpha + act_bytes / t / pp_link.bandwidth)
-    z3_mb = 0.0
-    if zero == 3:                                              # one FSDP unit per layer
-        gather, z3_name = zero3_collective_seconds(2 * layer_params / t, dcp, t, cl,
-                                                   zero3_collectives)
-        scatter, _ = zero3_collective_seconds(grad_reduce_bytes * layer_params / t, dcp, t, cl,
-                                              zero3_collectives)
-        comm_layer = zero3_gathers(recompute) * gather + scatter   # AGs (fwd, re-fwd, bwd) + RS
-        z3_mb = (lp * max(0.0, comm_layer - lt) + gather       # prefetch hides ≤ one layer
-                 if zero3_overlap else lp * comm_layer)
-    slot = c_mb + tp_mb + pp_mb + z3_mb + cp_mb + ep_mb
-    r = 0.0 if p == 1 else bubble_relative_to_ideal(schedule, p, m, v)
-    f = 0.0 if p == 1 else bubble_fraction_of_total(schedule, p, m, v)
-    pipe = m * slot * (1 + r)
-    # after the last micro-batch: data parallelism, the embedding gradient, the optimizer
-    def reduce(psi: float, n: int) -> tuple[float, str]:
-        ar, name = dp_allreduce_seconds(grad_reduce_bytes * psi / t, n, t, cl)
-        if zero in (1, 2):                                     # RS(grads) + AG(16-bit params)
-            ar = ar / 2 + dp_allreduce_seconds(2 * psi / t, n, t, cl)[0] / 2
-        return ar, name
-    if ep == 1:
-        ar, dp_name = reduce(psi_stage, dcp)
-    else:                                                      # two groups, one after the other
-        ar, dp_name = reduce(psi_dense, dcp)
-        ar += reduce(psi_exp, dcp // ep)[0]
-    if zero == 3:
-        dp_total, exposed, dp_name = m * lp * comm_layer, 0.0, z3_name
-    else:
-        dp_total = ar
-        window = (2 / 3) * c_mb if p == 1 and dp_overlap else 0.0
-        exposed = max(0.0, dp_total - window)
-    emb_s = 0.0 if p == 1 else _ring("all-reduce", 2, grad_reduce_bytes * V * h / t, cl.inter
-                                     if t * cp * d * p > cl.gpus_per_node else cl.intra)
-    shard = (psi_dense / dcp + psi_exp / (dcp // ep)) if zero >= 1 else psi_stage
-    opt_s = optimizer_seconds(shard / t, gpu)
-    step = pipe + exposed + emb_s + opt_s
+    L, h, s, V = m_.layers, m_.hidden, m_.seq, m_.vocab
+    m, r = br.microbatches, br.bubble_relative
+    step = br.step_seconds
     n = t * cp * p * d
     peak = cl.peak
     model_flops = flops_per_iteration(global_batch, s, L, h, V, "none")
     hw_flops = flops_per_iteration(global_batch, s, L, h, V, recompute)
+    ffn = m_.ffn or 4 * h
     extra = 2 * L * global_batch * s * (m_.top_k * m_.mlp_matrices * ffn * h - 8 * h * h)
     model_flops += 3 * extra                                   # active MLP, fwd + bwd
     hw_flops += (4 if recompute == "full" else 3) * extra
     return Config(
         tp=t, pp=p, dp=d, micro_batch=b, microbatches=m, chunks=v, recompute=recompute, sp=sp,
-        zero=zero, bytes_per_gpu=total, model_state_bytes=states, activation_bytes=act,
-        fits=total <= limit, memory_limit=limit, bubble=f, bubble_relative=r,
-        compute_seconds=m * c_mb, tp_seconds=m * (1 + r) * tp_mb,
-        pp_seconds=m * (1 + r) * pp_mb, dp_seconds=dp_total, dp_exposed_seconds=exposed,
-        embedding_seconds=emb_s, optimizer_seconds=opt_s,
-        zero3_exposed_seconds=m * (1 + r) * z3_mb,
-        cp=cp, ep=ep, cp_seconds=m * (1 + r) * cp_mb, ep_seconds=m * (1 + r) * ep_mb,
+        zero=zero, bytes_per_gpu=br.bytes_per_gpu, model_state_bytes=br.states,
+        activation_bytes=br.activations, fits=br.fits, memory_limit=br.memory_limit,
+        bubble=br.bubble_fraction, bubble_relative=r, compute_seconds=br.per_step("compute"),
+        tp_seconds=br.per_step("tp"), pp_seconds=br.per_step("pp"), dp_seconds=br.dp,
+        dp_exposed_seconds=br.dp_exposed, embedding_seconds=br.embedding,
+        optimizer_seconds=br.optimizer, zero3_exposed_seconds=br.per_step("zero3_exposed"),
+        cp=cp, ep=ep, cp_seconds=br.per_step("cp"), ep_seconds=br.per_step("ep"),
         step_seconds=step, mfu=model_flops / (step * n * peak), hfu=hw_flops / (step * n * peak),
-        tp_link=tp_link.name if t > 1 else "-", pp_link=pp_link.name if p > 1 else "-",
-        dp_link=dp_name)
+        tp_link=br.tp_link, pp_link=br.pp_link, dp_link=br.dp_link)
+
+
+def terms(m_: ModelShape, cl: Cluster, lay: Layout, **model_options) -> StepBreakdown:
+    """The named terms of one layout (:func:`minipar.cost.three_d_terms.breakdown`), after
+    :func:`check` and the options' own rules."""
+    check(m_, cl, lay.global_batch, tp=lay.tp, pp=lay.pp, dp=lay.dp, micro_batch=lay.micro_batch,
+          chunks=lay.chunks, zero=lay.zero, cp=lay.cp, ep=lay.ep)
+    return breakdown(m_, cl, lay, options(**model_options))
 
 
 def check(m_: ModelShape, cl: Cluster, global_batch: int, *, tp: int, pp: int, dp: int,
@@ -537,10 +357,7 @@ def search(m_: ModelShape, cl: Cluster, global_batch: int, *, tp: int | None = N
     ``zero3_collectives``); an invalid one raises ``ValueError`` here rather than leaving every
     layout out.
     """
-    z3c = model_options.get("zero3_collectives", "flat-ring")
-    if z3c not in ZERO3_COLLECTIVES:
-        raise ValueError(f"zero3_collectives ({z3c!r}) must be one of "
-                         f"{', '.join(ZERO3_COLLECTIVES)}")
+    options(**model_options)                                   # its rules, once
     out: list[Config] = []
     ts = [tp] if tp else [k for k in _divisors(m_.heads) if k <= cl.gpus_per_node]
     ps = [pp] if pp else _divisors(m_.layers)
@@ -673,9 +490,11 @@ def megatron_rule_layout(m_: ModelShape, cl: Cluster, global_batch: int, micro_b
     return None
 
 
-__all__ = ["ModelShape", "MODELS", "Cluster", "Config", "cluster", "evaluate", "check", "search",
+__all__ = ["ModelShape", "MODELS", "Cluster", "Config", "cluster", "evaluate", "terms", "check",
+           "search", "Layout", "Options", "StepBreakdown",
            "why_nothing_fits", "training_seconds", "implied_mfu", "dollars_per_million_tokens",
            "dp_allreduce_seconds", "megatron_rule_layout", "tp_collectives", "HEADROOM",
-           "GRAD_REDUCE_BYTES", "ZERO3_COLLECTIVES", "zero3_collective_seconds", "zero3_gathers"]
+           "GRAD_REDUCE_BYTES", "ZERO3_COLLECTIVES", "zero3_collective_seconds", "zero3_gathers",
+           "kv_width_per_rank"]
 
 

@@ -9,7 +9,10 @@
 // et al. 2021 (Eq. 2-3, §2.2, §3), Korthikanti et al. 2022 (Eq. 7-8, Table 2), Shoeybi et al.
 // 2019 §3, Rajbhandari et al. 2020 §5 and §7, Thakur et al. 2005, Mikami et al. 2018, Williams
 // et al. 2009 (roofline), Liu et al. 2023 (ring attention), Lepikhin et al. 2021 (GShard).
-// Parity with Python: tests/test_three_d_explorer.py and tests/test_explorer_parity.py.
+// The planner's terms mirror minipar.cost.three_d_terms one function per term, camelCase of the
+// Python name (term_compute -> termCompute, breakdown -> planBreakdown, three_d.terms ->
+// planTerms); planEvaluate copies them into one Config as three_d.evaluate does.
+// Parity with Python: tests/test_three_d_explorer.py (term by term) and tests/test_explorer_parity.py.
 
 // Python: flops_per_iteration(B, s, L, h, V, recompute)
 export function flopsPerIteration(B, s, L, h, V, recompute = "none") {
@@ -225,122 +228,223 @@ export function tpCollectives(t, sp, recompute) {
   return recompute === "full" ? 6.0 : 4.0;
 }
 
-// Python: three_d.evaluate(m_, cl, global_batch, tp, pp, dp, micro_batch, chunks, recompute, sp,
-// zero, grad_reduce_bytes, dp_overlap, headroom, zero3_collectives=..., cp=..., ep=...).as_dict()
-// cp: each rank holds s/cp tokens (ring attention over the other cp−1 key blocks, K/V sends
-// overlapped with the block compute); ep: the experts' weights ÷ ep, their states sharded over
-// d·cp/ep, four (six) all-to-alls per MoE layer and micro-batch. Python's docstring states each rule.
-export function planEvaluate(model, cluster, globalBatch, tp, pp, dp, microBatch, chunks = 1,
-  recompute = "selective", sp = false, zero = 1, gradReduceBytes = GRAD_REDUCE_BYTES, dpOverlap = true,
-  headroom = HEADROOM, zero3Collectives = "flat-ring", cp = 1, ep = 1) {
-  const [t, p, d, b, v] = [tp, pp, dp, microBatch, chunks];
-  model = planShape(model);
-  const {layers: L, hidden: h, heads: a, seq: s, vocab: V} = model;
-  planCheck(model, cluster, globalBatch, t, p, d, b, v, zero, cp, ep);
-  const sl = Math.floor(s / cp);                       // tokens per CP rank
-  const dcp = d * cp;                                  // ranks sharing the weights
-  if (!ZERO3_COLLECTIVES.includes(zero3Collectives)) throw new Error(`zero3_collectives ('${zero3Collectives}') must be one of ${ZERO3_COLLECTIVES.join(", ")}`);
-  if (!(gradReduceBytes > 0) || !(headroom >= 0 && headroom < 1)) {
-    throw new Error(`grad_reduce_bytes (${gradReduceBytes}) must be > 0 and headroom (${headroom}) in [0, 1)`);
+// --- minipar.cost.three_d_terms: one function per named term, camelCase of the Python name
+// (term_states -> termStates, ...). lay (Python: Layout): {global_batch, tp, pp, dp, micro_batch,
+// chunks, recompute, sp, zero, cp, ep}; opt (Python: Options): {grad_reduce_bytes, dp_overlap,
+// headroom, zero3_overlap, zero3_collectives}.
+
+// Python: Options(...) with its defaults and rules
+export function planOptions(opt = {}) {
+  const known = ["grad_reduce_bytes", "dp_overlap", "headroom", "zero3_overlap", "zero3_collectives"];
+  const unknown = Object.keys(opt).filter((k) => !known.includes(k)).sort();
+  if (unknown.length) throw new Error(`option ('${unknown[0]}') must be one of ${known.join(", ")}`);
+  const o = {grad_reduce_bytes: GRAD_REDUCE_BYTES, dp_overlap: true, headroom: HEADROOM, zero3_overlap: true, zero3_collectives: "flat-ring", ...opt};
+  if (!ZERO3_COLLECTIVES.includes(o.zero3_collectives)) throw new Error(`zero3_collectives ('${o.zero3_collectives}') must be one of ${ZERO3_COLLECTIVES.join(", ")}`);
+  if (!(o.grad_reduce_bytes > 0) || !(o.headroom >= 0 && o.headroom < 1)) {
+    throw new Error(`grad_reduce_bytes (${o.grad_reduce_bytes}) must be > 0 and headroom (${o.headroom}) in [0, 1)`);
   }
-  const m = Math.floor(globalBatch / (d * b));
-  const lp = Math.floor(L / p);                        // layers per stage
-  const expLayer = expertParamsPerLayer(model);        // the MLP (all E experts)
-  const denseLayer = 12 * h * h + 13 * h - 8 * h * h;  // Eq. 2's layer less its MLP
-  const layerParams = denseLayer + expLayer / ep;      // what one rank holds of a layer
-  const emb = (V + s) * h;
-  const psiStage = lp * layerParams + emb;             // the first (and last) stage
-  const psiDense = lp * denseLayer + emb;              // replicated over d·cp
-  const psiExp = (lp * expLayer) / ep;                 // replicated over d·cp/ep
-  let states = modelStateBytes(psiDense * p, dcp, t, p, zero).total + modelStateBytes(psiExp * p, dcp / ep, t, p, zero).total;
-  if (zero === 3) states += ((2 * 2 + gradReduceBytes) * layerParams) / t;   // 2 gathered layers + 1 gradient
-  const schedule = v > 1 ? "interleaved" : "1f1b";
-  // blockwise ring attention (cp > 1) stores no s² scores: selective recomputation's memory
-  const memRc = cp > 1 && recompute === "none" ? "selective" : recompute;
-  let act = pipelineFirstStageActivationBytes(s, b, h, a, L, p, m, t, sp, memRc, schedule, v);
-  if (recompute === "full") act += activationBytesPerLayer(s, b, h, a, t, sp, cp > 1 ? "selective" : "none");
-  act /= cp;
-  const total = states + act;
+  return o;
+}
+
+const layMicrobatches = (lay) => Math.floor(lay.global_batch / (lay.dp * lay.micro_batch));   // Python: Layout.microbatches
+const laySchedule = (lay) => (lay.chunks > 1 ? "interleaved" : "1f1b");                       // Python: Layout.schedule
+
+// Python: stage_params(m_, lay)
+export function stageParams(model, lay) {
+  const m = planShape(model);
+  const h = m.hidden, lp = Math.floor(m.layers / lay.pp);
+  const expLayer = expertParamsPerLayer(m);
+  const denseLayer = 12 * h * h + 13 * h - 8 * h * h;
+  const layer = denseLayer + expLayer / lay.ep;
+  const emb = (m.vocab + m.seq) * h;
+  return {dense_layer: denseLayer, expert_layer: expLayer, layer, stage: lp * layer + emb, dense: lp * denseLayer + emb, expert: (lp * expLayer) / lay.ep};
+}
+
+// Python: term_states(m_, lay, opt): model-state bytes of the first stage
+export function termStates(model, lay, opt) {
+  const {tp: t, pp: p, zero} = lay, dcp = lay.dp * lay.cp;
+  const sp = stageParams(model, lay);
+  let states = modelStateBytes(sp.dense * p, dcp, t, p, zero).total + modelStateBytes(sp.expert * p, dcp / lay.ep, t, p, zero).total;
+  if (zero === 3) states += ((2 * 2 + opt.grad_reduce_bytes) * sp.layer) / t;   // 2 gathered layers + 1 gradient
+  return states;
+}
+
+// Python: term_activations(m_, lay): activation bytes of the first stage
+export function termActivations(model, lay) {
+  const {seq: s, hidden: h, heads: a, layers: L} = model;
+  const {micro_batch: b, tp: t, pp: p, sp, recompute: rc, cp} = lay;
+  const memRc = cp > 1 && rc === "none" ? "selective" : rc;   // blockwise ring attention: no s² scores
+  let act = pipelineFirstStageActivationBytes(s, b, h, a, L, p, layMicrobatches(lay), t, sp, memRc, laySchedule(lay), lay.chunks);
+  if (rc === "full") act += activationBytesPerLayer(s, b, h, a, t, sp, cp > 1 ? "selective" : "none");
+  return act / cp;
+}
+
+// Python: term_compute(m_, cl, lay) -> {layer, core, microbatch}
+export function termCompute(model, cluster, lay) {
+  const m = planShape(model);
+  const b = lay.micro_batch, h = m.hidden, a = m.heads, sl = Math.floor(m.seq / lay.cp), t = lay.tp, rc = lay.recompute;
   const gpu = cluster.gpu;
-  const limit = gpu.memory_bytes * (1 - headroom);
-  let lt = layerSeconds(b, sl, h, a, gpu, t, sp, recompute).total_s;
+  let lt = layerSeconds(b, sl, h, a, gpu, t, lay.sp, rc).total_s;
   const parts = attentionCoreAndMlpSeconds(b, sl, h, a, gpu, t);
-  const refwd = recompute === "none" ? 1 : 2;          // the core is recomputed
+  const refwd = rc === "none" ? 1 : 2;                 // the core is recomputed
   const core = refwd * parts.core_f + parts.core_b;    // one (s/cp)² block
-  if (cp > 1) lt += (cp - 1) * core;                   // the other cp−1 key blocks
-  const ffn = model.ffn || 4 * h;
-  const scale = (model.top_k * model.mlp_matrices * ffn) / (2 * 4 * h);   // active MLP / GPT's 8h² MLP
-  if (scale !== 1) lt += (scale - 1) * ((recompute === "full" ? 2 : 1) * parts.mlp_f + parts.mlp_b);
-  const cMb = lp * lt + logitsSeconds(b, sl, h, V, gpu, t);
-  const actBytes = b * sl * h * 2;                     // (b, s/cp, h) in 16-bit
-  let cpMb = 0.0;
-  if (cp > 1) {                                        // ring K/V, overlapped per step
-    const kvHeads = model.kv_heads || a;              // ⌈kv/t⌉ K/V heads per TP rank
-    const hKv = Math.floor(h / a) * Math.ceil(kvHeads / t);   // Python: kv_width_per_rank
-    const ringBytes = ringSentBytesPerLayer(b, s, hKv, cp);
-    const fwdSends = (cp - 1) * (recompute === "full" ? 2 : 1);
-    const cpLink = t * cp <= cluster.gpus_per_node ? cluster.intra : cluster.inter;
-    const kv = ringBytes.forward / (cp - 1);
-    const comm = (fwdSends + (cp - 1)) * (cpLink.alpha + kv / cpLink.bandwidth) + cp * (cpLink.alpha + kv / cpLink.bandwidth);
-    cpMb = lp * Math.max(0.0, comm - cp * core);
-  }
-  let epMb = 0.0;
-  if (ep > 1) {                                        // dispatch + combine, fwd + bwd
-    const rows = (model.top_k * b * sl * h * 2) / (sp ? t : 1);   // routed (·, h) rows, 16-bit
-    const epLink = t * cp * ep <= cluster.gpus_per_node ? cluster.intra : cluster.inter;
-    const nA2a = recompute === "full" ? 6 : 4;
-    epMb = lp * nA2a * allToAllTime(rows, ep, epLink.alpha, epLink.bandwidth);
-  }
+  if (lay.cp > 1) lt += (lay.cp - 1) * core;           // the other cp−1 key blocks
+  const ffn = m.ffn || 4 * h;
+  const scale = (m.top_k * m.mlp_matrices * ffn) / (2 * 4 * h);   // active MLP / GPT's 8h² MLP
+  if (scale !== 1) lt += (scale - 1) * ((rc === "full" ? 2 : 1) * parts.mlp_f + parts.mlp_b);
+  return {layer: lt, core, microbatch: Math.floor(m.layers / lay.pp) * lt + logitsSeconds(b, sl, h, m.vocab, gpu, t)};
+}
+
+// Python: term_tp(m_, cl, lay) -> [seconds per micro-batch, link]
+export function termTp(model, cluster, lay) {
+  const t = lay.tp;
   const tpLink = t <= cluster.gpus_per_node ? cluster.intra : cluster.inter;
-  const tpMb = lp * tpCollectives(t, sp, recompute) * ring("all-reduce", t, actBytes, tpLink);
+  const actBytes = lay.micro_batch * Math.floor(model.seq / lay.cp) * model.hidden * 2;
+  const sec = Math.floor(model.layers / lay.pp) * tpCollectives(t, lay.sp, lay.recompute) * ring("all-reduce", t, actBytes, tpLink);
+  return [sec, t > 1 ? tpLink.name : "-"];
+}
+
+// Python: term_pp(m_, cl, lay) -> [seconds per micro-batch, link]
+export function termPp(model, cluster, lay) {
+  const {tp: t, cp, dp: d, pp: p} = lay;
   const ppLink = t * cp * d * p <= cluster.gpus_per_node ? cluster.intra : cluster.inter;
-  const ppMb = p === 1 ? 0.0 : 2 * v * (ppLink.alpha + actBytes / t / ppLink.bandwidth);
-  let z3Mb = 0.0, commLayer = 0.0, z3Name = "-";
-  if (zero === 3) {                                    // AGs (fwd, re-fwd, bwd) + RS per layer
-    const [gather, name] = zero3CollectiveSeconds((2 * layerParams) / t, dcp, t, cluster, zero3Collectives);
-    const [scatter] = zero3CollectiveSeconds((gradReduceBytes * layerParams) / t, dcp, t, cluster, zero3Collectives);
-    commLayer = zero3Gathers(recompute) * gather + scatter;
-    z3Mb = lp * Math.max(0.0, commLayer - lt) + gather;
-    z3Name = name;
-  }
-  const slot = cMb + tpMb + ppMb + z3Mb + cpMb + epMb;
-  const r = p === 1 ? 0.0 : bubbleRelativeToIdeal(schedule, p, m, v);
-  const f = p === 1 ? 0.0 : bubbleFractionOfTotal(schedule, p, m, v);
-  const pipe = m * slot * (1 + r);
+  const actBytes = lay.micro_batch * Math.floor(model.seq / cp) * model.hidden * 2;
+  if (p === 1) return [0.0, "-"];
+  return [2 * lay.chunks * (ppLink.alpha + actBytes / t / ppLink.bandwidth), ppLink.name];
+}
+
+// Python: term_cp(m_, cl, lay, core): ring K/V not hidden by the block compute, per micro-batch
+export function termCp(model, cluster, lay, core) {
+  const {cp, tp: t} = lay;
+  if (cp === 1) return 0.0;
+  const kvHeads = model.kv_heads || model.heads;      // ⌈kv/t⌉ K/V heads per TP rank
+  const hKv = Math.floor(model.hidden / model.heads) * Math.ceil(kvHeads / t);   // Python: kv_width_per_rank
+  const ringBytes = ringSentBytesPerLayer(lay.micro_batch, model.seq, hKv, cp);
+  const fwdSends = (cp - 1) * (lay.recompute === "full" ? 2 : 1);
+  const cpLink = t * cp <= cluster.gpus_per_node ? cluster.intra : cluster.inter;
+  const kv = ringBytes.forward / (cp - 1);
+  const comm = (fwdSends + (cp - 1)) * (cpLink.alpha + kv / cpLink.bandwidth) + cp * (cpLink.alpha + kv / cpLink.bandwidth);
+  return Math.floor(model.layers / lay.pp) * Math.max(0.0, comm - cp * core);
+}
+
+// Python: term_ep(m_, cl, lay): MoE all-to-alls per micro-batch
+export function termEp(model, cluster, lay) {
+  const m = planShape(model);
+  const {ep, tp: t} = lay;
+  if (ep === 1) return 0.0;
+  const rows = (m.top_k * lay.micro_batch * Math.floor(m.seq / lay.cp) * m.hidden * 2) / (lay.sp ? t : 1);
+  const epLink = t * lay.cp * ep <= cluster.gpus_per_node ? cluster.intra : cluster.inter;
+  const nA2a = lay.recompute === "full" ? 6 : 4;
+  return Math.floor(m.layers / lay.pp) * nA2a * allToAllTime(rows, ep, epLink.alpha, epLink.bandwidth);
+}
+
+// Python: term_zero3_exposed(m_, cl, lay, opt, layer) -> {exposed, per_layer, link}
+export function termZero3Exposed(model, cluster, lay, opt, layer) {
+  if (lay.zero !== 3) return {exposed: 0.0, per_layer: 0.0, link: "-"};
+  const t = lay.tp, dcp = lay.dp * lay.cp, lp = Math.floor(model.layers / lay.pp);
+  const lparams = stageParams(model, lay).layer;
+  const [gather, name] = zero3CollectiveSeconds((2 * lparams) / t, dcp, t, cluster, opt.zero3_collectives);
+  const [scatter] = zero3CollectiveSeconds((opt.grad_reduce_bytes * lparams) / t, dcp, t, cluster, opt.zero3_collectives);
+  const commLayer = zero3Gathers(lay.recompute) * gather + scatter;
+  const exposed = opt.zero3_overlap ? lp * Math.max(0.0, commLayer - layer) + gather : lp * commLayer;
+  return {exposed, per_layer: commLayer, link: name};
+}
+
+// Python: term_bubble(lay) -> [relative to ideal, fraction of the step]
+export function termBubble(lay) {
+  if (lay.pp === 1) return [0.0, 0.0];
+  const args = [laySchedule(lay), lay.pp, layMicrobatches(lay), lay.chunks];
+  return [bubbleRelativeToIdeal(...args), bubbleFractionOfTotal(...args)];
+}
+
+// Python: term_dp_exposed(m_, cl, lay, opt, compute_microbatch, z3) -> {total, exposed, link}
+export function termDpExposed(model, cluster, lay, opt, computeMicrobatch, z3) {
+  const {tp: t, zero, ep} = lay, dcp = lay.dp * lay.cp;
+  if (zero === 3) return {total: layMicrobatches(lay) * Math.floor(model.layers / lay.pp) * z3.per_layer, exposed: 0.0, link: z3.link};
+  const sp = stageParams(model, lay);
   const reduce = (psi, n) => {                         // ZeRO 1-2: RS(grads) + AG(16-bit params)
-    let [ar, name] = dpAllreduceSeconds((gradReduceBytes * psi) / t, n, t, cluster);
+    let [ar, name] = dpAllreduceSeconds((opt.grad_reduce_bytes * psi) / t, n, t, cluster);
     if (zero === 1 || zero === 2) ar = ar / 2 + dpAllreduceSeconds((2 * psi) / t, n, t, cluster)[0] / 2;
     return [ar, name];
   };
-  let [ar, dpName] = ep === 1 ? reduce(psiStage, dcp) : reduce(psiDense, dcp);
-  if (ep > 1) ar += reduce(psiExp, dcp / ep)[0];      // two groups, one after the other
-  let dpTotal, exposed;
-  if (zero === 3) {
-    dpTotal = m * lp * commLayer; exposed = 0.0; dpName = z3Name;
-  } else {
-    dpTotal = ar;
-    const windowS = p === 1 && dpOverlap ? (2 / 3) * cMb : 0.0;
-    exposed = Math.max(0.0, dpTotal - windowS);
-  }
-  const embS = p === 1 ? 0.0 : ring("all-reduce", 2, (gradReduceBytes * V * h) / t, t * cp * d * p > cluster.gpus_per_node ? cluster.inter : cluster.intra);
-  const shard = zero >= 1 ? psiDense / dcp + psiExp / (dcp / ep) : psiStage;
-  const optS = optimizerSeconds(shard / t, gpu);
-  const step = pipe + exposed + embS + optS;
+  let [ar, name] = ep === 1 ? reduce(sp.stage, dcp) : reduce(sp.dense, dcp);
+  if (ep > 1) ar += reduce(sp.expert, dcp / ep)[0];   // two groups, one after the other
+  const windowS = lay.pp === 1 && opt.dp_overlap ? (2 / 3) * computeMicrobatch : 0.0;
+  return {total: ar, exposed: Math.max(0.0, ar - windowS), link: name};
+}
+
+// Python: term_embedding(m_, cl, lay, opt): tied-embedding gradient, first <-> last stage
+export function termEmbedding(model, cluster, lay, opt) {
+  const {tp: t, cp, dp: d, pp: p} = lay;
+  if (p === 1) return 0.0;
+  const link = t * cp * d * p > cluster.gpus_per_node ? cluster.inter : cluster.intra;
+  return ring("all-reduce", 2, (opt.grad_reduce_bytes * model.vocab * model.hidden) / t, link);
+}
+
+// Python: term_optimizer(m_, cl, lay): the Adam step on this rank's shard
+export function termOptimizer(model, cluster, lay) {
+  const dcp = lay.dp * lay.cp, sp = stageParams(model, lay);
+  const shard = lay.zero >= 1 ? sp.dense / dcp + sp.expert / (dcp / lay.ep) : sp.stage;
+  return optimizerSeconds(shard / lay.tp, cluster.gpu);
+}
+
+// Python: breakdown(m_, cl, lay, opt) -> StepBreakdown (slot terms per micro-batch)
+export function planBreakdown(model, cluster, lay, opt) {
+  const comp = termCompute(model, cluster, lay);
+  const [tp, tpLink] = termTp(model, cluster, lay);
+  const [pp, ppLink] = termPp(model, cluster, lay);
+  const z3 = termZero3Exposed(model, cluster, lay, opt, comp.layer);
+  const [r, f] = termBubble(lay);
+  const dp = termDpExposed(model, cluster, lay, opt, comp.microbatch, z3);
+  return {
+    microbatches: layMicrobatches(lay), compute: comp.microbatch, tp, pp,
+    cp: termCp(model, cluster, lay, comp.core), ep: termEp(model, cluster, lay), zero3_exposed: z3.exposed,
+    bubble_relative: r, bubble_fraction: f, dp: dp.total, dp_exposed: dp.exposed,
+    embedding: termEmbedding(model, cluster, lay, opt), optimizer: termOptimizer(model, cluster, lay),
+    states: termStates(model, lay, opt), activations: termActivations(model, lay),
+    memory_limit: cluster.gpu.memory_bytes * (1 - opt.headroom), tp_link: tpLink, pp_link: ppLink, dp_link: dp.link,
+  };
+}
+
+// Python: three_d.terms(m_, cl, lay, **options): check, then the breakdown
+export function planTerms(model, cluster, lay, opt = {}) {
+  model = planShape(model);
+  planCheck(model, cluster, lay.global_batch, lay.tp, lay.pp, lay.dp, lay.micro_batch, lay.chunks, lay.zero, lay.cp, lay.ep);
+  return planBreakdown(model, cluster, lay, planOptions(opt));
+}
+
+// Python: three_d.evaluate(m_, cl, global_batch, tp, pp, dp, micro_batch, chunks, recompute, sp,
+// zero, grad_reduce_bytes, dp_overlap, headroom, zero3_collectives=..., cp=..., ep=...).as_dict():
+// the terms of planTerms copied into one Config. opt: further Options fields (zero3_overlap).
+export function planEvaluate(model, cluster, globalBatch, tp, pp, dp, microBatch, chunks = 1,
+  recompute = "selective", sp = false, zero = 1, gradReduceBytes = GRAD_REDUCE_BYTES, dpOverlap = true,
+  headroom = HEADROOM, zero3Collectives = "flat-ring", cp = 1, ep = 1, opt = {}) {
+  const [t, p, d, b, v] = [tp, pp, dp, microBatch, chunks];
+  model = planShape(model);
+  const {layers: L, hidden: h, seq: s, vocab: V} = model;
+  const lay = {global_batch: globalBatch, tp, pp, dp, micro_batch: microBatch, chunks, recompute, sp, zero, cp, ep};
+  const br = planTerms(model, cluster, lay, {grad_reduce_bytes: gradReduceBytes, dp_overlap: dpOverlap, headroom, zero3_collectives: zero3Collectives, ...opt});
+  const m = br.microbatches, r = br.bubble_relative;
+  const perStep = (x) => m * (1 + r) * x;              // Python: StepBreakdown.per_step
+  const slot = br.compute + br.tp + br.pp + br.zero3_exposed + br.cp + br.ep;
+  const step = m * slot * (1 + r) + br.dp_exposed + br.embedding + br.optimizer;
   const n = t * cp * p * d;
   const peak = cluster.peak;
+  const ffn = model.ffn || 4 * h;
   const extra = 2 * L * globalBatch * s * (model.top_k * model.mlp_matrices * ffn * h - 8 * h * h);
   const modelFlops = flopsPerIteration(globalBatch, s, L, h, V, "none") + 3 * extra;   // active MLP, fwd + bwd
   const hwFlops = flopsPerIteration(globalBatch, s, L, h, V, recompute) + (recompute === "full" ? 4 : 3) * extra;
+  const total = br.states + br.activations;
   return {
     tp: t, pp: p, dp: d, micro_batch: b, microbatches: m, chunks: v, recompute, sp, zero,
-    bytes_per_gpu: total, model_state_bytes: states, activation_bytes: act,
-    fits: total <= limit, memory_limit: limit, bubble: f, bubble_relative: r,
-    compute_seconds: m * cMb, tp_seconds: m * (1 + r) * tpMb, pp_seconds: m * (1 + r) * ppMb,
-    dp_seconds: dpTotal, dp_exposed_seconds: exposed, embedding_seconds: embS, optimizer_seconds: optS,
-    zero3_exposed_seconds: m * (1 + r) * z3Mb, step_seconds: step,
+    bytes_per_gpu: total, model_state_bytes: br.states, activation_bytes: br.activations,
+    fits: total <= br.memory_limit, memory_limit: br.memory_limit, bubble: br.bubble_fraction, bubble_relative: r,
+    compute_seconds: m * br.compute, tp_seconds: perStep(br.tp), pp_seconds: perStep(br.pp),
+    dp_seconds: br.dp, dp_exposed_seconds: br.dp_exposed, embedding_seconds: br.embedding, optimizer_seconds: br.optimizer,
+    zero3_exposed_seconds: perStep(br.zero3_exposed), step_seconds: step,
     mfu: modelFlops / (step * n * peak), hfu: hwFlops / (step * n * peak),
-    tp_link: t > 1 ? tpLink.name : "-", pp_link: p > 1 ? ppLink.name : "-", dp_link: dpName,
-    cp, ep, cp_seconds: m * (1 + r) * cpMb, ep_seconds: m * (1 + r) * epMb,
+    tp_link: br.tp_link, pp_link: br.pp_link, dp_link: br.dp_link,
+    cp, ep, cp_seconds: perStep(br.cp), ep_seconds: perStep(br.ep),
   };
 }
 

@@ -1,0 +1,419 @@
+"""The 3D planner's step time and memory as a sum of named terms, one pure function per term.
+
+:func:`minipar.cost.three_d.evaluate` calls :func:`breakdown` and copies its terms into a
+``Config``; the explorer's JavaScript (``widgets/three_d.js``) has one twin per function here,
+named in camelCase (``term_tp`` → ``termTp``), so a parity failure names the term. The model each
+term implements, with its sources, is stated in :mod:`minipar.cost.three_d`'s docstring and in the
+term's own.
+
+Inputs: a :class:`~minipar.cost.three_d.ModelShape` ``m_``, a ``Cluster`` ``cl``, a
+:class:`Layout` (the integers of one layout and the global batch) and :class:`Options` (the
+model's switches). Units: seconds, bytes; rank order t → cp → d → p (Megatron's).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import NamedTuple
+
+from .breakdown import StepBreakdown
+from .collectives import collective_time, hierarchical_all_reduce_time
+from .compute import (attention_core_and_mlp_seconds, layer_seconds, logits_seconds,
+                      optimizer_seconds)
+from .context_parallel import ring_sent_bytes_per_layer
+from .expert_parallel import all_to_all_time
+from .memory_time import (activation_bytes_per_layer, model_state_bytes,
+                          pipeline_first_stage_activation_bytes)
+from .pipeline_parallel import bubble_fraction_of_total, bubble_relative_to_ideal
+
+HEADROOM = 0.10
+"""Fraction of a GPU's memory "fits" leaves free (:mod:`minipar.cost.three_d`'s docstring)."""
+
+GRAD_REDUCE_BYTES = 4
+"""Bytes per gradient element in the data-parallel reduction: Megatron-LM accumulates and
+reduces bf16 gradients in fp32 by default (``accumulate_allreduce_grads_in_fp32``)."""
+
+ZERO3_COLLECTIVES = ("flat-ring", "hierarchical")
+"""Algorithms for ZeRO-3's per-layer collectives over a group spanning nodes."""
+
+
+@dataclass(frozen=True)
+class Options:
+    """The planner's switches, one config for every layout of a search (nanoGPT's one config).
+
+    ``grad_reduce_bytes``: bytes per gradient element in the DP reduction. ``dp_overlap``: the DP
+    reduction may run under the last micro-batch's backward when p = 1. ``headroom``: fraction of
+    the GPU's memory kept free. ``zero3_overlap``: ZeRO-3 prefetches one layer ahead.
+    ``zero3_collectives``: the algorithm of ZeRO-3's collectives across nodes."""
+    grad_reduce_bytes: float = GRAD_REDUCE_BYTES
+    dp_overlap: bool = True
+    headroom: float = HEADROOM
+    zero3_overlap: bool = True
+    zero3_collectives: str = "flat-ring"
+
+    def __post_init__(self):
+        if self.zero3_collectives not in ZERO3_COLLECTIVES:
+            raise ValueError(f"zero3_collectives ({self.zero3_collectives!r}) must be one of "
+                             f"{', '.join(ZERO3_COLLECTIVES)}")
+        if self.grad_reduce_bytes <= 0 or not 0 <= self.headroom < 1:
+            raise ValueError(f"grad_reduce_bytes ({self.grad_reduce_bytes}) must be > 0 and "
+                             f"headroom ({self.headroom}) in [0, 1)")
+
+
+def options(**kw) -> Options:
+    """:class:`Options` from keywords; an unknown one is a ``ValueError`` naming it."""
+    unknown = sorted(set(kw) - set(Options.__dataclass_fields__))
+    if unknown:
+        raise ValueError(f"option ({unknown[0]!r}) must be one of "
+                         f"{', '.join(Options.__dataclass_fields__)}")
+    return Options(**kw)
+
+
+@dataclass(frozen=True)
+class Layout:
+    """One layout: t, p, d, b, v, recomputation, SP, ZeRO stage, cp, ep and the global batch B."""
+    global_batch: int
+    tp: int
+    pp: int
+    dp: int
+    micro_batch: int
+    chunks: int = 1
+    recompute: str = "selective"
+    sp: bool = False
+    zero: int = 1
+    cp: int = 1
+    ep: int = 1
+
+    @property
+    def microbatches(self) -> int:
+        """m = B/(d·b)."""
+        return self.global_batch // (self.dp * self.micro_batch)
+
+    @property
+    def schedule(self) -> str:
+        return "interleaved" if self.chunks > 1 else "1f1b"
+
+
+class StageParams(NamedTuple):
+    """Parameters of one layer and of the first (fullest) stage, as one rank of t·cp sees them
+    before the t split: the dense part is replicated over d·cp, the experts over d·cp/ep."""
+    dense_layer: float     # Eq. 2's layer less its MLP: 4h² + 13h
+    expert_layer: float    # the MLP, all E experts (ModelShape.expert_params_per_layer)
+    layer: float           # what one rank holds of a layer: dense + experts/ep
+    stage: float           # L/p layers + the (V + s)·h embedding (first and last stage)
+    dense: float           # the stage's dense part, embedding included
+    expert: float          # the stage's experts ÷ ep
+
+
+def stage_params(m_, lay: Layout) -> StageParams:
+    """Narayanan et al. 2021 Eq. 2 per stage; Megatron keeps the whole (V + s)·h embedding on the
+    first stage (and a tied copy on the last), split over t."""
+    h, lp = m_.hidden, m_.layers // lay.pp
+    exp_layer = m_.expert_params_per_layer
+    dense_layer = 12 * h * h + 13 * h - 8 * h * h
+    layer = dense_layer + exp_layer / lay.ep
+    emb = (m_.vocab + m_.seq) * h
+    return StageParams(dense_layer, exp_layer, layer, lp * layer + emb, lp * dense_layer + emb,
+                       lp * exp_layer / lay.ep)
+
+
+# --- links and collectives ------------------------------------------------------------------
+
+def _ring(op: str, n: int, nbytes: float, lk) -> float:
+    return collective_time(op, "ring", n, nbytes, lk.alpha, lk.bandwidth)
+
+
+def dp_allreduce_seconds(nbytes: float, d: int, t: int, cl) -> tuple[float, str]:
+    """All-reduce of ``nbytes`` over the d ranks of one DP group (stride t in the rank order).
+
+    Inside one node: a ring on the intra link. Spanning nodes with k = gpus_per_node/t group
+    members per node: the hierarchical all-reduce (intra reduce-scatter, inter all-reduce on
+    each rail, intra all-gather; Mikami et al. 2018). One member per node: a ring on the inter
+    link. A reduce-scatter or an all-gather of the same bytes takes half this time (ring).
+    """
+    g = cl.gpus_per_node
+    if d == 1:
+        return 0.0, "-"
+    if t * d <= g:
+        return _ring("all-reduce", d, nbytes, cl.intra), cl.intra.name
+    k = max(1, g // t)
+    if k > 1 and d % k == 0:
+        return hierarchical_all_reduce_time(d // k, k, nbytes, cl.intra, cl.inter), \
+            f"{cl.intra.name}+{cl.inter.name}"
+    return _ring("all-reduce", d, nbytes, cl.inter), cl.inter.name
+
+
+def zero3_collective_seconds(nbytes: float, n: int, t: int, cl,
+                             algorithm: str = "flat-ring") -> tuple[float, str]:
+    """One ZeRO-3 all-gather (S = ``nbytes``, the whole gathered buffer) or reduce-scatter (S the
+    whole input) over the n ranks of one data-parallel group (stride t in the rank order).
+
+    Inside one node (t·n ≤ GPUs per node): ring on the intra link. Spanning nodes:
+    ``"flat-ring"``: one ring whose slowest hop limits it, so each rank's (n−1)/n·S crosses its
+    own NIC: (n−1)α + (n−1)/n·S/B with B the slower of the two links (the NIC on a DGX; PCIe
+    inside a PCIe server whose NIC is faster) and α the larger (Thakur et al. 2005 §4);
+    ``"hierarchical"``: half of :func:`dp_allreduce_seconds` (Mikami et al. 2018), the NCCL-ideal
+    algorithm that spreads the inter-node bytes over the node's NICs. Returns (seconds, link).
+    """
+    if algorithm not in ZERO3_COLLECTIVES:
+        raise ValueError(f"zero3_collectives ({algorithm!r}) must be one of "
+                         f"{', '.join(ZERO3_COLLECTIVES)}")
+    if n == 1:
+        return 0.0, "-"
+    if t * n <= cl.gpus_per_node or algorithm == "hierarchical":
+        ar, name = dp_allreduce_seconds(nbytes, n, t, cl)
+        return ar / 2, name
+    slow = min(cl.intra, cl.inter, key=lambda lk: lk.bandwidth)    # the ring's slowest hop
+    return collective_time("all-gather", "ring", n, nbytes, max(cl.intra.alpha, cl.inter.alpha),
+                           slow.bandwidth), slow.name
+
+
+def kv_width_per_rank(m_, t: int) -> int:
+    """Width of the K (or V) rows one TP rank holds: ⌈kv/t⌉ heads of h/a each, kv the model's
+    key/value heads (a without GQA). With t > kv each rank keeps a whole head: Megatron-LM
+    replicates K/V heads over the TP ranks that share them, it does not split a head."""
+    kv = m_.kv_heads or m_.heads
+    return (m_.hidden // m_.heads) * -(-kv // t)
+
+
+def zero3_gathers(recompute: str) -> int:
+    """All-gathers of a layer's weights per micro-batch under ZeRO-3: forward and backward, plus
+    the recomputed forward under full recomputation (the hooks free the gathered weights after
+    each forward; selective recomputation re-runs only the weightless attention core)."""
+    return 3 if recompute == "full" else 2
+
+
+def tp_collectives(t: int, sp: bool, recompute: str) -> float:
+    """All-reduce equivalents per layer per micro-batch on the TP group
+    (:mod:`minipar.cost.three_d`): 4 (6 with full recomputation) without SP; with SP
+    all-gathers and reduce-scatters, each half an all-reduce: (4 + 4 + 2)/2 = 5, or 12/2 = 6
+    with full recomputation."""
+    if t == 1:
+        return 0.0
+    if sp:
+        return 6.0 if recompute == "full" else 5.0
+    return 6.0 if recompute == "full" else 4.0
+
+
+# --- memory: model states and activations of the first stage --------------------------------
+
+def term_states(m_, lay: Layout, opt: Options) -> float:
+    """Model-state bytes on the first stage: the dense part sharded by ZeRO over d·cp, the
+    experts over d·cp/ep (ZeRO §5 via :func:`minipar.cost.memory_time.model_state_bytes`);
+    ZeRO-3 adds two gathered 16-bit layers and one unsharded layer gradient."""
+    t, p, zero, dcp = lay.tp, lay.pp, lay.zero, lay.dp * lay.cp
+    sp_ = stage_params(m_, lay)
+    states = (model_state_bytes(sp_.dense * p, d=dcp, t=t, p=p, zero=zero).total
+              + model_state_bytes(sp_.expert * p, d=dcp // lay.ep, t=t, p=p, zero=zero).total)
+    if zero == 3:                                              # 2 gathered layers + 1 gradient
+        states += (2 * 2 + opt.grad_reduce_bytes) * sp_.layer / t
+    return states
+
+
+def term_activations(m_, lay: Layout) -> float:
+    """Activation bytes on the first stage (Korthikanti et al. 2022 Table 2 and §4.2.3): min(p, m)
+    micro-batches of L/p layers under 1F1B or the interleaved factor, plus one layer's full
+    activations under full recomputation (the layer being recomputed); with cp > 1 every tensor
+    holds s/cp tokens and ring attention is blockwise, storing no s² scores (selective
+    recomputation's memory)."""
+    s, b, h, a, L = m_.seq, lay.micro_batch, m_.hidden, m_.heads, m_.layers
+    t, p, sp, rc, cp = lay.tp, lay.pp, lay.sp, lay.recompute, lay.cp
+    mem_rc = "selective" if cp > 1 and rc == "none" else rc
+    act = pipeline_first_stage_activation_bytes(s, b, h, a, L, p, m=lay.microbatches, t=t, sp=sp,
+                                                recompute=mem_rc, schedule=lay.schedule,
+                                                v=lay.chunks)
+    if rc == "full":                                           # the layer being recomputed
+        act += activation_bytes_per_layer(s, b, h, a, t=t, sp=sp,
+                                          recompute="selective" if cp > 1 else "none")
+    return act / cp
+
+
+# --- one micro-batch on the slowest (last) stage ----------------------------------------------
+
+class ComputeTerm(NamedTuple):
+    layer: float           # one layer, forward + backward + recomputation, all cp key blocks
+    core: float            # one (s/cp)² attention-core block, forward(s) + backward
+    microbatch: float      # L/p layers + the output layer: the compute of one pipeline slot
+
+
+def term_compute(m_, cl, lay: Layout) -> ComputeTerm:
+    """Compute of one micro-batch on the last stage: :func:`~minipar.cost.compute.layer_seconds`
+    per layer on s/cp tokens, the attention core once more for each of the other cp−1 key
+    blocks, the MLP rescaled to the active experts' width (K·matrices·f over GPT's 8h²), and
+    :func:`~minipar.cost.compute.logits_seconds`."""
+    b, h, a, sl, t, rc = lay.micro_batch, m_.hidden, m_.heads, m_.seq // lay.cp, lay.tp, \
+        lay.recompute
+    gpu = cl.gpu
+    lt = layer_seconds(b, sl, h, a, gpu, t, sp=lay.sp, recompute=rc).total_s
+    parts = attention_core_and_mlp_seconds(b, sl, h, a, gpu, t)
+    refwd = 1 if rc == "none" else 2                           # the core is recomputed
+    core = refwd * parts["core_f"] + parts["core_b"]           # one (s/cp)² block
+    if lay.cp > 1:                                             # the other cp−1 key blocks
+        lt += (lay.cp - 1) * core
+    ffn = m_.ffn or 4 * h
+    scale = m_.top_k * m_.mlp_matrices * ffn / (2 * 4 * h)       # active MLP / GPT's 8h² MLP
+    if scale != 1:
+        lt += (scale - 1) * ((2 if rc == "full" else 1) * parts["mlp_f"] + parts["mlp_b"])
+    return ComputeTerm(lt, core, (m_.layers // lay.pp) * lt
+                       + logits_seconds(b, sl, h, m_.vocab, gpu, t))
+
+
+def term_tp(m_, cl, lay: Layout) -> tuple[float, str]:
+    """TP collectives of one micro-batch on the critical path: :func:`tp_collectives` ring
+    all-reduce equivalents of the (b, s/cp, h) 16-bit activation per layer (Shoeybi et al. 2019
+    §3; Korthikanti et al. 2022 §4.2.2). Returns (seconds, link)."""
+    t = lay.tp
+    tp_link = cl.intra if t <= cl.gpus_per_node else cl.inter
+    act_bytes = lay.micro_batch * (m_.seq // lay.cp) * m_.hidden * 2
+    sec = (m_.layers // lay.pp) * tp_collectives(t, lay.sp, lay.recompute) * \
+        _ring("all-reduce", t, act_bytes, tp_link)
+    return sec, tp_link.name if t > 1 else "-"
+
+
+def term_pp(m_, cl, lay: Layout) -> tuple[float, str]:
+    """Pipeline sends of one micro-batch: the (b, s/cp, h)/t activation forward and its gradient
+    backward across each stage boundary, v times with v chunks (Narayanan et al. 2021 §4.1);
+    stage neighbours are t·cp·d ranks apart. Returns (seconds, link)."""
+    t, cp, d, p = lay.tp, lay.cp, lay.dp, lay.pp
+    pp_link = cl.intra if t * cp * d * p <= cl.gpus_per_node else cl.inter
+    act_bytes = lay.micro_batch * (m_.seq // cp) * m_.hidden * 2
+    if p == 1:
+        return 0.0, "-"
+    return 2 * lay.chunks * (pp_link.alpha + act_bytes / t / pp_link.bandwidth), pp_link.name
+
+
+def term_cp(m_, cl, lay: Layout, core: float) -> float:
+    """Ring attention's K/V traffic of one micro-batch not hidden by the block compute: per
+    layer (cp−1) K/V blocks forward (twice with full recomputation), (cp−1) K/V + cp dK/dV
+    backward (:func:`minipar.cost.context_parallel.ring_sent_bytes_per_layer`; Liu et al. 2023),
+    each step overlapped with one ``core`` block, only the excess exposed."""
+    cp, t = lay.cp, lay.tp
+    if cp == 1:
+        return 0.0
+    ring = ring_sent_bytes_per_layer(lay.micro_batch, m_.seq, kv_width_per_rank(m_, t), cp)
+    fwd_sends = (cp - 1) * (2 if lay.recompute == "full" else 1)
+    cp_link = cl.intra if t * cp <= cl.gpus_per_node else cl.inter
+    kv = ring["forward"] / (cp - 1)
+    comm = (fwd_sends + (cp - 1)) * (cp_link.alpha + kv / cp_link.bandwidth) + \
+        cp * (cp_link.alpha + kv / cp_link.bandwidth)
+    return (m_.layers // lay.pp) * max(0.0, comm - cp * core)
+
+
+def term_ep(m_, cl, lay: Layout) -> float:
+    """MoE all-to-alls of one micro-batch on the critical path: dispatch + combine forward and
+    backward (six with full recomputation) of the K·b·s/cp routed 16-bit (·, h) rows per layer
+    (÷ t with SP) over the ep ranks (Lepikhin et al. 2021;
+    :func:`minipar.cost.expert_parallel.all_to_all_time`)."""
+    ep, t = lay.ep, lay.tp
+    if ep == 1:
+        return 0.0
+    rows = m_.top_k * lay.micro_batch * (m_.seq // lay.cp) * m_.hidden * 2 / (t if lay.sp else 1)
+    ep_link = cl.intra if t * lay.cp * ep <= cl.gpus_per_node else cl.inter
+    n_a2a = 6 if lay.recompute == "full" else 4
+    return (m_.layers // lay.pp) * n_a2a * all_to_all_time(rows, ep, ep_link.alpha,
+                                                          ep_link.bandwidth)
+
+
+class Zero3Term(NamedTuple):
+    exposed: float         # per micro-batch, on the critical path
+    per_layer: float       # all-gathers + reduce-scatter of one layer, one micro-batch
+    link: str
+
+
+def term_zero3_exposed(m_, cl, lay: Layout, opt: Options, layer: float) -> Zero3Term:
+    """ZeRO-3 per layer and micro-batch: :func:`zero3_gathers` all-gathers of the 16-bit weights
+    + one reduce-scatter of the gradients (:func:`zero3_collective_seconds`); prefetching hides
+    each layer's collectives under the previous ``layer``'s compute, so max(0, comm − compute)
+    per layer and the first layer's gather are exposed (Zhao et al. 2023 §3.4); all of it with
+    ``zero3_overlap=False``."""
+    if lay.zero != 3:
+        return Zero3Term(0.0, 0.0, "-")
+    t, dcp, lp = lay.tp, lay.dp * lay.cp, m_.layers // lay.pp
+    lparams = stage_params(m_, lay).layer
+    gather, name = zero3_collective_seconds(2 * lparams / t, dcp, t, cl, opt.zero3_collectives)
+    scatter, _ = zero3_collective_seconds(opt.grad_reduce_bytes * lparams / t, dcp, t, cl,
+                                          opt.zero3_collectives)
+    comm_layer = zero3_gathers(lay.recompute) * gather + scatter
+    exposed = (lp * max(0.0, comm_layer - layer) + gather       # prefetch hides ≤ one layer
+               if opt.zero3_overlap else lp * comm_layer)
+    return Zero3Term(exposed, comm_layer, name)
+
+
+def term_bubble(lay: Layout) -> tuple[float, float]:
+    """(relative to the ideal time, fraction of the step) of the pipeline bubble: (p−1)/(v·m)
+    and its share of the step (Narayanan et al. 2021 §2.2; 0 when p = 1)."""
+    if lay.pp == 1:
+        return 0.0, 0.0
+    args = (lay.schedule, lay.pp, lay.microbatches, lay.chunks)
+    return bubble_relative_to_ideal(*args), bubble_fraction_of_total(*args)
+
+
+# --- after the last micro-batch ---------------------------------------------------------------
+
+class DpTerm(NamedTuple):
+    total: float
+    exposed: float
+    link: str
+
+
+def term_dp_exposed(m_, cl, lay: Layout, opt: Options, compute_microbatch: float,
+                    z3: Zero3Term) -> DpTerm:
+    """The data-parallel gradient reduction after the last micro-batch. ZeRO 0: all-reduce of
+    the stage's gradients in ``grad_reduce_bytes`` per element; ZeRO 1-2: reduce-scatter + an
+    all-gather of the 16-bit parameters; with ep > 1 the dense part over d·cp, then the experts
+    over d·cp/ep. Exposed: all of it, less 2/3 of the last micro-batch's compute (its backward)
+    when p = 1 and ``dp_overlap`` (Li et al. 2020). ZeRO-3's collectives are per layer
+    (:func:`term_zero3_exposed`): here only their total, none exposed."""
+    t, zero, dcp, ep = lay.tp, lay.zero, lay.dp * lay.cp, lay.ep
+    if zero == 3:
+        return DpTerm(lay.microbatches * (m_.layers // lay.pp) * z3.per_layer, 0.0, z3.link)
+    sp_ = stage_params(m_, lay)
+
+    def reduce(psi: float, n: int) -> tuple[float, str]:
+        ar, name = dp_allreduce_seconds(opt.grad_reduce_bytes * psi / t, n, t, cl)
+        if zero in (1, 2):                                     # RS(grads) + AG(16-bit params)
+            ar = ar / 2 + dp_allreduce_seconds(2 * psi / t, n, t, cl)[0] / 2
+        return ar, name
+    if ep == 1:
+        ar, name = reduce(sp_.stage, dcp)
+    else:                                                      # two groups, one after the other
+        ar, name = reduce(sp_.dense, dcp)
+        ar += reduce(sp_.expert, dcp // ep)[0]
+    window = (2 / 3) * compute_microbatch if lay.pp == 1 and opt.dp_overlap else 0.0
+    return DpTerm(ar, max(0.0, ar - window), name)
+
+
+def term_embedding(m_, cl, lay: Layout, opt: Options) -> float:
+    """All-reduce of the tied embedding's V·h gradient between the first and the last stage
+    (p > 1; Narayanan et al. 2021 §3, Megatron-LM's ``_allreduce_embedding_grads``)."""
+    t, cp, d, p = lay.tp, lay.cp, lay.dp, lay.pp
+    if p == 1:
+        return 0.0
+    link = cl.inter if t * cp * d * p > cl.gpus_per_node else cl.intra
+    return _ring("all-reduce", 2, opt.grad_reduce_bytes * m_.vocab * m_.hidden / t, link)
+
+
+def term_optimizer(m_, cl, lay: Layout) -> float:
+    """The Adam step on this rank's shard (:func:`minipar.cost.compute.optimizer_seconds`): the
+    stage's parameters ÷ t, and ÷ d·cp (dense) or d·cp/ep (experts) under ZeRO ≥ 1."""
+    dcp, ep = lay.dp * lay.cp, lay.ep
+    sp_ = stage_params(m_, lay)
+    shard = (sp_.dense / dcp + sp_.expert / (dcp // ep)) if lay.zero >= 1 else sp_.stage
+    return optimizer_seconds(shard / lay.tp, cl.gpu)
+
+
+def breakdown(m_, cl, lay: Layout, opt: Options) -> StepBreakdown:
+    """Every term of one (already checked) layout, kept apart."""
+    comp = term_compute(m_, cl, lay)
+    tp, tp_link = term_tp(m_, cl, lay)
+    pp, pp_link = term_pp(m_, cl, lay)
+    z3 = term_zero3_exposed(m_, cl, lay, opt, comp.layer)
+    r, f = term_bubble(lay)
+    dp = term_dp_exposed(m_, cl, lay, opt, comp.microbatch, z3)
+    return StepBreakdown(
+        microbatches=lay.microbatches, compute=comp.microbatch, tp=tp, pp=pp,
+        cp=term_cp(m_, cl, lay, comp.core), ep=term_ep(m_, cl, lay), zero3_exposed=z3.exposed,
+        bubble_relative=r, bubble_fraction=f, dp=dp.total, dp_exposed=dp.exposed,
+        embedding=term_embedding(m_, cl, lay, opt), optimizer=term_optimizer(m_, cl, lay),
+        states=term_states(m_, lay, opt), activations=term_activations(m_, lay),
+        memory_limit=cl.gpu.memory_bytes * (1 - opt.headroom), tp_link=tp_link,
+        pp_link=pp_link, dp_link=dp.link)
