@@ -108,3 +108,74 @@ def test_cost_comparison_reads_the_three_servers_rows():
     assert c["cheaper_token"].startswith("the PCIe server" if pc < nv else "the NVLink server")
     assert abs(c["price_gap"] - 100 * (2.69 / 1.99 - 1)) < 1e-9
     assert c["usd_ideal"][0] < c["usd_ideal"][1] and c["ideal_nvlink_zero3"]
+
+
+def test_hand_calculation_six_tp_all_reduces_and_activations_without_sp():
+    """The by-hand layout has full recomputation and no sequence parallelism: six TP
+    all-reduces per layer per micro-batch (two forward, two recomputed, two backward) and the
+    recomputed layer's activations sbh(10 + 24/t) + 5as²b/t (Korthikanti Table 2 without SP).
+    Negative controls: four all-reduces, or the sequence-parallel formula (34sbh + 5as²b)/t,
+    give the numbers the page used to print (0.35 GB, 0.33 GiB)."""
+    from minipar.three_d import chapter as C
+
+    h = C.hand_calculation()
+    assert h["tp_allreduces"] == 6 and round(h["tp_GB_per_layer"], 2) == 0.53
+    assert round(h["tp_s"], 1) == 2.0 and round(h["layer_GiB"], 2) == 0.54
+    s, b, hid, a, t = 2048, 1, 12288, 96, 8
+    sp_formula = (34 * s * b * hid + 5 * a * s * s * b) / t / 2**30
+    assert round(sp_formula, 2) == 0.33 != round(h["layer_GiB"], 2)
+    assert round(4 / 6 * h["tp_GB_per_layer"], 2) == 0.35
+    # t = 16 over two nodes: a ring per NIC (8 × 25 GB/s) against one NIC's 25 GB/s
+    assert round(h["tp16_ratio"], 1) == 1.6 and round(h["tp16_one_nic_ratio"]) == 13
+    assert "0.54 GiB" in PAGE and "0.53$ GB" in PAGE and "about 1.6 times" in PAGE
+    assert "0.33 GiB" not in PAGE and "about 13 times longer (a link" not in PAGE
+
+
+def test_pcie_preset_has_its_own_sms_and_hbm():
+    from minipar.three_d import chapter as C
+
+    g = C.H100_PCIE
+    assert (g.sms, g.hbm_bandwidth, g.peak_flops["bf16"]) == (114, 2.0e12, 756e12)
+
+
+def _notebook_names() -> set:
+    cells = json.loads((ROOT / "notebooks" / "three_d.ipynb").read_text())["cells"]
+    code = "\n".join("".join(c["source"]) for c in cells if c["cell_type"] == "code")
+    names = set(re.findall(r'"(\w+)"', code))                 # glue("x", ...) and loop keys
+    for prefix in re.findall(r'\(\("(\w+)", \w+\), \("(\w+)", \w+\)\)', code):
+        for suffix in re.findall(r'glue\(f"\{key\}_(\w+)"', code):
+            names.update(f"{p}_{suffix}" for p in prefix)
+    return names
+
+
+def test_every_number_the_page_quotes_is_glued_by_the_notebook():
+    """Each {glue:text} key of book/three_d.md is glued in notebooks/three_d.ipynb, literally
+    or through minipar.three_d.chapter.validation_glue; the §5.2 account is glued as numbers,
+    not as a paragraph. Negative control: a misspelt key is reported."""
+    from minipar.three_d import chapter as C
+
+    known = _notebook_names() | set(C.validation_glue())
+    keys = re.findall(r"three_d\.ipynb::(\w+):", PAGE)
+    assert len(keys) > 40
+    missing = sorted(set(keys) - known)
+    assert not missing, missing
+    assert "zero3_sentence" not in PAGE
+    assert "val_within_10" not in known                      # the control: a misspelt key
+
+
+def test_table1_account_holds_and_a_contradiction_is_named():
+    """The chapter's account of Table 1 at the planner's micro-batch (every miss too fast, at
+    b or v > 1, and within ±10 % where η was settled) holds; a row predicted too slow is named."""
+    from dataclasses import replace
+
+    from minipar.three_d import chapter as C
+
+    val = C.validation_summary()
+    assert C.table1_misses(val) == []
+    g = C.validation_glue(val)
+    assert g["t1_old_within10"] == 10 and g["q_measured"] > g["q_model"] + 0.1
+    rows = val["modes"]["planner"]["rows"]
+    slow = replace(rows[0], error=+15.0)
+    bad = dict(val, modes=dict(val["modes"], planner=dict(val["modes"]["planner"],
+                                                          rows=[slow] + rows[1:])))
+    assert C.table1_misses(bad) == [f"{slow.name}: +15.0 % (too slow)"]

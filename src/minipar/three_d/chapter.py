@@ -10,14 +10,17 @@ from dataclasses import replace
 from minipar.cost import three_d as planner
 from minipar.cost import validation
 from minipar.cost.hardware import GPU, GPUS
+from minipar.cost.memory_time import activation_bytes_per_layer
 
 GiB = 2**30
 
-# The PCIe H100 has less compute than the SXM part, not only a slower link: 756 dense bf16
-# TFLOP/s (the datasheet's 1,513 is with 2:4 sparsity), 80 GB HBM2e.
+# The PCIe H100 has less compute and memory bandwidth than the SXM part, not only a slower
+# link: 756 dense bf16 TFLOP/s (the datasheet's 1,513 is with 2:4 sparsity) on 114 SMs, 80 GB
+# HBM2e at 2.0 TB/s (the SXM part: 989 TFLOP/s, 132 SMs, HBM3 at 3.35 TB/s).
 H100_PCIE = replace(GPUS["H100-SXM"], name="H100-PCIe", peak_flops={"bf16": 756e12},
+                    sms=114, hbm_bandwidth=2.0e12,
                     source="NVIDIA H100 Tensor Core GPU datasheet (PCIe, dense)",
-                    note="1,513 TFLOP/s bf16 'with sparsity' halved")
+                    note="1,513 TFLOP/s bf16 'with sparsity' halved; 114 SMs; HBM2e 2.0 TB/s")
 
 # Published layouts (t, p, d) and where they ran. A100 presets carry NVLink 3 and HDR 200 per
 # GPU (DGX A100); BLOOM ran on Jean Zay: 4 × 100 Gb/s Omni-Path per 8-GPU node.
@@ -34,14 +37,22 @@ PUBLISHED = {
 def hand_calculation(psi: float = 175e9, L: int = 96, h: int = 12288, a: int = 96,
                      s: int = 2048, gpus: int = 1024, batch: int = 1536, t: int = 8,
                      gpu_bytes: float = 80 * GiB, inter_bw: float = 25e9,
-                     intra_bw: float = 300e9, x: float = 140e12) -> dict:
+                     intra_bw: float = 300e9, x: float = 140e12,
+                     gpus_per_node: int = 8) -> dict:
     """The chapter's by-hand layout for GPT-3 175B on 1024 A100 (no ZeRO, full recomputation,
-    b = 1), step by step: the numbers the chapter prints, recomputed."""
+    no sequence parallelism, b = 1), step by step: the numbers the chapter prints, recomputed.
+
+    ``tp_allreduces``: 6 per layer per micro-batch with full recomputation (2 forward, 2 in
+    the recomputed forward, 2 backward; :func:`minipar.cost.three_d.tp_collectives`).
+    ``tp16_ratio``: TP over two nodes (t = 16) against t = 8 on NVLink, per layer, with NCCL's
+    one ring per NIC (a node's ``gpus_per_node`` NICs share the inter-node bytes);
+    ``tp16_one_nic_ratio``: the same through a single NIC."""
     states = 16 * psi
     out = {"states_TB": states / 1e12, "tp_min": states / gpu_bytes,
            "states_GiB": {tp: states / tp / GiB for tp in (32, 64, 128)},
            "acts_GiB": L * 2 * s * h / GiB,                        # L·2sbh, b = 1
-           "layer_GiB": (34 * s * h + 5 * a * s * s) / t / GiB,    # Korthikanti Table 2, /t
+           # the layer being recomputed: Korthikanti Table 2 without SP, sbh(10 + 24/t) + 5as²b/t
+           "layer_GiB": activation_bytes_per_layer(s, 1, h, a, t=t, sp=False) / GiB,
            "flops": 8 * psi * batch * s}
     out["compute_s"] = out["flops"] / gpus / x
     rows = {}
@@ -53,10 +64,14 @@ def hand_calculation(psi: float = 175e9, L: int = 96, h: int = 12288, a: int = 9
                            "bubble_s": (p - 1) / m * out["compute_s"],
                            "dp_GB": dp_bytes / 1e9, "dp_s": dp_bytes / inter_bw}
     out["rows"] = rows
-    tp_layer = 4 * 2 * (t - 1) / t * 2 * s * h                     # bytes per layer per mb
+    n_ar = int(planner.tp_collectives(t, False, "full"))          # 6 with full recomputation
+    tp_layer = n_ar * 2 * (t - 1) / t * 2 * s * h                  # bytes per layer per mb
+    out["tp_allreduces"] = n_ar
     out["tp_GB_per_layer"] = tp_layer / 1e9
     out["tp_s"] = tp_layer * (L // 8) * (batch // 16) / intra_bw   # 12 layers × 96 mb
-    out["tp16_ratio"] = (2 * 15 / 16) / (2 * 7 / 8) * intra_bw / inter_bw
+    bytes16 = (2 * 15 / 16) / (2 * 7 / 8)                          # ring bytes, t = 16 vs 8
+    out["tp16_ratio"] = bytes16 * intra_bw / (gpus_per_node * inter_bw)
+    out["tp16_one_nic_ratio"] = bytes16 * intra_bw / inter_bw
     return out
 
 
@@ -84,10 +99,12 @@ def published_rows(top: int = 3) -> dict:
 
 
 def validation_summary() -> dict:
-    """The planner against published measurements (:func:`minipar.cost.validation.published_runs`):
-    the rows, the largest |error|, the rows outside ±10 %, Spearman's rank correlation of
-    predicted and published TFLOP/s over Table 1 of Narayanan et al. 2021, and the §5.2 ZeRO-3
-    comparison."""
+    """The planner against measured runs (:mod:`minipar.cost.validation`): the published rows
+    as run, the largest |error|, the rows outside ±10 %, Spearman's rank correlation of
+    predicted and published TFLOP/s over Table 1 of Narayanan et al. 2021 as run, Table 1 under
+    each micro-batch choice (``modes``: as run, 1, the planner's; ``settled``: b = v = 1, the
+    inputs η was settled on), the GEMM evidence for the
+    effect the model misses there, the H200 validation set and the §5.2 ZeRO-3 comparison."""
     rows = validation.published_runs()
     table1 = [r for r in rows if r.where == "Table 1"]
     return {"rows": rows, "by_name": {r.name: r for r in rows},
@@ -95,7 +112,75 @@ def validation_summary() -> dict:
             "outside_10": [r for r in rows if abs(r.error) > 10],
             "spearman_table1": validation.spearman([r.published_tflops for r in table1],
                                                    [r.predicted_tflops for r in table1]),
-            "zero3": validation.zero3_comparison()}
+            "modes": {m: validation.table1_summary(m) for m in validation.MICRO_BATCH_MODES},
+            "settled": validation.table1_summary("1", interleaved=False),
+            "evidence": validation.wave_quantisation_evidence(),
+            "h200": validation.h200_summary(),
+            "zero3": validation.zero3_comparison(),
+            "zero3_effects": [validation.zero3_missing_effect(m) for m in validation.ZERO3_TABLE2]}
+
+
+def validation_glue(val: dict | None = None) -> dict:
+    """The numbers the chapter's validation sentences quote, flat (name → number), from
+    :func:`validation_summary`: glue each; the book writes the sentences around them."""
+    val = validation_summary() if val is None else val
+    named, modes = val["by_name"], val["modes"]
+    mt, p530 = named["MT-NLG 530B"], named["PTD-P 529.6B"]
+    plan = modes["planner"]
+    too_fast = [r for r in plan["rows"] if r.error < -10]
+    h2 = val["h200"]
+    e175, e530 = val["zero3_effects"]
+    out = {"val_rows": len(val["rows"]),
+           "val_within10": len(val["rows"]) - len(val["outside_10"]),
+           "val_spearman": val["spearman_table1"],
+           "val_mtnlg_err": mt.error, "val_ptdp530_err": abs(p530.error),
+           "val_mtnlg_pub_tf": mt.published_tflops, "val_ptdp530_pub_tf": p530.published_tflops,
+           "val_bloom_err": named["BLOOM 176B"].error, "val_gpt3_err": named["GPT-3 175B"].error,
+           "t1_too_fast": len(too_fast),
+           "t1_too_fast_lo": min((-r.error for r in too_fast), default=0.0),
+           "t1_too_fast_hi": max((-r.error for r in too_fast), default=0.0),
+           "q_model": val["evidence"]["q"], "q_measured": val["evidence"]["measured"],
+           "q_n": val["evidence"]["n"],
+           "h200_n": h2["n"], "h200_time_ok": h2["time_ok"], "h200_memory_ok": h2["memory_ok"],
+           "h200_refused": len(h2["refused"]),
+           "z3_doubled_175": e175["ratios"][1], "z3_doubled_175_pub": e175["published"][1],
+           "z3_doubled_530": e530["ratios"][1], "z3_doubled_530_pub": e530["published"][1],
+           "z3_largest_175": e175["ratios"][-1], "z3_largest_175_pub": e175["published"][-1],
+           "z3_largest_530": e530["ratios"][-1], "z3_largest_530_pub": e530["published"][-1],
+           "z3_hier_max": max(max(e["hierarchical"]) for e in (e175, e530)),
+           "z3_small_175": e175["ratios"][0], "z3_small_175_pub": e175["published"][0],
+           "z3_small_175_gpus": e175["gpus"][0],
+           "z3_small_175_step": e175["zero3_step"][0],
+           "z3_small_175_step_pub": e175["zero3_step_published"][0],
+           "z3_small_175_step_none": e175["zero3_step_no_overlap"][0],
+           "z3_small_530_gpus": e530["gpus"][0], "z3_small_530_gib": e530["zero3_gib"][0],
+           "z3_limit_gib": e530["limit_gib"]}
+    out["t1_old_within10"] = val["settled"]["within10"]
+    out["t1_old_spearman"] = val["settled"]["spearman"]
+    for key, m in (("asrun", "as run"), ("b1", "1"), ("plan", "planner")):
+        out[f"t1_{key}_within10"] = modes[m]["within10"]
+        out[f"t1_{key}_spearman"] = modes[m]["spearman"]
+        out[f"t1_{key}_worst"] = modes[m]["worst"]
+    return out
+
+
+def table1_misses(val: dict | None = None) -> list[str]:
+    """What contradicts the chapter's account of Table 1 at the planner's micro-batch (empty
+    when it holds): every row outside ±10 % is predicted too fast, runs a micro-batch or an
+    interleaving above 1, and is within ±10 % at b = v = 1, the inputs η was settled on."""
+    val = validation_summary() if val is None else val
+    settled = {r.name: r for r in val["settled"]["rows"]}
+    bad = []
+    for r in val["modes"]["planner"]["rows"]:
+        if abs(r.error) <= 10:
+            continue
+        if r.error > 0:
+            bad.append(f"{r.name}: {r.error:+.1f} % (too slow)")
+        elif r.micro_batch == 1 and r.chunks == 1:
+            bad.append(f"{r.name}: {r.error:+.1f} % at b = v = 1")
+        elif abs(settled[r.name].error) > 10:
+            bad.append(f"{r.name}: {settled[r.name].error:+.1f} % even at b = v = 1")
+    return bad
 
 
 def worked_layouts(model: str = "llama2-70b", gpus: int = 256, batch: int = 512,
@@ -159,6 +244,11 @@ def cost_comparison(price_nvlink: float = 2.69, price_pcie: float = 1.99,
             "cheaper_token": (f"the {cheaper} server buys the cheaper token ({cheap:.3f} "
                               f"against {dear:.3f} dollars per million tokens, "
                               f"{100 * (dear / cheap - 1):.0f} % apart)"),
+            "pcie_part": (f"buys its token at {pc:.3f}, "
+                          + ("less than that third row: its lower price more than makes up "
+                             "for the slower chip" if pc < link_only else
+                             "more than that third row: the slower chip costs more than its "
+                             "lower price saves")),
             "usd_ideal": tuple(r["usd_per_million_tokens"] for r in list(ideal.values())[:2]),
             "ideal_nvlink_zero3": first["config"].zero == 3}
 
