@@ -53,6 +53,8 @@ ZeRO-3 gradient bytes      2               DeepSpeed's default dtype            
 η, H200                    ceiling / peak  ``h200_layer_gemm_times.json``:      ``h200_step_times.json``
                            = 0.78          an 8192³ bf16 matmul, 775 TFLOP/s
 H200 HBM bandwidth         4.22 TB/s       same file: a 2 GiB device copy       ``h200_step_times.json``
+H200 GEMM, attention and   per preset      same file, fitted to its GEMM,       ``h200_step_times.json``
+Adam constants                             layer and Adam rows (``hardware``)
 memory headroom            10 %            assumption (module ``three_d``)      H200 rows: none that ran refused
 =========================  ==============  ===================================  ====================================
 
@@ -76,6 +78,7 @@ from . import three_d
 from . import compute
 from .hardware import GPU, GPUS
 from .model import flops_per_iteration
+from .three_d_terms import Options
 
 SEQ, VOCAB = 2048, 51200
 
@@ -512,15 +515,20 @@ H200_VOCAB = 50304
 
 
 def h200_gpu() -> GPU:
-    """The H200 with its constants from the calibration set only
-    (``measurements/h200_layer_gemm_times.json``): η = the 8192³ bf16 matmul's FLOP/s over
-    the datasheet's dense peak, HBM bandwidth = the device-to-device copy's bytes/s; everything
-    else (SMs, memory, any kernel constant) from the ``"H200"`` preset of
-    :mod:`minipar.cost.hardware`."""
+    """The ``"H200"`` preset of :mod:`minipar.cost.hardware`: its kernel constants were set on
+    the calibration set only (``measurements/h200_layer_gemm_times.json``: η from the 8192³
+    matmul, the HBM rate from a device copy, the GEMM, attention and Adam constants fitted to
+    its rows); :func:`h200_calibration_check` compares the first two with that file."""
+    return GPUS["H200"]
+
+
+def h200_calibration_check(gpu: GPU | None = None) -> dict:
+    """The measured η (the 8192³ bf16 matmul's FLOP/s over the dense peak) and HBM rate (the
+    2 GiB device copy) of the calibration file, against ``gpu``'s (default :func:`h200_gpu`)."""
     data = json.loads((_MEASUREMENTS / "h200_layer_gemm_times.json").read_text())
-    g = GPUS["H200"]
-    return replace(g, gemm_efficiency=data["gemm_ceiling_flops"] / g.peak_flops["bf16"],
-                   hbm_bandwidth=data["copy_bytes_per_s"])
+    g = gpu or h200_gpu()
+    return {"eta": g.gemm_efficiency, "eta_measured": data["gemm_ceiling_flops"] / g.peak_flops["bf16"],
+            "hbm": g.hbm_bandwidth, "hbm_measured": data["copy_bytes_per_s"]}
 
 
 @dataclass(frozen=True)
@@ -548,9 +556,12 @@ class H200Row:
 
 
 def _supported(options: dict) -> dict:
-    """The options :func:`minipar.cost.three_d.evaluate` accepts (the planner grows inputs)."""
+    """The options :func:`minipar.cost.three_d.evaluate` accepts: its named parameters and the
+    fields of :class:`minipar.cost.three_d_terms.Options` (the planner grows inputs)."""
     params = inspect.signature(three_d.evaluate).parameters
-    return {k: v for k, v in options.items() if k in params}
+    names = {k for k, p in params.items() if p.kind is not p.VAR_KEYWORD}
+    names |= set(Options.__dataclass_fields__)
+    return {k: v for k, v in options.items() if k in names}
 
 
 def h200_runs(gpu: GPU | None = None, *, attention: str | None = None,
