@@ -111,3 +111,26 @@ def test_first_stage_activations():
     assert got == pytest.approx(per * L * (1 + 7 / 32))
     with pytest.raises(ValueError, match=r"layers \(96\) must be divisible by p \(5\)"):
         pipeline_first_stage_activation_bytes(s, b, h, a, 96, 5)
+
+
+def test_flash_attention_keeps_no_scores():
+    """FlashAttention (Dao et al. 2022 §3.1) stores its output and an fp32 logsumexp per row and
+    head instead of the 5as²b/t bytes of scores, softmax, mask and dropout output; with
+    recomputation it changes nothing. Negative control: dropping only the scores (forgetting
+    the logsumexp) is 4·a·s·b/t bytes short."""
+    lse = 4 * a * s * b / t
+    for sp in (False, True):
+        un = activation_bytes_per_layer(s, b, h, a, t=t, sp=sp)
+        sel = activation_bytes_per_layer(s, b, h, a, t=t, sp=sp, recompute="selective")
+        fl = activation_bytes_per_layer(s, b, h, a, t=t, sp=sp, attention="flash")
+        assert fl == pytest.approx(sel + lse) and fl != pytest.approx(sel)
+        assert un - fl == pytest.approx(5 * a * s * s * b / t - lse)
+        for rc in ("selective", "full"):
+            assert activation_bytes_per_layer(s, b, h, a, t=t, sp=sp, recompute=rc,
+                                              attention="flash") == \
+                activation_bytes_per_layer(s, b, h, a, t=t, sp=sp, recompute=rc)
+    per = activation_bytes_per_layer(s, b, h, a, t=t, sp=True, attention="flash")
+    assert pipeline_first_stage_activation_bytes(s, b, h, a, 96, 8, t=t, sp=True,
+                                                 attention="flash") == per * 96
+    with pytest.raises(ValueError, match=r"attention \('sdpa'\) must be one of unfused, flash"):
+        activation_bytes_per_layer(s, b, h, a, attention="sdpa")

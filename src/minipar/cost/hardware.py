@@ -108,15 +108,17 @@ same GH100 chip, takes its η from a measurement instead (0.78, below)."""
 #   η = 0.78        an 8192³ bf16 matmul ran at 775 TFLOP/s = 0.783 of the 989.4 dense peak;
 #   W = 4.22 TB/s   a 2 GiB device-to-device copy (bytes read + written), 88 % of the 4.8 of
 #                   the datasheet.
-# Fitted (least squares of the log error) on that file's rows, rounded:
-#   λ = 8 µs        per GEMM call, on its 72 dense GEMMs (compute.gemm_seconds, "additive");
-#   W_bmm = 3.7 TB/s, λ_bmm = 20 µs   on its 36 batched attention GEMMs (compute.bmm_seconds);
-#   layer overhead 0.76 ms and flash efficiency 0.41 (406 TFLOP/s) on its 6 SDPA layers;
-#   74 bytes per score on its 6 unfused layers (PyTorch's separate scale, mask, softmax and
-#   dropout kernels and their backward, some in fp32: far more than the 9 + 11 of Megatron's
-#   fused kernel, which is the default for the other presets);
-#   Adam 3.33 TB/s: torch.optim.Adam(fused=True) moves 28 bytes per fp32 parameter (read
-#   weight, gradient, momentum, variance; write three) and took 9.03 ms for 2³⁰ parameters.
+# Fitted on that file's rows by minipar.cost.kernel_fit (least squares of the relative error,
+# each constant linear in its model), rounded:
+#   λ = 7.4 µs      per GEMM call, on its 72 dense GEMMs (compute.gemm_seconds, "additive");
+#   W_bmm = 3.74 TB/s, λ_bmm = 20 µs   on its 36 batched attention GEMMs (compute.bmm_seconds);
+#   on its 12 layers jointly: a fixed 0.72 ms per layer forward + backward, flash attention at
+#   0.40 of the peak (396 TFLOP/s) from the 6 SDPA layers, and 74 bytes per score from the 6
+#   unfused ones (PyTorch's separate scale, mask, softmax and dropout kernels and their
+#   backward: far more than the 9 + 11 of Megatron's fused kernel, the other presets' default);
+#   Adam 3.24 TB/s: torch.optim.Adam(fused=True) moves 28 bytes per fp32 parameter (reads
+#   weight, gradient, momentum, variance; writes three): 9.03 ms for 2³⁰ parameters, 2.39 for
+#   2²⁸.
 # The whole-step measurements (h200_step_times.json) are the VALIDATION set: no constant here
 # is set from them. tests/test_cost_compute_h200.py re-derives every figure above.
 H200_GEMM_EFFICIENCY = 0.78
@@ -163,9 +165,9 @@ GPUS: dict[str, GPU] = {
                      "DGX H100 (HGX H200).",
                 hbm_bandwidth=H200_HBM_ACHIEVED, sms=132, gemm_efficiency=H200_GEMM_EFFICIENCY,
                 intra="nvlink4-h100", inter="ib-ndr400",
-                gemm_rule="additive", gemm_latency_s=8e-6, bmm_bandwidth=3.7e12,
-                bmm_latency_s=20e-6, flash_efficiency=0.41, attention_score_bytes=74.0,
-                layer_overhead_s=0.76e-3, optimizer_bandwidth=3.33e12),
+                gemm_rule="additive", gemm_latency_s=7.4e-6, bmm_bandwidth=3.74e12,
+                bmm_latency_s=20e-6, flash_efficiency=0.40, attention_score_bytes=74.0,
+                layer_overhead_s=0.72e-3, optimizer_bandwidth=3.24e12),
 }
 
 
