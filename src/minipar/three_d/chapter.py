@@ -103,7 +103,8 @@ def validation_summary() -> dict:
     as run, the largest |error|, the rows outside ±10 %, Spearman's rank correlation of
     predicted and published TFLOP/s over Table 1 of Narayanan et al. 2021 as run, Table 1 under
     each micro-batch choice (``modes``: as run, 1, the planner's; ``settled``: b = v = 1, the
-    inputs η was settled on), the GEMM evidence for the
+    inputs η was settled on; ``split``: η settled on half of Table 1, checked on the other
+    half, :func:`minipar.cost.validation.split_check`), the GEMM evidence for the
     effect the model misses there, the H200 validation set and the §5.2 ZeRO-3 comparison."""
     rows = validation.published_runs()
     table1 = [r for r in rows if r.where == "Table 1"]
@@ -115,6 +116,7 @@ def validation_summary() -> dict:
             "modes": {m: validation.table1_summary(m) for m in validation.MICRO_BATCH_MODES},
             "settled": validation.table1_summary("1", interleaved=False),
             "evidence": validation.wave_quantisation_evidence(),
+            "split": validation.split_check("planner"),
             "h200": validation.h200_summary(),
             "zero3": validation.zero3_comparison(),
             "zero3_effects": [validation.zero3_missing_effect(m) for m in validation.ZERO3_TABLE2]}
@@ -141,6 +143,9 @@ def validation_glue(val: dict | None = None) -> dict:
            "t1_too_fast_hi": max((-r.error for r in too_fast), default=0.0),
            "q_model": val["evidence"]["q"], "q_measured": val["evidence"]["measured"],
            "q_n": val["evidence"]["n"],
+           "split_eta": val["split"]["eta"], "split_within10": val["split"]["held_out_within10"],
+           "split_worst": val["split"]["held_out_worst"],
+           "split_spearman": val["split"]["spearman"],
            "h200_n": h2["n"], "h200_time_ok": h2["time_ok"], "h200_memory_ok": h2["memory_ok"],
            "h200_refused": len(h2["refused"]),
            "z3_doubled_175": e175["ratios"][1], "z3_doubled_175_pub": e175["published"][1],
