@@ -44,6 +44,8 @@ constant                   value           calibrated on                        
 η, A100 GEMM efficiency    0.78            PTD-P Table 1 at b = 1, v = 1        in-sample there; out of sample:
 (``hardware``)                             (in-sample)                          Table 1 at its real b and v, BLOOM
                                                                                 176B, MT-NLG 530B, GPT-3 175B §5.1
+η, A100, split check       0.66            every other Table 1 row at the       the other five rows
+(:func:`split_check`)                      planner's micro-batch
 A100 peak, HBM, SMs        312 TFLOP/s,    datasheet                            (not fitted)
                            2039 GB/s, 108
 links' bandwidth           per preset      datasheets; α assumed                (not fitted)
