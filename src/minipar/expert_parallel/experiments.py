@@ -315,3 +315,55 @@ def all_to_all_fit(n: int = 2, sizes=(2**12, 2**16, 2**19, 2**22), iters: int = 
     except ValueError as e:
         out["error"] = str(e)
     return out
+
+
+def folded_train_on_rank(rank: int, world: int, t: int, d: int, ep: int, experts: int = 6,
+                         top_k: int = 2, steps: int = 3, lr: float = 0.1,
+                         wrong_expert_group: bool = False) -> dict:
+    """MoE parallel folding on ``world`` = t·d ranks: the dense MLP tensor- and
+    sequence-parallel over t, the experts over ep (any divisor of t·d, not of d), SGD with
+    momentum for ``steps`` steps against one process running every rank's tokens. Returns the
+    forward/backward differences of the first step and the largest parameter difference after
+    each step. ``wrong_expert_group``: reduce expert gradients over the attention's dp group
+    (the "EP inside DP" layout's group), the negative control."""
+    from minipar.grid import Grid, new_groups
+    from .folding import DenseMLP, FoldedBlock
+    grid = Grid(d=d, t=t, ep=ep)
+    groups = new_groups(grid, ("tp", "dp", "dp_cp", "ep", "edp"))
+    n = 4                                                       # tokens per rank (a slice)
+    torch.manual_seed(0)
+    dense = DenseMLP(H, F).double()                             # F = 12: divisible by t = 2, 3
+    moe = make_moe(experts, top_k)
+    block = FoldedBlock(dense, moe, groups)
+    ref = list(dense.parameters()) + list(moe.parameters())
+    opt_ref = torch.optim.SGD(ref, lr=lr, momentum=0.9)
+    opt = torch.optim.SGD(block.parameters(), lr=lr, momentum=0.9)
+    k = group_rank(groups["tp"])
+    cols = slice(k * F // t, (k + 1) * F // t)
+    own = slice(block.moe.first, block.moe.first + block.moe.local)
+    diffs, first = [], {}
+    for step in range(steps):
+        xs = [_randn(n, H, seed=1000 * step + s) for s in range(world)]
+        ts = [_randn(n, H, seed=7000 + 1000 * step + s) for s in range(world)]
+        opt_ref.zero_grad()
+        x_all = torch.cat(xs).requires_grad_()
+        u = dense(x_all)
+        y_ref = u + moe(u)
+        sum(((ys - tt) ** 2).mean() for ys, tt in zip(y_ref.split(n), ts)).div(world).backward()
+        opt.zero_grad()
+        x = xs[rank].clone().requires_grad_()
+        y = block(x)
+        ((y - ts[rank]) ** 2).mean().backward()                  # this rank's mean loss
+        if step == 0:                                            # the global loss is / world
+            first = {"out": max_diff(y, y_ref[rank * n:(rank + 1) * n]),
+                     "dx": max_diff(x.grad / world, x_all.grad[rank * n:(rank + 1) * n])}
+        block.reduce_gradients(groups["dp"] if wrong_expert_group else None)
+        opt_ref.step()
+        opt.step()
+        diffs.append(max(max_diff(block.dense.w1, dense.w1[:, cols]),
+                         max_diff(block.dense.w2, dense.w2[cols]),
+                         max_diff(block.moe.router.weight, moe.router.weight),
+                         max_diff(block.moe.w1, moe.w1[own]), max_diff(block.moe.w2, moe.w2[own])))
+    return {**first, "param diff per step": diffs, "edp": world // ep,
+            "ep group": dist.get_process_group_ranks(groups["ep"]) if ep > 1 else [rank],
+            "tp group": dist.get_process_group_ranks(groups["tp"]) if t > 1 else [rank]}
