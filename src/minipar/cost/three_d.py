@@ -120,9 +120,19 @@ from .three_d_terms import (GRAD_REDUCE_BYTES, HEADROOM, ZERO3_COLLECTIVES, Layo
                             breakdown, dp_allreduce_seconds, kv_width_per_rank, options,
                             tp_collectives, zero3_collective_seconds, zero3_gathers)
 
+ATTENTION = ("unfused", "flash")
+"""Attention kernels (:mod:`minipar.cost.compute`): the scores materialised, or fused (flash)."""
+
+NORMS = ("layernorm", "rmsnorm")
+POSITIONS = ("learned", "rope")
+
+
 @dataclass(frozen=True)
 class ModelShape:
-    """GPT-style transformer (Narayanan et al. 2021's assumptions: MHA, 4h MLP, tied embedding)."""
+    """A decoder-only transformer. The defaults are GPT as Narayanan et al. 2021 count it (MHA,
+    a 4h GELU MLP, LayerNorm, biases, learned positions, tied embedding); the other fields
+    describe the shapes trained since (Llama: GQA, SwiGLU, RMSNorm, no biases, rotary
+    positions, untied embeddings; MoE)."""
     layers: int   # L
     hidden: int   # h
     heads: int    # a
@@ -133,57 +143,144 @@ class ModelShape:
     top_k: int = 1         # K, experts each token is routed to
     ffn: int = 0           # f, one expert's hidden width (0: 4h, GPT's MLP)
     mlp_matrices: int = 2  # 2 (GELU MLP) or 3 (SwiGLU)
-    kv_heads: int = 0      # key/value heads (0: a; GQA only changes the ring's K/V bytes here)
+    kv_heads: int = 0      # key/value heads (0: a, multi-head attention; fewer: GQA)
+    norm: str = "layernorm"    # or "rmsnorm" (a scale only: h parameters per norm, not 2h)
+    bias: bool = True          # biases in the linear layers (Llama family: none)
+    positions: str = "learned"  # a learned s·h table, or "rope" (rotary: no parameters)
+    tied: bool = True          # output layer tied to the input embedding
+    attention: str = ""        # "unfused" or "flash"; "" = the GPU's era (:func:`attention_for`)
 
     @property
     def moe(self) -> bool:
         return self.experts > 1
 
     @property
+    def ffn_width(self) -> int:
+        """f: one expert's hidden width (4h when not given)."""
+        return self.ffn or 4 * self.hidden
+
+    @property
+    def kv_width(self) -> int:
+        """Width of K (and of V): (h/a)·kv heads (h without GQA; Ainslie et al. 2023, "GQA")."""
+        return (self.hidden // self.heads) * (self.kv_heads or self.heads)
+
+    @property
     def expert_params_per_layer(self) -> int:
-        """One layer's MLP parameters: E experts of ``mlp_matrices``·h·f (+ the router h·E)."""
-        f = self.ffn or 4 * self.hidden
+        """One layer's MLP weights: E experts of ``mlp_matrices``·h·f (+ the router h·E)."""
         router = self.hidden * self.experts if self.moe else 0
-        return self.experts * self.mlp_matrices * self.hidden * f + router
+        return self.experts * self.mlp_matrices * self.hidden * self.ffn_width + router
+
+    @property
+    def dense_params_per_layer(self) -> int:
+        """Everything of a layer but the MLP weights: Q and output projections 2h², K and V
+        2h·kv_width, two norms (2h each for LayerNorm, h for RMSNorm) and, with ``bias``, the
+        biases of QKV (h + 2·kv_width), of the projection (h) and of each expert's MLP
+        ((matrices − 1)·f + h). GPT: 4h² + 13h, Eq. 2's 12h² + 13h less the 8h² MLP."""
+        h, f, kv = self.hidden, self.ffn_width, self.kv_width
+        norms = 2 * (2 * h if self.norm == "layernorm" else h)
+        biases = (2 * h + 2 * kv + self.experts * ((self.mlp_matrices - 1) * f + h)
+                  if self.bias else 0)
+        return 2 * h * h + 2 * h * kv + norms + biases
+
+    def embedding_params(self, both_ends: bool = True) -> int:
+        """The V·h token embedding (twice when untied and ``both_ends``: the output layer)
+        and the s·h learned position table."""
+        h = self.hidden
+        tokens = self.vocab * h * (2 if not self.tied and both_ends else 1)
+        return tokens + (self.seq * h if self.positions == "learned" else 0)
+
+    @property
+    def is_gpt(self) -> bool:
+        """The shape of Narayanan et al. 2021 Eq. 2 (every field at its default)."""
+        return (not self.moe and self.ffn in (0, 4 * self.hidden) and self.mlp_matrices == 2
+                and self.kv_heads in (0, self.heads) and self.norm == "layernorm" and self.bias
+                and self.positions == "learned" and self.tied)
 
     @property
     def params(self) -> int:
-        """Total parameters: Eq. 2 with the 8h² GELU MLP replaced by the experts."""
-        dense = param_count(self.layers, self.hidden, self.vocab, self.seq)
-        if not self.moe and not self.ffn and self.mlp_matrices == 2:
-            return dense
-        return dense + self.layers * (self.expert_params_per_layer - 8 * self.hidden ** 2)
+        """Total parameters: Eq. 2 for GPT (which leaves out the final layer norm); otherwise
+        L·(dense + MLP) + embeddings + the final norm, which for Llama reproduces
+        :func:`minipar.cost.model.param_count_llama` exactly."""
+        if self.is_gpt:
+            return param_count(self.layers, self.hidden, self.vocab, self.seq)
+        final = 2 * self.hidden if self.norm == "layernorm" else self.hidden
+        return (self.layers * (self.dense_params_per_layer + self.expert_params_per_layer)
+                + self.embedding_params() + final)
 
     @property
     def active_params(self) -> int:
         """Parameters one token uses: K of the E experts (all of them when dense)."""
-        f = self.ffn or 4 * self.hidden
-        unused = (self.experts - self.top_k) * self.mlp_matrices * self.hidden * f
+        unused = (self.experts - self.top_k) * self.mlp_matrices * self.hidden * self.ffn_width
         return self.params - self.layers * unused
 
+    def check(self) -> None:
+        """Raise ``ValueError`` naming the rule a shape breaks."""
+        if self.norm not in NORMS:
+            raise ValueError(f"norm ({self.norm!r}) must be one of {', '.join(NORMS)}")
+        if self.positions not in POSITIONS:
+            raise ValueError(f"positions ({self.positions!r}) must be one of "
+                             f"{', '.join(POSITIONS)}")
+        if self.attention and self.attention not in ATTENTION:
+            raise ValueError(f"attention ({self.attention!r}) must be one of "
+                             f"{', '.join(ATTENTION)}")
+        if self.mlp_matrices not in (2, 3):
+            raise ValueError(f"mlp matrices ({self.mlp_matrices}) must be 2 (GELU) or 3 (SwiGLU)")
+        kv = self.kv_heads or self.heads
+        if kv < 1 or self.heads % kv:
+            raise ValueError(f"heads ({self.heads}) must be divisible by kv heads ({kv})")
+        if self.ffn < 0 or not 1 <= self.top_k <= self.experts:
+            raise ValueError(f"ffn ({self.ffn}) must be >= 0 and top_k ({self.top_k}) in "
+                             f"[1, experts ({self.experts})]")
 
-# Shapes as published. Llama 2 70B uses grouped-query attention and a SwiGLU MLP (h → 28672),
-# which the GPT formula does not model: it counts 64.7 B of its 69 B parameters.
+
+_LLAMA = dict(mlp_matrices=3, norm="rmsnorm", bias=False, positions="rope", tied=False,
+              attention="flash")
+
+# Shapes as published. The 2021 reproductions (GPT-3, BLOOM, MT-NLG, the 1T model) keep the
+# GPT defaults and unfused attention, as they ran.
 MODELS: dict[str, ModelShape] = {
     "gpt3-175b": ModelShape(96, 12288, 96, 2048, 51200,
-                            "Brown et al. 2020 Table 2.1; Narayanan et al. 2021 §5"),
+                            "Brown et al. 2020 Table 2.1; Narayanan et al. 2021 §5",
+                            attention="unfused"),
     "bloom-176b": ModelShape(70, 14336, 112, 2048, 250880,
-                             "BigScience 2022, BLOOM paper Table 3 and §3.4"),
+                             "BigScience 2022, BLOOM paper Table 3 and §3.4",
+                             attention="unfused"),
     "mt-nlg-530b": ModelShape(105, 20480, 128, 2048, 51200,
-                              "Smith et al. 2022, Megatron-Turing NLG 530B, §3"),
+                              "Smith et al. 2022, Megatron-Turing NLG 530B, §3",
+                              attention="unfused"),
     "llama2-70b": ModelShape(80, 8192, 64, 4096, 32000,
-                             "Touvron et al. 2023 (Llama 2); GQA and SwiGLU not modelled"),
-    "megatron-1t": ModelShape(128, 25600, 160, 2048, 51200, "Narayanan et al. 2021 Table 1"),
+                             "Touvron et al. 2023 (Llama 2): GQA 8, SwiGLU f = 28672, untied",
+                             ffn=28672, kv_heads=8, **_LLAMA),
+    "llama3-8b": ModelShape(32, 4096, 32, 8192, 128256,
+                            "Llama Team 2024 (The Llama 3 Herd of Models) Table 3: GQA 8, "
+                            "SwiGLU f = 14336, untied", ffn=14336, kv_heads=8, **_LLAMA),
+    "llama3-70b": ModelShape(80, 8192, 64, 8192, 128256,
+                             "Llama Team 2024 (The Llama 3 Herd of Models) Table 3: GQA 8, "
+                             "SwiGLU f = 28672, untied", ffn=28672, kv_heads=8, **_LLAMA),
+    "megatron-1t": ModelShape(128, 25600, 160, 2048, 51200, "Narayanan et al. 2021 Table 1",
+                              attention="unfused"),
     "mixtral-8x7b": ModelShape(32, 4096, 32, 4096, 32000,
                                "Jiang et al. 2024 Table 1: 8 experts, top-2, f = 14336, SwiGLU, "
-                               "8 KV heads (untied embeddings counted once)",
-                               experts=8, top_k=2, ffn=14336, mlp_matrices=3, kv_heads=8),
+                               "8 KV heads, untied",
+                               experts=8, top_k=2, ffn=14336, kv_heads=8, **_LLAMA),
     "llama3-405b-128k": ModelShape(128, 16384, 128, 131072, 128256,
                                    "Llama 3 405B (Llama Team 2024 §3.3) in its 128K-context "
                                    "stage: 126 layers + embedding and head as 2 pipeline units; "
                                    "f = 53248, SwiGLU, 8 KV heads",
-                                   ffn=53248, mlp_matrices=3, kv_heads=8),
+                                   ffn=53248, kv_heads=8, **_LLAMA),
 }
+
+ERA_FLASH_GPUS = ("H100-SXM", "H100-PCIe", "H200")
+"""GPUs whose training stacks run fused attention by default (FlashAttention-2 and PyTorch's
+SDPA shipped for Hopper in 2023); the A100 presets reproduce 2021 runs, unfused."""
+
+
+def attention_for(m_: "ModelShape", gpu_name: str) -> str:
+    """The attention kernel a run uses: the shape's own, else "flash" on an H100/H200 and
+    "unfused" otherwise (the 2021 A100 reproductions)."""
+    if m_.attention:
+        return m_.attention
+    return "flash" if gpu_name.split("*")[0] in ERA_FLASH_GPUS else "unfused"
 
 
 @dataclass(frozen=True)
@@ -285,9 +382,10 @@ def evaluate(m_: ModelShape, cl: Cluster, global_batch: int, *, tp: int, pp: int
     peak = cl.peak
     model_flops = flops_per_iteration(global_batch, s, L, h, V, "none")
     hw_flops = flops_per_iteration(global_batch, s, L, h, V, recompute)
-    ffn = m_.ffn or 4 * h
-    extra = 2 * L * global_batch * s * (m_.top_k * m_.mlp_matrices * ffn * h - 8 * h * h)
-    model_flops += 3 * extra                                   # active MLP, fwd + bwd
+    # the active MLP and GQA's narrower K and V against Eq. 3's 16h² MLP and 6h² QKV, forward
+    extra = 2 * L * global_batch * s * (m_.top_k * m_.mlp_matrices * m_.ffn_width * h - 8 * h * h
+                                        + 2 * h * (m_.kv_width - h))
+    model_flops += 3 * extra                                   # fwd + bwd
     hw_flops += (4 if recompute == "full" else 3) * extra
     return Config(
         tp=t, pp=p, dp=d, micro_batch=b, microbatches=m, chunks=v, recompute=recompute, sp=sp,
@@ -307,7 +405,10 @@ def terms(m_: ModelShape, cl: Cluster, lay: Layout, **model_options) -> StepBrea
     :func:`check` and the options' own rules."""
     check(m_, cl, lay.global_batch, tp=lay.tp, pp=lay.pp, dp=lay.dp, micro_batch=lay.micro_batch,
           chunks=lay.chunks, zero=lay.zero, cp=lay.cp, ep=lay.ep)
-    return breakdown(m_, cl, lay, options(**model_options))
+    opt = options(**model_options)
+    if opt.attention is None:
+        opt = replace(opt, attention=attention_for(m_, cl.gpu.name))
+    return breakdown(m_, cl, lay, opt)
 
 
 def check(m_: ModelShape, cl: Cluster, global_batch: int, *, tp: int, pp: int, dp: int,
@@ -315,6 +416,7 @@ def check(m_: ModelShape, cl: Cluster, global_batch: int, *, tp: int, pp: int, d
     """Raise ``ValueError`` naming the first rule the layout breaks: the cost model's layout
     rules (:func:`minipar.cost.breakdown.check_layout`), then the planner's own."""
     t, p, d, b, v = tp, pp, dp, micro_batch, chunks
+    m_.check()
     check_layout(m_.layers, m_.hidden, m_.heads, d=d, t=t, p=p, zero=zero)
     if m_.layers % (p * v):
         raise ValueError(f"layers ({m_.layers}) must be divisible by p·v ({p}·{v})")

@@ -12,13 +12,14 @@ model's switches). Units: seconds, bytes; rank order t → cp → d → p (Megat
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import NamedTuple
 
 from .breakdown import StepBreakdown
 from .collectives import collective_time, hierarchical_all_reduce_time
-from .compute import (attention_core_and_mlp_seconds, layer_seconds, logits_seconds,
-                      optimizer_seconds)
+from .compute import (attention_core_and_mlp_seconds, gemm_seconds, layer_seconds,
+                      logits_seconds, optimizer_seconds)
+from .compute import SCORE_BYTES_BWD, SCORE_BYTES_FWD
 from .context_parallel import ring_sent_bytes_per_layer
 from .expert_parallel import all_to_all_time
 from .memory_time import (activation_bytes_per_layer, model_state_bytes,
@@ -43,17 +44,22 @@ class Options:
     ``grad_reduce_bytes``: bytes per gradient element in the DP reduction. ``dp_overlap``: the DP
     reduction may run under the last micro-batch's backward when p = 1. ``headroom``: fraction of
     the GPU's memory kept free. ``zero3_overlap``: ZeRO-3 prefetches one layer ahead.
-    ``zero3_collectives``: the algorithm of ZeRO-3's collectives across nodes."""
+    ``zero3_collectives``: the algorithm of ZeRO-3's collectives across nodes. ``attention``:
+    "unfused" or "flash" for every layout (``None``: the shape's, else the GPU's era,
+    :func:`minipar.cost.three_d.attention_for`)."""
     grad_reduce_bytes: float = GRAD_REDUCE_BYTES
     dp_overlap: bool = True
     headroom: float = HEADROOM
     zero3_overlap: bool = True
     zero3_collectives: str = "flat-ring"
+    attention: str | None = None
 
     def __post_init__(self):
         if self.zero3_collectives not in ZERO3_COLLECTIVES:
             raise ValueError(f"zero3_collectives ({self.zero3_collectives!r}) must be one of "
                              f"{', '.join(ZERO3_COLLECTIVES)}")
+        if self.attention not in (None, "unfused", "flash"):
+            raise ValueError(f"attention ({self.attention!r}) must be one of unfused, flash")
         if self.grad_reduce_bytes <= 0 or not 0 <= self.headroom < 1:
             raise ValueError(f"grad_reduce_bytes ({self.grad_reduce_bytes}) must be > 0 and "
                              f"headroom ({self.headroom}) in [0, 1)")
@@ -105,13 +111,15 @@ class StageParams(NamedTuple):
 
 
 def stage_params(m_, lay: Layout) -> StageParams:
-    """Narayanan et al. 2021 Eq. 2 per stage; Megatron keeps the whole (V + s)·h embedding on the
-    first stage (and a tied copy on the last), split over t."""
-    h, lp = m_.hidden, m_.layers // lay.pp
+    """Narayanan et al. 2021 Eq. 2 per stage (:class:`~minipar.cost.three_d.ModelShape`'s
+    counts); Megatron keeps the whole V·h embedding (+ the s·h learned positions) on the first
+    stage and a tied copy, or the untied output layer, on the last, split over t: with p = 1
+    an untied model holds both."""
+    lp = m_.layers // lay.pp
     exp_layer = m_.expert_params_per_layer
-    dense_layer = 12 * h * h + 13 * h - 8 * h * h
+    dense_layer = m_.dense_params_per_layer
     layer = dense_layer + exp_layer / lay.ep
-    emb = (m_.vocab + m_.seq) * h
+    emb = m_.embedding_params(both_ends=lay.pp == 1)
     return StageParams(dense_layer, exp_layer, layer, lp * layer + emb, lp * dense_layer + emb,
                        lp * exp_layer / lay.ep)
 
@@ -209,21 +217,46 @@ def term_states(m_, lay: Layout, opt: Options) -> float:
     return states
 
 
-def term_activations(m_, lay: Layout) -> float:
-    """Activation bytes on the first stage (Korthikanti et al. 2022 Table 2 and §4.2.3): min(p, m)
-    micro-batches of L/p layers under 1F1B or the interleaved factor, plus one layer's full
-    activations under full recomputation (the layer being recomputed); with cp > 1 every tensor
-    holds s/cp tokens and ring attention is blockwise, storing no s² scores (selective
-    recomputation's memory)."""
+def layers_in_flight(L: int, lay: Layout) -> float:
+    """Layers' worth of one micro-batch's activations the first stage holds: min(p, m)·L/p under
+    1F1B, L·(1 + (p−1)/(p·v)) interleaved (Korthikanti et al. 2022 §4.2.3, Eq. 5)."""
+    p, m = lay.pp, lay.microbatches
+    if lay.chunks > 1:
+        return L * (1 + (p - 1) / (p * lay.chunks))
+    return (L // p) * min(p, m)
+
+
+def shape_activation_bytes(m_, lay: Layout) -> float:
+    """Per-layer activation bytes a shape adds to Korthikanti et al. 2022's GPT count (whose
+    24/t part is Q, K, V and the projection's input, 8·sbh, and the MLP's two 4h tensors,
+    16·sbh): K and V are kv_width wide (GQA), and each of the K routed experts keeps its
+    2·matrices·f bytes per token (GELU: input of the down projection and of the GeLU; SwiGLU:
+    the gate, the up projection and their product). 0 under full recomputation."""
+    if lay.recompute == "full":
+        return 0.0
+    h, f = m_.hidden, m_.ffn_width
+    per_token = 4 * m_.kv_width - 4 * h + 2 * m_.mlp_matrices * f * m_.top_k - 16 * h
+    return m_.seq * lay.micro_batch * per_token / lay.tp
+
+
+def term_activations(m_, lay: Layout, opt: Options) -> float:
+    """Activation bytes on the first stage (Korthikanti et al. 2022 Table 2 and §4.2.3, with
+    :func:`shape_activation_bytes`): :func:`layers_in_flight` layers of one micro-batch, plus
+    one layer's full activations under full recomputation (the layer being recomputed).
+    ``opt.attention`` "flash" stores no s² scores, only a logsumexp per row and head
+    (:func:`minipar.cost.memory_time.activation_bytes_per_layer`); with cp > 1 every tensor
+    holds s/cp tokens and ring attention is blockwise: no s² scores either."""
     s, b, h, a, L = m_.seq, lay.micro_batch, m_.hidden, m_.heads, m_.layers
-    t, p, sp, rc, cp = lay.tp, lay.pp, lay.sp, lay.recompute, lay.cp
+    t, sp, rc, cp, att = lay.tp, lay.sp, lay.recompute, lay.cp, opt.attention
     mem_rc = "selective" if cp > 1 and rc == "none" else rc
-    act = pipeline_first_stage_activation_bytes(s, b, h, a, L, p, m=lay.microbatches, t=t, sp=sp,
-                                                recompute=mem_rc, schedule=lay.schedule,
-                                                v=lay.chunks)
+    per_layer = activation_bytes_per_layer(s, b, h, a, t=t, sp=sp, recompute=mem_rc,
+                                           attention=att)
+    act = (per_layer + shape_activation_bytes(m_, lay)) * layers_in_flight(L, lay)
     if rc == "full":                                           # the layer being recomputed
+        inner = replace(lay, recompute="none")
         act += activation_bytes_per_layer(s, b, h, a, t=t, sp=sp,
-                                          recompute="selective" if cp > 1 else "none")
+                                          recompute="selective" if cp > 1 else "none",
+                                          attention=att) + shape_activation_bytes(m_, inner)
     return act / cp
 
 
@@ -235,22 +268,44 @@ class ComputeTerm(NamedTuple):
     microbatch: float      # L/p layers + the output layer: the compute of one pipeline slot
 
 
-def term_compute(m_, cl, lay: Layout) -> ComputeTerm:
+def _gemm_pass(gpu, M: int, N: int, K: int) -> tuple[float, float]:
+    """(forward, backward) seconds of one (M, N, K) GEMM under the GPU's rule: the backward's
+    input and weight gradients (M, K, N) and (K, N, M) (:mod:`minipar.cost.compute`)."""
+    def g(m, n, k):
+        return gemm_seconds(m, n, k, peak=gpu.peak_flops["bf16"], efficiency=gpu.gemm_efficiency,
+                            hbm=gpu.hbm_bandwidth, sms=gpu.sms, rule=gpu.gemm_rule,
+                            latency=gpu.gemm_latency_s)
+    return g(M, N, K), g(M, K, N) + g(K, N, M)
+
+
+def term_compute(m_, cl, lay: Layout, opt: Options) -> ComputeTerm:
     """Compute of one micro-batch on the last stage: :func:`~minipar.cost.compute.layer_seconds`
-    per layer on s/cp tokens, the attention core once more for each of the other cp−1 key
-    blocks, the MLP rescaled to the active experts' width (K·matrices·f over GPT's 8h²), and
+    per layer on s/cp tokens with ``opt.attention``; the attention core once more for each of
+    the other cp−1 key blocks, GEMMs (or the flash kernel) and, unfused, the per-score bytes
+    (``GPU.attention_score_bytes``, the forward's share again when recomputed); the QKV GEMM
+    at the GQA width h/t + 2·kv_width_per_rank instead of 3h/t; the MLP rescaled to the active
+    experts' width (K·matrices·f over GPT's 8h²); and
     :func:`~minipar.cost.compute.logits_seconds`."""
     b, h, a, sl, t, rc = lay.micro_batch, m_.hidden, m_.heads, m_.seq // lay.cp, lay.tp, \
         lay.recompute
-    gpu = cl.gpu
-    lt = layer_seconds(b, sl, h, a, gpu, t, sp=lay.sp, recompute=rc).total_s
-    parts = attention_core_and_mlp_seconds(b, sl, h, a, gpu, t)
+    gpu, att = cl.gpu, opt.attention
+    lt = layer_seconds(b, sl, h, a, gpu, t, sp=lay.sp, recompute=rc, attention=att).total_s
+    parts = attention_core_and_mlp_seconds(b, sl, h, a, gpu, t, attention=att)
     refwd = 1 if rc == "none" else 2                           # the core is recomputed
     core = refwd * parts["core_f"] + parts["core_b"]           # one (s/cp)² block
+    if att == "unfused":                                       # its scores' bytes
+        sb = gpu.attention_score_bytes
+        f_share = sb * SCORE_BYTES_FWD / (SCORE_BYTES_FWD + SCORE_BYTES_BWD)
+        core += (sb + (f_share if rc != "none" else 0.0)) * a * sl * sl * b / t / \
+            gpu.hbm_bandwidth
     if lay.cp > 1:                                             # the other cp−1 key blocks
         lt += (lay.cp - 1) * core
-    ffn = m_.ffn or 4 * h
-    scale = m_.top_k * m_.mlp_matrices * ffn / (2 * 4 * h)       # active MLP / GPT's 8h² MLP
+    n_qkv = h // t + 2 * kv_width_per_rank(m_, t)
+    if n_qkv != 3 * h // t:                                    # GQA's narrower QKV GEMM
+        (gf, gb), (mf, mb) = _gemm_pass(gpu, b * sl, n_qkv, h), _gemm_pass(gpu, b * sl,
+                                                                         3 * h // t, h)
+        lt += (2 if rc == "full" else 1) * (gf - mf) + (gb - mb)
+    scale = m_.top_k * m_.mlp_matrices * m_.ffn_width / (2 * 4 * h)   # active MLP / GPT's 8h²
     if scale != 1:
         lt += (scale - 1) * ((2 if rc == "full" else 1) * parts["mlp_f"] + parts["mlp_b"])
     return ComputeTerm(lt, core, (m_.layers // lay.pp) * lt
@@ -384,9 +439,10 @@ def term_dp_exposed(m_, cl, lay: Layout, opt: Options, compute_microbatch: float
 
 def term_embedding(m_, cl, lay: Layout, opt: Options) -> float:
     """All-reduce of the tied embedding's V·h gradient between the first and the last stage
-    (p > 1; Narayanan et al. 2021 §3, Megatron-LM's ``_allreduce_embedding_grads``)."""
+    (p > 1; Narayanan et al. 2021 §3, Megatron-LM's ``_allreduce_embedding_grads``); none for
+    an untied output layer."""
     t, cp, d, p = lay.tp, lay.cp, lay.dp, lay.pp
-    if p == 1:
+    if p == 1 or not m_.tied:
         return 0.0
     link = cl.inter if t * cp * d * p > cl.gpus_per_node else cl.intra
     return _ring("all-reduce", 2, opt.grad_reduce_bytes * m_.vocab * m_.hidden / t, link)
@@ -403,7 +459,7 @@ def term_optimizer(m_, cl, lay: Layout) -> float:
 
 def breakdown(m_, cl, lay: Layout, opt: Options) -> StepBreakdown:
     """Every term of one (already checked) layout, kept apart."""
-    comp = term_compute(m_, cl, lay)
+    comp = term_compute(m_, cl, lay, opt)
     tp, tp_link = term_tp(m_, cl, lay)
     pp, pp_link = term_pp(m_, cl, lay)
     z3 = term_zero3_exposed(m_, cl, lay, opt, comp.layer)
@@ -414,6 +470,6 @@ def breakdown(m_, cl, lay: Layout, opt: Options) -> StepBreakdown:
         cp=term_cp(m_, cl, lay, comp.core), ep=term_ep(m_, cl, lay), zero3_exposed=z3.exposed,
         bubble_relative=r, bubble_fraction=f, dp=dp.total, dp_exposed=dp.exposed,
         embedding=term_embedding(m_, cl, lay, opt), optimizer=term_optimizer(m_, cl, lay),
-        states=term_states(m_, lay, opt), activations=term_activations(m_, lay),
+        states=term_states(m_, lay, opt), activations=term_activations(m_, lay, opt),
         memory_limit=cl.gpu.memory_bytes * (1 - opt.headroom), tp_link=tp_link,
         pp_link=pp_link, dp_link=dp.link)

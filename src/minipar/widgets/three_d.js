@@ -51,7 +51,42 @@ export function bubbleFractionOfTotal(schedule, p, m, v = 1) {
 
 // Python: ModelShape with its defaults filled in, and its expert_params_per_layer property
 function planShape(model) {
-  return {experts: 1, top_k: 1, ffn: 0, mlp_matrices: 2, kv_heads: 0, ...model};
+  return {experts: 1, top_k: 1, ffn: 0, mlp_matrices: 2, kv_heads: 0, norm: "layernorm", bias: true, positions: "learned", tied: true, attention: "", ...model};
+}
+
+const ffnWidth = (m) => m.ffn || 4 * m.hidden;                                  // Python: ModelShape.ffn_width
+const kvWidth = (m) => Math.floor(m.hidden / m.heads) * (m.kv_heads || m.heads);   // Python: ModelShape.kv_width
+
+function denseParamsPerLayer(m) {                     // Python: ModelShape.dense_params_per_layer
+  const h = m.hidden, f = ffnWidth(m), kv = kvWidth(m);
+  const norms = 2 * (m.norm === "layernorm" ? 2 * h : h);
+  const biases = m.bias ? 2 * h + 2 * kv + m.experts * ((m.mlp_matrices - 1) * f + h) : 0;
+  return 2 * h * h + 2 * h * kv + norms + biases;
+}
+
+function embeddingParams(m, bothEnds = true) {        // Python: ModelShape.embedding_params
+  const tokens = m.vocab * m.hidden * (!m.tied && bothEnds ? 2 : 1);
+  return tokens + (m.positions === "learned" ? m.seq * m.hidden : 0);
+}
+
+// Python: ModelShape.check()
+function checkModelShape(m) {
+  if (!["layernorm", "rmsnorm"].includes(m.norm)) throw new Error(`norm ('${m.norm}') must be one of layernorm, rmsnorm`);
+  if (!["learned", "rope"].includes(m.positions)) throw new Error(`positions ('${m.positions}') must be one of learned, rope`);
+  if (m.attention && !ATTENTION.includes(m.attention)) throw new Error(`attention ('${m.attention}') must be one of ${ATTENTION.join(", ")}`);
+  if (![2, 3].includes(m.mlp_matrices)) throw new Error(`mlp matrices (${m.mlp_matrices}) must be 2 (GELU) or 3 (SwiGLU)`);
+  const kv = m.kv_heads || m.heads;
+  if (kv < 1 || m.heads % kv) throw new Error(`heads (${m.heads}) must be divisible by kv heads (${kv})`);
+  if (m.ffn < 0 || !(m.top_k >= 1 && m.top_k <= m.experts)) throw new Error(`ffn (${m.ffn}) must be >= 0 and top_k (${m.top_k}) in [1, experts (${m.experts})]`);
+}
+
+export const ERA_FLASH_GPUS = ["H100-SXM", "H100-PCIe", "H200"];
+
+// Python: attention_for(m_, gpu_name)
+export function attentionFor(model, gpuName) {
+  const m = planShape(model);
+  if (m.attention) return m.attention;
+  return ERA_FLASH_GPUS.includes(String(gpuName).split("*")[0]) ? "flash" : "unfused";
 }
 
 function expertParamsPerLayer(m) {                    // Python: ModelShape.expert_params_per_layer
@@ -64,6 +99,7 @@ function expertParamsPerLayer(m) {                    // Python: ModelShape.expe
 export function planCheck(model, cluster, globalBatch, tp, pp, dp, microBatch, chunks = 1, zero = 1, cp = 1, ep = 1) {
   const [t, p, d, b, v] = [tp, pp, dp, microBatch, chunks];
   model = planShape(model);
+  checkModelShape(model);
   checkLayout(model.layers, model.hidden, model.heads, d, t, p, zero);
   if (model.layers % (p * v)) throw new Error(`layers (${model.layers}) must be divisible by p·v (${p}·${v})`);
   if (!(Number.isInteger(cp) && cp >= 1 && Number.isInteger(ep) && ep >= 1)) throw new Error(`cp (${cp}) and ep (${ep}) must be integers >= 1`);
@@ -128,14 +164,37 @@ function positive(pairs) {
   for (const [k, v] of pairs) if (!(v > 0)) throw new Error(`${k} (${v}) must be > 0`);
 }
 
-// Python: gemm_seconds(M, N, K, peak, efficiency, hbm, sms, batch, bytes_per_elem)
-export function gemmSeconds(M, N, K, peak, efficiency, hbm, sms, batch = 1, bytesPerElem = 2) {
+const SCORE_BYTES_FWD = 9, SCORE_BYTES_BWD = 11, FLASH_BACKWARD = 2.5;   // Python: compute's constants
+
+// Python: gemm_seconds(M, N, K, peak, efficiency, hbm, sms, batch, bytes_per_elem, rule, latency)
+export function gemmSeconds(M, N, K, peak, efficiency, hbm, sms, batch = 1, bytesPerElem = 2, rule = "waves", latency = 0.0) {
   positive([["M", M], ["N", N], ["K", K], ["peak", peak], ["efficiency", efficiency], ["hbm", hbm], ["sms", sms], ["batch", batch]]);
-  const tiles = batch * Math.ceil(M / TILE_M) * Math.ceil(N / TILE_N);
-  const q = (batch * M * N) / (Math.ceil(tiles / sms) * sms * TILE_M * TILE_N);
   const flops = 2.0 * batch * M * N * K;
   const moved = batch * (M * K + K * N + M * N) * bytesPerElem;
+  if (rule === "additive") {
+    if (latency < 0) throw new Error(`latency (${latency}) must be >= 0`);
+    return latency + flops / (peak * efficiency) + moved / hbm;
+  }
+  if (rule !== "waves") throw new Error(`rule ('${rule}') must be one of waves, additive`);
+  const tiles = batch * Math.ceil(M / TILE_M) * Math.ceil(N / TILE_N);
+  const q = (batch * M * N) / (Math.ceil(tiles / sms) * sms * TILE_M * TILE_N);
   return Math.max(flops / (peak * efficiency * q), moved / hbm);
+}
+
+// Python: bmm_seconds(M, N, K, batch, bandwidth, latency, bytes_per_elem)
+export function bmmSeconds(M, N, K, batch, bandwidth, latency = 0.0, bytesPerElem = 2) {
+  positive([["M", M], ["N", N], ["K", K], ["batch", batch], ["bandwidth", bandwidth]]);
+  if (latency < 0) throw new Error(`latency (${latency}) must be >= 0`);
+  return latency + (batch * (M * K + K * N + M * N) * bytesPerElem) / bandwidth;
+}
+
+function gemmOf(gpu, M, N, K, batch = 1) {          // Python: compute._gemm
+  return gemmSeconds(M, N, K, gpu.peak, gpu.gemm_efficiency, gpu.hbm_bandwidth, gpu.sms, batch, 2, gpu.gemm_rule || "waves", gpu.gemm_latency_s || 0.0);
+}
+
+function attentionGemm(gpu, M, N, K, batch) {       // Python: compute._attention_gemm
+  if (gpu.bmm_bandwidth === null || gpu.bmm_bandwidth === undefined) return gemmOf(gpu, M, N, K, batch);
+  return bmmSeconds(M, N, K, batch, gpu.bmm_bandwidth, gpu.bmm_latency_s || 0.0);
 }
 
 // Python: layer_gemms(b, s, h, a, t) -> [(batch, M, N, K)]
@@ -146,56 +205,84 @@ export function layerGemms(b, s, h, a, t = 1) {
     [1, bs, h, Math.floor(4 * h / t)], [b * at, s, s, dh], [b * at, s, dh, s]];
 }
 
-function passSeconds(gemms, gpu) {
-  const g = (M, N, K, n) => gemmSeconds(M, N, K, gpu.peak, gpu.gemm_efficiency, gpu.hbm_bandwidth, gpu.sms, n);
+function passSeconds(gemms, gpu) {                  // Python: compute._pass_seconds
+  const one = (n, M, N, K) => (n === 1 ? gemmOf(gpu, M, N, K) : attentionGemm(gpu, M, N, K, n));
   let fwd = 0, bwd = 0;
-  for (const [n, M, N, K] of gemms) fwd += g(M, N, K, n);
-  for (const [n, M, N, K] of gemms) bwd += g(M, K, N, n) + g(K, N, M, n);
+  for (const [n, M, N, K] of gemms) fwd += one(n, M, N, K);
+  for (const [n, M, N, K] of gemms) bwd += one(n, M, K, N) + one(n, K, N, M);
   return [fwd, bwd];
 }
 
-// Python: layer_memory_bytes(b, s, h, a, t, sp, grad_accum_bytes) -> [fwd, bwd, core]
-export function layerMemoryBytes(b, s, h, a, t = 1, sp = false, gradAccumBytes = 10) {
-  positive([["b", b], ["s", s], ["h", h], ["a", a], ["t", t]]);
-  const bsh = b * s * h, scores = (a * s * s * b) / t;
-  const rep = sp ? bsh / t : bsh;
-  const fwd = 22 * rep + (16 * bsh) / t + 9 * scores;
-  const bwd = 22 * rep + (24 * bsh) / t + 11 * scores + (gradAccumBytes * 12 * h * h) / t;
-  return [fwd, bwd, 9 * scores];
+const ATTENTION = ["unfused", "flash"];
+function checkAttention(attention) {                // Python: memory_time.check_attention
+  if (!ATTENTION.includes(attention)) throw new Error(`attention ('${attention}') must be one of ${ATTENTION.join(", ")}`);
+  return attention;
 }
 
-// Python: layer_seconds(b, s, h, a, gpu, t, sp, recompute) -> {gemm_s, memory_s, total_s}
-export function layerSeconds(b, s, h, a, gpu, t = 1, sp = false, recompute = "none") {
+// Python: flash_attention_flops(b, s, h, t, causal) -> [fwd, bwd]
+export function flashAttentionFlops(b, s, h, t = 1, causal = true) {
+  positive([["b", b], ["s", s], ["h", h], ["t", t]]);
+  const fwd = ((4.0 * b * s * s * h) / t) * (causal ? 0.5 : 1.0);
+  return [fwd, FLASH_BACKWARD * fwd];
+}
+
+// Python: flash_attention_seconds(b, s, h, a, gpu, t) -> [fwd, bwd]
+export function flashAttentionSeconds(b, s, h, a, gpu, t = 1) {
+  positive([["a", a]]);
+  const rate = gpu.peak * gpu.flash_efficiency;
+  const [f, bw] = flashAttentionFlops(b, s, h, t);
+  return [f / rate, bw / rate];
+}
+
+// Python: layer_memory_bytes(b, s, h, a, t, sp, grad_accum_bytes, attention, score_bytes) -> [fwd, bwd, core]
+export function layerMemoryBytes(b, s, h, a, t = 1, sp = false, gradAccumBytes = 10, attention = "unfused", scoreBytes = SCORE_BYTES_FWD + SCORE_BYTES_BWD) {
+  positive([["b", b], ["s", s], ["h", h], ["a", a], ["t", t]]);
+  if (checkAttention(attention) === "flash") scoreBytes = 0.0;
+  else if (scoreBytes < 0) throw new Error(`score_bytes (${scoreBytes}) must be >= 0`);
+  const bsh = b * s * h, scores = (a * s * s * b) / t;
+  const fScore = (scoreBytes * SCORE_BYTES_FWD) / (SCORE_BYTES_FWD + SCORE_BYTES_BWD);
+  const rep = sp ? bsh / t : bsh;
+  const fwd = 22 * rep + (16 * bsh) / t + fScore * scores;
+  const bwd = 22 * rep + (24 * bsh) / t + (scoreBytes - fScore) * scores + (gradAccumBytes * 12 * h * h) / t;
+  return [fwd, bwd, fScore * scores];
+}
+
+// Python: layer_seconds(b, s, h, a, gpu, t, sp, recompute, attention, grad_accum_bytes) -> {gemm_s, memory_s, total_s}
+export function layerSeconds(b, s, h, a, gpu, t = 1, sp = false, recompute = "none", attention = "unfused", gradAccumBytes = 10) {
+  checkAttention(attention);
   const gemms = layerGemms(b, s, h, a, t);
-  const [fwd, bwd] = passSeconds(gemms, gpu);
-  const [coreF] = passSeconds(gemms.slice(4), gpu);
-  const [mF, mB, mCore] = layerMemoryBytes(b, s, h, a, t, sp);
-  let g = fwd + bwd, mem = mF + mB;
-  if (recompute === "full") { g += fwd; mem += mF; }
+  const [denseF, denseB] = passSeconds(gemms.slice(0, 4), gpu);
+  const [coreF, coreB] = attention === "flash" ? flashAttentionSeconds(b, s, h, a, gpu, t) : passSeconds(gemms.slice(4), gpu);
+  const sb = gpu.attention_score_bytes ?? SCORE_BYTES_FWD + SCORE_BYTES_BWD;
+  const [mF, mB, mCore] = layerMemoryBytes(b, s, h, a, t, sp, gradAccumBytes, attention, sb);
+  const overhead = gpu.layer_overhead_s || 0.0;
+  const fwd = denseF + coreF;
+  let g = fwd + denseB + coreB, mem = mF + mB, extra = overhead;
+  if (recompute === "full") { g += fwd; mem += mF; extra += overhead / 3; }
   else if (recompute === "selective") { g += coreF; mem += mCore; }
   else if (recompute !== "none") throw new Error(`recompute ('${recompute}') must be one of none, selective, full`);
-  return {gemm_s: g, memory_s: mem / gpu.hbm_bandwidth, total_s: g + mem / gpu.hbm_bandwidth};
+  const memoryS = mem / gpu.hbm_bandwidth + extra;
+  return {gemm_s: g, memory_s: memoryS, total_s: g + memoryS};
 }
 
-// Python: attention_core_and_mlp_seconds(b, s, h, a, gpu, t) -> {core_f, core_b, mlp_f, mlp_b}
-export function attentionCoreAndMlpSeconds(b, s, h, a, gpu, t = 1) {
+// Python: attention_core_and_mlp_seconds(b, s, h, a, gpu, t, attention) -> {core_f, core_b, mlp_f, mlp_b}
+export function attentionCoreAndMlpSeconds(b, s, h, a, gpu, t = 1, attention = "unfused") {
   const gemms = layerGemms(b, s, h, a, t);
-  const [coreF, coreB] = passSeconds(gemms.slice(4), gpu);
+  const [coreF, coreB] = checkAttention(attention) === "flash" ? flashAttentionSeconds(b, s, h, a, gpu, t) : passSeconds(gemms.slice(4), gpu);
   const [mlpF, mlpB] = passSeconds(gemms.slice(2, 4), gpu);
   return {core_f: coreF, core_b: coreB, mlp_f: mlpF, mlp_b: mlpB};
 }
 
 // Python: logits_seconds(b, s, h, V, gpu, t)
 export function logitsSeconds(b, s, h, V, gpu, t = 1) {
-  const g = (M, N, K) => gemmSeconds(M, N, K, gpu.peak, gpu.gemm_efficiency, gpu.hbm_bandwidth, gpu.sms);
   const Vt = Math.max(1, Math.floor(V / t));
-  return g(b * s, Vt, h) + g(b * s, h, Vt) + g(h, Vt, b * s) + (16 * b * s * Vt) / gpu.hbm_bandwidth;
+  return gemmOf(gpu, b * s, Vt, h) + gemmOf(gpu, b * s, h, Vt) + gemmOf(gpu, h, Vt, b * s) + (16 * b * s * Vt) / gpu.hbm_bandwidth;
 }
 
 // Python: optimizer_seconds(params, gpu, bytes_per_param)
 export function optimizerSeconds(params, gpu, bytesPerParam = 30) {
   if (params < 0) throw new Error(`params (${params}) must be >= 0`);
-  return (bytesPerParam * params) / gpu.hbm_bandwidth;
+  return (bytesPerParam * params) / (gpu.optimizer_bandwidth || gpu.hbm_bandwidth);
 }
 
 // --- minipar.cost.three_d ------------------------------------------------------------------
@@ -235,11 +322,12 @@ export function tpCollectives(t, sp, recompute) {
 
 // Python: Options(...) with its defaults and rules
 export function planOptions(opt = {}) {
-  const known = ["grad_reduce_bytes", "dp_overlap", "headroom", "zero3_overlap", "zero3_collectives"];
+  const known = ["grad_reduce_bytes", "dp_overlap", "headroom", "zero3_overlap", "zero3_collectives", "attention"];
   const unknown = Object.keys(opt).filter((k) => !known.includes(k)).sort();
   if (unknown.length) throw new Error(`option ('${unknown[0]}') must be one of ${known.join(", ")}`);
-  const o = {grad_reduce_bytes: GRAD_REDUCE_BYTES, dp_overlap: true, headroom: HEADROOM, zero3_overlap: true, zero3_collectives: "flat-ring", ...opt};
+  const o = {grad_reduce_bytes: GRAD_REDUCE_BYTES, dp_overlap: true, headroom: HEADROOM, zero3_overlap: true, zero3_collectives: "flat-ring", attention: null, ...opt};
   if (!ZERO3_COLLECTIVES.includes(o.zero3_collectives)) throw new Error(`zero3_collectives ('${o.zero3_collectives}') must be one of ${ZERO3_COLLECTIVES.join(", ")}`);
+  if (!(o.attention === null || ATTENTION.includes(o.attention))) throw new Error(`attention ('${o.attention}') must be one of unfused, flash`);
   if (!(o.grad_reduce_bytes > 0) || !(o.headroom >= 0 && o.headroom < 1)) {
     throw new Error(`grad_reduce_bytes (${o.grad_reduce_bytes}) must be > 0 and headroom (${o.headroom}) in [0, 1)`);
   }
@@ -252,11 +340,11 @@ const laySchedule = (lay) => (lay.chunks > 1 ? "interleaved" : "1f1b");         
 // Python: stage_params(m_, lay)
 export function stageParams(model, lay) {
   const m = planShape(model);
-  const h = m.hidden, lp = Math.floor(m.layers / lay.pp);
+  const lp = Math.floor(m.layers / lay.pp);
   const expLayer = expertParamsPerLayer(m);
-  const denseLayer = 12 * h * h + 13 * h - 8 * h * h;
+  const denseLayer = denseParamsPerLayer(m);
   const layer = denseLayer + expLayer / lay.ep;
-  const emb = (m.vocab + m.seq) * h;
+  const emb = embeddingParams(m, lay.pp === 1);
   return {dense_layer: denseLayer, expert_layer: expLayer, layer, stage: lp * layer + emb, dense: lp * denseLayer + emb, expert: (lp * expLayer) / lay.ep};
 }
 
@@ -269,28 +357,68 @@ export function termStates(model, lay, opt) {
   return states;
 }
 
-// Python: term_activations(m_, lay): activation bytes of the first stage
-export function termActivations(model, lay) {
+// Python: layers_in_flight(L, lay)
+export function layersInFlight(L, lay) {
+  const p = lay.pp, m = layMicrobatches(lay);
+  if (lay.chunks > 1) return L * (1 + (p - 1) / (p * lay.chunks));
+  return Math.floor(L / p) * Math.min(p, m);
+}
+
+// Python: shape_activation_bytes(m_, lay)
+export function shapeActivationBytes(model, lay) {
+  const m = planShape(model);
+  if (lay.recompute === "full") return 0.0;
+  const h = m.hidden, f = ffnWidth(m);
+  const perToken = 4 * kvWidth(m) - 4 * h + 2 * m.mlp_matrices * f * m.top_k - 16 * h;
+  return (m.seq * lay.micro_batch * perToken) / lay.tp;
+}
+
+// Python: memory_time.activation_bytes_per_layer(..., attention): flash keeps a logsumexp
+// (4·a·s·b/t bytes) instead of the 5as²b/t scores
+function activationsWithAttention(s, b, h, a, t, sp, recompute, attention) {
+  if (recompute === "none" && checkAttention(attention) === "flash") {
+    const sbh = s * b * h, lse = (4 * a) / (h * t);
+    return sp ? sbh * (34 / t + lse) : sbh * (10 + 24 / t + lse);
+  }
+  return activationBytesPerLayer(s, b, h, a, t, sp, recompute);
+}
+
+// Python: term_activations(m_, lay, opt): activation bytes of the first stage
+export function termActivations(model, lay, opt) {
   const {seq: s, hidden: h, heads: a, layers: L} = model;
-  const {micro_batch: b, tp: t, pp: p, sp, recompute: rc, cp} = lay;
+  const {micro_batch: b, tp: t, sp, recompute: rc, cp} = lay, att = opt.attention;
   const memRc = cp > 1 && rc === "none" ? "selective" : rc;   // blockwise ring attention: no s² scores
-  let act = pipelineFirstStageActivationBytes(s, b, h, a, L, p, layMicrobatches(lay), t, sp, memRc, laySchedule(lay), lay.chunks);
-  if (rc === "full") act += activationBytesPerLayer(s, b, h, a, t, sp, cp > 1 ? "selective" : "none");
+  const perLayer = activationsWithAttention(s, b, h, a, t, sp, memRc, att);
+  let act = (perLayer + shapeActivationBytes(model, lay)) * layersInFlight(L, lay);
+  if (rc === "full") act += activationsWithAttention(s, b, h, a, t, sp, cp > 1 ? "selective" : "none", att) + shapeActivationBytes(model, {...lay, recompute: "none"});
   return act / cp;
 }
 
-// Python: term_compute(m_, cl, lay) -> {layer, core, microbatch}
-export function termCompute(model, cluster, lay) {
+function gemmPass(gpu, M, N, K) {                    // Python: _gemm_pass
+  return [gemmOf(gpu, M, N, K), gemmOf(gpu, M, K, N) + gemmOf(gpu, K, N, M)];
+}
+
+// Python: term_compute(m_, cl, lay, opt) -> {layer, core, microbatch}
+export function termCompute(model, cluster, lay, opt) {
   const m = planShape(model);
   const b = lay.micro_batch, h = m.hidden, a = m.heads, sl = Math.floor(m.seq / lay.cp), t = lay.tp, rc = lay.recompute;
-  const gpu = cluster.gpu;
-  let lt = layerSeconds(b, sl, h, a, gpu, t, lay.sp, rc).total_s;
-  const parts = attentionCoreAndMlpSeconds(b, sl, h, a, gpu, t);
+  const gpu = cluster.gpu, att = opt.attention;
+  let lt = layerSeconds(b, sl, h, a, gpu, t, lay.sp, rc, att).total_s;
+  const parts = attentionCoreAndMlpSeconds(b, sl, h, a, gpu, t, att);
   const refwd = rc === "none" ? 1 : 2;                 // the core is recomputed
-  const core = refwd * parts.core_f + parts.core_b;    // one (s/cp)² block
+  let core = refwd * parts.core_f + parts.core_b;      // one (s/cp)² block
+  if (att === "unfused") {                             // its scores' bytes
+    const sb = gpu.attention_score_bytes ?? SCORE_BYTES_FWD + SCORE_BYTES_BWD;
+    const fShare = (sb * SCORE_BYTES_FWD) / (SCORE_BYTES_FWD + SCORE_BYTES_BWD);
+    core += ((sb + (rc !== "none" ? fShare : 0.0)) * a * sl * sl * b) / t / gpu.hbm_bandwidth;
+  }
   if (lay.cp > 1) lt += (lay.cp - 1) * core;           // the other cp−1 key blocks
-  const ffn = m.ffn || 4 * h;
-  const scale = (m.top_k * m.mlp_matrices * ffn) / (2 * 4 * h);   // active MLP / GPT's 8h² MLP
+  const nQkv = Math.floor(h / t) + 2 * Math.floor(h / a) * Math.ceil((m.kv_heads || a) / t);   // Python: kv_width_per_rank
+  if (nQkv !== Math.floor((3 * h) / t)) {              // GQA's narrower QKV GEMM
+    const [gf, gb] = gemmPass(gpu, b * sl, nQkv, h), [mf, mb] = gemmPass(gpu, b * sl, Math.floor((3 * h) / t), h);
+    lt += (rc === "full" ? 2 : 1) * (gf - mf) + (gb - mb);
+  }
+  const scale = (m.top_k * m.mlp_matrices * ffnWidth(m)) / (2 * 4 * h);   // active MLP / GPT's 8h²
   if (scale !== 1) lt += (scale - 1) * ((rc === "full" ? 2 : 1) * parts.mlp_f + parts.mlp_b);
   return {layer: lt, core, microbatch: Math.floor(m.layers / lay.pp) * lt + logitsSeconds(b, sl, h, m.vocab, gpu, t)};
 }
@@ -376,7 +504,7 @@ export function termDpExposed(model, cluster, lay, opt, computeMicrobatch, z3) {
 // Python: term_embedding(m_, cl, lay, opt): tied-embedding gradient, first <-> last stage
 export function termEmbedding(model, cluster, lay, opt) {
   const {tp: t, cp, dp: d, pp: p} = lay;
-  if (p === 1) return 0.0;
+  if (p === 1 || !planShape(model).tied) return 0.0;
   const link = t * cp * d * p > cluster.gpus_per_node ? cluster.inter : cluster.intra;
   return ring("all-reduce", 2, (opt.grad_reduce_bytes * model.vocab * model.hidden) / t, link);
 }
@@ -390,7 +518,7 @@ export function termOptimizer(model, cluster, lay) {
 
 // Python: breakdown(m_, cl, lay, opt) -> StepBreakdown (slot terms per micro-batch)
 export function planBreakdown(model, cluster, lay, opt) {
-  const comp = termCompute(model, cluster, lay);
+  const comp = termCompute(model, cluster, lay, opt);
   const [tp, tpLink] = termTp(model, cluster, lay);
   const [pp, ppLink] = termPp(model, cluster, lay);
   const z3 = termZero3Exposed(model, cluster, lay, opt, comp.layer);
@@ -401,7 +529,7 @@ export function planBreakdown(model, cluster, lay, opt) {
     cp: termCp(model, cluster, lay, comp.core), ep: termEp(model, cluster, lay), zero3_exposed: z3.exposed,
     bubble_relative: r, bubble_fraction: f, dp: dp.total, dp_exposed: dp.exposed,
     embedding: termEmbedding(model, cluster, lay, opt), optimizer: termOptimizer(model, cluster, lay),
-    states: termStates(model, lay, opt), activations: termActivations(model, lay),
+    states: termStates(model, lay, opt), activations: termActivations(model, lay, opt),
     memory_limit: cluster.gpu.memory_bytes * (1 - opt.headroom), tp_link: tpLink, pp_link: ppLink, dp_link: dp.link,
   };
 }
@@ -410,7 +538,9 @@ export function planBreakdown(model, cluster, lay, opt) {
 export function planTerms(model, cluster, lay, opt = {}) {
   model = planShape(model);
   planCheck(model, cluster, lay.global_batch, lay.tp, lay.pp, lay.dp, lay.micro_batch, lay.chunks, lay.zero, lay.cp, lay.ep);
-  return planBreakdown(model, cluster, lay, planOptions(opt));
+  const o = planOptions(opt);
+  if (o.attention === null) o.attention = attentionFor(model, cluster.gpu.name);
+  return planBreakdown(model, cluster, lay, o);
 }
 
 // Python: three_d.evaluate(m_, cl, global_batch, tp, pp, dp, micro_batch, chunks, recompute, sp,
@@ -430,8 +560,7 @@ export function planEvaluate(model, cluster, globalBatch, tp, pp, dp, microBatch
   const step = m * slot * (1 + r) + br.dp_exposed + br.embedding + br.optimizer;
   const n = t * cp * p * d;
   const peak = cluster.peak;
-  const ffn = model.ffn || 4 * h;
-  const extra = 2 * L * globalBatch * s * (model.top_k * model.mlp_matrices * ffn * h - 8 * h * h);
+  const extra = 2 * L * globalBatch * s * (model.top_k * model.mlp_matrices * ffnWidth(model) * h - 8 * h * h + 2 * h * (kvWidth(model) - h));
   const modelFlops = flopsPerIteration(globalBatch, s, L, h, V, "none") + 3 * extra;   // active MLP, fwd + bwd
   const hwFlops = flopsPerIteration(globalBatch, s, L, h, V, recompute) + (recompute === "full" ? 4 : 3) * extra;
   const total = br.states + br.activations;

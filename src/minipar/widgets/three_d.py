@@ -35,7 +35,12 @@ def gpu_config(g) -> dict:
     """A :class:`minipar.cost.hardware.GPU` as the explorer's JavaScript takes it."""
     return {"name": g.name, "memory_bytes": g.memory_bytes, "peak": g.peak_flops["bf16"],
             "hbm_bandwidth": g.hbm_bandwidth, "sms": g.sms,
-            "gemm_efficiency": g.gemm_efficiency, "intra": g.intra, "inter": g.inter}
+            "gemm_efficiency": g.gemm_efficiency, "intra": g.intra, "inter": g.inter,
+            "gemm_rule": g.gemm_rule, "gemm_latency_s": g.gemm_latency_s,
+            "bmm_bandwidth": g.bmm_bandwidth, "bmm_latency_s": g.bmm_latency_s,
+            "flash_efficiency": g.flash_efficiency,
+            "attention_score_bytes": g.attention_score_bytes,
+            "layer_overhead_s": g.layer_overhead_s, "optimizer_bandwidth": g.optimizer_bandwidth}
 
 
 def cluster_config(cl) -> dict:
