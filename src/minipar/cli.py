@@ -16,6 +16,7 @@ from minipar.errors import InputError
 _COMMAND_MODULES = [
     "minipar.cost.cli",       # params, flops, memory, activations, bubble, collective, plan
     "minipar.bench.cli",      # bench collectives, bench dp, ...
+    "minipar.bench.gpu",      # calibrate gpu
     "minipar.grading.cli",    # grade
 ]
 # commands whose third-party imports come from an extra (pyproject.toml), not the base install
