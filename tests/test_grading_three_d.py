@@ -6,7 +6,8 @@ from minipar.grading import check
 
 TASKS = {"01_rank_groups": ("three_d.rank_groups", "rank_groups"),
          "02_choose_layout": ("three_d.choose_layout", "choose_layout"),
-         "03_cost_per_token": ("three_d.cost_per_token", "usd_per_million_tokens")}
+         "03_cost_per_token": ("three_d.cost_per_token", "usd_per_million_tokens"),
+         "04_five_d_groups": ("three_d.five_d_groups", "five_d_groups")}
 
 
 def fn(stem, solved=True):
@@ -112,3 +113,55 @@ def test_choose_layout_rejects(layout, reason, capsys):
 ])
 def test_cost_slips(candidate, reason, capsys):
     assert reason in failure("three_d.cost_per_token", candidate, capsys)
+
+
+# --- exercise 4: the five-dimensional grid's cp, dp_cp, ep and edp groups -------------------
+def _five(d, t, p, cp, ep, *, order="tcd", ep_rule="folded", edp_rule="expert", offset=True,
+          base=0):
+    """Groups under a chosen rule for each slip; the defaults give the right answer."""
+    S = t * cp * d
+    st = {"tcd": dict(t=1, c=t, d=t * cp), "tdc": dict(t=1, d=t, c=t * d),
+          "ctd": dict(c=1, t=cp, d=cp * t)}[order]
+    rank = lambda i, j, k, l: base + i * S + j * st["d"] + k * st["c"] + l * st["t"]  # noqa
+    off = lambda i: i * S if offset else 0                                          # noqa
+    if ep_rule == "folded":
+        ep_g = [[off(i) + e * ep + x for x in range(ep)] for i in range(p) for e in range(S // ep)]
+    elif ep_rule == "inside_dp":
+        ep_g = [[rank(i, q * ep + x, k, l) for x in range(ep)] for i in range(p)
+                for q in range(d // ep) for k in range(cp) for l in range(t)]
+    else:                                                  # edp innermost
+        ep_g = [[i * S + e + x * (S // ep) for x in range(ep)] for i in range(p)
+                for e in range(S // ep)]
+    dp_cp = [[rank(i, j, k, l) for j in range(d) for k in range(cp)] for i in range(p)
+             for l in range(t)]
+    edp = dp_cp if edp_rule == "dense" else \
+        [[i * S + e * ep + x for e in range(S // ep)] for i in range(p) for x in range(ep)]
+    return {"cp": [[rank(i, j, k, l) for k in range(cp)] for i in range(p) for j in range(d)
+                   for l in range(t)],
+            "dp_cp": dp_cp, "ep": ep_g, "edp": edp}
+
+
+def test_five_d_groups_the_tests_own_answer_passes():
+    assert check("three_d.five_d_groups", _five)
+
+
+@pytest.mark.parametrize("candidate, reason", [
+    (lambda *s: _five(*s, order="tdc"), "step by t·d = 8: dp and cp are swapped"),
+    (lambda *s: _five(*s, order="ctd"), "cp groups are consecutive ranks: cp and tp are swapped"),
+    (lambda *s: _five(*s, ep_rule="inside_dp"),
+     "your ep groups step by t·cp = 4 through the data-parallel ranks: ep is not folded"),
+    (lambda *s: _five(*s, ep_rule="edp_inner"), "step by S/ep = 8 (ep and edp swapped)"),
+    (lambda *s: _five(*s, base=1), "rank 16 in your cp groups is outside [0, 16) (an off-by-one?)"),
+    (lambda *s: _five(*s, offset=False),
+     "for (d, t, p, cp, ep) = (1, 2, 2, 2, 4): rank 0 is in two ep groups, [0, 1, 2, 3] and "
+     "[0, 1, 2, 3] (the same group twice"),
+    (lambda *s: _five(*s, edp_rule="dense"),
+     "(1, 2, 2, 2, 4): your edp groups are the dense weights' dp_cp groups"),
+    (lambda *s: dict(_five(*s), edp=[[0]]), "rank 1 is in no edp group"),
+    (lambda *s: [[0]], "return a dict with keys 'cp', 'dp_cp', 'ep', 'edp'"),
+    (lambda d, t, p, cp, ep: {k: __import__("minipar.grid", fromlist=["Grid"]).Grid(
+        d, t, p, cp, ep).groups(k) for k in ("cp", "dp_cp", "ep", "edp")},
+     "course's own minipar.grid"),
+])
+def test_five_d_group_slips(candidate, reason, capsys):
+    assert reason in failure("three_d.five_d_groups", candidate, capsys)

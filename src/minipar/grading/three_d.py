@@ -204,3 +204,140 @@ def check_cost_per_token(candidate):
                 raise GradeFailure(f"for {what}: {x:.4g} -- {reason}")
         raise GradeFailure(f"for {what}: {x:.4g}, expected {want:.4g} dollars per million "
                            "tokens")
+
+
+# --- the five-dimensional grid: cp, dp_cp and the folded expert groups ----------------------
+FIVE_D_SHAPES = [(4, 2, 1, 2, 2), (1, 2, 2, 2, 4), (3, 1, 1, 2, 2), (2, 3, 2, 1, 3),
+                 (1, 1, 3, 3, 1), (1, 1, 1, 1, 1)]          # (d, t, p, cp, ep)
+FIVE_D_KINDS = ("cp", "dp_cp", "ep", "edp")
+FIVE_D_FORBIDDEN = ("minipar.grid", "minipar.three_d", "minipar.cost.three_d")
+
+
+def _five_d_slips(d, t, p, cp, ep) -> dict:
+    """{kind: [(reason, groups), ...]}: the groups the usual wrong rules give, normalised."""
+    S = t * cp * d
+
+    def stage(fn):                     # fn(i_p) -> groups of one stage; all stages
+        return _normal([g for i in range(p) for g in fn(i)])
+
+    def rank(i, j, k, l, order="tcd"):  # (i_p, i_d, i_c, i_t) under an order, innermost first
+        stride = {"t": 1}
+        if order == "tcd":
+            stride.update(c=t, d=t * cp)
+        elif order == "tdc":
+            stride.update(d=t, c=t * d)
+        else:                            # "ctd": cp innermost
+            stride.update(c=1, t=cp, d=cp * t)
+        return i * S + j * stride["d"] + k * stride["c"] + l * stride["t"]
+
+    def cp_groups(order):
+        return stage(lambda i: [[rank(i, j, k, l, order) for k in range(cp)]
+                                for j in range(d) for l in range(t)])
+
+    def dp_cp_groups(order):
+        return stage(lambda i: [[rank(i, j, k, l, order) for j in range(d) for k in range(cp)]
+                                for l in range(t)])
+    slips = {
+        "cp": [(f"your cp groups step by t·d = {t * d}: dp and cp are swapped; in Megatron's "
+                f"order tp → cp → dp → pp the cp neighbours are t = {t} ranks apart",
+                cp_groups("tdc")),
+               ("your cp groups are consecutive ranks: cp and tp are swapped; tp is innermost, "
+                f"so the cp neighbours are t = {t} ranks apart", cp_groups("ctd"))],
+        "dp_cp": [("your dp_cp groups put cp innermost (cp and tp swapped); dp_cp holds the "
+                   "ranks of a stage with the same tp index", dp_cp_groups("ctd"))],
+        "ep": [(f"your ep groups step by S/ep = {S // ep} (ep and edp swapped): on the folded "
+                "expert grid ep is innermost, ep consecutive ranks of a stage",
+                stage(lambda i: [[i * S + e + x * (S // ep) for x in range(ep)]
+                                 for e in range(S // ep)]))],
+        "edp": [("your edp groups are the dense weights' dp_cp groups: an expert is held by the "
+                 f"S/ep = {S // ep} ranks of its stage with the same ep index, not by the d·cp "
+                 "ranks with the same tp index", dp_cp_groups("tcd")),
+                (f"your edp groups step by 1 (ep and edp swapped): ranks holding the same "
+                 f"experts are ep = {ep} apart",
+                 stage(lambda i: [[i * S + x * (S // ep) + e for e in range(S // ep)]
+                                  for x in range(ep)]))],
+    }
+    if d % ep == 0:                  # expert parallelism carved out of dp, not folded
+        slips["ep"].insert(0, (
+            f"your ep groups step by t·cp = {t * cp} through the data-parallel ranks: ep is not "
+            f"folded; folded, an ep group is ep consecutive ranks of a stage (ep divides the "
+            f"stage's t·cp·d = {S} ranks, not d)",
+            stage(lambda i: [[rank(i, q * ep + x, k, l) for x in range(ep)]
+                             for q in range(d // ep) for k in range(cp) for l in range(t)])))
+    return slips
+
+
+def five_d_reference(d, t, p, cp, ep) -> dict:
+    """The four kinds of groups of :class:`minipar.grid.Grid` (normalised)."""
+    from minipar.grid import Grid
+    g = Grid(d, t, p, cp, ep)
+    return {k: _normal(g.groups(k)) for k in FIVE_D_KINDS}
+
+
+def _partition_fault(kind, groups, d, t, p, cp, ep) -> str | None:
+    """A rank out of range, in two groups or in none, or None."""
+    N = d * t * p * cp
+    where = {}
+    for g in groups:
+        for r in g:
+            if not 0 <= r < N:
+                return f"rank {r} in your {kind} groups is outside [0, {N}) (an off-by-one?)"
+            if r in where:
+                same = " (the same group twice: each stage's groups start at i_p·t·cp·d)" \
+                    if where[r] == g else ""
+                return f"rank {r} is in two {kind} groups, {where[r]} and {g}{same}"
+            where[r] = g
+    missing = [r for r in range(N) if r not in where]
+    if missing:
+        return f"rank {missing[0]} is in no {kind} group"
+    return None
+
+
+def _shape_fault(kind, groups, d, t, p, cp, ep) -> str | None:
+    """A group that leaves its pipeline stage or has the wrong size, or None."""
+    S = d * t * cp
+    size = {"cp": cp, "dp_cp": d * cp, "ep": ep, "edp": S // ep}[kind]
+    rule = {"cp": "cp", "dp_cp": "d·cp", "ep": "ep", "edp": "t·cp·d/ep"}[kind]
+    for g in groups:
+        if len({r // S for r in g}) > 1:
+            return (f"your {kind} group {g} spans pipeline stages (each stage has its own "
+                    f"{S} ranks and layers)")
+    bad = next((g for g in groups if len(g) != size), None)
+    if bad is not None:
+        return f"{kind} groups must have {rule} = {size} ranks; yours has {bad}"
+    return None
+
+
+@task("three_d.five_d_groups", "cp, dp_cp and the folded ep and edp groups equal minipar.grid's "
+      "(tp → cp → dp → pp; ep × edp over a stage's t·cp·d ranks) for six shapes, some not "
+      "powers of two, some with ep not dividing d")
+def check_five_d_groups(candidate):
+    if not callable(candidate):
+        raise GradeFailure("pass your function itself, not its result")
+    forbid_course_code(candidate, modules=FIVE_D_FORBIDDEN, what="write the groups")
+    for shape in FIVE_D_SHAPES:
+        d, t, p, cp, ep = shape
+        at = f"for (d, t, p, cp, ep) = {shape}: "
+        with course_calls(FIVE_D_FORBIDDEN) as used:
+            got = candidate(d, t, p, cp, ep)
+        reject_course_calls(used, what="write the groups")
+        if not isinstance(got, dict) or not set(FIVE_D_KINDS) <= set(got):
+            raise GradeFailure(at + "return a dict with keys 'cp', 'dp_cp', 'ep', 'edp', got "
+                               + type(got).__name__)
+        want = five_d_reference(*shape)
+        slips = _five_d_slips(*shape)
+        for kind in FIVE_D_KINDS:
+            try:
+                mine = _normal(got[kind])
+            except (TypeError, ValueError):
+                raise GradeFailure(at + f"{kind} must be a list of lists of ranks") from None
+            fault = _partition_fault(kind, mine, *shape)
+            if fault:
+                raise GradeFailure(at + fault)
+            if mine == want[kind]:
+                continue
+            for reason, groups in slips[kind]:
+                if mine == groups:
+                    raise GradeFailure(at + reason)
+            raise GradeFailure(at + (_shape_fault(kind, mine, *shape)
+                                     or _group_diff(kind, mine, want[kind])))

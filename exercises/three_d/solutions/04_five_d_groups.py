@@ -1,0 +1,44 @@
+# %% [markdown]
+# # Exercise 4: the context- and expert-parallel groups of the five-dimensional grid
+#
+# N = t·cp·d·p ranks in Megatron's order, innermost first: tp → cp → dp → pp, so
+# rank = i_p·(d·cp·t) + i_d·(cp·t) + i_c·t + i_t. The experts are *folded*: the S = t·cp·d ranks
+# of one pipeline stage are cut again into ep × edp, ep innermost, so expert rank
+# = i_p·S + i_edp·ep + i_ep, and ep need only divide S, not d.
+#
+# Write `five_d_groups(d, t, p, cp, ep)` returning a dict with four lists of groups, each group a
+# list of global ranks in increasing order:
+#
+# * `"cp"`: the ranks that share (i_p, i_d, i_t): one sequence's shards;
+# * `"dp_cp"`: the ranks that share (i_p, i_t): where a dense weight's gradient is summed;
+# * `"ep"`: the ep ranks that split one MoE layer's experts;
+# * `"edp"`: the ranks of a stage that hold the same experts (the same i_ep): where an expert's
+#   gradient is summed.
+#
+# The check tries several shapes, some not powers of two and some where ep does not divide d,
+# and names the slip when your groups follow a known wrong rule.
+# %%
+from minipar.grading import check
+
+
+# %%
+def five_d_groups(d, t, p, cp, ep):
+    """{"cp": [[ranks], ...], "dp_cp": [...], "ep": [...], "edp": [...]}."""
+    # BEGIN SOLUTION
+    S = t * cp * d                                        # ranks of one pipeline stage
+
+    def rank(i_p, i_d, i_c, i_t):
+        return i_p * S + i_d * cp * t + i_c * t + i_t
+    return {
+        "cp": [[rank(i, j, k, l) for k in range(cp)]
+               for i in range(p) for j in range(d) for l in range(t)],
+        "dp_cp": [sorted(rank(i, j, k, l) for j in range(d) for k in range(cp))
+                  for i in range(p) for l in range(t)],
+        "ep": [[i * S + e * ep + x for x in range(ep)] for i in range(p) for e in range(S // ep)],
+        "edp": [[i * S + e * ep + x for e in range(S // ep)] for i in range(p) for x in range(ep)],
+    }
+    # END SOLUTION
+
+
+# %% [check]
+check("three_d.five_d_groups", five_d_groups)
