@@ -330,3 +330,20 @@ def measured_traffic(results: list[dict], grid: Grid) -> list[dict]:
                         for x in grid.group_of("ep", r))
         out.append(row)
     return out
+
+
+def summary(grid: Grid, results: list[dict]) -> dict:
+    """What the notebook prints and glues: the worst parity of the correct run and of each
+    negative control, and every (rank, group) traffic figure measured against the model."""
+    rows = []
+    for r, (res, got) in enumerate(zip(results, measured_traffic(results, grid))):
+        ok = res["correct"]
+        want = expected_traffic(grid, ok["coord"][0], ok["reduced"])
+        rows += [(r, k, got[k], want[k]) for k in want]
+    bugs = [b for b in results[0] if b != "correct"]
+    return {"params": max(x["correct"]["params"] for x in results),
+            "grads": max(x["correct"]["grads"] for x in results),
+            "bugs": {b: max(x[b]["params"] for x in results) for b in bugs},
+            "traffic": rows,
+            "traffic_equal": sum(abs(g - w) <= 1e-12 * max(w, 1) for _, _, g, w in rows),
+            "traffic_moving": sum(w > 0 for *_, w in rows)}
