@@ -32,7 +32,8 @@ def test_layouts_exactly_as_specified():
     with pytest.raises(ValueError, match=r"sequence length \(10\) must be divisible by 2·cp \(4\)"):
         positions(10, 2, 0, "zigzag")
     with pytest.raises(ValueError, match="layout must be one of"):
-        chunk_ids(0, 2, "striped")
+        chunk_ids(0, 2, "diagonal")
+    assert positions(12, 3, 1, "striped").tolist() == [1, 4, 7, 10]     # Brandon et al. 2023
 
 
 def test_merge_two_blocks_equals_softmax_over_both_at_huge_logits():
@@ -51,20 +52,25 @@ def test_merge_two_blocks_equals_softmax_over_both_at_huge_logits():
 
 def test_cost_model_formulas():
     for cp in (2, 3, 4, 8):
-        assert C.imbalance(cp, "contiguous") == pytest.approx(2 * cp / (cp + 1))
-        assert C.imbalance(cp, "zigzag") == 1.0
+        assert C.imbalance(cp, "contiguous", diagonal="whole") == pytest.approx(2 * cp / (cp + 1))
+        assert C.imbalance(cp, "contiguous") == pytest.approx((2 * cp - 1) / cp)  # causal kernel
+        assert C.imbalance(cp, "zigzag") == 1.0 == C.imbalance(cp, "striped")
         assert C.imbalance(cp, "contiguous", causal=False) == 1.0
     kv = C.kv_block_bytes(1, 1024, 64, 4, 2)
     assert kv == 2 * 256 * 64 * 2
-    assert C.ring_sent_bytes_per_layer(1, 1024, 64, 4) == {
+    assert C.ring_sent_bytes_per_layer(1, 1024, 64, 4, 2, 2) == {
         "forward": 3 * kv, "backward": 3 * kv + 4 * kv, "total": 10 * kv}
+    assert C.ring_sent_bytes_per_layer(1, 1024, 64, 4)["backward"] == 3 * kv + 4 * 2 * kv  # fp32 dK/dV
     assert C.ring_sent_bytes_per_layer(1, 1024, 64, 1)["total"] == 0
-    assert [n for n, _ in C.ulysses_all_to_alls_per_layer(1, 8, 4, 2)] == ["q", "k", "v", "out"]
+    assert [n for n, _ in C.ulysses_all_to_alls_per_layer(1, 8, 4, 2)] == ["qkv", "out"]
     assert C.activation_bytes_per_rank(1024, 1, 64, 4, 4) * 4 == C.activation_bytes_per_rank(1024, 1, 64, 4)
     # overlap: block compute equals transfer exactly at the threshold
     F, B = 1e12, 1e10
-    n = C.min_tokens_per_rank_for_overlap(F, B)
+    n = C.min_tokens_per_rank_for_overlap(F, B, causal=False)
     assert 4 * n * n * 64 / F == pytest.approx(2 * n * 64 * 2 / B)
+    n2 = C.min_tokens_per_rank_for_overlap(F, B, causal=True, layout="zigzag")
+    assert n2 == 2 * n                                        # half a block pair per step
+    assert C.min_tokens_per_rank_for_overlap(F, B, causal=True, layout="contiguous") == n
     with pytest.raises(ValueError, match=r"sequence length s \(10\) must be divisible by 2·cp \(4\)"):
         C.attention_flops_per_rank(1, 10, 64, 2, "zigzag")
     with pytest.raises(ValueError, match=r"cp \(0\) must be an integer >= 1"):
@@ -128,7 +134,7 @@ def test_traffic_flops_and_memory_equal_the_model(runs, cp):
         for phase in ("forward", "backward"):
             assert t[f"ring/{phase}"]["send"] == (sends[phase], ring[phase])
             assert t[f"ring/{phase}"]["recv"] == (sends[phase], ring[phase])
-            assert t[f"ulysses/{phase}"] == {"all_to_all": (4, sizes)}
+            assert t[f"ulysses/{phase}"] == {"all_to_all": (2, sizes)}   # packed QKV, output
     flops = C.attention_flops_per_rank(1, 48, 4 * 4, cp, "contiguous")
     assert [r["flops"]["contiguous"] for r in runs[cp]] == flops
     zig = C.attention_flops_per_rank(1, 48, 4 * 4, cp, "zigzag")

@@ -40,10 +40,10 @@ def test_bench_cp_json_is_consistent():
         x = r["bytes"][f"ring/{lay}"]
         assert x["traced_per_rank"] == [ring] * cp and x["model"] == ring and x["equal"]
         assert x["traced_messages_per_rank"] == [(cp - 1) + (2 * cp - 1)] * cp
-    S = b * (s // cp) * h * e                               # one all-to-all's input
+    S = b * (s // cp) * h * e                               # q (or the output) per all-to-all
     u = r["bytes"]["ulysses"]
     assert u["traced_per_rank"] == [8 * S] * cp and u["model"] == 8 * S and u["equal"]
-    assert u["traced_messages_per_rank"] == [8] * cp
+    assert u["traced_messages_per_rank"] == [4] * cp             # packed QKV + output, each way
     assert u["model_leaving_rank"] == 8 * S * (cp - 1) / cp
     # predictions follow from the reported fit (none when the noise made the fit meaningless)
     fit, p = r["fit"], r["predicted_comm_seconds"]
@@ -56,8 +56,9 @@ def test_bench_cp_json_is_consistent():
     else:
         assert p["ring/contiguous"] is None and ring_fit["error"]
     if a2a_fit["bandwidth"]:
-        one = (cp - 1) * a2a_fit["alpha"] + (cp - 1) / cp * S / a2a_fit["bandwidth"]
-        assert p["ulysses"] == pytest.approx(8 * one)
+        # four all-to-alls (packed QKV of 3S, output of S; forward and backward): 4 α-terms
+        alpha = (cp - 1) * a2a_fit["alpha"]
+        assert p["ulysses"] == pytest.approx(4 * alpha + 8 * (cp - 1) / cp * S / a2a_fit["bandwidth"])
     else:
         assert p["ulysses"] is None and a2a_fit["error"]
 

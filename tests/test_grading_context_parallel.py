@@ -19,7 +19,8 @@ cloudpickle.register_pickle_by_value(sys.modules[__name__])  # wrong answers go 
 TASKS = {"merge_softmax_blocks": ("01_merge_softmax_blocks", "merge"),
          "zigzag_shard": ("02_zigzag_shard", "zigzag_shard"),
          "ring_step": ("03_ring_step", "ring_step"),
-         "seq_to_heads": ("04_ulysses_all_to_all", "seq_to_heads")}
+         "seq_to_heads": ("04_ulysses_all_to_all", "seq_to_heads"),
+         "allgather_documents": ("05_allgather_documents", "allgather_document_attention")}
 
 
 def _fn(name, solved):
@@ -197,6 +198,80 @@ def ulysses_no_check(x, group=None):
 ])
 def test_ulysses_mistakes_are_named(fn, reason, capsys):
     assert reason in failure("context_parallel.seq_to_heads", fn, capsys)
+
+
+# ------------------------------------------------------------------ 05 all-gather, documents
+def _gather(k, v, group, with_group=True):
+    cp = dist.get_world_size(group)
+    kv = torch.stack([k, v]).contiguous()
+    parts = [torch.empty_like(kv) for _ in range(cp)]
+    dist.all_gather(parts, kv, group=group if with_group else None)
+    return torch.cat(parts, dim=3)                           # (2, b, a_kv, s, d)
+
+
+def _attend(q, kv, documents, q0, *, docs=True, causal=True, strict=False, interleave=True):
+    a, d, n = q.shape[1], q.shape[3], q.shape[2]
+    g = a // kv.shape[2]
+    k, v = ((t.repeat_interleave(g, 1) if interleave else t.repeat(1, g, 1, 1)) for t in kv)
+    s = k.shape[2]
+    doc = torch.repeat_interleave(torch.arange(len(documents)), torch.tensor(documents))
+    qp, kp = torch.arange(q0, q0 + n), torch.arange(s)
+    keep = torch.ones(n, s, dtype=torch.bool)
+    if causal:
+        keep &= (kp[None] < qp[:, None]) if strict else (kp[None] <= qp[:, None])
+    if docs:
+        keep &= doc[kp][None] == doc[qp][:, None]
+    z = q @ k.transpose(-2, -1) / math.sqrt(d)
+    return torch.softmax(z.masked_fill(~keep, float("-inf")), -1) @ v
+
+
+def docs_causal_only(q, k, v, documents, group=None):          # packs documents, masks none
+    r = dist.get_rank(group)
+    return _attend(q, _gather(k, v, group), documents, r * q.shape[2], docs=False)
+
+
+def docs_no_causal(q, k, v, documents, group=None):            # document mask only
+    r = dist.get_rank(group)
+    return _attend(q, _gather(k, v, group), documents, r * q.shape[2], causal=False)
+
+
+def docs_local_positions(q, k, v, documents, group=None):      # queries at 0 … n−1 on every rank
+    return _attend(q, _gather(k, v, group), documents, 0)
+
+
+def docs_heads_repeated(q, k, v, documents, group=None):       # head i reads K/V head i % a_kv
+    r = dist.get_rank(group)
+    return _attend(q, _gather(k, v, group), documents, r * q.shape[2], interleave=False)
+
+
+def docs_strict_causal(q, k, v, documents, group=None):        # j < i: a query misses itself
+    r = dist.get_rank(group)
+    return _attend(q, _gather(k, v, group), documents, r * q.shape[2], strict=True)
+
+
+def docs_global_rank(q, k, v, documents, group=None):          # positions from the world rank
+    return _attend(q, _gather(k, v, group), documents, dist.get_rank() * q.shape[2])
+
+
+def docs_world_gather(q, k, v, documents, group=None):         # gathers over the whole world
+    r = dist.get_rank(group)
+    return _attend(q, _gather(k, v, group, with_group=False), documents, r * q.shape[2])
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("fn, reason", [
+    (docs_causal_only, "attention crosses document boundaries"),
+    (docs_no_causal, "the mask must also be causal"),
+    (docs_local_positions, "the mask uses local query positions"),
+    (docs_heads_repeated, "(repeat_interleave), not i % a_kv (repeat)"),
+    (docs_strict_causal, "a query must see its own key"),
+    (docs_global_rank, "use the group's rank"),
+    (docs_world_gather, "the whole-world case passed"),
+])
+def test_allgather_documents_mistakes_are_named(fn, reason, capsys):
+    out = failure("context_parallel.allgather_documents", fn, capsys)
+    assert reason in out, out
+    assert "group" in out or "rank 0" in out or "rank 1" in out or "rank 2" in out
 
 
 def test_course_code_is_rejected(capsys):

@@ -9,12 +9,14 @@ the slowest rank. "one_process" is full attention on the whole sequence on rank 
 other ranks wait at a barrier). Reported beside the times:
 
 * ``contiguous_to_zigzag``: slowest-rank time of contiguous shards over zigzag's, measured in
-  the same run, next to the model's causal imbalance 2cp/(cp+1)
-  (:func:`minipar.cost.context_parallel.imbalance`; zigzag's is 1). Communication, waits and
+  the same run, next to the model's causal imbalance 2cp/(cp+1) for minipar's blocks, which
+  compute a diagonal pair whole (:func:`minipar.cost.context_parallel.imbalance` with
+  ``diagonal="whole"``; zigzag's is 1). Communication, waits and
   ranks sharing this machine's cores all add to the measured ratio.
 * bytes traced with :mod:`minipar.runtime.tracer` on one forward + backward against the model: ring,
   bytes one rank sends (:func:`~minipar.cost.context_parallel.ring_sent_bytes_per_layer`);
-  Ulysses, the summed input size S of its eight all-to-alls (nccl-tests' convention) and the
+  Ulysses, the summed input size S of its four all-to-alls (packed QKV and the output, forward
+  and backward; nccl-tests' convention) and the
   (cp−1)/cp of it that leaves the rank.
 * the α-β-predicted communication time (forward + backward, not overlapped): α and bandwidth
   fitted in the same launch, from ring shifts (every rank sends to r+1 and receives from r−1, as
@@ -175,7 +177,7 @@ def bench(ranks: int = 4, seq: int = 2048, batch: int = 1, heads: int = 4, head_
     got = [x.get("all_to_all", [0, 0]) for x in traced["ulysses"]]
     bytes_["ulysses"] = {"traced_per_rank": [g[1] for g in got],
                          "traced_messages_per_rank": [g[0] for g in got],
-                         "model": a2a, "model_messages": 8,
+                         "model": a2a, "model_messages": 4,
                          "model_leaving_rank": C.ulysses_sent_bytes_per_layer(
                              batch, seq, h, cp, e)["total"]}
     for v in bytes_.values():
@@ -203,7 +205,7 @@ def bench(ranks: int = 4, seq: int = 2048, batch: int = 1, heads: int = 4, head_
             "step_seconds": t, "per_rank_seconds": per_rank,
             "speedup_vs_one_process": {n: t["one_process"] / t[n] for n in VARIANTS[1:]},
             "contiguous_to_zigzag": t["ring/contiguous"] / t["ring/zigzag"],
-            "model_imbalance_contiguous": C.imbalance(cp, "contiguous"),
+            "model_imbalance_contiguous": C.imbalance(cp, "contiguous", diagonal="whole"),
             "model_attention_flops_per_rank": {
                 lay: C.attention_flops_per_rank(batch, seq, h, cp, lay)
                 for lay in ("contiguous", "zigzag")},

@@ -30,6 +30,10 @@ from .online_softmax import block_attention, block_attention_backward, visible
 from .ring import _dtype, check_qkv
 from .sharding import chunks_per_rank, document_ids, positions
 
+# one tensor in, one out (torch >= 2.11 names; the older names are deprecated aliases)
+_all_gather = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
+_reduce_scatter = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
+
 
 def _gather_kv(kv, group, layout):
     """(2, b, a_kv, s/cp, d) on each rank → (2, b, a_kv, s, d) in global order."""
@@ -38,7 +42,7 @@ def _gather_kv(kv, group, layout):
         return kv
     kv = kv.contiguous()
     parts = kv.new_empty((cp * 2,) + tuple(kv.shape[1:]))       # (cp·2, b, a_kv, s/cp, d)
-    dist.all_gather_into_tensor(parts, kv, group=group)
+    _all_gather(parts, kv, group=group)
     parts = parts.view((cp,) + tuple(kv.shape))                 # (cp, 2, b, a_kv, s/cp, d)
     s = kv.shape[3] * cp
     full = kv.new_empty(kv.shape[:3] + (s, kv.shape[4]))        # (2, b, a_kv, s, d)
@@ -57,7 +61,7 @@ def _scatter_grads(dkv_full, group, layout):
     send = torch.stack([dkv_full.index_select(3, positions(s, cp, j, layout).to(dkv_full.device))
                         for j in range(cp)])                    # (cp, 2, b, a_kv, s/cp, d)
     out = torch.empty_like(send[0])                             # (2, b, a_kv, s/cp, d)
-    dist.reduce_scatter_tensor(out, send.flatten(0, 1), group=group)
+    _reduce_scatter(out, send.flatten(0, 1), group=group)
     return out
 
 

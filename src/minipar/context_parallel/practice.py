@@ -66,8 +66,9 @@ def errors(method, layout, *, a_kv=4, causal=True, documents=None, dtype=torch.f
 
 
 def ulysses_kv_heads(cp: int) -> list[int]:
-    """K/V head counts Ulysses is tested with at cp: one divisible by cp, one replicated."""
-    return {1: [4], 2: [4, 1], 3: [3, 1], 4: [4, 2]}.get(cp, [cp])
+    """K/V head counts Ulysses is tested with at cp: one divisible by cp, one fewer than cp
+    (replicated)."""
+    return {2: [4, 1], 3: [3, 1], 4: [4, 2]}[cp]
 
 
 CASES = [("ring", "contiguous", None), ("ring", "zigzag", None), ("ring", "striped", None),
@@ -84,7 +85,8 @@ def parity_on_rank(rank, cp):
         key = f"{method}/{layout}" + ("/documents" if docs else "")
         out[key] = max(errors(method, layout, documents=docs).values())
     for a_kv in ulysses_kv_heads(cp):
-        out[f"ulysses/kv heads {a_kv}"] = max(errors("ulysses", "contiguous", a_kv=a_kv).values())
+        how = "K/V heads replicated" if a_kv < cp else "K/V heads split"
+        out[f"ulysses/{how}"] = max(errors("ulysses", "contiguous", a_kv=a_kv).values())
     return out
 
 
@@ -151,3 +153,19 @@ def bf16_on_rank(rank, cp, logit=30.0):
         method = kw.pop("method")
         out[name] = errors(method, "zigzag", dtype=bf, **kw)
     return out
+
+
+def _practice_on_rank(rank, cp):
+    out = {"parity": parity_on_rank(rank, cp), "controls": controls_on_rank(rank, cp),
+           "traffic": traffic_on_rank(rank, cp),
+           "traffic bf16": traffic_on_rank(rank, cp, dtype=torch.bfloat16)}
+    if cp == 4:
+        out["bf16"] = bf16_on_rank(rank, cp)
+    return out
+
+
+def practice_runs(cps=(2, 3, 4)) -> dict[int, list[dict]]:
+    """The notebook's runs: one gloo launch per cp, each value the list of per-rank results."""
+    from minipar.runtime.launch import run
+
+    return {cp: run(_practice_on_rank, cp, backend="gloo") for cp in cps}

@@ -1,7 +1,7 @@
 """Checkers for the context-parallel exercises (``exercises/context_parallel``).
 
 Exercise 1 (merging two softmax blocks) runs in this process under the grader's CPU-time limit.
-Exercises 2-4 run the learner's code on gloo ranks (:func:`minipar.grading.limits.run_ranks`) in
+Exercises 2-5 run the learner's code on gloo ranks (:func:`minipar.grading.limits.run_ranks`) in
 float64, in three layouts of the CP group, because a CP group is rarely the whole world (in a
 grid with TP innermost it is strided):
 
@@ -13,7 +13,10 @@ The inputs encode where each element came from (a token's global position, a hea
 wrong answer is diagnosed from what it actually returned: the checker names the positions, heads
 or source rank a rank got and the classic mistake that gives them (a contiguous split, the
 mirrored chunk off by one, chunks in the wrong order, global instead of group ranks, the ring
-turning the wrong way, blocks merged without their log-sum-exp weights, heads interleaved).
+turning the wrong way, blocks merged without their log-sum-exp weights, heads interleaved). Exercise
+5 (all-gather attention over packed documents) names a wrong output by the semantics it matches:
+no document mask, no causal mask, a strict causal mask, local or global-rank positions, K/V heads
+repeated instead of interleaved, scores not scaled.
 Answers that use the course's own ``minipar.context_parallel`` are rejected
 (:mod:`minipar.grading.imports`).
 """
@@ -421,3 +424,110 @@ def check_seq_to_heads(fn, **_):
             if c["error"] != want_msg:
                 raise GradeFailure(f"{where}: 5 heads on cp = {cp} ranks raised "
                                    f"\"{c['error'][:120]}\", expected ValueError(\"{want_msg}\")")
+
+
+# ----------------------------------------------------------------------------- 05 all-gather, documents
+GB, GA, GKV, GN, GD = 1, 4, 2, 4, 4        # per rank: q (b, a, n, d), k and v (b, a_kv, n, d)
+DOCS = {1: [1, 3], 2: [3, 2, 3], 3: [5, 4, 3]}   # document lengths per cp: boundaries cross shards
+
+
+def _doc_qkv(cp):
+    q = _randn(GB, GA, GN * cp, GD, seed=60) * 1.5
+    k = _randn(GB, GKV, GN * cp, GD, seed=61) * 1.5
+    v = _randn(GB, GKV, GN * cp, GD, seed=62)
+    return q, k, v
+
+
+def _doc_attention(cp, r, *, docs=True, causal=True, strict=False, q_rank=None,
+                   heads="interleave", scale=True):
+    """Rank r's output under a stated semantics (the right one with the defaults): the checker
+    names a wrong answer by the semantics it matches."""
+    import torch
+    q, k, v = _doc_qkv(cp)
+    s = GN * cp
+    q_rank = r if q_rank is None else q_rank
+    q = q[:, :, r * GN:(r + 1) * GN]
+    rep = (lambda t: t.repeat_interleave(GA // GKV, 1)) if heads == "interleave" else \
+        (lambda t: t.repeat(1, GA // GKV, 1, 1))
+    k, v = rep(k), rep(v)
+    doc = torch.repeat_interleave(torch.arange(len(DOCS[cp])), torch.tensor(DOCS[cp]))
+    qp, kp = torch.arange(q_rank * GN, (q_rank + 1) * GN), torch.arange(s)
+    keep = torch.ones(GN, s, dtype=torch.bool)
+    if causal:
+        keep &= (kp[None] < qp[:, None]) if strict else (kp[None] <= qp[:, None])
+    if docs:
+        keep &= doc[kp][None] == doc[qp][:, None]
+    z = q @ k.transpose(-2, -1) / (math.sqrt(GD) if scale else 1.0)
+    return torch.softmax(z.masked_fill(~keep, float("-inf")), -1) @ v
+
+
+def _doc_body(gr, cp, group, fn):
+    import torch
+    q, k, v = _doc_qkv(cp)
+    sl = slice(gr * GN, (gr + 1) * GN)
+    try:
+        y = fn(q[:, :, sl].clone(), k[:, :, sl].clone(), v[:, :, sl].clone(), list(DOCS[cp]),
+               group)
+    except Exception as e:  # noqa: BLE001   (named in the verdict, with the case)
+        return {"error": f"{type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''}"}
+    return {"y": y.detach().clone() if isinstance(y, torch.Tensor) else y}
+
+
+def _doc_mistake(y, cp, r, world_rank) -> str:
+    """The one-line reason of a wrong output, from the semantics it matches."""
+    import torch
+    if not torch.isfinite(y).all():
+        if _same(torch.nan_to_num(y, nan=0.0),
+                 torch.nan_to_num(_doc_attention(cp, r, strict=True), nan=0.0)):
+            return ("NaN where a query sees no key: a query must see its own key (j ≤ i, not "
+                    "j < i); the first token of a document sees only itself")
+        return "the output contains NaN or inf"
+    named = [(dict(docs=False), "attention crosses document boundaries: keys of other "
+              "documents must be masked, not only future keys"),
+             (dict(causal=False), "queries see later keys of their document: the mask must "
+              "also be causal (key position ≤ query position)"),
+             (dict(q_rank=0), "the mask uses local query positions 0…n−1: rank r's queries sit "
+              "at global positions r·n … r·n+n−1"),
+             (dict(heads="repeat"), "query head i must read K/V head i // (a/a_kv) "
+              "(repeat_interleave), not i % a_kv (repeat)"),
+             (dict(scale=False), "the scores are not divided by √d")]
+    if world_rank != r:
+        named.append((dict(q_rank=world_rank), f"the mask places the queries at global rank "
+                      f"{world_rank}'s positions: use the group's rank, dist.get_rank(group)"))
+    for kw, why in named:
+        try:
+            if _same(y, _doc_attention(cp, r, **kw)):
+                return why
+        except (IndexError, RuntimeError):
+            continue
+    return ""
+
+
+@task("context_parallel.allgather_documents",
+      "all-gather K/V, then causal attention within each packed document by global position, "
+      "with grouped-query attention (cp = 1, 2, 3; the whole world, subgroups, both CP groups "
+      "of a 2 × 2 grid)")
+def check_allgather_documents(fn, **_):
+    forbid_course_code(fn, CHAPTER, what="write the all-gather attention")
+    passed_whole = False
+    for c in _launch(_doc_body, fn):
+        reject_course_calls(c["used"], "write the all-gather attention")
+        where, cp, r = c["where"], c["cp"], c["gr"]
+        if "error" in c:
+            hint = ""
+            if not c["whole"] and passed_whole:
+                hint = (" -- the whole-world case passed: use the group's rank and size "
+                        "(dist.get_rank(group), dist.get_world_size(group)) and pass group= "
+                        "to the all-gather")
+            raise GradeFailure(f"{where} (cp = {cp}): {c['error']}{hint}")
+        y = _tensor(c["y"], f"{where}: the output")
+        want = _doc_attention(cp, r)
+        if tuple(y.shape) != tuple(want.shape):
+            raise GradeFailure(f"{where} (cp = {cp}): shape {tuple(y.shape)}, expected "
+                               f"{tuple(want.shape)} = (b, a, n, d)")
+        if _same(y, want):
+            passed_whole = passed_whole or c["whole"]
+            continue
+        why = _doc_mistake(y, cp, r, c["rank"])
+        raise GradeFailure(f"{where} (cp = {cp}, documents {DOCS[cp]}): "
+                           + (why if why else f"the output differs ({_err(y, want)})"))

@@ -1,0 +1,52 @@
+# %% [markdown]
+# # Exercise 5: all-gather attention over packed documents
+#
+# The Llama 3 report trains its long-context stage with *all-gather* context parallelism: each
+# rank all-gathers K and V of the whole sequence, then computes attention of its own queries over
+# every key. Its stated reason is the document mask: training sequences are packed from several
+# documents, each causal on its own, and with the whole K/V present the mask is one boolean
+# matrix, whatever the document boundaries.
+#
+# Rank $r$ of the group holds the contiguous shard of $n$ tokens at global positions
+# $r\,n, \dots, r\,n + n - 1$ (sequence length $s = n\,c_p$): q of shape (b, a, n, d), k and v of
+# shape (b, a_kv, n, d) with grouped-query attention (query head $i$ reads K/V head
+# $i // (a/a_{kv})$). `documents` lists the lengths of the documents packed into the sequence, in
+# order (they sum to $s$). A query at global position $i$ sees the key at position $j$ when
+# $j \le i$ and both lie in the same document.
+#
+# Write `allgather_document_attention(q, k, v, documents, group)`: all-gather K and V over the
+# group (`dist.all_gather`; the parts come back in group-rank order), build the mask from global
+# positions, and return this rank's output (b, a, n, d) = softmax(q kᵀ/√d + mask) v. The checker
+# runs it on gloo ranks in float64 with the whole world and with subgroups, with documents that
+# cross shard boundaries, and compares each rank's output with single-process attention.
+
+# %%
+import math
+
+import torch
+import torch.distributed as dist
+
+from minipar.grading import check
+
+
+# %%
+def allgather_document_attention(q, k, v, documents, group=None):
+    # BEGIN SOLUTION
+    cp, r = dist.get_world_size(group), dist.get_rank(group)
+    b, a, n, d = q.shape
+    kv = torch.stack([k, v]).contiguous()                     # (2, b, a_kv, n, d): one message
+    parts = [torch.empty_like(kv) for _ in range(cp)]
+    dist.all_gather(parts, kv, group=group)
+    k_all, v_all = torch.cat(parts, dim=3)                    # (b, a_kv, s, d) each
+    g = a // k_all.shape[1]                                   # query heads per K/V head
+    k_all, v_all = k_all.repeat_interleave(g, 1), v_all.repeat_interleave(g, 1)   # (b, a, s, d)
+    doc = torch.repeat_interleave(torch.arange(len(documents)), torch.tensor(documents))  # (s,)
+    q_pos, k_pos = torch.arange(r * n, (r + 1) * n), torch.arange(n * cp)
+    keep = (k_pos[None, :] <= q_pos[:, None]) & (doc[k_pos][None, :] == doc[q_pos][:, None])
+    z = q @ k_all.transpose(-2, -1) / math.sqrt(d)            # (b, a, n, s)
+    return torch.softmax(z.masked_fill(~keep, float("-inf")), dim=-1) @ v_all
+    # END SOLUTION
+
+
+# %% [check]
+check("context_parallel.allgather_documents", allgather_document_attention)
