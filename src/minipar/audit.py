@@ -22,7 +22,7 @@ from typing import NamedTuple
 
 VERDICTS = ("right", "imprecise", "wrong", "out of scope")
 
-# One short title per article, used everywhere in the book (issue 20, item 17).
+# One short title per article, used everywhere in the book.
 ARTICLES = {
     "A": ("Communication Overhead", "Data vs. Tensor Parallelism: AI Communication Overhead"),
     "B": ("Comparative Analysis",
@@ -251,8 +251,9 @@ CLAIMS: tuple[Claim, ...] = (
           "measured: fp16 hooks halve the bytes; cited: PowerSGD {cite:p}`vogels2019powersgd`; "
           "time falls only where traffic is exposed", DP),
     Claim("C31", "shorter cables reduce latency", "imprecise",
-          "derived: propagation is ~5 ns per metre against µs of software α; topology acts "
-          "through bandwidth and hops", CO),
+          "derived: light in fibre takes ≈ 5 ns per metre, 0.5 µs over a 100 m cluster cable, "
+          "against an α of microseconds in software; topology acts through bandwidth and "
+          "hops", CO),
     Claim("C32", "one 80 GB A100 holds a single copy of a 70B-class model", "imprecise",
           "ambiguous as written; if it means the model fits on one GPU, it does not: 70 B "
           "bf16 weights alone are 140 GB", MT),
@@ -267,8 +268,16 @@ CLAIMS: tuple[Claim, ...] = (
           "derived: expert parallelism adds two all-to-alls per MoE layer per pass, crossing "
           "nodes once experts outnumber the GPUs of a node", "expert_parallel"),
     Claim("C37", "TP's communication overhead is 10–40 %", "imprecise",
-          "derived: depends on $t$, link and $bsh$; a few % at $t = 8$ on NVLink in the "
-          "planner, far more across nodes", TP),
+          "derived: it depends on $t$, the link, $h$ and overlap, so no one range holds. "
+          "GPT-3's layer on H100s in bf16 at $t = 8$, nothing overlapped: "
+          "{glue:text}`../notebooks/tensor_parallel.ipynb::tp_share_nvlink_8:.0f` % of its "
+          "time over NVLink, "
+          "{glue:text}`../notebooks/tensor_parallel.ipynb::tp_share_ib_8:.0f` % across "
+          "InfiniBand. The 3D planner's whole MT-NLG 530B step on A100s ($h = 20480$, a peak "
+          "FLOP/s to NVLink bandwidth ratio half the H100's, sequence parallelism): "
+          "{glue:text}`../notebooks/three_d.ipynb::tp8_share:.1f` % at $t = 8$ in a node, "
+          "{glue:text}`../notebooks/three_d.ipynb::tp16_share:.0f` % at $t = 16$ across two",
+          TP),
     Claim("C38", "TP and DP can be combined", "right",
           "measured: the 3D run on 8 gloo ranks equals one process", TD),
     Claim("C39", "activation tensors are distributed too: layer outputs split across devices",
