@@ -198,12 +198,12 @@ def test_parity_check_catches_a_dp_model_that_ignores_overlap():
      "layers (96) must be divisible by p (5)"),
     ("data_parallel", "dp-step", "dp_config", {"ranks": 12},
      "ranks n (12) must be a multiple of gpus_per_node (8) beyond one node"),
-    ("data_parallel", "zero-memory", None, {"d": 0}, "d (0) must be a positive integer"),
-    ("data_parallel", "zero-memory", None, {"d": 2.5}, "d (2.5) must be a positive integer"),
-    ("memory_time", "memory", "memory_config", {"s": 2.5}, "s (2.5) must be a positive integer"),
-    ("memory_time", "memory", "memory_config", {"b": 0}, "b (0) must be a positive integer"),
+    ("data_parallel", "zero-memory", None, {"d": 0}, "d (0) must be at least 1"),
+    ("data_parallel", "zero-memory", None, {"d": 2.5}, "d (2.5) must be a whole number"),
+    ("memory_time", "memory", "memory_config", {"s": 2.5}, "s (2.5) must be a whole number"),
+    ("memory_time", "memory", "memory_config", {"b": 0}, "b (0) must be at least 1"),
     ("memory_time", "memory", "memory_config", {"preset": "custom", "V": -1},
-     "V (-1) must be a positive integer"),
+     "V (-1) must be at least 1"),
 ])
 def test_explorer_default_views_and_messages(slug, name, config, impossible, message):
     import importlib

@@ -10,6 +10,13 @@
 // draw(values, config) -> HTML/SVG string}. draw throws Error(message) for an impossible
 // setting; the message is shown in the output instead of a figure.
 //
+// Input contract (one for every explorer, twinned in minipar/widgets/inputs.py with the same
+// messages): a number box is not empty, finite, a whole number when its step is whole, at least
+// its min, at most its max or MAX_INPUT; spec.divisible = [[field, by], ...] adds "field must be
+// divisible by by". The field the reader changed is checked first, so the message names it; the
+// chapter's draw() only ever sees values that passed, and an output with NaN or Infinity in it
+// is refused instead of drawn.
+//
 // DOM contract (the browser test relies on it): root element class "minipar-explorer"
 // (data-explorer = name), figure in class "minipar-explorer-output", a message in class
 // "minipar-explorer-message"; every control change redraws and bumps root.dataset.redraws.
@@ -41,17 +48,89 @@ export function defaultValues(name, values) {
   return Object.assign(out, values || {});
 }
 
-// The explorer's output for these values: {html, error}. Never throws.
-export function drawExplorer(name, values, config) {
+// The largest value any number box accepts unless its control sets a smaller max: more GPUs,
+// tokens or hidden units than any machine has (10 million) is a typing slip, not a setting.
+export const MAX_INPUT = 1e7;
+
+// The name a message uses for a control: its label up to " (" ("a (heads)" -> "a").
+export function fieldName(c) {
+  return String(c.label || c.name).split(" (")[0];
+}
+
+// The rule of a number control: {integer, min, max}.
+export function inputRule(c) {
+  const step = c.step === undefined || c.step === "any" ? null : Number(c.step);
+  return {integer: Boolean(c.integer) || (step !== null && Number.isInteger(step)),
+          min: c.min === undefined ? null : c.min,
+          max: c.max === undefined ? MAX_INPUT : Math.min(c.max, MAX_INPUT)};
+}
+
+// Throws Error(message) if `value` breaks the rule; the message names `field` and the value.
+export function checkInput(field, value, rule) {
+  if (value === "" || value === null || value === undefined) throw new Error(`${field} is empty`);
+  if (typeof value !== "number" || !Number.isFinite(value)) {
+    throw new Error(`${field} (${value}) must be a finite number`);
+  }
+  if (rule.integer && !Number.isInteger(value)) throw new Error(`${field} (${value}) must be a whole number`);
+  if (rule.min !== null && value < rule.min) throw new Error(`${field} (${value}) must be at least ${rule.min}`);
+  if (value > rule.max) throw new Error(`${field} (${value}) must be at most ${rule.max}`);
+}
+
+// The rule of a count (t, p, m, b, heads ...) and of a time or price; checkNumbers(rule, pairs)
+// checks [[field, value], ...] in order: a chapter's model function calls it first, as its Python
+// twin calls minipar.widgets.inputs.check_numbers, so both refuse what the boxes refuse.
+export const COUNT = {integer: true, min: 1, max: MAX_INPUT};
+export const NONNEGATIVE = {integer: false, min: 0, max: MAX_INPUT};
+
+export function checkNumbers(rule, pairs) {
+  for (const [field, value] of pairs) checkInput(field, value, rule || COUNT);
+}
+
+// The whole contract for one explorer's values; `changed` (a control name) is checked first.
+export function checkControls(controls, values, changed, divisible) {
+  const numbers = controls.filter((c) => c.type === "number");
+  const order = [...numbers.filter((c) => c.name === changed), ...numbers.filter((c) => c.name !== changed)];
+  for (const c of order) checkInput(fieldName(c), values[c.name], inputRule(c));
+  const byName = Object.fromEntries(controls.map((c) => [c.name, c]));
+  const pairs = [...(divisible || [])].sort((x, y) => (y.includes(changed) ? 1 : 0) - (x.includes(changed) ? 1 : 0));
+  for (const [field, by] of pairs) {
+    if (values[field] % values[by] !== 0) {
+      throw new Error(`${fieldName(byName[field])} (${values[field]}) must be divisible by ${fieldName(byName[by])} (${values[by]})`);
+    }
+  }
+}
+
+// The input contract of a registered explorer, for the parity test (no functions in it).
+export function explorerInputs(name) {
+  const spec = specFor(name);
+  return {controls: spec.controls.map((c) => ({name: c.name, label: c.label || c.name, type: c.type, min: c.min, max: c.max, step: c.step, integer: c.integer})),
+          divisible: spec.divisible || []};
+}
+
+// checkControls for a registered explorer: the message, or null when the values are valid.
+export function inputError(name, values, changed) {
+  const spec = specFor(name);
+  try {
+    checkControls(spec.controls, defaultValues(name, values), changed, spec.divisible);
+    return null;
+  } catch (e) {
+    return e.message;
+  }
+}
+
+const NON_FINITE = /NaN|Infinity/;
+
+// The explorer's output for these values: {html, error}. Never throws. `changed`: the control
+// the reader changed last, whose rule is checked first.
+export function drawExplorer(name, values, config, changed) {
   const spec = specFor(name);
   const v = defaultValues(name, values);
   try {
-    for (const c of spec.controls) {
-      if (c.type === "number" && !Number.isFinite(v[c.name])) {
-        throw new Error(`${c.label || c.name} (${v[c.name]}) must be a number`);
-      }
-    }
-    return {html: spec.draw(v, config || {}), error: null};
+    checkControls(spec.controls, v, changed, spec.divisible);
+    const html = spec.draw(v, config || {});
+    const bad = NON_FINITE.exec(String(html).replace(/<title>[^<]*<\/title>/g, ""));
+    if (bad) throw new Error(`these values overflow the model (${bad[0]} in its output)`);
+    return {html, error: null};
   } catch (e) {
     const msg = e && e.message ? e.message : String(e);
     return {html: `<p class="minipar-explorer-message"><b>Impossible setting:</b> ${escapeHtml(msg)}</p>`, error: msg};
@@ -128,7 +207,7 @@ function makeControl(doc, c, value) {
     if (c.max !== undefined) input.max = String(c.max);
     input.step = c.step === undefined ? "any" : String(c.step);
     input.value = String(value);
-    read = () => (input.value.trim() === "" ? NaN : Number(input.value));
+    read = () => (input.value.trim() === "" ? "" : Number(input.value));
   }
   label.append(input);
   return {label, input, read};
@@ -163,17 +242,17 @@ export function mountExplorer(container, name, values, config, onChange) {
     for (const m of made) v[m.c.name] = m.read();
     return v;
   };
-  const redraw = (user) => {
+  const redraw = (user, changed) => {
     const v = current();
-    const r = drawExplorer(name, v, config);
+    const r = drawExplorer(name, v, config, changed);
     output.innerHTML = r.html;
     root.dataset.error = r.error ? "1" : "0";
     root.dataset.redraws = String(Number(root.dataset.redraws) + 1);
     if (user && onChange) onChange(v);
   };
   for (const m of made) {
-    m.input.addEventListener(m.c.type === "range" ? "input" : "change", () => redraw(true));
-    if (m.c.type === "number") m.input.addEventListener("input", () => redraw(true));
+    m.input.addEventListener(m.c.type === "range" ? "input" : "change", () => redraw(true, m.c.name));
+    if (m.c.type === "number") m.input.addEventListener("input", () => redraw(true, m.c.name));
   }
   root.append(title, controls, output);
   container.replaceChildren(root);

@@ -124,6 +124,8 @@ function checkTimes(tF, tB, tW) {
 }
 
 export function ppModel(name, p, m, v, tF, tB, tW) {
+  checkNumbers(COUNT, [["p", p], ["m", m], ["v", v]]);
+  checkNumbers(NONNEGATIVE, [["t_F", tF], ["t_B", tB], ["t_W", tW]]);
   checkTimes(tF, tB, tW);
   const sim = simulate(schedule(name, p, m, v), m, tF, tB, tW);
   const idle = sim.busy.map((b) => 1 - b / sim.makespan);

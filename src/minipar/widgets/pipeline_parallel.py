@@ -15,10 +15,13 @@ def pp_model(name: str, p: int, m: int, v: int = 1, t_f: float = 1.0, t_b: float
              t_w: float = 1.0) -> dict:
     """Simulated bubble (mean idle fraction), step time and peak micro-batches held per rank
     (also in stage-equivalents, chunks / v) of schedule ``name``. Times are in any one unit;
-    each must be a finite number >= 0 (the CLI's ``nonnegative_float`` rule, same message)
-    and at least one > 0."""
+    each must be a finite number >= 0 and at least one > 0. Inputs are checked first by the
+    explorers' input contract (:mod:`minipar.widgets.inputs`), as the explorer's boxes are."""
     from minipar.pipeline_parallel import schedule, simulate
+    from minipar.widgets.inputs import NONNEGATIVE, check_numbers
 
+    check_numbers(p=p, m=m, v=v)
+    check_numbers(NONNEGATIVE, t_F=t_f, t_B=t_b, t_W=t_w)
     check_times(t_f, t_b, t_w)
 
     sim = simulate(schedule(name, p, m, v), m, t_f, t_b, t_w)

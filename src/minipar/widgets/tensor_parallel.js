@@ -42,6 +42,7 @@ export function tpSentBytesPerLayer(b, s, h, t, bytesPerElem = 2, sp = false) {
 
 // Python: minipar.widgets.tensor_parallel.tp_layer_model
 export function tpLayerModel(h, a, s, b, t, flops, bandwidth, alpha, sp) {
+  checkNumbers(COUNT, [["t", t], ["h", h], ["a", a], ["s", s], ["b", b]]);
   const act = activationBytesPerLayer(s, b, h, a, t, sp);
   return {
     ratio: commComputeRatio(b, s, h, t, flops, bandwidth, alpha),

@@ -17,8 +17,12 @@ def tp_layer_model(h: int = 12288, a: int = 96, s: int = 2048, b: int = 1, t: in
                    sp: bool = False) -> dict:
     """One layer, bf16: forward comm/compute ratio, share of forward + backward time in the
     four all-reduces without overlap, bytes a rank sends per micro-batch, and saved activation
-    bytes per rank with tensor parallelism alone and with sequence parallelism."""
+    bytes per rank with tensor parallelism alone and with sequence parallelism. The counts
+    are checked first by the explorers' input contract (:mod:`minipar.widgets.inputs`)."""
     from minipar.cost.memory_time import activation_bytes_per_layer
+    from minipar.widgets.inputs import check_numbers
+
+    check_numbers(t=t, h=h, a=a, s=s, b=b)
     from minipar.cost.tensor_parallel import (comm_compute_ratio, layer_comm_fraction,
                                               tp_sent_bytes_per_layer)
     act = activation_bytes_per_layer(s, b, h, a, t=t, sp=sp)
