@@ -30,7 +30,7 @@ def model_clock(gpu, *, swap_attention=False):
             return 2 * p.dims[0] / gpu.hbm_bandwidth
         if p.kind == "gemm":
             n, M, N, K = p.dims
-            return C._pass_seconds([(n, M, N, K)], gpu)[0]
+            return C.gpu_gemm_seconds(gpu, M, N, K, n)
         if p.kind == "layer":
             b, s, h, a, t, attention = p.dims
             if swap_attention:

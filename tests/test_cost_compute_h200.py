@@ -25,13 +25,8 @@ H200 = GPUS["H200"]
 def gemm_errors(gpu) -> list[float]:
     """(predicted / measured − 1) of every GEMM row: dense rows through the GPU's GEMM rule,
     batched (attention) rows through its batched-GEMM rule, as layer_seconds prices them."""
-    out = []
-    for g in DATA["gemms"]:
-        gemm = [(g["batch"], g["M"], g["N"], g["K"])]
-        # _pass_seconds prices (M, N, K) as the first of its forward GEMMs
-        pred = C._pass_seconds(gemm, gpu)[0]
-        out.append(pred / g["measured_s"] - 1)
-    return out
+    return [C.gpu_gemm_seconds(gpu, g["M"], g["N"], g["K"], g["batch"]) / g["measured_s"] - 1
+            for g in DATA["gemms"]]
 
 
 def layer_errors(gpu, attention: str) -> dict[str, float]:
@@ -133,8 +128,8 @@ def test_fit_recovers_constants_from_its_own_model():
     truth = replace(H200, gemm_latency_s=5e-6, bmm_bandwidth=3.0e12, bmm_latency_s=12e-6,
                     layer_overhead_s=0.3e-3, flash_efficiency=0.55, attention_score_bytes=40.0,
                     optimizer_bandwidth=3.0e12)
-    synth = dict(DATA, gemms=[dict(g, measured_s=C._pass_seconds(
-        [(g["batch"], g["M"], g["N"], g["K"])], truth)[0]) for g in DATA["gemms"]],
+    synth = dict(DATA, gemms=[dict(g, measured_s=C.gpu_gemm_seconds(
+        truth, g["M"], g["N"], g["K"], g["batch"])) for g in DATA["gemms"]],
         layers=[dict(r, measured_s=C.layer_seconds(
             r["b"], r["s"], r["h"], r["a"], truth, r["t"], grad_accum_bytes=0,
             attention="flash" if r["attention"] == "sdpa" else "unfused").total_s)

@@ -13,14 +13,16 @@ Pure Python. Two rules for a GEMM (M, N, K) of 16-bit operands, chosen per GPU b
   Multiplication Background User's Guide"): the output is cut into ``TILE_M × TILE_N`` tiles
   that run in waves of one tile per SM, ``q = useful tiles / (waves · SMs)``.
 * "additive" is what one H200 measured (``measurements/h200_layer_gemm_times.json``, the 72
-  dense GEMMs of six Megatron layers): the wave rule charged (2048, 4608, 12288) three full
-  waves (+50 %) where cuBLAS ran it at 758 TFLOP/s, because Hopper's kernels pick tile shapes,
-  split K or stream K so that a partial last wave is not idle. What the measurements show
-  instead is a cost that does not overlap: a fixed λ per call (launch, prologue and epilogue;
-  ``GPU.gemm_latency_s``), the math at the measured ceiling P·η, and the compulsory HBM traffic
-  (each operand read once, the output written once), which a GEMM with few K steps per tile
-  cannot hide behind its math (small K: (2048, 6144, 768) ran at 406 TFLOP/s). η and W are
-  measured directly (an 8192³ GEMM, a 2 GiB copy); λ is the only constant fitted on the GEMMs.
+  dense GEMMs of six Megatron layers). The wave rule charged (2048, 4608, 12288) three waves
+  of 132 tiles, +50 % at η = 0.70, where cuBLAS ran it at 758 TFLOP/s: cuBLAS chooses among
+  many tile shapes (and split-K kernels) per shape, so a partial last wave is rarely idle.
+  What the measurements show instead are three costs that do not overlap: a fixed λ per call
+  (launch, filling and draining the tile pipeline; ``GPU.gemm_latency_s``), the math at the
+  measured ceiling P·η, and the compulsory HBM traffic (each operand read once, the output
+  written once), which a GEMM with few K steps per output tile cannot hide behind its math
+  ((2048, 6144, 768) ran at 406 TFLOP/s, (2048, 4608, 12288) at 758). η and W are measured
+  directly (an 8192³ GEMM, a 2 GiB copy); λ is the one constant fitted on the dense GEMMs
+  (:mod:`minipar.cost.kernel_fit`).
 * The batched GEMMs of unfused attention, QKᵀ b·a/t × (s, s, h/a) and attention·V b·a/t ×
   (s, h/a, s), do h/a FLOPs per byte, below the ridge point P·η/W (184 FLOP/byte on the H200),
   so they are memory-bound; measured, they moved their bytes at their own bandwidth
@@ -30,13 +32,18 @@ Pure Python. Two rules for a GEMM (M, N, K) of 16-bit operands, chosen per GPU b
   bias-GeLU, fused bias-dropout-add, the attention scores' softmax and dropout) and the fp32
   accumulation of each weight gradient; their bytes are counted item by item in
   :func:`layer_memory_bytes`. ``GPU.layer_overhead_s`` adds a fixed time per layer forward +
-  backward for the kernels the byte count does not see (launch gaps, layout copies, bias
-  gradients); 0 for the published-run presets.
+  backward: what a whole layer took beyond its kernels' modelled times (the gaps between
+  dozens of small kernels, the layout copies and bias gradients the byte count leaves out),
+  fitted on whole layers; 0 for the published-run presets.
 * Attention is an explicit input (``attention=``): "unfused" materialises the b·a/t·s² scores
   (QKᵀ, softmax, dropout, attention·V as separate kernels, ``GPU.attention_score_bytes`` per
   score over a forward + backward); "flash" (Dao et al. 2022, "FlashAttention"; Dao 2023,
   "FlashAttention-2") keeps the scores on chip: no per-score bytes, and its FLOPs
   (:func:`flash_attention_flops`) at the measured rate ``GPU.flash_efficiency`` · P.
+
+On the H200 calibration file (tests/test_cost_compute_h200.py): 105 of the 108 GEMMs within
+±15 % (85 within ±10 %, median |error| 3.7 %; the 2021 rule at η = 0.70: 62 and 51), the six
+SDPA (flash) layers within −12 … +12 %, the six unfused ones within −9 … +11 %.
 
 With the "waves" rule and unfused attention, the small models of Narayanan et al. 2021 Table 1
 (137 TFLOP/s at 1.7 B, 163 at 1 T) reach a lower fraction of peak because attention's GEMMs with
@@ -118,20 +125,16 @@ def bmm_seconds(M: int, N: int, K: int, *, batch: int, bandwidth: float, latency
     return latency + batch * (M * K + K * N + M * N) * bytes_per_elem / bandwidth
 
 
-def _gemm(gpu, M: int, N: int, K: int, batch: int = 1) -> float:
-    """One dense GEMM under ``gpu``'s rule and constants."""
+def gpu_gemm_seconds(gpu, M: int, N: int, K: int, batch: int = 1) -> float:
+    """One GEMM as :func:`layer_seconds` prices it on ``gpu``: a dense one (batch 1) by the
+    GPU's rule and constants (:func:`gemm_seconds`), a batched one (attention's) by
+    :func:`bmm_seconds` where the GPU has a measured ``bmm_bandwidth``, else by its rule."""
+    if batch > 1 and gpu.bmm_bandwidth is not None:
+        return bmm_seconds(M, N, K, batch=batch, bandwidth=gpu.bmm_bandwidth,
+                           latency=gpu.bmm_latency_s)
     return gemm_seconds(M, N, K, batch=batch, peak=gpu.peak_flops["bf16"],
                         efficiency=gpu.gemm_efficiency, hbm=gpu.hbm_bandwidth, sms=gpu.sms,
                         rule=gpu.gemm_rule, latency=gpu.gemm_latency_s)
-
-
-def _attention_gemm(gpu, M: int, N: int, K: int, batch: int) -> float:
-    """One batched attention GEMM: :func:`bmm_seconds` if the GPU has a measured
-    ``bmm_bandwidth``, else the GPU's GEMM rule."""
-    if gpu.bmm_bandwidth is None:
-        return _gemm(gpu, M, N, K, batch)
-    return bmm_seconds(M, N, K, batch=batch, bandwidth=gpu.bmm_bandwidth,
-                       latency=gpu.bmm_latency_s)
 
 
 def layer_gemms(b: int, s: int, h: int, a: int, t: int = 1) -> list[tuple[int, int, int, int]]:
@@ -146,14 +149,14 @@ def layer_gemms(b: int, s: int, h: int, a: int, t: int = 1) -> list[tuple[int, i
             (1, bs, h, 4 * h // t), (b * at, s, s, dh), (b * at, s, dh, s)]
 
 
-def _pass_seconds(gemms, gpu) -> tuple[float, float]:
-    """(forward, backward) GEMM seconds: backward runs, for every forward GEMM (M, N, K), the
-    input gradient (M, K, N) and the weight gradient (K, N, M) (Narayanan et al. 2021 §3.5:
-    backward = 2 × forward FLOPs). Batched GEMMs (n > 1) are attention's."""
-    def one(n, M, N, K):
-        return _gemm(gpu, M, N, K) if n == 1 else _attention_gemm(gpu, M, N, K, n)
-    fwd = sum(one(n, M, N, K) for n, M, N, K in gemms)
-    bwd = sum(one(n, M, K, N) + one(n, K, N, M) for n, M, N, K in gemms)
+def pass_seconds(gemms, gpu) -> tuple[float, float]:
+    """(forward, backward) seconds of ``gemms`` ((batch, M, N, K) each, as
+    :func:`layer_gemms`): backward runs, for every forward GEMM (M, N, K), the input gradient
+    (M, K, N) and the weight gradient (K, N, M) (Narayanan et al. 2021 §3.5: backward = 2 ×
+    forward FLOPs), each priced by :func:`gpu_gemm_seconds`."""
+    fwd = sum(gpu_gemm_seconds(gpu, M, N, K, n) for n, M, N, K in gemms)
+    bwd = sum(gpu_gemm_seconds(gpu, M, K, N, n) + gpu_gemm_seconds(gpu, K, N, M, n)
+              for n, M, N, K in gemms)
     return fwd, bwd
 
 
@@ -228,11 +231,11 @@ def layer_seconds(b: int, s: int, h: int, a: int, gpu, t: int = 1, *, sp: bool =
     GEMM per forward GEMM against two in the backward)."""
     check_attention(attention)
     gemms = layer_gemms(b, s, h, a, t)
-    dense_f, dense_b = _pass_seconds(gemms[:4], gpu)
+    dense_f, dense_b = pass_seconds(gemms[:4], gpu)
     if attention == "flash":
         core_f, core_b = flash_attention_seconds(b, s, h, a, gpu, t)
     else:
-        core_f, core_b = _pass_seconds(gemms[4:], gpu)
+        core_f, core_b = pass_seconds(gemms[4:], gpu)
     m_f, m_b, m_core = layer_memory_bytes(
         b, s, h, a, t, sp=sp, grad_accum_bytes=grad_accum_bytes, attention=attention,
         score_bytes=gpu.attention_score_bytes)
@@ -254,7 +257,8 @@ def logits_seconds(b: int, s: int, h: int, V: int, gpu, t: int = 1) -> float:
     (b, s, V/t) logits a few times (≈ 16 bytes per logit); no recomputation (Megatron leaves
     the output layer out of the checkpointed layers)."""
     Vt = max(1, V // t)
-    g = _gemm(gpu, b * s, Vt, h) + _gemm(gpu, b * s, h, Vt) + _gemm(gpu, h, Vt, b * s)
+    g = gpu_gemm_seconds(gpu, b * s, Vt, h) + gpu_gemm_seconds(gpu, b * s, h, Vt) + \
+        gpu_gemm_seconds(gpu, h, Vt, b * s)
     return g + 16 * b * s * Vt / gpu.hbm_bandwidth
 
 
@@ -282,6 +286,6 @@ def attention_core_and_mlp_seconds(b: int, s: int, h: int, a: int, gpu, t: int =
     if check_attention(attention) == "flash":
         core_f, core_b = flash_attention_seconds(b, s, h, a, gpu, t)
     else:
-        core_f, core_b = _pass_seconds(gemms[4:], gpu)
-    mlp_f, mlp_b = _pass_seconds(gemms[2:4], gpu)
+        core_f, core_b = pass_seconds(gemms[4:], gpu)
+    mlp_f, mlp_b = pass_seconds(gemms[2:4], gpu)
     return {"core_f": core_f, "core_b": core_b, "mlp_f": mlp_f, "mlp_b": mlp_b}

@@ -97,7 +97,7 @@ def _layer_terms(row: dict, gpu: GPU) -> tuple[float, float]:
     """(fixed seconds, coefficient of the layer's own unknown) for one layer row on ``gpu``."""
     b, s, h, a, t = (row[k] for k in ("b", "s", "h", "a", "t"))
     gemms = C.layer_gemms(b, s, h, a, t)
-    fixed = sum(C._pass_seconds(gemms[:4], gpu))
+    fixed = sum(C.pass_seconds(gemms[:4], gpu))
     f, bw, _ = C.layer_memory_bytes(b, s, h, a, t, grad_accum_bytes=0, attention="flash")
     fixed += (f + bw) / gpu.hbm_bandwidth
     if row["attention"] == "sdpa":
@@ -105,7 +105,7 @@ def _layer_terms(row: dict, gpu: GPU) -> tuple[float, float]:
         return fixed, (ff + fb) / gpu.peak_flops["bf16"]
     if row["attention"] != "unfused":
         raise ValueError(f"layers: attention ({row['attention']!r}) must be sdpa or unfused")
-    fixed += sum(C._pass_seconds(gemms[4:], gpu))
+    fixed += sum(C.pass_seconds(gemms[4:], gpu))
     return fixed, a * s * s * b / t / gpu.hbm_bandwidth
 
 
