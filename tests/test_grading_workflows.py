@@ -91,8 +91,16 @@ def cases(script: Path) -> dict:
                          f"stopped after {CHECK_TIME_LIMIT} CPU-seconds: your code was still "
                          "computing"),
         "endless_loop_in_a_cell": (nb("while True:\n    pass\n" + RIGHT), False,
-                                   f"raised CheckTimeLimit: stopped after {CELL_CPU_LIMIT} "
+                                   f"CheckTimeLimit: stopped after {CELL_CPU_LIMIT} "
                                    "CPU-seconds"),
+        # the answer is defined before the loop, so the check passes: the stopped cell still
+        # fails the task (its reason is the stop, not a PASS resting on a cut cell)
+        "stopped_cell_then_passing_check": (nb(RIGHT + "while True:\n    pass\n"), False,
+                                            "(while True:) was stopped for time"),
+        "kernel_exits_in_a_cell": (nb("import os\nos._exit(0)\n" + RIGHT), False,
+                                   "the kernel died in cell 3 (import os) (exit code 0)"),
+        "kernel_segfaults": (nb("import ctypes\nctypes.string_at(0)\n" + RIGHT), False,
+                             "(signal 11 (SIGSEGV))"),
         "forged_print": (nb(WRONG + f"\nprint({pass_line(TASK)!r})\n"), False,
                          "forgot the embedding"),
     }
@@ -183,7 +191,7 @@ def test_grade_json_cli(tmp_path):
                          capture_output=True, text=True, timeout=600)
     assert out.returncode == 0, out.stderr        # failed tasks are the result, not an error
     result = json.loads(out.stdout)
-    assert set(result) == {"tasks", "passed", "total", "missing"}
+    assert set(result) == {"tasks", "passed", "total", "missing", "empty"}
     assert result["passed"] == 0 and result["missing"] == []
     assert result["total"] == len(expected_tasks(SCRIPT))
     (row,) = [t for t in result["tasks"] if t["task"] == TASK]
@@ -201,8 +209,8 @@ def test_table_keeps_quotes_and_full_reasons(tmp_path, capsys):
 
     reason = "this is stage 2's memory, not <class 'int'>; \"quoted\" and it doesn't stop " * 3
     fake = {"tasks": [dict(notebook="/x/01.ipynb", task="t.x", passed=False, reason=reason)],
-            "passed": 0, "total": 1, "missing": []}
-    real, cli.grade = cli.grade, lambda paths, timeout: fake
+            "passed": 0, "total": 1, "missing": [], "empty": []}
+    real, cli.grade = cli.grade, lambda paths, timeout, progress=None: fake
     try:
         assert _grade(type("A", (), dict(paths=["x"], timeout=1, json=False))()) == 0
     finally:

@@ -1,41 +1,50 @@
-"""``minipar grade [--json] PATH...``: grade exercise notebooks from the learner's code alone.
+"""``minipar grade [--json] [--timeout S] PATH...``: grade exercise notebooks from the learner's code alone.
 
 For every notebook under PATH the grader
 
 1. finds the notebook's solution script (:func:`minipar.grading.notebooks.find_script`) and with
-   it the **expected tasks** (every ``check`` call in the script);
+   it the **expected tasks** (every ``check`` call in the script); a notebook with neither a
+   script nor a check cell is not an exercise ("No tasks found in X"), and is not run;
 2. writes a **graded copy** (:func:`minipar.grading.notebooks.graded_copy`): outputs, execution
    counts and ``NBVAL`` markers stripped, each check cell expecting the PASS lines of its tasks;
-3. runs all copies under ``pytest --nbval-lax`` (one fresh kernel per notebook, cells top to
-   bottom, as "Restart and Run All" would), while :func:`minipar.grading.check` and the copy's
-   set-up cell log each task's outcome, full reason and every cell error to a side file;
-4. scores each expected task: PASS only if its check ran, printed PASS and nbval accepted the
-   cell. A task whose check cell is gone fails ("check cell for X is missing"); a check that did
-   not run gets the first error of the learner's cells (with the learner's line).
+3. runs each copy in a fresh kernel, cells top to bottom, as "Restart and Run All" would
+   (:mod:`minipar.grading.runner`, which watches the kernel: a kernel that dies ends that
+   notebook at once, one that stops making progress is stopped; no wall-clock limit unless
+   ``--timeout``), while :func:`minipar.grading.check` and the copy's set-up cell log each
+   task's outcome, full reason and every cell error to a side file;
+4. scores each expected task: PASS only if its check ran, printed exactly its PASS line and no
+   earlier cell was stopped for time. A task whose check cell is gone fails ("check cell for X
+   is missing"); a check that did not run gets the first error of the learner's cells (with the
+   learner's line), or the cell the kernel died in and how.
 
-Results are keyed by the notebook's full path. The exit status is 0 whatever the score (the
-score is the result) and 2 for bad input (a path that does not exist).
+Progress goes to stderr: one line as each notebook starts and ends, and a heartbeat for a cell
+running past 10 s. Results are keyed by the notebook's full path. Exit status: 0 whatever the
+score (the score is the result), 2 for a bad path or argument, 3 when no path holds a task (not
+an exercise notebook), 128 + N after signal N (SIGINT, SIGTERM, SIGHUP: the kernels and every
+process under them are stopped and every file the call made is removed first).
 """
 from __future__ import annotations
 
+import argparse
 import contextlib
 import json
-import re
-import subprocess
+import math
+import signal
 import sys
 import tempfile
-import xml.etree.ElementTree as ET
+import time
 from pathlib import Path
 
-import nbformat
 
-from minipar.grading.notebooks import (cell_tasks, expected_tasks, find_script, graded_copy,
-                                       scripts, starter_path)
-
-# nbval's per-cell wall-clock timeout, set out of reach: every cell of a graded copy runs under
-# the grader's progress limits (grading_setup: CPU time of the kernel, waiting outside the ranks;
-# the ranks' own watch), which scale with the machine. --timeout SECONDS sets a wall limit.
-NO_CELL_TIMEOUT = 10 ** 6     # s (12 days; zmq polls in int32 milliseconds)
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not math.isfinite(value) or value <= 0:
+        raise argparse.ArgumentTypeError(f"--timeout must be a finite number of seconds > 0, "
+                                         f"got {text!r}")
+    return value
 
 
 def add_parser(sub) -> None:
@@ -44,8 +53,9 @@ def add_parser(sub) -> None:
     p.add_argument("paths", nargs="*", default=["exercises"],
                    help="notebooks or folders (default: exercises)")
     p.add_argument("--json", action="store_true",
-                   help='print one JSON object {"tasks": [...], "passed", "total", "missing"}')
-    p.add_argument("--timeout", type=int, default=NO_CELL_TIMEOUT,
+                   help='print one JSON object {"tasks": [...], "passed", "total", "missing", '
+                        '"empty"}')
+    p.add_argument("--timeout", type=_seconds, default=None,
                    help="wall-clock seconds per cell (default: none; every cell and every check "
                         "stops deadlocks and endless loops by progress, however busy the "
                         "machine)")
@@ -55,6 +65,7 @@ def add_parser(sub) -> None:
 def notebooks(paths) -> tuple[list[Path], list[Path]]:
     """(notebooks to grade, solution scripts found under the folders given)."""
     from minipar.errors import InputError
+    from minipar.grading.notebooks import scripts
 
     found, wanted = [], []
     for p in map(Path, paths):
@@ -64,8 +75,12 @@ def notebooks(paths) -> tuple[list[Path], list[Path]]:
             wanted += scripts(p) + sorted(p.glob("solutions/[0-9][0-9]_*.py"))
         elif p.suffix == ".ipynb" and p.is_file():
             found.append(p)
+        elif not p.exists():
+            raise InputError(f"a path to grade must exist, got {str(p)!r} (no such file or "
+                             "folder)")
         else:
-            raise InputError(f"a path to grade must be a notebook or a folder, got {str(p)!r}")
+            raise InputError(f"a path to grade must be a notebook (.ipynb) or a folder, got "
+                             f"{str(p)!r}")
     return list(dict.fromkeys(found)), list(dict.fromkeys(wanted))
 
 
@@ -73,27 +88,6 @@ def _first_line(source: str) -> str:
     line = next((ln.strip() for ln in source.splitlines()
                  if ln.strip() and not ln.lstrip().startswith("#")), "")
     return line if len(line) <= 60 else line[:57] + "..."
-
-
-def _junit(xml: Path) -> dict[tuple[str, int], str | None]:
-    """(graded copy's stem, code-cell number) -> None if nbval passed it, else its message."""
-    out: dict[tuple[str, int], str | None] = {}
-    if not xml.exists():
-        return out
-    for case in ET.parse(xml).iter("testcase"):
-        m = re.fullmatch(r"Cell (\d+)", case.get("name") or "")
-        where = (case.get("file") or "") + " " + (case.get("classname") or "")
-        stem = re.search(r"(nb\d{4})", where)
-        if not m or not stem:
-            continue
-        bad = case.find("failure")
-        if bad is None:
-            bad = case.find("error")
-        skipped = case.find("skipped") is not None
-        out[(stem.group(1), int(m.group(1)))] = (
-            "skipped" if skipped else None if bad is None
-            else (bad.get("message", "") + "\n" + (bad.text or "")))
-    return out
 
 
 def _read_log(path: Path) -> list[dict]:
@@ -108,8 +102,17 @@ def _read_log(path: Path) -> list[dict]:
     return records
 
 
-def _score_notebook(nb_path, nb, script, copy, origin, records, cells, timeout):
-    """Rows (notebook, task, passed, reason) and missing task ids for one notebook."""
+def _cell_name(learner, i) -> str:
+    if i is None:
+        return "the grader's set-up cell"
+    return f"cell {i + 1} ({_first_line(learner[i].get('source') or '')})"
+
+
+def _score_notebook(nb_path, nb, script, copy, origin, records, run):
+    """Rows (notebook, task, passed, reason) and missing task ids for one notebook; ``run`` is
+    its :class:`minipar.grading.runner.NotebookRun`."""
+    from minipar.grading.notebooks import cell_tasks, expected_tasks
+
     name = str(Path(nb_path).resolve())
     expected = expected_tasks(script) if script else []
     learner = nb.cells
@@ -126,6 +129,24 @@ def _score_notebook(nb_path, nb, script, copy, origin, records, cells, timeout):
             k = source_to_copy.get(r.get("cell"))
             if k is not None and origin[k] is not None:
                 errors.append((origin[k], r["error"]))
+    # cells stopped for time (by the runner, or by the in-kernel CPU limit): the next check
+    # after each fails with that reason, even if it passes (its answer ran under a cut cell)
+    checks_at = sorted(set(check_cell.values()))
+    timed = {}                                          # learner cell -> why it was stopped
+    for k, c in run.cells.items():
+        if c.status == "stopped" and origin[k] is not None:
+            timed[origin[k]] = c.reason
+    for i, e in errors:
+        if "CheckTimeLimit" in e and i not in checks_at:
+            timed.setdefault(i, e)
+    cut = {}                                            # check cell -> (stopped cell, reason)
+    for i, why in sorted(timed.items()):
+        nxt = next((c for c in checks_at if c > i), None)
+        if nxt is not None and i not in checks_at:
+            cut.setdefault(nxt, (i, why))
+    died_at = None
+    if run.died is not None:
+        died_at = (run.died[0], origin[run.died[0]], run.died[1])
     rows, missing = [], []
     for t in tasks:
         if t not in check_cell:
@@ -133,11 +154,28 @@ def _score_notebook(nb_path, nb, script, copy, origin, records, cells, timeout):
             rows.append((name, t, False, f"check cell for {t} is missing: restore the cell "
                                           f"check(\"{t}\", ...) from the starter notebook"))
             continue
-        outcome = [r for r in records if r.get("task") == t]
+        if run.start_error:
+            rows.append((name, t, False, f"not run: {run.start_error}"))
+            continue
         k = origin.index(check_cell[t])
-        nbval = cells.get(k, "not run")
+        cell = run.cells.get(k)
+        if died_at is not None and k >= died_at[0]:
+            how = f"the kernel died in {_cell_name(learner, died_at[1])} ({died_at[2]})"
+            rows.append((name, t, False, how if k == died_at[0] else f"not run: {how}"))
+            continue
+        if check_cell[t] in cut:
+            i, why = cut[check_cell[t]]
+            rows.append((name, t, False, f"{_cell_name(learner, i)} was stopped for time "
+                                         f"({why}): the check ran after a cut cell"))
+            continue
+        if cell is not None and cell.status == "stopped":
+            rows.append((name, t, False, cell.reason))
+            continue
+        outcome = [r for r in records if r.get("task") == t]
         if outcome and all(r["passed"] for r in outcome):
-            if nbval is None:
+            expected_out = "".join(o.get("text", "") for o in copy.cells[k].get("outputs", []))
+            if cell is not None and cell.status == "ok" and \
+                    (not expected_out or cell.stdout == expected_out):
                 rows.append((name, t, True, ""))
             else:
                 rows.append((name, t, False, "the check printed PASS but its cell's output is "
@@ -150,27 +188,45 @@ def _score_notebook(nb_path, nb, script, copy, origin, records, cells, timeout):
         before = [(i, e) for i, e in errors if i <= check_cell[t]]
         if before:
             i, e = before[0]
-            why = (f"the check did not run: cell {i + 1} "
-                   f"({_first_line(learner[i].get('source') or '')}) raised {e}")
-        elif nbval == "skipped":
-            why = "the check cell was skipped (remove its NBVAL_SKIP mark or tag)"
-        elif isinstance(nbval, str) and re.search(r"time(d)? ?out", nbval, re.I):
-            why = f"the check cell did not finish within {timeout} s"
-        elif isinstance(nbval, str) and "dead" in nbval.lower():
-            why = "the kernel died while running the check cell"
+            why = f"the check did not run: {_cell_name(learner, i)} raised {e}"
+        elif cell is not None and cell.status == "error":
+            why = f"the check did not run: its cell raised {cell.error}"
         else:
             why = "the check cell did not run to completion"
         rows.append((name, t, False, why))
     return rows, missing
 
 
-def grade(paths, timeout: int = NO_CELL_TIMEOUT) -> dict:
-    """Grade; return ``{"tasks": [...], "passed", "total", "missing"}`` (see module doc)."""
+# ----------------------------------------------------------------------------- signals
+from minipar.grading.runner import (_SIGNALS, Interrupted, first_signal, shielded,  # noqa: E402
+                                    signals_unwind)
+
+# ----------------------------------------------------------------------------- grading
+def _shown(path) -> str:
+    shown = Path(path).resolve()
+    with contextlib.suppress(ValueError):
+        shown = shown.relative_to(Path.cwd().resolve())
+    return str(shown)
+
+
+def grade(paths, timeout: float | None = None, progress=None) -> dict:
+    """Grade; return ``{"tasks": [...], "passed", "total", "missing", "empty"}`` (see module
+    doc; ``empty`` lists the notebooks with no task). ``progress(line)``, if given, receives
+    the progress lines."""
+    import nbformat
+
+    from minipar.grading.notebooks import expected_tasks, find_script, graded_copy, starter_path
+    from minipar.grading.runner import run_notebook
+
+    say = progress or (lambda line: None)
     nbs, wanted = notebooks(paths)
-    rows, missing, jobs = [], [], []
+    rows, missing, empty = [], [], []
     covered = set()
-    with tempfile.TemporaryDirectory(prefix="minipar-grade-") as tmp:
-        tmp = Path(tmp)
+    with shielded():
+        tmp_dir = tempfile.TemporaryDirectory(prefix="minipar-grade-")
+    try:
+        tmp = Path(tmp_dir.name)
+        todo = []
         for j, nb_path in enumerate(nbs):
             try:
                 nb = nbformat.read(nb_path, as_version=4)
@@ -181,42 +237,88 @@ def grade(paths, timeout: int = NO_CELL_TIMEOUT) -> dict:
             script = find_script(nb_path, nb)
             if script is not None:
                 covered.add(script.resolve())
-            log = tmp / f"nb{j:04d}.log"
+            from minipar.grading.notebooks import cell_tasks
+            if script is None and not any(cell_tasks(c.get("source") or "") for c in nb.cells
+                                          if c.get("cell_type") == "code"):
+                empty.append(str(nb_path.resolve()))
+                continue
+            todo.append((j, nb_path, nb, script))
+        for n, (j, nb_path, nb, script) in enumerate(todo, 1):
+            tag = f"[{n}/{len(todo)}] {_shown(nb_path)}"
+            say(f"{tag} ...")
+            t0 = time.monotonic()
+            folder = tmp / f"nb{j:04d}"
+            folder.mkdir()
+            log = folder / "grade.log"
             copy, origin = graded_copy(nb, str(nb_path.resolve().parent), str(log))
-            nbformat.write(copy, tmp / f"nb{j:04d}.ipynb")
-            jobs.append((f"nb{j:04d}", nb_path, nb, script, copy, origin, log))
-        if jobs:
-            xml = tmp / "junit.xml"
-            (tmp / "none.ini").write_text("[pytest]\n")    # not the course's pytest settings
-            subprocess.run([sys.executable, "-m", "pytest", "--nbval-lax", "--nbval-current-env",
-                            f"--nbval-cell-timeout={timeout}", "-p", "no:cacheprovider", "-q",
-                            "--rootdir", str(tmp), "-c", str(tmp / "none.ini"),
-                            f"--junitxml={xml}", "-o", "junit_family=xunit1",
-                            *[str(tmp / f"{stem}.ipynb") for stem, *_ in jobs]],
-                           capture_output=True, text=True, cwd=tmp)
-            cells = _junit(xml)
-            for stem, nb_path, nb, script, copy, origin, log in jobs:
-                mine = {k: v for (s, k), v in cells.items() if s == stem}
-                r, m = _score_notebook(nb_path, nb, script, copy, origin, _read_log(log), mine,
-                                       timeout)
-                rows += r
-                missing += [{"notebook": str(Path(nb_path).resolve()), "task": t} for t in m]
+
+            def beat(k, seconds, cpu, origin=origin, nb=nb):
+                where = _cell_name(nb.cells, origin[k])
+                say(f"{tag}: {where} still running after {seconds:.0f} s "
+                    f"({cpu:.0f} CPU-s so far)")
+
+            run = run_notebook([c.source for c in copy.cells], folder,
+                               str(nb_path.resolve().parent), timeout=timeout, heartbeat=beat)
+            r, m = _score_notebook(nb_path, nb, script, copy, origin, _read_log(log), run)
+            rows += r
+            missing += [{"notebook": str(Path(nb_path).resolve()), "task": t} for t in m]
+            ok = sum(x[2] for x in r)
+            verdict = "PASS" if r and ok == len(r) else f"FAIL ({ok}/{len(r)} passed)"
+            say(f"{tag} {verdict} {time.monotonic() - t0:.0f} s")
+    finally:
+        with shielded():
+            tmp_dir.cleanup()
     for script in wanted:
         if script.resolve() in covered:
             continue
         nb_name = str(starter_path(script).resolve())
         for t in expected_tasks(script):
             rows.append((nb_name, t, False, f"notebook {starter_path(script).name} is missing: "
-                                            "its check cells are gone (rebuild it with "
-                                            "`make exercises` or restore it)"))
+                                            "its check cells are gone (restore your copy, or "
+                                            "write a fresh starter with `make exercises`, which "
+                                            "writes only missing notebooks)"))
             missing.append({"notebook": nb_name, "task": t})
     tasks = [dict(notebook=n, task=t, passed=ok, reason=why) for n, t, ok, why in rows]
     return {"tasks": tasks, "passed": sum(t["passed"] for t in tasks), "total": len(tasks),
-            "missing": missing}
+            "missing": missing, "empty": empty}
+
+
+def _needs_extra() -> None:
+    """``minipar grade`` without the [grade] extra: one line saying what to install."""
+    import importlib.util
+
+    from minipar.errors import InputError
+
+    for module in ("nbformat", "jupyter_client", "ipykernel", "psutil"):
+        try:
+            found = importlib.util.find_spec(module) is not None
+        except (ImportError, ValueError):
+            found = False
+        if not found:
+            raise InputError(f"needs the [grade] extra ({module} is not installed): "
+                             "pip install -e '.[grade]'")
 
 
 def _grade(args) -> int:
-    result = grade(args.paths, args.timeout)
+    _needs_extra()
+    progress = lambda line: print(line, file=sys.stderr, flush=True)  # noqa: E731
+    try:
+        with signals_unwind():
+            result = grade(args.paths, args.timeout, progress=progress)
+    except Interrupted as e:
+        for s in _SIGNALS:                     # a second signal now changes nothing
+            signal.signal(s, signal.SIG_IGN)
+        signum = first_signal() or e.signum
+        print(f"minipar grade: stopped by {signal.Signals(signum).name}; the kernels and "
+              "their files are gone", file=sys.stderr, flush=True)
+        return 128 + signum
+    if result["total"] == 0:
+        where = ", ".join(result["empty"]) or ", ".join(map(str, args.paths))
+        print(f"minipar grade: No tasks found in {where} (is it an exercise notebook?)",
+              file=sys.stderr)
+        if args.json:
+            print(json.dumps(result, indent=1))
+        return 3
     if args.json:
         print(json.dumps(result, indent=1))
         return 0
@@ -224,11 +326,10 @@ def _grade(args) -> int:
     width = max([len(r["task"]) for r in rows] + [4])
     for nb in dict.fromkeys(r["notebook"] for r in rows):
         mine = [r for r in rows if r["notebook"] == nb]
-        shown = Path(nb)
-        with contextlib.suppress(ValueError):
-            shown = shown.relative_to(Path.cwd().resolve())
-        print(f"\n{shown}: {sum(r['passed'] for r in mine)}/{len(mine)} passed")
+        print(f"\n{_shown(nb)}: {sum(r['passed'] for r in mine)}/{len(mine)} passed")
         for r in mine:
             print(f"  {'PASS' if r['passed'] else 'FAIL'}  {r['task']:<{width}}  {r['reason']}")
+    for nb in result["empty"]:
+        print(f"\n{_shown(nb)}: No tasks found (is it an exercise notebook?)")
     print(f"\nscore: {result['passed']}/{result['total']} tasks passed")
     return 0

@@ -39,8 +39,6 @@ import re
 import sys
 from pathlib import Path
 
-import nbformat
-
 CHECK_MARK = "# NBVAL_CHECK_OUTPUT"
 _CELL = re.compile(r"^# %%(?: \[(markdown|check)\])?[^\n]*$", re.M)
 _TASK = re.compile(r"""check\(\s*["']([\w.]+)["']""")
@@ -69,9 +67,11 @@ def exercise_id(script: Path) -> str:
     return f"{script.parent.parent.name}/{script.stem}"
 
 
-def build(script: Path, solved: bool) -> nbformat.NotebookNode:
+def build(script: Path, solved: bool) -> "nbformat.NotebookNode":
     """The learner's notebook (``solved=False``) or the reference notebook (``solved=True``),
     without outputs: the grader supplies the expected PASS lines (:func:`graded_copy`)."""
+    import nbformat
+
     nb = nbformat.v4.new_notebook()
     nb.metadata = {"kernelspec": {"name": "python3", "display_name": "Python 3",
                                   "language": "python"},
@@ -131,9 +131,11 @@ SETUP = ("# minipar grade: set-up (not part of the learner's notebook)\n"
          "del _minipar_setup")
 
 
-def graded_copy(nb, folder: str, log: str) -> tuple[nbformat.NotebookNode, list[int | None]]:
+def graded_copy(nb, folder: str, log: str) -> tuple["nbformat.NotebookNode", list[int | None]]:
     """The notebook ``minipar grade`` runs, and for each of its code cells the index of the
     learner's cell it came from (None for the set-up cell)."""
+    import nbformat
+
     from minipar.grading import pass_line
 
     copy = nbformat.v4.new_notebook()
@@ -221,6 +223,8 @@ def starter_path(script: Path) -> Path:
 
 
 def render(nb) -> str:
+    import nbformat
+
     return nbformat.writes(nb) + "\n"
 
 

@@ -1,0 +1,383 @@
+"""Run one graded copy in a fresh kernel, cell by cell, watching the kernel the whole time.
+
+``minipar grade`` used to hand its copies to ``pytest --nbval-lax``, which waits for each cell
+up to a fixed wall-clock timeout: a learner's cell that killed the kernel (``os._exit(0)``, a
+segfault) left the grader waiting for that timeout. This module talks to the kernel itself
+(``jupyter_client``) and samples it every :data:`POLL_S` seconds while a cell runs:
+
+* **a dead kernel** ends the notebook at once: the cell it died in and how (exit code or
+  signal) are recorded, and the later cells are not run;
+* **no progress**: the kernel and every process under it (the ranks of a launch included) used
+  less than :data:`IDLE_CPU_SHARE` of a core for :data:`STALL_S` seconds while sending no
+  message: the cell is interrupted (``SIGINT``) and, if that does not end it within
+  :data:`INTERRUPT_GRACE_S`, the kernel is killed. A busy machine slows a working cell but does
+  not stop its CPU clock, so it never looks stalled;
+* **computing past any limit**: the kernel process itself used :data:`CPU_LIMIT` CPU-seconds in
+  one cell, far past the in-kernel limit that normally stops it first
+  (:data:`minipar.grading.limits.CELL_LIMIT`): C code that ignores signals. Stopped the same way;
+* ``--timeout SECONDS`` (optional) is a wall-clock limit per cell, named as such when it fires.
+
+Kernel start-up is watched the same way: the kernel may take as long as it keeps computing
+(importing), and fails when it exits or makes no progress for :data:`STALL_S` seconds.
+
+Every file the kernel makes lives in the caller's folder: its connection file, its
+``IPYTHONDIR`` and its ``TMPDIR`` (so the launcher's socket folders too). :meth:`Kernel.stop`
+kills the kernel and every process under it, whatever session or process group they moved to.
+``MINIPAR_GRADE_KERNEL_STALL_S`` and ``MINIPAR_GRADE_KERNEL_CPU_LIMIT`` override the numbers.
+"""
+from __future__ import annotations
+
+import contextlib
+import os
+import queue
+import signal
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+POLL_S = 0.5
+STALL_S = float(os.environ.get("MINIPAR_GRADE_KERNEL_STALL_S", "120"))
+IDLE_CPU_SHARE = 0.02
+INTERRUPT_GRACE_S = 5.0
+HEARTBEAT_S = 10.0
+
+
+def _cpu_limit() -> float:
+    from minipar.grading.limits import CELL_LIMIT
+
+    return float(os.environ.get("MINIPAR_GRADE_KERNEL_CPU_LIMIT", 2 * CELL_LIMIT + 60))
+
+
+class Interrupted(BaseException):
+    """SIGINT, SIGTERM or SIGHUP reached ``minipar grade``: unwind, cleaning up on the way."""
+
+    def __init__(self, signum: int):
+        super().__init__(signum)
+        self.signum = signum
+
+
+_SIGNALS = [s for s in (getattr(signal, n, None) for n in ("SIGINT", "SIGTERM", "SIGHUP")) if s]
+_shield = {"depth": 0, "pending": None, "first": None}
+
+
+def first_signal():
+    """The first signal received under :func:`signals_unwind` (None if none)."""
+    return _shield["first"]
+
+
+def _check_signal() -> None:
+    """Raise :class:`Interrupted` if a signal came and was swallowed on its way (an exception
+    raised inside a library's event loop can be lost)."""
+    if _shield["first"] and not _shield["depth"]:
+        raise Interrupted(_shield["first"])
+
+
+def _on_signal(signum, frame):
+    _shield["first"] = _shield["first"] or signum
+    if _shield["depth"]:
+        _shield["pending"] = _shield["pending"] or signum   # raised once the shield is down
+        return
+    raise Interrupted(signum)
+
+
+@contextlib.contextmanager
+def shielded():
+    """Defer SIGINT/SIGTERM/SIGHUP while a kernel starts or the call cleans up, so none is
+    left half-started and no cleanup is cut short; a deferred signal is raised after."""
+    _shield["depth"] += 1
+    failing = False
+    try:
+        yield
+    except BaseException:
+        failing = True
+        raise
+    finally:
+        _shield["depth"] -= 1
+        if not _shield["depth"] and _shield["pending"]:
+            signum, _shield["pending"] = _shield["pending"], None
+            if not failing:             # already unwinding (from the first signal): one is enough
+                raise Interrupted(signum)
+
+
+@contextlib.contextmanager
+def signals_unwind():
+    """Turn SIGINT, SIGTERM and SIGHUP into :class:`Interrupted` in the main thread."""
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    _shield.update(first=None, pending=None)
+    old = {s: signal.signal(s, _on_signal) for s in _SIGNALS}
+    try:
+        yield
+    finally:
+        for s, h in old.items():
+            signal.signal(s, h)
+
+
+
+def signal_text(code) -> str:
+    """``exit code 0`` or ``signal 11 (SIGSEGV)`` for a Popen return code."""
+    if code is None:
+        return "exit code unknown"
+    if code < 0:
+        try:
+            return f"signal {-code} ({signal.Signals(-code).name})"
+        except ValueError:
+            return f"signal {-code}"
+    return f"exit code {code}"
+
+
+@dataclass
+class CellRun:
+    """What happened to one cell: ``status`` is ``"ok"``, ``"error"``, ``"stopped"`` (by a
+    limit: ``reason`` says which) or ``"died"`` (the kernel died in it: ``reason`` says how)."""
+    status: str
+    stdout: str = ""
+    error: str = ""
+    reason: str = ""
+    seconds: float = 0.0
+
+
+@dataclass
+class NotebookRun:
+    cells: dict[int, CellRun] = field(default_factory=dict)   # copy's cell index -> its run
+    died: tuple[int, str] | None = None                      # (cell, how) if the kernel died
+    start_error: str = ""                                    # the kernel never became ready
+
+
+class KernelStartError(RuntimeError):
+    pass
+
+
+class Kernel:
+    """One IPython kernel of this interpreter, with its files under ``folder``."""
+
+    def __init__(self, folder: Path, cwd: str, env: dict | None = None):
+        import ipykernel.kernelspec
+        from jupyter_client import KernelManager
+        from jupyter_client.kernelspec import KernelSpec, KernelSpecManager
+
+        class _ThisPython(KernelSpecManager):
+            def get_kernel_spec(self, kernel_name):
+                spec = ipykernel.kernelspec.get_kernel_dict()
+                spec["argv"] = spec["argv"] + ["--HistoryManager.enabled=False"]
+                return KernelSpec(resource_dir=ipykernel.kernelspec.RESOURCES, **spec)
+
+        self.folder = Path(folder)
+        (self.folder / "ipython").mkdir(exist_ok=True)
+        (self.folder / "tmp").mkdir(exist_ok=True)
+        self.km = KernelManager(kernel_name="minipar-grade", kernel_spec_manager=_ThisPython(),
+                                connection_file=str(self.folder / "kernel.json"))
+        self.kc = None
+        self.pid: int | None = None
+        self.stopped = False
+        self._tree: dict[int, object] = {}          # pid -> psutil.Process seen under the kernel
+        kenv = dict(os.environ if env is None else env)
+        kenv.update(IPYTHONDIR=str(self.folder / "ipython"), TMPDIR=str(self.folder / "tmp"),
+                    PYDEVD_DISABLE_FILE_VALIDATION="1")
+        # the kernel's own stdout/stderr (ipykernel's start-up warnings, C-level output) go to
+        # a log in the folder, not into the grader's progress lines
+        with open(self.folder / "kernel.log", "ab") as log:
+            self.km.start_kernel(cwd=cwd, env=kenv, stdout=log, stderr=log)
+        self.pid = self.km.provisioner.process.pid
+        self.kc = self.km.client()
+        self.kc.start_channels()
+
+    # ------------------------------------------------------------------------- watching
+    def exit_code(self):
+        proc = getattr(self.km.provisioner, "process", None) if self.km.provisioner else None
+        return None if proc is None else proc.poll()
+
+    def alive(self) -> bool:
+        return not self.stopped and self.exit_code() is None
+
+    def _processes(self):
+        import psutil
+
+        try:
+            root = psutil.Process(self.pid)
+            found = [root] + root.children(recursive=True)
+        except psutil.Error:
+            found = []
+        for p in found:
+            self._tree.setdefault(p.pid, p)
+        return found
+
+    def cpu(self) -> tuple[float, float]:
+        """(CPU-seconds of the kernel process, of the kernel and every process under it)."""
+        import psutil
+
+        own = total = 0.0
+        for p in self._processes():
+            try:
+                t = p.cpu_times()
+            except psutil.Error:
+                continue
+            used = t.user + t.system
+            total += used
+            if p.pid == self.pid:
+                own = used
+        return own, total
+
+    def wait_ready(self, stall_s: float) -> None:
+        """Wait while the kernel is starting and making progress."""
+        last_cpu, last_t = -1.0, time.monotonic()
+        while True:
+            if not self.alive():
+                raise KernelStartError(f"the kernel exited while starting "
+                                       f"({signal_text(self.exit_code())})")
+            try:
+                self.kc.wait_for_ready(timeout=2)
+                return
+            except RuntimeError:
+                pass
+            _, cpu = self.cpu()
+            now = time.monotonic()
+            if cpu > last_cpu + IDLE_CPU_SHARE * (now - last_t):
+                last_cpu, last_t = cpu, now
+            elif now - last_t > stall_s:
+                raise KernelStartError(f"the kernel made no progress for {stall_s:g} s while "
+                                       "starting")
+
+    # ------------------------------------------------------------------------- one cell
+    def run_cell(self, source: str, timeout: float | None, stall_s: float, cpu_limit: float,
+                 heartbeat=None) -> CellRun:
+        msg_id = self.kc.execute(source, store_history=True, allow_stdin=False)
+        t0 = time.monotonic()
+        own0, _ = self.cpu()
+        last_cpu, last_t = -1.0, t0
+        next_beat = t0 + HEARTBEAT_S
+        stdout, errors, stop_reason, interrupted_at = [], [], "", None
+        while True:
+            _check_signal()
+            try:
+                msg = self.kc.get_iopub_msg(timeout=POLL_S)
+            except queue.Empty:
+                msg = None
+            now = time.monotonic()
+            if msg is not None and msg.get("parent_header", {}).get("msg_id") == msg_id:
+                last_t = now                                   # a message is progress
+                kind, content = msg["msg_type"], msg["content"]
+                if kind == "stream" and content.get("name") == "stdout":
+                    stdout.append(content.get("text", ""))
+                elif kind == "error":
+                    errors.append(f"{content.get('ename')}: {content.get('evalue')}")
+                elif kind == "status" and content.get("execution_state") == "idle":
+                    break
+                continue
+            if not self.alive():
+                return CellRun("died", "".join(stdout), reason=signal_text(self.exit_code()),
+                               seconds=now - t0)
+            if interrupted_at is not None:
+                if now - interrupted_at > INTERRUPT_GRACE_S:
+                    self.stop()         # it did not answer SIGINT: the kernel goes
+                    return CellRun("stopped", "".join(stdout), reason=stop_reason,
+                                   seconds=now - t0)
+                continue
+            own, tree = self.cpu()
+            if tree > last_cpu + IDLE_CPU_SHARE * max(now - last_t, POLL_S) or last_cpu < 0:
+                last_cpu, last_t = tree, now
+            if timeout is not None and now - t0 > timeout:
+                stop_reason = (f"stopped by --timeout: the cell ran {timeout:g} s of wall-clock "
+                               "time")
+            elif now - last_t > stall_s:
+                stop_reason = (f"stopped: for {stall_s:g} s the kernel and its processes made no "
+                               "progress (no CPU time, no output): a wait that never ends?")
+            elif own - own0 > cpu_limit:
+                stop_reason = (f"stopped after {cpu_limit:g} CPU-seconds of the kernel: your "
+                               "code was still computing and did not answer the grader's "
+                               "limit (an endless loop in compiled code?)")
+            if stop_reason:
+                interrupted_at = now
+                self.interrupt()
+                continue
+            if heartbeat is not None and now >= next_beat:
+                heartbeat(now - t0, tree)
+                next_beat += HEARTBEAT_S
+        if stop_reason:
+            return CellRun("stopped", "".join(stdout), reason=stop_reason, seconds=now - t0)
+        if errors:
+            return CellRun("error", "".join(stdout), error=errors[0], seconds=now - t0)
+        return CellRun("ok", "".join(stdout), seconds=now - t0)
+
+    def interrupt(self) -> None:
+        try:
+            os.kill(self.pid, signal.SIGINT)
+        except OSError:
+            pass
+
+    # ------------------------------------------------------------------------- the end
+    def stop(self) -> None:
+        """Kill the kernel and every process seen under it; let a launcher's zygote (which
+        cleans up its socket folder when its caller dies) go first. Idempotent."""
+        import psutil
+
+        if self.pid is None or self.stopped:
+            return
+        self._processes()
+        tree = [p for pid, p in self._tree.items() if pid != self.pid]
+        if self.kc is not None:
+            try:
+                self.kc.stop_channels()
+            except Exception:  # noqa: BLE001  (channels half-started: nothing to stop)
+                pass
+        _kill(self.pid)
+        try:
+            self.km.provisioner.process.wait(timeout=5)
+        except Exception:  # noqa: BLE001
+            pass
+        _, alive = psutil.wait_procs(tree, timeout=2)           # zygotes see their caller gone
+        for p in alive:
+            try:
+                p.kill()
+            except psutil.Error:
+                pass
+        psutil.wait_procs(alive, timeout=2)
+        try:
+            self.km.cleanup_resources()
+        except Exception:  # noqa: BLE001
+            pass
+        self.stopped = True
+
+
+def _kill(pid: int) -> None:
+    try:
+        os.kill(pid, signal.SIGKILL)
+    except OSError:
+        pass
+
+
+def run_notebook(cells: list[str], folder: Path, cwd: str, *, timeout: float | None = None,
+                 heartbeat=None, env: dict | None = None) -> NotebookRun:
+    """Run the code ``cells`` in order in a fresh kernel whose files live in ``folder``."""
+    result = NotebookRun()
+    stall_s = float(os.environ.get("MINIPAR_GRADE_KERNEL_STALL_S", STALL_S))
+    cpu_limit = _cpu_limit()
+    kernel = None
+    try:
+        try:
+            with shielded():                    # a signal now would leave it half-started
+                kernel = Kernel(folder, cwd, env)
+            kernel.wait_ready(stall_s)
+        except KernelStartError as e:
+            result.start_error = str(e)
+            return result
+        for k, source in enumerate(cells):
+            beat = None if heartbeat is None else (lambda s, cpu, k=k: heartbeat(k, s, cpu))
+            run = kernel.run_cell(source, timeout, stall_s, cpu_limit, beat)
+            result.cells[k] = run
+            if run.status == "died":
+                result.died = (k, run.reason)
+                break
+            if run.status == "stopped" and not kernel.alive():
+                break
+    finally:
+        if kernel is not None:
+            with shielded():                    # a second signal must not cut the cleanup
+                kernel.stop()
+    return result
+
+
+__all__ = ["run_notebook", "NotebookRun", "CellRun", "Kernel", "signal_text"]

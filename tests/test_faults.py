@@ -1,0 +1,288 @@
+"""Faults: ``minipar grade`` and a launch, signalled at several moments, leave nothing behind.
+
+Each run tags its environment with a fresh token (every process the call starts inherits it:
+the kernel, the launcher's zygote, the ranks, a rank's own child) and gets its own ``TMPDIR``.
+After SIGINT, SIGTERM or SIGHUP (while the kernel starts, mid-check while ranks and a rank's
+child run, and a second signal during the teardown of the first) the test asserts that no
+process carries the token, that ``TMPDIR`` is empty (no ``minipar-grade-*`` folder, no kernel
+connection file, no launcher socket folder) and, for ``minipar grade``, that it printed one line
+and no traceback and exited with 128 + the signal's number. Also: a dead kernel ends its
+notebook at once, and bad arguments exit 2, a notebook with no task 3.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import textwrap
+import time
+import uuid
+from pathlib import Path
+
+import nbformat
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+SCRIPT = ROOT / "exercises" / "memory_time" / "solutions" / "01_params.py"
+
+# cell 1 of the mid-check notebook: two ranks, each starting a child that would sleep on, and
+# writing a marker once both exist; then they wait for a long time
+RANKS_CELL = textwrap.dedent("""
+    import os, subprocess, time
+    from minipar.runtime.launch import run
+
+    def sleeper(rank, world_size, marker):
+        child = subprocess.Popen(["sleep", "600"])
+        open(f"{marker}.{rank}", "w").write(str(child.pid))
+        time.sleep(600)
+
+    run(sleeper, 2, os.environ["MINIPAR_FAULT_MARKER"], backend="gloo", timeout=900)
+""")
+
+
+def _tagged(tag: str) -> list[int]:
+    """Processes whose environment holds ``MINIPAR_FAULT_TAG=tag`` (zombies excluded)."""
+    found = []
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            env = Path(f"/proc/{name}/environ").read_bytes()
+            state = Path(f"/proc/{name}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        except OSError:
+            continue
+        if f"MINIPAR_FAULT_TAG={tag}".encode() in env.split(b"\0") and state != "Z":
+            found.append(int(name))
+    return found
+
+
+def _settled(tag: str, folder: Path, seconds: float = 10.0):
+    """(processes left, files left) once both are empty or ``seconds`` passed."""
+    deadline = time.monotonic() + seconds
+    while True:
+        procs = _tagged(tag)
+        files = sorted(str(p.relative_to(folder)) for p in folder.rglob("*"))
+        if (not procs and not files) or time.monotonic() > deadline:
+            return procs, files
+        time.sleep(0.2)
+
+
+@pytest.fixture
+def sandbox():
+    """A short TMPDIR (a Unix socket path must stay under ~100 bytes), a tag, a marker path."""
+    folder = Path(tempfile.mkdtemp(prefix="mf", dir="/tmp"))
+    tmp, side = folder / "t", folder / "side"
+    tmp.mkdir()
+    side.mkdir()
+    tag = uuid.uuid4().hex
+    env = dict(os.environ, TMPDIR=str(tmp), MINIPAR_FAULT_TAG=tag,
+               MINIPAR_FAULT_MARKER=str(side / "rank"), JUPYTER_RUNTIME_DIR=str(side / "rt"),
+               PYTHONUNBUFFERED="1")
+    yield env, tmp, side, tag
+    for pid in _tagged(tag):                       # never leave a failed test's processes
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except OSError:
+            pass
+    shutil.rmtree(folder, ignore_errors=True)
+
+
+def _exercise(folder: Path, first_cell: str) -> Path:
+    """The params exercise (solved) with ``first_cell`` inserted before its first code cell."""
+    from minipar.grading.notebooks import build
+
+    nb = build(SCRIPT, solved=True)
+    k = next(i for i, c in enumerate(nb.cells) if c.cell_type == "code")
+    nb.cells.insert(k, nbformat.v4.new_code_cell(first_cell))
+    for i, c in enumerate(nb.cells):
+        c.id = f"c{i}"
+    path = folder / "memory_time" / "01_params.ipynb"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    nbformat.write(nb, path)
+    return path
+
+
+def _grade(env, *args) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "minipar.cli", "grade", *map(str, args)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+                            cwd=ROOT, start_new_session=True)
+
+
+def _wait_for(predicate, seconds: float, what: str) -> None:
+    deadline = time.monotonic() + seconds
+    while not predicate():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.05)
+
+
+def _assert_clean_exit(p, sig, tag, tmp, side):
+    out, err = p.communicate(timeout=120)
+    assert p.returncode == 128 + sig, (p.returncode, err[-3000:])
+    assert "Traceback" not in err, err[-3000:]
+    stops = [ln for ln in err.splitlines() if ln.startswith("minipar grade: stopped by")]
+    assert stops == [f"minipar grade: stopped by {signal.Signals(sig).name}; the kernels and "
+                     "their files are gone"], err[-3000:]
+    procs, files = _settled(tag, tmp)
+    assert procs == [], f"processes left: {procs}"
+    assert files == [], f"files left in TMPDIR: {files}"
+    runtime = side / "rt"
+    assert not runtime.exists() or list(runtime.iterdir()) == [], "a kernel connection file"
+
+
+SIGNALS = [signal.SIGINT, signal.SIGTERM, signal.SIGHUP]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("sig", SIGNALS, ids=lambda s: signal.Signals(s).name)
+def test_grade_signalled_while_the_kernel_starts(sandbox, sig):
+    env, tmp, side, tag = sandbox
+    nb = _exercise(side / "nbs", "x = 1")
+    p = _grade(env, nb)
+    # the kernel process exists (it carries the tag) but is still importing
+    _wait_for(lambda: any(pid != p.pid for pid in _tagged(tag)), 60, "the kernel to start")
+    p.send_signal(sig)
+    _assert_clean_exit(p, sig, tag, tmp, side)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("sig", SIGNALS, ids=lambda s: signal.Signals(s).name)
+def test_grade_signalled_mid_check_leaves_no_rank_child_or_file(sandbox, sig):
+    env, tmp, side, tag = sandbox
+    nb = _exercise(side / "nbs", RANKS_CELL)
+    p = _grade(env, nb)
+    markers = [side / "rank.0", side / "rank.1"]
+    _wait_for(lambda: all(m.exists() and m.read_text() for m in markers) or p.poll() is not None,
+              240, "both ranks and their children")
+    assert p.poll() is None, p.communicate()[1][-3000:]
+    children = [int(m.read_text()) for m in markers]
+    assert all(pid in _tagged(tag) for pid in children)       # the rank children are alive
+    p.send_signal(sig)
+    _assert_clean_exit(p, sig, tag, tmp, side)
+
+
+@pytest.mark.slow
+def test_grade_signalled_again_during_teardown_still_cleans_up(sandbox):
+    env, tmp, side, tag = sandbox
+    nb = _exercise(side / "nbs", RANKS_CELL)
+    p = _grade(env, nb)
+    markers = [side / "rank.0", side / "rank.1"]
+    _wait_for(lambda: all(m.exists() and m.read_text() for m in markers) or p.poll() is not None,
+              240, "both ranks and their children")
+    p.send_signal(signal.SIGTERM)
+    for _ in range(5):                              # while the first one tears down
+        time.sleep(0.1)
+        if p.poll() is None:
+            p.send_signal(signal.SIGINT)
+    _assert_clean_exit(p, signal.SIGTERM, tag, tmp, side)
+
+
+# ----------------------------------------------------------------------------- a launch
+LAUNCH = textwrap.dedent("""
+    import os, subprocess, sys, time
+    from minipar.runtime.launch import run
+
+    def sleeper(rank, world_size, marker):
+        child = subprocess.Popen(["sleep", "600"])
+        open(f"{marker}.{rank}", "w").write(str(child.pid))
+        time.sleep(600)
+
+    run(sleeper, 2, os.environ["MINIPAR_FAULT_MARKER"], backend="gloo", timeout=900)
+""")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("sig", SIGNALS + [signal.SIGKILL], ids=lambda s: signal.Signals(s).name)
+@pytest.mark.parametrize("when", ["starting", "running"])
+def test_a_signalled_launch_leaves_no_rank_child_or_folder(sandbox, sig, when):
+    env, tmp, side, tag = sandbox
+    p = subprocess.Popen([sys.executable, "-c", LAUNCH], env=env, cwd=ROOT,
+                         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                         start_new_session=True)
+    if when == "starting":       # the zygote exists and is importing torch: no rank yet
+        _wait_for(lambda: any(n.name.startswith("minipar-") for n in tmp.iterdir())
+                  or p.poll() is not None, 120, "the zygote's folder")
+    else:
+        markers = [side / "rank.0", side / "rank.1"]
+        _wait_for(lambda: all(m.exists() and m.read_text() for m in markers)
+                  or p.poll() is not None, 240, "both ranks and their children")
+    assert p.poll() is None, p.communicate()[1][-3000:]
+    p.send_signal(sig)
+    p.communicate(timeout=60)
+    procs, files = _settled(tag, tmp, seconds=30)   # the zygote finishes its import first
+    assert procs == [], f"processes left: {procs}"
+    files = [f for f in files if not f.startswith("torchinductor")]   # torch's cache stays
+    assert files == [], f"files left in TMPDIR: {files}"
+
+
+# ----------------------------------------------------------------------------- verdicts
+@pytest.mark.slow
+def test_a_dead_kernel_ends_its_notebook_at_once_and_grading_goes_on(tmp_path):
+    """os._exit(0) in a plain cell used to leave nbval waiting 10⁶ s for the next cell."""
+    dead = _exercise(tmp_path / "a", "import os\nos._exit(0)")
+    fine = _exercise(tmp_path / "b", "x = 1")
+    out = subprocess.run([sys.executable, "-m", "minipar.cli", "grade", str(dead), str(fine)],
+                         capture_output=True, text=True, timeout=300, cwd=ROOT)
+    assert out.returncode == 0, out.stderr
+    import re
+    assert re.search(r"not run: the kernel died in cell \d+ \(import os\) \(exit code 0\)",
+                     out.stdout), out.stdout
+    assert "b/memory_time/01_params.ipynb: 2/2 passed" in out.stdout, out.stdout
+    progress = [ln for ln in out.stderr.splitlines() if ln.startswith("[")]
+    assert len(progress) == 4 and progress[0].startswith("[1/2] ") and \
+        progress[1].endswith(" s") and "FAIL (0/2 passed)" in progress[1], out.stderr
+    assert "PASS" in progress[3], out.stderr
+
+
+@pytest.mark.slow
+def test_timeout_expiry_is_named_not_a_keyboard_interrupt(tmp_path):
+    from minipar.grading.cli import grade
+
+    nb = _exercise(tmp_path, "import time\nfor _ in range(100):\n    time.sleep(0.1)")
+    result = grade([nb], timeout=1.5)
+    reasons = {t["task"]: t["reason"] for t in result["tasks"]}
+    assert not any(t["passed"] for t in result["tasks"])
+    assert "stopped by --timeout: the cell ran 1.5 s of wall-clock time" in \
+        reasons["memory_time.params"], reasons
+    assert "KeyboardInterrupt" not in reasons["memory_time.params"]
+
+
+def test_timeout_and_paths_are_validated_exit_2():
+    for bad in ("0", "-1", "nan", "inf", "soon"):
+        r = subprocess.run([sys.executable, "-m", "minipar.cli", "grade", "--timeout", bad,
+                            "x.ipynb"], capture_output=True, text=True, timeout=60, cwd=ROOT)
+        assert r.returncode == 2, (bad, r.stderr)
+        assert "--timeout must be a finite number of seconds > 0" in r.stderr and bad in r.stderr
+    r = subprocess.run([sys.executable, "-m", "minipar.cli", "grade", "README.md"],
+                       capture_output=True, text=True, timeout=60, cwd=ROOT)
+    assert r.returncode == 2 and "must be a notebook (.ipynb) or a folder" in r.stderr
+
+
+def test_a_notebook_without_tasks_exits_3_and_says_so(tmp_path):
+    nb = tmp_path / "notes.ipynb"
+    nbformat.write(nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("1 + 1")]), nb)
+    r = subprocess.run([sys.executable, "-m", "minipar.cli", "grade", str(nb)],
+                       capture_output=True, text=True, timeout=60, cwd=ROOT)
+    assert r.returncode == 3, r.stderr
+    assert f"No tasks found in {nb.resolve()} (is it an exercise notebook?)" in r.stderr
+    # negative control: an exercise notebook is not "empty" (it is graded, whatever its score)
+    from minipar.grading.cli import notebooks
+    from minipar.grading.notebooks import cell_tasks
+    assert cell_tasks('check("memory_time.params", params)') == ["memory_time.params"]
+    assert notebooks([nb]) == ([nb], [])
+
+
+def test_no_message_tells_a_learner_to_overwrite_their_work():
+    """The grader's "notebook missing" reason and make's messages name only commands that
+    write missing notebooks (`make exercises`), never a forced rebuild."""
+    import re
+
+    texts = {p: p.read_text() for p in [ROOT / "src/minipar/grading/cli.py",
+                                        ROOT / "src/minipar/grading/notebooks.py",
+                                        ROOT / "Makefile", ROOT / "README.md"]}
+    for path, text in texts.items():
+        for line in text.splitlines():
+            if "--force" in line:
+                assert re.search(r"overwrit|author", line, re.I), (path, line)
