@@ -510,3 +510,105 @@ def test_kv_width_per_rank_keeps_whole_heads():
     mha = planner.ModelShape(8, 768, 12, 1024, 50304)
     assert [planner.kv_width_per_rank(gqa, t) for t in (1, 4, 8, 16)] == [1024, 256, 128, 128]
     assert [planner.kv_width_per_rank(mha, t) for t in (1, 2, 4, 12)] == [768, 384, 192, 64]
+
+
+# --- today's shapes, kernels and refusals ---------------------------------------------------
+
+def test_llama_presets_count_their_published_parameters():
+    """Llama 2 70B and Llama 3 8B equal param_count_llama exactly (GQA, SwiGLU, RMSNorm, no
+    biases, rotary, untied); Llama 3 70B ≈ 70.6 B, Mixtral ≈ 46.7 B. Negative control: the same
+    layers, width and vocabulary counted as a GPT (MHA, 4h GELU, tied, learned positions) miss
+    Llama 3 8B by more than 5 %."""
+    from minipar.cost.model import param_count_llama
+    M = planner.MODELS
+    assert M["llama2-70b"].params == param_count_llama(80, 8192, 32000, 64, 8, 28672) \
+        == 68_976_648_192
+    assert M["llama3-8b"].params == param_count_llama(32, 4096, 128256, 32, 8, 14336) \
+        == 8_030_261_248
+    assert M["llama3-70b"].params == pytest.approx(70.55e9, rel=1e-3)
+    assert M["mixtral-8x7b"].params == pytest.approx(46.70e9, rel=1e-3)
+    gpt = planner.ModelShape(32, 4096, 32, 8192, 128256)
+    assert abs(gpt.params / M["llama3-8b"].params - 1) > 0.05
+    assert M["gpt3-175b"].params == planner.param_count(96, 12288, 51200, 2048)   # Eq. 2 kept
+
+
+def test_plan_llama3_8b_from_the_preset_and_from_flags(capsys):
+    """`minipar plan --model llama3-8b` and the same shape from flags give the same plan."""
+    common = ("--gpus", "64", "--gpu", "H200", "--global-batch", "512", "--tp", "2", "--pp", "1")
+    a = plan_json(capsys, "--model", "llama3-8b", *common)
+    b = plan_json(capsys, "--layers", "32", "--hidden", "4096", "--heads", "32", "--seq", "8192",
+                  "--vocab", "128256", "--ffn-hidden", "14336", "--kv-heads", "8", "--mlp",
+                  "swiglu", "--norm", "rmsnorm", "--untied-embeddings", "--no-bias", "--rope",
+                  *common)
+    assert a["params"] == b["params"] == 8_030_261_248
+    assert a["attention"] == b["attention"] == "flash" and a["configs"] == b["configs"]
+    status, text, _ = plan(capsys, "--model", "llama3-8b", *common)
+    assert status == 0 and "8.03 B params, flash attention" in text
+
+
+def test_flash_stores_no_scores_and_unfused_does():
+    """Flash attention's activations lose Korthikanti's 5as²b per layer and keep a 4·a·s·b
+    logsumexp; the A100 reproductions stay unfused by default, the H200 defaults to flash.
+    Negative control: unfused on the H200 needs the 5as/h term back."""
+    m = planner.ModelShape(24, 2048, 16, 2048, 50304)
+    cl = planner.cluster(1, 1, "H200")
+    kw = dict(tp=1, pp=1, dp=1, micro_batch=4, recompute="none", zero=0)
+    flash = planner.evaluate(m, cl, 16, **kw)
+    unf = planner.evaluate(m, cl, 16, attention="unfused", **kw)
+    s, b, h, a, L = 2048, 4, 2048, 16, 24
+    assert unf.activation_bytes - flash.activation_bytes == \
+        pytest.approx(L * (5 * a * s * s * b - 4 * a * s * b), rel=1e-12)
+    assert flash.step_seconds < unf.step_seconds
+    assert planner.attention_for(m, "A100-80GB") == "unfused"
+    assert planner.attention_for(m, "H200") == "flash"
+    assert planner.attention_for(planner.MODELS["gpt3-175b"], "H200") == "unfused"
+
+
+def test_h200_runs_that_ran_are_not_refused():
+    """Every whole-step row of measurements/h200_step_times.json (one H200, no recomputation)
+    fits under the planner with the attention it ran (SDPA = flash); before flash the planner
+    refused two of them. Negative control: priced unfused, the 2.7B row is refused."""
+    import json as js
+    from importlib.resources import files
+    rows = js.loads(files("minipar.cost").joinpath("measurements/h200_step_times.json")
+                    .read_text())["rows"]
+    cl = planner.cluster(1, 1, "H200")
+
+    def fits(r, attention):
+        m = planner.ModelShape(r["L"], r["h"], r["a"], r["s"], 50304, attention=attention)
+        return planner.evaluate(m, cl, r["b"] * r["m"], tp=1, pp=1, dp=1, micro_batch=r["b"],
+                                recompute="none", zero=0).fits
+    ran = [r for r in rows if r["measured_s"]]
+    assert len(ran) >= 5
+    for r in ran:
+        assert fits(r, "flash" if r["attention"] == "sdpa" else "unfused"), r["name"]
+    big = next(r for r in ran if r["name"] == "GPT 2.7B")
+    assert not fits(big, "unfused")
+
+
+@pytest.mark.parametrize("argv, message", [
+    (("--model", "gpt3-175b", "--gpus", "128", "--global-batch", "1000", "--dp", "32",
+      "--tp", "1", "--pp", "1"), "t·cp·p·d (32) must equal the GPUs (128)"),
+    (("--model", "gpt3-175b", "--gpus", "64", "--global-batch", "1000", "--dp", "8",
+      "--tp", "8", "--pp", "1", "--micro-batch", "8"),
+     "micro-batch (8) × d (8) must divide the global batch (1000)"),
+    (("--layers", "2", "--hidden", "64", "--heads", "4", "--seq", "128", "--vocab", "100",
+      "--gpus", "16", "--global-batch", "16", "--inter-bandwidth", "1e-320"), "must be finite"),
+])
+def test_refusals_name_the_rule_and_the_value(capsys, argv, message):
+    """No generic 'divisibility rules' line: the rule and its values; an input that would make
+    the JSON print Infinity is refused (exit 2). Negative control: a valid layout passes."""
+    status, out, err = plan(capsys, *argv, "--json")
+    assert status == 2 and out == "" and message in err, err
+    ok = plan_json(capsys, "--model", "gpt3-175b", "--gpus", "256", "--global-batch", "1024",
+                   "--dp", "32", "--tp", "8", "--pp", "1", "--micro-batch", "8")
+    assert ok["configs"]
+
+
+def test_cp_and_ep_times_are_in_the_text_output(capsys):
+    status, text, _ = plan(capsys, "--model", "mixtral-8x7b", "--gpus", "64", "--gpu",
+                           "H100-SXM", "--global-batch", "256", "--ep", "2", "--top", "2")
+    assert status == 0 and "CP ring" in text and "EP a2a" in text
+    status, text, _ = plan(capsys, "--model", "gpt3-175b", "--gpus", "1024",
+                           "--global-batch", "1536", "--top", "1")
+    assert status == 0 and "EP a2a" not in text

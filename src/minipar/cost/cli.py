@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 
 from . import collectives, hardware, model
@@ -258,15 +259,22 @@ def _plan(args) -> int:
                          "machine)")
     dims = ("layers", "hidden", "heads", "seq", "vocab")
     given = [k for k in dims if getattr(args, k) is not None]
+    shape = {k: v for k, v in (("ffn", args.ffn_hidden), ("kv_heads", args.kv_heads),
+                               ("mlp_matrices", {"gelu": 2, "swiglu": 3}.get(args.mlp)),
+                               ("norm", args.norm), ("tied", False if args.untied_embeddings
+                                                     else None),
+                               ("bias", False if args.no_bias else None),
+                               ("positions", "rope" if args.rope else None)) if v is not None}
     if args.model is not None:
         base = planner.MODELS[args.model]
-        m_ = replace(base, **{k: getattr(args, k) for k in given})     # keeps MoE fields
+        m_ = replace(base, **{k: getattr(args, k) for k in given}, **shape)  # keeps MoE fields
     else:
         missing = [k for k in dims if k not in given]
         if missing:
             raise InputError("give --model NAME or all of --layers --hidden --heads --seq "
                               f"--vocab (missing --{' --'.join(missing)})")
-        m_ = planner.ModelShape(*(getattr(args, k) for k in dims))
+        m_ = planner.ModelShape(*(getattr(args, k) for k in dims), **shape)
+    m_.check()
     cl = planner.cluster(args.gpus, args.gpus_per_node, args.gpu, args.intra, args.inter,
                          gemm_efficiency=args.gemm_efficiency,
                          intra_bandwidth=args.intra_bandwidth, intra_alpha=args.intra_alpha,
@@ -284,12 +292,19 @@ def _plan(args) -> int:
         prod *= fixed[k] or 1
     if cl.gpus % prod:
         raise InputError(f"gpus ({cl.gpus}) must be divisible by the fixed t·cp·p·d ({prod})")
+    refusals: list[str] = []
     configs = planner.search(m_, cl, args.global_batch, grad_reduce_bytes=args.grad_reduce_bytes,
                              headroom=args.headroom, max_cp=args.max_cp, max_ep=args.max_ep,
-                             zero3_collectives=args.zero3_collectives, **fixed)
+                             zero3_collectives=args.zero3_collectives, attention=args.attention,
+                             refusals=refusals, **fixed)
     fitting = [c for c in configs if c.fits]
     if not fitting:
-        raise InputError("nothing fits: " + planner.why_nothing_fits(m_, cl, configs))
+        raise InputError("nothing fits: " + planner.why_nothing_fits(m_, cl, configs, refusals))
+    for c in fitting:                   # JSON has no Infinity/NaN: an input out of range
+        bad = [k for k, v in c.as_dict().items() if isinstance(v, float) and not math.isfinite(v)]
+        if bad:
+            raise InputError(f"predicted {bad[0]} ({getattr(c, bad[0])}) must be finite: an "
+                             "input (bandwidth, α, batch) is out of range")
     shown = fitting if args.top == 0 else fitting[:args.top]
     links = {"intra": {"name": cl.intra.name, "bandwidth": cl.intra.bandwidth,
                        "alpha": cl.intra.alpha},
@@ -297,12 +312,15 @@ def _plan(args) -> int:
                        "alpha": cl.inter.alpha}}
     if args.json:
         print(json.dumps({"model": asdict(m_), "params": m_.params, "gpus": cl.gpus,
+                          "attention": args.attention or planner.attention_for(m_, cl.gpu.name),
                           "gpu": cl.gpu.name, **links, "intra": cl.intra.name,
                           "inter": cl.inter.name, "links": links,
                           "gemm_efficiency": cl.gpu.gemm_efficiency,
-                          "configs": [c.as_dict() for c in shown]}))
+                          "configs": [c.as_dict() for c in shown]}, allow_nan=False))
         return 0
-    print(f"minipar plan: {m_.params / 1e9:.1f} B params on {cl.gpus} × {cl.gpu.name} "
+    att = args.attention or planner.attention_for(m_, cl.gpu.name)
+    print(f"minipar plan: {m_.params / 1e9:.2f} B params, {att} attention, on {cl.gpus} × "
+          f"{cl.gpu.name} "
           f"(η = {cl.gpu.gemm_efficiency:.2f} of {cl.peak / 1e12:.0f} TFLOP/s), "
           f"B = {args.global_batch}; {len(fitting)} of {len(configs)} layouts fit in "
           f"{fmt_bytes(shown[0].memory_limit)} ({args.headroom:.0%} headroom)")
@@ -315,7 +333,7 @@ def _plan(args) -> int:
     print(f"  {'t':>2} {'p':>3} {'d':>4} " + (f"{'cp':>3} {'ep':>3} " if extra else "")
           + f"{'b':>2} {'m':>4} {'v':>1} {'recomp':<9} {'sp':<2} "
           f"{'Z':>1} {'mem/GPU':>10} {'bubble':>6} {'TP':>9} {'PP':>9} {'DP exp':>9} "
-          f"{'step':>9} {'MFU':>5}")
+          + (f"{'CP ring':>9} {'EP a2a':>9} " if extra else "") + f"{'step':>9} {'MFU':>5}")
     for c in shown:
         print(f"  {c.tp:>2} {c.pp:>3} {c.dp:>4} " + (f"{c.cp:>3} {c.ep:>3} " if extra else "")
               + f"{c.micro_batch:>2} {c.microbatches:>4} "
@@ -323,7 +341,8 @@ def _plan(args) -> int:
               f"{fmt_bytes(c.bytes_per_gpu):>10} {c.bubble:>6.1%} {fmt_seconds(c.tp_seconds):>9} "
               f"{fmt_seconds(c.pp_seconds):>9} "
               f"{fmt_seconds(c.dp_exposed_seconds + c.zero3_exposed_seconds):>9} "
-              f"{fmt_seconds(c.step_seconds):>9} {c.mfu:>5.1%}")
+              + (f"{fmt_seconds(c.cp_seconds):>9} {fmt_seconds(c.ep_seconds):>9} " if extra
+                 else "") + f"{fmt_seconds(c.step_seconds):>9} {c.mfu:>5.1%}")
     return 0
 
 
@@ -404,4 +423,15 @@ def add_plan_parser(subparsers) -> None:
                    default="flat-ring", help="ZeRO-3's collectives across nodes: a flat ring "
                    "through each GPU's NIC (2021 ZeRO-3's measured rate; default) or "
                    "hierarchical (all of a node's NICs)")
+    p.add_argument("--attention", choices=planner.ATTENTION,
+                   help="attention kernel (default: the model's; else flash on H100/H200, "
+                        "unfused on A100, as the 2021 runs)")
+    p.add_argument("--ffn-hidden", type=positive_int, help="f, the MLP's hidden width (4h)")
+    p.add_argument("--kv-heads", type=positive_int, help="key/value heads (GQA; default a)")
+    p.add_argument("--mlp", choices=("gelu", "swiglu"), help="MLP: 2 matrices or 3 (SwiGLU)")
+    p.add_argument("--norm", choices=planner.NORMS, help="layernorm (2h) or rmsnorm (h)")
+    p.add_argument("--untied-embeddings", action="store_true",
+                   help="an output layer of its own (V·h more parameters)")
+    p.add_argument("--no-bias", action="store_true", help="no biases (Llama family)")
+    p.add_argument("--rope", action="store_true", help="rotary positions: no s·h table")
     p.add_argument("--top", type=nonneg_int, default=10, help="rows to show (0 = all)")

@@ -445,7 +445,8 @@ def search(m_: ModelShape, cl: Cluster, global_batch: int, *, tp: int | None = N
            pp: int | None = None, dp: int | None = None, micro_batch: int | None = None,
            zero: int | None = None, max_micro_batch: int = 8, max_chunks: int = 4,
            recompute: str | None = None, cp: int | None = None, max_cp: int = 1,
-           ep: int | None = None, max_ep: int = 1, **model_options) -> list[Config]:
+           ep: int | None = None, max_ep: int = 1, refusals: list[str] | None = None,
+           **model_options) -> list[Config]:
     """Every valid layout, fitting ones first, each group ordered by predicted step time.
 
     Search space: t a divisor of the heads and at most the GPUs per node (Megatron's rule: keep
@@ -457,8 +458,10 @@ def search(m_: ModelShape, cl: Cluster, global_batch: int, *, tp: int | None = N
     (``ep``/``max_ep``, MoE shapes only). ``model_options`` go to :func:`evaluate`
     (``grad_reduce_bytes``, ``dp_overlap``, ``headroom``, ``zero3_overlap``,
     ``zero3_collectives``); an invalid one raises ``ValueError`` here rather than leaving every
-    layout out.
+    layout out. ``refusals``, a list, receives the rule and the values of each candidate left
+    out (for :func:`why_nothing_fits`).
     """
+    refused = refusals if refusals is not None else []
     options(**model_options)                                   # its rules, once
     out: list[Config] = []
     ts = [tp] if tp else [k for k in _divisors(m_.heads) if k <= cl.gpus_per_node]
@@ -468,17 +471,24 @@ def search(m_: ModelShape, cl: Cluster, global_batch: int, *, tp: int | None = N
         return [fixed] if fixed else [1 << k for k in range(top.bit_length()) if 1 << k <= top]
     for t, cp_, ep_, p in ((t, c, e, p) for t in ts for c in powers(cp, max_cp)
                            for e in powers(ep, max_ep) for p in ps):
-        if cl.gpus % (t * cp_ * p) or (ep_ > 1 and not m_.moe):
+        if ep_ > 1 and not m_.moe:
+            continue
+        if cl.gpus % (t * cp_ * p):
+            refused.append(f"t·cp·p ({t * cp_ * p}) must divide the GPUs ({cl.gpus})")
             continue
         d = cl.gpus // (t * cp_ * p)
         if dp and d != dp:
+            refused.append(f"t·cp·p·d ({t * cp_ * p * dp}) must equal the GPUs ({cl.gpus})")
             continue
         if global_batch % d:
+            refused.append(f"d ({d}) must divide the global batch ({global_batch})")
             continue
         bs = [micro_batch] if micro_batch else \
             [1 << k for k in range(max_micro_batch.bit_length()) if 1 << k <= max_micro_batch]
         for b in bs:
             if global_batch % (d * b):
+                refused.append(f"micro-batch ({b}) × d ({d}) must divide the global batch "
+                               f"({global_batch})")
                 continue
             m = global_batch // (d * b)
             vs = [1] + [v for v in (2, 4) if v <= max_chunks and p > 1 and m % p == 0
@@ -495,14 +505,17 @@ def search(m_: ModelShape, cl: Cluster, global_batch: int, *, tp: int | None = N
                                                     micro_batch=b, chunks=v, recompute=rc,
                                                     sp=sp, zero=z, cp=cp_, ep=ep_,
                                                     **model_options))
-                            except ValueError:
+                            except ValueError as e:
+                                refused.append(str(e))
                                 continue
     out.sort(key=lambda c: (not c.fits, c.step_seconds, c.bytes_per_gpu))
     return out
 
 
-def why_nothing_fits(m_: ModelShape, cl: Cluster, configs: Iterable[Config]) -> str:
-    """One line: why no layout fits one GPU's memory."""
+def why_nothing_fits(m_: ModelShape, cl: Cluster, configs: Iterable[Config],
+                     refusals: Iterable[str] = ()) -> str:
+    """One line: why no layout fits one GPU's memory, or, when no layout was valid, the rules
+    the candidates broke (``refusals`` from :func:`search`), most frequent first."""
     psi = m_.params
     floor = 16 * psi / cl.gpus
     cap = cl.gpu.memory_bytes
@@ -512,7 +525,12 @@ def why_nothing_fits(m_: ModelShape, cl: Cluster, configs: Iterable[Config]) -> 
                 f"{cap / 2**30:.0f} GiB of one {cl.gpu.name}")
     configs = list(configs)
     if not configs:
-        return "no layout satisfies the divisibility rules (t | heads, p | layers, t·p·d = gpus, d·b | global batch)"
+        counts: dict[str, int] = {}
+        for r in refusals:
+            counts[r] = counts.get(r, 0) + 1
+        rules = sorted(counts, key=lambda r: -counts[r])[:2]
+        return "no layout is valid: " + ("; ".join(rules) if rules else
+                                          f"no t divides the heads ({m_.heads}) within a node")
     best = min(configs, key=lambda c: c.bytes_per_gpu)
     return (f"smallest layout (t={best.tp}, p={best.pp}, d={best.dp}, b={best.micro_batch}, "
             f"{best.recompute} recomputation, ZeRO-{best.zero}) needs "
@@ -592,7 +610,7 @@ def megatron_rule_layout(m_: ModelShape, cl: Cluster, global_batch: int, micro_b
     return None
 
 
-__all__ = ["ModelShape", "MODELS", "Cluster", "Config", "cluster", "evaluate", "terms", "check",
+__all__ = ["ATTENTION", "NORMS", "attention_for", "ModelShape", "MODELS", "Cluster", "Config", "cluster", "evaluate", "terms", "check",
            "search", "Layout", "Options", "StepBreakdown",
            "why_nothing_fits", "training_seconds", "implied_mfu", "dollars_per_million_tokens",
            "dp_allreduce_seconds", "megatron_rule_layout", "tp_collectives", "HEADROOM",
