@@ -114,8 +114,9 @@ same GH100 chip, takes its η from a measurement instead (0.78, below)."""
 #   W_bmm = 3.74 TB/s, λ_bmm = 20 µs   on its 36 batched attention GEMMs (compute.bmm_seconds);
 #   on its 12 layers jointly: a fixed 0.72 ms per layer forward + backward, flash attention at
 #   0.40 of the peak (396 TFLOP/s) from the 6 SDPA layers, and 74 bytes per score from the 6
-#   unfused ones (PyTorch's separate scale, mask, softmax and dropout kernels and their
-#   backward: far more than the 9 + 11 of Megatron's fused kernel, the other presets' default);
+#   unfused ones (the time of PyTorch's separate scale, softmax and dropout kernels and their
+#   backward, as bytes moved at W: far more than the 9 + 11 that Megatron's fused kernel
+#   moves, the other presets' default);
 #   Adam 3.24 TB/s: torch.optim.Adam(fused=True) moves 28 bytes per fp32 parameter (reads
 #   weight, gradient, momentum, variance; writes three): 9.03 ms for 2³⁰ parameters, 2.39 for
 #   2²⁸.
