@@ -139,10 +139,10 @@ def test_every_preset_draws_its_layout_and_bad_input_says_why():
     shows NVLink 3 and HDR 200; invalid inputs name the rule and the value."""
     calls = [("drawExplorer", ["plan", {"model": k}, CONFIG]) for k in PRESET_LAYOUTS]
     bad = [({"layout": "custom", "t": 5}, "gpus (1024) must be divisible by t·p (5·16)"),
-           ({"layout": "custom", "t": 0}, "t (0) must be a positive integer"),
-           ({"layout": "custom", "p": 0}, "p (0) must be a positive integer"),
-           ({"price": -1}, "price ($ per GPU-hour) (-1) must be >= 0"),
-           ({"gpn": 0}, "gpus (1024) and gpus_per_node (0) must be integers >= 1"),
+           ({"layout": "custom", "t": 0}, "t (0) must be at least 1"),
+           ({"layout": "custom", "p": 0}, "p (0) must be at least 1"),
+           ({"price": -1}, "$ per GPU-hour (-1) must be at least 0"),
+           ({"gpn": 0}, "GPUs per node (0) must be at least 1"),
            ({"layout": "custom", "gpus": 1001}, "gpus (1001) must be a multiple of "
                                                 "gpus_per_node (8)"),
            ({"zero": 2}, "ZeRO stage (2) needs p = 1 (its sharded gradients would be reduced "
