@@ -367,3 +367,92 @@ def folded_train_on_rank(rank: int, world: int, t: int, d: int, ep: int, experts
     return {**first, "param diff per step": diffs, "edp": world // ep,
             "ep group": dist.get_process_group_ranks(groups["ep"]) if ep > 1 else [rank],
             "tp group": dist.get_process_group_ranks(groups["tp"]) if t > 1 else [rank]}
+
+
+BALANCING = {   # name -> settings of balancing_run (one process, E = 8, top-2, 128 tokens a step)
+    "none": {},
+    "Switch aux, micro-batch": {"aux": "micro", "coef": 1e-2},
+    "aux, global batch": {"aux": "global", "coef": 1e-2},
+    "aux, per sequence": {"aux": "sequence", "coef": 1e-2},
+    "z-loss only": {"z": 1e-3},
+    "bias (aux-loss-free)": {"bias_rate": 1e-2},
+    "capacity 1.25, drop by position": {"capacity_factor": 1.25},
+    "capacity 1.25, drop by probability": {"capacity_factor": 1.25, "drop_policy": "probs"},
+}
+
+
+def balancing_run(aux: str | None = None, coef: float = 0.0, z: float = 0.0,
+                  bias_rate: float = 0.0, capacity_factor=None, drop_policy: str = "position",
+                  experts: int = 8, top_k: int = 2, steps: int = 40, tokens: int = 128,
+                  micro: int = 2, seq_len: int = 16, lr: float = 3e-2, seed: int = 0) -> dict:
+    """One process: a skewed MoE learns to imitate a random teacher MoE under one balancing
+    method. A step has ``tokens`` tokens in ``micro`` micro-batches of ``tokens/micro`` (each a
+    forward of its own: capacity and the micro-batch loss are per micro-batch), sequences of
+    ``seq_len``. Per step: assignments routed to each expert (before dropping), dropped fraction,
+    gate mass dropped, mean squared router log-partition (what the z-loss penalises), loss.
+
+    aux: None, "micro" (Switch's loss per micro-batch, averaged), "global" (f over the step's
+    ``tokens``, P per micro-batch), "sequence" (per sequence of ``seq_len``, averaged)."""
+    from .balancing import (global_load_balancing_loss, router_z_loss,
+                            sequence_load_balancing_loss, update_bias)
+    teacher = make_moe(experts, top_k, seed=seed + 1)
+    moe = make_moe(experts, top_k, capacity_factor, seed=seed)
+    moe.drop_policy, moe.kernel = drop_policy, "padded"         # grouped GEMMs: fewer calls
+    skewed_router(moe)
+    opt = torch.optim.Adam(moe.parameters(), lr=lr)
+    out = {k: [] for k in ("routed per expert", "dropped fraction", "dropped gate mass",
+                           "z", "loss")}
+    m = tokens // micro
+    for step in range(steps):
+        x = _randn(tokens, H, seed=10_000 + step) + 0.5          # tokens share a mean direction
+        with torch.no_grad():
+            target = teacher(x)
+        opt.zero_grad()
+        parts, loads, dropped, mass, zs, losses = [], [], 0, 0.0, [], []
+        for xb, tb in zip(x.split(m), target.split(m)):
+            y = moe(xb)
+            parts.append((moe.probs, moe.choices, moe.logits))
+            loads.append(moe.routed_per_expert)
+            dropped += moe.dropped
+            g = moe.probs.detach().gather(-1, moe.choices)
+            mass += float((g * ~moe.kept).sum() / g.sum()) / micro if moe.dropped else 0.0
+            zs.append(router_z_loss(moe.logits.detach()).item())
+            losses.append(((y - tb) ** 2).mean())
+        loss = torch.stack(losses).mean()
+        out["loss"].append(loss.item())                          # the task's loss alone
+        reg = 0.0
+        counts = torch.stack(loads).sum(0)                        # (E,) the step's routing
+        for probs, choices, logits in parts:
+            if aux == "micro":
+                reg = reg + load_balancing_loss(probs, choices) / micro
+            elif aux == "global":
+                reg = reg + global_load_balancing_loss(probs, choices, counts) / micro
+            elif aux == "sequence":
+                reg = reg + sequence_load_balancing_loss(probs, choices, seq_len) / micro
+            if z:
+                loss = loss + z * router_z_loss(logits) / micro
+        (loss + coef * reg).backward()
+        opt.step()
+        if bias_rate:
+            update_bias(moe.expert_bias, counts, bias_rate)
+        out["routed per expert"].append(counts.tolist())
+        out["dropped fraction"].append(dropped / (tokens * top_k))
+        out["dropped gate mass"].append(mass)
+        out["z"].append(sum(zs) / micro)
+    return out
+
+
+def balancing_summary(r: dict, ep: int = 4, window: int = 10) -> dict:
+    """Most loaded of ``ep`` ranks over the mean at step 0 and over the last ``window`` steps;
+    dropped fraction, dropped gate mass, z and loss over the last ``window`` steps."""
+    from minipar.cost.expert_parallel import imbalance
+    last = lambda k: sum(r[k][-window:]) / window
+    imb = [imbalance(l, ep)["max/mean rank"] for l in r["routed per expert"]]
+    return {"first": imb[0], "last": sum(imb[-window:]) / window,
+            "dropped last": last("dropped fraction"), "dropped mass last": last("dropped gate mass"),
+            "z last": last("z"), "loss last": last("loss")}
+
+
+def balancing_runs(steps: int = 40) -> dict:
+    """Every method of :data:`BALANCING`, same seed, same data."""
+    return {name: balancing_run(steps=steps, **kw) for name, kw in BALANCING.items()}

@@ -89,7 +89,8 @@ def dropless_forward(moe, x: torch.Tensor, kernel: str = "padded") -> torch.Tens
         raise ValueError(f"dropless_forward needs capacity_factor None, got {moe.capacity_factor}")
     shape = x.shape
     x = x.reshape(-1, moe.hidden)                                  # (n, h)
-    _, gates, experts = top_k_gates(moe.router(x), moe.top_k, moe.renormalize)
+    _, gates, experts = top_k_gates(moe.router(x), moe.top_k, moe.renormalize,
+                                    getattr(moe, "expert_bias", None))
     rows, token, order, sizes = permute(x, experts, moe.experts)   # (A, h)
     out = grouped_mlp(rows, sizes, moe.w1, moe.w2, kernel)         # (A, h)
     gate = gates.T.reshape(-1)[order]                              # (A,) same permutation

@@ -70,6 +70,7 @@ class ExpertParallelMoE(nn.Module):
         self.ep, self.rank, self.local = ep, group_rank(group), experts // ep
         self.first = self.rank * self.local                       # first expert this rank owns
         self.router = nn.Linear(hidden, experts, bias=False)
+        self.register_buffer("expert_bias", torch.zeros(experts), persistent=False)
         # every rank draws the whole stack under the same seed and keeps its slice (course sizes)
         w1, w2 = init_experts(experts, hidden, ffn)
         own = slice(self.first, self.first + self.local)
@@ -82,8 +83,12 @@ class ExpertParallelMoE(nn.Module):
         views). ``kw``: ``kernel``, ``dispatcher``, ``node_group``, ``rail_group``."""
         m = cls(moe.hidden, moe.ffn, moe.experts, moe.top_k, moe.capacity_factor,
                 moe.renormalize, group, **kw).to(moe.w1.dtype)
+        if getattr(moe, "drop_policy", "position") != "position":
+            raise ValueError(f"drop_policy ({moe.drop_policy!r}) must be 'position' for the "
+                             "expert-parallel layer (dropping by probability is one-process here)")
         own = slice(m.first, m.first + m.local)
         with torch.no_grad():
+            m.expert_bias.copy_(moe.expert_bias)
             m.router.weight.copy_(moe.router.weight)
             m.w1.copy_(moe.w1[own])
             m.w2.copy_(moe.w2[own])
@@ -123,8 +128,8 @@ class ExpertParallelMoE(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         shape = x.shape
         x = x.reshape(-1, self.hidden)                            # (n, h)
-        n, K = x.shape[0], self.top_k
-        probs, gates, experts = top_k_gates(self.router(x), K, self.renormalize)
+        probs, gates, experts = top_k_gates(self.router(x), self.top_k, self.renormalize,
+                                            self.expert_bias)
         self.aux_loss = load_balancing_loss(probs, experts)
         kept = self.keep(experts)                                 # (n, K)
         self.kept, self.dropped = kept, int((~kept).sum())

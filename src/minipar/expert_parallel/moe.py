@@ -42,18 +42,31 @@ class MoE(nn.Module):
     the rest are dropped (zero contribution). After a forward: ``aux_loss`` (Switch's balancing
     loss of this call's tokens), ``routed_per_expert`` (E,) assignments routed to each expert,
     ``tokens_per_expert`` (E,) those it processed (after dropping), ``kept`` (n, K) bool and
-    ``dropped`` (number of dropped assignments).
+    ``dropped`` (number of dropped assignments), ``logits`` (n, E), ``probs`` (n, E) and
+    ``choices`` (n, K) for the balancing losses of :mod:`.balancing`.
+
+    ``kernel``: "loop" (the per-expert loop below, the reference) or a grouped kernel of
+    :mod:`.grouped` ("padded", "grouped_mm"): permute, grouped GEMMs, unpermute.
+    ``drop_policy``: "position" (the first C of an expert's queue) or "probs" (its C most
+    probable assignments, Megatron-Core's ``--moe-token-drop-policy probs``). ``expert_bias``
+    (E,), a buffer of zeros, is DeepSeek-V3's balancing bias: added to the probabilities only to
+    choose the experts (:func:`.balancing.update_bias` moves it).
     """
 
     def __init__(self, hidden: int, ffn: int, experts: int, top_k: int,
-                 capacity_factor: float | None = None, renormalize: bool = True):
+                 capacity_factor: float | None = None, renormalize: bool = True,
+                 drop_policy: str = "position", kernel: str = "loop"):
         super().__init__()
         if not 1 <= top_k <= experts:
             raise ValueError(f"top_k ({top_k}) must be between 1 and experts ({experts})")
+        if drop_policy not in ("position", "probs"):
+            raise ValueError(f"drop_policy ({drop_policy!r}) must be 'position' or 'probs'")
         self.hidden, self.ffn, self.experts, self.top_k = hidden, ffn, experts, top_k
         self.capacity_factor, self.renormalize = capacity_factor, renormalize
+        self.drop_policy, self.kernel = drop_policy, kernel
         self.router = nn.Linear(hidden, experts, bias=False)
         self.w1, self.w2 = init_experts(experts, hidden, ffn)
+        self.register_buffer("expert_bias", torch.zeros(experts), persistent=False)
 
     @classmethod
     def from_config(cls, c: GPTConfig, experts: int, top_k: int, ffn: int | None = None,
@@ -66,10 +79,15 @@ class MoE(nn.Module):
 
     def route(self, x: torch.Tensor):
         """(n, h) -> probs (n, E), gates (n, K), experts (n, K), kept (n, K) bool."""
-        probs, gates, experts = top_k_gates(self.router(x), self.top_k, self.renormalize)
+        self.logits = self.router(x)                                  # (n, E)
+        probs, gates, experts = top_k_gates(self.logits, self.top_k, self.renormalize,
+                                            self.expert_bias)
         C = capacity(x.shape[0], self.experts, self.top_k, self.capacity_factor)
         if C is None:
             kept = torch.ones_like(experts, dtype=torch.bool)
+        elif self.drop_policy == "probs":
+            from .balancing import keep_by_probability
+            kept = keep_by_probability(probs.gather(-1, experts), experts, self.experts, C)
         else:
             kept = priority_positions(experts, self.experts) < C
         return probs, gates, experts, kept
@@ -78,10 +96,18 @@ class MoE(nn.Module):
         shape = x.shape
         x = x.reshape(-1, self.hidden)                                # (n, h)
         probs, gates, experts, kept = self.route(x)
+        self.probs, self.choices = probs, experts
         self.aux_loss = load_balancing_loss(probs, experts)
         self.routed_per_expert = torch.bincount(experts.flatten(), minlength=self.experts)
         self.tokens_per_expert = torch.bincount(experts[kept], minlength=self.experts)
         self.kept, self.dropped = kept, int((~kept).sum())
+        if self.kernel != "loop":                                     # production form
+            from .dispatchers import assignments
+            from .grouped import grouped_mlp, unpermute
+            token, expert, gate = assignments(experts, gates, kept)   # sorted by expert
+            sizes = torch.bincount(expert, minlength=self.experts)
+            out = grouped_mlp(x[token], sizes, self.w1, self.w2, self.kernel)
+            return unpermute(out, token, gate, x.shape[0]).reshape(shape)
         y = torch.zeros_like(x)
         for e in range(self.experts):
             tok, slot = torch.nonzero((experts == e) & kept, as_tuple=True)   # (m,), (m,)

@@ -35,3 +35,23 @@ def rows_matrix(rows: list[list[int]], title: str = ""):
     fig.colorbar(im, ax=ax, fraction=0.046)
     fig.tight_layout()
     return fig
+
+
+def balancing(runs: dict[str, dict], ep: int = 4):
+    """Left: most loaded of ``ep`` ranks over the mean per step, one line per method. Right:
+    dropped fraction of the assignments per step (the runs with a capacity)."""
+    fig, (a, b) = plt.subplots(1, 2, figsize=(10, 3.4))
+    for label, r in runs.items():
+        a.plot([imbalance(l, ep)["max/mean rank"] for l in r["routed per expert"]], label=label,
+               lw=1)
+        if any(r["dropped fraction"]):
+            b.plot(r["dropped fraction"], label=label, lw=1)
+    a.axhline(1.0, color="grey", ls=":", lw=0.8)
+    a.set_xlabel("training step")
+    a.set_ylabel(f"most loaded rank / mean (ep = {ep})")
+    a.legend(fontsize=7)
+    b.set_xlabel("training step")
+    b.set_ylabel("dropped fraction of assignments")
+    b.legend(fontsize=7)
+    fig.tight_layout()
+    return fig

@@ -31,17 +31,24 @@ import torch.nn.functional as F
 from minipar.cost.expert_parallel import capacity  # noqa: F401  one definition, the cost model's
 
 
-def top_k_gates(logits: torch.Tensor, top_k: int, renormalize: bool = True):
+def top_k_gates(logits: torch.Tensor, top_k: int, renormalize: bool = True,
+                bias: torch.Tensor | None = None):
     """Router logits (n, E) -> (probs (n, E), gates (n, K), experts (n, K)).
 
     ``experts[i, j]`` is token i's j-th choice (largest probability first, ties to the lower
     expert index as ``torch.topk`` breaks them); ``gates[i]`` sums to 1 when ``renormalize``.
+    ``bias`` (E,), DeepSeek-V3's balancing bias, is added to the probabilities only to choose
+    the experts; the gates are the unbiased probabilities of the chosen ones.
     """
     E = logits.shape[-1]
     if not 1 <= top_k <= E:
         raise ValueError(f"top_k ({top_k}) must be between 1 and experts ({E})")
     probs = torch.softmax(logits, dim=-1)                          # (n, E)
-    top_p, experts = probs.topk(top_k, dim=-1)                    # (n, K), (n, K)
+    if bias is None:
+        top_p, experts = probs.topk(top_k, dim=-1)                # (n, K), (n, K)
+    else:
+        experts = (probs.detach() + bias).topk(top_k, dim=-1).indices
+        top_p = probs.gather(-1, experts)                         # (n, K) unbiased
     gates = top_p / top_p.sum(-1, keepdim=True) if renormalize else top_p
     return probs, gates, experts
 
