@@ -316,6 +316,9 @@ def _chapter_on_rank(rank, cp):
         out["gpt"] = max(gpt_training_on_rank(rank, cp, m, lay)["params"] for m, lay in METHODS)
     if cp == 2:
         out["timeline"] = timeline_on_rank(rank, cp)
+    if cp in (2, 3, 4):         # all-gather, GQA, documents, striped, bf16 (practice.py)
+        from .practice import _practice_on_rank
+        out["practice"] = _practice_on_rank(rank, cp)
     return out
 
 
