@@ -31,7 +31,7 @@ class GPU:
     peak_flops: dict[str, float] = field(hash=False)  # dtype -> dense FLOP/s (no 2:4 sparsity)
     source: str = ""
     note: str = ""
-    hbm_bandwidth: float = 2.0e12   # bytes/s of HBM (datasheet)
+    hbm_bandwidth: float = 2.0e12   # bytes/s of HBM (datasheet; achieved where measured)
     sms: int = 108                  # streaming multiprocessors (tile waves, compute.py)
     gemm_efficiency: float = 0.75   # η: fraction of dense peak a large GEMM sustains in training
     intra: str = "nvlink3-a100"     # the NVLink of its generation (DGX/HGX baseboard)
