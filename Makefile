@@ -6,42 +6,58 @@ STAMP := .venv/.installed
 PYTEST := $(PY) -m pytest -p no:cacheprovider
 JB    := .venv/bin/jupyter-book
 
-.PHONY: help book book-strict test unit fast notebooks exercises exercises-check grade lab bench clean \
-        site-test gpu-check
+.PHONY: help install book book-strict test unit fast notebooks exercises exercises-check grade \
+        lab bench clean site-test gpu-check
 
-help:
-	@echo "make book       build the site into _build/html (executes every notebook on CPU; cached)"
-	@echo "make test       the whole suite: unit + exercise tests, strict book build (runs every notebook once), browser test"
-	@echo "make fast       inner loop: unit tests without the slow multi-process ones (~1 min)"
-	@echo "make site-test  the built site in headless Chromium, network blocked (after make book)"
-	@echo "make grade      grade your exercise notebooks and print a score table"
-	@echo "make lab        JupyterLab on the course, with the .venv kernel"
-	@echo "make exercises  regenerate the starter notebooks from exercises/*/solutions/*.py"
-	@echo "make gpu-check  on a GPU node: notebooks and benchmarks on NCCL, JSON report"
-	@echo "make bench      benchmarks on this machine (launcher latency, collectives sweep, data parallel)"
+# `make help` prints every target with its `##` comment; tests/test_install.py checks that
+# every target has one and that README.md's table says the same.
+help: ## this list
+	@grep -E '^[a-z-]+:.*## ' $(firstword $(MAKEFILE_LIST)) \
+	  | sed -E 's/^([a-z-]+):[^#]*## (.*)$$/\1\t\2/' \
+	  | awk -F'\t' '{ printf "make %-16s %s\n", $$1, $$2 }'
+
+# torch: PyTorch's CPU index, so a plain machine never downloads the CUDA build by surprise
+# (PyPI's Linux torch wheel is the CUDA build, gigabytes of libraries). GPU workstations:
+# `make install TORCH_INDEX=` (PyPI's CUDA build) or TORCH_INDEX="--extra-index-url URL" with
+# the URL PyTorch's install selector gives. CI images that carry the wheels on local disk set
+# TORCH_INDEX= (.ci/run), so nothing reaches the network.
+TORCH_INDEX ?= --extra-index-url https://download.pytorch.org/whl/cpu
 
 $(STAMP): requirements.txt pyproject.toml
 	@test -x $(PY) || python3 -m venv .venv
 	@echo "installing requirements into .venv (log: .venv/pip.log)"
-	@$(PY) -m pip install --disable-pip-version-check -q -r requirements.txt > .venv/pip.log 2>&1 \
-	  || { grep -v "is ignored" .venv/pip.log; exit 1; }
+	@$(PY) -m pip install --disable-pip-version-check -q -r requirements.txt $(TORCH_INDEX) \
+	  > .venv/pip.log 2>&1 || { grep -v "is ignored" .venv/pip.log; exit 1; }
 	@touch $@
+
+install: $(STAMP) ## create .venv: the CPU build of torch and every extra (TORCH_INDEX= for the GPU build)
 
 # ipykernel warns once per kernel that it talks to its client over loopback TCP without CurveZMQ
 # keys (jupyter_client provisions none); that one line is dropped, every other line is kept.
 QUIET_KERNEL := grep -v --line-buffered "Kernel is running over TCP without encryption" || true
 
-book: $(STAMP)
+# jupyter-cache keys a notebook's outputs on its cells only: a change under src/ would not
+# re-run it. The cache is dropped whenever src/ changed since the last build.
+SRC_HASH = $(shell find src -type f \( -name '*.py' -o -name '*.js' -o -name '*.json' \) \
+             -not -path '*/__pycache__/*' | LC_ALL=C sort | xargs cat | sha1sum | cut -c1-16)
+define fresh_cache
+	@mkdir -p _build; if [ "$$(cat _build/.src-hash 2>/dev/null)" != "$(SRC_HASH)" ]; then \
+	  rm -rf _build/.jupyter_cache; echo "$(SRC_HASH)" > _build/.src-hash; fi
+endef
+
+book: $(STAMP) ## build the site into _build/html (runs every notebook on the CPU; cached until a notebook or src/ changes)
+	$(fresh_cache)
 	@set -o pipefail; $(JB) build . --quiet 2>&1 | { $(QUIET_KERNEL); }
 
 # Executes every chapter notebook from a clean kernel (jupyter-cache; a cell error fails the
 # build), so `make test` needs no separate nbval pass over notebooks/.
-book-strict: $(STAMP)
+book-strict: $(STAMP) ## the book build with warnings as errors, every notebook run afresh (no cache)
+	@rm -rf _build/.jupyter_cache _build/.src-hash
 	@set -o pipefail; $(JB) build . -W -n --keep-going --quiet 2>&1 | { $(QUIET_KERNEL); }
 
 # The built site in headless Chromium with the network blocked (tests/test_site_browser.py).
 # Outside CI a missing chromium is a note; under CI=true it fails (.ci/run installs it first).
-site-test: $(STAMP)
+site-test: $(STAMP) ## the built site in headless Chromium, network blocked (after make book)
 	@if [ -x /usr/bin/chromium ]; then \
 	  MINIPAR_BROWSER_TEST=1 $(PYTEST) -q -s tests/test_site_browser.py; \
 	elif [ "$$CI" = true ]; then \
@@ -54,37 +70,37 @@ site-test: $(STAMP)
 
 # On a GPU node: chapter notebooks with NCCL where a chapter switches, and the NCCL benchmarks;
 # writes gpu-check.json. Without a GPU it says so and exits 0 (scripts/gpu_check.py).
-gpu-check: $(STAMP)
+gpu-check: $(STAMP) ## on a GPU node: benchmarks, NCCL chapters and GPU-only tests; writes gpu-check.json
 	$(PY) scripts/gpu_check.py --out gpu-check.json
 
-unit: $(STAMP)
+unit: $(STAMP) ## every unit test, multi-process ones and the exercise graders included
 	$(PYTEST) -q -n 2 --dist loadfile --durations=15 tests
 
-fast: $(STAMP)
+fast: $(STAMP) ## inner loop: the unit tests not marked slow (no multi-process test)
 	$(PYTEST) -q -x -n 2 --dist loadfile -m "not slow" tests
 
-notebooks: $(STAMP)
+notebooks: $(STAMP) ## pytest --nbval-lax over notebooks/ (each from a clean kernel)
 	$(PYTEST) -q --nbval-lax --nbval-current-env --nbval-cell-timeout=900 notebooks
 
-exercises: $(STAMP)
+exercises: $(STAMP) ## write the missing starter notebooks from exercises/*/solutions/*.py (never overwrites yours)
 	$(PY) -m minipar.grading.notebooks
 
-exercises-check: $(STAMP)
+exercises-check: $(STAMP) ## the repository's starter notebooks (git's copies, not your edits) match their scripts
 	$(PY) -m minipar.grading.notebooks --check
 
-test: $(STAMP)
+test: $(STAMP) ## everything CI runs: exercises-check, unit, book-strict, site-test
 	$(MAKE) --no-print-directory exercises-check
 	$(MAKE) --no-print-directory unit
 	$(MAKE) --no-print-directory book-strict
 	$(MAKE) --no-print-directory site-test
 
-grade: $(STAMP)
+grade: $(STAMP) ## grade your exercise notebooks and print a score table
 	.venv/bin/minipar grade exercises
 
-lab: $(STAMP)
+lab: $(STAMP) ## JupyterLab on the course, with the .venv kernel
 	.venv/bin/jupyter lab --ServerApp.root_dir=.   # kernel "Python 3" is .venv's python
 
-bench: $(STAMP)
+bench: $(STAMP) ## every minipar bench on this machine's CPU ranks (launch, collectives, the five chapters)
 	.venv/bin/minipar bench launch --ranks 4
 	.venv/bin/minipar bench collectives
 	.venv/bin/minipar bench data_parallel --ranks 4
@@ -93,5 +109,5 @@ bench: $(STAMP)
 	.venv/bin/minipar bench context_parallel --ranks 4
 	.venv/bin/minipar bench expert_parallel --ranks 4
 
-clean:
+clean: ## remove _build (the site and the notebook cache)
 	rm -rf _build

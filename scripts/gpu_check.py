@@ -83,7 +83,8 @@ def bench_plan(gpus: int) -> list[dict]:
     p = _largest((2, 3, 4), n)
     return [
         dict(name="launch", min_gpus=1,
-             args=["bench", "launch", "--ranks", str(max(n, 1)), "--repeats", "3", "--json"]),
+             args=["bench", "launch", "--ranks", str(max(n, 1)), "--repeats", "3", "--backend",
+                   "nccl", "--json"]),
         dict(name="collectives", min_gpus=2,
              args=["bench", "collectives", "--ops",
                    "all-reduce,all-gather,reduce-scatter,broadcast", "--ranks",

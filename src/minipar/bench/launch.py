@@ -10,7 +10,7 @@ from __future__ import annotations
 import statistics
 import time
 
-from .common import add_common, check, emit
+from .common import add_backend, add_common, backend as _backend, check, emit
 
 
 def _one_all_reduce(rank, world_size):
@@ -24,20 +24,20 @@ def _one_all_reduce(rank, world_size):
     return t.item()  # .item() waits for a GPU collective
 
 
-def measure(ranks: int = 4, repeats: int = 5) -> dict:
-    """Seconds for a cold first call and the median of ``repeats`` warm calls; the backend
-    is the launcher's ``"auto"`` choice, reported under ``backend``."""
+def measure(ranks: int = 4, repeats: int = 5, backend: str = "auto") -> dict:
+    """Seconds for a cold first call and the median of ``repeats`` warm calls; ``backend``
+    (default: the launcher's ``"auto"`` choice) is reported resolved under ``backend``."""
     from minipar.runtime import launch
 
-    backend = launch.choose_backend("auto", ranks)
+    backend = launch.choose_backend(backend, ranks)
     launch.shutdown()  # make the first call cold even if this process launched before
     t0 = time.perf_counter()
-    launch.run(_one_all_reduce, ranks)
+    launch.run(_one_all_reduce, ranks, backend=backend)
     first = time.perf_counter() - t0
     warm = []
     for _ in range(repeats):
         t0 = time.perf_counter()
-        launch.run(_one_all_reduce, ranks)
+        launch.run(_one_all_reduce, ranks, backend=backend)
         warm.append(time.perf_counter() - t0)
     repeat = statistics.median(warm)
     return {"ranks": ranks, "backend": backend, "first_call_s": first, "repeat_call_s": repeat,
@@ -48,6 +48,7 @@ def add_bench_parser(bench_sub) -> None:
     p = bench_sub.add_parser("launch", help="first-call and repeat-call latency of the launcher")
     add_common(p, ranks=4, ranks_help="ranks per call")
     p.add_argument("--repeats", type=int, default=5, help="warm calls timed (default 5)")
+    add_backend(p, "auto", "the launcher's own choice, NCCL on GPUs")
     p.set_defaults(func=_main)
 
 
@@ -61,4 +62,5 @@ def _main(args) -> int:
     from minipar.runtime.launch import MAX_WORLD_SIZE
 
     check(args, at_least=dict(ranks=1, repeats=1), at_most=dict(ranks=MAX_WORLD_SIZE))
-    return emit(args, lambda: measure(args.ranks, args.repeats), _show)
+    chosen = _backend(args, args.ranks)
+    return emit(args, lambda: measure(args.ranks, args.repeats, chosen), _show)

@@ -29,8 +29,9 @@ outputs, execution counts, cell tags and ``NBVAL_*`` markers stripped; every cel
 a first cell that moves into the notebook's folder and records errors and check outcomes in a
 side log. Nothing the learner's file has saved reaches the verdict.
 
-``python -m minipar.grading.notebooks [CHAPTER...]`` rebuilds the starters (of every chapter, or
-of the chapters named); ``--check`` fails if one is stale.
+``python -m minipar.grading.notebooks [CHAPTER...]`` writes the missing starters (of every
+chapter, or of the chapters named) and never overwrites a learner's notebook; ``--force``
+overwrites them (course authors); ``--check`` fails if a starter the repository holds is stale.
 """
 from __future__ import annotations
 
@@ -228,22 +229,54 @@ def render(nb) -> str:
     return nbformat.writes(nb) + "\n"
 
 
+def _committed(target: Path) -> str | None:
+    """``target`` as the repository has it (git's index: what was committed or staged), or
+    None outside a git checkout or for an untracked file. A learner's edits to the working
+    copy are not the repository's starter."""
+    import subprocess
+
+    try:
+        out = subprocess.run(["git", "show", f":./{target.name}"], cwd=target.parent,
+                             capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return out.stdout if out.returncode == 0 else None
+
+
 def main(argv: list[str] | None = None) -> int:
+    """Write the starter notebooks that are **missing** (a learner's notebook is never
+    overwritten); ``--force`` overwrites them all (for course authors: it erases answers);
+    ``--check`` fails if a starter in the repository (git's index; the file outside git) is
+    not what its script builds. ``CHAPTER`` arguments limit it to those chapters."""
     argv = sys.argv[1:] if argv is None else argv
+    unknown = [a for a in argv if a.startswith("-") and a not in ("--check", "--force")]
+    if unknown:
+        print(f"unknown option {unknown[0]!r}: use --check or --force")
+        return 2
     chapters = [a for a in argv if not a.startswith("-")]      # optional: only these chapters
-    stale = []
+    stale, kept = [], []
     for script in scripts():
         if chapters and script.parent.parent.name not in chapters:
             continue
         text, target = render(build(script, solved=False)), starter_path(script)
         if "--check" in argv:
-            if not target.exists() or target.read_text() != text:
+            committed = _committed(target)
+            if committed is None:
+                committed = target.read_text() if target.exists() else None
+            if committed != text:
                 stale.append(str(target))
+        elif target.exists() and "--force" not in argv:
+            kept.append(str(target))
         else:
             target.write_text(text)
             print(f"wrote {target}")
+    if kept:
+        print(f"kept {len(kept)} existing notebook(s), your work included (only missing starters "
+              "are written)")
     if stale:
-        print("stale starter notebooks (run `make exercises`): " + ", ".join(stale))
+        print("stale starter notebooks in the repository: " + ", ".join(stale) + " (a course "
+              "author rebuilds them with `python -m minipar.grading.notebooks --force`, which "
+              "overwrites the notebooks and any answers in them, then commits them)")
         return 1
     return 0
 
