@@ -610,20 +610,20 @@ def h200_runs(gpu: GPU | None = None, *, attention: str | None = None,
               **model_options) -> list[H200Row]:
     """Every row of ``measurements/h200_step_times.json`` predicted on one H200
     (:func:`h200_gpu` unless ``gpu``): step time and peak memory of d = t = p = 1, b and m as
-    measured, no recomputation, ZeRO 0. The row's attention kernel is passed to
-    :func:`minipar.cost.three_d.evaluate` as ``attention`` (``"flash"`` for PyTorch's SDPA)
-    where the planner has that input; ``attention`` forces one kernel for every row (a
-    negative control). ``model_options`` go to ``evaluate`` where it accepts them."""
+    measured, no recomputation, ZeRO 0; the measured GPTs are the planner's default shape
+    (LayerNorm, biases, learned positions, tied embedding), V = 50,304. The row's attention
+    kernel is the shape's ``attention`` (``"flash"`` for PyTorch's fused SDPA, ``"unfused"``);
+    ``attention`` forces one kernel for every row (a negative control). ``model_options`` go to
+    ``evaluate`` where it accepts them."""
     data = json.loads((_MEASUREMENTS / "h200_step_times.json").read_text())
     gpu = gpu or h200_gpu()
     out = []
     for r in data["rows"]:
-        m_ = three_d.ModelShape(r["L"], r["h"], r["a"], r["s"], H200_VOCAB)
-        cl = replace(three_d.cluster(1, 1, "H200"), gpu=gpu)
         kernel = attention or {"sdpa": "flash"}.get(r["attention"], r["attention"])
-        opts = _supported(dict(attention=kernel) | model_options)
+        m_ = three_d.ModelShape(r["L"], r["h"], r["a"], r["s"], H200_VOCAB, attention=kernel)
+        cl = replace(three_d.cluster(1, 1, "H200"), gpu=gpu)
         c = three_d.evaluate(m_, cl, r["b"] * r["m"], tp=1, pp=1, dp=1, micro_batch=r["b"],
-                             recompute="none", zero=0, **opts)
+                             recompute="none", zero=0, **_supported(model_options))
         out.append(H200Row(r["name"], r["attention"], r["b"], r["m"], r["measured_s"],
                            c.step_seconds if c.fits else None, r["peak_bytes"] / 2**30,
                            c.bytes_per_gpu / 2**30, c.fits, c))
