@@ -1,8 +1,10 @@
 """Checkers for the "Putting them together" exercises: rank-grid groups against
-:class:`minipar.three_d.RankGrid`, a chosen (t, p, d) against the planner's feasible set, and a
-cost per token against :func:`minipar.cost.three_d.dollars_per_million_tokens`. Group lists are
-shown in full with what differs; answers to exercises 1 and 3 that use the course's grid or
-planner are rejected (:mod:`minipar.grading.imports`)."""
+:class:`minipar.three_d.RankGrid`, a chosen (t, p, d) against the planner's feasible set, a
+cost per token against :func:`minipar.cost.three_d.dollars_per_million_tokens`, and the cp,
+dp_cp and folded ep/edp groups of the five-dimensional grid against :class:`minipar.grid.Grid`.
+Group lists are shown in full with what differs, or the known slip is named; answers to
+exercises 1, 3 and 4 that use the course's grid or planner are rejected
+(:mod:`minipar.grading.imports`)."""
 from __future__ import annotations
 
 from minipar.cost import three_d as planner
