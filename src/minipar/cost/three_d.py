@@ -116,7 +116,8 @@ from .breakdown import StepBreakdown, check_layout
 from .hardware import GPU, Link, gpu as gpu_preset, link as link_preset
 from .memory_time import ZERO_STAGES, check_zero_stage
 from .model import RECOMPUTE, flops_per_iteration, param_count
-from .three_d_terms import (GRAD_REDUCE_BYTES, HEADROOM, ZERO3_COLLECTIVES, Layout, Options,
+from .three_d_terms import (GRAD_REDUCE_BYTES, HEADROOM, RECIPES, ZERO3_COLLECTIVES, Layout,
+                            Options,
                             breakdown, dp_allreduce_seconds, kv_width_per_rank, options,
                             tp_collectives, zero3_collective_seconds, zero3_gathers)
 
@@ -275,6 +276,13 @@ ERA_FLASH_GPUS = ("H100-SXM", "H100-PCIe", "H200")
 SDPA shipped for Hopper in 2023); the A100 presets reproduce 2021 runs, unfused."""
 
 
+def precision_for(gpu_name: str) -> str:
+    """The mixed-precision recipe a run uses by default
+    (:data:`minipar.cost.three_d_terms.RECIPES`): Megatron-LM's "megatron" (18 bytes per
+    parameter, fp32 logits) on an H100/H200, the "2021" pricing of the A100 reproductions."""
+    return "megatron" if gpu_name.split("*")[0] in ERA_FLASH_GPUS else "2021"
+
+
 def attention_for(m_: "ModelShape", gpu_name: str) -> str:
     """The attention kernel a run uses: the shape's own, else "flash" on an H100/H200 and
     "unfused" otherwise (the 2021 A100 reproductions)."""
@@ -406,9 +414,8 @@ def terms(m_: ModelShape, cl: Cluster, lay: Layout, **model_options) -> StepBrea
     check(m_, cl, lay.global_batch, tp=lay.tp, pp=lay.pp, dp=lay.dp, micro_batch=lay.micro_batch,
           chunks=lay.chunks, zero=lay.zero, cp=lay.cp, ep=lay.ep)
     opt = options(**model_options)
-    if opt.attention is None:
-        opt = replace(opt, attention=attention_for(m_, cl.gpu.name))
-    return breakdown(m_, cl, lay, opt)
+    return breakdown(m_, cl, lay, opt.resolved(attention_for(m_, cl.gpu.name),
+                                               precision_for(cl.gpu.name)))
 
 
 def check(m_: ModelShape, cl: Cluster, global_batch: int, *, tp: int, pp: int, dp: int,
@@ -610,7 +617,7 @@ def megatron_rule_layout(m_: ModelShape, cl: Cluster, global_batch: int, micro_b
     return None
 
 
-__all__ = ["ATTENTION", "NORMS", "attention_for", "ModelShape", "MODELS", "Cluster", "Config", "cluster", "evaluate", "terms", "check",
+__all__ = ["ATTENTION", "NORMS", "attention_for", "precision_for", "RECIPES", "ModelShape", "MODELS", "Cluster", "Config", "cluster", "evaluate", "terms", "check",
            "search", "Layout", "Options", "StepBreakdown",
            "why_nothing_fits", "training_seconds", "implied_mfu", "dollars_per_million_tokens",
            "dp_allreduce_seconds", "megatron_rule_layout", "tp_collectives", "HEADROOM",

@@ -22,8 +22,7 @@ from .compute import (attention_core_and_mlp_seconds, gemm_seconds, layer_second
 from .compute import SCORE_BYTES_BWD, SCORE_BYTES_FWD
 from .context_parallel import ring_sent_bytes_per_layer
 from .expert_parallel import all_to_all_time
-from .memory_time import (activation_bytes_per_layer, model_state_bytes,
-                          pipeline_first_stage_activation_bytes)
+from .memory_time import activation_bytes_per_layer, model_state_bytes
 from .pipeline_parallel import bubble_fraction_of_total, bubble_relative_to_ideal
 
 HEADROOM = 0.10
@@ -37,6 +36,45 @@ ZERO3_COLLECTIVES = ("flat-ring", "hierarchical")
 """Algorithms for ZeRO-3's per-layer collectives over a group spanning nodes."""
 
 
+class Recipe(NamedTuple):
+    """A mixed-precision recipe: bytes per parameter of each model state, of the DP reduction,
+    of the per-micro-batch gradient accumulation and of the Adam step, and whether the fp32
+    logits and their gradient count in the peak memory."""
+    weight_bytes: float
+    grad_bytes: float
+    optimizer_bytes: float
+    reduce_bytes: float
+    accumulate_bytes: float
+    adam_bytes: float
+    fp32_logits: bool
+    headroom: float
+
+
+ALLOCATOR_MARGIN = 0.12
+"""Fraction of a GPU's memory the modern recipes keep free for the CUDA context, NCCL, cuBLAS
+workspaces and the caching allocator's fragmentation, taken from the whole-step rows of
+measurements/h200_step_times.json (one H200, the "megatron" recipe): their
+``torch.cuda.max_memory_allocated()`` exceeds this model's bytes by 2.6 % to 12.9 %
+(GPT 350M, the smallest), so keeping 12 % free admits up to 1/(1 − 0.12) = 1.136 times the
+model's bytes. The only constant taken from that validation set; the 2021 reproductions keep
+their 10 %."""
+
+RECIPES: dict[str, Recipe] = {
+    # The 2021 reproductions as this model priced them: ZeRO's 16 bytes per parameter
+    # (Rajbhandari et al. 2020 §3.1: 2 + 2 + 12), the reduction in fp32, no logits, 10 % free.
+    "2021": Recipe(2, 2, 12, GRAD_REDUCE_BYTES, 10, 30, False, HEADROOM),
+    # Megatron-LM's default (Megatron-Core ``DistributedDataParallel`` with fp32 main gradients,
+    # ``accumulate_allreduce_grads_in_fp32``): bf16 weights, fp32 main gradients, fp32 master
+    # weights and moments: 2 + 4 + 12 = 18 bytes; reduced in fp32; each micro-batch reads the
+    # 16-bit gradient and reads + writes the fp32 one (10); Adam 30 bytes per parameter.
+    "megatron": Recipe(2, 4, 12, 4, 10, 30, True, ALLOCATOR_MARGIN),
+    # bf16 gradients (Megatron's ``--no-gradient-accumulation-fusion`` style, FSDP2's default
+    # reduce dtype): 2 + 2 + 12 = 16 bytes, reduced in bf16; accumulation 2 + 2 + 2 = 6 bytes;
+    # Adam reads a 16-bit gradient: 28 bytes.
+    "bf16-grads": Recipe(2, 2, 12, 2, 6, 28, True, ALLOCATOR_MARGIN),
+}
+
+
 @dataclass(frozen=True)
 class Options:
     """The planner's switches, one config for every layout of a search (nanoGPT's one config).
@@ -46,13 +84,28 @@ class Options:
     the GPU's memory kept free. ``zero3_overlap``: ZeRO-3 prefetches one layer ahead.
     ``zero3_collectives``: the algorithm of ZeRO-3's collectives across nodes. ``attention``:
     "unfused" or "flash" for every layout (``None``: the shape's, else the GPU's era,
-    :func:`minipar.cost.three_d.attention_for`)."""
-    grad_reduce_bytes: float = GRAD_REDUCE_BYTES
+    :func:`minipar.cost.three_d.attention_for`). ``precision``: one of :data:`RECIPES` for
+    memory and time alike (``None``: the GPU's era, :func:`minipar.cost.three_d.precision_for`);
+    ``grad_reduce_bytes`` and ``headroom`` left ``None`` come from the recipe."""
+    grad_reduce_bytes: float | None = None
     dp_overlap: bool = True
-    headroom: float = HEADROOM
+    headroom: float | None = None
     zero3_overlap: bool = True
     zero3_collectives: str = "flat-ring"
     attention: str | None = None
+    precision: str | None = None
+
+    @property
+    def recipe(self) -> Recipe:
+        return RECIPES[self.precision or "2021"]
+
+    def resolved(self, attention: str, precision: str) -> "Options":
+        """Every ``None`` filled: the kernel and the recipe given, then the recipe's bytes."""
+        o = replace(self, attention=self.attention or attention,
+                    precision=self.precision or precision)
+        return replace(o, grad_reduce_bytes=o.recipe.reduce_bytes if o.grad_reduce_bytes is None
+                       else o.grad_reduce_bytes,
+                       headroom=o.recipe.headroom if o.headroom is None else o.headroom)
 
     def __post_init__(self):
         if self.zero3_collectives not in ZERO3_COLLECTIVES:
@@ -60,7 +113,12 @@ class Options:
                              f"{', '.join(ZERO3_COLLECTIVES)}")
         if self.attention not in (None, "unfused", "flash"):
             raise ValueError(f"attention ({self.attention!r}) must be one of unfused, flash")
-        if self.grad_reduce_bytes <= 0 or not 0 <= self.headroom < 1:
+        if self.precision not in (None, *RECIPES):
+            raise ValueError(f"precision ({self.precision!r}) must be one of "
+                             f"{', '.join(RECIPES)}")
+        grb = GRAD_REDUCE_BYTES if self.grad_reduce_bytes is None else self.grad_reduce_bytes
+        room = HEADROOM if self.headroom is None else self.headroom
+        if grb <= 0 or not 0 <= room < 1:
             raise ValueError(f"grad_reduce_bytes ({self.grad_reduce_bytes}) must be > 0 and "
                              f"headroom ({self.headroom}) in [0, 1)")
 
@@ -206,12 +264,16 @@ def tp_collectives(t: int, sp: bool, recompute: str) -> float:
 
 def term_states(m_, lay: Layout, opt: Options) -> float:
     """Model-state bytes on the first stage: the dense part sharded by ZeRO over d·cp, the
-    experts over d·cp/ep (ZeRO §5 via :func:`minipar.cost.memory_time.model_state_bytes`);
+    experts over d·cp/ep (ZeRO §5 via :func:`minipar.cost.memory_time.model_state_bytes`), in
+    the bytes of ``opt.precision``'s recipe;
     ZeRO-3 adds two gathered 16-bit layers and one unsharded layer gradient."""
     t, p, zero, dcp = lay.tp, lay.pp, lay.zero, lay.dp * lay.cp
     sp_ = stage_params(m_, lay)
-    states = (model_state_bytes(sp_.dense * p, d=dcp, t=t, p=p, zero=zero).total
-              + model_state_bytes(sp_.expert * p, d=dcp // lay.ep, t=t, p=p, zero=zero).total)
+    rc = opt.recipe
+    kw = dict(t=t, p=p, zero=zero, weight_bytes=rc.weight_bytes, grad_bytes=rc.grad_bytes,
+              optimizer_bytes=rc.optimizer_bytes)
+    states = (model_state_bytes(sp_.dense * p, d=dcp, **kw).total
+              + model_state_bytes(sp_.expert * p, d=dcp // lay.ep, **kw).total)
     if zero == 3:                                              # 2 gathered layers + 1 gradient
         states += (2 * 2 + opt.grad_reduce_bytes) * sp_.layer / t
     return states
@@ -240,24 +302,37 @@ def shape_activation_bytes(m_, lay: Layout) -> float:
 
 
 def term_activations(m_, lay: Layout, opt: Options) -> float:
-    """Activation bytes on the first stage (Korthikanti et al. 2022 Table 2 and §4.2.3, with
-    :func:`shape_activation_bytes`): :func:`layers_in_flight` layers of one micro-batch, plus
-    one layer's full activations under full recomputation (the layer being recomputed).
-    ``opt.attention`` "flash" stores no s² scores, only a logsumexp per row and head
-    (:func:`minipar.cost.memory_time.activation_bytes_per_layer`); with cp > 1 every tensor
-    holds s/cp tokens and ring attention is blockwise: no s² scores either."""
+    """Activation bytes on the fullest stage (Korthikanti et al. 2022 Table 2 and §4.2.3, with
+    :func:`shape_activation_bytes`). First stage: :func:`layers_in_flight` layers of one
+    micro-batch, plus one layer's full activations under full recomputation (the layer being
+    recomputed). ``opt.attention`` "flash" stores no s² scores, only a logsumexp per row and
+    head (:func:`minipar.cost.memory_time.activation_bytes_per_layer`); with cp > 1 every
+    tensor holds s/cp tokens and ring attention is blockwise: no s² scores either. With the
+    recipe's fp32 logits (:func:`logits_bytes`) the last stage may be the fullest: under 1F1B it
+    holds one micro-batch of its L/p layers and the logits (with p = 1 the one stage holds
+    both)."""
     s, b, h, a, L = m_.seq, lay.micro_batch, m_.hidden, m_.heads, m_.layers
     t, sp, rc, cp, att = lay.tp, lay.sp, lay.recompute, lay.cp, opt.attention
     mem_rc = "selective" if cp > 1 and rc == "none" else rc
     per_layer = activation_bytes_per_layer(s, b, h, a, t=t, sp=sp, recompute=mem_rc,
-                                           attention=att)
-    act = (per_layer + shape_activation_bytes(m_, lay)) * layers_in_flight(L, lay)
+                                           attention=att) + shape_activation_bytes(m_, lay)
+    recomputed = 0.0
     if rc == "full":                                           # the layer being recomputed
-        inner = replace(lay, recompute="none")
-        act += activation_bytes_per_layer(s, b, h, a, t=t, sp=sp,
-                                          recompute="selective" if cp > 1 else "none",
-                                          attention=att) + shape_activation_bytes(m_, inner)
-    return act / cp
+        recomputed = activation_bytes_per_layer(
+            s, b, h, a, t=t, sp=sp, recompute="selective" if cp > 1 else "none",
+            attention=att) + shape_activation_bytes(m_, replace(lay, recompute="none"))
+    act = (per_layer * layers_in_flight(L, lay) + recomputed) / cp
+    if not opt.recipe.fp32_logits:
+        return act
+    if lay.pp == 1:
+        return act + logits_bytes(m_, lay)
+    return max(act, (per_layer * (L // lay.pp) + recomputed) / cp + logits_bytes(m_, lay))
+
+
+def logits_bytes(m_, lay: Layout) -> float:
+    """The fp32 (b, s/cp, V/t) logits and their gradient on the last stage: 2·4·b·s·V/(cp·t)
+    bytes (vocabulary-parallel cross-entropy, Shoeybi et al. 2019 §3; the loss in fp32)."""
+    return 2 * 4 * lay.micro_batch * (m_.seq // lay.cp) * m_.vocab / lay.tp
 
 
 # --- one micro-batch on the slowest (last) stage ----------------------------------------------
@@ -289,7 +364,8 @@ def term_compute(m_, cl, lay: Layout, opt: Options) -> ComputeTerm:
     b, h, a, sl, t, rc = lay.micro_batch, m_.hidden, m_.heads, m_.seq // lay.cp, lay.tp, \
         lay.recompute
     gpu, att = cl.gpu, opt.attention
-    lt = layer_seconds(b, sl, h, a, gpu, t, sp=lay.sp, recompute=rc, attention=att).total_s
+    lt = layer_seconds(b, sl, h, a, gpu, t, sp=lay.sp, recompute=rc, attention=att,
+                       grad_accum_bytes=opt.recipe.accumulate_bytes).total_s
     parts = attention_core_and_mlp_seconds(b, sl, h, a, gpu, t, attention=att)
     refwd = 1 if rc == "none" else 2                           # the core is recomputed
     core = refwd * parts["core_f"] + parts["core_b"]           # one (s/cp)² block
@@ -448,13 +524,14 @@ def term_embedding(m_, cl, lay: Layout, opt: Options) -> float:
     return _ring("all-reduce", 2, opt.grad_reduce_bytes * m_.vocab * m_.hidden / t, link)
 
 
-def term_optimizer(m_, cl, lay: Layout) -> float:
+def term_optimizer(m_, cl, lay: Layout, opt: Options) -> float:
     """The Adam step on this rank's shard (:func:`minipar.cost.compute.optimizer_seconds`): the
-    stage's parameters ÷ t, and ÷ d·cp (dense) or d·cp/ep (experts) under ZeRO ≥ 1."""
+    stage's parameters ÷ t, and ÷ d·cp (dense) or d·cp/ep (experts) under ZeRO ≥ 1, at the
+    recipe's bytes per parameter."""
     dcp, ep = lay.dp * lay.cp, lay.ep
     sp_ = stage_params(m_, lay)
     shard = (sp_.dense / dcp + sp_.expert / (dcp // ep)) if lay.zero >= 1 else sp_.stage
-    return optimizer_seconds(shard / lay.tp, cl.gpu)
+    return optimizer_seconds(shard / lay.tp, cl.gpu, opt.recipe.adam_bytes)
 
 
 def breakdown(m_, cl, lay: Layout, opt: Options) -> StepBreakdown:
@@ -469,7 +546,7 @@ def breakdown(m_, cl, lay: Layout, opt: Options) -> StepBreakdown:
         microbatches=lay.microbatches, compute=comp.microbatch, tp=tp, pp=pp,
         cp=term_cp(m_, cl, lay, comp.core), ep=term_ep(m_, cl, lay), zero3_exposed=z3.exposed,
         bubble_relative=r, bubble_fraction=f, dp=dp.total, dp_exposed=dp.exposed,
-        embedding=term_embedding(m_, cl, lay, opt), optimizer=term_optimizer(m_, cl, lay),
+        embedding=term_embedding(m_, cl, lay, opt), optimizer=term_optimizer(m_, cl, lay, opt),
         states=term_states(m_, lay, opt), activations=term_activations(m_, lay, opt),
         memory_limit=cl.gpu.memory_bytes * (1 - opt.headroom), tp_link=tp_link,
         pp_link=pp_link, dp_link=dp.link)
