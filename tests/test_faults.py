@@ -274,15 +274,34 @@ def test_a_notebook_without_tasks_exits_3_and_says_so(tmp_path):
     assert notebooks([nb]) == ([nb], [])
 
 
-def test_no_message_tells_a_learner_to_overwrite_their_work():
-    """The grader's "notebook missing" reason and make's messages name only commands that
-    write missing notebooks (`make exercises`), never a forced rebuild."""
+def _overwriting_advice(text: str) -> list[str]:
+    """Lines that tell someone to run a forced rebuild without saying it overwrites work."""
     import re
 
-    texts = {p: p.read_text() for p in [ROOT / "src/minipar/grading/cli.py",
-                                        ROOT / "src/minipar/grading/notebooks.py",
-                                        ROOT / "Makefile", ROOT / "README.md"]}
-    for path, text in texts.items():
-        for line in text.splitlines():
-            if "--force" in line:
-                assert re.search(r"overwrit|author", line, re.I), (path, line)
+    return [ln for ln in text.splitlines()
+            if re.search(r"--force`", ln) and not re.search(r"overwrit|author", ln, re.I)]
+
+
+def test_no_message_tells_a_learner_to_overwrite_their_work():
+    """The grader's "notebook missing" reason and make's messages name only commands that
+    write missing notebooks (`make exercises`), never a forced rebuild without its warning."""
+    from minipar.grading.cli import grade
+
+    for path in [ROOT / "src/minipar/grading/cli.py", ROOT / "src/minipar/grading/notebooks.py",
+                 ROOT / "Makefile", ROOT / "README.md"]:
+        assert _overwriting_advice(path.read_text()) == [], path
+    # negative control: the advice the check exists to catch
+    assert _overwriting_advice("stale: run `python -m minipar.grading.notebooks --force`")
+    # the grader's reason for a deleted notebook
+    source = (ROOT / "src/minipar/grading/cli.py").read_text()
+    assert "writes only missing notebooks" in source and grade.__module__
+
+
+def test_the_grader_leaves_its_kernel_files_in_its_own_folder():
+    """Negative control for the leak tests' TMPDIR check: the runner's kernel writes its
+    connection file, IPYTHONDIR and TMPDIR under the folder it is given."""
+    from minipar.grading import runner
+
+    text = Path(runner.__file__).read_text()
+    assert 'connection_file=str(self.folder / "kernel.json")' in text
+    assert 'IPYTHONDIR=str(self.folder / "ipython"), TMPDIR=str(self.folder / "tmp")' in text
