@@ -334,16 +334,22 @@ def measured_traffic(results: list[dict], grid: Grid) -> list[dict]:
 
 def summary(grid: Grid, results: list[dict]) -> dict:
     """What the notebook prints and glues: the worst parity of the correct run and of each
-    negative control, and every (rank, group) traffic figure measured against the model."""
+    negative control, every (rank, group) traffic figure measured and modelled, and their
+    totals per kind of group (bytes over all ranks)."""
     rows = []
     for r, (res, got) in enumerate(zip(results, measured_traffic(results, grid))):
         ok = res["correct"]
         want = expected_traffic(grid, ok["coord"][0], ok["reduced"])
         rows += [(r, k, got[k], want[k]) for k in want]
     bugs = [b for b in results[0] if b != "correct"]
+    totals: dict = {}                           # per kind over all ranks (ep: over its groups)
+    for r, kind, got, want in rows:
+        if kind != "ep" or grid.group_of("ep", r)[0] == r:
+            g, w = totals.get(kind, (0, 0))
+            totals[kind] = (g + got, w + want)
     return {"params": max(x["correct"]["params"] for x in results),
             "grads": max(x["correct"]["grads"] for x in results),
             "bugs": {b: max(x[b]["params"] for x in results) for b in bugs},
-            "traffic": rows,
+            "traffic": rows, "totals": totals,
             "traffic_equal": sum(abs(g - w) <= 1e-12 * max(w, 1) for _, _, g, w in rows),
             "traffic_moving": sum(w > 0 for *_, w in rows)}
