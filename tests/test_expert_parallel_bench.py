@@ -50,6 +50,12 @@ def test_bench_ep_json_is_consistent():
             assert g["predicted_a2a_seconds"] == pytest.approx(4 * one)
         else:
             assert g["predicted_a2a_seconds"] is None and fit["error"]
+    # loop vs grouped kernels: measured in this run, reported as ratios of the reported times
+    k = r["kernels"]
+    assert k["rows"] == x * n * K and k["loop"] > 0 and k["padded"] > 0
+    assert k["loop_over_padded"] == pytest.approx(k["loop"] / k["padded"])
+    if k["grouped_mm"]:
+        assert k["loop_over_grouped_mm"] == pytest.approx(k["loop"] / k["grouped_mm"])
     # control: the skewed run's traffic is not what even routing would predict (E·8 bytes of
     # counts + four all-to-alls of K·n rows): the model has to use the routed counts
     even_model = E * 8 + 4 * K * n * h * 4
@@ -63,6 +69,7 @@ def test_bench_ep_json_is_consistent():
     (["--ranks", "3", "--experts", "4"], "--ranks (3) must divide --experts (4)"),
     (["--ranks", "2", "--experts", "4", "--top-k", "5"], "--top-k (5) must be <= --experts (4)"),
     (["--ranks", "2", "--skew", "0"], "--skew (0.0) must be > 0"),
+    (["--ranks", "2", "--grouped-experts", "0"], "--grouped-experts (0) must be >= 1"),
 ])
 def test_bench_ep_rejects_bad_input(capsys, argv, message):
     assert main(["bench", "expert_parallel", *argv]) == 2

@@ -27,6 +27,13 @@ choice. Reported:
   (median of a few tries per size; pairwise exchange,
   :func:`minipar.cost.collectives.fit_alpha_beta`; α clamped at 0 when noise makes it negative).
 
+* ``kernels``: in this process, one forward + backward of the experts' MLPs on n·x·K rows
+  spread evenly at random over ``--grouped-experts`` experts, three ways
+  (:func:`minipar.expert_parallel.grouped.grouped_mlp`): the per-expert Python loop, one padded
+  batched matmul per weight, and ``torch._grouped_mm`` (float32, variable groups, when this
+  torch has it); one thread, fastest of ``--steps`` tries each, and ``loop_over_padded`` /
+  ``loop_over_grouped_mm``, ratios measured in the same run.
+
 A benchmark reports, it never asserts: ranks share this machine's cores, so numbers are noisy;
 ratios measured in one run are the figures to read, not absolute seconds.
 """
@@ -67,6 +74,47 @@ def _expert_seconds(layer, rows_per_expert: list[int], reps: int) -> float:
         if i:
             best = min(best, t)
     return best
+
+
+def kernel_seconds(rows: int, experts: int, hidden: int, ffn: int, reps: int,
+                   seed: int = 0) -> dict:
+    """Fastest forward + backward of every expert's MLP on ``rows`` rows (float32, experts
+    drawn uniformly at random) per kernel of :mod:`minipar.expert_parallel.grouped`; None for
+    a kernel this torch lacks on this device."""
+    import time
+
+    import torch
+
+    from minipar.expert_parallel.grouped import grouped_mlp
+
+    g = torch.Generator().manual_seed(seed)
+    which = torch.randint(experts, (rows,), generator=g)
+    sizes = torch.bincount(which, minlength=experts)            # (E,)
+    x = torch.randn(rows, hidden, generator=g)                   # (rows, h), expert-major
+    w1 = (torch.randn(experts, hidden, ffn, generator=g) / hidden ** 0.5).requires_grad_()
+    w2 = (torch.randn(experts, ffn, hidden, generator=g) / ffn ** 0.5).requires_grad_()
+    dy = torch.randn(rows, hidden, generator=g)                  # (rows, h) output gradient
+    out, threads = {}, torch.get_num_threads()
+    torch.set_num_threads(1)              # one thread: the ranks' cores are shared, no oversubscription
+    for kernel in ("loop", "padded", "grouped_mm"):
+        best = float("inf")
+        try:
+            for i in range(reps + 1):                            # i = 0: warm-up
+                t0 = time.perf_counter()
+                grouped_mlp(x, sizes, w1, w2, kernel).backward(dy)
+                t = time.perf_counter() - t0
+                w1.grad = w2.grad = None
+                if i:
+                    best = min(best, t)
+            out[kernel] = best
+        except (RuntimeError, AttributeError, NotImplementedError):   # no such kernel here
+            out[kernel] = None
+    torch.set_num_threads(threads)
+    out["loop_over_padded"] = out["loop"] / out["padded"]
+    out["loop_over_grouped_mm"] = (out["loop"] / out["grouped_mm"] if out["grouped_mm"]
+                                   else None)
+    out.update(rows=rows, experts=experts)
+    return out
 
 
 def bench_on_rank(rank: int, ep: int, tokens: int, experts: int, top_k: int, hidden: int,
@@ -133,7 +181,8 @@ def bench_on_rank(rank: int, ep: int, tokens: int, experts: int, top_k: int, hid
 
 
 def bench(ranks: int = 4, tokens: int = 1024, experts: int | None = None, top_k: int = 1,
-          hidden: int = 128, ffn: int = 512, skew: float = 3.0, steps: int = 5) -> dict:
+          hidden: int = 128, ffn: int = 512, skew: float = 3.0, steps: int = 5,
+          grouped_experts: int = 32) -> dict:
     from minipar.cost.collectives import fit_alpha_beta
     from minipar.cost.expert_parallel import imbalance, layer_comm_time
     from minipar.runtime.launch import run
@@ -174,7 +223,8 @@ def bench(ranks: int = 4, tokens: int = 1024, experts: int | None = None, top_k:
     return {"ranks": ep, "backend": "gloo", "tokens_per_rank": tokens, "experts": E,
             "top_k": top_k, "hidden": hidden, "ffn": ffn, "skew": skew, "dtype": "float32",
             "steps": steps, "step_seconds": t, "skewed_to_even": t["skewed"] / t["even"],
-            "routers": routers, "fit": fit}
+            "routers": routers, "fit": fit,
+            "kernels": kernel_seconds(ep * tokens * top_k, grouped_experts, hidden, ffn, steps)}
 
 
 def _show(r: dict) -> None:
@@ -199,12 +249,19 @@ def _show(r: dict) -> None:
               f"{'' if x['bytes']['equal'] else ' (traced differs from the model)'}; "
               f"four token all-to-alls predicted "
               f"{'—' if p is None else f'{p * 1e3:.2f} ms'}")
+    k = r["kernels"]
+    gm = (f"torch._grouped_mm {k['grouped_mm'] * 1e3:.2f} ms (loop / grouped_mm "
+          f"{k['loop_over_grouped_mm']:.1f}×)" if k["grouped_mm"] else "torch._grouped_mm: not available")
+    print(f"experts' MLPs, {k['rows']} rows over {k['experts']} experts, forward + backward: "
+          f"Python loop {k['loop'] * 1e3:.2f} ms, padded bmm {k['padded'] * 1e3:.2f} ms "
+          f"(loop / padded {k['loop_over_padded']:.1f}×), {gm}")
     print("Bytes: every all-to-all's input S (nccl-tests' size), counts included. Expert time: "
           "one rank at a time, so the ranks do not share the cores.")
 
 
 def _main(args) -> int:
-    check(args, at_least=dict(ranks=2, tokens=1, top_k=1, hidden=1, ffn=1, steps=1),
+    check(args, at_least=dict(ranks=2, tokens=1, top_k=1, hidden=1, ffn=1, steps=1,
+                              grouped_experts=1),
           at_most=dict(ranks=MAX_RANKS), positive=("skew",))
     experts = 2 * args.ranks if args.experts is None else args.experts
     if experts < 1:
@@ -215,7 +272,7 @@ def _main(args) -> int:
     if args.top_k > experts:
         raise InputError(f"--top-k ({args.top_k}) must be <= --experts ({experts})")
     return emit(args, lambda: bench(args.ranks, args.tokens, experts, args.top_k, args.hidden,
-                                    args.ffn, args.skew, args.steps), _show)
+                                    args.ffn, args.skew, args.steps, args.grouped_experts), _show)
 
 
 def add_bench_parser(bench_sub) -> None:
@@ -232,4 +289,6 @@ def add_bench_parser(bench_sub) -> None:
     p.add_argument("--skew", type=float, default=3.0,
                    help="router bias towards expert 0 in the skewed run (default 3)")
     p.add_argument("--steps", type=int, default=5, help="timed rounds (default 5)")
+    p.add_argument("--grouped-experts", type=int, default=32,
+                   help="experts of the loop-vs-grouped kernel timing (default 32)")
     p.set_defaults(func=_main)
