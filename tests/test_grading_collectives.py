@@ -166,6 +166,10 @@ def returns_none(tensor):
     _ring(tensor)                                              # right sum, forgets to return
 
 
+def returns_float32(tensor):
+    return _ring(tensor).float()                               # right sum, another dtype back
+
+
 def direct_exchange(tensor):
     """Right sum and the ring's bytes, but every rank talks to every other rank: each chunk goes
     straight to its owner, then each owner sends its finished chunk straight to everyone."""
@@ -260,6 +264,8 @@ def test_solution_passes_and_starter_fails(stem, capsys):
     (float32_buffers, "n=2, 9 elements (not divisible by n), float64: dist.irecv on a float32 "
                       "buffer while the input is float64"),
     (returns_none, "rank 0 returned NoneType; return the tensor"),
+    (returns_float32, "rank 0 returned a tensor of another type (dtype float32, expected "
+                      "float64"),
     (direct_exchange, "n=3, 12 elements, float32: rank 0 sent to ranks [1, 2] and received "
                       "from ranks [1, 2]; in a ring each rank sends only to one neighbour"),
     (course_ring, "calls the course's own minipar.collectives.ring"),

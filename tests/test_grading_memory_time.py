@@ -33,6 +33,9 @@ def test_solution_passes_and_starter_fails(stem, capsys):
     (lambda L, h, V, s: 12 * L * h**2 + 13 * L * h + (2 * V + s) * h, "tied"),
     (lambda L, h, V, s: 12 * L * h**2, "counted only 12Lh²"),
     (lambda L, h, V, s: 1.7e9, "too"),                           # a hard-coded number
+    (lambda L, h, V, s: f"{12 * L * h**2 + 13 * L * h + (V + s) * h:.4g}",   # right, as text
+     "expected a number, got str"),
+    (lambda L, h, V, s: [12 * L * h**2 + 13 * L * h + (V + s) * h], "expected a number, got list"),
 ])
 def test_params_slips(fn, reason, capsys):
     assert reason in failure("memory_time.params", fn, capsys)

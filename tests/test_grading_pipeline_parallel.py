@@ -182,6 +182,14 @@ def w_ok(y, params, grad_y):
         q.grad = g if q.grad is None else q.grad + g
 
 
+def b_float32(y, x, grad_y):
+    return torch.autograd.grad(y, [x], grad_y, retain_graph=True)[0].float()   # dtype changed
+
+
+def b_flat(y, x, grad_y):
+    return torch.autograd.grad(y, [x], grad_y, retain_graph=True)[0].flatten(1)  # (2, s·h)
+
+
 def w_from_course(y, params, grad_y):
     from minipar.pipeline_parallel.executor import _accumulate
     _accumulate(params, torch.autograd.grad(y, params, grad_y))
@@ -191,7 +199,9 @@ def w_from_course(y, params, grad_y):
     ((b_with_backward, w_ok), "backward_input filled .grad of "),
     ((b_without_retain, w_ok), "backward_weight found the graph already freed"),
     ((b_ok, w_overwrites), "must add to .grad, not overwrite it"),
-    ((b_ok, w_from_course), "course's own minipar.pipeline_parallel.executor (_accumulate)")])
+    ((b_ok, w_from_course), "course's own minipar.pipeline_parallel.executor (_accumulate)"),
+    ((b_float32, w_ok), "gradient of x: dtype float32, expected float64"),
+    ((b_flat, w_ok), "gradient of x: shape (2, 32), expected (2, 4, 8)")])
 def test_bw_split_mistakes(fns, reason, capsys):
     line = failure("pipeline_parallel.bw_split", fns, capsys)
     assert reason in line, line

@@ -183,6 +183,33 @@ class GIgnoresGroup(torch.autograd.Function):
         return grad, None
 
 
+class GFloat32(torch.autograd.Function):
+    """Right sum, wrong type: the exercise's tensors are float64 and g must keep the dtype."""
+    @staticmethod
+    def forward(ctx, x, group):
+        x = x.clone()
+        dist.all_reduce(x, group=group)
+        return x.float()                                     # float64 in, float32 out
+
+    @staticmethod
+    def backward(ctx, grad):
+        return grad.double(), None
+
+
+class FBatched(torch.autograd.Function):
+    """Right values and gradient, wrong shape: a batch dimension added in forward."""
+    @staticmethod
+    def forward(ctx, x, group):
+        ctx.group = group
+        return x.unsqueeze(0).clone()                        # (4, 6) -> (1, 4, 6)
+
+    @staticmethod
+    def backward(ctx, grad):
+        grad = grad.squeeze(0).clone()
+        dist.all_reduce(grad, group=ctx.group)
+        return grad, None
+
+
 def _wrap(fn_cls):
     def op(x, group=None):
         return fn_cls.apply(x, group)
@@ -215,6 +242,8 @@ def g_via_importlib(x, group=None):
     ("reduce_from_tp_region", _wrap(GIgnoresGroup),
      "TP groups {0}, {1} and {2} of 3 ranks, rank 0 (rank 0 of group [0]): g's forward summed "
      "over all 3 ranks of the world, not over its group [0]"),
+    ("reduce_from_tp_region", _wrap(GFloat32), "dtype float32, expected float64"),
+    ("copy_to_tp_region", _wrap(FBatched), "shape (1, 4, 6), expected (4, 6)"),
     ("reduce_from_tp_region", g_via_importlib,
      "course's own minipar.tensor_parallel.mappings (reduce_from_tp_region)"),
 ])

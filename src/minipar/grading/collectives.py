@@ -18,6 +18,7 @@ import re
 
 from minipar.cost import collectives as cc
 from minipar.grading import GradeFailure, as_number, close_number, reason_for, task
+from minipar.grading.compare import type_error
 from minipar.grading.imports import course_calls, forbidden_modules
 
 RANKS = (2, 3, 4)
@@ -261,8 +262,10 @@ def check_ring_all_reduce(candidate):
                                        f"dist.all_reduce (max error {err:.3g}); the right ranks "
                                        "may be summed into the wrong positions"))
                 if res["returned"] is None or not torch.equal(res["returned"], got):
-                    raise GradeFailure(f"{where}: rank {r} returned {res['returned_type']}; "
-                                       "return the tensor you summed into")
+                    wrong = res["returned"] is not None and type_error(res["returned"], got)
+                    raise GradeFailure(f"{where}: rank {r} returned " + (
+                        f"a tensor of another type ({wrong})" if wrong else
+                        res["returned_type"]) + "; return the tensor you summed into")
                 S = res["numel"] * res["elsize"]
                 expected = cc.ring_bytes_per_rank("all-reduce", n, S)
                 if res["numel"] % n == 0 and res["sent"] != expected:

@@ -32,11 +32,15 @@ def close(actual, expected, what: str, rtol: float = 1e-5, atol: float = 1e-6) -
 
 
 def as_number(value, complaint: str) -> float:
-    """``float(value)``, or :class:`GradeFailure` "<complaint>, got <value>"."""
+    """``float(value)`` for a number (int, float, or a one-element tensor or array), or
+    :class:`GradeFailure` "<complaint>, got <value>": a string, a bool or a list is not the
+    number the exercise asks for, even when float() would take it."""
+    if isinstance(value, (str, bytes, bool)) or value is None:
+        raise GradeFailure(f"{complaint}, got {type(value).__name__} {value!r}")
     try:
         return float(value)
-    except (TypeError, ValueError):
-        raise GradeFailure(f"{complaint}, got {value!r}") from None
+    except (TypeError, ValueError, RuntimeError):
+        raise GradeFailure(f"{complaint}, got {type(value).__name__} {value!r}") from None
 
 
 def close_number(actual, expected: float, what: str, rel: float = 0.01) -> None:
@@ -46,3 +50,106 @@ def close_number(actual, expected: float, what: str, rel: float = 0.01) -> None:
         side = "too large" if x > expected else "too small"
         raise GradeFailure(f"{what}: {x:.4g} is {side} (tolerance {rel:.0%}); check units "
                            "(bytes vs elements, GB vs GiB) and which factors apply")
+
+
+# ---- helpers the chapter graders share (one definition, so they cannot drift apart) --------
+def randn(*shape, seed: int, dtype=None):
+    """A float64 (or ``dtype``) normal tensor from its own generator: the same on every rank
+    and every run for one seed."""
+    import torch
+    return torch.randn(*shape, generator=torch.Generator().manual_seed(seed),
+                       dtype=dtype or torch.float64)
+
+
+def unravel(i: int, shape) -> tuple:
+    """The index tuple of flat element ``i`` in a tensor of ``shape`` (row-major)."""
+    out = []
+    for s in reversed(tuple(shape)):
+        out.append(i % s)
+        i //= s
+    return tuple(reversed(out))
+
+
+def _dtype_name(dtype) -> str:
+    return str(dtype).replace("torch.", "")
+
+
+def type_error(actual, expected) -> str | None:
+    """What is wrong with the *type* of ``actual`` against the tensor ``expected`` (not a
+    tensor, another dtype, another shape), or None: the exercise states all three."""
+    import torch
+    if not isinstance(actual, torch.Tensor):
+        return (f"got {type(actual).__name__}, expected a tensor of shape "
+                f"{tuple(expected.shape)} and dtype {_dtype_name(expected.dtype)}")
+    if actual.dtype != expected.dtype:
+        return (f"dtype {_dtype_name(actual.dtype)}, expected {_dtype_name(expected.dtype)} "
+                "(keep the input's dtype: no .float(), no torch.tensor(...) without dtype=)")
+    if tuple(actual.shape) != tuple(expected.shape):
+        return f"shape {tuple(actual.shape)}, expected {tuple(expected.shape)}"
+    return None
+
+
+def same(actual, expected, atol: float = 1e-9, rtol: float = 1e-7) -> bool:
+    """Same type (a tensor of ``expected``'s dtype and shape) and values within tolerance; NaN
+    never matches."""
+    import torch
+    if expected is None or type_error(actual, expected):
+        return False
+    return bool(torch.allclose(actual.double(), expected.double(), atol=atol, rtol=rtol))
+
+
+def err(actual, expected) -> str:
+    """Why ``actual`` is not ``expected``: its type (tensor, dtype, shape), else the largest
+    difference and where it is (NaN counts as infinitely far)."""
+    if expected is None:
+        return "expected nothing here"
+    wrong_type = type_error(actual, expected)
+    if wrong_type:
+        return wrong_type
+    d = (actual.double() - expected.double()).abs().nan_to_num(nan=float("inf"))
+    idx = unravel(int(d.argmax()), actual.shape) if d.dim() else ()
+    return f"max error {d.max().item():.3g} at element {list(idx)}"
+
+
+def expect_tensor(actual, expected, what: str) -> None:
+    """Raise :class:`GradeFailure` "<what>: <type_error>" unless ``actual`` has the type the
+    exercise states (a tensor of ``expected``'s dtype and shape)."""
+    wrong_type = type_error(actual, expected)
+    if wrong_type:
+        raise GradeFailure(f"{what}: {wrong_type}")
+
+
+def launch(fn, n, *args):
+    """``fn(rank, n, *args)`` on ``n`` ranks under the grader's shared limits
+    (:func:`minipar.grading.limits.run_ranks`)."""
+    from minipar.grading.limits import run_ranks
+    return run_ranks(fn, n, *args)
+
+
+def launch_layouts(on_rank, layouts: dict, *args, hint=None, deadlock_note=None):
+    """Run ``on_rank(rank, world, *args)`` once per world size of ``layouts`` ({world: [(label,
+    groups)]}) and yield ``(world, cases)``: every rank's cases sorted by layout, then rank.
+
+    A rank that raised, died or hung becomes one :class:`GradeFailure` with the reason and the
+    case it was running (the ``minipar check: running case ...`` line a rank writes first),
+    plus ``hint(case, message)`` and, for a deadlock, ``deadlock_note(world)``."""
+    import re
+
+    order = {label: i for i, label in enumerate(l for w in layouts for l, _ in layouts[w])}
+    for world in layouts:
+        try:
+            per_rank = launch(on_rank, world, *args)
+        except Exception as e:  # noqa: BLE001   (a rank raised, died or hung: one reason)
+            from minipar.grading import reason_for
+            inner = getattr(e, "error", e)
+            tail = getattr(e, "stderr_tail", "") or getattr(inner, "stderr_tail", "") or ""
+            case = re.findall(r"minipar check: running case ([^\n]*)", tail)
+            msg = reason_for(e)
+            if getattr(e, "kind", None) == "deadlock" and deadlock_note:
+                msg += deadlock_note(world)
+            if case:
+                extra = hint(case[-1], msg) if hint else ""
+                raise GradeFailure(f"{case[-1]}: {msg}{extra}") from None
+            raise GradeFailure(msg) from None
+        yield world, sorted((c for cases in zip(*per_rank) for c in cases),
+                            key=lambda c: (order[c["label"]], c["rank"]))

@@ -13,6 +13,7 @@ checker hands to the send/recv and B/W answers is the one course object they may
 from __future__ import annotations
 
 from minipar.grading import GradeFailure, task
+from minipar.grading.compare import expect_tensor
 from minipar.grading.imports import (course_calls, forbid_course_code, forbidden_modules,
                                      reject_course_calls)
 
@@ -251,9 +252,8 @@ def check_bw_split(fns, **_):
                                "gradient and leave every weight's .grad untouched -- a full "
                                "backward from y accumulates into every leaf; ask autograd for "
                                "x's gradient alone")
-        if not isinstance(gx, torch.Tensor) or gx.shape != x.shape:
-            raise GradeFailure(f"backward_input must return the gradient of x, shape "
-                               f"{tuple(x.shape)}")
+        # the gradient of x: a tensor of x's dtype (float64) and shape (2, s, h)
+        expect_tensor(gx, want_x[len(outs)], "backward_input must return the gradient of x")
         if not torch.allclose(gx, want_x[len(outs)], atol=1e-10):
             raise GradeFailure("backward_input's gradient differs from a full backward's "
                                "gradient of x")

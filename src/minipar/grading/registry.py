@@ -25,13 +25,35 @@ def task(task_id: str, summary: str):
     return register
 
 
+class GraderImportError(KeyError):
+    """A chapter's grader module exists but failed to import: the task is not unknown, its
+    checker could not be loaded (a ``KeyError`` still, so callers that report an unknown task
+    report this one, with what failed)."""
+
+    def __str__(self) -> str:
+        return str(self.args[0])
+
+
 def get_task(task_id: str) -> Task:
+    """The registered task ``task_id``, importing ``minipar.grading.<chapter>`` on first use.
+
+    ``KeyError`` "unknown exercise task" when no chapter module or no such task exists;
+    :class:`GraderImportError` naming the module and the error when the chapter's grader
+    exists but raised while importing (a missing dependency, a syntax error)."""
     if task_id not in _TASKS:
         chapter = task_id.split(".")[0]
+        module = f"minipar.grading.{chapter}"
         try:
-            importlib.import_module(f"minipar.grading.{chapter}")
-        except ModuleNotFoundError:
-            pass
+            importlib.import_module(module)
+        except ModuleNotFoundError as e:
+            if e.name != module:          # the grader exists; something it imports does not
+                raise GraderImportError(
+                    f"the grader of {task_id!r} could not be loaded: {module} failed to import "
+                    f"({type(e).__name__}: {e})") from e
+        except Exception as e:  # noqa: BLE001   (any error while importing the grader)
+            raise GraderImportError(
+                f"the grader of {task_id!r} could not be loaded: {module} failed to import "
+                f"({type(e).__name__}: {e})") from e
     if task_id not in _TASKS:
         raise KeyError(f"unknown exercise task {task_id!r}")
     return _TASKS[task_id]

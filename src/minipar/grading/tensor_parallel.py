@@ -22,9 +22,10 @@ exercises use) are rejected (:mod:`minipar.grading.imports`).
 """
 from __future__ import annotations
 
-import re
 
 from minipar.grading import GradeFailure, task
+from minipar.grading.compare import err as _err, launch_layouts
+from minipar.grading.compare import randn as _randn, same as _same
 from minipar.grading.layouts import on_every_layout
 from minipar.grading.imports import (course_calls, forbid_course_code, forbidden_modules,
                                      reject_course_calls)
@@ -43,35 +44,19 @@ LAYOUTS = {3: [("the whole world of 3 ranks", None),
 
 
 # ----------------------------------------------------------------------------- running
-def _run(fn, n, *args):
-    """The ranks under the grader's shared limits (:mod:`minipar.grading.limits`)."""
-    from minipar.grading.limits import run_ranks
-    return run_ranks(fn, n, *args)
-
-
 def _launch(body, fn, allow=_FG):
     """Every layout's cases, in the order they ran (a generator: a world size is launched only
     once the previous one's cases were all checked); a rank's exception is reported with the
     case it happened in. Each case carries ``batch``, the cases of its launch."""
-    order = {label: i for i, label in enumerate(l for w in LAYOUTS for l, _ in LAYOUTS[w])}
-    for world in LAYOUTS:
-        try:
-            per_rank = _run(_on_rank, world, body, fn, allow)
-        except Exception as e:  # noqa: BLE001   (a rank raised, died or hung: one reason)
-            from minipar.grading import reason_for
-            err = getattr(e, "error", e)
-            tail = getattr(e, "stderr_tail", "") or getattr(err, "stderr_tail", "") or ""
-            case = re.findall(r"minipar check: running case ([^\n]*)", tail)
-            msg = reason_for(e)
-            if getattr(e, "kind", None) == "deadlock" and any(g for _, g in LAYOUTS[world]):
-                msg += (f" (this launch runs TP groups {[g for _, g in LAYOUTS[world]]} inside "
-                        f"a world of {world} ranks: a collective without group= waits for "
-                        "ranks of other groups)")
-            if case:
-                raise GradeFailure(f"{case[-1]}: {msg}" + _hint(case[-1], msg)) from None
-            raise GradeFailure(msg) from None
-        batch = sorted((c for cases in zip(*per_rank) for c in cases),
-                       key=lambda c: (order[c["label"]], c["rank"]))
+    def deadlock_note(world):
+        if not any(g for _, g in LAYOUTS[world]):
+            return ""
+        return (f" (this launch runs TP groups {[g for _, g in LAYOUTS[world]]} inside "
+                f"a world of {world} ranks: a collective without group= waits for "
+                "ranks of other groups)")
+
+    for _, batch in launch_layouts(_on_rank, LAYOUTS, body, fn, allow, hint=_hint,
+                                   deadlock_note=deadlock_note):
         for c in batch:
             c["batch"] = batch
         yield from batch
@@ -105,34 +90,6 @@ def _on_rank(rank, world, body, fn, allow):
 
 def _common(case):
     reject_course_calls(case["used"], "write this part")
-
-
-def _randn(*shape, seed):
-    import torch
-    return torch.randn(*shape, generator=torch.Generator().manual_seed(seed), dtype=torch.float64)
-
-
-def _same(a, b, atol=1e-9) -> bool:
-    import torch
-    return a is not None and b is not None and tuple(a.shape) == tuple(b.shape) and \
-        bool(torch.allclose(a, b, atol=atol, rtol=1e-7))
-
-
-def _err(a, b) -> str:
-    if a is None or b is None or tuple(a.shape) != tuple(b.shape):
-        return f"shape {None if a is None else tuple(a.shape)}, expected {tuple(b.shape)}"
-    d = (a - b).abs()
-    i = int(d.argmax())
-    idx = tuple(int(j) for j in _unravel(i, a.shape))
-    return f"max error {d.max().item():.3g} at element {idx}"
-
-
-def _unravel(i, shape):
-    out = []
-    for s in reversed(shape):
-        out.append(i % s)
-        i //= s
-    return tuple(reversed(out))
 
 
 def _not_whole(case, passed_whole: bool) -> str:
