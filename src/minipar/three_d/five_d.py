@@ -1,7 +1,7 @@
 """All five parallelisms in one training run: a tiny mixture-of-experts GPT trained with
 d × t × p × cp (and ep folded over them) on the groups of one :class:`minipar.grid.Grid`.
 
-The model is the course's GPT (:mod:`minipar.model`) with every layer's MLP replaced by an MoE
+The model (:mod:`.moe_gpt`) is the course's GPT with every layer's MLP replaced by an MoE
 (:class:`minipar.expert_parallel.MoE`, dropless: no capacity, so routing one token never depends
 on the others) and causal attention. Rank r with coordinates (i_pp, i_dp, i_cp, i_tp) and
 expert coordinates (i_edp, i_ep) holds, built from the one-process model's weights:
@@ -42,15 +42,14 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from minipar.context_parallel.block import RingParallelAttention
-from minipar.context_parallel.online_softmax import full_attention
 from minipar.context_parallel.sharding import positions, shard_sequence
 from minipar.cost.context_parallel import ring_sent_bytes_per_layer
 from minipar.cost.pipeline_parallel import pp_p2p_bytes_per_microbatch
 from minipar.cost.tensor_parallel import tp_collectives_per_layer
 from minipar.dist import group_rank, group_size
-from minipar.expert_parallel import ExpertParallelMoE, MoE
+from minipar.expert_parallel import ExpertParallelMoE
 from minipar.grid import Grid, new_groups
-from minipar.model import GPT, GPTConfig, Layer, token_batches
+from minipar.model import GPTConfig, token_batches
 from minipar.pipeline_parallel.executor import PipelineExecutor
 from minipar.pipeline_parallel.schedules import schedule
 from minipar.pipeline_parallel.stage import partition_layers
@@ -58,56 +57,11 @@ from minipar.runtime.tracer import trace
 from minipar.tensor_parallel import (ColumnParallelLinear, ParallelAttention, RowParallelLinear,
                                      allreduce_sequence_parallel_grads, scatter_to_sp_region)
 
+from .moe_gpt import EXPERTS, TINY, TOP_K, MoEGPT, MoELayer, moe_gpt
 from .train import gather_from_tp_ranks
 
-TINY = GPTConfig(L=2, h=8, a=2, s=8, V=16, dropout=0.0)   # a, s/cp divisible by t = 2
-EXPERTS, TOP_K, FFN = 4, 2, 16
 LR = 0.01
 BUGS = (None, "no_cp_grad_reduction", "experts_over_ep", "router_not_over_tp")
-
-
-# ------------------------------------------------------------------ the one-process reference
-class MoELayer(nn.Module):
-    """:class:`minipar.model.Layer` with causal attention and its MLP replaced by ``moe``."""
-
-    def __init__(self, layer: Layer, moe: MoE):
-        super().__init__()
-        self.c = layer.c
-        self.ln1, self.qkv, self.proj, self.ln2 = layer.ln1, layer.qkv, layer.proj, layer.ln2
-        self.moe = moe
-
-    def forward(self, x):                                            # x (b, s, h)
-        c, (b, s, h) = self.c, x.shape
-        qkv = self.qkv(self.ln1(x)).view(b, s, 3, c.a, h // c.a)     # (b, s, 3, a, h/a)
-        q, k, v = qkv.permute(2, 0, 3, 1, 4)                         # each (b, a, s, h/a)
-        ctx = full_attention(q, k, v, causal=True)                   # (b, a, s, h/a)
-        x = x + self.proj(ctx.transpose(1, 2).reshape(b, s, h))     # (b, s, h)
-        return x + self.moe(self.ln2(x))
-
-
-class MoEGPT(nn.Module):
-    """The course GPT with MoE layers: embeddings, L :class:`MoELayer`, LayerNorm, tied head."""
-
-    def __init__(self, gpt: GPT, moes: list[MoE]):
-        super().__init__()
-        self.c = gpt.c
-        self.tok, self.pos, self.ln_f = gpt.tok, gpt.pos, gpt.ln_f
-        self.layers = nn.ModuleList(MoELayer(lay, moe) for lay, moe in zip(gpt.layers, moes))
-
-    def forward(self, tokens):                                       # (b, s) int64
-        x = self.tok(tokens) + self.pos(torch.arange(tokens.shape[1], device=tokens.device))
-        for layer in self.layers:
-            x = layer(x)                                             # (b, s, h)
-        return self.ln_f(x) @ self.tok.weight.T                      # (b, s, V)
-
-
-def moe_gpt(config: GPTConfig = TINY, experts: int = EXPERTS, top_k: int = TOP_K,
-            ffn: int = FFN, seed: int = 0, dtype=torch.float64) -> MoEGPT:
-    """The same weights on every rank: the GPT from ``seed``, then the experts, layer by layer."""
-    torch.manual_seed(seed)
-    gpt = GPT(config)
-    moes = [MoE.from_config(config, experts, top_k, ffn) for _ in range(config.L)]
-    return MoEGPT(gpt, moes).to(dtype)
 
 
 # ------------------------------------------------------------------ this rank's part
