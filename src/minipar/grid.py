@@ -12,7 +12,7 @@ keeps it with cp between tp and dp.
 
 **Experts are folded** (Megatron-Core's "MoE parallel folding": Liu et al. 2025, "MoE Parallel
 Folding: Heterogeneous Parallelism Mappings for Efficient Large-Scale MoE Model Training with
-Megatron Core", §3): the expert
+Megatron Core", arXiv 2504.14960): the expert
 layers see the S = t·cp·d ranks of one pipeline stage as a second grid, ETP = 1 × EP × EDP,
 with ep innermost: expert rank = i_pp·S + i_edp·ep + i_ep. So ep must divide S, not d: the
 attention may use t and cp ranks that the experts reuse as expert-parallel ranks. (torchtitan
