@@ -190,6 +190,8 @@ _MOE = planner.ModelShape(8, 768, 12, 1024, 50304, experts=8, top_k=2, ffn=2048,
                           mlp_matrices=3, kv_heads=4)
 _MIXTRAL = planner.MODELS["mixtral-8x7b"]
 _GQA2 = planner.ModelShape(8, 768, 12, 1024, 32000, ffn=2048, mlp_matrices=3, kv_heads=2)  # t > kv
+_LLAMA_SMALL = planner.ModelShape(8, 768, 12, 1024, 32000, ffn=2048, mlp_matrices=3, kv_heads=4,
+                                  norm="rmsnorm", bias=False, positions="rope", tied=False)
 _CP_EP_OPTIONS = ((1, 1, "selective", True, 1), (1, 1, "none", False, 0),
                   (2, 2, "full", True, 3), (1, 1, "full", False, 2))   # b, v, recompute, sp, zero
 
@@ -199,7 +201,8 @@ def _cp_ep_cases():
     and across nodes (4 GPUs per node: cp and ep groups leave the node), plus broken inputs."""
     clusters = [planner.cluster(64, 8), planner.cluster(64, 4, "H100-SXM")]
     out = []
-    for cl, m in itertools.product(clusters, (_DENSE, _SWIGLU_GQA, _MOE, _MIXTRAL, _GQA2)):
+    for cl, m in itertools.product(clusters, (_DENSE, _SWIGLU_GQA, _MOE, _MIXTRAL, _GQA2,
+                                              _LLAMA_SMALL)):
         for t, cp, ep, p in itertools.product((1, 2, 4), (1, 2, 4), (1, 2, 4), (1, 2)):
             for b, v, rc, sp, z in _CP_EP_OPTIONS:
                 out.append(dict(m=m, cl=cl, tp=t, pp=p, dp=cl.gpus // (t * cp * p), cp=cp, ep=ep,
@@ -221,7 +224,7 @@ def _evaluate_cp_ep(c):
 def _js_evaluate_cp_ep(c, model=None):
     return ("planEvaluate", [model or _js_model(c["m"]), cluster_config(c["cl"]), 64, c["tp"],
                              c["pp"], c["dp"], c["micro_batch"], c["chunks"], c["recompute"],
-                             c["sp"], c["zero"], 4, True, 0.1, "flat-ring", c["cp"], c["ep"]])
+                             c["sp"], c["zero"], None, True, None, "flat-ring", c["cp"], c["ep"]])
 
 
 def _expected(cases):
@@ -318,7 +321,9 @@ def _term_cases():
     out = []
     for i, c in enumerate(_cp_ep_cases()):
         opt = [dict(), dict(zero3_collectives="hierarchical"), dict(zero3_overlap=False),
-               dict(dp_overlap=False, grad_reduce_bytes=2)][i % 4]
+               dict(dp_overlap=False, grad_reduce_bytes=2),
+               dict(precision="bf16-grads", attention="unfused"),
+               dict(precision="megatron", attention="flash", headroom=0.05)][i % 6]
         out.append((c, opt))
     return out
 

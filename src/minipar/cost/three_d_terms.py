@@ -119,8 +119,8 @@ class Options:
         grb = GRAD_REDUCE_BYTES if self.grad_reduce_bytes is None else self.grad_reduce_bytes
         room = HEADROOM if self.headroom is None else self.headroom
         if grb <= 0 or not 0 <= room < 1:
-            raise ValueError(f"grad_reduce_bytes ({self.grad_reduce_bytes}) must be > 0 and "
-                             f"headroom ({self.headroom}) in [0, 1)")
+            raise ValueError(f"grad_reduce_bytes ({grb}) must be > 0 and headroom ({room}) in "
+                             "[0, 1)")
 
 
 def options(**kw) -> Options:

@@ -320,16 +320,40 @@ export function tpCollectives(t, sp, recompute) {
 // chunks, recompute, sp, zero, cp, ep}; opt (Python: Options): {grad_reduce_bytes, dp_overlap,
 // headroom, zero3_overlap, zero3_collectives}.
 
+// Python: three_d_terms.ALLOCATOR_MARGIN and RECIPES (bytes per parameter of weights, gradients,
+// optimizer, reduction, accumulation, Adam; fp32 logits; headroom)
+export const ALLOCATOR_MARGIN = 0.12;
+export const RECIPES = {
+  "2021": {weight_bytes: 2, grad_bytes: 2, optimizer_bytes: 12, reduce_bytes: GRAD_REDUCE_BYTES, accumulate_bytes: 10, adam_bytes: 30, fp32_logits: false, headroom: HEADROOM},
+  megatron: {weight_bytes: 2, grad_bytes: 4, optimizer_bytes: 12, reduce_bytes: 4, accumulate_bytes: 10, adam_bytes: 30, fp32_logits: true, headroom: ALLOCATOR_MARGIN},
+  "bf16-grads": {weight_bytes: 2, grad_bytes: 2, optimizer_bytes: 12, reduce_bytes: 2, accumulate_bytes: 6, adam_bytes: 28, fp32_logits: true, headroom: ALLOCATOR_MARGIN},
+};
+const recipeOf = (opt) => RECIPES[opt.precision || "2021"];   // Python: Options.recipe
+
+// Python: precision_for(gpu_name)
+export function precisionFor(gpuName) {
+  return ERA_FLASH_GPUS.includes(String(gpuName).split("*")[0]) ? "megatron" : "2021";
+}
+
+// Python: Options.resolved(attention, precision)
+function resolvedOptions(o, attention, precision) {
+  const r = {...o, attention: o.attention || attention, precision: o.precision || precision};
+  const rc = recipeOf(r);
+  return {...r, grad_reduce_bytes: r.grad_reduce_bytes ?? rc.reduce_bytes, headroom: r.headroom ?? rc.headroom};
+}
+
 // Python: Options(...) with its defaults and rules
 export function planOptions(opt = {}) {
-  const known = ["grad_reduce_bytes", "dp_overlap", "headroom", "zero3_overlap", "zero3_collectives", "attention"];
+  const known = ["grad_reduce_bytes", "dp_overlap", "headroom", "zero3_overlap", "zero3_collectives", "attention", "precision"];
   const unknown = Object.keys(opt).filter((k) => !known.includes(k)).sort();
   if (unknown.length) throw new Error(`option ('${unknown[0]}') must be one of ${known.join(", ")}`);
-  const o = {grad_reduce_bytes: GRAD_REDUCE_BYTES, dp_overlap: true, headroom: HEADROOM, zero3_overlap: true, zero3_collectives: "flat-ring", attention: null, ...opt};
+  const o = {grad_reduce_bytes: null, dp_overlap: true, headroom: null, zero3_overlap: true, zero3_collectives: "flat-ring", attention: null, precision: null, ...opt};
   if (!ZERO3_COLLECTIVES.includes(o.zero3_collectives)) throw new Error(`zero3_collectives ('${o.zero3_collectives}') must be one of ${ZERO3_COLLECTIVES.join(", ")}`);
   if (!(o.attention === null || ATTENTION.includes(o.attention))) throw new Error(`attention ('${o.attention}') must be one of unfused, flash`);
-  if (!(o.grad_reduce_bytes > 0) || !(o.headroom >= 0 && o.headroom < 1)) {
-    throw new Error(`grad_reduce_bytes (${o.grad_reduce_bytes}) must be > 0 and headroom (${o.headroom}) in [0, 1)`);
+  if (!(o.precision === null || o.precision in RECIPES)) throw new Error(`precision ('${o.precision}') must be one of ${Object.keys(RECIPES).join(", ")}`);
+  const grb = o.grad_reduce_bytes ?? GRAD_REDUCE_BYTES, room = o.headroom ?? HEADROOM;
+  if (!(grb > 0) || !(room >= 0 && room < 1)) {
+    throw new Error(`grad_reduce_bytes (${grb}) must be > 0 and headroom (${room}) in [0, 1)`);
   }
   return o;
 }
@@ -351,8 +375,9 @@ export function stageParams(model, lay) {
 // Python: term_states(m_, lay, opt): model-state bytes of the first stage
 export function termStates(model, lay, opt) {
   const {tp: t, pp: p, zero} = lay, dcp = lay.dp * lay.cp;
-  const sp = stageParams(model, lay);
-  let states = modelStateBytes(sp.dense * p, dcp, t, p, zero).total + modelStateBytes(sp.expert * p, dcp / lay.ep, t, p, zero).total;
+  const sp = stageParams(model, lay), rc = recipeOf(opt);
+  const msb = (psi, d) => modelStateBytes(psi, d, t, p, zero, rc.weight_bytes, rc.grad_bytes, rc.optimizer_bytes).total;
+  let states = msb(sp.dense * p, dcp) + msb(sp.expert * p, dcp / lay.ep);
   if (zero === 3) states += ((2 * 2 + opt.grad_reduce_bytes) * sp.layer) / t;   // 2 gathered layers + 1 gradient
   return states;
 }
@@ -383,15 +408,23 @@ function activationsWithAttention(s, b, h, a, t, sp, recompute, attention) {
   return activationBytesPerLayer(s, b, h, a, t, sp, recompute);
 }
 
-// Python: term_activations(m_, lay, opt): activation bytes of the first stage
+// Python: logits_bytes(m_, lay): the fp32 logits and their gradient on the last stage
+export function logitsBytes(model, lay) {
+  return (2 * 4 * lay.micro_batch * Math.floor(model.seq / lay.cp) * model.vocab) / lay.tp;
+}
+
+// Python: term_activations(m_, lay, opt): activation bytes of the fullest stage
 export function termActivations(model, lay, opt) {
   const {seq: s, hidden: h, heads: a, layers: L} = model;
   const {micro_batch: b, tp: t, sp, recompute: rc, cp} = lay, att = opt.attention;
   const memRc = cp > 1 && rc === "none" ? "selective" : rc;   // blockwise ring attention: no s² scores
-  const perLayer = activationsWithAttention(s, b, h, a, t, sp, memRc, att);
-  let act = (perLayer + shapeActivationBytes(model, lay)) * layersInFlight(L, lay);
-  if (rc === "full") act += activationsWithAttention(s, b, h, a, t, sp, cp > 1 ? "selective" : "none", att) + shapeActivationBytes(model, {...lay, recompute: "none"});
-  return act / cp;
+  const perLayer = activationsWithAttention(s, b, h, a, t, sp, memRc, att) + shapeActivationBytes(model, lay);
+  let recomputed = 0.0;
+  if (rc === "full") recomputed = activationsWithAttention(s, b, h, a, t, sp, cp > 1 ? "selective" : "none", att) + shapeActivationBytes(model, {...lay, recompute: "none"});
+  const act = (perLayer * layersInFlight(L, lay) + recomputed) / cp;
+  if (!recipeOf(opt).fp32_logits) return act;
+  if (lay.pp === 1) return act + logitsBytes(model, lay);
+  return Math.max(act, (perLayer * Math.floor(L / lay.pp) + recomputed) / cp + logitsBytes(model, lay));
 }
 
 function gemmPass(gpu, M, N, K) {                    // Python: _gemm_pass
@@ -403,7 +436,7 @@ export function termCompute(model, cluster, lay, opt) {
   const m = planShape(model);
   const b = lay.micro_batch, h = m.hidden, a = m.heads, sl = Math.floor(m.seq / lay.cp), t = lay.tp, rc = lay.recompute;
   const gpu = cluster.gpu, att = opt.attention;
-  let lt = layerSeconds(b, sl, h, a, gpu, t, lay.sp, rc, att).total_s;
+  let lt = layerSeconds(b, sl, h, a, gpu, t, lay.sp, rc, att, recipeOf(opt).accumulate_bytes).total_s;
   const parts = attentionCoreAndMlpSeconds(b, sl, h, a, gpu, t, att);
   const refwd = rc === "none" ? 1 : 2;                 // the core is recomputed
   let core = refwd * parts.core_f + parts.core_b;      // one (s/cp)² block
@@ -509,11 +542,11 @@ export function termEmbedding(model, cluster, lay, opt) {
   return ring("all-reduce", 2, (opt.grad_reduce_bytes * model.vocab * model.hidden) / t, link);
 }
 
-// Python: term_optimizer(m_, cl, lay): the Adam step on this rank's shard
-export function termOptimizer(model, cluster, lay) {
+// Python: term_optimizer(m_, cl, lay, opt): the Adam step on this rank's shard
+export function termOptimizer(model, cluster, lay, opt) {
   const dcp = lay.dp * lay.cp, sp = stageParams(model, lay);
   const shard = lay.zero >= 1 ? sp.dense / dcp + sp.expert / (dcp / lay.ep) : sp.stage;
-  return optimizerSeconds(shard / lay.tp, cluster.gpu);
+  return optimizerSeconds(shard / lay.tp, cluster.gpu, recipeOf(opt).adam_bytes);
 }
 
 // Python: breakdown(m_, cl, lay, opt) -> StepBreakdown (slot terms per micro-batch)
@@ -528,7 +561,7 @@ export function planBreakdown(model, cluster, lay, opt) {
     microbatches: layMicrobatches(lay), compute: comp.microbatch, tp, pp,
     cp: termCp(model, cluster, lay, comp.core), ep: termEp(model, cluster, lay), zero3_exposed: z3.exposed,
     bubble_relative: r, bubble_fraction: f, dp: dp.total, dp_exposed: dp.exposed,
-    embedding: termEmbedding(model, cluster, lay, opt), optimizer: termOptimizer(model, cluster, lay),
+    embedding: termEmbedding(model, cluster, lay, opt), optimizer: termOptimizer(model, cluster, lay, opt),
     states: termStates(model, lay, opt), activations: termActivations(model, lay, opt),
     memory_limit: cluster.gpu.memory_bytes * (1 - opt.headroom), tp_link: tpLink, pp_link: ppLink, dp_link: dp.link,
   };
@@ -538,8 +571,7 @@ export function planBreakdown(model, cluster, lay, opt) {
 export function planTerms(model, cluster, lay, opt = {}) {
   model = planShape(model);
   planCheck(model, cluster, lay.global_batch, lay.tp, lay.pp, lay.dp, lay.micro_batch, lay.chunks, lay.zero, lay.cp, lay.ep);
-  const o = planOptions(opt);
-  if (o.attention === null) o.attention = attentionFor(model, cluster.gpu.name);
+  const o = resolvedOptions(planOptions(opt), attentionFor(model, cluster.gpu.name), precisionFor(cluster.gpu.name));
   return planBreakdown(model, cluster, lay, o);
 }
 
@@ -547,8 +579,8 @@ export function planTerms(model, cluster, lay, opt = {}) {
 // zero, grad_reduce_bytes, dp_overlap, headroom, zero3_collectives=..., cp=..., ep=...).as_dict():
 // the terms of planTerms copied into one Config. opt: further Options fields (zero3_overlap).
 export function planEvaluate(model, cluster, globalBatch, tp, pp, dp, microBatch, chunks = 1,
-  recompute = "selective", sp = false, zero = 1, gradReduceBytes = GRAD_REDUCE_BYTES, dpOverlap = true,
-  headroom = HEADROOM, zero3Collectives = "flat-ring", cp = 1, ep = 1, opt = {}) {
+  recompute = "selective", sp = false, zero = 1, gradReduceBytes = null, dpOverlap = true,
+  headroom = null, zero3Collectives = "flat-ring", cp = 1, ep = 1, opt = {}) {
   const [t, p, d, b, v] = [tp, pp, dp, microBatch, chunks];
   model = planShape(model);
   const {layers: L, hidden: h, seq: s, vocab: V} = model;
