@@ -13,6 +13,7 @@ import time
 import torch
 import torch.distributed as dist
 
+from minipar.grid import Grid, new_groups
 from minipar.model import GPT, GPTConfig, Layer
 
 from . import ring as ring_module
@@ -136,15 +137,11 @@ def gpt_training_on_rank(rank, cp, attention="ring", layout="contiguous", causal
 
 
 def cp_tp_on_rank(rank, world, cp=2, layout="zigzag", steps=3):
-    """CP × TP on cp·t ranks laid out (cp, t), TP innermost: a ContextTensorParallelBlock
+    """CP × TP on cp·t ranks of a :class:`minipar.grid.Grid`, TP innermost: a ContextTensorParallelBlock
     trained against one full layer; returns the max relative error of outputs, input grads and
     each rank's weight shard after ``steps`` SGD steps."""
-    t = world // cp
-    grid = torch.arange(world).view(cp, t)                      # rank = cp_index·t + tp_index
-    tp_groups = [dist.new_group(grid[i].tolist()) for i in range(cp)]
-    cp_groups = [dist.new_group(grid[:, j].tolist()) for j in range(t)]
-    ci, ti = divmod(rank, t)
-    tp, cpg = tp_groups[ci], cp_groups[ti]
+    groups = new_groups(Grid(t=world // cp, cp=cp), ("tp", "cp"))   # rank = i_cp·t + i_tp
+    tp, cpg = groups["tp"], groups["cp"]
     torch.manual_seed(0)
     c = GPTConfig(L=1, h=48, a=6, s=24, V=50, dropout=0.0)
     layer = Layer(c).double()
@@ -175,31 +172,31 @@ def cp_tp_on_rank(rank, world, cp=2, layout="zigzag", steps=3):
 
 
 def cp_dp_on_rank(rank, world, cp=2, layout="zigzag", steps=3, reduce_over="dp x cp"):
-    """CP × DP on dp·cp ranks laid out (dp, cp), CP innermost (Megatron's tp → cp → dp): each DP
+    """CP × DP on dp·cp ranks of a :class:`minipar.grid.Grid`, CP innermost (tp → cp → dp): each DP
     replica takes its share of a global batch, each CP rank its tokens; every rank's loss is its
-    share of the global mean, so one all-reduce over the combined DP × CP group (here the world)
-    sums the gradients. Returns the max relative parameter difference after ``steps`` Adam
-    steps against one process on the whole batch. ``reduce_over="cp"`` is the classic bug (the
+    share of the global mean, so one all-reduce over the combined DP × CP group (the grid's
+    dp_cp group, here the world) sums the gradients. Returns the max relative parameter
+    difference after ``steps`` Adam steps against one process on the whole batch. ``reduce_over="cp"`` is the classic bug (the
     gradients summed over the CP group only, the DP replicas never averaged)."""
     dp = world // cp
-    grid = torch.arange(world).view(dp, cp)                     # rank = dp_index·cp + cp_index
-    cp_groups = [dist.new_group(grid[i].tolist()) for i in range(dp)]
-    di = rank // cp
+    grid = Grid(d=dp, cp=cp)                                    # rank = i_dp·cp + i_cp
+    groups = new_groups(grid, ("cp", "dp_cp"))
+    di, cpg = grid.coord(rank).dp, groups["cp"]
     ref = small_gpt()
-    cpm = ContextParallelGPT(ref, cp_groups[di], attention="ring", layout=layout, causal=True)
+    cpm = ContextParallelGPT(ref, cpg, attention="ring", layout=layout, causal=True)
     opt_r = torch.optim.Adam(ref.parameters(), lr=1e-2)
     opt_c = torch.optim.Adam(cpm.parameters(), lr=1e-2)
     for step in range(steps):
         x, y = batch(b=2 * dp, seed=3 + step)                   # the global batch (2·dp, s)
         full_gpt_loss(ref, x, y, True).backward()
         mine = slice(2 * di, 2 * di + 2)                        # this replica's 2 sequences
-        xl = shard_sequence(x[mine], 1, cp_groups[di], layout)
-        yl = shard_sequence(y[mine], 1, cp_groups[di], layout)
+        xl = shard_sequence(x[mine], 1, cpg, layout)
+        yl = shard_sequence(y[mine], 1, cpg, layout)
         logits = cpm(xl)                                        # (2, s/cp, V)
         loss = torch.nn.functional.cross_entropy(logits.flatten(0, 1), yl.flatten(),
                                                  reduction="sum") / y.numel()
         loss.backward()
-        allreduce_cp_grads(cpm, None if reduce_over == "dp x cp" else cp_groups[di])
+        allreduce_cp_grads(cpm, groups["dp_cp"] if reduce_over == "dp x cp" else cpg)
         opt_r.step(), opt_c.step(), opt_r.zero_grad(), opt_c.zero_grad()
     return {"params": max_param_diff(cpm, ref)}
 
