@@ -17,7 +17,8 @@ cloudpickle.register_pickle_by_value(sys.modules[__name__])  # wrong answers go 
 TASKS = {"top_k_gates": ("01_top_k_gating", "top_k_gates"),
          "dispatch": ("02_dispatch", "dispatch"),
          "combine": ("03_combine", "combine"),
-         "keep_mask": ("04_capacity", "keep_mask")}
+         "keep_mask": ("04_capacity", "keep_mask"),
+         "dropless_dispatch": ("05_dropless_dispatch", "dropless_dispatch")}
 
 
 def _fn(name, solved):
@@ -119,7 +120,37 @@ def keep_from_course(experts, num_experts, capacity):
     return priority_positions(experts, num_experts) < capacity
 
 
+def keep_int_mask(experts, num_experts, capacity):
+    n, K = experts.shape
+    seen, keep = [0] * num_experts, torch.zeros(n, K, dtype=torch.int64)
+    for j in range(K):
+        for i in range(n):
+            e = int(experts[i, j])
+            keep[i, j] = int(seen[e] < capacity)
+            seen[e] += 1
+    return keep
+
+
+def gates_float32(logits, k):
+    p = torch.softmax(logits, -1)
+    top, idx = p.topk(k)
+    return (top / top.sum(-1, keepdim=True)).float(), idx
+
+
+def gates_int32_experts(logits, k):
+    p = torch.softmax(logits, -1)
+    top, idx = p.topk(k)
+    return top / top.sum(-1, keepdim=True), idx.int()
+
+
+@pytest.mark.parametrize("fn, words", [(gates_float32, "expected float64"),
+                                       (gates_int32_experts, "expected int64")])
+def test_gate_types_are_checked(fn, words, capsys):
+    assert words in _fail("top_k_gates", fn, capsys)
+
+
 @pytest.mark.parametrize("fn, words", [
+    (keep_int_mask, "expected bool"),
     (keep_token_major, "token-major"), (keep_less_equal, "not ≤ C"),
     (keep_per_slot, "restarts for each slot"), (keep_from_course, "course's own")])
 def test_capacity_mistakes_are_named(fn, words, capsys):
@@ -216,3 +247,73 @@ def combine_splits_not_swapped(out, send_counts, recv_counts, token, gate, n, gr
     (combine_averaged, "divided by K"), (combine_raw_collective, "no gradient")])
 def test_combine_mistakes_are_named(fn, words, capsys):
     assert words in _fail("combine", fn, capsys)
+
+
+# ------------------------------------------------------------------ 05 dropless (ranks)
+def _dropless(x, experts, num_experts, group, *, permute=True, sizes="recv", order="slot",
+              stable=True, size_dtype=None, world_size=False):
+    n, K = experts.shape
+    ep = dist.get_world_size() if world_size else dist.get_world_size(group)
+    per = num_experts // ep
+    if order == "slot":
+        token, expert = torch.arange(n).repeat(K), experts.T.reshape(-1)
+    else:
+        token, expert = torch.arange(n).repeat_interleave(K), experts.reshape(-1)
+    o = torch.argsort(expert, stable=True)
+    token, expert = token[o], expert[o]
+    send = torch.bincount(expert, minlength=num_experts).view(ep, per)
+    if ep == 1:
+        rows, recv = x[token], send
+    else:
+        recv = torch.empty_like(send)
+        dist.all_to_all_single(recv, send, group=group)
+        rows = x.new_empty(int(recv.sum()), x.shape[1])
+        dist.all_to_all_single(rows, x[token].contiguous(), recv.sum(1).tolist(),
+                               send.sum(1).tolist(), group=group)
+    if permute:
+        local = torch.arange(per).repeat(ep).repeat_interleave(recv.flatten())
+        if stable:
+            rows = rows[torch.argsort(local, stable=True)]
+        else:                       # sources in reverse order within an expert
+            src = torch.arange(ep).repeat_interleave(recv.sum(1))
+            rows = rows[torch.argsort(local * ep + (ep - 1 - src), stable=True)]
+    out = {"recv": recv.sum(0), "per source": recv, "sent": send.sum(0)}[sizes]
+    return rows, out if size_dtype is None else out.to(size_dtype)
+
+
+def dropless_source_major(x, experts, num_experts, group=None):
+    return _dropless(x, experts, num_experts, group, permute=False)
+
+
+def dropless_sizes_per_source(x, experts, num_experts, group=None):
+    return _dropless(x, experts, num_experts, group, sizes="per source")
+
+
+def dropless_sizes_sent(x, experts, num_experts, group=None):
+    return _dropless(x, experts, num_experts, group, sizes="sent")
+
+
+def dropless_sizes_int32(x, experts, num_experts, group=None):
+    return _dropless(x, experts, num_experts, group, size_dtype=torch.int32)
+
+
+def dropless_token_major(x, experts, num_experts, group=None):
+    return _dropless(x, experts, num_experts, group, order="token")
+
+
+def dropless_sources_reversed(x, experts, num_experts, group=None):
+    return _dropless(x, experts, num_experts, group, stable=False)
+
+
+def dropless_world_size(x, experts, num_experts, group=None):
+    return _dropless(x, experts, num_experts, group, world_size=True)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("fn, words", [
+    (dropless_source_major, "grouped by source rank"), (dropless_sizes_per_source, "sum them"),
+    (dropless_sizes_sent, "SENDS"), (dropless_sizes_int32, "expected int64"),
+    (dropless_token_major, "token-major"), (dropless_sources_reversed, "not in source order"),
+    (dropless_world_size, "not the whole world")])
+def test_dropless_mistakes_are_named(fn, words, capsys):
+    assert words in _fail("dropless_dispatch", fn, capsys)

@@ -11,8 +11,11 @@ A wrong answer is diagnosed from the actual result: the checker recomputes what 
 mistake would give (gates not renormalised, the smallest experts, softmax over the tokens;
 rows not sorted by expert, token-major instead of slot-major order, counts not exchanged; the
 combine without gates, in dispatch order, with the splits not swapped; a capacity applied
-token-major, with ≤ C, per slot) and names the one the answer matches, with the rank, token or
-element where it shows. Answers that call the course's ``minipar.expert_parallel`` are rejected
+token-major, with ≤ C, per slot; dropless rows left in source order, group sizes per source or
+as sent) and names the one the answer matches, with the rank, token or element where it shows.
+Every returned tensor's dtype and shape are checked against what the exercise states (a 0/1
+int64 mask is not a bool mask: indexing with it gathers rows 0 and 1). Exercise 5 (dropless
+dispatch, expert-major rows and group sizes for one grouped GEMM) runs on ranks like 2 and 3. Answers that call the course's ``minipar.expert_parallel`` are rejected
 (:mod:`minipar.grading.imports`), except its ``all_to_all`` in exercise 3, which the exercise
 hands the learner.
 """
@@ -179,6 +182,12 @@ def check_top_k_gates(fn, **_):
         if not isinstance(experts, torch.Tensor) or tuple(experts.shape) != (n, k):
             raise GradeFailure(f"{where}: experts must be a tensor of shape ({n}, {k}), got "
                                f"{getattr(experts, 'shape', type(experts).__name__)}")
+        if experts.dtype != torch.int64:
+            raise GradeFailure(f"{where}: experts has dtype {str(experts.dtype)[6:]}, expected "
+                               "int64 (expert indices, as topk returns them)")
+        if isinstance(gates, torch.Tensor) and gates.dtype != logits.dtype:
+            raise GradeFailure(f"{where}: gates have dtype {str(gates.dtype)[6:]}, expected "
+                               f"{str(logits.dtype)[6:]}, the logits' (no .float())")
         if not torch.equal(experts.long(), ref_e):
             p = torch.softmax(logits.detach(), -1)
             i = int((experts.long() != ref_e).any(-1).nonzero()[0])
@@ -249,6 +258,9 @@ def check_dispatch(fn, **_):
             raise GradeFailure(f"{where}: recv_counts must have shape (ep, E/ep) = "
                                f"{tuple(want_counts.shape)}, got "
                                f"{tuple(getattr(counts, 'shape', ()))}")
+        if counts.dtype != torch.int64:
+            raise GradeFailure(f"{where}: recv_counts has dtype {str(counts.dtype)[6:]}, "
+                               "expected int64 (counts, as bincount returns them)")
         if not torch.equal(counts.long(), want_counts):
             sent = torch.bincount(_choices(gr)[1].reshape(-1), minlength=E).view(t, E // t)
             if t > 1 and torch.equal(counts.long(), sent):
@@ -258,8 +270,10 @@ def check_dispatch(fn, **_):
             raise GradeFailure(f"{where}: recv_counts[{s}, {e}] = {int(counts[s, e])}, but source "
                                f"rank {s} sends {int(want_counts[s, e])} rows to local expert {e}")
         rows = c["rows"]
-        if rows is None:
-            raise GradeFailure(f"{where}: rows must be a tensor of shape {tuple(want_rows.shape)}")
+        if rows is None or rows.dtype != want_rows.dtype:
+            raise GradeFailure(f"{where}: rows must be a {str(want_rows.dtype)[6:]} tensor (the "
+                               f"input's dtype) of shape {tuple(want_rows.shape)}, got "
+                               f"{getattr(rows, 'dtype', None)}")
         if _same(rows, want_rows, atol=0):
             continue
         if t > 1 and _same(rows, _expected_rows(gr, t, sort=False)[0], atol=0):
@@ -347,8 +361,9 @@ def check_combine(fn, **_):
             n = len(x)
             want = torch.zeros(n, H, dtype=torch.float64).index_add(0, token, gate[:, None] * back)
             y, case = r["y"], f"{where}, top-{k}"
-            if y is None:
-                raise GradeFailure(f"{case}: return y, a tensor of shape ({n}, {H})")
+            if y is None or y.dtype != want.dtype:
+                raise GradeFailure(f"{case}: return y, a {str(want.dtype)[6:]} tensor (the "
+                                   f"input's dtype) of shape ({n}, {H})")
             if not _same(y, want):
                 no_gate = torch.zeros(n, H, dtype=torch.float64).index_add(0, token, back)
                 if _same(y, no_gate):
@@ -412,7 +427,10 @@ def check_keep_mask(fn, **_):
         if not isinstance(got, torch.Tensor) or tuple(got.shape) != (n, k):
             raise GradeFailure(f"{where}: return a bool tensor of shape ({n}, {k}), got "
                                f"{getattr(got, 'shape', type(got).__name__)}")
-        got = got.bool()
+        if got.dtype != torch.bool:
+            raise GradeFailure(f"{where}: the mask has dtype {str(got.dtype)[6:]}, expected bool: "
+                               "indexing with a 0/1 integer tensor gathers rows 0 and 1 "
+                               "instead of selecting the kept ones")
         if torch.equal(got, want):
             continue
         kept = torch.bincount(experts[got], minlength=e)
@@ -434,3 +452,94 @@ def check_keep_mask(fn, **_):
         i, j = (int(v) for v in (got != want).nonzero()[0])
         raise GradeFailure(f"{where}: token {i}'s choice {j} (expert {int(experts[i, j])}) "
                            f"should be {'kept' if want[i, j] else 'dropped'}")
+
+
+# ----------------------------------------------------------------------------- 05 dropless
+def _dropless_body(gr, t, group, fn):
+    import torch
+    x, experts = _choices(gr)
+    got = fn(x.clone(), experts.clone(), E, group)
+    ok = isinstance(got, (tuple, list)) and len(got) == 2
+    keep = lambda v: v.detach().clone() if isinstance(v, torch.Tensor) else v
+    return {"rows": keep(got[0]) if ok else None, "sizes": keep(got[1]) if ok else None,
+            "pair": ok}
+
+
+def _expert_major(rows, recv):
+    """Source-major received rows -> expert-major (stable: sources in order within an expert)."""
+    import torch
+    t, per = recv.shape
+    local = torch.arange(per).repeat(t).repeat_interleave(recv.flatten())
+    return rows[torch.argsort(local, stable=True)]
+
+
+def _same_groups_any_order(rows, want, sizes) -> bool:
+    """Each expert's group holds the right rows, in some order."""
+    import torch
+    if rows.shape != want.shape:
+        return False
+    for a, b in zip(rows.split(sizes), want.split(sizes)):
+        key = lambda m: m[torch.argsort(m[:, 0])] if len(m) else m
+        if not torch.equal(key(a), key(b)):
+            return False
+    return True
+
+
+@task("expert_parallel.dropless_dispatch",
+      "each rank receives its experts' rows expert-major (sources in order within an expert), "
+      "ready for one grouped GEMM, and the (E/ep,) int64 group sizes (ep = 1, 2, 3; the whole "
+      "world, a subgroup, both groups of a 2 × 2 grid; uneven token counts, top-2)")
+def check_dropless_dispatch(fn, **_):
+    import torch
+    forbid_course_code(fn, CHAPTER, what="write the dispatch")
+    for c in _launch(_dropless_body, fn):
+        where, gr, t = c["where"], c["gr"], c["t"]
+        if not c["pair"]:
+            raise GradeFailure(f"{where}: return a pair (rows, sizes)")
+        src_rows, recv = _expected_rows(gr, t)
+        want_sizes, want_rows = recv.sum(0), _expert_major(src_rows, recv)
+        sizes, rows = c["sizes"], c["rows"]
+        if isinstance(sizes, torch.Tensor) and tuple(sizes.shape) == tuple(recv.shape) and t > 1:
+            raise GradeFailure(f"{where}: sizes has shape (ep, E/ep) = {tuple(recv.shape)}, the "
+                               "received counts per source: a grouped GEMM needs one size per "
+                               "local expert, (E/ep,): sum them over the sources")
+        if not isinstance(sizes, torch.Tensor) or tuple(sizes.shape) != tuple(want_sizes.shape):
+            raise GradeFailure(f"{where}: sizes must be a tensor of shape (E/ep,) = "
+                               f"{tuple(want_sizes.shape)}, got "
+                               f"{getattr(sizes, 'shape', type(sizes).__name__)}")
+        if sizes.dtype != torch.int64:
+            raise GradeFailure(f"{where}: sizes has dtype {str(sizes.dtype)[6:]}, expected int64 "
+                               "(group sizes are counts: keep bincount's dtype)")
+        if not torch.equal(sizes, want_sizes):
+            sent = torch.bincount(_choices(gr)[1].reshape(-1), minlength=E).view(t, E // t)
+            if torch.equal(sizes, sent.sum(0)) or (t > 1 and torch.equal(sizes, sent[gr])):
+                raise GradeFailure(f"{where}: sizes count rows this rank SENDS, not those its "
+                                   "experts receive: exchange the counts with an all-to-all first")
+            e = int((sizes != want_sizes).nonzero()[0])
+            raise GradeFailure(f"{where}: sizes[{e}] = {int(sizes[e])}, but local expert {e} "
+                               f"receives {int(want_sizes[e])} rows")
+        if not isinstance(rows, torch.Tensor) or rows.dtype != want_rows.dtype \
+                or tuple(rows.shape) != tuple(want_rows.shape):
+            raise GradeFailure(f"{where}: rows must be a {str(want_rows.dtype)[6:]} tensor of "
+                               f"shape {tuple(want_rows.shape)} (the input's dtype), got "
+                               f"{getattr(rows, 'dtype', type(rows).__name__)} "
+                               f"{tuple(getattr(rows, 'shape', ()))}")
+        if torch.equal(rows, want_rows):
+            continue
+        if torch.equal(rows, src_rows):
+            raise GradeFailure(f"{where}: the rows are grouped by source rank (the order the "
+                               "all-to-all delivers), not by local expert: permute them "
+                               "expert-major before the grouped GEMM")
+        if t > 1 and torch.equal(rows, _expert_major(*_expected_rows(gr, t, sort=False))):
+            raise GradeFailure(f"{where}: the rows were sent in token order, not sorted by "
+                               "expert: sort the assignments by expert (so by destination) "
+                               "before the all-to-all")
+        if torch.equal(rows, _expert_major(*_expected_rows(gr, t, order="token"))):
+            raise GradeFailure(f"{where}: within an expert the rows are in token-major order "
+                               "(token 0's choices, then token 1's): number the assignments "
+                               "slot-major, a = j·n + i, before the stable sort")
+        if _same_groups_any_order(rows, want_rows, want_sizes.tolist()):
+            raise GradeFailure(f"{where}: every expert has the right rows but not in source "
+                               "order: permute with a stable sort so the sources keep their "
+                               "order")
+        raise GradeFailure(f"{where}: the rows differ ({_err(rows, want_rows)})")
