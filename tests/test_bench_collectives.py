@@ -50,3 +50,22 @@ def test_tiny_run_prints_json_only_and_writes_json_and_plot(tmp_path, capsys):
     assert ring["ratio"] == pytest.approx(ring["ring_seconds"] / ring["dist_seconds"])
     assert result["machine"]["backend"] == "gloo" and result["iters"] == 1
     assert fig.stat().st_size > 0
+
+
+def test_plot_without_matplotlib_fails_before_the_run(capsys, monkeypatch, tmp_path):
+    import sys
+
+    from minipar.bench import collectives
+
+    monkeypatch.setitem(sys.modules, "matplotlib", None)          # not installed
+    started = []
+    monkeypatch.setattr(collectives, "run_benchmark", lambda *a, **k: started.append(1))
+    assert main(["bench", "collectives", "--quick", "--plot", str(tmp_path / "f.png")]) == 2
+    err = capsys.readouterr().err
+    assert "--plot" in err and "needs matplotlib" in err and started == []
+    # negative control: with matplotlib importable the check lets the run start
+    monkeypatch.delitem(sys.modules, "matplotlib")
+    monkeypatch.setattr(collectives, "run_benchmark", lambda *a, **k: started.append(1) or 1 / 0)
+    with pytest.raises(ZeroDivisionError):
+        main(["bench", "collectives", "--quick", "--plot", str(tmp_path / "f.png")])
+    assert started == [1]

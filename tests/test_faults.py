@@ -305,3 +305,54 @@ def test_the_grader_leaves_its_kernel_files_in_its_own_folder():
     text = Path(runner.__file__).read_text()
     assert 'connection_file=str(self.folder / "kernel.json")' in text
     assert 'IPYTHONDIR=str(self.folder / "ipython"), TMPDIR=str(self.folder / "tmp")' in text
+
+
+# ----------------------------------------------------------------------------- the launcher
+@pytest.mark.parametrize("kwargs, words", [
+    (dict(timeout=float("inf")), "timeout must be a finite number of seconds > 0, got inf"),
+    (dict(timeout=float("nan")), "timeout must be a finite number of seconds > 0, got nan"),
+    (dict(timeout=0), "timeout must be a finite number of seconds > 0, got 0"),
+    (dict(timeout="60"), "timeout must be a finite number of seconds > 0, got '60'"),
+    (dict(threads=0), "threads must be an int >= 1 (or None for usable CPUs // world_size), got 0"),
+    (dict(threads=1.5), "got 1.5"),
+    (dict(threads=True), "got True"),
+])
+def test_launch_arguments_are_validated_before_anything_starts(kwargs, words):
+    from minipar.runtime import launch
+
+    before = launch._zygote
+    with pytest.raises(ValueError) as info:
+        launch.run(lambda r, w: r, 2, backend="gloo", **kwargs)
+    assert words in str(info.value)
+    assert launch._zygote is before            # nothing was started for a bad call
+
+
+@pytest.mark.slow
+def test_an_unpicklable_result_names_its_type_and_rank_and_torch_renames_stay_quiet(capfd):
+    import threading
+
+    from minipar.runtime.launch import RankError, run
+
+    def returns_a_lock(rank, world_size):
+        return threading.Lock() if rank == 1 else rank
+
+    with pytest.raises(RankError) as info:
+        run(returns_a_lock, 2, backend="gloo", timeout=120)
+    assert info.value.rank == 1
+    assert "rank 1's return value (a lock) cannot be sent back to the caller" in str(info.value)
+
+    def renamed_collective(rank, world_size):
+        import warnings
+
+        import torch
+        import torch.distributed as dist
+        dist.all_gather_into_tensor(torch.empty(2 * world_size), torch.ones(2))
+        warnings.warn("a learner's own warning", FutureWarning)      # negative control: kept
+        return rank
+
+    capfd.readouterr()
+    assert run(renamed_collective, 2, backend="gloo", timeout=120) == [0, 1]
+    out = capfd.readouterr()
+    text = out.out + out.err
+    assert "is deprecated" not in text, text
+    assert text.count("FutureWarning: a learner's own warning") == 2, text

@@ -29,6 +29,7 @@ def _sleeps(rank, world_size, seconds):
     return rank
 
 
+@pytest.mark.slow   # starts ranks: not part of make fast
 def test_waiting_on_launched_ranks_is_not_the_cells_waiting():
     """A learner's own minipar.runtime.launch.run (not the grader's run_ranks) that outlasts the wall
     backstop (10 × 0.2 s) is the ranks' time: no limit fires after it returns."""

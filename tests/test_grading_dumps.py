@@ -62,6 +62,7 @@ def learner_is_here_waiting():
     time.sleep(30)
 
 
+@pytest.mark.slow   # starts ranks: not part of make fast
 def test_a_rank_aborted_on_another_thread_still_shows_the_main_threads_line():
     """The real rank set-up (minipar.runtime._rank): SIGABRT handled on a non-main thread."""
     import pytest

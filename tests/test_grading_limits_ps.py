@@ -42,6 +42,7 @@ def test_ps_reads_state_and_cpu_time():
     assert limits._stat_ps(2 ** 22 + 12345) is None                  # no such process
 
 
+@pytest.mark.slow   # starts ranks: not part of make fast
 def test_a_deadlock_is_reported_from_ps(without_proc):
     with pytest.raises(LimitExceeded) as e:
         run_ranks(_deadlocks, 2)
@@ -50,6 +51,7 @@ def test_a_deadlock_is_reported_from_ps(without_proc):
     assert "rank 0 waiting at line" in str(e.value) and "dist.recv(x, src=1)" in str(e.value)
 
 
+@pytest.mark.slow   # starts ranks: not part of make fast
 def test_an_endless_loop_is_stopped_by_cpu_time_from_ps(without_proc):
     with pytest.raises(LimitExceeded) as e:
         run_ranks(_loops, 2)

@@ -16,6 +16,8 @@ A benchmark reports; it never asserts a speed. Numbers on a shared 2-core CPU ar
 """
 from __future__ import annotations
 
+import json
+import os
 import platform
 import statistics
 import sys
@@ -221,6 +223,15 @@ def _main(args) -> int:
         raise InputError(f"--ring-ranks ({args.ring_ranks}) must be >= 2")
     if len(sizes) < 2:
         print("note: one size only, so no α-β fit", file=sys.stderr)
+    if args.plot:                       # before minutes of measuring, not after
+        import importlib.util
+
+        if importlib.util.find_spec("matplotlib") is None:
+            raise InputError(f"--plot {args.plot} needs matplotlib, which is not installed "
+                             "(pip install matplotlib, or the [book] extra)")
+        folder = os.path.dirname(os.path.abspath(args.plot))
+        if not os.path.isdir(folder):
+            raise InputError(f"--plot {args.plot}: folder {folder} does not exist")
 
     def measure() -> dict:
         try:

@@ -276,6 +276,18 @@ def _become_fresh(state: dict) -> None:
             sys.modules[name].seed()
 
 
+def _quiet_torch_deprecations() -> None:
+    """The pinned torch warns (FutureWarning, once per process, so once per rank) when its own
+    code or a chapter calls a collective it renamed (``all_gather_into_tensor`` ->
+    ``all_gather_single``): the same line from every rank of every call buries the output. Those
+    warnings are issued from torch's modules; they are ignored on the ranks, and every other
+    warning is kept."""
+    import warnings
+
+    warnings.filterwarnings("ignore", category=FutureWarning, module=r"torch(\.|$)",
+                            message=r"`torch\.distributed\.[\w.]+` is deprecated")
+
+
 def rank_main(rank, world, state, task, address, folder) -> None:
     """One rank, in a child forked for this call only; never returns."""
     try:  # its own process group: the processes it starts are killed with it when it ends
@@ -323,6 +335,7 @@ def _run(rank, world, state, task) -> tuple:
     store = None
     try:
         _become_fresh(state)
+        _quiet_torch_deprecations()
         import torch
 
         torch.set_num_threads(state["threads"])
