@@ -356,3 +356,35 @@ def test_an_unpicklable_result_names_its_type_and_rank_and_torch_renames_stay_qu
     text = out.out + out.err
     assert "is deprecated" not in text, text
     assert text.count("FutureWarning: a learner's own warning") == 2, text
+
+
+# ----------------------------------------------------------------------------- the kernel watch
+@pytest.mark.slow
+def test_the_kernel_watch_beats_stops_a_stall_and_kills_what_ignores_sigint(tmp_path,
+                                                                             monkeypatch):
+    """One kernel per case, no grader set-up cell (so no in-kernel limit): a 2.5-s computation
+    gets heartbeats and passes; a sleep makes no progress and is interrupted after the stall
+    window; a loop that ignores SIGINT is stopped by the kernel's CPU limit and the kernel
+    killed, ending the notebook."""
+    from minipar.grading import runner
+
+    monkeypatch.setattr(runner, "HEARTBEAT_S", 1.0)
+    monkeypatch.setattr(runner, "INTERRUPT_GRACE_S", 2.0)
+    monkeypatch.setenv("MINIPAR_GRADE_KERNEL_STALL_S", "3")
+    monkeypatch.setenv("MINIPAR_GRADE_KERNEL_CPU_LIMIT", "3")
+    beats = []
+    busy = "import time\nt = time.process_time()\nwhile time.process_time() - t < 2.5:\n    pass"
+    cells = [busy, "import time\ntime.sleep(60)", "print('after the stall')",
+             "import signal\nsignal.signal(signal.SIGINT, signal.SIG_IGN)\nwhile True:\n    pass",
+             "print('never')"]
+    (tmp_path / "k").mkdir()
+    run = runner.run_notebook(cells, tmp_path / "k", str(tmp_path),
+                              heartbeat=lambda k, s, cpu: beats.append((k, s, cpu)))
+    assert run.cells[0].status == "ok" and any(k == 0 for k, _, _ in beats), beats
+    assert run.cells[1].status == "stopped", run.cells[1]
+    assert "for 3 s the kernel and its processes made no progress" in run.cells[1].reason
+    assert run.cells[2].status == "ok" and run.cells[2].stdout == "after the stall\n"
+    assert run.cells[3].status == "stopped", run.cells[3]
+    assert "stopped after 3 CPU-seconds of the kernel" in run.cells[3].reason
+    assert 4 not in run.cells                      # the kernel was killed: nothing ran after
+    assert run.died is None                        # stopped by the grader, not a crash

@@ -174,6 +174,7 @@ class Kernel:
         self.pid: int | None = None
         self.stopped = False
         self._tree: dict[int, object] = {}          # pid -> psutil.Process seen under the kernel
+        self._cpu_seen: dict[int, float] = {}       # pid -> its CPU-seconds, last sample
         kenv = dict(os.environ if env is None else env)
         kenv.update(IPYTHONDIR=str(self.folder / "ipython"), TMPDIR=str(self.folder / "tmp"),
                     PYDEVD_DISABLE_FILE_VALIDATION="1")
@@ -206,25 +207,30 @@ class Kernel:
         return found
 
     def cpu(self) -> tuple[float, float]:
-        """(CPU-seconds of the kernel process, of the kernel and every process under it)."""
+        """(CPU-seconds of the kernel process, CPU-seconds the kernel and every process under
+        it gained since the last call). Gains are counted per process, so a rank that exits
+        (taking its CPU time with it) never hides the others' progress."""
         import psutil
 
-        own = total = 0.0
+        own, gained, now = 0.0, 0.0, {}
         for p in self._processes():
             try:
                 t = p.cpu_times()
             except psutil.Error:
                 continue
             used = t.user + t.system
-            total += used
+            now[p.pid] = used
+            gained += max(0.0, used - self._cpu_seen.get(p.pid, 0.0))
             if p.pid == self.pid:
                 own = used
-        return own, total
+        self._cpu_seen = now
+        return own, gained
 
     def wait_ready(self, stall_s: float) -> None:
         """Wait while the kernel is starting and making progress."""
-        last_cpu, last_t = -1.0, time.monotonic()
+        last_t, gained = time.monotonic(), 0.0
         while True:
+            _check_signal()
             if not self.alive():
                 raise KernelStartError(f"the kernel exited while starting "
                                        f"({signal_text(self.exit_code())})")
@@ -233,10 +239,10 @@ class Kernel:
                 return
             except RuntimeError:
                 pass
-            _, cpu = self.cpu()
             now = time.monotonic()
-            if cpu > last_cpu + IDLE_CPU_SHARE * (now - last_t):
-                last_cpu, last_t = cpu, now
+            gained += self.cpu()[1]
+            if gained > IDLE_CPU_SHARE * (now - last_t):
+                last_t, gained = now, 0.0
             elif now - last_t > stall_s:
                 raise KernelStartError(f"the kernel made no progress for {stall_s:g} s while "
                                        "starting")
@@ -247,7 +253,7 @@ class Kernel:
         msg_id = self.kc.execute(source, store_history=True, allow_stdin=False)
         t0 = time.monotonic()
         own0, _ = self.cpu()
-        last_cpu, last_t = -1.0, t0
+        last_t, gained, total_cpu = t0, 0.0, 0.0
         next_beat = t0 + HEARTBEAT_S
         stdout, errors, stop_reason, interrupted_at = [], [], "", None
         while True:
@@ -276,9 +282,11 @@ class Kernel:
                     return CellRun("stopped", "".join(stdout), reason=stop_reason,
                                    seconds=now - t0)
                 continue
-            own, tree = self.cpu()
-            if tree > last_cpu + IDLE_CPU_SHARE * max(now - last_t, POLL_S) or last_cpu < 0:
-                last_cpu, last_t = tree, now
+            own, more = self.cpu()
+            gained += more
+            total_cpu += more
+            if gained > IDLE_CPU_SHARE * max(now - last_t, POLL_S):
+                last_t, gained = now, 0.0
             if timeout is not None and now - t0 > timeout:
                 stop_reason = (f"stopped by --timeout: the cell ran {timeout:g} s of wall-clock "
                                "time")
@@ -294,7 +302,7 @@ class Kernel:
                 self.interrupt()
                 continue
             if heartbeat is not None and now >= next_beat:
-                heartbeat(now - t0, tree)
+                heartbeat(now - t0, total_cpu)
                 next_beat += HEARTBEAT_S
         if stop_reason:
             return CellRun("stopped", "".join(stdout), reason=stop_reason, seconds=now - t0)
