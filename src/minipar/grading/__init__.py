@@ -18,17 +18,20 @@ How a chapter adds exercises (nothing else to register)
            ...            # raise GradeFailure("the reason, naming the value") when wrong
 
    The module is imported on first use of a ``"<slug>.<name>"`` id.
-3. ``make exercises`` (``python -m minipar.grading.notebooks``) writes the starter
-   ``exercises/<slug>/NN_name.ipynb``: solution blocks become ``raise NotImplementedError``,
-   no stored outputs, and the notebook's metadata names its solution script.
+3. ``python -m minipar.grading.notebooks --force`` writes the starter
+   ``exercises/<slug>/NN_name.ipynb`` (``make exercises`` writes only missing ones): solution
+   blocks become ``raise NotImplementedError``, no stored outputs, and the notebook's metadata
+   names its solution script.
 
 How a notebook is graded (``minipar grade PATH...``)
 ----------------------------------------------------
 The verdict depends only on the learner's code, never on what the file has saved: the grader
 builds a copy of each notebook with every output and execution count stripped, gives each check
 cell the PASS lines of its tasks (from the course's registry, not from the file) as expected
-output, runs the copy from a fresh kernel under ``pytest --nbval-lax``, and reads each task's
-outcome and full reason from a side log that :func:`check` writes (``$MINIPAR_GRADE_LOG``). A
+output, runs the copy cell by cell in a fresh kernel that it watches
+(:mod:`minipar.grading.runner`: a dead kernel ends the notebook at once, a stalled one is
+stopped), and reads each task's outcome and full reason from a side log that :func:`check`
+writes (``$MINIPAR_GRADE_LOG``). A
 task of the reference script whose check cell is gone is a failed task ("check cell for X is
 missing"); results are keyed by the notebook's full path. See :mod:`minipar.grading.cli`.
 
