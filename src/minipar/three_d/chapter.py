@@ -149,10 +149,7 @@ def validation_glue(val: dict | None = None) -> dict:
            "h200_n": h2["n"], "h200_time_ok": h2["time_ok"], "h200_memory_ok": h2["memory_ok"],
            "h200_refused": len(h2["refused"]),
            "h200_time_worst": h2["worst_time"], "h200_memory_worst": h2["worst_memory"],
-           "h200_memory_low": sum(r.memory_error < -validation.h200_targets(r)[1]
-                                  for r in h2["rows"]),
-           "h200_memory_high": sum(r.memory_error > validation.h200_targets(r)[1]
-                                   for r in h2["rows"]),
+           "h200_2021_memory": validation.h200_runs(precision="2021")[0].memory_error,
            "z3_doubled_175": e175["ratios"][1], "z3_doubled_175_pub": e175["published"][1],
            "z3_doubled_530": e530["ratios"][1], "z3_doubled_530_pub": e530["published"][1],
            "z3_largest_175": e175["ratios"][-1], "z3_largest_175_pub": e175["published"][-1],
