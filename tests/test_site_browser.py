@@ -3,9 +3,10 @@
 Serves _build/html on 127.0.0.1, opens every page with every request that would leave the
 machine blocked, and asserts: no external request, every formula typeset (none left raw, no
 MathJax error box), no JavaScript error, every explorer redraws when any control changes, no
-element of an article wider than its column at 1280 px (unless it scrolls sideways), and, on a
-390 px phone screen, every explorer fits the screen with charts at least 320 px wide (they
-scroll sideways rather than shrink). That no legend covers data is checked where the figures
+element of an article wider than its column at 1280 px or at 390 px (unless it scrolls sideways),
+nothing cut off by a box that hides its overflow (an equation, an explorer's input, select or
+slider value, a code name) at either width, and, on a 390 px phone screen, every explorer fits
+the screen with charts at least 320 px wide (they scroll sideways rather than shrink). That no legend covers data is checked where the figures
 are made (tests/test_pipeline_parallel_figures.py).
 A second test loads each explorer's ES module the way anywidget does in JupyterLab.
 
@@ -154,6 +155,45 @@ _TOO_WIDE = r"""
 }
 """
 
+# Runs in the page: content cut off by a box that hides its overflow instead of scrolling: an
+# equation, a control of an explorer (input, select, slider value) or a code name whose right
+# part a reader cannot reach. Checked at 1280 px and at 390 px.
+_CLIPPED = r"""
+() => {
+  const out = [];
+  const hides = (el) => {
+    const o = getComputedStyle(el).overflowX;
+    return o === "hidden" || o === "clip";
+  };
+  const col = document.querySelector("article.bd-article") || document.querySelector("main");
+  if (!col) return out;
+  const watched = "mjx-container, input, select, output, label, code, .minipar-explorer-output, " +
+                  ".minipar-explorer-title, .minipar-explorer-output p";
+  for (const el of col.querySelectorAll(watched)) {
+    const b = el.getBoundingClientRect();
+    // text that does not wrap spills out of its own box: count where it really ends
+    const spill = getComputedStyle(el).overflowX === "visible" ? el.scrollWidth - el.clientWidth : 0;
+    const r = {left: b.left, width: b.width, height: b.height, right: b.right + Math.max(0, spill)};
+    if (r.width === 0 || r.height === 0) continue;
+    if (getComputedStyle(el).visibility === "hidden") continue;
+    for (let a = el.parentElement; a && a !== col.parentElement; a = a.parentElement) {
+      const o = getComputedStyle(a).overflowX;
+      if (o === "auto" || o === "scroll") break;          // a reader can scroll to it
+      if (!hides(a)) continue;
+      const box = a.getBoundingClientRect();
+      if (r.right > box.right + 1 || r.left < box.left - 1) {
+        out.push(`<${el.tagName.toLowerCase()}> "${(el.textContent || el.outerHTML).trim().slice(0, 40)}" ` +
+                 `cut ${Math.round(Math.max(r.right - box.right, box.left - r.left))} px by ` +
+                 `<${a.tagName.toLowerCase()} class="${String(a.className).slice(0, 30)}">`);
+      }
+      break;
+    }
+    if (out.length >= 5) break;
+  }
+  return out;
+}
+"""
+
 # Runs in the page on a narrow screen: every explorer fits the screen, and its charts keep a
 # legible width (they scroll sideways inside the explorer instead of shrinking their text).
 _NARROW_EXPLORERS = r"""
@@ -180,7 +220,7 @@ def test_every_page_offline(server):
     assert pages, f"no pages under {SITE}"
     external, failed, page_errors, raw, math_errors = [], [], [], [], []
     formulas = redirects = 0
-    explorer_reports, wide, narrow = [], [], []
+    explorer_reports, wide, narrow, clipped, phone_wide = [], [], [], [], []
     local = urlparse(server).netloc
 
     def route(r):
@@ -220,18 +260,29 @@ def test_every_page_offline(server):
             math_errors += [name] * counts["errors"]
             raw += [f"{name}: {t}" for t in counts["raw"]]
             wide += [f"{name}: {w}" for w in page.evaluate(_TOO_WIDE)]
+            clipped += [f"{name} at 1280 px: {w}" for w in page.evaluate(_CLIPPED)]
             for rep in page.evaluate(_POKE_EXPLORERS):
                 explorer_reports.append({"page": name, **rep})
         phone = browser.new_context(viewport={"width": 390, "height": 844})
         phone.route("**/*", route)
         small = phone.new_page()
-        for name in sorted({r["page"] for r in explorer_reports}):
+        with_explorers = {r["page"] for r in explorer_reports}
+        for name in pages:
+            if (SITE / name).read_text(errors="replace").lstrip().lower().startswith(
+                    '<meta http-equiv="refresh"'):
+                continue
             small.goto(f"{server}/{name}", wait_until="load")
-            narrow += [{"page": name, **r} for r in small.evaluate(_NARROW_EXPLORERS, 320)]
+            small.evaluate("() => window.MathJax && MathJax.startup && MathJax.startup.promise"
+                           " ? MathJax.startup.promise.then(() => true) : true")
+            phone_wide += [f"{name}: {w}" for w in small.evaluate(_TOO_WIDE)]
+            clipped += [f"{name} at 390 px: {w}" for w in small.evaluate(_CLIPPED)]
+            if name in with_explorers:
+                narrow += [{"page": name, **r} for r in small.evaluate(_NARROW_EXPLORERS, 320)]
         browser.close()
 
     summary = {"pages": len(pages) - redirects, "formulas": formulas, "explorers": len(explorer_reports),
-               "too_wide": len(wide), "explorers_at_390px": len(narrow),
+               "too_wide": len(wide), "too_wide_at_390px": len(phone_wide),
+               "clipped": len(clipped), "explorers_at_390px": len(narrow),
                "controls": sum(r["controls"] for r in explorer_reports),
                "external_requests": len(external), "raw_formulas": len(raw),
                "math_errors": len(math_errors), "page_errors": len(page_errors)}
@@ -244,6 +295,8 @@ def test_every_page_offline(server):
     assert formulas > 0
     assert explorer_reports, "no explorer on any page"
     assert not wide, f"wider than the article column at 1280 px: {wide[:10]}"
+    assert not phone_wide, f"wider than the article column at 390 px: {phone_wide[:10]}"
+    assert not clipped, f"cut off with no way to scroll to it: {clipped[:10]}"
     assert narrow and all(r["fits"] and r["legible"] for r in narrow), \
         f"explorers at 390 px (must fit the screen, charts >= 320 px wide): " \
         f"{[r for r in narrow if not (r['fits'] and r['legible'])][:5]}"
@@ -340,7 +393,10 @@ def test_the_checks_catch_what_the_issue_saw():
       <div class="minipar-explorer" data-redraws="0"><div class="minipar-explorer-controls">
       <input type="number" value="1"></div><div class="minipar-explorer-output"><svg></svg>
       </div></div><main><div style="overflow:hidden"><div style="width:3000px;height:10px">
-      </div></div></main></body></html>"""
+      </div></div><div style="width:200px;overflow:hidden"><label style="white-space:nowrap">
+      a label far too long for its box <input type="number" value="8"></label></div>
+      <div style="width:100px;overflow:hidden"><mjx-container style="display:inline-block;
+      width:400px">T ≥ 1900 tokens</mjx-container></div></main></body></html>"""
     external, errors = [], []
     with sync_playwright() as p:
         browser = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=FLAGS)
@@ -351,6 +407,7 @@ def test_the_checks_catch_what_the_issue_saw():
         counts = page.evaluate(_COUNT_MATH)
         report = page.evaluate(_POKE_EXPLORERS)
         too_wide = page.evaluate(_TOO_WIDE)
+        cut = page.evaluate(_CLIPPED)
         page.set_viewport_size({"width": 390, "height": 844})
         shrunk = page.evaluate(_NARROW_EXPLORERS, 320)
         browser.close()
@@ -360,3 +417,5 @@ def test_the_checks_catch_what_the_issue_saw():
     assert report[0]["controls"] == 1 and report[0]["redrawn"] == 0
     assert too_wide and "px past the column" in too_wide[0]
     assert shrunk and not shrunk[0]["legible"]           # an svg without the course's CSS
+    assert any(c.startswith("<input>") for c in cut), cut         # a control cut off
+    assert any(c.startswith("<mjx-container>") and "1900" in c for c in cut), cut  # an equation

@@ -141,9 +141,11 @@ const CSS = `
 .minipar-explorer{border:1px solid #d0d7de;border-radius:6px;padding:.6em .8em;margin:1em 0;font-size:.9em;max-width:100%;overflow:hidden}
 .minipar-explorer-title{font-weight:600;margin-bottom:.4em}
 .minipar-explorer-controls{display:flex;flex-wrap:wrap;gap:.4em 1.2em;margin-bottom:.5em}
-.minipar-explorer-controls label{display:flex;align-items:center;gap:.35em;white-space:nowrap}
-.minipar-explorer-controls input[type=number]{width:7em}
-.minipar-explorer-controls output{min-width:4.5em;font-variant-numeric:tabular-nums}
+.minipar-explorer-controls label{display:flex;flex-wrap:wrap;align-items:center;gap:.2em .35em;max-width:100%;min-width:0}
+.minipar-explorer-controls input[type=number]{width:7em;max-width:100%}
+.minipar-explorer-controls input[type=range]{flex:1 1 8em;min-width:6em;max-width:100%}
+.minipar-explorer-controls select{max-width:100%}
+.minipar-explorer-controls output{min-width:4.5em;font-variant-numeric:tabular-nums;overflow-wrap:anywhere}
 .minipar-explorer-output{overflow-x:auto}
 .minipar-explorer-output svg{width:100%;min-width:480px;height:auto;display:block}
 .minipar-explorer-output .row{display:flex;flex-wrap:wrap;gap:.5em}

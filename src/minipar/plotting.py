@@ -1,0 +1,37 @@
+"""How the course's matplotlib figures look on the site, set in one place.
+
+Every chapter notebook calls :func:`book_style` in its first cell. Figures are stored at twice
+their CSS size (``retina``: a PNG of 2× the pixels shown at 1×), so a phone's high-density
+screen and a zoomed page show them sharp; the page's CSS (``_static/minipar.css``) scales them
+down to the column on a narrow screen. The rcParams below are the only style settings: a
+chapter's plotting module sets sizes and labels per figure, never global state.
+"""
+from __future__ import annotations
+
+#: matplotlib rcParams of every course figure.
+RC = {
+    "figure.dpi": 100,            # the size a figure is laid out at (inches × 100 CSS px)
+    "savefig.dpi": 200,           # files written by savefig: 2× as well
+    "font.size": 10,
+    "axes.titlesize": 10,
+    "legend.fontsize": 8,
+}
+
+#: The inline backend's format in a notebook: a 2× PNG (IPython's "retina").
+FORMAT = "retina"
+
+
+def book_style() -> dict:
+    """Apply :data:`RC`, and in a notebook kernel store inline figures as :data:`FORMAT`.
+    Returns the rcParams set (outside a kernel only those)."""
+    import matplotlib as mpl
+
+    mpl.rcParams.update(RC)
+    try:
+        from IPython import get_ipython
+        from matplotlib_inline.backend_inline import set_matplotlib_formats
+    except ImportError:          # no IPython: a script or a test
+        return dict(RC)
+    if get_ipython() is not None:
+        set_matplotlib_formats(FORMAT)
+    return dict(RC)
