@@ -129,17 +129,20 @@ registerExplorer("zero-memory", {
   draw(v) {
     if (!(v.gpu_gib > 0)) throw new Error(`GPU memory (${v.gpu_gib} GiB) must be > 0`);
     const rows = zeroMemoryModel(v.params_b, v.d, v.optimizer);
-    const G = 2 ** 30;
+    // decimal GB, as the paper's Figure 1 and the chapter's table; the GPU's memory is sold in
+    // binary units ("80 GB" = 80 GiB = 85.9 GB), converted once here
+    const GB = 1e9;
+    const capacity = v.gpu_gib * 2 ** 30 / GB;
     const [w, g, k] = OPTIMIZERS[v.optimizer];
     const svg = stackedBars({
       title: `Ψ = ${v.params_b}B parameters, d = ${v.d}, ${v.optimizer} (${w} + ${g} + ${k} bytes per parameter)`,
-      ylabel: "GiB per GPU",
+      ylabel: "GB per GPU (10⁹ bytes)",
       categories: ["ZeRO-0 (DP)", "ZeRO-1 (os)", "ZeRO-2 (os+g)", "ZeRO-3 (os+g+p)"],
-      stacks: [["weights", "#3182bd"], ["gradients", "#31a354"], ["optimizer", "#e6550d"]].map(([part, color]) => ({name: part, color, values: rows.map((r) => r[part] / G)})),
-      hline: {y: v.gpu_gib, label: `GPU: ${v.gpu_gib} GiB`},
+      stacks: [["weights", "#3182bd"], ["gradients", "#31a354"], ["optimizer", "#e6550d"]].map(([part, color]) => ({name: part, color, values: rows.map((r) => r[part] / GB)})),
+      hline: {y: capacity, label: `GPU: ${v.gpu_gib} GiB = ${capacity.toFixed(1)} GB`},
     });
-    const fit = rows.map((r, s) => (r.total / G <= v.gpu_gib ? `ZeRO-${s}` : null)).filter(Boolean);
-    return svg + `<p>Fits in ${v.gpu_gib} GiB (model states only): ${fit.length ? fit.join(", ") : "<b>none</b>"}. `
-      + `ZeRO-3 holds (${w}+${g}+${k})Ψ/d = ${(rows[3].total / G).toFixed(2)} GiB. Activations, buffers and fragmentation come on top. 1 GiB = 2³⁰ bytes.</p>`;
+    const fit = rows.map((r, s) => (r.total / GB <= capacity ? `ZeRO-${s}` : null)).filter(Boolean);
+    return svg + `<p>Fits in ${v.gpu_gib} GiB (${capacity.toFixed(1)} GB; model states only): ${fit.length ? fit.join(", ") : "<b>none</b>"}. `
+      + `ZeRO-3 holds (${w}+${g}+${k})Ψ/d = ${(rows[3].total / GB).toFixed(2)} GB. Activations, buffers and fragmentation come on top. 1 GB = 10⁹ bytes; 1 GiB = 2³⁰ bytes.</p>`;
   },
 });

@@ -104,10 +104,10 @@ registerExplorer("tp-layer", {
       : "four all-reduces";
     return svg + `<p>At t = ${v.t} over ${escapeHtml(v.link)}: communication / GEMM time in forward = <b>${r.ratio.toFixed(3)}</b>; `
       + `the collectives take <b>${(100 * r.share).toFixed(1)} %</b> of forward + backward if nothing overlaps. `
-      + `Each GPU sends ${fmtBytes(r.sent_bytes, false)} per layer per micro-batch in ${colls}. `
+      + `Each GPU sends ${fmtBytes(r.sent_bytes, false)} (decimal: 1 MB = 10⁶ bytes, as link speeds) per layer per micro-batch in ${colls}. `
       + `Only the latency term α of the ratio shrinks as b grows; its bandwidth term does not change with b, since traffic and FLOPs both grow with b·s.</p>`
       + memSvg
-      + `<p>Saved activations per GPU per layer with ${mode}: <b>${fmtBytes(r.activation_bytes, false)}</b> `
-      + `(${v.sp ? "TP alone" : "with sequence parallelism"}: ${fmtBytes(other, false)}; Korthikanti et al. 2023 Table 2, 16-bit, no recomputation).</p>`;
+      + `<p>Saved activations per GPU per layer with ${mode}: <b>${fmtBytes(r.activation_bytes, true)}</b> `
+      + `(${v.sp ? "TP alone" : "with sequence parallelism"}: ${fmtBytes(other, true)}; binary, as the chart: 1 GiB = 2³⁰ bytes; Korthikanti et al. 2023 Table 2, 16-bit, no recomputation).</p>`;
   },
 });
