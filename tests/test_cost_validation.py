@@ -342,3 +342,13 @@ def test_h200_memory_never_over_and_unfused_attention_overshoots():
     forced = {r.name: r for r in validation.h200_runs(attention="unfused")}
     assert all(forced[r.name].predicted_gib > r.predicted_gib for r in H200
                if r.attention == "sdpa")
+
+
+def test_the_2021_runs_pass_the_2021_inputs():
+    """Attention kernel and precision recipe are explicit for the published A100 runs (unfused,
+    "2021"): today's inputs (flash attention, the 18-byte recipe) predict them differently, so
+    leaving them to a default would silently change the reproduction."""
+    today = {r.name: r for r in validation.published_runs(attention="flash",
+                                                          precision="megatron")}
+    assert validation.ERA_2021 == {"attention": "unfused", "precision": "2021"}
+    assert all(ROWS[n].config.step_seconds != today[n].config.step_seconds for n in TABLE1)

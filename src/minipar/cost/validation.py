@@ -105,6 +105,15 @@ PTD_P_TABLE1 = [
     ("1008.0B", 160, 25600, 128, 8, 64, 3072, 3072, 163, 1, None, "local"),
 ]
 
+ERA_2021 = {"attention": "unfused", "precision": "2021"}
+"""The inputs that changed since the A100 runs, passed explicitly as those runs had them:
+Megatron-LM's unfused attention kernels (the b·a·s² scores through HBM) and the "2021"
+precision pricing (:data:`minipar.cost.three_d_terms.RECIPES`)."""
+
+H200_RECIPE = "megatron"
+"""The recipe the H200 steps trained with: bf16 weights, fp32 main gradients, fp32 master
+weights and Adam moments (18 bytes per parameter), fp32 loss (the measurements' README)."""
+
 MICRO_BATCH_MODES = ("as run", "1", "planner")
 """How :func:`published_runs` sets each run's micro-batch: the one that ran (where published),
 1 (every row before), or the one the planner picks for the published layout."""
@@ -191,7 +200,7 @@ def _cluster(run: Run, eta: float | None = None) -> three_d.Cluster:
 
 def _evaluate(run: Run, b: int, eta: float | None = None, **model_options) -> three_d.Config:
     t, p, d = run.layout
-    opts = dict(dp_overlap=run.dp_overlap) | model_options
+    opts = ERA_2021 | dict(dp_overlap=run.dp_overlap) | model_options
     return three_d.evaluate(run.model, _cluster(run, eta), run.batch, tp=t, pp=p, dp=d,
                             micro_batch=b, chunks=run.chunks, recompute=run.recompute,
                             zero=run.zero, **opts)
@@ -425,7 +434,7 @@ def zero3_comparison(model: str = "gpt3-175b", *, zero3_overlap: bool = True,
     for (n_p, b_p, x_p), (n_z, b_z, mb_z, x_z) in ZERO3_TABLE2[model]["rows"]:
         cl = three_d.cluster(n_p, 8, "A100-80GB")
         ptdp = three_d.evaluate(m_, cl, b_p, tp=t, pp=p, dp=n_p // (t * p), micro_batch=1,
-                                recompute="full", zero=0, dp_overlap=False)
+                                recompute="full", zero=0, dp_overlap=False, **ERA_2021)
         cz = three_d.cluster(n_z, 8, "A100-80GB")
         if bandwidth_factor != 1:
             cz = replace(cz, intra=replace(cz.intra, bandwidth=cz.intra.bandwidth / bandwidth_factor),
@@ -433,7 +442,7 @@ def zero3_comparison(model: str = "gpt3-175b", *, zero3_overlap: bool = True,
         z3 = three_d.evaluate(m_, cz, b_z, tp=1, pp=1, dp=n_z, micro_batch=mb_z,
                               recompute="full", zero=3, zero3_overlap=zero3_overlap,
                               zero3_collectives=zero3_collectives,
-                              grad_reduce_bytes=zero3_grad_reduce_bytes)
+                              grad_reduce_bytes=zero3_grad_reduce_bytes, **ERA_2021)
         xp, xz = _tflops(m_, b_p, n_p, ptdp.step_seconds), _tflops(m_, b_z, n_z, z3.step_seconds)
         out.append({"gpus": n_z, "ptdp_gpus": n_p, "ptdp": ptdp, "zero3": z3,
                     "ptdp_tflops": xp, "zero3_tflops": xz,
@@ -627,7 +636,8 @@ def h200_runs(gpu: GPU | None = None, *, attention: str | None = None,
         m_ = three_d.ModelShape(r["L"], r["h"], r["a"], r["s"], H200_VOCAB, attention=kernel)
         cl = replace(three_d.cluster(1, 1, "H200"), gpu=gpu)
         c = three_d.evaluate(m_, cl, r["b"] * r["m"], tp=1, pp=1, dp=1, micro_batch=r["b"],
-                             recompute="none", zero=0, **_supported(model_options))
+                             recompute="none", zero=0,
+                             **_supported({"precision": H200_RECIPE} | model_options))
         out.append(H200Row(r["name"], r["attention"], r["b"], r["m"], r["measured_s"],
                            c.step_seconds if c.fits else None, r["peak_bytes"] / 2**30,
                            c.bytes_per_gpu / 2**30, c.fits, c))
