@@ -5,7 +5,8 @@ document masks on packed sequences (ring and all-gather), the striped layout. Tr
 all three equal the cost model, in float64 and in bf16 with float32 dK/dV accumulators. bf16:
 the float32 log-sum-exp merge and float32 accumulators are measurably more accurate. Negative
 controls: the document mask forgotten, documents masked by local position; the model's
-document work matrix against the ring's own masks."""
+document work matrix against the ring's own masks. The GPT with all-gather attention equals one
+process after three Adam steps."""
 import pytest
 import torch
 
@@ -21,6 +22,7 @@ BUG = 0.1
 
 def _everything(rank, cp):
     out = {"parity": P.parity_on_rank(rank, cp), "controls": P.controls_on_rank(rank, cp),
+           "gpt allgather": P.gpt_on_rank(rank, cp),
            "traffic": P.traffic_on_rank(rank, cp),
            "traffic bf16": P.traffic_on_rank(rank, cp, dtype=torch.bfloat16)}
     if cp == 4:
@@ -42,6 +44,7 @@ def test_every_variant_equals_one_process(runs, cp):
             assert err < TOL, (cp, case, err)
         for case, err in r["controls"].items():
             assert err > BUG, (cp, case, err)               # each plausible bug is caught
+        assert r["gpt allgather"] < 1e-9                    # GPT after 3 Adam steps
 
 
 @pytest.mark.slow

@@ -2,7 +2,8 @@
 
 Every rank holds all the weights and s/cp tokens of every activation. Layer norms, linear
 layers, GeLU and residual adds act token by token, so they run on the shard as they are; only
-attention mixes tokens, and it is replaced by :func:`ring_attention` or :func:`ulysses_attention`
+attention mixes tokens, and it is replaced by :func:`ring_attention`, :func:`allgather_attention`
+or :func:`ulysses_attention`
 (Megatron-LM's context parallelism, Korthikanti et al. 2022 extended: "only attention
 communicates"). Because each rank sees s/cp of the tokens, each weight gradient is a partial
 sum: :func:`allreduce_cp_grads` sums them over the CP group (Megatron folds this into the data-
@@ -28,18 +29,21 @@ from minipar.model import GPT, Layer
 from minipar.tensor_parallel import ParallelAttention, ParallelBlock
 from minipar.dist import group_rank, group_size
 
+from .allgather import allgather_attention
 from .online_softmax import full_attention
 from .ring import ring_attention
 from .sharding import positions
 from .ulysses import ulysses_attention
 
-ATTENTIONS = ("ring", "ulysses")
+ATTENTIONS = ("ring", "allgather", "ulysses")
 
 
 def cp_attention(q, k, v, *, causal: bool, group, attention: str, layout: str):
-    """Dispatch to ring or Ulysses attention (Ulysses takes contiguous shards only)."""
+    """Dispatch to ring, all-gather or Ulysses attention (Ulysses takes contiguous shards only)."""
     if attention == "ring":
         return ring_attention(q, k, v, causal, group, layout)
+    if attention == "allgather":
+        return allgather_attention(q, k, v, causal, group, layout)
     if attention == "ulysses":
         if layout != "contiguous":
             raise ValueError(f"ulysses attention takes layout 'contiguous', got {layout!r}")

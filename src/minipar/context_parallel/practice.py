@@ -155,8 +155,16 @@ def bf16_on_rank(rank, cp, logit=30.0):
     return out
 
 
+def gpt_on_rank(rank, cp):
+    """The course's GPT with all-gather attention (zigzag) after three Adam steps against one
+    process: the max relative parameter difference."""
+    from .experiments import gpt_training_on_rank
+    return gpt_training_on_rank(rank, cp, "allgather", "zigzag")["params"]
+
+
 def _practice_on_rank(rank, cp):
     out = {"parity": parity_on_rank(rank, cp), "controls": controls_on_rank(rank, cp),
+           "gpt allgather": gpt_on_rank(rank, cp),
            "traffic": traffic_on_rank(rank, cp),
            "traffic bf16": traffic_on_rank(rank, cp, dtype=torch.bfloat16)}
     if cp == 4:

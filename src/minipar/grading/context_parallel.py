@@ -23,9 +23,9 @@ Answers that use the course's own ``minipar.context_parallel`` are rejected
 from __future__ import annotations
 
 import math
-import re
 
 from minipar.grading import GradeFailure, task
+from minipar.grading.compare import err, launch_layouts, randn, same
 from minipar.grading.layouts import on_every_layout
 from minipar.grading.imports import (course_calls, forbid_course_code, forbidden_modules,
                                      reject_course_calls)
@@ -39,34 +39,19 @@ LAYOUTS = {3: [("the whole world of 3 ranks", None),
 
 
 # ----------------------------------------------------------------------------- running
-def _run(fn, n, *args):
-    from minipar.grading.limits import run_ranks
-    return run_ranks(fn, n, *args)
+def _hint(case: str, msg: str) -> str:
+    if "of group" in case and ("rank" in msg.lower() or "peer" in msg.lower()):
+        return (" -- this case's CP group is not the whole world: use dist.get_rank(group), "
+                "dist.get_world_size(group), and global ranks (dist.get_global_rank(group, r)) "
+                "where torch asks for them")
+    return ""
 
 
 def _launch(body, fn):
     """Every layout's cases in the order they ran; a rank's exception is reported with the case
-    it happened in."""
-    order = {label: i for i, label in enumerate(l for w in LAYOUTS for l, _ in LAYOUTS[w])}
-    for world in LAYOUTS:
-        try:
-            per_rank = _run(_on_rank, world, body, fn)
-        except Exception as e:  # noqa: BLE001   (a rank raised, died or hung: one reason)
-            from minipar.grading import reason_for
-            err = getattr(e, "error", e)
-            tail = getattr(e, "stderr_tail", "") or getattr(err, "stderr_tail", "") or ""
-            case = re.findall(r"minipar check: running case ([^\n]*)", tail)
-            msg = reason_for(e)
-            if case:
-                hint = ""
-                if "of group" in case[-1] and ("rank" in msg.lower() or "peer" in msg.lower()):
-                    hint = (" -- this case's CP group is not the whole world: use "
-                            "dist.get_rank(group), dist.get_world_size(group), and global ranks "
-                            "(dist.get_global_rank(group, r)) where torch asks for them")
-                raise GradeFailure(f"{case[-1]}: {msg}{hint}") from None
-            raise GradeFailure(msg) from None
-        yield from sorted((c for cases in zip(*per_rank) for c in cases),
-                          key=lambda c: (order[c["label"]], c["rank"]))
+    it happened in (:func:`minipar.grading.compare.launch_layouts`)."""
+    for _, cases in launch_layouts(_on_rank, LAYOUTS, body, fn, hint=_hint):
+        yield from cases
 
 
 def _on_rank(rank, world, body, fn):
@@ -76,33 +61,6 @@ def _on_rank(rank, world, body, fn):
         res.update(cp=len(res["members"]), used=sorted(res["used"]))
         out.append(res)
     return out
-
-
-def _randn(*shape, seed):
-    import torch
-    return torch.randn(*shape, generator=torch.Generator().manual_seed(seed), dtype=torch.float64)
-
-
-def _err(a, b) -> str:
-    if a is None or b is None or tuple(a.shape) != tuple(b.shape):
-        return f"shape {None if a is None else tuple(a.shape)}, expected {tuple(b.shape)}"
-    d = (a - b).abs().nan_to_num(nan=float("inf"))
-    idx = tuple(int(i) for i in _unravel(int(d.argmax()), a.shape))
-    return f"max error {d.max().item():.3g} at element {list(idx)}"
-
-
-def _unravel(i, shape):
-    out = []
-    for s in reversed(shape):
-        out.append(i % s)
-        i //= s
-    return tuple(reversed(out))
-
-
-def _same(a, b, atol=1e-9) -> bool:
-    import torch
-    return (isinstance(a, torch.Tensor) and tuple(a.shape) == tuple(b.shape)
-            and bool(torch.allclose(a.double(), b.double(), atol=atol, rtol=1e-7)))
 
 
 def _tensor(x, what: str):
@@ -116,9 +74,9 @@ def _tensor(x, what: str):
 def _blocks(logit: float, seed: int):
     """Two disjoint key blocks of one attention problem: (q, k, v, block results, full result)."""
     import torch
-    q, k, v = (_randn(2, 3, 5, 4, seed=seed + i) for i in range(3))
-    k = torch.cat([k, _randn(2, 3, 7, 4, seed=seed + 9)], dim=2)          # 12 keys
-    v = torch.cat([v, _randn(2, 3, 7, 4, seed=seed + 10)], dim=2)
+    q, k, v = (randn(2, 3, 5, 4, seed=seed + i) for i in range(3))
+    k = torch.cat([k, randn(2, 3, 7, 4, seed=seed + 9)], dim=2)          # 12 keys
+    v = torch.cat([v, randn(2, 3, 7, 4, seed=seed + 10)], dim=2)
     z = q @ k.transpose(-2, -1) / 2.0                                     # (2, 3, 5, 12)
     z = z * (logit / z.abs().max())
     out = []
@@ -143,7 +101,7 @@ def _call_merge(fn, o_a, l_a, o_b, l_b, case):
 
 def _merge_diagnosis(o, lse, o_a, l_a, o_b, l_b, want_o, want_lse, case) -> None:
     import torch
-    if _same(o, want_o) and _same(lse, want_lse):
+    if same(o, want_o) and same(lse, want_lse):
         return
     if not torch.isfinite(o).all():
         bad = "NaN" if torch.isnan(o).any() else "inf"
@@ -154,24 +112,24 @@ def _merge_diagnosis(o, lse, o_a, l_a, o_b, l_b, want_o, want_lse, case) -> None
                if torch.isneginf(l_b).any() else
                "the logits are ~1000, so exp(lse) overflows: exponentiate only lse_x - lse, "
                "which is <= 0"))
-    if _same(lse, torch.maximum(l_a, l_b)) and not _same(lse, want_lse):
+    if same(lse, torch.maximum(l_a, l_b)) and not same(lse, want_lse):
         raise GradeFailure(f"{case}: lse is max(lse_a, lse_b); it must be log(e^lse_a + "
                            "e^lse_b) (torch.logaddexp)")
-    if not _same(lse, want_lse):
+    if not same(lse, want_lse):
         raise GradeFailure(f"{case}: lse differs from the log-sum-exp over both blocks "
-                           f"({_err(lse, want_lse)})")
-    if _same(o, (o_a + o_b) / 2):
+                           f"({err(lse, want_lse)})")
+    if same(o, (o_a + o_b) / 2):
         raise GradeFailure(f"{case}: o is the average of o_a and o_b: weight each block by its "
                            "share of the softmax mass, exp(lse_x - lse)")
-    if _same(o, o_a + o_b):
+    if same(o, o_a + o_b):
         raise GradeFailure(f"{case}: o is o_a + o_b: each block's output is normalised by its "
                            "own sum; rescale it by exp(lse_x - lse) before adding")
     wa, wb = torch.exp(l_a - want_lse).unsqueeze(-1), torch.exp(l_b - want_lse).unsqueeze(-1)
-    if _same(o, wb * o_a + wa * o_b):
+    if same(o, wb * o_a + wa * o_b):
         raise GradeFailure(f"{case}: the two weights are swapped: o_a takes exp(lse_a - lse)")
-    if not _same(o, want_o):
+    if not same(o, want_o):
         raise GradeFailure(f"{case}: o differs from softmax attention over both blocks "
-                           f"({_err(o, want_o)})")
+                           f"({err(o, want_o)})")
 
 
 @task("context_parallel.merge_softmax_blocks",
@@ -268,7 +226,7 @@ B, A, N, D = 1, 2, 3, 4          # per rank: q, k, v (b, a, n, d)
 
 
 def _full_qkv(cp):
-    q, k, v = (_randn(B, A, N * cp, D, seed=40 + i) for i in range(3))
+    q, k, v = (randn(B, A, N * cp, D, seed=40 + i) for i in range(3))
     z = (q @ k.transpose(-2, -1)).abs().max() / math.sqrt(D)
     scale = math.sqrt(100.0 / float(z))                      # largest logit ~100
     return q * scale, k * scale, v
@@ -339,22 +297,22 @@ def check_ring_step(fn, **_):
             raise GradeFailure(f"{where}: received blocks from ranks {got}, expected {want_src}")
         o = _tensor(c["o"], f"{where}: o")
         want, blocks = _ring_reference(cp, r)
-        if _same(o, want):
+        if same(o, want):
             passed_whole = passed_whole or c["whole"]
             continue
-        if cp > 1 and _same(o, sum(blocks) / cp):
+        if cp > 1 and same(o, sum(blocks) / cp):
             raise GradeFailure(f"{where}: o is the average of the {cp} blocks' outputs: merge "
                                "with the log-sum-exp weights exp(lse_x − lse)")
-        if cp > 1 and _same(o, sum(blocks)):
+        if cp > 1 and same(o, sum(blocks)):
             raise GradeFailure(f"{where}: o is the sum of the blocks' normalised outputs: merge "
                                "with the log-sum-exp weights")
         for j, blk in enumerate(blocks):
-            if cp > 1 and _same(o, blk):
+            if cp > 1 and same(o, blk):
                 raise GradeFailure(f"{where}: o is attention over rank {j}'s block only: merge "
                                    "each step's block result into the running (o, lse) instead "
                                    "of replacing it")
         raise GradeFailure(f"{where}: o differs from attention over the whole sequence "
-                           f"({_err(o, want)})")
+                           f"({err(o, want)})")
 
 
 # ----------------------------------------------------------------------------- 04 Ulysses
@@ -402,7 +360,7 @@ def check_seq_to_heads(fn, **_):
         if tuple(y.shape) != tuple(want.shape):
             raise GradeFailure(f"{where} (cp = {cp}): shape {tuple(y.shape)}, expected "
                                f"{tuple(want.shape)} = (b, a/cp, s, d)")
-        if not _same(y, want):
+        if not same(y, want):
             heads = sorted({int(v) // 1000 for v in y[0, :, 0, 0].tolist()})
             pos = [int(round(float(v) % 1000)) for v in y[0, 0, :, 0].tolist()]
             if heads != list(range(r * ah, (r + 1) * ah)):
@@ -415,7 +373,7 @@ def check_seq_to_heads(fn, **_):
                 raise GradeFailure(f"{where} (cp = {cp}): token positions along s are {pos}, "
                                    "expected 0…s−1 in order: the parts received from ranks "
                                    "0…cp−1 are consecutive sequence chunks, stack them in that order")
-            raise GradeFailure(f"{where} (cp = {cp}): values differ ({_err(y, want)})")
+            raise GradeFailure(f"{where} (cp = {cp}): values differ ({err(y, want)})")
         if cp > 1:
             want_msg = f"heads (5) must be divisible by cp ({cp})"
             if c["error"] is None:
@@ -432,9 +390,9 @@ DOCS = {1: [1, 3], 2: [3, 2, 3], 3: [5, 4, 3]}   # document lengths per cp: boun
 
 
 def _doc_qkv(cp):
-    q = _randn(GB, GA, GN * cp, GD, seed=60) * 1.5
-    k = _randn(GB, GKV, GN * cp, GD, seed=61) * 1.5
-    v = _randn(GB, GKV, GN * cp, GD, seed=62)
+    q = randn(GB, GA, GN * cp, GD, seed=60) * 1.5
+    k = randn(GB, GKV, GN * cp, GD, seed=61) * 1.5
+    v = randn(GB, GKV, GN * cp, GD, seed=62)
     return q, k, v
 
 
@@ -477,7 +435,7 @@ def _doc_mistake(y, cp, r, world_rank) -> str:
     """The one-line reason of a wrong output, from the semantics it matches."""
     import torch
     if not torch.isfinite(y).all():
-        if _same(torch.nan_to_num(y, nan=0.0),
+        if same(torch.nan_to_num(y, nan=0.0),
                  torch.nan_to_num(_doc_attention(cp, r, strict=True), nan=0.0)):
             return ("NaN where a query sees no key: a query must see its own key (j ≤ i, not "
                     "j < i); the first token of a document sees only itself")
@@ -496,7 +454,7 @@ def _doc_mistake(y, cp, r, world_rank) -> str:
                       f"{world_rank}'s positions: use the group's rank, dist.get_rank(group)"))
     for kw, why in named:
         try:
-            if _same(y, _doc_attention(cp, r, **kw)):
+            if same(y, _doc_attention(cp, r, **kw)):
                 return why
         except (IndexError, RuntimeError):
             continue
@@ -525,9 +483,9 @@ def check_allgather_documents(fn, **_):
         if tuple(y.shape) != tuple(want.shape):
             raise GradeFailure(f"{where} (cp = {cp}): shape {tuple(y.shape)}, expected "
                                f"{tuple(want.shape)} = (b, a, n, d)")
-        if _same(y, want):
+        if same(y, want):
             passed_whole = passed_whole or c["whole"]
             continue
         why = _doc_mistake(y, cp, r, c["rank"])
         raise GradeFailure(f"{where} (cp = {cp}, documents {DOCS[cp]}): "
-                           + (why if why else f"the output differs ({_err(y, want)})"))
+                           + (why if why else f"the output differs ({err(y, want)})"))
