@@ -208,6 +208,13 @@ _NARROW_EXPLORERS = r"""
 """
 
 
+def build_paths(text: str) -> list[str]:
+    """Paths of the machine that built the site, shown to readers (a rank's warning with the
+    virtual environment's path, a traceback): the repository root, site-packages, .venv."""
+    marks = (str(ROOT), "site-packages/", "/.venv/")
+    return [line.strip()[:100] for line in text.splitlines() if any(m in line for m in marks)]
+
+
 def _pages() -> list[str]:
     return sorted(p.relative_to(SITE).as_posix() for p in SITE.rglob("*.html")
                   if not p.relative_to(SITE).parts[0].startswith("_"))
@@ -220,7 +227,7 @@ def test_every_page_offline(server):
     assert pages, f"no pages under {SITE}"
     external, failed, page_errors, raw, math_errors = [], [], [], [], []
     formulas = redirects = 0
-    explorer_reports, wide, narrow, clipped, phone_wide = [], [], [], [], []
+    explorer_reports, wide, narrow, clipped, phone_wide, paths = [], [], [], [], [], []
     local = urlparse(server).netloc
 
     def route(r):
@@ -261,6 +268,9 @@ def test_every_page_offline(server):
             raw += [f"{name}: {t}" for t in counts["raw"]]
             wide += [f"{name}: {w}" for w in page.evaluate(_TOO_WIDE)]
             clipped += [f"{name} at 1280 px: {w}" for w in page.evaluate(_CLIPPED)]
+            paths += [f"{name}: {x}" for x in build_paths(page.evaluate(
+                "() => document.querySelector('main') ? document.querySelector('main').innerText"
+                " : document.body.innerText"))]
             for rep in page.evaluate(_POKE_EXPLORERS):
                 explorer_reports.append({"page": name, **rep})
         phone = browser.new_context(viewport={"width": 390, "height": 844})
@@ -282,7 +292,8 @@ def test_every_page_offline(server):
 
     summary = {"pages": len(pages) - redirects, "formulas": formulas, "explorers": len(explorer_reports),
                "too_wide": len(wide), "too_wide_at_390px": len(phone_wide),
-               "clipped": len(clipped), "explorers_at_390px": len(narrow),
+               "clipped": len(clipped), "build_paths": len(paths),
+               "explorers_at_390px": len(narrow),
                "controls": sum(r["controls"] for r in explorer_reports),
                "external_requests": len(external), "raw_formulas": len(raw),
                "math_errors": len(math_errors), "page_errors": len(page_errors)}
@@ -297,6 +308,7 @@ def test_every_page_offline(server):
     assert not wide, f"wider than the article column at 1280 px: {wide[:10]}"
     assert not phone_wide, f"wider than the article column at 390 px: {phone_wide[:10]}"
     assert not clipped, f"cut off with no way to scroll to it: {clipped[:10]}"
+    assert not paths, f"paths of the build machine shown on a page: {paths[:10]}"
     assert narrow and all(r["fits"] and r["legible"] for r in narrow), \
         f"explorers at 390 px (must fit the screen, charts >= 320 px wide): " \
         f"{[r for r in narrow if not (r['fits'] and r['legible'])][:5]}"
@@ -379,6 +391,13 @@ def test_site_opened_from_disk():
     assert not errors, errors[:5]
     assert seen["book/memory_time.html"][0] > 0, seen
     assert sum(v[1] for v in seen.values()) > 0 and all(v[2] >= v[1] for v in seen.values()), seen
+
+
+def test_build_paths_are_found():
+    """Negative control of the path check: a rank's warning as it used to reach the page."""
+    warning = (f"[rank 0] {ROOT}/.venv/lib/python3.11/site-packages/torch/distributed/"
+               "c10d_logger.py:83: FutureWarning: ...\nstep: 1 MiB buckets 46 ms")
+    assert len(build_paths(warning)) == 1 and not build_paths("step: 1 MiB buckets 46 ms")
 
 
 def test_the_checks_catch_what_the_issue_saw():
