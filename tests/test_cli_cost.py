@@ -147,17 +147,18 @@ def test_layout_rules_have_one_wording(capsys):
 
 
 def test_plan_prices_zero3_collectives_as_asked(capsys):
-    """--zero3-collectives: the flat ring (default) is slower than the hierarchical algorithm
-    for a ZeRO-3 layout spanning nodes; anything else exits 2 naming the choices."""
+    """--zero3-collectives: the 2021 flat ring is slower than the hierarchical multi-NIC
+    algorithm (the default) for a ZeRO-3 layout spanning nodes; anything else exits 2 naming
+    the choices."""
     argv = ["plan", "--model", "gpt3-175b", "--gpus", "768", "--gpu", "A100-80GB",
             "--global-batch", "1536", "--zero", "3", "--tp", "1", "--pp", "1", "--top", "1"]
 
     def step(*extra):
         assert main(argv + list(extra)) == 0
         return capsys.readouterr().out.strip().splitlines()[-1].split()[-3:-1]
-    flat, hier = step(), step("--zero3-collectives", "hierarchical")
-    assert flat == step("--zero3-collectives", "flat-ring") and flat != hier, (flat, hier)
+    hier, flat = step(), step("--zero3-collectives", "flat-ring")
+    assert hier == step("--zero3-collectives", "hierarchical") and flat != hier, (flat, hier)
     with pytest.raises(SystemExit) as e:
         main(argv + ["--zero3-collectives", "tree"])
-    assert e.value.code == 2 and "choose from 'flat-ring', 'hierarchical'" in \
+    assert e.value.code == 2 and "choose from 'hierarchical', 'flat-ring'" in \
         capsys.readouterr().err

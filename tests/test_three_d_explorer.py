@@ -179,7 +179,7 @@ def test_zero3_collectives_control_changes_the_zero3_layout_only():
     (_, f3), (_, h3), (_, f1), (_, h1), (_, bad) = got
     assert f3["error"] is None and h3["error"] is None and f3["html"] != h3["html"]
     assert f1["html"] == h1["html"]
-    assert bad["error"] == "zero3_collectives ('tree') must be one of flat-ring, hierarchical"
+    assert bad["error"] == "zero3_collectives ('tree') must be one of hierarchical, flat-ring"
 
 
 # cp/ep shapes: a dense GPT, a dense SwiGLU + GQA one (Llama-style), a small MoE and Mixtral, and a
@@ -224,7 +224,7 @@ def _evaluate_cp_ep(c):
 def _js_evaluate_cp_ep(c, model=None):
     return ("planEvaluate", [model or _js_model(c["m"]), cluster_config(c["cl"]), 64, c["tp"],
                              c["pp"], c["dp"], c["micro_batch"], c["chunks"], c["recompute"],
-                             c["sp"], c["zero"], None, True, None, "flat-ring", c["cp"], c["ep"]])
+                             c["sp"], c["zero"], None, True, None, "hierarchical", c["cp"], c["ep"]])
 
 
 def _expected(cases):
@@ -320,7 +320,8 @@ def _term_cases():
     every term is non-zero somewhere in it."""
     out = []
     for i, c in enumerate(_cp_ep_cases()):
-        opt = [dict(), dict(zero3_collectives="hierarchical"), dict(zero3_overlap=False),
+        opt = [dict(), dict(zero3_collectives="flat-ring", zero3_ac_inside_unit=True),
+               dict(zero3_overlap=False, overlap_grad_reduce=True),
                dict(dp_overlap=False, grad_reduce_bytes=2),
                dict(precision="bf16-grads", attention="unfused"),
                dict(precision="megatron", attention="flash", headroom=0.05)][i % 6]
@@ -421,7 +422,8 @@ def test_options_are_one_config_and_unknown_ones_are_named():
     kw = dict(tp=2, pp=1, dp=4, micro_batch=1)
     for bad, message in ((dict(zero3_colectives="flat-ring"), "option ('zero3_colectives') must "
                           "be one of grad_reduce_bytes, dp_overlap, headroom, zero3_overlap, "
-                          "zero3_collectives"),
+                          "zero3_collectives, attention, precision, zero3_ac_inside_unit, "
+                          "overlap_grad_reduce"),
                          (dict(headroom=1.5), "headroom (1.5) in [0, 1)")):
         with pytest.raises(ValueError) as e:
             planner.evaluate(m, cl, 8, **kw, **bad)

@@ -28,14 +28,15 @@ GPU Clusters Using Megatron-LM", §2.2 and §3). N = d·t·p GPUs, B = d·b·m s
   one micro-batch on the slowest stage (the last: L/p layers + the output layer)
       compute  :func:`minipar.cost.compute.layer_seconds` per layer (forward, backward and the
                recomputation chosen) + :func:`~minipar.cost.compute.logits_seconds`.
-      TP       ring collectives of the (b, s, h) activation on the TP link, NOT overlapped (they
+      TP       collectives of the (b, s, h) activation on the TP group, NOT overlapped (they
                sit between the GEMMs that need their result; Shoeybi et al. 2019 §3): 4
                all-reduces per layer, 6 with full recomputation. With sequence parallelism
                (Korthikanti et al. 2022 §4.2.2) each becomes an all-gather or a reduce-scatter
                (half an all-reduce's time): 4 forward + 4 backward + 2 re-gathers of the layer-norm
                outputs for the weight gradients, because the memory (34/t) keeps only the
                scattered input (Megatron-LM does the same); with full recomputation the
-               recomputed forward's 4 replace the re-gathers: 12.
+               recomputed forward's 4 replace the re-gathers: 12. A ring inside a node; a
+               group spanning nodes uses NCCL's multi-NIC algorithm, like every group.
       PP       the (b, s, h)/t activation forward and its gradient backward cross each stage
                boundary (scatter/gather, Narayanan §4.1), v times with v chunks.
       ZeRO-3   per layer and micro-batch: all-gather the 16-bit weights for the forward, again
@@ -43,18 +44,19 @@ GPU Clusters Using Megatron-LM", §2.2 and §3). N = d·t·p GPUs, B = d·b·m s
                module hooks free a layer's gathered weights after its forward), again for the
                backward, and reduce-scatter the gradients: 3 all-gathers + 1 reduce-scatter
                with full recomputation, 2 + 1 otherwise (selective recomputation re-runs only
-               the attention core, which has no weights). The parameters cannot stay gathered:
+               the attention core, which has no weights); FSDP2 with the checkpoint inside the
+               unit (``zero3_ac_inside_unit``) recomputes under the backward's gather: 2 + 1. The parameters cannot stay gathered:
                that would be ZeRO-2's memory. Prefetching hides each layer's collectives under
                the previous layer's compute, so only max(0, comm − compute) per layer and the
                first layer's gather are exposed (Zhao et al. 2023, "PyTorch FSDP" §3.4).
                Algorithm (``zero3_collectives``): a group inside one node is a ring on the
-               intra link. A group spanning nodes is by default a flat ring (``"flat-ring"``)
-               in which each rank's whole (n−1)/n·S crosses its own NIC: α-β ring on the inter
-               link, (n−1)α + (n−1)/n·S/B_inter (Thakur et al. 2005), the achieved bandwidth of
-               the ZeRO-3 Narayanan et al. 2021 measured (§5.2, below). ``"hierarchical"``
-               keeps the NCCL-ideal intra reduce-scatter + inter ring + intra all-gather of
-               Megatron's DP all-reduce (Mikami et al. 2018), which moves 1/k of that across
-               each NIC with k group members per node.
+               intra link. A group spanning nodes uses by default (``"hierarchical"``) NCCL's
+               multi-NIC algorithm, the intra reduce-scatter + inter ring + intra all-gather of
+               Megatron's DP all-reduce (Mikami et al. 2018), which moves 1/k of the bytes
+               across each NIC with k group members per node. ``"flat-ring"`` is the 2021
+               DeepSpeed variant in which each rank's whole (n−1)/n·S crosses its own NIC: α-β
+               ring on the inter link, (n−1)α + (n−1)/n·S/B_inter (Thakur et al. 2005), the
+               achieved bandwidth of the ZeRO-3 Narayanan et al. 2021 measured (§5.2, below).
   pipeline     (m + (p−1)/v) micro-batch slots: m useful, (p−1)/v bubble (Narayanan §2.2).
   after the last micro-batch (exposed, except DP under the last backward when p = 1 and
                ``dp_overlap``)
@@ -88,7 +90,8 @@ no overlap; and its memory rejects the 530B ZeRO-3 layout that ran on 640 GPUs (
 gathered layers and a whole layer gradient; DeepSpeed gathers per sub-module)
 (:func:`minipar.cost.validation.zero3_missing_effect`).
 
-Why ZeRO-3's collectives spanning nodes are a flat ring by default. In §5.2 (Table 2) the
+Why the 2021 ZeRO-3 is priced as a flat ring (``zero3_collectives="flat-ring"``, which
+:func:`minipar.cost.validation.zero3_comparison` passes). In §5.2 (Table 2) the
 measured ZeRO-3 throughput per GPU halves each time the GPU count doubles at a fixed batch (175B:
 88 → 44 TFLOP/s from 768 to 1536 GPUs), so its step time stays constant (67 s): the step is
 bound by collectives whose bytes per GPU do not shrink with N. ZeRO-3 moves the 16-bit
@@ -100,8 +103,8 @@ puts ZeRO-3 ahead of PTD-P at every count (ratio 0.72-0.79), the wrong way; with
 it gets the direction once the count doubles and the growth with N.
 Megatron's own data-parallel all-reduce (ZeRO 0-1) keeps the hierarchical algorithm: Table 1's
 rows, which use it, are within 8 % with it. The flat ring is the rate a 2021 ZeRO-3 reached, not
-a bound: an implementation that gathers in large flat buffers over all of a node's NICs can
-approach the hierarchical one, so pass ``zero3_collectives="hierarchical"`` to price that.
+a bound: today's FSDP2 and NCCL spread the gathers over all of a node's NICs, which is why the
+default for every other run is the hierarchical algorithm.
 
 Optional dimensions (default 1, leaving every result above unchanged): context parallelism
 ``cp`` and, for MoE shapes (:class:`ModelShape` ``experts``, ``top_k``, ``ffn``), expert
@@ -363,8 +366,9 @@ def evaluate(m_: ModelShape, cl: Cluster, global_batch: int, *, tp: int, pp: int
     backward (``dp_overlap=False``). With p > 1 it always follows the pipeline flush.
     ``zero3_overlap=False`` exposes all of ZeRO-3's per-layer collectives (no prefetching): the
     bound used by :func:`minipar.cost.validation.zero3_comparison` to show what overlap can and
-    cannot explain. ``zero3_collectives`` (``"flat-ring"``, the default, or ``"hierarchical"``)
-    is the algorithm of ZeRO-3's collectives over a group spanning nodes
+    cannot explain. ``zero3_collectives`` (``"hierarchical"``, NCCL's multi-NIC algorithm, the
+    default, or ``"flat-ring"``, 2021 DeepSpeed's) is the algorithm of ZeRO-3's collectives over
+    a group spanning nodes
     (:func:`zero3_collective_seconds`).
 
     Context parallelism (``cp``; Megatron's rank order t → cp → d → p): each rank holds s/cp

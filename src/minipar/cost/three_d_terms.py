@@ -32,8 +32,11 @@ GRAD_REDUCE_BYTES = 4
 """Bytes per gradient element in the data-parallel reduction: Megatron-LM accumulates and
 reduces bf16 gradients in fp32 by default (``accumulate_allreduce_grads_in_fp32``)."""
 
-ZERO3_COLLECTIVES = ("flat-ring", "hierarchical")
-"""Algorithms for ZeRO-3's per-layer collectives over a group spanning nodes."""
+ZERO3_COLLECTIVES = ("hierarchical", "flat-ring")
+"""Algorithms for ZeRO-3's per-layer collectives over a group spanning nodes: NCCL's multi-NIC
+(hierarchical, multi-rail) one, the default as for every other group, or the flat ring through
+one NIC per GPU that DeepSpeed's ZeRO-3 reached in 2021 (Narayanan et al. 2021 §5.2; kept to
+reproduce that comparison)."""
 
 
 class Recipe(NamedTuple):
@@ -82,7 +85,12 @@ class Options:
     ``grad_reduce_bytes``: bytes per gradient element in the DP reduction. ``dp_overlap``: the DP
     reduction may run under the last micro-batch's backward when p = 1. ``headroom``: fraction of
     the GPU's memory kept free. ``zero3_overlap``: ZeRO-3 prefetches one layer ahead.
-    ``zero3_collectives``: the algorithm of ZeRO-3's collectives across nodes. ``attention``:
+    ``zero3_collectives``: the algorithm of ZeRO-3's collectives across nodes.
+    ``zero3_ac_inside_unit``: FSDP2 with activation checkpointing inside each layer's unit, whose
+    recomputed forward runs under the backward's gather (2 gathers per layer and micro-batch
+    with full recomputation, not 3; :func:`zero3_gathers`). ``overlap_grad_reduce``:
+    Megatron-Core's overlap of the DP reduction with the last micro-batch's backward, also with
+    p > 1 (``--overlap-grad-reduce``). ``attention``:
     "unfused" or "flash" for every layout (``None``: the shape's, else the GPU's era,
     :func:`minipar.cost.three_d.attention_for`). ``precision``: one of :data:`RECIPES` for
     memory and time alike (``None``: the GPU's era, :func:`minipar.cost.three_d.precision_for`);
@@ -91,9 +99,11 @@ class Options:
     dp_overlap: bool = True
     headroom: float | None = None
     zero3_overlap: bool = True
-    zero3_collectives: str = "flat-ring"
+    zero3_collectives: str = "hierarchical"
     attention: str | None = None
     precision: str | None = None
+    zero3_ac_inside_unit: bool = False
+    overlap_grad_reduce: bool = False
 
     @property
     def recipe(self) -> Recipe:
@@ -209,7 +219,7 @@ def dp_allreduce_seconds(nbytes: float, d: int, t: int, cl) -> tuple[float, str]
 
 
 def zero3_collective_seconds(nbytes: float, n: int, t: int, cl,
-                             algorithm: str = "flat-ring") -> tuple[float, str]:
+                             algorithm: str = "hierarchical") -> tuple[float, str]:
     """One ZeRO-3 all-gather (S = ``nbytes``, the whole gathered buffer) or reduce-scatter (S the
     whole input) over the n ranks of one data-parallel group (stride t in the rank order).
 
@@ -241,11 +251,14 @@ def kv_width_per_rank(m_, t: int) -> int:
     return (m_.hidden // m_.heads) * -(-kv // t)
 
 
-def zero3_gathers(recompute: str) -> int:
+def zero3_gathers(recompute: str, ac_inside_unit: bool = False) -> int:
     """All-gathers of a layer's weights per micro-batch under ZeRO-3: forward and backward, plus
-    the recomputed forward under full recomputation (the hooks free the gathered weights after
-    each forward; selective recomputation re-runs only the weightless attention core)."""
-    return 3 if recompute == "full" else 2
+    the recomputed forward under full recomputation when the checkpoint sits outside the
+    sharded unit (DeepSpeed ZeRO-3, FSDP1: the hooks free the gathered weights after each
+    forward): 3. FSDP2 with activation checkpointing inside the unit recomputes under the
+    backward's gather: 2, as without recomputation; selective recomputation re-runs only the
+    weightless attention core: 2. One reduce-scatter of the gradients in every case."""
+    return 3 if recompute == "full" and not ac_inside_unit else 2
 
 
 def tp_collectives(t: int, sp: bool, recompute: str) -> float:
@@ -389,15 +402,15 @@ def term_compute(m_, cl, lay: Layout, opt: Options) -> ComputeTerm:
 
 
 def term_tp(m_, cl, lay: Layout) -> tuple[float, str]:
-    """TP collectives of one micro-batch on the critical path: :func:`tp_collectives` ring
-    all-reduce equivalents of the (b, s/cp, h) 16-bit activation per layer (Shoeybi et al. 2019
-    §3; Korthikanti et al. 2022 §4.2.2). Returns (seconds, link)."""
+    """TP collectives of one micro-batch on the critical path: :func:`tp_collectives` all-reduce
+    equivalents of the (b, s/cp, h) 16-bit activation per layer (Shoeybi et al. 2019 §3;
+    Korthikanti et al. 2022 §4.2.2): a ring inside a node, NCCL's multi-NIC algorithm
+    (:func:`dp_allreduce_seconds` at stride 1) for a group spanning nodes. Returns (seconds,
+    link)."""
     t = lay.tp
-    tp_link = cl.intra if t <= cl.gpus_per_node else cl.inter
     act_bytes = lay.micro_batch * (m_.seq // lay.cp) * m_.hidden * 2
-    sec = (m_.layers // lay.pp) * tp_collectives(t, lay.sp, lay.recompute) * \
-        _ring("all-reduce", t, act_bytes, tp_link)
-    return sec, tp_link.name if t > 1 else "-"
+    ar, name = dp_allreduce_seconds(act_bytes, t, 1, cl)
+    return (m_.layers // lay.pp) * tp_collectives(t, lay.sp, lay.recompute) * ar, name
 
 
 def term_pp(m_, cl, lay: Layout) -> tuple[float, str]:
@@ -463,7 +476,7 @@ def term_zero3_exposed(m_, cl, lay: Layout, opt: Options, layer: float) -> Zero3
     gather, name = zero3_collective_seconds(2 * lparams / t, dcp, t, cl, opt.zero3_collectives)
     scatter, _ = zero3_collective_seconds(opt.grad_reduce_bytes * lparams / t, dcp, t, cl,
                                           opt.zero3_collectives)
-    comm_layer = zero3_gathers(lay.recompute) * gather + scatter
+    comm_layer = zero3_gathers(lay.recompute, opt.zero3_ac_inside_unit) * gather + scatter
     exposed = (lp * max(0.0, comm_layer - layer) + gather       # prefetch hides ≤ one layer
                if opt.zero3_overlap else lp * comm_layer)
     return Zero3Term(exposed, comm_layer, name)
@@ -492,7 +505,9 @@ def term_dp_exposed(m_, cl, lay: Layout, opt: Options, compute_microbatch: float
     the stage's gradients in ``grad_reduce_bytes`` per element; ZeRO 1-2: reduce-scatter + an
     all-gather of the 16-bit parameters; with ep > 1 the dense part over d·cp, then the experts
     over d·cp/ep. Exposed: all of it, less 2/3 of the last micro-batch's compute (its backward)
-    when p = 1 and ``dp_overlap`` (Li et al. 2020). ZeRO-3's collectives are per layer
+    when p = 1 and ``dp_overlap`` (Li et al. 2020), or at any p with ``overlap_grad_reduce``
+    (Megatron-Core's ``--overlap-grad-reduce``: the buckets reduce as the stage's last backward
+    produces them). ZeRO-3's collectives are per layer
     (:func:`term_zero3_exposed`): here only their total, none exposed."""
     t, zero, dcp, ep = lay.tp, lay.zero, lay.dp * lay.cp, lay.ep
     if zero == 3:
@@ -509,7 +524,8 @@ def term_dp_exposed(m_, cl, lay: Layout, opt: Options, compute_microbatch: float
     else:                                                      # two groups, one after the other
         ar, name = reduce(sp_.dense, dcp)
         ar += reduce(sp_.expert, dcp // ep)[0]
-    window = (2 / 3) * compute_microbatch if lay.pp == 1 and opt.dp_overlap else 0.0
+    overlap = (lay.pp == 1 and opt.dp_overlap) or opt.overlap_grad_reduce
+    window = (2 / 3) * compute_microbatch if overlap else 0.0
     return DpTerm(ar, max(0.0, ar - window), name)
 
 

@@ -134,13 +134,13 @@ export function dpAllreduceSeconds(nbytes, d, t, cluster) {
   return [ring("all-reduce", d, nbytes, cluster.inter), cluster.inter.name];
 }
 
-export const ZERO3_COLLECTIVES = ["flat-ring", "hierarchical"];
+export const ZERO3_COLLECTIVES = ["hierarchical", "flat-ring"];
 
 // Python: zero3_collective_seconds(nbytes, n, t, cl, algorithm) -> (seconds, link name): one
 // ZeRO-3 all-gather or reduce-scatter; spanning nodes, a flat ring limited by its slowest hop
 // (each rank's (n−1)/n·S through its own NIC; min bandwidth, max α) or half the hierarchical
 // all-reduce.
-export function zero3CollectiveSeconds(nbytes, n, t, cluster, algorithm = "flat-ring") {
+export function zero3CollectiveSeconds(nbytes, n, t, cluster, algorithm = "hierarchical") {
   if (!ZERO3_COLLECTIVES.includes(algorithm)) throw new Error(`zero3_collectives ('${algorithm}') must be one of ${ZERO3_COLLECTIVES.join(", ")}`);
   if (n === 1) return [0.0, "-"];
   if (t * n <= cluster.gpus_per_node || algorithm === "hierarchical") {
@@ -152,9 +152,10 @@ export function zero3CollectiveSeconds(nbytes, n, t, cluster, algorithm = "flat-
   return [ring("all-gather", n, nbytes, hop), slow.name];
 }
 
-// Python: zero3_gathers(recompute): all-gathers per layer per micro-batch (fwd, re-fwd, bwd)
-export function zero3Gathers(recompute) {
-  return recompute === "full" ? 3 : 2;
+// Python: zero3_gathers(recompute, ac_inside_unit): all-gathers per layer per micro-batch (fwd,
+// re-fwd unless FSDP2 checkpoints inside the unit, bwd)
+export function zero3Gathers(recompute, acInsideUnit = false) {
+  return recompute === "full" && !acInsideUnit ? 3 : 2;
 }
 
 // --- minipar.cost.compute: a roofline per kernel ------------------------------------------
@@ -344,10 +345,10 @@ function resolvedOptions(o, attention, precision) {
 
 // Python: Options(...) with its defaults and rules
 export function planOptions(opt = {}) {
-  const known = ["grad_reduce_bytes", "dp_overlap", "headroom", "zero3_overlap", "zero3_collectives", "attention", "precision"];
+  const known = ["grad_reduce_bytes", "dp_overlap", "headroom", "zero3_overlap", "zero3_collectives", "attention", "precision", "zero3_ac_inside_unit", "overlap_grad_reduce"];
   const unknown = Object.keys(opt).filter((k) => !known.includes(k)).sort();
   if (unknown.length) throw new Error(`option ('${unknown[0]}') must be one of ${known.join(", ")}`);
-  const o = {grad_reduce_bytes: null, dp_overlap: true, headroom: null, zero3_overlap: true, zero3_collectives: "flat-ring", attention: null, precision: null, ...opt};
+  const o = {grad_reduce_bytes: null, dp_overlap: true, headroom: null, zero3_overlap: true, zero3_collectives: "hierarchical", attention: null, precision: null, zero3_ac_inside_unit: false, overlap_grad_reduce: false, ...opt};
   if (!ZERO3_COLLECTIVES.includes(o.zero3_collectives)) throw new Error(`zero3_collectives ('${o.zero3_collectives}') must be one of ${ZERO3_COLLECTIVES.join(", ")}`);
   if (!(o.attention === null || ATTENTION.includes(o.attention))) throw new Error(`attention ('${o.attention}') must be one of unfused, flash`);
   if (!(o.precision === null || o.precision in RECIPES)) throw new Error(`precision ('${o.precision}') must be one of ${Object.keys(RECIPES).join(", ")}`);
@@ -459,10 +460,9 @@ export function termCompute(model, cluster, lay, opt) {
 // Python: term_tp(m_, cl, lay) -> [seconds per micro-batch, link]
 export function termTp(model, cluster, lay) {
   const t = lay.tp;
-  const tpLink = t <= cluster.gpus_per_node ? cluster.intra : cluster.inter;
   const actBytes = lay.micro_batch * Math.floor(model.seq / lay.cp) * model.hidden * 2;
-  const sec = Math.floor(model.layers / lay.pp) * tpCollectives(t, lay.sp, lay.recompute) * ring("all-reduce", t, actBytes, tpLink);
-  return [sec, t > 1 ? tpLink.name : "-"];
+  const [ar, name] = dpAllreduceSeconds(actBytes, t, 1, cluster);   // ring in a node, multi-NIC across
+  return [Math.floor(model.layers / lay.pp) * tpCollectives(t, lay.sp, lay.recompute) * ar, name];
 }
 
 // Python: term_pp(m_, cl, lay) -> [seconds per micro-batch, link]
@@ -506,7 +506,7 @@ export function termZero3Exposed(model, cluster, lay, opt, layer) {
   const lparams = stageParams(model, lay).layer;
   const [gather, name] = zero3CollectiveSeconds((2 * lparams) / t, dcp, t, cluster, opt.zero3_collectives);
   const [scatter] = zero3CollectiveSeconds((opt.grad_reduce_bytes * lparams) / t, dcp, t, cluster, opt.zero3_collectives);
-  const commLayer = zero3Gathers(lay.recompute) * gather + scatter;
+  const commLayer = zero3Gathers(lay.recompute, opt.zero3_ac_inside_unit) * gather + scatter;
   const exposed = opt.zero3_overlap ? lp * Math.max(0.0, commLayer - layer) + gather : lp * commLayer;
   return {exposed, per_layer: commLayer, link: name};
 }
@@ -530,7 +530,8 @@ export function termDpExposed(model, cluster, lay, opt, computeMicrobatch, z3) {
   };
   let [ar, name] = ep === 1 ? reduce(sp.stage, dcp) : reduce(sp.dense, dcp);
   if (ep > 1) ar += reduce(sp.expert, dcp / ep)[0];   // two groups, one after the other
-  const windowS = lay.pp === 1 && opt.dp_overlap ? (2 / 3) * computeMicrobatch : 0.0;
+  const overlap = (lay.pp === 1 && opt.dp_overlap) || opt.overlap_grad_reduce;
+  const windowS = overlap ? (2 / 3) * computeMicrobatch : 0.0;
   return {total: ar, exposed: Math.max(0.0, ar - windowS), link: name};
 }
 
@@ -580,7 +581,7 @@ export function planTerms(model, cluster, lay, opt = {}) {
 // the terms of planTerms copied into one Config. opt: further Options fields (zero3_overlap).
 export function planEvaluate(model, cluster, globalBatch, tp, pp, dp, microBatch, chunks = 1,
   recompute = "selective", sp = false, zero = 1, gradReduceBytes = null, dpOverlap = true,
-  headroom = null, zero3Collectives = "flat-ring", cp = 1, ep = 1, opt = {}) {
+  headroom = null, zero3Collectives = "hierarchical", cp = 1, ep = 1, opt = {}) {
   const [t, p, d, b, v] = [tp, pp, dp, microBatch, chunks];
   model = planShape(model);
   const {layers: L, hidden: h, seq: s, vocab: V} = model;
@@ -647,7 +648,7 @@ registerExplorer("plan", {
     {name: "recompute", label: "recompute", type: "select", options: RECOMPUTE, value: "selective"},
     {name: "sp", label: "sequence parallel", type: "checkbox", value: true},
     {name: "zero", label: "ZeRO", type: "select", options: [0, 1, 2, 3], value: 1},
-    {name: "z3", label: "ZeRO-3 collectives across nodes", type: "select", options: ZERO3_COLLECTIVES, value: "flat-ring"},
+    {name: "z3", label: "ZeRO-3 collectives across nodes", type: "select", options: ZERO3_COLLECTIVES, value: "hierarchical"},
     {name: "eff", label: "GEMM efficiency η (0 = the GPU's)", type: "number", min: 0, max: 1, step: 0.01, value: 0},
     {name: "price", label: "$ per GPU-hour", type: "number", min: 0, step: 0.01, value: 2.0},
   ],
