@@ -40,3 +40,29 @@ def test_waiting_on_launched_ranks_is_not_the_cells_waiting():
         assert run(_sleeps, 2, 2.5, backend="gloo") == [0, 1]
         time.sleep(0.3)           # the backstop would fire here if the 2.5 s counted
     assert ranks_wall_seconds() - before >= 2.5
+
+
+def _spin_thread(cpu_seconds):
+    end = time.thread_time() + cpu_seconds
+    while time.thread_time() < end:
+        pass
+
+
+@pytest.mark.slow   # 3 CPU-seconds
+def test_only_the_main_threads_cpu_time_counts():
+    """Work on other threads (torch's intra-op pool; here a Python thread) while the main
+    thread waits is not the learner's loop: 3 CPU-seconds beside a 2-second limit pass. The
+    same work on the main thread is stopped (negative control)."""
+    import threading
+
+    from minipar.grading.limits import _main_thread_clock
+
+    if _main_thread_clock() is None:
+        pytest.skip("no per-thread CPU clock here: the process-wide clock is used")
+    with cpu_time_limit(2):
+        side = threading.Thread(target=_spin_thread, args=(3,))
+        side.start()
+        side.join()
+    with pytest.raises(CheckTimeLimit, match="stopped after 0.5 CPU-seconds"):
+        with cpu_time_limit(0.5):
+            _spin_thread(3)

@@ -19,8 +19,10 @@ time. It watches what the learner's processes do:
   the heaviest reference launch uses 1.5 CPU-seconds per rank, so the limit of 60 is a 40×
   margin (``tests/test_exercises.py`` measures it under load and asserts at least 10×).
 * code that runs in the caller's process (a check that calls the candidate directly) gets
-  :func:`cpu_time_limit`: :data:`TIME_LIMIT` CPU-seconds of this process (``ITIMER_PROF``),
-  and ten times that in wall time as a backstop for a wait that never ends.
+  :func:`cpu_time_limit`: :data:`TIME_LIMIT` CPU-seconds of this process's main thread (where
+  the learner's Python runs; torch's intra-op threads beside it do not count, so the limit
+  means the same on 2 cores and on 64), and ten times that in wall time as a backstop for a
+  wait that never ends.
 
 Without ``/proc`` (macOS) the same watch reads each rank's state and CPU time from ``ps``. ``MINIPAR_GRADE_STALL_S``, ``MINIPAR_GRADE_CPU_LIMIT`` and
 ``MINIPAR_CHECK_TIME_LIMIT`` override the three numbers. ``minipar grade`` runs every learner
@@ -350,13 +352,65 @@ def _in_launcher(frame) -> bool:
     return False
 
 
+def _main_thread_clock():
+    """The CPU clock of the main thread (Linux and most Unixes), or None where there is none."""
+    try:
+        return time.pthread_getcpuclockid(threading.main_thread().ident)
+    except (AttributeError, OSError):
+        return None
+
+
+_limits: list = []          # the active in-process limits, innermost last
+
+
+class _MainThreadLimit:
+    """Counts the CPU time of the main thread only, from a watcher thread: the learner's
+    Python runs there, while torch's intra-op threads run beside it. A process-wide clock
+    (``ITIMER_PROF``) counted every one of those threads, so a matrix product on 16 threads
+    used a 120-CPU-second budget in 8 s; the main thread's clock advances at most one second
+    per second of progress, on any machine. Only the innermost active limit fires; an outer
+    one fires once it is innermost again."""
+
+    def __init__(self, seconds: float, clock):
+        self.seconds, self.clock = seconds, clock
+        self.start = time.clock_gettime(clock)
+        self.active, self.retry_at = True, 0.0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._watch, name="minipar-cpu-limit",
+                                        daemon=True)
+
+    def used(self) -> float:
+        return time.clock_gettime(self.clock) - self.start
+
+    def _watch(self) -> None:
+        main = threading.main_thread().ident
+        while not self._stop.wait(0.05):
+            if _limits and _limits[-1] is self and self.used() > self.seconds \
+                    and time.monotonic() >= self.retry_at:
+                self.retry_at = time.monotonic() + 0.5     # the handler decides; retry later
+                signal.pthread_kill(main, signal.SIGPROF)
+
+    def __enter__(self):
+        _limits.append(self)
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.active = False
+        self._stop.set()
+        self._thread.join()
+        _limits.remove(self)
+
+
 @contextlib.contextmanager
 def cpu_time_limit(seconds: float | None):
-    """Raise :class:`CheckTimeLimit` in this (main) thread once this process has used
-    ``seconds`` CPU-seconds outside :func:`run_ranks`/:mod:`minipar.runtime.launch` (whose ranks have
+    """Raise :class:`CheckTimeLimit` in this (main) thread once it has used ``seconds``
+    CPU-seconds outside :func:`run_ranks`/:mod:`minipar.runtime.launch` (whose ranks have
     their own limits and must not be interrupted half-way), or after ten times that in wall
-    time outside :func:`minipar.runtime.launch.run` (a wait that never ends). Nested, the inner limit
-    applies inside and the outer one goes on after it. A no-op off the main thread, without ``setitimer``, or for
+    time outside :func:`minipar.runtime.launch.run` (a wait that never ends). CPU time is the
+    main thread's (:class:`_MainThreadLimit`; the whole process's through ``ITIMER_PROF`` where
+    threads have no clock of their own). Nested, the inner limit applies inside and the outer
+    one goes on after it. A no-op off the main thread, without ``setitimer``, or for
     ``None``/0."""
     if not seconds or threading.current_thread() is not threading.main_thread() \
             or not hasattr(signal, "setitimer"):
@@ -367,8 +421,17 @@ def cpu_time_limit(seconds: float | None):
     from minipar.runtime.launch import ranks_wall_seconds
 
     start, ranks_before = time.monotonic(), ranks_wall_seconds()
+    clock = _main_thread_clock()
+    thread_limit = _MainThreadLimit(seconds, clock) if clock is not None else None
 
     def fire(signum, frame):
+        if signum == signal.SIGPROF and thread_limit is not None:
+            if not thread_limit.active or not _limits or _limits[-1] is not thread_limit:
+                return                             # late, or an outer limit's: not ours now
+            if _in_launcher(frame):
+                return                             # the watcher retries in 0.5 s
+            raise CheckTimeLimit(f"stopped after {seconds:g} CPU-seconds: your code was still "
+                                 "computing (an endless loop?)")
         timer = signal.ITIMER_PROF if signum == signal.SIGPROF else signal.ITIMER_REAL
         if _in_launcher(frame):
             signal.setitimer(timer, 0.5)           # retry once the launcher returns
@@ -385,13 +448,20 @@ def cpu_time_limit(seconds: float | None):
 
     old_prof = signal.signal(signal.SIGPROF, fire)
     old_alrm = signal.signal(signal.SIGALRM, fire)
-    outer_prof = signal.setitimer(signal.ITIMER_PROF, seconds)[0]   # an enclosing limit's
-    outer_real = signal.setitimer(signal.ITIMER_REAL, wall)[0]      # time left, if any
+    outer_prof = 0.0
+    if thread_limit is None:
+        outer_prof = signal.setitimer(signal.ITIMER_PROF, seconds)[0]   # an enclosing limit's
+    outer_real = signal.setitimer(signal.ITIMER_REAL, wall)[0]          # time left, if any
     cpu0 = time.process_time()
     try:
-        yield
+        if thread_limit is not None:
+            with thread_limit:
+                yield
+        else:
+            yield
     finally:
-        signal.setitimer(signal.ITIMER_PROF, 0)
+        if thread_limit is None:
+            signal.setitimer(signal.ITIMER_PROF, 0)
         signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGPROF, old_prof)
         signal.signal(signal.SIGALRM, old_alrm)
