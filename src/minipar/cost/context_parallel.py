@@ -180,7 +180,8 @@ def step_pairs(rank: int, cp: int, layout: str = "zigzag", causal: bool = True,
                diagonal: str = "half") -> list[float]:
     """Block pairs rank ``rank`` computes at each ring step i (it holds rank r−i's K/V), in
     pairs of chunks (s/cp tokens contiguous and striped, s/2cp zigzag). A diagonal pair counts
-    1 ("whole") or 1/2 ("half"); striped: every causal pair straddles the diagonal."""
+    1 ("whole") or 1/2 ("half"); striped: every causal pair straddles the diagonal
+    (Brandon et al. 2023, "Striped Attention", §3: about half a block per step)."""
     check_shape(2 * cp, cp, layout)
     _check_diagonal(diagonal)
     half = 0.5 if diagonal == "half" else 1
@@ -247,7 +248,8 @@ def min_tokens_per_rank_for_overlap(flops: float, bandwidth: float, bytes_per_el
 
 def ring_time_from_steps(step_compute: list[float], step_comm: float) -> float:
     """Ring time: every step but the last overlaps its compute with the next block's transfer
-    and ends when both have (the ring waits for its slowest rank at every step)."""
+    and ends when both have (the ring waits for its slowest rank at every step): Liu et al.
+    2023 §3's overlap of blockwise compute and communication, step by step."""
     return sum(max(c, step_comm) for c in step_compute[:-1]) + step_compute[-1]
 
 
