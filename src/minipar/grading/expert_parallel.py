@@ -21,9 +21,9 @@ hands the learner.
 """
 from __future__ import annotations
 
-import re
-
 from minipar.grading import GradeFailure, task
+from minipar.grading.compare import err as _err, launch_layouts
+from minipar.grading.compare import randn as _randn, same as _same
 from minipar.grading.layouts import on_every_layout
 from minipar.grading.imports import (course_calls, forbid_course_code, forbidden_modules,
                                      reject_course_calls)
@@ -38,33 +38,6 @@ LAYOUTS = {3: [("the whole world of 3 ranks", None),
 
 
 # ----------------------------------------------------------------------------- helpers
-def _randn(*shape, seed):
-    import torch
-    return torch.randn(*shape, generator=torch.Generator().manual_seed(seed), dtype=torch.float64)
-
-
-def _same(a, b, atol=1e-9) -> bool:
-    import torch
-    return (isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor)
-            and tuple(a.shape) == tuple(b.shape)
-            and bool(torch.allclose(a.double(), b.double(), atol=atol, rtol=1e-7)))
-
-
-def _err(a, b) -> str:
-    import torch
-    if not isinstance(a, torch.Tensor):
-        return f"got {type(a).__name__}, expected a tensor of shape {tuple(b.shape)}"
-    if tuple(a.shape) != tuple(b.shape):
-        return f"shape {tuple(a.shape)}, expected {tuple(b.shape)}"
-    d = (a.double() - b.double()).abs()
-    i = int(d.argmax())
-    idx = []
-    for s in reversed(a.shape):
-        idx.append(i % s)
-        i //= s
-    return f"max error {d.max().item():.3g} at element {tuple(reversed(idx))}"
-
-
 def _tokens(gr: int) -> int:
     return 5 + gr
 
@@ -114,11 +87,6 @@ def _expected_rows(gr: int, t: int, order="slot", sort=True):
 
 
 # ----------------------------------------------------------------------------- ranks
-def _run(fn, n, *args):
-    from minipar.grading.limits import run_ranks
-    return run_ranks(fn, n, *args)
-
-
 _CURRENT = {"where": ""}
 
 
@@ -132,29 +100,23 @@ def _on_rank(rank, world, body, fn, allow):
     return out
 
 
+def _hint(case: str, msg: str) -> str:
+    if "of group" in case:
+        return (" -- this case's EP group is not the whole world: use dist.get_rank(group) and "
+                "dist.get_world_size(group), and pass group= to every collective")
+    if "expected size" in msg or "split" in msg.lower():
+        return (" -- the split sizes disagree between ranks: a rank's output splits must be what "
+                "the others send it (exchange the counts with an all-to-all first; the combine "
+                "swaps the two lists)")
+    return ""
+
+
 def _launch(body, fn, allow=()):
     """Every layout's cases, rank by rank; a rank's exception names the case it happened in."""
-    for world in LAYOUTS:
-        try:
-            per_rank = _run(_on_rank, world, body, fn, allow)
-        except GradeFailure as e:
-            msg = str(e)
-            tail = getattr(getattr(e, "error", None), "stderr_tail", "") or ""
-            case = re.findall(r"minipar check: running case ([^\n]*)", tail)
-            hint = ""
-            if case and "of group" in case[-1]:
-                hint = (" -- this case's EP group is not the whole world: use "
-                        "dist.get_rank(group) and dist.get_world_size(group), and pass group= "
-                        "to every collective")
-            elif "expected size" in msg or "split" in msg.lower():
-                hint = (" -- the split sizes disagree between ranks: a rank's output splits "
-                        "must be what the others send it (exchange the counts with an "
-                        "all-to-all first; the combine swaps the two lists)")
-            raise GradeFailure(f"{case[-1]}: {msg}{hint}" if case else msg) from None
-        for cases in zip(*per_rank):
-            for c in sorted(cases, key=lambda c: c["rank"]):
-                reject_course_calls(c["used"], "write this part")
-                yield c
+    for _, cases in launch_layouts(_on_rank, LAYOUTS, body, fn, allow, hint=_hint):
+        for c in cases:
+            reject_course_calls(c["used"], "write this part")
+            yield c
 
 
 # ----------------------------------------------------------------------------- 01 gates
