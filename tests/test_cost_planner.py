@@ -627,3 +627,33 @@ def test_cp_and_ep_times_are_in_the_text_output(capsys):
     status, text, _ = plan(capsys, "--model", "gpt3-175b", "--gpus", "1024",
                            "--global-batch", "1536", "--top", "1")
     assert status == 0 and "EP a2a" not in text
+
+
+def test_moe_parallel_folding_ep_over_the_stage_ranks():
+    """Experts are laid out ETP = 1 × EP × EDP over the t·cp·d ranks of a stage (Megatron-Core's
+    MoE parallel folding): ep need not divide d (t = 8, d = 3, ep = 8 on 24 GPUs), must divide
+    t·cp·d and E (refusals name the rule and the values); each rank holds E/ep whole experts,
+    whose states ZeRO shards over EDP = t·cp·d/ep ranks, and their gradients are reduced over
+    those EDP ranks. Negative control: the pre-folding rule (ep | d) would refuse the first."""
+    from minipar.cost.memory_time import model_state_bytes
+    mx = planner.MODELS["mixtral-8x7b"]
+    cl = planner.cluster(24, 8, "H100-SXM")
+    c = planner.evaluate(mx, cl, 24, tp=8, pp=1, dp=3, micro_batch=1, ep=8, sp=True, zero=1,
+                         recompute="full")
+    assert c.ep == 8 and 3 % 8 != 0                              # ep does not divide d
+    lay = planner.Layout(24, 8, 1, 3, 1, recompute="full", sp=True, zero=1, ep=8)
+    from minipar.cost.three_d_terms import expert_grid, stage_params, term_states
+    assert expert_grid(lay) == (1, 3, 8)                           # ETP, EDP = 8·3/8, stride
+    sp_ = stage_params(mx, lay)
+    opt = planner.Options(precision="megatron")
+    dense = model_state_bytes(sp_.dense, d=3, t=8, zero=1, grad_bytes=4)
+    experts = model_state_bytes(sp_.expert, d=3, t=1, zero=1, grad_bytes=4)
+    assert term_states(mx, lay, opt) == pytest.approx(dense.total + experts.total, rel=1e-12)
+    assert sp_.expert == mx.layers * mx.expert_params_per_layer / 8   # E/ep whole experts
+    for kw, message in ((dict(tp=8, dp=3, ep=16, micro_batch=1),
+                         "ep (16) needs an MoE model whose experts (8) it divides"),
+                        (dict(tp=2, dp=3, ep=4, micro_batch=1, pp=4),
+                         "etp·ep (1·4 = 4) must divide the ranks of a stage, t·cp·d = 6")):
+        with pytest.raises(ValueError) as e:
+            planner.evaluate(mx, cl, 24, **{"pp": 1, **kw})
+        assert message in str(e.value)

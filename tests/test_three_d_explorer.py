@@ -211,6 +211,9 @@ def _cp_ep_cases():
     for cp, ep, d in ((0, 1, 8), (2, 0, 8), (-1, 2, 8), (2, 1, 32), (1, 2, 6), (1, 3, 8)):
         out.append(dict(m=_MOE, cl=cl, tp=2, pp=2, dp=d, cp=cp, ep=ep, micro_batch=1, chunks=1,
                         recompute="selective", sp=True, zero=1))   # cp/ep rules, gpus ≠ t·cp·p·d
+    for z in (0, 1, 3):                    # folding: ep = 8 over t·d = 8 ranks, d = 2
+        out.append(dict(m=_MOE, cl=cl, tp=4, pp=8, dp=2, cp=1, ep=8, micro_batch=1, chunks=1,
+                        recompute="selective", sp=True, zero=z))
     return out
 
 
@@ -288,7 +291,7 @@ def test_moe_and_long_context_presets_draw_with_ep_and_cp():
     calls.append(("drawExplorer", ["plan", {"model": "llama3-405b-128k", "layout": "custom",
                                             "gpus": 1024, "t": 8, "p": 16, "batch": 32,
                                             "cp": 2}, CONFIG]))
-    bad = [({"ep": 2}, "ep (2) needs an MoE model whose experts (1) and d (8) it divides"),
+    bad = [({"ep": 2}, "ep (2) needs an MoE model whose experts (1) it divides"),
            ({"cp": 3}, "gpus (1024) must be divisible by t·cp·p (8·3·16)"),
            ({"cp": 3, "layout": "custom", "gpus": 1152}, "seq (2048) must be divisible by "
                                                          "2·cp (6): zigzag chunks")]

@@ -116,6 +116,7 @@ from dataclasses import asdict, dataclass, replace
 from typing import Iterable
 
 from .breakdown import StepBreakdown, check_layout
+from .expert_parallel import folded_expert_dp
 from .hardware import GPU, Link, gpu as gpu_preset, link as link_preset
 from .memory_time import ZERO_STAGES, check_zero_stage
 from .model import RECOMPUTE, flops_per_iteration, param_count
@@ -378,9 +379,10 @@ def evaluate(m_: ModelShape, cl: Cluster, global_batch: int, *, tp: int, pp: int
     forward, (cp−1) K/V + cp dK/dV backward (again (cp−1) forward when fully recomputed), each
     step overlapped with the block compute, only the excess exposed. Weights are replicated
     over cp: gradients are reduced and ZeRO shards over d·cp ranks.
-    Expert parallelism (``ep``, an MoE :class:`ModelShape`; ep divides d): FLOPs from the K
-    active experts, memory from all E, the experts' weights ÷ ep and their states sharded over
-    d·cp/ep; four all-to-alls of the K·b·s/cp routed (b, ·, h) rows per MoE layer and
+    Expert parallelism (``ep``, an MoE :class:`ModelShape`; ep divides E and t·cp·d: MoE
+    parallel folding, Liu et al. 2025; Megatron-Core): FLOPs from the K active experts, memory
+    from all E, each rank holding E/ep whole experts (ETP = 1) whose states are sharded over the
+    EDP = t·cp·d/ep ranks that reduce their gradients; four all-to-alls of the K·b·s/cp routed (b, ·, h) rows per MoE layer and
     micro-batch (six with full recomputation), on the critical path
     (:mod:`minipar.cost.expert_parallel`).
     """
@@ -435,9 +437,10 @@ def check(m_: ModelShape, cl: Cluster, global_batch: int, *, tp: int, pp: int, d
         raise ValueError(f"cp ({cp}) and ep ({ep}) must be integers >= 1")
     if m_.seq % (2 * cp if cp > 1 else 1):
         raise ValueError(f"seq ({m_.seq}) must be divisible by 2·cp ({2 * cp}): zigzag chunks")
-    if ep > 1 and (not m_.moe or m_.experts % ep or d % ep):
-        raise ValueError(f"ep ({ep}) needs an MoE model whose experts ({m_.experts}) and d ({d}) "
-                         "it divides")
+    if ep > 1 and (not m_.moe or m_.experts % ep):
+        raise ValueError(f"ep ({ep}) needs an MoE model whose experts ({m_.experts}) it divides")
+    if ep > 1:                                                 # MoE parallel folding
+        folded_expert_dp(t, cp, d, ep)
     if t * cp * p * d != cl.gpus:
         raise ValueError(f"gpus ({cl.gpus}) must equal t·cp·p·d ({t}·{cp}·{p}·{d})"
                          if cp > 1 else f"gpus ({cl.gpus}) must equal t·p·d ({t}·{p}·{d})")

@@ -167,6 +167,18 @@ class Layout:
         return "interleaved" if self.chunks > 1 else "1f1b"
 
 
+def expert_grid(lay: Layout) -> tuple[int, int, int]:
+    """(ETP, EDP, EDP stride) of the experts: MoE parallel folding (Liu et al. 2025, "MoE
+    Parallel Folding", §3; Megatron-Core) lays ETP × EP × EDP over the t·cp·d ranks of a stage
+    with ETP = 1 once ep > 1, so EDP = t·cp·d/ep ranks, ep apart, share each expert
+    (:func:`minipar.cost.expert_parallel.folded_expert_dp`); with ep = 1 the MLP is split over
+    the t ranks like the attention and replicated over d·cp, t apart."""
+    dcp = lay.dp * lay.cp
+    if lay.ep == 1:
+        return lay.tp, dcp, lay.tp
+    return 1, lay.tp * dcp // lay.ep, lay.ep
+
+
 class StageParams(NamedTuple):
     """Parameters of one layer and of the first (fullest) stage, as one rank of t·cp sees them
     before the t split: the dense part is replicated over d·cp, the experts over d·cp/ep."""
@@ -276,19 +288,23 @@ def tp_collectives(t: int, sp: bool, recompute: str) -> float:
 # --- memory: model states and activations of the first stage --------------------------------
 
 def term_states(m_, lay: Layout, opt: Options) -> float:
-    """Model-state bytes on the first stage: the dense part sharded by ZeRO over d·cp, the
-    experts over d·cp/ep (ZeRO §5 via :func:`minipar.cost.memory_time.model_state_bytes`), in
-    the bytes of ``opt.precision``'s recipe;
-    ZeRO-3 adds two gathered 16-bit layers and one unsharded layer gradient."""
+    """Model-state bytes on the first stage: the dense part split over t and sharded by ZeRO
+    over d·cp, the experts split over ETP and sharded over EDP (:func:`expert_grid`; ZeRO §5
+    via :func:`minipar.cost.memory_time.model_state_bytes`), in the bytes of
+    ``opt.precision``'s recipe; ZeRO-3 adds two gathered 16-bit layers and one unsharded layer
+    gradient."""
     t, p, zero, dcp = lay.tp, lay.pp, lay.zero, lay.dp * lay.cp
+    etp, edp, _ = expert_grid(lay)
     sp_ = stage_params(m_, lay)
     rc = opt.recipe
-    kw = dict(t=t, p=p, zero=zero, weight_bytes=rc.weight_bytes, grad_bytes=rc.grad_bytes,
+    kw = dict(p=p, zero=zero, weight_bytes=rc.weight_bytes, grad_bytes=rc.grad_bytes,
               optimizer_bytes=rc.optimizer_bytes)
-    states = (model_state_bytes(sp_.dense * p, d=dcp, **kw).total
-              + model_state_bytes(sp_.expert * p, d=dcp // lay.ep, **kw).total)
+    states = (model_state_bytes(sp_.dense * p, d=dcp, t=t, **kw).total
+              + model_state_bytes(sp_.expert * p, d=edp, t=etp, **kw).total)
     if zero == 3:                                              # 2 gathered layers + 1 gradient
-        states += (2 * 2 + opt.grad_reduce_bytes) * sp_.layer / t
+        one = sp_.layer / t if lay.ep == 1 else sp_.dense_layer / t + \
+            sp_.expert_layer / lay.ep
+        states += (2 * 2 + opt.grad_reduce_bytes) * one
     return states
 
 
@@ -445,13 +461,13 @@ def term_cp(m_, cl, lay: Layout, core: float) -> float:
 def term_ep(m_, cl, lay: Layout) -> float:
     """MoE all-to-alls of one micro-batch on the critical path: dispatch + combine forward and
     backward (six with full recomputation) of the K·b·s/cp routed 16-bit (·, h) rows per layer
-    (÷ t with SP) over the ep ranks (Lepikhin et al. 2021;
-    :func:`minipar.cost.expert_parallel.all_to_all_time`)."""
+    (÷ t with SP) over the ep ranks, consecutive in the rank order under folding (Lepikhin et
+    al. 2021; :func:`minipar.cost.expert_parallel.all_to_all_time`)."""
     ep, t = lay.ep, lay.tp
     if ep == 1:
         return 0.0
     rows = m_.top_k * lay.micro_batch * (m_.seq // lay.cp) * m_.hidden * 2 / (t if lay.sp else 1)
-    ep_link = cl.intra if t * lay.cp * ep <= cl.gpus_per_node else cl.inter
+    ep_link = cl.intra if ep <= cl.gpus_per_node else cl.inter   # ep consecutive ranks
     n_a2a = 6 if lay.recompute == "full" else 4
     return (m_.layers // lay.pp) * n_a2a * all_to_all_time(rows, ep, ep_link.alpha,
                                                           ep_link.bandwidth)
@@ -472,10 +488,17 @@ def term_zero3_exposed(m_, cl, lay: Layout, opt: Options, layer: float) -> Zero3
     if lay.zero != 3:
         return Zero3Term(0.0, 0.0, "-")
     t, dcp, lp = lay.tp, lay.dp * lay.cp, m_.layers // lay.pp
-    lparams = stage_params(m_, lay).layer
-    gather, name = zero3_collective_seconds(2 * lparams / t, dcp, t, cl, opt.zero3_collectives)
-    scatter, _ = zero3_collective_seconds(opt.grad_reduce_bytes * lparams / t, dcp, t, cl,
-                                          opt.zero3_collectives)
+    sp_ = stage_params(m_, lay)
+    _, edp, stride = expert_grid(lay)
+    groups = ([(sp_.layer / t, dcp, t)] if lay.ep == 1 else        # dense, then the experts
+              [(sp_.dense_layer / t, dcp, t), (sp_.expert_layer / lay.ep, edp, stride)])
+    gather = scatter = 0.0
+    for i, (x, n, k) in enumerate(groups):
+        g, link = zero3_collective_seconds(2 * x, n, k, cl, opt.zero3_collectives)
+        gather += g
+        scatter += zero3_collective_seconds(opt.grad_reduce_bytes * x, n, k, cl,
+                                            opt.zero3_collectives)[0]
+        name = link if i == 0 else name
     comm_layer = zero3_gathers(lay.recompute, opt.zero3_ac_inside_unit) * gather + scatter
     exposed = (lp * max(0.0, comm_layer - layer) + gather       # prefetch hides ≤ one layer
                if opt.zero3_overlap else lp * comm_layer)
@@ -504,7 +527,7 @@ def term_dp_exposed(m_, cl, lay: Layout, opt: Options, compute_microbatch: float
     """The data-parallel gradient reduction after the last micro-batch. ZeRO 0: all-reduce of
     the stage's gradients in ``grad_reduce_bytes`` per element; ZeRO 1-2: reduce-scatter + an
     all-gather of the 16-bit parameters; with ep > 1 the dense part over d·cp, then the experts
-    over d·cp/ep. Exposed: all of it, less 2/3 of the last micro-batch's compute (its backward)
+    over the EDP ranks of :func:`expert_grid` (t·cp·d/ep, ep apart). Exposed: all of it, less 2/3 of the last micro-batch's compute (its backward)
     when p = 1 and ``dp_overlap`` (Li et al. 2020), or at any p with ``overlap_grad_reduce``
     (Megatron-Core's ``--overlap-grad-reduce``: the buckets reduce as the stage's last backward
     produces them). ZeRO-3's collectives are per layer
@@ -513,17 +536,18 @@ def term_dp_exposed(m_, cl, lay: Layout, opt: Options, compute_microbatch: float
     if zero == 3:
         return DpTerm(lay.microbatches * (m_.layers // lay.pp) * z3.per_layer, 0.0, z3.link)
     sp_ = stage_params(m_, lay)
+    etp, edp, stride = expert_grid(lay)
 
-    def reduce(psi: float, n: int) -> tuple[float, str]:
-        ar, name = dp_allreduce_seconds(opt.grad_reduce_bytes * psi / t, n, t, cl)
+    def reduce(psi: float, n: int, split: int, k: int) -> tuple[float, str]:
+        ar, name = dp_allreduce_seconds(opt.grad_reduce_bytes * psi / split, n, k, cl)
         if zero in (1, 2):                                     # RS(grads) + AG(16-bit params)
-            ar = ar / 2 + dp_allreduce_seconds(2 * psi / t, n, t, cl)[0] / 2
+            ar = ar / 2 + dp_allreduce_seconds(2 * psi / split, n, k, cl)[0] / 2
         return ar, name
     if ep == 1:
-        ar, name = reduce(sp_.stage, dcp)
+        ar, name = reduce(sp_.stage, dcp, t, t)
     else:                                                      # two groups, one after the other
-        ar, name = reduce(sp_.dense, dcp)
-        ar += reduce(sp_.expert, dcp // ep)[0]
+        ar, name = reduce(sp_.dense, dcp, t, t)
+        ar += reduce(sp_.expert, edp, etp, stride)[0]
     overlap = (lay.pp == 1 and opt.dp_overlap) or opt.overlap_grad_reduce
     window = (2 / 3) * compute_microbatch if overlap else 0.0
     return DpTerm(ar, max(0.0, ar - window), name)
@@ -542,12 +566,17 @@ def term_embedding(m_, cl, lay: Layout, opt: Options) -> float:
 
 def term_optimizer(m_, cl, lay: Layout, opt: Options) -> float:
     """The Adam step on this rank's shard (:func:`minipar.cost.compute.optimizer_seconds`): the
-    stage's parameters ÷ t, and ÷ d·cp (dense) or d·cp/ep (experts) under ZeRO ≥ 1, at the
-    recipe's bytes per parameter."""
-    dcp, ep = lay.dp * lay.cp, lay.ep
+    dense parameters ÷ t (÷ d·cp under ZeRO ≥ 1), the experts ÷ ETP (÷ EDP), at the recipe's
+    bytes per parameter."""
+    dcp, t = lay.dp * lay.cp, lay.tp
     sp_ = stage_params(m_, lay)
-    shard = (sp_.dense / dcp + sp_.expert / (dcp // ep)) if lay.zero >= 1 else sp_.stage
-    return optimizer_seconds(shard / lay.tp, cl.gpu, opt.recipe.adam_bytes)
+    if lay.ep == 1:
+        shard = ((sp_.dense / dcp + sp_.expert / dcp) if lay.zero >= 1 else sp_.stage) / t
+    else:
+        etp, edp, _ = expert_grid(lay)
+        z = lay.zero >= 1
+        shard = sp_.dense / t / (dcp if z else 1) + sp_.expert / etp / (edp if z else 1)
+    return optimizer_seconds(shard, cl.gpu, opt.recipe.adam_bytes)
 
 
 def breakdown(m_, cl, lay: Layout, opt: Options) -> StepBreakdown:

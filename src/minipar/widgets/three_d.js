@@ -104,8 +104,9 @@ export function planCheck(model, cluster, globalBatch, tp, pp, dp, microBatch, c
   if (model.layers % (p * v)) throw new Error(`layers (${model.layers}) must be divisible by p·v (${p}·${v})`);
   if (!(Number.isInteger(cp) && cp >= 1 && Number.isInteger(ep) && ep >= 1)) throw new Error(`cp (${cp}) and ep (${ep}) must be integers >= 1`);
   if (model.seq % (cp > 1 ? 2 * cp : 1)) throw new Error(`seq (${model.seq}) must be divisible by 2·cp (${2 * cp}): zigzag chunks`);
-  if (ep > 1 && (!(model.experts > 1) || model.experts % ep || d % ep)) {
-    throw new Error(`ep (${ep}) needs an MoE model whose experts (${model.experts}) and d (${d}) it divides`);
+  if (ep > 1 && (!(model.experts > 1) || model.experts % ep)) throw new Error(`ep (${ep}) needs an MoE model whose experts (${model.experts}) it divides`);
+  if (ep > 1 && (t * cp * d) % ep) {                 // Python: expert_parallel.folded_expert_dp
+    throw new Error(`etp·ep (1·${ep} = ${ep}) must divide the ranks of a stage, t·cp·d = ${t * cp * d} (MoE parallel folding)`);
   }
   if (t * cp * p * d !== cluster.gpus) {
     throw new Error(cp > 1 ? `gpus (${cluster.gpus}) must equal t·cp·p·d (${t}·${cp}·${p}·${d})` : `gpus (${cluster.gpus}) must equal t·p·d (${t}·${p}·${d})`);
@@ -362,6 +363,13 @@ export function planOptions(opt = {}) {
 const layMicrobatches = (lay) => Math.floor(lay.global_batch / (lay.dp * lay.micro_batch));   // Python: Layout.microbatches
 const laySchedule = (lay) => (lay.chunks > 1 ? "interleaved" : "1f1b");                       // Python: Layout.schedule
 
+// Python: expert_grid(lay) -> [ETP, EDP, EDP stride] (MoE parallel folding once ep > 1)
+export function expertGrid(lay) {
+  const dcp = lay.dp * lay.cp;
+  if (lay.ep === 1) return [lay.tp, dcp, lay.tp];
+  return [1, (lay.tp * dcp) / lay.ep, lay.ep];
+}
+
 // Python: stage_params(m_, lay)
 export function stageParams(model, lay) {
   const m = planShape(model);
@@ -376,10 +384,14 @@ export function stageParams(model, lay) {
 // Python: term_states(m_, lay, opt): model-state bytes of the first stage
 export function termStates(model, lay, opt) {
   const {tp: t, pp: p, zero} = lay, dcp = lay.dp * lay.cp;
+  const [etp, edp] = expertGrid(lay);
   const sp = stageParams(model, lay), rc = recipeOf(opt);
-  const msb = (psi, d) => modelStateBytes(psi, d, t, p, zero, rc.weight_bytes, rc.grad_bytes, rc.optimizer_bytes).total;
-  let states = msb(sp.dense * p, dcp) + msb(sp.expert * p, dcp / lay.ep);
-  if (zero === 3) states += ((2 * 2 + opt.grad_reduce_bytes) * sp.layer) / t;   // 2 gathered layers + 1 gradient
+  const msb = (psi, d, split) => modelStateBytes(psi, d, split, p, zero, rc.weight_bytes, rc.grad_bytes, rc.optimizer_bytes).total;
+  let states = msb(sp.dense * p, dcp, t) + msb(sp.expert * p, edp, etp);
+  if (zero === 3) {                                    // 2 gathered layers + 1 gradient
+    const one = lay.ep === 1 ? sp.layer / t : sp.dense_layer / t + sp.expert_layer / lay.ep;
+    states += (2 * 2 + opt.grad_reduce_bytes) * one;
+  }
   return states;
 }
 
@@ -494,7 +506,7 @@ export function termEp(model, cluster, lay) {
   const {ep, tp: t} = lay;
   if (ep === 1) return 0.0;
   const rows = (m.top_k * lay.micro_batch * Math.floor(m.seq / lay.cp) * m.hidden * 2) / (lay.sp ? t : 1);
-  const epLink = t * lay.cp * ep <= cluster.gpus_per_node ? cluster.intra : cluster.inter;
+  const epLink = ep <= cluster.gpus_per_node ? cluster.intra : cluster.inter;   // ep consecutive ranks
   const nA2a = lay.recompute === "full" ? 6 : 4;
   return Math.floor(m.layers / lay.pp) * nA2a * allToAllTime(rows, ep, epLink.alpha, epLink.bandwidth);
 }
@@ -503,9 +515,16 @@ export function termEp(model, cluster, lay) {
 export function termZero3Exposed(model, cluster, lay, opt, layer) {
   if (lay.zero !== 3) return {exposed: 0.0, per_layer: 0.0, link: "-"};
   const t = lay.tp, dcp = lay.dp * lay.cp, lp = Math.floor(model.layers / lay.pp);
-  const lparams = stageParams(model, lay).layer;
-  const [gather, name] = zero3CollectiveSeconds((2 * lparams) / t, dcp, t, cluster, opt.zero3_collectives);
-  const [scatter] = zero3CollectiveSeconds((opt.grad_reduce_bytes * lparams) / t, dcp, t, cluster, opt.zero3_collectives);
+  const sp = stageParams(model, lay);
+  const [, edp, stride] = expertGrid(lay);
+  const groups = lay.ep === 1 ? [[sp.layer / t, dcp, t]] : [[sp.dense_layer / t, dcp, t], [sp.expert_layer / lay.ep, edp, stride]];
+  let gather = 0.0, scatter = 0.0, name = "-";
+  groups.forEach(([x, n, k], i) => {
+    const [g, link] = zero3CollectiveSeconds(2 * x, n, k, cluster, opt.zero3_collectives);
+    gather += g;
+    scatter += zero3CollectiveSeconds(opt.grad_reduce_bytes * x, n, k, cluster, opt.zero3_collectives)[0];
+    if (i === 0) name = link;
+  });
   const commLayer = zero3Gathers(lay.recompute, opt.zero3_ac_inside_unit) * gather + scatter;
   const exposed = opt.zero3_overlap ? lp * Math.max(0.0, commLayer - layer) + gather : lp * commLayer;
   return {exposed, per_layer: commLayer, link: name};
@@ -523,13 +542,14 @@ export function termDpExposed(model, cluster, lay, opt, computeMicrobatch, z3) {
   const {tp: t, zero, ep} = lay, dcp = lay.dp * lay.cp;
   if (zero === 3) return {total: layMicrobatches(lay) * Math.floor(model.layers / lay.pp) * z3.per_layer, exposed: 0.0, link: z3.link};
   const sp = stageParams(model, lay);
-  const reduce = (psi, n) => {                         // ZeRO 1-2: RS(grads) + AG(16-bit params)
-    let [ar, name] = dpAllreduceSeconds((opt.grad_reduce_bytes * psi) / t, n, t, cluster);
-    if (zero === 1 || zero === 2) ar = ar / 2 + dpAllreduceSeconds((2 * psi) / t, n, t, cluster)[0] / 2;
+  const [etp, edp, stride] = expertGrid(lay);
+  const reduce = (psi, n, split, k) => {               // ZeRO 1-2: RS(grads) + AG(16-bit params)
+    let [ar, name] = dpAllreduceSeconds((opt.grad_reduce_bytes * psi) / split, n, k, cluster);
+    if (zero === 1 || zero === 2) ar = ar / 2 + dpAllreduceSeconds((2 * psi) / split, n, k, cluster)[0] / 2;
     return [ar, name];
   };
-  let [ar, name] = ep === 1 ? reduce(sp.stage, dcp) : reduce(sp.dense, dcp);
-  if (ep > 1) ar += reduce(sp.expert, dcp / ep)[0];   // two groups, one after the other
+  let [ar, name] = ep === 1 ? reduce(sp.stage, dcp, t, t) : reduce(sp.dense, dcp, t, t);
+  if (ep > 1) ar += reduce(sp.expert, edp, etp, stride)[0];   // two groups, one after the other
   const overlap = (lay.pp === 1 && opt.dp_overlap) || opt.overlap_grad_reduce;
   const windowS = overlap ? (2 / 3) * computeMicrobatch : 0.0;
   return {total: ar, exposed: Math.max(0.0, ar - windowS), link: name};
@@ -545,9 +565,14 @@ export function termEmbedding(model, cluster, lay, opt) {
 
 // Python: term_optimizer(m_, cl, lay, opt): the Adam step on this rank's shard
 export function termOptimizer(model, cluster, lay, opt) {
-  const dcp = lay.dp * lay.cp, sp = stageParams(model, lay);
-  const shard = lay.zero >= 1 ? sp.dense / dcp + sp.expert / (dcp / lay.ep) : sp.stage;
-  return optimizerSeconds(shard / lay.tp, cluster.gpu, recipeOf(opt).adam_bytes);
+  const dcp = lay.dp * lay.cp, t = lay.tp, sp = stageParams(model, lay);
+  let shard;
+  if (lay.ep === 1) shard = (lay.zero >= 1 ? sp.dense / dcp + sp.expert / dcp : sp.stage) / t;
+  else {
+    const [etp, edp] = expertGrid(lay), z = lay.zero >= 1;
+    shard = sp.dense / t / (z ? dcp : 1) + sp.expert / etp / (z ? edp : 1);
+  }
+  return optimizerSeconds(shard, cluster.gpu, recipeOf(opt).adam_bytes);
 }
 
 // Python: breakdown(m_, cl, lay, opt) -> StepBreakdown (slot terms per micro-batch)
