@@ -140,7 +140,7 @@ def launch_layouts(on_rank, layouts: dict, *args, hint=None, deadlock_note=None)
         try:
             per_rank = launch(on_rank, world, *args)
         except Exception as e:  # noqa: BLE001   (a rank raised, died or hung: one reason)
-            from minipar.grading import reason_for
+            from minipar.grading.reasons import reason_for
             inner = getattr(e, "error", e)
             tail = getattr(e, "stderr_tail", "") or getattr(inner, "stderr_tail", "") or ""
             case = re.findall(r"minipar check: running case ([^\n]*)", tail)
