@@ -437,3 +437,40 @@ def test_options_are_one_config_and_unknown_ones_are_named():
         assert kind == "error" and got == str(e.value)
     assert planner.evaluate(m, cl, 8, **kw) == planner.evaluate(m, cl, 8, **kw,
                                                                 **asdict(planner.Options()))
+
+
+def test_published_presets_open_on_their_layouts_and_fit():
+    """BLOOM opens on its published (d, t, p) = (8, 4, 12) (72 pipeline units, b = 2, full
+    recomputation, Jean Zay's Omni-Path) and Llama 3 405B at 128K on t = 8, cp = 16, p = 16,
+    d = 8 of 16384 H100, which fits (flash attention and Megatron's recipe, the H100 era's); the
+    same layout in Python fits too. Negative control: selective recomputation does not fit."""
+    calls = [("drawExplorer", ["plan", {"model": k}, CONFIG])
+             for k in ("bloom-176b", "llama3-405b-128k")]
+    (k1, bloom), (k2, llama) = js_call("three_d", calls)
+    assert bloom["error"] is None and llama["error"] is None, (bloom["error"], llama["error"])
+    assert "t = 4, cp = 1, p = 12, d = 8" in bloom["html"]
+    assert "t = 8, cp = 16, p = 16, d = 8" in llama["html"] and "(fits in" in llama["html"]
+    assert "flash attention, megatron precision" in llama["html"]
+    m, cl = planner.MODELS["llama3-405b-128k"], planner.cluster(16384, 8, "H100-SXM")
+    kw = dict(tp=8, pp=16, dp=8, cp=16, micro_batch=1, sp=True, zero=1)
+    assert planner.evaluate(m, cl, 128, recompute="full", **kw).fits
+    assert not planner.evaluate(m, cl, 128, recompute="selective", **kw).fits
+
+
+def test_attention_precision_and_shape_controls_reach_the_model():
+    """The attention, precision, KV-heads, MLP-width and MLP controls change the draw; a KV-head
+    count that does not divide the heads is refused with Python's words."""
+    base = {"model": "llama2-70b", "gpu": "H100-SXM"}
+    variants = [{}, {"attention": "unfused"}, {"precision": "bf16-grads"}, {"kv": 64},
+                {"ffn": 22016}, {"mlp": "gelu"}]
+    got = js_call("three_d", [("drawExplorer", ["plan", dict(base, **x), CONFIG])
+                              for x in variants + [{"kv": 5}]])
+    htmls = [out["html"] for _, out in got[:-1]]
+    assert all(out["error"] is None for _, out in got[:-1])
+    assert len(set(htmls)) == len(htmls)                      # each control changes the result
+    assert "unfused attention" in htmls[1] and "bf16-grads precision" in htmls[2]
+    with pytest.raises(ValueError) as e:
+        replace_ = __import__("dataclasses").replace
+        planner.check(replace_(planner.MODELS["llama2-70b"], kv_heads=5), planner.cluster(256, 8),
+                      512, tp=8, pp=4, dp=8, micro_batch=1)
+    assert got[-1][1]["error"] == str(e.value) == "heads (64) must be divisible by kv heads (5)"

@@ -674,15 +674,23 @@ registerExplorer("plan", {
     {name: "sp", label: "sequence parallel", type: "checkbox", value: true},
     {name: "zero", label: "ZeRO", type: "select", options: [0, 1, 2, 3], value: 1},
     {name: "z3", label: "ZeRO-3 collectives across nodes", type: "select", options: ZERO3_COLLECTIVES, value: "hierarchical"},
+    {name: "attention", label: "attention kernel", type: "select", options: ["the era's", ...ATTENTION], value: "the era's"},
+    {name: "precision", label: "precision recipe", type: "select", options: ["the era's", ...Object.keys(RECIPES)], value: "the era's"},
+    {name: "kv", label: "KV heads (0 = the model's)", type: "number", min: 0, step: 1, value: 0},
+    {name: "ffn", label: "MLP width f (0 = the model's)", type: "number", min: 0, step: 1, value: 0},
+    {name: "mlp", label: "MLP", type: "select", options: ["the model's", "gelu", "swiglu"], value: "the model's"},
     {name: "eff", label: "GEMM efficiency η (0 = the GPU's)", type: "number", min: 0, max: 1, step: 0.01, value: 0},
     {name: "price", label: "$ per GPU-hour", type: "number", min: 0, step: 0.01, value: 2.0},
   ],
   draw(v, config) {
     const models = config.models || {}, gpus = config.gpus || {}, links = config.links || {};
     if (!(v.model in models)) throw new Error(`model ('${v.model}') must be one of ${Object.keys(models).join(", ")}`);
+    const preset = v.layout === "preset" && models[v.model].layout ? models[v.model].layout : null;
+    if (preset) v = {...v, ...(preset.controls || {})};  // the published run's other settings
     if (!(v.gpu in gpus)) throw new Error(`gpu ('${v.gpu}') must be one of ${Object.keys(gpus).join(", ")}`);
-    const model = models[v.model];
-    const preset = v.layout === "preset" && model.layout ? model.layout : null;
+    let model = {...models[v.model], ...(preset && preset.layers ? {layers: preset.layers} : {})};
+    const mlp = {gelu: 2, swiglu: 3}[v.mlp];           // shape fields over the preset's
+    model = {...model, ...(Number(v.kv) ? {kv_heads: Number(v.kv)} : {}), ...(Number(v.ffn) ? {ffn: Number(v.ffn)} : {}), ...(mlp ? {mlp_matrices: mlp} : {})};
     const [N, B, t, p] = preset ? [preset.gpus, preset.batch, preset.t, preset.p] : [v.gpus, v.batch, v.t, v.p];
     if (!(v.price >= 0)) throw new Error(`price ($ per GPU-hour) (${v.price}) must be >= 0`);
     positiveInteger("t", t);
@@ -694,7 +702,8 @@ registerExplorer("plan", {
     if (N % (t * cp * p)) {
       throw new Error(cp > 1 ? `gpus (${N}) must be divisible by t·cp·p (${t}·${cp}·${p})` : `gpus (${N}) must be divisible by t·p (${t}·${p})`);
     }
-    const opts = [GRAD_REDUCE_BYTES, true, HEADROOM, v.z3, cp, ep];   // Python's defaults, but ZeRO-3's algorithm, cp and ep
+    const extra = {...(ATTENTION.includes(v.attention) ? {attention: v.attention} : {}), ...(v.precision in RECIPES ? {precision: v.precision} : {})};
+    const opts = [null, true, null, v.z3, cp, ep, extra];   // the recipe's bytes and headroom; ZeRO-3's algorithm, cp, ep, kernel, recipe
     const chosen = planEvaluate(model, cluster, B, t, p, N / (t * cp * p), v.b, Number(v.v), v.recompute, v.sp, Number(v.zero), ...opts);
     const rows = [];                                     // every valid p at this t, cp and ep
     for (let q = 1; q <= model.layers; q += 1) {
@@ -714,13 +723,14 @@ registerExplorer("plan", {
       valueFormat: (x) => x.toFixed(x < 10 ? 2 : 1),
     });
     const usd = dollarsPerMillionTokens(chosen.step_seconds, N, B * model.seq, v.price);
+    const att = extra.attention || attentionFor(model, cluster.gpu.name), prec = extra.precision || precisionFor(cluster.gpu.name);
     const bw = (lk) => `${escapeHtml(lk.name)} ${(lk.bandwidth / 1e9).toFixed(2)} GB/s per direction`;
     return svg + `<p>t = ${chosen.tp}, cp = ${chosen.cp}, p = ${chosen.pp}, d = ${chosen.dp}, ep = ${chosen.ep}, b = ${chosen.micro_batch}, m = ${chosen.microbatches}, B = ${B}${preset ? " (the preset's layout)" : ""}: `
-      + `<b>${fmtBytes(chosen.bytes_per_gpu)}</b> per GPU (${chosen.fits ? "fits" : "<b>does not fit</b>"} in ${(chosen.memory_limit / GIB_3D).toFixed(1)} GiB, ${(cluster.gpu.memory_bytes / GIB_3D).toFixed(0)} GiB less 10 % headroom), `
+      + `<b>${fmtBytes(chosen.bytes_per_gpu)}</b> per GPU (${chosen.fits ? "fits" : "<b>does not fit</b>"} in ${(chosen.memory_limit / GIB_3D).toFixed(1)} GiB, ${(cluster.gpu.memory_bytes / GIB_3D).toFixed(0)} GiB less ${(100 * (1 - chosen.memory_limit / cluster.gpu.memory_bytes)).toFixed(0)} % headroom; ${escapeHtml(att)} attention, ${escapeHtml(prec)} precision), `
       + `bubble ${(100 * chosen.bubble).toFixed(1)} % of the step, step <b>${fmtSeconds(chosen.step_seconds)}</b>, MFU <b>${(100 * chosen.mfu).toFixed(1)} %</b>, `
       + `${usd.toFixed(3)} $ per million tokens at ${v.price} $/GPU-hour. Links: in a node ${bw(cluster.intra)}, between nodes ${bw(cluster.inter)} per GPU; `
       + `GEMMs at η = ${cluster.gpu.gemm_efficiency.toFixed(2)} of ${(cluster.peak / 1e12).toFixed(0)} TFLOP/s. TP on ${escapeHtml(chosen.tp_link)}, PP on ${escapeHtml(chosen.pp_link)}, DP on ${escapeHtml(chosen.dp_link)}; `
       + `ring K/V exposed ${fmtSeconds(chosen.cp_seconds)}, EP all-to-alls ${fmtSeconds(chosen.ep_seconds)} per step.</p>`
-      + `<p class="minipar-explorer-note">TP and PP sit on the critical path; DP runs after the pipeline flush (p > 1) or under the last backward (p = 1); ZeRO-2 needs p = 1, so other p are shown with ZeRO-1 then; ZeRO-3 composes with PP. cp splits each sequence (N = t·cp·p·d, weights replicated over cp); ep splits the experts over ep of the d ranks (MoE models only). The full search: <code>minipar plan</code>.</p>`;
+      + `<p class="minipar-explorer-note">TP and PP sit on the critical path; DP runs after the pipeline flush (p > 1) or under the last backward (p = 1); ZeRO-2 needs p = 1, so other p are shown with ZeRO-1 then; ZeRO-3 composes with PP. cp splits each sequence (N = t·cp·p·d, weights replicated over cp); ep splits the experts over ep of the t·cp·d ranks of a stage (MoE parallel folding; MoE models only). The era's attention and precision: flash and Megatron's 18-byte recipe on H100/H200, unfused and the 2021 pricing on A100. The full search: <code>minipar plan</code>.</p>`;
   },
 });

@@ -12,18 +12,26 @@ from dataclasses import asdict
 from minipar.cost.hardware import GPUS, LINKS
 from minipar.cost.three_d import MODELS
 
-# Each preset opens on a layout that satisfies the rules (t | a, p | L, t·p | N), published where
+# Each preset opens on a layout that satisfies the rules (t | a, p | L, t·cp·p | N), published where
 # one was: GPT-3 175B t = 8, p = 16 on 1024 A100 (Narayanan et al. 2021 §5.1); MT-NLG 530B
 # t = 8, p = 35 on 2240 (Smith et al. 2022); the 1T model t = 8, p = 64 on 3072 (Narayanan et al.
-# 2021 Table 1). BLOOM's published p = 12 counts 72 units (70 layers + 2 embeddings), which p | L
-# refuses: its preset keeps t = 4, d = 8 with p = 14 (5 layers per stage) on 448 GPUs. Llama 2
-# 70B: no published layout.
+# 2021 Table 1); BLOOM 176B (d, t, p) = (8, 4, 12) on 384 A100 of Jean Zay with b = 2, full
+# recomputation, ZeRO-1 (BigScience 2022 §3.4): its 70 layers and the embedding and head are 72
+# pipeline units, so the preset prices 72 layers, as minipar.cost.validation does; Llama 3 405B in
+# its 128K-context stage t = 8, cp = 16, p = 16, d = 8 on 16384 H100 (Llama Team 2024 §3.3.4),
+# full recomputation. ``controls`` are the run's other settings; ``layers`` overrides the
+# shape's for the pipeline split. Llama 2 70B: no published layout.
 PRESET_LAYOUTS = {
     "gpt3-175b": {"t": 8, "p": 16, "gpus": 1024, "batch": 1536},
-    "bloom-176b": {"t": 4, "p": 14, "gpus": 448, "batch": 2048},
+    "bloom-176b": {"t": 4, "p": 12, "gpus": 384, "batch": 2048, "layers": 72,
+                   "controls": {"b": 2, "recompute": "full", "sp": False, "zero": 1,
+                                "inter": "opa-jean-zay"}},
     "mt-nlg-530b": {"t": 8, "p": 35, "gpus": 2240, "batch": 1920},
     "llama2-70b": {"t": 8, "p": 4, "gpus": 256, "batch": 512},
     "megatron-1t": {"t": 8, "p": 64, "gpus": 3072, "batch": 3072},
+    "llama3-405b-128k": {"t": 8, "p": 16, "gpus": 16384, "batch": 128,
+                         "controls": {"cp": 16, "recompute": "full", "sp": True, "zero": 1,
+                                      "gpu": "H100-SXM"}},
 }
 
 
