@@ -456,3 +456,43 @@ def balancing_summary(r: dict, ep: int = 4, window: int = 10) -> dict:
 def balancing_runs(steps: int = 40) -> dict:
     """Every method of :data:`BALANCING`, same seed, same data."""
     return {name: balancing_run(steps=steps, **kw) for name, kw in BALANCING.items()}
+
+
+DISPATCH_CASES = [(2, None), (2, 1.0), (3, None)]   # (top_k, capacity_factor)
+
+
+def _modern_on_rank(rank: int, world: int, node_size: int, t: int, d: int) -> dict:
+    """The chapter's dispatcher and folding runs in one launch (see :func:`modern_runs`)."""
+    from .dispatchers import node_groups
+    node, rail = node_groups(node_size)
+    E = 2 * world
+    out = {"parity": {}, "traffic": {}}
+    for disp in ("all_to_all", "all_gather", "node_dedup"):
+        kw = {"node_group": node, "rail_group": rail} if disp == "node_dedup" else {}
+        for case in DISPATCH_CASES:
+            r = parity_on_rank(rank, E, *case, dispatcher=disp, **kw)
+            out["parity"][disp, case] = max(r[k] for k in ("out", "dx", "dw1", "dw2", "drouter"))
+            out["traffic"][disp, case] = dispatcher_traffic_on_rank(rank, disp, E, *case,
+                                                                    node_size=node_size)
+    out["folded"] = folded_train_on_rank(rank, world, t, d, world, 2 * world)
+    out["folded wrong"] = folded_train_on_rank(rank, world, t, d, world, 2 * world,
+                                               wrong_expert_group=True)
+    return out
+
+
+def modern_runs(world: int = 4, node_size: int = 2, t: int = 2, d: int = 2) -> list:
+    """One launch on ``world`` ranks: the three dispatchers against one process and their
+    traced bytes against the model (nodes of ``node_size`` ranks, E = 2·world), and MoE
+    parallel folding with the dense part over t and the experts over all world ranks (ep =
+    world, which does not divide d), with its negative control."""
+    return run(_modern_on_rank, world, node_size, t, d)
+
+
+def balancing_runs_one_thread(steps: int = 40) -> dict:
+    """:func:`balancing_runs` on one intra-op thread (tiny matrices: threads only contend)."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        return balancing_runs(steps)
+    finally:
+        torch.set_num_threads(threads)
