@@ -84,6 +84,31 @@ def test_no_refused_value_reaches_a_chart(slug, name, spec):
             assert "<svg" not in out["html"]
 
 
+@pytest.mark.parametrize("slug,name,spec", EXPLORERS, ids=[n for _, n, _ in EXPLORERS])
+def test_python_reads_the_same_boxes_from_the_javascript_source(slug, name, spec):
+    """inputs.js_controls (what a notebook's explorer call is checked against) sees every
+    number box the JavaScript registers, with the same label and bounds."""
+    keys = ("name", "label", "min", "max", "step")
+    js = [{k: c.get(k) for k in keys} for c in spec["controls"] if c["type"] == "number"]
+    controls, divisible = inputs.js_controls(slug, name)
+    assert [{k: c.get(k) for k in keys} for c in controls] == js
+    assert [list(p) for p in divisible] == [list(p) for p in spec["divisible"]]
+
+
+def test_a_notebook_cannot_open_an_explorer_on_nonsense():
+    """The chapter's Python explorer functions refuse what the page would refuse, in its words."""
+    from minipar.widgets.data_parallel import zero_memory_explorer
+    from minipar.widgets.pipeline_parallel import pp_explorer
+    from minipar.widgets.tensor_parallel import tp_explorer
+    with pytest.raises(ValueError, match=r"^t \(0\) must be at least 1$"):
+        tp_explorer(t=0)
+    with pytest.raises(ValueError, match=r"^t_F \(1e\+308\) must be at most 10000000$"):
+        pp_explorer(tF=1e308)
+    with pytest.raises(ValueError, match=r"^d is empty$"):
+        zero_memory_explorer(d="")
+    assert tp_explorer(t=4).values == {"t": 4}
+
+
 def test_the_message_names_the_field_changed_and_empty_says_empty():
     (_, empty), (_, big), (_, both) = js_call("tensor_parallel", [
         ("inputError", ["tp-layer", {"b": ""}, "b"]),

@@ -32,6 +32,9 @@ def collectives_explorer(fitted: tuple[float, float] | None = None, **values):
     ``values`` override the default controls (op, algorithm, n, size, link).
     """
     from minipar.widgets import Explorer
+    from minipar.widgets.inputs import check_values
+
+    check_values("collectives", "collectives", values)     # the page's own input rules
 
     return Explorer("collectives", "collectives", config=collectives_config(fitted),
                     values=values)

@@ -60,10 +60,14 @@ def dp_config() -> dict:
 def dp_step_explorer(**values):
     """Live explorer of :func:`dp_step_model`; ``values`` override the default controls."""
     from minipar.widgets import Explorer
+    from minipar.widgets.inputs import check_values
+    check_values("data_parallel", "dp-step", values)         # the page's own input rules
     return Explorer("data_parallel", "dp-step", config=dp_config(), values=values)
 
 
 def zero_memory_explorer(**values):
     """Live explorer of :func:`zero_memory_model` against a GPU's memory."""
     from minipar.widgets import Explorer
+    from minipar.widgets.inputs import check_values
+    check_values("data_parallel", "zero-memory", values)     # the page's own input rules
     return Explorer("data_parallel", "zero-memory", values=values)

@@ -16,7 +16,9 @@ A control is a dict with the JavaScript control's keys (``name``, ``label``, ``t
 """
 from __future__ import annotations
 
+import json
 import math
+import re
 from decimal import Decimal
 from typing import Iterable, Mapping
 
@@ -105,3 +107,43 @@ def check_numbers(rule: Mapping | None = None, /, **values) -> None:
 
 #: The rule of a time or a price: any finite number from 0 to MAX_INPUT.
 NONNEGATIVE = {"integer": False, "min": 0, "max": MAX_INPUT}
+
+
+_NUMBER_CONTROL = re.compile(r'\{name: "(\w+)", label: "((?:[^"\\]|\\.)*)", type: "number"'
+                             r'((?:, \w+: [^,{}]+)*)\}')
+_FIELD = re.compile(r"(\w+): ([^,]+)")
+_DIVISIBLE = re.compile(r"divisible: (\[\[.*?\]\])", re.S)
+
+
+def js_controls(slug: str, name: str) -> tuple[list[dict], list]:
+    """The number boxes (and ``divisible`` pairs) of explorer ``name`` as ``widgets/<slug>.js``
+    registers them, read from its source: the Python side checks the same rules without
+    running JavaScript (tests/test_explorer_inputs.py compares this with the JavaScript's own
+    ``explorerInputs``)."""
+    from minipar.widgets import js_source
+
+    src = js_source(slug)
+    start = src.index(f'registerExplorer("{name}"')
+    end = src.find("registerExplorer(", start + 1)
+    block = src[start:] if end < 0 else src[start:end]
+    controls = []
+    for cname, label, rest in _NUMBER_CONTROL.findall(block):
+        c = {"name": cname, "label": label.replace('\\"', '"'), "type": "number"}
+        for key, value in _FIELD.findall(rest):
+            if key in ("min", "max", "step"):
+                c[key] = float(value) if "." in value or "e" in value else int(value)
+            elif key == "integer":
+                c[key] = value.strip() == "true"
+        controls.append(c)
+    m = _DIVISIBLE.search(block)
+    divisible = json.loads(m.group(1)) if m else []
+    return controls, divisible
+
+
+def check_values(slug: str, name: str, values: Mapping, changed: str | None = None) -> None:
+    """The contract for the values a notebook passes to an explorer (``tp_explorer(t=0)``):
+    the boxes it sets are checked as the page would check them, with the same message."""
+    controls, divisible = js_controls(slug, name)
+    given = [c for c in controls if c["name"] in values]
+    check_controls(given, values, changed,
+                   [pair for pair in divisible if all(f in values for f in pair)])

@@ -60,5 +60,7 @@ def memory_config() -> dict:
 def memory_time_explorer(**values):
     """The live memory calculator; ``values`` override the default controls."""
     from minipar.widgets import Explorer
+    from minipar.widgets.inputs import check_values
 
+    check_values("memory_time", "memory", values)        # the page's own input rules
     return Explorer("memory_time", "memory", config=memory_config(), values=values)

@@ -42,5 +42,7 @@ def check_times(t_f: float, t_b: float, t_w: float) -> None:
 def pp_explorer(**values):
     """The live schedule explorer; ``values`` override the default controls."""
     from minipar.widgets import Explorer
+    from minipar.widgets.inputs import check_values
 
+    check_values("pipeline_parallel", "pp-schedule", values)   # the page's input rules
     return Explorer("pipeline_parallel", "pp-schedule", config={}, values=values)

@@ -43,4 +43,6 @@ def tp_config() -> dict:
 def tp_explorer(**values):
     """Live explorer of :func:`tp_layer_model`; ``values`` override the default controls."""
     from minipar.widgets import Explorer
+    from minipar.widgets.inputs import check_values
+    check_values("tensor_parallel", "tp-layer", values)  # the page's own input rules
     return Explorer("tensor_parallel", "tp-layer", config=tp_config(), values=values)
