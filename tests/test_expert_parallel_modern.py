@@ -50,6 +50,14 @@ def test_grouped_mm_kernels_agree_with_empty_groups():
         except RuntimeError:
             pytest.skip("torch._grouped_mm not supported on this device")
         assert (got - grouped_mm(r32, sizes, w32, "loop")).abs().max() < 1e-5
+        from minipar.expert_parallel.grouped import grouped_mlp
+        w1 = torch.randn(4, 8, 4, requires_grad=True)
+        w2 = torch.randn(4, 4, 8, requires_grad=True)
+        grouped_mlp(r32, sizes, w1, w2, "grouped_mm").sum().backward()   # zero-stride grad
+        g = w1.grad.clone()
+        w1.grad = None
+        grouped_mlp(r32, sizes, w1, w2, "loop").sum().backward()
+        assert (g - w1.grad).abs().max() < 1e-4
     with pytest.raises(ValueError, match="kernel .'tiled'. must be one of"):
         grouped_mm(rows, sizes, w, "tiled")
 

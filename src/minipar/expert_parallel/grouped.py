@@ -59,6 +59,19 @@ def _padded_mm(rows: torch.Tensor, sizes: list[int], w: torch.Tensor) -> torch.T
     return torch.bmm(padded, w)[group, slot]                       # (A, o)
 
 
+class _ContiguousGrad(torch.autograd.Function):
+    """Identity; backward makes the incoming gradient contiguous (``torch._grouped_mm``'s
+    backward rejects the zero-stride gradient that ``.sum().backward()`` produces)."""
+
+    @staticmethod
+    def forward(ctx, x):
+        return x.view_as(x)
+
+    @staticmethod
+    def backward(ctx, grad):
+        return grad.contiguous()
+
+
 def grouped_mm(rows: torch.Tensor, sizes, w: torch.Tensor, kernel: str = "padded") -> torch.Tensor:
     """Grouped GEMM: rows (A, k) in groups of ``sizes`` (E,), w (E, k, o) -> (A, o), group e's
     rows times w[e]."""
@@ -67,7 +80,7 @@ def grouped_mm(rows: torch.Tensor, sizes, w: torch.Tensor, kernel: str = "padded
         return _padded_mm(rows, sizes, w)
     if kernel == "grouped_mm":
         offs = torch.tensor(sizes).cumsum(0).to(torch.int32)       # (E,) end of each group
-        return torch._grouped_mm(rows, w, offs=offs)
+        return _ContiguousGrad.apply(torch._grouped_mm(rows.contiguous(), w, offs=offs))
     if kernel == "loop":
         outs = [chunk @ w[e] for e, chunk in enumerate(rows.split(sizes))]
         return torch.cat(outs) if outs else rows.new_zeros(0, w.shape[-1])
