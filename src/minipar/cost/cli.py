@@ -301,7 +301,8 @@ def _plan(args) -> int:
                              refusals=refusals, **fixed)
     fitting = [c for c in configs if c.fits]
     if not fitting:
-        raise InputError("nothing fits: " + planner.why_nothing_fits(m_, cl, configs, refusals))
+        raise InputError("nothing fits: " + planner.why_nothing_fits(m_, cl, configs, refusals,
+                                                                     args.precision))
     for c in fitting:                   # JSON has no Infinity/NaN: an input out of range
         bad = [k for k, v in c.as_dict().items() if isinstance(v, float) and not math.isfinite(v)]
         if bad:

@@ -66,14 +66,21 @@ GPU Clusters Using Megatron-LM", §2.2 and §3). N = d·t·p GPUs, B = d·b·m s
       embedding  all-reduce of the tied embedding's gradient between the first and the last
                stage (p > 1; Narayanan §3 / Megatron-LM's ``_allreduce_embedding_grads``).
       optimizer  :func:`minipar.cost.compute.optimizer_seconds` on this rank's shard.
-  memory       the first stage's: L/p layers + the whole (V+s)·h embedding (split over t),
-               ZeRO on the states, ZeRO-3's two gathered layers and one unsharded layer
-               gradient; activations of min(p, m) micro-batches (1F1B) or the interleaved
-               factor (Korthikanti §4.2.3), plus one layer's full activations under full
-               recomputation (the layer being recomputed). "fits" keeps ``headroom`` = 10 % of
-               the GPU's memory free for the CUDA context, NCCL buffers, temporary workspaces
-               and allocator fragmentation (Rajbhandari et al. 2020 §3.2 report out-of-memory
-               errors with over 30 % of memory free in extreme cases, from fragmentation).
+  memory       the fullest stage's: L/p layers + the V·h embedding (+ s·h learned
+               positions; both ends of an untied model when p = 1), split over t, ZeRO on the
+               states in the precision recipe's bytes (``precision``: "2021" = ZeRO's 16 bytes
+               per parameter, the A100 reproductions; "megatron" = 18, Megatron-LM's fp32 main
+               gradients, the H100/H200 default; "bf16-grads" = 16 with a bf16 reduction),
+               ZeRO-3's two gathered layers and one unsharded layer gradient; activations of
+               min(p, m) micro-batches (1F1B) or the interleaved factor (Korthikanti §4.2.3)
+               for the attention kernel used (flash keeps no s² scores), plus one layer's full
+               activations under full recomputation (the layer being recomputed); the modern
+               recipes add the fp32 logits and their gradient on the last stage. "fits" keeps
+               ``headroom`` free for the CUDA context, NCCL buffers, workspaces and allocator
+               fragmentation: 10 % for the 2021 runs (Rajbhandari et al. 2020 §3.2 report
+               out-of-memory errors with over 30 % free in extreme cases), 12 % for the modern
+               recipes, from one H200's measured peaks
+               (:data:`minipar.cost.three_d_terms.ALLOCATOR_MARGIN`).
   ignored      kernel launch gaps, stragglers, NCCL kernels slowing overlapped compute,
                stage imbalance from the embedding lookup, data loading.
 
@@ -527,14 +534,17 @@ def search(m_: ModelShape, cl: Cluster, global_batch: int, *, tp: int | None = N
 
 
 def why_nothing_fits(m_: ModelShape, cl: Cluster, configs: Iterable[Config],
-                     refusals: Iterable[str] = ()) -> str:
+                     refusals: Iterable[str] = (), precision: str | None = None) -> str:
     """One line: why no layout fits one GPU's memory, or, when no layout was valid, the rules
-    the candidates broke (``refusals`` from :func:`search`), most frequent first."""
+    the candidates broke (``refusals`` from :func:`search`), most frequent first. The states'
+    floor is in the bytes of ``precision``'s recipe (default: the GPU's era)."""
     psi = m_.params
-    floor = 16 * psi / cl.gpus
+    rc = RECIPES[precision or precision_for(cl.gpu.name)]
+    per = rc.weight_bytes + rc.grad_bytes + rc.optimizer_bytes
+    floor = per * psi / cl.gpus
     cap = cl.gpu.memory_bytes
     if floor > cap:
-        return (f"model states alone need 16 B × {psi / 1e9:.1f} B params / {cl.gpus} GPUs = "
+        return (f"model states alone need {per:g} B × {psi / 1e9:.1f} B params / {cl.gpus} GPUs = "
                 f"{floor / 2**30:.1f} GiB per GPU even fully sharded, more than the "
                 f"{cap / 2**30:.0f} GiB of one {cl.gpu.name}")
     configs = list(configs)
