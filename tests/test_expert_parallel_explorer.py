@@ -52,12 +52,21 @@ def test_load_and_layer_model_twins():
     counts = assert_parity("expert_parallel", "skewedLoads", skewed_loads, loads)
     assert 0 < counts["errors"] < counts["cases"]
     cases = [dict(tokens=n, experts=e, top_k=k, ep=x, hidden=h, ffn=14336, capacity_factor=c,
-                  hot=hot, alpha=a, bandwidth=b)
-             for n, (e, k, x), h, c, hot, (a, b) in itertools.product(
+                  hot=hot, alpha=a, bandwidth=b, bytes_per_elem=2, matrices=3, gpus_per_node=g)
+             for n, (e, k, x), h, c, hot, (a, b), g in itertools.product(
                  (7, 4096), SHAPES, (4096, 0), (None, 1.25, 0), (0.0, 0.5),
-                 ((2e-6, 450e9), (5e-6, 0)))]
+                 ((2e-6, 450e9), (5e-6, 0)), (8, 4))]
     counts = assert_parity("expert_parallel", "epLayerModel", ep_layer_model, cases)
     assert 0 < counts["errors"] < counts["cases"]
+
+
+def test_off_node_fraction_twin():
+    """Leaving the node is set by the EP degree x and the node size, never by E."""
+    from minipar.cost.expert_parallel import off_node_fraction
+    cases = [dict(ep=x, gpus_per_node=g) for x in (1, 3, 8, 12, 16, 64, 0) for g in (4, 8, 0)]
+    counts = assert_parity("expert_parallel", "offNodeFraction", off_node_fraction, cases)
+    assert 0 < counts["errors"] < counts["cases"]
+    assert off_node_fraction(8, 8) == 0 and off_node_fraction(64, 8) == 7 / 8
 
 
 def test_parity_check_catches_capacity_without_top_k():

@@ -198,12 +198,15 @@ def skewed_loads(tokens: int, experts: int, top_k: int, ep: int, hot: float = 0.
 def ep_layer_model(tokens: int = 4096, experts: int = 8, top_k: int = 2, ep: int = 8,
                    hidden: int = 4096, ffn: int = 14336, capacity_factor: float | None = None,
                    hot: float = 0.0, alpha: float = 2e-6, bandwidth: float = 450e9,
-                   bytes_per_elem: float = 2, matrices: int = 3) -> dict:
+                   bytes_per_elem: float = 2, matrices: int = 3,
+                   gpus_per_node: int = 8) -> dict:
     """One MoE layer on x = ``ep`` ranks with n = ``tokens`` per rank (the explorer's model):
     rows the most loaded rank processes and its ratio to the mean, the dispatch buffer S of
     even routing and the bytes leaving a rank, the four all-to-alls' time (set by the largest
     buffer, that of the most loaded rank), expert bytes per rank, total and active parameters
-    of the layer. Defaults: Mixtral 8×7B's layer (bf16), NVLink 4."""
+    of the layer, and the dispatch bytes that leave a node of ``gpus_per_node``
+    (:func:`off_node_fraction`: set by x, not by E). Defaults: Mixtral 8×7B's layer (bf16),
+    NVLink 4, 8 GPUs per node."""
     load = skewed_loads(tokens, experts, top_k, ep, hot, capacity_factor)
     S, off = even_dispatch_bytes(tokens, top_k, hidden, ep, bytes_per_elem)
     worst = max(load["max rank"], top_k * tokens) * hidden * bytes_per_elem
@@ -212,6 +215,7 @@ def ep_layer_model(tokens: int = 4096, experts: int = 8, top_k: int = 2, ep: int
             "imbalance": load["max rank"] / load["mean rank"] if load["mean rank"] else 1.0,
             "capacity": load["capacity"], "dropped fraction": load["dropped fraction"],
             "dispatch bytes": S, "off rank bytes": off,
+            "off node bytes": S * off_node_fraction(ep, gpus_per_node),
             "layer a2a seconds": 4 * all_to_all_time(worst, ep, alpha, bandwidth),
             "expert bytes per rank": expert_params_per_rank(experts, hidden, ffn, ep, matrices)
             * bytes_per_elem,
@@ -358,8 +362,8 @@ def off_node_fraction(ep: int, gpus_per_node: int) -> float:
     """Share of an even dispatch's rows that leave the node: the EP group's ranks are
     consecutive, so a rank has min(x, g) EP peers (itself included) on its node; rows go to the
     x ranks evenly: (x − min(x, g))/x. It depends on the EP degree x, not on the number of
-    experts: DeepSeek-V2's 160 experts over 8-way EP stay inside an 8-GPU node
-    (DeepSeek-AI 2024, "DeepSeek-V2", §3.2 and §4)."""
+    experts: DeepSeek-V2's 160 routed experts over 8-way EP (DeepSeek-AI 2024, "DeepSeek-V2",
+    the infrastructure paragraph of its training section) stay inside an 8-GPU node."""
     _check(ep=ep, gpus_per_node=gpus_per_node)
     if ep > gpus_per_node and ep % gpus_per_node:
         raise ValueError(f"ep ({ep}) larger than a node must be a multiple of gpus_per_node "

@@ -1,7 +1,7 @@
 // minipar-requires: collectives
 // Expert-parallel chapter: JavaScript twins of minipar.cost.expert_parallel (capacity,
 // check_shapes, even_dispatch_bytes, all_to_all_time, expert_params_per_rank, moe_params,
-// skewed_loads, ep_layer_model); the ep-layer explorer. Sources: GShard (Lepikhin et al. 2021)
+// skewed_loads, off_node_fraction, ep_layer_model); the ep-layer explorer. Sources: GShard (Lepikhin et al. 2021)
 // §2.2 and §3.2, Switch (Fedus et al. 2022) §2.2, Mixtral (Jiang et al. 2024) Table 1, Thakur et
 // al. 2005 (pairwise-exchange all-to-all). Parity with Python: tests/test_expert_parallel_explorer.py.
 
@@ -69,11 +69,20 @@ export function skewedLoads(tokens, experts, topK, ep, hot = 0.0, capacityFactor
           "dropped fraction": 1 - sum(done) / A};
 }
 
+// Python: off_node_fraction(ep, gpus_per_node): (x − min(x, g))/x, set by x, not by E
+export function offNodeFraction(ep, gpusPerNode) {
+  epCheckInts([["ep", ep], ["gpus_per_node", gpusPerNode]]);
+  if (ep > gpusPerNode && ep % gpusPerNode) {
+    throw new Error(`ep (${ep}) larger than a node must be a multiple of gpus_per_node (${gpusPerNode})`);
+  }
+  return (ep - Math.min(ep, gpusPerNode)) / ep;
+}
+
 // Python: ep_layer_model(tokens, experts, top_k, ep, hidden, ffn, capacity_factor, hot, alpha,
-// bandwidth, bytes_per_elem, matrices)
+// bandwidth, bytes_per_elem, matrices, gpus_per_node)
 export function epLayerModel(tokens = 4096, experts = 8, topK = 2, ep = 8, hidden = 4096, ffn = 14336,
                              capacityFactor = null, hot = 0.0, alpha = 2e-6, bandwidth = 450e9,
-                             bytesPerElem = 2, matrices = 3) {
+                             bytesPerElem = 2, matrices = 3, gpusPerNode = 8) {
   const load = skewedLoads(tokens, experts, topK, ep, hot, capacityFactor);
   const [S, off] = evenDispatchBytes(tokens, topK, hidden, ep, bytesPerElem);
   const worst = Math.max(load["max rank"], topK * tokens) * hidden * bytesPerElem;
@@ -82,6 +91,7 @@ export function epLayerModel(tokens = 4096, experts = 8, topK = 2, ep = 8, hidde
           "imbalance": load["mean rank"] ? load["max rank"] / load["mean rank"] : 1.0,
           "capacity": load["capacity"], "dropped fraction": load["dropped fraction"],
           "dispatch bytes": S, "off rank bytes": off,
+          "off node bytes": S * offNodeFraction(ep, gpusPerNode),
           "layer a2a seconds": 4 * allToAllTime(worst, ep, alpha, bandwidth),
           "expert bytes per rank": expertParamsPerRank(experts, hidden, ffn, ep, matrices) * bytesPerElem,
           "total params": p["total"], "active params": p["active"]};
@@ -104,6 +114,7 @@ registerExplorer("ep-layer", {
      options: [["none (no dropping)", null], ["1.0", 1.0], ["1.25", 1.25], ["2.0", 2.0]], value: null},
     {name: "hot", label: "share of assignments to expert 0", type: "range",
      values: [0, 0.05, 0.1, 0.2, 0.3, 0.5, 0.75, 1.0], value: 0},
+    {name: "gpus_per_node", label: "GPUs per node", type: "select", options: [["4", 4], ["8", 8], ["16", 16]], value: 8},
     {name: "link", label: "link between the x GPUs", type: "select",
      options: ["nvlink4-h100", "pcie5-x16", "ib-ndr400", "eth-100g"], value: "nvlink4-h100", configOptions: "links"},
   ],
@@ -111,7 +122,8 @@ registerExplorer("ep-layer", {
     const links = config.links || {};
     const L = links[v.link];
     if (!L) throw new Error(`link ('${v.link}') must be one of ${Object.keys(links).join(", ")}`);
-    const r = epLayerModel(v.tokens, v.experts, v.top_k, v.ep, v.hidden, v.ffn, v.capacity_factor, v.hot, L.alpha, L.bandwidth);
+    const r = epLayerModel(v.tokens, v.experts, v.top_k, v.ep, v.hidden, v.ffn, v.capacity_factor, v.hot, L.alpha, L.bandwidth,
+                           2, 3, v.gpus_per_node);
     const load = skewedLoads(v.tokens, v.experts, v.top_k, v.ep, v.hot, v.capacity_factor);
     const per = v.experts / v.ep;
     const shown = Math.min(v.ep, 16);
@@ -132,7 +144,8 @@ registerExplorer("ep-layer", {
     const cap = r.capacity === null ? "no capacity limit" : `capacity C = ${r.capacity} per expert`;
     return svg + `<p>Most loaded rank: <b>${r["max rank rows"].toFixed(0)}</b> rows, <b>${r.imbalance.toFixed(2)}×</b> the mean; ${cap}; `
       + `dropped ${(100 * r["dropped fraction"]).toFixed(1)} % of the assignments.</p>`
-      + `<p>Dispatch buffer per rank (even routing): ${fmtBytes(r["dispatch bytes"], false)}, of which ${fmtBytes(r["off rank bytes"], false)} leave the rank. `
+      + `<p>Dispatch buffer per rank (even routing): ${fmtBytes(r["dispatch bytes"], false)}, of which ${fmtBytes(r["off rank bytes"], false)} leave the rank and ${fmtBytes(r["off node bytes"], false)} `
+      + `leave its node of ${v.gpus_per_node} GPUs (set by x, not by E). `
       + `Four all-to-alls per layer and step over ${escapeHtml(v.link)}: <b>${fmtSeconds(r["layer a2a seconds"])}</b> (set by the most loaded rank's buffer).</p>`
       + `<p>Expert weights per rank: ${fmtBytes(r["expert bytes per rank"], false)} (∝ 1/x). This layer: ${(r["total params"] / 1e9).toFixed(2)}e9 parameters stored, `
       + `${(r["active params"] / 1e9).toFixed(2)}e9 used per token.</p>`;
