@@ -474,3 +474,35 @@ def test_attention_precision_and_shape_controls_reach_the_model():
         planner.check(replace_(planner.MODELS["llama2-70b"], kv_heads=5), planner.cluster(256, 8),
                       512, tp=8, pp=4, dp=8, micro_batch=1)
     assert got[-1][1]["error"] == str(e.value) == "heads (64) must be divisible by kv heads (5)"
+
+
+def test_measured_kernel_model_parity_h200():
+    """The JavaScript compute twin follows the measured H200 kernel model of minipar.cost.compute
+    (the additive GEMM rule with its per-call latency, the batched attention GEMMs at their own
+    bandwidth, the flash kernel at its rate, the fixed per-layer overhead, Adam's bandwidth), for
+    both attention kernels; an unknown kernel is refused with the same words."""
+    g = GPUS["H200"]
+    assert g.gemm_rule == "additive" and g.bmm_bandwidth
+    layer = [dict(b=b, s=s, h=h, a=a, t=t, sp=sp, rc=rc, att=att) for b in (1, 4)
+             for s in (2048, 8192) for h, a in ((2048, 16), (8192, 64)) for t in (1, 8)
+             for sp in (False, True) for rc in ("none", "selective", "full")
+             for att in ("unfused", "flash", "fused")]
+
+    def py(b, s, h, a, t, sp, rc, att):
+        lt = compute.layer_seconds(b, s, h, a, g, t, sp=sp, recompute=rc, attention=att)
+        return lt._asdict() | {"total_s": lt.total_s}
+    counts = assert_parity("three_d", "layerSeconds", py, layer,
+                           js_args=lambda c: [c["b"], c["s"], c["h"], c["a"], gpu_config(g),
+                                              c["t"], c["sp"], c["rc"], c["att"]])
+    assert 0 < counts["errors"] < counts["cases"]
+    assert_parity("three_d", "attentionCoreAndMlpSeconds",
+                  lambda b, s, h, a, t, att: compute.attention_core_and_mlp_seconds(
+                      b, s, h, a, g, t, attention=att),
+                  [dict(b=1, s=s, h=4096, a=32, t=t, att=att) for s in (1024, 8192)
+                   for t in (1, 4) for att in ("unfused", "flash")],
+                  js_args=lambda c: [c["b"], c["s"], c["h"], c["a"], gpu_config(g), c["t"],
+                                     c["att"]])
+    assert_parity("three_d", "optimizerSeconds",
+                  lambda params: compute.optimizer_seconds(params, g), [dict(params=p)
+                                                                        for p in (0, 1e9, -1)],
+                  js_args=lambda c: [c["params"], gpu_config(g)])
