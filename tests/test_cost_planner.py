@@ -558,7 +558,7 @@ def test_plan_llama3_8b_from_the_preset_and_from_flags(capsys):
     assert a["params"] == b["params"] == 8_030_261_248
     assert a["attention"] == b["attention"] == "flash" and a["configs"] == b["configs"]
     status, text, _ = plan(capsys, "--model", "llama3-8b", *common)
-    assert status == 0 and "8.03 B params, flash attention" in text
+    assert status == 0 and "8.03 B params, flash attention, megatron precision" in text
 
 
 def test_flash_stores_no_scores_and_unfused_does():
@@ -657,3 +657,16 @@ def test_moe_parallel_folding_ep_over_the_stage_ranks():
         with pytest.raises(ValueError) as e:
             planner.evaluate(mx, cl, 24, **{"pp": 1, **kw})
         assert message in str(e.value)
+
+
+def test_cluster_refuses_non_finite_links():
+    """Link overrides must be finite (bandwidth > 0, α >= 0): an Infinity or NaN would reach the
+    JSON; each refusal names the keyword and the value. Control: α = 0 is allowed."""
+    for kw, message in ((dict(inter_bandwidth=float("inf")), "inter_bandwidth (inf) must be a "
+                         "finite number > 0"),
+                        (dict(intra_alpha=float("nan")), "intra_alpha (nan) must be a finite "
+                         "number >= 0")):
+        with pytest.raises(ValueError) as e:
+            planner.cluster(16, 8, **kw)
+        assert str(e.value) == message
+    assert planner.cluster(16, 8, inter_alpha=0.0).inter.alpha == 0.0

@@ -316,13 +316,16 @@ def _plan(args) -> int:
     if args.json:
         print(json.dumps({"model": asdict(m_), "params": m_.params, "gpus": cl.gpus,
                           "attention": args.attention or planner.attention_for(m_, cl.gpu.name),
+                          "precision": args.precision or planner.precision_for(cl.gpu.name),
                           "gpu": cl.gpu.name, **links, "intra": cl.intra.name,
                           "inter": cl.inter.name, "links": links,
                           "gemm_efficiency": cl.gpu.gemm_efficiency,
                           "configs": [c.as_dict() for c in shown]}, allow_nan=False))
         return 0
     att = args.attention or planner.attention_for(m_, cl.gpu.name)
-    print(f"minipar plan: {m_.params / 1e9:.2f} B params, {att} attention, on {cl.gpus} × "
+    prec = args.precision or planner.precision_for(cl.gpu.name)
+    print(f"minipar plan: {m_.params / 1e9:.2f} B params, {att} attention, {prec} precision, "
+          f"on {cl.gpus} × "
           f"{cl.gpu.name} "
           f"(η = {cl.gpu.gemm_efficiency:.2f} of {cl.peak / 1e12:.0f} TFLOP/s), "
           f"B = {args.global_batch}; {len(fitting)} of {len(configs)} layouts fit in "

@@ -119,6 +119,7 @@ parallelism ``ep``; :func:`evaluate` states what each changes.
 """
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass, replace
 from typing import Iterable
 
@@ -602,6 +603,10 @@ def cluster(gpus: int, gpus_per_node: int = 8, gpu: str = "A100-80GB",
                          ">= 1")
     if gpus > gpus_per_node and gpus % gpus_per_node:
         raise ValueError(f"gpus ({gpus}) must be a multiple of gpus_per_node ({gpus_per_node})")
+    for k, v in links.items():                                 # finite: no Infinity downstream
+        if v is not None and not (math.isfinite(v) and v >= 0 and (v > 0 or "alpha" in k)):
+            raise ValueError(f"{k} ({v}) must be a finite number "
+                             f"{'>= 0' if 'alpha' in k else '> 0'}")
     g = gpu_preset(gpu)
     if gemm_efficiency is not None:
         if not 0 < gemm_efficiency <= 1:
