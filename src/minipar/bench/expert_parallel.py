@@ -29,9 +29,9 @@ choice. Reported:
 
 * ``kernels``: in this process, one forward + backward of the experts' MLPs on n·x·K rows
   spread evenly at random over ``--grouped-experts`` experts, three ways
-  (:func:`minipar.expert_parallel.grouped.grouped_mlp`): the per-expert Python loop, one padded
-  batched matmul per weight, and ``torch._grouped_mm`` (float32, variable groups, when this
-  torch has it); one thread, fastest of ``--steps`` tries each, and ``loop_over_padded`` /
+  (:func:`minipar.expert_parallel.experiments.kernel_seconds`): the per-expert Python loop,
+  one padded batched matmul per weight, and ``torch._grouped_mm`` (float32, variable groups,
+  when this torch has it); one thread, fastest of ``--steps`` tries each, and ``loop_over_padded`` /
   ``loop_over_grouped_mm``, ratios measured in the same run.
 
 A benchmark reports, it never asserts: ranks share this machine's cores, so numbers are noisy;
@@ -74,47 +74,6 @@ def _expert_seconds(layer, rows_per_expert: list[int], reps: int) -> float:
         if i:
             best = min(best, t)
     return best
-
-
-def kernel_seconds(rows: int, experts: int, hidden: int, ffn: int, reps: int,
-                   seed: int = 0) -> dict:
-    """Fastest forward + backward of every expert's MLP on ``rows`` rows (float32, experts
-    drawn uniformly at random) per kernel of :mod:`minipar.expert_parallel.grouped`; None for
-    a kernel this torch lacks on this device."""
-    import time
-
-    import torch
-
-    from minipar.expert_parallel.grouped import grouped_mlp
-
-    g = torch.Generator().manual_seed(seed)
-    which = torch.randint(experts, (rows,), generator=g)
-    sizes = torch.bincount(which, minlength=experts)            # (E,)
-    x = torch.randn(rows, hidden, generator=g)                   # (rows, h), expert-major
-    w1 = (torch.randn(experts, hidden, ffn, generator=g) / hidden ** 0.5).requires_grad_()
-    w2 = (torch.randn(experts, ffn, hidden, generator=g) / ffn ** 0.5).requires_grad_()
-    dy = torch.randn(rows, hidden, generator=g)                  # (rows, h) output gradient
-    out, threads = {}, torch.get_num_threads()
-    torch.set_num_threads(1)              # one thread: the ranks' cores are shared, no oversubscription
-    for kernel in ("loop", "padded", "grouped_mm"):
-        best = float("inf")
-        try:
-            for i in range(reps + 1):                            # i = 0: warm-up
-                t0 = time.perf_counter()
-                grouped_mlp(x, sizes, w1, w2, kernel).backward(dy)
-                t = time.perf_counter() - t0
-                w1.grad = w2.grad = None
-                if i:
-                    best = min(best, t)
-            out[kernel] = best
-        except (RuntimeError, AttributeError, NotImplementedError):   # no such kernel here
-            out[kernel] = None
-    torch.set_num_threads(threads)
-    out["loop_over_padded"] = out["loop"] / out["padded"]
-    out["loop_over_grouped_mm"] = (out["loop"] / out["grouped_mm"] if out["grouped_mm"]
-                                   else None)
-    out.update(rows=rows, experts=experts)
-    return out
 
 
 def bench_on_rank(rank: int, ep: int, tokens: int, experts: int, top_k: int, hidden: int,
@@ -185,6 +144,7 @@ def bench(ranks: int = 4, tokens: int = 1024, experts: int | None = None, top_k:
           grouped_experts: int = 32) -> dict:
     from minipar.cost.collectives import fit_alpha_beta
     from minipar.cost.expert_parallel import imbalance, layer_comm_time
+    from minipar.expert_parallel.experiments import kernel_seconds
     from minipar.runtime.launch import run
 
     ep = ranks

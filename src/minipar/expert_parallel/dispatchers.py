@@ -28,7 +28,8 @@ import torch.distributed as dist
 
 from minipar.dist import group_rank, group_size
 
-from .communication import a2a_index, all_gather_rows, all_to_all, exchange_counts, reduce_scatter_rows
+from .communication import (a2a_index, all_gather_rows, all_to_all, exchange_counts,
+                            reduce_scatter_rows)
 
 DISPATCHERS = ("all_to_all", "all_gather", "node_dedup")
 

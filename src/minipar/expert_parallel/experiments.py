@@ -130,7 +130,8 @@ def dispatcher_traffic_on_rank(rank: int, dispatcher: str, experts: int, top_k: 
     x = _randn(tokens_on(rank), H, seed=100 + rank).requires_grad_()
     with tracer.trace() as tr:
         layer(x).sum().backward()
-    mine = [[int(e) for e, k in zip(es, ks) if k] for es, ks in zip(layer_choices(layer, x), layer.kept.tolist())]
+    mine = [[int(e) for e, k in zip(es, ks) if k]                # kept choices per token
+            for es, ks in zip(layer_choices(layer, x), layer.kept.tolist())]
     choices = [None] * ep
     dist.all_gather_object(choices, mine)
     cap = capacity_factor is not None
@@ -449,7 +450,8 @@ def balancing_summary(r: dict, ep: int = 4, window: int = 10) -> dict:
     last = lambda k: sum(r[k][-window:]) / window
     imb = [imbalance(l, ep)["max/mean rank"] for l in r["routed per expert"]]
     return {"first": imb[0], "last": sum(imb[-window:]) / window,
-            "dropped last": last("dropped fraction"), "dropped mass last": last("dropped gate mass"),
+            "dropped last": last("dropped fraction"),
+            "dropped mass last": last("dropped gate mass"),
             "z last": last("z"), "loss last": last("loss")}
 
 
@@ -496,3 +498,44 @@ def balancing_runs_one_thread(steps: int = 40) -> dict:
         return balancing_runs(steps)
     finally:
         torch.set_num_threads(threads)
+
+
+def kernel_seconds(rows: int, experts: int, hidden: int, ffn: int, reps: int,
+                   seed: int = 0) -> dict:
+    """Fastest forward + backward of every expert's MLP on ``rows`` rows (float32, experts
+    drawn uniformly at random) per kernel of :mod:`minipar.expert_parallel.grouped`; None for
+    a kernel this torch lacks on this device."""
+    import time
+
+    import torch
+
+    from .grouped import grouped_mlp
+
+    g = torch.Generator().manual_seed(seed)
+    which = torch.randint(experts, (rows,), generator=g)
+    sizes = torch.bincount(which, minlength=experts)            # (E,)
+    x = torch.randn(rows, hidden, generator=g)                   # (rows, h), expert-major
+    w1 = (torch.randn(experts, hidden, ffn, generator=g) / hidden ** 0.5).requires_grad_()
+    w2 = (torch.randn(experts, ffn, hidden, generator=g) / ffn ** 0.5).requires_grad_()
+    dy = torch.randn(rows, hidden, generator=g)                  # (rows, h) output gradient
+    out, threads = {}, torch.get_num_threads()
+    torch.set_num_threads(1)              # one thread: no oversubscription of shared cores
+    for kernel in ("loop", "padded", "grouped_mm"):
+        best = float("inf")
+        try:
+            for i in range(reps + 1):                            # i = 0: warm-up
+                t0 = time.perf_counter()
+                grouped_mlp(x, sizes, w1, w2, kernel).backward(dy)
+                t = time.perf_counter() - t0
+                w1.grad = w2.grad = None
+                if i:
+                    best = min(best, t)
+            out[kernel] = best
+        except (RuntimeError, AttributeError, NotImplementedError):   # no such kernel here
+            out[kernel] = None
+    torch.set_num_threads(threads)
+    out["loop_over_padded"] = out["loop"] / out["padded"]
+    out["loop_over_grouped_mm"] = (out["loop"] / out["grouped_mm"] if out["grouped_mm"]
+                                   else None)
+    out.update(rows=rows, experts=experts)
+    return out

@@ -91,7 +91,8 @@ def grouped_mlp(rows: torch.Tensor, sizes, w1: torch.Tensor, w2: torch.Tensor,
                 kernel: str = "padded") -> torch.Tensor:
     """Every expert's MLP on its group of rows: gelu(rows W1[e]) W2[e], two grouped GEMMs."""
     if kernel == "loop":                                           # the per-expert Python loop
-        outs = [F.gelu(c @ w1[e]) @ w2[e] for e, c in enumerate(rows.split([int(s) for s in sizes]))]
+        chunks = rows.split([int(s) for s in sizes])
+        outs = [F.gelu(c @ w1[e]) @ w2[e] for e, c in enumerate(chunks)]
         return torch.cat(outs) if outs else rows.new_zeros(0, w2.shape[-1])
     return grouped_mm(F.gelu(grouped_mm(rows, sizes, w1, kernel)), sizes, w2, kernel)
 

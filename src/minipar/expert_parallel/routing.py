@@ -20,8 +20,9 @@ token (top-K), n tokens, C tokens an expert may take (its capacity), c_f the cap
 * **Balancing loss** (Fedus et al. 2022, Eq. 4–6): aux = E · Σ_e f_e · P_e with f_e the fraction
   of the n·K assignments routed to e (before dropping) and P_e the mean router probability of e.
   It is 1 for a perfectly even router; its maximum, E/K, is reached when every token sends its K
-  choices to the same K experts (E for top-1); only P carries a gradient. (Switch has K = 1; dividing the counts by n·K keeps aux = 1 at balance for any K, as
-  Megatron-LM's ``switch_load_balancing_loss_func`` does.)
+  choices to the same K experts (E for top-1); only P carries a gradient. (Switch has K = 1;
+  dividing the counts by n·K keeps aux = 1 at balance for any K, as Megatron-LM's
+  ``switch_load_balancing_loss_func`` does.)
 """
 from __future__ import annotations
 

@@ -15,7 +15,8 @@ token-major, with ≤ C, per slot; dropless rows left in source order, group siz
 as sent) and names the one the answer matches, with the rank, token or element where it shows.
 Every returned tensor's dtype and shape are checked against what the exercise states (a 0/1
 int64 mask is not a bool mask: indexing with it gathers rows 0 and 1). Exercise 5 (dropless
-dispatch, expert-major rows and group sizes for one grouped GEMM) runs on ranks like 2 and 3. Answers that call the course's ``minipar.expert_parallel`` are rejected
+dispatch, expert-major rows and group sizes for one grouped GEMM) runs on ranks like 2 and 3.
+Answers that call the course's ``minipar.expert_parallel`` are rejected
 (:mod:`minipar.grading.imports`), except its ``all_to_all`` in exercise 3, which the exercise
 hands the learner.
 """
