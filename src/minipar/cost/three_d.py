@@ -463,6 +463,36 @@ def check(m_: ModelShape, cl: Cluster, global_batch: int, *, tp: int, pp: int, d
                          f"every micro-batch under PP; use ZeRO-1 or ZeRO-3), got p ({p})")
 
 
+def _candidates(m_: ModelShape, cl: Cluster, global_batch: int, tp, pp, dp, micro_batch, cp,
+                max_cp: int, ep, max_ep: int, max_micro_batch: int, refused: list[str]):
+    """(t, cp, ep, p, d, b) of :func:`search`'s space that divide the GPUs and the batch; the
+    rule and the values of each one left out go to ``refused``."""
+    def powers(fixed, top):
+        return [fixed] if fixed else [1 << k for k in range(top.bit_length()) if 1 << k <= top]
+    ts = [tp] if tp else [k for k in _divisors(m_.heads) if k <= cl.gpus_per_node]
+    ps = [pp] if pp else _divisors(m_.layers)
+    for t, cp_, ep_, p in ((t, c, e, p) for t in ts for c in powers(cp, max_cp)
+                           for e in powers(ep, max_ep) for p in ps):
+        if ep_ > 1 and not m_.moe:
+            continue
+        if cl.gpus % (t * cp_ * p):
+            refused.append(f"t·cp·p ({t * cp_ * p}) must divide the GPUs ({cl.gpus})")
+            continue
+        d = cl.gpus // (t * cp_ * p)
+        if dp and d != dp:
+            refused.append(f"t·cp·p·d ({t * cp_ * p * dp}) must equal the GPUs ({cl.gpus})")
+            continue
+        if global_batch % d:
+            refused.append(f"d ({d}) must divide the global batch ({global_batch})")
+            continue
+        for b in powers(micro_batch, max_micro_batch):
+            if global_batch % (d * b):
+                refused.append(f"micro-batch ({b}) × d ({d}) must divide the global batch "
+                               f"({global_batch})")
+                continue
+            yield t, cp_, ep_, p, d, b
+
+
 def search(m_: ModelShape, cl: Cluster, global_batch: int, *, tp: int | None = None,
            pp: int | None = None, dp: int | None = None, micro_batch: int | None = None,
            zero: int | None = None, max_micro_batch: int = 8, max_chunks: int = 4,
@@ -486,50 +516,23 @@ def search(m_: ModelShape, cl: Cluster, global_batch: int, *, tp: int | None = N
     refused = refusals if refusals is not None else []
     options(**model_options)                                   # its rules, once
     out: list[Config] = []
-    ts = [tp] if tp else [k for k in _divisors(m_.heads) if k <= cl.gpus_per_node]
-    ps = [pp] if pp else _divisors(m_.layers)
-
-    def powers(fixed, top):
-        return [fixed] if fixed else [1 << k for k in range(top.bit_length()) if 1 << k <= top]
-    for t, cp_, ep_, p in ((t, c, e, p) for t in ts for c in powers(cp, max_cp)
-                           for e in powers(ep, max_ep) for p in ps):
-        if ep_ > 1 and not m_.moe:
-            continue
-        if cl.gpus % (t * cp_ * p):
-            refused.append(f"t·cp·p ({t * cp_ * p}) must divide the GPUs ({cl.gpus})")
-            continue
-        d = cl.gpus // (t * cp_ * p)
-        if dp and d != dp:
-            refused.append(f"t·cp·p·d ({t * cp_ * p * dp}) must equal the GPUs ({cl.gpus})")
-            continue
-        if global_batch % d:
-            refused.append(f"d ({d}) must divide the global batch ({global_batch})")
-            continue
-        bs = [micro_batch] if micro_batch else \
-            [1 << k for k in range(max_micro_batch.bit_length()) if 1 << k <= max_micro_batch]
-        for b in bs:
-            if global_batch % (d * b):
-                refused.append(f"micro-batch ({b}) × d ({d}) must divide the global batch "
-                               f"({global_batch})")
-                continue
-            m = global_batch // (d * b)
-            vs = [1] + [v for v in (2, 4) if v <= max_chunks and p > 1 and m % p == 0
-                        and m_.layers % (p * v) == 0]
-            zs = [0] if d == 1 else (list(ZERO_STAGES) if p == 1 else [0, 1, 3])
-            if zero is not None:
-                zs = [zero]
-            for v in vs:
-                for rc in ([recompute] if recompute else RECOMPUTE):
-                    for sp in ((False, True) if t > 1 else (False,)):
-                        for z in zs:
-                            try:
-                                out.append(evaluate(m_, cl, global_batch, tp=t, pp=p, dp=d,
-                                                    micro_batch=b, chunks=v, recompute=rc,
-                                                    sp=sp, zero=z, cp=cp_, ep=ep_,
-                                                    **model_options))
-                            except ValueError as e:
-                                refused.append(str(e))
-                                continue
+    grid = _candidates(m_, cl, global_batch, tp, pp, dp, micro_batch, cp, max_cp, ep, max_ep,
+                       max_micro_batch, refused)
+    for t, cp_, ep_, p, d, b in grid:
+        m = global_batch // (d * b)
+        vs = [1] + [v for v in (2, 4) if v <= max_chunks and p > 1 and m % p == 0
+                    and m_.layers % (p * v) == 0]
+        zs = [zero] if zero is not None else \
+            [0] if d == 1 else (list(ZERO_STAGES) if p == 1 else [0, 1, 3])
+        for v, rc, sp, z in ((v, rc, sp, z) for v in vs
+                             for rc in ([recompute] if recompute else RECOMPUTE)
+                             for sp in ((False, True) if t > 1 else (False,)) for z in zs):
+            try:
+                out.append(evaluate(m_, cl, global_batch, tp=t, pp=p, dp=d, micro_batch=b,
+                                    chunks=v, recompute=rc, sp=sp, zero=z, cp=cp_, ep=ep_,
+                                    **model_options))
+            except ValueError as e:
+                refused.append(str(e))
     out.sort(key=lambda c: (not c.fits, c.step_seconds, c.bytes_per_gpu))
     return out
 
