@@ -17,10 +17,7 @@ GiB = 2**30
 # The PCIe H100 has less compute and memory bandwidth than the SXM part, not only a slower
 # link: 756 dense bf16 TFLOP/s (the datasheet's 1,513 is with 2:4 sparsity) on 114 SMs, 80 GB
 # HBM2e at 2.0 TB/s (the SXM part: 989 TFLOP/s, 132 SMs, HBM3 at 3.35 TB/s).
-H100_PCIE = replace(GPUS["H100-SXM"], name="H100-PCIe", peak_flops={"bf16": 756e12},
-                    sms=114, hbm_bandwidth=2.0e12,
-                    source="NVIDIA H100 Tensor Core GPU datasheet (PCIe, dense)",
-                    note="1,513 TFLOP/s bf16 'with sparsity' halved; 114 SMs; HBM2e 2.0 TB/s")
+H100_PCIE = GPUS["H100-PCIe"]
 
 # Published layouts (t, p, d) and where they ran. A100 presets carry NVLink 3 and HDR 200 per
 # GPU (DGX A100); BLOOM ran on Jean Zay: 4 × 100 Gb/s Omni-Path per 8-GPU node.
@@ -207,11 +204,13 @@ def worked_layouts(model: str = "llama2-70b", gpus: int = 256, batch: int = 512,
 
 def cost_per_token(model: str = "llama2-70b", gpus: int = 64, batch: int = 256,
                    price_nvlink: float = 2.69, price_pcie: float = 1.99,
-                   zero3_collectives: str = "flat-ring") -> dict:
+                   zero3_collectives: str | None = None) -> dict:
     """Best layout and $ per million tokens on H100 SXM (NVLink) and H100 PCIe servers, same
     InfiniBand between nodes, at the given $/GPU-hour; a third row keeps the SXM compute and
     price but puts a PCIe link between the GPUs, to separate the link from the chip.
-    ``zero3_collectives``: as :func:`minipar.cost.three_d.evaluate`."""
+    ``zero3_collectives``: as :func:`minipar.cost.three_d.evaluate` (``None``: the planner's
+    default, NCCL's hierarchical algorithm; ``"flat-ring"``: DeepSpeed's 2021 rate)."""
+    z3 = {} if zero3_collectives is None else {"zero3_collectives": zero3_collectives}
     m = planner.MODELS[model]
     out = {}
     rows = (("NVLink (H100 SXM)", GPUS["H100-SXM"], "nvlink4-h100", price_nvlink),
@@ -220,8 +219,7 @@ def cost_per_token(model: str = "llama2-70b", gpus: int = 64, batch: int = 256,
             ("SXM compute, PCIe link", GPUS["H100-SXM"], "pcie5-x16", price_nvlink))
     for name, gpu, intra, price in rows:
         cl = replace(planner.cluster(gpus, 8, "H100-SXM", intra=intra), gpu=gpu)
-        c = next(c for c in planner.search(m, cl, batch, zero3_collectives=zero3_collectives)
-                 if c.fits)
+        c = next(c for c in planner.search(m, cl, batch, **z3) if c.fits)
         tokens = batch * m.seq
         out[name] = {"config": c, "price": price,
                      "usd_per_million_tokens": planner.dollars_per_million_tokens(
@@ -236,15 +234,17 @@ def cost_comparison(price_nvlink: float = 2.69, price_pcie: float = 1.99,
     ``usd`` per million tokens (NVLink, PCIe, SXM compute behind a PCIe link), the link's own
     penalty and the price gap in %, ``facts`` (which is cheaper; the PCIe part beats the third
     row; the link's penalty is below the price gap), the sentence saying which server buys the
-    cheaper token, and ``usd_ideal`` (NVLink, PCIe) with the hierarchical ZeRO-3 algorithm and
-    whether the NVLink server's best layout is then a ZeRO-3 one."""
+    cheaper token, what the PCIe part's token says about its chip, and ``usd_flat`` (NVLink,
+    PCIe) with ZeRO-3's collectives across nodes as DeepSpeed's 2021 flat ring (one NIC's rate
+    per GPU, Narayanan et al. 2021 §5.2) and whether the NVLink server's best layout is then
+    still a ZeRO-3 one (``flat_nvlink_zero3``)."""
     rows = cost_per_token(model, gpus, batch, price_nvlink, price_pcie)
-    ideal = cost_per_token(model, gpus, batch, price_nvlink, price_pcie,
-                           zero3_collectives="hierarchical")
+    flat = cost_per_token(model, gpus, batch, price_nvlink, price_pcie,
+                          zero3_collectives="flat-ring")
     nv, pc, link_only = (r["usd_per_million_tokens"] for r in rows.values())
     penalty, gap = 100 * (link_only / nv - 1), 100 * (price_nvlink / price_pcie - 1)
     cheap, dear, cheaper = (nv, pc, "NVLink") if nv < pc else (pc, nv, "PCIe")
-    first = next(iter(ideal.values()))
+    first = next(iter(flat.values()))
     return {"rows": rows, "usd": (nv, pc, link_only), "link_penalty": penalty, "price_gap": gap,
             "facts": {"nvlink_cheapest": nv < pc, "pcie_part_beats_link_only": pc < link_only,
                       "link_penalty_below_price_gap": penalty < gap},
@@ -256,8 +256,9 @@ def cost_comparison(price_nvlink: float = 2.69, price_pcie: float = 1.99,
                              "for the slower chip" if pc < link_only else
                              "more than that third row: the slower chip costs more than its "
                              "lower price saves")),
-            "usd_ideal": tuple(r["usd_per_million_tokens"] for r in list(ideal.values())[:2]),
-            "ideal_nvlink_zero3": first["config"].zero == 3}
+            "nvlink_zero3": rows["NVLink (H100 SXM)"]["config"].zero == 3,
+            "usd_flat": tuple(r["usd_per_million_tokens"] for r in list(flat.values())[:2]),
+            "flat_nvlink_zero3": first["config"].zero == 3}
 
 
 def smallest_cluster_that_fits(model: str = "llama2-70b", batch: int = 64, seq: int = 4096,
