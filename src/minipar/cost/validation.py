@@ -52,7 +52,7 @@ A100 peak, HBM, SMs        312 TFLOP/s,    datasheet                            
                            2039 GB/s, 108
 links' bandwidth           per preset      datasheets; α assumed                (not fitted)
 ZeRO-3 collectives         flat ring       PTD-P §5.2 Table 2 (in-sample)       nothing independent yet
-across nodes
+across nodes, 2021         (the planner's default today: NCCL's hierarchical, not fitted)
 ZeRO-3 gradient bytes      2               DeepSpeed's default dtype            §5.2 (in-sample)
 η, H200                    ceiling / peak  ``h200_layer_gemm_times.json``:      ``h200_step_times.json``
                            = 0.78          an 8192³ bf16 matmul, 775 TFLOP/s
