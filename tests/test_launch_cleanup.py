@@ -99,6 +99,9 @@ def test_any_connection_error_retires_the_zygote():
         def send(self, obj):
             self.conn.send(obj)
 
+        def poll(self, timeout=0.0):
+            return self.conn.poll(timeout)
+
         def recv(self):
             raise pickle.UnpicklingError("invalid load key, 'x'")
     z.conn = Garbled(z.conn)
