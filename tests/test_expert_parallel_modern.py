@@ -125,6 +125,31 @@ def test_dispatchers_equal_one_process_and_bytes_equal_model(world, node_size):
         assert rows["node_dedup"] < rows["all_to_all"]
 
 
+def _train_dispatchers_on_rank(rank, world):
+    from minipar.expert_parallel.dispatchers import node_groups
+    from minipar.expert_parallel.experiments import ep_dp_train_on_rank
+    from minipar.expert_parallel.grid import ep_dp_groups
+    groups = ep_dp_groups(world)
+    node, rail = node_groups(2, [list(range(world))])
+    out = {}
+    for disp, kernel in (("all_to_all", "loop"), ("all_to_all", "padded"),
+                         ("all_gather", "padded"), ("node_dedup", "padded")):
+        kw = {"node_group": node, "rail_group": rail} if disp == "node_dedup" else {}
+        for cf in (None, 1.0):
+            r = ep_dp_train_on_rank(rank, world, world, 2 * world, 2, cf, 3, groups=groups,
+                                    dispatcher=disp, kernel=kernel, **kw)
+            out[disp, kernel, cf] = max(r["param diff per step"])
+    return out
+
+
+@pytest.mark.slow
+def test_dispatchers_train_like_one_process():
+    """Three SGD steps with momentum on 4 ranks (2 nodes of 2): parameters equal one process."""
+    res = run(_train_dispatchers_on_rank, 4)
+    for key in res[0]:
+        assert max(r[key] for r in res) < TOL, key
+
+
 def test_dispatcher_models_from_counts():
     choices = [[[0, 1], [2, 3], [0, 3]], [[1, 2]]]            # 2 ranks, E 4, node_size 1
     rows = cost.dispatch_rows(choices, 4)

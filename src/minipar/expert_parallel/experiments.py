@@ -161,17 +161,18 @@ def layer_choices(layer, x) -> list[list[int]]:
 def ep_dp_train_on_rank(rank: int, world: int, ep: int, experts: int, top_k: int,
                         capacity_factor=None, steps: int = 3, aux_coef: float = 0.01,
                         expert_divisor: int | None = None, lr: float = 0.1,
-                        groups=None) -> dict:
+                        groups=None, **layer_kw) -> dict:
     """EP inside DP on ``world`` ranks (grid (dp, ep)), SGD with momentum for ``steps`` steps,
     against one process that runs each replica's tokens (rank order) and averages the ranks'
     mean losses. Returns the max parameter difference (this rank's router and owned experts)
     after each step. (SGD, not Adam: Adam divides by √v and so hides a gradient off by a
-    constant factor, the very bug ``expert_divisor`` plants.)"""
+    constant factor, the very bug ``expert_divisor`` plants.) ``layer_kw``: the layer's
+    ``kernel``, ``dispatcher``, ``node_group``, ``rail_group``."""
     ep_group, dp_group = groups if groups is not None else ep_dp_groups(ep)
     dp, d = world // ep, rank // ep
     n = 6
     moe = make_moe(experts, top_k, capacity_factor)
-    layer = ExpertParallelMoE.from_full(moe, group=ep_group)
+    layer = ExpertParallelMoE.from_full(moe, group=ep_group, **layer_kw)
     opt_ref = torch.optim.SGD(moe.parameters(), lr=lr, momentum=0.9)
     opt = torch.optim.SGD(layer.parameters(), lr=lr, momentum=0.9)
     own = slice(layer.first, layer.first + layer.local)
