@@ -670,3 +670,18 @@ def test_cluster_refuses_non_finite_links():
             planner.cluster(16, 8, **kw)
         assert str(e.value) == message
     assert planner.cluster(16, 8, inter_alpha=0.0).inter.alpha == 0.0
+
+
+def test_ep_all_to_all_across_nodes_sends_on_node_bytes_over_nvlink():
+    """An EP group of 16 on 8-GPU nodes: each rank's 7 on-node peers over NVLink and 8 off-node
+    peers over its own NIC, concurrently; the NIC side is the slower. Negative control: all 15
+    peers through the NIC (the model before) is slower still; inside a node: the pairwise
+    exchange on NVLink."""
+    from minipar.cost.expert_parallel import all_to_all_time
+    from minipar.cost.three_d_terms import ep_all_to_all_seconds
+    cl, S = h100(64), 64e6
+    far = 8 * cl.inter.alpha + 8 / 16 * S / cl.inter.bandwidth
+    assert ep_all_to_all_seconds(S, 16, cl) == pytest.approx(far)
+    assert all_to_all_time(S, 16, cl.inter.alpha, cl.inter.bandwidth) > 1.5 * far
+    assert ep_all_to_all_seconds(S, 8, cl) == all_to_all_time(S, 8, cl.intra.alpha,
+                                                              cl.intra.bandwidth)

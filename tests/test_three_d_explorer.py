@@ -211,9 +211,9 @@ def _cp_ep_cases():
     for cp, ep, d in ((0, 1, 8), (2, 0, 8), (-1, 2, 8), (2, 1, 32), (1, 2, 6), (1, 3, 8)):
         out.append(dict(m=_MOE, cl=cl, tp=2, pp=2, dp=d, cp=cp, ep=ep, micro_batch=1, chunks=1,
                         recompute="selective", sp=True, zero=1))   # cp/ep rules, gpus ≠ t·cp·p·d
-    for z in (0, 1, 3):                    # folding: ep = 8 over t·d = 8 ranks, d = 2
-        out.append(dict(m=_MOE, cl=cl, tp=4, pp=8, dp=2, cp=1, ep=8, micro_batch=1, chunks=1,
-                        recompute="selective", sp=True, zero=z))
+    for z, c in itertools.product((0, 1, 3), (cl, clusters[1])):   # folding: ep = 8 over t·d =
+        out.append(dict(m=_MOE, cl=c, tp=4, pp=8, dp=2, cp=1, ep=8, micro_batch=1, chunks=1,
+                        recompute="selective", sp=True, zero=z))  # 8 ranks, d = 2; 2 nodes of 4
     return out
 
 

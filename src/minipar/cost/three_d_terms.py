@@ -467,10 +467,24 @@ def term_ep(m_, cl, lay: Layout) -> float:
     if ep == 1:
         return 0.0
     rows = m_.top_k * lay.micro_batch * (m_.seq // lay.cp) * m_.hidden * 2 / (t if lay.sp else 1)
-    ep_link = cl.intra if ep <= cl.gpus_per_node else cl.inter   # ep consecutive ranks
     n_a2a = 6 if lay.recompute == "full" else 4
-    return (m_.layers // lay.pp) * n_a2a * all_to_all_time(rows, ep, ep_link.alpha,
-                                                          ep_link.bandwidth)
+    return (m_.layers // lay.pp) * n_a2a * ep_all_to_all_seconds(rows, ep, cl)
+
+
+def ep_all_to_all_seconds(nbytes: float, ep: int, cl) -> float:
+    """One all-to-all of ``nbytes`` per rank over ep consecutive ranks: inside a node the
+    pairwise exchange on the intra link (:func:`minipar.cost.expert_parallel.all_to_all_time`);
+    spanning nodes, a rank's min(ep, g) − 1 on-node peers over NVLink and its ep − min(ep, g)
+    off-node peers over its own NIC at the same time (each GPU's rail; the off-node share
+    (ep − min(ep, g))/ep of :func:`minipar.cost.expert_parallel.off_node_fraction`), the slower
+    of the two: (n−1)α + (n−1)/ep·S/B on each."""
+    g = cl.gpus_per_node
+    if ep <= g:
+        return all_to_all_time(nbytes, ep, cl.intra.alpha, cl.intra.bandwidth)
+    on = min(ep, g)
+    near = (on - 1) * cl.intra.alpha + (on - 1) / ep * nbytes / cl.intra.bandwidth
+    far = (ep - on) * cl.inter.alpha + (ep - on) / ep * nbytes / cl.inter.bandwidth
+    return max(near, far)
 
 
 class Zero3Term(NamedTuple):

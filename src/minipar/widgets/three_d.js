@@ -506,9 +506,19 @@ export function termEp(model, cluster, lay) {
   const {ep, tp: t} = lay;
   if (ep === 1) return 0.0;
   const rows = (m.top_k * lay.micro_batch * Math.floor(m.seq / lay.cp) * m.hidden * 2) / (lay.sp ? t : 1);
-  const epLink = ep <= cluster.gpus_per_node ? cluster.intra : cluster.inter;   // ep consecutive ranks
   const nA2a = lay.recompute === "full" ? 6 : 4;
-  return Math.floor(m.layers / lay.pp) * nA2a * allToAllTime(rows, ep, epLink.alpha, epLink.bandwidth);
+  return Math.floor(m.layers / lay.pp) * nA2a * epAllToAllSeconds(rows, ep, cluster);
+}
+
+// Python: ep_all_to_all_seconds(nbytes, ep, cl): on-node peers over NVLink, off-node over each
+// GPU's NIC, at the same time
+export function epAllToAllSeconds(nbytes, ep, cluster) {
+  const g = cluster.gpus_per_node;
+  if (ep <= g) return allToAllTime(nbytes, ep, cluster.intra.alpha, cluster.intra.bandwidth);
+  const on = Math.min(ep, g);
+  const near = (on - 1) * cluster.intra.alpha + ((on - 1) / ep) * nbytes / cluster.intra.bandwidth;
+  const far = (ep - on) * cluster.inter.alpha + ((ep - on) / ep) * nbytes / cluster.inter.bandwidth;
+  return Math.max(near, far);
 }
 
 // Python: term_zero3_exposed(m_, cl, lay, opt, layer) -> {exposed, per_layer, link}
