@@ -101,7 +101,8 @@ def validation_summary() -> dict:
     predicted and published TFLOP/s over Table 1 of Narayanan et al. 2021 as run, Table 1 under
     each micro-batch choice (``modes``: as run, 1, the planner's; ``settled``: b = v = 1, the
     inputs η was settled on; ``split``: η settled on half of Table 1, checked on the other
-    half, :func:`minipar.cost.validation.split_check`), the GEMM evidence for the
+    half, :func:`minipar.cost.validation.split_check`; ``rule``: the same with the A100's
+    GEMMs priced by the "additive" rule measured on the H200), the GEMM evidence for the
     effect the model misses there, the H200 validation set and the §5.2 ZeRO-3 comparison."""
     rows = validation.published_runs()
     table1 = [r for r in rows if r.where == "Table 1"]
@@ -114,6 +115,7 @@ def validation_summary() -> dict:
             "settled": validation.table1_summary("1", interleaved=False),
             "evidence": validation.wave_quantisation_evidence(),
             "split": validation.split_check("planner"),
+            "rule": validation.split_check("planner", "additive"),
             "h200": validation.h200_summary(),
             "zero3": validation.zero3_comparison(),
             "zero3_effects": [validation.zero3_missing_effect(m) for m in validation.ZERO3_TABLE2]}
@@ -143,6 +145,8 @@ def validation_glue(val: dict | None = None) -> dict:
            "split_eta": val["split"]["eta"], "split_within10": val["split"]["held_out_within10"],
            "split_worst": val["split"]["held_out_worst"],
            "split_spearman": val["split"]["spearman"],
+           "rule_eta": val["rule"]["eta"], "rule_within10": val["rule"]["within10"],
+           "rule_worst": val["rule"]["worst"], "rule_spearman": val["rule"]["spearman"],
            "h200_n": h2["n"], "h200_time_ok": h2["time_ok"], "h200_memory_ok": h2["memory_ok"],
            "h200_refused": len(h2["refused"]),
            "h200_time_worst": h2["worst_time"], "h200_memory_worst": h2["worst_memory"],
