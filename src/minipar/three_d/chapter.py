@@ -147,6 +147,10 @@ def validation_glue(val: dict | None = None) -> dict:
            "split_spearman": val["split"]["spearman"],
            "rule_eta": val["rule"]["eta"], "rule_within10": val["rule"]["within10"],
            "rule_worst": val["rule"]["worst"], "rule_spearman": val["rule"]["spearman"],
+           **{f"rule_{key}_err": validation.predict(
+               next(r for r in validation.RUNS if r.name == name), "planner",
+               eta=val["rule"]["eta"], gemm_rule="additive").error
+              for key, name in (("bloom", "BLOOM 176B"), ("mtnlg", "MT-NLG 530B"))},
            "h200_n": h2["n"], "h200_time_ok": h2["time_ok"], "h200_memory_ok": h2["memory_ok"],
            "h200_refused": len(h2["refused"]),
            "h200_time_worst": h2["worst_time"], "h200_memory_worst": h2["worst_memory"],
