@@ -387,3 +387,30 @@ def test_the_kernel_watch_beats_stops_a_stall_and_kills_what_ignores_sigint(tmp_
     assert "stopped after 3 CPU-seconds of the kernel" in run.cells[3].reason
     assert 4 not in run.cells                      # the kernel was killed: nothing ran after
     assert run.died is None                        # stopped by the grader, not a crash
+
+
+@pytest.mark.slow
+def test_after_a_sigkill_the_next_grade_removes_the_folder_left(sandbox):
+    """SIGKILL cannot be handled: the kernel and everything under it exit by themselves (the
+    kernel polls its parent), and the next `minipar grade` removes the folder left behind.
+    A folder of another host token (another container's /tmp) stays."""
+    env, tmp, side, tag = sandbox
+    nb = _exercise(side / "nbs", RANKS_CELL)
+    p = _grade(env, nb)
+    markers = [side / "rank.0", side / "rank.1"]
+    _wait_for(lambda: all(m.exists() and m.read_text() for m in markers) or p.poll() is not None,
+              240, "both ranks and their children")
+    p.kill()
+    p.wait()
+    procs, _ = _settled(tag, tmp, seconds=30)
+    assert procs == []
+    left = [f.name for f in tmp.iterdir()]
+    assert len(left) == 1 and left[0].startswith("minipar-grade-"), left
+    neighbour = tmp / f"minipar-grade-0000beef-{p.pid}-x"
+    neighbour.mkdir()
+    out = subprocess.run([sys.executable, "-m", "minipar.cli", "grade", "no-such.ipynb"],
+                         env=env, capture_output=True, text=True, timeout=120, cwd=ROOT)
+    assert out.returncode == 2                        # a bad path: nothing graded, and yet
+    again = _grade(env, _exercise(side / "nbs2", "x = 1"))
+    again.communicate(timeout=300)
+    assert sorted(f.name for f in tmp.iterdir()) == [neighbour.name]

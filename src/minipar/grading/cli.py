@@ -29,6 +29,7 @@ import argparse
 import contextlib
 import json
 import math
+import os
 import signal
 import sys
 import tempfile
@@ -202,6 +203,35 @@ from minipar.grading.runner import (_SIGNALS, Interrupted, first_signal, shielde
                                     signals_unwind)
 
 # ----------------------------------------------------------------------------- grading
+def _remove_stale_folders() -> list[str]:
+    """Remove ``minipar-grade-<host>-<pid>-*`` folders of this host (boot and PID namespace)
+    and user whose grader ``pid`` is gone: left by a grader killed with SIGKILL (its kernel
+    and everything under it exit by themselves: the kernel polls its parent)."""
+    import re
+    import shutil
+
+    from minipar.runtime.pool import _pid_alive, host_token
+
+    base, host, removed = tempfile.gettempdir(), host_token(), []
+    try:
+        names = os.listdir(base)
+    except OSError:
+        return removed
+    for name in names:
+        m = re.fullmatch(r"minipar-grade-([0-9a-f]{8})-(\d+)-\w+", name)
+        if not m or m.group(1) != host or int(m.group(2)) == os.getpid():
+            continue
+        path = os.path.join(base, name)
+        try:
+            mine = os.stat(path).st_uid == os.getuid()
+        except OSError:
+            continue
+        if mine and not _pid_alive(int(m.group(2))):
+            shutil.rmtree(path, ignore_errors=True)
+            removed.append(name)
+    return removed
+
+
 def _shown(path) -> str:
     shown = Path(path).resolve()
     with contextlib.suppress(ValueError):
@@ -222,8 +252,12 @@ def grade(paths, timeout: float | None = None, progress=None) -> dict:
     nbs, wanted = notebooks(paths)
     rows, missing, empty = [], [], []
     covered = set()
+    from minipar.runtime.pool import host_token
+
     with shielded():
-        tmp_dir = tempfile.TemporaryDirectory(prefix="minipar-grade-")
+        _remove_stale_folders()
+        tmp_dir = tempfile.TemporaryDirectory(prefix=f"minipar-grade-{host_token()}-"
+                                                     f"{os.getpid()}-")
     try:
         tmp = Path(tmp_dir.name)
         todo = []
