@@ -243,3 +243,29 @@ def test_exercises_check_reads_the_repository_not_the_learners_copy(tmp_path, mo
     assert main(["--check"]) == 0, "a learner's edit is not a stale starter"
     git("add", str(starter))                                   # negative control: committed
     assert main(["--check"]) == 1
+
+
+# ----------------------------------------------------------------------------- notebook cache
+def _src_hash(folder: Path) -> str:
+    out = subprocess.run(["make", "-s", "--no-print-directory", "-C", str(folder), "-f",
+                          str(ROOT / "Makefile"), "--eval", "print-src-hash: ; @echo $(SRC_HASH)",
+                          "print-src-hash"], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    return out.stdout.strip()
+
+
+def test_the_book_cache_is_dropped_when_src_changes(tmp_path):
+    """jupyter-cache keys outputs on cells only; `make book` drops it when src/ changes and
+    `make book-strict` (make test) never uses it."""
+    (tmp_path / "src").mkdir()
+    (tmp_path / "src" / "m.py").write_text("A = 1\n")
+    first = _src_hash(tmp_path)
+    (tmp_path / "notes.txt").write_text("not the package\n")
+    assert _src_hash(tmp_path) == first                       # negative control
+    (tmp_path / "src" / "m.py").write_text("A = 2\n")
+    assert _src_hash(tmp_path) != first
+    make = (ROOT / "Makefile").read_text()
+    book = make.split("\nbook:")[1].split("\n\n")[0]
+    strict = make.split("\nbook-strict:")[1].split("\n\n")[0]
+    assert "$(fresh_cache)" in book and "rm -rf _build/.jupyter_cache" in make
+    assert strict.index("rm -rf _build/.jupyter_cache") < strict.index("$(JB) build")
