@@ -414,3 +414,14 @@ def test_after_a_sigkill_the_next_grade_removes_the_folder_left(sandbox):
     again = _grade(env, _exercise(side / "nbs2", "x = 1"))
     again.communicate(timeout=300)
     assert sorted(f.name for f in tmp.iterdir()) == [neighbour.name]
+
+
+def test_ctrl_c_in_any_command_is_one_line_and_status_130(capsys, monkeypatch):
+    from minipar import cli
+    from minipar.bench import launch as bench_launch
+
+    def interrupted(*a, **k):
+        raise KeyboardInterrupt
+    monkeypatch.setattr(bench_launch, "measure", interrupted)
+    assert cli.main(["bench", "launch", "--ranks", "2", "--backend", "gloo"]) == 130
+    assert capsys.readouterr().err == "minipar bench: interrupted\n"

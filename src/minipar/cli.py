@@ -3,7 +3,8 @@
 Each subcommand lives beside the code it drives and registers itself through an
 ``add_parser(subparsers)`` function listed in ``_COMMAND_MODULES``. Bad input exits with status 2
 and one line naming the rule and the value (:class:`minipar.errors.InputError`), never a
-traceback. This is the top layer: it imports the library, never the other way round.
+traceback; Ctrl-C exits with status 130 and one line. This is the top layer: it imports the
+library, never the other way round.
 """
 from __future__ import annotations
 
@@ -65,6 +66,9 @@ def main(argv: list[str] | None = None) -> int:
     except InputError as e:
         print(f"minipar {args.command}: error: {e}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:  # Ctrl-C: one line, not a traceback (ranks are stopped on the way)
+        print(f"minipar {args.command}: interrupted", file=sys.stderr)
+        return 130
 
 
 if __name__ == "__main__":  # python -m minipar.cli
