@@ -685,3 +685,25 @@ def test_ep_all_to_all_across_nodes_sends_on_node_bytes_over_nvlink():
     assert all_to_all_time(S, 16, cl.inter.alpha, cl.inter.bandwidth) > 1.5 * far
     assert ep_all_to_all_seconds(S, 8, cl) == all_to_all_time(S, 8, cl.intra.alpha,
                                                               cl.intra.bandwidth)
+
+
+def test_cp_all_gather_is_exposed_and_the_ring_hides_under_blocks(capsys):
+    """Llama 3 405B at 128K, t = 8, cp = 16: all-gather CP (Llama 3) pays its collectives
+    exposed, each half a multi-NIC all-reduce over the 16 cp ranks (forward twice under full
+    recomputation); the ring's sends hide under the 16 blocks of compute. Negative control: the
+    all-gather's time is not zero and equals the sum of its collectives."""
+    from minipar.cost.context_parallel import allgather_collectives_per_layer
+    m, cl = planner.MODELS["llama3-405b-128k"], h100(16384)
+    kw = dict(tp=8, pp=16, dp=8, cp=16, micro_batch=1, recompute="full", sp=True, zero=1)
+    ring = planner.evaluate(m, cl, 128, **kw)
+    ag = planner.evaluate(m, cl, 128, cp_algorithm="all-gather", **kw)
+    assert ring.cp_seconds == 0 and ag.cp_seconds > 0 and ag.step_seconds > ring.step_seconds
+    colls = allgather_collectives_per_layer(1, m.seq, planner.kv_width_per_rank(m, 8), 16)
+    half = [planner.dp_allreduce_seconds(S, 16, 8, cl)[0] / 2 for _, S in
+            colls["forward"] * 2 + colls["backward"]]
+    r = ag.bubble_relative
+    assert ag.cp_seconds == pytest.approx(ag.microbatches * (1 + r) * (m.layers // 16) * sum(half))
+    out = plan_json(capsys, "--model", "llama3-405b-128k", "--gpus", "16384", "--gpu",
+                    "H100-SXM", "--global-batch", "128", "--tp", "8", "--pp", "16", "--cp", "16",
+                    "--recompute", "full", "--cp-algorithm", "all-gather", "--top", "1")
+    assert out["configs"][0]["cp_seconds"] > 0

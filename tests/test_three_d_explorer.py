@@ -227,7 +227,8 @@ def _evaluate_cp_ep(c):
 def _js_evaluate_cp_ep(c, model=None):
     return ("planEvaluate", [model or _js_model(c["m"]), cluster_config(c["cl"]), 64, c["tp"],
                              c["pp"], c["dp"], c["micro_batch"], c["chunks"], c["recompute"],
-                             c["sp"], c["zero"], None, True, None, "hierarchical", c["cp"], c["ep"]])
+                             c["sp"], c["zero"], None, True, None, "hierarchical", c["cp"],
+                             c["ep"]])
 
 
 def _expected(cases):
@@ -327,7 +328,8 @@ def _term_cases():
                dict(zero3_overlap=False, overlap_grad_reduce=True),
                dict(dp_overlap=False, grad_reduce_bytes=2),
                dict(precision="bf16-grads", attention="unfused"),
-               dict(precision="megatron", attention="flash", headroom=0.05)][i % 6]
+               dict(precision="megatron", attention="flash", headroom=0.05,
+                    cp_algorithm="all-gather")][i % 6]
         out.append((c, opt))
     return out
 
@@ -426,7 +428,7 @@ def test_options_are_one_config_and_unknown_ones_are_named():
     for bad, message in ((dict(zero3_colectives="flat-ring"), "option ('zero3_colectives') must "
                           "be one of grad_reduce_bytes, dp_overlap, headroom, zero3_overlap, "
                           "zero3_collectives, attention, precision, zero3_ac_inside_unit, "
-                          "overlap_grad_reduce"),
+                          "overlap_grad_reduce, cp_algorithm"),
                          (dict(headroom=1.5), "headroom (1.5) in [0, 1)")):
         with pytest.raises(ValueError) as e:
             planner.evaluate(m, cl, 8, **kw, **bad)

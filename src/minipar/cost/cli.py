@@ -298,6 +298,7 @@ def _plan(args) -> int:
                              zero3_collectives=args.zero3_collectives, attention=args.attention,
                              precision=args.precision, zero3_ac_inside_unit=args.fsdp2_ac,
                              overlap_grad_reduce=args.overlap_grad_reduce,
+                             cp_algorithm=args.cp_algorithm,
                              refusals=refusals, **fixed)
     fitting = [c for c in configs if c.fits]
     if not fitting:
@@ -438,6 +439,9 @@ def add_plan_parser(subparsers) -> None:
     p.add_argument("--overlap-grad-reduce", action="store_true",
                    help="overlap the DP reduction with the last backward at any p "
                         "(Megatron-Core's --overlap-grad-reduce)")
+    p.add_argument("--cp-algorithm", choices=("ring", "all-gather"), default="ring",
+                   help="context parallelism's K/V exchange: ring (Megatron-Core, default) or "
+                        "all-gather (Llama 3)")
     p.add_argument("--precision", choices=tuple(planner.RECIPES),
                    help="mixed-precision recipe (default: megatron on H100/H200, 2021 on A100)")
     p.add_argument("--attention", choices=planner.ATTENTION,

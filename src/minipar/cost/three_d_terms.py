@@ -20,7 +20,7 @@ from .collectives import collective_time, hierarchical_all_reduce_time
 from .compute import (attention_core_and_mlp_seconds, gemm_seconds, layer_seconds,
                       logits_seconds, optimizer_seconds)
 from .compute import SCORE_BYTES_BWD, SCORE_BYTES_FWD
-from .context_parallel import ring_sent_bytes_per_layer
+from .context_parallel import allgather_collectives_per_layer, ring_sent_bytes_per_layer
 from .expert_parallel import all_to_all_time
 from .memory_time import activation_bytes_per_layer, model_state_bytes
 from .pipeline_parallel import bubble_fraction_of_total, bubble_relative_to_ideal
@@ -37,6 +37,9 @@ ZERO3_COLLECTIVES = ("hierarchical", "flat-ring")
 (hierarchical, multi-rail) one, the default as for every other group, or the flat ring through
 one NIC per GPU that DeepSpeed's ZeRO-3 reached in 2021 (Narayanan et al. 2021 §5.2; kept to
 reproduce that comparison)."""
+
+
+CP_ALGORITHMS = ("ring", "all-gather")
 
 
 class Recipe(NamedTuple):
@@ -90,7 +93,8 @@ class Options:
     recomputed forward runs under the backward's gather (2 gathers per layer and micro-batch
     with full recomputation, not 3; :func:`zero3_gathers`). ``overlap_grad_reduce``:
     Megatron-Core's overlap of the DP reduction with the last micro-batch's backward, also with
-    p > 1 (``--overlap-grad-reduce``). ``attention``:
+    p > 1 (``--overlap-grad-reduce``). ``cp_algorithm``: context parallelism's K/V exchange,
+    "ring" (Megatron-Core) or "all-gather" (Llama 3) (:func:`term_cp`). ``attention``:
     "unfused" or "flash" for every layout (``None``: the shape's, else the GPU's era,
     :func:`minipar.cost.three_d.attention_for`). ``precision``: one of :data:`RECIPES` for
     memory and time alike (``None``: the GPU's era, :func:`minipar.cost.three_d.precision_for`);
@@ -104,6 +108,7 @@ class Options:
     precision: str | None = None
     zero3_ac_inside_unit: bool = False
     overlap_grad_reduce: bool = False
+    cp_algorithm: str = "ring"
 
     @property
     def recipe(self) -> Recipe:
@@ -123,6 +128,9 @@ class Options:
                              f"{', '.join(ZERO3_COLLECTIVES)}")
         if self.attention not in (None, "unfused", "flash"):
             raise ValueError(f"attention ({self.attention!r}) must be one of unfused, flash")
+        if self.cp_algorithm not in CP_ALGORITHMS:
+            raise ValueError(f"cp_algorithm ({self.cp_algorithm!r}) must be one of "
+                             f"{', '.join(CP_ALGORITHMS)}")
         if self.precision not in (None, *RECIPES):
             raise ValueError(f"precision ({self.precision!r}) must be one of "
                              f"{', '.join(RECIPES)}")
@@ -441,21 +449,34 @@ def term_pp(m_, cl, lay: Layout) -> tuple[float, str]:
     return 2 * lay.chunks * (pp_link.alpha + act_bytes / t / pp_link.bandwidth), pp_link.name
 
 
-def term_cp(m_, cl, lay: Layout, core: float) -> float:
-    """Ring attention's K/V traffic of one micro-batch not hidden by the block compute: per
-    layer (cp−1) K/V blocks forward (twice with full recomputation), (cp−1) K/V + cp dK/dV
-    backward (:func:`minipar.cost.context_parallel.ring_sent_bytes_per_layer`; Liu et al. 2023),
-    each step overlapped with one ``core`` block, only the excess exposed."""
-    cp, t = lay.cp, lay.tp
+def term_cp(m_, cl, lay: Layout, opt: Options, core: float) -> float:
+    """Context parallelism's K/V traffic of one micro-batch on the critical path.
+    ``opt.cp_algorithm`` "ring" (Liu et al. 2023; Megatron-Core): per layer (cp−1) K/V blocks
+    forward (twice with full recomputation), (cp−1) K/V + cp fp32 dK/dV blocks backward
+    (:func:`minipar.cost.context_parallel.ring_sent_bytes_per_layer`), each step a send to the
+    next of the cp ranks (its own link, t apart), overlapped with one ``core`` block, only the
+    excess exposed. "all-gather" (Llama Team 2024 §3.3.2): all-gather the cp·K/V forward (again
+    when fully recomputed), all-gather it and reduce-scatter the cp·dK/dV backward
+    (:func:`minipar.cost.context_parallel.allgather_collectives_per_layer`), each half of
+    :func:`dp_allreduce_seconds` over the cp ranks (NCCL's multi-NIC algorithm across nodes),
+    not overlapped."""
+    cp, t, lp = lay.cp, lay.tp, m_.layers // lay.pp
     if cp == 1:
         return 0.0
-    ring = ring_sent_bytes_per_layer(lay.micro_batch, m_.seq, kv_width_per_rank(m_, t), cp)
-    fwd_sends = (cp - 1) * (2 if lay.recompute == "full" else 1)
+    b, s, kvw = lay.micro_batch, m_.seq, kv_width_per_rank(m_, t)
+    refwd = 2 if lay.recompute == "full" else 1
+    if opt.cp_algorithm == "all-gather":
+        colls = allgather_collectives_per_layer(b, s, kvw, cp)
+        one = [dp_allreduce_seconds(S, cp, t, cl)[0] / 2 for _, S in colls["forward"]]
+        two = [dp_allreduce_seconds(S, cp, t, cl)[0] / 2 for _, S in colls["backward"]]
+        return lp * (refwd * sum(one) + sum(two))
+    ring = ring_sent_bytes_per_layer(b, s, kvw, cp)
     cp_link = cl.intra if t * cp <= cl.gpus_per_node else cl.inter
     kv = ring["forward"] / (cp - 1)
-    comm = (fwd_sends + (cp - 1)) * (cp_link.alpha + kv / cp_link.bandwidth) + \
-        cp * (cp_link.alpha + kv / cp_link.bandwidth)
-    return (m_.layers // lay.pp) * max(0.0, comm - cp * core)
+    dkv = (ring["backward"] - ring["forward"]) / cp
+    comm = (refwd * (cp - 1) + (cp - 1)) * (cp_link.alpha + kv / cp_link.bandwidth) + \
+        cp * (cp_link.alpha + dkv / cp_link.bandwidth)
+    return lp * max(0.0, comm - cp * core)
 
 
 def term_ep(m_, cl, lay: Layout) -> float:
@@ -603,7 +624,7 @@ def breakdown(m_, cl, lay: Layout, opt: Options) -> StepBreakdown:
     dp = term_dp_exposed(m_, cl, lay, opt, comp.microbatch, z3)
     return StepBreakdown(
         microbatches=lay.microbatches, compute=comp.microbatch, tp=tp, pp=pp,
-        cp=term_cp(m_, cl, lay, comp.core), ep=term_ep(m_, cl, lay), zero3_exposed=z3.exposed,
+        cp=term_cp(m_, cl, lay, opt, comp.core), ep=term_ep(m_, cl, lay), zero3_exposed=z3.exposed,
         bubble_relative=r, bubble_fraction=f, dp=dp.total, dp_exposed=dp.exposed,
         embedding=term_embedding(m_, cl, lay, opt), optimizer=term_optimizer(m_, cl, lay, opt),
         states=term_states(m_, lay, opt), activations=term_activations(m_, lay, opt),

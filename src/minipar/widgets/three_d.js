@@ -346,12 +346,13 @@ function resolvedOptions(o, attention, precision) {
 
 // Python: Options(...) with its defaults and rules
 export function planOptions(opt = {}) {
-  const known = ["grad_reduce_bytes", "dp_overlap", "headroom", "zero3_overlap", "zero3_collectives", "attention", "precision", "zero3_ac_inside_unit", "overlap_grad_reduce"];
+  const known = ["grad_reduce_bytes", "dp_overlap", "headroom", "zero3_overlap", "zero3_collectives", "attention", "precision", "zero3_ac_inside_unit", "overlap_grad_reduce", "cp_algorithm"];
   const unknown = Object.keys(opt).filter((k) => !known.includes(k)).sort();
   if (unknown.length) throw new Error(`option ('${unknown[0]}') must be one of ${known.join(", ")}`);
-  const o = {grad_reduce_bytes: null, dp_overlap: true, headroom: null, zero3_overlap: true, zero3_collectives: "hierarchical", attention: null, precision: null, zero3_ac_inside_unit: false, overlap_grad_reduce: false, ...opt};
+  const o = {grad_reduce_bytes: null, dp_overlap: true, headroom: null, zero3_overlap: true, zero3_collectives: "hierarchical", attention: null, precision: null, zero3_ac_inside_unit: false, overlap_grad_reduce: false, cp_algorithm: "ring", ...opt};
   if (!ZERO3_COLLECTIVES.includes(o.zero3_collectives)) throw new Error(`zero3_collectives ('${o.zero3_collectives}') must be one of ${ZERO3_COLLECTIVES.join(", ")}`);
   if (!(o.attention === null || ATTENTION.includes(o.attention))) throw new Error(`attention ('${o.attention}') must be one of unfused, flash`);
+  if (!CP_ALGORITHMS.includes(o.cp_algorithm)) throw new Error(`cp_algorithm ('${o.cp_algorithm}') must be one of ${CP_ALGORITHMS.join(", ")}`);
   if (!(o.precision === null || o.precision in RECIPES)) throw new Error(`precision ('${o.precision}') must be one of ${Object.keys(RECIPES).join(", ")}`);
   const grb = o.grad_reduce_bytes ?? GRAD_REDUCE_BYTES, room = o.headroom ?? HEADROOM;
   if (!(grb > 0) || !(room >= 0 && room < 1)) {
@@ -486,18 +487,27 @@ export function termPp(model, cluster, lay) {
   return [2 * lay.chunks * (ppLink.alpha + actBytes / t / ppLink.bandwidth), ppLink.name];
 }
 
-// Python: term_cp(m_, cl, lay, core): ring K/V not hidden by the block compute, per micro-batch
-export function termCp(model, cluster, lay, core) {
-  const {cp, tp: t} = lay;
+export const CP_ALGORITHMS = ["ring", "all-gather"];
+
+// Python: term_cp(m_, cl, lay, opt, core): ring K/V not hidden by the block compute, or the
+// all-gather CP collectives (exposed), per micro-batch
+export function termCp(model, cluster, lay, opt, core) {
+  const {cp, tp: t} = lay, lp = Math.floor(model.layers / lay.pp);
   if (cp === 1) return 0.0;
   const kvHeads = model.kv_heads || model.heads;      // ⌈kv/t⌉ K/V heads per TP rank
   const hKv = Math.floor(model.hidden / model.heads) * Math.ceil(kvHeads / t);   // Python: kv_width_per_rank
+  const refwd = lay.recompute === "full" ? 2 : 1;
+  if (opt.cp_algorithm === "all-gather") {
+    const colls = allgatherCollectivesPerLayer(lay.micro_batch, model.seq, hKv, cp);
+    const sum = (list) => list.reduce((acc, [, S]) => acc + dpAllreduceSeconds(S, cp, t, cluster)[0] / 2, 0);
+    return lp * (refwd * sum(colls.forward) + sum(colls.backward));
+  }
   const ringBytes = ringSentBytesPerLayer(lay.micro_batch, model.seq, hKv, cp);
-  const fwdSends = (cp - 1) * (lay.recompute === "full" ? 2 : 1);
   const cpLink = t * cp <= cluster.gpus_per_node ? cluster.intra : cluster.inter;
   const kv = ringBytes.forward / (cp - 1);
-  const comm = (fwdSends + (cp - 1)) * (cpLink.alpha + kv / cpLink.bandwidth) + cp * (cpLink.alpha + kv / cpLink.bandwidth);
-  return Math.floor(model.layers / lay.pp) * Math.max(0.0, comm - cp * core);
+  const dkv = (ringBytes.backward - ringBytes.forward) / cp;
+  const comm = (refwd * (cp - 1) + (cp - 1)) * (cpLink.alpha + kv / cpLink.bandwidth) + cp * (cpLink.alpha + dkv / cpLink.bandwidth);
+  return lp * Math.max(0.0, comm - cp * core);
 }
 
 // Python: term_ep(m_, cl, lay): MoE all-to-alls per micro-batch
@@ -595,7 +605,7 @@ export function planBreakdown(model, cluster, lay, opt) {
   const dp = termDpExposed(model, cluster, lay, opt, comp.microbatch, z3);
   return {
     microbatches: layMicrobatches(lay), compute: comp.microbatch, tp, pp,
-    cp: termCp(model, cluster, lay, comp.core), ep: termEp(model, cluster, lay), zero3_exposed: z3.exposed,
+    cp: termCp(model, cluster, lay, opt, comp.core), ep: termEp(model, cluster, lay), zero3_exposed: z3.exposed,
     bubble_relative: r, bubble_fraction: f, dp: dp.total, dp_exposed: dp.exposed,
     embedding: termEmbedding(model, cluster, lay, opt), optimizer: termOptimizer(model, cluster, lay, opt),
     states: termStates(model, lay, opt), activations: termActivations(model, lay, opt),
