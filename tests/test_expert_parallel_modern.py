@@ -190,6 +190,21 @@ def test_folded_layout_trains_like_one_process(world, t, d, ep):
         assert max(max(r["param diff per step"]) for r in bad) > 1e-3
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize("world, t, d, ep", [(4, 2, 2, 4), (6, 2, 3, 6), (3, 3, 1, 3),
+                                            (4, 2, 2, 2)])
+def test_folded_traffic_equals_model(world, t, d, ep):
+    """Every call of one folded training step: the sequence-parallel dense part over t, the
+    all-to-alls over ep, the dense shards' reduction over dp·cp, the experts' over EDP."""
+    from minipar.expert_parallel.experiments import folded_traffic_on_rank
+    res = run(folded_traffic_on_rank, world, t, d, ep)
+    assert all(r["traced"] == r["model"] for r in res)
+    if world // ep != d:         # control: a model that reduces experts over d ("EP inside DP")
+        bad = cost.folded_block_events([[0] * ep] * ep, 0, 4, 8, 12, 12, 12, 2, t, d, d, world, 8)
+        reduces = lambda ev: sorted(e for e in ev if e[0] == "all_reduce")   # routing-free part
+        assert reduces(bad) != reduces(res[0]["traced"])
+
+
 def test_folding_cost_rules():
     assert cost.folded_expert_dp(t=2, cp=1, d=2, ep=4) == 1
     assert cost.folded_expert_dp(t=2, cp=2, d=4, ep=8, etp=1) == 2

@@ -410,3 +410,38 @@ def folded_moe_traffic(tokens: int, hidden: int, ffn: int, experts: int, top_k: 
             off_node_fraction(ep, gpus_per_node),
             "expert grad bytes": grads, "expert grad ring bytes": 2 * (edp - 1) / edp * grads,
             "edp": edp, "dense grad group": cp * d}
+
+
+
+def folded_block_events(rows: list[list[int]], ep_rank: int, tokens: int, hidden: int,
+                        dense_ffn: int, expert_ffn: int, experts: int, top_k: int, t: int,
+                        dp_cp: int, edp: int, world: int,
+                        bytes_per_elem: float = 4) -> list[tuple[str, float]]:
+    """(op, S bytes) of one training step of :mod:`minipar.expert_parallel.folding`'s block on
+    one rank, in call order:
+
+    1. the sequence-parallel dense MLP over t ranks: all-gather, then reduce-scatter, of the
+       t·n tokens (S = t·n·h·bytes each; Korthikanti et al. 2022, §4.2.2);
+    2. the MoE layer over the ep ranks: :func:`layer_events` from the routed ``rows`` (its
+       backward included);
+    3. the dense part's backward: the reduce-scatter's adjoint (all-gather), the all-gather's
+       (reduce-scatter);
+    4. gradient all-reduces: the two dense shards (h·f_d/t each) over the dp·cp ranks that
+       hold the same shard, the router (h·E) over all ``world`` ranks, the two weights of the
+       E/ep local experts (E/ep·h·f_e each) over EDP.
+
+    A group of one rank sends nothing. ``tokens`` = n, this rank's slice of the sequence; the
+    block's input needs a gradient (an earlier layer's output), so the all-gather has an
+    adjoint."""
+    b = bytes_per_elem
+    seq = t * tokens * hidden * b
+    dense = [("all_gather", seq), ("reduce_scatter", seq)] if t > 1 else []
+    moe = layer_events(rows, ep_rank, hidden, experts, top_k, b)
+    ev = dense + moe + ([("all_gather", seq), ("reduce_scatter", seq)] if t > 1 else [])
+    if dp_cp > 1:
+        ev += [("all_reduce", hidden * dense_ffn // t * b)] * 2
+    if world > 1:
+        ev += [("all_reduce", hidden * experts * b)]
+    if edp > 1:
+        ev += [("all_reduce", experts // len(rows) * hidden * expert_ffn * b)] * 2
+    return ev

@@ -480,6 +480,7 @@ def _modern_on_rank(rank: int, world: int, node_size: int, t: int, d: int) -> di
     out["folded"] = folded_train_on_rank(rank, world, t, d, world, 2 * world)
     out["folded wrong"] = folded_train_on_rank(rank, world, t, d, world, 2 * world,
                                                wrong_expert_group=True)
+    out["folded traffic"] = folded_traffic_on_rank(rank, world, t, d, world, 2 * world)
     return out
 
 
@@ -540,3 +541,30 @@ def kernel_seconds(rows: int, experts: int, hidden: int, ffn: int, reps: int,
                                    else None)
     out.update(rows=rows, experts=experts)
     return out
+
+
+def folded_traffic_on_rank(rank: int, world: int, t: int, d: int, ep: int,
+                           experts: int = 12, top_k: int = 2) -> dict:
+    """One traced training step (forward, backward, gradient reduction) of the folded block,
+    and :func:`minipar.cost.expert_parallel.folded_block_events` from the routed counts
+    (gathered outside the trace). Events compared as sorted lists."""
+    from minipar.cost.expert_parallel import folded_block_events
+    from minipar.grid import Grid, new_groups
+    from .folding import DenseMLP, FoldedBlock
+    grid = Grid(d=d, t=t, ep=ep)
+    groups = new_groups(grid, ("tp", "dp_cp", "ep", "edp"))
+    n = 4
+    torch.manual_seed(0)
+    block = FoldedBlock(DenseMLP(H, F).double(), make_moe(experts, top_k), groups)
+    x = _randn(n, H, seed=rank).requires_grad_()      # as from an earlier layer
+    with tracer.trace() as tr:
+        block(x).pow(2).mean().backward()
+        block.reduce_gradients()
+    rows = torch.zeros(ep, ep, dtype=torch.int64)
+    me = group_rank(groups["ep"])
+    rows[me] = block.moe.send_counts.sum(1)
+    if ep > 1:
+        dist.all_reduce(rows, group=groups["ep"])
+    model = folded_block_events(rows.tolist(), me, n, H, F, F, experts, top_k, t,
+                                group_size(groups["dp_cp"]), group_size(groups["edp"]), world, 8)
+    return {"traced": sorted((e.op, e.bytes) for e in tr.events), "model": sorted(model)}
