@@ -40,9 +40,16 @@ from .routing import (capacity, load_balancing_loss, priority_positions, queue_a
 class ExpertParallelMoE(nn.Module):
     """The MoE layer with its experts split over ``group`` (ep ranks); see the module docstring.
 
+    ``kernel``: "padded" (one batched matmul per weight over groups padded to the largest),
+    "grouped_mm" (``torch._grouped_mm``, float32/bfloat16) or "loop" (per expert, for
+    comparison). ``dispatcher``: "all_to_all", "all_gather" or "node_dedup" (then
+    ``node_group`` and ``rail_group`` from :func:`.dispatchers.node_groups`). ``expert_bias``
+    (E,), a non-persistent buffer of zeros, is DeepSeek-V3's balancing bias (choice only).
+
     After a forward: ``aux_loss`` (balancing loss of this rank's tokens), ``tokens_per_expert``
-    (E/ep,) rows each local expert processed, ``send_counts`` / ``recv_counts`` (ep, E/ep), and
-    ``kept`` (n, K) and ``dropped`` (this rank's dropped assignments).
+    (E/ep,) rows each local expert processed, ``send_counts`` / ``recv_counts`` ((ep, E/ep) for
+    all_to_all; (node_size, E/ep) inside the node for node_dedup), and ``kept`` (n, K) and
+    ``dropped`` (this rank's dropped assignments).
     """
 
     def __init__(self, hidden: int, ffn: int, experts: int, top_k: int,
