@@ -425,3 +425,27 @@ def test_ctrl_c_in_any_command_is_one_line_and_status_130(capsys, monkeypatch):
     monkeypatch.setattr(bench_launch, "measure", interrupted)
     assert cli.main(["bench", "launch", "--ranks", "2", "--backend", "gloo"]) == 130
     assert capsys.readouterr().err == "minipar bench: interrupted\n"
+
+
+@pytest.mark.slow
+def test_a_zygote_that_stops_answering_is_retired_not_waited_on(monkeypatch):
+    """The fork request's reply has a deadline (no CPU progress for FORK_STALL_S): a stopped
+    zygote (SIGSTOP: alive, silent, using no CPU) fails that call in seconds, naming the wait,
+    and the next call starts a new zygote."""
+    from minipar.runtime import launch, pool
+    from minipar.runtime.launch import StartError, run
+
+    assert run(lambda r, w: r, 1, backend="gloo") == [0]
+    z = launch._zygote
+    monkeypatch.setattr(pool, "FORK_STALL_S", 1.0)
+    os.kill(z.proc.pid, signal.SIGSTOP)
+    try:
+        with pytest.raises(StartError, match="no answer to a fork request and no progress for 1 s"):
+            run(lambda r, w: r, 2, backend="gloo", timeout=60)
+    finally:
+        try:
+            os.kill(z.proc.pid, signal.SIGCONT)
+        except OSError:
+            pass
+    assert run(lambda r, w: r, 2, backend="gloo") == [0, 1]
+    assert launch._zygote is not z
