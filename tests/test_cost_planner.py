@@ -563,7 +563,8 @@ def test_plan_llama3_8b_from_the_preset_and_from_flags(capsys):
 
 def test_flash_stores_no_scores_and_unfused_does():
     """Flash attention's activations lose Korthikanti's 5as²b per layer and keep a 4·a·s·b
-    logsumexp; the A100 reproductions stay unfused by default, the H200 defaults to flash.
+    logsumexp; the A100 reproductions stay unfused by default, the H200 defaults to flash, and
+    the Llama shapes were trained with flash on A100s too.
     Negative control: unfused on the H200 needs the 5as/h term back."""
     m = planner.ModelShape(24, 2048, 16, 2048, 50304)
     cl = planner.cluster(1, 1, "H200")
@@ -576,7 +577,9 @@ def test_flash_stores_no_scores_and_unfused_does():
     assert flash.step_seconds < unf.step_seconds
     assert planner.attention_for(m, "A100-80GB") == "unfused"
     assert planner.attention_for(m, "H200") == "flash"
-    assert planner.attention_for(planner.MODELS["gpt3-175b"], "H200") == "unfused"
+    assert planner.attention_for(planner.MODELS["gpt3-175b"], "A100-80GB") == "unfused"
+    assert planner.attention_for(planner.MODELS["gpt3-175b"], "H200") == "flash"
+    assert planner.attention_for(planner.MODELS["llama2-70b"], "A100-80GB") == "flash"
 
 
 def test_h200_runs_that_ran_are_not_refused():

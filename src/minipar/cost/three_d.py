@@ -249,18 +249,16 @@ class ModelShape:
 _LLAMA = dict(mlp_matrices=3, norm="rmsnorm", bias=False, positions="rope", tied=False,
               attention="flash")
 
-# Shapes as published. The 2021 reproductions (GPT-3, BLOOM, MT-NLG, the 1T model) keep the
-# GPT defaults and unfused attention, as they ran.
+# Shapes as published. The 2021 models (GPT-3, BLOOM, MT-NLG, the 1T model) keep the GPT
+# defaults and the GPU's era's attention: unfused on the A100s they ran on (the reproductions),
+# flash on an H100/H200; the Llama and Mixtral shapes were trained with flash attention.
 MODELS: dict[str, ModelShape] = {
     "gpt3-175b": ModelShape(96, 12288, 96, 2048, 51200,
-                            "Brown et al. 2020 Table 2.1; Narayanan et al. 2021 §5",
-                            attention="unfused"),
+                            "Brown et al. 2020 Table 2.1; Narayanan et al. 2021 §5"),
     "bloom-176b": ModelShape(70, 14336, 112, 2048, 250880,
-                             "BigScience 2022, BLOOM paper Table 3 and §3.4",
-                             attention="unfused"),
+                             "BigScience 2022, BLOOM paper Table 3 and §3.4"),
     "mt-nlg-530b": ModelShape(105, 20480, 128, 2048, 51200,
-                              "Smith et al. 2022, Megatron-Turing NLG 530B, §3",
-                              attention="unfused"),
+                              "Smith et al. 2022, Megatron-Turing NLG 530B, §3"),
     "llama2-70b": ModelShape(80, 8192, 64, 4096, 32000,
                              "Touvron et al. 2023 (Llama 2): GQA 8, SwiGLU f = 28672, untied",
                              ffn=28672, kv_heads=8, **_LLAMA),
@@ -270,8 +268,7 @@ MODELS: dict[str, ModelShape] = {
     "llama3-70b": ModelShape(80, 8192, 64, 8192, 128256,
                              "Llama Team 2024 (The Llama 3 Herd of Models) Table 3: GQA 8, "
                              "SwiGLU f = 28672, untied", ffn=28672, kv_heads=8, **_LLAMA),
-    "megatron-1t": ModelShape(128, 25600, 160, 2048, 51200, "Narayanan et al. 2021 Table 1",
-                              attention="unfused"),
+    "megatron-1t": ModelShape(128, 25600, 160, 2048, 51200, "Narayanan et al. 2021 Table 1"),
     "mixtral-8x7b": ModelShape(32, 4096, 32, 4096, 32000,
                                "Jiang et al. 2024 Table 1: 8 experts, top-2, f = 14336, SwiGLU, "
                                "8 KV heads, untied",
