@@ -449,3 +449,21 @@ def test_a_zygote_that_stops_answering_is_retired_not_waited_on(monkeypatch):
             pass
     assert run(lambda r, w: r, 2, backend="gloo") == [0, 1]
     assert launch._zygote is not z
+
+
+@pytest.mark.slow
+def test_a_kernel_that_cannot_start_is_named_with_its_last_words(tmp_path):
+    """A kernel that cannot start (here a broken `traitlets` first on its PYTHONPATH, which
+    ipykernel imports first) ends that notebook at once with the kernel's own last line."""
+    from minipar.grading import runner
+
+    env = dict(os.environ)
+    (tmp_path / "k").mkdir()
+    (tmp_path / "cwd").mkdir()
+    env["PYTHONPATH"] = str(tmp_path / "shadow")
+    (tmp_path / "shadow").mkdir()
+    (tmp_path / "shadow" / "traitlets.py").write_text("raise ImportError('traitlets is broken')\n")
+    run = runner.run_notebook(["1"], tmp_path / "k", str(tmp_path / "cwd"), env=env)
+    assert run.cells == {}
+    assert run.start_error.startswith("the kernel exited while starting (exit code 1)"), run
+    assert "traitlets is broken" in run.start_error, run

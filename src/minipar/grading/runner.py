@@ -370,7 +370,12 @@ def run_notebook(cells: list[str], folder: Path, cwd: str, *, timeout: float | N
                 kernel = Kernel(folder, cwd, env)
             kernel.wait_ready(stall_s)
         except KernelStartError as e:
-            result.start_error = str(e)
+            try:                                 # the kernel's own words, if it said any
+                said = (Path(folder) / "kernel.log").read_text(errors="replace").strip()
+            except OSError:
+                said = ""
+            last = said.splitlines()[-1].strip() if said else ""
+            result.start_error = str(e) + (f": {last}" if last else "")
             return result
         for k, source in enumerate(cells):
             beat = None if heartbeat is None else (lambda s, cpu, k=k: heartbeat(k, s, cpu))
