@@ -476,6 +476,12 @@ def test_attention_precision_and_shape_controls_reach_the_model():
         planner.check(replace_(planner.MODELS["llama2-70b"], kv_heads=5), planner.cluster(256, 8),
                       512, tp=8, pp=4, dp=8, micro_batch=1)
     assert got[-1][1]["error"] == str(e.value) == "heads (64) must be divisible by kv heads (5)"
+    llama = {"model": "llama3-405b-128k"}
+    (_, ring), (_, ag), (_, bad) = js_call("three_d", [
+        ("drawExplorer", ["plan", dict(llama, cpalg=a), CONFIG]) for a in ("ring", "all-gather",
+                                                                          "tree")])
+    assert ring["error"] is None and ag["error"] is None and ring["html"] != ag["html"]
+    assert bad["error"] == "cp_algorithm ('tree') must be one of ring, all-gather"
 
 
 def test_measured_kernel_model_parity_h200():

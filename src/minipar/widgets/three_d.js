@@ -694,6 +694,7 @@ registerExplorer("plan", {
     {name: "sp", label: "sequence parallel", type: "checkbox", value: true},
     {name: "zero", label: "ZeRO", type: "select", options: [0, 1, 2, 3], value: 1},
     {name: "z3", label: "ZeRO-3 collectives across nodes", type: "select", options: ZERO3_COLLECTIVES, value: "hierarchical"},
+    {name: "cpalg", label: "CP exchange", type: "select", options: CP_ALGORITHMS, value: "ring"},
     {name: "attention", label: "attention kernel", type: "select", options: ["the era's", ...ATTENTION], value: "the era's"},
     {name: "precision", label: "precision recipe", type: "select", options: ["the era's", ...Object.keys(RECIPES)], value: "the era's"},
     {name: "kv", label: "KV heads (0 = the model's)", type: "number", min: 0, step: 1, value: 0},
@@ -722,7 +723,7 @@ registerExplorer("plan", {
     if (N % (t * cp * p)) {
       throw new Error(cp > 1 ? `gpus (${N}) must be divisible by t·cp·p (${t}·${cp}·${p})` : `gpus (${N}) must be divisible by t·p (${t}·${p})`);
     }
-    const extra = {...(ATTENTION.includes(v.attention) ? {attention: v.attention} : {}), ...(v.precision in RECIPES ? {precision: v.precision} : {})};
+    const extra = {...(ATTENTION.includes(v.attention) ? {attention: v.attention} : {}), ...(v.precision in RECIPES ? {precision: v.precision} : {}), cp_algorithm: v.cpalg ?? "ring"};
     const opts = [null, true, null, v.z3, cp, ep, extra];   // the recipe's bytes and headroom; ZeRO-3's algorithm, cp, ep, kernel, recipe
     const chosen = planEvaluate(model, cluster, B, t, p, N / (t * cp * p), v.b, Number(v.v), v.recompute, v.sp, Number(v.zero), ...opts);
     const rows = [];                                     // every valid p at this t, cp and ep
