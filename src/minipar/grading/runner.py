@@ -7,14 +7,15 @@ segfault) left the grader waiting for that timeout. This module talks to the ker
 
 * **a dead kernel** ends the notebook at once: the cell it died in and how (exit code or
   signal) are recorded, and the later cells are not run;
-* **no progress**: the kernel and every process under it (the ranks of a launch included) used
-  less than :data:`IDLE_CPU_SHARE` of a core for :data:`STALL_S` seconds while sending no
-  message: the cell is interrupted (``SIGINT``) and, if that does not end it within
+* **no progress**: the kernel and every process under it (the ranks of a launch included) gained
+  less than :data:`IDLE_CPU_SHARE` of a core (summed per process, so a rank that exits hides
+  nothing) for :data:`STALL_S` seconds (120) while sending no message: the cell is interrupted (``SIGINT``) and, if that does not end it within
   :data:`INTERRUPT_GRACE_S`, the kernel is killed. A busy machine slows a working cell but does
   not stop its CPU clock, so it never looks stalled;
-* **computing past any limit**: the kernel process itself used :data:`CPU_LIMIT` CPU-seconds in
-  one cell, far past the in-kernel limit that normally stops it first
-  (:data:`minipar.grading.limits.CELL_LIMIT`): C code that ignores signals. Stopped the same way;
+* **computing past any limit**: the kernel process itself used 2 × CELL_LIMIT + 60 CPU-seconds
+  (300 by default) in one cell, far past the in-kernel limit that normally stops it first
+  (:data:`minipar.grading.limits.CELL_LIMIT`): code that ignores or blocks SIGINT. Stopped the
+  same way;
 * ``--timeout SECONDS`` (optional) is a wall-clock limit per cell, named as such when it fires.
 
 Kernel start-up is watched the same way: the kernel may take as long as it keeps computing
