@@ -77,8 +77,10 @@ CLAIMS: tuple[Claim, ...] = (
           "weight-gradient GEMM (Megatron's async all-reduce); cited: decomposed collective "
           "matmuls overlap the forward ones too {cite:p}`wang2023overlap`", TP),
     Claim("A12", "TP needs NVLink-class links and stays inside one server", "right",
-          "derived: the planner's TP share of the step at $t = 8$ in a node vs $t = 16$ "
-          "across two", NB3),
+          "derived: even with NCCL spreading the rings over all eight NICs of each node, the "
+          "planner's TP share of MT-NLG's step grows from 6 % ($t = 8$) to 18 % ($t = 16$ "
+          "across two nodes); per layer the bandwidth alone costs 1.6× (200 GB/s of NICs per "
+          "node against NVLink's 300), 13× through one NIC", NB3),
     Claim("A13", "with 80 layers TP makes hundreds of communication calls per step, DP one "
           "exchange", "imprecise", "derived: TP makes $4L$ = 320 all-reduces per micro-batch "
           "(right); DP makes one per bucket, not one", DP),
@@ -188,13 +190,14 @@ CLAIMS: tuple[Claim, ...] = (
     Claim("C8", "PCIe: about 64 GB/s bidirectional", "wrong",
           "derived: PCIe 5.0 ×16 is ≈ 63 GB/s *per direction*, ≈ 126 GB/s bidirectional", CO),
     Claim("C9", "NVLink's higher hourly price pays off where GPU-to-GPU traffic dominates",
-          "imprecise", "derived: at the article's prices the two servers' tokens cost within "
-          "a few per cent of each other, and which is cheaper turns on how fast ZeRO-3's "
-          "collectives cross nodes; with the same chip and price the PCIe link alone makes a "
-          "token dearer by less than the 35 % price gap, and the PCIe part's lower price more "
-          "than makes up for its lower peak; chip, link, price and the software's achieved "
-          "bandwidth decide together (the 3D notebook's cost-per-token cell asserts each of "
-          "these)", NB3),
+          "imprecise", "derived: at the article's prices the NVLink server buys the cheaper token "
+          "(0.586 against 0.645 dollars per million tokens, 10 % apart) with NCCL's "
+          "hierarchical ZeRO-3 across nodes; at DeepSpeed's 2021 one-NIC rate its best layout "
+          "changes and its token costs 0.635; with the same chip and price the PCIe link alone "
+          "makes a token 14 % dearer, less than the 35 % price gap, and the PCIe part (114 SMs, "
+          "2.0 TB/s HBM2e) still beats that SXM-behind-PCIe row; chip, link, price and the "
+          "software's achieved bandwidth decide together (the 3D notebook's cost-per-token cell "
+          "asserts these)", NB3),
     Claim("C10", "communication grows with model size", "imprecise",
           "derived: TP's grows with $bsh$ per layer, DP's with Ψ", TD),
     Claim("C11", "scaling efficiency is 80–90 % at 8 GPUs and 50–70 % at 64", "imprecise",
