@@ -1,6 +1,7 @@
 """Explorer for the expert-parallel chapter: one MoE layer's rows per rank, all-to-all bytes and
-time, and expert memory per rank, as tokens, experts, top-K, x, the capacity factor, a skewed
-router and the link vary.
+time, the share of the dispatch that leaves a node (set by x and the GPUs per node, not by the
+number of experts), and expert memory per rank, as tokens, experts, top-K, x, the capacity
+factor, a skewed router, the node size and the link vary.
 
 The browser evaluates ``widgets/expert_parallel.js``; its model is the JavaScript twin of
 :func:`minipar.cost.expert_parallel.ep_layer_model` (GShard §2.2 and §3.2; Switch §2.2; the
