@@ -82,13 +82,13 @@ def test_rank_group_slips(candidate, reason, capsys):
 
 
 @pytest.mark.parametrize("layout, reason", [
-    ((16, 4, 16), "exceeds the GPUs per node"),
-    ((8, 4, 16), "must equal the GPUs (1024)"),
-    ((5, 4, 50), "must equal the GPUs"),
-    ((1, 2, 512), "ZeRO-3) predicts"),                # fits only as ZeRO-3: a choice, slower
-    ((2, 16, 32), "most of the gap is the pipeline bubble"),
-    ((8, 32, 4), "slower than"),                     # fits, but a big bubble at m = 384
-    ((1, 64, 16), "layers (96) must be divisible by p (64)"),
+    ((16, 16, 4), "exceeds the GPUs per node"),
+    ((16, 8, 4), "must equal the GPUs (1024)"),
+    ((50, 5, 4), "must equal the GPUs"),
+    ((512, 1, 2), "ZeRO-3) predicts"),                # fits only as ZeRO-3: a choice, slower
+    ((32, 2, 16), "most of the gap is the pipeline bubble"),
+    ((4, 8, 32), "slower than"),                     # fits, but a big bubble at m = 384
+    ((16, 1, 64), "layers (96) must be divisible by p (64)"),
     ("8x8x16", "return a tuple"),
 ])
 def test_choose_layout_rejects(layout, reason, capsys):

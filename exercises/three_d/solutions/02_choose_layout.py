@@ -1,9 +1,9 @@
 # %% [markdown]
-# # Exercise 2: choose (t, p, d)
+# # Exercise 2: choose (d, t, p)
 #
 # GPT-3 175B (L = 96, h = 12288, a = 96, s = 2048, V = 51200) is to be trained on 1024 A100-80GB
 # GPUs, 8 per node (NVLink 3: 300 GB/s per direction; one HDR 200 Gb/s = 25 GB/s InfiniBand NIC
-# per GPU), with 1536 sequences per step. Write `choose_layout()` returning `(t, p, d)`.
+# per GPU), with 1536 sequences per step. Write `choose_layout()` returning `(d, t, p)`.
 #
 # The check accepts a layout that satisfies the divisibility rules, fits in 80 GiB less 10 %
 # headroom for some micro-batch, recomputation and ZeRO stage (ZeRO-3, i.e. FSDP, is one of the
@@ -19,9 +19,9 @@ from minipar.grading import check
 
 # %%
 def choose_layout():
-    """(t, p, d) for GPT-3 175B on 1024 A100, B = 1536."""
+    """(d, t, p) for GPT-3 175B on 1024 A100, B = 1536."""
     # BEGIN SOLUTION
-    return (8, 8, 16)
+    return (16, 8, 8)
     # END SOLUTION
 
 

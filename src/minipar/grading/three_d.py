@@ -1,5 +1,5 @@
 """Checkers for the "Putting them together" exercises: rank-grid groups against
-:class:`minipar.three_d.RankGrid`, a chosen (t, p, d) against the planner's feasible set, a
+:class:`minipar.three_d.RankGrid`, a chosen (d, t, p) against the planner's feasible set, a
 cost per token against :func:`minipar.cost.three_d.dollars_per_million_tokens`, and the cp,
 dp_cp and folded ep/edp groups of the five-dimensional grid against :class:`minipar.grid.Grid`.
 Group lists are shown in full with what differs, or the known slip is named; answers to
@@ -133,16 +133,16 @@ def _parts(c) -> dict:
 def check_choose_layout(candidate):
     value = candidate() if callable(candidate) else candidate
     if not isinstance(value, (tuple, list)) or len(value) != 3:
-        raise GradeFailure(f"return a tuple (t, p, d), got {value!r}")
+        raise GradeFailure(f"return a tuple (d, t, p), got {value!r}")
     try:
-        t, p, d = (int(as_number(x, "t, p and d must be numbers")) for x in value)
+        d, t, p = (int(as_number(x, "d, t and p must be numbers")) for x in value)
     except (TypeError, ValueError):
-        raise GradeFailure(f"return a tuple (t, p, d), got {value!r}") from None
+        raise GradeFailure(f"return a tuple (d, t, p), got {value!r}") from None
     best_of, best, m, cl = layout_verdicts()
     if t * p * d != LAYOUT_GPUS:
-        raise GradeFailure(f"t·p·d ({t}·{p}·{d} = {t * p * d}) must equal the GPUs ({LAYOUT_GPUS})")
+        raise GradeFailure(f"d·t·p ({d}·{t}·{p} = {t * p * d}) must equal the GPUs ({LAYOUT_GPUS})")
     if min(t, p, d) < 1:
-        raise GradeFailure(f"t, p and d must be >= 1, got ({t}, {p}, {d})")
+        raise GradeFailure(f"d, t and p must be >= 1, got ({d}, {t}, {p})")
     if m.heads % t:
         raise GradeFailure(f"heads ({m.heads}) must be divisible by t ({t})")
     if m.layers % p:
@@ -153,7 +153,7 @@ def check_choose_layout(candidate):
         raise GradeFailure(f"t ({t}) exceeds the GPUs per node ({cl.gpus_per_node}): TP's "
                            "all-reduces would cross InfiniBand")
     if (t, p, d) not in best_of:
-        raise GradeFailure(f"(t, p, d) = ({t}, {p}, {d}) does not fit in "
+        raise GradeFailure(f"(d, t, p) = ({d}, {t}, {p}) does not fit in "
                            f"{cl.gpu.memory_bytes * (1 - planner.HEADROOM) / 2**30:.0f} GiB "
                            "(80 GiB less 10 % headroom) for any micro-batch, recomputation or "
                            "ZeRO stage: raise t·p")
@@ -162,7 +162,7 @@ def check_choose_layout(candidate):
         gap = {k: v - _parts(best)[k] for k, v in _parts(mine).items()}
         worst = max(gap, key=gap.get)
         raise GradeFailure(
-            f"(t, p, d) = ({t}, {p}, {d}) fits, but its fastest variant (b = "
+            f"(d, t, p) = ({d}, {t}, {p}) fits, but its fastest variant (b = "
             f"{mine.micro_batch}, {'no' if mine.recompute == 'none' else mine.recompute} "
             f"recomputation, ZeRO-{mine.zero}) predicts "
             f"{mine.step_seconds:.1f} s per step, {mine.step_seconds / best.step_seconds - 1:.0%} "
