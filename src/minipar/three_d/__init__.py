@@ -1,4 +1,4 @@
-"""Putting the three together: one rank grid for data × tensor × pipeline parallelism.
+"""Putting them together: one rank grid for data × tensor × pipeline parallelism, then all five.
 
     grid.py         RankGrid(d, t, p): coordinates, tp/dp/pp/embedding groups, a printable table;
                     new_groups(grid) creates this rank's torch.distributed groups
@@ -6,6 +6,9 @@
     train.py        3D training from the chapters' pieces: TP blocks in 1F1B pipeline stages,
                     ZeRO-1 over the DP group, compared with one process; traffic per group
     chapter.py      pure-Python inputs and rows for the notebook (planner runs)
+    five_d.py       all five parallelisms: a tiny MoE GPT with d × t × p × cp × ep (experts
+                    folded) on minipar.grid.Grid, compared with one process; traffic per group
+    moe_gpt.py      the capstone's one-process MoE GPT
 
 The planner that chooses (d, t, p) is pure Python: :mod:`minipar.cost.three_d`.
 """
