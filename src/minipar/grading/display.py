@@ -12,7 +12,7 @@ import warnings
 from minipar.grading import limits
 from minipar.grading.errors import CheckTimeLimit
 from minipar.grading.reasons import NOT_IMPLEMENTED, reason_for
-from minipar.grading.registry import get_task, pass_line
+from minipar.grading.registry import GraderImportError, get_task, pass_line
 
 _LOG_ENV = "MINIPAR_GRADE_LOG"
 
@@ -100,6 +100,11 @@ def check(task_id: str, candidate, time_limit_s: float | None = None, **options)
     """
     try:
         t = get_task(task_id)
+    except GraderImportError as e:                     # the grader itself failed to import
+        line = f"FAIL {task_id}: {e.args[0]}"
+        print(line)
+        _log(task_id, False, line.split(": ", 1)[1])
+        return Result(False, line)
     except KeyError as e:
         line = f"FAIL {task_id}: {e.args[0]} (check the task id in the check cell)"
         print(line)
