@@ -127,7 +127,7 @@ def test_default_view_and_messages():
     assert "Ulysses sends" in default["html"]           # 8 K/V heads, cp = 16: replicated
     assert "All-gather CP" in default["html"] and "float32" in default["html"]
     assert bad_s["error"] == "sequence length s (131072) must be divisible by 2·cp (10)"
-    assert bad_kv["error"] == "heads (128) must be divisible by K/V heads (5)"
+    assert bad_kv["error"] == "a (128) must be divisible by K/V heads (5)"   # the input contract
     assert bad_cp["error"] in ("cp (0) must be an integer >= 1", "cp (0) must be at least 1")
     assert "minipar-explorer-message" in bad_s["html"]
 

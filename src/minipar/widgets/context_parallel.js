@@ -253,6 +253,7 @@ registerExplorer("cp-layer", {
     {name: "a_kv", label: "K/V heads", type: "number", min: 1, step: 1, value: 8},
     {name: "b", label: "b", type: "number", min: 1, step: 1, value: 1},
   ],
+  divisible: [["h", "a"], ["a", "a_kv"]],
   draw(v, config) {
     const links = config.links || {};
     const L = links[v.link];
