@@ -29,6 +29,7 @@ ratios measured in one run are the figures to read, not absolute seconds.
 """
 from __future__ import annotations
 
+from statistics import median
 from minipar.errors import InputError
 
 from .common import MAX_RANKS, add_common, check, emit
@@ -36,10 +37,6 @@ from .common import MAX_RANKS, add_common, check, emit
 VARIANTS = ("one_process", "ring/contiguous", "ring/zigzag", "ulysses")
 FIT_SIZES = (2**12, 2**16, 2**20, 2**22)        # bytes per message / all-to-all buffer (float32)
 
-
-def _median(xs):
-    xs = sorted(xs)
-    return xs[len(xs) // 2]
 
 
 def _fastest(fn, reps: int, inner: int = 4) -> float:
@@ -157,11 +154,11 @@ def bench(ranks: int = 4, seq: int = 2048, batch: int = 1, heads: int = 4, head_
 
     cp, e, h = ranks, 4, heads * head_dim
     per = run(bench_on_rank, cp, batch, heads, seq, head_dim, steps, backend="gloo", timeout=900)
-    per_rank = {n: [_median(r["seconds"][n]) for r in per] for n in VARIANTS}
+    per_rank = {n: [median(r["seconds"][n]) for r in per] for n in VARIANTS}
     per_rank["one_process"] = per_rank["one_process"][:1]             # rank 0 alone
-    t = {n: _median([max(r["seconds"][n][i] for r in per) for i in range(steps)])
+    t = {n: median([max(r["seconds"][n][i] for r in per) for i in range(steps)])
          for n in VARIANTS}
-    t["one_process"] = _median(per[0]["seconds"]["one_process"])
+    t["one_process"] = median(per[0]["seconds"]["one_process"])
     # bytes: traced on every rank (they must agree) against the model
     ring = C.ring_sent_bytes_per_layer(batch, seq, h, cp, e)
     sends = C.ring_sends_per_layer(cp)

@@ -39,6 +39,7 @@ ratios measured in one run are the figures to read, not absolute seconds.
 """
 from __future__ import annotations
 
+from statistics import median
 from minipar.errors import InputError
 
 from .common import MAX_RANKS, add_common, check, emit
@@ -46,10 +47,6 @@ from .common import MAX_RANKS, add_common, check, emit
 ROUTERS = ("even", "skewed")
 FIT_SIZES = (2**12, 2**15, 2**18, 2**20)        # all-to-all buffer S in bytes (float32)
 
-
-def _median(xs):
-    xs = sorted(xs)
-    return xs[len(xs) // 2]
 
 
 def _expert_seconds(layer, rows_per_expert: list[int], reps: int) -> float:
@@ -151,7 +148,7 @@ def bench(ranks: int = 4, tokens: int = 1024, experts: int | None = None, top_k:
     E = 2 * ep if experts is None else experts
     per = run(bench_on_rank, ep, tokens, E, top_k, hidden, ffn, skew, steps, backend="gloo",
               timeout=900)
-    t = {n: _median([max(r["seconds"][n][i] for r in per) for i in range(steps)])
+    t = {n: median([max(r["seconds"][n][i] for r in per) for i in range(steps)])
          for n in ROUTERS}
     sizes = list(FIT_SIZES)
     a2a_s = [max(r["a2a_seconds"][i] for r in per) for i in range(len(sizes))]
@@ -173,7 +170,7 @@ def bench(ranks: int = 4, tokens: int = 1024, experts: int | None = None, top_k:
             "tokens_per_expert": per_expert, "rows_per_rank": counted["per rank"],
             "counted_imbalance": counted["max/mean rank"],
             "expert_seconds": secs, "measured_imbalance": max(secs) / (sum(secs) / ep),
-            "per_rank_step_seconds": [_median(r["seconds"][n]) for r in per],
+            "per_rank_step_seconds": [median(r["seconds"][n]) for r in per],
             "bytes": {"traced_per_rank": traced, "model_per_rank": model,
                       "equal": all(r[n]["traced"] == r[n]["model"] for r in per)},
             "rows": rows,

@@ -11,14 +11,11 @@ A benchmark reports, it never asserts: ranks share this machine's cores, so numb
 """
 from __future__ import annotations
 
+from statistics import median
 from minipar.errors import InputError
 
 from .common import MAX_RANKS, add_backend, add_common, backend, check, emit
 
-
-def _median(xs):
-    xs = sorted(xs)
-    return xs[len(xs) // 2]
 
 
 def bench(ranks: int, h: int, b: int, s: int, steps: int, rounds: int,
@@ -27,7 +24,7 @@ def bench(ranks: int, h: int, b: int, s: int, steps: int, rounds: int,
     from minipar.tensor_parallel.dtensor import compare_on_rank, time_on_rank
 
     per_rank = run(time_on_rank, ranks, h, b, s, steps, rounds, backend=backend, timeout=600)
-    t = {k: _median([max(r[k][i] for r in per_rank) for i in range(rounds)])
+    t = {k: median([max(r[k][i] for r in per_rank) for i in range(rounds)])
          for k in per_rank[0]}
     diffs = run(compare_on_rank, ranks, backend=backend, timeout=300)
     return {"ranks": ranks, "backend": backend, "h": h, "b": b, "s": s, "dtype": "float32", "step_seconds": t,
