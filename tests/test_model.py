@@ -1,4 +1,4 @@
-"""One model module (STYLE 18): every chapter's GPT, config and token batches come from
+"""One model module: every chapter's GPT, config and token batches come from
 :mod:`minipar.model`, and the chapters that split the GPT start from its weights."""
 import ast
 from pathlib import Path

@@ -48,7 +48,7 @@ def test_every_claim_appears_once_with_a_verdict_and_evidence():
 
 def test_the_issues_verdicts_and_the_added_claims():
     v = {c.id: c.verdict for c in audit.CLAIMS}
-    # revisited with the chapters' evidence (issue 18)
+    # revisited with the chapters' evidence
     assert (v["A15"], v["C9"], v["B17"], v["C5"], v["C11"], v["B6"], v["C4"]) == \
         ("imprecise", "imprecise", "imprecise", "imprecise", "imprecise", "right", "wrong")
     # the claims the audit missed, one row each

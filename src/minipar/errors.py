@@ -2,8 +2,8 @@
 
 Library code and every command-line layer raise :class:`InputError` when an argument breaks a
 rule; ``minipar`` (:mod:`minipar.cli`) prints it as one line and exits with status 2. Its
-message names the rule and the value that broke it: ``"heads (12) must be divisible by t (5)"``
-(STYLE 13). It is a ``ValueError``, so code that already catches ``ValueError`` keeps working.
+message names the rule and the value that broke it: ``"heads (12) must be divisible by t (5)"``.
+It is a ``ValueError``, so code that already catches ``ValueError`` keeps working.
 """
 from __future__ import annotations
 

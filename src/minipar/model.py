@@ -12,7 +12,7 @@ paper counts. Embeddings are tied to the output layer, as Narayanan et al. 2021 
 ``torch.utils.checkpoint``, whose saved inputs go through ``saved_tensors_hooks`` and so are
 measured like any other saved tensor.
 
-Every chapter builds its GPT from here (STYLE 18): the tensor-parallel ``ParallelGPT``, the
+Every chapter builds its GPT from here: the tensor-parallel ``ParallelGPT``, the
 pipeline stages, the 3D stages and the context-parallel GPT copy the weights of a :class:`GPT`
 built from one :class:`GPTConfig`; chapters pick their sizes with ``GPTConfig(L=..., h=...)``.
 """
