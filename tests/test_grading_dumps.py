@@ -6,6 +6,8 @@ reported as "had finished its work" (seen under load in tests/test_grading_colle
 """
 import linecache
 
+import pytest
+
 from minipar.grading.limits import waiting_at
 from minipar.grading.reasons import dump_frames, dump_learner_line
 

@@ -62,5 +62,5 @@ def _main(args) -> int:
     from minipar.runtime.launch import MAX_WORLD_SIZE
 
     check(args, at_least=dict(ranks=1, repeats=1), at_most=dict(ranks=MAX_WORLD_SIZE))
-    chosen = _backend(args, args.ranks)
-    return emit(args, lambda: measure(args.ranks, args.repeats, chosen), _show)
+    _backend(args, args.ranks)          # NCCL without a GPU per rank: exit 2 before starting
+    return emit(args, lambda: measure(args.ranks, args.repeats, args.backend), _show)
