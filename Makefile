@@ -17,16 +17,22 @@ help: ## this list
 	  | awk -F'\t' '{ printf "make %-16s %s\n", $$1, $$2 }'
 
 # torch: PyTorch's CPU index, so a plain machine never downloads the CUDA build by surprise
-# (PyPI's Linux torch wheel is the CUDA build, gigabytes of libraries). GPU workstations:
-# `make install TORCH_INDEX=` (PyPI's CUDA build) or TORCH_INDEX="--extra-index-url URL" with
-# the URL PyTorch's install selector gives. CI images that carry the wheels on local disk set
-# TORCH_INDEX= (.ci/run), so nothing reaches the network.
-TORCH_INDEX ?= --extra-index-url https://download.pytorch.org/whl/cpu
+# (PyPI's Linux torch wheel is the CUDA build, gigabytes of libraries). When TORCH_INDEX is not
+# given, the index is added only if pip's own configuration cannot already find the pinned torch
+# (a CI image or a mirror with the CPU wheels on local disk: then nothing reaches the network).
+# GPU workstations: `make install TORCH_INDEX=` (PyPI's CUDA build) or
+# TORCH_INDEX="--extra-index-url URL" with the URL PyTorch's install selector gives.
+CPU_INDEX := --extra-index-url https://download.pytorch.org/whl/cpu
+TORCH_PIN := $(shell sed -n 's/^torch==//p' requirements.txt)
 
 $(STAMP): requirements.txt pyproject.toml
 	@test -x $(PY) || python3 -m venv .venv
 	@echo "installing requirements into .venv (log: .venv/pip.log)"
-	@$(PY) -m pip install --disable-pip-version-check -q -r requirements.txt $(TORCH_INDEX) \
+	@if [ "$(origin TORCH_INDEX)" != undefined ]; then idx='$(TORCH_INDEX)'; \
+	 elif $(PY) -m pip install --dry-run --no-deps --no-index --ignore-installed -q \
+	        "torch==$(TORCH_PIN)" > /dev/null 2>&1; then idx=""; \
+	 else idx='$(CPU_INDEX)'; fi; \
+	 $(PY) -m pip install --disable-pip-version-check -q -r requirements.txt $$idx \
 	  > .venv/pip.log 2>&1 || { grep -v "is ignored" .venv/pip.log; exit 1; }
 	@touch $@
 
