@@ -191,6 +191,7 @@ def _one_rank(rank, n, scale=1.0):
     return same_grads, same_params
 
 
+@pytest.mark.slow
 def test_one_rank_group_is_a_no_op():
     same_grads, same_params = run(_one_rank, 1, backend="gloo")[0]
     assert same_grads and same_params
@@ -198,6 +199,7 @@ def test_one_rank_group_is_a_no_op():
     assert run(functools.partial(_one_rank, scale=2.0), 1, backend="gloo")[0] == (False, False)
 
 
+@pytest.mark.slow
 def test_bucket_order_and_sizes():
     run(functools.partial(_bucket_layout), 1, backend="gloo")
 
@@ -212,6 +214,7 @@ def _bucket_layout(rank, n):
     assert len(dp.buckets) > 1
 
 
+@pytest.mark.slow
 def test_zero_rejects_bad_stage():
     from minipar.runtime.launch import RankError
     with pytest.raises(RankError, match=r"ZeRO stage \(4\) must be 0, 1, 2 or 3"):
@@ -693,6 +696,7 @@ def test_subgroup_check_catches_dividing_by_the_world_size():
 
 
 @pytest.mark.parametrize("impl", ["naive", "bucketed", "zero2"])
+@pytest.mark.slow
 def test_a_parameter_without_gradient_is_a_clear_error(impl):
     from minipar.runtime.launch import RankError
     with pytest.raises(RankError, match=r"unless find_unused_parameters=True; no gradient for: "

@@ -185,6 +185,7 @@ def test_partition_layers():
         partition_layers(3, 4)
 
 
+@pytest.mark.slow
 def test_one_rank_is_the_reference():
     c = small_config(L=2)
     b = token_batches(2, 4, c)
