@@ -6,7 +6,7 @@ STAMP := .venv/.installed
 PYTEST := $(PY) -m pytest -p no:cacheprovider
 JB    := .venv/bin/jupyter-book
 
-.PHONY: help install book book-strict test unit fast notebooks exercises exercises-check grade \
+.PHONY: help install book book-strict lint test unit fast notebooks exercises exercises-check grade \
         lab bench clean site-test gpu-check
 
 # `make help` prints every target with its `##` comment; tests/test_install.py checks that
@@ -94,7 +94,12 @@ exercises: $(STAMP) ## write the missing starter notebooks from exercises/*/solu
 exercises-check: $(STAMP) ## the repository's starter notebooks (git's copies, not your edits) match their scripts
 	$(PY) -m minipar.grading.notebooks --check
 
-test: $(STAMP) ## everything CI runs: exercises-check, unit, book-strict, site-test
+lint: $(STAMP) ## ruff: lint and format check (rules in ruff.toml)
+	.venv/bin/ruff check .
+	.venv/bin/ruff format --check .
+
+test: $(STAMP) ## everything CI runs: lint, exercises-check, unit, book-strict, site-test
+	$(MAKE) --no-print-directory lint
 	$(MAKE) --no-print-directory exercises-check
 	$(MAKE) --no-print-directory unit
 	$(MAKE) --no-print-directory book-strict

@@ -30,6 +30,7 @@ item so an interrupted check still leaves what it learnt.
 ``--dry-run [--assume-gpus N]`` prints the plan without running anything; ``--cpu-plumbing``
 runs the selected items on gloo without a GPU (to test this script on a CPU machine).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -48,23 +49,50 @@ MAX_RANKS = 8
 
 # slug -> (GPUs its NCCL/GPU part needs, or None if the chapter stays on gloo; why)
 NOTEBOOKS = {
-    "collectives": (2, "its sweep (minipar.bench.collectives.run_benchmark) picks NCCL with one "
-                       "GPU per rank"),
+    "collectives": (
+        2,
+        "its sweep (minipar.bench.collectives.run_benchmark) picks NCCL with one GPU per rank",
+    ),
     "memory_time": (1, "its memory measurements run on the first GPU (device.default_device)"),
     "data_parallel": (2, "its step timings and bucket sweep launch with backend='auto' (NCCL)"),
-    "three_d": (8, "its group check launches 8 ranks with backend='auto' (NCCL with 8 GPUs); "
-                   "training stays on gloo"),
-    "tensor_parallel": (None, "stays on gloo: float64 parity against a CPU reference on a CPU "
-                              "device mesh, and a host-clock timeline"),
-    "pipeline_parallel": (None, "stays on gloo: float64 parity against a CPU reference, and "
-                                "stages that sleep a fixed time"),
+    "three_d": (
+        8,
+        "its group check launches 8 ranks with backend='auto' (NCCL with 8 GPUs); "
+        "training stays on gloo",
+    ),
+    "tensor_parallel": (
+        None,
+        "stays on gloo: float64 parity against a CPU reference on a CPU "
+        "device mesh, and a host-clock timeline",
+    ),
+    "pipeline_parallel": (
+        None,
+        "stays on gloo: float64 parity against a CPU reference, and stages that sleep a fixed time",
+    ),
 }
-UNCLASSIFIED = (2, "not classified in scripts/gpu_check.py NOTEBOOKS: run, and report the "
-                   "backends its launches chose")
+UNCLASSIFIED = (
+    2,
+    "not classified in scripts/gpu_check.py NOTEBOOKS: run, and report the "
+    "backends its launches chose",
+)
 # pytest runs; min_gpus 1: the tests use min(GPUs, 2) ranks
-TESTS = [dict(name="gpu_paths", min_gpus=1,
-              args=["-m", "pytest", "-q", "-p", "no:cacheprovider", "-m", "gpu", "-rfEx",
-                    "tests/test_gpu_paths.py"])]
+TESTS = [
+    dict(
+        name="gpu_paths",
+        min_gpus=1,
+        args=[
+            "-m",
+            "pytest",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            "-m",
+            "gpu",
+            "-rfEx",
+            "tests/test_gpu_paths.py",
+        ],
+    )
+]
 KINDS = ("benches", "tests", "notebooks")
 BENCH_TIMEOUT = 240.0
 NOTEBOOK_TIMEOUT = 300.0
@@ -79,27 +107,98 @@ def bench_plan(gpus: int) -> list[dict]:
     """One entry per benchmark: the ``minipar`` arguments and the GPUs they need."""
     n = min(gpus, MAX_RANKS)
     counts = [k for k in (2, 3, 4, 8) if k <= n] or [2]
-    t = _largest((2, 4, 8), n)                       # divides 4·hidden = 2048
+    t = _largest((2, 4, 8), n)  # divides 4·hidden = 2048
     p = _largest((2, 3, 4), n)
     return [
-        dict(name="launch", min_gpus=1,
-             args=["bench", "launch", "--ranks", str(max(n, 1)), "--repeats", "3", "--backend",
-                   "nccl", "--json"]),
-        dict(name="collectives", min_gpus=2,
-             args=["bench", "collectives", "--ops",
-                   "all-reduce,all-gather,reduce-scatter,broadcast", "--ranks",
-                   ",".join(map(str, counts)), "--sizes", "64KiB..64MiB", "--iters", "5",
-                   "--ring-ranks", str(min(4, max(counts))), "--backend", "nccl", "--json"]),
-        dict(name="data_parallel", min_gpus=2,
-             args=["bench", "data_parallel", "--ranks", str(max(n, 2)), "--backend", "nccl",
-                   "--json"]),
-        dict(name="tensor_parallel", min_gpus=2,
-             args=["bench", "tensor_parallel", "--ranks", str(t), "--hidden", "512",
-                   "--backend", "nccl", "--json"]),
-        dict(name="pipeline_parallel", min_gpus=2,
-             args=["bench", "pipeline_parallel", "--schedule", "1f1b", "--ranks", str(p),
-                   "--microbatches", str(4 * p), "--t-forward", "20", "--t-backward", "20",
-                   "--t-weight", "20", "--steps", "3", "--backend", "nccl", "--json"]),
+        dict(
+            name="launch",
+            min_gpus=1,
+            args=[
+                "bench",
+                "launch",
+                "--ranks",
+                str(max(n, 1)),
+                "--repeats",
+                "3",
+                "--backend",
+                "nccl",
+                "--json",
+            ],
+        ),
+        dict(
+            name="collectives",
+            min_gpus=2,
+            args=[
+                "bench",
+                "collectives",
+                "--ops",
+                "all-reduce,all-gather,reduce-scatter,broadcast",
+                "--ranks",
+                ",".join(map(str, counts)),
+                "--sizes",
+                "64KiB..64MiB",
+                "--iters",
+                "5",
+                "--ring-ranks",
+                str(min(4, max(counts))),
+                "--backend",
+                "nccl",
+                "--json",
+            ],
+        ),
+        dict(
+            name="data_parallel",
+            min_gpus=2,
+            args=[
+                "bench",
+                "data_parallel",
+                "--ranks",
+                str(max(n, 2)),
+                "--backend",
+                "nccl",
+                "--json",
+            ],
+        ),
+        dict(
+            name="tensor_parallel",
+            min_gpus=2,
+            args=[
+                "bench",
+                "tensor_parallel",
+                "--ranks",
+                str(t),
+                "--hidden",
+                "512",
+                "--backend",
+                "nccl",
+                "--json",
+            ],
+        ),
+        dict(
+            name="pipeline_parallel",
+            min_gpus=2,
+            args=[
+                "bench",
+                "pipeline_parallel",
+                "--schedule",
+                "1f1b",
+                "--ranks",
+                str(p),
+                "--microbatches",
+                str(4 * p),
+                "--t-forward",
+                "20",
+                "--t-backward",
+                "20",
+                "--t-weight",
+                "20",
+                "--steps",
+                "3",
+                "--backend",
+                "nccl",
+                "--json",
+            ],
+        ),
     ]
 
 
@@ -118,7 +217,7 @@ def decide(item: dict, gpus: int) -> str | None:
     if item["min_gpus"] is None:
         return item["why"]
     if gpus < item["min_gpus"]:
-        return (f"needs {item['min_gpus']} GPUs (one per rank for NCCL); this node has {gpus}")
+        return f"needs {item['min_gpus']} GPUs (one per rank for NCCL); this node has {gpus}"
     return None
 
 
@@ -134,23 +233,45 @@ def figures(name: str, r: dict) -> dict:
     if name == "launch":
         return {k: r[k] for k in ("backend", "first_call_s", "repeat_call_s", "repeat_to_first")}
     if name == "collectives":
-        fits = {f"{f['op']} n={f['n']}": None if f["error"] else
-                {"alpha_s": f["alpha"], "bandwidth_GB_per_s": f["bandwidth"] / 1e9}
-                for f in r["fits"]}
+        fits = {
+            f"{f['op']} n={f['n']}": None
+            if f["error"]
+            else {"alpha_s": f["alpha"], "bandwidth_GB_per_s": f["bandwidth"] / 1e9}
+            for f in r["fits"]
+        }
         busbw = max((x["busbw"] for x in r["results"]), default=0.0)
-        return {"backend": r["machine"]["backend"], "gpu": r["machine"]["gpu"],
-                "max_busbw_GB_per_s": busbw / 1e9, "fits_per_direction": fits,
-                "ring_to_dist": [x["ratio"] for x in r["ring_vs_dist"]]}
+        return {
+            "backend": r["machine"]["backend"],
+            "gpu": r["machine"]["gpu"],
+            "max_busbw_GB_per_s": busbw / 1e9,
+            "fits_per_direction": fits,
+            "ring_to_dist": [x["ratio"] for x in r["ring_vs_dist"]],
+        }
     if name == "data_parallel":
-        return {k: r[k] for k in ("backend", "ranks", "naive_to_ddp", "bucketed_to_ddp",
-                                  "ddp_to_compute")}
+        return {
+            k: r[k]
+            for k in ("backend", "ranks", "naive_to_ddp", "bucketed_to_ddp", "ddp_to_compute")
+        }
     if name == "tensor_parallel":
-        return {"backend": r["backend"], "ranks": r["ranks"],
-                "ours_to_dtensor": r["ours_to_dtensor"],
-                "max_difference_float64": max(r["max_difference_float64"].values())}
+        return {
+            "backend": r["backend"],
+            "ranks": r["ranks"],
+            "ours_to_dtensor": r["ours_to_dtensor"],
+            "max_difference_float64": max(r["max_difference_float64"].values()),
+        }
     if name == "pipeline_parallel":
-        return {k: r[k] for k in ("backend", "p", "m", "measured_bubble", "model_bubble",
-                                  "model_bubble_with_latency", "hop_latency")}
+        return {
+            k: r[k]
+            for k in (
+                "backend",
+                "p",
+                "m",
+                "measured_bubble",
+                "model_bubble",
+                "model_bubble_with_latency",
+                "hop_latency",
+            )
+        }
     return {}
 
 
@@ -160,8 +281,11 @@ def run_bench(item: dict, timeout: float) -> dict:
     try:
         p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, cwd=ROOT)
     except subprocess.TimeoutExpired:
-        return dict(status="failed", reason=f"did not finish within {timeout:.0f} s",
-                    seconds=time.monotonic() - t0)
+        return dict(
+            status="failed",
+            reason=f"did not finish within {timeout:.0f} s",
+            seconds=time.monotonic() - t0,
+        )
     out = dict(seconds=time.monotonic() - t0)
     if p.returncode != 0:
         return dict(out, status="failed", reason=_reason(p.stderr, p.returncode))
@@ -169,8 +293,7 @@ def run_bench(item: dict, timeout: float) -> dict:
         result = json.loads(p.stdout)
     except json.JSONDecodeError as e:
         return dict(out, status="failed", reason=f"stdout is not one JSON object: {e}")
-    return dict(out, status="ran", reason="", figures=figures(item["name"], result),
-                result=result)
+    return dict(out, status="ran", reason="", figures=figures(item["name"], result), result=result)
 
 
 def run_tests(item: dict, timeout: float) -> dict:
@@ -181,16 +304,28 @@ def run_tests(item: dict, timeout: float) -> dict:
     try:
         p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, cwd=ROOT)
     except subprocess.TimeoutExpired:
-        return dict(status="failed", reason=f"did not finish within {timeout:.0f} s",
-                    seconds=time.monotonic() - t0)
+        return dict(
+            status="failed",
+            reason=f"did not finish within {timeout:.0f} s",
+            seconds=time.monotonic() - t0,
+        )
     lines = [ln.strip() for ln in p.stdout.splitlines() if ln.strip()]
-    summary = next((ln.strip("= ") for ln in reversed(lines)
-                    if re.search(r"\d+ (passed|failed|skipped|error|xfailed|deselected)", ln)), "")
+    summary = next(
+        (
+            ln.strip("= ")
+            for ln in reversed(lines)
+            if re.search(r"\d+ (passed|failed|skipped|error|xfailed|deselected)", ln)
+        ),
+        "",
+    )
     out = dict(seconds=time.monotonic() - t0, summary=summary)
     if p.returncode != 0:
         bad = [ln for ln in lines if ln.startswith(("FAILED", "ERROR"))]
-        return dict(out, status="failed",
-                    reason=(bad or [summary or _reason(p.stderr, p.returncode)])[0][:400])
+        return dict(
+            out,
+            status="failed",
+            reason=(bad or [summary or _reason(p.stderr, p.returncode)])[0][:400],
+        )
     return dict(out, status="ran", reason="")
 
 
@@ -203,17 +338,27 @@ def run_notebook(path: str, timeout: float) -> dict:
 
     t0 = time.monotonic()
     nb = nbformat.read(path, as_version=4)
-    client = NotebookClient(nb, timeout=max(1, int(timeout)), kernel_name="python3",
-                            resources={"metadata": {"path": str(Path(path).parent)}})
+    client = NotebookClient(
+        nb,
+        timeout=max(1, int(timeout)),
+        kernel_name="python3",
+        resources={"metadata": {"path": str(Path(path).parent)}},
+    )
     status, reason = "ran", ""
     try:
         client.execute()
     except CellExecutionError as e:
         ename = getattr(e, "ename", "") or "error"
         evalue = (getattr(e, "evalue", "") or str(e).strip().splitlines()[-1])[:300]
-        cell = next((i for i, c in enumerate(nb.cells) if c.get("cell_type") == "code"
-                     and any(o.get("output_type") == "error" for o in c.get("outputs", []))),
-                    None)
+        cell = next(
+            (
+                i
+                for i, c in enumerate(nb.cells)
+                if c.get("cell_type") == "code"
+                and any(o.get("output_type") == "error" for o in c.get("outputs", []))
+            ),
+            None,
+        )
         status, reason = "failed", f"code cell {cell}: {ename}: {evalue}"
     except CellTimeoutError:
         status, reason = "failed", f"a cell did not finish within {timeout:.0f} s"
@@ -223,8 +368,9 @@ def run_notebook(path: str, timeout: float) -> dict:
     for c in nb.cells:
         for o in c.get("outputs", []):
             seen.update(re.findall(r"backend=(nccl|gloo)", o.get("text", "") or ""))
-    return dict(status=status, reason=reason, seconds=time.monotonic() - t0,
-                backends_seen=sorted(seen))
+    return dict(
+        status=status, reason=reason, seconds=time.monotonic() - t0, backends_seen=sorted(seen)
+    )
 
 
 # ----------------------------------------------------------------------------- the check
@@ -234,16 +380,29 @@ def machine() -> dict:
     from minipar.runtime.device import gpu_count
 
     gpus = gpu_count()
-    return dict(gpus=gpus, gpu_names=[torch.cuda.get_device_name(i) for i in range(gpus)],
-                torch=torch.__version__, cuda=torch.version.cuda,
-                nccl=".".join(map(str, torch.cuda.nccl.version())) if gpus else None,
-                platform=platform.platform(), cpus=os.cpu_count())
+    return dict(
+        gpus=gpus,
+        gpu_names=[torch.cuda.get_device_name(i) for i in range(gpus)],
+        torch=torch.__version__,
+        cuda=torch.version.cuda,
+        nccl=".".join(map(str, torch.cuda.nccl.version())) if gpus else None,
+        platform=platform.platform(),
+        cpus=os.cpu_count(),
+    )
 
 
-def check(gpus: int, budget: float, only: set[str] | None, out: Path | None, dry_run: bool,
-          plumbing: bool, info: dict) -> dict:
-    report = dict(machine=info, budget_s=budget, status="running", benches={}, tests={},
-                  notebooks={})
+def check(
+    gpus: int,
+    budget: float,
+    only: set[str] | None,
+    out: Path | None,
+    dry_run: bool,
+    plumbing: bool,
+    info: dict,
+) -> dict:
+    report = dict(
+        machine=info, budget_s=budget, status="running", benches={}, tests={}, notebooks={}
+    )
     t0 = time.monotonic()
 
     def save():
@@ -251,8 +410,11 @@ def check(gpus: int, budget: float, only: set[str] | None, out: Path | None, dry
         if out is not None:
             out.write_text(json.dumps(report, indent=1))
 
-    items = [("benches", b) for b in bench_plan(gpus)] + [("tests", t) for t in TESTS] + \
-            [("notebooks", nb) for nb in notebook_plan()]
+    items = (
+        [("benches", b) for b in bench_plan(gpus)]
+        + [("tests", t) for t in TESTS]
+        + [("notebooks", nb) for nb in notebook_plan()]
+    )
     prefix = {"benches": "bench:", "tests": "tests:", "notebooks": "notebook:"}
     for kind, item in items:
         key = prefix[kind] + item["name"]
@@ -263,8 +425,13 @@ def check(gpus: int, budget: float, only: set[str] | None, out: Path | None, dry
             item = dict(item, args=args)
         elif kind == "tests":
             entry["command"] = "python " + " ".join(item["args"])
-        skip = "not selected by --only" if only is not None and key not in only else \
-            None if plumbing else decide(item, gpus)
+        skip = (
+            "not selected by --only"
+            if only is not None and key not in only
+            else None
+            if plumbing
+            else decide(item, gpus)
+        )
         left = budget - (time.monotonic() - t0)
         if skip is None and left < 10:
             skip = f"the time budget ({budget:g} s) is spent"
@@ -274,15 +441,29 @@ def check(gpus: int, budget: float, only: set[str] | None, out: Path | None, dry
             entry.update(status="planned", reason="")
         else:
             print(f"gpu-check: {key} ...", file=sys.stderr, flush=True)
-            entry.update(run_bench(item, min(BENCH_TIMEOUT, left)) if kind == "benches" else
-                         run_tests(item, min(BENCH_TIMEOUT, left)) if kind == "tests" else
-                         run_notebook(item["path"], min(NOTEBOOK_TIMEOUT, left)))
-            print(f"gpu-check: {key} {entry['status']} in {entry['seconds']:.0f} s "
-                  f"{entry['reason']}", file=sys.stderr, flush=True)
+            entry.update(
+                run_bench(item, min(BENCH_TIMEOUT, left))
+                if kind == "benches"
+                else run_tests(item, min(BENCH_TIMEOUT, left))
+                if kind == "tests"
+                else run_notebook(item["path"], min(NOTEBOOK_TIMEOUT, left))
+            )
+            print(
+                f"gpu-check: {key} {entry['status']} in {entry['seconds']:.0f} s {entry['reason']}",
+                file=sys.stderr,
+                flush=True,
+            )
         save()
     states = [e["status"] for k in KINDS for e in report[k].values()]
-    report["status"] = "no GPU" if gpus == 0 and not plumbing else \
-        "planned" if dry_run else "failures" if "failed" in states else "ok"
+    report["status"] = (
+        "no GPU"
+        if gpus == 0 and not plumbing
+        else "planned"
+        if dry_run
+        else "failures"
+        if "failed" in states
+        else "ok"
+    )
     save()
     return report
 
@@ -291,12 +472,16 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", default="gpu-check.json", help="JSON report path")
     ap.add_argument("--budget", type=float, default=450.0, help="seconds for all items")
-    ap.add_argument("--only", help="comma list of items, e.g. bench:launch,tests:gpu_paths,"
-                                   "notebook:three_d")
+    ap.add_argument(
+        "--only", help="comma list of items, e.g. bench:launch,tests:gpu_paths,notebook:three_d"
+    )
     ap.add_argument("--dry-run", action="store_true", help="print the plan, run nothing")
     ap.add_argument("--assume-gpus", type=int, help="plan for this many GPUs (with --dry-run)")
-    ap.add_argument("--cpu-plumbing", action="store_true",
-                    help="run the selected items on gloo even without a GPU (tests this script)")
+    ap.add_argument(
+        "--cpu-plumbing",
+        action="store_true",
+        help="run the selected items on gloo even without a GPU (tests this script)",
+    )
     a = ap.parse_args(argv)
     if a.assume_gpus is not None and not a.dry_run:
         ap.error("--assume-gpus only plans (add --dry-run): real runs use the GPUs present")
@@ -308,16 +493,22 @@ def main(argv=None) -> int:
     out = Path(a.out) if a.out else None
     report = check(gpus, a.budget, only, out, a.dry_run, a.cpu_plumbing, info)
     if report["status"] == "no GPU":
-        print(f"gpu-check: no GPU (torch.cuda.is_available() is False): nothing runs on NCCL "
-              f"here; every item is skipped for that reason; report: {a.out}")
+        print(
+            f"gpu-check: no GPU (torch.cuda.is_available() is False): nothing runs on NCCL "
+            f"here; every item is skipped for that reason; report: {a.out}"
+        )
         return 0
     if a.dry_run:
         print(json.dumps(report, indent=1))
         return 0
-    counts = {s: sum(e["status"] == s for k in KINDS for e in report[k].values())
-              for s in ("ran", "failed", "skipped")}
-    print(f"gpu-check: {info['gpus']} GPUs; {counts['ran']} ran, {counts['failed']} failed, "
-          f"{counts['skipped']} skipped in {report['elapsed_s']:.0f} s; report: {a.out}")
+    counts = {
+        s: sum(e["status"] == s for k in KINDS for e in report[k].values())
+        for s in ("ran", "failed", "skipped")
+    }
+    print(
+        f"gpu-check: {info['gpus']} GPUs; {counts['ran']} ran, {counts['failed']} failed, "
+        f"{counts['skipped']} skipped in {report['elapsed_s']:.0f} s; report: {a.out}"
+    )
     return 1 if counts["failed"] else 0
 
 

@@ -13,6 +13,7 @@
   10 s proves nothing more). ``test_grading_framework.py``'s deadlock test keeps the production
   window and checks it is 10 s; a reference solution is never graded under the short one.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -21,7 +22,7 @@ import os
 import pytest
 
 BROWSER_TEST = "test_site_browser.py"
-SHORT_STALL_S = 2.0     # seconds; 4 samples of limits.SAMPLE_S (0.5 s)
+SHORT_STALL_S = 2.0  # seconds; 4 samples of limits.SAMPLE_S (0.5 s)
 
 
 def in_ci() -> bool:
@@ -48,8 +49,10 @@ def _skip_reason(longrepr) -> str:
 
 
 def unexpected_skip_message(reason: str) -> str:
-    return (f"skipped under CI=true ({reason}); in CI only @pytest.mark.gpu tests may skip: "
-            "install what the test needs (.ci/run) or mark it gpu if it needs CUDA")
+    return (
+        f"skipped under CI=true ({reason}); in CI only @pytest.mark.gpu tests may skip: "
+        "install what the test needs (.ci/run) or mark it gpu if it needs CUDA"
+    )
 
 
 @pytest.hookimpl(hookwrapper=True)
@@ -84,4 +87,5 @@ def short_stall_window(monkeypatch):
         with monkeypatch.context() as m:
             m.setattr(limits, "STALL_S", SHORT_STALL_S)
             yield SHORT_STALL_S
+
     return shortened

@@ -1,5 +1,6 @@
 """Shared by the chapters' grader tests: load an exercise's function, assert a one-line FAIL whose
 reason quotes no line of a reference solution, and load the machine the way a learner's is."""
+
 import contextlib
 import inspect
 import os
@@ -17,7 +18,7 @@ from minipar.grading.notebooks import exercise_namespace, scripts
 
 EXERCISES = Path(__file__).resolve().parents[1] / "exercises"
 _BLOCK = re.compile(r"# BEGIN SOLUTION[^\n]*\n(.*?)# END SOLUTION", re.S)
-MIN_QUOTE = 16          # shorter lines ("return out", "x = x.clone()") say nothing away
+MIN_QUOTE = 16  # shorter lines ("return out", "x = x.clone()") say nothing away
 
 
 def exercise_function(chapter: str, stem: str, name: str, solved: bool):
@@ -67,7 +68,7 @@ def failure(task_id, fn, capsys, **options) -> str:
 
 
 # ----------------------------------------------------------------------------- a busy machine
-_LOAD = textwrap.dedent('''\
+_LOAD = textwrap.dedent("""\
     import sys, time
     from minipar.runtime.launch import run
 
@@ -83,7 +84,7 @@ _LOAD = textwrap.dedent('''\
         run(work, {ranks}, 300, backend="gloo", threads=1)
         with open(sys.argv[1], "a") as f:
             f.write(".")
-''')
+""")
 
 
 @contextlib.contextmanager
@@ -95,18 +96,25 @@ def competing_torch_work(tmp_path, processes: int = 2, ranks: int = 3):
     that each process finished one (the load was real), then kills them (process groups)."""
     markers = [tmp_path / f"load-{i}.txt" for i in range(processes)]
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
-    procs = [subprocess.Popen([sys.executable, "-c", _LOAD.format(ranks=ranks), str(m)],
-                              env=env, start_new_session=True, stdin=subprocess.DEVNULL,
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-             for m in markers]
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", _LOAD.format(ranks=ranks), str(m)],
+            env=env,
+            start_new_session=True,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        for m in markers
+    ]
 
     def launches() -> int:
         return sum(len(m.read_text()) for m in markers if m.exists())
 
     try:
         yield launches
-        deadline = time.monotonic() + 120      # the load really ran ranks during the body
-        each = lambda: all(m.exists() and m.read_text() for m in markers)  # noqa: E731
+        deadline = time.monotonic() + 120  # the load really ran ranks during the body
+        each = lambda: all(m.exists() and m.read_text() for m in markers)
         while not each() and time.monotonic() < deadline:
             assert all(p.poll() is None for p in procs), "the background load died"
             time.sleep(0.2)
@@ -114,5 +122,5 @@ def competing_torch_work(tmp_path, processes: int = 2, ranks: int = 3):
     finally:
         for p in procs:
             with contextlib.suppress(OSError):
-                os.killpg(p.pid, signal.SIGKILL)           # its zygote and ranks too
+                os.killpg(p.pid, signal.SIGKILL)  # its zygote and ranks too
             p.wait()

@@ -1,6 +1,7 @@
 """Worker functions for the multi-node torchrun test (tests/test_run_torchrun.py), started as
 ``python -m minipar.runtime.run multinode_workers:FUNCTION`` with this folder on PYTHONPATH. Test-only:
 they live with the tests, not in the package."""
+
 import os
 import signal
 import socket
@@ -19,15 +20,26 @@ def dp_and_3d_step(rank: int, world_size: int) -> dict:
     torch.manual_seed(0)
     ref = train_reference(TiedClassifier().double(), "adam", token_batches(2, 4 * world_size))[1]
     torch.manual_seed(0)
-    _, params = train_rank(rank, world_size, "bucketed", TiedClassifier().double(), "adam",
-                           token_batches(2, 4 * world_size))
-    three_d = train_3d_on_rank(rank, world_size, 1, 2, world_size // 2, bugs=(None,),
-                               steps=2)["correct"]
-    return {"host": socket.gethostname(), "local_rank": int(os.environ["LOCAL_RANK"]),
-            "group_rank": int(os.environ["GROUP_RANK"]),
-            "dp_param_error": max_param_error(params, ref),
-            "3d_param_error": three_d["params"], "3d_grad_error": three_d["grads"],
-            "3d_loss_error": three_d["loss"]}
+    _, params = train_rank(
+        rank,
+        world_size,
+        "bucketed",
+        TiedClassifier().double(),
+        "adam",
+        token_batches(2, 4 * world_size),
+    )
+    three_d = train_3d_on_rank(rank, world_size, 1, 2, world_size // 2, bugs=(None,), steps=2)[
+        "correct"
+    ]
+    return {
+        "host": socket.gethostname(),
+        "local_rank": int(os.environ["LOCAL_RANK"]),
+        "group_rank": int(os.environ["GROUP_RANK"]),
+        "dp_param_error": max_param_error(params, ref),
+        "3d_param_error": three_d["params"],
+        "3d_grad_error": three_d["grads"],
+        "3d_loss_error": three_d["loss"],
+    }
 
 
 def die_mid_run(rank: int, world_size: int) -> None:

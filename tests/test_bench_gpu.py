@@ -1,6 +1,7 @@
 """``minipar calibrate gpu``: the fit recovers a GPU's constants from times its own model
 produced (an injected clock, no GPU), the command runs end to end on the CPU and writes a
 profile that ``load_gpu_profile`` reads, and without CUDA it exits 2 with one line."""
+
 import json
 from dataclasses import replace
 
@@ -11,17 +12,33 @@ from minipar.cli import main
 from minipar.cost import compute as C
 from minipar.cost.hardware import GPUS, load_gpu_profile
 
-TRUTH = replace(GPUS["H200"], gemm_latency_s=6e-6, bmm_bandwidth=3.1e12, bmm_latency_s=15e-6,
-                layer_overhead_s=0.5e-3, flash_efficiency=0.5, attention_score_bytes=60.0,
-                optimizer_bandwidth=3.0e12)
+TRUTH = replace(
+    GPUS["H200"],
+    gemm_latency_s=6e-6,
+    bmm_bandwidth=3.1e12,
+    bmm_latency_s=15e-6,
+    layer_overhead_s=0.5e-3,
+    flash_efficiency=0.5,
+    attention_score_bytes=60.0,
+    optimizer_bandwidth=3.0e12,
+)
 INFO = ("NVIDIA H200", 141 * 2**30, 132)
-FIELDS = ("gemm_efficiency", "hbm_bandwidth", "gemm_latency_s", "bmm_bandwidth",
-          "bmm_latency_s", "layer_overhead_s", "flash_efficiency", "attention_score_bytes",
-          "optimizer_bandwidth")
+FIELDS = (
+    "gemm_efficiency",
+    "hbm_bandwidth",
+    "gemm_latency_s",
+    "bmm_bandwidth",
+    "bmm_latency_s",
+    "layer_overhead_s",
+    "flash_efficiency",
+    "attention_score_bytes",
+    "optimizer_bandwidth",
+)
 
 
 def model_clock(gpu, *, swap_attention=False):
     """A clock that answers every probe with ``gpu``'s modelled time (no tensor is made)."""
+
     def timer(p: calib.Probe) -> float:
         if p.kind == "ceiling":
             n, M, N, K = p.dims
@@ -35,10 +52,19 @@ def model_clock(gpu, *, swap_attention=False):
             b, s, h, a, t, attention = p.dims
             if swap_attention:
                 attention = {"sdpa": "unfused", "unfused": "sdpa"}[attention]
-            return C.layer_seconds(b, s, h, a, gpu, t, grad_accum_bytes=0,
-                                   attention="flash" if attention == "sdpa" else "unfused").total_s
+            return C.layer_seconds(
+                b,
+                s,
+                h,
+                a,
+                gpu,
+                t,
+                grad_accum_bytes=0,
+                attention="flash" if attention == "sdpa" else "unfused",
+            ).total_s
         assert p.kind == "adam"
         return 28 * p.dims[0] / gpu.optimizer_bandwidth
+
     return timer
 
 
@@ -62,8 +88,9 @@ def test_negative_control_mislabelled_attention_is_not_recovered():
     """Layers whose SDPA and unfused times were swapped fit a different flash rate and
     bytes per score: the fit is sensitive to which attention ran."""
     profile = calib.calibrate(timer=model_clock(TRUTH, swap_attention=True), device_info=INFO)
-    assert profile["flash_efficiency"] != pytest.approx(0.5, rel=0.05) or \
-        profile["attention_score_bytes"] != pytest.approx(60, rel=0.05)
+    assert profile["flash_efficiency"] != pytest.approx(0.5, rel=0.05) or profile[
+        "attention_score_bytes"
+    ] != pytest.approx(60, rel=0.05)
 
 
 def test_base_gpu_matches_the_part_not_the_family():

@@ -6,8 +6,12 @@ import pytest
 
 
 def _cli(*args):
-    return subprocess.run([sys.executable, "-m", "minipar.cli", "bench", "launch", *args],
-                          capture_output=True, text=True, timeout=300)
+    return subprocess.run(
+        [sys.executable, "-m", "minipar.cli", "bench", "launch", *args],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
 
 
 @pytest.mark.slow
@@ -16,7 +20,7 @@ def test_bench_launch_json_is_stdout_and_consistent():
 
     out = _cli("--ranks", "2", "--repeats", "2", "--json")
     assert out.returncode == 0, out.stderr
-    r = json.loads(out.stdout)                       # nothing but the JSON object on stdout
+    r = json.loads(out.stdout)  # nothing but the JSON object on stdout
     assert r["ranks"] == 2
     assert r["backend"] == ("nccl" if gpu_count() >= 2 else "gloo")
     assert "minipar.runtime.launch: backend=" in out.stderr  # the launcher's note went to stderr
@@ -24,10 +28,15 @@ def test_bench_launch_json_is_stdout_and_consistent():
     assert r["repeat_to_first"] == pytest.approx(r["repeat_call_s"] / r["first_call_s"])
 
 
-@pytest.mark.parametrize("args, rule", [(["--ranks", "0"], "--ranks (0) must be >= 1"),
-                                        (["--ranks", "65"], "--ranks (65) must be <= 64"),
-                                        (["--repeats", "0"], "--repeats (0) must be >= 1"),
-                                        (["--ranks", "x"], "invalid int value")])
+@pytest.mark.parametrize(
+    "args, rule",
+    [
+        (["--ranks", "0"], "--ranks (0) must be >= 1"),
+        (["--ranks", "65"], "--ranks (65) must be <= 64"),
+        (["--repeats", "0"], "--repeats (0) must be >= 1"),
+        (["--ranks", "x"], "invalid int value"),
+    ],
+)
 def test_bench_launch_bad_input(args, rule):
     out = _cli(*args)
     assert out.returncode == 2 and rule in out.stderr and "Traceback" not in out.stderr

@@ -1,6 +1,7 @@
 """Cross-page glue in the book always names a format: myst-nb splits ``{glue:text}`` at its last
 colon, so ``path::key`` without ``:fmt`` is read as key ``path:`` and the build fails late (after
 executing every notebook). This catches it in a second."""
+
 import re
 from pathlib import Path
 

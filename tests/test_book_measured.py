@@ -17,6 +17,7 @@ datasheet value, a published figure, a tolerance) is listed in :data:`STATED` wi
 The negative controls plant a measured figure the notebook does not produce and a glue key it
 does not glue, and check that both are named.
 """
+
 from __future__ import annotations
 
 import json
@@ -28,30 +29,35 @@ BOOK, NOTEBOOKS = ROOT / "book", ROOT / "notebooks"
 
 ROLE = re.compile(r"\{glue(?::text)?\}`([^`]*)`")
 GLUE_CALL = re.compile(r"""\bglue\(\s*(f?)(["'])(.+?)\2""")
-GLUE_VARIABLE = re.compile(r"\bglue\(\s*[A-Za-z_]\w*\s*,")   # glue(k, v) in a loop over a dict
-DICT_KEY = re.compile(r"""["'](\w+)["']\s*:|\(\s*["'](\w+)["']\s*,""")   # {"k": v} or ("k", v)
-ITEM_KEY = re.compile(r"""\[\s*(f?)(["'])([^"']+)\2\s*\]\s*=""")             # out["k"] = v
+GLUE_VARIABLE = re.compile(r"\bglue\(\s*[A-Za-z_]\w*\s*,")  # glue(k, v) in a loop over a dict
+DICT_KEY = re.compile(r"""["'](\w+)["']\s*:|\(\s*["'](\w+)["']\s*,""")  # {"k": v} or ("k", v)
+ITEM_KEY = re.compile(r"""\[\s*(f?)(["'])([^"']+)\2\s*\]\s*=""")  # out["k"] = v
 CALLED = re.compile(r"\b(\w+)\(")
 SRC = ROOT / "src" / "minipar"
 CELL = "\n# ---- next cell ----\n"
 # what this course ran (published measurements are cited, not glued)
-CUE = re.compile(r"\b(the notebook|this notebook|this run|the run|on this machine|build machine"
-                 r"|this book was built|our CPU|traced?|measures|measured here|we measure)", re.I)
+CUE = re.compile(
+    r"\b(the notebook|this notebook|this run|the run|on this machine|build machine"
+    r"|this book was built|our CPU|traced?|measures|measured here|we measure)",
+    re.I,
+)
 # a figure: a number with a unit, a percentage or a ratio, a decimal, or a power of ten in math
-NUMBER = re.compile(r"(?<![\w.§-])(\d[\d,]*(?:\.\d+)?)\s*(%|×|x\b|ms\b|µs\b|s\b|MiB\b|"
-                    r"GiB\b|GB\b|MB\b|KiB\b|kB\b|bytes?\b|TFLOP/s)"
-                    r"|(?<![\w.§-])(\d+\.\d+)(?![\w.])"
-                    r"|MATH\[([^\]]*(?:10\^|\\times|\d\.\d)[^\]]*)\]")
+NUMBER = re.compile(
+    r"(?<![\w.§-])(\d[\d,]*(?:\.\d+)?)\s*(%|×|x\b|ms\b|µs\b|s\b|MiB\b|"
+    r"GiB\b|GB\b|MB\b|KiB\b|kB\b|bytes?\b|TFLOP/s)"
+    r"|(?<![\w.§-])(\d+\.\d+)(?![\w.])"
+    r"|MATH\[([^\]]*(?:10\^|\\times|\d\.\d)[^\]]*)\]"
+)
 
 # Unglued numbers allowed in measurement sentences: (page, number as written) -> the notebook
 # assertion that checks it (a fragment of its source), or None for a figure that is not a
 # result of the run (a setting, a datasheet or a published figure, a tolerance).
 STATED: dict[tuple[str, str], str | None] = {
     # collectives: traced bytes, asserted; the datasheet figure the fits are compared with
-    ("collectives.md", "1.5S"): 'assert sent == [1.5] * 4',
-    ("collectives.md", "450 GB"): None,         # NVLink 4 per direction, a datasheet figure
-    ("audit.md", "1.5S"): 'assert sent == [1.5] * 4',          # the collectives notebook
-    ("data_parallel.md", "50 ms"): None,       # the straggler's sleep, an input of the run
+    ("collectives.md", "1.5S"): "assert sent == [1.5] * 4",
+    ("collectives.md", "450 GB"): None,  # NVLink 4 per direction, a datasheet figure
+    ("audit.md", "1.5S"): "assert sent == [1.5] * 4",  # the collectives notebook
+    ("data_parallel.md", "50 ms"): None,  # the straggler's sleep, an input of the run
     # memory_time: the published run the notebook recomputes (its inputs, its asserted result)
     ("memory_time.md", "312 TFLOP/s"): None,
     ("memory_time.md", "13.75 s"): None,
@@ -84,24 +90,38 @@ def strip_markup(text: str) -> str:
     """Prose only: code fences, display and inline math, code spans and roles removed."""
     text = re.sub(r"```.*?```", " ", text, flags=re.S)
     text = re.sub(r"\$\$.*?\$\$", " ", text, flags=re.S)
-    text = re.sub(r"\$([^$\n]+)\$",
-                  lambda m: f" MATH[{m.group(1)}] " if re.search(r"10\^|\\times|\d\.\d|\d\s*\\?%",
-                                                          m.group(1)) else " MATH ", text)
+    text = re.sub(
+        r"\$([^$\n]+)\$",
+        lambda m: (
+            f" MATH[{m.group(1)}] "
+            if re.search(r"10\^|\\times|\d\.\d|\d\s*\\?%", m.group(1))
+            else " MATH "
+        ),
+        text,
+    )
     text = ROLE.sub(" GLUED ", text)
-    text = re.sub(r"\{[\w:-]+\}`[^`]*`", " ", text)        # {ref}, {cite:p}, {doc} ...
+    text = re.sub(r"\{[\w:-]+\}`[^`]*`", " ", text)  # {ref}, {cite:p}, {doc} ...
     text = re.sub(r"`[^`]*`", " CODE ", text)
-    text = re.sub(r"\([\w/.-]+\.(?:md|ipynb|py)\)|\]\([^)]*\)", " ", text)   # link targets
+    text = re.sub(r"\([\w/.-]+\.(?:md|ipynb|py)\)|\]\([^)]*\)", " ", text)  # link targets
     return text
 
 
 def sentences(text: str) -> list[str]:
     prose = strip_markup(text)
-    return [s.strip() for s in re.split(r"(?<=[.!?])\s+(?=[A-Z*(])|\n\s*\n|\n\||\n\s*[-*] |"
-                                        r"\n\s*\d+\. ", prose) if s.strip()]
+    return [
+        s.strip()
+        for s in re.split(
+            r"(?<=[.!?])\s+(?=[A-Z*(])|\n\s*\n|\n\||\n\s*[-*] |"
+            r"\n\s*\d+\. ",
+            prose,
+        )
+        if s.strip()
+    ]
 
 
-def unglued_figures(page: str, text: str, notebook_source: str = "",
-                    stated: dict | None = None) -> list[str]:
+def unglued_figures(
+    page: str, text: str, notebook_source: str = "", stated: dict | None = None
+) -> list[str]:
     """'page: "figure" in "sentence..."' for every bare number in a measurement sentence that
     is neither glued nor listed in STATED (with its assertion present in the notebook)."""
     stated = STATED if stated is None else stated
@@ -167,8 +187,9 @@ def function_source(name: str) -> str:
     return _DEFS.get(name, "") if name.endswith("glue") else ""
 
 
-def missing_glue(page: str, text: str, own_notebook: str | None = None,
-                 sources: dict[str, str] | None = None) -> list[str]:
+def missing_glue(
+    page: str, text: str, own_notebook: str | None = None, sources: dict[str, str] | None = None
+) -> list[str]:
     """'page: key' for every glue role whose notebook does not glue that key."""
     sources = sources if sources is not None else {}
     bad = []
@@ -188,8 +209,7 @@ def missing_glue(page: str, text: str, own_notebook: str | None = None,
 
 
 def chapter_pages() -> list[Path]:
-    return sorted(p for p in BOOK.glob("*.md")
-                  if (NOTEBOOKS / f"{p.stem}.ipynb").exists())
+    return sorted(p for p in BOOK.glob("*.md") if (NOTEBOOKS / f"{p.stem}.ipynb").exists())
 
 
 def test_every_glue_role_names_a_key_its_notebook_glues():
@@ -206,7 +226,7 @@ def test_no_measurement_sentence_states_a_bare_figure():
     for page in chapter_pages():
         source = notebook_code(NOTEBOOKS / f"{page.stem}.ipynb")
         bad += unglued_figures(page.name, page.read_text(), source)
-    for nb in sorted(NOTEBOOKS.glob("*.ipynb")):        # a notebook's prose about its own run
+    for nb in sorted(NOTEBOOKS.glob("*.ipynb")):  # a notebook's prose about its own run
         bad += unglued_figures(nb.name, notebook_markdown(nb), notebook_code(nb))
     # the claims appendix quotes runs of every chapter: an assertion in any notebook counts
     every = CELL.join(notebook_code(nb) for nb in sorted(NOTEBOOKS.glob("*.ipynb")))
@@ -215,25 +235,33 @@ def test_no_measurement_sentence_states_a_bare_figure():
 
 
 def test_negative_control_a_planted_measured_figure_is_named():
-    planted = ("The notebook's bucket sweep measured 25 ms per step with 32 MiB buckets, "
-               "so model and measurement agree.")
+    planted = (
+        "The notebook's bucket sweep measured 25 ms per step with 32 MiB buckets, "
+        "so model and measurement agree."
+    )
     bad = unglued_figures("data_parallel.md", planted)
     assert any('"25 ms"' in b for b in bad) and any('"32 MiB"' in b for b in bad), bad
-    glued = ("The notebook's bucket sweep measured {glue:text}`../notebooks/data_parallel.ipynb"
-             "::dp_large_meas:.0f` ms per step.")
+    glued = (
+        "The notebook's bucket sweep measured {glue:text}`../notebooks/data_parallel.ipynb"
+        "::dp_large_meas:.0f` ms per step."
+    )
     assert unglued_figures("data_parallel.md", glued) == []
     # a listed figure whose assertion the notebook lost is named again
     held = "On 4 ranks the notebook measures a bubble of 0.43 of the step."
     listed = {("x.md", "0.43"): "assert abs(bubble - 0.43)"}
     assert unglued_figures("x.md", held, "assert abs(bubble - 0.43) < 0.01", listed) == []
     assert unglued_figures("x.md", held, "print(bubble)", listed) == [
-        'x.md: "0.43" in "On 4 ranks the notebook measures a bubble of 0.43 of the step...."']
+        'x.md: "0.43" in "On 4 ranks the notebook measures a bubble of 0.43 of the step...."'
+    ]
 
 
 def test_negative_control_a_glue_key_the_notebook_does_not_glue_is_named():
     sources = {"data_parallel": 'glue(f"dp_{name}_meas", x)\nglue("dp_tl_one_ms", t)'}
-    text = ("{glue:text}`../notebooks/data_parallel.ipynb::dp_large_meas:.0f` and "
-            "{glue:text}`../notebooks/data_parallel.ipynb::dp_large_meaz:.0f` and "
-            "{glue:text}`dp_tl_one_ms:.0f`")
+    text = (
+        "{glue:text}`../notebooks/data_parallel.ipynb::dp_large_meas:.0f` and "
+        "{glue:text}`../notebooks/data_parallel.ipynb::dp_large_meaz:.0f` and "
+        "{glue:text}`dp_tl_one_ms:.0f`"
+    )
     assert missing_glue("x.md", text, "data_parallel", sources) == [
-        "x.md: data_parallel::dp_large_meaz"]
+        "x.md: data_parallel::dp_large_meaz"
+    ]

@@ -1,5 +1,6 @@
 """tests/conftest.py: under CI=true a skip fails unless the test is marked gpu; the browser test
 is deselected outside `make site-test`; and .ci/run's closing line counts skips."""
+
 import os
 import re
 import shutil
@@ -9,7 +10,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 
-CASES = '''
+CASES = """
 import pytest
 def test_ok(): pass
 @pytest.mark.skipif(True, reason="needs node")
@@ -17,18 +18,23 @@ def test_node(): pass
 @pytest.mark.gpu
 def test_gpu(): pytest.skip("no CUDA")
 def test_inline(): pytest.skip("inline")
-'''
+"""
 
 
 def _pytest(folder: Path, ci: str | None, browser: bool = False):
     env = {k: v for k, v in os.environ.items() if k not in ("CI", "MINIPAR_BROWSER_TEST")}
-    env["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] = "1"         # nbval & co. are not needed: faster
+    env["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] = "1"  # nbval & co. are not needed: faster
     if ci is not None:
         env["CI"] = ci
     if browser:
         env["MINIPAR_BROWSER_TEST"] = "1"
-    out = subprocess.run([sys.executable, "-m", "pytest", "-q", "-rA", "-p", "no:cacheprovider",
-                          str(folder)], capture_output=True, text=True, env=env, cwd=folder)
+    out = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-rA", "-p", "no:cacheprovider", str(folder)],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=folder,
+    )
     return out.stdout.splitlines()[-1], out.stdout
 
 
@@ -51,10 +57,12 @@ def test_closing_line_sums_every_session():
     failures)."""
     text = (ROOT / ".ci" / "run").read_text()
     awk = re.search(r"awk '(.*?)' \"\$log\"", text, re.S).group(1)
-    log = ("..s\n3 failed, 120 passed, 2 skipped, 1 deselected in 12.30s\n"
-           "make: *** [Makefile:1: unit] Error 1\n"
-           "== 7 passed, 1 skipped, 2 errors in 3.10s ==\n"
-           "1 passed in 0.5s\n")
+    log = (
+        "..s\n3 failed, 120 passed, 2 skipped, 1 deselected in 12.30s\n"
+        "make: *** [Makefile:1: unit] Error 1\n"
+        "== 7 passed, 1 skipped, 2 errors in 3.10s ==\n"
+        "1 passed in 0.5s\n"
+    )
     out = subprocess.run(["awk", awk], input=log, capture_output=True, text=True, check=True)
     assert out.stdout == "128 passed, 5 failed, 3 skipped\n"
 
@@ -62,8 +70,13 @@ def test_closing_line_sums_every_session():
 def test_ci_scripts_parse():
     for script in (ROOT / ".ci" / "run",):
         subprocess.run(["bash", "-n", str(script)], check=True)
-    make = subprocess.run(["make", "-n", "site-test", "gpu-check"], cwd=ROOT, capture_output=True,
-                          text=True, env=dict(os.environ, CI="true"))
+    make = subprocess.run(
+        ["make", "-n", "site-test", "gpu-check"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        env=dict(os.environ, CI="true"),
+    )
     assert "chromium is missing under CI=true" in make.stdout and "exit 1" in make.stdout
     assert "scripts/gpu_check.py" in make.stdout
 
@@ -77,13 +90,24 @@ def test_ci_run_fails_when_it_cannot_install_what_tests_need(tmp_path):
     (fake / "make").write_text("#!/bin/sh\necho '2 passed, 1 skipped in 0.10s'\n")
     for f in fake.iterdir():
         f.chmod(0o755)
-    env = dict(os.environ, PATH=f"{fake}:{os.environ['PATH']}",
-               MINIPAR_NODE=str(tmp_path / "no-node"))
-    ci = subprocess.run(["bash", str(ROOT / ".ci" / "run")], capture_output=True, text=True,
-                        env=dict(env, CI="true"), timeout=60)
+    env = dict(
+        os.environ, PATH=f"{fake}:{os.environ['PATH']}", MINIPAR_NODE=str(tmp_path / "no-node")
+    )
+    ci = subprocess.run(
+        ["bash", str(ROOT / ".ci" / "run")],
+        capture_output=True,
+        text=True,
+        env=dict(env, CI="true"),
+        timeout=60,
+    )
     assert ci.returncode == 1 and "could not install nodejs" in ci.stdout, ci.stdout
     assert "make test took" not in ci.stdout
-    local = subprocess.run(["bash", str(ROOT / ".ci" / "run")], capture_output=True, text=True,
-                           env={k: v for k, v in env.items() if k != "CI"}, timeout=60)
+    local = subprocess.run(
+        ["bash", str(ROOT / ".ci" / "run")],
+        capture_output=True,
+        text=True,
+        env={k: v for k, v in env.items() if k != "CI"},
+        timeout=60,
+    )
     assert local.returncode == 0, local.stdout + local.stderr
     assert local.stdout.splitlines()[-1] == "2 passed, 0 failed, 1 skipped"

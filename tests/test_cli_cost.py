@@ -1,4 +1,5 @@
 """The cost-model subcommands: --json keys and values, and one-line errors with status 2."""
+
 import json
 import subprocess
 import sys
@@ -12,7 +13,7 @@ def run(capsys, *argv):
     """(status, stdout, stderr) of ``minipar argv`` run in this process."""
     try:
         status = main(list(argv))
-    except SystemExit as e:        # argparse errors
+    except SystemExit as e:  # argparse errors
         status = e.code
     out, err = capsys.readouterr()
     return status, out, err
@@ -33,8 +34,19 @@ def test_params(capsys):
 
 
 def test_flops_and_mfu(capsys):
-    out = run_json(capsys, "flops", *GPT3, "--batch", "64", "--recompute", "selective",
-                   "--seconds", "13.75", "--gpus", "64")
+    out = run_json(
+        capsys,
+        "flops",
+        *GPT3,
+        "--batch",
+        "64",
+        "--recompute",
+        "selective",
+        "--seconds",
+        "13.75",
+        "--gpus",
+        "64",
+    )
     assert out["flops_per_iteration"] > out["model_flops_per_iteration"]
     assert round(100 * out["mfu"], 1) == 51.4 and round(100 * out["hfu"], 1) == 52.8
 
@@ -43,17 +55,59 @@ def test_memory(capsys):
     out = run_json(capsys, "memory", "--params", "7.5e9", "--dp", "64", "--zero", "1")
     assert round(out["bytes_per_device"] / 1e9, 1) == 31.4
     assert out["bytes_per_device"] == out["weights"] + out["gradients"] + out["optimizer"]
-    out = run_json(capsys, "memory", "--params", "1e9", "--dp", "2", "--zero", "0",
-                   "--weight-bytes", "4", "--grad-bytes", "4", "--optimizer-bytes", "8")
+    out = run_json(
+        capsys,
+        "memory",
+        "--params",
+        "1e9",
+        "--dp",
+        "2",
+        "--zero",
+        "0",
+        "--weight-bytes",
+        "4",
+        "--grad-bytes",
+        "4",
+        "--optimizer-bytes",
+        "8",
+    )
     assert out["bytes_per_device"] == 16e9
-    out = run_json(capsys, "memory", *GPT3, "--heads", "96", "--dp", "8", "--tp", "8",
-                   "--pp", "8", "--zero", "3")
+    out = run_json(
+        capsys,
+        "memory",
+        *GPT3,
+        "--heads",
+        "96",
+        "--dp",
+        "8",
+        "--tp",
+        "8",
+        "--pp",
+        "8",
+        "--zero",
+        "3",
+    )
     assert out["bytes_per_device"] == pytest.approx(16 * 174_615_822_336 / 512)
 
 
 def test_activations(capsys):
-    out = run_json(capsys, "activations", "--seq", "2048", "--micro-batch", "1", "--hidden",
-                   "12288", "--heads", "96", "--tp", "8", "--sp", "--recompute", "selective")
+    out = run_json(
+        capsys,
+        "activations",
+        "--seq",
+        "2048",
+        "--micro-batch",
+        "1",
+        "--hidden",
+        "12288",
+        "--heads",
+        "96",
+        "--tp",
+        "8",
+        "--sp",
+        "--recompute",
+        "selective",
+    )
     assert out["bytes_per_layer"] == 2048 * 12288 * 34 / 8
 
 
@@ -63,11 +117,37 @@ def test_bubble(capsys):
 
 
 def test_collective(capsys):
-    out = run_json(capsys, "collective", "--op", "all-reduce", "--algorithm", "ring", "--ranks",
-                   "4", "--bytes", "1GB", "--alpha", "0", "--bandwidth", "1e9")
+    out = run_json(
+        capsys,
+        "collective",
+        "--op",
+        "all-reduce",
+        "--algorithm",
+        "ring",
+        "--ranks",
+        "4",
+        "--bytes",
+        "1GB",
+        "--alpha",
+        "0",
+        "--bandwidth",
+        "1e9",
+    )
     assert out["seconds"] == pytest.approx(1.5) and out["busbw_factor"] == 1.5
-    out = run_json(capsys, "collective", "--op", "all-gather", "--algorithm", "ring", "--ranks",
-                   "8", "--bytes", "1GiB", "--link", "ib-ndr400")
+    out = run_json(
+        capsys,
+        "collective",
+        "--op",
+        "all-gather",
+        "--algorithm",
+        "ring",
+        "--ranks",
+        "8",
+        "--bytes",
+        "1GiB",
+        "--link",
+        "ib-ndr400",
+    )
     assert out["bandwidth"] == 50e9
 
 
@@ -78,32 +158,160 @@ def test_human_table(capsys):
 
 BAD = [
     # (argv, words the one error line must contain)
-    (("params", "--layers", "x", "--hidden", "8", "--seq", "8", "--vocab", "8"),
-     ["--layers", "'x'"]),
-    (("params", "--layers", "0", "--hidden", "8", "--seq", "8", "--vocab", "8"),
-     ["--layers", "'0'"]),
+    (
+        ("params", "--layers", "x", "--hidden", "8", "--seq", "8", "--vocab", "8"),
+        ["--layers", "'x'"],
+    ),
+    (
+        ("params", "--layers", "0", "--hidden", "8", "--seq", "8", "--vocab", "8"),
+        ["--layers", "'0'"],
+    ),
     (("memory", "--params", "-5", "--dp", "4", "--zero", "1"), ["--params", "'-5'"]),
     (("memory", "--params", "1e9", "--dp", "4", "--zero", "4"), ["--zero", "4"]),
-    (("memory", "--layers", "24", "--hidden", "768", "--heads", "12", "--seq", "1024",
-      "--vocab", "50257", "--dp", "1", "--tp", "5", "--zero", "0"),
-     ["heads (12) must be divisible by t (5)"]),
-    (("memory", "--layers", "10", "--hidden", "768", "--heads", "12", "--seq", "1024",
-      "--vocab", "50257", "--dp", "1", "--pp", "4", "--zero", "0"),
-     ["layers (10) must be divisible by p (4)"]),
+    (
+        (
+            "memory",
+            "--layers",
+            "24",
+            "--hidden",
+            "768",
+            "--heads",
+            "12",
+            "--seq",
+            "1024",
+            "--vocab",
+            "50257",
+            "--dp",
+            "1",
+            "--tp",
+            "5",
+            "--zero",
+            "0",
+        ),
+        ["heads (12) must be divisible by t (5)"],
+    ),
+    (
+        (
+            "memory",
+            "--layers",
+            "10",
+            "--hidden",
+            "768",
+            "--heads",
+            "12",
+            "--seq",
+            "1024",
+            "--vocab",
+            "50257",
+            "--dp",
+            "1",
+            "--pp",
+            "4",
+            "--zero",
+            "0",
+        ),
+        ["layers (10) must be divisible by p (4)"],
+    ),
     (("memory", "--layers", "10", "--dp", "1", "--zero", "0"), ["missing", "--hidden"]),
-    (("activations", "--seq", "1024", "--micro-batch", "1", "--hidden", "768", "--heads", "12",
-      "--tp", "5"), ["heads (12) must be divisible by t (5)"]),
-    (("bubble", "--schedule", "interleaved", "--pp", "4", "--microbatches", "6", "--chunks", "2"),
-     ["m (6)", "multiple of p (4)"]),
+    (
+        (
+            "activations",
+            "--seq",
+            "1024",
+            "--micro-batch",
+            "1",
+            "--hidden",
+            "768",
+            "--heads",
+            "12",
+            "--tp",
+            "5",
+        ),
+        ["heads (12) must be divisible by t (5)"],
+    ),
+    (
+        (
+            "bubble",
+            "--schedule",
+            "interleaved",
+            "--pp",
+            "4",
+            "--microbatches",
+            "6",
+            "--chunks",
+            "2",
+        ),
+        ["m (6)", "multiple of p (4)"],
+    ),
     (("bubble", "--schedule", "gpipe", "--pp", "4", "--microbatches", "0"), ["--microbatches"]),
-    (("collective", "--op", "broadcast", "--algorithm", "ring", "--ranks", "4", "--bytes", "1e6",
-      "--alpha", "1e-6", "--bandwidth", "1e9"), ["'ring'", "broadcast"]),
-    (("collective", "--op", "all-gather", "--algorithm", "recursive-doubling", "--ranks", "6",
-      "--bytes", "1e6", "--alpha", "1e-6", "--bandwidth", "1e9"), ["power of two", "n (6)"]),
-    (("collective", "--op", "all-reduce", "--algorithm", "ring", "--ranks", "4", "--bytes", "0",
-      "--alpha", "1e-6", "--bandwidth", "1e9"), ["--bytes", "'0'"]),
-    (("collective", "--op", "all-reduce", "--algorithm", "ring", "--ranks", "4", "--bytes", "1e6"),
-     ["--alpha", "--link"]),
+    (
+        (
+            "collective",
+            "--op",
+            "broadcast",
+            "--algorithm",
+            "ring",
+            "--ranks",
+            "4",
+            "--bytes",
+            "1e6",
+            "--alpha",
+            "1e-6",
+            "--bandwidth",
+            "1e9",
+        ),
+        ["'ring'", "broadcast"],
+    ),
+    (
+        (
+            "collective",
+            "--op",
+            "all-gather",
+            "--algorithm",
+            "recursive-doubling",
+            "--ranks",
+            "6",
+            "--bytes",
+            "1e6",
+            "--alpha",
+            "1e-6",
+            "--bandwidth",
+            "1e9",
+        ),
+        ["power of two", "n (6)"],
+    ),
+    (
+        (
+            "collective",
+            "--op",
+            "all-reduce",
+            "--algorithm",
+            "ring",
+            "--ranks",
+            "4",
+            "--bytes",
+            "0",
+            "--alpha",
+            "1e-6",
+            "--bandwidth",
+            "1e9",
+        ),
+        ["--bytes", "'0'"],
+    ),
+    (
+        (
+            "collective",
+            "--op",
+            "all-reduce",
+            "--algorithm",
+            "ring",
+            "--ranks",
+            "4",
+            "--bytes",
+            "1e6",
+        ),
+        ["--alpha", "--link"],
+    ),
 ]
 
 
@@ -120,8 +328,9 @@ def test_bad_input_is_one_line_status_2(capsys, argv, words):
 @pytest.mark.parametrize("argv, words", [BAD[0], BAD[4], BAD[8]])
 def test_bad_input_as_a_script(argv, words):
     """Same under ``python -m minipar.cli`` (where minipar.cli is imported a second time)."""
-    p = subprocess.run([sys.executable, "-m", "minipar.cli", *argv], capture_output=True,
-                       text=True, timeout=60)
+    p = subprocess.run(
+        [sys.executable, "-m", "minipar.cli", *argv], capture_output=True, text=True, timeout=60
+    )
     assert p.returncode == 2 and "Traceback" not in p.stderr
     assert len(p.stderr.strip().splitlines()) == 1 and words[0] in p.stderr
 
@@ -130,18 +339,32 @@ def test_cost_cli_needs_nothing_from_minipar_cli():
     """No import cycle: the cost commands raise the one bad-input type,
     minipar.errors.InputError (a ValueError in a leaf module), so minipar.cost.cli never
     imports minipar.cli (which imports it)."""
-    code = ("import sys; from minipar.cost import cli; from minipar import errors; "
-            "assert cli.InputError is errors.InputError; "
-            "assert issubclass(cli.InputError, ValueError); "
-            "assert 'minipar.cli' not in sys.modules, 'imported minipar.cli'")
+    code = (
+        "import sys; from minipar.cost import cli; from minipar import errors; "
+        "assert cli.InputError is errors.InputError; "
+        "assert issubclass(cli.InputError, ValueError); "
+        "assert 'minipar.cli' not in sys.modules, 'imported minipar.cli'"
+    )
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert p.returncode == 0, p.stderr
 
 
 def test_layout_rules_have_one_wording(capsys):
     """The CLI states the layout rules with minipar.cost.breakdown.check_layout's words."""
-    status, _, err = run(capsys, "params", "--layers", "2", "--hidden", "100", "--heads", "3",
-                         "--seq", "8", "--vocab", "10")
+    status, _, err = run(
+        capsys,
+        "params",
+        "--layers",
+        "2",
+        "--hidden",
+        "100",
+        "--heads",
+        "3",
+        "--seq",
+        "8",
+        "--vocab",
+        "10",
+    )
     assert status == 2
     assert err.strip() == "minipar params: error: hidden size (100) must be divisible by heads (3)"
 
@@ -150,15 +373,34 @@ def test_plan_prices_zero3_collectives_as_asked(capsys):
     """--zero3-collectives: the 2021 flat ring is slower than the hierarchical multi-NIC
     algorithm (the default) for a ZeRO-3 layout spanning nodes; anything else exits 2 naming
     the choices."""
-    argv = ["plan", "--model", "gpt3-175b", "--gpus", "768", "--gpu", "A100-80GB",
-            "--global-batch", "1536", "--zero", "3", "--tp", "1", "--pp", "1", "--top", "1"]
+    argv = [
+        "plan",
+        "--model",
+        "gpt3-175b",
+        "--gpus",
+        "768",
+        "--gpu",
+        "A100-80GB",
+        "--global-batch",
+        "1536",
+        "--zero",
+        "3",
+        "--tp",
+        "1",
+        "--pp",
+        "1",
+        "--top",
+        "1",
+    ]
 
     def step(*extra):
         assert main(argv + list(extra)) == 0
         return capsys.readouterr().out.strip().splitlines()[-1].split()[-3:-1]
+
     hier, flat = step(), step("--zero3-collectives", "flat-ring")
     assert hier == step("--zero3-collectives", "hierarchical") and flat != hier, (flat, hier)
     with pytest.raises(SystemExit) as e:
         main(argv + ["--zero3-collectives", "tree"])
-    assert e.value.code == 2 and "choose from 'hierarchical', 'flat-ring'" in \
-        capsys.readouterr().err
+    assert (
+        e.value.code == 2 and "choose from 'hierarchical', 'flat-ring'" in capsys.readouterr().err
+    )

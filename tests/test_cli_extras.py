@@ -1,21 +1,27 @@
 """`minipar` on a base install (no extras): bench and plan work, `grade` says what to install."""
+
 import subprocess
 import sys
 
-BLOCK_NBFORMAT = ("import sys; sys.modules['nbformat'] = None; "
-                  "from minipar.cli import main; raise SystemExit(main(sys.argv[1:]))")
+BLOCK_NBFORMAT = (
+    "import sys; sys.modules['nbformat'] = None; "
+    "from minipar.cli import main; raise SystemExit(main(sys.argv[1:]))"
+)
 
 
 def _minipar(*argv):
-    return subprocess.run([sys.executable, "-c", BLOCK_NBFORMAT, *argv], capture_output=True,
-                          text=True, timeout=120)
+    return subprocess.run(
+        [sys.executable, "-c", BLOCK_NBFORMAT, *argv], capture_output=True, text=True, timeout=120
+    )
 
 
 def test_grade_without_its_extra_exits_2_naming_the_extra():
     r = _minipar("grade", "exercises")
     assert r.returncode == 2, r.stderr
-    assert r.stderr.strip() == ("minipar grade: error: needs the [grade] extra (nbformat is not "
-                                "installed): pip install -e '.[grade]'"), r.stderr
+    assert r.stderr.strip() == (
+        "minipar grade: error: needs the [grade] extra (nbformat is not "
+        "installed): pip install -e '.[grade]'"
+    ), r.stderr
 
 
 def test_other_commands_still_run_without_the_grade_extra():

@@ -4,6 +4,7 @@ Each multi-process test makes ONE ``run`` call that tries many cases on the rank
 plain data; the assertions happen here. The 4-rank test runs first so that the warm pool already
 holds four workers for the 2- and 3-rank calls.
 """
+
 import sys
 
 import cloudpickle
@@ -11,8 +12,13 @@ import pytest
 import torch
 import torch.distributed as dist
 
-from minipar.collectives import (parameter_server_all_reduce, recursive_doubling_all_reduce,
-                                 ring_all_gather, ring_all_reduce, ring_reduce_scatter)
+from minipar.collectives import (
+    parameter_server_all_reduce,
+    recursive_doubling_all_reduce,
+    ring_all_gather,
+    ring_all_reduce,
+    ring_reduce_scatter,
+)
 from minipar.collectives.ring import _chunks, _exchange, _ring
 from minipar.cost.collectives import ring_bytes_per_rank
 from minipar.runtime.launch import run
@@ -21,7 +27,7 @@ from minipar.runtime.tracer import trace
 # Ship this module's functions to the ranks by value (workers cannot import a test module).
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
 
-SIZES = [1, 3, 7, 16, 101, 1000]          # elements: below n, odd, divisible, not divisible
+SIZES = [1, 3, 7, 16, 101, 1000]  # elements: below n, odd, divisible, not divisible
 
 
 def _inputs(rank, numel):
@@ -49,13 +55,13 @@ def _compare_all(rank, n):
         dist.reduce_scatter_single(theirs, full)
         out.append(("reduce_scatter", numel, (mine - theirs).abs().max().item()))
         gathered = torch.zeros(numel * n, dtype=full.dtype)
-        gathered[rank * numel:(rank + 1) * numel] = full[:numel]
+        gathered[rank * numel : (rank + 1) * numel] = full[:numel]
         ring_all_gather(gathered)
         ref_g = torch.empty(numel * n, dtype=full.dtype)
         dist.all_gather_single(ref_g, full[:numel].clone())
         out.append(("all_gather", numel, (gathered - ref_g).abs().max().item()))
     # a 2-D, non-contiguous tensor keeps its shape and gets the right values
-    m = _inputs(rank, 35).view(5, 7).t()                 # (7, 5), not contiguous
+    m = _inputs(rank, 35).view(5, 7).t()  # (7, 5), not contiguous
     ref = m.clone()
     dist.all_reduce(ref)
     ring_all_reduce(m)
@@ -74,7 +80,7 @@ def test_algorithms_equal_dist_all_reduce(n):
 def _ring_sent_bytes(rank, n, numels):
     out = []
     for numel in numels:
-        x = torch.ones(numel)                             # float32: S = 4·numel bytes
+        x = torch.ones(numel)  # float32: S = 4·numel bytes
         with trace() as tr:
             ring_all_reduce(x)
         out.append((tr.bytes("send"), tr.count("send"), tr.bytes("recv")))
@@ -88,13 +94,13 @@ def test_ring_sends_2_n_minus_1_over_n_of_S():
     for i, numel in enumerate(numels):
         S = 4 * numel
         sent = [r[i][0] for r in per_rank]
-        assert all(r[i][1] == 2 * (n - 1) for r in per_rank)       # 2(n−1) messages
-        assert sum(sent) == 2 * (n - 1) * S                          # always, in total
+        assert all(r[i][1] == 2 * (n - 1) for r in per_rank)  # 2(n−1) messages
+        assert sum(sent) == 2 * (n - 1) * S  # always, in total
         received = [r[i][2] for r in per_rank]
         assert all(received[(r + 1) % n] == sent[r] for r in range(n))  # right neighbour gets it
-        if numel % n == 0:   # exactly the formula, per rank
+        if numel % n == 0:  # exactly the formula, per rank
             assert sent == [ring_bytes_per_rank("all-reduce", n, S)] * n
-        else:                # chunks differ by one element: within 2 elements of the formula
+        else:  # chunks differ by one element: within 2 elements of the formula
             assert all(abs(s - 2 * (n - 1) / n * S) <= 2 * 4 for s in sent), sent
 
 
@@ -103,7 +109,7 @@ def _buggy_ring_all_reduce(tensor, group=None):
     r, n, right, left = _ring(group)
     chunks = _chunks(tensor.view(-1), n)
     buf = torch.empty_like(chunks[0])
-    for k in range(n - 2):                                         # BUG: n − 1
+    for k in range(n - 2):  # BUG: n − 1
         send, recv = chunks[(r - k - 1) % n], chunks[(r - k - 2) % n]
         _exchange(send, buf[: recv.numel()], right, left, group)
         recv += buf[: recv.numel()]
@@ -153,14 +159,14 @@ def test_one_rank_is_a_no_op():
 
 
 # ------------------------------------------------------------------ a non-default group
-SUB = [0, 2]                               # a subgroup of 2 of 3 ranks; rank 1 sits out
+SUB = [0, 2]  # a subgroup of 2 of 3 ranks; rank 1 sits out
 
 
 def _on_subgroup(rank, n):
     """[(case, max abs difference from dist on the same group)]; rank 1 returns []."""
     group = dist.new_group(SUB)
     x = _inputs(rank, 7)
-    ring_all_reduce(x)                     # control: the default group, as if group were ignored
+    ring_all_reduce(x)  # control: the default group, as if group were ignored
     if rank not in SUB:
         return []
     ref = _inputs(rank, 7)
@@ -169,9 +175,11 @@ def _on_subgroup(rank, n):
     for numel in (1, 7, 16):
         ref = _inputs(rank, numel)
         dist.all_reduce(ref, group=group)
-        for name, fn in (("ring", ring_all_reduce), ("parameter_server",
-                                                      parameter_server_all_reduce),
-                         ("recursive_doubling", recursive_doubling_all_reduce)):
+        for name, fn in (
+            ("ring", ring_all_reduce),
+            ("parameter_server", parameter_server_all_reduce),
+            ("recursive_doubling", recursive_doubling_all_reduce),
+        ):
             x = _inputs(rank, numel)
             fn(x, group=group)
             out.append((name, numel, (x - ref).abs().max().item()))
@@ -182,11 +190,16 @@ def _on_subgroup(rank, n):
         out.append(("reduce_scatter", numel, (mine - theirs).abs().max().item()))
         me = SUB.index(rank)
         gathered = torch.zeros(2 * numel, dtype=full.dtype)
-        gathered[me * numel:(me + 1) * numel] = full[:numel]
+        gathered[me * numel : (me + 1) * numel] = full[:numel]
         ref_g = torch.empty(2 * numel, dtype=full.dtype)
         dist.all_gather_single(ref_g, full[:numel].clone(), group=group)
-        out.append(("all_gather", numel, (ring_all_gather(gathered, group=group) - ref_g)
-                    .abs().max().item()))
+        out.append(
+            (
+                "all_gather",
+                numel,
+                (ring_all_gather(gathered, group=group) - ref_g).abs().max().item(),
+            )
+        )
     return out
 
 
@@ -196,7 +209,7 @@ def test_every_algorithm_on_a_subgroup():
     assert per_rank[1] == []
     for rank in SUB:
         (name, _, err), *cases = per_rank[rank]
-        assert name == "control_default_group" and err > 1e-3    # the check would catch it
+        assert name == "control_default_group" and err > 1e-3  # the check would catch it
         assert len(cases) == 15
         for name, numel, err in cases:
             assert err < 1e-12, f"rank {rank}: {name} on {numel} elements differs by {err:.1e}"
@@ -207,8 +220,7 @@ def _batched_ring_shift(rank, n, iters):
     x = torch.full((1000,), float(rank))
     y = torch.empty(1000)
     for _ in range(iters):
-        ops = [dist.P2POp(dist.isend, x, (rank + 1) % n),
-               dist.P2POp(dist.irecv, y, (rank - 1) % n)]
+        ops = [dist.P2POp(dist.isend, x, (rank + 1) % n), dist.P2POp(dist.irecv, y, (rank - 1) % n)]
         for req in dist.batch_isend_irecv(ops):
             req.wait()
     return y[0].item()
@@ -225,9 +237,14 @@ def test_batch_isend_irecv_runs_on_gloo(n):
 
 def test_fit_ranges_for_the_chapter():
     from minipar.collectives.demo import fit_ranges
-    bench = {"fits": [dict(op="all-reduce", alpha=59e-6, bandwidth=1.6e9, error=None),
-                      dict(op="broadcast", alpha=314e-6, bandwidth=3.9e9, error=None),
-                      dict(op="all-gather", alpha=None, bandwidth=None, error="too few")]}
+
+    bench = {
+        "fits": [
+            dict(op="all-reduce", alpha=59e-6, bandwidth=1.6e9, error=None),
+            dict(op="broadcast", alpha=314e-6, bandwidth=3.9e9, error=None),
+            dict(op="all-gather", alpha=None, bandwidth=None, error="too few"),
+        ]
+    }
     r = fit_ranges(bench)
     assert r["alpha_us"] == pytest.approx((59, 314)) and r["ops"] == ["all-reduce", "broadcast"]
     assert r["alpha_text"] == "59–314 µs"

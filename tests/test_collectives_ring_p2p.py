@@ -3,12 +3,13 @@ receive go in one ``batch_isend_irecv`` call (NCCL ignores tags and runs a rank'
 after another; a lone send waits for its receiver). Each rank's calls are recorded in this
 process and played on the NCCL model of ``test_pipeline_parallel_p2p``; the control (the
 same messages as separate isend, irecv calls) deadlocks there."""
+
 import pytest
 import torch
 import torch.distributed as dist
+from test_pipeline_parallel_p2p import nccl_model
 
 from minipar.collectives import ring
-from test_pipeline_parallel_p2p import nccl_model
 
 
 class _Op:
@@ -31,8 +32,11 @@ def calls_of(monkeypatch, rank, n, numel, paired=True):
         return [_Done() for _ in ops]
 
     monkeypatch.setattr(dist, "P2POp", _Op)
-    monkeypatch.setattr(dist, "batch_isend_irecv", batch if paired else
-                        lambda ops: [x for o in ops for x in batch([o])])
+    monkeypatch.setattr(
+        dist,
+        "batch_isend_irecv",
+        batch if paired else lambda ops: [x for o in ops for x in batch([o])],
+    )
     monkeypatch.setattr(dist, "get_rank", lambda group=None: rank)
     monkeypatch.setattr(dist, "get_world_size", lambda group=None: n)
     ring.ring_all_reduce(torch.zeros(numel))
@@ -68,4 +72,4 @@ def test_control_unpaired_ring_deadlocks_on_nccl(monkeypatch):
     n = 3
     progs = [program(calls_of(monkeypatch, r, n, 7, paired=False), r) for r in range(n)]
     stuck = nccl_model(progs)
-    assert stuck is not None and stuck.count("send") == n   # every rank waits on its send
+    assert stuck is not None and stuck.count("send") == n  # every rank waits on its send

@@ -7,6 +7,7 @@ the float32 log-sum-exp merge and float32 accumulators are measurably more accur
 controls: the document mask forgotten, documents masked by local position; the model's
 document work matrix against the ring's own masks. The GPT with all-gather attention equals one
 process after three Adam steps."""
+
 import pytest
 import torch
 
@@ -21,10 +22,13 @@ BUG = 0.1
 
 
 def _everything(rank, cp):
-    out = {"parity": P.parity_on_rank(rank, cp), "controls": P.controls_on_rank(rank, cp),
-           "gpt allgather": P.gpt_on_rank(rank, cp),
-           "traffic": P.traffic_on_rank(rank, cp),
-           "traffic bf16": P.traffic_on_rank(rank, cp, dtype=torch.bfloat16)}
+    out = {
+        "parity": P.parity_on_rank(rank, cp),
+        "controls": P.controls_on_rank(rank, cp),
+        "gpt allgather": P.gpt_on_rank(rank, cp),
+        "traffic": P.traffic_on_rank(rank, cp),
+        "traffic bf16": P.traffic_on_rank(rank, cp, dtype=torch.bfloat16),
+    }
     if cp == 4:
         out["bf16"] = P.bf16_on_rank(rank, cp)
     return out
@@ -43,8 +47,8 @@ def test_every_variant_equals_one_process(runs, cp):
         for case, err in r["parity"].items():
             assert err < TOL, (cp, case, err)
         for case, err in r["controls"].items():
-            assert err > BUG, (cp, case, err)               # each plausible bug is caught
-        assert r["gpt allgather"] < 1e-9                    # GPT after 3 Adam steps
+            assert err > BUG, (cp, case, err)  # each plausible bug is caught
+        assert r["gpt allgather"] < 1e-9  # GPT after 3 Adam steps
 
 
 @pytest.mark.slow
@@ -52,8 +56,8 @@ def test_every_variant_equals_one_process(runs, cp):
 def test_traced_bytes_equal_the_model(runs, cp):
     b, s, d = 2, P.S, P.D
     for key, e, dtype in (("traffic", 8, "float64"), ("traffic bf16", 2, "bf16")):
-        h_kv = 4 * d                                          # 4 K/V heads
-        ring = C.ring_sent_bytes_per_layer(b, s, h_kv, cp, e)     # dK/dV: max(e, 4) bytes
+        h_kv = 4 * d  # 4 K/V heads
+        ring = C.ring_sent_bytes_per_layer(b, s, h_kv, cp, e)  # dK/dV: max(e, 4) bytes
         sends = C.ring_sends_per_layer(cp)
         ag = C.allgather_collectives_per_layer(b, s, h_kv, cp, e)
         a_kv = P.ulysses_kv_heads(cp)[-1]
@@ -66,7 +70,7 @@ def test_traced_bytes_equal_the_model(runs, cp):
                 want = {op.replace("-", "_"): (1, S) for op, S in ag[phase]}
                 assert got == want, (dtype, phase)
                 assert t[f"ulysses/{phase}"] == {"all_to_all": (2, sum(S for _, S in uly))}
-    if cp == 4:                                               # bf16: fp32 accumulators counted
+    if cp == 4:  # bf16: fp32 accumulators counted
         kv2 = C.kv_block_bytes(b, s, 4 * d, cp, 2)
         assert runs[cp][0]["traffic bf16"]["ring/backward"]["send"][1] == 3 * kv2 + 4 * 2 * kv2
 
@@ -77,7 +81,7 @@ def test_bf16_float32_merge_and_accumulators_are_more_accurate(runs):
         e = r["bf16"]
         good = e["ring, fp32 merge, fp32 accumulators"]
         assert max(good.values()) < 2e-2
-        assert e["ring, bf16 merge"]["out"] > 3 * good["out"]          # lse rounded to bf16
+        assert e["ring, bf16 merge"]["out"] > 3 * good["out"]  # lse rounded to bf16
         for g in ("dk", "dv"):
             assert e["ring, bf16 accumulators"][g] >= good[g]
         assert max(e["ring, bf16 accumulators"][g] / good[g] for g in ("dk", "dv")) > 1.2
@@ -97,9 +101,12 @@ def test_document_work_equals_the_rings_masks():
                 mine = positions(s, cp, r, layout).chunk(n)
                 for i in range(cp):
                     theirs = positions(s, cp, (r - i) % cp, layout).chunk(n)
-                    got = sum(int(m.sum()) if isinstance(m, torch.Tensor) else
-                              len(mine[a]) * len(theirs[b])
-                              for a, b, m in mask_plan(mine, theirs, True, ids))
+                    got = sum(
+                        int(m.sum())
+                        if isinstance(m, torch.Tensor)
+                        else len(mine[a]) * len(theirs[b])
+                        for a, b, m in mask_plan(mine, theirs, True, ids)
+                    )
                     assert got == work[i][r], (cp, layout, r, i)
     with pytest.raises(ValueError, match=r"must be integers >= 1 summing to s \(48\)"):
         C.document_step_work(48, 2, "zigzag", [40])
@@ -107,16 +114,24 @@ def test_document_work_equals_the_rings_masks():
 
 def test_cost_model_when_allgather_beats_the_ring():
     from minipar.cost.hardware import gpu, link
+
     F, nv, ib = gpu("H100-SXM").peak_flops["bf16"], link("nvlink4-h100"), link("ib-ndr400")
     s, h, kv = 131072, 16384, 1024
-    one = C.document_attention_times(1, s, h, 8, [s], flops=F, bandwidth=nv.bandwidth,
-                                     alpha=nv.alpha, h_kv=kv)
-    assert one["ring"] < one["allgather"]                     # one document: the ring wins
-    many = C.document_attention_times(1, s, h, 8, [s // 8] * 8, flops=F, bandwidth=nv.bandwidth,
-                                      alpha=nv.alpha, h_kv=kv)
-    assert many["allgather"] < many["ring"]                   # per-step imbalance of the ring
-    r = C.ring_attention_time(1, s, h, 16, flops=F, bandwidth=ib.bandwidth, alpha=ib.alpha,
-                              layout="zigzag", h_kv=kv)
-    assert r["step"] * 1e3 == pytest.approx(2.22, abs=0.01)   # Llama 3 block step: half a pair
-    assert C.ring_sent_bytes_per_layer(1, s, kv, 16)["total"] / 1e9 == pytest.approx(2.08, abs=0.005)
-    assert C.ring_sent_bytes_per_layer(1, s, kv, 16, 2, 2)["total"] / 1e9 == pytest.approx(1.54, abs=0.005)
+    one = C.document_attention_times(
+        1, s, h, 8, [s], flops=F, bandwidth=nv.bandwidth, alpha=nv.alpha, h_kv=kv
+    )
+    assert one["ring"] < one["allgather"]  # one document: the ring wins
+    many = C.document_attention_times(
+        1, s, h, 8, [s // 8] * 8, flops=F, bandwidth=nv.bandwidth, alpha=nv.alpha, h_kv=kv
+    )
+    assert many["allgather"] < many["ring"]  # per-step imbalance of the ring
+    r = C.ring_attention_time(
+        1, s, h, 16, flops=F, bandwidth=ib.bandwidth, alpha=ib.alpha, layout="zigzag", h_kv=kv
+    )
+    assert r["step"] * 1e3 == pytest.approx(2.22, abs=0.01)  # Llama 3 block step: half a pair
+    assert C.ring_sent_bytes_per_layer(1, s, kv, 16)["total"] / 1e9 == pytest.approx(
+        2.08, abs=0.005
+    )
+    assert C.ring_sent_bytes_per_layer(1, s, kv, 16, 2, 2)["total"] / 1e9 == pytest.approx(
+        1.54, abs=0.005
+    )

@@ -1,23 +1,46 @@
 """α-β collective costs (Thakur et al. 2005), nccl-tests bus bandwidth, links, units, no torch."""
+
 import subprocess
 import sys
 
 import pytest
 
-from minipar.cost.collectives import (ALGORITHMS, OPS, algbw, busbw, busbw_factor,
-                                      collective_time, fit_alpha_beta,
-                                      hierarchical_all_reduce_time, parameter_server_time,
-                                      ring_bytes_per_rank)
+from minipar.cost.collectives import (
+    ALGORITHMS,
+    OPS,
+    algbw,
+    busbw,
+    busbw_factor,
+    collective_time,
+    fit_alpha_beta,
+    hierarchical_all_reduce_time,
+    parameter_server_time,
+    ring_bytes_per_rank,
+)
 from minipar.cost.hardware import GPUS, LINKS, Link, gpu, link
 from minipar.cost.units import GB, GiB, fmt_bytes, fmt_seconds
 
 
 def test_importing_cost_does_not_import_torch():
-    mods = ("collectives", "hardware", "units", "model", "memory_time", "pipeline_parallel",
-            "data_parallel", "tensor_parallel", "compute", "three_d", "validation", "calibrate",
-            "cli")
-    code = (f"import minipar.cost, {', '.join('minipar.cost.' + m for m in mods)}; "
-            "import sys; assert 'torch' not in sys.modules, 'torch was imported'")
+    mods = (
+        "collectives",
+        "hardware",
+        "units",
+        "model",
+        "memory_time",
+        "pipeline_parallel",
+        "data_parallel",
+        "tensor_parallel",
+        "compute",
+        "three_d",
+        "validation",
+        "calibrate",
+        "cli",
+    )
+    code = (
+        f"import minipar.cost, {', '.join('minipar.cost.' + m for m in mods)}; "
+        "import sys; assert 'torch' not in sys.modules, 'torch was imported'"
+    )
     subprocess.run([sys.executable, "-c", code], check=True)
 
 
@@ -25,12 +48,21 @@ def test_units_and_formatting():
     """fmt_bytes/fmt_seconds pick the unit at the right boundary (1024 vs 1000) and round-trip
     through the command line's size parser within the 3 significant digits they print."""
     from minipar.cost.cli import size_bytes
+
     assert (fmt_bytes(GiB - 1), fmt_bytes(GiB), fmt_bytes(1023), fmt_bytes(1024)) == (
-        "1024.00 MiB", "1.00 GiB", "1023 B", "1.00 KiB")
+        "1024.00 MiB",
+        "1.00 GiB",
+        "1023 B",
+        "1.00 KiB",
+    )
     assert (fmt_bytes(999, binary=False), fmt_bytes(1000, binary=False)) == ("999 B", "1.00 kB")
     assert fmt_bytes(-1.5 * GiB) == "-1.50 GiB" and fmt_bytes(1.5e9, binary=False) == "1.50 GB"
     assert (fmt_seconds(0.999e-3), fmt_seconds(1e-3), fmt_seconds(5e-10), fmt_seconds(0)) == (
-        "999.00 µs", "1.00 ms", "0.50 ns", "0 s")
+        "999.00 µs",
+        "1.00 ms",
+        "0.50 ns",
+        "0 s",
+    )
     assert fmt_seconds(-0.0123) == "-12.30 ms"
     for x in (512, 1500, 3 * 2**20 + 7, 1.5 * GiB, 12.3e12):
         for binary in (True, False):
@@ -57,7 +89,8 @@ def test_ring_bytes_per_rank():
     assert ring_bytes_per_rank("reduce-scatter", 4, S) == pytest.approx(0.75e9)
     # all-reduce = reduce-scatter + all-gather, byte for byte
     assert ring_bytes_per_rank("all-reduce", 7, S) == pytest.approx(
-        ring_bytes_per_rank("reduce-scatter", 7, S) + ring_bytes_per_rank("all-gather", 7, S))
+        ring_bytes_per_rank("reduce-scatter", 7, S) + ring_bytes_per_rank("all-gather", 7, S)
+    )
     with pytest.raises(ValueError, match="ring"):
         ring_bytes_per_rank("broadcast", 4, S)
 
@@ -66,40 +99,51 @@ def test_thakur_formulas():
     a, bw, S = 1e-5, 1e9, 1e8
     beta = 1 / bw
     assert collective_time("all-reduce", "ring", 8, S, a, bw) == pytest.approx(
-        14 * a + 2 * 7 / 8 * S * beta)
+        14 * a + 2 * 7 / 8 * S * beta
+    )
     assert collective_time("all-reduce", "recursive-doubling", 8, S, a, bw) == pytest.approx(
-        3 * (a + S * beta))
+        3 * (a + S * beta)
+    )
     assert collective_time("all-reduce", "rabenseifner", 8, S, a, bw) == pytest.approx(
-        6 * a + 2 * 7 / 8 * S * beta)
+        6 * a + 2 * 7 / 8 * S * beta
+    )
     assert collective_time("all-reduce", "binomial-tree", 8, S, a, bw) == pytest.approx(
-        6 * (a + S * beta))
+        6 * (a + S * beta)
+    )
     assert collective_time("all-gather", "ring", 8, S, a, bw) == pytest.approx(
-        7 * a + 7 / 8 * S * beta)
+        7 * a + 7 / 8 * S * beta
+    )
     assert collective_time("all-gather", "recursive-doubling", 8, S, a, bw) == pytest.approx(
-        3 * a + 7 / 8 * S * beta)
+        3 * a + 7 / 8 * S * beta
+    )
     assert collective_time("broadcast", "binomial-tree", 5, S, a, bw) == pytest.approx(
-        3 * (a + S * beta))  # ceil(log2 5) = 3 rounds
+        3 * (a + S * beta)
+    )  # ceil(log2 5) = 3 rounds
     # ring all-reduce is exactly reduce-scatter followed by all-gather
     assert collective_time("all-reduce", "ring", 6, S, a, bw) == pytest.approx(
         collective_time("reduce-scatter", "ring", 6, S, a, bw)
-        + collective_time("all-gather", "ring", 6, S, a, bw))
+        + collective_time("all-gather", "ring", 6, S, a, bw)
+    )
 
 
-@pytest.mark.parametrize("op, alg, n, want", [
-    # written out by hand from Thakur et al. 2005 (L = ceil(log2 n)); a = α, b = S·β
-    ("reduce-scatter", "ring", 8, lambda a, b: 7 * a + 7 / 8 * b),
-    ("reduce-scatter", "recursive-halving", 8, lambda a, b: 3 * a + 7 / 8 * b),
-    ("broadcast", "scatter-allgather", 8, lambda a, b: (3 + 7) * a + 2 * 7 / 8 * b),
-    ("broadcast", "scatter-allgather", 6, lambda a, b: (3 + 5) * a + 2 * 5 / 6 * b),
-    ("reduce", "binomial-tree", 6, lambda a, b: 3 * (a + b)),
-    ("reduce", "rabenseifner", 8, lambda a, b: 6 * a + 2 * 7 / 8 * b),
-    # non-power-of-two: 6 ranks fold into n' = 4 (one α + Sβ for reduce, two for all-reduce)
-    ("reduce", "rabenseifner", 6, lambda a, b: (a + b) + 4 * a + 2 * 3 / 4 * b),
-    ("all-reduce", "rabenseifner", 6, lambda a, b: 2 * (a + b) + 4 * a + 2 * 3 / 4 * b),
-    ("all-reduce", "recursive-doubling", 6, lambda a, b: 2 * (a + b) + 2 * (a + b)),
-    ("all-to-all", "pairwise-exchange", 8, lambda a, b: 7 * a + 7 / 8 * b),
-    ("all-to-all", "pairwise-exchange", 3, lambda a, b: 2 * a + 2 / 3 * b),
-])
+@pytest.mark.parametrize(
+    "op, alg, n, want",
+    [
+        # written out by hand from Thakur et al. 2005 (L = ceil(log2 n)); a = α, b = S·β
+        ("reduce-scatter", "ring", 8, lambda a, b: 7 * a + 7 / 8 * b),
+        ("reduce-scatter", "recursive-halving", 8, lambda a, b: 3 * a + 7 / 8 * b),
+        ("broadcast", "scatter-allgather", 8, lambda a, b: (3 + 7) * a + 2 * 7 / 8 * b),
+        ("broadcast", "scatter-allgather", 6, lambda a, b: (3 + 5) * a + 2 * 5 / 6 * b),
+        ("reduce", "binomial-tree", 6, lambda a, b: 3 * (a + b)),
+        ("reduce", "rabenseifner", 8, lambda a, b: 6 * a + 2 * 7 / 8 * b),
+        # non-power-of-two: 6 ranks fold into n' = 4 (one α + Sβ for reduce, two for all-reduce)
+        ("reduce", "rabenseifner", 6, lambda a, b: (a + b) + 4 * a + 2 * 3 / 4 * b),
+        ("all-reduce", "rabenseifner", 6, lambda a, b: 2 * (a + b) + 4 * a + 2 * 3 / 4 * b),
+        ("all-reduce", "recursive-doubling", 6, lambda a, b: 2 * (a + b) + 2 * (a + b)),
+        ("all-to-all", "pairwise-exchange", 8, lambda a, b: 7 * a + 7 / 8 * b),
+        ("all-to-all", "pairwise-exchange", 3, lambda a, b: 2 * a + 2 / 3 * b),
+    ],
+)
 def test_each_pair_against_its_formula(op, alg, n, want):
     a, bw, S = 1e-5, 1e9, 1e6
     assert collective_time(op, alg, n, S, a, bw) == pytest.approx(want(a, S / bw), rel=1e-12)
@@ -116,10 +160,12 @@ def test_latency_vs_bandwidth_regimes():
     """Small messages: log-step algorithms win; large: ring / rabenseifner win (Thakur §4)."""
     a, bw, n = 5e-6, 50e9, 64
     small, large = 1e3, 1e9
-    assert (collective_time("all-reduce", "recursive-doubling", n, small, a, bw)
-            < collective_time("all-reduce", "ring", n, small, a, bw))
-    assert (collective_time("all-reduce", "ring", n, large, a, bw)
-            < collective_time("all-reduce", "recursive-doubling", n, large, a, bw))
+    assert collective_time("all-reduce", "recursive-doubling", n, small, a, bw) < collective_time(
+        "all-reduce", "ring", n, small, a, bw
+    )
+    assert collective_time("all-reduce", "ring", n, large, a, bw) < collective_time(
+        "all-reduce", "recursive-doubling", n, large, a, bw
+    )
     # the ring's bandwidth term tends to 2S/bw, independent of n
     t = [collective_time("all-reduce", "ring", n, large, 0.0, bw) for n in (2, 8, 1024)]
     assert t[-1] == pytest.approx(2 * large / bw, rel=1e-2) and t[0] < t[1] < t[2]
@@ -129,31 +175,37 @@ def test_parameter_server_grows_with_n_ring_does_not():
     S, a, bw = 1e9, 0.0, 12.5e9
     assert parameter_server_time(2, S, a, bw) == pytest.approx(2 * S / bw)
     assert parameter_server_time(9, S, a, bw) == pytest.approx(2 * 8 * S / bw)
-    assert collective_time("all-reduce", "parameter-server", 9, S, a, bw) == \
-        parameter_server_time(9, S, a, bw)
-    assert (parameter_server_time(64, S, a, bw)
-            > 30 * collective_time("all-reduce", "ring", 64, S, a, bw))
+    assert collective_time("all-reduce", "parameter-server", 9, S, a, bw) == parameter_server_time(
+        9, S, a, bw
+    )
+    assert parameter_server_time(64, S, a, bw) > 30 * collective_time(
+        "all-reduce", "ring", 64, S, a, bw
+    )
 
 
 def test_non_power_of_two():
     a, bw, S = 1e-5, 1e9, 1e6
     # all-reduce: MPICH fix-up, 6 ranks fold to 4 plus two extra α + Sβ steps
     assert collective_time("all-reduce", "rabenseifner", 6, S, a, bw) == pytest.approx(
-        2 * (a + S / bw) + collective_time("all-reduce", "rabenseifner", 4, S, a, bw))
+        2 * (a + S / bw) + collective_time("all-reduce", "rabenseifner", 4, S, a, bw)
+    )
     with pytest.raises(ValueError, match=r"power of two, got n \(6\)"):
         collective_time("all-gather", "recursive-doubling", 6, S, a, bw)
     with pytest.raises(ValueError, match="power of two"):
         collective_time("reduce-scatter", "recursive-halving", 12, S, a, bw)
 
 
-@pytest.mark.parametrize("args, match", [
-    (("all-reduce", "scatter-allgather", 4, 1.0), "not one for all-reduce"),
-    (("broadcast", "ring", 4, 1.0), "not one for broadcast"),
-    (("all-gather", "rabenseifner", 4, 1.0), "not one for all-gather"),
-    (("gather", "ring", 4, 1.0), "op"),
-    (("all-reduce", "ring", 0, 1.0), r"n \(0\)"),
-    (("all-reduce", "ring", 4, -1.0), r"nbytes \(-1.0\)"),
-])
+@pytest.mark.parametrize(
+    "args, match",
+    [
+        (("all-reduce", "scatter-allgather", 4, 1.0), "not one for all-reduce"),
+        (("broadcast", "ring", 4, 1.0), "not one for broadcast"),
+        (("all-gather", "rabenseifner", 4, 1.0), "not one for all-gather"),
+        (("gather", "ring", 4, 1.0), "op"),
+        (("all-reduce", "ring", 0, 1.0), r"n \(0\)"),
+        (("all-reduce", "ring", 4, -1.0), r"nbytes \(-1.0\)"),
+    ],
+)
 def test_bad_inputs_name_the_rule(args, match):
     with pytest.raises(ValueError, match=match):
         collective_time(*args, alpha=1e-6, bandwidth=1e9)
@@ -163,21 +215,30 @@ def test_hierarchical_all_reduce():
     intra, inter = link("nvlink4-h100"), link("ib-ndr400")
     S, N, g = 4e9, 16, 8
     t = hierarchical_all_reduce_time(N, g, S, intra, inter)
-    expected = (collective_time("reduce-scatter", "ring", g, S, intra.alpha, intra.bandwidth)
-                + collective_time("all-reduce", "ring", N, S / g, inter.alpha, inter.bandwidth)
-                + collective_time("all-gather", "ring", g, S, intra.alpha, intra.bandwidth))
+    expected = (
+        collective_time("reduce-scatter", "ring", g, S, intra.alpha, intra.bandwidth)
+        + collective_time("all-reduce", "ring", N, S / g, inter.alpha, inter.bandwidth)
+        + collective_time("all-gather", "ring", g, S, intra.alpha, intra.bandwidth)
+    )
     assert t == pytest.approx(expected)
     # better than a flat ring over all 128 GPUs whose slowest hop is InfiniBand
     flat = collective_time("all-reduce", "ring", N * g, S, inter.alpha, inter.bandwidth)
     assert t < flat
     # one node: just the intra-node ring all-reduce
     assert hierarchical_all_reduce_time(1, g, S, intra, inter) == pytest.approx(
-        collective_time("all-reduce", "ring", g, S, intra.alpha, intra.bandwidth))
+        collective_time("all-reduce", "ring", g, S, intra.alpha, intra.bandwidth)
+    )
 
 
-@pytest.mark.parametrize("op, alg, n", [("all-reduce", "ring", 8), ("all-gather", "ring", 4),
-                                        ("broadcast", "binomial-tree", 8),
-                                        ("all-reduce", "rabenseifner", 6)])
+@pytest.mark.parametrize(
+    "op, alg, n",
+    [
+        ("all-reduce", "ring", 8),
+        ("all-gather", "ring", 4),
+        ("broadcast", "binomial-tree", 8),
+        ("all-reduce", "rabenseifner", 6),
+    ],
+)
 def test_fit_alpha_beta_recovers_the_model(op, alg, n):
     alpha, bw = 7e-6, 40e9
     sizes = [2.0**k for k in range(10, 31, 2)]
@@ -198,9 +259,9 @@ def test_links_are_per_direction_with_sources():
     (a bidirectional sum would be 2x), and it is what a ring all-reduce's busbw reaches for a
     large message (nccl-tests compare busbw with the per-direction link speed)."""
     per_direction = {
-        "nvlink4-h100": 18 * 25e9,              # 18 NVLink-4 links x 25 GB/s each way
+        "nvlink4-h100": 18 * 25e9,  # 18 NVLink-4 links x 25 GB/s each way
         "pcie5-x16": 32e9 * 16 * 128 / 130 / 8,  # 32 GT/s x 16 lanes, 128b/130b, bits -> bytes
-        "ib-ndr400": 400e9 / 8,                  # 400 Gb/s per port, each way
+        "ib-ndr400": 400e9 / 8,  # 400 Gb/s per port, each way
         "eth-100g": 100e9 / 8,
     }
     for name, bw in per_direction.items():
@@ -209,7 +270,7 @@ def test_links_are_per_direction_with_sources():
         S, n = 1e12, 8
         t = collective_time("all-reduce", "ring", n, S, lk.alpha, lk.bandwidth)
         assert busbw("all-reduce", n, S, t) == pytest.approx(bw, rel=1e-3), name
-    assert "bidirectional" in link("pcie5-x16").note    # seed 004's unit slip is recorded
+    assert "bidirectional" in link("pcie5-x16").note  # seed 004's unit slip is recorded
     for lk in LINKS.values():
         assert isinstance(lk, Link) and lk.source and 0 < lk.alpha < 1e-3
     with pytest.raises(ValueError, match="nvlink4-h100"):
@@ -220,8 +281,10 @@ def test_gpus_are_dense_peaks():
     """bf16 peaks are the dense tensor-core rates, derived here from SMs x tensor cores x
     FLOPs per clock x boost clock (the datasheets' "with sparsity" figures are 2x), the
     denominator Megatron's "% of peak" uses."""
-    dense = {"A100-80GB": 108 * 4 * 512 * 1.41e9,    # 3rd-gen tensor core: 256 bf16 FMA/clock
-             "H100-SXM": 132 * 4 * 1024 * 1.83e9}    # 4th-gen: 512 bf16 FMA/clock
+    dense = {
+        "A100-80GB": 108 * 4 * 512 * 1.41e9,  # 3rd-gen tensor core: 256 bf16 FMA/clock
+        "H100-SXM": 132 * 4 * 1024 * 1.83e9,
+    }  # 4th-gen: 512 bf16 FMA/clock
     for name, peak in dense.items():
         assert GPUS[name].peak_flops["bf16"] == pytest.approx(peak, rel=2e-3), name
         assert GPUS[name].peak_flops["fp16"] == GPUS[name].peak_flops["bf16"]

@@ -4,6 +4,7 @@ constants re-derived from the file, and negative controls (the 2021 wave rule, �
 
 Targets: ≥ 85 % of the 108 GEMMs within ±15 %; every SDPA (flash) layer within ±15 %; every
 unfused layer within ±25 %; the presets that reproduce the 2021 runs unchanged."""
+
 import json
 import math
 import statistics
@@ -17,26 +18,34 @@ from minipar.cost import hardware, kernel_fit
 from minipar.cost.hardware import GPUS
 from minipar.cost.memory_time import activation_bytes_per_layer
 
-DATA = json.loads((Path(hardware.__file__).parent / "measurements"
-                   / "h200_layer_gemm_times.json").read_text())
+DATA = json.loads(
+    (Path(hardware.__file__).parent / "measurements" / "h200_layer_gemm_times.json").read_text()
+)
 H200 = GPUS["H200"]
 
 
 def gemm_errors(gpu) -> list[float]:
     """(predicted / measured − 1) of every GEMM row: dense rows through the GPU's GEMM rule,
     batched (attention) rows through its batched-GEMM rule, as layer_seconds prices them."""
-    return [C.gpu_gemm_seconds(gpu, g["M"], g["N"], g["K"], g["batch"]) / g["measured_s"] - 1
-            for g in DATA["gemms"]]
+    return [
+        C.gpu_gemm_seconds(gpu, g["M"], g["N"], g["K"], g["batch"]) / g["measured_s"] - 1
+        for g in DATA["gemms"]
+    ]
 
 
 def layer_errors(gpu, attention: str) -> dict[str, float]:
     """(predicted / measured − 1) per layer row of one attention kind ("sdpa" is flash); the
     layers were timed without fp32 gradient accumulation, so grad_accum_bytes = 0."""
     kernel = {"sdpa": "flash"}.get(attention, attention)
-    return {r["shape"]: C.layer_seconds(r["b"], r["s"], r["h"], r["a"], gpu, r["t"],
-                                        attention=kernel, grad_accum_bytes=0).total_s
-            / r["measured_s"] - 1
-            for r in DATA["layers"] if r["attention"] == attention}
+    return {
+        r["shape"]: C.layer_seconds(
+            r["b"], r["s"], r["h"], r["a"], gpu, r["t"], attention=kernel, grad_accum_bytes=0
+        ).total_s
+        / r["measured_s"]
+        - 1
+        for r in DATA["layers"]
+        if r["attention"] == attention
+    }
 
 
 def within(errors, tol) -> int:
@@ -46,12 +55,12 @@ def within(errors, tol) -> int:
 def test_gemms_meet_the_target_and_report_the_counts():
     e = gemm_errors(H200)
     assert len(e) == 108
-    assert within(e, 0.15) >= math.ceil(0.85 * 108)            # 92
-    assert within(e, 0.15) == 105 and within(e, 0.10) == 85    # the figures the docs quote
+    assert within(e, 0.15) >= math.ceil(0.85 * 108)  # 92
+    assert within(e, 0.15) == 105 and within(e, 0.10) == 85  # the figures the docs quote
     assert statistics.median(abs(x) for x in e) < 0.04
     assert max(abs(x) for x in e) < 0.30
     dense = [x for x, g in zip(e, DATA["gemms"]) if g["batch"] == 1]
-    assert within(dense, 0.15) == len(dense) == 72             # every dense GEMM
+    assert within(dense, 0.15) == len(dense) == 72  # every dense GEMM
 
 
 def test_negative_controls_fail_the_gemm_target():
@@ -71,11 +80,18 @@ def test_negative_controls_fail_the_gemm_target():
     # the wave rule over-charges (2048, 4608, 12288): three waves of 256×128 tiles, +35 % even
     # at the measured η (+50 % at the assumed 0.70); the additive rule is within 15 %
     row = next(g for g in DATA["gemms"] if (g["M"], g["N"], g["K"]) == (2048, 4608, 12288))
-    kw = dict(peak=H200.peak_flops["bf16"], efficiency=H200.gemm_efficiency,
-              hbm=H200.hbm_bandwidth, sms=H200.sms)
+    kw = dict(
+        peak=H200.peak_flops["bf16"],
+        efficiency=H200.gemm_efficiency,
+        hbm=H200.hbm_bandwidth,
+        sms=H200.sms,
+    )
     assert C.gemm_seconds(2048, 4608, 12288, **kw) / row["measured_s"] > 1.3
-    assert C.gemm_seconds(2048, 4608, 12288, rule="additive", latency=H200.gemm_latency_s,
-                          **kw) / row["measured_s"] < 1.15
+    assert (
+        C.gemm_seconds(2048, 4608, 12288, rule="additive", latency=H200.gemm_latency_s, **kw)
+        / row["measured_s"]
+        < 1.15
+    )
 
 
 def test_layers_meet_the_targets():
@@ -88,9 +104,15 @@ def test_layers_meet_the_targets():
 def test_layer_negative_controls():
     """Pricing the SDPA layers as unfused attention (materialised scores), or dropping the
     per-layer overhead, misses the ±15 % target; so did the model of the day (file's record)."""
-    as_unfused = {r["shape"]: C.layer_seconds(r["b"], r["s"], r["h"], r["a"], H200, r["t"],
-                                              grad_accum_bytes=0).total_s / r["measured_s"] - 1
-                  for r in DATA["layers"] if r["attention"] == "sdpa"}
+    as_unfused = {
+        r["shape"]: C.layer_seconds(
+            r["b"], r["s"], r["h"], r["a"], H200, r["t"], grad_accum_bytes=0
+        ).total_s
+        / r["measured_s"]
+        - 1
+        for r in DATA["layers"]
+        if r["attention"] == "sdpa"
+    }
     assert max(abs(x) for x in as_unfused.values()) > 0.5
     no_overhead = layer_errors(replace(H200, layer_overhead_s=0.0), "sdpa")
     assert max(abs(x) for x in no_overhead.values()) > 0.15
@@ -110,14 +132,20 @@ def test_adam_rows():
 def test_the_preset_is_the_calibration_file_rounded():
     """Every kernel constant of the H200 preset is what kernel_fit derives from the file, to
     the rounding the preset prints (the whole-step file is never read)."""
-    assert H200.gemm_efficiency == pytest.approx(DATA["gemm_ceiling_flops"]
-                                                 / H200.peak_flops["bf16"], abs=0.005)
+    assert H200.gemm_efficiency == pytest.approx(
+        DATA["gemm_ceiling_flops"] / H200.peak_flops["bf16"], abs=0.005
+    )
     assert H200.hbm_bandwidth == pytest.approx(DATA["copy_bytes_per_s"], rel=0.005)
     fit = kernel_fit.fit_gpu(DATA, H200)
-    for field, rel in (("gemm_latency_s", 0.01), ("bmm_bandwidth", 0.01),
-                       ("bmm_latency_s", 0.01), ("layer_overhead_s", 0.01),
-                       ("flash_efficiency", 0.01), ("attention_score_bytes", 0.01),
-                       ("optimizer_bandwidth", 0.005)):
+    for field, rel in (
+        ("gemm_latency_s", 0.01),
+        ("bmm_bandwidth", 0.01),
+        ("bmm_latency_s", 0.01),
+        ("layer_overhead_s", 0.01),
+        ("flash_efficiency", 0.01),
+        ("attention_score_bytes", 0.01),
+        ("optimizer_bandwidth", 0.005),
+    ):
         assert getattr(H200, field) == pytest.approx(getattr(fit, field), rel=rel), field
     assert H200.gemm_rule == fit.gemm_rule == "additive"
 
@@ -125,48 +153,86 @@ def test_the_preset_is_the_calibration_file_rounded():
 def test_fit_recovers_constants_from_its_own_model():
     """Times generated by the model with known constants are fitted back exactly (the fit is
     linear least squares); a wrong byte count per Adam parameter would not recover W_adam."""
-    truth = replace(H200, gemm_latency_s=5e-6, bmm_bandwidth=3.0e12, bmm_latency_s=12e-6,
-                    layer_overhead_s=0.3e-3, flash_efficiency=0.55, attention_score_bytes=40.0,
-                    optimizer_bandwidth=3.0e12)
-    synth = dict(DATA, gemms=[dict(g, measured_s=C.gpu_gemm_seconds(
-        truth, g["M"], g["N"], g["K"], g["batch"])) for g in DATA["gemms"]],
-        layers=[dict(r, measured_s=C.layer_seconds(
-            r["b"], r["s"], r["h"], r["a"], truth, r["t"], grad_accum_bytes=0,
-            attention="flash" if r["attention"] == "sdpa" else "unfused").total_s)
-            for r in DATA["layers"]],
+    truth = replace(
+        H200,
+        gemm_latency_s=5e-6,
+        bmm_bandwidth=3.0e12,
+        bmm_latency_s=12e-6,
+        layer_overhead_s=0.3e-3,
+        flash_efficiency=0.55,
+        attention_score_bytes=40.0,
+        optimizer_bandwidth=3.0e12,
+    )
+    synth = dict(
+        DATA,
+        gemms=[
+            dict(g, measured_s=C.gpu_gemm_seconds(truth, g["M"], g["N"], g["K"], g["batch"]))
+            for g in DATA["gemms"]
+        ],
+        layers=[
+            dict(
+                r,
+                measured_s=C.layer_seconds(
+                    r["b"],
+                    r["s"],
+                    r["h"],
+                    r["a"],
+                    truth,
+                    r["t"],
+                    grad_accum_bytes=0,
+                    attention="flash" if r["attention"] == "sdpa" else "unfused",
+                ).total_s,
+            )
+            for r in DATA["layers"]
+        ],
         adam=[dict(r, measured_s=28 * r["params"] / 3.0e12) for r in DATA["adam"]],
         gemm_ceiling_flops=truth.gemm_efficiency * truth.peak_flops["bf16"],
-        copy_bytes_per_s=truth.hbm_bandwidth)
+        copy_bytes_per_s=truth.hbm_bandwidth,
+    )
     fit = kernel_fit.fit_gpu(synth, H200)
-    for field in ("gemm_efficiency", "hbm_bandwidth", "gemm_latency_s", "bmm_bandwidth",
-                  "bmm_latency_s", "layer_overhead_s", "flash_efficiency",
-                  "attention_score_bytes", "optimizer_bandwidth"):
+    for field in (
+        "gemm_efficiency",
+        "hbm_bandwidth",
+        "gemm_latency_s",
+        "bmm_bandwidth",
+        "bmm_latency_s",
+        "layer_overhead_s",
+        "flash_efficiency",
+        "attention_score_bytes",
+        "optimizer_bandwidth",
+    ):
         assert getattr(fit, field) == pytest.approx(getattr(truth, field), rel=1e-6), field
-    wrong = dict(synth, adam=[dict(r, measured_s=30 * r["params"] / 3.0e12)
-                              for r in DATA["adam"]])
-    assert kernel_fit.fit_gpu(wrong, H200).optimizer_bandwidth != pytest.approx(3.0e12,
-                                                                               rel=0.01)
+    wrong = dict(synth, adam=[dict(r, measured_s=30 * r["params"] / 3.0e12) for r in DATA["adam"]])
+    assert kernel_fit.fit_gpu(wrong, H200).optimizer_bandwidth != pytest.approx(3.0e12, rel=0.01)
 
 
 # --- the 2021 model and the memory chapter are unchanged -----------------------------------
+
 
 @pytest.mark.parametrize("name", ["A100-80GB", "H100-SXM"])
 def test_presets_without_measurements_keep_the_wave_rule(name):
     """A100 and H100 keep the 2021 model: the layer time is the wave-rule roofline of its six
     GEMMs plus 9 + 11 bytes per score, exactly as written before attention= existed."""
     g = GPUS[name]
-    assert (g.gemm_rule, g.bmm_bandwidth, g.layer_overhead_s, g.attention_score_bytes,
-            g.optimizer_bandwidth) == ("waves", None, 0.0, 20.0, None)
+    assert (
+        g.gemm_rule,
+        g.bmm_bandwidth,
+        g.layer_overhead_s,
+        g.attention_score_bytes,
+        g.optimizer_bandwidth,
+    ) == ("waves", None, 0.0, 20.0, None)
     b, s, h, a, t = 1, 2048, 12288, 96, 8
-    kw = dict(peak=g.peak_flops["bf16"], efficiency=g.gemm_efficiency, hbm=g.hbm_bandwidth,
-              sms=g.sms)
+    kw = dict(
+        peak=g.peak_flops["bf16"], efficiency=g.gemm_efficiency, hbm=g.hbm_bandwidth, sms=g.sms
+    )
     gemms = C.layer_gemms(b, s, h, a, t)
     fwd = sum(C.gemm_seconds(M, N, K, batch=n, **kw) for n, M, N, K in gemms)
-    bwd = sum(C.gemm_seconds(M, K, N, batch=n, **kw) + C.gemm_seconds(K, N, M, batch=n, **kw)
-              for n, M, N, K in gemms)
+    bwd = sum(
+        C.gemm_seconds(M, K, N, batch=n, **kw) + C.gemm_seconds(K, N, M, batch=n, **kw)
+        for n, M, N, K in gemms
+    )
     bsh, sc = b * s * h, a * s * s * b / t
-    mem = 22 * bsh + 16 * bsh / t + 9 * sc + 22 * bsh + 24 * bsh / t + 11 * sc \
-        + 10 * 12 * h * h / t
+    mem = 22 * bsh + 16 * bsh / t + 9 * sc + 22 * bsh + 24 * bsh / t + 11 * sc + 10 * 12 * h * h / t
     got = C.layer_seconds(b, s, h, a, g, t)
     assert got.gemm_s == pytest.approx(fwd + bwd, rel=1e-12)
     assert got.memory_s == pytest.approx(mem / g.hbm_bandwidth, rel=1e-12)
@@ -192,7 +258,7 @@ def test_flash_attention_terms():
     sel = C.layer_seconds(b, s, h, a, g, t, attention="flash", recompute="selective")
     ff, _ = C.flash_attention_seconds(b, s, h, a, g, t)
     assert sel.gemm_s - fl.gemm_s == pytest.approx(ff)
-    assert fl.total_s < un.total_s                # s = 4096 ≫ h/a: scores dominate
+    assert fl.total_s < un.total_s  # s = 4096 ≫ h/a: scores dominate
     with pytest.raises(ValueError, match=r"attention \('sdpa'\) must be one of unfused, flash"):
         C.layer_seconds(b, s, h, a, g, t, attention="sdpa")
 
@@ -200,10 +266,12 @@ def test_flash_attention_terms():
 def test_additive_rule_and_bmm_terms():
     kw = dict(peak=1e15, efficiency=0.5, hbm=4e12, sms=132)
     t = C.gemm_seconds(1024, 2048, 512, rule="additive", latency=1e-5, **kw)
-    assert t == pytest.approx(1e-5 + 2 * 1024 * 2048 * 512 / 5e14
-                              + 2 * (1024 * 512 + 512 * 2048 + 1024 * 2048) / 4e12)
-    assert C.bmm_seconds(2048, 2048, 128, batch=16, bandwidth=4e12, latency=2e-5) == \
-        pytest.approx(2e-5 + 16 * 2 * (2048 * 128 * 2 + 2048 * 2048) / 4e12)
+    assert t == pytest.approx(
+        1e-5 + 2 * 1024 * 2048 * 512 / 5e14 + 2 * (1024 * 512 + 512 * 2048 + 1024 * 2048) / 4e12
+    )
+    assert C.bmm_seconds(2048, 2048, 128, batch=16, bandwidth=4e12, latency=2e-5) == pytest.approx(
+        2e-5 + 16 * 2 * (2048 * 128 * 2 + 2048 * 2048) / 4e12
+    )
     with pytest.raises(ValueError, match=r"rule \('tiles'\) must be one of waves, additive"):
         C.gemm_seconds(8, 8, 8, rule="tiles", **kw)
     with pytest.raises(ValueError, match=r"latency \(-1\) must be >= 0"):
@@ -222,13 +290,18 @@ def test_flash_activation_memory_against_table_2():
 
 # --- GPU presets and profiles -------------------------------------------------------------
 
+
 def test_h100_pcie_is_its_own_part():
     """The PCIe H100 is a smaller part than the SXM5 (datasheet; architecture whitepaper):
     114 SMs, 2.0 TB/s HBM2e, 756 dense bf16 TFLOP/s, PCIe Gen5 between the GPUs."""
     p, x = GPUS["H100-PCIe"], GPUS["H100-SXM"]
-    assert (p.sms, p.hbm_bandwidth, p.peak_flops["bf16"], p.intra) == \
-        (114, 2.0e12, 756e12, "pcie5-x16")
-    assert (x.sms, x.hbm_bandwidth) == (132, 3.35e12)   # negative control: not the SXM copy
+    assert (p.sms, p.hbm_bandwidth, p.peak_flops["bf16"], p.intra) == (
+        114,
+        2.0e12,
+        756e12,
+        "pcie5-x16",
+    )
+    assert (x.sms, x.hbm_bandwidth) == (132, 3.35e12)  # negative control: not the SXM copy
 
 
 def test_gpu_profile_round_trip_and_errors(tmp_path):
@@ -237,16 +310,18 @@ def test_gpu_profile_round_trip_and_errors(tmp_path):
         path.write_text(json.dumps(hardware.gpu_profile(g)))
         assert hardware.load_gpu_profile(path) == g
     good = hardware.gpu_profile(H200) | {"measured": {"anything": 1}}
-    cases = [({k: v for k, v in good.items() if k != "sms"}, "missing field 'sms'"),
-             (good | {"hbm_bandwidth": -1}, r"hbm_bandwidth \(-1\) must be > 0"),
-             (good | {"gemm_efficiency": 1.3}, r"gemm_efficiency \(1.3\) must be in \(0, 1\]"),
-             (good | {"flash_efficiency": "fast"}, r"flash_efficiency \('fast'\) must be a finite"),
-             (good | {"peak_flops": {"fp32": 1e14}}, "peak_flops .* 'bf16'"),
-             (good | {"hbm_bandwith": 4e12}, "unknown field 'hbm_bandwith'"),
-             (good | {"gemm_rule": "tiles"}, r"gemm_rule \('tiles'\) must be one of"),
-             (good | {"intra": "nvlink9"}, r"intra \('nvlink9'\) must be one of"),
-             (good | {"sms": 13.5}, r"sms \(13.5\) must be a whole number"),
-             ([1, 2], "must be a JSON object")]
+    cases = [
+        ({k: v for k, v in good.items() if k != "sms"}, "missing field 'sms'"),
+        (good | {"hbm_bandwidth": -1}, r"hbm_bandwidth \(-1\) must be > 0"),
+        (good | {"gemm_efficiency": 1.3}, r"gemm_efficiency \(1.3\) must be in \(0, 1\]"),
+        (good | {"flash_efficiency": "fast"}, r"flash_efficiency \('fast'\) must be a finite"),
+        (good | {"peak_flops": {"fp32": 1e14}}, "peak_flops .* 'bf16'"),
+        (good | {"hbm_bandwith": 4e12}, "unknown field 'hbm_bandwith'"),
+        (good | {"gemm_rule": "tiles"}, r"gemm_rule \('tiles'\) must be one of"),
+        (good | {"intra": "nvlink9"}, r"intra \('nvlink9'\) must be one of"),
+        (good | {"sms": 13.5}, r"sms \(13.5\) must be a whole number"),
+        ([1, 2], "must be a JSON object"),
+    ]
     for i, (profile, message) in enumerate(cases):
         path = tmp_path / f"bad{i}.json"
         path.write_text(json.dumps(profile))
@@ -257,7 +332,9 @@ def test_gpu_profile_round_trip_and_errors(tmp_path):
         hardware.load_gpu_profile(tmp_path / "x.json")
     with pytest.raises(ValueError, match="cannot be read"):
         hardware.load_gpu_profile(tmp_path / "absent.json")
-    minimal = {k: good[k] for k in ("name", "memory_bytes", "peak_flops", "hbm_bandwidth",
-                                    "sms", "gemm_efficiency")}
+    minimal = {
+        k: good[k]
+        for k in ("name", "memory_bytes", "peak_flops", "hbm_bandwidth", "sms", "gemm_efficiency")
+    }
     (tmp_path / "min.json").write_text(json.dumps(minimal))
     assert hardware.load_gpu_profile(tmp_path / "min.json").gemm_rule == "waves"

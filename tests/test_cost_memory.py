@@ -1,10 +1,14 @@
 """Model-state and activation memory against ZeRO (Figure 1, Table 1) and Korthikanti Table 2."""
+
 import math
 
 import pytest
 
-from minipar.cost.memory_time import (activation_bytes_per_layer, model_state_bytes,
-                                 pipeline_first_stage_activation_bytes)
+from minipar.cost.memory_time import (
+    activation_bytes_per_layer,
+    model_state_bytes,
+    pipeline_first_stage_activation_bytes,
+)
 from minipar.cost.units import GB
 
 
@@ -26,20 +30,30 @@ def test_zero_figure_1():
 # 4187.5 and is printed 4187; 1T d=256 is 4046.875 -> 4046), except 62.5 and 15.6.
 ZERO_TABLE_1 = {
     # (Ψ, d): (P_os, P_os+g, P_os+g+p)
-    (7.5e9, 1): (120, 120, 120), (7.5e9, 4): (52.5, 41.3, 30), (7.5e9, 16): (35.6, 21.6, 7.5),
-    (7.5e9, 64): (31.4, 16.6, 1.88), (7.5e9, 256): (30.4, 15.4, 0.47),
+    (7.5e9, 1): (120, 120, 120),
+    (7.5e9, 4): (52.5, 41.3, 30),
+    (7.5e9, 16): (35.6, 21.6, 7.5),
+    (7.5e9, 64): (31.4, 16.6, 1.88),
+    (7.5e9, 256): (30.4, 15.4, 0.47),
     (7.5e9, 1024): (30.1, 15.1, 0.12),
-    (128e9, 1): (2048, 2048, 2048), (128e9, 4): (896, 704, 512), (128e9, 16): (608, 368, 128),
-    (128e9, 64): (536, 284, 32), (128e9, 256): (518, 263, 8), (128e9, 1024): (513, 257, 2),
-    (1e12, 1): (16000, 16000, 16000), (1e12, 4): (7000, 5500, 4000),
-    (1e12, 16): (4750, 2875, 1000), (1e12, 64): (4187, 2218, 250),
-    (1e12, 256): (4046, 2054, 62.5), (1e12, 1024): (4011, 2013, 15.6),
+    (128e9, 1): (2048, 2048, 2048),
+    (128e9, 4): (896, 704, 512),
+    (128e9, 16): (608, 368, 128),
+    (128e9, 64): (536, 284, 32),
+    (128e9, 256): (518, 263, 8),
+    (128e9, 1024): (513, 257, 2),
+    (1e12, 1): (16000, 16000, 16000),
+    (1e12, 4): (7000, 5500, 4000),
+    (1e12, 16): (4750, 2875, 1000),
+    (1e12, 64): (4187, 2218, 250),
+    (1e12, 256): (4046, 2054, 62.5),
+    (1e12, 1024): (4011, 2013, 15.6),
 }
 
 
 def _matches_printed(value, printed):
     if float(printed).is_integer() and value >= 100:
-        return math.floor(value + 1e-9) == printed          # integer part
+        return math.floor(value + 1e-9) == printed  # integer part
     decimals = len(repr(float(printed)).split(".")[1]) if not float(printed).is_integer() else 0
     return abs(value - printed) <= 0.5 * 10**-decimals + 1e-9
 
@@ -73,7 +87,7 @@ SBH = s * b * h
 
 
 def test_korthikanti_table_2():
-    ash = 5 * a * s / h                                       # = 80 for GPT-3
+    ash = 5 * a * s / h  # = 80 for GPT-3
     assert ash == 80
     assert activation_bytes_per_layer(s, b, h, a) == SBH * (34 + 80)
     tp = activation_bytes_per_layer(s, b, h, a, t=t)
@@ -81,9 +95,11 @@ def test_korthikanti_table_2():
     tp_sp = activation_bytes_per_layer(s, b, h, a, t=t, sp=True)
     assert tp_sp == pytest.approx(SBH / t * (34 + 80))
     assert activation_bytes_per_layer(s, b, h, a, t=t, recompute="selective") == pytest.approx(
-        SBH * (10 + 24 / t))
-    assert activation_bytes_per_layer(s, b, h, a, t=t, sp=True, recompute="selective") == \
-        pytest.approx(SBH * 34 / t)
+        SBH * (10 + 24 / t)
+    )
+    assert activation_bytes_per_layer(
+        s, b, h, a, t=t, sp=True, recompute="selective"
+    ) == pytest.approx(SBH * 34 / t)
     assert activation_bytes_per_layer(s, b, h, a, t=t, recompute="full") == 2 * SBH
     # §5's headline: sp + selective cut the t-parallel baseline about 5x for this shape
     base = activation_bytes_per_layer(s, b, h, a, t=t)
@@ -103,11 +119,16 @@ def test_first_stage_activations():
     # fewer micro-batches than stages: only m in flight
     assert pipeline_first_stage_activation_bytes(s, b, h, a, L, p, m=2, t=t, sp=True) == per * 24
     # GPipe holds all m
-    assert pipeline_first_stage_activation_bytes(s, b, h, a, L, p, m=32, t=t, sp=True,
-                                                 schedule="gpipe") == per * 12 * 32
+    assert (
+        pipeline_first_stage_activation_bytes(
+            s, b, h, a, L, p, m=32, t=t, sp=True, schedule="gpipe"
+        )
+        == per * 12 * 32
+    )
     # interleaved with v = 4 chunks per device: × (1 + (p−1)/(p·v))
-    got = pipeline_first_stage_activation_bytes(s, b, h, a, L, p, t=t, sp=True,
-                                                schedule="interleaved", v=4)
+    got = pipeline_first_stage_activation_bytes(
+        s, b, h, a, L, p, t=t, sp=True, schedule="interleaved", v=4
+    )
     assert got == pytest.approx(per * L * (1 + 7 / 32))
     with pytest.raises(ValueError, match=r"layers \(96\) must be divisible by p \(5\)"):
         pipeline_first_stage_activation_bytes(s, b, h, a, 96, 5)
@@ -126,11 +147,13 @@ def test_flash_attention_keeps_no_scores():
         assert fl == pytest.approx(sel + lse) and fl != pytest.approx(sel)
         assert un - fl == pytest.approx(5 * a * s * s * b / t - lse)
         for rc in ("selective", "full"):
-            assert activation_bytes_per_layer(s, b, h, a, t=t, sp=sp, recompute=rc,
-                                              attention="flash") == \
-                activation_bytes_per_layer(s, b, h, a, t=t, sp=sp, recompute=rc)
+            assert activation_bytes_per_layer(
+                s, b, h, a, t=t, sp=sp, recompute=rc, attention="flash"
+            ) == activation_bytes_per_layer(s, b, h, a, t=t, sp=sp, recompute=rc)
     per = activation_bytes_per_layer(s, b, h, a, t=t, sp=True, attention="flash")
-    assert pipeline_first_stage_activation_bytes(s, b, h, a, 96, 8, t=t, sp=True,
-                                                 attention="flash") == per * 96
+    assert (
+        pipeline_first_stage_activation_bytes(s, b, h, a, 96, 8, t=t, sp=True, attention="flash")
+        == per * 96
+    )
     with pytest.raises(ValueError, match=r"attention \('sdpa'\) must be one of unfused, flash"):
         activation_bytes_per_layer(s, b, h, a, attention="sdpa")

@@ -8,9 +8,16 @@ S, V = 2048, 51200  # both Megatron papers: sequence 2048, vocabulary 51,200
 
 # Narayanan et al. 2021, Table 1: (billions as printed, heads a, hidden h, layers L)
 PTD_P_TABLE_1 = [
-    (1.7, 24, 2304, 24), (3.6, 32, 3072, 30), (7.5, 32, 4096, 36), (18.4, 48, 6144, 40),
-    (39.1, 64, 8192, 48), (76.1, 80, 10240, 60), (145.6, 96, 12288, 80),
-    (310.1, 128, 16384, 96), (529.6, 128, 20480, 105), (1008.0, 160, 25600, 128),
+    (1.7, 24, 2304, 24),
+    (3.6, 32, 3072, 30),
+    (7.5, 32, 4096, 36),
+    (18.4, 48, 6144, 40),
+    (39.1, 64, 8192, 48),
+    (76.1, 80, 10240, 60),
+    (145.6, 96, 12288, 80),
+    (310.1, 128, 16384, 96),
+    (529.6, 128, 20480, 105),
+    (1008.0, 160, 25600, 128),
 ]
 
 
@@ -72,8 +79,9 @@ def test_mfu_hfu_reproduce_korthikanti_table_5(name, B, L, h, gpus, sec, mfu_pct
 def test_hfu_over_mfu_ratio_needs_the_papers_s_over_3h(name, B, L, h, gpus, sec, mfu_pct, hfu_pct):
     """Negative control: the HFU/MFU ratio in Table 5 (no timing needed) matches Eq. 8's s/(3h);
     counting only the re-run forward attention (1 + 2s/(9h)) would not match the 22B row."""
-    ratio = (flops_per_iteration(B, S, L, h, V, "selective")
-             / flops_per_iteration(B, S, L, h, V, "none"))
+    ratio = flops_per_iteration(B, S, L, h, V, "selective") / flops_per_iteration(
+        B, S, L, h, V, "none"
+    )
     lo, hi = (hfu_pct - 0.05) / (mfu_pct + 0.05), (hfu_pct + 0.05) / (mfu_pct - 0.05)
     assert lo <= ratio <= hi
     if name == "22B":
@@ -97,10 +105,14 @@ def test_bad_sizes():
 
 def test_llama_parameter_counts_are_the_published_ones():
     from minipar.cost.model import param_count_llama
-    assert param_count_llama(32, 4096, 32000, 32, 32, 11008) == 6_738_415_616      # Llama 2 7B
-    assert param_count_llama(80, 8192, 32000, 64, 8, 28672) == 68_976_648_192     # Llama 2 70B
+
+    assert param_count_llama(32, 4096, 32000, 32, 32, 11008) == 6_738_415_616  # Llama 2 7B
+    assert param_count_llama(80, 8192, 32000, 64, 8, 28672) == 68_976_648_192  # Llama 2 70B
     # control: Eq. 2's GPT shape for the same L, h, V misses 4.5B (GQA, SwiGLU width, untied)
     assert param_count(80, 8192, 32000, 4096) < 65e9
-    with pytest.raises(ValueError, match=r"heads \(64\) must be divisible by key-value heads "
-                                         r"a_kv \(7\)"):
+    with pytest.raises(
+        ValueError,
+        match=r"heads \(64\) must be divisible by key-value heads "
+        r"a_kv \(7\)",
+    ):
         param_count_llama(80, 8192, 32000, 64, 7, 28672)

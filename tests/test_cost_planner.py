@@ -5,6 +5,7 @@ inside a DGX A100, HDR InfiniBand 200 Gb/s = 25 GB/s per GPU between nodes: the 
 own links. Jean Zay (BLOOM): 4 × 100 Gb/s Omni-Path per 8-GPU node. Step times against published
 measurements are in tests/test_cost_validation.py.
 """
+
 import json
 from dataclasses import replace
 
@@ -44,15 +45,18 @@ def layout(c):
 
 # --- published layouts --------------------------------------------------------------------
 
+
 def test_mt_nlg_530b_best_layout_is_the_published_tp8_pp35(capsys):
     """Smith et al. 2022: TP 8 × PP 35 (× DP 8 on 280 DGX A100 nodes = 2240 GPUs), B = 1920."""
-    out = plan_json(capsys, "--model", "mt-nlg-530b", "--gpus", "2240", "--global-batch", "1920",
-                    *A100_ARGS)
+    out = plan_json(
+        capsys, "--model", "mt-nlg-530b", "--gpus", "2240", "--global-batch", "1920", *A100_ARGS
+    )
     assert layout(out["configs"][0]) == (8, 35, 8)
     c = out["configs"][0]
     assert c["fits"] and c["bytes_per_gpu"] <= GPUS["A100-80GB"].memory_bytes
     assert [c["step_seconds"] for c in out["configs"]] == sorted(
-        c["step_seconds"] for c in out["configs"])
+        c["step_seconds"] for c in out["configs"]
+    )
 
 
 def test_megatron_rule_of_thumb_gives_the_530b_layout():
@@ -68,21 +72,65 @@ def test_bloom_published_tp4_pp12_dp8_on_jean_zay(capsys):
     70 is not divisible by 12: Megatron-DeepSpeed counts the embedding and the head as pipeline
     units (72 = 12 × 6). The planner demands p | L, so it refuses p = 12 for L = 70 and, given the
     72-unit proxy, puts the published (t, p, d) within 10 % of its best layout."""
-    status, out, err = plan(capsys, "--model", "bloom-176b", "--gpus", "384", "--global-batch",
-                            "2048", "--tp", "4", "--pp", "12", "--inter", "opa-jean-zay")
+    status, out, err = plan(
+        capsys,
+        "--model",
+        "bloom-176b",
+        "--gpus",
+        "384",
+        "--global-batch",
+        "2048",
+        "--tp",
+        "4",
+        "--pp",
+        "12",
+        "--inter",
+        "opa-jean-zay",
+    )
     assert status == 2 and out == ""
     assert err.strip() == "minipar plan: error: layers (70) must be divisible by p (12)"
-    argv = ("--model", "bloom-176b", "--layers", "72", "--gpus", "384", "--global-batch", "2048",
-            "--inter", "opa-jean-zay")
+    argv = (
+        "--model",
+        "bloom-176b",
+        "--layers",
+        "72",
+        "--gpus",
+        "384",
+        "--global-batch",
+        "2048",
+        "--inter",
+        "opa-jean-zay",
+    )
     best = plan_json(capsys, *argv)["configs"]
     pub = plan_json(capsys, *argv, "--tp", "4", "--pp", "12", "--micro-batch", "2")["configs"][0]
     assert pub["fits"] and pub["step_seconds"] <= 1.10 * best[0]["step_seconds"]
     # the network matters: on a DGX A100's 25 GB/s per GPU (4× Jean Zay's 6.25) the same
     # layout's hierarchical DP all-reduce is more than 3× faster (its NVLink phases are equal)
-    dgx = plan_json(capsys, "--model", "bloom-176b", "--layers", "72", "--gpus", "384",
-                    "--global-batch", "2048", "--tp", "4", "--pp", "12", "--micro-batch", "2",
-                    "--dp", "8", "--zero", str(pub["zero"]), "--recompute", pub["recompute"],
-                    "--top", "0")["configs"]
+    dgx = plan_json(
+        capsys,
+        "--model",
+        "bloom-176b",
+        "--layers",
+        "72",
+        "--gpus",
+        "384",
+        "--global-batch",
+        "2048",
+        "--tp",
+        "4",
+        "--pp",
+        "12",
+        "--micro-batch",
+        "2",
+        "--dp",
+        "8",
+        "--zero",
+        str(pub["zero"]),
+        "--recompute",
+        pub["recompute"],
+        "--top",
+        "0",
+    )["configs"]
     same = next(c for c in dgx if c["sp"] == pub["sp"] and c["chunks"] == pub["chunks"])
     assert 3 * same["dp_seconds"] < pub["dp_seconds"] < 4 * same["dp_seconds"]
 
@@ -94,32 +142,36 @@ def test_megatron_1t_table1_layout_near_best():
     al. 2022 measured."""
     m, cl = planner.MODELS["megatron-1t"], a100(3072)
     best = [c for c in planner.search(m, cl, 3072) if c.fits][0]
-    pub = planner.evaluate(m, cl, 3072, tp=8, pp=64, dp=6, micro_batch=1, recompute="full",
-                           zero=0)
-    same = planner.evaluate(m, cl, 3072, tp=8, pp=64, dp=6, micro_batch=1, recompute="selective",
-                            sp=True, zero=0)
+    pub = planner.evaluate(m, cl, 3072, tp=8, pp=64, dp=6, micro_batch=1, recompute="full", zero=0)
+    same = planner.evaluate(
+        m, cl, 3072, tp=8, pp=64, dp=6, micro_batch=1, recompute="selective", sp=True, zero=0
+    )
     assert pub.fits and same.fits and same.step_seconds <= 1.15 * best.step_seconds
     assert 1.2 <= pub.step_seconds / same.step_seconds <= 1.45
 
 
 # Narayanan et al. 2021 Table 1 rows with t = 8: (name, L, h, a, t, p, GPUs, B)
-PTD_P_TABLE1 = [("18.4B", 40, 6144, 48, 8, 1, 256, 1024),
-                ("39.1B", 48, 8192, 64, 8, 2, 512, 1536),
-                ("76.1B", 60, 10240, 80, 8, 4, 1024, 1792),
-                ("145.6B", 80, 12288, 96, 8, 8, 1536, 2304),
-                ("310.1B", 96, 16384, 128, 8, 16, 1920, 2160),
-                ("529.6B", 105, 20480, 128, 8, 35, 2520, 2520)]
+PTD_P_TABLE1 = [
+    ("18.4B", 40, 6144, 48, 8, 1, 256, 1024),
+    ("39.1B", 48, 8192, 64, 8, 2, 512, 1536),
+    ("76.1B", 60, 10240, 80, 8, 4, 1024, 1792),
+    ("145.6B", 80, 12288, 96, 8, 8, 1536, 2304),
+    ("310.1B", 96, 16384, 128, 8, 16, 1920, 2160),
+    ("529.6B", 105, 20480, 128, 8, 35, 2520, 2520),
+]
 
 
-@pytest.mark.parametrize("name, L, h, a, t, p, n, B", PTD_P_TABLE1,
-                         ids=[r[0] for r in PTD_P_TABLE1])
+@pytest.mark.parametrize(
+    "name, L, h, a, t, p, n, B", PTD_P_TABLE1, ids=[r[0] for r in PTD_P_TABLE1]
+)
 def test_megatron_table1_layouts(name, L, h, a, t, p, n, B):
     """Each published layout (full recomputation, no ZeRO, b = 1, as run) fits with the 10 %
     headroom, and its best variant is within 20 % of the planner's best layout (which may use
     selective recomputation, published a year later)."""
     m, cl = planner.ModelShape(L, h, a, 2048, 51200), a100(n)
-    pub = planner.evaluate(m, cl, B, tp=t, pp=p, dp=n // (t * p), micro_batch=1,
-                           recompute="full", zero=0)
+    pub = planner.evaluate(
+        m, cl, B, tp=t, pp=p, dp=n // (t * p), micro_batch=1, recompute="full", zero=0
+    )
     assert pub.fits and pub.tp_link.startswith("nvlink3")
     fitting = [c for c in planner.search(m, cl, B) if c.fits]
     mine = min(c.step_seconds for c in fitting if (c.tp, c.pp) == (t, p))
@@ -153,25 +205,70 @@ def test_llama2_70b_gpu_hours_imply_about_43_percent_mfu():
 
 # --- the search itself ------------------------------------------------------------------------
 
+
 def test_memory_is_the_breakdown_plus_the_embedding_on_the_first_stage():
     m, cl = planner.MODELS["gpt3-175b"], a100(1024)
-    c = planner.evaluate(m, cl, 1536, tp=8, pp=16, dp=8, micro_batch=1, recompute="selective",
-                         sp=True, zero=1)
-    ref = per_gpu_memory(96, 12288, 96, 2048, 51200, b=1, d=8, t=8, p=16, zero=1, sp=True,
-                         recompute="selective", m=c.microbatches)
+    c = planner.evaluate(
+        m, cl, 1536, tp=8, pp=16, dp=8, micro_batch=1, recompute="selective", sp=True, zero=1
+    )
+    ref = per_gpu_memory(
+        96,
+        12288,
+        96,
+        2048,
+        51200,
+        b=1,
+        d=8,
+        t=8,
+        p=16,
+        zero=1,
+        sp=True,
+        recompute="selective",
+        m=c.microbatches,
+    )
     assert c.activation_bytes == ref.activations
-    emb = (51200 + 2048) * 12288 * (2 + 2 + 12 / 8) / 8      # ZeRO-1: optimizer / d
-    assert c.model_state_bytes == pytest.approx(ref.weights + ref.gradients + ref.optimizer
-                                                + emb * 15 / 16)
+    emb = (51200 + 2048) * 12288 * (2 + 2 + 12 / 8) / 8  # ZeRO-1: optimizer / d
+    assert c.model_state_bytes == pytest.approx(
+        ref.weights + ref.gradients + ref.optimizer + emb * 15 / 16
+    )
 
 
 def test_fixed_dimensions_are_honoured(capsys):
-    out = plan_json(capsys, "--model", "gpt3-175b", "--gpus", "1024", "--global-batch", "1536",
-                    "--tp", "8", "--pp", "16", "--micro-batch", "2", "--top", "0", *A100_ARGS)
-    assert out["configs"] and all(layout(c) == (8, 16, 8) and c["micro_batch"] == 2
-                                  for c in out["configs"])
-    keys = {"tp", "pp", "dp", "micro_batch", "step_seconds", "bytes_per_gpu", "fits", "mfu",
-            "bubble", "tp_seconds", "pp_seconds", "dp_seconds"}
+    out = plan_json(
+        capsys,
+        "--model",
+        "gpt3-175b",
+        "--gpus",
+        "1024",
+        "--global-batch",
+        "1536",
+        "--tp",
+        "8",
+        "--pp",
+        "16",
+        "--micro-batch",
+        "2",
+        "--top",
+        "0",
+        *A100_ARGS,
+    )
+    assert out["configs"] and all(
+        layout(c) == (8, 16, 8) and c["micro_batch"] == 2 for c in out["configs"]
+    )
+    keys = {
+        "tp",
+        "pp",
+        "dp",
+        "micro_batch",
+        "step_seconds",
+        "bytes_per_gpu",
+        "fits",
+        "mfu",
+        "bubble",
+        "tp_seconds",
+        "pp_seconds",
+        "dp_seconds",
+    }
     assert keys <= set(out["configs"][0])
 
 
@@ -187,8 +284,12 @@ def test_nvlink_vs_pcie_changes_the_best_t():
     (a planner that ignored the link would return the same layout: negative control)."""
     m = planner.MODELS["gpt3-175b"]
     nv = planner.search(m, a100(1024), 1536, zero=1)[0]
-    pc = planner.search(m, planner.cluster(1024, 8, "A100-80GB", intra="pcie5-x16",
-                                           inter_bandwidth=25e9), 1536, zero=1)[0]
+    pc = planner.search(
+        m,
+        planner.cluster(1024, 8, "A100-80GB", intra="pcie5-x16", inter_bandwidth=25e9),
+        1536,
+        zero=1,
+    )[0]
     assert pc.step_seconds > nv.step_seconds
     assert pc.tp <= nv.tp and pc.tp_seconds / pc.tp > 0
 
@@ -199,17 +300,19 @@ def test_tp_across_nodes_is_slower_negative_control():
     control: the one-NIC ring the planner used before is slower again (1/8 of the bytes per NIC
     with all of them)."""
     from minipar.cost.collectives import hierarchical_all_reduce_time
+
     m, cl = planner.MODELS["mt-nlg-530b"], a100(2240)
     t8 = planner.evaluate(m, cl, 1920, tp=8, pp=35, dp=8, micro_batch=1, zero=1)
     t16 = planner.evaluate(m, cl, 1920, tp=16, pp=35, dp=4, micro_batch=1, zero=1)
     assert t8.tp_link == "nvlink3-a100" and t16.tp_link == "nvlink3-a100+ib-hdr200"
     assert t16.tp_seconds > 3 * t8.tp_seconds and t16.step_seconds > t8.step_seconds
     act = 1 * 2048 * 20480 * 2
-    assert planner.dp_allreduce_seconds(act, 16, 1, cl)[0] == \
-        hierarchical_all_reduce_time(2, 8, act, cl.intra, cl.inter)
+    assert planner.dp_allreduce_seconds(act, 16, 1, cl)[0] == hierarchical_all_reduce_time(
+        2, 8, act, cl.intra, cl.inter
+    )
     from minipar.cost.collectives import collective_time
-    one_nic = collective_time("all-reduce", "ring", 16, act, cl.inter.alpha,
-                                      cl.inter.bandwidth)
+
+    one_nic = collective_time("all-reduce", "ring", 16, act, cl.inter.alpha, cl.inter.bandwidth)
     assert one_nic > 2 * planner.dp_allreduce_seconds(act, 16, 1, cl)[0]
 
 
@@ -237,8 +340,9 @@ def test_gpu_presets_carry_their_generation_links(capsys):
     for g in ("H100-SXM", "H200"):
         cl = planner.cluster(16, 8, g)
         assert (cl.intra.bandwidth, cl.inter.bandwidth) == (450e9, 50e9)
-    status, out, _ = plan(capsys, "--model", "gpt3-175b", "--gpus", "1024", "--global-batch",
-                          "1536", "--top", "1")
+    status, out, _ = plan(
+        capsys, "--model", "gpt3-175b", "--gpus", "1024", "--global-batch", "1536", "--top", "1"
+    )
     assert status == 0 and "nvlink3-a100 300.00 GB/s per direction" in out
     assert "ib-hdr200 25.00 GB/s" in out
 
@@ -249,7 +353,8 @@ def test_sequence_parallel_traffic_matches_its_memory():
     recomputed forward gathers instead: 6 = TP's 6."""
     assert _ev(sp=True).tp_seconds == pytest.approx(5 / 4 * _ev(sp=False).tp_seconds)
     assert _ev(sp=True, recompute="full").tp_seconds == pytest.approx(
-        _ev(sp=False, recompute="full").tp_seconds)
+        _ev(sp=False, recompute="full").tp_seconds
+    )
     assert _ev(sp=True).activation_bytes < _ev(sp=False).activation_bytes
 
 
@@ -264,8 +369,9 @@ def test_embedding_allreduce_and_optimizer_step():
     """The tied embedding's gradient crosses first <-> last stage only when p > 1; the Adam step
     is 30 bytes per parameter of this rank's shard over HBM, divided by d under ZeRO-1."""
     assert _ev().embedding_seconds > 0
-    one = planner.evaluate(planner.ModelShape(12, 768, 16, 1024, 50304), a100(8), 8, tp=8, pp=1,
-                           dp=1, micro_batch=1)
+    one = planner.evaluate(
+        planner.ModelShape(12, 768, 16, 1024, 50304), a100(8), 8, tp=8, pp=1, dp=1, micro_batch=1
+    )
     assert one.embedding_seconds == 0
     z0, z1 = _ev(zero=0), _ev(zero=1)
     assert z0.optimizer_seconds == pytest.approx(8 * z1.optimizer_seconds)
@@ -283,22 +389,24 @@ def test_zero3_buffers_prefetch_and_pipeline():
     h = 12288
     shards = per_gpu_memory(96, h, 96, 2048, 51200, b=1, d=32, t=8, p=4, zero=3)
     assert z3.model_state_bytes > shards.weights + shards.gradients + shards.optimizer
-    assert z3.model_state_bytes - (2 + 2 + 12) * ((24 * (12 * h * h + 13 * h)
-                                                   + (51200 + 2048) * h) / 8) / 32 \
-        == pytest.approx((2 * 2 + 4) * (12 * h * h + 13 * h) / 8)
+    assert z3.model_state_bytes - (2 + 2 + 12) * (
+        (24 * (12 * h * h + 13 * h) + (51200 + 2048) * h) / 8
+    ) / 32 == pytest.approx((2 * 2 + 4) * (12 * h * h + 13 * h) / 8)
     slow = planner.cluster(1024, 8, "A100-80GB", inter="eth-100g")
     kw = dict(tp=1, pp=1, dp=1024, micro_batch=1, zero=3, recompute="full")
     # NCCL's multi-NIC hierarchical collectives (the default) hide under one layer's compute;
     # the 2021 flat ring (each GPU's whole share through its own NIC) cannot, nor can it over
     # 100 Gb/s Ethernet
-    ideal_z3 = planner.evaluate(GPT3, cl, 2048, **kw)                    # the default
+    ideal_z3 = planner.evaluate(GPT3, cl, 2048, **kw)  # the default
     flat_z3 = planner.evaluate(GPT3, cl, 2048, zero3_collectives="flat-ring", **kw)
     slow_z3 = planner.evaluate(GPT3, slow, 2048, zero3_collectives="flat-ring", **kw)
     assert ideal_z3.zero3_exposed_seconds < 0.02 * ideal_z3.step_seconds
     assert flat_z3.zero3_exposed_seconds > 0.5 * flat_z3.step_seconds
     assert slow_z3.zero3_exposed_seconds > flat_z3.zero3_exposed_seconds
-    assert (ideal_z3.bytes_per_gpu, ideal_z3.compute_seconds) == \
-        (flat_z3.bytes_per_gpu, flat_z3.compute_seconds)
+    assert (ideal_z3.bytes_per_gpu, ideal_z3.compute_seconds) == (
+        flat_z3.bytes_per_gpu,
+        flat_z3.compute_seconds,
+    )
     with pytest.raises(ValueError, match=r"ZeRO stage \(2\) needs p = 1"):
         planner.evaluate(GPT3, cl, 1536, tp=8, pp=4, dp=32, micro_batch=1, zero=2)
     assert any(c.zero == 3 and c.pp > 1 for c in planner.search(GPT3, cl, 1536, tp=8, pp=4))
@@ -312,57 +420,93 @@ def test_zero3_regathers_for_the_recomputed_forward_on_a_flat_ring():
     same two gathered layers and one layer gradient whatever the recomputation (control: the
     old count, 2 all-gathers with full recomputation, is a different number)."""
     from minipar.cost.collectives import collective_time
+
     n, h = 256, 12288
     cl = a100(n)
     layer = 12 * h * h + 13 * h
-    kw = dict(tp=1, pp=1, dp=n, micro_batch=2, zero=3, grad_reduce_bytes=4,
-              zero3_collectives="flat-ring")
+    kw = dict(
+        tp=1, pp=1, dp=n, micro_batch=2, zero=3, grad_reduce_bytes=4, zero3_collectives="flat-ring"
+    )
     full = planner.evaluate(GPT3, cl, 2048, recompute="full", **kw)
     fsdp2 = planner.evaluate(GPT3, cl, 2048, recompute="full", zero3_ac_inside_unit=True, **kw)
     sel = planner.evaluate(GPT3, cl, 2048, recompute="selective", **kw)
     ag = collective_time("all-gather", "ring", n, 2 * layer, cl.inter.alpha, cl.inter.bandwidth)
-    rs = collective_time("reduce-scatter", "ring", n, 4 * layer, cl.inter.alpha,
-                         cl.inter.bandwidth)
-    assert planner.zero3_collective_seconds(2 * layer, n, 1, cl, "flat-ring") == \
-        (pytest.approx(ag), cl.inter.name)
+    rs = collective_time("reduce-scatter", "ring", n, 4 * layer, cl.inter.alpha, cl.inter.bandwidth)
+    assert planner.zero3_collective_seconds(2 * layer, n, 1, cl, "flat-ring") == (
+        pytest.approx(ag),
+        cl.inter.name,
+    )
     m, L = full.microbatches, GPT3.layers
     assert full.dp_seconds == pytest.approx(m * L * (3 * ag + rs))
     assert sel.dp_seconds == pytest.approx(m * L * (2 * ag + rs))
-    assert fsdp2.dp_seconds == pytest.approx(m * L * (2 * ag + rs))      # FSDP2, AC in the unit
-    assert full.dp_seconds != pytest.approx(m * L * (2 * ag + rs))          # negative control
+    assert fsdp2.dp_seconds == pytest.approx(m * L * (2 * ag + rs))  # FSDP2, AC in the unit
+    assert full.dp_seconds != pytest.approx(m * L * (2 * ag + rs))  # negative control
     assert full.dp_link == cl.inter.name
     assert full.model_state_bytes == sel.model_state_bytes
     # a group inside one node: a ring on NVLink, whichever algorithm is asked for
     small = a100(8)
     for alg in planner.ZERO3_COLLECTIVES:
         sec, link = planner.zero3_collective_seconds(2 * layer, 8, 1, small, alg)
-        assert link == small.intra.name and sec == pytest.approx(collective_time(
-            "all-gather", "ring", 8, 2 * layer, small.intra.alpha, small.intra.bandwidth))
+        assert link == small.intra.name and sec == pytest.approx(
+            collective_time(
+                "all-gather", "ring", 8, 2 * layer, small.intra.alpha, small.intra.bandwidth
+            )
+        )
     # the hierarchical option moves 1/8 of the flat ring's bytes across each NIC
     hier, _ = planner.zero3_collective_seconds(2 * layer, n, 1, cl, "hierarchical")
     assert hier < ag / 4
-    with pytest.raises(ValueError, match=r"zero3_collectives \('tree'\) must be one of "
-                                         r"hierarchical, flat-ring"):
+    with pytest.raises(
+        ValueError,
+        match=r"zero3_collectives \('tree'\) must be one of "
+        r"hierarchical, flat-ring",
+    ):
         planner.evaluate(GPT3, cl, 2048, recompute="full", **{**kw, "zero3_collectives": "tree"})
     with pytest.raises(ValueError, match=r"zero3_collectives \('tree'\)"):
         planner.search(GPT3, cl, 2048, tp=1, pp=1, zero3_collectives="tree")
 
 
 def test_memory_headroom_decides_fits():
-    """"fits" keeps 10 % of the GPU free; the same layout with headroom 0 fits in more cases."""
+    """ "fits" keeps 10 % of the GPU free; the same layout with headroom 0 fits in more cases."""
     cl = a100(1024)
-    layouts = [(c, planner.evaluate(GPT3, cl, 1536, tp=c.tp, pp=c.pp, dp=c.dp,
-                                    micro_batch=c.micro_batch, chunks=c.chunks,
-                                    recompute=c.recompute, sp=c.sp, zero=c.zero, headroom=0.0))
-               for c in planner.search(GPT3, cl, 1536, tp=8, pp=8)]
+    layouts = [
+        (
+            c,
+            planner.evaluate(
+                GPT3,
+                cl,
+                1536,
+                tp=c.tp,
+                pp=c.pp,
+                dp=c.dp,
+                micro_batch=c.micro_batch,
+                chunks=c.chunks,
+                recompute=c.recompute,
+                sp=c.sp,
+                zero=c.zero,
+                headroom=0.0,
+            ),
+        )
+        for c in planner.search(GPT3, cl, 1536, tp=8, pp=8)
+    ]
     assert all(c.memory_limit == pytest.approx(0.9 * 80 * 2**30) for c, _ in layouts)
     between = [c for c, c0 in layouts if c0.fits and not c.fits]
     assert between and all(0.9 * 80 * 2**30 < c.bytes_per_gpu <= 80 * 2**30 for c in between)
 
 
 def test_recompute_flag_fixes_recomputation(capsys):
-    out = plan_json(capsys, "--model", "gpt3-175b", "--gpus", "1024", "--global-batch", "1536",
-                    "--recompute", "full", "--top", "0")
+    out = plan_json(
+        capsys,
+        "--model",
+        "gpt3-175b",
+        "--gpus",
+        "1024",
+        "--global-batch",
+        "1536",
+        "--recompute",
+        "full",
+        "--top",
+        "0",
+    )
     assert out["configs"] and {c["recompute"] for c in out["configs"]} == {"full"}
 
 
@@ -370,6 +514,7 @@ def test_gemm_efficiency_is_shape_dependent():
     """Smaller matrices reach less of the peak: the same FLOPs at h = 2304 (1.7 B) take longer
     per FLOP than at h = 25600 (1 T), through the memory-bound attention and kernels."""
     from minipar.cost.compute import layer_seconds
+
     g = GPUS["A100-80GB"]
     small = layer_seconds(1, 2048, 2304, 24, g, 1).total_s / (24 * 2048 * 2304**2)
     large = layer_seconds(1, 2048, 25600, 160, g, 8).total_s / (24 * 2048 * 25600**2 / 8)
@@ -378,16 +523,24 @@ def test_gemm_efficiency_is_shape_dependent():
 
 # --- command-line errors: one line, status 2 -----------------------------------------------
 
-@pytest.mark.parametrize("argv, message", [
-    (("--model", "mt-nlg-530b", "--gpus", "8", "--global-batch", "8"), "model states alone"),
-    (("--model", "gpt3-175b", "--gpus", "1024", "--global-batch", "1536", "--tp", "5"),
-     "heads (96) must be divisible by t (5)"),
-    (("--model", "gpt3-175b", "--gpus", "1001", "--global-batch", "1536"),
-     "gpus (1001) must be a multiple of gpus_per_node (8)"),
-    (("--layers", "4", "--gpus", "8", "--global-batch", "8"), "missing --hidden"),
-    (("--model", "gpt3-175b", "--gpus", "0", "--global-batch", "8"), "positive integer"),
-    (("--model", "gpt3-175b", "--global-batch", "8"), "give --gpus (or --calibrate"),
-])
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (("--model", "mt-nlg-530b", "--gpus", "8", "--global-batch", "8"), "model states alone"),
+        (
+            ("--model", "gpt3-175b", "--gpus", "1024", "--global-batch", "1536", "--tp", "5"),
+            "heads (96) must be divisible by t (5)",
+        ),
+        (
+            ("--model", "gpt3-175b", "--gpus", "1001", "--global-batch", "1536"),
+            "gpus (1001) must be a multiple of gpus_per_node (8)",
+        ),
+        (("--layers", "4", "--gpus", "8", "--global-batch", "8"), "missing --hidden"),
+        (("--model", "gpt3-175b", "--gpus", "0", "--global-batch", "8"), "positive integer"),
+        (("--model", "gpt3-175b", "--global-batch", "8"), "give --gpus (or --calibrate"),
+    ],
+)
 def test_bad_input_one_line_exit_2(capsys, argv, message):
     status, out, err = plan(capsys, *argv)
     assert status == 2 and out == ""
@@ -398,11 +551,17 @@ def test_plan_calibrate_is_bench_three_d(capsys, monkeypatch):
     """``minipar plan --calibrate`` runs the same code as ``minipar bench three_d`` (stubbed
     here: the real run is tests/test_three_d_calibrate.py's benchmark)."""
     import minipar.three_d.calibrate as c3
+
     calls = []
-    fake = {"ranks": 4, "config": {}, "batch": 16, "micro_batch": 2, "spearman": 1.0,
-            "machine": {"flop_rate": 1e9, "layer_overhead_s": 1e-3, "links": {}},
-            "layouts": [{"d": 4, "t": 1, "p": 1, "predicted_s": 0.1, "measured_s": 0.1,
-                         "error": 0.0}]}
+    fake = {
+        "ranks": 4,
+        "config": {},
+        "batch": 16,
+        "micro_batch": 2,
+        "spearman": 1.0,
+        "machine": {"flop_rate": 1e9, "layer_overhead_s": 1e-3, "links": {}},
+        "layouts": [{"d": 4, "t": 1, "p": 1, "predicted_s": 0.1, "measured_s": 0.1, "error": 0.0}],
+    }
     monkeypatch.setattr(c3, "bench", lambda ranks, steps: calls.append((ranks, steps)) or fake)
     out = plan_json(capsys, "--calibrate", "--ranks", "4", "--steps", "2")
     assert calls == [(4, 2)] and out == fake
@@ -411,6 +570,7 @@ def test_plan_calibrate_is_bench_three_d(capsys, monkeypatch):
 
 
 # --- context parallelism (cp) and expert parallelism (ep) -------------------------------
+
 
 def h100(n):
     return planner.cluster(n, 8, "H100-SXM")
@@ -463,8 +623,12 @@ def test_cp_ring_is_hidden_by_block_compute_only_when_blocks_are_long():
     kw = dict(tp=8, pp=16, dp=8, cp=16, micro_batch=1, recompute="full", sp=True, zero=1)
     assert planner.evaluate(m, h100(16384), 128, **kw).cp_seconds == 0
     short = replace(m, seq=8192)
-    slow = [planner.evaluate(short, planner.cluster(16384, 8, "H100-SXM", inter_bandwidth=bw),
-                             128, **kw).cp_seconds for bw in (12.5e9, 1e9)]
+    slow = [
+        planner.evaluate(
+            short, planner.cluster(16384, 8, "H100-SXM", inter_bandwidth=bw), 128, **kw
+        ).cp_seconds
+        for bw in (12.5e9, 1e9)
+    ]
     assert 0 < slow[0] < slow[1]
 
 
@@ -485,20 +649,49 @@ def test_mixtral_moe_active_vs_total_and_experts_split_over_ep():
     c = by_ep[8]
     model_flops = c.mfu * c.step_seconds * 64 * cl.peak
     dense = 6 * mx.active_params * 256 * mx.seq
-    assert dense < model_flops < 1.25 * dense            # + attention (s/6h ≈ 17 %)
+    assert dense < model_flops < 1.25 * dense  # + attention (s/6h ≈ 17 %)
     # negative control: the experts counted as active (total parameters) would be 3.5x more
     assert 6 * mx.params * 256 * mx.seq > 3 * model_flops
 
 
 def test_plan_cli_cp_ep(capsys):
-    out = plan_json(capsys, "--model", "mixtral-8x7b", "--gpus", "64", "--gpu", "H100-SXM",
-                    "--global-batch", "256", "--max-ep", "8", "--top", "0")
+    out = plan_json(
+        capsys,
+        "--model",
+        "mixtral-8x7b",
+        "--gpus",
+        "64",
+        "--gpu",
+        "H100-SXM",
+        "--global-batch",
+        "256",
+        "--max-ep",
+        "8",
+        "--top",
+        "0",
+    )
     assert {c["ep"] for c in out["configs"]} >= {1, 2, 4, 8}
-    out = plan_json(capsys, "--model", "llama3-405b-128k", "--gpus", "16384", "--gpu",
-                    "H100-SXM", "--global-batch", "128", "--tp", "8", "--pp", "16", "--cp", "16")
+    out = plan_json(
+        capsys,
+        "--model",
+        "llama3-405b-128k",
+        "--gpus",
+        "16384",
+        "--gpu",
+        "H100-SXM",
+        "--global-batch",
+        "128",
+        "--tp",
+        "8",
+        "--pp",
+        "16",
+        "--cp",
+        "16",
+    )
     assert out["configs"] and all(c["cp"] == 16 and c["dp"] == 8 for c in out["configs"])
-    status, _, err = plan(capsys, "--model", "gpt3-175b", "--gpus", "1024", "--global-batch",
-                          "1536", "--ep", "2")
+    status, _, err = plan(
+        capsys, "--model", "gpt3-175b", "--gpus", "1024", "--global-batch", "1536", "--ep", "2"
+    )
     assert status == 2 and "needs an MoE model" in err
 
 
@@ -511,8 +704,9 @@ def test_pipeline_link_counts_the_context_parallel_ranks():
     cl = planner.cluster(16, 8, "A100-80GB")
     c = planner.evaluate(m_, cl, 8, tp=2, pp=2, dp=1, micro_batch=1, cp=4, sp=True)
     assert c.pp_link == cl.inter.name, c.pp_link
-    same_node = planner.evaluate(m_, planner.cluster(16, 16, "A100-80GB"), 8, tp=2, pp=2, dp=1,
-                                 micro_batch=1, cp=4, sp=True)
+    same_node = planner.evaluate(
+        m_, planner.cluster(16, 16, "A100-80GB"), 8, tp=2, pp=2, dp=1, micro_batch=1, cp=4, sp=True
+    )
     assert same_node.pp_link == cl.intra.name and same_node.embedding_seconds < c.embedding_seconds
 
 
@@ -529,32 +723,57 @@ def test_kv_width_per_rank_keeps_whole_heads():
 
 # --- today's shapes, kernels and refusals ---------------------------------------------------
 
+
 def test_llama_presets_count_their_published_parameters():
     """Llama 2 70B and Llama 3 8B equal param_count_llama exactly (GQA, SwiGLU, RMSNorm, no
     biases, rotary, untied); Llama 3 70B ≈ 70.6 B, Mixtral ≈ 46.7 B. Negative control: the same
     layers, width and vocabulary counted as a GPT (MHA, 4h GELU, tied, learned positions) miss
     Llama 3 8B by more than 5 %."""
     from minipar.cost.model import param_count_llama
+
     M = planner.MODELS
-    assert M["llama2-70b"].params == param_count_llama(80, 8192, 32000, 64, 8, 28672) \
-        == 68_976_648_192
-    assert M["llama3-8b"].params == param_count_llama(32, 4096, 128256, 32, 8, 14336) \
-        == 8_030_261_248
+    assert (
+        M["llama2-70b"].params == param_count_llama(80, 8192, 32000, 64, 8, 28672) == 68_976_648_192
+    )
+    assert (
+        M["llama3-8b"].params == param_count_llama(32, 4096, 128256, 32, 8, 14336) == 8_030_261_248
+    )
     assert M["llama3-70b"].params == pytest.approx(70.55e9, rel=1e-3)
     assert M["mixtral-8x7b"].params == pytest.approx(46.70e9, rel=1e-3)
     gpt = planner.ModelShape(32, 4096, 32, 8192, 128256)
     assert abs(gpt.params / M["llama3-8b"].params - 1) > 0.05
-    assert M["gpt3-175b"].params == planner.param_count(96, 12288, 51200, 2048)   # Eq. 2 kept
+    assert M["gpt3-175b"].params == planner.param_count(96, 12288, 51200, 2048)  # Eq. 2 kept
 
 
 def test_plan_llama3_8b_from_the_preset_and_from_flags(capsys):
     """`minipar plan --model llama3-8b` and the same shape from flags give the same plan."""
     common = ("--gpus", "64", "--gpu", "H200", "--global-batch", "512", "--tp", "2", "--pp", "1")
     a = plan_json(capsys, "--model", "llama3-8b", *common)
-    b = plan_json(capsys, "--layers", "32", "--hidden", "4096", "--heads", "32", "--seq", "8192",
-                  "--vocab", "128256", "--ffn-hidden", "14336", "--kv-heads", "8", "--mlp",
-                  "swiglu", "--norm", "rmsnorm", "--untied-embeddings", "--no-bias", "--rope",
-                  *common)
+    b = plan_json(
+        capsys,
+        "--layers",
+        "32",
+        "--hidden",
+        "4096",
+        "--heads",
+        "32",
+        "--seq",
+        "8192",
+        "--vocab",
+        "128256",
+        "--ffn-hidden",
+        "14336",
+        "--kv-heads",
+        "8",
+        "--mlp",
+        "swiglu",
+        "--norm",
+        "rmsnorm",
+        "--untied-embeddings",
+        "--no-bias",
+        "--rope",
+        *common,
+    )
     assert a["params"] == b["params"] == 8_030_261_248
     assert a["attention"] == b["attention"] == "flash" and a["configs"] == b["configs"]
     status, text, _ = plan(capsys, "--model", "llama3-8b", *common)
@@ -571,9 +790,10 @@ def test_flash_stores_no_scores_and_unfused_does():
     kw = dict(tp=1, pp=1, dp=1, micro_batch=4, recompute="none", zero=0)
     flash = planner.evaluate(m, cl, 16, **kw)
     unf = planner.evaluate(m, cl, 16, attention="unfused", **kw)
-    s, b, h, a, L = 2048, 4, 2048, 16, 24
-    assert unf.activation_bytes - flash.activation_bytes == \
-        pytest.approx(L * (5 * a * s * s * b - 4 * a * s * b), rel=1e-12)
+    s, b, _h, a, L = 2048, 4, 2048, 16, 24
+    assert unf.activation_bytes - flash.activation_bytes == pytest.approx(
+        L * (5 * a * s * s * b - 4 * a * s * b), rel=1e-12
+    )
     assert flash.step_seconds < unf.step_seconds
     assert planner.attention_for(m, "A100-80GB") == "unfused"
     assert planner.attention_for(m, "H200") == "flash"
@@ -588,14 +808,18 @@ def test_h200_runs_that_ran_are_not_refused():
     refused two of them. Negative control: priced unfused, the 2.7B row is refused."""
     import json as js
     from importlib.resources import files
-    rows = js.loads(files("minipar.cost").joinpath("measurements/h200_step_times.json")
-                    .read_text())["rows"]
+
+    rows = js.loads(
+        files("minipar.cost").joinpath("measurements/h200_step_times.json").read_text()
+    )["rows"]
     cl = planner.cluster(1, 1, "H200")
 
     def fits(r, attention):
         m = planner.ModelShape(r["L"], r["h"], r["a"], r["s"], 50304, attention=attention)
-        return planner.evaluate(m, cl, r["b"] * r["m"], tp=1, pp=1, dp=1, micro_batch=r["b"],
-                                recompute="none", zero=0).fits
+        return planner.evaluate(
+            m, cl, r["b"] * r["m"], tp=1, pp=1, dp=1, micro_batch=r["b"], recompute="none", zero=0
+        ).fits
+
     ran = [r for r in rows if r["measured_s"]]
     assert len(ran) >= 5
     for r in ran:
@@ -604,31 +828,113 @@ def test_h200_runs_that_ran_are_not_refused():
     assert not fits(big, "unfused")
 
 
-@pytest.mark.parametrize("argv, message", [
-    (("--model", "gpt3-175b", "--gpus", "128", "--global-batch", "1000", "--dp", "32",
-      "--tp", "1", "--pp", "1"), "t·cp·p·d (32) must equal the GPUs (128)"),
-    (("--model", "gpt3-175b", "--gpus", "64", "--global-batch", "1000", "--dp", "8",
-      "--tp", "8", "--pp", "1", "--micro-batch", "8"),
-     "micro-batch (8) × d (8) must divide the global batch (1000)"),
-    (("--layers", "2", "--hidden", "64", "--heads", "4", "--seq", "128", "--vocab", "100",
-      "--gpus", "16", "--global-batch", "16", "--inter-bandwidth", "1e-320"), "must be finite"),
-])
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (
+            (
+                "--model",
+                "gpt3-175b",
+                "--gpus",
+                "128",
+                "--global-batch",
+                "1000",
+                "--dp",
+                "32",
+                "--tp",
+                "1",
+                "--pp",
+                "1",
+            ),
+            "t·cp·p·d (32) must equal the GPUs (128)",
+        ),
+        (
+            (
+                "--model",
+                "gpt3-175b",
+                "--gpus",
+                "64",
+                "--global-batch",
+                "1000",
+                "--dp",
+                "8",
+                "--tp",
+                "8",
+                "--pp",
+                "1",
+                "--micro-batch",
+                "8",
+            ),
+            "micro-batch (8) × d (8) must divide the global batch (1000)",
+        ),
+        (
+            (
+                "--layers",
+                "2",
+                "--hidden",
+                "64",
+                "--heads",
+                "4",
+                "--seq",
+                "128",
+                "--vocab",
+                "100",
+                "--gpus",
+                "16",
+                "--global-batch",
+                "16",
+                "--inter-bandwidth",
+                "1e-320",
+            ),
+            "must be finite",
+        ),
+    ],
+)
 def test_refusals_name_the_rule_and_the_value(capsys, argv, message):
     """No generic 'divisibility rules' line: the rule and its values; an input that would make
     the JSON print Infinity is refused (exit 2). Negative control: a valid layout passes."""
     status, out, err = plan(capsys, *argv, "--json")
     assert status == 2 and out == "" and message in err, err
-    ok = plan_json(capsys, "--model", "gpt3-175b", "--gpus", "256", "--global-batch", "1024",
-                   "--dp", "32", "--tp", "8", "--pp", "1", "--micro-batch", "8")
+    ok = plan_json(
+        capsys,
+        "--model",
+        "gpt3-175b",
+        "--gpus",
+        "256",
+        "--global-batch",
+        "1024",
+        "--dp",
+        "32",
+        "--tp",
+        "8",
+        "--pp",
+        "1",
+        "--micro-batch",
+        "8",
+    )
     assert ok["configs"]
 
 
 def test_cp_and_ep_times_are_in_the_text_output(capsys):
-    status, text, _ = plan(capsys, "--model", "mixtral-8x7b", "--gpus", "64", "--gpu",
-                           "H100-SXM", "--global-batch", "256", "--ep", "2", "--top", "2")
+    status, text, _ = plan(
+        capsys,
+        "--model",
+        "mixtral-8x7b",
+        "--gpus",
+        "64",
+        "--gpu",
+        "H100-SXM",
+        "--global-batch",
+        "256",
+        "--ep",
+        "2",
+        "--top",
+        "2",
+    )
     assert status == 0 and "CP ring" in text and "EP a2a" in text
-    status, text, _ = plan(capsys, "--model", "gpt3-175b", "--gpus", "1024",
-                           "--global-batch", "1536", "--top", "1")
+    status, text, _ = plan(
+        capsys, "--model", "gpt3-175b", "--gpus", "1024", "--global-batch", "1536", "--top", "1"
+    )
     assert status == 0 and "EP a2a" not in text
 
 
@@ -639,24 +945,33 @@ def test_moe_parallel_folding_ep_over_the_stage_ranks():
     whose states ZeRO shards over EDP = t·cp·d/ep ranks, and their gradients are reduced over
     those EDP ranks. Negative control: the pre-folding rule (ep | d) would refuse the first."""
     from minipar.cost.memory_time import model_state_bytes
+
     mx = planner.MODELS["mixtral-8x7b"]
     cl = planner.cluster(24, 8, "H100-SXM")
-    c = planner.evaluate(mx, cl, 24, tp=8, pp=1, dp=3, micro_batch=1, ep=8, sp=True, zero=1,
-                         recompute="full")
-    assert c.ep == 8 and 3 % 8 != 0                              # ep does not divide d
+    c = planner.evaluate(
+        mx, cl, 24, tp=8, pp=1, dp=3, micro_batch=1, ep=8, sp=True, zero=1, recompute="full"
+    )
+    assert c.ep == 8 and 3 % 8 != 0  # ep does not divide d
     lay = planner.Layout(24, 8, 1, 3, 1, recompute="full", sp=True, zero=1, ep=8)
     from minipar.cost.three_d_terms import expert_grid, stage_params, term_states
-    assert expert_grid(lay) == (1, 3, 8)                           # ETP, EDP = 8·3/8, stride
+
+    assert expert_grid(lay) == (1, 3, 8)  # ETP, EDP = 8·3/8, stride
     sp_ = stage_params(mx, lay)
     opt = planner.Options(precision="megatron")
     dense = model_state_bytes(sp_.dense, d=3, t=8, zero=1, grad_bytes=4)
     experts = model_state_bytes(sp_.expert, d=3, t=1, zero=1, grad_bytes=4)
     assert term_states(mx, lay, opt) == pytest.approx(dense.total + experts.total, rel=1e-12)
-    assert sp_.expert == mx.layers * mx.expert_params_per_layer / 8   # E/ep whole experts
-    for kw, message in ((dict(tp=8, dp=3, ep=16, micro_batch=1),
-                         "ep (16) needs an MoE model whose experts (8) it divides"),
-                        (dict(tp=2, dp=3, ep=4, micro_batch=1, pp=4),
-                         "etp·ep (1·4 = 4) must divide the ranks of a stage, t·cp·d = 6")):
+    assert sp_.expert == mx.layers * mx.expert_params_per_layer / 8  # E/ep whole experts
+    for kw, message in (
+        (
+            dict(tp=8, dp=3, ep=16, micro_batch=1),
+            "ep (16) needs an MoE model whose experts (8) it divides",
+        ),
+        (
+            dict(tp=2, dp=3, ep=4, micro_batch=1, pp=4),
+            "etp·ep (1·4 = 4) must divide the ranks of a stage, t·cp·d = 6",
+        ),
+    ):
         with pytest.raises(ValueError) as e:
             planner.evaluate(mx, cl, 24, **{"pp": 1, **kw})
         assert message in str(e.value)
@@ -665,10 +980,10 @@ def test_moe_parallel_folding_ep_over_the_stage_ranks():
 def test_cluster_refuses_non_finite_links():
     """Link overrides must be finite (bandwidth > 0, α >= 0): an Infinity or NaN would reach the
     JSON; each refusal names the keyword and the value. Control: α = 0 is allowed."""
-    for kw, message in ((dict(inter_bandwidth=float("inf")), "inter_bandwidth (inf) must be a "
-                         "finite number > 0"),
-                        (dict(intra_alpha=float("nan")), "intra_alpha (nan) must be a finite "
-                         "number >= 0")):
+    for kw, message in (
+        (dict(inter_bandwidth=float("inf")), "inter_bandwidth (inf) must be a finite number > 0"),
+        (dict(intra_alpha=float("nan")), "intra_alpha (nan) must be a finite number >= 0"),
+    ):
         with pytest.raises(ValueError) as e:
             planner.cluster(16, 8, **kw)
         assert str(e.value) == message
@@ -682,12 +997,14 @@ def test_ep_all_to_all_across_nodes_sends_on_node_bytes_over_nvlink():
     exchange on NVLink."""
     from minipar.cost.expert_parallel import all_to_all_time
     from minipar.cost.three_d_terms import ep_all_to_all_seconds
+
     cl, S = h100(64), 64e6
     far = 8 * cl.inter.alpha + 8 / 16 * S / cl.inter.bandwidth
     assert ep_all_to_all_seconds(S, 16, cl) == pytest.approx(far)
     assert all_to_all_time(S, 16, cl.inter.alpha, cl.inter.bandwidth) > 1.5 * far
-    assert ep_all_to_all_seconds(S, 8, cl) == all_to_all_time(S, 8, cl.intra.alpha,
-                                                              cl.intra.bandwidth)
+    assert ep_all_to_all_seconds(S, 8, cl) == all_to_all_time(
+        S, 8, cl.intra.alpha, cl.intra.bandwidth
+    )
 
 
 def test_cp_all_gather_is_exposed_and_the_ring_hides_under_blocks(capsys):
@@ -696,17 +1013,40 @@ def test_cp_all_gather_is_exposed_and_the_ring_hides_under_blocks(capsys):
     recomputation); the ring's sends hide under the 16 blocks of compute. Negative control: the
     all-gather's time is not zero and equals the sum of its collectives."""
     from minipar.cost.context_parallel import allgather_collectives_per_layer
+
     m, cl = planner.MODELS["llama3-405b-128k"], h100(16384)
     kw = dict(tp=8, pp=16, dp=8, cp=16, micro_batch=1, recompute="full", sp=True, zero=1)
     ring = planner.evaluate(m, cl, 128, **kw)
     ag = planner.evaluate(m, cl, 128, cp_algorithm="all-gather", **kw)
     assert ring.cp_seconds == 0 and ag.cp_seconds > 0 and ag.step_seconds > ring.step_seconds
     colls = allgather_collectives_per_layer(1, m.seq, planner.kv_width_per_rank(m, 8), 16)
-    half = [planner.dp_allreduce_seconds(S, 16, 8, cl)[0] / 2 for _, S in
-            colls["forward"] * 2 + colls["backward"]]
+    half = [
+        planner.dp_allreduce_seconds(S, 16, 8, cl)[0] / 2
+        for _, S in colls["forward"] * 2 + colls["backward"]
+    ]
     r = ag.bubble_relative
     assert ag.cp_seconds == pytest.approx(ag.microbatches * (1 + r) * (m.layers // 16) * sum(half))
-    out = plan_json(capsys, "--model", "llama3-405b-128k", "--gpus", "16384", "--gpu",
-                    "H100-SXM", "--global-batch", "128", "--tp", "8", "--pp", "16", "--cp", "16",
-                    "--recompute", "full", "--cp-algorithm", "all-gather", "--top", "1")
+    out = plan_json(
+        capsys,
+        "--model",
+        "llama3-405b-128k",
+        "--gpus",
+        "16384",
+        "--gpu",
+        "H100-SXM",
+        "--global-batch",
+        "128",
+        "--tp",
+        "8",
+        "--pp",
+        "16",
+        "--cp",
+        "16",
+        "--recompute",
+        "full",
+        "--cp-algorithm",
+        "all-gather",
+        "--top",
+        "1",
+    )
     assert out["configs"][0]["cp_seconds"] > 0

@@ -1,17 +1,22 @@
 """Tensor-parallel cost model: collectives, bytes, activation items, comm/compute ratio."""
+
 import subprocess
 import sys
 
 import pytest
 
 from minipar.cost.memory_time import activation_bytes_per_layer
-from minipar.cost.tensor_parallel import (activation_items, comm_compute_ratio,
-                                          layer_forward_flops,
-                                          sp_grad_allreduce_elements, tp_collectives_per_layer,
-                                          tp_sent_bytes_per_layer)
-from minipar.cost.tensor_parallel import tp_bytes_per_layer
+from minipar.cost.tensor_parallel import (
+    activation_items,
+    comm_compute_ratio,
+    layer_forward_flops,
+    sp_grad_allreduce_elements,
+    tp_bytes_per_layer,
+    tp_collectives_per_layer,
+    tp_sent_bytes_per_layer,
+)
 
-GPT3 = dict(s=2048, b=1, h=12288, a=96)      # Korthikanti et al. 2022 Table 3, 175B
+GPT3 = dict(s=2048, b=1, h=12288, a=96)  # Korthikanti et al. 2022 Table 3, 175B
 
 
 def test_pure_python():
@@ -28,18 +33,22 @@ def test_collectives_and_bytes(t, sp):
         assert ops == [] and tp_sent_bytes_per_layer(b, s, h, t, sp=sp) == 0
         return
     size = b * s * h * 8
-    assert ops == ([("all-gather", size, 4), ("reduce-scatter", size, 4)] if sp
-                   else [("all-reduce", size, 4)])
+    assert ops == (
+        [("all-gather", size, 4), ("reduce-scatter", size, 4)] if sp else [("all-reduce", size, 4)]
+    )
     # same bytes with or without sequence parallelism: 4 · 2(t−1)/t · bsh · bytes
     assert tp_sent_bytes_per_layer(b, s, h, t, 8, sp=sp) == pytest.approx(
-        4 * 2 * (t - 1) / t * size)
+        4 * 2 * (t - 1) / t * size
+    )
     assert tp_sent_bytes_per_layer(b, s, h, t, 8, sp=sp) == pytest.approx(
-        tp_bytes_per_layer(b, s, h, t, 8))
+        tp_bytes_per_layer(b, s, h, t, 8)
+    )
     # counted step by step as a ring runs them: an all-reduce is 2(t−1) steps, an all-gather
     # or reduce-scatter t−1 steps, each sending one S/t chunk per rank
     steps = {"all-reduce": 2 * (t - 1), "all-gather": t - 1, "reduce-scatter": t - 1}
     assert tp_sent_bytes_per_layer(b, s, h, t, 8, sp=sp) == pytest.approx(
-        sum(n * steps[op] * S / t for op, S, n in ops))
+        sum(n * steps[op] * S / t for op, S, n in ops)
+    )
 
 
 def _paper_items(s, b, h, a, t, sp):
@@ -47,14 +56,26 @@ def _paper_items(s, b, h, a, t, sp):
     tensor parallelism splits is divided by t; the layer-norm inputs, the f outputs (QKV and
     h→4h inputs) and the two dropout masks after g stay whole unless sp splits them too."""
     sbh, as2b = s * b * h, a * s * s * b
-    split = {"Q, K, V": 6 * sbh, "softmax output": 2 * as2b, "attention dropout mask": as2b,
-             "attention dropout output": 2 * as2b, "projection input": 2 * sbh,
-             "GeLU input": 8 * sbh, "4h→h input (GeLU output)": 8 * sbh}
-    whole = {"layer-norm inputs (2)": 4 * sbh, "layer-norm mean and 1/std (2 × 2)": 0,
-             "QKV-linear input": 2 * sbh, "h→4h input": 2 * sbh,
-             "dropout masks after projection and MLP (2)": 2 * sbh}
-    return {**{k: v / t for k, v in split.items()},
-            **{k: v / (t if sp else 1) for k, v in whole.items()}}
+    split = {
+        "Q, K, V": 6 * sbh,
+        "softmax output": 2 * as2b,
+        "attention dropout mask": as2b,
+        "attention dropout output": 2 * as2b,
+        "projection input": 2 * sbh,
+        "GeLU input": 8 * sbh,
+        "4h→h input (GeLU output)": 8 * sbh,
+    }
+    whole = {
+        "layer-norm inputs (2)": 4 * sbh,
+        "layer-norm mean and 1/std (2 × 2)": 0,
+        "QKV-linear input": 2 * sbh,
+        "h→4h input": 2 * sbh,
+        "dropout masks after projection and MLP (2)": 2 * sbh,
+    }
+    return {
+        **{k: v / t for k, v in split.items()},
+        **{k: v / (t if sp else 1) for k, v in whole.items()},
+    }
 
 
 @pytest.mark.parametrize("t", [1, 2, 3, 6])
@@ -74,10 +95,18 @@ def test_activation_items_add_up_to_table_2(t, sp):
 
 def test_tp_leaves_10_sbh_replicated_and_sp_removes_it():
     sbh = GPT3["s"] * GPT3["b"] * GPT3["h"]
-    big_t = activation_items(**GPT3, t=96)           # t = a: everything splittable is split
-    replicated = sum(v for k, v in big_t.items() if k in (
-        "layer-norm inputs (2)", "QKV-linear input", "h→4h input",
-        "dropout masks after projection and MLP (2)"))
+    big_t = activation_items(**GPT3, t=96)  # t = a: everything splittable is split
+    replicated = sum(
+        v
+        for k, v in big_t.items()
+        if k
+        in (
+            "layer-norm inputs (2)",
+            "QKV-linear input",
+            "h→4h input",
+            "dropout masks after projection and MLP (2)",
+        )
+    )
     assert replicated == pytest.approx(10 * sbh)
     # the wrong bug-class: a model that forgot the replicated part would undercount
     assert sum(big_t.values()) > sum(activation_items(**GPT3, t=96, sp=True).values())
@@ -112,15 +141,19 @@ def test_numbers_quoted_in_the_chapter():
     """book/tensor_parallel.md quotes these; a change in the model must show up here."""
     from minipar.cost.hardware import gpu, link
     from minipar.cost.tensor_parallel import layer_comm_fraction
+
     F = gpu("H100-SXM").peak_flops["bf16"]
 
     def ratio(t, name):
-        return comm_compute_ratio(1, 2048, 12288, t, flops=F, bandwidth=link(name).bandwidth,
-                                  alpha=link(name).alpha)
+        return comm_compute_ratio(
+            1, 2048, 12288, t, flops=F, bandwidth=link(name).bandwidth, alpha=link(name).alpha
+        )
 
     def share(t, name):
-        return layer_comm_fraction(1, 2048, 12288, t, flops=F, bandwidth=link(name).bandwidth,
-                                   alpha=link(name).alpha)
+        return layer_comm_fraction(
+            1, 2048, 12288, t, flops=F, bandwidth=link(name).bandwidth, alpha=link(name).alpha
+        )
+
     assert round(ratio(8, "nvlink4-h100"), 2) == 0.46
     assert round(ratio(8, "ib-ndr400"), 1) == 3.8
     assert round(100 * share(2, "nvlink4-h100")) == 4
@@ -128,8 +161,8 @@ def test_numbers_quoted_in_the_chapter():
     assert round(100 * share(16, "nvlink4-h100")) == 43
     assert round(100 * share(8, "pcie5-x16")) == 67
     assert round(100 * share(8, "ib-ndr400")) == 72
-    msg = 2048 * 12288 * 2                                   # one (s, h) bf16 activation, bytes
+    msg = 2048 * 12288 * 2  # one (s, h) bf16 activation, bytes
     assert round(msg / 1e6) == 50
     nv = link("nvlink4-h100")
-    assert round(2 * 7 * nv.alpha * 1e6) == 28                       # latency term, µs
-    assert round(2 * 7 / 8 * msg / nv.bandwidth * 1e6) == 196        # bandwidth term, µs
+    assert round(2 * 7 * nv.alpha * 1e6) == 28  # latency term, µs
+    assert round(2 * 7 / 8 * msg / nv.bandwidth * 1e6) == 196  # bandwidth term, µs

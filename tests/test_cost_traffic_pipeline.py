@@ -1,10 +1,14 @@
 """Communication volumes per rank and the two pipeline-bubble conventions."""
+
 import pytest
 
 from minipar.cost.collectives import ring_bytes_per_rank
-from minipar.cost.pipeline_parallel import bubble_fraction_of_total, bubble_relative_to_ideal
 from minipar.cost.data_parallel import dp_allreduce_bytes_per_rank, zero_bytes_per_rank
-from minipar.cost.pipeline_parallel import pp_p2p_bytes_per_microbatch
+from minipar.cost.pipeline_parallel import (
+    bubble_fraction_of_total,
+    bubble_relative_to_ideal,
+    pp_p2p_bytes_per_microbatch,
+)
 from minipar.cost.tensor_parallel import tp_bytes_per_layer
 
 
@@ -22,7 +26,7 @@ def test_dp_and_zero_volumes():
 
 def test_tp_and_pp_volumes():
     b, s, h, t = 1, 2048, 12288, 8
-    act = b * s * h * 2                                       # one (b, s, h) bf16 activation
+    act = b * s * h * 2  # one (b, s, h) bf16 activation
     # 4 ring all-reduces per layer (2 forward, 2 backward)
     one_all_reduce = ring_bytes_per_rank("all-reduce", t, act)
     assert tp_bytes_per_layer(b, s, h, t) == pytest.approx(4 * one_all_reduce)
@@ -49,13 +53,16 @@ def test_bubble_conventions():
     assert bubble_fraction_of_total("1f1b", 1, 5) == 0
 
 
-@pytest.mark.parametrize("args, kw, match", [
-    (("interleaved", 4, 6), {"v": 2}, r"microbatches m \(6\) to be a multiple of p \(4\)"),
-    (("gpipe", 4, 8), {"v": 2}, r"chunks v \(2\)"),
-    (("gpipe", 0, 8), {}, r"p \(0\)"),
-    (("gpipe", 4, 0), {}, r"m \(0\)"),
-    (("zb", 4, 8), {}, "schedule"),
-])
+@pytest.mark.parametrize(
+    "args, kw, match",
+    [
+        (("interleaved", 4, 6), {"v": 2}, r"microbatches m \(6\) to be a multiple of p \(4\)"),
+        (("gpipe", 4, 8), {"v": 2}, r"chunks v \(2\)"),
+        (("gpipe", 0, 8), {}, r"p \(0\)"),
+        (("gpipe", 4, 0), {}, r"m \(0\)"),
+        (("zb", 4, 8), {}, "schedule"),
+    ],
+)
 def test_bubble_errors(args, kw, match):
     with pytest.raises(ValueError, match=match):
         bubble_relative_to_ideal(*args, **kw)
@@ -63,10 +70,11 @@ def test_bubble_errors(args, kw, match):
 
 def test_zb_h1_and_peak_microbatches():
     from minipar.cost.pipeline_parallel import peak_microbatches, zb_h1_bubble_fraction
-    assert zb_h1_bubble_fraction(4, 8) == pytest.approx(3 / 27)       # (p−1)/(3m+p−1)
+
+    assert zb_h1_bubble_fraction(4, 8) == pytest.approx(3 / 27)  # (p−1)/(3m+p−1)
     # a third of 1F1B's relative bubble when F, B, W take equal time
     r_zb = zb_h1_bubble_fraction(4, 8) / (1 - zb_h1_bubble_fraction(4, 8))
-    r_1f1b = bubble_relative_to_ideal("1f1b", 4, 8)                    # (p−1)/m
+    r_1f1b = bubble_relative_to_ideal("1f1b", 4, 8)  # (p−1)/m
     assert r_zb == pytest.approx(r_1f1b / 3)
     assert [peak_microbatches("1f1b", r, 4, 8) for r in range(4)] == [4, 3, 2, 1]
     assert [peak_microbatches("gpipe", r, 4, 8) for r in range(4)] == [8] * 4
@@ -81,6 +89,6 @@ def test_zb_h1_and_peak_microbatches():
 def test_chapter_numbers_for_gpt3_shape():
     """The pipeline chapter's figures for s = 2048, h = 12288, bf16, b = 1."""
     b, s, h = 1, 2048, 12288
-    assert round(b * s * h * 2 / 1e6) == 50                            # one message, MB
-    assert round(pp_p2p_bytes_per_microbatch(b, s, h) / 1e6) == 101    # per boundary
-    assert round(tp_bytes_per_layer(b, s, h, 8) / 1e6) == 352          # TP, t = 8, per layer
+    assert round(b * s * h * 2 / 1e6) == 50  # one message, MB
+    assert round(pp_p2p_bytes_per_microbatch(b, s, h) / 1e6) == 101  # per boundary
+    assert round(tp_bytes_per_layer(b, s, h, 8) / 1e6) == 352  # TP, t = 8, per layer

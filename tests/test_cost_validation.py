@@ -7,6 +7,7 @@ model misses at the real inputs, the test asserts what it reaches and the eviden
 missing effect. H200: the validation set (h200_step_times.json) predicted from constants set
 on the calibration set only (h200_layer_gemm_times.json), one test per row and quantity.
 """
+
 from dataclasses import replace
 
 import pytest
@@ -14,7 +15,7 @@ import pytest
 from minipar.cost import hardware, validation
 from minipar.cost.model import flops_per_iteration
 
-ROWS = {r.name: r for r in validation.published_runs()}           # as run
+ROWS = {r.name: r for r in validation.published_runs()}  # as run
 PLANNER = {r.name: r for r in validation.published_runs("planner")}
 OLD = {r.name: r for r in validation.table1_summary("1", interleaved=False)["rows"]}  # in-sample
 TABLE1 = [r.name for r in validation.RUNS if r.where == "Table 1"]
@@ -55,8 +56,9 @@ def test_table1_row_at_the_planners_micro_batch(name):
         assert abs(OLD[name].error) <= 10, f"{name}: {OLD[name].error:+.1f} % at b = v = 1"
     # the published TFLOP/s and step time are the same measurement (Eq. 3 FLOPs)
     run = next(x for x in validation.RUNS if x.name == name)
-    flops = flops_per_iteration(run.batch, run.model.seq, run.model.layers, run.model.hidden,
-                                run.model.vocab, "full")
+    flops = flops_per_iteration(
+        run.batch, run.model.seq, run.model.layers, run.model.hidden, run.model.vocab, "full"
+    )
     assert flops / (r.gpus * r.published_step) / 1e12 == pytest.approx(r.published_tflops)
 
 
@@ -70,13 +72,21 @@ def test_the_missing_effect_gemm_tile_quantisation():
     assert ev["measured"] > ev["q"] + 0.1, ev
     # in the prediction: the rows that ran b >= 8 are faster per sequence at their b than at 1
     for name in TABLE1[:4]:
-        assert ROWS[name].predicted_step < 0.9 * validation.predict(
-            next(x for x in validation.RUNS if x.name == name), "1").predicted_step
+        assert (
+            ROWS[name].predicted_step
+            < 0.9
+            * validation.predict(
+                next(x for x in validation.RUNS if x.name == name), "1"
+            ).predicted_step
+        )
 
 
-@pytest.mark.xfail(strict=True, reason="Spearman of Table 1's throughputs at the planner's "
-                   "micro-batch is 0.38 with today's GEMM model (target 0.6); at b = v = 1, "
-                   "where η was settled, it is 0.85 (see test_the_missing_effect_...)")
+@pytest.mark.xfail(
+    strict=True,
+    reason="Spearman of Table 1's throughputs at the planner's "
+    "micro-batch is 0.38 with today's GEMM model (target 0.6); at b = v = 1, "
+    "where η was settled, it is 0.85 (see test_the_missing_effect_...)",
+)
 def test_table1_throughput_order_at_the_planners_micro_batch():
     s = validation.table1_summary("planner")
     assert s["spearman"] >= 0.6
@@ -86,8 +96,10 @@ def test_table1_order_where_eta_was_settled():
     """In-sample (b = v = 1): Spearman ≥ 0.8 and small models slower than the large, as
     measured. The same order at the planner's micro-batch is the test above."""
     rows = [OLD[n] for n in TABLE1]
-    assert validation.spearman([r.predicted_tflops for r in rows],
-                               [r.published_tflops for r in rows]) >= 0.8
+    assert (
+        validation.spearman([r.predicted_tflops for r in rows], [r.published_tflops for r in rows])
+        >= 0.8
+    )
     small, large = rows[:4], rows[-2:]
     assert max(r.predicted_tflops for r in small) < min(r.predicted_tflops for r in large)
 
@@ -95,8 +107,12 @@ def test_table1_order_where_eta_was_settled():
 @pytest.mark.parametrize("name", OTHERS)
 def test_other_published_run_within_10_percent(name):
     r = ROWS[name]
-    assert r.fits, f"{name}: the published layout must fit ({r.config.bytes_per_gpu / 2**30:.1f} GiB)"
-    assert abs(r.error) <= 10, f"{name}: predicted {r.predicted_step:.2f} s vs {r.published_step:.2f} s"
+    assert r.fits, (
+        f"{name}: the published layout must fit ({r.config.bytes_per_gpu / 2**30:.1f} GiB)"
+    )
+    assert abs(r.error) <= 10, (
+        f"{name}: predicted {r.predicted_step:.2f} s vs {r.published_step:.2f} s"
+    )
 
 
 def test_mt_nlg_60s_reaches_25_percent_and_the_missing_effect_is_the_implementation():
@@ -117,7 +133,7 @@ def test_negative_controls_fail_the_tolerance():
     memory-bound kernels (infinite HBM bandwidth) the model predicts the small models too fast
     and loses the order even where η was settled (b = v = 1)."""
     table1 = [ROWS[n] for n in TABLE1]
-    const = [100 * (r.published_tflops / 156 - 1) for r in table1]     # step error of 156 TF
+    const = [100 * (r.published_tflops / 156 - 1) for r in table1]  # step error of 156 TF
     assert max(abs(e) for e in const) > 10
     gpu = hardware.GPUS["A100-80GB"]
     try:
@@ -126,14 +142,18 @@ def test_negative_controls_fail_the_tolerance():
     finally:
         hardware.GPUS["A100-80GB"] = gpu
     assert max(abs(r.error) for r in rows) > 10
-    assert validation.spearman([r.predicted_tflops for r in rows],
-                               [r.published_tflops for r in rows]) < 0.8
+    assert (
+        validation.spearman([r.predicted_tflops for r in rows], [r.published_tflops for r in rows])
+        < 0.8
+    )
 
 
 def test_micro_batch_choice_is_checked():
     run = validation.RUNS[0]
     assert validation.predict(run, 4).micro_batch == 4
-    with pytest.raises(ValueError, match=r"micro_batch \('big'\) must be one of as run, 1, planner"):
+    with pytest.raises(
+        ValueError, match=r"micro_batch \('big'\) must be one of as run, 1, planner"
+    ):
         validation.predict(run, "big")
     assert validation.planner_micro_batch(run) <= validation.PLANNER_MAX_MICRO_BATCH
 
@@ -159,8 +179,13 @@ def test_zero3_behind_ptdp_once_the_gpu_count_doubles(model):
     t, p = validation.ZERO3_TABLE2[model]["ptdp_layout"]
     for x, ((n_p, _, _), (n_z, _, mb, _)) in zip(rows, validation.ZERO3_TABLE2[model]["rows"]):
         assert (x["ptdp"].tp, x["ptdp"].pp, x["ptdp"].micro_batch, x["ptdp"].zero) == (t, p, 1, 0)
-        assert (x["zero3"].tp, x["zero3"].pp, x["zero3"].dp, x["zero3"].micro_batch,
-                x["zero3"].zero) == (1, 1, n_z, mb, 3)
+        assert (
+            x["zero3"].tp,
+            x["zero3"].pp,
+            x["zero3"].dp,
+            x["zero3"].micro_batch,
+            x["zero3"].zero,
+        ) == (1, 1, n_z, mb, 3)
         assert x["ptdp"].fits and x["ptdp"].dp * t * p == n_p
         assert x["zero3"].dp_link == "ib-hdr200"
     doubled = rows[1]
@@ -191,6 +216,7 @@ def test_zero3_evidence_achieved_bandwidth_is_one_nic_per_gpu():
     0.6-1.0 of one 25 GB/s HDR NIC, 5-8x what the hierarchical algorithm's bytes per NIC
     (1/8 of them) would need at that step time."""
     from minipar.cost import three_d
+
     nic = three_d.cluster(8, 8, "A100-80GB").inter.bandwidth
     for model in validation.ZERO3_TABLE2:
         e = validation.zero3_missing_effect(model)
@@ -211,9 +237,10 @@ def test_zero3_what_is_still_missing_at_the_smallest_count():
     e175 = validation.zero3_missing_effect("gpt3-175b")
     e530 = validation.zero3_missing_effect("mt-nlg-530b")
     assert e175["ratios"][0] < 1 < e175["published"][0]
-    assert e175["zero3_step"][0] < e175["zero3_step_published"][0] \
-        < e175["zero3_step_no_overlap"][0]
-    assert e175["zero3_error"][0] > 30                      # the model's ZeRO-3 too fast there
+    assert (
+        e175["zero3_step"][0] < e175["zero3_step_published"][0] < e175["zero3_step_no_overlap"][0]
+    )
+    assert e175["zero3_error"][0] > 30  # the model's ZeRO-3 too fast there
     assert not e530["zero3_fits"][0] and e530["zero3_gib"][0] > e530["limit_gib"]
     assert all(e530["zero3_fits"][1:])
     # PTD-P's side is within 10 % at every count: the misses are ZeRO-3's
@@ -241,8 +268,13 @@ def test_table_text_has_every_row():
 def test_module_prints_both_tables():
     import subprocess
     import sys
-    out = subprocess.run([sys.executable, "-m", "minipar.cost.validation"], capture_output=True,
-                         text=True, check=True).stdout
+
+    out = subprocess.run(
+        [sys.executable, "-m", "minipar.cost.validation"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
     assert "PTD-P 1.7B" in out and "GPT 350M" in out and "err(planner)" in out
 
 
@@ -257,10 +289,14 @@ MISSING_TODAY: dict[tuple[str, str], str] = {}
 
 
 def _h200_case(quantity):
-    return [pytest.param(r, id=i, marks=pytest.mark.xfail(strict=True,
-                                                          reason=MISSING_TODAY[(i, quantity)]))
-            if (i, quantity) in MISSING_TODAY else pytest.param(r, id=i)
-            for r, i in zip(H200, H200_IDS)]
+    return [
+        pytest.param(
+            r, id=i, marks=pytest.mark.xfail(strict=True, reason=MISSING_TODAY[(i, quantity)])
+        )
+        if (i, quantity) in MISSING_TODAY
+        else pytest.param(r, id=i)
+        for r, i in zip(H200, H200_IDS)
+    ]
 
 
 def test_h200_constants_come_from_the_calibration_set_only():
@@ -271,8 +307,9 @@ def test_h200_constants_come_from_the_calibration_set_only():
     assert c["eta"] == pytest.approx(c["eta_measured"], rel=0.005)
     assert c["hbm"] == pytest.approx(c["hbm_measured"], rel=0.001)
     datasheet = replace(validation.h200_gpu(), hbm_bandwidth=4.8e12)
-    assert validation.h200_calibration_check(datasheet)["hbm"] != \
-        pytest.approx(c["hbm_measured"], rel=0.05)
+    assert validation.h200_calibration_check(datasheet)["hbm"] != pytest.approx(
+        c["hbm_measured"], rel=0.05
+    )
     assert len(H200) == 5
 
 
@@ -280,7 +317,9 @@ def test_h200_constants_come_from_the_calibration_set_only():
 def test_h200_step_time(row):
     """Every row that ran is admitted, and its step time is within ±15 % (SDPA) or ±25 %
     (unfused attention) of the measured one."""
-    assert row.fits, f"{row.name}: refused ({row.predicted_gib:.0f} GiB), ran at {row.measured_gib:.0f}"
+    assert row.fits, (
+        f"{row.name}: refused ({row.predicted_gib:.0f} GiB), ran at {row.measured_gib:.0f}"
+    )
     tol, _ = validation.h200_targets(row)
     assert abs(row.time_error) <= tol, f"{row.name}: {row.time_error:+.1f} %"
 
@@ -288,8 +327,9 @@ def test_h200_step_time(row):
 @pytest.mark.parametrize("row", _h200_case("memory"))
 def test_h200_peak_memory(row):
     _, tol = validation.h200_targets(row)
-    assert abs(row.memory_error) <= tol, \
+    assert abs(row.memory_error) <= tol, (
         f"{row.name}: {row.predicted_gib:.1f} GiB vs {row.measured_gib:.1f} ({row.memory_error:+.0f} %)"
+    )
 
 
 def test_h200_negative_control_unfused_attention_on_the_sdpa_rows():
@@ -313,6 +353,7 @@ def test_eta_settled_on_half_of_table1_checked_on_the_other_half():
     held-out rows land within ±10 %. A level cannot fix the order (ρ stays below 0.6): that is
     the shape effect of test_the_missing_effect_gemm_tile_quantisation."""
     import math
+
     x = validation.split_check("planner")
     assert 0.55 < x["eta"] < 0.73
     names = {r.name for r in x["held_out"]}
@@ -340,16 +381,16 @@ def test_h200_memory_never_over_and_unfused_attention_overshoots():
     for r in H200:
         assert r.memory_error <= validation.h200_targets(r)[1], (r.name, r.memory_error)
     forced = {r.name: r for r in validation.h200_runs(attention="unfused")}
-    assert all(forced[r.name].predicted_gib > r.predicted_gib for r in H200
-               if r.attention == "sdpa")
+    assert all(
+        forced[r.name].predicted_gib > r.predicted_gib for r in H200 if r.attention == "sdpa"
+    )
 
 
 def test_the_2021_runs_pass_the_2021_inputs():
     """Attention kernel and precision recipe are explicit for the published A100 runs (unfused,
     "2021"): today's inputs (flash attention, the 18-byte recipe) predict them differently, so
     leaving them to a default would silently change the reproduction."""
-    today = {r.name: r for r in validation.published_runs(attention="flash",
-                                                          precision="megatron")}
+    today = {r.name: r for r in validation.published_runs(attention="flash", precision="megatron")}
     assert validation.ERA_2021 == {"attention": "unfused", "precision": "2021"}
     assert all(ROWS[n].config.step_seconds != today[n].config.step_seconds for n in TABLE1)
 

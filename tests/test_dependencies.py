@@ -1,5 +1,6 @@
 """Every third-party module that src/minipar imports is declared in pyproject.toml (as a
 dependency or in an extra), and requirements.txt installs the package with the extras CI needs."""
+
 import ast
 import re
 import sys
@@ -18,8 +19,10 @@ def _declared() -> dict[str, str]:
     """{distribution: where declared}; "minipar[book,grade]" self-references are skipped."""
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
     out = {}
-    for where, reqs in [("dependencies", project["dependencies"]),
-                        *project.get("optional-dependencies", {}).items()]:
+    for where, reqs in [
+        ("dependencies", project["dependencies"]),
+        *project.get("optional-dependencies", {}).items(),
+    ]:
         for req in reqs:
             name = _norm(re.match(r"[A-Za-z0-9_.-]+", req).group(0))
             if name != "minipar":
@@ -47,8 +50,11 @@ def _imported() -> dict[str, str]:
 
 def _undeclared(declared: dict[str, str]) -> dict[str, str]:
     dists = packages_distributions()
-    return {m: where for m, where in _imported().items()
-            if not any(_norm(d) in declared for d in dists.get(m, [m]))}
+    return {
+        m: where
+        for m, where in _imported().items()
+        if not any(_norm(d) in declared for d in dists.get(m, [m]))
+    }
 
 
 def test_every_import_is_declared():
@@ -70,5 +76,11 @@ def test_requirements_pin_the_cpu_torch_and_install_the_extras():
     # wheel stays local; an index line would make pip reach the network)
     assert any("download.pytorch.org/whl/cpu" in ln for ln in lines if ln.startswith("#"))
     assert not any(ln.startswith("--") for ln in lines)
-    assert set(_declared()) >= {"matplotlib", "anywidget", "nbformat", "nbclient", "nbval",
-                                "pytest"}
+    assert set(_declared()) >= {
+        "matplotlib",
+        "anywidget",
+        "nbformat",
+        "nbclient",
+        "nbval",
+        "pytest",
+    }

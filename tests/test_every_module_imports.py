@@ -1,5 +1,6 @@
 """Every module of the package imports on a CPU-only machine (and so under `make fast`, which
 reaches a few plotting and report modules only through this test)."""
+
 import importlib
 import pkgutil
 
@@ -8,12 +9,20 @@ import pytest
 import minipar
 
 MODULES = sorted(m.name for m in pkgutil.walk_packages(minipar.__path__, "minipar."))
-RANK_ONLY = {"minipar.runtime._rank"}          # the launcher's child: runs as a script, never imported
+RANK_ONLY = {"minipar.runtime._rank"}  # the launcher's child: runs as a script, never imported
 
 
 def test_the_package_has_its_chapters():
-    for slug in ("collectives", "memory_time", "data_parallel", "tensor_parallel",
-                 "pipeline_parallel", "three_d", "context_parallel", "expert_parallel"):
+    for slug in (
+        "collectives",
+        "memory_time",
+        "data_parallel",
+        "tensor_parallel",
+        "pipeline_parallel",
+        "three_d",
+        "context_parallel",
+        "expert_parallel",
+    ):
         assert f"minipar.{slug}" in MODULES and f"minipar.cost.{slug}" in MODULES, slug
 
 

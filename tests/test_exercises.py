@@ -6,6 +6,7 @@ starters ship clean.
 (Each chapter's ``test_grading_<chapter>.py`` shows realistic wrong answers rejected with a named
 reason; ``test_grading_workflows.py`` the learner's Jupyter habits.)
 """
+
 import contextlib
 import io
 import json
@@ -15,12 +16,18 @@ from pathlib import Path
 import cloudpickle
 import nbformat
 import pytest
-
 from grading_support import competing_torch_work, exercise_function
+
 from minipar.grading import check, display, limits
 from minipar.grading.cli import grade
-from minipar.grading.notebooks import _cells, build, exercise_namespace, expected_tasks, \
-    scripts, starter_path
+from minipar.grading.notebooks import (
+    _cells,
+    build,
+    exercise_namespace,
+    expected_tasks,
+    scripts,
+    starter_path,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPTS = scripts(ROOT / "exercises")
@@ -64,7 +71,7 @@ def _run_check_cells(script, namespace, log):
     for kind, text in _cells(script.read_text()):
         if kind == "check":
             with contextlib.redirect_stdout(io.StringIO()):
-                exec(compile(text, f"<check cell of {script.stem}>", "exec"), namespace)  # noqa: S102
+                exec(compile(text, f"<check cell of {script.stem}>", "exec"), namespace)
     records = [json.loads(line) for line in log.read_text().splitlines()] if log.exists() else []
     return {r["task"]: r["reason"] for r in records if not r["passed"]}, records
 
@@ -91,16 +98,21 @@ def test_no_reference_solution_looks_unimplemented():
     this process is)."""
     for script in SCRIPTS:
         solved = exercise_namespace(script, solved=True)
-        stubs = [k for k, v in solved.items() if getattr(v, "__module__", "") == "exercise"
-                 and display.unimplemented(v)]      # what the notebook defines, not imports
+        stubs = [
+            k
+            for k, v in solved.items()
+            if getattr(v, "__module__", "") == "exercise" and display.unimplemented(v)
+        ]  # what the notebook defines, not imports
         assert not stubs, (script, stubs)
     assert display.unimplemented(exercise_function("memory_time", "01_params", "params", False))
     bucketed = exercise_function("data_parallel", "02_bucketed", "Bucketed", solved=False)
-    assert display.unimplemented(bucketed)                   # a class's stub methods
+    assert display.unimplemented(bucketed)  # a class's stub methods
+
     def finished_after_all(x):
         if x is None:
             raise NotImplementedError("a branch, not a stub")
         return 2 * x
+
     assert not display.unimplemented(finished_after_all)
 
 
@@ -109,6 +121,7 @@ def _ring_wrong_peer(t):
     """Every rank receives from the wrong side: a deadlock, whatever the load."""
     import torch
     import torch.distributed as dist
+
     r, n = dist.get_rank(), dist.get_world_size()
     buf = torch.empty_like(t)
     dist.send(t.clone(), dst=(r + 1) % n)
@@ -124,7 +137,8 @@ def _accumulate_syncing_every_step(model, dp, micro_batches, loss_fn):
 
 @pytest.mark.slow
 def test_references_pass_and_mistakes_are_caught_under_competing_torch_work(
-        tmp_path, monkeypatch, short_stall_window):
+    tmp_path, monkeypatch, short_stall_window
+):
     """Issue 22's failures, reproduced where they happened: the reference solutions that were
     failed for "time limit"/"timed out" on a busy machine (collectives.ring_all_reduce,
     data_parallel.bucketed and .accumulation), graded while two other processes run gloo ranks
@@ -135,11 +149,11 @@ def test_references_pass_and_mistakes_are_caught_under_competing_torch_work(
     blocked for good whatever the window, with the short test window (conftest.py)."""
     stats = tmp_path / "stats.jsonl"
     monkeypatch.setenv("MINIPAR_GRADE_STATS", str(stats))
-    refs = [("collectives.ring_all_reduce", "collectives", "01_ring_all_reduce",
-             "ring_all_reduce"),
-            ("data_parallel.bucketed", "data_parallel", "02_bucketed", "Bucketed"),
-            ("data_parallel.accumulation", "data_parallel", "03_accumulation",
-             "accumulation_step")]
+    refs = [
+        ("collectives.ring_all_reduce", "collectives", "01_ring_all_reduce", "ring_all_reduce"),
+        ("data_parallel.bucketed", "data_parallel", "02_bucketed", "Bucketed"),
+        ("data_parallel.accumulation", "data_parallel", "03_accumulation", "accumulation_step"),
+    ]
     lines = {}
     with competing_torch_work(tmp_path, processes=2, ranks=3):
         for task_id, chapter, stem, name in refs:
@@ -154,15 +168,20 @@ def test_references_pass_and_mistakes_are_caught_under_competing_torch_work(
         wrong = out.getvalue().splitlines()
     for task_id, *_ in refs:
         assert lines[task_id].startswith(f"PASS {task_id}"), lines[task_id]
-    assert wrong[0].startswith("FAIL collectives.ring_all_reduce: n=2, 8 elements, float32: "
-                               f"deadlock on 2 ranks: for {stall_s:g} s"), wrong[0]
+    assert wrong[0].startswith(
+        "FAIL collectives.ring_all_reduce: n=2, 8 elements, float32: "
+        f"deadlock on 2 ranks: for {stall_s:g} s"
+    ), wrong[0]
     assert "rank 0 waiting at line" in wrong[0] and "(in send)" in wrong[0], wrong[0]
-    assert wrong[1].startswith("FAIL data_parallel.accumulation: ") and \
-        "must run under dp.no_sync()" in wrong[1], wrong[1]
+    assert (
+        wrong[1].startswith("FAIL data_parallel.accumulation: ")
+        and "must run under dp.no_sync()" in wrong[1]
+    ), wrong[1]
     assert all(c["verdict"] == "ok" for c in ref_calls), ref_calls
     heaviest = max(max(c["cpu_s"] or [0.0]) for c in ref_calls)
-    assert limits.CPU_LIMIT >= 10 * heaviest, \
+    assert limits.CPU_LIMIT >= 10 * heaviest, (
         f"a reference rank used {heaviest} CPU-s: under 10x margin to CPU_LIMIT"
+    )
 
 
 @pytest.mark.parametrize("script", SCRIPTS, ids=[s.stem for s in SCRIPTS])
@@ -173,5 +192,6 @@ def test_starter_is_clean(script):
     assert expected_tasks(script), "its solution script must call check()"
     assert not any("BEGIN SOLUTION" in c.source for c in code)
     assert any("NotImplementedError" in c.source for c in code)
-    assert all(not c.outputs and c.execution_count is None for c in code), \
+    assert all(not c.outputs and c.execution_count is None for c in code), (
         "starters ship with no stored outputs (they would give answers away)"
+    )

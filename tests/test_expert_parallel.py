@@ -3,14 +3,22 @@ input gradients, owned experts' gradients, the summed router gradient, the same 
 at ep = 2, 3, 4 with uneven token counts, top-1 and top-2, with and without a capacity, in
 float64; EP × DP equals one process after several optimizer steps; traced all-to-all bytes equal
 the cost model's from the routed counts; negative controls show each classic bug is caught."""
+
 import pytest
 import torch
 
-from minipar.expert_parallel import (ExpertParallelMoE, MoE, all_to_all, capacity,
-                                     load_balancing_loss, priority_positions, queue_ahead,
-                                     slot_counts, top_k_gates)
-from minipar.expert_parallel.experiments import (ep_dp_train_on_rank, parity_on_rank,
-                                                 traffic_on_rank)
+from minipar.expert_parallel import (
+    ExpertParallelMoE,
+    MoE,
+    all_to_all,
+    capacity,
+    load_balancing_loss,
+    priority_positions,
+    queue_ahead,
+    slot_counts,
+    top_k_gates,
+)
+from minipar.expert_parallel.experiments import ep_dp_train_on_rank, parity_on_rank, traffic_on_rank
 from minipar.expert_parallel.grid import ep_dp_groups
 from minipar.runtime.launch import run
 
@@ -50,9 +58,9 @@ def test_gates_are_top_k_renormalised():
     assert experts.tolist() == [[0, 1]]
     assert torch.allclose(gates[0], p[:2] / p[:2].sum())
     _, g1, _ = top_k_gates(logits, 1)
-    assert g1.item() == 1.0                                   # top-1 renormalised: always 1
+    assert g1.item() == 1.0  # top-1 renormalised: always 1
     _, g1s, _ = top_k_gates(logits, 1, renormalize=False)
-    assert g1s.item() == pytest.approx(p[0].item())           # Switch's unnormalised gate
+    assert g1s.item() == pytest.approx(p[0].item())  # Switch's unnormalised gate
 
 
 def test_capacity_and_priority_order():
@@ -66,8 +74,12 @@ def test_capacity_and_priority_order():
     # two ranks' queues equal the queue of their concatenation
     a, b = experts[:3], experts[3:]
     counts = torch.stack([slot_counts(a, 3), slot_counts(b, 3)])
-    joined = torch.cat([priority_positions(a, 3, queue_ahead(counts, 0)),
-                        priority_positions(b, 3, queue_ahead(counts, 1))])
+    joined = torch.cat(
+        [
+            priority_positions(a, 3, queue_ahead(counts, 0)),
+            priority_positions(b, 3, queue_ahead(counts, 1)),
+        ]
+    )
     assert torch.equal(joined, pos)
 
 
@@ -82,6 +94,7 @@ def test_balancing_loss_is_one_when_even_and_E_when_collapsed():
 
 def test_errors_name_rule_and_value(monkeypatch):
     import minipar.expert_parallel.layer as layer
+
     monkeypatch.setattr(layer, "group_size", lambda g=None: 3)
     with pytest.raises(ValueError, match=r"experts \(4\) must be divisible by ep \(3\)"):
         ExpertParallelMoE(8, 12, 4, 1)
@@ -105,10 +118,12 @@ CASES = [(1, None), (2, None), (1, 1.0), (2, 1.0)]
 
 def _everything(rank, ep):
     E = 6 if ep == 3 else 4
-    out = {"parity": {case: parity_on_rank(rank, E, *case) for case in CASES},
-           "no gates": parity_on_rank(rank, E, 2, None, cls=CombineWithoutGates),
-           "dispatch order": parity_on_rank(rank, E, 1, None, cls=CombineInDispatchOrder),
-           "traffic": {cf: traffic_on_rank(rank, E, 2, cf) for cf in (None, 1.0)}}
+    out = {
+        "parity": {case: parity_on_rank(rank, E, *case) for case in CASES},
+        "no gates": parity_on_rank(rank, E, 2, None, cls=CombineWithoutGates),
+        "dispatch order": parity_on_rank(rank, E, 1, None, cls=CombineInDispatchOrder),
+        "traffic": {cf: traffic_on_rank(rank, E, 2, cf) for cf in (None, 1.0)},
+    }
     return out
 
 
@@ -125,9 +140,12 @@ def test_parity_with_one_process(launched):
         for case, res in r["parity"].items():
             assert max(res[k] for k in ("out", "dx", "dw1", "dw2", "drouter")) < TOL, (case, res)
             assert res["kept differ"] == 0 and res["copies"], (case, res)
-    E = 6 if ep == 3 else 4                    # expert parameters per rank ∝ 1/ep
-    assert all(res["expert params"] == E // ep * 2 * 8 * 12
-               for r in results for res in r["parity"].values())
+    E = 6 if ep == 3 else 4  # expert parameters per rank ∝ 1/ep
+    assert all(
+        res["expert params"] == E // ep * 2 * 8 * 12
+        for r in results
+        for res in r["parity"].values()
+    )
     # the capacity cases really drop tokens (else "same tokens dropped" would be vacuous)
     assert all(results[0]["parity"][(k, 1.0)]["dropped"] > 0 for k in (1, 2))
 
@@ -136,8 +154,8 @@ def test_parity_with_one_process(launched):
 def test_negative_controls_are_caught(launched):
     ep, results = launched
     for r in results:
-        assert r["no gates"]["out"] > BUG                     # outputs not scaled by the gates
-        assert r["dispatch order"]["out"] > BUG               # rows land on the wrong tokens
+        assert r["no gates"]["out"] > BUG  # outputs not scaled by the gates
+        assert r["dispatch order"]["out"] > BUG  # rows land on the wrong tokens
 
 
 @pytest.mark.slow
@@ -151,10 +169,13 @@ def test_traced_bytes_equal_the_model(launched):
 
 def _ep_dp(rank, world):
     g = ep_dp_groups(2)
-    return {"ok": ep_dp_train_on_rank(rank, world, 2, 4, 2, None, 3, groups=g),
-            "capacity": ep_dp_train_on_rank(rank, world, 2, 4, 2, 1.0, 3, groups=g),
-            "divide by dp": ep_dp_train_on_rank(rank, world, 2, 4, 2, None, 3, expert_divisor=2,
-                                                groups=g)}
+    return {
+        "ok": ep_dp_train_on_rank(rank, world, 2, 4, 2, None, 3, groups=g),
+        "capacity": ep_dp_train_on_rank(rank, world, 2, 4, 2, 1.0, 3, groups=g),
+        "divide by dp": ep_dp_train_on_rank(
+            rank, world, 2, 4, 2, None, 3, expert_divisor=2, groups=g
+        ),
+    }
 
 
 @pytest.mark.slow
@@ -164,7 +185,7 @@ def test_ep_inside_dp_equals_one_process_after_steps():
     for r in results:
         assert max(r["ok"]["param diff per step"]) < TOL, r
         assert max(r["capacity"]["param diff per step"]) < TOL, r
-        assert min(r["divide by dp"]["param diff per step"]) > BUG, r   # control: expert grads 2×
+        assert min(r["divide by dp"]["param diff per step"]) > BUG, r  # control: expert grads 2×
     assert sum(r["capacity"]["dropped"] for r in results) > 0
 
 

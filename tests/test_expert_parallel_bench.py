@@ -2,6 +2,7 @@
 model (every collective's bytes traced = model from the routed counts, imbalance ratios = the
 reported counts and times, prediction = the reported fit); bad input exits 2 naming the rule
 and the value. Never a speed assertion."""
+
 import json
 import subprocess
 import sys
@@ -14,25 +15,47 @@ from minipar.cli import main
 @pytest.mark.slow
 def test_bench_ep_json_is_consistent():
     x, n, E, K, h = 2, 16, 4, 1, 8
-    out = subprocess.run([sys.executable, "-m", "minipar.cli", "bench", "ep", "--ranks", str(x),
-                          "--tokens", str(n), "--experts", str(E), "--hidden", str(h),
-                          "--ffn", "8", "--steps", "1", "--json"],
-                         capture_output=True, text=True, timeout=600)
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "minipar.cli",
+            "bench",
+            "ep",
+            "--ranks",
+            str(x),
+            "--tokens",
+            str(n),
+            "--experts",
+            str(E),
+            "--hidden",
+            str(h),
+            "--ffn",
+            "8",
+            "--steps",
+            "1",
+            "--json",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert out.returncode == 0, out.stderr
-    r = json.loads(out.stdout)                   # stdout: the JSON object and nothing else
+    r = json.loads(out.stdout)  # stdout: the JSON object and nothing else
     assert (r["ranks"], r["tokens_per_rank"], r["experts"], r["top_k"]) == (x, n, E, K)
     t = r["step_seconds"]
     assert set(t) == set(r["routers"]) == {"even", "skewed"} and min(t.values()) > 0
     assert r["skewed_to_even"] == pytest.approx(t["skewed"] / t["even"])
     fit = r["fit"]
     for name, g in r["routers"].items():
-        assert t[name] == max(g["per_rank_step_seconds"])      # one round: its slowest rank
+        assert t[name] == max(g["per_rank_step_seconds"])  # one round: its slowest rank
         # counts: every assignment routed somewhere (no capacity), rows per rank = its experts'
         assert sum(g["tokens_per_expert"]) == x * n * K
-        assert g["rows_per_rank"] == [sum(g["tokens_per_expert"][i * E // x:(i + 1) * E // x])
-                                      for i in range(x)]
+        assert g["rows_per_rank"] == [
+            sum(g["tokens_per_expert"][i * E // x : (i + 1) * E // x]) for i in range(x)
+        ]
         assert [sum(col) for col in zip(*g["rows"])] == g["rows_per_rank"]
-        assert all(sum(row) == n * K for row in g["rows"])     # each rank sends its K·n rows
+        assert all(sum(row) == n * K for row in g["rows"])  # each rank sends its K·n rows
         rows = g["rows_per_rank"]
         assert g["counted_imbalance"] == pytest.approx(max(rows) / (sum(rows) / x))
         secs = g["expert_seconds"]
@@ -65,12 +88,18 @@ def test_bench_ep_json_is_consistent():
     assert r["routers"]["skewed"]["counted_imbalance"] > r["routers"]["even"]["counted_imbalance"]
 
 
-@pytest.mark.parametrize("argv, message", [
-    (["--ranks", "3", "--experts", "4"], "--ranks (3) must divide --experts (4)"),
-    (["--ranks", "2", "--experts", "4", "--top-k", "5"], "--top-k (5) must be <= --experts (4)"),
-    (["--ranks", "2", "--skew", "0"], "--skew (0.0) must be > 0"),
-    (["--ranks", "2", "--grouped-experts", "0"], "--grouped-experts (0) must be >= 1"),
-])
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--ranks", "3", "--experts", "4"], "--ranks (3) must divide --experts (4)"),
+        (
+            ["--ranks", "2", "--experts", "4", "--top-k", "5"],
+            "--top-k (5) must be <= --experts (4)",
+        ),
+        (["--ranks", "2", "--skew", "0"], "--skew (0.0) must be > 0"),
+        (["--ranks", "2", "--grouped-experts", "0"], "--grouped-experts (0) must be >= 1"),
+    ],
+)
 def test_bench_ep_rejects_bad_input(capsys, argv, message):
     assert main(["bench", "expert_parallel", *argv]) == 2
     err = capsys.readouterr().err

@@ -1,21 +1,36 @@
 """The expert-parallel cost model: event sizes from routed counts, even-routing bytes, α-β times,
 all-to-all vs all-reduce, imbalance, parameters per rank, Mixtral 8×7B from its shapes."""
+
 import pytest
 
-from minipar.cost.collectives import collective_time
-from minipar.cost.expert_parallel import (all_to_all_time, all_to_all_vs_all_reduce, capacity,
-                                          check_shapes, even_dispatch_bytes,
-                                          expert_params_per_rank, imbalance, layer_comm_time,
-                                          layer_events, mixtral_8x7b, moe_params,
-                                          off_rank_bytes, tokens_vs_weights_bytes)
+from minipar.cost.expert_parallel import (
+    all_to_all_time,
+    all_to_all_vs_all_reduce,
+    capacity,
+    check_shapes,
+    even_dispatch_bytes,
+    expert_params_per_rank,
+    imbalance,
+    layer_comm_time,
+    layer_events,
+    mixtral_8x7b,
+    moe_params,
+    off_rank_bytes,
+    tokens_vs_weights_bytes,
+)
 from minipar.expert_parallel import capacity as torch_capacity
 
 
 def test_layer_events_from_counts():
-    rows = [[3, 1], [2, 4]]                   # rank 0 sends 3 to itself, 1 to rank 1; ...
+    rows = [[3, 1], [2, 4]]  # rank 0 sends 3 to itself, 1 to rank 1; ...
     ev = layer_events(rows, 0, hidden=8, experts=4, top_k=2, bytes_per_elem=8)
-    assert ev == [("all_to_all", 32), ("all_to_all", 4 * 64), ("all_to_all", 5 * 64),
-                  ("all_to_all", 4 * 64), ("all_to_all", 5 * 64)]
+    assert ev == [
+        ("all_to_all", 32),
+        ("all_to_all", 4 * 64),
+        ("all_to_all", 5 * 64),
+        ("all_to_all", 4 * 64),
+        ("all_to_all", 5 * 64),
+    ]
     ev = layer_events(rows, 1, 8, 4, 2, 8, capacity_limited=True)
     assert ev[0] == ("all_gather", 2 * 2 * 4 * 8) and ev[2] == ("all_to_all", 6 * 64)
     assert layer_events([[5]], 0, 8, 4, 2) == []
@@ -28,7 +43,7 @@ def test_even_routing_and_times():
     t = all_to_all_time(S, 8, 1e-5, 1e10)
     assert t == pytest.approx(7 * 1e-5 + 7 / 8 * S / 1e10)
     both = all_to_all_vs_all_reduce(S, 8, 0.0, 1e10)
-    assert both["all-reduce"] == pytest.approx(2 * both["all-to-all"])   # bandwidth terms 2:1
+    assert both["all-reduce"] == pytest.approx(2 * both["all-to-all"])  # bandwidth terms 2:1
     rows = [[2, 2], [1, 5]]
     assert layer_comm_time(rows, 8, 0.0, 1.0, 1) == pytest.approx(4 * 0.5 * 7 * 8)  # rank 1: 7
 
@@ -43,15 +58,20 @@ def test_imbalance_and_params():
     im = imbalance([10, 2, 2, 2], 2)
     assert im["per rank"] == [12, 4] and im["max/mean rank"] == 1.5 and im["max/mean expert"] == 2.5
     assert imbalance([4, 4, 4, 4], 4)["max/mean rank"] == 1.0
-    assert [expert_params_per_rank(8, 16, 32, ep) for ep in (1, 2, 4, 8)] == [8192, 4096, 2048, 1024]
+    assert [expert_params_per_rank(8, 16, 32, ep) for ep in (1, 2, 4, 8)] == [
+        8192,
+        4096,
+        2048,
+        1024,
+    ]
     p = moe_params(16, 32, 8, 2)
     assert p["total"] == 8 * 2 * 16 * 32 + 16 * 8 and p["active"] == 2 * 2 * 16 * 32 + 16 * 8
 
 
 def test_mixtral_matches_the_published_counts():
     m = mixtral_8x7b()
-    assert m["total"] / 1e9 == pytest.approx(46.7, abs=0.05)     # Jiang et al. 2024: 47B
-    assert m["active"] / 1e9 == pytest.approx(12.9, abs=0.05)    # 13B active
+    assert m["total"] / 1e9 == pytest.approx(46.7, abs=0.05)  # Jiang et al. 2024: 47B
+    assert m["active"] / 1e9 == pytest.approx(12.9, abs=0.05)  # 13B active
 
 
 def test_capacity_twins_agree_and_errors_name_rule_and_value():

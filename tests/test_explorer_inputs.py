@@ -6,6 +6,7 @@ SVG).
 Negative controls: a twin that lets 1e12 through, and one that names the wrong field, fail the
 comparison.
 """
+
 from __future__ import annotations
 
 import pytest
@@ -13,10 +14,20 @@ import pytest
 from minipar.widgets import inputs
 from minipar.widgets.parity import js_call, node_available
 
-pytestmark = pytest.mark.skipif(not node_available(), reason="Node.js (/usr/bin/node) not installed")
+pytestmark = pytest.mark.skipif(
+    not node_available(), reason="Node.js (/usr/bin/node) not installed"
+)
 
-SLUGS = ("collectives", "memory_time", "data_parallel", "tensor_parallel", "pipeline_parallel",
-         "context_parallel", "expert_parallel", "three_d")
+SLUGS = (
+    "collectives",
+    "memory_time",
+    "data_parallel",
+    "tensor_parallel",
+    "pipeline_parallel",
+    "context_parallel",
+    "expert_parallel",
+    "three_d",
+)
 # what a reader can type into a number box (an empty box reads as "")
 BAD = ["", "abc", 1e308, -1e308, 1e12, 1e21, 1.5e7, 0.5, 2.5, -1, 0, 1e-7]
 
@@ -24,12 +35,13 @@ BAD = ["", "abc", 1e308, -1e308, 1e12, 1e21, 1.5e7, 0.5, 2.5, -1, 0, 1e-7]
 def _explorers():
     out = []
     for slug in SLUGS:
-        (_, names), = js_call(slug, [("explorerNames", [])])
+        ((_, names),) = js_call(slug, [("explorerNames", [])])
         own = [n for n in names if n not in {x for _, x, _ in out}]
         specs = js_call(slug, [("explorerInputs", [n]) for n in own])
         defaults = js_call(slug, [("defaultValues", [n, {}]) for n in own])
-        out += [(slug, n, {**spec, "defaults": d}) for n, (_, spec), (_, d)
-                in zip(own, specs, defaults)]
+        out += [
+            (slug, n, {**spec, "defaults": d}) for n, (_, spec), (_, d) in zip(own, specs, defaults)
+        ]
     return out
 
 
@@ -62,22 +74,31 @@ def _python(spec, values, changed):
 def test_every_explorer_refuses_what_the_python_twin_refuses_in_the_same_words(slug, name, spec):
     cases = _cases(spec)
     js = js_call(slug, [("inputError", [name, v, ch]) for v, ch in cases])
-    bad = [f"{ch}={v.get(ch)!r}: python {_python(spec, v, ch)!r}, js {m!r}"
-           for (v, ch), (_, m) in zip(cases, js) if _python(spec, v, ch) != m]
+    bad = [
+        f"{ch}={v.get(ch)!r}: python {_python(spec, v, ch)!r}, js {m!r}"
+        for (v, ch), (_, m) in zip(cases, js)
+        if _python(spec, v, ch) != m
+    ]
     assert not bad, "\n".join(bad[:10])
-    assert js[0][1] is None                                   # the default view is valid
-    always = {"", "abc", 1e308, -1e308, 1e12, 1e21}             # refused in every number box
-    missed = [(ch, v[ch]) for (v, ch), (_, m) in zip(cases, js)
-              if ch and v[ch] in always and v[ch] != 0 and not m]
+    assert js[0][1] is None  # the default view is valid
+    always = {"", "abc", 1e308, -1e308, 1e12, 1e21}  # refused in every number box
+    missed = [
+        (ch, v[ch])
+        for (v, ch), (_, m) in zip(cases, js)
+        if ch and v[ch] in always and v[ch] != 0 and not m
+    ]
     assert not missed, missed
 
 
 @pytest.mark.parametrize("slug,name,spec", EXPLORERS, ids=[n for _, n, _ in EXPLORERS])
 def test_no_refused_value_reaches_a_chart(slug, name, spec):
     numbers = [c["name"] for c in spec["controls"] if c["type"] == "number"]
-    calls = [("drawExplorer", [name, {**spec["defaults"], f: v}, {}, f])
-             for f in numbers for v in ("", 1e308, 1e12, 0.5)]
-    for (kind, out), (_, (_, values, _, f)) in zip(js_call(slug, calls), calls):
+    calls = [
+        ("drawExplorer", [name, {**spec["defaults"], f: v}, {}, f])
+        for f in numbers
+        for v in ("", 1e308, 1e12, 0.5)
+    ]
+    for (kind, out), (_, (_, _values, _, _f)) in zip(js_call(slug, calls), calls):
         assert kind == "ok"
         assert "NaN" not in out["html"] and "Infinity" not in out["html"]
         if out["error"]:
@@ -100,6 +121,7 @@ def test_a_notebook_cannot_open_an_explorer_on_nonsense():
     from minipar.widgets.data_parallel import zero_memory_explorer
     from minipar.widgets.pipeline_parallel import pp_explorer
     from minipar.widgets.tensor_parallel import tp_explorer
+
     with pytest.raises(ValueError, match=r"^t \(0\) must be at least 1$"):
         tp_explorer(t=0)
     with pytest.raises(ValueError, match=r"^t_F \(1e\+308\) must be at most 10000000$"):
@@ -110,41 +132,58 @@ def test_a_notebook_cannot_open_an_explorer_on_nonsense():
 
 
 def test_the_message_names_the_field_changed_and_empty_says_empty():
-    (_, empty), (_, big), (_, both) = js_call("tensor_parallel", [
-        ("inputError", ["tp-layer", {"b": ""}, "b"]),
-        ("inputError", ["tp-layer", {"t": 1e12}, "t"]),
-        ("inputError", ["tp-layer", {"t": 0, "b": 1e308}, "b"])])
+    (_, empty), (_, big), (_, both) = js_call(
+        "tensor_parallel",
+        [
+            ("inputError", ["tp-layer", {"b": ""}, "b"]),
+            ("inputError", ["tp-layer", {"t": 1e12}, "t"]),
+            ("inputError", ["tp-layer", {"t": 0, "b": 1e308}, "b"]),
+        ],
+    )
     assert empty == "b is empty"
     assert big == "t (1000000000000) must be at most 10000000"
-    assert both == "b (1e+308) must be a finite number" or both == "b (1e+308) must be at most 10000000"
+    assert (
+        both == "b (1e+308) must be a finite number"
+        or both == "b (1e+308) must be at most 10000000"
+    )
 
 
 def test_divisibility_names_both_fields():
-    controls = [{"name": "h", "label": "h", "type": "number", "min": 1, "step": 1},
-                {"name": "a", "label": "a (heads)", "type": "number", "min": 1, "step": 1}]
+    controls = [
+        {"name": "h", "label": "h", "type": "number", "min": 1, "step": 1},
+        {"name": "a", "label": "a (heads)", "type": "number", "min": 1, "step": 1},
+    ]
     with pytest.raises(ValueError, match=r"^h \(3\) must be divisible by a \(128\)$"):
         inputs.check_controls(controls, {"h": 3, "a": 128}, "h", [("h", "a")])
 
 
 def test_js_number_writes_numbers_as_javascript_does():
     assert [inputs.js_number(x) for x in (1e308, 1e21, 1e12, 10_000_000, 2.5, 1e-7, 0.5, 3.0)] == [
-        "1e+308", "1e+21", "1000000000000", "10000000", "2.5", "1e-7", "0.5", "3"]
+        "1e+308",
+        "1e+21",
+        "1000000000000",
+        "10000000",
+        "2.5",
+        "1e-7",
+        "0.5",
+        "3",
+    ]
 
 
 def test_negative_control_a_twin_that_lets_1e12_through_is_caught(monkeypatch):
     slug, name, spec = next(e for e in EXPLORERS if e[1] == "tp-layer")
     monkeypatch.setattr(inputs, "MAX_INPUT", 1e13)
     with pytest.raises(AssertionError, match="must be at most 10000000"):
-        test_every_explorer_refuses_what_the_python_twin_refuses_in_the_same_words(
-            slug, name, spec)
+        test_every_explorer_refuses_what_the_python_twin_refuses_in_the_same_words(slug, name, spec)
 
 
 def test_negative_control_a_twin_that_names_the_wrong_field_is_caught(monkeypatch):
     slug, name, spec = next(e for e in EXPLORERS if e[1] == "tp-layer")
     real = inputs.check_controls
-    monkeypatch.setattr(inputs, "check_controls",
-                        lambda controls, values, changed, divisible: real(controls, values, None,
-                                                                           divisible))
+    monkeypatch.setattr(
+        inputs,
+        "check_controls",
+        lambda controls, values, changed, divisible: real(controls, values, None, divisible),
+    )
     with pytest.raises(AssertionError, match="python"):
-        test_every_explorer_refuses_what_the_python_twin_refuses_in_the_same_words(
-            slug, name, spec)
+        test_every_explorer_refuses_what_the_python_twin_refuses_in_the_same_words(slug, name, spec)

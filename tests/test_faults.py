@@ -9,6 +9,7 @@ connection file, no launcher socket folder) and, for ``minipar grade``, that it 
 and no traceback and exited with 128 + the signal's number. Also: a dead kernel ends its
 notebook at once, and bad arguments exit 2, a notebook with no task 3.
 """
+
 from __future__ import annotations
 
 import os
@@ -80,11 +81,16 @@ def sandbox():
     tmp.mkdir()
     side.mkdir()
     tag = uuid.uuid4().hex
-    env = dict(os.environ, TMPDIR=str(tmp), MINIPAR_FAULT_TAG=tag,
-               MINIPAR_FAULT_MARKER=str(side / "rank"), JUPYTER_RUNTIME_DIR=str(side / "rt"),
-               PYTHONUNBUFFERED="1")
+    env = dict(
+        os.environ,
+        TMPDIR=str(tmp),
+        MINIPAR_FAULT_TAG=tag,
+        MINIPAR_FAULT_MARKER=str(side / "rank"),
+        JUPYTER_RUNTIME_DIR=str(side / "rt"),
+        PYTHONUNBUFFERED="1",
+    )
     yield env, tmp, side, tag
-    for pid in _tagged(tag):                       # never leave a failed test's processes
+    for pid in _tagged(tag):  # never leave a failed test's processes
         try:
             os.kill(pid, signal.SIGKILL)
         except OSError:
@@ -108,9 +114,15 @@ def _exercise(folder: Path, first_cell: str) -> Path:
 
 
 def _grade(env, *args) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "minipar.cli", "grade", *map(str, args)],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
-                            cwd=ROOT, start_new_session=True)
+    return subprocess.Popen(
+        [sys.executable, "-m", "minipar.cli", "grade", *map(str, args)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+        cwd=ROOT,
+        start_new_session=True,
+    )
 
 
 def _wait_for(predicate, seconds: float, what: str) -> None:
@@ -125,8 +137,10 @@ def _assert_clean_exit(p, sig, tag, tmp, side):
     assert p.returncode == 128 + sig, (p.returncode, err[-3000:])
     assert "Traceback" not in err, err[-3000:]
     stops = [ln for ln in err.splitlines() if ln.startswith("minipar grade: stopped by")]
-    assert stops == [f"minipar grade: stopped by {signal.Signals(sig).name}; the kernels and "
-                     "their files are gone"], err[-3000:]
+    assert stops == [
+        f"minipar grade: stopped by {signal.Signals(sig).name}; the kernels and "
+        "their files are gone"
+    ], err[-3000:]
     procs, files = _settled(tag, tmp)
     assert procs == [], f"processes left: {procs}"
     assert files == [], f"files left in TMPDIR: {files}"
@@ -156,11 +170,14 @@ def test_grade_signalled_mid_check_leaves_no_rank_child_or_file(sandbox, sig):
     nb = _exercise(side / "nbs", RANKS_CELL)
     p = _grade(env, nb)
     markers = [side / "rank.0", side / "rank.1"]
-    _wait_for(lambda: all(m.exists() and m.read_text() for m in markers) or p.poll() is not None,
-              240, "both ranks and their children")
+    _wait_for(
+        lambda: all(m.exists() and m.read_text() for m in markers) or p.poll() is not None,
+        240,
+        "both ranks and their children",
+    )
     assert p.poll() is None, p.communicate()[1][-3000:]
     children = [int(m.read_text()) for m in markers]
-    assert all(pid in _tagged(tag) for pid in children)       # the rank children are alive
+    assert all(pid in _tagged(tag) for pid in children)  # the rank children are alive
     p.send_signal(sig)
     _assert_clean_exit(p, sig, tag, tmp, side)
 
@@ -171,10 +188,13 @@ def test_grade_signalled_again_during_teardown_still_cleans_up(sandbox):
     nb = _exercise(side / "nbs", RANKS_CELL)
     p = _grade(env, nb)
     markers = [side / "rank.0", side / "rank.1"]
-    _wait_for(lambda: all(m.exists() and m.read_text() for m in markers) or p.poll() is not None,
-              240, "both ranks and their children")
+    _wait_for(
+        lambda: all(m.exists() and m.read_text() for m in markers) or p.poll() is not None,
+        240,
+        "both ranks and their children",
+    )
     p.send_signal(signal.SIGTERM)
-    for _ in range(5):                              # while the first one tears down
+    for _ in range(5):  # while the first one tears down
         time.sleep(0.1)
         if p.poll() is None:
             p.send_signal(signal.SIGINT)
@@ -200,16 +220,29 @@ LAUNCH = textwrap.dedent("""
 @pytest.mark.parametrize("when", ["starting", "running"])
 def test_a_signalled_launch_leaves_no_rank_child_or_folder(sandbox, sig, when):
     env, tmp, side, tag = sandbox
-    p = subprocess.Popen([sys.executable, "-c", LAUNCH], env=env, cwd=ROOT,
-                         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                         start_new_session=True)
-    if when == "starting":       # the zygote exists and is importing torch: no rank yet
-        _wait_for(lambda: any(n.name.startswith("minipar-") for n in tmp.iterdir())
-                  or p.poll() is not None, 120, "the zygote's folder")
+    p = subprocess.Popen(
+        [sys.executable, "-c", LAUNCH],
+        env=env,
+        cwd=ROOT,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        start_new_session=True,
+    )
+    if when == "starting":  # the zygote exists and is importing torch: no rank yet
+        _wait_for(
+            lambda: (
+                any(n.name.startswith("minipar-") for n in tmp.iterdir()) or p.poll() is not None
+            ),
+            120,
+            "the zygote's folder",
+        )
     else:
         markers = [side / "rank.0", side / "rank.1"]
-        _wait_for(lambda: all(m.exists() and m.read_text() for m in markers)
-                  or p.poll() is not None, 240, "both ranks and their children")
+        _wait_for(
+            lambda: all(m.exists() and m.read_text() for m in markers) or p.poll() is not None,
+            240,
+            "both ranks and their children",
+        )
     assert p.poll() is None, p.communicate()[1][-3000:]
     p.send_signal(sig)
     p.communicate(timeout=60)
@@ -225,16 +258,27 @@ def test_a_dead_kernel_ends_its_notebook_at_once_and_grading_goes_on(tmp_path):
     """os._exit(0) in a plain cell used to leave nbval waiting 10⁶ s for the next cell."""
     dead = _exercise(tmp_path / "a", "import os\nos._exit(0)")
     fine = _exercise(tmp_path / "b", "x = 1")
-    out = subprocess.run([sys.executable, "-m", "minipar.cli", "grade", str(dead), str(fine)],
-                         capture_output=True, text=True, timeout=300, cwd=ROOT)
+    out = subprocess.run(
+        [sys.executable, "-m", "minipar.cli", "grade", str(dead), str(fine)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=ROOT,
+    )
     assert out.returncode == 0, out.stderr
     import re
-    assert re.search(r"not run: the kernel died in cell \d+ \(import os\) \(exit code 0\)",
-                     out.stdout), out.stdout
+
+    assert re.search(
+        r"not run: the kernel died in cell \d+ \(import os\) \(exit code 0\)", out.stdout
+    ), out.stdout
     assert "b/memory_time/01_params.ipynb: 2/2 passed" in out.stdout, out.stdout
     progress = [ln for ln in out.stderr.splitlines() if ln.startswith("[")]
-    assert len(progress) == 4 and progress[0].startswith("[1/2] ") and \
-        progress[1].endswith(" s") and "FAIL (0/2 passed)" in progress[1], out.stderr
+    assert (
+        len(progress) == 4
+        and progress[0].startswith("[1/2] ")
+        and progress[1].endswith(" s")
+        and "FAIL (0/2 passed)" in progress[1]
+    ), out.stderr
     assert "PASS" in progress[3], out.stderr
 
 
@@ -245,32 +289,50 @@ def test_timeout_expiry_is_named_not_a_keyboard_interrupt(tmp_path):
     nb = _exercise(tmp_path, "import time\nfor _ in range(100):\n    time.sleep(0.1)")
     result = grade([nb], timeout=1.5)
     reasons = {t["task"]: t["reason"] for t in result["tasks"]}
-    assert "stopped by --timeout: the cell ran 1.5 s of wall-clock time" in \
-        reasons["memory_time.params"], reasons
+    assert (
+        "stopped by --timeout: the cell ran 1.5 s of wall-clock time"
+        in reasons["memory_time.params"]
+    ), reasons
     assert "KeyboardInterrupt" not in reasons["memory_time.params"]
 
 
 def test_timeout_and_paths_are_validated_exit_2():
     for bad in ("0", "-1", "nan", "inf", "soon"):
-        r = subprocess.run([sys.executable, "-m", "minipar.cli", "grade", "--timeout", bad,
-                            "x.ipynb"], capture_output=True, text=True, timeout=60, cwd=ROOT)
+        r = subprocess.run(
+            [sys.executable, "-m", "minipar.cli", "grade", "--timeout", bad, "x.ipynb"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            cwd=ROOT,
+        )
         assert r.returncode == 2, (bad, r.stderr)
         assert "--timeout must be a finite number of seconds > 0" in r.stderr and bad in r.stderr
-    r = subprocess.run([sys.executable, "-m", "minipar.cli", "grade", "README.md"],
-                       capture_output=True, text=True, timeout=60, cwd=ROOT)
+    r = subprocess.run(
+        [sys.executable, "-m", "minipar.cli", "grade", "README.md"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=ROOT,
+    )
     assert r.returncode == 2 and "must be a notebook (.ipynb) or a folder" in r.stderr
 
 
 def test_a_notebook_without_tasks_exits_3_and_says_so(tmp_path):
     nb = tmp_path / "notes.ipynb"
     nbformat.write(nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("1 + 1")]), nb)
-    r = subprocess.run([sys.executable, "-m", "minipar.cli", "grade", str(nb)],
-                       capture_output=True, text=True, timeout=60, cwd=ROOT)
+    r = subprocess.run(
+        [sys.executable, "-m", "minipar.cli", "grade", str(nb)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=ROOT,
+    )
     assert r.returncode == 3, r.stderr
     assert f"No tasks found in {nb.resolve()} (is it an exercise notebook?)" in r.stderr
     # negative control: an exercise notebook is not "empty" (it is graded, whatever its score)
     from minipar.grading.cli import notebooks
     from minipar.grading.notebooks import cell_tasks
+
     assert cell_tasks('check("memory_time.params", params)') == ["memory_time.params"]
     assert notebooks([nb]) == ([nb], [])
 
@@ -279,8 +341,11 @@ def _overwriting_advice(text: str) -> list[str]:
     """Lines that tell someone to run a forced rebuild without saying it overwrites work."""
     import re
 
-    return [ln for ln in text.splitlines()
-            if re.search(r"--force`", ln) and not re.search(r"overwrit|author", ln, re.I)]
+    return [
+        ln
+        for ln in text.splitlines()
+        if re.search(r"--force`", ln) and not re.search(r"overwrit|author", ln, re.I)
+    ]
 
 
 def test_no_message_tells_a_learner_to_overwrite_their_work():
@@ -288,8 +353,12 @@ def test_no_message_tells_a_learner_to_overwrite_their_work():
     write missing notebooks (`make exercises`), never a forced rebuild without its warning."""
     from minipar.grading.cli import grade
 
-    for path in [ROOT / "src/minipar/grading/cli.py", ROOT / "src/minipar/grading/notebooks.py",
-                 ROOT / "Makefile", ROOT / "README.md"]:
+    for path in [
+        ROOT / "src/minipar/grading/cli.py",
+        ROOT / "src/minipar/grading/notebooks.py",
+        ROOT / "Makefile",
+        ROOT / "README.md",
+    ]:
         assert _overwriting_advice(path.read_text()) == [], path
     # negative control: the advice the check exists to catch
     assert _overwriting_advice("stale: run `python -m minipar.grading.notebooks --force`")
@@ -309,15 +378,21 @@ def test_the_grader_leaves_its_kernel_files_in_its_own_folder():
 
 
 # ----------------------------------------------------------------------------- the launcher
-@pytest.mark.parametrize("kwargs, words", [
-    (dict(timeout=float("inf")), "timeout must be a finite number of seconds > 0, got inf"),
-    (dict(timeout=float("nan")), "timeout must be a finite number of seconds > 0, got nan"),
-    (dict(timeout=0), "timeout must be a finite number of seconds > 0, got 0"),
-    (dict(timeout="60"), "timeout must be a finite number of seconds > 0, got '60'"),
-    (dict(threads=0), "threads must be an int >= 1 (or None for usable CPUs // world_size), got 0"),
-    (dict(threads=1.5), "got 1.5"),
-    (dict(threads=True), "got True"),
-])
+@pytest.mark.parametrize(
+    "kwargs, words",
+    [
+        (dict(timeout=float("inf")), "timeout must be a finite number of seconds > 0, got inf"),
+        (dict(timeout=float("nan")), "timeout must be a finite number of seconds > 0, got nan"),
+        (dict(timeout=0), "timeout must be a finite number of seconds > 0, got 0"),
+        (dict(timeout="60"), "timeout must be a finite number of seconds > 0, got '60'"),
+        (
+            dict(threads=0),
+            "threads must be an int >= 1 (or None for usable CPUs // world_size), got 0",
+        ),
+        (dict(threads=1.5), "got 1.5"),
+        (dict(threads=True), "got True"),
+    ],
+)
 def test_launch_arguments_are_validated_before_anything_starts(kwargs, words):
     from minipar.runtime import launch
 
@@ -325,7 +400,7 @@ def test_launch_arguments_are_validated_before_anything_starts(kwargs, words):
     with pytest.raises(ValueError) as info:
         launch.run(lambda r, w: r, 2, backend="gloo", **kwargs)
     assert words in str(info.value)
-    assert launch._zygote is before            # nothing was started for a bad call
+    assert launch._zygote is before  # nothing was started for a bad call
 
 
 @pytest.mark.slow
@@ -347,8 +422,9 @@ def test_an_unpicklable_result_names_its_type_and_rank_and_torch_renames_stay_qu
 
         import torch
         import torch.distributed as dist
+
         dist.all_gather_into_tensor(torch.empty(2 * world_size), torch.ones(2))
-        warnings.warn("a learner's own warning", FutureWarning)      # negative control: kept
+        warnings.warn("a learner's own warning", FutureWarning)  # noqa: B028 (as a learner writes it)  # negative control: kept
         return rank
 
     capfd.readouterr()
@@ -361,8 +437,7 @@ def test_an_unpicklable_result_names_its_type_and_rank_and_torch_renames_stay_qu
 
 # ----------------------------------------------------------------------------- the kernel watch
 @pytest.mark.slow
-def test_the_kernel_watch_beats_stops_a_stall_and_kills_what_ignores_sigint(tmp_path,
-                                                                             monkeypatch):
+def test_the_kernel_watch_beats_stops_a_stall_and_kills_what_ignores_sigint(tmp_path, monkeypatch):
     """One kernel per case, no grader set-up cell (so no in-kernel limit): a 2.5-s computation
     gets heartbeats and passes; a sleep makes no progress and is interrupted after the stall
     window; a loop that ignores SIGINT is stopped by the kernel's CPU limit and the kernel
@@ -375,20 +450,25 @@ def test_the_kernel_watch_beats_stops_a_stall_and_kills_what_ignores_sigint(tmp_
     monkeypatch.setenv("MINIPAR_GRADE_KERNEL_CPU_LIMIT", "3")
     beats = []
     busy = "import time\nt = time.process_time()\nwhile time.process_time() - t < 2.5:\n    pass"
-    cells = [busy, "import time\ntime.sleep(60)", "print('after the stall')",
-             "import signal\nsignal.signal(signal.SIGINT, signal.SIG_IGN)\nwhile True:\n    pass",
-             "print('never')"]
+    cells = [
+        busy,
+        "import time\ntime.sleep(60)",
+        "print('after the stall')",
+        "import signal\nsignal.signal(signal.SIGINT, signal.SIG_IGN)\nwhile True:\n    pass",
+        "print('never')",
+    ]
     (tmp_path / "k").mkdir()
-    run = runner.run_notebook(cells, tmp_path / "k", str(tmp_path),
-                              heartbeat=lambda k, s, cpu: beats.append((k, s, cpu)))
+    run = runner.run_notebook(
+        cells, tmp_path / "k", str(tmp_path), heartbeat=lambda k, s, cpu: beats.append((k, s, cpu))
+    )
     assert run.cells[0].status == "ok" and any(k == 0 for k, _, _ in beats), beats
     assert run.cells[1].status == "stopped", run.cells[1]
     assert "for 3 s the kernel and its processes made no progress" in run.cells[1].reason
     assert run.cells[2].status == "ok" and run.cells[2].stdout == "after the stall\n"
     assert run.cells[3].status == "stopped", run.cells[3]
     assert "stopped after 3 CPU-seconds of the kernel" in run.cells[3].reason
-    assert 4 not in run.cells                      # the kernel was killed: nothing ran after
-    assert run.died is None                        # stopped by the grader, not a crash
+    assert 4 not in run.cells  # the kernel was killed: nothing ran after
+    assert run.died is None  # stopped by the grader, not a crash
 
 
 @pytest.mark.slow
@@ -400,19 +480,28 @@ def test_after_a_sigkill_the_next_grade_removes_the_folder_left(sandbox):
     nb = _exercise(side / "nbs", RANKS_CELL)
     p = _grade(env, nb)
     markers = [side / "rank.0", side / "rank.1"]
-    _wait_for(lambda: all(m.exists() and m.read_text() for m in markers) or p.poll() is not None,
-              240, "both ranks and their children")
+    _wait_for(
+        lambda: all(m.exists() and m.read_text() for m in markers) or p.poll() is not None,
+        240,
+        "both ranks and their children",
+    )
     p.kill()
     p.wait()
-    procs, _ = _settled(tag, tmp, seconds=30, ignore="minipar-grade-")   # the folder stays
+    procs, _ = _settled(tag, tmp, seconds=30, ignore="minipar-grade-")  # the folder stays
     assert procs == []
     left = [f.name for f in tmp.iterdir()]
     assert len(left) == 1 and left[0].startswith("minipar-grade-"), left
     neighbour = tmp / f"minipar-grade-0000beef-{p.pid}-x"
     neighbour.mkdir()
-    out = subprocess.run([sys.executable, "-m", "minipar.cli", "grade", "no-such.ipynb"],
-                         env=env, capture_output=True, text=True, timeout=120, cwd=ROOT)
-    assert out.returncode == 2                        # a bad path: nothing graded, and yet
+    out = subprocess.run(
+        [sys.executable, "-m", "minipar.cli", "grade", "no-such.ipynb"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=ROOT,
+    )
+    assert out.returncode == 2  # a bad path: nothing graded, and yet
     again = _grade(env, _exercise(side / "nbs2", "x = 1"))
     again.communicate(timeout=300)
     assert sorted(f.name for f in tmp.iterdir()) == [neighbour.name]
@@ -424,6 +513,7 @@ def test_ctrl_c_in_any_command_is_one_line_and_status_130(capsys, monkeypatch):
 
     def interrupted(*a, **k):
         raise KeyboardInterrupt
+
     monkeypatch.setattr(bench_launch, "measure", interrupted)
     assert cli.main(["bench", "launch", "--ranks", "2", "--backend", "gloo"]) == 130
     assert capsys.readouterr().err == "minipar bench: interrupted\n"

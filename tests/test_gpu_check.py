@@ -1,6 +1,7 @@
 """scripts/gpu_check.py (make gpu-check) on a CPU machine: it says "no GPU" and exits 0 with a
 JSON report; its plan for 1 and 8 GPUs runs what fits and names what it skips; every command it
 would run parses with the real CLI; its runners record results and failures (gloo plumbing)."""
+
 import importlib.util
 import json
 import os
@@ -28,19 +29,30 @@ def _statuses(report, kind):
 
 def test_no_gpu_is_reported_cleanly(tmp_path):
     out = tmp_path / "report.json"
-    p = subprocess.run([sys.executable, str(SCRIPT), "--out", str(out)], capture_output=True,
-                       text=True, timeout=120, env=dict(os.environ, CUDA_VISIBLE_DEVICES=""))
+    p = subprocess.run(
+        [sys.executable, str(SCRIPT), "--out", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=dict(os.environ, CUDA_VISIBLE_DEVICES=""),
+    )
     assert p.returncode == 0, p.stderr
     assert p.stdout.startswith("gpu-check: no GPU")
     r = json.loads(out.read_text())
     assert r["status"] == "no GPU" and r["machine"]["gpus"] == 0
     assert set(r["notebooks"]) == {nb.stem for nb in (ROOT / "notebooks").glob("*.ipynb")}
-    assert set(r["benches"]) == {"launch", "collectives", "data_parallel", "tensor_parallel",
-                                 "pipeline_parallel"}
+    assert set(r["benches"]) == {
+        "launch",
+        "collectives",
+        "data_parallel",
+        "tensor_parallel",
+        "pipeline_parallel",
+    }
     assert set(r["tests"]) == {"gpu_paths"}
     for kind in ("benches", "tests", "notebooks"):
-        assert all(s == "skipped" and why.startswith("no GPU")
-                   for s, why in _statuses(r, kind).values())
+        assert all(
+            s == "skipped" and why.startswith("no GPU") for s, why in _statuses(r, kind).values()
+        )
 
 
 def test_plan_for_one_and_eight_gpus_uses_the_real_commands():
@@ -53,7 +65,7 @@ def test_plan_for_one_and_eight_gpus_uses_the_real_commands():
     assert one["benches"]["launch"]["command"].startswith("minipar bench launch --ranks 1 ")
     for name in ("collectives", "data_parallel", "tensor_parallel", "pipeline_parallel"):
         assert b[name] == ("skipped", "needs 2 GPUs (one per rank for NCCL); this node has 1")
-    assert _statuses(one, "tests") == {"gpu_paths": ("planned", "")}     # fits one GPU
+    assert _statuses(one, "tests") == {"gpu_paths": ("planned", "")}  # fits one GPU
     assert one["tests"]["gpu_paths"]["command"].endswith("-m gpu -rfEx tests/test_gpu_paths.py")
     nb = _statuses(one, "notebooks")
     assert nb["memory_time"] == ("planned", "")
@@ -63,15 +75,20 @@ def test_plan_for_one_and_eight_gpus_uses_the_real_commands():
     eight = gc.check(8, 450, None, None, True, False, {})
     assert all(s == "planned" for s, _ in _statuses(eight, "benches").values())
     commands = {k: v["command"] for k, v in eight["benches"].items()}
-    assert "--ranks 2,3,4,8 " in commands["collectives"] and "--ring-ranks 4" in \
-        commands["collectives"]
-    assert "--ranks 8 " in commands["data_parallel"] and "--ranks 8 " in \
-        commands["tensor_parallel"] and "--ranks 4 " in commands["pipeline_parallel"]
+    assert (
+        "--ranks 2,3,4,8 " in commands["collectives"]
+        and "--ring-ranks 4" in commands["collectives"]
+    )
+    assert (
+        "--ranks 8 " in commands["data_parallel"]
+        and "--ranks 8 " in commands["tensor_parallel"]
+        and "--ranks 4 " in commands["pipeline_parallel"]
+    )
     assert _statuses(eight, "notebooks")["three_d"] == ("planned", "")
     parser = build_parser()
     for plan in (gc.bench_plan(1), gc.bench_plan(3), gc.bench_plan(8)):
         for item in plan:
-            args = parser.parse_args(item["args"])        # every flag exists, every value parses
+            args = parser.parse_args(item["args"])  # every flag exists, every value parses
             assert args.json and getattr(args, "backend", "nccl") in ("nccl", "auto"), item
 
 
@@ -79,23 +96,39 @@ def test_plan_for_one_and_eight_gpus_uses_the_real_commands():
 def test_runners_record_results_and_failures_on_gloo(tmp_path):
     """--cpu-plumbing runs the launch benchmark on gloo through the same runner as on GPUs."""
     out = tmp_path / "report.json"
-    p = subprocess.run([sys.executable, str(SCRIPT), "--cpu-plumbing", "--only",
-                        "bench:launch", "--out", str(out)],
-                       capture_output=True, text=True, timeout=300)
+    p = subprocess.run(
+        [
+            sys.executable,
+            str(SCRIPT),
+            "--cpu-plumbing",
+            "--only",
+            "bench:launch",
+            "--out",
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert p.returncode == 0, p.stderr[-2000:]
     r = json.loads(out.read_text())
     launch = r["benches"]["launch"]
     assert launch["status"] == "ran" and launch["figures"]["backend"] == "gloo"
     assert launch["figures"]["repeat_call_s"] == launch["result"]["repeat_call_s"] > 0
     assert launch["figures"]["repeat_to_first"] == launch["result"]["repeat_to_first"]
-    pp = r["benches"]["pipeline_parallel"]                  # not run: NCCL replaced by gloo
+    pp = r["benches"]["pipeline_parallel"]  # not run: NCCL replaced by gloo
     assert pp["status"] == "skipped" and pp["reason"] == "not selected by --only"
     assert "--backend gloo" in pp["command"] and "nccl" not in pp["command"]
     assert "1 ran, 0 failed, 13 skipped" in p.stdout
     # a notebook: backends announced by the launcher are collected; an error names its cell
-    nb = nbformat.v4.new_notebook(cells=[
-        nbformat.v4.new_code_cell("print('minipar.runtime.launch: backend=gloo (0 GPUs < 2 ranks)')"),
-        nbformat.v4.new_code_cell("raise ValueError('heads (12) must be divisible by t (5)')")])
+    nb = nbformat.v4.new_notebook(
+        cells=[
+            nbformat.v4.new_code_cell(
+                "print('minipar.runtime.launch: backend=gloo (0 GPUs < 2 ranks)')"
+            ),
+            nbformat.v4.new_code_cell("raise ValueError('heads (12) must be divisible by t (5)')"),
+        ]
+    )
     path = tmp_path / "tiny.ipynb"
     nbformat.write(nb, path)
     got = _module().run_notebook(str(path), 120)

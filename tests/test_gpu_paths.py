@@ -16,6 +16,7 @@ one fails at the first message of a GPU run, and never on gloo. Three kinds of c
   GPU work), every timed interval is at least 0.2 s: the clock stops only after the device is
   waited for (a CUDA timer without a synchronize measures the launch, not the work).
 """
+
 from __future__ import annotations
 
 import ast
@@ -32,34 +33,66 @@ from minipar.runtime import device
 SRC = Path(__file__).resolve().parents[1] / "src" / "minipar"
 
 # what the NCCL items of scripts/gpu_check.py run on the ranks (benches and their rank code)
-NCCL_MODULES = ["bench/launch.py", "bench/collectives.py", "collectives/ring.py",
-                "bench/data_parallel.py", "data_parallel/timing.py", "data_parallel/naive.py",
-                "data_parallel/bucketed.py", "bench/tensor_parallel.py",
-                "tensor_parallel/dtensor.py", "tensor_parallel/layers.py",
-                "tensor_parallel/mappings.py", "bench/pipeline_parallel.py",
-                "pipeline_parallel/measure.py", "pipeline_parallel/communication.py",
-                "pipeline_parallel/executor.py", "pipeline_parallel/torch_pipelining.py",
-                "pipeline_parallel/timed.py"]
-PENDING: dict[str, str] = {}   # module -> why it is known to fail on NCCL (none now)
+NCCL_MODULES = [
+    "bench/launch.py",
+    "bench/collectives.py",
+    "collectives/ring.py",
+    "bench/data_parallel.py",
+    "data_parallel/timing.py",
+    "data_parallel/naive.py",
+    "data_parallel/bucketed.py",
+    "bench/tensor_parallel.py",
+    "tensor_parallel/dtensor.py",
+    "tensor_parallel/layers.py",
+    "tensor_parallel/mappings.py",
+    "bench/pipeline_parallel.py",
+    "pipeline_parallel/measure.py",
+    "pipeline_parallel/communication.py",
+    "pipeline_parallel/executor.py",
+    "pipeline_parallel/torch_pipelining.py",
+    "pipeline_parallel/timed.py",
+]
+PENDING: dict[str, str] = {}  # module -> why it is known to fail on NCCL (none now)
 
-FACTORIES = {"empty", "zeros", "ones", "full", "randn", "rand", "randint", "randperm", "tensor",
-             "arange", "linspace", "eye", "as_tensor"}
+FACTORIES = {
+    "empty",
+    "zeros",
+    "ones",
+    "full",
+    "randn",
+    "rand",
+    "randint",
+    "randperm",
+    "tensor",
+    "arange",
+    "linspace",
+    "eye",
+    "as_tensor",
+}
 P2P_CALLS = {"send", "recv", "isend", "irecv"}
 DELAY = 0.2  # seconds the fake synchronize waits
 
 
 # ----------------------------------------------------------------------------- static checks
 def _is_torch_attr(node, names) -> bool:
-    return (isinstance(node, ast.Attribute) and node.attr in names
-            and isinstance(node.value, ast.Name) and node.value.id == "torch")
+    return (
+        isinstance(node, ast.Attribute)
+        and node.attr in names
+        and isinstance(node.value, ast.Name)
+        and node.value.id == "torch"
+    )
 
 
 def _literal_device(node) -> bool:
     """``"cpu"``/``"cuda"`` or ``torch.device("cpu")``: a device written into the code."""
     if isinstance(node, ast.Constant) and isinstance(node.value, str):
         return node.value.split(":")[0] in ("cpu", "cuda")
-    return (isinstance(node, ast.Call) and _is_torch_attr(node.func, {"device"})
-            and bool(node.args) and _literal_device(node.args[0]))
+    return (
+        isinstance(node, ast.Call)
+        and _is_torch_attr(node.func, {"device"})
+        and bool(node.args)
+        and _literal_device(node.args[0])
+    )
 
 
 def device_problems(source: str) -> list[str]:
@@ -76,10 +109,14 @@ def device_problems(source: str) -> list[str]:
         f, line = node.func, f"line {node.lineno}: {ast.unparse(node)[:80]}"
         if _is_torch_attr(f, FACTORIES) and not any(k.arg == "device" for k in node.keywords):
             up = parent.get(node)
-            moved = (isinstance(up, ast.Attribute) and up.attr in ("to", "cuda")
-                     and isinstance(parent.get(up), ast.Call))
-            param = (isinstance(up, ast.Call) and ast.unparse(up.func).split(".")[-1]
-                     == "Parameter")     # a module's parameter: module.to(device) moves it
+            moved = (
+                isinstance(up, ast.Attribute)
+                and up.attr in ("to", "cuda")
+                and isinstance(parent.get(up), ast.Call)
+            )
+            param = (
+                isinstance(up, ast.Call) and ast.unparse(up.func).split(".")[-1] == "Parameter"
+            )  # a module's parameter: module.to(device) moves it
             moved = moved or param
             if not moved:
                 out.append(f"{line} (a tensor made without device=)")
@@ -88,14 +125,25 @@ def device_problems(source: str) -> list[str]:
             args = node.args + [k.value for k in node.keywords]
             if any(_literal_device(a) for a in args):
                 out.append(f"{line} (a device written into the code)")
-        if (isinstance(f, ast.Attribute) and f.attr in P2P_CALLS and isinstance(f.value, ast.Name)
-                and f.value.id == "dist"):
+        if (
+            isinstance(f, ast.Attribute)
+            and f.attr in P2P_CALLS
+            and isinstance(f.value, ast.Name)
+            and f.value.id == "dist"
+        ):
             out.append(f"{line} (point-to-point outside batch_isend_irecv)")
     return out
 
 
-@pytest.mark.parametrize("module", [m if m not in PENDING else pytest.param(
-    m, marks=pytest.mark.xfail(strict=True, reason=PENDING[m])) for m in NCCL_MODULES])
+@pytest.mark.parametrize(
+    "module",
+    [
+        m
+        if m not in PENDING
+        else pytest.param(m, marks=pytest.mark.xfail(strict=True, reason=PENDING[m]))
+        for m in NCCL_MODULES
+    ],
+)
 def test_nccl_paths_take_the_device_from_the_rank(module):
     problems = device_problems((SRC / module).read_text())
     assert not problems, f"{module}:\n" + "\n".join(problems)
@@ -103,22 +151,22 @@ def test_nccl_paths_take_the_device_from_the_rank(module):
 
 def test_the_checker_flags_the_old_cpu_placements():
     """Negative control: the lines that broke on NCCL before this change, and their fixes."""
-    old = '''
+    old = """
 mesh = init_device_mesh("cpu", (t,))
 st = pipelining.PipelineStage(stages[s], s, v * p, torch.device("cpu"))
 x = torch.randn(b, s, h, generator=g, dtype=dtype)
 t0 = torch.tensor([time.perf_counter()], dtype=torch.float64)
 dist.send(buf, peer)
-'''
-    new = '''
+"""
+    new = """
 mesh = init_device_mesh(get_device().type, (t,))
 st = pipelining.PipelineStage(stages[s], s, v * p, dev)
 x = torch.randn(b, s, h, generator=g, dtype=dtype).to(dev)
 t0 = torch.tensor([time.perf_counter()], dtype=torch.float64, device=dev)
 works = dist.batch_isend_irecv(ops)
-'''
+"""
     flagged = [int(p.split(":")[0].split()[1]) for p in device_problems(old)]
-    assert flagged == [2, 3, 4, 5, 6], device_problems(old)        # each old line, once
+    assert flagged == [2, 3, 4, 5, 6], device_problems(old)  # each old line, once
     assert device_problems(new) == []
 
 
@@ -142,6 +190,7 @@ def _record_mesh(monkeypatch):
     def fake(device_type, shape, **kw):
         seen.append(device_type)
         raise _Stop
+
     monkeypatch.setattr(dm, "init_device_mesh", fake)
     return seen
 
@@ -175,11 +224,12 @@ def test_torch_pipelining_stages_on_the_rank_device(meta_rank, monkeypatch):
     def fake(module, index, n, dev, *a, **kw):
         seen.append((dev, {q.device.type for q in module.parameters()}))
         raise _Stop
+
     monkeypatch.setattr(pipelining, "PipelineStage", fake)
     c = small_config(L=4)
     with pytest.raises(_Stop):
         torch_pipelining_grads(0, 2, "gpipe", 2, 1, c, token_batches(1, 4, c)[0])
-    (dev, params), = seen
+    ((dev, params),) = seen
     assert torch.device(dev).type == "meta", f"PipelineStage on {dev}, not on the rank's device"
     assert params == {"meta"}, f"stage parameters on {params}"
 
@@ -188,8 +238,9 @@ def test_torch_pipelining_stages_on_the_rank_device(meta_rank, monkeypatch):
 @pytest.fixture
 def one_rank():
     """A one-rank gloo process group in this process (barriers and collectives return)."""
-    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1,
-                            timeout=datetime.timedelta(seconds=60))
+    dist.init_process_group(
+        "gloo", store=dist.HashStore(), rank=0, world_size=1, timeout=datetime.timedelta(seconds=60)
+    )
     yield
     dist.destroy_process_group()
 
@@ -197,7 +248,8 @@ def one_rank():
 def _slow_synchronize(calls):
     def fake():
         calls.append(time.perf_counter())
-        time.sleep(DELAY)                    # the queued GPU work finishing
+        time.sleep(DELAY)  # the queued GPU work finishing
+
     return fake
 
 
@@ -208,9 +260,10 @@ def test_tensor_parallel_timing_waits_for_the_device(one_rank, monkeypatch):
     monkeypatch.setattr(D, "synchronize", _slow_synchronize(calls))
     out = D.time_on_rank(0, 1, h=8, b=1, s=2, steps=2, rounds=1)
     times = [t for v in out.values() for t in v]
-    assert len(times) == 2 and min(times) >= DELAY, \
+    assert len(times) == 2 and min(times) >= DELAY, (
         f"step times {times} s exclude the device's work ({DELAY} s): no synchronize before the clock"
-    assert len(calls) == 2 * 2 * 2                       # before and after each timed step
+    )
+    assert len(calls) == 2 * 2 * 2  # before and after each timed step
 
 
 def test_collectives_timing_waits_for_the_device(one_rank, monkeypatch):
@@ -227,8 +280,9 @@ def test_data_parallel_timing_waits_for_the_device(one_rank, monkeypatch):
 
     calls = []
     monkeypatch.setattr(timing, "synchronize", _slow_synchronize(calls))
-    out = timing.time_variants_on_rank(0, 1, ["compute", "naive"], width=4, depth=1, batch=2,
-                                       steps=1, rounds=1)
+    out = timing.time_variants_on_rank(
+        0, 1, ["compute", "naive"], width=4, depth=1, batch=2, steps=1, rounds=1
+    )
     assert min(t for v in out.values() for t in v) >= DELAY
 
 
@@ -262,9 +316,9 @@ def test_a_timer_without_synchronize_would_miss_the_work(one_rank, monkeypatch):
     (no synchronize inside the interval), reports less than the device's work."""
     calls = []
     fake = _slow_synchronize(calls)
-    fake()                                               # before: outside the interval
+    fake()  # before: outside the interval
     t0 = time.perf_counter()
-    t = time.perf_counter() - t0                         # work queued, clock read at once
+    t = time.perf_counter() - t0  # work queued, clock read at once
     fake()
     assert t < DELAY
 
@@ -304,9 +358,13 @@ def test_on_nccl_tensor_parallel_matches_dtensor_and_one_process():
 def test_on_nccl_torch_pipelining_matches_one_process():
     from types import SimpleNamespace
 
+    from minipar.pipeline_parallel.train import (
+        max_error,
+        small_config,
+        token_batches,
+        train_reference,
+    )
     from minipar.runtime.launch import run
-    from minipar.pipeline_parallel.train import (max_error, small_config, token_batches,
-                                                 train_reference)
 
     p, c = _gpu_ranks(), small_config(L=4)
     batches = token_batches(1, 4, c)
@@ -320,8 +378,11 @@ def test_the_collectives_bench_uses_names_older_torch_has():
     ``dist.reduce_scatter_single``: the bench times the long-standing ``all_gather_into_tensor``
     and ``reduce_scatter_tensor`` (the same operations, torch >= 2.0)."""
     tree = ast.parse((SRC / "bench" / "collectives.py").read_text())
-    used = {n.attr for n in ast.walk(tree) if isinstance(n, ast.Attribute)
-            and isinstance(n.value, ast.Name) and n.value.id == "dist"}
+    used = {
+        n.attr
+        for n in ast.walk(tree)
+        if isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name) and n.value.id == "dist"
+    }
     assert {"all_gather_into_tensor", "reduce_scatter_tensor"} <= used
     assert not used & {"all_gather_single", "reduce_scatter_single"}, used
 

@@ -1,4 +1,5 @@
 """Collectives exercises: solutions pass, starters fail, realistic mistakes get a named reason."""
+
 import sys
 from pathlib import Path
 
@@ -6,8 +7,8 @@ import cloudpickle
 import pytest
 import torch
 import torch.distributed as dist
-
 from grading_support import assert_no_solution_code
+
 from minipar.grading import check
 from minipar.grading.notebooks import exercise_namespace
 
@@ -93,8 +94,10 @@ def gather_wrong_block(chunk):
     blocks = out.view(n, -1)
     blocks[r] = chunk
     for k in range(n - 1):
-        reqs = [dist.isend(blocks[(r + k) % n].clone(), dst=(r + 1) % n),
-                dist.irecv(blocks[(r + k + 1) % n], src=(r - 1) % n)]   # indices run backwards
+        reqs = [
+            dist.isend(blocks[(r + k) % n].clone(), dst=(r + 1) % n),
+            dist.irecv(blocks[(r + k + 1) % n], src=(r - 1) % n),
+        ]  # indices run backwards
         for q in reqs:
             q.wait()
     return out
@@ -106,8 +109,10 @@ def gather_too_few_steps(chunk):
     blocks = out.view(n, -1)
     blocks[r] = chunk
     for k in range(n - 2):
-        reqs = [dist.isend(blocks[(r - k) % n], dst=(r + 1) % n),
-                dist.irecv(blocks[(r - k - 1) % n], src=(r - 1) % n)]
+        reqs = [
+            dist.isend(blocks[(r - k) % n], dst=(r + 1) % n),
+            dist.irecv(blocks[(r - k - 1) % n], src=(r - 1) % n),
+        ]
         for q in reqs:
             q.wait()
     return out
@@ -119,7 +124,7 @@ def gather_blocking_send_first(chunk):
     blocks = out.view(n, -1)
     blocks[r] = chunk
     for k in range(n - 1):
-        dist.send(blocks[(r - k) % n], dst=(r + 1) % n)      # every rank sends first: deadlock
+        dist.send(blocks[(r - k) % n], dst=(r + 1) % n)  # every rank sends first: deadlock
         dist.recv(blocks[(r - k - 1) % n], src=(r - 1) % n)
     return out
 
@@ -136,8 +141,10 @@ def chunk_ring(tensor):
             q.wait()
         recv += buf[: recv.numel()]
     for k in range(n - 1):
-        reqs = [dist.isend(chunks[(r - k) % n], dst=(r + 1) % n),
-                dist.irecv(chunks[(r - k - 1) % n], src=(r - 1) % n)]
+        reqs = [
+            dist.isend(chunks[(r - k) % n], dst=(r + 1) % n),
+            dist.irecv(chunks[(r - k - 1) % n], src=(r - 1) % n),
+        ]
         for q in reqs:
             q.wait()
     return tensor
@@ -147,7 +154,7 @@ def float32_buffers(tensor):
     """Right for float32 inputs only: the receive buffer ignores the input's dtype."""
     r, n = dist.get_rank(), dist.get_world_size()
     chunks = tensor.view(-1).tensor_split(n)
-    buf = torch.empty(chunks[0].numel())                       # float32, whatever the input
+    buf = torch.empty(chunks[0].numel())  # float32, whatever the input
     for k in range(n - 1):
         send, recv = chunks[(r - k - 1) % n], chunks[(r - k - 2) % n]
         reqs = [dist.isend(send, dst=(r + 1) % n), dist.irecv(buf[: recv.numel()], src=(r - 1) % n)]
@@ -155,19 +162,21 @@ def float32_buffers(tensor):
             q.wait()
         recv += buf[: recv.numel()].to(recv.dtype)
     for k in range(n - 1):
-        reqs = [dist.isend(chunks[(r - k) % n], dst=(r + 1) % n),
-                dist.irecv(chunks[(r - k - 1) % n], src=(r - 1) % n)]
+        reqs = [
+            dist.isend(chunks[(r - k) % n], dst=(r + 1) % n),
+            dist.irecv(chunks[(r - k - 1) % n], src=(r - 1) % n),
+        ]
         for q in reqs:
             q.wait()
     return tensor
 
 
 def returns_none(tensor):
-    _ring(tensor)                                              # right sum, forgets to return
+    _ring(tensor)  # right sum, forgets to return
 
 
 def returns_float32(tensor):
-    return _ring(tensor).float()                               # right sum, another dtype back
+    return _ring(tensor).float()  # right sum, another dtype back
 
 
 def direct_exchange(tensor):
@@ -179,15 +188,20 @@ def direct_exchange(tensor):
     bufs = [torch.empty_like(mine) for _ in range(n)]
     reqs = []
     for k in range(1, n):
-        reqs += [dist.isend(chunks[(r + k) % n], dst=(r + k) % n),
-                 dist.irecv(bufs[(r - k) % n], src=(r - k) % n)]
+        reqs += [
+            dist.isend(chunks[(r + k) % n], dst=(r + k) % n),
+            dist.irecv(bufs[(r - k) % n], src=(r - k) % n),
+        ]
     for q in reqs:
         q.wait()
     for k in range(1, n):
         mine += bufs[(r - k) % n]
     reqs = []
     for k in range(1, n):
-        reqs += [dist.isend(mine, dst=(r + k) % n), dist.irecv(chunks[(r - k) % n], src=(r - k) % n)]
+        reqs += [
+            dist.isend(mine, dst=(r + k) % n),
+            dist.irecv(chunks[(r - k) % n], src=(r - k) % n),
+        ]
     for q in reqs:
         q.wait()
     return tensor
@@ -195,6 +209,7 @@ def direct_exchange(tensor):
 
 def course_ring(tensor):
     from minipar.collectives.ring import ring_all_reduce
+
     return ring_all_reduce(tensor)
 
 
@@ -222,8 +237,10 @@ def gather_float32_out(chunk):
     blocks = out.view(n, -1)
     blocks[r] = chunk
     for k in range(n - 1):
-        reqs = [dist.isend(blocks[(r - k) % n], dst=(r + 1) % n),
-                dist.irecv(blocks[(r - k - 1) % n], src=(r - 1) % n)]
+        reqs = [
+            dist.isend(blocks[(r - k) % n], dst=(r + 1) % n),
+            dist.irecv(blocks[(r - k - 1) % n], src=(r - 1) % n),
+        ]
         for q in reqs:
             q.wait()
     return out
@@ -231,15 +248,20 @@ def gather_float32_out(chunk):
 
 def gather_course(chunk):
     from minipar.collectives.ring import ring_all_gather
+
     return ring_all_gather(chunk)
 
 
 # ----------------------------------------------------------------------------- tests
-TASKS = {"01_ring_all_reduce": [("collectives.ring_all_reduce", "ring_all_reduce")],
-         "02_all_gather": [("collectives.all_gather", "all_gather")],
-         "03_alpha_beta": [("collectives.alpha_beta_time", "ring_all_reduce_time"),
-                           ("collectives.busbw", "bus_bandwidth"),
-                           ("collectives.gradient_sync", "gradient_sync")]}
+TASKS = {
+    "01_ring_all_reduce": [("collectives.ring_all_reduce", "ring_all_reduce")],
+    "02_all_gather": [("collectives.all_gather", "all_gather")],
+    "03_alpha_beta": [
+        ("collectives.alpha_beta_time", "ring_all_reduce_time"),
+        ("collectives.busbw", "bus_bandwidth"),
+        ("collectives.gradient_sync", "gradient_sync"),
+    ],
+}
 
 
 @pytest.mark.slow
@@ -247,29 +269,41 @@ TASKS = {"01_ring_all_reduce": [("collectives.ring_all_reduce", "ring_all_reduce
 def test_solution_passes_and_starter_fails(stem, capsys):
     sol, start = solution(stem), starter(stem)
     for task_id, name in TASKS[stem]:
-        assert verdict(capsys, task_id, sol[name]) == (True, f"PASS {task_id}: "
-                                                             + check.__globals__["get_task"](
-                                                                 task_id).summary)
+        assert verdict(capsys, task_id, sol[name]) == (
+            True,
+            f"PASS {task_id}: " + check.__globals__["get_task"](task_id).summary,
+        )
         passed, line = verdict(capsys, task_id, start[name])
         assert not passed and "not implemented yet" in line, line
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("candidate, reason", [
-    (own_chunk_twice, "own value is counted 2 times"),
-    (off_by_one, "are missing"),
-    (calls_dist, "your code called all_reduce"),
-    (everyone_sends_everything, "a ring all-reduce sends 2(n−1)/n·S"),
-    (chunk_ring, "n=2, 1 elements (fewer elements than ranks), float32: IndexError"),
-    (float32_buffers, "n=2, 9 elements (not divisible by n), float64: dist.irecv on a float32 "
-                      "buffer while the input is float64"),
-    (returns_none, "rank 0 returned NoneType; return the tensor"),
-    (returns_float32, "rank 0 returned a tensor of another type (dtype float32, expected "
-                      "float64"),
-    (direct_exchange, "n=3, 12 elements, float32: rank 0 sent to ranks [1, 2] and received "
-                      "from ranks [1, 2]; in a ring each rank sends only to one neighbour"),
-    (course_ring, "calls the course's own minipar.collectives.ring"),
-])
+@pytest.mark.parametrize(
+    "candidate, reason",
+    [
+        (own_chunk_twice, "own value is counted 2 times"),
+        (off_by_one, "are missing"),
+        (calls_dist, "your code called all_reduce"),
+        (everyone_sends_everything, "a ring all-reduce sends 2(n−1)/n·S"),
+        (chunk_ring, "n=2, 1 elements (fewer elements than ranks), float32: IndexError"),
+        (
+            float32_buffers,
+            "n=2, 9 elements (not divisible by n), float64: dist.irecv on a float32 "
+            "buffer while the input is float64",
+        ),
+        (returns_none, "rank 0 returned NoneType; return the tensor"),
+        (
+            returns_float32,
+            "rank 0 returned a tensor of another type (dtype float32, expected float64",
+        ),
+        (
+            direct_exchange,
+            "n=3, 12 elements, float32: rank 0 sent to ranks [1, 2] and received "
+            "from ranks [1, 2]; in a ring each rank sends only to one neighbour",
+        ),
+        (course_ring, "calls the course's own minipar.collectives.ring"),
+    ],
+)
 def test_ring_all_reduce_names_the_mistake(capsys, candidate, reason):
     passed, line = verdict(capsys, "collectives.ring_all_reduce", candidate)
     assert not passed and reason in line, line
@@ -277,24 +311,33 @@ def test_ring_all_reduce_names_the_mistake(capsys, candidate, reason):
 
 @pytest.mark.slow
 def test_ring_with_wrong_peer_times_out_with_a_reason(capsys, short_stall_window):
-    with short_stall_window() as stall_s:      # a true deadlock (the 10-s window: framework)
+    with short_stall_window() as stall_s:  # a true deadlock (the 10-s window: framework)
         passed, line = verdict(capsys, "collectives.ring_all_reduce", wrong_peer)
-    assert not passed and "never matched" in line, line    # at n = 2 both sides are right
-    assert line.split(": ", 1)[1].startswith("n=3, 12 elements, float32: deadlock on 3 ranks: "
-                                             f"for {stall_s:g} s no rank made progress"), line
+    assert not passed and "never matched" in line, line  # at n = 2 both sides are right
+    assert line.split(": ", 1)[1].startswith(
+        f"n=3, 12 elements, float32: deadlock on 3 ranks: for {stall_s:g} s no rank made progress"
+    ), line
     assert all(f"rank {r} waiting at line" in line for r in range(3)), line
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("candidate, reason", [
-    (gather_wrong_block, "holds rank"),
-    (gather_too_few_steps, "never arrived"),
-    (gather_via_rank0, "n=2, chunks of 3, float32, rank 0: rank 0 sent 24 bytes; each rank "
-                       "should send (n−1)/n·S = 12 bytes"),
-    (gather_float32_out, "n=2, chunks of 1, float64: dist.isend on a float32 buffer while the "
-                         "input is float64"),
-    (gather_course, "calls the course's own minipar.collectives.ring"),
-])
+@pytest.mark.parametrize(
+    "candidate, reason",
+    [
+        (gather_wrong_block, "holds rank"),
+        (gather_too_few_steps, "never arrived"),
+        (
+            gather_via_rank0,
+            "n=2, chunks of 3, float32, rank 0: rank 0 sent 24 bytes; each rank "
+            "should send (n−1)/n·S = 12 bytes",
+        ),
+        (
+            gather_float32_out,
+            "n=2, chunks of 1, float64: dist.isend on a float32 buffer while the input is float64",
+        ),
+        (gather_course, "calls the course's own minipar.collectives.ring"),
+    ],
+)
 def test_all_gather_names_the_mistake(capsys, candidate, reason):
     passed, line = verdict(capsys, "collectives.all_gather", candidate)
     assert not passed and reason in line, line
@@ -308,20 +351,43 @@ def test_all_gather_blocking_sends_time_out_with_a_reason(capsys, short_stall_wi
     assert "(in send)" in line, line
 
 
-@pytest.mark.parametrize("task_id, candidate, reason", [
-    ("collectives.alpha_beta_time", lambda n, S, a, bw: (n - 1) * (a + S / n / bw), "one phase"),
-    ("collectives.alpha_beta_time", lambda n, S, a, bw: 2 * (n - 1) * (a + S / bw), "S/n bytes"),
-    ("collectives.busbw", lambda op, n, S, t: S / t, "is algbw"),
-    ("collectives.busbw", lambda op, n, S, t: S / t * (n - 1) / n, "too small"),
-    ("collectives.gradient_sync",
-     lambda: dict(S_bytes=1.5e9, bandwidth=450e9, seconds=0.0117), "elements"),
-    ("collectives.gradient_sync",
-     lambda: dict(S_bytes=6e9, bandwidth=900e9, seconds=0.0117), "bidirectional"),
-    ("collectives.gradient_sync",
-     lambda: dict(S_bytes=6e9, bandwidth=450 * 2**30, seconds=0.0217), "GiB"),
-    ("collectives.gradient_sync",
-     lambda: dict(S_bytes=6e9, bandwidth=450e9, seconds=23.36), "milliseconds"),
-])
+@pytest.mark.parametrize(
+    "task_id, candidate, reason",
+    [
+        (
+            "collectives.alpha_beta_time",
+            lambda n, S, a, bw: (n - 1) * (a + S / n / bw),
+            "one phase",
+        ),
+        (
+            "collectives.alpha_beta_time",
+            lambda n, S, a, bw: 2 * (n - 1) * (a + S / bw),
+            "S/n bytes",
+        ),
+        ("collectives.busbw", lambda op, n, S, t: S / t, "is algbw"),
+        ("collectives.busbw", lambda op, n, S, t: S / t * (n - 1) / n, "too small"),
+        (
+            "collectives.gradient_sync",
+            lambda: dict(S_bytes=1.5e9, bandwidth=450e9, seconds=0.0117),
+            "elements",
+        ),
+        (
+            "collectives.gradient_sync",
+            lambda: dict(S_bytes=6e9, bandwidth=900e9, seconds=0.0117),
+            "bidirectional",
+        ),
+        (
+            "collectives.gradient_sync",
+            lambda: dict(S_bytes=6e9, bandwidth=450 * 2**30, seconds=0.0217),
+            "GiB",
+        ),
+        (
+            "collectives.gradient_sync",
+            lambda: dict(S_bytes=6e9, bandwidth=450e9, seconds=23.36),
+            "milliseconds",
+        ),
+    ],
+)
 def test_arithmetic_names_the_mistake(capsys, task_id, candidate, reason):
     passed, line = verdict(capsys, task_id, candidate)
     assert not passed and reason in line, line
@@ -330,6 +396,7 @@ def test_arithmetic_names_the_mistake(capsys, task_id, candidate, reason):
 def aborts(t):
     """A rank that dies in C++ without a Python exception (what a dtype mismatch does in gloo)."""
     import os
+
     if dist.get_rank() == 1:
         os.write(2, b"about to abort: learner's last words\n")
         os.abort()

@@ -1,26 +1,27 @@
 """Context-parallel exercises: solutions pass, starters fail, and realistic wrong answers (written
 as a learner would, without the solution) fail with a reason that names their mistake."""
-import math
 
+import math
 import sys
 
+import cloudpickle
 import pytest
 import torch
 import torch.distributed as dist
-
 from grading_support import exercise_function, failure
-from minipar.grading import check
 
-import cloudpickle  # noqa: E402
+from minipar.grading import check
 
 cloudpickle.register_pickle_by_value(sys.modules[__name__])  # wrong answers go by value:
 # the ranks need not import this test module (pytest, nbformat: ~1 CPU-s per rank)
 
-TASKS = {"merge_softmax_blocks": ("01_merge_softmax_blocks", "merge"),
-         "zigzag_shard": ("02_zigzag_shard", "zigzag_shard"),
-         "ring_step": ("03_ring_step", "ring_step"),
-         "seq_to_heads": ("04_ulysses_all_to_all", "seq_to_heads"),
-         "allgather_documents": ("05_allgather_documents", "allgather_document_attention")}
+TASKS = {
+    "merge_softmax_blocks": ("01_merge_softmax_blocks", "merge"),
+    "zigzag_shard": ("02_zigzag_shard", "zigzag_shard"),
+    "ring_step": ("03_ring_step", "ring_step"),
+    "seq_to_heads": ("04_ulysses_all_to_all", "seq_to_heads"),
+    "allgather_documents": ("05_allgather_documents", "allgather_document_attention"),
+}
 
 
 def _fn(name, solved):
@@ -42,7 +43,7 @@ def merge_average(o_a, lse_a, o_b, lse_b):
 
 
 def merge_naive_exp(o_a, lse_a, o_b, lse_b):
-    ea, eb = torch.exp(lse_a), torch.exp(lse_b)              # overflows at logits ~1000
+    ea, eb = torch.exp(lse_a), torch.exp(lse_b)  # overflows at logits ~1000
     w_a, w_b = (ea / (ea + eb)).unsqueeze(-1), (eb / (ea + eb)).unsqueeze(-1)
     return w_a * o_a + w_b * o_b, torch.log(ea + eb)
 
@@ -54,15 +55,20 @@ def merge_lse_is_max(o_a, lse_a, o_b, lse_b):
 
 def merge_swapped(o_a, lse_a, o_b, lse_b):
     lse = torch.logaddexp(lse_a, lse_b)
-    return (torch.exp(lse_b - lse).unsqueeze(-1) * o_a + torch.exp(lse_a - lse).unsqueeze(-1) * o_b), lse
+    return (
+        torch.exp(lse_b - lse).unsqueeze(-1) * o_a + torch.exp(lse_a - lse).unsqueeze(-1) * o_b
+    ), lse
 
 
-@pytest.mark.parametrize("fn, reason", [
-    (merge_average, "o is the average of o_a and o_b"),
-    (merge_naive_exp, "exp(lse) overflows"),
-    (merge_lse_is_max, "lse is max(lse_a, lse_b)"),
-    (merge_swapped, "the two weights are swapped"),
-])
+@pytest.mark.parametrize(
+    "fn, reason",
+    [
+        (merge_average, "o is the average of o_a and o_b"),
+        (merge_naive_exp, "exp(lse) overflows"),
+        (merge_lse_is_max, "lse is max(lse_a, lse_b)"),
+        (merge_swapped, "the two weights are swapped"),
+    ],
+)
 def test_merge_mistakes_are_named(fn, reason, capsys):
     assert reason in failure("context_parallel.merge_softmax_blocks", fn, capsys)
 
@@ -80,17 +86,20 @@ def zigzag_reversed(x, dim, group=None):
 
 
 def zigzag_global_rank(x, dim, group=None):
-    cp, r = dist.get_world_size(), dist.get_rank()           # ignores the group
+    cp, r = dist.get_world_size(), dist.get_rank()  # ignores the group
     c = x.chunk(2 * cp, dim=dim)
     return torch.cat([c[r], c[2 * cp - 1 - r]], dim=dim)
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("fn, reason", [
-    (zigzag_contiguous, "that is chunk r of cp contiguous chunks"),
-    (zigzag_reversed, "the two chunks are in the wrong order"),
-    (zigzag_global_rank, "use the group's rank and size"),
-])
+@pytest.mark.parametrize(
+    "fn, reason",
+    [
+        (zigzag_contiguous, "that is chunk r of cp contiguous chunks"),
+        (zigzag_reversed, "the two chunks are in the wrong order"),
+        (zigzag_global_rank, "use the group's rank and size"),
+    ],
+)
 def test_zigzag_mistakes_are_named(fn, reason, capsys):
     out = failure("context_parallel.zigzag_shard", fn, capsys)
     assert reason in out and "expected" in out
@@ -112,8 +121,9 @@ def _shift(k, v, group, to_next=True, global_peers=True):
         a, b = dist.get_global_rank(group, a), dist.get_global_rank(group, b)
     kv = torch.stack([k, v]).contiguous()
     buf = torch.empty_like(kv)
-    for w in dist.batch_isend_irecv([dist.P2POp(dist.isend, kv, a, group),
-                                     dist.P2POp(dist.irecv, buf, b, group)]):
+    for w in dist.batch_isend_irecv(
+        [dist.P2POp(dist.isend, kv, a, group), dist.P2POp(dist.irecv, buf, b, group)]
+    ):
         w.wait()
     return buf[0], buf[1]
 
@@ -127,7 +137,7 @@ def ring_wrong_direction(q, k, v, o, lse, group=None):
 
 
 def ring_replace(q, k, v, o, lse, group=None):
-    o_b, l_b = _blk(q, k, v)                                  # forgets the running result
+    o_b, l_b = _blk(q, k, v)  # forgets the running result
     return (o_b, l_b, *_shift(k, v, group))
 
 
@@ -147,12 +157,15 @@ def ring_group_ranks_as_peers(q, k, v, o, lse, group=None):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("fn, reason", [
-    (ring_wrong_direction, "the ring turns the wrong way"),
-    (ring_replace, "merge each step's block result into the running (o, lse)"),
-    (ring_average, "o is the average of the"),
-    (ring_group_ranks_as_peers, "group"),
-])
+@pytest.mark.parametrize(
+    "fn, reason",
+    [
+        (ring_wrong_direction, "the ring turns the wrong way"),
+        (ring_replace, "merge each step's block result into the running (o, lse)"),
+        (ring_average, "o is the average of the"),
+        (ring_group_ranks_as_peers, "group"),
+    ],
+)
 def test_ring_mistakes_are_named(fn, reason, capsys):
     assert reason in failure("context_parallel.ring_step", fn, capsys)
 
@@ -163,7 +176,7 @@ def ulysses_interleaved(x, group=None):
     b, a, n, d = x.shape
     if a % cp:
         raise ValueError(f"heads ({a}) must be divisible by cp ({cp})")
-    send = x.reshape(b, a // cp, cp, n, d).permute(2, 0, 1, 3, 4).contiguous()   # heads j::cp
+    send = x.reshape(b, a // cp, cp, n, d).permute(2, 0, 1, 3, 4).contiguous()  # heads j::cp
     recv = torch.empty_like(send)
     dist.all_to_all_single(recv, send, group=group)
     return recv.permute(1, 2, 0, 3, 4).reshape(b, a // cp, cp * n, d)
@@ -177,25 +190,28 @@ def ulysses_positions_scrambled(x, group=None):
     send = x.reshape(b, cp, a // cp, n, d).transpose(0, 1).contiguous()
     recv = torch.empty_like(send)
     dist.all_to_all_single(recv, send, group=group)
-    return recv.permute(1, 2, 3, 0, 4).reshape(b, a // cp, cp * n, d)    # (n, cp) not (cp, n)
+    return recv.permute(1, 2, 3, 0, 4).reshape(b, a // cp, cp * n, d)  # (n, cp) not (cp, n)
 
 
 def ulysses_no_check(x, group=None):
     cp = dist.get_world_size(group)
     b, a, n, d = x.shape
     ah = a // cp
-    send = x[:, :ah * cp].reshape(b, cp, ah, n, d).transpose(0, 1).contiguous()
+    send = x[:, : ah * cp].reshape(b, cp, ah, n, d).transpose(0, 1).contiguous()
     recv = torch.empty_like(send)
     dist.all_to_all_single(recv, send, group=group)
     return recv.permute(1, 2, 0, 3, 4).reshape(b, ah, cp * n, d)
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("fn, reason", [
-    (ulysses_interleaved, "every cp-th head"),
-    (ulysses_positions_scrambled, "token positions along s are"),
-    (ulysses_no_check, "gave no error"),
-])
+@pytest.mark.parametrize(
+    "fn, reason",
+    [
+        (ulysses_interleaved, "every cp-th head"),
+        (ulysses_positions_scrambled, "token positions along s are"),
+        (ulysses_no_check, "gave no error"),
+    ],
+)
 def test_ulysses_mistakes_are_named(fn, reason, capsys):
     assert reason in failure("context_parallel.seq_to_heads", fn, capsys)
 
@@ -206,7 +222,7 @@ def _gather(k, v, group, with_group=True):
     kv = torch.stack([k, v]).contiguous()
     parts = [torch.empty_like(kv) for _ in range(cp)]
     dist.all_gather(parts, kv, group=group if with_group else None)
-    return torch.cat(parts, dim=3)                           # (2, b, a_kv, s, d)
+    return torch.cat(parts, dim=3)  # (2, b, a_kv, s, d)
 
 
 def _attend(q, kv, documents, q0, *, docs=True, causal=True, strict=False, interleave=True):
@@ -225,49 +241,52 @@ def _attend(q, kv, documents, q0, *, docs=True, causal=True, strict=False, inter
     return torch.softmax(z.masked_fill(~keep, float("-inf")), -1) @ v
 
 
-def docs_causal_only(q, k, v, documents, group=None):          # packs documents, masks none
+def docs_causal_only(q, k, v, documents, group=None):  # packs documents, masks none
     r = dist.get_rank(group)
     return _attend(q, _gather(k, v, group), documents, r * q.shape[2], docs=False)
 
 
-def docs_no_causal(q, k, v, documents, group=None):            # document mask only
+def docs_no_causal(q, k, v, documents, group=None):  # document mask only
     r = dist.get_rank(group)
     return _attend(q, _gather(k, v, group), documents, r * q.shape[2], causal=False)
 
 
-def docs_local_positions(q, k, v, documents, group=None):      # queries at 0 … n−1 on every rank
+def docs_local_positions(q, k, v, documents, group=None):  # queries at 0 … n−1 on every rank
     return _attend(q, _gather(k, v, group), documents, 0)
 
 
-def docs_heads_repeated(q, k, v, documents, group=None):       # head i reads K/V head i % a_kv
+def docs_heads_repeated(q, k, v, documents, group=None):  # head i reads K/V head i % a_kv
     r = dist.get_rank(group)
     return _attend(q, _gather(k, v, group), documents, r * q.shape[2], interleave=False)
 
 
-def docs_strict_causal(q, k, v, documents, group=None):        # j < i: a query misses itself
+def docs_strict_causal(q, k, v, documents, group=None):  # j < i: a query misses itself
     r = dist.get_rank(group)
     return _attend(q, _gather(k, v, group), documents, r * q.shape[2], strict=True)
 
 
-def docs_global_rank(q, k, v, documents, group=None):          # positions from the world rank
+def docs_global_rank(q, k, v, documents, group=None):  # positions from the world rank
     return _attend(q, _gather(k, v, group), documents, dist.get_rank() * q.shape[2])
 
 
-def docs_world_gather(q, k, v, documents, group=None):         # gathers over the whole world
+def docs_world_gather(q, k, v, documents, group=None):  # gathers over the whole world
     r = dist.get_rank(group)
     return _attend(q, _gather(k, v, group, with_group=False), documents, r * q.shape[2])
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("fn, reason", [
-    (docs_causal_only, "attention crosses document boundaries"),
-    (docs_no_causal, "the mask must also be causal"),
-    (docs_local_positions, "the mask uses local query positions"),
-    (docs_heads_repeated, "(repeat_interleave), not i % a_kv (repeat)"),
-    (docs_strict_causal, "a query must see its own key"),
-    (docs_global_rank, "use the group's rank"),
-    (docs_world_gather, "the whole-world case passed"),
-])
+@pytest.mark.parametrize(
+    "fn, reason",
+    [
+        (docs_causal_only, "attention crosses document boundaries"),
+        (docs_no_causal, "the mask must also be causal"),
+        (docs_local_positions, "the mask uses local query positions"),
+        (docs_heads_repeated, "(repeat_interleave), not i % a_kv (repeat)"),
+        (docs_strict_causal, "a query must see its own key"),
+        (docs_global_rank, "use the group's rank"),
+        (docs_world_gather, "the whole-world case passed"),
+    ],
+)
 def test_allgather_documents_mistakes_are_named(fn, reason, capsys):
     out = failure("context_parallel.allgather_documents", fn, capsys)
     assert reason in out, out
@@ -276,5 +295,7 @@ def test_allgather_documents_mistakes_are_named(fn, reason, capsys):
 
 def test_course_code_is_rejected(capsys):
     from minipar.context_parallel import merge_blocks
+
     assert "course's own minipar.context_parallel" in failure(
-        "context_parallel.merge_softmax_blocks", merge_blocks, capsys)
+        "context_parallel.merge_softmax_blocks", merge_blocks, capsys
+    )

@@ -1,4 +1,5 @@
 """Data-parallel exercises: solutions pass, starters fail, realistic mistakes get named."""
+
 import contextlib
 import sys
 
@@ -6,8 +7,8 @@ import cloudpickle
 import pytest
 import torch
 import torch.distributed as dist
-
 from grading_support import exercise_function, failure
+
 from minipar.grading import check
 
 # The wrong answers below reach the ranks by value, as a learner's notebook functions do: a rank
@@ -15,10 +16,12 @@ from minipar.grading import check
 # check itself).
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
 
-TASKS = {"01_average_gradients": ("data_parallel.average_gradients", "average_gradients"),
-         "02_bucketed": ("data_parallel.bucketed", "Bucketed"),
-         "03_accumulation": ("data_parallel.accumulation", "accumulation_step"),
-         "04_zero1_step": ("data_parallel.zero1_step", "zero1_step")}
+TASKS = {
+    "01_average_gradients": ("data_parallel.average_gradients", "average_gradients"),
+    "02_bucketed": ("data_parallel.bucketed", "Bucketed"),
+    "03_accumulation": ("data_parallel.accumulation", "accumulation_step"),
+    "04_zero1_step": ("data_parallel.zero1_step", "zero1_step"),
+}
 
 
 def solution(stem):
@@ -77,14 +80,17 @@ def hard_coded_two(model, group=None):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("fn, reason", [
-    (summing, "SUM over the 2 ranks, not the mean"),
-    (averaging_parameters, "instead of p.grad"),
-    (nothing, "nothing was all-reduced"),
-    (ignores_group, "ignores its group argument"),
-    (divides_by_world, "divided by 3, the world size"),
-    (hard_coded_two, "divided by 2, not by n = 3: is n hard-coded?"),
-])
+@pytest.mark.parametrize(
+    "fn, reason",
+    [
+        (summing, "SUM over the 2 ranks, not the mean"),
+        (averaging_parameters, "instead of p.grad"),
+        (nothing, "nothing was all-reduced"),
+        (ignores_group, "ignores its group argument"),
+        (divides_by_world, "divided by 3, the world size"),
+        (hard_coded_two, "divided by 2, not by n = 3: is n hard-coded?"),
+    ],
+)
 def test_average_gradients_mistakes(fn, reason, capsys):
     assert reason in failure("data_parallel.average_gradients", fn, capsys)
 
@@ -95,19 +101,21 @@ def bucketed_variant(mistake):
 
     class Wrong(Good):
         def __init__(self, model, cap):
-            if mistake == "tied_twice":   # parameters listed without deduplication
+            if mistake == "tied_twice":  # parameters listed without deduplication
                 self.model = model
             super().__init__(model, 0 if mistake == "per_parameter" else cap)
             if mistake == "forward_order":  # buckets in forward order: the first bucket holds
-                self.buckets.reverse()      # the gradient that is ready last
+                self.buckets.reverse()  # the gradient that is ready last
                 self.where = {id(p): i for i, b in enumerate(self.buckets) for p in b}
                 self.reset()
             if mistake == "tied_twice":
                 tied = model.head.weight
                 self.buckets[-1].append(tied)
                 self.missing[-1] += 1
-                self.reset = lambda: (Good.reset(self), self.missing.__setitem__(
-                    -1, len(self.buckets[-1])))
+                self.reset = lambda: (
+                    Good.reset(self),
+                    self.missing.__setitem__(-1, len(self.buckets[-1])),
+                )
 
         def hook(self, p):
             if mistake == "params":
@@ -117,38 +125,44 @@ def bucketed_variant(mistake):
             if mistake == "no_overlap":
                 return
             if mistake == "tied_twice" and p is self.model.head.weight:
-                self.missing[-1] -= 1     # counted for both of its "uses"
+                self.missing[-1] -= 1  # counted for both of its "uses"
             Good.hook(self, p)
 
         def finish(self):
             if mistake == "halve":
-                self.n = 2                # hard-coded for the 2 ranks the author tried
-            if mistake == "no_overlap":   # everything reduced after backward
+                self.n = 2  # hard-coded for the 2 ranks the author tried
+            if mistake == "no_overlap":  # everything reduced after backward
                 for i in range(len(self.buckets)):
                     self.missing[i] = 0
                 Good.hook.__wrapped__(self) if hasattr(Good.hook, "__wrapped__") else None
                 while self.next < len(self.buckets):
                     flat = torch.cat([q.grad.reshape(-1) for q in self.buckets[self.next]])
-                    self.inflight.append((dist.all_reduce(flat, async_op=True), flat,
-                                          self.next))
+                    self.inflight.append((dist.all_reduce(flat, async_op=True), flat, self.next))
                     self.next += 1
             if mistake == "sum":
                 self.n = 1
             Good.finish(self)
+
     return Wrong
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("mistake, reason", [
-    ("params", "not the parameter p itself"),
-    ("sum", "SUM over the 3 ranks"),
-    ("no_overlap", "no all-reduce had started when the last gradient became ready"),
-    ("tied_twice", "reduced twice"),
-    ("forward_order", "no all-reduce had started when the last gradient became ready"),
-    ("per_parameter", "5 all-reduces per step; with bucket_cap_bytes=2048 the trainable "
-                      "parameters in reverse order make 3 buckets"),
-    ("halve", "divided by 2, not by n = 3: is n hard-coded?"),
-])
+@pytest.mark.parametrize(
+    "mistake, reason",
+    [
+        ("params", "not the parameter p itself"),
+        ("sum", "SUM over the 3 ranks"),
+        ("no_overlap", "no all-reduce had started when the last gradient became ready"),
+        ("tied_twice", "reduced twice"),
+        ("forward_order", "no all-reduce had started when the last gradient became ready"),
+        (
+            "per_parameter",
+            "5 all-reduces per step; with bucket_cap_bytes=2048 the trainable "
+            "parameters in reverse order make 3 buckets",
+        ),
+        ("halve", "divided by 2, not by n = 3: is n hard-coded?"),
+    ],
+)
 def test_bucketed_mistakes(mistake, reason, capsys):
     assert reason in failure("data_parallel.bucketed", bucketed_variant(mistake), capsys)
 
@@ -181,12 +195,15 @@ def no_finish(model, dp, micro_batches, loss_fn):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("fn, reason", [
-    (sync_every_step, "must run under dp.no_sync()"),
-    (loss_not_divided, "4× too large"),
-    (no_finish, "call dp.finish()"),
-    (one_big_backward, "rank 0: 1 backward pass(es) for 4 micro-batches"),
-])
+@pytest.mark.parametrize(
+    "fn, reason",
+    [
+        (sync_every_step, "must run under dp.no_sync()"),
+        (loss_not_divided, "4× too large"),
+        (no_finish, "call dp.finish()"),
+        (one_big_backward, "rank 0: 1 backward pass(es) for 4 micro-batches"),
+    ],
+)
 def test_accumulation_mistakes(fn, reason, capsys):
     assert reason in failure("data_parallel.accumulation", fn, capsys)
 
@@ -198,7 +215,7 @@ def zero1_no_gather(flat, grad, shard, optimizer, group=None):
     dist.reduce_scatter_single(mine, grad, group=group)
     shard.grad = mine / n
     optimizer.step()
-    flat[r * shard.numel():(r + 1) * shard.numel()] = shard.detach()
+    flat[r * shard.numel() : (r + 1) * shard.numel()] = shard.detach()
 
 
 def zero1_sum(flat, grad, shard, optimizer, group=None):
@@ -211,7 +228,7 @@ def zero1_sum(flat, grad, shard, optimizer, group=None):
 
 def zero1_local_grad(flat, grad, shard, optimizer, group=None):
     r = dist.get_rank(group)
-    shard.grad = grad[r * shard.numel():(r + 1) * shard.numel()].clone()
+    shard.grad = grad[r * shard.numel() : (r + 1) * shard.numel()].clone()
     optimizer.step()
     dist.all_gather_single(flat, shard.detach().clone(), group=group)
 
@@ -219,19 +236,25 @@ def zero1_local_grad(flat, grad, shard, optimizer, group=None):
 def zero1_all_reduce(flat, grad, shard, optimizer, group=None):
     n, r = dist.get_world_size(group), dist.get_rank(group)
     g = grad.clone()
-    dist.all_reduce(g, group=group)                  # everyone gets every shard's sum
-    shard.grad = g[r * shard.numel():(r + 1) * shard.numel()] / n
+    dist.all_reduce(g, group=group)  # everyone gets every shard's sum
+    shard.grad = g[r * shard.numel() : (r + 1) * shard.numel()] / n
     optimizer.step()
     dist.all_gather_single(flat, shard.detach().clone(), group=group)
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("fn, reason", [
-    (zero1_all_reduce, "n=2: parameters right, but the gradients went through all_reduce, not "
-                       "a reduce-scatter"),
-    (zero1_no_gather, "all-gather the updated shards"),
-    (zero1_sum, "summed over the 2 ranks, not averaged"),
-    (zero1_local_grad, "did you average the gradient"),
-])
+@pytest.mark.parametrize(
+    "fn, reason",
+    [
+        (
+            zero1_all_reduce,
+            "n=2: parameters right, but the gradients went through all_reduce, not "
+            "a reduce-scatter",
+        ),
+        (zero1_no_gather, "all-gather the updated shards"),
+        (zero1_sum, "summed over the 2 ranks, not averaged"),
+        (zero1_local_grad, "did you average the gradient"),
+    ],
+)
 def test_zero1_mistakes(fn, reason, capsys):
     assert reason in failure("data_parallel.zero1_step", fn, capsys)

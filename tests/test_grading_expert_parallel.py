@@ -1,24 +1,26 @@
 """Expert-parallel exercises: solutions pass, starters fail, and realistic wrong answers (written
 as a learner would, without the solution) fail with a reason that names their mistake."""
+
 import sys
 
+import cloudpickle
 import pytest
 import torch
 import torch.distributed as dist
-
 from grading_support import exercise_function, failure
-from minipar.expert_parallel import all_to_all
 
-import cloudpickle  # noqa: E402
+from minipar.expert_parallel import all_to_all
 
 cloudpickle.register_pickle_by_value(sys.modules[__name__])  # wrong answers go by value:
 # the ranks need not import this test module (pytest, nbformat: ~1 CPU-s per rank)
 
-TASKS = {"top_k_gates": ("01_top_k_gating", "top_k_gates"),
-         "dispatch": ("02_dispatch", "dispatch"),
-         "combine": ("03_combine", "combine"),
-         "keep_mask": ("04_capacity", "keep_mask"),
-         "dropless_dispatch": ("05_dropless_dispatch", "dropless_dispatch")}
+TASKS = {
+    "top_k_gates": ("01_top_k_gating", "top_k_gates"),
+    "dispatch": ("02_dispatch", "dispatch"),
+    "combine": ("03_combine", "combine"),
+    "keep_mask": ("04_capacity", "keep_mask"),
+    "dropless_dispatch": ("05_dropless_dispatch", "dropless_dispatch"),
+}
 
 
 def _fn(name, solved):
@@ -34,6 +36,7 @@ def _fail(name, fn, capsys):
 @pytest.mark.parametrize("name", TASKS)
 def test_solution_passes_and_starter_fails(name, capsys):
     from minipar.grading import check
+
     assert check(f"expert_parallel.{name}", _fn(name, True))
     assert "not implemented yet" in _fail(name, _fn(name, False), capsys)
 
@@ -72,10 +75,16 @@ def gates_index_order(logits, k):
     return top / top.sum(-1, keepdim=True), idx
 
 
-@pytest.mark.parametrize("fn, words", [
-    (gates_not_renormalised, "not renormalised"), (gates_smallest, "LEAST likely"),
-    (gates_softmax_over_tokens, "over the tokens (dim 0)"), (gates_detached, "no gradient"),
-    (gates_index_order, "not in order")])
+@pytest.mark.parametrize(
+    "fn, words",
+    [
+        (gates_not_renormalised, "not renormalised"),
+        (gates_smallest, "LEAST likely"),
+        (gates_softmax_over_tokens, "over the tokens (dim 0)"),
+        (gates_detached, "no gradient"),
+        (gates_index_order, "not in order"),
+    ],
+)
 def test_gate_mistakes_are_named(fn, words, capsys):
     assert words in _fail("top_k_gates", fn, capsys)
 
@@ -117,6 +126,7 @@ def keep_per_slot(experts, num_experts, capacity):
 
 def keep_from_course(experts, num_experts, capacity):
     from minipar.expert_parallel import priority_positions
+
     return priority_positions(experts, num_experts) < capacity
 
 
@@ -143,23 +153,31 @@ def gates_int32_experts(logits, k):
     return top / top.sum(-1, keepdim=True), idx.int()
 
 
-@pytest.mark.parametrize("fn, words", [(gates_float32, "expected float64"),
-                                       (gates_int32_experts, "expected int64")])
+@pytest.mark.parametrize(
+    "fn, words", [(gates_float32, "expected float64"), (gates_int32_experts, "expected int64")]
+)
 def test_gate_types_are_checked(fn, words, capsys):
     assert words in _fail("top_k_gates", fn, capsys)
 
 
-@pytest.mark.parametrize("fn, words", [
-    (keep_int_mask, "expected bool"),
-    (keep_token_major, "token-major"), (keep_less_equal, "not ≤ C"),
-    (keep_per_slot, "restarts for each slot"), (keep_from_course, "course's own")])
+@pytest.mark.parametrize(
+    "fn, words",
+    [
+        (keep_int_mask, "expected bool"),
+        (keep_token_major, "token-major"),
+        (keep_less_equal, "not ≤ C"),
+        (keep_per_slot, "restarts for each slot"),
+        (keep_from_course, "course's own"),
+    ],
+)
 def test_capacity_mistakes_are_named(fn, words, capsys):
     assert words in _fail("keep_mask", fn, capsys)
 
 
 # ------------------------------------------------------------------ 02 dispatch (ranks)
-def _dispatch(x, experts, num_experts, group, *, sort=True, order="slot", exchange=True,
-              world_size=False):
+def _dispatch(
+    x, experts, num_experts, group, *, sort=True, order="slot", exchange=True, world_size=False
+):
     n, K = experts.shape
     ep = dist.get_world_size() if world_size else dist.get_world_size(group)
     if order == "slot":
@@ -178,8 +196,9 @@ def _dispatch(x, experts, num_experts, group, *, sort=True, order="slot", exchan
     else:
         recv = send.clone()
     rows = x.new_empty(int(recv.sum()), x.shape[1])
-    dist.all_to_all_single(rows, x[token].contiguous(), recv.sum(1).tolist(),
-                           send.sum(1).tolist(), group=group)
+    dist.all_to_all_single(
+        rows, x[token].contiguous(), recv.sum(1).tolist(), send.sum(1).tolist(), group=group
+    )
     return rows, recv
 
 
@@ -200,9 +219,15 @@ def dispatch_world_size(x, experts, num_experts, group=None):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("fn, words", [
-    (dispatch_unsorted, "not sorted by expert"), (dispatch_token_major, "token-major"),
-    (dispatch_no_exchange, "exchange the counts"), (dispatch_world_size, "not the whole world")])
+@pytest.mark.parametrize(
+    "fn, words",
+    [
+        (dispatch_unsorted, "not sorted by expert"),
+        (dispatch_token_major, "token-major"),
+        (dispatch_no_exchange, "exchange the counts"),
+        (dispatch_world_size, "not the whole world"),
+    ],
+)
 def test_dispatch_mistakes_are_named(fn, words, capsys):
     assert words in _fail("dispatch", fn, capsys)
 
@@ -230,8 +255,13 @@ def combine_raw_collective(out, send_counts, recv_counts, token, gate, n, group=
     if dist.get_world_size(group) == 1:
         back = out.detach().clone()
     else:
-        dist.all_to_all_single(back, out.detach().contiguous(), send_counts.sum(1).tolist(),
-                               recv_counts.sum(1).tolist(), group=group)
+        dist.all_to_all_single(
+            back,
+            out.detach().contiguous(),
+            send_counts.sum(1).tolist(),
+            recv_counts.sum(1).tolist(),
+            group=group,
+        )
     return back.new_zeros(n, back.shape[1]).index_add(0, token, gate.detach()[:, None] * back)
 
 
@@ -241,17 +271,34 @@ def combine_splits_not_swapped(out, send_counts, recv_counts, token, gate, n, gr
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("fn, words", [
-    (combine_splits_not_swapped, "swaps the two lists"),
-    (combine_without_gates, "without their gates"), (combine_dispatch_order, "dispatch"),
-    (combine_averaged, "divided by K"), (combine_raw_collective, "no gradient")])
+@pytest.mark.parametrize(
+    "fn, words",
+    [
+        (combine_splits_not_swapped, "swaps the two lists"),
+        (combine_without_gates, "without their gates"),
+        (combine_dispatch_order, "dispatch"),
+        (combine_averaged, "divided by K"),
+        (combine_raw_collective, "no gradient"),
+    ],
+)
 def test_combine_mistakes_are_named(fn, words, capsys):
     assert words in _fail("combine", fn, capsys)
 
 
 # ------------------------------------------------------------------ 05 dropless (ranks)
-def _dropless(x, experts, num_experts, group, *, permute=True, sizes="recv", order="slot",
-              stable=True, size_dtype=None, world_size=False):
+def _dropless(
+    x,
+    experts,
+    num_experts,
+    group,
+    *,
+    permute=True,
+    sizes="recv",
+    order="slot",
+    stable=True,
+    size_dtype=None,
+    world_size=False,
+):
     n, K = experts.shape
     ep = dist.get_world_size() if world_size else dist.get_world_size(group)
     per = num_experts // ep
@@ -268,13 +315,14 @@ def _dropless(x, experts, num_experts, group, *, permute=True, sizes="recv", ord
         recv = torch.empty_like(send)
         dist.all_to_all_single(recv, send, group=group)
         rows = x.new_empty(int(recv.sum()), x.shape[1])
-        dist.all_to_all_single(rows, x[token].contiguous(), recv.sum(1).tolist(),
-                               send.sum(1).tolist(), group=group)
+        dist.all_to_all_single(
+            rows, x[token].contiguous(), recv.sum(1).tolist(), send.sum(1).tolist(), group=group
+        )
     if permute:
         local = torch.arange(per).repeat(ep).repeat_interleave(recv.flatten())
         if stable:
             rows = rows[torch.argsort(local, stable=True)]
-        else:                       # sources in reverse order within an expert
+        else:  # sources in reverse order within an expert
             src = torch.arange(ep).repeat_interleave(recv.sum(1))
             rows = rows[torch.argsort(local * ep + (ep - 1 - src), stable=True)]
     out = {"recv": recv.sum(0), "per source": recv, "sent": send.sum(0)}[sizes]
@@ -310,10 +358,17 @@ def dropless_world_size(x, experts, num_experts, group=None):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("fn, words", [
-    (dropless_source_major, "grouped by source rank"), (dropless_sizes_per_source, "sum them"),
-    (dropless_sizes_sent, "SENDS"), (dropless_sizes_int32, "expected int64"),
-    (dropless_token_major, "token-major"), (dropless_sources_reversed, "not in source order"),
-    (dropless_world_size, "not the whole world")])
+@pytest.mark.parametrize(
+    "fn, words",
+    [
+        (dropless_source_major, "grouped by source rank"),
+        (dropless_sizes_per_source, "sum them"),
+        (dropless_sizes_sent, "SENDS"),
+        (dropless_sizes_int32, "expected int64"),
+        (dropless_token_major, "token-major"),
+        (dropless_sources_reversed, "not in source order"),
+        (dropless_world_size, "not the whole world"),
+    ],
+)
 def test_dropless_mistakes_are_named(fn, words, capsys):
     assert words in _fail("dropless_dispatch", fn, capsys)

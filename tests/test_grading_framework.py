@@ -1,4 +1,5 @@
 """The exercise pattern itself: one source of truth, PASS lines as stored outputs, one-line FAILs."""
+
 import inspect
 import os
 import subprocess
@@ -12,8 +13,17 @@ import pytest
 
 from minipar import grading
 from minipar.grading import GradeFailure, check, close, close_number, reason_for, task
-from minipar.grading.notebooks import (CHECK_MARK, build, expected_tasks, graded_copy,
-                                       main as build_main, scripts, starter_path)
+from minipar.grading.notebooks import (
+    CHECK_MARK,
+    build,
+    expected_tasks,
+    graded_copy,
+    scripts,
+    starter_path,
+)
+from minipar.grading.notebooks import (
+    main as build_main,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -34,13 +44,16 @@ def test_check_prints_one_deterministic_line(capsys):
     assert capsys.readouterr().out == "PASS selftest.double: double(x) returns 2x for several x\n"
 
 
-@pytest.mark.parametrize("candidate, reason", [
-    (lambda x: 3 * x, "too large"),
-    (lambda x: x, "too small"),
-    (lambda x: "two", "expected a number"),
-    (lambda x: 1 / 0, "ZeroDivisionError"),
-    (lambda x: (_ for _ in ()).throw(NotImplementedError()), "not implemented yet"),
-])
+@pytest.mark.parametrize(
+    "candidate, reason",
+    [
+        (lambda x: 3 * x, "too large"),
+        (lambda x: x, "too small"),
+        (lambda x: "two", "expected a number"),
+        (lambda x: 1 / 0, "ZeroDivisionError"),
+        (lambda x: (_ for _ in ()).throw(NotImplementedError()), "not implemented yet"),
+    ],
+)
 def test_wrong_answers_get_one_line_reasons(capsys, candidate, reason):
     assert not check("selftest.double", candidate)
     out = capsys.readouterr().out
@@ -52,23 +65,26 @@ def test_candidate_output_is_swallowed(capsys):
     def noisy(x):
         print("debug output")
         return 2 * x
+
     check("selftest.double", noisy)
     assert "debug" not in capsys.readouterr().out
 
 
 def test_close_reports_shape_mismatch():
     import torch
+
     with pytest.raises(GradeFailure, match=r"shape \(2,\), expected \(3,\)"):
         close(torch.zeros(2), torch.zeros(3), "out")
 
 
 def test_reason_for_rank_error():
     from minipar.runtime.launch import RankError
+
     e = RankError(2, "ValueError: bad\nmore", "tb")
     assert reason_for(e) == "your code raised on rank 2: ValueError: bad more"
 
 
-SOURCE = textwrap.dedent('''\
+SOURCE = textwrap.dedent("""\
     # %% [markdown]
     # # Double it
     # Write `double`.
@@ -84,7 +100,7 @@ SOURCE = textwrap.dedent('''\
     import test_grading_framework
     from minipar.grading import check
     check("selftest.double", double)
-''')
+""")
 
 
 def _write_exercise(tmp_path):
@@ -97,20 +113,25 @@ def _write_exercise(tmp_path):
 def test_starter_and_solution_from_one_source(tmp_path):
     sol = _write_exercise(tmp_path)
     starter, solved = build(sol, solved=False), build(sol, solved=True)
-    code = lambda nb: "\n".join(c.source for c in nb.cells if c.cell_type == "code")  # noqa: E731
+    code = lambda nb: "\n".join(c.source for c in nb.cells if c.cell_type == "code")
     assert "raise NotImplementedError" in code(starter) and "return 2 * x" not in code(starter)
     assert "return 2 * x" in code(solved) and "BEGIN SOLUTION" not in code(solved)
     checks = [c for c in starter.cells if "check(" in c.source and c.cell_type == "code"]
     assert len(checks) == 1
-    assert all(c.get("outputs", []) == [] and c.get("execution_count") is None
-               for c in starter.cells if c.cell_type == "code"), "starters store no outputs"
+    assert all(
+        c.get("outputs", []) == [] and c.get("execution_count") is None
+        for c in starter.cells
+        if c.cell_type == "code"
+    ), "starters store no outputs"
     assert starter.metadata["minipar"]["exercise"] == "selftest/01_double"
     assert expected_tasks(sol) == ["selftest.double"]
     copy, origin = graded_copy(starter, str(tmp_path), str(tmp_path / "log"))
     marked = [c for c in copy.cells if CHECK_MARK in c.source]
     assert len(marked) == 1
     assert marked[0].outputs[0]["text"] == grading.pass_line("selftest.double") + "\n"
-    assert starter.cells[0].cell_type == "markdown" and starter.cells[0].source.startswith("# Double")
+    assert starter.cells[0].cell_type == "markdown" and starter.cells[0].source.startswith(
+        "# Double"
+    )
 
 
 @pytest.mark.slow
@@ -120,8 +141,12 @@ def test_grade_cli_scores_starter_and_solution(tmp_path):
     nbs.mkdir()
     nbformat.write(build(sol, solved=False), nbs / "01_starter.ipynb")
     nbformat.write(build(sol, solved=True), nbs / "02_solved.ipynb")
-    out = subprocess.run([sys.executable, "-m", "minipar.cli", "grade", str(nbs)],
-                         capture_output=True, text=True, timeout=600)
+    out = subprocess.run(
+        [sys.executable, "-m", "minipar.cli", "grade", str(nbs)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert "01_starter.ipynb: 0/1 passed" in out.stdout, out.stdout + out.stderr
     assert "not implemented yet" in out.stdout
     assert "02_solved.ipynb: 1/1 passed" in out.stdout
@@ -130,44 +155,53 @@ def test_grade_cli_scores_starter_and_solution(tmp_path):
 
 
 def test_grade_cli_bad_path_is_one_line():
-    out = subprocess.run([sys.executable, "-m", "minipar.cli", "grade", "no/such.ipynb"],
-                         capture_output=True, text=True, timeout=60)
+    out = subprocess.run(
+        [sys.executable, "-m", "minipar.cli", "grade", "no/such.ipynb"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert out.returncode == 2
     assert out.stderr.strip().count("\n") == 0 and "no/such.ipynb" in out.stderr
     assert "Traceback" not in out.stderr
 
 
 def test_committed_starters_are_up_to_date():
-    assert build_main(["--check"]) == 0, ("a course author rebuilds the starters with `python -m "
-                                          "minipar.grading.notebooks --force` (it overwrites "
-                                          "them) and commits them")
+    assert build_main(["--check"]) == 0, (
+        "a course author rebuilds the starters with `python -m "
+        "minipar.grading.notebooks --force` (it overwrites "
+        "them) and commits them"
+    )
     for script in scripts(ROOT / "exercises"):
         assert starter_path(script).exists()
 
 
 def _dies_on_rank_1(rank, world_size):
     import os
+
     if rank == 1:
-        os.write(2, b"native message before the abort\n")   # what a C++ library prints
-        os.abort()                                            # the learner's fatal line
+        os.write(2, b"native message before the abort\n")  # what a C++ library prints
+        os.abort()  # the learner's fatal line
     return rank
 
 
 def _deadlocks(rank, world_size):
     import torch
     import torch.distributed as dist
+
     x = torch.ones(3)
     if rank == 0:
-        dist.recv(x, src=1)                 # rank 1 never sends
+        dist.recv(x, src=1)  # rank 1 never sends
     else:
-        dist.all_reduce(x)                  # and rank 0 never joins
+        dist.all_reduce(x)  # and rank 0 never joins
     return rank
 
 
 def _loops_on_rank_1(rank, world_size):
     import torch.distributed as dist
+
     n = 0
-    while rank == 1:                        # never ends
+    while rank == 1:  # never ends
         n += 1
     dist.barrier()
     return n
@@ -176,11 +210,13 @@ def _loops_on_rank_1(rank, world_size):
 @pytest.mark.slow
 def test_reason_for_a_rank_that_died_shows_its_stderr_tail_and_line():
     from minipar.grading import RankFailure, run_ranks
+
     with pytest.raises(RankFailure) as info:
         run_ranks(_dies_on_rank_1, 2)
     reason = str(info.value)
-    assert reason.startswith("rank 1 died (killed by signal 6 (SIGABRT)) without a Python "
-                             "exception at line"), reason
+    assert reason.startswith(
+        "rank 1 died (killed by signal 6 (SIGABRT)) without a Python exception at line"
+    ), reason
     assert "of _dies_on_rank_1: os.abort()" in reason
     assert "native message before the abort | Fatal Python error: Aborted" in reason
     assert "Extension modules" not in reason and "\n" not in reason
@@ -193,6 +229,7 @@ def test_deadlock_is_reported_with_every_ranks_line_without_a_wall_clock_budget(
     import time
 
     from minipar.grading import LimitExceeded, limits, run_ranks
+
     if "MINIPAR_GRADE_STALL_S" not in os.environ:
         assert limits.STALL_S == 10.0, "the production stall window is 10 s (limits.py)"
     t = time.monotonic()
@@ -201,25 +238,35 @@ def test_deadlock_is_reported_with_every_ranks_line_without_a_wall_clock_budget(
     waited = time.monotonic() - t
     reason = str(info.value)
     assert info.value.kind == "deadlock", reason
-    assert reason.startswith(f"deadlock on 3 ranks: for {limits.STALL_S:g} s no rank made "
-                             "progress"), reason
+    assert reason.startswith(
+        f"deadlock on 3 ranks: for {limits.STALL_S:g} s no rank made progress"
+    ), reason
     parts = reason.split("using no CPU): ", 1)[1].split(" -- ")[0].split("; ")
     assert len(parts) == 3, reason
-    for part, (rank, code, op) in zip(parts, [(0, "dist.recv(x, src=1)", "recv"),
-                                              (1, "dist.all_reduce(x)", "all_reduce"),
-                                              (2, "dist.all_reduce(x)", "all_reduce")]):
-        assert part.startswith(f"rank {rank} waiting at line ") and code in part \
-            and part.endswith(f"(in {op})"), part
+    for part, (rank, code, op) in zip(
+        parts,
+        [
+            (0, "dist.recv(x, src=1)", "recv"),
+            (1, "dist.all_reduce(x)", "all_reduce"),
+            (2, "dist.all_reduce(x)", "all_reduce"),
+        ],
+    ):
+        assert (
+            part.startswith(f"rank {rank} waiting at line ")
+            and code in part
+            and part.endswith(f"(in {op})")
+        ), part
     assert waited >= limits.STALL_S, "stopped before the ranks were idle for STALL_S"
     # (how soon after: STALL_S plus the abort; not asserted, a busy machine may take longer)
 
 
 @pytest.mark.slow
 def test_endless_loop_is_stopped_by_cpu_time_and_named(monkeypatch):
-    from minipar.grading import LimitExceeded, limits, run_ranks
     import re
 
-    monkeypatch.setattr(limits, "CPU_LIMIT", 4.0)     # CPU-seconds; the default is 60
+    from minipar.grading import LimitExceeded, limits, run_ranks
+
+    monkeypatch.setattr(limits, "CPU_LIMIT", 4.0)  # CPU-seconds; the default is 60
     # _loops_on_rank_1 goes by value (see the top of this module): its ranks spend the 4 CPU-s
     # in the loop, not in importing this test module
     with pytest.raises(LimitExceeded) as info:
@@ -228,10 +275,15 @@ def test_endless_loop_is_stopped_by_cpu_time_and_named(monkeypatch):
     assert info.value.kind == "endless loop", reason
     looping = re.split(r"rank 1 \([0-9.]+ CPU-s, ", reason, maxsplit=1)[1].split(")", 1)[0]
     first = _loops_on_rank_1.__code__.co_firstlineno
-    loop = first + next(i for i, ln in enumerate(inspect.getsource(_loops_on_rank_1).splitlines())
-                        if "while rank == 1:" in ln)
-    assert looping in (f"line {loop} of _loops_on_rank_1: while rank == 1:",
-                       f"line {loop + 1} of _loops_on_rank_1: n += 1"), reason
+    loop = first + next(
+        i
+        for i, ln in enumerate(inspect.getsource(_loops_on_rank_1).splitlines())
+        if "while rank == 1:" in ln
+    )
+    assert looping in (
+        f"line {loop} of _loops_on_rank_1: while rank == 1:",
+        f"line {loop + 1} of _loops_on_rank_1: n += 1",
+    ), reason
     assert "rank 0 waiting at line" in reason and "dist.barrier()" in reason
 
 
@@ -242,34 +294,42 @@ def _check_sleepy(candidate):
 
 def test_in_process_limit_counts_cpu_time_not_waiting(capsys):
     import time
-    assert check("selftest.sleepy", lambda: time.sleep(1.5), time_limit_s=0.5), \
+
+    assert check("selftest.sleepy", lambda: time.sleep(1.5), time_limit_s=0.5), (
         "1.5 s of waiting is 0 CPU-seconds: under a 0.5 CPU-s limit"
+    )
+
     def spin():
         while True:
             pass
+
     assert not check("selftest.sleepy", spin, time_limit_s=0.5)
-    assert "stopped after 0.5 CPU-seconds: your code was still computing" in \
-        capsys.readouterr().out
+    assert "stopped after 0.5 CPU-seconds: your code was still computing" in capsys.readouterr().out
     assert not check("selftest.sleepy", lambda: time.sleep(3600), time_limit_s=0.2)
-    assert "stopped after 2 s of waiting: your code was still running (a wait that never " \
-        "ends?)" in capsys.readouterr().out, "a wait is stopped by the wall backstop, 10x"
+    assert (
+        "stopped after 2 s of waiting: your code was still running (a wait that never "
+        "ends?)" in capsys.readouterr().out
+    ), "a wait is stopped by the wall backstop, 10x"
 
 
 def test_reasons_are_one_line_and_cut_only_a_learners_long_message_at_a_word():
-    long_words = " ".join(f"word{i}" for i in range(400))              # ~3600 characters
+    long_words = " ".join(f"word{i}" for i in range(400))  # ~3600 characters
     reason = reason_for(ValueError(long_words + "\nsecond line"))
     assert "\n" not in reason and len(reason) < 600, reason
     kept = reason.split("ValueError: ", 1)[1].split(" … (")[0]
     assert long_words.startswith(kept + " "), "cut between words, never inside one"
     assert reason.endswith("more characters)"), reason
-    groups = str([[r, r + 1] for r in range(0, 400, 2)])              # a checker's own list
-    assert reason_for(GradeFailure(f"groups {groups}\nshould be {groups}")) == \
-        f"groups {groups} should be {groups}", "a checker's reason is never cut"
+    groups = str([[r, r + 1] for r in range(0, 400, 2)])  # a checker's own list
+    assert (
+        reason_for(GradeFailure(f"groups {groups}\nshould be {groups}"))
+        == f"groups {groups} should be {groups}"
+    ), "a checker's reason is never cut"
 
 
 def test_reason_for_names_the_learners_line():
     def learner(x):
-        return x.nope                      # the learner's own line
+        return x.nope  # the learner's own line
+
     try:
         learner(3)
     except AttributeError as e:

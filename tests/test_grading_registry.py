@@ -1,5 +1,6 @@
 """get_task says what failed: an unknown task is "unknown", a grader that exists but cannot be
 imported names its module and the error (it used to be reported as an unknown task)."""
+
 import sys
 
 import pytest
@@ -28,6 +29,7 @@ def test_a_grader_that_fails_to_import_says_why(tmp_path, monkeypatch):
     (pkg / "broken_syntax.py").write_text("def f(:\n")
     monkeypatch.syspath_prepend(str(pkg))
     import minipar.grading as grading
+
     monkeypatch.setattr(grading, "__path__", [str(pkg), *grading.__path__])
     for name in ("broken_dep", "broken_syntax"):
         sys.modules.pop(f"minipar.grading.{name}", None)
@@ -37,6 +39,6 @@ def test_a_grader_that_fails_to_import_says_why(tmp_path, monkeypatch):
     assert "No module named 'no_such_dependency_of_minipar'" in str(e.value)
     with pytest.raises(GraderImportError, match=r"broken_syntax failed to import \(SyntaxError"):
         get_task("broken_syntax.anything")
-    assert isinstance(e.value, KeyError)        # callers that report unknown tasks report it
+    assert isinstance(e.value, KeyError)  # callers that report unknown tasks report it
     assert "unknown" not in str(e.value)
     assert registry._TASKS.get("broken_dep.anything") is None

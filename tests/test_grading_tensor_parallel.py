@@ -4,6 +4,7 @@ as a learner would, without the solution) fail with a reason that names their mi
 Exercises 2-4 tell the learner to use the course's f and g (``minipar.tensor_parallel``); the
 wrong answers do the same there, and nothing else from the course, except the ones that test
 the course-code rule."""
+
 import importlib
 import sys
 
@@ -13,11 +14,11 @@ import torch
 import torch.distributed as dist
 import torch.nn as nn
 import torch.nn.functional as F
-
 from grading_support import exercise_function, failure
+
+import minipar.tensor_parallel as tp
 from minipar.grading import check
 from minipar.grading.imports import find_course_use, forbid_course_code
-import minipar.tensor_parallel as tp
 from minipar.tensor_parallel import copy_to_tp_region, reduce_from_tp_region
 
 _F_AND_G = ("copy_to_tp_region", "reduce_from_tp_region")
@@ -25,12 +26,16 @@ _F_AND_G = ("copy_to_tp_region", "reduce_from_tp_region")
 # there (pytest, the grading helpers) would cost each rank seconds
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
 
-TASKS = {"copy_to_tp_region": ("01_f_and_g", "copy_to_tp_region"),
-         "reduce_from_tp_region": ("01_f_and_g", "reduce_from_tp_region"),
-         "column_row_mlp": ("02_column_row_mlp", "ParallelMLP"),
-         "vocab_parallel_cross_entropy": ("03_vocab_parallel_cross_entropy",
-                                          "vocab_parallel_cross_entropy"),
-         "sp_layernorm": ("04_sequence_parallel_layernorm", "SPLayerNorm")}
+TASKS = {
+    "copy_to_tp_region": ("01_f_and_g", "copy_to_tp_region"),
+    "reduce_from_tp_region": ("01_f_and_g", "reduce_from_tp_region"),
+    "column_row_mlp": ("02_column_row_mlp", "ParallelMLP"),
+    "vocab_parallel_cross_entropy": (
+        "03_vocab_parallel_cross_entropy",
+        "vocab_parallel_cross_entropy",
+    ),
+    "sp_layernorm": ("04_sequence_parallel_layernorm", "SPLayerNorm"),
+}
 
 
 def _fn(name, solved):
@@ -53,32 +58,39 @@ def test_the_course_code_rule_without_ranks():
     from minipar.grading import GradeFailure
 
     def helper(x):
-        from minipar.tensor_parallel import ColumnParallelLinear      # noqa: F401
+        from minipar.tensor_parallel import ColumnParallelLinear
+
         return ColumnParallelLinear
 
     def uses_helper(x, group=None):
         return helper(x)
 
-    with pytest.raises(GradeFailure, match=r"course's own minipar.tensor_parallel.mappings "
-                                           r"\(copy_to_tp_region\)"):
+    with pytest.raises(
+        GradeFailure,
+        match=r"course's own minipar.tensor_parallel.mappings "
+        r"\(copy_to_tp_region\)",
+    ):
         forbid_course_code(copy_to_tp_region, "tensor_parallel")
     assert find_course_use(MLPWithoutF, ("minipar.tensor_parallel",), allow=_F_AND_G) is None
-    assert find_course_use(uses_helper, ("minipar.tensor_parallel",)) == \
-        "minipar.tensor_parallel.layers (ColumnParallelLinear)"       # an import in a helper
-    assert "minipar.tensor_parallel" in find_course_use(MLPFromCourse,
-                                                        ("minipar.tensor_parallel",))
+    assert (
+        find_course_use(uses_helper, ("minipar.tensor_parallel",))
+        == "minipar.tensor_parallel.layers (ColumnParallelLinear)"
+    )  # an import in a helper
+    assert "minipar.tensor_parallel" in find_course_use(MLPFromCourse, ("minipar.tensor_parallel",))
 
-    class OwnShard(nn.Module):         # its own attribute is named like the course's tp.shard
+    class OwnShard(nn.Module):  # its own attribute is named like the course's tp.shard
         def forward(self, x):
             return tp.copy_to_tp_region(self.shard(x))
 
-    class CourseShard(nn.Module):      # the negative control: the course's own tp.shard
+    class CourseShard(nn.Module):  # the negative control: the course's own tp.shard
         def forward(self, x):
             return tp.copy_to_tp_region(tp.shard(x, 0, 0, 2))
 
     assert find_course_use(OwnShard, ("minipar.tensor_parallel",), allow=_F_AND_G) is None
-    assert find_course_use(CourseShard, ("minipar.tensor_parallel",), allow=_F_AND_G) == \
-        "minipar.tensor_parallel.layers (shard)"
+    assert (
+        find_course_use(CourseShard, ("minipar.tensor_parallel",), allow=_F_AND_G)
+        == "minipar.tensor_parallel.layers (shard)"
+    )
 
 
 # ------------------------------------------------------------------ 01 f and g
@@ -134,7 +146,7 @@ class FIgnoresGroup(torch.autograd.Function):
         if dist.get_world_size(ctx.group) == 1:
             return grad, None
         grad = grad.clone()
-        dist.all_reduce(grad)                                # no group=
+        dist.all_reduce(grad)  # no group=
         return grad, None
 
 
@@ -163,7 +175,7 @@ class GReducingBackward(torch.autograd.Function):
 class GInPlace(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, group):
-        dist.all_reduce(x, group=group)                      # the caller's tensor changes
+        dist.all_reduce(x, group=group)  # the caller's tensor changes
         return x.clone()
 
     @staticmethod
@@ -175,7 +187,7 @@ class GIgnoresGroup(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, group):
         x = x.clone()
-        dist.all_reduce(x)                                   # no group=
+        dist.all_reduce(x)  # no group=
         return x
 
     @staticmethod
@@ -185,11 +197,12 @@ class GIgnoresGroup(torch.autograd.Function):
 
 class GFloat32(torch.autograd.Function):
     """Right sum, wrong type: the exercise's tensors are float64 and g must keep the dtype."""
+
     @staticmethod
     def forward(ctx, x, group):
         x = x.clone()
         dist.all_reduce(x, group=group)
-        return x.float()                                     # float64 in, float32 out
+        return x.float()  # float64 in, float32 out
 
     @staticmethod
     def backward(ctx, grad):
@@ -198,10 +211,11 @@ class GFloat32(torch.autograd.Function):
 
 class FBatched(torch.autograd.Function):
     """Right values and gradient, wrong shape: a batch dimension added in forward."""
+
     @staticmethod
     def forward(ctx, x, group):
         ctx.group = group
-        return x.unsqueeze(0).clone()                        # (4, 6) -> (1, 4, 6)
+        return x.unsqueeze(0).clone()  # (4, 6) -> (1, 4, 6)
 
     @staticmethod
     def backward(ctx, grad):
@@ -213,6 +227,7 @@ class FBatched(torch.autograd.Function):
 def _wrap(fn_cls):
     def op(x, group=None):
         return fn_cls.apply(x, group)
+
     return op
 
 
@@ -222,31 +237,47 @@ def f_from_the_course(x, group=None):
 
 def g_via_importlib(x, group=None):
     """The course's g reached without an import statement: only the rank-side watch sees it."""
-    return getattr(importlib.import_module("minipar.tensor_parallel.mappings"),
-                   "reduce_from_tp_region")(x, group)
+    return importlib.import_module("minipar.tensor_parallel.mappings").reduce_from_tp_region(
+        x, group
+    )
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("task, fn, reason", [
-    ("copy_to_tp_region", _wrap(FNoAllReduce), "this rank's own partial gradient"),
-    ("copy_to_tp_region", _wrap(FMean), "MEAN over the 3 ranks"),
-    ("copy_to_tp_region", _wrap(FReducingForward), "forward all-reduced x"),
-    ("copy_to_tp_region", _wrap(FIgnoresGroup),
-     "2 × 2 grid, rank 0 (rank 0 of group [0, 1]): f's backward summed over all 4 ranks of the "
-     "world, not over its group [0, 1]"),
-    ("copy_to_tp_region", f_from_the_course,
-     "course's own minipar.tensor_parallel.mappings (copy_to_tp_region)"),
-    ("reduce_from_tp_region", _wrap(GIdentityForward), "returned this rank's partial result"),
-    ("reduce_from_tp_region", _wrap(GReducingBackward), "3 times too large"),
-    ("reduce_from_tp_region", _wrap(GInPlace), "reduced its input in place"),
-    ("reduce_from_tp_region", _wrap(GIgnoresGroup),
-     "TP groups {0}, {1} and {2} of 3 ranks, rank 0 (rank 0 of group [0]): g's forward summed "
-     "over all 3 ranks of the world, not over its group [0]"),
-    ("reduce_from_tp_region", _wrap(GFloat32), "dtype float32, expected float64"),
-    ("copy_to_tp_region", _wrap(FBatched), "shape (1, 4, 6), expected (4, 6)"),
-    ("reduce_from_tp_region", g_via_importlib,
-     "course's own minipar.tensor_parallel.mappings (reduce_from_tp_region)"),
-])
+@pytest.mark.parametrize(
+    "task, fn, reason",
+    [
+        ("copy_to_tp_region", _wrap(FNoAllReduce), "this rank's own partial gradient"),
+        ("copy_to_tp_region", _wrap(FMean), "MEAN over the 3 ranks"),
+        ("copy_to_tp_region", _wrap(FReducingForward), "forward all-reduced x"),
+        (
+            "copy_to_tp_region",
+            _wrap(FIgnoresGroup),
+            "2 × 2 grid, rank 0 (rank 0 of group [0, 1]): f's backward summed over all 4 ranks of the "
+            "world, not over its group [0, 1]",
+        ),
+        (
+            "copy_to_tp_region",
+            f_from_the_course,
+            "course's own minipar.tensor_parallel.mappings (copy_to_tp_region)",
+        ),
+        ("reduce_from_tp_region", _wrap(GIdentityForward), "returned this rank's partial result"),
+        ("reduce_from_tp_region", _wrap(GReducingBackward), "3 times too large"),
+        ("reduce_from_tp_region", _wrap(GInPlace), "reduced its input in place"),
+        (
+            "reduce_from_tp_region",
+            _wrap(GIgnoresGroup),
+            "TP groups {0}, {1} and {2} of 3 ranks, rank 0 (rank 0 of group [0]): g's forward summed "
+            "over all 3 ranks of the world, not over its group [0]",
+        ),
+        ("reduce_from_tp_region", _wrap(GFloat32), "dtype float32, expected float64"),
+        ("copy_to_tp_region", _wrap(FBatched), "shape (1, 4, 6), expected (4, 6)"),
+        (
+            "reduce_from_tp_region",
+            g_via_importlib,
+            "course's own minipar.tensor_parallel.mappings (reduce_from_tp_region)",
+        ),
+    ],
+)
 def test_f_and_g_mistakes(task, fn, reason, capsys):
     line = failure(f"tensor_parallel.{task}", fn, capsys)
     assert reason in line, line
@@ -261,9 +292,9 @@ class _Sharded(nn.Module):
         t, r = dist.get_world_size(group), dist.get_rank(group)
         n = fc1.out_features // t
         self.group = group
-        self.w1 = nn.Parameter(fc1.weight.data[r * n:(r + 1) * n].clone())
-        self.b1 = nn.Parameter(fc1.bias.data[r * n:(r + 1) * n].clone())
-        self.w2 = nn.Parameter(fc2.weight.data[:, r * n:(r + 1) * n].clone())
+        self.w1 = nn.Parameter(fc1.weight.data[r * n : (r + 1) * n].clone())
+        self.b1 = nn.Parameter(fc1.bias.data[r * n : (r + 1) * n].clone())
+        self.w2 = nn.Parameter(fc2.weight.data[:, r * n : (r + 1) * n].clone())
         self.b2 = nn.Parameter(fc2.bias.data.clone())
 
     def forward(self, x):
@@ -302,7 +333,7 @@ class MLPWrongSlice(_Sharded):
         t, r = dist.get_world_size(group), dist.get_rank(group)
         n = fc1.out_features // t
         r = (r + 1) % t
-        self.w2 = nn.Parameter(fc2.weight.data[:, r * n:(r + 1) * n].clone())
+        self.w2 = nn.Parameter(fc2.weight.data[:, r * n : (r + 1) * n].clone())
 
 
 class MLPViews(_Sharded):
@@ -313,8 +344,8 @@ class MLPViews(_Sharded):
         super().__init__(fc1, fc2, group)
         t, r = dist.get_world_size(group), dist.get_rank(group)
         n = fc1.out_features // t
-        self.w1 = nn.Parameter(fc1.weight.data[r * n:(r + 1) * n])       # a view, no copy
-        self.b1 = nn.Parameter(fc1.bias.data[r * n:(r + 1) * n])
+        self.w1 = nn.Parameter(fc1.weight.data[r * n : (r + 1) * n])  # a view, no copy
+        self.b1 = nn.Parameter(fc1.bias.data[r * n : (r + 1) * n])
 
 
 class MLPGlobalRank(_Sharded):
@@ -325,9 +356,9 @@ class MLPGlobalRank(_Sharded):
         t, r = dist.get_world_size(), dist.get_rank()
         n = fc1.out_features // t
         self.group = group
-        self.w1 = nn.Parameter(fc1.weight.data[r * n:(r + 1) * n].clone())
-        self.b1 = nn.Parameter(fc1.bias.data[r * n:(r + 1) * n].clone())
-        self.w2 = nn.Parameter(fc2.weight.data[:, r * n:(r + 1) * n].clone())
+        self.w1 = nn.Parameter(fc1.weight.data[r * n : (r + 1) * n].clone())
+        self.b1 = nn.Parameter(fc1.bias.data[r * n : (r + 1) * n].clone())
+        self.w2 = nn.Parameter(fc2.weight.data[:, r * n : (r + 1) * n].clone())
         self.b2 = nn.Parameter(fc2.bias.data.clone())
 
 
@@ -335,6 +366,7 @@ class MLPFromCourse(nn.Module):
     def __init__(self, fc1, fc2, group=None):
         super().__init__()
         from minipar.tensor_parallel import ColumnParallelLinear, RowParallelLinear
+
         t, r = dist.get_world_size(group), dist.get_rank(group)
         self.fc1 = ColumnParallelLinear(fc1.in_features, fc1.out_features, group=group)
         self.fc2 = RowParallelLinear(fc2.in_features, fc2.out_features, group=group)
@@ -345,16 +377,22 @@ class MLPFromCourse(nn.Module):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("cls, reason", [
-    (MLPBiasPerRank, "(t−1)·bias"),
-    (MLPWithoutF, "put f (copy_to_tp_region) before fc1"),
-    (MLPReplicated, "the whole MLP"),
-    (MLPWrongSlice, "output differs from the unsharded MLP"),
-    (MLPViews, "parameter w1 [16, 12] uses 1536 bytes but keeps a storage of 4608 bytes alive: "
-               "it is a view of the full weight"),
-    (MLPGlobalRank, "rank 0 (rank 0 of group [0]): output differs from the unsharded MLP"),
-    (MLPFromCourse, "course's own minipar.tensor_parallel.layers"),
-])
+@pytest.mark.parametrize(
+    "cls, reason",
+    [
+        (MLPBiasPerRank, "(t−1)·bias"),
+        (MLPWithoutF, "put f (copy_to_tp_region) before fc1"),
+        (MLPReplicated, "the whole MLP"),
+        (MLPWrongSlice, "output differs from the unsharded MLP"),
+        (
+            MLPViews,
+            "parameter w1 [16, 12] uses 1536 bytes but keeps a storage of 4608 bytes alive: "
+            "it is a view of the full weight",
+        ),
+        (MLPGlobalRank, "rank 0 (rank 0 of group [0]): output differs from the unsharded MLP"),
+        (MLPFromCourse, "course's own minipar.tensor_parallel.layers"),
+    ],
+)
 def test_mlp_mistakes(cls, reason, capsys):
     line = failure("tensor_parallel.column_row_mlp", cls, capsys)
     assert reason in line, line
@@ -377,16 +415,28 @@ def ce_no_max(local_logits, target, group=None):
 
 def ce_local_max(local_logits, target, group=None):
     lo, per = _lo_per(local_logits, group)
-    z = local_logits - local_logits.max(1, keepdim=True).values.detach()   # not all-reduced
+    z = local_logits - local_logits.max(1, keepdim=True).values.detach()  # not all-reduced
     mine = (target >= lo) & (target < lo + per)
     idx = torch.where(mine, target - lo, torch.zeros_like(target))
     picked = z.gather(1, idx[:, None])[:, 0] * mine
-    return (reduce_from_tp_region(z.exp().sum(1), group).log()
-            - reduce_from_tp_region(picked, group)).mean()
+    return (
+        reduce_from_tp_region(z.exp().sum(1), group).log() - reduce_from_tp_region(picked, group)
+    ).mean()
 
 
-def _good_ce(local_logits, target, group=None, *, own=None, clamp=False, reduce_sum=True,
-             reduce_pick=True, detach=True, mean=True, start=None):
+def _good_ce(
+    local_logits,
+    target,
+    group=None,
+    *,
+    own=None,
+    clamp=False,
+    reduce_sum=True,
+    reduce_pick=True,
+    detach=True,
+    mean=True,
+    start=None,
+):
     """A learner's cross-entropy, written from the four steps of the exercise, with one of the
     mistakes below switched on."""
     lo, per = _lo_per(local_logits, group)
@@ -417,14 +467,16 @@ def ce_unmasked(local_logits, target, group=None):
 def ce_boundary_twice(local_logits, target, group=None):
     """The issue's off-by-one: 'hi' is the next shard's first id and the test is target <= hi
     (indices clamped, so nothing raises)."""
-    return _good_ce(local_logits, target, group, clamp=True,
-                    own=lambda t, lo, per: (t >= lo) & (t <= lo + per))
+    return _good_ce(
+        local_logits, target, group, clamp=True, own=lambda t, lo, per: (t >= lo) & (t <= lo + per)
+    )
 
 
 def ce_boundary_missed(local_logits, target, group=None):
     """hi taken as the last id, but the test is target < hi: each shard's last id is lost."""
-    return _good_ce(local_logits, target, group,
-                    own=lambda t, lo, per: (t >= lo) & (t < lo + per - 1))
+    return _good_ce(
+        local_logits, target, group, own=lambda t, lo, per: (t >= lo) & (t < lo + per - 1)
+    )
 
 
 def ce_boundary_index_error(local_logits, target, group=None):
@@ -436,8 +488,9 @@ def ce_boundary_index_error(local_logits, target, group=None):
     outside = (target < lo) | (target > lo + per)
     local = (target - lo).masked_fill(outside, 0)
     picked = z.gather(1, local[:, None])[:, 0].masked_fill(outside, 0.0)
-    return (reduce_from_tp_region(z.exp().sum(1), group).log()
-            - reduce_from_tp_region(picked, group)).mean()
+    return (
+        reduce_from_tp_region(z.exp().sum(1), group).log() - reduce_from_tp_region(picked, group)
+    ).mean()
 
 
 def ce_sum_not_reduced(local_logits, target, group=None):
@@ -453,12 +506,12 @@ def ce_max_not_detached(local_logits, target, group=None):
 
 
 def ce_global_rank(local_logits, target, group=None):
-    return _good_ce(local_logits, target, group,
-                    start=dist.get_rank() * local_logits.shape[-1])
+    return _good_ce(local_logits, target, group, start=dist.get_rank() * local_logits.shape[-1])
 
 
 def ce_all_reduce_both_ways(local_logits, target, group=None):
     """The sums reduced with a hand-written all-reduce that also all-reduces in backward."""
+
     class AllReduce(torch.autograd.Function):
         @staticmethod
         def forward(ctx, x):
@@ -483,29 +536,43 @@ def ce_all_reduce_both_ways(local_logits, target, group=None):
 
 def ce_from_course(local_logits, target, group=None):
     from minipar.tensor_parallel import vocab_parallel_cross_entropy
+
     return vocab_parallel_cross_entropy(local_logits, target, group)
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("fn, reason", [
-    (ce_no_max, "logits of size ~1000: the loss is inf, while it was right with logits of "
-                "size ~1: exp overflows; subtract the global max"),
-    (ce_local_max, "each rank subtracted its own max"),
-    (ce_sum, "SUM over the 10 tokens"),
-    (ce_unmasked, "the target's logit was taken on every rank"),
-    (ce_boundary_twice, "token 2, target 8 (rank 1's ids 8…15 (its first id)): the target's "
-                        "logit was taken 2 times, by rank 0 (id 7), rank 1 (id 8)"),
-    (ce_boundary_missed, "token 1, target 7 (rank 0's ids 0…7 (its last id)): no rank took "
-                         "the target's logit"),
-    (ce_boundary_index_error, "out of bounds"),
-    (ce_sum_not_reduced, "the sum of exponentials is this rank's own"),
-    (ce_pick_not_reduced, "the target logit is taken on its owner only and never summed"),
-    (ce_max_not_detached, "the gradient also flows through the max"),
-    (ce_global_rank, "(the whole-world case passed; here the TP group is [1] and rank 1 is its "
-                     "rank 0"),
-    (ce_all_reduce_both_ways, "the logit gradient is 3 times too large"),
-    (ce_from_course, "course's own minipar.tensor_parallel.cross_entropy"),
-])
+@pytest.mark.parametrize(
+    "fn, reason",
+    [
+        (
+            ce_no_max,
+            "logits of size ~1000: the loss is inf, while it was right with logits of "
+            "size ~1: exp overflows; subtract the global max",
+        ),
+        (ce_local_max, "each rank subtracted its own max"),
+        (ce_sum, "SUM over the 10 tokens"),
+        (ce_unmasked, "the target's logit was taken on every rank"),
+        (
+            ce_boundary_twice,
+            "token 2, target 8 (rank 1's ids 8…15 (its first id)): the target's "
+            "logit was taken 2 times, by rank 0 (id 7), rank 1 (id 8)",
+        ),
+        (
+            ce_boundary_missed,
+            "token 1, target 7 (rank 0's ids 0…7 (its last id)): no rank took the target's logit",
+        ),
+        (ce_boundary_index_error, "out of bounds"),
+        (ce_sum_not_reduced, "the sum of exponentials is this rank's own"),
+        (ce_pick_not_reduced, "the target logit is taken on its owner only and never summed"),
+        (ce_max_not_detached, "the gradient also flows through the max"),
+        (
+            ce_global_rank,
+            "(the whole-world case passed; here the TP group is [1] and rank 1 is its rank 0",
+        ),
+        (ce_all_reduce_both_ways, "the logit gradient is 3 times too large"),
+        (ce_from_course, "course's own minipar.tensor_parallel.cross_entropy"),
+    ],
+)
 def test_cross_entropy_mistakes(fn, reason, capsys):
     line = failure("tensor_parallel.vocab_parallel_cross_entropy", fn, capsys)
     assert reason in line, line
@@ -516,6 +583,7 @@ def _sp_class(backward="reduce_scatter", finish="sum", gather_group=True):
     """A learner's region: all_gather of a list then cat; backward by reduce-scatter (all-reduce
     then slice, correct), or only slicing; finish_grads summing, averaging, the weight only,
     over the world, or nothing."""
+
     class Gather(torch.autograd.Function):
         @staticmethod
         def forward(ctx, x, group):
@@ -532,7 +600,7 @@ def _sp_class(backward="reduce_scatter", finish="sum", gather_group=True):
             if backward == "reduce_scatter":
                 grad = grad.clone()
                 dist.all_reduce(grad, group=ctx.group)
-            return grad[:, r * k:(r + 1) * k].contiguous(), None
+            return grad[:, r * k : (r + 1) * k].contiguous(), None
 
     class SP(nn.Module):
         def __init__(self, h, group=None):
@@ -548,6 +616,7 @@ def _sp_class(backward="reduce_scatter", finish="sum", gather_group=True):
                 dist.all_reduce(p.grad, group=None if finish == "world" else self.group)
                 if finish == "mean":
                     p.grad /= dist.get_world_size(self.group)
+
     return SP
 
 
@@ -565,6 +634,7 @@ def sp_from_course():
         def finish_grads(self):
             for p in self.ln.parameters():
                 dist.all_reduce(p.grad, group=self.group)
+
     return SP
 
 
@@ -575,19 +645,31 @@ def test_sp_layernorm_alternative_passes(capsys):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("cls, reason", [
-    (_sp_class(backward="slice"), "reduce-scatter (sum, then slice)"),
-    (_sp_class(finish="none"), "the layer-norm weight gradient is this rank's partial sum over "
-                               "its s/t = 2 tokens"),
-    (_sp_class(finish="weight_only"), "the layer-norm bias gradient is this rank's partial "
-                                      "sum"),
-    (_sp_class(finish="mean"), "the layer-norm weight gradient is the MEAN over the group's 3 "
-                               "ranks"),
-    (_sp_class(finish="world"), "rank 0 (rank 0 of group [0]): the layer-norm weight "
-                                "gradient is summed over all 3 ranks of the world"),
-    (_sp_class(gather_group=False), "the gathered output differs"),
-    (sp_from_course(), "course's own minipar.tensor_parallel.mappings"),
-])
+@pytest.mark.parametrize(
+    "cls, reason",
+    [
+        (_sp_class(backward="slice"), "reduce-scatter (sum, then slice)"),
+        (
+            _sp_class(finish="none"),
+            "the layer-norm weight gradient is this rank's partial sum over its s/t = 2 tokens",
+        ),
+        (
+            _sp_class(finish="weight_only"),
+            "the layer-norm bias gradient is this rank's partial sum",
+        ),
+        (
+            _sp_class(finish="mean"),
+            "the layer-norm weight gradient is the MEAN over the group's 3 ranks",
+        ),
+        (
+            _sp_class(finish="world"),
+            "rank 0 (rank 0 of group [0]): the layer-norm weight "
+            "gradient is summed over all 3 ranks of the world",
+        ),
+        (_sp_class(gather_group=False), "the gathered output differs"),
+        (sp_from_course(), "course's own minipar.tensor_parallel.mappings"),
+    ],
+)
 def test_sp_layernorm_mistakes(cls, reason, capsys):
     line = failure("tensor_parallel.sp_layernorm", cls, capsys)
     assert reason in line, line

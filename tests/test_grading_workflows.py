@@ -9,6 +9,7 @@ All notebooks go through one ``grade`` call (one pytest session). The habits' no
 part (a) of the exercise, ``params``, as the course ships it: part (b) builds torch models, which
 cost each of the 15 kernels a torch import and show nothing about a habit.
 """
+
 import json
 import os
 import shutil
@@ -26,21 +27,27 @@ from minipar.grading.notebooks import build, expected_tasks
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "exercises" / "memory_time" / "solutions" / "01_params.py"
 TASK = "memory_time.params"
-WRONG = ("def params(L, h, V, s):\n"
-         "    return L * (12 * h * h + 13 * h)        # forgot the embeddings\n")
-RIGHT = ("def params(L, h, V, s):\n"
-         "    return L * (12 * h * h + 13 * h) + (V + s) * h\n")
+WRONG = (
+    "def params(L, h, V, s):\n    return L * (12 * h * h + 13 * h)        # forgot the embeddings\n"
+)
+RIGHT = "def params(L, h, V, s):\n    return L * (12 * h * h + 13 * h) + (V + s) * h\n"
 
 
 def _part_a(script: Path) -> str:
     """The exercise's source up to its part (b): ``params`` and its check cell."""
     text, mark = script.read_text(), "**(b) Measure it.**"
     assert mark in text, f"{script.name} has no part {mark!r} any more: update _part_a"
-    return text[:text.rfind("# %%", 0, text.index(mark))]
+    return text[: text.rfind("# %%", 0, text.index(mark))]
 
 
-def _notebook(code: str | None = None, outputs: str | None = None, counts=None,
-              drop_check=False, solved=False, script: Path = SCRIPT):
+def _notebook(
+    code: str | None = None,
+    outputs: str | None = None,
+    counts=None,
+    drop_check=False,
+    solved=False,
+    script: Path = SCRIPT,
+):
     """The exercise notebook with ``params`` replaced by ``code``; the check cell's saved output
     ``outputs`` (as if it had been run); ``counts`` the saved execution counts."""
     nb = build(script, solved=solved)
@@ -60,49 +67,82 @@ def _notebook(code: str | None = None, outputs: str | None = None, counts=None,
     return nb
 
 
-FAIL_SAVED = ("FAIL memory_time.params: for L=96, h=12288, V=51200, s=2048: 1.739e+11 -- forgot "
-              "the embedding term (V + s)·h\n")
+FAIL_SAVED = (
+    "FAIL memory_time.params: for L=96, h=12288, V=51200, s=2048: 1.739e+11 -- forgot "
+    "the embedding term (V + s)·h\n"
+)
 
-CHECK_TIME_LIMIT = 1      # CPU-seconds for the kernels' in-process checks; params needs ~1e-4
-CELL_CPU_LIMIT = 10       # CPU-seconds for each graded cell (imports of minipar.grading ~1)
+CHECK_TIME_LIMIT = 1  # CPU-seconds for the kernels' in-process checks; params needs ~1e-4
+CELL_CPU_LIMIT = 10  # CPU-seconds for each graded cell (imports of minipar.grading ~1)
 
 
 def cases(script: Path) -> dict:
     """name: (notebook built from ``script``, passed, words the reason must contain)."""
-    nb = lambda code=None, **kw: _notebook(code, script=script, **kw)  # noqa: E731
+    nb = lambda code=None, **kw: _notebook(code, script=script, **kw)
     return {
         "saved_wrong_run": (nb(WRONG, outputs=FAIL_SAVED), False, "forgot the embedding"),
-        "saved_forged_pass": (nb(WRONG, outputs=pass_line(TASK) + "\n"), False,
-                              "forgot the embedding"),
+        "saved_forged_pass": (
+            nb(WRONG, outputs=pass_line(TASK) + "\n"),
+            False,
+            "forgot the embedding",
+        ),
         "cleared_wrong": (nb(WRONG), False, "forgot the embedding"),
         "fixed_not_rerun": (nb(RIGHT, outputs=FAIL_SAVED), True, ""),
         "cleared_counts_kept": (nb(RIGHT, counts=[1, 2, 3]), True, ""),
         "run_out_of_order": (nb(RIGHT, counts=[9, 2, 1]), True, ""),
-        "check_deleted": (nb(RIGHT, drop_check=True), False,
-                          "check cell for memory_time.params is missing"),
+        "check_deleted": (
+            nb(RIGHT, drop_check=True),
+            False,
+            "check cell for memory_time.params is missing",
+        ),
         "untouched_starter": (nb(), False, "not implemented yet"),
-        "syntax_error": (nb("def params(L, h, V, s):\n    return L * (12 * h * h +\n"), False,
-                         "SyntaxError"),
-        "name_error": (nb("def params(L, h, V, s):\n    return L * hh\n"), False,
-                       "NameError: name 'hh' is not defined (line 2 of params: return L * hh)"),
-        "import_error": (nb("import minipar.no_such_module\n" + RIGHT), False,
-                         "ModuleNotFoundError: No module named 'minipar.no_such_module'"),
-        "endless_loop": (nb("def params(L, h, V, s):\n    while True:\n        pass\n"), False,
-                         f"stopped after {CHECK_TIME_LIMIT} CPU-seconds: your code was still "
-                         "computing"),
-        "endless_loop_in_a_cell": (nb("while True:\n    pass\n" + RIGHT), False,
-                                   f"CheckTimeLimit: stopped after {CELL_CPU_LIMIT} "
-                                   "CPU-seconds"),
+        "syntax_error": (
+            nb("def params(L, h, V, s):\n    return L * (12 * h * h +\n"),
+            False,
+            "SyntaxError",
+        ),
+        "name_error": (
+            nb("def params(L, h, V, s):\n    return L * hh\n"),
+            False,
+            "NameError: name 'hh' is not defined (line 2 of params: return L * hh)",
+        ),
+        "import_error": (
+            nb("import minipar.no_such_module\n" + RIGHT),
+            False,
+            "ModuleNotFoundError: No module named 'minipar.no_such_module'",
+        ),
+        "endless_loop": (
+            nb("def params(L, h, V, s):\n    while True:\n        pass\n"),
+            False,
+            f"stopped after {CHECK_TIME_LIMIT} CPU-seconds: your code was still computing",
+        ),
+        "endless_loop_in_a_cell": (
+            nb("while True:\n    pass\n" + RIGHT),
+            False,
+            f"CheckTimeLimit: stopped after {CELL_CPU_LIMIT} CPU-seconds",
+        ),
         # the answer is defined before the loop, so the check passes: the stopped cell still
         # fails the task (its reason is the stop, not a PASS resting on a cut cell)
-        "stopped_cell_then_passing_check": (nb(RIGHT + "while True:\n    pass\n"), False,
-                                            "was stopped for time (CheckTimeLimit"),
-        "kernel_exits_in_a_cell": (nb("import os\nos._exit(0)\n" + RIGHT), False,
-                                   "the kernel died in cell 3 (import os) (exit code 0)"),
-        "kernel_segfaults": (nb("import ctypes\nctypes.string_at(0)\n" + RIGHT), False,
-                             "(signal 11 (SIGSEGV))"),
-        "forged_print": (nb(WRONG + f"\nprint({pass_line(TASK)!r})\n"), False,
-                         "forgot the embedding"),
+        "stopped_cell_then_passing_check": (
+            nb(RIGHT + "while True:\n    pass\n"),
+            False,
+            "was stopped for time (CheckTimeLimit",
+        ),
+        "kernel_exits_in_a_cell": (
+            nb("import os\nos._exit(0)\n" + RIGHT),
+            False,
+            "the kernel died in cell 3 (import os) (exit code 0)",
+        ),
+        "kernel_segfaults": (
+            nb("import ctypes\nctypes.string_at(0)\n" + RIGHT),
+            False,
+            "(signal 11 (SIGSEGV))",
+        ),
+        "forged_print": (
+            nb(WRONG + f"\nprint({pass_line(TASK)!r})\n"),
+            False,
+            "forgot the embedding",
+        ),
     }
 
 
@@ -122,15 +162,17 @@ def graded(tmp_path_factory):
     root = course / "learner"
     paths, table = {}, cases(script)
     for name, (nb, _, _) in table.items():
-        paths[name] = root / name / "01_params.ipynb"        # one file name in many folders
+        paths[name] = root / name / "01_params.ipynb"  # one file name in many folders
         paths[name].parent.mkdir(parents=True)
         nbformat.write(nb, paths[name])
-    renamed = root / "renamed" / "my copy of params.ipynb"    # metadata finds its exercise
+    renamed = root / "renamed" / "my copy of params.ipynb"  # metadata finds its exercise
     renamed.parent.mkdir()
     nbformat.write(_notebook(RIGHT, drop_check=True, script=script), renamed)
     paths["renamed"] = renamed
-    limits = {"MINIPAR_CHECK_TIME_LIMIT": CHECK_TIME_LIMIT,           # the kernels inherit
-              "MINIPAR_GRADE_CELL_CPU_LIMIT": CELL_CPU_LIMIT}           # them
+    limits = {
+        "MINIPAR_CHECK_TIME_LIMIT": CHECK_TIME_LIMIT,  # the kernels inherit
+        "MINIPAR_GRADE_CELL_CPU_LIMIT": CELL_CPU_LIMIT,
+    }  # them
     old = {k: os.environ.get(k) for k in limits}
     os.environ.update({k: str(v) for k, v in limits.items()})
     try:
@@ -160,10 +202,12 @@ def test_results_keyed_by_full_path_and_missing_listed(graded):
     paths, result, script, table = graded
     rows = [t for t in result["tasks"] if t["task"] == TASK]
     names = [t["notebook"] for t in rows]
-    assert len(names) == len(set(names)) == len(table) + 1     # same file name, separate rows
+    assert len(names) == len(set(names)) == len(table) + 1  # same file name, separate rows
     missing = {(m["notebook"], m["task"]) for m in result["missing"]}
-    assert missing == {(str(paths["check_deleted"].resolve()), TASK),
-                       (str(paths["renamed"].resolve()), TASK)}
+    assert missing == {
+        (str(paths["check_deleted"].resolve()), TASK),
+        (str(paths["renamed"].resolve()), TASK),
+    }
     assert sum(t["passed"] for t in rows) == sum(p for _, p, _ in table.values())
     assert result["total"] == (len(table) + 1) * len(expected_tasks(script))
 
@@ -171,15 +215,16 @@ def test_results_keyed_by_full_path_and_missing_listed(graded):
 def test_deleted_notebook_is_a_failed_task_not_a_vanished_one(tmp_path):
     chapter = tmp_path / "memory_time"
     (chapter / "solutions").mkdir(parents=True)
-    shutil.copy(SCRIPT, chapter / "solutions" / SCRIPT.name)    # the learner deleted the .ipynb
+    shutil.copy(SCRIPT, chapter / "solutions" / SCRIPT.name)  # the learner deleted the .ipynb
     result = grade([tmp_path])
     tasks = expected_tasks(SCRIPT)
     assert TASK in tasks and result["total"] == len(tasks) and result["passed"] == 0
     assert [r["task"] for r in result["tasks"]] == tasks
     for row in result["tasks"]:
         assert "01_params.ipynb is missing" in row["reason"]
-    assert result["missing"] == [{"notebook": r["notebook"], "task": r["task"]}
-                                 for r in result["tasks"]]
+    assert result["missing"] == [
+        {"notebook": r["notebook"], "task": r["task"]} for r in result["tasks"]
+    ]
 
 
 @pytest.mark.slow
@@ -187,9 +232,13 @@ def test_grade_json_cli(tmp_path):
     nb = tmp_path / "a" / "01_params.ipynb"
     nb.parent.mkdir()
     nbformat.write(_notebook(WRONG, outputs=pass_line(TASK) + "\n"), nb)
-    out = subprocess.run([sys.executable, "-m", "minipar.cli", "grade", "--json", str(nb)],
-                         capture_output=True, text=True, timeout=600)
-    assert out.returncode == 0, out.stderr        # failed tasks are the result, not an error
+    out = subprocess.run(
+        [sys.executable, "-m", "minipar.cli", "grade", "--json", str(nb)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert out.returncode == 0, out.stderr  # failed tasks are the result, not an error
     result = json.loads(out.stdout)
     assert set(result) == {"tasks", "passed", "total", "missing", "empty"}
     assert result["passed"] == 0 and result["missing"] == []
@@ -197,9 +246,12 @@ def test_grade_json_cli(tmp_path):
     (row,) = [t for t in result["tasks"] if t["task"] == TASK]
     assert set(row) == {"notebook", "task", "passed", "reason"}
     assert row["notebook"] == str(nb.resolve()) and not row["passed"]
-    bad = subprocess.run([sys.executable, "-m", "minipar.cli", "grade", "--json",
-                          str(tmp_path / "nope.ipynb")], capture_output=True, text=True,
-                         timeout=120)
+    bad = subprocess.run(
+        [sys.executable, "-m", "minipar.cli", "grade", "--json", str(tmp_path / "nope.ipynb")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert bad.returncode == 2 and "nope.ipynb" in bad.stderr and not bad.stdout
 
 
@@ -208,8 +260,13 @@ def test_table_keeps_quotes_and_full_reasons(tmp_path, capsys):
     from minipar.grading.cli import _grade
 
     reason = "this is stage 2's memory, not <class 'int'>; \"quoted\" and it doesn't stop " * 3
-    fake = {"tasks": [dict(notebook="/x/01.ipynb", task="t.x", passed=False, reason=reason)],
-            "passed": 0, "total": 1, "missing": [], "empty": []}
+    fake = {
+        "tasks": [dict(notebook="/x/01.ipynb", task="t.x", passed=False, reason=reason)],
+        "passed": 0,
+        "total": 1,
+        "missing": [],
+        "empty": [],
+    }
     real, cli.grade = cli.grade, lambda paths, timeout, progress=None: fake
     try:
         assert _grade(type("A", (), dict(paths=["x"], timeout=1, json=False))()) == 0
@@ -222,10 +279,13 @@ def test_in_process_check_is_stopped_by_the_time_limit(capsys):
     def endless(L, h, V, s):
         while True:
             pass
+
     assert not check(TASK, endless, time_limit_s=0.5)
     out = capsys.readouterr().out
-    assert out.startswith(f"FAIL {TASK}: stopped after 0.5 CPU-seconds: your code was still "
-                          "computing (an endless loop?)")
+    assert out.startswith(
+        f"FAIL {TASK}: stopped after 0.5 CPU-seconds: your code was still "
+        "computing (an endless loop?)"
+    )
 
 
 @pytest.mark.slow
@@ -234,13 +294,30 @@ def test_jupyter_front_end_runs_from_the_venv(tmp_path):
     nb = tmp_path / "01_params.ipynb"
     nbformat.write(_notebook(solved=True), nb)
     jupyter = Path(sys.executable).parent / "jupyter"
-    out = subprocess.run([str(jupyter), "nbconvert", "--to", "notebook", "--execute",
-                          "--output", "ran.ipynb", str(nb)], capture_output=True, text=True,
-                         timeout=300)
+    out = subprocess.run(
+        [
+            str(jupyter),
+            "nbconvert",
+            "--to",
+            "notebook",
+            "--execute",
+            "--output",
+            "ran.ipynb",
+            str(nb),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert out.returncode == 0, out.stderr[-2000:]
     ran = nbformat.read(tmp_path / "ran.ipynb", as_version=4)
-    printed = "".join(o.get("text", "") for c in ran.cells if c.cell_type == "code"
-                      for o in c.outputs)
+    printed = "".join(
+        o.get("text", "") for c in ran.cells if c.cell_type == "code" for o in c.outputs
+    )
     assert pass_line(TASK) in printed
-    assert subprocess.run([str(jupyter), "lab", "--version"], capture_output=True,
-                          timeout=120).returncode == 0
+    assert (
+        subprocess.run(
+            [str(jupyter), "lab", "--version"], capture_output=True, timeout=120
+        ).returncode
+        == 0
+    )

@@ -2,6 +2,7 @@
 Every rank is in exactly one group of each kind, groups have the stated sizes and strides, on
 non-powers of two too; created torch groups reduce over exactly the ranks the grid names; a
 grid with dp and cp swapped is caught by the same checks (negative control)."""
+
 import itertools
 
 import pytest
@@ -9,15 +10,31 @@ import pytest
 from minipar.grid import KINDS, Grid, new_groups
 from minipar.runtime.launch import run
 
-SHAPES = [(1, 1, 1, 1, 1), (2, 2, 2, 2, 4), (3, 1, 1, 2, 2), (1, 2, 2, 2, 2), (3, 2, 5, 3, 9),
-          (5, 3, 1, 1, 15), (2, 3, 2, 5, 6), (1, 1, 3, 4, 1)]
+SHAPES = [
+    (1, 1, 1, 1, 1),
+    (2, 2, 2, 2, 4),
+    (3, 1, 1, 2, 2),
+    (1, 2, 2, 2, 2),
+    (3, 2, 5, 3, 9),
+    (5, 3, 1, 1, 15),
+    (2, 3, 2, 5, 6),
+    (1, 1, 3, 4, 1),
+]
 
 
 def expected_sizes(g: Grid) -> dict:
     """(size of one group, number of groups) of each kind."""
     S, N = g.stage_size, g.world_size
-    return {"tp": g.t, "cp": g.cp, "dp": g.d, "dp_cp": g.d * g.cp, "pp": g.p, "ep": g.ep,
-            "edp": S // g.ep, "embedding": min(2, g.p)}, N
+    return {
+        "tp": g.t,
+        "cp": g.cp,
+        "dp": g.d,
+        "dp_cp": g.d * g.cp,
+        "pp": g.p,
+        "ep": g.ep,
+        "edp": S // g.ep,
+        "embedding": min(2, g.p),
+    }, N
 
 
 def check_partition(g: Grid, groups_of) -> list[str]:
@@ -27,8 +44,11 @@ def check_partition(g: Grid, groups_of) -> list[str]:
     for kind in KINDS:
         groups = groups_of(kind)
         members = sorted(itertools.chain(*groups))
-        everyone = list(range(N)) if kind != "embedding" else sorted(
-            r for r in range(N) if g.coord(r).pp in (0, g.p - 1))
+        everyone = (
+            list(range(N))
+            if kind != "embedding"
+            else sorted(r for r in range(N) if g.coord(r).pp in (0, g.p - 1))
+        )
         if members != everyone:
             problems.append(f"{kind}: ranks not covered exactly once")
         if any(len(x) != sizes[kind] for x in groups):
@@ -38,12 +58,18 @@ def check_partition(g: Grid, groups_of) -> list[str]:
     # what the ranks of one group share, from the coordinates
     for r in range(N):
         c = g.coord(r)
-        for kind, free in (("tp", "tp"), ("cp", "cp"), ("dp", "dp"), ("pp", "pp"),
-                           ("dp_cp", ("dp", "cp"))):
+        for kind, free in (
+            ("tp", "tp"),
+            ("cp", "cp"),
+            ("dp", "dp"),
+            ("pp", "pp"),
+            ("dp_cp", ("dp", "cp")),
+        ):
             mine = next((x for x in groups_of(kind) if r in x), [])
             fixed = [k for k in c._fields if k not in free]
-            if {tuple(getattr(g.coord(x), k) for k in fixed) for x in mine} != \
-                    {tuple(getattr(c, k) for k in fixed)}:
+            if {tuple(getattr(g.coord(x), k) for k in fixed) for x in mine} != {
+                tuple(getattr(c, k) for k in fixed)
+            }:
                 problems.append(f"{kind}: rank {r}'s group {mine} mixes other coordinates")
     return problems
 
@@ -64,9 +90,8 @@ def test_strides(d, t, p, cp, ep):
     g = Grid(d, t, p, cp, ep)
     N, S = g.world_size, g.stage_size
     assert g.strides() == {"tp": 1, "cp": t, "dp": t * cp, "pp": t * cp * d}
-    step = lambda x: {b - a for a, b in zip(x, x[1:])}             # noqa: E731
-    for kind, stride in (("tp", 1), ("cp", t), ("dp", t * cp), ("pp", S), ("ep", 1),
-                         ("edp", ep)):
+    step = lambda x: {b - a for a, b in zip(x, x[1:])}
+    for kind, stride in (("tp", 1), ("cp", t), ("dp", t * cp), ("pp", S), ("ep", 1), ("edp", ep)):
         assert all(step(x) <= {stride} for x in g.groups(kind)), kind
     # experts: ep consecutive ranks inside one stage; edp the same expert slice of the stage
     for x in g.groups("ep") + g.groups("edp"):
@@ -104,8 +129,11 @@ def test_describe_lists_coordinates_and_groups():
 def test_bad_grid_names_rule_and_value():
     with pytest.raises(ValueError, match=r"cp \(0\) must be an integer >= 1"):
         Grid(cp=0)
-    with pytest.raises(ValueError, match=r"ep \(4\) must divide the ranks of one pipeline stage, "
-                                         r"t·cp·d = 1·3·2 = 6"):
+    with pytest.raises(
+        ValueError,
+        match=r"ep \(4\) must divide the ranks of one pipeline stage, "
+        r"t·cp·d = 1·3·2 = 6",
+    ):
         Grid(d=2, cp=3, ep=4)
     with pytest.raises(ValueError, match=r"rank \(16\) must be in \[0, 16\)"):
         Grid(2, 2, 2, 2).coord(16)
@@ -121,8 +149,9 @@ def test_negative_control_dp_and_cp_swapped_is_caught():
     def swapped(kind):
         if kind in ("cp", "dp"):
             other = "dp" if kind == "cp" else "cp"
-            return g.groups(other)           # same sizes here (d = cp = 2), other ranks
+            return g.groups(other)  # same sizes here (d = cp = 2), other ranks
         return g.groups(kind)
+
     problems = check_partition(g, swapped)
     assert any(p.startswith("cp: rank 0's group [0, 4]") for p in problems), problems
 
@@ -157,6 +186,7 @@ def test_created_groups_hold_the_ranks_the_grid_names():
 
 def test_new_groups_refuses_a_world_of_the_wrong_size(monkeypatch):
     import torch.distributed as dist
+
     monkeypatch.setattr(dist, "get_world_size", lambda *a: 6)
     monkeypatch.setattr(dist, "get_rank", lambda *a: 0)
     with pytest.raises(ValueError, match=r"world size \(6\) must equal t·cp·d·p \(2·2·1·2 = 8\)"):

@@ -2,6 +2,7 @@
 the module names ``minipar.cli`` loads with importlib): no arrow from the library up to the
 command-line layer, no cycle between modules, and every arrow pointing down the layers that
 CONTRIBUTING.md describes."""
+
 import ast
 from pathlib import Path
 
@@ -40,7 +41,7 @@ def imports_of(path: Path, modules: set[str]) -> set[str]:
         elif isinstance(node, ast.ImportFrom):
             if node.level:
                 base = package.split(".")
-                base = base[:len(base) - node.level + 1]
+                base = base[: len(base) - node.level + 1]
                 mod = ".".join(base + ([node.module] if node.module else []))
             else:
                 mod = node.module or ""
@@ -49,9 +50,13 @@ def imports_of(path: Path, modules: set[str]) -> set[str]:
             for a in node.names:
                 full = f"{mod}.{a.name}"
                 add(full if full in modules else mod)
-        elif isinstance(node, ast.Constant) and isinstance(node.value, str) \
-                and node.value in modules and node.value.startswith("minipar."):
-            add(node.value)    # importlib.import_module("minipar.bench.cli") and the like
+        elif (
+            isinstance(node, ast.Constant)
+            and isinstance(node.value, str)
+            and node.value in modules
+            and node.value.startswith("minipar.")
+        ):
+            add(node.value)  # importlib.import_module("minipar.bench.cli") and the like
     return found
 
 
@@ -62,13 +67,16 @@ def graph() -> dict[str, set[str]]:
 
 
 def is_command_layer(module: str) -> bool:
-    return (module == "minipar.cli" or module.startswith("minipar.bench")
-            or module.endswith(".cli"))
+    return module == "minipar.cli" or module.startswith("minipar.bench") or module.endswith(".cli")
 
 
 def upward_arrows(g) -> set[tuple[str, str]]:
-    return {(a, b) for a, targets in g.items() for b in targets
-            if not is_command_layer(a) and is_command_layer(b)}
+    return {
+        (a, b)
+        for a, targets in g.items()
+        for b in targets
+        if not is_command_layer(a) and is_command_layer(b)
+    }
 
 
 def cycles(g) -> list[list[str]]:
@@ -95,6 +103,7 @@ def cycles(g) -> list[list[str]]:
                     break
             if len(comp) > 1:
                 out.append(sorted(comp))
+
     for v in sorted(g):
         if v not in index:
             visit(v)
@@ -118,8 +127,9 @@ def test_the_checks_see_an_upward_arrow_and_a_cycle():
     reported as upward, and with bench importing it back, as a cycle."""
     g = _without_pending(graph())
     g["minipar.pipeline_parallel.experiments"].add("minipar.bench.pipeline_parallel")
-    assert upward_arrows(g) == {("minipar.pipeline_parallel.experiments",
-                                 "minipar.bench.pipeline_parallel")}
+    assert upward_arrows(g) == {
+        ("minipar.pipeline_parallel.experiments", "minipar.bench.pipeline_parallel")
+    }
     g["minipar.bench.pipeline_parallel"].add("minipar.pipeline_parallel.experiments")
     assert ["minipar.bench.pipeline_parallel", "minipar.pipeline_parallel.experiments"] in cycles(g)
 
@@ -129,12 +139,31 @@ def test_errors_is_a_leaf():
 
 
 # ------------------------------------------------------------------ layers (CONTRIBUTING.md)
-CHAPTERS = ("collectives", "memory_time", "data_parallel", "tensor_parallel", "pipeline_parallel",
-            "context_parallel", "expert_parallel")     # in the course's order
-COMMANDS = ("minipar.cli", "minipar.bench", "minipar.cost.cli", "minipar.grading.cli",
-            "minipar.audit")
-FLOOR = ("minipar", "minipar.errors", "minipar.cost", "minipar.runtime", "minipar.dist",
-         "minipar.grid", "minipar.model")
+CHAPTERS = (
+    "collectives",
+    "memory_time",
+    "data_parallel",
+    "tensor_parallel",
+    "pipeline_parallel",
+    "context_parallel",
+    "expert_parallel",
+)  # in the course's order
+COMMANDS = (
+    "minipar.cli",
+    "minipar.bench",
+    "minipar.cost.cli",
+    "minipar.grading.cli",
+    "minipar.audit",
+)
+FLOOR = (
+    "minipar",
+    "minipar.errors",
+    "minipar.cost",
+    "minipar.runtime",
+    "minipar.dist",
+    "minipar.grid",
+    "minipar.model",
+)
 
 
 def _under(module: str, prefixes) -> bool:
@@ -179,8 +208,11 @@ def layer_violations(g) -> set[tuple[str, str]]:
                 bad.add((a, b))
             elif la == lb == 1 and _chapter_index(b) > _chapter_index(a):
                 bad.add((a, b))
-            elif (_under(a, ("minipar.cost",)) and not _under(a, COMMANDS)
-                  and not _under(b, ("minipar.cost", "minipar.errors"))):
+            elif (
+                _under(a, ("minipar.cost",))
+                and not _under(a, COMMANDS)
+                and not _under(b, ("minipar.cost", "minipar.errors"))
+            ):
                 bad.add((a, b))
     return bad
 
@@ -197,21 +229,31 @@ def test_the_layer_check_sees_arrows_that_break_the_layers():
     g["minipar.tensor_parallel.layers"].add("minipar.context_parallel.ring")
     g["minipar.cost.model"].add("minipar.runtime.tracer")
     g["minipar.runtime.launch"].add("minipar.collectives.ring")
-    assert layer_violations(g) == {("minipar.tensor_parallel.layers",
-                                    "minipar.context_parallel.ring"),
-                                   ("minipar.cost.model", "minipar.runtime.tracer"),
-                                   ("minipar.runtime.launch", "minipar.collectives.ring")}
+    assert layer_violations(g) == {
+        ("minipar.tensor_parallel.layers", "minipar.context_parallel.ring"),
+        ("minipar.cost.model", "minipar.runtime.tracer"),
+        ("minipar.runtime.launch", "minipar.collectives.ring"),
+    }
 
 
 def figures() -> dict:
     """The graph's figures: packages, layers, arrows between packages, upward arrows, cycles."""
     g = graph()
-    arrows = {(package_of(a), package_of(b)) for a, t in g.items() for b in t
-              if package_of(a) != package_of(b)}
-    return dict(modules=len(g), packages=len({package_of(m) for m in g}),
-                layers=len({layer_of(m) for m in g}), package_arrows=len(arrows),
-                upward=len(layer_violations(g)), cycles=len(cycles(g)))
+    arrows = {
+        (package_of(a), package_of(b))
+        for a, t in g.items()
+        for b in t
+        if package_of(a) != package_of(b)
+    }
+    return dict(
+        modules=len(g),
+        packages=len({package_of(m) for m in g}),
+        layers=len({layer_of(m) for m in g}),
+        package_arrows=len(arrows),
+        upward=len(layer_violations(g)),
+        cycles=len(cycles(g)),
+    )
 
 
-if __name__ == "__main__":      # python tests/test_import_graph.py: the figures for a review
+if __name__ == "__main__":  # python tests/test_import_graph.py: the figures for a review
     print(figures())

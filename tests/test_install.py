@@ -12,6 +12,7 @@
 * ``make exercises`` writes only the missing starters (``--force`` overwrites), and
   ``--check`` compares the repository's starters (git's index), not the learner's edits.
 """
+
 from __future__ import annotations
 
 import json
@@ -31,8 +32,13 @@ SCRIPT = ROOT / "exercises" / "memory_time" / "solutions" / "01_params.py"
 
 # ----------------------------------------------------------------------------- make help
 def _make_help() -> list[tuple[str, str]]:
-    out = subprocess.run(["make", "--no-print-directory", "-s", "help"], cwd=ROOT,
-                         capture_output=True, text=True, timeout=60)
+    out = subprocess.run(
+        ["make", "--no-print-directory", "-s", "help"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert out.returncode == 0, out.stderr
     rows = [re.match(r"make (\S+)\s+(.*)$", ln) for ln in out.stdout.splitlines()]
     assert all(rows), out.stdout
@@ -67,7 +73,7 @@ def test_readme_quick_start_installs_the_cpu_build_first():
     make = (ROOT / "Makefile").read_text()
     assert "CPU_INDEX := --extra-index-url https://download.pytorch.org/whl/cpu" in make
     recipe = make.split("$(STAMP):")[1].split("\n\n")[0]
-    assert "$(TORCH_INDEX)" in recipe and "$(CPU_INDEX)" in recipe   # given, else CPU unless local
+    assert "$(TORCH_INDEX)" in recipe and "$(CPU_INDEX)" in recipe  # given, else CPU unless local
     assert 'TORCH_INDEX="${TORCH_INDEX-}"' in (ROOT / ".ci" / "run").read_text()
 
 
@@ -78,8 +84,13 @@ def test_the_drift_check_sees_a_target_missing_from_the_readme():
 
 
 def _subcommands(argv) -> list[str]:
-    out = subprocess.run([sys.executable, "-m", "minipar.cli", *argv, "--help"],
-                         capture_output=True, text=True, timeout=60, cwd=ROOT)
+    out = subprocess.run(
+        [sys.executable, "-m", "minipar.cli", *argv, "--help"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=ROOT,
+    )
     assert out.returncode == 0, out.stderr
     choices = re.search(r"\{([a-z_0-9,]+)\}", out.stdout)
     return choices.group(1).split(",")
@@ -88,8 +99,9 @@ def _subcommands(argv) -> list[str]:
 def test_every_command_and_bench_is_named_in_the_readme():
     text = (ROOT / "README.md").read_text()
     for name in _subcommands([]) + _subcommands(["bench"]):
-        assert f"`{name}`" in text or f"`minipar {name}" in text or \
-            f"minipar bench\n<{name}" in text, f"README.md never names {name!r}"
+        assert (
+            f"`{name}`" in text or f"`minipar {name}" in text or f"minipar bench\n<{name}" in text
+        ), f"README.md never names {name!r}"
 
 
 def test_every_bench_with_backend_is_the_one_the_readme_names():
@@ -99,41 +111,68 @@ def test_every_bench_with_backend_is_the_one_the_readme_names():
     for name in _subcommands(["bench"]):
         if name in ("dp", "tp", "pp", "cp", "ep", "3d"):
             continue
-        out = subprocess.run([sys.executable, "-m", "minipar.cli", "bench", name, "--help"],
-                             capture_output=True, text=True, timeout=60, cwd=ROOT).stdout
+        out = subprocess.run(
+            [sys.executable, "-m", "minipar.cli", "bench", name, "--help"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            cwd=ROOT,
+        ).stdout
         assert ("--backend" in out) == (name in with_flag), name
 
 
 # ----------------------------------------------------------------------------- start-up
-HEAVY = ["nbformat", "jupyter_client", "nbval", "matplotlib", "torch", "numpy", "IPython",
-         "anywidget", "psutil"]
+HEAVY = [
+    "nbformat",
+    "jupyter_client",
+    "nbval",
+    "matplotlib",
+    "torch",
+    "numpy",
+    "IPython",
+    "anywidget",
+    "psutil",
+]
 
 
-@pytest.mark.parametrize("argv", [["--help"], ["plan", "--model", "gpt3-175b", "--gpus", "1024",
-                                                "--global-batch", "1536"], ["grade", "--help"],
-                                  ["bench", "--help"]], ids=lambda a: " ".join(a[:1]))
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["--help"],
+        ["plan", "--model", "gpt3-175b", "--gpus", "1024", "--global-batch", "1536"],
+        ["grade", "--help"],
+        ["bench", "--help"],
+    ],
+    ids=lambda a: " ".join(a[:1]),
+)
 def test_light_commands_import_no_heavy_library(argv):
-    code = ("import sys, contextlib, io\n"
-            "from minipar.cli import main\n"
-            "with contextlib.redirect_stdout(io.StringIO()):\n"
-            "    try:\n"
-            f"        main({argv!r})\n"
-            "    except SystemExit:\n"
-            "        pass\n"
-            f"print([m for m in {HEAVY!r} if m in sys.modules])\n")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                         timeout=120, cwd=ROOT)
+    code = (
+        "import sys, contextlib, io\n"
+        "from minipar.cli import main\n"
+        "with contextlib.redirect_stdout(io.StringIO()):\n"
+        "    try:\n"
+        f"        main({argv!r})\n"
+        "    except SystemExit:\n"
+        "        pass\n"
+        f"print([m for m in {HEAVY!r} if m in sys.modules])\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=ROOT
+    )
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip().splitlines()[-1] == "[]", out.stdout
 
 
 def test_the_import_check_sees_a_heavy_import():
     """Negative control: the same probe reports nbformat once the grader's work imports it."""
-    code = ("import sys\nimport minipar.grading.notebooks as n\n"
-            f"n.render(n.build({str(SCRIPT)!r}, solved=False))\n"
-            "print('nbformat' in sys.modules)")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                         timeout=120, cwd=ROOT)
+    code = (
+        "import sys\nimport minipar.grading.notebooks as n\n"
+        f"n.render(n.build({str(SCRIPT)!r}, solved=False))\n"
+        "print('nbformat' in sys.modules)"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=ROOT
+    )
     assert out.stdout.strip() == "True", out.stderr
 
 
@@ -153,10 +192,12 @@ def test_pyproject_declares_package_data_python_and_only_used_dependencies():
     assert list((ROOT / "src/minipar/cost/measurements").glob("*.json"))
     names = [re.match(r"[A-Za-z0-9_.-]+", r).group(0).lower() for r in project["dependencies"]]
     assert "numpy" not in names and "pytest-timeout" not in " ".join(
-        sum(project["optional-dependencies"].values(), []))
+        sum(project["optional-dependencies"].values(), [])
+    )
     used = " ".join(p.read_text() for p in (ROOT / "src").rglob("*.py"))
-    assert not re.search(r"^\s*(import|from) numpy", used, re.M), "numpy is imported again: " \
-                                                                   "declare it"
+    assert not re.search(r"^\s*(import|from) numpy", used, re.M), (
+        "numpy is imported again: declare it"
+    )
     assert "nbclient" in project["optional-dependencies"]["dev"]
     assert "nbclient" not in project["optional-dependencies"]["grade"]
 
@@ -170,35 +211,77 @@ def test_a_non_editable_install_plans_launches_and_draws(tmp_path):
     source.mkdir()
     for name in ("pyproject.toml", "README.md"):
         shutil.copy(ROOT / name, source / name)
-    shutil.copytree(ROOT / "src", source / "src",
-                    ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
+    shutil.copytree(
+        ROOT / "src", source / "src", ignore=shutil.ignore_patterns("__pycache__", "*.egg-info")
+    )
     target = tmp_path / "site"
-    pip = subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps",
-                          "--no-build-isolation", "--no-index", "-q", "--target", str(target),
-                          str(source)], capture_output=True, text=True, timeout=600)
+    pip = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "install",
+            "--no-deps",
+            "--no-build-isolation",
+            "--no-index",
+            "-q",
+            "--target",
+            str(target),
+            str(source),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert pip.returncode == 0, pip.stderr[-3000:]
     env = dict(os.environ, PYTHONPATH=str(target))
-    where = subprocess.run([sys.executable, "-c", "import minipar; print(minipar.__file__)"],
-                           capture_output=True, text=True, env=env, timeout=60, cwd=tmp_path)
+    where = subprocess.run(
+        [sys.executable, "-c", "import minipar; print(minipar.__file__)"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+        cwd=tmp_path,
+    )
     assert where.stdout.strip().startswith(str(target)), where
     minipar = [sys.executable, "-m", "minipar.cli"]
-    plan = subprocess.run(minipar + ["plan", "--model", "gpt3-175b", "--gpus", "64",
-                                     "--global-batch", "64", "--json"],
-                          capture_output=True, text=True, env=env, timeout=120, cwd=tmp_path)
+    plan = subprocess.run(
+        minipar
+        + ["plan", "--model", "gpt3-175b", "--gpus", "64", "--global-batch", "64", "--json"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+        cwd=tmp_path,
+    )
     assert plan.returncode == 0, plan.stderr[-2000:]
     assert json.loads(plan.stdout)
-    bench = subprocess.run(minipar + ["bench", "launch", "--ranks", "2", "--repeats", "1",
-                                      "--backend", "gloo", "--json"],
-                           capture_output=True, text=True, env=env, timeout=300, cwd=tmp_path)
+    bench = subprocess.run(
+        minipar
+        + ["bench", "launch", "--ranks", "2", "--repeats", "1", "--backend", "gloo", "--json"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+        cwd=tmp_path,
+    )
     assert bench.returncode == 0, bench.stderr[-2000:]
     assert json.loads(bench.stdout)["backend"] == "gloo"
-    code = ("from minipar.widgets import static_html, js_source\n"
-            "html = static_html('memory_time', 'memory')\n"
-            "print(len(js_source('memory_time')) > 1000 and 'mountExplorer' in html)\n"
-            "from minipar.cost import validation\n"
-            "print(validation._MEASUREMENTS.is_dir() and any(validation._MEASUREMENTS.glob('*.json')))")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
-                         timeout=120, cwd=tmp_path)
+    code = (
+        "from minipar.widgets import static_html, js_source\n"
+        "html = static_html('memory_time', 'memory')\n"
+        "print(len(js_source('memory_time')) > 1000 and 'mountExplorer' in html)\n"
+        "from minipar.cost import validation\n"
+        "print(validation._MEASUREMENTS.is_dir() and any(validation._MEASUREMENTS.glob('*.json')))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+        cwd=tmp_path,
+    )
     assert out.stdout.split() == ["True", "True"], out.stderr[-2000:]
 
 
@@ -218,11 +301,11 @@ def test_make_exercises_writes_only_missing_starters(tmp_path, monkeypatch):
     course = _course(tmp_path)
     monkeypatch.chdir(course)
     starter = course / "exercises" / "memory_time" / "01_params.ipynb"
-    assert main([]) == 0 and starter.exists()                  # missing: written
+    assert main([]) == 0 and starter.exists()  # missing: written
     mine = starter.read_text().replace("your code here", "my answer")
     starter.write_text(mine)
-    assert main([]) == 0 and starter.read_text() == mine       # the learner's work is kept
-    assert main(["--force"]) == 0 and starter.read_text() != mine   # an author's overwrite
+    assert main([]) == 0 and starter.read_text() == mine  # the learner's work is kept
+    assert main(["--force"]) == 0 and starter.read_text() != mine  # an author's overwrite
     assert main(["--bogus"]) == 2
 
 
@@ -233,8 +316,13 @@ def test_exercises_check_reads_the_repository_not_the_learners_copy(tmp_path, mo
         pytest.skip("git is not installed")
     course = _course(tmp_path)
     monkeypatch.chdir(course)
-    git = lambda *a: subprocess.run(["git", *a], cwd=course, capture_output=True,  # noqa: E731
-                                    text=True, check=True)
+    git = lambda *a: subprocess.run(
+        ["git", *a],
+        cwd=course,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     git("init", "-q")
     assert main([]) == 0
     starter = course / "exercises" / "memory_time" / "01_params.ipynb"
@@ -242,15 +330,29 @@ def test_exercises_check_reads_the_repository_not_the_learners_copy(tmp_path, mo
     assert main(["--check"]) == 0
     starter.write_text(starter.read_text().replace("your code here", "my answer"))
     assert main(["--check"]) == 0, "a learner's edit is not a stale starter"
-    git("add", str(starter))                                   # negative control: committed
+    git("add", str(starter))  # negative control: committed
     assert main(["--check"]) == 1
 
 
 # ----------------------------------------------------------------------------- notebook cache
 def _src_hash(folder: Path) -> str:
-    out = subprocess.run(["make", "-s", "--no-print-directory", "-C", str(folder), "-f",
-                          str(ROOT / "Makefile"), "--eval", "print-src-hash: ; @echo $(SRC_HASH)",
-                          "print-src-hash"], capture_output=True, text=True, timeout=60)
+    out = subprocess.run(
+        [
+            "make",
+            "-s",
+            "--no-print-directory",
+            "-C",
+            str(folder),
+            "-f",
+            str(ROOT / "Makefile"),
+            "--eval",
+            "print-src-hash: ; @echo $(SRC_HASH)",
+            "print-src-hash",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert out.returncode == 0, out.stderr
     return out.stdout.strip()
 
@@ -262,7 +364,7 @@ def test_the_book_cache_is_dropped_when_src_changes(tmp_path):
     (tmp_path / "src" / "m.py").write_text("A = 1\n")
     first = _src_hash(tmp_path)
     (tmp_path / "notes.txt").write_text("not the package\n")
-    assert _src_hash(tmp_path) == first                       # negative control
+    assert _src_hash(tmp_path) == first  # negative control
     (tmp_path / "src" / "m.py").write_text("A = 2\n")
     assert _src_hash(tmp_path) != first
     make = (ROOT / "Makefile").read_text()

@@ -1,4 +1,5 @@
 """The launcher: results in rank order, closures by value, failures and hangs, no orphans."""
+
 import os
 import subprocess
 import sys
@@ -31,6 +32,7 @@ def test_closure_and_args_by_value():
 
     def fn(rank, world_size, scale):
         return rank * scale + offset
+
     assert run(fn, 2, 100, backend="gloo") == [7, 107]
 
 
@@ -43,9 +45,11 @@ def test_prints_are_prefixed(capsys):
 def test_rank_exception_carries_traceback_and_next_call_works():
     def bad(rank, world_size):
         import torch.distributed as dist
+
         if rank == 1:
             raise ValueError("boom on purpose")
         dist.barrier()  # the others would wait forever without the launcher
+
     t0 = time.monotonic()
     with pytest.raises(RankError) as info:
         run(bad, 3, timeout=60, backend="gloo")
@@ -63,9 +67,11 @@ def test_a_failed_call_keeps_the_zygote_warm():
 
     def bad(rank, world_size):
         import torch.distributed as dist
+
         if rank == 0:
             raise KeyError("k")
         dist.barrier()
+
     before = run(lambda r, w: os.getpid(), 2, backend="gloo")
     zygote = launch._zygote.proc.pid
     with pytest.raises(RankError, match="KeyError"):
@@ -80,9 +86,11 @@ def test_hung_collective_times_out():
         import time
 
         import torch.distributed as dist
+
         if rank == 0:
             time.sleep(600)
         dist.barrier()
+
     t0 = time.monotonic()
     with pytest.raises((RankError, TimeoutError)) as info:
         run(hang, 2, timeout=3, backend="gloo")
@@ -102,6 +110,7 @@ def test_backend_choice():
     with pytest.raises(ValueError, match="backend"):
         choose_backend("mpi", 2)
     import torch
+
     if torch.cuda.device_count() < 64:
         with pytest.raises(ValueError, match="one GPU per rank"):
             choose_backend("nccl", 64)
@@ -112,8 +121,11 @@ def test_threads_follow_the_affinity_mask():
     mask = os.sched_getaffinity(0)
     os.sched_setaffinity(0, {min(mask)})
     try:
-        one_cpu = run(lambda r, w: (__import__("torch").get_num_threads(),
-                                    sorted(os.sched_getaffinity(0))), 1, backend="gloo")
+        one_cpu = run(
+            lambda r, w: (__import__("torch").get_num_threads(), sorted(os.sched_getaffinity(0))),
+            1,
+            backend="gloo",
+        )
     finally:
         os.sched_setaffinity(0, mask)
     assert one_cpu == [(1, [min(mask)])]  # the caller's mask reaches the rank too
@@ -124,29 +136,34 @@ def test_threads_follow_the_affinity_mask():
 def test_script_without_main_guard_and_no_orphans(tmp_path):
     """A plain script (no ``if __name__ == '__main__'``) works, and no worker outlives it."""
     script = tmp_path / "s.py"
-    script.write_text(textwrap.dedent("""
+    script.write_text(
+        textwrap.dedent("""
         import os
         from minipar.runtime.launch import run
         print("pids", *run(lambda r, w: os.getpid(), 2, backend="gloo"))
-    """))
-    out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
-                         timeout=120)
+    """)
+    )
+    out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     pids = [int(x) for x in out.stdout.split("pids")[1].split()]
     time.sleep(1.0)
     for pid in pids:
-        assert not os.path.exists(f"/proc/{pid}") or \
-            "zombie" in open(f"/proc/{pid}/status").read().lower(), f"worker {pid} outlived"
+        assert (
+            not os.path.exists(f"/proc/{pid}")
+            or "zombie" in open(f"/proc/{pid}/status").read().lower()
+        ), f"worker {pid} outlived"
 
 
 def test_workers_exit_when_caller_is_killed(tmp_path):
     script = tmp_path / "k.py"
-    script.write_text(textwrap.dedent("""
+    script.write_text(
+        textwrap.dedent("""
         import os, sys, time
         from minipar.runtime.launch import run
         print(*run(lambda r, w: os.getpid(), 2, backend="gloo"), flush=True)
         time.sleep(600)
-    """))
+    """)
+    )
     p = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True)
     pids = [int(x) for x in p.stdout.readline().split()]
     p.kill()
@@ -161,11 +178,13 @@ def test_a_crashing_rank_is_reported_with_its_log():
     def crash(rank, world_size):
         import os
         import sys
+
         if rank == 1:
             sys.stderr.flush()
             os.write(2, b"native message before the crash\n")
             os._exit(3)
         return rank
+
     with pytest.raises(RankError) as info:
         run(crash, 2, timeout=30, backend="gloo")
     assert info.value.rank == 1 and "exit code 3" in str(info.value)
@@ -176,11 +195,14 @@ def test_a_crashing_rank_is_reported_with_its_log():
 def test_a_stale_group_counter_cannot_split_the_rendezvous():
     """torch names the default group's store prefix after a process-wide counter. A worker whose
     counter was left behind (here on purpose) must still meet the others (it used to hang)."""
+
     def poison(rank, world_size):
         import torch.distributed as dist
+
         if rank == 0:
             dist.destroy_process_group()
             dist.distributed_c10d._world.group_count = 3
         return rank
+
     assert run(poison, 2, timeout=30, backend="gloo") == [0, 1]
     assert run(lambda r, w: r, 2, timeout=30, backend="gloo") == [0, 1]

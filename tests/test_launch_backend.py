@@ -1,12 +1,15 @@
 """One place decides the backend and the device (no ranks started: fast)."""
+
 import pytest
 import torch
 
 from minipar.runtime import device, launch
 
 
-@pytest.mark.parametrize("gpus, ranks, want", [(0, 1, "gloo"), (0, 2, "gloo"), (2, 2, "nccl"),
-                                               (3, 2, "nccl"), (2, 3, "gloo")])
+@pytest.mark.parametrize(
+    "gpus, ranks, want",
+    [(0, 1, "gloo"), (0, 2, "gloo"), (2, 2, "nccl"), (3, 2, "nccl"), (2, 3, "gloo")],
+)
 def test_auto_is_nccl_only_with_one_gpu_per_rank(monkeypatch, gpus, ranks, want):
     monkeypatch.setattr(device, "gpu_count", lambda: gpus)
     assert device.resolve_backend("auto", ranks) == want
@@ -41,4 +44,5 @@ def test_the_loopback_interface_exists_here():
     import socket
 
     from minipar.runtime import pool as _pool
+
     assert _pool.loopback_interface() in [name for _, name in socket.if_nameindex()]

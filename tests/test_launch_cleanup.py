@@ -5,6 +5,7 @@ survives that long enough to remove its socket folder. SIGTERM makes it clean up
 hard kill the caller removes the folder. Any failure of the connection to the zygote (not only
 EOF) retires it, and the next call starts a fresh one.
 """
+
 import os
 import pickle
 import signal
@@ -16,7 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from minipar.runtime import launch, pool as _pool
+from minipar.runtime import launch
+from minipar.runtime import pool as _pool
 from minipar.runtime.launch import StartError, run
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -39,11 +41,13 @@ def test_pack_keeps_file_names_without_private_apis():
     def outer(x):
         def inner(y):
             return y + 1
+
         return inner(x)
+
     data, _ = _pool.pack(outer, (41,))
     fn, args = pickle.loads(data)
     assert fn(*args) == 42
-    assert fn.__code__.co_filename == __file__                     # cloudpickle: <dynamic-code>
+    assert fn.__code__.co_filename == __file__  # cloudpickle: <dynamic-code>
     inner = next(c for c in fn.__code__.co_consts if hasattr(c, "co_filename"))
     assert inner.co_filename == __file__
     for src in ("pool.py", "_rank.py"):
@@ -62,8 +66,12 @@ def test_a_kernel_restart_leaves_no_folder():
         print(launch._zygote.proc.pid, launch._zygote.folder, flush=True)
         import time; time.sleep(600)
     """)
-    p = subprocess.Popen([sys.executable, "-u", "-c", script], stdout=subprocess.PIPE,
-                         text=True, start_new_session=True)
+    p = subprocess.Popen(
+        [sys.executable, "-u", "-c", script],
+        stdout=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
     try:
         zpid, folder = p.stdout.readline().split()
         assert os.path.isdir(folder) and os.getpgid(int(zpid)) != p.pid
@@ -80,7 +88,7 @@ def test_sigterm_and_a_hard_kill_leave_no_folder_and_the_next_call_works():
         z = launch._zygote
         os.kill(z.proc.pid, sig)
         z.proc.wait()
-        if sig == signal.SIGTERM:       # the zygote removed its folder itself
+        if sig == signal.SIGTERM:  # the zygote removed its folder itself
             assert not os.path.exists(z.folder)
         assert run(lambda r, w: r, 3, backend="gloo") == [0, 1, 2]
         assert launch._zygote is not z and not os.path.exists(z.folder), sig
@@ -104,9 +112,10 @@ def test_any_connection_error_retires_the_zygote():
 
         def recv(self):
             raise pickle.UnpicklingError("invalid load key, 'x'")
+
     z.conn = Garbled(z.conn)
     with pytest.raises(StartError, match=r"connection failed: UnpicklingError: invalid load key"):
         run(lambda r, w: r, 2, backend="gloo", timeout=30)
     assert z.proc.poll() is not None and not z.alive()
-    assert run(lambda r, w: r, 2, backend="gloo") == [0, 1]        # not wedged
+    assert run(lambda r, w: r, 2, backend="gloo") == [0, 1]  # not wedged
     assert launch._zygote is not z and not os.path.exists(z.folder)

@@ -4,6 +4,7 @@ Before the zygote: workers that could not start made ``run`` wait the whole time
 say only "did not start in time"; an unpicklable argument killed the warm pool; a killed caller
 left its socket folder behind.
 """
+
 import os
 import shutil
 import signal
@@ -24,8 +25,12 @@ pytestmark = pytest.mark.slow
 def _wait_gone(pids, seconds=15.0) -> list:
     deadline = time.monotonic() + seconds
     while time.monotonic() < deadline:
-        alive = [p for p in pids if os.path.exists(f"/proc/{p}")
-                 and "zombie" not in open(f"/proc/{p}/status").read().lower()]
+        alive = [
+            p
+            for p in pids
+            if os.path.exists(f"/proc/{p}")
+            and "zombie" not in open(f"/proc/{p}/status").read().lower()
+        ]
         if not alive:
             return []
         time.sleep(0.2)
@@ -58,7 +63,8 @@ def test_broken_pythonhome_is_reported_in_seconds_with_the_workers_error(monkeyp
 def test_a_torch_that_cannot_be_imported_is_named(monkeypatch, tmp_path):
     (tmp_path / "torch").mkdir()
     (tmp_path / "torch" / "__init__.py").write_text(
-        "raise ImportError('simulated broken torch install')\n")
+        "raise ImportError('simulated broken torch install')\n"
+    )
     err, seconds = _start_failure(monkeypatch, PYTHONPATH=str(tmp_path))
     assert seconds < 60
     assert "simulated broken torch install" in err.stderr_tail
@@ -67,7 +73,7 @@ def test_a_torch_that_cannot_be_imported_is_named(monkeypatch, tmp_path):
 
 
 def test_minipar_not_importable_on_the_ranks_is_named(monkeypatch):
-    src = os.path.dirname(os.path.dirname(os.path.dirname(launch.__file__)))   # .../src
+    src = os.path.dirname(os.path.dirname(os.path.dirname(launch.__file__)))  # .../src
     assert os.path.isdir(os.path.join(src, "minipar")), src
     monkeypatch.setattr(sys, "path", [p for p in sys.path if os.path.abspath(p) != src])
     with pytest.raises(RankError) as info:
@@ -79,10 +85,12 @@ def test_minipar_not_importable_on_the_ranks_is_named(monkeypatch):
 def test_an_aborting_rank_carries_its_stderr():
     def abort(rank, world_size):
         import os
+
         if rank == 1:
             os.write(2, b"native message before the abort\n")
             os.abort()
         return rank
+
     with pytest.raises(RankError) as info:
         run(abort, 2, backend="gloo", timeout=60)
     err = info.value
@@ -135,8 +143,12 @@ def test_nothing_is_left_after_the_caller_is_killed(request):
         print("zygote", launch._zygote.proc.pid, launch._zygote.folder, flush=True)
         launch.run(sleeper, 2, backend="gloo", timeout=600)
     """)
-    p = subprocess.Popen([sys.executable, "-u", "-c", script], stdout=subprocess.PIPE, text=True,
-                         env=dict(os.environ, TMPDIR=tmp))
+    p = subprocess.Popen(
+        [sys.executable, "-u", "-c", script],
+        stdout=subprocess.PIPE,
+        text=True,
+        env=dict(os.environ, TMPDIR=tmp),
+    )
     try:
         _, zpid, folder = p.stdout.readline().split()
         ranks = [int(p.stdout.readline().split()[-1]) for _ in range(2)]
@@ -171,8 +183,10 @@ def test_an_interrupt_stops_the_ranks_of_that_call_only():
     def sleeper(rank, world_size):
         import os
         import time
+
         print(os.getpid(), flush=True)
         time.sleep(600)
+
     run(lambda r, w: r, 1, backend="gloo")
     zygote = launch._zygote.proc.pid
     pids = []
@@ -183,6 +197,7 @@ def test_an_interrupt_stops_the_ranks_of_that_call_only():
             pass
         if not stop.is_set():
             os.kill(os.getpid(), signal.SIGINT)
+
     timer = threading.Thread(target=interrupt_once_both_run)
     timer.start()
     real_print = launch._print_prefixed

@@ -4,6 +4,7 @@ Each test fails with ranks kept warm across calls (the launcher before the zygot
 dtype, RNG and environment leaked into the next call, and they never saw an environment
 variable, working directory or reloaded module the caller changed after the first call.
 """
+
 import importlib
 import os
 import sys
@@ -32,9 +33,13 @@ def _look_at_state(rank, world_size):
 
     import torch
 
-    return dict(dtype=torch.get_default_dtype(), seed=torch.initial_seed(),
-                env="MINIPAR_LEFT_BEHIND" in os.environ,
-                module="minipar_left_behind" in sys.modules, draw=torch.rand(2))
+    return dict(
+        dtype=torch.get_default_dtype(),
+        seed=torch.initial_seed(),
+        env="MINIPAR_LEFT_BEHIND" in os.environ,
+        module="minipar_left_behind" in sys.modules,
+        draw=torch.rand(2),
+    )
 
 
 def test_state_of_one_call_is_gone_in_the_next():
@@ -47,8 +52,7 @@ def test_state_of_one_call_is_gone_in_the_next():
         # a fresh process draws the same numbers every call (the RNG did not move on)
         assert a["draw"].tolist() == b["draw"].tolist()
     # negative control: within one call, the state set earlier is visible (the check can fail)
-    both = run(lambda r, w: (_leave_state_behind(r, w), _look_at_state(r, w))[1], 2,
-               backend="gloo")
+    both = run(lambda r, w: (_leave_state_behind(r, w), _look_at_state(r, w))[1], 2, backend="gloo")
     assert all(s["env"] and s["seed"] == 1234 for s in both)
 
 
@@ -63,7 +67,9 @@ def test_caller_state_set_after_the_first_call_reaches_the_ranks(tmp_path, monke
         import os
 
         import minipar_caller_mod
+
         return os.environ.get("MINIPAR_CALLER_VAR"), os.getcwd(), minipar_caller_mod.VALUE
+
     seen = run(look, 2, backend="gloo")
     assert seen == [("set after the first call", str(tmp_path), "from the caller path")] * 2
     monkeypatch.delenv("MINIPAR_CALLER_VAR")

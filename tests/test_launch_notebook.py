@@ -4,6 +4,7 @@ The old launcher rewrote every frame of a by-value function with the file of ``f
 helper from an earlier cell showed the caller's line (``helper()``) instead of its own
 ``raise``. This runs the learner's situation through nbclient: a kernel, cells, a rank error.
 """
+
 import json
 
 import nbformat

@@ -1,5 +1,6 @@
 """One model module: every chapter's GPT, config and token batches come from
 :mod:`minipar.model`, and the chapters that split the GPT start from its weights."""
+
 import ast
 from pathlib import Path
 
@@ -28,8 +29,13 @@ def foreign_model_imports(source: str, importer: str) -> set[tuple[str, str]]:
     minipar.model and belongs to another chapter (memory_time.gpt is that chapter's alias)."""
     out = set()
     for node in ast.walk(ast.parse(source)):
-        if not isinstance(node, ast.ImportFrom) or node.level or not node.module or \
-                not node.module.startswith("minipar.") or node.module == "minipar.model":
+        if (
+            not isinstance(node, ast.ImportFrom)
+            or node.level
+            or not node.module
+            or not node.module.startswith("minipar.")
+            or node.module == "minipar.model"
+        ):
             continue
         if not NAMES & {a.name for a in node.names}:
             continue
@@ -52,11 +58,14 @@ def test_no_chapter_takes_its_gpt_from_another_chapter():
     assert found - PENDING == set(), f"import these from minipar.model: {sorted(found - PENDING)}"
     assert PENDING <= found, f"fixed, drop from PENDING: {sorted(PENDING - found)}"
     # negative control: the check sees the old cross-chapter imports
-    bad = "from minipar.memory_time.gpt import GPT\nfrom minipar.pipeline_parallel.train " \
-          "import small_config, token_batches\nfrom minipar.model import gpt\n"
+    bad = (
+        "from minipar.memory_time.gpt import GPT\nfrom minipar.pipeline_parallel.train "
+        "import small_config, token_batches\nfrom minipar.model import gpt\n"
+    )
     assert foreign_model_imports(bad, "minipar.three_d.train") == {
         ("minipar.three_d.train", "minipar.memory_time.gpt"),
-        ("minipar.three_d.train", "minipar.pipeline_parallel.train")}
+        ("minipar.three_d.train", "minipar.pipeline_parallel.train"),
+    }
     assert foreign_model_imports(bad.splitlines()[1], "minipar.grading.pipeline_parallel") == set()
 
 
@@ -64,8 +73,12 @@ def test_old_names_are_the_model_modules_objects():
     from minipar.memory_time import gpt as shim
     from minipar.pipeline_parallel import train
 
-    assert (shim.GPT, shim.GPTConfig, shim.Layer, shim.gpt) == \
-        (model.GPT, model.GPTConfig, model.Layer, model.gpt)
+    assert (shim.GPT, shim.GPTConfig, shim.Layer, shim.gpt) == (
+        model.GPT,
+        model.GPTConfig,
+        model.Layer,
+        model.gpt,
+    )
     assert train.token_batches is model.token_batches
 
 
@@ -77,13 +90,14 @@ def test_token_batches_one_generator_and_the_data_parallel_view_of_it():
     assert [x.shape for x, _ in a] == [(4, 5)] * 3 and all(x.max() < 7 for x, y in a)
     assert all(torch.equal(x, u) and torch.equal(y, v) for (x, y), (u, v) in zip(a, b))
     assert not torch.equal(a[0][0], token_batches(1, 4, c, seed=4)[0][0])
-    assert not torch.equal(a[0][0], a[0][1])                    # targets are a fresh draw
+    assert not torch.equal(a[0][0], a[0][1])  # targets are a fresh draw
     # data parallel classifies single tokens: the same draws with s = 1, flattened
     one = token_batches(2, 6, GPTConfig(V=32, s=1), seed=2)
     dp = dp_batches(2, 6)
     assert [x.shape for x, _ in dp] == [(6,)] * 2
-    assert all(torch.equal(x.view(6), u) and torch.equal(y.view(6), v)
-               for (x, y), (u, v) in zip(one, dp))
+    assert all(
+        torch.equal(x.view(6), u) and torch.equal(y.view(6), v) for (x, y), (u, v) in zip(one, dp)
+    )
 
 
 def test_pipeline_stages_split_the_model_modules_weights():
@@ -91,12 +105,13 @@ def test_pipeline_stages_split_the_model_modules_weights():
 
     c = GPTConfig(L=3, h=8, a=2, s=4, V=16, dropout=0.0)
     ref = gpt(c, seed=5, dtype=torch.float64)
-    assert all(torch.equal(p, q) for p, q in
-               zip(ref.parameters(), reference_model(c, seed=5).parameters()))
-    (stage,) = build_stages(c, 0, 1, seed=5).values()            # p = 1: the whole GPT
+    assert all(
+        torch.equal(p, q) for p, q in zip(ref.parameters(), reference_model(c, seed=5).parameters())
+    )
+    (stage,) = build_stages(c, 0, 1, seed=5).values()  # p = 1: the whole GPT
     x, _ = token_batches(1, 2, c)[0]
-    assert torch.equal(stage(x), ref(x))                         # (2, s, V), same weights
-    other = build_stages(c, 0, 1, seed=6)[0]                     # control: another seed differs
+    assert torch.equal(stage(x), ref(x))  # (2, s, V), same weights
+    other = build_stages(c, 0, 1, seed=6)[0]  # control: another seed differs
     assert not torch.allclose(other(x), ref(x))
 
 
@@ -107,4 +122,4 @@ def test_the_moe_takes_its_sizes_from_the_config():
     moe = MoE.from_config(c, experts=4, top_k=2)
     assert (moe.hidden, moe.ffn, moe.w1.shape, moe.w2.shape) == (8, 32, (4, 8, 32), (4, 32, 8))
     assert MoE.from_config(c, 4, 1, ffn=12).w1.shape == (4, 8, 12)
-    assert moe(torch.randn(3, c.s, c.h)).shape == (3, c.s, c.h)       # (b, s, h) in and out
+    assert moe(torch.randn(3, c.s, c.h)).shape == (3, c.s, c.h)  # (b, s, h) in and out

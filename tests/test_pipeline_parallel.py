@@ -3,22 +3,28 @@
 m in {p, 2p, 2p+1}; p2p traffic and activation high-water equal the model; negative controls
 show the checks catch an unscaled loss, a receiver that does not require grad, and a warm-up
 that deadlocks (stopped and named by the grader's deadlock watch, never a hang)."""
+
 import sys
 
 import cloudpickle
 import pytest
+from test_pipeline_parallel_schedules import _one_f_one_b_mirrored as mirrored_1f1b  # warm-up bug
 
 from minipar.cost.pipeline_parallel import pp_p2p_bytes_per_microbatch
 from minipar.grading import LimitExceeded, run_ranks
-from minipar.runtime.launch import RankError, run
 from minipar.pipeline_parallel import ScheduleError, simulate
 from minipar.pipeline_parallel.communication import P2P
 from minipar.pipeline_parallel.executor import PipelineExecutor
 from minipar.pipeline_parallel.model_bubble import peak_in_flight
 from minipar.pipeline_parallel.stage import partition_layers
-from minipar.pipeline_parallel.train import (max_error, small_config, token_batches,
-                                             train_rank, train_reference)
-from test_pipeline_parallel_schedules import _one_f_one_b_mirrored as mirrored_1f1b  # warm-up bug
+from minipar.pipeline_parallel.train import (
+    max_error,
+    small_config,
+    token_batches,
+    train_rank,
+    train_reference,
+)
+from minipar.runtime.launch import RankError, run
 
 # What this module sends to ranks (_all_cases, the buggy executors) goes by value: a rank then
 # does not import this test module (pytest, the schedule tests), about 1 CPU-s per rank.
@@ -43,8 +49,9 @@ def _all_cases(rank, p):
         out[name, m, v] = res
     # negative control: the loss not divided by m
     m = p
-    out["unscaled"] = train_rank(rank, p, "1f1b", m, 1, C, token_batches(1, B_MICRO * m, C),
-                                 loss_scale=1.0)
+    out["unscaled"] = train_rank(
+        rank, p, "1f1b", m, 1, C, token_batches(1, B_MICRO * m, C), loss_scale=1.0
+    )
     return out
 
 
@@ -80,8 +87,8 @@ def test_unscaled_loss_gives_m_times_the_gradient(launched, references):
     p, results = launched
     ranks = [r["unscaled"] for r in results]
     _, ref_grads, _ = train_reference(C, token_batches(1, B_MICRO * p, C))
-    assert max_error(ranks, ref_grads, "grads") > 0.5          # the check catches it ...
-    scaled = {n: g * p for n, g in ref_grads.items()}           # ... and it is exactly m×
+    assert max_error(ranks, ref_grads, "grads") > 0.5  # the check catches it ...
+    scaled = {n: g * p for n, g in ref_grads.items()}  # ... and it is exactly m×
     assert max_error(ranks, scaled, "grads") < TOL
 
 
@@ -106,11 +113,10 @@ def test_p2p_traffic_equals_the_model(launched):
         n_msgs = sum(r[name, m, v].sends[0] for r in results)
         n_bytes = sum(r[name, m, v].sends[1] for r in results)
         boundaries = v * p - 1
-        assert n_msgs == 2 * boundaries * m                    # activation + gradient
+        assert n_msgs == 2 * boundaries * m  # activation + gradient
         assert n_bytes == boundaries * m * pp_p2p_bytes_per_microbatch(b, s, h, 8)
-        if name == "interleaved":   # v× the boundaries crossing ranks (v·p − 1 vs p − 1)
-            assert n_msgs == sum(r["1f1b", m, 1].sends[0] for r in results) * \
-                (v * p - 1) / (p - 1)
+        if name == "interleaved":  # v× the boundaries crossing ranks (v·p − 1 vs p − 1)
+            assert n_msgs == sum(r["1f1b", m, 1].sends[0] for r in results) * (v * p - 1) / (p - 1)
 
 
 # ------------------------------------------------------------------ negative controls
@@ -126,8 +132,7 @@ class NoGradReceiver(PipelineExecutor):
 def test_receiver_must_require_grad(name):
     b = token_batches(1, 2 * B_MICRO, C)
     with pytest.raises(RankError, match="must be a leaf that requires grad"):
-        run(train_rank, 2, name, 2, 1, C, b, "adam", NoGradReceiver, backend="gloo",
-            timeout=120)
+        run(train_rank, 2, name, 2, 1, C, b, "adam", NoGradReceiver, backend="gloo", timeout=120)
 
 
 class AttachedP2P(P2P):
@@ -153,29 +158,41 @@ def test_sent_activation_must_be_detached():
     c = small_config(L=2)
     b = token_batches(1, 4, c)
     with pytest.raises(RankError, match="must be a leaf that requires grad"):
-        run(train_rank, 1, "interleaved", 2, 2, c, b, "adam", AttachedExecutor,
-            backend="gloo", timeout=120)
+        run(
+            train_rank,
+            1,
+            "interleaved",
+            2,
+            2,
+            c,
+            b,
+            "adam",
+            AttachedExecutor,
+            backend="gloo",
+            timeout=120,
+        )
 
 
 @pytest.mark.slow
 def test_wrong_warmup_deadlock_is_stopped_not_a_hang(short_stall_window):
     p, m = 3, 3
     with pytest.raises(ScheduleError, match="deadlock"):
-        simulate(mirrored_1f1b(p, m))                    # caught on paper ...
+        simulate(mirrored_1f1b(p, m))  # caught on paper ...
     b = token_batches(1, B_MICRO * m, C)
     # ... and on ranks: every rank blocked for good in a p2p receive, which the grader's watch
     # (no rank gaining CPU for its window; shortened here, a true deadlock is caught whatever
     # the window) stops with each rank's stack. A hang would never return; a slow rank is busy.
     with short_stall_window() as stall_s, pytest.raises(LimitExceeded) as e:
-        run_ranks(train_rank, p, "1f1b", m, 1, C, b, "adam", PipelineExecutor,
-                  mirrored_1f1b(p, m))
+        run_ranks(train_rank, p, "1f1b", m, 1, C, b, "adam", PipelineExecutor, mirrored_1f1b(p, m))
     assert e.value.kind == "deadlock", str(e.value)
-    assert str(e.value).startswith(f"deadlock on {p} ranks: for {stall_s:g} s no rank made "
-                                   "progress"), str(e.value)
-    for r in range(p):                                   # each rank's innermost frames
+    assert str(e.value).startswith(
+        f"deadlock on {p} ranks: for {stall_s:g} s no rank made progress"
+    ), str(e.value)
+    for r in range(p):  # each rank's innermost frames
         frames = [ln for ln in e.value.logs[r].splitlines() if ln.lstrip().startswith("File")]
-        assert any("pipeline_parallel/communication.py" in f and f.endswith(" in recv")
-                   for f in frames[:3]), (r, frames[:6])
+        assert any(
+            "pipeline_parallel/communication.py" in f and f.endswith(" in recv") for f in frames[:3]
+        ), (r, frames[:6])
 
 
 # ------------------------------------------------------------------ fast

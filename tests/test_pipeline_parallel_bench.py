@@ -1,5 +1,6 @@
 """``minipar bench pp``: the JSON it promises, and timed stages that split B from W (checked by
 counting waits, never by timing)."""
+
 import json
 import subprocess
 import sys
@@ -17,28 +18,53 @@ def test_timed_stage_splits_input_and_weight_backward(monkeypatch):
     st = TimedStage(1.0, 2.0, 3.0)
     x = torch.zeros(2, 3, requires_grad=True)
     y = st(x)
-    assert waits == [1.0]                                     # forward: t_F
+    assert waits == [1.0]  # forward: t_F
     torch.autograd.grad(y, [x], torch.ones_like(y), retain_graph=True)
-    assert waits == [1.0, 2.0]                                # B: input gradient only
+    assert waits == [1.0, 2.0]  # B: input gradient only
     torch.autograd.grad(y, [st.w], torch.ones_like(y), retain_graph=True)
-    assert waits == [1.0, 2.0, 3.0]                           # W: weight gradient only
+    assert waits == [1.0, 2.0, 3.0]  # W: weight gradient only
     torch.autograd.backward(y, torch.ones_like(y))
-    assert sorted(waits[3:]) == [2.0, 3.0]                    # a full backward: both
+    assert sorted(waits[3:]) == [2.0, 3.0]  # a full backward: both
 
 
 @pytest.mark.slow
 def test_bench_json_matches_its_timeline_and_the_schedule():
     from minipar.pipeline_parallel.schedules import schedule
 
-    out = subprocess.run([sys.executable, "-m", "minipar.cli", "bench", "pp", "--schedule",
-                          "interleaved", "--ranks", "2", "--microbatches", "2", "--chunks", "2",
-                          "--t-forward", "2", "--t-backward", "2", "--t-weight", "2",
-                          "--steps", "1", "--timeline", "--json"],
-                         capture_output=True, text=True, timeout=300)
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "minipar.cli",
+            "bench",
+            "pp",
+            "--schedule",
+            "interleaved",
+            "--ranks",
+            "2",
+            "--microbatches",
+            "2",
+            "--chunks",
+            "2",
+            "--t-forward",
+            "2",
+            "--t-backward",
+            "2",
+            "--t-weight",
+            "2",
+            "--steps",
+            "1",
+            "--timeline",
+            "--json",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert out.returncode == 0, out.stderr
-    r = json.loads(out.stdout)                  # stdout: the JSON object and nothing else
+    r = json.loads(out.stdout)  # stdout: the JSON object and nothing else
     assert (r["p"], r["m"], r["v"], r["t_forward"]) == (2, 2, 2, 0.002)
-    assert r["model_bubble"] == pytest.approx(1 / 5)          # (p−1)/(v·m+p−1)
+    assert r["model_bubble"] == pytest.approx(1 / 5)  # (p−1)/(v·m+p−1)
     # every rank ran exactly its actions of the schedule, in order, one at a time
     for rank, acts in enumerate(schedule("interleaved", 2, 2, 2)):
         mine = sorted((ev for ev in r["timeline"] if ev[0] == rank), key=lambda ev: ev[2])
@@ -52,8 +78,25 @@ def test_bench_json_matches_its_timeline_and_the_schedule():
 
 
 def test_bench_rejects_bad_arguments():
-    out = subprocess.run([sys.executable, "-m", "minipar.cli", "bench", "pp", "--schedule",
-                          "interleaved", "--pp", "4", "--microbatches", "6", "--chunks", "2"],
-                         capture_output=True, text=True, timeout=120)
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "minipar.cli",
+            "bench",
+            "pp",
+            "--schedule",
+            "interleaved",
+            "--pp",
+            "4",
+            "--microbatches",
+            "6",
+            "--chunks",
+            "2",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert out.returncode != 0
     assert "microbatches m (6) to be a multiple of p (4)" in out.stderr

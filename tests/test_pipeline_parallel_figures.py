@@ -2,17 +2,18 @@
 figures are drawn with the chapters' plotting functions, and every bar, line point and patch of
 each axes is tested against the legend's bounding box in display coordinates. The control draws
 the old legend placement (inside the axes, upper right) and is caught."""
+
 import matplotlib
 
 matplotlib.use("Agg")
 
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
-import pytest  # noqa: E402
+import matplotlib.pyplot as plt
+import numpy as np
+import pytest
 
-from minipar.pipeline_parallel import schedule, simulate  # noqa: E402
-from minipar.pipeline_parallel.plots import COLORS, plot_timeline  # noqa: E402
-from minipar.tensor_parallel import plots as tp_plots  # noqa: E402
+from minipar.pipeline_parallel import schedule, simulate
+from minipar.pipeline_parallel.plots import COLORS, plot_timeline
+from minipar.tensor_parallel import plots as tp_plots
 
 
 def legend_overlaps(fig) -> list[str]:
@@ -61,15 +62,21 @@ def test_control_legend_inside_is_caught():
     fig = _timeline("1f1b")
     handles = [plt.Rectangle((0, 0), 1, 1, color=c) for c in COLORS.values()]
     fig.axes[0].legend(handles, ["F", "B", "W"], loc="upper right", fontsize=7, ncol=3)
-    assert legend_overlaps(fig)          # the old placement covered rank 0's last bars
+    assert legend_overlaps(fig)  # the old placement covered rank 0's last bars
     plt.close(fig)
 
 
 def test_activation_bars_legend_covers_no_bar():
     # the notebook's figure: bytes at peak per rank, one bar group per schedule
     fig, ax = plt.subplots(figsize=(7, 2.8))
-    for k, (name, peak) in enumerate({"gpipe": [9, 9, 9, 9], "1f1b": [4, 3, 2, 1],
-                                      "interleaved": [5, 4, 3, 2], "zb-h1": [4, 4, 4, 4]}.items()):
+    for k, (name, peak) in enumerate(
+        {
+            "gpipe": [9, 9, 9, 9],
+            "1f1b": [4, 3, 2, 1],
+            "interleaved": [5, 4, 3, 2],
+            "zb-h1": [4, 4, 4, 4],
+        }.items()
+    ):
         ax.bar([x + 0.2 * k for x in range(4)], peak, width=0.2, label=name)
     ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0)
     fig.tight_layout()
@@ -78,11 +85,22 @@ def test_activation_bars_legend_covers_no_bar():
 
 
 def test_tensor_parallel_figures_legends_cover_no_data():
-    figs = [tp_plots.activations([1, 2, 3], [9e3, 6e3, 5e3], [9e3, 6e3, 5e3], [9e3, 4e3, 3e3],
-                                 [9e3, 4e3, 3e3]),
-            tp_plots.comm_compute([2, 4, 8], {"a": [0.1, 0.3, 0.5], "b": [1, 2, 4]}),
-            tp_plots.overlap([{"grad_input_gemm": (0, 1e-3), "weight_grad_gemm": (1e-3, 3e-3),
-                               "all_reduce": (1e-3, 2e-3)}] * 2)]
+    figs = [
+        tp_plots.activations(
+            [1, 2, 3], [9e3, 6e3, 5e3], [9e3, 6e3, 5e3], [9e3, 4e3, 3e3], [9e3, 4e3, 3e3]
+        ),
+        tp_plots.comm_compute([2, 4, 8], {"a": [0.1, 0.3, 0.5], "b": [1, 2, 4]}),
+        tp_plots.overlap(
+            [
+                {
+                    "grad_input_gemm": (0, 1e-3),
+                    "weight_grad_gemm": (1e-3, 3e-3),
+                    "all_reduce": (1e-3, 2e-3),
+                }
+            ]
+            * 2
+        ),
+    ]
     for fig in figs:
         assert legend_overlaps(fig) == []
         plt.close(fig)

@@ -10,6 +10,7 @@ classic bugs: posting in each rank's own action order (1F1B deadlocks) and two r
 (a link's orders disagree). The gloo parity tests (tests/test_pipeline_parallel.py) run the same
 code on real ranks, where no tag is passed either, so they test order matching too.
 """
+
 import pytest
 import torch
 import torch.distributed as dist
@@ -52,10 +53,15 @@ def programs(name, p, m, v, ordered=True):
     for rank in range(p):
         stages = {s: TimedStage(0.0, 0.0, 0.0) for s in range(rank, v * p, p)}
         ex = PipelineExecutor(stages, v * p, rank, p, m, loss_fn=_zero_loss)
-        if not ordered:   # the control: post each message when the action list reaches it
+        if not ordered:  # the control: post each message when the action list reaches it
             ex.full_schedule = lambda actions: None
-        ex.run(schedule(name, p, m, v)[rank], [torch.zeros(SHAPE) for _ in range(m)],
-               [None] * m, SHAPE, torch.float32)
+        ex.run(
+            schedule(name, p, m, v)[rank],
+            [torch.zeros(SHAPE) for _ in range(m)],
+            [None] * m,
+            SHAPE,
+            torch.float32,
+        )
         out.append(ex.comm.calls)
     return out
 
@@ -75,7 +81,6 @@ def link_orders(progs):
 def nccl_model(progs) -> str | None:
     """Play ``progs`` on the NCCL model; None when every rank finishes, else who is stuck."""
     p = len(progs)
-    seq = {}                                    # per rank: batches as [(op, link, k)]
     count = {}
     batches, waits = [], []
     for r, calls in enumerate(progs):
@@ -119,14 +124,18 @@ def nccl_model(progs) -> str | None:
         if all(pc[r] == len(waits[r]) and not queue[r] for r in range(p)):
             return None
         if not moved:
-            return "; ".join(f"rank {r} at batch {batches[r][queue[r][0]]}" for r in range(p)
-                             if queue[r])
+            return "; ".join(
+                f"rank {r} at batch {batches[r][queue[r][0]]}" for r in range(p) if queue[r]
+            )
 
 
-CASES = [(name, p, m, v) for name, v in (("gpipe", 1), ("1f1b", 1), ("zb-h1", 1),
-                                         ("interleaved", 2), ("interleaved", 3))
-         for p in (2, 3, 4) for m in (p, 2 * p, 2 * p + 1)
-         if not (name == "interleaved" and m % p)]
+CASES = [
+    (name, p, m, v)
+    for name, v in (("gpipe", 1), ("1f1b", 1), ("zb-h1", 1), ("interleaved", 2), ("interleaved", 3))
+    for p in (2, 3, 4)
+    for m in (p, 2 * p, 2 * p + 1)
+    if not (name == "interleaved" and m % p)
+]
 
 
 @pytest.mark.parametrize("name, p, m, v", CASES)
@@ -146,17 +155,26 @@ def test_1f1b_call_pattern_is_pinned(recorder):
     # waits for B0.0's gradient, so neither rank waits on a send its neighbour cannot meet.
     A, G = 0, 1
     rank0, rank1 = programs("1f1b", 2, 3, 1)
-    assert rank0 == [("post", [("send", 1, (1, 0, A))]), ("post", [("send", 1, (1, 1, A))]),
-                     ("post", [("recv", 1, (0, 0, G))]), ("wait", (0, 0, G)),
-                     ("post", [("send", 1, (1, 2, A))]),
-                     ("post", [("recv", 1, (0, 1, G))]), ("wait", (0, 1, G)),
-                     ("post", [("recv", 1, (0, 2, G))]), ("wait", (0, 2, G))]
-    assert rank1 == [("post", [("recv", 0, (1, 0, A))]), ("wait", (1, 0, A)),
-                     ("post", [("recv", 0, (1, 1, A)), ("send", 0, (0, 0, G))]),
-                     ("wait", (1, 1, A)),
-                     ("post", [("recv", 0, (1, 2, A)), ("send", 0, (0, 1, G))]),
-                     ("wait", (1, 2, A)),
-                     ("post", [("send", 0, (0, 2, G))])]
+    assert rank0 == [
+        ("post", [("send", 1, (1, 0, A))]),
+        ("post", [("send", 1, (1, 1, A))]),
+        ("post", [("recv", 1, (0, 0, G))]),
+        ("wait", (0, 0, G)),
+        ("post", [("send", 1, (1, 2, A))]),
+        ("post", [("recv", 1, (0, 1, G))]),
+        ("wait", (0, 1, G)),
+        ("post", [("recv", 1, (0, 2, G))]),
+        ("wait", (0, 2, G)),
+    ]
+    assert rank1 == [
+        ("post", [("recv", 0, (1, 0, A))]),
+        ("wait", (1, 0, A)),
+        ("post", [("recv", 0, (1, 1, A)), ("send", 0, (0, 0, G))]),
+        ("wait", (1, 1, A)),
+        ("post", [("recv", 0, (1, 2, A)), ("send", 0, (0, 1, G))]),
+        ("wait", (1, 2, A)),
+        ("post", [("send", 0, (0, 2, G))]),
+    ]
 
 
 def test_control_action_order_deadlocks_on_nccl(recorder):
@@ -169,8 +187,11 @@ def test_control_action_order_deadlocks_on_nccl(recorder):
 
 def test_control_swapped_receives_are_caught(recorder):
     progs = programs("interleaved", 2, 4, 2)
-    posts = [i for i, (kind, arg) in enumerate(progs[1]) if kind == "post"
-             and any(op == "recv" for op, _, _ in arg)]
+    posts = [
+        i
+        for i, (kind, arg) in enumerate(progs[1])
+        if kind == "post" and any(op == "recv" for op, _, _ in arg)
+    ]
     i, j = posts[0], posts[1]
     progs[1][i], progs[1][j] = progs[1][j], progs[1][i]
     bad = [link for link, (s, r) in link_orders(progs).items() if s != r]
@@ -182,5 +203,6 @@ def test_unknown_schedule_falls_back_to_call_order(recorder):
     # (a learner's) is posted in call order, one message per batch, with no prefetch
     from minipar.pipeline_parallel.communication import message_order
     from minipar.pipeline_parallel.schedules import Action
+
     deadlocking = [[Action("B", 0, 0), Action("F", 0, 0)], [Action("F", 1, 0), Action("B", 1, 0)]]
     assert message_order(deadlocking, 0, 1) is None

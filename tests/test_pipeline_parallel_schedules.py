@@ -1,5 +1,6 @@
 """Pipeline schedules as data: structure, deadlock detection, bubble and in-flight activations
 of every schedule equal the closed-form model; controls show the simulator catches bad lists."""
+
 import pytest
 
 from minipar.pipeline_parallel import Action, ScheduleError, schedule, simulate, table
@@ -7,10 +8,13 @@ from minipar.pipeline_parallel.model_bubble import bubble_fraction, peak_in_flig
 from minipar.pipeline_parallel.plots import text_timeline
 from minipar.pipeline_parallel.schedules import one_f_one_b_schedule
 
-CASES = [(name, p, m, v) for name, v in (("gpipe", 1), ("1f1b", 1), ("zb-h1", 1),
-                                         ("interleaved", 2), ("interleaved", 3))
-         for p in (1, 2, 3, 4, 5) for m in (p, 2 * p, 2 * p + 1, 4 * p)
-         if not (name == "interleaved" and (m % p or p == 1))]
+CASES = [
+    (name, p, m, v)
+    for name, v in (("gpipe", 1), ("1f1b", 1), ("zb-h1", 1), ("interleaved", 2), ("interleaved", 3))
+    for p in (1, 2, 3, 4, 5)
+    for m in (p, 2 * p, 2 * p + 1, 4 * p)
+    if not (name == "interleaved" and (m % p or p == 1))
+]
 
 
 def _paper_bubble(name, p, m, v):
@@ -23,8 +27,12 @@ def _paper_bubble(name, p, m, v):
 
 
 def _paper_peak(name, r, p, m, v):
-    return {"gpipe": m, "1f1b": min(p - r, m), "zb-h1": min(p, m),
-            "interleaved": min(v * m, 2 * (p - r - 1) + (v - 1) * p + 1)}[name]
+    return {
+        "gpipe": m,
+        "1f1b": min(p - r, m),
+        "zb-h1": min(p, m),
+        "interleaved": min(v * m, 2 * (p - r - 1) + (v - 1) * p + 1),
+    }[name]
 
 
 @pytest.mark.parametrize("name, p, m, v", CASES)
@@ -34,8 +42,7 @@ def test_bubble_and_in_flight_match_the_model(name, p, m, v):
     sim = simulate(schedule(name, p, m, v))
     assert sim.bubble == pytest.approx(_paper_bubble(name, p, m, v), abs=1e-12)
     assert sim.peak_in_flight == [_paper_peak(name, r, p, m, v) for r in range(p)]
-    assert bubble_fraction(name, p, m, v) == pytest.approx(_paper_bubble(name, p, m, v),
-                                                           abs=1e-12)
+    assert bubble_fraction(name, p, m, v) == pytest.approx(_paper_bubble(name, p, m, v), abs=1e-12)
     assert [peak_in_flight(name, r, p, m, v) for r in range(p)] == sim.peak_in_flight
 
 
@@ -47,7 +54,7 @@ def test_the_model_check_catches_a_wrong_schedule():
     ops = acts[0]
     i = next(k for k, a in enumerate(ops) if a.op == "B")
     f = next(k for k, a in enumerate(ops) if k > i and a.op == "F")
-    ops.insert(i, ops.pop(f))                   # rank 0 runs p forwards before its first B
+    ops.insert(i, ops.pop(f))  # rank 0 runs p forwards before its first B
     sim = simulate(acts)
     assert sim.peak_in_flight[0] == _paper_peak("1f1b", 0, p, m, 1) + 1
 
@@ -58,12 +65,14 @@ def test_1f1b_structure():
     for r, lst in enumerate(acts):
         ops = "".join(a.op for a in lst)
         warm = p - r - 1
-        assert ops.startswith("F" * warm + "FB")   # warm-up p−r−1, then the first pair
+        assert ops.startswith("F" * warm + "FB")  # warm-up p−r−1, then the first pair
         assert ops == "F" * warm + "FB" * (m - warm) + "B" * warm
         assert {a.stage for a in lst} == {r}
     assert acts[3] == [Action(o, 3, i) for i in range(m) for o in "FB"]
-    assert table(schedule("1f1b", 2, 2)) == "rank 0 | F0.0 F0.1 B0.0 B0.1\n" \
-                                            "rank 1 | F1.0 B1.0 F1.1 B1.1"
+    assert (
+        table(schedule("1f1b", 2, 2)) == "rank 0 | F0.0 F0.1 B0.0 B0.1\n"
+        "rank 1 | F1.0 B1.0 F1.1 B1.1"
+    )
 
 
 def test_gpipe_and_1f1b_same_bubble_different_memory():
@@ -87,11 +96,11 @@ def test_zb_h1_splits_backward_and_beats_1f1b():
     acts = schedule("zb-h1", p, m)
     for r, lst in enumerate(acts):
         assert sum(a.op == "W" for a in lst) == m
-        for i in range(m):   # W after its B
+        for i in range(m):  # W after its B
             assert lst.index(Action("W", r, i)) > lst.index(Action("B", r, i))
     zb, ofob = simulate(acts), simulate(schedule("1f1b", p, m))
-    assert zb.makespan == 3 * m + (p - 1)          # (p−1)(t_F + t_B − t_W) of idle
-    assert ofob.makespan == 3 * m + 3 * (p - 1)    # (p−1)(t_F + t_B + t_W)
+    assert zb.makespan == 3 * m + (p - 1)  # (p−1)(t_F + t_B − t_W) of idle
+    assert ofob.makespan == 3 * m + 3 * (p - 1)  # (p−1)(t_F + t_B + t_W)
 
 
 def test_text_timeline():
@@ -133,10 +142,16 @@ def test_off_by_one_warmup_changes_memory_not_correctness():
     assert sim.peak_in_flight == [p - r + 1 for r in range(p)]
 
 
-@pytest.mark.parametrize("args, match", [
-    (("zb", 2, 4), "schedule"), (("1f1b", 0, 4), r"p \(0\)"),
-    (("interleaved", 4, 6, 2), r"m \(6\) to be a multiple of p \(4\)"),
-    (("interleaved", 2, 4, 1), r"chunks v \(1\) >= 2"), (("gpipe", 2, 4, 2), r"chunks v \(2\)")])
+@pytest.mark.parametrize(
+    "args, match",
+    [
+        (("zb", 2, 4), "schedule"),
+        (("1f1b", 0, 4), r"p \(0\)"),
+        (("interleaved", 4, 6, 2), r"m \(6\) to be a multiple of p \(4\)"),
+        (("interleaved", 2, 4, 1), r"chunks v \(1\) >= 2"),
+        (("gpipe", 2, 4, 2), r"chunks v \(2\)"),
+    ],
+)
 def test_schedule_errors(args, match):
     with pytest.raises(ValueError, match=match):
         schedule(*args)

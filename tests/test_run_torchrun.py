@@ -1,6 +1,7 @@
 """The same worker functions run under torchrun (``python -m minipar.runtime.run``), on one node and on
 two nodes simulated on this machine (two torchrun agents meeting at a c10d rendezvous on
 127.0.0.1, as on a cluster where each node runs one agent)."""
+
 import ast
 import os
 import re
@@ -17,25 +18,47 @@ from minipar.runtime.launch import free_port, run
 @pytest.mark.slow
 def test_worker_runs_under_torchrun_and_under_launch():
     out = subprocess.run(
-        [sys.executable, "-m", "torch.distributed.run", "--nnodes", "1", "--nproc-per-node", "2",
-         "--master-addr", "127.0.0.1", "--master-port", str(free_port()),
-         "-m", "minipar.runtime.run", "minipar.collectives.smoke:ring_vs_dist", "1000", "--backend", "gloo"],
-        capture_output=True, text=True, timeout=300)
+        [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--nnodes",
+            "1",
+            "--nproc-per-node",
+            "2",
+            "--master-addr",
+            "127.0.0.1",
+            "--master-port",
+            str(free_port()),
+            "-m",
+            "minipar.runtime.run",
+            "minipar.collectives.smoke:ring_vs_dist",
+            "1000",
+            "--backend",
+            "gloo",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert out.returncode == 0, out.stderr[-3000:]
-    diffs = dict(re.findall(r"\[rank (\d)\] \{'max_abs_diff': ([0-9.e-]+)",
-                            out.stdout))
+    diffs = dict(re.findall(r"\[rank (\d)\] \{'max_abs_diff': ([0-9.e-]+)", out.stdout))
     assert sorted(diffs) == ["0", "1"], out.stdout
     assert all(float(d) < 1e-5 for d in diffs.values())
     from minipar.collectives.smoke import ring_vs_dist
+
     results = run(ring_vs_dist, 2, 1000, backend="gloo")
     assert all(r["max_abs_diff"] < 1e-5 and r["bytes"] == 4000 for r in results)
 
 
 def test_run_without_torchrun_explains():
-    out = subprocess.run([sys.executable, "-m", "minipar.runtime.run", "minipar.collectives.smoke:x"],
-                         capture_output=True, text=True, timeout=120,
-                         env={k: v for k, v in __import__("os").environ.items()
-                              if k not in ("RANK", "WORLD_SIZE")})
+    out = subprocess.run(
+        [sys.executable, "-m", "minipar.runtime.run", "minipar.collectives.smoke:x"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={k: v for k, v in __import__("os").environ.items() if k not in ("RANK", "WORLD_SIZE")},
+    )
     assert out.returncode != 0 and "start this module with torchrun" in out.stderr
 
 
@@ -48,14 +71,43 @@ def _two_agents(function: str, timeout: float = 150) -> list[subprocess.Complete
     127.0.0.1, running ``python -m minipar.runtime.run multinode_workers:FUNCTION``; each agent and its
     workers are killed (process group) if they outlive ``timeout``."""
     port = free_port()
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([TESTS, os.environ.get("PYTHONPATH", "")]),
-               GLOO_SOCKET_IFNAME="lo", OMP_NUM_THREADS="1")
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "2", "--nproc-per-node",
-           "2", "--rdzv-backend", "c10d", "--rdzv-endpoint", f"127.0.0.1:{port}", "--rdzv-id",
-           f"minipar-{port}", "-m", "minipar.runtime.run", f"multinode_workers:{function}",
-           "--backend", "gloo"]
-    agents = [subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                               env=env, start_new_session=True) for _ in range(2)]
+    env = dict(
+        os.environ,
+        PYTHONPATH=os.pathsep.join([TESTS, os.environ.get("PYTHONPATH", "")]),
+        GLOO_SOCKET_IFNAME="lo",
+        OMP_NUM_THREADS="1",
+    )
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--nnodes",
+        "2",
+        "--nproc-per-node",
+        "2",
+        "--rdzv-backend",
+        "c10d",
+        "--rdzv-endpoint",
+        f"127.0.0.1:{port}",
+        "--rdzv-id",
+        f"minipar-{port}",
+        "-m",
+        "minipar.runtime.run",
+        f"multinode_workers:{function}",
+        "--backend",
+        "gloo",
+    ]
+    agents = [
+        subprocess.Popen(
+            cmd,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=env,
+            start_new_session=True,
+        )
+        for _ in range(2)
+    ]
     out, deadline = [], time.monotonic() + timeout
     try:
         for a in agents:
@@ -85,7 +137,11 @@ def test_two_nodes_train_like_one_process():
             ranks[int(r)] = ast.literal_eval(text)
     assert sorted(ranks) == [0, 1, 2, 3], [a.stdout for a in agents]
     assert sorted((v["group_rank"], v["local_rank"]) for v in ranks.values()) == [
-        (0, 0), (0, 1), (1, 0), (1, 1)]                    # two nodes of two ranks
+        (0, 0),
+        (0, 1),
+        (1, 0),
+        (1, 1),
+    ]  # two nodes of two ranks
     for r, v in ranks.items():
         assert v["dp_param_error"] < 1e-12, (r, v)
         assert v["3d_param_error"] < 1e-9 and v["3d_grad_error"] < 1e-12, (r, v)
@@ -100,9 +156,15 @@ def test_a_rank_killed_on_one_node_ends_both_agents():
     agents = _two_agents("die_mid_run", timeout=120)
     assert all(a.returncode != 0 for a in agents), [a.returncode for a in agents]
     text = [a.stderr for a in agents]
-    assert sum("exitcode: -9" in t for t in text) == 1, text   # SIGKILL, on the dead rank's node
-    assert all(re.search(r"exitcode: -9|Connection reset by peer|Connection closed by peer|"
-                         r"RendezvousConnectionError|ChildFailedError", t) for t in text)
+    assert sum("exitcode: -9" in t for t in text) == 1, text  # SIGKILL, on the dead rank's node
+    assert all(
+        re.search(
+            r"exitcode: -9|Connection reset by peer|Connection closed by peer|"
+            r"RendezvousConnectionError|ChildFailedError",
+            t,
+        )
+        for t in text
+    )
     assert time.monotonic() - t0 < 120
 
 
@@ -111,9 +173,10 @@ def test_slurm_example_parses_and_launches_like_the_test():
     subprocess.run(["bash", "-n", path], check=True)
     text = open(path).read()
     sbatch = dict(re.findall(r"^#SBATCH --([a-z-]+)=(\S+)$", text, re.M))
-    assert sbatch["nodes"] == "2" and sbatch["ntasks-per-node"] == "1"   # one agent per node
+    assert sbatch["nodes"] == "2" and sbatch["ntasks-per-node"] == "1"  # one agent per node
     for flag in ("--rdzv-backend c10d", "--rdzv-endpoint", "--nnodes", "-m minipar.runtime.run"):
         assert flag in text, flag
     from minipar.runtime.run import load
+
     spec = re.search(r"-m minipar.runtime.run (\S+)", text).group(1)
     assert callable(load(spec))

@@ -15,6 +15,7 @@ MINIPAR_BROWSER_TEST=1; a plain `pytest tests` skips it, since the site may be s
 Needs Debian's `chromium` (/usr/bin/chromium; `.ci/run` installs it) driven by Playwright for
 Python; no browser is ever downloaded.
 """
+
 from __future__ import annotations
 
 import functools
@@ -31,17 +32,26 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 SITE = Path(os.environ.get("MINIPAR_SITE", ROOT / "_build" / "html"))
 CHROMIUM = os.environ.get("MINIPAR_CHROMIUM", "/usr/bin/chromium")
-FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-         "--disable-component-update", "--disable-sync", "--no-first-run",
-         "--disable-dev-shm-usage"]
+FLAGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+    "--disable-dev-shm-usage",
+]
 
 
 def _skip_reason() -> str | None:
     if os.environ.get("MINIPAR_BROWSER_TEST") != "1":
         return "browser test runs in `make site-test` after the book build (MINIPAR_BROWSER_TEST=1)"
     if not Path(CHROMIUM).exists() and not shutil.which("chromium"):
-        return (f"chromium not found at {CHROMIUM}: install Debian's package with "
-                "`apt-get install -y chromium` (.ci/run does this)")
+        return (
+            f"chromium not found at {CHROMIUM}: install Debian's package with "
+            "`apt-get install -y chromium` (.ci/run does this)"
+        )
     try:
         import playwright.sync_api  # noqa: F401
     except ImportError:
@@ -114,15 +124,14 @@ class _Quiet(http.server.SimpleHTTPRequestHandler):
 
 class _Server(http.server.ThreadingHTTPServer):
     def handle_error(self, request, client_address):
-        pass        # the browser drops connections when it moves on to the next page
+        pass  # the browser drops connections when it moves on to the next page
 
 
 @pytest.fixture(scope="module")
 def server():
     if not (SITE / "index.html").exists():
         pytest.fail(f"no built site at {SITE}: run `make book` first")
-    httpd = _Server(("127.0.0.1", 0),
-                                            functools.partial(_Quiet, directory=str(SITE)))
+    httpd = _Server(("127.0.0.1", 0), functools.partial(_Quiet, directory=str(SITE)))
     thread = threading.Thread(target=httpd.serve_forever, daemon=True)
     thread.start()
     yield f"http://127.0.0.1:{httpd.server_address[1]}"
@@ -216,8 +225,11 @@ def build_paths(text: str) -> list[str]:
 
 
 def _pages() -> list[str]:
-    return sorted(p.relative_to(SITE).as_posix() for p in SITE.rglob("*.html")
-                  if not p.relative_to(SITE).parts[0].startswith("_"))
+    return sorted(
+        p.relative_to(SITE).as_posix()
+        for p in SITE.rglob("*.html")
+        if not p.relative_to(SITE).parts[0].startswith("_")
+    )
 
 
 def test_every_page_offline(server):
@@ -244,21 +256,37 @@ def test_every_page_offline(server):
         context.route("**/*", route)
         page = context.new_page()
         page.on("pageerror", lambda e: page_errors.append(f"{page.url}: {e}"))
-        page.on("requestfailed", lambda r: failed.append(f"{r.url} ({r.failure})")  # aborted:
+        page.on(
+            "requestfailed",
+            lambda r: (
+                failed.append(f"{r.url} ({r.failure})")  # aborted:
                 if urlparse(r.url).netloc == local and "ABORTED" not in str(r.failure)  # we left
-                else None)
-        page.on("response", lambda r: failed.append(f"{r.url} (HTTP {r.status})")
-                if r.status >= 400 else None)
+                else None
+            ),
+        )
+        page.on(
+            "response",
+            lambda r: failed.append(f"{r.url} (HTTP {r.status})") if r.status >= 400 else None,
+        )
         for name in pages:
-            if (SITE / name).read_text(errors="replace").lstrip().lower().startswith(
-                    '<meta http-equiv="refresh"'):
-                redirects += 1   # index.html: the browser moves on to the root page, which is
-                continue         # checked under its own name (typesetting it here would race)
+            if (
+                (SITE / name)
+                .read_text(errors="replace")
+                .lstrip()
+                .lower()
+                .startswith('<meta http-equiv="refresh"')
+            ):
+                redirects += 1  # index.html: the browser moves on to the root page, which is
+                continue  # checked under its own name (typesetting it here would race)
             page.goto(f"{server}/{name}", wait_until="load")
-            page.wait_for_function("() => !window.MathJax || !MathJax.startup || "
-                                   "MathJax.startup.promise", timeout=30_000)
-            page.evaluate("() => window.MathJax && MathJax.startup && MathJax.startup.promise"
-                          " ? MathJax.startup.promise.then(() => true) : true")
+            page.wait_for_function(
+                "() => !window.MathJax || !MathJax.startup || MathJax.startup.promise",
+                timeout=30_000,
+            )
+            page.evaluate(
+                "() => window.MathJax && MathJax.startup && MathJax.startup.promise"
+                " ? MathJax.startup.promise.then(() => true) : true"
+            )
             counts = page.evaluate(_COUNT_MATH)
             if counts.get("redirect"):
                 redirects += 1
@@ -268,9 +296,15 @@ def test_every_page_offline(server):
             raw += [f"{name}: {t}" for t in counts["raw"]]
             wide += [f"{name}: {w}" for w in page.evaluate(_TOO_WIDE)]
             clipped += [f"{name} at 1280 px: {w}" for w in page.evaluate(_CLIPPED)]
-            paths += [f"{name}: {x}" for x in build_paths(page.evaluate(
-                "() => document.querySelector('main') ? document.querySelector('main').innerText"
-                " : document.body.innerText"))]
+            paths += [
+                f"{name}: {x}"
+                for x in build_paths(
+                    page.evaluate(
+                        "() => document.querySelector('main') ? document.querySelector('main').innerText"
+                        " : document.body.innerText"
+                    )
+                )
+            ]
             for rep in page.evaluate(_POKE_EXPLORERS):
                 explorer_reports.append({"page": name, **rep})
         phone = browser.new_context(viewport={"width": 390, "height": 844})
@@ -278,25 +312,40 @@ def test_every_page_offline(server):
         small = phone.new_page()
         with_explorers = {r["page"] for r in explorer_reports}
         for name in pages:
-            if (SITE / name).read_text(errors="replace").lstrip().lower().startswith(
-                    '<meta http-equiv="refresh"'):
+            if (
+                (SITE / name)
+                .read_text(errors="replace")
+                .lstrip()
+                .lower()
+                .startswith('<meta http-equiv="refresh"')
+            ):
                 continue
             small.goto(f"{server}/{name}", wait_until="load")
-            small.evaluate("() => window.MathJax && MathJax.startup && MathJax.startup.promise"
-                           " ? MathJax.startup.promise.then(() => true) : true")
+            small.evaluate(
+                "() => window.MathJax && MathJax.startup && MathJax.startup.promise"
+                " ? MathJax.startup.promise.then(() => true) : true"
+            )
             phone_wide += [f"{name}: {w}" for w in small.evaluate(_TOO_WIDE)]
             clipped += [f"{name} at 390 px: {w}" for w in small.evaluate(_CLIPPED)]
             if name in with_explorers:
                 narrow += [{"page": name, **r} for r in small.evaluate(_NARROW_EXPLORERS, 320)]
         browser.close()
 
-    summary = {"pages": len(pages) - redirects, "formulas": formulas, "explorers": len(explorer_reports),
-               "too_wide": len(wide), "too_wide_at_390px": len(phone_wide),
-               "clipped": len(clipped), "build_paths": len(paths),
-               "explorers_at_390px": len(narrow),
-               "controls": sum(r["controls"] for r in explorer_reports),
-               "external_requests": len(external), "raw_formulas": len(raw),
-               "math_errors": len(math_errors), "page_errors": len(page_errors)}
+    summary = {
+        "pages": len(pages) - redirects,
+        "formulas": formulas,
+        "explorers": len(explorer_reports),
+        "too_wide": len(wide),
+        "too_wide_at_390px": len(phone_wide),
+        "clipped": len(clipped),
+        "build_paths": len(paths),
+        "explorers_at_390px": len(narrow),
+        "controls": sum(r["controls"] for r in explorer_reports),
+        "external_requests": len(external),
+        "raw_formulas": len(raw),
+        "math_errors": len(math_errors),
+        "page_errors": len(page_errors),
+    }
     print("\nsite test:", json.dumps(summary))
     assert not external, f"requests leaving the machine: {external[:10]}"
     assert not page_errors, f"JavaScript errors: {page_errors[:10]}"
@@ -309,13 +358,15 @@ def test_every_page_offline(server):
     assert not phone_wide, f"wider than the article column at 390 px: {phone_wide[:10]}"
     assert not clipped, f"cut off with no way to scroll to it: {clipped[:10]}"
     assert not paths, f"paths of the build machine shown on a page: {paths[:10]}"
-    assert narrow and all(r["fits"] and r["legible"] for r in narrow), \
-        f"explorers at 390 px (must fit the screen, charts >= 320 px wide): " \
+    assert narrow and all(r["fits"] and r["legible"] for r in narrow), (
+        f"explorers at 390 px (must fit the screen, charts >= 320 px wide): "
         f"{[r for r in narrow if not (r['fits'] and r['legible'])][:5]}"
+    )
     for r in explorer_reports:
         assert r["svg"] and r["initial"] > 0, f"{r}: default view draws no figure"
-        assert r["controls"] > 0 and r["redrawn"] == r["controls"] and not r["empty"], \
+        assert r["controls"] > 0 and r["redrawn"] == r["controls"] and not r["empty"], (
             f"{r}: not every control change redrew the output"
+        )
 
 
 _ANYWIDGET_RENDER = r"""
@@ -339,9 +390,14 @@ async ([src, name, config]) => {
 """
 
 
-@pytest.mark.parametrize("slug,name,config", [("collectives", "collectives", "collectives_config"),
-                                              ("memory_time", "memory", "memory_config"),
-                                              ("data_parallel", "dp-step", "dp_config")])
+@pytest.mark.parametrize(
+    "slug,name,config",
+    [
+        ("collectives", "collectives", "collectives_config"),
+        ("memory_time", "memory", "memory_config"),
+        ("data_parallel", "dp-step", "dp_config"),
+    ],
+)
 def test_anywidget_entry_point_in_chromium(slug, name, config):
     """What JupyterLab does with a kernel: import the ES module, call render({model, el});
     a control change redraws and writes the values back to the model."""
@@ -350,11 +406,12 @@ def test_anywidget_entry_point_in_chromium(slug, name, config):
     from playwright.sync_api import sync_playwright
 
     from minipar.widgets import bundle
+
     cfg = getattr(importlib.import_module(f"minipar.widgets.{slug}"), config)()
     with sync_playwright() as p:
         browser = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=FLAGS)
         page = browser.new_page()
-        page.route("**/*", lambda r: r.abort())          # nothing may be fetched
+        page.route("**/*", lambda r: r.abort())  # nothing may be fetched
         errors = []
         page.on("pageerror", lambda e: errors.append(str(e)))
         page.set_content("<html><body></body></html>")
@@ -376,17 +433,21 @@ def test_site_opened_from_disk():
     with sync_playwright() as p:
         browser = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=FLAGS)
         page = browser.new_page()
-        page.route("**/*", lambda r: r.continue_() if r.request.url.startswith("file:")
-                   else r.abort())
+        page.route(
+            "**/*", lambda r: r.continue_() if r.request.url.startswith("file:") else r.abort()
+        )
         page.on("pageerror", lambda e: errors.append(f"{page.url}: {e}"))
         for name in pages:
             page.goto((SITE / name).resolve().as_uri(), wait_until="load")
-            page.evaluate("() => window.MathJax && MathJax.startup && MathJax.startup.promise"
-                          " ? MathJax.startup.promise.then(() => true) : true")
+            page.evaluate(
+                "() => window.MathJax && MathJax.startup && MathJax.startup.promise"
+                " ? MathJax.startup.promise.then(() => true) : true"
+            )
             seen[name] = page.evaluate(
                 "() => [document.querySelectorAll('mjx-container').length,"
                 " document.querySelectorAll('.minipar-explorer').length,"
-                " document.querySelectorAll('.minipar-explorer-output svg').length]")
+                " document.querySelectorAll('.minipar-explorer-output svg').length]"
+            )
         browser.close()
     assert not errors, errors[:5]
     assert seen["book/memory_time.html"][0] > 0, seen
@@ -395,8 +456,10 @@ def test_site_opened_from_disk():
 
 def test_build_paths_are_found():
     """Negative control of the path check: a rank's warning as it used to reach the page."""
-    warning = (f"[rank 0] {ROOT}/.venv/lib/python3.11/site-packages/torch/distributed/"
-               "c10d_logger.py:83: FutureWarning: ...\nstep: 1 MiB buckets 46 ms")
+    warning = (
+        f"[rank 0] {ROOT}/.venv/lib/python3.11/site-packages/torch/distributed/"
+        "c10d_logger.py:83: FutureWarning: ...\nstep: 1 MiB buckets 46 ms"
+    )
     assert len(build_paths(warning)) == 1 and not build_paths("step: 1 MiB buckets 46 ms")
 
 
@@ -435,6 +498,6 @@ def test_the_checks_catch_what_the_issue_saw():
     assert len(counts["raw"]) == 2 and counts["errors"] == 1
     assert report[0]["controls"] == 1 and report[0]["redrawn"] == 0
     assert too_wide and "px past the column" in too_wide[0]
-    assert shrunk and not shrunk[0]["legible"]           # an svg without the course's CSS
-    assert any(c.startswith("<input>") for c in cut), cut         # a control cut off
+    assert shrunk and not shrunk[0]["legible"]  # an svg without the course's CSS
+    assert any(c.startswith("<input>") for c in cut), cut  # a control cut off
     assert any(c.startswith("<mjx-container>") and "1900" in c for c in cut), cut  # an equation

@@ -2,30 +2,49 @@
 weight gradients as slices of the full ones) at t = 1, 2, 3, 4 in float64; a small TP GPT
 equals one process after several Adam steps; traffic equals the cost model exactly; saved
 activations equal Korthikanti's items; negative controls show each classic bug is caught."""
+
 import pytest
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
 from minipar.cost.collectives import ring_bytes_per_rank
-from minipar.cost.tensor_parallel import tp_collectives_per_layer, tp_sent_bytes_per_layer
-from minipar.cost.tensor_parallel import tp_bytes_per_layer
-from minipar.runtime.launch import run
-from minipar.tensor_parallel import (ColumnParallelLinear, ParallelBlock, RowParallelLinear,
-                                     VocabParallelEmbedding, copy_to_tp_region,
-                                     gather_from_sp_region, reduce_from_tp_region,
-                                     reduce_scatter_to_sp_region, shard,
-                                     vocab_parallel_cross_entropy)
-from minipar.tensor_parallel.experiments import (SMALL, B, _randn, all_parity, block_parity,
-                                                 block_saved_bytes, block_traffic,
-                                                 dropout_masks, max_diff)
-from minipar.tensor_parallel.dtensor import compare_on_rank
+from minipar.cost.tensor_parallel import (
+    tp_bytes_per_layer,
+    tp_collectives_per_layer,
+    tp_sent_bytes_per_layer,
+)
 from minipar.dist import group_rank, group_size
 from minipar.model import GPTConfig
+from minipar.runtime.launch import run
+from minipar.tensor_parallel import (
+    ColumnParallelLinear,
+    ParallelBlock,
+    RowParallelLinear,
+    VocabParallelEmbedding,
+    copy_to_tp_region,
+    gather_from_sp_region,
+    reduce_from_tp_region,
+    reduce_scatter_to_sp_region,
+    shard,
+    vocab_parallel_cross_entropy,
+)
+from minipar.tensor_parallel.dtensor import compare_on_rank
+from minipar.tensor_parallel.experiments import (
+    SMALL,
+    B,
+    _randn,
+    all_parity,
+    block_parity,
+    block_saved_bytes,
+    block_traffic,
+    dropout_masks,
+    max_diff,
+)
 
-TOL = 1e-12          # float64 outputs and gradients
-TOL_TRAIN = 1e-9     # parameters after 3 Adam steps (Adam divides tiny gradients by tiny √v)
-BUG = 1e-6           # a bug must move something by more than this
+TOL = 1e-12  # float64 outputs and gradients
+TOL_TRAIN = 1e-9  # parameters after 3 Adam steps (Adam divides tiny gradients by tiny √v)
+BUG = 1e-6  # a bug must move something by more than this
 
 
 # ------------------------------------------------------------------ buggy variants (controls)
@@ -46,6 +65,7 @@ class RowBiasPerRank(RowParallelLinear):
 def cross_entropy_without_max(local_logits, target, group=None):
     """Bug: no global max subtracted: exp() of large logits overflows."""
     import torch.distributed as dist
+
     per, start = local_logits.shape[-1], group_rank(group) * local_logits.shape[-1]
     outside = (target < start) | (target >= start + per)
     picked = local_logits.gather(-1, (target - start).masked_fill(outside, 0).unsqueeze(-1))
@@ -60,13 +80,18 @@ def controls(rank, t):
     """Each classic bug against the same references the correct code is checked with."""
     out, dtype = {}, torch.float64
     torch.manual_seed(0)
-    full_col, full_row = nn.Linear(SMALL.h, 4 * SMALL.h).to(dtype), nn.Linear(4 * SMALL.h, SMALL.h).to(dtype)
+    full_col, full_row = (
+        nn.Linear(SMALL.h, 4 * SMALL.h).to(dtype),
+        nn.Linear(4 * SMALL.h, SMALL.h).to(dtype),
+    )
     x = _randn(B, SMALL.s, SMALL.h, seed=1, dtype=dtype).requires_grad_()
     ref = full_row(F.gelu(full_col(x)))
     ref.sum().backward()
-    for name, col_cls, row_cls in (("ok", ColumnParallelLinear, RowParallelLinear),
-                                   ("no f", ColumnWithoutF, RowParallelLinear),
-                                   ("row bias per rank", ColumnParallelLinear, RowBiasPerRank)):
+    for name, col_cls, row_cls in (
+        ("ok", ColumnParallelLinear, RowParallelLinear),
+        ("no f", ColumnWithoutF, RowParallelLinear),
+        ("row bias per rank", ColumnParallelLinear, RowBiasPerRank),
+    ):
         col, row = col_cls.from_full(full_col), row_cls.from_full(full_row)
         xl = x.detach().clone().requires_grad_()
         y = row(F.gelu(col(xl)))
@@ -93,12 +118,17 @@ def controls(rank, t):
 
 
 def _everything(rank, t):
-    return {"parity": all_parity(rank, t), "controls": controls(rank, t),
-            "traffic": block_traffic(rank, t),
-            "traffic sp": block_traffic(rank, t, sequence_parallel=True),
-            "masks": dropout_masks(rank, t), "masks shared seed": dropout_masks(rank, t, tp_offset=0),
-            "saved": block_saved_bytes(rank, t), "saved sp": block_saved_bytes(rank, t, sequence_parallel=True),
-            "dtensor": compare_on_rank(rank, t)}
+    return {
+        "parity": all_parity(rank, t),
+        "controls": controls(rank, t),
+        "traffic": block_traffic(rank, t),
+        "traffic sp": block_traffic(rank, t, sequence_parallel=True),
+        "masks": dropout_masks(rank, t),
+        "masks shared seed": dropout_masks(rank, t, tp_offset=0),
+        "saved": block_saved_bytes(rank, t),
+        "saved sp": block_saved_bytes(rank, t, sequence_parallel=True),
+        "dtensor": compare_on_rank(rank, t),
+    }
 
 
 @pytest.fixture(scope="module", params=[2, 3, 4], ids=lambda t: f"t{t}")
@@ -116,8 +146,12 @@ def test_one_rank_is_the_unsharded_model():
 
 def test_mappings_are_identity_without_a_group():
     x = torch.randn(2, 4, 6, dtype=torch.float64, requires_grad=True)
-    for op in (copy_to_tp_region, reduce_from_tp_region, gather_from_sp_region,
-               reduce_scatter_to_sp_region):
+    for op in (
+        copy_to_tp_region,
+        reduce_from_tp_region,
+        gather_from_sp_region,
+        reduce_scatter_to_sp_region,
+    ):
         y = op(x)
         assert torch.equal(y, x)
         (g,) = torch.autograd.grad(y.sum(), x)
@@ -125,8 +159,9 @@ def test_mappings_are_identity_without_a_group():
 
 
 def test_errors_name_rule_and_value(monkeypatch):
-    import minipar.tensor_parallel.layers as layers
     import minipar.tensor_parallel.block as block
+    import minipar.tensor_parallel.layers as layers
+
     monkeypatch.setattr(layers, "group_size", lambda g=None: 5)
     monkeypatch.setattr(block, "group_size", lambda g=None: 5)
     with pytest.raises(ValueError, match=r"output features \(12\) must be divisible by t \(5\)"):
@@ -144,8 +179,16 @@ def test_errors_name_rule_and_value(monkeypatch):
 def test_parity_with_unsharded_modules(launched):
     t, results = launched
     for res in (r["parity"] for r in results):
-        assert res.keys() >= {"column dX", "row out", "mlp dW", "embedding dW",
-                              "cross-entropy dlogits", "block dW", "sp block dW", "sp gpt params"}
+        assert res.keys() >= {
+            "column dX",
+            "row out",
+            "mlp dW",
+            "embedding dW",
+            "cross-entropy dlogits",
+            "block dW",
+            "sp block dW",
+            "sp gpt params",
+        }
         assert max(v for k, v in res.items() if "gpt params" not in k) < TOL, res
         assert max(res["gpt params"], res["sp gpt params"]) < TOL_TRAIN, res
 
@@ -154,9 +197,9 @@ def test_parity_with_unsharded_modules(launched):
 def test_negative_controls_are_caught(launched):
     t, results = launched
     for c in (r["controls"] for r in results):
-        assert max(c["ok"]) < TOL                              # the harness passes correct code
-        assert c["no f"][0] < TOL and c["no f"][1] > BUG       # forward fine, input grad wrong
-        assert c["row bias per rank"][0] > BUG                 # output off by (t−1)·bias
+        assert max(c["ok"]) < TOL  # the harness passes correct code
+        assert c["no f"][0] < TOL and c["no f"][1] > BUG  # forward fine, input grad wrong
+        assert c["row bias per rank"][0] > BUG  # output off by (t−1)·bias
         assert c["init master"] == 0.0
         assert c["ce finite"] and not c["ce no max finite"]
         sp = c["sp no ln allreduce"]
@@ -169,16 +212,19 @@ def test_negative_controls_are_caught(launched):
 @pytest.mark.slow
 def test_traffic_equals_cost_model(launched):
     t, results = launched
-    size = B * SMALL.s * SMALL.h * 8                            # float64 bytes of (b, s, h)
-    for sp, key, ops in ((False, "traffic", {"all_reduce": 4}),
-                         (True, "traffic sp", {"all_gather": 4, "reduce_scatter": 4})):
+    size = B * SMALL.s * SMALL.h * 8  # float64 bytes of (b, s, h)
+    for sp, key, ops in (
+        (False, "traffic", {"all_reduce": 4}),
+        (True, "traffic sp", {"all_gather": 4, "reduce_scatter": 4}),
+    ):
         model = tp_collectives_per_layer(B, SMALL.s, SMALL.h, t, 8, sp=sp)
         for events in (r[key] for r in results):
             counts = {op: sum(1 for e in events if e[0] == op) for op in ops}
             assert counts == ops
             assert {(e[1], e[2]) for e in events} == {(size, t)}
-            assert sorted((op.replace("_", "-"), size, n) for op, n in counts.items()) == \
-                sorted(model)
+            assert sorted((op.replace("_", "-"), size, n) for op, n in counts.items()) == sorted(
+                model
+            )
             sent = sum(ring_bytes_per_rank(e[0].replace("_", "-"), t, e[1]) for e in events)
             assert sent == pytest.approx(tp_sent_bytes_per_layer(B, SMALL.s, SMALL.h, t, 8, sp=sp))
             assert sent == pytest.approx(tp_bytes_per_layer(B, SMALL.s, SMALL.h, t, 8))
@@ -189,17 +235,17 @@ def test_dropout_streams(launched):
     t, results = launched
     ok, bug = [r["masks"] for r in results], [r["masks shared seed"] for r in results]
     for r in range(1, t):
-        assert torch.equal(ok[r]["replicated"], ok[0]["replicated"])      # replicated: same
+        assert torch.equal(ok[r]["replicated"], ok[0]["replicated"])  # replicated: same
         assert torch.equal(ok[r]["after fork"], ok[0]["after fork"])
-        assert not torch.equal(ok[r]["parallel"], ok[0]["parallel"])      # parallel: differ
-        assert torch.equal(bug[r]["parallel"], bug[0]["parallel"])        # the bug: identical
+        assert not torch.equal(ok[r]["parallel"], ok[0]["parallel"])  # parallel: differ
+        assert torch.equal(bug[r]["parallel"], bug[0]["parallel"])  # the bug: identical
 
 
 @pytest.mark.slow
 def test_saved_activations_match_korthikanti_items(launched):
     t, results = launched
-    e = 4                                                       # float32 bytes
-    gathered = 2 * B * SMALL.s * SMALL.h * e * (t - 1) / t      # see block_saved_bytes docs
+    e = 4  # float32 bytes
+    gathered = 2 * B * SMALL.s * SMALL.h * e * (t - 1) / t  # see block_saved_bytes docs
     for r in results:
         assert r["saved"]["measured"] == r["saved"]["model"]
         assert r["saved sp"]["measured"] == r["saved sp"]["model"] + gathered
@@ -210,6 +256,12 @@ def test_saved_activations_match_korthikanti_items(launched):
 def test_same_losses_and_gradients_as_dtensor(launched):
     t, results = launched
     for d in (r["dtensor"] for r in results):
-        assert set(d) == {"loss ours-dtensor", "dX ours-dtensor", "dW ours-dtensor",
-                          "loss ours-full", "dX ours-full", "dW ours-full"}
+        assert set(d) == {
+            "loss ours-dtensor",
+            "dX ours-dtensor",
+            "dW ours-dtensor",
+            "loss ours-full",
+            "dX ours-full",
+            "dW ours-full",
+        }
         assert max(d.values()) < TOL, d

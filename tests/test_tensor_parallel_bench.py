@@ -1,5 +1,6 @@
 """``minipar bench tensor_parallel``: runs, reports ``ours_to_dtensor`` and the differences
 from DTensor (never a speed assertion)."""
+
 import json
 import subprocess
 import sys
@@ -9,11 +10,33 @@ import pytest
 
 @pytest.mark.slow
 def test_bench_tp_json():
-    out = subprocess.run([sys.executable, "-m", "minipar.cli", "bench", "tp", "--ranks", "2",
-                          "--hidden", "48", "--batch", "2", "--seq", "8", "--steps", "1",
-                          "--rounds", "1", "--json"],
-                         capture_output=True, text=True, timeout=600, check=True)
-    r = json.loads(out.stdout)                  # stdout: the JSON object and nothing else
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "minipar.cli",
+            "bench",
+            "tp",
+            "--ranks",
+            "2",
+            "--hidden",
+            "48",
+            "--batch",
+            "2",
+            "--seq",
+            "8",
+            "--steps",
+            "1",
+            "--rounds",
+            "1",
+            "--json",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=True,
+    )
+    r = json.loads(out.stdout)  # stdout: the JSON object and nothing else
     assert (r["ranks"], r["h"], r["b"], r["s"]) == (2, 48, 2, 8)
     t = r["step_seconds"]
     assert set(t) == {"ours", "dtensor"} and min(t.values()) > 0
@@ -24,7 +47,11 @@ def test_bench_tp_json():
 
 
 def test_bench_tp_rejects_bad_shapes():
-    out = subprocess.run([sys.executable, "-m", "minipar.cli", "bench", "tp", "--ranks", "3",
-                          "--hidden", "10"], capture_output=True, text=True, timeout=120)
+    out = subprocess.run(
+        [sys.executable, "-m", "minipar.cli", "bench", "tp", "--ranks", "3", "--hidden", "10"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert out.returncode != 0
     assert "4·hidden (40) must be divisible by t (3)" in out.stderr + out.stdout

@@ -1,5 +1,6 @@
 """Our vocab-parallel cross-entropy against DTensor's ``loss_parallel`` (float64, gloo, t = 2, 3),
 with a negative control: cross-entropy on the local vocab slice must not match."""
+
 import pytest
 
 from minipar.runtime.launch import run

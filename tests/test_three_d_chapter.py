@@ -1,6 +1,7 @@
 """The source-article audit (book/audit.md, generated from minipar.audit) is up to date, well
 formed, and the only place a verdict is given: every chapter links to its rows, and every link
 names a row that exists. The 3D chapter's citations and cross-references resolve."""
+
 import json
 import re
 from pathlib import Path
@@ -10,8 +11,14 @@ from minipar import audit
 ROOT = Path(__file__).resolve().parents[1]
 BOOK = ROOT / "book"
 PAGE = (BOOK / "three_d.md").read_text()
-CHAPTERS = ("collectives", "data_parallel", "tensor_parallel", "pipeline_parallel",
-            "memory_time", "three_d")
+CHAPTERS = (
+    "collectives",
+    "data_parallel",
+    "tensor_parallel",
+    "pipeline_parallel",
+    "memory_time",
+    "three_d",
+)
 LINK = re.compile(r"<audit-([abc]\d+)>")
 
 
@@ -25,22 +32,26 @@ def _texts():
 
 
 def test_the_committed_page_is_what_the_data_gives():
-    assert (BOOK / "audit.md").read_text() == audit.render(), \
+    assert (BOOK / "audit.md").read_text() == audit.render(), (
         "book/audit.md is stale: run `python -m minipar.audit`"
+    )
 
 
 def test_every_claim_appears_once_with_a_verdict_and_evidence():
     ids = [c.id for c in audit.CLAIMS]
     assert len(set(ids)) == len(ids)
-    for article in audit.ARTICLES:                     # numbered 1..n without gaps
+    for article in audit.ARTICLES:  # numbered 1..n without gaps
         nums = sorted(int(i[1:]) for i in ids if i[0] == article)
         assert nums == list(range(1, len(nums) + 1)), article
     for c in audit.CLAIMS:
         assert c.verdict in audit.VERDICTS, c
         assert c.claim and c.evidence, c
-        assert not c.section or (BOOK / f"{c.section}.md").exists() or \
-            (BOOK / f"{c.section}.ipynb").exists() or \
-            (BOOK / f"{c.section}").with_suffix(".ipynb").exists(), c
+        assert (
+            not c.section
+            or (BOOK / f"{c.section}.md").exists()
+            or (BOOK / f"{c.section}.ipynb").exists()
+            or (BOOK / f"{c.section}").with_suffix(".ipynb").exists()
+        ), c
     page = (BOOK / "audit.md").read_text()
     for c in audit.CLAIMS:
         assert page.count(f"({audit.label(c.id)})=") == 1, c.id
@@ -49,13 +60,20 @@ def test_every_claim_appears_once_with_a_verdict_and_evidence():
 def test_the_issues_verdicts_and_the_added_claims():
     v = {c.id: c.verdict for c in audit.CLAIMS}
     # revisited with the chapters' evidence
-    assert (v["A15"], v["C9"], v["B17"], v["C5"], v["C11"], v["B6"], v["C4"]) == \
-        ("imprecise", "imprecise", "imprecise", "imprecise", "imprecise", "right", "wrong")
+    assert (v["A15"], v["C9"], v["B17"], v["C5"], v["C11"], v["B6"], v["C4"]) == (
+        "imprecise",
+        "imprecise",
+        "imprecise",
+        "imprecise",
+        "imprecise",
+        "right",
+        "wrong",
+    )
     # the claims the audit missed, one row each
     for cid in ("B20", "B21", "B22", "B23", "C39", "C40", "C41"):
         assert cid in v
     a6 = next(c for c in audit.CLAIMS if c.id == "A6").evidence
-    assert "4\\Psi" in a6 and "22 s" in a6                   # 2 × 2Ψ bytes, not 2Ψ
+    assert "4\\Psi" in a6 and "22 s" in a6  # 2 × 2Ψ bytes, not 2Ψ
 
 
 def test_every_audit_link_in_the_book_names_an_existing_row():
@@ -93,8 +111,7 @@ def test_citations_and_docs_resolve():
                 assert "{" + key.strip() + "," in bib, key
         for target in re.findall(r"\{doc\}`(?:[^<`]*<)?([^>`]+)>?`", page):
             path = BOOK / target
-            assert path.with_suffix(".md").exists() or path.with_suffix(".ipynb").exists(), \
-                target
+            assert path.with_suffix(".md").exists() or path.with_suffix(".ipynb").exists(), target
 
 
 def test_cost_comparison_reads_the_three_servers_rows():
@@ -143,7 +160,7 @@ def test_pcie_preset_has_its_own_sms_and_hbm():
 def _notebook_names() -> set:
     cells = json.loads((ROOT / "notebooks" / "three_d.ipynb").read_text())["cells"]
     code = "\n".join("".join(c["source"]) for c in cells if c["cell_type"] == "code")
-    names = set(re.findall(r'"(\w+)"', code))                 # glue("x", ...) and loop keys
+    names = set(re.findall(r'"(\w+)"', code))  # glue("x", ...) and loop keys
     for prefix in re.findall(r'\(\("(\w+)", \w+\), \("(\w+)", \w+\)\)', code):
         for suffix in re.findall(r'glue\(f"\{key\}_(\w+)"', code):
             names.update(f"{p}_{suffix}" for p in prefix)
@@ -162,7 +179,7 @@ def test_every_number_the_page_quotes_is_glued_by_the_notebook():
     missing = sorted(set(keys) - known)
     assert not missing, missing
     assert "zero3_sentence" not in PAGE
-    assert "val_within_10" not in known                      # the control: a misspelt key
+    assert "val_within_10" not in known  # the control: a misspelt key
 
 
 def test_table1_account_holds_and_a_contradiction_is_named():
@@ -178,6 +195,7 @@ def test_table1_account_holds_and_a_contradiction_is_named():
     assert g["t1_old_within10"] == 10 and g["q_measured"] > g["q_model"] + 0.1
     rows = val["modes"]["planner"]["rows"]
     slow = replace(rows[0], error=+15.0)
-    bad = dict(val, modes=dict(val["modes"], planner=dict(val["modes"]["planner"],
-                                                          rows=[slow] + rows[1:])))
+    bad = dict(
+        val, modes=dict(val["modes"], planner=dict(val["modes"]["planner"], rows=[slow] + rows[1:]))
+    )
     assert C.table1_misses(bad) == [f"{slow.name}: +15.0 % (too slow)"]

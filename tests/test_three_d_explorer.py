@@ -1,16 +1,20 @@
 """The layout explorer's JavaScript equals minipar.cost.three_d (evaluate, cluster, the compute
 roofline, the cost per token), run under Node.js, on valid and invalid inputs alike."""
+
 import itertools
 from dataclasses import asdict
 
 import pytest
 
-from minipar.cost import compute, three_d as planner
+from minipar.cost import compute
+from minipar.cost import three_d as planner
 from minipar.cost.hardware import GPUS
 from minipar.widgets.parity import assert_parity, js_call, mismatch, node_available
 from minipar.widgets.three_d import PRESET_LAYOUTS, cluster_config, gpu_config, plan_config
 
-pytestmark = pytest.mark.skipif(not node_available(), reason="Node.js (/usr/bin/node) not installed")
+pytestmark = pytest.mark.skipif(
+    not node_available(), reason="Node.js (/usr/bin/node) not installed"
+)
 
 CONFIG = plan_config()
 
@@ -20,87 +24,199 @@ def _js_model(m):
     return {k: v for k, v in asdict(m).items() if k != "note"}
 
 
-def _evaluate(m, cl, global_batch, tp, pp, dp, micro_batch, chunks, recompute, sp, zero, grb,
-              overlap, headroom):
-    return planner.evaluate(m, cl, global_batch, tp=tp, pp=pp, dp=dp, micro_batch=micro_batch,
-                            chunks=chunks, recompute=recompute, sp=sp, zero=zero,
-                            grad_reduce_bytes=grb, dp_overlap=overlap,
-                            headroom=headroom).as_dict()
+def _evaluate(
+    m,
+    cl,
+    global_batch,
+    tp,
+    pp,
+    dp,
+    micro_batch,
+    chunks,
+    recompute,
+    sp,
+    zero,
+    grb,
+    overlap,
+    headroom,
+):
+    return planner.evaluate(
+        m,
+        cl,
+        global_batch,
+        tp=tp,
+        pp=pp,
+        dp=dp,
+        micro_batch=micro_batch,
+        chunks=chunks,
+        recompute=recompute,
+        sp=sp,
+        zero=zero,
+        grad_reduce_bytes=grb,
+        dp_overlap=overlap,
+        headroom=headroom,
+    ).as_dict()
 
 
 def _cases():
-    small = planner.ModelShape(12, 768, 12, 1024, 50304)       # non-powers of two: t = 3, p = 3
+    small = planner.ModelShape(12, 768, 12, 1024, 50304)  # non-powers of two: t = 3, p = 3
     gpt3 = planner.MODELS["gpt3-175b"]
-    clusters = [planner.cluster(24, 8), planner.cluster(24, 6, "H100-SXM", intra="pcie5-x16"),
-                planner.cluster(1024, 8), planner.cluster(96, 8, "H200", inter="eth-100g"),
-                planner.cluster(384, 8, inter="opa-jean-zay", gemm_efficiency=0.5)]
+    clusters = [
+        planner.cluster(24, 8),
+        planner.cluster(24, 6, "H100-SXM", intra="pcie5-x16"),
+        planner.cluster(1024, 8),
+        planner.cluster(96, 8, "H200", inter="eth-100g"),
+        planner.cluster(384, 8, inter="opa-jean-zay", gemm_efficiency=0.5),
+    ]
     out = []
     for cl in clusters:
         for m in (small, gpt3):
             for t, p in itertools.product((1, 2, 3, 4, 8, 16), (1, 2, 3, 4, 6, 8)):
                 d = max(1, cl.gpus // (t * p))
                 for b, v, rc, sp, z, grb, ov, hr in (
-                        (1, 1, "selective", True, 1, 4, True, 0.1),
-                        (2, 2, "none", False, 0, 2, False, 0.0),
-                        (1, 1, "full", False, 3, 4, True, 0.1),
-                        (1, 2, "full", True, 3, 2, False, 0.2),
-                        (4, 4, "selective", True, 2, 4, True, 0.1),
-                        (1, 1, "none", False, 0, 0, True, 1.5)):          # invalid options
-                    out.append(dict(m=m, cl=cl, global_batch=48 if cl.gpus < 100 else 1536,
-                                    tp=t, pp=p, dp=d, micro_batch=b, chunks=v, recompute=rc,
-                                    sp=sp, zero=z, grb=grb, overlap=ov, headroom=hr))
+                    (1, 1, "selective", True, 1, 4, True, 0.1),
+                    (2, 2, "none", False, 0, 2, False, 0.0),
+                    (1, 1, "full", False, 3, 4, True, 0.1),
+                    (1, 2, "full", True, 3, 2, False, 0.2),
+                    (4, 4, "selective", True, 2, 4, True, 0.1),
+                    (1, 1, "none", False, 0, 0, True, 1.5),
+                ):  # invalid options
+                    out.append(
+                        dict(
+                            m=m,
+                            cl=cl,
+                            global_batch=48 if cl.gpus < 100 else 1536,
+                            tp=t,
+                            pp=p,
+                            dp=d,
+                            micro_batch=b,
+                            chunks=v,
+                            recompute=rc,
+                            sp=sp,
+                            zero=z,
+                            grb=grb,
+                            overlap=ov,
+                            headroom=hr,
+                        )
+                    )
     return out
 
 
 def test_plan_evaluate_parity():
     cases = _cases()
-    counts = assert_parity("three_d", "planEvaluate", _evaluate, cases,
-                           js_args=lambda c: [_js_model(c["m"]), cluster_config(c["cl"]),
-                                              *[c[k] for k in ("global_batch", "tp", "pp", "dp",
-                                                               "micro_batch", "chunks",
-                                                               "recompute", "sp", "zero", "grb",
-                                                               "overlap", "headroom")]])
+    counts = assert_parity(
+        "three_d",
+        "planEvaluate",
+        _evaluate,
+        cases,
+        js_args=lambda c: [
+            _js_model(c["m"]),
+            cluster_config(c["cl"]),
+            *[
+                c[k]
+                for k in (
+                    "global_batch",
+                    "tp",
+                    "pp",
+                    "dp",
+                    "micro_batch",
+                    "chunks",
+                    "recompute",
+                    "sp",
+                    "zero",
+                    "grb",
+                    "overlap",
+                    "headroom",
+                )
+            ],
+        ],
+    )
     assert counts["cases"] > 1000 and 100 < counts["errors"] < counts["cases"] - 300
 
 
 def test_compute_roofline_parity():
     g = GPUS["A100-80GB"]
-    kw = dict(peak=g.peak_flops["bf16"], efficiency=g.gemm_efficiency, hbm=g.hbm_bandwidth,
-              sms=g.sms)
-    cases = [dict(M=M, N=N, K=K, batch=n) for M in (1, 300, 2048) for N in (64, 2304, 6912)
-             for K in (96, 12288) for n in (1, 48)] + [dict(M=0, N=1, K=1, batch=1)]
-    assert_parity("three_d", "gemmSeconds", lambda M, N, K, batch: compute.gemm_seconds(
-        M, N, K, batch=batch, **kw), cases,
-        js_args=lambda c: [c["M"], c["N"], c["K"], kw["peak"], kw["efficiency"], kw["hbm"],
-                           kw["sms"], c["batch"]])
-    layer = [dict(b=b, s=s, h=h, a=a, t=t, sp=sp, rc=rc) for b in (1, 3) for s in (128, 2048)
-             for h, a in ((768, 12), (12288, 96)) for t in (1, 3, 4) for sp in (False, True)
-             for rc in ("none", "selective", "full", "x")]
+    kw = dict(
+        peak=g.peak_flops["bf16"], efficiency=g.gemm_efficiency, hbm=g.hbm_bandwidth, sms=g.sms
+    )
+    cases = [
+        dict(M=M, N=N, K=K, batch=n)
+        for M in (1, 300, 2048)
+        for N in (64, 2304, 6912)
+        for K in (96, 12288)
+        for n in (1, 48)
+    ] + [dict(M=0, N=1, K=1, batch=1)]
+    assert_parity(
+        "three_d",
+        "gemmSeconds",
+        lambda M, N, K, batch: compute.gemm_seconds(M, N, K, batch=batch, **kw),
+        cases,
+        js_args=lambda c: [
+            c["M"],
+            c["N"],
+            c["K"],
+            kw["peak"],
+            kw["efficiency"],
+            kw["hbm"],
+            kw["sms"],
+            c["batch"],
+        ],
+    )
+    layer = [
+        dict(b=b, s=s, h=h, a=a, t=t, sp=sp, rc=rc)
+        for b in (1, 3)
+        for s in (128, 2048)
+        for h, a in ((768, 12), (12288, 96))
+        for t in (1, 3, 4)
+        for sp in (False, True)
+        for rc in ("none", "selective", "full", "x")
+    ]
     counts = assert_parity(
-        "three_d", "layerSeconds",
-        lambda b, s, h, a, t, sp, rc: compute.layer_seconds(b, s, h, a, g, t, sp=sp,
-                                                            recompute=rc)._asdict()
-        | {"total_s": compute.layer_seconds(b, s, h, a, g, t, sp=sp, recompute=rc).total_s},
-        layer, js_args=lambda c: [c["b"], c["s"], c["h"], c["a"], gpu_config(g), c["t"], c["sp"],
-                                  c["rc"]])
+        "three_d",
+        "layerSeconds",
+        lambda b, s, h, a, t, sp, rc: (
+            compute.layer_seconds(b, s, h, a, g, t, sp=sp, recompute=rc)._asdict()
+            | {"total_s": compute.layer_seconds(b, s, h, a, g, t, sp=sp, recompute=rc).total_s}
+        ),
+        layer,
+        js_args=lambda c: [c["b"], c["s"], c["h"], c["a"], gpu_config(g), c["t"], c["sp"], c["rc"]],
+    )
     assert counts["errors"] > 0
-    assert_parity("three_d", "logitsSeconds",
-                  lambda b, s, h, V, t: compute.logits_seconds(b, s, h, V, g, t),
-                  [dict(b=b, s=2048, h=h, V=V, t=t) for b in (1, 2) for h in (2304, 12288)
-                   for V in (51200, 250880) for t in (1, 3, 8)],
-                  js_args=lambda c: [c["b"], c["s"], c["h"], c["V"], gpu_config(g), c["t"]])
+    assert_parity(
+        "three_d",
+        "logitsSeconds",
+        lambda b, s, h, V, t: compute.logits_seconds(b, s, h, V, g, t),
+        [
+            dict(b=b, s=2048, h=h, V=V, t=t)
+            for b in (1, 2)
+            for h in (2304, 12288)
+            for V in (51200, 250880)
+            for t in (1, 3, 8)
+        ],
+        js_args=lambda c: [c["b"], c["s"], c["h"], c["V"], gpu_config(g), c["t"]],
+    )
 
 
 def test_cluster_and_price_parity_with_messages():
     """planCluster and dollarsPerMillionTokens follow the Python rules and say the same thing
     for the same bad value (0 GPUs per node, a negative price, a non-multiple of the node)."""
     links = CONFIG["links"]
-    cases = [(8, 8, "A100-80GB", None, None, None), (1024, 8, "H100-SXM", None, "eth-100g", 0.5),
-             (12, 8, "A100-80GB", None, None, None), (8, 0, "A100-80GB", None, None, None),
-             (0, 8, "H200", None, None, None), (16, 8, "A100-80GB", "x", None, None),
-             (16, 8, "A100-80GB", None, None, 1.5)]
-    js = js_call("three_d", [("planCluster", [n, g, CONFIG["gpus"][name], links, i, e, eff])
-                             for n, g, name, i, e, eff in cases])
+    cases = [
+        (8, 8, "A100-80GB", None, None, None),
+        (1024, 8, "H100-SXM", None, "eth-100g", 0.5),
+        (12, 8, "A100-80GB", None, None, None),
+        (8, 0, "A100-80GB", None, None, None),
+        (0, 8, "H200", None, None, None),
+        (16, 8, "A100-80GB", "x", None, None),
+        (16, 8, "A100-80GB", None, None, 1.5),
+    ]
+    js = js_call(
+        "three_d",
+        [
+            ("planCluster", [n, g, CONFIG["gpus"][name], links, i, e, eff])
+            for n, g, name, i, e, eff in cases
+        ],
+    )
     for (n, g, name, i, e, eff), (kind, got) in zip(cases, js):
         try:
             cl = planner.cluster(n, g, name, i, e, gemm_efficiency=eff)
@@ -108,8 +224,11 @@ def test_cluster_and_price_parity_with_messages():
             assert (kind, got) == ("error", str(err))
             continue
         assert kind == "ok"
-        assert (got["intra"]["name"], got["inter"]["name"], got["gpu"]["gemm_efficiency"]) == \
-            (cl.intra.name, cl.inter.name, cl.gpu.gemm_efficiency)
+        assert (got["intra"]["name"], got["inter"]["name"], got["gpu"]["gemm_efficiency"]) == (
+            cl.intra.name,
+            cl.inter.name,
+            cl.gpu.gemm_efficiency,
+        )
     prices = [(10.0, 8, 16384, 2.0), (10.0, 8, 16384, -1.0), (0.0, 8, 16384, 2.0)]
     js = js_call("three_d", [("dollarsPerMillionTokens", list(c)) for c in prices])
     for c, (kind, got) in zip(prices, js):
@@ -122,39 +241,56 @@ def test_cluster_and_price_parity_with_messages():
 
 def test_dp_allreduce_and_bubble_parity():
     from minipar.cost.pipeline_parallel import bubble_fraction_of_total, bubble_relative_to_ideal
-    cases = [dict(schedule=s, p=p, m=m, v=v) for s in ("gpipe", "1f1b", "interleaved", "x")
-             for p in (1, 2, 3, 5) for m in (1, 3, 6, 10) for v in (1, 2, 3)]
+
+    cases = [
+        dict(schedule=s, p=p, m=m, v=v)
+        for s in ("gpipe", "1f1b", "interleaved", "x")
+        for p in (1, 2, 3, 5)
+        for m in (1, 3, 6, 10)
+        for v in (1, 2, 3)
+    ]
     assert_parity("three_d", "bubbleRelativeToIdeal", bubble_relative_to_ideal, cases)
     assert_parity("three_d", "bubbleFractionOfTotal", bubble_fraction_of_total, cases)
     cl = planner.cluster(96, 8)
-    assert_parity("three_d", "dpAllreduceSeconds",
-                  lambda nbytes, d, t: planner.dp_allreduce_seconds(nbytes, d, t, cl),
-                  [dict(nbytes=s, d=d, t=t) for s in (1e6, 3e9) for d in (1, 2, 3, 4, 12, 24)
-                   for t in (1, 2, 4, 8)],
-                  js_args=lambda c: [c["nbytes"], c["d"], c["t"], cluster_config(cl)])
+    assert_parity(
+        "three_d",
+        "dpAllreduceSeconds",
+        lambda nbytes, d, t: planner.dp_allreduce_seconds(nbytes, d, t, cl),
+        [
+            dict(nbytes=s, d=d, t=t)
+            for s in (1e6, 3e9)
+            for d in (1, 2, 3, 4, 12, 24)
+            for t in (1, 2, 4, 8)
+        ],
+        js_args=lambda c: [c["nbytes"], c["d"], c["t"], cluster_config(cl)],
+    )
 
 
 def test_every_preset_draws_its_layout_and_bad_input_says_why():
     """Each preset opens on a valid layout (BLOOM and MT-NLG used to open on an error); A100
     shows NVLink 3 and HDR 200; invalid inputs name the rule and the value."""
     calls = [("drawExplorer", ["plan", {"model": k}, CONFIG]) for k in PRESET_LAYOUTS]
-    bad = [({"layout": "custom", "t": 5}, "gpus (1024) must be divisible by t·p (5·16)"),
-           ({"layout": "custom", "t": 0}, "t (0) must be at least 1"),
-           ({"layout": "custom", "p": 0}, "p (0) must be at least 1"),
-           ({"price": -1}, "$ per GPU-hour (-1) must be at least 0"),
-           ({"gpn": 0}, "GPUs per node (0) must be at least 1"),
-           ({"layout": "custom", "gpus": 1001}, "gpus (1001) must be a multiple of "
-                                                "gpus_per_node (8)"),
-           ({"zero": 2}, "ZeRO stage (2) needs p = 1 (its sharded gradients would be reduced "
-                         "every micro-batch under PP; use ZeRO-1 or ZeRO-3), got p (16)")]
+    bad = [
+        ({"layout": "custom", "t": 5}, "gpus (1024) must be divisible by t·p (5·16)"),
+        ({"layout": "custom", "t": 0}, "t (0) must be at least 1"),
+        ({"layout": "custom", "p": 0}, "p (0) must be at least 1"),
+        ({"price": -1}, "$ per GPU-hour (-1) must be at least 0"),
+        ({"gpn": 0}, "GPUs per node (0) must be at least 1"),
+        ({"layout": "custom", "gpus": 1001}, "gpus (1001) must be a multiple of gpus_per_node (8)"),
+        (
+            {"zero": 2},
+            "ZeRO stage (2) needs p = 1 (its sharded gradients would be reduced "
+            "every micro-batch under PP; use ZeRO-1 or ZeRO-3), got p (16)",
+        ),
+    ]
     calls += [("drawExplorer", ["plan", v, CONFIG]) for v, _ in bad]
     got = js_call("three_d", calls)
-    for (kind, out), name in zip(got[:len(PRESET_LAYOUTS)], PRESET_LAYOUTS):
+    for (kind, out), name in zip(got[: len(PRESET_LAYOUTS)], PRESET_LAYOUTS):
         assert kind == "ok" and out["error"] is None, (name, out["error"])
         assert "<svg" in out["html"] and "MFU" in out["html"]
     assert "nvlink3-a100 300.00 GB/s per direction" in got[0][1]["html"]
     assert "ib-hdr200 25.00 GB/s per direction" in got[0][1]["html"]
-    for (kind, out), (_, message) in zip(got[len(PRESET_LAYOUTS):], bad):
+    for (kind, out), (_, message) in zip(got[len(PRESET_LAYOUTS) :], bad):
         assert kind == "ok" and out["error"] == message
         assert "minipar-explorer-message" in out["html"]
     # the Python rules say the same for the same values
@@ -168,11 +304,22 @@ def test_zero3_collectives_control_changes_the_zero3_layout_only():
     """The explorer's "ZeRO-3 collectives across nodes" control reaches the model: a ZeRO-3
     layout spanning nodes draws differently with the flat ring and the hierarchical algorithm,
     a ZeRO-1 layout draws the same, and an unknown algorithm is refused by name."""
-    z3 = {"layout": "custom", "gpus": 768, "t": 1, "p": 1, "b": 2, "zero": 3, "recompute": "full",
-          "sp": False}
+    z3 = {
+        "layout": "custom",
+        "gpus": 768,
+        "t": 1,
+        "p": 1,
+        "b": 2,
+        "zero": 3,
+        "recompute": "full",
+        "sp": False,
+    }
     z1 = {"zero": 1}
-    calls = [("drawExplorer", ["plan", dict(v, z3=a), CONFIG])
-             for v in (z3, z1) for a in ("flat-ring", "hierarchical")]
+    calls = [
+        ("drawExplorer", ["plan", dict(v, z3=a), CONFIG])
+        for v in (z3, z1)
+        for a in ("flat-ring", "hierarchical")
+    ]
     calls.append(("drawExplorer", ["plan", dict(z3, z3="tree"), CONFIG]))
     got = js_call("three_d", calls)
     assert all(kind == "ok" for kind, _ in got), got
@@ -186,14 +333,31 @@ def test_zero3_collectives_control_changes_the_zero3_layout_only():
 # sequence (1020) that 2·cp = 8 does not divide
 _DENSE = planner.ModelShape(12, 768, 12, 1024, 50304)
 _SWIGLU_GQA = planner.ModelShape(8, 768, 12, 1020, 32000, ffn=2048, mlp_matrices=3, kv_heads=4)
-_MOE = planner.ModelShape(8, 768, 12, 1024, 50304, experts=8, top_k=2, ffn=2048,
-                          mlp_matrices=3, kv_heads=4)
+_MOE = planner.ModelShape(
+    8, 768, 12, 1024, 50304, experts=8, top_k=2, ffn=2048, mlp_matrices=3, kv_heads=4
+)
 _MIXTRAL = planner.MODELS["mixtral-8x7b"]
 _GQA2 = planner.ModelShape(8, 768, 12, 1024, 32000, ffn=2048, mlp_matrices=3, kv_heads=2)  # t > kv
-_LLAMA_SMALL = planner.ModelShape(8, 768, 12, 1024, 32000, ffn=2048, mlp_matrices=3, kv_heads=4,
-                                  norm="rmsnorm", bias=False, positions="rope", tied=False)
-_CP_EP_OPTIONS = ((1, 1, "selective", True, 1), (1, 1, "none", False, 0),
-                  (2, 2, "full", True, 3), (1, 1, "full", False, 2))   # b, v, recompute, sp, zero
+_LLAMA_SMALL = planner.ModelShape(
+    8,
+    768,
+    12,
+    1024,
+    32000,
+    ffn=2048,
+    mlp_matrices=3,
+    kv_heads=4,
+    norm="rmsnorm",
+    bias=False,
+    positions="rope",
+    tied=False,
+)
+_CP_EP_OPTIONS = (
+    (1, 1, "selective", True, 1),
+    (1, 1, "none", False, 0),
+    (2, 2, "full", True, 3),
+    (1, 1, "full", False, 2),
+)  # b, v, recompute, sp, zero
 
 
 def _cp_ep_cases():
@@ -201,34 +365,106 @@ def _cp_ep_cases():
     and across nodes (4 GPUs per node: cp and ep groups leave the node), plus broken inputs."""
     clusters = [planner.cluster(64, 8), planner.cluster(64, 4, "H100-SXM")]
     out = []
-    for cl, m in itertools.product(clusters, (_DENSE, _SWIGLU_GQA, _MOE, _MIXTRAL, _GQA2,
-                                              _LLAMA_SMALL)):
+    for cl, m in itertools.product(
+        clusters, (_DENSE, _SWIGLU_GQA, _MOE, _MIXTRAL, _GQA2, _LLAMA_SMALL)
+    ):
         for t, cp, ep, p in itertools.product((1, 2, 4), (1, 2, 4), (1, 2, 4), (1, 2)):
             for b, v, rc, sp, z in _CP_EP_OPTIONS:
-                out.append(dict(m=m, cl=cl, tp=t, pp=p, dp=cl.gpus // (t * cp * p), cp=cp, ep=ep,
-                                micro_batch=b, chunks=v, recompute=rc, sp=sp, zero=z))
+                out.append(
+                    dict(
+                        m=m,
+                        cl=cl,
+                        tp=t,
+                        pp=p,
+                        dp=cl.gpus // (t * cp * p),
+                        cp=cp,
+                        ep=ep,
+                        micro_batch=b,
+                        chunks=v,
+                        recompute=rc,
+                        sp=sp,
+                        zero=z,
+                    )
+                )
     cl = clusters[0]
     for cp, ep, d in ((0, 1, 8), (2, 0, 8), (-1, 2, 8), (2, 1, 32), (1, 2, 6), (1, 3, 8)):
-        out.append(dict(m=_MOE, cl=cl, tp=2, pp=2, dp=d, cp=cp, ep=ep, micro_batch=1, chunks=1,
-                        recompute="selective", sp=True, zero=1))   # cp/ep rules, gpus ≠ t·cp·p·d
-    for z, c in itertools.product((0, 1, 3), (cl, clusters[1])):   # folding: ep = 8 over t·d =
-        out.append(dict(m=_MOE, cl=c, tp=4, pp=8, dp=2, cp=1, ep=8, micro_batch=1, chunks=1,
-                        recompute="selective", sp=True, zero=z))  # 8 ranks, d = 2; 2 nodes of 4
+        out.append(
+            dict(
+                m=_MOE,
+                cl=cl,
+                tp=2,
+                pp=2,
+                dp=d,
+                cp=cp,
+                ep=ep,
+                micro_batch=1,
+                chunks=1,
+                recompute="selective",
+                sp=True,
+                zero=1,
+            )
+        )  # cp/ep rules, gpus ≠ t·cp·p·d
+    for z, c in itertools.product((0, 1, 3), (cl, clusters[1])):  # folding: ep = 8 over t·d =
+        out.append(
+            dict(
+                m=_MOE,
+                cl=c,
+                tp=4,
+                pp=8,
+                dp=2,
+                cp=1,
+                ep=8,
+                micro_batch=1,
+                chunks=1,
+                recompute="selective",
+                sp=True,
+                zero=z,
+            )
+        )  # 8 ranks, d = 2; 2 nodes of 4
     return out
 
 
 def _evaluate_cp_ep(c):
-    return planner.evaluate(c["m"], c["cl"], 64, tp=c["tp"], pp=c["pp"], dp=c["dp"],
-                            micro_batch=c["micro_batch"], chunks=c["chunks"],
-                            recompute=c["recompute"], sp=c["sp"], zero=c["zero"], cp=c["cp"],
-                            ep=c["ep"]).as_dict()
+    return planner.evaluate(
+        c["m"],
+        c["cl"],
+        64,
+        tp=c["tp"],
+        pp=c["pp"],
+        dp=c["dp"],
+        micro_batch=c["micro_batch"],
+        chunks=c["chunks"],
+        recompute=c["recompute"],
+        sp=c["sp"],
+        zero=c["zero"],
+        cp=c["cp"],
+        ep=c["ep"],
+    ).as_dict()
 
 
 def _js_evaluate_cp_ep(c, model=None):
-    return ("planEvaluate", [model or _js_model(c["m"]), cluster_config(c["cl"]), 64, c["tp"],
-                             c["pp"], c["dp"], c["micro_batch"], c["chunks"], c["recompute"],
-                             c["sp"], c["zero"], None, True, None, "hierarchical", c["cp"],
-                             c["ep"]])
+    return (
+        "planEvaluate",
+        [
+            model or _js_model(c["m"]),
+            cluster_config(c["cl"]),
+            64,
+            c["tp"],
+            c["pp"],
+            c["dp"],
+            c["micro_batch"],
+            c["chunks"],
+            c["recompute"],
+            c["sp"],
+            c["zero"],
+            None,
+            True,
+            None,
+            "hierarchical",
+            c["cp"],
+            c["ep"],
+        ],
+    )
 
 
 def _expected(cases):
@@ -263,8 +499,12 @@ def test_plan_evaluate_cp_ep_moe_parity_with_messages():
     # the grid reaches every new term, and every new rule's message
     assert any(w["cp_seconds"] > 0 for w in ok) and any(w["ep_seconds"] > 0 for w in ok)
     assert {(w["cp"], w["ep"]) for w in ok} >= {(c, e) for c in (1, 2, 4) for e in (1, 2, 4)}
-    for rule in ("must be integers >= 1", "must be divisible by 2·cp",
-                 "needs an MoE model whose experts", "must equal t·cp·p·d"):
+    for rule in (
+        "must be integers >= 1",
+        "must be divisible by 2·cp",
+        "needs an MoE model whose experts",
+        "must equal t·cp·p·d",
+    ):
         assert any(rule in e for e in errors), rule
 
 
@@ -289,13 +529,32 @@ def test_moe_and_long_context_presets_draw_with_ep_and_cp():
     allow are refused with the rule and the values, as Python refuses them."""
     mix = {"model": "mixtral-8x7b", "layout": "custom", "gpus": 64, "t": 4, "p": 2, "batch": 64}
     calls = [("drawExplorer", ["plan", dict(mix, ep=e), CONFIG]) for e in (1, 2)]
-    calls.append(("drawExplorer", ["plan", {"model": "llama3-405b-128k", "layout": "custom",
-                                            "gpus": 1024, "t": 8, "p": 16, "batch": 32,
-                                            "cp": 2}, CONFIG]))
-    bad = [({"ep": 2}, "ep (2) needs an MoE model whose experts (1) it divides"),
-           ({"cp": 3}, "gpus (1024) must be divisible by t·cp·p (8·3·16)"),
-           ({"cp": 3, "layout": "custom", "gpus": 1152}, "seq (2048) must be divisible by "
-                                                         "2·cp (6): zigzag chunks")]
+    calls.append(
+        (
+            "drawExplorer",
+            [
+                "plan",
+                {
+                    "model": "llama3-405b-128k",
+                    "layout": "custom",
+                    "gpus": 1024,
+                    "t": 8,
+                    "p": 16,
+                    "batch": 32,
+                    "cp": 2,
+                },
+                CONFIG,
+            ],
+        )
+    )
+    bad = [
+        ({"ep": 2}, "ep (2) needs an MoE model whose experts (1) it divides"),
+        ({"cp": 3}, "gpus (1024) must be divisible by t·cp·p (8·3·16)"),
+        (
+            {"cp": 3, "layout": "custom", "gpus": 1152},
+            "seq (2048) must be divisible by 2·cp (6): zigzag chunks",
+        ),
+    ]
     calls += [("drawExplorer", ["plan", v, CONFIG]) for v, _ in bad]
     got = js_call("three_d", calls)
     (_, ep1), (_, ep2), (_, llama) = got[:3]
@@ -307,16 +566,27 @@ def test_moe_and_long_context_presets_draw_with_ep_and_cp():
         assert kind == "ok" and out["error"] == message
     cl = planner.cluster(1024, 8)
     with pytest.raises(ValueError) as e:
-        planner.check(planner.MODELS["gpt3-175b"], cl, 1536, tp=8, pp=16, dp=8, micro_batch=1,
-                      ep=2)
+        planner.check(planner.MODELS["gpt3-175b"], cl, 1536, tp=8, pp=16, dp=8, micro_batch=1, ep=2)
     assert str(e.value) == bad[0][1]
 
 
 # --- the named terms, one by one -----------------------------------------------------------
 
+
 def _lay(c, global_batch=64):
-    return planner.Layout(global_batch, c["tp"], c["pp"], c["dp"], c["micro_batch"], c["chunks"],
-                          c["recompute"], c["sp"], c["zero"], c["cp"], c["ep"])
+    return planner.Layout(
+        global_batch,
+        c["tp"],
+        c["pp"],
+        c["dp"],
+        c["micro_batch"],
+        c["chunks"],
+        c["recompute"],
+        c["sp"],
+        c["zero"],
+        c["cp"],
+        c["ep"],
+    )
 
 
 def _term_cases():
@@ -324,12 +594,14 @@ def _term_cases():
     every term is non-zero somewhere in it."""
     out = []
     for i, c in enumerate(_cp_ep_cases()):
-        opt = [dict(), dict(zero3_collectives="flat-ring", zero3_ac_inside_unit=True),
-               dict(zero3_overlap=False, overlap_grad_reduce=True),
-               dict(dp_overlap=False, grad_reduce_bytes=2),
-               dict(precision="bf16-grads", attention="unfused"),
-               dict(precision="megatron", attention="flash", headroom=0.05,
-                    cp_algorithm="all-gather")][i % 6]
+        opt = [
+            dict(),
+            dict(zero3_collectives="flat-ring", zero3_ac_inside_unit=True),
+            dict(zero3_overlap=False, overlap_grad_reduce=True),
+            dict(dp_overlap=False, grad_reduce_bytes=2),
+            dict(precision="bf16-grads", attention="unfused"),
+            dict(precision="megatron", attention="flash", headroom=0.05, cp_algorithm="all-gather"),
+        ][i % 6]
         out.append((c, opt))
     return out
 
@@ -337,6 +609,7 @@ def _term_cases():
 def _python_terms(cases, term_fns=None):
     """(kind, the StepBreakdown as a dict, or the message) per case."""
     from dataclasses import asdict as as_dict
+
     out = []
     for c, opt in cases:
         try:
@@ -351,14 +624,18 @@ def _term_differences(cases, want, got):
     bad = []
     for (c, opt), (wk, wv), (gk, gv) in zip(cases, want, got):
         if wk != gk or (wk == "error" and wv != gv):
-            bad.append(f"{c['m'].layers}L t={c['tp']} cp={c['cp']} ep={c['ep']}: python {wk} "
-                       f"{wv!r}, js {gk} {gv!r}")
+            bad.append(
+                f"{c['m'].layers}L t={c['tp']} cp={c['cp']} ep={c['ep']}: python {wk} "
+                f"{wv!r}, js {gk} {gv!r}"
+            )
             continue
         if wk == "ok":
             for term, x in wv.items():
                 if mismatch(x, gv.get(term), 1e-12, term):
-                    bad.append(f"term {term} (t={c['tp']} p={c['pp']} cp={c['cp']} ep={c['ep']} "
-                               f"z={c['zero']} {opt}): python {x!r}, js {gv.get(term)!r}")
+                    bad.append(
+                        f"term {term} (t={c['tp']} p={c['pp']} cp={c['cp']} ep={c['ep']} "
+                        f"z={c['zero']} {opt}): python {x!r}, js {gv.get(term)!r}"
+                    )
     return bad
 
 
@@ -369,14 +646,32 @@ def test_plan_terms_parity_term_by_term():
     failure names the term; refusals compare word for word."""
     cases = _term_cases()
     want = _python_terms(cases)
-    got = js_call("three_d", [("planTerms", [_js_model(c["m"]), cluster_config(c["cl"]),
-                                             asdict(_lay(c)), opt]) for c, opt in cases])
+    got = js_call(
+        "three_d",
+        [
+            ("planTerms", [_js_model(c["m"]), cluster_config(c["cl"]), asdict(_lay(c)), opt])
+            for c, opt in cases
+        ],
+    )
     bad = _term_differences(cases, want, got)
     assert not bad, f"{len(bad)} terms differ:\n" + "\n".join(bad[:8])
     ok = [w for k, w in want if k == "ok"]
     assert len(ok) >= 800
-    for term in ("compute", "tp", "pp", "cp", "ep", "zero3_exposed", "bubble_relative", "dp",
-                 "dp_exposed", "embedding", "optimizer", "states", "activations"):
+    for term in (
+        "compute",
+        "tp",
+        "pp",
+        "cp",
+        "ep",
+        "zero3_exposed",
+        "bubble_relative",
+        "dp",
+        "dp_exposed",
+        "embedding",
+        "optimizer",
+        "states",
+        "activations",
+    ):
         assert any(w[term] > 0 for w in ok), term
 
 
@@ -388,15 +683,27 @@ def test_evaluate_is_the_sum_of_its_terms():
             br = planner.terms(c["m"], c["cl"], _lay(c), **opt)
         except ValueError:
             continue
-        cfg = planner.evaluate(c["m"], c["cl"], 64, tp=c["tp"], pp=c["pp"], dp=c["dp"],
-                               micro_batch=c["micro_batch"], chunks=c["chunks"],
-                               recompute=c["recompute"], sp=c["sp"], zero=c["zero"], cp=c["cp"],
-                               ep=c["ep"], **opt)
+        cfg = planner.evaluate(
+            c["m"],
+            c["cl"],
+            64,
+            tp=c["tp"],
+            pp=c["pp"],
+            dp=c["dp"],
+            micro_batch=c["micro_batch"],
+            chunks=c["chunks"],
+            recompute=c["recompute"],
+            sp=c["sp"],
+            zero=c["zero"],
+            cp=c["cp"],
+            ep=c["ep"],
+            **opt,
+        )
         m, r = br.microbatches, br.bubble_relative
         assert cfg.tp_seconds == m * (1 + r) * br.tp and cfg.compute_seconds == m * br.compute
         assert cfg.step_seconds == pytest.approx(
-            m * br.slot + br.bubble_seconds + br.dp_exposed + br.embedding + br.optimizer,
-            rel=1e-12)
+            m * br.slot + br.bubble_seconds + br.dp_exposed + br.embedding + br.optimizer, rel=1e-12
+        )
         assert cfg.bytes_per_gpu == br.states + br.activations and cfg.fits == br.fits
 
 
@@ -404,13 +711,20 @@ def test_a_wrong_term_is_named_by_the_parity_check():
     """Negative control: a Python twin whose embedding term forgets the ÷ t (the vocabulary-
     parallel split) differs from the JavaScript in that term, and the report names it."""
     from minipar.cost import three_d_terms as terms_mod
+
     cases = [(c, opt) for c, opt in _term_cases() if c["pp"] == 2 and c["tp"] == 2][:40]
-    got = js_call("three_d", [("planTerms", [_js_model(c["m"]), cluster_config(c["cl"]),
-                                             asdict(_lay(c)), opt]) for c, opt in cases])
+    got = js_call(
+        "three_d",
+        [
+            ("planTerms", [_js_model(c["m"]), cluster_config(c["cl"]), asdict(_lay(c)), opt])
+            for c, opt in cases
+        ],
+    )
     right = terms_mod.term_embedding
 
     def wrong(m_, cl, lay, opt):
         return right(m_, cl, planner.Layout(**{**asdict(lay), "tp": 1}), opt)
+
     terms_mod.term_embedding = wrong
     try:
         want = _python_terms(cases)
@@ -425,20 +739,32 @@ def test_options_are_one_config_and_unknown_ones_are_named():
     refused by name in Python and JavaScript alike, as are the options' own rules."""
     m, cl = _DENSE, planner.cluster(8, 8)
     kw = dict(tp=2, pp=1, dp=4, micro_batch=1)
-    for bad, message in ((dict(zero3_colectives="flat-ring"), "option ('zero3_colectives') must "
-                          "be one of grad_reduce_bytes, dp_overlap, headroom, zero3_overlap, "
-                          "zero3_collectives, attention, precision, zero3_ac_inside_unit, "
-                          "overlap_grad_reduce, cp_algorithm"),
-                         (dict(headroom=1.5), "headroom (1.5) in [0, 1)")):
+    for bad, message in (
+        (
+            dict(zero3_colectives="flat-ring"),
+            "option ('zero3_colectives') must "
+            "be one of grad_reduce_bytes, dp_overlap, headroom, zero3_overlap, "
+            "zero3_collectives, attention, precision, zero3_ac_inside_unit, "
+            "overlap_grad_reduce, cp_algorithm",
+        ),
+        (dict(headroom=1.5), "headroom (1.5) in [0, 1)"),
+    ):
         with pytest.raises(ValueError) as e:
             planner.evaluate(m, cl, 8, **kw, **bad)
         assert message in str(e.value)
-        (kind, got), = js_call("three_d", [("planTerms", [_js_model(m), cluster_config(cl),
-                                                          asdict(planner.Layout(8, 2, 1, 4, 1)),
-                                                          bad])])
+        ((kind, got),) = js_call(
+            "three_d",
+            [
+                (
+                    "planTerms",
+                    [_js_model(m), cluster_config(cl), asdict(planner.Layout(8, 2, 1, 4, 1)), bad],
+                )
+            ],
+        )
         assert kind == "error" and got == str(e.value)
-    assert planner.evaluate(m, cl, 8, **kw) == planner.evaluate(m, cl, 8, **kw,
-                                                                **asdict(planner.Options()))
+    assert planner.evaluate(m, cl, 8, **kw) == planner.evaluate(
+        m, cl, 8, **kw, **asdict(planner.Options())
+    )
 
 
 def test_published_presets_open_on_their_layouts_and_fit():
@@ -446,8 +772,9 @@ def test_published_presets_open_on_their_layouts_and_fit():
     recomputation, Jean Zay's Omni-Path) and Llama 3 405B at 128K on t = 8, cp = 16, p = 16,
     d = 8 of 16384 H100, which fits (flash attention and Megatron's recipe, the H100 era's); the
     same layout in Python fits too. Negative control: selective recomputation does not fit."""
-    calls = [("drawExplorer", ["plan", {"model": k}, CONFIG])
-             for k in ("bloom-176b", "llama3-405b-128k")]
+    calls = [
+        ("drawExplorer", ["plan", {"model": k}, CONFIG]) for k in ("bloom-176b", "llama3-405b-128k")
+    ]
     (k1, bloom), (k2, llama) = js_call("three_d", calls)
     assert bloom["error"] is None and llama["error"] is None, (bloom["error"], llama["error"])
     assert "t = 4, cp = 1, p = 12, d = 8" in bloom["html"]
@@ -463,23 +790,42 @@ def test_attention_precision_and_shape_controls_reach_the_model():
     """The attention, precision, KV-heads, MLP-width and MLP controls change the draw; a KV-head
     count that does not divide the heads is refused with Python's words."""
     base = {"model": "llama2-70b", "gpu": "H100-SXM"}
-    variants = [{}, {"attention": "unfused"}, {"precision": "bf16-grads"}, {"kv": 64},
-                {"ffn": 22016}, {"mlp": "gelu"}]
-    got = js_call("three_d", [("drawExplorer", ["plan", dict(base, **x), CONFIG])
-                              for x in variants + [{"kv": 5}]])
+    variants = [
+        {},
+        {"attention": "unfused"},
+        {"precision": "bf16-grads"},
+        {"kv": 64},
+        {"ffn": 22016},
+        {"mlp": "gelu"},
+    ]
+    got = js_call(
+        "three_d",
+        [("drawExplorer", ["plan", dict(base, **x), CONFIG]) for x in variants + [{"kv": 5}]],
+    )
     htmls = [out["html"] for _, out in got[:-1]]
     assert all(out["error"] is None for _, out in got[:-1])
-    assert len(set(htmls)) == len(htmls)                      # each control changes the result
+    assert len(set(htmls)) == len(htmls)  # each control changes the result
     assert "unfused attention" in htmls[1] and "bf16-grads precision" in htmls[2]
     with pytest.raises(ValueError) as e:
         replace_ = __import__("dataclasses").replace
-        planner.check(replace_(planner.MODELS["llama2-70b"], kv_heads=5), planner.cluster(256, 8),
-                      512, tp=8, pp=4, dp=8, micro_batch=1)
+        planner.check(
+            replace_(planner.MODELS["llama2-70b"], kv_heads=5),
+            planner.cluster(256, 8),
+            512,
+            tp=8,
+            pp=4,
+            dp=8,
+            micro_batch=1,
+        )
     assert got[-1][1]["error"] == str(e.value) == "heads (64) must be divisible by kv heads (5)"
     llama = {"model": "llama3-405b-128k"}
-    (_, ring), (_, ag), (_, bad) = js_call("three_d", [
-        ("drawExplorer", ["plan", dict(llama, cpalg=a), CONFIG]) for a in ("ring", "all-gather",
-                                                                          "tree")])
+    (_, ring), (_, ag), (_, bad) = js_call(
+        "three_d",
+        [
+            ("drawExplorer", ["plan", dict(llama, cpalg=a), CONFIG])
+            for a in ("ring", "all-gather", "tree")
+        ],
+    )
     assert ring["error"] is None and ag["error"] is None and ring["html"] != ag["html"]
     assert bad["error"] == "cp_algorithm ('tree') must be one of ring, all-gather"
 
@@ -491,26 +837,57 @@ def test_measured_kernel_model_parity_h200():
     both attention kernels; an unknown kernel is refused with the same words."""
     g = GPUS["H200"]
     assert g.gemm_rule == "additive" and g.bmm_bandwidth
-    layer = [dict(b=b, s=s, h=h, a=a, t=t, sp=sp, rc=rc, att=att) for b in (1, 4)
-             for s in (2048, 8192) for h, a in ((2048, 16), (8192, 64)) for t in (1, 8)
-             for sp in (False, True) for rc in ("none", "selective", "full")
-             for att in ("unfused", "flash", "fused")]
+    layer = [
+        dict(b=b, s=s, h=h, a=a, t=t, sp=sp, rc=rc, att=att)
+        for b in (1, 4)
+        for s in (2048, 8192)
+        for h, a in ((2048, 16), (8192, 64))
+        for t in (1, 8)
+        for sp in (False, True)
+        for rc in ("none", "selective", "full")
+        for att in ("unfused", "flash", "fused")
+    ]
 
     def py(b, s, h, a, t, sp, rc, att):
         lt = compute.layer_seconds(b, s, h, a, g, t, sp=sp, recompute=rc, attention=att)
         return lt._asdict() | {"total_s": lt.total_s}
-    counts = assert_parity("three_d", "layerSeconds", py, layer,
-                           js_args=lambda c: [c["b"], c["s"], c["h"], c["a"], gpu_config(g),
-                                              c["t"], c["sp"], c["rc"], c["att"]])
+
+    counts = assert_parity(
+        "three_d",
+        "layerSeconds",
+        py,
+        layer,
+        js_args=lambda c: [
+            c["b"],
+            c["s"],
+            c["h"],
+            c["a"],
+            gpu_config(g),
+            c["t"],
+            c["sp"],
+            c["rc"],
+            c["att"],
+        ],
+    )
     assert 0 < counts["errors"] < counts["cases"]
-    assert_parity("three_d", "attentionCoreAndMlpSeconds",
-                  lambda b, s, h, a, t, att: compute.attention_core_and_mlp_seconds(
-                      b, s, h, a, g, t, attention=att),
-                  [dict(b=1, s=s, h=4096, a=32, t=t, att=att) for s in (1024, 8192)
-                   for t in (1, 4) for att in ("unfused", "flash")],
-                  js_args=lambda c: [c["b"], c["s"], c["h"], c["a"], gpu_config(g), c["t"],
-                                     c["att"]])
-    assert_parity("three_d", "optimizerSeconds",
-                  lambda params: compute.optimizer_seconds(params, g), [dict(params=p)
-                                                                        for p in (0, 1e9, -1)],
-                  js_args=lambda c: [c["params"], gpu_config(g)])
+    assert_parity(
+        "three_d",
+        "attentionCoreAndMlpSeconds",
+        lambda b, s, h, a, t, att: compute.attention_core_and_mlp_seconds(
+            b, s, h, a, g, t, attention=att
+        ),
+        [
+            dict(b=1, s=s, h=4096, a=32, t=t, att=att)
+            for s in (1024, 8192)
+            for t in (1, 4)
+            for att in ("unfused", "flash")
+        ],
+        js_args=lambda c: [c["b"], c["s"], c["h"], c["a"], gpu_config(g), c["t"], c["att"]],
+    )
+    assert_parity(
+        "three_d",
+        "optimizerSeconds",
+        lambda params: compute.optimizer_seconds(params, g),
+        [dict(params=p) for p in (0, 1e9, -1)],
+        js_args=lambda c: [c["params"], gpu_config(g)],
+    )

@@ -5,25 +5,34 @@ steps, first-step gradients) at (d, t, p, cp, ep) = (1, 2, 2, 2, 2) on 8 ranks a
 model's count; negative controls on the 8 ranks (CP gradient reduction forgotten, experts reduced
 over the EP group instead of the EDP group) caught; the chapter's notebook adds the router not
 summed over TP."""
+
 import pytest
 import torch
 
 from minipar.grid import Grid
 from minipar.runtime.launch import run
-from minipar.three_d.five_d import (TINY, Stage5D, applies, expected_traffic,
-                                    measured_traffic, moe_gpt, train_5d_on_rank)
+from minipar.three_d.five_d import (
+    TINY,
+    Stage5D,
+    applies,
+    expected_traffic,
+    measured_traffic,
+    moe_gpt,
+    train_5d_on_rank,
+)
 
-TESTED_BUGS = (None, "no_cp_grad_reduction", "experts_over_ep")   # router_not_over_tp: notebook
-CASES = {"all five on 8 ranks": ((1, 2, 2, 2, 2), TESTED_BUGS),
-         "dp=3 × cp=2, ep=2 folded, on 6 ranks": ((3, 1, 1, 2, 2), (None,))}
+TESTED_BUGS = (None, "no_cp_grad_reduction", "experts_over_ep")  # router_not_over_tp: notebook
+CASES = {
+    "all five on 8 ranks": ((1, 2, 2, 2, 2), TESTED_BUGS),
+    "dp=3 × cp=2, ep=2 folded, on 6 ranks": ((3, 1, 1, 2, 2), (None,)),
+}
 
 
 @pytest.fixture(scope="module", params=list(CASES))
 def case(request):
     shape, bugs = CASES[request.param]
     grid = Grid(*shape)
-    return grid, run(train_5d_on_rank, grid.world_size, *shape, bugs, backend="gloo",
-                     timeout=600)
+    return grid, run(train_5d_on_rank, grid.world_size, *shape, bugs, backend="gloo", timeout=600)
 
 
 @pytest.mark.slow

@@ -1,5 +1,6 @@
 """The rank grid: tp innermost, dp next, pp outermost; groups partition the ranks; on 8 gloo
 ranks the created groups all-reduce over exactly the ranks the grid names."""
+
 import itertools
 
 import pytest
@@ -34,7 +35,8 @@ def test_groups_partition_the_ranks(d, t, p):
     assert len(emb) == d * t
     assert all(len(x) == (2 if p > 1 else 1) for x in emb)
     assert sorted(itertools.chain(*emb)) == sorted(
-        r for r in range(n) if g.coord(r).pp in (0, p - 1))
+        r for r in range(n) if g.coord(r).pp in (0, p - 1)
+    )
 
 
 def test_example_2_2_2_by_hand():
@@ -70,19 +72,24 @@ def test_created_groups_reduce_over_the_right_ranks(d, t, p):
     # negative control: the classic bug, the tp and dp axes swapped (dp innermost), same sizes
     # for (2, 2, 2), is caught by the same check
     if d == t:
-        swapped = [{"tp": r["dp"], "dp": r["tp"], **{k: r[k] for k in ("pp", "embedding")
-                                                     if k in r}} for r in results]
+        swapped = [
+            {"tp": r["dp"], "dp": r["tp"], **{k: r[k] for k in ("pp", "embedding") if k in r}}
+            for r in results
+        ]
         assert check_members(grid, swapped) != []
 
 
 @pytest.mark.parametrize("d, t, p", SHAPES)
 def test_the_3d_grid_is_the_course_grid_with_cp_and_ep_one(d, t, p):
     from minipar.grid import Grid
+
     g, whole = RankGrid(d, t, p), Grid(d, t, p)
     for kind in ("tp", "dp", "pp", "embedding"):
         assert g.groups(kind) == whole.groups(kind)
-    assert all(tuple(g.coord(r)) == (c.pp, c.dp, c.tp) and c.cp == 0
-               for r, c in ((r, whole.coord(r)) for r in range(g.world_size)))
+    assert all(
+        tuple(g.coord(r)) == (c.pp, c.dp, c.tp) and c.cp == 0
+        for r, c in ((r, whole.coord(r)) for r in range(g.world_size))
+    )
     with pytest.raises(ValueError, match=r"group kind \('cp'\) must be one of tp, dp, pp"):
         g.groups("cp")
 

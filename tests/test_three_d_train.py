@@ -5,6 +5,7 @@ parallelism inside 1F1B pipeline stages, stage messages cut to (b, s/t, h) (Nara
 scatter/gather; traffic per process group (attributed by the group's identity) equal to the
 cost model; ZeRO's state bytes equal to the memory model; negative controls caught. FSDP2 + TP
 on a 2-D DeviceMesh (torchtitan's composition) equals the course's TP + ZeRO-3 and one process."""
+
 import pytest
 
 from minipar.cost.collectives import busbw_factor
@@ -15,7 +16,7 @@ from minipar.cost.tensor_parallel import tp_bytes_per_layer
 from minipar.runtime.launch import run
 from minipar.three_d.train import SMALL, fsdp2_tp_on_rank, train_3d_on_rank
 
-M, B, STEPS, BYTES = 2, 2, 3, 8     # micro-batches, micro-batch size, Adam steps, float64
+M, B, STEPS, BYTES = 2, 2, 3, 8  # micro-batches, micro-batch size, Adam steps, float64
 CASES = {"sp": (2, 2, 2), "scatter_gather": (1, 3, 2)}
 ALL_BUGS = (None, "swapped_groups", "no_embedding_allreduce", "no_sp_grad_allreduce")
 
@@ -24,15 +25,17 @@ ALL_BUGS = (None, "swapped_groups", "no_embedding_allreduce", "no_sp_grad_allred
 def case(request):
     mode = request.param
     d, t, p = CASES[mode]
-    results = run(train_3d_on_rank, d * t * p, d, t, p, ALL_BUGS, mode, backend="gloo",
-                  timeout=900)
+    results = run(train_3d_on_rank, d * t * p, d, t, p, ALL_BUGS, mode, backend="gloo", timeout=900)
     return mode, (d, t, p), results
 
 
 def _ring(tr, kind, d_or_t):
     """Bytes a rank puts on the wire (ring) for its calls in group ``kind``."""
-    return sum(nbytes * busbw_factor(key.split(":")[1].replace("_", "-"), d_or_t)
-               for key, (_, nbytes) in tr.items() if key.startswith(kind + ":"))
+    return sum(
+        nbytes * busbw_factor(key.split(":")[1].replace("_", "-"), d_or_t)
+        for key, (_, nbytes) in tr.items()
+        if key.startswith(kind + ":")
+    )
 
 
 @pytest.mark.slow
@@ -48,8 +51,11 @@ def test_equal_to_one_process(case):
 def test_negative_controls_are_caught(case):
     mode, (d, t, p), results = case
     bugs = [b for b in ALL_BUGS[1:] if b in results[0]]
-    expected = {"no_embedding_allreduce"} | ({"no_sp_grad_allreduce"} if mode == "sp" else set()) \
+    expected = (
+        {"no_embedding_allreduce"}
+        | ({"no_sp_grad_allreduce"} if mode == "sp" else set())
         | ({"swapped_groups"} if d == t else set())
+    )
     assert set(bugs) == expected
     for bug in bugs:
         assert max(r[bug]["params"] for r in results) > 1e-3, bug
@@ -60,7 +66,7 @@ def test_negative_controls_are_caught(case):
 def test_traffic_per_group_equals_the_cost_model(case):
     mode, (d, t, p), results = case
     layers = SMALL.L // p
-    act = B * SMALL.s * SMALL.h * BYTES                   # one (b, s, h) message, bytes
+    act = B * SMALL.s * SMALL.h * BYTES  # one (b, s, h) message, bytes
     for r in results:
         ok = r["correct"]
         tr, (i_p, _, _) = ok["traffic"], ok["coord"]
@@ -71,16 +77,20 @@ def test_traffic_per_group_equals_the_cost_model(case):
         # gather forward, the sender's scatter backward), and under SP one all-reduce of the
         # layer-norm and row-bias gradients per step
         edges = (i_p == 0) + (i_p == p - 1) if mode == "sp" else (i_p > 0) + (i_p < p - 1)
-        want = (tp_bytes_per_layer(B, SMALL.s, SMALL.h, t, BYTES) * layers * M
-                + edges * (t - 1) / t * act * M
-                + busbw_factor("all-reduce", t) * ok["sp_numel"] * BYTES) * STEPS
+        want = (
+            tp_bytes_per_layer(B, SMALL.s, SMALL.h, t, BYTES) * layers * M
+            + edges * (t - 1) / t * act * M
+            + busbw_factor("all-reduce", t) * ok["sp_numel"] * BYTES
+        ) * STEPS
         assert _ring(tr, "tp", t) == pytest.approx(want, rel=1e-12)
         ops = 8 * layers * M if mode == "sp" else 4 * layers * M
         calls = sum(c for k, (c, _) in tr.items() if k.startswith("tp:"))
         assert calls == (ops + edges * M + (mode == "sp")) * STEPS
         # PP: each rank sends 1/t of a (b, s, h) per micro-batch, one direction per boundary
-        assert tr["pp:send"][1] == pp_p2p_bytes_per_microbatch(B, SMALL.s, SMALL.h, BYTES) \
-            / 2 / t * M * STEPS
+        assert (
+            tr["pp:send"][1]
+            == pp_p2p_bytes_per_microbatch(B, SMALL.s, SMALL.h, BYTES) / 2 / t * M * STEPS
+        )
         # embedding group: the tied (V, h) gradient once per step
         assert tr["embedding:all_reduce"][1] == SMALL.V * SMALL.h * BYTES * STEPS
         # DP, ZeRO-1: reduce-scatter + all-gather of the stage's flat parameter
@@ -92,10 +102,19 @@ def test_zero1_state_bytes_equal_the_model(case):
     _, (d, _, _), results = case
     for r in results:
         got = r["correct"]["state_bytes"]
-        want = model_state_bytes(r["correct"]["flat_numel"], d=d, zero=1, weight_bytes=8,
-                                 grad_bytes=8, optimizer_bytes=16)
-        assert (got["weights"], got["gradients"], got["optimizer"]) == \
-            (want.weights, want.gradients, want.optimizer)
+        want = model_state_bytes(
+            r["correct"]["flat_numel"],
+            d=d,
+            zero=1,
+            weight_bytes=8,
+            grad_bytes=8,
+            optimizer_bytes=16,
+        )
+        assert (got["weights"], got["gradients"], got["optimizer"]) == (
+            want.weights,
+            want.gradients,
+            want.optimizer,
+        )
 
 
 @pytest.mark.slow
@@ -124,7 +143,7 @@ def test_stage_modes_name_the_rule_and_one_rank_is_the_identity():
     with pytest.raises(ValueError, match=r"mode \('tp'\) must be one of sp, scatter_gather"):
         Stage3D(GPT(SMALL), 0, 2, None, "tp")
     x = torch.randn(2, SMALL.s, SMALL.h)
-    assert gather_from_tp_ranks(x) is x                  # no process group: one rank
+    assert gather_from_tp_ranks(x) is x  # no process group: one rank
     # one rank, any mode: the whole GPT, stage 0 of 1, equals the unsharded model
     torch.manual_seed(0)
     full = GPT(SMALL).double()

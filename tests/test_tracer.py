@@ -1,4 +1,5 @@
 """The tracer sees every collective and point-to-point call, with exact bytes and group sizes."""
+
 import pytest
 
 from minipar.runtime.launch import run
@@ -36,11 +37,17 @@ def _traced(rank, world_size):
 def test_ops_bytes_and_group_sizes():
     events, table = run(_traced, 2, backend="gloo")[0]
     ops = [(op, nbytes, g) for op, nbytes, g, _, _ in events]
-    assert ops[:7] == [("all_reduce", 48, 2), ("all_gather", 96, 2), ("reduce_scatter", 48, 2),
-                       ("broadcast", 48, 2), ("send", 48, 2), ("all_reduce", 96, 2),
-                       ("all_reduce", 48, 2)]
-    assert events[4][4] == 1               # the send's peer
-    assert events[5][3] is False           # async call waited through the handle: timed fully
+    assert ops[:7] == [
+        ("all_reduce", 48, 2),
+        ("all_gather", 96, 2),
+        ("reduce_scatter", 48, 2),
+        ("broadcast", 48, 2),
+        ("send", 48, 2),
+        ("all_reduce", 96, 2),
+        ("all_reduce", 48, 2),
+    ]
+    assert events[4][4] == 1  # the send's peer
+    assert events[5][3] is False  # async call waited through the handle: timed fully
     # DDP's C++ reducer is seen too: its gradient all-reduce is the 8 parameters in fp32
     assert ("all_reduce", 32, 2) in ops[7:]
     assert "all_reduce" in table and "send" in table
@@ -61,10 +68,12 @@ def test_negative_control_untraced_calls_are_not_counted():
         import torch.distributed as dist
 
         from minipar.runtime.tracer import trace
+
         with trace() as tr:
             pass
         dist.all_reduce(torch.ones(4))  # outside the context
         return tr.count()
+
     assert run(fn, 2, backend="gloo") == [0, 0]
 
 
@@ -91,6 +100,7 @@ def _threads(rank, world_size):
         with trace():
             b_in.set()
             a_out.wait()
+
     threads = [threading.Thread(target=first), threading.Thread(target=second)]
     for t in threads:
         t.start()
@@ -109,15 +119,21 @@ def _threads(rank, world_size):
             w = dist.all_reduce(torch.ones(3), async_op=True)
             seen.append(isinstance(w, dist.Work))
             w.wait()
+
         t = threading.Thread(target=untraced)
         t.start()
         t.join()
         dist.all_reduce(torch.ones(5))
         elapsed = tr.elapsed()
-    return dict(restored=restored, plain_work=plain_work, untraced_plain=seen == [True],
-                ops=[(e.op, e.bytes) for e in tr.events], start_ok=before <= tr.start_time,
-                within=all(0 <= e.start <= elapsed for e in tr.events),
-                after=dist.all_reduce is original)
+    return dict(
+        restored=restored,
+        plain_work=plain_work,
+        untraced_plain=seen == [True],
+        ops=[(e.op, e.bytes) for e in tr.events],
+        start_ok=before <= tr.start_time,
+        within=all(0 <= e.start <= elapsed for e in tr.events),
+        after=dist.all_reduce is original,
+    )
 
 
 def test_traces_in_threads_leave_torch_distributed_as_they_found_it():
@@ -125,6 +141,6 @@ def test_traces_in_threads_leave_torch_distributed_as_they_found_it():
     good (async calls then returned a wrapper, not a ``Work``)."""
     for r in run(_threads, 2, backend="gloo", timeout=120):
         assert r["restored"] and r["plain_work"] and r["after"]
-        assert r["untraced_plain"]                  # another thread's trace does not wrap us
-        assert r["ops"] == [("all_reduce", 20)]     # only this thread's 5 floats are counted
-        assert r["start_ok"] and r["within"]        # the public start time and elapsed()
+        assert r["untraced_plain"]  # another thread's trace does not wrap us
+        assert r["ops"] == [("all_reduce", 20)]  # only this thread's 5 floats are counted
+        assert r["start_ok"] and r["within"]  # the public start time and elapsed()

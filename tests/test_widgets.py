@@ -2,6 +2,7 @@
 
 The JavaScript models are checked against Python in test_explorer_parity.py and in a real
 browser in test_site_browser.py; here: the Python side and the inline script."""
+
 import json
 import re
 import subprocess
@@ -11,8 +12,8 @@ import pytest
 
 matplotlib.use("Agg")
 
-from minipar.widgets import bundle, chapter_files, classic_script, static_html  # noqa: E402
-from minipar.widgets.parity import NODE, node_available  # noqa: E402
+from minipar.widgets import bundle, chapter_files, classic_script, static_html
+from minipar.widgets.parity import NODE, node_available
 
 SLUGS = ["collectives", "memory_time", "data_parallel"]
 
@@ -21,9 +22,9 @@ SLUGS = ["collectives", "memory_time", "data_parallel"]
 def test_static_html_is_self_contained(slug):
     page = static_html(slug, slug if slug == "collectives" else "x", {"n": 3}, {"k": "</script>"})
     assert "minipar-explorer-mount" in page and "mountExplorer(" in page
-    assert not re.search(r"""(src|href)\s*=\s*["']?(https?:)?//""", page)   # nothing to fetch
+    assert not re.search(r"""(src|href)\s*=\s*["']?(https?:)?//""", page)  # nothing to fetch
     assert re.search(r"^\s*(import|export)\b", classic_script(slug), re.M) is None
-    assert page.count("</script>") == 1                       # the config cannot close it early
+    assert page.count("</script>") == 1  # the config cannot close it early
 
 
 @pytest.mark.skipif(not node_available(), reason="Node.js not installed")
@@ -36,6 +37,7 @@ def test_classic_script_parses(slug, tmp_path):
 
 def test_bundle_orders_dependencies_first(tmp_path, monkeypatch):
     import minipar.widgets as W
+
     (tmp_path / "a.js").write_text("// minipar-requires: b\nexport function fa() {}\n")
     (tmp_path / "b.js").write_text("export function fb() {}\n")
     (tmp_path / "c.js").write_text("// minipar-requires: d\n")
@@ -50,11 +52,15 @@ def test_bundle_orders_dependencies_first(tmp_path, monkeypatch):
 
 def test_explorer_widget_carries_model_and_static_copy():
     from minipar.widgets.collectives import MACHINE, collectives_explorer
+
     w = collectives_explorer(fitted=(2e-4, 1e9), n=3)
     assert w.explorer == "collectives" and w.values == {"n": 3}
-    assert w.config["links"][MACHINE] == {"alpha": 2e-4, "bandwidth": 1e9, "source": w.config[
-        "links"][MACHINE]["source"]}
-    assert "registerExplorer(\"collectives\"" in w._esm and "export default" in w._esm
+    assert w.config["links"][MACHINE] == {
+        "alpha": 2e-4,
+        "bandwidth": 1e9,
+        "source": w.config["links"][MACHINE]["source"],
+    }
+    assert 'registerExplorer("collectives"' in w._esm and "export default" in w._esm
     data, _ = w._repr_mimebundle_()
     assert "application/vnd.jupyter.widget-view+json" in data
     html = data["text/html"]
@@ -65,10 +71,16 @@ def test_explorer_widget_carries_model_and_static_copy():
 def test_every_chapter_explorer_is_a_widget_with_a_static_copy():
     from minipar.widgets.data_parallel import dp_step_explorer, zero_memory_explorer
     from minipar.widgets.memory_time import memory_time_explorer
-    for w, name in ((dp_step_explorer(ranks=16), "dp-step"),
-                    (zero_memory_explorer(), "zero-memory"),
-                    (memory_time_explorer(t=4), "memory")):
+
+    for w, name in (
+        (dp_step_explorer(ranks=16), "dp-step"),
+        (zero_memory_explorer(), "zero-memory"),
+        (memory_time_explorer(t=4), "memory"),
+    ):
         assert w.explorer == name
         html = w._repr_mimebundle_()[0]["text/html"]
-        assert f'registerExplorer("{name}"' in html and f'mountExplorer(document.getElementById(' in html
+        assert (
+            f'registerExplorer("{name}"' in html
+            and "mountExplorer(document.getElementById(" in html
+        )
     assert chapter_files("data_parallel") == ["collectives", "memory_time", "data_parallel"]

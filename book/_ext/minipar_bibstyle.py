@@ -11,6 +11,7 @@ so the citation in the text and the label in the list both read "Narayanan et al
 sphinxcontrib-bibtex builds in-text author-year citations from the year field, not from the
 list's label, so suffixing only the label would leave the text ambiguous.
 """
+
 from __future__ import annotations
 
 from collections import Counter

@@ -7,6 +7,7 @@ cells with the task text, ``# %% [check]`` cells, ``# BEGIN SOLUTION`` / ``# END
 remains, highlighted as Python; the page states the task above it, so the markdown cells would
 only repeat it.
 """
+
 from __future__ import annotations
 
 import re

@@ -1,2 +1,3 @@
 """minipar: data, tensor and pipeline parallelism, taught by running them."""
+
 __version__ = "0.1.0"

@@ -6,6 +6,7 @@ and one line naming the rule and the value (:class:`minipar.errors.InputError`),
 traceback; Ctrl-C exits with status 130 and one line. This is the top layer: it imports the
 library, never the other way round.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -15,15 +16,13 @@ import sys
 from minipar.errors import InputError
 
 _COMMAND_MODULES = [
-    "minipar.cost.cli",       # params, flops, memory, activations, bubble, collective, plan
-    "minipar.bench.cli",      # bench collectives, bench dp, ...
-    "minipar.bench.gpu",      # calibrate gpu
-    "minipar.grading.cli",    # grade
+    "minipar.cost.cli",  # params, flops, memory, activations, bubble, collective, plan
+    "minipar.bench.cli",  # bench collectives, bench dp, ...
+    "minipar.bench.gpu",  # calibrate gpu
+    "minipar.grading.cli",  # grade
 ]
 # commands whose third-party imports come from an extra (pyproject.toml), not the base install
 _EXTRAS = {"minipar.grading.cli": ("grade", "grade")}
-
-
 
 
 class _Parser(argparse.ArgumentParser):
@@ -50,9 +49,12 @@ def build_parser() -> argparse.ArgumentParser:
 def _needs_extra(sub, command: str, extra: str, missing: str) -> None:
     """``command`` without its extra installed: it exits 2 saying what to install (so `minipar
     bench` and `minipar plan` work on a GPU node that installed the base package only)."""
+
     def run(args):
-        raise InputError(f"needs the [{extra}] extra ({missing} is not installed): "
-                         f"pip install -e '.[{extra}]'")
+        raise InputError(
+            f"needs the [{extra}] extra ({missing} is not installed): pip install -e '.[{extra}]'"
+        )
+
     p = sub.add_parser(command, help=f"(needs the [{extra}] extra)")
     p.add_argument("rest", nargs=argparse.REMAINDER)
     p.set_defaults(func=run)

@@ -4,6 +4,7 @@ Every helper answers for a single process too (no ``torch.distributed`` set up, 
 one rank), so the same model code runs sharded and unsharded. The process group is always an
 argument, never a module-level global.
 """
+
 from __future__ import annotations
 
 import torch.distributed as dist

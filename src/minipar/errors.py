@@ -5,6 +5,7 @@ rule; ``minipar`` (:mod:`minipar.cli`) prints it as one line and exits with stat
 message names the rule and the value that broke it: ``"heads (12) must be divisible by t (5)"``.
 It is a ``ValueError``, so code that already catches ``ValueError`` keeps working.
 """
+
 from __future__ import annotations
 
 

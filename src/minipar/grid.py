@@ -31,12 +31,13 @@ Groups, each a list of global ranks in increasing order:
              gradients are reduced here
   embedding  first and last stage of each pipeline (the tied embedding's gradient)
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import NamedTuple
 
-DIMS = ("tp", "cp", "dp", "pp")            # innermost first: Megatron's order
+DIMS = ("tp", "cp", "dp", "pp")  # innermost first: Megatron's order
 KINDS = ("tp", "cp", "dp", "dp_cp", "pp", "ep", "edp", "embedding")
 
 
@@ -51,6 +52,7 @@ class Coord(NamedTuple):
 class Grid:
     """Sizes ``d`` (data), ``t`` (tensor), ``p`` (pipeline), ``cp`` (context), ``ep`` (expert,
     folded over the t·cp·d ranks of a stage)."""
+
     d: int = 1
     t: int = 1
     p: int = 1
@@ -63,9 +65,11 @@ class Grid:
             if not isinstance(v, int) or v < 1:
                 raise ValueError(f"{k} ({v!r}) must be an integer >= 1")
         if self.stage_size % self.ep:
-            raise ValueError(f"ep ({self.ep}) must divide the ranks of one pipeline stage, "
-                             f"t·cp·d = {self.t}·{self.cp}·{self.d} = {self.stage_size} "
-                             "(MoE parallel folding)")
+            raise ValueError(
+                f"ep ({self.ep}) must divide the ranks of one pipeline stage, "
+                f"t·cp·d = {self.t}·{self.cp}·{self.d} = {self.stage_size} "
+                "(MoE parallel folding)"
+            )
 
     @property
     def world_size(self) -> int:
@@ -97,7 +101,7 @@ class Grid:
 
     def expert_coord(self, rank: int) -> tuple[int, int, int]:
         """(pp, edp, ep) indices of ``rank`` on the folded expert grid."""
-        Grid.coord(self, rank)                                    # checks the range
+        Grid.coord(self, rank)  # checks the range
         pp, i = divmod(rank, self.stage_size)
         edp, ep = divmod(i, self.ep)
         return pp, edp, ep
@@ -119,10 +123,16 @@ class Grid:
         if kind in ("ep", "edp"):
             S, ep = self.stage_size, self.ep
             if kind == "ep":
-                return [[i * S + k * ep + j for j in range(ep)]
-                        for i in range(self.p) for k in range(S // ep)]
-            return [[i * S + k * ep + j for k in range(S // ep)]
-                    for i in range(self.p) for j in range(ep)]
+                return [
+                    [i * S + k * ep + j for j in range(ep)]
+                    for i in range(self.p)
+                    for k in range(S // ep)
+                ]
+            return [
+                [i * S + k * ep + j for k in range(S // ep)]
+                for i in range(self.p)
+                for j in range(ep)
+            ]
         if kind == "embedding":
             return [sorted({g[0], g[-1]}) for g in self._along(("pp",))]
         raise ValueError(f"group kind ({kind!r}) must be one of {', '.join(KINDS)}")
@@ -132,13 +142,15 @@ class Grid:
         self.coord(rank)
         return next((g for g in self.groups(kind) if rank in g), [])
 
-    kinds = KINDS                      # the kinds :meth:`describe` lists
+    kinds = KINDS  # the kinds :meth:`describe` lists
 
     def _title(self) -> str:
-        return (f"(d, t, p, cp, ep) = ({self.d}, {self.t}, {self.p}, {self.cp}, {self.ep}): "
-                f"{self.world_size} ranks; tp innermost, then cp, dp, pp outermost (Megatron's "
-                f"order); experts folded as ep × edp = {self.ep} × {self.stage_size // self.ep} "
-                f"over the {self.stage_size} ranks of a stage")
+        return (
+            f"(d, t, p, cp, ep) = ({self.d}, {self.t}, {self.p}, {self.cp}, {self.ep}): "
+            f"{self.world_size} ranks; tp innermost, then cp, dp, pp outermost (Megatron's "
+            f"order); experts folded as ep × edp = {self.ep} × {self.stage_size // self.ep} "
+            f"over the {self.stage_size} ranks of a stage"
+        )
 
     def _columns(self, rank: int) -> dict[str, int]:
         _, edp, ep = self.expert_coord(rank)
@@ -148,12 +160,13 @@ class Grid:
         """Every rank's coordinates and every group, as text for a reader; with
         ``gpus_per_node``, each rank's node and how many groups of each kind leave a node."""
         names = list(self._columns(0))
-        lines = [self._title(), "rank" + "".join(f"{n:>4}" for n in names)
-                 + ("  node" if gpus_per_node else "")]
+        lines = [
+            self._title(),
+            "rank" + "".join(f"{n:>4}" for n in names) + ("  node" if gpus_per_node else ""),
+        ]
         for r in range(self.world_size):
             node = f"  {r // gpus_per_node:>4}" if gpus_per_node else ""
-            lines.append(f"{r:>4}" + "".join(f"{v:>4}" for v in self._columns(r).values())
-                         + node)
+            lines.append(f"{r:>4}" + "".join(f"{v:>4}" for v in self._columns(r).values()) + node)
         for kind in self.kinds:
             gs = self.groups(kind)
             text = " ".join(str(g) for g in gs)
@@ -177,8 +190,10 @@ def new_groups(grid: Grid, kinds: tuple[str, ...] = KINDS) -> dict:
 
     n, me = dist.get_world_size(), dist.get_rank()
     if n != grid.world_size:
-        raise ValueError(f"world size ({n}) must equal t·cp·d·p ({grid.t}·{grid.cp}·{grid.d}·"
-                         f"{grid.p} = {grid.world_size})")
+        raise ValueError(
+            f"world size ({n}) must equal t·cp·d·p ({grid.t}·{grid.cp}·{grid.d}·"
+            f"{grid.p} = {grid.world_size})"
+        )
     mine = {}
     for kind in kinds:
         mine[kind] = None

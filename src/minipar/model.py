@@ -16,6 +16,7 @@ Every chapter builds its GPT from here: the tensor-parallel ``ParallelGPT``, the
 pipeline stages, the 3D stages and the context-parallel GPT copy the weights of a :class:`GPT`
 built from one :class:`GPTConfig`; chapters pick their sizes with ``GPTConfig(L=..., h=...)``.
 """
+
 from __future__ import annotations
 
 import math
@@ -29,11 +30,11 @@ from torch.utils.checkpoint import checkpoint
 
 @dataclass
 class GPTConfig:
-    L: int = 2          # layers
-    h: int = 64         # hidden size
-    a: int = 4          # heads
-    s: int = 32         # sequence length (also the number of position embeddings)
-    V: int = 100        # vocabulary
+    L: int = 2  # layers
+    h: int = 64  # hidden size
+    a: int = 4  # heads
+    s: int = 32  # sequence length (also the number of position embeddings)
+    V: int = 100  # vocabulary
     dropout: float = 0.1
     recompute: str = "none"
 
@@ -41,8 +42,8 @@ class GPTConfig:
 def attention_core(q, k, v, dropout: float, training: bool):
     """softmax(QKᵀ/√d)·V with dropout on the probabilities; q, k, v (b, a, s, h/a)."""
     scores = torch.matmul(q, k.transpose(-2, -1)) / math.sqrt(q.shape[-1])  # (b, a, s, s)
-    probs = F.dropout(torch.softmax(scores, dim=-1), dropout, training)      # (b, a, s, s)
-    return torch.matmul(probs, v)                                            # (b, a, s, h/a)
+    probs = F.dropout(torch.softmax(scores, dim=-1), dropout, training)  # (b, a, s, s)
+    return torch.matmul(probs, v)  # (b, a, s, h/a)
 
 
 class Layer(nn.Module):
@@ -55,17 +56,17 @@ class Layer(nn.Module):
         self.qkv, self.proj = nn.Linear(c.h, 3 * c.h), nn.Linear(c.h, c.h)
         self.fc1, self.fc2 = nn.Linear(c.h, 4 * c.h), nn.Linear(4 * c.h, c.h)
 
-    def _block(self, x):                                   # x (b, s, h)
+    def _block(self, x):  # x (b, s, h)
         c, (b, s, h) = self.c, x.shape
         qkv = self.qkv(self.ln1(x)).view(b, s, 3, c.a, h // c.a)  # (b, s, 3h) -> (b, s, 3, a, h/a)
-        q, k, v = qkv.permute(2, 0, 3, 1, 4)                      # each (b, a, s, h/a)
+        q, k, v = qkv.permute(2, 0, 3, 1, 4)  # each (b, a, s, h/a)
         if c.recompute == "selective" and self.training:
             ctx = checkpoint(attention_core, q, k, v, c.dropout, True, use_reentrant=True)
         else:
             ctx = attention_core(q, k, v, c.dropout, self.training)
-        ctx = ctx.transpose(1, 2).reshape(b, s, h)                # (b, a, s, h/a) -> (b, s, h)
+        ctx = ctx.transpose(1, 2).reshape(b, s, h)  # (b, a, s, h/a) -> (b, s, h)
         x = x + F.dropout(self.proj(ctx), c.dropout, self.training)
-        y = self.fc2(F.gelu(self.fc1(self.ln2(x))))               # (b, s, 4h) inside
+        y = self.fc2(F.gelu(self.fc1(self.ln2(x))))  # (b, s, 4h) inside
         return x + F.dropout(y, c.dropout, self.training)
 
     def forward(self, x):
@@ -86,11 +87,11 @@ class GPT(nn.Module):
         self.layers = nn.ModuleList(Layer(c) for _ in range(c.L))
         self.ln_f = nn.LayerNorm(c.h)
 
-    def forward(self, tokens):                             # tokens (b, s) int64
+    def forward(self, tokens):  # tokens (b, s) int64
         x = self.tok(tokens) + self.pos(torch.arange(tokens.shape[1], device=tokens.device))
         for layer in self.layers:
-            x = layer(x)                                   # (b, s, h)
-        return self.ln_f(x) @ self.tok.weight.T            # (b, s, V) logits
+            x = layer(x)  # (b, s, h)
+        return self.ln_f(x) @ self.tok.weight.T  # (b, s, V) logits
 
 
 def gpt(c: GPTConfig | None = None, seed: int = 0, dtype=torch.float32, device="cpu") -> GPT:
@@ -103,5 +104,10 @@ def token_batches(steps: int, batch: int, c: GPTConfig, seed: int = 3) -> list:
     """``steps`` batches [(tokens (batch, s), targets (batch, s)), ...] of ids < c.V, the same
     on every rank (one generator seeded ``seed``)."""
     g = torch.Generator().manual_seed(seed)
-    return [(torch.randint(c.V, (batch, c.s), generator=g),
-             torch.randint(c.V, (batch, c.s), generator=g)) for _ in range(steps)]
+    return [
+        (
+            torch.randint(c.V, (batch, c.s), generator=g),
+            torch.randint(c.V, (batch, c.s), generator=g),
+        )
+        for _ in range(steps)
+    ]

@@ -6,12 +6,13 @@ screen and a zoomed page show them sharp; the page's CSS (``_static/minipar.css`
 down to the column on a narrow screen. The rcParams below are the only style settings: a
 chapter's plotting module sets sizes and labels per figure, never global state.
 """
+
 from __future__ import annotations
 
 #: matplotlib rcParams of every course figure.
 RC = {
-    "figure.dpi": 100,            # the size a figure is laid out at (inches × 100 CSS px)
-    "savefig.dpi": 200,           # files written by savefig: 2× as well
+    "figure.dpi": 100,  # the size a figure is laid out at (inches × 100 CSS px)
+    "savefig.dpi": 200,  # files written by savefig: 2× as well
     "font.size": 10,
     "axes.titlesize": 10,
     "legend.fontsize": 8,
@@ -30,7 +31,7 @@ def book_style() -> dict:
     try:
         from IPython import get_ipython
         from matplotlib_inline.backend_inline import set_matplotlib_formats
-    except ImportError:          # no IPython: a script or a test
+    except ImportError:  # no IPython: a script or a test
         return dict(RC)
     if get_ipython() is not None:
         set_matplotlib_formats(FORMAT)

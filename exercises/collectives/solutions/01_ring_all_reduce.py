@@ -28,7 +28,7 @@ def ring_all_reduce(tensor):
     # BEGIN SOLUTION
     r, n = dist.get_rank(), dist.get_world_size()
     right, left = (r + 1) % n, (r - 1) % n
-    chunks = tensor.view(-1).tensor_split(n)           # n views, first (numel mod n) one longer
+    chunks = tensor.view(-1).tensor_split(n)  # n views, first (numel mod n) one longer
     buf = torch.empty_like(chunks[0])
 
     def exchange(send, recv):
@@ -36,11 +36,11 @@ def ring_all_reduce(tensor):
         for req in reqs:
             req.wait()
 
-    for k in range(n - 1):                             # reduce-scatter: rank r ends with chunk r
+    for k in range(n - 1):  # reduce-scatter: rank r ends with chunk r
         send, recv = chunks[(r - k - 1) % n], chunks[(r - k - 2) % n]
         exchange(send, buf[: recv.numel()])
         recv += buf[: recv.numel()]
-    for k in range(n - 1):                             # all-gather: pass finished chunks on
+    for k in range(n - 1):  # all-gather: pass finished chunks on
         exchange(chunks[(r - k) % n], chunks[(r - k - 1) % n])
     return tensor
     # END SOLUTION

@@ -24,11 +24,13 @@ def all_gather(chunk):
     # BEGIN SOLUTION
     r, n = dist.get_rank(), dist.get_world_size()
     out = torch.empty(n * chunk.numel(), dtype=chunk.dtype)
-    blocks = out.view(n, -1)                           # (n, numel)
+    blocks = out.view(n, -1)  # (n, numel)
     blocks[r] = chunk
     for k in range(n - 1):
-        reqs = [dist.isend(blocks[(r - k) % n], dst=(r + 1) % n),
-                dist.irecv(blocks[(r - k - 1) % n], src=(r - 1) % n)]
+        reqs = [
+            dist.isend(blocks[(r - k) % n], dst=(r + 1) % n),
+            dist.irecv(blocks[(r - k - 1) % n], src=(r - 1) % n),
+        ]
         for req in reqs:
             req.wait()
     return out

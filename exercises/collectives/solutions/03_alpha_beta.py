@@ -19,6 +19,7 @@ def ring_all_reduce_time(n, S, alpha, bandwidth):
 # %% [check]
 check("collectives.alpha_beta_time", ring_all_reduce_time)
 
+
 # %% [markdown]
 # **(b)** nccl-tests reports, for an op that took `seconds` on n ranks with S bytes, the
 # algorithm bandwidth algbw = S / seconds and the bus bandwidth busbw. Write
@@ -26,14 +27,19 @@ check("collectives.alpha_beta_time", ring_all_reduce_time)
 # %%
 def bus_bandwidth(op, n, S, seconds):
     # BEGIN SOLUTION
-    factor = {"all-reduce": 2 * (n - 1) / n, "all-gather": (n - 1) / n,
-              "reduce-scatter": (n - 1) / n, "broadcast": 1.0}[op]
+    factor = {
+        "all-reduce": 2 * (n - 1) / n,
+        "all-gather": (n - 1) / n,
+        "reduce-scatter": (n - 1) / n,
+        "broadcast": 1.0,
+    }[op]
     return S / seconds * factor
     # END SOLUTION
 
 
 # %% [check]
 check("collectives.busbw", bus_bandwidth)
+
 
 # %% [markdown]
 # **(c)** A data-parallel step all-reduces the fp32 gradients of Ψ = 1.5·10⁹ parameters over
@@ -43,8 +49,8 @@ check("collectives.busbw", bus_bandwidth)
 # %%
 def gradient_sync():
     # BEGIN SOLUTION
-    S_bytes = 1.5e9 * 4                   # fp32: 4 bytes per gradient
-    bandwidth = 900e9 / 2                 # 900 GB/s is both directions together
+    S_bytes = 1.5e9 * 4  # fp32: 4 bytes per gradient
+    bandwidth = 900e9 / 2  # 900 GB/s is both directions together
     seconds = 2 * 7 * 2e-6 + 2 * 7 / 8 * S_bytes / bandwidth
     # END SOLUTION
     return dict(S_bytes=S_bytes, bandwidth=bandwidth, seconds=seconds)

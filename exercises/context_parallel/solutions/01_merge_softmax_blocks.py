@@ -26,9 +26,9 @@ from minipar.grading import check
 # %%
 def merge(o_a, lse_a, o_b, lse_b):
     # BEGIN SOLUTION
-    lse = torch.logaddexp(lse_a, lse_b)                       # (b, a, n)
+    lse = torch.logaddexp(lse_a, lse_b)  # (b, a, n)
     ref = torch.where(torch.isneginf(lse), torch.zeros_like(lse), lse)
-    w_a = torch.exp(lse_a - ref).unsqueeze(-1)                # (b, a, n, 1), each ≤ 1
+    w_a = torch.exp(lse_a - ref).unsqueeze(-1)  # (b, a, n, 1), each ≤ 1
     w_b = torch.exp(lse_b - ref).unsqueeze(-1)
     return w_a * o_a + w_b * o_b, lse
     # END SOLUTION

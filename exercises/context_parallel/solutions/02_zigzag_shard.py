@@ -23,7 +23,7 @@ from minipar.grading import check
 def zigzag_shard(x, dim, group=None):
     # BEGIN SOLUTION
     cp, r = dist.get_world_size(group), dist.get_rank(group)
-    chunks = x.chunk(2 * cp, dim=dim)                         # 2cp × (…, s/2cp, …)
+    chunks = x.chunk(2 * cp, dim=dim)  # 2cp × (…, s/2cp, …)
     return torch.cat([chunks[r], chunks[2 * cp - 1 - r]], dim=dim).contiguous()
     # END SOLUTION
 

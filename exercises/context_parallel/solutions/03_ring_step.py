@@ -30,15 +30,16 @@ from minipar.grading import check
 
 def block_attention(q, k, v):
     """(o, lse) of softmax attention of q over one block: q (b, a, n, d), k, v (b, a, m, d)."""
-    z = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])      # (b, a, n, m)
-    lse = torch.logsumexp(z, dim=-1)                          # (b, a, n)
-    return torch.exp(z - lse.unsqueeze(-1)) @ v, lse          # (b, a, n, d), (b, a, n)
+    z = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])  # (b, a, n, m)
+    lse = torch.logsumexp(z, dim=-1)  # (b, a, n)
+    return torch.exp(z - lse.unsqueeze(-1)) @ v, lse  # (b, a, n, d), (b, a, n)
 
 
 def merge(o_a, lse_a, o_b, lse_b):
     lse = torch.logaddexp(lse_a, lse_b)
-    return (torch.exp(lse_a - lse).unsqueeze(-1) * o_a
-            + torch.exp(lse_b - lse).unsqueeze(-1) * o_b), lse
+    return (
+        torch.exp(lse_a - lse).unsqueeze(-1) * o_a + torch.exp(lse_b - lse).unsqueeze(-1) * o_b
+    ), lse
 
 
 # %%
@@ -50,11 +51,12 @@ def ring_step(q, k, v, o, lse, group=None):
         return (o_blk, lse_blk, k, v) if o is None else (*merge(o, lse, o_blk, lse_blk), k, v)
     nxt = dist.get_global_rank(group, (r + 1) % cp) if group is not None else (r + 1) % cp
     prv = dist.get_global_rank(group, (r - 1) % cp) if group is not None else (r - 1) % cp
-    kv = torch.stack([k, v]).contiguous()                     # (2, b, a, n, d): one message
+    kv = torch.stack([k, v]).contiguous()  # (2, b, a, n, d): one message
     buf = torch.empty_like(kv)
-    works = dist.batch_isend_irecv([dist.P2POp(dist.isend, kv, nxt, group),
-                                    dist.P2POp(dist.irecv, buf, prv, group)])
-    o_blk, lse_blk = block_attention(q, k, v)                 # overlaps the transfer
+    works = dist.batch_isend_irecv(
+        [dist.P2POp(dist.isend, kv, nxt, group), dist.P2POp(dist.irecv, buf, prv, group)]
+    )
+    o_blk, lse_blk = block_attention(q, k, v)  # overlaps the transfer
     o, lse = (o_blk, lse_blk) if o is None else merge(o, lse, o_blk, lse_blk)
     for w in works:
         w.wait()

@@ -27,9 +27,9 @@ def seq_to_heads(x, group=None):
     if a % cp:
         raise ValueError(f"heads ({a}) must be divisible by cp ({cp})")
     send = x.reshape(b, cp, a // cp, n, d).transpose(0, 1).contiguous()  # (cp, b, a/cp, s/cp, d)
-    recv = torch.empty_like(send)                                        # dim 0: source rank
+    recv = torch.empty_like(send)  # dim 0: source rank
     dist.all_to_all_single(recv, send, group=group)
-    return recv.permute(1, 2, 0, 3, 4).reshape(b, a // cp, cp * n, d)    # (b, a/cp, s, d)
+    return recv.permute(1, 2, 0, 3, 4).reshape(b, a // cp, cp * n, d)  # (b, a/cp, s, d)
     # END SOLUTION
 
 

@@ -34,16 +34,16 @@ def allgather_document_attention(q, k, v, documents, group=None):
     # BEGIN SOLUTION
     cp, r = dist.get_world_size(group), dist.get_rank(group)
     b, a, n, d = q.shape
-    kv = torch.stack([k, v]).contiguous()                     # (2, b, a_kv, n, d): one message
+    kv = torch.stack([k, v]).contiguous()  # (2, b, a_kv, n, d): one message
     parts = [torch.empty_like(kv) for _ in range(cp)]
     dist.all_gather(parts, kv, group=group)
-    k_all, v_all = torch.cat(parts, dim=3)                    # (b, a_kv, s, d) each
-    g = a // k_all.shape[1]                                   # query heads per K/V head
-    k_all, v_all = k_all.repeat_interleave(g, 1), v_all.repeat_interleave(g, 1)   # (b, a, s, d)
+    k_all, v_all = torch.cat(parts, dim=3)  # (b, a_kv, s, d) each
+    g = a // k_all.shape[1]  # query heads per K/V head
+    k_all, v_all = k_all.repeat_interleave(g, 1), v_all.repeat_interleave(g, 1)  # (b, a, s, d)
     doc = torch.repeat_interleave(torch.arange(len(documents)), torch.tensor(documents))  # (s,)
     q_pos, k_pos = torch.arange(r * n, (r + 1) * n), torch.arange(n * cp)
     keep = (k_pos[None, :] <= q_pos[:, None]) & (doc[k_pos][None, :] == doc[q_pos][:, None])
-    z = q @ k_all.transpose(-2, -1) / math.sqrt(d)            # (b, a, n, s)
+    z = q @ k_all.transpose(-2, -1) / math.sqrt(d)  # (b, a, n, s)
     return torch.softmax(z.masked_fill(~keep, float("-inf")), dim=-1) @ v_all
     # END SOLUTION
 

@@ -24,7 +24,7 @@ def average_gradients(model, group=None):
     # BEGIN SOLUTION
     n = dist.get_world_size(group)
     for p in model.parameters():
-        if p.grad is None:                      # frozen
+        if p.grad is None:  # frozen
             continue
         dist.all_reduce(p.grad, op=dist.ReduceOp.SUM, group=group)
         p.grad.div_(n)

@@ -66,7 +66,7 @@ class Bucketed:
             flat.div_(self.n)
             offset = 0
             for p in self.buckets[i]:
-                p.grad.copy_(flat[offset:offset + p.numel()].view_as(p))
+                p.grad.copy_(flat[offset : offset + p.numel()].view_as(p))
                 offset += p.numel()
         self.reset()
         # END SOLUTION

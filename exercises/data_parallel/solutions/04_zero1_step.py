@@ -26,11 +26,11 @@ from minipar.grading import check
 def zero1_step(flat, grad, shard, optimizer, group=None):
     # BEGIN SOLUTION
     n = dist.get_world_size(group)
-    mine = torch.empty_like(shard)                               # (P/n,)
-    dist.reduce_scatter_single(mine, grad, group=group)          # sum of my shard
-    shard.grad = mine.div_(n)                                    # mean
+    mine = torch.empty_like(shard)  # (P/n,)
+    dist.reduce_scatter_single(mine, grad, group=group)  # sum of my shard
+    shard.grad = mine.div_(n)  # mean
     optimizer.step()
-    dist.all_gather_single(flat, shard.detach().clone(), group=group)   # (P,)
+    dist.all_gather_single(flat, shard.detach().clone(), group=group)  # (P,)
     # END SOLUTION
 
 

@@ -22,8 +22,8 @@ from minipar.grading import check
 def top_k_gates(logits, k):
     """(n, E) logits -> gates (n, k) summing to 1 per token, experts (n, k), largest p first."""
     # BEGIN SOLUTION
-    probs = torch.softmax(logits, dim=-1)                 # (n, E)
-    top_p, experts = probs.topk(k, dim=-1)                # (n, k), (n, k)
+    probs = torch.softmax(logits, dim=-1)  # (n, E)
+    top_p, experts = probs.topk(k, dim=-1)  # (n, k), (n, k)
     return top_p / top_p.sum(-1, keepdim=True), experts
     # END SOLUTION
 

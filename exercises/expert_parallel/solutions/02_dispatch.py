@@ -34,8 +34,8 @@ def dispatch(x, experts, num_experts, group=None):
     # BEGIN SOLUTION
     n, K = experts.shape
     ep = dist.get_world_size(group)
-    token = torch.arange(n).repeat(K)                         # (n·K,) a = j·n + i
-    expert = experts.T.reshape(-1)                            # (n·K,)
+    token = torch.arange(n).repeat(K)  # (n·K,) a = j·n + i
+    expert = experts.T.reshape(-1)  # (n·K,)
     order = torch.argsort(expert, stable=True)
     token, expert = token[order], expert[order]
     send = torch.bincount(expert, minlength=num_experts).view(ep, num_experts // ep)

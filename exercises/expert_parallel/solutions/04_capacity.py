@@ -23,8 +23,8 @@ def keep_mask(experts, num_experts, capacity):
     n, K = experts.shape
     seen = torch.zeros(num_experts, dtype=torch.long)
     keep = torch.zeros(n, K, dtype=torch.bool)
-    for j in range(K):                     # slot first ...
-        for i in range(n):                 # ... then token index
+    for j in range(K):  # slot first ...
+        for i in range(n):  # ... then token index
             e = int(experts[i, j])
             keep[i, j] = bool(seen[e] < capacity)
             seen[e] += 1

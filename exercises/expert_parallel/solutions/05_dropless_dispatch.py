@@ -37,20 +37,21 @@ def dropless_dispatch(x, experts, num_experts, group=None):
     n, K = experts.shape
     ep = dist.get_world_size(group)
     per = num_experts // ep
-    token = torch.arange(n).repeat(K)                         # (n·K,) a = j·n + i
-    expert = experts.T.reshape(-1)                            # (n·K,)
+    token = torch.arange(n).repeat(K)  # (n·K,) a = j·n + i
+    expert = experts.T.reshape(-1)  # (n·K,)
     order = torch.argsort(expert, stable=True)
     token, expert = token[order], expert[order]
-    send = torch.bincount(expert, minlength=num_experts).view(ep, per)   # (ep, E/ep)
+    send = torch.bincount(expert, minlength=num_experts).view(ep, per)  # (ep, E/ep)
     if ep == 1:
         rows, recv = x[token], send
     else:
         recv = torch.empty_like(send)
         dist.all_to_all_single(recv, send, group=group)
         rows = x.new_empty(int(recv.sum()), x.shape[1])
-        dist.all_to_all_single(rows, x[token].contiguous(), recv.sum(1).tolist(),
-                               send.sum(1).tolist(), group=group)
-    local = torch.arange(per).repeat(ep).repeat_interleave(recv.flatten())   # (m,) local expert
+        dist.all_to_all_single(
+            rows, x[token].contiguous(), recv.sum(1).tolist(), send.sum(1).tolist(), group=group
+        )
+    local = torch.arange(per).repeat(ep).repeat_interleave(recv.flatten())  # (m,) local expert
     return rows[torch.argsort(local, stable=True)], recv.sum(0)
     # END SOLUTION
 

@@ -15,8 +15,8 @@ from minipar.grading import check
 def params(L, h, V, s):
     """Ψ of a GPT (Narayanan et al. 2021, Eq. 2); an exact integer."""
     # BEGIN SOLUTION
-    per_layer = 12 * h * h + 13 * h        # 4h² attention + 8h² MLP; 9h biases + 4h layer norm
-    return L * per_layer + (V + s) * h     # token and position embeddings (output layer tied)
+    per_layer = 12 * h * h + 13 * h  # 4h² attention + 8h² MLP; 9h biases + 4h layer norm
+    return L * per_layer + (V + s) * h  # token and position embeddings (output layer tied)
     # END SOLUTION
 
 
@@ -38,8 +38,8 @@ from minipar.model import GPTConfig, gpt
 def measured_and_predicted(L, h, a, s, V):
     # BEGIN SOLUTION
     model = gpt(GPTConfig(L=L, h=h, a=a, s=s, V=V))
-    measured = sum(p.numel() for p in model.parameters())     # parameters() lists a tied one once
-    predicted = params(L, h, V, s) + 2 * h                    # + the final layer norm's scale, shift
+    measured = sum(p.numel() for p in model.parameters())  # parameters() lists a tied one once
+    predicted = params(L, h, V, s) + 2 * h  # + the final layer norm's scale, shift
     # END SOLUTION
     return measured, predicted
 

@@ -16,11 +16,11 @@ def zero_bytes(psi, d, stage):
     # BEGIN SOLUTION
     w, g, k = 2 * psi, 2 * psi, 12 * psi
     if stage >= 1:
-        k /= d                             # P_os: optimizer states sharded
+        k /= d  # P_os: optimizer states sharded
     if stage >= 2:
-        g /= d                             # P_os+g: gradients too
+        g /= d  # P_os+g: gradients too
     if stage >= 3:
-        w /= d                             # P_os+g+p: and the weights
+        w /= d  # P_os+g+p: and the weights
     return w + g + k
     # END SOLUTION
 
@@ -49,8 +49,8 @@ import torch
 import torch.nn.functional as F
 
 from minipar.data_parallel.zero import ZeRO
-from minipar.runtime.launch import run
 from minipar.model import GPTConfig, gpt
+from minipar.runtime.launch import run
 
 
 def adam_state_bytes(rank, world_size, stage):
@@ -59,20 +59,24 @@ def adam_state_bytes(rank, world_size, stage):
     torch.manual_seed(0)
     model = gpt(GPTConfig(L=2, h=32, a=4, s=16, V=50))
     zero = ZeRO(model, stage, lambda ps: torch.optim.Adam(ps, lr=1e-3))
-    tokens = torch.randint(50, (2, 17))                        # (b, s + 1)
+    tokens = torch.randint(50, (2, 17))  # (b, s + 1)
     zero.zero_grad()
-    logits = model(tokens[:, :-1])                             # (b, s, V)
+    logits = model(tokens[:, :-1])  # (b, s, V)
     F.cross_entropy(logits.flatten(0, 1), tokens[:, 1:].flatten()).backward()
     zero.step()
-    return sum(v.numel() * v.element_size() for state in zero.optimizer.state.values()
-               for name, v in state.items() if name != "step")
+    return sum(
+        v.numel() * v.element_size()
+        for state in zero.optimizer.state.values()
+        for name, v in state.items()
+        if name != "step"
+    )
     # END SOLUTION
 
 
 def predict_adam_state_bytes(psi, d, stage):
     """Adam moment bytes per rank for an fp32 model of ``psi`` parameters, ZeRO-``stage``."""
     # BEGIN SOLUTION
-    moments = 2 * 4 * psi                                      # exp_avg + exp_avg_sq, fp32
+    moments = 2 * 4 * psi  # exp_avg + exp_avg_sq, fp32
     return moments / d if stage >= 1 else moments
     # END SOLUTION
 

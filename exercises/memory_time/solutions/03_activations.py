@@ -16,11 +16,11 @@ def activation_bytes(s, b, h, a, t, sp, recompute):
     # BEGIN SOLUTION
     sbh = s * b * h
     if recompute == "full":
-        return 2 * sbh / (t if sp else 1)          # only the layer's input is kept
+        return 2 * sbh / (t if sp else 1)  # only the layer's input is kept
     scores = 0 if recompute == "selective" else 5 * a * s / h
     if sp:
-        return sbh / t * (34 + scores)            # everything split over t
-    return sbh * (10 + 24 / t + scores / t)       # 10sbh stays replicated without sp
+        return sbh / t * (34 + scores)  # everything split over t
+    return sbh * (10 + 24 / t + scores / t)  # 10sbh stays replicated without sp
     # END SOLUTION
 
 

@@ -28,7 +28,7 @@ from minipar.grading import check
 
 
 def loss(logits, targets):
-    return F.cross_entropy(logits.flatten(0, 1), targets.flatten())   # (b·s, V) vs (b·s,)
+    return F.cross_entropy(logits.flatten(0, 1), targets.flatten())  # (b·s, V) vs (b·s,)
 
 
 # %%

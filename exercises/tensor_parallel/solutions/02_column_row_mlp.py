@@ -42,16 +42,16 @@ class ParallelMLP(nn.Module):
         # BEGIN SOLUTION
         t, r = dist.get_world_size(group), dist.get_rank(group)
         n = fc1.out_features // t
-        self.w1 = nn.Parameter(fc1.weight.detach()[r * n:(r + 1) * n].clone())   # (4h/t, h)
-        self.b1 = nn.Parameter(fc1.bias.detach()[r * n:(r + 1) * n].clone())     # (4h/t,)
-        self.w2 = nn.Parameter(fc2.weight.detach()[:, r * n:(r + 1) * n].clone())  # (h, 4h/t)
-        self.b2 = nn.Parameter(fc2.bias.detach().clone())                         # (h,)
+        self.w1 = nn.Parameter(fc1.weight.detach()[r * n : (r + 1) * n].clone())  # (4h/t, h)
+        self.b1 = nn.Parameter(fc1.bias.detach()[r * n : (r + 1) * n].clone())  # (4h/t,)
+        self.w2 = nn.Parameter(fc2.weight.detach()[:, r * n : (r + 1) * n].clone())  # (h, 4h/t)
+        self.b2 = nn.Parameter(fc2.bias.detach().clone())  # (h,)
         # END SOLUTION
 
-    def forward(self, x):                                    # x (b, s, h)
+    def forward(self, x):  # x (b, s, h)
         # BEGIN SOLUTION
         u = F.gelu(F.linear(copy_to_tp_region(x, self.group), self.w1, self.b1))  # (b, s, 4h/t)
-        y = reduce_from_tp_region(F.linear(u, self.w2), self.group)               # (b, s, h)
+        y = reduce_from_tp_region(F.linear(u, self.w2), self.group)  # (b, s, h)
         return y + self.b2
         # END SOLUTION
 

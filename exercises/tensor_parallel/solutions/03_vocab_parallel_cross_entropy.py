@@ -32,14 +32,14 @@ def vocab_parallel_cross_entropy(local_logits, target, group=None):
     # BEGIN SOLUTION
     per = local_logits.shape[-1]
     start = dist.get_rank(group) * per
-    m = local_logits.detach().max(dim=-1).values                     # (N,)
+    m = local_logits.detach().max(dim=-1).values  # (N,)
     dist.all_reduce(m, op=dist.ReduceOp.MAX, group=group)
-    z = local_logits - m.unsqueeze(-1)                                # (N, V/t)
+    z = local_logits - m.unsqueeze(-1)  # (N, V/t)
     outside = (target < start) | (target >= start + per)
     local = (target - start).masked_fill(outside, 0)
     picked = z.gather(-1, local.unsqueeze(-1)).squeeze(-1).masked_fill(outside, 0.0)
-    picked = reduce_from_tp_region(picked, group)                    # (N,)
-    sum_e = reduce_from_tp_region(z.exp().sum(-1), group)            # (N,)
+    picked = reduce_from_tp_region(picked, group)  # (N,)
+    sum_e = reduce_from_tp_region(z.exp().sum(-1), group)  # (N,)
     return (sum_e.log() - picked).mean()
     # END SOLUTION
 

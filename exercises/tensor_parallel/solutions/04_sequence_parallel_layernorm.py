@@ -28,24 +28,24 @@ from minipar.grading import check
 # %%
 class GatherFromSequenceParallelRegion(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, x, group):                              # x (b, s/t, h)
+    def forward(ctx, x, group):  # x (b, s/t, h)
         # BEGIN SOLUTION
         ctx.group = group
         t = dist.get_world_size(group)
-        xs = x.transpose(0, 1).contiguous()                  # (s/t, b, h)
+        xs = x.transpose(0, 1).contiguous()  # (s/t, b, h)
         out = xs.new_empty((xs.shape[0] * t, *xs.shape[1:]))  # (s, b, h)
         dist.all_gather_single(out, xs, group=group)
-        return out.transpose(0, 1).contiguous()              # (b, s, h)
+        return out.transpose(0, 1).contiguous()  # (b, s, h)
         # END SOLUTION
 
     @staticmethod
-    def backward(ctx, grad):                                 # grad (b, s, h)
+    def backward(ctx, grad):  # grad (b, s, h)
         # BEGIN SOLUTION
         t = dist.get_world_size(ctx.group)
-        gs = grad.transpose(0, 1).contiguous()               # (s, b, h)
+        gs = grad.transpose(0, 1).contiguous()  # (s, b, h)
         out = gs.new_empty((gs.shape[0] // t, *gs.shape[1:]))  # (s/t, b, h)
         dist.reduce_scatter_single(out, gs, group=ctx.group)
-        return out.transpose(0, 1).contiguous(), None        # (b, s/t, h)
+        return out.transpose(0, 1).contiguous(), None  # (b, s/t, h)
         # END SOLUTION
 
 
@@ -54,7 +54,7 @@ class SPLayerNorm(nn.Module):
         super().__init__()
         self.ln, self.group = nn.LayerNorm(h), group
 
-    def forward(self, x):                                    # (b, s/t, h) -> (b, s, h)
+    def forward(self, x):  # (b, s/t, h) -> (b, s, h)
         return GatherFromSequenceParallelRegion.apply(self.ln(x), self.group)
 
     def finish_grads(self):

@@ -13,9 +13,11 @@ from minipar.grading import check
 # %%
 def rank_groups(d, t, p):
     """{"tp": [[ranks], ...], "dp": [...], "pp": [...]} for rank = i_p·d·t + i_d·t + i_t."""
+
     # BEGIN SOLUTION
     def rank(i_p, i_d, i_t):
         return i_p * d * t + i_d * t + i_t
+
     return {
         "tp": [[rank(i, j, k) for k in range(t)] for i in range(p) for j in range(d)],
         "dp": [[rank(i, j, k) for j in range(d)] for i in range(p) for k in range(t)],

@@ -25,15 +25,23 @@ from minipar.grading import check
 def five_d_groups(d, t, p, cp, ep):
     """{"cp": [[ranks], ...], "dp_cp": [...], "ep": [...], "edp": [...]}."""
     # BEGIN SOLUTION
-    S = t * cp * d                                        # ranks of one pipeline stage
+    S = t * cp * d  # ranks of one pipeline stage
 
     def rank(i_p, i_d, i_c, i_t):
         return i_p * S + i_d * cp * t + i_c * t + i_t
+
     return {
-        "cp": [[rank(i, j, k, l) for k in range(cp)]
-               for i in range(p) for j in range(d) for l in range(t)],
-        "dp_cp": [sorted(rank(i, j, k, l) for j in range(d) for k in range(cp))
-                  for i in range(p) for l in range(t)],
+        "cp": [
+            [rank(i, j, k, l) for k in range(cp)]
+            for i in range(p)
+            for j in range(d)
+            for l in range(t)
+        ],
+        "dp_cp": [
+            sorted(rank(i, j, k, l) for j in range(d) for k in range(cp))
+            for i in range(p)
+            for l in range(t)
+        ],
         "ep": [[i * S + e * ep + x for x in range(ep)] for i in range(p) for e in range(S // ep)],
         "edp": [[i * S + e * ep + x for e in range(S // ep)] for i in range(p) for x in range(ep)],
     }

@@ -14,6 +14,7 @@ reports its NVLink or PCIe numbers next to the model's prediction.
 
 A benchmark reports; it never asserts a speed. Numbers on a shared 2-core CPU are noisy.
 """
+
 from __future__ import annotations
 
 import json
@@ -29,8 +30,12 @@ from minipar.errors import InputError
 from .common import add_backend, add_json, emit
 
 OPS = ("all-reduce", "all-gather", "reduce-scatter", "broadcast")
-ASSUMED_ALGORITHM = {"all-reduce": "ring", "all-gather": "ring", "reduce-scatter": "ring",
-                     "broadcast": "binomial-tree"}
+ASSUMED_ALGORITHM = {
+    "all-reduce": "ring",
+    "all-gather": "ring",
+    "reduce-scatter": "ring",
+    "broadcast": "binomial-tree",
+}
 ELEMENT_BYTES = 4  # float32
 
 
@@ -47,7 +52,10 @@ def _call(op: str, numel: int, n: int):
     from minipar.runtime.device import get_device
 
     dev = get_device()
-    full, part = torch.ones(numel, device=dev), torch.ones(numel // n, device=dev)  # (S/4,), (S/4n,)
+    full, part = (
+        torch.ones(numel, device=dev),
+        torch.ones(numel // n, device=dev),
+    )  # (S/4,), (S/4n,)
     if op == "all-reduce":
         return lambda: dist.all_reduce(full)
     # the long-standing names (torch >= 2.0): all_gather_single / reduce_scatter_single are
@@ -60,6 +68,7 @@ def _call(op: str, numel: int, n: int):
         return lambda: dist.broadcast(full, src=0)
     if op == "ring-all-reduce":
         from minipar.collectives import ring_all_reduce
+
         return lambda: ring_all_reduce(full)
     raise ValueError(f"op ({op!r}) must be one of {', '.join(OPS)}")
 
@@ -76,14 +85,15 @@ def _time_on_rank(rank: int, n: int, op: str, numel: int, iters: int, warmup: in
         synchronize()
         t0 = time.perf_counter()
         fn()
-        synchronize()                                  # a GPU collective is queued, not done
+        synchronize()  # a GPU collective is queued, not done
         if i >= warmup:
             times.append(time.perf_counter() - t0)
     return statistics.median(times)
 
 
-def time_op(op: str, n: int, nbytes: int, iters: int = 5, warmup: int = 2,
-            backend: str = "auto") -> tuple[int, float]:
+def time_op(
+    op: str, n: int, nbytes: int, iters: int = 5, warmup: int = 2, backend: str = "auto"
+) -> tuple[int, float]:
     """(S actually used in bytes, seconds: median over iterations, max over the n ranks)."""
     from minipar.runtime.launch import run
 
@@ -92,8 +102,9 @@ def time_op(op: str, n: int, nbytes: int, iters: int = 5, warmup: int = 2,
     return numel * ELEMENT_BYTES, max(per_rank)
 
 
-def sweep(ops, ranks, sizes, iters: int = 5, progress: bool = True,
-          backend: str = "auto") -> list[dict]:
+def sweep(
+    ops, ranks, sizes, iters: int = 5, progress: bool = True, backend: str = "auto"
+) -> list[dict]:
     """One row per (n, op, S): bytes, seconds, algbw and busbw (bytes/s, nccl-tests)."""
     from tqdm.auto import tqdm
 
@@ -101,8 +112,16 @@ def sweep(ops, ranks, sizes, iters: int = 5, progress: bool = True,
     jobs = [(n, op, s) for n in ranks for op in ops for s in sizes]
     for n, op, s in tqdm(jobs, desc="bench collectives", file=sys.stderr, disable=not progress):
         nbytes, t = time_op(op, n, s, iters, backend=backend)
-        rows.append(dict(op=op, n=n, bytes=nbytes, seconds=t, algbw=cc.algbw(nbytes, t),
-                         busbw=cc.busbw(op, n, nbytes, t)))
+        rows.append(
+            dict(
+                op=op,
+                n=n,
+                bytes=nbytes,
+                seconds=t,
+                algbw=cc.algbw(nbytes, t),
+                busbw=cc.busbw(op, n, nbytes, t),
+            )
+        )
     return rows
 
 
@@ -115,7 +134,8 @@ def fit(rows: list[dict]) -> list[dict]:
         entry.update(algorithm=algorithm, alpha=None, bandwidth=None, error=None)
         try:
             entry["alpha"], entry["bandwidth"] = cc.fit_alpha_beta(
-                [r["bytes"] for r in mine], [r["seconds"] for r in mine], op, n, algorithm)
+                [r["bytes"] for r in mine], [r["seconds"] for r in mine], op, n, algorithm
+            )
         except ValueError as e:  # too few sizes, or times that do not grow with size
             entry["error"] = str(e)
         fits.append(entry)
@@ -128,8 +148,9 @@ def ring_vs_dist(sizes, n: int = 4, iters: int = 5, backend: str = "auto") -> li
     for s in sizes:
         nbytes, t_ring = time_op("ring-all-reduce", n, s, iters, backend=backend)
         _, t_dist = time_op("all-reduce", n, s, iters, backend=backend)
-        rows.append(dict(n=n, bytes=nbytes, ring_seconds=t_ring, dist_seconds=t_dist,
-                         ratio=t_ring / t_dist))
+        rows.append(
+            dict(n=n, bytes=nbytes, ring_seconds=t_ring, dist_seconds=t_dist, ratio=t_ring / t_dist)
+        )
     return rows
 
 
@@ -139,37 +160,57 @@ def machine(backend: str = "gloo") -> dict:
     import torch
 
     from minipar.runtime.pool import usable_cpus
+
     gpu = torch.cuda.get_device_name(0) if backend == "nccl" else None
-    return dict(platform=platform.platform(), processor=platform.processor(),
-                cpu_count=os.cpu_count(), usable_cpus=usable_cpus(), torch=torch.__version__,
-                backend=backend, gpu=gpu, dtype="float32")
+    return dict(
+        platform=platform.platform(),
+        processor=platform.processor(),
+        cpu_count=os.cpu_count(),
+        usable_cpus=usable_cpus(),
+        torch=torch.__version__,
+        backend=backend,
+        gpu=gpu,
+        dtype="float32",
+    )
 
 
-def run_benchmark(ops=OPS, ranks=(2, 4), sizes=None, iters: int = 5, ring_sizes=None,
-                  progress: bool = True, backend: str = "auto", ring_ranks: int = 4) -> dict:
+def run_benchmark(
+    ops=OPS,
+    ranks=(2, 4),
+    sizes=None,
+    iters: int = 5,
+    ring_sizes=None,
+    progress: bool = True,
+    backend: str = "auto",
+    ring_ranks: int = 4,
+) -> dict:
     """The whole benchmark as one JSON-ready dict (what ``--json`` prints); ``ring_ranks``:
     the rank count of the ring-vs-dist comparison."""
     from minipar.runtime.launch import choose_backend
 
-    sizes = sizes or [4 * 4**k * 1024 for k in range(7)]            # 4 KiB … 16 MiB
+    sizes = sizes or [4 * 4**k * 1024 for k in range(7)]  # 4 KiB … 16 MiB
     ranks = list(ranks)
     backend = choose_backend(backend, max(ranks + [ring_ranks if ring_sizes else 2]))  # one for all
     rows = sweep(ops, ranks, sizes, iters, progress, backend)
     ring = ring_vs_dist(ring_sizes, ring_ranks, iters, backend) if ring_sizes else []
-    return dict(machine=machine(backend), iters=iters, results=rows, fits=fit(rows),
-                ring_vs_dist=ring)
+    return dict(
+        machine=machine(backend), iters=iters, results=rows, fits=fit(rows), ring_vs_dist=ring
+    )
 
 
 # ----------------------------------------------------------------------------- command line
-QUICK = dict(ops="all-reduce,all-gather", ranks="2", sizes="4KiB..256KiB", iters=3,
-             ring_sizes="64KiB")
-FULL = dict(ops=",".join(OPS), ranks="2,4", sizes="4KiB..16MiB", iters=5,
-            ring_sizes="64KiB,1MiB,4MiB")
+QUICK = dict(
+    ops="all-reduce,all-gather", ranks="2", sizes="4KiB..256KiB", iters=3, ring_sizes="64KiB"
+)
+FULL = dict(
+    ops=",".join(OPS), ranks="2,4", sizes="4KiB..16MiB", iters=5, ring_sizes="64KiB,1MiB,4MiB"
+)
 
 
 def parse_size(text: str) -> int:
     """``"4KiB"`` -> 4096 bytes (also ``"1MB"``, ``"1e6"``, ``"512"``)."""
     from minipar.cost.units import parse_bytes
+
     try:
         return int(parse_bytes(text))
     except InputError as e:
@@ -191,14 +232,17 @@ def parse_sizes(text: str) -> list[int]:
 
 def parse_ranks(text: str) -> list[int]:
     from minipar.runtime.launch import MAX_WORLD_SIZE
+
     try:
         ranks = [int(t) for t in text.split(",")]
     except ValueError:
         raise InputError(f"--ranks must be comma-separated integers, got {text!r}") from None
     bad = [r for r in ranks if not 2 <= r <= MAX_WORLD_SIZE]
     if bad:
-        raise InputError(f"--ranks ({bad[0]}) must be between 2 and {MAX_WORLD_SIZE}: a collective "
-                     "on one rank moves nothing")
+        raise InputError(
+            f"--ranks ({bad[0]}) must be between 2 and {MAX_WORLD_SIZE}: a collective "
+            "on one rank moves nothing"
+        )
     return ranks
 
 
@@ -211,7 +255,6 @@ def parse_ops(text: str) -> list[str]:
 
 
 def _main(args) -> int:
-    import json
 
     preset = QUICK if args.quick else FULL
     get = lambda name: preset[name] if getattr(args, name) is None else getattr(args, name)
@@ -223,23 +266,33 @@ def _main(args) -> int:
         raise InputError(f"--ring-ranks ({args.ring_ranks}) must be >= 2")
     if len(sizes) < 2:
         print("note: one size only, so no α-β fit", file=sys.stderr)
-    if args.plot:                       # before minutes of measuring, not after
+    if args.plot:  # before minutes of measuring, not after
         import importlib.util
 
         if importlib.util.find_spec("matplotlib") is None:
-            raise InputError(f"--plot {args.plot} needs matplotlib, which is not installed "
-                             "(pip install matplotlib, or the [book] extra)")
+            raise InputError(
+                f"--plot {args.plot} needs matplotlib, which is not installed "
+                "(pip install matplotlib, or the [book] extra)"
+            )
         folder = os.path.dirname(os.path.abspath(args.plot))
         if not os.path.isdir(folder):
             raise InputError(f"--plot {args.plot}: folder {folder} does not exist")
 
     def measure() -> dict:
         try:
-            result = run_benchmark(ops, ranks, sizes, iters, parse_sizes(preset["ring_sizes"]),
-                                   backend=args.backend, ring_ranks=args.ring_ranks)
+            result = run_benchmark(
+                ops,
+                ranks,
+                sizes,
+                iters,
+                parse_sizes(preset["ring_sizes"]),
+                backend=args.backend,
+                ring_ranks=args.ring_ranks,
+            )
         except ValueError as e:  # e.g. --backend nccl without a GPU per rank
             raise InputError(str(e)) from None
         from .collectives_report import plot, table
+
         print(table(result))  # on stderr under --json
         if args.out:
             with open(args.out, "w") as f:
@@ -249,12 +302,15 @@ def _main(args) -> int:
             plot(result).savefig(args.plot, dpi=120)
             print(f"wrote {args.plot}")
         return result
+
     return emit(args, measure, lambda result: None)
 
 
 def add_bench_parser(bench_sub) -> None:
-    p = bench_sub.add_parser("collectives", help="time collectives on this machine's ranks, fit α and β, "
-                                                 "report algbw/busbw")
+    p = bench_sub.add_parser(
+        "collectives",
+        help="time collectives on this machine's ranks, fit α and β, report algbw/busbw",
+    )
     p.add_argument("--ops", help=f"comma list from {','.join(OPS)} (default: all)")
     p.add_argument("--ranks", help="comma list of rank counts (default 2,4)")
     p.add_argument("--sizes", help="LO..HI in ×4 steps or a comma list (default 4KiB..16MiB)")
@@ -263,8 +319,15 @@ def add_bench_parser(bench_sub) -> None:
     p.add_argument("--out", metavar="PATH", help="also write the result as JSON to PATH")
     p.add_argument("--plot", metavar="PATH", help="write the measured-vs-model figure")
     add_backend(p, "auto", "the chapter measures this machine's links, NCCL on GPUs")
-    p.add_argument("--ring-ranks", type=int, default=4,
-                   help="ranks of the ring_all_reduce vs dist.all_reduce comparison (default 4)")
-    p.add_argument("--quick", action="store_true",
-                   help="a small sweep (seconds): all-reduce,all-gather; 2 ranks; 4KiB..256KiB")
+    p.add_argument(
+        "--ring-ranks",
+        type=int,
+        default=4,
+        help="ranks of the ring_all_reduce vs dist.all_reduce comparison (default 4)",
+    )
+    p.add_argument(
+        "--quick",
+        action="store_true",
+        help="a small sweep (seconds): all-reduce,all-gather; 2 ranks; 4KiB..256KiB",
+    )
     p.set_defaults(func=_main)

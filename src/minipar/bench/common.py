@@ -8,6 +8,7 @@
 * :func:`check` raises :class:`minipar.errors.InputError` naming the flag, its value and the rule
   (``"--ranks (1) must be >= 2"``); ``minipar`` prints it as one line and exits with status 2.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -24,26 +25,40 @@ def flag(name: str) -> str:
     return "--" + name.replace("_", "-")
 
 
-def add_common(p, ranks: int, ranks_help: str = "ranks", *, also: str | None = None,
-               json_help: str | None = None):
+def add_common(
+    p,
+    ranks: int,
+    ranks_help: str = "ranks",
+    *,
+    also: str | None = None,
+    json_help: str | None = None,
+):
     """``--ranks N`` (default ``ranks``; ``also``: a second spelling such as ``--pp``) and
     ``--json``."""
     names = ["--ranks"] + ([also] if also else [])
-    p.add_argument(*names, dest="ranks", type=int, default=ranks,
-                   help=f"{ranks_help} (default {ranks})")
+    p.add_argument(
+        *names, dest="ranks", type=int, default=ranks, help=f"{ranks_help} (default {ranks})"
+    )
     add_json(p, json_help)
 
 
 def add_json(p, help: str | None = None) -> None:
-    p.add_argument("--json", action="store_true",
-                   help=help or "print one JSON object on stdout (everything else on stderr)")
+    p.add_argument(
+        "--json",
+        action="store_true",
+        help=help or "print one JSON object on stdout (everything else on stderr)",
+    )
 
 
 def add_backend(p, default: str, why: str) -> None:
     """``--backend {auto,gloo,nccl}``; ``why`` says why ``default`` is the default."""
-    p.add_argument("--backend", choices=["auto", "gloo", "nccl"], default=default,
-                   help=f"auto: NCCL with one GPU per rank if there are enough GPUs, else gloo "
-                        f"(default {default}: {why})")
+    p.add_argument(
+        "--backend",
+        choices=["auto", "gloo", "nccl"],
+        default=default,
+        help=f"auto: NCCL with one GPU per rank if there are enough GPUs, else gloo "
+        f"(default {default}: {why})",
+    )
 
 
 def backend(args, ranks: int) -> str:
@@ -57,8 +72,9 @@ def backend(args, ranks: int) -> str:
         raise InputError(f"--backend {args.backend}: {e}") from None
 
 
-def check(args, *, at_least: dict | None = None, at_most: dict | None = None,
-          positive: tuple = ()) -> None:
+def check(
+    args, *, at_least: dict | None = None, at_most: dict | None = None, positive: tuple = ()
+) -> None:
     """``at_least={"steps": 1}``: ``args.steps >= 1``; ``at_most``: ``<=``; ``positive``: ``> 0``
     and finite. The first rule broken raises :class:`InputError`."""
     for name, lo in (at_least or {}).items():

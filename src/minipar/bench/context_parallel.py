@@ -27,16 +27,17 @@ other ranks wait at a barrier). Reported beside the times:
 A benchmark reports, it never asserts: ranks share this machine's cores, so numbers are noisy;
 ratios measured in one run are the figures to read, not absolute seconds.
 """
+
 from __future__ import annotations
 
 from statistics import median
+
 from minipar.errors import InputError
 
 from .common import MAX_RANKS, add_common, check, emit
 
 VARIANTS = ("one_process", "ring/contiguous", "ring/zigzag", "ulysses")
-FIT_SIZES = (2**12, 2**16, 2**20, 2**22)        # bytes per message / all-to-all buffer (float32)
-
+FIT_SIZES = (2**12, 2**16, 2**20, 2**22)  # bytes per message / all-to-all buffer (float32)
 
 
 def _fastest(fn, reps: int, inner: int = 4) -> float:
@@ -66,9 +67,9 @@ def _fit_times_on_rank(cp: int, reps: int) -> dict:
 
     out = {"ring": [], "all_to_all": []}
     for size in FIT_SIZES:
-        numel = max(cp, size // 4 // cp * cp)                          # (S/4,) float32
+        numel = max(cp, size // 4 // cp * cp)  # (S/4,) float32
         x, y = torch.ones(numel), torch.empty(numel)
-        RingShift(x).wait(), dist.all_to_all_single(y, x)               # warm up this size
+        RingShift(x).wait(), dist.all_to_all_single(y, x)  # warm up this size
         out["ring"].append(_fastest(lambda: RingShift(x).wait(), reps))
         out["all_to_all"].append(_fastest(lambda: dist.all_to_all_single(y, x), reps))
     return out
@@ -81,27 +82,34 @@ def bench_on_rank(rank: int, cp: int, b: int, a: int, s: int, d: int, steps: int
     import torch
     import torch.distributed as dist
 
-    from minipar.runtime import tracer
     from minipar.context_parallel.experiments import qkv
     from minipar.context_parallel.online_softmax import full_attention
     from minipar.context_parallel.ring import ring_attention
     from minipar.context_parallel.sharding import shard_sequence
     from minipar.context_parallel.ulysses import ulysses_attention
+    from minipar.runtime import tracer
 
-    full = [t.float() for t in qkv(b, a, s, d, logit=10)]             # (b, a, s, d) each
+    full = [t.float() for t in qkv(b, a, s, d, logit=10)]  # (b, a, s, d) each
     dout = torch.randn(b, a, s, d, generator=torch.Generator().manual_seed(7))
-    shards = {lay: ([shard_sequence(t, 2, None, lay) for t in full],  # (b, a, s/cp, d)
-                    shard_sequence(dout, 2, None, lay)) for lay in ("contiguous", "zigzag")}
-    fns = {"ring/contiguous": lambda q, k, v: ring_attention(q, k, v, True, None, "contiguous"),
-           "ring/zigzag": lambda q, k, v: ring_attention(q, k, v, True, None, "zigzag"),
-           "ulysses": lambda q, k, v: ulysses_attention(q, k, v, True)}
+    shards = {
+        lay: (
+            [shard_sequence(t, 2, None, lay) for t in full],  # (b, a, s/cp, d)
+            shard_sequence(dout, 2, None, lay),
+        )
+        for lay in ("contiguous", "zigzag")
+    }
+    fns = {
+        "ring/contiguous": lambda q, k, v: ring_attention(q, k, v, True, None, "contiguous"),
+        "ring/zigzag": lambda q, k, v: ring_attention(q, k, v, True, None, "zigzag"),
+        "ulysses": lambda q, k, v: ulysses_attention(q, k, v, True),
+    }
 
     def step(name):
         if name == "one_process":
             if rank != 0:
                 return
             (q, k, v), g = full, dout
-            fn = lambda q, k, v: full_attention(q, k, v, True)   # noqa: E731
+            fn = lambda q, k, v: full_attention(q, k, v, True)
         else:
             (q, k, v), g = shards["zigzag" if name == "ring/zigzag" else "contiguous"]
             fn = fns[name]
@@ -109,7 +117,7 @@ def bench_on_rank(rank: int, cp: int, b: int, a: int, s: int, d: int, steps: int
         fn(q, k, v).backward(g)
 
     seconds = {name: [] for name in VARIANTS}
-    for i in range(steps + 1):                                         # round 0: warm-up
+    for i in range(steps + 1):  # round 0: warm-up
         for name in VARIANTS:
             dist.barrier()
             t0 = time.perf_counter()
@@ -133,31 +141,40 @@ def _fit(sizes, ring_s, a2a_s, cp) -> dict:
     from minipar.cost.collectives import fit_alpha_beta
 
     out = {}
-    for name, fitted in (("ring_shift", lambda: fit_line(sizes, ring_s)),
-                         ("all_to_all", lambda: fit_alpha_beta(sizes, a2a_s, "all-to-all", cp,
-                                                               "pairwise-exchange"))):
+    for name, fitted in (
+        ("ring_shift", lambda: fit_line(sizes, ring_s)),
+        ("all_to_all", lambda: fit_alpha_beta(sizes, a2a_s, "all-to-all", cp, "pairwise-exchange")),
+    ):
         try:
             a, c = fitted()
         except ValueError as e:
             out[name] = {"alpha": None, "bandwidth": None, "error": str(e)}
             continue
         bw = (1 / c if name == "ring_shift" else c) if c > 0 else None
-        out[name] = {"alpha": max(a, 0.0), "bandwidth": bw,
-                     "error": None if bw else "fitted bandwidth <= 0 (noise): no prediction"}
+        out[name] = {
+            "alpha": max(a, 0.0),
+            "bandwidth": bw,
+            "error": None if bw else "fitted bandwidth <= 0 (noise): no prediction",
+        }
     return out
 
 
-def bench(ranks: int = 4, seq: int = 2048, batch: int = 1, heads: int = 4, head_dim: int = 32,
-          steps: int = 5) -> dict:
+def bench(
+    ranks: int = 4,
+    seq: int = 2048,
+    batch: int = 1,
+    heads: int = 4,
+    head_dim: int = 32,
+    steps: int = 5,
+) -> dict:
     from minipar.cost import context_parallel as C
     from minipar.runtime.launch import run
 
     cp, e, h = ranks, 4, heads * head_dim
     per = run(bench_on_rank, cp, batch, heads, seq, head_dim, steps, backend="gloo", timeout=900)
     per_rank = {n: [median(r["seconds"][n]) for r in per] for n in VARIANTS}
-    per_rank["one_process"] = per_rank["one_process"][:1]             # rank 0 alone
-    t = {n: median([max(r["seconds"][n][i] for r in per) for i in range(steps)])
-         for n in VARIANTS}
+    per_rank["one_process"] = per_rank["one_process"][:1]  # rank 0 alone
+    t = {n: median([max(r["seconds"][n][i] for r in per) for i in range(steps)]) for n in VARIANTS}
     t["one_process"] = median(per[0]["seconds"]["one_process"])
     # bytes: traced on every rank (they must agree) against the model
     ring = C.ring_sent_bytes_per_layer(batch, seq, h, cp, e)
@@ -167,19 +184,24 @@ def bench(ranks: int = 4, seq: int = 2048, batch: int = 1, heads: int = 4, head_
     bytes_ = {}
     for lay in ("contiguous", "zigzag"):
         got = [x.get("send", [0, 0]) for x in traced[f"ring/{lay}"]]
-        bytes_[f"ring/{lay}"] = {"traced_per_rank": [g[1] for g in got],
-                                 "traced_messages_per_rank": [g[0] for g in got],
-                                 "model": ring["total"],
-                                 "model_messages": sends["forward"] + sends["backward"]}
+        bytes_[f"ring/{lay}"] = {
+            "traced_per_rank": [g[1] for g in got],
+            "traced_messages_per_rank": [g[0] for g in got],
+            "model": ring["total"],
+            "model_messages": sends["forward"] + sends["backward"],
+        }
     got = [x.get("all_to_all", [0, 0]) for x in traced["ulysses"]]
-    bytes_["ulysses"] = {"traced_per_rank": [g[1] for g in got],
-                         "traced_messages_per_rank": [g[0] for g in got],
-                         "model": a2a, "model_messages": 4,
-                         "model_leaving_rank": C.ulysses_sent_bytes_per_layer(
-                             batch, seq, h, cp, e)["total"]}
+    bytes_["ulysses"] = {
+        "traced_per_rank": [g[1] for g in got],
+        "traced_messages_per_rank": [g[0] for g in got],
+        "model": a2a,
+        "model_messages": 4,
+        "model_leaving_rank": C.ulysses_sent_bytes_per_layer(batch, seq, h, cp, e)["total"],
+    }
     for v in bytes_.values():
-        v["equal"] = all(x == v["model"] for x in v["traced_per_rank"]) and \
-            all(m == v["model_messages"] for m in v["traced_messages_per_rank"])
+        v["equal"] = all(x == v["model"] for x in v["traced_per_rank"]) and all(
+            m == v["model_messages"] for m in v["traced_messages_per_rank"]
+        )
     # α-β: the slowest rank's fastest time per size
     n = len(FIT_SIZES)
     ring_s = [max(r["fit"]["ring"][i] for r in per) for i in range(n)]
@@ -191,67 +213,115 @@ def bench(ranks: int = 4, seq: int = 2048, batch: int = 1, heads: int = 4, head_
     predicted = {}
     rs, aa = fit["ring_shift"], fit["all_to_all"]
     for lay in ("contiguous", "zigzag"):
-        predicted[f"ring/{lay}"] = (bytes_[f"ring/{lay}"]["model_messages"]
-                                    * (rs["alpha"] + kv / rs["bandwidth"])
-                                    if rs["bandwidth"] else None)
-    predicted["ulysses"] = (2 * C.ulysses_time(batch, seq, h, cp, alpha=aa["alpha"],
-                                               bandwidth=aa["bandwidth"], bytes_per_elem=e)
-                            if aa["bandwidth"] else None)
-    return {"ranks": cp, "backend": "gloo", "b": batch, "a": heads, "s": seq, "d": head_dim,
-            "h": h, "dtype": "float32", "causal": True, "steps": steps,
-            "step_seconds": t, "per_rank_seconds": per_rank,
-            "speedup_vs_one_process": {n: t["one_process"] / t[n] for n in VARIANTS[1:]},
-            "contiguous_to_zigzag": t["ring/contiguous"] / t["ring/zigzag"],
-            "model_imbalance_contiguous": C.imbalance(cp, "contiguous", diagonal="whole"),
-            "model_attention_flops_per_rank": {
-                lay: C.attention_flops_per_rank(batch, seq, h, cp, lay)
-                for lay in ("contiguous", "zigzag")},
-            "kv_block_bytes": kv, "bytes": bytes_, "fit": fit,
-            "predicted_comm_seconds": predicted}
+        predicted[f"ring/{lay}"] = (
+            bytes_[f"ring/{lay}"]["model_messages"] * (rs["alpha"] + kv / rs["bandwidth"])
+            if rs["bandwidth"]
+            else None
+        )
+    predicted["ulysses"] = (
+        2
+        * C.ulysses_time(
+            batch, seq, h, cp, alpha=aa["alpha"], bandwidth=aa["bandwidth"], bytes_per_elem=e
+        )
+        if aa["bandwidth"]
+        else None
+    )
+    return {
+        "ranks": cp,
+        "backend": "gloo",
+        "b": batch,
+        "a": heads,
+        "s": seq,
+        "d": head_dim,
+        "h": h,
+        "dtype": "float32",
+        "causal": True,
+        "steps": steps,
+        "step_seconds": t,
+        "per_rank_seconds": per_rank,
+        "speedup_vs_one_process": {n: t["one_process"] / t[n] for n in VARIANTS[1:]},
+        "contiguous_to_zigzag": t["ring/contiguous"] / t["ring/zigzag"],
+        "model_imbalance_contiguous": C.imbalance(cp, "contiguous", diagonal="whole"),
+        "model_attention_flops_per_rank": {
+            lay: C.attention_flops_per_rank(batch, seq, h, cp, lay)
+            for lay in ("contiguous", "zigzag")
+        },
+        "kv_block_bytes": kv,
+        "bytes": bytes_,
+        "fit": fit,
+        "predicted_comm_seconds": predicted,
+    }
 
 
 def _show(r: dict) -> None:
-    print(f"causal attention, forward + backward, on cp = {r['ranks']} gloo ranks: "
-          f"(b, a, s, d) = ({r['b']}, {r['a']}, {r['s']}, {r['d']}), float32, "
-          f"median of {r['steps']} rounds")
+    print(
+        f"causal attention, forward + backward, on cp = {r['ranks']} gloo ranks: "
+        f"(b, a, s, d) = ({r['b']}, {r['a']}, {r['s']}, {r['d']}), float32, "
+        f"median of {r['steps']} rounds"
+    )
     print(f"{'variant':<17}{'slowest (ms)':>13}{'vs one process':>16}   per rank (ms)")
     for n in VARIANTS:
         sp = r["speedup_vs_one_process"].get(n, 1.0)
         ranks = " ".join(f"{x * 1e3:.1f}" for x in r["per_rank_seconds"][n])
         print(f"{n:<17}{r['step_seconds'][n] * 1e3:>13.1f}{sp:>16.2f}   {ranks}")
-    print(f"contiguous / zigzag slowest rank: measured {r['contiguous_to_zigzag']:.2f}, "
-          f"model's causal imbalance 2cp/(cp+1) = {r['model_imbalance_contiguous']:.2f}")
+    print(
+        f"contiguous / zigzag slowest rank: measured {r['contiguous_to_zigzag']:.2f}, "
+        f"model's causal imbalance 2cp/(cp+1) = {r['model_imbalance_contiguous']:.2f}"
+    )
     print(f"{'bytes per rank':<17}{'traced':>14}{'model':>14}{'predicted comm':>17}")
     for n, v in r["bytes"].items():
         p = r["predicted_comm_seconds"][n]
         traced = max(v["traced_per_rank"])
-        print(f"{n:<17}{traced:>14,}{v['model']:>14,.0f}"
-              f"{'—' if p is None else f'{p * 1e3:.2f} ms':>17}"
-              f"{'' if v['equal'] else '   (traced differs from the model)'}")
+        print(
+            f"{n:<17}{traced:>14,}{v['model']:>14,.0f}"
+            f"{'—' if p is None else f'{p * 1e3:.2f} ms':>17}"
+            f"{'' if v['equal'] else '   (traced differs from the model)'}"
+        )
     for name, f in (("ring shift", r["fit"]["ring_shift"]), ("all-to-all", r["fit"]["all_to_all"])):
-        print(f"{name}: " + (f"α {f['alpha'] * 1e6:.0f} µs, {f['bandwidth'] / 1e9:.2f} GB/s "
-                             f"per direction" if f["bandwidth"] else f["error"]))
-    print("Ring bytes: what a rank sends; Ulysses: the all-to-alls' input S (nccl-tests' size). "
-          "Predicted comm: forward + backward, not overlapped.")
+        print(
+            f"{name}: "
+            + (
+                f"α {f['alpha'] * 1e6:.0f} µs, {f['bandwidth'] / 1e9:.2f} GB/s per direction"
+                if f["bandwidth"]
+                else f["error"]
+            )
+        )
+    print(
+        "Ring bytes: what a rank sends; Ulysses: the all-to-alls' input S (nccl-tests' size). "
+        "Predicted comm: forward + backward, not overlapped."
+    )
 
 
 def _main(args) -> int:
-    check(args, at_least=dict(ranks=2, seq=1, batch=1, heads=1, head_dim=1, steps=1),
-          at_most=dict(ranks=MAX_RANKS))
+    check(
+        args,
+        at_least=dict(ranks=2, seq=1, batch=1, heads=1, head_dim=1, steps=1),
+        at_most=dict(ranks=MAX_RANKS),
+    )
     if args.heads % args.ranks:
-        raise InputError(f"--ranks ({args.ranks}) must divide --heads ({args.heads}) "
-                         f"(Ulysses splits the heads over the ranks)")
+        raise InputError(
+            f"--ranks ({args.ranks}) must divide --heads ({args.heads}) "
+            f"(Ulysses splits the heads over the ranks)"
+        )
     if args.seq % (2 * args.ranks):
-        raise InputError(f"--seq ({args.seq}) must be divisible by 2·ranks ({2 * args.ranks}) "
-                         f"(zigzag cuts the sequence into 2·cp chunks)")
-    return emit(args, lambda: bench(args.ranks, args.seq, args.batch, args.heads,
-                                    args.head_dim, args.steps), _show)
+        raise InputError(
+            f"--seq ({args.seq}) must be divisible by 2·ranks ({2 * args.ranks}) "
+            f"(zigzag cuts the sequence into 2·cp chunks)"
+        )
+    return emit(
+        args,
+        lambda: bench(args.ranks, args.seq, args.batch, args.heads, args.head_dim, args.steps),
+        _show,
+    )
 
 
 def add_bench_parser(bench_sub) -> None:
-    p = bench_sub.add_parser("context_parallel", aliases=["cp"],
-                             help="time ring (contiguous, zigzag) and Ulysses attention against "
-                                  "one process; bytes and α-β time against the model")
+    p = bench_sub.add_parser(
+        "context_parallel",
+        aliases=["cp"],
+        help="time ring (contiguous, zigzag) and Ulysses attention against "
+        "one process; bytes and α-β time against the model",
+    )
     add_common(p, ranks=4, ranks_help="ranks = cp")
     p.add_argument("--seq", type=int, default=2048, help="total sequence length s (default 2048)")
     p.add_argument("--batch", type=int, default=1, help="sequences b (default 1)")

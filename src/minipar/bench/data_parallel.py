@@ -9,6 +9,7 @@ second over all ranks; ``*_to_ddp`` is our throughput divided by DDP's (1.0 = as
 
 A benchmark reports, it never asserts: ranks share this machine's cores, so numbers are noisy.
 """
+
 from __future__ import annotations
 
 from .common import MAX_RANKS, add_backend, add_common, backend, check, emit
@@ -16,22 +17,52 @@ from .common import MAX_RANKS, add_backend, add_common, backend, check, emit
 VARIANTS = ("compute", "naive", "bucketed", "ddp")
 
 
-def bench(ranks: int, steps: int, rounds: int, width: int, depth: int, batch: int,
-          bucket_mb: float, backend: str = "auto") -> dict:
+def bench(
+    ranks: int,
+    steps: int,
+    rounds: int,
+    width: int,
+    depth: int,
+    batch: int,
+    bucket_mb: float,
+    backend: str = "auto",
+) -> dict:
     import functools
     import statistics
 
     from minipar.data_parallel.models import mlp_params
     from minipar.data_parallel.timing import run_on_ranks, time_variants_on_rank
 
-    per_rank = run_on_ranks(functools.partial(
-        time_variants_on_rank, width=width, depth=depth, batch=batch, steps=steps,
-        rounds=rounds, bucket_cap_mb=bucket_mb), ranks, list(VARIANTS), backend=backend)
-    t = {v: statistics.median(max(r[v][i] for r in per_rank)     # slowest rank, median round
-                              for i in range(len(per_rank[0][v]))) for v in VARIANTS}
-    out = {"ranks": ranks, "backend": backend, "params": mlp_params(width, depth),
-           "batch_per_rank": batch, "bucket_cap_mb": bucket_mb, "step_seconds": t,
-           "samples_per_second": {v: ranks * batch / s for v, s in t.items()}}
+    per_rank = run_on_ranks(
+        functools.partial(
+            time_variants_on_rank,
+            width=width,
+            depth=depth,
+            batch=batch,
+            steps=steps,
+            rounds=rounds,
+            bucket_cap_mb=bucket_mb,
+        ),
+        ranks,
+        list(VARIANTS),
+        backend=backend,
+    )
+    t = {
+        v: statistics.median(
+            max(r[v][i] for r in per_rank)  # slowest rank, median round
+            for i in range(len(per_rank[0][v]))
+        )
+        for v in VARIANTS
+    }
+    out = {
+        "ranks": ranks,
+        "backend": backend,
+        "params": mlp_params(width, depth),
+        "batch_per_rank": batch,
+        "bucket_cap_mb": bucket_mb,
+        "step_seconds": t,
+        "samples_per_second": {v: ranks * batch / s for v, s in t.items()},
+    }
     out["naive_to_ddp"] = t["ddp"] / t["naive"]
     out["bucketed_to_ddp"] = t["ddp"] / t["bucketed"]
     out["ddp_to_compute"] = t["compute"] / t["ddp"]
@@ -39,28 +70,49 @@ def bench(ranks: int, steps: int, rounds: int, width: int, depth: int, batch: in
 
 
 def _show(r: dict) -> None:
-    print(f"data parallel on {r['ranks']} {r['backend']} ranks: MLP Ψ = {r['params']:,} "
-          f"({r['params'] * 4 / 2**20:.1f} MiB of fp32 gradients), batch {r['batch_per_rank']} "
-          f"per rank, buckets {r['bucket_cap_mb']:g} MiB")
+    print(
+        f"data parallel on {r['ranks']} {r['backend']} ranks: MLP Ψ = {r['params']:,} "
+        f"({r['params'] * 4 / 2**20:.1f} MiB of fp32 gradients), batch {r['batch_per_rank']} "
+        f"per rank, buckets {r['bucket_cap_mb']:g} MiB"
+    )
     print(f"{'variant':<10}{'step (ms)':>11}{'samples/s':>11}{'vs DDP':>8}")
     for v in VARIANTS:
         s = r["step_seconds"][v]
-        print(f"{v:<10}{s * 1e3:>11.1f}{r['samples_per_second'][v]:>11.0f}"
-              f"{r['step_seconds']['ddp'] / s:>8.2f}")
+        print(
+            f"{v:<10}{s * 1e3:>11.1f}{r['samples_per_second'][v]:>11.0f}"
+            f"{r['step_seconds']['ddp'] / s:>8.2f}"
+        )
     print("'compute' communicates nothing: the ceiling. Ratios > 1 are faster than DDP.")
 
 
 def _main(args) -> int:
-    check(args, at_least=dict(ranks=2, steps=1, rounds=1, width=1, depth=1, batch=1),
-          at_most=dict(ranks=MAX_RANKS), positive=("bucket_mb",))
+    check(
+        args,
+        at_least=dict(ranks=2, steps=1, rounds=1, width=1, depth=1, batch=1),
+        at_most=dict(ranks=MAX_RANKS),
+        positive=("bucket_mb",),
+    )
     chosen = backend(args, args.ranks)
-    return emit(args, lambda: bench(args.ranks, args.steps, args.rounds, args.width, args.depth,
-                                    args.batch, args.bucket_mb, chosen), _show)
+    return emit(
+        args,
+        lambda: bench(
+            args.ranks,
+            args.steps,
+            args.rounds,
+            args.width,
+            args.depth,
+            args.batch,
+            args.bucket_mb,
+            chosen,
+        ),
+        _show,
+    )
 
 
 def add_bench_parser(bench_sub) -> None:
-    p = bench_sub.add_parser("data_parallel", aliases=["dp"],
-                             help="time naive, bucketed and DDP data parallelism")
+    p = bench_sub.add_parser(
+        "data_parallel", aliases=["dp"], help="time naive, bucketed and DDP data parallelism"
+    )
     add_common(p, ranks=4, ranks_help="ranks")
     add_backend(p, "auto", "the timings are the chapter's NCCL measurement on GPUs")
     p.add_argument("--steps", type=int, default=5, help="timed steps per round (default 5)")
@@ -68,6 +120,7 @@ def add_bench_parser(bench_sub) -> None:
     p.add_argument("--width", type=int, default=512, help="MLP width (default 512)")
     p.add_argument("--depth", type=int, default=8, help="MLP layers (default 8)")
     p.add_argument("--batch", type=int, default=32, help="samples per rank (default 32)")
-    p.add_argument("--bucket-mb", type=float, default=1.0,
-                   help="bucket cap in MiB, ours and DDP's (default 1)")
+    p.add_argument(
+        "--bucket-mb", type=float, default=1.0, help="bucket cap in MiB, ours and DDP's (default 1)"
+    )
     p.set_defaults(func=_main)

@@ -37,16 +37,17 @@ choice. Reported:
 A benchmark reports, it never asserts: ranks share this machine's cores, so numbers are noisy;
 ratios measured in one run are the figures to read, not absolute seconds.
 """
+
 from __future__ import annotations
 
 from statistics import median
+
 from minipar.errors import InputError
 
 from .common import MAX_RANKS, add_common, check, emit
 
 ROUTERS = ("even", "skewed")
-FIT_SIZES = (2**12, 2**15, 2**18, 2**20)        # all-to-all buffer S in bytes (float32)
-
+FIT_SIZES = (2**12, 2**15, 2**18, 2**20)  # all-to-all buffer S in bytes (float32)
 
 
 def _expert_seconds(layer, rows_per_expert: list[int], reps: int) -> float:
@@ -57,11 +58,11 @@ def _expert_seconds(layer, rows_per_expert: list[int], reps: int) -> float:
 
     from minipar.expert_parallel.moe import expert_mlp
 
-    w1 = layer.w1.detach().clone().requires_grad_()           # (E/x, h, f)
-    w2 = layer.w2.detach().clone().requires_grad_()           # (E/x, f, h)
-    xs = [torch.randn(m, layer.hidden) for m in rows_per_expert]   # (m_e, h) each
+    w1 = layer.w1.detach().clone().requires_grad_()  # (E/x, h, f)
+    w2 = layer.w2.detach().clone().requires_grad_()  # (E/x, f, h)
+    xs = [torch.randn(m, layer.hidden) for m in rows_per_expert]  # (m_e, h) each
     best = float("inf")
-    for i in range(reps + 1):                                 # i = 0: warm-up
+    for i in range(reps + 1):  # i = 0: warm-up
         t0 = time.perf_counter()
         for e, x in enumerate(xs):
             if len(x):
@@ -73,8 +74,17 @@ def _expert_seconds(layer, rows_per_expert: list[int], reps: int) -> float:
     return best
 
 
-def bench_on_rank(rank: int, ep: int, tokens: int, experts: int, top_k: int, hidden: int,
-                  ffn: int, skew: float, steps: int) -> dict:
+def bench_on_rank(
+    rank: int,
+    ep: int,
+    tokens: int,
+    experts: int,
+    top_k: int,
+    hidden: int,
+    ffn: int,
+    skew: float,
+    steps: int,
+) -> dict:
     """This rank's seconds per router and round, its expert time, counts, traced bytes and the
     all-to-all fit's timings."""
     import time
@@ -82,29 +92,29 @@ def bench_on_rank(rank: int, ep: int, tokens: int, experts: int, top_k: int, hid
     import torch
     import torch.distributed as dist
 
-    from minipar.runtime import tracer
     from minipar.cost.expert_parallel import layer_events
     from minipar.expert_parallel.experiments import _a2a_times_on_rank, skewed_router
     from minipar.expert_parallel.layer import ExpertParallelMoE
     from minipar.expert_parallel.moe import MoE
+    from minipar.runtime import tracer
 
     layers, inputs = {}, {}
     for name in ROUTERS:
-        torch.manual_seed(0)                                  # the same full MoE on every rank
+        torch.manual_seed(0)  # the same full MoE on every rank
         moe = MoE(hidden, ffn, experts, top_k)
         if name == "skewed":
             skewed_router(moe, bias=skew)
         layers[name] = ExpertParallelMoE.from_full(moe)
-        g = torch.Generator().manual_seed(100 + rank)         # this rank's own tokens
+        g = torch.Generator().manual_seed(100 + rank)  # this rank's own tokens
         inputs[name] = torch.randn(tokens, hidden, generator=g) + (0.5 if name == "skewed" else 0)
 
     def step(name):
-        x = inputs[name].clone().requires_grad_()             # (n, h)
+        x = inputs[name].clone().requires_grad_()  # (n, h)
         layers[name](x).sum().backward()
         layers[name].zero_grad()
 
     seconds = {name: [] for name in ROUTERS}
-    for i in range(steps + 1):                                # round 0: warm-up
+    for i in range(steps + 1):  # round 0: warm-up
         for name in ROUTERS:
             dist.barrier()
             t0 = time.perf_counter()
@@ -118,27 +128,38 @@ def bench_on_rank(rank: int, ep: int, tokens: int, experts: int, top_k: int, hid
         with tracer.trace() as tr:
             step(name)
         rows = torch.zeros(ep, ep, dtype=torch.int64)
-        rows[rank] = layer.send_counts.sum(1)                 # rows this rank sends to each rank
-        dist.all_reduce(rows)                                 # rows[s][d] for every pair
+        rows[rank] = layer.send_counts.sum(1)  # rows this rank sends to each rank
+        dist.all_reduce(rows)  # rows[s][d] for every pair
         rows = rows.tolist()
-        mine = layer.tokens_per_expert.tolist()               # rows each local expert processed
+        mine = layer.tokens_per_expert.tolist()  # rows each local expert processed
         expert_s = None
-        for turn in range(ep):                                # one rank computes at a time
+        for turn in range(ep):  # one rank computes at a time
             dist.barrier()
             if turn == rank:
                 expert_s = _expert_seconds(layer, mine, steps)
         dist.barrier()
-        out[name] = {"traced": [[e.op, e.bytes] for e in tr.events],
-                     "model": [list(e) for e in
-                               layer_events(rows, rank, hidden, experts, top_k, 4)],
-                     "rows": rows, "tokens_per_local_expert": mine, "expert_seconds": expert_s}
+        out[name] = {
+            "traced": [[e.op, e.bytes] for e in tr.events],
+            "model": [list(e) for e in layer_events(rows, rank, hidden, experts, top_k, 4)],
+            "rows": rows,
+            "tokens_per_local_expert": mine,
+            "expert_seconds": expert_s,
+        }
     out["a2a_seconds"] = _a2a_times_on_rank(rank, ep, list(FIT_SIZES), steps + 2)
     return out
 
 
-def bench(ranks: int = 4, tokens: int = 1024, experts: int | None = None, top_k: int = 1,
-          hidden: int = 128, ffn: int = 512, skew: float = 3.0, steps: int = 5,
-          grouped_experts: int = 32) -> dict:
+def bench(
+    ranks: int = 4,
+    tokens: int = 1024,
+    experts: int | None = None,
+    top_k: int = 1,
+    hidden: int = 128,
+    ffn: int = 512,
+    skew: float = 3.0,
+    steps: int = 5,
+    grouped_experts: int = 32,
+) -> dict:
     from minipar.cost.collectives import fit_alpha_beta
     from minipar.cost.expert_parallel import imbalance, layer_comm_time
     from minipar.expert_parallel.experiments import kernel_seconds
@@ -146,106 +167,180 @@ def bench(ranks: int = 4, tokens: int = 1024, experts: int | None = None, top_k:
 
     ep = ranks
     E = 2 * ep if experts is None else experts
-    per = run(bench_on_rank, ep, tokens, E, top_k, hidden, ffn, skew, steps, backend="gloo",
-              timeout=900)
-    t = {n: median([max(r["seconds"][n][i] for r in per) for i in range(steps)])
-         for n in ROUTERS}
+    per = run(
+        bench_on_rank, ep, tokens, E, top_k, hidden, ffn, skew, steps, backend="gloo", timeout=900
+    )
+    t = {n: median([max(r["seconds"][n][i] for r in per) for i in range(steps)]) for n in ROUTERS}
     sizes = list(FIT_SIZES)
     a2a_s = [max(r["a2a_seconds"][i] for r in per) for i in range(len(sizes))]
     fit = {"sizes": sizes, "seconds": a2a_s, "alpha": None, "bandwidth": None, "error": None}
     try:
         a, bw = fit_alpha_beta(sizes, a2a_s, "all-to-all", ep, "pairwise-exchange")
         fit["alpha"], fit["bandwidth"] = max(a, 0.0), bw
-    except ValueError as e:                                   # noise: times not growing with S
+    except ValueError as e:  # noise: times not growing with S
         fit["error"] = str(e)
     routers = {}
     for n in ROUTERS:
-        per_expert = [c for r in per for c in r[n]["tokens_per_local_expert"]]   # (E,) in order
+        per_expert = [c for r in per for c in r[n]["tokens_per_local_expert"]]  # (E,) in order
         counted = imbalance(per_expert, ep)
         secs = [r[n]["expert_seconds"] for r in per]
         traced = [sum(b for _, b in r[n]["traced"]) for r in per]
         model = [sum(b for _, b in r[n]["model"]) for r in per]
         rows = per[0][n]["rows"]
         routers[n] = {
-            "tokens_per_expert": per_expert, "rows_per_rank": counted["per rank"],
+            "tokens_per_expert": per_expert,
+            "rows_per_rank": counted["per rank"],
             "counted_imbalance": counted["max/mean rank"],
-            "expert_seconds": secs, "measured_imbalance": max(secs) / (sum(secs) / ep),
+            "expert_seconds": secs,
+            "measured_imbalance": max(secs) / (sum(secs) / ep),
             "per_rank_step_seconds": [median(r["seconds"][n]) for r in per],
-            "bytes": {"traced_per_rank": traced, "model_per_rank": model,
-                      "equal": all(r[n]["traced"] == r[n]["model"] for r in per)},
+            "bytes": {
+                "traced_per_rank": traced,
+                "model_per_rank": model,
+                "equal": all(r[n]["traced"] == r[n]["model"] for r in per),
+            },
             "rows": rows,
-            "predicted_a2a_seconds": (layer_comm_time(rows, hidden, fit["alpha"],
-                                                      fit["bandwidth"], 4)
-                                      if fit["bandwidth"] else None)}
-    return {"ranks": ep, "backend": "gloo", "tokens_per_rank": tokens, "experts": E,
-            "top_k": top_k, "hidden": hidden, "ffn": ffn, "skew": skew, "dtype": "float32",
-            "steps": steps, "step_seconds": t, "skewed_to_even": t["skewed"] / t["even"],
-            "routers": routers, "fit": fit,
-            "kernels": kernel_seconds(ep * tokens * top_k, grouped_experts, hidden, ffn, steps)}
+            "predicted_a2a_seconds": (
+                layer_comm_time(rows, hidden, fit["alpha"], fit["bandwidth"], 4)
+                if fit["bandwidth"]
+                else None
+            ),
+        }
+    return {
+        "ranks": ep,
+        "backend": "gloo",
+        "tokens_per_rank": tokens,
+        "experts": E,
+        "top_k": top_k,
+        "hidden": hidden,
+        "ffn": ffn,
+        "skew": skew,
+        "dtype": "float32",
+        "steps": steps,
+        "step_seconds": t,
+        "skewed_to_even": t["skewed"] / t["even"],
+        "routers": routers,
+        "fit": fit,
+        "kernels": kernel_seconds(ep * tokens * top_k, grouped_experts, hidden, ffn, steps),
+    }
 
 
 def _show(r: dict) -> None:
-    print(f"expert-parallel MoE layer, forward + backward, on x = {r['ranks']} gloo ranks: "
-          f"n = {r['tokens_per_rank']} tokens per rank, h = {r['hidden']}, f = {r['ffn']}, "
-          f"E = {r['experts']}, K = {r['top_k']}, float32, median of {r['steps']} rounds")
-    print(f"{'router':<8}{'step (ms)':>10}{'rows per rank':>24}{'rows max/mean':>15}"
-          f"{'expert time max/mean':>22}")
+    print(
+        f"expert-parallel MoE layer, forward + backward, on x = {r['ranks']} gloo ranks: "
+        f"n = {r['tokens_per_rank']} tokens per rank, h = {r['hidden']}, f = {r['ffn']}, "
+        f"E = {r['experts']}, K = {r['top_k']}, float32, median of {r['steps']} rounds"
+    )
+    print(
+        f"{'router':<8}{'step (ms)':>10}{'rows per rank':>24}{'rows max/mean':>15}"
+        f"{'expert time max/mean':>22}"
+    )
     for n in ROUTERS:
         x = r["routers"][n]
-        print(f"{n:<8}{r['step_seconds'][n] * 1e3:>10.1f}{str(x['rows_per_rank']):>24}"
-              f"{x['counted_imbalance']:>15.2f}{x['measured_imbalance']:>22.2f}")
+        print(
+            f"{n:<8}{r['step_seconds'][n] * 1e3:>10.1f}{str(x['rows_per_rank']):>24}"
+            f"{x['counted_imbalance']:>15.2f}{x['measured_imbalance']:>22.2f}"
+        )
     print(f"skewed / even step time: {r['skewed_to_even']:.2f}")
     f = r["fit"]
-    print("all-to-all fit: " + (f"α {f['alpha'] * 1e6:.0f} µs, {f['bandwidth'] / 1e9:.2f} GB/s "
-                                f"per direction" if f["bandwidth"] else f["error"]))
+    print(
+        "all-to-all fit: "
+        + (
+            f"α {f['alpha'] * 1e6:.0f} µs, {f['bandwidth'] / 1e9:.2f} GB/s per direction"
+            if f["bandwidth"]
+            else f["error"]
+        )
+    )
     for n in ROUTERS:
         x = r["routers"][n]
         p = x["predicted_a2a_seconds"]
-        print(f"{n}: collective bytes per rank traced {x['bytes']['traced_per_rank']}, model "
-              f"{x['bytes']['model_per_rank']}"
-              f"{'' if x['bytes']['equal'] else ' (traced differs from the model)'}; "
-              f"four token all-to-alls predicted "
-              f"{'—' if p is None else f'{p * 1e3:.2f} ms'}")
+        print(
+            f"{n}: collective bytes per rank traced {x['bytes']['traced_per_rank']}, model "
+            f"{x['bytes']['model_per_rank']}"
+            f"{'' if x['bytes']['equal'] else ' (traced differs from the model)'}; "
+            f"four token all-to-alls predicted "
+            f"{'—' if p is None else f'{p * 1e3:.2f} ms'}"
+        )
     k = r["kernels"]
-    gm = (f"torch._grouped_mm {k['grouped_mm'] * 1e3:.2f} ms (loop / grouped_mm "
-          f"{k['loop_over_grouped_mm']:.1f}×)" if k["grouped_mm"] else "torch._grouped_mm: not available")
-    print(f"experts' MLPs, {k['rows']} rows over {k['experts']} experts, forward + backward: "
-          f"Python loop {k['loop'] * 1e3:.2f} ms, padded bmm {k['padded'] * 1e3:.2f} ms "
-          f"(loop / padded {k['loop_over_padded']:.1f}×), {gm}")
-    print("Bytes: every all-to-all's input S (nccl-tests' size), counts included. Expert time: "
-          "one rank at a time, so the ranks do not share the cores.")
+    gm = (
+        f"torch._grouped_mm {k['grouped_mm'] * 1e3:.2f} ms (loop / grouped_mm "
+        f"{k['loop_over_grouped_mm']:.1f}×)"
+        if k["grouped_mm"]
+        else "torch._grouped_mm: not available"
+    )
+    print(
+        f"experts' MLPs, {k['rows']} rows over {k['experts']} experts, forward + backward: "
+        f"Python loop {k['loop'] * 1e3:.2f} ms, padded bmm {k['padded'] * 1e3:.2f} ms "
+        f"(loop / padded {k['loop_over_padded']:.1f}×), {gm}"
+    )
+    print(
+        "Bytes: every all-to-all's input S (nccl-tests' size), counts included. Expert time: "
+        "one rank at a time, so the ranks do not share the cores."
+    )
 
 
 def _main(args) -> int:
-    check(args, at_least=dict(ranks=2, tokens=1, top_k=1, hidden=1, ffn=1, steps=1,
-                              grouped_experts=1),
-          at_most=dict(ranks=MAX_RANKS), positive=("skew",))
+    check(
+        args,
+        at_least=dict(ranks=2, tokens=1, top_k=1, hidden=1, ffn=1, steps=1, grouped_experts=1),
+        at_most=dict(ranks=MAX_RANKS),
+        positive=("skew",),
+    )
     experts = 2 * args.ranks if args.experts is None else args.experts
     if experts < 1:
         raise InputError(f"--experts ({experts}) must be >= 1")
     if experts % args.ranks:
-        raise InputError(f"--ranks ({args.ranks}) must divide --experts ({experts}) "
-                         f"(each rank owns E/x experts)")
+        raise InputError(
+            f"--ranks ({args.ranks}) must divide --experts ({experts}) (each rank owns E/x experts)"
+        )
     if args.top_k > experts:
         raise InputError(f"--top-k ({args.top_k}) must be <= --experts ({experts})")
-    return emit(args, lambda: bench(args.ranks, args.tokens, experts, args.top_k, args.hidden,
-                                    args.ffn, args.skew, args.steps, args.grouped_experts), _show)
+    return emit(
+        args,
+        lambda: bench(
+            args.ranks,
+            args.tokens,
+            experts,
+            args.top_k,
+            args.hidden,
+            args.ffn,
+            args.skew,
+            args.steps,
+            args.grouped_experts,
+        ),
+        _show,
+    )
 
 
 def add_bench_parser(bench_sub) -> None:
-    p = bench_sub.add_parser("expert_parallel", aliases=["ep"],
-                             help="time the expert-parallel MoE layer with an even and a skewed "
-                                  "router; bytes and α-β all-to-all time against the model")
+    p = bench_sub.add_parser(
+        "expert_parallel",
+        aliases=["ep"],
+        help="time the expert-parallel MoE layer with an even and a skewed "
+        "router; bytes and α-β all-to-all time against the model",
+    )
     add_common(p, ranks=4, ranks_help="ranks = x (ep)")
     p.add_argument("--tokens", type=int, default=1024, help="tokens per rank n (default 1024)")
     p.add_argument("--experts", type=int, default=None, help="experts E (default 2·ranks)")
-    p.add_argument("--top-k", type=int, default=1,
-                   help="experts per token K (default 1, Switch's: the skew lands on one rank)")
+    p.add_argument(
+        "--top-k",
+        type=int,
+        default=1,
+        help="experts per token K (default 1, Switch's: the skew lands on one rank)",
+    )
     p.add_argument("--hidden", type=int, default=128, help="hidden size h (default 128)")
     p.add_argument("--ffn", type=int, default=512, help="expert FFN width f (default 512)")
-    p.add_argument("--skew", type=float, default=3.0,
-                   help="router bias towards expert 0 in the skewed run (default 3)")
+    p.add_argument(
+        "--skew",
+        type=float,
+        default=3.0,
+        help="router bias towards expert 0 in the skewed run (default 3)",
+    )
     p.add_argument("--steps", type=int, default=5, help="timed rounds (default 5)")
-    p.add_argument("--grouped-experts", type=int, default=32,
-                   help="experts of the loop-vs-grouped kernel timing (default 32)")
+    p.add_argument(
+        "--grouped-experts",
+        type=int,
+        default=32,
+        help="experts of the loop-vs-grouped kernel timing (default 32)",
+    )
     p.set_defaults(func=_main)

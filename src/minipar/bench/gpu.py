@@ -24,12 +24,13 @@ measured ceiling stands in for the peak (η = 1) and the profile says so.
 ``--device cpu`` runs the same code on tiny shapes on the CPU: a check of the plumbing, not a
 GPU profile. :func:`calibrate` takes a ``timer`` so that tests can replace the clock.
 """
+
 from __future__ import annotations
 
 import json
 import statistics
+from collections.abc import Callable
 from dataclasses import dataclass, replace
-from typing import Callable
 
 from minipar.cost import compute, kernel_fit
 from minipar.cost.hardware import GPU, GPUS, gpu_profile
@@ -42,6 +43,7 @@ ROLES = ("fwd", "dgrad", "wgrad")
 class Plan:
     """What one calibration measures: the square GEMM, the copy, two layer shapes
     (b, s, h, a), the Adam sizes, and how many timed repeats."""
+
     ceiling: int
     copy_bytes: int
     shapes: tuple[tuple[int, int, int, int], ...]
@@ -62,6 +64,7 @@ PLANS = {
 class Probe:
     """One thing to time: ``kind`` ("ceiling", "copy", "gemm", "layer", "adam"), its sizes,
     and ``make()``, which allocates its tensors and returns the call to time."""
+
     kind: str
     dims: tuple
     make: Callable[[], Callable[[], object]]
@@ -69,27 +72,33 @@ class Probe:
 
 # --- the probes (torch only inside make) ---------------------------------------------------
 
+
 def _gemm_probe(kind: str, n: int, M: int, N: int, K: int, device: str) -> Probe:
     def make():
         import torch
+
         shape = (n,) if n > 1 else ()
-        A = torch.randn(*shape, M, K, device=device, dtype=torch.bfloat16)   # (n, M, K)
-        B = torch.randn(*shape, K, N, device=device, dtype=torch.bfloat16)   # (n, K, N)
+        A = torch.randn(*shape, M, K, device=device, dtype=torch.bfloat16)  # (n, M, K)
+        B = torch.randn(*shape, K, N, device=device, dtype=torch.bfloat16)  # (n, K, N)
         return (lambda: torch.bmm(A, B)) if n > 1 else (lambda: torch.matmul(A, B))
+
     return Probe(kind, (n, M, N, K), make)
 
 
 def _copy_probe(nbytes: int, device: str) -> Probe:
     def make():
         import torch
+
         src = torch.randn(nbytes // 4, device=device)
         dst = torch.empty_like(src)
         return lambda: dst.copy_(src)
+
     return Probe("copy", (nbytes,), make)
 
 
 def _layer_probe(b: int, s: int, h: int, a: int, attention: str, device: str) -> Probe:
     """Forward + backward of one layer; ``attention``: "unfused" or "sdpa"."""
+
     def make():
         import torch
         import torch.nn.functional as F
@@ -99,15 +108,14 @@ def _layer_probe(b: int, s: int, h: int, a: int, attention: str, device: str) ->
         class FusedLayer(Layer):
             """:class:`minipar.model.Layer` with PyTorch's fused causal attention."""
 
-            def _block(self, x):                                   # x (b, s, h)
+            def _block(self, x):  # x (b, s, h)
                 c, (b_, s_, h_) = self.c, x.shape
                 qkv = self.qkv(self.ln1(x)).view(b_, s_, 3, c.a, h_ // c.a)  # (b, s, 3, a, h/a)
-                q, k, v = qkv.permute(2, 0, 3, 1, 4)               # each (b, a, s, h/a)
-                ctx = F.scaled_dot_product_attention(q, k, v, dropout_p=c.dropout,
-                                                     is_causal=True)
-                ctx = ctx.transpose(1, 2).reshape(b_, s_, h_)      # (b, s, h)
+                q, k, v = qkv.permute(2, 0, 3, 1, 4)  # each (b, a, s, h/a)
+                ctx = F.scaled_dot_product_attention(q, k, v, dropout_p=c.dropout, is_causal=True)
+                ctx = ctx.transpose(1, 2).reshape(b_, s_, h_)  # (b, s, h)
                 x = x + F.dropout(self.proj(ctx), c.dropout, True)
-                y = self.fc2(F.gelu(self.fc1(self.ln2(x))))        # (b, s, 4h) inside
+                y = self.fc2(F.gelu(self.fc1(self.ln2(x))))  # (b, s, 4h) inside
                 return x + F.dropout(y, c.dropout, True)
 
         torch.manual_seed(0)
@@ -118,31 +126,37 @@ def _layer_probe(b: int, s: int, h: int, a: int, attention: str, device: str) ->
         params = list(layer.parameters())
 
         def step():
-            for p in params:       # 16-bit .grad written, not accumulated (as the H200 file)
+            for p in params:  # 16-bit .grad written, not accumulated (as the H200 file)
                 p.grad = None
             x.grad = None
             layer(x).backward(dy)
+
         return step
+
     return Probe("layer", (b, s, h, a, 1, attention), make)
 
 
 def _adam_probe(params: int, device: str) -> Probe:
     def make():
         import torch
+
         p = torch.nn.Parameter(torch.randn(params, device=device))
         p.grad = torch.randn_like(p)
         opt = torch.optim.Adam([p], lr=1e-4, fused=device.startswith("cuda"))
         return opt.step
+
     return Probe("adam", (params,), make)
 
 
 def probes(plan: Plan, device: str) -> list[Probe]:
     """Everything :func:`calibrate` times, in order."""
-    out = [_gemm_probe("ceiling", 1, plan.ceiling, plan.ceiling, plan.ceiling, device),
-           _copy_probe(plan.copy_bytes, device)]
+    out = [
+        _gemm_probe("ceiling", 1, plan.ceiling, plan.ceiling, plan.ceiling, device),
+        _copy_probe(plan.copy_bytes, device),
+    ]
     for b, s, h, a in plan.shapes:
         for n, M, N, K in compute.layer_gemms(b, s, h, a):
-            for dims in ((M, N, K), (M, K, N), (K, N, M)):        # fwd, dgrad, wgrad
+            for dims in ((M, N, K), (M, K, N), (K, N, M)):  # fwd, dgrad, wgrad
                 out.append(_gemm_probe("gemm", n, *dims, device))
     for b, s, h, a in plan.shapes:
         for attention in ("sdpa", "unfused"):
@@ -152,6 +166,7 @@ def probes(plan: Plan, device: str) -> list[Probe]:
 
 
 # --- clocks --------------------------------------------------------------------------------
+
 
 def device_timer(device: str, repeats: int, warmup: int = 3) -> Callable[[Probe], float]:
     """Median seconds of ``repeats`` calls after ``warmup``: CUDA events around each call on
@@ -181,10 +196,12 @@ def device_timer(device: str, repeats: int, warmup: int = 3) -> Callable[[Probe]
                 times.append(time.perf_counter() - t0)
         del fn
         return statistics.median(times)
+
     return timer
 
 
 # --- measure, fit, write -------------------------------------------------------------------
+
 
 def measure(plan: Plan, device: str, timer: Callable[[Probe], float]) -> dict:
     """The timings in :mod:`minipar.cost.kernel_fit`'s format."""
@@ -201,26 +218,47 @@ def measure(plan: Plan, device: str, timer: Callable[[Probe], float]) -> dict:
             out["copy_bytes_per_s"] = 2.0 * p.dims[0] / t
         elif p.kind == "gemm":
             n, M, N, K = p.dims
-            out["gemms"].append({"role": ROLES[gemm_index % 3], "batch": n, "M": M, "N": N,
-                                 "K": K, "measured_s": t, "tflops": 2e-12 * n * M * N * K / t})
+            out["gemms"].append(
+                {
+                    "role": ROLES[gemm_index % 3],
+                    "batch": n,
+                    "M": M,
+                    "N": N,
+                    "K": K,
+                    "measured_s": t,
+                    "tflops": 2e-12 * n * M * N * K / t,
+                }
+            )
             gemm_index += 1
         elif p.kind == "layer":
             b, s, h, a, tp, attention = p.dims
-            out["layers"].append({"b": b, "s": s, "h": h, "a": a, "t": tp,
-                                  "attention": attention, "measured_s": t})
+            out["layers"].append(
+                {"b": b, "s": s, "h": h, "a": a, "t": tp, "attention": attention, "measured_s": t}
+            )
         else:
             out["adam"].append({"params": p.dims[0], "measured_s": t})
     return out
 
 
-def base_gpu(name: str, memory_bytes: float, sms: int, peak_tflops: float | None,
-             ceiling_flops: float) -> tuple[GPU, str]:
+def base_gpu(
+    name: str, memory_bytes: float, sms: int, peak_tflops: float | None, ceiling_flops: float
+) -> tuple[GPU, str]:
     """The GPU before fitting, and where its peak came from: ``--peak-tflops``, else the
     preset whose name the device's matches, else the measured ceiling (η = 1)."""
     upper = name.upper()
-    preset = next((GPUS[k] for k, keys in (("H200", ("H200",)), ("H100-PCIe", ("H100", "PCIE")),
-                                           ("H100-SXM", ("H100",)), ("A100-80GB", ("A100",)))
-                   if all(x in upper for x in keys)), None)
+    preset = next(
+        (
+            GPUS[k]
+            for k, keys in (
+                ("H200", ("H200",)),
+                ("H100-PCIe", ("H100", "PCIE")),
+                ("H100-SXM", ("H100",)),
+                ("A100-80GB", ("A100",)),
+            )
+            if all(x in upper for x in keys)
+        ),
+        None,
+    )
     if peak_tflops is not None:
         peak, why = peak_tflops * 1e12, "--peak-tflops"
     elif preset is not None:
@@ -228,15 +266,26 @@ def base_gpu(name: str, memory_bytes: float, sms: int, peak_tflops: float | None
     else:
         peak, why = ceiling_flops, "the measured ceiling (no preset matches; η = 1)"
     template = preset or GPUS["H100-SXM"]
-    g = replace(template, name=name, memory_bytes=memory_bytes, sms=sms,
-                peak_flops={"bf16": peak}, source=f"minipar calibrate gpu on {name}",
-                note=f"peak from {why}")
+    g = replace(
+        template,
+        name=name,
+        memory_bytes=memory_bytes,
+        sms=sms,
+        peak_flops={"bf16": peak},
+        source=f"minipar calibrate gpu on {name}",
+        note=f"peak from {why}",
+    )
     return g, why
 
 
-def calibrate(*, device: str = "cuda", quick: bool = False, peak_tflops: float | None = None,
-              timer: Callable[[Probe], float] | None = None,
-              device_info: tuple[str, float, int] | None = None) -> dict:
+def calibrate(
+    *,
+    device: str = "cuda",
+    quick: bool = False,
+    peak_tflops: float | None = None,
+    timer: Callable[[Probe], float] | None = None,
+    device_info: tuple[str, float, int] | None = None,
+) -> dict:
     """Measure, fit, and return the profile (a dict :func:`load_gpu_profile` reads).
     ``device_info``: (name, memory bytes, SMs), read from torch when None."""
     plan = PLANS["cpu" if device == "cpu" else "quick" if quick else "full"]
@@ -246,44 +295,65 @@ def calibrate(*, device: str = "cuda", quick: bool = False, peak_tflops: float |
         device_info = _device_info(device)
     measured = measure(plan, device, timer)
     base, why = base_gpu(*device_info, peak_tflops, measured["gemm_ceiling_flops"])
-    if measured["gemm_ceiling_flops"] > base.peak_flops["bf16"]:      # a peak below the GEMM
-        base = replace(base, peak_flops={"bf16": measured["gemm_ceiling_flops"]},
-                       note=base.note + "; raised to the measured ceiling, which exceeded it")
+    if measured["gemm_ceiling_flops"] > base.peak_flops["bf16"]:  # a peak below the GEMM
+        base = replace(
+            base,
+            peak_flops={"bf16": measured["gemm_ceiling_flops"]},
+            note=base.note + "; raised to the measured ceiling, which exceeded it",
+        )
     try:
         gpu = kernel_fit.fit_gpu(measured, base)
     except ValueError as e:
         raise InputError(f"the timings cannot be fitted: {e}") from None
-    return gpu_profile(gpu) | {"measured": measured,
-                               "method": {"device": device, "plan": plan.__dict__,
-                                          "peak_from": why}}
+    return gpu_profile(gpu) | {
+        "measured": measured,
+        "method": {"device": device, "plan": plan.__dict__, "peak_from": why},
+    }
 
 
 def _device_info(device: str) -> tuple[str, float, int]:
     import os
 
     import torch
+
     if device == "cpu":
-        return "CPU", float(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")), \
-            os.cpu_count() or 1
+        return (
+            "CPU",
+            float(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")),
+            os.cpu_count() or 1,
+        )
     props = torch.cuda.get_device_properties(torch.cuda.current_device())
     return props.name, float(props.total_memory), props.multi_processor_count
 
 
 # --- the command -----------------------------------------------------------------------------
 
+
 def add_parser(sub) -> None:
     p = sub.add_parser("calibrate", help="measure this machine's constants for the cost model")
     what = p.add_subparsers(dest="what", required=True)
-    g = what.add_parser("gpu", help="bf16 GEMMs, attention (flash and unfused), HBM copy and "
-                                    "Adam on this CUDA GPU; writes the JSON profile that "
-                                    "'minipar plan --gpu-profile' reads")
-    g.add_argument("--out", default="gpu_profile.json", help="profile to write "
-                   "(default gpu_profile.json)")
+    g = what.add_parser(
+        "gpu",
+        help="bf16 GEMMs, attention (flash and unfused), HBM copy and "
+        "Adam on this CUDA GPU; writes the JSON profile that "
+        "'minipar plan --gpu-profile' reads",
+    )
+    g.add_argument(
+        "--out", default="gpu_profile.json", help="profile to write (default gpu_profile.json)"
+    )
     g.add_argument("--quick", action="store_true", help="smaller shapes, fewer repeats")
-    g.add_argument("--device", choices=("cuda", "cpu"), default="cuda",
-                   help="cpu: the same code on tiny shapes, a plumbing check (not a profile)")
-    g.add_argument("--peak-tflops", type=float, default=None,
-                   help="dense bf16 peak in TFLOP/s (default: the matching preset's)")
+    g.add_argument(
+        "--device",
+        choices=("cuda", "cpu"),
+        default="cuda",
+        help="cpu: the same code on tiny shapes, a plumbing check (not a profile)",
+    )
+    g.add_argument(
+        "--peak-tflops",
+        type=float,
+        default=None,
+        help="dense bf16 peak in TFLOP/s (default: the matching preset's)",
+    )
     g.set_defaults(func=_run)
 
 
@@ -291,21 +361,27 @@ def _run(args) -> int:
     import sys
 
     import torch
+
     if args.device == "cuda" and not torch.cuda.is_available():
-        raise InputError("needs a CUDA GPU (torch.cuda.is_available() is False); "
-                         "--device cpu checks the plumbing on tiny shapes")
+        raise InputError(
+            "needs a CUDA GPU (torch.cuda.is_available() is False); "
+            "--device cpu checks the plumbing on tiny shapes"
+        )
     if args.peak_tflops is not None and not args.peak_tflops > 0:
         raise InputError(f"--peak-tflops ({args.peak_tflops}) must be > 0")
     profile = calibrate(device=args.device, quick=args.quick, peak_tflops=args.peak_tflops)
     with open(args.out, "w") as f:
         json.dump(profile, f, indent=1)
-    print(f"{profile['name']}: η {profile['gemm_efficiency']:.2f} of "
-          f"{profile['peak_flops']['bf16'] / 1e12:.0f} TFLOP/s, HBM "
-          f"{profile['hbm_bandwidth'] / 1e12:.2f} TB/s, GEMM λ "
-          f"{profile['gemm_latency_s'] * 1e6:.1f} µs, attention GEMMs "
-          f"{profile['bmm_bandwidth'] / 1e12:.2f} TB/s + {profile['bmm_latency_s'] * 1e6:.1f} "
-          f"µs, flash {profile['flash_efficiency']:.2f} of peak, unfused "
-          f"{profile['attention_score_bytes']:.0f} B/score, layer overhead "
-          f"{profile['layer_overhead_s'] * 1e3:.2f} ms, Adam "
-          f"{profile['optimizer_bandwidth'] / 1e12:.2f} TB/s -> {args.out}", file=sys.stderr)
+    print(
+        f"{profile['name']}: η {profile['gemm_efficiency']:.2f} of "
+        f"{profile['peak_flops']['bf16'] / 1e12:.0f} TFLOP/s, HBM "
+        f"{profile['hbm_bandwidth'] / 1e12:.2f} TB/s, GEMM λ "
+        f"{profile['gemm_latency_s'] * 1e6:.1f} µs, attention GEMMs "
+        f"{profile['bmm_bandwidth'] / 1e12:.2f} TB/s + {profile['bmm_latency_s'] * 1e6:.1f} "
+        f"µs, flash {profile['flash_efficiency']:.2f} of peak, unfused "
+        f"{profile['attention_score_bytes']:.0f} B/score, layer overhead "
+        f"{profile['layer_overhead_s'] * 1e3:.2f} ms, Adam "
+        f"{profile['optimizer_bandwidth'] / 1e12:.2f} TB/s -> {args.out}",
+        file=sys.stderr,
+    )
     return 0

@@ -5,12 +5,14 @@ fresh ranks from it, which rendezvous, run one all-reduce on the rank's device (
 backend choice: NCCL with one GPU per rank when there are enough GPUs) and exit. Both are timed
 in one run; the repeat figure is the median.
 """
+
 from __future__ import annotations
 
 import statistics
 import time
 
-from .common import add_backend, add_common, backend as _backend, check, emit
+from .common import add_backend, add_common, check, emit
+from .common import backend as _backend
 
 
 def _one_all_reduce(rank, world_size):
@@ -40,8 +42,13 @@ def measure(ranks: int = 4, repeats: int = 5, backend: str = "auto") -> dict:
         launch.run(_one_all_reduce, ranks, backend=backend)
         warm.append(time.perf_counter() - t0)
     repeat = statistics.median(warm)
-    return {"ranks": ranks, "backend": backend, "first_call_s": first, "repeat_call_s": repeat,
-            "repeat_to_first": repeat / first}
+    return {
+        "ranks": ranks,
+        "backend": backend,
+        "first_call_s": first,
+        "repeat_call_s": repeat,
+        "repeat_to_first": repeat / first,
+    }
 
 
 def add_bench_parser(bench_sub) -> None:
@@ -53,14 +60,16 @@ def add_bench_parser(bench_sub) -> None:
 
 
 def _show(r: dict) -> None:
-    print(f"launch of {r['ranks']} {r['backend']} ranks: first call {r['first_call_s']:.2f} s, "
-          f"repeat call {r['repeat_call_s'] * 1e3:.0f} ms ({r['repeat_to_first']:.1%} of the "
-          f"first)")
+    print(
+        f"launch of {r['ranks']} {r['backend']} ranks: first call {r['first_call_s']:.2f} s, "
+        f"repeat call {r['repeat_call_s'] * 1e3:.0f} ms ({r['repeat_to_first']:.1%} of the "
+        f"first)"
+    )
 
 
 def _main(args) -> int:
     from minipar.runtime.launch import MAX_WORLD_SIZE
 
     check(args, at_least=dict(ranks=1, repeats=1), at_most=dict(ranks=MAX_WORLD_SIZE))
-    _backend(args, args.ranks)          # NCCL without a GPU per rank: exit 2 before starting
+    _backend(args, args.ranks)  # NCCL without a GPU per rank: exit 2 before starting
     return emit(args, lambda: measure(args.ranks, args.repeats, args.backend), _show)

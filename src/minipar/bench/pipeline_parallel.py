@@ -12,62 +12,104 @@ ranks share the cores and the number is this machine's, not the schedule's).
 
 A benchmark reports, it never asserts.
 """
+
 from __future__ import annotations
 
 from minipar.errors import InputError
-from minipar.pipeline_parallel.measure import measure_bubble as bench  # noqa: F401 (the library)
+from minipar.pipeline_parallel.measure import measure_bubble as bench
 
 from .common import MAX_RANKS, add_backend, add_common, backend, check, emit
 
 
 def _show(r: dict) -> None:
-    times = (f" (t_F, t_B, t_W = {r['t_forward'] * 1e3:g}, {r['t_backward'] * 1e3:g}, "
-             f"{r['t_weight'] * 1e3:g} ms)" if r["layers"] == "timed" else "")
-    print(f"{r['schedule']} on p = {r['p']} {r['backend']} ranks, m = {r['m']}, v = {r['v']}, "
-          f"{r['layers']} stages{times}")
-    print(f"bubble measured {r['measured_bubble']:.3f}   model {r['model_bubble']:.3f}   "
-          f"(fraction of the step, median of {r['steps']} steps)")
-    print(f"median hop {r['hop_latency'] * 1e3:.2f} ms; model with that latency "
-          f"{r['model_bubble_with_latency']:.3f}")
+    times = (
+        f" (t_F, t_B, t_W = {r['t_forward'] * 1e3:g}, {r['t_backward'] * 1e3:g}, "
+        f"{r['t_weight'] * 1e3:g} ms)"
+        if r["layers"] == "timed"
+        else ""
+    )
+    print(
+        f"{r['schedule']} on p = {r['p']} {r['backend']} ranks, m = {r['m']}, v = {r['v']}, "
+        f"{r['layers']} stages{times}"
+    )
+    print(
+        f"bubble measured {r['measured_bubble']:.3f}   model {r['model_bubble']:.3f}   "
+        f"(fraction of the step, median of {r['steps']} steps)"
+    )
+    print(
+        f"median hop {r['hop_latency'] * 1e3:.2f} ms; model with that latency "
+        f"{r['model_bubble_with_latency']:.3f}"
+    )
 
 
 def _main(args) -> int:
-    check(args, at_least=dict(ranks=1, microbatches=1, chunks=1, steps=1,
-                              t_forward=0, t_backward=0, t_weight=0),
-          at_most=dict(ranks=MAX_RANKS))
+    check(
+        args,
+        at_least=dict(
+            ranks=1, microbatches=1, chunks=1, steps=1, t_forward=0, t_backward=0, t_weight=0
+        ),
+        at_most=dict(ranks=MAX_RANKS),
+    )
     chosen = backend(args, args.ranks)
 
     def measure() -> dict:
         try:
-            r = bench(args.schedule, args.ranks, args.microbatches, args.chunks,
-                      args.t_forward / 1e3, args.t_backward / 1e3, args.t_weight / 1e3,
-                      args.steps, args.layers, chosen)
+            r = bench(
+                args.schedule,
+                args.ranks,
+                args.microbatches,
+                args.chunks,
+                args.t_forward / 1e3,
+                args.t_backward / 1e3,
+                args.t_weight / 1e3,
+                args.steps,
+                args.layers,
+                chosen,
+            )
         except ValueError as e:  # a schedule's rule (m a multiple of p, ...)
             raise InputError(str(e)) from None
         if not args.timeline:
             r.pop("timeline")
         return r
+
     return emit(args, measure, _show)
 
 
 def add_bench_parser(bench_sub) -> None:
     from minipar.pipeline_parallel.schedules import NAMES
 
-    p = bench_sub.add_parser("pipeline_parallel", aliases=["pp"],
-                             help="measure a pipeline schedule's bubble on ranks")
+    p = bench_sub.add_parser(
+        "pipeline_parallel", aliases=["pp"], help="measure a pipeline schedule's bubble on ranks"
+    )
     p.add_argument("--schedule", choices=NAMES, default="1f1b", help="schedule (default 1f1b)")
     add_common(p, ranks=4, ranks_help="pipeline ranks p", also="--pp")  # --pp: the chapter's
     add_backend(p, "gloo", "stages only wait a fixed time, nothing needs a GPU")
     p.add_argument("--microbatches", type=int, default=8, help="micro-batches m (default 8)")
     p.add_argument("--chunks", type=int, default=1, help="chunks per rank v (interleaved)")
     p.add_argument("--t-forward", type=float, default=50.0, help="ms per forward (default 50)")
-    p.add_argument("--t-backward", type=float, default=50.0,
-                   help="ms per input-gradient backward B (default 50)")
-    p.add_argument("--t-weight", type=float, default=50.0,
-                   help="ms per weight-gradient backward W (default 50)")
-    p.add_argument("--steps", type=int, default=5,
-                   help="timed steps after a warm-up; the median is reported (default 5)")
-    p.add_argument("--layers", choices=("timed", "gpt"), default="timed",
-                   help="fixed-duration stages (default) or real GPT layers")
+    p.add_argument(
+        "--t-backward",
+        type=float,
+        default=50.0,
+        help="ms per input-gradient backward B (default 50)",
+    )
+    p.add_argument(
+        "--t-weight",
+        type=float,
+        default=50.0,
+        help="ms per weight-gradient backward W (default 50)",
+    )
+    p.add_argument(
+        "--steps",
+        type=int,
+        default=5,
+        help="timed steps after a warm-up; the median is reported (default 5)",
+    )
+    p.add_argument(
+        "--layers",
+        choices=("timed", "gpt"),
+        default="timed",
+        help="fixed-duration stages (default) or real GPT layers",
+    )
     p.add_argument("--timeline", action="store_true", help="include the timeline in --json")
     p.set_defaults(func=_main)

@@ -9,54 +9,78 @@ of loss and gradients between the two (float64, same weights).
 
 A benchmark reports, it never asserts: ranks share this machine's cores, so numbers are noisy.
 """
+
 from __future__ import annotations
 
 from statistics import median
+
 from minipar.errors import InputError
 
 from .common import MAX_RANKS, add_backend, add_common, backend, check, emit
 
 
-
-def bench(ranks: int, h: int, b: int, s: int, steps: int, rounds: int,
-          backend: str = "gloo") -> dict:
+def bench(
+    ranks: int, h: int, b: int, s: int, steps: int, rounds: int, backend: str = "gloo"
+) -> dict:
     from minipar.runtime.launch import run
     from minipar.tensor_parallel.dtensor import compare_on_rank, time_on_rank
 
     per_rank = run(time_on_rank, ranks, h, b, s, steps, rounds, backend=backend, timeout=600)
-    t = {k: median([max(r[k][i] for r in per_rank) for i in range(rounds)])
-         for k in per_rank[0]}
+    t = {k: median([max(r[k][i] for r in per_rank) for i in range(rounds)]) for k in per_rank[0]}
     diffs = run(compare_on_rank, ranks, backend=backend, timeout=300)
-    return {"ranks": ranks, "backend": backend, "h": h, "b": b, "s": s, "dtype": "float32", "step_seconds": t,
-            "tokens_per_second": {k: b * s / v for k, v in t.items()},
-            "ours_to_dtensor": t["dtensor"] / t["ours"],
-            "max_difference_float64": {k: max(d[k] for d in diffs) for k in diffs[0]}}
+    return {
+        "ranks": ranks,
+        "backend": backend,
+        "h": h,
+        "b": b,
+        "s": s,
+        "dtype": "float32",
+        "step_seconds": t,
+        "tokens_per_second": {k: b * s / v for k, v in t.items()},
+        "ours_to_dtensor": t["dtensor"] / t["ours"],
+        "max_difference_float64": {k: max(d[k] for d in diffs) for k in diffs[0]},
+    }
 
 
 def _show(r: dict) -> None:
-    print(f"tensor-parallel MLP block on {r['ranks']} {r['backend']} ranks: h = {r['h']}, b = {r['b']}, "
-          f"s = {r['s']}, float32, forward + backward")
+    print(
+        f"tensor-parallel MLP block on {r['ranks']} {r['backend']} ranks: h = {r['h']}, b = {r['b']}, "
+        f"s = {r['s']}, float32, forward + backward"
+    )
     for k, v in r["step_seconds"].items():
         print(f"{k:<9}{v * 1e3:>9.2f} ms{r['tokens_per_second'][k]:>12.0f} tokens/s")
     print(f"ours_to_dtensor = {r['ours_to_dtensor']:.2f} (our throughput / DTensor's)")
     worst = max(r["max_difference_float64"].values())
-    print(f"largest difference of loss and gradients, ours vs DTensor and vs one process "
-          f"(float64): {worst:.1e}")
+    print(
+        f"largest difference of loss and gradients, ours vs DTensor and vs one process "
+        f"(float64): {worst:.1e}"
+    )
 
 
 def _main(args) -> int:
-    check(args, at_least=dict(ranks=2, hidden=1, batch=1, seq=1, steps=1, rounds=1),
-          at_most=dict(ranks=MAX_RANKS))
+    check(
+        args,
+        at_least=dict(ranks=2, hidden=1, batch=1, seq=1, steps=1, rounds=1),
+        at_most=dict(ranks=MAX_RANKS),
+    )
     if (4 * args.hidden) % args.ranks:
         raise InputError(f"4·hidden ({4 * args.hidden}) must be divisible by t ({args.ranks})")
     chosen = backend(args, args.ranks)
-    return emit(args, lambda: bench(args.ranks, args.hidden, args.batch, args.seq, args.steps,
-                                    args.rounds, chosen), _show)
+    return emit(
+        args,
+        lambda: bench(
+            args.ranks, args.hidden, args.batch, args.seq, args.steps, args.rounds, chosen
+        ),
+        _show,
+    )
 
 
 def add_bench_parser(bench_sub) -> None:
-    p = bench_sub.add_parser("tensor_parallel", aliases=["tp"],
-                             help="time our tensor-parallel MLP block against DTensor's")
+    p = bench_sub.add_parser(
+        "tensor_parallel",
+        aliases=["tp"],
+        help="time our tensor-parallel MLP block against DTensor's",
+    )
     add_common(p, ranks=2, ranks_help="ranks = t")
     add_backend(p, "gloo", "the chapter compares float64 results with a CPU reference")
     p.add_argument("--hidden", type=int, default=512, help="hidden size h (default 512)")

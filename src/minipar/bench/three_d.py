@@ -3,6 +3,7 @@ group size), predict the tiny 3D GPT's step time under every (d, t, p) layout of
 (:mod:`minipar.cost.calibrate`), run each layout and report predicted against measured: the
 error per layout and Spearman's rank correlation. A benchmark reports, it never asserts.
 """
+
 from __future__ import annotations
 
 from .common import MAX_RANKS, add_common, check, emit
@@ -10,28 +11,45 @@ from .common import MAX_RANKS, add_common, check, emit
 
 def _show(r: dict) -> None:
     m = r["machine"]
-    print(f"3D GPT {r['config']} on {r['ranks']} gloo ranks, B = {r['batch']}, "
-          f"b = {r['micro_batch']}")
-    line = (f"calibrated: t = 1 layer {m['flop_rate'] / 1e9:.2f} GFLOP/s + "
-            f"{m['layer_overhead_s'] * 1e3:.2f} ms (CPU)")
+    print(
+        f"3D GPT {r['config']} on {r['ranks']} gloo ranks, B = {r['batch']}, b = {r['micro_batch']}"
+    )
+    line = (
+        f"calibrated: t = 1 layer {m['flop_rate'] / 1e9:.2f} GFLOP/s + "
+        f"{m['layer_overhead_s'] * 1e3:.2f} ms (CPU)"
+    )
     if "cores" in m:
-        line += (f"; the ranks got {m['cores']:.2f} of {m['usable_cpus']} cores (share "
-                 f"{m['share']:.2f}); ends {m['ends']['s'] * 1e3:.2f} ms + "
-                 f"{m['ends']['s_per_sequence'] * 1e3:.2f} ms per sequence (CPU)")
+        line += (
+            f"; the ranks got {m['cores']:.2f} of {m['usable_cpus']} cores (share "
+            f"{m['share']:.2f}); ends {m['ends']['s'] * 1e3:.2f} ms + "
+            f"{m['ends']['s_per_sequence'] * 1e3:.2f} ms per sequence (CPU)"
+        )
     print(line)
     if m.get("links"):
-        print("  " + "; ".join(f"{k}: {v['alpha'] * 1e6:.0f} µs + bytes / "
-                               f"{v['bandwidth'] / 1e9:.2f} GB/s" for k, v in m["links"].items()))
+        print(
+            "  "
+            + "; ".join(
+                f"{k}: {v['alpha'] * 1e6:.0f} µs + bytes / {v['bandwidth'] / 1e9:.2f} GB/s"
+                for k, v in m["links"].items()
+            )
+        )
     parts = ("compute_s", "tp_s", "pp_s", "dp_s", "bubble_s", "optimizer_s")
-    print(f"{'d':>2} {'t':>2} {'p':>2} {'predicted':>11} {'measured':>11} {'error':>7}   "
-          "compute / tp / pp / dp / bubble / optimizer; critical path, cores' bound (ms)")
+    print(
+        f"{'d':>2} {'t':>2} {'p':>2} {'predicted':>11} {'measured':>11} {'error':>7}   "
+        "compute / tp / pp / dp / bubble / optimizer; critical path, cores' bound (ms)"
+    )
     for x in r["layouts"]:
-        row = (f"{x['d']:>2} {x['t']:>2} {x['p']:>2} {x['predicted_s'] * 1e3:>8.1f} ms "
-               f"{x['measured_s'] * 1e3:>8.1f} ms {x['error']:>+6.0f}%")
+        row = (
+            f"{x['d']:>2} {x['t']:>2} {x['p']:>2} {x['predicted_s'] * 1e3:>8.1f} ms "
+            f"{x['measured_s'] * 1e3:>8.1f} ms {x['error']:>+6.0f}%"
+        )
         q = x.get("prediction", {})
         if all(k in q for k in parts + ("critical_s", "cores_s")):
-            row += ("   " + " / ".join(f"{q[k] * 1e3:.1f}" for k in parts)
-                    + f"; {q['critical_s'] * 1e3:.1f}, {q['cores_s'] * 1e3:.1f}")
+            row += (
+                "   "
+                + " / ".join(f"{q[k] * 1e3:.1f}" for k in parts)
+                + f"; {q['critical_s'] * 1e3:.1f}, {q['cores_s'] * 1e3:.1f}"
+            )
         print(row)
     print(f"Spearman (predicted vs measured step time): {r['spearman']:.2f}")
 
@@ -44,8 +62,9 @@ def _main(args) -> int:
 
 
 def add_bench_parser(bench_sub) -> None:
-    p = bench_sub.add_parser("three_d", aliases=["3d"],
-                             help="calibrate, predict every (d, t, p) layout, run, compare")
+    p = bench_sub.add_parser(
+        "three_d", aliases=["3d"], help="calibrate, predict every (d, t, p) layout, run, compare"
+    )
     add_common(p, 4, "ranks (every (d, t, p) with d·t·p = ranks is run)")
     p.add_argument("--steps", type=int, default=3, help="timed steps per layout (default 3)")
     p.set_defaults(func=_main)

@@ -8,9 +8,15 @@
 Every function takes the process group as ``group=None`` (the default group) and does nothing
 on a group of one rank.
 """
+
 from .parameter_server import parameter_server_all_reduce
 from .recursive_doubling import recursive_doubling_all_reduce
 from .ring import ring_all_gather, ring_all_reduce, ring_reduce_scatter
 
-__all__ = ["ring_all_reduce", "ring_reduce_scatter", "ring_all_gather",
-           "recursive_doubling_all_reduce", "parameter_server_all_reduce"]
+__all__ = [
+    "ring_all_reduce",
+    "ring_reduce_scatter",
+    "ring_all_gather",
+    "recursive_doubling_all_reduce",
+    "parameter_server_all_reduce",
+]

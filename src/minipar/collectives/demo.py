@@ -3,10 +3,18 @@
 Inputs are chosen to be read at a glance: rank r holds ``10·r + j`` at position j, so a value's
 tens digit says which rank it came from and a sum (≥ 10·n) is plainly a sum.
 """
+
 from __future__ import annotations
 
-PRIMITIVES = ("broadcast", "reduce", "all-reduce", "reduce-scatter", "all-gather", "all-to-all",
-              "send/recv")
+PRIMITIVES = (
+    "broadcast",
+    "reduce",
+    "all-reduce",
+    "reduce-scatter",
+    "all-gather",
+    "all-to-all",
+    "send/recv",
+)
 
 
 def _primitives_on_rank(rank: int, n: int) -> dict:
@@ -14,16 +22,28 @@ def _primitives_on_rank(rank: int, n: int) -> dict:
     import torch.distributed as dist
 
     def x(k=n):
-        return torch.arange(k, dtype=torch.float32) + 10 * rank       # (k,)
+        return torch.arange(k, dtype=torch.float32) + 10 * rank  # (k,)
 
     out = {}
-    t = x(); dist.broadcast(t, src=0); out["broadcast"] = (x(), t)
-    t = x(); dist.reduce(t, dst=0); out["reduce"] = (x(), t)           # non-root: unspecified
-    t = x(); dist.all_reduce(t); out["all-reduce"] = (x(), t)
-    t = torch.empty(1); dist.reduce_scatter_single(t, x()); out["reduce-scatter"] = (x(), t)
-    t = torch.empty(2 * n); dist.all_gather_single(t, x(2)); out["all-gather"] = (x(2), t)
-    t = torch.empty(n); dist.all_to_all_single(t, x()); out["all-to-all"] = (x(), t)
-    t = torch.empty(n)                                                  # ring shift right
+    t = x()
+    dist.broadcast(t, src=0)
+    out["broadcast"] = (x(), t)
+    t = x()
+    dist.reduce(t, dst=0)
+    out["reduce"] = (x(), t)  # non-root: unspecified
+    t = x()
+    dist.all_reduce(t)
+    out["all-reduce"] = (x(), t)
+    t = torch.empty(1)
+    dist.reduce_scatter_single(t, x())
+    out["reduce-scatter"] = (x(), t)
+    t = torch.empty(2 * n)
+    dist.all_gather_single(t, x(2))
+    out["all-gather"] = (x(2), t)
+    t = torch.empty(n)
+    dist.all_to_all_single(t, x())
+    out["all-to-all"] = (x(), t)
+    t = torch.empty(n)  # ring shift right
     reqs = [dist.isend(x(), dst=(rank + 1) % n), dist.irecv(t, src=(rank - 1) % n)]
     for req in reqs:
         req.wait()
@@ -36,8 +56,10 @@ def run_primitives(n: int = 4) -> dict:
     from minipar.runtime.launch import run
 
     per_rank = run(_primitives_on_rank, n, backend="gloo", timeout=60)
-    return {op: {"inputs": [r[op][0] for r in per_rank], "outputs": [r[op][1] for r in per_rank]}
-            for op in PRIMITIVES}
+    return {
+        op: {"inputs": [r[op][0] for r in per_rank], "outputs": [r[op][1] for r in per_rank]}
+        for op in PRIMITIVES
+    }
 
 
 def describe(demo: dict, op: str) -> str:
@@ -56,7 +78,7 @@ def _ring_steps_on_rank(rank: int, n: int, numel: int) -> dict:
     from minipar.collectives import ring_all_reduce
     from minipar.runtime.tracer import trace
 
-    x = torch.full((numel,), float(2**rank))       # (numel,): bit r set = rank r contributed
+    x = torch.full((numel,), float(2**rank))  # (numel,): bit r set = rank r contributed
     snaps = [("start", -1, x.tolist())]
     with trace() as tr:
         ring_all_reduce(x, on_step=lambda phase, k: snaps.append((phase, k, x.tolist())))
@@ -72,8 +94,13 @@ def ring_steps(n: int = 4, numel: int = 4) -> dict:
     from minipar.runtime.launch import run
 
     per_rank = run(_ring_steps_on_rank, n, numel, backend="gloo", timeout=60)
-    return dict(n=n, S=4 * numel, snapshots=[r["snapshots"] for r in per_rank],
-                sent=[r["sent"] for r in per_rank], messages=[r["messages"] for r in per_rank])
+    return dict(
+        n=n,
+        S=4 * numel,
+        snapshots=[r["snapshots"] for r in per_rank],
+        sent=[r["sent"] for r in per_rank],
+        messages=[r["messages"] for r in per_rank],
+    )
 
 
 def _sent_on_rank(rank: int, n: int, numel: int) -> dict:
@@ -93,8 +120,12 @@ def _sent_on_rank(rank: int, n: int, numel: int) -> dict:
         x = torch.full((numel,), float(rank))
         with trace() as tr:
             fn(x)
-        out[name] = dict(sent=tr.bytes("send"), received=tr.bytes("recv"),
-                         messages=tr.count("send"), equal=bool(torch.equal(x, ref)))
+        out[name] = dict(
+            sent=tr.bytes("send"),
+            received=tr.bytes("recv"),
+            messages=tr.count("send"),
+            equal=bool(torch.equal(x, ref)),
+        )
     return out
 
 
@@ -118,13 +149,19 @@ def fit_ranges(bench: dict) -> dict:
     """
     ok = [f for f in bench["fits"] if not f.get("error")]
     if not ok:
-        raise ValueError(f"fits that succeeded ({len(ok)}) must be at least 1: "
-                         + "; ".join(str(f.get("error")) for f in bench["fits"]))
-    alpha = [f["alpha"] * 1e6 for f in ok]                      # µs
-    bw = [f["bandwidth"] / 1e9 for f in ok]                     # GB/s per direction
-    out = {"alpha_us": (min(alpha), max(alpha)), "bandwidth_gbps": (min(bw), max(bw)),
-           "ops": sorted({f["op"] for f in ok})}
+        raise ValueError(
+            f"fits that succeeded ({len(ok)}) must be at least 1: "
+            + "; ".join(str(f.get("error")) for f in bench["fits"])
+        )
+    alpha = [f["alpha"] * 1e6 for f in ok]  # µs
+    bw = [f["bandwidth"] / 1e9 for f in ok]  # GB/s per direction
+    out = {
+        "alpha_us": (min(alpha), max(alpha)),
+        "bandwidth_gbps": (min(bw), max(bw)),
+        "ops": sorted({f["op"] for f in ok}),
+    }
     out["alpha_text"] = f"{out['alpha_us'][0]:.0f}–{out['alpha_us'][1]:.0f} µs"
-    out["bandwidth_text"] = (f"{out['bandwidth_gbps'][0]:.1f}–{out['bandwidth_gbps'][1]:.1f} "
-                             "GB/s per direction")
+    out["bandwidth_text"] = (
+        f"{out['bandwidth_gbps'][0]:.1f}–{out['bandwidth_gbps'][1]:.1f} GB/s per direction"
+    )
     return out

@@ -1,5 +1,6 @@
 """Figures for the collectives chapter: primitives before/after, the ring step by step, and the
 α-β cost of all-reduce algorithms (from :mod:`minipar.cost.collectives`)."""
+
 from __future__ import annotations
 
 from minipar.cost import collectives as cc
@@ -29,12 +30,22 @@ def draw_primitives(demo: dict, ops=None):
 
     ops = ops or list(demo)
     n = len(demo[ops[0]]["inputs"])
-    fig, axes = plt.subplots(len(ops), 2, figsize=(9, 1.45 * n * len(ops) / 3.2),
-                             squeeze=False, gridspec_kw=dict(width_ratios=[1, 2]))
+    fig, axes = plt.subplots(
+        len(ops),
+        2,
+        figsize=(9, 1.45 * n * len(ops) / 3.2),
+        squeeze=False,
+        gridspec_kw=dict(width_ratios=[1, 2]),
+    )
     for (left, right), op in zip(axes, ops):
         _cells(left, demo[op]["inputs"], n, f"{op}: before", label=lambda v: f"{v:g}")
-        _cells(right, demo[op]["outputs"], n, f"{op}: after" + (
-            " (non-root ranks: unspecified)" if op == "reduce" else ""), label=lambda v: f"{v:g}")
+        _cells(
+            right,
+            demo[op]["outputs"],
+            n,
+            f"{op}: after" + (" (non-root ranks: unspecified)" if op == "reduce" else ""),
+            label=lambda v: f"{v:g}",
+        )
     fig.tight_layout()
     return fig
 
@@ -44,7 +55,7 @@ def draw_ring_steps(steps: dict):
     import matplotlib.pyplot as plt
 
     n = steps["n"]
-    snaps = list(zip(*steps["snapshots"]))                   # step -> per-rank snapshot
+    snaps = list(zip(*steps["snapshots"]))  # step -> per-rank snapshot
     fig, axes = plt.subplots(2, n, figsize=(2.3 * n, 4.6), squeeze=False)
     who = lambda v: "".join(str(r) for r in range(n) if int(v) >> r & 1)
     shade = lambda v: plt.cm.Blues(0.15 + 0.8 * bin(int(v)).count("1") / n)
@@ -56,9 +67,14 @@ def draw_ring_steps(steps: dict):
         _cells(ax, rows, n, title, label=who, color=shade)
         ax.title.set_fontsize(9)
     axes[1][n - 1].axis("off")
-    axes[1][n - 1].text(0, 0.5, "cell text = ranks\nwhose values are\nsummed into it\n\n"
-                        f"sent per rank:\n{steps['sent'][0]} B = 2(n−1)/n·S\n(S = {steps['S']} B)",
-                        fontsize=9, va="center")
+    axes[1][n - 1].text(
+        0,
+        0.5,
+        "cell text = ranks\nwhose values are\nsummed into it\n\n"
+        f"sent per rank:\n{steps['sent'][0]} B = 2(n−1)/n·S\n(S = {steps['S']} B)",
+        fontsize=9,
+        va="center",
+    )
     fig.tight_layout()
     return fig
 
@@ -81,10 +97,17 @@ def draw_all_reduce_algorithms(link: str = "ib-ndr400", n: int = 16, S: float = 
     fig, (a, b) = plt.subplots(1, 2, figsize=(10, 3.6))
     sizes, ranks = _sizes(), [2, 4, 8, 16, 32, 64, 128]
     for algo in ALL_REDUCE:
-        a.loglog(sizes, [cc.collective_time("all-reduce", algo, n, s, L.alpha, L.bandwidth)
-                         for s in sizes], label=algo)
-        b.loglog(ranks, [cc.collective_time("all-reduce", algo, m, S, L.alpha, L.bandwidth)
-                         for m in ranks], "o-", label=algo)
+        a.loglog(
+            sizes,
+            [cc.collective_time("all-reduce", algo, n, s, L.alpha, L.bandwidth) for s in sizes],
+            label=algo,
+        )
+        b.loglog(
+            ranks,
+            [cc.collective_time("all-reduce", algo, m, S, L.alpha, L.bandwidth) for m in ranks],
+            "o-",
+            label=algo,
+        )
     a.set(title=f"all-reduce on {n} ranks, {link}", xlabel="S (bytes)", ylabel="time (s)")
     b.set(title=f"all-reduce of S = {S / 1e9:g} GB, {link}", xlabel="ranks n", ylabel="time (s)")
     b.set_xscale("log", base=2)
@@ -93,21 +116,33 @@ def draw_all_reduce_algorithms(link: str = "ib-ndr400", n: int = 16, S: float = 
     return fig
 
 
-def draw_hierarchical(nodes=(2, 4, 8, 16, 32, 64), gpus_per_node: int = 8, S: float = 1e9,
-                      intra: str = "nvlink4-h100", inter: str = "ib-ndr400"):
+def draw_hierarchical(
+    nodes=(2, 4, 8, 16, 32, 64),
+    gpus_per_node: int = 8,
+    S: float = 1e9,
+    intra: str = "nvlink4-h100",
+    inter: str = "ib-ndr400",
+):
     """Hierarchical all-reduce (ring RS in node, all-reduce across, ring AG) vs ONE flat ring
     whose every step waits for an inter-node hop; S bytes, ``gpus_per_node`` GPUs per node."""
     import matplotlib.pyplot as plt
 
     A, B = LINKS[intra], LINKS[inter]
-    flat = [cc.collective_time("all-reduce", "ring", m * gpus_per_node, S, B.alpha, B.bandwidth)
-            for m in nodes]
+    flat = [
+        cc.collective_time("all-reduce", "ring", m * gpus_per_node, S, B.alpha, B.bandwidth)
+        for m in nodes
+    ]
     hier = [cc.hierarchical_all_reduce_time(m, gpus_per_node, S, A, B) for m in nodes]
     fig, ax = plt.subplots(figsize=(5.2, 3.4))
     ax.plot(nodes, flat, "o-", label=f"one flat ring, every step over {inter}")
     ax.plot(nodes, hier, "s-", label=f"hierarchical: {intra} in node, {inter} across")
-    ax.set(xscale="log", yscale="log", xlabel="nodes", ylabel="time (s)",
-           title=f"all-reduce of {S / 1e9:g} GB, {gpus_per_node} GPUs per node")
+    ax.set(
+        xscale="log",
+        yscale="log",
+        xlabel="nodes",
+        ylabel="time (s)",
+        title=f"all-reduce of {S / 1e9:g} GB, {gpus_per_node} GPUs per node",
+    )
     ax.set_xscale("log", base=2)
     ax.legend(fontsize=8)
     fig.tight_layout()
@@ -134,11 +169,21 @@ def draw_benchmark(result: dict, cols: int = 2):
         for k, f in enumerate(x for x in result["fits"] if x["op"] == op):
             pts = [r for r in result["results"] if (r["op"], r["n"]) == (op, f["n"])]
             xs = [r["bytes"] for r in pts]
-            ax.loglog(xs, [r["seconds"] * 1e3 for r in pts], "o", color=f"C{k}",
-                      label=f"n = {f['n']}, measured")
+            ax.loglog(
+                xs,
+                [r["seconds"] * 1e3 for r in pts],
+                "o",
+                color=f"C{k}",
+                label=f"n = {f['n']}, measured",
+            )
             if f["error"] is None:
-                model = [cc.collective_time(op, f["algorithm"], f["n"], x, max(f["alpha"], 0.0),
-                                            f["bandwidth"]) * 1e3 for x in xs]
+                model = [
+                    cc.collective_time(
+                        op, f["algorithm"], f["n"], x, max(f["alpha"], 0.0), f["bandwidth"]
+                    )
+                    * 1e3
+                    for x in xs
+                ]
                 ax.loglog(xs, model, "-", color=f"C{k}", label=f"n = {f['n']}, α-β fit")
         sizes = sorted({r["bytes"] for r in result["results"] if r["op"] == op})
         ax.set_xticks(sizes, [_bytes_label(s) for s in sizes])
@@ -148,7 +193,7 @@ def draw_benchmark(result: dict, cols: int = 2):
         ax.yaxis.set_minor_formatter(NullFormatter())
         ax.set(title=op, xlabel="S (message size)", ylabel="time (ms, log scale)")
         ax.legend(fontsize=8)
-    for ax in list(axes.flat)[len(ops):]:
+    for ax in list(axes.flat)[len(ops) :]:
         ax.axis("off")
     fig.tight_layout()
     return fig

@@ -5,6 +5,7 @@ sends the result back to each worker. The server receives (n−1)·S and sends (
 a ring rank sends 2(n−1)/n·S < 2S: the server's link is the bottleneck, and it grows with n.
 A reference to compare against, not something to use.
 """
+
 from __future__ import annotations
 
 import torch
@@ -17,11 +18,11 @@ def parameter_server_all_reduce(tensor: torch.Tensor, group=None, server: int = 
     if n == 1:
         return tensor
     if r != server:
-        dist.send(tensor.contiguous(), group=group, group_dst=server)   # push gradient (S,)
-        dist.recv(tensor, group=group, group_src=server)                # pull the sum  (S,)
+        dist.send(tensor.contiguous(), group=group, group_dst=server)  # push gradient (S,)
+        dist.recv(tensor, group=group, group_src=server)  # pull the sum  (S,)
         return tensor
     buf = torch.empty_like(tensor)
-    for w in range(n):                  # fixed order: the sum is the same on every run
+    for w in range(n):  # fixed order: the sum is the same on every run
         if w != server:
             dist.recv(buf, group=group, group_src=w)
             tensor += buf

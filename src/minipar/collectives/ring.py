@@ -19,6 +19,7 @@ until its receiver has posted, and a rank's calls run one after another, so n se
 neighbour has queued behind its own send. On gloo the batch is a loop of ``isend``/``irecv``.
 (``tests/test_collectives_ring_p2p.py`` pins this call pattern.)
 """
+
 from __future__ import annotations
 
 import torch
@@ -36,8 +37,10 @@ def _exchange(send_buf, recv_buf, right, left, group):
     ``batch_isend_irecv`` call (the function is looked up at call time, since
     ``minipar.runtime.tracer`` wraps ``isend``/``irecv`` and ``P2POp`` accepts only the current one)."""
     c10d = dist.distributed_c10d
-    ops = [dist.P2POp(c10d.isend, send_buf, group=group, group_peer=right),
-           dist.P2POp(c10d.irecv, recv_buf, group=group, group_peer=left)]
+    ops = [
+        dist.P2POp(c10d.isend, send_buf, group=group, group_peer=right),
+        dist.P2POp(c10d.irecv, recv_buf, group=group, group_peer=left),
+    ]
     for req in dist.batch_isend_irecv(ops):
         req.wait()
 
@@ -54,10 +57,10 @@ def ring_reduce_scatter(tensor: torch.Tensor, group=None, on_step=None) -> torch
     ``on_step(phase, k)``, if given, is called after each step (the notebook snapshots there).
     """
     r, n, right, left = _ring(group)
-    chunks = _chunks(tensor.view(-1), n)   # n × (S/n,)
+    chunks = _chunks(tensor.view(-1), n)  # n × (S/n,)
     if n == 1:
         return chunks[0]
-    buf = torch.empty_like(chunks[0])       # (⌈S/n⌉,) receive buffer
+    buf = torch.empty_like(chunks[0])  # (⌈S/n⌉,) receive buffer
     for k in range(n - 1):
         send, recv = chunks[(r - k - 1) % n], chunks[(r - k - 2) % n]
         _exchange(send, buf[: recv.numel()], right, left, group)
@@ -73,7 +76,7 @@ def ring_all_gather(tensor: torch.Tensor, group=None, on_step=None) -> torch.Ten
     Step k: send chunk (r−k) mod n, receive chunk (r−k−1) mod n straight into place.
     """
     r, n, right, left = _ring(group)
-    chunks = _chunks(tensor.view(-1), n)   # n × (S/n,)
+    chunks = _chunks(tensor.view(-1), n)  # n × (S/n,)
     for k in range(n - 1):
         _exchange(chunks[(r - k) % n], chunks[(r - k - 1) % n], right, left, group)
         if on_step:
@@ -89,8 +92,8 @@ def ring_all_reduce(tensor: torch.Tensor, group=None, on_step=None) -> torch.Ten
     if dist.get_world_size(group) == 1:
         return tensor
     work = tensor if tensor.is_contiguous() else tensor.contiguous()
-    ring_reduce_scatter(work, group, on_step)   # rank r: chunk r summed
-    ring_all_gather(work, group, on_step)       # every rank: every chunk summed
+    ring_reduce_scatter(work, group, on_step)  # rank r: chunk r summed
+    ring_all_gather(work, group, on_step)  # every rank: every chunk summed
     if work is not tensor:
         tensor.copy_(work)
     return tensor

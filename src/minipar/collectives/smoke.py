@@ -1,7 +1,8 @@
 """A smoke test that runs anywhere: ``minipar.runtime.launch.run`` locally or ``torchrun`` on a cluster.
 
-    torchrun --nproc-per-node 8 -m minipar.runtime.run minipar.collectives.smoke:ring_vs_dist
+torchrun --nproc-per-node 8 -m minipar.runtime.run minipar.collectives.smoke:ring_vs_dist
 """
+
 from __future__ import annotations
 
 import time
@@ -21,7 +22,7 @@ def ring_vs_dist(rank: int, world_size: int, numel: int = 2**22, iters: int = 5)
     from minipar.runtime.device import get_device, synchronize
 
     g = torch.Generator().manual_seed(rank)
-    x = torch.randn(numel, generator=g).to(get_device())     # (numel,) float32
+    x = torch.randn(numel, generator=g).to(get_device())  # (numel,) float32
     ours, ref = x.clone(), x.clone()
     ring_all_reduce(ours)
     dist.all_reduce(ref)
@@ -37,5 +38,9 @@ def ring_vs_dist(rank: int, world_size: int, numel: int = 2**22, iters: int = 5)
             synchronize()
             ts.append(time.perf_counter() - t0)
         times[name] = statistics.median(ts)
-    return dict(max_abs_diff=(ours - ref).abs().max().item(), bytes=4 * numel,
-                ring_seconds=times["ring"], dist_seconds=times["dist"])
+    return dict(
+        max_abs_diff=(ours - ref).abs().max().item(),
+        bytes=4 * numel,
+        ring_seconds=times["ring"],
+        dist_seconds=times["dist"],
+    )

@@ -13,18 +13,45 @@ practice.py            all-gather, GQA, documents, striped, bf16: parity, contro
 plots.py               the notebook's figures
 dtensor.py             against torch's context_parallel (GPU only; why, for CPU)
 """
-from .block import (ContextParallelBlock, ContextParallelGPT, ContextTensorParallelBlock,
-                    allreduce_cp_grads, full_gpt_loss)
-from .online_softmax import block_attention, full_attention, merge_blocks
+
 from .allgather import allgather_attention
+from .block import (
+    ContextParallelBlock,
+    ContextParallelGPT,
+    ContextTensorParallelBlock,
+    allreduce_cp_grads,
+    full_gpt_loss,
+)
+from .online_softmax import block_attention, full_attention, merge_blocks
 from .ring import ring_attention
-from .sharding import (chunk_ids, document_ids, gather_sequence, positions, shard_sequence,
-                       zigzag_indices)
+from .sharding import (
+    chunk_ids,
+    document_ids,
+    gather_sequence,
+    positions,
+    shard_sequence,
+    zigzag_indices,
+)
 from .ulysses import heads_to_seq, seq_to_heads, ulysses_attention
 
-__all__ = ["shard_sequence", "gather_sequence", "positions", "chunk_ids", "zigzag_indices",
-           "block_attention", "merge_blocks", "full_attention", "ring_attention",
-           "allgather_attention", "document_ids",
-           "ulysses_attention", "seq_to_heads", "heads_to_seq", "ContextParallelBlock",
-           "ContextParallelGPT", "ContextTensorParallelBlock", "allreduce_cp_grads",
-           "full_gpt_loss"]
+__all__ = [
+    "shard_sequence",
+    "gather_sequence",
+    "positions",
+    "chunk_ids",
+    "zigzag_indices",
+    "block_attention",
+    "merge_blocks",
+    "full_attention",
+    "ring_attention",
+    "allgather_attention",
+    "document_ids",
+    "ulysses_attention",
+    "seq_to_heads",
+    "heads_to_seq",
+    "ContextParallelBlock",
+    "ContextParallelGPT",
+    "ContextTensorParallelBlock",
+    "allreduce_cp_grads",
+    "full_gpt_loss",
+]

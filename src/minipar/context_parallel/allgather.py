@@ -19,12 +19,13 @@ so per-step imbalance (document masks) and per-step latency cost it nothing
 smaller than Q, which is why Llama 3 found the exposed gather small next to attention's O(s²)
 compute, and an arbitrary mask is one kernel call over the whole K/V instead of cp slices.
 """
+
 from __future__ import annotations
 
 import torch
 import torch.distributed as dist
 
-from minipar.dist import group_size, group_rank
+from minipar.dist import group_rank, group_size
 
 from .online_softmax import block_attention, block_attention_backward, visible
 from .ring import _dtype, check_qkv
@@ -41,11 +42,11 @@ def _gather_kv(kv, group, layout):
     if cp == 1:
         return kv
     kv = kv.contiguous()
-    parts = kv.new_empty((cp * 2,) + tuple(kv.shape[1:]))       # (cp·2, b, a_kv, s/cp, d)
+    parts = kv.new_empty((cp * 2,) + tuple(kv.shape[1:]))  # (cp·2, b, a_kv, s/cp, d)
     _all_gather(parts, kv, group=group)
-    parts = parts.view((cp,) + tuple(kv.shape))                 # (cp, 2, b, a_kv, s/cp, d)
+    parts = parts.view((cp,) + tuple(kv.shape))  # (cp, 2, b, a_kv, s/cp, d)
     s = kv.shape[3] * cp
-    full = kv.new_empty(kv.shape[:3] + (s, kv.shape[4]))        # (2, b, a_kv, s, d)
+    full = kv.new_empty(kv.shape[:3] + (s, kv.shape[4]))  # (2, b, a_kv, s, d)
     for j in range(cp):
         full.index_copy_(3, positions(s, cp, j, layout).to(kv.device), parts[j])
     return full
@@ -58,9 +59,13 @@ def _scatter_grads(dkv_full, group, layout):
     if cp == 1:
         return dkv_full
     s = dkv_full.shape[3]
-    send = torch.stack([dkv_full.index_select(3, positions(s, cp, j, layout).to(dkv_full.device))
-                        for j in range(cp)])                    # (cp, 2, b, a_kv, s/cp, d)
-    out = torch.empty_like(send[0])                             # (2, b, a_kv, s/cp, d)
+    send = torch.stack(
+        [
+            dkv_full.index_select(3, positions(s, cp, j, layout).to(dkv_full.device))
+            for j in range(cp)
+        ]
+    )  # (cp, 2, b, a_kv, s/cp, d)
+    out = torch.empty_like(send[0])  # (2, b, a_kv, s/cp, d)
     _reduce_scatter(out, send.flatten(0, 1), group=group)
     return out
 
@@ -72,14 +77,23 @@ class _AllGatherAttention(torch.autograd.Function):
         s = q.shape[2] * cp
         comp = _dtype(None, q)
         doc_ids = None if documents is None else document_ids(documents, s).to(q.device)
-        mask = visible(positions(s, cp, r, layout).to(q.device), torch.arange(s, device=q.device),
-                       causal, doc_ids)                         # (s/cp, s)
-        kv = _gather_kv(torch.stack([k, v]), group, layout).to(comp)   # (2, b, a_kv, s, d)
+        mask = visible(
+            positions(s, cp, r, layout).to(q.device),
+            torch.arange(s, device=q.device),
+            causal,
+            doc_ids,
+        )  # (s/cp, s)
+        kv = _gather_kv(torch.stack([k, v]), group, layout).to(comp)  # (2, b, a_kv, s, d)
         o, lse = block_attention(q.to(comp), kv[0], kv[1], mask)
         out = o.to(q.dtype)
         ctx.save_for_backward(q, k, v, out, lse)
         ctx.causal, ctx.group, ctx.layout, ctx.mask, ctx.accum_dtype = (
-            causal, group, layout, mask, accum_dtype)
+            causal,
+            group,
+            layout,
+            mask,
+            accum_dtype,
+        )
         return out
 
     @staticmethod
@@ -88,21 +102,37 @@ class _AllGatherAttention(torch.autograd.Function):
         comp, acc = _dtype(None, q), _dtype(ctx.accum_dtype, k)
         kv = _gather_kv(torch.stack([k, v]), ctx.group, ctx.layout).to(comp)  # gathered again
         dout = dout.contiguous().to(comp)
-        delta = (dout * out.to(comp)).sum(-1)                   # (b, a, s/cp)
-        dq, dk, dv = block_attention_backward(q.to(comp), kv[0], kv[1], dout, lse, delta,
-                                              ctx.mask)
+        delta = (dout * out.to(comp)).sum(-1)  # (b, a, s/cp)
+        dq, dk, dv = block_attention_backward(q.to(comp), kv[0], kv[1], dout, lse, delta, ctx.mask)
         dkv = _scatter_grads(torch.stack([dk, dv]).to(acc), ctx.group, ctx.layout)
-        return (dq.to(q.dtype), dkv[0].to(k.dtype), dkv[1].to(v.dtype),
-                None, None, None, None, None)
+        return (
+            dq.to(q.dtype),
+            dkv[0].to(k.dtype),
+            dkv[1].to(v.dtype),
+            None,
+            None,
+            None,
+            None,
+            None,
+        )
 
 
-def allgather_attention(q, k, v, causal: bool = False, group=None, layout: str = "contiguous",
-                        *, documents=None, accum_dtype=None):
+def allgather_attention(
+    q,
+    k,
+    v,
+    causal: bool = False,
+    group=None,
+    layout: str = "contiguous",
+    *,
+    documents=None,
+    accum_dtype=None,
+):
     """This rank's output shard of softmax(q kᵀ/√d) v: K and V all-gathered, local queries.
 
     q (b, a, s/cp, d), k and v (b, a_kv, s/cp, d) in ``layout`` (any of
     :data:`~minipar.context_parallel.sharding.LAYOUTS`); ``documents``: lengths of the documents
     packed into the sequence (attention never crosses a document boundary)."""
     check_qkv(q, k, v)
-    chunks_per_rank(layout)                                     # names a bad layout
+    chunks_per_rank(layout)  # names a bad layout
     return _AllGatherAttention.apply(q, k, v, causal, group, layout, documents, accum_dtype)

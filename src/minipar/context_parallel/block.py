@@ -16,6 +16,7 @@ masks; the configurations quoted in the chapter train without dropout).
 CP × TP: :class:`ContextTensorParallelBlock` is :class:`minipar.tensor_parallel.ParallelBlock`
 (heads split over the TP group) whose attention is ring attention over the CP group.
 """
+
 from __future__ import annotations
 
 import copy
@@ -25,9 +26,9 @@ import torch.distributed as dist
 import torch.nn as nn
 import torch.nn.functional as F
 
+from minipar.dist import group_rank, group_size
 from minipar.model import GPT, Layer
 from minipar.tensor_parallel import ParallelAttention, ParallelBlock
-from minipar.dist import group_rank, group_size
 
 from .allgather import allgather_attention
 from .online_softmax import full_attention
@@ -59,22 +60,41 @@ def _check_dropout(c) -> None:
 class ContextParallelBlock(nn.Module):
     """:class:`Layer` on a sequence shard: x (b, s/cp, h) → (b, s/cp, h)."""
 
-    def __init__(self, layer: Layer, group=None, *, attention: str = "ring",
-                 layout: str = "contiguous", causal: bool = True):
+    def __init__(
+        self,
+        layer: Layer,
+        group=None,
+        *,
+        attention: str = "ring",
+        layout: str = "contiguous",
+        causal: bool = True,
+    ):
         super().__init__()
         _check_dropout(layer.c)
         self.c, self.group, self.attention, self.layout, self.causal = (
-            layer.c, group, attention, layout, causal)
+            layer.c,
+            group,
+            attention,
+            layout,
+            causal,
+        )
         for name in ("ln1", "qkv", "proj", "ln2", "fc1", "fc2"):
             setattr(self, name, copy.deepcopy(getattr(layer, name)))
 
-    def forward(self, x):                                   # x (b, s/cp, h)
+    def forward(self, x):  # x (b, s/cp, h)
         c, (b, n, h) = self.c, x.shape
-        qkv = self.qkv(self.ln1(x)).view(b, n, 3, c.a, h // c.a)      # (b, s/cp, 3, a, h/a)
-        q, k, v = qkv.permute(2, 0, 3, 1, 4)                          # each (b, a, s/cp, h/a)
-        ctx = cp_attention(q, k, v, causal=self.causal, group=self.group,
-                           attention=self.attention, layout=self.layout)
-        x = x + self.proj(ctx.transpose(1, 2).reshape(b, n, h))      # (b, s/cp, h)
+        qkv = self.qkv(self.ln1(x)).view(b, n, 3, c.a, h // c.a)  # (b, s/cp, 3, a, h/a)
+        q, k, v = qkv.permute(2, 0, 3, 1, 4)  # each (b, a, s/cp, h/a)
+        ctx = cp_attention(
+            q,
+            k,
+            v,
+            causal=self.causal,
+            group=self.group,
+            attention=self.attention,
+            layout=self.layout,
+        )
+        x = x + self.proj(ctx.transpose(1, 2).reshape(b, n, h))  # (b, s/cp, h)
         return x + self.fc2(F.gelu(self.fc1(self.ln2(x))))
 
 
@@ -82,8 +102,15 @@ class ContextParallelGPT(nn.Module):
     """:class:`minipar.model.GPT` on sequence shards: tokens (b, s/cp) → logits
     (b, s/cp, V). Call :meth:`finish_grads` after backward."""
 
-    def __init__(self, model: GPT, group=None, *, attention: str = "ring",
-                 layout: str = "contiguous", causal: bool = True):
+    def __init__(
+        self,
+        model: GPT,
+        group=None,
+        *,
+        attention: str = "ring",
+        layout: str = "contiguous",
+        causal: bool = True,
+    ):
         super().__init__()
         _check_dropout(model.c)
         self.c, self.group, self.layout = model.c, group, layout
@@ -91,19 +118,20 @@ class ContextParallelGPT(nn.Module):
         self.ln_f = copy.deepcopy(model.ln_f)
         self.layers = nn.ModuleList(
             ContextParallelBlock(layer, group, attention=attention, layout=layout, causal=causal)
-            for layer in model.layers)
+            for layer in model.layers
+        )
 
-    def forward(self, tokens):                              # tokens (b, s/cp): this rank's shard
+    def forward(self, tokens):  # tokens (b, s/cp): this rank's shard
         cp, r = group_size(self.group), group_rank(self.group)
         pos = positions(tokens.shape[1] * cp, cp, r, self.layout).to(tokens.device)  # (s/cp,)
-        x = self.tok(tokens) + self.pos(pos)                # (b, s/cp, h)
+        x = self.tok(tokens) + self.pos(pos)  # (b, s/cp, h)
         for layer in self.layers:
             x = layer(x)
-        return self.ln_f(x) @ self.tok.weight.T             # (b, s/cp, V)
+        return self.ln_f(x) @ self.tok.weight.T  # (b, s/cp, V)
 
     def loss(self, tokens, targets):
         """This rank's share of the mean cross-entropy over all b·s tokens (shares sum to it)."""
-        logits = self(tokens)                               # (b, s/cp, V)
+        logits = self(tokens)  # (b, s/cp, V)
         total = targets.numel() * group_size(self.group)
         return F.cross_entropy(logits.flatten(0, 1), targets.flatten(), reduction="sum") / total
 
@@ -117,11 +145,11 @@ def allreduce_cp_grads(module: nn.Module, group=None) -> int:
     grads = [p.grad for p in module.parameters() if p.grad is not None]
     if not grads or group_size(group) == 1:
         return 0
-    flat = torch.cat([g.reshape(-1) for g in grads])        # (n,)
+    flat = torch.cat([g.reshape(-1) for g in grads])  # (n,)
     dist.all_reduce(flat, group=group)
     offset = 0
     for g in grads:
-        g.copy_(flat[offset:offset + g.numel()].view_as(g))
+        g.copy_(flat[offset : offset + g.numel()].view_as(g))
         offset += g.numel()
     return flat.numel()
 
@@ -130,8 +158,8 @@ def full_layer_forward(layer: Layer, x, causal: bool = True):
     """Single-process reference of one layer: ``layer``'s weights, (optionally causal) attention
     over the whole sequence, no dropout; x (b, s, h) → (b, s, h)."""
     c, (b, s, h) = layer.c, x.shape
-    qkv = layer.qkv(layer.ln1(x)).view(b, s, 3, c.a, h // c.a)            # (b, s, 3, a, h/a)
-    q, k, v = qkv.permute(2, 0, 3, 1, 4)                                   # (b, a, s, h/a)
+    qkv = layer.qkv(layer.ln1(x)).view(b, s, 3, c.a, h // c.a)  # (b, s, 3, a, h/a)
+    q, k, v = qkv.permute(2, 0, 3, 1, 4)  # (b, a, s, h/a)
     ctx = full_attention(q, k, v, causal).transpose(1, 2).reshape(b, s, h)  # (b, s, h)
     x = x + layer.proj(ctx)
     return x + layer.fc2(F.gelu(layer.fc1(layer.ln2(x))))
@@ -142,8 +170,8 @@ def full_gpt_loss(model: GPT, tokens, targets, causal: bool = True):
     dropout, mean cross-entropy; tokens, targets (b, s) → scalar."""
     x = model.tok(tokens) + model.pos(torch.arange(tokens.shape[1], device=tokens.device))
     for layer in model.layers:
-        x = full_layer_forward(layer, x, causal)                           # (b, s, h)
-    logits = model.ln_f(x) @ model.tok.weight.T                            # (b, s, V)
+        x = full_layer_forward(layer, x, causal)  # (b, s, h)
+    logits = model.ln_f(x) @ model.tok.weight.T  # (b, s, V)
     return F.cross_entropy(logits.flatten(0, 1), targets.flatten())
 
 
@@ -155,22 +183,25 @@ class RingParallelAttention(ParallelAttention):
         super().__init__(base.qkv, base.proj, base.c)
         self.cp_group, self.layout, self.causal = cp_group, layout, causal
 
-    def forward(self, x):                                   # x (b, s/cp, h), replicated over TP
-        qkv = self.qkv(x)                                   # (b, s/cp, 3h/t)
+    def forward(self, x):  # x (b, s/cp, h), replicated over TP
+        qkv = self.qkv(x)  # (b, s/cp, 3h/t)
         b, n, _ = qkv.shape
         hd = self.c.h // self.c.a
-        q, k, v = qkv.view(b, n, 3, self.local_heads, hd).permute(2, 0, 3, 1, 4)  # (b, a/t, s/cp, h/a)
+        q, k, v = qkv.view(b, n, 3, self.local_heads, hd).permute(
+            2, 0, 3, 1, 4
+        )  # (b, a/t, s/cp, h/a)
         ctx = ring_attention(q, k, v, self.causal, self.cp_group, self.layout)
-        ctx = ctx.transpose(1, 2).reshape(b, n, self.local_heads * hd)             # (b, s/cp, h/t)
-        return self.proj(ctx)                               # (b, s/cp, h) after g over TP
+        ctx = ctx.transpose(1, 2).reshape(b, n, self.local_heads * hd)  # (b, s/cp, h/t)
+        return self.proj(ctx)  # (b, s/cp, h) after g over TP
 
 
 class ContextTensorParallelBlock(ParallelBlock):
     """CP × TP: weights sharded over ``tp_group`` (Megatron), tokens over ``cp_group``."""
 
     @classmethod
-    def from_layers(cls, layer: Layer, tp_group, cp_group, *, layout: str = "contiguous",
-                    causal: bool = True) -> "ContextTensorParallelBlock":
+    def from_layers(
+        cls, layer: Layer, tp_group, cp_group, *, layout: str = "contiguous", causal: bool = True
+    ) -> "ContextTensorParallelBlock":
         _check_dropout(layer.c)
         m = cls.from_full(layer, tp_group)
         m.attn = RingParallelAttention(m.attn, cp_group, layout, causal)

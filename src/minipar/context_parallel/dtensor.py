@@ -9,6 +9,7 @@ kernels only (``_scaled_dot_product_flash_attention``, ``_efficient_attention``,
 needs NCCL and one GPU per rank (:func:`compare_on_rank`, run by a ``gpu``-marked test).
 :func:`cpu_attempt_on_rank` records what happens on gloo/CPU, so the chapter can quote it.
 """
+
 from __future__ import annotations
 
 import torch
@@ -30,7 +31,7 @@ def _theirs(q, k, v, cp, device):
     mesh = init_device_mesh(device.type, (cp,), mesh_dim_names=("cp",))
     q, k, v = (t.clone() for t in (q, k, v))
     with context_parallel(mesh, buffers=[q, k, v], buffer_seq_dims=[2, 2, 2]):
-        out = F.scaled_dot_product_attention(q, k, v, is_causal=True)    # this rank's shard
+        out = F.scaled_dot_product_attention(q, k, v, is_causal=True)  # this rank's shard
     (full,) = context_parallel_unshard(mesh, [out], [2])
     return full
 
@@ -40,13 +41,20 @@ def compare_on_rank(rank, cp, dtype=torch.bfloat16):
     both vs one-process attention in float64."""
     device = get_device()
     q, k, v = (t.to(device) for t in qkv(b=1, a=4, s=64 * cp, d=64, logit=30))
-    ref = full_attention(q, k, v, causal=True)                              # float64
+    ref = full_attention(q, k, v, causal=True)  # float64
     low = [t.to(dtype) for t in (q, k, v)]
     theirs = _theirs(*low, cp, device).double()
-    ours = gather_sequence(ring_attention(*(shard_sequence(t, 2, None, "zigzag") for t in low),
-                                          True, None, "zigzag"), 2, None, "zigzag").double()
-    return {"ours-theirs": rel_diff(ours, theirs), "ours-full": rel_diff(ours, ref),
-            "theirs-full": rel_diff(theirs, ref)}
+    ours = gather_sequence(
+        ring_attention(*(shard_sequence(t, 2, None, "zigzag") for t in low), True, None, "zigzag"),
+        2,
+        None,
+        "zigzag",
+    ).double()
+    return {
+        "ours-theirs": rel_diff(ours, theirs),
+        "ours-full": rel_diff(ours, ref),
+        "theirs-full": rel_diff(theirs, ref),
+    }
 
 
 def cpu_attempt_on_rank(rank, cp):
@@ -54,6 +62,6 @@ def cpu_attempt_on_rank(rank, cp):
     q, k, v = qkv(b=1, a=2, s=8 * cp, d=8, dtype=torch.float32)
     try:
         _theirs(q, k, v, cp, torch.device("cpu"))
-    except Exception as e:  # noqa: BLE001  (we report what torch says)
+    except Exception as e:
         return f"{type(e).__name__}: {str(e).splitlines()[0][:300]}"
     return "ran"

@@ -5,6 +5,7 @@ Each ``*_on_rank(rank, cp, ...)`` runs inside :func:`minipar.runtime.launch.run`
 (the CP group is the whole world) and returns plain numbers. Errors are relative: max |ours −
 reference| / max |reference|, float64.
 """
+
 from __future__ import annotations
 
 import math
@@ -17,8 +18,13 @@ from minipar.grid import Grid, new_groups
 from minipar.model import GPT, GPTConfig, Layer
 
 from . import ring as ring_module
-from .block import (ContextParallelBlock, ContextParallelGPT, ContextTensorParallelBlock,
-                    allreduce_cp_grads, full_gpt_loss, full_layer_forward)
+from .block import (
+    ContextParallelGPT,
+    ContextTensorParallelBlock,
+    allreduce_cp_grads,
+    full_gpt_loss,
+    full_layer_forward,
+)
 from .online_softmax import block_attention, full_attention, merge_blocks
 from .ring import ring_attention
 from .sharding import chunk_ids, chunks_per_rank, gather_sequence, positions, shard_sequence
@@ -53,9 +59,13 @@ def attention_errors(rank, cp, method, layout, causal, *, logit=1e3, a=12, s=24)
     else:
         out = ulysses_attention(ql, kl, vl, causal)
     out.backward(shard_sequence(dout, 2, None, layout))
-    full = lambda t: gather_sequence(t.detach(), 2, None, layout)   # noqa: E731
-    return {"out": rel_diff(full(out), ref), "dq": rel_diff(full(ql.grad), q.grad),
-            "dk": rel_diff(full(kl.grad), k.grad), "dv": rel_diff(full(vl.grad), v.grad)}
+    full = lambda t: gather_sequence(t.detach(), 2, None, layout)
+    return {
+        "out": rel_diff(full(out), ref),
+        "dq": rel_diff(full(ql.grad), q.grad),
+        "dk": rel_diff(full(kl.grad), k.grad),
+        "dv": rel_diff(full(vl.grad), v.grad),
+    }
 
 
 def attention_parity_on_rank(rank, cp, logit=1e3):
@@ -91,7 +101,8 @@ def controls_on_rank(rank, cp):
     ring_module.plan, ok_plan = plan_local_positions, ring_module.plan
     for layout in ("contiguous", "zigzag"):
         out[f"causal by local position/{layout}"] = max(
-            attention_errors(rank, cp, "ring", layout, True).values())
+            attention_errors(rank, cp, "ring", layout, True).values()
+        )
     ring_module.plan = ok_plan
     return out
 
@@ -104,7 +115,7 @@ def small_gpt(s=24, a=12, L=2, h=48, seed=0) -> GPT:
 def batch(b=2, s=24, V=50, seed=3):
     g = torch.Generator().manual_seed(seed)
     tokens = torch.randint(0, V, (b, s + 1), generator=g)
-    return tokens[:, :-1], tokens[:, 1:]                        # inputs, next-token targets
+    return tokens[:, :-1], tokens[:, 1:]  # inputs, next-token targets
 
 
 def max_param_diff(a, b) -> float:
@@ -113,8 +124,9 @@ def max_param_diff(a, b) -> float:
     return max(rel_diff(p, theirs[name]) for name, p in a.named_parameters())
 
 
-def gpt_training_on_rank(rank, cp, attention="ring", layout="contiguous", causal=True, steps=3,
-                         finish=True):
+def gpt_training_on_rank(
+    rank, cp, attention="ring", layout="contiguous", causal=True, steps=3, finish=True
+):
     """Max relative parameter difference after ``steps`` Adam steps, CP GPT vs one process."""
     ref = small_gpt()
     cpm = ContextParallelGPT(ref, None, attention=attention, layout=layout, causal=causal)
@@ -140,14 +152,14 @@ def cp_tp_on_rank(rank, world, cp=2, layout="zigzag", steps=3):
     """CP × TP on cp·t ranks of a :class:`minipar.grid.Grid`, TP innermost: a ContextTensorParallelBlock
     trained against one full layer; returns the max relative error of outputs, input grads and
     each rank's weight shard after ``steps`` SGD steps."""
-    groups = new_groups(Grid(t=world // cp, cp=cp), ("tp", "cp"))   # rank = i_cp·t + i_tp
+    groups = new_groups(Grid(t=world // cp, cp=cp), ("tp", "cp"))  # rank = i_cp·t + i_tp
     tp, cpg = groups["tp"], groups["cp"]
     torch.manual_seed(0)
     c = GPTConfig(L=1, h=48, a=6, s=24, V=50, dropout=0.0)
     layer = Layer(c).double()
     block = ContextTensorParallelBlock.from_layers(layer, tp, cpg, layout=layout, causal=True)
     block0 = ContextTensorParallelBlock.from_layers(layer, tp, cpg, layout=layout)
-    ref = layer                                                 # one process: full_layer_forward
+    ref = layer  # one process: full_layer_forward
     opt_r = torch.optim.SGD(ref.parameters(), lr=0.1)
     opt_b = torch.optim.SGD(block.parameters(), lr=0.1)
     errs = {"out": 0.0, "dx": 0.0}
@@ -155,20 +167,21 @@ def cp_tp_on_rank(rank, world, cp=2, layout="zigzag", steps=3):
         g = torch.Generator().manual_seed(10 + step)
         x = torch.randn(2, c.s, c.h, generator=g, dtype=torch.float64).requires_grad_()
         y = full_layer_forward(ref, x, causal=True)
-        y.square().sum().div(y.numel()).backward()        # mean of squares over all tokens
+        y.square().sum().div(y.numel()).backward()  # mean of squares over all tokens
         xl = shard_sequence(x.detach(), 1, cpg, layout).requires_grad_()
         yl = block(xl)
-        yl.square().sum().div(y.numel()).backward()       # this rank's share of that mean
+        yl.square().sum().div(y.numel()).backward()  # this rank's share of that mean
         allreduce_cp_grads(block, cpg)
         errs["out"] = max(errs["out"], rel_diff(gather_sequence(yl.detach(), 1, cpg, layout), y))
         errs["dx"] = max(errs["dx"], rel_diff(gather_sequence(xl.grad, 1, cpg, layout), x.grad))
         opt_r.step(), opt_b.step(), opt_r.zero_grad(), opt_b.zero_grad()
     full = ContextTensorParallelBlock.from_layers(ref, tp, cpg, layout=layout)  # shard of ref
     errs["params"] = max_param_diff(block, full)
-    errs["params moved"] = max((p - q).abs().max().item()       # the steps changed something
-                               for p, q in zip(block.parameters(), block0.parameters()))
+    errs["params moved"] = max(
+        (p - q).abs().max().item()  # the steps changed something
+        for p, q in zip(block.parameters(), block0.parameters())
+    )
     return errs
-
 
 
 def cp_dp_on_rank(rank, world, cp=2, layout="zigzag", steps=3, reduce_over="dp x cp"):
@@ -179,7 +192,7 @@ def cp_dp_on_rank(rank, world, cp=2, layout="zigzag", steps=3, reduce_over="dp x
     difference after ``steps`` Adam steps against one process on the whole batch. ``reduce_over="cp"`` is the classic bug (the
     gradients summed over the CP group only, the DP replicas never averaged)."""
     dp = world // cp
-    grid = Grid(d=dp, cp=cp)                                    # rank = i_dp·cp + i_cp
+    grid = Grid(d=dp, cp=cp)  # rank = i_dp·cp + i_cp
     groups = new_groups(grid, ("cp", "dp_cp"))
     di, cpg = grid.coord(rank).dp, groups["cp"]
     ref = small_gpt()
@@ -187,14 +200,16 @@ def cp_dp_on_rank(rank, world, cp=2, layout="zigzag", steps=3, reduce_over="dp x
     opt_r = torch.optim.Adam(ref.parameters(), lr=1e-2)
     opt_c = torch.optim.Adam(cpm.parameters(), lr=1e-2)
     for step in range(steps):
-        x, y = batch(b=2 * dp, seed=3 + step)                   # the global batch (2·dp, s)
+        x, y = batch(b=2 * dp, seed=3 + step)  # the global batch (2·dp, s)
         full_gpt_loss(ref, x, y, True).backward()
-        mine = slice(2 * di, 2 * di + 2)                        # this replica's 2 sequences
+        mine = slice(2 * di, 2 * di + 2)  # this replica's 2 sequences
         xl = shard_sequence(x[mine], 1, cpg, layout)
         yl = shard_sequence(y[mine], 1, cpg, layout)
-        logits = cpm(xl)                                        # (2, s/cp, V)
-        loss = torch.nn.functional.cross_entropy(logits.flatten(0, 1), yl.flatten(),
-                                                 reduction="sum") / y.numel()
+        logits = cpm(xl)  # (2, s/cp, V)
+        loss = (
+            torch.nn.functional.cross_entropy(logits.flatten(0, 1), yl.flatten(), reduction="sum")
+            / y.numel()
+        )
         loss.backward()
         allreduce_cp_grads(cpm, groups["dp_cp"] if reduce_over == "dp x cp" else cpg)
         opt_r.step(), opt_c.step(), opt_r.zero_grad(), opt_c.zero_grad()
@@ -232,7 +247,7 @@ def balance_on_rank(rank, cp, layout, b=1, a=4, s=768, d=32, repeats=3):
         ring_attention(q, k, v, True, None, layout)
     shards = [[t.index_select(2, positions(s, cp, r, layout)) for t in full[1:]] for r in range(cp)]
     best = math.inf
-    for turn in range(cp):                                      # one rank computes at a time
+    for turn in range(cp):  # one rank computes at a time
         dist.barrier()
         if turn == rank:
             for _ in range(repeats):
@@ -251,7 +266,9 @@ def _ring_compute(q, shards, rank, cp, layout):
         for step in range(cp):
             src = (rank - step) % cp
             ks, vs = shards[src][0].chunk(n, dim=2), shards[src][1].chunk(n, dim=2)
-            for i, j, mask in ring_module.plan(chunk_ids(rank, cp, layout), chunk_ids(src, cp, layout), True):
+            for i, j, mask in ring_module.plan(
+                chunk_ids(rank, cp, layout), chunk_ids(src, cp, layout), True
+            ):
                 o = block_attention(qs[i], ks[j], vs[j], mask)
                 outs[i] = o if outs[i] is None else merge_blocks(*outs[i], *o)
     return outs
@@ -278,8 +295,9 @@ def memory_on_rank(rank, cp, s=96, b=2, L=2, h=48, a=6, layout="zigzag"):
     out = {"cp_layers": got.total}
     if cp == 1:
         model.train()
-        full = saved_bytes(stack, model.layers, x.clone().requires_grad_(),
-                           exclude=list(model.parameters()))
+        full = saved_bytes(
+            stack, model.layers, x.clone().requires_grad_(), exclude=list(model.parameters())
+        )
         out["materialised_scores"] = full.total
     return out
 
@@ -288,7 +306,7 @@ def timeline_on_rank(rank, cp, b=1, a=4, s=1536, d=32, layout="zigzag"):
     """One causal ring-attention forward's per-step compute and transfer intervals (float32)."""
     q, k, v = (shard_sequence(t.float(), 2, None, layout) for t in qkv(b, a, s, d, logit=10))
     with torch.no_grad():
-        ring_attention(q, k, v, True, None, layout)             # warm-up
+        ring_attention(q, k, v, True, None, layout)  # warm-up
         dist.barrier()
         tl = []
         ring_attention(q, k, v, True, None, layout, timeline=tl)

@@ -27,6 +27,7 @@ each K/V head's gradient over the a/a_kv query heads that read it.
 (n, n_k), True where the key is visible: the general form document masks and the striped
 layout need (:func:`visible`).
 """
+
 from __future__ import annotations
 
 import math
@@ -62,10 +63,10 @@ def visible(q_pos, k_pos, causal: bool, doc_ids=None):
 
 
 def _scores(q, k, mask):
-    z = torch.matmul(q, k.transpose(-2, -1)) / math.sqrt(q.shape[-1])   # (b, a, n, n_k)
+    z = torch.matmul(q, k.transpose(-2, -1)) / math.sqrt(q.shape[-1])  # (b, a, n, n_k)
     if isinstance(mask, torch.Tensor):  # (n, n_k) True = visible
         z = z.masked_fill(~mask, float("-inf"))
-    elif mask == "causal":      # q and k are the same chunk of positions: key j ≤ query i
+    elif mask == "causal":  # q and k are the same chunk of positions: key j ≤ query i
         n, nk = z.shape[-2:]
         keep = torch.ones(n, nk, dtype=torch.bool, device=z.device).tril()
         z = z.masked_fill(~keep, float("-inf"))
@@ -77,20 +78,20 @@ def _scores(q, k, mask):
 def block_attention(q, k, v, mask="full"):
     """(o, lse) of softmax attention of ``q`` over one block of keys: o (b, a, n, d), lse (b, a, n)."""
     k, v = expand_kv(k, q.shape[1]), expand_kv(v, q.shape[1])  # (b, a, n_k, d)
-    z = _scores(q, k, mask)                                   # (b, a, n, n_k)
-    m = z.amax(-1, keepdim=True)                              # (b, a, n, 1)
+    z = _scores(q, k, mask)  # (b, a, n, n_k)
+    m = z.amax(-1, keepdim=True)  # (b, a, n, 1)
     m = torch.where(torch.isfinite(m), m, torch.zeros_like(m))  # a row with every key masked
-    p = torch.exp(z - m)                                      # (b, a, n, n_k), entries ≤ 1
-    ell = p.sum(-1, keepdim=True)                             # (b, a, n, 1)
+    p = torch.exp(z - m)  # (b, a, n, n_k), entries ≤ 1
+    ell = p.sum(-1, keepdim=True)  # (b, a, n, 1)
     o = torch.matmul(p, v) / torch.where(ell > 0, ell, torch.ones_like(ell))
-    return o, (m + torch.log(ell)).squeeze(-1)                # lse = −inf for a fully masked row
+    return o, (m + torch.log(ell)).squeeze(-1)  # lse = −inf for a fully masked row
 
 
 def merge_blocks(o_a, lse_a, o_b, lse_b):
     """Softmax attention over the union of two disjoint key blocks from the two blocks' results."""
-    lse = torch.logaddexp(lse_a, lse_b)                       # (b, a, n)
+    lse = torch.logaddexp(lse_a, lse_b)  # (b, a, n)
     ref = torch.where(torch.isneginf(lse), torch.zeros_like(lse), lse)
-    w_a = torch.exp(lse_a - ref).unsqueeze(-1)                # (b, a, n, 1), ≤ 1
+    w_a = torch.exp(lse_a - ref).unsqueeze(-1)  # (b, a, n, 1), ≤ 1
     w_b = torch.exp(lse_b - ref).unsqueeze(-1)
     return w_a * o_a + w_b * o_b, lse
 
@@ -101,22 +102,22 @@ def block_attention_backward(q, k, v, dout, lse, delta, mask="full"):
     scale = 1.0 / math.sqrt(q.shape[-1])
     a_kv = k.shape[1]
     k, v = expand_kv(k, q.shape[1]), expand_kv(v, q.shape[1])  # (b, a, n_k, d)
-    p = torch.exp(_scores(q, k, mask) - lse.unsqueeze(-1))   # (b, a, n, n_k) final probabilities
-    dv = torch.matmul(p.transpose(-2, -1), dout)              # (b, a, n_k, d)
-    dp = torch.matmul(dout, v.transpose(-2, -1))              # (b, a, n, n_k)
-    ds = p * (dp - delta.unsqueeze(-1))                       # (b, a, n, n_k)
-    dq = torch.matmul(ds, k) * scale                          # (b, a, n, d)
-    dk = torch.matmul(ds.transpose(-2, -1), q) * scale        # (b, a, n_k, d)
-    return dq, fold_kv(dk, a_kv), fold_kv(dv, a_kv)           # (b, a_kv, n_k, d) each
+    p = torch.exp(_scores(q, k, mask) - lse.unsqueeze(-1))  # (b, a, n, n_k) final probabilities
+    dv = torch.matmul(p.transpose(-2, -1), dout)  # (b, a, n_k, d)
+    dp = torch.matmul(dout, v.transpose(-2, -1))  # (b, a, n, n_k)
+    ds = p * (dp - delta.unsqueeze(-1))  # (b, a, n, n_k)
+    dq = torch.matmul(ds, k) * scale  # (b, a, n, d)
+    dk = torch.matmul(ds.transpose(-2, -1), q) * scale  # (b, a, n_k, d)
+    return dq, fold_kv(dk, a_kv), fold_kv(dv, a_kv)  # (b, a_kv, n_k, d) each
 
 
 def full_attention(q, k, v, causal: bool = False, doc_ids=None):
     """The single-process reference: softmax(q kᵀ/√d) v over the whole sequence, autograd's
     own backward (q (b, a, s, d), k and v (b, a_kv, s, d), in global order); ``doc_ids`` (s,)
     masks attention across documents of a packed sequence."""
-    k, v = expand_kv(k, q.shape[1]), expand_kv(v, q.shape[1])          # (b, a, s, d)
-    z = torch.matmul(q, k.transpose(-2, -1)) / math.sqrt(q.shape[-1])   # (b, a, s, s)
+    k, v = expand_kv(k, q.shape[1]), expand_kv(v, q.shape[1])  # (b, a, s, d)
+    z = torch.matmul(q, k.transpose(-2, -1)) / math.sqrt(q.shape[-1])  # (b, a, s, s)
     if causal or doc_ids is not None:
         pos = torch.arange(z.shape[-1], device=z.device)
         z = z.masked_fill(~visible(pos, pos, causal, doc_ids), float("-inf"))
-    return torch.matmul(torch.softmax(z, dim=-1), v)                     # (b, a, s, d)
+    return torch.matmul(torch.softmax(z, dim=-1), v)  # (b, a, s, d)

@@ -6,6 +6,7 @@ Each ``*_on_rank(rank, cp, ...)`` runs inside :func:`minipar.runtime.launch.run`
 group and returns plain numbers; errors are max |ours − reference| / max |reference| over the
 output and the q, k, v gradients, against one process in float64.
 """
+
 from __future__ import annotations
 
 import torch
@@ -18,8 +19,8 @@ from .ring import ring_attention
 from .sharding import document_ids, gather_sequence, shard_sequence
 from .ulysses import ulysses_attention
 
-DOCUMENTS = [5, 11, 3, 5]          # a packed sequence of s = 24 tokens: four documents
-A, S, D = 12, 24, 4                # query heads, sequence, head dimension of the parity runs
+DOCUMENTS = [5, 11, 3, 5]  # a packed sequence of s = 24 tokens: four documents
+A, S, D = 12, 24, 4  # query heads, sequence, head dimension of the parity runs
 
 
 def gqa_qkv(a=A, a_kv=4, s=S, d=D, b=2, *, logit=30.0, seed=0, dtype=torch.float64):
@@ -28,7 +29,7 @@ def gqa_qkv(a=A, a_kv=4, s=S, d=D, b=2, *, logit=30.0, seed=0, dtype=torch.float
     q = torch.randn(b, a, s, d, generator=g, dtype=torch.float64)
     k = torch.randn(b, a_kv, s, d, generator=g, dtype=torch.float64)
     v = torch.randn(b, a_kv, s, d, generator=g, dtype=torch.float64)
-    z = (q @ k.repeat_interleave(a // a_kv, 1).transpose(-2, -1)).abs().max() / d ** 0.5
+    z = (q @ k.repeat_interleave(a // a_kv, 1).transpose(-2, -1)).abs().max() / d**0.5
     q = q * (logit / z) ** 0.5
     k = k * (logit / z) ** 0.5
     return tuple(t.to(dtype) for t in (q, k, v))
@@ -47,8 +48,17 @@ def run_method(method, q, k, v, causal, layout, documents=None, group=None, **kw
     raise ValueError(f"method must be ring, allgather or ulysses, got {method!r}")
 
 
-def errors(method, layout, *, a_kv=4, causal=True, documents=None, dtype=torch.float64,
-           ref_inputs_rounded=True, **kw):
+def errors(
+    method,
+    layout,
+    *,
+    a_kv=4,
+    causal=True,
+    documents=None,
+    dtype=torch.float64,
+    ref_inputs_rounded=True,
+    **kw,
+):
     """{out, dq, dk, dv}: ``method`` against one process in float64 (the reference takes the
     same, possibly rounded, inputs, so only the parallel computation's error is measured)."""
     q, k, v = gqa_qkv(a_kv=a_kv, dtype=dtype)
@@ -60,9 +70,13 @@ def errors(method, layout, *, a_kv=4, causal=True, documents=None, dtype=torch.f
     ql, kl, vl = (shard_sequence(t, 2, None, layout).requires_grad_() for t in (q, k, v))
     out = run_method(method, ql, kl, vl, causal, layout, documents, **kw)
     out.backward(shard_sequence(dout.to(dtype), 2, None, layout))
-    full = lambda t: gather_sequence(t.detach(), 2, None, layout).double()   # noqa: E731
-    return {"out": rel_diff(full(out), ref), "dq": rel_diff(full(ql.grad), qr.grad),
-            "dk": rel_diff(full(kl.grad), kr.grad), "dv": rel_diff(full(vl.grad), vr.grad)}
+    full = lambda t: gather_sequence(t.detach(), 2, None, layout).double()
+    return {
+        "out": rel_diff(full(out), ref),
+        "dq": rel_diff(full(ql.grad), qr.grad),
+        "dk": rel_diff(full(kl.grad), kr.grad),
+        "dv": rel_diff(full(vl.grad), vr.grad),
+    }
 
 
 def ulysses_kv_heads(cp: int) -> list[int]:
@@ -71,10 +85,17 @@ def ulysses_kv_heads(cp: int) -> list[int]:
     return {2: [4, 1], 3: [3, 1], 4: [4, 2]}[cp]
 
 
-CASES = [("ring", "contiguous", None), ("ring", "zigzag", None), ("ring", "striped", None),
-         ("ring", "zigzag", DOCUMENTS), ("ring", "striped", DOCUMENTS),
-         ("allgather", "zigzag", None), ("allgather", "contiguous", DOCUMENTS),
-         ("allgather", "zigzag", DOCUMENTS), ("allgather", "striped", DOCUMENTS)]
+CASES = [
+    ("ring", "contiguous", None),
+    ("ring", "zigzag", None),
+    ("ring", "striped", None),
+    ("ring", "zigzag", DOCUMENTS),
+    ("ring", "striped", DOCUMENTS),
+    ("allgather", "zigzag", None),
+    ("allgather", "contiguous", DOCUMENTS),
+    ("allgather", "zigzag", DOCUMENTS),
+    ("allgather", "striped", DOCUMENTS),
+]
 
 
 def parity_on_rank(rank, cp):
@@ -100,10 +121,12 @@ def controls_on_rank(rank, cp):
     def local_plan(q_chunks, k_chunks, causal, doc_ids=None):
         local = [torch.arange(len(c)) + i * len(c) for i, c in enumerate(q_chunks)]
         return ok(local, local, causal, doc_ids)
+
     ring_module.mask_plan = local_plan
     try:
         out["documents by local position/ring"] = max(
-            errors("ring", "zigzag", documents=DOCUMENTS).values())
+            errors("ring", "zigzag", documents=DOCUMENTS).values()
+        )
     finally:
         ring_module.mask_plan = ok
     return out
@@ -113,8 +136,9 @@ def _docs_ignored(method):
     """The reference masks documents, the parallel run does not: the output's error."""
     q, k, v = gqa_qkv()
     ref = full_attention(q, k, v, True, document_ids(DOCUMENTS, S))
-    out = run_method(method, *(shard_sequence(t, 2, None, "zigzag") for t in (q, k, v)), True,
-                     "zigzag")
+    out = run_method(
+        method, *(shard_sequence(t, 2, None, "zigzag") for t in (q, k, v)), True, "zigzag"
+    )
     return rel_diff(gather_sequence(out, 2, None, "zigzag"), ref)
 
 
@@ -127,8 +151,10 @@ def traffic_on_rank(rank, cp, b=2, a=A, a_kv=4, s=S, d=D, dtype=torch.float64):
     out = {}
     for method, layout in (("ring", "zigzag"), ("allgather", "zigzag"), ("ulysses", "contiguous")):
         akv = a_kv if method != "ulysses" else ulysses_kv_heads(cp)[-1]
-        q, k, v = (shard_sequence(t, 2, None, layout).requires_grad_()
-                   for t in gqa_qkv(a, akv, s, d, b, dtype=dtype))
+        q, k, v = (
+            shard_sequence(t, 2, None, layout).requires_grad_()
+            for t in gqa_qkv(a, akv, s, d, b, dtype=dtype)
+        )
         with trace() as fwd:
             o = run_method(method, q, k, v, True, layout)
         with trace() as bwd:
@@ -143,11 +169,13 @@ def bf16_on_rank(rank, cp, logit=30.0):
     the log-sum-exp merge in float32 or in bf16, and the dK/dV accumulators in float32 or in
     bf16 (ring); the all-gather's reduce-scatter in float32 or bf16."""
     bf = torch.bfloat16
-    cases = {"ring, fp32 merge, fp32 accumulators": dict(method="ring"),
-             "ring, bf16 merge": dict(method="ring", merge_dtype=bf),
-             "ring, bf16 accumulators": dict(method="ring", accum_dtype=bf),
-             "allgather, fp32 accumulators": dict(method="allgather"),
-             "allgather, bf16 accumulators": dict(method="allgather", accum_dtype=bf)}
+    cases = {
+        "ring, fp32 merge, fp32 accumulators": dict(method="ring"),
+        "ring, bf16 merge": dict(method="ring", merge_dtype=bf),
+        "ring, bf16 accumulators": dict(method="ring", accum_dtype=bf),
+        "allgather, fp32 accumulators": dict(method="allgather"),
+        "allgather, bf16 accumulators": dict(method="allgather", accum_dtype=bf),
+    }
     out = {}
     for name, kw in cases.items():
         method = kw.pop("method")
@@ -159,14 +187,18 @@ def gpt_on_rank(rank, cp):
     """The course's GPT with all-gather attention (zigzag) after three Adam steps against one
     process: the max relative parameter difference."""
     from .experiments import gpt_training_on_rank
+
     return gpt_training_on_rank(rank, cp, "allgather", "zigzag")["params"]
 
 
 def _practice_on_rank(rank, cp):
-    out = {"parity": parity_on_rank(rank, cp), "controls": controls_on_rank(rank, cp),
-           "gpt allgather": gpt_on_rank(rank, cp),
-           "traffic": traffic_on_rank(rank, cp),
-           "traffic bf16": traffic_on_rank(rank, cp, dtype=torch.bfloat16)}
+    out = {
+        "parity": parity_on_rank(rank, cp),
+        "controls": controls_on_rank(rank, cp),
+        "gpt allgather": gpt_on_rank(rank, cp),
+        "traffic": traffic_on_rank(rank, cp),
+        "traffic bf16": traffic_on_rank(rank, cp, dtype=torch.bfloat16),
+    }
     if cp == 4:
         out["bf16"] = bf16_on_rank(rank, cp)
     return out

@@ -30,6 +30,7 @@ travels its dK/dV accumulator, to which every rank adds its share, and which arr
 after cp hops. Traffic per rank per call: forward cp−1 K/V blocks; backward cp−1 K/V blocks and
 cp dK/dV blocks in the accumulator's dtype (:mod:`minipar.cost.context_parallel`).
 """
+
 from __future__ import annotations
 
 import time
@@ -38,8 +39,7 @@ import torch
 
 from minipar.dist import group_rank, group_size
 
-from .online_softmax import (block_attention, block_attention_backward, merge_blocks,
-                             visible)
+from .online_softmax import block_attention, block_attention_backward, merge_blocks, visible
 from .ring_communication import RingShift
 from .sharding import chunk_ids, chunks_per_rank, document_ids, positions
 
@@ -86,22 +86,26 @@ class _Pairs:
     def __call__(self, src):
         if self.general:
             return list(mask_plan(self.pos[self.r], self.pos[src], self.causal, self.doc_ids))
-        return list(plan(chunk_ids(self.r, self.cp, self.layout),
-                         chunk_ids(src, self.cp, self.layout), self.causal))
+        return list(
+            plan(
+                chunk_ids(self.r, self.cp, self.layout),
+                chunk_ids(src, self.cp, self.layout),
+                self.causal,
+            )
+        )
 
 
 class _RingAttention(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, q, k, v, causal, group, layout, timeline, documents, merge_dtype,
-                accum_dtype):
+    def forward(ctx, q, k, v, causal, group, layout, timeline, documents, merge_dtype, accum_dtype):
         cp, r = group_size(group), group_rank(group)
         n = chunks_per_rank(layout)
         pairs = _Pairs(r, cp, q.shape[2], layout, causal, documents, q.device)
-        comp = _dtype(None, q)                                  # block compute precision
+        comp = _dtype(None, q)  # block compute precision
         mdt = _dtype(merge_dtype, q)
-        qs = q.to(comp).chunk(n, dim=2)                         # n × (b, a, s/(n·cp), d)
+        qs = q.to(comp).chunk(n, dim=2)  # n × (b, a, s/(n·cp), d)
         outs, lses = [None] * n, [None] * n
-        kv = torch.stack([k, v])                                # (2, b, a_kv, s/cp, d): one message
+        kv = torch.stack([k, v])  # (2, b, a_kv, s/cp, d): one message
         t0 = time.perf_counter()
         for step in range(cp):
             src = (r - step) % cp
@@ -110,7 +114,7 @@ class _RingAttention(torch.autograd.Function):
             ks, vs = kv[0].to(comp).chunk(n, dim=2), kv[1].to(comp).chunk(n, dim=2)
             for i, j, mask in pairs(src):
                 o, lse = block_attention(qs[i], ks[j], vs[j], mask)
-                o, lse = o.to(mdt), lse.to(mdt)                 # what the merge keeps
+                o, lse = o.to(mdt), lse.to(mdt)  # what the merge keeps
                 if outs[i] is None:
                     outs[i], lses[i] = o, lse
                 else:
@@ -119,15 +123,21 @@ class _RingAttention(torch.autograd.Function):
             if shift is not None:
                 kv = shift.wait()
             if timeline is not None:
-                timeline.append(dict(step=step, src=src, compute=(c0 - t0, c1 - t0),
-                                     comm=(c0 - t0, time.perf_counter() - t0) if shift else None))
+                timeline.append(
+                    dict(
+                        step=step,
+                        src=src,
+                        compute=(c0 - t0, c1 - t0),
+                        comm=(c0 - t0, time.perf_counter() - t0) if shift else None,
+                    )
+                )
         b, a, m, d = q.shape
-        for i in range(n):                                      # a row no key can see: o = 0
+        for i in range(n):  # a row no key can see: o = 0
             if outs[i] is None:
                 outs[i] = q.new_zeros(b, a, m // n, d, dtype=mdt)
                 lses[i] = q.new_full((b, a, m // n), float("-inf"), dtype=mdt)
-        out, lse = torch.cat(outs, dim=2), torch.cat(lses, dim=2)   # (b, a, s/cp, d), (b, a, s/cp)
-        out = out.to(q.dtype)                                   # rounded once, at the end
+        out, lse = torch.cat(outs, dim=2), torch.cat(lses, dim=2)  # (b, a, s/cp, d), (b, a, s/cp)
+        out = out.to(q.dtype)  # rounded once, at the end
         ctx.save_for_backward(q, k, v, out, lse)
         ctx.causal, ctx.group, ctx.layout, ctx.documents = causal, group, layout, documents
         ctx.accum_dtype = accum_dtype
@@ -141,34 +151,45 @@ class _RingAttention(torch.autograd.Function):
         n = chunks_per_rank(layout)
         pairs = _Pairs(r, cp, q.shape[2], layout, ctx.causal, ctx.documents, q.device)
         comp = _dtype(None, q)
-        acc = _dtype(ctx.accum_dtype, k)                        # dK/dV accumulator on the wire
+        acc = _dtype(ctx.accum_dtype, k)  # dK/dV accumulator on the wire
         dout = dout.contiguous().to(comp)
-        delta = (dout * out.to(comp)).sum(-1)                   # (b, a, s/cp)
+        delta = (dout * out.to(comp)).sum(-1)  # (b, a, s/cp)
         qs, dos = q.to(comp).chunk(n, dim=2), dout.chunk(n, dim=2)
         lses, deltas = lse.to(comp).chunk(n, dim=2), delta.chunk(n, dim=2)
-        dq = torch.zeros_like(q, dtype=comp)                    # local: stays in compute dtype
-        dqs = dq.chunk(n, dim=2)                                # views: writes land in dq
-        kv = torch.stack([k, v])                                # (2, b, a_kv, s/cp, d)
-        incoming = None                                         # dK/dV accumulator in flight
+        dq = torch.zeros_like(q, dtype=comp)  # local: stays in compute dtype
+        dqs = dq.chunk(n, dim=2)  # views: writes land in dq
+        kv = torch.stack([k, v])  # (2, b, a_kv, s/cp, d)
+        incoming = None  # dK/dV accumulator in flight
         for step in range(cp):
             src = (r - step) % cp
             shift = RingShift(kv, group) if step < cp - 1 else None
-            dkv = torch.zeros_like(kv, dtype=comp)              # this rank's share for block src
+            dkv = torch.zeros_like(kv, dtype=comp)  # this rank's share for block src
             ks, vs = kv[0].to(comp).chunk(n, dim=2), kv[1].to(comp).chunk(n, dim=2)
             dks, dvs = dkv[0].chunk(n, dim=2), dkv[1].chunk(n, dim=2)
             for i, j, mask in pairs(src):
-                gq, gk, gv = block_attention_backward(qs[i], ks[j], vs[j], dos[i], lses[i],
-                                                      deltas[i], mask)
+                gq, gk, gv = block_attention_backward(
+                    qs[i], ks[j], vs[j], dos[i], lses[i], deltas[i], mask
+                )
                 dqs[i].add_(gq), dks[j].add_(gk), dvs[j].add_(gv)
             dkv = dkv.to(acc)
-            if incoming is not None:                            # ranks src … r−1 added theirs
+            if incoming is not None:  # ranks src … r−1 added theirs
                 dkv += incoming.wait()
-            incoming = RingShift(dkv, group)                    # on to r+1; the last hop is home
+            incoming = RingShift(dkv, group)  # on to r+1; the last hop is home
             if shift is not None:
                 kv = shift.wait()
-        dkv = incoming.wait()                                   # our own block, all cp shares
-        return (dq.to(q.dtype), dkv[0].to(k.dtype), dkv[1].to(v.dtype),
-                None, None, None, None, None, None, None)
+        dkv = incoming.wait()  # our own block, all cp shares
+        return (
+            dq.to(q.dtype),
+            dkv[0].to(k.dtype),
+            dkv[1].to(v.dtype),
+            None,
+            None,
+            None,
+            None,
+            None,
+            None,
+            None,
+        )
 
 
 def check_qkv(q, k, v) -> None:
@@ -176,16 +197,29 @@ def check_qkv(q, k, v) -> None:
     if k.shape != v.shape:
         raise ValueError(f"k and v must have one shape, got {tuple(k.shape)}, {tuple(v.shape)}")
     if q.dim() != 4 or (q.shape[0], q.shape[2], q.shape[3]) != (k.shape[0], k.shape[2], k.shape[3]):
-        raise ValueError(f"q (b, a, n, d) and k, v (b, a_kv, n, d) must agree in b, n and d, got "
-                         f"{tuple(q.shape)}, {tuple(k.shape)}")
+        raise ValueError(
+            f"q (b, a, n, d) and k, v (b, a_kv, n, d) must agree in b, n and d, got "
+            f"{tuple(q.shape)}, {tuple(k.shape)}"
+        )
     if q.shape[1] % k.shape[1]:
-        raise ValueError(f"query heads ({q.shape[1]}) must be divisible by K/V heads "
-                         f"({k.shape[1]})")
+        raise ValueError(
+            f"query heads ({q.shape[1]}) must be divisible by K/V heads ({k.shape[1]})"
+        )
 
 
-def ring_attention(q, k, v, causal: bool = False, group=None, layout: str = "contiguous",
-                   timeline: list | None = None, *, documents=None, merge_dtype=None,
-                   accum_dtype=None):
+def ring_attention(
+    q,
+    k,
+    v,
+    causal: bool = False,
+    group=None,
+    layout: str = "contiguous",
+    timeline: list | None = None,
+    *,
+    documents=None,
+    merge_dtype=None,
+    accum_dtype=None,
+):
     """This rank's output shard of softmax(q kᵀ/√d) v over the whole sequence.
 
     q (b, a, s/cp, d), k and v (b, a_kv, s/cp, d): this rank's shards in ``layout``
@@ -199,7 +233,9 @@ def ring_attention(q, k, v, causal: bool = False, group=None, layout: str = "con
     check_qkv(q, k, v)
     n = chunks_per_rank(layout)
     if q.shape[2] % n:
-        raise ValueError(f"local sequence length ({q.shape[2]}) must be divisible by {n} "
-                         f"for layout {layout!r}")
-    return _RingAttention.apply(q, k, v, causal, group, layout, timeline, documents,
-                                merge_dtype, accum_dtype)
+        raise ValueError(
+            f"local sequence length ({q.shape[2]}) must be divisible by {n} for layout {layout!r}"
+        )
+    return _RingAttention.apply(
+        q, k, v, causal, group, layout, timeline, documents, merge_dtype, accum_dtype
+    )

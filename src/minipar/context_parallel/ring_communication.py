@@ -6,6 +6,7 @@ posted together with ``batch_isend_irecv``, which works on gloo and on NCCL (NCC
 posted as one group or it can deadlock when cp = 2 and both peers are the same rank). The bytes of
 one shift per rank are the tensor's bytes (what :mod:`minipar.runtime.tracer` records for a send).
 """
+
 from __future__ import annotations
 
 import torch
@@ -20,18 +21,20 @@ class RingShift:
 
     def __init__(self, x: torch.Tensor, group=None):
         cp, r = group_size(group), group_rank(group)
-        if cp == 1:                       # a ring of one: what we send is what we get back
+        if cp == 1:  # a ring of one: what we send is what we get back
             self.works, self.buf = [], x
             return
         send = x.contiguous()
         self.buf = torch.empty_like(send)
         nxt, prv = (r + 1) % cp, (r - 1) % cp
-        if group is not None:             # P2POp takes global ranks
+        if group is not None:  # P2POp takes global ranks
             nxt, prv = dist.get_global_rank(group, nxt), dist.get_global_rank(group, prv)
-        c10d = dist.distributed_c10d      # P2POp checks its op against these names, looked up
-        ops = [dist.P2POp(c10d.isend, send, nxt, group),   # now (a tracer may have wrapped them)
-               dist.P2POp(c10d.irecv, self.buf, prv, group)]
-        self._keep = send                 # the send buffer must live until the send is done
+        c10d = dist.distributed_c10d  # P2POp checks its op against these names, looked up
+        ops = [
+            dist.P2POp(c10d.isend, send, nxt, group),  # now (a tracer may have wrapped them)
+            dist.P2POp(c10d.irecv, self.buf, prv, group),
+        ]
+        self._keep = send  # the send buffer must live until the send is done
         self.works = dist.batch_isend_irecv(ops)
 
     def wait(self) -> torch.Tensor:

@@ -21,6 +21,7 @@ balances: which pairs are empty depends on where the documents end, not only on 
 :func:`chunk_ids` and :func:`positions` say which global chunks and token positions a rank
 holds; ring attention uses them to mask by *global* position.
 """
+
 from __future__ import annotations
 
 import torch
@@ -65,23 +66,27 @@ def positions(s: int, cp: int, rank: int, layout: str = "contiguous") -> torch.T
     n = cp * chunks_per_rank(layout)
     if s % n:
         rule = "2·cp" if layout == "zigzag" else "cp"
-        raise ValueError(f"sequence length ({s}) must be divisible by {rule} ({n}) "
-                         f"for layout {layout!r}")
+        raise ValueError(
+            f"sequence length ({s}) must be divisible by {rule} ({n}) for layout {layout!r}"
+        )
     if layout == "striped":
         return torch.arange(rank, s, cp)
     size = s // n
     return torch.cat([torch.arange(i * size, (i + 1) * size) for i in chunk_ids(rank, cp, layout)])
 
 
-def shard_sequence(x: torch.Tensor, dim: int, group=None, layout: str = "contiguous") -> torch.Tensor:
+def shard_sequence(
+    x: torch.Tensor, dim: int, group=None, layout: str = "contiguous"
+) -> torch.Tensor:
     """This rank's shard of the full tensor ``x`` along ``dim`` (no communication)."""
     cp, r = group_size(group), group_rank(group)
     idx = positions(x.shape[dim], cp, r, layout).to(x.device)
-    return x.index_select(dim, idx).contiguous()                  # (…, s/cp, …)
+    return x.index_select(dim, idx).contiguous()  # (…, s/cp, …)
 
 
-def gather_sequence(x_local: torch.Tensor, dim: int, group=None,
-                    layout: str = "contiguous") -> torch.Tensor:
+def gather_sequence(
+    x_local: torch.Tensor, dim: int, group=None, layout: str = "contiguous"
+) -> torch.Tensor:
     """Inverse of :func:`shard_sequence`: the full tensor on every rank (one all-gather).
     Not differentiable (used to check and to print, not inside a model)."""
     cp = group_size(group)
@@ -89,11 +94,11 @@ def gather_sequence(x_local: torch.Tensor, dim: int, group=None,
     if cp == 1:
         return x_local
     parts = [torch.empty_like(x_local) for _ in range(cp)]
-    dist.all_gather(parts, x_local.contiguous(), group=group)    # cp × (…, s/cp, …)
+    dist.all_gather(parts, x_local.contiguous(), group=group)  # cp × (…, s/cp, …)
     s = x_local.shape[dim] * cp
     full_shape = list(x_local.shape)
     full_shape[dim] = s
-    out = x_local.new_empty(full_shape)                          # (…, s, …)
+    out = x_local.new_empty(full_shape)  # (…, s, …)
     for r, part in enumerate(parts):
         out.index_copy_(dim, positions(s, cp, r, layout).to(x_local.device), part)
     return out

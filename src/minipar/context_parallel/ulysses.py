@@ -14,6 +14,7 @@ them; when a_kv < cp (and cp is divisible by a_kv) every K/V head is first repea
 times, so each rank receives the one K/V head its a/cp query heads read, and the backward sums
 the copies' gradients. Repetition makes the K/V all-to-all carry cp heads instead of a_kv.
 """
+
 from __future__ import annotations
 
 import torch
@@ -29,19 +30,21 @@ def _seq_to_heads(x: torch.Tensor, group) -> torch.Tensor:
     cp = group_size(group)
     b, a, n, d = x.shape
     send = x.reshape(b, cp, a // cp, n, d).transpose(0, 1).contiguous()  # (cp, b, a/cp, s/cp, d)
-    recv = torch.empty_like(send)                  # (cp, b, a/cp, s/cp, d): dim 0 = source rank
+    recv = torch.empty_like(send)  # (cp, b, a/cp, s/cp, d): dim 0 = source rank
     dist.all_to_all_single(recv, send, group=group)
-    return recv.permute(1, 2, 0, 3, 4).reshape(b, a // cp, cp * n, d)    # (b, a/cp, s, d)
+    return recv.permute(1, 2, 0, 3, 4).reshape(b, a // cp, cp * n, d)  # (b, a/cp, s, d)
 
 
 def _heads_to_seq(x: torch.Tensor, group) -> torch.Tensor:
     """(b, a/cp, s, d) on each rank → (b, a, s/cp, d): the inverse of :func:`_seq_to_heads`."""
     cp = group_size(group)
     b, ah, s, d = x.shape
-    send = x.reshape(b, ah, cp, s // cp, d).permute(2, 0, 1, 3, 4).contiguous()  # (cp, b, a/cp, s/cp, d)
-    recv = torch.empty_like(send)                  # dim 0 = source rank = head group
+    send = (
+        x.reshape(b, ah, cp, s // cp, d).permute(2, 0, 1, 3, 4).contiguous()
+    )  # (cp, b, a/cp, s/cp, d)
+    recv = torch.empty_like(send)  # dim 0 = source rank = head group
     dist.all_to_all_single(recv, send, group=group)
-    return recv.transpose(0, 1).reshape(b, cp * ah, s // cp, d)          # (b, a, s/cp, d)
+    return recv.transpose(0, 1).reshape(b, cp * ah, s // cp, d)  # (b, a, s/cp, d)
 
 
 class _SeqToHeads(torch.autograd.Function):
@@ -95,10 +98,10 @@ def ulysses_attention(q, k, v, causal: bool = False, group=None, attention=full_
     m = kv_heads_sent(a, a_kv, cp)
     if cp == 1:
         return attention(q, k, v, causal)
-    if m > a_kv:                                               # replicate: one K/V head per rank
-        k, v = expand_kv(k, m), expand_kv(v, m)                # (b, cp, s/cp, d)
-    parts = [t.reshape(b, cp, t.shape[1] // cp, n, d) for t in (q, k, v)]   # (b, cp, ·/cp, s/cp, d)
+    if m > a_kv:  # replicate: one K/V head per rank
+        k, v = expand_kv(k, m), expand_kv(v, m)  # (b, cp, s/cp, d)
+    parts = [t.reshape(b, cp, t.shape[1] // cp, n, d) for t in (q, k, v)]  # (b, cp, ·/cp, s/cp, d)
     qkv = torch.cat(parts, dim=2).reshape(b, a + 2 * m, n, d)  # per destination: its q, k, v heads
-    qkv = seq_to_heads(qkv, group)                             # (b, (a + 2m)/cp, s, d)
+    qkv = seq_to_heads(qkv, group)  # (b, (a + 2m)/cp, s, d)
     ql, kl, vl = qkv.split([a // cp, m // cp, m // cp], dim=1)
     return heads_to_seq(attention(ql, kl, vl, causal), group)  # (b, a, s/cp, d)

@@ -8,6 +8,7 @@ parameters spread evenly over t·p devices (the embedding really sits on the fir
 stages), and nothing else: no communication buffers, no temporary workspace, no
 fragmentation, no logits. Real runs need headroom on top.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -26,8 +27,9 @@ class MemoryBreakdown(NamedTuple):
     psi: int
 
 
-def check_layout(L: int, h: int, a: int, *, d: int = 1, t: int = 1, p: int = 1,
-                 zero: int = 0) -> None:
+def check_layout(
+    L: int, h: int, a: int, *, d: int = 1, t: int = 1, p: int = 1, zero: int = 0
+) -> None:
     """Raise ``ValueError`` naming the rule an impossible layout breaks (the one statement of
     these rules: ``minipar memory`` and the other cost commands call it too)."""
     for k, v in (("L", L), ("h", h), ("a", a), ("d", d), ("t", t), ("p", p)):
@@ -42,9 +44,22 @@ def check_layout(L: int, h: int, a: int, *, d: int = 1, t: int = 1, p: int = 1,
     check_zero_stage(zero)
 
 
-def per_gpu_memory(L: int, h: int, a: int, s: int, V: int, *, b: int = 1, d: int = 1,
-                   t: int = 1, p: int = 1, zero: int = 0, sp: bool = False,
-                   recompute: str = "none", m: int | None = None) -> MemoryBreakdown:
+def per_gpu_memory(
+    L: int,
+    h: int,
+    a: int,
+    s: int,
+    V: int,
+    *,
+    b: int = 1,
+    d: int = 1,
+    t: int = 1,
+    p: int = 1,
+    zero: int = 0,
+    sp: bool = False,
+    recompute: str = "none",
+    m: int | None = None,
+) -> MemoryBreakdown:
     """Bytes on the first pipeline stage (the fullest) of a d × t × p layout.
 
     Model states: 16Ψ/(t·p), then ZeRO-``zero`` divides the sharded part by d. Activations:
@@ -54,8 +69,9 @@ def per_gpu_memory(L: int, h: int, a: int, s: int, V: int, *, b: int = 1, d: int
     check_layout(L, h, a, d=d, t=t, p=p, zero=zero)
     psi = param_count(L, h, V, s)
     w, g, o, _ = model_state_bytes(psi, d=d, t=t, p=p, zero=zero)
-    act = pipeline_first_stage_activation_bytes(s, b, h, a, L, p, m=m, t=t, sp=sp,
-                                                recompute=recompute, schedule="1f1b")
+    act = pipeline_first_stage_activation_bytes(
+        s, b, h, a, L, p, m=m, t=t, sp=sp, recompute=recompute, schedule="1f1b"
+    )
     return MemoryBreakdown(w, g, o, act, w + g + o + act, psi)
 
 
@@ -72,6 +88,7 @@ class StepBreakdown:
     ``dp_exposed``, ``embedding``, ``optimizer``); bytes on the first stage for memory. The step
     is m·slot·(1 + r) + exposed DP + embedding + optimizer, r the bubble relative to the ideal
     time (Narayanan et al. 2021 §2.2)."""
+
     microbatches: int
     compute: float
     tp: float

@@ -47,6 +47,7 @@ Collectives are timed as the operation (α + bytes/bandwidth of the whole buffer
 size; :func:`fit_op`) per group size n with every group of that size busy at once; a machine
 without them uses the ring α-β of ``links`` (Thakur et al. 2005).
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -67,21 +68,21 @@ class Machine:
 
     ``cores`` is what the ranks get, measured (:func:`effective_cores`): the usable CPUs on an
     idle machine, fewer while other processes run."""
+
     ranks: int
-    layer_overhead: float            # c₀, seconds per layer forward + backward
-    flop_rate: float                 # R, FLOP/s per rank
-    links: dict = field(default_factory=dict)   # group size n -> (α s, bandwidth bytes/s)
-    p2p: tuple[float, float] = (0.0, 1.0)        # (α, bandwidth) of one send/recv
+    layer_overhead: float  # c₀, seconds per layer forward + backward
+    flop_rate: float  # R, FLOP/s per rank
+    links: dict = field(default_factory=dict)  # group size n -> (α s, bandwidth bytes/s)
+    p2p: tuple[float, float] = (0.0, 1.0)  # (α, bandwidth) of one send/recv
     bytes_per_elem: int = 4
-    cores: float | None = None                   # CPU cores the ranks get (may be < usable)
-    ends: tuple[float, float] = (0.0, 0.0)       # (s, s/sequence): embedding, head, loss, executor
+    cores: float | None = None  # CPU cores the ranks get (may be < usable)
+    ends: tuple[float, float] = (0.0, 0.0)  # (s, s/sequence): embedding, head, loss, executor
     optimizer: tuple[float, float] = (0.0, 0.0)  # (s, s per element): one Adam step
-    ops: dict = field(default_factory=dict)      # (op, n) -> (α s, bandwidth bytes/s)
-    layers: dict = field(default_factory=dict)   # t -> (s, s per sequence): SP block, wall
+    ops: dict = field(default_factory=dict)  # (op, n) -> (α s, bandwidth bytes/s)
+    layers: dict = field(default_factory=dict)  # t -> (s, s per sequence): SP block, wall
 
     def __post_init__(self):
-        if self.cores is not None and not (isinstance(self.cores, (int, float)) and
-                                           self.cores > 0):
+        if self.cores is not None and not (isinstance(self.cores, (int, float)) and self.cores > 0):
             raise ValueError(f"cores ({self.cores!r}) must be a positive number or None")
 
     @property
@@ -97,14 +98,16 @@ def fit_line(xs, ys) -> tuple[float, float]:
     error, as :func:`~minipar.cost.collectives.fit_alpha_beta`). Pure Python."""
     xs, ys = [float(x) for x in xs], [float(y) for y in ys]
     if len(xs) != len(ys) or len(set(xs)) < 2 or min(ys) <= 0:
-        raise ValueError(f"need >= 2 distinct x and as many positive y (got {len(xs)} x, "
-                         f"{len(ys)} y)")
-    ws = [1.0 / y ** 2 for y in ys]
+        raise ValueError(
+            f"need >= 2 distinct x and as many positive y (got {len(xs)} x, {len(ys)} y)"
+        )
+    ws = [1.0 / y**2 for y in ys]
     sw = sum(ws)
     mx = sum(w * x for w, x in zip(ws, xs)) / sw
     my = sum(w * y for w, y in zip(ws, ys)) / sw
-    c = sum(w * (x - mx) * (y - my) for w, x, y in zip(ws, xs, ys)) / \
-        sum(w * (x - mx) ** 2 for w, x in zip(ws, xs))
+    c = sum(w * (x - mx) * (y - my) for w, x, y in zip(ws, xs, ys)) / sum(
+        w * (x - mx) ** 2 for w, x in zip(ws, xs)
+    )
     return my - c * mx, c
 
 
@@ -114,6 +117,7 @@ def fit_link(sizes_bytes, seconds, n: int) -> tuple[float, float]:
     fit's slope is not positive, the two-point line through the smallest and the largest size
     (α clipped at 0). The model needs α ≥ 0 and a positive bandwidth."""
     from .collectives import collective_time, fit_alpha_beta
+
     try:
         alpha, bw = fit_alpha_beta(sizes_bytes, seconds, "all-reduce", n)
         return max(alpha, 0.0), bw
@@ -139,16 +143,18 @@ def fit_compute(flops, seconds) -> tuple[float, float]:
     through the origin."""
     xs, ys = [3.0 * f for f in flops], [float(y) for y in seconds]
     if len(xs) != len(ys) or len(set(xs)) < 2 or min(ys) <= 0:
-        raise ValueError(f"need >= 2 distinct FLOP counts and as many positive times (got "
-                         f"{len(xs)}, {len(ys)})")
+        raise ValueError(
+            f"need >= 2 distinct FLOP counts and as many positive times (got {len(xs)}, {len(ys)})"
+        )
     mx, my = sum(xs) / len(xs), sum(ys) / len(ys)
     slope = sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / sum((x - mx) ** 2 for x in xs)
     c0 = my - slope * mx
     if c0 < 0:
         c0, slope = 0.0, sum(x * y for x, y in zip(xs, ys)) / sum(x * x for x in xs)
     if slope <= 0:
-        raise ValueError(f"fitted seconds per FLOP ({slope:.3g}) must be > 0: times do not "
-                         "grow with FLOPs")
+        raise ValueError(
+            f"fitted seconds per FLOP ({slope:.3g}) must be > 0: times do not grow with FLOPs"
+        )
     return c0, 1.0 / slope
 
 
@@ -158,8 +164,10 @@ def effective_cores(ranks: int, cpu_seconds, wall_seconds, usable: int) -> float
     timed points; the least served rank's ratio (a layout waits for it).
     ``cpu_seconds[r]`` and ``wall_seconds[r]`` are rank r's lists."""
     if not cpu_seconds or len(cpu_seconds) != len(wall_seconds) or usable < 1:
-        raise ValueError(f"need per-rank CPU and wall times ({len(cpu_seconds)} and "
-                         f"{len(wall_seconds)} ranks) and usable >= 1 ({usable})")
+        raise ValueError(
+            f"need per-rank CPU and wall times ({len(cpu_seconds)} and "
+            f"{len(wall_seconds)} ranks) and usable >= 1 ({usable})"
+        )
     ratio = min(sum(c) / sum(w) for c, w in zip(cpu_seconds, wall_seconds))
     if ratio <= 0:
         raise ValueError(f"CPU / wall ({ratio:.3g}) must be > 0")
@@ -190,8 +198,7 @@ def _coll(machine: Machine, op: str, n: int, nbytes: float) -> float:
         alpha, bw = machine.ops[(op, n)]
         return alpha + nbytes / bw
     if op == "all-reduce" and ("reduce-scatter", n) in machine.ops:
-        return _coll(machine, "reduce-scatter", n, nbytes) + \
-            _coll(machine, "all-gather", n, nbytes)
+        return _coll(machine, "reduce-scatter", n, nbytes) + _coll(machine, "all-gather", n, nbytes)
     alpha, bw = machine.links[n]
     return collective_time(op, "ring", n, nbytes, max(alpha, 0.0), bw)
 
@@ -202,15 +209,15 @@ class TinyPrediction:
     t: int
     p: int
     m: int
-    compute_s: float        # m micro-batches of the last stage, at the shared rate
+    compute_s: float  # m micro-batches of the last stage, at the shared rate
     tp_s: float
     pp_s: float
-    dp_s: float             # ZeRO-1's reduce-scatter + all-gather, tied embedding, SP grads
+    dp_s: float  # ZeRO-1's reduce-scatter + all-gather, tied embedding, SP grads
     bubble_s: float
     step_s: float
     optimizer_s: float = 0.0
     critical_s: float = 0.0  # the critical path: m·slot + bubble + dp + optimizer
-    cores_s: float = 0.0     # CPU seconds of all ranks / cores: the cores' lower bound
+    cores_s: float = 0.0  # CPU seconds of all ranks / cores: the cores' lower bound
 
 
 def _line(c: tuple[float, float], x: float) -> float:
@@ -222,45 +229,61 @@ def _share(machine: Machine, busy: int) -> float:
     return 1.0 if machine.cores is None else max(1.0, busy / machine.cores)
 
 
-def predict_tiny_step(machine: Machine, L: int, h: int, a: int, s: int, V: int, B: int, *,
-                      d: int, t: int, p: int, b: int) -> TinyPrediction:
+def predict_tiny_step(
+    machine: Machine,
+    L: int,
+    h: int,
+    a: int,
+    s: int,
+    V: int,
+    B: int,
+    *,
+    d: int,
+    t: int,
+    p: int,
+    b: int,
+) -> TinyPrediction:
     """Predicted seconds of one training step of the tiny GPT (module docstring):
     max(critical path, CPU seconds of all ranks / cores)."""
     for k, v in (("d", d), ("t", t), ("p", p), ("b", b)):
         if not isinstance(v, int) or v < 1:
             raise ValueError(f"{k} ({v}) must be a positive integer")
     if L % p or a % t or s % t or B % (d * b):
-        raise ValueError(f"layout (d, t, p) = ({d}, {t}, {p}), b = {b} breaks a rule: "
-                         f"p | L ({L}), t | a ({a}), t | s ({s}), d·b | B ({B})")
+        raise ValueError(
+            f"layout (d, t, p) = ({d}, {t}, {p}), b = {b} breaks a rule: "
+            f"p | L ({L}), t | a ({a}), t | s ({s}), d·b | B ({B})"
+        )
     m = B // (d * b)
     q, R, f = machine.bytes_per_elem, machine.flop_rate, machine.share
     lp = L // p
-    act = b * s * h * q                             # (b, s, h), whole
+    act = b * s * h * q  # (b, s, h), whole
     ag, rs = (_coll(machine, op, t, act) for op in ("all-gather", "reduce-scatter"))
-    layer_cpu = machine.layer_overhead + 3 * layer_flops(b, s, h) / (t * R)   # compute only
-    if t in machine.layers:                         # measured: the SP block, its 8 collectives
+    layer_cpu = machine.layer_overhead + 3 * layer_flops(b, s, h) / (t * R)  # compute only
+    if t in machine.layers:  # measured: the SP block, its 8 collectives
         layer_wall, layer_tp = _line(machine.layers[t], b), 0.0
-    else:                                           # c₀ + 3F/(tR) shared, 4 + 4 collectives
+    else:  # c₀ + 3F/(tR) shared, 4 + 4 collectives
         layer_wall, layer_tp = f * layer_cpu, 4 * (ag + rs)
-    ends = _line(machine.ends, b) if machine.ends != (0.0, 0.0) else \
-        3 * 2 * b * s * h * V / (t * R)            # uncalibrated: the head's FLOPs
+    ends = (
+        _line(machine.ends, b) if machine.ends != (0.0, 0.0) else 3 * 2 * b * s * h * V / (t * R)
+    )  # uncalibrated: the head's FLOPs
     # the last stage, slowest: its layers, head and loss, the (b, s, h) gather before the head
     stage = lp * layer_wall + f * ends
     tp = lp * layer_tp + ag
     a_p2p, bw_p2p = machine.p2p
-    msg = act / t                                   # (b, s/t, h)
-    pp = 0.0 if p == 1 else 2 * (a_p2p + msg / bw_p2p)       # forward, backward
-    slot = stage + tp + pp                          # every rank busy: at the shared rate
+    msg = act / t  # (b, s/t, h)
+    pp = 0.0 if p == 1 else 2 * (a_p2p + msg / bw_p2p)  # forward, backward
+    slot = stage + tp + pp  # every rank busy: at the shared rate
     bubble = slot * sum(_share(machine, k * d * t) for k in range(1, p)) / f
     layer_params = 12 * h * h + 13 * h
     stage_params = (lp * layer_params + (V + s) * h) / t
     dp = 0.0
     if d > 1:
-        dp = _coll(machine, "reduce-scatter", d, stage_params * q) + \
-            _coll(machine, "all-gather", d, stage_params * q)
+        dp = _coll(machine, "reduce-scatter", d, stage_params * q) + _coll(
+            machine, "all-gather", d, stage_params * q
+        )
     emb = 0.0
     if p > 1 and (2 in machine.links or ("reduce-scatter", 2) in machine.ops):
-        emb = _coll(machine, "all-reduce", 2, V * h * q)     # tied (V, h), whole on TP ranks
+        emb = _coll(machine, "all-reduce", 2, V * h * q)  # tied (V, h), whole on TP ranks
     sp_grads = _coll(machine, "all-reduce", t, lp * 6 * h * q)
     opt = _line(machine.optimizer, stage_params / d)  # ZeRO-1: Adam on this rank's shard, CPU
     critical = m * slot + bubble + dp + emb + sp_grads + f * opt
@@ -268,11 +291,29 @@ def predict_tiny_step(machine: Machine, L: int, h: int, a: int, s: int, V: int, 
     cpu = d * t * (p * (m * lp * layer_cpu + opt) + m * ends)
     cores_bound = cpu / machine.cores if machine.cores else 0.0
     step = max(critical, cores_bound)
-    return TinyPrediction(d, t, p, m, m * stage, m * tp, m * pp, dp + emb + sp_grads,
-                          bubble, step, f * opt, critical, cores_bound)
+    return TinyPrediction(
+        d,
+        t,
+        p,
+        m,
+        m * stage,
+        m * tp,
+        m * pp,
+        dp + emb + sp_grads,
+        bubble,
+        step,
+        f * opt,
+        critical,
+        cores_bound,
+    )
 
 
 def layouts(ranks: int) -> list[tuple[int, int, int]]:
     """Every (d, t, p) with d·t·p = ``ranks``."""
-    return [(d, t, ranks // (d * t)) for d in range(1, ranks + 1) if ranks % d == 0
-            for t in range(1, ranks // d + 1) if (ranks // d) % t == 0]
+    return [
+        (d, t, ranks // (d * t))
+        for d in range(1, ranks + 1)
+        if ranks % d == 0
+        for t in range(1, ranks // d + 1)
+        if (ranks // d) % t == 0
+    ]

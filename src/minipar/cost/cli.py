@@ -2,6 +2,7 @@
 command line. Tables for people by default; ``--json`` prints one JSON object (bytes in bytes,
 times in seconds, bandwidth in bytes/s per direction). Bad input: one line, exit status 2.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -9,11 +10,12 @@ import json
 import math
 import sys
 
+from ..errors import InputError
 from . import collectives, hardware, model
 from . import memory_time as memory
 from . import pipeline_parallel as pipeline
-from ..errors import InputError
 from .units import fmt_bytes, fmt_seconds, parse_bytes
+
 
 def parse_number(text: str, cast, ok, rule: str):
     """``cast(text)`` if it parses and ``ok(value)``; else argparse's one-line error."""
@@ -62,17 +64,20 @@ def guarded(command: str, fn):
     :class:`minipar.errors.InputError`)
     becomes one line on stderr and status 2, under ``minipar`` and ``python -m minipar.cli``
     alike."""
+
     def run(args) -> int:
         try:
             return fn(args)
         except ValueError as e:
             print(f"minipar {command}: error: {e}", file=sys.stderr)
             return 2
+
     return run
 
 
 def _check_model_shape(args, t: int = 1, p: int = 1) -> None:
-    from .breakdown import check_layout            # the layout rules, stated once
+    from .breakdown import check_layout  # the layout rules, stated once
+
     layers = getattr(args, "layers", None)
     check_layout(p if layers is None else layers, args.hidden, args.heads, t=t, p=p)
 
@@ -81,14 +86,18 @@ def _params(args) -> int:
     if args.heads is not None:
         _check_model_shape(args)
     n = model.param_count(args.layers, args.hidden, args.vocab, args.seq)
-    return _emit(args, "params", {"params": n},
-                 [("params", f"{n:,.0f} ({n / 1e9:.2f} B)"),
-                  ("source", "Narayanan et al. 2021, Eq. 2")])
+    return _emit(
+        args,
+        "params",
+        {"params": n},
+        [("params", f"{n:,.0f} ({n / 1e9:.2f} B)"), ("source", "Narayanan et al. 2021, Eq. 2")],
+    )
 
 
 def _flops(args) -> int:
-    f = model.flops_per_iteration(args.batch, args.seq, args.layers, args.hidden, args.vocab,
-                                  args.recompute)
+    f = model.flops_per_iteration(
+        args.batch, args.seq, args.layers, args.hidden, args.vocab, args.recompute
+    )
     mf = model.flops_per_iteration(args.batch, args.seq, args.layers, args.hidden, args.vocab)
     out = {"flops_per_iteration": f, "model_flops_per_iteration": mf, "recompute": args.recompute}
     rows = [("flops_per_iteration", f"{f:.4g}"), ("model_flops_per_iteration", f"{mf:.4g}")]
@@ -103,38 +112,73 @@ def _memory(args) -> int:
     dims = ("layers", "hidden", "heads", "seq", "vocab")
     given = [k for k in dims if getattr(args, k) is not None]
     if args.params is not None and given:
-        raise InputError("give --params or the model shape, not both "
-                          f"(got --params and --{given[0]})")
+        raise InputError(
+            f"give --params or the model shape, not both (got --params and --{given[0]})"
+        )
     if args.params is None:
         missing = [k for k in dims if getattr(args, k) is None]
         if missing:
-            raise InputError("give --params N or all of --layers --hidden --heads --seq --vocab "
-                         f"(missing --{' --'.join(missing)})")
+            raise InputError(
+                "give --params N or all of --layers --hidden --heads --seq --vocab "
+                f"(missing --{' --'.join(missing)})"
+            )
         _check_model_shape(args, args.tp, args.pp)
         psi = model.param_count(args.layers, args.hidden, args.vocab, args.seq)
     else:
         psi = args.params
-    s = memory.model_state_bytes(psi, d=args.dp, t=args.tp, p=args.pp, zero=args.zero,
-                                 weight_bytes=args.weight_bytes, grad_bytes=args.grad_bytes,
-                                 optimizer_bytes=args.optimizer_bytes)
-    out = {"bytes_per_device": s.total, "weights": s.weights, "gradients": s.gradients,
-           "optimizer": s.optimizer, "params": psi}
-    rows = [(k, f"{v:,.0f} B ({fmt_bytes(v, binary=False)}, {fmt_bytes(v)})")
-            for k, v in out.items() if k != "params"] + [("params", f"{psi:,.0f}")]
+    s = memory.model_state_bytes(
+        psi,
+        d=args.dp,
+        t=args.tp,
+        p=args.pp,
+        zero=args.zero,
+        weight_bytes=args.weight_bytes,
+        grad_bytes=args.grad_bytes,
+        optimizer_bytes=args.optimizer_bytes,
+    )
+    out = {
+        "bytes_per_device": s.total,
+        "weights": s.weights,
+        "gradients": s.gradients,
+        "optimizer": s.optimizer,
+        "params": psi,
+    }
+    rows = [
+        (k, f"{v:,.0f} B ({fmt_bytes(v, binary=False)}, {fmt_bytes(v)})")
+        for k, v in out.items()
+        if k != "params"
+    ] + [("params", f"{psi:,.0f}")]
     return _emit(args, "memory", out, rows)
 
 
 def _activations(args) -> int:
     _check_model_shape(args, args.tp)
-    per = memory.activation_bytes_per_layer(args.seq, args.micro_batch, args.hidden, args.heads,
-                                            t=args.tp, sp=args.sp, recompute=args.recompute)
+    per = memory.activation_bytes_per_layer(
+        args.seq,
+        args.micro_batch,
+        args.hidden,
+        args.heads,
+        t=args.tp,
+        sp=args.sp,
+        recompute=args.recompute,
+    )
     out = {"bytes_per_layer": per}
     rows = [("bytes_per_layer", f"{per:,.0f} B ({fmt_bytes(per)})")]
     if args.layers is not None:
         first = memory.pipeline_first_stage_activation_bytes(
-            args.seq, args.micro_batch, args.hidden, args.heads, args.layers, args.pp,
-            m=args.microbatches, t=args.tp, sp=args.sp, recompute=args.recompute,
-            schedule=args.schedule, v=args.chunks)
+            args.seq,
+            args.micro_batch,
+            args.hidden,
+            args.heads,
+            args.layers,
+            args.pp,
+            m=args.microbatches,
+            t=args.tp,
+            sp=args.sp,
+            recompute=args.recompute,
+            schedule=args.schedule,
+            v=args.chunks,
+        )
         out["first_stage_bytes"] = first
         rows.append(("first_stage_bytes", f"{first:,.0f} B ({fmt_bytes(first)})"))
     return _emit(args, "activations", out, rows)
@@ -143,9 +187,15 @@ def _activations(args) -> int:
 def _bubble(args) -> int:
     f = pipeline.bubble_fraction_of_total(args.schedule, args.pp, args.microbatches, args.chunks)
     r = pipeline.bubble_relative_to_ideal(args.schedule, args.pp, args.microbatches, args.chunks)
-    return _emit(args, "bubble", {"fraction_of_total": f, "relative_to_ideal": r},
-                 [("fraction_of_total", f"{f:.4f}  (GPipe convention: bubble / total)"),
-                  ("relative_to_ideal", f"{r:.4f}  (Megatron convention: bubble / ideal)")])
+    return _emit(
+        args,
+        "bubble",
+        {"fraction_of_total": f, "relative_to_ideal": r},
+        [
+            ("fraction_of_total", f"{f:.4f}  (GPipe convention: bubble / total)"),
+            ("relative_to_ideal", f"{r:.4f}  (Megatron convention: bubble / ideal)"),
+        ],
+    )
 
 
 def _collective(args) -> int:
@@ -154,32 +204,42 @@ def _collective(args) -> int:
         alpha = lk.alpha if args.alpha is None else args.alpha
         bandwidth = lk.bandwidth if args.bandwidth is None else args.bandwidth
     elif args.alpha is None or args.bandwidth is None:
-        raise InputError("give --alpha and --bandwidth, or --link NAME "
-                     f"(one of {', '.join(hardware.LINKS)})")
+        raise InputError(
+            f"give --alpha and --bandwidth, or --link NAME (one of {', '.join(hardware.LINKS)})"
+        )
     else:
         alpha, bandwidth = args.alpha, args.bandwidth
-    t = collectives.collective_time(args.op, args.algorithm, args.ranks, args.bytes, alpha,
-                                    bandwidth)
+    t = collectives.collective_time(
+        args.op, args.algorithm, args.ranks, args.bytes, alpha, bandwidth
+    )
     factor = collectives.busbw_factor(args.op, args.ranks)
     out = {"seconds": t, "busbw_factor": factor, "alpha": alpha, "bandwidth": bandwidth}
     rows = [("seconds", fmt_seconds(t)), ("busbw_factor", f"{factor:.4f}")]
     if t > 0:
-        out.update(algbw=collectives.algbw(args.bytes, t),
-                   busbw=collectives.busbw(args.op, args.ranks, args.bytes, t))
-        rows += [("algbw", f"{fmt_bytes(out['algbw'], binary=False)}/s"),
-                 ("busbw", f"{fmt_bytes(out['busbw'], binary=False)}/s")]
+        out.update(
+            algbw=collectives.algbw(args.bytes, t),
+            busbw=collectives.busbw(args.op, args.ranks, args.bytes, t),
+        )
+        rows += [
+            ("algbw", f"{fmt_bytes(out['algbw'], binary=False)}/s"),
+            ("busbw", f"{fmt_bytes(out['busbw'], binary=False)}/s"),
+        ]
     return _emit(args, "collective", out, rows)
 
 
 def _shape_args(p, *, required: bool, names=("layers", "hidden", "heads", "seq", "vocab")):
     for name in names:
-        p.add_argument(f"--{name}", type=positive_int, required=required,
-                       help={"layers": "L", "hidden": "h", "heads": "a", "seq": "s",
-                             "vocab": "V"}[name])
+        p.add_argument(
+            f"--{name}",
+            type=positive_int,
+            required=required,
+            help={"layers": "L", "hidden": "h", "heads": "a", "seq": "s", "vocab": "V"}[name],
+        )
 
 
 def add_parser(subparsers) -> None:
     """Register the cost-model subcommands on ``minipar``'s subparsers."""
+
     def sub(name, fn, help_):
         p = subparsers.add_parser(name, help=help_, description=help_)
         p.add_argument("--json", action="store_true", help="print one JSON object")
@@ -196,8 +256,12 @@ def add_parser(subparsers) -> None:
     p.add_argument("--recompute", choices=model.RECOMPUTE, default="none")
     p.add_argument("--seconds", type=positive_float, help="measured iteration time -> MFU/HFU")
     p.add_argument("--gpus", type=positive_int, default=1)
-    p.add_argument("--gpu", choices=tuple(hardware.GPUS), default="A100-80GB",
-                   help="dense bf16 peak used for MFU/HFU")
+    p.add_argument(
+        "--gpu",
+        choices=tuple(hardware.GPUS),
+        default="A100-80GB",
+        help="dense bf16 peak used for MFU/HFU",
+    )
 
     p = sub("memory", _memory, "model-state bytes per device under TP, PP and ZeRO")
     p.add_argument("--params", type=positive_float, help="Ψ (or give the model shape)")
@@ -232,8 +296,11 @@ def add_parser(subparsers) -> None:
 
     p = sub("collective", _collective, "α-β time of one collective (Thakur et al. 2005)")
     p.add_argument("--op", choices=collectives.OPS, required=True)
-    p.add_argument("--algorithm", required=True,
-                   choices=sorted({a for algs in collectives.ALGORITHMS.values() for a in algs}))
+    p.add_argument(
+        "--algorithm",
+        required=True,
+        choices=sorted({a for algs in collectives.ALGORITHMS.values() for a in algs}),
+    )
     p.add_argument("--ranks", type=positive_int, required=True, help="n")
     p.add_argument("--bytes", type=size_bytes, required=True, help="S, the whole buffer")
     p.add_argument("--alpha", type=nonnegative_float, help="latency per message, s")
@@ -245,42 +312,62 @@ def add_parser(subparsers) -> None:
 
 # --- minipar plan: the 3D planner (minipar.cost.three_d) ------------------------------------
 
+
 def _plan(args) -> int:
     from dataclasses import asdict, replace
 
     from . import three_d as planner
 
-    if args.calibrate:                 # the same code as ``minipar bench three_d``
+    if args.calibrate:  # the same code as ``minipar bench three_d``
         return _calibrate(args)
-    missing = [f"--{k.replace('_', '-')}" for k in ("gpus", "global_batch")
-               if getattr(args, k) is None]
+    missing = [
+        f"--{k.replace('_', '-')}" for k in ("gpus", "global_batch") if getattr(args, k) is None
+    ]
     if missing:
-        raise InputError(f"give {' and '.join(missing)} (or --calibrate to measure this "
-                         "machine)")
+        raise InputError(f"give {' and '.join(missing)} (or --calibrate to measure this machine)")
     dims = ("layers", "hidden", "heads", "seq", "vocab")
     given = [k for k in dims if getattr(args, k) is not None]
-    shape = {k: v for k, v in (("ffn", args.ffn_hidden), ("kv_heads", args.kv_heads),
-                               ("mlp_matrices", {"gelu": 2, "swiglu": 3}.get(args.mlp)),
-                               ("norm", args.norm), ("tied", False if args.untied_embeddings
-                                                     else None),
-                               ("bias", False if args.no_bias else None),
-                               ("positions", "rope" if args.rope else None)) if v is not None}
+    shape = {
+        k: v
+        for k, v in (
+            ("ffn", args.ffn_hidden),
+            ("kv_heads", args.kv_heads),
+            ("mlp_matrices", {"gelu": 2, "swiglu": 3}.get(args.mlp)),
+            ("norm", args.norm),
+            ("tied", False if args.untied_embeddings else None),
+            ("bias", False if args.no_bias else None),
+            ("positions", "rope" if args.rope else None),
+        )
+        if v is not None
+    }
     if args.model is not None:
         base = planner.MODELS[args.model]
         m_ = replace(base, **{k: getattr(args, k) for k in given}, **shape)  # keeps MoE fields
     else:
         missing = [k for k in dims if k not in given]
         if missing:
-            raise InputError("give --model NAME or all of --layers --hidden --heads --seq "
-                              f"--vocab (missing --{' --'.join(missing)})")
+            raise InputError(
+                "give --model NAME or all of --layers --hidden --heads --seq "
+                f"--vocab (missing --{' --'.join(missing)})"
+            )
         m_ = planner.ModelShape(*(getattr(args, k) for k in dims), **shape)
     m_.check()
-    cl = planner.cluster(args.gpus, args.gpus_per_node, args.gpu, args.intra, args.inter,
-                         gemm_efficiency=args.gemm_efficiency,
-                         intra_bandwidth=args.intra_bandwidth, intra_alpha=args.intra_alpha,
-                         inter_bandwidth=args.inter_bandwidth, inter_alpha=args.inter_alpha)
-    fixed = {k: getattr(args, k) for k in ("tp", "pp", "dp", "micro_batch", "zero", "recompute",
-                                           "cp", "ep")}
+    cl = planner.cluster(
+        args.gpus,
+        args.gpus_per_node,
+        args.gpu,
+        args.intra,
+        args.inter,
+        gemm_efficiency=args.gemm_efficiency,
+        intra_bandwidth=args.intra_bandwidth,
+        intra_alpha=args.intra_alpha,
+        inter_bandwidth=args.inter_bandwidth,
+        inter_alpha=args.inter_alpha,
+    )
+    fixed = {
+        k: getattr(args, k)
+        for k in ("tp", "pp", "dp", "micro_batch", "zero", "recompute", "cp", "ep")
+    }
     if (args.ep or args.max_ep > 1) and not m_.moe:
         raise InputError(f"--ep needs an MoE model (experts > 1), got --model {args.model}")
     if fixed["tp"] and m_.heads % fixed["tp"]:
@@ -293,64 +380,102 @@ def _plan(args) -> int:
     if cl.gpus % prod:
         raise InputError(f"gpus ({cl.gpus}) must be divisible by the fixed t·cp·p·d ({prod})")
     refusals: list[str] = []
-    configs = planner.search(m_, cl, args.global_batch, grad_reduce_bytes=args.grad_reduce_bytes,
-                             headroom=args.headroom, max_cp=args.max_cp, max_ep=args.max_ep,
-                             zero3_collectives=args.zero3_collectives, attention=args.attention,
-                             precision=args.precision, zero3_ac_inside_unit=args.fsdp2_ac,
-                             overlap_grad_reduce=args.overlap_grad_reduce,
-                             cp_algorithm=args.cp_algorithm,
-                             refusals=refusals, **fixed)
+    configs = planner.search(
+        m_,
+        cl,
+        args.global_batch,
+        grad_reduce_bytes=args.grad_reduce_bytes,
+        headroom=args.headroom,
+        max_cp=args.max_cp,
+        max_ep=args.max_ep,
+        zero3_collectives=args.zero3_collectives,
+        attention=args.attention,
+        precision=args.precision,
+        zero3_ac_inside_unit=args.fsdp2_ac,
+        overlap_grad_reduce=args.overlap_grad_reduce,
+        cp_algorithm=args.cp_algorithm,
+        refusals=refusals,
+        **fixed,
+    )
     fitting = [c for c in configs if c.fits]
     if not fitting:
-        raise InputError("nothing fits: " + planner.why_nothing_fits(m_, cl, configs, refusals,
-                                                                     args.precision))
-    for c in fitting:                   # JSON has no Infinity/NaN: an input out of range
+        raise InputError(
+            "nothing fits: " + planner.why_nothing_fits(m_, cl, configs, refusals, args.precision)
+        )
+    for c in fitting:  # JSON has no Infinity/NaN: an input out of range
         bad = [k for k, v in c.as_dict().items() if isinstance(v, float) and not math.isfinite(v)]
         if bad:
-            raise InputError(f"predicted {bad[0]} ({getattr(c, bad[0])}) must be finite: an "
-                             "input (bandwidth, α, batch) is out of range")
-    shown = fitting if args.top == 0 else fitting[:args.top]
-    links = {"intra": {"name": cl.intra.name, "bandwidth": cl.intra.bandwidth,
-                       "alpha": cl.intra.alpha},
-             "inter": {"name": cl.inter.name, "bandwidth": cl.inter.bandwidth,
-                       "alpha": cl.inter.alpha}}
+            raise InputError(
+                f"predicted {bad[0]} ({getattr(c, bad[0])}) must be finite: an "
+                "input (bandwidth, α, batch) is out of range"
+            )
+    shown = fitting if args.top == 0 else fitting[: args.top]
+    links = {
+        "intra": {"name": cl.intra.name, "bandwidth": cl.intra.bandwidth, "alpha": cl.intra.alpha},
+        "inter": {"name": cl.inter.name, "bandwidth": cl.inter.bandwidth, "alpha": cl.inter.alpha},
+    }
     if args.json:
-        print(json.dumps({"model": asdict(m_), "params": m_.params, "gpus": cl.gpus,
-                          "attention": args.attention or planner.attention_for(m_, cl.gpu.name),
-                          "precision": args.precision or planner.precision_for(cl.gpu.name),
-                          "gpu": cl.gpu.name, **links, "intra": cl.intra.name,
-                          "inter": cl.inter.name, "links": links,
-                          "gemm_efficiency": cl.gpu.gemm_efficiency,
-                          "configs": [c.as_dict() for c in shown]}, allow_nan=False))
+        print(
+            json.dumps(
+                {
+                    "model": asdict(m_),
+                    "params": m_.params,
+                    "gpus": cl.gpus,
+                    "attention": args.attention or planner.attention_for(m_, cl.gpu.name),
+                    "precision": args.precision or planner.precision_for(cl.gpu.name),
+                    "gpu": cl.gpu.name,
+                    **links,
+                    "intra": cl.intra.name,
+                    "inter": cl.inter.name,
+                    "links": links,
+                    "gemm_efficiency": cl.gpu.gemm_efficiency,
+                    "configs": [c.as_dict() for c in shown],
+                },
+                allow_nan=False,
+            )
+        )
         return 0
     att = args.attention or planner.attention_for(m_, cl.gpu.name)
     prec = args.precision or planner.precision_for(cl.gpu.name)
-    print(f"minipar plan: {m_.params / 1e9:.2f} B params, {att} attention, {prec} precision, "
-          f"on {cl.gpus} × "
-          f"{cl.gpu.name} "
-          f"(η = {cl.gpu.gemm_efficiency:.2f} of {cl.peak / 1e12:.0f} TFLOP/s), "
-          f"B = {args.global_batch}; {len(fitting)} of {len(configs)} layouts fit in "
-          f"{fmt_bytes(shown[0].memory_limit)} "
-          f"({1 - shown[0].memory_limit / cl.gpu.memory_bytes:.0%} headroom)")
-    print(f"  links: intra {cl.intra.name} {cl.intra.bandwidth / 1e9:.2f} GB/s per direction "
-          f"({cl.gpus_per_node}/node), inter {cl.inter.name} {cl.inter.bandwidth / 1e9:.2f} GB/s "
-          "per direction per GPU")
-    print("  overlap: TP and PP on the critical path; DP after the flush (p>1) or under the last "
-          "backward (p=1); ZeRO-3 gathers prefetched one layer ahead")
-    extra = any(c.cp > 1 or c.ep > 1 for c in shown)           # cp/ep columns when used
-    print(f"  {'t':>2} {'p':>3} {'d':>4} " + (f"{'cp':>3} {'ep':>3} " if extra else "")
-          + f"{'b':>2} {'m':>4} {'v':>1} {'recomp':<9} {'sp':<2} "
-          f"{'Z':>1} {'mem/GPU':>10} {'bubble':>6} {'TP':>9} {'PP':>9} {'DP exp':>9} "
-          + (f"{'CP ring':>9} {'EP a2a':>9} " if extra else "") + f"{'step':>9} {'MFU':>5}")
+    print(
+        f"minipar plan: {m_.params / 1e9:.2f} B params, {att} attention, {prec} precision, "
+        f"on {cl.gpus} × "
+        f"{cl.gpu.name} "
+        f"(η = {cl.gpu.gemm_efficiency:.2f} of {cl.peak / 1e12:.0f} TFLOP/s), "
+        f"B = {args.global_batch}; {len(fitting)} of {len(configs)} layouts fit in "
+        f"{fmt_bytes(shown[0].memory_limit)} "
+        f"({1 - shown[0].memory_limit / cl.gpu.memory_bytes:.0%} headroom)"
+    )
+    print(
+        f"  links: intra {cl.intra.name} {cl.intra.bandwidth / 1e9:.2f} GB/s per direction "
+        f"({cl.gpus_per_node}/node), inter {cl.inter.name} {cl.inter.bandwidth / 1e9:.2f} GB/s "
+        "per direction per GPU"
+    )
+    print(
+        "  overlap: TP and PP on the critical path; DP after the flush (p>1) or under the last "
+        "backward (p=1); ZeRO-3 gathers prefetched one layer ahead"
+    )
+    extra = any(c.cp > 1 or c.ep > 1 for c in shown)  # cp/ep columns when used
+    print(
+        f"  {'t':>2} {'p':>3} {'d':>4} "
+        + (f"{'cp':>3} {'ep':>3} " if extra else "")
+        + f"{'b':>2} {'m':>4} {'v':>1} {'recomp':<9} {'sp':<2} "
+        f"{'Z':>1} {'mem/GPU':>10} {'bubble':>6} {'TP':>9} {'PP':>9} {'DP exp':>9} "
+        + (f"{'CP ring':>9} {'EP a2a':>9} " if extra else "")
+        + f"{'step':>9} {'MFU':>5}"
+    )
     for c in shown:
-        print(f"  {c.tp:>2} {c.pp:>3} {c.dp:>4} " + (f"{c.cp:>3} {c.ep:>3} " if extra else "")
-              + f"{c.micro_batch:>2} {c.microbatches:>4} "
-              f"{c.chunks:>1} {c.recompute:<9} {'y' if c.sp else 'n':<2} {c.zero:>1} "
-              f"{fmt_bytes(c.bytes_per_gpu):>10} {c.bubble:>6.1%} {fmt_seconds(c.tp_seconds):>9} "
-              f"{fmt_seconds(c.pp_seconds):>9} "
-              f"{fmt_seconds(c.dp_exposed_seconds + c.zero3_exposed_seconds):>9} "
-              + (f"{fmt_seconds(c.cp_seconds):>9} {fmt_seconds(c.ep_seconds):>9} " if extra
-                 else "") + f"{fmt_seconds(c.step_seconds):>9} {c.mfu:>5.1%}")
+        print(
+            f"  {c.tp:>2} {c.pp:>3} {c.dp:>4} "
+            + (f"{c.cp:>3} {c.ep:>3} " if extra else "")
+            + f"{c.micro_batch:>2} {c.microbatches:>4} "
+            f"{c.chunks:>1} {c.recompute:<9} {'y' if c.sp else 'n':<2} {c.zero:>1} "
+            f"{fmt_bytes(c.bytes_per_gpu):>10} {c.bubble:>6.1%} {fmt_seconds(c.tp_seconds):>9} "
+            f"{fmt_seconds(c.pp_seconds):>9} "
+            f"{fmt_seconds(c.dp_exposed_seconds + c.zero3_exposed_seconds):>9} "
+            + (f"{fmt_seconds(c.cp_seconds):>9} {fmt_seconds(c.ep_seconds):>9} " if extra else "")
+            + f"{fmt_seconds(c.step_seconds):>9} {c.mfu:>5.1%}"
+        )
     return 0
 
 
@@ -359,8 +484,10 @@ def _calibrate(args) -> int:
     registered ``plan`` dispatches it (the cost layer never imports the benchmarks)."""
     bench = args.command_tree.choices.get("bench") if args.command_tree else None
     if bench is None:
-        raise InputError("--calibrate needs the `minipar bench three_d` command, which this "
-                         "command line does not register")
+        raise InputError(
+            "--calibrate needs the `minipar bench three_d` command, which this "
+            "command line does not register"
+        )
     argv = ["three_d", "--ranks", str(args.ranks), "--steps", str(args.steps)]
     ns = bench.parse_args(argv + (["--json"] if args.json else []))
     return ns.func(ns)
@@ -384,75 +511,134 @@ def add_plan_parser(subparsers) -> None:
     p = subparsers.add_parser("plan", help=help_, description=help_)
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(func=guarded("plan", _plan), command_tree=subparsers)
-    p.add_argument("--model", choices=tuple(planner.MODELS),
-                   help="a preset shape (flags override it)")
-    for name, sym in (("layers", "L"), ("hidden", "h"), ("heads", "a"), ("seq", "s"),
-                      ("vocab", "V")):
+    p.add_argument(
+        "--model", choices=tuple(planner.MODELS), help="a preset shape (flags override it)"
+    )
+    for name, sym in (
+        ("layers", "L"),
+        ("hidden", "h"),
+        ("heads", "a"),
+        ("seq", "s"),
+        ("vocab", "V"),
+    ):
         p.add_argument(f"--{name}", type=positive_int, help=sym)
-    p.add_argument("--calibrate", action="store_true",
-                   help="measure this machine and predict vs run every (d, t, p) of --ranks "
-                        "gloo ranks (the same as `minipar bench three_d`)")
+    p.add_argument(
+        "--calibrate",
+        action="store_true",
+        help="measure this machine and predict vs run every (d, t, p) of --ranks "
+        "gloo ranks (the same as `minipar bench three_d`)",
+    )
     p.add_argument("--ranks", type=positive_int, default=4, help="with --calibrate (default 4)")
-    p.add_argument("--steps", type=positive_int, default=3,
-                   help="with --calibrate: timed steps per layout (default 3)")
+    p.add_argument(
+        "--steps",
+        type=positive_int,
+        default=3,
+        help="with --calibrate: timed steps per layout (default 3)",
+    )
     p.add_argument("--gpus", type=positive_int, help="N (required unless --calibrate)")
     p.add_argument("--gpus-per-node", type=positive_int, default=8)
     p.add_argument("--gpu", choices=tuple(hardware.GPUS), default="A100-80GB")
-    p.add_argument("--intra", choices=tuple(hardware.LINKS),
-                   help="link inside a node (default: the GPU generation's NVLink)")
-    p.add_argument("--inter", choices=tuple(hardware.LINKS),
-                   help="link between nodes, per GPU (default: the generation's InfiniBand)")
+    p.add_argument(
+        "--intra",
+        choices=tuple(hardware.LINKS),
+        help="link inside a node (default: the GPU generation's NVLink)",
+    )
+    p.add_argument(
+        "--inter",
+        choices=tuple(hardware.LINKS),
+        help="link between nodes, per GPU (default: the generation's InfiniBand)",
+    )
     p.add_argument("--intra-bandwidth", type=positive_float, help="bytes/s per direction")
     p.add_argument("--intra-alpha", type=nonnegative_float, help="s per message")
     p.add_argument("--inter-bandwidth", type=positive_float, help="bytes/s per direction")
     p.add_argument("--inter-alpha", type=nonnegative_float, help="s per message")
-    p.add_argument("--global-batch", type=positive_int,
-                   help="B, sequences/step (required unless --calibrate)")
+    p.add_argument(
+        "--global-batch", type=positive_int, help="B, sequences/step (required unless --calibrate)"
+    )
     p.add_argument("--tp", type=positive_int, help="fix t")
     p.add_argument("--pp", type=positive_int, help="fix p")
     p.add_argument("--dp", type=positive_int, help="fix d")
     p.add_argument("--micro-batch", type=positive_int, help="fix b")
     p.add_argument("--cp", type=positive_int, help="fix the context-parallel degree (default 1)")
-    p.add_argument("--max-cp", type=positive_int, default=1,
-                   help="search cp over powers of two up to this (default 1)")
-    p.add_argument("--ep", type=positive_int,
-                   help="fix the expert-parallel degree (MoE models; default 1)")
-    p.add_argument("--max-ep", type=positive_int, default=1,
-                   help="search ep over powers of two up to this (MoE models; default 1)")
+    p.add_argument(
+        "--max-cp",
+        type=positive_int,
+        default=1,
+        help="search cp over powers of two up to this (default 1)",
+    )
+    p.add_argument(
+        "--ep", type=positive_int, help="fix the expert-parallel degree (MoE models; default 1)"
+    )
+    p.add_argument(
+        "--max-ep",
+        type=positive_int,
+        default=1,
+        help="search ep over powers of two up to this (MoE models; default 1)",
+    )
     p.add_argument("--zero", type=int, choices=planner.ZERO_STAGES, help="fix the ZeRO stage")
     p.add_argument("--recompute", choices=model.RECOMPUTE, help="fix the recomputation")
-    p.add_argument("--gemm-efficiency", type=fraction,
-                   help="η, override the GPU's large-GEMM fraction of peak")
-    p.add_argument("--grad-reduce-bytes", type=positive_float,
-                   help="bytes per gradient element reduced (default: the precision recipe's; "
-                        "4: fp32, Megatron's default)")
-    p.add_argument("--headroom", type=headroom,
-                   help="fraction of GPU memory kept free (default: the recipe's, 10 %% for the "
-                        "2021 A100 runs, 12 %% measured on an H200 otherwise)")
-    p.add_argument("--zero3-collectives", choices=planner.ZERO3_COLLECTIVES,
-                   default="hierarchical", help="ZeRO-3's collectives across nodes: NCCL's "
-                   "multi-NIC hierarchical algorithm (default) or the flat ring through each "
-                   "GPU's NIC that 2021 DeepSpeed ZeRO-3 reached")
-    p.add_argument("--fsdp2-ac", action="store_true",
-                   help="ZeRO-3 as FSDP2 with activation checkpointing inside each layer's unit: "
-                        "2 gathers per layer and micro-batch under full recomputation, not 3")
-    p.add_argument("--overlap-grad-reduce", action="store_true",
-                   help="overlap the DP reduction with the last backward at any p "
-                        "(Megatron-Core's --overlap-grad-reduce)")
-    p.add_argument("--cp-algorithm", choices=("ring", "all-gather"), default="ring",
-                   help="context parallelism's K/V exchange: ring (Megatron-Core, default) or "
-                        "all-gather (Llama 3)")
-    p.add_argument("--precision", choices=tuple(planner.RECIPES),
-                   help="mixed-precision recipe (default: megatron on H100/H200, 2021 on A100)")
-    p.add_argument("--attention", choices=planner.ATTENTION,
-                   help="attention kernel (default: the model's; else flash on H100/H200, "
-                        "unfused on A100, as the 2021 runs)")
+    p.add_argument(
+        "--gemm-efficiency", type=fraction, help="η, override the GPU's large-GEMM fraction of peak"
+    )
+    p.add_argument(
+        "--grad-reduce-bytes",
+        type=positive_float,
+        help="bytes per gradient element reduced (default: the precision recipe's; "
+        "4: fp32, Megatron's default)",
+    )
+    p.add_argument(
+        "--headroom",
+        type=headroom,
+        help="fraction of GPU memory kept free (default: the recipe's, 10 %% for the "
+        "2021 A100 runs, 12 %% measured on an H200 otherwise)",
+    )
+    p.add_argument(
+        "--zero3-collectives",
+        choices=planner.ZERO3_COLLECTIVES,
+        default="hierarchical",
+        help="ZeRO-3's collectives across nodes: NCCL's "
+        "multi-NIC hierarchical algorithm (default) or the flat ring through each "
+        "GPU's NIC that 2021 DeepSpeed ZeRO-3 reached",
+    )
+    p.add_argument(
+        "--fsdp2-ac",
+        action="store_true",
+        help="ZeRO-3 as FSDP2 with activation checkpointing inside each layer's unit: "
+        "2 gathers per layer and micro-batch under full recomputation, not 3",
+    )
+    p.add_argument(
+        "--overlap-grad-reduce",
+        action="store_true",
+        help="overlap the DP reduction with the last backward at any p "
+        "(Megatron-Core's --overlap-grad-reduce)",
+    )
+    p.add_argument(
+        "--cp-algorithm",
+        choices=("ring", "all-gather"),
+        default="ring",
+        help="context parallelism's K/V exchange: ring (Megatron-Core, default) or "
+        "all-gather (Llama 3)",
+    )
+    p.add_argument(
+        "--precision",
+        choices=tuple(planner.RECIPES),
+        help="mixed-precision recipe (default: megatron on H100/H200, 2021 on A100)",
+    )
+    p.add_argument(
+        "--attention",
+        choices=planner.ATTENTION,
+        help="attention kernel (default: the model's; else flash on H100/H200, "
+        "unfused on A100, as the 2021 runs)",
+    )
     p.add_argument("--ffn-hidden", type=positive_int, help="f, the MLP's hidden width (4h)")
     p.add_argument("--kv-heads", type=positive_int, help="key/value heads (GQA; default a)")
     p.add_argument("--mlp", choices=("gelu", "swiglu"), help="MLP: 2 matrices or 3 (SwiGLU)")
     p.add_argument("--norm", choices=planner.NORMS, help="layernorm (2h) or rmsnorm (h)")
-    p.add_argument("--untied-embeddings", action="store_true",
-                   help="an output layer of its own (V·h more parameters)")
+    p.add_argument(
+        "--untied-embeddings",
+        action="store_true",
+        help="an output layer of its own (V·h more parameters)",
+    )
     p.add_argument("--no-bias", action="store_true", help="no biases (Llama family)")
     p.add_argument("--rope", action="store_true", help="rotary positions: no s·h table")
     p.add_argument("--top", type=nonneg_int, default=10, help="rows to show (0 = all)")

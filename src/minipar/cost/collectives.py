@@ -18,6 +18,7 @@ partner (α + Sβ), the n' ranks run the algorithm, and for all-reduce the resul
 (another α + Sβ). For all-gather and reduce-scatter we raise ``ValueError`` instead (MPICH
 switches to Bruck / pairwise algorithms there, not modelled).
 """
+
 from __future__ import annotations
 
 from .hardware import Link
@@ -27,12 +28,17 @@ OPS = ("all-reduce", "all-gather", "reduce-scatter", "broadcast", "reduce", "all
 ALGORITHMS: dict[str, tuple[str, ...]] = {
     # all-reduce: ring = reduce-scatter + all-gather; binomial-tree = reduce then broadcast;
     # rabenseifner = recursive-halving reduce-scatter + recursive-doubling all-gather.
-    "all-reduce": ("ring", "recursive-doubling", "rabenseifner", "binomial-tree",
-                   "parameter-server"),
+    "all-reduce": (
+        "ring",
+        "recursive-doubling",
+        "rabenseifner",
+        "binomial-tree",
+        "parameter-server",
+    ),
     "all-gather": ("ring", "recursive-doubling"),
     "reduce-scatter": ("ring", "recursive-halving"),
     "broadcast": ("binomial-tree", "scatter-allgather"),  # scatter-allgather: van de Geijn
-    "reduce": ("binomial-tree", "rabenseifner"),           # rabenseifner: reduce-scatter + gather
+    "reduce": ("binomial-tree", "rabenseifner"),  # rabenseifner: reduce-scatter + gather
     "all-to-all": ("pairwise-exchange",),
 }
 
@@ -52,8 +58,10 @@ def _check(op: str, n: int, nbytes: float, algorithm: str | None = None) -> None
     if op not in OPS:
         raise ValueError(f"op ({op!r}) must be one of {', '.join(OPS)}")
     if algorithm is not None and algorithm not in ALGORITHMS[op]:
-        raise ValueError(f"algorithm ({algorithm!r}) is not one for {op}; "
-                         f"choose from {', '.join(ALGORITHMS[op])}")
+        raise ValueError(
+            f"algorithm ({algorithm!r}) is not one for {op}; "
+            f"choose from {', '.join(ALGORITHMS[op])}"
+        )
     if not isinstance(n, int) or n < 1:
         raise ValueError(f"ranks n ({n}) must be an integer >= 1")
     if nbytes < 0:
@@ -94,8 +102,10 @@ def ring_bytes_per_rank(op: str, n: int, nbytes: float) -> float:
     """
     _check(op, n, nbytes)
     if op not in ("all-reduce", "all-gather", "reduce-scatter"):
-        raise ValueError(f"op ({op!r}) has no ring algorithm here; ring covers "
-                         "all-reduce, all-gather, reduce-scatter")
+        raise ValueError(
+            f"op ({op!r}) has no ring algorithm here; ring covers "
+            "all-reduce, all-gather, reduce-scatter"
+        )
     return busbw_factor(op, n) * nbytes
 
 
@@ -114,8 +124,9 @@ def parameter_server_time(n: int, nbytes: float, alpha: float, bandwidth: float)
     return 2 * (alpha + (n - 1) * nbytes / bandwidth)
 
 
-def collective_time(op: str, algorithm: str, n: int, nbytes: float, alpha: float,
-                    bandwidth: float) -> float:
+def collective_time(
+    op: str, algorithm: str, n: int, nbytes: float, alpha: float, bandwidth: float
+) -> float:
     """Seconds for one collective on n ranks, S = ``nbytes`` (see module docstring), α-β model.
 
     Formulas from Thakur, Rabenseifner & Gropp 2005 (§3–4), β = 1/bandwidth, L = ⌈log2 n⌉:
@@ -141,10 +152,13 @@ def collective_time(op: str, algorithm: str, n: int, nbytes: float, alpha: float
         return parameter_server_time(n, nbytes, alpha, bandwidth)
     beta, S = 1.0 / bandwidth, nbytes
     extra = 0.0
-    if (op, algorithm) in {("all-reduce", "recursive-doubling"), ("all-reduce", "rabenseifner"),
-                           ("reduce", "rabenseifner")} and not _is_pow2(n):
+    if (op, algorithm) in {
+        ("all-reduce", "recursive-doubling"),
+        ("all-reduce", "rabenseifner"),
+        ("reduce", "rabenseifner"),
+    } and not _is_pow2(n):
         extra = (2 if op == "all-reduce" else 1) * (alpha + S * beta)  # Thakur §4.4 fix-up
-        n = 1 << (n.bit_length() - 1)                                 # n' = 2^⌊log2 n⌋
+        n = 1 << (n.bit_length() - 1)  # n' = 2^⌊log2 n⌋
     L, frac = _lg(n), (n - 1) / n
     if algorithm in ("ring", "pairwise-exchange"):
         steps = 2 * (n - 1) if op == "all-reduce" else n - 1
@@ -162,8 +176,9 @@ def collective_time(op: str, algorithm: str, n: int, nbytes: float, alpha: float
     raise AssertionError(f"unhandled {op}/{algorithm}")
 
 
-def double_binary_tree_all_reduce_time(n: int, nbytes: float, alpha: float,
-                                       bandwidth: float) -> float:
+def double_binary_tree_all_reduce_time(
+    n: int, nbytes: float, alpha: float, bandwidth: float
+) -> float:
     """All-reduce over two complementary binary trees, pipelined in chunks (NCCL's "tree"):
     2⌈log2 n⌉α + 2·S·β, latency logarithmic in n, bandwidth term 2Sβ (≈ the ring's 2(n−1)/n·Sβ).
 
@@ -182,8 +197,14 @@ def double_binary_tree_all_reduce_time(n: int, nbytes: float, alpha: float,
     return 2 * _lg(n) * alpha + 2 * nbytes / bandwidth
 
 
-def hierarchical_all_reduce_time(nodes: int, gpus_per_node: int, nbytes: float, intra: Link,
-                                 inter: Link, inter_algorithm: str = "ring") -> float:
+def hierarchical_all_reduce_time(
+    nodes: int,
+    gpus_per_node: int,
+    nbytes: float,
+    intra: Link,
+    inter: Link,
+    inter_algorithm: str = "ring",
+) -> float:
     """All-reduce of S bytes over ``nodes × gpus_per_node`` ranks in three phases (g = gpus/node):
 
     1. ring reduce-scatter inside each node over ``intra`` (each GPU then owns S/g);
@@ -201,17 +222,18 @@ def hierarchical_all_reduce_time(nodes: int, gpus_per_node: int, nbytes: float, 
     g = gpus_per_node
     t_rs = collective_time("reduce-scatter", "ring", g, nbytes, intra.alpha, intra.bandwidth)
     if inter_algorithm == "double-binary-tree":
-        t_ar = double_binary_tree_all_reduce_time(nodes, nbytes / g, inter.alpha,
-                                                  inter.bandwidth)
+        t_ar = double_binary_tree_all_reduce_time(nodes, nbytes / g, inter.alpha, inter.bandwidth)
     else:
-        t_ar = collective_time("all-reduce", inter_algorithm, nodes, nbytes / g, inter.alpha,
-                               inter.bandwidth)
+        t_ar = collective_time(
+            "all-reduce", inter_algorithm, nodes, nbytes / g, inter.alpha, inter.bandwidth
+        )
     t_ag = collective_time("all-gather", "ring", g, nbytes, intra.alpha, intra.bandwidth)
     return t_rs + t_ar + t_ag
 
 
-def fit_alpha_beta(sizes_bytes, seconds, op: str, n: int,
-                   algorithm: str = "ring") -> tuple[float, float]:
+def fit_alpha_beta(
+    sizes_bytes, seconds, op: str, n: int, algorithm: str = "ring"
+) -> tuple[float, float]:
     """Least-squares fit of measured times to the α-β model of ``collective_time(op, algorithm)``.
 
     That model is t = A·α + B·S/bandwidth with A, B fixed by (op, algorithm, n) (for a ring
@@ -226,22 +248,25 @@ def fit_alpha_beta(sizes_bytes, seconds, op: str, n: int,
     _check(op, n, 0, algorithm)
     xs, ts = [float(x) for x in sizes_bytes], [float(t) for t in seconds]
     if len(xs) != len(ts) or len(set(xs)) < 2:
-        raise ValueError(f"need >= 2 distinct sizes and as many times "
-                         f"(got {len(xs)} sizes, {len(ts)} times)")
-    A = collective_time(op, algorithm, n, 0.0, 1.0, 1.0)         # seconds per unit α
-    B = collective_time(op, algorithm, n, 1.0, 0.0, 1.0)         # bytes on the wire per byte of S
+        raise ValueError(
+            f"need >= 2 distinct sizes and as many times (got {len(xs)} sizes, {len(ts)} times)"
+        )
+    A = collective_time(op, algorithm, n, 0.0, 1.0, 1.0)  # seconds per unit α
+    B = collective_time(op, algorithm, n, 1.0, 0.0, 1.0)  # bytes on the wire per byte of S
     if A == 0 or B == 0:
         raise ValueError(f"n ({n}) = 1: a collective on one rank costs nothing, nothing to fit")
     if min(ts) <= 0:
         raise ValueError(f"measured times must be > 0 seconds, got {min(ts)}")
     xs = [B * x for x in xs]
-    ws = [1.0 / t ** 2 for t in ts]                               # weighted least squares
+    ws = [1.0 / t**2 for t in ts]  # weighted least squares
     sw = sum(ws)
     mx = sum(w * x for w, x in zip(ws, xs)) / sw
     mt = sum(w * t for w, t in zip(ws, ts)) / sw
-    c = sum(w * (x - mx) * (t - mt) for w, x, t in zip(ws, xs, ts)) / \
-        sum(w * (x - mx) ** 2 for w, x in zip(ws, xs))
+    c = sum(w * (x - mx) * (t - mt) for w, x, t in zip(ws, xs, ts)) / sum(
+        w * (x - mx) ** 2 for w, x in zip(ws, xs)
+    )
     if c <= 0:
-        raise ValueError(f"fitted seconds per byte ({c:.3g}) must be > 0: times do not grow "
-                         "with size")
+        raise ValueError(
+            f"fitted seconds per byte ({c:.3g}) must be > 0: times do not grow with size"
+        )
     return (mt - c * mx) / A, 1.0 / c

@@ -50,6 +50,7 @@ With the "waves" rule and unfused attention, the small models of Narayanan et al
 s ≫ h/a are memory-bound and the softmax moves 9 bytes per score, without any per-model
 constant.
 """
+
 from __future__ import annotations
 
 import math
@@ -57,15 +58,15 @@ from typing import NamedTuple
 
 from .memory_time import ATTENTION, check_attention  # noqa: F401  (one list, re-exported)
 
-TILE_M, TILE_N = 256, 128          # cuBLAS's largest Ampere/Hopper tile (CUTLASS 256×128)
+TILE_M, TILE_N = 256, 128  # cuBLAS's largest Ampere/Hopper tile (CUTLASS 256×128)
 GEMM_RULES = ("waves", "additive")
-SCORE_BYTES_FWD, SCORE_BYTES_BWD = 9, 11   # Megatron's fused scale-mask-softmax + dropout
-FLASH_BACKWARD = 2.5   # FlashAttention-2's backward / forward FLOPs (scores recomputed)
+SCORE_BYTES_FWD, SCORE_BYTES_BWD = 9, 11  # Megatron's fused scale-mask-softmax + dropout
+FLASH_BACKWARD = 2.5  # FlashAttention-2's backward / forward FLOPs (scores recomputed)
 
 
 class LayerTime(NamedTuple):
-    gemm_s: float          # matrix kernels: GEMMs, attention's batched GEMMs or flash kernel
-    memory_s: float        # memory-bound kernels (elementwise, softmax, fp32 grad accumulation)
+    gemm_s: float  # matrix kernels: GEMMs, attention's batched GEMMs or flash kernel
+    memory_s: float  # memory-bound kernels (elementwise, softmax, fp32 grad accumulation)
     #                        and the layer's fixed overhead (GPU.layer_overhead_s)
 
     @property
@@ -90,9 +91,20 @@ def wave_efficiency(M: int, N: int, sms: int) -> float:
     return (M * N) / (waves * sms * TILE_M * TILE_N)
 
 
-def gemm_seconds(M: int, N: int, K: int, *, peak: float, efficiency: float, hbm: float,
-                 sms: int, batch: int = 1, bytes_per_elem: float = 2, rule: str = "waves",
-                 latency: float = 0.0) -> float:
+def gemm_seconds(
+    M: int,
+    N: int,
+    K: int,
+    *,
+    peak: float,
+    efficiency: float,
+    hbm: float,
+    sms: int,
+    batch: int = 1,
+    bytes_per_elem: float = 2,
+    rule: str = "waves",
+    latency: float = 0.0,
+) -> float:
     """Seconds of ``batch`` GEMMs (M×K)·(K×N) on one GPU under ``rule`` (module docstring):
 
     "waves"     max(F / (peak·η·q), bytes / hbm); a batched GEMM shares its waves (the tiles
@@ -113,8 +125,16 @@ def gemm_seconds(M: int, N: int, K: int, *, peak: float, efficiency: float, hbm:
     return max(flops / (peak * efficiency * q), moved / hbm)
 
 
-def bmm_seconds(M: int, N: int, K: int, *, batch: int, bandwidth: float, latency: float = 0.0,
-                bytes_per_elem: float = 2) -> float:
+def bmm_seconds(
+    M: int,
+    N: int,
+    K: int,
+    *,
+    batch: int,
+    bandwidth: float,
+    latency: float = 0.0,
+    bytes_per_elem: float = 2,
+) -> float:
     """``batch`` memory-bound GEMMs (attention's QKᵀ and attention·V, K or N = h/a):
     latency + batch·(MK + KN + MN)·bytes / bandwidth, the bytes each operand and output take
     once; ``bandwidth`` and ``latency`` are the GPU's measured ``bmm_bandwidth`` and
@@ -130,11 +150,21 @@ def gpu_gemm_seconds(gpu, M: int, N: int, K: int, batch: int = 1) -> float:
     GPU's rule and constants (:func:`gemm_seconds`), a batched one (attention's) by
     :func:`bmm_seconds` where the GPU has a measured ``bmm_bandwidth``, else by its rule."""
     if batch > 1 and gpu.bmm_bandwidth is not None:
-        return bmm_seconds(M, N, K, batch=batch, bandwidth=gpu.bmm_bandwidth,
-                           latency=gpu.bmm_latency_s)
-    return gemm_seconds(M, N, K, batch=batch, peak=gpu.peak_flops["bf16"],
-                        efficiency=gpu.gemm_efficiency, hbm=gpu.hbm_bandwidth, sms=gpu.sms,
-                        rule=gpu.gemm_rule, latency=gpu.gemm_latency_s)
+        return bmm_seconds(
+            M, N, K, batch=batch, bandwidth=gpu.bmm_bandwidth, latency=gpu.bmm_latency_s
+        )
+    return gemm_seconds(
+        M,
+        N,
+        K,
+        batch=batch,
+        peak=gpu.peak_flops["bf16"],
+        efficiency=gpu.gemm_efficiency,
+        hbm=gpu.hbm_bandwidth,
+        sms=gpu.sms,
+        rule=gpu.gemm_rule,
+        latency=gpu.gemm_latency_s,
+    )
 
 
 def layer_gemms(b: int, s: int, h: int, a: int, t: int = 1) -> list[tuple[int, int, int, int]]:
@@ -145,8 +175,14 @@ def layer_gemms(b: int, s: int, h: int, a: int, t: int = 1) -> list[tuple[int, i
     QKᵀ b·a/t × (s, s, h/a) and attention·V b·a/t × (s, h/a, s)."""
     _positive(b=b, s=s, h=h, a=a, t=t)
     bs, dh, at = b * s, h // a, a // t
-    return [(1, bs, 3 * h // t, h), (1, bs, h, h // t), (1, bs, 4 * h // t, h),
-            (1, bs, h, 4 * h // t), (b * at, s, s, dh), (b * at, s, dh, s)]
+    return [
+        (1, bs, 3 * h // t, h),
+        (1, bs, h, h // t),
+        (1, bs, 4 * h // t, h),
+        (1, bs, h, 4 * h // t),
+        (b * at, s, s, dh),
+        (b * at, s, dh, s),
+    ]
 
 
 def pass_seconds(gemms, gpu) -> tuple[float, float]:
@@ -155,13 +191,16 @@ def pass_seconds(gemms, gpu) -> tuple[float, float]:
     (M, K, N) and the weight gradient (K, N, M) (Narayanan et al. 2021 §3.5: backward = 2 ×
     forward FLOPs), each priced by :func:`gpu_gemm_seconds`."""
     fwd = sum(gpu_gemm_seconds(gpu, M, N, K, n) for n, M, N, K in gemms)
-    bwd = sum(gpu_gemm_seconds(gpu, M, K, N, n) + gpu_gemm_seconds(gpu, K, N, M, n)
-              for n, M, N, K in gemms)
+    bwd = sum(
+        gpu_gemm_seconds(gpu, M, K, N, n) + gpu_gemm_seconds(gpu, K, N, M, n)
+        for n, M, N, K in gemms
+    )
     return fwd, bwd
 
 
-def flash_attention_flops(b: int, s: int, h: int, t: int = 1, *,
-                          causal: bool = True) -> tuple[float, float]:
+def flash_attention_flops(
+    b: int, s: int, h: int, t: int = 1, *, causal: bool = True
+) -> tuple[float, float]:
     """(forward, backward) FLOPs of fused attention on one of t ranks. Forward: QKᵀ and P·V,
     2·s²·(h/a) each per head, 4·b·s²·h/t in all (Narayanan et al. 2021 §5.1's 4bs²h), halved
     by causal block skipping (blocks above the diagonal are never computed; Dao 2023,
@@ -172,8 +211,7 @@ def flash_attention_flops(b: int, s: int, h: int, t: int = 1, *,
     return fwd, FLASH_BACKWARD * fwd
 
 
-def flash_attention_seconds(b: int, s: int, h: int, a: int, gpu,
-                            t: int = 1) -> tuple[float, float]:
+def flash_attention_seconds(b: int, s: int, h: int, a: int, gpu, t: int = 1) -> tuple[float, float]:
     """(forward, backward) seconds of the fused causal attention kernel: its FLOPs
     (:func:`flash_attention_flops`) at ``gpu.flash_efficiency`` of the bf16 peak, the rate
     measured on whole SDPA layers (:mod:`minipar.cost.hardware`); no per-score bytes move."""
@@ -183,10 +221,18 @@ def flash_attention_seconds(b: int, s: int, h: int, a: int, gpu,
     return f / rate, bw / rate
 
 
-def layer_memory_bytes(b: int, s: int, h: int, a: int, t: int = 1, *, sp: bool = False,
-                       grad_accum_bytes: float = 10, attention: str = "unfused",
-                       score_bytes: float = SCORE_BYTES_FWD + SCORE_BYTES_BWD
-                       ) -> tuple[float, float, float]:
+def layer_memory_bytes(
+    b: int,
+    s: int,
+    h: int,
+    a: int,
+    t: int = 1,
+    *,
+    sp: bool = False,
+    grad_accum_bytes: float = 10,
+    attention: str = "unfused",
+    score_bytes: float = SCORE_BYTES_FWD + SCORE_BYTES_BWD,
+) -> tuple[float, float, float]:
     """(forward, backward, attention-core forward) bytes of one layer's memory-bound kernels
     on one rank, 16-bit activations, 1-byte dropout masks (Korthikanti et al. 2022 §4.1's
     tensors, read and written once per kernel):
@@ -214,14 +260,28 @@ def layer_memory_bytes(b: int, s: int, h: int, a: int, t: int = 1, *, sp: bool =
     f_score = score_bytes * SCORE_BYTES_FWD / (SCORE_BYTES_FWD + SCORE_BYTES_BWD)
     rep = bsh / t if sp else bsh
     fwd = 22 * rep + 16 * bsh / t + f_score * scores
-    bwd = 22 * rep + 24 * bsh / t + (score_bytes - f_score) * scores + \
-        grad_accum_bytes * 12 * h * h / t
+    bwd = (
+        22 * rep
+        + 24 * bsh / t
+        + (score_bytes - f_score) * scores
+        + grad_accum_bytes * 12 * h * h / t
+    )
     return fwd, bwd, f_score * scores
 
 
-def layer_seconds(b: int, s: int, h: int, a: int, gpu, t: int = 1, *, sp: bool = False,
-                  recompute: str = "none", attention: str = "unfused",
-                  grad_accum_bytes: float = 10) -> LayerTime:
+def layer_seconds(
+    b: int,
+    s: int,
+    h: int,
+    a: int,
+    gpu,
+    t: int = 1,
+    *,
+    sp: bool = False,
+    recompute: str = "none",
+    attention: str = "unfused",
+    grad_accum_bytes: float = 10,
+) -> LayerTime:
     """Forward + backward of one layer for one micro-batch on one rank, with recomputation:
     "full" repeats the whole forward, "selective" repeats the attention core (QKᵀ, softmax,
     dropout, attention·V, or the flash forward; Korthikanti et al. 2022 §5). ``attention``:
@@ -237,8 +297,16 @@ def layer_seconds(b: int, s: int, h: int, a: int, gpu, t: int = 1, *, sp: bool =
     else:
         core_f, core_b = pass_seconds(gemms[4:], gpu)
     m_f, m_b, m_core = layer_memory_bytes(
-        b, s, h, a, t, sp=sp, grad_accum_bytes=grad_accum_bytes, attention=attention,
-        score_bytes=gpu.attention_score_bytes)
+        b,
+        s,
+        h,
+        a,
+        t,
+        sp=sp,
+        grad_accum_bytes=grad_accum_bytes,
+        attention=attention,
+        score_bytes=gpu.attention_score_bytes,
+    )
     overhead = gpu.layer_overhead_s
     fwd = dense_f + core_f
     g, mem, extra = fwd + dense_b + core_b, m_f + m_b, overhead
@@ -257,8 +325,11 @@ def logits_seconds(b: int, s: int, h: int, V: int, gpu, t: int = 1) -> float:
     (b, s, V/t) logits a few times (≈ 16 bytes per logit); no recomputation (Megatron leaves
     the output layer out of the checkpointed layers)."""
     Vt = max(1, V // t)
-    g = gpu_gemm_seconds(gpu, b * s, Vt, h) + gpu_gemm_seconds(gpu, b * s, h, Vt) + \
-        gpu_gemm_seconds(gpu, h, Vt, b * s)
+    g = (
+        gpu_gemm_seconds(gpu, b * s, Vt, h)
+        + gpu_gemm_seconds(gpu, b * s, h, Vt)
+        + gpu_gemm_seconds(gpu, h, Vt, b * s)
+    )
     return g + 16 * b * s * Vt / gpu.hbm_bandwidth
 
 
@@ -275,8 +346,9 @@ def optimizer_seconds(params: float, gpu, bytes_per_param: float = 30) -> float:
     return bytes_per_param * params / bw
 
 
-def attention_core_and_mlp_seconds(b: int, s: int, h: int, a: int, gpu, t: int = 1, *,
-                                   attention: str = "unfused") -> dict[str, float]:
+def attention_core_and_mlp_seconds(
+    b: int, s: int, h: int, a: int, gpu, t: int = 1, *, attention: str = "unfused"
+) -> dict[str, float]:
     """Forward and backward GEMM seconds of one layer's attention core (QKᵀ, attention·V, or
     the flash kernel) and of its MLP (h→4h, 4h→h) on one of t ranks: the parts
     :mod:`minipar.cost.three_d` rescales for context parallelism (the core repeats for each of

@@ -34,6 +34,7 @@ the activations, e_acc of the dK/dV accumulators.
   Models", Table 2): 34·sbh + 5·as²b bytes per layer with 16-bit activations; blockwise
   attention (flash / ring) keeps no s² term, and CP divides every token's share by cp.
 """
+
 from __future__ import annotations
 
 from .collectives import collective_time
@@ -59,8 +60,9 @@ def check_shape(s: int, cp: int, layout: str = "contiguous") -> None:
         raise ValueError(f"sequence length s ({s}) must be divisible by {rule} ({n})")
 
 
-def _check_rates(flops: float | None = None, bandwidth: float | None = None,
-                 alpha: float | None = None) -> None:
+def _check_rates(
+    flops: float | None = None, bandwidth: float | None = None, alpha: float | None = None
+) -> None:
     if flops is not None and not flops > 0:
         raise ValueError(f"flops ({flops}) must be > 0 FLOP/s")
     if bandwidth is not None and not bandwidth > 0:
@@ -85,8 +87,14 @@ def accum_bytes(bytes_per_elem: float = 2, accum_bytes_per_elem: float | None = 
     return accum_bytes_per_elem
 
 
-def ring_sent_bytes_per_layer(b: int, s: int, h_kv: int, cp: int, bytes_per_elem: float = 2,
-                              accum_bytes_per_elem: float | None = None) -> dict[str, float]:
+def ring_sent_bytes_per_layer(
+    b: int,
+    s: int,
+    h_kv: int,
+    cp: int,
+    bytes_per_elem: float = 2,
+    accum_bytes_per_elem: float | None = None,
+) -> dict[str, float]:
     """Bytes one rank sends per layer per micro-batch under ring attention:
     forward (cp−1)·KV, backward (cp−1)·KV + cp·dKV, KV = :func:`kv_block_bytes` at e bytes,
     dKV the same block at e_acc = :func:`accum_bytes`; 0 for cp = 1."""
@@ -98,9 +106,14 @@ def ring_sent_bytes_per_layer(b: int, s: int, h_kv: int, cp: int, bytes_per_elem
     return {"forward": fwd, "backward": bwd, "total": fwd + bwd}
 
 
-def allgather_collectives_per_layer(b: int, s: int, h_kv: int, cp: int,
-                                    bytes_per_elem: float = 2,
-                                    accum_bytes_per_elem: float | None = None) -> dict:
+def allgather_collectives_per_layer(
+    b: int,
+    s: int,
+    h_kv: int,
+    cp: int,
+    bytes_per_elem: float = 2,
+    accum_bytes_per_elem: float | None = None,
+) -> dict:
     """All-gather CP's collectives per layer, each (op, S bytes as nccl-tests counts it: the
     gathered output, the reduced input): forward [all-gather cp·KV]; backward [all-gather
     cp·KV, reduce-scatter cp·dKV]. Empty lists for cp = 1."""
@@ -108,12 +121,20 @@ def allgather_collectives_per_layer(b: int, s: int, h_kv: int, cp: int,
     dkv = kv_block_bytes(b, s, h_kv, cp, accum_bytes(bytes_per_elem, accum_bytes_per_elem))
     if cp == 1:
         return {"forward": [], "backward": []}
-    return {"forward": [("all-gather", cp * kv)],
-            "backward": [("all-gather", cp * kv), ("reduce-scatter", cp * dkv)]}
+    return {
+        "forward": [("all-gather", cp * kv)],
+        "backward": [("all-gather", cp * kv), ("reduce-scatter", cp * dkv)],
+    }
 
 
-def allgather_sent_bytes_per_layer(b: int, s: int, h_kv: int, cp: int, bytes_per_elem: float = 2,
-                                   accum_bytes_per_elem: float | None = None) -> dict[str, float]:
+def allgather_sent_bytes_per_layer(
+    b: int,
+    s: int,
+    h_kv: int,
+    cp: int,
+    bytes_per_elem: float = 2,
+    accum_bytes_per_elem: float | None = None,
+) -> dict[str, float]:
     """Bytes one rank sends per layer under all-gather CP: (cp−1)/cp of every collective's S
     (ring algorithms): forward (cp−1)·KV, backward (cp−1)·KV + (cp−1)·dKV."""
     c = allgather_collectives_per_layer(b, s, h_kv, cp, bytes_per_elem, accum_bytes_per_elem)
@@ -141,9 +162,15 @@ def ulysses_kv_width(h_kv: int, cp: int, a_kv: int | None = None) -> float:
     return h_kv * cp / a_kv if cp > a_kv else h_kv
 
 
-def ulysses_all_to_alls_per_layer(b: int, s: int, h: int, cp: int, bytes_per_elem: float = 2,
-                                  h_kv: int | None = None,
-                                  a_kv: int | None = None) -> list[tuple[str, float]]:
+def ulysses_all_to_alls_per_layer(
+    b: int,
+    s: int,
+    h: int,
+    cp: int,
+    bytes_per_elem: float = 2,
+    h_kv: int | None = None,
+    a_kv: int | None = None,
+) -> list[tuple[str, float]]:
     """(tensor, all-to-all input size S in bytes) per layer forward: q, k, v packed in one, the
     output in the other; the backward repeats the list (each all-to-all's adjoint is one
     all-to-all of the same size). Empty for cp = 1."""
@@ -156,13 +183,21 @@ def ulysses_all_to_alls_per_layer(b: int, s: int, h: int, cp: int, bytes_per_ele
     return [("qkv", b * (s / cp) * (h + 2 * w) * bytes_per_elem), ("out", q)]
 
 
-def ulysses_sent_bytes_per_layer(b: int, s: int, h: int, cp: int, bytes_per_elem: float = 2,
-                                 h_kv: int | None = None,
-                                 a_kv: int | None = None) -> dict[str, float]:
+def ulysses_sent_bytes_per_layer(
+    b: int,
+    s: int,
+    h: int,
+    cp: int,
+    bytes_per_elem: float = 2,
+    h_kv: int | None = None,
+    a_kv: int | None = None,
+) -> dict[str, float]:
     """Bytes one rank sends per layer: (cp−1)/cp of every all-to-all's input, forward and
     backward."""
-    fwd = sum((cp - 1) / cp * S for _, S in ulysses_all_to_alls_per_layer(
-        b, s, h, cp, bytes_per_elem, h_kv, a_kv))
+    fwd = sum(
+        (cp - 1) / cp * S
+        for _, S in ulysses_all_to_alls_per_layer(b, s, h, cp, bytes_per_elem, h_kv, a_kv)
+    )
     return {"forward": fwd, "backward": fwd, "total": 2 * fwd}
 
 
@@ -176,8 +211,9 @@ def _check_diagonal(diagonal: str) -> None:
         raise ValueError(f"diagonal ({diagonal!r}) must be one of {', '.join(DIAGONALS)}")
 
 
-def step_pairs(rank: int, cp: int, layout: str = "zigzag", causal: bool = True,
-               diagonal: str = "half") -> list[float]:
+def step_pairs(
+    rank: int, cp: int, layout: str = "zigzag", causal: bool = True, diagonal: str = "half"
+) -> list[float]:
     """Block pairs rank ``rank`` computes at each ring step i (it holds rank r−i's K/V), in
     pairs of chunks (s/cp tokens contiguous and striped, s/2cp zigzag). A diagonal pair counts
     1 ("whole") or 1/2 ("half"); striped: every causal pair straddles the diagonal
@@ -198,8 +234,9 @@ def step_pairs(rank: int, cp: int, layout: str = "zigzag", causal: bool = True,
     return out
 
 
-def pairs_per_rank(cp: int, layout: str = "contiguous", causal: bool = True,
-                   diagonal: str = "whole") -> list[float]:
+def pairs_per_rank(
+    cp: int, layout: str = "contiguous", causal: bool = True, diagonal: str = "whole"
+) -> list[float]:
     """(query chunk, key chunk) pairs each rank computes over the whole ring (sum of
     :func:`step_pairs`).
 
@@ -211,8 +248,15 @@ def pairs_per_rank(cp: int, layout: str = "contiguous", causal: bool = True,
     return [sum(step_pairs(r, cp, layout, causal, diagonal)) for r in range(cp)]
 
 
-def attention_flops_per_rank(b: int, s: int, h: int, cp: int, layout: str = "contiguous",
-                             causal: bool = True, diagonal: str = "whole") -> list[float]:
+def attention_flops_per_rank(
+    b: int,
+    s: int,
+    h: int,
+    cp: int,
+    layout: str = "contiguous",
+    causal: bool = True,
+    diagonal: str = "whole",
+) -> list[float]:
     """Forward attention FLOPs (QKᵀ and PV) of each rank: pairs × 4·b·n²·h, n = chunk length."""
     check_shape(s, cp, layout)
     _check(b=b, h=h)
@@ -220,8 +264,9 @@ def attention_flops_per_rank(b: int, s: int, h: int, cp: int, layout: str = "con
     return [p * 4 * b * n * n * h for p in pairs_per_rank(cp, layout, causal, diagonal)]
 
 
-def imbalance(cp: int, layout: str = "contiguous", causal: bool = True,
-              diagonal: str = "half") -> float:
+def imbalance(
+    cp: int, layout: str = "contiguous", causal: bool = True, diagonal: str = "half"
+) -> float:
     """Slowest rank's attention work over the mean. Contiguous causal: (2cp−1)/cp with a
     causal kernel on the diagonal ("half"), 2cp/(cp+1) with the diagonal computed whole and
     masked ("whole"); zigzag and striped: 1."""
@@ -229,9 +274,14 @@ def imbalance(cp: int, layout: str = "contiguous", causal: bool = True,
     return max(w) / (sum(w) / len(w))
 
 
-def min_tokens_per_rank_for_overlap(flops: float, bandwidth: float, bytes_per_elem: float = 2,
-                                    kv_fraction: float = 1.0, causal: bool = True,
-                                    layout: str = "zigzag") -> float:
+def min_tokens_per_rank_for_overlap(
+    flops: float,
+    bandwidth: float,
+    bytes_per_elem: float = 2,
+    kv_fraction: float = 1.0,
+    causal: bool = True,
+    layout: str = "zigzag",
+) -> float:
     """Smallest s/cp for which one ring step's block compute hides its K/V transfer (α ignored).
 
     A step computes a fraction f of a full block pair: 4·f·b·(s/cp)²·h / F ≥ transfer
@@ -253,10 +303,21 @@ def ring_time_from_steps(step_compute: list[float], step_comm: float) -> float:
     return sum(max(c, step_comm) for c in step_compute[:-1]) + step_compute[-1]
 
 
-def ring_attention_time(b: int, s: int, h: int, cp: int, *, flops: float, bandwidth: float,
-                        alpha: float = 0.0, layout: str = "contiguous", causal: bool = True,
-                        bytes_per_elem: float = 2, h_kv: int | None = None,
-                        diagonal: str = "half") -> dict[str, float]:
+def ring_attention_time(
+    b: int,
+    s: int,
+    h: int,
+    cp: int,
+    *,
+    flops: float,
+    bandwidth: float,
+    alpha: float = 0.0,
+    layout: str = "contiguous",
+    causal: bool = True,
+    bytes_per_elem: float = 2,
+    h_kv: int | None = None,
+    diagonal: str = "half",
+) -> dict[str, float]:
     """Forward seconds of ring attention, α-β link, compute at ``flops``.
 
     Step i computes the largest of the ranks' step-i pairs (:func:`step_pairs`) and transfers
@@ -268,20 +329,37 @@ def ring_attention_time(b: int, s: int, h: int, cp: int, *, flops: float, bandwi
     _check_rates(flops, bandwidth, alpha)
     _check(b=b, h=h, h_kv=h_kv)
     n = s / (2 * cp if layout == "zigzag" else cp)
-    unit = 4 * b * n * n * h / flops                     # seconds of one chunk pair
+    unit = 4 * b * n * n * h / flops  # seconds of one chunk pair
     per_rank = [step_pairs(r, cp, layout, causal, diagonal) for r in range(cp)]
     steps = [unit * max(w[i] for w in per_rank) for i in range(cp)]
     comp = unit * max(sum(w) for w in per_rank)
-    step_comm = (alpha + kv_block_bytes(b, s, h_kv, cp, bytes_per_elem) / bandwidth) if cp > 1 else 0.0
-    return {"compute": comp, "comm": (cp - 1) * step_comm,
-            "time": ring_time_from_steps(steps, step_comm),
-            "step": max(steps[1:]) if cp > 1 else steps[0]}
+    step_comm = (
+        (alpha + kv_block_bytes(b, s, h_kv, cp, bytes_per_elem) / bandwidth) if cp > 1 else 0.0
+    )
+    return {
+        "compute": comp,
+        "comm": (cp - 1) * step_comm,
+        "time": ring_time_from_steps(steps, step_comm),
+        "step": max(steps[1:]) if cp > 1 else steps[0],
+    }
 
 
-def allgather_attention_time(b: int, s: int, h: int, cp: int, *, flops: float, bandwidth: float,
-                             alpha: float = 0.0, layout: str = "zigzag", causal: bool = True,
-                             bytes_per_elem: float = 2, h_kv: int | None = None,
-                             diagonal: str = "half", algorithm: str = "ring") -> dict[str, float]:
+def allgather_attention_time(
+    b: int,
+    s: int,
+    h: int,
+    cp: int,
+    *,
+    flops: float,
+    bandwidth: float,
+    alpha: float = 0.0,
+    layout: str = "zigzag",
+    causal: bool = True,
+    bytes_per_elem: float = 2,
+    h_kv: int | None = None,
+    diagonal: str = "half",
+    algorithm: str = "ring",
+) -> dict[str, float]:
     """Forward seconds of all-gather CP: the K/V all-gather (S = cp·KV, ``algorithm`` of
     :func:`collective_time`), exposed, then the slowest rank's whole attention compute."""
     h_kv = h if h_kv is None else h_kv
@@ -289,8 +367,18 @@ def allgather_attention_time(b: int, s: int, h: int, cp: int, *, flops: float, b
     _check_rates(flops, bandwidth, alpha)
     _check(b=b, h=h, h_kv=h_kv)
     comp = max(attention_flops_per_rank(b, s, h, cp, layout, causal, diagonal)) / flops
-    gather = collective_time("all-gather", algorithm, cp, cp * kv_block_bytes(
-        b, s, h_kv, cp, bytes_per_elem), alpha, bandwidth) if cp > 1 else 0.0
+    gather = (
+        collective_time(
+            "all-gather",
+            algorithm,
+            cp,
+            cp * kv_block_bytes(b, s, h_kv, cp, bytes_per_elem),
+            alpha,
+            bandwidth,
+        )
+        if cp > 1
+        else 0.0
+    )
     return {"compute": comp, "gather": gather, "time": gather + comp}
 
 
@@ -300,12 +388,13 @@ def _pairs_below(a: int, b: int, c: int, e: int) -> int:
         return 0
     L = e - c
 
-    def S(T):                                            # Σ_{t ≤ T} clamp(t, 0, L)
+    def S(T):  # Σ_{t ≤ T} clamp(t, 0, L)
         if T <= 0:
             return 0
         if T <= L:
             return T * (T + 1) // 2
         return L * (L + 1) // 2 + (T - L) * L
+
     return S(b - c) - S(a - c)
 
 
@@ -318,8 +407,9 @@ def document_step_work(s: int, cp: int, layout: str, documents: list[int]) -> li
     if layout == "striped":
         raise ValueError("layout ('striped') must be contiguous or zigzag for document work")
     if any(not isinstance(n, int) or n < 1 for n in documents) or sum(documents) != s:
-        raise ValueError(f"document lengths ({list(documents)}) must be integers >= 1 summing "
-                         f"to s ({s})")
+        raise ValueError(
+            f"document lengths ({list(documents)}) must be integers >= 1 summing to s ({s})"
+        )
     n = s // (2 * cp if layout == "zigzag" else cp)
     bounds, start = [], 0
     for length in documents:
@@ -329,18 +419,39 @@ def document_step_work(s: int, cp: int, layout: str, documents: list[int]) -> li
     def entries(qc, kc):
         total = 0
         for d0, d1 in bounds:
-            total += _pairs_below(max(qc * n, d0), min((qc + 1) * n, d1),
-                                  max(kc * n, d0), min((kc + 1) * n, d1))
+            total += _pairs_below(
+                max(qc * n, d0), min((qc + 1) * n, d1), max(kc * n, d0), min((kc + 1) * n, d1)
+            )
         return total
-    return [[sum(entries(qc, kc) for qc in chunk_ids(r, cp, layout)
-                 for kc in chunk_ids((r - i) % cp, cp, layout)) for r in range(cp)]
-            for i in range(cp)]
+
+    return [
+        [
+            sum(
+                entries(qc, kc)
+                for qc in chunk_ids(r, cp, layout)
+                for kc in chunk_ids((r - i) % cp, cp, layout)
+            )
+            for r in range(cp)
+        ]
+        for i in range(cp)
+    ]
 
 
-def document_attention_times(b: int, s: int, h: int, cp: int, documents: list[int], *,
-                             flops: float, bandwidth: float, alpha: float = 0.0,
-                             layout: str = "zigzag", bytes_per_elem: float = 2,
-                             h_kv: int | None = None, algorithm: str = "ring") -> dict[str, float]:
+def document_attention_times(
+    b: int,
+    s: int,
+    h: int,
+    cp: int,
+    documents: list[int],
+    *,
+    flops: float,
+    bandwidth: float,
+    alpha: float = 0.0,
+    layout: str = "zigzag",
+    bytes_per_elem: float = 2,
+    h_kv: int | None = None,
+    algorithm: str = "ring",
+) -> dict[str, float]:
     """Forward seconds of ring and of all-gather CP under a causal document mask
     (:func:`document_step_work`, 4·b·h FLOPs per visible entry). The ring pays, at every step,
     its slowest rank's work at that step (Σ_steps max_ranks); the all-gather pays its exposed
@@ -353,23 +464,42 @@ def document_attention_times(b: int, s: int, h: int, cp: int, documents: list[in
     steps = [unit * max(w) for w in work]
     kv = kv_block_bytes(b, s, h_kv, cp, bytes_per_elem)
     step_comm = alpha + kv / bandwidth if cp > 1 else 0.0
-    gather = collective_time("all-gather", algorithm, cp, cp * kv, alpha, bandwidth) if cp > 1 else 0.0
+    gather = (
+        collective_time("all-gather", algorithm, cp, cp * kv, alpha, bandwidth) if cp > 1 else 0.0
+    )
     total = [unit * sum(work[i][r] for i in range(cp)) for r in range(cp)]
-    return {"ring": ring_time_from_steps(steps, step_comm), "ring_compute": sum(steps),
-            "allgather": gather + max(total), "allgather_compute": max(total),
-            "gather": gather, "imbalance": max(total) / (sum(total) / cp)}
+    return {
+        "ring": ring_time_from_steps(steps, step_comm),
+        "ring_compute": sum(steps),
+        "allgather": gather + max(total),
+        "allgather_compute": max(total),
+        "gather": gather,
+        "imbalance": max(total) / (sum(total) / cp),
+    }
 
 
-def ulysses_time(b: int, s: int, h: int, cp: int, *, alpha: float, bandwidth: float,
-                 bytes_per_elem: float = 2, h_kv: int | None = None,
-                 a_kv: int | None = None) -> float:
+def ulysses_time(
+    b: int,
+    s: int,
+    h: int,
+    cp: int,
+    *,
+    alpha: float,
+    bandwidth: float,
+    bytes_per_elem: float = 2,
+    h_kv: int | None = None,
+    a_kv: int | None = None,
+) -> float:
     """Forward seconds of Ulysses' two all-to-alls (pairwise exchange, α-β), not overlapped."""
-    return sum(collective_time("all-to-all", "pairwise-exchange", cp, S, alpha, bandwidth)
-               for _, S in ulysses_all_to_alls_per_layer(b, s, h, cp, bytes_per_elem, h_kv, a_kv))
+    return sum(
+        collective_time("all-to-all", "pairwise-exchange", cp, S, alpha, bandwidth)
+        for _, S in ulysses_all_to_alls_per_layer(b, s, h, cp, bytes_per_elem, h_kv, a_kv)
+    )
 
 
-def activation_bytes_per_rank(s: int, b: int, h: int, a: int, cp: int = 1, *,
-                              blockwise: bool = True) -> float:
+def activation_bytes_per_rank(
+    s: int, b: int, h: int, a: int, cp: int = 1, *, blockwise: bool = True
+) -> float:
     """Activation bytes per layer per rank (Korthikanti Table 2, 16-bit): (34·sbh + 5·as²b)/cp,
     without the 5·as²b term of the materialised scores when attention is blockwise."""
     _check(s=s, b=b, h=h, a=a, cp=cp)

@@ -25,20 +25,22 @@ neglected) and backward (2/3)·6ΨT/F_eff; hiding needs T ≥ q·F_eff/(2W), i.e
 per GPU for bf16 gradients (:func:`min_tokens_to_hide`). The latency terms then decide the rest:
 a flat ring pays 2(N−1)α per bucket, a tree 2⌈log2 N⌉α.
 """
+
 from __future__ import annotations
 
 import math
-from typing import Callable, NamedTuple
+from collections.abc import Callable
+from typing import NamedTuple
 
 from .memory_time import check_zero_stage
 
 
 class DPStep(NamedTuple):
-    step_s: float                 # wall time of one step
-    compute_s: float              # t_f + t_b
-    comm_s: float                 # sum of all-reduce times
-    exposed_s: float              # step_s − compute_s: communication not hidden by backward
-    intervals: list               # [(start_s, end_s), ...] of each bucket's all-reduce
+    step_s: float  # wall time of one step
+    compute_s: float  # t_f + t_b
+    comm_s: float  # sum of all-reduce times
+    exposed_s: float  # step_s − compute_s: communication not hidden by backward
+    intervals: list  # [(start_s, end_s), ...] of each bucket's all-reduce
 
     @property
     def efficiency(self) -> float:
@@ -49,14 +51,21 @@ class DPStep(NamedTuple):
 def bucket_sizes(total_bytes: float, bucket_bytes: float) -> list[float]:
     """``total_bytes`` cut into ⌈total/bucket⌉ buckets of ``bucket_bytes`` (the last smaller)."""
     if total_bytes <= 0 or bucket_bytes <= 0:
-        raise ValueError(f"gradient bytes ({total_bytes}) and bucket bytes ({bucket_bytes}) "
-                         "must be > 0")
+        raise ValueError(
+            f"gradient bytes ({total_bytes}) and bucket bytes ({bucket_bytes}) must be > 0"
+        )
     k = math.ceil(total_bytes / bucket_bytes)
     return [bucket_bytes] * (k - 1) + [total_bytes - bucket_bytes * (k - 1)]
 
 
-def dp_step_time(forward_s: float, backward_s: float, grad_bytes: float, bucket_bytes: float,
-                 allreduce_s: Callable[[float], float], overlap: bool = True) -> DPStep:
+def dp_step_time(
+    forward_s: float,
+    backward_s: float,
+    grad_bytes: float,
+    bucket_bytes: float,
+    allreduce_s: Callable[[float], float],
+    overlap: bool = True,
+) -> DPStep:
     """One data-parallel step under the bucketed-overlap model above.
 
     ``allreduce_s(nbytes)`` gives the seconds of one all-reduce of ``nbytes``.
@@ -90,8 +99,9 @@ def forward_backward(compute_s: float) -> tuple[float, float]:
     return compute_s / 3, 2 * compute_s / 3
 
 
-def compute_seconds(params: float, tokens_per_gpu: float,
-                    flops_per_s: float = ACHIEVED_FLOPS) -> float:
+def compute_seconds(
+    params: float, tokens_per_gpu: float, flops_per_s: float = ACHIEVED_FLOPS
+) -> float:
     """Seconds of forward + backward on one GPU: 6·Ψ·T FLOPs (:func:`minipar.cost.model.six_nd`)
     at ``flops_per_s`` achieved. E.g. Ψ = 1.3e9, T = 2048: 6·1.3e9·2048/400e12 = 0.040 s."""
     from .model import six_nd
@@ -110,14 +120,20 @@ def min_tokens_to_hide(flops_per_s: float, bandwidth: float, grad_bytes: float =
     message) and bucket count are neglected, so this is necessary, not sufficient.
     """
     if flops_per_s <= 0 or bandwidth <= 0 or grad_bytes <= 0:
-        raise ValueError(f"flops_per_s ({flops_per_s}), bandwidth ({bandwidth}) and grad_bytes "
-                         f"({grad_bytes}) must be > 0")
+        raise ValueError(
+            f"flops_per_s ({flops_per_s}), bandwidth ({bandwidth}) and grad_bytes "
+            f"({grad_bytes}) must be > 0"
+        )
     return grad_bytes * flops_per_s / (2 * bandwidth)
 
 
-def allreduce_seconds(n: int, gpus_per_node: int = 8, intra: str = "nvlink4-h100",
-                      inter: str = "ib-ndr400",
-                      inter_algorithm: str = "ring") -> Callable[[float], float]:
+def allreduce_seconds(
+    n: int,
+    gpus_per_node: int = 8,
+    intra: str = "nvlink4-h100",
+    inter: str = "ib-ndr400",
+    inter_algorithm: str = "ring",
+) -> Callable[[float], float]:
     """``nbytes -> seconds`` of one all-reduce over n GPUs: a ring over the ``intra`` link
     inside one node (n ≤ gpus_per_node), else the hierarchical all-reduce (ring reduce-scatter in
     each node, all-reduce across nodes over ``inter``, all-gather in each node; see
@@ -136,13 +152,16 @@ def allreduce_seconds(n: int, gpus_per_node: int = 8, intra: str = "nvlink4-h100
     if n <= gpus_per_node:
         return lambda s: collective_time("all-reduce", "ring", n, s, a.alpha, a.bandwidth)
     if n % gpus_per_node:
-        raise ValueError(f"ranks n ({n}) must be a multiple of gpus_per_node ({gpus_per_node}) "
-                         "beyond one node")
-    return lambda s: hierarchical_all_reduce_time(n // gpus_per_node, gpus_per_node, s, a, b,
-                                                  inter_algorithm)
+        raise ValueError(
+            f"ranks n ({n}) must be a multiple of gpus_per_node ({gpus_per_node}) beyond one node"
+        )
+    return lambda s: hierarchical_all_reduce_time(
+        n // gpus_per_node, gpus_per_node, s, a, b, inter_algorithm
+    )
 
 
 # --- bytes each rank sends per step (what one rank puts on its outgoing link) ---------------
+
 
 def _check_n(n: int) -> None:
     if not isinstance(n, int) or n < 1:

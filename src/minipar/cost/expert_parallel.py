@@ -28,13 +28,14 @@ rows (tokens) or elements.
   ``matrices`` h×f weights (2 for GELU, 3 for SwiGLU); E of them are stored, K are used per
   token: memory ∝ total, FLOPs ∝ active (2 FLOPs per multiply-add, forward).
 """
+
 from __future__ import annotations
 
 import math
 
 from .collectives import collective_time
 
-COUNT_BYTES = 8   # counts travel as int64
+COUNT_BYTES = 8  # counts travel as int64
 
 
 def _check(**kw) -> None:
@@ -61,9 +62,15 @@ def capacity(tokens: int, experts: int, top_k: int, capacity_factor: float | Non
     return math.ceil(capacity_factor * top_k * tokens / experts)
 
 
-def layer_events(rows: list[list[int]], rank: int, hidden: int, experts: int,
-                 top_k: int, bytes_per_elem: float = 4,
-                 capacity_limited: bool = False) -> list[tuple[str, float]]:
+def layer_events(
+    rows: list[list[int]],
+    rank: int,
+    hidden: int,
+    experts: int,
+    top_k: int,
+    bytes_per_elem: float = 4,
+    capacity_limited: bool = False,
+) -> list[tuple[str, float]]:
     """(op, S bytes) of one MoE layer's forward + backward on ``rank``, in call order."""
     ep = len(rows)
     if ep == 1:
@@ -71,20 +78,26 @@ def layer_events(rows: list[list[int]], rank: int, hidden: int, experts: int,
     sent = sum(rows[rank]) * hidden * bytes_per_elem
     received = sum(r[rank] for r in rows) * hidden * bytes_per_elem
     ev = [("all_gather", ep * top_k * experts * COUNT_BYTES)] if capacity_limited else []
-    ev += [("all_to_all", experts * COUNT_BYTES),       # counts
-           ("all_to_all", sent), ("all_to_all", received),        # dispatch, combine
-           ("all_to_all", sent), ("all_to_all", received)]        # backward: combine, dispatch
+    ev += [
+        ("all_to_all", experts * COUNT_BYTES),  # counts
+        ("all_to_all", sent),
+        ("all_to_all", received),  # dispatch, combine
+        ("all_to_all", sent),
+        ("all_to_all", received),
+    ]  # backward: combine, dispatch
     return ev
 
 
-def off_rank_bytes(rows: list[list[int]], rank: int, hidden: int,
-                   bytes_per_elem: float = 4) -> float:
+def off_rank_bytes(
+    rows: list[list[int]], rank: int, hidden: int, bytes_per_elem: float = 4
+) -> float:
     """Bytes of one dispatch that leave ``rank`` (rows to itself stay in memory)."""
     return sum(r for d, r in enumerate(rows[rank]) if d != rank) * hidden * bytes_per_elem
 
 
-def even_dispatch_bytes(tokens: int, top_k: int, hidden: int, ep: int,
-                        bytes_per_elem: float = 4) -> tuple[float, float]:
+def even_dispatch_bytes(
+    tokens: int, top_k: int, hidden: int, ep: int, bytes_per_elem: float = 4
+) -> tuple[float, float]:
     """(S, off-rank bytes) of one dispatch with perfectly even routing: K·n·h·bytes and
     (x−1)/x of it."""
     _check(tokens=tokens, top_k=top_k, hidden=hidden, ep=ep)
@@ -97,8 +110,9 @@ def all_to_all_time(nbytes: float, ep: int, alpha: float, bandwidth: float) -> f
     return collective_time("all-to-all", "pairwise-exchange", ep, nbytes, alpha, bandwidth)
 
 
-def layer_comm_time(rows: list[list[int]], hidden: int, alpha: float, bandwidth: float,
-                    bytes_per_elem: float = 4) -> float:
+def layer_comm_time(
+    rows: list[list[int]], hidden: int, alpha: float, bandwidth: float, bytes_per_elem: float = 4
+) -> float:
     """The four token all-to-alls of a layer (forward + backward): each waits for the rank with
     the largest send or receive buffer."""
     ep = len(rows)
@@ -106,17 +120,28 @@ def layer_comm_time(rows: list[list[int]], hidden: int, alpha: float, bandwidth:
     return 4 * all_to_all_time(worst * hidden * bytes_per_elem, ep, alpha, bandwidth)
 
 
-def all_to_all_vs_all_reduce(nbytes: float, ranks: int, alpha: float,
-                             bandwidth: float) -> dict[str, float]:
+def all_to_all_vs_all_reduce(
+    nbytes: float, ranks: int, alpha: float, bandwidth: float
+) -> dict[str, float]:
     """One all-to-all and one ring all-reduce of the same S: the all-to-all moves (n−1)/n·S per
     rank, the all-reduce 2(n−1)/n·S (its reduce-scatter and its all-gather)."""
-    return {"all-to-all": all_to_all_time(nbytes, ranks, alpha, bandwidth),
-            "all-reduce": collective_time("all-reduce", "ring", ranks, nbytes, alpha, bandwidth)}
+    return {
+        "all-to-all": all_to_all_time(nbytes, ranks, alpha, bandwidth),
+        "all-reduce": collective_time("all-reduce", "ring", ranks, nbytes, alpha, bandwidth),
+    }
 
 
-def tokens_vs_weights_bytes(tokens: int, top_k: int, hidden: int, ffn: int, experts: int,
-                            ep: int, bytes_per_elem: float = 4, matrices: int = 2,
-                            micro_batches: int = 1) -> dict:
+def tokens_vs_weights_bytes(
+    tokens: int,
+    top_k: int,
+    hidden: int,
+    ffn: int,
+    experts: int,
+    ep: int,
+    bytes_per_elem: float = 4,
+    matrices: int = 2,
+    micro_batches: int = 1,
+) -> dict:
     """Per rank and layer, bytes that leave the rank: EP's four all-to-alls of K·n rows ((x−1)/x
     off rank), which run for **every micro-batch** of n tokens, against the ring all-reduce of
     the E experts' gradients on x ranks (2(x−1)/x·S) that data parallelism over replicated
@@ -126,8 +151,11 @@ def tokens_vs_weights_bytes(tokens: int, top_k: int, hidden: int, ffn: int, expe
     _check(micro_batches=micro_batches)
     _, off = even_dispatch_bytes(tokens, top_k, hidden, ep, bytes_per_elem)
     grads = experts * matrices * hidden * ffn * bytes_per_elem
-    return {"ep tokens per micro-batch": 4 * off, "ep tokens": 4 * off * micro_batches,
-            "dp expert grads": 2 * (ep - 1) / ep * grads}
+    return {
+        "ep tokens per micro-batch": 4 * off,
+        "ep tokens": 4 * off * micro_batches,
+        "dp expert grads": 2 * (ep - 1) / ep * grads,
+    }
 
 
 def imbalance(tokens_per_expert: list[int], ep: int) -> dict[str, float]:
@@ -137,22 +165,33 @@ def imbalance(tokens_per_expert: list[int], ep: int) -> dict[str, float]:
     if E % ep:
         raise ValueError(f"experts ({E}) must be divisible by ep ({ep})")
     per = E // ep
-    ranks = [sum(tokens_per_expert[r * per:(r + 1) * per]) for r in range(ep)]
+    ranks = [sum(tokens_per_expert[r * per : (r + 1) * per]) for r in range(ep)]
     mean = sum(ranks) / ep
-    return {"per rank": ranks, "max/mean rank": max(ranks) / mean if mean else 1.0,
-            "max/mean expert": max(tokens_per_expert) / (sum(tokens_per_expert) / E)
-            if sum(tokens_per_expert) else 1.0}
+    return {
+        "per rank": ranks,
+        "max/mean rank": max(ranks) / mean if mean else 1.0,
+        "max/mean expert": max(tokens_per_expert) / (sum(tokens_per_expert) / E)
+        if sum(tokens_per_expert)
+        else 1.0,
+    }
 
 
-def expert_params_per_rank(experts: int, hidden: int, ffn: int, ep: int,
-                           matrices: int = 2) -> int:
+def expert_params_per_rank(experts: int, hidden: int, ffn: int, ep: int, matrices: int = 2) -> int:
     """E/x experts of ``matrices``·h·f weights each: ∝ 1/x."""
     check_shapes(experts, 1, ep)
     return experts // ep * matrices * hidden * ffn
 
 
-def moe_params(hidden: int, ffn: int, experts: int, top_k: int, layers: int = 1,
-               matrices: int = 2, dense_per_layer: int = 0, shared: int = 0) -> dict[str, int]:
+def moe_params(
+    hidden: int,
+    ffn: int,
+    experts: int,
+    top_k: int,
+    layers: int = 1,
+    matrices: int = 2,
+    dense_per_layer: int = 0,
+    shared: int = 0,
+) -> dict[str, int]:
     """Total and active (per token) parameters of ``layers`` MoE layers: experts, router (h·E),
     ``dense_per_layer`` (attention, norms) and ``shared`` always-on experts."""
     check_shapes(experts, top_k, 1)
@@ -167,14 +206,20 @@ def mixtral_8x7b() -> dict[str, int]:
     E 8, K 2, SwiGLU (3 matrices), 32 query / 8 key-value heads of 128, vocabulary 32000,
     untied embeddings. Gives 46.7e9 total and 12.9e9 active (the paper: 47B and 13B)."""
     h, f, L, V = 4096, 14336, 32, 32000
-    attn = 2 * h * h + 2 * h * (8 * 128) + 2 * h            # q, o; k, v; two RMSNorm weights
+    attn = 2 * h * h + 2 * h * (8 * 128) + 2 * h  # q, o; k, v; two RMSNorm weights
     p = moe_params(h, f, 8, 2, L, matrices=3, dense_per_layer=attn)
-    extra = 2 * V * h + h                                    # embeddings, head, final norm
+    extra = 2 * V * h + h  # embeddings, head, final norm
     return {k: v + extra for k, v in p.items() if k != "forward flops per token"}
 
 
-def skewed_loads(tokens: int, experts: int, top_k: int, ep: int, hot: float = 0.0,
-                 capacity_factor: float | None = None) -> dict:
+def skewed_loads(
+    tokens: int,
+    experts: int,
+    top_k: int,
+    ep: int,
+    hot: float = 0.0,
+    capacity_factor: float | None = None,
+) -> dict:
     """Assignments per expert and per rank when a share ``hot`` of the EP group's A = x·n·K
     assignments goes to expert 0 and the rest spread evenly over all E experts (a router that
     over-uses one expert; ``hot`` = 0 is perfect balance). With a capacity factor each expert
@@ -189,17 +234,33 @@ def skewed_loads(tokens: int, experts: int, top_k: int, ep: int, hot: float = 0.
     C = capacity(ep * tokens, experts, top_k, capacity_factor)
     done = routed if C is None else [min(r, C) for r in routed]
     per = experts // ep
-    ranks = [sum(done[r * per:(r + 1) * per]) for r in range(ep)]
-    return {"routed": routed, "processed": done, "per rank": ranks, "capacity": C,
-            "max rank": max(ranks), "mean rank": sum(ranks) / ep,
-            "dropped fraction": 1 - sum(done) / A}
+    ranks = [sum(done[r * per : (r + 1) * per]) for r in range(ep)]
+    return {
+        "routed": routed,
+        "processed": done,
+        "per rank": ranks,
+        "capacity": C,
+        "max rank": max(ranks),
+        "mean rank": sum(ranks) / ep,
+        "dropped fraction": 1 - sum(done) / A,
+    }
 
 
-def ep_layer_model(tokens: int = 4096, experts: int = 8, top_k: int = 2, ep: int = 8,
-                   hidden: int = 4096, ffn: int = 14336, capacity_factor: float | None = None,
-                   hot: float = 0.0, alpha: float = 2e-6, bandwidth: float = 450e9,
-                   bytes_per_elem: float = 2, matrices: int = 3,
-                   gpus_per_node: int = 8) -> dict:
+def ep_layer_model(
+    tokens: int = 4096,
+    experts: int = 8,
+    top_k: int = 2,
+    ep: int = 8,
+    hidden: int = 4096,
+    ffn: int = 14336,
+    capacity_factor: float | None = None,
+    hot: float = 0.0,
+    alpha: float = 2e-6,
+    bandwidth: float = 450e9,
+    bytes_per_elem: float = 2,
+    matrices: int = 3,
+    gpus_per_node: int = 8,
+) -> dict:
     """One MoE layer on x = ``ep`` ranks with n = ``tokens`` per rank (the explorer's model):
     rows the most loaded rank processes and its ratio to the mean, the dispatch buffer S of
     even routing and the bytes leaving a rank, the four all-to-alls' time (set by the largest
@@ -211,15 +272,20 @@ def ep_layer_model(tokens: int = 4096, experts: int = 8, top_k: int = 2, ep: int
     S, off = even_dispatch_bytes(tokens, top_k, hidden, ep, bytes_per_elem)
     worst = max(load["max rank"], top_k * tokens) * hidden * bytes_per_elem
     p = moe_params(hidden, ffn, experts, top_k, 1, matrices)
-    return {"max rank rows": load["max rank"],
-            "imbalance": load["max rank"] / load["mean rank"] if load["mean rank"] else 1.0,
-            "capacity": load["capacity"], "dropped fraction": load["dropped fraction"],
-            "dispatch bytes": S, "off rank bytes": off,
-            "off node bytes": S * off_node_fraction(ep, gpus_per_node),
-            "layer a2a seconds": 4 * all_to_all_time(worst, ep, alpha, bandwidth),
-            "expert bytes per rank": expert_params_per_rank(experts, hidden, ffn, ep, matrices)
-            * bytes_per_elem,
-            "total params": p["total"], "active params": p["active"]}
+    return {
+        "max rank rows": load["max rank"],
+        "imbalance": load["max rank"] / load["mean rank"] if load["mean rank"] else 1.0,
+        "capacity": load["capacity"],
+        "dropped fraction": load["dropped fraction"],
+        "dispatch bytes": S,
+        "off rank bytes": off,
+        "off node bytes": S * off_node_fraction(ep, gpus_per_node),
+        "layer a2a seconds": 4 * all_to_all_time(worst, ep, alpha, bandwidth),
+        "expert bytes per rank": expert_params_per_rank(experts, hidden, ffn, ep, matrices)
+        * bytes_per_elem,
+        "total params": p["total"],
+        "active params": p["active"],
+    }
 
 
 # ------------------------------------------------------------------ dispatchers (from routing)
@@ -239,9 +305,16 @@ def dispatch_rows(choices: list[list[list[int]]], experts: int) -> list[list[int
     return rows
 
 
-def all_gather_events(tokens: list[int], rank: int, hidden: int, top_k: int,
-                      bytes_per_elem: float = 4, index_bytes: int = COUNT_BYTES,
-                      capacity_limited: bool = False, experts: int = 0) -> list[tuple[str, float]]:
+def all_gather_events(
+    tokens: list[int],
+    rank: int,
+    hidden: int,
+    top_k: int,
+    bytes_per_elem: float = 4,
+    index_bytes: int = COUNT_BYTES,
+    capacity_limited: bool = False,
+    experts: int = 0,
+) -> list[tuple[str, float]]:
     """(op, S bytes) of the all-gather dispatcher's forward + backward on one rank (Megatron-Core
     ``MoEAllGatherTokenDispatcher``): the ranks' token counts (x int64), then tokens, choices
     (int64) and gates, each padded to m = max n and all-gathered (S = x·m·width), and a
@@ -253,11 +326,16 @@ def all_gather_events(tokens: list[int], rank: int, hidden: int, top_k: int,
         return []
     ev = [("all_gather", ep * top_k * experts * COUNT_BYTES)] if capacity_limited else []
     full, route = ep * m * hidden * bytes_per_elem, ep * m * top_k
-    ev += [("all_gather", ep * COUNT_BYTES), ("all_gather", full),
-           ("all_gather", route * index_bytes), ("all_gather", route * bytes_per_elem),
-           ("reduce_scatter", full),
-           ("all_gather", full), ("reduce_scatter", route * bytes_per_elem),
-           ("reduce_scatter", full)]
+    ev += [
+        ("all_gather", ep * COUNT_BYTES),
+        ("all_gather", full),
+        ("all_gather", route * index_bytes),
+        ("all_gather", route * bytes_per_elem),
+        ("reduce_scatter", full),
+        ("all_gather", full),
+        ("reduce_scatter", route * bytes_per_elem),
+        ("reduce_scatter", full),
+    ]
     return ev
 
 
@@ -277,17 +355,24 @@ def node_dedup_rows(choices: list[list[list[int]]], experts: int, node_size: int
         for es in toks:
             for v in sorted({e // per_node for e in es}):
                 rail[s][v] += 1
-                f = v * node_size + s % node_size                 # the forwarding rank
+                f = v * node_size + s % node_size  # the forwarding rank
                 for e in es:
                     if e // per_node == v:
                         node[f][_owner(e, experts, ep) % node_size] += 1
     return {"rail": rail, "node": node}
 
 
-def node_dedup_events(choices: list[list[list[int]]], rank: int, experts: int, top_k: int,
-                      hidden: int, node_size: int, bytes_per_elem: float = 4,
-                      index_bytes: int = COUNT_BYTES,
-                      capacity_limited: bool = False) -> list[tuple[str, float]]:
+def node_dedup_events(
+    choices: list[list[list[int]]],
+    rank: int,
+    experts: int,
+    top_k: int,
+    hidden: int,
+    node_size: int,
+    bytes_per_elem: float = 4,
+    index_bytes: int = COUNT_BYTES,
+    capacity_limited: bool = False,
+) -> list[tuple[str, float]]:
     """(op, S bytes) of the node-deduplicated dispatcher on ``rank``, forward + backward: over
     the rail (one rank per node) the counts (nodes int64), the S1 token rows (h), their K gates
     and K expert indices; inside the node the counts (E/nodes int64), the S2 choice rows there
@@ -307,11 +392,18 @@ def node_dedup_events(choices: list[list[list[int]]], rank: int, experts: int, t
     h, b = hidden, bytes_per_elem
     ev = [("all_gather", ep * top_k * experts * COUNT_BYTES)] if capacity_limited else []
     if nodes > 1:
-        ev += [("all_to_all", nodes * COUNT_BYTES), ("all_to_all", S1 * h * b),
-               ("all_to_all", S1 * top_k * b), ("all_to_all", S1 * top_k * index_bytes)]
+        ev += [
+            ("all_to_all", nodes * COUNT_BYTES),
+            ("all_to_all", S1 * h * b),
+            ("all_to_all", S1 * top_k * b),
+            ("all_to_all", S1 * top_k * index_bytes),
+        ]
     if g > 1:
-        ev += [("all_to_all", experts // nodes * COUNT_BYTES), ("all_to_all", S2 * h * b),
-               ("all_to_all", R2 * h * b)]
+        ev += [
+            ("all_to_all", experts // nodes * COUNT_BYTES),
+            ("all_to_all", S2 * h * b),
+            ("all_to_all", R2 * h * b),
+        ]
     if nodes > 1:
         ev += [("all_to_all", R1 * h * b), ("all_to_all", S1 * h * b)]
     if g > 1:
@@ -321,8 +413,9 @@ def node_dedup_events(choices: list[list[list[int]]], rank: int, experts: int, t
     return ev
 
 
-def inter_node_rows(choices: list[list[list[int]]], experts: int, node_size: int,
-                    dispatcher: str = "all_to_all") -> int:
+def inter_node_rows(
+    choices: list[list[list[int]]], experts: int, node_size: int, dispatcher: str = "all_to_all"
+) -> int:
     """Rows of one dispatch that leave their source's node, summed over ranks: one per (token,
     kept choice on another node) for ``all_to_all``, one per (token, other node) for
     ``node_dedup``. The combine sends the same number back."""
@@ -343,8 +436,9 @@ def inter_node_rows(choices: list[list[list[int]]], experts: int, node_size: int
     return total
 
 
-def expected_nodes_per_token(experts: int, top_k: int, nodes: int,
-                             max_nodes: int | None = None) -> float:
+def expected_nodes_per_token(
+    experts: int, top_k: int, nodes: int, max_nodes: int | None = None
+) -> float:
     """Expected number of distinct nodes holding a token's K experts when the K are a uniformly
     random K-subset of E spread evenly over ``nodes``: nodes·(1 − C(E − E/nodes, K)/C(E, K))
     (inclusion of each node, linearity of expectation). Node-limited routing caps it at
@@ -366,8 +460,9 @@ def off_node_fraction(ep: int, gpus_per_node: int) -> float:
     the infrastructure paragraph of its training section) stay inside an 8-GPU node."""
     _check(ep=ep, gpus_per_node=gpus_per_node)
     if ep > gpus_per_node and ep % gpus_per_node:
-        raise ValueError(f"ep ({ep}) larger than a node must be a multiple of gpus_per_node "
-                         f"({gpus_per_node})")
+        raise ValueError(
+            f"ep ({ep}) larger than a node must be a multiple of gpus_per_node ({gpus_per_node})"
+        )
     return (ep - min(ep, gpus_per_node)) / ep
 
 
@@ -379,15 +474,30 @@ def folded_expert_dp(t: int, cp: int, d: int, ep: int, etp: int = 1) -> int:
     _check(t=t, cp=cp, d=d, ep=ep, etp=etp)
     stage = t * cp * d
     if stage % (etp * ep):
-        raise ValueError(f"etp·ep ({etp}·{ep} = {etp * ep}) must divide the ranks of a "
-                         f"stage, t·cp·d = {stage} (MoE parallel folding)")
+        raise ValueError(
+            f"etp·ep ({etp}·{ep} = {etp * ep}) must divide the ranks of a "
+            f"stage, t·cp·d = {stage} (MoE parallel folding)"
+        )
     return stage // (etp * ep)
 
 
-def folded_moe_traffic(tokens: int, hidden: int, ffn: int, experts: int, top_k: int, t: int,
-                       cp: int, d: int, ep: int, etp: int = 1, gpus_per_node: int = 8,
-                       micro_batches: int = 1, bytes_per_elem: float = 2,
-                       grad_bytes_per_elem: float = 4, matrices: int = 3) -> dict:
+def folded_moe_traffic(
+    tokens: int,
+    hidden: int,
+    ffn: int,
+    experts: int,
+    top_k: int,
+    t: int,
+    cp: int,
+    d: int,
+    ep: int,
+    etp: int = 1,
+    gpus_per_node: int = 8,
+    micro_batches: int = 1,
+    bytes_per_elem: float = 2,
+    grad_bytes_per_elem: float = 4,
+    matrices: int = 3,
+) -> dict:
     """One MoE layer under MoE parallel folding, per rank and per step: ``tokens`` = tokens a
     rank holds at the MoE layer (after sequence/context parallelism: b·s/(t·cp) per
     micro-batch). Terms, each a separate entry:
@@ -405,18 +515,34 @@ def folded_moe_traffic(tokens: int, hidden: int, ffn: int, experts: int, top_k: 
     _, off = even_dispatch_bytes(tokens, top_k, hidden, ep, bytes_per_elem)
     a2a = 4 * off * micro_batches
     grads = experts // ep * matrices * hidden * ffn // etp * grad_bytes_per_elem
-    return {"ep a2a bytes": a2a, "ep a2a off-node bytes": 4 * micro_batches *
-            even_dispatch_bytes(tokens, top_k, hidden, ep, bytes_per_elem)[0] *
-            off_node_fraction(ep, gpus_per_node),
-            "expert grad bytes": grads, "expert grad ring bytes": 2 * (edp - 1) / edp * grads,
-            "edp": edp, "dense grad group": cp * d}
+    return {
+        "ep a2a bytes": a2a,
+        "ep a2a off-node bytes": 4
+        * micro_batches
+        * even_dispatch_bytes(tokens, top_k, hidden, ep, bytes_per_elem)[0]
+        * off_node_fraction(ep, gpus_per_node),
+        "expert grad bytes": grads,
+        "expert grad ring bytes": 2 * (edp - 1) / edp * grads,
+        "edp": edp,
+        "dense grad group": cp * d,
+    }
 
 
-
-def folded_block_events(rows: list[list[int]], ep_rank: int, tokens: int, hidden: int,
-                        dense_ffn: int, expert_ffn: int, experts: int, top_k: int, t: int,
-                        dp_cp: int, edp: int, world: int,
-                        bytes_per_elem: float = 4) -> list[tuple[str, float]]:
+def folded_block_events(
+    rows: list[list[int]],
+    ep_rank: int,
+    tokens: int,
+    hidden: int,
+    dense_ffn: int,
+    expert_ffn: int,
+    experts: int,
+    top_k: int,
+    t: int,
+    dp_cp: int,
+    edp: int,
+    world: int,
+    bytes_per_elem: float = 4,
+) -> list[tuple[str, float]]:
     """(op, S bytes) of one training step of :mod:`minipar.expert_parallel.folding`'s block on
     one rank, in call order:
 

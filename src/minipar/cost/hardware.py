@@ -6,6 +6,7 @@ are order-of-magnitude assumptions for one message's start-up cost through NCCL 
 (a few µs in a node, more across nodes, tens of µs over TCP). Measure your own with
 ``minipar bench collectives`` and :func:`minipar.cost.collectives.fit_alpha_beta`.
 """
+
 from __future__ import annotations
 
 import json
@@ -19,7 +20,7 @@ from .units import GB
 class Link:
     name: str
     bandwidth: float  # bytes/s per direction
-    alpha: float      # s per message (assumed, see module docstring)
+    alpha: float  # s per message (assumed, see module docstring)
     source: str
     note: str = ""
 
@@ -31,60 +32,81 @@ class GPU:
     peak_flops: dict[str, float] = field(hash=False)  # dtype -> dense FLOP/s (no 2:4 sparsity)
     source: str = ""
     note: str = ""
-    hbm_bandwidth: float = 2.0e12   # bytes/s of HBM (datasheet; achieved where measured)
-    sms: int = 108                  # streaming multiprocessors (tile waves, compute.py)
-    gemm_efficiency: float = 0.75   # η: fraction of dense peak a large GEMM sustains in training
-    intra: str = "nvlink3-a100"     # the NVLink of its generation (DGX/HGX baseboard)
-    inter: str = "ib-hdr200"        # the InfiniBand NIC per GPU of its generation
+    hbm_bandwidth: float = 2.0e12  # bytes/s of HBM (datasheet; achieved where measured)
+    sms: int = 108  # streaming multiprocessors (tile waves, compute.py)
+    gemm_efficiency: float = 0.75  # η: fraction of dense peak a large GEMM sustains in training
+    intra: str = "nvlink3-a100"  # the NVLink of its generation (DGX/HGX baseboard)
+    inter: str = "ib-hdr200"  # the InfiniBand NIC per GPU of its generation
     # The kernel model of minipar.cost.compute (its docstring derives each term). The defaults
     # are the 2021 model that the A100 reproductions use; a measured profile sets them all.
-    gemm_rule: str = "waves"        # "waves" (tile/wave roofline) or "additive" (measured)
-    gemm_latency_s: float = 0.0     # λ: fixed seconds per GEMM call under "additive"
+    gemm_rule: str = "waves"  # "waves" (tile/wave roofline) or "additive" (measured)
+    gemm_latency_s: float = 0.0  # λ: fixed seconds per GEMM call under "additive"
     bmm_bandwidth: float | None = None  # bytes/s of attention's batched GEMMs (None: GEMM rule)
-    bmm_latency_s: float = 0.0      # fixed seconds per batched attention GEMM call
-    flash_efficiency: float = 0.5   # fused (flash) attention's FLOP/s over the bf16 peak
+    bmm_latency_s: float = 0.0  # fixed seconds per batched attention GEMM call
+    flash_efficiency: float = 0.5  # fused (flash) attention's FLOP/s over the bf16 peak
     attention_score_bytes: float = 20.0  # unfused attention: bytes per score, fwd + bwd
-    layer_overhead_s: float = 0.0   # fixed seconds per layer forward + backward
+    layer_overhead_s: float = 0.0  # fixed seconds per layer forward + backward
     optimizer_bandwidth: float | None = None  # bytes/s of the fused Adam step (None: HBM)
 
 
 LINKS: dict[str, Link] = {
     "nvlink3-a100": Link(
-        "nvlink3-a100", 300 * GB, 2e-6,
+        "nvlink3-a100",
+        300 * GB,
+        2e-6,
         source="NVIDIA A100 Tensor Core GPU datasheet: NVLink 600 GB/s (12 NVLink-3 links)",
-        note="600 GB/s is the bidirectional total = 300 GB/s per direction (DGX A100, HGX A100)."),
+        note="600 GB/s is the bidirectional total = 300 GB/s per direction (DGX A100, HGX A100).",
+    ),
     "nvlink4-h100": Link(
-        "nvlink4-h100", 450 * GB, 2e-6,
+        "nvlink4-h100",
+        450 * GB,
+        2e-6,
         source="NVIDIA H100 Tensor Core GPU datasheet: NVLink 900 GB/s (18 NVLink-4 links)",
         note="900 GB/s is the bidirectional total = 450 GB/s per direction. 'What Is Tensor "
-             "Parallelism? Multi-GPU Training Explained' quotes the 900 GB/s bidirectional "
-             "figure correctly; a ring step can use 450."),
+        "Parallelism? Multi-GPU Training Explained' quotes the 900 GB/s bidirectional "
+        "figure correctly; a ring step can use 450.",
+    ),
     "pcie5-x16": Link(
-        "pcie5-x16", 32e9 * 16 * (128 / 130) / 8, 5e-6,
+        "pcie5-x16",
+        32e9 * 16 * (128 / 130) / 8,
+        5e-6,
         source="PCI-SIG PCIe 5.0 base spec: 32 GT/s per lane, 128b/130b encoding",
         note="32 GT/s x 16 lanes x 128/130 / 8 = 63.0 GB/s per direction (≈64 GB/s as usually "
-             "quoted), ≈126 GB/s bidirectional; NVIDIA's '128 GB/s' is that bidirectional sum. "
-             "'What Is Tensor Parallelism? Multi-GPU Training Explained' calls ~64 GB/s "
-             "'bidirectional': it is per direction. Measured "
-             "GPU-to-GPU copies reach roughly 50 GB/s."),
+        "quoted), ≈126 GB/s bidirectional; NVIDIA's '128 GB/s' is that bidirectional sum. "
+        "'What Is Tensor Parallelism? Multi-GPU Training Explained' calls ~64 GB/s "
+        "'bidirectional': it is per direction. Measured "
+        "GPU-to-GPU copies reach roughly 50 GB/s.",
+    ),
     "ib-ndr400": Link(
-        "ib-ndr400", 400e9 / 8, 5e-6,
+        "ib-ndr400",
+        400e9 / 8,
+        5e-6,
         source="InfiniBand Trade Association / NVIDIA ConnectX-7: NDR 400 Gb/s per port",
-        note="400 Gb/s data rate per direction = 50 GB/s per direction (100 GB/s both ways)."),
+        note="400 Gb/s data rate per direction = 50 GB/s per direction (100 GB/s both ways).",
+    ),
     "ib-hdr200": Link(
-        "ib-hdr200", 200e9 / 8, 5e-6,
+        "ib-hdr200",
+        200e9 / 8,
+        5e-6,
         source="NVIDIA DGX A100 User Guide: 8 ConnectX-6 HDR 200 Gb/s compute NICs, one per GPU",
-        note="200 Gb/s per direction = 25 GB/s per GPU per direction (rail-optimised)."),
+        note="200 Gb/s per direction = 25 GB/s per GPU per direction (rail-optimised).",
+    ),
     "opa-jean-zay": Link(
-        "opa-jean-zay", 4 * 100e9 / 8 / 8, 5e-6,
+        "opa-jean-zay",
+        4 * 100e9 / 8 / 8,
+        5e-6,
         source="IDRIS, Jean Zay hardware: A100 nodes with 4 Omni-Path 100 Gb/s NICs per "
-               "8-GPU node (BigScience 2022, BLOOM paper §3.4)",
+        "8-GPU node (BigScience 2022, BLOOM paper §3.4)",
         note="4 × 100 Gb/s shared by 8 GPUs = 50 GB/s per node = 6.25 GB/s per GPU per "
-             "direction: a quarter of a DGX A100's 25 GB/s HDR per GPU."),
+        "direction: a quarter of a DGX A100's 25 GB/s HDR per GPU.",
+    ),
     "eth-100g": Link(
-        "eth-100g", 100e9 / 8, 30e-6,
+        "eth-100g",
+        100e9 / 8,
+        30e-6,
         source="IEEE 802.3 100 Gigabit Ethernet",
-        note="100 Gb/s per direction = 12.5 GB/s per direction; α assumes TCP sockets."),
+        note="100 Gb/s per direction = 12.5 GB/s per direction; α assumes TCP sockets.",
+    ),
 }
 
 # Dense (no 2:4 structured sparsity) peak FLOP/s: datasheets print sparse numbers with an
@@ -127,49 +149,101 @@ H200_GEMM_EFFICIENCY = 0.78
 H200_HBM_ACHIEVED = 4.22e12
 
 GPUS: dict[str, GPU] = {
-    "A100-80GB": GPU("A100-80GB", 80 * 2**30,
-                     {"fp64": 19.5 * _T, "fp32": 19.5 * _T, "tf32": 156 * _T, "bf16": 312 * _T,
-                      "fp16": 312 * _T},
-                     source="NVIDIA A100 Tensor Core GPU datasheet (SXM, dense)",
-                     note="fp64 is the FP64 Tensor Core figure; tf32/bf16/fp16 dense = half "
-                          "the datasheet's sparsity numbers (312/624/624). HBM2e 2,039 GB/s, "
-                          "108 SMs; NVLink 3 (300 GB/s per direction) and one HDR 200 Gb/s "
-                          "NIC per GPU in a DGX A100.",
-                     hbm_bandwidth=2039e9, sms=108, gemm_efficiency=A100_GEMM_EFFICIENCY,
-                     intra="nvlink3-a100", inter="ib-hdr200"),
-    "H100-SXM": GPU("H100-SXM", 80 * 2**30,
-                    {"fp64": 66.9 * _T, "fp32": 66.9 * _T, "tf32": 494.7 * _T,
-                     "bf16": 989.4 * _T, "fp16": 989.4 * _T, "fp8": 1978.9 * _T},
-                    source="NVIDIA H100 Tensor Core GPU datasheet (SXM5, dense)",
-                    note="datasheet prints 989 TF32 / 1979 BF16 / 3958 FP8 'with sparsity'; "
-                         "dense is half. HBM3 3.35 TB/s, 132 SMs; NVLink 4 (450 GB/s per "
-                         "direction), one NDR 400 Gb/s NIC per GPU in a DGX H100.",
-                    hbm_bandwidth=3.35e12, sms=132, gemm_efficiency=H100_GEMM_EFFICIENCY,
-                    intra="nvlink4-h100", inter="ib-ndr400"),
-    "H100-PCIe": GPU("H100-PCIe", 80 * 2**30,
-                     {"fp64": 25.6 * _T, "fp32": 51.2 * _T, "tf32": 378 * _T,
-                      "bf16": 756 * _T, "fp16": 756 * _T, "fp8": 1513 * _T},
-                     source="NVIDIA H100 Tensor Core GPU datasheet (PCIe, dense); NVIDIA H100 "
-                            "Tensor Core GPU Architecture whitepaper (114 SMs in the PCIe part)",
-                     note="a smaller part than the SXM5: 114 SMs (not 132), HBM2e at 2.0 TB/s "
-                          "(not HBM3 at 3.35), 300-350 W; datasheet 1,513 BF16 / 3,026 FP8 TFLOP/s "
-                          "are 'with sparsity', dense is half. GPUs of a server talk over PCIe "
-                          "Gen5 x16 (an NVLink bridge joins pairs only).",
-                     hbm_bandwidth=2.0e12, sms=114, gemm_efficiency=H100_GEMM_EFFICIENCY,
-                     intra="pcie5-x16", inter="ib-ndr400"),
-    "H200": GPU("H200", 141 * 2**30,
-                {"fp64": 66.9 * _T, "fp32": 66.9 * _T, "tf32": 494.7 * _T,
-                 "bf16": 989.4 * _T, "fp16": 989.4 * _T, "fp8": 1978.9 * _T},
-                source="NVIDIA H200 Tensor Core GPU datasheet (SXM, dense); kernel constants "
-                       "measured on one H200 (measurements/h200_layer_gemm_times.json)",
-                note="same GH100 compute as H100 SXM; 141 GB HBM3e, 4.8 TB/s on the datasheet, "
-                     "4.22 achieved by a copy (the figure used); NVLink 4 and NDR 400 as in a "
-                     "DGX H100 (HGX H200).",
-                hbm_bandwidth=H200_HBM_ACHIEVED, sms=132, gemm_efficiency=H200_GEMM_EFFICIENCY,
-                intra="nvlink4-h100", inter="ib-ndr400",
-                gemm_rule="additive", gemm_latency_s=7.4e-6, bmm_bandwidth=3.74e12,
-                bmm_latency_s=20e-6, flash_efficiency=0.40, attention_score_bytes=74.0,
-                layer_overhead_s=0.72e-3, optimizer_bandwidth=3.24e12),
+    "A100-80GB": GPU(
+        "A100-80GB",
+        80 * 2**30,
+        {
+            "fp64": 19.5 * _T,
+            "fp32": 19.5 * _T,
+            "tf32": 156 * _T,
+            "bf16": 312 * _T,
+            "fp16": 312 * _T,
+        },
+        source="NVIDIA A100 Tensor Core GPU datasheet (SXM, dense)",
+        note="fp64 is the FP64 Tensor Core figure; tf32/bf16/fp16 dense = half "
+        "the datasheet's sparsity numbers (312/624/624). HBM2e 2,039 GB/s, "
+        "108 SMs; NVLink 3 (300 GB/s per direction) and one HDR 200 Gb/s "
+        "NIC per GPU in a DGX A100.",
+        hbm_bandwidth=2039e9,
+        sms=108,
+        gemm_efficiency=A100_GEMM_EFFICIENCY,
+        intra="nvlink3-a100",
+        inter="ib-hdr200",
+    ),
+    "H100-SXM": GPU(
+        "H100-SXM",
+        80 * 2**30,
+        {
+            "fp64": 66.9 * _T,
+            "fp32": 66.9 * _T,
+            "tf32": 494.7 * _T,
+            "bf16": 989.4 * _T,
+            "fp16": 989.4 * _T,
+            "fp8": 1978.9 * _T,
+        },
+        source="NVIDIA H100 Tensor Core GPU datasheet (SXM5, dense)",
+        note="datasheet prints 989 TF32 / 1979 BF16 / 3958 FP8 'with sparsity'; "
+        "dense is half. HBM3 3.35 TB/s, 132 SMs; NVLink 4 (450 GB/s per "
+        "direction), one NDR 400 Gb/s NIC per GPU in a DGX H100.",
+        hbm_bandwidth=3.35e12,
+        sms=132,
+        gemm_efficiency=H100_GEMM_EFFICIENCY,
+        intra="nvlink4-h100",
+        inter="ib-ndr400",
+    ),
+    "H100-PCIe": GPU(
+        "H100-PCIe",
+        80 * 2**30,
+        {
+            "fp64": 25.6 * _T,
+            "fp32": 51.2 * _T,
+            "tf32": 378 * _T,
+            "bf16": 756 * _T,
+            "fp16": 756 * _T,
+            "fp8": 1513 * _T,
+        },
+        source="NVIDIA H100 Tensor Core GPU datasheet (PCIe, dense); NVIDIA H100 "
+        "Tensor Core GPU Architecture whitepaper (114 SMs in the PCIe part)",
+        note="a smaller part than the SXM5: 114 SMs (not 132), HBM2e at 2.0 TB/s "
+        "(not HBM3 at 3.35), 300-350 W; datasheet 1,513 BF16 / 3,026 FP8 TFLOP/s "
+        "are 'with sparsity', dense is half. GPUs of a server talk over PCIe "
+        "Gen5 x16 (an NVLink bridge joins pairs only).",
+        hbm_bandwidth=2.0e12,
+        sms=114,
+        gemm_efficiency=H100_GEMM_EFFICIENCY,
+        intra="pcie5-x16",
+        inter="ib-ndr400",
+    ),
+    "H200": GPU(
+        "H200",
+        141 * 2**30,
+        {
+            "fp64": 66.9 * _T,
+            "fp32": 66.9 * _T,
+            "tf32": 494.7 * _T,
+            "bf16": 989.4 * _T,
+            "fp16": 989.4 * _T,
+            "fp8": 1978.9 * _T,
+        },
+        source="NVIDIA H200 Tensor Core GPU datasheet (SXM, dense); kernel constants "
+        "measured on one H200 (measurements/h200_layer_gemm_times.json)",
+        note="same GH100 compute as H100 SXM; 141 GB HBM3e, 4.8 TB/s on the datasheet, "
+        "4.22 achieved by a copy (the figure used); NVLink 4 and NDR 400 as in a "
+        "DGX H100 (HGX H200).",
+        hbm_bandwidth=H200_HBM_ACHIEVED,
+        sms=132,
+        gemm_efficiency=H200_GEMM_EFFICIENCY,
+        intra="nvlink4-h100",
+        inter="ib-ndr400",
+        gemm_rule="additive",
+        gemm_latency_s=7.4e-6,
+        bmm_bandwidth=3.74e12,
+        bmm_latency_s=20e-6,
+        flash_efficiency=0.40,
+        attention_score_bytes=74.0,
+        layer_overhead_s=0.72e-3,
+        optimizer_bandwidth=3.24e12,
+    ),
 }
 
 
@@ -190,9 +264,15 @@ def gpu(name: str) -> GPU:
 # A GPU profile is a JSON object with GPU's fields (what ``minipar calibrate gpu`` writes); these
 # keys may carry the raw measurements and how they were taken, and are not read back.
 PROFILE_EXTRA_KEYS = ("measured", "method")
-_PROFILE_REQUIRED = ("name", "memory_bytes", "peak_flops", "hbm_bandwidth", "sms",
-                     "gemm_efficiency")
-_FRACTIONS = ("gemm_efficiency", "flash_efficiency")       # in (0, 1]
+_PROFILE_REQUIRED = (
+    "name",
+    "memory_bytes",
+    "peak_flops",
+    "hbm_bandwidth",
+    "sms",
+    "gemm_efficiency",
+)
+_FRACTIONS = ("gemm_efficiency", "flash_efficiency")  # in (0, 1]
 _POSITIVE = ("memory_bytes", "hbm_bandwidth", "sms", "bmm_bandwidth", "optimizer_bandwidth")
 _NON_NEGATIVE = ("gemm_latency_s", "bmm_latency_s", "attention_score_bytes", "layer_overhead_s")
 
@@ -205,6 +285,7 @@ def gpu_profile(g: GPU) -> dict:
 def check_gpu_profile(profile: dict, where: str = "gpu profile") -> GPU:
     """A :class:`GPU` from a profile's dict; ``ValueError`` naming the field, its value and the
     rule it breaks (``"gpu profile p.json: hbm_bandwidth (-1) must be > 0"``)."""
+
     def bad(rule: str):
         raise ValueError(f"{where}: {rule}")
 

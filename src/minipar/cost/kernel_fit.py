@@ -25,6 +25,7 @@ B the bytes per score. The layers are timed without fp32 gradient accumulation (
 parameters moves 28 bytes per parameter: reads weight, gradient, momentum and variance (16),
 writes weight, momentum and variance (12).
 """
+
 from __future__ import annotations
 
 from dataclasses import replace
@@ -58,8 +59,10 @@ def _solve(rows: list[list[float]], target: list[float]) -> list[float]:
 
 def _relative(fixed: list[float], coefs: list[list[float]], measured: list[float]) -> list[float]:
     """x minimising Σ ((fixed_i + coefs_i · x) / m_i − 1)²."""
-    return _solve([[c / m for c in cs] for cs, m in zip(coefs, measured)],
-                  [1 - f / m for f, m in zip(fixed, measured)])
+    return _solve(
+        [[c / m for c in cs] for cs, m in zip(coefs, measured)],
+        [1 - f / m for f, m in zip(fixed, measured)],
+    )
 
 
 def fit_gemm_latency(gemms: list[dict], gpu: GPU) -> float:
@@ -68,9 +71,19 @@ def fit_gemm_latency(gemms: list[dict], gpu: GPU) -> float:
     if not dense:
         raise ValueError("gemms: no dense row (batch 1) to fit the GEMM latency")
     g0 = replace(gpu, gemm_rule="additive", gemm_latency_s=0.0)
-    fixed = [C.gemm_seconds(g["M"], g["N"], g["K"], peak=g0.peak_flops["bf16"],
-                            efficiency=g0.gemm_efficiency, hbm=g0.hbm_bandwidth, sms=g0.sms,
-                            rule="additive") for g in dense]
+    fixed = [
+        C.gemm_seconds(
+            g["M"],
+            g["N"],
+            g["K"],
+            peak=g0.peak_flops["bf16"],
+            efficiency=g0.gemm_efficiency,
+            hbm=g0.hbm_bandwidth,
+            sms=g0.sms,
+            rule="additive",
+        )
+        for g in dense
+    ]
     (lam,) = _relative(fixed, [[1.0]] * len(dense), [g["measured_s"] for g in dense])
     return max(0.0, lam)
 
@@ -78,17 +91,14 @@ def fit_gemm_latency(gemms: list[dict], gpu: GPU) -> float:
 def fit_bmm(gemms: list[dict]) -> tuple[float, float]:
     """(W_bmm bytes/s, λ_bmm s) over the batched rows (batch > 1), 16-bit operands."""
     att = [g for g in gemms if g["batch"] > 1]
-    if len({g["batch"] * (g["M"] * g["K"] + g["K"] * g["N"] + g["M"] * g["N"])
-            for g in att}) < 2:
-        raise ValueError("gemms: the batched rows need at least two sizes to fit W_bmm and "
-                         "λ_bmm")
-    moved = [2 * g["batch"] * (g["M"] * g["K"] + g["K"] * g["N"] + g["M"] * g["N"])
-             for g in att]
-    lam, inv_w = _relative([0.0] * len(att), [[1.0, b] for b in moved],
-                           [g["measured_s"] for g in att])
-    if lam < 0 or not inv_w > 0:   # noise (tiny shapes): refit through the origin, λ = 0
-        (inv_w,) = _relative([0.0] * len(att), [[b] for b in moved],
-                             [g["measured_s"] for g in att])
+    if len({g["batch"] * (g["M"] * g["K"] + g["K"] * g["N"] + g["M"] * g["N"]) for g in att}) < 2:
+        raise ValueError("gemms: the batched rows need at least two sizes to fit W_bmm and λ_bmm")
+    moved = [2 * g["batch"] * (g["M"] * g["K"] + g["K"] * g["N"] + g["M"] * g["N"]) for g in att]
+    lam, inv_w = _relative(
+        [0.0] * len(att), [[1.0, b] for b in moved], [g["measured_s"] for g in att]
+    )
+    if lam < 0 or not inv_w > 0:  # noise (tiny shapes): refit through the origin, λ = 0
+        (inv_w,) = _relative([0.0] * len(att), [[b] for b in moved], [g["measured_s"] for g in att])
         lam = 0.0
     return 1 / inv_w, lam
 
@@ -122,7 +132,7 @@ def fit_layers(layers: list[dict], gpu: GPU) -> dict[str, float]:
         coefs.append([1.0] + [c if r["attention"] == k else 0.0 for k in kinds])
     measured = [r["measured_s"] for r in layers]
     x = _relative(fixed, coefs, measured)
-    if x[0] < 0:       # no overhead: refit the kernels' own unknowns alone
+    if x[0] < 0:  # no overhead: refit the kernels' own unknowns alone
         x = [0.0] + _relative(fixed, [c[1:] for c in coefs], measured)
     out = {"layer_overhead_s": x[0]}
     for k, v in zip(kinds, x[1:]):
@@ -137,8 +147,11 @@ def fit_adam(adam: list[dict]) -> float:
     """Bytes/s of the fused Adam step: 28 bytes per fp32 parameter over its time."""
     if not adam:
         raise ValueError("adam: no row to fit")
-    (inv_w,) = _relative([0.0] * len(adam), [[ADAM_FP32_BYTES * r["params"]] for r in adam],
-                         [r["measured_s"] for r in adam])
+    (inv_w,) = _relative(
+        [0.0] * len(adam),
+        [[ADAM_FP32_BYTES * r["params"]] for r in adam],
+        [r["measured_s"] for r in adam],
+    )
     return 1 / inv_w
 
 
@@ -149,10 +162,13 @@ def fit_gpu(measured: dict, base: GPU) -> GPU:
     peak = base.peak_flops["bf16"]
     eta = measured["gemm_ceiling_flops"] / peak
     if not 0 < eta <= 1:
-        raise ValueError(f"gemm_ceiling_flops ({measured['gemm_ceiling_flops']:.3g}) over the "
-                         f"bf16 peak ({peak:.3g}) must be in (0, 1]: is the peak right?")
-    gpu = replace(base, gemm_rule="additive", gemm_efficiency=eta,
-                  hbm_bandwidth=measured["copy_bytes_per_s"])
+        raise ValueError(
+            f"gemm_ceiling_flops ({measured['gemm_ceiling_flops']:.3g}) over the "
+            f"bf16 peak ({peak:.3g}) must be in (0, 1]: is the peak right?"
+        )
+    gpu = replace(
+        base, gemm_rule="additive", gemm_efficiency=eta, hbm_bandwidth=measured["copy_bytes_per_s"]
+    )
     gpu = replace(gpu, gemm_latency_s=fit_gemm_latency(measured["gemms"], gpu))
     bw, lam = fit_bmm(measured["gemms"])
     gpu = replace(gpu, bmm_bandwidth=bw, bmm_latency_s=lam)

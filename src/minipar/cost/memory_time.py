@@ -6,13 +6,14 @@ gradients and KΨ = 12Ψ of optimizer state (fp32 master weights, momentum, vari
 Activations: Korthikanti et al. 2022, "Reducing Activation Recomputation in Large Transformer
 Models", §4 and Table 2, 16-bit activations with 1-byte dropout masks.
 """
+
 from __future__ import annotations
 
 from typing import NamedTuple
 
-from .model import RECOMPUTE  # noqa: F401  (one list of recomputation modes, re-exported)
+from .model import RECOMPUTE
 
-ATTENTION = ("unfused", "flash")   # the attention kernel: scores materialised, or fused
+ATTENTION = ("unfused", "flash")  # the attention kernel: scores materialised, or fused
 
 
 def check_attention(attention: str) -> str:
@@ -21,6 +22,7 @@ def check_attention(attention: str) -> str:
     if attention not in ATTENTION:
         raise ValueError(f"attention ({attention!r}) must be one of {', '.join(ATTENTION)}")
     return attention
+
 
 ZERO_STAGES = (0, 1, 2, 3)
 
@@ -40,9 +42,17 @@ class ModelStateBytes(NamedTuple):
     total: float
 
 
-def model_state_bytes(psi: float, *, d: int = 1, t: int = 1, p: int = 1, zero: int = 0,
-                      weight_bytes: float = 2, grad_bytes: float = 2,
-                      optimizer_bytes: float = 12) -> ModelStateBytes:
+def model_state_bytes(
+    psi: float,
+    *,
+    d: int = 1,
+    t: int = 1,
+    p: int = 1,
+    zero: int = 0,
+    weight_bytes: float = 2,
+    grad_bytes: float = 2,
+    optimizer_bytes: float = 12,
+) -> ModelStateBytes:
     """Per-device bytes of weights, gradients and optimizer state for Ψ = ``psi`` parameters.
 
     Tensor and pipeline parallelism split the model first (each device holds Ψ/(t·p)); ZeRO then
@@ -59,19 +69,31 @@ def model_state_bytes(psi: float, *, d: int = 1, t: int = 1, p: int = 1, zero: i
     for k, v in (("psi", psi), ("d", d), ("t", t), ("p", p)):
         if v <= 0:
             raise ValueError(f"{k} ({v}) must be > 0")
-    for k, v in (("weight_bytes", weight_bytes), ("grad_bytes", grad_bytes),
-                 ("optimizer_bytes", optimizer_bytes)):
+    for k, v in (
+        ("weight_bytes", weight_bytes),
+        ("grad_bytes", grad_bytes),
+        ("optimizer_bytes", optimizer_bytes),
+    ):
         if v < 0:
             raise ValueError(f"{k} ({v}) must be >= 0")
-    local = psi / (t * p)                                        # parameters on this model shard
+    local = psi / (t * p)  # parameters on this model shard
     w = weight_bytes * local / (d if zero >= 3 else 1)
     g = grad_bytes * local / (d if zero >= 2 else 1)
     o = optimizer_bytes * local / (d if zero >= 1 else 1)
     return ModelStateBytes(w, g, o, w + g + o)
 
 
-def activation_bytes_per_layer(s: int, b: int, h: int, a: int, *, t: int = 1, sp: bool = False,
-                               recompute: str = "none", attention: str = "unfused") -> float:
+def activation_bytes_per_layer(
+    s: int,
+    b: int,
+    h: int,
+    a: int,
+    *,
+    t: int = 1,
+    sp: bool = False,
+    recompute: str = "none",
+    attention: str = "unfused",
+) -> float:
     """Activation bytes one transformer layer keeps for the backward pass of one micro-batch.
 
     Korthikanti et al. 2022, Table 2 (sbh = s·b·h):
@@ -107,7 +129,7 @@ def activation_bytes_per_layer(s: int, b: int, h: int, a: int, *, t: int = 1, sp
     if recompute == "selective":
         scores = 0.0
     elif attention == "flash":
-        scores = 4 * a / (h * t)             # the logsumexp: 4·a·s·b/t bytes = sbh · 4a/(ht)
+        scores = 4 * a / (h * t)  # the logsumexp: 4·a·s·b/t bytes = sbh · 4a/(ht)
     else:
         scores = 5 * a * s / (h * t)
     if sp:
@@ -115,10 +137,22 @@ def activation_bytes_per_layer(s: int, b: int, h: int, a: int, *, t: int = 1, sp
     return sbh * (10 + 24 / t + scores)
 
 
-def pipeline_first_stage_activation_bytes(s: int, b: int, h: int, a: int, L: int, p: int, *,
-                                          m: int | None = None, t: int = 1, sp: bool = False,
-                                          recompute: str = "none", schedule: str = "1f1b",
-                                          v: int = 1, attention: str = "unfused") -> float:
+def pipeline_first_stage_activation_bytes(
+    s: int,
+    b: int,
+    h: int,
+    a: int,
+    L: int,
+    p: int,
+    *,
+    m: int | None = None,
+    t: int = 1,
+    sp: bool = False,
+    recompute: str = "none",
+    schedule: str = "1f1b",
+    v: int = 1,
+    attention: str = "unfused",
+) -> float:
     """Activation bytes on the first pipeline stage, the one that holds the most.
 
     Each stage has L/p layers. Under 1F1B the first stage has min(p, m) micro-batches in flight,
@@ -132,8 +166,9 @@ def pipeline_first_stage_activation_bytes(s: int, b: int, h: int, a: int, L: int
     """
     if L <= 0 or p <= 0 or L % p:
         raise ValueError(f"layers ({L}) must be divisible by p ({p})")
-    per_layer = activation_bytes_per_layer(s, b, h, a, t=t, sp=sp, recompute=recompute,
-                                           attention=attention)
+    per_layer = activation_bytes_per_layer(
+        s, b, h, a, t=t, sp=sp, recompute=recompute, attention=attention
+    )
     in_flight = p if m is None else m
     if in_flight <= 0:
         raise ValueError(f"microbatches m ({m}) must be >= 1")

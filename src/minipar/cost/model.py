@@ -5,6 +5,7 @@ Notation: L layers, h hidden size, a heads, s sequence length, V vocabulary, B g
 tied to the output layer; these are the assumptions of the two Megatron papers cited below.
 :func:`param_count_llama` counts Llama-class shapes (GQA, SwiGLU, untied embeddings).
 """
+
 from __future__ import annotations
 
 RECOMPUTE = ("none", "selective", "full")
@@ -27,8 +28,7 @@ def param_count(L: int, h: int, V: int, s: int) -> int:
     return 12 * L * h**2 + 13 * L * h + (V + s) * h  # Eq. 2 multiplied out: exact integer
 
 
-def param_count_llama(L: int, h: int, V: int, a: int, a_kv: int, f: int,
-                      tied: bool = False) -> int:
+def param_count_llama(L: int, h: int, V: int, a: int, a_kv: int, f: int, tied: bool = False) -> int:
     """Ψ of a Llama-class decoder: grouped-query attention, SwiGLU MLP, RMSNorm, RoPE, no biases.
 
     Per layer: Q and output projections 2h², K and V projections 2h·(h·a_kv/a) (a_kv key-value

@@ -5,6 +5,7 @@ Relative to ideal time (Megatron, Narayanan et al. 2021 §2.2.1): t_bubble / t_i
 They describe the same schedule: f_total = r / (1 + r) with r the relative figure. With p = 4,
 m = 4 that is 3/7 ≈ 43% of the step, or 75% on top of the ideal time.
 """
+
 from __future__ import annotations
 
 SCHEDULES = ("gpipe", "1f1b", "interleaved")
@@ -19,8 +20,9 @@ def _check(schedule: str, p: int, m: int, v: int) -> None:
     if schedule != "interleaved" and v != 1:
         raise ValueError(f"chunks v ({v}) apply only to the interleaved schedule, not {schedule}")
     if schedule == "interleaved" and m % p:
-        raise ValueError(f"interleaved schedule needs microbatches m ({m}) to be a multiple "
-                         f"of p ({p})")
+        raise ValueError(
+            f"interleaved schedule needs microbatches m ({m}) to be a multiple of p ({p})"
+        )
 
 
 def bubble_relative_to_ideal(schedule: str, p: int, m: int, v: int = 1) -> float:
@@ -40,8 +42,9 @@ def bubble_fraction_of_total(schedule: str, p: int, m: int, v: int = 1) -> float
     return r / (1 + r)
 
 
-def zb_h1_bubble_fraction(p: int, m: int, t_f: float = 1.0, t_b: float = 1.0,
-                          t_w: float = 1.0) -> float:
+def zb_h1_bubble_fraction(
+    p: int, m: int, t_f: float = 1.0, t_b: float = 1.0, t_w: float = 1.0
+) -> float:
     """ZB-H1's idle fraction of the step (Qi et al. 2024 §3): each rank idles
     (p−1)(t_F + t_B − t_W), with t_B the input-gradient and t_W the weight-gradient time, against
     1F1B's (p−1)(t_F + t_B + t_W); with equal times (p−1)/(3m+p−1). Needs m >= p."""
@@ -69,7 +72,6 @@ def peak_microbatches(schedule: str, rank: int, p: int, m: int, v: int = 1) -> i
     if schedule == "1f1b":
         return min(p - rank, m)
     return min(v * m, 2 * (p - rank - 1) + (v - 1) * p + 1)
-
 
 
 def pp_p2p_bytes_per_microbatch(b: int, s: int, h: int, bytes_per_elem: float = 2) -> float:

@@ -19,10 +19,10 @@ t tensor-parallel ranks. Sizes are BYTES unless a name says elements.
   a bigger batch does not amortise tensor-parallel communication (unlike data parallelism,
   whose traffic is the gradients, independent of tokens).
 """
+
 from __future__ import annotations
 
 from .collectives import ring_bytes_per_rank
-from .memory_time import activation_bytes_per_layer
 
 
 def _check(**kw) -> None:
@@ -31,8 +31,9 @@ def _check(**kw) -> None:
             raise ValueError(f"{k} ({v}) must be an integer >= 1")
 
 
-def tp_collectives_per_layer(b: int, s: int, h: int, t: int, bytes_per_elem: float = 2, *,
-                             sp: bool = False) -> list[tuple[str, float, int]]:
+def tp_collectives_per_layer(
+    b: int, s: int, h: int, t: int, bytes_per_elem: float = 2, *, sp: bool = False
+) -> list[tuple[str, float, int]]:
     """(op, nccl-tests size S in bytes, calls) per layer per micro-batch, forward + backward.
 
     Without sequence parallelism: ("all-reduce", bsh·bytes, 4); with it ("all-gather", bsh·bytes,
@@ -48,13 +49,16 @@ def tp_collectives_per_layer(b: int, s: int, h: int, t: int, bytes_per_elem: flo
     return [("all-reduce", size, 4)]
 
 
-def tp_sent_bytes_per_layer(b: int, s: int, h: int, t: int, bytes_per_elem: float = 2, *,
-                            sp: bool = False) -> float:
+def tp_sent_bytes_per_layer(
+    b: int, s: int, h: int, t: int, bytes_per_elem: float = 2, *, sp: bool = False
+) -> float:
     """Bytes one rank sends per layer per micro-batch (ring algorithms): 4·2(t−1)/t·bsh·bytes,
     the same with or without sequence parallelism when the gathered input is kept (equal to
     :func:`tp_bytes_per_layer`; tests/test_cost_tensor_parallel.py checks it)."""
-    total = sum(calls * ring_bytes_per_rank(op, t, size)
-                for op, size, calls in tp_collectives_per_layer(b, s, h, t, bytes_per_elem, sp=sp))
+    total = sum(
+        calls * ring_bytes_per_rank(op, t, size)
+        for op, size, calls in tp_collectives_per_layer(b, s, h, t, bytes_per_elem, sp=sp)
+    )
     return total
 
 
@@ -66,9 +70,18 @@ def sp_grad_allreduce_elements(h: int) -> int:
     return 6 * h
 
 
-def activation_items(s: int, b: int, h: int, a: int, *, t: int = 1, sp: bool = False,
-                     act_bytes: float = 2, mask_bytes: float = 1,
-                     stats_bytes: float = 0) -> dict[str, float]:
+def activation_items(
+    s: int,
+    b: int,
+    h: int,
+    a: int,
+    *,
+    t: int = 1,
+    sp: bool = False,
+    act_bytes: float = 2,
+    mask_bytes: float = 1,
+    stats_bytes: float = 0,
+) -> dict[str, float]:
     """Saved activation bytes per rank for one layer, item by item (Korthikanti §4.1-§4.2).
 
     Tensor parallelism divides what lies inside the parallel region by t (QKV output, scores,
@@ -82,7 +95,7 @@ def activation_items(s: int, b: int, h: int, a: int, *, t: int = 1, sp: bool = F
     if a % t:
         raise ValueError(f"heads ({a}) must be divisible by t ({t})")
     sbh, e, mu = s * b * h, act_bytes, mask_bytes
-    rep = t if sp else 1                      # what TP leaves replicated, SP splits along s
+    rep = t if sp else 1  # what TP leaves replicated, SP splits along s
     items = {
         "layer-norm inputs (2)": 2 * sbh * e / rep,
         "layer-norm mean and 1/std (2 × 2)": 4 * s * b * stats_bytes / rep,
@@ -106,8 +119,17 @@ def layer_forward_flops(b: int, s: int, h: int, t: int = 1) -> float:
     return (24 * b * s * h * h + 4 * b * s * s * h) / t
 
 
-def comm_compute_ratio(b: int, s: int, h: int, t: int, *, flops: float, bandwidth: float,
-                       alpha: float = 0.0, bytes_per_elem: float = 2) -> float:
+def comm_compute_ratio(
+    b: int,
+    s: int,
+    h: int,
+    t: int,
+    *,
+    flops: float,
+    bandwidth: float,
+    alpha: float = 0.0,
+    bytes_per_elem: float = 2,
+) -> float:
     """Forward time of a layer's two all-reduces over its GEMM time on one rank, with no overlap.
 
     Communication 2·(2(t−1)·α + 2(t−1)/t·bsh·bytes/BW) (ring all-reduce, Thakur et al. 2005);
@@ -115,8 +137,9 @@ def comm_compute_ratio(b: int, s: int, h: int, t: int, *, flops: float, bandwidt
     independent of b and s, growing with t and with F/BW, shrinking only with h.
     """
     if flops <= 0 or bandwidth <= 0 or alpha < 0:
-        raise ValueError(f"flops ({flops}) and bandwidth ({bandwidth}) must be > 0, alpha "
-                         f"({alpha}) >= 0")
+        raise ValueError(
+            f"flops ({flops}) and bandwidth ({bandwidth}) must be > 0, alpha ({alpha}) >= 0"
+        )
     if t == 1:
         return 0.0
     msg = b * s * h * bytes_per_elem
@@ -124,15 +147,28 @@ def comm_compute_ratio(b: int, s: int, h: int, t: int, *, flops: float, bandwidt
     return comm / (layer_forward_flops(b, s, h, t) / flops)
 
 
-def layer_comm_fraction(b: int, s: int, h: int, t: int, *, flops: float, bandwidth: float,
-                        alpha: float = 0.0, bytes_per_elem: float = 2) -> float:
+def layer_comm_fraction(
+    b: int,
+    s: int,
+    h: int,
+    t: int,
+    *,
+    flops: float,
+    bandwidth: float,
+    alpha: float = 0.0,
+    bytes_per_elem: float = 2,
+) -> float:
     """Share of a layer's forward + backward time spent in its four all-reduces when nothing
     overlaps. Backward does twice the forward FLOPs and the same two all-reduces, so over the
     whole pass the ratio is r·2/3 with r = :func:`comm_compute_ratio`; the share is x/(1 + x)."""
-    x = 2 * comm_compute_ratio(b, s, h, t, flops=flops, bandwidth=bandwidth, alpha=alpha,
-                               bytes_per_elem=bytes_per_elem) / 3
+    x = (
+        2
+        * comm_compute_ratio(
+            b, s, h, t, flops=flops, bandwidth=bandwidth, alpha=alpha, bytes_per_elem=bytes_per_elem
+        )
+        / 3
+    )
     return x / (1 + x)
-
 
 
 def tp_bytes_per_layer(b: int, s: int, h: int, t: int, bytes_per_elem: float = 2) -> float:

@@ -117,21 +117,35 @@ Optional dimensions (default 1, leaving every result above unchanged): context p
 ``cp`` and, for MoE shapes (:class:`ModelShape` ``experts``, ``top_k``, ``ffn``), expert
 parallelism ``ep``; :func:`evaluate` states what each changes.
 """
+
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass, replace
-from typing import Iterable
 
 from .breakdown import StepBreakdown, check_layout
 from .expert_parallel import folded_expert_dp
-from .hardware import GPU, Link, gpu as gpu_preset, link as link_preset
+from .hardware import GPU, Link
+from .hardware import gpu as gpu_preset
+from .hardware import link as link_preset
 from .memory_time import ZERO_STAGES, check_zero_stage
 from .model import RECOMPUTE, flops_per_iteration, param_count
-from .three_d_terms import (GRAD_REDUCE_BYTES, HEADROOM, RECIPES, ZERO3_COLLECTIVES, Layout,
-                            Options,
-                            breakdown, dp_allreduce_seconds, kv_width_per_rank, options,
-                            tp_collectives, zero3_collective_seconds, zero3_gathers)
+from .three_d_terms import (
+    GRAD_REDUCE_BYTES,
+    HEADROOM,
+    RECIPES,
+    ZERO3_COLLECTIVES,
+    Layout,
+    Options,
+    breakdown,
+    dp_allreduce_seconds,
+    kv_width_per_rank,
+    options,
+    tp_collectives,
+    zero3_collective_seconds,
+    zero3_gathers,
+)
 
 ATTENTION = ("unfused", "flash")
 """Attention kernels (:mod:`minipar.cost.compute`): the scores materialised, or fused (flash)."""
@@ -146,22 +160,23 @@ class ModelShape:
     a 4h GELU MLP, LayerNorm, biases, learned positions, tied embedding); the other fields
     describe the shapes trained since (Llama: GQA, SwiGLU, RMSNorm, no biases, rotary
     positions, untied embeddings; MoE)."""
-    layers: int   # L
-    hidden: int   # h
-    heads: int    # a
-    seq: int      # s
-    vocab: int    # V
+
+    layers: int  # L
+    hidden: int  # h
+    heads: int  # a
+    seq: int  # s
+    vocab: int  # V
     note: str = ""
-    experts: int = 1       # E, experts per MLP (1: dense)
-    top_k: int = 1         # K, experts each token is routed to
-    ffn: int = 0           # f, one expert's hidden width (0: 4h, GPT's MLP)
+    experts: int = 1  # E, experts per MLP (1: dense)
+    top_k: int = 1  # K, experts each token is routed to
+    ffn: int = 0  # f, one expert's hidden width (0: 4h, GPT's MLP)
     mlp_matrices: int = 2  # 2 (GELU MLP) or 3 (SwiGLU)
-    kv_heads: int = 0      # key/value heads (0: a, multi-head attention; fewer: GQA)
-    norm: str = "layernorm"    # or "rmsnorm" (a scale only: h parameters per norm, not 2h)
-    bias: bool = True          # biases in the linear layers (Llama family: none)
+    kv_heads: int = 0  # key/value heads (0: a, multi-head attention; fewer: GQA)
+    norm: str = "layernorm"  # or "rmsnorm" (a scale only: h parameters per norm, not 2h)
+    bias: bool = True  # biases in the linear layers (Llama family: none)
     positions: str = "learned"  # a learned s·h table, or "rope" (rotary: no parameters)
-    tied: bool = True          # output layer tied to the input embedding
-    attention: str = ""        # "unfused" or "flash"; "" = the GPU's era (:func:`attention_for`)
+    tied: bool = True  # output layer tied to the input embedding
+    attention: str = ""  # "unfused" or "flash"; "" = the GPU's era (:func:`attention_for`)
 
     @property
     def moe(self) -> bool:
@@ -191,8 +206,9 @@ class ModelShape:
         ((matrices − 1)·f + h). GPT: 4h² + 13h, Eq. 2's 12h² + 13h less the 8h² MLP."""
         h, f, kv = self.hidden, self.ffn_width, self.kv_width
         norms = 2 * (2 * h if self.norm == "layernorm" else h)
-        biases = (2 * h + 2 * kv + self.experts * ((self.mlp_matrices - 1) * f + h)
-                  if self.bias else 0)
+        biases = (
+            2 * h + 2 * kv + self.experts * ((self.mlp_matrices - 1) * f + h) if self.bias else 0
+        )
         return 2 * h * h + 2 * h * kv + norms + biases
 
     def embedding_params(self, both_ends: bool = True) -> int:
@@ -205,9 +221,16 @@ class ModelShape:
     @property
     def is_gpt(self) -> bool:
         """The shape of Narayanan et al. 2021 Eq. 2 (every field at its default)."""
-        return (not self.moe and self.ffn in (0, 4 * self.hidden) and self.mlp_matrices == 2
-                and self.kv_heads in (0, self.heads) and self.norm == "layernorm" and self.bias
-                and self.positions == "learned" and self.tied)
+        return (
+            not self.moe
+            and self.ffn in (0, 4 * self.hidden)
+            and self.mlp_matrices == 2
+            and self.kv_heads in (0, self.heads)
+            and self.norm == "layernorm"
+            and self.bias
+            and self.positions == "learned"
+            and self.tied
+        )
 
     @property
     def params(self) -> int:
@@ -217,8 +240,11 @@ class ModelShape:
         if self.is_gpt:
             return param_count(self.layers, self.hidden, self.vocab, self.seq)
         final = 2 * self.hidden if self.norm == "layernorm" else self.hidden
-        return (self.layers * (self.dense_params_per_layer + self.expert_params_per_layer)
-                + self.embedding_params() + final)
+        return (
+            self.layers * (self.dense_params_per_layer + self.expert_params_per_layer)
+            + self.embedding_params()
+            + final
+        )
 
     @property
     def active_params(self) -> int:
@@ -231,53 +257,102 @@ class ModelShape:
         if self.norm not in NORMS:
             raise ValueError(f"norm ({self.norm!r}) must be one of {', '.join(NORMS)}")
         if self.positions not in POSITIONS:
-            raise ValueError(f"positions ({self.positions!r}) must be one of "
-                             f"{', '.join(POSITIONS)}")
+            raise ValueError(
+                f"positions ({self.positions!r}) must be one of {', '.join(POSITIONS)}"
+            )
         if self.attention and self.attention not in ATTENTION:
-            raise ValueError(f"attention ({self.attention!r}) must be one of "
-                             f"{', '.join(ATTENTION)}")
+            raise ValueError(
+                f"attention ({self.attention!r}) must be one of {', '.join(ATTENTION)}"
+            )
         if self.mlp_matrices not in (2, 3):
             raise ValueError(f"mlp matrices ({self.mlp_matrices}) must be 2 (GELU) or 3 (SwiGLU)")
         kv = self.kv_heads or self.heads
         if kv < 1 or self.heads % kv:
             raise ValueError(f"heads ({self.heads}) must be divisible by kv heads ({kv})")
         if self.ffn < 0 or not 1 <= self.top_k <= self.experts:
-            raise ValueError(f"ffn ({self.ffn}) must be >= 0 and top_k ({self.top_k}) in "
-                             f"[1, experts ({self.experts})]")
+            raise ValueError(
+                f"ffn ({self.ffn}) must be >= 0 and top_k ({self.top_k}) in "
+                f"[1, experts ({self.experts})]"
+            )
 
 
-_LLAMA = dict(mlp_matrices=3, norm="rmsnorm", bias=False, positions="rope", tied=False,
-              attention="flash")
+_LLAMA = dict(
+    mlp_matrices=3, norm="rmsnorm", bias=False, positions="rope", tied=False, attention="flash"
+)
 
 # Shapes as published. The 2021 models (GPT-3, BLOOM, MT-NLG, the 1T model) keep the GPT
 # defaults and the GPU's era's attention: unfused on the A100s they ran on (the reproductions),
 # flash on an H100/H200; the Llama and Mixtral shapes were trained with flash attention.
 MODELS: dict[str, ModelShape] = {
-    "gpt3-175b": ModelShape(96, 12288, 96, 2048, 51200,
-                            "Brown et al. 2020 Table 2.1; Narayanan et al. 2021 §5"),
-    "bloom-176b": ModelShape(70, 14336, 112, 2048, 250880,
-                             "BigScience 2022, BLOOM paper Table 3 and §3.4"),
-    "mt-nlg-530b": ModelShape(105, 20480, 128, 2048, 51200,
-                              "Smith et al. 2022, Megatron-Turing NLG 530B, §3"),
-    "llama2-70b": ModelShape(80, 8192, 64, 4096, 32000,
-                             "Touvron et al. 2023 (Llama 2): GQA 8, SwiGLU f = 28672, untied",
-                             ffn=28672, kv_heads=8, **_LLAMA),
-    "llama3-8b": ModelShape(32, 4096, 32, 8192, 128256,
-                            "Llama Team 2024 (The Llama 3 Herd of Models) Table 3: GQA 8, "
-                            "SwiGLU f = 14336, untied", ffn=14336, kv_heads=8, **_LLAMA),
-    "llama3-70b": ModelShape(80, 8192, 64, 8192, 128256,
-                             "Llama Team 2024 (The Llama 3 Herd of Models) Table 3: GQA 8, "
-                             "SwiGLU f = 28672, untied", ffn=28672, kv_heads=8, **_LLAMA),
+    "gpt3-175b": ModelShape(
+        96, 12288, 96, 2048, 51200, "Brown et al. 2020 Table 2.1; Narayanan et al. 2021 §5"
+    ),
+    "bloom-176b": ModelShape(
+        70, 14336, 112, 2048, 250880, "BigScience 2022, BLOOM paper Table 3 and §3.4"
+    ),
+    "mt-nlg-530b": ModelShape(
+        105, 20480, 128, 2048, 51200, "Smith et al. 2022, Megatron-Turing NLG 530B, §3"
+    ),
+    "llama2-70b": ModelShape(
+        80,
+        8192,
+        64,
+        4096,
+        32000,
+        "Touvron et al. 2023 (Llama 2): GQA 8, SwiGLU f = 28672, untied",
+        ffn=28672,
+        kv_heads=8,
+        **_LLAMA,
+    ),
+    "llama3-8b": ModelShape(
+        32,
+        4096,
+        32,
+        8192,
+        128256,
+        "Llama Team 2024 (The Llama 3 Herd of Models) Table 3: GQA 8, SwiGLU f = 14336, untied",
+        ffn=14336,
+        kv_heads=8,
+        **_LLAMA,
+    ),
+    "llama3-70b": ModelShape(
+        80,
+        8192,
+        64,
+        8192,
+        128256,
+        "Llama Team 2024 (The Llama 3 Herd of Models) Table 3: GQA 8, SwiGLU f = 28672, untied",
+        ffn=28672,
+        kv_heads=8,
+        **_LLAMA,
+    ),
     "megatron-1t": ModelShape(128, 25600, 160, 2048, 51200, "Narayanan et al. 2021 Table 1"),
-    "mixtral-8x7b": ModelShape(32, 4096, 32, 4096, 32000,
-                               "Jiang et al. 2024 Table 1: 8 experts, top-2, f = 14336, SwiGLU, "
-                               "8 KV heads, untied",
-                               experts=8, top_k=2, ffn=14336, kv_heads=8, **_LLAMA),
-    "llama3-405b-128k": ModelShape(128, 16384, 128, 131072, 128256,
-                                   "Llama 3 405B (Llama Team 2024 §3.3) in its 128K-context "
-                                   "stage: 126 layers + embedding and head as 2 pipeline units; "
-                                   "f = 53248, SwiGLU, 8 KV heads",
-                                   ffn=53248, kv_heads=8, **_LLAMA),
+    "mixtral-8x7b": ModelShape(
+        32,
+        4096,
+        32,
+        4096,
+        32000,
+        "Jiang et al. 2024 Table 1: 8 experts, top-2, f = 14336, SwiGLU, 8 KV heads, untied",
+        experts=8,
+        top_k=2,
+        ffn=14336,
+        kv_heads=8,
+        **_LLAMA,
+    ),
+    "llama3-405b-128k": ModelShape(
+        128,
+        16384,
+        128,
+        131072,
+        128256,
+        "Llama 3 405B (Llama Team 2024 §3.3) in its 128K-context "
+        "stage: 126 layers + embedding and head as 2 pipeline units; "
+        "f = 53248, SwiGLU, 8 KV heads",
+        ffn=53248,
+        kv_heads=8,
+        **_LLAMA,
+    ),
 }
 
 ERA_FLASH_GPUS = ("H100-SXM", "H100-PCIe", "H200")
@@ -305,8 +380,8 @@ class Cluster:
     gpus: int
     gpus_per_node: int
     gpu: GPU
-    intra: Link            # inside a node (NVLink, PCIe)
-    inter: Link            # between nodes, one NIC per GPU (rail-optimised)
+    intra: Link  # inside a node (NVLink, PCIe)
+    inter: Link  # between nodes, one NIC per GPU (rail-optimised)
     dtype: str = "bf16"
 
     @property
@@ -317,12 +392,13 @@ class Cluster:
 @dataclass(frozen=True)
 class Config:
     """One layout and its predicted costs (bytes, seconds, fractions)."""
+
     tp: int
     pp: int
     dp: int
     micro_batch: int
     microbatches: int
-    chunks: int               # v, interleaved stages per GPU (1 = plain 1F1B)
+    chunks: int  # v, interleaved stages per GPU (1 = plain 1F1B)
     recompute: str
     sp: bool
     zero: int
@@ -330,16 +406,16 @@ class Config:
     model_state_bytes: float
     activation_bytes: float
     fits: bool
-    memory_limit: float       # the GPU's memory less the headroom
-    bubble: float             # fraction of the step (GPipe convention)
-    bubble_relative: float    # bubble / ideal time (Megatron convention)
-    compute_seconds: float    # m micro-batches of compute on the slowest stage
-    tp_seconds: float         # TP collectives on the critical path, per step
-    pp_seconds: float         # p2p sends on the critical path, per step
-    dp_seconds: float         # DP/ZeRO collectives, total
+    memory_limit: float  # the GPU's memory less the headroom
+    bubble: float  # fraction of the step (GPipe convention)
+    bubble_relative: float  # bubble / ideal time (Megatron convention)
+    compute_seconds: float  # m micro-batches of compute on the slowest stage
+    tp_seconds: float  # TP collectives on the critical path, per step
+    pp_seconds: float  # p2p sends on the critical path, per step
+    dp_seconds: float  # DP/ZeRO collectives, total
     dp_exposed_seconds: float  # the part not hidden behind compute
-    embedding_seconds: float   # tied-embedding gradient all-reduce, first <-> last stage
-    optimizer_seconds: float   # the Adam step on this rank's shard (memory-bound)
+    embedding_seconds: float  # tied-embedding gradient all-reduce, first <-> last stage
+    optimizer_seconds: float  # the Adam step on this rank's shard (memory-bound)
     zero3_exposed_seconds: float  # ZeRO-3 gathers not hidden by prefetching, per step
     step_seconds: float
     mfu: float
@@ -347,10 +423,10 @@ class Config:
     tp_link: str
     pp_link: str
     dp_link: str
-    cp: int = 1               # context parallel: the sequence split over cp ranks
-    ep: int = 1               # expert parallel: the experts split over ep of the d ranks
-    cp_seconds: float = 0.0   # ring K/V transfers not hidden by block compute, per step
-    ep_seconds: float = 0.0   # MoE all-to-alls on the critical path, per step
+    cp: int = 1  # context parallel: the sequence split over cp ranks
+    ep: int = 1  # expert parallel: the experts split over ep of the d ranks
+    cp_seconds: float = 0.0  # ring K/V transfers not hidden by block compute, per step
+    ep_seconds: float = 0.0  # MoE all-to-alls on the critical path, per step
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -360,9 +436,23 @@ def _divisors(n: int) -> list[int]:
     return [k for k in range(1, n + 1) if n % k == 0]
 
 
-def evaluate(m_: ModelShape, cl: Cluster, global_batch: int, *, tp: int, pp: int, dp: int,
-             micro_batch: int, chunks: int = 1, recompute: str = "selective", sp: bool = False,
-             zero: int = 1, cp: int = 1, ep: int = 1, **model_options) -> Config:
+def evaluate(
+    m_: ModelShape,
+    cl: Cluster,
+    global_batch: int,
+    *,
+    tp: int,
+    pp: int,
+    dp: int,
+    micro_batch: int,
+    chunks: int = 1,
+    recompute: str = "selective",
+    sp: bool = False,
+    zero: int = 1,
+    cp: int = 1,
+    ep: int = 1,
+    **model_options,
+) -> Config:
     """Predicted memory and step time of one layout (see the module docstring for the model):
     the named terms of :func:`terms`, copied into a :class:`Config`.
 
@@ -402,35 +492,89 @@ def evaluate(m_: ModelShape, cl: Cluster, global_batch: int, *, tp: int, pp: int
     model_flops = flops_per_iteration(global_batch, s, L, h, V, "none")
     hw_flops = flops_per_iteration(global_batch, s, L, h, V, recompute)
     # the active MLP and GQA's narrower K and V against Eq. 3's 16h² MLP and 6h² QKV, forward
-    extra = 2 * L * global_batch * s * (m_.top_k * m_.mlp_matrices * m_.ffn_width * h - 8 * h * h
-                                        + 2 * h * (m_.kv_width - h))
-    model_flops += 3 * extra                                   # fwd + bwd
+    extra = (
+        2
+        * L
+        * global_batch
+        * s
+        * (m_.top_k * m_.mlp_matrices * m_.ffn_width * h - 8 * h * h + 2 * h * (m_.kv_width - h))
+    )
+    model_flops += 3 * extra  # fwd + bwd
     hw_flops += (4 if recompute == "full" else 3) * extra
     return Config(
-        tp=t, pp=p, dp=d, micro_batch=b, microbatches=m, chunks=v, recompute=recompute, sp=sp,
-        zero=zero, bytes_per_gpu=br.bytes_per_gpu, model_state_bytes=br.states,
-        activation_bytes=br.activations, fits=br.fits, memory_limit=br.memory_limit,
-        bubble=br.bubble_fraction, bubble_relative=r, compute_seconds=br.per_step("compute"),
-        tp_seconds=br.per_step("tp"), pp_seconds=br.per_step("pp"), dp_seconds=br.dp,
-        dp_exposed_seconds=br.dp_exposed, embedding_seconds=br.embedding,
-        optimizer_seconds=br.optimizer, zero3_exposed_seconds=br.per_step("zero3_exposed"),
-        cp=cp, ep=ep, cp_seconds=br.per_step("cp"), ep_seconds=br.per_step("ep"),
-        step_seconds=step, mfu=model_flops / (step * n * peak), hfu=hw_flops / (step * n * peak),
-        tp_link=br.tp_link, pp_link=br.pp_link, dp_link=br.dp_link)
+        tp=t,
+        pp=p,
+        dp=d,
+        micro_batch=b,
+        microbatches=m,
+        chunks=v,
+        recompute=recompute,
+        sp=sp,
+        zero=zero,
+        bytes_per_gpu=br.bytes_per_gpu,
+        model_state_bytes=br.states,
+        activation_bytes=br.activations,
+        fits=br.fits,
+        memory_limit=br.memory_limit,
+        bubble=br.bubble_fraction,
+        bubble_relative=r,
+        compute_seconds=br.per_step("compute"),
+        tp_seconds=br.per_step("tp"),
+        pp_seconds=br.per_step("pp"),
+        dp_seconds=br.dp,
+        dp_exposed_seconds=br.dp_exposed,
+        embedding_seconds=br.embedding,
+        optimizer_seconds=br.optimizer,
+        zero3_exposed_seconds=br.per_step("zero3_exposed"),
+        cp=cp,
+        ep=ep,
+        cp_seconds=br.per_step("cp"),
+        ep_seconds=br.per_step("ep"),
+        step_seconds=step,
+        mfu=model_flops / (step * n * peak),
+        hfu=hw_flops / (step * n * peak),
+        tp_link=br.tp_link,
+        pp_link=br.pp_link,
+        dp_link=br.dp_link,
+    )
 
 
 def terms(m_: ModelShape, cl: Cluster, lay: Layout, **model_options) -> StepBreakdown:
     """The named terms of one layout (:func:`minipar.cost.three_d_terms.breakdown`), after
     :func:`check` and the options' own rules."""
-    check(m_, cl, lay.global_batch, tp=lay.tp, pp=lay.pp, dp=lay.dp, micro_batch=lay.micro_batch,
-          chunks=lay.chunks, zero=lay.zero, cp=lay.cp, ep=lay.ep)
+    check(
+        m_,
+        cl,
+        lay.global_batch,
+        tp=lay.tp,
+        pp=lay.pp,
+        dp=lay.dp,
+        micro_batch=lay.micro_batch,
+        chunks=lay.chunks,
+        zero=lay.zero,
+        cp=lay.cp,
+        ep=lay.ep,
+    )
     opt = options(**model_options)
-    return breakdown(m_, cl, lay, opt.resolved(attention_for(m_, cl.gpu.name),
-                                               precision_for(cl.gpu.name)))
+    return breakdown(
+        m_, cl, lay, opt.resolved(attention_for(m_, cl.gpu.name), precision_for(cl.gpu.name))
+    )
 
 
-def check(m_: ModelShape, cl: Cluster, global_batch: int, *, tp: int, pp: int, dp: int,
-          micro_batch: int, chunks: int = 1, zero: int = 1, cp: int = 1, ep: int = 1) -> None:
+def check(
+    m_: ModelShape,
+    cl: Cluster,
+    global_batch: int,
+    *,
+    tp: int,
+    pp: int,
+    dp: int,
+    micro_batch: int,
+    chunks: int = 1,
+    zero: int = 1,
+    cp: int = 1,
+    ep: int = 1,
+) -> None:
     """Raise ``ValueError`` naming the first rule the layout breaks: the cost model's layout
     rules (:func:`minipar.cost.breakdown.check_layout`), then the planner's own."""
     t, p, d, b, v = tp, pp, dp, micro_batch, chunks
@@ -444,32 +588,54 @@ def check(m_: ModelShape, cl: Cluster, global_batch: int, *, tp: int, pp: int, d
         raise ValueError(f"seq ({m_.seq}) must be divisible by 2·cp ({2 * cp}): zigzag chunks")
     if ep > 1 and (not m_.moe or m_.experts % ep):
         raise ValueError(f"ep ({ep}) needs an MoE model whose experts ({m_.experts}) it divides")
-    if ep > 1:                                                 # MoE parallel folding
+    if ep > 1:  # MoE parallel folding
         folded_expert_dp(t, cp, d, ep)
     if t * cp * p * d != cl.gpus:
-        raise ValueError(f"gpus ({cl.gpus}) must equal t·cp·p·d ({t}·{cp}·{p}·{d})"
-                         if cp > 1 else f"gpus ({cl.gpus}) must equal t·p·d ({t}·{p}·{d})")
+        raise ValueError(
+            f"gpus ({cl.gpus}) must equal t·cp·p·d ({t}·{cp}·{p}·{d})"
+            if cp > 1
+            else f"gpus ({cl.gpus}) must equal t·p·d ({t}·{p}·{d})"
+        )
     if global_batch % (d * b):
         raise ValueError(f"global batch ({global_batch}) must be divisible by d·b ({d}·{b})")
     m = global_batch // (d * b)
     if v > 1 and (p == 1 or m % p):
-        raise ValueError(f"interleaving (v={v}) needs p > 1 and microbatches m ({m}) a multiple "
-                         f"of p ({p})")
+        raise ValueError(
+            f"interleaving (v={v}) needs p > 1 and microbatches m ({m}) a multiple of p ({p})"
+        )
     if check_zero_stage(zero) == 2 and p > 1:
-        raise ValueError(f"ZeRO stage (2) needs p = 1 (its sharded gradients would be reduced "
-                         f"every micro-batch under PP; use ZeRO-1 or ZeRO-3), got p ({p})")
+        raise ValueError(
+            f"ZeRO stage (2) needs p = 1 (its sharded gradients would be reduced "
+            f"every micro-batch under PP; use ZeRO-1 or ZeRO-3), got p ({p})"
+        )
 
 
-def _candidates(m_: ModelShape, cl: Cluster, global_batch: int, tp, pp, dp, micro_batch, cp,
-                max_cp: int, ep, max_ep: int, max_micro_batch: int, refused: list[str]):
+def _candidates(
+    m_: ModelShape,
+    cl: Cluster,
+    global_batch: int,
+    tp,
+    pp,
+    dp,
+    micro_batch,
+    cp,
+    max_cp: int,
+    ep,
+    max_ep: int,
+    max_micro_batch: int,
+    refused: list[str],
+):
     """(t, cp, ep, p, d, b) of :func:`search`'s space that divide the GPUs and the batch; the
     rule and the values of each one left out go to ``refused``."""
+
     def powers(fixed, top):
         return [fixed] if fixed else [1 << k for k in range(top.bit_length()) if 1 << k <= top]
+
     ts = [tp] if tp else [k for k in _divisors(m_.heads) if k <= cl.gpus_per_node]
     ps = [pp] if pp else _divisors(m_.layers)
-    for t, cp_, ep_, p in ((t, c, e, p) for t in ts for c in powers(cp, max_cp)
-                           for e in powers(ep, max_ep) for p in ps):
+    for t, cp_, ep_, p in (
+        (t, c, e, p) for t in ts for c in powers(cp, max_cp) for e in powers(ep, max_ep) for p in ps
+    ):
         if ep_ > 1 and not m_.moe:
             continue
         if cl.gpus % (t * cp_ * p):
@@ -484,18 +650,33 @@ def _candidates(m_: ModelShape, cl: Cluster, global_batch: int, tp, pp, dp, micr
             continue
         for b in powers(micro_batch, max_micro_batch):
             if global_batch % (d * b):
-                refused.append(f"micro-batch ({b}) × d ({d}) must divide the global batch "
-                               f"({global_batch})")
+                refused.append(
+                    f"micro-batch ({b}) × d ({d}) must divide the global batch ({global_batch})"
+                )
                 continue
             yield t, cp_, ep_, p, d, b
 
 
-def search(m_: ModelShape, cl: Cluster, global_batch: int, *, tp: int | None = None,
-           pp: int | None = None, dp: int | None = None, micro_batch: int | None = None,
-           zero: int | None = None, max_micro_batch: int = 8, max_chunks: int = 4,
-           recompute: str | None = None, cp: int | None = None, max_cp: int = 1,
-           ep: int | None = None, max_ep: int = 1, refusals: list[str] | None = None,
-           **model_options) -> list[Config]:
+def search(
+    m_: ModelShape,
+    cl: Cluster,
+    global_batch: int,
+    *,
+    tp: int | None = None,
+    pp: int | None = None,
+    dp: int | None = None,
+    micro_batch: int | None = None,
+    zero: int | None = None,
+    max_micro_batch: int = 8,
+    max_chunks: int = 4,
+    recompute: str | None = None,
+    cp: int | None = None,
+    max_cp: int = 1,
+    ep: int | None = None,
+    max_ep: int = 1,
+    refusals: list[str] | None = None,
+    **model_options,
+) -> list[Config]:
     """Every valid layout, fitting ones first, each group ordered by predicted step time.
 
     Search space: t a divisor of the heads and at most the GPUs per node (Megatron's rule: keep
@@ -511,31 +692,76 @@ def search(m_: ModelShape, cl: Cluster, global_batch: int, *, tp: int | None = N
     out (for :func:`why_nothing_fits`).
     """
     refused = refusals if refusals is not None else []
-    options(**model_options)                                   # its rules, once
+    options(**model_options)  # its rules, once
     out: list[Config] = []
-    grid = _candidates(m_, cl, global_batch, tp, pp, dp, micro_batch, cp, max_cp, ep, max_ep,
-                       max_micro_batch, refused)
+    grid = _candidates(
+        m_,
+        cl,
+        global_batch,
+        tp,
+        pp,
+        dp,
+        micro_batch,
+        cp,
+        max_cp,
+        ep,
+        max_ep,
+        max_micro_batch,
+        refused,
+    )
     for t, cp_, ep_, p, d, b in grid:
         m = global_batch // (d * b)
-        vs = [1] + [v for v in (2, 4) if v <= max_chunks and p > 1 and m % p == 0
-                    and m_.layers % (p * v) == 0]
-        zs = [zero] if zero is not None else \
-            [0] if d == 1 else (list(ZERO_STAGES) if p == 1 else [0, 1, 3])
-        for v, rc, sp, z in ((v, rc, sp, z) for v in vs
-                             for rc in ([recompute] if recompute else RECOMPUTE)
-                             for sp in ((False, True) if t > 1 else (False,)) for z in zs):
+        vs = [1] + [
+            v
+            for v in (2, 4)
+            if v <= max_chunks and p > 1 and m % p == 0 and m_.layers % (p * v) == 0
+        ]
+        zs = (
+            [zero]
+            if zero is not None
+            else [0]
+            if d == 1
+            else (list(ZERO_STAGES) if p == 1 else [0, 1, 3])
+        )
+        for v, rc, sp, z in (
+            (v, rc, sp, z)
+            for v in vs
+            for rc in ([recompute] if recompute else RECOMPUTE)
+            for sp in ((False, True) if t > 1 else (False,))
+            for z in zs
+        ):
             try:
-                out.append(evaluate(m_, cl, global_batch, tp=t, pp=p, dp=d, micro_batch=b,
-                                    chunks=v, recompute=rc, sp=sp, zero=z, cp=cp_, ep=ep_,
-                                    **model_options))
+                out.append(
+                    evaluate(
+                        m_,
+                        cl,
+                        global_batch,
+                        tp=t,
+                        pp=p,
+                        dp=d,
+                        micro_batch=b,
+                        chunks=v,
+                        recompute=rc,
+                        sp=sp,
+                        zero=z,
+                        cp=cp_,
+                        ep=ep_,
+                        **model_options,
+                    )
+                )
             except ValueError as e:
                 refused.append(str(e))
     out.sort(key=lambda c: (not c.fits, c.step_seconds, c.bytes_per_gpu))
     return out
 
 
-def why_nothing_fits(m_: ModelShape, cl: Cluster, configs: Iterable[Config],
-                     refusals: Iterable[str] = (), precision: str | None = None) -> str:
+def why_nothing_fits(
+    m_: ModelShape,
+    cl: Cluster,
+    configs: Iterable[Config],
+    refusals: Iterable[str] = (),
+    precision: str | None = None,
+) -> str:
     """One line: why no layout fits one GPU's memory, or, when no layout was valid, the rules
     the candidates broke (``refusals`` from :func:`search`), most frequent first. The states'
     floor is in the bytes of ``precision``'s recipe (default: the GPU's era)."""
@@ -545,28 +771,35 @@ def why_nothing_fits(m_: ModelShape, cl: Cluster, configs: Iterable[Config],
     floor = per * psi / cl.gpus
     cap = cl.gpu.memory_bytes
     if floor > cap:
-        return (f"model states alone need {per:g} B × {psi / 1e9:.1f} B params / {cl.gpus} GPUs = "
-                f"{floor / 2**30:.1f} GiB per GPU even fully sharded, more than the "
-                f"{cap / 2**30:.0f} GiB of one {cl.gpu.name}")
+        return (
+            f"model states alone need {per:g} B × {psi / 1e9:.1f} B params / {cl.gpus} GPUs = "
+            f"{floor / 2**30:.1f} GiB per GPU even fully sharded, more than the "
+            f"{cap / 2**30:.0f} GiB of one {cl.gpu.name}"
+        )
     configs = list(configs)
     if not configs:
         counts: dict[str, int] = {}
         for r in refusals:
             counts[r] = counts.get(r, 0) + 1
         rules = sorted(counts, key=lambda r: -counts[r])[:2]
-        return "no layout is valid: " + ("; ".join(rules) if rules else
-                                          f"no t divides the heads ({m_.heads}) within a node")
+        return "no layout is valid: " + (
+            "; ".join(rules) if rules else f"no t divides the heads ({m_.heads}) within a node"
+        )
     best = min(configs, key=lambda c: c.bytes_per_gpu)
-    return (f"smallest layout (t={best.tp}, p={best.pp}, d={best.dp}, b={best.micro_batch}, "
-            f"{best.recompute} recomputation, ZeRO-{best.zero}) needs "
-            f"{best.bytes_per_gpu / 2**30:.1f} GiB per GPU, more than the {cap / 2**30:.0f} GiB "
-            f"of one {cl.gpu.name}")
+    return (
+        f"smallest layout (t={best.tp}, p={best.pp}, d={best.dp}, b={best.micro_batch}, "
+        f"{best.recompute} recomputation, ZeRO-{best.zero}) needs "
+        f"{best.bytes_per_gpu / 2**30:.1f} GiB per GPU, more than the {cap / 2**30:.0f} GiB "
+        f"of one {cl.gpu.name}"
+    )
 
 
 # --- whole runs and money -------------------------------------------------------------------
 
-def training_seconds(params: float, tokens: float, gpus: int, flops_per_gpu: float,
-                     recompute: bool = True) -> float:
+
+def training_seconds(
+    params: float, tokens: float, gpus: int, flops_per_gpu: float, recompute: bool = True
+) -> float:
     """End-to-end training time ≈ 8·T·P/(n·X) with activation recomputation, 6·T·P/(n·X)
     without (Narayanan et al. 2021 §5.1, Eq. 4): T tokens, P parameters, n GPUs, X achieved
     FLOP/s per GPU."""
@@ -582,31 +815,42 @@ def implied_mfu(gpu_hours: float, params: float, tokens: float, peak: float) -> 
     return 6 * params * tokens / (gpu_hours * 3600 * peak)
 
 
-def dollars_per_million_tokens(step_seconds: float, gpus: int, tokens_per_step: float,
-                               dollars_per_gpu_hour: float) -> float:
+def dollars_per_million_tokens(
+    step_seconds: float, gpus: int, tokens_per_step: float, dollars_per_gpu_hour: float
+) -> float:
     """Price of training on one million tokens: GPU-hours per token × $/GPU-hour × 10⁶."""
     if min(step_seconds, gpus, tokens_per_step) <= 0 or dollars_per_gpu_hour < 0:
         raise ValueError("step_seconds, gpus, tokens_per_step must be > 0 and the price >= 0")
     return step_seconds * gpus / 3600 / tokens_per_step * dollars_per_gpu_hour * 1e6
 
 
-def cluster(gpus: int, gpus_per_node: int = 8, gpu: str = "A100-80GB",
-            intra: str | None = None, inter: str | None = None,
-            gemm_efficiency: float | None = None, **links: float) -> Cluster:
+def cluster(
+    gpus: int,
+    gpus_per_node: int = 8,
+    gpu: str = "A100-80GB",
+    intra: str | None = None,
+    inter: str | None = None,
+    gemm_efficiency: float | None = None,
+    **links: float,
+) -> Cluster:
     """A :class:`Cluster` from presets. ``intra``/``inter`` default to the GPU generation's links
     (A100: NVLink 3 + HDR 200; H100, H200: NVLink 4 + NDR 400; :data:`hardware.GPUS`);
     ``intra_bandwidth``, ``intra_alpha``, ``inter_bandwidth``, ``inter_alpha`` keywords override a
     link's numbers and ``gemm_efficiency`` the GPU's η."""
-    if not (isinstance(gpus, int) and gpus >= 1 and isinstance(gpus_per_node, int)
-            and gpus_per_node >= 1):
-        raise ValueError(f"gpus ({gpus}) and gpus_per_node ({gpus_per_node}) must be integers "
-                         ">= 1")
+    if not (
+        isinstance(gpus, int)
+        and gpus >= 1
+        and isinstance(gpus_per_node, int)
+        and gpus_per_node >= 1
+    ):
+        raise ValueError(f"gpus ({gpus}) and gpus_per_node ({gpus_per_node}) must be integers >= 1")
     if gpus > gpus_per_node and gpus % gpus_per_node:
         raise ValueError(f"gpus ({gpus}) must be a multiple of gpus_per_node ({gpus_per_node})")
-    for k, v in links.items():                                 # finite: no Infinity downstream
+    for k, v in links.items():  # finite: no Infinity downstream
         if v is not None and not (math.isfinite(v) and v >= 0 and (v > 0 or "alpha" in k)):
-            raise ValueError(f"{k} ({v}) must be a finite number "
-                             f"{'>= 0' if 'alpha' in k else '> 0'}")
+            raise ValueError(
+                f"{k} ({v}) must be a finite number {'>= 0' if 'alpha' in k else '> 0'}"
+            )
     g = gpu_preset(gpu)
     if gemm_efficiency is not None:
         if not 0 < gemm_efficiency <= 1:
@@ -614,36 +858,81 @@ def cluster(gpus: int, gpus_per_node: int = 8, gpu: str = "A100-80GB",
         g = replace(g, gemm_efficiency=gemm_efficiency)
     li, le = link_preset(intra or g.intra), link_preset(inter or g.inter)
     if links.get("intra_bandwidth") or links.get("intra_alpha") is not None:
-        li = Link(f"{li.name}*", links.get("intra_bandwidth") or li.bandwidth,
-                  li.alpha if links.get("intra_alpha") is None else links["intra_alpha"],
-                  "given on the command line")
+        li = Link(
+            f"{li.name}*",
+            links.get("intra_bandwidth") or li.bandwidth,
+            li.alpha if links.get("intra_alpha") is None else links["intra_alpha"],
+            "given on the command line",
+        )
     if links.get("inter_bandwidth") or links.get("inter_alpha") is not None:
-        le = Link(f"{le.name}*", links.get("inter_bandwidth") or le.bandwidth,
-                  le.alpha if links.get("inter_alpha") is None else links["inter_alpha"],
-                  "given on the command line")
+        le = Link(
+            f"{le.name}*",
+            links.get("inter_bandwidth") or le.bandwidth,
+            le.alpha if links.get("inter_alpha") is None else links["inter_alpha"],
+            "given on the command line",
+        )
     return Cluster(gpus, gpus_per_node, g, li, le)
 
 
-def megatron_rule_layout(m_: ModelShape, cl: Cluster, global_batch: int, micro_batch: int = 1,
-                         recompute: str = "full", zero: int = 0) -> Config | None:
+def megatron_rule_layout(
+    m_: ModelShape,
+    cl: Cluster,
+    global_batch: int,
+    micro_batch: int = 1,
+    recompute: str = "full",
+    zero: int = 0,
+) -> Config | None:
     """Narayanan et al. 2021 §3.3's rule of thumb: t = GPUs per node (largest valid), then the
     smallest p that fits, then d = N/(t·p). ``None`` when no p fits."""
     t = max(k for k in _divisors(m_.heads) if k <= cl.gpus_per_node and cl.gpus % k == 0)
     for p in _divisors(m_.layers):
         if cl.gpus % (t * p) or global_batch % ((cl.gpus // (t * p)) * micro_batch):
             continue
-        c = evaluate(m_, cl, global_batch, tp=t, pp=p, dp=cl.gpus // (t * p),
-                     micro_batch=micro_batch, recompute=recompute, zero=zero)
+        c = evaluate(
+            m_,
+            cl,
+            global_batch,
+            tp=t,
+            pp=p,
+            dp=cl.gpus // (t * p),
+            micro_batch=micro_batch,
+            recompute=recompute,
+            zero=zero,
+        )
         if c.fits:
             return c
     return None
 
 
-__all__ = ["ATTENTION", "NORMS", "attention_for", "precision_for", "RECIPES", "ModelShape", "MODELS", "Cluster", "Config", "cluster", "evaluate", "terms", "check",
-           "search", "Layout", "Options", "StepBreakdown",
-           "why_nothing_fits", "training_seconds", "implied_mfu", "dollars_per_million_tokens",
-           "dp_allreduce_seconds", "megatron_rule_layout", "tp_collectives", "HEADROOM",
-           "GRAD_REDUCE_BYTES", "ZERO3_COLLECTIVES", "zero3_collective_seconds", "zero3_gathers",
-           "kv_width_per_rank"]
-
-
+__all__ = [
+    "ATTENTION",
+    "NORMS",
+    "attention_for",
+    "precision_for",
+    "RECIPES",
+    "ModelShape",
+    "MODELS",
+    "Cluster",
+    "Config",
+    "cluster",
+    "evaluate",
+    "terms",
+    "check",
+    "search",
+    "Layout",
+    "Options",
+    "StepBreakdown",
+    "why_nothing_fits",
+    "training_seconds",
+    "implied_mfu",
+    "dollars_per_million_tokens",
+    "dp_allreduce_seconds",
+    "megatron_rule_layout",
+    "tp_collectives",
+    "HEADROOM",
+    "GRAD_REDUCE_BYTES",
+    "ZERO3_COLLECTIVES",
+    "zero3_collective_seconds",
+    "zero3_gathers",
+    "kv_width_per_rank",
+]

@@ -10,6 +10,7 @@ Inputs: a :class:`~minipar.cost.three_d.ModelShape` ``m_``, a ``Cluster`` ``cl``
 :class:`Layout` (the integers of one layout and the global batch) and :class:`Options` (the
 model's switches). Units: seconds, bytes; rank order t → cp → d → p (Megatron's).
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
@@ -17,9 +18,15 @@ from typing import NamedTuple
 
 from .breakdown import StepBreakdown
 from .collectives import collective_time, hierarchical_all_reduce_time
-from .compute import (attention_core_and_mlp_seconds, gemm_seconds, layer_seconds,
-                      logits_seconds, optimizer_seconds)
-from .compute import SCORE_BYTES_BWD, SCORE_BYTES_FWD
+from .compute import (
+    SCORE_BYTES_BWD,
+    SCORE_BYTES_FWD,
+    attention_core_and_mlp_seconds,
+    gemm_seconds,
+    layer_seconds,
+    logits_seconds,
+    optimizer_seconds,
+)
 from .context_parallel import allgather_collectives_per_layer, ring_sent_bytes_per_layer
 from .expert_parallel import all_to_all_time
 from .memory_time import activation_bytes_per_layer, model_state_bytes
@@ -46,6 +53,7 @@ class Recipe(NamedTuple):
     """A mixed-precision recipe: bytes per parameter of each model state, of the DP reduction,
     of the per-micro-batch gradient accumulation and of the Adam step, and whether the fp32
     logits and their gradient count in the peak memory."""
+
     weight_bytes: float
     grad_bytes: float
     optimizer_bytes: float
@@ -99,6 +107,7 @@ class Options:
     :func:`minipar.cost.three_d.attention_for`). ``precision``: one of :data:`RECIPES` for
     memory and time alike (``None``: the GPU's era, :func:`minipar.cost.three_d.precision_for`);
     ``grad_reduce_bytes`` and ``headroom`` left ``None`` come from the recipe."""
+
     grad_reduce_bytes: float | None = None
     dp_overlap: bool = True
     headroom: float | None = None
@@ -116,43 +125,53 @@ class Options:
 
     def resolved(self, attention: str, precision: str) -> "Options":
         """Every ``None`` filled: the kernel and the recipe given, then the recipe's bytes."""
-        o = replace(self, attention=self.attention or attention,
-                    precision=self.precision or precision)
-        return replace(o, grad_reduce_bytes=o.recipe.reduce_bytes if o.grad_reduce_bytes is None
-                       else o.grad_reduce_bytes,
-                       headroom=o.recipe.headroom if o.headroom is None else o.headroom)
+        o = replace(
+            self, attention=self.attention or attention, precision=self.precision or precision
+        )
+        return replace(
+            o,
+            grad_reduce_bytes=o.recipe.reduce_bytes
+            if o.grad_reduce_bytes is None
+            else o.grad_reduce_bytes,
+            headroom=o.recipe.headroom if o.headroom is None else o.headroom,
+        )
 
     def __post_init__(self):
         if self.zero3_collectives not in ZERO3_COLLECTIVES:
-            raise ValueError(f"zero3_collectives ({self.zero3_collectives!r}) must be one of "
-                             f"{', '.join(ZERO3_COLLECTIVES)}")
+            raise ValueError(
+                f"zero3_collectives ({self.zero3_collectives!r}) must be one of "
+                f"{', '.join(ZERO3_COLLECTIVES)}"
+            )
         if self.attention not in (None, "unfused", "flash"):
             raise ValueError(f"attention ({self.attention!r}) must be one of unfused, flash")
         if self.cp_algorithm not in CP_ALGORITHMS:
-            raise ValueError(f"cp_algorithm ({self.cp_algorithm!r}) must be one of "
-                             f"{', '.join(CP_ALGORITHMS)}")
+            raise ValueError(
+                f"cp_algorithm ({self.cp_algorithm!r}) must be one of {', '.join(CP_ALGORITHMS)}"
+            )
         if self.precision not in (None, *RECIPES):
-            raise ValueError(f"precision ({self.precision!r}) must be one of "
-                             f"{', '.join(RECIPES)}")
+            raise ValueError(f"precision ({self.precision!r}) must be one of {', '.join(RECIPES)}")
         grb = GRAD_REDUCE_BYTES if self.grad_reduce_bytes is None else self.grad_reduce_bytes
         room = HEADROOM if self.headroom is None else self.headroom
         if grb <= 0 or not 0 <= room < 1:
-            raise ValueError(f"grad_reduce_bytes ({grb}) must be > 0 and headroom ({room}) in "
-                             "[0, 1)")
+            raise ValueError(
+                f"grad_reduce_bytes ({grb}) must be > 0 and headroom ({room}) in [0, 1)"
+            )
 
 
 def options(**kw) -> Options:
     """:class:`Options` from keywords; an unknown one is a ``ValueError`` naming it."""
     unknown = sorted(set(kw) - set(Options.__dataclass_fields__))
     if unknown:
-        raise ValueError(f"option ({unknown[0]!r}) must be one of "
-                         f"{', '.join(Options.__dataclass_fields__)}")
+        raise ValueError(
+            f"option ({unknown[0]!r}) must be one of {', '.join(Options.__dataclass_fields__)}"
+        )
     return Options(**kw)
 
 
 @dataclass(frozen=True)
 class Layout:
     """One layout: t, p, d, b, v, recomputation, SP, ZeRO stage, cp, ep and the global batch B."""
+
     global_batch: int
     tp: int
     pp: int
@@ -190,12 +209,13 @@ def expert_grid(lay: Layout) -> tuple[int, int, int]:
 class StageParams(NamedTuple):
     """Parameters of one layer and of the first (fullest) stage, as one rank of t·cp sees them
     before the t split: the dense part is replicated over d·cp, the experts over d·cp/ep."""
-    dense_layer: float     # Eq. 2's layer less its MLP: 4h² + 13h
-    expert_layer: float    # the MLP, all E experts (ModelShape.expert_params_per_layer)
-    layer: float           # what one rank holds of a layer: dense + experts/ep
-    stage: float           # L/p layers + the (V + s)·h embedding (first and last stage)
-    dense: float           # the stage's dense part, embedding included
-    expert: float          # the stage's experts ÷ ep
+
+    dense_layer: float  # Eq. 2's layer less its MLP: 4h² + 13h
+    expert_layer: float  # the MLP, all E experts (ModelShape.expert_params_per_layer)
+    layer: float  # what one rank holds of a layer: dense + experts/ep
+    stage: float  # L/p layers + the (V + s)·h embedding (first and last stage)
+    dense: float  # the stage's dense part, embedding included
+    expert: float  # the stage's experts ÷ ep
 
 
 def stage_params(m_, lay: Layout) -> StageParams:
@@ -208,11 +228,18 @@ def stage_params(m_, lay: Layout) -> StageParams:
     dense_layer = m_.dense_params_per_layer
     layer = dense_layer + exp_layer / lay.ep
     emb = m_.embedding_params(both_ends=lay.pp == 1)
-    return StageParams(dense_layer, exp_layer, layer, lp * layer + emb, lp * dense_layer + emb,
-                       lp * exp_layer / lay.ep)
+    return StageParams(
+        dense_layer,
+        exp_layer,
+        layer,
+        lp * layer + emb,
+        lp * dense_layer + emb,
+        lp * exp_layer / lay.ep,
+    )
 
 
 # --- links and collectives ------------------------------------------------------------------
+
 
 def _ring(op: str, n: int, nbytes: float, lk) -> float:
     return collective_time(op, "ring", n, nbytes, lk.alpha, lk.bandwidth)
@@ -233,13 +260,15 @@ def dp_allreduce_seconds(nbytes: float, d: int, t: int, cl) -> tuple[float, str]
         return _ring("all-reduce", d, nbytes, cl.intra), cl.intra.name
     k = max(1, g // t)
     if k > 1 and d % k == 0:
-        return hierarchical_all_reduce_time(d // k, k, nbytes, cl.intra, cl.inter), \
-            f"{cl.intra.name}+{cl.inter.name}"
+        return hierarchical_all_reduce_time(
+            d // k, k, nbytes, cl.intra, cl.inter
+        ), f"{cl.intra.name}+{cl.inter.name}"
     return _ring("all-reduce", d, nbytes, cl.inter), cl.inter.name
 
 
-def zero3_collective_seconds(nbytes: float, n: int, t: int, cl,
-                             algorithm: str = "hierarchical") -> tuple[float, str]:
+def zero3_collective_seconds(
+    nbytes: float, n: int, t: int, cl, algorithm: str = "hierarchical"
+) -> tuple[float, str]:
     """One ZeRO-3 all-gather (S = ``nbytes``, the whole gathered buffer) or reduce-scatter (S the
     whole input) over the n ranks of one data-parallel group (stride t in the rank order).
 
@@ -251,16 +280,18 @@ def zero3_collective_seconds(nbytes: float, n: int, t: int, cl,
     algorithm that spreads the inter-node bytes over the node's NICs. Returns (seconds, link).
     """
     if algorithm not in ZERO3_COLLECTIVES:
-        raise ValueError(f"zero3_collectives ({algorithm!r}) must be one of "
-                         f"{', '.join(ZERO3_COLLECTIVES)}")
+        raise ValueError(
+            f"zero3_collectives ({algorithm!r}) must be one of {', '.join(ZERO3_COLLECTIVES)}"
+        )
     if n == 1:
         return 0.0, "-"
     if t * n <= cl.gpus_per_node or algorithm == "hierarchical":
         ar, name = dp_allreduce_seconds(nbytes, n, t, cl)
         return ar / 2, name
-    slow = min(cl.intra, cl.inter, key=lambda lk: lk.bandwidth)    # the ring's slowest hop
-    return collective_time("all-gather", "ring", n, nbytes, max(cl.intra.alpha, cl.inter.alpha),
-                           slow.bandwidth), slow.name
+    slow = min(cl.intra, cl.inter, key=lambda lk: lk.bandwidth)  # the ring's slowest hop
+    return collective_time(
+        "all-gather", "ring", n, nbytes, max(cl.intra.alpha, cl.inter.alpha), slow.bandwidth
+    ), slow.name
 
 
 def kv_width_per_rank(m_, t: int) -> int:
@@ -295,6 +326,7 @@ def tp_collectives(t: int, sp: bool, recompute: str) -> float:
 
 # --- memory: model states and activations of the first stage --------------------------------
 
+
 def term_states(m_, lay: Layout, opt: Options) -> float:
     """Model-state bytes on the first stage: the dense part split over t and sharded by ZeRO
     over d·cp, the experts split over ETP and sharded over EDP (:func:`expert_grid`; ZeRO §5
@@ -305,13 +337,19 @@ def term_states(m_, lay: Layout, opt: Options) -> float:
     etp, edp, _ = expert_grid(lay)
     sp_ = stage_params(m_, lay)
     rc = opt.recipe
-    kw = dict(p=p, zero=zero, weight_bytes=rc.weight_bytes, grad_bytes=rc.grad_bytes,
-              optimizer_bytes=rc.optimizer_bytes)
-    states = (model_state_bytes(sp_.dense * p, d=dcp, t=t, **kw).total
-              + model_state_bytes(sp_.expert * p, d=edp, t=etp, **kw).total)
-    if zero == 3:                                              # 2 gathered layers + 1 gradient
-        one = sp_.layer / t if lay.ep == 1 else sp_.dense_layer / t + \
-            sp_.expert_layer / lay.ep
+    kw = dict(
+        p=p,
+        zero=zero,
+        weight_bytes=rc.weight_bytes,
+        grad_bytes=rc.grad_bytes,
+        optimizer_bytes=rc.optimizer_bytes,
+    )
+    states = (
+        model_state_bytes(sp_.dense * p, d=dcp, t=t, **kw).total
+        + model_state_bytes(sp_.expert * p, d=edp, t=etp, **kw).total
+    )
+    if zero == 3:  # 2 gathered layers + 1 gradient
+        one = sp_.layer / t if lay.ep == 1 else sp_.dense_layer / t + sp_.expert_layer / lay.ep
         states += (2 * 2 + opt.grad_reduce_bytes) * one
     return states
 
@@ -351,13 +389,14 @@ def term_activations(m_, lay: Layout, opt: Options) -> float:
     s, b, h, a, L = m_.seq, lay.micro_batch, m_.hidden, m_.heads, m_.layers
     t, sp, rc, cp, att = lay.tp, lay.sp, lay.recompute, lay.cp, opt.attention
     mem_rc = "selective" if cp > 1 and rc == "none" else rc
-    per_layer = activation_bytes_per_layer(s, b, h, a, t=t, sp=sp, recompute=mem_rc,
-                                           attention=att) + shape_activation_bytes(m_, lay)
+    per_layer = activation_bytes_per_layer(
+        s, b, h, a, t=t, sp=sp, recompute=mem_rc, attention=att
+    ) + shape_activation_bytes(m_, lay)
     recomputed = 0.0
-    if rc == "full":                                           # the layer being recomputed
+    if rc == "full":  # the layer being recomputed
         recomputed = activation_bytes_per_layer(
-            s, b, h, a, t=t, sp=sp, recompute="selective" if cp > 1 else "none",
-            attention=att) + shape_activation_bytes(m_, replace(lay, recompute="none"))
+            s, b, h, a, t=t, sp=sp, recompute="selective" if cp > 1 else "none", attention=att
+        ) + shape_activation_bytes(m_, replace(lay, recompute="none"))
     act = (per_layer * layers_in_flight(L, lay) + recomputed) / cp
     if not opt.recipe.fp32_logits:
         return act
@@ -374,19 +413,30 @@ def logits_bytes(m_, lay: Layout) -> float:
 
 # --- one micro-batch on the slowest (last) stage ----------------------------------------------
 
+
 class ComputeTerm(NamedTuple):
-    layer: float           # one layer, forward + backward + recomputation, all cp key blocks
-    core: float            # one (s/cp)² attention-core block, forward(s) + backward
-    microbatch: float      # L/p layers + the output layer: the compute of one pipeline slot
+    layer: float  # one layer, forward + backward + recomputation, all cp key blocks
+    core: float  # one (s/cp)² attention-core block, forward(s) + backward
+    microbatch: float  # L/p layers + the output layer: the compute of one pipeline slot
 
 
 def _gemm_pass(gpu, M: int, N: int, K: int) -> tuple[float, float]:
     """(forward, backward) seconds of one (M, N, K) GEMM under the GPU's rule: the backward's
     input and weight gradients (M, K, N) and (K, N, M) (:mod:`minipar.cost.compute`)."""
+
     def g(m, n, k):
-        return gemm_seconds(m, n, k, peak=gpu.peak_flops["bf16"], efficiency=gpu.gemm_efficiency,
-                            hbm=gpu.hbm_bandwidth, sms=gpu.sms, rule=gpu.gemm_rule,
-                            latency=gpu.gemm_latency_s)
+        return gemm_seconds(
+            m,
+            n,
+            k,
+            peak=gpu.peak_flops["bf16"],
+            efficiency=gpu.gemm_efficiency,
+            hbm=gpu.hbm_bandwidth,
+            sms=gpu.sms,
+            rule=gpu.gemm_rule,
+            latency=gpu.gemm_latency_s,
+        )
+
     return g(M, N, K), g(M, K, N) + g(K, N, M)
 
 
@@ -398,31 +448,49 @@ def term_compute(m_, cl, lay: Layout, opt: Options) -> ComputeTerm:
     at the GQA width h/t + 2·kv_width_per_rank instead of 3h/t; the MLP rescaled to the active
     experts' width (K·matrices·f over GPT's 8h²); and
     :func:`~minipar.cost.compute.logits_seconds`."""
-    b, h, a, sl, t, rc = lay.micro_batch, m_.hidden, m_.heads, m_.seq // lay.cp, lay.tp, \
-        lay.recompute
+    b, h, a, sl, t, rc = (
+        lay.micro_batch,
+        m_.hidden,
+        m_.heads,
+        m_.seq // lay.cp,
+        lay.tp,
+        lay.recompute,
+    )
     gpu, att = cl.gpu, opt.attention
-    lt = layer_seconds(b, sl, h, a, gpu, t, sp=lay.sp, recompute=rc, attention=att,
-                       grad_accum_bytes=opt.recipe.accumulate_bytes).total_s
+    lt = layer_seconds(
+        b,
+        sl,
+        h,
+        a,
+        gpu,
+        t,
+        sp=lay.sp,
+        recompute=rc,
+        attention=att,
+        grad_accum_bytes=opt.recipe.accumulate_bytes,
+    ).total_s
     parts = attention_core_and_mlp_seconds(b, sl, h, a, gpu, t, attention=att)
-    refwd = 1 if rc == "none" else 2                           # the core is recomputed
-    core = refwd * parts["core_f"] + parts["core_b"]           # one (s/cp)² block
-    if att == "unfused":                                       # its scores' bytes
+    refwd = 1 if rc == "none" else 2  # the core is recomputed
+    core = refwd * parts["core_f"] + parts["core_b"]  # one (s/cp)² block
+    if att == "unfused":  # its scores' bytes
         sb = gpu.attention_score_bytes
         f_share = sb * SCORE_BYTES_FWD / (SCORE_BYTES_FWD + SCORE_BYTES_BWD)
-        core += (sb + (f_share if rc != "none" else 0.0)) * a * sl * sl * b / t / \
-            gpu.hbm_bandwidth
-    if lay.cp > 1:                                             # the other cp−1 key blocks
+        core += (sb + (f_share if rc != "none" else 0.0)) * a * sl * sl * b / t / gpu.hbm_bandwidth
+    if lay.cp > 1:  # the other cp−1 key blocks
         lt += (lay.cp - 1) * core
     n_qkv = h // t + 2 * kv_width_per_rank(m_, t)
-    if n_qkv != 3 * h // t:                                    # GQA's narrower QKV GEMM
-        (gf, gb), (mf, mb) = _gemm_pass(gpu, b * sl, n_qkv, h), _gemm_pass(gpu, b * sl,
-                                                                         3 * h // t, h)
+    if n_qkv != 3 * h // t:  # GQA's narrower QKV GEMM
+        (gf, gb), (mf, mb) = (
+            _gemm_pass(gpu, b * sl, n_qkv, h),
+            _gemm_pass(gpu, b * sl, 3 * h // t, h),
+        )
         lt += (2 if rc == "full" else 1) * (gf - mf) + (gb - mb)
-    scale = m_.top_k * m_.mlp_matrices * m_.ffn_width / (2 * 4 * h)   # active MLP / GPT's 8h²
+    scale = m_.top_k * m_.mlp_matrices * m_.ffn_width / (2 * 4 * h)  # active MLP / GPT's 8h²
     if scale != 1:
         lt += (scale - 1) * ((2 if rc == "full" else 1) * parts["mlp_f"] + parts["mlp_b"])
-    return ComputeTerm(lt, core, (m_.layers // lay.pp) * lt
-                       + logits_seconds(b, sl, h, m_.vocab, gpu, t))
+    return ComputeTerm(
+        lt, core, (m_.layers // lay.pp) * lt + logits_seconds(b, sl, h, m_.vocab, gpu, t)
+    )
 
 
 def term_tp(m_, cl, lay: Layout) -> tuple[float, str]:
@@ -474,8 +542,9 @@ def term_cp(m_, cl, lay: Layout, opt: Options, core: float) -> float:
     cp_link = cl.intra if t * cp <= cl.gpus_per_node else cl.inter
     kv = ring["forward"] / (cp - 1)
     dkv = (ring["backward"] - ring["forward"]) / cp
-    comm = (refwd * (cp - 1) + (cp - 1)) * (cp_link.alpha + kv / cp_link.bandwidth) + \
-        cp * (cp_link.alpha + dkv / cp_link.bandwidth)
+    comm = (refwd * (cp - 1) + (cp - 1)) * (cp_link.alpha + kv / cp_link.bandwidth) + cp * (
+        cp_link.alpha + dkv / cp_link.bandwidth
+    )
     return lp * max(0.0, comm - cp * core)
 
 
@@ -509,8 +578,8 @@ def ep_all_to_all_seconds(nbytes: float, ep: int, cl) -> float:
 
 
 class Zero3Term(NamedTuple):
-    exposed: float         # per micro-batch, on the critical path
-    per_layer: float       # all-gathers + reduce-scatter of one layer, one micro-batch
+    exposed: float  # per micro-batch, on the critical path
+    per_layer: float  # all-gathers + reduce-scatter of one layer, one micro-batch
     link: str
 
 
@@ -525,18 +594,28 @@ def term_zero3_exposed(m_, cl, lay: Layout, opt: Options, layer: float) -> Zero3
     t, dcp, lp = lay.tp, lay.dp * lay.cp, m_.layers // lay.pp
     sp_ = stage_params(m_, lay)
     _, edp, stride = expert_grid(lay)
-    groups = ([(sp_.layer / t, dcp, t)] if lay.ep == 1 else        # dense, then the experts
-              [(sp_.dense_layer / t, dcp, t), (sp_.expert_layer / lay.ep, edp, stride)])
+    groups = (
+        [(sp_.layer / t, dcp, t)]
+        if lay.ep == 1
+        # dense, then the experts
+        else [(sp_.dense_layer / t, dcp, t), (sp_.expert_layer / lay.ep, edp, stride)]
+    )
     gather = scatter = 0.0
+    name = "-"
     for i, (x, n, k) in enumerate(groups):
         g, link = zero3_collective_seconds(2 * x, n, k, cl, opt.zero3_collectives)
         gather += g
-        scatter += zero3_collective_seconds(opt.grad_reduce_bytes * x, n, k, cl,
-                                            opt.zero3_collectives)[0]
-        name = link if i == 0 else name
+        scatter += zero3_collective_seconds(
+            opt.grad_reduce_bytes * x, n, k, cl, opt.zero3_collectives
+        )[0]
+        if i == 0:
+            name = link
     comm_layer = zero3_gathers(lay.recompute, opt.zero3_ac_inside_unit) * gather + scatter
-    exposed = (lp * max(0.0, comm_layer - layer) + gather       # prefetch hides ≤ one layer
-               if opt.zero3_overlap else lp * comm_layer)
+    exposed = (
+        lp * max(0.0, comm_layer - layer) + gather  # prefetch hides ≤ one layer
+        if opt.zero3_overlap
+        else lp * comm_layer
+    )
     return Zero3Term(exposed, comm_layer, name)
 
 
@@ -551,14 +630,16 @@ def term_bubble(lay: Layout) -> tuple[float, float]:
 
 # --- after the last micro-batch ---------------------------------------------------------------
 
+
 class DpTerm(NamedTuple):
     total: float
     exposed: float
     link: str
 
 
-def term_dp_exposed(m_, cl, lay: Layout, opt: Options, compute_microbatch: float,
-                    z3: Zero3Term) -> DpTerm:
+def term_dp_exposed(
+    m_, cl, lay: Layout, opt: Options, compute_microbatch: float, z3: Zero3Term
+) -> DpTerm:
     """The data-parallel gradient reduction after the last micro-batch. ZeRO 0: all-reduce of
     the stage's gradients in ``grad_reduce_bytes`` per element; ZeRO 1-2: reduce-scatter + an
     all-gather of the 16-bit parameters; with ep > 1 the dense part over d·cp, then the experts
@@ -575,12 +656,13 @@ def term_dp_exposed(m_, cl, lay: Layout, opt: Options, compute_microbatch: float
 
     def reduce(psi: float, n: int, split: int, k: int) -> tuple[float, str]:
         ar, name = dp_allreduce_seconds(opt.grad_reduce_bytes * psi / split, n, k, cl)
-        if zero in (1, 2):                                     # RS(grads) + AG(16-bit params)
+        if zero in (1, 2):  # RS(grads) + AG(16-bit params)
             ar = ar / 2 + dp_allreduce_seconds(2 * psi / split, n, k, cl)[0] / 2
         return ar, name
+
     if ep == 1:
         ar, name = reduce(sp_.stage, dcp, t, t)
-    else:                                                      # two groups, one after the other
+    else:  # two groups, one after the other
         ar, name = reduce(sp_.dense, dcp, t, t)
         ar += reduce(sp_.expert, edp, etp, stride)[0]
     overlap = (lay.pp == 1 and opt.dp_overlap) or opt.overlap_grad_reduce
@@ -623,10 +705,23 @@ def breakdown(m_, cl, lay: Layout, opt: Options) -> StepBreakdown:
     r, f = term_bubble(lay)
     dp = term_dp_exposed(m_, cl, lay, opt, comp.microbatch, z3)
     return StepBreakdown(
-        microbatches=lay.microbatches, compute=comp.microbatch, tp=tp, pp=pp,
-        cp=term_cp(m_, cl, lay, opt, comp.core), ep=term_ep(m_, cl, lay), zero3_exposed=z3.exposed,
-        bubble_relative=r, bubble_fraction=f, dp=dp.total, dp_exposed=dp.exposed,
-        embedding=term_embedding(m_, cl, lay, opt), optimizer=term_optimizer(m_, cl, lay, opt),
-        states=term_states(m_, lay, opt), activations=term_activations(m_, lay, opt),
-        memory_limit=cl.gpu.memory_bytes * (1 - opt.headroom), tp_link=tp_link,
-        pp_link=pp_link, dp_link=dp.link)
+        microbatches=lay.microbatches,
+        compute=comp.microbatch,
+        tp=tp,
+        pp=pp,
+        cp=term_cp(m_, cl, lay, opt, comp.core),
+        ep=term_ep(m_, cl, lay),
+        zero3_exposed=z3.exposed,
+        bubble_relative=r,
+        bubble_fraction=f,
+        dp=dp.total,
+        dp_exposed=dp.exposed,
+        embedding=term_embedding(m_, cl, lay, opt),
+        optimizer=term_optimizer(m_, cl, lay, opt),
+        states=term_states(m_, lay, opt),
+        activations=term_activations(m_, lay, opt),
+        memory_limit=cl.gpu.memory_bytes * (1 - opt.headroom),
+        tp_link=tp_link,
+        pp_link=pp_link,
+        dp_link=dp.link,
+    )

@@ -3,22 +3,26 @@
 Bytes are always bytes (never elements) unless a name ends in ``_elems``; times are seconds;
 bandwidth is bytes/s per direction unless a name says ``bidirectional``.
 """
+
 from __future__ import annotations
 
 import re
 
 from ..errors import InputError
 
-GB = 1e9        # decimal gigabyte: what datasheets, link speeds and the ZeRO paper's tables use
-GiB = 2**30     # binary gibibyte: what torch.cuda.memory_allocated / nvidia-smi (MiB) count in
+GB = 1e9  # decimal gigabyte: what datasheets, link speeds and the ZeRO paper's tables use
+GiB = 2**30  # binary gibibyte: what torch.cuda.memory_allocated / nvidia-smi (MiB) count in
 MB = 1e6
 MiB = 2**20
 
 
 def fmt_bytes(x: float, binary: bool = True) -> str:
     """``1.5 * 2**30`` -> ``"1.50 GiB"`` (``binary=False``: ``1.5e9`` -> ``"1.50 GB"``)."""
-    base, names = (1024.0, ("B", "KiB", "MiB", "GiB", "TiB", "PiB")) if binary else (
-        1000.0, ("B", "kB", "MB", "GB", "TB", "PB"))
+    base, names = (
+        (1024.0, ("B", "KiB", "MiB", "GiB", "TiB", "PiB"))
+        if binary
+        else (1000.0, ("B", "kB", "MB", "GB", "TB", "PB"))
+    )
     sign, v = ("-" if x < 0 else ""), abs(float(x))
     for name in names:
         if v < base or name == names[-1]:
@@ -38,8 +42,18 @@ def fmt_seconds(x: float) -> str:
     return f"{x / 1e-9:.2f} ns"
 
 
-_UNITS = {"": 1, "B": 1, "KB": 1e3, "MB": 1e6, "GB": 1e9, "TB": 1e12,
-          "KIB": 2**10, "MIB": 2**20, "GIB": 2**30, "TIB": 2**40}
+_UNITS = {
+    "": 1,
+    "B": 1,
+    "KB": 1e3,
+    "MB": 1e6,
+    "GB": 1e9,
+    "TB": 1e12,
+    "KIB": 2**10,
+    "MIB": 2**20,
+    "GIB": 2**30,
+    "TIB": 2**40,
+}
 
 
 def parse_bytes(text: str) -> float:

@@ -71,6 +71,7 @@ says what the model leaves out there.
 
 ``python -m minipar.cost.validation`` prints both tables.
 """
+
 from __future__ import annotations
 
 import inspect
@@ -80,8 +81,7 @@ import statistics
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from . import three_d
-from . import compute
+from . import compute, three_d
 from .hardware import GPU, GPUS
 from .model import flops_per_iteration
 from .three_d_terms import Options
@@ -125,23 +125,24 @@ PLANNER_MAX_MICRO_BATCH = inspect.signature(three_d.search).parameters["max_micr
 @dataclass(frozen=True)
 class Run:
     """One published run: what was run and what was measured."""
+
     name: str
-    source: str                # BibTeX key in book/references.bib
-    where: str                 # table or section of the source
+    source: str  # BibTeX key in book/references.bib
+    where: str  # table or section of the source
     model: three_d.ModelShape
     gpus: int
-    layout: tuple[int, int, int]   # (t, p, d) as the sources print it; shown as (d, t, p)
-    batch: int                 # B, sequences per step
+    layout: tuple[int, int, int]  # (t, p, d) as the sources print it; shown as (d, t, p)
+    batch: int  # B, sequences per step
     micro_batch: int = 1
-    chunks: int = 1            # v, interleaved model chunks per GPU
+    chunks: int = 1  # v, interleaved model chunks per GPU
     recompute: str = "full"
     zero: int = 0
-    published_tflops: float | None = None     # per GPU, with the source's FLOP count (Eq. 3)
-    published_step: float | None = None       # seconds, when the source gives the time itself
+    published_tflops: float | None = None  # per GPU, with the source's FLOP count (Eq. 3)
+    published_step: float | None = None  # seconds, when the source gives the time itself
     intra: str = "nvlink3-a100"
     inter: str = "ib-hdr200"
     dp_overlap: bool = False
-    flops_layers: int | None = None           # layers for the FLOP count when != model.layers
+    flops_layers: int | None = None  # layers for the FLOP count when != model.layers
     note: str = ""
 
 
@@ -150,69 +151,122 @@ class Row:
     name: str
     source: str
     where: str
-    layout: tuple[int, int, int]   # (t, p, d)
+    layout: tuple[int, int, int]  # (t, p, d)
     gpus: int
     batch: int
-    published_step: float          # s
-    published_tflops: float        # TFLOP/s per GPU (Eq. 3 FLOPs)
+    published_step: float  # s
+    published_tflops: float  # TFLOP/s per GPU (Eq. 3 FLOPs)
     predicted_step: float
     predicted_tflops: float
-    error: float                   # (predicted − published) / published step time, in %
+    error: float  # (predicted − published) / published step time, in %
     fits: bool
     config: three_d.Config = field(repr=False)
     note: str = ""
-    micro_batch: int = 1           # b the prediction used
-    chunks: int = 1                # v the prediction used
-    mode: str = "as run"           # one of MICRO_BATCH_MODES
+    micro_batch: int = 1  # b the prediction used
+    chunks: int = 1  # v the prediction used
+    mode: str = "as run"  # one of MICRO_BATCH_MODES
 
 
 def _ptd_p_runs() -> list[Run]:
     out = []
     for name, a, h, L, t, p, n, B, x, b, per_chunk, ddp in PTD_P_TABLE1:
         v = L // (p * per_chunk) if per_chunk else 1
-        out.append(Run(f"PTD-P {name}", "narayanan2021", "Table 1",
-                       three_d.ModelShape(L, h, a, SEQ, VOCAB), n, (t, p, n // (t * p)), B,
-                       micro_batch=b, chunks=v, published_tflops=x, dp_overlap=ddp == "torch",
-                       note=f"b = {b}, v = {v}, {ddp} DDP (examples/sc21/run_table_1.sh)"))
+        out.append(
+            Run(
+                f"PTD-P {name}",
+                "narayanan2021",
+                "Table 1",
+                three_d.ModelShape(L, h, a, SEQ, VOCAB),
+                n,
+                (t, p, n // (t * p)),
+                B,
+                micro_batch=b,
+                chunks=v,
+                published_tflops=x,
+                dp_overlap=ddp == "torch",
+                note=f"b = {b}, v = {v}, {ddp} DDP (examples/sc21/run_table_1.sh)",
+            )
+        )
     return out
 
 
 RUNS: list[Run] = _ptd_p_runs() + [
-    Run("GPT-3 175B", "narayanan2021", "§5.1", three_d.MODELS["gpt3-175b"], 1024, (8, 16, 8),
-        1536, published_tflops=140,
+    Run(
+        "GPT-3 175B",
+        "narayanan2021",
+        "§5.1",
+        three_d.MODELS["gpt3-175b"],
+        1024,
+        (8, 16, 8),
+        1536,
+        published_tflops=140,
         note="the X = 140 TFLOP/s of the paper's 34-day estimate; layout by Megatron's rule, "
-             "b = 1 and v = 1 (not published)"),
-    Run("MT-NLG 530B", "smith2022mtnlg", "§2.4", three_d.MODELS["mt-nlg-530b"], 2240, (8, 35, 8),
-        1920, published_step=60.1,
-        note="DeepSpeed's pipeline engine with Megatron's tensor parallelism"),
-    Run("BLOOM 176B", "bigscience2022bloom", "§3.4",
-        three_d.ModelShape(72, 14336, 112, 2048, 250880), 384, (4, 12, 8), 2048,
-        micro_batch=2, zero=1, published_tflops=156, inter="opa-jean-zay", flops_layers=70,
+        "b = 1 and v = 1 (not published)",
+    ),
+    Run(
+        "MT-NLG 530B",
+        "smith2022mtnlg",
+        "§2.4",
+        three_d.MODELS["mt-nlg-530b"],
+        2240,
+        (8, 35, 8),
+        1920,
+        published_step=60.1,
+        note="DeepSpeed's pipeline engine with Megatron's tensor parallelism",
+    ),
+    Run(
+        "BLOOM 176B",
+        "bigscience2022bloom",
+        "§3.4",
+        three_d.ModelShape(72, 14336, 112, 2048, 250880),
+        384,
+        (4, 12, 8),
+        2048,
+        micro_batch=2,
+        zero=1,
+        published_tflops=156,
+        inter="opa-jean-zay",
+        flops_layers=70,
         note="Jean Zay: 4 × 100 Gb/s Omni-Path per 8 GPUs; 70 layers + 2 embedding units "
-             "= 72 pipeline units; 156 TFLOP/s in the paper, about 150 on the model card"),
+        "= 72 pipeline units; 156 TFLOP/s in the paper, about 150 on the model card",
+    ),
 ]
 
 
-def _cluster(run: Run, eta: float | None = None,
-             gemm_rule: str | None = None) -> three_d.Cluster:
-    cl = three_d.cluster(run.gpus, 8, "A100-80GB", intra=run.intra, inter=run.inter,
-                         gemm_efficiency=eta)
+def _cluster(run: Run, eta: float | None = None, gemm_rule: str | None = None) -> three_d.Cluster:
+    cl = three_d.cluster(
+        run.gpus, 8, "A100-80GB", intra=run.intra, inter=run.inter, gemm_efficiency=eta
+    )
     return cl if gemm_rule is None else replace(cl, gpu=replace(cl.gpu, gemm_rule=gemm_rule))
 
 
-def _evaluate(run: Run, b: int, eta: float | None = None, gemm_rule: str | None = None,
-              **model_options) -> three_d.Config:
+def _evaluate(
+    run: Run, b: int, eta: float | None = None, gemm_rule: str | None = None, **model_options
+) -> three_d.Config:
     t, p, d = run.layout
     opts = ERA_2021 | dict(dp_overlap=run.dp_overlap) | model_options
-    return three_d.evaluate(run.model, _cluster(run, eta, gemm_rule), run.batch, tp=t, pp=p,
-                            dp=d,
-                            micro_batch=b, chunks=run.chunks, recompute=run.recompute,
-                            zero=run.zero, **opts)
+    return three_d.evaluate(
+        run.model,
+        _cluster(run, eta, gemm_rule),
+        run.batch,
+        tp=t,
+        pp=p,
+        dp=d,
+        micro_batch=b,
+        chunks=run.chunks,
+        recompute=run.recompute,
+        zero=run.zero,
+        **opts,
+    )
 
 
-def planner_micro_batch(run: Run, max_micro_batch: int = PLANNER_MAX_MICRO_BATCH,
-                        eta: float | None = None, gemm_rule: str | None = None,
-                        **model_options) -> int:
+def planner_micro_batch(
+    run: Run,
+    max_micro_batch: int = PLANNER_MAX_MICRO_BATCH,
+    eta: float | None = None,
+    gemm_rule: str | None = None,
+    **model_options,
+) -> int:
     """The micro-batch the planner picks for a run's published layout, v, recomputation and
     ZeRO stage: the fastest predicted b among the powers of two up to ``max_micro_batch`` that
     the layout admits (d·b | B, and m a multiple of p when interleaved) and that fit
@@ -233,8 +287,15 @@ def planner_micro_batch(run: Run, max_micro_batch: int = PLANNER_MAX_MICRO_BATCH
     return best[0]
 
 
-def predict(run: Run, micro_batch: str | int = "as run", *, interleaved: bool = True,
-            eta: float | None = None, gemm_rule: str | None = None, **model_options) -> Row:
+def predict(
+    run: Run,
+    micro_batch: str | int = "as run",
+    *,
+    interleaved: bool = True,
+    eta: float | None = None,
+    gemm_rule: str | None = None,
+    **model_options,
+) -> Row:
     """The planner's prediction for one published run. ``micro_batch``: ``"as run"`` (the
     run's own), ``"1"``, ``"planner"`` (:func:`planner_micro_batch`) or an integer;
     ``interleaved=False`` drops the run's interleaving (v = 1: with b = 1, the inputs every
@@ -247,50 +308,83 @@ def predict(run: Run, micro_batch: str | int = "as run", *, interleaved: bool = 
     if micro_batch == "as run":
         b, mode = run.micro_batch, "as run"
     elif micro_batch == "planner":
-        b, mode = planner_micro_batch(run, eta=eta, gemm_rule=gemm_rule, **model_options), \
-            "planner"
+        b, mode = planner_micro_batch(run, eta=eta, gemm_rule=gemm_rule, **model_options), "planner"
     elif str(micro_batch).isdigit() and int(micro_batch) >= 1:
         b, mode = int(micro_batch), str(micro_batch)
     else:
-        raise ValueError(f"micro_batch ({micro_batch!r}) must be one of "
-                         f"{', '.join(MICRO_BATCH_MODES)} or an integer >= 1")
+        raise ValueError(
+            f"micro_batch ({micro_batch!r}) must be one of "
+            f"{', '.join(MICRO_BATCH_MODES)} or an integer >= 1"
+        )
     c = _evaluate(run, b, eta, gemm_rule, **model_options)
     m_ = run.model
-    flops = flops_per_iteration(run.batch, m_.seq, run.flops_layers or m_.layers, m_.hidden,
-                                m_.vocab, "full")
+    flops = flops_per_iteration(
+        run.batch, m_.seq, run.flops_layers or m_.layers, m_.hidden, m_.vocab, "full"
+    )
     if run.published_step is not None:
         pub_step = run.published_step
         pub_x = flops / (run.gpus * pub_step) / 1e12
     else:
         pub_x = run.published_tflops
         pub_step = flops / (run.gpus * pub_x * 1e12)
-    return Row(run.name, run.source, run.where, run.layout, run.gpus, run.batch, pub_step, pub_x,
-               c.step_seconds, flops / (run.gpus * c.step_seconds) / 1e12,
-               100 * (c.step_seconds / pub_step - 1), c.fits, c, run.note, b, run.chunks, mode)
+    return Row(
+        run.name,
+        run.source,
+        run.where,
+        run.layout,
+        run.gpus,
+        run.batch,
+        pub_step,
+        pub_x,
+        c.step_seconds,
+        flops / (run.gpus * c.step_seconds) / 1e12,
+        100 * (c.step_seconds / pub_step - 1),
+        c.fits,
+        c,
+        run.note,
+        b,
+        run.chunks,
+        mode,
+    )
 
 
-def published_runs(micro_batch: str | int = "as run", *, interleaved: bool = True,
-                   **model_options) -> list[Row]:
+def published_runs(
+    micro_batch: str | int = "as run", *, interleaved: bool = True, **model_options
+) -> list[Row]:
     """Every published run of :data:`RUNS` with its predicted step time and TFLOP/s per GPU
     (:class:`Row`), the micro-batch set by ``micro_batch`` (:func:`predict`)."""
     return [predict(r, micro_batch, interleaved=interleaved, **model_options) for r in RUNS]
 
 
-def table1_summary(micro_batch: str | int = "as run", *, interleaved: bool = True,
-                   eta: float | None = None, gemm_rule: str | None = None,
-                   **model_options) -> dict:
+def table1_summary(
+    micro_batch: str | int = "as run",
+    *,
+    interleaved: bool = True,
+    eta: float | None = None,
+    gemm_rule: str | None = None,
+    **model_options,
+) -> dict:
     """Table 1's ten rows at one micro-batch choice (``interleaved``: as :func:`predict`):
     ``rows``, ``within10`` (how many within ±10 % of the published step time), ``worst``
     (largest |error| in %), ``too_fast`` (rows predicted more than 10 % too fast) and
     ``spearman`` (predicted vs published TFLOP/s)."""
-    rows = [predict(r, micro_batch, interleaved=interleaved, eta=eta, gemm_rule=gemm_rule,
-                    **model_options) for r in RUNS if r.where == "Table 1"]
-    return {"mode": str(micro_batch), "rows": rows,
-            "within10": sum(abs(r.error) <= 10 for r in rows),
-            "worst": max(abs(r.error) for r in rows),
-            "too_fast": [r.name for r in rows if r.error < -10],
-            "spearman": spearman([r.predicted_tflops for r in rows],
-                                 [r.published_tflops for r in rows])}
+    rows = [
+        predict(
+            r, micro_batch, interleaved=interleaved, eta=eta, gemm_rule=gemm_rule, **model_options
+        )
+        for r in RUNS
+        if r.where == "Table 1"
+    ]
+    return {
+        "mode": str(micro_batch),
+        "rows": rows,
+        "within10": sum(abs(r.error) <= 10 for r in rows),
+        "worst": max(abs(r.error) for r in rows),
+        "too_fast": [r.name for r in rows if r.error < -10],
+        "spearman": spearman(
+            [r.predicted_tflops for r in rows], [r.published_tflops for r in rows]
+        ),
+    }
 
 
 CALIBRATION_ROWS = tuple(f"PTD-P {r[0]}" for r in PTD_P_TABLE1[::2])
@@ -298,8 +392,13 @@ CALIBRATION_ROWS = tuple(f"PTD-P {r[0]}" for r in PTD_P_TABLE1[::2])
 :func:`split_check`; the other five are held out."""
 
 
-def settle_eta(micro_batch: str | int = "as run", rows: tuple[str, ...] = CALIBRATION_ROWS,
-               lo: float = 0.3, hi: float = 1.0, gemm_rule: str | None = None) -> float:
+def settle_eta(
+    micro_batch: str | int = "as run",
+    rows: tuple[str, ...] = CALIBRATION_ROWS,
+    lo: float = 0.3,
+    hi: float = 1.0,
+    gemm_rule: str | None = None,
+) -> float:
     """The A100 η that makes the geometric mean of predicted over published step time 1 on
     ``rows`` (bisection; the step time falls as η grows), at ``micro_batch`` (:func:`predict`)."""
     runs = [r for r in RUNS if r.name in rows]
@@ -309,6 +408,7 @@ def settle_eta(micro_batch: str | int = "as run", rows: tuple[str, ...] = CALIBR
     def log_ratio(eta: float) -> float:
         rows_ = [predict(r, micro_batch, eta=eta, gemm_rule=gemm_rule) for r in runs]
         return sum(math.log(x.predicted_step / x.published_step) for x in rows_)
+
     for _ in range(30):
         mid = (lo + hi) / 2
         lo, hi = (mid, hi) if log_ratio(mid) > 0 else (lo, mid)
@@ -326,14 +426,20 @@ def split_check(micro_batch: str | int = "as run", gemm_rule: str | None = None)
     eta = settle_eta(micro_batch, gemm_rule=gemm_rule)
     rows = table1_summary(micro_batch, eta=eta, gemm_rule=gemm_rule)["rows"]
     held = [r for r in rows if r.name not in CALIBRATION_ROWS]
-    return {"eta": eta, "mode": str(micro_batch), "gemm_rule": gemm_rule,
-            "within10": sum(abs(r.error) <= 10 for r in rows), "worst": max(abs(r.error)
-                                                                            for r in rows),
-            "calibration": [r for r in rows if r.name in CALIBRATION_ROWS], "held_out": held,
-            "held_out_within10": sum(abs(r.error) <= 10 for r in held),
-            "held_out_worst": max(abs(r.error) for r in held),
-            "spearman": spearman([r.predicted_tflops for r in rows],
-                                 [r.published_tflops for r in rows])}
+    return {
+        "eta": eta,
+        "mode": str(micro_batch),
+        "gemm_rule": gemm_rule,
+        "within10": sum(abs(r.error) <= 10 for r in rows),
+        "worst": max(abs(r.error) for r in rows),
+        "calibration": [r for r in rows if r.name in CALIBRATION_ROWS],
+        "held_out": held,
+        "held_out_within10": sum(abs(r.error) <= 10 for r in held),
+        "held_out_worst": max(abs(r.error) for r in held),
+        "spearman": spearman(
+            [r.predicted_tflops for r in rows], [r.published_tflops for r in rows]
+        ),
+    }
 
 
 def wave_quantisation_evidence(q_below: float = 0.8) -> dict:
@@ -362,6 +468,7 @@ def wave_quantisation_evidence(q_below: float = 0.8) -> dict:
 
 def spearman(xs, ys) -> float:
     """Spearman's rank correlation (average ranks for ties), pure Python."""
+
     def ranks(v):
         order = sorted(range(len(v)), key=lambda i: v[i])
         r = [0.0] * len(v)
@@ -374,6 +481,7 @@ def spearman(xs, ys) -> float:
                 r[order[k]] = (i + j) / 2
             i = j + 1
         return r
+
     if len(xs) != len(ys) or len(xs) < 2:
         raise ValueError(f"need two sequences of equal length >= 2 (got {len(xs)}, {len(ys)})")
     rx, ry = ranks(xs), ranks(ys)
@@ -390,14 +498,22 @@ def spearman(xs, ys) -> float:
 # text's ratios check the transcription: 153/144 = 1.06 and 171/138 = 1.24 at the smallest
 # count, 149/88 = 1.69 and 167/98 = 1.70 once the count doubles.
 ZERO3_TABLE2: dict[str, dict] = {
-    "gpt3-175b": {"ptdp_layout": (8, 12), "rows": [
-        ((384, 1536, 153), (384, 1536, 4, 144)),
-        ((768, 1536, 149), (768, 1536, 2, 88)),
-        ((1536, 1536, 141), (1536, 1536, 1, 44))]},
-    "mt-nlg-530b": {"ptdp_layout": (8, 35), "rows": [
-        ((560, 2240, 171), (640, 2560, 4, 138)),
-        ((1120, 2240, 167), (1120, 2240, 2, 98)),
-        ((2240, 2240, 159), (2240, 2240, 1, 48))]},
+    "gpt3-175b": {
+        "ptdp_layout": (8, 12),
+        "rows": [
+            ((384, 1536, 153), (384, 1536, 4, 144)),
+            ((768, 1536, 149), (768, 1536, 2, 88)),
+            ((1536, 1536, 141), (1536, 1536, 1, 44)),
+        ],
+    },
+    "mt-nlg-530b": {
+        "ptdp_layout": (8, 35),
+        "rows": [
+            ((560, 2240, 171), (640, 2560, 4, 138)),
+            ((1120, 2240, 167), (1120, 2240, 2, 98)),
+            ((2240, 2240, 159), (2240, 2240, 1, 48)),
+        ],
+    },
 }
 
 ZERO3_PUBLISHED_DOUBLED = 1.7
@@ -407,8 +523,11 @@ a fixed global batch (175B and 530B alike)."""
 
 def _tflops(m_: three_d.ModelShape, batch: int, gpus: int, step: float) -> float:
     """TFLOP/s per GPU with the paper's FLOP count (Eq. 3, full recomputation)."""
-    return flops_per_iteration(batch, m_.seq, m_.layers, m_.hidden, m_.vocab, "full") / \
-        (gpus * step) / 1e12
+    return (
+        flops_per_iteration(batch, m_.seq, m_.layers, m_.hidden, m_.vocab, "full")
+        / (gpus * step)
+        / 1e12
+    )
 
 
 ZERO3_GRAD_REDUCE_BYTES = 2
@@ -418,9 +537,14 @@ configured; Megatron-LM's own data-parallel reduction defaults to fp32
 (:data:`minipar.cost.three_d.GRAD_REDUCE_BYTES`)."""
 
 
-def zero3_comparison(model: str = "gpt3-175b", *, zero3_overlap: bool = True,
-                     zero3_collectives: str = "flat-ring", bandwidth_factor: float = 1.0,
-                     zero3_grad_reduce_bytes: float = ZERO3_GRAD_REDUCE_BYTES) -> list[dict]:
+def zero3_comparison(
+    model: str = "gpt3-175b",
+    *,
+    zero3_overlap: bool = True,
+    zero3_collectives: str = "flat-ring",
+    bandwidth_factor: float = 1.0,
+    zero3_grad_reduce_bytes: float = ZERO3_GRAD_REDUCE_BYTES,
+) -> list[dict]:
     """Narayanan et al. 2021 §5.2 (Table 2): PTD-P against ZeRO-3 without model parallelism at a
     fixed global batch as the GPU count doubles, each layout as run (:data:`ZERO3_TABLE2`; full
     recomputation, no sequence parallelism, PTD-P with ZeRO 0 and no DP overlap, ZeRO-3 with
@@ -437,8 +561,9 @@ def zero3_comparison(model: str = "gpt3-175b", *, zero3_overlap: bool = True,
     unsharded layer-gradient buffer): 2 as DeepSpeed ran it (:data:`ZERO3_GRAD_REDUCE_BYTES`),
     4 for Megatron's fp32 default."""
     if model not in ZERO3_TABLE2:
-        raise ValueError(f"model ({model!r}) must be one of {', '.join(ZERO3_TABLE2)} "
-                         "(the models of §5.2)")
+        raise ValueError(
+            f"model ({model!r}) must be one of {', '.join(ZERO3_TABLE2)} (the models of §5.2)"
+        )
     if not bandwidth_factor > 0:
         raise ValueError(f"bandwidth_factor ({bandwidth_factor}) must be > 0")
     m_ = three_d.MODELS[model]
@@ -446,21 +571,56 @@ def zero3_comparison(model: str = "gpt3-175b", *, zero3_overlap: bool = True,
     out = []
     for (n_p, b_p, x_p), (n_z, b_z, mb_z, x_z) in ZERO3_TABLE2[model]["rows"]:
         cl = three_d.cluster(n_p, 8, "A100-80GB")
-        ptdp = three_d.evaluate(m_, cl, b_p, tp=t, pp=p, dp=n_p // (t * p), micro_batch=1,
-                                recompute="full", zero=0, dp_overlap=False, **ERA_2021)
+        ptdp = three_d.evaluate(
+            m_,
+            cl,
+            b_p,
+            tp=t,
+            pp=p,
+            dp=n_p // (t * p),
+            micro_batch=1,
+            recompute="full",
+            zero=0,
+            dp_overlap=False,
+            **ERA_2021,
+        )
         cz = three_d.cluster(n_z, 8, "A100-80GB")
         if bandwidth_factor != 1:
-            cz = replace(cz, intra=replace(cz.intra, bandwidth=cz.intra.bandwidth / bandwidth_factor),
-                         inter=replace(cz.inter, bandwidth=cz.inter.bandwidth / bandwidth_factor))
-        z3 = three_d.evaluate(m_, cz, b_z, tp=1, pp=1, dp=n_z, micro_batch=mb_z,
-                              recompute="full", zero=3, zero3_overlap=zero3_overlap,
-                              zero3_collectives=zero3_collectives,
-                              grad_reduce_bytes=zero3_grad_reduce_bytes, **ERA_2021)
+            cz = replace(
+                cz,
+                intra=replace(cz.intra, bandwidth=cz.intra.bandwidth / bandwidth_factor),
+                inter=replace(cz.inter, bandwidth=cz.inter.bandwidth / bandwidth_factor),
+            )
+        z3 = three_d.evaluate(
+            m_,
+            cz,
+            b_z,
+            tp=1,
+            pp=1,
+            dp=n_z,
+            micro_batch=mb_z,
+            recompute="full",
+            zero=3,
+            zero3_overlap=zero3_overlap,
+            zero3_collectives=zero3_collectives,
+            grad_reduce_bytes=zero3_grad_reduce_bytes,
+            **ERA_2021,
+        )
         xp, xz = _tflops(m_, b_p, n_p, ptdp.step_seconds), _tflops(m_, b_z, n_z, z3.step_seconds)
-        out.append({"gpus": n_z, "ptdp_gpus": n_p, "ptdp": ptdp, "zero3": z3,
-                    "ptdp_tflops": xp, "zero3_tflops": xz,
-                    "published_ptdp_tflops": x_p, "published_zero3_tflops": x_z,
-                    "ratio": xp / xz, "published_ratio": x_p / x_z})
+        out.append(
+            {
+                "gpus": n_z,
+                "ptdp_gpus": n_p,
+                "ptdp": ptdp,
+                "zero3": z3,
+                "ptdp_tflops": xp,
+                "zero3_tflops": xz,
+                "published_ptdp_tflops": x_p,
+                "published_zero3_tflops": x_z,
+                "ratio": xp / xz,
+                "published_ratio": x_p / x_z,
+            }
+        )
     return out
 
 
@@ -478,29 +638,29 @@ def zero3_missing_effect(model: str = "gpt3-175b") -> dict:
     layout that ran, with ``zero3_gib`` its predicted GiB per GPU and ``limit_gib`` the limit."""
     rows = zero3_comparison(model)
     exposed = zero3_comparison(model, zero3_overlap=False)
-    return {"model": model, "gpus": [x["gpus"] for x in rows],
-            "micro_batch": [x["zero3"].micro_batch for x in rows],
-            "zero3_step": [x["zero3"].step_seconds for x in rows],
-            "zero3_step_no_overlap": [x["zero3"].step_seconds for x in exposed],
-            "zero3_step_published": [
-                x["zero3"].step_seconds * x["zero3_tflops"] / x["published_zero3_tflops"]
-                for x in rows],
-            "ptdp_gpus": [x["ptdp_gpus"] for x in rows],
-            "ratios": [x["ratio"] for x in rows],
-            "published": [x["published_ratio"] for x in rows],
-            "hierarchical": [x["ratio"] for x in zero3_comparison(
-                model, zero3_collectives="hierarchical")],
-            "no_overlap": [x["ratio"] for x in exposed],
-            "zero3_error": [100 * (x["zero3_tflops"] / x["published_zero3_tflops"] - 1)
-                            for x in rows],
-            "ptdp_error": [100 * (x["ptdp_tflops"] / x["published_ptdp_tflops"] - 1)
-                           for x in rows],
-            "zero3_fits": [x["zero3"].fits for x in rows],
-            "zero3_gib": [x["zero3"].bytes_per_gpu / 2**30 for x in rows],
-            "limit_gib": rows[0]["zero3"].memory_limit / 2**30,
-            "published_doubled": ZERO3_PUBLISHED_DOUBLED}
-
-
+    return {
+        "model": model,
+        "gpus": [x["gpus"] for x in rows],
+        "micro_batch": [x["zero3"].micro_batch for x in rows],
+        "zero3_step": [x["zero3"].step_seconds for x in rows],
+        "zero3_step_no_overlap": [x["zero3"].step_seconds for x in exposed],
+        "zero3_step_published": [
+            x["zero3"].step_seconds * x["zero3_tflops"] / x["published_zero3_tflops"] for x in rows
+        ],
+        "ptdp_gpus": [x["ptdp_gpus"] for x in rows],
+        "ratios": [x["ratio"] for x in rows],
+        "published": [x["published_ratio"] for x in rows],
+        "hierarchical": [
+            x["ratio"] for x in zero3_comparison(model, zero3_collectives="hierarchical")
+        ],
+        "no_overlap": [x["ratio"] for x in exposed],
+        "zero3_error": [100 * (x["zero3_tflops"] / x["published_zero3_tflops"] - 1) for x in rows],
+        "ptdp_error": [100 * (x["ptdp_tflops"] / x["published_ptdp_tflops"] - 1) for x in rows],
+        "zero3_fits": [x["zero3"].fits for x in rows],
+        "zero3_gib": [x["zero3"].bytes_per_gpu / 2**30 for x in rows],
+        "limit_gib": rows[0]["zero3"].memory_limit / 2**30,
+        "published_doubled": ZERO3_PUBLISHED_DOUBLED,
+    }
 
 
 def zero3_sentence(effects: dict | list[dict] | None = None) -> str:
@@ -512,66 +672,94 @@ def zero3_sentence(effects: dict | list[dict] | None = None) -> str:
     name = {"gpt3-175b": "175B", "mt-nlg-530b": "530B"}
 
     def pair(e, i):
-        return (f"{e['ratios'][i]:.2f} for {name.get(e['model'], e['model'])} on "
-                f"{e['gpus'][i]} GPUs (measured {e['published'][i]:.2f})")
+        return (
+            f"{e['ratios'][i]:.2f} for {name.get(e['model'], e['model'])} on "
+            f"{e['gpus'][i]} GPUs (measured {e['published'][i]:.2f})"
+        )
+
     doubled = [e["ratios"][1] for e in es]
     if all(r > 1 for r in doubled):
         grows = all(e["ratios"][-1] > e["ratios"][1] for e in es)
-        head = ("the planner now puts PTD-P ahead too once the GPU count doubles, by a ratio of "
-                "PTD-P's to ZeRO-3's TFLOP/s per GPU of " + " and ".join(pair(e, 1) for e in es)
-                + (", and the gap keeps growing" if grows else ", but the gap does not grow")
-                + " at the largest count ("
-                + ", ".join(f"{e['ratios'][-1]:.2f} against {e['published'][-1]:.2f}"
-                            for e in es) + ")")
+        head = (
+            "the planner now puts PTD-P ahead too once the GPU count doubles, by a ratio of "
+            "PTD-P's to ZeRO-3's TFLOP/s per GPU of "
+            + " and ".join(pair(e, 1) for e in es)
+            + (", and the gap keeps growing" if grows else ", but the gap does not grow")
+            + " at the largest count ("
+            + ", ".join(f"{e['ratios'][-1]:.2f} against {e['published'][-1]:.2f}" for e in es)
+            + ")"
+        )
     else:
-        head = ("the planner does not reproduce the direction once the GPU count doubles: "
-                + " and ".join(pair(e, 1) for e in es))
-    hier = ", ".join(f"{name.get(e['model'], e['model'])} {min(e['hierarchical']):.2f}–"
-                     f"{max(e['hierarchical']):.2f}" for e in es)
+        head = (
+            "the planner does not reproduce the direction once the GPU count doubles: "
+            + " and ".join(pair(e, 1) for e in es)
+        )
+    hier = ", ".join(
+        f"{name.get(e['model'], e['model'])} {min(e['hierarchical']):.2f}–"
+        f"{max(e['hierarchical']):.2f}"
+        for e in es
+    )
     nic = three_d.cluster(8, 8, "A100-80GB").inter.bandwidth / 1e9
     e0 = es[0]
-    moved = 4 * 2 * three_d.MODELS[e0["model"]].params            # 3 AG + 1 RS, 16-bit, bytes
+    moved = 4 * 2 * three_d.MODELS[e0["model"]].params  # 3 AG + 1 RS, 16-bit, bytes
     steps = e0["zero3_step_published"]
-    why = (". Its ZeRO-3 gathers every layer's 16-bit weights three times per micro-batch "
-           "(forward, recomputed forward, backward) and reduce-scatters the 16-bit gradients "
-           "once, each as a flat ring in which every GPU's whole share crosses its own "
-           f"{nic:.0f} GB/s NIC. The measurement asks for it: ZeRO-3's measured step for "
-           f"{name.get(e0['model'], e0['model'])} stays at "
-           + (f"{steps[1]:.0f} s " if round(steps[1]) == round(steps[2]) else
-              f"{steps[1]:.0f}–{steps[2]:.0f} s ") +
-           f"from {e0['gpus'][1]} to {e0['gpus'][2]} GPUs, and moving four copies of the "
-           f"weights ({moved / 1e12:.1f} TB) in that time takes {moved / steps[1] / 1e9:.0f} GB/s "
-           "per GPU, about one NIC's rate. With the NCCL-ideal hierarchical algorithm instead, "
-           f"ZeRO-3 would come out ahead (ratios {hier})")
+    why = (
+        ". Its ZeRO-3 gathers every layer's 16-bit weights three times per micro-batch "
+        "(forward, recomputed forward, backward) and reduce-scatters the 16-bit gradients "
+        "once, each as a flat ring in which every GPU's whole share crosses its own "
+        f"{nic:.0f} GB/s NIC. The measurement asks for it: ZeRO-3's measured step for "
+        f"{name.get(e0['model'], e0['model'])} stays at "
+        + (
+            f"{steps[1]:.0f} s "
+            if round(steps[1]) == round(steps[2])
+            else f"{steps[1]:.0f}–{steps[2]:.0f} s "
+        )
+        + f"from {e0['gpus'][1]} to {e0['gpus'][2]} GPUs, and moving four copies of the "
+        f"weights ({moved / 1e12:.1f} TB) in that time takes {moved / steps[1] / 1e9:.0f} GB/s "
+        "per GPU, about one NIC's rate. With the NCCL-ideal hierarchical algorithm instead, "
+        f"ZeRO-3 would come out ahead (ratios {hier})"
+    )
     small = []
     for e in es:
         n = name.get(e["model"], e["model"])
         if not e["zero3_fits"][0]:
-            small.append(f"for {n} its memory model rejects the ZeRO-3 layout that ran on "
-                         f"{e['gpus'][0]} GPUs ({e['zero3_gib'][0]:.0f} GiB against "
-                         f"{e['limit_gib']:.0f}: two whole gathered layers and a whole layer's "
-                         "gradient, where DeepSpeed gathers and reduces in smaller buckets)")
-        elif (e["ratios"][0] > 1) != (e["published"][0] > 1) or \
-                abs(e["ratios"][0] / e["published"][0] - 1) > 0.15:
-            small.append(f"for {n} on {e['gpus'][0]} GPUs it gives {e['ratios'][0]:.2f} against "
-                         f"the measured {e['published'][0]:.2f}: with {e['micro_batch'][0]} "
-                         "sequences per GPU one layer's compute can hide the collectives, and "
-                         f"the model hides them all ({e['zero3_step'][0]:.0f} s per step), while "
-                         f"the measured {e['zero3_step_published'][0]:.0f} s lies between that "
-                         f"and no overlap at all ({e['zero3_step_no_overlap'][0]:.0f} s): how "
-                         "much of the collectives' time overlapping compute really hides "
-                         "(NCCL kernels share the GPU's SMs and memory bandwidth) is not "
-                         "modelled")
-    off = [(name.get(e["model"], e["model"]), e["ratios"][1], e["zero3_error"][1]) for e in es
-           if abs(e["ratios"][1] / e["published_doubled"] - 1) > 0.15]
+            small.append(
+                f"for {n} its memory model rejects the ZeRO-3 layout that ran on "
+                f"{e['gpus'][0]} GPUs ({e['zero3_gib'][0]:.0f} GiB against "
+                f"{e['limit_gib']:.0f}: two whole gathered layers and a whole layer's "
+                "gradient, where DeepSpeed gathers and reduces in smaller buckets)"
+            )
+        elif (e["ratios"][0] > 1) != (e["published"][0] > 1) or abs(
+            e["ratios"][0] / e["published"][0] - 1
+        ) > 0.15:
+            small.append(
+                f"for {n} on {e['gpus'][0]} GPUs it gives {e['ratios'][0]:.2f} against "
+                f"the measured {e['published'][0]:.2f}: with {e['micro_batch'][0]} "
+                "sequences per GPU one layer's compute can hide the collectives, and "
+                f"the model hides them all ({e['zero3_step'][0]:.0f} s per step), while "
+                f"the measured {e['zero3_step_published'][0]:.0f} s lies between that "
+                f"and no overlap at all ({e['zero3_step_no_overlap'][0]:.0f} s): how "
+                "much of the collectives' time overlapping compute really hides "
+                "(NCCL kernels share the GPU's SMs and memory bandwidth) is not "
+                "modelled"
+            )
+    off = [
+        (name.get(e["model"], e["model"]), e["ratios"][1], e["zero3_error"][1])
+        for e in es
+        if abs(e["ratios"][1] / e["published_doubled"] - 1) > 0.15
+    ]
     tail = ""
     if small:
         tail += ". What it still misses is at the smallest count: " + "; ".join(small)
     if off:
-        tail += (". At the doubled count the ratio is outside ±15 % of the measured "
-                 f"{es[0]['published_doubled']:.1f} for "
-                 + ", ".join(f"{n} ({r:.2f}; its ZeRO-3 {err:+.0f} % off the measured "
-                             "throughput)" for n, r, err in off))
+        tail += (
+            ". At the doubled count the ratio is outside ±15 % of the measured "
+            f"{es[0]['published_doubled']:.1f} for "
+            + ", ".join(
+                f"{n} ({r:.2f}; its ZeRO-3 {err:+.0f} % off the measured throughput)"
+                for n, r, err in off
+            )
+        )
     return head + why + tail
 
 
@@ -595,28 +783,35 @@ def h200_calibration_check(gpu: GPU | None = None) -> dict:
     2 GiB device copy) of the calibration file, against ``gpu``'s (default :func:`h200_gpu`)."""
     data = json.loads((_MEASUREMENTS / "h200_layer_gemm_times.json").read_text())
     g = gpu or h200_gpu()
-    return {"eta": g.gemm_efficiency, "eta_measured": data["gemm_ceiling_flops"] / g.peak_flops["bf16"],
-            "hbm": g.hbm_bandwidth, "hbm_measured": data["copy_bytes_per_s"]}
+    return {
+        "eta": g.gemm_efficiency,
+        "eta_measured": data["gemm_ceiling_flops"] / g.peak_flops["bf16"],
+        "hbm": g.hbm_bandwidth,
+        "hbm_measured": data["copy_bytes_per_s"],
+    }
 
 
 @dataclass(frozen=True)
 class H200Row:
     name: str
-    attention: str             # "sdpa" (PyTorch's fused flash kernel) or "unfused"
+    attention: str  # "sdpa" (PyTorch's fused flash kernel) or "unfused"
     micro_batch: int
     microbatches: int
-    measured_step: float       # s
-    predicted_step: float | None   # s; None when the planner refuses the layout
-    measured_gib: float        # torch.cuda.max_memory_allocated, GiB
-    predicted_gib: float       # the planner's bytes per GPU, GiB
-    fits: bool                 # the planner admits the layout that ran
+    measured_step: float  # s
+    predicted_step: float | None  # s; None when the planner refuses the layout
+    measured_gib: float  # torch.cuda.max_memory_allocated, GiB
+    predicted_gib: float  # the planner's bytes per GPU, GiB
+    fits: bool  # the planner admits the layout that ran
     config: three_d.Config | None = field(default=None, repr=False)
 
     @property
     def time_error(self) -> float:
         """(predicted − measured) / measured step time, in % (inf when refused)."""
-        return math.inf if self.predicted_step is None else \
-            100 * (self.predicted_step / self.measured_step - 1)
+        return (
+            math.inf
+            if self.predicted_step is None
+            else 100 * (self.predicted_step / self.measured_step - 1)
+        )
 
     @property
     def memory_error(self) -> float:
@@ -632,8 +827,9 @@ def _supported(options: dict) -> dict:
     return {k: v for k, v in options.items() if k in names}
 
 
-def h200_runs(gpu: GPU | None = None, *, attention: str | None = None,
-              **model_options) -> list[H200Row]:
+def h200_runs(
+    gpu: GPU | None = None, *, attention: str | None = None, **model_options
+) -> list[H200Row]:
     """Every row of ``measurements/h200_step_times.json`` predicted on one H200
     (:func:`h200_gpu` unless ``gpu``): step time and peak memory of d = t = p = 1, b and m as
     measured, no recomputation, ZeRO 0; the measured GPTs are the planner's default shape
@@ -648,12 +844,32 @@ def h200_runs(gpu: GPU | None = None, *, attention: str | None = None,
         kernel = attention or {"sdpa": "flash"}.get(r["attention"], r["attention"])
         m_ = three_d.ModelShape(r["L"], r["h"], r["a"], r["s"], H200_VOCAB, attention=kernel)
         cl = replace(three_d.cluster(1, 1, "H200"), gpu=gpu)
-        c = three_d.evaluate(m_, cl, r["b"] * r["m"], tp=1, pp=1, dp=1, micro_batch=r["b"],
-                             recompute="none", zero=0,
-                             **_supported({"precision": H200_RECIPE} | model_options))
-        out.append(H200Row(r["name"], r["attention"], r["b"], r["m"], r["measured_s"],
-                           c.step_seconds if c.fits else None, r["peak_bytes"] / 2**30,
-                           c.bytes_per_gpu / 2**30, c.fits, c))
+        c = three_d.evaluate(
+            m_,
+            cl,
+            r["b"] * r["m"],
+            tp=1,
+            pp=1,
+            dp=1,
+            micro_batch=r["b"],
+            recompute="none",
+            zero=0,
+            **_supported({"precision": H200_RECIPE} | model_options),
+        )
+        out.append(
+            H200Row(
+                r["name"],
+                r["attention"],
+                r["b"],
+                r["m"],
+                r["measured_s"],
+                c.step_seconds if c.fits else None,
+                r["peak_bytes"] / 2**30,
+                c.bytes_per_gpu / 2**30,
+                c.fits,
+                c,
+            )
+        )
     return out
 
 
@@ -667,27 +883,36 @@ def h200_summary(rows: list[H200Row] | None = None) -> dict:
     """``rows``, ``n``, ``refused`` (rows that ran but the planner refuses), ``time_ok`` and
     ``memory_ok`` (rows within :func:`h200_targets`), the largest |time| and |memory| errors."""
     rows = h200_runs() if rows is None else rows
-    return {"rows": rows, "n": len(rows), "refused": [r.name for r in rows if not r.fits],
-            "time_ok": sum(abs(r.time_error) <= h200_targets(r)[0] for r in rows),
-            "memory_ok": sum(abs(r.memory_error) <= h200_targets(r)[1] for r in rows),
-            "worst_time": max(abs(r.time_error) for r in rows),
-            "worst_memory": max(abs(r.memory_error) for r in rows)}
+    return {
+        "rows": rows,
+        "n": len(rows),
+        "refused": [r.name for r in rows if not r.fits],
+        "time_ok": sum(abs(r.time_error) <= h200_targets(r)[0] for r in rows),
+        "memory_ok": sum(abs(r.memory_error) <= h200_targets(r)[1] for r in rows),
+        "worst_time": max(abs(r.time_error) for r in rows),
+        "worst_memory": max(abs(r.memory_error) for r in rows),
+    }
 
 
 # --- plain-text tables ---------------------------------------------------------------------
+
 
 def table(rows: list[Row] | None = None) -> str:
     """The published-run table as plain text (one line per row), layouts in the course's
     (d, t, p) order (book/notation.md), with the micro-batch b and chunks v used."""
     rows = published_runs() if rows is None else rows
-    lines = [f"{'run':<16} {'d,t,p':>10} {'b':>3} {'v':>2} {'GPUs':>5} {'B':>5} {'pub s':>7} "
-             f"{'pred s':>7} {'pub TF':>6} {'pred TF':>7} {'err':>6}"]
+    lines = [
+        f"{'run':<16} {'d,t,p':>10} {'b':>3} {'v':>2} {'GPUs':>5} {'B':>5} {'pub s':>7} "
+        f"{'pred s':>7} {'pub TF':>6} {'pred TF':>7} {'err':>6}"
+    ]
     for r in rows:
-        t, p, d = r.layout                             # stored as published: (t, p, d)
-        lines.append(f"{r.name:<16} {f'{d},{t},{p}':>10} {r.micro_batch:>3} {r.chunks:>2} "
-                     f"{r.gpus:>5} {r.batch:>5} "
-                     f"{r.published_step:>7.2f} {r.predicted_step:>7.2f} "
-                     f"{r.published_tflops:>6.1f} {r.predicted_tflops:>7.1f} {r.error:>+5.1f}%")
+        t, p, d = r.layout  # stored as published: (t, p, d)
+        lines.append(
+            f"{r.name:<16} {f'{d},{t},{p}':>10} {r.micro_batch:>3} {r.chunks:>2} "
+            f"{r.gpus:>5} {r.batch:>5} "
+            f"{r.published_step:>7.2f} {r.predicted_step:>7.2f} "
+            f"{r.published_tflops:>6.1f} {r.predicted_tflops:>7.1f} {r.error:>+5.1f}%"
+        )
     return "\n".join(lines)
 
 
@@ -695,27 +920,39 @@ def table_modes() -> str:
     """Table 1 (and the other published runs) under each micro-batch choice, side by side:
     b and the step-time error in % for as run, b = 1 and the planner's b."""
     modes = {m: published_runs(m) for m in MICRO_BATCH_MODES}
-    lines = [f"{'run':<16} {'d,t,p':>10} {'v':>2} {'pub s':>7} "
-             + " ".join(f"{'b':>3} {'err(' + m + ')':>13}" for m in MICRO_BATCH_MODES)]
+    lines = [
+        f"{'run':<16} {'d,t,p':>10} {'v':>2} {'pub s':>7} "
+        + " ".join(f"{'b':>3} {'err(' + m + ')':>13}" for m in MICRO_BATCH_MODES)
+    ]
     for i, r in enumerate(modes["as run"]):
         t, p, d = r.layout
-        lines.append(f"{r.name:<16} {f'{d},{t},{p}':>10} {r.chunks:>2} {r.published_step:>7.2f} "
-                     + " ".join(f"{modes[m][i].micro_batch:>3} {modes[m][i].error:>+12.1f}%"
-                                for m in MICRO_BATCH_MODES))
+        lines.append(
+            f"{r.name:<16} {f'{d},{t},{p}':>10} {r.chunks:>2} {r.published_step:>7.2f} "
+            + " ".join(
+                f"{modes[m][i].micro_batch:>3} {modes[m][i].error:>+12.1f}%"
+                for m in MICRO_BATCH_MODES
+            )
+        )
     for m in MICRO_BATCH_MODES:
         s = table1_summary(m)
-        lines.append(f"Table 1, b {m}: {s['within10']}/10 within ±10 %, largest |error| "
-                     f"{s['worst']:.1f} %, Spearman {s['spearman']:.2f}")
+        lines.append(
+            f"Table 1, b {m}: {s['within10']}/10 within ±10 %, largest |error| "
+            f"{s['worst']:.1f} %, Spearman {s['spearman']:.2f}"
+        )
     s = table1_summary("1", interleaved=False)
-    lines.append(f"Table 1, b 1 and v 1 (where η was settled, in-sample): {s['within10']}/10 "
-                 f"within ±10 %, largest |error| {s['worst']:.1f} %, Spearman {s['spearman']:.2f}")
+    lines.append(
+        f"Table 1, b 1 and v 1 (where η was settled, in-sample): {s['within10']}/10 "
+        f"within ±10 %, largest |error| {s['worst']:.1f} %, Spearman {s['spearman']:.2f}"
+    )
     for m, rule in (("as run", None), ("planner", None), ("planner", "additive")):
         x = split_check(m, rule)
-        lines.append(f"η settled on every other Table 1 row at b {m}"
-                     + (f", GEMMs by the {rule} rule" if rule else "")
-                     + f": η = {x['eta']:.3f}; held-out rows "
-                     + ", ".join(f"{r.name[6:]} {r.error:+.1f}%" for r in x["held_out"])
-                     + f"; all ten: {x['within10']}/10 within ±10 %, Spearman {x['spearman']:.2f}")
+        lines.append(
+            f"η settled on every other Table 1 row at b {m}"
+            + (f", GEMMs by the {rule} rule" if rule else "")
+            + f": η = {x['eta']:.3f}; held-out rows "
+            + ", ".join(f"{r.name[6:]} {r.error:+.1f}%" for r in x["held_out"])
+            + f"; all ten: {x['within10']}/10 within ±10 %, Spearman {x['spearman']:.2f}"
+        )
     return "\n".join(lines)
 
 
@@ -723,14 +960,18 @@ def h200_table(rows: list[H200Row] | None = None) -> str:
     """The H200 validation table as plain text: step time and peak memory, measured against
     predicted, errors in %."""
     rows = h200_runs() if rows is None else rows
-    lines = [f"{'run':<16} {'attention':<9} {'b':>2} {'m':>2} {'meas s':>7} {'pred s':>7} "
-             f"{'err':>7} {'meas GiB':>8} {'pred GiB':>8} {'err':>7}"]
+    lines = [
+        f"{'run':<16} {'attention':<9} {'b':>2} {'m':>2} {'meas s':>7} {'pred s':>7} "
+        f"{'err':>7} {'meas GiB':>8} {'pred GiB':>8} {'err':>7}"
+    ]
     for r in rows:
         pred = "refused" if r.predicted_step is None else f"{r.predicted_step:.3f}"
         terr = "" if r.predicted_step is None else f"{r.time_error:+.1f}%"
-        lines.append(f"{r.name:<16} {r.attention:<9} {r.micro_batch:>2} {r.microbatches:>2} "
-                     f"{r.measured_step:>7.3f} {pred:>7} {terr:>7} {r.measured_gib:>8.1f} "
-                     f"{r.predicted_gib:>8.1f} {r.memory_error:>+6.1f}%")
+        lines.append(
+            f"{r.name:<16} {r.attention:<9} {r.micro_batch:>2} {r.microbatches:>2} "
+            f"{r.measured_step:>7.3f} {pred:>7} {terr:>7} {r.measured_gib:>8.1f} "
+            f"{r.predicted_gib:>8.1f} {r.memory_error:>+6.1f}%"
+        )
     return "\n".join(lines)
 
 
@@ -740,8 +981,10 @@ def main() -> None:
     print("\nThe same runs at three micro-batch choices (step-time error, %)\n")
     print(table_modes())
     ev = wave_quantisation_evidence()
-    print(f"\nGEMM tile quantisation, H200 calibration GEMMs with model q < 0.8 (n = {ev['n']}): "
-          f"model q {ev['q']:.2f}, measured {ev['measured']:.2f} of the ceiling")
+    print(
+        f"\nGEMM tile quantisation, H200 calibration GEMMs with model q < 0.8 (n = {ev['n']}): "
+        f"model q {ev['q']:.2f}, measured {ev['measured']:.2f} of the ceiling"
+    )
     print("\nMeasured on one H200 (validation set; constants from the calibration set)\n")
     print(h200_table())
 

@@ -17,10 +17,16 @@ Contract, shared with PyTorch DDP: replicas start from rank 0's parameters; ever
 backward averages gradients; a parameter without gradient is an error unless
 ``find_unused_parameters=True``, and then a parameter no rank used keeps ``grad = None``.
 """
+
 from .accumulation import accumulation_step
 from .bucketed import BucketedDataParallel
 from .naive import all_reduce_gradients, broadcast_parameters
 from .zero import ZeRO
 
-__all__ = ["BucketedDataParallel", "ZeRO", "accumulation_step", "all_reduce_gradients",
-           "broadcast_parameters"]
+__all__ = [
+    "BucketedDataParallel",
+    "ZeRO",
+    "accumulation_step",
+    "all_reduce_gradients",
+    "broadcast_parameters",
+]

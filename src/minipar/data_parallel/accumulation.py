@@ -14,6 +14,7 @@ number of samples. When they differ, pass ``global_samples`` (the global batch s
 micro-batch loss is then weighted by n·b_i/B, and the rank average (1/n)Σ_r becomes the mean over
 all B samples.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -24,9 +25,14 @@ import torch.distributed as dist
 from .bucketed import BucketedDataParallel
 
 
-def accumulation_step(model: torch.nn.Module, dp: BucketedDataParallel, micro_batches,
-                      loss_fn, global_samples: int | None = None,
-                      global_loss: bool = False) -> float:
+def accumulation_step(
+    model: torch.nn.Module,
+    dp: BucketedDataParallel,
+    micro_batches,
+    loss_fn,
+    global_samples: int | None = None,
+    global_loss: bool = False,
+) -> float:
     """Forward and backward over ``micro_batches`` [(x, y), ...]; gradients averaged once.
 
     ``loss_fn`` must return the mean loss over its micro-batch. Returns this rank's mean loss
@@ -42,14 +48,14 @@ def accumulation_step(model: torch.nn.Module, dp: BucketedDataParallel, micro_ba
     k, total = len(micro_batches), 0.0
     for i, (x, y) in enumerate(micro_batches):
         last = i == k - 1
-        with (contextlib.nullcontext() if last else dp.no_sync()):
-            loss = loss_fn(model(x), y) * (sizes[i] * scale)   # weight of this micro-batch
-            loss.backward()                    # accumulates into .grad; the last one syncs
-        total += loss.item() / (scale * local)                 # Σ b_i·ℓ_i / Σ b_i
-    dp.finish()                                # waits if anything is still in flight
+        with contextlib.nullcontext() if last else dp.no_sync():
+            loss = loss_fn(model(x), y) * (sizes[i] * scale)  # weight of this micro-batch
+            loss.backward()  # accumulates into .grad; the last one syncs
+        total += loss.item() / (scale * local)  # Σ b_i·ℓ_i / Σ b_i
+    dp.finish()  # waits if anything is still in flight
     if not global_loss or dp.n == 1:
         return total
-    device = dp.params[0].device if dp.params else None        # NCCL needs it on the GPU
+    device = dp.params[0].device if dp.params else None  # NCCL needs it on the GPU
     both = torch.tensor([total * local, float(local)], dtype=torch.float64, device=device)  # (2,)
     dist.all_reduce(both, group=dp.group)
     return (both[0] / both[1]).item()

@@ -33,6 +33,7 @@ Semantics, the same as ``torch.nn.parallel.DistributedDataParallel``:
   the earlier ones), so all ranks issue the same collectives in the same order. Frozen
   parameters are left out; a tied parameter is reduced once.
 """
+
 from __future__ import annotations
 
 import time
@@ -47,18 +48,24 @@ from .naive import broadcast_parameters
 class BucketedDataParallel:
     """Attach to ``model``; ``loss.backward()`` averages the gradients; then ``optimizer.step()``."""
 
-    def __init__(self, model: torch.nn.Module, group=None, bucket_cap_mb: float = 25.0,
-                 record: bool = False, find_unused_parameters: bool = False,
-                 broadcast: bool = True):
+    def __init__(
+        self,
+        model: torch.nn.Module,
+        group=None,
+        bucket_cap_mb: float = 25.0,
+        record: bool = False,
+        find_unused_parameters: bool = False,
+        broadcast: bool = True,
+    ):
         if bucket_cap_mb <= 0:
             raise ValueError(f"bucket_cap_mb ({bucket_cap_mb}) must be > 0")
         self.group, self.n = group, dist.get_world_size(group)
         self.find_unused = find_unused_parameters
         self.names = {id(p): name for name, p in model.named_parameters()}
-        self.params = [p for p in model.parameters() if p.requires_grad]   # tied: once
+        self.params = [p for p in model.parameters() if p.requires_grad]  # tied: once
         self.buckets: list[list[torch.Tensor]] = []
         cap, size = bucket_cap_mb * 2**20, 0
-        for p in reversed(self.params):                   # last layer's gradients come first
+        for p in reversed(self.params):  # last layer's gradients come first
             if not self.buckets or size >= cap:
                 self.buckets.append([])
                 size = 0
@@ -66,8 +73,8 @@ class BucketedDataParallel:
             size += p.numel() * p.element_size()
         self._bucket_of = {id(p): i for i, b in enumerate(self.buckets) for p in b}
         self.sync = True
-        self.record, self.events = record, []             # (kind, bucket, start, end) if record
-        self._used: set[int] = set()                      # ids with a gradient since last sync
+        self.record, self.events = record, []  # (kind, bucket, start, end) if record
+        self._used: set[int] = set()  # ids with a gradient since last sync
         self._reset()
         if self.n > 1:
             if broadcast:
@@ -76,17 +83,17 @@ class BucketedDataParallel:
                 p.register_post_accumulate_grad_hook(self._grad_ready)
 
     def _reset(self) -> None:
-        self._missing = [len(b) for b in self.buckets]    # gradients not yet ready per bucket
-        self._ready: set[int] = set()                     # ids ready in this backward
-        self._next = 0                                    # next bucket to launch
-        self._inflight: list[tuple] = []                  # (work, flat, bucket index)
-        self._queued = False                              # end-of-backward callback queued
+        self._missing = [len(b) for b in self.buckets]  # gradients not yet ready per bucket
+        self._ready: set[int] = set()  # ids ready in this backward
+        self._next = 0  # next bucket to launch
+        self._inflight: list[tuple] = []  # (work, flat, bucket index)
+        self._queued = False  # end-of-backward callback queued
 
-    def _grad_ready(self, p: torch.Tensor) -> None:       # p.grad holds the accumulated gradient
+    def _grad_ready(self, p: torch.Tensor) -> None:  # p.grad holds the accumulated gradient
         self._used.add(id(p))
         if not self.sync:
             return
-        if not self._queued:                              # first hook of this backward
+        if not self._queued:  # first hook of this backward
             self._queued = True
             torch.autograd.Variable._execution_engine.queue_callback(self._end_of_backward)
         if id(p) in self._ready:
@@ -98,8 +105,9 @@ class BucketedDataParallel:
 
     def _launch(self, i: int) -> None:
         bucket = self.buckets[i]
-        flat = torch.cat([(p.grad if p.grad is not None else torch.zeros_like(p)).reshape(-1)
-                          for p in bucket])           # (Σ numel of the bucket,)
+        flat = torch.cat(
+            [(p.grad if p.grad is not None else torch.zeros_like(p)).reshape(-1) for p in bucket]
+        )  # (Σ numel of the bucket,)
         t0 = time.perf_counter()
         work = dist.all_reduce(flat, op=dist.ReduceOp.SUM, group=self.group, async_op=True)
         if self.record:
@@ -112,23 +120,24 @@ class BucketedDataParallel:
     def _end_of_backward(self) -> None:
         """Launch what is left, wait for every all-reduce, write the averaged gradients back."""
         unused = [p for p in self.params if id(p) not in self._ready]
-        while self._next < len(self.buckets):             # buckets holding unused parameters
+        while self._next < len(self.buckets):  # buckets holding unused parameters
             self._launch(self._next)
         nobody = set()
-        if self.find_unused:                              # which parameters did any rank use?
-            flags = torch.tensor([float(id(p) in self._used) for p in self.params],
-                                 device=self.params[0].device)   # (number of parameters,)
+        if self.find_unused:  # which parameters did any rank use?
+            flags = torch.tensor(
+                [float(id(p) in self._used) for p in self.params], device=self.params[0].device
+            )  # (number of parameters,)
             dist.all_reduce(flags, group=self.group)
             nobody = {id(p) for p, f in zip(self.params, flags.tolist()) if f == 0}
         for work, flat, i in self._inflight:
             work.wait()
-            flat.div_(self.n)                             # sum -> mean
+            flat.div_(self.n)  # sum -> mean
             offset = 0
             for p in self.buckets[i]:
-                g = flat[offset:offset + p.numel()].view_as(p)
+                g = flat[offset : offset + p.numel()].view_as(p)
                 offset += p.numel()
                 if id(p) in nobody:
-                    continue                              # DDP: a globally unused grad is kept
+                    continue  # DDP: a globally unused grad is kept
                 if p.grad is None:
                     p.grad = g.clone()
                 else:
@@ -137,9 +146,11 @@ class BucketedDataParallel:
         self._used.clear()
         if unused and not self.find_unused:
             names = ", ".join(self.names.get(id(p), "?") for p in unused)
-            raise RuntimeError(f"every trainable parameter must get a gradient in a synced "
-                               f"backward unless find_unused_parameters=True; no gradient for: "
-                               f"{names}")
+            raise RuntimeError(
+                f"every trainable parameter must get a gradient in a synced "
+                f"backward unless find_unused_parameters=True; no gradient for: "
+                f"{names}"
+            )
 
     def finish(self) -> None:
         """Wait for a backward's all-reduces if any are still in flight (normally a no-op:

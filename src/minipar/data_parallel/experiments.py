@@ -9,18 +9,35 @@ The code lives in three modules, one concern each:
 ``run`` is :func:`minipar.runtime.launch.run` forced onto gloo (the notebook's counted experiments keep
 their tensors on the CPU); prefer ``run_on_ranks`` (``backend="auto"``) in new code.
 """
+
 from __future__ import annotations
 
 import functools
 
 from minipar.runtime import launch
 
-from .measurements import (accumulation_traffic_on_rank, compression_on_rank,  # noqa: F401
-                           pytorch_comparison, pytorch_comparison_on_rank, ring_bytes,
-                           traffic_on_rank, zero_on_rank)
-from .scaling import DEFAULT_SCENARIOS, Scenario, scaling_curves, stale_sgd  # noqa: F401
-from .timing import (bucket_sweep, bucket_sweep_on_rank, make_step, run_on_ranks,  # noqa: F401
-                     straggler, time_variants, time_variants_on_rank, timeline_on_rank)
+from .measurements import (
+    accumulation_traffic_on_rank,
+    compression_on_rank,
+    pytorch_comparison,
+    pytorch_comparison_on_rank,
+    ring_bytes,
+    traffic_on_rank,
+    zero_on_rank,
+)
+from .scaling import DEFAULT_SCENARIOS, Scenario, scaling_curves, stale_sgd
+from .timing import (
+    bucket_sweep,
+    bucket_sweep_on_rank,
+    make_step,
+    run_on_ranks,
+    straggler,
+    time_variants,
+    time_variants_on_rank,
+    timeline_on_rank,
+)
 
 run = functools.partial(launch.run, backend="gloo")
-run.__doc__ = "minipar.runtime.launch.run(fn, n, *args, backend='gloo'): CPU ranks for counted runs."
+run.__doc__ = (
+    "minipar.runtime.launch.run(fn, n, *args, backend='gloo'): CPU ranks for counted runs."
+)

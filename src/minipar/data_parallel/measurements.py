@@ -3,6 +3,7 @@ comparison with PyTorch's DDP and FSDP2, DDP's compression hooks. Each ``*_on_ra
 runs on every rank under :func:`minipar.data_parallel.timing.run_on_ranks` (or
 ``minipar.runtime.launch.run``); tensors go on :func:`minipar.runtime.device.get_device`.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -26,7 +27,7 @@ def traffic_on_rank(rank, n, batch_sizes, width=64, depth=3):
     dev, out = get_device(), {}
     for b in batch_sizes:
         model = mlp(width, depth).to(dev)
-        x = torch.randn(b, width, device=dev)                            # (b, width)
+        x = torch.randn(b, width, device=dev)  # (b, width)
         with trace() as tr:
             F.mse_loss(model(x), x).backward()
             all_reduce_gradients(model)
@@ -40,8 +41,8 @@ def accumulation_traffic_on_rank(rank, n, ks, batch=4):
     for k in ks:
         model = TiedClassifier().to(dev)
         dp = BucketedDataParallel(model, bucket_cap_mb=25.0)
-        (x, y), = token_batches(1, batch * k)
-        x, y = x.to(dev), y.to(dev)                                      # (k·b,)
+        ((x, y),) = token_batches(1, batch * k)
+        x, y = x.to(dev), y.to(dev)  # (k·b,)
         with trace() as tr:
             accumulation_step(model, dp, list(zip(x.chunk(k), y.chunk(k))), F.cross_entropy)
         out[k] = (tr.count("all_reduce"), tr.bytes("all_reduce"))
@@ -58,8 +59,9 @@ def zero_on_rank(rank, n, stages=(0, 1, 2, 3), steps=2):
         with trace() as tr:
             for x, y in token_batches(steps, 4 * n):
                 zero.zero_grad()
-                F.cross_entropy(model(x.chunk(n)[rank].to(dev)), y.chunk(n)[rank].to(dev)) \
-                    .backward()
+                F.cross_entropy(
+                    model(x.chunk(n)[rank].to(dev)), y.chunk(n)[rank].to(dev)
+                ).backward()
                 zero.step()
         ops = {op: s.bytes // steps for op, s in tr.summary().items()}
         out[stage] = (zero.state_bytes(), ops)
@@ -78,6 +80,7 @@ def pytorch_comparison_on_rank(rank, n, steps=5, optimizer="adam"):
 
 def pytorch_comparison(n=2, steps=5, optimizer="adam") -> dict:
     from .timing import run_on_ranks
+
     per_rank = run_on_ranks(pytorch_comparison_on_rank, n, steps, optimizer, backend="gloo")
     return {v: global_losses([r[v] for r in per_rank]) for v in per_rank[0]}
 
@@ -90,7 +93,7 @@ def compression_on_rank(rank, n, hooks=("none", "fp16", "powersgd"), steps=30, w
 
     dev = get_device()
     g = torch.Generator().manual_seed(rank)
-    xs = [torch.randn(16, width, generator=g).to(dev) for _ in range(steps)]   # (b, width)
+    xs = [torch.randn(16, width, generator=g).to(dev) for _ in range(steps)]  # (b, width)
     target = mlp(width, 2, seed=123).to(dev)
     out = {}
     for hook in hooks:
@@ -98,8 +101,9 @@ def compression_on_rank(rank, n, hooks=("none", "fp16", "powersgd"), steps=30, w
         if hook == "fp16":
             model.register_comm_hook(None, default_hooks.fp16_compress_hook)
         elif hook == "powersgd":
-            state = powerSGD_hook.PowerSGDState(None, matrix_approximation_rank=2,
-                                                start_powerSGD_iter=10, min_compression_rate=1)
+            state = powerSGD_hook.PowerSGDState(
+                None, matrix_approximation_rank=2, start_powerSGD_iter=10, min_compression_rate=1
+            )
             model.register_comm_hook(state, powerSGD_hook.powerSGD_hook)
         opt = torch.optim.SGD(model.parameters(), lr=0.05)
         losses, last = [], None
@@ -116,13 +120,18 @@ def compression_on_rank(rank, n, hooks=("none", "fp16", "powersgd"), steps=30, w
     return out, sum(p.numel() for p in model.parameters())
 
 
-_COST_OP = {"all_reduce": "all-reduce", "all_gather": "all-gather",
-            "reduce_scatter": "reduce-scatter"}
+_COST_OP = {
+    "all_reduce": "all-reduce",
+    "all_gather": "all-gather",
+    "reduce_scatter": "reduce-scatter",
+}
 
 
 def ring_bytes(op_bytes: dict, n: int) -> float:
     """Bytes one rank sends in a ring for traced nccl-tests sizes {op: bytes} (the cost model's
     :func:`minipar.cost.collectives.ring_bytes_per_rank`, applied op by op)."""
     from minipar.cost.collectives import ring_bytes_per_rank
-    return sum(ring_bytes_per_rank(_COST_OP[op], n, b) for op, b in op_bytes.items()
-               if op in _COST_OP)
+
+    return sum(
+        ring_bytes_per_rank(_COST_OP[op], n, b) for op, b in op_bytes.items() if op in _COST_OP
+    )

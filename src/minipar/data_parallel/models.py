@@ -1,4 +1,5 @@
 """Tiny models and data for the data-parallel chapter (seeded, CPU, fractions of a second)."""
+
 from __future__ import annotations
 
 import torch
@@ -25,12 +26,12 @@ class TiedClassifier(nn.Module):
         self.scale = nn.Parameter(torch.linspace(0.5, 1.5, h), requires_grad=not frozen)
         self.head = nn.Linear(h, vocab, bias=False)
         if tied:
-            self.head.weight = self.emb.weight          # (V, h), used by emb and by head
+            self.head.weight = self.emb.weight  # (V, h), used by emb and by head
 
     def forward(self, tokens: torch.Tensor) -> torch.Tensor:  # tokens (b,)
-        x = self.emb(tokens)                                   # (b, h)
-        x = x + self.fc2(torch.tanh(self.fc1(x)))              # (b, h)
-        return self.head(x * self.scale)                       # (b, V)
+        x = self.emb(tokens)  # (b, h)
+        x = x + self.fc2(torch.tanh(self.fc1(x)))  # (b, h)
+        return self.head(x * self.scale)  # (b, V)
 
 
 def mlp_params(width: int, depth: int) -> int:
@@ -57,15 +58,17 @@ def token_batches(steps: int, batch: int, vocab: int = 32, seed: int = 2) -> lis
     the batch could match to 1e-6 (seed 1 does).
     """
     c = GPTConfig(V=vocab, s=1)
-    return [(x.view(batch), y.view(batch))                    # (batch, 1) -> (batch,)
-            for x, y in model.token_batches(steps, batch, c, seed)]
+    return [
+        (x.view(batch), y.view(batch))  # (batch, 1) -> (batch,)
+        for x, y in model.token_batches(steps, batch, c, seed)
+    ]
 
 
 def shard_batch(x: torch.Tensor, rank: int, n: int) -> torch.Tensor:
     """Rank ``rank``'s contiguous 1/n of the global batch (dim 0 must divide by n)."""
     if x.shape[0] % n:
         raise ValueError(f"global batch ({x.shape[0]}) must be divisible by ranks n ({n})")
-    return x.chunk(n)[rank]                                    # (b/n, ...)
+    return x.chunk(n)[rank]  # (b/n, ...)
 
 
 class Branchy(nn.Module):
@@ -81,7 +84,7 @@ class Branchy(nn.Module):
         self.head = nn.Linear(h, vocab)
 
     def forward(self, x: torch.Tensor, use_branch: bool = False) -> dict:
-        z = torch.tanh(self.body(x))                            # (b, h)
+        z = torch.tanh(self.body(x))  # (b, h)
         if use_branch:
-            z = z + torch.tanh(self.branch(z))                  # (b, h)
-        return {"logits": self.head(z)}                         # (b, V)
+            z = z + torch.tanh(self.branch(z))  # (b, h)
+        return {"logits": self.head(z)}  # (b, V)

@@ -16,6 +16,7 @@ issue different collectives and abort or hang). With ``find_unused_parameters=Tr
 all-reduce of a used-flag per parameter comes first; a parameter some rank used is averaged with
 zeros from the ranks that did not use it, and one that no rank used keeps ``grad = None``.
 """
+
 from __future__ import annotations
 
 import torch
@@ -29,31 +30,35 @@ def broadcast_parameters(model: torch.nn.Module, group=None, src: int = 0) -> No
         return
     root = dist.get_global_rank(group, src) if group is not None else src
     for t in list(model.parameters()) + list(model.buffers()):
-        dist.broadcast(t.data, src=root, group=group)          # (same shape as t)
+        dist.broadcast(t.data, src=root, group=group)  # (same shape as t)
 
 
-def all_reduce_gradients(model: torch.nn.Module, group=None,
-                         find_unused_parameters: bool = False) -> None:
+def all_reduce_gradients(
+    model: torch.nn.Module, group=None, find_unused_parameters: bool = False
+) -> None:
     """Replace each gradient by its mean over the ranks of ``group``: g ← (1/n) Σ_r g_r."""
     n = dist.get_world_size(group)
     if n == 1:
         return
-    params = [p for p in model.parameters() if p.requires_grad]   # deduplicated: tied once
+    params = [p for p in model.parameters() if p.requires_grad]  # deduplicated: tied once
     if find_unused_parameters:
-        used = torch.tensor([float(p.grad is not None) for p in params],
-                            device=params[0].device)            # (number of parameters,)
+        used = torch.tensor(
+            [float(p.grad is not None) for p in params], device=params[0].device
+        )  # (number of parameters,)
         dist.all_reduce(used, group=group)
         params = [p for p, u in zip(params, used.tolist()) if u > 0]
         for p in params:
-            if p.grad is None:                                  # unused here, used elsewhere
+            if p.grad is None:  # unused here, used elsewhere
                 p.grad = torch.zeros_like(p)
     else:
-        missing = [name for name, p in model.named_parameters()
-                   if p.requires_grad and p.grad is None]
+        missing = [
+            name for name, p in model.named_parameters() if p.requires_grad and p.grad is None
+        ]
         if missing:
-            raise RuntimeError("every trainable parameter must have a gradient unless "
-                               "find_unused_parameters=True; no gradient for: "
-                               + ", ".join(missing))
+            raise RuntimeError(
+                "every trainable parameter must have a gradient unless "
+                "find_unused_parameters=True; no gradient for: " + ", ".join(missing)
+            )
     for p in params:
         dist.all_reduce(p.grad, op=dist.ReduceOp.SUM, group=group)  # (same shape as p)
-        p.grad.div_(n)                     # sum -> mean: the full-batch gradient
+        p.grad.div_(n)  # sum -> mean: the full-batch gradient

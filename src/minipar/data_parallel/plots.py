@@ -1,4 +1,5 @@
 """Figures for the data-parallel chapter (matplotlib; each returns a Figure)."""
+
 from __future__ import annotations
 
 import matplotlib.pyplot as plt
@@ -11,24 +12,48 @@ def timeline(per_rank: list[dict], title: str = ""):
     fig, ax = plt.subplots(figsize=(9, 1.6 + 0.9 * len(per_rank)))
     for r, t in enumerate(per_rank):
         y = 2 * r
-        ax.broken_barh([(t["forward"][0] * 1e3, (t["forward"][1] - t["forward"][0]) * 1e3)],
-                       (y + 1, 0.8), color="#9ecae1", label="forward" if r == 0 else None)
-        ax.broken_barh([(t["backward"][0] * 1e3, (t["backward"][1] - t["backward"][0]) * 1e3)],
-                       (y + 1, 0.8), color="#3182bd", label="backward" if r == 0 else None)
-        ax.vlines([s * 1e3 for s in t["ready"]], y + 1, y + 1.8, color="k", lw=0.6,
-                  label="a gradient is ready" if r == 0 else None)
+        ax.broken_barh(
+            [(t["forward"][0] * 1e3, (t["forward"][1] - t["forward"][0]) * 1e3)],
+            (y + 1, 0.8),
+            color="#9ecae1",
+            label="forward" if r == 0 else None,
+        )
+        ax.broken_barh(
+            [(t["backward"][0] * 1e3, (t["backward"][1] - t["backward"][0]) * 1e3)],
+            (y + 1, 0.8),
+            color="#3182bd",
+            label="backward" if r == 0 else None,
+        )
+        ax.vlines(
+            [s * 1e3 for s in t["ready"]],
+            y + 1,
+            y + 1.8,
+            color="k",
+            lw=0.6,
+            label="a gradient is ready" if r == 0 else None,
+        )
         for i, (s, e) in enumerate(t["buckets"]):
-            ax.broken_barh([(s * 1e3, (e - s) * 1e3)], (y + 0.1 + 0.15 * (i % 4), 0.15),
-                           color="#e6550d", label="bucket all-reduce" if r == 0 and i == 0
-                           else None)
-        ax.axvline(t["finish"] * 1e3, ymin=0, ymax=1, color="grey", ls=":", lw=0.8,
-                   label="finish() returns" if r == 0 else None)
-    ax.set_yticks([2 * r + 1 for r in range(len(per_rank))],
-                  [f"rank {r}" for r in range(len(per_rank))])
+            ax.broken_barh(
+                [(s * 1e3, (e - s) * 1e3)],
+                (y + 0.1 + 0.15 * (i % 4), 0.15),
+                color="#e6550d",
+                label="bucket all-reduce" if r == 0 and i == 0 else None,
+            )
+        ax.axvline(
+            t["finish"] * 1e3,
+            ymin=0,
+            ymax=1,
+            color="grey",
+            ls=":",
+            lw=0.8,
+            label="finish() returns" if r == 0 else None,
+        )
+    ax.set_yticks(
+        [2 * r + 1 for r in range(len(per_rank))], [f"rank {r}" for r in range(len(per_rank))]
+    )
     ax.set_xlabel("time since the step started (ms)")
     ax.set_title(f"{title}: step {step_ms(per_rank):.0f} ms (slowest rank)", fontsize=10)
-    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.28), fontsize=8, ncol=5,
-              frameon=False)
+    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.28), fontsize=8, ncol=5, frameon=False)
     fig.tight_layout()
     return fig
 
@@ -60,12 +85,17 @@ def stale_sgd(stale: dict):
     """Loss above the best loss any run reached, per update, for each staleness τ (log scale;
     float32 rounding sets the floor near 1e-7 of the loss)."""
     import math
+
     best = min(v for losses in stale.values() for v in losses if math.isfinite(v))
     fig, ax = plt.subplots(figsize=(7, 3.6))
     styles = ["-", "--", "-.", ":"]
     for k, (tau, losses) in enumerate(stale.items()):
-        ax.semilogy([max(v - best, 1e-8) if math.isfinite(v) else float("nan") for v in losses],
-                    styles[k % 4], lw=2, label=f"staleness τ = {tau}")
+        ax.semilogy(
+            [max(v - best, 1e-8) if math.isfinite(v) else float("nan") for v in losses],
+            styles[k % 4],
+            lw=2,
+            label=f"staleness τ = {tau}",
+        )
     ax.set_ylim(1e-8, 1e4)
     ax.set_xlabel("update")
     ax.set_ylabel("loss − best loss reached")
@@ -83,9 +113,15 @@ def memory_bars(measured: dict, modelled: dict, n: int):
             bottom = 0
             for part, c in zip(parts, colors):
                 v = src[stage][part] / 1024
-                ax.bar(stage + off, v, 0.38, bottom=bottom, color=c, alpha=1 if j == 0 else 0.5,
-                       label=f"{part} ({'measured' if j == 0 else 'model'})"
-                       if stage == 0 else None)
+                ax.bar(
+                    stage + off,
+                    v,
+                    0.38,
+                    bottom=bottom,
+                    color=c,
+                    alpha=1 if j == 0 else 0.5,
+                    label=f"{part} ({'measured' if j == 0 else 'model'})" if stage == 0 else None,
+                )
                 bottom += v
     ax.set_xticks(sorted(measured), [f"ZeRO-{s}" for s in sorted(measured)])
     ax.set_ylabel(f"KiB per rank (n = {n})")
@@ -106,7 +142,6 @@ def scaling(ns, curves: dict, title=""):
     ax.set_ylabel("scaling efficiency (%)")
     ax.set_ylim(0, 105)
     ax.set_title(title)
-    ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.16), ncol=2,
-              frameon=False)
+    ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.16), ncol=2, frameon=False)
     fig.tight_layout()
     return fig

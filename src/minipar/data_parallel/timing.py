@@ -6,6 +6,7 @@ Models and tensors go on :func:`minipar.runtime.device.get_device` (a GPU per ra
 under gloo) and every clock read waits for the device first (:func:`minipar.runtime.device.synchronize`).
 Timings are never taken inside ``minipar.runtime.tracer`` (its dispatch mode slows every tensor op).
 """
+
 from __future__ import annotations
 
 import functools
@@ -32,7 +33,7 @@ def run_on_ranks(fn, n: int, *args, backend: str = "auto") -> list:
 
 
 def _clock() -> float:
-    synchronize()                                   # queued GPU work counts in the interval
+    synchronize()  # queued GPU work counts in the interval
     return time.perf_counter()
 
 
@@ -47,29 +48,41 @@ def make_step(variant: str, model, bucket_cap_mb: float = 25.0):
         return model, BucketedDataParallel(model, bucket_cap_mb=bucket_cap_mb).finish
     if variant == "ddp":
         from torch.nn.parallel import DistributedDataParallel as DDP
+
         return DDP(model, bucket_cap_mb=bucket_cap_mb), lambda: None
     raise ValueError(f"variant ({variant!r}) must be compute, naive, bucketed or ddp")
 
 
-def time_variants_on_rank(rank, n, variants, width=512, depth=8, batch=32, steps=5, rounds=3,
-                          bucket_cap_mb=25.0, slow_rank=None, delay_s=0.0):
+def time_variants_on_rank(
+    rank,
+    n,
+    variants,
+    width=512,
+    depth=8,
+    batch=32,
+    steps=5,
+    rounds=3,
+    bucket_cap_mb=25.0,
+    slow_rank=None,
+    delay_s=0.0,
+):
     """{variant: [seconds per step, one per round]} on this rank (rounds interleave variants)."""
     dev = get_device()
-    x = torch.randn(batch, width, device=dev)                            # (b, width) per rank
-    y = torch.randn(batch, width, device=dev)                            # (b, width)
+    x = torch.randn(batch, width, device=dev)  # (b, width) per rank
+    y = torch.randn(batch, width, device=dev)  # (b, width)
     setups = {}
     for v in variants:
         model = mlp(width, depth).to(dev)
         fwd, after = make_step(v, model, bucket_cap_mb)
         setups[v] = (fwd, after, torch.optim.SGD(model.parameters(), lr=1e-3))
     out = {v: [] for v in variants}
-    for r in range(rounds + 1):                                          # round 0: warm-up
+    for r in range(rounds + 1):  # round 0: warm-up
         for v, (fwd, after, opt) in setups.items():
             dist.barrier()
             t0 = _clock()
             for _ in range(steps):
                 if rank == slow_rank:
-                    time.sleep(delay_s)                                  # a straggler
+                    time.sleep(delay_s)  # a straggler
                 opt.zero_grad()
                 F.mse_loss(fwd(x), y).backward()
                 after()
@@ -82,8 +95,10 @@ def time_variants_on_rank(rank, n, variants, width=512, depth=8, batch=32, steps
 def time_variants(n, variants, **kw) -> dict:
     """{variant: seconds per step}: median over rounds of the slowest rank."""
     per_rank = run_on_ranks(functools.partial(time_variants_on_rank, **kw), n, variants)
-    return {v: statistics.median(max(r[v][i] for r in per_rank)
-                                 for i in range(len(per_rank[0][v]))) for v in variants}
+    return {
+        v: statistics.median(max(r[v][i] for r in per_rank) for i in range(len(per_rank[0][v])))
+        for v in variants
+    }
 
 
 def timeline_on_rank(rank, n, width=512, depth=8, batch=32, bucket_cap_mb=1.0, overlap=True):
@@ -92,12 +107,11 @@ def timeline_on_rank(rank, n, width=512, depth=8, batch=32, bucket_cap_mb=1.0, o
     Backward ends when its last all-reduce is done (DDP waits at the end of backward)."""
     dev = get_device()
     model = mlp(width, depth).to(dev)
-    dp = BucketedDataParallel(model, bucket_cap_mb=bucket_cap_mb if overlap else 1e9,
-                              record=True)
+    dp = BucketedDataParallel(model, bucket_cap_mb=bucket_cap_mb if overlap else 1e9, record=True)
     ready = []
     for p in model.parameters():
         p.register_post_accumulate_grad_hook(lambda p: ready.append(time.perf_counter()))
-    x = torch.randn(batch, width, device=dev)                            # (b, width)
+    x = torch.randn(batch, width, device=dev)  # (b, width)
     for _ in range(2):
         ready.clear(), dp.events.clear()
         dist.barrier()
@@ -108,9 +122,13 @@ def timeline_on_rank(rank, n, width=512, depth=8, batch=32, bucket_cap_mb=1.0, o
         t2 = _clock()
         dp.finish()
         t3 = _clock()
-    return {"forward": (0.0, t1 - t0), "backward": (t1 - t0, t2 - t0), "finish": t3 - t0,
-            "ready": [t - t0 for t in ready],
-            "buckets": [(s - t0, (e or t3) - t0) for _, _, s, e in dp.events]}
+    return {
+        "forward": (0.0, t1 - t0),
+        "backward": (t1 - t0, t2 - t0),
+        "finish": t3 - t0,
+        "ready": [t - t0 for t in ready],
+        "buckets": [(s - t0, (e or t3) - t0) for _, _, s, e in dp.events],
+    }
 
 
 def bucket_sweep_on_rank(rank, n, caps_mb, width=512, depth=8, batch=32, steps=3, rounds=2):
@@ -118,8 +136,9 @@ def bucket_sweep_on_rank(rank, n, caps_mb, width=512, depth=8, batch=32, steps=3
     forward/backward split and all-reduce times of two sizes (to fit α and β)."""
     t = time_variants_on_rank(rank, n, ["compute", "naive"], width, depth, batch, steps, rounds)
     for cap in caps_mb:
-        t[cap] = time_variants_on_rank(rank, n, ["bucketed"], width, depth, batch, steps, rounds,
-                                       bucket_cap_mb=cap)["bucketed"]
+        t[cap] = time_variants_on_rank(
+            rank, n, ["bucketed"], width, depth, batch, steps, rounds, bucket_cap_mb=cap
+        )["bucketed"]
     dev = get_device()
     model, x = mlp(width, depth).to(dev), torch.randn(batch, width, device=dev)
     t0 = _clock()
@@ -135,7 +154,7 @@ def bucket_sweep_on_rank(rank, n, caps_mb, width=512, depth=8, batch=32, steps=3
             s = _clock()
             dist.all_reduce(buf)
             times.append(_clock() - s)
-        t["allreduce"][numel * 4] = min(times)          # least disturbed by the other ranks
+        t["allreduce"][numel * 4] = min(times)  # least disturbed by the other ranks
     return t
 
 
@@ -145,18 +164,28 @@ def bucket_sweep(n, caps_mb, **kw) -> dict:
     from minipar.cost.data_parallel import dp_step_time
 
     per_rank = run_on_ranks(functools.partial(bucket_sweep_on_rank, **kw), n, list(caps_mb))
-    med = {k: statistics.median(max(r[k][i] for r in per_rank) for i in range(len(per_rank[0][k])))
-           for k in ["compute", "naive", *caps_mb]}
+    med = {
+        k: statistics.median(max(r[k][i] for r in per_rank) for i in range(len(per_rank[0][k])))
+        for k in ["compute", "naive", *caps_mb]
+    }
     sizes = sorted(per_rank[0]["allreduce"])
-    alpha, bw = fit_alpha_beta(sizes, [max(r["allreduce"][s] for r in per_rank) for s in sizes],
-                               "all-reduce", n)
+    alpha, bw = fit_alpha_beta(
+        sizes, [max(r["allreduce"][s] for r in per_rank) for s in sizes], "all-reduce", n
+    )
     f, b = per_rank[0]["fwd_bwd"]
-    scale = med["compute"] / (f + b)          # the timed steps include the optimizer step etc.
+    scale = med["compute"] / (f + b)  # the timed steps include the optimizer step etc.
     width, depth = kw.get("width", 512), kw.get("depth", 8)
-    grad = 4 * mlp_params(width, depth)                                   # fp32 bytes
-    model = {cap: dp_step_time(f * scale, b * scale, grad, cap * 2**20,
-                               lambda s: collective_time("all-reduce", "ring", n, s, alpha,
-                                                         bw)).step_s for cap in caps_mb}
+    grad = 4 * mlp_params(width, depth)  # fp32 bytes
+    model = {
+        cap: dp_step_time(
+            f * scale,
+            b * scale,
+            grad,
+            cap * 2**20,
+            lambda s: collective_time("all-reduce", "ring", n, s, alpha, bw),
+        ).step_s
+        for cap in caps_mb
+    }
     return dict(measured=med, model=model, alpha=alpha, bandwidth=bw, forward=f, backward=b)
 
 
@@ -164,7 +193,10 @@ def straggler(n, delay_s=0.05, **kw) -> dict:
     """{"even"|"rank 0 slowed": [step seconds per rank]}: bucketed DP, rank 0 sleeps delay_s."""
     out = {}
     for label, slow in (("even", None), (f"rank 0 sleeps {delay_s * 1e3:.0f} ms", 0)):
-        per_rank = run_on_ranks(functools.partial(time_variants_on_rank, slow_rank=slow,
-                                                  delay_s=delay_s, **kw), n, ["bucketed"])
+        per_rank = run_on_ranks(
+            functools.partial(time_variants_on_rank, slow_rank=slow, delay_s=delay_s, **kw),
+            n,
+            ["bucketed"],
+        )
         out[label] = [statistics.median(r["bucketed"]) for r in per_rank]
     return out

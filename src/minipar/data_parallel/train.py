@@ -4,6 +4,7 @@
 rank of ``minipar.runtime.launch.run`` and trains on that rank's slice with the chosen variant. With
 equal slices and a mean loss, every correct variant ends with the reference's parameters.
 """
+
 from __future__ import annotations
 
 import torch
@@ -15,8 +16,7 @@ from .models import shard_batch
 from .naive import all_reduce_gradients
 from .zero import ZeRO
 
-VARIANTS = ("naive", "bucketed", "accumulation", "zero0", "zero1", "zero2", "zero3", "ddp",
-            "fsdp2")
+VARIANTS = ("naive", "bucketed", "accumulation", "zero0", "zero1", "zero2", "zero3", "ddp", "fsdp2")
 
 
 def make_optimizer(name: str, lr: float | None = None):
@@ -51,25 +51,37 @@ def _wrap(variant: str, model, optimizer: str, bucket_cap_mb: float, group=None)
         return ZeRO(model, int(variant[-1]), make_optimizer(optimizer), group=group), None
     if variant == "ddp":
         from torch.nn.parallel import DistributedDataParallel as DDP
+
         ddp = DDP(model, bucket_cap_mb=bucket_cap_mb, process_group=group)
         return ddp, make_optimizer(optimizer)(trainable)
     if variant == "fsdp2":
         if group is not None:
             raise ValueError("variant 'fsdp2' runs on the default group only (group must be None)")
         from torch.distributed.fsdp import fully_shard
-        fully_shard(model)                 # one group: tied weights must share one (FSDP2 rule)
-        return model, make_optimizer(optimizer)([p for p in model.parameters()
-                                                 if p.requires_grad])
+
+        fully_shard(model)  # one group: tied weights must share one (FSDP2 rule)
+        return model, make_optimizer(optimizer)([p for p in model.parameters() if p.requires_grad])
     if variant in ("bucketed", "accumulation"):
-        return BucketedDataParallel(model, group, bucket_cap_mb=bucket_cap_mb), \
-            make_optimizer(optimizer)(trainable)
+        return BucketedDataParallel(model, group, bucket_cap_mb=bucket_cap_mb), make_optimizer(
+            optimizer
+        )(trainable)
     if variant == "naive":
         return None, make_optimizer(optimizer)(trainable)
     raise ValueError(f"variant ({variant!r}) must be one of {', '.join(VARIANTS)}")
 
 
-def train_rank(rank: int, n: int, variant: str, model, optimizer: str, batches,
-               bucket_cap_mb: float = 0.001, micro: int = 2, tracer=None, group=None):
+def train_rank(
+    rank: int,
+    n: int,
+    variant: str,
+    model,
+    optimizer: str,
+    batches,
+    bucket_cap_mb: float = 0.001,
+    micro: int = 2,
+    tracer=None,
+    group=None,
+):
     """Train ``model`` with ``variant`` on this rank's slices; returns (local losses, params).
 
     ``tracer``: an optional :class:`minipar.runtime.tracer` entered around the steps only. ``group``: the
@@ -82,7 +94,7 @@ def train_rank(rank: int, n: int, variant: str, model, optimizer: str, batches,
     losses = []
     with tracer or contextlib.nullcontext():
         for x, y in batches:
-            x, y = shard_batch(x, rank, n), shard_batch(y, rank, n)          # (b/n,)
+            x, y = shard_batch(x, rank, n), shard_batch(y, rank, n)  # (b/n,)
             if variant.startswith("zero"):
                 wrapper.zero_grad()
             else:
@@ -102,12 +114,11 @@ def train_rank(rank: int, n: int, variant: str, model, optimizer: str, batches,
                 wrapper.step()
             else:
                 opt.step()
-    if variant.startswith("zero"):                 # ZeRO's documented way to read them
+    if variant.startswith("zero"):  # ZeRO's documented way to read them
         full = iter(wrapper.full_parameters())
         params = [next(full) if p.requires_grad else p for p in model.parameters()]
     else:
-        params = [p.full_tensor() if hasattr(p, "full_tensor") else p
-                  for p in model.parameters()]
+        params = [p.full_tensor() if hasattr(p, "full_tensor") else p for p in model.parameters()]
     return losses, [p.detach().clone() for p in params]
 
 
@@ -118,5 +129,3 @@ def global_losses(per_rank_losses) -> list[float]:
 
 def max_param_error(params, ref) -> float:
     return max((a - b).abs().max().item() for a, b in zip(params, ref))
-
-

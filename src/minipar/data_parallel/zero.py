@@ -45,6 +45,7 @@ Reading the state: :meth:`ZeRO.shard` is this rank's slice of the flat parameter
 optimizer updates) and its range; :meth:`ZeRO.full_parameters` returns every parameter in full
 (stage 3 all-gathers them, so every rank of the group must call it).
 """
+
 from __future__ import annotations
 
 import torch
@@ -55,7 +56,7 @@ from minipar.cost.memory_time import check_zero_stage
 
 
 def _free(t: torch.Tensor) -> None:
-    t.untyped_storage().resize_(0)            # views keep their shape; the bytes are released
+    t.untyped_storage().resize_(0)  # views keep their shape; the bytes are released
 
 
 def _alloc(t: torch.Tensor, numel: int) -> None:
@@ -66,49 +67,57 @@ class ZeRO:
     """``zero = ZeRO(model, stage, lambda ps: torch.optim.Adam(ps, lr=1e-3))``; per step:
     ``zero.zero_grad(); loss_fn(model(x), y).backward(); zero.step()``."""
 
-    def __init__(self, model: torch.nn.Module, stage: int, make_optimizer, group=None,
-                 find_unused_parameters: bool = False):
+    def __init__(
+        self,
+        model: torch.nn.Module,
+        stage: int,
+        make_optimizer,
+        group=None,
+        find_unused_parameters: bool = False,
+    ):
         self.stage, self.group = check_zero_stage(stage), group
         self.n, self.rank = dist.get_world_size(group), dist.get_rank(group)
         self.find_unused = find_unused_parameters
         self.names = {id(p): name for name, p in model.named_parameters()}
-        self.params = [p for p in model.parameters() if p.requires_grad]    # tied: once
+        self.params = [p for p in model.parameters() if p.requires_grad]  # tied: once
         dtypes = sorted({str(p.dtype) for p in self.params})
         if len(dtypes) != 1:
-            raise ValueError(f"trainable parameters must share one dtype for one flat buffer "
-                             f"(got {', '.join(dtypes)})")
+            raise ValueError(
+                f"trainable parameters must share one dtype for one flat buffer "
+                f"(got {', '.join(dtypes)})"
+            )
         self.dtype, self.device = self.params[0].dtype, self.params[0].device
         numel = sum(p.numel() for p in self.params)
-        self.shard_numel = -(-numel // self.n)                               # P/n
+        self.shard_numel = -(-numel // self.n)  # P/n
         self.P = self.shard_numel * self.n
-        self.flat = torch.zeros(self.P, dtype=self.dtype, device=self.device)   # (P,)
+        self.flat = torch.zeros(self.P, dtype=self.dtype, device=self.device)  # (P,)
         self._ranges, offset = [], 0
-        for p in self.params:                     # parameters become views into self.flat
-            self.flat[offset:offset + p.numel()].copy_(p.data.reshape(-1))
-            p.data = self.flat[offset:offset + p.numel()].view_as(p)
+        for p in self.params:  # parameters become views into self.flat
+            self.flat[offset : offset + p.numel()].copy_(p.data.reshape(-1))
+            p.data = self.flat[offset : offset + p.numel()].view_as(p)
             self._ranges.append((offset, offset + p.numel()))
             offset += p.numel()
-        if self.n > 1:                            # replicas start from rank 0's parameters
+        if self.n > 1:  # replicas start from rank 0's parameters
             root = dist.get_global_rank(group, 0) if group is not None else 0
-            dist.broadcast(self.flat, src=root, group=group)                 # (P,)
+            dist.broadcast(self.flat, src=root, group=group)  # (P,)
         self._used: set[int] = set()
         for p in self.params:
             p.register_post_accumulate_grad_hook(lambda p: self._used.add(id(p)))
         lo = self.rank * self.shard_numel
         shard = self.shard_numel
         if stage == 0:
-            self.master = torch.nn.Parameter(self.flat)                      # (P,) shares storage
+            self.master = torch.nn.Parameter(self.flat)  # (P,) shares storage
         elif stage in (1, 2):
-            self.master = torch.nn.Parameter(self.flat[lo:lo + shard])       # (P/n,) a view
+            self.master = torch.nn.Parameter(self.flat[lo : lo + shard])  # (P/n,) a view
         else:
-            self.master = torch.nn.Parameter(self.flat[lo:lo + shard].clone())   # own copy
+            self.master = torch.nn.Parameter(self.flat[lo : lo + shard].clone())  # own copy
             _free(self.flat)
             model.register_forward_pre_hook(lambda m, a: self._gather_params())
             model.register_forward_hook(self._after_forward)
         self.optimizer = make_optimizer([self.master])
         self.grad = torch.zeros(self.P, dtype=self.dtype, device=self.device)  # (P,) full grad
         if stage == 3:
-            _free(self.grad)                      # attached again just before backward
+            _free(self.grad)  # attached again just before backward
         else:
             self._attach_grads()
 
@@ -119,12 +128,12 @@ class ZeRO:
         self.grad.zero_()
         offset = 0
         for p in self.params:
-            p.grad = self.grad[offset:offset + p.numel()].view_as(p)  # backward adds in place
+            p.grad = self.grad[offset : offset + p.numel()].view_as(p)  # backward adds in place
             offset += p.numel()
 
     def zero_grad(self) -> None:
         if self.stage < 3:
-            self._attach_grads()                  # stage 3 attaches them before its backward
+            self._attach_grads()  # stage 3 attaches them before its backward
 
     # -- stage 3: parameters exist in full only around forward and backward ----------------
     def _gather_params(self) -> None:
@@ -135,15 +144,16 @@ class ZeRO:
     def _after_forward(self, module, args, output):
         if self.n > 1:
             _free(self.flat)
-        armed = [True]                            # gather once, at the first output reached
+        armed = [True]  # gather once, at the first output reached
 
-        def before_backward(grad):                # runs when backward reaches a model output
+        def before_backward(grad):  # runs when backward reaches a model output
             if armed[0]:
                 armed[0] = False
                 self._gather_params()
                 self._attach_grads()
             return grad
-        for t in tree_leaves(output):             # a tensor, or any tuple/list/dict of them
+
+        for t in tree_leaves(output):  # a tensor, or any tuple/list/dict of them
             if torch.is_tensor(t) and t.requires_grad:
                 t.register_hook(before_backward)
         return output
@@ -175,10 +185,12 @@ class ZeRO:
                 raise RuntimeError(
                     "every trainable parameter must get a gradient in a step unless "
                     "find_unused_parameters=True; no gradient for: "
-                    + ", ".join(self.names.get(id(p), "?") for p in mine))
+                    + ", ".join(self.names.get(id(p), "?") for p in mine)
+                )
             return set()
-        flags = torch.tensor([float(id(p) in self._used) for p in self.params],
-                             device=self.device)                             # (parameters,)
+        flags = torch.tensor(
+            [float(id(p) in self._used) for p in self.params], device=self.device
+        )  # (parameters,)
         if self.n > 1:
             dist.all_reduce(flags, group=self.group)
         return {id(p) for p, f in zip(self.params, flags.tolist()) if f == 0}
@@ -195,38 +207,44 @@ class ZeRO:
         n, lo, shard = self.n, self.rank * self.shard_numel, self.shard_numel
         nobody = self._unused()
         self._used = set()
-        keep = torch.zeros(self.P, dtype=torch.bool, device=self.device)    # (P,)
+        keep = torch.zeros(self.P, dtype=torch.bool, device=self.device)  # (P,)
         for p, (a, b) in zip(self.params, self._ranges):
             if id(p) in nobody:
                 keep[a:b] = True
         if self.stage:
-            keep = keep[lo:lo + shard]                                       # (P/n,) mine
+            keep = keep[lo : lo + shard]  # (P/n,) mine
         saved = None
-        if keep.any():                           # untouched by the step, like a None grad
-            saved = (self.master.detach()[keep].clone(),
-                     {k: v[keep].clone() for st in [self.optimizer.state.get(self.master, {})]
-                      for k, v in st.items() if torch.is_tensor(v) and v.shape == keep.shape})
+        if keep.any():  # untouched by the step, like a None grad
+            saved = (
+                self.master.detach()[keep].clone(),
+                {
+                    k: v[keep].clone()
+                    for st in [self.optimizer.state.get(self.master, {})]
+                    for k, v in st.items()
+                    if torch.is_tensor(v) and v.shape == keep.shape
+                },
+            )
         if self.stage == 0:
             if n > 1:
-                dist.all_reduce(self.grad, group=self.group)                 # (P,)
+                dist.all_reduce(self.grad, group=self.group)  # (P,)
             self.master.grad = self.grad.div_(n)
         else:
-            mine = torch.empty(shard, dtype=self.dtype, device=self.device)   # (P/n,)
-            dist.reduce_scatter_single(mine, self.grad, group=self.group)    # sum of my shard
+            mine = torch.empty(shard, dtype=self.dtype, device=self.device)  # (P/n,)
+            dist.reduce_scatter_single(mine, self.grad, group=self.group)  # sum of my shard
             mine.div_(n)
             if self.stage == 1:
-                self.grad[lo:lo + shard].copy_(mine)
-                self.master.grad = self.grad[lo:lo + shard]
-            else:                                                            # stages 2 and 3
+                self.grad[lo : lo + shard].copy_(mine)
+                self.master.grad = self.grad[lo : lo + shard]
+            else:  # stages 2 and 3
                 for p in self.params:
                     p.grad = None
                 _free(self.grad)
                 self.master.grad = mine
         norm = None
         if max_norm is not None:
-            sq = self.master.grad.detach().pow(2).sum()       # my shard's (or all, stage 0)
+            sq = self.master.grad.detach().pow(2).sum()  # my shard's (or all, stage 0)
             if self.stage and n > 1:
-                dist.all_reduce(sq, group=self.group)         # Σ over shards: the whole norm²
+                dist.all_reduce(sq, group=self.group)  # Σ over shards: the whole norm²
             norm = sq.sqrt()
             self.master.grad.mul_((max_norm / (norm + 1e-6)).clamp(max=1.0))
             norm = norm.item()
@@ -237,11 +255,12 @@ class ZeRO:
             state = self.optimizer.state.get(self.master, {})
             for k, v in saved[1].items():
                 state[k][keep] = v
-        if self.stage in (1, 2):                 # every rank needs every updated parameter
-            dist.all_gather_single(self.flat, self.master.detach().clone(),
-                                        group=self.group)                   # (P,)
+        if self.stage in (1, 2):  # every rank needs every updated parameter
+            dist.all_gather_single(
+                self.flat, self.master.detach().clone(), group=self.group
+            )  # (P,)
         if self.stage == 3:
-            _free(self.flat)                     # stage 3 re-gathers before the next forward
+            _free(self.flat)  # stage 3 re-gathers before the next forward
         return norm
 
     def state_bytes(self) -> dict:
@@ -257,9 +276,20 @@ class ZeRO:
                     seen.add(s.data_ptr())
                     total += s.nbytes()
             return total
+
         weights = size([p.data for p in self.params] + [self.master.data])
         grads = size([p.grad for p in self.params + [self.master] if p.grad is not None])
-        opt = size([v for st in self.optimizer.state.values() for v in st.values()
-                    if torch.is_tensor(v) and v.dim() > 0])
-        return {"weights": weights, "gradients": grads, "optimizer": opt,
-                "total": weights + grads + opt}
+        opt = size(
+            [
+                v
+                for st in self.optimizer.state.values()
+                for v in st.values()
+                if torch.is_tensor(v) and v.dim() > 0
+            ]
+        )
+        return {
+            "weights": weights,
+            "gradients": grads,
+            "optimizer": opt,
+            "total": weights + grads + opt,
+        }

@@ -15,16 +15,40 @@ folding.py        MoE parallel folding: experts laid out independently of the de
 experiments.py    parity, traffic, EP × DP and load-balance runs used by the tests and the notebook
 plots.py          figures of the notebook
 """
+
 from .communication import all_gather_rows, all_to_all, exchange_counts, reduce_scatter_rows
 from .dispatchers import DISPATCHERS, node_groups
 from .grouped import dropless_forward, grouped_mlp, grouped_mm, permute, unpermute
 from .layer import ExpertParallelMoE
 from .moe import MoE, expert_mlp
-from .routing import (capacity, load_balancing_loss, priority_positions, queue_ahead,
-                      slot_counts, top_k_gates)
+from .routing import (
+    capacity,
+    load_balancing_loss,
+    priority_positions,
+    queue_ahead,
+    slot_counts,
+    top_k_gates,
+)
 
-__all__ = ["MoE", "ExpertParallelMoE", "expert_mlp", "all_to_all", "exchange_counts",
-           "top_k_gates", "capacity", "priority_positions", "queue_ahead", "slot_counts",
-           "load_balancing_loss", "all_gather_rows", "reduce_scatter_rows", "DISPATCHERS",
-           "node_groups", "dropless_forward", "grouped_mlp", "grouped_mm", "permute",
-           "unpermute"]
+__all__ = [
+    "MoE",
+    "ExpertParallelMoE",
+    "expert_mlp",
+    "all_to_all",
+    "exchange_counts",
+    "top_k_gates",
+    "capacity",
+    "priority_positions",
+    "queue_ahead",
+    "slot_counts",
+    "load_balancing_loss",
+    "all_gather_rows",
+    "reduce_scatter_rows",
+    "DISPATCHERS",
+    "node_groups",
+    "dropless_forward",
+    "grouped_mlp",
+    "grouped_mm",
+    "permute",
+    "unpermute",
+]

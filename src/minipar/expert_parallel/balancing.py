@@ -25,6 +25,7 @@ Pure functions on router outputs; symbols as in :mod:`.routing` (n tokens, E exp
   DeepSeek-V3 (§2.1.2, "node-limited routing") picks the M = 4 nodes with the largest sum of
   their K/M highest expert scores. Both bound the machines a token visits to M.
 """
+
 from __future__ import annotations
 
 import torch
@@ -34,30 +35,33 @@ from minipar.dist import group_size
 from .routing import load_balancing_loss, slot_counts
 
 
-def sequence_load_balancing_loss(probs: torch.Tensor, experts: torch.Tensor,
-                                 seq_len: int) -> torch.Tensor:
+def sequence_load_balancing_loss(
+    probs: torch.Tensor, experts: torch.Tensor, seq_len: int
+) -> torch.Tensor:
     """Mean over sequences of T = ``seq_len`` consecutive tokens of Switch's loss on each."""
     n = probs.shape[0]
     if n % seq_len:
         raise ValueError(f"tokens ({n}) must be divisible by seq_len ({seq_len})")
-    losses = [load_balancing_loss(p, e) for p, e in
-              zip(probs.split(seq_len), experts.split(seq_len))]
+    losses = [
+        load_balancing_loss(p, e) for p, e in zip(probs.split(seq_len), experts.split(seq_len))
+    ]
     return torch.stack(losses).mean()
 
 
-def global_load_balancing_loss(probs: torch.Tensor, experts: torch.Tensor,
-                               counts: torch.Tensor | None = None, group=None) -> torch.Tensor:
+def global_load_balancing_loss(
+    probs: torch.Tensor, experts: torch.Tensor, counts: torch.Tensor | None = None, group=None
+) -> torch.Tensor:
     """E·Σ_e f_e P_e with f_e from ``counts`` (E,) assignments per expert over the global batch
     (default: this call's, all-reduced over ``group``) and P_e the mean probability here."""
     n, E = probs.shape
-    K = experts.shape[1]
     if counts is None:
-        counts = slot_counts(experts, E).sum(0)                       # (E,)
+        counts = slot_counts(experts, E).sum(0)  # (E,)
         if group_size(group) > 1:
             import torch.distributed as dist
+
             counts = counts.clone()
             dist.all_reduce(counts, group=group)
-    f = counts.to(probs.dtype) / counts.sum().clamp(min=1)             # (E,) sums to 1
+    f = counts.to(probs.dtype) / counts.sum().clamp(min=1)  # (E,) sums to 1
     return E * (f * probs.mean(0)).sum()
 
 
@@ -73,23 +77,25 @@ def update_bias(bias: torch.Tensor, load: torch.Tensor, rate: float) -> torch.Te
     return bias
 
 
-def keep_by_probability(probs_of_choice: torch.Tensor, experts: torch.Tensor,
-                        num_experts: int, capacity: int) -> torch.Tensor:
+def keep_by_probability(
+    probs_of_choice: torch.Tensor, experts: torch.Tensor, num_experts: int, capacity: int
+) -> torch.Tensor:
     """(n, K) probabilities of the chosen experts -> (n, K) bool: each expert keeps its C most
     probable assignments (ties to the earlier slot-major position)."""
     n, K = experts.shape
-    p = probs_of_choice.detach().T.reshape(-1)                        # (K·n,) slot-major
+    p = probs_of_choice.detach().T.reshape(-1)  # (K·n,) slot-major
     e = experts.T.reshape(-1)
-    order = torch.argsort(-p, stable=True)                            # most probable first
-    oh = torch.nn.functional.one_hot(e[order], num_experts)          # (K·n, E)
-    rank = ((oh.cumsum(0) - oh) * oh).sum(-1)                         # place in its expert's queue
+    order = torch.argsort(-p, stable=True)  # most probable first
+    oh = torch.nn.functional.one_hot(e[order], num_experts)  # (K·n, E)
+    rank = ((oh.cumsum(0) - oh) * oh).sum(-1)  # place in its expert's queue
     keep = torch.empty_like(e, dtype=torch.bool)
     keep[order] = rank < capacity
     return keep.view(K, n).T
 
 
-def group_limited_top_k(scores: torch.Tensor, top_k: int, groups: int, max_groups: int,
-                        group_score: str = "max") -> torch.Tensor:
+def group_limited_top_k(
+    scores: torch.Tensor, top_k: int, groups: int, max_groups: int, group_score: str = "max"
+) -> torch.Tensor:
     """(n, E) scores -> (n, K) experts chosen among the ``max_groups`` best of ``groups``
     equal groups of experts (devices or nodes). ``group_score``: "max" (DeepSeek-V2's devices)
     or "top_sum" (DeepSeek-V3's nodes: the sum of a group's K/M highest scores)."""
@@ -98,14 +104,14 @@ def group_limited_top_k(scores: torch.Tensor, top_k: int, groups: int, max_group
         raise ValueError(f"experts ({E}) must be divisible by groups ({groups})")
     if not 1 <= max_groups <= groups:
         raise ValueError(f"max_groups ({max_groups}) must be between 1 and groups ({groups})")
-    per = scores.view(n, groups, E // groups)                         # (n, G, E/G)
+    per = scores.view(n, groups, E // groups)  # (n, G, E/G)
     if group_score == "max":
         gs = per.max(-1).values
     elif group_score == "top_sum":
         gs = per.topk(max(1, top_k // max_groups), dim=-1).values.sum(-1)
     else:
         raise ValueError(f"group_score ({group_score!r}) must be 'max' or 'top_sum'")
-    best = gs.topk(max_groups, dim=-1).indices                        # (n, M)
+    best = gs.topk(max_groups, dim=-1).indices  # (n, M)
     allowed = torch.zeros(n, groups, dtype=torch.bool).scatter(1, best, True)
     masked = scores.masked_fill(~allowed.repeat_interleave(E // groups, 1), float("-inf"))
-    return masked.topk(top_k, dim=-1).indices                         # (n, K)
+    return masked.topk(top_k, dim=-1).indices  # (n, K)

@@ -9,12 +9,13 @@ on CPU in torch 2.13; tested in ``tests/test_expert_parallel.py``).
 Backward of an all-to-all is the all-to-all with the splits swapped: the gradient of the rows
 rank r received from s goes back to s. Every helper is the identity for a group of one rank.
 """
+
 from __future__ import annotations
 
 import torch
 import torch.distributed as dist
 
-from minipar.dist import group_rank, group_size
+from minipar.dist import group_size
 
 
 def _a2a(x: torch.Tensor, out_splits: list[int], in_splits: list[int], group) -> torch.Tensor:
@@ -40,8 +41,9 @@ class _AllToAll(torch.autograd.Function):
         return _a2a(grad, in_splits, out_splits, ctx.group), None, None, None
 
 
-def all_to_all(x: torch.Tensor, out_splits: list[int], in_splits: list[int],
-               group=None) -> torch.Tensor:
+def all_to_all(
+    x: torch.Tensor, out_splits: list[int], in_splits: list[int], group=None
+) -> torch.Tensor:
     """Differentiable uneven all-to-all: send ``in_splits[d]`` rows of ``x`` to rank d, receive
     ``out_splits[s]`` rows from rank s, concatenated in source-rank order."""
     return _AllToAll.apply(x, list(out_splits), list(in_splits), group)
@@ -62,9 +64,9 @@ def all_gather_counts(counts: torch.Tensor, group=None) -> torch.Tensor:
     n = group_size(group)
     if n == 1:
         return counts[None]
-    out = counts.new_empty(n * counts.numel())                   # (ep·K·E,)
+    out = counts.new_empty(n * counts.numel())  # (ep·K·E,)
     dist.all_gather_single(out, counts.flatten(), group=group)
-    return out.view(n, *counts.shape)                             # (ep, K, E)
+    return out.view(n, *counts.shape)  # (ep, K, E)
 
 
 def _all_gather_rows(x: torch.Tensor, group) -> torch.Tensor:

@@ -21,15 +21,21 @@ all three give the same numbers, they differ in what crosses the network.
 Dropped assignments (a capacity) are removed at the source in all three; backward runs each
 collective's adjoint (all-to-all with splits swapped; all-gather ↔ reduce-scatter).
 """
+
 from __future__ import annotations
 
 import torch
 import torch.distributed as dist
 
-from minipar.dist import group_rank, group_size
+from minipar.dist import group_rank
 
-from .communication import (a2a_index, all_gather_rows, all_to_all, exchange_counts,
-                            reduce_scatter_rows)
+from .communication import (
+    a2a_index,
+    all_gather_rows,
+    all_to_all,
+    exchange_counts,
+    reduce_scatter_rows,
+)
 
 DISPATCHERS = ("all_to_all", "all_gather", "node_dedup")
 
@@ -37,8 +43,8 @@ DISPATCHERS = ("all_to_all", "all_gather", "node_dedup")
 def assignments(experts: torch.Tensor, gates: torch.Tensor, kept: torch.Tensor):
     """Kept (token, expert, gate) triples, slot-major (a = j·n + i), stably sorted by expert."""
     n, K = experts.shape
-    keep = kept.T.reshape(-1)                                     # (K·n,)
-    token = torch.arange(n).repeat(K)[keep]                       # (a,)
+    keep = kept.T.reshape(-1)  # (K·n,)
+    token = torch.arange(n).repeat(K)[keep]  # (a,)
     expert = experts.T.reshape(-1)[keep]
     gate = gates.T.reshape(-1)[keep]
     order = torch.argsort(expert, stable=True)
@@ -49,13 +55,13 @@ def all_to_all_dispatch(layer, x, experts, gates, kept):
     """Route rows to the experts' owners and back: counts, dispatch, experts, combine."""
     token, expert, gate = assignments(experts, gates, kept)
     send = torch.bincount(expert, minlength=layer.experts).view(layer.ep, layer.local)
-    recv = exchange_counts(send, layer.group)                      # (ep, E/ep)
+    recv = exchange_counts(send, layer.group)  # (ep, E/ep)
     layer.send_counts, layer.recv_counts = send, recv
-    layer.tokens_per_expert = recv.sum(0)                          # (E/ep,)
+    layer.tokens_per_expert = recv.sum(0)  # (E/ep,)
     in_splits, out_splits = send.sum(1).tolist(), recv.sum(1).tolist()
-    rows = all_to_all(x[token], out_splits, in_splits, layer.group)   # dispatch (m, h)
-    out = layer.run_experts(rows, recv)                               # (m, h)
-    back = all_to_all(out, in_splits, out_splits, layer.group)        # combine (a, h)
+    rows = all_to_all(x[token], out_splits, in_splits, layer.group)  # dispatch (m, h)
+    out = layer.run_experts(rows, recv)  # (m, h)
+    back = all_to_all(out, in_splits, out_splits, layer.group)  # combine (a, h)
     return layer.combine(back, token, gate, x.shape[0])
 
 
@@ -68,23 +74,23 @@ def all_gather_dispatch(layer, x, experts, gates, kept):
     experts on all of them; a reduce-scatter returns each rank's outputs."""
     n, ep, g = x.shape[0], layer.ep, layer.group
     counts = torch.tensor([n])
-    if ep > 1:                                                    # every rank's n (ep int64)
+    if ep > 1:  # every rank's n (ep int64)
         counts = counts.new_empty(ep)
         dist.all_gather_single(counts, torch.tensor([n]), group=g)
     m = int(counts.max())
     layer.gathered_rows = ep * m
-    xs = all_gather_rows(_pad(x, m), g)                            # (ep·m, h)
+    xs = all_gather_rows(_pad(x, m), g)  # (ep·m, h)
     chosen = torch.where(kept, experts, -1)
     es = all_gather_rows(_pad(chosen, m, -1), g) if ep > 1 else _pad(chosen, m, -1)  # (ep·m, K)
-    gs = all_gather_rows(_pad(gates, m), g)                        # (ep·m, K)
+    gs = all_gather_rows(_pad(gates, m), g)  # (ep·m, K)
     mine = (es >= layer.first) & (es < layer.first + layer.local)  # (ep·m, K)
     local = torch.where(mine, es - layer.first, -1)
-    token, expert, gate = assignments(local, gs, mine)             # by local expert
-    sizes = torch.bincount(expert, minlength=layer.local)           # (E/ep,)
+    token, expert, gate = assignments(local, gs, mine)  # by local expert
+    sizes = torch.bincount(expert, minlength=layer.local)  # (E/ep,)
     layer.tokens_per_expert = sizes
-    out = layer.grouped(xs[token], sizes)                          # (a, h)
+    out = layer.grouped(xs[token], sizes)  # (a, h)
     part = xs.new_zeros(ep * m, x.shape[1]).index_add(0, token, gate[:, None] * out)
-    return reduce_scatter_rows(part, g)[:n]                        # (n, h)
+    return reduce_scatter_rows(part, g)[:n]  # (n, h)
 
 
 def node_groups(node_size: int, ep_groups: list[list[int]] | None = None):
@@ -96,10 +102,11 @@ def node_groups(node_size: int, ep_groups: list[list[int]] | None = None):
     node = rail = None
     for ranks in ep_groups:
         if len(ranks) % node_size:
-            raise ValueError(f"EP group size ({len(ranks)}) must be divisible by node_size "
-                             f"({node_size})")
+            raise ValueError(
+                f"EP group size ({len(ranks)}) must be divisible by node_size ({node_size})"
+            )
         for i in range(0, len(ranks), node_size):
-            members = ranks[i:i + node_size]
+            members = ranks[i : i + node_size]
             grp = dist.new_group(members)
             node = grp if me in members else node
         for j in range(node_size):
@@ -112,37 +119,40 @@ def node_groups(node_size: int, ep_groups: list[list[int]] | None = None):
 def node_dedup_dispatch(layer, x, experts, gates, kept):
     """Once per (token, destination node) over the rail, then per choice inside the node."""
     n, K = experts.shape
-    per_node = layer.local * layer.node_size                       # experts per node
+    per_node = layer.local * layer.node_size  # experts per node
     nodes = layer.ep // layer.node_size
     rail, node_g = layer.rail_group, layer.node_group
-    node_of = torch.where(kept, experts // per_node, -1)           # (n, K)
+    node_of = torch.where(kept, experts // per_node, -1)  # (n, K)
     # stage 1, over the rail: token i to node v when one of its kept choices lives there
-    need = torch.stack([(node_of == v).any(1) for v in range(nodes)], 1)   # (n, nodes)
-    dest, token1 = need.T.nonzero(as_tuple=True)                   # node-major, token order
-    send1 = torch.bincount(dest, minlength=nodes)                  # (nodes,)
+    need = torch.stack([(node_of == v).any(1) for v in range(nodes)], 1)  # (n, nodes)
+    dest, token1 = need.T.nonzero(as_tuple=True)  # node-major, token order
+    send1 = torch.bincount(dest, minlength=nodes)  # (nodes,)
     recv1 = exchange_counts(send1, rail)
-    on_dest = node_of[token1] == dest[:, None]                     # (m1, K) choices there
+    on_dest = node_of[token1] == dest[:, None]  # (m1, K) choices there
     in1, out1 = send1.tolist(), recv1.tolist()
-    x1 = all_to_all(x[token1], out1, in1, rail)                    # (r1, h)
-    g1 = all_to_all(gates[token1] * on_dest, out1, in1, rail)      # (r1, K) gates, 0 elsewhere
-    e1 = a2a_index(torch.where(on_dest, experts[token1], -1), out1, in1, rail)   # (r1, K)
+    x1 = all_to_all(x[token1], out1, in1, rail)  # (r1, h)
+    g1 = all_to_all(gates[token1] * on_dest, out1, in1, rail)  # (r1, K) gates, 0 elsewhere
+    e1 = a2a_index(torch.where(on_dest, experts[token1], -1), out1, in1, rail)  # (r1, K)
     layer.rail_rows = (in1, out1)
     # stage 2, inside the node: one row per choice to its owner
-    first = group_rank(rail) * per_node                            # this node's first expert
-    local = torch.where(e1 >= 0, e1 - first, -1)                   # (r1, K) expert in node
-    row, slot_e, gate = assignments(local, g1, e1 >= 0)            # sorted by expert in node
+    first = group_rank(rail) * per_node  # this node's first expert
+    local = torch.where(e1 >= 0, e1 - first, -1)  # (r1, K) expert in node
+    row, slot_e, gate = assignments(local, g1, e1 >= 0)  # sorted by expert in node
     send2 = torch.bincount(slot_e, minlength=per_node).view(layer.node_size, layer.local)
-    recv2 = exchange_counts(send2, node_g)                         # (node_size, E/ep)
+    recv2 = exchange_counts(send2, node_g)  # (node_size, E/ep)
     layer.send_counts, layer.recv_counts = send2, recv2
     layer.tokens_per_expert = recv2.sum(0)
     in2, out2 = send2.sum(1).tolist(), recv2.sum(1).tolist()
-    rows = all_to_all(x1[row], out2, in2, node_g)                  # (m2, h)
+    rows = all_to_all(x1[row], out2, in2, node_g)  # (m2, h)
     out = layer.run_experts(rows, recv2)
-    back = all_to_all(out, in2, out2, node_g)                      # (a2, h)
+    back = all_to_all(out, in2, out2, node_g)  # (a2, h)
     y1 = back.new_zeros(x1.shape[0], x.shape[1]).index_add(0, row, gate[:, None] * back)
-    yb = all_to_all(y1, in1, out1, rail)                           # (m1, h) one per pair
+    yb = all_to_all(y1, in1, out1, rail)  # (m1, h) one per pair
     return yb.new_zeros(n, x.shape[1]).index_add(0, token1, yb)
 
 
-FORWARD = {"all_to_all": all_to_all_dispatch, "all_gather": all_gather_dispatch,
-           "node_dedup": node_dedup_dispatch}
+FORWARD = {
+    "all_to_all": all_to_all_dispatch,
+    "all_gather": all_gather_dispatch,
+    "node_dedup": node_dedup_dispatch,
+}

@@ -4,21 +4,22 @@ the cost model, EP × DP training, and load balance under a skewed router.
 Each ``*_on_rank`` function runs inside ``minipar.runtime.launch.run`` (one call, several cases) and
 returns plain numbers. Float64 throughout, so "equal" means equal to ~1e-12.
 """
+
 from __future__ import annotations
 
 import torch
 import torch.distributed as dist
 
-from minipar.runtime import tracer
 from minipar.cost.expert_parallel import layer_events
-
 from minipar.dist import group_rank, group_size
+from minipar.runtime import tracer
+
 from .grid import ep_dp_groups, reduce_gradients
 from .layer import ExpertParallelMoE
 from .moe import MoE
 from .routing import load_balancing_loss
 
-H, F = 8, 12                      # hidden, expert FFN width: tiny on purpose
+H, F = 8, 12  # hidden, expert FFN width: tiny on purpose
 
 
 def _randn(*shape, seed, dtype=torch.float64):
@@ -34,8 +35,9 @@ def tokens_on(rank: int) -> int:
     return 6 + rank
 
 
-def make_moe(experts: int, top_k: int, capacity_factor=None, seed: int = 0,
-             router_scale: float = 1.0) -> MoE:
+def make_moe(
+    experts: int, top_k: int, capacity_factor=None, seed: int = 0, router_scale: float = 1.0
+) -> MoE:
     torch.manual_seed(seed)
     moe = MoE(H, F, experts, top_k, capacity_factor).double()
     with torch.no_grad():
@@ -48,7 +50,9 @@ def reference(moe: MoE, chunks: list[torch.Tensor], weights: list[torch.Tensor])
     (the balancing loss of each rank's tokens, as each rank computes it). Returns y, x.grad."""
     x = torch.cat(chunks).requires_grad_()
     y = moe(x)
-    aux = sum(load_balancing_loss(*_probs_experts(moe, c)) for c in x.split([len(c) for c in chunks]))
+    aux = sum(
+        load_balancing_loss(*_probs_experts(moe, c)) for c in x.split([len(c) for c in chunks])
+    )
     ((y * torch.cat(weights)).sum() + aux).backward()
     return y, x.grad
 
@@ -58,8 +62,16 @@ def _probs_experts(moe, x):
     return probs, experts
 
 
-def parity_on_rank(rank: int, experts: int, top_k: int, capacity_factor=None,
-                   cls=ExpertParallelMoE, seed: int = 0, group=None, **layer_kw) -> dict:
+def parity_on_rank(
+    rank: int,
+    experts: int,
+    top_k: int,
+    capacity_factor=None,
+    cls=ExpertParallelMoE,
+    seed: int = 0,
+    group=None,
+    **layer_kw,
+) -> dict:
     """Max differences of this rank's EP layer against the reference on all ranks' tokens:
     outputs, input grads, owned experts' w1/w2 grads, the summed router grad, kept masks.
     ``layer_kw``: the layer's ``kernel``, ``dispatcher``, ``node_group``, ``rail_group``."""
@@ -77,21 +89,31 @@ def parity_on_rank(rank: int, experts: int, top_k: int, capacity_factor=None,
         dist.all_reduce(g_router, group=group)
     lo = sum(tokens_on(s) for s in range(r))
     own = slice(layer.first, layer.first + layer.local)
-    return {"out": max_diff(y, y_ref[lo:lo + len(x)]),
-            "dx": max_diff(x.grad, dx_ref[lo:lo + len(x)]),
-            "dw1": max_diff(layer.w1.grad, moe.w1.grad[own]),
-            "dw2": max_diff(layer.w2.grad, moe.w2.grad[own]),
-            "drouter": max_diff(g_router, moe.router.weight.grad),
-            "kept differ": int((layer.kept != moe.kept[lo:lo + len(x)]).sum()),
-            "dropped": moe.dropped,
-            # own storage of E/ep experts (a view of the full stack would keep all E alive)
-            "copies": all(w.untyped_storage().nbytes() == w.numel() * w.element_size()
-                          for w in (layer.w1, layer.w2)),
-            "expert params": layer.w1.numel() + layer.w2.numel()}
+    return {
+        "out": max_diff(y, y_ref[lo : lo + len(x)]),
+        "dx": max_diff(x.grad, dx_ref[lo : lo + len(x)]),
+        "dw1": max_diff(layer.w1.grad, moe.w1.grad[own]),
+        "dw2": max_diff(layer.w2.grad, moe.w2.grad[own]),
+        "drouter": max_diff(g_router, moe.router.weight.grad),
+        "kept differ": int((layer.kept != moe.kept[lo : lo + len(x)]).sum()),
+        "dropped": moe.dropped,
+        # own storage of E/ep experts (a view of the full stack would keep all E alive)
+        "copies": all(
+            w.untyped_storage().nbytes() == w.numel() * w.element_size()
+            for w in (layer.w1, layer.w2)
+        ),
+        "expert params": layer.w1.numel() + layer.w2.numel(),
+    }
 
 
-def traffic_on_rank(rank: int, experts: int, top_k: int, capacity_factor=None,
-                    skew: float = 0.0, tokens: int | None = None) -> dict:
+def traffic_on_rank(
+    rank: int,
+    experts: int,
+    top_k: int,
+    capacity_factor=None,
+    skew: float = 0.0,
+    tokens: int | None = None,
+) -> dict:
     """Traced (op, bytes) of one forward + backward next to the cost model's from the counts;
     ``skew`` > 0 biases the router towards expert 0 (:func:`skewed_router`)."""
     ep = group_size()
@@ -105,22 +127,28 @@ def traffic_on_rank(rank: int, experts: int, top_k: int, capacity_factor=None,
         layer(x).sum().backward()
     rows = torch.zeros(ep, ep, dtype=torch.int64)
     rows[rank] = layer.send_counts.sum(1)
-    dist.all_reduce(rows)                                    # rows[s][d] for every pair
+    dist.all_reduce(rows)  # rows[s][d] for every pair
     traced = [(e.op, e.bytes) for e in tr.events]
     model = layer_events(rows.tolist(), rank, H, experts, top_k, 8, capacity_factor is not None)
-    return {"traced": traced, "model": model, "rows": rows.tolist(),
-            "tokens per expert": layer.tokens_per_expert.tolist()}
+    return {
+        "traced": traced,
+        "model": model,
+        "rows": rows.tolist(),
+        "tokens per expert": layer.tokens_per_expert.tolist(),
+    }
 
 
-def dispatcher_traffic_on_rank(rank: int, dispatcher: str, experts: int, top_k: int,
-                               capacity_factor=None, node_size: int = 1) -> dict:
+def dispatcher_traffic_on_rank(
+    rank: int, dispatcher: str, experts: int, top_k: int, capacity_factor=None, node_size: int = 1
+) -> dict:
     """One traced forward + backward of ``dispatcher`` on the whole world, and the cost model's
     events from every rank's kept choices (gathered afterwards, outside the trace). Events are
     compared as sorted lists: autograd may run independent branches of backward in either order.
     Also the rows that leave the source's node (``node_size`` ranks per node) under the model."""
-    from minipar.cost.expert_parallel import (all_gather_events, inter_node_rows,
-                                              node_dedup_events)
+    from minipar.cost.expert_parallel import all_gather_events, inter_node_rows, node_dedup_events
+
     from .dispatchers import node_groups
+
     ep = group_size()
     kw = {"dispatcher": dispatcher}
     if dispatcher == "node_dedup":
@@ -130,38 +158,59 @@ def dispatcher_traffic_on_rank(rank: int, dispatcher: str, experts: int, top_k: 
     x = _randn(tokens_on(rank), H, seed=100 + rank).requires_grad_()
     with tracer.trace() as tr:
         layer(x).sum().backward()
-    mine = [[int(e) for e, k in zip(es, ks) if k]                # kept choices per token
-            for es, ks in zip(layer_choices(layer, x), layer.kept.tolist())]
+    mine = [
+        [int(e) for e, k in zip(es, ks) if k]  # kept choices per token
+        for es, ks in zip(layer_choices(layer, x), layer.kept.tolist())
+    ]
     choices = [None] * ep
     dist.all_gather_object(choices, mine)
     cap = capacity_factor is not None
     if dispatcher == "all_to_all":
         from minipar.cost.expert_parallel import dispatch_rows
+
         model = layer_events(dispatch_rows(choices, experts), rank, H, experts, top_k, 8, cap)
     elif dispatcher == "all_gather":
-        model = all_gather_events([len(c) for c in choices], rank, H, top_k, 8,
-                                  capacity_limited=cap, experts=experts)
+        model = all_gather_events(
+            [len(c) for c in choices], rank, H, top_k, 8, capacity_limited=cap, experts=experts
+        )
     else:
-        model = node_dedup_events(choices, rank, experts, top_k, H, node_size, 8,
-                                  capacity_limited=cap)
+        model = node_dedup_events(
+            choices, rank, experts, top_k, H, node_size, 8, capacity_limited=cap
+        )
     ns = node_size if ep % node_size == 0 else 1
-    return {"traced": sorted((e.op, e.bytes) for e in tr.events), "model": sorted(model),
-            "inter-node rows": {d: inter_node_rows(choices, experts, ns, d)
-                                for d in ("all_to_all", "node_dedup")}}
+    return {
+        "traced": sorted((e.op, e.bytes) for e in tr.events),
+        "model": sorted(model),
+        "inter-node rows": {
+            d: inter_node_rows(choices, experts, ns, d) for d in ("all_to_all", "node_dedup")
+        },
+    }
 
 
 def layer_choices(layer, x) -> list[list[int]]:
     """(n, K) expert choices of ``layer``'s router for ``x`` (no gradient)."""
     from .routing import top_k_gates
+
     with torch.no_grad():
-        return top_k_gates(layer.router(x.reshape(-1, layer.hidden)), layer.top_k,
-                           layer.renormalize)[2].tolist()
+        return top_k_gates(
+            layer.router(x.reshape(-1, layer.hidden)), layer.top_k, layer.renormalize
+        )[2].tolist()
 
 
-def ep_dp_train_on_rank(rank: int, world: int, ep: int, experts: int, top_k: int,
-                        capacity_factor=None, steps: int = 3, aux_coef: float = 0.01,
-                        expert_divisor: int | None = None, lr: float = 0.1,
-                        groups=None, **layer_kw) -> dict:
+def ep_dp_train_on_rank(
+    rank: int,
+    world: int,
+    ep: int,
+    experts: int,
+    top_k: int,
+    capacity_factor=None,
+    steps: int = 3,
+    aux_coef: float = 0.01,
+    expert_divisor: int | None = None,
+    lr: float = 0.1,
+    groups=None,
+    **layer_kw,
+) -> dict:
     """EP inside DP on ``world`` ranks (grid (dp, ep)), SGD with momentum for ``steps`` steps,
     against one process that runs each replica's tokens (rank order) and averages the ranks'
     mean losses. Returns the max parameter difference (this rank's router and owned experts)
@@ -183,6 +232,7 @@ def ep_dp_train_on_rank(rank: int, world: int, ep: int, experts: int, top_k: int
 
         def loss_of(y, t, aux):
             return ((y - t) ** 2).mean() + aux_coef * aux
+
         # reference: replica by replica (capacity is per EP group's batch)
         opt_ref.zero_grad()
         total = 0.0
@@ -199,8 +249,13 @@ def ep_dp_train_on_rank(rank: int, world: int, ep: int, experts: int, top_k: int
         dropped += layer.dropped
         reduce_gradients(layer, dp_group, expert_divisor)
         opt.step()
-        diffs.append(max(max_diff(layer.router.weight, moe.router.weight),
-                         max_diff(layer.w1, moe.w1[own]), max_diff(layer.w2, moe.w2[own])))
+        diffs.append(
+            max(
+                max_diff(layer.router.weight, moe.router.weight),
+                max_diff(layer.w1, moe.w1[own]),
+                max_diff(layer.w2, moe.w2[own]),
+            )
+        )
     return {"replica": d, "param diff per step": diffs, "dropped": dropped}
 
 
@@ -208,12 +263,21 @@ def skewed_router(moe: MoE, favourite: int = 0, bias: float = 3.0) -> None:
     """Make expert ``favourite`` everyone's first choice: add ``bias`` times a shared direction
     to its router row, so the logit of tokens along it is large (a router collapsed early)."""
     with torch.no_grad():
-        moe.router.weight[favourite] += bias * torch.ones(moe.hidden, dtype=moe.w1.dtype) / moe.hidden ** 0.5
+        moe.router.weight[favourite] += (
+            bias * torch.ones(moe.hidden, dtype=moe.w1.dtype) / moe.hidden**0.5
+        )
 
 
-def balance_run(experts: int = 8, top_k: int = 2, aux_coef: float = 0.0,
-                capacity_factor=None, steps: int = 100, tokens: int = 128, lr: float = 3e-2,
-                seed: int = 0) -> dict:
+def balance_run(
+    experts: int = 8,
+    top_k: int = 2,
+    aux_coef: float = 0.0,
+    capacity_factor=None,
+    steps: int = 100,
+    tokens: int = 128,
+    lr: float = 3e-2,
+    seed: int = 0,
+) -> dict:
     """One process: train a skewed MoE to imitate a random teacher MoE; record tokens per expert
     every step. What the balancing loss and the capacity factor do to the load."""
     teacher = make_moe(experts, top_k, seed=seed + 1)
@@ -222,12 +286,12 @@ def balance_run(experts: int = 8, top_k: int = 2, aux_coef: float = 0.0,
     opt = torch.optim.Adam(moe.parameters(), lr=lr)
     loads, losses, dropped = [], [], []
     for step in range(steps):
-        x = _randn(tokens, H, seed=10_000 + step) + 0.5      # tokens share a mean direction
+        x = _randn(tokens, H, seed=10_000 + step) + 0.5  # tokens share a mean direction
         with torch.no_grad():
             target = teacher(x)
         y = moe(x)
         loss = ((y - target) ** 2).mean()
-        loads.append(moe.routed_per_expert.tolist())         # this step's routing, before drops
+        loads.append(moe.routed_per_expert.tolist())  # this step's routing, before drops
         losses.append(loss.item())
         dropped.append(moe.dropped / (tokens * top_k))
         opt.zero_grad()
@@ -240,15 +304,18 @@ def balance_summary(result: dict, ep: int, window: int = 10) -> dict:
     """Most loaded rank over the mean (routed rows, experts grouped E/ep per rank) at the first
     step and averaged over the last ``window`` steps; the dropped fraction at the end."""
     from minipar.cost.expert_parallel import imbalance
+
     loads = result["routed per expert"]
     last = [imbalance(l, ep)["max/mean rank"] for l in loads[-window:]]
-    return {"first": imbalance(loads[0], ep)["max/mean rank"],
-            "last": sum(last) / len(last),
-            "dropped last": sum(result["dropped fraction"][-window:]) / window,
-            "loss last": sum(result["loss"][-window:]) / window}
+    return {
+        "first": imbalance(loads[0], ep)["max/mean rank"],
+        "last": sum(last) / len(last),
+        "dropped last": sum(result["dropped fraction"][-window:]) / window,
+        "loss last": sum(result["loss"][-window:]) / window,
+    }
 
 
-PARITY_CASES = [(1, None), (2, None), (1, 1.0), (2, 1.0)]   # (top_k, capacity_factor)
+PARITY_CASES = [(1, None), (2, None), (1, 1.0), (2, 1.0)]  # (top_k, capacity_factor)
 
 
 def run(fn, world: int, *args, timeout: float = 300) -> list:
@@ -260,17 +327,20 @@ def run(fn, world: int, *args, timeout: float = 300) -> list:
 
 def _chapter_on_rank(rank, ep):
     E = 6 if ep == 3 else 4
-    return {"parity": {case: parity_on_rank(rank, E, *case) for case in PARITY_CASES},
-            "traffic": traffic_on_rank(rank, E, 2, None),
-            "traffic capacity": traffic_on_rank(rank, E, 2, 1.0),
-            "skewed": traffic_on_rank(rank, E, 1, None, skew=3.0, tokens=32),
-            "even": traffic_on_rank(rank, E, 1, None, tokens=32)}
+    return {
+        "parity": {case: parity_on_rank(rank, E, *case) for case in PARITY_CASES},
+        "traffic": traffic_on_rank(rank, E, 2, None),
+        "traffic capacity": traffic_on_rank(rank, E, 2, 1.0),
+        "skewed": traffic_on_rank(rank, E, 1, None, skew=3.0, tokens=32),
+        "even": traffic_on_rank(rank, E, 1, None, tokens=32),
+    }
 
 
 def _ep_dp_on_rank(rank, world):
     groups = ep_dp_groups(2)
-    return {cf: ep_dp_train_on_rank(rank, world, 2, 4, 2, cf, 3, groups=groups)
-            for cf in (None, 1.0)}
+    return {
+        cf: ep_dp_train_on_rank(rank, world, 2, 4, 2, cf, 3, groups=groups) for cf in (None, 1.0)
+    }
 
 
 def chapter_runs(eps=(2, 3)) -> dict:
@@ -288,7 +358,7 @@ def _a2a_times_on_rank(rank: int, n: int, sizes: list[int], iters: int) -> list[
     times = []
     for size in sizes:
         numel = max(n, size // 4 // n * n)
-        inp, out = torch.ones(numel), torch.empty(numel)           # (S/4,) float32
+        inp, out = torch.ones(numel), torch.empty(numel)  # (S/4,) float32
         ts = []
         for i in range(iters + 2):
             dist.barrier()
@@ -309,19 +379,34 @@ def all_to_all_fit(n: int = 2, sizes=(2**12, 2**16, 2**19, 2**22), iters: int = 
 
     per_rank = run(_a2a_times_on_rank, n, list(sizes), iters)
     seconds = [max(r[i] for r in per_rank) for i in range(len(sizes))]
-    out = {"sizes": list(sizes), "seconds": seconds, "alpha": None, "bandwidth": None,
-           "error": None}
+    out = {
+        "sizes": list(sizes),
+        "seconds": seconds,
+        "alpha": None,
+        "bandwidth": None,
+        "error": None,
+    }
     try:
-        out["alpha"], out["bandwidth"] = fit_alpha_beta(sizes, seconds, "all-to-all", n,
-                                                        "pairwise-exchange")
+        out["alpha"], out["bandwidth"] = fit_alpha_beta(
+            sizes, seconds, "all-to-all", n, "pairwise-exchange"
+        )
     except ValueError as e:
         out["error"] = str(e)
     return out
 
 
-def folded_train_on_rank(rank: int, world: int, t: int, d: int, ep: int, experts: int = 6,
-                         top_k: int = 2, steps: int = 3, lr: float = 0.1,
-                         wrong_expert_group: bool = False) -> dict:
+def folded_train_on_rank(
+    rank: int,
+    world: int,
+    t: int,
+    d: int,
+    ep: int,
+    experts: int = 6,
+    top_k: int = 2,
+    steps: int = 3,
+    lr: float = 0.1,
+    wrong_expert_group: bool = False,
+) -> dict:
     """MoE parallel folding on ``world`` = t·d ranks: the dense MLP tensor- and
     sequence-parallel over t, the experts over ep (any divisor of t·d, not of d), SGD with
     momentum for ``steps`` steps against one process running every rank's tokens. Returns the
@@ -329,12 +414,14 @@ def folded_train_on_rank(rank: int, world: int, t: int, d: int, ep: int, experts
     each step. ``wrong_expert_group``: reduce expert gradients over the attention's dp group
     (the "EP inside DP" layout's group), the negative control."""
     from minipar.grid import Grid, new_groups
+
     from .folding import DenseMLP, FoldedBlock
+
     grid = Grid(d=d, t=t, ep=ep)
     groups = new_groups(grid, ("tp", "dp", "dp_cp", "ep", "edp"))
-    n = 4                                                       # tokens per rank (a slice)
+    n = 4  # tokens per rank (a slice)
     torch.manual_seed(0)
-    dense = DenseMLP(H, F).double()                             # F = 12: divisible by t = 2, 3
+    dense = DenseMLP(H, F).double()  # F = 12: divisible by t = 2, 3
     moe = make_moe(experts, top_k)
     block = FoldedBlock(dense, moe, groups)
     ref = list(dense.parameters()) + list(moe.parameters())
@@ -355,23 +442,34 @@ def folded_train_on_rank(rank: int, world: int, t: int, d: int, ep: int, experts
         opt.zero_grad()
         x = xs[rank].clone().requires_grad_()
         y = block(x)
-        ((y - ts[rank]) ** 2).mean().backward()                  # this rank's mean loss
-        if step == 0:                                            # the global loss is / world
-            first = {"out": max_diff(y, y_ref[rank * n:(rank + 1) * n]),
-                     "dx": max_diff(x.grad / world, x_all.grad[rank * n:(rank + 1) * n])}
+        ((y - ts[rank]) ** 2).mean().backward()  # this rank's mean loss
+        if step == 0:  # the global loss is / world
+            first = {
+                "out": max_diff(y, y_ref[rank * n : (rank + 1) * n]),
+                "dx": max_diff(x.grad / world, x_all.grad[rank * n : (rank + 1) * n]),
+            }
         block.reduce_gradients(groups["dp"] if wrong_expert_group else None)
         opt_ref.step()
         opt.step()
-        diffs.append(max(max_diff(block.dense.w1, dense.w1[:, cols]),
-                         max_diff(block.dense.w2, dense.w2[cols]),
-                         max_diff(block.moe.router.weight, moe.router.weight),
-                         max_diff(block.moe.w1, moe.w1[own]), max_diff(block.moe.w2, moe.w2[own])))
-    return {**first, "param diff per step": diffs, "edp": world // ep,
-            "ep group": dist.get_process_group_ranks(groups["ep"]) if ep > 1 else [rank],
-            "tp group": dist.get_process_group_ranks(groups["tp"]) if t > 1 else [rank]}
+        diffs.append(
+            max(
+                max_diff(block.dense.w1, dense.w1[:, cols]),
+                max_diff(block.dense.w2, dense.w2[cols]),
+                max_diff(block.moe.router.weight, moe.router.weight),
+                max_diff(block.moe.w1, moe.w1[own]),
+                max_diff(block.moe.w2, moe.w2[own]),
+            )
+        )
+    return {
+        **first,
+        "param diff per step": diffs,
+        "edp": world // ep,
+        "ep group": dist.get_process_group_ranks(groups["ep"]) if ep > 1 else [rank],
+        "tp group": dist.get_process_group_ranks(groups["tp"]) if t > 1 else [rank],
+    }
 
 
-BALANCING = {   # name -> settings of balancing_run (one process, E = 8, top-2, 128 tokens a step)
+BALANCING = {  # name -> settings of balancing_run (one process, E = 8, top-2, 128 tokens a step)
     "none": {},
     "Switch aux, micro-batch": {"aux": "micro", "coef": 1e-2},
     "aux, global batch": {"aux": "global", "coef": 1e-2},
@@ -383,10 +481,22 @@ BALANCING = {   # name -> settings of balancing_run (one process, E = 8, top-2, 
 }
 
 
-def balancing_run(aux: str | None = None, coef: float = 0.0, z: float = 0.0,
-                  bias_rate: float = 0.0, capacity_factor=None, drop_policy: str = "position",
-                  experts: int = 8, top_k: int = 2, steps: int = 40, tokens: int = 128,
-                  micro: int = 2, seq_len: int = 16, lr: float = 3e-2, seed: int = 0) -> dict:
+def balancing_run(
+    aux: str | None = None,
+    coef: float = 0.0,
+    z: float = 0.0,
+    bias_rate: float = 0.0,
+    capacity_factor=None,
+    drop_policy: str = "position",
+    experts: int = 8,
+    top_k: int = 2,
+    steps: int = 40,
+    tokens: int = 128,
+    micro: int = 2,
+    seq_len: int = 16,
+    lr: float = 3e-2,
+    seed: int = 0,
+) -> dict:
     """One process: a skewed MoE learns to imitate a random teacher MoE under one balancing
     method. A step has ``tokens`` tokens in ``micro`` micro-batches of ``tokens/micro`` (each a
     forward of its own: capacity and the micro-batch loss are per micro-batch), sequences of
@@ -395,18 +505,24 @@ def balancing_run(aux: str | None = None, coef: float = 0.0, z: float = 0.0,
 
     aux: None, "micro" (Switch's loss per micro-batch, averaged), "global" (f over the step's
     ``tokens``, P per micro-batch), "sequence" (per sequence of ``seq_len``, averaged)."""
-    from .balancing import (global_load_balancing_loss, router_z_loss,
-                            sequence_load_balancing_loss, update_bias)
+    from .balancing import (
+        global_load_balancing_loss,
+        router_z_loss,
+        sequence_load_balancing_loss,
+        update_bias,
+    )
+
     teacher = make_moe(experts, top_k, seed=seed + 1)
     moe = make_moe(experts, top_k, capacity_factor, seed=seed)
-    moe.drop_policy, moe.kernel = drop_policy, "padded"         # grouped GEMMs: fewer calls
+    moe.drop_policy, moe.kernel = drop_policy, "padded"  # grouped GEMMs: fewer calls
     skewed_router(moe)
     opt = torch.optim.Adam(moe.parameters(), lr=lr)
-    out = {k: [] for k in ("routed per expert", "dropped fraction", "dropped gate mass",
-                           "z", "loss")}
+    out = {
+        k: [] for k in ("routed per expert", "dropped fraction", "dropped gate mass", "z", "loss")
+    }
     m = tokens // micro
     for step in range(steps):
-        x = _randn(tokens, H, seed=10_000 + step) + 0.5          # tokens share a mean direction
+        x = _randn(tokens, H, seed=10_000 + step) + 0.5  # tokens share a mean direction
         with torch.no_grad():
             target = teacher(x)
         opt.zero_grad()
@@ -421,9 +537,9 @@ def balancing_run(aux: str | None = None, coef: float = 0.0, z: float = 0.0,
             zs.append(router_z_loss(moe.logits.detach()).item())
             losses.append(((y - tb) ** 2).mean())
         loss = torch.stack(losses).mean()
-        out["loss"].append(loss.item())                          # the task's loss alone
+        out["loss"].append(loss.item())  # the task's loss alone
         reg = 0.0
-        counts = torch.stack(loads).sum(0)                        # (E,) the step's routing
+        counts = torch.stack(loads).sum(0)  # (E,) the step's routing
         for probs, choices, logits in parts:
             if aux == "micro":
                 reg = reg + load_balancing_loss(probs, choices) / micro
@@ -448,12 +564,17 @@ def balancing_summary(r: dict, ep: int = 4, window: int = 10) -> dict:
     """Most loaded of ``ep`` ranks over the mean at step 0 and over the last ``window`` steps;
     dropped fraction, dropped gate mass, z and loss over the last ``window`` steps."""
     from minipar.cost.expert_parallel import imbalance
+
     last = lambda k: sum(r[k][-window:]) / window
     imb = [imbalance(l, ep)["max/mean rank"] for l in r["routed per expert"]]
-    return {"first": imb[0], "last": sum(imb[-window:]) / window,
-            "dropped last": last("dropped fraction"),
-            "dropped mass last": last("dropped gate mass"),
-            "z last": last("z"), "loss last": last("loss")}
+    return {
+        "first": imb[0],
+        "last": sum(imb[-window:]) / window,
+        "dropped last": last("dropped fraction"),
+        "dropped mass last": last("dropped gate mass"),
+        "z last": last("z"),
+        "loss last": last("loss"),
+    }
 
 
 def balancing_runs(steps: int = 40) -> dict:
@@ -461,12 +582,13 @@ def balancing_runs(steps: int = 40) -> dict:
     return {name: balancing_run(steps=steps, **kw) for name, kw in BALANCING.items()}
 
 
-DISPATCH_CASES = [(2, None), (2, 1.0), (3, None)]   # (top_k, capacity_factor)
+DISPATCH_CASES = [(2, None), (2, 1.0), (3, None)]  # (top_k, capacity_factor)
 
 
 def _modern_on_rank(rank: int, world: int, node_size: int, t: int, d: int) -> dict:
     """The chapter's dispatcher and folding runs in one launch (see :func:`modern_runs`)."""
     from .dispatchers import node_groups
+
     node, rail = node_groups(node_size)
     E = 2 * world
     out = {"parity": {}, "traffic": {}}
@@ -475,11 +597,13 @@ def _modern_on_rank(rank: int, world: int, node_size: int, t: int, d: int) -> di
         for case in DISPATCH_CASES:
             r = parity_on_rank(rank, E, *case, dispatcher=disp, **kw)
             out["parity"][disp, case] = max(r[k] for k in ("out", "dx", "dw1", "dw2", "drouter"))
-            out["traffic"][disp, case] = dispatcher_traffic_on_rank(rank, disp, E, *case,
-                                                                    node_size=node_size)
+            out["traffic"][disp, case] = dispatcher_traffic_on_rank(
+                rank, disp, E, *case, node_size=node_size
+            )
     out["folded"] = folded_train_on_rank(rank, world, t, d, world, 2 * world)
-    out["folded wrong"] = folded_train_on_rank(rank, world, t, d, world, 2 * world,
-                                               wrong_expert_group=True)
+    out["folded wrong"] = folded_train_on_rank(
+        rank, world, t, d, world, 2 * world, wrong_expert_group=True
+    )
     out["folded traffic"] = folded_traffic_on_rank(rank, world, t, d, world, 2 * world)
     return out
 
@@ -502,8 +626,9 @@ def balancing_runs_one_thread(steps: int = 40) -> dict:
         torch.set_num_threads(threads)
 
 
-def kernel_seconds(rows: int, experts: int, hidden: int, ffn: int, reps: int,
-                   seed: int = 0) -> dict:
+def kernel_seconds(
+    rows: int, experts: int, hidden: int, ffn: int, reps: int, seed: int = 0
+) -> dict:
     """Fastest forward + backward of every expert's MLP on ``rows`` rows (float32, experts
     drawn uniformly at random) per kernel of :mod:`minipar.expert_parallel.grouped`; None for
     a kernel this torch lacks on this device."""
@@ -515,17 +640,17 @@ def kernel_seconds(rows: int, experts: int, hidden: int, ffn: int, reps: int,
 
     g = torch.Generator().manual_seed(seed)
     which = torch.randint(experts, (rows,), generator=g)
-    sizes = torch.bincount(which, minlength=experts)            # (E,)
-    x = torch.randn(rows, hidden, generator=g)                   # (rows, h), expert-major
-    w1 = (torch.randn(experts, hidden, ffn, generator=g) / hidden ** 0.5).requires_grad_()
-    w2 = (torch.randn(experts, ffn, hidden, generator=g) / ffn ** 0.5).requires_grad_()
-    dy = torch.randn(rows, hidden, generator=g)                  # (rows, h) output gradient
+    sizes = torch.bincount(which, minlength=experts)  # (E,)
+    x = torch.randn(rows, hidden, generator=g)  # (rows, h), expert-major
+    w1 = (torch.randn(experts, hidden, ffn, generator=g) / hidden**0.5).requires_grad_()
+    w2 = (torch.randn(experts, ffn, hidden, generator=g) / ffn**0.5).requires_grad_()
+    dy = torch.randn(rows, hidden, generator=g)  # (rows, h) output gradient
     out, threads = {}, torch.get_num_threads()
-    torch.set_num_threads(1)              # one thread: no oversubscription of shared cores
+    torch.set_num_threads(1)  # one thread: no oversubscription of shared cores
     for kernel in ("loop", "padded", "grouped_mm"):
         best = float("inf")
         try:
-            for i in range(reps + 1):                            # i = 0: warm-up
+            for i in range(reps + 1):  # i = 0: warm-up
                 t0 = time.perf_counter()
                 grouped_mlp(x, sizes, w1, w2, kernel).backward(dy)
                 t = time.perf_counter() - t0
@@ -533,30 +658,32 @@ def kernel_seconds(rows: int, experts: int, hidden: int, ffn: int, reps: int,
                 if i:
                     best = min(best, t)
             out[kernel] = best
-        except (RuntimeError, AttributeError, NotImplementedError):   # no such kernel here
+        except (RuntimeError, AttributeError, NotImplementedError):  # no such kernel here
             out[kernel] = None
     torch.set_num_threads(threads)
     out["loop_over_padded"] = out["loop"] / out["padded"]
-    out["loop_over_grouped_mm"] = (out["loop"] / out["grouped_mm"] if out["grouped_mm"]
-                                   else None)
+    out["loop_over_grouped_mm"] = out["loop"] / out["grouped_mm"] if out["grouped_mm"] else None
     out.update(rows=rows, experts=experts)
     return out
 
 
-def folded_traffic_on_rank(rank: int, world: int, t: int, d: int, ep: int,
-                           experts: int = 12, top_k: int = 2) -> dict:
+def folded_traffic_on_rank(
+    rank: int, world: int, t: int, d: int, ep: int, experts: int = 12, top_k: int = 2
+) -> dict:
     """One traced training step (forward, backward, gradient reduction) of the folded block,
     and :func:`minipar.cost.expert_parallel.folded_block_events` from the routed counts
     (gathered outside the trace). Events compared as sorted lists."""
     from minipar.cost.expert_parallel import folded_block_events
     from minipar.grid import Grid, new_groups
+
     from .folding import DenseMLP, FoldedBlock
+
     grid = Grid(d=d, t=t, ep=ep)
     groups = new_groups(grid, ("tp", "dp_cp", "ep", "edp"))
     n = 4
     torch.manual_seed(0)
     block = FoldedBlock(DenseMLP(H, F).double(), make_moe(experts, top_k), groups)
-    x = _randn(n, H, seed=rank).requires_grad_()      # as from an earlier layer
+    x = _randn(n, H, seed=rank).requires_grad_()  # as from an earlier layer
     with tracer.trace() as tr:
         block(x).pow(2).mean().backward()
         block.reduce_gradients()
@@ -565,6 +692,19 @@ def folded_traffic_on_rank(rank: int, world: int, t: int, d: int, ep: int,
     rows[me] = block.moe.send_counts.sum(1)
     if ep > 1:
         dist.all_reduce(rows, group=groups["ep"])
-    model = folded_block_events(rows.tolist(), me, n, H, F, F, experts, top_k, t,
-                                group_size(groups["dp_cp"]), group_size(groups["edp"]), world, 8)
+    model = folded_block_events(
+        rows.tolist(),
+        me,
+        n,
+        H,
+        F,
+        F,
+        experts,
+        top_k,
+        t,
+        group_size(groups["dp_cp"]),
+        group_size(groups["edp"]),
+        world,
+        8,
+    )
     return {"traced": sorted((e.op, e.bytes) for e in tr.events), "model": sorted(model)}

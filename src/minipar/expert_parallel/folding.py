@@ -21,6 +21,7 @@ N ranks): a dense shard sums over the ranks holding the same shard (dp × cp, th
 group) and divides by N; the replicated router sums over all N; an expert sums over its ``edp``
 group (its owner already holds every token of its EP group) and divides by N.
 """
+
 from __future__ import annotations
 
 import torch
@@ -40,8 +41,8 @@ class DenseMLP(nn.Module):
 
     def __init__(self, hidden: int, ffn: int):
         super().__init__()
-        self.w1 = nn.Parameter(torch.randn(hidden, ffn) / hidden ** 0.5)
-        self.w2 = nn.Parameter(torch.randn(ffn, hidden) / ffn ** 0.5)
+        self.w1 = nn.Parameter(torch.randn(hidden, ffn) / hidden**0.5)
+        self.w2 = nn.Parameter(torch.randn(ffn, hidden) / ffn**0.5)
 
     def forward(self, x):
         return x + F.gelu(x @ self.w1) @ self.w2
@@ -59,14 +60,14 @@ class SequenceParallelMLP(nn.Module):
         if f % t:
             raise ValueError(f"dense width ({f}) must be divisible by tp ({t})")
         cols = slice(k * f // t, (k + 1) * f // t)
-        self.w1 = nn.Parameter(dense.w1.detach()[:, cols].clone())   # (h, f_d/t)
-        self.w2 = nn.Parameter(dense.w2.detach()[cols].clone())      # (f_d/t, h)
+        self.w1 = nn.Parameter(dense.w1.detach()[:, cols].clone())  # (h, f_d/t)
+        self.w2 = nn.Parameter(dense.w2.detach()[cols].clone())  # (f_d/t, h)
         self.tp_group = tp_group
 
     def forward(self, x):
-        full = all_gather_rows(x, self.tp_group)                      # (t·n, h) sequence
-        part = F.gelu(full @ self.w1) @ self.w2                       # (t·n, h) partial sum
-        return x + reduce_scatter_rows(part, self.tp_group)           # (n, h)
+        full = all_gather_rows(x, self.tp_group)  # (t·n, h) sequence
+        part = F.gelu(full @ self.w1) @ self.w2  # (t·n, h) partial sum
+        return x + reduce_scatter_rows(part, self.tp_group)  # (n, h)
 
 
 class FoldedBlock(nn.Module):

@@ -15,6 +15,7 @@ so:
   the number of ranks whose mean losses make up the global loss, dp·ep — not by dp.
   (Megatron-Core reduces expert gradients over its "expert data-parallel" group the same way.)
 """
+
 from __future__ import annotations
 
 import torch.distributed as dist
@@ -27,6 +28,7 @@ def ep_dp_groups(ep: int):
 
     Every rank creates every group, in the same order (``new_group`` is collective)."""
     from minipar.grid import Grid, new_groups
+
     world = dist.get_world_size()
     if world % ep:
         raise ValueError(f"world size ({world}) must be divisible by ep ({ep})")

@@ -20,6 +20,7 @@ Megatron-Core's ``--moe-grouped-gemm`` and its token permutation):
 ``dropless_forward(moe, x)`` runs an :class:`~.moe.MoE` without capacity this way; it equals
 ``moe(x)`` (the per-expert reference) to rounding.
 """
+
 from __future__ import annotations
 
 import torch
@@ -35,10 +36,10 @@ def permute(x: torch.Tensor, experts: torch.Tensor, num_experts: int):
     sizes (E,). Assignment a = j·n + i (slot-major), then a stable sort by expert, so an expert's
     rows keep slot-then-token order. ``order`` indexes the flattened (K·n,) slot-major arrays."""
     n, K = experts.shape
-    expert = experts.T.reshape(-1)                                # (K·n,) a = j·n + i
-    order = torch.argsort(expert, stable=True)                    # (A,) expert-major
-    token = torch.arange(n).repeat(K)[order]                      # (A,)
-    sizes = torch.bincount(expert, minlength=num_experts)         # (E,)
+    expert = experts.T.reshape(-1)  # (K·n,) a = j·n + i
+    order = torch.argsort(expert, stable=True)  # (A,) expert-major
+    token = torch.arange(n).repeat(K)[order]  # (A,)
+    sizes = torch.bincount(expert, minlength=num_experts)  # (E,)
     return x[token], token, order, sizes
 
 
@@ -52,11 +53,11 @@ def _padded_mm(rows: torch.Tensor, sizes: list[int], w: torch.Tensor) -> torch.T
     largest: (E, m_max, k) @ (E, k, o) -> (E, m_max, o), padding rows dropped again."""
     E, m = len(sizes), max(sizes, default=0)
     sz = torch.tensor(sizes)
-    group = torch.arange(E).repeat_interleave(sz)                  # (A,) group of each row
-    start = torch.cumsum(sz, 0) - sz                               # (E,) first row of a group
-    slot = torch.arange(len(group)) - start[group]                 # (A,) row within its group
+    group = torch.arange(E).repeat_interleave(sz)  # (A,) group of each row
+    start = torch.cumsum(sz, 0) - sz  # (E,) first row of a group
+    slot = torch.arange(len(group)) - start[group]  # (A,) row within its group
     padded = rows.new_zeros(E, m, rows.shape[1]).index_put((group, slot), rows)  # (E, m_max, k)
-    return torch.bmm(padded, w)[group, slot]                       # (A, o)
+    return torch.bmm(padded, w)[group, slot]  # (A, o)
 
 
 class _ContiguousGrad(torch.autograd.Function):
@@ -79,7 +80,7 @@ def grouped_mm(rows: torch.Tensor, sizes, w: torch.Tensor, kernel: str = "padded
     if kernel == "padded":
         return _padded_mm(rows, sizes, w)
     if kernel == "grouped_mm":
-        offs = torch.tensor(sizes).cumsum(0).to(torch.int32)       # (E,) end of each group
+        offs = torch.tensor(sizes).cumsum(0).to(torch.int32)  # (E,) end of each group
         return _ContiguousGrad.apply(torch._grouped_mm(rows.contiguous(), w, offs=offs))
     if kernel == "loop":
         outs = [chunk @ w[e] for e, chunk in enumerate(rows.split(sizes))]
@@ -87,10 +88,11 @@ def grouped_mm(rows: torch.Tensor, sizes, w: torch.Tensor, kernel: str = "padded
     raise ValueError(f"kernel ({kernel!r}) must be one of {KERNELS}")
 
 
-def grouped_mlp(rows: torch.Tensor, sizes, w1: torch.Tensor, w2: torch.Tensor,
-                kernel: str = "padded") -> torch.Tensor:
+def grouped_mlp(
+    rows: torch.Tensor, sizes, w1: torch.Tensor, w2: torch.Tensor, kernel: str = "padded"
+) -> torch.Tensor:
     """Every expert's MLP on its group of rows: gelu(rows W1[e]) W2[e], two grouped GEMMs."""
-    if kernel == "loop":                                           # the per-expert Python loop
+    if kernel == "loop":  # the per-expert Python loop
         chunks = rows.split([int(s) for s in sizes])
         outs = [F.gelu(c @ w1[e]) @ w2[e] for e, c in enumerate(chunks)]
         return torch.cat(outs) if outs else rows.new_zeros(0, w2.shape[-1])
@@ -102,10 +104,11 @@ def dropless_forward(moe, x: torch.Tensor, kernel: str = "padded") -> torch.Tens
     if moe.capacity_factor is not None:
         raise ValueError(f"dropless_forward needs capacity_factor None, got {moe.capacity_factor}")
     shape = x.shape
-    x = x.reshape(-1, moe.hidden)                                  # (n, h)
-    _, gates, experts = top_k_gates(moe.router(x), moe.top_k, moe.renormalize,
-                                    getattr(moe, "expert_bias", None))
-    rows, token, order, sizes = permute(x, experts, moe.experts)   # (A, h)
-    out = grouped_mlp(rows, sizes, moe.w1, moe.w2, kernel)         # (A, h)
-    gate = gates.T.reshape(-1)[order]                              # (A,) same permutation
+    x = x.reshape(-1, moe.hidden)  # (n, h)
+    _, gates, experts = top_k_gates(
+        moe.router(x), moe.top_k, moe.renormalize, getattr(moe, "expert_bias", None)
+    )
+    rows, token, order, sizes = permute(x, experts, moe.experts)  # (A, h)
+    out = grouped_mlp(rows, sizes, moe.w1, moe.w2, kernel)  # (A, h)
+    gate = gates.T.reshape(-1)[order]  # (A,) same permutation
     return unpermute(out, token, gate, x.shape[0]).reshape(shape)

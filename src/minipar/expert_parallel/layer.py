@@ -22,6 +22,7 @@ moves the same rows differently (:mod:`.dispatchers`). Backward runs the collect
 summing it over every rank that holds different tokens gives the full one (the EP group need
 not be inside the dense weights' data-parallel group: :mod:`.folding`).
 """
+
 from __future__ import annotations
 
 import torch
@@ -33,8 +34,14 @@ from .communication import all_gather_counts
 from .dispatchers import DISPATCHERS, FORWARD
 from .grouped import KERNELS, grouped_mlp
 from .moe import MoE, init_experts
-from .routing import (capacity, load_balancing_loss, priority_positions, queue_ahead,
-                      slot_counts, top_k_gates)
+from .routing import (
+    capacity,
+    load_balancing_loss,
+    priority_positions,
+    queue_ahead,
+    slot_counts,
+    top_k_gates,
+)
 
 
 class ExpertParallelMoE(nn.Module):
@@ -52,10 +59,20 @@ class ExpertParallelMoE(nn.Module):
     ``dropped`` (this rank's dropped assignments).
     """
 
-    def __init__(self, hidden: int, ffn: int, experts: int, top_k: int,
-                 capacity_factor: float | None = None, renormalize: bool = True, group=None,
-                 kernel: str = "padded", dispatcher: str = "all_to_all", node_group=None,
-                 rail_group=None):
+    def __init__(
+        self,
+        hidden: int,
+        ffn: int,
+        experts: int,
+        top_k: int,
+        capacity_factor: float | None = None,
+        renormalize: bool = True,
+        group=None,
+        kernel: str = "padded",
+        dispatcher: str = "all_to_all",
+        node_group=None,
+        rail_group=None,
+    ):
         super().__init__()
         ep = group_size(group)
         if kernel not in KERNELS:
@@ -66,8 +83,10 @@ class ExpertParallelMoE(nn.Module):
         self.node_group, self.rail_group = node_group, rail_group
         self.node_size = group_size(node_group) if dispatcher == "node_dedup" else 1
         if dispatcher == "node_dedup" and ep != self.node_size * group_size(rail_group):
-            raise ValueError(f"ep ({ep}) must equal node_size ({self.node_size}) × nodes "
-                             f"({group_size(rail_group)}): build the groups with node_groups()")
+            raise ValueError(
+                f"ep ({ep}) must equal node_size ({self.node_size}) × nodes "
+                f"({group_size(rail_group)}): build the groups with node_groups()"
+            )
         if experts % ep:
             raise ValueError(f"experts ({experts}) must be divisible by ep ({ep})")
         if not 1 <= top_k <= experts:
@@ -75,24 +94,34 @@ class ExpertParallelMoE(nn.Module):
         self.hidden, self.ffn, self.experts, self.top_k = hidden, ffn, experts, top_k
         self.capacity_factor, self.renormalize, self.group = capacity_factor, renormalize, group
         self.ep, self.rank, self.local = ep, group_rank(group), experts // ep
-        self.first = self.rank * self.local                       # first expert this rank owns
+        self.first = self.rank * self.local  # first expert this rank owns
         self.router = nn.Linear(hidden, experts, bias=False)
         self.register_buffer("expert_bias", torch.zeros(experts), persistent=False)
         # every rank draws the whole stack under the same seed and keeps its slice (course sizes)
         w1, w2 = init_experts(experts, hidden, ffn)
         own = slice(self.first, self.first + self.local)
-        self.w1 = nn.Parameter(w1.data[own].clone())              # (E/ep, h, f)
-        self.w2 = nn.Parameter(w2.data[own].clone())              # (E/ep, f, h)
+        self.w1 = nn.Parameter(w1.data[own].clone())  # (E/ep, h, f)
+        self.w2 = nn.Parameter(w2.data[own].clone())  # (E/ep, f, h)
 
     @classmethod
     def from_full(cls, moe: MoE, group=None, **kw) -> "ExpertParallelMoE":
         """This rank's part of ``moe``: the router copied, its experts' weights copied (not
         views). ``kw``: ``kernel``, ``dispatcher``, ``node_group``, ``rail_group``."""
-        m = cls(moe.hidden, moe.ffn, moe.experts, moe.top_k, moe.capacity_factor,
-                moe.renormalize, group, **kw).to(moe.w1.dtype)
+        m = cls(
+            moe.hidden,
+            moe.ffn,
+            moe.experts,
+            moe.top_k,
+            moe.capacity_factor,
+            moe.renormalize,
+            group,
+            **kw,
+        ).to(moe.w1.dtype)
         if getattr(moe, "drop_policy", "position") != "position":
-            raise ValueError(f"drop_policy ({moe.drop_policy!r}) must be 'position' for the "
-                             "expert-parallel layer (dropping by probability is one-process here)")
+            raise ValueError(
+                f"drop_policy ({moe.drop_policy!r}) must be 'position' for the "
+                "expert-parallel layer (dropping by probability is one-process here)"
+            )
         own = slice(m.first, m.first + m.local)
         with torch.no_grad():
             m.expert_bias.copy_(moe.expert_bias)
@@ -107,9 +136,9 @@ class ExpertParallelMoE(nn.Module):
         if self.capacity_factor is None:
             return torch.ones_like(experts, dtype=torch.bool)
         all_counts = all_gather_counts(slot_counts(experts, self.experts), self.group)  # (ep, K, E)
-        tokens = int(all_counts[:, 0].sum())                      # every token has one 1st choice
+        tokens = int(all_counts[:, 0].sum())  # every token has one 1st choice
         C = capacity(tokens, self.experts, self.top_k, self.capacity_factor)
-        ahead = queue_ahead(all_counts, self.rank)                # (K, E)
+        ahead = queue_ahead(all_counts, self.rank)  # (K, E)
         return priority_positions(experts, self.experts, ahead) < C
 
     def grouped(self, rows: torch.Tensor, sizes: torch.Tensor) -> torch.Tensor:
@@ -121,24 +150,26 @@ class ExpertParallelMoE(nn.Module):
         """Rows grouped by source rank, then local expert (``recv_counts`` (sources, E/ep)) ->
         each through its expert, same order: permute to expert-major, grouped MLP, unpermute."""
         sources = recv_counts.shape[0]
-        local_e = torch.arange(self.local).repeat(sources)        # (sources·E/ep,) chunk's expert
+        local_e = torch.arange(self.local).repeat(sources)  # (sources·E/ep,) chunk's expert
         row_e = local_e.repeat_interleave(recv_counts.flatten())  # (m,) local expert of each row
-        order = torch.argsort(row_e, stable=True)                 # expert-major, sources in order
-        out = self.grouped(rows[order], recv_counts.sum(0))       # (m, h) expert-major
-        return out[torch.argsort(order)]                          # back to source-major
+        order = torch.argsort(row_e, stable=True)  # expert-major, sources in order
+        out = self.grouped(rows[order], recv_counts.sum(0))  # (m, h) expert-major
+        return out[torch.argsort(order)]  # back to source-major
 
-    def combine(self, back: torch.Tensor, token: torch.Tensor, gate: torch.Tensor,
-                n: int) -> torch.Tensor:
+    def combine(
+        self, back: torch.Tensor, token: torch.Tensor, gate: torch.Tensor, n: int
+    ) -> torch.Tensor:
         """Rows in dispatch order -> (n, h): y[token[a]] += gate[a] · back[a]."""
         return back.new_zeros(n, self.hidden).index_add(0, token, gate[:, None] * back)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         shape = x.shape
-        x = x.reshape(-1, self.hidden)                            # (n, h)
-        probs, gates, experts = top_k_gates(self.router(x), self.top_k, self.renormalize,
-                                            self.expert_bias)
+        x = x.reshape(-1, self.hidden)  # (n, h)
+        probs, gates, experts = top_k_gates(
+            self.router(x), self.top_k, self.renormalize, self.expert_bias
+        )
         self.aux_loss = load_balancing_loss(probs, experts)
-        kept = self.keep(experts)                                 # (n, K)
+        kept = self.keep(experts)  # (n, K)
         self.kept, self.dropped = kept, int((~kept).sum())
         y = FORWARD[self.dispatcher](self, x, experts, gates, kept)
         return y.reshape(shape)

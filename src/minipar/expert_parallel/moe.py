@@ -8,6 +8,7 @@ linear map h -> E; gates, capacity and the balancing loss are :mod:`.routing`'s.
 are stacked: ``w1`` (E, h, f), ``w2`` (E, f, h), used as ``x @ w1[e]`` (no transposes, no biases).
 GELU is exact (erf), torch's default.
 """
+
 from __future__ import annotations
 
 import math
@@ -53,9 +54,17 @@ class MoE(nn.Module):
     choose the experts (:func:`.balancing.update_bias` moves it).
     """
 
-    def __init__(self, hidden: int, ffn: int, experts: int, top_k: int,
-                 capacity_factor: float | None = None, renormalize: bool = True,
-                 drop_policy: str = "position", kernel: str = "loop"):
+    def __init__(
+        self,
+        hidden: int,
+        ffn: int,
+        experts: int,
+        top_k: int,
+        capacity_factor: float | None = None,
+        renormalize: bool = True,
+        drop_policy: str = "position",
+        kernel: str = "loop",
+    ):
         super().__init__()
         if not 1 <= top_k <= experts:
             raise ValueError(f"top_k ({top_k}) must be between 1 and experts ({experts})")
@@ -69,8 +78,9 @@ class MoE(nn.Module):
         self.register_buffer("expert_bias", torch.zeros(experts), persistent=False)
 
     @classmethod
-    def from_config(cls, c: GPTConfig, experts: int, top_k: int, ffn: int | None = None,
-                    **kw) -> "MoE":
+    def from_config(
+        cls, c: GPTConfig, experts: int, top_k: int, ffn: int | None = None, **kw
+    ) -> "MoE":
         """The MoE that replaces a :class:`minipar.model.Layer`'s MLP (fc1 → GeLU → fc2, h → 4h
         → h) in the course GPT: hidden size ``c.h``, expert width ``ffn`` (default 4·c.h, the
         dense MLP's), E = ``experts`` experts of which each token uses ``top_k``. What changes
@@ -79,14 +89,16 @@ class MoE(nn.Module):
 
     def route(self, x: torch.Tensor):
         """(n, h) -> probs (n, E), gates (n, K), experts (n, K), kept (n, K) bool."""
-        self.logits = self.router(x)                                  # (n, E)
-        probs, gates, experts = top_k_gates(self.logits, self.top_k, self.renormalize,
-                                            self.expert_bias)
+        self.logits = self.router(x)  # (n, E)
+        probs, gates, experts = top_k_gates(
+            self.logits, self.top_k, self.renormalize, self.expert_bias
+        )
         C = capacity(x.shape[0], self.experts, self.top_k, self.capacity_factor)
         if C is None:
             kept = torch.ones_like(experts, dtype=torch.bool)
         elif self.drop_policy == "probs":
             from .balancing import keep_by_probability
+
             kept = keep_by_probability(probs.gather(-1, experts), experts, self.experts, C)
         else:
             kept = priority_positions(experts, self.experts) < C
@@ -94,24 +106,25 @@ class MoE(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         shape = x.shape
-        x = x.reshape(-1, self.hidden)                                # (n, h)
+        x = x.reshape(-1, self.hidden)  # (n, h)
         probs, gates, experts, kept = self.route(x)
         self.probs, self.choices = probs, experts
         self.aux_loss = load_balancing_loss(probs, experts)
         self.routed_per_expert = torch.bincount(experts.flatten(), minlength=self.experts)
         self.tokens_per_expert = torch.bincount(experts[kept], minlength=self.experts)
         self.kept, self.dropped = kept, int((~kept).sum())
-        if self.kernel != "loop":                                     # production form
+        if self.kernel != "loop":  # production form
             from .dispatchers import assignments
             from .grouped import grouped_mlp, unpermute
-            token, expert, gate = assignments(experts, gates, kept)   # sorted by expert
+
+            token, expert, gate = assignments(experts, gates, kept)  # sorted by expert
             sizes = torch.bincount(expert, minlength=self.experts)
             out = grouped_mlp(x[token], sizes, self.w1, self.w2, self.kernel)
             return unpermute(out, token, gate, x.shape[0]).reshape(shape)
         y = torch.zeros_like(x)
         for e in range(self.experts):
-            tok, slot = torch.nonzero((experts == e) & kept, as_tuple=True)   # (m,), (m,)
+            tok, slot = torch.nonzero((experts == e) & kept, as_tuple=True)  # (m,), (m,)
             if tok.numel():
-                out = expert_mlp(x[tok], self.w1[e], self.w2[e])          # (m, h)
+                out = expert_mlp(x[tok], self.w1[e], self.w2[e])  # (m, h)
                 y = y.index_add(0, tok, gates[tok, slot, None] * out)
         return y.reshape(shape)

@@ -1,4 +1,5 @@
 """Figures for the expert-parallel chapter (matplotlib; each returns a Figure)."""
+
 from __future__ import annotations
 
 import matplotlib.pyplot as plt
@@ -42,8 +43,9 @@ def balancing(runs: dict[str, dict], ep: int = 4):
     dropped fraction of the assignments per step (the runs with a capacity)."""
     fig, (a, b) = plt.subplots(1, 2, figsize=(10, 3.4))
     for label, r in runs.items():
-        a.plot([imbalance(l, ep)["max/mean rank"] for l in r["routed per expert"]], label=label,
-               lw=1)
+        a.plot(
+            [imbalance(l, ep)["max/mean rank"] for l in r["routed per expert"]], label=label, lw=1
+        )
         if any(r["dropped fraction"]):
             b.plot(r["dropped fraction"], label=label, lw=1)
     a.axhline(1.0, color="grey", ls=":", lw=0.8)

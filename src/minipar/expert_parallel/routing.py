@@ -24,6 +24,7 @@ token (top-K), n tokens, C tokens an expert may take (its capacity), c_f the cap
   dividing the counts by n·K keeps aux = 1 at balance for any K, as Megatron-LM's
   ``switch_load_balancing_loss_func`` does.)
 """
+
 from __future__ import annotations
 
 import torch
@@ -32,8 +33,9 @@ import torch.nn.functional as F
 from minipar.cost.expert_parallel import capacity  # noqa: F401  one definition, the cost model's
 
 
-def top_k_gates(logits: torch.Tensor, top_k: int, renormalize: bool = True,
-                bias: torch.Tensor | None = None):
+def top_k_gates(
+    logits: torch.Tensor, top_k: int, renormalize: bool = True, bias: torch.Tensor | None = None
+):
     """Router logits (n, E) -> (probs (n, E), gates (n, K), experts (n, K)).
 
     ``experts[i, j]`` is token i's j-th choice (largest probability first, ties to the lower
@@ -44,24 +46,25 @@ def top_k_gates(logits: torch.Tensor, top_k: int, renormalize: bool = True,
     E = logits.shape[-1]
     if not 1 <= top_k <= E:
         raise ValueError(f"top_k ({top_k}) must be between 1 and experts ({E})")
-    probs = torch.softmax(logits, dim=-1)                          # (n, E)
+    probs = torch.softmax(logits, dim=-1)  # (n, E)
     if bias is None:
-        top_p, experts = probs.topk(top_k, dim=-1)                # (n, K), (n, K)
+        top_p, experts = probs.topk(top_k, dim=-1)  # (n, K), (n, K)
     else:
         experts = (probs.detach() + bias).topk(top_k, dim=-1).indices
-        top_p = probs.gather(-1, experts)                         # (n, K) unbiased
+        top_p = probs.gather(-1, experts)  # (n, K) unbiased
     gates = top_p / top_p.sum(-1, keepdim=True) if renormalize else top_p
     return probs, gates, experts
 
 
 def slot_counts(experts: torch.Tensor, num_experts: int) -> torch.Tensor:
     """(n, K) expert choices -> (K, E) int64: how many tokens chose expert e as their j-th choice."""
-    onehot = F.one_hot(experts.T, num_experts)                    # (K, n, E)
-    return onehot.sum(1)                                          # (K, E)
+    onehot = F.one_hot(experts.T, num_experts)  # (K, n, E)
+    return onehot.sum(1)  # (K, E)
 
 
-def priority_positions(experts: torch.Tensor, num_experts: int,
-                       ahead: torch.Tensor | None = None) -> torch.Tensor:
+def priority_positions(
+    experts: torch.Tensor, num_experts: int, ahead: torch.Tensor | None = None
+) -> torch.Tensor:
     """(n, K) choices -> (n, K) position of each assignment in its expert's queue (kept: < C).
 
     Priority is (slot j, token i): all first choices in token order, then all second choices.
@@ -69,26 +72,26 @@ def priority_positions(experts: torch.Tensor, num_experts: int,
     None for one process, where that is this block's own earlier slots. With expert parallelism
     the block is one rank's tokens and :func:`queue_ahead` adds the other ranks'.
     """
-    onehot = F.one_hot(experts.T, num_experts)                    # (K, n, E)
+    onehot = F.one_hot(experts.T, num_experts)  # (K, n, E)
     if ahead is None:
-        counts = onehot.sum(1)                                    # (K, E)
-        ahead = counts.cumsum(0) - counts                         # slots < j
-    within = onehot.cumsum(1) - onehot                            # (K, n, E) same slot, tokens < i
+        counts = onehot.sum(1)  # (K, E)
+        ahead = counts.cumsum(0) - counts  # slots < j
+    within = onehot.cumsum(1) - onehot  # (K, n, E) same slot, tokens < i
     pos = within + ahead[:, None, :]
-    return (pos * onehot).sum(-1).T                               # (n, K)
+    return (pos * onehot).sum(-1).T  # (n, K)
 
 
 def queue_ahead(all_counts: torch.Tensor, rank: int) -> torch.Tensor:
     """(ranks, K, E) every rank's :func:`slot_counts` -> (K, E) assignments queued before rank
     ``rank``'s j-th choices: all ranks' slots < j, then lower ranks' slot j. This makes the
     expert-parallel queue the one-process queue of all ranks' tokens concatenated in rank order."""
-    total = all_counts.sum(0)                                     # (K, E)
+    total = all_counts.sum(0)  # (K, E)
     return total.cumsum(0) - total + all_counts[:rank].sum(0)
 
 
 def load_balancing_loss(probs: torch.Tensor, experts: torch.Tensor) -> torch.Tensor:
     """Switch's auxiliary loss E · Σ_e f_e · P_e (Fedus et al. 2022, Eq. 4), f over n·K choices."""
     n, E = probs.shape
-    f = slot_counts(experts, E).sum(0).to(probs.dtype) / (n * experts.shape[1])   # (E,)
-    P = probs.mean(0)                                                               # (E,)
+    f = slot_counts(experts, E).sum(0).to(probs.dtype) / (n * experts.shape[1])  # (E,)
+    P = probs.mean(0)  # (E,)
     return E * (f * P).sum()

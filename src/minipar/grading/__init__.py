@@ -51,17 +51,34 @@ Modules: :mod:`~minipar.grading.errors` (``GradeFailure``), :mod:`~minipar.gradi
 (``check``, ``Result``); :mod:`~minipar.grading.notebooks` and :mod:`~minipar.grading.cli` build
 and grade the exercise notebooks.
 """
+
 from __future__ import annotations
 
-from minipar.grading.errors import CheckTimeLimit, GradeFailure
-from minipar.grading.registry import Task, get_task, pass_line, task
-from minipar.grading.reasons import learner_line, reason_for, remote_learner_line
 from minipar.grading.compare import as_number, close, close_number
-from minipar.grading.limits import (TIME_LIMIT, LimitExceeded, RankFailure, cpu_time_limit,
-                                    run_ranks)
 from minipar.grading.display import Result, check
+from minipar.grading.errors import CheckTimeLimit, GradeFailure
+from minipar.grading.limits import TIME_LIMIT, LimitExceeded, RankFailure, cpu_time_limit, run_ranks
+from minipar.grading.reasons import learner_line, reason_for, remote_learner_line
+from minipar.grading.registry import Task, get_task, pass_line, task
 
-__all__ = ["GradeFailure", "CheckTimeLimit", "Task", "task", "get_task", "pass_line",
-           "learner_line", "remote_learner_line", "reason_for", "close", "close_number",
-           "as_number", "run_ranks", "RankFailure", "LimitExceeded", "cpu_time_limit",
-           "TIME_LIMIT", "Result", "check"]
+__all__ = [
+    "GradeFailure",
+    "CheckTimeLimit",
+    "Task",
+    "task",
+    "get_task",
+    "pass_line",
+    "learner_line",
+    "remote_learner_line",
+    "reason_for",
+    "close",
+    "close_number",
+    "as_number",
+    "run_ranks",
+    "RankFailure",
+    "LimitExceeded",
+    "cpu_time_limit",
+    "TIME_LIMIT",
+    "Result",
+    "check",
+]

@@ -23,6 +23,7 @@ score (the score is the result), 2 for a bad path or argument, 3 when no path ho
 an exercise notebook), 128 + N after signal N (SIGINT, SIGTERM, SIGHUP: the kernels and every
 process under them are stopped and every file the call made is removed first).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -36,6 +37,14 @@ import tempfile
 import time
 from pathlib import Path
 
+from minipar.grading.runner import (
+    _SIGNALS,
+    Interrupted,
+    first_signal,
+    shielded,
+    signals_unwind,
+)
+
 
 def _seconds(text: str) -> float:
     try:
@@ -43,23 +52,33 @@ def _seconds(text: str) -> float:
     except ValueError:
         value = float("nan")
     if not math.isfinite(value) or value <= 0:
-        raise argparse.ArgumentTypeError(f"--timeout must be a finite number of seconds > 0, "
-                                         f"got {text!r}")
+        raise argparse.ArgumentTypeError(
+            f"--timeout must be a finite number of seconds > 0, got {text!r}"
+        )
     return value
 
 
 def add_parser(sub) -> None:
-    p = sub.add_parser("grade", help="grade exercise notebooks from a fresh kernel and print "
-                                     "a score table (or --json)")
-    p.add_argument("paths", nargs="*", default=["exercises"],
-                   help="notebooks or folders (default: exercises)")
-    p.add_argument("--json", action="store_true",
-                   help='print one JSON object {"tasks": [...], "passed", "total", "missing", '
-                        '"empty"}')
-    p.add_argument("--timeout", type=_seconds, default=None,
-                   help="wall-clock seconds per cell (default: none; every cell and every check "
-                        "stops deadlocks and endless loops by progress, however busy the "
-                        "machine)")
+    p = sub.add_parser(
+        "grade",
+        help="grade exercise notebooks from a fresh kernel and print a score table (or --json)",
+    )
+    p.add_argument(
+        "paths", nargs="*", default=["exercises"], help="notebooks or folders (default: exercises)"
+    )
+    p.add_argument(
+        "--json",
+        action="store_true",
+        help='print one JSON object {"tasks": [...], "passed", "total", "missing", "empty"}',
+    )
+    p.add_argument(
+        "--timeout",
+        type=_seconds,
+        default=None,
+        help="wall-clock seconds per cell (default: none; every cell and every check "
+        "stops deadlocks and endless loops by progress, however busy the "
+        "machine)",
+    )
     p.set_defaults(func=_grade)
 
 
@@ -71,23 +90,32 @@ def notebooks(paths) -> tuple[list[Path], list[Path]]:
     found, wanted = [], []
     for p in map(Path, paths):
         if p.is_dir():
-            found += sorted(q for q in p.rglob("*.ipynb")
-                            if not any(part.startswith(".") for part in q.relative_to(p).parts))
+            found += sorted(
+                q
+                for q in p.rglob("*.ipynb")
+                if not any(part.startswith(".") for part in q.relative_to(p).parts)
+            )
             wanted += scripts(p) + sorted(p.glob("solutions/[0-9][0-9]_*.py"))
         elif p.suffix == ".ipynb" and p.is_file():
             found.append(p)
         elif not p.exists():
-            raise InputError(f"a path to grade must exist, got {str(p)!r} (no such file or "
-                             "folder)")
+            raise InputError(f"a path to grade must exist, got {str(p)!r} (no such file or folder)")
         else:
-            raise InputError(f"a path to grade must be a notebook (.ipynb) or a folder, got "
-                             f"{str(p)!r}")
+            raise InputError(
+                f"a path to grade must be a notebook (.ipynb) or a folder, got {str(p)!r}"
+            )
     return list(dict.fromkeys(found)), list(dict.fromkeys(wanted))
 
 
 def _first_line(source: str) -> str:
-    line = next((ln.strip() for ln in source.splitlines()
-                 if ln.strip() and not ln.lstrip().startswith("#")), "")
+    line = next(
+        (
+            ln.strip()
+            for ln in source.splitlines()
+            if ln.strip() and not ln.lstrip().startswith("#")
+        ),
+        "",
+    )
     return line if len(line) <= 60 else line[:57] + "..."
 
 
@@ -117,14 +145,14 @@ def _score_notebook(nb_path, nb, script, copy, origin, records, run):
     name = str(Path(nb_path).resolve())
     expected = expected_tasks(script) if script else []
     learner = nb.cells
-    check_cell = {}                                     # task -> learner cell index
+    check_cell = {}  # task -> learner cell index
     for i, c in enumerate(learner):
         if c.get("cell_type") == "code":
             for t in cell_tasks(c.get("source") or ""):
                 check_cell.setdefault(t, i)
     tasks = expected + [t for t in check_cell if t not in expected]
     source_to_copy = {c.source: k for k, c in enumerate(copy.cells)}
-    errors = []                                         # (learner cell index, text)
+    errors = []  # (learner cell index, text)
     for r in records:
         if "error" in r:
             k = source_to_copy.get(r.get("cell"))
@@ -133,14 +161,14 @@ def _score_notebook(nb_path, nb, script, copy, origin, records, run):
     # cells stopped for time (by the runner, or by the in-kernel CPU limit): the next check
     # after each fails with that reason, even if it passes (its answer ran under a cut cell)
     checks_at = sorted(set(check_cell.values()))
-    timed = {}                                          # learner cell -> why it was stopped
+    timed = {}  # learner cell -> why it was stopped
     for k, c in run.cells.items():
         if c.status == "stopped" and origin[k] is not None:
             timed[origin[k]] = c.reason
     for i, e in errors:
         if "CheckTimeLimit" in e and i not in checks_at:
             timed.setdefault(i, e)
-    cut = {}                                            # check cell -> (stopped cell, reason)
+    cut = {}  # check cell -> (stopped cell, reason)
     for i, why in sorted(timed.items()):
         nxt = next((c for c in checks_at if c > i), None)
         if nxt is not None and i not in checks_at:
@@ -152,8 +180,15 @@ def _score_notebook(nb_path, nb, script, copy, origin, records, run):
     for t in tasks:
         if t not in check_cell:
             missing.append(t)
-            rows.append((name, t, False, f"check cell for {t} is missing: restore the cell "
-                                          f"check(\"{t}\", ...) from the starter notebook"))
+            rows.append(
+                (
+                    name,
+                    t,
+                    False,
+                    f"check cell for {t} is missing: restore the cell "
+                    f'check("{t}", ...) from the starter notebook',
+                )
+            )
             continue
         if run.start_error:
             rows.append((name, t, False, f"not run: {run.start_error}"))
@@ -166,8 +201,15 @@ def _score_notebook(nb_path, nb, script, copy, origin, records, run):
             continue
         if check_cell[t] in cut:
             i, why = cut[check_cell[t]]
-            rows.append((name, t, False, f"{_cell_name(learner, i)} was stopped for time "
-                                         f"({why}): the check ran after a cut cell"))
+            rows.append(
+                (
+                    name,
+                    t,
+                    False,
+                    f"{_cell_name(learner, i)} was stopped for time "
+                    f"({why}): the check ran after a cut cell",
+                )
+            )
             continue
         if cell is not None and cell.status == "stopped":
             rows.append((name, t, False, cell.reason))
@@ -175,13 +217,23 @@ def _score_notebook(nb_path, nb, script, copy, origin, records, run):
         outcome = [r for r in records if r.get("task") == t]
         if outcome and all(r["passed"] for r in outcome):
             expected_out = "".join(o.get("text", "") for o in copy.cells[k].get("outputs", []))
-            if cell is not None and cell.status == "ok" and \
-                    (not expected_out or cell.stdout == expected_out):
+            if (
+                cell is not None
+                and cell.status == "ok"
+                and (not expected_out or cell.stdout == expected_out)
+            ):
                 rows.append((name, t, True, ""))
             else:
-                rows.append((name, t, False, "the check printed PASS but its cell's output is "
-                                             "not only the PASS line (keep the check cell as the "
-                                             "starter has it)"))
+                rows.append(
+                    (
+                        name,
+                        t,
+                        False,
+                        "the check printed PASS but its cell's output is "
+                        "not only the PASS line (keep the check cell as the "
+                        "starter has it)",
+                    )
+                )
             continue
         if outcome:
             rows.append((name, t, False, next(r["reason"] for r in outcome if not r["passed"])))
@@ -197,10 +249,6 @@ def _score_notebook(nb_path, nb, script, copy, origin, records, run):
         rows.append((name, t, False, why))
     return rows, missing
 
-
-# ----------------------------------------------------------------------------- signals
-from minipar.grading.runner import (_SIGNALS, Interrupted, first_signal, shielded,  # noqa: E402
-                                    signals_unwind)
 
 # ----------------------------------------------------------------------------- grading
 def _remove_stale_folders() -> list[str]:
@@ -256,24 +304,31 @@ def grade(paths, timeout: float | None = None, progress=None) -> dict:
 
     with shielded():
         _remove_stale_folders()
-        tmp_dir = tempfile.TemporaryDirectory(prefix=f"minipar-grade-{host_token()}-"
-                                                     f"{os.getpid()}-")
+        tmp_dir = tempfile.TemporaryDirectory(prefix=f"minipar-grade-{host_token()}-{os.getpid()}-")
     try:
         tmp = Path(tmp_dir.name)
         todo = []
         for j, nb_path in enumerate(nbs):
             try:
                 nb = nbformat.read(nb_path, as_version=4)
-            except Exception as e:  # noqa: BLE001  (a broken file is a failed notebook)
-                rows.append((str(nb_path.resolve()), "(notebook)", False,
-                             f"not a readable notebook: {type(e).__name__}: {e}"))
+            except Exception as e:
+                rows.append(
+                    (
+                        str(nb_path.resolve()),
+                        "(notebook)",
+                        False,
+                        f"not a readable notebook: {type(e).__name__}: {e}",
+                    )
+                )
                 continue
             script = find_script(nb_path, nb)
             if script is not None:
                 covered.add(script.resolve())
             from minipar.grading.notebooks import cell_tasks
-            if script is None and not any(cell_tasks(c.get("source") or "") for c in nb.cells
-                                          if c.get("cell_type") == "code"):
+
+            if script is None and not any(
+                cell_tasks(c.get("source") or "") for c in nb.cells if c.get("cell_type") == "code"
+            ):
                 empty.append(str(nb_path.resolve()))
                 continue
             todo.append((j, nb_path, nb, script))
@@ -286,13 +341,17 @@ def grade(paths, timeout: float | None = None, progress=None) -> dict:
             log = folder / "grade.log"
             copy, origin = graded_copy(nb, str(nb_path.resolve().parent), str(log))
 
-            def beat(k, seconds, cpu, origin=origin, nb=nb):
+            def beat(k, seconds, cpu, origin=origin, nb=nb, tag=tag):
                 where = _cell_name(nb.cells, origin[k])
-                say(f"{tag}: {where} still running after {seconds:.0f} s "
-                    f"({cpu:.0f} CPU-s so far)")
+                say(f"{tag}: {where} still running after {seconds:.0f} s ({cpu:.0f} CPU-s so far)")
 
-            run = run_notebook([c.source for c in copy.cells], folder,
-                               str(nb_path.resolve().parent), timeout=timeout, heartbeat=beat)
+            run = run_notebook(
+                [c.source for c in copy.cells],
+                folder,
+                str(nb_path.resolve().parent),
+                timeout=timeout,
+                heartbeat=beat,
+            )
             r, m = _score_notebook(nb_path, nb, script, copy, origin, _read_log(log), run)
             rows += r
             missing += [{"notebook": str(Path(nb_path).resolve()), "task": t} for t in m]
@@ -307,14 +366,26 @@ def grade(paths, timeout: float | None = None, progress=None) -> dict:
             continue
         nb_name = str(starter_path(script).resolve())
         for t in expected_tasks(script):
-            rows.append((nb_name, t, False, f"notebook {starter_path(script).name} is missing: "
-                                            "its check cells are gone (restore your copy, or "
-                                            "write a fresh starter with `make exercises`, which "
-                                            "writes only missing notebooks)"))
+            rows.append(
+                (
+                    nb_name,
+                    t,
+                    False,
+                    f"notebook {starter_path(script).name} is missing: "
+                    "its check cells are gone (restore your copy, or "
+                    "write a fresh starter with `make exercises`, which "
+                    "writes only missing notebooks)",
+                )
+            )
             missing.append({"notebook": nb_name, "task": t})
     tasks = [dict(notebook=n, task=t, passed=ok, reason=why) for n, t, ok, why in rows]
-    return {"tasks": tasks, "passed": sum(t["passed"] for t in tasks), "total": len(tasks),
-            "missing": missing, "empty": empty}
+    return {
+        "tasks": tasks,
+        "passed": sum(t["passed"] for t in tasks),
+        "total": len(tasks),
+        "missing": missing,
+        "empty": empty,
+    }
 
 
 def _needs_extra() -> None:
@@ -329,27 +400,34 @@ def _needs_extra() -> None:
         except (ImportError, ValueError):
             found = False
         if not found:
-            raise InputError(f"needs the [grade] extra ({module} is not installed): "
-                             "pip install -e '.[grade]'")
+            raise InputError(
+                f"needs the [grade] extra ({module} is not installed): pip install -e '.[grade]'"
+            )
 
 
 def _grade(args) -> int:
     _needs_extra()
-    progress = lambda line: print(line, file=sys.stderr, flush=True)  # noqa: E731
+    progress = lambda line: print(line, file=sys.stderr, flush=True)
     try:
         with signals_unwind():
             result = grade(args.paths, args.timeout, progress=progress)
     except Interrupted as e:
-        for s in _SIGNALS:                     # a second signal now changes nothing
+        for s in _SIGNALS:  # a second signal now changes nothing
             signal.signal(s, signal.SIG_IGN)
         signum = first_signal() or e.signum
-        print(f"minipar grade: stopped by {signal.Signals(signum).name}; the kernels and "
-              "their files are gone", file=sys.stderr, flush=True)
+        print(
+            f"minipar grade: stopped by {signal.Signals(signum).name}; the kernels and "
+            "their files are gone",
+            file=sys.stderr,
+            flush=True,
+        )
         return 128 + signum
     if result["total"] == 0:
         where = ", ".join(result["empty"]) or ", ".join(map(str, args.paths))
-        print(f"minipar grade: No tasks found in {where} (is it an exercise notebook?)",
-              file=sys.stderr)
+        print(
+            f"minipar grade: No tasks found in {where} (is it an exercise notebook?)",
+            file=sys.stderr,
+        )
         if args.json:
             print(json.dumps(result, indent=1))
         return 3

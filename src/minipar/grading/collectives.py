@@ -11,6 +11,7 @@ profile hook rejects calls into the course's own ``minipar.collectives``. A firs
 inputs that make mistakes readable: rank r holds 8^r, so the base-8 digits of a sum count how
 often each rank's value went in.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -22,7 +23,7 @@ from minipar.grading.compare import type_error
 from minipar.grading.imports import course_calls, forbidden_modules
 
 RANKS = (2, 3, 4)
-_FORBIDDEN = forbidden_modules("collectives")     # minipar.collectives, minipar.cost: the answers
+_FORBIDDEN = forbidden_modules("collectives")  # minipar.collectives, minipar.cost: the answers
 
 
 class CaseError(RuntimeError):
@@ -50,8 +51,8 @@ def _input(rank, numel, dtype):
 
     g = torch.Generator().manual_seed(100 * rank + numel)
     if dtype == "int64":
-        return torch.randint(-50, 50, (numel,), generator=g)              # (numel,) int64
-    return torch.randn(numel, generator=g, dtype=getattr(torch, dtype))   # (numel,)
+        return torch.randint(-50, 50, (numel,), generator=g)  # (numel,) int64
+    return torch.randn(numel, generator=g, dtype=getattr(torch, dtype))  # (numel,)
 
 
 @contextlib.contextmanager
@@ -65,10 +66,13 @@ def _guarded(dtype):
     def wrap(name, fn):
         def guarded(tensor, *args, **kwargs):
             if tensor.dtype != dtype:
-                raise BufferError_(f"dist.{name} on a {str(tensor.dtype)[6:]} buffer while the "
-                                   f"input is {str(dtype)[6:]}: allocate buffers with the "
-                                   "input's dtype (torch.empty_like)")
+                raise BufferError_(
+                    f"dist.{name} on a {str(tensor.dtype)[6:]} buffer while the "
+                    f"input is {str(dtype)[6:]}: allocate buffers with the "
+                    "input's dtype (torch.empty_like)"
+                )
             return fn(tensor, *args, **kwargs)
+
         return guarded
 
     for name, fn in originals.items():
@@ -96,7 +100,7 @@ def _run_case(fn, x, where):
 
     from minipar.runtime.tracer import trace
 
-    os.write(2, f"minipar check: running case {where}\n".encode())   # shown if the rank dies
+    os.write(2, f"minipar check: running case {where}\n".encode())  # shown if the rank dies
     used: set = set()
     with trace() as tr:
         try:
@@ -106,13 +110,14 @@ def _run_case(fn, x, where):
             raise
         except BufferError_ as e:
             raise BufferError_(f"{where}: {e}") from None
-        except Exception as e:  # noqa: BLE001
+        except Exception as e:
             raise CaseError(f"{where}: {type(e).__name__}: {e}") from e
     sends = sorted({e.peer for e in tr.events if e.op == "send"})
     recvs = sorted({e.peer for e in tr.events if e.op == "recv"})
     ops = sorted({e.op for e in tr.events} - {"send", "recv"})
-    return returned, dict(sends=sends, recvs=recvs, ops=ops, used=sorted(used),
-                          sent=tr.bytes("send"))
+    return returned, dict(
+        sends=sends, recvs=recvs, ops=ops, used=sorted(used), sent=tr.bytes("send")
+    )
 
 
 def _ring_on_rank(rank, n, fn):
@@ -126,10 +131,16 @@ def _ring_on_rank(rank, n, fn):
         ref = x.clone()
         dist.all_reduce(ref)
         returned, info = _run_case(fn, x, where)
-        info.update(where=where, numel=numel, elsize=x.element_size(), got=x, ref=ref,
-                    returned=returned if isinstance(returned, torch.Tensor) else None,
-                    returned_type=type(returned).__name__)
-        if not out:                                   # base-8 digits: who was added how often
+        info.update(
+            where=where,
+            numel=numel,
+            elsize=x.element_size(),
+            got=x,
+            ref=ref,
+            returned=returned if isinstance(returned, torch.Tensor) else None,
+            returned_type=type(returned).__name__,
+        )
+        if not out:  # base-8 digits: who was added how often
             digits = torch.full((numel,), float(8**rank))
             _run_case(fn, digits, where)
             info["digits"] = digits.tolist()
@@ -148,13 +159,18 @@ def _gather_on_rank(rank, n, fn):
     out = []
     for numel, dtype in _gather_cases(n):
         where = f"n={n}, chunks of {numel}, {dtype}"
-        chunk = (torch.arange(numel) + 100 * rank).to(getattr(torch, dtype))   # (numel,)
-        ref = torch.empty(n * numel, dtype=chunk.dtype)                         # (n·numel,)
+        chunk = (torch.arange(numel) + 100 * rank).to(getattr(torch, dtype))  # (numel,)
+        ref = torch.empty(n * numel, dtype=chunk.dtype)  # (n·numel,)
         dist.all_gather_single(ref, chunk.clone())
         returned, info = _run_case(fn, chunk.clone(), where)
-        info.update(where=where, numel=numel, elsize=chunk.element_size(), ref=ref,
-                    got=returned if isinstance(returned, torch.Tensor) else None,
-                    returned_type=type(returned).__name__)
+        info.update(
+            where=where,
+            numel=numel,
+            elsize=chunk.element_size(),
+            ref=ref,
+            got=returned if isinstance(returned, torch.Tensor) else None,
+            returned_type=type(returned).__name__,
+        )
         out.append(info)
     return out
 
@@ -169,30 +185,43 @@ def _run(worker, n, fn):
     except LimitExceeded as e:
         logs = " ".join(getattr(e, "logs", {}).values())
         case = re.findall(r"minipar check: running case ([^\n]*)", logs)
-        hint = (" -- a send or recv was never matched: does every send go to a rank that "
+        hint = (
+            (
+                " -- a send or recv was never matched: does every send go to a rank that "
                 "receives from this one, and does every rank post its recv (irecv) before "
-                "waiting on its send?") if e.kind == "deadlock" else ""
-        raise GradeFailure((f"{case[-1]}: " if case else f"n={n}: ") + str(e).split(" -- ")[0]
-                           + hint) from None
+                "waiting on its send?"
+            )
+            if e.kind == "deadlock"
+            else ""
+        )
+        raise GradeFailure(
+            (f"{case[-1]}: " if case else f"n={n}: ") + str(e).split(" -- ")[0] + hint
+        ) from None
     except RankFailure as e:
         m = re.match(r"(?:\w+\.)*(CaseError|BufferError_): (.*)", e.summary, re.S)
         if m and m.group(1) == "BufferError_":
             raise GradeFailure(f"rank {e.rank}, {m.group(2)}") from None
         if m:
-            raise GradeFailure(reason_for(RankError(e.rank, m.group(2), e.remote_traceback))
-                               .replace("your code raised on rank", "your code raised, on rank")
-                               ) from None
+            raise GradeFailure(
+                reason_for(RankError(e.rank, m.group(2), e.remote_traceback)).replace(
+                    "your code raised on rank", "your code raised, on rank"
+                )
+            ) from None
         case = re.findall(r"minipar check: running case ([^\n]*)", e.stderr_tail)
         raise GradeFailure((f"{case[-1]}: " if case else f"n={n}: ") + str(e)) from None
 
 
 def _common(res, rank, what):
     if res["ops"]:
-        raise GradeFailure(f"{res['where']}: your code called {', '.join(res['ops'])}; build "
-                           f"{what} from send/recv (isend/irecv) only")
+        raise GradeFailure(
+            f"{res['where']}: your code called {', '.join(res['ops'])}; build "
+            f"{what} from send/recv (isend/irecv) only"
+        )
     if res["used"]:
-        raise GradeFailure(f"{res['where']}: your code calls the course's own "
-                           f"{', '.join(res['used'])}; write {what} yourself from send/recv")
+        raise GradeFailure(
+            f"{res['where']}: your code calls the course's own "
+            f"{', '.join(res['used'])}; write {what} yourself from send/recv"
+        )
 
 
 # ----------------------------------------------------------------------------- diagnosis
@@ -213,15 +242,21 @@ def _diagnose_sum(rank: int, n: int, digits: list) -> str | None:
             return f"{where}: result is {c[0]}× the expected sum"
         twice, missing = [r for r in range(n) if c[r] > 1], [r for r in range(n) if c[r] == 0]
         if twice == [rank] and not missing:
-            return (f"{where}: your own value is counted {c[rank]} times — did you add your own "
-                    "chunk twice (e.g. add the received chunk and then your own again)?")
+            return (
+                f"{where}: your own value is counted {c[rank]} times — did you add your own "
+                "chunk twice (e.g. add the received chunk and then your own again)?"
+            )
         if twice:
-            return (f"{where}: values of ranks {twice} are counted more than once — is a "
-                    "finished chunk added again (an extra step, or adding during the all-gather "
-                    "phase)?")
-        return (f"{where}: the values of ranks {missing} are missing — does the reduce-scatter "
-                "phase run all n−1 steps, each adding the received chunk, and the all-gather "
-                "phase n−1 more?")
+            return (
+                f"{where}: values of ranks {twice} are counted more than once — is a "
+                "finished chunk added again (an extra step, or adding during the all-gather "
+                "phase)?"
+            )
+        return (
+            f"{where}: the values of ranks {missing} are missing — does the reduce-scatter "
+            "phase run all n−1 steps, each adding the received chunk, and the all-gather "
+            "phase n−1 more?"
+        )
     return None
 
 
@@ -230,16 +265,20 @@ def _ring_peers(res, rank, n, what):
     sends, recvs = set(res["sends"]), set(res["recvs"])
     if (sends <= {right} and recvs <= {left}) or (sends <= {left} and recvs <= {right}):
         return
-    raise GradeFailure(f"{res['where']}: rank {rank} sent to ranks {sorted(sends)} and received "
-                       f"from ranks {sorted(recvs)}; in a ring each rank sends only to one "
-                       f"neighbour ({right}) and receives only from the other ({left}) — {what}")
+    raise GradeFailure(
+        f"{res['where']}: rank {rank} sent to ranks {sorted(sends)} and received "
+        f"from ranks {sorted(recvs)}; in a ring each rank sends only to one "
+        f"neighbour ({right}) and receives only from the other ({left}) — {what}"
+    )
 
 
 # ----------------------------------------------------------------------------- tasks
-@task("collectives.ring_all_reduce",
-      "equals dist.all_reduce on 2, 3 and 4 ranks (sizes divisible by n and not, fewer "
-      "elements than ranks, float32/float64/int64), in place and returned, ring neighbours "
-      "only, 2(n−1)/n·S bytes sent per rank")
+@task(
+    "collectives.ring_all_reduce",
+    "equals dist.all_reduce on 2, 3 and 4 ranks (sizes divisible by n and not, fewer "
+    "elements than ranks, float32/float64/int64), in place and returned, ring neighbours "
+    "only, 2(n−1)/n·S bytes sent per rank",
+)
 def check_ring_all_reduce(candidate):
     import torch
 
@@ -252,32 +291,49 @@ def check_ring_all_reduce(candidate):
                 got, ref = res["got"], res["ref"]
                 if not torch.allclose(got.double(), ref.double(), rtol=1e-4, atol=1e-5):
                     ret = res["returned"]
-                    if ret is not None and ret.shape == ref.shape and \
-                            torch.allclose(ret.double(), ref.double(), rtol=1e-4, atol=1e-5):
-                        raise GradeFailure(f"{where}: you return the right sum but the input "
-                                           "tensor was not updated in place")
+                    if (
+                        ret is not None
+                        and ret.shape == ref.shape
+                        and torch.allclose(ret.double(), ref.double(), rtol=1e-4, atol=1e-5)
+                    ):
+                        raise GradeFailure(
+                            f"{where}: you return the right sum but the input "
+                            "tensor was not updated in place"
+                        )
                     why = _diagnose_sum(r, n, res["digits"]) if "digits" in res else None
                     err = (got.double() - ref.double()).abs().max().item()
-                    raise GradeFailure(f"{where}: " + (why or f"rank {r} differs from "
-                                       f"dist.all_reduce (max error {err:.3g}); the right ranks "
-                                       "may be summed into the wrong positions"))
+                    raise GradeFailure(
+                        f"{where}: "
+                        + (
+                            why
+                            or f"rank {r} differs from "
+                            f"dist.all_reduce (max error {err:.3g}); the right ranks "
+                            "may be summed into the wrong positions"
+                        )
+                    )
                 if res["returned"] is None or not torch.equal(res["returned"], got):
                     wrong = res["returned"] is not None and type_error(res["returned"], got)
-                    raise GradeFailure(f"{where}: rank {r} returned " + (
-                        f"a tensor of another type ({wrong})" if wrong else
-                        res["returned_type"]) + "; return the tensor you summed into")
+                    raise GradeFailure(
+                        f"{where}: rank {r} returned "
+                        + (f"a tensor of another type ({wrong})" if wrong else res["returned_type"])
+                        + "; return the tensor you summed into"
+                    )
                 S = res["numel"] * res["elsize"]
                 expected = cc.ring_bytes_per_rank("all-reduce", n, S)
                 if res["numel"] % n == 0 and res["sent"] != expected:
-                    raise GradeFailure(f"{where}: rank {r} sent {res['sent']} bytes; a ring "
-                                       f"all-reduce sends 2(n−1)/n·S = {expected:.0f} bytes "
-                                       f"(S = {S}) — one chunk of S/n per step, 2(n−1) steps")
+                    raise GradeFailure(
+                        f"{where}: rank {r} sent {res['sent']} bytes; a ring "
+                        f"all-reduce sends 2(n−1)/n·S = {expected:.0f} bytes "
+                        f"(S = {S}) — one chunk of S/n per step, 2(n−1) steps"
+                    )
                 _ring_peers(res, r, n, "is this a direct exchange rather than a ring?")
 
 
-@task("collectives.all_gather",
-      "equals dist.all_gather_single on 2, 3 and 4 ranks (float32/float64/int64), send/recv "
-      "only, (n−1)·chunk bytes sent per rank")
+@task(
+    "collectives.all_gather",
+    "equals dist.all_gather_single on 2, 3 and 4 ranks (float32/float64/int64), send/recv "
+    "only, (n−1)·chunk bytes sent per rank",
+)
 def check_all_gather(candidate):
     import torch
 
@@ -288,42 +344,60 @@ def check_all_gather(candidate):
                 got, ref, numel = res["got"], res["ref"], res["numel"]
                 where = f"{res['where']}, rank {r}"
                 if got is None:
-                    raise GradeFailure(f"{where}: return a tensor of n·numel elements, got "
-                                       f"{res['returned_type']}")
+                    raise GradeFailure(
+                        f"{where}: return a tensor of n·numel elements, got {res['returned_type']}"
+                    )
                 if tuple(got.shape) != tuple(ref.shape):
-                    raise GradeFailure(f"{where}: result has shape {tuple(got.shape)}, expected "
-                                       f"{tuple(ref.shape)} (n chunks of {numel}, rank order)")
+                    raise GradeFailure(
+                        f"{where}: result has shape {tuple(got.shape)}, expected "
+                        f"{tuple(ref.shape)} (n chunks of {numel}, rank order)"
+                    )
                 if got.dtype != ref.dtype:
-                    raise GradeFailure(f"{where}: result is {str(got.dtype)[6:]}, the chunks "
-                                       f"are {str(ref.dtype)[6:]}: allocate the output with "
-                                       "the chunk's dtype")
+                    raise GradeFailure(
+                        f"{where}: result is {str(got.dtype)[6:]}, the chunks "
+                        f"are {str(ref.dtype)[6:]}: allocate the output with "
+                        "the chunk's dtype"
+                    )
                 if not torch.equal(got, ref):
-                    blocks, want = got.view(n, numel), ref.view(n, numel)   # (n, numel)
+                    blocks, want = got.view(n, numel), ref.view(n, numel)  # (n, numel)
                     for i in range(n):
                         if torch.equal(blocks[i], want[i]):
                             continue
                         src = [k for k in range(n) if torch.equal(blocks[i], want[k])]
                         if src:
-                            raise GradeFailure(f"{where}: block {i} holds rank {src[0]}'s "
-                                               "chunk; block i must hold rank i's — check "
-                                               "which block you receive into at each step")
-                        raise GradeFailure(f"{where}: block {i} (rank {i}'s chunk) never "
-                                           "arrived — an all-gather needs n−1 steps (or a recv "
-                                           "from every other rank)")
+                            raise GradeFailure(
+                                f"{where}: block {i} holds rank {src[0]}'s "
+                                "chunk; block i must hold rank i's — check "
+                                "which block you receive into at each step"
+                            )
+                        raise GradeFailure(
+                            f"{where}: block {i} (rank {i}'s chunk) never "
+                            "arrived — an all-gather needs n−1 steps (or a recv "
+                            "from every other rank)"
+                        )
                 S = n * numel * res["elsize"]
                 expected = cc.ring_bytes_per_rank("all-gather", n, S)
                 if res["sent"] != expected:
-                    raise GradeFailure(f"{where}: rank {r} sent {res['sent']} bytes; each rank "
-                                       f"should send (n−1)/n·S = {expected:.0f} bytes (S = {S}, "
-                                       "its chunk's worth n−1 times, as a ring does) — routing "
-                                       "everything through one rank overloads it")
+                    raise GradeFailure(
+                        f"{where}: rank {r} sent {res['sent']} bytes; each rank "
+                        f"should send (n−1)/n·S = {expected:.0f} bytes (S = {S}, "
+                        "its chunk's worth n−1 times, as a ring does) — routing "
+                        "everything through one rank overloads it"
+                    )
 
 
-@task("collectives.alpha_beta_time",
-      "matches 2(n−1)α + 2(n−1)/n·S/bandwidth for ring all-reduce on 5 cases")
+@task(
+    "collectives.alpha_beta_time",
+    "matches 2(n−1)α + 2(n−1)/n·S/bandwidth for ring all-reduce on 5 cases",
+)
 def check_alpha_beta_time(candidate):
-    cases = [(2, 1e6, 1e-5, 1e10), (8, 1e9, 2e-6, 450e9), (3, 12345, 5e-6, 50e9),
-             (64, 4e9, 5e-6, 50e9), (16, 1024, 3e-5, 12.5e9)]
+    cases = [
+        (2, 1e6, 1e-5, 1e10),
+        (8, 1e9, 2e-6, 450e9),
+        (3, 12345, 5e-6, 50e9),
+        (64, 4e9, 5e-6, 50e9),
+        (16, 1024, 3e-5, 12.5e9),
+    ]
     for n, S, a, bw in cases:
         want = cc.collective_time("all-reduce", "ring", n, S, a, bw)
         got = as_number(candidate(n, S, a, bw), "return seconds as a number")
@@ -331,17 +405,25 @@ def check_alpha_beta_time(candidate):
             continue
         where = f"n={n}, S={S:g} B, α={a:g} s, bandwidth={bw:g} B/s"
         if abs(got - (n - 1) * (a + S / n / bw)) <= 1e-6 * want:
-            raise GradeFailure(f"{where}: {got:.4g} s is half the ring all-reduce — that is one "
-                               "phase (a reduce-scatter); the all-gather phase costs as much again")
-        if abs(got - (2 * n * a + 2 * S / bw)) <= 1e-6 * want or \
-                abs(got - 2 * (n - 1) * (a + S / bw)) <= 1e-6 * want:
-            raise GradeFailure(f"{where}: {got:.4g} s; each of the 2(n−1) steps moves S/n bytes, "
-                               "not S, and there are n−1 steps per phase, not n")
+            raise GradeFailure(
+                f"{where}: {got:.4g} s is half the ring all-reduce — that is one "
+                "phase (a reduce-scatter); the all-gather phase costs as much again"
+            )
+        if (
+            abs(got - (2 * n * a + 2 * S / bw)) <= 1e-6 * want
+            or abs(got - 2 * (n - 1) * (a + S / bw)) <= 1e-6 * want
+        ):
+            raise GradeFailure(
+                f"{where}: {got:.4g} s; each of the 2(n−1) steps moves S/n bytes, "
+                "not S, and there are n−1 steps per phase, not n"
+            )
         close_number(got, want, where, rel=1e-6)
 
 
-@task("collectives.busbw", "matches nccl-tests busbw for all-reduce, all-gather, "
-                           "reduce-scatter and broadcast")
+@task(
+    "collectives.busbw",
+    "matches nccl-tests busbw for all-reduce, all-gather, reduce-scatter and broadcast",
+)
 def check_busbw(candidate):
     for op in ("all-reduce", "all-gather", "reduce-scatter", "broadcast"):
         for n in (2, 8):
@@ -352,27 +434,34 @@ def check_busbw(candidate):
                 continue
             where = f"{op}, n={n}, S={S:g} B, t={t} s"
             if abs(got - S / t) <= 1e-6 * want:
-                raise GradeFailure(f"{where}: {got:.4g} B/s is algbw = S/t; busbw multiplies it "
-                                   f"by the fraction of S each link carries "
-                                   f"({cc.busbw_factor(op, n):g} here)")
+                raise GradeFailure(
+                    f"{where}: {got:.4g} B/s is algbw = S/t; busbw multiplies it "
+                    f"by the fraction of S each link carries "
+                    f"({cc.busbw_factor(op, n):g} here)"
+                )
             close_number(got, want, where, rel=1e-6)
 
 
-@task("collectives.gradient_sync",
-      "S in bytes, the bandwidth of one direction and the ring all-reduce time in seconds")
+@task(
+    "collectives.gradient_sync",
+    "S in bytes, the bandwidth of one direction and the ring all-reduce time in seconds",
+)
 def check_gradient_sync(candidate):
     ans = candidate()
     if not isinstance(ans, dict) or not {"S_bytes", "bandwidth", "seconds"} <= set(ans):
         raise GradeFailure("return a dict with keys S_bytes, bandwidth, seconds")
     S = 1.5e9 * 4
     if abs(float(ans["S_bytes"]) - 1.5e9) < 1:
-        raise GradeFailure("S_bytes: 1.5e9 is the number of gradients (elements); fp32 "
-                           "gradients take 4 bytes each")
+        raise GradeFailure(
+            "S_bytes: 1.5e9 is the number of gradients (elements); fp32 gradients take 4 bytes each"
+        )
     close_number(ans["S_bytes"], S, "S_bytes", rel=1e-3)
     bw = float(ans["bandwidth"])
     if abs(bw - 900e9) < 1e6:
-        raise GradeFailure("bandwidth: 900 GB/s is NVLink 4's bidirectional total; a ring step "
-                           "sends in one direction at 450 GB/s")
+        raise GradeFailure(
+            "bandwidth: 900 GB/s is NVLink 4's bidirectional total; a ring step "
+            "sends in one direction at 450 GB/s"
+        )
     if abs(bw - 450 * 2**30) < 1e6 or abs(bw - 900 * 2**30) < 1e6:
         raise GradeFailure("bandwidth: datasheet GB/s are decimal (1e9 bytes), not GiB (2^30)")
     close_number(bw, 450e9, "bandwidth (bytes/s per direction)", rel=1e-3)
@@ -381,6 +470,8 @@ def check_gradient_sync(candidate):
     if abs(got - want / 1e-3) <= 1e-3 * want / 1e-3:
         raise GradeFailure("seconds: that looks like milliseconds; answer in seconds")
     if abs(got - cc.collective_time("reduce-scatter", "ring", 8, S, 2e-6, 450e9)) < 1e-3 * want:
-        raise GradeFailure("seconds: that is one phase; a ring all-reduce is a reduce-scatter "
-                           "plus an all-gather, 2(n−1)/n·S·β in all")
+        raise GradeFailure(
+            "seconds: that is one phase; a ring all-reduce is a reduce-scatter "
+            "plus an all-gather, 2(n−1)/n·S·β in all"
+        )
     close_number(got, want, "seconds", rel=1e-3)

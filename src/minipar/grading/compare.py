@@ -1,4 +1,5 @@
 """Comparisons checkers share: each raises :class:`GradeFailure` naming what differs."""
+
 from __future__ import annotations
 
 from minipar.grading.errors import GradeFailure
@@ -12,13 +13,13 @@ def close(actual, expected, what: str, rtol: float = 1e-5, atol: float = 1e-6) -
     if not isinstance(actual, torch.Tensor):
         try:
             actual = torch.as_tensor(actual, dtype=torch.float64)
-        except Exception:  # noqa: BLE001
-            raise GradeFailure(f"{what}: expected a tensor or number, got "
-                               f"{type(actual).__name__}") from None
+        except Exception:
+            raise GradeFailure(
+                f"{what}: expected a tensor or number, got {type(actual).__name__}"
+            ) from None
     expected = torch.as_tensor(expected)
     if tuple(actual.shape) != tuple(expected.shape):
-        raise GradeFailure(f"{what}: shape {tuple(actual.shape)}, expected "
-                           f"{tuple(expected.shape)}")
+        raise GradeFailure(f"{what}: shape {tuple(actual.shape)}, expected {tuple(expected.shape)}")
     a, e = actual.double(), expected.double()
     if not torch.allclose(a, e, rtol=rtol, atol=atol):
         diff = (a - e).abs().nan_to_num(nan=float("inf"))
@@ -27,8 +28,10 @@ def close(actual, expected, what: str, rtol: float = 1e-5, atol: float = 1e-6) -
             raise GradeFailure(f"{what}: {a.item():.6g}, expected {e.item():.6g}")
         idx = tuple(int(i) for i in torch.unravel_index(diff.argmax(), a.shape))
         at = idx[0] if len(idx) == 1 else list(idx)
-        raise GradeFailure(f"{what}: wrong values (max abs error {err:.3g}, at element {at}: "
-                           f"{a[idx].item():.6g}, expected {e[idx].item():.6g})")
+        raise GradeFailure(
+            f"{what}: wrong values (max abs error {err:.3g}, at element {at}: "
+            f"{a[idx].item():.6g}, expected {e[idx].item():.6g})"
+        )
 
 
 def as_number(value, complaint: str) -> float:
@@ -48,8 +51,10 @@ def close_number(actual, expected: float, what: str, rel: float = 0.01) -> None:
     x = as_number(actual, f"{what}: expected a number")
     if not abs(x - expected) <= rel * abs(expected):
         side = "too large" if x > expected else "too small"
-        raise GradeFailure(f"{what}: {x:.4g} is {side} (tolerance {rel:.0%}); check units "
-                           "(bytes vs elements, GB vs GiB) and which factors apply")
+        raise GradeFailure(
+            f"{what}: {x:.4g} is {side} (tolerance {rel:.0%}); check units "
+            "(bytes vs elements, GB vs GiB) and which factors apply"
+        )
 
 
 # ---- helpers the chapter graders share (one definition, so they cannot drift apart) --------
@@ -57,8 +62,10 @@ def randn(*shape, seed: int, dtype=None):
     """A float64 (or ``dtype``) normal tensor from its own generator: the same on every rank
     and every run for one seed."""
     import torch
-    return torch.randn(*shape, generator=torch.Generator().manual_seed(seed),
-                       dtype=dtype or torch.float64)
+
+    return torch.randn(
+        *shape, generator=torch.Generator().manual_seed(seed), dtype=dtype or torch.float64
+    )
 
 
 def unravel(i: int, shape) -> tuple:
@@ -78,12 +85,17 @@ def type_error(actual, expected) -> str | None:
     """What is wrong with the *type* of ``actual`` against the tensor ``expected`` (not a
     tensor, another dtype, another shape), or None: the exercise states all three."""
     import torch
+
     if not isinstance(actual, torch.Tensor):
-        return (f"got {type(actual).__name__}, expected a tensor of shape "
-                f"{tuple(expected.shape)} and dtype {_dtype_name(expected.dtype)}")
+        return (
+            f"got {type(actual).__name__}, expected a tensor of shape "
+            f"{tuple(expected.shape)} and dtype {_dtype_name(expected.dtype)}"
+        )
     if actual.dtype != expected.dtype:
-        return (f"dtype {_dtype_name(actual.dtype)}, expected {_dtype_name(expected.dtype)} "
-                "(keep the input's dtype: no .float(), no torch.tensor(...) without dtype=)")
+        return (
+            f"dtype {_dtype_name(actual.dtype)}, expected {_dtype_name(expected.dtype)} "
+            "(keep the input's dtype: no .float(), no torch.tensor(...) without dtype=)"
+        )
     if tuple(actual.shape) != tuple(expected.shape):
         return f"shape {tuple(actual.shape)}, expected {tuple(expected.shape)}"
     return None
@@ -93,6 +105,7 @@ def same(actual, expected, atol: float = 1e-9, rtol: float = 1e-7) -> bool:
     """Same type (a tensor of ``expected``'s dtype and shape) and values within tolerance; NaN
     never matches."""
     import torch
+
     if expected is None or type_error(actual, expected):
         return False
     return bool(torch.allclose(actual.double(), expected.double(), atol=atol, rtol=rtol))
@@ -123,6 +136,7 @@ def launch(fn, n, *args):
     """``fn(rank, n, *args)`` on ``n`` ranks under the grader's shared limits
     (:func:`minipar.grading.limits.run_ranks`)."""
     from minipar.grading.limits import run_ranks
+
     return run_ranks(fn, n, *args)
 
 
@@ -139,8 +153,9 @@ def launch_layouts(on_rank, layouts: dict, *args, hint=None, deadlock_note=None)
     for world in layouts:
         try:
             per_rank = launch(on_rank, world, *args)
-        except Exception as e:  # noqa: BLE001   (a rank raised, died or hung: one reason)
+        except Exception as e:
             from minipar.grading.reasons import reason_for
+
             inner = getattr(e, "error", e)
             tail = getattr(e, "stderr_tail", "") or getattr(inner, "stderr_tail", "") or ""
             case = re.findall(r"minipar check: running case ([^\n]*)", tail)
@@ -151,5 +166,10 @@ def launch_layouts(on_rank, layouts: dict, *args, hint=None, deadlock_note=None)
                 extra = hint(case[-1], msg) if hint else ""
                 raise GradeFailure(f"{case[-1]}: {msg}{extra}") from None
             raise GradeFailure(msg) from None
-        yield world, sorted((c for cases in zip(*per_rank) for c in cases),
-                            key=lambda c: (order[c["label"]], c["rank"]))
+        yield (
+            world,
+            sorted(
+                (c for cases in zip(*per_rank) for c in cases),
+                key=lambda c: (order[c["label"]], c["rank"]),
+            ),
+        )

@@ -20,30 +20,39 @@ repeated instead of interleaved, scores not scaled.
 Answers that use the course's own ``minipar.context_parallel`` are rejected
 (:mod:`minipar.grading.imports`).
 """
+
 from __future__ import annotations
 
 import math
 
 from minipar.grading import GradeFailure, task
 from minipar.grading.compare import err, launch_layouts, randn, same
+from minipar.grading.imports import (
+    forbid_course_code,
+    reject_course_calls,
+)
 from minipar.grading.layouts import on_every_layout
-from minipar.grading.imports import (course_calls, forbid_course_code, forbidden_modules,
-                                     reject_course_calls)
 
 CHAPTER = "context_parallel"
 
 # world size -> [(label, CP groups or None for the whole world)], run in this order
-LAYOUTS = {3: [("the whole world of 3 ranks", None),
-               ("CP groups {0} and {1, 2} of 3 ranks", [[0], [1, 2]])],
-           4: [("both CP groups {0, 2} and {1, 3} of a (cp = 2, t = 2) grid", [[0, 2], [1, 3]])]}
+LAYOUTS = {
+    3: [
+        ("the whole world of 3 ranks", None),
+        ("CP groups {0} and {1, 2} of 3 ranks", [[0], [1, 2]]),
+    ],
+    4: [("both CP groups {0, 2} and {1, 3} of a (cp = 2, t = 2) grid", [[0, 2], [1, 3]])],
+}
 
 
 # ----------------------------------------------------------------------------- running
 def _hint(case: str, msg: str) -> str:
     if "of group" in case and ("rank" in msg.lower() or "peer" in msg.lower()):
-        return (" -- this case's CP group is not the whole world: use dist.get_rank(group), "
-                "dist.get_world_size(group), and global ranks (dist.get_global_rank(group, r)) "
-                "where torch asks for them")
+        return (
+            " -- this case's CP group is not the whole world: use dist.get_rank(group), "
+            "dist.get_world_size(group), and global ranks (dist.get_global_rank(group, r)) "
+            "where torch asks for them"
+        )
     return ""
 
 
@@ -56,8 +65,9 @@ def _launch(body, fn):
 
 def _on_rank(rank, world, body, fn):
     out = []
-    for res, _ in on_every_layout(rank, world, LAYOUTS, CHAPTER,
-                                  lambda gr, cp, group: body(gr, cp, group, fn)):
+    for res, _ in on_every_layout(
+        rank, world, LAYOUTS, CHAPTER, lambda gr, cp, group: body(gr, cp, group, fn)
+    ):
         res.update(cp=len(res["members"]), used=sorted(res["used"]))
         out.append(res)
     return out
@@ -65,6 +75,7 @@ def _on_rank(rank, world, body, fn):
 
 def _tensor(x, what: str):
     import torch
+
     if not isinstance(x, torch.Tensor):
         raise GradeFailure(f"{what}: expected a tensor, got {type(x).__name__}")
     return x
@@ -74,10 +85,11 @@ def _tensor(x, what: str):
 def _blocks(logit: float, seed: int):
     """Two disjoint key blocks of one attention problem: (q, k, v, block results, full result)."""
     import torch
+
     q, k, v = (randn(2, 3, 5, 4, seed=seed + i) for i in range(3))
-    k = torch.cat([k, randn(2, 3, 7, 4, seed=seed + 9)], dim=2)          # 12 keys
+    k = torch.cat([k, randn(2, 3, 7, 4, seed=seed + 9)], dim=2)  # 12 keys
     v = torch.cat([v, randn(2, 3, 7, 4, seed=seed + 10)], dim=2)
-    z = q @ k.transpose(-2, -1) / 2.0                                     # (2, 3, 5, 12)
+    z = q @ k.transpose(-2, -1) / 2.0  # (2, 3, 5, 12)
     z = z * (logit / z.abs().max())
     out = []
     for sl in (slice(0, 5), slice(5, 12)):
@@ -89,54 +101,71 @@ def _blocks(logit: float, seed: int):
 
 def _call_merge(fn, o_a, l_a, o_b, l_b, case):
     import torch
+
     args = [t.clone() for t in (o_a, l_a, o_b, l_b)]
     res = fn(*args)
     if not all(torch.equal(a, b) for a, b in zip(args, (o_a, l_a, o_b, l_b))):
         raise GradeFailure(f"{case}: merge changed one of its inputs in place")
     if not isinstance(res, (tuple, list)) or len(res) != 2:
-        raise GradeFailure(f"{case}: merge must return (o, lse), got {type(res).__name__}"
-                           + (f" of length {len(res)}" if isinstance(res, (tuple, list)) else ""))
+        raise GradeFailure(
+            f"{case}: merge must return (o, lse), got {type(res).__name__}"
+            + (f" of length {len(res)}" if isinstance(res, (tuple, list)) else "")
+        )
     return _tensor(res[0], f"{case}: o"), _tensor(res[1], f"{case}: lse")
 
 
 def _merge_diagnosis(o, lse, o_a, l_a, o_b, l_b, want_o, want_lse, case) -> None:
     import torch
+
     if same(o, want_o) and same(lse, want_lse):
         return
     if not torch.isfinite(o).all():
         bad = "NaN" if torch.isnan(o).any() else "inf"
         raise GradeFailure(
             f"{case}: o contains {bad}: "
-            + ("a fully masked block has lse = -inf, and -inf - (-inf) is NaN: use weights "
-               "exp(lse_x - lse) with lse = logaddexp(lse_a, lse_b), guarding lse = -inf"
-               if torch.isneginf(l_b).any() else
-               "the logits are ~1000, so exp(lse) overflows: exponentiate only lse_x - lse, "
-               "which is <= 0"))
+            + (
+                "a fully masked block has lse = -inf, and -inf - (-inf) is NaN: use weights "
+                "exp(lse_x - lse) with lse = logaddexp(lse_a, lse_b), guarding lse = -inf"
+                if torch.isneginf(l_b).any()
+                else "the logits are ~1000, so exp(lse) overflows: exponentiate only lse_x - lse, "
+                "which is <= 0"
+            )
+        )
     if same(lse, torch.maximum(l_a, l_b)) and not same(lse, want_lse):
-        raise GradeFailure(f"{case}: lse is max(lse_a, lse_b); it must be log(e^lse_a + "
-                           "e^lse_b) (torch.logaddexp)")
+        raise GradeFailure(
+            f"{case}: lse is max(lse_a, lse_b); it must be log(e^lse_a + e^lse_b) (torch.logaddexp)"
+        )
     if not same(lse, want_lse):
-        raise GradeFailure(f"{case}: lse differs from the log-sum-exp over both blocks "
-                           f"({err(lse, want_lse)})")
+        raise GradeFailure(
+            f"{case}: lse differs from the log-sum-exp over both blocks ({err(lse, want_lse)})"
+        )
     if same(o, (o_a + o_b) / 2):
-        raise GradeFailure(f"{case}: o is the average of o_a and o_b: weight each block by its "
-                           "share of the softmax mass, exp(lse_x - lse)")
+        raise GradeFailure(
+            f"{case}: o is the average of o_a and o_b: weight each block by its "
+            "share of the softmax mass, exp(lse_x - lse)"
+        )
     if same(o, o_a + o_b):
-        raise GradeFailure(f"{case}: o is o_a + o_b: each block's output is normalised by its "
-                           "own sum; rescale it by exp(lse_x - lse) before adding")
+        raise GradeFailure(
+            f"{case}: o is o_a + o_b: each block's output is normalised by its "
+            "own sum; rescale it by exp(lse_x - lse) before adding"
+        )
     wa, wb = torch.exp(l_a - want_lse).unsqueeze(-1), torch.exp(l_b - want_lse).unsqueeze(-1)
     if same(o, wb * o_a + wa * o_b):
         raise GradeFailure(f"{case}: the two weights are swapped: o_a takes exp(lse_a - lse)")
     if not same(o, want_o):
-        raise GradeFailure(f"{case}: o differs from softmax attention over both blocks "
-                           f"({err(o, want_o)})")
+        raise GradeFailure(
+            f"{case}: o differs from softmax attention over both blocks ({err(o, want_o)})"
+        )
 
 
-@task("context_parallel.merge_softmax_blocks",
-      "merging two blocks' (o, lse) equals softmax attention over both, at logits ~1000 and "
-      "with a fully masked block")
+@task(
+    "context_parallel.merge_softmax_blocks",
+    "merging two blocks' (o, lse) equals softmax attention over both, at logits ~1000 and "
+    "with a fully masked block",
+)
 def check_merge_softmax_blocks(fn, **_):
     import torch
+
     forbid_course_code(fn, CHAPTER, what="write the merge")
     for logit, case in ((3.0, "small logits"), (1e3, "logits of size ~1000")):
         ((o_a, l_a), (o_b, l_b)), (want_o, want_lse) = _blocks(logit, seed=1)
@@ -153,17 +182,18 @@ def check_merge_softmax_blocks(fn, **_):
 
 
 # ----------------------------------------------------------------------------- 02 zigzag
-S = 12          # divisible by 2·cp for cp = 1, 2, 3
+S = 12  # divisible by 2·cp for cp = 1, 2, 3
 
 
 def _zigzag_body(gr, cp, group, fn):
     import torch
+
     out = {}
     for dim in (1, 2):
         shape = [2, 3, 4]
         shape[dim] = S
         pos = torch.arange(S, dtype=torch.float64).view([S if d == dim else 1 for d in range(3)])
-        x = pos.expand(shape).clone()                          # x.select(dim, p) == p
+        x = pos.expand(shape).clone()  # x.select(dim, p) == p
         y = fn(x.clone(), dim, group)
         out[dim] = y.detach().clone() if isinstance(y, torch.Tensor) else y
     return out
@@ -177,13 +207,16 @@ def _zigzag_positions(s, cp, r):
 def _positions_got(y, dim, where):
     """The global positions a returned shard holds, read from its values."""
     import torch
+
     y = _tensor(y, f"{where}: the shard")
     if y.dim() != 3:
         raise GradeFailure(f"{where}: the shard has {y.dim()} dimensions, expected 3 (same as x)")
     first = y.movedim(dim, 0).reshape(y.shape[dim], -1)
     if not torch.equal(first, first[:, :1].expand_as(first)):
-        raise GradeFailure(f"{where}: the shard mixes positions across dimension {dim}: "
-                           f"split x along dim={dim} only")
+        raise GradeFailure(
+            f"{where}: the shard mixes positions across dimension {dim}: "
+            f"split x along dim={dim} only"
+        )
     return [int(v) for v in first[:, 0].tolist()]
 
 
@@ -193,20 +226,25 @@ def _zigzag_mistake(got, cp, r, world_rank, world) -> str:
         return "that is chunk r of cp contiguous chunks: zigzag takes chunks r and 2cp−1−r of 2cp"
     if got == _zigzag_positions(S, cp, r)[n:] + _zigzag_positions(S, cp, r)[:n]:
         return "the two chunks are in the wrong order: chunk r first, then chunk 2cp−1−r"
-    if 2 * cp - r < 2 * cp and got == list(range(r * n, (r + 1) * n)) + \
-            list(range((2 * cp - r) * n, (2 * cp - r + 1) * n)):
+    if 2 * cp - r < 2 * cp and got == list(range(r * n, (r + 1) * n)) + list(
+        range((2 * cp - r) * n, (2 * cp - r + 1) * n)
+    ):
         return "the second chunk is 2cp−r: it is 2cp−1−r (chunks are numbered from 0)"
     if world_rank != r or world != cp:
         wn = S // (2 * world) if S % (2 * world) == 0 else None
         if wn and got == _zigzag_positions(S, world, world_rank):
-            return ("that is the zigzag shard of global rank {} of {}: use the group's rank and "
-                    "size (dist.get_rank(group), dist.get_world_size(group))").format(world_rank, world)
+            return (
+                f"that is the zigzag shard of global rank {world_rank} of {world}: use the group's rank and "
+                "size (dist.get_rank(group), dist.get_world_size(group))"
+            )
     return ""
 
 
-@task("context_parallel.zigzag_shard",
-      "zigzag_shard gives rank r chunks r and 2cp−1−r of 2cp (cp = 1, 2, 3; the whole world, "
-      "subgroups, both CP groups of a 2 × 2 grid; dims 1 and 2)")
+@task(
+    "context_parallel.zigzag_shard",
+    "zigzag_shard gives rank r chunks r and 2cp−1−r of 2cp (cp = 1, 2, 3; the whole world, "
+    "subgroups, both CP groups of a 2 × 2 grid; dims 1 and 2)",
+)
 def check_zigzag_shard(fn, **_):
     forbid_course_code(fn, CHAPTER, what="write the zigzag shard")
     for c in _launch(_zigzag_body, fn):
@@ -217,23 +255,26 @@ def check_zigzag_shard(fn, **_):
             want = _zigzag_positions(S, c["cp"], c["gr"])
             if got != want:
                 why = _zigzag_mistake(got, c["cp"], c["gr"], c["rank"], c["world"])
-                raise GradeFailure(f"{where} (cp = {c['cp']}, s = {S}): got positions {got}, "
-                                   f"expected {want}" + (f": {why}" if why else ""))
+                raise GradeFailure(
+                    f"{where} (cp = {c['cp']}, s = {S}): got positions {got}, "
+                    f"expected {want}" + (f": {why}" if why else "")
+                )
 
 
 # ----------------------------------------------------------------------------- 03 ring step
-B, A, N, D = 1, 2, 3, 4          # per rank: q, k, v (b, a, n, d)
+B, A, N, D = 1, 2, 3, 4  # per rank: q, k, v (b, a, n, d)
 
 
 def _full_qkv(cp):
     q, k, v = (randn(B, A, N * cp, D, seed=40 + i) for i in range(3))
     z = (q @ k.transpose(-2, -1)).abs().max() / math.sqrt(D)
-    scale = math.sqrt(100.0 / float(z))                      # largest logit ~100
+    scale = math.sqrt(100.0 / float(z))  # largest logit ~100
     return q * scale, k * scale, v
 
 
 def _ring_body(gr, cp, group, fn):
     import torch
+
     q, k, v = _full_qkv(cp)
     sl = slice(gr * N, (gr + 1) * N)
     ql, kl, vl = q[:, :, sl].clone(), k[:, :, sl].clone(), v[:, :, sl].clone()
@@ -242,12 +283,21 @@ def _ring_body(gr, cp, group, fn):
     for _ in range(cp):
         res = fn(ql, kl, vl, o, lse, group)
         if not isinstance(res, (tuple, list)) or len(res) != 4:
-            return {"bad return": f"{type(res).__name__}" + (
-                f" of length {len(res)}" if isinstance(res, (tuple, list)) else "")}
+            return {
+                "bad return": f"{type(res).__name__}"
+                + (f" of length {len(res)}" if isinstance(res, (tuple, list)) else "")
+            }
         o, lse, kl, vl = res
-        src = next((j for j in range(cp) if isinstance(kl, torch.Tensor)
-                    and tuple(kl.shape) == (B, A, N, D)
-                    and torch.equal(kl, k[:, :, j * N:(j + 1) * N])), None)
+        src = next(
+            (
+                j
+                for j in range(cp)
+                if isinstance(kl, torch.Tensor)
+                and tuple(kl.shape) == (B, A, N, D)
+                and torch.equal(kl, k[:, :, j * N : (j + 1) * N])
+            ),
+            None,
+        )
         sources.append(src)
     return {"o": o.detach().clone() if isinstance(o, torch.Tensor) else o, "sources": sources}
 
@@ -255,20 +305,23 @@ def _ring_body(gr, cp, group, fn):
 def _ring_reference(cp, r):
     """The correct output of rank r, and what the classic mistakes give."""
     import torch
+
     q, k, v = _full_qkv(cp)
-    ql = q[:, :, r * N:(r + 1) * N]
-    z = ql @ k.transpose(-2, -1) / math.sqrt(D)                # (b, a, n, s)
+    ql = q[:, :, r * N : (r + 1) * N]
+    z = ql @ k.transpose(-2, -1) / math.sqrt(D)  # (b, a, n, s)
     want = torch.softmax(z, -1) @ v
     blocks = []
     for j in range(cp):
-        zj = z[..., j * N:(j + 1) * N]
-        blocks.append(torch.softmax(zj, -1) @ v[:, :, j * N:(j + 1) * N])
+        zj = z[..., j * N : (j + 1) * N]
+        blocks.append(torch.softmax(zj, -1) @ v[:, :, j * N : (j + 1) * N])
     return want, blocks
 
 
-@task("context_parallel.ring_step",
-      "cp ring steps give exact attention, each block received from the previous rank "
-      "(cp = 1, 2, 3; the whole world, subgroups, both CP groups of a 2 × 2 grid)")
+@task(
+    "context_parallel.ring_step",
+    "cp ring steps give exact attention, each block received from the previous rank "
+    "(cp = 1, 2, 3; the whole world, subgroups, both CP groups of a 2 × 2 grid)",
+)
 def check_ring_step(fn, **_):
     forbid_course_code(fn, CHAPTER, what="write the ring step")
     passed_whole = False
@@ -276,24 +329,31 @@ def check_ring_step(fn, **_):
         reject_course_calls(c["used"], "write the ring step")
         where, cp, r = c["where"], c["cp"], c["gr"]
         if "bad return" in c:
-            raise GradeFailure(f"{where}: ring_step must return (o, lse, k_next, v_next), got "
-                               f"{c['bad return']}")
+            raise GradeFailure(
+                f"{where}: ring_step must return (o, lse, k_next, v_next), got {c['bad return']}"
+            )
         want_src = [(r - i - 1) % cp for i in range(cp)]
         got = c["sources"]
         if got != want_src:
             if None in got:
                 i = got.index(None)
-                raise GradeFailure(f"{where}: after step {i} the returned k_next is not any "
-                                   "rank's K block: return the block received from the "
-                                   "previous rank, unchanged")
+                raise GradeFailure(
+                    f"{where}: after step {i} the returned k_next is not any "
+                    "rank's K block: return the block received from the "
+                    "previous rank, unchanged"
+                )
             if got == [(r + i + 1) % cp for i in range(cp)]:
-                raise GradeFailure(f"{where}: the ring turns the wrong way: rank {r} received "
-                                   f"the block of rank {got[0]} first; send to rank r+1, "
-                                   "receive from rank r−1")
+                raise GradeFailure(
+                    f"{where}: the ring turns the wrong way: rank {r} received "
+                    f"the block of rank {got[0]} first; send to rank r+1, "
+                    "receive from rank r−1"
+                )
             if not c["whole"] and passed_whole:
-                raise GradeFailure(f"{where}: received blocks from group ranks {got}, expected "
-                                   f"{want_src} (the whole-world case passed: P2POp takes "
-                                   "global ranks; translate with dist.get_global_rank(group, r))")
+                raise GradeFailure(
+                    f"{where}: received blocks from group ranks {got}, expected "
+                    f"{want_src} (the whole-world case passed: P2POp takes "
+                    "global ranks; translate with dist.get_global_rank(group, r))"
+                )
             raise GradeFailure(f"{where}: received blocks from ranks {got}, expected {want_src}")
         o = _tensor(c["o"], f"{where}: o")
         want, blocks = _ring_reference(cp, r)
@@ -301,53 +361,64 @@ def check_ring_step(fn, **_):
             passed_whole = passed_whole or c["whole"]
             continue
         if cp > 1 and same(o, sum(blocks) / cp):
-            raise GradeFailure(f"{where}: o is the average of the {cp} blocks' outputs: merge "
-                               "with the log-sum-exp weights exp(lse_x − lse)")
+            raise GradeFailure(
+                f"{where}: o is the average of the {cp} blocks' outputs: merge "
+                "with the log-sum-exp weights exp(lse_x − lse)"
+            )
         if cp > 1 and same(o, sum(blocks)):
-            raise GradeFailure(f"{where}: o is the sum of the blocks' normalised outputs: merge "
-                               "with the log-sum-exp weights")
+            raise GradeFailure(
+                f"{where}: o is the sum of the blocks' normalised outputs: merge "
+                "with the log-sum-exp weights"
+            )
         for j, blk in enumerate(blocks):
             if cp > 1 and same(o, blk):
-                raise GradeFailure(f"{where}: o is attention over rank {j}'s block only: merge "
-                                   "each step's block result into the running (o, lse) instead "
-                                   "of replacing it")
-        raise GradeFailure(f"{where}: o differs from attention over the whole sequence "
-                           f"({err(o, want)})")
+                raise GradeFailure(
+                    f"{where}: o is attention over rank {j}'s block only: merge "
+                    "each step's block result into the running (o, lse) instead "
+                    "of replacing it"
+                )
+        raise GradeFailure(
+            f"{where}: o differs from attention over the whole sequence ({err(o, want)})"
+        )
 
 
 # ----------------------------------------------------------------------------- 04 Ulysses
-UA, US = 6, 12                 # heads, sequence: divisible by cp = 1, 2, 3
+UA, US = 6, 12  # heads, sequence: divisible by cp = 1, 2, 3
 
 
 def _ulysses_full():
     import torch
+
     h = torch.arange(UA, dtype=torch.float64).view(1, UA, 1, 1)
     p = torch.arange(US, dtype=torch.float64).view(1, 1, US, 1)
     d = torch.arange(2, dtype=torch.float64).view(1, 1, 1, 2)
-    return (1000 * h + p + 0.25 * d).expand(2, UA, US, 2).clone()    # value = 1000·head + pos
+    return (1000 * h + p + 0.25 * d).expand(2, UA, US, 2).clone()  # value = 1000·head + pos
 
 
 def _ulysses_body(gr, cp, group, fn):
     import torch
+
     n = US // cp
-    x = _ulysses_full()[:, :, gr * n:(gr + 1) * n].clone()          # (b, a, s/cp, d)
+    x = _ulysses_full()[:, :, gr * n : (gr + 1) * n].clone()  # (b, a, s/cp, d)
     y = fn(x, group)
     out = {"y": y.detach().clone() if isinstance(y, torch.Tensor) else y}
-    if cp > 1:                                                       # 5 heads: not divisible
+    if cp > 1:  # 5 heads: not divisible
         try:
             fn(torch.zeros(2, 5, n, 2, dtype=torch.float64), group)
             out["error"] = None
         except ValueError as e:
             out["error"] = str(e)
-        except Exception as e:  # noqa: BLE001
+        except Exception as e:
             out["error"] = f"{type(e).__name__}: {e}"
     return out
 
 
-@task("context_parallel.seq_to_heads",
-      "seq_to_heads turns (b, a, s/cp, d) into this rank's a/cp heads of all s tokens, and "
-      "rejects heads not divisible by cp (cp = 1, 2, 3; the whole world, subgroups, both CP "
-      "groups of a 2 × 2 grid)")
+@task(
+    "context_parallel.seq_to_heads",
+    "seq_to_heads turns (b, a, s/cp, d) into this rank's a/cp heads of all s tokens, and "
+    "rejects heads not divisible by cp (cp = 1, 2, 3; the whole world, subgroups, both CP "
+    "groups of a 2 × 2 grid)",
+)
 def check_seq_to_heads(fn, **_):
     forbid_course_code(fn, CHAPTER, what="write the all-to-all")
     full = _ulysses_full()
@@ -356,37 +427,47 @@ def check_seq_to_heads(fn, **_):
         where, cp, r = c["where"], c["cp"], c["gr"]
         y = _tensor(c["y"], f"{where}: the result")
         ah = UA // cp
-        want = full[:, r * ah:(r + 1) * ah]
+        want = full[:, r * ah : (r + 1) * ah]
         if tuple(y.shape) != tuple(want.shape):
-            raise GradeFailure(f"{where} (cp = {cp}): shape {tuple(y.shape)}, expected "
-                               f"{tuple(want.shape)} = (b, a/cp, s, d)")
+            raise GradeFailure(
+                f"{where} (cp = {cp}): shape {tuple(y.shape)}, expected "
+                f"{tuple(want.shape)} = (b, a/cp, s, d)"
+            )
         if not same(y, want):
             heads = sorted({int(v) // 1000 for v in y[0, :, 0, 0].tolist()})
             pos = [int(round(float(v) % 1000)) for v in y[0, 0, :, 0].tolist()]
             if heads != list(range(r * ah, (r + 1) * ah)):
-                why = (f"heads {heads}: rank r keeps the contiguous heads "
-                       f"[r·a/cp, (r+1)·a/cp) = {list(range(r * ah, (r + 1) * ah))}")
+                why = (
+                    f"heads {heads}: rank r keeps the contiguous heads "
+                    f"[r·a/cp, (r+1)·a/cp) = {list(range(r * ah, (r + 1) * ah))}"
+                )
                 if heads == list(range(r, UA, cp)):
                     why += "; these are every cp-th head (split the head dim as (cp, a/cp), not (a/cp, cp))"
                 raise GradeFailure(f"{where} (cp = {cp}): got {why}")
             if pos != list(range(US)):
-                raise GradeFailure(f"{where} (cp = {cp}): token positions along s are {pos}, "
-                                   "expected 0…s−1 in order: the parts received from ranks "
-                                   "0…cp−1 are consecutive sequence chunks, stack them in that order")
+                raise GradeFailure(
+                    f"{where} (cp = {cp}): token positions along s are {pos}, "
+                    "expected 0…s−1 in order: the parts received from ranks "
+                    "0…cp−1 are consecutive sequence chunks, stack them in that order"
+                )
             raise GradeFailure(f"{where} (cp = {cp}): values differ ({err(y, want)})")
         if cp > 1:
             want_msg = f"heads (5) must be divisible by cp ({cp})"
             if c["error"] is None:
-                raise GradeFailure(f"{where}: 5 heads on cp = {cp} ranks gave no error: raise "
-                                   f"ValueError(\"{want_msg}\")")
+                raise GradeFailure(
+                    f"{where}: 5 heads on cp = {cp} ranks gave no error: raise "
+                    f'ValueError("{want_msg}")'
+                )
             if c["error"] != want_msg:
-                raise GradeFailure(f"{where}: 5 heads on cp = {cp} ranks raised "
-                                   f"\"{c['error'][:120]}\", expected ValueError(\"{want_msg}\")")
+                raise GradeFailure(
+                    f"{where}: 5 heads on cp = {cp} ranks raised "
+                    f'"{c["error"][:120]}", expected ValueError("{want_msg}")'
+                )
 
 
 # ----------------------------------------------------------------------------- 05 all-gather, documents
-GB, GA, GKV, GN, GD = 1, 4, 2, 4, 4        # per rank: q (b, a, n, d), k and v (b, a_kv, n, d)
-DOCS = {1: [1, 3], 2: [3, 2, 3], 3: [5, 4, 3]}   # document lengths per cp: boundaries cross shards
+GB, GA, GKV, GN, GD = 1, 4, 2, 4, 4  # per rank: q (b, a, n, d), k and v (b, a_kv, n, d)
+DOCS = {1: [1, 3], 2: [3, 2, 3], 3: [5, 4, 3]}  # document lengths per cp: boundaries cross shards
 
 
 def _doc_qkv(cp):
@@ -396,17 +477,22 @@ def _doc_qkv(cp):
     return q, k, v
 
 
-def _doc_attention(cp, r, *, docs=True, causal=True, strict=False, q_rank=None,
-                   heads="interleave", scale=True):
+def _doc_attention(
+    cp, r, *, docs=True, causal=True, strict=False, q_rank=None, heads="interleave", scale=True
+):
     """Rank r's output under a stated semantics (the right one with the defaults): the checker
     names a wrong answer by the semantics it matches."""
     import torch
+
     q, k, v = _doc_qkv(cp)
     s = GN * cp
     q_rank = r if q_rank is None else q_rank
-    q = q[:, :, r * GN:(r + 1) * GN]
-    rep = (lambda t: t.repeat_interleave(GA // GKV, 1)) if heads == "interleave" else \
-        (lambda t: t.repeat(1, GA // GKV, 1, 1))
+    q = q[:, :, r * GN : (r + 1) * GN]
+    rep = (
+        (lambda t: t.repeat_interleave(GA // GKV, 1))
+        if heads == "interleave"
+        else (lambda t: t.repeat(1, GA // GKV, 1, 1))
+    )
     k, v = rep(k), rep(v)
     doc = torch.repeat_interleave(torch.arange(len(DOCS[cp])), torch.tensor(DOCS[cp]))
     qp, kp = torch.arange(q_rank * GN, (q_rank + 1) * GN), torch.arange(s)
@@ -421,12 +507,12 @@ def _doc_attention(cp, r, *, docs=True, causal=True, strict=False, q_rank=None,
 
 def _doc_body(gr, cp, group, fn):
     import torch
+
     q, k, v = _doc_qkv(cp)
     sl = slice(gr * GN, (gr + 1) * GN)
     try:
-        y = fn(q[:, :, sl].clone(), k[:, :, sl].clone(), v[:, :, sl].clone(), list(DOCS[cp]),
-               group)
-    except Exception as e:  # noqa: BLE001   (named in the verdict, with the case)
+        y = fn(q[:, :, sl].clone(), k[:, :, sl].clone(), v[:, :, sl].clone(), list(DOCS[cp]), group)
+    except Exception as e:
         return {"error": f"{type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''}"}
     return {"y": y.detach().clone() if isinstance(y, torch.Tensor) else y}
 
@@ -434,24 +520,48 @@ def _doc_body(gr, cp, group, fn):
 def _doc_mistake(y, cp, r, world_rank) -> str:
     """The one-line reason of a wrong output, from the semantics it matches."""
     import torch
+
     if not torch.isfinite(y).all():
-        if same(torch.nan_to_num(y, nan=0.0),
-                 torch.nan_to_num(_doc_attention(cp, r, strict=True), nan=0.0)):
-            return ("NaN where a query sees no key: a query must see its own key (j ≤ i, not "
-                    "j < i); the first token of a document sees only itself")
+        if same(
+            torch.nan_to_num(y, nan=0.0),
+            torch.nan_to_num(_doc_attention(cp, r, strict=True), nan=0.0),
+        ):
+            return (
+                "NaN where a query sees no key: a query must see its own key (j ≤ i, not "
+                "j < i); the first token of a document sees only itself"
+            )
         return "the output contains NaN or inf"
-    named = [(dict(docs=False), "attention crosses document boundaries: keys of other "
-              "documents must be masked, not only future keys"),
-             (dict(causal=False), "queries see later keys of their document: the mask must "
-              "also be causal (key position ≤ query position)"),
-             (dict(q_rank=0), "the mask uses local query positions 0…n−1: rank r's queries sit "
-              "at global positions r·n … r·n+n−1"),
-             (dict(heads="repeat"), "query head i must read K/V head i // (a/a_kv) "
-              "(repeat_interleave), not i % a_kv (repeat)"),
-             (dict(scale=False), "the scores are not divided by √d")]
+    named = [
+        (
+            dict(docs=False),
+            "attention crosses document boundaries: keys of other "
+            "documents must be masked, not only future keys",
+        ),
+        (
+            dict(causal=False),
+            "queries see later keys of their document: the mask must "
+            "also be causal (key position ≤ query position)",
+        ),
+        (
+            dict(q_rank=0),
+            "the mask uses local query positions 0…n−1: rank r's queries sit "
+            "at global positions r·n … r·n+n−1",
+        ),
+        (
+            dict(heads="repeat"),
+            "query head i must read K/V head i // (a/a_kv) "
+            "(repeat_interleave), not i % a_kv (repeat)",
+        ),
+        (dict(scale=False), "the scores are not divided by √d"),
+    ]
     if world_rank != r:
-        named.append((dict(q_rank=world_rank), f"the mask places the queries at global rank "
-                      f"{world_rank}'s positions: use the group's rank, dist.get_rank(group)"))
+        named.append(
+            (
+                dict(q_rank=world_rank),
+                f"the mask places the queries at global rank "
+                f"{world_rank}'s positions: use the group's rank, dist.get_rank(group)",
+            )
+        )
     for kw, why in named:
         try:
             if same(y, _doc_attention(cp, r, **kw)):
@@ -461,10 +571,12 @@ def _doc_mistake(y, cp, r, world_rank) -> str:
     return ""
 
 
-@task("context_parallel.allgather_documents",
-      "all-gather K/V, then causal attention within each packed document by global position, "
-      "with grouped-query attention (cp = 1, 2, 3; the whole world, subgroups, both CP groups "
-      "of a 2 × 2 grid)")
+@task(
+    "context_parallel.allgather_documents",
+    "all-gather K/V, then causal attention within each packed document by global position, "
+    "with grouped-query attention (cp = 1, 2, 3; the whole world, subgroups, both CP groups "
+    "of a 2 × 2 grid)",
+)
 def check_allgather_documents(fn, **_):
     forbid_course_code(fn, CHAPTER, what="write the all-gather attention")
     passed_whole = False
@@ -474,18 +586,24 @@ def check_allgather_documents(fn, **_):
         if "error" in c:
             hint = ""
             if not c["whole"] and passed_whole:
-                hint = (" -- the whole-world case passed: use the group's rank and size "
-                        "(dist.get_rank(group), dist.get_world_size(group)) and pass group= "
-                        "to the all-gather")
+                hint = (
+                    " -- the whole-world case passed: use the group's rank and size "
+                    "(dist.get_rank(group), dist.get_world_size(group)) and pass group= "
+                    "to the all-gather"
+                )
             raise GradeFailure(f"{where} (cp = {cp}): {c['error']}{hint}")
         y = _tensor(c["y"], f"{where}: the output")
         want = _doc_attention(cp, r)
         if tuple(y.shape) != tuple(want.shape):
-            raise GradeFailure(f"{where} (cp = {cp}): shape {tuple(y.shape)}, expected "
-                               f"{tuple(want.shape)} = (b, a, n, d)")
+            raise GradeFailure(
+                f"{where} (cp = {cp}): shape {tuple(y.shape)}, expected "
+                f"{tuple(want.shape)} = (b, a, n, d)"
+            )
         if same(y, want):
             passed_whole = passed_whole or c["whole"]
             continue
         why = _doc_mistake(y, cp, r, c["rank"])
-        raise GradeFailure(f"{where} (cp = {cp}, documents {DOCS[cp]}): "
-                           + (why if why else f"the output differs ({err(y, want)})"))
+        raise GradeFailure(
+            f"{where} (cp = {cp}, documents {DOCS[cp]}): "
+            + (why if why else f"the output differs ({err(y, want)})")
+        )

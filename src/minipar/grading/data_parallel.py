@@ -6,12 +6,14 @@ recomputes the outcome of each classic mistake in one process (summing instead o
 not communicating, averaging parameters, syncing every micro-step, skipping the all-gather) and
 names the one the answer matches.
 """
+
 from __future__ import annotations
 
 from minipar.grading import GradeFailure, task
-from minipar.grading.compare import launch as _launch, same
+from minipar.grading.compare import launch as _launch
+from minipar.grading.compare import same
 
-BATCH = 12                              # divisible by 2, 3 and 4 ranks
+BATCH = 12  # divisible by 2, 3 and 4 ranks
 
 
 def _same(a, b, atol=1e-6) -> bool:
@@ -27,6 +29,7 @@ def _reference_grads(micro: int = 1, batch: int = BATCH, rank: int = 0, n: int =
     import torch.nn.functional as F
 
     from minipar.data_parallel.models import TiedClassifier, token_batches
+
     torch.manual_seed(0)
     model = TiedClassifier()
     x, y = token_batches(1, batch)[0]
@@ -38,11 +41,19 @@ def _reference_grads(micro: int = 1, batch: int = BATCH, rank: int = 0, n: int =
 
 def _diagnose_grads(got, ref, n, rank, changed_params, reduced_bytes) -> None:
     """Raise GradeFailure naming the mistake if ``got`` is not ``ref``."""
-    names = ["emb.weight (tied with head.weight)", "fc1.weight", "fc1.bias", "fc2.weight",
-             "fc2.bias", "scale (frozen)"]
+    names = [
+        "emb.weight (tied with head.weight)",
+        "fc1.weight",
+        "fc1.bias",
+        "fc2.weight",
+        "fc2.bias",
+        "scale (frozen)",
+    ]
     if changed_params:
-        raise GradeFailure("the parameters changed during communication: average each "
-                           "parameter's gradient p.grad, not the parameter p itself")
+        raise GradeFailure(
+            "the parameters changed during communication: average each "
+            "parameter's gradient p.grad, not the parameter p itself"
+        )
     local = _reference_grads(rank=rank, n=n)
     for name, g, l, r in zip(names, got, local, ref):
         if r is None:
@@ -52,29 +63,40 @@ def _diagnose_grads(got, ref, n, rank, changed_params, reduced_bytes) -> None:
         if _same(g, r):
             continue
         if _same(g, n * r):
-            raise GradeFailure(f"rank {rank}: gradients are the SUM over the {n} ranks, not the "
-                               f"mean: divide by n = {n}")
+            raise GradeFailure(
+                f"rank {rank}: gradients are the SUM over the {n} ranks, not the "
+                f"mean: divide by n = {n}"
+            )
         for k in (2, 4, 8):
             if k != n and _same(g, n * r / k):
-                raise GradeFailure(f"rank {rank}: gradients are the sum over the {n} ranks "
-                                   f"divided by {k}, not by n = {n}: is n hard-coded? use "
-                                   "dist.get_world_size(group)")
+                raise GradeFailure(
+                    f"rank {rank}: gradients are the sum over the {n} ranks "
+                    f"divided by {k}, not by n = {n}: is n hard-coded? use "
+                    "dist.get_world_size(group)"
+                )
         if _same(g, l) and reduced_bytes:
-            raise GradeFailure(f"rank {rank}: gradients are still this rank's own although "
-                               f"{reduced_bytes} bytes were all-reduced: did you average the "
-                               "parameters p (identical on every rank, so nothing changes) "
-                               "instead of p.grad?")
+            raise GradeFailure(
+                f"rank {rank}: gradients are still this rank's own although "
+                f"{reduced_bytes} bytes were all-reduced: did you average the "
+                "parameters p (identical on every rank, so nothing changes) "
+                "instead of p.grad?"
+            )
         if _same(g, l):
-            raise GradeFailure(f"rank {rank}: gradient of {name} is still this rank's own "
-                               "gradient: nothing was all-reduced")
+            raise GradeFailure(
+                f"rank {rank}: gradient of {name} is still this rank's own "
+                "gradient: nothing was all-reduced"
+            )
         err = (g - r).abs().max().item() if g is not None and g.shape == r.shape else float("nan")
-        raise GradeFailure(f"rank {rank}: gradient of {name} differs from the single-process "
-                           f"gradient on the whole batch (max error {err:.3g})")
+        raise GradeFailure(
+            f"rank {rank}: gradient of {name} differs from the single-process "
+            f"gradient on the whole batch (max error {err:.3g})"
+        )
 
 
 # ----------------------------------------------------------------------------- 01 average
 def _local_grads(model_fn, x, y):
     import torch.nn.functional as F
+
     model = model_fn()
     F.cross_entropy(model(x), y).backward()
     return model
@@ -97,10 +119,12 @@ def _average_on_rank(rank, n, fn):
     before = [p.detach().clone() for p in model.parameters()]
     with trace() as tr:
         fn(model)
-    out = dict(changed=any(not torch.equal(a, p) for a, p in zip(before, model.parameters())),
-               grads=[None if p.grad is None else p.grad.clone() for p in model.parameters()],
-               bytes=tr.bytes())
-    if n == 3:                  # group honoured? ranks 0 and 1 average; rank 2 is alone
+    out = dict(
+        changed=any(not torch.equal(a, p) for a, p in zip(before, model.parameters())),
+        grads=[None if p.grad is None else p.grad.clone() for p in model.parameters()],
+        bytes=tr.bytes(),
+    )
+    if n == 3:  # group honoured? ranks 0 and 1 average; rank 2 is alone
         pair, alone = dist.new_group([0, 1]), dist.new_group([2])
         model = _local_grads(fresh, x, y)
         fn(model, group=pair if rank < 2 else alone)
@@ -120,21 +144,29 @@ def _check_subgroup(results) -> None:
         if all(w is None or _same(g, w) for g, w in zip(got, want)):
             continue
         if rank < 2 and all(w is None or _same(g, w) for g, w in zip(got, everyone)):
-            raise GradeFailure(f"with group = ranks [0, 1] of 3, rank {rank} holds the mean "
-                               "over all 3 ranks: your code ignores its group argument; pass "
-                               "group=group to all_reduce and use dist.get_world_size(group)")
+            raise GradeFailure(
+                f"with group = ranks [0, 1] of 3, rank {rank} holds the mean "
+                "over all 3 ranks: your code ignores its group argument; pass "
+                "group=group to all_reduce and use dist.get_world_size(group)"
+            )
         if rank < 2 and all(w is None or _same(g, w) for g, w in zip(got, summed_pair_over_3)):
-            raise GradeFailure(f"with group = ranks [0, 1] of 3, rank {rank}'s gradient is the "
-                               "group's sum divided by 3, the world size: divide by the group's "
-                               "size, dist.get_world_size(group) = 2")
-        raise GradeFailure(f"with group = ranks [0, 1] of 3 (rank 2 alone in its own group), "
-                           f"rank {rank}'s gradient is not the mean over its group: use the "
-                           "group for the all-reduce and for n")
+            raise GradeFailure(
+                f"with group = ranks [0, 1] of 3, rank {rank}'s gradient is the "
+                "group's sum divided by 3, the world size: divide by the group's "
+                "size, dist.get_world_size(group) = 2"
+            )
+        raise GradeFailure(
+            f"with group = ranks [0, 1] of 3 (rank 2 alone in its own group), "
+            f"rank {rank}'s gradient is not the mean over its group: use the "
+            "group for the all-reduce and for n"
+        )
 
 
-@task("data_parallel.average_gradients",
-      "after your call every rank holds the full-batch gradient on 2 and 3 ranks, and a "
-      "group of 2 of the 3 ranks averages over that group only")
+@task(
+    "data_parallel.average_gradients",
+    "after your call every rank holds the full-batch gradient on 2 and 3 ranks, and a "
+    "group of 2 of the 3 ranks averages over that group only",
+)
 def check_average_gradients(fn, **_):
     ref = _reference_grads()
     for n in (2, 3):
@@ -146,7 +178,7 @@ def check_average_gradients(fn, **_):
 
 
 # ----------------------------------------------------------------------------- 02 bucketed
-BUCKET_RANKS, CAP = 3, 2048             # 3 ranks: a hard-coded "/ 2" shows
+BUCKET_RANKS, CAP = 3, 2048  # 3 ranks: a hard-coded "/ 2" shows
 
 
 def expected_buckets(model, cap: int) -> int:
@@ -166,6 +198,7 @@ def _bucketed_on_rank(rank, n, make, cap):
 
     from minipar.data_parallel.models import TiedClassifier, token_batches
     from minipar.runtime.tracer import trace
+
     torch.manual_seed(0)
     model = TiedClassifier()
     # Our hooks go in first, so for each parameter they run before the learner's: at the last
@@ -174,8 +207,10 @@ def _bucketed_on_rank(rank, n, make, cap):
     for p in model.parameters():
         if p.requires_grad:
             p.register_post_accumulate_grad_hook(
-                lambda p: seen.append(current["tr"].count("all_reduce")) if "tr" in current
-                else None)
+                lambda p: (
+                    seen.append(current["tr"].count("all_reduce")) if "tr" in current else None
+                )
+            )
     dp = make(model, cap)
     opt = torch.optim.SGD([p for p in model.parameters() if p.requires_grad], lr=0.1)
     out = {}
@@ -189,25 +224,30 @@ def _bucketed_on_rank(rank, n, make, cap):
             current.clear()
             dp.finish()
         if step == 0:
-            out.update(grads=[None if p.grad is None else p.grad.clone()
-                              for p in model.parameters()],
-                       changed=any(not torch.equal(a, p)
-                                   for a, p in zip(before, model.parameters())),
-                       calls=tr.count("all_reduce"), bytes=tr.bytes("all_reduce"),
-                       all_bytes=tr.bytes(), before_last=seen[-1] if seen else 0)
+            out.update(
+                grads=[None if p.grad is None else p.grad.clone() for p in model.parameters()],
+                changed=any(not torch.equal(a, p) for a, p in zip(before, model.parameters())),
+                calls=tr.count("all_reduce"),
+                bytes=tr.bytes("all_reduce"),
+                all_bytes=tr.bytes(),
+                before_last=seen[-1] if seen else 0,
+            )
         opt.step()
     out["params"] = [p.detach().clone() for p in model.parameters()]
     return out
 
 
-@task("data_parallel.bucketed",
-      "bucketed all-reduce from gradient hooks on 3 ranks: full-batch gradients, Ψ·4 bytes, "
-      "one all-reduce per bucket of the cap, launched before the last gradient is ready")
+@task(
+    "data_parallel.bucketed",
+    "bucketed all-reduce from gradient hooks on 3 ranks: full-batch gradients, Ψ·4 bytes, "
+    "one all-reduce per bucket of the cap, launched before the last gradient is ready",
+)
 def check_bucketed(make, **_):
     import torch
     import torch.nn.functional as F
 
     from minipar.data_parallel.models import TiedClassifier, token_batches
+
     n, cap = BUCKET_RANKS, CAP
     ref = _reference_grads()
     results = _launch(_bucketed_on_rank, n, make, cap)
@@ -218,19 +258,25 @@ def check_bucketed(make, **_):
     for rank, r in enumerate(results):
         _diagnose_grads(r["grads"], ref, n, rank, r["changed"], r["all_bytes"])
         if r["bytes"] != psi * 4:
-            raise GradeFailure(f"rank {rank}: all-reduced {r['bytes']} bytes per step, expected "
-                               f"Ψ·4 = {psi * 4}: is a gradient reduced twice (a tied weight "
-                               "appears once in model.parameters()) or a frozen one included?")
+            raise GradeFailure(
+                f"rank {rank}: all-reduced {r['bytes']} bytes per step, expected "
+                f"Ψ·4 = {psi * 4}: is a gradient reduced twice (a tied weight "
+                "appears once in model.parameters()) or a frozen one included?"
+            )
         if r["calls"] != buckets:
-            raise GradeFailure(f"rank {rank}: {r['calls']} all-reduces per step; with "
-                               f"bucket_cap_bytes={cap} the trainable parameters in reverse "
-                               f"order make {buckets} buckets (close a bucket once it holds "
-                               "the cap or more), one all-reduce each")
+            raise GradeFailure(
+                f"rank {rank}: {r['calls']} all-reduces per step; with "
+                f"bucket_cap_bytes={cap} the trainable parameters in reverse "
+                f"order make {buckets} buckets (close a bucket once it holds "
+                "the cap or more), one all-reduce each"
+            )
         if r["before_last"] == 0:
-            raise GradeFailure("no all-reduce had started when the last gradient became ready: "
-                               "buckets must be filled in reverse order (backward's order) and "
-                               "each launched from the hook, with async_op=True, as soon as it "
-                               "is full — launched in forward order, nothing overlaps backward")
+            raise GradeFailure(
+                "no all-reduce had started when the last gradient became ready: "
+                "buckets must be filled in reverse order (backward's order) and "
+                "each launched from the hook, with async_op=True, as soon as it "
+                "is full — launched in forward order, nothing overlaps backward"
+            )
     opt = torch.optim.SGD([p for p in model.parameters() if p.requires_grad], lr=0.1)
     for x, y in token_batches(2, BATCH):
         opt.zero_grad()
@@ -238,12 +284,14 @@ def check_bucketed(make, **_):
         opt.step()
     for rank, r in enumerate(results):
         if not all(_same(a, b) for a, b in zip(r["params"], model.parameters())):
-            raise GradeFailure(f"rank {rank}: step 1 is right but step 2 is not: reset your "
-                               "bucket state in finish() for the next backward")
+            raise GradeFailure(
+                f"rank {rank}: step 1 is right but step 2 is not: reset your "
+                "bucket state in finish() for the next backward"
+            )
 
 
 # ----------------------------------------------------------------------------- 03 accumulation
-K, ACC_RANKS = 4, 3                     # micro-batches per step, ranks (neither is 2)
+K, ACC_RANKS = 4, 3  # micro-batches per step, ranks (neither is 2)
 
 
 def _accumulation_on_rank(rank, n, fn):
@@ -253,47 +301,61 @@ def _accumulation_on_rank(rank, n, fn):
     from minipar.data_parallel import BucketedDataParallel
     from minipar.data_parallel.models import TiedClassifier, token_batches
     from minipar.runtime.tracer import trace
+
     torch.manual_seed(0)
     model = TiedClassifier()
     dp = BucketedDataParallel(model, bucket_cap_mb=25.0)
     backwards = []
     model.fc2.bias.register_post_accumulate_grad_hook(lambda p: backwards.append(1))
     x, y = token_batches(1, BATCH * K // 2 * n)[0]
-    x, y = x.chunk(n)[rank], y.chunk(n)[rank]                    # (K·b,) this rank's slice
+    x, y = x.chunk(n)[rank], y.chunk(n)[rank]  # (K·b,) this rank's slice
     with trace() as tr:
         fn(model, dp, list(zip(x.chunk(K), y.chunk(K))), F.cross_entropy)
-    return dict(grads=[None if p.grad is None else p.grad.clone() for p in model.parameters()],
-                calls=tr.count("all_reduce"), backwards=len(backwards))
+    return dict(
+        grads=[None if p.grad is None else p.grad.clone() for p in model.parameters()],
+        calls=tr.count("all_reduce"),
+        backwards=len(backwards),
+    )
 
 
-@task("data_parallel.accumulation",
-      "4 micro-batches on 3 ranks: one backward per micro-batch, one all-reduce per step, "
-      "gradients of the global batch")
+@task(
+    "data_parallel.accumulation",
+    "4 micro-batches on 3 ranks: one backward per micro-batch, one all-reduce per step, "
+    "gradients of the global batch",
+)
 def check_accumulation(fn, **_):
     n = ACC_RANKS
     results = _launch(_accumulation_on_rank, n, fn)
     ref = _reference_grads(micro=1, batch=BATCH * K // 2 * n)
     for rank, r in enumerate(results):
         if r["backwards"] != K:
-            raise GradeFailure(f"rank {rank}: {r['backwards']} backward pass(es) for {K} "
-                               "micro-batches: run forward and backward once per micro-batch "
-                               "(one backward over the concatenated batch keeps every "
-                               "micro-batch's activations alive at once, which accumulation "
-                               "exists to avoid)")
+            raise GradeFailure(
+                f"rank {rank}: {r['backwards']} backward pass(es) for {K} "
+                "micro-batches: run forward and backward once per micro-batch "
+                "(one backward over the concatenated batch keeps every "
+                "micro-batch's activations alive at once, which accumulation "
+                "exists to avoid)"
+            )
         if r["calls"] == 0:
             raise GradeFailure("no all-reduce at all: call dp.finish() after the last backward")
         if r["calls"] > 1:
-            raise GradeFailure(f"{r['calls']} all-reduces per step: the first {K - 1} "
-                               "micro-batches must run under dp.no_sync(), only the last syncs")
+            raise GradeFailure(
+                f"{r['calls']} all-reduces per step: the first {K - 1} "
+                "micro-batches must run under dp.no_sync(), only the last syncs"
+            )
         for g, want in zip(r["grads"], ref):
             if want is None:
                 continue
             if _same(g, K * want, atol=1e-5):
-                raise GradeFailure(f"gradients are {K}× too large: divide each micro-batch "
-                                   f"loss by the number of micro-batches ({K})")
+                raise GradeFailure(
+                    f"gradients are {K}× too large: divide each micro-batch "
+                    f"loss by the number of micro-batches ({K})"
+                )
             if not _same(g, want, atol=1e-5):
-                raise GradeFailure(f"rank {rank}: gradients differ from the single-process "
-                                   "gradient of the global batch")
+                raise GradeFailure(
+                    f"rank {rank}: gradients differ from the single-process "
+                    "gradient of the global batch"
+                )
 
 
 # ----------------------------------------------------------------------------- 04 ZeRO-1
@@ -302,6 +364,7 @@ P, STEPS = 24, 3
 
 def _zero1_problem():
     import torch
+
     g = torch.Generator().manual_seed(7)
     X, y = torch.randn(BATCH, P, generator=g), torch.randn(BATCH, generator=g)  # (b, P), (b,)
     return X, y, torch.randn(P, generator=g) / 4
@@ -311,9 +374,10 @@ def _zero1_on_rank(rank, n, fn):
     import torch
 
     from minipar.runtime.tracer import trace
+
     X, y, w0 = _zero1_problem()
-    flat = w0.clone()                                               # (P,) on every rank
-    shard = torch.nn.Parameter(flat[rank * P // n:(rank + 1) * P // n].clone())   # (P/n,)
+    flat = w0.clone()  # (P,) on every rank
+    shard = torch.nn.Parameter(flat[rank * P // n : (rank + 1) * P // n].clone())  # (P/n,)
     opt = torch.optim.SGD([shard], lr=0.05, momentum=0.9)
     Xr, yr = X.chunk(n)[rank], y.chunk(n)[rank]
     with trace() as tr:
@@ -321,14 +385,19 @@ def _zero1_on_rank(rank, n, fn):
             w = flat.clone().requires_grad_(True)
             ((Xr @ w - yr) ** 2).mean().backward()
             fn(flat, w.grad, shard, opt)
-    return dict(flat=flat, ops={op: s.bytes for op, s in tr.summary().items()},
-                state=sum(v.numel() for st in opt.state.values() for v in st.values()
-                          if torch.is_tensor(v)))
+    return dict(
+        flat=flat,
+        ops={op: s.bytes for op, s in tr.summary().items()},
+        state=sum(
+            v.numel() for st in opt.state.values() for v in st.values() if torch.is_tensor(v)
+        ),
+    )
 
 
 def _zero1_reference(n, mode):
     """Flat parameters after STEPS steps in one process; ``mode`` simulates a mistake."""
     import torch
+
     X, y, w0 = _zero1_problem()
     w = torch.nn.Parameter(w0.clone())
     opt = torch.optim.SGD([w], lr=0.05, momentum=0.9)
@@ -341,9 +410,11 @@ def _zero1_reference(n, mode):
     return w.detach()
 
 
-@task("data_parallel.zero1_step",
-      "ZeRO-1 step on 2 and 3 ranks: gradients reduce-scattered, optimizer state 1/n, every "
-      "rank ends with the single-process parameters")
+@task(
+    "data_parallel.zero1_step",
+    "ZeRO-1 step on 2 and 3 ranks: gradients reduce-scattered, optimizer state 1/n, every "
+    "rank ends with the single-process parameters",
+)
 def check_zero1_step(fn, **_):
     for n in (2, 3):
         results = _launch(_zero1_on_rank, n, fn)
@@ -352,26 +423,37 @@ def check_zero1_step(fn, **_):
             got, lo, hi = r["flat"], rank * P // n, (rank + 1) * P // n
             if _same(got, ref, atol=1e-5):
                 if r["state"] > P // n:
-                    raise GradeFailure("parameters right, but the optimizer holds state for "
-                                       "more than this rank's shard")
+                    raise GradeFailure(
+                        "parameters right, but the optimizer holds state for "
+                        "more than this rank's shard"
+                    )
                 if "reduce_scatter" not in r["ops"] or "all_reduce" in r["ops"]:
                     used = ", ".join(sorted(set(r["ops"]) - {"all_gather"})) or "nothing"
-                    raise GradeFailure(f"n={n}: parameters right, but the gradients went through "
-                                       f"{used}, not a reduce-scatter: ZeRO-1 reduce-scatters "
-                                       "so that each rank receives only its own shard's mean "
-                                       "((n−1)/n·Ψ per rank, half an all-reduce's traffic)")
+                    raise GradeFailure(
+                        f"n={n}: parameters right, but the gradients went through "
+                        f"{used}, not a reduce-scatter: ZeRO-1 reduce-scatters "
+                        "so that each rank receives only its own shard's mean "
+                        "((n−1)/n·Ψ per rank, half an all-reduce's traffic)"
+                    )
                 continue
             if _same(got, _zero1_reference(n, "sum"), atol=1e-5):
-                raise GradeFailure(f"gradients were summed over the {n} ranks, not averaged: "
-                                   f"divide by n = {n}")
+                raise GradeFailure(
+                    f"gradients were summed over the {n} ranks, not averaged: divide by n = {n}"
+                )
             if _same(got[lo:hi], ref[lo:hi], atol=1e-5):
-                raise GradeFailure(f"rank {rank} (n={n}): its own shard is right but the other "
-                                   "ranks' shards are stale: all-gather the updated shards "
-                                   "into the full parameters")
+                raise GradeFailure(
+                    f"rank {rank} (n={n}): its own shard is right but the other "
+                    "ranks' shards are stale: all-gather the updated shards "
+                    "into the full parameters"
+                )
             if "all_gather" not in r["ops"]:
-                raise GradeFailure(f"rank {rank} (n={n}): parameters differ and no all-gather "
-                                   "was called: all-gather the updated shards into the full "
-                                   "parameters")
-            raise GradeFailure(f"rank {rank} (n={n}): parameters differ from the single-process "
-                               f"run (max error {(got - ref).abs().max().item():.3g}); "
-                               "did you average the gradient before the step?")
+                raise GradeFailure(
+                    f"rank {rank} (n={n}): parameters differ and no all-gather "
+                    "was called: all-gather the updated shards into the full "
+                    "parameters"
+                )
+            raise GradeFailure(
+                f"rank {rank} (n={n}): parameters differ from the single-process "
+                f"run (max error {(got - ref).abs().max().item():.3g}); "
+                "did you average the gradient before the step?"
+            )

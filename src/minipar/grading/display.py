@@ -1,4 +1,5 @@
 """``check(task_id, candidate)``: run a task's checker and print its one PASS or FAIL line."""
+
 from __future__ import annotations
 
 import contextlib
@@ -46,7 +47,7 @@ _STOPS = ("JUMP", "RETURN", "YIELD", "SETUP", "FOR_ITER", "SEND")
 def _raises_not_implemented(code) -> bool:
     """``code`` reaches ``raise NotImplementedError`` on every call: the raise comes before
     any branch, loop, return or ``try`` (read from the bytecode)."""
-    if getattr(code, "co_exceptiontable", b""):          # a try/with somewhere: not sure
+    if getattr(code, "co_exceptiontable", b""):  # a try/with somewhere: not sure
         return False
     named = False
     for ins in dis.get_instructions(code):
@@ -72,10 +73,12 @@ def unimplemented(candidate, depth: int = 0) -> bool:
     if isinstance(candidate, dict):
         return any(unimplemented(c, depth + 1) for c in candidate.values())
     if isinstance(candidate, type):
-        return any(unimplemented(getattr(v, "__func__", v), depth + 1)
-                   for v in vars(candidate).values()
-                   if callable(getattr(v, "__func__", v)) and not isinstance(v, type))
-    func = getattr(candidate, "__func__", candidate)     # a bound method
+        return any(
+            unimplemented(getattr(v, "__func__", v), depth + 1)
+            for v in vars(candidate).values()
+            if callable(getattr(v, "__func__", v)) and not isinstance(v, type)
+        )
+    func = getattr(candidate, "__func__", candidate)  # a bound method
     code = getattr(func, "__code__", None)
     return code is not None and _raises_not_implemented(code)
 
@@ -100,7 +103,7 @@ def check(task_id: str, candidate, time_limit_s: float | None = None, **options)
     """
     try:
         t = get_task(task_id)
-    except GraderImportError as e:                     # the grader itself failed to import
+    except GraderImportError as e:  # the grader itself failed to import
         line = f"FAIL {task_id}: {e.args[0]}"
         print(line)
         _log(task_id, False, line.split(": ", 1)[1])
@@ -117,11 +120,15 @@ def check(task_id: str, candidate, time_limit_s: float | None = None, **options)
     sink = io.StringIO()
     limit = limits.TIME_LIMIT if time_limit_s is None else time_limit_s
     try:
-        with contextlib.redirect_stdout(sink), contextlib.redirect_stderr(sink), \
-                warnings.catch_warnings(), limits.cpu_time_limit(limit):
+        with (
+            contextlib.redirect_stdout(sink),
+            contextlib.redirect_stderr(sink),
+            warnings.catch_warnings(),
+            limits.cpu_time_limit(limit),
+        ):
             warnings.simplefilter("ignore")
             t.checker(candidate, **options)
-    except (Exception, CheckTimeLimit) as e:  # noqa: BLE001  (every mistake: a FAIL line)
+    except (Exception, CheckTimeLimit) as e:
         reason = reason_for(e)
         line = f"FAIL {task_id}: {reason}"
         print(line)

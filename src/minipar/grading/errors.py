@@ -1,4 +1,5 @@
 """The two exceptions a check turns into a FAIL line (a leaf module: imports nothing)."""
+
 from __future__ import annotations
 
 

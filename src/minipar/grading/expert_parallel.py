@@ -20,22 +20,31 @@ Answers that call the course's ``minipar.expert_parallel`` are rejected
 (:mod:`minipar.grading.imports`), except its ``all_to_all`` in exercise 3, which the exercise
 hands the learner.
 """
+
 from __future__ import annotations
 
 from minipar.grading import GradeFailure, task
-from minipar.grading.compare import err as _err, launch_layouts
-from minipar.grading.compare import randn as _randn, same as _same
+from minipar.grading.compare import err as _err
+from minipar.grading.compare import launch_layouts
+from minipar.grading.compare import randn as _randn
+from minipar.grading.compare import same as _same
+from minipar.grading.imports import (
+    forbid_course_code,
+    reject_course_calls,
+)
 from minipar.grading.layouts import on_every_layout
-from minipar.grading.imports import (course_calls, forbid_course_code, forbidden_modules,
-                                     reject_course_calls)
 
 CHAPTER = "expert_parallel"
 _A2A = ("all_to_all", "_AllToAll")
-E, K2, H = 6, 2, 4                 # experts (divisible by 1, 2, 3), top-2, hidden
+E, K2, H = 6, 2, 4  # experts (divisible by 1, 2, 3), top-2, hidden
 
-LAYOUTS = {3: [("the whole world of 3 ranks", None),
-               ("EP groups {0} and {1, 2} of 3 ranks", [[0], [1, 2]])],
-           4: [("both EP groups {0, 1} and {2, 3} of a 2 × 2 grid", [[0, 1], [2, 3]])]}
+LAYOUTS = {
+    3: [
+        ("the whole world of 3 ranks", None),
+        ("EP groups {0} and {1, 2} of 3 ranks", [[0], [1, 2]]),
+    ],
+    4: [("both EP groups {0, 1} and {2, 3} of a 2 × 2 grid", [[0, 1], [2, 3]])],
+}
 
 
 # ----------------------------------------------------------------------------- helpers
@@ -45,7 +54,7 @@ def _tokens(gr: int) -> int:
 
 def _choices(gr: int, k: int = K2):
     """This group rank's tokens x (n, H) and distinct expert choices (n, k), deterministic."""
-    import torch
+
     n = _tokens(gr)
     logits = _randn(n, E, seed=50 + gr)
     return _randn(n, H, seed=10 + gr), logits.topk(k, dim=-1).indices
@@ -55,6 +64,7 @@ def _assignments(experts, order="slot", sort=True):
     """(token, expert) of every assignment: slot-major (a = j·n + i) or token-major, then a
     stable sort by expert unless ``sort`` is False."""
     import torch
+
     n, k = experts.shape
     if order == "slot":
         token, expert = torch.arange(n).repeat(k), experts.T.reshape(-1)
@@ -69,6 +79,7 @@ def _assignments(experts, order="slot", sort=True):
 def _expected_rows(gr: int, t: int, order="slot", sort=True):
     """Rows group rank ``gr`` receives from every source (and recv counts (t, E/t))."""
     import torch
+
     per = E // t
     rows, counts = [], torch.zeros(t, per, dtype=torch.long)
     for s in range(t):
@@ -76,11 +87,11 @@ def _expected_rows(gr: int, t: int, order="slot", sort=True):
         token, expert = _assignments(experts, order, sort)
         if sort:
             mine = (expert >= gr * per) & (expert < (gr + 1) * per)
-        else:                                 # unsorted rows cut by the right split sizes
+        else:  # unsorted rows cut by the right split sizes
             c = torch.bincount(expert, minlength=E).view(t, per).sum(1).tolist()
             lo = sum(c[:gr])
             mine = torch.zeros_like(expert, dtype=torch.bool)
-            mine[lo:lo + c[gr]] = True
+            mine[lo : lo + c[gr]] = True
         rows.append(x[token[mine]])
         for e in expert[(expert >= gr * per) & (expert < (gr + 1) * per)].tolist():
             counts[s, e - gr * per] += 1
@@ -93,9 +104,15 @@ _CURRENT = {"where": ""}
 
 def _on_rank(rank, world, body, fn, allow):
     out = []
-    for res, _ in on_every_layout(rank, world, LAYOUTS, CHAPTER,
-                                  lambda gr, t, group: body(gr, t, group, fn), allow,
-                                  note=lambda where: _CURRENT.update(where=where)):
+    for res, _ in on_every_layout(
+        rank,
+        world,
+        LAYOUTS,
+        CHAPTER,
+        lambda gr, t, group: body(gr, t, group, fn),
+        allow,
+        note=lambda where: _CURRENT.update(where=where),
+    ):
         res.update(t=len(res["members"]), used=sorted(res["used"]))
         out.append(res)
     return out
@@ -103,12 +120,16 @@ def _on_rank(rank, world, body, fn, allow):
 
 def _hint(case: str, msg: str) -> str:
     if "of group" in case:
-        return (" -- this case's EP group is not the whole world: use dist.get_rank(group) and "
-                "dist.get_world_size(group), and pass group= to every collective")
+        return (
+            " -- this case's EP group is not the whole world: use dist.get_rank(group) and "
+            "dist.get_world_size(group), and pass group= to every collective"
+        )
     if "expected size" in msg or "split" in msg.lower():
-        return (" -- the split sizes disagree between ranks: a rank's output splits must be what "
-                "the others send it (exchange the counts with an all-to-all first; the combine "
-                "swaps the two lists)")
+        return (
+            " -- the split sizes disagree between ranks: a rank's output splits must be what "
+            "the others send it (exchange the counts with an all-to-all first; the combine "
+            "swaps the two lists)"
+        )
     return ""
 
 
@@ -123,16 +144,20 @@ def _launch(body, fn, allow=()):
 # ----------------------------------------------------------------------------- 01 gates
 def _ref_gates(logits, k):
     import torch
+
     p = torch.softmax(logits, -1)
     top, idx = p.topk(k, dim=-1)
     return top / top.sum(-1, keepdim=True), idx
 
 
-@task("expert_parallel.top_k_gates",
-      "gates are the top-K softmax probabilities renormalised to 1, largest first, with the "
-      "reference's gradients (n = 1, 7, 16; E = 4, 8; K = 1, 2, 3)")
+@task(
+    "expert_parallel.top_k_gates",
+    "gates are the top-K softmax probabilities renormalised to 1, largest first, with the "
+    "reference's gradients (n = 1, 7, 16; E = 4, 8; K = 1, 2, 3)",
+)
 def check_top_k_gates(fn, **_):
     import torch
+
     forbid_course_code(fn, CHAPTER, what="write the gating")
     for n, e, k in ((7, 4, 2), (16, 8, 1), (1, 8, 3), (16, 8, 2)):
         logits = (2 * _randn(n, e, seed=n * 10 + e)).requires_grad_()
@@ -143,73 +168,111 @@ def check_top_k_gates(fn, **_):
         ref_g, ref_e = _ref_gates(logits.detach(), k)
         where = f"n = {n}, E = {e}, K = {k}"
         if not isinstance(experts, torch.Tensor) or tuple(experts.shape) != (n, k):
-            raise GradeFailure(f"{where}: experts must be a tensor of shape ({n}, {k}), got "
-                               f"{getattr(experts, 'shape', type(experts).__name__)}")
+            raise GradeFailure(
+                f"{where}: experts must be a tensor of shape ({n}, {k}), got "
+                f"{getattr(experts, 'shape', type(experts).__name__)}"
+            )
         if experts.dtype != torch.int64:
-            raise GradeFailure(f"{where}: experts has dtype {str(experts.dtype)[6:]}, expected "
-                               "int64 (expert indices, as topk returns them)")
+            raise GradeFailure(
+                f"{where}: experts has dtype {str(experts.dtype)[6:]}, expected "
+                "int64 (expert indices, as topk returns them)"
+            )
         if isinstance(gates, torch.Tensor) and gates.dtype != logits.dtype:
-            raise GradeFailure(f"{where}: gates have dtype {str(gates.dtype)[6:]}, expected "
-                               f"{str(logits.dtype)[6:]}, the logits' (no .float())")
+            raise GradeFailure(
+                f"{where}: gates have dtype {str(gates.dtype)[6:]}, expected "
+                f"{str(logits.dtype)[6:]}, the logits' (no .float())"
+            )
         if not torch.equal(experts.long(), ref_e):
             p = torch.softmax(logits.detach(), -1)
             i = int((experts.long() != ref_e).any(-1).nonzero()[0])
             if torch.equal(experts.long(), p.topk(k, dim=-1, largest=False).indices):
-                raise GradeFailure(f"{where}: token {i} was sent to its {k} LEAST likely "
-                                   "experts: take the largest probabilities (topk's default)")
+                raise GradeFailure(
+                    f"{where}: token {i} was sent to its {k} LEAST likely "
+                    "experts: take the largest probabilities (topk's default)"
+                )
             if torch.equal(experts.long().sort(-1).values, ref_e.sort(-1).values):
-                raise GradeFailure(f"{where}: token {i}'s experts are right but not in order: "
-                                   "list them largest probability first")
+                raise GradeFailure(
+                    f"{where}: token {i}'s experts are right but not in order: "
+                    "list them largest probability first"
+                )
             if torch.equal(experts.long(), torch.softmax(logits.detach(), 0).topk(k, -1).indices):
-                raise GradeFailure(f"{where}: the softmax ran over the tokens (dim 0): take it "
-                                   "over the experts, the last dimension")
-            raise GradeFailure(f"{where}: token {i} chose experts {experts[i].tolist()}, "
-                               f"expected {ref_e[i].tolist()}")
+                raise GradeFailure(
+                    f"{where}: the softmax ran over the tokens (dim 0): take it "
+                    "over the experts, the last dimension"
+                )
+            raise GradeFailure(
+                f"{where}: token {i} chose experts {experts[i].tolist()}, "
+                f"expected {ref_e[i].tolist()}"
+            )
         if not isinstance(gates, torch.Tensor) or not _same(gates, ref_g):
-            if isinstance(gates, torch.Tensor) and k > 1 and _same(
-                    gates, torch.softmax(logits.detach(), -1).gather(-1, ref_e)):
-                raise GradeFailure(f"{where}: the gates are the softmax probabilities of the "
-                                   f"chosen experts, not renormalised: token 0's sum to "
-                                   f"{gates[0].sum().item():.3f}; divide by their sum")
+            if (
+                isinstance(gates, torch.Tensor)
+                and k > 1
+                and _same(gates, torch.softmax(logits.detach(), -1).gather(-1, ref_e))
+            ):
+                raise GradeFailure(
+                    f"{where}: the gates are the softmax probabilities of the "
+                    f"chosen experts, not renormalised: token 0's sum to "
+                    f"{gates[0].sum().item():.3f}; divide by their sum"
+                )
             if isinstance(gates, torch.Tensor) and _same(
-                    gates, torch.softmax(logits.detach(), 0).gather(-1, ref_e) /
-                    torch.softmax(logits.detach(), 0).gather(-1, ref_e).sum(-1, keepdim=True)):
-                raise GradeFailure(f"{where}: the softmax ran over the tokens (dim 0): take it "
-                                   "over the experts, the last dimension")
-            if isinstance(gates, torch.Tensor) and k == 1 and _same(
-                    gates, torch.softmax(logits.detach(), -1).gather(-1, ref_e)):
-                raise GradeFailure(f"{where}: with K = 1 the renormalised gate is 1 (the "
-                                   "probability divided by itself): divide by the sum")
+                gates,
+                torch.softmax(logits.detach(), 0).gather(-1, ref_e)
+                / torch.softmax(logits.detach(), 0).gather(-1, ref_e).sum(-1, keepdim=True),
+            ):
+                raise GradeFailure(
+                    f"{where}: the softmax ran over the tokens (dim 0): take it "
+                    "over the experts, the last dimension"
+                )
+            if (
+                isinstance(gates, torch.Tensor)
+                and k == 1
+                and _same(gates, torch.softmax(logits.detach(), -1).gather(-1, ref_e))
+            ):
+                raise GradeFailure(
+                    f"{where}: with K = 1 the renormalised gate is 1 (the "
+                    "probability divided by itself): divide by the sum"
+                )
             raise GradeFailure(f"{where}: gates differ from the reference ({_err(gates, ref_g)})")
         if not gates.requires_grad:
-            raise GradeFailure(f"{where}: the gates carry no gradient: do not detach them or "
-                               "build them outside autograd (the router learns through them)")
+            raise GradeFailure(
+                f"{where}: the gates carry no gradient: do not detach them or "
+                "build them outside autograd (the router learns through them)"
+            )
         w = _randn(n, k, seed=3)
         (g_got,) = torch.autograd.grad((gates * w).sum(), logits)
         lg = logits.detach().requires_grad_()
         (g_ref,) = torch.autograd.grad((_ref_gates(lg, k)[0] * w).sum(), lg)
         if not _same(g_got, g_ref):
-            raise GradeFailure(f"{where}: the gradient with respect to the logits differs "
-                               f"({_err(g_got, g_ref)})")
+            raise GradeFailure(
+                f"{where}: the gradient with respect to the logits differs ({_err(g_got, g_ref)})"
+            )
 
 
 # ----------------------------------------------------------------------------- 02 dispatch
 def _dispatch_body(gr, t, group, fn):
     x, experts = _choices(gr)
     import torch
+
     got = fn(x.clone(), experts.clone(), E, group)
     ok = isinstance(got, (tuple, list)) and len(got) == 2
     tensor = lambda v: v.detach().clone() if isinstance(v, torch.Tensor) else None
-    return {"rows": tensor(got[0]) if ok else None,
-            "counts": tensor(got[1]) if ok else None, "pair": ok}
+    return {
+        "rows": tensor(got[0]) if ok else None,
+        "counts": tensor(got[1]) if ok else None,
+        "pair": ok,
+    }
 
 
-@task("expert_parallel.dispatch",
-      "each rank receives its experts' rows from every source, by source then local expert, in "
-      "priority order, and the (ep, E/ep) counts (ep = 1, 2, 3; the whole world, a subgroup, "
-      "both groups of a 2 × 2 grid; uneven token counts, top-2)")
+@task(
+    "expert_parallel.dispatch",
+    "each rank receives its experts' rows from every source, by source then local expert, in "
+    "priority order, and the (ep, E/ep) counts (ep = 1, 2, 3; the whole world, a subgroup, "
+    "both groups of a 2 × 2 grid; uneven token counts, top-2)",
+)
 def check_dispatch(fn, **_):
     import torch
+
     forbid_course_code(fn, CHAPTER, what="write the dispatch")
     for c in _launch(_dispatch_body, fn):
         where, gr, t = c["where"], c["gr"], c["t"]
@@ -218,35 +281,49 @@ def check_dispatch(fn, **_):
         want_rows, want_counts = _expected_rows(gr, t)
         counts = c["counts"]
         if not isinstance(counts, torch.Tensor) or tuple(counts.shape) != tuple(want_counts.shape):
-            raise GradeFailure(f"{where}: recv_counts must have shape (ep, E/ep) = "
-                               f"{tuple(want_counts.shape)}, got "
-                               f"{tuple(getattr(counts, 'shape', ()))}")
+            raise GradeFailure(
+                f"{where}: recv_counts must have shape (ep, E/ep) = "
+                f"{tuple(want_counts.shape)}, got "
+                f"{tuple(getattr(counts, 'shape', ()))}"
+            )
         if counts.dtype != torch.int64:
-            raise GradeFailure(f"{where}: recv_counts has dtype {str(counts.dtype)[6:]}, "
-                               "expected int64 (counts, as bincount returns them)")
+            raise GradeFailure(
+                f"{where}: recv_counts has dtype {str(counts.dtype)[6:]}, "
+                "expected int64 (counts, as bincount returns them)"
+            )
         if not torch.equal(counts.long(), want_counts):
             sent = torch.bincount(_choices(gr)[1].reshape(-1), minlength=E).view(t, E // t)
             if t > 1 and torch.equal(counts.long(), sent):
-                raise GradeFailure(f"{where}: recv_counts are the counts this rank SENDS: "
-                                   "exchange them with an all-to-all to learn what it receives")
+                raise GradeFailure(
+                    f"{where}: recv_counts are the counts this rank SENDS: "
+                    "exchange them with an all-to-all to learn what it receives"
+                )
             s, e = (int(v) for v in (counts.long() != want_counts).nonzero()[0])
-            raise GradeFailure(f"{where}: recv_counts[{s}, {e}] = {int(counts[s, e])}, but source "
-                               f"rank {s} sends {int(want_counts[s, e])} rows to local expert {e}")
+            raise GradeFailure(
+                f"{where}: recv_counts[{s}, {e}] = {int(counts[s, e])}, but source "
+                f"rank {s} sends {int(want_counts[s, e])} rows to local expert {e}"
+            )
         rows = c["rows"]
         if rows is None or rows.dtype != want_rows.dtype:
-            raise GradeFailure(f"{where}: rows must be a {str(want_rows.dtype)[6:]} tensor (the "
-                               f"input's dtype) of shape {tuple(want_rows.shape)}, got "
-                               f"{getattr(rows, 'dtype', None)}")
+            raise GradeFailure(
+                f"{where}: rows must be a {str(want_rows.dtype)[6:]} tensor (the "
+                f"input's dtype) of shape {tuple(want_rows.shape)}, got "
+                f"{getattr(rows, 'dtype', None)}"
+            )
         if _same(rows, want_rows, atol=0):
             continue
         if t > 1 and _same(rows, _expected_rows(gr, t, sort=False)[0], atol=0):
-            raise GradeFailure(f"{where}: the rows were sent in token order, not sorted by "
-                               "expert: sort the assignments by expert (so by destination) "
-                               "before the all-to-all")
+            raise GradeFailure(
+                f"{where}: the rows were sent in token order, not sorted by "
+                "expert: sort the assignments by expert (so by destination) "
+                "before the all-to-all"
+            )
         if _same(rows, _expected_rows(gr, t, order="token")[0], atol=0):
-            raise GradeFailure(f"{where}: within an expert the rows are in token-major order "
-                               "(token 0's choices, then token 1's): number the assignments "
-                               "slot-major, a = j·n + i, before the stable sort")
+            raise GradeFailure(
+                f"{where}: within an expert the rows are in token-major order "
+                "(token 0's choices, then token 1's): number the assignments "
+                "slot-major, a = j·n + i, before the stable sort"
+            )
         raise GradeFailure(f"{where}: the rows received differ ({_err(rows, want_rows)})")
 
 
@@ -255,10 +332,11 @@ def _combine_inputs(gr, t, k):
     """This rank's dispatch (as the course's reference does it), gates and the received rows
     through a fixed per-expert map, so the combine is all that is being checked."""
     import torch
+
     x, experts = _choices(gr, k)
     per = E // t
     token, expert = _assignments(experts)
-    gate = _randn(len(token), seed=70 + gr).abs() + 0.1        # (A,) positive gates
+    gate = _randn(len(token), seed=70 + gr).abs() + 0.1  # (A,) positive gates
     send = torch.bincount(expert, minlength=E).view(t, per)
     rows, recv = _expected_rows(gr, t) if k == K2 else _rows_k(gr, t, k)
     return x, token, expert, gate, send, recv, rows
@@ -266,6 +344,7 @@ def _combine_inputs(gr, t, k):
 
 def _rows_k(gr, t, k):
     import torch
+
     per = E // t
     rows, counts = [], torch.zeros(t, per, dtype=torch.long)
     for s in range(t):
@@ -281,11 +360,13 @@ def _rows_k(gr, t, k):
 def _expert_map(rows):
     """A stand-in for the experts: a fixed smooth function of each row."""
     import torch
+
     return torch.tanh(rows) * 2 + 0.5
 
 
 def _combine_body(gr, t, group, fn):
     import torch
+
     out = {}
     for k in (1, K2):
         x, token, expert, gate, send, recv, rows = _combine_inputs(gr, t, k)
@@ -301,70 +382,90 @@ def _combine_body(gr, t, group, fn):
             (y * dy).sum().backward()
             res["dgate"] = None if g.grad is None else g.grad.clone()
             res["dout"] = None if o.grad is None else o.grad.clone()
-        except RuntimeError as e:                 # no graph: reported as no gradient
+        except RuntimeError as e:  # no graph: reported as no gradient
             res["dgate"] = res["dout"] = None
             res["no graph"] = str(e)[:120]
         out[k] = res
     return out
 
 
-@task("expert_parallel.combine",
-      "the combine returns Σ gate · expert output in the original token order, with the "
-      "gradients of the gates and the expert outputs (ep = 1, 2, 3; the whole world, a "
-      "subgroup, both groups of a 2 × 2 grid; top-1 and top-2)")
+@task(
+    "expert_parallel.combine",
+    "the combine returns Σ gate · expert output in the original token order, with the "
+    "gradients of the gates and the expert outputs (ep = 1, 2, 3; the whole world, a "
+    "subgroup, both groups of a 2 × 2 grid; top-1 and top-2)",
+)
 def check_combine(fn, **_):
     import torch
+
     forbid_course_code(fn, CHAPTER, allow=_A2A, what="write the combine")
     for c in _launch(_combine_body, fn, allow=_A2A):
         where, gr, t = c["where"], c["gr"], c["t"]
         for k in (1, K2):
             r = c[k]
             x, token, expert, gate, send, recv, rows = _combine_inputs(gr, t, k)
-            back = _expert_map(x[token])                       # rows back in dispatch order
+            back = _expert_map(x[token])  # rows back in dispatch order
             n = len(x)
             want = torch.zeros(n, H, dtype=torch.float64).index_add(0, token, gate[:, None] * back)
             y, case = r["y"], f"{where}, top-{k}"
             if y is None or y.dtype != want.dtype:
-                raise GradeFailure(f"{case}: return y, a {str(want.dtype)[6:]} tensor (the "
-                                   f"input's dtype) of shape ({n}, {H})")
+                raise GradeFailure(
+                    f"{case}: return y, a {str(want.dtype)[6:]} tensor (the "
+                    f"input's dtype) of shape ({n}, {H})"
+                )
             if not _same(y, want):
                 no_gate = torch.zeros(n, H, dtype=torch.float64).index_add(0, token, back)
                 if _same(y, no_gate):
-                    raise GradeFailure(f"{case}: the outputs were added without their gates: "
-                                       "scale row a by gate[a] before adding it to its token")
-                rows_g = gate[:, None] * back                      # (A, h) dispatch order
-                in_dispatch_order = [rows_g] + ([rows_g.view(k, n, H).sum(0)]
-                                                if len(token) == k * n else [])
+                    raise GradeFailure(
+                        f"{case}: the outputs were added without their gates: "
+                        "scale row a by gate[a] before adding it to its token"
+                    )
+                rows_g = gate[:, None] * back  # (A, h) dispatch order
+                in_dispatch_order = [rows_g] + (
+                    [rows_g.view(k, n, H).sum(0)] if len(token) == k * n else []
+                )
                 if any(_same(y, d) for d in in_dispatch_order):
-                    raise GradeFailure(f"{case}: the rows are in dispatch (expert-sorted) "
-                                       "order, not token order: add row a to y[token[a]] "
-                                       "(index_add)")
+                    raise GradeFailure(
+                        f"{case}: the rows are in dispatch (expert-sorted) "
+                        "order, not token order: add row a to y[token[a]] "
+                        "(index_add)"
+                    )
                 if k > 1 and _same(y, want / k):
-                    raise GradeFailure(f"{case}: the output is the gated sum divided by K: the "
-                                       "gates already sum to one per token; add, do not average")
+                    raise GradeFailure(
+                        f"{case}: the output is the gated sum divided by K: the "
+                        "gates already sum to one per token; add, do not average"
+                    )
                 i = int((y - want).abs().amax(-1).argmax()) if y.shape == want.shape else 0
-                raise GradeFailure(f"{case}: y differs from Σ gate · expert output "
-                                   f"({_err(y, want)}; token {i})")
+                raise GradeFailure(
+                    f"{case}: y differs from Σ gate · expert output ({_err(y, want)}; token {i})"
+                )
             if r["dgate"] is None or r["dout"] is None:
                 which = "the gates" if r["dgate"] is None else "the expert outputs"
-                raise GradeFailure(f"{case}: no gradient reached {which}: build y with "
-                                   "differentiable operations and the course's all_to_all (not "
-                                   "dist.all_to_all_single, which autograd does not see)")
+                raise GradeFailure(
+                    f"{case}: no gradient reached {which}: build y with "
+                    "differentiable operations and the course's all_to_all (not "
+                    "dist.all_to_all_single, which autograd does not see)"
+                )
             dy = _randn(n, H, seed=90 + gr)
             want_dgate = (dy[token] * back).sum(-1)
             if not _same(r["dgate"], want_dgate):
-                raise GradeFailure(f"{case}: the gates' gradient differs "
-                                   f"({_err(r['dgate'], want_dgate)})")
+                raise GradeFailure(
+                    f"{case}: the gates' gradient differs ({_err(r['dgate'], want_dgate)})"
+                )
 
 
 # ----------------------------------------------------------------------------- 04 capacity
 def _ref_keep(experts, num_experts, capacity, order="slot", le=False, per_slot=False):
     import torch
+
     n, k = experts.shape
     seen = torch.zeros(num_experts, dtype=torch.long)
     keep = torch.zeros(n, k, dtype=torch.bool)
-    pairs = ([(i, j) for j in range(k) for i in range(n)] if order == "slot"
-             else [(i, j) for i in range(n) for j in range(k)])
+    pairs = (
+        [(i, j) for j in range(k) for i in range(n)]
+        if order == "slot"
+        else [(i, j) for i in range(n) for j in range(k)]
+    )
     last_j = 0
     for i, j in pairs:
         if per_slot and j != last_j:
@@ -376,11 +477,14 @@ def _ref_keep(experts, num_experts, capacity, order="slot", le=False, per_slot=F
     return keep
 
 
-@task("expert_parallel.keep_mask",
-      "the kept assignments are the first C of each expert's queue in priority order (slot, "
-      "then token): top-1 and top-2, C = 1 up to no drop")
+@task(
+    "expert_parallel.keep_mask",
+    "the kept assignments are the first C of each expert's queue in priority order (slot, "
+    "then token): top-1 and top-2, C = 1 up to no drop",
+)
 def check_keep_mask(fn, **_):
     import torch
+
     forbid_course_code(fn, CHAPTER, what="write the capacity rule")
     for n, e, k, cap in ((12, 4, 2, 3), (12, 4, 1, 2), (9, 3, 2, 1), (8, 4, 2, 100), (20, 5, 2, 5)):
         experts = _randn(n, e, seed=n + 7 * e).topk(k, dim=-1).indices
@@ -388,49 +492,63 @@ def check_keep_mask(fn, **_):
         where = f"n = {n}, E = {e}, K = {k}, C = {cap}"
         got = fn(experts.clone(), e, cap)
         if not isinstance(got, torch.Tensor) or tuple(got.shape) != (n, k):
-            raise GradeFailure(f"{where}: return a bool tensor of shape ({n}, {k}), got "
-                               f"{getattr(got, 'shape', type(got).__name__)}")
+            raise GradeFailure(
+                f"{where}: return a bool tensor of shape ({n}, {k}), got "
+                f"{getattr(got, 'shape', type(got).__name__)}"
+            )
         if got.dtype != torch.bool:
-            raise GradeFailure(f"{where}: the mask has dtype {str(got.dtype)[6:]}, expected bool: "
-                               "indexing with a 0/1 integer tensor gathers rows 0 and 1 "
-                               "instead of selecting the kept ones")
+            raise GradeFailure(
+                f"{where}: the mask has dtype {str(got.dtype)[6:]}, expected bool: "
+                "indexing with a 0/1 integer tensor gathers rows 0 and 1 "
+                "instead of selecting the kept ones"
+            )
         if torch.equal(got, want):
             continue
         kept = torch.bincount(experts[got], minlength=e)
         if int(kept.max()) > cap:
             ex = int(kept.argmax())
             if torch.equal(got, _ref_keep(experts, e, cap, le=True)):
-                raise GradeFailure(f"{where}: expert {ex} keeps {int(kept[ex])} assignments, "
-                                   f"C + 1: keep positions 0 … C−1 (position < C, not ≤ C)")
+                raise GradeFailure(
+                    f"{where}: expert {ex} keeps {int(kept[ex])} assignments, "
+                    f"C + 1: keep positions 0 … C−1 (position < C, not ≤ C)"
+                )
             if k > 1 and torch.equal(got, _ref_keep(experts, e, cap, per_slot=True)):
-                raise GradeFailure(f"{where}: expert {ex} keeps {int(kept[ex])} > C: the count "
-                                   "restarts for each slot; the capacity covers all slots")
-            raise GradeFailure(f"{where}: expert {ex} keeps {int(kept[ex])} assignments, more "
-                               f"than C = {cap}")
+                raise GradeFailure(
+                    f"{where}: expert {ex} keeps {int(kept[ex])} > C: the count "
+                    "restarts for each slot; the capacity covers all slots"
+                )
+            raise GradeFailure(
+                f"{where}: expert {ex} keeps {int(kept[ex])} assignments, more than C = {cap}"
+            )
         if torch.equal(got, _ref_keep(experts, e, cap, order="token")):
             i, j = (int(v) for v in (got != want).nonzero()[0])
-            raise GradeFailure(f"{where}: the queue is token-major (token 0's choices, then "
-                               f"token 1's): token {i}'s choice {j} is {'kept' if got[i, j] else 'dropped'} "
-                               "but every first choice must queue before any second choice")
+            raise GradeFailure(
+                f"{where}: the queue is token-major (token 0's choices, then "
+                f"token 1's): token {i}'s choice {j} is {'kept' if got[i, j] else 'dropped'} "
+                "but every first choice must queue before any second choice"
+            )
         i, j = (int(v) for v in (got != want).nonzero()[0])
-        raise GradeFailure(f"{where}: token {i}'s choice {j} (expert {int(experts[i, j])}) "
-                           f"should be {'kept' if want[i, j] else 'dropped'}")
+        raise GradeFailure(
+            f"{where}: token {i}'s choice {j} (expert {int(experts[i, j])}) "
+            f"should be {'kept' if want[i, j] else 'dropped'}"
+        )
 
 
 # ----------------------------------------------------------------------------- 05 dropless
 def _dropless_body(gr, t, group, fn):
     import torch
+
     x, experts = _choices(gr)
     got = fn(x.clone(), experts.clone(), E, group)
     ok = isinstance(got, (tuple, list)) and len(got) == 2
     keep = lambda v: v.detach().clone() if isinstance(v, torch.Tensor) else v
-    return {"rows": keep(got[0]) if ok else None, "sizes": keep(got[1]) if ok else None,
-            "pair": ok}
+    return {"rows": keep(got[0]) if ok else None, "sizes": keep(got[1]) if ok else None, "pair": ok}
 
 
 def _expert_major(rows, recv):
     """Source-major received rows -> expert-major (stable: sources in order within an expert)."""
     import torch
+
     t, per = recv.shape
     local = torch.arange(per).repeat(t).repeat_interleave(recv.flatten())
     return rows[torch.argsort(local, stable=True)]
@@ -439,6 +557,7 @@ def _expert_major(rows, recv):
 def _same_groups_any_order(rows, want, sizes) -> bool:
     """Each expert's group holds the right rows, in some order."""
     import torch
+
     if rows.shape != want.shape:
         return False
     for a, b in zip(rows.split(sizes), want.split(sizes)):
@@ -448,12 +567,15 @@ def _same_groups_any_order(rows, want, sizes) -> bool:
     return True
 
 
-@task("expert_parallel.dropless_dispatch",
-      "each rank receives its experts' rows expert-major (sources in order within an expert), "
-      "ready for one grouped GEMM, and the (E/ep,) int64 group sizes (ep = 1, 2, 3; the whole "
-      "world, a subgroup, both groups of a 2 × 2 grid; uneven token counts, top-2)")
+@task(
+    "expert_parallel.dropless_dispatch",
+    "each rank receives its experts' rows expert-major (sources in order within an expert), "
+    "ready for one grouped GEMM, and the (E/ep,) int64 group sizes (ep = 1, 2, 3; the whole "
+    "world, a subgroup, both groups of a 2 × 2 grid; uneven token counts, top-2)",
+)
 def check_dropless_dispatch(fn, **_):
     import torch
+
     forbid_course_code(fn, CHAPTER, what="write the dispatch")
     for c in _launch(_dropless_body, fn):
         where, gr, t = c["where"], c["gr"], c["t"]
@@ -463,46 +585,69 @@ def check_dropless_dispatch(fn, **_):
         want_sizes, want_rows = recv.sum(0), _expert_major(src_rows, recv)
         sizes, rows = c["sizes"], c["rows"]
         if isinstance(sizes, torch.Tensor) and tuple(sizes.shape) == tuple(recv.shape) and t > 1:
-            raise GradeFailure(f"{where}: sizes has shape (ep, E/ep) = {tuple(recv.shape)}, the "
-                               "received counts per source: a grouped GEMM needs one size per "
-                               "local expert, (E/ep,): sum them over the sources")
+            raise GradeFailure(
+                f"{where}: sizes has shape (ep, E/ep) = {tuple(recv.shape)}, the "
+                "received counts per source: a grouped GEMM needs one size per "
+                "local expert, (E/ep,): sum them over the sources"
+            )
         if not isinstance(sizes, torch.Tensor) or tuple(sizes.shape) != tuple(want_sizes.shape):
-            raise GradeFailure(f"{where}: sizes must be a tensor of shape (E/ep,) = "
-                               f"{tuple(want_sizes.shape)}, got "
-                               f"{getattr(sizes, 'shape', type(sizes).__name__)}")
+            raise GradeFailure(
+                f"{where}: sizes must be a tensor of shape (E/ep,) = "
+                f"{tuple(want_sizes.shape)}, got "
+                f"{getattr(sizes, 'shape', type(sizes).__name__)}"
+            )
         if sizes.dtype != torch.int64:
-            raise GradeFailure(f"{where}: sizes has dtype {str(sizes.dtype)[6:]}, expected int64 "
-                               "(group sizes are counts: keep bincount's dtype)")
+            raise GradeFailure(
+                f"{where}: sizes has dtype {str(sizes.dtype)[6:]}, expected int64 "
+                "(group sizes are counts: keep bincount's dtype)"
+            )
         if not torch.equal(sizes, want_sizes):
             sent = torch.bincount(_choices(gr)[1].reshape(-1), minlength=E).view(t, E // t)
             if torch.equal(sizes, sent.sum(0)) or (t > 1 and torch.equal(sizes, sent[gr])):
-                raise GradeFailure(f"{where}: sizes count rows this rank SENDS, not those its "
-                                   "experts receive: exchange the counts with an all-to-all first")
+                raise GradeFailure(
+                    f"{where}: sizes count rows this rank SENDS, not those its "
+                    "experts receive: exchange the counts with an all-to-all first"
+                )
             e = int((sizes != want_sizes).nonzero()[0])
-            raise GradeFailure(f"{where}: sizes[{e}] = {int(sizes[e])}, but local expert {e} "
-                               f"receives {int(want_sizes[e])} rows")
-        if not isinstance(rows, torch.Tensor) or rows.dtype != want_rows.dtype \
-                or tuple(rows.shape) != tuple(want_rows.shape):
-            raise GradeFailure(f"{where}: rows must be a {str(want_rows.dtype)[6:]} tensor of "
-                               f"shape {tuple(want_rows.shape)} (the input's dtype), got "
-                               f"{getattr(rows, 'dtype', type(rows).__name__)} "
-                               f"{tuple(getattr(rows, 'shape', ()))}")
+            raise GradeFailure(
+                f"{where}: sizes[{e}] = {int(sizes[e])}, but local expert {e} "
+                f"receives {int(want_sizes[e])} rows"
+            )
+        if (
+            not isinstance(rows, torch.Tensor)
+            or rows.dtype != want_rows.dtype
+            or tuple(rows.shape) != tuple(want_rows.shape)
+        ):
+            raise GradeFailure(
+                f"{where}: rows must be a {str(want_rows.dtype)[6:]} tensor of "
+                f"shape {tuple(want_rows.shape)} (the input's dtype), got "
+                f"{getattr(rows, 'dtype', type(rows).__name__)} "
+                f"{tuple(getattr(rows, 'shape', ()))}"
+            )
         if torch.equal(rows, want_rows):
             continue
         if torch.equal(rows, src_rows):
-            raise GradeFailure(f"{where}: the rows are grouped by source rank (the order the "
-                               "all-to-all delivers), not by local expert: permute them "
-                               "expert-major before the grouped GEMM")
+            raise GradeFailure(
+                f"{where}: the rows are grouped by source rank (the order the "
+                "all-to-all delivers), not by local expert: permute them "
+                "expert-major before the grouped GEMM"
+            )
         if t > 1 and torch.equal(rows, _expert_major(*_expected_rows(gr, t, sort=False))):
-            raise GradeFailure(f"{where}: the rows were sent in token order, not sorted by "
-                               "expert: sort the assignments by expert (so by destination) "
-                               "before the all-to-all")
+            raise GradeFailure(
+                f"{where}: the rows were sent in token order, not sorted by "
+                "expert: sort the assignments by expert (so by destination) "
+                "before the all-to-all"
+            )
         if torch.equal(rows, _expert_major(*_expected_rows(gr, t, order="token"))):
-            raise GradeFailure(f"{where}: within an expert the rows are in token-major order "
-                               "(token 0's choices, then token 1's): number the assignments "
-                               "slot-major, a = j·n + i, before the stable sort")
+            raise GradeFailure(
+                f"{where}: within an expert the rows are in token-major order "
+                "(token 0's choices, then token 1's): number the assignments "
+                "slot-major, a = j·n + i, before the stable sort"
+            )
         if _same_groups_any_order(rows, want_rows, want_sizes.tolist()):
-            raise GradeFailure(f"{where}: every expert has the right rows but not in source "
-                               "order: permute with a stable sort so the sources keep their "
-                               "order")
+            raise GradeFailure(
+                f"{where}: every expert has the right rows but not in source "
+                "order: permute with a stable sort so the sources keep their "
+                "order"
+            )
         raise GradeFailure(f"{where}: the rows differ ({_err(rows, want_rows)})")

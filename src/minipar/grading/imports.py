@@ -18,6 +18,7 @@ f and g of exercise 1 from ``minipar.tensor_parallel``) names it in ``allow``: a
 such as ``"copy_to_tp_region"`` or ``"_CopyToTPRegion"`` (which covers its methods, since
 autograd calls ``_CopyToTPRegion.backward`` directly).
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -60,9 +61,11 @@ def _module_of(obj) -> str | None:
         return obj.__name__
     if isinstance(obj, (staticmethod, classmethod)):
         obj = obj.__func__
-    return getattr(obj, "__module__", None) if isinstance(obj, (type, types.FunctionType,
-                                                                types.BuiltinFunctionType,
-                                                                types.MethodType)) else None
+    return (
+        getattr(obj, "__module__", None)
+        if isinstance(obj, (type, types.FunctionType, types.BuiltinFunctionType, types.MethodType))
+        else None
+    )
 
 
 def _code_objects(code: types.CodeType):
@@ -88,19 +91,21 @@ def _functions_of(obj):
             if isinstance(value, (types.FunctionType, staticmethod, classmethod, property)):
                 found += _functions_of(value)
         return found
-    call = getattr(type(obj), "__call__", None)           # an instance (e.g. an nn.Module)
+    call = getattr(type(obj), "__call__", None)  # noqa: B004 (the class's __call__ itself: an instance, e.g. an nn.Module)
     if call is not None and not isinstance(obj, type) and hasattr(obj, "__dict__"):
         return _functions_of(type(obj))
     return []
 
 
-def find_course_use(candidate, modules: tuple[str, ...], allow: tuple[str, ...] = ()
-                    ) -> str | None:
+def find_course_use(candidate, modules: tuple[str, ...], allow: tuple[str, ...] = ()) -> str | None:
     """``"minipar.x.y (Name)"`` for the first forbidden object the candidate's code refers to,
     else ``None``. Follows the learner's own helpers (functions and classes defined outside
     ``minipar`` and outside libraries) that the candidate uses."""
-    itself = None if isinstance(candidate, types.ModuleType) else \
-        _forbidden_object(candidate, modules, allow)
+    itself = (
+        None
+        if isinstance(candidate, types.ModuleType)
+        else _forbidden_object(candidate, modules, allow)
+    )
     if itself:
         return itself
     seen: set[int] = set()
@@ -112,22 +117,28 @@ def find_course_use(candidate, modules: tuple[str, ...], allow: tuple[str, ...] 
         seen.add(id(obj))
         if isinstance(obj, type):
             for base in obj.__mro__[1:]:
-                if _is_forbidden(base.__module__, modules) and not _allowed(base.__qualname__,
-                                                                           allow):
+                if _is_forbidden(base.__module__, modules) and not _allowed(
+                    base.__qualname__, allow
+                ):
                     return f"{base.__module__} ({base.__qualname__})"
         for fn in _functions_of(obj):
             cells = [c.cell_contents for c in (fn.__closure__ or ()) if _filled(c)]
             names = set()
             for code in _code_objects(fn.__code__):
                 names.update(code.co_names)
-            env = dict(vars(__builtins__) if isinstance(__builtins__, types.ModuleType)
-                       else __builtins__)
+            env = dict(
+                vars(__builtins__) if isinstance(__builtins__, types.ModuleType) else __builtins__
+            )
             env.update(fn.__globals__)
-            values = [env[n] for n in names if n in env and
-                      not isinstance(env[n], types.ModuleType)] + cells
-            closure = dict(zip(fn.__code__.co_freevars,
-                               [c.cell_contents if _filled(c) else None
-                                for c in (fn.__closure__ or ())]))
+            values = [
+                env[n] for n in names if n in env and not isinstance(env[n], types.ModuleType)
+            ] + cells
+            closure = dict(
+                zip(
+                    fn.__code__.co_freevars,
+                    [c.cell_contents if _filled(c) else None for c in (fn.__closure__ or ())],
+                )
+            )
             for code in _code_objects(fn.__code__):
                 values += list(_through_modules(code, env, closure))
             for value in values:
@@ -151,7 +162,7 @@ def _through_modules(code, env: dict, closure: dict):
     of the learner's own object that happens to share a course function's name does not)."""
     import dis
 
-    local: dict = {}                 # local names bound to modules by import statements
+    local: dict = {}  # local names bound to modules by import statements
     cur, fromlist = None, None
     for ins in dis.get_instructions(code):
         op, arg = ins.opname, ins.argval
@@ -174,8 +185,9 @@ def _through_modules(code, env: dict, closure: dict):
                 except ImportError:
                     cur = None
             continue
-        elif op in ("LOAD_ATTR", "LOAD_METHOD", "IMPORT_FROM") and \
-                isinstance(cur, types.ModuleType):
+        elif op in ("LOAD_ATTR", "LOAD_METHOD", "IMPORT_FROM") and isinstance(
+            cur, types.ModuleType
+        ):
             cur = getattr(cur, arg, None)
             if cur is not None and not isinstance(cur, types.ModuleType):
                 yield cur
@@ -186,7 +198,7 @@ def _through_modules(code, env: dict, closure: dict):
             cur = None
             continue
         elif op in ("SWAP", "POP_TOP") and isinstance(cur, types.ModuleType):
-            continue                                 # inside `import a.b.c as m`
+            continue  # inside `import a.b.c as m`
         else:
             cur = None
         fromlist = None if op != "IMPORT_FROM" else fromlist
@@ -194,7 +206,7 @@ def _through_modules(code, env: dict, closure: dict):
 
 def _filled(cell) -> bool:
     try:
-        cell.cell_contents
+        cell.cell_contents  # noqa: B018 (reading an empty closure cell raises ValueError)
     except ValueError:
         return False
     return True
@@ -203,7 +215,7 @@ def _filled(cell) -> bool:
 def _forbidden_object(value, modules, allow) -> str | None:
     mod = _module_of(value)
     if mod is None and not isinstance(value, (int, float, str, bytes, tuple, list, dict)):
-        value = type(value)                              # an instance of a course class
+        value = type(value)  # an instance of a course class
         mod = value.__module__
     if not _is_forbidden(mod, modules):
         return None
@@ -223,18 +235,25 @@ def _learners(value) -> bool:
     try:
         path = inspect.getfile(value)
     except (TypeError, OSError):
-        return True                                      # defined in a notebook or REPL
+        return True  # defined in a notebook or REPL
     return "site-packages" not in path and "/lib/python" not in path
 
 
 def _reason(used: str, what: str) -> str:
-    return (f"your code uses the course's own {used}; {what} yourself -- the exercise is to "
-            "build it, not to call the course's version")
+    return (
+        f"your code uses the course's own {used}; {what} yourself -- the exercise is to "
+        "build it, not to call the course's version"
+    )
 
 
-def forbid_course_code(candidate, chapter: str | None = None, *,
-                       modules: tuple[str, ...] | None = None, allow: tuple[str, ...] = (),
-                       what: str = "write it") -> None:
+def forbid_course_code(
+    candidate,
+    chapter: str | None = None,
+    *,
+    modules: tuple[str, ...] | None = None,
+    allow: tuple[str, ...] = (),
+    what: str = "write it",
+) -> None:
     """Raise :class:`GradeFailure` if ``candidate`` refers to a module of ``chapter``'s answers
     (or to ``modules``), except the helpers named in ``allow``; the reason names the module and
     object used."""
@@ -252,14 +271,14 @@ def course_calls(modules: tuple[str, ...], allow: tuple[str, ...] = ()):
     used: dict[str, None] = {}
 
     def profile(frame, event, arg):
-        if event != "call" or frame.f_code.co_name == "<module>":   # not the import itself
+        if event != "call" or frame.f_code.co_name == "<module>":  # not the import itself
             return
         mod = frame.f_globals.get("__name__", "")
         if not _is_forbidden(mod, modules):
             return
         back = frame.f_back
         if back is not None and _is_forbidden(back.f_globals.get("__name__", ""), modules):
-            return                                          # inside the course's code already
+            return  # inside the course's code already
         qual = getattr(frame.f_code, "co_qualname", frame.f_code.co_name)
         if not _allowed(qual, allow):
             used.setdefault(f"{mod} ({qual})")

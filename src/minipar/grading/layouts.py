@@ -7,6 +7,7 @@ case's result dict with what every chapter's reasons need: ``label``, ``rank``, 
 ``members``, ``world``, ``where``, ``whole`` (the default group) and ``used`` (course modules it
 called). The case in progress is written to stderr, so a rank that dies mid-case names it.
 """
+
 from __future__ import annotations
 
 from minipar.grading.imports import course_calls, forbidden_modules
@@ -23,18 +24,27 @@ def on_every_layout(rank, world, layouts, chapter, case, allow=(), note=None):
         if groups is None:
             group, members = None, list(range(world))
         else:
-            handles = [dist.new_group(g) for g in groups]     # every rank creates every group
+            handles = [dist.new_group(g) for g in groups]  # every rank creates every group
             k = next(i for i, g in enumerate(groups) if rank in g)
             group, members = handles[k], groups[k]
         gr, size = members.index(rank), len(members)
-        where = f"{label}, rank {rank}" + ("" if groups is None else
-                                           f" (rank {gr} of group {members})")
+        where = f"{label}, rank {rank}" + (
+            "" if groups is None else f" (rank {gr} of group {members})"
+        )
         os.write(2, f"minipar check: running case {where}\n".encode())
         if note is not None:
             note(where)
         with course_calls(forbidden_modules(chapter), allow) as used:
             res = case(gr, size, group)
-        res.update(label=label, rank=rank, gr=gr, members=members, world=world, where=where,
-                   whole=groups is None, used=list(used))    # in the order of first use
+        res.update(
+            label=label,
+            rank=rank,
+            gr=gr,
+            members=members,
+            world=world,
+            where=where,
+            whole=groups is None,
+            used=list(used),
+        )  # in the order of first use
         out.append((res, groups))
     return out

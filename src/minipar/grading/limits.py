@@ -39,6 +39,7 @@ raised or died gives a :class:`RankFailure` that carries the launcher's ``RankEr
 to look closer; a deadlock or an endless loop gives a :class:`LimitExceeded`. Checkers pass no
 ``timeout``: the limit is the grader's business, the same for every chapter.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -50,19 +51,19 @@ import threading
 import time
 
 from minipar.grading.errors import CheckTimeLimit, GradeFailure
-from minipar.grading.reasons import HINT as _HINT
 from minipar.grading.reasons import _PACKAGE as _COURSE
+from minipar.grading.reasons import HINT as _HINT
 from minipar.grading.reasons import dump_frames, dump_learner_line, is_library, reason_for
 
-SAMPLE_S = 0.5                 # how often the ranks' CPU times are read
+SAMPLE_S = 0.5  # how often the ranks' CPU times are read
 STALL_S = float(os.environ.get("MINIPAR_GRADE_STALL_S", "10"))
-IDLE_CPU_SHARE = 0.02          # a blocked gloo rank uses ~0.5 % of a core (its socket threads)
-BUSY_SHARE = 0.25              # ...and its socket thread is seen runnable in a few samples
+IDLE_CPU_SHARE = 0.02  # a blocked gloo rank uses ~0.5 % of a core (its socket threads)
+BUSY_SHARE = 0.25  # ...and its socket thread is seen runnable in a few samples
 CPU_LIMIT = float(os.environ.get("MINIPAR_GRADE_CPU_LIMIT", "60"))
 TIME_LIMIT = float(os.environ.get("MINIPAR_CHECK_TIME_LIMIT", "60"))
-CELL_LIMIT = float(os.environ.get("MINIPAR_GRADE_CELL_CPU_LIMIT", "120"))   # a graded cell
-DUMP_WAIT_S = 60.0             # for a stopped rank to be scheduled and write its stack
-WALL_BACKSTOP = 3600.0         # the launcher's timeout under the watcher: never reached by design
+CELL_LIMIT = float(os.environ.get("MINIPAR_GRADE_CELL_CPU_LIMIT", "120"))  # a graded cell
+DUMP_WAIT_S = 60.0  # for a stopped rank to be scheduled and write its stack
+WALL_BACKSTOP = 3600.0  # the launcher's timeout under the watcher: never reached by design
 _STATS_ENV = "MINIPAR_GRADE_STATS"
 
 
@@ -92,7 +93,7 @@ _TICK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 
 
 _PROC = os.path.exists(f"/proc/{os.getpid()}/stat")
-_PS_TIME = re.compile(r"(?:(\d+)-)?(?:(\d+):)?(\d+):(\d+(?:\.\d+)?)")   # [[d-]h:]m:s[.cs]
+_PS_TIME = re.compile(r"(?:(\d+)-)?(?:(\d+):)?(\d+):(\d+(?:\.\d+)?)")  # [[d-]h:]m:s[.cs]
 
 
 def _stat(pid: int):
@@ -107,8 +108,12 @@ def _stat_ps(pid: int):
     import subprocess
 
     try:
-        out = subprocess.run(["ps", "-o", "stat=,time=,lstart=", "-p", str(pid)],
-                             capture_output=True, text=True, timeout=5).stdout.split(None, 2)
+        out = subprocess.run(
+            ["ps", "-o", "stat=,time=,lstart=", "-p", str(pid)],
+            capture_output=True,
+            text=True,
+            timeout=5,
+        ).stdout.split(None, 2)
     except (OSError, subprocess.SubprocessError):
         return None
     m = _PS_TIME.fullmatch(out[1]) if len(out) == 3 else None
@@ -158,21 +163,20 @@ class Watcher:
     """Watches one call's ranks from a thread; stops them on a deadlock or an endless loop."""
 
     def __init__(self, stall_s: float | None = None, cpu_limit: float | None = None):
-        self.stall_s = STALL_S if stall_s is None else stall_s      # read now: tests may
-        self.cpu_limit = CPU_LIMIT if cpu_limit is None else cpu_limit   # change them
+        self.stall_s = STALL_S if stall_s is None else stall_s  # read now: tests may
+        self.cpu_limit = CPU_LIMIT if cpu_limit is None else cpu_limit  # change them
         self.pids: list[int] = []
         self.logs: list[str] = []
-        self.cpu: dict[int, float] = {}         # rank -> CPU-seconds used, last sample
-        self.kind: str | None = None            # set when it stopped the ranks
-        self.culprits: list[int] = []           # the looping ranks (endless loop)
-        self.stacks: dict[int, str] = {}        # rank -> its log after the dump
+        self.cpu: dict[int, float] = {}  # rank -> CPU-seconds used, last sample
+        self.kind: str | None = None  # set when it stopped the ranks
+        self.culprits: list[int] = []  # the looping ranks (endless loop)
+        self.stacks: dict[int, str] = {}  # rank -> its log after the dump
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
-    def start(self, pids, logs) -> None:        # launch.run's on_start: returns at once
+    def start(self, pids, logs) -> None:  # launch.run's on_start: returns at once
         self.pids, self.logs = list(pids), list(logs)
-        self._thread = threading.Thread(target=self._watch, name="minipar-grade-watch",
-                                        daemon=True)
+        self._thread = threading.Thread(target=self._watch, name="minipar-grade-watch", daemon=True)
         self._thread.start()
 
     def stop(self) -> None:
@@ -183,22 +187,22 @@ class Watcher:
     def _watch(self) -> None:
         try:
             self._loop()
-        except Exception:  # noqa: BLE001  (the launcher's own timeout remains the backstop)
+        except Exception:
             pass
 
     def _loop(self) -> None:
         starts: dict[int, int] = {}
-        window: list[tuple[float, dict[int, float], bool]] = []   # (time, cpu per rank, busy)
+        window: list[tuple[float, dict[int, float], bool]] = []  # (time, cpu per rank, busy)
         while not self._stop.wait(SAMPLE_S):
             now, cpu, busy = time.monotonic(), {}, False
             for r, pid in enumerate(self.pids):
                 st = _stat(pid)
                 if st is None or starts.setdefault(r, st[2]) != st[2] or st[0] in "ZX":
-                    continue                                   # exited (or the pid was reused)
+                    continue  # exited (or the pid was reused)
                 cpu[r] = st[1]
                 busy = busy or st[0] in "RD" or _any_thread_running(pid)
             if not cpu:
-                continue                                       # all gone: the launcher reports
+                continue  # all gone: the launcher reports
             self.cpu.update(cpu)
             over = [r for r, c in cpu.items() if c > self.cpu_limit]
             if over:
@@ -208,8 +212,9 @@ class Watcher:
             while window and now - window[0][0] > self.stall_s:
                 window.pop(0)
             first_t, first_cpu, _ = window[0]
-            if now - first_t < self.stall_s - SAMPLE_S or \
-                    sum(b for _, _, b in window) > BUSY_SHARE * len(window):
+            if now - first_t < self.stall_s - SAMPLE_S or sum(
+                b for _, _, b in window
+            ) > BUSY_SHARE * len(window):
                 continue
             gained = max(cpu.get(r, 0.0) - first_cpu.get(r, cpu.get(r, 0.0)) for r in cpu)
             if gained <= IDLE_CPU_SHARE * (now - first_t):
@@ -218,13 +223,14 @@ class Watcher:
 
     def _abort(self, kind: str, culprits: list[int]) -> None:
         self.kind, self.culprits = kind, culprits
-        for pid in self.pids:             # faulthandler writes every thread's stack to the log
-            _signal(pid, signal.SIGUSR1)      # and the rank goes on: none dies (and so none is
-        deadline = time.monotonic() + DUMP_WAIT_S   # killed by the launcher) before all dumped
+        for pid in self.pids:  # faulthandler writes every thread's stack to the log
+            _signal(pid, signal.SIGUSR1)  # and the rank goes on: none dies (and so none is
+        deadline = time.monotonic() + DUMP_WAIT_S  # killed by the launcher) before all dumped
         while time.monotonic() < deadline and not all(
-                not _alive(pid) or _has_dump(path) for pid, path in zip(self.pids, self.logs)):
+            not _alive(pid) or _has_dump(path) for pid, path in zip(self.pids, self.logs)
+        ):
             time.sleep(0.05)
-        time.sleep(0.1)                   # the last lines of a dump being written
+        time.sleep(0.1)  # the last lines of a dump being written
         for pid in self.pids:
             _signal(pid, signal.SIGKILL)
         for r, path in enumerate(self.logs):
@@ -238,15 +244,21 @@ class Watcher:
     def reason(self, world_size: int) -> str:
         where = {r: waiting_at(self.stacks.get(r, "")) for r in range(world_size)}
         if self.kind == "endless loop":
-            loops = ", ".join(f"rank {r} ({self.cpu.get(r, 0):.0f} CPU-s, "
-                              f"{where[r] or 'outside your code'})" for r in self.culprits)
+            loops = ", ".join(
+                f"rank {r} ({self.cpu.get(r, 0):.0f} CPU-s, {where[r] or 'outside your code'})"
+                for r in self.culprits
+            )
             others = _positions({r: w for r, w in where.items() if r not in self.culprits})
-            return (f"stopped an endless loop on {world_size} ranks: {loops} kept computing past "
-                    f"the limit of {self.cpu_limit:g} CPU-seconds per rank (the reference needs "
-                    f"a few); is there a loop whose condition never becomes false?"
-                    + (f" The other ranks: {others}." if others else ""))
-        return (f"deadlock on {world_size} ranks: for {self.stall_s:g} s no rank made progress "
-                f"(all blocked, using no CPU): {_positions(where)} -- {_HINT}")
+            return (
+                f"stopped an endless loop on {world_size} ranks: {loops} kept computing past "
+                f"the limit of {self.cpu_limit:g} CPU-seconds per rank (the reference needs "
+                f"a few); is there a loop whose condition never becomes false?"
+                + (f" The other ranks: {others}." if others else "")
+            )
+        return (
+            f"deadlock on {world_size} ranks: for {self.stall_s:g} s no rank made progress "
+            f"(all blocked, using no CPU): {_positions(where)} -- {_HINT}"
+        )
 
 
 def _has_dump(path: str) -> bool:
@@ -259,8 +271,10 @@ def _has_dump(path: str) -> bool:
 
 
 def _positions(where: dict) -> str:
-    return "; ".join(f"rank {r} " + (f"waiting at {w}" if w else "had finished its work")
-                     for r, w in sorted(where.items()))
+    return "; ".join(
+        f"rank {r} " + (f"waiting at {w}" if w else "had finished its work")
+        for r, w in sorted(where.items())
+    )
 
 
 def _signal(pid: int, sig) -> None:
@@ -282,12 +296,12 @@ def waiting_at(dump: str) -> str | None:
     where = dump_learner_line(dump)
     if where is None:
         return None
-    called = None               # the library function the learner's line called
+    called = None  # the library function the learner's line called
     for f, _, func in dump_frames(dump):
         if not is_library(f):
             break
         if func not in ("wrapper", "<lambda>") and not f.startswith(_COURSE):  # a checker's
-            called = func                                                        # wrapper
+            called = func  # wrapper
     return where + (f" (in {called})" if called else "")
 
 
@@ -308,25 +322,28 @@ def run_ranks(fn, world_size: int, *args, **kwargs) -> list:
     try:
         if watcher is None:
             return run(fn, world_size, *args, timeout=WALL_BACKSTOP, **kwargs)
-        return run(fn, world_size, *args, timeout=WALL_BACKSTOP, on_start=watcher.start,
-                   **kwargs)
+        return run(fn, world_size, *args, timeout=WALL_BACKSTOP, on_start=watcher.start, **kwargs)
     except RankError as e:
         if watcher is not None:
             watcher.stop()
         if watcher is not None and watcher.kind:
             verdict = watcher.kind
-            raise LimitExceeded(watcher.reason(world_size), watcher.kind,
-                                watcher.stacks) from None
+            raise LimitExceeded(watcher.reason(world_size), watcher.kind, watcher.stacks) from None
         if "timed out" in (e.summary or "").lower():
             verdict = "deadlock"
-            raise LimitExceeded(f"deadlock on {world_size} ranks: rank {e.rank} timed out "
-                                f"waiting in a collective or recv -- {_HINT}", "deadlock") from None
+            raise LimitExceeded(
+                f"deadlock on {world_size} ranks: rank {e.rank} timed out "
+                f"waiting in a collective or recv -- {_HINT}",
+                "deadlock",
+            ) from None
         verdict = "raised"
         raise RankFailure(reason_for(e), e) from None
     except TimeoutError as e:
         verdict = "timeout"
-        raise LimitExceeded(f"{world_size} ranks never finished ({e}): an endless loop, or a "
-                            "wait that never ends?", "timeout") from None
+        raise LimitExceeded(
+            f"{world_size} ranks never finished ({e}): an endless loop, or a wait that never ends?",
+            "timeout",
+        ) from None
     finally:
         if watcher is not None:
             watcher.stop()
@@ -339,8 +356,17 @@ def _record(world_size, watcher, wall, verdict) -> None:
         return
     cpu = [round(watcher.cpu.get(r, 0.0), 2) for r in range(world_size)] if watcher else []
     with open(path, "a", encoding="utf-8") as f:
-        f.write(json.dumps({"world_size": world_size, "cpu_s": cpu, "wall_s": round(wall, 2),
-                            "verdict": verdict}) + "\n")
+        f.write(
+            json.dumps(
+                {
+                    "world_size": world_size,
+                    "cpu_s": cpu,
+                    "wall_s": round(wall, 2),
+                    "verdict": verdict,
+                }
+            )
+            + "\n"
+        )
 
 
 # ----------------------------------------------------------------------------- in this process
@@ -360,7 +386,7 @@ def _main_thread_clock():
         return None
 
 
-_limits: list = []          # the active in-process limits, innermost last
+_limits: list = []  # the active in-process limits, innermost last
 
 
 class _MainThreadLimit:
@@ -376,8 +402,7 @@ class _MainThreadLimit:
         self.start = time.clock_gettime(clock)
         self.active, self.retry_at = True, 0.0
         self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._watch, name="minipar-cpu-limit",
-                                        daemon=True)
+        self._thread = threading.Thread(target=self._watch, name="minipar-cpu-limit", daemon=True)
 
     def used(self) -> float:
         return time.clock_gettime(self.clock) - self.start
@@ -385,9 +410,13 @@ class _MainThreadLimit:
     def _watch(self) -> None:
         main = threading.main_thread().ident
         while not self._stop.wait(0.05):
-            if _limits and _limits[-1] is self and self.used() > self.seconds \
-                    and time.monotonic() >= self.retry_at:
-                self.retry_at = time.monotonic() + 0.5     # the handler decides; retry later
+            if (
+                _limits
+                and _limits[-1] is self
+                and self.used() > self.seconds
+                and time.monotonic() >= self.retry_at
+            ):
+                self.retry_at = time.monotonic() + 0.5  # the handler decides; retry later
                 signal.pthread_kill(main, signal.SIGPROF)
 
     def __enter__(self):
@@ -412,8 +441,11 @@ def cpu_time_limit(seconds: float | None):
     threads have no clock of their own). Nested, the inner limit applies inside and the outer
     one goes on after it. A no-op off the main thread, without ``setitimer``, or for
     ``None``/0."""
-    if not seconds or threading.current_thread() is not threading.main_thread() \
-            or not hasattr(signal, "setitimer"):
+    if (
+        not seconds
+        or threading.current_thread() is not threading.main_thread()
+        or not hasattr(signal, "setitimer")
+    ):
         yield
         return
 
@@ -427,31 +459,37 @@ def cpu_time_limit(seconds: float | None):
     def fire(signum, frame):
         if signum == signal.SIGPROF and thread_limit is not None:
             if not thread_limit.active or not _limits or _limits[-1] is not thread_limit:
-                return                             # late, or an outer limit's: not ours now
+                return  # late, or an outer limit's: not ours now
             if _in_launcher(frame):
-                return                             # the watcher retries in 0.5 s
-            raise CheckTimeLimit(f"stopped after {seconds:g} CPU-seconds: your code was still "
-                                 "computing (an endless loop?)")
+                return  # the watcher retries in 0.5 s
+            raise CheckTimeLimit(
+                f"stopped after {seconds:g} CPU-seconds: your code was still "
+                "computing (an endless loop?)"
+            )
         timer = signal.ITIMER_PROF if signum == signal.SIGPROF else signal.ITIMER_REAL
         if _in_launcher(frame):
-            signal.setitimer(timer, 0.5)           # retry once the launcher returns
+            signal.setitimer(timer, 0.5)  # retry once the launcher returns
             return
         if signum == signal.SIGPROF:
-            raise CheckTimeLimit(f"stopped after {seconds:g} CPU-seconds: your code was still "
-                                 "computing (an endless loop?)")
+            raise CheckTimeLimit(
+                f"stopped after {seconds:g} CPU-seconds: your code was still "
+                "computing (an endless loop?)"
+            )
         here = time.monotonic() - start - (ranks_wall_seconds() - ranks_before)  # not the ranks'
         if here < wall:
             signal.setitimer(signal.ITIMER_REAL, wall - here)
             return
-        raise CheckTimeLimit(f"stopped after {wall:g} s of waiting: your code was still "
-                             "running (a wait that never ends?)")
+        raise CheckTimeLimit(
+            f"stopped after {wall:g} s of waiting: your code was still "
+            "running (a wait that never ends?)"
+        )
 
     old_prof = signal.signal(signal.SIGPROF, fire)
     old_alrm = signal.signal(signal.SIGALRM, fire)
     outer_prof = 0.0
     if thread_limit is None:
-        outer_prof = signal.setitimer(signal.ITIMER_PROF, seconds)[0]   # an enclosing limit's
-    outer_real = signal.setitimer(signal.ITIMER_REAL, wall)[0]          # time left, if any
+        outer_prof = signal.setitimer(signal.ITIMER_PROF, seconds)[0]  # an enclosing limit's
+    outer_real = signal.setitimer(signal.ITIMER_REAL, wall)[0]  # time left, if any
     cpu0 = time.process_time()
     try:
         if thread_limit is not None:
@@ -465,13 +503,23 @@ def cpu_time_limit(seconds: float | None):
         signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGPROF, old_prof)
         signal.signal(signal.SIGALRM, old_alrm)
-        if outer_prof:          # nested (a check inside a graded cell): the outer limit goes on
-            signal.setitimer(signal.ITIMER_PROF,
-                             max(outer_prof - (time.process_time() - cpu0), 0.01))
+        if outer_prof:  # nested (a check inside a graded cell): the outer limit goes on
+            signal.setitimer(
+                signal.ITIMER_PROF, max(outer_prof - (time.process_time() - cpu0), 0.01)
+            )
         if outer_real:
-            signal.setitimer(signal.ITIMER_REAL,
-                             max(outer_real - (time.monotonic() - start), 0.01))
+            signal.setitimer(signal.ITIMER_REAL, max(outer_real - (time.monotonic() - start), 0.01))
 
 
-__all__ = ["run_ranks", "RankFailure", "LimitExceeded", "cpu_time_limit", "waiting_at",
-           "Watcher", "CPU_LIMIT", "STALL_S", "TIME_LIMIT", "CELL_LIMIT"]
+__all__ = [
+    "run_ranks",
+    "RankFailure",
+    "LimitExceeded",
+    "cpu_time_limit",
+    "waiting_at",
+    "Watcher",
+    "CPU_LIMIT",
+    "STALL_S",
+    "TIME_LIMIT",
+    "CELL_LIMIT",
+]

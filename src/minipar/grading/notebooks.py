@@ -33,20 +33,27 @@ side log. Nothing the learner's file has saved reaches the verdict.
 chapter, or of the chapters named) and never overwrites a learner's notebook; ``--force``
 overwrites them (course authors); ``--check`` fails if a starter the repository holds is stale.
 """
+
 from __future__ import annotations
 
 import json
 import re
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # imported by the functions that need it: nbformat alone costs ~1 s
+    import nbformat
 
 CHECK_MARK = "# NBVAL_CHECK_OUTPUT"
 _CELL = re.compile(r"^# %%(?: \[(markdown|check)\])?[^\n]*$", re.M)
 _TASK = re.compile(r"""check\(\s*["']([\w.]+)["']""")
 _NBVAL = re.compile(r"^[ \t]*# *NBVAL_\w*[^\n]*\n?", re.M)
-_BLOCK = re.compile(r"^([ \t]*)# BEGIN SOLUTION[^\n]*\n.*?^[ \t]*# END SOLUTION[^\n]*\n", re.M | re.S)
-_HINT = "raise NotImplementedError(\"your code here\")"
-COURSE_EXERCISES = Path(__file__).resolve().parents[3] / "exercises"   # a source checkout
+_BLOCK = re.compile(
+    r"^([ \t]*)# BEGIN SOLUTION[^\n]*\n.*?^[ \t]*# END SOLUTION[^\n]*\n", re.M | re.S
+)
+_HINT = 'raise NotImplementedError("your code here")'
+COURSE_EXERCISES = Path(__file__).resolve().parents[3] / "exercises"  # a source checkout
 
 
 def _cells(source: str):
@@ -54,12 +61,13 @@ def _cells(source: str):
     marks = list(_CELL.finditer(source))
     for i, m in enumerate(marks):
         end = marks[i + 1].start() if i + 1 < len(marks) else len(source)
-        yield (m.group(1) or "code"), source[m.end():end].strip("\n")
+        yield (m.group(1) or "code"), source[m.end() : end].strip("\n")
 
 
 def _markdown(text: str) -> str:
-    return "\n".join(line[2:] if line.startswith("# ") else line.lstrip("#")
-                     for line in text.splitlines())
+    return "\n".join(
+        line[2:] if line.startswith("# ") else line.lstrip("#") for line in text.splitlines()
+    )
 
 
 def exercise_id(script: Path) -> str:
@@ -74,10 +82,11 @@ def build(script: Path, solved: bool) -> "nbformat.NotebookNode":
     import nbformat
 
     nb = nbformat.v4.new_notebook()
-    nb.metadata = {"kernelspec": {"name": "python3", "display_name": "Python 3",
-                                  "language": "python"},
-                   "language_info": {"name": "python"},
-                   "minipar": {"exercise": exercise_id(script)}}
+    nb.metadata = {
+        "kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"},
+        "language_info": {"name": "python"},
+        "minipar": {"exercise": exercise_id(script)},
+    }
     for kind, text in _cells(Path(script).read_text()):
         if kind == "markdown":
             nb.cells.append(nbformat.v4.new_markdown_cell(_markdown(text)))
@@ -116,20 +125,27 @@ def find_script(nb_path: Path, nb=None) -> Path | None:
     nb_path = Path(nb_path).resolve()
     meta = ((nb or {}).get("metadata", {}) or {}).get("minipar", {}) or {}
     ident = meta.get("exercise") if isinstance(meta, dict) else None
-    chapter, stem = (ident.split("/", 1) if isinstance(ident, str) and "/" in ident
-                     else (nb_path.parent.name, nb_path.stem))
-    roots = [p / "exercises" for p in nb_path.parents] + [Path.cwd() / "exercises",
-                                                          COURSE_EXERCISES]
+    chapter, stem = (
+        ident.split("/", 1)
+        if isinstance(ident, str) and "/" in ident
+        else (nb_path.parent.name, nb_path.stem)
+    )
+    roots = [p / "exercises" for p in nb_path.parents] + [
+        Path.cwd() / "exercises",
+        COURSE_EXERCISES,
+    ]
     candidates = [nb_path.parent / "solutions" / f"{stem}.py"]
     candidates += [root / chapter / "solutions" / f"{stem}.py" for root in roots]
     return next((c for c in candidates if c.is_file()), None)
 
 
 # ----------------------------------------------------------------------------- graded copy
-SETUP = ("# minipar grade: set-up (not part of the learner's notebook)\n"
-         "from minipar.grading.notebooks import grading_setup as _minipar_setup\n"
-         "_minipar_setup({folder!r}, {log!r})\n"
-         "del _minipar_setup")
+SETUP = (
+    "# minipar grade: set-up (not part of the learner's notebook)\n"
+    "from minipar.grading.notebooks import grading_setup as _minipar_setup\n"
+    "_minipar_setup({folder!r}, {log!r})\n"
+    "del _minipar_setup"
+)
 
 
 def graded_copy(nb, folder: str, log: str) -> tuple["nbformat.NotebookNode", list[int | None]]:
@@ -140,8 +156,9 @@ def graded_copy(nb, folder: str, log: str) -> tuple["nbformat.NotebookNode", lis
     from minipar.grading import pass_line
 
     copy = nbformat.v4.new_notebook()
-    copy.metadata = {"kernelspec": {"name": "python3", "display_name": "Python 3",
-                                    "language": "python"}}
+    copy.metadata = {
+        "kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"}
+    }
     origin: list[int | None] = [None]
     copy.cells.append(nbformat.v4.new_code_cell(SETUP.format(folder=folder, log=log)))
     for i, cell in enumerate(nb.cells):
@@ -153,13 +170,13 @@ def graded_copy(nb, folder: str, log: str) -> tuple["nbformat.NotebookNode", lis
         if tasks:
             try:
                 lines = [pass_line(t) + "\n" for t in tasks]
-            except KeyError:      # registered only inside the kernel: the side log decides
+            except KeyError:  # registered only inside the kernel: the side log decides
                 copy.cells.append(new)
                 origin.append(i)
                 continue
             new.source = f"{CHECK_MARK}\n{source}"
             new.outputs = [nbformat.v4.new_output("stream", name="stdout", text="".join(lines))]
-            new.execution_count = 1          # nbval compares only cells marked as run
+            new.execution_count = 1  # nbval compares only cells marked as run
         copy.cells.append(new)
         origin.append(i)
     return copy, origin
@@ -211,7 +228,7 @@ def exercise_namespace(script: Path, solved: bool) -> dict:
     ns = {"__name__": "exercise"}
     for cell in build(Path(script), solved=solved).cells:
         if cell.cell_type == "code" and not cell_tasks(cell.source):
-            exec(compile(cell.source, f"<{Path(script).stem}>", "exec"), ns)  # noqa: S102
+            exec(compile(cell.source, f"<{Path(script).stem}>", "exec"), ns)
     return ns
 
 
@@ -236,8 +253,13 @@ def _committed(target: Path) -> str | None:
     import subprocess
 
     try:
-        out = subprocess.run(["git", "show", f":./{target.name}"], cwd=target.parent,
-                             capture_output=True, text=True, timeout=30)
+        out = subprocess.run(
+            ["git", "show", f":./{target.name}"],
+            cwd=target.parent,
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
     except (OSError, subprocess.SubprocessError):
         return None
     return out.stdout if out.returncode == 0 else None
@@ -253,7 +275,7 @@ def main(argv: list[str] | None = None) -> int:
     if unknown:
         print(f"unknown option {unknown[0]!r}: use --check or --force")
         return 2
-    chapters = [a for a in argv if not a.startswith("-")]      # optional: only these chapters
+    chapters = [a for a in argv if not a.startswith("-")]  # optional: only these chapters
     stale, kept = [], []
     for script in scripts():
         if chapters and script.parent.parent.name not in chapters:
@@ -271,12 +293,16 @@ def main(argv: list[str] | None = None) -> int:
             target.write_text(text)
             print(f"wrote {target}")
     if kept:
-        print(f"kept {len(kept)} existing notebook(s), your work included (only missing starters "
-              "are written)")
+        print(
+            f"kept {len(kept)} existing notebook(s), your work included (only missing starters "
+            "are written)"
+        )
     if stale:
-        print("stale starter notebooks in the repository: " + ", ".join(stale) + " (a course "
-              "author rebuilds them with `python -m minipar.grading.notebooks --force`, which "
-              "overwrites the notebooks and any answers in them, then commits them)")
+        print(
+            "stale starter notebooks in the repository: " + ", ".join(stale) + " (a course "
+            "author rebuilds them with `python -m minipar.grading.notebooks --force`, which "
+            "overwrites the notebooks and any answers in them, then commits them)"
+        )
         return 1
     return 0
 

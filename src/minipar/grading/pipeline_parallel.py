@@ -10,20 +10,26 @@ min(2(p−r−1)+(v−1)p, m·v), and the cap). Answers that use the course's ow
 ``minipar.pipeline_parallel`` are rejected (:mod:`minipar.grading.imports`); the stage the
 checker hands to the send/recv and B/W answers is the one course object they may call.
 """
+
 from __future__ import annotations
 
 from minipar.grading import GradeFailure, task
 from minipar.grading.compare import expect_tensor
-from minipar.grading.imports import (course_calls, forbid_course_code, forbidden_modules,
-                                     reject_course_calls)
+from minipar.grading.imports import (
+    course_calls,
+    forbid_course_code,
+    forbidden_modules,
+    reject_course_calls,
+)
 
 CHAPTER = "pipeline_parallel"
-_STAGE = ("GPTStage",)       # the stage the checker hands to the learner's code may be called
+_STAGE = ("GPTStage",)  # the stage the checker hands to the learner's code may be called
 
 
 def _run(fn, n, *args):
     """The ranks under the grader's shared limits (:mod:`minipar.grading.limits`)."""
     from minipar.grading.limits import run_ranks
+
     return run_ranks(fn, n, *args)
 
 
@@ -42,15 +48,16 @@ def _warmup_text(name, r, p, m, v, k_ref) -> str:
         expr = f"min(p−r−1, m) = min({raw}, {m})"
     else:
         raw, cap = 2 * (p - r - 1) + (v - 1) * p, m * v
-        expr = (f"min(2(p−r−1)+(v−1)p, m·v) = min(2·{p - r - 1}+{v - 1}·{p}, {m}·{v}) = "
-                f"min({raw}, {cap})")
+        expr = (
+            f"min(2(p−r−1)+(v−1)p, m·v) = min(2·{p - r - 1}+{v - 1}·{p}, {m}·{v}) = "
+            f"min({raw}, {cap})"
+        )
     w = min(raw, cap)
     unit = "forwards" if name == "1f1b" else "forward units"
     if w < cap and k_ref == w + 1:
         return f"warm-up {expr} = {w} {unit}, then the steady phase's first forward"
     if w == cap and k_ref == cap:
-        return (f"warm-up {expr} = {w}: capped, so all {cap} {unit} run before the first "
-                "backward")
+        return f"warm-up {expr} = {w}: capped, so all {cap} {unit} run before the first backward"
     return f"warm-up {expr} = {w}"
 
 
@@ -65,8 +72,9 @@ def _as_actions(lists, p, what):
             op, stage, mb = a
             out.append(Action(str(op), int(stage), int(mb)))
         except (TypeError, ValueError):
-            raise GradeFailure(f"{what}: each action must be (op, stage, microbatch), "
-                               f"got {a!r}") from None
+            raise GradeFailure(
+                f"{what}: each action must be (op, stage, microbatch), got {a!r}"
+            ) from None
     return out
 
 
@@ -86,8 +94,9 @@ def _diagnose_schedule(fn, name, cases, v_of=lambda p: 1):
         v = v_of(p)
         args = (p, m) if name == "1f1b" else (p, m, v)
         ref = schedule(name, p, m, v)
-        got = [_as_actions(_call(fn, r, *args), p, f"rank {r} (p = {p}, m = {m})")
-               for r in range(p)]
+        got = [
+            _as_actions(_call(fn, r, *args), p, f"rank {r} (p = {p}, m = {m})") for r in range(p)
+        ]
         if got == ref:
             continue
         for r, acts in enumerate(got):
@@ -99,43 +108,58 @@ def _diagnose_schedule(fn, name, cases, v_of=lambda p: 1):
         for r, (acts, want) in enumerate(zip(got, ref)):
             k, k_ref = _leading_forwards(acts), _leading_forwards(want)
             if k != k_ref:
-                raise GradeFailure(f"p = {p}, m = {m}" + ("" if v == 1 else f", v = {v}") +
-                                   f": rank {r} runs {k} forwards before its first backward, "
-                                   f"expected {k_ref} ("
-                                   + _warmup_text(name, r, p, m, v, k_ref) + ")")
+                raise GradeFailure(
+                    f"p = {p}, m = {m}"
+                    + ("" if v == 1 else f", v = {v}")
+                    + f": rank {r} runs {k} forwards before its first backward, "
+                    f"expected {k_ref} (" + _warmup_text(name, r, p, m, v, k_ref) + ")"
+                )
         try:
             sim = simulate(got, m)
         except ScheduleError as e:
             raise GradeFailure(f"p = {p}, m = {m}: {e}") from None
         for r in range(p):
             if sim.peak_in_flight[r] > peak_in_flight(name, r, p, m, v):
-                raise GradeFailure(f"p = {p}, m = {m}: rank {r} holds {sim.peak_in_flight[r]} "
-                                   f"micro-batches at once, {name} holds at most "
-                                   f"{peak_in_flight(name, r, p, m, v)}")
+                raise GradeFailure(
+                    f"p = {p}, m = {m}: rank {r} holds {sim.peak_in_flight[r]} "
+                    f"micro-batches at once, {name} holds at most "
+                    f"{peak_in_flight(name, r, p, m, v)}"
+                )
         for r, (acts, want) in enumerate(zip(got, ref)):
             if acts != want:
-                i = next(j for j, (a, b) in enumerate(zip(acts, want)) if a != b) \
-                    if any(a != b for a, b in zip(acts, want)) else min(len(acts), len(want))
+                i = (
+                    next(j for j, (a, b) in enumerate(zip(acts, want)) if a != b)
+                    if any(a != b for a, b in zip(acts, want))
+                    else min(len(acts), len(want))
+                )
                 have = acts[i] if i < len(acts) else "nothing"
                 need = want[i] if i < len(want) else "nothing"
-                raise GradeFailure(f"p = {p}, m = {m}: rank {r}'s action {i} is {have}, "
-                                   f"{name} runs {need} there")
+                raise GradeFailure(
+                    f"p = {p}, m = {m}: rank {r}'s action {i} is {have}, {name} runs {need} there"
+                )
 
 
 def _train_one_step(rank, p, m, lists):
     from minipar.pipeline_parallel.train import small_config, token_batches, train_rank
+
     c = small_config(L=6)
     return train_rank(rank, p, "1f1b", m, 1, c, token_batches(1, 2 * m, c), actions=lists).grads
 
 
 # ----------------------------------------------------------------------------- 01 1F1B
-@task("pipeline_parallel.one_f_one_b",
-      "equals 1F1B for p = 1..4 and several m (simulated), and trains like one process on 3 ranks")
+@task(
+    "pipeline_parallel.one_f_one_b",
+    "equals 1F1B for p = 1..4 and several m (simulated), and trains like one process on 3 ranks",
+)
 def check_one_f_one_b(fn, **_):
     from types import SimpleNamespace
 
-    from minipar.pipeline_parallel.train import (max_error, small_config, token_batches,
-                                                 train_reference)
+    from minipar.pipeline_parallel.train import (
+        max_error,
+        small_config,
+        token_batches,
+        train_reference,
+    )
 
     forbid_course_code(fn, CHAPTER, what="write the schedule")
     _diagnose_schedule(fn, "1f1b", [(1, 3), (2, 2), (2, 5), (3, 3), (3, 7), (4, 8), (4, 2)])
@@ -151,7 +175,6 @@ def check_one_f_one_b(fn, **_):
 
 # ----------------------------------------------------------------------------- 02 send/recv
 def _gpipe_on_rank(rank, p, m, fn):
-    import torch
 
     from minipar.pipeline_parallel.stage import build_stages
     from minipar.pipeline_parallel.train import small_config, token_batches
@@ -161,8 +184,9 @@ def _gpipe_on_rank(rank, p, m, fn):
     x, y = token_batches(1, 2 * m, c)[0]
     with course_calls(forbidden_modules(CHAPTER), _STAGE) as used:
         fn(stage, rank, p, list(x.chunk(m)), list(y.chunk(m)), (2, c.s, c.h))
-    return {n: (None if q.grad is None else q.grad.clone())
-            for n, q in stage.reference_names().items()}, list(used)
+    return {
+        n: (None if q.grad is None else q.grad.clone()) for n, q in stage.reference_names().items()
+    }, list(used)
 
 
 def _diagnose_gpipe(results, ref, m, p):
@@ -174,24 +198,31 @@ def _diagnose_gpipe(results, ref, m, p):
     for rank, (grads, used) in enumerate(results):
         reject_course_calls(used, "write the send/recv step")
         for n, g in grads.items():
-            if n == "tok.weight":       # tied: each copy has only its own use's share
+            if n == "tok.weight":  # tied: each copy has only its own use's share
                 continue
             if same(g, ref[n]):
                 continue
             if same(g, m * ref[n]):
-                raise GradeFailure(f"p = {p}: rank {rank}'s gradients are m = {m} times too "
-                                   "large: divide each micro-batch's loss by m")
+                raise GradeFailure(
+                    f"p = {p}: rank {rank}'s gradients are m = {m} times too "
+                    "large: divide each micro-batch's loss by m"
+                )
             if g is None or torch.count_nonzero(g) == 0:
-                raise GradeFailure(f"p = {p}: rank {rank} has no gradient for {n}: does the "
-                                   "received activation require grad, and does every rank "
-                                   "back-propagate the gradient it receives?")
+                raise GradeFailure(
+                    f"p = {p}: rank {rank} has no gradient for {n}: does the "
+                    "received activation require grad, and does every rank "
+                    "back-propagate the gradient it receives?"
+                )
             err = (g - ref[n]).abs().max().item()
-            raise GradeFailure(f"p = {p}: rank {rank}'s gradient of {n} differs from one "
-                               f"process by {err:.2g}")
+            raise GradeFailure(
+                f"p = {p}: rank {rank}'s gradient of {n} differs from one process by {err:.2g}"
+            )
 
 
-@task("pipeline_parallel.gpipe_send_recv",
-      "a GPipe step with send/recv gives one process's gradients on 2 and 3 ranks")
+@task(
+    "pipeline_parallel.gpipe_send_recv",
+    "a GPipe step with send/recv gives one process's gradients on 2 and 3 ranks",
+)
 def check_gpipe_send_recv(fn, **_):
     from minipar.pipeline_parallel.train import small_config, token_batches, train_reference
 
@@ -204,8 +235,10 @@ def check_gpipe_send_recv(fn, **_):
 
 
 # ----------------------------------------------------------------------------- 03 B/W split
-@task("pipeline_parallel.bw_split",
-      "B gives the input gradient only, W accumulates the weight gradients; B+W = backward")
+@task(
+    "pipeline_parallel.bw_split",
+    "B gives the input gradient only, W accumulates the weight gradients; B+W = backward",
+)
 def check_bw_split(fns, **_):
     import torch
 
@@ -219,14 +252,14 @@ def check_bw_split(fns, **_):
     for fn in fns:
         forbid_course_code(fn, CHAPTER, what="write B and W")
     c = small_config(L=4)
-    stage = build_stages(c, 1, 2)[1]               # the last of 2 stages: layers + head
+    stage = build_stages(c, 1, 2)[1]  # the last of 2 stages: layers + head
     params = [q for q in stage.parameters() if q.requires_grad]
     g = torch.Generator().manual_seed(0)
     xs = [torch.randn(2, c.s, c.h, generator=g, dtype=torch.float64) for _ in range(2)]
     gys = [torch.randn(2, c.s, c.V, generator=g, dtype=torch.float64) for _ in range(2)]
 
     want_x, each_w = [], []
-    for x, gy in zip(xs, gys):                     # reference: one full backward each
+    for x, gy in zip(xs, gys):  # reference: one full backward each
         x = x.clone().requires_grad_()
         gx_w = torch.autograd.grad(stage(x), [x] + params, gy)
         want_x.append(gx_w[0])
@@ -234,60 +267,79 @@ def check_bw_split(fns, **_):
     want_w = [a + b for a, b in zip(*each_w)]
 
     outs = []
-    for x, gy in zip(xs, gys):                     # both micro-batches' B, then both W's
+    for x, gy in zip(xs, gys):  # both micro-batches' B, then both W's
         x = x.clone().requires_grad_()
         y = stage(x)
         try:
             gx = _call(backward_input, y, x, gy, allow=_STAGE)
         except RuntimeError as e:
             if "second time" in str(e):
-                raise GradeFailure("backward_input found the graph already freed: the first "
-                                   "micro-batch's B ran twice through one graph?") from None
+                raise GradeFailure(
+                    "backward_input found the graph already freed: the first "
+                    "micro-batch's B ran twice through one graph?"
+                ) from None
             raise
-        touched = [n for n, q in stage.named_parameters() if q.requires_grad and
-                   q.grad is not None and torch.count_nonzero(q.grad)]
+        touched = [
+            n
+            for n, q in stage.named_parameters()
+            if q.requires_grad and q.grad is not None and torch.count_nonzero(q.grad)
+        ]
         if touched:
-            raise GradeFailure(f"backward_input filled .grad of {len(touched)} of the stage's "
-                               f"{len(params)} weights (e.g. {touched[0]}): B must return x's "
-                               "gradient and leave every weight's .grad untouched -- a full "
-                               "backward from y accumulates into every leaf; ask autograd for "
-                               "x's gradient alone")
+            raise GradeFailure(
+                f"backward_input filled .grad of {len(touched)} of the stage's "
+                f"{len(params)} weights (e.g. {touched[0]}): B must return x's "
+                "gradient and leave every weight's .grad untouched -- a full "
+                "backward from y accumulates into every leaf; ask autograd for "
+                "x's gradient alone"
+            )
         # the gradient of x: a tensor of x's dtype (float64) and shape (2, s, h)
         expect_tensor(gx, want_x[len(outs)], "backward_input must return the gradient of x")
         if not torch.allclose(gx, want_x[len(outs)], atol=1e-10):
-            raise GradeFailure("backward_input's gradient differs from a full backward's "
-                               "gradient of x")
+            raise GradeFailure(
+                "backward_input's gradient differs from a full backward's gradient of x"
+            )
         outs.append((y, gy))
     for y, gy in outs:
         try:
             _call(backward_weight, y, params, gy, allow=_STAGE)
         except RuntimeError as e:
             if "second time" in str(e):
-                raise GradeFailure("backward_weight found the graph already freed: B ran "
-                                   "through it first and autograd frees a graph after a "
-                                   "backward unless told to keep it; B must leave it alive "
-                                   "for W") from None
+                raise GradeFailure(
+                    "backward_weight found the graph already freed: B ran "
+                    "through it first and autograd frees a graph after a "
+                    "backward unless told to keep it; B must leave it alive "
+                    "for W"
+                ) from None
             raise
     if any(q.grad is None for q in params):
         raise GradeFailure("backward_weight left a weight's .grad at None")
     if all(torch.allclose(q.grad, w, atol=1e-10) for q, w in zip(params, each_w[-1])):
-        raise GradeFailure("the weight gradients are the last micro-batch's only: "
-                           "backward_weight must add to .grad, not overwrite it")
+        raise GradeFailure(
+            "the weight gradients are the last micro-batch's only: "
+            "backward_weight must add to .grad, not overwrite it"
+        )
     names = [n for n, q in stage.named_parameters() if q.requires_grad]
     for n, q, w in zip(names, params, want_w):
         if not torch.allclose(q.grad, w, atol=1e-10):
             if torch.allclose(q.grad, 2 * w, atol=1e-10):
-                raise GradeFailure(f"the gradient of {n} is twice the full backward's: W added "
-                                   "each micro-batch's gradient twice")
-            raise GradeFailure(f"the gradient of {n} after B and W differs from a full "
-                               f"backward (max error {(q.grad - w).abs().max().item():.2g})")
+                raise GradeFailure(
+                    f"the gradient of {n} is twice the full backward's: W added "
+                    "each micro-batch's gradient twice"
+                )
+            raise GradeFailure(
+                f"the gradient of {n} after B and W differs from a full "
+                f"backward (max error {(q.grad - w).abs().max().item():.2g})"
+            )
 
 
 # ----------------------------------------------------------------------------- 04 interleaved
-@task("pipeline_parallel.interleaved",
-      "equals Megatron's interleaved order for p = 2..4, v = 2..3 (simulated)")
+@task(
+    "pipeline_parallel.interleaved",
+    "equals Megatron's interleaved order for p = 2..4, v = 2..3 (simulated)",
+)
 def check_interleaved(fn, **_):
     forbid_course_code(fn, CHAPTER, what="write the schedule")
-    _diagnose_schedule(fn, "interleaved", [(2, 2), (2, 4), (3, 6), (4, 4), (4, 8)],
-                       v_of=lambda p: 2)
+    _diagnose_schedule(
+        fn, "interleaved", [(2, 2), (2, 4), (3, 6), (4, 4), (4, 8)], v_of=lambda p: 2
+    )
     _diagnose_schedule(fn, "interleaved", [(2, 4), (3, 3)], v_of=lambda p: 3)

@@ -4,6 +4,7 @@ The reason names the learner's own line (the innermost frame outside the course 
 standard library and torch): in this process from the traceback, on a rank from its formatted
 traceback, in a rank that died from the ``faulthandler`` stack in its stderr.
 """
+
 from __future__ import annotations
 
 import io
@@ -15,12 +16,14 @@ from pathlib import Path
 from minipar.grading.errors import CheckTimeLimit, GradeFailure
 
 NOT_IMPLEMENTED = "not implemented yet (the starter code still raises NotImplementedError)"
-_PACKAGE = str(Path(__file__).resolve().parents[1])        # .../minipar
+_PACKAGE = str(Path(__file__).resolve().parents[1])  # .../minipar
 _FRAME = re.compile(r'^\s*File "([^"]+)", line (\d+), in (\S+)\s*\n(?:(\s+)(\S[^\n]*)\n)?', re.M)
-_DUMP_FRAME = re.compile(r'File "([^"]+)", line (\d+) in (\S+)')   # faulthandler's format
-HINT = ("does every rank make the same collective calls, in the same order, and does every "
-        "send have a matching recv?")
-LEARNER_TEXT_LIMIT = 400       # characters of a learner's own exception message
+_DUMP_FRAME = re.compile(r'File "([^"]+)", line (\d+) in (\S+)')  # faulthandler's format
+HINT = (
+    "does every rank make the same collective calls, in the same order, and does every "
+    "send have a matching recv?"
+)
+LEARNER_TEXT_LIMIT = 400  # characters of a learner's own exception message
 
 
 def one_line(text: str, limit: int | None = None) -> str:
@@ -38,8 +41,13 @@ def is_library(filename: str) -> bool:
     """A frame of the course package, the standard library, torch or another installed
     package: never the learner's line."""
     f = filename.replace("\\", "/")
-    return (f.startswith(_PACKAGE) or "/site-packages/" in f or "/lib/python" in f
-            or "/torch/" in f or f.startswith("<frozen"))
+    return (
+        f.startswith(_PACKAGE)
+        or "/site-packages/" in f
+        or "/lib/python" in f
+        or "/torch/" in f
+        or f.startswith("<frozen")
+    )
 
 
 def _code_only(code: str) -> str:
@@ -48,7 +56,7 @@ def _code_only(code: str) -> str:
     try:
         for tok in tokenize.generate_tokens(io.StringIO(code).readline):
             if tok.type == tokenize.COMMENT:
-                return code[:tok.start[1]].rstrip() or code
+                return code[: tok.start[1]].rstrip() or code
     except (tokenize.TokenError, SyntaxError, IndentationError):
         pass
     return code
@@ -66,8 +74,9 @@ def learner_line(exc: BaseException) -> str | None:
     while tb is not None:
         co = tb.tb_frame.f_code
         if not is_library(co.co_filename):
-            found = _where(tb.tb_lineno, co.co_name,
-                           linecache.getline(co.co_filename, tb.tb_lineno))
+            found = _where(
+                tb.tb_lineno, co.co_name, linecache.getline(co.co_filename, tb.tb_lineno)
+            )
         tb = tb.tb_next
     if isinstance(exc, SyntaxError) and exc.lineno:
         return _where(exc.lineno, "", exc.text)
@@ -108,8 +117,12 @@ def stderr_tail(text: str, lines: int = 4) -> str:
     """The last lines a dead rank wrote to its stderr, without faulthandler's stack and list of
     extension modules; ``" | "``-joined."""
     text = (text or "").split("Extension modules:", 1)[0]
-    head = re.split(r"\n(?:Stack|Current thread [^\n]*|Thread [^\n]*) \(most recent call "
-                    r"first\):", "\n" + text, maxsplit=1)[0]
+    head = re.split(
+        r"\n(?:Stack|Current thread [^\n]*|Thread [^\n]*) \(most recent call "
+        r"first\):",
+        "\n" + text,
+        maxsplit=1,
+    )[0]
     kept = [ln.strip() for ln in head.splitlines() if ln.strip()]
     return " | ".join(kept[-lines:])
 
@@ -126,23 +139,28 @@ def reason_for(exc: BaseException) -> str:
         summary = exc.summary or ""
         if summary.startswith("NotImplementedError"):
             return NOT_IMPLEMENTED
-        if "timed out" in summary.lower():        # gloo's own timeout (a plain launch.run)
-            return one_line(f"rank {exc.rank} timed out waiting in a collective or recv -- "
-                            f"{HINT}")
-        if summary.startswith("died"):          # "died (killed by signal 6 (SIGABRT)) without..."
+        if "timed out" in summary.lower():  # gloo's own timeout (a plain launch.run)
+            return one_line(f"rank {exc.rank} timed out waiting in a collective or recv -- {HINT}")
+        if summary.startswith("died"):  # "died (killed by signal 6 (SIGABRT)) without..."
             tail = exc.stderr_tail or ""
             where = dump_learner_line(tail)
-            return one_line(f"rank {exc.rank} {summary}"
-                            + (f" at {where}" if where else "")
-                            + f"; the last lines of its stderr: {stderr_tail(tail) or '(empty)'}",
-                            2 * LEARNER_TEXT_LIMIT)
+            return one_line(
+                f"rank {exc.rank} {summary}"
+                + (f" at {where}" if where else "")
+                + f"; the last lines of its stderr: {stderr_tail(tail) or '(empty)'}",
+                2 * LEARNER_TEXT_LIMIT,
+            )
         where = remote_learner_line(exc.remote_traceback)
-        return one_line(f"your code raised on rank {exc.rank}: "
-                        f"{one_line(summary, LEARNER_TEXT_LIMIT)}" + (f" ({where})" if where else ""))
+        return one_line(
+            f"your code raised on rank {exc.rank}: "
+            f"{one_line(summary, LEARNER_TEXT_LIMIT)}" + (f" ({where})" if where else "")
+        )
     if isinstance(exc, NotImplementedError):
         return NOT_IMPLEMENTED
-    if isinstance(exc, TimeoutError):             # launch.run's own timeout
+    if isinstance(exc, TimeoutError):  # launch.run's own timeout
         return one_line(f"timed out: {exc} -- {HINT}")
     where = learner_line(exc)
-    return one_line(f"your code raised {type(exc).__name__}: "
-                    f"{one_line(exc, LEARNER_TEXT_LIMIT)}" + (f" ({where})" if where else ""))
+    return one_line(
+        f"your code raised {type(exc).__name__}: "
+        f"{one_line(exc, LEARNER_TEXT_LIMIT)}" + (f" ({where})" if where else "")
+    )

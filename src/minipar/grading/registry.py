@@ -1,17 +1,18 @@
 """The task registry: ``@task("<slug>.<name>", summary)`` registers a checker; a chapter's
 module ``minipar.grading.<slug>`` is imported on first use of one of its ids."""
+
 from __future__ import annotations
 
 import importlib
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 
 @dataclass(frozen=True)
 class Task:
     id: str
-    summary: str           # what a pass proves; the PASS line's text
-    checker: Callable      # checker(candidate, **options) -> None, raises GradeFailure
+    summary: str  # what a pass proves; the PASS line's text
+    checker: Callable  # checker(candidate, **options) -> None, raises GradeFailure
 
 
 _TASKS: dict[str, Task] = {}
@@ -19,9 +20,11 @@ _TASKS: dict[str, Task] = {}
 
 def task(task_id: str, summary: str):
     """Decorator registering ``checker(candidate, **options)`` as the grader of ``task_id``."""
+
     def register(checker):
         _TASKS[task_id] = Task(task_id, summary, checker)
         return checker
+
     return register
 
 
@@ -46,14 +49,16 @@ def get_task(task_id: str) -> Task:
         try:
             importlib.import_module(module)
         except ModuleNotFoundError as e:
-            if e.name != module:          # the grader exists; something it imports does not
+            if e.name != module:  # the grader exists; something it imports does not
                 raise GraderImportError(
                     f"the grader of {task_id!r} could not be loaded: {module} failed to import "
-                    f"({type(e).__name__}: {e})") from e
-        except Exception as e:  # noqa: BLE001   (any error while importing the grader)
+                    f"({type(e).__name__}: {e})"
+                ) from e
+        except Exception as e:
             raise GraderImportError(
                 f"the grader of {task_id!r} could not be loaded: {module} failed to import "
-                f"({type(e).__name__}: {e})") from e
+                f"({type(e).__name__}: {e})"
+            ) from e
     if task_id not in _TASKS:
         raise KeyError(f"unknown exercise task {task_id!r}")
     return _TASKS[task_id]

@@ -26,6 +26,7 @@ Every file the kernel makes lives in the caller's folder: its connection file, i
 kills the kernel and every process under it, whatever session or process group they moved to.
 ``MINIPAR_GRADE_KERNEL_STALL_S`` and ``MINIPAR_GRADE_KERNEL_CPU_LIMIT`` override the numbers.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -76,7 +77,7 @@ def _check_signal() -> None:
 def _on_signal(signum, frame):
     _shield["first"] = _shield["first"] or signum
     if _shield["depth"]:
-        _shield["pending"] = _shield["pending"] or signum   # raised once the shield is down
+        _shield["pending"] = _shield["pending"] or signum  # raised once the shield is down
         return
     raise Interrupted(signum)
 
@@ -96,7 +97,7 @@ def shielded():
         _shield["depth"] -= 1
         if not _shield["depth"] and _shield["pending"]:
             signum, _shield["pending"] = _shield["pending"], None
-            if not failing:             # already unwinding (from the first signal): one is enough
+            if not failing:  # already unwinding (from the first signal): one is enough
                 raise Interrupted(signum)
 
 
@@ -117,7 +118,6 @@ def signals_unwind():
             signal.signal(s, h)
 
 
-
 def signal_text(code) -> str:
     """``exit code 0`` or ``signal 11 (SIGSEGV)`` for a Popen return code."""
     if code is None:
@@ -134,6 +134,7 @@ def signal_text(code) -> str:
 class CellRun:
     """What happened to one cell: ``status`` is ``"ok"``, ``"error"``, ``"stopped"`` (by a
     limit: ``reason`` says which) or ``"died"`` (the kernel died in it: ``reason`` says how)."""
+
     status: str
     stdout: str = ""
     error: str = ""
@@ -143,9 +144,9 @@ class CellRun:
 
 @dataclass
 class NotebookRun:
-    cells: dict[int, CellRun] = field(default_factory=dict)   # copy's cell index -> its run
-    died: tuple[int, str] | None = None                      # (cell, how) if the kernel died
-    start_error: str = ""                                    # the kernel never became ready
+    cells: dict[int, CellRun] = field(default_factory=dict)  # copy's cell index -> its run
+    died: tuple[int, str] | None = None  # (cell, how) if the kernel died
+    start_error: str = ""  # the kernel never became ready
 
 
 class KernelStartError(RuntimeError):
@@ -169,16 +170,22 @@ class Kernel:
         self.folder = Path(folder)
         (self.folder / "ipython").mkdir(exist_ok=True)
         (self.folder / "tmp").mkdir(exist_ok=True)
-        self.km = KernelManager(kernel_name="minipar-grade", kernel_spec_manager=_ThisPython(),
-                                connection_file=str(self.folder / "kernel.json"))
+        self.km = KernelManager(
+            kernel_name="minipar-grade",
+            kernel_spec_manager=_ThisPython(),
+            connection_file=str(self.folder / "kernel.json"),
+        )
         self.kc = None
         self.pid: int | None = None
         self.stopped = False
-        self._tree: dict[int, object] = {}          # pid -> psutil.Process seen under the kernel
-        self._cpu_seen: dict[int, float] = {}       # pid -> its CPU-seconds, last sample
+        self._tree: dict[int, object] = {}  # pid -> psutil.Process seen under the kernel
+        self._cpu_seen: dict[int, float] = {}  # pid -> its CPU-seconds, last sample
         kenv = dict(os.environ if env is None else env)
-        kenv.update(IPYTHONDIR=str(self.folder / "ipython"), TMPDIR=str(self.folder / "tmp"),
-                    PYDEVD_DISABLE_FILE_VALIDATION="1")
+        kenv.update(
+            IPYTHONDIR=str(self.folder / "ipython"),
+            TMPDIR=str(self.folder / "tmp"),
+            PYDEVD_DISABLE_FILE_VALIDATION="1",
+        )
         # the kernel's own stdout/stderr (ipykernel's start-up warnings, C-level output) go to
         # a log in the folder, not into the grader's progress lines
         with open(self.folder / "kernel.log", "ab") as log:
@@ -233,8 +240,9 @@ class Kernel:
         while True:
             _check_signal()
             if not self.alive():
-                raise KernelStartError(f"the kernel exited while starting "
-                                       f"({signal_text(self.exit_code())})")
+                raise KernelStartError(
+                    f"the kernel exited while starting ({signal_text(self.exit_code())})"
+                )
             try:
                 self.kc.wait_for_ready(timeout=2)
                 return
@@ -245,12 +253,14 @@ class Kernel:
             if gained > IDLE_CPU_SHARE * (now - last_t):
                 last_t, gained = now, 0.0
             elif now - last_t > stall_s:
-                raise KernelStartError(f"the kernel made no progress for {stall_s:g} s while "
-                                       "starting")
+                raise KernelStartError(
+                    f"the kernel made no progress for {stall_s:g} s while starting"
+                )
 
     # ------------------------------------------------------------------------- one cell
-    def run_cell(self, source: str, timeout: float | None, stall_s: float, cpu_limit: float,
-                 heartbeat=None) -> CellRun:
+    def run_cell(
+        self, source: str, timeout: float | None, stall_s: float, cpu_limit: float, heartbeat=None
+    ) -> CellRun:
         msg_id = self.kc.execute(source, store_history=True, allow_stdin=False)
         t0 = time.monotonic()
         own0, _ = self.cpu()
@@ -265,7 +275,7 @@ class Kernel:
                 msg = None
             now = time.monotonic()
             if msg is not None and msg.get("parent_header", {}).get("msg_id") == msg_id:
-                last_t = now                                   # a message is progress
+                last_t = now  # a message is progress
                 kind, content = msg["msg_type"], msg["content"]
                 if kind == "stream" and content.get("name") == "stdout":
                     stdout.append(content.get("text", ""))
@@ -275,13 +285,13 @@ class Kernel:
                     break
                 continue
             if not self.alive():
-                return CellRun("died", "".join(stdout), reason=signal_text(self.exit_code()),
-                               seconds=now - t0)
+                return CellRun(
+                    "died", "".join(stdout), reason=signal_text(self.exit_code()), seconds=now - t0
+                )
             if interrupted_at is not None:
                 if now - interrupted_at > INTERRUPT_GRACE_S:
-                    self.stop()         # it did not answer SIGINT: the kernel goes
-                    return CellRun("stopped", "".join(stdout), reason=stop_reason,
-                                   seconds=now - t0)
+                    self.stop()  # it did not answer SIGINT: the kernel goes
+                    return CellRun("stopped", "".join(stdout), reason=stop_reason, seconds=now - t0)
                 continue
             own, more = self.cpu()
             gained += more
@@ -289,15 +299,18 @@ class Kernel:
             if gained > IDLE_CPU_SHARE * max(now - last_t, POLL_S):
                 last_t, gained = now, 0.0
             if timeout is not None and now - t0 > timeout:
-                stop_reason = (f"stopped by --timeout: the cell ran {timeout:g} s of wall-clock "
-                               "time")
+                stop_reason = f"stopped by --timeout: the cell ran {timeout:g} s of wall-clock time"
             elif now - last_t > stall_s:
-                stop_reason = (f"stopped: for {stall_s:g} s the kernel and its processes made no "
-                               "progress (no CPU time, no output): a wait that never ends?")
+                stop_reason = (
+                    f"stopped: for {stall_s:g} s the kernel and its processes made no "
+                    "progress (no CPU time, no output): a wait that never ends?"
+                )
             elif own - own0 > cpu_limit:
-                stop_reason = (f"stopped after {cpu_limit:g} CPU-seconds of the kernel: your "
-                               "code was still computing and did not answer the grader's "
-                               "limit (an endless loop in compiled code?)")
+                stop_reason = (
+                    f"stopped after {cpu_limit:g} CPU-seconds of the kernel: your "
+                    "code was still computing and did not answer the grader's "
+                    "limit (an endless loop in compiled code?)"
+                )
             if stop_reason:
                 interrupted_at = now
                 self.interrupt()
@@ -330,14 +343,14 @@ class Kernel:
         if self.kc is not None:
             try:
                 self.kc.stop_channels()
-            except Exception:  # noqa: BLE001  (channels half-started: nothing to stop)
+            except Exception:
                 pass
         _kill(self.pid)
         try:
             self.km.provisioner.process.wait(timeout=5)
-        except Exception:  # noqa: BLE001
+        except Exception:
             pass
-        _, alive = psutil.wait_procs(tree, timeout=2)           # zygotes see their caller gone
+        _, alive = psutil.wait_procs(tree, timeout=2)  # zygotes see their caller gone
         for p in alive:
             try:
                 p.kill()
@@ -346,7 +359,7 @@ class Kernel:
         psutil.wait_procs(alive, timeout=2)
         try:
             self.km.cleanup_resources()
-        except Exception:  # noqa: BLE001
+        except Exception:
             pass
         self.stopped = True
 
@@ -358,8 +371,15 @@ def _kill(pid: int) -> None:
         pass
 
 
-def run_notebook(cells: list[str], folder: Path, cwd: str, *, timeout: float | None = None,
-                 heartbeat=None, env: dict | None = None) -> NotebookRun:
+def run_notebook(
+    cells: list[str],
+    folder: Path,
+    cwd: str,
+    *,
+    timeout: float | None = None,
+    heartbeat=None,
+    env: dict | None = None,
+) -> NotebookRun:
     """Run the code ``cells`` in order in a fresh kernel whose files live in ``folder``."""
     result = NotebookRun()
     stall_s = float(os.environ.get("MINIPAR_GRADE_KERNEL_STALL_S", STALL_S))
@@ -367,11 +387,11 @@ def run_notebook(cells: list[str], folder: Path, cwd: str, *, timeout: float | N
     kernel = None
     try:
         try:
-            with shielded():                    # a signal now would leave it half-started
+            with shielded():  # a signal now would leave it half-started
                 kernel = Kernel(folder, cwd, env)
             kernel.wait_ready(stall_s)
         except KernelStartError as e:
-            try:                                 # the kernel's own words, if it said any
+            try:  # the kernel's own words, if it said any
                 said = (Path(folder) / "kernel.log").read_text(errors="replace").strip()
             except OSError:
                 said = ""
@@ -389,7 +409,7 @@ def run_notebook(cells: list[str], folder: Path, cwd: str, *, timeout: float | N
                 break
     finally:
         if kernel is not None:
-            with shielded():                    # a second signal must not cut the cleanup
+            with shielded():  # a second signal must not cut the cleanup
                 kernel.stop()
     return result
 

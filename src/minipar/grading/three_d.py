@@ -5,6 +5,7 @@ dp_cp and folded ep/edp groups of the five-dimensional grid against :class:`mini
 Group lists are shown in full with what differs, or the known slip is named; answers to
 exercises 1, 3 and 4 that use the course's grid or planner are rejected
 (:mod:`minipar.grading.imports`)."""
+
 from __future__ import annotations
 
 from minipar.cost import three_d as planner
@@ -41,18 +42,18 @@ def _group_diff(ax, mine, want) -> str:
         parts.append(f"yours has {_show(extra)}, which Megatron's has not")
     if missing:
         parts.append(f"it lacks {_show(missing)}")
-    if not parts:                                          # same groups, other multiplicities
+    if not parts:  # same groups, other multiplicities
         parts.append(f"{len(mine)} groups where Megatron's has {len(want)}")
-    return (f"{ax} groups {_show(mine)}; Megatron's are {_show(want)} -- "
-            + "; ".join(parts))
+    return f"{ax} groups {_show(mine)}; Megatron's are {_show(want)} -- " + "; ".join(parts)
 
 
 def _other_orders(d, t, p):
     """Groups produced by the usual mix-ups of the rank order, for naming the slip."""
     import itertools
+
     sizes = {"tp": t, "dp": d, "pp": p}
     out = {}
-    for order in itertools.permutations(("pp", "dp", "tp")):   # outermost .. innermost
+    for order in itertools.permutations(("pp", "dp", "tp")):  # outermost .. innermost
         if order == ("pp", "dp", "tp"):
             continue
         strides, s = {}, 1
@@ -62,16 +63,28 @@ def _other_orders(d, t, p):
 
         def groups(ax):
             others = [a for a in order if a != ax]
-            return _normal([[sum(idx[a] * strides[a] for a in others) + k * strides[ax]
-                             for k in range(sizes[ax])]
-                            for idx in (dict(zip(others, v)) for v in itertools.product(
-                                *(range(sizes[a]) for a in others)))])
+            return _normal(
+                [
+                    [
+                        sum(idx[a] * strides[a] for a in others) + k * strides[ax]
+                        for k in range(sizes[ax])
+                    ]
+                    for idx in (
+                        dict(zip(others, v))
+                        for v in itertools.product(*(range(sizes[a]) for a in others))
+                    )
+                ]
+            )
+
         out[" > ".join(order)] = {ax: groups(ax) for ax in ("tp", "dp", "pp")}
     return out
 
 
-@task("three_d.rank_groups", "tp/dp/pp groups equal Megatron's order (tp innermost, pp outermost) "
-      "for (d, t, p) = (2,2,2), (3,2,1), (1,3,2), (2,3,4), (1,1,1)")
+@task(
+    "three_d.rank_groups",
+    "tp/dp/pp groups equal Megatron's order (tp innermost, pp outermost) "
+    "for (d, t, p) = (2,2,2), (3,2,1), (1,3,2), (2,3,4), (1,1,1)",
+)
 def check_rank_groups(candidate):
     if not callable(candidate):
         raise GradeFailure("pass your function itself, not its result")
@@ -79,25 +92,31 @@ def check_rank_groups(candidate):
     for d, t, p in GRID_SHAPES:
         got = _call(candidate, d, t, p)
         if not isinstance(got, dict) or not {"tp", "dp", "pp"} <= set(got):
-            raise GradeFailure(f"for (d, t, p) = ({d}, {t}, {p}): return a dict with keys "
-                               f"'tp', 'dp', 'pp', got {type(got).__name__}")
+            raise GradeFailure(
+                f"for (d, t, p) = ({d}, {t}, {p}): return a dict with keys "
+                f"'tp', 'dp', 'pp', got {type(got).__name__}"
+            )
         grid = RankGrid(d, t, p)
         try:
             mine = {ax: _normal(got[ax]) for ax in ("tp", "dp", "pp")}
         except (TypeError, ValueError):
-            raise GradeFailure(f"for (d, t, p) = ({d}, {t}, {p}): each value must be a list "
-                               "of lists of ranks") from None
+            raise GradeFailure(
+                f"for (d, t, p) = ({d}, {t}, {p}): each value must be a list of lists of ranks"
+            ) from None
         want = {ax: _normal(grid.groups(ax)) for ax in ("tp", "dp", "pp")}
         if mine == want:
             continue
         for order, groups in _other_orders(d, t, p).items():
             if mine == groups:
-                raise GradeFailure(f"for (d, t, p) = ({d}, {t}, {p}): your groups follow the "
-                                   f"order {order} (outermost to innermost); Megatron's is "
-                                   "pp > dp > tp")
+                raise GradeFailure(
+                    f"for (d, t, p) = ({d}, {t}, {p}): your groups follow the "
+                    f"order {order} (outermost to innermost); Megatron's is "
+                    "pp > dp > tp"
+                )
         bad = next(ax for ax in ("tp", "dp", "pp") if mine[ax] != want[ax])
-        raise GradeFailure(f"for (d, t, p) = ({d}, {t}, {p}): "
-                           + _group_diff(bad, mine[bad], want[bad]))
+        raise GradeFailure(
+            f"for (d, t, p) = ({d}, {t}, {p}): " + _group_diff(bad, mine[bad], want[bad])
+        )
 
 
 # --- choosing a layout ----------------------------------------------------------------------
@@ -121,15 +140,21 @@ def layout_verdicts():
 
 def _parts(c) -> dict:
     """Where a layout's step goes, in the planner's terms (seconds)."""
-    return {"the pipeline bubble": c.compute_seconds * c.bubble_relative,
-            "TP communication": c.tp_seconds, "PP messages": c.pp_seconds,
-            "exposed DP/ZeRO communication": c.dp_exposed_seconds + c.zero3_exposed_seconds,
-            "compute": c.compute_seconds}
+    return {
+        "the pipeline bubble": c.compute_seconds * c.bubble_relative,
+        "TP communication": c.tp_seconds,
+        "PP messages": c.pp_seconds,
+        "exposed DP/ZeRO communication": c.dp_exposed_seconds + c.zero3_exposed_seconds,
+        "compute": c.compute_seconds,
+    }
 
 
-@task("three_d.choose_layout", "the layout fits GPT-3 175B on 1024 A100 for some micro-batch, "
-      "recomputation and ZeRO stage (ZeRO-3 included) and is within 10 % of the planner's best "
-      "predicted step time")
+@task(
+    "three_d.choose_layout",
+    "the layout fits GPT-3 175B on 1024 A100 for some micro-batch, "
+    "recomputation and ZeRO stage (ZeRO-3 included) and is within 10 % of the planner's best "
+    "predicted step time",
+)
 def check_choose_layout(candidate):
     value = candidate() if callable(candidate) else candidate
     if not isinstance(value, (tuple, list)) or len(value) != 3:
@@ -150,13 +175,17 @@ def check_choose_layout(candidate):
     if LAYOUT_BATCH % d:
         raise GradeFailure(f"global batch ({LAYOUT_BATCH}) must be divisible by d ({d})")
     if t > cl.gpus_per_node:
-        raise GradeFailure(f"t ({t}) exceeds the GPUs per node ({cl.gpus_per_node}): TP's "
-                           "all-reduces would cross InfiniBand")
+        raise GradeFailure(
+            f"t ({t}) exceeds the GPUs per node ({cl.gpus_per_node}): TP's "
+            "all-reduces would cross InfiniBand"
+        )
     if (t, p, d) not in best_of:
-        raise GradeFailure(f"(d, t, p) = ({d}, {t}, {p}) does not fit in "
-                           f"{cl.gpu.memory_bytes * (1 - planner.HEADROOM) / 2**30:.0f} GiB "
-                           "(80 GiB less 10 % headroom) for any micro-batch, recomputation or "
-                           "ZeRO stage: raise t·p")
+        raise GradeFailure(
+            f"(d, t, p) = ({d}, {t}, {p}) does not fit in "
+            f"{cl.gpu.memory_bytes * (1 - planner.HEADROOM) / 2**30:.0f} GiB "
+            "(80 GiB less 10 % headroom) for any micro-batch, recomputation or "
+            "ZeRO stage: raise t·p"
+        )
     mine = best_of[t, p, d]
     if mine.step_seconds > LAYOUT_SLACK * best.step_seconds:
         gap = {k: v - _parts(best)[k] for k, v in _parts(mine).items()}
@@ -167,24 +196,29 @@ def check_choose_layout(candidate):
             f"recomputation, ZeRO-{mine.zero}) predicts "
             f"{mine.step_seconds:.1f} s per step, {mine.step_seconds / best.step_seconds - 1:.0%} "
             f"slower than the planner's best at {best.step_seconds:.1f} s; most of the gap is "
-            f"{worst} (+{gap[worst]:.1f} s)")
+            f"{worst} (+{gap[worst]:.1f} s)"
+        )
 
 
 # --- cost per token -------------------------------------------------------------------------
-COST_CONFIGS = [dict(step_seconds=12.9, gpus=64, global_batch=256, seq=4096, usd_per_gpu_hour=2.69),
-                dict(step_seconds=20.2, gpus=64, global_batch=256, seq=4096, usd_per_gpu_hour=1.99),
-                dict(step_seconds=36.8, gpus=2240, global_batch=1920, seq=2048,
-                     usd_per_gpu_hour=1.5),
-                dict(step_seconds=0.5, gpus=3, global_batch=6, seq=1000, usd_per_gpu_hour=7.0)]
+COST_CONFIGS = [
+    dict(step_seconds=12.9, gpus=64, global_batch=256, seq=4096, usd_per_gpu_hour=2.69),
+    dict(step_seconds=20.2, gpus=64, global_batch=256, seq=4096, usd_per_gpu_hour=1.99),
+    dict(step_seconds=36.8, gpus=2240, global_batch=1920, seq=2048, usd_per_gpu_hour=1.5),
+    dict(step_seconds=0.5, gpus=3, global_batch=6, seq=1000, usd_per_gpu_hour=7.0),
+]
 
 
 def _cost(step_seconds, gpus, global_batch, seq, usd_per_gpu_hour):
-    return planner.dollars_per_million_tokens(step_seconds, gpus, global_batch * seq,
-                                              usd_per_gpu_hour)
+    return planner.dollars_per_million_tokens(
+        step_seconds, gpus, global_batch * seq, usd_per_gpu_hour
+    )
 
 
-@task("three_d.cost_per_token", "$ per million tokens = GPU-hours per step × price / tokens "
-      "per step × 10⁶ on four settings")
+@task(
+    "three_d.cost_per_token",
+    "$ per million tokens = GPU-hours per step × price / tokens per step × 10⁶ on four settings",
+)
 def check_cost_per_token(candidate):
     if not callable(candidate):
         raise GradeFailure("pass your function itself, not its result")
@@ -194,23 +228,29 @@ def check_cost_per_token(candidate):
         x = as_number(_call(candidate, **cfg), "expected a number of dollars")
         if abs(x - want) <= 1e-6 * want:
             continue
-        slips = {"per token, not per million tokens": want / 1e6,
-                 "per sequence: multiply the sequences by seq to count tokens":
-                     want * cfg["seq"],
-                 "used seconds as hours: divide GPU-seconds by 3600": want * 3600,
-                 "left out the number of GPUs: every GPU is paid for": want / cfg["gpus"],
-                 "per billion tokens, not per million": want * 1e3}
+        slips = {
+            "per token, not per million tokens": want / 1e6,
+            "per sequence: multiply the sequences by seq to count tokens": want * cfg["seq"],
+            "used seconds as hours: divide GPU-seconds by 3600": want * 3600,
+            "left out the number of GPUs: every GPU is paid for": want / cfg["gpus"],
+            "per billion tokens, not per million": want * 1e3,
+        }
         what = ", ".join(f"{k}={v}" for k, v in cfg.items())
         for reason, value in slips.items():
             if abs(x - value) <= 1e-6 * abs(value):
                 raise GradeFailure(f"for {what}: {x:.4g} -- {reason}")
-        raise GradeFailure(f"for {what}: {x:.4g}, expected {want:.4g} dollars per million "
-                           "tokens")
+        raise GradeFailure(f"for {what}: {x:.4g}, expected {want:.4g} dollars per million tokens")
 
 
 # --- the five-dimensional grid: cp, dp_cp and the folded expert groups ----------------------
-FIVE_D_SHAPES = [(4, 2, 1, 2, 2), (1, 2, 2, 2, 4), (3, 1, 1, 2, 2), (2, 3, 2, 1, 3),
-                 (1, 1, 3, 3, 1), (1, 1, 1, 1, 1)]          # (d, t, p, cp, ep)
+FIVE_D_SHAPES = [
+    (4, 2, 1, 2, 2),
+    (1, 2, 2, 2, 4),
+    (3, 1, 1, 2, 2),
+    (2, 3, 2, 1, 3),
+    (1, 1, 3, 3, 1),
+    (1, 1, 1, 1, 1),
+]  # (d, t, p, cp, ep)
 FIVE_D_KINDS = ("cp", "dp_cp", "ep", "edp")
 FIVE_D_FORBIDDEN = ("minipar.grid", "minipar.three_d", "minipar.cost.three_d")
 
@@ -219,7 +259,7 @@ def _five_d_slips(d, t, p, cp, ep) -> dict:
     """{kind: [(reason, groups), ...]}: the groups the usual wrong rules give, normalised."""
     S = t * cp * d
 
-    def stage(fn):                     # fn(i_p) -> groups of one stage; all stages
+    def stage(fn):  # fn(i_p) -> groups of one stage; all stages
         return _normal([g for i in range(p) for g in fn(i)])
 
     def rank(i, j, k, l, order="tcd"):  # (i_p, i_d, i_c, i_t) under an order, innermost first
@@ -228,50 +268,97 @@ def _five_d_slips(d, t, p, cp, ep) -> dict:
             stride.update(c=t, d=t * cp)
         elif order == "tdc":
             stride.update(d=t, c=t * d)
-        else:                            # "ctd": cp innermost
+        else:  # "ctd": cp innermost
             stride.update(c=1, t=cp, d=cp * t)
         return i * S + j * stride["d"] + k * stride["c"] + l * stride["t"]
 
     def cp_groups(order):
-        return stage(lambda i: [[rank(i, j, k, l, order) for k in range(cp)]
-                                for j in range(d) for l in range(t)])
+        return stage(
+            lambda i: [
+                [rank(i, j, k, l, order) for k in range(cp)] for j in range(d) for l in range(t)
+            ]
+        )
 
     def dp_cp_groups(order):
-        return stage(lambda i: [[rank(i, j, k, l, order) for j in range(d) for k in range(cp)]
-                                for l in range(t)])
+        return stage(
+            lambda i: [
+                [rank(i, j, k, l, order) for j in range(d) for k in range(cp)] for l in range(t)
+            ]
+        )
+
     slips = {
-        "cp": [(f"your cp groups step by t·d = {t * d}: dp and cp are swapped; in Megatron's "
+        "cp": [
+            (
+                f"your cp groups step by t·d = {t * d}: dp and cp are swapped; in Megatron's "
                 f"order tp → cp → dp → pp the cp neighbours are t = {t} ranks apart",
-                cp_groups("tdc")),
-               ("your cp groups are consecutive ranks: cp and tp are swapped; tp is innermost, "
-                f"so the cp neighbours are t = {t} ranks apart", cp_groups("ctd"))],
-        "dp_cp": [("your dp_cp groups put cp innermost (cp and tp swapped); dp_cp holds the "
-                   "ranks of a stage with the same tp index", dp_cp_groups("ctd"))],
-        "ep": [(f"your ep groups step by S/ep = {S // ep} (ep and edp swapped): on the folded "
+                cp_groups("tdc"),
+            ),
+            (
+                "your cp groups are consecutive ranks: cp and tp are swapped; tp is innermost, "
+                f"so the cp neighbours are t = {t} ranks apart",
+                cp_groups("ctd"),
+            ),
+        ],
+        "dp_cp": [
+            (
+                "your dp_cp groups put cp innermost (cp and tp swapped); dp_cp holds the "
+                "ranks of a stage with the same tp index",
+                dp_cp_groups("ctd"),
+            )
+        ],
+        "ep": [
+            (
+                f"your ep groups step by S/ep = {S // ep} (ep and edp swapped): on the folded "
                 "expert grid ep is innermost, ep consecutive ranks of a stage",
-                stage(lambda i: [[i * S + e + x * (S // ep) for x in range(ep)]
-                                 for e in range(S // ep)]))],
-        "edp": [("your edp groups are the dense weights' dp_cp groups: an expert is held by the "
-                 f"S/ep = {S // ep} ranks of its stage with the same ep index, not by the d·cp "
-                 "ranks with the same tp index", dp_cp_groups("tcd")),
-                (f"your edp groups step by 1 (ep and edp swapped): ranks holding the same "
-                 f"experts are ep = {ep} apart",
-                 stage(lambda i: [[i * S + x * (S // ep) + e for e in range(S // ep)]
-                                  for x in range(ep)]))],
+                stage(
+                    lambda i: [
+                        [i * S + e + x * (S // ep) for x in range(ep)] for e in range(S // ep)
+                    ]
+                ),
+            )
+        ],
+        "edp": [
+            (
+                "your edp groups are the dense weights' dp_cp groups: an expert is held by the "
+                f"S/ep = {S // ep} ranks of its stage with the same ep index, not by the d·cp "
+                "ranks with the same tp index",
+                dp_cp_groups("tcd"),
+            ),
+            (
+                f"your edp groups step by 1 (ep and edp swapped): ranks holding the same "
+                f"experts are ep = {ep} apart",
+                stage(
+                    lambda i: [
+                        [i * S + x * (S // ep) + e for e in range(S // ep)] for x in range(ep)
+                    ]
+                ),
+            ),
+        ],
     }
-    if d % ep == 0:                  # expert parallelism carved out of dp, not folded
-        slips["ep"].insert(0, (
-            f"your ep groups step by t·cp = {t * cp} through the data-parallel ranks: ep is not "
-            f"folded; folded, an ep group is ep consecutive ranks of a stage (ep divides the "
-            f"stage's t·cp·d = {S} ranks, not d)",
-            stage(lambda i: [[rank(i, q * ep + x, k, l) for x in range(ep)]
-                             for q in range(d // ep) for k in range(cp) for l in range(t)])))
+    if d % ep == 0:  # expert parallelism carved out of dp, not folded
+        slips["ep"].insert(
+            0,
+            (
+                f"your ep groups step by t·cp = {t * cp} through the data-parallel ranks: ep is not "
+                f"folded; folded, an ep group is ep consecutive ranks of a stage (ep divides the "
+                f"stage's t·cp·d = {S} ranks, not d)",
+                stage(
+                    lambda i: [
+                        [rank(i, q * ep + x, k, l) for x in range(ep)]
+                        for q in range(d // ep)
+                        for k in range(cp)
+                        for l in range(t)
+                    ]
+                ),
+            ),
+        )
     return slips
 
 
 def five_d_reference(d, t, p, cp, ep) -> dict:
     """The four kinds of groups of :class:`minipar.grid.Grid` (normalised)."""
     from minipar.grid import Grid
+
     g = Grid(d, t, p, cp, ep)
     return {k: _normal(g.groups(k)) for k in FIVE_D_KINDS}
 
@@ -285,8 +372,11 @@ def _partition_fault(kind, groups, d, t, p, cp, ep) -> str | None:
             if not 0 <= r < N:
                 return f"rank {r} in your {kind} groups is outside [0, {N}) (an off-by-one?)"
             if r in where:
-                same = " (the same group twice: each stage's groups start at i_p·t·cp·d)" \
-                    if where[r] == g else ""
+                same = (
+                    " (the same group twice: each stage's groups start at i_p·t·cp·d)"
+                    if where[r] == g
+                    else ""
+                )
                 return f"rank {r} is in two {kind} groups, {where[r]} and {g}{same}"
             where[r] = g
     missing = [r for r in range(N) if r not in where]
@@ -302,17 +392,22 @@ def _shape_fault(kind, groups, d, t, p, cp, ep) -> str | None:
     rule = {"cp": "cp", "dp_cp": "d·cp", "ep": "ep", "edp": "t·cp·d/ep"}[kind]
     for g in groups:
         if len({r // S for r in g}) > 1:
-            return (f"your {kind} group {g} spans pipeline stages (each stage has its own "
-                    f"{S} ranks and layers)")
+            return (
+                f"your {kind} group {g} spans pipeline stages (each stage has its own "
+                f"{S} ranks and layers)"
+            )
     bad = next((g for g in groups if len(g) != size), None)
     if bad is not None:
         return f"{kind} groups must have {rule} = {size} ranks; yours has {bad}"
     return None
 
 
-@task("three_d.five_d_groups", "cp, dp_cp and the folded ep and edp groups equal minipar.grid's "
-      "(tp → cp → dp → pp; ep × edp over a stage's t·cp·d ranks) for six shapes, some not "
-      "powers of two, some with ep not dividing d")
+@task(
+    "three_d.five_d_groups",
+    "cp, dp_cp and the folded ep and edp groups equal minipar.grid's "
+    "(tp → cp → dp → pp; ep × edp over a stage's t·cp·d ranks) for six shapes, some not "
+    "powers of two, some with ep not dividing d",
+)
 def check_five_d_groups(candidate):
     if not callable(candidate):
         raise GradeFailure("pass your function itself, not its result")
@@ -324,8 +419,9 @@ def check_five_d_groups(candidate):
             got = candidate(d, t, p, cp, ep)
         reject_course_calls(used, what="write the groups")
         if not isinstance(got, dict) or not set(FIVE_D_KINDS) <= set(got):
-            raise GradeFailure(at + "return a dict with keys 'cp', 'dp_cp', 'ep', 'edp', got "
-                               + type(got).__name__)
+            raise GradeFailure(
+                at + "return a dict with keys 'cp', 'dp_cp', 'ep', 'edp', got " + type(got).__name__
+            )
         want = five_d_reference(*shape)
         slips = _five_d_slips(*shape)
         for kind in FIVE_D_KINDS:
@@ -341,5 +437,6 @@ def check_five_d_groups(candidate):
             for reason, groups in slips[kind]:
                 if mine == groups:
                     raise GradeFailure(at + reason)
-            raise GradeFailure(at + (_shape_fault(kind, mine, *shape)
-                                     or _group_diff(kind, mine, want[kind])))
+            raise GradeFailure(
+                at + (_shape_fault(kind, mine, *shape) or _group_diff(kind, mine, want[kind]))
+            )

@@ -5,6 +5,7 @@ underlying storage once (views such as Q, K and V of one QKV output share one st
 tensor saved by two operations is one allocation) and skip the parameters' storages (weights
 are model state, not activations). This is what Korthikanti et al. 2022 §4 count by hand.
 """
+
 from __future__ import annotations
 
 from collections import Counter
@@ -16,8 +17,8 @@ import torch
 @dataclass
 class SavedBytes:
     total: int = 0
-    by_dtype: Counter = field(default_factory=Counter)   # "bfloat16" -> bytes
-    by_shape: Counter = field(default_factory=Counter)   # (shape, dtype) -> bytes
+    by_dtype: Counter = field(default_factory=Counter)  # "bfloat16" -> bytes
+    by_shape: Counter = field(default_factory=Counter)  # (shape, dtype) -> bytes
     storages: set = field(default_factory=set, repr=False)
 
 
@@ -51,7 +52,7 @@ def layer_activation_bytes(model, b: int, *, dtype=None) -> SavedBytes:
     c, p = model.c, next(model.parameters())
     g = torch.Generator().manual_seed(1)
     x = torch.randn(b, c.s, c.h, generator=g).to(device=p.device, dtype=dtype or p.dtype)
-    x.requires_grad_(True)                                   # (b, s, h) first layer's input
+    x.requires_grad_(True)  # (b, s, h) first layer's input
 
     def stack(x):
         for layer in model.layers:
@@ -60,14 +61,22 @@ def layer_activation_bytes(model, b: int, *, dtype=None) -> SavedBytes:
 
     model.train()
     out = saved_bytes(stack, x, exclude=list(model.parameters()))
-    out.result.float().sum().backward()                      # the saved tensors were usable
+    out.result.float().sum().backward()  # the saved tensors were usable
     del out.result
     return out
 
 
-def expected_items(s: int, b: int, h: int, a: int, *, act_bytes: float = 2,
-                   mask_bytes: float = 1, stats_bytes: float = 0,
-                   recompute: str = "none") -> dict[str, float]:
+def expected_items(
+    s: int,
+    b: int,
+    h: int,
+    a: int,
+    *,
+    act_bytes: float = 2,
+    mask_bytes: float = 1,
+    stats_bytes: float = 0,
+    recompute: str = "none",
+) -> dict[str, float]:
     """Korthikanti et al. 2022 §4.1, item by item, for one layer without tensor parallelism.
 
     The paper assumes 16-bit activations (``act_bytes=2``), 1-byte dropout masks and ignores
@@ -93,7 +102,7 @@ def expected_items(s: int, b: int, h: int, a: int, *, act_bytes: float = 2,
         "GeLU input": 4 * sbh * e,
         "4h→h input (GeLU output)": 4 * sbh * e,
     }
-    if recompute == "selective":      # softmax(QKᵀ)·V is re-run: only Q, K, V were kept
+    if recompute == "selective":  # softmax(QKᵀ)·V is re-run: only Q, K, V were kept
         for k in ("softmax output", "attention dropout mask", "attention dropout output"):
             del items[k]
     elif recompute != "none":

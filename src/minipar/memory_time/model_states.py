@@ -11,6 +11,7 @@ Two recipes, each measured by summing ``nbytes`` of the tensors it keeps (exact)
 Adam also keeps one ``step`` counter per parameter tensor (a 4-byte scalar tensor on the CPU),
 reported apart: it grows with the number of tensors, not with Ψ.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -21,11 +22,11 @@ import torch.nn.functional as F
 
 @dataclass
 class StateBytes:
-    psi: int              # parameters (tied weights counted once)
+    psi: int  # parameters (tied weights counted once)
     weights: int
     gradients: int
-    optimizer: int        # master weights (mixed precision) + exp_avg + exp_avg_sq
-    step_counters: int    # Adam's per-tensor step counts
+    optimizer: int  # master weights (mixed precision) + exp_avg + exp_avg_sq
+    step_counters: int  # Adam's per-tensor step counts
 
     @property
     def total(self) -> int:
@@ -36,8 +37,8 @@ def _nbytes(tensors) -> int:
     return sum(t.numel() * t.element_size() for t in tensors)
 
 
-def _loss(model, tokens):                                  # next-token cross-entropy
-    logits = model(tokens[:, :-1])                         # (b, s-1, V)
+def _loss(model, tokens):  # next-token cross-entropy
+    logits = model(tokens[:, :-1])  # (b, s-1, V)
     return F.cross_entropy(logits.float().flatten(0, 1), tokens[:, 1:].flatten())
 
 
@@ -60,25 +61,34 @@ def fp32_adam_step(model, b: int = 2) -> StateBytes:
     _loss(model, _tokens(model, b)).backward()
     opt.step()
     moments, steps = _adam_state(opt)
-    return StateBytes(sum(p.numel() for p in params), _nbytes(params),
-                      _nbytes(p.grad for p in params), _nbytes(moments), _nbytes(steps))
+    return StateBytes(
+        sum(p.numel() for p in params),
+        _nbytes(params),
+        _nbytes(p.grad for p in params),
+        _nbytes(moments),
+        _nbytes(steps),
+    )
 
 
 def mixed_precision_adam_step(model, b: int = 2) -> StateBytes:
     """One step of mixed-precision Adam on a bf16 ``model``: fp32 master copies take the
     update, then are rounded back into the bf16 weights."""
     params = list(model.parameters())
-    masters = [p.detach().float() for p in params]         # fp32 master weights
+    masters = [p.detach().float() for p in params]  # fp32 master weights
     opt = torch.optim.Adam(masters, lr=1e-3)
-    _loss(model, _tokens(model, b)).backward()             # bf16 gradients
+    _loss(model, _tokens(model, b)).backward()  # bf16 gradients
     for p, w in zip(params, masters):
-        w.grad = p.grad.float()                            # upcast for the update...
+        w.grad = p.grad.float()  # upcast for the update...
     opt.step()
     with torch.no_grad():
         for p, w in zip(params, masters):
-            w.grad = None                                  # ...then dropped: transient
-            p.copy_(w)                                     # round the master back to bf16
+            w.grad = None  # ...then dropped: transient
+            p.copy_(w)  # round the master back to bf16
     moments, steps = _adam_state(opt)
-    return StateBytes(sum(p.numel() for p in params), _nbytes(params),
-                      _nbytes(p.grad for p in params), _nbytes(masters) + _nbytes(moments),
-                      _nbytes(steps))
+    return StateBytes(
+        sum(p.numel() for p in params),
+        _nbytes(params),
+        _nbytes(p.grad for p in params),
+        _nbytes(masters) + _nbytes(moments),
+        _nbytes(steps),
+    )

@@ -4,6 +4,7 @@
 model states, saved activations, and also the logits, the loss's temporaries, gradients of
 activations in flight and library workspaces, none of which the formulas count.
 """
+
 from __future__ import annotations
 
 import torch

@@ -32,6 +32,7 @@ so :meth:`P2P.recv` also calls :func:`minipar.runtime.device.synchronize` (a no-
 it a timed stage would start its clock before its input had arrived, and the measured bubble
 would be the launch order's, not the schedule's.
 """
+
 from __future__ import annotations
 
 import torch
@@ -64,8 +65,8 @@ def messages(actions, p: int, num_stages: int) -> list[tuple]:
 def message_order(all_actions, rank: int, m: int | None = None) -> list[tuple] | None:
     """This rank's messages sorted by the global key (module docstring): a list of
     (op, peer, (to_stage, micro-batch, kind)). None when the schedule cannot run on paper."""
-    from .simulate import ScheduleError, simulate
     from .schedules import Action, num_stages
+    from .simulate import ScheduleError, simulate
 
     p, n_st = len(all_actions), num_stages(all_actions)
     try:
@@ -75,7 +76,7 @@ def message_order(all_actions, rank: int, m: int | None = None) -> list[tuple] |
     end = {a: t1 for _, a, _, t1 in sim.timeline}
 
     def key(op, peer, msg):
-        s, i, kind = msg                      # s: the receiving stage
+        s, i, kind = msg  # s: the receiving stage
         made_by = Action("F", s - 1, i) if kind == ACTIVATION else Action("B", s + 1, i)
         src, dst = (rank, peer) if op == "send" else (peer, rank)
         return (end[made_by], src, dst, s, i, kind)
@@ -117,13 +118,13 @@ class P2P:
 
     def __init__(self, rank: int, p: int, m: int, group=None):
         self.rank, self.p, self.m, self.group = rank, p, m, group
-        self.local: dict[tuple, torch.Tensor] = {}   # same-rank hand-offs
-        self.pending: list = []                      # (batch, tensor) of sends in flight
-        self.order: list | None = None               # (op, peer, msg) in posting order
-        self.next = 0                                # first entry of ``order`` not yet posted
-        self.posted: dict[tuple, tuple] = {}         # recv msg -> (buffer, batch, index in it)
-        self.calls: list[tuple] = []                 # ("post", [(op, peer, msg)]) / ("wait", msg)
-        self.like = None                             # (shape, dtype) of every message
+        self.local: dict[tuple, torch.Tensor] = {}  # same-rank hand-offs
+        self.pending: list = []  # (batch, tensor) of sends in flight
+        self.order: list | None = None  # (op, peer, msg) in posting order
+        self.next = 0  # first entry of ``order`` not yet posted
+        self.posted: dict[tuple, tuple] = {}  # recv msg -> (buffer, batch, index in it)
+        self.calls: list[tuple] = []  # ("post", [(op, peer, msg)]) / ("wait", msg)
+        self.like = None  # (shape, dtype) of every message
 
     def owner(self, stage: int) -> int:
         return stage % self.p
@@ -135,9 +136,12 @@ class P2P:
     def _post(self, entries: list, tensors: list) -> _Batch:
         """One ``batch_isend_irecv`` call for ``entries`` (op, group peer, msg)."""
         self.calls.append(("post", [(op, peer, msg) for op, peer, msg in entries]))
-        return _Batch(dist.batch_isend_irecv([_p2p_op(op, t, peer, self.group)
-                                              for (op, peer, _), t in zip(entries, tensors)]),
-                      len(entries))
+        return _Batch(
+            dist.batch_isend_irecv(
+                [_p2p_op(op, t, peer, self.group) for (op, peer, _), t in zip(entries, tensors)]
+            ),
+            len(entries),
+        )
 
     def _post_until(self, target: tuple, send: torch.Tensor | None = None) -> None:
         """Post every message of ``order`` up to ``target`` (op, peer, msg) in one batch:
@@ -145,8 +149,10 @@ class P2P:
         entries, tensors, recvs = [], [], []
         while True:
             if self.next >= len(self.order):
-                raise RuntimeError(f"rank {self.rank}: {target[0]} of {target[2]} (stage, "
-                                   "micro-batch, kind) is not in this schedule's messages")
+                raise RuntimeError(
+                    f"rank {self.rank}: {target[0]} of {target[2]} (stage, "
+                    "micro-batch, kind) is not in this schedule's messages"
+                )
             e = self.order[self.next]
             self.next += 1
             op, peer, msg = e
@@ -154,12 +160,14 @@ class P2P:
                 t = send
             elif op == "recv":
                 shape, dtype = self.like
-                t = torch.empty(shape, dtype=dtype, device=get_device())   # (b, s, h)
+                t = torch.empty(shape, dtype=dtype, device=get_device())  # (b, s, h)
                 recvs.append((msg, t, len(entries)))
             else:
-                raise RuntimeError(f"rank {self.rank}: the send of {msg} (stage, micro-batch, "
-                                   f"kind) is due before {target[2]}; the executor must run "
-                                   "the schedule it was planned for")
+                raise RuntimeError(
+                    f"rank {self.rank}: the send of {msg} (stage, micro-batch, "
+                    f"kind) is due before {target[2]}; the executor must run "
+                    "the schedule it was planned for"
+                )
             entries.append(e)
             tensors.append(t)
             if e == target:
@@ -172,7 +180,7 @@ class P2P:
 
     def send(self, t: torch.Tensor, to_stage: int, microbatch: int, kind: int) -> None:
         """Send ``t`` (detached: only its values cross) to ``to_stage``."""
-        t = t.detach().contiguous()                          # (b, s, h)
+        t = t.detach().contiguous()  # (b, s, h)
         dst = self.owner(to_stage)
         if dst == self.rank:
             self.local[to_stage, microbatch, kind] = t.clone()
@@ -183,8 +191,9 @@ class P2P:
             return
         self.pending.append((self._post([("send", dst, msg)], [t]), t))
 
-    def recv(self, like: tuple, dtype, stage: int, from_stage: int, microbatch: int,
-             kind: int) -> torch.Tensor:
+    def recv(
+        self, like: tuple, dtype, stage: int, from_stage: int, microbatch: int, kind: int
+    ) -> torch.Tensor:
         """Receive the message for ``stage`` from ``from_stage`` (shape ``like``)."""
         src = self.owner(from_stage)
         if src == self.rank:
@@ -195,11 +204,11 @@ class P2P:
                 self._post_until(("recv", src, msg))
             buf, batch, i = self.posted.pop(msg)
         else:
-            buf = torch.empty(like, dtype=dtype, device=get_device())   # (b, s, h)
+            buf = torch.empty(like, dtype=dtype, device=get_device())  # (b, s, h)
             batch, i = self._post([("recv", src, msg)], [buf]), 0
         self.calls.append(("wait", msg))
-        batch.wait(i)                      # this receive (its whole batch on NCCL)
-        synchronize()                      # NCCL: the wait above did not block this thread
+        batch.wait(i)  # this receive (its whole batch on NCCL)
+        synchronize()  # NCCL: the wait above did not block this thread
         return buf
 
     def wait_all(self) -> None:
@@ -207,8 +216,10 @@ class P2P:
             batch.wait()
         self.pending.clear()
         if self.order is not None and self.next != len(self.order):
-            raise RuntimeError(f"rank {self.rank}: {len(self.order) - self.next} planned "
-                               f"messages never posted, first {self.order[self.next]}")
+            raise RuntimeError(
+                f"rank {self.rank}: {len(self.order) - self.next} planned "
+                f"messages never posted, first {self.order[self.next]}"
+            )
 
 
 def all_reduce_tied_gradient(weight: torch.Tensor | None, group) -> None:
@@ -218,4 +229,4 @@ def all_reduce_tied_gradient(weight: torch.Tensor | None, group) -> None:
         return
     if weight.grad is None:
         weight.grad = torch.zeros_like(weight)
-    dist.all_reduce(weight.grad, group=group)               # (V, h)
+    dist.all_reduce(weight.grad, group=group)  # (V, h)

@@ -18,6 +18,7 @@ saved for backward) so their high-water can be compared with the model.
 The B/W split here is for exactness, not speed: W back-propagates through the stage again
 (``retain_graph``), where the zero-bubble papers split each matmul's backward in two.
 """
+
 from __future__ import annotations
 
 import time
@@ -34,10 +35,10 @@ from .schedules import NAMES, Action, schedule
 
 @dataclass
 class StepRecord:
-    timeline: list = field(default_factory=list)   # (rank, Action, start, end) in seconds
-    losses: list = field(default_factory=list)     # unscaled loss per micro-batch (last stage)
-    peak_in_flight: int = 0                       # (stage, micro-batch) activations held
-    peak_saved_bytes: int = 0                     # bytes autograd saved for them, at peak
+    timeline: list = field(default_factory=list)  # (rank, Action, start, end) in seconds
+    losses: list = field(default_factory=list)  # unscaled loss per micro-batch (last stage)
+    peak_in_flight: int = 0  # (stage, micro-batch) activations held
+    peak_saved_bytes: int = 0  # bytes autograd saved for them, at peak
 
 
 def _accumulate(params, grads) -> None:
@@ -51,8 +52,18 @@ class PipelineExecutor:
     ``num_stages`` = v·p; ``loss_fn(logits, targets)`` returns a mean loss;
     ``embedding_group`` the process group of the first and last stage's ranks (or None)."""
 
-    def __init__(self, stages: dict, num_stages: int, rank: int, p: int, m: int,
-                 loss_fn=None, group=None, embedding_group=None, loss_scale: float | None = None):
+    def __init__(
+        self,
+        stages: dict,
+        num_stages: int,
+        rank: int,
+        p: int,
+        m: int,
+        loss_fn=None,
+        group=None,
+        embedding_group=None,
+        loss_scale: float | None = None,
+    ):
         self.stages, self.num_stages, self.rank, self.p, self.m = stages, num_stages, rank, p, m
         self.loss_fn = loss_fn or (lambda y, t: F.cross_entropy(y.flatten(0, 1), t.flatten()))
         self.comm = P2P(rank, p, m, group)
@@ -66,9 +77,11 @@ class PipelineExecutor:
 
     def _input_grad(self, s, i, x):
         if x.grad is None:
-            raise RuntimeError(f"stage {s} micro-batch {i}: the received activation has no "
-                               ".grad; it must be a leaf that requires grad (send a detached "
-                               "tensor, call requires_grad_() on the receiver)")
+            raise RuntimeError(
+                f"stage {s} micro-batch {i}: the received activation has no "
+                ".grad; it must be a leaf that requires grad (send a detached "
+                "tensor, call requires_grad_() on the receiver)"
+            )
         return x.grad
 
     # -- one step ---------------------------------------------------------------------------
@@ -84,9 +97,16 @@ class PipelineExecutor:
                 return lists
         return None
 
-    def run(self, actions: list[Action], inputs: list, targets: list,
-            act_shape: tuple, dtype=torch.float64, t0: float | None = None,
-            all_actions: list[list[Action]] | None = None) -> StepRecord:
+    def run(
+        self,
+        actions: list[Action],
+        inputs: list,
+        targets: list,
+        act_shape: tuple,
+        dtype=torch.float64,
+        t0: float | None = None,
+        all_actions: list[list[Action]] | None = None,
+    ) -> StepRecord:
         """Run ``actions`` for micro-batches ``inputs[i]`` (tokens (b, s)), ``targets[i]``;
         ``act_shape`` = (b, s, h) of the messages. ``all_actions`` (every rank's list) fixes
         the order messages are posted in (``communication`` explains why); a named schedule's
@@ -96,14 +116,14 @@ class PipelineExecutor:
         self.comm.set_order(order, like=(act_shape, dtype))
         rec = StepRecord()
         t0 = time.perf_counter() if t0 is None else t0
-        stash: dict[tuple, list] = {}       # (s, i) -> [input, output, grad_out, saved_bytes]
+        stash: dict[tuple, list] = {}  # (s, i) -> [input, output, grad_out, saved_bytes]
         live_bytes = 0
         split = any(a.op == "W" for a in actions)
         for a in actions:
             s, i = a.stage, a.microbatch
             mod = self.stages[s]
             if a.op == "F":
-                if s == 0:   # tokens; a float input (a benchmark's) is treated as received
+                if s == 0:  # tokens; a float input (a benchmark's) is treated as received
                     x = inputs[i]
                     if x.is_floating_point():
                         x = x.detach().requires_grad_()
@@ -116,6 +136,7 @@ class PipelineExecutor:
                 def pack(t, saved=saved):
                     saved[0] += t.untyped_storage().nbytes()
                     return t
+
                 with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
                     y = mod(x)
                     if s == self.num_stages - 1:
@@ -130,13 +151,16 @@ class PipelineExecutor:
                 rec.peak_saved_bytes = max(rec.peak_saved_bytes, live_bytes)
             elif a.op == "B":
                 x, y, _, nbytes = stash[s, i]
-                g = None if s == self.num_stages - 1 else \
-                    self.comm.recv(act_shape, dtype, s, s + 1, i, GRADIENT)
+                g = (
+                    None
+                    if s == self.num_stages - 1
+                    else self.comm.recv(act_shape, dtype, s, s + 1, i, GRADIENT)
+                )
                 start = time.perf_counter() - t0
                 if split:
                     stash[s, i][2] = g
                     if s > 0 and not x.requires_grad:
-                        self._input_grad(s, i, x)               # raises: the rule it broke
+                        self._input_grad(s, i, x)  # raises: the rule it broke
                     if x.requires_grad:
                         (gx,) = torch.autograd.grad(y, [x], g, retain_graph=True)
                         if s > 0:
@@ -153,7 +177,7 @@ class PipelineExecutor:
                 params = [q for q in mod.parameters() if q.requires_grad]
                 _accumulate(params, torch.autograd.grad(y, params, g))
                 live_bytes -= nbytes
-            synchronize()              # CUDA runs asynchronously: end when the work has ended
+            synchronize()  # CUDA runs asynchronously: end when the work has ended
             rec.timeline.append((self.rank, a, start, time.perf_counter() - t0))
         self.comm.wait_all()
         if stash:

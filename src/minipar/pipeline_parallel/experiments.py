@@ -4,6 +4,7 @@ schedule, and the timed-stage bubble measurements.
 ``chapter_runs(p, m)`` trains the small GPT for 3 Adam steps in float64 with each schedule on p
 gloo ranks, tracing the first step's p2p messages; ``bubble_runs`` calls the benchmark.
 """
+
 from __future__ import annotations
 
 from minipar.cost.pipeline_parallel import pp_p2p_bytes_per_microbatch
@@ -18,8 +19,12 @@ STEPS, B_MICRO = 3, 2
 
 def _chapter_rank(rank, p, m):
     c = small_config(L=8)
-    return {name: train_rank(rank, p, name, m, v, c, token_batches(STEPS, B_MICRO * m, c),
-                             trace_first_step=True) for name, v in SCHEDULES}
+    return {
+        name: train_rank(
+            rank, p, name, m, v, c, token_batches(STEPS, B_MICRO * m, c), trace_first_step=True
+        )
+        for name, v in SCHEDULES
+    }
 
 
 def chapter_runs(p: int = 4, m: int = 8) -> dict:
@@ -61,8 +66,9 @@ def bubble_runs(p: int = 4, m: int = 8, t: float = 0.05, steps: int = 2) -> dict
     out = {}
     for name, v in SCHEDULES:
         r = measure_bubble(name, p, m, v, t, t, t, steps)
-        r["breakdown"] = bubble_breakdown(parse_timeline(r["timeline"]), schedule(name, p, m, v),
-                                          t, t, t)
+        r["breakdown"] = bubble_breakdown(
+            parse_timeline(r["timeline"]), schedule(name, p, m, v), t, t, t
+        )
         out[name] = r
     return out
 

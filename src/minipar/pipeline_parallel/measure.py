@@ -6,12 +6,22 @@ simulator's bubble when every message takes the measured hop latency. The chapte
 (:func:`.experiments.bubble_runs`) and the command line (:mod:`minipar.bench.pipeline_parallel`)
 both call it; the library never imports the command-line layer.
 """
+
 from __future__ import annotations
 
 
-def measure_bubble(schedule: str, p: int, m: int, v: int = 1, t_f: float = 0.05,
-                   t_b: float = 0.05, t_w: float = 0.05, steps: int = 3,
-                   layers: str = "timed", backend: str = "gloo") -> dict:
+def measure_bubble(
+    schedule: str,
+    p: int,
+    m: int,
+    v: int = 1,
+    t_f: float = 0.05,
+    t_b: float = 0.05,
+    t_w: float = 0.05,
+    steps: int = 3,
+    layers: str = "timed",
+    backend: str = "gloo",
+) -> dict:
     """One JSON-ready dict: measured and model bubble, step time, hop latency, timeline.
     ``backend``: gloo (the chapter's default: stages only wait, nothing needs a GPU) or NCCL."""
     from minipar.runtime.launch import run
@@ -21,19 +31,27 @@ def measure_bubble(schedule: str, p: int, m: int, v: int = 1, t_f: float = 0.05,
     from .simulate import simulate
     from .timed import bench_rank, hop_latency, measured_bubble
 
-    make(schedule, p, m, v)   # validates the arguments before any rank starts
-    per_rank = run(bench_rank, p, schedule, m, v, t_f, t_b, t_w, steps, layers,
-                   backend=backend, timeout=600)
+    make(schedule, p, m, v)  # validates the arguments before any rank starts
+    per_rank = run(
+        bench_rank, p, schedule, m, v, t_f, t_b, t_w, steps, layers, backend=backend, timeout=600
+    )
     measured, timeline = measured_bubble(per_rank)
     span = max(e for *_, e in timeline)
     hop = hop_latency(timeline, p)
     sim = simulate(make(schedule, p, m, v), m, t_f, t_b, t_w, comm=hop)
-    return {"schedule": schedule, "backend": backend, "p": p, "m": m, "v": v, "layers": layers,
-            "steps": steps,
-            **({"t_forward": t_f, "t_backward": t_b, "t_weight": t_w} if layers == "timed"
-               else {}),
-            "measured_bubble": measured,
-            "model_bubble": bubble_fraction(schedule, p, m, v, t_f, t_b, t_w),
-            "step_seconds": span,
-            "hop_latency": hop, "model_bubble_with_latency": sim.bubble,
-            "timeline": [[r, str(a), s, e] for r, a, s, e in timeline]}
+    return {
+        "schedule": schedule,
+        "backend": backend,
+        "p": p,
+        "m": m,
+        "v": v,
+        "layers": layers,
+        "steps": steps,
+        **({"t_forward": t_f, "t_backward": t_b, "t_weight": t_w} if layers == "timed" else {}),
+        "measured_bubble": measured,
+        "model_bubble": bubble_fraction(schedule, p, m, v, t_f, t_b, t_w),
+        "step_seconds": span,
+        "hop_latency": hop,
+        "model_bubble_with_latency": sim.bubble,
+        "timeline": [[r, str(a), s, e] for r, a, s, e in timeline],
+    }

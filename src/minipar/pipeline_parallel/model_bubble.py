@@ -16,14 +16,19 @@ Peak micro-batches whose activations a rank holds (in chunk units for interleave
     interleaved   min(v·m, 2(p−r−1) + (v−1)p + 1) chunks on rank r (Megatron's warm-up + 1)
     zb-h1         min(p, m) on every rank (a micro-batch counts until its W has run)
 """
+
 from __future__ import annotations
 
-from minipar.cost.pipeline_parallel import (bubble_fraction_of_total, peak_microbatches,
-                                   zb_h1_bubble_fraction)
+from minipar.cost.pipeline_parallel import (
+    bubble_fraction_of_total,
+    peak_microbatches,
+    zb_h1_bubble_fraction,
+)
 
 
-def bubble_fraction(name: str, p: int, m: int, v: int = 1, t_f: float = 1.0, t_b: float = 1.0,
-                    t_w: float = 1.0) -> float:
+def bubble_fraction(
+    name: str, p: int, m: int, v: int = 1, t_f: float = 1.0, t_b: float = 1.0, t_w: float = 1.0
+) -> float:
     """Idle fraction of the step, averaged over ranks (see the module docstring)."""
     if name == "zb-h1":
         return zb_h1_bubble_fraction(p, m, t_f, t_b, t_w)

@@ -15,6 +15,7 @@ r+(v−1)p (Megatron's interleaved placement; v = 1 is one stage per rank). ``mi
     zb-h1        1F1B with the backward split into B (input gradient) and W (weight gradient);
                  the W's the cool-down leaves idle are deferred into it (Qi et al. 2024, ZB-H1)
 """
+
 from __future__ import annotations
 
 from typing import NamedTuple
@@ -23,8 +24,8 @@ NAMES = ("gpipe", "1f1b", "interleaved", "zb-h1")
 
 
 class Action(NamedTuple):
-    op: str          # "F", "B" or "W"
-    stage: int       # global stage 0 .. v·p − 1
+    op: str  # "F", "B" or "W"
+    stage: int  # global stage 0 .. v·p − 1
     microbatch: int  # 0 .. m − 1
 
     def __str__(self) -> str:
@@ -51,8 +52,9 @@ def _check(name: str, p: int, m: int, v: int) -> None:
         if v < 2:
             raise ValueError(f"interleaved schedule needs chunks v ({v}) >= 2")
         if m % p:
-            raise ValueError(f"interleaved schedule needs microbatches m ({m}) to be a multiple "
-                             f"of p ({p})")
+            raise ValueError(
+                f"interleaved schedule needs microbatches m ({m}) to be a multiple of p ({p})"
+            )
     elif v != 1:
         raise ValueError(f"chunks v ({v}) apply only to the interleaved schedule, not {name}")
 
@@ -69,9 +71,9 @@ def one_f_one_b_schedule(rank: int, p: int, m: int) -> list[Action]:
     """
     warmup = min(p - rank - 1, m)
     acts = [Action("F", rank, i) for i in range(warmup)]
-    for i in range(m - warmup):                     # steady state
+    for i in range(m - warmup):  # steady state
         acts += [Action("F", rank, warmup + i), Action("B", rank, i)]
-    acts += [Action("B", rank, i) for i in range(m - warmup, m)]   # cool-down
+    acts += [Action("B", rank, i) for i in range(m - warmup, m)]  # cool-down
     return acts
 
 
@@ -127,10 +129,10 @@ def zb_h1_schedule(rank: int, p: int, m: int) -> list[Action]:
             acts.append(Action("W", rank, next_w))
             next_w += 1
 
-    for i in range(m - warmup):                     # steady: F, B (and maybe W)
+    for i in range(m - warmup):  # steady: F, B (and maybe W)
         acts.append(Action("F", rank, warmup + i))
         backward(i)
-    for i in range(m - warmup, m):                  # cool-down
+    for i in range(m - warmup, m):  # cool-down
         backward(i)
     acts += [Action("W", rank, j) for j in range(next_w, m)]
     return acts
@@ -161,5 +163,6 @@ def num_stages(actions: list[list[Action]]) -> int:
 
 def table(actions: list[list[Action]]) -> str:
     """The schedule as text, one row per rank: ``rank 0 | F0.0 F0.1 B0.0 ...``."""
-    return "\n".join(f"rank {r} | " + " ".join(str(a) for a in acts)
-                     for r, acts in enumerate(actions))
+    return "\n".join(
+        f"rank {r} | " + " ".join(str(a) for a in acts) for r, acts in enumerate(actions)
+    )

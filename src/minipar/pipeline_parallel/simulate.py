@@ -7,6 +7,7 @@ F); W(s, i) needs B(s, i). If no rank can start its next action the schedule dea
 model (t_F, t_B, t_W); with v chunks each action takes 1/v of them. In a schedule without W, a
 B is the whole backward and takes t_B + t_W.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -24,8 +25,8 @@ class Simulation:
     v: int
     m: int
     makespan: float
-    busy: list[float]                 # per rank
-    peak_in_flight: list[int]         # per rank, in (chunk, micro-batch) activations
+    busy: list[float]  # per rank
+    peak_in_flight: list[int]  # per rank, in (chunk, micro-batch) activations
     timeline: list[tuple[int, Action, float, float]] = field(repr=False)  # rank, action, t0, t1
 
     @property
@@ -55,15 +56,22 @@ def check_actions(actions: list[list[Action]], m: int) -> None:
             if a.op not in ops:
                 raise ScheduleError(f"rank {r}: op {a.op!r} must be one of {ops}")
             if a.stage % p != r:
-                raise ScheduleError(f"rank {r} runs {a} but stage {a.stage} belongs to rank "
-                                    f"{a.stage % p} (stage mod p)")
+                raise ScheduleError(
+                    f"rank {r} runs {a} but stage {a.stage} belongs to rank "
+                    f"{a.stage % p} (stage mod p)"
+                )
             if not 0 <= a.microbatch < m:
                 raise ScheduleError(f"rank {r}: micro-batch in {a} must be in 0..{m - 1}")
             if a in seen:
                 raise ScheduleError(f"rank {r} runs {a} twice")
             seen.add(a)
-    missing = [Action(o, s, i) for o in ops for s in range(n_st) for i in range(m)
-               if Action(o, s, i) not in seen]
+    missing = [
+        Action(o, s, i)
+        for o in ops
+        for s in range(n_st)
+        for i in range(m)
+        if Action(o, s, i) not in seen
+    ]
     if missing:
         raise ScheduleError(f"{len(missing)} actions missing, first {missing[0]}")
 
@@ -77,8 +85,14 @@ def _deps(a: Action, n_st: int) -> list[Action]:
     return [Action("B", a.stage, a.microbatch)]
 
 
-def simulate(actions: list[list[Action]], m: int | None = None, t_f: float = 1.0,
-             t_b: float = 1.0, t_w: float = 1.0, comm: float = 0.0) -> Simulation:
+def simulate(
+    actions: list[list[Action]],
+    m: int | None = None,
+    t_f: float = 1.0,
+    t_b: float = 1.0,
+    t_w: float = 1.0,
+    comm: float = 0.0,
+) -> Simulation:
     """Times every action of ``actions`` (see module docstring); ``comm`` is added to every
     dependency that crosses ranks. Raises :class:`ScheduleError` on a deadlock."""
     if m is None:
@@ -88,7 +102,7 @@ def simulate(actions: list[list[Action]], m: int | None = None, t_f: float = 1.0
     v = n_st // p
     split = splits_backward(actions)
     dur = {"F": t_f / v, "B": (t_b if split else t_b + t_w) / v, "W": t_w / v}
-    done: dict[Action, tuple[int, float]] = {}      # action -> (rank, end time)
+    done: dict[Action, tuple[int, float]] = {}  # action -> (rank, end time)
     pos, free = [0] * p, [0.0] * p
     busy, live, peak = [0.0] * p, [0] * p, [0] * p
     timeline = []
@@ -101,8 +115,9 @@ def simulate(actions: list[list[Action]], m: int | None = None, t_f: float = 1.0
                 deps = _deps(a, n_st)
                 if any(d not in done for d in deps):
                     break
-                start = max([free[r]] + [done[d][1] + (comm if done[d][0] != r else 0.0)
-                                          for d in deps])
+                start = max(
+                    [free[r]] + [done[d][1] + (comm if done[d][0] != r else 0.0) for d in deps]
+                )
                 end = start + dur[a.op]
                 done[a], free[r] = (r, end), end
                 busy[r] += dur[a.op]
@@ -115,7 +130,8 @@ def simulate(actions: list[list[Action]], m: int | None = None, t_f: float = 1.0
                 pos[r] += 1
                 progressed = True
         if not progressed:
-            blocked = [f"rank {r} at {actions[r][pos[r]]}" for r in range(p)
-                       if pos[r] < len(actions[r])]
+            blocked = [
+                f"rank {r} at {actions[r][pos[r]]}" for r in range(p) if pos[r] < len(actions[r])
+            ]
             raise ScheduleError("deadlock: every rank waits (" + ", ".join(blocked) + ")")
     return Simulation(p, v, m, max(free), busy, peak, timeline)

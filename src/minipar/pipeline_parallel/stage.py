@@ -7,6 +7,7 @@ as evenly as possible over v·p stages. That unbalances the pipeline: the first 
 embedding tables (V·h + s·h parameters), the last stage the output layer's weight and its
 (b, s, V) logits and loss, so with V ≫ h those two stages are the heaviest in memory and time.
 """
+
 from __future__ import annotations
 
 import torch
@@ -48,16 +49,17 @@ class GPTStage(nn.Module):
         if self.last:
             self.ln_f = full.ln_f
             # the output layer's copy of the tied embedding (shared when one rank holds both)
-            self.head = full.tok.weight if self.first else \
-                nn.Parameter(full.tok.weight.detach().clone())
+            self.head = (
+                full.tok.weight if self.first else nn.Parameter(full.tok.weight.detach().clone())
+            )
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if self.first:                                       # x: tokens (b, s)
+        if self.first:  # x: tokens (b, s)
             x = self.tok(x) + self.pos(torch.arange(x.shape[1], device=x.device))  # (b, s, h)
         for layer in self.layers:
-            x = layer(x)                                     # (b, s, h)
+            x = layer(x)  # (b, s, h)
         if self.last:
-            return self.ln_f(x) @ self.head.T                # (b, s, V)
+            return self.ln_f(x) @ self.head.T  # (b, s, V)
         return x
 
     def tied_weight(self) -> torch.Tensor | None:
@@ -79,13 +81,14 @@ class GPTStage(nn.Module):
         return out
 
 
-def build_stages(config: GPTConfig, rank: int, p: int, v: int = 1, seed: int = 0,
-                 dtype=torch.float64) -> dict[int, GPTStage]:
+def build_stages(
+    config: GPTConfig, rank: int, p: int, v: int = 1, seed: int = 0, dtype=torch.float64
+) -> dict[int, GPTStage]:
     """Rank ``rank``'s stages {r: ..., r+p: ..., ...} of a v·p-stage pipeline."""
     full = gpt(config, seed, dtype)
     stages = {s: GPTStage(full, s, v * p) for s in range(rank, v * p, p)}
     last = v * p - 1
-    if 0 in stages and last in stages and last:           # p = 1, v > 1: one weight, not two
+    if 0 in stages and last in stages and last:  # p = 1, v > 1: one weight, not two
         stages[last].head = stages[0].tok.weight
     return stages
 

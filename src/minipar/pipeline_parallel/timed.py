@@ -8,6 +8,7 @@ takes beyond the work is the schedule's bubble (plus send/receive overhead, whic
 measurement includes). :func:`precise_wait` sleeps, then spins the last half millisecond
 (the kernel's sleep overshoots by ~0.1 ms).
 """
+
 from __future__ import annotations
 
 import statistics
@@ -35,7 +36,7 @@ class _Timed(torch.autograd.Function):
     def forward(ctx, x, t_f, t_b):
         ctx.t_b = t_b
         precise_wait(t_f)
-        return x.clone()                                      # (b, s, h)
+        return x.clone()  # (b, s, h)
 
     @staticmethod
     def backward(ctx, g):
@@ -54,7 +55,7 @@ class _WeightWork(torch.autograd.Function):
     @staticmethod
     def backward(ctx, g):
         precise_wait(ctx.t_w)
-        return g.new_zeros(1), None                           # on w's device, like g
+        return g.new_zeros(1), None  # on w's device, like g
 
 
 class TimedStage(nn.Module):
@@ -75,8 +76,19 @@ def _zero_loss(y, _targets):
     return (y * 0).sum()
 
 
-def bench_rank(rank: int, p: int, name: str, m: int, v: int, t_f: float, t_b: float,
-               t_w: float, steps: int, layers: str = "timed", shape=(1, 16, 64)):
+def bench_rank(
+    rank: int,
+    p: int,
+    name: str,
+    m: int,
+    v: int,
+    t_f: float,
+    t_b: float,
+    t_w: float,
+    steps: int,
+    layers: str = "timed",
+    shape=(1, 16, 64),
+):
     """On each rank: run the schedule ``steps`` + 1 times (the first is a warm-up) with timed
     stages (``layers="timed"``) or real GPT layers (``"gpt"``: 2 layers per stage, h = 64);
     returns per step (busy seconds, end second from the common start, timeline)."""
@@ -96,8 +108,9 @@ def bench_rank(rank: int, p: int, name: str, m: int, v: int, t_f: float, t_b: fl
     elif layers == "gpt":
         c = small_config(L=2 * v * p)
         c.h, c.a, c.s, c.V = shape[2], 4, shape[1], 256
-        stages = {s: st.to(dev) for s, st in
-                  build_stages(c, rank, p, v, dtype=torch.float32).items()}
+        stages = {
+            s: st.to(dev) for s, st in build_stages(c, rank, p, v, dtype=torch.float32).items()
+        }
         ex = PipelineExecutor(stages, v * p, rank, p, m)
         x, y = (t.to(dev) for t in token_batches(1, b * m, c)[0])
         inputs, targets, dtype = list(x.chunk(m)), list(y.chunk(m)), torch.float32
@@ -108,7 +121,7 @@ def bench_rank(rank: int, p: int, name: str, m: int, v: int, t_f: float, t_b: fl
     for _ in range(steps + 1):
         dist.barrier()
         t0 = torch.tensor([time.perf_counter()], dtype=torch.float64, device=dev)
-        dist.all_reduce(t0, op=dist.ReduceOp.MAX)       # one start for all ranks (same clock)
+        dist.all_reduce(t0, op=dist.ReduceOp.MAX)  # one start for all ranks (same clock)
         rec = ex.run(acts, inputs, targets, shape, dtype, t0=t0.item())
         for prm in ex_params(stages):
             prm.grad = None
@@ -141,14 +154,19 @@ def hop_latency(timeline, p: int) -> float:
 
     end = {a: e for _, a, _, e in timeline}
     prev_end, by_rank = {}, {}
-    for r, a, s, e in sorted(timeline, key=lambda ev: ev[2]):
+    for r, a, _s, e in sorted(timeline, key=lambda ev: ev[2]):
         prev_end[a] = by_rank.get(r, 0.0)
         by_rank[r] = e
     n_st = 1 + max(a.stage for _, a, _, _ in timeline)
     gaps = []
     for r, a, s, _ in timeline:
-        src = Action("F", a.stage - 1, a.microbatch) if a.op == "F" and a.stage > 0 else \
-            Action("B", a.stage + 1, a.microbatch) if a.op == "B" and a.stage < n_st - 1 else None
+        src = (
+            Action("F", a.stage - 1, a.microbatch)
+            if a.op == "F" and a.stage > 0
+            else Action("B", a.stage + 1, a.microbatch)
+            if a.op == "B" and a.stage < n_st - 1
+            else None
+        )
         if src is None or src.stage % p == r or src not in end:
             continue
         if prev_end[a] <= end[src]:
@@ -159,8 +177,8 @@ def hop_latency(timeline, p: int) -> float:
 def _replay(actions, dur, wait) -> float:
     """Bubble of ``actions`` when action a takes ``dur[a]`` and, if it receives a message,
     starts ``wait`` after both its rank is free and the message's sender has finished."""
-    from .simulate import _deps
     from .schedules import num_stages
+    from .simulate import _deps
 
     p, n_st = len(actions), num_stages(actions)
     done, pos, free, busy = {}, [0] * p, [0.0] * p, [0.0] * p
@@ -211,7 +229,11 @@ def bubble_breakdown(timeline, actions, t_f: float, t_b: float, t_w: float) -> d
     span = max(end.values())
     busy = [sum(e - s for rr, _, s, e in timeline if rr == r) for r in range(p)]
     nom = {a: nominal[a.op] for a in dur}
-    return {"model": _replay(actions, nom, 0.0), "durations": _replay(actions, dur, 0.0),
-            "messages": _replay(actions, dur, wait),
-            "measured": sum(1 - b / span for b in busy) / p,
-            "overrun": sum(dur.values()) / sum(nom.values()) - 1, "receive_wait": wait}
+    return {
+        "model": _replay(actions, nom, 0.0),
+        "durations": _replay(actions, dur, 0.0),
+        "messages": _replay(actions, dur, wait),
+        "measured": sum(1 - b / span for b in busy) / p,
+        "overrun": sum(dur.values()) / sum(nom.values()) - 1,
+        "receive_wait": wait,
+    }

@@ -13,9 +13,9 @@ The stages, their ``PipelineStage`` wrappers and the batch live on the rank's de
 PyTorch's schedule allocates its receive buffers on the stage's device and NCCL moves only GPU
 tensors. The returned gradients are copied to the CPU once every message has arrived.
 """
+
 from __future__ import annotations
 
-import torch
 import torch.nn.functional as F
 
 from minipar.runtime.device import get_device
@@ -24,13 +24,16 @@ from .communication import all_reduce_tied_gradient
 from .stage import build_stages
 from .train import embedding_group
 
-TORCH_SCHEDULES = {"gpipe": "ScheduleGPipe", "1f1b": "Schedule1F1B",
-                   "interleaved": "ScheduleInterleaved1F1B",
-                   "zero-bubble": "ScheduleInterleavedZeroBubble"}
+TORCH_SCHEDULES = {
+    "gpipe": "ScheduleGPipe",
+    "1f1b": "Schedule1F1B",
+    "interleaved": "ScheduleInterleaved1F1B",
+    "zero-bubble": "ScheduleInterleavedZeroBubble",
+}
 
 
 def _loss(logits, targets):
-    return F.cross_entropy(logits.flatten(0, 1), targets.flatten())   # (b·s, V) vs (b·s,)
+    return F.cross_entropy(logits.flatten(0, 1), targets.flatten())  # (b·s, V) vs (b·s,)
 
 
 def torch_pipelining_grads(rank: int, p: int, name: str, m: int, v: int, c, batch) -> dict:
@@ -47,7 +50,7 @@ def torch_pipelining_grads(rank: int, p: int, name: str, m: int, v: int, c, batc
         sched = cls(pstages[0], m, loss_fn=_loss, scale_grads=True)
     else:
         sched = cls(pstages, m, loss_fn=_loss, scale_grads=True)
-    x, y = (t.to(dev) for t in batch)                     # tokens (m·b, s), targets (m·b, s)
+    x, y = (t.to(dev) for t in batch)  # tokens (m·b, s), targets (m·b, s)
     losses: list = []
     kwargs = {"target": y, "losses": losses} if last in stages else {}
     if 0 in stages:
@@ -60,6 +63,6 @@ def torch_pipelining_grads(rank: int, p: int, name: str, m: int, v: int, c, batc
     for st in stages.values():
         for n, q in st.reference_names().items():
             if q.grad is not None:
-                grads[n] = q.grad.detach().to("cpu", copy=True)   # step() has returned
+                grads[n] = q.grad.detach().to("cpu", copy=True)  # step() has returned
     loss = sum(l.item() for l in losses) / m if losses else None
     return {"grads": grads, "loss": loss}

@@ -5,6 +5,7 @@
 micro-batches and runs the schedule's action list with :class:`PipelineExecutor`. With the loss
 scaled by 1/m both take the same optimizer steps, so the parameters must agree.
 """
+
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
@@ -40,7 +41,7 @@ def train_reference(c: GPTConfig, batches, optimizer: str = "adam", dtype=torch.
     losses, grads = [], None
     for x, y in batches:
         opt.zero_grad()
-        loss = F.cross_entropy(model(x).flatten(0, 1), y.flatten())   # (B·s, V) vs (B·s,)
+        loss = F.cross_entropy(model(x).flatten(0, 1), y.flatten())  # (B·s, V) vs (B·s,)
         loss.backward()
         if grads is None:
             grads = {n: q.grad.clone() for n, q in model.named_parameters()}
@@ -51,13 +52,13 @@ def train_reference(c: GPTConfig, batches, optimizer: str = "adam", dtype=torch.
 
 @dataclass
 class RankResult:
-    losses: list            # per step, mean over micro-batches (last stage only, else [])
-    grads: dict             # first step's gradients by reference name
-    params: dict            # final parameters by reference name
-    peak_in_flight: int     # high-water of (stage, micro-batch) activations held, first step
+    losses: list  # per step, mean over micro-batches (last stage only, else [])
+    grads: dict  # first step's gradients by reference name
+    params: dict  # final parameters by reference name
+    peak_in_flight: int  # high-water of (stage, micro-batch) activations held, first step
     peak_saved_bytes: int
-    timeline: list          # first step's (rank, action, start, end)
-    sends: tuple = (0, 0)   # first step's p2p sends (messages, bytes), when traced
+    timeline: list  # first step's (rank, action, start, end)
+    sends: tuple = (0, 0)  # first step's p2p sends (messages, bytes), when traced
 
 
 def embedding_group(p: int):
@@ -67,10 +68,22 @@ def embedding_group(p: int):
     return dist.new_group([0, p - 1])
 
 
-def train_rank(rank: int, p: int, name: str, m: int, v: int, c: GPTConfig, batches,
-               optimizer: str = "adam", executor_cls=PipelineExecutor, actions=None,
-               loss_scale: float | None = None, emb_group="auto", dtype=torch.float64,
-               trace_first_step: bool = False):
+def train_rank(
+    rank: int,
+    p: int,
+    name: str,
+    m: int,
+    v: int,
+    c: GPTConfig,
+    batches,
+    optimizer: str = "adam",
+    executor_cls=PipelineExecutor,
+    actions=None,
+    loss_scale: float | None = None,
+    emb_group="auto",
+    dtype=torch.float64,
+    trace_first_step: bool = False,
+):
     """Train on rank ``rank`` of p with schedule ``name`` (or explicit ``actions``, one list per
     rank); each batch of B = m·b sequences is cut into m micro-batches of b.
     ``trace_first_step``: record the first step's sends with :class:`minipar.runtime.tracer.trace`."""
@@ -84,8 +97,9 @@ def train_rank(rank: int, p: int, name: str, m: int, v: int, c: GPTConfig, batch
     opt = _optimizer(optimizer, params)
     lists = actions or schedule(name, p, m, v)
     acts = lists[rank]
-    ex = executor_cls(stages, v * p, rank, p, m, group=None, embedding_group=group,
-                      loss_scale=loss_scale)
+    ex = executor_cls(
+        stages, v * p, rank, p, m, group=None, embedding_group=group, loss_scale=loss_scale
+    )
     named = {}
     for st in stages.values():
         named.update(st.reference_names())
@@ -95,9 +109,10 @@ def train_rank(rank: int, p: int, name: str, m: int, v: int, c: GPTConfig, batch
             raise ValueError(f"batch ({x.shape[0]}) must be divisible by micro-batches m ({m})")
         b = x.shape[0] // m
         opt.zero_grad()
-        with (trace() if trace_first_step and step == 0 else nullcontext()) as tr:
-            rec = ex.run(acts, list(x.chunk(m)), list(y.chunk(m)), (b, c.s, c.h), dtype,
-                         all_actions=lists)
+        with trace() if trace_first_step and step == 0 else nullcontext() as tr:
+            rec = ex.run(
+                acts, list(x.chunk(m)), list(y.chunk(m)), (b, c.s, c.h), dtype, all_actions=lists
+            )
         if tr is not None:
             sends = [e for e in tr.events if e.op == "send"]
             out.sends = (len(sends), sum(e.bytes for e in sends))

@@ -24,6 +24,7 @@ Every child's exit is reported as ``("exit", pid, code)`` (a negative code is a 
 caller can name how a rank died. A child writes its file descriptors 1 and 2 (C++ messages,
 ``faulthandler`` stacks) to ``FOLDER/rank-<r>.log``; its Python ``print`` goes to the caller.
 """
+
 import sys
 
 if __name__ == "__main__":
@@ -31,14 +32,14 @@ if __name__ == "__main__":
     # (run.py, launch.py, ...) would shadow top-level names: resolve from the caller's sys.path
     del sys.path[0]
 
-import faulthandler  # noqa: E402
-import gc  # noqa: E402
-import multiprocessing.connection as mpc  # noqa: E402
-import os  # noqa: E402
-import shutil  # noqa: E402
-import signal  # noqa: E402
-import threading  # noqa: E402
-import time  # noqa: E402
+import faulthandler
+import gc
+import multiprocessing.connection as mpc
+import os
+import shutil
+import signal
+import threading
+import time
 
 POLL_S = 0.2  # how often the zygote reaps children and checks that the caller is alive
 # torch modules that take seconds to import and that ranks often need (minipar.runtime.tracer enters a
@@ -51,23 +52,23 @@ WARM_UP = ["torch._dynamo", "torch.distributed.pipelining"]
 # ----------------------------------------------------------------------------- the zygote
 def zygote_main(address: str, caller_pid: int, folder: str) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # an interrupt is the caller's to handle
-    _on_term(lambda *_: _leave_early(folder))    # until the children exist
+    _on_term(lambda *_: _leave_early(folder))  # until the children exist
     # A forked child cannot use CUDA if its parent initialised the driver: any check made
     # here asks NVML instead, and a CUDA build skips the warm-up imports (they may probe it).
     os.environ.setdefault("PYTORCH_NVML_BASED_CUDA_CHECK", "1")
     import cloudpickle  # noqa: F401  (the point of the zygote: every rank inherits these)
     import torch
-    import torch.distributed  # noqa: F401
+    import torch.distributed
 
     if torch.version.cuda or torch.version.hip:
         WARM_UP.clear()
 
-    if os.getppid() != caller_pid:   # the caller died while torch was being imported
+    if os.getppid() != caller_pid:  # the caller died while torch was being imported
         _leave_early(folder)
     try:
         conn = mpc.Client(address, family="AF_UNIX")  # the folder is 0700: only this user
-        conn.send(("ready", os.getpid()))             # connects
-    except OSError:                  # the caller is gone (its socket closed): no folder left
+        conn.send(("ready", os.getpid()))  # connects
+    except OSError:  # the caller is gone (its socket closed): no folder left
         _leave_early(folder)
     z = _Children(conn, (address, folder))
     _on_term(lambda *_: z.leave(folder))
@@ -83,13 +84,12 @@ def zygote_main(address: str, caller_pid: int, folder: str) -> None:
         if msg == "idle" and WARM_UP and not z.running:
             try:
                 __import__(WARM_UP.pop(0))
-            except Exception:  # noqa: BLE001  (an optional speed-up; ranks import it anyway)
+            except Exception:
                 pass
             z.drop_spares()  # forked before the import: without it
         elif msg != "idle":
             _, call, world, state, task = msg
-            conn.send(("forked", call, [z.start_rank(r, world, state, task)
-                                        for r in range(world)]))
+            conn.send(("forked", call, [z.start_rank(r, world, state, task) for r in range(world)]))
             z.spares_wanted = world
         z.reap()
         z.add_spares()
@@ -116,7 +116,7 @@ class _Children:
 
     def __init__(self, conn, where):
         self.conn, self.where = conn, where
-        self.running: dict[int, int] = {}     # pid -> rank
+        self.running: dict[int, int] = {}  # pid -> rank
         self.spares: list[tuple[int, int]] = []  # (pid, write end of its task pipe)
         self.spares_wanted = 0
 
@@ -155,7 +155,7 @@ class _Children:
         return pid
 
     def drop_spares(self) -> None:
-        for pid, w in self.spares:
+        for _pid, w in self.spares:
             os.close(w)  # the spare reads an empty task and leaves
         self.spares = []
 
@@ -254,6 +254,7 @@ def _die_with_parent(parent: int) -> None:
         while os.getppid() == parent:
             time.sleep(0.5)
         os._exit(1)
+
     threading.Thread(target=watch, daemon=True).start()
 
 
@@ -284,8 +285,12 @@ def _quiet_torch_deprecations() -> None:
     warning is kept."""
     import warnings
 
-    warnings.filterwarnings("ignore", category=FutureWarning, module=r"torch(\.|$)",
-                            message=r"`torch\.distributed\.[\w.]+` is deprecated")
+    warnings.filterwarnings(
+        "ignore",
+        category=FutureWarning,
+        module=r"torch(\.|$)",
+        message=r"`torch\.distributed\.[\w.]+` is deprecated",
+    )
 
 
 def rank_main(rank, world, state, task, address, folder) -> None:
@@ -294,8 +299,9 @@ def rank_main(rank, world, state, task, address, folder) -> None:
         os.setpgid(0, 0)
     except OSError:
         pass
-    log = os.open(os.path.join(folder, f"rank-{rank}.log"),
-                  os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    log = os.open(
+        os.path.join(folder, f"rank-{rank}.log"), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600
+    )
     os.dup2(log, 1)
     os.dup2(log, 2)
     os.close(log)
@@ -342,8 +348,9 @@ def _run(rank, world, state, task) -> tuple:
         try:
             from minipar.runtime import device  # imported afresh, from the caller's sys.path
         except ImportError as e:
-            raise ImportError(f"minipar is not importable on the ranks from the caller's "
-                              f"sys.path {sys.path}: {e}") from e
+            raise ImportError(
+                f"minipar is not importable on the ranks from the caller's sys.path {sys.path}: {e}"
+            ) from e
 
         device.set_backend(state["backend"], local_rank=rank)
         fn, args = cloudpickle.loads(task)
@@ -353,22 +360,25 @@ def _run(rank, world, state, task) -> tuple:
         # NCCL: bind the group to this rank's GPU (else its first barrier guesses the device
         # and warns); gloo takes no device
         bound = {"device_id": device.get_device()} if state["backend"] == "nccl" else {}
-        dist.init_process_group(state["backend"], store=store, rank=rank, world_size=world,
-                                timeout=limit, **bound)
+        dist.init_process_group(
+            state["backend"], store=store, rank=rank, world_size=world, timeout=limit, **bound
+        )
         result = fn(rank, world, *args)
         try:
             reply = ("ok", cloudpickle.dumps(result))
-        except Exception as e:  # noqa: BLE001
-            raise TypeError(f"rank {rank}'s return value (a {type(result).__name__}) cannot be "
-                            f"sent back to the caller: it must be picklable by cloudpickle "
-                            f"({type(e).__name__}: {e})") from None
-    except BaseException as e:  # noqa: BLE001  (report everything, including SystemExit)
+        except Exception as e:
+            raise TypeError(
+                f"rank {rank}'s return value (a {type(result).__name__}) cannot be "
+                f"sent back to the caller: it must be picklable by cloudpickle "
+                f"({type(e).__name__}: {e})"
+            ) from None
+    except BaseException as e:
         reply = ("err", (f"{type(e).__name__}: {e}", traceback.format_exc(), time.time()))
     _wait_for_peers(store, world, wait=reply[0] == "ok")
     try:
         if dist.is_initialized():
             dist.destroy_process_group()
-    except Exception:  # noqa: BLE001  (the reply matters more than a clean teardown)
+    except Exception:
         pass
     return reply
 
@@ -385,7 +395,7 @@ def _wait_for_peers(store, world: int, wait: bool) -> None:
             store.set("all finished", "1")
         if wait:
             store.wait(["all finished"])
-    except Exception:  # noqa: BLE001  (the caller is gone, or a peer died: leave anyway)
+    except Exception:
         pass
 
 

@@ -6,6 +6,7 @@ Nothing else in minipar calls ``torch.cuda`` unconditionally: code asks :func:`g
 (:func:`minipar.runtime.launch.choose_backend`) and :mod:`minipar.runtime.run` under torchrun both use it, then
 call :func:`set_backend` on each rank. Time GPU work only after :func:`synchronize`.
 """
+
 from __future__ import annotations
 
 import os
@@ -28,8 +29,10 @@ def resolve_backend(backend: str, ranks: int) -> str:
         raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
     gpus = gpu_count() if backend != "gloo" else 0
     if backend == "nccl" and gpus < ranks:
-        raise ValueError(f"backend 'nccl' needs one GPU per rank: world_size ({ranks}) "
-                         f"> GPUs visible ({gpus}); use backend='gloo' or fewer ranks")
+        raise ValueError(
+            f"backend 'nccl' needs one GPU per rank: world_size ({ranks}) "
+            f"> GPUs visible ({gpus}); use backend='gloo' or fewer ranks"
+        )
     if backend == "auto":
         return "nccl" if gpus >= ranks else "gloo"
     return backend

@@ -33,6 +33,7 @@ cleaned after a killed caller, ranks that die with the zygote) lives in :mod:`mi
 (caller side) and :mod:`minipar.runtime._rank` (zygote and rank side). The same worker functions run
 under ``torchrun``; see :mod:`minipar.runtime.run`.
 """
+
 from __future__ import annotations
 
 import atexit
@@ -79,8 +80,9 @@ class StartError(RankError):
 
     def __init__(self, message: str, stderr_tail: str, cause: str):
         self.cause = cause
-        RuntimeError.__init__(self, f"{message}\nlikely cause: {cause}\n"
-                                    f"--- end of its stderr ---\n{stderr_tail}")
+        RuntimeError.__init__(
+            self, f"{message}\nlikely cause: {cause}\n--- end of its stderr ---\n{stderr_tail}"
+        )
         self.rank, self.summary, self.remote_traceback = None, message, ""
         self.stderr_tail = stderr_tail
 
@@ -88,7 +90,7 @@ class StartError(RankError):
 # ----------------------------------------------------------------------------- the core idea
 _lock = threading.Lock()
 _zygote: pool.Zygote | None = None
-_ranks_wall_s = 0.0      # wall time this process has spent in run() (waiting on its ranks)
+_ranks_wall_s = 0.0  # wall time this process has spent in run() (waiting on its ranks)
 
 
 def ranks_wall_seconds() -> float:
@@ -97,8 +99,15 @@ def ranks_wall_seconds() -> float:
     return _ranks_wall_s
 
 
-def run(fn, world_size: int, *args, backend: str = "auto", timeout: float = DEFAULT_TIMEOUT,
-        threads: int | None = None, on_start=None) -> list:
+def run(
+    fn,
+    world_size: int,
+    *args,
+    backend: str = "auto",
+    timeout: float = DEFAULT_TIMEOUT,
+    threads: int | None = None,
+    on_start=None,
+) -> list:
     """Run ``fn(rank, world_size, *args)`` on ``world_size`` ranks; return results in rank order.
 
     backend: ``"auto"`` (NCCL with one GPU per rank if there are enough GPUs, else gloo on the
@@ -111,35 +120,45 @@ def run(fn, world_size: int, *args, backend: str = "auto", timeout: float = DEFA
     global _ranks_wall_s
     t0 = time.monotonic()
     try:
-        return _run(fn, world_size, *args, backend=backend, timeout=timeout, threads=threads,
-                    on_start=on_start)
+        return _run(
+            fn,
+            world_size,
+            *args,
+            backend=backend,
+            timeout=timeout,
+            threads=threads,
+            on_start=on_start,
+        )
     finally:
         _ranks_wall_s += time.monotonic() - t0
 
 
-def _run(fn, world_size: int, *args, backend: str, timeout: float, threads: int | None,
-         on_start) -> list:
+def _run(
+    fn, world_size: int, *args, backend: str, timeout: float, threads: int | None, on_start
+) -> list:
     _check(fn, world_size, timeout, threads)
     backend = choose_backend(backend, world_size)
     threads = threads or max(1, pool.usable_cpus() // world_size)
-    task, cell_sources = pool.pack(fn, args)          # a bad argument fails here, alone
+    task, cell_sources = pool.pack(fn, args)  # a bad argument fails here, alone
     with _lock:
         zygote = _warm_zygote()
-        store = _free_store()                           # the rendezvous, served by the caller
+        store = _free_store()  # the rendezvous, served by the caller
         state = pool.caller_state(backend, store.port, timeout, threads, cell_sources)
         deadline = time.monotonic() + max(timeout, 60.0)
         try:
             pids = zygote.fork(world_size, state, task)  # one fresh process per rank
             if on_start is not None:
-                on_start(list(pids), [os.path.join(zygote.folder, f"rank-{r}.log")
-                                      for r in range(world_size)])
+                on_start(
+                    list(pids),
+                    [os.path.join(zygote.folder, f"rank-{r}.log") for r in range(world_size)],
+                )
             ranks = pool.Ranks(zygote, pids, deadline)
         except pool.StartFailed as e:
             raise StartError(str(e), e.log, e.cause) from None
         try:
             replies = ranks.collect(timeout, on_output=_print_prefixed)
         finally:
-            ranks.close()                               # kills ranks that did not reply
+            ranks.close()  # kills ranks that did not reply
             del store
     failed = {r: p for r, (kind, p) in replies.items() if kind != "ok"}
     died = {r: p for r, (kind, p) in replies.items() if kind == "died"}
@@ -152,8 +171,10 @@ def _run(fn, world_size: int, *args, backend: str, timeout: float, threads: int 
         raise err
     silent = [r for r in range(world_size) if r not in replies]
     if silent:
-        raise TimeoutError(f"ranks {silent} did not finish within timeout={timeout:g} s "
-                           "(a collective that not every rank called?); ranks stopped")
+        raise TimeoutError(
+            f"ranks {silent} did not finish within timeout={timeout:g} s "
+            "(a collective that not every rank called?); ranks stopped"
+        )
     return [cloudpickle.loads(replies[r][1]) for r in range(world_size)]
 
 
@@ -201,13 +222,19 @@ def _check(fn, world_size, timeout, threads=None) -> None:
         raise ValueError(f"world_size must be between 1 and {MAX_WORLD_SIZE}, got {world_size}")
     if not callable(fn):
         raise TypeError(f"fn must be callable, got {type(fn).__name__}")
-    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) \
-            or not math.isfinite(timeout) or timeout <= 0:
+    if (
+        isinstance(timeout, bool)
+        or not isinstance(timeout, (int, float))
+        or not math.isfinite(timeout)
+        or timeout <= 0
+    ):
         raise ValueError(f"timeout must be a finite number of seconds > 0, got {timeout!r}")
-    if threads is not None and (isinstance(threads, bool) or not isinstance(threads, int)
-                                or threads < 1):
-        raise ValueError(f"threads must be an int >= 1 (or None for usable CPUs // world_size), "
-                         f"got {threads!r}")
+    if threads is not None and (
+        isinstance(threads, bool) or not isinstance(threads, int) or threads < 1
+    ):
+        raise ValueError(
+            f"threads must be an int >= 1 (or None for usable CPUs // world_size), got {threads!r}"
+        )
 
 
 def shutdown() -> None:
@@ -240,9 +267,14 @@ def choose_backend(backend: str, world_size: int) -> str:
     gpus = gpu_count()
     if (chosen, world_size) not in _announced:
         _announced.add((chosen, world_size))
-        why = (f"{gpus} GPUs >= {world_size} ranks, one GPU per rank" if chosen == "nccl"
-               else f"{gpus} GPUs < {world_size} ranks, so ranks run on the CPU")
-        print(f"minipar.runtime.launch: backend={chosen} ({why})")  # stdout: part of a notebook's record
+        why = (
+            f"{gpus} GPUs >= {world_size} ranks, one GPU per rank"
+            if chosen == "nccl"
+            else f"{gpus} GPUs < {world_size} ranks, so ranks run on the CPU"
+        )
+        print(
+            f"minipar.runtime.launch: backend={chosen} ({why})"
+        )  # stdout: part of a notebook's record
     return chosen
 
 
@@ -253,5 +285,13 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-__all__ = ["run", "RankError", "StartError", "shutdown", "choose_backend", "free_port",
-           "DEFAULT_TIMEOUT", "MAX_WORLD_SIZE"]
+__all__ = [
+    "run",
+    "RankError",
+    "StartError",
+    "shutdown",
+    "choose_backend",
+    "free_port",
+    "DEFAULT_TIMEOUT",
+    "MAX_WORLD_SIZE",
+]

@@ -21,6 +21,7 @@
   computing, i.e. importing torch: :func:`cpu_seconds` must grow), its answer to a fork request
   and each rank's "hello".
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -64,8 +65,9 @@ def _code_by_marshal(code):
 
 
 class _Pickler(cloudpickle.Pickler):
-    dispatch_table = ChainMap({types.CodeType: _code_by_marshal},
-                              cloudpickle.Pickler.dispatch_table)
+    dispatch_table = ChainMap(
+        {types.CodeType: _code_by_marshal}, cloudpickle.Pickler.dispatch_table
+    )
 
 
 def pack(fn, args) -> tuple[bytes, dict]:
@@ -77,19 +79,24 @@ def pack(fn, args) -> tuple[bytes, dict]:
     buf = io.BytesIO()
     try:
         _Pickler(buf, protocol=pickle.HIGHEST_PROTOCOL).dump((fn, args))
-    except Exception as e:  # noqa: BLE001
+    except Exception as e:
         what = "fn"
         for i, a in enumerate(args):
             try:
                 cloudpickle.dumps(a)
-            except Exception:  # noqa: BLE001
+            except Exception:
                 what = f"argument {i + 1} after world_size ({type(a).__name__})"
                 break
-        raise TypeError(f"{what} cannot be sent to the ranks (it must be picklable by "
-                        f"cloudpickle): {type(e).__name__}: {e}") from e
+        raise TypeError(
+            f"{what} cannot be sent to the ranks (it must be picklable by "
+            f"cloudpickle): {type(e).__name__}: {e}"
+        ) from e
     # IPython keeps each cell's source in linecache with mtime None (no file on disk)
-    lines = {f: linecache.cache[f] for f in _seen.filenames
-             if f in linecache.cache and linecache.cache[f][1] is None}
+    lines = {
+        f: linecache.cache[f]
+        for f in _seen.filenames
+        if f in linecache.cache and linecache.cache[f][1] is None
+    }
     return buf.getvalue(), lines
 
 
@@ -119,10 +126,19 @@ def loopback_interface() -> str:
 
 
 def caller_state(backend: str, port: int, timeout: float, threads: int, lines: dict) -> dict:
-    return dict(env=dict(os.environ), cwd=os.getcwd(), sys_path=list(sys.path), lines=lines,
-                prefix=f"minipar-{secrets.token_hex(8)}", cpus=_affinity(),
-                loopback=loopback_interface(), backend=backend, port=port, timeout=timeout,
-                threads=threads)
+    return dict(
+        env=dict(os.environ),
+        cwd=os.getcwd(),
+        sys_path=list(sys.path),
+        lines=lines,
+        prefix=f"minipar-{secrets.token_hex(8)}",
+        cpus=_affinity(),
+        loopback=loopback_interface(),
+        backend=backend,
+        port=port,
+        timeout=timeout,
+        threads=threads,
+    )
 
 
 # ----------------------------------------------------------------------------- socket folders
@@ -200,8 +216,9 @@ def cpu_seconds(pid: int) -> float | None:
     except (OSError, ValueError, IndexError):
         pass
     try:
-        out = subprocess.run(["ps", "-o", "time=", "-p", str(pid)], capture_output=True,
-                             text=True, timeout=5).stdout.strip()
+        out = subprocess.run(
+            ["ps", "-o", "time=", "-p", str(pid)], capture_output=True, text=True, timeout=5
+        ).stdout.strip()
     except (OSError, subprocess.SubprocessError):
         return None
     m = re.fullmatch(r"(?:(\d+)-)?(?:(\d+):)?(\d+):(\d+(?:\.\d+)?)", out)
@@ -213,17 +230,25 @@ def cpu_seconds(pid: int) -> float | None:
 
 # ----------------------------------------------------------------------------- start failures
 _CAUSES = [
-    (r"init_fs_encoding|No module named 'encodings'|PYTHONHOME",
-     "the worker interpreter cannot start: check PYTHONHOME (now {PYTHONHOME!r}) and "
-     "PYTHONPATH; unset them, or point them at this Python's installation"),
-    (r"in zygote_main\s+import torch\b|No module named '?torch\b",
-     "torch cannot be imported in the worker interpreter ({exe}), PYTHONPATH {PYTHONPATH!r}: "
-     "see its error below"),
-    (r"No module named '?cloudpickle",
-     "cloudpickle is not importable in the worker interpreter ({exe}); install it there"),
-    (r"No module named '?minipar",
-     "minipar is not importable in the ranks: install it into this environment "
-     "(pip install -e .) or put its src folder on sys.path"),
+    (
+        r"init_fs_encoding|No module named 'encodings'|PYTHONHOME",
+        "the worker interpreter cannot start: check PYTHONHOME (now {PYTHONHOME!r}) and "
+        "PYTHONPATH; unset them, or point them at this Python's installation",
+    ),
+    (
+        r"in zygote_main\s+import torch\b|No module named '?torch\b",
+        "torch cannot be imported in the worker interpreter ({exe}), PYTHONPATH {PYTHONPATH!r}: "
+        "see its error below",
+    ),
+    (
+        r"No module named '?cloudpickle",
+        "cloudpickle is not importable in the worker interpreter ({exe}); install it there",
+    ),
+    (
+        r"No module named '?minipar",
+        "minipar is not importable in the ranks: install it into this environment "
+        "(pip install -e .) or put its src folder on sys.path",
+    ),
     (r"Error|error", "the worker's own error is above (PYTHONPATH now {PYTHONPATH!r})"),
 ]
 
@@ -231,8 +256,11 @@ _CAUSES = [
 def likely_cause(log: str) -> str:
     for pattern, text in _CAUSES:
         if re.search(pattern, log):
-            return text.format(exe=sys.executable, PYTHONHOME=os.environ.get("PYTHONHOME"),
-                               PYTHONPATH=os.environ.get("PYTHONPATH"))
+            return text.format(
+                exe=sys.executable,
+                PYTHONHOME=os.environ.get("PYTHONHOME"),
+                PYTHONPATH=os.environ.get("PYTHONPATH"),
+            )
     return "no error text: the process was killed (out of memory?) or exited on its own"
 
 
@@ -266,8 +294,8 @@ class StartFailed(Exception):
         self.log, self.cause = log, cause
 
 
-FORK_STALL_S = 60.0     # a zygote that neither answers a fork request nor computes: broken
-HELLO_S = 60.0          # a rank that connected but sent no "hello": broken
+FORK_STALL_S = 60.0  # a zygote that neither answers a fork request nor computes: broken
+HELLO_S = 60.0  # a rank that connected but sent no "hello": broken
 
 
 class _Progress:
@@ -301,8 +329,9 @@ class Zygote:
 
     def __init__(self, start_stall_s: float):
         remove_stale_folders()
-        self.folder = tempfile.mkdtemp(prefix=f"minipar-{host_token()}-{os.getpid()}-",
-                                       dir=_base_dir())  # 0700
+        self.folder = tempfile.mkdtemp(
+            prefix=f"minipar-{host_token()}-{os.getpid()}-", dir=_base_dir()
+        )  # 0700
         self.address = os.path.join(self.folder, "s")
         self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         self.sock.bind(self.address)
@@ -320,16 +349,23 @@ class Zygote:
             # zygote, which then sees its caller gone and removes the folder (see _rank.py)
             self.proc = subprocess.Popen(
                 [sys.executable, RANK_SOURCE, self.address, str(os.getpid()), self.folder],
-                cwd=self.folder, stdin=subprocess.DEVNULL, stdout=f, stderr=f,
-                start_new_session=True)
+                cwd=self.folder,
+                stdin=subprocess.DEVNULL,
+                stdout=f,
+                stderr=f,
+                start_new_session=True,
+            )
         try:
             # no fixed deadline while the zygote keeps computing (importing torch takes 2 s
             # on an idle machine and minutes on a loaded one): it fails when it made no CPU
             # progress for start_stall_s seconds, or exited
             progress = _Progress(self.proc.pid, start_stall_s)
-            self.conn = self.accept(float("inf"), progress.check,
-                                    f"the minipar zygote made no progress for "
-                                    f"{start_stall_s:g} s while importing torch")
+            self.conn = self.accept(
+                float("inf"),
+                progress.check,
+                f"the minipar zygote made no progress for "
+                f"{start_stall_s:g} s while importing torch",
+            )
             _recv(self.conn, progress.check, self._failed, lambda: self.proc.poll() is None)
         except BaseException:
             self.close()
@@ -341,14 +377,16 @@ class Zygote:
         while True:
             try:
                 s, _ = self.sock.accept()
-            except (socket.timeout, TimeoutError):
+            except TimeoutError:
                 pass
             else:
                 s.setblocking(True)
                 return mpc.Connection(s.detach())
             if self.proc.poll() is not None:
-                self._failed(f"the minipar zygote exited ({signal_name(self.proc.returncode)}) "
-                             "before the ranks started")
+                self._failed(
+                    f"the minipar zygote exited ({signal_name(self.proc.returncode)}) "
+                    "before the ranks started"
+                )
             if check() is False or time.monotonic() > deadline:
                 self._failed(late)
 
@@ -360,8 +398,11 @@ class Zygote:
             self.proc.wait(timeout=0.5 if isinstance(error, (EOFError, OSError)) else 0)
         except subprocess.TimeoutExpired:
             pass
-        how = signal_name(self.proc.poll()) if self.proc.poll() is not None else \
-            f"its connection failed: {type(error).__name__}: {error}"
+        how = (
+            signal_name(self.proc.poll())
+            if self.proc.poll() is not None
+            else f"its connection failed: {type(error).__name__}: {error}"
+        )
         self.proc.kill()
         self.proc.wait()
         self._failed(f"the minipar zygote died ({how}); the next call starts a new one")
@@ -371,15 +412,18 @@ class Zygote:
         raise StartFailed(what, log, likely_cause(log))
 
     def alive(self) -> bool:
-        return (not self.broken and self.proc.poll() is None
-                and _mtime(RANK_SOURCE) == self.source_mtime)
+        return (
+            not self.broken
+            and self.proc.poll() is None
+            and _mtime(RANK_SOURCE) == self.source_mtime
+        )
 
     def fork(self, world_size: int, state: dict, task: bytes) -> list[int]:
         self.calls += 1
         state["call"] = self.calls
         try:
             self.conn.send(("fork", self.calls, world_size, state, task))
-        except Exception as e:  # noqa: BLE001  (any failure: a dead or unusable zygote)
+        except Exception as e:
             self._died(e)
         progress = _Progress(self.proc.pid, FORK_STALL_S)
         while True:
@@ -388,12 +432,13 @@ class Zygote:
                     if self.proc.poll() is not None:
                         raise EOFError("the zygote exited")
                     if progress.check() is False:
-                        raise TimeoutError(f"no answer to a fork request and no progress for "
-                                           f"{FORK_STALL_S:g} s")
+                        raise TimeoutError(
+                            f"no answer to a fork request and no progress for {FORK_STALL_S:g} s"
+                        )
                     continue
                 msg = self.conn.recv()
                 kind = msg[0]
-            except Exception as e:  # noqa: BLE001  (EOF, a reset, a garbled message, ...)
+            except Exception as e:
                 self._died(e)
             if kind == "forked" and msg[1] == self.calls:
                 # exits reported from now on are of this call's ranks or of older ones that
@@ -410,14 +455,14 @@ class Zygote:
         try:
             while self.conn.poll(0):
                 self.note(self.conn.recv())
-        except Exception as e:  # noqa: BLE001
+        except Exception as e:
             self._died(e)
 
     def close(self) -> None:
         try:
             self.conn.send(None)
             self.proc.wait(timeout=2)
-        except Exception:  # noqa: BLE001  (no connection yet, or a broken one: kill it)
+        except Exception:
             pass
         if self.proc is not None and self.proc.poll() is None:
             self.proc.kill()
@@ -444,9 +489,10 @@ class Ranks:
         self.started = False
         try:
             while len(self.conns) < len(pids):
-                conn = zygote.accept(deadline, self._check_started,
-                                     "the ranks did not dial back in time")
-                if not conn.poll(HELLO_S):      # a connection that says nothing: not a rank
+                conn = zygote.accept(
+                    deadline, self._check_started, "the ranks did not dial back in time"
+                )
+                if not conn.poll(HELLO_S):  # a connection that says nothing: not a rank
                     conn.close()
                     continue
                 _, call, rank, pid = conn.recv()  # ("hello", call, rank, pid)
@@ -480,12 +526,11 @@ class Ranks:
             try:
                 if self.zygote.conn.poll(0.05):
                     self.zygote.note(self.zygote.conn.recv())
-            except Exception:  # noqa: BLE001  (the zygote is gone too: the next call sees it)
+            except Exception:
                 self.zygote.broken = True
                 break
         how = signal_name(self.zygote.exits.get(pid))
-        self.replies[r] = ("died", (f"died ({how}) without a Python exception", "",
-                                    time.time()))
+        self.replies[r] = ("died", (f"died ({how}) without a Python exception", "", time.time()))
 
     def collect(self, timeout: float, on_output) -> dict[int, tuple]:
         """Every rank's reply: ("ok", bytes), ("err", (summary, tb, t)) or ("died", ...)."""

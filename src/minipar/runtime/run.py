@@ -8,6 +8,7 @@ local rank, gloo otherwise; ``--backend`` overrides), calls ``fn(rank, world_siz
 command-line arguments are passed as strings, or parsed as Python literals when they are ones),
 prints each rank's return value prefixed ``[rank r]`` and destroys the group.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -39,8 +40,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--backend", choices=["auto", "gloo", "nccl"], default="auto")
     ns = parser.parse_args(argv)
     if "RANK" not in os.environ or "WORLD_SIZE" not in os.environ:
-        raise SystemExit("minipar.runtime.run: error: RANK and WORLD_SIZE are not set; start this "
-                         "module with torchrun (or use minipar.runtime.launch.run from Python)")
+        raise SystemExit(
+            "minipar.runtime.run: error: RANK and WORLD_SIZE are not set; start this "
+            "module with torchrun (or use minipar.runtime.launch.run from Python)"
+        )
     import torch.distributed as dist
 
     from minipar.runtime import device
@@ -48,8 +51,9 @@ def main(argv: list[str] | None = None) -> int:
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     local_rank = int(os.environ.get("LOCAL_RANK", 0))
     # every rank of this node decides alike: NCCL only with a GPU for each of them
-    backend = device.resolve_backend(ns.backend,
-                                     int(os.environ.get("LOCAL_WORLD_SIZE", local_rank + 1)))
+    backend = device.resolve_backend(
+        ns.backend, int(os.environ.get("LOCAL_WORLD_SIZE", local_rank + 1))
+    )
     device.set_backend(backend, local_rank=local_rank)
     dist.init_process_group(backend)
     try:

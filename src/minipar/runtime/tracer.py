@@ -35,6 +35,7 @@ have two ranks): ``trace(groups={"tp": tp_group, "dp": dp_group})`` names them a
 Do not time code for benchmarks inside ``trace``: the dispatch mode adds Python overhead to
 every tensor op.
 """
+
 from __future__ import annotations
 
 import functools
@@ -44,7 +45,7 @@ from collections import OrderedDict
 from dataclasses import dataclass
 
 import torch
-import torch._dynamo  # noqa: F401  entering a dispatch mode imports it (~2 s): pay that here,
+import torch._dynamo
 import torch.distributed as dist  # not inside the first traced call's wall time
 from torch.utils._python_dispatch import TorchDispatchMode, _get_current_dispatch_mode_stack
 
@@ -72,24 +73,40 @@ _C10D_OPS = {
 }
 
 # public torch.distributed functions wrapped for wall time
-_PUBLIC = ["all_reduce", "all_gather", "all_gather_into_tensor", "all_gather_single",
-           "reduce_scatter", "reduce_scatter_tensor", "reduce_scatter_single", "all_to_all",
-           "all_to_all_single", "broadcast", "reduce", "gather", "scatter", "send", "recv",
-           "isend", "irecv", "barrier"]
+_PUBLIC = [
+    "all_reduce",
+    "all_gather",
+    "all_gather_into_tensor",
+    "all_gather_single",
+    "reduce_scatter",
+    "reduce_scatter_tensor",
+    "reduce_scatter_single",
+    "all_to_all",
+    "all_to_all_single",
+    "broadcast",
+    "reduce",
+    "gather",
+    "scatter",
+    "send",
+    "recv",
+    "isend",
+    "irecv",
+    "barrier",
+]
 
 
 @dataclass
 class CommEvent:
-    op: str              # course name: all_reduce, all_gather, reduce_scatter, send, recv, ...
-    bytes: int           # nccl-tests "size" of the call (see module docstring)
-    group_size: int      # ranks in the process group
-    start: float         # seconds since the trace began
+    op: str  # course name: all_reduce, all_gather, reduce_scatter, send, recv, ...
+    bytes: int  # nccl-tests "size" of the call (see module docstring)
+    group_size: int  # ranks in the process group
+    start: float  # seconds since the trace began
     seconds: float = 0.0  # wall time (launch only when is_async and never waited through us)
     is_async: bool = True
     peer: int | None = None  # the other rank of a send/recv (group rank)
     dtype: str = ""
     group: tuple[int, ...] = ()  # global ranks of the call's process group
-    group_name: str = ""         # the group's identity (ProcessGroup.group_name)
+    group_name: str = ""  # the group's identity (ProcessGroup.group_name)
 
 
 @dataclass
@@ -119,7 +136,7 @@ def _describe(pg) -> tuple[int, tuple[int, ...], str]:
     """(size, global ranks, name) of a ProcessGroup."""
     try:
         ranks = tuple(dist.get_process_group_ranks(pg))
-    except Exception:  # noqa: BLE001  (a group this rank is not registered in)
+    except Exception:
         ranks = ()
     return pg.size(), ranks, getattr(pg, "group_name", "")
 
@@ -131,7 +148,7 @@ def _group_of(args) -> tuple[int, tuple[int, ...], str]:
         if isinstance(a, torch.ScriptObject):
             try:
                 pg = dist.ProcessGroup.unbox(a)
-            except Exception:  # noqa: BLE001  (a ReduceOp or Work, not a group)
+            except Exception:
                 continue
             return _describe(pg)
     if dist.is_initialized():
@@ -140,19 +157,29 @@ def _group_of(args) -> tuple[int, tuple[int, ...], str]:
 
 
 # DTensor's functional collectives: op -> (course name, bytes = input × group size?)
-_FUNCTIONAL = {"all_reduce": ("all_reduce", False),
-               "all_gather_into_tensor": ("all_gather", True),
-               "reduce_scatter_tensor": ("reduce_scatter", False)}
+_FUNCTIONAL = {
+    "all_reduce": ("all_reduce", False),
+    "all_gather_into_tensor": ("all_gather", True),
+    "reduce_scatter_tensor": ("reduce_scatter", False),
+}
 
 
 def _functional_event(name: str, args, start: float) -> CommEvent:
     """A CommEvent for a ``_c10d_functional`` op, whose last argument names its group."""
     from torch.distributed.distributed_c10d import _resolve_process_group
+
     op, gathered = _FUNCTIONAL[name]
     size, ranks, gname = _describe(_resolve_process_group(args[-1]))
     nbytes = _nbytes(args[0]) * (size if gathered else 1)
-    return CommEvent(op=op, bytes=nbytes, group_size=size, start=start, dtype=_dtype(args[0]),
-                     group=ranks, group_name=gname)
+    return CommEvent(
+        op=op,
+        bytes=nbytes,
+        group_size=size,
+        start=start,
+        dtype=_dtype(args[0]),
+        group=ranks,
+        group_name=gname,
+    )
 
 
 class _WaitTimedWork:
@@ -174,9 +201,9 @@ class _WaitTimedWork:
 
 # -- the wall-time wrappers: installed once for all threads, active only where a trace is ----
 _install_lock = threading.Lock()
-_installs = 0                   # traces open in any thread; the wrappers stay while > 0
-_originals: dict = {}           # (module, name) -> the function we wrapped
-_local = threading.local()      # .pending: the events of the public call in progress, to time
+_installs = 0  # traces open in any thread; the wrappers stay while > 0
+_originals: dict = {}  # (module, name) -> the function we wrapped
+_local = threading.local()  # .pending: the events of the public call in progress, to time
 
 
 def _tracing_here() -> bool:
@@ -203,6 +230,7 @@ def _timed(fn):
         for e in mine:
             e.seconds, e.is_async = dt, False
         return out
+
     timed.__minipar_traced__ = fn
     return timed
 
@@ -260,16 +288,23 @@ class trace(TorchDispatchMode):
         if func.namespace == "_c10d_functional":
             name = func._schema.name.split("::")[-1]
             if name in _FUNCTIONAL:
-                self.events.append(_functional_event(name, args,
-                                                     time.perf_counter() - self.start_time))
+                self.events.append(
+                    _functional_event(name, args, time.perf_counter() - self.start_time)
+                )
         if func.namespace == "c10d":
             name = func._schema.name.split("::")[-1]
             if name in _C10D_OPS:
                 op, idx = _C10D_OPS[name]
                 size, ranks, gname = _group_of(args)
-                ev = CommEvent(op=op, bytes=_nbytes(args[idx]) if idx is not None else 0,
-                               group_size=size, start=time.perf_counter() - self.start_time,
-                               dtype=_dtype(args[0]), group=ranks, group_name=gname)
+                ev = CommEvent(
+                    op=op,
+                    bytes=_nbytes(args[idx]) if idx is not None else 0,
+                    group_size=size,
+                    start=time.perf_counter() - self.start_time,
+                    dtype=_dtype(args[0]),
+                    group=ranks,
+                    group_name=gname,
+                )
                 if op in ("send", "recv") and len(args) > 2 and isinstance(args[2], int):
                     ev.peer = args[2]
                 self.events.append(ev)

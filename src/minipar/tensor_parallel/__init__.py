@@ -9,17 +9,37 @@ random.py         RNGStatesTracker, model_parallel_seed
 block.py          ParallelBlock (heads split, MLP column → row), allreduce_sequence_parallel_grads
 gpt.py            ParallelGPT
 """
+
 from .block import ParallelAttention, ParallelBlock, allreduce_sequence_parallel_grads
 from .cross_entropy import vocab_parallel_cross_entropy
 from .gpt import ParallelGPT
 from .layers import ColumnParallelLinear, RowParallelLinear, VocabParallelEmbedding, shard
-from .mappings import (copy_to_tp_region, gather_from_sp_region, gather_from_tp_region,
-                       reduce_from_tp_region, reduce_scatter_to_sp_region, scatter_to_sp_region)
+from .mappings import (
+    copy_to_tp_region,
+    gather_from_sp_region,
+    gather_from_tp_region,
+    reduce_from_tp_region,
+    reduce_scatter_to_sp_region,
+    scatter_to_sp_region,
+)
 from .random import RNGStatesTracker, model_parallel_seed
 
-__all__ = ["copy_to_tp_region", "reduce_from_tp_region", "gather_from_sp_region",
-           "reduce_scatter_to_sp_region", "scatter_to_sp_region", "gather_from_tp_region",
-           "ColumnParallelLinear", "RowParallelLinear", "VocabParallelEmbedding", "shard",
-           "vocab_parallel_cross_entropy", "RNGStatesTracker", "model_parallel_seed",
-           "ParallelAttention", "ParallelBlock", "allreduce_sequence_parallel_grads",
-           "ParallelGPT"]
+__all__ = [
+    "copy_to_tp_region",
+    "reduce_from_tp_region",
+    "gather_from_sp_region",
+    "reduce_scatter_to_sp_region",
+    "scatter_to_sp_region",
+    "gather_from_tp_region",
+    "ColumnParallelLinear",
+    "RowParallelLinear",
+    "VocabParallelEmbedding",
+    "shard",
+    "vocab_parallel_cross_entropy",
+    "RNGStatesTracker",
+    "model_parallel_seed",
+    "ParallelAttention",
+    "ParallelBlock",
+    "allreduce_sequence_parallel_grads",
+    "ParallelGPT",
+]

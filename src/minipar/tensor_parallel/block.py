@@ -15,6 +15,7 @@ be summed over the TP group after backward: :func:`allreduce_sequence_parallel_g
 (Megatron's ``finalize_model_grads``). Forgetting it is the classic "sequence parallelism gives
 wrong results" bug.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -39,41 +40,57 @@ class ParallelAttention(nn.Module):
     """Self-attention with a/t heads per rank: QKV column-parallel (Q, K, V each split by heads),
     output projection row-parallel."""
 
-    def __init__(self, qkv: ColumnParallelLinear, proj: RowParallelLinear, c: GPTConfig,
-                 tracker=None):
+    def __init__(
+        self, qkv: ColumnParallelLinear, proj: RowParallelLinear, c: GPTConfig, tracker=None
+    ):
         super().__init__()
         self.qkv, self.proj, self.c, self.tracker = qkv, proj, c, tracker
         self.local_heads = divide(c.a, qkv.t, "heads")
 
-    def forward(self, x):                                  # x (b, s, h) or (b, s/t, h) with SP
-        qkv = self.qkv(x)                                  # (b, s, 3h/t)
+    def forward(self, x):  # x (b, s, h) or (b, s/t, h) with SP
+        qkv = self.qkv(x)  # (b, s, 3h/t)
         b, s, _ = qkv.shape
         hd = self.c.h // self.c.a
         q, k, v = qkv.view(b, s, 3, self.local_heads, hd).permute(2, 0, 3, 1, 4)  # (b, a/t, s, h/a)
         fork = self.tracker.fork() if self.tracker is not None else contextlib.nullcontext()
-        with fork:                                         # different heads: different masks
+        with fork:  # different heads: different masks
             ctx = attention_core(q, k, v, self.c.dropout, self.training)  # (b, a/t, s, h/a)
-        ctx = ctx.transpose(1, 2).reshape(b, s, self.local_heads * hd)     # (b, s, h/t)
-        return self.proj(ctx)                              # (b, s, h) or (b, s/t, h)
+        ctx = ctx.transpose(1, 2).reshape(b, s, self.local_heads * hd)  # (b, s, h/t)
+        return self.proj(ctx)  # (b, s, h) or (b, s/t, h)
 
 
 class ParallelBlock(nn.Module):
     """One transformer layer of :class:`minipar.model.Layer`, tensor parallel over ``group``."""
 
-    def __init__(self, c: GPTConfig, group=None, *, sequence_parallel: bool = False,
-                 tracker=None, async_grad_allreduce: bool = False):
+    def __init__(
+        self,
+        c: GPTConfig,
+        group=None,
+        *,
+        sequence_parallel: bool = False,
+        tracker=None,
+        async_grad_allreduce: bool = False,
+    ):
         super().__init__()
         t = group_size(group)
         divide(c.a, t, "heads")
         if c.h % c.a:
             raise ValueError(f"hidden size ({c.h}) must be divisible by heads ({c.a})")
-        self.c, self.group, self.sequence_parallel, self.tracker = c, group, sequence_parallel, tracker
+        self.c, self.group, self.sequence_parallel, self.tracker = (
+            c,
+            group,
+            sequence_parallel,
+            tracker,
+        )
         kw = dict(sequence_parallel=sequence_parallel)
         col = dict(kw, async_grad_allreduce=async_grad_allreduce)
         self.ln1, self.ln2 = nn.LayerNorm(c.h), nn.LayerNorm(c.h)
         self.attn = ParallelAttention(
             ColumnParallelLinear(c.h, 3 * c.h, group=group, stride=3, **col),
-            RowParallelLinear(c.h, c.h, group=group, **kw), c, tracker)
+            RowParallelLinear(c.h, c.h, group=group, **kw),
+            c,
+            tracker,
+        )
         self.fc1 = ColumnParallelLinear(c.h, 4 * c.h, group=group, **col)
         self.fc2 = RowParallelLinear(4 * c.h, c.h, group=group, **kw)
         if sequence_parallel:
@@ -99,29 +116,35 @@ class ParallelBlock(nn.Module):
             return x
         # a replicated activation uses the shared default stream; a sequence shard is different
         # tokens on each rank and uses the per-rank stream (Megatron forks here under SP)
-        fork = (self.tracker.fork() if self.sequence_parallel and self.tracker is not None
-                else contextlib.nullcontext())
+        fork = (
+            self.tracker.fork()
+            if self.sequence_parallel and self.tracker is not None
+            else contextlib.nullcontext()
+        )
         with fork:
             return F.dropout(x, self.c.dropout, True)
 
-    def forward(self, x):                                  # x (b, s, h), or (b, s/t, h) with SP
+    def forward(self, x):  # x (b, s, h), or (b, s/t, h) with SP
         x = x + self._dropout(self.attn(self.ln1(x)))
-        y = self.fc2(F.gelu(self.fc1(self.ln2(x))))        # (b, s, 4h/t) inside
-        return x + self._dropout(y)                        # same shape as the input
+        y = self.fc2(F.gelu(self.fc1(self.ln2(x))))  # (b, s, 4h/t) inside
+        return x + self._dropout(y)  # same shape as the input
 
 
 def allreduce_sequence_parallel_grads(module: nn.Module, group=None) -> int:
     """Sum over ``group`` the gradients of parameters marked ``sequence_parallel`` (layer norms,
     row biases, position embeddings under sequence parallelism), flattened into one all-reduce.
     Returns the number of elements reduced; a no-op for one rank."""
-    grads = [p.grad for p in module.parameters()
-             if getattr(p, "sequence_parallel", False) and p.grad is not None]
+    grads = [
+        p.grad
+        for p in module.parameters()
+        if getattr(p, "sequence_parallel", False) and p.grad is not None
+    ]
     if not grads or group_size(group) == 1:
         return 0
-    flat = torch.cat([g.reshape(-1) for g in grads])       # (n,)
+    flat = torch.cat([g.reshape(-1) for g in grads])  # (n,)
     dist.all_reduce(flat, group=group)
     offset = 0
     for g in grads:
-        g.copy_(flat[offset:offset + g.numel()].view_as(g))
+        g.copy_(flat[offset : offset + g.numel()].view_as(g))
         offset += g.numel()
     return flat.numel()

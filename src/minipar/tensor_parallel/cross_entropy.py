@@ -13,6 +13,7 @@ link instead of b·s·v logits). Rank r holds logits for vocabulary ids [r·v/t,
 Backward is local: ∂loss/∂z = (softmax(z) − onehot(target)) / N on this rank's slice, where the
 one-hot is zero for targets this rank does not own.
 """
+
 from __future__ import annotations
 
 import torch
@@ -29,36 +30,37 @@ def _all_reduce(x, op, group):
 
 class _VocabParallelCrossEntropy(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, logits, target, group):               # logits (..., v/t), target (...)
+    def forward(ctx, logits, target, group):  # logits (..., v/t), target (...)
         per = logits.shape[-1]
         start = group_rank(group) * per
-        m = logits.max(dim=-1).values                      # (...) local max
-        _all_reduce(m, dist.ReduceOp.MAX, group)           # (...) global max
-        z = logits - m.unsqueeze(-1)                       # (..., v/t)
+        m = logits.max(dim=-1).values  # (...) local max
+        _all_reduce(m, dist.ReduceOp.MAX, group)  # (...) global max
+        z = logits - m.unsqueeze(-1)  # (..., v/t)
         outside = (target < start) | (target >= start + per)
         local = (target - start).masked_fill(outside, 0)
         picked = z.gather(-1, local.unsqueeze(-1)).squeeze(-1).masked_fill(outside, 0.0)
-        _all_reduce(picked, dist.ReduceOp.SUM, group)      # (...) target logit − m
-        e = z.exp()                                        # (..., v/t)
+        _all_reduce(picked, dist.ReduceOp.SUM, group)  # (...) target logit − m
+        e = z.exp()  # (..., v/t)
         sum_e = e.sum(-1)
-        _all_reduce(sum_e, dist.ReduceOp.SUM, group)       # (...)
-        loss = sum_e.log() - picked                        # (...) per token
-        softmax = e / sum_e.unsqueeze(-1)                  # (..., v/t)
+        _all_reduce(sum_e, dist.ReduceOp.SUM, group)  # (...)
+        loss = sum_e.log() - picked  # (...) per token
+        softmax = e / sum_e.unsqueeze(-1)  # (..., v/t)
         ctx.save_for_backward(softmax, local, outside)
         return loss.mean()
 
     @staticmethod
     def backward(ctx, grad):
         softmax, local, outside = ctx.saved_tensors
-        g = softmax.clone()                                # (..., v/t)
+        g = softmax.clone()  # (..., v/t)
         onehot = torch.zeros_like(g).scatter_(-1, local.unsqueeze(-1), 1.0)
         onehot.masked_fill_(outside.unsqueeze(-1), 0.0)
         g.sub_(onehot).mul_(grad / local.numel())
         return g, None, None
 
 
-def vocab_parallel_cross_entropy(local_logits: torch.Tensor, target: torch.Tensor,
-                                 group=None) -> torch.Tensor:
+def vocab_parallel_cross_entropy(
+    local_logits: torch.Tensor, target: torch.Tensor, group=None
+) -> torch.Tensor:
     """Mean cross-entropy of ``target`` (…) under logits split along the vocabulary
     (``local_logits`` (…, v/t) on each rank, slices in rank order). Equals
     ``F.cross_entropy(full_logits.flatten(0, -2), target.flatten())`` on every rank."""

@@ -13,6 +13,7 @@ moved, so every backend starts from the same numbers. A timed step ends with
 :func:`minipar.runtime.device.synchronize`: CUDA queues kernels, and a clock read without waiting for
 them measures the launch, not the work.
 """
+
 from __future__ import annotations
 
 import copy
@@ -25,7 +26,7 @@ import torch.nn.functional as F
 from minipar.runtime.device import get_device, synchronize
 
 from .layers import ColumnParallelLinear, RowParallelLinear, shard
-from .mappings import group_rank, group_size
+from .mappings import group_rank
 
 
 class MLPBlock(nn.Module):
@@ -35,7 +36,7 @@ class MLPBlock(nn.Module):
         super().__init__()
         self.ln, self.fc1, self.fc2 = nn.LayerNorm(h), nn.Linear(h, 4 * h), nn.Linear(4 * h, h)
 
-    def forward(self, x):                                  # x (b, s, h)
+    def forward(self, x):  # x (b, s, h)
         return x + self.fc2(F.gelu(self.fc1(self.ln(x))))  # (b, s, 4h) inside
 
 
@@ -51,12 +52,16 @@ def dtensor(block: MLPBlock, t: int) -> MLPBlock:
     """The block through ``parallelize_module`` on a 1-D mesh of t ranks on this rank's device
     type (``"cpu"`` under gloo, ``"cuda"`` under NCCL)."""
     from torch.distributed.device_mesh import init_device_mesh
-    from torch.distributed.tensor.parallel import (ColwiseParallel, RowwiseParallel,
-                                                   parallelize_module)
+    from torch.distributed.tensor.parallel import (
+        ColwiseParallel,
+        RowwiseParallel,
+        parallelize_module,
+    )
 
     mesh = init_device_mesh(get_device().type, (t,))
-    return parallelize_module(copy.deepcopy(block), mesh,
-                              {"fc1": ColwiseParallel(), "fc2": RowwiseParallel()})
+    return parallelize_module(
+        copy.deepcopy(block), mesh, {"fc1": ColwiseParallel(), "fc2": RowwiseParallel()}
+    )
 
 
 def _local(x):
@@ -70,30 +75,40 @@ def _step(m, x):
     return loss.detach(), x.grad, {n: _local(p.grad) for n, p in m.named_parameters()}
 
 
-def compare_on_rank(rank: int, t: int, h: int = 48, b: int = 2, s: int = 12,
-                    dtype=torch.float64) -> dict[str, float]:
+def compare_on_rank(
+    rank: int, t: int, h: int = 48, b: int = 2, s: int = 12, dtype=torch.float64
+) -> dict[str, float]:
     """Largest |difference| of loss, input gradient and weight gradients: ours vs DTensor,
     and ours vs the unsharded block (weight gradients as slices)."""
     dev = get_device()
     torch.manual_seed(0)
-    full = MLPBlock(h).to(dtype=dtype, device=dev)          # seeded on the CPU, then moved
+    full = MLPBlock(h).to(dtype=dtype, device=dev)  # seeded on the CPU, then moved
     x = torch.randn(b, s, h, generator=torch.Generator().manual_seed(1), dtype=dtype).to(dev)
     ref = _step(full, x)
     a, d = _step(ours(full), x), _step(dtensor(full, t), x)
     r, diff = group_rank(), lambda u, v: (u - v).abs().max().item()
-    out = {"loss ours-dtensor": diff(a[0], d[0]), "dX ours-dtensor": diff(a[1], d[1]),
-           "loss ours-full": diff(a[0], ref[0]), "dX ours-full": diff(a[1], ref[1])}
+    out = {
+        "loss ours-dtensor": diff(a[0], d[0]),
+        "dX ours-dtensor": diff(a[1], d[1]),
+        "loss ours-full": diff(a[0], ref[0]),
+        "dX ours-full": diff(a[1], ref[1]),
+    }
     out["dW ours-dtensor"] = max(diff(a[2][n], d[2][n]) for n in a[2])
-    want = {"ln.weight": ref[2]["ln.weight"], "ln.bias": ref[2]["ln.bias"],
-            "fc1.weight": shard(ref[2]["fc1.weight"], 0, r, t),
-            "fc1.bias": shard(ref[2]["fc1.bias"], 0, r, t),
-            "fc2.weight": shard(ref[2]["fc2.weight"], 1, r, t), "fc2.bias": ref[2]["fc2.bias"]}
+    want = {
+        "ln.weight": ref[2]["ln.weight"],
+        "ln.bias": ref[2]["ln.bias"],
+        "fc1.weight": shard(ref[2]["fc1.weight"], 0, r, t),
+        "fc1.bias": shard(ref[2]["fc1.bias"], 0, r, t),
+        "fc2.weight": shard(ref[2]["fc2.weight"], 1, r, t),
+        "fc2.bias": ref[2]["fc2.bias"],
+    }
     out["dW ours-full"] = max(diff(a[2][n], want[n]) for n in want)
     return out
 
 
-def time_on_rank(rank: int, t: int, h: int, b: int, s: int, steps: int, rounds: int,
-                 dtype=torch.float32) -> dict[str, list[float]]:
+def time_on_rank(
+    rank: int, t: int, h: int, b: int, s: int, steps: int, rounds: int, dtype=torch.float32
+) -> dict[str, list[float]]:
     """Seconds per forward + backward of ours and DTensor's block, per round (median of
     ``steps``), the two interleaved so that machine noise hits both alike."""
     import torch.distributed as dist
@@ -106,21 +121,22 @@ def time_on_rank(rank: int, t: int, h: int, b: int, s: int, steps: int, rounds: 
     out = {k: [] for k in models}
     for _ in range(rounds):
         for name, m in models.items():
-            _step(m, x)                                    # warm-up
+            _step(m, x)  # warm-up
             times = []
             for _ in range(steps):
                 dist.barrier()
-                synchronize()                              # earlier queued work is not ours
+                synchronize()  # earlier queued work is not ours
                 t0 = time.perf_counter()
                 _step(m, x)
-                synchronize()                              # the step's kernels have finished
+                synchronize()  # the step's kernels have finished
                 times.append(time.perf_counter() - t0)
             out[name].append(sorted(times)[len(times) // 2])
     return out
 
 
-def compare_loss_parallel_on_rank(rank: int, t: int, h: int = 24, v: int = 60, b: int = 2,
-                                  s: int = 6, dtype=torch.float64) -> dict[str, float]:
+def compare_loss_parallel_on_rank(
+    rank: int, t: int, h: int = 24, v: int = 60, b: int = 2, s: int = 6, dtype=torch.float64
+) -> dict[str, float]:
     """Vocab-parallel cross-entropy: our column-parallel head + ``vocab_parallel_cross_entropy``
     against DTensor's ``ColwiseParallel(output_layouts=Shard(-1))`` head under ``loss_parallel``.
     Largest |difference| of loss, input gradient and the local head-weight gradient; the
@@ -128,38 +144,45 @@ def compare_loss_parallel_on_rank(rank: int, t: int, h: int = 24, v: int = 60, b
     all-reduce of max / sum; targets taken modulo v/t), which must differ."""
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.tensor import Shard
-    from torch.distributed.tensor.parallel import (ColwiseParallel, loss_parallel,
-                                                   parallelize_module)
+    from torch.distributed.tensor.parallel import ColwiseParallel, loss_parallel, parallelize_module
 
     from .cross_entropy import vocab_parallel_cross_entropy
 
     dev = get_device()
     torch.manual_seed(0)
-    head = nn.Linear(h, v, bias=False).to(dtype=dtype, device=dev)   # weight (v, h)
+    head = nn.Linear(h, v, bias=False).to(dtype=dtype, device=dev)  # weight (v, h)
     x = torch.randn(b, s, h, generator=torch.Generator().manual_seed(1), dtype=dtype).to(dev)
     y = torch.randint(0, v, (b, s), generator=torch.Generator().manual_seed(2)).to(dev)
 
     def run_ours(plain: bool):
         m = ColumnParallelLinear.from_full(head)
         xi = x.detach().clone().requires_grad_()
-        logits = m(xi)                                           # (b, s, v/t)
-        loss = (F.cross_entropy(logits.flatten(0, 1), y.flatten() % (v // t)) if plain
-                else vocab_parallel_cross_entropy(logits, y))
+        logits = m(xi)  # (b, s, v/t)
+        loss = (
+            F.cross_entropy(logits.flatten(0, 1), y.flatten() % (v // t))
+            if plain
+            else vocab_parallel_cross_entropy(logits, y)
+        )
         loss.backward()
         return loss.detach(), xi.grad, m.weight.grad
 
     mesh = init_device_mesh(dev.type, (t,))
-    d = parallelize_module(copy.deepcopy(head), mesh,
-                           ColwiseParallel(output_layouts=Shard(-1), use_local_output=False))
+    d = parallelize_module(
+        copy.deepcopy(head), mesh, ColwiseParallel(output_layouts=Shard(-1), use_local_output=False)
+    )
     xi = x.detach().clone().requires_grad_()
     with loss_parallel():
-        logits = d(xi)                                           # DTensor (b, s, v), Shard(-1)
+        logits = d(xi)  # DTensor (b, s, v), Shard(-1)
         loss = F.cross_entropy(logits.flatten(0, 1), y.flatten())
         loss.backward()
     dt = (_local(loss.detach()), xi.grad, _local(d.weight.grad))
     a, c = run_ours(False), run_ours(True)
     diff = lambda u, w: (u - w).abs().max().item()
     full = nn.functional.cross_entropy(F.linear(x, head.weight).flatten(0, 1), y.flatten())
-    return {"loss ours-dtensor": diff(a[0], dt[0]), "dX ours-dtensor": diff(a[1], dt[1]),
-            "dW ours-dtensor": diff(a[2], dt[2]), "loss ours-full": diff(a[0], full.detach()),
-            "loss control-dtensor": diff(c[0], dt[0])}
+    return {
+        "loss ours-dtensor": diff(a[0], dt[0]),
+        "dX ours-dtensor": diff(a[1], dt[1]),
+        "dW ours-dtensor": diff(a[2], dt[2]),
+        "loss ours-full": diff(a[0], full.detach()),
+        "loss control-dtensor": diff(c[0], dt[0]),
+    }

@@ -4,6 +4,7 @@ Each ``*_on_rank(rank, t, ...)`` runs under :func:`minipar.runtime.launch.run` (
 process) and returns plain numbers: maximum absolute differences from the single-process
 reference, the communication events traced per layer, saved activation bytes.
 """
+
 from __future__ import annotations
 
 import copy
@@ -56,45 +57,54 @@ def layer_parity(rank: int, t: int, group=None, dtype=torch.float64) -> dict[str
     c, res = SMALL, {}
     torch.manual_seed(0)
     full_col, full_row = nn.Linear(c.h, 4 * c.h).to(dtype), nn.Linear(4 * c.h, c.h).to(dtype)
-    x = _randn(B, c.s, c.h, seed=1, dtype=dtype).requires_grad_()          # (b, s, h)
-    dy = _randn(B, c.s, c.h, seed=2, dtype=dtype)                           # (b, s, h)
+    x = _randn(B, c.s, c.h, seed=1, dtype=dtype).requires_grad_()  # (b, s, h)
+    dy = _randn(B, c.s, c.h, seed=2, dtype=dtype)  # (b, s, h)
 
     # column alone: output and input gradient against the full layer
-    ref = full_col(x)                                                        # (b, s, 4h)
+    ref = full_col(x)  # (b, s, 4h)
     ref.backward(_randn(*ref.shape, seed=3, dtype=dtype))
     col = ColumnParallelLinear.from_full(full_col, group)
     xl = x.detach().clone().requires_grad_()
-    y = col(xl)                                                              # (b, s, 4h/t)
+    y = col(xl)  # (b, s, 4h/t)
     y.backward(shard(_randn(*ref.shape, seed=3, dtype=dtype), -1, rank, t))
     res["column out"] = max_diff(y, shard(ref, -1, rank, t))
     res["column dX"] = max_diff(xl.grad, x.grad)
-    res["column dW"] = param_diff(col, ColumnParallelLinear.from_full(grads_as_module(full_col), group), True)
+    res["column dW"] = param_diff(
+        col, ColumnParallelLinear.from_full(grads_as_module(full_col), group), True
+    )
     acol = ColumnParallelLinear.from_full(full_col, group, async_grad_allreduce=True)
     xl = x.detach().clone().requires_grad_()
     y = acol(xl)
     y.backward(shard(_randn(*ref.shape, seed=3, dtype=dtype), -1, rank, t))
     res["async column dX"] = max_diff(xl.grad, x.grad)
-    res["async column dW"] = param_diff(acol, ColumnParallelLinear.from_full(grads_as_module(full_col), group), True)
+    res["async column dW"] = param_diff(
+        acol, ColumnParallelLinear.from_full(grads_as_module(full_col), group), True
+    )
     x.grad = None
     for m in (full_col, full_row):
         m.zero_grad()
 
     # row alone, and column -> row (the MLP without the GeLU), against the full layers
-    u = _randn(B, c.s, 4 * c.h, seed=4, dtype=dtype).requires_grad_()      # (b, s, 4h)
+    u = _randn(B, c.s, 4 * c.h, seed=4, dtype=dtype).requires_grad_()  # (b, s, 4h)
     ref = full_row(u)
     ref.backward(dy)
     row = RowParallelLinear.from_full(full_row, group)
-    ul = shard(u.detach(), -1, rank, t).requires_grad_()                     # (b, s, 4h/t)
+    ul = shard(u.detach(), -1, rank, t).requires_grad_()  # (b, s, 4h/t)
     y = row(ul)
     y.backward(dy)
     res["row out"] = max_diff(y, ref)
     res["row dX"] = max_diff(ul.grad, shard(u.grad, -1, rank, t))
-    res["row dW"] = param_diff(row, RowParallelLinear.from_full(grads_as_module(full_row), group), True)
+    res["row dW"] = param_diff(
+        row, RowParallelLinear.from_full(grads_as_module(full_row), group), True
+    )
     full_row.zero_grad()
 
     ref = full_row(F.gelu(full_col(x)))
     ref.backward(dy)
-    col, row = ColumnParallelLinear.from_full(full_col, group), RowParallelLinear.from_full(full_row, group)
+    col, row = (
+        ColumnParallelLinear.from_full(full_col, group),
+        RowParallelLinear.from_full(full_row, group),
+    )
     xl = x.detach().clone().requires_grad_()
     y = row(F.gelu(col(xl)))
     y.backward(dy)
@@ -102,7 +112,8 @@ def layer_parity(rank: int, t: int, group=None, dtype=torch.float64) -> dict[str
     res["mlp dX"] = max_diff(xl.grad, x.grad)
     res["mlp dW"] = max(
         param_diff(col, ColumnParallelLinear.from_full(grads_as_module(full_col), group), True),
-        param_diff(row, RowParallelLinear.from_full(grads_as_module(full_row), group), True))
+        param_diff(row, RowParallelLinear.from_full(grads_as_module(full_row), group), True),
+    )
 
     # vocabulary-parallel embedding
     emb = nn.Embedding(c.V, c.h).to(dtype)
@@ -120,7 +131,7 @@ def layer_parity(rank: int, t: int, group=None, dtype=torch.float64) -> dict[str
     target = torch.randint(0, c.V, (B, c.s), generator=torch.Generator().manual_seed(7))
     ref = F.cross_entropy(logits.flatten(0, 1), target.flatten())
     ref.backward()
-    ll = shard(logits.detach(), -1, rank, t).requires_grad_()                # (b, s, v/t)
+    ll = shard(logits.detach(), -1, rank, t).requires_grad_()  # (b, s, v/t)
     loss = vocab_parallel_cross_entropy(ll, target, group)
     loss.backward()
     res["cross-entropy loss"] = max_diff(loss, ref)
@@ -128,20 +139,27 @@ def layer_parity(rank: int, t: int, group=None, dtype=torch.float64) -> dict[str
     return res
 
 
-def block_parity(rank: int, t: int, group=None, *, sequence_parallel: bool = False,
-                 finish: bool = True, dtype=torch.float64) -> dict[str, float]:
+def block_parity(
+    rank: int,
+    t: int,
+    group=None,
+    *,
+    sequence_parallel: bool = False,
+    finish: bool = True,
+    dtype=torch.float64,
+) -> dict[str, float]:
     """One :class:`ParallelBlock` against :class:`minipar.model.Layer`: output, input
     gradient and every parameter gradient (``finish=False`` skips the sequence-parallel
     gradient all-reduce: the negative control)."""
     torch.manual_seed(0)
     layer = Layer(SMALL).to(dtype)
-    x = _randn(B, SMALL.s, SMALL.h, seed=11, dtype=dtype).requires_grad_()   # (b, s, h)
+    x = _randn(B, SMALL.s, SMALL.h, seed=11, dtype=dtype).requires_grad_()  # (b, s, h)
     dy = _randn(B, SMALL.s, SMALL.h, seed=12, dtype=dtype)
     ref = layer(x)
     ref.backward(dy)
     blk = ParallelBlock.from_full(layer, group, sequence_parallel=sequence_parallel)
     if sequence_parallel:
-        xl = shard(x.detach(), 1, rank, t).requires_grad_()                  # (b, s/t, h)
+        xl = shard(x.detach(), 1, rank, t).requires_grad_()  # (b, s/t, h)
         y = blk(xl)
         y.backward(shard(dy, 1, rank, t))
         if finish:
@@ -152,13 +170,22 @@ def block_parity(rank: int, t: int, group=None, *, sequence_parallel: bool = Fal
         y = blk(xl)
         y.backward(dy)
         out, dx = max_diff(y, ref), max_diff(xl.grad, x.grad)
-    expected = ParallelBlock.from_full(grads_as_module(layer), group,
-                                       sequence_parallel=sequence_parallel)
+    expected = ParallelBlock.from_full(
+        grads_as_module(layer), group, sequence_parallel=sequence_parallel
+    )
     return {"block out": out, "block dX": dx, "block dW": param_diff(blk, expected, True)}
 
 
-def gpt_training(rank: int, t: int, group=None, *, sequence_parallel: bool = False,
-                 steps: int = 3, finish: bool = True, dtype=torch.float64) -> dict[str, float]:
+def gpt_training(
+    rank: int,
+    t: int,
+    group=None,
+    *,
+    sequence_parallel: bool = False,
+    steps: int = 3,
+    finish: bool = True,
+    dtype=torch.float64,
+) -> dict[str, float]:
     """Adam for ``steps`` steps on the TP GPT and on one process from the same weights; the
     largest loss difference and the largest parameter difference after the last step."""
     torch.manual_seed(0)
@@ -189,14 +216,26 @@ def all_parity(rank: int, t: int, group=None) -> dict[str, float]:
     parallelism, and GPT training with and without it."""
     res = layer_parity(rank, t, group)
     res.update({f"{k}": v for k, v in block_parity(rank, t, group).items()})
-    res.update({f"sp {k}": v for k, v in block_parity(rank, t, group, sequence_parallel=True).items()})
+    res.update(
+        {f"sp {k}": v for k, v in block_parity(rank, t, group, sequence_parallel=True).items()}
+    )
     res.update(gpt_training(rank, t, group))
-    res.update({f"sp {k}": v for k, v in gpt_training(rank, t, group, sequence_parallel=True).items()})
+    res.update(
+        {f"sp {k}": v for k, v in gpt_training(rank, t, group, sequence_parallel=True).items()}
+    )
     return res
 
 
-def block_traffic(rank: int, t: int, group=None, *, sequence_parallel: bool = False,
-                  c: GPTConfig = SMALL, b: int = B, dtype=torch.float64) -> list[tuple[str, int, int]]:
+def block_traffic(
+    rank: int,
+    t: int,
+    group=None,
+    *,
+    sequence_parallel: bool = False,
+    c: GPTConfig = SMALL,
+    b: int = B,
+    dtype=torch.float64,
+) -> list[tuple[str, int, int]]:
     """(op, nccl-tests bytes, group size) of every collective one :class:`ParallelBlock` makes in
     one forward and backward of a (b, s, h) micro-batch, traced with :class:`minipar.runtime.tracer`."""
     from minipar.runtime.tracer import trace
@@ -204,14 +243,15 @@ def block_traffic(rank: int, t: int, group=None, *, sequence_parallel: bool = Fa
     torch.manual_seed(0)
     blk = ParallelBlock.from_full(Layer(c).to(dtype), group, sequence_parallel=sequence_parallel)
     s = c.s // t if sequence_parallel else c.s
-    x = _randn(b, s, c.h, seed=31, dtype=dtype).requires_grad_()             # (b, s or s/t, h)
+    x = _randn(b, s, c.h, seed=31, dtype=dtype).requires_grad_()  # (b, s or s/t, h)
     with trace() as tr:
         blk(x).sum().backward()
     return [(e.op, e.bytes, e.group_size) for e in tr.events]
 
 
-def dropout_masks(rank: int, t: int, group=None, *, tp_offset: int | None = None,
-                  n: int = 4096) -> dict[str, torch.Tensor]:
+def dropout_masks(
+    rank: int, t: int, group=None, *, tp_offset: int | None = None, n: int = 4096
+) -> dict[str, torch.Tensor]:
     """Dropout masks drawn on the default stream (replicated activations) and on the
     tensor-parallel stream (inside the parallel region) with :func:`model_parallel_seed`.
     ``tp_offset`` given as the same number on every rank reproduces the bug of one seed for
@@ -220,38 +260,52 @@ def dropout_masks(rank: int, t: int, group=None, *, tp_offset: int | None = None
 
     if tp_offset is None:
         tracker = model_parallel_seed(1234, rank)
-    else:                                               # bug: same tensor-parallel seed everywhere
+    else:  # bug: same tensor-parallel seed everywhere
         tracker = model_parallel_seed(1234, 0, tp_offset=tp_offset or TP_SEED_OFFSET)
     ones = torch.ones(n, dtype=torch.float64)
     replicated = F.dropout(ones, 0.5, True) != 0
     with tracker.fork():
         parallel = F.dropout(ones, 0.5, True) != 0
-    after = F.dropout(ones, 0.5, True) != 0             # default stream continues as if unforked
+    after = F.dropout(ones, 0.5, True) != 0  # default stream continues as if unforked
     return {"replicated": replicated, "parallel": parallel, "after fork": after}
 
 
-def block_saved_bytes(rank: int, t: int, group=None, *, sequence_parallel: bool = False,
-                      c: GPTConfig | None = None, b: int = B, dtype=torch.float32) -> dict:
+def block_saved_bytes(
+    rank: int,
+    t: int,
+    group=None,
+    *,
+    sequence_parallel: bool = False,
+    c: GPTConfig | None = None,
+    b: int = B,
+    dtype=torch.float32,
+) -> dict:
     """Bytes one rank's :class:`ParallelBlock` saves for backward on a micro-batch (dropout on,
     measured with :func:`minipar.memory_time.activations.saved_bytes`), and the per-rank items of
     :func:`minipar.cost.tensor_parallel.activation_items` with this device's conventions."""
     from minipar.cost.tensor_parallel import activation_items
     from minipar.memory_time.activations import device_conventions, saved_bytes
+
     from .random import model_parallel_seed
 
     c = c or GPTConfig(L=1, h=48, a=12, s=12, V=96, dropout=0.1)
     tracker = model_parallel_seed(0, rank)
-    blk = ParallelBlock.from_full(Layer(c).to(dtype), group, sequence_parallel=sequence_parallel,
-                                  tracker=tracker)
+    blk = ParallelBlock.from_full(
+        Layer(c).to(dtype), group, sequence_parallel=sequence_parallel, tracker=tracker
+    )
     blk.train()
     s = c.s // t if sequence_parallel else c.s
-    x = _randn(b, s, c.h, seed=41, dtype=dtype).requires_grad_()             # (b, s or s/t, h)
+    x = _randn(b, s, c.h, seed=41, dtype=dtype).requires_grad_()  # (b, s or s/t, h)
     got = saved_bytes(blk, x, exclude=list(blk.parameters()))
     got.result.sum().backward()
     conv = device_conventions("cpu", dtype)
     items = activation_items(c.s, b, c.h, c.a, t=t, sp=sequence_parallel, **conv)
-    return {"measured": got.total, "model": sum(items.values()), "items": items,
-            "by_shape": dict(got.by_shape)}
+    return {
+        "measured": got.total,
+        "model": sum(items.values()),
+        "items": items,
+        "by_shape": dict(got.by_shape),
+    }
 
 
 # ------------------------------------------------------------------ for the notebook
@@ -266,9 +320,13 @@ def run(fn, t: int, *args, backend: str = "gloo", timeout: float = 300) -> list:
 
 
 def _chapter_on_rank(rank, t):
-    return {"parity": all_parity(rank, t),
-            "traffic": block_traffic(rank, t), "traffic sp": block_traffic(rank, t, sequence_parallel=True),
-            "saved": block_saved_bytes(rank, t), "saved sp": block_saved_bytes(rank, t, sequence_parallel=True)}
+    return {
+        "parity": all_parity(rank, t),
+        "traffic": block_traffic(rank, t),
+        "traffic sp": block_traffic(rank, t, sequence_parallel=True),
+        "saved": block_saved_bytes(rank, t),
+        "saved sp": block_saved_bytes(rank, t, sequence_parallel=True),
+    }
 
 
 def chapter_runs(ts=(1, 2, 3)) -> dict[int, dict]:
@@ -282,8 +340,9 @@ def chapter_runs(ts=(1, 2, 3)) -> dict[int, dict]:
     return out
 
 
-def overlap_on_rank(rank: int, t: int, h: int = 256, b: int = 4, s: int = 128,
-                    steps: int = 3) -> list[dict]:
+def overlap_on_rank(
+    rank: int, t: int, h: int = 256, b: int = 4, s: int = 128, steps: int = 3
+) -> list[dict]:
     """Backward event times of an async column-parallel layer (``async_grad_allreduce=True``):
     the input-gradient GEMM, the all-reduce from launch to the end of its wait, the
     weight-gradient GEMM running meanwhile, and whether the all-reduce had already completed
@@ -298,11 +357,13 @@ def overlap_on_rank(rank: int, t: int, h: int = 256, b: int = 4, s: int = 128,
     for _ in range(steps):
         col.timeline = []
         y = col(x).sum()
-        synchronize()                                   # the forward is done before timing
+        synchronize()  # the forward is done before timing
         if t > 1:
-            torch.distributed.barrier()                 # ranks enter backward together
+            torch.distributed.barrier()  # ranks enter backward together
         y.backward()
         ev = col.timeline[0]
         t0 = ev["grad_input_gemm"][0]
-        out.append({k: (v if isinstance(v, bool) else (v[0] - t0, v[1] - t0)) for k, v in ev.items()})
+        out.append(
+            {k: (v if isinstance(v, bool) else (v[0] - t0, v[1] - t0)) for k, v in ev.items()}
+        )
     return out

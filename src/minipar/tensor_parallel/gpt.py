@@ -7,6 +7,7 @@ parallelism the embedding reduce-scatters along s, every rank adds its slice of 
 embeddings, and the final layer norm's output is all-gathered before the output GEMM.
 Call :func:`allreduce_sequence_parallel_grads` after backward when sequence parallel.
 """
+
 from __future__ import annotations
 
 import torch
@@ -32,7 +33,8 @@ class ParallelGPT(nn.Module):
         self.pos = nn.Embedding(c.s, c.h)
         self.layers = nn.ModuleList(
             ParallelBlock(c, group, sequence_parallel=sequence_parallel, tracker=tracker)
-            for _ in range(c.L))
+            for _ in range(c.L)
+        )
         self.ln_f = nn.LayerNorm(c.h)
         if sequence_parallel:
             _mark_sp(self.pos), _mark_sp(self.ln_f)
@@ -44,27 +46,31 @@ class ParallelGPT(nn.Module):
         m.tok = VocabParallelEmbedding.from_full(model.tok, group, sequence_parallel=sp)
         m.pos.load_state_dict(model.pos.state_dict())
         m.ln_f.load_state_dict(model.ln_f.state_dict())
-        m.layers = nn.ModuleList(ParallelBlock.from_full(layer, group, sequence_parallel=sp,
-                                                         tracker=kw.get("tracker"))
-                                 for layer in model.layers)
+        m.layers = nn.ModuleList(
+            ParallelBlock.from_full(layer, group, sequence_parallel=sp, tracker=kw.get("tracker"))
+            for layer in model.layers
+        )
         if sp:
             _mark_sp(m.pos), _mark_sp(m.ln_f)
         return m
 
-    def forward(self, tokens):                             # tokens (b, s) -> local logits (b, s, v/t)
+    def forward(self, tokens):  # tokens (b, s) -> local logits (b, s, v/t)
         s = tokens.shape[1]
-        x = self.tok(tokens)                               # (b, s, h), or (b, s/t, h) with SP
-        pos = self.pos(torch.arange(s, device=tokens.device))          # (s, h)
+        x = self.tok(tokens)  # (b, s, h), or (b, s/t, h) with SP
+        pos = self.pos(torch.arange(s, device=tokens.device))  # (s, h)
         if self.sequence_parallel:
             per = s // self.t
-            pos = pos[self.rank * per:(self.rank + 1) * per]            # (s/t, h)
+            pos = pos[self.rank * per : (self.rank + 1) * per]  # (s/t, h)
         x = x + pos
         for layer in self.layers:
             x = layer(x)
         x = self.ln_f(x)
-        x = gather_from_sp_region(x, self.group) if self.sequence_parallel else \
-            copy_to_tp_region(x, self.group)               # (b, s, h)
-        return F.linear(x, self.tok.weight)                # (b, s, v/t), tied output layer
+        x = (
+            gather_from_sp_region(x, self.group)
+            if self.sequence_parallel
+            else copy_to_tp_region(x, self.group)
+        )  # (b, s, h)
+        return F.linear(x, self.tok.weight)  # (b, s, v/t), tied output layer
 
     def loss(self, tokens, targets):
         return vocab_parallel_cross_entropy(self(tokens), targets, self.group)

@@ -24,6 +24,7 @@ With ``sequence_parallel=True`` (Korthikanti et al. 2022 §4.2.2) the column lay
 instead of g; the row bias is then added to a sequence shard, so its gradient is partial and is
 marked ``p.sequence_parallel = True`` for :func:`minipar.tensor_parallel.block.allreduce_sequence_parallel_grads`.
 """
+
 from __future__ import annotations
 
 import time
@@ -33,8 +34,16 @@ import torch.distributed as dist
 import torch.nn as nn
 import torch.nn.functional as F
 
-from .mappings import (copy_to_tp_region, divide, gather_from_sp_region, gather_from_tp_region,
-                       group_rank, group_size, reduce_from_tp_region, reduce_scatter_to_sp_region)
+from .mappings import (
+    copy_to_tp_region,
+    divide,
+    gather_from_sp_region,
+    gather_from_tp_region,
+    group_rank,
+    group_size,
+    reduce_from_tp_region,
+    reduce_scatter_to_sp_region,
+)
 
 
 def shard(full: torch.Tensor, dim: int, rank: int, t: int, stride: int = 1) -> torch.Tensor:
@@ -63,17 +72,17 @@ class _LinearAsyncGradAllReduce(torch.autograd.Function):
         return F.linear(x, weight, bias)
 
     @staticmethod
-    def backward(ctx, grad):                               # grad (b, s, out/t)
+    def backward(ctx, grad):  # grad (b, s, out/t)
         x, weight = ctx.saved_tensors
         clock = [time.perf_counter()]
-        grad_x = grad.matmul(weight)                       # (b, s, in), a partial sum
+        grad_x = grad.matmul(weight)  # (b, s, in), a partial sum
         work = None
         clock.append(time.perf_counter())
         if group_size(ctx.group) > 1:
             work = dist.all_reduce(grad_x, group=ctx.group, async_op=True)
         clock.append(time.perf_counter())
-        g2 = grad.reshape(-1, grad.shape[-1])              # (b·s, out/t)
-        grad_w = g2.t().matmul(x.reshape(-1, x.shape[-1])) # (out/t, in): overlaps the all-reduce
+        g2 = grad.reshape(-1, grad.shape[-1])  # (b·s, out/t)
+        grad_w = g2.t().matmul(x.reshape(-1, x.shape[-1]))  # (out/t, in): overlaps the all-reduce
         grad_b = g2.sum(0) if ctx.has_bias else None
         clock.append(time.perf_counter())
         done_early = work is None or work.is_completed()
@@ -81,10 +90,14 @@ class _LinearAsyncGradAllReduce(torch.autograd.Function):
             work.wait()
         clock.append(time.perf_counter())
         if ctx.timeline is not None:
-            ctx.timeline.append({"grad_input_gemm": (clock[0], clock[1]),
-                                 "all_reduce": (clock[2], clock[4]),
-                                 "weight_grad_gemm": (clock[2], clock[3]),
-                                 "done_before_gemm_ended": done_early})
+            ctx.timeline.append(
+                {
+                    "grad_input_gemm": (clock[0], clock[1]),
+                    "all_reduce": (clock[2], clock[4]),
+                    "weight_grad_gemm": (clock[2], clock[3]),
+                    "done_before_gemm_ended": done_early,
+                }
+            )
         return grad_x, grad_w, grad_b, None, None
 
 
@@ -98,42 +111,65 @@ class ColumnParallelLinear(nn.Module):
     ``async_grad_allreduce=True`` overlaps that all-reduce with the weight-gradient GEMM.
     """
 
-    def __init__(self, in_features: int, out_features: int, bias: bool = True, group=None, *,
-                 gather_output: bool = False, sequence_parallel: bool = False,
-                 async_grad_allreduce: bool = False, stride: int = 1):
+    def __init__(
+        self,
+        in_features: int,
+        out_features: int,
+        bias: bool = True,
+        group=None,
+        *,
+        gather_output: bool = False,
+        sequence_parallel: bool = False,
+        async_grad_allreduce: bool = False,
+        stride: int = 1,
+    ):
         super().__init__()
         self.group, self.t, self.rank = group, group_size(group), group_rank(group)
         self.in_features, self.out_features = in_features, out_features
         if out_features % stride:
-            raise ValueError(f"output features ({out_features}) must be divisible by stride "
-                             f"({stride})")
-        divide(out_features // stride, self.t,
-               "output features" if stride == 1 else "output features per block")
+            raise ValueError(
+                f"output features ({out_features}) must be divisible by stride ({stride})"
+            )
+        divide(
+            out_features // stride,
+            self.t,
+            "output features" if stride == 1 else "output features per block",
+        )
         self.gather_output, self.sequence_parallel = gather_output, sequence_parallel
         self.async_grad_allreduce = async_grad_allreduce and not sequence_parallel
-        self.timeline = None      # a list: backward appends its event times (async path only)
-        master = nn.Linear(in_features, out_features, bias=bias)   # same on every rank
+        self.timeline = None  # a list: backward appends its event times (async path only)
+        master = nn.Linear(in_features, out_features, bias=bias)  # same on every rank
         self.weight = nn.Parameter(shard(master.weight.detach(), 0, self.rank, self.t, stride))
-        self.bias = (nn.Parameter(shard(master.bias.detach(), 0, self.rank, self.t, stride))
-                     if bias else None)
+        self.bias = (
+            nn.Parameter(shard(master.bias.detach(), 0, self.rank, self.t, stride))
+            if bias
+            else None
+        )
 
     @classmethod
     def from_full(cls, linear: nn.Linear, group=None, *, stride: int = 1, **kw):
         """This rank's column shard of ``linear`` (rows of its (out, in) weight)."""
-        m = cls(linear.in_features, linear.out_features, linear.bias is not None, group,
-                stride=stride, **kw)
+        m = cls(
+            linear.in_features,
+            linear.out_features,
+            linear.bias is not None,
+            group,
+            stride=stride,
+            **kw,
+        )
         with torch.no_grad():
             m.weight.data = shard(linear.weight.detach(), 0, m.rank, m.t, stride).to(linear.weight)
             if linear.bias is not None:
                 m.bias.data = shard(linear.bias.detach(), 0, m.rank, m.t, stride).to(linear.bias)
         return m
 
-    def forward(self, x):                                  # x (b, s, in) or (b, s/t, in) with SP
+    def forward(self, x):  # x (b, s, in) or (b, s/t, in) with SP
         if self.sequence_parallel:
             y = F.linear(gather_from_sp_region(x, self.group), self.weight, self.bias)
         elif self.async_grad_allreduce:
-            y = _LinearAsyncGradAllReduce.apply(x, self.weight, self.bias, self.group,
-                                                self.timeline)
+            y = _LinearAsyncGradAllReduce.apply(
+                x, self.weight, self.bias, self.group, self.timeline
+            )
         else:
             y = F.linear(copy_to_tp_region(x, self.group), self.weight, self.bias)
         # y (b, s, out/t)
@@ -148,14 +184,21 @@ class RowParallelLinear(nn.Module):
     Backward: identity for the output gradient; weight gradients are local slices.
     """
 
-    def __init__(self, in_features: int, out_features: int, bias: bool = True, group=None, *,
-                 sequence_parallel: bool = False):
+    def __init__(
+        self,
+        in_features: int,
+        out_features: int,
+        bias: bool = True,
+        group=None,
+        *,
+        sequence_parallel: bool = False,
+    ):
         super().__init__()
         self.group, self.t, self.rank = group, group_size(group), group_rank(group)
         self.in_features, self.out_features = in_features, out_features
         divide(in_features, self.t, "input features")
         self.sequence_parallel = sequence_parallel
-        master = nn.Linear(in_features, out_features, bias=bias)   # same on every rank
+        master = nn.Linear(in_features, out_features, bias=bias)  # same on every rank
         self.weight = nn.Parameter(shard(master.weight.detach(), 1, self.rank, self.t))
         self.bias = nn.Parameter(master.bias.detach().clone()) if bias else None
         if self.bias is not None and sequence_parallel:
@@ -171,12 +214,12 @@ class RowParallelLinear(nn.Module):
                 m.bias.data = linear.bias.detach().clone()
         return m
 
-    def forward(self, x):                                  # x (b, s, in/t)
-        partial = F.linear(x, self.weight)                 # (b, s, out), a partial sum
+    def forward(self, x):  # x (b, s, in/t)
+        partial = F.linear(x, self.weight)  # (b, s, out), a partial sum
         if self.sequence_parallel:
-            y = reduce_scatter_to_sp_region(partial, self.group)   # (b, s/t, out)
+            y = reduce_scatter_to_sp_region(partial, self.group)  # (b, s/t, out)
         else:
-            y = reduce_from_tp_region(partial, self.group)         # (b, s, out)
+            y = reduce_from_tp_region(partial, self.group)  # (b, s, out)
         return y + self.bias if self.bias is not None else y
 
 
@@ -188,15 +231,21 @@ class VocabParallelEmbedding(nn.Module):
     gradient touches only its own rows.
     """
 
-    def __init__(self, num_embeddings: int, embedding_dim: int, group=None, *,
-                 sequence_parallel: bool = False):
+    def __init__(
+        self,
+        num_embeddings: int,
+        embedding_dim: int,
+        group=None,
+        *,
+        sequence_parallel: bool = False,
+    ):
         super().__init__()
         self.group, self.t, self.rank = group, group_size(group), group_rank(group)
         self.num_embeddings, self.embedding_dim = num_embeddings, embedding_dim
         self.per = divide(num_embeddings, self.t, "vocabulary v")
         self.start, self.end = self.rank * self.per, (self.rank + 1) * self.per
         self.sequence_parallel = sequence_parallel
-        master = nn.Embedding(num_embeddings, embedding_dim)      # same on every rank
+        master = nn.Embedding(num_embeddings, embedding_dim)  # same on every rank
         self.weight = nn.Parameter(shard(master.weight.detach(), 0, self.rank, self.t))
 
     @classmethod
@@ -206,11 +255,11 @@ class VocabParallelEmbedding(nn.Module):
             m.weight.data = shard(embedding.weight.detach(), 0, m.rank, m.t).to(embedding.weight)
         return m
 
-    def forward(self, tokens):                             # tokens (b, s) int64
+    def forward(self, tokens):  # tokens (b, s) int64
         outside = (tokens < self.start) | (tokens >= self.end)
         local = (tokens - self.start).masked_fill(outside, 0)
-        e = F.embedding(local, self.weight)                # (b, s, h)
-        e = e.masked_fill(outside.unsqueeze(-1), 0.0)      # rows this rank does not own
+        e = F.embedding(local, self.weight)  # (b, s, h)
+        e = e.masked_fill(outside.unsqueeze(-1), 0.0)  # rows this rank does not own
         if self.sequence_parallel:
-            return reduce_scatter_to_sp_region(e, self.group)   # (b, s/t, h)
-        return reduce_from_tp_region(e, self.group)             # (b, s, h)
+            return reduce_scatter_to_sp_region(e, self.group)  # (b, s/t, h)
+        return reduce_from_tp_region(e, self.group)  # (b, s, h)

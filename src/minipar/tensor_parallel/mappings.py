@@ -21,6 +21,7 @@ Every operator takes the process group as an argument and is the identity for a 
 rank (or when no process group exists), so the same model code runs in a single process.
 Activations are batch-first, ``(b, s, h)``; the sequence dimension is 1.
 """
+
 from __future__ import annotations
 
 import torch
@@ -50,10 +51,10 @@ def _gather_seq(x: torch.Tensor, group) -> torch.Tensor:
     t = group_size(group)
     if t == 1:
         return x
-    xs = x.transpose(0, 1).contiguous()                       # (s/t, b, h): gather along dim 0
-    out = xs.new_empty((xs.shape[0] * t, *xs.shape[1:]))      # (s, b, h)
+    xs = x.transpose(0, 1).contiguous()  # (s/t, b, h): gather along dim 0
+    out = xs.new_empty((xs.shape[0] * t, *xs.shape[1:]))  # (s, b, h)
     dist.all_gather_single(out, xs, group=group)
-    return out.transpose(0, 1).contiguous()                   # (b, s, h)
+    return out.transpose(0, 1).contiguous()  # (b, s, h)
 
 
 def _reduce_scatter_seq(x: torch.Tensor, group) -> torch.Tensor:
@@ -62,10 +63,10 @@ def _reduce_scatter_seq(x: torch.Tensor, group) -> torch.Tensor:
     if t == 1:
         return x
     s = divide(x.shape[1], t, "sequence length")
-    xs = x.transpose(0, 1).contiguous()                       # (s, b, h)
-    out = xs.new_empty((s, *xs.shape[1:]))                    # (s/t, b, h)
+    xs = x.transpose(0, 1).contiguous()  # (s, b, h)
+    out = xs.new_empty((s, *xs.shape[1:]))  # (s/t, b, h)
     dist.reduce_scatter_single(out, xs, group=group)
-    return out.transpose(0, 1).contiguous()                   # (b, s/t, h)
+    return out.transpose(0, 1).contiguous()  # (b, s/t, h)
 
 
 def _split_seq(x: torch.Tensor, group) -> torch.Tensor:
@@ -75,7 +76,7 @@ def _split_seq(x: torch.Tensor, group) -> torch.Tensor:
         return x
     s = divide(x.shape[1], t, "sequence length")
     r = group_rank(group)
-    return x[:, r * s:(r + 1) * s].contiguous()               # (b, s/t, h)
+    return x[:, r * s : (r + 1) * s].contiguous()  # (b, s/t, h)
 
 
 def _gather_last(x: torch.Tensor, group) -> torch.Tensor:
@@ -85,7 +86,7 @@ def _gather_last(x: torch.Tensor, group) -> torch.Tensor:
         return x
     parts = [torch.empty_like(x) for _ in range(t)]
     dist.all_gather(parts, x.contiguous(), group=group)
-    return torch.cat(parts, dim=-1)                           # (..., n)
+    return torch.cat(parts, dim=-1)  # (..., n)
 
 
 def _split_last(x: torch.Tensor, group) -> torch.Tensor:
@@ -94,7 +95,7 @@ def _split_last(x: torch.Tensor, group) -> torch.Tensor:
         return x
     n = divide(x.shape[-1], t, "last dimension")
     r = group_rank(group)
-    return x[..., r * n:(r + 1) * n].contiguous()             # (..., n/t)
+    return x[..., r * n : (r + 1) * n].contiguous()  # (..., n/t)
 
 
 # ------------------------------------------------------------------ autograd functions

@@ -1,5 +1,6 @@
 """Figures for the tensor-parallel chapter (matplotlib; each returns a Figure). Every legend
 sits outside the axes, right of them, so it never covers data."""
+
 from __future__ import annotations
 
 import matplotlib.pyplot as plt
@@ -13,12 +14,28 @@ def activations(ts, measured, model, measured_sp, model_sp, title=""):
     """Saved bytes per rank of one layer: measured bars, Korthikanti's items as markers."""
     fig, ax = plt.subplots(figsize=(7, 3.2))
     x = range(len(ts))
-    ax.bar([i - 0.2 for i in x], [m / 1e3 for m in measured], 0.4, label="TP, measured",
-           color="#3182bd")
-    ax.bar([i + 0.2 for i in x], [m / 1e3 for m in measured_sp], 0.4, label="TP + SP, measured",
-           color="#9ecae1")
-    ax.plot([i - 0.2 for i in x], [m / 1e3 for m in model], "k_", ms=18, mew=2,
-            label="Korthikanti items")
+    ax.bar(
+        [i - 0.2 for i in x],
+        [m / 1e3 for m in measured],
+        0.4,
+        label="TP, measured",
+        color="#3182bd",
+    )
+    ax.bar(
+        [i + 0.2 for i in x],
+        [m / 1e3 for m in measured_sp],
+        0.4,
+        label="TP + SP, measured",
+        color="#9ecae1",
+    )
+    ax.plot(
+        [i - 0.2 for i in x],
+        [m / 1e3 for m in model],
+        "k_",
+        ms=18,
+        mew=2,
+        label="Korthikanti items",
+    )
     ax.plot([i + 0.2 for i in x], [m / 1e3 for m in model_sp], "k_", ms=18, mew=2)
     ax.set_xticks(list(x), [f"t = {t}" for t in ts])
     ax.set_ylabel("saved kB per rank")
@@ -54,10 +71,15 @@ def overlap(per_rank: list[dict], title=""):
     for r, ev in enumerate(per_rank):
         for k, c in colors.items():
             s, e = ev[k]
-            ax.broken_barh([(s * 1e3, (e - s) * 1e3)], (2 * r + rows[k], 0.4), color=c,
-                           label=k.replace("_", " ") if r == 0 else None)
-    ax.set_yticks([2 * r + 0.5 for r in range(len(per_rank))],
-                  [f"rank {r}" for r in range(len(per_rank))])
+            ax.broken_barh(
+                [(s * 1e3, (e - s) * 1e3)],
+                (2 * r + rows[k], 0.4),
+                color=c,
+                label=k.replace("_", " ") if r == 0 else None,
+            )
+    ax.set_yticks(
+        [2 * r + 0.5 for r in range(len(per_rank))], [f"rank {r}" for r in range(len(per_rank))]
+    )
     ax.set_xlabel("ms since backward reached the layer (all-reduce: launch to end of wait)")
     ax.set_title(title)
     _legend_outside(ax)

@@ -18,6 +18,7 @@ random number generator for dropout within model parallel regions"):
 The tracker is an object passed to the model, not a module-level global. It saves and restores
 the CPU generator (and the current CUDA generator when the rank computes on a GPU).
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -60,7 +61,9 @@ class RNGStatesTracker:
     @contextlib.contextmanager
     def fork(self, name: str = "tensor-parallel"):
         if name not in self.states:
-            raise KeyError(f"RNG state name ({name!r}) must be added first; have {list(self.states)}")
+            raise KeyError(
+                f"RNG state name ({name!r}) must be added first; have {list(self.states)}"
+            )
         outer = _get_state()
         _set_state(self.states[name])
         try:
@@ -70,8 +73,9 @@ class RNGStatesTracker:
             _set_state(outer)
 
 
-def model_parallel_seed(seed: int, tp_rank: int, *, tp_offset: int = TP_SEED_OFFSET
-                        ) -> RNGStatesTracker:
+def model_parallel_seed(
+    seed: int, tp_rank: int, *, tp_offset: int = TP_SEED_OFFSET
+) -> RNGStatesTracker:
     """Seed the default stream with ``seed`` (same on all TP ranks) and return a tracker whose
     "tensor-parallel" stream is seeded ``seed + tp_offset + tp_rank`` (different per rank).
     ``tp_offset`` exists for the negative control: pass a per-rank-equal seed to see the bug."""

@@ -12,6 +12,7 @@
 
 The planner that chooses (d, t, p) is pure Python: :mod:`minipar.cost.three_d`.
 """
+
 from .grid import Coord, Groups, RankGrid, new_groups
 
 __all__ = ["Coord", "Groups", "RankGrid", "new_groups"]

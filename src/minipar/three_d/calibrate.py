@@ -8,6 +8,7 @@ Everything runs on gloo ranks of this machine through :func:`minipar.runtime.lau
 cores, so every measurement is taken with all ranks busy at once, as in a real layout. A
 benchmark reports, it never asserts a speed (``minipar bench three_d``).
 """
+
 from __future__ import annotations
 
 import time
@@ -15,21 +16,19 @@ from dataclasses import asdict, replace
 
 import torch
 import torch.distributed as dist
-import torch.nn.functional as F
 
 from minipar.cost import calibrate as model
 from minipar.model import GPT, GPTConfig, Layer
 from minipar.tensor_parallel.block import ParallelBlock
 
-TINY = GPTConfig(L=4, h=128, a=4, s=32, V=64, dropout=0.0)   # a, s divisible by t = 1, 2, 4
-BATCH, MICRO = 16, 2                                          # B sequences per step, b
-SIZES = (2**11, 2**13, 2**16, 2**20)                          # collective sizes, elements (whole)
-BATCHES = (1, 2, 4, 8)                                        # micro-batches of the layer fit
-OPT_SIZES = (2**14, 2**20)                                    # Adam step sizes, elements
+TINY = GPTConfig(L=4, h=128, a=4, s=32, V=64, dropout=0.0)  # a, s divisible by t = 1, 2, 4
+BATCH, MICRO = 16, 2  # B sequences per step, b
+SIZES = (2**11, 2**13, 2**16, 2**20)  # collective sizes, elements (whole)
+BATCHES = (1, 2, 4, 8)  # micro-batches of the layer fit
+OPT_SIZES = (2**14, 2**20)  # Adam step sizes, elements
 
 
-def _burst(fn, reps: int, k: int | None = None, min_s: float | None = None
-           ) -> tuple[float, float]:
+def _burst(fn, reps: int, k: int | None = None, min_s: float | None = None) -> tuple[float, float]:
     """(wall, CPU) seconds per call of ``fn`` in bursts, all ranks starting each burst together,
     the median of ``reps`` bursts: ``k`` calls (``fn`` communicates: every rank must make as
     many), or as many as fill ``min_s`` seconds (compute only; default 8 ms per rank, so every
@@ -52,12 +51,13 @@ def _burst(fn, reps: int, k: int | None = None, min_s: float | None = None
             calls += 1
         got.append(((time.perf_counter() - w0) / calls, (time.process_time() - c0) / calls))
     got.sort()
-    mid = got[(len(got) - 1) // 2:len(got) // 2 + 1]                  # the median burst
+    mid = got[(len(got) - 1) // 2 : len(got) // 2 + 1]  # the median burst
     return tuple(sum(v[i] for v in mid) / len(mid) for i in (0, 1))
 
 
-def measure_on_rank(rank: int, world_size: int, config: GPTConfig = TINY,
-                    batches=BATCHES, reps: int = 3) -> dict:
+def measure_on_rank(
+    rank: int, world_size: int, config: GPTConfig = TINY, batches=BATCHES, reps: int = 3
+) -> dict:
     """Per rank, all ranks at once, (wall, CPU) seconds per call (:func:`_burst`) of: one
     layer's forward + backward per micro-batch size b; one micro-batch of a one-layer model
     through the course's pipeline executor on one stage (``"stage"``: embedding, the layer,
@@ -74,34 +74,51 @@ def measure_on_rank(rank: int, world_size: int, config: GPTConfig = TINY,
     torch.manual_seed(0)
     cfg = replace(config, dropout=0.0)
     layer = Layer(cfg)
-    solo = [dist.new_group([r]) for r in range(world_size)][rank]         # every rank alone
+    solo = [dist.new_group([r]) for r in range(world_size)][rank]  # every rank alone
     stage = stage_3d(GPT(replace(cfg, L=1)), 0, 1, solo)
     ex = PipelineExecutor({0: stage}, 1, 0, 1, 1, group=solo)
-    out = {"layer": {}, "stage": {}, "block": {}, "adam": {}, "all-gather": {},
-           "reduce-scatter": {}, "p2p": {}}
+    out = {
+        "layer": {},
+        "stage": {},
+        "block": {},
+        "adam": {},
+        "all-gather": {},
+        "reduce-scatter": {},
+        "p2p": {},
+    }
     for b in batches:
-        x = torch.randn(b, cfg.s, cfg.h, requires_grad=True)              # (b, s, h)
-        tokens = torch.randint(0, cfg.V, (b, cfg.s + 1))                  # (b, s + 1)
+        x = torch.randn(b, cfg.s, cfg.h, requires_grad=True)  # (b, s, h)
+        tokens = torch.randint(0, cfg.V, (b, cfg.s + 1))  # (b, s + 1)
 
         def fwd_bwd():
             layer(x).sum().backward()
 
         def one_micro_batch():
-            ex.run(schedule("1f1b", 1, 1)[0], [tokens[:, :-1]], [tokens[:, 1:]],
-                   (b, cfg.s, cfg.h), torch.float32)
+            ex.run(
+                schedule("1f1b", 1, 1)[0],
+                [tokens[:, :-1]],
+                [tokens[:, 1:]],
+                (b, cfg.s, cfg.h),
+                torch.float32,
+            )
+
         for fn, key in ((fwd_bwd, "layer"), (one_micro_batch, "stage")):
-            fn()                                                           # warm up
+            fn()  # warm up
             out[key][b] = _burst(fn, reps)
-    for t in [k for k in range(1, world_size + 1) if world_size % k == 0 and
-              cfg.a % k == 0 and cfg.s % k == 0]:
+    for t in [
+        k
+        for k in range(1, world_size + 1)
+        if world_size % k == 0 and cfg.a % k == 0 and cfg.s % k == 0
+    ]:
         groups = [dist.new_group(list(range(g, g + t))) for g in range(0, world_size, t)]
         block = ParallelBlock.from_full(layer, groups[rank // t], sequence_parallel=True)
         out["block"][t] = {}
-        for b in batches[:3]:                                   # a line in b: 3 points do
-            x = torch.randn(b, cfg.s // t, cfg.h, requires_grad=True)    # (b, s/t, h)
+        for b in batches[:3]:  # a line in b: 3 points do
+            x = torch.randn(b, cfg.s // t, cfg.h, requires_grad=True)  # (b, s/t, h)
 
             def block_fwd_bwd():
                 block(x).sum().backward()
+
             block_fwd_bwd()
             out["block"][t][b] = _burst(block_fwd_bwd, reps, None if t == 1 else 3)
     for numel in OPT_SIZES:
@@ -115,12 +132,13 @@ def measure_on_rank(rank: int, world_size: int, config: GPTConfig = TINY,
         mine = groups[rank // n]
         out["all-gather"][n], out["reduce-scatter"][n] = {}, {}
         for size in SIZES:
-            whole, shard = torch.ones(size), torch.ones(size // n)         # (N,), (N/n,)
-            calls = {"all-gather": lambda: dist.all_gather_single(whole, shard, group=mine),
-                     "reduce-scatter": lambda: dist.reduce_scatter_single(shard, whole,
-                                                                          group=mine)}
+            whole, shard = torch.ones(size), torch.ones(size // n)  # (N,), (N/n,)
+            calls = {
+                "all-gather": lambda: dist.all_gather_single(whole, shard, group=mine),
+                "reduce-scatter": lambda: dist.reduce_scatter_single(shard, whole, group=mine),
+            }
             for op, fn in calls.items():
-                fn()                                                       # warm up this size
+                fn()  # warm up this size
                 out[op][n][size] = _burst(fn, reps, 8 if size < 2**18 else 2)
     peer = rank ^ 1 if (rank ^ 1) < world_size else rank
     for size in SIZES:
@@ -133,9 +151,10 @@ def measure_on_rank(rank: int, world_size: int, config: GPTConfig = TINY,
             elif rank > peer:
                 dist.recv(buf, peer)
                 dist.send(buf, peer)
+
         ping()
         w, c = _burst(ping, reps, 8 if size < 2**18 else 2)
-        out["p2p"][size] = (w / 2, c / 2)                                  # one way
+        out["p2p"][size] = (w / 2, c / 2)  # one way
     return out
 
 
@@ -143,8 +162,9 @@ def calibrate(ranks: int = 4, config: GPTConfig = TINY, reps: int = 3) -> model.
     """Measure on ``ranks`` gloo ranks and fit :class:`minipar.cost.calibrate.Machine`."""
     from minipar.runtime.launch import run
 
-    return fit_machine(run(measure_on_rank, ranks, config, BATCHES, reps, backend="gloo"),
-                       ranks, config)
+    return fit_machine(
+        run(measure_on_rank, ranks, config, BATCHES, reps, backend="gloo"), ranks, config
+    )
 
 
 def _slowest(per: list[dict], key: str, *path, i: int = 0) -> tuple[list, list]:
@@ -157,8 +177,9 @@ def _slowest(per: list[dict], key: str, *path, i: int = 0) -> tuple[list, list]:
     return sizes, [max(t[x][i] for t in tables) for x in sizes]
 
 
-def fit_machine(per: list[dict], ranks: int, config: GPTConfig = TINY,
-                cores: float | None = None) -> model.Machine:
+def fit_machine(
+    per: list[dict], ranks: int, config: GPTConfig = TINY, cores: float | None = None
+) -> model.Machine:
     """:class:`minipar.cost.calibrate.Machine` from every rank's :func:`measure_on_rank`:
     compute terms from CPU seconds (the cores they share are the model's business,
     ``cores``: default what the ranks got while all of them computed (every burst without
@@ -171,33 +192,51 @@ def fit_machine(per: list[dict], ranks: int, config: GPTConfig = TINY,
     c0, rate = model.fit_compute([model.layer_flops(b, config.s, config.h) for b in bs], secs)
     bs1, stage1 = _slowest(per, "stage", i=1)
     block1 = dict(zip(*_slowest(per, "block", 1, i=1)))
-    ends = model.fit_line([b for b in bs1 if b in block1],     # the stage less its one layer
-                          [max(s1 - block1[b], 1e-9) for b, s1 in zip(bs1, stage1) if b in block1])
+    ends = model.fit_line(
+        [b for b in bs1 if b in block1],  # the stage less its one layer
+        [max(s1 - block1[b], 1e-9) for b, s1 in zip(bs1, stage1) if b in block1],
+    )
     adam = model.fit_line(*_slowest(per, "adam", i=1))
     layers = {t: model.fit_line(*_slowest(per, "block", t)) for t in per[0]["block"]}
-    ops = {(op, n): model.fit_op([4 * x for x in _slowest(per, op, n)[0]],
-                                 _slowest(per, op, n)[1])
-           for op in ("all-gather", "reduce-scatter") for n in per[0][op]}
+    ops = {
+        (op, n): model.fit_op([4 * x for x in _slowest(per, op, n)[0]], _slowest(per, op, n)[1])
+        for op in ("all-gather", "reduce-scatter")
+        for n in per[0][op]
+    }
     sizes, ts = _slowest(per, "p2p")
     p2p = model.fit_op([4 * x for x in sizes], ts)
-    if cores is None:                    # what the ranks got while every one computed
-        busy = [[*r["layer"].values(), *r["stage"].values(), *r["block"][1].values()]
-                for r in per]                     # every burst with no communication in it
-        cores = model.effective_cores(ranks, [[v[1] for v in r] for r in busy],
-                                      [[v[0] for v in r] for r in busy], usable_cpus())
-    return model.Machine(ranks, c0, rate, {}, p2p, 4, cores=cores,
-                         ends=ends, optimizer=adam, ops=ops, layers=layers)
+    if cores is None:  # what the ranks got while every one computed
+        busy = [
+            [*r["layer"].values(), *r["stage"].values(), *r["block"][1].values()] for r in per
+        ]  # every burst with no communication in it
+        cores = model.effective_cores(
+            ranks,
+            [[v[1] for v in r] for r in busy],
+            [[v[0] for v in r] for r in busy],
+            usable_cpus(),
+        )
+    return model.Machine(
+        ranks, c0, rate, {}, p2p, 4, cores=cores, ends=ends, optimizer=adam, ops=ops, layers=layers
+    )
 
 
-def time_layout_on_rank(rank: int, world_size: int, d: int, t: int, p: int,
-                        config: GPTConfig = TINY, batch: int = BATCH, b: int = MICRO,
-                        steps: int = 3) -> float:
+def time_layout_on_rank(
+    rank: int,
+    world_size: int,
+    d: int,
+    t: int,
+    p: int,
+    config: GPTConfig = TINY,
+    batch: int = BATCH,
+    b: int = MICRO,
+    steps: int = 3,
+) -> float:
     """The fastest step's seconds (as :func:`_timed`) of the 3D GPT (:mod:`minipar.three_d.train`'s
     composition: SP inside TP, 1F1B, ZeRO-1) on this rank, after one warm-up step."""
     from minipar.data_parallel.zero import ZeRO
+    from minipar.model import token_batches
     from minipar.pipeline_parallel.executor import PipelineExecutor
     from minipar.pipeline_parallel.schedules import schedule
-    from minipar.model import token_batches
     from minipar.tensor_parallel.block import allreduce_sequence_parallel_grads
 
     from .grid import RankGrid, new_groups
@@ -209,12 +248,13 @@ def time_layout_on_rank(rank: int, world_size: int, d: int, t: int, p: int,
     m = batch // (d * b)
     rows = slice(c.dp * m * b, (c.dp + 1) * m * b)
     torch.manual_seed(0)
-    stage = stage_3d(GPT(config), c.pp, p, groups.tp)             # SP inside TP
+    stage = stage_3d(GPT(config), c.pp, p, groups.tp)  # SP inside TP
     zero = ZeRO(stage, 1, lambda ps: torch.optim.Adam(ps, lr=1e-3), group=groups.dp)
-    ex = PipelineExecutor({c.pp: stage}, p, c.pp, p, m, group=groups.pp,
-                          embedding_group=groups.embedding)
+    ex = PipelineExecutor(
+        {c.pp: stage}, p, c.pp, p, m, group=groups.pp, embedding_group=groups.embedding
+    )
     actions = schedule("1f1b", p, m)[c.pp]
-    msg = (b, config.s // t, config.h)                              # (b, s/t, h)
+    msg = (b, config.s // t, config.h)  # (b, s/t, h)
     times = []
     for x, y in token_batches(steps + 1, batch, config):
         dist.barrier()
@@ -227,16 +267,28 @@ def time_layout_on_rank(rank: int, world_size: int, d: int, t: int, p: int,
     return min(times[1:])
 
 
-def _bench_on_rank(rank: int, world_size: int, config: GPTConfig, batch: int, b: int,
-                   steps: int, reps: int, layouts: list[tuple[int, int, int]]) -> dict:
+def _bench_on_rank(
+    rank: int,
+    world_size: int,
+    config: GPTConfig,
+    batch: int,
+    b: int,
+    steps: int,
+    reps: int,
+    layouts: list[tuple[int, int, int]],
+) -> dict:
     """One launch does it all (each launch of fresh ranks costs more CPU than the measurements
     it would hold): every layout's fastest step, in two passes when ``steps`` > 1 (the first
     half of the steps in order, the rest in reverse order), with the calibration between them.
     On a shared machine the load drifts: a layout is then not timed only at one moment, and the
     calibration sits in the middle of the runs it predicts, not before all of them."""
+
     def timed(order, k):
-        return {i: time_layout_on_rank(rank, world_size, *layouts[i], config, batch, b, k)
-                for i in order}
+        return {
+            i: time_layout_on_rank(rank, world_size, *layouts[i], config, batch, b, k)
+            for i in order
+        }
+
     first = (steps + 1) // 2
     got = timed(range(len(layouts)), first)
     machine = measure_on_rank(rank, world_size, config, BATCHES, reps)
@@ -246,24 +298,33 @@ def _bench_on_rank(rank: int, world_size: int, config: GPTConfig, batch: int, b:
     return {"machine": machine, "steps": [got[i] for i in range(len(layouts))]}
 
 
-def bench(ranks: int = 4, config: GPTConfig = TINY, batch: int = BATCH, b: int = MICRO,
-          steps: int = 3, reps: int = 5) -> dict:
+def bench(
+    ranks: int = 4,
+    config: GPTConfig = TINY,
+    batch: int = BATCH,
+    b: int = MICRO,
+    steps: int = 3,
+    reps: int = 5,
+) -> dict:
     """Calibrate, predict every (d, t, p) of ``ranks``, run each, compare (Spearman of the step
     times, error per layout), all in one launch of ``ranks`` gloo ranks."""
-    from minipar.runtime.pool import usable_cpus
     from minipar.runtime.launch import run
+    from minipar.runtime.pool import usable_cpus
 
     def predict(mach, d, t, p):
-        return model.predict_tiny_step(mach, config.L, config.h, config.a, config.s, config.V,
-                                       batch, d=d, t=t, p=p, b=b)
-    rough = model.Machine(ranks, 0.0, 1.0, {n: (0.0, 1.0) for n in range(2, ranks + 1)},
-                          (0.0, 1.0), 4)                          # only the rules matter here
+        return model.predict_tiny_step(
+            mach, config.L, config.h, config.a, config.s, config.V, batch, d=d, t=t, p=p, b=b
+        )
+
+    rough = model.Machine(
+        ranks, 0.0, 1.0, {n: (0.0, 1.0) for n in range(2, ranks + 1)}, (0.0, 1.0), 4
+    )  # only the rules matter here
     valid = []
     for d, t, p in model.layouts(ranks):
         try:
             predict(rough, d, t, p)
         except ValueError:
-            continue                                              # breaks a divisibility rule
+            continue  # breaks a divisibility rule
         valid.append((d, t, p))
     per = run(_bench_on_rank, ranks, config, batch, b, steps, reps, valid, backend="gloo")
     mach = fit_machine([r["machine"] for r in per], ranks, config)
@@ -271,16 +332,39 @@ def bench(ranks: int = 4, config: GPTConfig = TINY, batch: int = BATCH, b: int =
     for i, (d, t, p) in enumerate(valid):
         pred = predict(mach, d, t, p)
         got = max(r["steps"][i] for r in per)
-        rows.append({"d": d, "t": t, "p": p, "predicted_s": pred.step_s, "measured_s": got,
-                     "error": 100 * (pred.step_s / got - 1), "prediction": asdict(pred)})
+        rows.append(
+            {
+                "d": d,
+                "t": t,
+                "p": p,
+                "predicted_s": pred.step_s,
+                "measured_s": got,
+                "error": 100 * (pred.step_s / got - 1),
+                "prediction": asdict(pred),
+            }
+        )
     rho = model.spearman([r["predicted_s"] for r in rows], [r["measured_s"] for r in rows])
-    return {"ranks": ranks, "config": asdict(config), "batch": batch, "micro_batch": b,
-            "machine": {"layer_overhead_s": mach.layer_overhead, "flop_rate": mach.flop_rate,
-                        "cores": mach.cores, "share": mach.share, "usable_cpus": usable_cpus(),
-                        "ends": {"s": mach.ends[0], "s_per_sequence": mach.ends[1]},
-                        "optimizer": {"s": mach.optimizer[0], "s_per_element": mach.optimizer[1]},
-                        "links": {f"{op} n={n}": {"alpha": a, "bandwidth": bw}
-                                  for (op, n), (a, bw) in mach.ops.items()},
-                        "p2p": {"alpha": mach.p2p[0], "bandwidth": mach.p2p[1]}},
-            "layouts": rows, "spearman": rho, "calibration": [r["machine"] for r in per],
-            "max_abs_error": max(abs(r["error"]) for r in rows)}
+    return {
+        "ranks": ranks,
+        "config": asdict(config),
+        "batch": batch,
+        "micro_batch": b,
+        "machine": {
+            "layer_overhead_s": mach.layer_overhead,
+            "flop_rate": mach.flop_rate,
+            "cores": mach.cores,
+            "share": mach.share,
+            "usable_cpus": usable_cpus(),
+            "ends": {"s": mach.ends[0], "s_per_sequence": mach.ends[1]},
+            "optimizer": {"s": mach.optimizer[0], "s_per_element": mach.optimizer[1]},
+            "links": {
+                f"{op} n={n}": {"alpha": a, "bandwidth": bw}
+                for (op, n), (a, bw) in mach.ops.items()
+            },
+            "p2p": {"alpha": mach.p2p[0], "bandwidth": mach.p2p[1]},
+        },
+        "layouts": rows,
+        "spearman": rho,
+        "calibration": [r["machine"] for r in per],
+        "max_abs_error": max(abs(r["error"]) for r in rows),
+    }

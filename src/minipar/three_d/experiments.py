@@ -1,4 +1,5 @@
 """Runs on ranks for the chapter's notebook and tests (start them with ``minipar.runtime.launch.run``)."""
+
 from __future__ import annotations
 
 from .grid import RankGrid, new_groups
@@ -26,7 +27,7 @@ def group_members_on_rank(rank: int, world_size: int, d: int, t: int, p: int) ->
             continue
         n = dist.get_world_size(group)
         x = torch.tensor([rank], dtype=torch.int64, device=dev)
-        dist.all_reduce(x, group=group)                       # (1,) sum over the group
+        dist.all_reduce(x, group=group)  # (1,) sum over the group
         got = [torch.zeros(1, dtype=torch.int64, device=dev) for _ in range(n)]
         dist.all_gather(got, torch.tensor([rank], dtype=torch.int64, device=dev), group=group)
         out[kind] = {"sum": int(x), "members": [int(g) for g in got]}
@@ -45,6 +46,7 @@ def check_members(grid: RankGrid, results: list[dict]) -> list[str]:
                     problems.append(f"rank {rank}: {kind} group {got['members']}, expected none")
                 continue
             if got is None or got["members"] != want or got["sum"] != sum(want):
-                problems.append(f"rank {rank}: {kind} group {got and got['members']}, "
-                                f"expected {want}")
+                problems.append(
+                    f"rank {rank}: {kind} group {got and got['members']}, expected {want}"
+                )
     return problems

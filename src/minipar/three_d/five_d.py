@@ -31,6 +31,7 @@ of distinct tokens, so both sums are divided by d·cp. :func:`train_5d_on_rank` 
 result with one process (parameters after ``steps`` Adam steps, gradients of the first step) and
 returns the traffic per group, which :func:`expected_traffic` predicts from the cost model.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -54,8 +55,13 @@ from minipar.pipeline_parallel.executor import PipelineExecutor
 from minipar.pipeline_parallel.schedules import schedule
 from minipar.pipeline_parallel.stage import partition_layers
 from minipar.runtime.tracer import trace
-from minipar.tensor_parallel import (ColumnParallelLinear, ParallelAttention, RowParallelLinear,
-                                     allreduce_sequence_parallel_grads, scatter_to_sp_region)
+from minipar.tensor_parallel import (
+    ColumnParallelLinear,
+    ParallelAttention,
+    RowParallelLinear,
+    allreduce_sequence_parallel_grads,
+    scatter_to_sp_region,
+)
 
 from .moe_gpt import EXPERTS, TINY, TOP_K, MoEGPT, MoELayer, moe_gpt
 from .train import gather_from_tp_ranks
@@ -74,16 +80,19 @@ class Layer5D(nn.Module):
         tp = groups["tp"]
         self.tp = tp
         self.ln1, self.ln2 = copy.deepcopy(layer.ln1), copy.deepcopy(layer.ln2)
-        base = ParallelAttention(ColumnParallelLinear.from_full(layer.qkv, tp, stride=3),
-                                 RowParallelLinear.from_full(layer.proj, tp), layer.c)
+        base = ParallelAttention(
+            ColumnParallelLinear.from_full(layer.qkv, tp, stride=3),
+            RowParallelLinear.from_full(layer.proj, tp),
+            layer.c,
+        )
         self.attn = RingParallelAttention(base, groups["cp"], layout, causal=True)
         self.moe = ExpertParallelMoE.from_full(layer.moe, groups["ep"])
-        self.moe.router.weight.sequence_parallel = True      # saw 1/t of the tokens: sum over tp
+        self.moe.router.weight.sequence_parallel = True  # saw 1/t of the tokens: sum over tp
 
-    def forward(self, x):                                             # x (b, s/cp, h)
-        x = x + self.attn(self.ln1(x))                                # g over tp, ring over cp
-        y = scatter_to_sp_region(self.ln2(x), self.tp)                # (b, s/(cp·t), h)
-        y = gather_from_tp_ranks(self.moe(y), self.tp)                # a2a over ep; (b, s/cp, h)
+    def forward(self, x):  # x (b, s/cp, h)
+        x = x + self.attn(self.ln1(x))  # g over tp, ring over cp
+        y = scatter_to_sp_region(self.ln2(x), self.tp)  # (b, s/(cp·t), h)
+        y = gather_from_tp_ranks(self.moe(y), self.tp)  # a2a over ep; (b, s/cp, h)
         return x + y
 
 
@@ -101,17 +110,18 @@ class Stage5D(nn.Module):
             self.tok, self.pos = copy.deepcopy(model.tok), copy.deepcopy(model.pos)
         if self.last:
             self.ln_f = copy.deepcopy(model.ln_f)
-            self.head = self.tok.weight if self.first else \
-                nn.Parameter(model.tok.weight.detach().clone())
+            self.head = (
+                self.tok.weight if self.first else nn.Parameter(model.tok.weight.detach().clone())
+            )
 
     def forward(self, x):
-        if self.first:                                                # tokens (b, s/cp)
+        if self.first:  # tokens (b, s/cp)
             cp, r = group_size(self.cp_group), group_rank(self.cp_group)
-            pos = positions(x.shape[1] * cp, cp, r, self.layout)     # (s/cp,) global
-            x = self.tok(x) + self.pos(pos)                          # (b, s/cp, h)
+            pos = positions(x.shape[1] * cp, cp, r, self.layout)  # (s/cp,) global
+            x = self.tok(x) + self.pos(pos)  # (b, s/cp, h)
         for layer in self.layers:
             x = layer(x)
-        return self.ln_f(x) @ self.head.T if self.last else x        # (b, s/cp, V)
+        return self.ln_f(x) @ self.head.T if self.last else x  # (b, s/cp, V)
 
     def tied_weight(self):
         return self.tok.weight if self.first else (self.head if self.last else None)
@@ -120,8 +130,11 @@ class Stage5D(nn.Module):
 def applies(bug: str | None, grid: Grid) -> bool:
     """Whether a negative control changes anything on ``grid`` (no cp to forget at cp = 1, no
     router split at t = 1, the ep and edp groups the same at one rank per stage)."""
-    return {"no_cp_grad_reduction": grid.cp > 1, "router_not_over_tp": grid.t > 1,
-            "experts_over_ep": grid.stage_size > 1}.get(bug, True)
+    return {
+        "no_cp_grad_reduction": grid.cp > 1,
+        "router_not_over_tp": grid.t > 1,
+        "experts_over_ep": grid.stage_size > 1,
+    }.get(bug, True)
 
 
 def _is_expert(name: str) -> bool:
@@ -132,13 +145,13 @@ def _all_reduce_mean(grads: list, group, divisor: int) -> int:
     """Sum ``grads`` over ``group`` in one flat all-reduce, divide by ``divisor``; elements."""
     if not grads:
         return 0
-    flat = torch.cat([g.reshape(-1) for g in grads])                # (n,)
+    flat = torch.cat([g.reshape(-1) for g in grads])  # (n,)
     if group_size(group) > 1:
         dist.all_reduce(flat, group=group)
     flat /= divisor
     offset = 0
     for g in grads:
-        g.copy_(flat[offset:offset + g.numel()].view_as(g))
+        g.copy_(flat[offset : offset + g.numel()].view_as(g))
         offset += g.numel()
     return flat.numel()
 
@@ -146,15 +159,16 @@ def _all_reduce_mean(grads: list, group, divisor: int) -> int:
 def reduce_gradients(stage: Stage5D, groups: dict, grid: Grid, bug: str | None = None) -> dict:
     """The three reductions of the module docstring; returns the elements of each."""
     params = [(n, q) for n, q in stage.named_parameters() if q.grad is not None]
-    router = 0 if bug == "router_not_over_tp" else \
-        allreduce_sequence_parallel_grads(stage, groups["tp"])
+    router = (
+        0 if bug == "router_not_over_tp" else allreduce_sequence_parallel_grads(stage, groups["tp"])
+    )
     dense = [q.grad for n, q in params if not _is_expert(n)]
     experts = [q.grad for n, q in params if _is_expert(n)]
-    if bug == "no_cp_grad_reduction":                     # forgot cp: dp only, ÷ d
+    if bug == "no_cp_grad_reduction":  # forgot cp: dp only, ÷ d
         n_dense = _all_reduce_mean(dense, groups["dp"], grid.d)
     else:
         n_dense = _all_reduce_mean(dense, groups["dp_cp"], grid.d * grid.cp)
-    wrong = bug == "experts_over_ep"                      # same shapes, other experts
+    wrong = bug == "experts_over_ep"  # same shapes, other experts
     n_exp = _all_reduce_mean(experts, groups["ep" if wrong else "edp"], grid.d * grid.cp)
     return {"router": router, "dense": n_dense, "experts": n_exp}
 
@@ -179,10 +193,25 @@ def _reference(build, batches, steps: int):
     return grads, model
 
 
-def train_5d_on_rank(rank: int, world_size: int, d: int, t: int, p: int, cp: int, ep: int,
-                     bugs=BUGS, *, config: GPTConfig = TINY, experts: int = EXPERTS,
-                     top_k: int = TOP_K, m: int = 2, b: int = 2, steps: int = 3,
-                     layout: str = "zigzag", dtype=torch.float64) -> dict:
+def train_5d_on_rank(
+    rank: int,
+    world_size: int,
+    d: int,
+    t: int,
+    p: int,
+    cp: int,
+    ep: int,
+    bugs=BUGS,
+    *,
+    config: GPTConfig = TINY,
+    experts: int = EXPERTS,
+    top_k: int = TOP_K,
+    m: int = 2,
+    b: int = 2,
+    steps: int = 3,
+    layout: str = "zigzag",
+    dtype=torch.float64,
+) -> dict:
     """Train the MoE GPT with all five parallelisms once per entry of ``bugs`` (None: correct;
     the others negative controls) and return, per entry, max |difference| from one process of
     the parameters after ``steps`` Adam steps and of the first step's gradients; for the correct
@@ -191,20 +220,23 @@ def train_5d_on_rank(rank: int, world_size: int, d: int, t: int, p: int, cp: int
     groups = new_groups(grid)
     c = grid.coord(rank)
     batches = token_batches(steps, d * m * b, config)
-    rows = slice(c.dp * m * b, (c.dp + 1) * m * b)                    # this replica's sequences
+    rows = slice(c.dp * m * b, (c.dp + 1) * m * b)  # this replica's sequences
     cpg = groups["cp"]
-    local = [(shard_sequence(x[rows], 1, cpg, layout), shard_sequence(y[rows], 1, cpg, layout))
-             for x, y in batches]                                    # (m·b, s/cp) each
-    build = lambda: moe_gpt(config, experts, top_k, dtype=dtype)          # noqa: E731
+    local = [
+        (shard_sequence(x[rows], 1, cpg, layout), shard_sequence(y[rows], 1, cpg, layout))
+        for x, y in batches
+    ]  # (m·b, s/cp) each
+    build = lambda: moe_gpt(config, experts, top_k, dtype=dtype)
     ref_grads, ref_model = _reference(build, batches, steps)
-    msg = (b, config.s // cp, config.h)                               # (b, s/cp, h)
+    msg = (b, config.s // cp, config.h)  # (b, s/cp, h)
     actions = schedule("1f1b", p, m)[c.pp]
     out = {}
     for bug in (x for x in bugs if applies(x, grid)):
         stage = Stage5D(build(), c.pp, p, groups, layout)
         opt = torch.optim.Adam(stage.parameters(), lr=LR)
-        ex = PipelineExecutor({c.pp: stage}, p, c.pp, p, m, group=groups["pp"],
-                              embedding_group=groups["embedding"])
+        ex = PipelineExecutor(
+            {c.pp: stage}, p, c.pp, p, m, group=groups["pp"], embedding_group=groups["embedding"]
+        )
         tr = trace({k: g for k, g in groups.items()})
         grads0 = reduced = None
         with tr if bug is None else contextlib.nullcontext():
@@ -217,8 +249,10 @@ def train_5d_on_rank(rank: int, world_size: int, d: int, t: int, p: int, cp: int
                 opt.step()
         expected_grads = Stage5D(ref_grads, c.pp, p, groups, layout).parameters()
         expected = Stage5D(ref_model, c.pp, p, groups, layout).parameters()
-        r = {"params": _max_diff(list(stage.parameters()), list(expected)),
-             "grads": _max_diff(grads0, list(expected_grads))}
+        r = {
+            "params": _max_diff(list(stage.parameters()), list(expected)),
+            "grads": _max_diff(grads0, list(expected_grads)),
+        }
         if bug is None:
             r["traffic"] = {f"{k}:{op}": v for (k, op), v in sorted(tr.by_group().items())}
             r["coord"], r["reduced"] = tuple(c), reduced
@@ -228,9 +262,19 @@ def train_5d_on_rank(rank: int, world_size: int, d: int, t: int, p: int, cp: int
 
 
 # ------------------------------------------------------------------ the cost model's count
-def expected_traffic(grid: Grid, i_p: int, reduced: dict, *, config: GPTConfig = TINY,
-                     experts: int = EXPERTS, top_k: int = TOP_K, m: int = 2, b: int = 2,
-                     steps: int = 3, bytes_per_elem: int = 8) -> dict:
+def expected_traffic(
+    grid: Grid,
+    i_p: int,
+    reduced: dict,
+    *,
+    config: GPTConfig = TINY,
+    experts: int = EXPERTS,
+    top_k: int = TOP_K,
+    m: int = 2,
+    b: int = 2,
+    steps: int = 3,
+    bytes_per_elem: int = 8,
+) -> dict:
     """Bytes (nccl-tests sizes S, as :mod:`minipar.runtime.tracer` records them) one rank of
     stage ``i_p`` moves per group over ``steps`` steps; ``"ep"`` is the total of one EP group.
     ``reduced``: the elements :func:`reduce_gradients` reduced (router, dense, experts).
@@ -257,12 +301,15 @@ def expected_traffic(grid: Grid, i_p: int, reduced: dict, *, config: GPTConfig =
     n = b * sc // t
     out = {
         "tp": (tp_per_layer * L * m + (reduced["router"] * B if t > 1 else 0)) * steps,
-        "cp:send": ring_sent_bytes_per_layer(b, c.s, c.h // t, grid.cp, B)["total"] * L * m
-        * steps,
-        "pp:send": pp_p2p_bytes_per_microbatch(b, sc, c.h, B) / 2 * m * steps
+        "cp:send": ring_sent_bytes_per_layer(b, c.s, c.h // t, grid.cp, B)["total"] * L * m * steps,
+        "pp:send": pp_p2p_bytes_per_microbatch(b, sc, c.h, B)
+        / 2
+        * m
+        * steps
         * ((i_p > 0) + (i_p < grid.p - 1)),
-        "ep": (grid.ep * (experts * 8 + 4 * n * top_k * c.h * B) * L * m * steps
-               if grid.ep > 1 else 0),
+        "ep": (
+            grid.ep * (experts * 8 + 4 * n * top_k * c.h * B) * L * m * steps if grid.ep > 1 else 0
+        ),
         "dp_cp": reduced["dense"] * B * steps if grid.d * grid.cp > 1 else 0,
         "edp": reduced["experts"] * B * steps if grid.stage_size // grid.ep > 1 else 0,
         "embedding": c.V * c.h * B * steps if grid.p > 1 else 0,
@@ -273,15 +320,17 @@ def expected_traffic(grid: Grid, i_p: int, reduced: dict, *, config: GPTConfig =
 def measured_traffic(results: list[dict], grid: Grid) -> list[dict]:
     """Per rank, the traced bytes in the keys of :func:`expected_traffic` (``"ep"`` summed over
     the rank's EP group)."""
+
     def total(tr, prefix):
         return sum(v[1] for k, v in tr.items() if k == prefix or k.startswith(prefix + ":"))
+
     out = []
     for r, res in enumerate(results):
         tr = res["correct"]["traffic"]
-        row = {k: total(tr, k) for k in ("tp", "cp:send", "pp:send", "dp_cp", "edp",
-                                          "embedding")}
-        row["ep"] = sum(total(results[x]["correct"]["traffic"], "ep")
-                        for x in grid.group_of("ep", r))
+        row = {k: total(tr, k) for k in ("tp", "cp:send", "pp:send", "dp_cp", "edp", "embedding")}
+        row["ep"] = sum(
+            total(results[x]["correct"]["traffic"], "ep") for x in grid.group_of("ep", r)
+        )
         out.append(row)
     return out
 
@@ -296,14 +345,17 @@ def summary(grid: Grid, results: list[dict]) -> dict:
         want = expected_traffic(grid, ok["coord"][0], ok["reduced"])
         rows += [(r, k, got[k], want[k]) for k in want]
     bugs = [b for b in results[0] if b != "correct"]
-    totals: dict = {}                           # per kind over all ranks (ep: over its groups)
+    totals: dict = {}  # per kind over all ranks (ep: over its groups)
     for r, kind, got, want in rows:
         if kind != "ep" or grid.group_of("ep", r)[0] == r:
             g, w = totals.get(kind, (0, 0))
             totals[kind] = (g + got, w + want)
-    return {"params": max(x["correct"]["params"] for x in results),
-            "grads": max(x["correct"]["grads"] for x in results),
-            "bugs": {b: max(x[b]["params"] for x in results) for b in bugs},
-            "traffic": rows, "totals": totals,
-            "traffic_equal": sum(abs(g - w) <= 1e-12 * max(w, 1) for _, _, g, w in rows),
-            "traffic_moving": sum(w > 0 for *_, w in rows)}
+    return {
+        "params": max(x["correct"]["params"] for x in results),
+        "grads": max(x["correct"]["grads"] for x in results),
+        "bugs": {b: max(x[b]["params"] for x in results) for b in bugs},
+        "traffic": rows,
+        "totals": totals,
+        "traffic_equal": sum(abs(g - w) <= 1e-12 * max(w, 1) for _, _, g, w in rows),
+        "traffic_moving": sum(w > 0 for *_, w in rows),
+    }

@@ -24,6 +24,7 @@ The whole grid, with cp between tp and dp and the experts folded over a stage, i
 :class:`minipar.grid.Grid`; this class is that grid with cp = ep = 1 and (pp, dp, tp)
 coordinates.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -47,8 +48,10 @@ class RankGrid(_grid.Grid):
     def __post_init__(self):
         super().__post_init__()
         if (self.cp, self.ep) != (1, 1):
-            raise ValueError(f"the 3D grid has cp = ep = 1, got cp ({self.cp}), ep ({self.ep}): "
-                             "use minipar.grid.Grid")
+            raise ValueError(
+                f"the 3D grid has cp = ep = 1, got cp ({self.cp}), ep ({self.ep}): "
+                "use minipar.grid.Grid"
+            )
 
     def coord(self, rank: int) -> Coord:
         """(pp, dp, tp) indices of ``rank``."""
@@ -76,8 +79,10 @@ class RankGrid(_grid.Grid):
         return super().groups(kind)
 
     def _title(self) -> str:
-        return (f"(d, t, p) = ({self.d}, {self.t}, {self.p}): {self.world_size} ranks; "
-                "tp innermost, then dp, pp outermost (Megatron's order)")
+        return (
+            f"(d, t, p) = ({self.d}, {self.t}, {self.p}): {self.world_size} ranks; "
+            "tp innermost, then dp, pp outermost (Megatron's order)"
+        )
 
     def _columns(self, rank: int) -> dict[str, int]:
         return self.coord(rank)._asdict()
@@ -85,6 +90,7 @@ class RankGrid(_grid.Grid):
 
 class Groups(NamedTuple):
     """This rank's process groups (None for the embedding group of a middle stage)."""
+
     tp: object
     dp: object
     pp: object
@@ -102,6 +108,8 @@ def new_groups(grid: RankGrid) -> Groups:
     import torch.distributed as dist
 
     if dist.get_world_size() != grid.world_size:
-        raise ValueError(f"world size ({dist.get_world_size()}) must equal d·t·p ({grid.d}·"
-                         f"{grid.t}·{grid.p} = {grid.world_size})")
+        raise ValueError(
+            f"world size ({dist.get_world_size()}) must equal d·t·p ({grid.d}·"
+            f"{grid.t}·{grid.p} = {grid.world_size})"
+        )
     return Groups(**_grid.new_groups(grid, Groups._fields))

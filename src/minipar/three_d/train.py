@@ -37,6 +37,7 @@ group it ran on (tp, dp, pp, embedding), by the group's identity, not by its siz
 over the ``tp`` axis of a 2-D ``DeviceMesh``, then ``fully_shard`` over ``dp``) and compares
 them with the course's TP + ZeRO-3 and with one process.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -47,20 +48,20 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from minipar.data_parallel.zero import ZeRO
+from minipar.dist import group_rank, group_size
 from minipar.model import GPT, GPTConfig, token_batches
 from minipar.pipeline_parallel.executor import PipelineExecutor
 from minipar.pipeline_parallel.schedules import schedule
 from minipar.pipeline_parallel.stage import GPTStage
+from minipar.runtime.tracer import trace
 from minipar.tensor_parallel import ParallelBlock
 from minipar.tensor_parallel.block import allreduce_sequence_parallel_grads
 from minipar.tensor_parallel.experiments import grads_as_module
-from minipar.dist import group_rank, group_size
 from minipar.tensor_parallel.mappings import scatter_to_sp_region
-from minipar.runtime.tracer import trace
 
 from .grid import RankGrid, new_groups
 
-SMALL = GPTConfig(L=4, h=12, a=6, s=6, V=16, dropout=0.0)     # s and a divisible by t = 2, 3
+SMALL = GPTConfig(L=4, h=12, a=6, s=6, V=16, dropout=0.0)  # s and a divisible by t = 2, 3
 LR = 0.01
 MODES = ("sp", "scatter_gather", "full")
 BUGS = (None, "swapped_groups", "no_embedding_allreduce", "no_sp_grad_allreduce")
@@ -76,13 +77,13 @@ class _GatherFromTPRanks(torch.autograd.Function):
     def forward(ctx, x, group):
         ctx.group = group
         parts = [torch.empty_like(x) for _ in range(group_size(group))]
-        dist.all_gather(parts, x.contiguous(), group=group)       # t × (b, s/t, h)
-        return torch.cat(parts, dim=1)                              # (b, s, h)
+        dist.all_gather(parts, x.contiguous(), group=group)  # t × (b, s/t, h)
+        return torch.cat(parts, dim=1)  # (b, s, h)
 
     @staticmethod
-    def backward(ctx, grad):                                        # grad (b, s, h)
+    def backward(ctx, grad):  # grad (b, s, h)
         t, r = group_size(ctx.group), group_rank(ctx.group)
-        return grad.chunk(t, dim=1)[r].contiguous(), None          # (b, s/t, h)
+        return grad.chunk(t, dim=1)[r].contiguous(), None  # (b, s/t, h)
 
 
 def gather_from_tp_ranks(x: torch.Tensor, group=None) -> torch.Tensor:
@@ -105,25 +106,26 @@ class Stage3D(nn.Module):
         sp = mode == "sp"
         self.inner.layers = nn.ModuleList(
             ParallelBlock.from_full(layer, tp_group, sequence_parallel=sp)
-            for layer in self.inner.layers)
+            for layer in self.inner.layers
+        )
 
     def forward(self, x):
         st, g = self.inner, self.group
-        if st.first:                                                 # tokens (b, s)
+        if st.first:  # tokens (b, s)
             x = st.tok(x) + st.pos(torch.arange(x.shape[1], device=x.device))  # (b, s, h)
             if self.mode == "sp":
-                x = scatter_to_sp_region(x, g)                       # (b, s/t, h)
+                x = scatter_to_sp_region(x, g)  # (b, s/t, h)
         elif self.mode == "scatter_gather":
-            x = gather_from_tp_ranks(x, g)                           # (b, s/t, h) -> (b, s, h)
+            x = gather_from_tp_ranks(x, g)  # (b, s/t, h) -> (b, s, h)
         for layer in st.layers:
-            x = layer(x)                                             # (b, s/t, h) under SP
+            x = layer(x)  # (b, s/t, h) under SP
         if st.last:
             if self.mode == "sp":
-                x = gather_from_tp_ranks(x, g)                       # (b, s, h)
-            return st.ln_f(x) @ st.head.T                            # (b, s, V)
+                x = gather_from_tp_ranks(x, g)  # (b, s, h)
+            return st.ln_f(x) @ st.head.T  # (b, s, V)
         if self.mode == "scatter_gather":
-            x = scatter_to_sp_region(x, g)                           # (b, s, h) -> (b, s/t, h)
-        return x                                                     # the message
+            x = scatter_to_sp_region(x, g)  # (b, s, h) -> (b, s/t, h)
+        return x  # the message
 
     def tied_weight(self):
         return self.inner.tied_weight()
@@ -143,23 +145,36 @@ def _reference(config, batches, rows: slice, m: int, dtype):
     torch.manual_seed(0)
     model = GPT(config).to(dtype)
     x, y = batches[0][0][rows], batches[0][1][rows]
-    losses = [F.cross_entropy(model(xm).flatten(0, 1), ym.flatten()).item()
-              for xm, ym in zip(x.chunk(m), y.chunk(m))]
+    losses = [
+        F.cross_entropy(model(xm).flatten(0, 1), ym.flatten()).item()
+        for xm, ym in zip(x.chunk(m), y.chunk(m))
+    ]
     F.cross_entropy(model(x).flatten(0, 1), y.flatten()).backward()
     grads = grads_as_module(model)
     model.zero_grad()
     opt = torch.optim.Adam(model.parameters(), lr=LR)
     for xb, yb in batches:
         opt.zero_grad()
-        F.cross_entropy(model(xb).flatten(0, 1), yb.flatten()).backward()   # (B·s, V)
+        F.cross_entropy(model(xb).flatten(0, 1), yb.flatten()).backward()  # (B·s, V)
         opt.step()
     return losses, grads, model
 
 
-def train_3d_on_rank(rank: int, world_size: int, d: int, t: int, p: int, bugs=BUGS,
-                     mode: str = "sp", *,
-                     config: GPTConfig = SMALL, m: int = 2, b: int = 2,
-                     steps: int = 3, dtype=torch.float64) -> dict:
+def train_3d_on_rank(
+    rank: int,
+    world_size: int,
+    d: int,
+    t: int,
+    p: int,
+    bugs=BUGS,
+    mode: str = "sp",
+    *,
+    config: GPTConfig = SMALL,
+    m: int = 2,
+    b: int = 2,
+    steps: int = 3,
+    dtype=torch.float64,
+) -> dict:
     """Train 3D on this rank once per entry of ``bugs`` (None = correct; the others are
     negative controls) and return, per entry, the parity maxima against the reference; for the
     correct run also the traced traffic per (group, op) and ZeRO's measured state bytes."""
@@ -168,45 +183,49 @@ def train_3d_on_rank(rank: int, world_size: int, d: int, t: int, p: int, bugs=BU
     c = grid.coord(rank)
     B = d * m * b
     batches = token_batches(steps, B, config)
-    rows = slice(c.dp * m * b, (c.dp + 1) * m * b)           # this replica's sequences
+    rows = slice(c.dp * m * b, (c.dp + 1) * m * b)  # this replica's sequences
     ref_losses, ref_grads, ref_model = _reference(config, batches, rows, m, dtype)
-    msg = (b, config.s if mode == "full" else config.s // t, config.h)   # (b, s/t, h)
+    msg = (b, config.s if mode == "full" else config.s // t, config.h)  # (b, s/t, h)
     out = {}
     for bug in bugs:
-        if (bug == "no_sp_grad_allreduce" and mode != "sp") or \
-                (bug == "swapped_groups" and d != t):          # would crash, not mislead
+        if (bug == "no_sp_grad_allreduce" and mode != "sp") or (
+            bug == "swapped_groups" and d != t
+        ):  # would crash, not mislead
             continue
-        tp_group, dp_group = (groups.dp, groups.tp) if bug == "swapped_groups" else \
-            (groups.tp, groups.dp)
+        tp_group, dp_group = (
+            (groups.dp, groups.tp) if bug == "swapped_groups" else (groups.tp, groups.dp)
+        )
         emb = None if bug == "no_embedding_allreduce" else groups.embedding
         torch.manual_seed(0)
         stage = stage_3d(GPT(config).to(dtype), c.pp, p, tp_group, mode)
         zero = ZeRO(stage, 1, lambda ps: torch.optim.Adam(ps, lr=LR), group=dp_group)
-        ex = PipelineExecutor({c.pp: stage}, p, c.pp, p, m, group=groups.pp,
-                              embedding_group=emb)
+        ex = PipelineExecutor({c.pp: stage}, p, c.pp, p, m, group=groups.pp, embedding_group=emb)
         actions = schedule("1f1b", p, m)[c.pp]
-        tr = trace(groups._asdict())              # traced for the correct run only (costly)
+        tr = trace(groups._asdict())  # traced for the correct run only (costly)
         losses, grads0 = [], None
         with tr if bug is None else contextlib.nullcontext():
             for step, (x, y) in enumerate(batches):
                 zero.zero_grad()
                 rec = ex.run(actions, list(x[rows].chunk(m)), list(y[rows].chunk(m)), msg, dtype)
                 if mode == "sp" and bug != "no_sp_grad_allreduce":
-                    allreduce_sequence_parallel_grads(stage, tp_group)   # LN, row biases
+                    allreduce_sequence_parallel_grads(stage, tp_group)  # LN, row biases
                 if step == 0:
                     losses = rec.losses
                     grads0 = [q.grad.clone() for q in stage.parameters()]
                 zero.step()
         ref_stage = stage_3d(ref_grads, c.pp, p, groups.tp, mode)
         expected_params = stage_3d(ref_model, c.pp, p, groups.tp, mode).parameters()
-        r = {"params": _max_diff(list(stage.parameters()), list(expected_params)),
-             "grads": _max_diff(grads0, list(ref_stage.parameters())),
-             "loss": max((abs(a - e) for a, e in zip(losses, ref_losses)), default=0.0)}
+        r = {
+            "params": _max_diff(list(stage.parameters()), list(expected_params)),
+            "grads": _max_diff(grads0, list(ref_stage.parameters())),
+            "loss": max((abs(a - e) for a, e in zip(losses, ref_losses)), default=0.0),
+        }
         if bug is None:
             r["traffic"] = {f"{k}:{op}": v for (k, op), v in sorted(tr.by_group().items())}
             r["state_bytes"], r["flat_numel"] = zero.state_bytes(), zero.P
-            r["sp_numel"] = sum(q.numel() for q in stage.parameters()
-                                if getattr(q, "sequence_parallel", False))
+            r["sp_numel"] = sum(
+                q.numel() for q in stage.parameters() if getattr(q, "sequence_parallel", False)
+            )
             r["coord"] = tuple(c)
         out[bug or "correct"] = r
     return out
@@ -215,14 +234,24 @@ def train_3d_on_rank(rank: int, world_size: int, d: int, t: int, p: int, bugs=BU
 # ------------------------------------------------------------------ FSDP2 + TP, torchtitan's way
 def _mlp_model(h: int, dtype) -> nn.Sequential:
     from minipar.tensor_parallel.dtensor import MLPBlock
+
     torch.manual_seed(0)
     return nn.Sequential(MLPBlock(h), MLPBlock(h)).to(dtype)
 
 
-def fsdp2_tp_on_rank(rank: int, world_size: int, d: int, t: int, bug: str | None = None, *,
-                     h: int = 8, b: int = 2,
-                     s: int = 3, steps: int = 3,
-                     dtype=torch.float64) -> dict:
+def fsdp2_tp_on_rank(
+    rank: int,
+    world_size: int,
+    d: int,
+    t: int,
+    bug: str | None = None,
+    *,
+    h: int = 8,
+    b: int = 2,
+    s: int = 3,
+    steps: int = 3,
+    dtype=torch.float64,
+) -> dict:
     """Two MLP blocks (LN → fc1 → GeLU → fc2, residual) on a (d, t) grid, three ways, each
     trained ``steps`` Adam steps on the same global batch of d·b sequences:
 
@@ -240,8 +269,11 @@ def fsdp2_tp_on_rank(rank: int, world_size: int, d: int, t: int, bug: str | None
     instead of its DP index, so the ranks of one TP group see different data."""
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.fsdp import fully_shard
-    from torch.distributed.tensor.parallel import (ColwiseParallel, RowwiseParallel,
-                                                   parallelize_module)
+    from torch.distributed.tensor.parallel import (
+        ColwiseParallel,
+        RowwiseParallel,
+        parallelize_module,
+    )
 
     from minipar.tensor_parallel.dtensor import ours
     from minipar.tensor_parallel.layers import shard
@@ -250,13 +282,12 @@ def fsdp2_tp_on_rank(rank: int, world_size: int, d: int, t: int, bug: str | None
     groups = new_groups(grid)
     c = grid.coord(rank)
     mesh = init_device_mesh("cpu", (d, t), mesh_dim_names=("dp", "tp"))
-    assert sorted(dist.get_process_group_ranks(mesh["tp"].get_group())) == \
-        grid.group_of("tp", rank)
+    assert sorted(dist.get_process_group_ranks(mesh["tp"].get_group())) == grid.group_of("tp", rank)
     g = torch.Generator().manual_seed(1)
     data = [torch.randn(d * b, s, h, generator=g, dtype=dtype) for _ in range(steps)]
     slot = c.tp % d if bug == "data_by_tp_rank" else c.dp
     rows = slice(slot * b, (slot + 1) * b)
-    loss_fn = lambda mdl, x: mdl(x).square().mean()            # noqa: E731
+    loss_fn = lambda mdl, x: mdl(x).square().mean()
 
     ref = _mlp_model(h, dtype)
     opt = torch.optim.Adam(ref.parameters(), lr=LR)
@@ -272,8 +303,9 @@ def fsdp2_tp_on_rank(rank: int, world_size: int, d: int, t: int, bug: str | None
         fully_shard(blk, mesh=mesh["dp"])
     fully_shard(model, mesh=mesh["dp"])
     opt = torch.optim.Adam(model.parameters(), lr=LR)
-    tr = trace([*groups._asdict().items(), ("dp", mesh["dp"].get_group()),
-                ("tp", mesh["tp"].get_group())])
+    tr = trace(
+        [*groups._asdict().items(), ("dp", mesh["dp"].get_group()), ("tp", mesh["tp"].get_group())]
+    )
     with tr:
         for x in data:
             opt.zero_grad()
@@ -291,18 +323,19 @@ def fsdp2_tp_on_rank(rank: int, world_size: int, d: int, t: int, bug: str | None
         zero.step()
     mine_params = dict(zip([n for n, _ in mine.named_parameters()], zero.full_parameters()))
 
-    def my_shard(name, full):                   # the course's TP shard of a full tensor
+    def my_shard(name, full):  # the course's TP shard of a full tensor
         if ".fc1." in name:
             return shard(full, 0, c.tp, t)
         if name.endswith("fc2.weight"):
             return shard(full, 1, c.tp, t)
         return full
+
     refp = dict(ref.named_parameters())
-    diff = lambda a, e: (a.detach() - e.detach()).abs().max().item()   # noqa: E731
+    diff = lambda a, e: (a.detach() - e.detach()).abs().max().item()
     return {
         "fsdp2-ref": max(diff(fsdp_full[n], refp[n]) for n in refp),
         "ours-ref": max(diff(mine_params[n], my_shard(n, refp[n])) for n in refp),
         "fsdp2-ours": max(diff(my_shard(n, fsdp_full[n]), mine_params[n]) for n in refp),
         "traffic": {f"{k}:{op}": v for (k, op), v in sorted(tr.by_group().items())},
-        "params_local": sum(q.numel() for q in mine.parameters()),     # this rank's TP shards
+        "params_local": sum(q.numel() for q in mine.parameters()),  # this rank's TP shards
     }

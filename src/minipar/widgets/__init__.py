@@ -38,6 +38,7 @@ DOM contract used by the browser test (tests/test_site_browser.py): root element
 ``minipar-explorer``, figure in ``minipar-explorer-output``, impossible settings as a
 ``minipar-explorer-message`` inside the output, every control change redraws.
 """
+
 from __future__ import annotations
 
 import json
@@ -62,11 +63,13 @@ def chapter_files(slug: str) -> list[str]:
 
     def visit(s: str, stack: tuple = ()) -> None:
         if s in stack:
-            raise ValueError(f"explorer files require each other in a cycle: {' -> '.join(stack + (s,))}")
+            raise ValueError(
+                f"explorer files require each other in a cycle: {' -> '.join(stack + (s,))}"
+            )
         if s in order:
             return
         m = _REQUIRES.search(js_source(s))
-        for dep in ([d.strip() for d in m.group(1).split(",")] if m else []):
+        for dep in [d.strip() for d in m.group(1).split(",")] if m else []:
             visit(dep, stack + (s,))
         order.append(s)
 
@@ -87,8 +90,10 @@ def classic_script(slug: str) -> str:
     src = re.sub(r"^export \{[^}]*\};?\s*$", "", src, flags=re.M)
     src = re.sub(r"^export (function|const|let|class|async function) ", r"\1 ", src, flags=re.M)
     if re.search(r"^\s*(import|export)\b", src, flags=re.M):
-        raise ValueError(f"{slug}.js: only top-level `export function|const|default` are "
-                         "supported (no import, no export lists)")
+        raise ValueError(
+            f"{slug}.js: only top-level `export function|const|default` are "
+            "supported (no import, no export lists)"
+        )
     return src
 
 
@@ -96,19 +101,22 @@ def _script_safe(text: str) -> str:
     return text.replace("</", "<\\/").replace("<!--", "<\\!--")
 
 
-def static_html(slug: str, name: str, values: dict | None = None,
-                config: dict | None = None) -> str:
+def static_html(
+    slug: str, name: str, values: dict | None = None, config: dict | None = None
+) -> str:
     """A self-contained HTML mount: a <div> and an inline script that draws the explorer.
 
     No request leaves the page, so it works on the static site, offline, and from file://.
     """
     mount = f"minipar-{name}-{uuid.uuid4().hex[:10]}"
     args = ", ".join(_script_safe(json.dumps(x)) for x in (name, values or {}, config or {}))
-    return (f'<div id="{mount}" class="minipar-explorer-mount">'
-            f'<p><i>This explorer needs JavaScript enabled.</i></p></div>\n'
-            f"<script>\n(function () {{\n{_script_safe(classic_script(slug))}\n"
-            f"mountExplorer(document.getElementById({json.dumps(mount)}), {args});\n}})();\n"
-            "</script>")
+    return (
+        f'<div id="{mount}" class="minipar-explorer-mount">'
+        f"<p><i>This explorer needs JavaScript enabled.</i></p></div>\n"
+        f"<script>\n(function () {{\n{_script_safe(classic_script(slug))}\n"
+        f"mountExplorer(document.getElementById({json.dumps(mount)}), {args});\n}})();\n"
+        "</script>"
+    )
 
 
 def _widget_class():
@@ -123,10 +131,12 @@ def _widget_class():
         values = traitlets.Dict().tag(sync=True)
         config = traitlets.Dict().tag(sync=True)
 
-        def __init__(self, slug: str, explorer: str, config: dict | None = None,
-                     values: dict | None = None):
-            super().__init__(_esm=bundle(slug), explorer=explorer, config=config or {},
-                             values=values or {})
+        def __init__(
+            self, slug: str, explorer: str, config: dict | None = None, values: dict | None = None
+        ):
+            super().__init__(
+                _esm=bundle(slug), explorer=explorer, config=config or {}, values=values or {}
+            )
             self.slug = slug
 
         def static_html(self) -> str:
@@ -144,8 +154,7 @@ def _widget_class():
 _EXPLORER_CLASS = None
 
 
-def Explorer(slug: str, explorer: str, config: dict | None = None,
-             values: dict | None = None):
+def Explorer(slug: str, explorer: str, config: dict | None = None, values: dict | None = None):
     """The explorer ``explorer`` registered in ``widgets/<slug>.js``, as a widget.
 
     ``config``: data the JavaScript needs (JSON-serialisable); ``values``: control values that

@@ -6,6 +6,7 @@ nccl-tests' busbw; tests/test_explorer_parity.py checks the two agree. The link 
 from :data:`minipar.cost.hardware.LINKS`; "this machine, fitted" uses the α and bandwidth that
 ``minipar bench collectives`` fitted in the notebook (or a rough default).
 """
+
 from __future__ import annotations
 
 from minipar.cost.hardware import LINKS
@@ -16,13 +17,18 @@ DEFAULT_FIT = (1e-3, 0.3e9)  # α (s), bandwidth (bytes/s): order of gloo on a s
 
 def collectives_config(fitted: tuple[float, float] | None = None) -> dict:
     """The explorer's data: every link preset {alpha, bandwidth, source}, plus this machine."""
-    links = {name: {"alpha": L.alpha, "bandwidth": L.bandwidth, "source": L.source}
-             for name, L in LINKS.items()}
+    links = {
+        name: {"alpha": L.alpha, "bandwidth": L.bandwidth, "source": L.source}
+        for name, L in LINKS.items()
+    }
     alpha, bandwidth = fitted or DEFAULT_FIT
-    links[MACHINE] = {"alpha": max(alpha, 0.0), "bandwidth": bandwidth,
-                      "source": "fitted in this notebook by minipar bench collectives (gloo, "
-                                "loopback)" if fitted else
-                                "rough default (run the benchmark cell to fit this machine)"}
+    links[MACHINE] = {
+        "alpha": max(alpha, 0.0),
+        "bandwidth": bandwidth,
+        "source": "fitted in this notebook by minipar bench collectives (gloo, loopback)"
+        if fitted
+        else "rough default (run the benchmark cell to fit this machine)",
+    }
     return {"links": links}
 
 
@@ -34,7 +40,6 @@ def collectives_explorer(fitted: tuple[float, float] | None = None, **values):
     from minipar.widgets import Explorer
     from minipar.widgets.inputs import check_values
 
-    check_values("collectives", "collectives", values)     # the page's own input rules
+    check_values("collectives", "collectives", values)  # the page's own input rules
 
-    return Explorer("collectives", "collectives", config=collectives_config(fitted),
-                    values=values)
+    return Explorer("collectives", "collectives", config=collectives_config(fitted), values=values)

@@ -5,6 +5,7 @@ two pure functions below, which compose :mod:`minipar.cost.data_parallel` (the D
 Li et al. 2020) and :func:`minipar.cost.memory_time.model_state_bytes` (ZeRO, Rajbhandari et al.
 2020). tests/test_explorer_parity.py checks the twins agree.
 """
+
 from __future__ import annotations
 
 import math
@@ -15,10 +16,17 @@ MAX_BUCKETS = 20000
 OPTIMIZERS = {"adam-mixed": (2, 2, 12), "adam-fp32": (4, 4, 8), "sgd-fp32": (4, 4, 0)}
 
 
-def dp_step_model(params_m: float = 1000.0, ranks: int = 64, intra: str = "nvlink4-h100",
-                  inter: str = "ib-ndr400", bucket_mb: float = 25.0, overlap: bool = True,
-                  compute_ms: float = 200.0, grad_bytes: float = 2,
-                  gpus_per_node: int = 8) -> dict:
+def dp_step_model(
+    params_m: float = 1000.0,
+    ranks: int = 64,
+    intra: str = "nvlink4-h100",
+    inter: str = "ib-ndr400",
+    bucket_mb: float = 25.0,
+    overlap: bool = True,
+    compute_ms: float = 200.0,
+    grad_bytes: float = 2,
+    gpus_per_node: int = 8,
+) -> dict:
     """One modelled step: compute split into forward and backward by
     :func:`minipar.cost.data_parallel.forward_backward` (1/3, 2/3), and each bucket's all-reduce.
 
@@ -26,14 +34,17 @@ def dp_step_model(params_m: float = 1000.0, ranks: int = 64, intra: str = "nvlin
     (``inter`` across nodes). Returns DPStep's fields plus ``efficiency`` and ``buckets``.
     """
     from minipar.cost.data_parallel import allreduce_seconds, dp_step_time, forward_backward
+
     if params_m <= 0 or compute_ms <= 0:
         raise ValueError(f"parameters ({params_m} M) and compute ({compute_ms} ms) must be > 0")
     if not isinstance(ranks, int) or ranks < 1:
         raise ValueError(f"ranks ({ranks}) must be an integer >= 1")
     total, bucket = params_m * 1e6 * grad_bytes, bucket_mb * 2**20
     if bucket > 0 and math.ceil(total / bucket) > MAX_BUCKETS:
-        raise ValueError(f"buckets ({math.ceil(total / bucket)}) must be <= {MAX_BUCKETS}: "
-                         "choose a larger bucket")
+        raise ValueError(
+            f"buckets ({math.ceil(total / bucket)}) must be <= {MAX_BUCKETS}: "
+            "choose a larger bucket"
+        )
     ar = allreduce_seconds(ranks, gpus_per_node, intra=intra, inter=inter)
     forward_s, backward_s = forward_backward(compute_ms / 1e3)
     st = dp_step_time(forward_s, backward_s, total, bucket, ar, overlap)
@@ -43,25 +54,32 @@ def dp_step_model(params_m: float = 1000.0, ranks: int = 64, intra: str = "nvlin
 def zero_memory_model(params_b: float = 7.5, d: int = 64, optimizer: str = "adam-mixed"):
     """Per-GPU model-state bytes at ZeRO stages 0–3 (Rajbhandari et al. 2020, Fig. 1)."""
     from minipar.cost.memory_time import ZERO_STAGES, model_state_bytes
+
     if optimizer not in OPTIMIZERS:
         raise ValueError(f"optimizer ({optimizer!r}) must be one of {', '.join(OPTIMIZERS)}")
     if isinstance(d, bool) or not isinstance(d, (int, float)) or int(d) != d or d < 1:
-        raise ValueError(f"d ({d}) must be a positive integer")     # the CLI's --dp rule
+        raise ValueError(f"d ({d}) must be a positive integer")  # the CLI's --dp rule
     w, g, k = OPTIMIZERS[optimizer]
-    return [model_state_bytes(params_b * 1e9, d=d, zero=s, weight_bytes=w, grad_bytes=g,
-                              optimizer_bytes=k) for s in ZERO_STAGES]
+    return [
+        model_state_bytes(
+            params_b * 1e9, d=d, zero=s, weight_bytes=w, grad_bytes=g, optimizer_bytes=k
+        )
+        for s in ZERO_STAGES
+    ]
 
 
 def dp_config() -> dict:
-    return {"links": {name: {"alpha": L.alpha, "bandwidth": L.bandwidth}
-                      for name, L in LINKS.items()}}
+    return {
+        "links": {name: {"alpha": L.alpha, "bandwidth": L.bandwidth} for name, L in LINKS.items()}
+    }
 
 
 def dp_step_explorer(**values):
     """Live explorer of :func:`dp_step_model`; ``values`` override the default controls."""
     from minipar.widgets import Explorer
     from minipar.widgets.inputs import check_values
-    check_values("data_parallel", "dp-step", values)         # the page's own input rules
+
+    check_values("data_parallel", "dp-step", values)  # the page's own input rules
     return Explorer("data_parallel", "dp-step", config=dp_config(), values=values)
 
 
@@ -69,5 +87,6 @@ def zero_memory_explorer(**values):
     """Live explorer of :func:`zero_memory_model` against a GPU's memory."""
     from minipar.widgets import Explorer
     from minipar.widgets.inputs import check_values
-    check_values("data_parallel", "zero-memory", values)     # the page's own input rules
+
+    check_values("data_parallel", "zero-memory", values)  # the page's own input rules
     return Explorer("data_parallel", "zero-memory", values=values)

@@ -8,6 +8,7 @@ The browser evaluates ``widgets/expert_parallel.js``; its model is the JavaScrip
 pairwise-exchange all-to-all of Thakur et al. 2005). tests/test_expert_parallel_explorer.py
 checks the twins agree.
 """
+
 from __future__ import annotations
 
 from minipar.cost.hardware import LINKS
@@ -15,12 +16,14 @@ from minipar.cost.hardware import LINKS
 
 def ep_config() -> dict:
     """Links (α, per-direction bandwidth) from minipar.cost.hardware."""
-    return {"links": {name: {"alpha": L.alpha, "bandwidth": L.bandwidth}
-                      for name, L in LINKS.items()}}
+    return {
+        "links": {name: {"alpha": L.alpha, "bandwidth": L.bandwidth} for name, L in LINKS.items()}
+    }
 
 
 def ep_explorer(**values):
     """Live explorer of :func:`minipar.cost.expert_parallel.ep_layer_model`; ``values``
     override the default controls."""
     from minipar.widgets import Explorer
+
     return Explorer("expert_parallel", "ep-layer", config=ep_config(), values=values)

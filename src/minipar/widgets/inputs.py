@@ -14,13 +14,14 @@ A control is a dict with the JavaScript control's keys (``name``, ``label``, ``t
 ``max``, ``step``, ``integer``). Numbers in messages are written as JavaScript writes them
 (``1e+21``, ``10000000``), so the two languages give the same words.
 """
+
 from __future__ import annotations
 
 import json
 import math
 import re
+from collections.abc import Iterable, Mapping
 from decimal import Decimal
-from typing import Iterable, Mapping
 
 #: The largest value a number box accepts unless its control sets a smaller max (10 million:
 #: more GPUs, tokens or hidden units than any machine has is a typing slip, not a setting).
@@ -58,9 +59,11 @@ def input_rule(control: Mapping) -> dict:
     step = control.get("step")
     step = None if step in (None, "any") else float(step)
     maximum = control.get("max")
-    return {"integer": bool(control.get("integer")) or (step is not None and step.is_integer()),
-            "min": control.get("min"),
-            "max": MAX_INPUT if maximum is None else min(maximum, MAX_INPUT)}
+    return {
+        "integer": bool(control.get("integer")) or (step is not None and step.is_integer()),
+        "min": control.get("min"),
+        "max": MAX_INPUT if maximum is None else min(maximum, MAX_INPUT),
+    }
 
 
 def check_input(field: str, value, rule: Mapping) -> None:
@@ -78,21 +81,28 @@ def check_input(field: str, value, rule: Mapping) -> None:
         raise ValueError(f"{field} ({v}) must be at most {js_number(rule['max'])}")
 
 
-def check_controls(controls: Iterable[Mapping], values: Mapping, changed: str | None = None,
-                   divisible: Iterable = ()) -> None:
+def check_controls(
+    controls: Iterable[Mapping],
+    values: Mapping,
+    changed: str | None = None,
+    divisible: Iterable = (),
+) -> None:
     """The whole contract for one explorer's values (``checkControls`` in explorer.js)."""
     controls = list(controls)
     numbers = [c for c in controls if c.get("type") == "number"]
-    ordered = ([c for c in numbers if c["name"] == changed]
-               + [c for c in numbers if c["name"] != changed])
+    ordered = [c for c in numbers if c["name"] == changed] + [
+        c for c in numbers if c["name"] != changed
+    ]
     for c in ordered:
         check_input(field_name(c), values.get(c["name"]), input_rule(c))
     by_name = {c["name"]: c for c in controls}
     pairs = sorted(divisible, key=lambda pair: changed not in pair)
     for field, by in pairs:
         if values[field] % values[by] != 0:
-            raise ValueError(f"{field_name(by_name[field])} ({js_number(values[field])}) must be "
-                             f"divisible by {field_name(by_name[by])} ({js_number(values[by])})")
+            raise ValueError(
+                f"{field_name(by_name[field])} ({js_number(values[field])}) must be "
+                f"divisible by {field_name(by_name[by])} ({js_number(values[by])})"
+            )
 
 
 def check_numbers(rule: Mapping | None = None, /, **values) -> None:
@@ -109,8 +119,10 @@ def check_numbers(rule: Mapping | None = None, /, **values) -> None:
 NONNEGATIVE = {"integer": False, "min": 0, "max": MAX_INPUT}
 
 
-_NUMBER_CONTROL = re.compile(r'\{name: "(\w+)", label: "((?:[^"\\]|\\.)*)", type: "number"'
-                             r'((?:, \w+: [^,{}]+)*)\}')
+_NUMBER_CONTROL = re.compile(
+    r'\{name: "(\w+)", label: "((?:[^"\\]|\\.)*)", type: "number"'
+    r"((?:, \w+: [^,{}]+)*)\}"
+)
 _FIELD = re.compile(r"(\w+): ([^,]+)")
 _DIVISIBLE = re.compile(r"divisible: (\[\[.*?\]\])", re.S)
 
@@ -145,5 +157,6 @@ def check_values(slug: str, name: str, values: Mapping, changed: str | None = No
     the boxes it sets are checked as the page would check them, with the same message."""
     controls, divisible = js_controls(slug, name)
     given = [c for c in controls if c["name"] in values]
-    check_controls(given, values, changed,
-                   [pair for pair in divisible if all(f in values for f in pair)])
+    check_controls(
+        given, values, changed, [pair for pair in divisible if all(f in values for f in pair)]
+    )

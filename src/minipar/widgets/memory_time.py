@@ -6,6 +6,7 @@ explorer (``widgets/memory_time.js``, parity-tested against ``per_gpu_memory``; 
 static site with no kernel): it shows the selected ZeRO stage next to the other three, so what
 each stage shards is visible at a glance.
 """
+
 from __future__ import annotations
 
 from minipar.cost.hardware import GPUS
@@ -15,7 +16,7 @@ from minipar.cost.model import param_count, param_count_llama
 # one K/V per head, so a Llama shape counts fewer parameters than the published model
 # (SwiGLU, grouped K/V): see preset_params.
 PRESETS = {
-    "GPT-3 175B": (96, 12288, 96, 51200),     # Brown et al. 2020; Megatron's vocabulary
+    "GPT-3 175B": (96, 12288, 96, 51200),  # Brown et al. 2020; Megatron's vocabulary
     "Llama-2 70B-like": (80, 8192, 64, 32000),
     "7B (Llama-like)": (32, 4096, 32, 32000),
     "custom": None,
@@ -33,12 +34,12 @@ def preset_params(name: str, s: int = 2048) -> dict:
     sequence length ``s``), and for a Llama preset ``llama`` the published architecture's count
     (:func:`minipar.cost.model.param_count_llama`), else None."""
     if PRESETS.get(name) is None:
-        raise ValueError(f"preset ({name!r}) must be one of "
-                         f"{', '.join(k for k, v in PRESETS.items() if v)}")
+        raise ValueError(
+            f"preset ({name!r}) must be one of {', '.join(k for k, v in PRESETS.items() if v)}"
+        )
     L, h, _, V = PRESETS[name]
     llama = LLAMA_SHAPES.get(name)
-    return {"eq2": param_count(L, h, V, s),
-            "llama": param_count_llama(*llama) if llama else None}
+    return {"eq2": param_count(L, h, V, s), "llama": param_count_llama(*llama) if llama else None}
 
 
 def check_inputs(s, b, V) -> None:
@@ -52,9 +53,11 @@ def check_inputs(s, b, V) -> None:
 def memory_config() -> dict:
     """The JavaScript explorer's data: model presets (L, h, a, V), GPU memory in bytes, and the
     published parameter count of each Llama preset (``llama_params``)."""
-    return {"presets": {k: list(v) if v else None for k, v in PRESETS.items()},
-            "gpus": {k: g.memory_bytes for k, g in GPUS.items()},
-            "llama_params": {k: param_count_llama(*v) for k, v in LLAMA_SHAPES.items()}}
+    return {
+        "presets": {k: list(v) if v else None for k, v in PRESETS.items()},
+        "gpus": {k: g.memory_bytes for k, g in GPUS.items()},
+        "llama_params": {k: param_count_llama(*v) for k, v in LLAMA_SHAPES.items()},
+    }
 
 
 def memory_time_explorer(**values):
@@ -62,5 +65,5 @@ def memory_time_explorer(**values):
     from minipar.widgets import Explorer
     from minipar.widgets.inputs import check_values
 
-    check_values("memory_time", "memory", values)        # the page's own input rules
+    check_values("memory_time", "memory", values)  # the page's own input rules
     return Explorer("memory_time", "memory", config=memory_config(), values=values)

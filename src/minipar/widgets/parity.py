@@ -10,6 +10,7 @@ Used by tests/test_explorer_parity.py; any chapter calls the same two helpers:
   (1e-9 by default), strings and booleans exactly, NamedTuples as objects with the same fields,
   tuples as arrays, and a ``ValueError`` in Python as a thrown ``Error`` in JavaScript.
 """
+
 from __future__ import annotations
 
 import json
@@ -18,8 +19,8 @@ import re
 import shutil
 import subprocess
 import tempfile
+from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Callable, Iterable
 
 from . import bundle
 
@@ -47,8 +48,14 @@ def js_call(slug: str, calls: Iterable[tuple[str, list]], timeout: float = 120) 
     with tempfile.TemporaryDirectory() as tmp:
         Path(tmp, "bundle.mjs").write_text(bundle(slug), encoding="utf-8")
         Path(tmp, "driver.mjs").write_text(_DRIVER, encoding="utf-8")
-        proc = subprocess.run([NODE, "driver.mjs"], cwd=tmp, input=json.dumps(calls),
-                              capture_output=True, text=True, timeout=timeout)
+        proc = subprocess.run(
+            [NODE, "driver.mjs"],
+            cwd=tmp,
+            input=json.dumps(calls),
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+        )
     if proc.returncode:
         raise RuntimeError(f"node failed on {slug}.js (exit {proc.returncode}):\n{proc.stderr}")
     return [tuple(r) for r in json.loads(proc.stdout)]
@@ -102,8 +109,15 @@ def _message(text: str) -> str:
     return re.sub(r"(\d)\.0\b", r"\1", str(text))
 
 
-def assert_parity(slug: str, js_name: str, py_fn: Callable, cases: list[dict], *,
-                  js_args: Callable[[dict], list] | None = None, rel: float = 1e-9) -> dict:
+def assert_parity(
+    slug: str,
+    js_name: str,
+    py_fn: Callable,
+    cases: list[dict],
+    *,
+    js_args: Callable[[dict], list] | None = None,
+    rel: float = 1e-9,
+) -> dict:
     """Assert the JavaScript ``js_name`` equals ``py_fn`` on every case (see module docstring).
 
     ``cases``: keyword arguments of ``py_fn``. ``js_args(case)`` gives the JavaScript arguments
@@ -126,10 +140,11 @@ def assert_parity(slug: str, js_name: str, py_fn: Callable, cases: list[dict], *
             d = mismatch(ev, gv, rel, js_name)
             if d:
                 bad.append(f"{case}: {d}")
-        elif _message(ev) != _message(gv):   # both refuse: the same rule and value
+        elif _message(ev) != _message(gv):  # both refuse: the same rule and value
             bad.append(f"{case}: python says {ev!r}, js says {gv!r}")
     if bad:
-        raise AssertionError(f"{js_name} ({slug}.js) differs from {py_fn.__module__}."
-                             f"{py_fn.__name__} in {len(bad)} of {len(cases)} cases:\n"
-                             + "\n".join(bad[:8]))
+        raise AssertionError(
+            f"{js_name} ({slug}.js) differs from {py_fn.__module__}."
+            f"{py_fn.__name__} in {len(bad)} of {len(cases)} cases:\n" + "\n".join(bad[:8])
+        )
     return {"cases": len(cases), "errors": sum(k == "error" for k, _ in expected)}

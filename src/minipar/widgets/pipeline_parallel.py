@@ -6,13 +6,15 @@ The browser evaluates ``widgets/pipeline_parallel.js``, whose ``schedule``, ``si
 :func:`minipar.pipeline_parallel.simulate` and :func:`pp_model` (parity-tested in
 tests/test_pipeline_parallel_explorer.py).
 """
+
 from __future__ import annotations
 
 import math
 
 
-def pp_model(name: str, p: int, m: int, v: int = 1, t_f: float = 1.0, t_b: float = 1.0,
-             t_w: float = 1.0) -> dict:
+def pp_model(
+    name: str, p: int, m: int, v: int = 1, t_f: float = 1.0, t_b: float = 1.0, t_w: float = 1.0
+) -> dict:
     """Simulated bubble (mean idle fraction), step time and peak micro-batches held per rank
     (also in stage-equivalents, chunks / v) of schedule ``name``. Times are in any one unit;
     each must be a finite number >= 0 and at least one > 0. Inputs are checked first by the
@@ -25,15 +27,18 @@ def pp_model(name: str, p: int, m: int, v: int = 1, t_f: float = 1.0, t_b: float
     check_times(t_f, t_b, t_w)
 
     sim = simulate(schedule(name, p, m, v), m, t_f, t_b, t_w)
-    return {"bubble": sim.bubble, "makespan": sim.makespan,
-            "peak_in_flight": sim.peak_in_flight, "peak_stages": sim.peak_in_flight_stages}
+    return {
+        "bubble": sim.bubble,
+        "makespan": sim.makespan,
+        "peak_in_flight": sim.peak_in_flight,
+        "peak_stages": sim.peak_in_flight_stages,
+    }
 
 
 def check_times(t_f: float, t_b: float, t_w: float) -> None:
     """t_F, t_B, t_W: finite numbers >= 0, not all zero (a step must take time)."""
     for k, x in (("t_F", t_f), ("t_B", t_b), ("t_W", t_w)):
-        if isinstance(x, bool) or not isinstance(x, (int, float)) or not math.isfinite(x) \
-                or x < 0:
+        if isinstance(x, bool) or not isinstance(x, (int, float)) or not math.isfinite(x) or x < 0:
             raise ValueError(f"{k} ({x}) must be a number >= 0")
     if t_f + t_b + t_w <= 0:
         raise ValueError(f"t_F + t_B + t_W ({t_f + t_b + t_w}) must be > 0")
@@ -44,5 +49,5 @@ def pp_explorer(**values):
     from minipar.widgets import Explorer
     from minipar.widgets.inputs import check_values
 
-    check_values("pipeline_parallel", "pp-schedule", values)   # the page's input rules
+    check_values("pipeline_parallel", "pp-schedule", values)  # the page's input rules
     return Explorer("pipeline_parallel", "pp-schedule", config={}, values=values)

@@ -7,14 +7,23 @@ for the collectives; Narayanan et al. 2021 for the FLOPs) and
 :func:`minipar.cost.memory_time.activation_bytes_per_layer` (Korthikanti et al. 2022, Table 2).
 tests/test_tensor_parallel_explorer.py checks the twins agree.
 """
+
 from __future__ import annotations
 
 from minipar.cost.hardware import GPUS, LINKS
 
 
-def tp_layer_model(h: int = 12288, a: int = 96, s: int = 2048, b: int = 1, t: int = 8,
-                   flops: float = 989.4e12, bandwidth: float = 450e9, alpha: float = 2e-6,
-                   sp: bool = False) -> dict:
+def tp_layer_model(
+    h: int = 12288,
+    a: int = 96,
+    s: int = 2048,
+    b: int = 1,
+    t: int = 8,
+    flops: float = 989.4e12,
+    bandwidth: float = 450e9,
+    alpha: float = 2e-6,
+    sp: bool = False,
+) -> dict:
     """One layer, bf16: forward comm/compute ratio, share of forward + backward time in the
     four all-reduces without overlap, bytes a rank sends per micro-batch, and saved activation
     bytes per rank with tensor parallelism alone and with sequence parallelism. The counts
@@ -23,26 +32,34 @@ def tp_layer_model(h: int = 12288, a: int = 96, s: int = 2048, b: int = 1, t: in
     from minipar.widgets.inputs import check_numbers
 
     check_numbers(t=t, h=h, a=a, s=s, b=b)
-    from minipar.cost.tensor_parallel import (comm_compute_ratio, layer_comm_fraction,
-                                              tp_sent_bytes_per_layer)
+    from minipar.cost.tensor_parallel import (
+        comm_compute_ratio,
+        layer_comm_fraction,
+        tp_sent_bytes_per_layer,
+    )
+
     act = activation_bytes_per_layer(s, b, h, a, t=t, sp=sp)
     kw = dict(flops=flops, bandwidth=bandwidth, alpha=alpha)
-    return {"ratio": comm_compute_ratio(b, s, h, t, **kw),
-            "share": layer_comm_fraction(b, s, h, t, **kw),
-            "sent_bytes": tp_sent_bytes_per_layer(b, s, h, t, 2, sp=sp),
-            "activation_bytes": act}
+    return {
+        "ratio": comm_compute_ratio(b, s, h, t, **kw),
+        "share": layer_comm_fraction(b, s, h, t, **kw),
+        "sent_bytes": tp_sent_bytes_per_layer(b, s, h, t, 2, sp=sp),
+        "activation_bytes": act,
+    }
 
 
 def tp_config() -> dict:
     """Links (α, per-direction bandwidth) and GPUs' dense bf16 peaks, from minipar.cost.hardware."""
-    return {"links": {name: {"alpha": L.alpha, "bandwidth": L.bandwidth}
-                      for name, L in LINKS.items()},
-            "gpus": {name: g.peak_flops["bf16"] for name, g in GPUS.items()}}
+    return {
+        "links": {name: {"alpha": L.alpha, "bandwidth": L.bandwidth} for name, L in LINKS.items()},
+        "gpus": {name: g.peak_flops["bf16"] for name, g in GPUS.items()},
+    }
 
 
 def tp_explorer(**values):
     """Live explorer of :func:`tp_layer_model`; ``values`` override the default controls."""
     from minipar.widgets import Explorer
     from minipar.widgets.inputs import check_values
+
     check_values("tensor_parallel", "tp-layer", values)  # the page's own input rules
     return Explorer("tensor_parallel", "tp-layer", config=tp_config(), values=values)

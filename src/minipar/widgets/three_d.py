@@ -5,6 +5,7 @@ The browser evaluates ``widgets/three_d.js``, whose ``planEvaluate`` is the Java
 :func:`minipar.cost.three_d.evaluate` and ``planCluster`` of :func:`minipar.cost.three_d.cluster`
 (parity-tested, invalid inputs included, in tests/test_three_d_explorer.py).
 """
+
 from __future__ import annotations
 
 from dataclasses import asdict
@@ -23,15 +24,24 @@ from minipar.cost.three_d import MODELS
 # shape's for the pipeline split. Llama 2 70B: no published layout.
 PRESET_LAYOUTS = {
     "gpt3-175b": {"t": 8, "p": 16, "gpus": 1024, "batch": 1536},
-    "bloom-176b": {"t": 4, "p": 12, "gpus": 384, "batch": 2048, "layers": 72,
-                   "controls": {"b": 2, "recompute": "full", "sp": False, "zero": 1,
-                                "inter": "opa-jean-zay"}},
+    "bloom-176b": {
+        "t": 4,
+        "p": 12,
+        "gpus": 384,
+        "batch": 2048,
+        "layers": 72,
+        "controls": {"b": 2, "recompute": "full", "sp": False, "zero": 1, "inter": "opa-jean-zay"},
+    },
     "mt-nlg-530b": {"t": 8, "p": 35, "gpus": 2240, "batch": 1920},
     "llama2-70b": {"t": 8, "p": 4, "gpus": 256, "batch": 512},
     "megatron-1t": {"t": 8, "p": 64, "gpus": 3072, "batch": 3072},
-    "llama3-405b-128k": {"t": 8, "p": 16, "gpus": 16384, "batch": 128,
-                         "controls": {"cp": 16, "recompute": "full", "sp": True, "zero": 1,
-                                      "gpu": "H100-SXM"}},
+    "llama3-405b-128k": {
+        "t": 8,
+        "p": 16,
+        "gpus": 16384,
+        "batch": 128,
+        "controls": {"cp": 16, "recompute": "full", "sp": True, "zero": 1, "gpu": "H100-SXM"},
+    },
 }
 
 
@@ -41,22 +51,37 @@ def _link(L) -> dict:
 
 def gpu_config(g) -> dict:
     """A :class:`minipar.cost.hardware.GPU` as the explorer's JavaScript takes it."""
-    return {"name": g.name, "memory_bytes": g.memory_bytes, "peak": g.peak_flops["bf16"],
-            "hbm_bandwidth": g.hbm_bandwidth, "sms": g.sms,
-            "gemm_efficiency": g.gemm_efficiency, "intra": g.intra, "inter": g.inter,
-            "gemm_rule": g.gemm_rule, "gemm_latency_s": g.gemm_latency_s,
-            "bmm_bandwidth": g.bmm_bandwidth, "bmm_latency_s": g.bmm_latency_s,
-            "flash_efficiency": g.flash_efficiency,
-            "attention_score_bytes": g.attention_score_bytes,
-            "layer_overhead_s": g.layer_overhead_s, "optimizer_bandwidth": g.optimizer_bandwidth}
+    return {
+        "name": g.name,
+        "memory_bytes": g.memory_bytes,
+        "peak": g.peak_flops["bf16"],
+        "hbm_bandwidth": g.hbm_bandwidth,
+        "sms": g.sms,
+        "gemm_efficiency": g.gemm_efficiency,
+        "intra": g.intra,
+        "inter": g.inter,
+        "gemm_rule": g.gemm_rule,
+        "gemm_latency_s": g.gemm_latency_s,
+        "bmm_bandwidth": g.bmm_bandwidth,
+        "bmm_latency_s": g.bmm_latency_s,
+        "flash_efficiency": g.flash_efficiency,
+        "attention_score_bytes": g.attention_score_bytes,
+        "layer_overhead_s": g.layer_overhead_s,
+        "optimizer_bandwidth": g.optimizer_bandwidth,
+    }
 
 
 def cluster_config(cl) -> dict:
     """A :class:`minipar.cost.three_d.Cluster` as ``planEvaluate`` takes it (what
     ``planCluster`` builds from the controls; the parity tests pass it directly)."""
-    return {"gpus": cl.gpus, "gpus_per_node": cl.gpus_per_node, "peak": cl.peak,
-            "gpu": gpu_config(cl.gpu) | {"peak": cl.peak}, "intra": _link(cl.intra),
-            "inter": _link(cl.inter)}
+    return {
+        "gpus": cl.gpus,
+        "gpus_per_node": cl.gpus_per_node,
+        "peak": cl.peak,
+        "gpu": gpu_config(cl.gpu) | {"peak": cl.peak},
+        "intra": _link(cl.intra),
+        "inter": _link(cl.inter),
+    }
 
 
 def plan_config() -> dict:
@@ -64,11 +89,19 @@ def plan_config() -> dict:
     bf16 peak, HBM bandwidth, SMs, η, their generation's links) and link presets."""
     links = {k: _link(L) for k, L in LINKS.items()}
     choice = {"GPU's own": None, **{k: None for k in LINKS}}
-    return {"models": {k: {**{f: v for f, v in asdict(m).items() if f != "note"},
-                           "layout": PRESET_LAYOUTS.get(k)}
-                       for k, m in MODELS.items()},
-            "gpus": {k: gpu_config(g) for k, g in GPUS.items()},
-            "links": links, "intra_links": choice, "inter_links": choice}
+    return {
+        "models": {
+            k: {
+                **{f: v for f, v in asdict(m).items() if f != "note"},
+                "layout": PRESET_LAYOUTS.get(k),
+            }
+            for k, m in MODELS.items()
+        },
+        "gpus": {k: gpu_config(g) for k, g in GPUS.items()},
+        "links": links,
+        "intra_links": choice,
+        "inter_links": choice,
+    }
 
 
 def plan_explorer(**values):
