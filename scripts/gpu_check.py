@@ -332,9 +332,17 @@ def run_tests(item: dict, timeout: float) -> dict:
 def run_notebook(path: str, timeout: float) -> dict:
     """Execute a notebook in a fresh kernel (cwd: its folder); the backends its launches
     announced ("minipar.runtime.launch: backend=nccl (...)") are collected from its outputs."""
-    import nbformat
-    from nbclient import NotebookClient
-    from nbclient.exceptions import CellExecutionError, CellTimeoutError, DeadKernelError
+    try:  # the [dev] extra; a GPU node's base install may lack them
+        import nbformat
+        from nbclient import NotebookClient
+        from nbclient.exceptions import CellExecutionError, CellTimeoutError, DeadKernelError
+    except ImportError as e:
+        return dict(
+            seconds=0.0,
+            status="skipped",
+            reason=f"needs {e.name or 'nbformat and nbclient'} (pip install -e '.[dev]')",
+            backends_seen=[],
+        )
 
     t0 = time.monotonic()
     nb = nbformat.read(path, as_version=4)
@@ -441,13 +449,16 @@ def check(
             entry.update(status="planned", reason="")
         else:
             print(f"gpu-check: {key} ...", file=sys.stderr, flush=True)
-            entry.update(
-                run_bench(item, min(BENCH_TIMEOUT, left))
-                if kind == "benches"
-                else run_tests(item, min(BENCH_TIMEOUT, left))
-                if kind == "tests"
-                else run_notebook(item["path"], min(NOTEBOOK_TIMEOUT, left))
-            )
+            try:  # one item's crash is that item's failure, never the whole report's
+                entry.update(
+                    run_bench(item, min(BENCH_TIMEOUT, left))
+                    if kind == "benches"
+                    else run_tests(item, min(BENCH_TIMEOUT, left))
+                    if kind == "tests"
+                    else run_notebook(item["path"], min(NOTEBOOK_TIMEOUT, left))
+                )
+            except Exception as e:  # reported in the item; the run goes on
+                entry.update(seconds=0.0, status="failed", reason=f"{type(e).__name__}: {e}"[:400])
             print(
                 f"gpu-check: {key} {entry['status']} in {entry['seconds']:.0f} s {entry['reason']}",
                 file=sys.stderr,

@@ -148,3 +148,16 @@ def test_test_runner_records_the_summary_and_the_failing_test(tmp_path):
     failed = gc.run_tests(dict(args=[*args, str(bad)]), 120)
     assert failed["status"] == "failed" and failed["summary"].startswith("1 failed, 1 passed")
     assert failed["reason"].startswith("FAILED") and "test_broken" in failed["reason"], failed
+
+
+def test_a_base_install_without_nbformat_skips_notebooks_with_the_reason(monkeypatch, tmp_path):
+    """On a GPU node whose Python has torch but not the [dev] extra, each notebook item is
+    'skipped: needs nbformat ...' instead of a traceback that ends the whole report."""
+    mod = _module()
+    monkeypatch.setitem(sys.modules, "nbformat", None)  # `import nbformat` raises ImportError
+    r = mod.run_notebook(str(tmp_path / "any.ipynb"), 60)
+    assert r["status"] == "skipped" and r["reason"].startswith("needs nbformat"), r
+    # negative control: with nbformat importable the same call reads the (missing) notebook
+    monkeypatch.setitem(sys.modules, "nbformat", nbformat)
+    with pytest.raises(FileNotFoundError):
+        mod.run_notebook(str(tmp_path / "any.ipynb"), 60)
