@@ -163,6 +163,7 @@ FLOOR = (
     "minipar.dist",
     "minipar.grid",
     "minipar.model",
+    "minipar.plotting",
 )
 
 
@@ -215,6 +216,11 @@ def layer_violations(g) -> set[tuple[str, str]]:
             ):
                 bad.add((a, b))
     return bad
+
+
+def test_every_module_is_in_a_layer():
+    for module in graph():
+        layer_of(module)  # raises for a module no layer names
 
 
 def test_every_arrow_points_down_the_layers():
