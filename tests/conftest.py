@@ -89,3 +89,7 @@ def short_stall_window(monkeypatch):
             yield SHORT_STALL_S
 
     return shortened
+
+
+# the fault tests' tagged sandbox (tests/fault_support.py), a fixture of several test files
+from fault_support import sandbox  # noqa: E402, F401 (re-exported as a fixture)

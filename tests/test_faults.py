@@ -13,18 +13,16 @@ notebook at once, and bad arguments exit 2, a notebook with no task 3.
 from __future__ import annotations
 
 import os
-import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import textwrap
 import time
-import uuid
 from pathlib import Path
 
 import nbformat
 import pytest
+from fault_support import _settled, _tagged, _wait_for
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "exercises" / "memory_time" / "solutions" / "01_params.py"
@@ -42,60 +40,6 @@ RANKS_CELL = textwrap.dedent("""
 
     run(sleeper, 2, os.environ["MINIPAR_FAULT_MARKER"], backend="gloo", timeout=900)
 """)
-
-
-def _tagged(tag: str) -> list[int]:
-    """Processes whose environment holds ``MINIPAR_FAULT_TAG=tag`` (zombies excluded)."""
-    found = []
-    for name in os.listdir("/proc"):
-        if not name.isdigit():
-            continue
-        try:
-            env = Path(f"/proc/{name}/environ").read_bytes()
-            state = Path(f"/proc/{name}/stat").read_text().rsplit(")", 1)[1].split()[0]
-        except OSError:
-            continue
-        if f"MINIPAR_FAULT_TAG={tag}".encode() in env.split(b"\0") and state != "Z":
-            found.append(int(name))
-    return found
-
-
-def _settled(tag: str, folder: Path, seconds: float = 10.0, ignore: str | None = None):
-    """(processes left, files left) once both are empty or ``seconds`` passed; files whose
-    path starts with ``ignore`` do not count."""
-    deadline = time.monotonic() + seconds
-    while True:
-        procs = _tagged(tag)
-        files = sorted(str(p.relative_to(folder)) for p in folder.rglob("*"))
-        files = [f for f in files if not (ignore and f.startswith(ignore))]
-        if (not procs and not files) or time.monotonic() > deadline:
-            return procs, files
-        time.sleep(0.2)
-
-
-@pytest.fixture
-def sandbox():
-    """A short TMPDIR (a Unix socket path must stay under ~100 bytes), a tag, a marker path."""
-    folder = Path(tempfile.mkdtemp(prefix="mf", dir="/tmp"))
-    tmp, side = folder / "t", folder / "side"
-    tmp.mkdir()
-    side.mkdir()
-    tag = uuid.uuid4().hex
-    env = dict(
-        os.environ,
-        TMPDIR=str(tmp),
-        MINIPAR_FAULT_TAG=tag,
-        MINIPAR_FAULT_MARKER=str(side / "rank"),
-        JUPYTER_RUNTIME_DIR=str(side / "rt"),
-        PYTHONUNBUFFERED="1",
-    )
-    yield env, tmp, side, tag
-    for pid in _tagged(tag):  # never leave a failed test's processes
-        try:
-            os.kill(pid, signal.SIGKILL)
-        except OSError:
-            pass
-    shutil.rmtree(folder, ignore_errors=True)
 
 
 def _exercise(folder: Path, first_cell: str) -> Path:
@@ -123,13 +67,6 @@ def _grade(env, *args) -> subprocess.Popen:
         cwd=ROOT,
         start_new_session=True,
     )
-
-
-def _wait_for(predicate, seconds: float, what: str) -> None:
-    deadline = time.monotonic() + seconds
-    while not predicate():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.05)
 
 
 def _assert_clean_exit(p, sig, tag, tmp, side):
@@ -199,63 +136,6 @@ def test_grade_signalled_again_during_teardown_still_cleans_up(sandbox):
         if p.poll() is None:
             p.send_signal(signal.SIGINT)
     _assert_clean_exit(p, signal.SIGTERM, tag, tmp, side)
-
-
-# ----------------------------------------------------------------------------- a launch
-LAUNCH = textwrap.dedent("""
-    import os, subprocess, sys, time
-    from minipar.runtime.launch import run
-
-    def sleeper(rank, world_size, marker):
-        child = subprocess.Popen(["sleep", "600"])
-        open(f"{marker}.{rank}", "w").write(str(child.pid))
-        time.sleep(600)
-
-    run(sleeper, 2, os.environ["MINIPAR_FAULT_MARKER"], backend="gloo", timeout=900)
-""")
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize("sig", SIGNALS + [signal.SIGKILL], ids=lambda s: signal.Signals(s).name)
-@pytest.mark.parametrize("when", ["starting", "running"])
-def test_a_signalled_launch_leaves_no_rank_child_or_folder(sandbox, sig, when):
-    env, tmp, side, tag = sandbox
-    p = subprocess.Popen(
-        [sys.executable, "-c", LAUNCH],
-        env=env,
-        cwd=ROOT,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        start_new_session=True,
-    )
-    if when == "starting":  # the zygote exists and is importing torch: no rank yet
-        # (a SIGKILL between the caller's mkdir and the zygote's start leaves a folder that the
-        # next launch removes: its name carries the dead caller's pid)
-        _wait_for(
-            lambda: (
-                (
-                    any(n.name.startswith("minipar-") for n in tmp.iterdir())
-                    and any(pid != p.pid for pid in _tagged(tag))
-                )
-                or p.poll() is not None
-            ),
-            120,
-            "the zygote",
-        )
-    else:
-        markers = [side / "rank.0", side / "rank.1"]
-        _wait_for(
-            lambda: all(m.exists() and m.read_text() for m in markers) or p.poll() is not None,
-            240,
-            "both ranks and their children",
-        )
-    assert p.poll() is None, p.communicate()[1][-3000:]
-    p.send_signal(sig)
-    p.communicate(timeout=60)
-    # the zygote finishes its import first; torch's compile cache (torchinductor_<user>) stays
-    procs, files = _settled(tag, tmp, seconds=300, ignore="torchinductor")  # done when empty
-    assert procs == [], f"processes left: {procs}"
-    assert files == [], f"files left in TMPDIR: {files}"
 
 
 # ----------------------------------------------------------------------------- verdicts
