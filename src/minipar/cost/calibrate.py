@@ -52,7 +52,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from .collectives import collective_time
+from .collectives import collective_time, fit_alpha_beta
 from .validation import spearman  # noqa: F401  (one rank correlation for both comparisons)
 
 
@@ -116,8 +116,6 @@ def fit_link(sizes_bytes, seconds, n: int) -> tuple[float, float]:
     (:func:`~minipar.cost.collectives.fit_alpha_beta`); on a machine so noisy that the weighted
     fit's slope is not positive, the two-point line through the smallest and the largest size
     (α clipped at 0). The model needs α ≥ 0 and a positive bandwidth."""
-    from .collectives import collective_time, fit_alpha_beta
-
     try:
         alpha, bw = fit_alpha_beta(sizes_bytes, seconds, "all-reduce", n)
         return max(alpha, 0.0), bw

@@ -9,11 +9,14 @@ import argparse
 import json
 import math
 import sys
+from dataclasses import asdict, replace
 
 from ..errors import InputError
 from . import collectives, hardware, model
 from . import memory_time as memory
 from . import pipeline_parallel as pipeline
+from . import three_d as planner
+from .breakdown import check_layout
 from .units import fmt_bytes, fmt_seconds, parse_bytes
 
 
@@ -76,8 +79,6 @@ def guarded(command: str, fn):
 
 
 def _check_model_shape(args, t: int = 1, p: int = 1) -> None:
-    from .breakdown import check_layout  # the layout rules, stated once
-
     layers = getattr(args, "layers", None)
     check_layout(p if layers is None else layers, args.hidden, args.heads, t=t, p=p)
 
@@ -314,10 +315,6 @@ def add_parser(subparsers) -> None:
 
 
 def _plan(args) -> int:
-    from dataclasses import asdict, replace
-
-    from . import three_d as planner
-
     if args.calibrate:  # the same code as ``minipar bench three_d``
         return _calibrate(args)
     missing = [
@@ -496,7 +493,6 @@ def _calibrate(args) -> int:
 def add_plan_parser(subparsers) -> None:
     """Register ``minipar plan`` (``--calibrate`` reaches ``bench three_d`` through
     ``subparsers``, the command tree both are registered on)."""
-    from . import three_d as planner
 
     def fraction(text: str) -> float:
         return parse_number(text, float, lambda v: 0 < v <= 1, "a number in (0, 1]")

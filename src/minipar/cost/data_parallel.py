@@ -32,7 +32,10 @@ import math
 from collections.abc import Callable
 from typing import NamedTuple
 
+from .collectives import collective_time, hierarchical_all_reduce_time
+from .hardware import link
 from .memory_time import check_zero_stage
+from .model import six_nd
 
 
 class DPStep(NamedTuple):
@@ -104,8 +107,6 @@ def compute_seconds(
 ) -> float:
     """Seconds of forward + backward on one GPU: 6·Ψ·T FLOPs (:func:`minipar.cost.model.six_nd`)
     at ``flops_per_s`` achieved. E.g. Ψ = 1.3e9, T = 2048: 6·1.3e9·2048/400e12 = 0.040 s."""
-    from .model import six_nd
-
     if flops_per_s <= 0:
         raise ValueError(f"flops_per_s ({flops_per_s}) must be > 0")
     return six_nd(params, tokens_per_gpu) / flops_per_s
@@ -145,9 +146,6 @@ def allreduce_seconds(
     ``inter_algorithm="double-binary-tree"`` (what NCCL uses across nodes at scale) pays
     2⌈log2 N⌉α instead.
     """
-    from .collectives import collective_time, hierarchical_all_reduce_time
-    from .hardware import link
-
     a, b = link(intra), link(inter)
     if n <= gpus_per_node:
         return lambda s: collective_time("all-reduce", "ring", n, s, a.alpha, a.bandwidth)

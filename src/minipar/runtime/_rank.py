@@ -32,14 +32,22 @@ if __name__ == "__main__":
     # (run.py, launch.py, ...) would shadow top-level names: resolve from the caller's sys.path
     del sys.path[0]
 
+import ctypes
+import datetime
 import faulthandler
 import gc
+import linecache
 import multiprocessing.connection as mpc
 import os
+import pickle
 import shutil
 import signal
 import threading
 import time
+import traceback
+import warnings
+
+import cloudpickle
 
 POLL_S = 0.2  # how often the zygote reaps children and checks that the caller is alive
 # torch modules that take seconds to import and that ranks often need (minipar.runtime.tracer enters a
@@ -56,9 +64,8 @@ def zygote_main(address: str, caller_pid: int, folder: str) -> None:
     # A forked child cannot use CUDA if its parent initialised the driver: any check made
     # here asks NVML instead, and a CUDA build skips the warm-up imports (they may probe it).
     os.environ.setdefault("PYTORCH_NVML_BASED_CUDA_CHECK", "1")
-    import cloudpickle  # noqa: F401  (the point of the zygote: every rank inherits these)
-    import torch
-    import torch.distributed
+    import torch  # noqa: PLC0415 (torch ~1.5 s: the zygote imports it only after setting PYTORCH_NVML_BASED_CUDA_CHECK)
+    import torch.distributed  # noqa: PLC0415 (torch ~1.5 s: the zygote imports it only after setting PYTORCH_NVML_BASED_CUDA_CHECK)
 
     if torch.version.cuda or torch.version.hip:
         WARM_UP.clear()
@@ -121,8 +128,6 @@ class _Children:
         self.spares_wanted = 0
 
     def start_rank(self, rank, world, state, task) -> int:
-        import pickle
-
         while self.spares:
             pid, w = self.spares.pop(0)
             try:
@@ -196,8 +201,6 @@ def _kill_group(pid: int, reaped: bool = False) -> None:
 
 def _spare_main(r: int, w: int, where) -> None:
     """A spare: wait for a task on the pipe, then become that rank (or leave on an empty one)."""
-    import pickle
-
     os.close(w)
     _die_with_parent(os.getppid())
     with os.fdopen(r, "rb") as f:
@@ -241,8 +244,6 @@ class _RankStream:
 def _die_with_parent(parent: int) -> None:
     """Leave when the zygote dies (Linux: at once, via prctl; elsewhere: within a second)."""
     try:
-        import ctypes
-
         if ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL) == 0:  # PDEATHSIG
             if os.getppid() != parent:  # it died before prctl took effect
                 os._exit(1)
@@ -261,8 +262,6 @@ def _die_with_parent(parent: int) -> None:
 def _become_fresh(state: dict) -> None:
     """Take the caller's environment, working directory, CPU affinity, ``sys.path`` and cell
     sources."""
-    import linecache
-
     os.environ.clear()
     os.environ.update(state["env"])
     os.environ.setdefault("GLOO_SOCKET_IFNAME", state["loopback"])
@@ -283,8 +282,6 @@ def _quiet_torch_deprecations() -> None:
     ``all_gather_single``): the same line from every rank of every call buries the output. Those
     warnings are issued from torch's modules; they are ignored on the ranks, and every other
     warning is kept."""
-    import warnings
-
     warnings.filterwarnings(
         "ignore",
         category=FutureWarning,
@@ -332,21 +329,17 @@ def _run(rank, world, state, task) -> tuple:
     The time stamp, taken when the exception was caught, lets the caller tell the first
     failure from its echoes on other ranks (whose peers vanished).
     """
-    import datetime
-    import traceback
-
-    import cloudpickle
-    import torch.distributed as dist
+    import torch.distributed as dist  # noqa: PLC0415 (torch ~1.5 s: the zygote imports it only after setting PYTORCH_NVML_BASED_CUDA_CHECK)
 
     store = None
     try:
         _become_fresh(state)
         _quiet_torch_deprecations()
-        import torch
+        import torch  # noqa: PLC0415 (torch ~1.5 s: the zygote imports it only after setting PYTORCH_NVML_BASED_CUDA_CHECK)
 
         torch.set_num_threads(state["threads"])
         try:
-            from minipar.runtime import device  # imported afresh, from the caller's sys.path
+            from minipar.runtime import device  # noqa: PLC0415 (imported afresh in the rank, from the caller's sys.path: the zygote imports no minipar module)
         except ImportError as e:
             raise ImportError(
                 f"minipar is not importable on the ranks from the caller's sys.path {sys.path}: {e}"

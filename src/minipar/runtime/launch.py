@@ -46,6 +46,7 @@ import time
 import cloudpickle
 
 from minipar.runtime import pool
+from minipar.runtime.device import gpu_count, resolve_backend
 
 MAX_WORLD_SIZE = 64
 DEFAULT_TIMEOUT = 300.0
@@ -210,7 +211,7 @@ def _print_prefixed(rank: int, text: str) -> None:
 
 
 def _free_store():
-    import torch.distributed as dist
+    import torch.distributed as dist  # noqa: PLC0415 (torch ~1.5 s: this module loads without torch; only _free_store needs it)
 
     return dist.TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False)
 
@@ -259,8 +260,6 @@ def choose_backend(backend: str, world_size: int) -> str:
     The one place that decides: ranks then put their tensors on
     :func:`minipar.runtime.device.get_device` (``cuda:<rank>`` under NCCL, the CPU under gloo).
     """
-    from minipar.runtime.device import gpu_count, resolve_backend
-
     chosen = resolve_backend(backend, world_size)
     if backend != "auto":
         return chosen

@@ -17,6 +17,8 @@ import importlib
 import os
 import sys
 
+from minipar.runtime import device
+
 
 def _literal(text: str):
     try:
@@ -44,9 +46,7 @@ def main(argv: list[str] | None = None) -> int:
             "minipar.runtime.run: error: RANK and WORLD_SIZE are not set; start this "
             "module with torchrun (or use minipar.runtime.launch.run from Python)"
         )
-    import torch.distributed as dist
-
-    from minipar.runtime import device
+    import torch.distributed as dist  # noqa: PLC0415 (torch ~1.5 s: this module loads without torch; only main needs it)
 
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     local_rank = int(os.environ.get("LOCAL_RANK", 0))

@@ -47,6 +47,7 @@ from dataclasses import dataclass
 import torch
 import torch._dynamo
 import torch.distributed as dist  # not inside the first traced call's wall time
+from torch.distributed.distributed_c10d import _resolve_process_group
 from torch.utils._python_dispatch import TorchDispatchMode, _get_current_dispatch_mode_stack
 
 # c10d dispatcher op -> (course name, index of the argument whose bytes we report)
@@ -166,8 +167,6 @@ _FUNCTIONAL = {
 
 def _functional_event(name: str, args, start: float) -> CommEvent:
     """A CommEvent for a ``_c10d_functional`` op, whose last argument names its group."""
-    from torch.distributed.distributed_c10d import _resolve_process_group
-
     op, gathered = _FUNCTIONAL[name]
     size, ranks, gname = _describe(_resolve_process_group(args[-1]))
     nbytes = _nbytes(args[0]) * (size if gathered else 1)
