@@ -6,6 +6,13 @@ tens digit says which rank it came from and a sum (≥ 10·n) is plainly a sum.
 
 from __future__ import annotations
 
+import torch
+import torch.distributed as dist
+
+from minipar import collectives as C
+from minipar.collectives import ring_all_reduce
+from minipar.runtime.launch import run
+
 PRIMITIVES = (
     "broadcast",
     "reduce",
@@ -18,9 +25,6 @@ PRIMITIVES = (
 
 
 def _primitives_on_rank(rank: int, n: int) -> dict:
-    import torch
-    import torch.distributed as dist
-
     def x(k=n):
         return torch.arange(k, dtype=torch.float32) + 10 * rank  # (k,)
 
@@ -53,8 +57,6 @@ def _primitives_on_rank(rank: int, n: int) -> dict:
 
 def run_primitives(n: int = 4) -> dict:
     """{primitive: {"inputs": [per rank], "outputs": [per rank]}} from a real run on n ranks."""
-    from minipar.runtime.launch import run
-
     per_rank = run(_primitives_on_rank, n, backend="gloo", timeout=60)
     return {
         op: {"inputs": [r[op][0] for r in per_rank], "outputs": [r[op][1] for r in per_rank]}
@@ -73,10 +75,7 @@ def describe(demo: dict, op: str) -> str:
 
 
 def _ring_steps_on_rank(rank: int, n: int, numel: int) -> dict:
-    import torch
-
-    from minipar.collectives import ring_all_reduce
-    from minipar.runtime.tracer import trace
+    from minipar.runtime.tracer import trace  # noqa: PLC0415 (minipar.runtime.tracer ~1.6 s over torch, loads sympy: only _ring_steps_on_rank needs it)
 
     x = torch.full((numel,), float(2**rank))  # (numel,): bit r set = rank r contributed
     snaps = [("start", -1, x.tolist())]
@@ -91,8 +90,6 @@ def ring_steps(n: int = 4, numel: int = 4) -> dict:
     Returns ``snapshots[rank]`` = [(phase, k, values)], ``sent[rank]`` (bytes, from the tracer),
     ``messages[rank]`` and ``S`` (bytes). A value's binary digits name the ranks summed into it.
     """
-    from minipar.runtime.launch import run
-
     per_rank = run(_ring_steps_on_rank, n, numel, backend="gloo", timeout=60)
     return dict(
         n=n,
@@ -104,11 +101,7 @@ def ring_steps(n: int = 4, numel: int = 4) -> dict:
 
 
 def _sent_on_rank(rank: int, n: int, numel: int) -> dict:
-    import torch
-    import torch.distributed as dist
-
-    from minipar import collectives as C
-    from minipar.runtime.tracer import trace
+    from minipar.runtime.tracer import trace  # noqa: PLC0415 (minipar.runtime.tracer ~1.6 s over torch, loads sympy: only _sent_on_rank needs it)
 
     algos = {"ring": C.ring_all_reduce, "parameter-server": C.parameter_server_all_reduce}
     if n & (n - 1) == 0:
@@ -132,8 +125,6 @@ def _sent_on_rank(rank: int, n: int, numel: int) -> dict:
 def sent_bytes_by_algorithm(n: int = 4, numel: int = 2**16) -> dict:
     """{algorithm: [per rank {sent, received, messages, equal}]} for one all-reduce of
     ``numel`` float32 values on n ranks, bytes from the tracer; ``equal``: same as dist's."""
-    from minipar.runtime.launch import run
-
     per_rank = run(_sent_on_rank, n, numel, backend="gloo", timeout=60)
     return {a: [r[a] for r in per_rank] for a in per_rank[0]}
 

@@ -5,7 +5,14 @@ torchrun --nproc-per-node 8 -m minipar.runtime.run minipar.collectives.smoke:rin
 
 from __future__ import annotations
 
+import statistics
 import time
+
+import torch
+import torch.distributed as dist
+
+from minipar.collectives import ring_all_reduce
+from minipar.runtime.device import get_device, synchronize
 
 
 def ring_vs_dist(rank: int, world_size: int, numel: int = 2**22, iters: int = 5) -> dict:
@@ -13,14 +20,6 @@ def ring_vs_dist(rank: int, world_size: int, numel: int = 2**22, iters: int = 5)
 
     Returns the max difference and the median seconds of each (this rank's view).
     """
-    import statistics
-
-    import torch
-    import torch.distributed as dist
-
-    from minipar.collectives import ring_all_reduce
-    from minipar.runtime.device import get_device, synchronize
-
     g = torch.Generator().manual_seed(rank)
     x = torch.randn(numel, generator=g).to(get_device())  # (numel,) float32
     ours, ref = x.clone(), x.clone()

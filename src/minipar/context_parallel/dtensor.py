@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
+from torch.distributed import device_mesh
 
 from minipar.runtime.device import get_device
 
@@ -24,11 +25,10 @@ from .sharding import gather_sequence, shard_sequence
 
 
 def _theirs(q, k, v, cp, device):
-    from torch.distributed.device_mesh import init_device_mesh
-    from torch.distributed.tensor.experimental import context_parallel
-    from torch.distributed.tensor.experimental._attention import context_parallel_unshard
+    from torch.distributed.tensor.experimental import context_parallel  # noqa: PLC0415 (torch.distributed.tensor ~0.8 s over torch, loads sympy: only _theirs needs it)
+    from torch.distributed.tensor.experimental._attention import context_parallel_unshard  # noqa: PLC0415 (torch.distributed.tensor ~0.8 s over torch, loads sympy: only _theirs needs it)
 
-    mesh = init_device_mesh(device.type, (cp,), mesh_dim_names=("cp",))
+    mesh = device_mesh.init_device_mesh(device.type, (cp,), mesh_dim_names=("cp",))
     q, k, v = (t.clone() for t in (q, k, v))
     with context_parallel(mesh, buffers=[q, k, v], buffer_seq_dims=[2, 2, 2]):
         out = F.scaled_dot_product_attention(q, k, v, is_causal=True)  # this rank's shard

@@ -13,8 +13,10 @@ import time
 
 import torch
 import torch.distributed as dist
+from torch.utils.flop_counter import FlopCounterMode
 
 from minipar.grid import Grid, new_groups
+from minipar.memory_time.activations import saved_bytes
 from minipar.model import GPT, GPTConfig, Layer
 
 from . import ring as ring_module
@@ -220,7 +222,7 @@ def cp_dp_on_rank(rank, world, cp=2, layout="zigzag", steps=3, reduce_over="dp x
 def traffic_on_rank(rank, cp, b=2, a=12, s=24, d=4):
     """Bytes and calls this rank's ring and Ulysses attention put on the wire, traced with
     :class:`minipar.runtime.tracer.trace`, forward and backward separately (float64)."""
-    from minipar.runtime.tracer import trace
+    from minipar.runtime.tracer import trace  # noqa: PLC0415 (minipar.runtime.tracer ~1.6 s over torch, loads sympy: only traffic_on_rank needs it)
 
     out = {}
     for method in ("ring", "ulysses"):
@@ -239,8 +241,6 @@ def balance_on_rank(rank, cp, layout, b=1, a=4, s=768, d=32, repeats=3):
     """This rank's causal ring-attention forward: FLOPs counted by ``FlopCounterMode`` during a
     real ring call, and the seconds of the same block computations (best of ``repeats``) timed
     one rank at a time, so ranks that share a machine's cores do not slow each other down."""
-    from torch.utils.flop_counter import FlopCounterMode
-
     full = [t.float() for t in qkv(b, a, s, d, logit=10)]
     q, k, v = (shard_sequence(t, 2, None, layout) for t in full)
     with FlopCounterMode(display=False) as fc:
@@ -278,8 +278,6 @@ def memory_on_rank(rank, cp, s=96, b=2, L=2, h=48, a=6, layout="zigzag"):
     """Bytes autograd saves for the layer stack on this rank (``minipar.memory_time``'s hooks):
     the CP layers on s/cp tokens, and, for comparison, the course's layer with the full (s × s)
     attention scores materialised (cp = 1 only)."""
-    from minipar.memory_time.activations import saved_bytes
-
     model = small_gpt(s=s, a=a, L=L, h=h)
     cpm = ContextParallelGPT(model, None, layout=layout, causal=True)
     x = torch.randn(b, s, h, generator=torch.Generator().manual_seed(1), dtype=torch.float64)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import matplotlib.pyplot as plt
+from matplotlib.patches import Patch
 
 
 def balance(cp: int, measured: dict[str, list[float]], model: dict[str, list[float]], title=""):
@@ -82,7 +83,6 @@ def timeline(per_rank: list[list[dict]], title=""):
             if e["comm"] is not None:
                 m0, m1 = e["comm"]
                 ax.barh(r - 0.22, (m1 - m0) * 1e3, left=m0 * 1e3, height=0.18, color="#e6550d")
-    from matplotlib.patches import Patch
 
     handles = [
         Patch(color="#3182bd", label="block compute (number: K/V's home rank)"),

@@ -11,9 +11,11 @@ from __future__ import annotations
 
 import torch
 
+from minipar.runtime.launch import run
+
 from . import ring as ring_module
 from .allgather import allgather_attention
-from .experiments import rel_diff
+from .experiments import gpt_training_on_rank, rel_diff
 from .online_softmax import full_attention
 from .ring import ring_attention
 from .sharding import document_ids, gather_sequence, shard_sequence
@@ -146,7 +148,7 @@ def traffic_on_rank(rank, cp, b=2, a=A, a_kv=4, s=S, d=D, dtype=torch.float64):
     """Calls and bytes of ring, all-gather and Ulysses attention with GQA (causal, zigzag for
     the first two, Ulysses contiguous), forward and backward, traced with
     :class:`minipar.runtime.tracer.trace`."""
-    from minipar.runtime.tracer import trace
+    from minipar.runtime.tracer import trace  # noqa: PLC0415 (minipar.runtime.tracer ~1.6 s over torch, loads sympy: only traffic_on_rank needs it)
 
     out = {}
     for method, layout in (("ring", "zigzag"), ("allgather", "zigzag"), ("ulysses", "contiguous")):
@@ -186,8 +188,6 @@ def bf16_on_rank(rank, cp, logit=30.0):
 def gpt_on_rank(rank, cp):
     """The course's GPT with all-gather attention (zigzag) after three Adam steps against one
     process: the max relative parameter difference."""
-    from .experiments import gpt_training_on_rank
-
     return gpt_training_on_rank(rank, cp, "allgather", "zigzag")["params"]
 
 
@@ -206,6 +206,4 @@ def _practice_on_rank(rank, cp):
 
 def practice_runs(cps=(2, 3, 4)) -> dict[int, list[dict]]:
     """The notebook's runs: one gloo launch per cp, each value the list of per-rank results."""
-    from minipar.runtime.launch import run
-
     return {cp: run(_practice_on_rank, cp, backend="gloo") for cp in cps}

@@ -10,7 +10,10 @@ import contextlib
 
 import torch
 import torch.nn.functional as F
+from torch.distributed.algorithms.ddp_comm_hooks import default_hooks, powerSGD_hook
+from torch.nn.parallel import DistributedDataParallel as DDP
 
+from minipar.cost.collectives import ring_bytes_per_rank
 from minipar.runtime.device import get_device
 from minipar.runtime.tracer import trace
 
@@ -18,6 +21,7 @@ from .accumulation import accumulation_step
 from .bucketed import BucketedDataParallel
 from .models import TiedClassifier, mlp, token_batches
 from .naive import all_reduce_gradients
+from .timing import run_on_ranks
 from .train import global_losses, train_rank
 from .zero import ZeRO
 
@@ -79,8 +83,6 @@ def pytorch_comparison_on_rank(rank, n, steps=5, optimizer="adam"):
 
 
 def pytorch_comparison(n=2, steps=5, optimizer="adam") -> dict:
-    from .timing import run_on_ranks
-
     per_rank = run_on_ranks(pytorch_comparison_on_rank, n, steps, optimizer, backend="gloo")
     return {v: global_losses([r[v] for r in per_rank]) for v in per_rank[0]}
 
@@ -88,9 +90,6 @@ def pytorch_comparison(n=2, steps=5, optimizer="adam") -> dict:
 def compression_on_rank(rank, n, hooks=("none", "fp16", "powersgd"), steps=30, width=64):
     """{hook: (all_reduce bytes per step after warm-up, losses)} for DDP comm hooks on an MLP
     regression (PowerSGD rank 2, compressing from step 10; the first 10 steps are plain)."""
-    from torch.distributed.algorithms.ddp_comm_hooks import default_hooks, powerSGD_hook
-    from torch.nn.parallel import DistributedDataParallel as DDP
-
     dev = get_device()
     g = torch.Generator().manual_seed(rank)
     xs = [torch.randn(16, width, generator=g).to(dev) for _ in range(steps)]  # (b, width)
@@ -130,8 +129,6 @@ _COST_OP = {
 def ring_bytes(op_bytes: dict, n: int) -> float:
     """Bytes one rank sends in a ring for traced nccl-tests sizes {op: bytes} (the cost model's
     :func:`minipar.cost.collectives.ring_bytes_per_rank`, applied op by op)."""
-    from minipar.cost.collectives import ring_bytes_per_rank
-
     return sum(
         ring_bytes_per_rank(_COST_OP[op], n, b) for op, b in op_bytes.items() if op in _COST_OP
     )

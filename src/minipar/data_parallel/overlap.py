@@ -27,6 +27,8 @@ import torch.nn.functional as F
 
 from minipar.runtime.device import get_device, synchronize
 
+from .models import mlp
+
 
 class PrefetchingZeRO1:
     """ZeRO-1 over the ``nn.Linear`` layers of ``model`` with per-layer async all-gathers that
@@ -95,8 +97,6 @@ class PrefetchingZeRO1:
 def zero1_prefetch_on_rank(rank, n, width=256, depth=6, batch=32, steps=3, dtype=None):
     """Train an MLP with :class:`PrefetchingZeRO1`; returns the event log of the last forward
     (times in s from the end of the previous step), the losses and the final parameters."""
-    from .models import mlp
-
     dev = get_device()
     model = mlp(width, depth).to(dev, dtype or torch.float32)
     zero = PrefetchingZeRO1(model, lambda ps: torch.optim.SGD(ps, lr=0.1, momentum=0.9))
@@ -128,8 +128,6 @@ def zero1_prefetch_on_rank(rank, n, width=256, depth=6, batch=32, steps=3, dtype
 def zero1_prefetch_reference(n, width=256, depth=6, batch=32, steps=3, dtype=None, lr=0.1) -> list:
     """The same training in one process on the whole batch: the parameters to compare.
     (With SGD + momentum, gradients summed over n ranks instead of averaged equal ``lr·n``.)"""
-    from .models import mlp
-
     model = mlp(width, depth).to(dtype=dtype or torch.float32)
     opt = torch.optim.SGD(model.parameters(), lr=lr, momentum=0.9)
     g = torch.Generator().manual_seed(1)

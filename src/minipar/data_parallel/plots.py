@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import matplotlib.pyplot as plt
 
 
@@ -84,8 +86,6 @@ def bucket_sweep(caps_mb, measured_s, modelled_s, no_overlap_s, compute_s):
 def stale_sgd(stale: dict):
     """Loss above the best loss any run reached, per update, for each staleness τ (log scale;
     float32 rounding sets the floor near 1e-7 of the loss)."""
-    import math
-
     best = min(v for losses in stale.values() for v in losses if math.isfinite(v))
     fig, ax = plt.subplots(figsize=(7, 3.6))
     styles = ["-", "--", "-.", ":"]

@@ -16,7 +16,10 @@ import time
 import torch
 import torch.distributed as dist
 import torch.nn.functional as F
+from torch.nn.parallel import DistributedDataParallel as DDP
 
+from minipar.cost.collectives import collective_time, fit_alpha_beta
+from minipar.cost.data_parallel import dp_step_time
 from minipar.runtime import launch
 from minipar.runtime.device import get_device, synchronize
 
@@ -47,8 +50,6 @@ def make_step(variant: str, model, bucket_cap_mb: float = 25.0):
     if variant == "bucketed":
         return model, BucketedDataParallel(model, bucket_cap_mb=bucket_cap_mb).finish
     if variant == "ddp":
-        from torch.nn.parallel import DistributedDataParallel as DDP
-
         return DDP(model, bucket_cap_mb=bucket_cap_mb), lambda: None
     raise ValueError(f"variant ({variant!r}) must be compute, naive, bucketed or ddp")
 
@@ -160,9 +161,6 @@ def bucket_sweep_on_rank(rank, n, caps_mb, width=512, depth=8, batch=32, steps=3
 
 def bucket_sweep(n, caps_mb, **kw) -> dict:
     """Measured (slowest rank, median) and modelled step time per bucket cap."""
-    from minipar.cost.collectives import collective_time, fit_alpha_beta
-    from minipar.cost.data_parallel import dp_step_time
-
     per_rank = run_on_ranks(functools.partial(bucket_sweep_on_rank, **kw), n, list(caps_mb))
     med = {
         k: statistics.median(max(r[k][i] for r in per_rank) for i in range(len(per_rank[0][k])))

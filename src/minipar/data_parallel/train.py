@@ -7,8 +7,11 @@ equal slices and a mean loss, every correct variant ends with the reference's pa
 
 from __future__ import annotations
 
+import contextlib
+
 import torch
 import torch.nn.functional as F
+from torch.nn.parallel import DistributedDataParallel as DDP
 
 from .accumulation import accumulation_step
 from .bucketed import BucketedDataParallel
@@ -50,14 +53,12 @@ def _wrap(variant: str, model, optimizer: str, bucket_cap_mb: float, group=None)
     if variant.startswith("zero"):
         return ZeRO(model, int(variant[-1]), make_optimizer(optimizer), group=group), None
     if variant == "ddp":
-        from torch.nn.parallel import DistributedDataParallel as DDP
-
         ddp = DDP(model, bucket_cap_mb=bucket_cap_mb, process_group=group)
         return ddp, make_optimizer(optimizer)(trainable)
     if variant == "fsdp2":
         if group is not None:
             raise ValueError("variant 'fsdp2' runs on the default group only (group must be None)")
-        from torch.distributed.fsdp import fully_shard
+        from torch.distributed.fsdp import fully_shard  # noqa: PLC0415 (torch.distributed.fsdp ~0.8 s over torch, loads sympy: only _wrap needs it)
 
         fully_shard(model)  # one group: tied weights must share one (FSDP2 rule)
         return model, make_optimizer(optimizer)([p for p in model.parameters() if p.requires_grad])
@@ -87,8 +88,6 @@ def train_rank(
     ``tracer``: an optional :class:`minipar.runtime.tracer` entered around the steps only. ``group``: the
     process group to train in (then ``rank``, ``n`` are this rank's place in it and its size).
     """
-    import contextlib
-
     wrapper, opt = _wrap(variant, model, optimizer, bucket_cap_mb, group)
     fwd = wrapper if variant in ("ddp", "fsdp2") else model
     losses = []

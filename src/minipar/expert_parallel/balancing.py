@@ -29,6 +29,7 @@ Pure functions on router outputs; symbols as in :mod:`.routing` (n tokens, E exp
 from __future__ import annotations
 
 import torch
+import torch.distributed as dist
 
 from minipar.dist import group_size
 
@@ -57,8 +58,6 @@ def global_load_balancing_loss(
     if counts is None:
         counts = slot_counts(experts, E).sum(0)  # (E,)
         if group_size(group) > 1:
-            import torch.distributed as dist
-
             counts = counts.clone()
             dist.all_reduce(counts, group=group)
     f = counts.to(probs.dtype) / counts.sum().clamp(min=1)  # (E,) sums to 1

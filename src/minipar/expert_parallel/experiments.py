@@ -7,17 +7,39 @@ returns plain numbers. Float64 throughout, so "equal" means equal to ~1e-12.
 
 from __future__ import annotations
 
+import statistics
+import time
+
 import torch
 import torch.distributed as dist
 
-from minipar.cost.expert_parallel import layer_events
+from minipar.cost.collectives import fit_alpha_beta
+from minipar.cost.expert_parallel import (
+    all_gather_events,
+    dispatch_rows,
+    folded_block_events,
+    imbalance,
+    inter_node_rows,
+    layer_events,
+    node_dedup_events,
+)
 from minipar.dist import group_rank, group_size
-from minipar.runtime import tracer
+from minipar.grid import Grid, new_groups
+from minipar.runtime import launch, tracer
 
+from .balancing import (
+    global_load_balancing_loss,
+    router_z_loss,
+    sequence_load_balancing_loss,
+    update_bias,
+)
+from .dispatchers import node_groups
+from .folding import DenseMLP, FoldedBlock
 from .grid import ep_dp_groups, reduce_gradients
+from .grouped import grouped_mlp
 from .layer import ExpertParallelMoE
 from .moe import MoE
-from .routing import load_balancing_loss
+from .routing import load_balancing_loss, top_k_gates
 
 H, F = 8, 12  # hidden, expert FFN width: tiny on purpose
 
@@ -145,10 +167,6 @@ def dispatcher_traffic_on_rank(
     events from every rank's kept choices (gathered afterwards, outside the trace). Events are
     compared as sorted lists: autograd may run independent branches of backward in either order.
     Also the rows that leave the source's node (``node_size`` ranks per node) under the model."""
-    from minipar.cost.expert_parallel import all_gather_events, inter_node_rows, node_dedup_events
-
-    from .dispatchers import node_groups
-
     ep = group_size()
     kw = {"dispatcher": dispatcher}
     if dispatcher == "node_dedup":
@@ -166,8 +184,6 @@ def dispatcher_traffic_on_rank(
     dist.all_gather_object(choices, mine)
     cap = capacity_factor is not None
     if dispatcher == "all_to_all":
-        from minipar.cost.expert_parallel import dispatch_rows
-
         model = layer_events(dispatch_rows(choices, experts), rank, H, experts, top_k, 8, cap)
     elif dispatcher == "all_gather":
         model = all_gather_events(
@@ -189,8 +205,6 @@ def dispatcher_traffic_on_rank(
 
 def layer_choices(layer, x) -> list[list[int]]:
     """(n, K) expert choices of ``layer``'s router for ``x`` (no gradient)."""
-    from .routing import top_k_gates
-
     with torch.no_grad():
         return top_k_gates(
             layer.router(x.reshape(-1, layer.hidden)), layer.top_k, layer.renormalize
@@ -303,8 +317,6 @@ def balance_run(
 def balance_summary(result: dict, ep: int, window: int = 10) -> dict:
     """Most loaded rank over the mean (routed rows, experts grouped E/ep per rank) at the first
     step and averaged over the last ``window`` steps; the dropped fraction at the end."""
-    from minipar.cost.expert_parallel import imbalance
-
     loads = result["routed per expert"]
     last = [imbalance(l, ep)["max/mean rank"] for l in loads[-window:]]
     return {
@@ -320,8 +332,6 @@ PARITY_CASES = [(1, None), (2, None), (1, 1.0), (2, 1.0)]  # (top_k, capacity_fa
 
 def run(fn, world: int, *args, timeout: float = 300) -> list:
     """``minipar.runtime.launch.run`` on gloo: these functions build float64 inputs with CPU generators."""
-    from minipar.runtime import launch
-
     return launch.run(fn, world, *args, backend="gloo", timeout=timeout)
 
 
@@ -352,9 +362,6 @@ def chapter_runs(eps=(2, 3)) -> dict:
 
 def _a2a_times_on_rank(rank: int, n: int, sizes: list[int], iters: int) -> list[float]:
     """Median seconds of an even ``all_to_all_single`` of S = ``size`` bytes (float32) per size."""
-    import statistics
-    import time
-
     times = []
     for size in sizes:
         numel = max(n, size // 4 // n * n)
@@ -375,8 +382,6 @@ def all_to_all_fit(n: int = 2, sizes=(2**12, 2**16, 2**19, 2**22), iters: int = 
     (:func:`minipar.cost.collectives.fit_alpha_beta`, the collectives chapter's method, applied
     to the all-to-all). Returns sizes, seconds (max over ranks), and α, bandwidth or the fit's
     error (timings on a busy machine can make the fit meaningless: then it says so)."""
-    from minipar.cost.collectives import fit_alpha_beta
-
     per_rank = run(_a2a_times_on_rank, n, list(sizes), iters)
     seconds = [max(r[i] for r in per_rank) for i in range(len(sizes))]
     out = {
@@ -413,10 +418,6 @@ def folded_train_on_rank(
     forward/backward differences of the first step and the largest parameter difference after
     each step. ``wrong_expert_group``: reduce expert gradients over the attention's dp group
     (the "EP inside DP" layout's group), the negative control."""
-    from minipar.grid import Grid, new_groups
-
-    from .folding import DenseMLP, FoldedBlock
-
     grid = Grid(d=d, t=t, ep=ep)
     groups = new_groups(grid, ("tp", "dp", "dp_cp", "ep", "edp"))
     n = 4  # tokens per rank (a slice)
@@ -505,13 +506,6 @@ def balancing_run(
 
     aux: None, "micro" (Switch's loss per micro-batch, averaged), "global" (f over the step's
     ``tokens``, P per micro-batch), "sequence" (per sequence of ``seq_len``, averaged)."""
-    from .balancing import (
-        global_load_balancing_loss,
-        router_z_loss,
-        sequence_load_balancing_loss,
-        update_bias,
-    )
-
     teacher = make_moe(experts, top_k, seed=seed + 1)
     moe = make_moe(experts, top_k, capacity_factor, seed=seed)
     moe.drop_policy, moe.kernel = drop_policy, "padded"  # grouped GEMMs: fewer calls
@@ -563,8 +557,6 @@ def balancing_run(
 def balancing_summary(r: dict, ep: int = 4, window: int = 10) -> dict:
     """Most loaded of ``ep`` ranks over the mean at step 0 and over the last ``window`` steps;
     dropped fraction, dropped gate mass, z and loss over the last ``window`` steps."""
-    from minipar.cost.expert_parallel import imbalance
-
     last = lambda k: sum(r[k][-window:]) / window
     imb = [imbalance(l, ep)["max/mean rank"] for l in r["routed per expert"]]
     return {
@@ -587,8 +579,6 @@ DISPATCH_CASES = [(2, None), (2, 1.0), (3, None)]  # (top_k, capacity_factor)
 
 def _modern_on_rank(rank: int, world: int, node_size: int, t: int, d: int) -> dict:
     """The chapter's dispatcher and folding runs in one launch (see :func:`modern_runs`)."""
-    from .dispatchers import node_groups
-
     node, rail = node_groups(node_size)
     E = 2 * world
     out = {"parity": {}, "traffic": {}}
@@ -632,12 +622,6 @@ def kernel_seconds(
     """Fastest forward + backward of every expert's MLP on ``rows`` rows (float32, experts
     drawn uniformly at random) per kernel of :mod:`minipar.expert_parallel.grouped`; None for
     a kernel this torch lacks on this device."""
-    import time
-
-    import torch
-
-    from .grouped import grouped_mlp
-
     g = torch.Generator().manual_seed(seed)
     which = torch.randint(experts, (rows,), generator=g)
     sizes = torch.bincount(which, minlength=experts)  # (E,)
@@ -673,11 +657,6 @@ def folded_traffic_on_rank(
     """One traced training step (forward, backward, gradient reduction) of the folded block,
     and :func:`minipar.cost.expert_parallel.folded_block_events` from the routed counts
     (gathered outside the trace). Events compared as sorted lists."""
-    from minipar.cost.expert_parallel import folded_block_events
-    from minipar.grid import Grid, new_groups
-
-    from .folding import DenseMLP, FoldedBlock
-
     grid = Grid(d=d, t=t, ep=ep)
     groups = new_groups(grid, ("tp", "dp_cp", "ep", "edp"))
     n = 4

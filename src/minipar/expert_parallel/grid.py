@@ -20,6 +20,8 @@ from __future__ import annotations
 
 import torch.distributed as dist
 
+from minipar.grid import Grid, new_groups
+
 
 def ep_dp_groups(ep: int):
     """(ep_group, dp_group) of this rank: the ``ep`` and ``edp`` groups of
@@ -27,8 +29,6 @@ def ep_dp_groups(ep: int):
     ``arange(world).view(world // ep, ep)``.
 
     Every rank creates every group, in the same order (``new_group`` is collective)."""
-    from minipar.grid import Grid, new_groups
-
     world = dist.get_world_size()
     if world % ep:
         raise ValueError(f"world size ({world}) must be divisible by ep ({ep})")

@@ -19,6 +19,9 @@ import torch.nn.functional as F
 
 from minipar.model import GPTConfig
 
+from .balancing import keep_by_probability
+from .dispatchers import assignments
+from .grouped import grouped_mlp, unpermute
 from .routing import capacity, load_balancing_loss, priority_positions, top_k_gates
 
 
@@ -97,8 +100,6 @@ class MoE(nn.Module):
         if C is None:
             kept = torch.ones_like(experts, dtype=torch.bool)
         elif self.drop_policy == "probs":
-            from .balancing import keep_by_probability
-
             kept = keep_by_probability(probs.gather(-1, experts), experts, self.experts, C)
         else:
             kept = priority_positions(experts, self.experts) < C
@@ -114,9 +115,6 @@ class MoE(nn.Module):
         self.tokens_per_expert = torch.bincount(experts[kept], minlength=self.experts)
         self.kept, self.dropped = kept, int((~kept).sum())
         if self.kernel != "loop":  # production form
-            from .dispatchers import assignments
-            from .grouped import grouped_mlp, unpermute
-
             token, expert, gate = assignments(experts, gates, kept)  # sorted by expert
             sizes = torch.bincount(expert, minlength=self.experts)
             out = grouped_mlp(x[token], sizes, self.w1, self.w2, self.kernel)

@@ -16,8 +16,8 @@ LAYOUTS = {  # label -> keyword arguments of per_gpu_memory for N GPUs
 def memory_vs_gpus(L, h, a, s, V, *, b=1, recompute="selective", ns=(1, 2, 4, 8), title=""):
     """Per-GPU GiB (model states + activations) against N for each layout, with the ideal
     total/N line. Activations of one micro-batch of b sequences."""
-    import matplotlib.pyplot as plt
-    from matplotlib.ticker import NullFormatter
+    import matplotlib.pyplot as plt  # noqa: PLC0415 (matplotlib ~0.5 s, the book extra: plotting is optional, only memory_vs_gpus draws)
+    from matplotlib.ticker import NullFormatter  # noqa: PLC0415 (matplotlib ~0.5 s, the book extra: plotting is optional, only memory_vs_gpus draws)
 
     fig, ax = plt.subplots(figsize=(7, 4.4))
     one = per_gpu_memory(L, h, a, s, V, b=b, recompute=recompute).total / GiB

@@ -40,6 +40,9 @@ import torch.distributed as dist
 
 from minipar.runtime.device import get_device, synchronize
 
+from .schedules import Action, num_stages
+from .simulate import ScheduleError, simulate
+
 ACTIVATION, GRADIENT = 0, 1
 
 
@@ -65,9 +68,6 @@ def messages(actions, p: int, num_stages: int) -> list[tuple]:
 def message_order(all_actions, rank: int, m: int | None = None) -> list[tuple] | None:
     """This rank's messages sorted by the global key (module docstring): a list of
     (op, peer, (to_stage, micro-batch, kind)). None when the schedule cannot run on paper."""
-    from .schedules import Action, num_stages
-    from .simulate import ScheduleError, simulate
-
     p, n_st = len(all_actions), num_stages(all_actions)
     try:
         sim = simulate(all_actions, m)

@@ -10,7 +10,10 @@ from __future__ import annotations
 from minipar.cost.pipeline_parallel import pp_p2p_bytes_per_microbatch
 from minipar.runtime.launch import run
 
+from .measure import measure_bubble
 from .model_bubble import peak_in_flight
+from .schedules import Action, schedule
+from .timed import bubble_breakdown
 from .train import max_error, small_config, token_batches, train_rank, train_reference
 
 SCHEDULES = (("gpipe", 1), ("1f1b", 1), ("interleaved", 2), ("zb-h1", 1))
@@ -59,10 +62,6 @@ def bubble_runs(p: int = 4, m: int = 8, t: float = 0.05, steps: int = 2) -> dict
     """``minipar bench pp`` for each schedule with t_F = t_B = t_W = ``t`` seconds (stages
     that sleep a fixed time: gloo on the CPU, since there is no GPU work to time); each result
     also holds ``breakdown``, :func:`.timed.bubble_breakdown` of its timeline."""
-    from .measure import measure_bubble
-    from .schedules import schedule
-    from .timed import bubble_breakdown
-
     out = {}
     for name, v in SCHEDULES:
         r = measure_bubble(name, p, m, v, t, t, t, steps)
@@ -75,8 +74,6 @@ def bubble_runs(p: int = 4, m: int = 8, t: float = 0.05, steps: int = 2) -> dict
 
 def parse_timeline(rows) -> list:
     """The benchmark's JSON timeline ``[rank, "F0.3", start, end]`` back to Action tuples."""
-    from .schedules import Action
-
     out = []
     for r, a, s, e in rows:
         stage, mb = a[1:].split(".")

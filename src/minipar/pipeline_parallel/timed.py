@@ -18,6 +18,14 @@ import torch
 import torch.distributed as dist
 import torch.nn as nn
 
+from minipar.runtime.device import get_device
+
+from .executor import PipelineExecutor
+from .schedules import Action, num_stages, schedule, splits_backward
+from .simulate import _deps
+from .stage import build_stages
+from .train import small_config, token_batches
+
 SPIN = 0.0
 
 
@@ -92,13 +100,6 @@ def bench_rank(
     """On each rank: run the schedule ``steps`` + 1 times (the first is a warm-up) with timed
     stages (``layers="timed"``) or real GPT layers (``"gpt"``: 2 layers per stage, h = 64);
     returns per step (busy seconds, end second from the common start, timeline)."""
-    from minipar.runtime.device import get_device
-
-    from .executor import PipelineExecutor
-    from .schedules import schedule
-    from .stage import build_stages
-    from .train import small_config, token_batches
-
     b, dev = shape[0], get_device()
     if layers == "timed":
         stages = {s: TimedStage(t_f / v, t_b / v, t_w / v).to(dev) for s in range(rank, v * p, p)}
@@ -150,8 +151,6 @@ def hop_latency(timeline, p: int) -> float:
     """Median delay between a message's sender finishing and its waiting receiver starting:
     for F(s, i) after F(s−1, i) and B(s, i) after B(s+1, i) on another rank, when the receiver
     was idle (its previous action had ended before the sender's)."""
-    from .schedules import Action
-
     end = {a: e for _, a, _, e in timeline}
     prev_end, by_rank = {}, {}
     for r, a, _s, e in sorted(timeline, key=lambda ev: ev[2]):
@@ -177,9 +176,6 @@ def hop_latency(timeline, p: int) -> float:
 def _replay(actions, dur, wait) -> float:
     """Bubble of ``actions`` when action a takes ``dur[a]`` and, if it receives a message,
     starts ``wait`` after both its rank is free and the message's sender has finished."""
-    from .schedules import num_stages
-    from .simulate import _deps
-
     p, n_st = len(actions), num_stages(actions)
     done, pos, free, busy = {}, [0] * p, [0.0] * p, [0.0] * p
     while any(pos[r] < len(actions[r]) for r in range(p)):
@@ -209,9 +205,6 @@ def bubble_breakdown(timeline, actions, t_f: float, t_b: float, t_w: float) -> d
       measured     the timeline itself; the rest is ranks that were ready and started late
 
     Also the mean overrun of the actions over their nominal time, and that median wait."""
-    from .schedules import num_stages, splits_backward
-    from .simulate import _deps
-
     p, n_st = len(actions), num_stages(actions)
     v, split = n_st // p, splits_backward(actions)
     nominal = {"F": t_f / v, "B": (t_b if split else t_b + t_w) / v, "W": t_w / v}

@@ -8,6 +8,7 @@ scaled by 1/m both take the same optimizer steps, so the parameters must agree.
 
 from __future__ import annotations
 
+from contextlib import nullcontext
 from dataclasses import asdict, dataclass
 
 import torch
@@ -87,9 +88,7 @@ def train_rank(
     """Train on rank ``rank`` of p with schedule ``name`` (or explicit ``actions``, one list per
     rank); each batch of B = m·b sequences is cut into m micro-batches of b.
     ``trace_first_step``: record the first step's sends with :class:`minipar.runtime.tracer.trace`."""
-    from contextlib import nullcontext
-
-    from minipar.runtime.tracer import trace
+    from minipar.runtime.tracer import trace  # noqa: PLC0415 (minipar.runtime.tracer ~1.6 s over torch, loads sympy: only train_rank needs it)
 
     stages = build_stages(c, rank, p, v, dtype=dtype)
     group = embedding_group(p) if emb_group == "auto" else emb_group

@@ -20,11 +20,14 @@ import copy
 import time
 
 import torch
+import torch.distributed as dist
 import torch.nn as nn
 import torch.nn.functional as F
+from torch.distributed import device_mesh
 
 from minipar.runtime.device import get_device, synchronize
 
+from .cross_entropy import vocab_parallel_cross_entropy
 from .layers import ColumnParallelLinear, RowParallelLinear, shard
 from .mappings import group_rank
 
@@ -51,14 +54,13 @@ def ours(block: MLPBlock, group=None, **kw) -> MLPBlock:
 def dtensor(block: MLPBlock, t: int) -> MLPBlock:
     """The block through ``parallelize_module`` on a 1-D mesh of t ranks on this rank's device
     type (``"cpu"`` under gloo, ``"cuda"`` under NCCL)."""
-    from torch.distributed.device_mesh import init_device_mesh
-    from torch.distributed.tensor.parallel import (
+    from torch.distributed.tensor.parallel import (  # noqa: PLC0415 (torch.distributed.tensor ~0.8 s over torch, loads sympy: only dtensor needs it)
         ColwiseParallel,
         RowwiseParallel,
         parallelize_module,
     )
 
-    mesh = init_device_mesh(get_device().type, (t,))
+    mesh = device_mesh.init_device_mesh(get_device().type, (t,))
     return parallelize_module(
         copy.deepcopy(block), mesh, {"fc1": ColwiseParallel(), "fc2": RowwiseParallel()}
     )
@@ -111,8 +113,6 @@ def time_on_rank(
 ) -> dict[str, list[float]]:
     """Seconds per forward + backward of ours and DTensor's block, per round (median of
     ``steps``), the two interleaved so that machine noise hits both alike."""
-    import torch.distributed as dist
-
     dev = get_device()
     torch.manual_seed(0)
     full = MLPBlock(h).to(dtype=dtype, device=dev)
@@ -142,11 +142,8 @@ def compare_loss_parallel_on_rank(
     Largest |difference| of loss, input gradient and the local head-weight gradient; the
     ``control`` entry is a plain cross-entropy on the local vocab slice (the classic bug: no
     all-reduce of max / sum; targets taken modulo v/t), which must differ."""
-    from torch.distributed.device_mesh import init_device_mesh
-    from torch.distributed.tensor import Shard
-    from torch.distributed.tensor.parallel import ColwiseParallel, loss_parallel, parallelize_module
-
-    from .cross_entropy import vocab_parallel_cross_entropy
+    from torch.distributed.tensor import Shard  # noqa: PLC0415 (torch.distributed.tensor ~0.8 s over torch, loads sympy: only compare_loss_parallel_on_rank needs it)
+    from torch.distributed.tensor.parallel import ColwiseParallel, loss_parallel, parallelize_module  # noqa: PLC0415 (torch.distributed.tensor ~0.8 s over torch, loads sympy: only compare_loss_parallel_on_rank needs it)
 
     dev = get_device()
     torch.manual_seed(0)
@@ -166,7 +163,7 @@ def compare_loss_parallel_on_rank(
         loss.backward()
         return loss.detach(), xi.grad, m.weight.grad
 
-    mesh = init_device_mesh(dev.type, (t,))
+    mesh = device_mesh.init_device_mesh(dev.type, (t,))
     d = parallelize_module(
         copy.deepcopy(head), mesh, ColwiseParallel(output_layouts=Shard(-1), use_local_output=False)
     )

@@ -14,12 +14,17 @@ import torch.distributed
 import torch.nn as nn
 import torch.nn.functional as F
 
+from minipar.cost.tensor_parallel import activation_items
+from minipar.memory_time.activations import device_conventions, saved_bytes
 from minipar.model import GPT, GPTConfig, Layer
+from minipar.runtime import launch
+from minipar.runtime.device import get_device, synchronize
 
 from .block import ParallelBlock, allreduce_sequence_parallel_grads
 from .cross_entropy import vocab_parallel_cross_entropy
 from .gpt import ParallelGPT
 from .layers import ColumnParallelLinear, RowParallelLinear, VocabParallelEmbedding, shard
+from .random import TP_SEED_OFFSET, model_parallel_seed
 
 # divisible by t = 1, 2, 3, 4: h/t, 4h/t, a/t, v/t, s/t
 SMALL = GPTConfig(L=2, h=48, a=12, s=12, V=96, dropout=0.0)
@@ -238,7 +243,7 @@ def block_traffic(
 ) -> list[tuple[str, int, int]]:
     """(op, nccl-tests bytes, group size) of every collective one :class:`ParallelBlock` makes in
     one forward and backward of a (b, s, h) micro-batch, traced with :class:`minipar.runtime.tracer`."""
-    from minipar.runtime.tracer import trace
+    from minipar.runtime.tracer import trace  # noqa: PLC0415 (minipar.runtime.tracer ~1.6 s over torch, loads sympy: only block_traffic needs it)
 
     torch.manual_seed(0)
     blk = ParallelBlock.from_full(Layer(c).to(dtype), group, sequence_parallel=sequence_parallel)
@@ -256,8 +261,6 @@ def dropout_masks(
     tensor-parallel stream (inside the parallel region) with :func:`model_parallel_seed`.
     ``tp_offset`` given as the same number on every rank reproduces the bug of one seed for
     the parallel region (we pass rank 0 for every rank)."""
-    from .random import TP_SEED_OFFSET, model_parallel_seed
-
     if tp_offset is None:
         tracker = model_parallel_seed(1234, rank)
     else:  # bug: same tensor-parallel seed everywhere
@@ -283,11 +286,6 @@ def block_saved_bytes(
     """Bytes one rank's :class:`ParallelBlock` saves for backward on a micro-batch (dropout on,
     measured with :func:`minipar.memory_time.activations.saved_bytes`), and the per-rank items of
     :func:`minipar.cost.tensor_parallel.activation_items` with this device's conventions."""
-    from minipar.cost.tensor_parallel import activation_items
-    from minipar.memory_time.activations import device_conventions, saved_bytes
-
-    from .random import model_parallel_seed
-
     c = c or GPTConfig(L=1, h=48, a=12, s=12, V=96, dropout=0.1)
     tracker = model_parallel_seed(0, rank)
     blk = ParallelBlock.from_full(
@@ -314,8 +312,6 @@ def run(fn, t: int, *args, backend: str = "gloo", timeout: float = 300) -> list:
     functions above build their inputs with CPU generators and measure with CPU conventions.
     ``backend="auto"`` (NCCL with one GPU per rank, else gloo) suits functions that put their
     tensors on :func:`minipar.runtime.device.get_device`, such as :func:`overlap_on_rank`."""
-    from minipar.runtime import launch
-
     return launch.run(fn, t, *args, backend=backend, timeout=timeout)
 
 
@@ -347,8 +343,6 @@ def overlap_on_rank(
     the input-gradient GEMM, the all-reduce from launch to the end of its wait, the
     weight-gradient GEMM running meanwhile, and whether the all-reduce had already completed
     when the GEMM ended. Times in seconds from the start of each backward."""
-    from minipar.runtime.device import get_device, synchronize
-
     dev = get_device()
     torch.manual_seed(0)
     col = ColumnParallelLinear(h, 4 * h, async_grad_allreduce=True).to(dev)

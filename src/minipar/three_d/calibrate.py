@@ -18,8 +18,15 @@ import torch
 import torch.distributed as dist
 
 from minipar.cost import calibrate as model
-from minipar.model import GPT, GPTConfig, Layer
-from minipar.tensor_parallel.block import ParallelBlock
+from minipar.data_parallel.zero import ZeRO
+from minipar.model import GPT, GPTConfig, Layer, token_batches
+from minipar.pipeline_parallel.executor import PipelineExecutor
+from minipar.pipeline_parallel.schedules import schedule
+from minipar.runtime.launch import run
+from minipar.runtime.pool import usable_cpus
+from minipar.tensor_parallel.block import ParallelBlock, allreduce_sequence_parallel_grads
+
+from .grid import RankGrid, new_groups
 
 TINY = GPTConfig(L=4, h=128, a=4, s=32, V=64, dropout=0.0)  # a, s divisible by t = 1, 2, 4
 BATCH, MICRO = 16, 2  # B sequences per step, b
@@ -66,10 +73,7 @@ def measure_on_rank(
     all-gather and the reduce-scatter of the course's sequence parallelism and ZeRO
     (``all_gather_single``, ``reduce_scatter_single``) per group size n (every group of n
     consecutive ranks busy at once) and size; a one-way send/recv between rank pairs."""
-    from minipar.pipeline_parallel.executor import PipelineExecutor
-    from minipar.pipeline_parallel.schedules import schedule
-
-    from .train import stage_3d
+    from .train import stage_3d  # noqa: PLC0415 (minipar.three_d.train (torch.distributed.tensor) ~0.8 s over torch, loads sympy: only measure_on_rank needs it)
 
     torch.manual_seed(0)
     cfg = replace(config, dropout=0.0)
@@ -160,8 +164,6 @@ def measure_on_rank(
 
 def calibrate(ranks: int = 4, config: GPTConfig = TINY, reps: int = 3) -> model.Machine:
     """Measure on ``ranks`` gloo ranks and fit :class:`minipar.cost.calibrate.Machine`."""
-    from minipar.runtime.launch import run
-
     return fit_machine(
         run(measure_on_rank, ranks, config, BATCHES, reps, backend="gloo"), ranks, config
     )
@@ -186,8 +188,6 @@ def fit_machine(
     communication: layer, stage, t = 1 block),
     :func:`~minipar.cost.calibrate.effective_cores`), communication terms from wall seconds
     with every group busy at once (the slowest rank per point)."""
-    from minipar.runtime.pool import usable_cpus
-
     bs, secs = _slowest(per, "layer", i=1)
     c0, rate = model.fit_compute([model.layer_flops(b, config.s, config.h) for b in bs], secs)
     bs1, stage1 = _slowest(per, "stage", i=1)
@@ -233,14 +233,7 @@ def time_layout_on_rank(
 ) -> float:
     """The fastest step's seconds (as :func:`_timed`) of the 3D GPT (:mod:`minipar.three_d.train`'s
     composition: SP inside TP, 1F1B, ZeRO-1) on this rank, after one warm-up step."""
-    from minipar.data_parallel.zero import ZeRO
-    from minipar.model import token_batches
-    from minipar.pipeline_parallel.executor import PipelineExecutor
-    from minipar.pipeline_parallel.schedules import schedule
-    from minipar.tensor_parallel.block import allreduce_sequence_parallel_grads
-
-    from .grid import RankGrid, new_groups
-    from .train import stage_3d
+    from .train import stage_3d  # noqa: PLC0415 (minipar.three_d.train (torch.distributed.tensor) ~0.8 s over torch, loads sympy: only time_layout_on_rank needs it)
 
     grid = RankGrid(d, t, p)
     groups = new_groups(grid)
@@ -308,8 +301,6 @@ def bench(
 ) -> dict:
     """Calibrate, predict every (d, t, p) of ``ranks``, run each, compare (Spearman of the step
     times, error per layout), all in one launch of ``ranks`` gloo ranks."""
-    from minipar.runtime.launch import run
-    from minipar.runtime.pool import usable_cpus
 
     def predict(mach, d, t, p):
         return model.predict_tiny_step(

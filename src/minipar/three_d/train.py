@@ -46,6 +46,9 @@ import torch
 import torch.distributed as dist
 import torch.nn as nn
 import torch.nn.functional as F
+from torch.distributed import device_mesh
+from torch.distributed.fsdp import fully_shard
+from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
 
 from minipar.data_parallel.zero import ZeRO
 from minipar.dist import group_rank, group_size
@@ -56,7 +59,9 @@ from minipar.pipeline_parallel.stage import GPTStage
 from minipar.runtime.tracer import trace
 from minipar.tensor_parallel import ParallelBlock
 from minipar.tensor_parallel.block import allreduce_sequence_parallel_grads
+from minipar.tensor_parallel.dtensor import MLPBlock, ours
 from minipar.tensor_parallel.experiments import grads_as_module
+from minipar.tensor_parallel.layers import shard
 from minipar.tensor_parallel.mappings import scatter_to_sp_region
 
 from .grid import RankGrid, new_groups
@@ -233,8 +238,6 @@ def train_3d_on_rank(
 
 # ------------------------------------------------------------------ FSDP2 + TP, torchtitan's way
 def _mlp_model(h: int, dtype) -> nn.Sequential:
-    from minipar.tensor_parallel.dtensor import MLPBlock
-
     torch.manual_seed(0)
     return nn.Sequential(MLPBlock(h), MLPBlock(h)).to(dtype)
 
@@ -267,21 +270,10 @@ def fsdp2_tp_on_rank(
     and the FSDP2 run's traffic per mesh dimension. ``bug="data_by_tp_rank"`` is the classic
     composition bug, a negative control: each rank takes its batch slice by its TP index
     instead of its DP index, so the ranks of one TP group see different data."""
-    from torch.distributed.device_mesh import init_device_mesh
-    from torch.distributed.fsdp import fully_shard
-    from torch.distributed.tensor.parallel import (
-        ColwiseParallel,
-        RowwiseParallel,
-        parallelize_module,
-    )
-
-    from minipar.tensor_parallel.dtensor import ours
-    from minipar.tensor_parallel.layers import shard
-
     grid = RankGrid(d, t, 1)
     groups = new_groups(grid)
     c = grid.coord(rank)
-    mesh = init_device_mesh("cpu", (d, t), mesh_dim_names=("dp", "tp"))
+    mesh = device_mesh.init_device_mesh("cpu", (d, t), mesh_dim_names=("dp", "tp"))
     assert sorted(dist.get_process_group_ranks(mesh["tp"].get_group())) == grid.group_of("tp", rank)
     g = torch.Generator().manual_seed(1)
     data = [torch.randn(d * b, s, h, generator=g, dtype=dtype) for _ in range(steps)]
