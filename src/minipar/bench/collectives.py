@@ -17,6 +17,7 @@ A benchmark reports; it never asserts a speed. Numbers on a shared 2-core CPU ar
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import platform
@@ -25,8 +26,11 @@ import sys
 import time
 
 from minipar.cost import collectives as cc
+from minipar.cost.units import parse_bytes
 from minipar.errors import InputError
+from minipar.runtime import device
 
+from .collectives_report import plot, table
 from .common import add_backend, add_json, emit
 
 OPS = ("all-reduce", "all-gather", "reduce-scatter", "broadcast")
@@ -46,12 +50,10 @@ def _numel(op: str, n: int, nbytes: int) -> int:
 
 def _call(op: str, numel: int, n: int):
     """A zero-argument function running one ``op`` on freshly allocated float32 buffers."""
-    import torch
-    import torch.distributed as dist
+    import torch  # noqa: PLC0415 (torch ~1.5 s: `minipar --help` imports this module; only _call needs it)
+    import torch.distributed as dist  # noqa: PLC0415 (torch ~1.5 s: `minipar --help` imports this module; only _call needs it)
 
-    from minipar.runtime.device import get_device
-
-    dev = get_device()
+    dev = device.get_device()
     full, part = (
         torch.ones(numel, device=dev),
         torch.ones(numel // n, device=dev),
@@ -67,7 +69,7 @@ def _call(op: str, numel: int, n: int):
     if op == "broadcast":
         return lambda: dist.broadcast(full, src=0)
     if op == "ring-all-reduce":
-        from minipar.collectives import ring_all_reduce
+        from minipar.collectives import ring_all_reduce  # noqa: PLC0415 (torch ~1.5 s: `minipar --help` imports this module; only _call needs it)
 
         return lambda: ring_all_reduce(full)
     raise ValueError(f"op ({op!r}) must be one of {', '.join(OPS)}")
@@ -75,17 +77,15 @@ def _call(op: str, numel: int, n: int):
 
 def _time_on_rank(rank: int, n: int, op: str, numel: int, iters: int, warmup: int) -> float:
     """Median seconds of one ``op`` on this rank (runs on every rank)."""
-    import torch.distributed as dist
-
-    from minipar.runtime.device import synchronize
+    import torch.distributed as dist  # noqa: PLC0415 (torch ~1.5 s: `minipar --help` imports this module; only _time_on_rank needs it)
 
     fn, times = _call(op, numel, n), []
     for i in range(warmup + iters):
         dist.barrier()
-        synchronize()
+        device.synchronize()
         t0 = time.perf_counter()
         fn()
-        synchronize()  # a GPU collective is queued, not done
+        device.synchronize()  # a GPU collective is queued, not done
         if i >= warmup:
             times.append(time.perf_counter() - t0)
     return statistics.median(times)
@@ -95,7 +95,7 @@ def time_op(
     op: str, n: int, nbytes: int, iters: int = 5, warmup: int = 2, backend: str = "auto"
 ) -> tuple[int, float]:
     """(S actually used in bytes, seconds: median over iterations, max over the n ranks)."""
-    from minipar.runtime.launch import run
+    from minipar.runtime.launch import run  # noqa: PLC0415 (minipar.runtime.launch ~25 ms, loads cloudpickle and multiprocessing: `minipar --help` imports this module)
 
     numel = _numel(op, n, nbytes)
     per_rank = run(_time_on_rank, n, op, numel, iters, warmup, backend=backend, timeout=120)
@@ -106,7 +106,7 @@ def sweep(
     ops, ranks, sizes, iters: int = 5, progress: bool = True, backend: str = "auto"
 ) -> list[dict]:
     """One row per (n, op, S): bytes, seconds, algbw and busbw (bytes/s, nccl-tests)."""
-    from tqdm.auto import tqdm
+    from tqdm.auto import tqdm  # noqa: PLC0415 (tqdm ~40 ms: `minipar --help` imports this module)
 
     rows = []
     jobs = [(n, op, s) for n in ranks for op in ops for s in sizes]
@@ -155,11 +155,9 @@ def ring_vs_dist(sizes, n: int = 4, iters: int = 5, backend: str = "auto") -> li
 
 
 def machine(backend: str = "gloo") -> dict:
-    import os
+    import torch  # noqa: PLC0415 (torch ~1.5 s: `minipar --help` imports this module; only machine needs it)
 
-    import torch
-
-    from minipar.runtime.pool import usable_cpus
+    from minipar.runtime.pool import usable_cpus  # noqa: PLC0415 (minipar.runtime.pool ~18 ms, loads cloudpickle and multiprocessing: `minipar --help` imports this module)
 
     gpu = torch.cuda.get_device_name(0) if backend == "nccl" else None
     return dict(
@@ -186,7 +184,7 @@ def run_benchmark(
 ) -> dict:
     """The whole benchmark as one JSON-ready dict (what ``--json`` prints); ``ring_ranks``:
     the rank count of the ring-vs-dist comparison."""
-    from minipar.runtime.launch import choose_backend
+    from minipar.runtime.launch import choose_backend  # noqa: PLC0415 (minipar.runtime.launch ~25 ms, loads cloudpickle and multiprocessing: `minipar --help` imports this module)
 
     sizes = sizes or [4 * 4**k * 1024 for k in range(7)]  # 4 KiB … 16 MiB
     ranks = list(ranks)
@@ -209,8 +207,6 @@ FULL = dict(
 
 def parse_size(text: str) -> int:
     """``"4KiB"`` -> 4096 bytes (also ``"1MB"``, ``"1e6"``, ``"512"``)."""
-    from minipar.cost.units import parse_bytes
-
     try:
         return int(parse_bytes(text))
     except InputError as e:
@@ -231,7 +227,7 @@ def parse_sizes(text: str) -> list[int]:
 
 
 def parse_ranks(text: str) -> list[int]:
-    from minipar.runtime.launch import MAX_WORLD_SIZE
+    from minipar.runtime.launch import MAX_WORLD_SIZE  # noqa: PLC0415 (minipar.runtime.launch ~25 ms, loads cloudpickle and multiprocessing: `minipar --help` imports this module)
 
     try:
         ranks = [int(t) for t in text.split(",")]
@@ -267,8 +263,6 @@ def _main(args) -> int:
     if len(sizes) < 2:
         print("note: one size only, so no α-β fit", file=sys.stderr)
     if args.plot:  # before minutes of measuring, not after
-        import importlib.util
-
         if importlib.util.find_spec("matplotlib") is None:
             raise InputError(
                 f"--plot {args.plot} needs matplotlib, which is not installed "
@@ -291,7 +285,6 @@ def _main(args) -> int:
             )
         except ValueError as e:  # e.g. --backend nccl without a GPU per rank
             raise InputError(str(e)) from None
-        from .collectives_report import plot, table
 
         print(table(result))  # on stderr under --json
         if args.out:

@@ -17,6 +17,7 @@ import math
 import sys
 
 from minipar.errors import InputError
+from minipar.runtime.device import resolve_backend
 
 MAX_RANKS = 16  # ranks of one machine that a benchmark starts (each is a process)
 
@@ -64,8 +65,6 @@ def add_backend(p, default: str, why: str) -> None:
 def backend(args, ranks: int) -> str:
     """``args.backend`` resolved for ``ranks`` ranks; NCCL without a GPU per rank is an
     :class:`InputError` naming both numbers."""
-    from minipar.runtime.device import resolve_backend
-
     try:
         return resolve_backend(args.backend, ranks)
     except ValueError as e:

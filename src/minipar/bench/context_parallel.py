@@ -30,8 +30,11 @@ ratios measured in one run are the figures to read, not absolute seconds.
 
 from __future__ import annotations
 
+import time
 from statistics import median
 
+from minipar.cost import context_parallel as C
+from minipar.cost.collectives import fit_alpha_beta
 from minipar.errors import InputError
 
 from .common import MAX_RANKS, add_common, check, emit
@@ -44,9 +47,7 @@ def _fastest(fn, reps: int, inner: int = 4) -> float:
     """Fastest of ``reps`` tries of the mean over ``inner`` back-to-back calls, all ranks
     starting together: back-to-back ring shifts and all-to-alls pace themselves, so one rank
     leaving the barrier late costs 1/inner of a try, not a whole one."""
-    import time
-
-    import torch.distributed as dist
+    import torch.distributed as dist  # noqa: PLC0415 (torch ~1.5 s: `minipar --help` imports this module; only _fastest needs it)
 
     best = float("inf")
     for _ in range(reps):
@@ -60,10 +61,10 @@ def _fastest(fn, reps: int, inner: int = 4) -> float:
 
 def _fit_times_on_rank(cp: int, reps: int) -> dict:
     """Fastest seconds of one ring shift and of one all-to-all per size in ``FIT_SIZES``."""
-    import torch
-    import torch.distributed as dist
+    import torch  # noqa: PLC0415 (torch ~1.5 s: `minipar --help` imports this module; only _fit_times_on_rank needs it)
+    import torch.distributed as dist  # noqa: PLC0415 (torch ~1.5 s: `minipar --help` imports this module; only _fit_times_on_rank needs it)
 
-    from minipar.context_parallel.ring_communication import RingShift
+    from minipar.context_parallel.ring_communication import RingShift  # noqa: PLC0415 (torch ~1.5 s: `minipar --help` imports this module; only _fit_times_on_rank needs it)
 
     out = {"ring": [], "all_to_all": []}
     for size in FIT_SIZES:
@@ -77,17 +78,15 @@ def _fit_times_on_rank(cp: int, reps: int) -> dict:
 
 def bench_on_rank(rank: int, cp: int, b: int, a: int, s: int, d: int, steps: int) -> dict:
     """This rank's seconds per variant and round, traced bytes, and the fit's timings."""
-    import time
+    import torch  # noqa: PLC0415 (torch ~1.5 s: `minipar --help` imports this module; only bench_on_rank needs it)
+    import torch.distributed as dist  # noqa: PLC0415 (torch ~1.5 s: `minipar --help` imports this module; only bench_on_rank needs it)
 
-    import torch
-    import torch.distributed as dist
-
-    from minipar.context_parallel.experiments import qkv
-    from minipar.context_parallel.online_softmax import full_attention
-    from minipar.context_parallel.ring import ring_attention
-    from minipar.context_parallel.sharding import shard_sequence
-    from minipar.context_parallel.ulysses import ulysses_attention
-    from minipar.runtime import tracer
+    from minipar.context_parallel.experiments import qkv  # noqa: PLC0415 (torch ~1.5 s: `minipar --help` imports this module; only bench_on_rank needs it)
+    from minipar.context_parallel.online_softmax import full_attention  # noqa: PLC0415 (torch ~1.5 s: `minipar --help` imports this module; only bench_on_rank needs it)
+    from minipar.context_parallel.ring import ring_attention  # noqa: PLC0415 (torch ~1.5 s: `minipar --help` imports this module; only bench_on_rank needs it)
+    from minipar.context_parallel.sharding import shard_sequence  # noqa: PLC0415 (torch ~1.5 s: `minipar --help` imports this module; only bench_on_rank needs it)
+    from minipar.context_parallel.ulysses import ulysses_attention  # noqa: PLC0415 (torch ~1.5 s: `minipar --help` imports this module; only bench_on_rank needs it)
+    from minipar.runtime import tracer  # noqa: PLC0415 (torch ~1.5 s: `minipar --help` imports this module; only bench_on_rank needs it)
 
     full = [t.float() for t in qkv(b, a, s, d, logit=10)]  # (b, a, s, d) each
     dout = torch.randn(b, a, s, d, generator=torch.Generator().manual_seed(7))
@@ -137,8 +136,7 @@ def bench_on_rank(rank: int, cp: int, b: int, a: int, s: int, d: int, steps: int
 def _fit(sizes, ring_s, a2a_s, cp) -> dict:
     """α (s) and bandwidth (bytes/s) of one ring shift and of the all-to-all; a fit that the
     noise made meaningless (bandwidth <= 0) says so instead of predicting."""
-    from minipar.cost.calibrate import fit_line
-    from minipar.cost.collectives import fit_alpha_beta
+    from minipar.cost.calibrate import fit_line  # noqa: PLC0415 (minipar.cost.calibrate ~14 ms: `minipar --help` imports this module)
 
     out = {}
     for name, fitted in (
@@ -167,8 +165,7 @@ def bench(
     head_dim: int = 32,
     steps: int = 5,
 ) -> dict:
-    from minipar.cost import context_parallel as C
-    from minipar.runtime.launch import run
+    from minipar.runtime.launch import run  # noqa: PLC0415 (minipar.runtime.launch ~25 ms, loads cloudpickle and multiprocessing: `minipar --help` imports this module)
 
     cp, e, h = ranks, 4, heads * head_dim
     per = run(bench_on_rank, cp, batch, heads, seq, head_dim, steps, backend="gloo", timeout=900)

@@ -12,6 +12,9 @@ A benchmark reports, it never asserts: ranks share this machine's cores, so numb
 
 from __future__ import annotations
 
+import functools
+import statistics
+
 from .common import MAX_RANKS, add_backend, add_common, backend, check, emit
 
 VARIANTS = ("compute", "naive", "bucketed", "ddp")
@@ -27,11 +30,8 @@ def bench(
     bucket_mb: float,
     backend: str = "auto",
 ) -> dict:
-    import functools
-    import statistics
-
-    from minipar.data_parallel.models import mlp_params
-    from minipar.data_parallel.timing import run_on_ranks, time_variants_on_rank
+    from minipar.data_parallel.models import mlp_params  # noqa: PLC0415 (torch ~1.5 s: `minipar --help` imports this module; only bench needs it)
+    from minipar.data_parallel.timing import run_on_ranks, time_variants_on_rank  # noqa: PLC0415 (torch ~1.5 s: `minipar --help` imports this module; only bench needs it)
 
     per_rank = run_on_ranks(
         functools.partial(

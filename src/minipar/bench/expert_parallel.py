@@ -40,8 +40,11 @@ ratios measured in one run are the figures to read, not absolute seconds.
 
 from __future__ import annotations
 
+import time
 from statistics import median
 
+from minipar.cost.collectives import fit_alpha_beta
+from minipar.cost.expert_parallel import imbalance, layer_comm_time, layer_events
 from minipar.errors import InputError
 
 from .common import MAX_RANKS, add_common, check, emit
@@ -52,11 +55,9 @@ FIT_SIZES = (2**12, 2**15, 2**18, 2**20)  # all-to-all buffer S in bytes (float3
 
 def _expert_seconds(layer, rows_per_expert: list[int], reps: int) -> float:
     """Fastest forward + backward of this rank's experts on random rows of the counted sizes."""
-    import time
+    import torch  # noqa: PLC0415 (torch ~1.5 s: `minipar --help` imports this module; only _expert_seconds needs it)
 
-    import torch
-
-    from minipar.expert_parallel.moe import expert_mlp
+    from minipar.expert_parallel.moe import expert_mlp  # noqa: PLC0415 (torch ~1.5 s: `minipar --help` imports this module; only _expert_seconds needs it)
 
     w1 = layer.w1.detach().clone().requires_grad_()  # (E/x, h, f)
     w2 = layer.w2.detach().clone().requires_grad_()  # (E/x, f, h)
@@ -87,16 +88,13 @@ def bench_on_rank(
 ) -> dict:
     """This rank's seconds per router and round, its expert time, counts, traced bytes and the
     all-to-all fit's timings."""
-    import time
+    import torch  # noqa: PLC0415 (torch ~1.5 s: `minipar --help` imports this module; only bench_on_rank needs it)
+    import torch.distributed as dist  # noqa: PLC0415 (torch ~1.5 s: `minipar --help` imports this module; only bench_on_rank needs it)
 
-    import torch
-    import torch.distributed as dist
-
-    from minipar.cost.expert_parallel import layer_events
-    from minipar.expert_parallel.experiments import _a2a_times_on_rank, skewed_router
-    from minipar.expert_parallel.layer import ExpertParallelMoE
-    from minipar.expert_parallel.moe import MoE
-    from minipar.runtime import tracer
+    from minipar.expert_parallel.experiments import _a2a_times_on_rank, skewed_router  # noqa: PLC0415 (torch ~1.5 s: `minipar --help` imports this module; only bench_on_rank needs it)
+    from minipar.expert_parallel.layer import ExpertParallelMoE  # noqa: PLC0415 (torch ~1.5 s: `minipar --help` imports this module; only bench_on_rank needs it)
+    from minipar.expert_parallel.moe import MoE  # noqa: PLC0415 (torch ~1.5 s: `minipar --help` imports this module; only bench_on_rank needs it)
+    from minipar.runtime import tracer  # noqa: PLC0415 (torch ~1.5 s: `minipar --help` imports this module; only bench_on_rank needs it)
 
     layers, inputs = {}, {}
     for name in ROUTERS:
@@ -160,10 +158,8 @@ def bench(
     steps: int = 5,
     grouped_experts: int = 32,
 ) -> dict:
-    from minipar.cost.collectives import fit_alpha_beta
-    from minipar.cost.expert_parallel import imbalance, layer_comm_time
-    from minipar.expert_parallel.experiments import kernel_seconds
-    from minipar.runtime.launch import run
+    from minipar.expert_parallel.experiments import kernel_seconds  # noqa: PLC0415 (torch ~1.5 s: `minipar --help` imports this module; only bench needs it)
+    from minipar.runtime.launch import run  # noqa: PLC0415 (minipar.runtime.launch ~25 ms, loads cloudpickle and multiprocessing: `minipar --help` imports this module)
 
     ep = ranks
     E = 2 * ep if experts is None else experts

@@ -28,7 +28,10 @@ GPU profile. :func:`calibrate` takes a ``timer`` so that tests can replace the c
 from __future__ import annotations
 
 import json
+import os
 import statistics
+import sys
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
@@ -75,7 +78,7 @@ class Probe:
 
 def _gemm_probe(kind: str, n: int, M: int, N: int, K: int, device: str) -> Probe:
     def make():
-        import torch
+        import torch  # noqa: PLC0415 (torch ~1.5 s: `minipar --help` imports this module; only make needs it)
 
         shape = (n,) if n > 1 else ()
         A = torch.randn(*shape, M, K, device=device, dtype=torch.bfloat16)  # (n, M, K)
@@ -87,7 +90,7 @@ def _gemm_probe(kind: str, n: int, M: int, N: int, K: int, device: str) -> Probe
 
 def _copy_probe(nbytes: int, device: str) -> Probe:
     def make():
-        import torch
+        import torch  # noqa: PLC0415 (torch ~1.5 s: `minipar --help` imports this module; only make needs it)
 
         src = torch.randn(nbytes // 4, device=device)
         dst = torch.empty_like(src)
@@ -100,10 +103,10 @@ def _layer_probe(b: int, s: int, h: int, a: int, attention: str, device: str) ->
     """Forward + backward of one layer; ``attention``: "unfused" or "sdpa"."""
 
     def make():
-        import torch
-        import torch.nn.functional as F
+        import torch  # noqa: PLC0415 (torch ~1.5 s: `minipar --help` imports this module; only make needs it)
+        import torch.nn.functional as F  # noqa: PLC0415 (torch ~1.5 s: `minipar --help` imports this module; only make needs it)
 
-        from minipar.model import GPTConfig, Layer
+        from minipar.model import GPTConfig, Layer  # noqa: PLC0415 (torch ~1.5 s: `minipar --help` imports this module; only make needs it)
 
         class FusedLayer(Layer):
             """:class:`minipar.model.Layer` with PyTorch's fused causal attention."""
@@ -138,7 +141,7 @@ def _layer_probe(b: int, s: int, h: int, a: int, attention: str, device: str) ->
 
 def _adam_probe(params: int, device: str) -> Probe:
     def make():
-        import torch
+        import torch  # noqa: PLC0415 (torch ~1.5 s: `minipar --help` imports this module; only make needs it)
 
         p = torch.nn.Parameter(torch.randn(params, device=device))
         p.grad = torch.randn_like(p)
@@ -171,9 +174,7 @@ def probes(plan: Plan, device: str) -> list[Probe]:
 def device_timer(device: str, repeats: int, warmup: int = 3) -> Callable[[Probe], float]:
     """Median seconds of ``repeats`` calls after ``warmup``: CUDA events around each call on
     a GPU, ``time.perf_counter`` on the CPU."""
-    import time
-
-    import torch
+    import torch  # noqa: PLC0415 (torch ~1.5 s: `minipar --help` imports this module; only device_timer needs it)
 
     def timer(probe: Probe) -> float:
         fn = probe.make()
@@ -312,9 +313,7 @@ def calibrate(
 
 
 def _device_info(device: str) -> tuple[str, float, int]:
-    import os
-
-    import torch
+    import torch  # noqa: PLC0415 (torch ~1.5 s: `minipar --help` imports this module; only _device_info needs it)
 
     if device == "cpu":
         return (
@@ -358,9 +357,7 @@ def add_parser(sub) -> None:
 
 
 def _run(args) -> int:
-    import sys
-
-    import torch
+    import torch  # noqa: PLC0415 (torch ~1.5 s: `minipar --help` imports this module; only _run needs it)
 
     if args.device == "cuda" and not torch.cuda.is_available():
         raise InputError(

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from minipar.errors import InputError
 from minipar.pipeline_parallel.measure import measure_bubble as bench
+from minipar.pipeline_parallel.schedules import NAMES
 
 from .common import MAX_RANKS, add_backend, add_common, backend, check, emit
 
@@ -76,8 +77,6 @@ def _main(args) -> int:
 
 
 def add_bench_parser(bench_sub) -> None:
-    from minipar.pipeline_parallel.schedules import NAMES
-
     p = bench_sub.add_parser(
         "pipeline_parallel", aliases=["pp"], help="measure a pipeline schedule's bubble on ranks"
     )

@@ -28,19 +28,32 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import importlib.util
 import json
 import math
 import os
+import re
+import shutil
 import signal
 import sys
 import tempfile
 import time
 from pathlib import Path
 
+from minipar.errors import InputError
+from minipar.grading.notebooks import (
+    cell_tasks,
+    expected_tasks,
+    find_script,
+    graded_copy,
+    scripts,
+    starter_path,
+)
 from minipar.grading.runner import (
     _SIGNALS,
     Interrupted,
     first_signal,
+    run_notebook,
     shielded,
     signals_unwind,
 )
@@ -84,9 +97,6 @@ def add_parser(sub) -> None:
 
 def notebooks(paths) -> tuple[list[Path], list[Path]]:
     """(notebooks to grade, solution scripts found under the folders given)."""
-    from minipar.errors import InputError
-    from minipar.grading.notebooks import scripts
-
     found, wanted = [], []
     for p in map(Path, paths):
         if p.is_dir():
@@ -140,8 +150,6 @@ def _cell_name(learner, i) -> str:
 def _score_notebook(nb_path, nb, script, copy, origin, records, run):
     """Rows (notebook, task, passed, reason) and missing task ids for one notebook; ``run`` is
     its :class:`minipar.grading.runner.NotebookRun`."""
-    from minipar.grading.notebooks import cell_tasks, expected_tasks
-
     name = str(Path(nb_path).resolve())
     expected = expected_tasks(script) if script else []
     learner = nb.cells
@@ -255,10 +263,7 @@ def _remove_stale_folders() -> list[str]:
     """Remove ``minipar-grade-<host>-<pid>-*`` folders of this host (boot and PID namespace)
     and user whose grader ``pid`` is gone: left by a grader killed with SIGKILL (its kernel
     and everything under it exit by themselves: the kernel polls its parent)."""
-    import re
-    import shutil
-
-    from minipar.runtime.pool import _pid_alive, host_token
+    from minipar.runtime.pool import _pid_alive, host_token  # noqa: PLC0415 (minipar.runtime.pool ~18 ms, loads cloudpickle and multiprocessing: `minipar --help` imports this module)
 
     base, host, removed = tempfile.gettempdir(), host_token(), []
     try:
@@ -291,16 +296,13 @@ def grade(paths, timeout: float | None = None, progress=None) -> dict:
     """Grade; return ``{"tasks": [...], "passed", "total", "missing", "empty"}`` (see module
     doc; ``empty`` lists the notebooks with no task). ``progress(line)``, if given, receives
     the progress lines."""
-    import nbformat
-
-    from minipar.grading.notebooks import expected_tasks, find_script, graded_copy, starter_path
-    from minipar.grading.runner import run_notebook
+    import nbformat  # noqa: PLC0415 (nbformat ~1.2 s, the grade extra: only the grade command needs it)
 
     say = progress or (lambda line: None)
     nbs, wanted = notebooks(paths)
     rows, missing, empty = [], [], []
     covered = set()
-    from minipar.runtime.pool import host_token
+    from minipar.runtime.pool import host_token  # noqa: PLC0415 (minipar.runtime.pool ~18 ms, loads cloudpickle and multiprocessing: `minipar --help` imports this module)
 
     with shielded():
         _remove_stale_folders()
@@ -324,7 +326,6 @@ def grade(paths, timeout: float | None = None, progress=None) -> dict:
             script = find_script(nb_path, nb)
             if script is not None:
                 covered.add(script.resolve())
-            from minipar.grading.notebooks import cell_tasks
 
             if script is None and not any(
                 cell_tasks(c.get("source") or "") for c in nb.cells if c.get("cell_type") == "code"
@@ -390,10 +391,6 @@ def grade(paths, timeout: float | None = None, progress=None) -> dict:
 
 def _needs_extra() -> None:
     """``minipar grade`` without the [grade] extra: one line saying what to install."""
-    import importlib.util
-
-    from minipar.errors import InputError
-
     for module in ("nbformat", "jupyter_client", "ipykernel", "psutil"):
         try:
             found = importlib.util.find_spec(module) is not None

@@ -15,12 +15,15 @@ often each rank's value went in.
 from __future__ import annotations
 
 import contextlib
+import os
 import re
 
 from minipar.cost import collectives as cc
 from minipar.grading import GradeFailure, as_number, close_number, reason_for, task
 from minipar.grading.compare import type_error
 from minipar.grading.imports import course_calls, forbidden_modules
+from minipar.grading.limits import LimitExceeded, RankFailure, run_ranks
+from minipar.runtime.launch import RankError
 
 RANKS = (2, 3, 4)
 _FORBIDDEN = forbidden_modules("collectives")  # minipar.collectives, minipar.cost: the answers
@@ -47,7 +50,7 @@ def _describe(n, numel, dtype):
 
 
 def _input(rank, numel, dtype):
-    import torch
+    import torch  # noqa: PLC0415 (torch ~1.5 s: this module loads without torch; only _input needs it)
 
     g = torch.Generator().manual_seed(100 * rank + numel)
     if dtype == "int64":
@@ -59,7 +62,7 @@ def _input(rank, numel, dtype):
 def _guarded(dtype):
     """Within the candidate: point-to-point buffers must have the input's dtype (a mismatch
     makes gloo abort the process with nothing the learner can act on)."""
-    import torch.distributed as dist
+    import torch.distributed as dist  # noqa: PLC0415 (torch ~1.5 s: this module loads without torch; only _guarded needs it)
 
     originals = {name: getattr(dist, name) for name in ("send", "recv", "isend", "irecv")}
 
@@ -96,9 +99,7 @@ def _course_calls(used: set):
 
 def _run_case(fn, x, where):
     """``fn(x)`` under the tracer, the dtype guard and the course-call watch."""
-    import os
-
-    from minipar.runtime.tracer import trace
+    from minipar.runtime.tracer import trace  # noqa: PLC0415 (torch ~1.5 s: this module loads without torch; only _run_case needs it)
 
     os.write(2, f"minipar check: running case {where}\n".encode())  # shown if the rank dies
     used: set = set()
@@ -121,8 +122,8 @@ def _run_case(fn, x, where):
 
 
 def _ring_on_rank(rank, n, fn):
-    import torch
-    import torch.distributed as dist
+    import torch  # noqa: PLC0415 (torch ~1.5 s: this module loads without torch; only _ring_on_rank needs it)
+    import torch.distributed as dist  # noqa: PLC0415 (torch ~1.5 s: this module loads without torch; only _ring_on_rank needs it)
 
     out = []
     for numel, dtype in _cases(n):
@@ -153,8 +154,8 @@ def _gather_cases(n: int):
 
 
 def _gather_on_rank(rank, n, fn):
-    import torch
-    import torch.distributed as dist
+    import torch  # noqa: PLC0415 (torch ~1.5 s: this module loads without torch; only _gather_on_rank needs it)
+    import torch.distributed as dist  # noqa: PLC0415 (torch ~1.5 s: this module loads without torch; only _gather_on_rank needs it)
 
     out = []
     for numel, dtype in _gather_cases(n):
@@ -177,9 +178,6 @@ def _gather_on_rank(rank, n, fn):
 
 def _run(worker, n, fn):
     """The ranks under the grader's shared limits; a failure names the case it happened in."""
-    from minipar.grading.limits import LimitExceeded, RankFailure, run_ranks
-    from minipar.runtime.launch import RankError
-
     try:
         return run_ranks(worker, n, fn)
     except LimitExceeded as e:
@@ -280,7 +278,7 @@ def _ring_peers(res, rank, n, what):
     "only, 2(n−1)/n·S bytes sent per rank",
 )
 def check_ring_all_reduce(candidate):
-    import torch
+    import torch  # noqa: PLC0415 (torch ~1.5 s: this module loads without torch; only check_ring_all_reduce needs it)
 
     for n in RANKS:
         per_rank = _run(_ring_on_rank, n, candidate)
@@ -335,7 +333,7 @@ def check_ring_all_reduce(candidate):
     "only, (n−1)·chunk bytes sent per rank",
 )
 def check_all_gather(candidate):
-    import torch
+    import torch  # noqa: PLC0415 (torch ~1.5 s: this module loads without torch; only check_all_gather needs it)
 
     for n in RANKS:
         for r, cases in enumerate(_run(_gather_on_rank, n, candidate)):

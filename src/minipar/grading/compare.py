@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import re
+
 from minipar.grading.errors import GradeFailure
+from minipar.grading.limits import run_ranks
+from minipar.grading.reasons import reason_for
 
 
 def close(actual, expected, what: str, rtol: float = 1e-5, atol: float = 1e-6) -> None:
     """Raise :class:`GradeFailure` unless tensors/numbers ``actual`` match ``expected``; the
     reason names the first element that differs most and both values."""
-    import torch
+    import torch  # noqa: PLC0415 (torch ~1.5 s: `minipar --help` imports this module; only close needs it)
 
     if not isinstance(actual, torch.Tensor):
         try:
@@ -61,7 +65,7 @@ def close_number(actual, expected: float, what: str, rel: float = 0.01) -> None:
 def randn(*shape, seed: int, dtype=None):
     """A float64 (or ``dtype``) normal tensor from its own generator: the same on every rank
     and every run for one seed."""
-    import torch
+    import torch  # noqa: PLC0415 (torch ~1.5 s: `minipar --help` imports this module; only randn needs it)
 
     return torch.randn(
         *shape, generator=torch.Generator().manual_seed(seed), dtype=dtype or torch.float64
@@ -84,7 +88,7 @@ def _dtype_name(dtype) -> str:
 def type_error(actual, expected) -> str | None:
     """What is wrong with the *type* of ``actual`` against the tensor ``expected`` (not a
     tensor, another dtype, another shape), or None: the exercise states all three."""
-    import torch
+    import torch  # noqa: PLC0415 (torch ~1.5 s: `minipar --help` imports this module; only type_error needs it)
 
     if not isinstance(actual, torch.Tensor):
         return (
@@ -104,7 +108,7 @@ def type_error(actual, expected) -> str | None:
 def same(actual, expected, atol: float = 1e-9, rtol: float = 1e-7) -> bool:
     """Same type (a tensor of ``expected``'s dtype and shape) and values within tolerance; NaN
     never matches."""
-    import torch
+    import torch  # noqa: PLC0415 (torch ~1.5 s: `minipar --help` imports this module; only same needs it)
 
     if expected is None or type_error(actual, expected):
         return False
@@ -135,8 +139,6 @@ def expect_tensor(actual, expected, what: str) -> None:
 def launch(fn, n, *args):
     """``fn(rank, n, *args)`` on ``n`` ranks under the grader's shared limits
     (:func:`minipar.grading.limits.run_ranks`)."""
-    from minipar.grading.limits import run_ranks
-
     return run_ranks(fn, n, *args)
 
 
@@ -147,15 +149,11 @@ def launch_layouts(on_rank, layouts: dict, *args, hint=None, deadlock_note=None)
     A rank that raised, died or hung becomes one :class:`GradeFailure` with the reason and the
     case it was running (the ``minipar check: running case ...`` line a rank writes first),
     plus ``hint(case, message)`` and, for a deadlock, ``deadlock_note(world)``."""
-    import re
-
     order = {label: i for i, label in enumerate(l for w in layouts for l, _ in layouts[w])}
     for world in layouts:
         try:
             per_rank = launch(on_rank, world, *args)
         except Exception as e:
-            from minipar.grading.reasons import reason_for
-
             inner = getattr(e, "error", e)
             tail = getattr(e, "stderr_tail", "") or getattr(inner, "stderr_tail", "") or ""
             case = re.findall(r"minipar check: running case ([^\n]*)", tail)

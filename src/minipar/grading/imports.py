@@ -22,6 +22,7 @@ autograd calls ``_CopyToTPRegion.backward`` directly).
 from __future__ import annotations
 
 import contextlib
+import dis
 import importlib
 import inspect
 import sys
@@ -160,8 +161,6 @@ def _through_modules(code, env: dict, closure: dict):
     ``from minipar.tensor_parallel import X`` inside the function, ``import ... as m; m.X``.
     Follows the bytecode, so only attributes actually read from a module count (an attribute
     of the learner's own object that happens to share a course function's name does not)."""
-    import dis
-
     local: dict = {}  # local names bound to modules by import statements
     cur, fromlist = None, None
     for ins in dis.get_instructions(code):

@@ -47,6 +47,7 @@ import json
 import os
 import re
 import signal
+import subprocess
 import threading
 import time
 
@@ -105,8 +106,6 @@ def _stat(pid: int):
 def _stat_ps(pid: int):
     """:func:`_stat` from ``ps -o stat=,time=,lstart=`` (macOS; Linux prints whole seconds).
     macOS's ``U`` (uninterruptible wait) counts as Linux's ``D``."""
-    import subprocess
-
     try:
         out = subprocess.run(
             ["ps", "-o", "stat=,time=,lstart=", "-p", str(pid)],
@@ -312,7 +311,7 @@ def run_ranks(fn, world_size: int, *args, **kwargs) -> list:
 
     ``kwargs`` go to ``run`` (``threads``, ``backend``); a ``timeout`` is ignored.
     """
-    from minipar.runtime.launch import RankError, run
+    from minipar.runtime.launch import RankError, run  # noqa: PLC0415 (minipar.runtime.launch ~25 ms, loads cloudpickle and multiprocessing: `minipar --help` imports this module)
 
     kwargs.pop("timeout", None)
     kwargs.setdefault("backend", "gloo")
@@ -450,7 +449,7 @@ def cpu_time_limit(seconds: float | None):
         return
 
     wall = 10 * seconds
-    from minipar.runtime.launch import ranks_wall_seconds
+    from minipar.runtime.launch import ranks_wall_seconds  # noqa: PLC0415 (minipar.runtime.launch ~25 ms, loads cloudpickle and multiprocessing: `minipar --help` imports this module)
 
     start, ranks_before = time.monotonic(), ranks_wall_seconds()
     clock = _main_thread_clock()

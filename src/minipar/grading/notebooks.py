@@ -36,11 +36,17 @@ overwrites them (course authors); ``--check`` fails if a starter the repository 
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import re
+import subprocess
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
+
+from minipar.grading import learner_line, pass_line
+from minipar.grading.limits import CELL_LIMIT, cpu_time_limit
 
 if TYPE_CHECKING:  # imported by the functions that need it: nbformat alone costs ~1 s
     import nbformat
@@ -79,7 +85,7 @@ def exercise_id(script: Path) -> str:
 def build(script: Path, solved: bool) -> "nbformat.NotebookNode":
     """The learner's notebook (``solved=False``) or the reference notebook (``solved=True``),
     without outputs: the grader supplies the expected PASS lines (:func:`graded_copy`)."""
-    import nbformat
+    import nbformat  # noqa: PLC0415 (nbformat ~1.2 s, the grade extra: only build reads notebooks)
 
     nb = nbformat.v4.new_notebook()
     nb.metadata = {
@@ -151,9 +157,7 @@ SETUP = (
 def graded_copy(nb, folder: str, log: str) -> tuple["nbformat.NotebookNode", list[int | None]]:
     """The notebook ``minipar grade`` runs, and for each of its code cells the index of the
     learner's cell it came from (None for the set-up cell)."""
-    import nbformat
-
-    from minipar.grading import pass_line
+    import nbformat  # noqa: PLC0415 (nbformat ~1.2 s, the grade extra: only graded_copy reads notebooks)
 
     copy = nbformat.v4.new_notebook()
     copy.metadata = {
@@ -184,19 +188,12 @@ def graded_copy(nb, folder: str, log: str) -> tuple["nbformat.NotebookNode", lis
 
 def grading_setup(folder: str, log: str) -> None:
     """First cell of a graded copy: run in the learner's folder, log checks and cell errors."""
-    import contextlib
-    import os
-
-    from IPython import get_ipython
-
-    from minipar.grading.limits import CELL_LIMIT, cpu_time_limit
+    from IPython import get_ipython  # noqa: PLC0415 (IPython, the grade extra: absent from the base install; only grading_setup needs it)
 
     os.chdir(folder)
     os.environ["MINIPAR_GRADE_LOG"] = log
 
     def record(result):
-        from minipar.grading import learner_line
-
         err = result.error_before_exec or result.error_in_exec
         if err is None:
             return
@@ -241,7 +238,7 @@ def starter_path(script: Path) -> Path:
 
 
 def render(nb) -> str:
-    import nbformat
+    import nbformat  # noqa: PLC0415 (nbformat ~1.2 s, the grade extra: only render reads notebooks)
 
     return nbformat.writes(nb) + "\n"
 
@@ -250,8 +247,6 @@ def _committed(target: Path) -> str | None:
     """``target`` as the repository has it (git's index: what was committed or staged), or
     None outside a git checkout or for an untracked file. A learner's edits to the working
     copy are not the repository's starter."""
-    import subprocess
-
     try:
         out = subprocess.run(
             ["git", "show", f":./{target.name}"],

@@ -13,6 +13,8 @@ checker hands to the send/recv and B/W answers is the one course object they may
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 from minipar.grading import GradeFailure, task
 from minipar.grading.compare import expect_tensor
 from minipar.grading.imports import (
@@ -21,6 +23,9 @@ from minipar.grading.imports import (
     forbidden_modules,
     reject_course_calls,
 )
+from minipar.grading.limits import run_ranks
+from minipar.pipeline_parallel import Action, ScheduleError, schedule, simulate
+from minipar.pipeline_parallel.model_bubble import peak_in_flight
 
 CHAPTER = "pipeline_parallel"
 _STAGE = ("GPTStage",)  # the stage the checker hands to the learner's code may be called
@@ -28,8 +33,6 @@ _STAGE = ("GPTStage",)  # the stage the checker hands to the learner's code may 
 
 def _run(fn, n, *args):
     """The ranks under the grader's shared limits (:mod:`minipar.grading.limits`)."""
-    from minipar.grading.limits import run_ranks
-
     return run_ranks(fn, n, *args)
 
 
@@ -62,8 +65,6 @@ def _warmup_text(name, r, p, m, v, k_ref) -> str:
 
 
 def _as_actions(lists, p, what):
-    from minipar.pipeline_parallel import Action
-
     if not isinstance(lists, (list, tuple)):
         raise GradeFailure(f"{what} must return a list of actions, got {type(lists).__name__}")
     out = []
@@ -87,9 +88,6 @@ def _leading_forwards(acts) -> int:
 
 def _diagnose_schedule(fn, name, cases, v_of=lambda p: 1):
     """Compare fn(rank, p, m[, v]) with the reference for each (p, m); raise naming the slip."""
-    from minipar.pipeline_parallel import ScheduleError, schedule, simulate
-    from minipar.pipeline_parallel.model_bubble import peak_in_flight
-
     for p, m in cases:
         v = v_of(p)
         args = (p, m) if name == "1f1b" else (p, m, v)
@@ -140,7 +138,7 @@ def _diagnose_schedule(fn, name, cases, v_of=lambda p: 1):
 
 
 def _train_one_step(rank, p, m, lists):
-    from minipar.pipeline_parallel.train import small_config, token_batches, train_rank
+    from minipar.pipeline_parallel.train import small_config, token_batches, train_rank  # noqa: PLC0415 (torch ~1.5 s: this module loads without torch; only _train_one_step needs it)
 
     c = small_config(L=6)
     return train_rank(rank, p, "1f1b", m, 1, c, token_batches(1, 2 * m, c), actions=lists).grads
@@ -152,9 +150,7 @@ def _train_one_step(rank, p, m, lists):
     "equals 1F1B for p = 1..4 and several m (simulated), and trains like one process on 3 ranks",
 )
 def check_one_f_one_b(fn, **_):
-    from types import SimpleNamespace
-
-    from minipar.pipeline_parallel.train import (
+    from minipar.pipeline_parallel.train import (  # noqa: PLC0415 (torch ~1.5 s: this module loads without torch; only check_one_f_one_b needs it)
         max_error,
         small_config,
         token_batches,
@@ -175,9 +171,8 @@ def check_one_f_one_b(fn, **_):
 
 # ----------------------------------------------------------------------------- 02 send/recv
 def _gpipe_on_rank(rank, p, m, fn):
-
-    from minipar.pipeline_parallel.stage import build_stages
-    from minipar.pipeline_parallel.train import small_config, token_batches
+    from minipar.pipeline_parallel.stage import build_stages  # noqa: PLC0415 (torch ~1.5 s: this module loads without torch; only _gpipe_on_rank needs it)
+    from minipar.pipeline_parallel.train import small_config, token_batches  # noqa: PLC0415 (torch ~1.5 s: this module loads without torch; only _gpipe_on_rank needs it)
 
     c = small_config(L=6)
     stage = build_stages(c, rank, p)[rank]
@@ -190,7 +185,7 @@ def _gpipe_on_rank(rank, p, m, fn):
 
 
 def _diagnose_gpipe(results, ref, m, p):
-    import torch
+    import torch  # noqa: PLC0415 (torch ~1.5 s: this module loads without torch; only _diagnose_gpipe needs it)
 
     def same(a, b):
         return a is not None and a.shape == b.shape and torch.allclose(a, b, atol=1e-9)
@@ -224,7 +219,7 @@ def _diagnose_gpipe(results, ref, m, p):
     "a GPipe step with send/recv gives one process's gradients on 2 and 3 ranks",
 )
 def check_gpipe_send_recv(fn, **_):
-    from minipar.pipeline_parallel.train import small_config, token_batches, train_reference
+    from minipar.pipeline_parallel.train import small_config, token_batches, train_reference  # noqa: PLC0415 (torch ~1.5 s: this module loads without torch; only check_gpipe_send_recv needs it)
 
     forbid_course_code(fn, CHAPTER, what="write the send/recv step")
     c = small_config(L=6)
@@ -240,10 +235,10 @@ def check_gpipe_send_recv(fn, **_):
     "B gives the input gradient only, W accumulates the weight gradients; B+W = backward",
 )
 def check_bw_split(fns, **_):
-    import torch
+    import torch  # noqa: PLC0415 (torch ~1.5 s: this module loads without torch; only check_bw_split needs it)
 
-    from minipar.pipeline_parallel.stage import build_stages
-    from minipar.pipeline_parallel.train import small_config
+    from minipar.pipeline_parallel.stage import build_stages  # noqa: PLC0415 (torch ~1.5 s: this module loads without torch; only check_bw_split needs it)
+    from minipar.pipeline_parallel.train import small_config  # noqa: PLC0415 (torch ~1.5 s: this module loads without torch; only check_bw_split needs it)
 
     try:
         backward_input, backward_weight = fns

@@ -8,7 +8,10 @@ exercises 1, 3 and 4 that use the course's grid or planner are rejected
 
 from __future__ import annotations
 
+import itertools
+
 from minipar.cost import three_d as planner
+from minipar.grid import Grid
 from minipar.three_d.grid import RankGrid
 
 from . import GradeFailure, as_number, task
@@ -49,8 +52,6 @@ def _group_diff(ax, mine, want) -> str:
 
 def _other_orders(d, t, p):
     """Groups produced by the usual mix-ups of the rank order, for naming the slip."""
-    import itertools
-
     sizes = {"tp": t, "dp": d, "pp": p}
     out = {}
     for order in itertools.permutations(("pp", "dp", "tp")):  # outermost .. innermost
@@ -357,8 +358,6 @@ def _five_d_slips(d, t, p, cp, ep) -> dict:
 
 def five_d_reference(d, t, p, cp, ep) -> dict:
     """The four kinds of groups of :class:`minipar.grid.Grid` (normalised)."""
-    from minipar.grid import Grid
-
     g = Grid(d, t, p, cp, ep)
     return {k: _normal(g.groups(k)) for k in FIVE_D_KINDS}
 

@@ -10,6 +10,8 @@ from :data:`minipar.cost.hardware.LINKS`; "this machine, fitted" uses the α and
 from __future__ import annotations
 
 from minipar.cost.hardware import LINKS
+from minipar.widgets import Explorer
+from minipar.widgets.inputs import check_values
 
 MACHINE = "this machine, fitted"
 DEFAULT_FIT = (1e-3, 0.3e9)  # α (s), bandwidth (bytes/s): order of gloo on a shared 2-core CPU
@@ -37,9 +39,6 @@ def collectives_explorer(fitted: tuple[float, float] | None = None, **values):
 
     ``values`` override the default controls (op, algorithm, n, size, link).
     """
-    from minipar.widgets import Explorer
-    from minipar.widgets.inputs import check_values
-
     check_values("collectives", "collectives", values)  # the page's own input rules
 
     return Explorer("collectives", "collectives", config=collectives_config(fitted), values=values)

@@ -9,7 +9,9 @@ tests/test_context_parallel_explorer.py checks the twins agree.
 
 from __future__ import annotations
 
+from minipar.cost import context_parallel as C
 from minipar.cost.hardware import GPUS, LINKS
+from minipar.widgets import Explorer
 
 
 def cp_layer_model(
@@ -29,8 +31,6 @@ def cp_layer_model(
     (ring; all-gather; Ulysses, or None when its head rules fail), the ring's forward attention
     time (compute, transfers, with overlap), all-gather CP's (exposed gather, compute), Ulysses'
     all-to-all time, the causal imbalance and the overlap threshold in tokens per rank."""
-    from minipar.cost import context_parallel as C
-
     C.check_shape(s, cp, layout)
     C._check(h=h, a=a, a_kv=a_kv, b=b)
     if a % a_kv:
@@ -97,6 +97,4 @@ def cp_config() -> dict:
 
 def cp_explorer(**values):
     """Live explorer of :func:`cp_layer_model`; ``values`` override the default controls."""
-    from minipar.widgets import Explorer
-
     return Explorer("context_parallel", "cp-layer", config=cp_config(), values=values)

@@ -10,7 +10,11 @@ from __future__ import annotations
 
 import math
 
+from minipar.cost.data_parallel import allreduce_seconds, dp_step_time, forward_backward
 from minipar.cost.hardware import LINKS
+from minipar.cost.memory_time import ZERO_STAGES, model_state_bytes
+from minipar.widgets import Explorer
+from minipar.widgets.inputs import check_values
 
 MAX_BUCKETS = 20000
 OPTIMIZERS = {"adam-mixed": (2, 2, 12), "adam-fp32": (4, 4, 8), "sgd-fp32": (4, 4, 0)}
@@ -33,8 +37,6 @@ def dp_step_model(
     Up to ``gpus_per_node`` GPUs a ring over ``intra``; beyond, the hierarchical all-reduce
     (``inter`` across nodes). Returns DPStep's fields plus ``efficiency`` and ``buckets``.
     """
-    from minipar.cost.data_parallel import allreduce_seconds, dp_step_time, forward_backward
-
     if params_m <= 0 or compute_ms <= 0:
         raise ValueError(f"parameters ({params_m} M) and compute ({compute_ms} ms) must be > 0")
     if not isinstance(ranks, int) or ranks < 1:
@@ -53,8 +55,6 @@ def dp_step_model(
 
 def zero_memory_model(params_b: float = 7.5, d: int = 64, optimizer: str = "adam-mixed"):
     """Per-GPU model-state bytes at ZeRO stages 0–3 (Rajbhandari et al. 2020, Fig. 1)."""
-    from minipar.cost.memory_time import ZERO_STAGES, model_state_bytes
-
     if optimizer not in OPTIMIZERS:
         raise ValueError(f"optimizer ({optimizer!r}) must be one of {', '.join(OPTIMIZERS)}")
     if isinstance(d, bool) or not isinstance(d, (int, float)) or int(d) != d or d < 1:
@@ -76,17 +76,11 @@ def dp_config() -> dict:
 
 def dp_step_explorer(**values):
     """Live explorer of :func:`dp_step_model`; ``values`` override the default controls."""
-    from minipar.widgets import Explorer
-    from minipar.widgets.inputs import check_values
-
     check_values("data_parallel", "dp-step", values)  # the page's own input rules
     return Explorer("data_parallel", "dp-step", config=dp_config(), values=values)
 
 
 def zero_memory_explorer(**values):
     """Live explorer of :func:`zero_memory_model` against a GPU's memory."""
-    from minipar.widgets import Explorer
-    from minipar.widgets.inputs import check_values
-
     check_values("data_parallel", "zero-memory", values)  # the page's own input rules
     return Explorer("data_parallel", "zero-memory", values=values)

@@ -12,6 +12,7 @@ checks the twins agree.
 from __future__ import annotations
 
 from minipar.cost.hardware import LINKS
+from minipar.widgets import Explorer
 
 
 def ep_config() -> dict:
@@ -24,6 +25,4 @@ def ep_config() -> dict:
 def ep_explorer(**values):
     """Live explorer of :func:`minipar.cost.expert_parallel.ep_layer_model`; ``values``
     override the default controls."""
-    from minipar.widgets import Explorer
-
     return Explorer("expert_parallel", "ep-layer", config=ep_config(), values=values)

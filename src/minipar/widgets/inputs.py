@@ -23,6 +23,8 @@ import re
 from collections.abc import Iterable, Mapping
 from decimal import Decimal
 
+from minipar.widgets import js_source
+
 #: The largest value a number box accepts unless its control sets a smaller max (10 million:
 #: more GPUs, tokens or hidden units than any machine has is a typing slip, not a setting).
 MAX_INPUT = 10_000_000
@@ -132,8 +134,6 @@ def js_controls(slug: str, name: str) -> tuple[list[dict], list]:
     registers them, read from its source: the Python side checks the same rules without
     running JavaScript (tests/test_explorer_inputs.py compares this with the JavaScript's own
     ``explorerInputs``)."""
-    from minipar.widgets import js_source
-
     src = js_source(slug)
     start = src.index(f'registerExplorer("{name}"')
     end = src.find("registerExplorer(", start + 1)

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from minipar.cost.hardware import GPUS
 from minipar.cost.model import param_count, param_count_llama
+from minipar.widgets import Explorer
+from minipar.widgets.inputs import check_values
 
 # name -> (L, h, a, V). Shapes as in the papers. Eq. 2 (param_count) assumes a 4h GeLU MLP and
 # one K/V per head, so a Llama shape counts fewer parameters than the published model
@@ -62,8 +64,5 @@ def memory_config() -> dict:
 
 def memory_time_explorer(**values):
     """The live memory calculator; ``values`` override the default controls."""
-    from minipar.widgets import Explorer
-    from minipar.widgets.inputs import check_values
-
     check_values("memory_time", "memory", values)  # the page's own input rules
     return Explorer("memory_time", "memory", config=memory_config(), values=values)

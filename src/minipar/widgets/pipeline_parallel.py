@@ -11,6 +11,10 @@ from __future__ import annotations
 
 import math
 
+from minipar.pipeline_parallel import schedule, simulate
+from minipar.widgets import Explorer
+from minipar.widgets.inputs import NONNEGATIVE, check_numbers, check_values
+
 
 def pp_model(
     name: str, p: int, m: int, v: int = 1, t_f: float = 1.0, t_b: float = 1.0, t_w: float = 1.0
@@ -19,9 +23,6 @@ def pp_model(
     (also in stage-equivalents, chunks / v) of schedule ``name``. Times are in any one unit;
     each must be a finite number >= 0 and at least one > 0. Inputs are checked first by the
     explorers' input contract (:mod:`minipar.widgets.inputs`), as the explorer's boxes are."""
-    from minipar.pipeline_parallel import schedule, simulate
-    from minipar.widgets.inputs import NONNEGATIVE, check_numbers
-
     check_numbers(p=p, m=m, v=v)
     check_numbers(NONNEGATIVE, t_F=t_f, t_B=t_b, t_W=t_w)
     check_times(t_f, t_b, t_w)
@@ -46,8 +47,5 @@ def check_times(t_f: float, t_b: float, t_w: float) -> None:
 
 def pp_explorer(**values):
     """The live schedule explorer; ``values`` override the default controls."""
-    from minipar.widgets import Explorer
-    from minipar.widgets.inputs import check_values
-
     check_values("pipeline_parallel", "pp-schedule", values)  # the page's input rules
     return Explorer("pipeline_parallel", "pp-schedule", config={}, values=values)

@@ -11,6 +11,14 @@ tests/test_tensor_parallel_explorer.py checks the twins agree.
 from __future__ import annotations
 
 from minipar.cost.hardware import GPUS, LINKS
+from minipar.cost.memory_time import activation_bytes_per_layer
+from minipar.cost.tensor_parallel import (
+    comm_compute_ratio,
+    layer_comm_fraction,
+    tp_sent_bytes_per_layer,
+)
+from minipar.widgets import Explorer
+from minipar.widgets.inputs import check_numbers, check_values
 
 
 def tp_layer_model(
@@ -28,15 +36,7 @@ def tp_layer_model(
     four all-reduces without overlap, bytes a rank sends per micro-batch, and saved activation
     bytes per rank with tensor parallelism alone and with sequence parallelism. The counts
     are checked first by the explorers' input contract (:mod:`minipar.widgets.inputs`)."""
-    from minipar.cost.memory_time import activation_bytes_per_layer
-    from minipar.widgets.inputs import check_numbers
-
     check_numbers(t=t, h=h, a=a, s=s, b=b)
-    from minipar.cost.tensor_parallel import (
-        comm_compute_ratio,
-        layer_comm_fraction,
-        tp_sent_bytes_per_layer,
-    )
 
     act = activation_bytes_per_layer(s, b, h, a, t=t, sp=sp)
     kw = dict(flops=flops, bandwidth=bandwidth, alpha=alpha)
@@ -58,8 +58,5 @@ def tp_config() -> dict:
 
 def tp_explorer(**values):
     """Live explorer of :func:`tp_layer_model`; ``values`` override the default controls."""
-    from minipar.widgets import Explorer
-    from minipar.widgets.inputs import check_values
-
     check_values("tensor_parallel", "tp-layer", values)  # the page's own input rules
     return Explorer("tensor_parallel", "tp-layer", config=tp_config(), values=values)

@@ -12,6 +12,7 @@ from dataclasses import asdict
 
 from minipar.cost.hardware import GPUS, LINKS
 from minipar.cost.three_d import MODELS
+from minipar.widgets import Explorer
 
 # Each preset opens on a layout that satisfies the rules (t | a, p | L, t·cp·p | N), published where
 # one was: GPT-3 175B t = 8, p = 16 on 1024 A100 (Narayanan et al. 2021 §5.1); MT-NLG 530B
@@ -106,6 +107,4 @@ def plan_config() -> dict:
 
 def plan_explorer(**values):
     """The live layout explorer; ``values`` override the default controls."""
-    from minipar.widgets import Explorer
-
     return Explorer("three_d", "plan", config=plan_config(), values=values)
