@@ -43,6 +43,8 @@ import sys
 import time
 from pathlib import Path
 
+from minipar.runtime.device import gpu_count
+
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOK_DIR = ROOT / "notebooks"
 MAX_RANKS = 8
@@ -333,9 +335,13 @@ def run_notebook(path: str, timeout: float) -> dict:
     """Execute a notebook in a fresh kernel (cwd: its folder); the backends its launches
     announced ("minipar.runtime.launch: backend=nccl (...)") are collected from its outputs."""
     try:  # the [dev] extra; a GPU node's base install may lack them
-        import nbformat
-        from nbclient import NotebookClient
-        from nbclient.exceptions import CellExecutionError, CellTimeoutError, DeadKernelError
+        import nbformat  # noqa: PLC0415 (the dev extra: absent from a GPU node's base install)
+        from nbclient import NotebookClient  # noqa: PLC0415 (the dev extra, as nbformat)
+        from nbclient.exceptions import (  # noqa: PLC0415 (the dev extra, as nbformat)
+            CellExecutionError,
+            CellTimeoutError,
+            DeadKernelError,
+        )
     except ImportError as e:
         return dict(
             seconds=0.0,
@@ -383,9 +389,7 @@ def run_notebook(path: str, timeout: float) -> dict:
 
 # ----------------------------------------------------------------------------- the check
 def machine() -> dict:
-    import torch
-
-    from minipar.runtime.device import gpu_count
+    import torch  # noqa: PLC0415 (torch ~1.5 s: only machine() needs it; the items run in subprocesses)
 
     gpus = gpu_count()
     return dict(

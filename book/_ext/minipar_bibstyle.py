@@ -19,6 +19,7 @@ from collections import Counter
 from pybtex.plugin import register_plugin
 from pybtex.style.formatting.unsrt import Style as UnsrtStyle
 from pybtex.style.labels import BaseLabelStyle
+from sphinxcontrib.bibtex import bibfile
 
 
 def _last(person) -> str:
@@ -52,8 +53,6 @@ def distinguish_years(entries) -> None:
 
 
 def _patch_parser() -> None:
-    from sphinxcontrib.bibtex import bibfile
-
     parse = bibfile.parse_bibdata
     if getattr(parse, "__minipar__", False):
         return
