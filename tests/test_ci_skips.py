@@ -39,7 +39,8 @@ def _pytest(folder: Path, ci: str | None, browser: bool = False):
 
 
 def test_ci_turns_unexpected_skips_into_failures(tmp_path):
-    shutil.copy(ROOT / "tests" / "conftest.py", tmp_path)
+    for helper in ("conftest.py", "fault_support.py"):  # conftest registers its fixture
+        shutil.copy(ROOT / "tests" / helper, tmp_path)
     (tmp_path / "test_cases.py").write_text(CASES)
     (tmp_path / "test_site_browser.py").write_text("def test_page(): pass\n")
     local, _ = _pytest(tmp_path, None)
