@@ -607,7 +607,7 @@ def _contract_on_rank(rank, n):
     for section in SECTIONS:  # one section's failure must not hide the others'
         try:
             section(rank, n, out)
-        except Exception as e:
+        except Exception as e:  # reported by the section's test
             out["errors"][section.__name__] = f"{type(e).__name__}: {e}"
     return out
 

@@ -62,6 +62,6 @@ def cpu_attempt_on_rank(rank, cp):
     q, k, v = qkv(b=1, a=2, s=8 * cp, d=8, dtype=torch.float32)
     try:
         _theirs(q, k, v, cp, torch.device("cpu"))
-    except Exception as e:
+    except Exception as e:  # we report what torch says
         return f"{type(e).__name__}: {str(e).splitlines()[0][:300]}"
     return "ran"

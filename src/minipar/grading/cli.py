@@ -313,7 +313,7 @@ def grade(paths, timeout: float | None = None, progress=None) -> dict:
         for j, nb_path in enumerate(nbs):
             try:
                 nb = nbformat.read(nb_path, as_version=4)
-            except Exception as e:
+            except Exception as e:  # a broken file is a failed notebook
                 rows.append(
                     (
                         str(nb_path.resolve()),

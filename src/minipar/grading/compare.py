@@ -153,7 +153,7 @@ def launch_layouts(on_rank, layouts: dict, *args, hint=None, deadlock_note=None)
     for world in layouts:
         try:
             per_rank = launch(on_rank, world, *args)
-        except Exception as e:
+        except Exception as e:  # a rank raised, died or hung: one reason
             inner = getattr(e, "error", e)
             tail = getattr(e, "stderr_tail", "") or getattr(inner, "stderr_tail", "") or ""
             case = re.findall(r"minipar check: running case ([^\n]*)", tail)

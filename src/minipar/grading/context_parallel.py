@@ -512,7 +512,7 @@ def _doc_body(gr, cp, group, fn):
     sl = slice(gr * GN, (gr + 1) * GN)
     try:
         y = fn(q[:, :, sl].clone(), k[:, :, sl].clone(), v[:, :, sl].clone(), list(DOCS[cp]), group)
-    except Exception as e:
+    except Exception as e:  # named in the verdict, with the case
         return {"error": f"{type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''}"}
     return {"y": y.detach().clone() if isinstance(y, torch.Tensor) else y}
 

@@ -128,7 +128,7 @@ def check(task_id: str, candidate, time_limit_s: float | None = None, **options)
         ):
             warnings.simplefilter("ignore")
             t.checker(candidate, **options)
-    except (Exception, CheckTimeLimit) as e:
+    except (Exception, CheckTimeLimit) as e:  # every mistake: a FAIL line
         reason = reason_for(e)
         line = f"FAIL {task_id}: {reason}"
         print(line)

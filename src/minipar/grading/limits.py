@@ -186,7 +186,7 @@ class Watcher:
     def _watch(self) -> None:
         try:
             self._loop()
-        except Exception:
+        except Exception:  # the launcher's own timeout remains the backstop
             pass
 
     def _loop(self) -> None:

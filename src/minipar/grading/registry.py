@@ -54,7 +54,7 @@ def get_task(task_id: str) -> Task:
                     f"the grader of {task_id!r} could not be loaded: {module} failed to import "
                     f"({type(e).__name__}: {e})"
                 ) from e
-        except Exception as e:
+        except Exception as e:  # any error while importing the grader
             raise GraderImportError(
                 f"the grader of {task_id!r} could not be loaded: {module} failed to import "
                 f"({type(e).__name__}: {e})"

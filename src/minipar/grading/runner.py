@@ -342,7 +342,7 @@ class Kernel:
         if self.kc is not None:
             try:
                 self.kc.stop_channels()
-            except Exception:
+            except Exception:  # channels half-started: nothing to stop
                 pass
         _kill(self.pid)
         try:

@@ -91,7 +91,7 @@ def zygote_main(address: str, caller_pid: int, folder: str) -> None:
         if msg == "idle" and WARM_UP and not z.running:
             try:
                 __import__(WARM_UP.pop(0))
-            except Exception:
+            except Exception:  # an optional speed-up; ranks import it anyway
                 pass
             z.drop_spares()  # forked before the import: without it
         elif msg != "idle":
@@ -365,13 +365,13 @@ def _run(rank, world, state, task) -> tuple:
                 f"sent back to the caller: it must be picklable by cloudpickle "
                 f"({type(e).__name__}: {e})"
             ) from None
-    except BaseException as e:
+    except BaseException as e:  # report everything, including SystemExit
         reply = ("err", (f"{type(e).__name__}: {e}", traceback.format_exc(), time.time()))
     _wait_for_peers(store, world, wait=reply[0] == "ok")
     try:
         if dist.is_initialized():
             dist.destroy_process_group()
-    except Exception:
+    except Exception:  # the reply matters more than a clean teardown
         pass
     return reply
 
@@ -388,7 +388,7 @@ def _wait_for_peers(store, world: int, wait: bool) -> None:
             store.set("all finished", "1")
         if wait:
             store.wait(["all finished"])
-    except Exception:
+    except Exception:  # the caller is gone, or a peer died: leave anyway
         pass
 
 

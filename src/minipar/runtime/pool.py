@@ -423,7 +423,7 @@ class Zygote:
         state["call"] = self.calls
         try:
             self.conn.send(("fork", self.calls, world_size, state, task))
-        except Exception as e:
+        except Exception as e:  # any failure: a dead or unusable zygote
             self._died(e)
         progress = _Progress(self.proc.pid, FORK_STALL_S)
         while True:
@@ -438,7 +438,7 @@ class Zygote:
                     continue
                 msg = self.conn.recv()
                 kind = msg[0]
-            except Exception as e:
+            except Exception as e:  # EOF, a reset, a garbled message, ...
                 self._died(e)
             if kind == "forked" and msg[1] == self.calls:
                 # exits reported from now on are of this call's ranks or of older ones that
@@ -462,7 +462,7 @@ class Zygote:
         try:
             self.conn.send(None)
             self.proc.wait(timeout=2)
-        except Exception:
+        except Exception:  # no connection yet, or a broken one: kill it
             pass
         if self.proc is not None and self.proc.poll() is None:
             self.proc.kill()
@@ -526,7 +526,7 @@ class Ranks:
             try:
                 if self.zygote.conn.poll(0.05):
                     self.zygote.note(self.zygote.conn.recv())
-            except Exception:
+            except Exception:  # the zygote is gone too: the next call sees it
                 self.zygote.broken = True
                 break
         how = signal_name(self.zygote.exits.get(pid))

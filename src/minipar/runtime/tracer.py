@@ -137,7 +137,7 @@ def _describe(pg) -> tuple[int, tuple[int, ...], str]:
     """(size, global ranks, name) of a ProcessGroup."""
     try:
         ranks = tuple(dist.get_process_group_ranks(pg))
-    except Exception:
+    except Exception:  # a group this rank is not registered in
         ranks = ()
     return pg.size(), ranks, getattr(pg, "group_name", "")
 
@@ -149,7 +149,7 @@ def _group_of(args) -> tuple[int, tuple[int, ...], str]:
         if isinstance(a, torch.ScriptObject):
             try:
                 pg = dist.ProcessGroup.unbox(a)
-            except Exception:
+            except Exception:  # a ReduceOp or Work, not a group
                 continue
             return _describe(pg)
     if dist.is_initialized():
