@@ -190,11 +190,11 @@ export function bmmSeconds(M, N, K, batch, bandwidth, latency = 0.0, bytesPerEle
   return latency + (batch * (M * K + K * N + M * N) * bytesPerElem) / bandwidth;
 }
 
-function gemmOf(gpu, M, N, K, batch = 1) {          // Python: compute._gemm
+function gemmOf(gpu, M, N, K, batch = 1) {          // Python: compute.gpu_gemm_seconds (batch 1)
   return gemmSeconds(M, N, K, gpu.peak, gpu.gemm_efficiency, gpu.hbm_bandwidth, gpu.sms, batch, 2, gpu.gemm_rule || "waves", gpu.gemm_latency_s || 0.0);
 }
 
-function attentionGemm(gpu, M, N, K, batch) {       // Python: compute._attention_gemm
+function attentionGemm(gpu, M, N, K, batch) {       // Python: compute.gpu_gemm_seconds (batch > 1)
   if (gpu.bmm_bandwidth === null || gpu.bmm_bandwidth === undefined) return gemmOf(gpu, M, N, K, batch);
   return bmmSeconds(M, N, K, batch, gpu.bmm_bandwidth, gpu.bmm_latency_s || 0.0);
 }
@@ -207,7 +207,7 @@ export function layerGemms(b, s, h, a, t = 1) {
     [1, bs, h, Math.floor(4 * h / t)], [b * at, s, s, dh], [b * at, s, dh, s]];
 }
 
-function passSeconds(gemms, gpu) {                  // Python: compute._pass_seconds
+function passSeconds(gemms, gpu) {                  // Python: compute.pass_seconds
   const one = (n, M, N, K) => (n === 1 ? gemmOf(gpu, M, N, K) : attentionGemm(gpu, M, N, K, n));
   let fwd = 0, bwd = 0;
   for (const [n, M, N, K] of gemms) fwd += one(n, M, N, K);
