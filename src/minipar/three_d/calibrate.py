@@ -53,7 +53,8 @@ def _burst(fn, reps: int, k: int | None = None, min_s: float | None = None) -> t
     for _ in range(reps):
         dist.barrier()
         w0, c0, calls = time.perf_counter(), time.process_time(), 0
-        while calls < k if k else time.perf_counter() - w0 < min_s:
+        # at least one call: a rank descheduled past min_s before its first check made none
+        while calls < k if k else (calls == 0 or time.perf_counter() - w0 < min_s):
             fn()
             calls += 1
         got.append(((time.perf_counter() - w0) / calls, (time.process_time() - c0) / calls))
