@@ -1,4 +1,4 @@
-"""The zygote cleans up after itself and never wedges later calls (issue 16).
+"""The zygote cleans up after itself and never wedges later calls.
 
 A kernel restart kills the kernel's process group; the zygote runs in its own session, so it
 survives that long enough to remove its socket folder. SIGTERM makes it clean up too; after a

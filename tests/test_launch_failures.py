@@ -1,4 +1,4 @@
-"""Failures a learner meets, reported honestly and fast, without leftovers (issue 8).
+"""Failures a learner meets, reported honestly and fast, without leftovers.
 
 Before the zygote: workers that could not start made ``run`` wait the whole timeout and then
 say only "did not start in time"; an unpicklable argument killed the warm pool; a killed caller

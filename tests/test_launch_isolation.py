@@ -1,4 +1,4 @@
-"""Every call starts from a clean rank that sees the caller's current state (issue 8).
+"""Every call starts from a clean rank that sees the caller's current state.
 
 Each test fails with ranks kept warm across calls (the launcher before the zygote): their
 dtype, RNG and environment leaked into the next call, and they never saw an environment
