@@ -445,3 +445,33 @@ def test_a_kernel_that_cannot_start_is_named_with_its_last_words(tmp_path):
     assert run.cells == {}
     assert run.start_error.startswith("the kernel exited while starting (exit code 1)"), run
     assert "traitlets is broken" in run.start_error, run
+
+
+def test_a_signal_never_lands_inside_jupyter_clients_event_loop():
+    """A signal that arrives while jupyter_client waits for a message is held until the call
+    returns, then raised from the watch loop: raised inside the library's event loop, it
+    orphaned one of its tasks, whose traceback was printed when collected (seen once in CI
+    as 'Task exception was never retrieved' after SIGHUP)."""
+    import queue
+
+    from minipar.grading import runner
+
+    calls = []
+
+    class Client:
+        def execute(self, *a, **k):
+            return "m"
+
+        def get_iopub_msg(self, timeout):
+            os.kill(os.getpid(), signal.SIGHUP)  # the handler runs here, before the next line
+            calls.append("returned")
+            raise queue.Empty
+
+    kernel = object.__new__(runner.Kernel)
+    kernel.kc = Client()
+    kernel.cpu = lambda: (0.0, 0.0)
+    kernel.alive = lambda: True
+    with pytest.raises(runner.Interrupted) as caught, runner.signals_unwind():
+        kernel.run_cell("x = 1", None, 60.0, 60.0)
+    assert caught.value.signum == signal.SIGHUP
+    assert calls == ["returned"], "the signal was raised inside the library call"

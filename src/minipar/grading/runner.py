@@ -85,8 +85,9 @@ def _on_signal(signum, frame):
 
 @contextlib.contextmanager
 def shielded():
-    """Defer SIGINT/SIGTERM/SIGHUP while a kernel starts or the call cleans up, so none is
-    left half-started and no cleanup is cut short; a deferred signal is raised after."""
+    """Defer SIGINT/SIGTERM/SIGHUP while a kernel starts, while jupyter_client's event loop
+    runs, or while the call cleans up, so no kernel is left half-started, no library task is
+    orphaned and no cleanup is cut short; a deferred signal is raised after."""
     _shield["depth"] += 1
     failing = False
     try:
@@ -243,7 +244,8 @@ class Kernel:
                     f"the kernel exited while starting ({signal_text(self.exit_code())})"
                 )
             try:
-                self.kc.wait_for_ready(timeout=2)
+                with shielded():  # never raise inside jupyter_client's event loop
+                    self.kc.wait_for_ready(timeout=2)
                 return
             except RuntimeError:
                 pass
@@ -260,7 +262,8 @@ class Kernel:
     def run_cell(
         self, source: str, timeout: float | None, stall_s: float, cpu_limit: float, heartbeat=None
     ) -> CellRun:
-        msg_id = self.kc.execute(source, store_history=True, allow_stdin=False)
+        with shielded():
+            msg_id = self.kc.execute(source, store_history=True, allow_stdin=False)
         t0 = time.monotonic()
         own0, _ = self.cpu()
         last_t, gained, total_cpu = t0, 0.0, 0.0
@@ -269,7 +272,10 @@ class Kernel:
         while True:
             _check_signal()
             try:
-                msg = self.kc.get_iopub_msg(timeout=POLL_S)
+                # A signal raised inside jupyter_client's event loop would orphan one of its
+                # tasks, which prints a traceback when collected: defer it to the loop's top.
+                with shielded():
+                    msg = self.kc.get_iopub_msg(timeout=POLL_S)
             except queue.Empty:
                 msg = None
             now = time.monotonic()
