@@ -1,7 +1,7 @@
 """Time of one transformer layer's computation on one GPU: a roofline per kernel.
 
 Pure Python. Two rules for a GEMM (M, N, K) of 16-bit operands, chosen per GPU by
-``GPU.gemm_rule`` (the 2021 A100 reproductions keep "waves"):
+``GPU.gemm_rule`` (the H100 presets, never measured, keep the 2021 "waves"):
 
     "waves"     max(2MNK / (P · η · q(M, N)),  2(MK + KN + MN) / W)
     "additive"  λ + 2MNK / (P · η) + 2(MK + KN + MN) / W
@@ -45,10 +45,10 @@ On the H200 calibration file (tests/test_cost_compute_h200.py): 105 of the 108 G
 ±15 % (85 within ±10 %, median |error| 3.7 %; the 2021 rule at η = 0.70: 62 and 51), the six
 SDPA (flash) layers within −12 … +12 %, the six unfused ones within −9 … +11 %.
 
-With the "waves" rule and unfused attention, the small models of Narayanan et al. 2021 Table 1
-(137 TFLOP/s at 1.7 B, 163 at 1 T) reach a lower fraction of peak because attention's GEMMs with
-s ≫ h/a are memory-bound and the softmax moves 9 bytes per score, without any per-model
-constant.
+With unfused attention, the small models of Narayanan et al. 2021 Table 1 (137 TFLOP/s at
+1.7 B, 163 at 1 T) reach a lower fraction of peak because the scores per FLOP fall as a/h²: the
+per-score bytes (30 on the A100, fitted on half of that table, :mod:`minipar.cost.validation`)
+weigh on the small models, without any per-model constant.
 """
 
 from __future__ import annotations

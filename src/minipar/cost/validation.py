@@ -27,8 +27,12 @@ with ``"full"``): step = Eq. 3 / (N · X).
   * BLOOM 176B (BigScience 2022 §3.4): 384 A100 on Jean Zay (4 × 100 Gb/s Omni-Path per 8-GPU
     node = 6.25 GB/s per GPU), (d, t, p) = (8, 4, 12), b = 2, B = 2048, V = 250,880, ZeRO-1:
     156 TFLOP/s per GPU as the paper reports it (the model card says about 150). Its 70 layers
-    and the embedding and head are 72 pipeline units; the planner needs p | L, so the row uses
-    72 layers for the stage (one stage = 6 layers) and the real 70 for the FLOPs.
+    and the embedding and head are 72 pipeline units, 6 per stage: the first stage holds the
+    embedding and 5 layers, the last 5 layers and the head. The planner needs p | L and prices
+    the last stage, so the row uses 60 layers (5 per stage, + the head) and the real 70 for the
+    FLOPs. The head's GEMM (V/(12h) = 1.46 layers' forward FLOPs, not recomputed) makes that
+    stage within 1 % of a 6-layer middle one; 72 layers would charge the last stage a sixth
+    layer it does not hold (+17 % compute).
 
 **Measured on one H200** (:func:`h200_runs`): the rows of ``measurements/h200_step_times.json``,
 whole training steps of GPTs on one GPU (d = t = p = 1, no recomputation, ZeRO 0), predicted
@@ -43,11 +47,11 @@ settled on the same data that checks it, so that check cannot fail for it):
 =========================  ==============  ===================================  ====================================
 constant                   value           calibrated on                        validated on
 =========================  ==============  ===================================  ====================================
-η, A100 GEMM efficiency    0.78            PTD-P Table 1 at b = 1, v = 1        in-sample there; out of sample:
-(``hardware``)                             (in-sample)                          Table 1 at its real b and v, BLOOM
-                                                                                176B, MT-NLG 530B, GPT-3 175B §5.1
-η, A100, split check       0.66            every other Table 1 row at the       the other five rows
-(:func:`split_check`)                      planner's micro-batch
+η, A100 GEMM efficiency    0.725           every other Table 1 row (1.7 B,      the other five Table 1 rows;
+(``hardware``)                             7.5 B, 39.1 B, 145.6 B, 529.6 B) at  GPT-3 175B §5.1, BLOOM 176B,
+A100 bytes per attention   30              the planner's micro-batch, layout    MT-NLG 530B; §5.2 ZeRO-3
+score (``hardware``)                       and v as run (:func:`fit_a100`)      (its PTD-P side)
+A100 GEMM rule             "additive"      the H200's GEMMs (below)             as η
 A100 peak, HBM, SMs        312 TFLOP/s,    datasheet                            (not fitted)
                            2039 GB/s, 108
 links' bandwidth           per preset      datasheets; α assumed                (not fitted)
@@ -74,6 +78,7 @@ says what the model leaves out there.
 
 from __future__ import annotations
 
+import functools
 import inspect
 import json
 import math
@@ -218,7 +223,7 @@ RUNS: list[Run] = _ptd_p_runs() + [
         "BLOOM 176B",
         "bigscience2022bloom",
         "§3.4",
-        three_d.ModelShape(72, 14336, 112, 2048, 250880),
+        three_d.ModelShape(60, 14336, 112, 2048, 250880),
         384,
         (4, 12, 8),
         2048,
@@ -228,26 +233,39 @@ RUNS: list[Run] = _ptd_p_runs() + [
         inter="opa-jean-zay",
         flops_layers=70,
         note="Jean Zay: 4 × 100 Gb/s Omni-Path per 8 GPUs; 70 layers + 2 embedding units "
-        "= 72 pipeline units; 156 TFLOP/s in the paper, about 150 on the model card",
+        "= 72 pipeline units, 6 per stage: the last stage is 5 layers + the head; 156 TFLOP/s "
+        "in the paper, about 150 on the model card",
     ),
 ]
 
 
-def _cluster(run: Run, eta: float | None = None, gemm_rule: str | None = None) -> three_d.Cluster:
+def _cluster(
+    run: Run,
+    eta: float | None = None,
+    gemm_rule: str | None = None,
+    score_bytes: float | None = None,
+) -> three_d.Cluster:
     cl = three_d.cluster(
         run.gpus, 8, "A100-80GB", intra=run.intra, inter=run.inter, gemm_efficiency=eta
     )
-    return cl if gemm_rule is None else replace(cl, gpu=replace(cl.gpu, gemm_rule=gemm_rule))
+    swap = {"gemm_rule": gemm_rule, "attention_score_bytes": score_bytes}
+    swap = {k: v for k, v in swap.items() if v is not None}
+    return replace(cl, gpu=replace(cl.gpu, **swap)) if swap else cl
 
 
 def _evaluate(
-    run: Run, b: int, eta: float | None = None, gemm_rule: str | None = None, **model_options
+    run: Run,
+    b: int,
+    eta: float | None = None,
+    gemm_rule: str | None = None,
+    score_bytes: float | None = None,
+    **model_options,
 ) -> three_d.Config:
     t, p, d = run.layout
     opts = ERA_2021 | dict(dp_overlap=run.dp_overlap) | model_options
     return three_d.evaluate(
         run.model,
-        _cluster(run, eta, gemm_rule),
+        _cluster(run, eta, gemm_rule, score_bytes),
         run.batch,
         tp=t,
         pp=p,
@@ -265,6 +283,7 @@ def planner_micro_batch(
     max_micro_batch: int = PLANNER_MAX_MICRO_BATCH,
     eta: float | None = None,
     gemm_rule: str | None = None,
+    score_bytes: float | None = None,
     **model_options,
 ) -> int:
     """The micro-batch the planner picks for a run's published layout, v, recomputation and
@@ -277,7 +296,7 @@ def planner_micro_batch(
         if b > max_micro_batch:
             break
         try:
-            c = _evaluate(run, b, eta, gemm_rule, **model_options)
+            c = _evaluate(run, b, eta, gemm_rule, score_bytes, **model_options)
         except ValueError:
             continue
         if c.fits and (best is None or c.step_seconds < best[1]):
@@ -294,13 +313,15 @@ def predict(
     interleaved: bool = True,
     eta: float | None = None,
     gemm_rule: str | None = None,
+    score_bytes: float | None = None,
     **model_options,
 ) -> Row:
     """The planner's prediction for one published run. ``micro_batch``: ``"as run"`` (the
     run's own), ``"1"``, ``"planner"`` (:func:`planner_micro_batch`) or an integer;
     ``interleaved=False`` drops the run's interleaving (v = 1: with b = 1, the inputs every
     Table 1 row had before, on which η was settled); ``eta`` replaces the A100's η and
-    ``gemm_rule`` its GEMM rule (:data:`minipar.cost.compute.GEMM_RULES`);
+    ``gemm_rule`` its GEMM rule (:data:`minipar.cost.compute.GEMM_RULES`), ``score_bytes`` its
+    bytes per attention score;
     ``model_options`` go to
     :func:`minipar.cost.three_d.evaluate` (e.g. ``grad_reduce_bytes``)."""
     if not interleaved:
@@ -308,7 +329,10 @@ def predict(
     if micro_batch == "as run":
         b, mode = run.micro_batch, "as run"
     elif micro_batch == "planner":
-        b, mode = planner_micro_batch(run, eta=eta, gemm_rule=gemm_rule, **model_options), "planner"
+        b = planner_micro_batch(
+            run, eta=eta, gemm_rule=gemm_rule, score_bytes=score_bytes, **model_options
+        )
+        mode = "planner"
     elif str(micro_batch).isdigit() and int(micro_batch) >= 1:
         b, mode = int(micro_batch), str(micro_batch)
     else:
@@ -316,7 +340,7 @@ def predict(
             f"micro_batch ({micro_batch!r}) must be one of "
             f"{', '.join(MICRO_BATCH_MODES)} or an integer >= 1"
         )
-    c = _evaluate(run, b, eta, gemm_rule, **model_options)
+    c = _evaluate(run, b, eta, gemm_rule, score_bytes, **model_options)
     m_ = run.model
     flops = flops_per_iteration(
         run.batch, m_.seq, run.flops_layers or m_.layers, m_.hidden, m_.vocab, "full"
@@ -362,6 +386,7 @@ def table1_summary(
     interleaved: bool = True,
     eta: float | None = None,
     gemm_rule: str | None = None,
+    score_bytes: float | None = None,
     **model_options,
 ) -> dict:
     """Table 1's ten rows at one micro-batch choice (``interleaved``: as :func:`predict`):
@@ -370,7 +395,13 @@ def table1_summary(
     ``spearman`` (predicted vs published TFLOP/s)."""
     rows = [
         predict(
-            r, micro_batch, interleaved=interleaved, eta=eta, gemm_rule=gemm_rule, **model_options
+            r,
+            micro_batch,
+            interleaved=interleaved,
+            eta=eta,
+            gemm_rule=gemm_rule,
+            score_bytes=score_bytes,
+            **model_options,
         )
         for r in RUNS
         if r.where == "Table 1"
@@ -392,21 +423,70 @@ CALIBRATION_ROWS = tuple(f"PTD-P {r[0]}" for r in PTD_P_TABLE1[::2])
 :func:`split_check`; the other five are held out."""
 
 
+def calibration_loss(
+    eta: float,
+    score_bytes: float,
+    micro_batch: str | int = "planner",
+    rows: tuple[str, ...] = CALIBRATION_ROWS,
+    gemm_rule: str | None = None,
+) -> float:
+    """Σ log²(predicted / published step time) over ``rows`` with the A100's η and bytes per
+    attention score set to ``eta`` and ``score_bytes`` (the other constants as the preset)."""
+    runs = [r for r in RUNS if r.name in rows]
+    if len(runs) != len(rows):
+        raise ValueError(f"rows ({', '.join(rows)}) must name runs of RUNS")
+    preds = [
+        predict(r, micro_batch, eta=eta, gemm_rule=gemm_rule, score_bytes=score_bytes) for r in runs
+    ]
+    return sum(math.log(x.predicted_step / x.published_step) ** 2 for x in preds)
+
+
+@functools.lru_cache(maxsize=8)
+def fit_a100(
+    micro_batch: str | int = "planner",
+    rows: tuple[str, ...] = CALIBRATION_ROWS,
+    gemm_rule: str | None = None,
+) -> dict:
+    """The A100's two fitted constants, η and the bytes per attention score, that minimise
+    :func:`calibration_loss` on ``rows`` (least squares of the log error, every other Table 1
+    row by default): a grid of step 0.02 × 5 bytes, then 0.005 × 1 byte around its best.
+    Returns ``eta``, ``score_bytes`` and ``loss``. Two constants because the error has two
+    shapes: a level (η moves every row alike) and a slope in the model's size (scores per
+    FLOP fall as a/h², so the score bytes weigh on the small models only)."""
+
+    def best(etas, sbs):
+        return min(
+            (calibration_loss(e, b, micro_batch, rows, gemm_rule), e, b) for e in etas for b in sbs
+        )
+
+    _, e0, b0 = best([0.5 + 0.02 * i for i in range(23)], [5.0 * j for j in range(1, 21)])
+    loss, eta, sb = best(
+        [e0 + 0.005 * i for i in range(-4, 5) if e0 + 0.005 * i > 0],
+        [b0 + j for j in range(-5, 6) if b0 + j >= 0],
+    )
+    return {"eta": eta, "score_bytes": sb, "loss": loss}
+
+
 def settle_eta(
     micro_batch: str | int = "as run",
     rows: tuple[str, ...] = CALIBRATION_ROWS,
     lo: float = 0.3,
     hi: float = 1.0,
     gemm_rule: str | None = None,
+    score_bytes: float | None = None,
 ) -> float:
-    """The A100 η that makes the geometric mean of predicted over published step time 1 on
-    ``rows`` (bisection; the step time falls as η grows), at ``micro_batch`` (:func:`predict`)."""
+    """The A100 η alone that makes the geometric mean of predicted over published step time 1
+    on ``rows`` (bisection; the step time falls as η grows), at ``micro_batch``
+    (:func:`predict`): the one-constant calibration of the negative controls."""
     runs = [r for r in RUNS if r.name in rows]
     if len(runs) != len(rows):
         raise ValueError(f"rows ({', '.join(rows)}) must name runs of RUNS")
 
     def log_ratio(eta: float) -> float:
-        rows_ = [predict(r, micro_batch, eta=eta, gemm_rule=gemm_rule) for r in runs]
+        rows_ = [
+            predict(r, micro_batch, eta=eta, gemm_rule=gemm_rule, score_bytes=score_bytes)
+            for r in runs
+        ]
         return sum(math.log(x.predicted_step / x.published_step) for x in rows_)
 
     for _ in range(30):
@@ -415,21 +495,36 @@ def settle_eta(
     return (lo + hi) / 2
 
 
-def split_check(micro_batch: str | int = "as run", gemm_rule: str | None = None) -> dict:
-    """η settled on :data:`CALIBRATION_ROWS` at ``micro_batch`` and checked on the other five
-    Table 1 rows: ``eta``, ``calibration`` and ``held_out`` (:class:`Row` lists),
-    ``held_out_within10``, ``held_out_worst`` (|error| in %), ``within10`` over all ten, and
-    ``spearman`` over all ten rows (a level constant cannot change the order much: the order
-    is the test of the shape). ``gemm_rule`` prices the A100's GEMMs by another rule of
-    :mod:`minipar.cost.compute` (``"additive"``: the rule measured on the H200, no tile
-    quantisation) to test the named missing effect."""
-    eta = settle_eta(micro_batch, gemm_rule=gemm_rule)
-    rows = table1_summary(micro_batch, eta=eta, gemm_rule=gemm_rule)["rows"]
+def split_check(
+    micro_batch: str | int = "planner",
+    gemm_rule: str | None = None,
+    score_bytes: float | None = None,
+    *,
+    fit: str = "both",
+) -> dict:
+    """Constants set on :data:`CALIBRATION_ROWS` at ``micro_batch``, checked on the other five
+    Table 1 rows. ``fit="both"``: η and the score bytes by :func:`fit_a100`; ``fit="eta"``: η
+    alone (:func:`settle_eta`) with ``score_bytes`` fixed (the preset's if None). ``gemm_rule``
+    prices the A100's GEMMs by another rule of :mod:`minipar.cost.compute` (``"waves"``: the
+    2021 tile/wave rule, the negative control). Returns ``eta``, ``score_bytes``,
+    ``calibration`` and ``held_out`` (:class:`Row` lists), ``held_out_within10``,
+    ``held_out_worst`` (|error| in %), ``within10`` and ``worst`` over all ten, and
+    ``spearman`` over all ten rows."""
+    if fit == "both":
+        f = fit_a100(micro_batch, gemm_rule=gemm_rule)
+        eta, sb = f["eta"], f["score_bytes"]
+    elif fit == "eta":
+        sb = GPUS["A100-80GB"].attention_score_bytes if score_bytes is None else score_bytes
+        eta = settle_eta(micro_batch, gemm_rule=gemm_rule, score_bytes=sb)
+    else:
+        raise ValueError(f"fit ({fit!r}) must be one of both, eta")
+    rows = table1_summary(micro_batch, eta=eta, gemm_rule=gemm_rule, score_bytes=sb)["rows"]
     held = [r for r in rows if r.name not in CALIBRATION_ROWS]
     return {
         "eta": eta,
+        "score_bytes": sb,
         "mode": str(micro_batch),
-        "gemm_rule": gemm_rule,
+        "gemm_rule": gemm_rule or GPUS["A100-80GB"].gemm_rule,
         "within10": sum(abs(r.error) <= 10 for r in rows),
         "worst": max(abs(r.error) for r in rows),
         "calibration": [r for r in rows if r.name in CALIBRATION_ROWS],

@@ -19,7 +19,8 @@ from minipar.widgets import Explorer
 # t = 8, p = 35 on 2240 (Smith et al. 2022); the 1T model t = 8, p = 64 on 3072 (Narayanan et al.
 # 2021 Table 1); BLOOM 176B (d, t, p) = (8, 4, 12) on 384 A100 of Jean Zay with b = 2, full
 # recomputation, ZeRO-1 (BigScience 2022 §3.4): its 70 layers and the embedding and head are 72
-# pipeline units, so the preset prices 72 layers, as minipar.cost.validation does; Llama 3 405B in
+# pipeline units, 6 per stage, the last holding 5 layers and the head, so the preset prices 60
+# layers (5 per stage, + the head), as minipar.cost.validation does; Llama 3 405B in
 # its 128K-context stage t = 8, cp = 16, p = 16, d = 8 on 16384 H100 (Llama Team 2024 §3.3.4),
 # full recomputation. ``controls`` are the run's other settings; ``layers`` overrides the
 # shape's for the pipeline split. Llama 2 70B: no published layout.
@@ -30,7 +31,7 @@ PRESET_LAYOUTS = {
         "p": 12,
         "gpus": 384,
         "batch": 2048,
-        "layers": 72,
+        "layers": 60,
         "controls": {"b": 2, "recompute": "full", "sp": False, "zero": 1, "inter": "opa-jean-zay"},
     },
     "mt-nlg-530b": {"t": 8, "p": 35, "gpus": 2240, "batch": 1920},
