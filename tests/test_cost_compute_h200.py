@@ -209,11 +209,14 @@ def test_fit_recovers_constants_from_its_own_model():
 # --- the 2021 model and the memory chapter are unchanged -----------------------------------
 
 
-@pytest.mark.parametrize("name", ["H100-SXM", "H100-PCIe"])
-def test_presets_without_measurements_keep_the_wave_rule(name):
-    """The H100 presets keep the 2021 model: the layer time is the wave-rule roofline of its six
-    GEMMs plus 9 + 11 bytes per score, exactly as written before attention= existed."""
-    g = GPUS[name]
+def test_a_bare_gpu_keeps_the_2021_wave_rule():
+    """A GPU given only its datasheet (no kernel fields, as an old profile) gets the 2021 model:
+    the layer time is the wave-rule roofline of its six GEMMs plus 9 + 11 bytes per score,
+    exactly as written before attention= existed."""
+    from minipar.cost.hardware import GPU
+
+    a100 = GPUS["A100-80GB"]
+    g = GPU("bare", a100.memory_bytes, a100.peak_flops, hbm_bandwidth=2.0e12, sms=108)
     assert (
         g.gemm_rule,
         g.bmm_bandwidth,
@@ -297,13 +300,25 @@ def test_h100_pcie_is_its_own_part():
     """The PCIe H100 is a smaller part than the SXM5 (datasheet; architecture whitepaper):
     114 SMs, 2.0 TB/s HBM2e, 756 dense bf16 TFLOP/s, PCIe Gen5 between the GPUs."""
     p, x = GPUS["H100-PCIe"], GPUS["H100-SXM"]
-    assert (p.sms, p.hbm_bandwidth, p.peak_flops["bf16"], p.intra) == (
-        114,
-        2.0e12,
-        756e12,
-        "pcie5-x16",
-    )
-    assert (x.sms, x.hbm_bandwidth) == (132, 3.35e12)  # negative control: not the SXM copy
+    achieved = hardware.H200_HBM_ACHIEVED / hardware.H200_DATASHEET_HBM
+    assert (p.sms, p.peak_flops["bf16"], p.intra) == (114, 756e12, "pcie5-x16")
+    assert p.hbm_bandwidth == pytest.approx(2.0e12 * achieved)
+    assert (x.sms, x.hbm_bandwidth) == (132, pytest.approx(3.35e12 * achieved))  # not a copy
+
+
+def test_h100_presets_take_the_h200s_kernel_constants():
+    """Same GH100 chip: η, the per-call and per-layer times, the flash rate and the unfused
+    bytes per score are the H200's; the HBM-bound rates scale with the datasheet HBM (3.35 and
+    2.0 against 4.8 TB/s). Negative control: the H200's own rates are not copied."""
+    h = GPUS["H200"]
+    for name, ds in (("H100-SXM", 3.35e12), ("H100-PCIe", 2.0e12)):
+        g, r = GPUS[name], ds / 4.8e12
+        same = ("gemm_rule", "gemm_efficiency", "gemm_latency_s", "bmm_latency_s")
+        same += ("flash_efficiency", "attention_score_bytes", "layer_overhead_s")
+        assert all(getattr(g, f) == getattr(h, f) for f in same), name
+        for f in ("hbm_bandwidth", "bmm_bandwidth", "optimizer_bandwidth"):
+            assert getattr(g, f) == pytest.approx(getattr(h, f) * r), (name, f)
+            assert getattr(g, f) < getattr(h, f)
 
 
 def test_gpu_profile_round_trip_and_errors(tmp_path):

@@ -1,7 +1,8 @@
 """Time of one transformer layer's computation on one GPU: a roofline per kernel.
 
 Pure Python. Two rules for a GEMM (M, N, K) of 16-bit operands, chosen per GPU by
-``GPU.gemm_rule`` (the H100 presets, never measured, keep the 2021 "waves"):
+``GPU.gemm_rule`` (every preset uses "additive"; "waves", the 2021 rule, is the default of a
+bare :class:`~minipar.cost.hardware.GPU`):
 
     "waves"     max(2MNK / (P · η · q(M, N)),  2(MK + KN + MN) / W)
     "additive"  λ + 2MNK / (P · η) + 2(MK + KN + MN) / W

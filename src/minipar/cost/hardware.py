@@ -38,8 +38,8 @@ class GPU:
     intra: str = "nvlink3-a100"  # the NVLink of its generation (DGX/HGX baseboard)
     inter: str = "ib-hdr200"  # the InfiniBand NIC per GPU of its generation
     # The kernel model of minipar.cost.compute (its docstring derives each term). The defaults
-    # are the 2021 model (the H100 presets keep it); the A100 and H200 presets set their own,
-    # and a measured profile sets them all.
+    # are the 2021 model; every preset sets its own (A100: fitted on PTD-P Table 1; H200:
+    # measured; H100: the H200's, see gh100_kernels), and a measured profile sets them all.
     gemm_rule: str = "waves"  # "waves" (tile/wave roofline) or "additive" (measured)
     gemm_latency_s: float = 0.0  # λ: fixed seconds per GEMM call under "additive"
     bmm_bandwidth: float | None = None  # bytes/s of attention's batched GEMMs (None: GEMM rule)
@@ -135,11 +135,6 @@ datasheet's HBM rate. Scores per FLOP fall as a/h², so this term is what separa
 models from the large; left at 20 with η alone fitted, the 2021 wave rule orders Table 1
 at Spearman 0.23 (η alone under the additive rule: 0.79)."""
 
-H100_GEMM_EFFICIENCY = 0.70
-"""η for H100 (an ASSUMPTION, not validated against a published run in this course): dense
-bf16 GEMMs of training shapes reach about 650-700 of the 989 TFLOP/s peak. The H200 preset,
-same GH100 chip, takes its η from a measurement instead (0.78, below)."""
-
 # The H200's kernel model, from one H200 (SXM, 132 SMs; torch 2.11, CUDA 13.0), the CALIBRATION
 # set measurements/h200_layer_gemm_times.json (its README gives the method). Measured directly:
 #   η = 0.78        an 8192³ bf16 matmul ran at 775 TFLOP/s = 0.783 of the 989.4 dense peak;
@@ -161,6 +156,37 @@ same GH100 chip, takes its η from a measurement instead (0.78, below)."""
 # is set from them. tests/test_cost_compute_h200.py re-derives every figure above.
 H200_GEMM_EFFICIENCY = 0.78
 H200_HBM_ACHIEVED = 4.22e12
+H200_DATASHEET_HBM = 4.8e12
+H200_KERNELS = dict(
+    gemm_rule="additive",
+    gemm_latency_s=7.4e-6,
+    bmm_bandwidth=3.74e12,
+    bmm_latency_s=20e-6,
+    flash_efficiency=0.40,
+    attention_score_bytes=74.0,
+    layer_overhead_s=0.72e-3,
+    optimizer_bandwidth=3.24e12,
+)
+"""The H200's fitted kernel constants (above), by :class:`GPU` field."""
+
+
+def gh100_kernels(hbm_datasheet: float) -> dict:
+    """Kernel constants for another GH100 part (H100 SXM, H100 PCIe), never measured in this
+    course, taken from the H200's (same GH100 chip, same SMs and tensor cores): the
+    compute-bound ones as measured (η 0.78 of the part's own bf16 peak, the 7.4 µs per GEMM
+    call, flash at 0.40 of the peak, the 0.72 ms per layer, 74 bytes per unfused score), the
+    bandwidth-bound ones (the achieved HBM rate, attention's batched GEMMs, the fused Adam
+    step) scaled by the part's datasheet HBM bandwidth over the H200's (4.8 TB/s). An
+    ASSUMPTION, labelled as such: no H100 step was measured to check it."""
+    r = hbm_datasheet / H200_DATASHEET_HBM
+    k = dict(H200_KERNELS, gemm_efficiency=H200_GEMM_EFFICIENCY)
+    k.update(
+        hbm_bandwidth=H200_HBM_ACHIEVED * r,
+        bmm_bandwidth=H200_KERNELS["bmm_bandwidth"] * r,
+        optimizer_bandwidth=H200_KERNELS["optimizer_bandwidth"] * r,
+    )
+    return k
+
 
 GPUS: dict[str, GPU] = {
     "A100-80GB": GPU(
@@ -200,12 +226,12 @@ GPUS: dict[str, GPU] = {
         source="NVIDIA H100 Tensor Core GPU datasheet (SXM5, dense)",
         note="datasheet prints 989 TF32 / 1979 BF16 / 3958 FP8 'with sparsity'; "
         "dense is half. HBM3 3.35 TB/s, 132 SMs; NVLink 4 (450 GB/s per "
-        "direction), one NDR 400 Gb/s NIC per GPU in a DGX H100.",
-        hbm_bandwidth=3.35e12,
+        "direction), one NDR 400 Gb/s NIC per GPU in a DGX H100. Kernel constants: the "
+        "H200's (gh100_kernels, an assumption), HBM 3.35 x 4.22/4.8 = 2.95 TB/s achieved.",
         sms=132,
-        gemm_efficiency=H100_GEMM_EFFICIENCY,
         intra="nvlink4-h100",
         inter="ib-ndr400",
+        **gh100_kernels(3.35e12),
     ),
     "H100-PCIe": GPU(
         "H100-PCIe",
@@ -223,12 +249,12 @@ GPUS: dict[str, GPU] = {
         note="a smaller part than the SXM5: 114 SMs (not 132), HBM2e at 2.0 TB/s "
         "(not HBM3 at 3.35), 300-350 W; datasheet 1,513 BF16 / 3,026 FP8 TFLOP/s "
         "are 'with sparsity', dense is half. GPUs of a server talk over PCIe "
-        "Gen5 x16 (an NVLink bridge joins pairs only).",
-        hbm_bandwidth=2.0e12,
+        "Gen5 x16 (an NVLink bridge joins pairs only). Kernel constants: the H200's "
+        "(gh100_kernels, an assumption), HBM 2.0 x 4.22/4.8 = 1.76 TB/s achieved.",
         sms=114,
-        gemm_efficiency=H100_GEMM_EFFICIENCY,
         intra="pcie5-x16",
         inter="ib-ndr400",
+        **gh100_kernels(2.0e12),
     ),
     "H200": GPU(
         "H200",
@@ -246,19 +272,10 @@ GPUS: dict[str, GPU] = {
         note="same GH100 compute as H100 SXM; 141 GB HBM3e, 4.8 TB/s on the datasheet, "
         "4.22 achieved by a copy (the figure used); NVLink 4 and NDR 400 as in a "
         "DGX H100 (HGX H200).",
-        hbm_bandwidth=H200_HBM_ACHIEVED,
         sms=132,
-        gemm_efficiency=H200_GEMM_EFFICIENCY,
         intra="nvlink4-h100",
         inter="ib-ndr400",
-        gemm_rule="additive",
-        gemm_latency_s=7.4e-6,
-        bmm_bandwidth=3.74e12,
-        bmm_latency_s=20e-6,
-        flash_efficiency=0.40,
-        attention_score_bytes=74.0,
-        layer_overhead_s=0.72e-3,
-        optimizer_bandwidth=3.24e12,
+        **gh100_kernels(H200_DATASHEET_HBM),
     ),
 }
 

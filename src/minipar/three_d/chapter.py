@@ -314,7 +314,7 @@ def cost_comparison(
     cheaper token, what the PCIe part's token says about its chip, and ``usd_flat`` (NVLink,
     PCIe) with ZeRO-3's collectives across nodes as DeepSpeed's 2021 flat ring (one NIC's rate
     per GPU, Narayanan et al. 2021 §5.2) and whether the NVLink server's best layout is then
-    still a ZeRO-3 one (``flat_nvlink_zero3``)."""
+    still a ZeRO-3 one (``flat_nvlink_zero3``; ``flat_best`` says it in the page's words)."""
     rows = cost_per_token(model, gpus, batch, price_nvlink, price_pcie)
     flat = cost_per_token(
         model, gpus, batch, price_nvlink, price_pcie, zero3_collectives="flat-ring"
@@ -350,6 +350,7 @@ def cost_comparison(
         "nvlink_zero3": rows["NVLink (H100 SXM)"]["config"].zero == 3,
         "usd_flat": tuple(r["usd_per_million_tokens"] for r in list(flat.values())[:2]),
         "flat_nvlink_zero3": first["config"].zero == 3,
+        "flat_best": "still a ZeRO-3 one" if first["config"].zero == 3 else "another",
     }
 
 
