@@ -538,16 +538,15 @@ def split_check(
 
 
 def wave_quantisation_evidence(q_below: float = 0.8) -> dict:
-    """Why Table 1's rows come out too fast at the micro-batch that ran: the GEMM model's tile
-    and wave quantisation (:func:`minipar.cost.compute.wave_efficiency`, one 256×128 tile) is
-    checked against the H200 GEMM calibration set (``measurements/h200_layer_gemm_times.json``,
-    every GEMM of a layer at b·s = 2048-8192 rows).
+    """Why no preset keeps the 2021 tile/wave GEMM rule (:func:`minipar.cost.compute
+    .wave_efficiency`, one 256×128 tile): checked against the H200 GEMM calibration set
+    (``measurements/h200_layer_gemm_times.json``, every GEMM of a layer at b·s = 2048-8192
+    rows).
 
-    For the non-batched GEMMs the model quantises to q < ``q_below``: ``q`` (the model's
-    median) against ``measured`` (the median measured fraction of the 8192³ ceiling), and
-    ``n``. cuBLAS picks smaller tiles (and split-K) for such shapes, so the model
-    over-penalises the small-M GEMMs of b = 1; η, settled at b = 1, absorbed that penalty,
-    which a larger b then removes from the prediction but not from the measurement."""
+    For the non-batched GEMMs the rule quantises to q < ``q_below``: ``q`` (the rule's median)
+    against ``measured`` (the median measured fraction of the 8192³ ceiling), and ``n``.
+    cuBLAS picks smaller tiles (and split-K) for such shapes, so the rule over-penalises the
+    small-M GEMMs of b = 1, and a larger micro-batch looks faster than it runs."""
     data = json.loads((_MEASUREMENTS / "h200_layer_gemm_times.json").read_text())
     sms = GPUS["H200"].sms
     qs, meas = [], []
@@ -1036,15 +1035,19 @@ def table_modes() -> str:
         )
     s = table1_summary("1", interleaved=False)
     lines.append(
-        f"Table 1, b 1 and v 1 (where η was settled, in-sample): {s['within10']}/10 "
+        f"Table 1, b 1 and v 1: {s['within10']}/10 "
         f"within ±10 %, largest |error| {s['worst']:.1f} %, Spearman {s['spearman']:.2f}"
     )
-    for m, rule in (("as run", None), ("planner", None), ("planner", "additive")):
-        x = split_check(m, rule)
+    cases = (
+        ("planner", None, None, "both", "η and bytes per score fitted"),
+        ("as run", None, None, "both", "η and bytes per score fitted"),
+        ("planner", "waves", 20, "eta", "the 2021 model (tile rule, 20 B/score), η alone fitted"),
+    )
+    for m, rule, sb, fit, what in cases:
+        x = split_check(m, rule, sb, fit=fit)
         lines.append(
-            f"η settled on every other Table 1 row at b {m}"
-            + (f", GEMMs by the {rule} rule" if rule else "")
-            + f": η = {x['eta']:.3f}; held-out rows "
+            f"{what} on every other Table 1 row at b {m}: η = {x['eta']:.3f}, "
+            f"{x['score_bytes']:.0f} B/score; held-out rows "
             + ", ".join(f"{r.name[6:]} {r.error:+.1f}%" for r in x["held_out"])
             + f"; all ten: {x['within10']}/10 within ±10 %, Spearman {x['spearman']:.2f}"
         )
