@@ -438,7 +438,7 @@ def _plan(args) -> int:
         f"minipar plan: {m_.params / 1e9:.2f} B params, {att} attention, {prec} precision, "
         f"on {cl.gpus} × "
         f"{cl.gpu.name} "
-        f"(η = {cl.gpu.gemm_efficiency:.2f} of {cl.peak / 1e12:.0f} TFLOP/s), "
+        f"(η = {cl.gpu.gemm_efficiency:.3g} of {cl.peak / 1e12:.0f} TFLOP/s), "
         f"B = {args.global_batch}; {len(fitting)} of {len(configs)} layouts fit in "
         f"{fmt_bytes(shown[0].memory_limit)} "
         f"({1 - shown[0].memory_limit / cl.gpu.memory_bytes:.0%} headroom)"
