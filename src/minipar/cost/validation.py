@@ -37,9 +37,10 @@ with ``"full"``): step = Eq. 3 / (N · X).
 **Measured on one H200** (:func:`h200_runs`): the rows of ``measurements/h200_step_times.json``,
 whole training steps of GPTs on one GPU (d = t = p = 1, no recomputation, ZeRO 0), predicted
 step time and peak memory from the H200's measured constants, with the attention kernel and
-the precision recipe that ran. That file is a validation set for both quantities; one planner
-constant, the memory the modern recipes keep free (``ALLOCATOR_MARGIN``), was taken from it,
-which makes only the "none refused" check in-sample.
+the precision recipe that ran. That file is the validation set for the step times; two
+memory terms came from it (the memory the modern recipes keep free, ``ALLOCATOR_MARGIN``, and
+the third fp32 logit tensor, ``LOGIT_TENSORS``), which makes the "none refused" check and the
+peak memories in-sample.
 
 What set each constant (the calibration/validation split; "in-sample" means the constant was
 settled on the same data that checks it, so that check cannot fail for it):
@@ -66,6 +67,8 @@ Adam constants                             layer and Adam rows (``hardware``)
 memory headroom (2021)     10 %            assumption (module ``three_d``)      (the A100 rows fit)
 allocator margin (the      12 %            ``h200_step_times.json`` (the        in-sample: "no H200 run refused"
 18-byte recipe)                            planner's ``ALLOCATOR_MARGIN``)      cannot fail for it
+fp32 logit tensors at the  3               autograd's saved tensors; found on   in-sample: the H200 peak
+loss's peak                                ``h200_step_times.json``'s residuals memories (within 0.5 %)
 =========================  ==============  ===================================  ====================================
 
 ZeRO-3 against PTD-P (Narayanan et al. 2021 §5.2, Table 2; :func:`zero3_comparison`): each

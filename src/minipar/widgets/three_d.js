@@ -422,9 +422,12 @@ function activationsWithAttention(s, b, h, a, t, sp, recompute, attention) {
   return activationBytesPerLayer(s, b, h, a, t, sp, recompute);
 }
 
-// Python: logits_bytes(m_, lay): the fp32 logits and their gradient on the last stage
+// Python: LOGIT_TENSORS, fp32 (b, s/cp, V/t) tensors at the loss's backward peak
+export const LOGIT_TENSORS = 3;
+
+// Python: logits_bytes(m_, lay): the fp32 logits on the last stage at the loss's backward peak
 export function logitsBytes(model, lay) {
-  return (2 * 4 * lay.micro_batch * Math.floor(model.seq / lay.cp) * model.vocab) / lay.tp;
+  return (LOGIT_TENSORS * 4 * lay.micro_batch * Math.floor(model.seq / lay.cp) * model.vocab) / lay.tp;
 }
 
 // Python: term_activations(m_, lay, opt): activation bytes of the fullest stage
