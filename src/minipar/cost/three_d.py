@@ -419,6 +419,10 @@ class Config:
     optimizer_seconds: float  # the Adam step on this rank's shard (memory-bound)
     zero3_exposed_seconds: float  # ZeRO-3 gathers not hidden by prefetching, per step
     step_seconds: float
+    # model FLOPs (Narayanan et al. 2021 Eq. 3, no recomputation; hfu: with it) over the step's
+    # peak FLOPs. Eq. 3 counts the attention scores without the causal saving (PaLM's
+    # convention too), so with a causal flash kernel, which skips the masked half, MFU credits
+    # FLOPs the GPU did not run: s/(12h) of 1 + s/(6h) per layer, a fifth at s = 8192, h = 2048.
     mfu: float
     hfu: float
     tp_link: str
