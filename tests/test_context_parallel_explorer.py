@@ -198,6 +198,242 @@ def test_layer_model_twin():
     assert 0 < counts["errors"] < counts["cases"]
 
 
+DOC_LISTS = (
+    [24],
+    [5, 19],
+    [10, 10, 4],
+    [1] * 24,
+    [3, 1, 7, 2, 11],
+    [8] * 3,
+    [0, 24],
+    [12, 11],
+    [2.5, 21.5],
+    [],
+)
+
+
+def test_document_twins():
+    """The causal document mask's work and times (document_step_work, document_attention_times)
+    and the explorer's equal packing: JavaScript equals Python, refusals in the same words."""
+    from minipar.cost import context_parallel as C
+    from minipar.widgets import context_parallel as W
+
+    assert_parity(
+        "context_parallel",
+        "pairsBelow",
+        C._pairs_below,
+        [
+            dict(a=a, b=b, c=c, e=e)
+            for a in (0, 3, 7)
+            for b in (0, 5, 9, 16)
+            for c in (0, 2, 6)
+            for e in (1, 6, 12, 20)
+        ],
+    )
+    work = [
+        dict(s=24, cp=cp, layout=lay, documents=docs)
+        for cp in (1, 2, 3, 4, 0)
+        for lay in LAYOUTS
+        for docs in DOC_LISTS
+    ]
+    counts = assert_parity("context_parallel", "documentStepWork", C.document_step_work, work)
+    assert 0 < counts["errors"] < counts["cases"]
+    times = [
+        dict(
+            b=b,
+            s=s,
+            h=16384,
+            cp=cp,
+            documents=[s // n] * n,
+            flops=f,
+            bandwidth=w,
+            alpha=al,
+            layout=lay,
+            bytes_per_elem=2,
+            h_kv=kv,
+            algorithm=alg,
+        )
+        for b in (1, 2)
+        for s in (1920, 131072)
+        for cp in (1, 3, 8, 16)
+        for n in (1, 3, 5, 8, 12)
+        if s % n == 0
+        for f, w, al in ((989.4e12, 50e9, 5e-6), (989.4e12, 450e9, 2e-6), (0, 1e9, 0))
+        for lay in ("zigzag", "contiguous", "striped")
+        for kv in (1024, None)
+        for alg in ("ring", "recursive-doubling")
+    ]
+    counts = assert_parity(
+        "context_parallel", "documentAttentionTimes", C.document_attention_times, times
+    )
+    assert 0 < counts["errors"] < counts["cases"]
+    counts = assert_parity(
+        "context_parallel",
+        "equalDocuments",
+        W.equal_documents,
+        [
+            dict(s=s, documents=n)
+            for s in (1920, 131072)
+            for n in (1, 2, 3, 5, 8, 12, 1024, 0, -1, 2.5, 2000, "")
+        ],
+    )
+    assert 0 < counts["errors"] < counts["cases"]
+
+
+def test_layer_model_twin_with_documents():
+    """The explorer's model with packed documents, at counts that are not powers of two and
+    counts it refuses (not dividing s, 0, over the box's max)."""
+    from minipar.widgets.context_parallel import cp_layer_model
+
+    cases = [
+        dict(
+            s=s,
+            cp=cp,
+            layout=lay,
+            h=16384,
+            a=128,
+            a_kv=8,
+            b=1,
+            flops=989.4e12,
+            bandwidth=w,
+            alpha=5e-6,
+            documents=n,
+        )
+        for s in (131072, 1920)
+        for cp in (1, 3, 8, 16)
+        for lay in ("zigzag", "contiguous", "striped")
+        for w in (50e9, 450e9)
+        for n in (1, 3, 5, 8, 12, 0, 2048)
+    ]
+    counts = assert_parity("context_parallel", "cpLayerModel", cp_layer_model, cases)
+    assert 0 < counts["errors"] < counts["cases"]
+    ok = cp_layer_model(s=1920, cp=8, layout="zigzag", documents=5, flops=989.4e12, bandwidth=450e9)
+    assert ok["document_length"] == 384 and ok["document_times"]["ring"] > 0
+    assert cp_layer_model(layout="striped", documents=8)["document_times"] is None
+
+
+def test_documents_are_refused_in_the_same_words_in_javascript_and_python():
+    from minipar.widgets import inputs
+    from minipar.widgets.context_parallel import cp_config, cp_explorer, cp_layer_model
+
+    cfg = cp_config()
+    bad = {
+        3: "s (131072) must be divisible by documents (3)",
+        0: "documents (0) must be at least 1",
+        -2: "documents (-2) must be at least 1",
+        2.5: "documents (2.5) must be a whole number",
+        2048: "documents (2048) must be at most 1024",
+        "": "documents is empty",
+    }
+    got = js_call(
+        "context_parallel",
+        [("drawExplorer", ["cp-layer", {"documents": n}, cfg, "documents"]) for n in bad],
+    )
+    for (n, msg), (_, out) in zip(bad.items(), got):
+        assert out["error"] == msg, (n, out["error"])
+        assert "<svg" not in out["html"] and "minipar-explorer-message" in out["html"]
+        with pytest.raises(ValueError) as e:
+            cp_explorer(documents=n)
+        assert str(e.value) == msg
+        if n != "":
+            with pytest.raises(ValueError) as e:
+                cp_layer_model(documents=n)
+            assert str(e.value) == msg
+    # the box is one of the page's number boxes, read by the Python contract too
+    controls, divisible = inputs.js_controls("context_parallel", "cp-layer")
+    box = next(c for c in controls if c["name"] == "documents")
+    assert (box["label"], box["min"], box["max"], box["step"]) == ("documents", 1, 1024, 1)
+    assert ["s", "documents"] in [list(p) for p in divisible]
+    assert cp_explorer(documents=8).values == {"documents": 8}
+
+
+def test_the_explorer_names_the_faster_scheme_under_a_document_mask():
+    """The sentence under the chart gives the model's two times and the winner: at the
+    defaults (IB, cp = 16) the ring's transfers bound it and it still wins with 8 documents;
+    over NVLink at cp = 8 (the chapter's example) all-gather CP wins."""
+    import re
+
+    from minipar.cost import context_parallel as C
+    from minipar.cost.hardware import GPUS, LINKS
+    from minipar.widgets.context_parallel import cp_config
+
+    cfg = cp_config()
+    settings = [
+        {},
+        {"documents": 8},
+        {"documents": 8, "cp": 8, "link": "nvlink4-h100"},
+        {"documents": 64, "cp": 4, "layout": "contiguous"},
+    ]
+    unit = {"s": 1.0, "ms": 1e-3, "µs": 1e-6, "ns": 1e-9}
+    got = js_call("context_parallel", [("drawExplorer", ["cp-layer", v, cfg]) for v in settings])
+    texts = []
+    for v, (_, out) in zip(settings, got):
+        assert out["error"] is None, out["error"]
+        s, cp, n = 131072, v.get("cp", 16), v.get("documents", 1)
+        L = LINKS[v.get("link", "ib-ndr400")]
+        d = C.document_attention_times(
+            1,
+            s,
+            16384,
+            cp,
+            [s // n] * n,
+            flops=GPUS["H100-SXM"].peak_flops["bf16"],
+            bandwidth=L.bandwidth,
+            alpha=L.alpha,
+            layout=v.get("layout", "zigzag"),
+            h_kv=1024,
+        )
+        text = re.sub(r"<[^>]+>", "", out["html"])
+        texts.append(text)
+        m = re.search(
+            r"the ring takes ([\d.]+) (s|ms|µs|ns) .*?all-gather CP ([\d.]+) (s|ms|µs|ns) ", text
+        )
+        assert m, text
+        ring, ag = float(m[1]) * unit[m[2]], float(m[3]) * unit[m[4]]
+        assert ring == pytest.approx(d["ring"], rel=1e-3)
+        assert ag == pytest.approx(d["allgather"], rel=1e-3)
+        ratio = max(d["ring"], d["allgather"]) / min(d["ring"], d["allgather"])
+        winner = "the ring wins" if d["ring"] <= d["allgather"] else "all-gather CP wins"
+        if ratio >= 1.005:
+            assert f"{winner}, {ratio:.2f}× faster" in text
+        else:
+            assert "the same time to within 0.5%" in text
+        assert (f"ring, {n} documents" in out["html"]) == (n > 1)  # the dashed curves
+    assert (
+        "One document of 131,072 tokens" in texts[0] and "the ring wins, 1.29× faster" in texts[0]
+    )
+    assert "Packed as 8 documents of 16,384 tokens" in texts[1]
+    assert "all-gather CP wins" in texts[2]
+
+
+def test_parity_check_catches_an_allgather_that_waits_like_the_ring():
+    """Negative control: a twin in which all-gather CP pays the ring's per-step maxima
+    (Σ_steps max_ranks, not max_ranks Σ_steps: the document mask's whole point) is reported."""
+    from minipar.cost import context_parallel as C
+
+    def wrong(**kw):
+        d = C.document_attention_times(**kw)
+        return {**d, "allgather": d["gather"] + d["ring_compute"]}
+
+    case = dict(
+        b=1,
+        s=131072,
+        h=16384,
+        cp=8,
+        documents=[16384] * 8,
+        flops=989.4e12,
+        bandwidth=450e9,
+        alpha=2e-6,
+        layout="zigzag",
+        bytes_per_elem=2,
+        h_kv=1024,
+        algorithm="ring",
+    )
+    assert_parity("context_parallel", "documentAttentionTimes", C.document_attention_times, [case])
+    with pytest.raises(AssertionError, match="differs"):
+        assert_parity("context_parallel", "documentAttentionTimes", wrong, [case])
+
+
 def test_parity_check_catches_the_wrong_imbalance():
     """Negative control: a twin that uses cp/(cp+1) (forgetting that the mean is (cp+1)/2 pairs,
     not cp+1) is reported."""

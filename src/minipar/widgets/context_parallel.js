@@ -5,7 +5,9 @@
 // in float32 as ring-flash-attention and Transformer Engine circulate them); Dubey et al. 2024
 // §3.3.2 (all-gather CP); Jacobs et al. 2023 (Ulysses: 2 all-to-alls per layer each way, QKV
 // packed); Korthikanti et al. 2022 Table 2 (34·sbh per layer, no s² term with blockwise
-// attention). Parity with Python: tests/test_context_parallel_explorer.py.
+// attention); Dao 2023 (FlashAttention-2's variable-length kernels: a causal document mask whose
+// masked entries are skipped, for packed documents). Parity with Python:
+// tests/test_context_parallel_explorer.py.
 
 const CP_LAYOUTS = ["contiguous", "zigzag", "striped"];
 const CP_DIAGONALS = ["half", "whole"];
@@ -196,6 +198,83 @@ export function allgatherAttentionTime(b, s, h, cp, flops, bandwidth, alpha = 0.
   return {compute: comp, gather, time: gather + comp};
 }
 
+// Python: _pairs_below(a, b, c, e)
+export function pairsBelow(a, b, c, e) {
+  if (a >= b || c >= e) return 0;
+  const L = e - c;
+  const S = (T) => {                             // Σ_{t ≤ T} clamp(t, 0, L)
+    if (T <= 0) return 0;
+    if (T <= L) return T * (T + 1) / 2;
+    return L * (L + 1) / 2 + (T - L) * L;
+  };
+  return S(b - c) - S(a - c);
+}
+
+// Python: document_step_work(s, cp, layout, documents) -> work[step][rank]
+export function documentStepWork(s, cp, layout, documents) {
+  checkShape(s, cp, layout);
+  if (layout === "striped") throw new Error("layout ('striped') must be contiguous or zigzag for document work");
+  if (documents.some((n) => !Number.isInteger(n) || n < 1) || documents.reduce((a, x) => a + x, 0) !== s) {
+    throw new Error(`document lengths ([${documents.join(", ")}]) must be integers >= 1 summing to s (${s})`);
+  }
+  const n = s / (layout === "zigzag" ? 2 * cp : cp);
+  const bounds = [];
+  let start = 0;
+  for (const length of documents) {
+    bounds.push([start, start + length]);
+    start += length;
+  }
+  const entries = (qc, kc) => {
+    let total = 0;
+    for (const [d0, d1] of bounds) {
+      total += pairsBelow(Math.max(qc * n, d0), Math.min((qc + 1) * n, d1), Math.max(kc * n, d0), Math.min((kc + 1) * n, d1));
+    }
+    return total;
+  };
+  const work = [];
+  for (let i = 0; i < cp; i++) {
+    const row = [];
+    for (let r = 0; r < cp; r++) {
+      let w = 0;
+      for (const qc of cpChunkIds(r, cp, layout)) {
+        for (const kc of cpChunkIds((((r - i) % cp) + cp) % cp, cp, layout)) w += entries(qc, kc);
+      }
+      row.push(w);
+    }
+    work.push(row);
+  }
+  return work;
+}
+
+// Python: document_attention_times(b, s, h, cp, documents, *, flops, bandwidth, alpha, layout, bytes_per_elem, h_kv, algorithm)
+export function documentAttentionTimes(b, s, h, cp, documents, flops, bandwidth, alpha = 0.0, layout = "zigzag",
+                                       bytesPerElem = 2, hKv = null, algorithm = "ring") {
+  hKv = hKv === null ? h : hKv;
+  cpCheckRates(flops, bandwidth, alpha);
+  cpCheck([["b", b], ["h", h], ["h_kv", hKv]]);
+  const work = documentStepWork(s, cp, layout, documents);
+  const unit = 4 * b * h / flops;
+  const steps = work.map((w) => unit * Math.max(...w));
+  const kv = kvBlockBytes(b, s, hKv, cp, bytesPerElem);
+  const stepComm = cp > 1 ? alpha + kv / bandwidth : 0.0;
+  const gather = cp > 1 ? collectiveTime("all-gather", algorithm, cp, cp * kv, alpha, bandwidth) : 0.0;
+  const total = [];
+  for (let r = 0; r < cp; r++) {
+    let t = 0;
+    for (let i = 0; i < cp; i++) t += work[i][r];
+    total.push(unit * t);
+  }
+  const maxTotal = Math.max(...total);
+  return {
+    ring: ringTimeFromSteps(steps, stepComm),
+    ring_compute: steps.reduce((a, x) => a + x, 0),
+    allgather: gather + maxTotal,
+    allgather_compute: maxTotal,
+    gather,
+    imbalance: maxTotal / (total.reduce((a, x) => a + x, 0) / cp),
+  };
+}
+
 // Python: ulysses_time(b, s, h, cp, *, alpha, bandwidth, bytes_per_elem, h_kv, a_kv)
 export function ulyssesTime(b, s, h, cp, alpha, bandwidth, bytesPerElem = 2, hKv = null, aKv = null) {
   let t = 0;
@@ -212,11 +291,23 @@ export function activationBytesPerRank(s, b, h, a, cp = 1, blockwise = true) {
   return total / cp;
 }
 
+// The most documents the explorer packs into one sequence (Python: MAX_DOCUMENTS): 1K-token
+// documents at s = 1M; the document work grows with their number.
+export const CP_MAX_DOCUMENTS = 1024;
+
+// Python: minipar.widgets.context_parallel.equal_documents
+export function equalDocuments(s, documents) {
+  checkNumbers({integer: true, min: 1, max: CP_MAX_DOCUMENTS}, [["documents", documents]]);
+  if (s % documents) throw new Error(`s (${s}) must be divisible by documents (${documents})`);
+  return Array(documents).fill(s / documents);
+}
+
 // Python: minipar.widgets.context_parallel.cp_layer_model
-export function cpLayerModel(s, cp, layout, h, a, aKv, b, flops, bandwidth, alpha) {
+export function cpLayerModel(s, cp, layout, h, a, aKv, b, flops, bandwidth, alpha, documents = 1) {
   checkShape(s, cp, layout);
   cpCheck([["h", h], ["a", a], ["a_kv", aKv], ["b", b]]);
   if (a % aKv) throw new Error(`heads (${a}) must be divisible by K/V heads (${aKv})`);
+  const lengths = equalDocuments(s, documents);
   const hKv = (h * aKv - ((h * aKv) % a)) / a;          // Python: h * a_kv // a
   const ring = ringAttentionTime(b, s, h, cp, flops, bandwidth, alpha, layout, true, 2, hKv);
   const gather = allgatherAttentionTime(b, s, h, cp, flops, bandwidth, alpha, layout, true, 2, hKv);
@@ -232,6 +323,9 @@ export function cpLayerModel(s, cp, layout, h, a, aKv, b, flops, bandwidth, alph
     ulysses_time: ulyssesOk ? ulyssesTime(b, s, h, cp, alpha, bandwidth, 2, hKv, aKv) : null,
     imbalance: imbalance(cp, layout),
     overlap_min_tokens: minTokensPerRankForOverlap(flops, bandwidth, 2, hKv / h, true, layout),
+    document_length: s / documents,
+    document_times: layout === "striped" ? null
+      : documentAttentionTimes(b, s, h, cp, lengths, flops, bandwidth, alpha, layout, 2, hKv),
   };
 }
 
@@ -252,23 +346,30 @@ registerExplorer("cp-layer", {
     {name: "a", label: "a (heads)", type: "number", min: 1, step: 1, value: 128},
     {name: "a_kv", label: "K/V heads", type: "number", min: 1, step: 1, value: 8},
     {name: "b", label: "b", type: "number", min: 1, step: 1, value: 1},
+    {name: "documents", label: "documents", type: "number", min: 1, max: 1024, step: 1, value: 1},
   ],
-  divisible: [["h", "a"], ["a", "a_kv"]],
+  divisible: [["h", "a"], ["a", "a_kv"], ["s", "documents"]],
   draw(v, config) {
     const links = config.links || {};
     const L = links[v.link];
     if (!L) throw new Error(`link ('${v.link}') must be one of ${Object.keys(links).join(", ")}`);
     const F = (config.gpus || {})[v.gpu];
     if (!F) throw new Error(`gpu ('${v.gpu}') must be one of ${Object.keys(config.gpus || {}).join(", ")}`);
-    const r = cpLayerModel(v.s, v.cp, v.layout, v.h, v.a, v.a_kv, v.b, F, L.bandwidth, L.alpha);
+    const r = cpLayerModel(v.s, v.cp, v.layout, v.h, v.a, v.a_kv, v.b, F, L.bandwidth, L.alpha, v.documents);
     const cps = CP_CPS.filter((c) => v.s % (2 * c) === 0);
-    const series = [];
-    for (const [layout, color] of [["contiguous", "#3182bd"], ["zigzag", "#e6550d"]]) {
-      series.push({name: `ring, ${layout}`, color,
-        xs: cps, ys: cps.map((c) => 1e3 * cpLayerModel(v.s, c, layout, v.h, v.a, v.a_kv, v.b, F, L.bandwidth, L.alpha).ring_time)});
+    const contiguous = cps.map((c) => cpLayerModel(v.s, c, "contiguous", v.h, v.a, v.a_kv, v.b, F, L.bandwidth, L.alpha));
+    const zigzag = cps.map((c) => cpLayerModel(v.s, c, "zigzag", v.h, v.a, v.a_kv, v.b, F, L.bandwidth, L.alpha, v.documents));
+    const series = [
+      {name: "ring, contiguous", color: "#3182bd", xs: cps, ys: contiguous.map((m) => 1e3 * m.ring_time)},
+      {name: "ring, zigzag", color: "#e6550d", xs: cps, ys: zigzag.map((m) => 1e3 * m.ring_time)},
+      {name: "all-gather, zigzag", color: "#31a354", xs: cps, ys: zigzag.map((m) => 1e3 * m.allgather_time)},
+    ];
+    if (v.documents > 1) {
+      series.push({name: `ring, ${v.documents} documents`, color: "#e6550d", dash: true,
+        xs: cps, ys: zigzag.map((m) => 1e3 * m.document_times.ring)});
+      series.push({name: `all-gather, ${v.documents} documents`, color: "#31a354", dash: true,
+        xs: cps, ys: zigzag.map((m) => 1e3 * m.document_times.allgather)});
     }
-    series.push({name: "all-gather, zigzag", color: "#31a354",
-      xs: cps, ys: cps.map((c) => 1e3 * cpLayerModel(v.s, c, "zigzag", v.h, v.a, v.a_kv, v.b, F, L.bandwidth, L.alpha).allgather_time)});
     const svg = lineChart({
       title: `forward attention time per layer, slowest rank, s = ${v.s}, over ${v.link}`,
       xlabel: "cp (GPUs the sequence is split over)", ylabel: "time (ms)", xlog: true, ylog: true,
@@ -278,11 +379,28 @@ registerExplorer("cp-layer", {
     const uly = r.ulysses_bytes === null
       ? `Ulysses cannot use cp = ${v.cp}: cp must divide the ${v.a} heads, and the ${v.a_kv} K/V heads must be divisible by cp or divide it.`
       : `Ulysses sends ${fmtBytes(r.ulysses_bytes, false)} per GPU per layer (forward + backward), its two forward all-to-alls take ${fmtSeconds(r.ulysses_time)} (not overlapped).`;
+    const d = r.document_times;
+    const packed = v.documents === 1
+      ? `One document of ${v.s.toLocaleString("en-US")} tokens (causal mask, entries counted exactly)`
+      : `Packed as ${v.documents} documents of ${r.document_length.toLocaleString("en-US")} tokens (causal document mask, a variable-length kernel that skips masked entries)`;
+    let docs;
+    if (d === null) {
+      docs = `${packed}: the document cost model covers contiguous and zigzag shards, not striped; choose one of them to compare the ring with the all-gather under this mask.`;
+    } else {
+      const [fast, slow] = d.ring <= d.allgather ? ["the ring", "all-gather CP"] : ["all-gather CP", "the ring"];
+      const ratio = Math.max(d.ring, d.allgather) / Math.min(d.ring, d.allgather);
+      const verdict = ratio < 1.005
+        ? `the two take the same time to within 0.5%`
+        : `<b>${fast} wins</b>, ${ratio.toFixed(2)}× faster than ${slow} (${fmtSeconds(Math.abs(d.ring - d.allgather))} less per layer)`;
+      docs = `${packed}, forward attention per layer, ${escapeHtml(v.layout)} shards: the ring takes <b>${fmtSeconds(d.ring)}</b> `
+        + `(it waits for the slowest rank at every step; those per-step maxima sum to ${fmtSeconds(d.ring_compute)} of compute), `
+        + `all-gather CP <b>${fmtSeconds(d.allgather)}</b> (gather ${fmtSeconds(d.gather)} + its slowest rank's own visible work ${fmtSeconds(d.allgather_compute)}): ${verdict}.`;
+    }
     const ag = `All-gather CP (Llama 3) sends ${fmtBytes(r.allgather_bytes, false)} per layer; forward: gather ${fmtSeconds(r.allgather_gather)} (exposed) + compute = <b>${fmtSeconds(r.allgather_time)}</b>.`;
     return svg + `<p>Per GPU: <b>${fmtBytes(r.activation_bytes, false)}</b> of activations per layer (Korthikanti's 34·sbh/cp, 16-bit, blockwise attention), `
       + `${r.tokens_per_rank.toLocaleString("en-US")} tokens. The ring sends <b>${fmtBytes(r.ring_bytes, false)}</b> per layer (forward + backward); `
       + `forward attention on the slowest GPU: compute ${fmtSeconds(r.ring_compute)}, K/V transfers ${fmtSeconds(r.ring_comm)}, `
       + `<b>${fmtSeconds(r.ring_time)}</b> with overlap (transfers ${hidden ? "hidden" : "exposed"}: hiding them needs ≥ ${Math.ceil(r.overlap_min_tokens).toLocaleString("en-US")} tokens per GPU on this link). The backward's dK/dV accumulators travel in float32. `
-      + `Causal imbalance (slowest / mean work): <b>${r.imbalance.toFixed(2)}</b> with the ${escapeHtml(v.layout)} layout and a causal kernel on the diagonal.</p><p>${ag}</p><p>${uly}</p>`;
+      + `Causal imbalance (slowest / mean work): <b>${r.imbalance.toFixed(2)}</b> with the ${escapeHtml(v.layout)} layout and a causal kernel on the diagonal.</p><p>${ag}</p><p>${docs}</p><p>${uly}</p>`;
   },
 });

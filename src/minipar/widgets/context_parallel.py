@@ -1,9 +1,11 @@
 """Explorer for the context-parallel chapter: one attention layer's memory per rank, traffic,
-forward time and causal imbalance as the sequence length, cp, the layout and the link vary.
+forward time and causal imbalance as the sequence length, cp, the layout, the link and the
+number of packed documents vary.
 
 The browser evaluates ``widgets/context_parallel.js``; its model is the JavaScript twin of
 :func:`cp_layer_model`, which composes :mod:`minipar.cost.context_parallel` (Liu et al. 2023 for
-the ring, Jacobs et al. 2023 for Ulysses, Korthikanti et al. 2022 for the activations).
+the ring, Jacobs et al. 2023 for Ulysses, Korthikanti et al. 2022 for the activations, Dubey et
+al. 2024 §3.3.2 and Dao 2023's variable-length kernels for the document mask).
 tests/test_context_parallel_explorer.py checks the twins agree.
 """
 
@@ -12,6 +14,25 @@ from __future__ import annotations
 from minipar.cost import context_parallel as C
 from minipar.cost.hardware import GPUS, LINKS
 from minipar.widgets import Explorer
+from minipar.widgets.inputs import check_numbers, check_values
+
+#: The most documents the explorer packs into one sequence (``CP_MAX_DOCUMENTS`` in the
+#: JavaScript, the box's max): 1K-token documents at s = 1M; the document work grows with their
+#: number.
+MAX_DOCUMENTS = 1024
+
+#: The explorer's default sequence length (the s slider's value in context_parallel.js).
+DEFAULT_S = 131072
+
+
+def equal_documents(s: int, documents: int) -> list[int]:
+    """``documents`` equal lengths packed into ``s`` tokens (1: one long document); refuses a
+    count below 1, above :data:`MAX_DOCUMENTS` or not dividing s, in the explorer's words."""
+    check_numbers({"integer": True, "min": 1, "max": MAX_DOCUMENTS}, documents=documents)
+    documents = int(documents)
+    if s % documents:
+        raise ValueError(f"s ({s}) must be divisible by documents ({documents})")
+    return [s // documents] * documents
 
 
 def cp_layer_model(
@@ -25,16 +46,24 @@ def cp_layer_model(
     flops: float = 989.4e12,
     bandwidth: float = 50e9,
     alpha: float = 5e-6,
+    documents: int = 1,
 ) -> dict:
     """One layer, bf16 activations, float32 dK/dV accumulators, causal, a causal kernel on the
     diagonal: activation bytes per rank (blockwise attention), bytes a rank sends per layer
     (ring; all-gather; Ulysses, or None when its head rules fail), the ring's forward attention
     time (compute, transfers, with overlap), all-gather CP's (exposed gather, compute), Ulysses'
-    all-to-all time, the causal imbalance and the overlap threshold in tokens per rank."""
+    all-to-all time, the causal imbalance and the overlap threshold in tokens per rank.
+
+    ``documents``: the sequence packed as that many equal documents (:func:`equal_documents`)
+    under a causal document mask; ``document_times`` is
+    :func:`minipar.cost.context_parallel.document_attention_times` for them (forward seconds of
+    the ring, which pays each step's slowest rank, and of all-gather CP, which pays its gather
+    and its slowest rank's total), None for striped shards, which that model does not cover."""
     C.check_shape(s, cp, layout)
     C._check(h=h, a=a, a_kv=a_kv, b=b)
     if a % a_kv:
         raise ValueError(f"heads ({a}) must be divisible by K/V heads ({a_kv})")
+    lengths = equal_documents(s, documents)
     h_kv = h * a_kv // a
     ring = C.ring_attention_time(
         b,
@@ -84,6 +113,21 @@ def cp_layer_model(
         "overlap_min_tokens": C.min_tokens_per_rank_for_overlap(
             flops, bandwidth, 2, h_kv / h, True, layout
         ),
+        "document_length": s / len(lengths),
+        "document_times": None
+        if layout == "striped"
+        else C.document_attention_times(
+            b,
+            s,
+            h,
+            cp,
+            lengths,
+            flops=flops,
+            bandwidth=bandwidth,
+            alpha=alpha,
+            layout=layout,
+            h_kv=h_kv,
+        ),
     }
 
 
@@ -97,4 +141,6 @@ def cp_config() -> dict:
 
 def cp_explorer(**values):
     """Live explorer of :func:`cp_layer_model`; ``values`` override the default controls."""
+    # the page's own input rules; s at its default so a document count is checked against it
+    check_values("context_parallel", "cp-layer", {"s": DEFAULT_S, **values})
     return Explorer("context_parallel", "cp-layer", config=cp_config(), values=values)

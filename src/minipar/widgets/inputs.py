@@ -97,13 +97,15 @@ def check_controls(
     ]
     for c in ordered:
         check_input(field_name(c), values.get(c["name"]), input_rule(c))
+    # a pair may name a control that is not a number box (a slider): then its name
     by_name = {c["name"]: c for c in controls}
     pairs = sorted(divisible, key=lambda pair: changed not in pair)
     for field, by in pairs:
         if values[field] % values[by] != 0:
             raise ValueError(
-                f"{field_name(by_name[field])} ({js_number(values[field])}) must be "
-                f"divisible by {field_name(by_name[by])} ({js_number(values[by])})"
+                f"{field_name(by_name.get(field, {'name': field}))} ({js_number(values[field])}) "
+                f"must be divisible by {field_name(by_name.get(by, {'name': by}))} "
+                f"({js_number(values[by])})"
             )
 
 
