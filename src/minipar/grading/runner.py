@@ -355,18 +355,44 @@ class Kernel:
             self.km.provisioner.process.wait(timeout=5)
         except Exception:
             pass
-        _, alive = psutil.wait_procs(tree, timeout=2)  # zygotes see their caller gone
+        alive = _wait_exited(tree, 2)  # zygotes see their caller gone
         for p in alive:
             try:
                 p.kill()
             except psutil.Error:
                 pass
-        psutil.wait_procs(alive, timeout=2)
+        _wait_exited(alive, 2)
         try:
             self.km.cleanup_resources()
         except Exception:
             pass
         self.stopped = True
+
+
+def _wait_exited(procs: list, timeout: float) -> list:
+    """The processes of ``procs`` still running after at most ``timeout`` seconds. One that has
+    exited is gone even while its zombie waits to be reaped: the processes under the kernel are
+    not the grader's children, and an orphan's zombie lasts until init reaps it (up to 2 s with
+    some container inits), which ``psutil.wait_procs`` would wait out for every kernel."""
+    import psutil  # noqa: PLC0415 (psutil, the grade extra: absent from the base install; only stop needs it)
+
+    def running(p) -> bool:
+        try:
+            return p.is_running() and p.status() != psutil.STATUS_ZOMBIE
+        except psutil.NoSuchProcess:
+            return False
+        except psutil.Error:  # not ours to read: wait for it as for any other
+            return True
+
+    deadline, delay = time.monotonic() + timeout, 0.0001
+    alive = list(procs)
+    while True:
+        alive = [p for p in alive if running(p)]
+        left = deadline - time.monotonic()
+        if not alive or left <= 0:
+            return alive
+        time.sleep(min(delay, left))
+        delay = min(2 * delay, 0.04)
 
 
 def _kill(pid: int) -> None:
