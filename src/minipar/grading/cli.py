@@ -296,10 +296,10 @@ def grade(paths, timeout: float | None = None, progress=None) -> dict:
     """Grade; return ``{"tasks": [...], "passed", "total", "missing", "empty"}`` (see module
     doc; ``empty`` lists the notebooks with no task). ``progress(line)``, if given, receives
     the progress lines."""
+    say = progress or (lambda line: None)
+    nbs, wanted = notebooks(paths)  # a bad path fails here, before the import below
     import nbformat  # noqa: PLC0415 (nbformat ~1.2 s, the grade extra: only the grade command needs it)
 
-    say = progress or (lambda line: None)
-    nbs, wanted = notebooks(paths)
     rows, missing, empty = [], [], []
     covered = set()
     from minipar.runtime.pool import host_token  # noqa: PLC0415 (minipar.runtime.pool ~18 ms, loads cloudpickle and multiprocessing: `minipar --help` imports this module)
