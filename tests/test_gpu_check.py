@@ -136,9 +136,11 @@ def test_runners_record_results_and_failures_on_gloo(tmp_path):
     assert got["reason"] == "code cell 1: ValueError: heads (12) must be divisible by t (5)"
 
 
-def test_test_runner_records_the_summary_and_the_failing_test(tmp_path):
+def test_test_runner_records_the_summary_and_the_failing_test(tmp_path, monkeypatch):
     """The pytest item: its closing line on success; the first FAILED line as the reason."""
     gc = _module()
+    # the child pytest loads no plugin from entry points (nbval & co.: ~1.8 CPU-s each run)
+    monkeypatch.setenv("PYTEST_DISABLE_PLUGIN_AUTOLOAD", "1")
     good, bad = tmp_path / "test_good.py", tmp_path / "test_bad.py"
     good.write_text("def test_ok():\n    assert True\n")
     bad.write_text("def test_ok():\n    pass\n\n\ndef test_broken():\n    assert 1 == 2\n")
