@@ -1,7 +1,13 @@
 """`minipar` on a base install (no extras): bench and plan work, `grade` says what to install."""
 
+import json
 import subprocess
 import sys
+
+import pytest
+
+from minipar.errors import InputError
+from minipar.jsonio import dumps
 
 BLOCK_NBFORMAT = (
     "import sys; sys.modules['nbformat'] = None; "
@@ -27,3 +33,16 @@ def test_grade_without_its_extra_exits_2_naming_the_extra():
 def test_other_commands_still_run_without_the_grade_extra():
     r = _minipar("params", "--layers", "2", "--hidden", "64", "--vocab", "100", "--seq", "16")
     assert r.returncode == 0, r.stderr
+
+
+# ------------------------------------------------------------------ the one JSON writer
+def test_json_writer_refuses_a_non_finite_number_naming_where_it_sits():
+    assert json.loads(dumps({"a": [1, 2.5, {"b": None}]})) == {"a": [1, 2.5, {"b": None}]}
+    for bad, where in [
+        ({"memory": {"total_bytes": float("inf")}}, "memory.total_bytes (inf)"),
+        ({"steps": [1.0, {"time_s": float("nan")}]}, "steps[1].time_s (nan)"),
+        (float("-inf"), "value (-inf)"),
+    ]:
+        with pytest.raises(InputError) as e:
+            dumps(bad)
+        assert str(e.value) == f"{where} is not a finite number: no JSON for it"

@@ -158,6 +158,7 @@ COMMANDS = (
 FLOOR = (
     "minipar",
     "minipar.errors",
+    "minipar.jsonio",
     "minipar.cost",
     "minipar.runtime",
     "minipar.dist",

@@ -1,0 +1,71 @@
+"""The one JSON writer behind every ``--json`` output and every JSON file a command writes: standard
+JSON or a refusal, never ``Infinity`` or ``NaN``.
+
+Python's :mod:`json` writes ``float("inf")`` as ``Infinity`` and ``float("nan")`` as ``NaN``, which
+``jq``, JavaScript's ``JSON.parse`` and every other strict reader reject. :func:`dumps` checks the
+object first and refuses a non-finite number with :class:`minipar.errors.InputError` naming where
+it sits and its value (``"memory.total_bytes (inf) is not a finite number: no JSON for it"``), so
+``minipar`` prints one line and exits with status 2 instead of printing a document nobody can
+read. A leaf module (imports nothing from minipar but :mod:`minipar.errors`): any layer may use it.
+
+    from minipar.jsonio import dump, dumps, print_json
+    print_json(result)                 # one line on stdout
+    print_json(result, indent=1)       # pretty
+    with open(path, "w") as f:
+        dump(result, f, indent=1)      # a file
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+from typing import IO, Any
+
+from minipar.errors import InputError
+
+
+def first_non_finite(obj: Any, path: str = "") -> tuple[str, float] | None:
+    """``(path, value)`` of the first ``inf``/``-inf``/``nan`` in ``obj`` (dicts, lists, tuples
+    walked in order; ``path`` like ``"steps[3].time_s"``), or ``None`` when every number is
+    finite."""
+    if isinstance(obj, float):
+        return None if math.isfinite(obj) else (path or "value", obj)
+    if isinstance(obj, dict):
+        for k, v in obj.items():
+            found = first_non_finite(v, f"{path}.{k}" if path else str(k))
+            if found:
+                return found
+    elif isinstance(obj, (list, tuple)):
+        for i, v in enumerate(obj):
+            found = first_non_finite(v, f"{path}[{i}]")
+            if found:
+                return found
+    return None
+
+
+def check_finite(obj: Any) -> None:
+    """Raise :class:`InputError` naming the first non-finite number in ``obj``."""
+    found = first_non_finite(obj)
+    if found:
+        where, value = found
+        raise InputError(f"{where} ({value}) is not a finite number: no JSON for it")
+
+
+def dumps(obj: Any, *, indent: int | None = None, **kwargs) -> str:
+    """``json.dumps`` that refuses non-finite numbers (:class:`InputError` naming where)."""
+    check_finite(obj)
+    return json.dumps(obj, indent=indent, allow_nan=False, **kwargs)
+
+
+def dump(obj: Any, f: IO[str], *, indent: int | None = None, **kwargs) -> None:
+    """Write ``obj`` to the open text file ``f``; checked whole before a byte is written."""
+    f.write(dumps(obj, indent=indent, **kwargs))
+
+
+def print_json(obj: Any, *, indent: int | None = None, file: IO[str] | None = None) -> None:
+    """Print ``obj`` as one JSON document (stdout by default); nothing is printed on refusal."""
+    print(dumps(obj, indent=indent), file=file or sys.stdout)
+
+
+__all__ = ["check_finite", "dump", "dumps", "first_non_finite", "print_json"]
