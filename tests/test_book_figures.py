@@ -1,0 +1,107 @@
+"""The chapter pages' figures (book/figures/, the {minipar-figure} directive): each renders in both
+themes as SVG, each is computed by the library functions it names, and each chapter page shows
+at least three of them."""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+import pkgutil
+import re
+import sys
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+BOOK = ROOT / "book"
+sys.path.insert(0, str(BOOK))
+
+from figures import kit  # noqa: E402 (book/ joins sys.path above)
+
+CHAPTERS = sorted(
+    p.stem
+    for p in (ROOT / "src" / "minipar" / "grading").glob("*.py")
+    if (BOOK / f"{p.stem}.md").exists() and (ROOT / "notebooks" / f"{p.stem}.ipynb").exists()
+)
+DIRECTIVE = re.compile(r"^[`:]{3,}\{minipar-figure\}\s+(\S+)", re.M)
+
+
+def _all_figures() -> list[str]:
+    for mod in pkgutil.iter_modules([str(BOOK / "figures")]):
+        if mod.name != "kit":
+            importlib.import_module(f"figures.{mod.name}")
+    return sorted(kit.REGISTRY)
+
+
+FIGURES = _all_figures()
+
+
+def _resolve(dotted: str):
+    module, _, attr = dotted.rpartition(".")
+    obj = importlib.import_module(module)
+    for part in attr.split("."):
+        obj = getattr(obj, part)
+    return inspect.unwrap(obj)
+
+
+def test_the_chapters_are_found():
+    assert len(CHAPTERS) == 8, CHAPTERS
+
+
+@pytest.mark.parametrize("name", FIGURES)
+def test_figure_renders_in_both_themes_from_the_code_it_names(name):
+    fig = kit.load(name)
+    assert fig.draws, f"{name} names no library function it is drawn from"
+    wanted = {_resolve(d).__code__: d for d in fig.draws}
+    called = set()
+
+    def profile(frame, event, arg):
+        if event == "call" and frame.f_code in wanted:
+            called.add(frame.f_code)
+
+    sys.setprofile(profile)
+    try:
+        light = fig.svg(kit.LIGHT)
+    finally:
+        sys.setprofile(None)
+    missing = [wanted[c] for c in wanted if c not in called]
+    assert not missing, f"{name} no longer calls {missing}"
+    dark = fig.svg(kit.DARK)
+    for svg in (light, dark):
+        root = ET.fromstring(svg)
+        assert root.tag.endswith("svg") and root.get("viewBox")
+        width_in = float(root.get("width").removesuffix("pt")) / 72
+        assert width_in <= 7.5, (
+            f"{name} is {width_in:.1f} in wide: at 390 px its text is unreadable"
+        )
+    assert light != dark
+
+
+def test_the_profiler_check_can_fail():
+    """Negative control: a figure that draws nothing from the library is caught."""
+
+    @kit.figure(draws=["minipar.pipeline_parallel.schedules.schedule"])
+    def not_from_the_code(pal):
+        fig, ax = pal.subplots(2, 1)
+        ax.plot([0, 1], [0, 1])
+        return fig
+
+    try:
+        with pytest.raises(AssertionError, match="no longer calls"):
+            test_figure_renders_in_both_themes_from_the_code_it_names(
+                "test_book_figures.not_from_the_code"
+            )
+    finally:
+        kit.REGISTRY.pop("test_book_figures.not_from_the_code")
+
+
+@pytest.mark.parametrize("slug", CHAPTERS)
+def test_chapter_page_shows_three_figures_that_exist(slug):
+    names = DIRECTIVE.findall((BOOK / f"{slug}.md").read_text(encoding="utf-8"))
+    unknown = [n for n in names if n not in FIGURES]
+    assert not unknown, f"book/{slug}.md shows figures nobody draws: {unknown}"
+    assert len(set(names)) >= 3, (
+        f"book/{slug}.md shows {len(set(names))} figures drawn by the code (want ≥ 3)"
+    )
