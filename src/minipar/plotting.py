@@ -22,9 +22,9 @@ RC = {
 FORMAT = "retina"
 
 
-def book_style() -> dict:
+def book_style() -> None:
     """Apply :data:`RC`, and in a notebook kernel store inline figures as :data:`FORMAT`.
-    Returns the rcParams set (outside a kernel only those)."""
+    Returns nothing, so a notebook's first cell prints nothing."""
     import matplotlib as mpl  # noqa: PLC0415 (matplotlib ~0.5 s, the book extra: plotting is optional, only book_style draws)
 
     mpl.rcParams.update(RC)
@@ -32,7 +32,6 @@ def book_style() -> dict:
         from IPython import get_ipython  # noqa: PLC0415 (IPython, matplotlib_inline: optional, absent outside a notebook (ImportError handled))
         from matplotlib_inline.backend_inline import set_matplotlib_formats  # noqa: PLC0415 (IPython, matplotlib_inline: optional, absent outside a notebook (ImportError handled))
     except ImportError:  # no IPython: a script or a test
-        return dict(RC)
+        return
     if get_ipython() is not None:
         set_matplotlib_formats(FORMAT)
-    return dict(RC)
