@@ -22,6 +22,7 @@ from minipar.grading import check, display, limits
 from minipar.grading.cli import grade
 from minipar.grading.notebooks import (
     _cells,
+    _committed,
     build,
     exercise_namespace,
     expected_tasks,
@@ -184,9 +185,19 @@ def test_references_pass_and_mistakes_are_caught_under_competing_torch_work(
     )
 
 
+def committed_starter(script):
+    """The starter notebook of ``script`` as git holds it (the index: what was committed or
+    staged), never the working copy, where a learner saves answers and outputs; the file itself
+    only for a starter git does not hold (a new exercise, or a copy outside a git checkout)."""
+    text = _committed(starter_path(script))
+    if text is None:
+        return nbformat.read(starter_path(script), as_version=4)
+    return nbformat.reads(text, as_version=4)
+
+
 @pytest.mark.parametrize("script", SCRIPTS, ids=[s.stem for s in SCRIPTS])
 def test_starter_is_clean(script):
-    nb = nbformat.read(starter_path(script), as_version=4)
+    nb = committed_starter(script)
     code = [c for c in nb.cells if c.cell_type == "code"]
     assert any("check(" in c.source for c in code), "every exercise notebook needs a check cell"
     assert expected_tasks(script), "its solution script must call check()"

@@ -480,3 +480,45 @@ def test_a_signal_never_lands_inside_jupyter_clients_event_loop(monkeypatch):
         kernel.run_cell("x = 1", None, 60.0, 60.0)
     assert caught.value.signum == signal.SIGHUP
     assert calls == ["returned"], "the signal was raised inside the library call"
+
+
+# ------------------------------------------------------------------ a learner's saved work
+@pytest.mark.slow
+def test_the_starter_tests_pass_after_a_learner_saved_answers_and_outputs(tmp_path):
+    """A copy of the course (exercises and the starter tests, committed to its own git) in which
+    every exercise notebook then holds a learner's answers, stored outputs and execution counts:
+    the repository's starter tests read git's copies and pass."""
+    from minipar.grading.notebooks import build, scripts, starter_path
+
+    course = tmp_path / "course"
+    (course / "tests").mkdir(parents=True)
+    for name in ("test_exercises.py", "grading_support.py", "conftest.py", "fault_support.py"):
+        (course / "tests" / name).write_bytes((ROOT / "tests" / name).read_bytes())
+    (course / "pyproject.toml").write_bytes((ROOT / "pyproject.toml").read_bytes())
+    for script in scripts(ROOT / "exercises"):
+        for src in (script, starter_path(script)):
+            dst = course / src.relative_to(ROOT)
+            dst.parent.mkdir(parents=True, exist_ok=True)
+            dst.write_bytes(src.read_bytes())
+    git = ["git", "-c", "user.name=learner", "-c", "user.email=l@example.invalid"]
+    for cmd in (["init", "-q"], ["add", "."], ["commit", "-q", "-m", "course"]):
+        subprocess.run([*git, *cmd], cwd=course, check=True, capture_output=True, timeout=120)
+    worked = 0
+    for script in scripts(course / "exercises"):  # the learner's work, saved
+        nb = build(script, solved=True)
+        for n, c in enumerate(c for c in nb.cells if c.cell_type == "code"):
+            c.execution_count = n + 1
+            c.outputs = [nbformat.v4.new_output("stream", name="stdout", text="answer\n")]
+        nbformat.write(nb, starter_path(script))
+        worked += 1
+    assert worked >= 10
+    r = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-n", "0"]
+        + ["-k", "starter_is_clean", "tests/test_exercises.py"],
+        cwd=course,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-2000:]
+    assert f"{worked} passed" in r.stdout, r.stdout[-2000:]
