@@ -153,7 +153,6 @@ COMMANDS = (
     "minipar.bench",
     "minipar.cost.cli",
     "minipar.grading.cli",
-    "minipar.audit",
 )
 FLOOR = (
     "minipar",
