@@ -26,12 +26,9 @@ from __future__ import annotations
 import math
 
 from minipar.grading import GradeFailure, task
-from minipar.grading.compare import err, launch_layouts, randn, same
-from minipar.grading.imports import (
-    forbid_course_code,
-    reject_course_calls,
-)
-from minipar.grading.layouts import on_every_layout
+from minipar.grading.compare import err, randn, same
+from minipar.grading.declare import Layouts
+from minipar.grading.imports import forbid_course_code
 
 CHAPTER = "context_parallel"
 
@@ -56,21 +53,7 @@ def _hint(case: str, msg: str) -> str:
     return ""
 
 
-def _launch(body, fn):
-    """Every layout's cases in the order they ran; a rank's exception is reported with the case
-    it happened in (:func:`minipar.grading.compare.launch_layouts`)."""
-    for _, cases in launch_layouts(_on_rank, LAYOUTS, body, fn, hint=_hint):
-        yield from cases
-
-
-def _on_rank(rank, world, body, fn):
-    out = []
-    for res, _ in on_every_layout(
-        rank, world, LAYOUTS, CHAPTER, lambda gr, cp, group: body(gr, cp, group, fn)
-    ):
-        res.update(cp=len(res["members"]), used=sorted(res["used"]))
-        out.append(res)
-    return out
+RANKS = Layouts(CHAPTER, LAYOUTS, size="cp", hint=_hint)
 
 
 def _tensor(x, what: str):
@@ -247,8 +230,7 @@ def _zigzag_mistake(got, cp, r, world_rank, world) -> str:
 )
 def check_zigzag_shard(fn, **_):
     forbid_course_code(fn, CHAPTER, what="write the zigzag shard")
-    for c in _launch(_zigzag_body, fn):
-        reject_course_calls(c["used"], "write the zigzag shard")
+    for c in RANKS.launch(_zigzag_body, fn, what="write the zigzag shard"):
         for dim in (1, 2):
             where = f"{c['where']}, dim={dim}"
             got = _positions_got(c[dim], dim, where)
@@ -325,8 +307,7 @@ def _ring_reference(cp, r):
 def check_ring_step(fn, **_):
     forbid_course_code(fn, CHAPTER, what="write the ring step")
     passed_whole = False
-    for c in _launch(_ring_body, fn):
-        reject_course_calls(c["used"], "write the ring step")
+    for c in RANKS.launch(_ring_body, fn, what="write the ring step"):
         where, cp, r = c["where"], c["cp"], c["gr"]
         if "bad return" in c:
             raise GradeFailure(
@@ -422,8 +403,7 @@ def _ulysses_body(gr, cp, group, fn):
 def check_seq_to_heads(fn, **_):
     forbid_course_code(fn, CHAPTER, what="write the all-to-all")
     full = _ulysses_full()
-    for c in _launch(_ulysses_body, fn):
-        reject_course_calls(c["used"], "write the all-to-all")
+    for c in RANKS.launch(_ulysses_body, fn, what="write the all-to-all"):
         where, cp, r = c["where"], c["cp"], c["gr"]
         y = _tensor(c["y"], f"{where}: the result")
         ah = UA // cp
@@ -580,8 +560,7 @@ def _doc_mistake(y, cp, r, world_rank) -> str:
 def check_allgather_documents(fn, **_):
     forbid_course_code(fn, CHAPTER, what="write the all-gather attention")
     passed_whole = False
-    for c in _launch(_doc_body, fn):
-        reject_course_calls(c["used"], "write the all-gather attention")
+    for c in RANKS.launch(_doc_body, fn, what="write the all-gather attention"):
         where, cp, r = c["where"], c["cp"], c["gr"]
         if "error" in c:
             hint = ""

@@ -28,14 +28,10 @@ import os
 
 from minipar.grading import GradeFailure, task
 from minipar.grading.compare import err as _err
-from minipar.grading.compare import launch_layouts
 from minipar.grading.compare import randn as _randn
 from minipar.grading.compare import same as _same
-from minipar.grading.imports import (
-    forbid_course_code,
-    reject_course_calls,
-)
-from minipar.grading.layouts import on_every_layout
+from minipar.grading.declare import Layouts, current_case, not_whole_world_hint
+from minipar.grading.imports import forbid_course_code
 
 CHAPTER = "tensor_parallel"
 _FG = ("copy_to_tp_region", "reduce_from_tp_region", "_CopyToTPRegion", "_ReduceFromTPRegion")
@@ -57,26 +53,14 @@ LAYOUTS = {
 
 
 # ----------------------------------------------------------------------------- running
-def _launch(body, fn, allow=_FG):
-    """Every layout's cases, in the order they ran (a generator: a world size is launched only
-    once the previous one's cases were all checked); a rank's exception is reported with the
-    case it happened in. Each case carries ``batch``, the cases of its launch."""
-
-    def deadlock_note(world):
-        if not any(g for _, g in LAYOUTS[world]):
-            return ""
-        return (
-            f" (this launch runs TP groups {[g for _, g in LAYOUTS[world]]} inside "
-            f"a world of {world} ranks: a collective without group= waits for "
-            "ranks of other groups)"
-        )
-
-    for _, batch in launch_layouts(
-        _on_rank, LAYOUTS, body, fn, allow, hint=_hint, deadlock_note=deadlock_note
-    ):
-        for c in batch:
-            c["batch"] = batch
-        yield from batch
+def _deadlock_note(world):
+    if not any(g for _, g in LAYOUTS[world]):
+        return ""
+    return (
+        f" (this launch runs TP groups {[g for _, g in LAYOUTS[world]]} inside "
+        f"a world of {world} ranks: a collective without group= waits for "
+        "ranks of other groups)"
+    )
 
 
 def _hint(case: str, msg: str) -> str:
@@ -85,40 +69,10 @@ def _hint(case: str, msg: str) -> str:
             " -- the targets include every shard boundary, 0 and V−1: is a target outside "
             "this rank's ids lo ≤ target < hi masked before it is used as an index?"
         )
-    if "of group" in case:
-        return (
-            " -- this case's TP group is not the whole world: use dist.get_rank(group) and "
-            "dist.get_world_size(group), and pass group= to every collective"
-        )
-    return ""
+    return not_whole_world_hint("TP")(case, msg)
 
 
-_CURRENT = {"where": ""}  # on a rank: the case being run, for the bodies' own labels
-
-
-def _on_rank(rank, world, body, fn, allow):
-    out = []
-    for res, groups in on_every_layout(
-        rank,
-        world,
-        LAYOUTS,
-        CHAPTER,
-        lambda gr, t, group: body(gr, t, group, fn),
-        allow,
-        note=lambda where: _CURRENT.update(where=where),
-    ):
-        every = groups or [list(range(world))]
-        res.update(
-            t=len(res["members"]),
-            gr_of=[next(g.index(r) for g in every if r in g) for r in range(world)],
-            t_of=[next(len(g) for g in every if r in g) for r in range(world)],
-        )
-        out.append(res)
-    return out
-
-
-def _common(case):
-    reject_course_calls(case["used"], "write this part")
+RANKS = Layouts(CHAPTER, LAYOUTS, size="t", allow=_FG, hint=_hint, deadlock_note=_deadlock_note)
 
 
 def _not_whole(case, passed_whole: bool) -> str:
@@ -158,8 +112,7 @@ def _group_sum(seed0, case):
 def check_copy_to_tp_region(fn, **_):
     forbid_course_code(fn, CHAPTER, what="write f")
     passed_whole = False
-    for c in _launch(_f_body, fn, allow=()):
-        _common(c)
+    for c in RANKS.launch(_f_body, fn, allow=()):
         _rank, t, where = c["rank"], c["t"], c["where"]
         x = _randn(4, 6, seed=1)
         if not c["unchanged"]:
@@ -219,8 +172,7 @@ def _g_body(gr, t, group, fn):
 def check_reduce_from_tp_region(fn, **_):
     forbid_course_code(fn, CHAPTER, what="write g")
     passed_whole = False
-    for c in _launch(_g_body, fn, allow=()):
-        _common(c)
+    for c in RANKS.launch(_g_body, fn, allow=()):
         t, where = c["t"], c["where"]
         total, world_total = _group_sum(10, c)
         own, w = _randn(4, 6, seed=10 + c["gr"]), _randn(4, 6, seed=7)
@@ -318,8 +270,7 @@ def check_column_row_mlp(cls, **_):
     ref = fc2(F.gelu(fc1(x)))
     (ref * dy).sum().backward()
     passed_whole = False
-    for c in _launch(_mlp_body, cls):
-        _common(c)
+    for c in RANKS.launch(_mlp_body, cls):
         t, gr, where = c["t"], c["gr"], c["where"]
         k = 4 * H // t
         sl = slice(gr * k, (gr + 1) * k)
@@ -398,8 +349,7 @@ def _ce_body(gr, t, group, fn):
     for label, scale in CE_SCALES:
         os.write(
             2,
-            f"minipar check: running case {_CURRENT['where']}, {label}, targets "
-            f"{TARGETS}\n".encode(),
+            f"minipar check: running case {current_case()}, {label}, targets {TARGETS}\n".encode(),
         )
         logits, target = _ce_data(scale)
         per = V // t
@@ -531,8 +481,7 @@ def check_vocab_parallel_cross_entropy(fn, **_):
         loss.backward()
         refs[label] = (logits, target, loss.detach(), full.grad)
     passed_whole = False
-    for c in _launch(_ce_body, fn):
-        _common(c)
+    for c in RANKS.launch(_ce_body, fn):
         t, gr = c["t"], c["gr"]
         per = V // t
         for label, _scale in CE_SCALES:
@@ -684,8 +633,7 @@ def check_sp_layernorm(cls, **_):
     (F.linear(out, A) * dy).sum().backward()
     go = dy @ A  # (b, s, h) gradient of the gather
     passed_whole = False
-    for c in _launch(_sp_body, cls):
-        _common(c)
+    for c in RANKS.launch(_sp_body, cls):
         t, gr, where = c["t"], c["gr"], c["where"]
         k, cc = S // t, OUT // t
         if not _same(c["g"], out.detach()):
@@ -714,7 +662,7 @@ def check_sp_layernorm(cls, **_):
         partial = _sp_partials(ln, x, go, t)[gr]
         world_sum = None
         if not c["whole"]:
-            each = [_sp_partials(ln, x, go, tr)[g] for g, tr in zip(c["gr_of"], c["t_of"])]
+            each = [_sp_partials(ln, x, go, tr)[g] for g, tr in zip(c["gr_of"], c["size_of"])]
             world_sum = [sum(e[i] for e in each) for i in range(2)]
         for i, (name, got, want) in enumerate(
             (("weight", c["dw"], ln.weight.grad), ("bias", c["db"], ln.bias.grad))
