@@ -176,7 +176,17 @@ def test_capacity_mistakes_are_named(fn, words, capsys):
 
 # ------------------------------------------------------------------ 02 dispatch (ranks)
 def _dispatch(
-    x, experts, num_experts, group, *, sort=True, order="slot", exchange=True, world_size=False
+    x,
+    experts,
+    num_experts,
+    group,
+    *,
+    sort=True,
+    order="slot",
+    exchange=True,
+    world_size=False,
+    stable=True,
+    minlength=True,
 ):
     n, K = experts.shape
     ep = dist.get_world_size() if world_size else dist.get_world_size(group)
@@ -185,9 +195,10 @@ def _dispatch(
     else:
         token, expert = torch.arange(n).repeat_interleave(K), experts.reshape(-1)
     if sort:
-        o = torch.argsort(expert, stable=True)
+        o = torch.argsort(expert, stable=True) if stable else torch.argsort(expert)
         token, expert = token[o], expert[o]
-    send = torch.bincount(expert, minlength=num_experts).view(ep, num_experts // ep)
+    counts = torch.bincount(expert, minlength=num_experts) if minlength else torch.bincount(expert)
+    send = counts.view(ep, num_experts // ep)
     if ep == 1:
         return x[token], send
     recv = torch.empty_like(send)
@@ -218,6 +229,14 @@ def dispatch_world_size(x, experts, num_experts, group=None):
     return _dispatch(x, experts, num_experts, group, world_size=True)
 
 
+def dispatch_unstable(x, experts, num_experts, group=None):
+    return _dispatch(x, experts, num_experts, group, stable=False)
+
+
+def dispatch_no_minlength(x, experts, num_experts, group=None):
+    return _dispatch(x, experts, num_experts, group, minlength=False)
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize(
     "fn, words",
@@ -226,6 +245,8 @@ def dispatch_world_size(x, experts, num_experts, group=None):
         (dispatch_token_major, "token-major"),
         (dispatch_no_exchange, "exchange the counts"),
         (dispatch_world_size, "not the whole world"),
+        (dispatch_unstable, "not stable reorders equal keys"),
+        (dispatch_no_minlength, "torch.bincount returns max + 1 bins"),
     ],
 )
 def test_dispatch_mistakes_are_named(fn, words, capsys):
@@ -298,6 +319,7 @@ def _dropless(
     stable=True,
     size_dtype=None,
     world_size=False,
+    final_sort="stable",
 ):
     n, K = experts.shape
     ep = dist.get_world_size() if world_size else dist.get_world_size(group)
@@ -320,11 +342,16 @@ def _dropless(
         )
     if permute:
         local = torch.arange(per).repeat(ep).repeat_interleave(recv.flatten())
-        if stable:
+        if final_sort == "default":  # argsort without stable=True
+            rows = rows[torch.argsort(local)]
+        elif stable:
             rows = rows[torch.argsort(local, stable=True)]
         else:  # sources in reverse order within an expert
             src = torch.arange(ep).repeat_interleave(recv.sum(1))
             rows = rows[torch.argsort(local * ep + (ep - 1 - src), stable=True)]
+    if sizes == "bincount":  # the group sizes counted again, without the number of bins
+        local = torch.arange(per).repeat(ep).repeat_interleave(recv.flatten())
+        return rows, torch.bincount(local)
     out = {"recv": recv.sum(0), "per source": recv, "sent": send.sum(0)}[sizes]
     return rows, out if size_dtype is None else out.to(size_dtype)
 
@@ -357,6 +384,14 @@ def dropless_world_size(x, experts, num_experts, group=None):
     return _dropless(x, experts, num_experts, group, world_size=True)
 
 
+def dropless_unstable(x, experts, num_experts, group=None):
+    return _dropless(x, experts, num_experts, group, final_sort="default")
+
+
+def dropless_sizes_bincount(x, experts, num_experts, group=None):
+    return _dropless(x, experts, num_experts, group, sizes="bincount")
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize(
     "fn, words",
@@ -368,7 +403,36 @@ def dropless_world_size(x, experts, num_experts, group=None):
         (dropless_token_major, "token-major"),
         (dropless_sources_reversed, "not in source order"),
         (dropless_world_size, "not the whole world"),
+        (dropless_unstable, "keeps the order of equal keys"),
+        (dropless_sizes_bincount, "torch.bincount returns max + 1 bins"),
     ],
 )
 def test_dropless_mistakes_are_named(fn, words, capsys):
     assert words in _fail("dropless_dispatch", fn, capsys)
+
+
+# ------------------------------------------------------------------ inputs that make clauses matter
+def _unstable_threshold() -> int:
+    """The fewest keys for which this torch's default CPU argsort reorders equal keys (keys laid
+    out as the all-to-all delivers them: local experts 0..2 from each of two sources)."""
+    for n in range(2, 200):
+        keys = torch.arange(3).repeat(2).repeat_interleave(torch.full((6,), n))
+        if not torch.equal(torch.argsort(keys), torch.argsort(keys, stable=True)):
+            return 6 * n
+    raise AssertionError("the default argsort never reordered equal keys up to 1200 keys")
+
+
+def test_skewed_routing_exceeds_the_unstable_sort_threshold_and_empties_the_last_experts():
+    from minipar.grading import expert_parallel as G
+
+    threshold = _unstable_threshold()
+    assert 6 < threshold <= 64  # small keys are insertion-sorted (stable); larger ones are not
+    for t in (2, 3):
+        rows, recv = G._expected_rows(0, t, routing="skewed")
+        assert len(rows) > threshold, (t, len(rows), threshold)
+        keys = torch.arange(E := recv.shape[1]).repeat(t).repeat_interleave(recv.flatten())
+        assert not torch.equal(torch.argsort(keys), torch.argsort(keys, stable=True)), E
+    for gr in range(3):  # no rank routes to the two highest-numbered experts
+        experts = G._choices(gr, routing="skewed")[1]
+        assert not torch.isin(experts, torch.tensor(G.EMPTY_EXPERTS)).any()
+        assert torch.bincount(experts.T.reshape(-1)).numel() < G.E

@@ -22,7 +22,18 @@
 # `dist.all_to_all_single`); the received counts (ep, E/ep) say which rows belong to which local
 # expert; permute the rows with a **stable** sort by local expert. Use
 # `dist.get_rank(group)` and `dist.get_world_size(group)` and pass `group=` to every
-# collective: the check also runs in subgroups. With one rank nothing is sent.
+# collective: the check also runs in subgroups.
+#
+# What the check holds you to: only the results, not how you got them. `rows` must equal the
+# expected rows exactly (they are copies of rows of `x`, in `x`'s dtype, float64 in the check)
+# and `sizes` must be int64 and equal. Any collective calls are fine as long as every rank of
+# the group makes the same ones. With a one-rank group there is nothing to exchange: skip the
+# collectives or call them (a one-rank `all_to_all_single` copies its input), either passes.
+# The check routes tokens twice on every layout: at random, and skewed so that the two
+# highest-numbered experts receive no token (a rank may receive no row at all: return a
+# (0, h) tensor and zero counts) while one expert receives more rows than an unstable sort
+# keeps in order. It only uses E divisible by ep; for another E raise a `ValueError` naming
+# the rule (not graded).
 # %%
 import torch
 import torch.distributed as dist
@@ -36,6 +47,8 @@ def dropless_dispatch(x, experts, num_experts, group=None):
     # BEGIN SOLUTION
     n, K = experts.shape
     ep = dist.get_world_size(group)
+    if num_experts % ep:
+        raise ValueError(f"num_experts ({num_experts}) must be divisible by ep ({ep})")
     per = num_experts // ep
     token = torch.arange(n).repeat(K)  # (n·K,) a = j·n + i
     expert = experts.T.reshape(-1)  # (n·K,)

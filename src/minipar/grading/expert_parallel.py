@@ -23,16 +23,14 @@ hands the learner.
 
 from __future__ import annotations
 
+import os
+
 from minipar.grading import GradeFailure, task
 from minipar.grading.compare import err as _err
-from minipar.grading.compare import launch_layouts
 from minipar.grading.compare import randn as _randn
 from minipar.grading.compare import same as _same
-from minipar.grading.imports import (
-    forbid_course_code,
-    reject_course_calls,
-)
-from minipar.grading.layouts import on_every_layout
+from minipar.grading.declare import Layouts, current_case, not_whole_world_hint
+from minipar.grading.imports import forbid_course_code
 
 CHAPTER = "expert_parallel"
 _A2A = ("all_to_all", "_AllToAll")
@@ -48,15 +46,30 @@ LAYOUTS = {
 
 
 # ----------------------------------------------------------------------------- helpers
-def _tokens(gr: int) -> int:
-    return 5 + gr
+# the routings exercises 2 and 5 run on every layout: a random one (every expert chosen), and a
+# skewed one that leaves the two highest-numbered experts without a token (counts shorter than
+# E betray a bincount without minlength) and sends most tokens to expert 0, so that a local
+# expert receives more rows from one source than an unstable sort keeps in order
+# (tests/test_grading_expert_parallel.py measures that count on the installed torch)
+ROUTINGS = {
+    "random": "top-2 routing of 5 + rank tokens",
+    "skewed": "skewed routing of 24 + 3·rank tokens (experts 4 and 5 get none, expert 0 most)",
+}
+EMPTY_EXPERTS = (E - 2, E - 1)
 
 
-def _choices(gr: int, k: int = K2):
+def _tokens(gr: int, routing: str = "random") -> int:
+    return 5 + gr if routing == "random" else 24 + 3 * gr
+
+
+def _choices(gr: int, k: int = K2, routing: str = "random"):
     """This group rank's tokens x (n, H) and distinct expert choices (n, k), deterministic."""
 
-    n = _tokens(gr)
+    n = _tokens(gr, routing)
     logits = _randn(n, E, seed=50 + gr)
+    if routing == "skewed":
+        logits[:, 0] += 4.0  # expert 0 is nearly every token's first choice
+        logits[:, list(EMPTY_EXPERTS)] = -float("inf")  # and experts 4, 5 nobody's
     return _randn(n, H, seed=10 + gr), logits.topk(k, dim=-1).indices
 
 
@@ -76,14 +89,14 @@ def _assignments(experts, order="slot", sort=True):
     return token, expert
 
 
-def _expected_rows(gr: int, t: int, order="slot", sort=True):
+def _expected_rows(gr: int, t: int, order="slot", sort=True, routing="random"):
     """Rows group rank ``gr`` receives from every source (and recv counts (t, E/t))."""
     import torch  # noqa: PLC0415 (torch ~1.5 s: this module loads without torch; only _expected_rows needs it)
 
     per = E // t
     rows, counts = [], torch.zeros(t, per, dtype=torch.long)
     for s in range(t):
-        x, experts = _choices(s)
+        x, experts = _choices(s, routing=routing)
         token, expert = _assignments(experts, order, sort)
         if sort:
             mine = (expert >= gr * per) & (expert < (gr + 1) * per)
@@ -99,30 +112,14 @@ def _expected_rows(gr: int, t: int, order="slot", sort=True):
 
 
 # ----------------------------------------------------------------------------- ranks
-_CURRENT = {"where": ""}
-
-
-def _on_rank(rank, world, body, fn, allow):
-    out = []
-    for res, _ in on_every_layout(
-        rank,
-        world,
-        LAYOUTS,
-        CHAPTER,
-        lambda gr, t, group: body(gr, t, group, fn),
-        allow,
-        note=lambda where: _CURRENT.update(where=where),
-    ):
-        res.update(t=len(res["members"]), used=sorted(res["used"]))
-        out.append(res)
-    return out
-
-
 def _hint(case: str, msg: str) -> str:
     if "of group" in case:
+        return not_whole_world_hint("EP")(case, msg)
+    if "get none" in case and "invalid for input of size" in msg:
         return (
-            " -- this case's EP group is not the whole world: use dist.get_rank(group) and "
-            "dist.get_world_size(group), and pass group= to every collective"
+            " -- the counts have fewer than E entries: torch.bincount returns max + 1 bins, and "
+            f"here experts {EMPTY_EXPERTS[0]} and {EMPTY_EXPERTS[1]} receive no token (give "
+            "bincount the number of bins)"
         )
     if "expected size" in msg or "split" in msg.lower():
         return (
@@ -133,12 +130,7 @@ def _hint(case: str, msg: str) -> str:
     return ""
 
 
-def _launch(body, fn, allow=()):
-    """Every layout's cases, rank by rank; a rank's exception names the case it happened in."""
-    for _, cases in launch_layouts(_on_rank, LAYOUTS, body, fn, allow, hint=_hint):
-        for c in cases:
-            reject_course_calls(c["used"], "write this part")
-            yield c
+RANKS = Layouts(CHAPTER, LAYOUTS, size="t", hint=_hint)
 
 
 # ----------------------------------------------------------------------------- 01 gates
@@ -250,10 +242,24 @@ def check_top_k_gates(fn, **_):
 
 
 # ----------------------------------------------------------------------------- 02 dispatch
-def _dispatch_body(gr, t, group, fn):
-    x, experts = _choices(gr)
+def _routed(body):
+    """Run ``body(gr, t, group, fn, routing)`` for every routing, each announced on stderr (a
+    rank that raises names the routing)."""
+
+    def on_case(gr, t, group, fn):
+        out = {}
+        for routing, label in ROUTINGS.items():
+            os.write(2, f"minipar check: running case {current_case()}, {label}\n".encode())
+            out[routing] = body(gr, t, group, fn, routing)
+        return out
+
+    return on_case
+
+
+def _dispatch_body(gr, t, group, fn, routing):
     import torch  # noqa: PLC0415 (torch ~1.5 s: this module loads without torch; only _dispatch_body needs it)
 
+    x, experts = _choices(gr, routing=routing)
     got = fn(x.clone(), experts.clone(), E, group)
     ok = isinstance(got, (tuple, list)) and len(got) == 2
     tensor = lambda v: v.detach().clone() if isinstance(v, torch.Tensor) else None
@@ -264,6 +270,24 @@ def _dispatch_body(gr, t, group, fn):
     }
 
 
+def _order_fault(where, rows, want, blocks, what) -> None:
+    """Raise the unstable-sort reason when every block of ``want`` (sizes ``blocks``: one source's
+    rows for one expert) holds the right rows in another order."""
+    import torch  # noqa: PLC0415 (torch ~1.5 s: this module loads without torch; only _order_fault needs it)
+
+    if rows.shape != want.shape:
+        return
+    pairs = list(zip(rows.split(blocks), want.split(blocks)))
+    key = lambda m: m[torch.argsort(m[:, 0])] if len(m) else m
+    if all(torch.equal(key(a), key(b)) for a, b in pairs):
+        size = max(len(b) for a, b in pairs if not torch.equal(a, b))
+        raise GradeFailure(
+            f"{where}: {what} are the right rows in another order ({size} rows share one "
+            "expert there): a sort that is not stable reorders equal keys once there are "
+            "more than a few; the assignments' order must survive every sort by expert"
+        )
+
+
 @task(
     "expert_parallel.dispatch",
     "each rank receives its experts' rows from every source, by source then local expert, in "
@@ -271,60 +295,71 @@ def _dispatch_body(gr, t, group, fn):
     "both groups of a 2 × 2 grid; uneven token counts, top-2)",
 )
 def check_dispatch(fn, **_):
-    import torch  # noqa: PLC0415 (torch ~1.5 s: this module loads without torch; only check_dispatch needs it)
-
     forbid_course_code(fn, CHAPTER, what="write the dispatch")
-    for c in _launch(_dispatch_body, fn):
-        where, gr, t = c["where"], c["gr"], c["t"]
-        if not c["pair"]:
-            raise GradeFailure(f"{where}: return a pair (rows, recv_counts)")
-        want_rows, want_counts = _expected_rows(gr, t)
-        counts = c["counts"]
-        if not isinstance(counts, torch.Tensor) or tuple(counts.shape) != tuple(want_counts.shape):
+    for c in RANKS.launch(_routed(_dispatch_body), fn):
+        for routing, label in ROUTINGS.items():
+            _check_dispatch_case(c[routing], f"{c['where']}, {label}", c["gr"], c["t"], routing)
+
+
+def _check_dispatch_case(r, where, gr, t, routing):
+    import torch  # noqa: PLC0415 (torch ~1.5 s: this module loads without torch; only _check_dispatch_case needs it)
+
+    if not r["pair"]:
+        raise GradeFailure(f"{where}: return a pair (rows, recv_counts)")
+    want_rows, want_counts = _expected_rows(gr, t, routing=routing)
+    counts = r["counts"]
+    if not isinstance(counts, torch.Tensor) or tuple(counts.shape) != tuple(want_counts.shape):
+        raise GradeFailure(
+            f"{where}: recv_counts must have shape (ep, E/ep) = "
+            f"{tuple(want_counts.shape)}, got "
+            f"{tuple(getattr(counts, 'shape', ()))}"
+        )
+    if counts.dtype != torch.int64:
+        raise GradeFailure(
+            f"{where}: recv_counts has dtype {str(counts.dtype)[6:]}, "
+            "expected int64 (counts, as bincount returns them)"
+        )
+    if not torch.equal(counts.long(), want_counts):
+        sent = torch.bincount(_choices(gr, routing=routing)[1].reshape(-1), minlength=E)
+        if t > 1 and torch.equal(counts.long(), sent.view(t, E // t)):
             raise GradeFailure(
-                f"{where}: recv_counts must have shape (ep, E/ep) = "
-                f"{tuple(want_counts.shape)}, got "
-                f"{tuple(getattr(counts, 'shape', ()))}"
+                f"{where}: recv_counts are the counts this rank SENDS: "
+                "exchange them with an all-to-all to learn what it receives"
             )
-        if counts.dtype != torch.int64:
-            raise GradeFailure(
-                f"{where}: recv_counts has dtype {str(counts.dtype)[6:]}, "
-                "expected int64 (counts, as bincount returns them)"
-            )
-        if not torch.equal(counts.long(), want_counts):
-            sent = torch.bincount(_choices(gr)[1].reshape(-1), minlength=E).view(t, E // t)
-            if t > 1 and torch.equal(counts.long(), sent):
-                raise GradeFailure(
-                    f"{where}: recv_counts are the counts this rank SENDS: "
-                    "exchange them with an all-to-all to learn what it receives"
-                )
-            s, e = (int(v) for v in (counts.long() != want_counts).nonzero()[0])
-            raise GradeFailure(
-                f"{where}: recv_counts[{s}, {e}] = {int(counts[s, e])}, but source "
-                f"rank {s} sends {int(want_counts[s, e])} rows to local expert {e}"
-            )
-        rows = c["rows"]
-        if rows is None or rows.dtype != want_rows.dtype:
-            raise GradeFailure(
-                f"{where}: rows must be a {str(want_rows.dtype)[6:]} tensor (the "
-                f"input's dtype) of shape {tuple(want_rows.shape)}, got "
-                f"{getattr(rows, 'dtype', None)}"
-            )
-        if _same(rows, want_rows, atol=0):
-            continue
-        if t > 1 and _same(rows, _expected_rows(gr, t, sort=False)[0], atol=0):
-            raise GradeFailure(
-                f"{where}: the rows were sent in token order, not sorted by "
-                "expert: sort the assignments by expert (so by destination) "
-                "before the all-to-all"
-            )
-        if _same(rows, _expected_rows(gr, t, order="token")[0], atol=0):
-            raise GradeFailure(
-                f"{where}: within an expert the rows are in token-major order "
-                "(token 0's choices, then token 1's): number the assignments "
-                "slot-major, a = j·n + i, before the stable sort"
-            )
-        raise GradeFailure(f"{where}: the rows received differ ({_err(rows, want_rows)})")
+        s, e = (int(v) for v in (counts.long() != want_counts).nonzero()[0])
+        raise GradeFailure(
+            f"{where}: recv_counts[{s}, {e}] = {int(counts[s, e])}, but source "
+            f"rank {s} sends {int(want_counts[s, e])} rows to local expert {e}"
+        )
+    rows = r["rows"]
+    if rows is None or rows.dtype != want_rows.dtype:
+        raise GradeFailure(
+            f"{where}: rows must be a {str(want_rows.dtype)[6:]} tensor (the "
+            f"input's dtype) of shape {tuple(want_rows.shape)}, got "
+            f"{getattr(rows, 'dtype', None)}"
+        )
+    if _same(rows, want_rows, atol=0):
+        return
+    if t > 1 and _same(rows, _expected_rows(gr, t, sort=False, routing=routing)[0], atol=0):
+        raise GradeFailure(
+            f"{where}: the rows were sent in token order, not sorted by "
+            "expert: sort the assignments by expert (so by destination) "
+            "before the all-to-all"
+        )
+    if _same(rows, _expected_rows(gr, t, order="token", routing=routing)[0], atol=0):
+        raise GradeFailure(
+            f"{where}: within an expert the rows are in token-major order "
+            "(token 0's choices, then token 1's): number the assignments "
+            "slot-major, a = j·n + i, before the stable sort"
+        )
+    _order_fault(
+        where,
+        rows,
+        want_rows,
+        want_counts.flatten().tolist(),
+        "the rows one source sent one expert",
+    )
+    raise GradeFailure(f"{where}: the rows received differ ({_err(rows, want_rows)})")
 
 
 # ----------------------------------------------------------------------------- 03 combine
@@ -399,7 +434,7 @@ def check_combine(fn, **_):
     import torch  # noqa: PLC0415 (torch ~1.5 s: this module loads without torch; only check_combine needs it)
 
     forbid_course_code(fn, CHAPTER, allow=_A2A, what="write the combine")
-    for c in _launch(_combine_body, fn, allow=_A2A):
+    for c in RANKS.launch(_combine_body, fn, allow=_A2A):
         where, gr, t = c["where"], c["gr"], c["t"]
         for k in (1, K2):
             r = c[k]
@@ -535,10 +570,10 @@ def check_keep_mask(fn, **_):
 
 
 # ----------------------------------------------------------------------------- 05 dropless
-def _dropless_body(gr, t, group, fn):
+def _dropless_body(gr, t, group, fn, routing):
     import torch  # noqa: PLC0415 (torch ~1.5 s: this module loads without torch; only _dropless_body needs it)
 
-    x, experts = _choices(gr)
+    x, experts = _choices(gr, routing=routing)
     got = fn(x.clone(), experts.clone(), E, group)
     ok = isinstance(got, (tuple, list)) and len(got) == 2
     keep = lambda v: v.detach().clone() if isinstance(v, torch.Tensor) else v
@@ -574,80 +609,101 @@ def _same_groups_any_order(rows, want, sizes) -> bool:
     "world, a subgroup, both groups of a 2 × 2 grid; uneven token counts, top-2)",
 )
 def check_dropless_dispatch(fn, **_):
-    import torch  # noqa: PLC0415 (torch ~1.5 s: this module loads without torch; only check_dropless_dispatch needs it)
-
     forbid_course_code(fn, CHAPTER, what="write the dispatch")
-    for c in _launch(_dropless_body, fn):
-        where, gr, t = c["where"], c["gr"], c["t"]
-        if not c["pair"]:
-            raise GradeFailure(f"{where}: return a pair (rows, sizes)")
-        src_rows, recv = _expected_rows(gr, t)
-        want_sizes, want_rows = recv.sum(0), _expert_major(src_rows, recv)
-        sizes, rows = c["sizes"], c["rows"]
-        if isinstance(sizes, torch.Tensor) and tuple(sizes.shape) == tuple(recv.shape) and t > 1:
+    for c in RANKS.launch(_routed(_dropless_body), fn):
+        for routing, label in ROUTINGS.items():
+            _check_dropless_case(c[routing], f"{c['where']}, {label}", c["gr"], c["t"], routing)
+
+
+def _check_dropless_case(r, where, gr, t, routing):
+    import torch  # noqa: PLC0415 (torch ~1.5 s: this module loads without torch; only _check_dropless_case needs it)
+
+    if not r["pair"]:
+        raise GradeFailure(f"{where}: return a pair (rows, sizes)")
+    src_rows, recv = _expected_rows(gr, t, routing=routing)
+    want_sizes, want_rows = recv.sum(0), _expert_major(src_rows, recv)
+    sizes, rows = r["sizes"], r["rows"]
+    if isinstance(sizes, torch.Tensor) and tuple(sizes.shape) == tuple(recv.shape) and t > 1:
+        raise GradeFailure(
+            f"{where}: sizes has shape (ep, E/ep) = {tuple(recv.shape)}, the "
+            "received counts per source: a grouped GEMM needs one size per "
+            "local expert, (E/ep,): sum them over the sources"
+        )
+    if (
+        isinstance(sizes, torch.Tensor)
+        and sizes.dim() == 1
+        and len(sizes) < len(want_sizes)
+        and torch.equal(sizes.long(), want_sizes[: len(sizes)])
+        and not want_sizes[len(sizes) :].any()
+    ):
+        raise GradeFailure(
+            f"{where}: sizes has {len(sizes)} entries, not E/ep = {len(want_sizes)}: this "
+            "rank's last experts receive no row here, and torch.bincount returns max + 1 "
+            "bins (give it the number of bins)"
+        )
+    if not isinstance(sizes, torch.Tensor) or tuple(sizes.shape) != tuple(want_sizes.shape):
+        raise GradeFailure(
+            f"{where}: sizes must be a tensor of shape (E/ep,) = "
+            f"{tuple(want_sizes.shape)}, got "
+            f"{getattr(sizes, 'shape', type(sizes).__name__)}"
+        )
+    if sizes.dtype != torch.int64:
+        raise GradeFailure(
+            f"{where}: sizes has dtype {str(sizes.dtype)[6:]}, expected int64 "
+            "(group sizes are counts: keep bincount's dtype)"
+        )
+    if not torch.equal(sizes, want_sizes):
+        sent = torch.bincount(_choices(gr, routing=routing)[1].reshape(-1), minlength=E)
+        sent = sent.view(t, E // t)
+        if torch.equal(sizes, sent.sum(0)) or (t > 1 and torch.equal(sizes, sent[gr])):
             raise GradeFailure(
-                f"{where}: sizes has shape (ep, E/ep) = {tuple(recv.shape)}, the "
-                "received counts per source: a grouped GEMM needs one size per "
-                "local expert, (E/ep,): sum them over the sources"
+                f"{where}: sizes count rows this rank SENDS, not those its "
+                "experts receive: exchange the counts with an all-to-all first"
             )
-        if not isinstance(sizes, torch.Tensor) or tuple(sizes.shape) != tuple(want_sizes.shape):
-            raise GradeFailure(
-                f"{where}: sizes must be a tensor of shape (E/ep,) = "
-                f"{tuple(want_sizes.shape)}, got "
-                f"{getattr(sizes, 'shape', type(sizes).__name__)}"
-            )
-        if sizes.dtype != torch.int64:
-            raise GradeFailure(
-                f"{where}: sizes has dtype {str(sizes.dtype)[6:]}, expected int64 "
-                "(group sizes are counts: keep bincount's dtype)"
-            )
-        if not torch.equal(sizes, want_sizes):
-            sent = torch.bincount(_choices(gr)[1].reshape(-1), minlength=E).view(t, E // t)
-            if torch.equal(sizes, sent.sum(0)) or (t > 1 and torch.equal(sizes, sent[gr])):
-                raise GradeFailure(
-                    f"{where}: sizes count rows this rank SENDS, not those its "
-                    "experts receive: exchange the counts with an all-to-all first"
-                )
-            e = int((sizes != want_sizes).nonzero()[0])
-            raise GradeFailure(
-                f"{where}: sizes[{e}] = {int(sizes[e])}, but local expert {e} "
-                f"receives {int(want_sizes[e])} rows"
-            )
-        if (
-            not isinstance(rows, torch.Tensor)
-            or rows.dtype != want_rows.dtype
-            or tuple(rows.shape) != tuple(want_rows.shape)
-        ):
-            raise GradeFailure(
-                f"{where}: rows must be a {str(want_rows.dtype)[6:]} tensor of "
-                f"shape {tuple(want_rows.shape)} (the input's dtype), got "
-                f"{getattr(rows, 'dtype', type(rows).__name__)} "
-                f"{tuple(getattr(rows, 'shape', ()))}"
-            )
-        if torch.equal(rows, want_rows):
-            continue
-        if torch.equal(rows, src_rows):
-            raise GradeFailure(
-                f"{where}: the rows are grouped by source rank (the order the "
-                "all-to-all delivers), not by local expert: permute them "
-                "expert-major before the grouped GEMM"
-            )
-        if t > 1 and torch.equal(rows, _expert_major(*_expected_rows(gr, t, sort=False))):
-            raise GradeFailure(
-                f"{where}: the rows were sent in token order, not sorted by "
-                "expert: sort the assignments by expert (so by destination) "
-                "before the all-to-all"
-            )
-        if torch.equal(rows, _expert_major(*_expected_rows(gr, t, order="token"))):
-            raise GradeFailure(
-                f"{where}: within an expert the rows are in token-major order "
-                "(token 0's choices, then token 1's): number the assignments "
-                "slot-major, a = j·n + i, before the stable sort"
-            )
-        if _same_groups_any_order(rows, want_rows, want_sizes.tolist()):
-            raise GradeFailure(
-                f"{where}: every expert has the right rows but not in source "
-                "order: permute with a stable sort so the sources keep their "
-                "order"
-            )
-        raise GradeFailure(f"{where}: the rows differ ({_err(rows, want_rows)})")
+        e = int((sizes != want_sizes).nonzero()[0])
+        raise GradeFailure(
+            f"{where}: sizes[{e}] = {int(sizes[e])}, but local expert {e} "
+            f"receives {int(want_sizes[e])} rows"
+        )
+    if (
+        not isinstance(rows, torch.Tensor)
+        or rows.dtype != want_rows.dtype
+        or tuple(rows.shape) != tuple(want_rows.shape)
+    ):
+        raise GradeFailure(
+            f"{where}: rows must be a {str(want_rows.dtype)[6:]} tensor of "
+            f"shape {tuple(want_rows.shape)} (the input's dtype), got "
+            f"{getattr(rows, 'dtype', type(rows).__name__)} "
+            f"{tuple(getattr(rows, 'shape', ()))}"
+        )
+    if torch.equal(rows, want_rows):
+        return
+    if t > 1 and torch.equal(rows, src_rows):
+        raise GradeFailure(
+            f"{where}: the rows are grouped by source rank (the order the "
+            "all-to-all delivers), not by local expert: permute them "
+            "expert-major before the grouped GEMM"
+        )
+    unsorted = _expected_rows(gr, t, sort=False, routing=routing)
+    if t > 1 and torch.equal(rows, _expert_major(*unsorted)):
+        raise GradeFailure(
+            f"{where}: the rows were sent in token order, not sorted by "
+            "expert: sort the assignments by expert (so by destination) "
+            "before the all-to-all"
+        )
+    if torch.equal(rows, _expert_major(*_expected_rows(gr, t, order="token", routing=routing))):
+        raise GradeFailure(
+            f"{where}: within an expert the rows are in token-major order "
+            "(token 0's choices, then token 1's): number the assignments "
+            "slot-major, a = j·n + i, before the stable sort"
+        )
+    blocks = recv.T.flatten().tolist()  # expert-major: expert 0's sources, then expert 1's...
+    _order_fault(where, rows, want_rows, blocks, "the rows one source sent one expert")
+    if _same_groups_any_order(rows, want_rows, want_sizes.tolist()):
+        biggest = int(want_sizes.max())
+        raise GradeFailure(
+            f"{where}: every expert has the right rows but not in source "
+            f"order (up to {biggest} rows share one expert here): permute with a "
+            "sort that keeps the order of equal keys, so the sources keep their order"
+        )
+    raise GradeFailure(f"{where}: the rows differ ({_err(rows, want_rows)})")
