@@ -94,9 +94,10 @@ exercises: $(STAMP) ## write the missing starter notebooks from exercises/*/solu
 exercises-check: $(STAMP) ## the repository's starter notebooks (git's copies, not your edits) match their scripts
 	$(PY) -m minipar.grading.notebooks --check
 
-lint: $(STAMP) ## ruff: lint and format check (rules in ruff.toml)
+lint: $(STAMP) ## ruff: lint and format check (rules in ruff.toml); commit subjects ≤ 72 characters
 	.venv/bin/ruff check .
 	.venv/bin/ruff format --check .
+	$(PY) scripts/check_commits.py
 
 test: $(STAMP) ## everything CI runs: lint, exercises-check, unit, book-strict, site-test
 	$(MAKE) --no-print-directory lint
