@@ -166,10 +166,23 @@ def test_cost_slips(candidate, reason, capsys):
 
 # --- exercise 4: the five-dimensional grid's cp, dp_cp, ep and edp groups -------------------
 def _five(
-    d, t, p, cp, ep, *, order="tcd", ep_rule="folded", edp_rule="expert", offset=True, base=0
+    d,
+    t,
+    p,
+    cp,
+    ep,
+    *,
+    order="tcd",
+    ep_rule="folded",
+    edp_rule="expert",
+    offset=True,
+    base=0,
+    rule_checked=True,
 ):
     """Groups under a chosen rule for each slip; the defaults give the right answer."""
     S = t * cp * d
+    if rule_checked and S % ep:
+        raise ValueError(f"ep ({ep}) must divide t·cp·d ({S})")
     st = {
         "tcd": dict(t=1, c=t, d=t * cp),
         "tdc": dict(t=1, d=t, c=t * d),
@@ -214,6 +227,48 @@ def _five(
 
 def test_five_d_groups_the_tests_own_answer_passes():
     assert check("three_d.five_d_groups", _five)
+
+
+def five_d_groups_reversed(d, t, p, cp, ep):
+    """Every list of groups, and every group, in decreasing order: the text says order does not
+    matter (dist.new_group sorts its ranks), so this correct reading passes."""
+    return {k: [g[::-1] for g in v[::-1]] for k, v in _five(d, t, p, cp, ep).items()}
+
+
+def five_d_no_rule_check(d, t, p, cp, ep):
+    return _five(d, t, p, cp, ep, rule_checked=False)
+
+
+def five_d_wrong_exception(d, t, p, cp, ep):
+    assert (t * cp * d) % ep == 0, "ep must divide t·cp·d"
+    return _five(d, t, p, cp, ep)
+
+
+def test_five_d_groups_in_any_order_pass():
+    assert check("three_d.five_d_groups", five_d_groups_reversed)
+
+
+def test_five_d_grader_shapes_make_every_dimension_matter():
+    from minipar.grading.three_d import FIVE_D_SHAPES, FIVE_D_UNSUPPORTED
+
+    pow2 = lambda x: x & (x - 1) == 0
+    assert any(  # a dp_cp slip needs d, cp > 1; an edp one p > 1; ep not dividing d, folding
+        d > 1 and p > 1 and cp > 1 and d % ep and not all(map(pow2, (d, cp)))
+        for d, t, p, cp, ep in FIVE_D_SHAPES
+    )
+    d, t, p, cp, ep = FIVE_D_UNSUPPORTED
+    assert (t * cp * d) % ep
+
+
+@pytest.mark.parametrize(
+    "candidate, reason",
+    [
+        (five_d_no_rule_check, "it must raise a ValueError naming the rule"),
+        (five_d_wrong_exception, "your function raised AssertionError; raise a ValueError"),
+    ],
+)
+def test_five_d_unsupported_shape_must_raise(candidate, reason, capsys):
+    assert reason in failure("three_d.five_d_groups", candidate, capsys)
 
 
 @pytest.mark.parametrize(

@@ -4,8 +4,11 @@
 # Write `rank_groups(d, t, p)`: the process groups of a d × t × p run on N = d·t·p ranks,
 # numbered as Megatron-LM numbers them, `t` innermost (consecutive ranks), then `d`, with `p`
 # outermost. Return a dict with keys `"tp"`, `"dp"` and `"pp"`, each a list of groups, each
-# group a list of global ranks in increasing order. The check tries several shapes, some of
-# them not powers of two, and names the mix-up if your groups follow another order.
+# group a list of global ranks. The check compares them as sets of sets: the order of ranks in
+# a group and of groups in a list does not matter, because `dist.new_group(ranks)` sorts the
+# ranks it is given (a pipeline group's stage i is still its i-th smallest rank). The check
+# tries several shapes, some of them not powers of two, and names the mix-up if your groups
+# follow another order.
 # %%
 from minipar.grading import check
 

@@ -7,7 +7,7 @@
 # = i_p·S + i_edp·ep + i_ep, and ep need only divide S, not d.
 #
 # Write `five_d_groups(d, t, p, cp, ep)` returning a dict with four lists of groups, each group a
-# list of global ranks in increasing order:
+# list of global ranks:
 #
 # * `"cp"`: the ranks that share (i_p, i_d, i_t): one sequence's shards;
 # * `"dp_cp"`: the ranks that share (i_p, i_t): where a dense weight's gradient is summed;
@@ -15,8 +15,16 @@
 # * `"edp"`: the ranks of a stage that hold the same experts (the same i_ep): where an expert's
 #   gradient is summed.
 #
-# The check tries several shapes, some not powers of two and some where ep does not divide d,
-# and names the slip when your groups follow a known wrong rule.
+# The check compares each list of groups as a set of sets: neither the order of the ranks inside
+# a group nor the order of the groups matters, because `dist.new_group(ranks)` sorts the ranks it
+# is given (a member's rank in the group is its place among the group's global ranks, in
+# whatever order you listed them). Increasing order is only the convention used here.
+#
+# If ep does not divide t·cp·d, the experts cannot be folded: raise a `ValueError` that names
+# the rule, e.g. "ep (4) must divide t·cp·d (6)"; the check calls your function with such a
+# shape (only the exception's type is checked). The check tries several shapes, some not powers
+# of two, one with p, d and cp all above one, some where ep does not divide d, and names the
+# slip when your groups follow a known wrong rule.
 # %%
 from minipar.grading import check
 
@@ -26,6 +34,8 @@ def five_d_groups(d, t, p, cp, ep):
     """{"cp": [[ranks], ...], "dp_cp": [...], "ep": [...], "edp": [...]}."""
     # BEGIN SOLUTION
     S = t * cp * d  # ranks of one pipeline stage
+    if S % ep:
+        raise ValueError(f"ep ({ep}) must divide t·cp·d ({S})")
 
     def rank(i_p, i_d, i_c, i_t):
         return i_p * S + i_d * cp * t + i_c * t + i_t

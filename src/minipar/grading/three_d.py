@@ -249,7 +249,9 @@ FIVE_D_SHAPES = [
     (2, 3, 2, 1, 3),
     (1, 1, 3, 3, 1),
     (1, 1, 1, 1, 1),
+    (3, 2, 2, 3, 2),  # p, d and cp all > 1, none a power of two, ep not dividing d
 ]  # (d, t, p, cp, ep)
+FIVE_D_UNSUPPORTED = (1, 2, 1, 3, 4)  # ep = 4 does not divide t·cp·d = 6: a ValueError
 FIVE_D_KINDS = ("cp", "dp_cp", "ep", "edp")
 FIVE_D_FORBIDDEN = ("minipar.grid", "minipar.three_d", "minipar.cost.three_d")
 
@@ -402,8 +404,9 @@ def _shape_fault(kind, groups, d, t, p, cp, ep) -> str | None:
 @task(
     "three_d.five_d_groups",
     "cp, dp_cp and the folded ep and edp groups equal minipar.grid's "
-    "(tp → cp → dp → pp; ep × edp over a stage's t·cp·d ranks) for six shapes, some not "
-    "powers of two, some with ep not dividing d",
+    "as sets (tp → cp → dp → pp; ep × edp over a stage's t·cp·d ranks) for seven shapes, some "
+    "not powers of two, some with ep not dividing d, and a ValueError when ep does not divide "
+    "t·cp·d",
 )
 def check_five_d_groups(candidate):
     if not callable(candidate):
@@ -437,3 +440,24 @@ def check_five_d_groups(candidate):
             raise GradeFailure(
                 at + (_shape_fault(kind, mine, *shape) or _group_diff(kind, mine, want[kind]))
             )
+    _check_unsupported(candidate)
+
+
+def _check_unsupported(candidate) -> None:
+    """A shape where ep does not divide the stage's t·cp·d ranks raises a ValueError."""
+    d, t, p, cp, ep = FIVE_D_UNSUPPORTED
+    at = f"for (d, t, p, cp, ep) = {FIVE_D_UNSUPPORTED}, where ep = {ep} does not divide t·cp·d = {t * cp * d}: "
+    try:
+        call_own("three_d", candidate, d, t, p, cp, ep, what="write the groups")
+    except ValueError:
+        return
+    except GradeFailure:
+        raise
+    except Exception as e:
+        raise GradeFailure(
+            at + f"your function raised {type(e).__name__}; raise a ValueError naming the rule"
+        ) from None
+    raise GradeFailure(
+        at + "your function returned groups; it must raise a ValueError naming the rule "
+        "(folded experts need ep to divide a stage's ranks)"
+    )
