@@ -140,7 +140,7 @@ def _accumulate_syncing_every_step(model, dp, micro_batches, loss_fn):
 def test_references_pass_and_mistakes_are_caught_under_competing_torch_work(
     tmp_path, monkeypatch, short_stall_window
 ):
-    """Issue 22's failures, reproduced where they happened: the reference solutions that were
+    """Failures seen on a busy machine, reproduced where they happened: the reference solutions that were
     failed for "time limit"/"timed out" on a busy machine (collectives.ring_all_reduce,
     data_parallel.bucketed and .accumulation), graded while two other processes run gloo ranks
     of their own, pass; a deadlock and a classic mistake are still named. The limits hold a

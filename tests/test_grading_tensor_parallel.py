@@ -134,7 +134,7 @@ class FReducingForward(torch.autograd.Function):
 
 
 class FIgnoresGroup(torch.autograd.Function):
-    """Keeps the group but all-reduces over the whole world (the issue's 3D-grid bug)."""
+    """Keeps the group but all-reduces over the whole world (a learner's 3D-grid bug)."""
 
     @staticmethod
     def forward(ctx, x, group):
@@ -338,7 +338,7 @@ class MLPWrongSlice(_Sharded):
 
 class MLPViews(_Sharded):
     """The 'shards' are views of the full weights: right values, but each rank keeps all of
-    fc1's and fc2's storage (the issue's memory bug)."""
+    fc1's and fc2's storage (a learner's memory bug)."""
 
     def __init__(self, fc1, fc2, group=None):
         super().__init__(fc1, fc2, group)
@@ -465,7 +465,7 @@ def ce_unmasked(local_logits, target, group=None):
 
 
 def ce_boundary_twice(local_logits, target, group=None):
-    """The issue's off-by-one: 'hi' is the next shard's first id and the test is target <= hi
+    """A learner's off-by-one: 'hi' is the next shard's first id and the test is target <= hi
     (indices clamped, so nothing raises)."""
     return _good_ce(
         local_logits, target, group, clamp=True, own=lambda t, lo, per: (t >= lo) & (t <= lo + per)

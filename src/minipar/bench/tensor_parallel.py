@@ -4,7 +4,7 @@ DTensor's (``parallelize_module`` with ColwiseParallel / RowwiseParallel) on the
 One launch on ``--ranks`` gloo ranks of this machine; forward + backward of each, interleaved
 round by round; a round's time is the median over ``--steps`` of that rank, a variant's time the
 median over rounds of the slowest rank. ``ours_to_dtensor`` is our throughput divided by
-DTensor's (1.0 = as fast; the issue's target is >= 0.9). Also reported: the largest differences
+DTensor's (1.0 = as fast; the course's target is >= 0.9). Also reported: the largest differences
 of loss and gradients between the two (float64, same weights).
 
 A benchmark reports, it never asserts: ranks share this machine's cores, so numbers are noisy.
