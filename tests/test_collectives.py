@@ -251,3 +251,41 @@ def test_fit_ranges_for_the_chapter():
     assert r["bandwidth_text"] == "1.6–3.9 GB/s per direction"
     with pytest.raises(ValueError, match=r"fits that succeeded \(0\) must be at least 1: too few"):
         fit_ranges({"fits": bench["fits"][2:]})
+
+
+# ------------------------------------------------------------------ the ring's chunk schedule
+def test_ring_schedule_ends_with_every_sum_everywhere():
+    """Pure: after the reduce-scatter rank r owns the full sum of chunk r, after the all-gather
+    every chunk of every rank holds all n ranks; each step every rank sends a different chunk."""
+    from minipar.collectives.ring import all_gather_step, reduce_scatter_step
+    from minipar.collectives.ring import ring_all_reduce_contributions as contributions
+
+    for n in range(1, 7):
+        snaps = contributions(n)
+        assert len(snaps) == 1 + 2 * (n - 1)
+        everyone = frozenset(range(n))
+        after_rs = snaps[n - 1][2]
+        assert all(after_rs[r][r] == everyone for r in range(n))
+        assert all(c == everyone for row in snaps[-1][2] for c in row)
+        for step in (reduce_scatter_step, all_gather_step):
+            for k in range(n - 1):
+                assert sorted(step(r, n, k)[0] for r in range(n)) == list(range(n))
+                # what rank r receives is what its left neighbour sends
+                assert all(step(r, n, k)[1] == step((r - 1) % n, n, k)[0] for r in range(n))
+
+
+@pytest.mark.slow
+def test_ring_schedule_is_what_the_ranks_do():
+    """The pure schedule the book draws equals the real ring's state after every step (rank r
+    holds 2^r, so a value's binary digits name the ranks summed into it)."""
+    from minipar.collectives.demo import ring_steps
+    from minipar.collectives.ring import ring_all_reduce_contributions as contributions
+
+    n = 4
+    real = ring_steps(n=n, numel=n)["snapshots"]  # [rank][step] = (phase, k, values)
+    for i, (phase, k, held) in enumerate(contributions(n)):
+        for r in range(n):
+            got_phase, got_k, values = real[r][i]
+            assert (got_phase, got_k) == (phase, k)
+            got = [frozenset(q for q in range(n) if int(v) >> q & 1) for v in values]
+            assert got == held[r], (phase, k, r)

@@ -45,6 +45,43 @@ def _exchange(send_buf, recv_buf, right, left, group):
         req.wait()
 
 
+def reduce_scatter_step(r: int, n: int, k: int) -> tuple[int, int]:
+    """(chunk rank ``r`` sends to its right neighbour, chunk it receives from its left and adds
+    in) at reduce-scatter step ``k`` = 0 … n−2 of an ``n``-rank ring: (r−k−1, r−k−2) mod n.
+    After the n−1 steps rank r holds the full sum of chunk r."""
+    return (r - k - 1) % n, (r - k - 2) % n
+
+
+def all_gather_step(r: int, n: int, k: int) -> tuple[int, int]:
+    """(chunk rank ``r`` sends, chunk it receives into place) at all-gather step ``k`` = 0 …
+    n−2: (r−k, r−k−1) mod n. Rank r starts owning chunk r and ends holding every chunk."""
+    return (r - k) % n, (r - k - 1) % n
+
+
+def ring_all_reduce_contributions(n: int) -> list[tuple[str, int, list[list[frozenset]]]]:
+    """The ring all-reduce on ``n`` ranks without tensors: which ranks' values each chunk of
+    each rank holds after every step, from :func:`reduce_scatter_step` and
+    :func:`all_gather_step` (the indices :func:`ring_reduce_scatter` and
+    :func:`ring_all_gather` use).
+
+    Returns ``[(phase, k, held)]``: first ``("start", -1, held)``, then one entry per step of
+    the reduce-scatter and of the all-gather; ``held[r][c]`` is the set of ranks summed into
+    chunk ``c`` on rank ``r``. Pure Python (the book's ring figure draws it)."""
+    if not isinstance(n, int) or n < 1:
+        raise ValueError(f"ranks n ({n}) must be an integer >= 1")
+    held = [[frozenset({r}) for _ in range(n)] for r in range(n)]
+    out = [("start", -1, [row[:] for row in held])]
+    for phase, step in (("reduce-scatter", reduce_scatter_step), ("all-gather", all_gather_step)):
+        for k in range(n - 1):
+            sent = [held[r][step(r, n, k)[0]] for r in range(n)]  # every rank sends at once
+            for r in range(n):
+                recv, left = step(r, n, k)[1], (r - 1) % n
+                incoming = sent[left]
+                held[r][recv] = held[r][recv] | incoming if phase == "reduce-scatter" else incoming
+            out.append((phase, k, [row[:] for row in held]))
+    return out
+
+
 def _chunks(flat: torch.Tensor, n: int) -> list[torch.Tensor]:
     return list(flat.tensor_split(n))  # n views of (numel/n,) (first numel % n one longer)
 
@@ -62,7 +99,8 @@ def ring_reduce_scatter(tensor: torch.Tensor, group=None, on_step=None) -> torch
         return chunks[0]
     buf = torch.empty_like(chunks[0])  # (⌈S/n⌉,) receive buffer
     for k in range(n - 1):
-        send, recv = chunks[(r - k - 1) % n], chunks[(r - k - 2) % n]
+        i_send, i_recv = reduce_scatter_step(r, n, k)
+        send, recv = chunks[i_send], chunks[i_recv]
         _exchange(send, buf[: recv.numel()], right, left, group)
         recv += buf[: recv.numel()]
         if on_step:
@@ -78,7 +116,8 @@ def ring_all_gather(tensor: torch.Tensor, group=None, on_step=None) -> torch.Ten
     r, n, right, left = _ring(group)
     chunks = _chunks(tensor.view(-1), n)  # n × (S/n,)
     for k in range(n - 1):
-        _exchange(chunks[(r - k) % n], chunks[(r - k - 1) % n], right, left, group)
+        i_send, i_recv = all_gather_step(r, n, k)
+        _exchange(chunks[i_send], chunks[i_recv], right, left, group)
         if on_step:
             on_step("all-gather", k)
     return tensor
