@@ -46,3 +46,30 @@ def test_json_writer_refuses_a_non_finite_number_naming_where_it_sits():
         with pytest.raises(InputError) as e:
             dumps(bad)
         assert str(e.value) == f"{where} is not a finite number: no JSON for it"
+
+
+# ------------------------------------------------------------------ the console script itself
+def test_minipar_alone_lists_its_commands():
+    r = subprocess.run(
+        [sys.executable, "-m", "minipar.cli"], capture_output=True, text=True, timeout=120
+    )
+    assert r.returncode == 2, r.stderr
+    for command in ("plan", "bench", "calibrate", "grade", "params"):
+        assert f"    {command} " in r.stderr, r.stderr
+    assert "Traceback" not in r.stderr
+
+
+def test_a_closed_pipe_ends_a_command_quietly():
+    """``minipar plan ... | head``: the reader went away before the table was written (its end
+    of the pipe closed before the command starts), as a ``head`` that has all it wants."""
+    p = subprocess.Popen(
+        [sys.executable, "-m", "minipar.cli", "plan", "--model", "gpt3-175b", "--gpus", "1024"]
+        + ["--global-batch", "1536"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    p.stdout.close()
+    err = p.stderr.read()
+    p.wait(timeout=120)
+    assert (p.returncode, err) == (141, ""), (p.returncode, err[-2000:])

@@ -404,7 +404,7 @@ def test_ctrl_c_in_any_command_is_one_line_and_status_130(capsys, monkeypatch):
 
     monkeypatch.setattr(bench_launch, "measure", interrupted)
     assert cli.main(["bench", "launch", "--ranks", "2", "--backend", "gloo"]) == 130
-    assert capsys.readouterr().err == "minipar bench: interrupted\n"
+    assert capsys.readouterr().err == "minipar bench: stopped by SIGINT\n"
 
 
 @pytest.mark.slow

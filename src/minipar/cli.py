@@ -3,15 +3,23 @@
 Each subcommand lives beside the code it drives and registers itself through an
 ``add_parser(subparsers)`` function listed in ``_COMMAND_MODULES``. Bad input exits with status 2
 and one line naming the rule and the value (:class:`minipar.errors.InputError`), never a
-traceback; Ctrl-C exits with status 130 and one line. This is the top layer: it imports the
-library, never the other way round.
+traceback. SIGINT (Ctrl-C), SIGTERM and SIGHUP stop any command with one line (``minipar
+bench: stopped by SIGTERM``) and status 128 + N, the ranks and the launcher's socket folder gone
+first; a signal during that cleanup is held until it ends. A closed pipe (``minipar plan ... |
+head``) ends the command quietly with status 141 (128 + SIGPIPE), as ``yes | head`` does.
+``minipar`` alone lists the commands. This is the top layer: it imports the library, never the
+other way round.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
+import os
+import signal
 import sys
+import threading
 
 from minipar.errors import InputError
 
@@ -60,17 +68,93 @@ def _needs_extra(sub, command: str, extra: str, missing: str) -> None:
     p.set_defaults(func=run)
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
+class Stopped(KeyboardInterrupt):
+    """SIGINT, SIGTERM or SIGHUP reached a command: unwind as Ctrl-C does (every cleanup that
+    stops ranks on KeyboardInterrupt runs), then exit with status 128 + ``signum``."""
+
+    def __init__(self, signum: int):
+        super().__init__(signum)
+        self.signum = signum
+
+
+_STOP_SIGNALS = [getattr(signal, n) for n in ("SIGINT", "SIGTERM", "SIGHUP") if hasattr(signal, n)]
+_held: list[int] = []  # signals that came while the cleanup held them
+
+
+def _raise_stopped(signum, frame):
+    raise Stopped(signum)
+
+
+def _hold(signum, frame):
+    _held.append(signum)
+
+
+@contextlib.contextmanager
+def _signals(handler):
+    """``handler`` for SIGINT, SIGTERM and SIGHUP inside the block (main thread only)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    old = {s: signal.signal(s, handler) for s in _STOP_SIGNALS}
     try:
-        return int(args.func(args) or 0)
+        yield
+    finally:
+        for s, h in old.items():
+            signal.signal(s, h)
+
+
+def _stop_ranks() -> None:
+    """Stop the launcher's zygote and ranks and remove its socket folder now, not in ``atexit``
+    (where a Ctrl-C printed a traceback and left the folder); only if this run launched."""
+    launch = sys.modules.get("minipar.runtime.launch")
+    if launch is not None:
+        launch.shutdown()
+
+
+def _quiet_stdout() -> None:
+    """The reader of stdout went away: point stdout at /dev/null so the interpreter's final
+    flush has nowhere to fail."""
+    with contextlib.suppress(OSError, ValueError):
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+
+
+def main(argv: list[str] | None = None) -> int:
+    try:
+        return _main(argv)
+    except BrokenPipeError:  # `minipar ... | head`: the reader has all it wanted
+        _quiet_stdout()
+        return 128 + signal.SIGPIPE
+
+
+def _main(argv: list[str] | None) -> int:
+    parser = build_parser()
+    argv = sys.argv[1:] if argv is None else argv
+    if not argv:  # the commands, not just "required: command"
+        parser.print_help(sys.stderr)
+        return 2
+    args = parser.parse_args(argv)
+    status, stopped = 0, None
+    try:
+        with _signals(_raise_stopped):
+            try:
+                status = int(args.func(args) or 0)
+                sys.stdout.flush()  # a closed pipe shows here, not in the interpreter's exit
+            finally:
+                with _signals(_hold):  # a signal now waits for the ranks to be gone
+                    _stop_ranks()
     except InputError as e:
         print(f"minipar {args.command}: error: {e}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:  # Ctrl-C: one line, not a traceback (ranks are stopped on the way)
-        print(f"minipar {args.command}: interrupted", file=sys.stderr)
-        return 130
+        status = 2
+    except KeyboardInterrupt as e:  # Ctrl-C or Stopped: one line, not a traceback
+        stopped = getattr(e, "signum", signal.SIGINT)
+    if _held and stopped is None:
+        stopped = _held[0]
+    _held.clear()
+    if stopped is not None:
+        print(f"minipar {args.command}: stopped by {signal.Signals(stopped).name}", file=sys.stderr)
+        return 128 + stopped
+    return status
 
 
 if __name__ == "__main__":  # python -m minipar.cli

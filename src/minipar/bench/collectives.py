@@ -18,7 +18,6 @@ A benchmark reports; it never asserts a speed. Numbers on a shared 2-core CPU ar
 from __future__ import annotations
 
 import importlib.util
-import json
 import os
 import platform
 import statistics
@@ -28,6 +27,7 @@ import time
 from minipar.cost import collectives as cc
 from minipar.cost.units import parse_bytes
 from minipar.errors import InputError
+from minipar.jsonio import dumps
 from minipar.runtime import device
 
 from .collectives_report import plot, table
@@ -288,8 +288,9 @@ def _main(args) -> int:
 
         print(table(result))  # on stderr under --json
         if args.out:
+            text = dumps(result, indent=1)  # refused before the file opens
             with open(args.out, "w") as f:
-                json.dump(result, f, indent=1)
+                f.write(text)
             print(f"wrote {args.out}")
         if args.plot:
             plot(result).savefig(args.plot, dpi=120)

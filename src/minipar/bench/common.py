@@ -7,19 +7,26 @@
   ``minipar bench X --json | jq`` always parses.
 * :func:`check` raises :class:`minipar.errors.InputError` naming the flag, its value and the rule
   (``"--ranks (1) must be >= 2"``); ``minipar`` prints it as one line and exits with status 2.
+* :func:`emit` turns a rank's error and a failed allocation (``--sizes 64GiB``) into one such
+  line too (the rank, the error's first line), prints ``still measuring after 10 s`` every
+  :data:`PROGRESS_S` seconds on stderr while a measurement runs, and writes JSON with
+  :mod:`minipar.jsonio` (a non-finite number is refused, never printed as ``Infinity``).
 """
 
 from __future__ import annotations
 
 import contextlib
-import json
 import math
 import sys
+import threading
+import time
 
 from minipar.errors import InputError
+from minipar.jsonio import print_json
 from minipar.runtime.device import resolve_backend
 
 MAX_RANKS = 16  # ranks of one machine that a benchmark starts (each is a process)
+PROGRESS_S = 10.0  # seconds between "still measuring" lines
 
 
 def flag(name: str) -> str:
@@ -92,11 +99,73 @@ def check(
 
 def emit(args, measure, show) -> int:
     """Run ``measure()`` (its prints go to stderr under ``--json``), then print the result:
-    one JSON object under ``--json``, else ``show(result)`` for people."""
-    with contextlib.redirect_stdout(sys.stderr if args.json else sys.stdout):
-        result = measure()
+    one JSON object under ``--json``, else ``show(result)`` for people. A rank's error or a
+    failed allocation becomes one :class:`InputError` line."""
+    name = f"minipar bench {getattr(args, 'bench', '') or ''}".rstrip()
+    with contextlib.redirect_stdout(sys.stderr if args.json else sys.stdout), _progress(name):
+        result = _one_line_errors(measure)
     if args.json:
-        print(json.dumps(result))
+        print_json(result)
     else:
         show(result)
     return 0
+
+
+@contextlib.contextmanager
+def _progress(name: str, every: float | None = None):
+    """``<name>: still measuring after N s`` on stderr every ``every`` seconds (default
+    :data:`PROGRESS_S`) until the block ends."""
+    every = PROGRESS_S if every is None else every
+    done, t0 = threading.Event(), time.monotonic()
+
+    def beat():
+        while not done.wait(every):
+            print(
+                f"{name}: still measuring after {time.monotonic() - t0:.0f} s",
+                file=sys.stderr,
+                flush=True,
+            )
+
+    thread = threading.Thread(target=beat, name="bench-progress", daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        done.set()
+        thread.join(timeout=5)
+
+
+def _first_line(text: str) -> str:
+    return next((ln.strip() for ln in str(text).splitlines() if ln.strip()), "")
+
+
+def _one_line_errors(measure):
+    """``measure()``, with a rank's error (:class:`minipar.runtime.launch.RankError`, whose
+    message carries the rank's whole traceback) and an allocation that failed here raised as
+    one :class:`InputError` line: the rank, the error's first line, what to try."""
+    from minipar.runtime.launch import RankError  # noqa: PLC0415 (minipar.runtime.launch ~25 ms, loads cloudpickle and multiprocessing: `minipar --help` imports this module)
+
+    try:
+        return measure()
+    except RankError as e:
+        if e.rank is None:  # the ranks never started: its cause, not a traceback
+            why = f"the ranks could not start: {_first_line(e.summary)}"
+            cause = getattr(e, "cause", "")
+            raise InputError(why + (f" (likely cause: {cause})" if cause else "")) from None
+        said = e.summary if e.summary.startswith("died") else f"raised {_first_line(e.summary)}"
+        hint = _memory_hint(e.summary)
+        raise InputError(f"rank {e.rank} {said}{hint}") from None
+    except MemoryError as e:
+        raise InputError(f"out of memory: MemoryError {_first_line(e)}{_memory_hint('')}") from None
+    except RuntimeError as e:  # torch's allocators raise RuntimeError subclasses
+        if not _memory_hint(str(e)):
+            raise
+        raise InputError(f"{_first_line(e)}{_memory_hint(str(e))}") from None
+
+
+def _memory_hint(text: str) -> str:
+    low = text.lower()
+    words = ("out of memory", "can't allocate memory", "cannot allocate memory", "memoryerror")
+    if text and not any(w in low for w in words):
+        return ""
+    return " (an allocation failed: try smaller sizes, fewer ranks or a smaller model)"

@@ -27,7 +27,6 @@ GPU profile. :func:`calibrate` takes a ``timer`` so that tests can replace the c
 
 from __future__ import annotations
 
-import json
 import os
 import statistics
 import sys
@@ -38,6 +37,7 @@ from dataclasses import dataclass, replace
 from minipar.cost import compute, kernel_fit
 from minipar.cost.hardware import GPU, GPUS, gpu_profile
 from minipar.errors import InputError
+from minipar.jsonio import dumps
 
 ROLES = ("fwd", "dgrad", "wgrad")
 
@@ -367,8 +367,9 @@ def _run(args) -> int:
     if args.peak_tflops is not None and not args.peak_tflops > 0:
         raise InputError(f"--peak-tflops ({args.peak_tflops}) must be > 0")
     profile = calibrate(device=args.device, quick=args.quick, peak_tflops=args.peak_tflops)
+    text = dumps(profile, indent=1)  # a non-finite constant is refused before the file opens
     with open(args.out, "w") as f:
-        json.dump(profile, f, indent=1)
+        f.write(text)
     print(
         f"{profile['name']}: η {profile['gemm_efficiency']:.2f} of "
         f"{profile['peak_flops']['bf16'] / 1e12:.0f} TFLOP/s, HBM "

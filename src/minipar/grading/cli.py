@@ -57,6 +57,7 @@ from minipar.grading.runner import (
     shielded,
     signals_unwind,
 )
+from minipar.jsonio import print_json
 
 
 def _seconds(text: str) -> float:
@@ -426,10 +427,10 @@ def _grade(args) -> int:
             file=sys.stderr,
         )
         if args.json:
-            print(json.dumps(result, indent=1))
+            print_json(result, indent=1)
         return 3
     if args.json:
-        print(json.dumps(result, indent=1))
+        print_json(result, indent=1)
         return 0
     rows = result["tasks"]
     width = max([len(r["task"]) for r in rows] + [4])
