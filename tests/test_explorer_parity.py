@@ -490,19 +490,23 @@ def test_three_d_zero3_collectives_parity():
         js_args=lambda c: [
             model,
             js_cluster(cl),
-            128,
-            c["tp"],
-            1,
-            c["dp"],
-            1,
-            1,
-            c["recompute"],
-            False,
-            3,
-            4,
-            True,
-            0.1,
-            c["algorithm"],
+            dict(
+                global_batch=128,
+                tp=c["tp"],
+                pp=1,
+                dp=c["dp"],
+                micro_batch=1,
+                chunks=1,
+                recompute=c["recompute"],
+                sp=False,
+                zero=3,
+            ),
+            dict(
+                grad_reduce_bytes=4,
+                dp_overlap=True,
+                headroom=0.1,
+                zero3_collectives=c["algorithm"],
+            ),
         ],
     )
     assert 0 < counts["errors"] < counts["cases"]
@@ -531,7 +535,7 @@ def test_three_d_plan_check_cp_ep_rules_say_what_python_says():
     want = []
     for m, t, p, d, cp, ep in cases:
         try:
-            planner.check(m, cl, 48, tp=t, pp=p, dp=d, micro_batch=1, cp=cp, ep=ep)
+            planner.check(m, cl, planner.Layout(48, t, p, d, 1, cp=cp, ep=ep))
             want.append(("ok", None))
         except ValueError as e:
             want.append(("error", str(e)))
@@ -550,15 +554,7 @@ def test_three_d_plan_check_cp_ep_rules_say_what_python_says():
                 [
                     {k: v for k, v in asdict(m).items() if k != "note"},
                     js_cl,
-                    48,
-                    t,
-                    p,
-                    d,
-                    1,
-                    1,
-                    1,
-                    cp,
-                    ep,
+                    asdict(planner.Layout(48, t, p, d, 1, cp=cp, ep=ep)),
                 ],
             )
             for m, t, p, d, cp, ep in cases

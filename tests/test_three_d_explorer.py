@@ -112,23 +112,12 @@ def test_plan_evaluate_parity():
         js_args=lambda c: [
             _js_model(c["m"]),
             cluster_config(c["cl"]),
-            *[
-                c[k]
-                for k in (
-                    "global_batch",
-                    "tp",
-                    "pp",
-                    "dp",
-                    "micro_batch",
-                    "chunks",
-                    "recompute",
-                    "sp",
-                    "zero",
-                    "grb",
-                    "overlap",
-                    "headroom",
-                )
-            ],
+            {
+                "global_batch": c["global_batch"],
+                **{k: c[k] for k in ("tp", "pp", "dp", "micro_batch", "chunks")},
+                **{k: c[k] for k in ("recompute", "sp", "zero")},
+            },
+            {"grad_reduce_bytes": c["grb"], "dp_overlap": c["overlap"], "headroom": c["headroom"]},
         ],
     )
     assert counts["cases"] > 1000 and 100 < counts["errors"] < counts["cases"] - 300
@@ -445,25 +434,7 @@ def _evaluate_cp_ep(c):
 def _js_evaluate_cp_ep(c, model=None):
     return (
         "planEvaluate",
-        [
-            model or _js_model(c["m"]),
-            cluster_config(c["cl"]),
-            64,
-            c["tp"],
-            c["pp"],
-            c["dp"],
-            c["micro_batch"],
-            c["chunks"],
-            c["recompute"],
-            c["sp"],
-            c["zero"],
-            None,
-            True,
-            None,
-            "hierarchical",
-            c["cp"],
-            c["ep"],
-        ],
+        [model or _js_model(c["m"]), cluster_config(c["cl"]), asdict(_lay(c)), {}],
     )
 
 
@@ -566,7 +537,7 @@ def test_moe_and_long_context_presets_draw_with_ep_and_cp():
         assert kind == "ok" and out["error"] == message
     cl = planner.cluster(1024, 8)
     with pytest.raises(ValueError) as e:
-        planner.check(planner.MODELS["gpt3-175b"], cl, 1536, tp=8, pp=16, dp=8, micro_batch=1, ep=2)
+        planner.check(planner.MODELS["gpt3-175b"], cl, planner.Layout(1536, 8, 16, 8, 1, ep=2))
     assert str(e.value) == bad[0][1]
 
 
@@ -608,12 +579,11 @@ def _term_cases():
 
 def _python_terms(cases, term_fns=None):
     """(kind, the StepBreakdown as a dict, or the message) per case."""
-    from dataclasses import asdict as as_dict
 
     out = []
     for c, opt in cases:
         try:
-            out.append(("ok", as_dict(planner.terms(c["m"], c["cl"], _lay(c), **opt))))
+            out.append(("ok", planner.terms(c["m"], c["cl"], _lay(c), **opt).as_dict()))
         except ValueError as e:
             out.append(("error", str(e)))
     return out
@@ -722,8 +692,8 @@ def test_a_wrong_term_is_named_by_the_parity_check():
     )
     right = terms_mod.term_embedding
 
-    def wrong(m_, cl, lay, opt):
-        return right(m_, cl, planner.Layout(**{**asdict(lay), "tp": 1}), opt)
+    def wrong(m_, cl, lay, opt, ctx=None):
+        return right(m_, cl, planner.Layout(**{**asdict(lay), "tp": 1}), opt, ctx)
 
     terms_mod.term_embedding = wrong
     try:
@@ -811,11 +781,7 @@ def test_attention_precision_and_shape_controls_reach_the_model():
         planner.check(
             replace_(planner.MODELS["llama2-70b"], kv_heads=5),
             planner.cluster(256, 8),
-            512,
-            tp=8,
-            pp=4,
-            dp=8,
-            micro_batch=1,
+            planner.Layout(512, 8, 4, 8, 1),
         )
     assert got[-1][1]["error"] == str(e.value) == "heads (64) must be divisible by kv heads (5)"
     llama = {"model": "llama3-405b-128k"}

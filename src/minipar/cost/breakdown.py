@@ -16,6 +16,7 @@ from typing import NamedTuple
 
 from .memory_time import check_zero_stage, model_state_bytes, pipeline_first_stage_activation_bytes
 from .model import param_count
+from .term_table import MEMORY, SLOT, STEP
 
 
 class MemoryBreakdown(NamedTuple):
@@ -75,7 +76,7 @@ def per_gpu_memory(
     return MemoryBreakdown(w, g, o, act, w + g + o + act, psi)
 
 
-SLOT_TERMS = ("compute", "tp", "pp", "zero3_exposed", "cp", "ep")
+SLOT_TERMS = SLOT
 """The terms inside one pipeline slot (seconds per micro-batch on the slowest stage)."""
 
 
@@ -83,42 +84,41 @@ SLOT_TERMS = ("compute", "tp", "pp", "zero3_exposed", "cp", "ep")
 class StepBreakdown:
     """The 3D planner's named terms of one layout (:func:`minipar.cost.three_d_terms.breakdown`).
 
-    Seconds per micro-batch on the slowest stage for the terms of one pipeline slot
-    (:data:`SLOT_TERMS`); seconds per step for those after the last micro-batch (``dp``,
-    ``dp_exposed``, ``embedding``, ``optimizer``); bytes on the first stage for memory. The step
-    is m·slot·(1 + r) + exposed DP + embedding + optimizer, r the bubble relative to the ideal
-    time (Narayanan et al. 2021 §2.2)."""
+    ``values`` holds every term of :data:`minipar.cost.term_table.TERMS` by name: seconds per
+    micro-batch on the slowest stage for the terms of one pipeline slot (:data:`SLOT_TERMS`),
+    seconds per step for those after the last micro-batch, bytes on the fullest stage for
+    memory; a term is also read as an attribute (``br.tp``). The step is
+    m·slot·(1 + r) + the step terms, r the bubble relative to the ideal time (Narayanan et al.
+    2021 §2.2); memory is the sum of the memory terms."""
 
     microbatches: int
-    compute: float
-    tp: float
-    pp: float
-    cp: float
-    ep: float
-    zero3_exposed: float
     bubble_relative: float
     bubble_fraction: float
-    dp: float
-    dp_exposed: float
-    embedding: float
-    optimizer: float
-    states: float
-    activations: float
     memory_limit: float
+    values: dict
+    dp: float = 0.0  # the whole DP reduction (exposed or not), per step
     tp_link: str = "-"
     pp_link: str = "-"
     dp_link: str = "-"
 
+    def __getattr__(self, name: str):
+        values = self.__dict__.get("values")
+        if values is not None and name in values:
+            return values[name]
+        raise AttributeError(name)
+
     @property
     def slot(self) -> float:
         """Seconds of one micro-batch on the slowest stage, every slot term added."""
-        return self.compute + self.tp + self.pp + self.zero3_exposed + self.cp + self.ep
+        return sum(self.values[k] for k in SLOT)
 
     def per_step(self, term: str) -> float:
-        """A slot term over the whole step: m micro-batches, stretched by the bubble (compute
-        alone is not: its bubble is :attr:`bubble_seconds`)."""
+        """A term over the whole step: a slot term m times, stretched by the bubble (compute
+        alone is not: its bubble is :attr:`bubble_seconds`); a step term as it is."""
+        if term in STEP:
+            return self.values[term]
         m, r = self.microbatches, self.bubble_relative
-        x = getattr(self, term)
+        x = self.values[term]
         return m * x if term == "compute" else m * (1 + r) * x
 
     @property
@@ -128,12 +128,22 @@ class StepBreakdown:
     @property
     def step_seconds(self) -> float:
         pipe = self.microbatches * self.slot * (1 + self.bubble_relative)
-        return pipe + self.dp_exposed + self.embedding + self.optimizer
+        return pipe + sum(self.values[k] for k in STEP)
 
     @property
     def bytes_per_gpu(self) -> float:
-        return self.states + self.activations
+        return sum(self.values[k] for k in MEMORY)
 
     @property
     def fits(self) -> bool:
         return self.bytes_per_gpu <= self.memory_limit
+
+    def as_dict(self) -> dict:
+        """Flat: the scalars, then every term by name (what the JavaScript ``planTerms``
+        returns)."""
+        head = {
+            k: getattr(self, k)
+            for k in ("microbatches", "bubble_relative", "bubble_fraction", "memory_limit", "dp")
+        }
+        links = {"tp_link": self.tp_link, "pp_link": self.pp_link, "dp_link": self.dp_link}
+        return head | dict(self.values) | links

@@ -6,17 +6,18 @@ times in seconds, bandwidth in bytes/s per direction). Bad input: one line, exit
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import sys
 from dataclasses import asdict, replace
 
 from ..errors import InputError
+from ..jsonio import print_json
 from . import collectives, hardware, model
 from . import memory_time as memory
 from . import pipeline_parallel as pipeline
 from . import three_d as planner
 from .breakdown import check_layout
+from .term_table import TERMS
 from .units import fmt_bytes, fmt_seconds, parse_bytes
 
 
@@ -53,7 +54,7 @@ def size_bytes(text: str) -> float:
 
 def _emit(args, command: str, result: dict, rows: list[tuple[str, str]]) -> int:
     if args.json:
-        print(json.dumps(result))
+        print_json(result)  # refuses Infinity and NaN
     else:
         width = max(len(k) for k, _ in rows)
         print(f"minipar {command}")
@@ -314,14 +315,8 @@ def add_parser(subparsers) -> None:
 # --- minipar plan: the 3D planner (minipar.cost.three_d) ------------------------------------
 
 
-def _plan(args) -> int:
-    if args.calibrate:  # the same code as ``minipar bench three_d``
-        return _calibrate(args)
-    missing = [
-        f"--{k.replace('_', '-')}" for k in ("gpus", "global_batch") if getattr(args, k) is None
-    ]
-    if missing:
-        raise InputError(f"give {' and '.join(missing)} (or --calibrate to measure this machine)")
+def _plan_model(args) -> "planner.ModelShape":
+    """The model shape from ``--model`` and the shape flags (a flag overrides the preset)."""
     dims = ("layers", "hidden", "heads", "seq", "vocab")
     given = [k for k in dims if getattr(args, k) is not None]
     shape = {
@@ -349,7 +344,11 @@ def _plan(args) -> int:
             )
         m_ = planner.ModelShape(*(getattr(args, k) for k in dims), **shape)
     m_.check()
-    cl = planner.cluster(
+    return m_
+
+
+def _plan_cluster(args) -> "planner.Cluster":
+    return planner.cluster(
         args.gpus,
         args.gpus_per_node,
         args.gpu,
@@ -361,87 +360,126 @@ def _plan(args) -> int:
         inter_bandwidth=args.inter_bandwidth,
         inter_alpha=args.inter_alpha,
     )
-    fixed = {
-        k: getattr(args, k)
-        for k in ("tp", "pp", "dp", "micro_batch", "zero", "recompute", "cp", "ep")
-    }
-    if (args.ep or args.max_ep > 1) and not m_.moe:
-        raise InputError(f"--ep needs an MoE model (experts > 1), got --model {args.model}")
-    if fixed["tp"] and m_.heads % fixed["tp"]:
-        raise InputError(f"heads ({m_.heads}) must be divisible by t ({fixed['tp']})")
-    if fixed["pp"] and m_.layers % fixed["pp"]:
-        raise InputError(f"layers ({m_.layers}) must be divisible by p ({fixed['pp']})")
-    prod = 1
-    for k in ("tp", "pp", "dp", "cp"):
-        prod *= fixed[k] or 1
-    if cl.gpus % prod:
-        raise InputError(f"gpus ({cl.gpus}) must be divisible by the fixed t·cp·p·d ({prod})")
-    refusals: list[str] = []
-    configs = planner.search(
-        m_,
-        cl,
-        args.global_batch,
-        grad_reduce_bytes=args.grad_reduce_bytes,
-        headroom=args.headroom,
+
+
+def plan_inputs(args):
+    """(model, cluster, space, options) of ``minipar plan``: the one place where every default
+    is decided (:func:`minipar.cost.three_d.plan_options`)."""
+    m_, cl = _plan_model(args), _plan_cluster(args)
+    space = planner.Space(
+        **{k: getattr(args, k) for k in ("tp", "pp", "dp", "micro_batch", "zero", "recompute")},
+        cp=args.cp,
+        ep=args.ep,
         max_cp=args.max_cp,
         max_ep=args.max_ep,
+    )
+    opts = planner.Options(
+        grad_reduce_bytes=args.grad_reduce_bytes,
+        headroom=args.headroom,
         zero3_collectives=args.zero3_collectives,
         attention=args.attention,
         precision=args.precision,
         zero3_ac_inside_unit=args.fsdp2_ac,
         overlap_grad_reduce=args.overlap_grad_reduce,
         cp_algorithm=args.cp_algorithm,
-        refusals=refusals,
-        **fixed,
     )
+    return m_, cl, space, planner.plan_options(m_, cl, opts)
+
+
+def _check_space(m_, cl, space) -> None:
+    """The fixed dimensions' own rules, before any layout is searched."""
+    if (space.ep or space.max_ep > 1) and not m_.moe:
+        raise InputError(f"--ep needs an MoE model (experts > 1), got {m_.experts} expert")
+    if space.tp and m_.heads % space.tp:
+        raise InputError(f"heads ({m_.heads}) must be divisible by t ({space.tp})")
+    if space.pp and m_.layers % space.pp:
+        raise InputError(f"layers ({m_.layers}) must be divisible by p ({space.pp})")
+    prod = 1
+    for k in (space.tp, space.pp, space.dp, space.cp):
+        prod *= k or 1
+    if cl.gpus % prod:
+        raise InputError(f"gpus ({cl.gpus}) must be divisible by the fixed t·cp·p·d ({prod})")
+
+
+def _plan(args) -> int:
+    if args.calibrate:  # the same code as ``minipar bench three_d``
+        return _calibrate(args)
+    missing = [
+        f"--{k.replace('_', '-')}" for k in ("gpus", "global_batch") if getattr(args, k) is None
+    ]
+    if missing:
+        raise InputError(f"give {' and '.join(missing)} (or --calibrate to measure this machine)")
+    m_, cl, space, opts = plan_inputs(args)
+    _check_space(m_, cl, space)
+    refusals: list[str] = []
+    configs = planner.search(m_, cl, args.global_batch, space, opts, refusals=refusals)
     fitting = [c for c in configs if c.fits]
     if not fitting:
         raise InputError(
-            "nothing fits: " + planner.why_nothing_fits(m_, cl, configs, refusals, args.precision)
+            "nothing fits: " + planner.why_nothing_fits(m_, cl, configs, refusals, opts.precision)
         )
     for c in fitting:  # JSON has no Infinity/NaN: an input out of range
         bad = [k for k, v in c.as_dict().items() if isinstance(v, float) and not math.isfinite(v)]
         if bad:
             raise InputError(
-                f"predicted {bad[0]} ({getattr(c, bad[0])}) must be finite: an "
+                f"predicted {bad[0]} ({c.as_dict()[bad[0]]}) must be finite: an "
                 "input (bandwidth, α, batch) is out of range"
             )
     shown = fitting if args.top == 0 else fitting[: args.top]
-    links = {
-        "intra": {"name": cl.intra.name, "bandwidth": cl.intra.bandwidth, "alpha": cl.intra.alpha},
-        "inter": {"name": cl.inter.name, "bandwidth": cl.inter.bandwidth, "alpha": cl.inter.alpha},
-    }
     if args.json:
-        print(
-            json.dumps(
-                {
-                    "model": asdict(m_),
-                    "params": m_.params,
-                    "gpus": cl.gpus,
-                    "attention": args.attention or planner.attention_for(m_, cl.gpu.name),
-                    "precision": args.precision or planner.precision_for(cl.gpu.name),
-                    "gpu": cl.gpu.name,
-                    **links,
-                    "intra": cl.intra.name,
-                    "inter": cl.inter.name,
-                    "links": links,
-                    "gemm_efficiency": cl.gpu.gemm_efficiency,
-                    "configs": [c.as_dict() for c in shown],
-                },
-                allow_nan=False,
-            )
-        )
-        return 0
-    att = args.attention or planner.attention_for(m_, cl.gpu.name)
-    prec = args.precision or planner.precision_for(cl.gpu.name)
+        return _plan_json(m_, cl, opts, shown)
+    _plan_table(args, m_, cl, opts, shown, (len(fitting), len(configs)))
+    return 0
+
+
+def _links(cl) -> dict:
+    return {
+        k: {"name": lk.name, "bandwidth": lk.bandwidth, "alpha": lk.alpha}
+        for k, lk in (("intra", cl.intra), ("inter", cl.inter))
+    }
+
+
+def _plan_json(m_, cl, opts, shown) -> int:
+    links = _links(cl)
+    print_json(
+        {
+            "model": asdict(m_),
+            "params": m_.params,
+            "gpus": cl.gpus,
+            "attention": opts.attention,
+            "precision": opts.precision,
+            "headroom": opts.headroom,
+            "gpu": cl.gpu.name,
+            **links,
+            "intra": cl.intra.name,
+            "inter": cl.inter.name,
+            "links": links,
+            "gemm_efficiency": cl.gpu.gemm_efficiency,
+            "configs": [c.as_dict() for c in shown],
+        }
+    )
+    return 0
+
+
+def _term_columns(shown) -> list:
+    """The term table's columns (:data:`minipar.cost.term_table.TERMS`) that are not zero in
+    every row shown, the DP and ZeRO-3 ones always."""
+    always = {"tp", "pp", "dp_exposed"}
+    return [
+        t
+        for t in TERMS
+        if t.column and (t.name in always or any(c.breakdown.values[t.name] > 0 for c in shown))
+    ]
+
+
+def _plan_table(args, m_, cl, opts, shown, counts) -> None:
+    n_fit, n_all = counts
     print(
-        f"minipar plan: {m_.params / 1e9:.2f} B params, {att} attention, {prec} precision, "
-        f"on {cl.gpus} × "
-        f"{cl.gpu.name} "
+        f"minipar plan: {m_.params / 1e9:.2f} B params, {opts.attention} attention, "
+        f"{opts.precision} precision, on {cl.gpus} × {cl.gpu.name} "
         f"(η = {cl.gpu.gemm_efficiency:.3g} of {cl.peak / 1e12:.0f} TFLOP/s), "
-        f"B = {args.global_batch}; {len(fitting)} of {len(configs)} layouts fit in "
-        f"{fmt_bytes(shown[0].memory_limit)} "
-        f"({1 - shown[0].memory_limit / cl.gpu.memory_bytes:.0%} headroom)"
+        f"B = {args.global_batch}; {n_fit} of {n_all} layouts fit in "
+        f"{fmt_bytes(shown[0].memory_limit)} ({opts.headroom:.0%} headroom)"
     )
     print(
         f"  links: intra {cl.intra.name} {cl.intra.bandwidth / 1e9:.2f} GB/s per direction "
@@ -453,12 +491,13 @@ def _plan(args) -> int:
         "backward (p=1); ZeRO-3 gathers prefetched one layer ahead"
     )
     extra = any(c.cp > 1 or c.ep > 1 for c in shown)  # cp/ep columns when used
+    cols = _term_columns(shown)
     print(
         f"  {'t':>2} {'p':>3} {'d':>4} "
         + (f"{'cp':>3} {'ep':>3} " if extra else "")
         + f"{'b':>2} {'m':>4} {'v':>1} {'recomp':<9} {'sp':<2} "
-        f"{'Z':>1} {'mem/GPU':>10} {'bubble':>6} {'TP':>9} {'PP':>9} {'DP exp':>9} "
-        + (f"{'CP ring':>9} {'EP a2a':>9} " if extra else "")
+        f"{'Z':>1} {'mem/GPU':>10} {'bubble':>6} "
+        + "".join(f"{t.column:>9} " for t in cols)
         + f"{'step':>9} {'MFU':>5}"
     )
     for c in shown:
@@ -467,13 +506,10 @@ def _plan(args) -> int:
             + (f"{c.cp:>3} {c.ep:>3} " if extra else "")
             + f"{c.micro_batch:>2} {c.microbatches:>4} "
             f"{c.chunks:>1} {c.recompute:<9} {'y' if c.sp else 'n':<2} {c.zero:>1} "
-            f"{fmt_bytes(c.bytes_per_gpu):>10} {c.bubble:>6.1%} {fmt_seconds(c.tp_seconds):>9} "
-            f"{fmt_seconds(c.pp_seconds):>9} "
-            f"{fmt_seconds(c.dp_exposed_seconds + c.zero3_exposed_seconds):>9} "
-            + (f"{fmt_seconds(c.cp_seconds):>9} {fmt_seconds(c.ep_seconds):>9} " if extra else "")
+            f"{fmt_bytes(c.bytes_per_gpu):>10} {c.bubble:>6.1%} "
+            + "".join(f"{fmt_seconds(c.breakdown.per_step(t.name)):>9} " for t in cols)
             + f"{fmt_seconds(c.step_seconds):>9} {c.mfu:>5.1%}"
         )
-    return 0
 
 
 def _calibrate(args) -> int:

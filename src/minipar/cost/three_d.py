@@ -132,6 +132,7 @@ from .hardware import gpu as gpu_preset
 from .hardware import link as link_preset
 from .memory_time import ZERO_STAGES, check_zero_stage
 from .model import RECOMPUTE, flops_per_iteration, param_count
+from .term_table import TERMS
 from .three_d_terms import (
     GRAD_REDUCE_BYTES,
     HEADROOM,
@@ -142,11 +143,11 @@ from .three_d_terms import (
     breakdown,
     dp_allreduce_seconds,
     kv_width_per_rank,
-    options,
     tp_collectives,
     zero3_collective_seconds,
     zero3_gathers,
 )
+from .three_d_terms import options as options_
 
 ATTENTION = ("unfused", "flash")
 """Attention kernels (:mod:`minipar.cost.compute`): the scores materialised, or fused (flash)."""
@@ -390,78 +391,206 @@ class Cluster:
         return self.gpu.peak_flops[self.dtype]
 
 
+LAYOUT_FIELDS = tuple(f for f in Layout.__dataclass_fields__ if f != "global_batch")
+
+
 @dataclass(frozen=True)
 class Config:
-    """One layout and its predicted costs (bytes, seconds, fractions)."""
+    """One layout and its predicted costs: the :class:`Layout`, its
+    :class:`~minipar.cost.breakdown.StepBreakdown` (every term of
+    :data:`minipar.cost.term_table.TERMS`, kept apart) and the FLOP utilisations.
 
-    tp: int
-    pp: int
-    dp: int
-    micro_batch: int
-    microbatches: int
-    chunks: int  # v, interleaved stages per GPU (1 = plain 1F1B)
-    recompute: str
-    sp: bool
-    zero: int
-    bytes_per_gpu: float
-    model_state_bytes: float
-    activation_bytes: float
-    fits: bool
-    memory_limit: float  # the GPU's memory less the headroom
-    bubble: float  # fraction of the step (GPipe convention)
-    bubble_relative: float  # bubble / ideal time (Megatron convention)
-    compute_seconds: float  # m micro-batches of compute on the slowest stage
-    tp_seconds: float  # TP collectives on the critical path, per step
-    pp_seconds: float  # p2p sends on the critical path, per step
-    dp_seconds: float  # DP/ZeRO collectives, total
-    dp_exposed_seconds: float  # the part not hidden behind compute
-    embedding_seconds: float  # tied-embedding gradient all-reduce, first <-> last stage
-    optimizer_seconds: float  # the Adam step on this rank's shard (memory-bound)
-    zero3_exposed_seconds: float  # ZeRO-3 gathers not hidden by prefetching, per step
-    step_seconds: float
-    # model FLOPs (Narayanan et al. 2021 Eq. 3, no recomputation; hfu: with it) over the step's
-    # peak FLOPs. Eq. 3 counts the attention scores without the causal saving (PaLM's
-    # convention too), so with a causal flash kernel, which skips the masked half, MFU credits
-    # FLOPs the GPU did not run: s/(12h) of 1 + s/(6h) per layer, a fifth at s = 8192, h = 2048.
+    Read as before: the layout's fields (``c.tp``), ``c.<term>_seconds`` for each time term over
+    the whole step (:meth:`StepBreakdown.per_step`), ``c.<term>_bytes`` for each memory term,
+    and the totals below. ``mfu``: model FLOPs (Narayanan et al. 2021 Eq. 3, no recomputation;
+    ``hfu``: with it) over the step's peak FLOPs. Eq. 3 counts the attention scores without the
+    causal saving (PaLM's convention too), so with a causal flash kernel, which skips the masked
+    half, MFU credits FLOPs the GPU did not run: s/(12h) of 1 + s/(6h) per layer, a fifth at
+    s = 8192, h = 2048."""
+
+    layout: Layout
+    breakdown: StepBreakdown
     mfu: float
     hfu: float
-    tp_link: str
-    pp_link: str
-    dp_link: str
-    cp: int = 1  # context parallel: the sequence split over cp ranks
-    ep: int = 1  # expert parallel: the experts split over ep of the d ranks
-    cp_seconds: float = 0.0  # ring K/V transfers not hidden by block compute, per step
-    ep_seconds: float = 0.0  # MoE all-to-alls on the critical path, per step
+
+    def __getattr__(self, name: str):
+        d = self.__dict__
+        if "layout" not in d:
+            raise AttributeError(name)
+        if name in LAYOUT_FIELDS:
+            return getattr(d["layout"], name)
+        br = d["breakdown"]
+        for suffix in ("_seconds", "_bytes"):
+            if name.endswith(suffix) and name[: -len(suffix)] in br.values:
+                term = name[: -len(suffix)]
+                return br.per_step(term) if suffix == "_seconds" else br.values[term]
+        raise AttributeError(name)
+
+    @property
+    def microbatches(self) -> int:
+        return self.breakdown.microbatches
+
+    @property
+    def bytes_per_gpu(self) -> float:
+        return self.breakdown.bytes_per_gpu
+
+    @property
+    def model_state_bytes(self) -> float:
+        return self.breakdown.states
+
+    @property
+    def activation_bytes(self) -> float:
+        return self.breakdown.activations
+
+    @property
+    def fits(self) -> bool:
+        return self.breakdown.fits
+
+    @property
+    def memory_limit(self) -> float:
+        """The GPU's memory less the headroom."""
+        return self.breakdown.memory_limit
+
+    @property
+    def bubble(self) -> float:
+        """Fraction of the step (GPipe convention)."""
+        return self.breakdown.bubble_fraction
+
+    @property
+    def bubble_relative(self) -> float:
+        """Bubble / ideal time (Megatron convention)."""
+        return self.breakdown.bubble_relative
+
+    @property
+    def dp_seconds(self) -> float:
+        """The whole DP/ZeRO reduction, exposed or not."""
+        return self.breakdown.dp
+
+    @property
+    def step_seconds(self) -> float:
+        return self.breakdown.step_seconds
+
+    @property
+    def tp_link(self) -> str:
+        return self.breakdown.tp_link
+
+    @property
+    def pp_link(self) -> str:
+        return self.breakdown.pp_link
+
+    @property
+    def dp_link(self) -> str:
+        return self.breakdown.dp_link
 
     def as_dict(self) -> dict:
-        return asdict(self)
+        """Flat: the layout, memory, each term per step (``<term>_seconds``, ``<term>_bytes``),
+        the step and MFU (what the JavaScript ``planEvaluate`` returns)."""
+        br = self.breakdown
+        out = {k: getattr(self.layout, k) for k in LAYOUT_FIELDS}
+        out |= {
+            "microbatches": br.microbatches,
+            "bytes_per_gpu": br.bytes_per_gpu,
+            "model_state_bytes": br.states,
+            "activation_bytes": br.activations,
+            "fits": br.fits,
+            "memory_limit": br.memory_limit,
+            "bubble": br.bubble_fraction,
+            "bubble_relative": br.bubble_relative,
+        }
+        for t in TERMS:
+            if t.where == "memory":
+                out[f"{t.name}_bytes"] = br.values[t.name]
+            else:
+                out[f"{t.name}_seconds"] = br.per_step(t.name)
+        return out | {
+            "dp_seconds": br.dp,
+            "step_seconds": br.step_seconds,
+            "mfu": self.mfu,
+            "hfu": self.hfu,
+            "tp_link": br.tp_link,
+            "pp_link": br.pp_link,
+            "dp_link": br.dp_link,
+        }
+
+
+@dataclass(frozen=True)
+class Space:
+    """What :func:`search` ranges over: a field left ``None`` is searched (t a divisor of the
+    heads within a node, p a divisor of L, b a power of two up to ``max_micro_batch``, v in 1, 2,
+    4 up to ``max_chunks``, every recomputation, every ZeRO stage the layout allows, cp and ep
+    over powers of two up to ``max_cp`` and ``max_ep``), a value fixes it."""
+
+    tp: int | None = None
+    pp: int | None = None
+    dp: int | None = None
+    micro_batch: int | None = None
+    zero: int | None = None
+    recompute: str | None = None
+    cp: int | None = None
+    ep: int | None = None
+    max_micro_batch: int = 8
+    max_chunks: int = 4
+    max_cp: int = 1
+    max_ep: int = 1
+
+
+def _split_legacy(kw: dict, fields) -> tuple[dict, dict]:
+    """Keywords of ``fields`` and the others (the :class:`Options` fields)."""
+    mine = {k: v for k, v in kw.items() if k in fields}
+    return mine, {k: v for k, v in kw.items() if k not in fields}
+
+
+def _as_options(options, extra: dict) -> Options:
+    if isinstance(options, Options):
+        return options_(**{**asdict(options), **extra}) if extra else options
+    return options_(**{**(options or {}), **extra})
+
+
+def plan_options(m_: ModelShape, cl: Cluster, options: Options | None = None) -> Options:
+    """``options`` with every default decided, once: the attention kernel (the shape's, else the
+    GPU's era, :func:`attention_for`), the precision recipe (:func:`precision_for`), then the
+    recipe's reduction bytes and headroom (:meth:`Options.resolved`)."""
+    return (options or Options()).resolved(
+        attention_for(m_, cl.gpu.name), precision_for(cl.gpu.name)
+    )
+
+
+def model_flops(m_: ModelShape, global_batch: int, recompute: str) -> tuple[float, float]:
+    """(model FLOPs, hardware FLOPs) of one step: Narayanan et al. 2021 Eq. 3 without and with
+    the recomputation, plus the active MLP and GQA's narrower K and V against Eq. 3's 16h² MLP
+    and 6h² QKV (forward ×3 for fwd + bwd, ×4 with full recomputation)."""
+    L, h, s, V = m_.layers, m_.hidden, m_.seq, m_.vocab
+    mf = flops_per_iteration(global_batch, s, L, h, V, "none")
+    hw = flops_per_iteration(global_batch, s, L, h, V, recompute)
+    extra = (
+        2
+        * L
+        * global_batch
+        * s
+        * (m_.top_k * m_.mlp_matrices * m_.ffn_width * h - 8 * h * h + 2 * h * (m_.kv_width - h))
+    )
+    return mf + 3 * extra, hw + (4 if recompute == "full" else 3) * extra
 
 
 def _divisors(n: int) -> list[int]:
-    return [k for k in range(1, n + 1) if n % k == 0]
+    """The divisors of n in increasing order, in O(√n)."""
+    small = [k for k in range(1, math.isqrt(n) + 1) if n % k == 0]
+    return small + [n // k for k in reversed(small) if k * k != n]
 
 
 def evaluate(
     m_: ModelShape,
     cl: Cluster,
-    global_batch: int,
-    *,
-    tp: int,
-    pp: int,
-    dp: int,
-    micro_batch: int,
-    chunks: int = 1,
-    recompute: str = "selective",
-    sp: bool = False,
-    zero: int = 1,
-    cp: int = 1,
-    ep: int = 1,
-    **model_options,
+    layout: Layout | int,
+    options: Options | dict | None = None,
+    **legacy,
 ) -> Config:
     """Predicted memory and step time of one layout (see the module docstring for the model):
-    the named terms of :func:`terms`, copied into a :class:`Config`.
+    the named terms of :func:`terms`, held by a :class:`Config`.
 
-    ``model_options`` are :class:`~minipar.cost.three_d_terms.Options` fields.
+    ``options``: an :class:`~minipar.cost.three_d_terms.Options` (or a dict of its fields).
+    The older call ``evaluate(m_, cl, global_batch, tp=..., pp=..., ..., **option_fields)``
+    still works: the keywords become the :class:`Layout` and the options.
     ``dp_overlap`` lets the data-parallel reduction run under the last micro-batch's backward
     when p = 1 (PyTorch DDP's buckets, Li et al. 2020); Megatron-LM in 2021 reduced after the
     backward (``dp_overlap=False``). With p > 1 it always follows the pipeline flush.
@@ -486,103 +615,32 @@ def evaluate(
     micro-batch (six with full recomputation), on the critical path
     (:mod:`minipar.cost.expert_parallel`).
     """
-    lay = Layout(global_batch, tp, pp, dp, micro_batch, chunks, recompute, sp, zero, cp, ep)
-    br = terms(m_, cl, lay, **model_options)
-    t, p, d, b, v = tp, pp, dp, micro_batch, chunks
-    L, h, s, V = m_.layers, m_.hidden, m_.seq, m_.vocab
-    m, r = br.microbatches, br.bubble_relative
+    if not isinstance(layout, Layout):  # evaluate(m_, cl, global_batch, tp=..., ...)
+        lay_kw, opt_kw = _split_legacy(legacy, LAYOUT_FIELDS)
+        layout, legacy = Layout(layout, **lay_kw), opt_kw
+    br = terms(m_, cl, layout, options, **legacy)
     step = br.step_seconds
-    n = t * cp * p * d
-    peak = cl.peak
-    model_flops = flops_per_iteration(global_batch, s, L, h, V, "none")
-    hw_flops = flops_per_iteration(global_batch, s, L, h, V, recompute)
-    # the active MLP and GQA's narrower K and V against Eq. 3's 16h² MLP and 6h² QKV, forward
-    extra = (
-        2
-        * L
-        * global_batch
-        * s
-        * (m_.top_k * m_.mlp_matrices * m_.ffn_width * h - 8 * h * h + 2 * h * (m_.kv_width - h))
-    )
-    model_flops += 3 * extra  # fwd + bwd
-    hw_flops += (4 if recompute == "full" else 3) * extra
-    return Config(
-        tp=t,
-        pp=p,
-        dp=d,
-        micro_batch=b,
-        microbatches=m,
-        chunks=v,
-        recompute=recompute,
-        sp=sp,
-        zero=zero,
-        bytes_per_gpu=br.bytes_per_gpu,
-        model_state_bytes=br.states,
-        activation_bytes=br.activations,
-        fits=br.fits,
-        memory_limit=br.memory_limit,
-        bubble=br.bubble_fraction,
-        bubble_relative=r,
-        compute_seconds=br.per_step("compute"),
-        tp_seconds=br.per_step("tp"),
-        pp_seconds=br.per_step("pp"),
-        dp_seconds=br.dp,
-        dp_exposed_seconds=br.dp_exposed,
-        embedding_seconds=br.embedding,
-        optimizer_seconds=br.optimizer,
-        zero3_exposed_seconds=br.per_step("zero3_exposed"),
-        cp=cp,
-        ep=ep,
-        cp_seconds=br.per_step("cp"),
-        ep_seconds=br.per_step("ep"),
-        step_seconds=step,
-        mfu=model_flops / (step * n * peak),
-        hfu=hw_flops / (step * n * peak),
-        tp_link=br.tp_link,
-        pp_link=br.pp_link,
-        dp_link=br.dp_link,
-    )
+    n = layout.tp * layout.cp * layout.pp * layout.dp
+    mf, hw = model_flops(m_, layout.global_batch, layout.recompute)
+    return Config(layout, br, mf / (step * n * cl.peak), hw / (step * n * cl.peak))
 
 
-def terms(m_: ModelShape, cl: Cluster, lay: Layout, **model_options) -> StepBreakdown:
+def terms(
+    m_: ModelShape, cl: Cluster, lay: Layout, options: Options | None = None, **model_options
+) -> StepBreakdown:
     """The named terms of one layout (:func:`minipar.cost.three_d_terms.breakdown`), after
-    :func:`check` and the options' own rules."""
-    check(
-        m_,
-        cl,
-        lay.global_batch,
-        tp=lay.tp,
-        pp=lay.pp,
-        dp=lay.dp,
-        micro_batch=lay.micro_batch,
-        chunks=lay.chunks,
-        zero=lay.zero,
-        cp=lay.cp,
-        ep=lay.ep,
-    )
-    opt = options(**model_options)
-    return breakdown(
-        m_, cl, lay, opt.resolved(attention_for(m_, cl.gpu.name), precision_for(cl.gpu.name))
-    )
+    :func:`check` and the options' own rules (``options`` or its fields as keywords), every
+    default decided by :func:`plan_options`."""
+    check(m_, cl, lay)
+    opt = _as_options(options, model_options)
+    return breakdown(m_, cl, lay, plan_options(m_, cl, opt))
 
 
-def check(
-    m_: ModelShape,
-    cl: Cluster,
-    global_batch: int,
-    *,
-    tp: int,
-    pp: int,
-    dp: int,
-    micro_batch: int,
-    chunks: int = 1,
-    zero: int = 1,
-    cp: int = 1,
-    ep: int = 1,
-) -> None:
+def check(m_: ModelShape, cl: Cluster, lay: Layout) -> None:
     """Raise ``ValueError`` naming the first rule the layout breaks: the cost model's layout
     rules (:func:`minipar.cost.breakdown.check_layout`), then the planner's own."""
-    t, p, d, b, v = tp, pp, dp, micro_batch, chunks
+    t, p, d, b, v = lay.tp, lay.pp, lay.dp, lay.micro_batch, lay.chunks
+    zero, cp, ep, global_batch = lay.zero, lay.cp, lay.ep, lay.global_batch
     m_.check()
     check_layout(m_.layers, m_.hidden, m_.heads, d=d, t=t, p=p, zero=zero)
     if m_.layers % (p * v):
@@ -615,31 +673,22 @@ def check(
         )
 
 
-def _candidates(
-    m_: ModelShape,
-    cl: Cluster,
-    global_batch: int,
-    tp,
-    pp,
-    dp,
-    micro_batch,
-    cp,
-    max_cp: int,
-    ep,
-    max_ep: int,
-    max_micro_batch: int,
-    refused: list[str],
-):
-    """(t, cp, ep, p, d, b) of :func:`search`'s space that divide the GPUs and the batch; the
-    rule and the values of each one left out go to ``refused``."""
+def _candidates(m_: ModelShape, cl: Cluster, global_batch: int, space: Space, refused: list):
+    """(t, cp, ep, p, d, b) of ``space`` that divide the GPUs and the batch; the rule and the
+    values of each one left out go to ``refused``."""
 
     def powers(fixed, top):
         return [fixed] if fixed else [1 << k for k in range(top.bit_length()) if 1 << k <= top]
 
-    ts = [tp] if tp else [k for k in _divisors(m_.heads) if k <= cl.gpus_per_node]
-    ps = [pp] if pp else _divisors(m_.layers)
+    sp = space
+    ts = [sp.tp] if sp.tp else [k for k in _divisors(m_.heads) if k <= cl.gpus_per_node]
+    ps = [sp.pp] if sp.pp else _divisors(m_.layers)
     for t, cp_, ep_, p in (
-        (t, c, e, p) for t in ts for c in powers(cp, max_cp) for e in powers(ep, max_ep) for p in ps
+        (t, c, e, p)
+        for t in ts
+        for c in powers(sp.cp, sp.max_cp)
+        for e in powers(sp.ep, sp.max_ep)
+        for p in ps
     ):
         if ep_ > 1 and not m_.moe:
             continue
@@ -647,13 +696,13 @@ def _candidates(
             refused.append(f"t·cp·p ({t * cp_ * p}) must divide the GPUs ({cl.gpus})")
             continue
         d = cl.gpus // (t * cp_ * p)
-        if dp and d != dp:
-            refused.append(f"t·cp·p·d ({t * cp_ * p * dp}) must equal the GPUs ({cl.gpus})")
+        if sp.dp and d != sp.dp:
+            refused.append(f"t·cp·p·d ({t * cp_ * p * sp.dp}) must equal the GPUs ({cl.gpus})")
             continue
         if global_batch % d:
             refused.append(f"d ({d}) must divide the global batch ({global_batch})")
             continue
-        for b in powers(micro_batch, max_micro_batch):
+        for b in powers(sp.micro_batch, sp.max_micro_batch):
             if global_batch % (d * b):
                 refused.append(
                     f"micro-batch ({b}) × d ({d}) must divide the global batch ({global_batch})"
@@ -666,64 +715,42 @@ def search(
     m_: ModelShape,
     cl: Cluster,
     global_batch: int,
+    space: Space | None = None,
+    options: Options | dict | None = None,
     *,
-    tp: int | None = None,
-    pp: int | None = None,
-    dp: int | None = None,
-    micro_batch: int | None = None,
-    zero: int | None = None,
-    max_micro_batch: int = 8,
-    max_chunks: int = 4,
-    recompute: str | None = None,
-    cp: int | None = None,
-    max_cp: int = 1,
-    ep: int | None = None,
-    max_ep: int = 1,
     refusals: list[str] | None = None,
-    **model_options,
+    **legacy,
 ) -> list[Config]:
-    """Every valid layout, fitting ones first, each group ordered by predicted step time.
+    """Every valid layout of ``space`` (:class:`Space`; default: everything), fitting ones
+    first, each group ordered by predicted step time, every layout evaluated with the same
+    ``options`` (:class:`~minipar.cost.three_d_terms.Options`; an invalid one raises
+    ``ValueError`` here rather than leaving every layout out).
 
     Search space: t a divisor of the heads and at most the GPUs per node (Megatron's rule: keep
-    TP inside the NVLink domain, Narayanan et al. 2021 §3.3 Takeaway 1) unless ``tp`` fixes it;
-    p a divisor of L; d = N/(t·p); b a power of two up to ``max_micro_batch`` dividing B/d;
-    v in 1, 2, 4; recomputation none/selective/full; sequence parallelism on or off (t > 1);
-    ZeRO 0-3 (2 only with p = 1; 1-3 only with d > 1; FSDP = ZeRO-3 composes with PP as in
-    torchtitan). cp is 1 (default), ``cp``, or every power of two up to ``max_cp``; ep likewise
-    (``ep``/``max_ep``, MoE shapes only). ``model_options`` go to :func:`evaluate`
-    (``grad_reduce_bytes``, ``dp_overlap``, ``headroom``, ``zero3_overlap``,
-    ``zero3_collectives``); an invalid one raises ``ValueError`` here rather than leaving every
-    layout out. ``refusals``, a list, receives the rule and the values of each candidate left
-    out (for :func:`why_nothing_fits`).
+    TP inside the NVLink domain, Narayanan et al. 2021 §3.3 Takeaway 1) unless fixed; p a
+    divisor of L; d = N/(t·p); b a power of two up to ``max_micro_batch`` dividing B/d; v in 1,
+    2, 4; recomputation none/selective/full; sequence parallelism on or off (t > 1); ZeRO 0-3
+    (2 only with p = 1; 1-3 only with d > 1; FSDP = ZeRO-3 composes with PP as in torchtitan).
+    cp is 1 (default), fixed, or every power of two up to ``max_cp``; ep likewise (MoE shapes
+    only). ``refusals``, a list, receives the rule and the values of each candidate left out
+    (for :func:`why_nothing_fits`). The older keywords (``tp=``, ``max_micro_batch=``, an
+    option's field) still work: :class:`Space` fields go to the space, the rest to the options.
     """
     refused = refusals if refusals is not None else []
-    options(**model_options)  # its rules, once
+    space_kw, opt_kw = _split_legacy(legacy, Space.__dataclass_fields__)
+    space = replace(space or Space(), **space_kw)
+    opt = plan_options(m_, cl, _as_options(options, opt_kw))  # its rules and defaults, once
     out: list[Config] = []
-    grid = _candidates(
-        m_,
-        cl,
-        global_batch,
-        tp,
-        pp,
-        dp,
-        micro_batch,
-        cp,
-        max_cp,
-        ep,
-        max_ep,
-        max_micro_batch,
-        refused,
-    )
-    for t, cp_, ep_, p, d, b in grid:
+    for t, cp_, ep_, p, d, b in list(_candidates(m_, cl, global_batch, space, refused)):
         m = global_batch // (d * b)
         vs = [1] + [
             v
             for v in (2, 4)
-            if v <= max_chunks and p > 1 and m % p == 0 and m_.layers % (p * v) == 0
+            if v <= space.max_chunks and p > 1 and m % p == 0 and m_.layers % (p * v) == 0
         ]
         zs = (
-            [zero]
-            if zero is not None
+            [space.zero]
+            if space.zero is not None
             else [0]
             if d == 1
             else (list(ZERO_STAGES) if p == 1 else [0, 1, 3])
@@ -731,29 +758,13 @@ def search(
         for v, rc, sp, z in (
             (v, rc, sp, z)
             for v in vs
-            for rc in ([recompute] if recompute else RECOMPUTE)
+            for rc in ([space.recompute] if space.recompute else RECOMPUTE)
             for sp in ((False, True) if t > 1 else (False,))
             for z in zs
         ):
+            lay = Layout(global_batch, t, p, d, b, v, rc, sp, z, cp_, ep_)
             try:
-                out.append(
-                    evaluate(
-                        m_,
-                        cl,
-                        global_batch,
-                        tp=t,
-                        pp=p,
-                        dp=d,
-                        micro_batch=b,
-                        chunks=v,
-                        recompute=rc,
-                        sp=sp,
-                        zero=z,
-                        cp=cp_,
-                        ep=ep_,
-                        **model_options,
-                    )
-                )
+                out.append(evaluate(m_, cl, lay, opt))
             except ValueError as e:
                 refused.append(str(e))
     out.sort(key=lambda c: (not c.fits, c.step_seconds, c.bytes_per_gpu))
@@ -893,17 +904,8 @@ def megatron_rule_layout(
     for p in _divisors(m_.layers):
         if cl.gpus % (t * p) or global_batch % ((cl.gpus // (t * p)) * micro_batch):
             continue
-        c = evaluate(
-            m_,
-            cl,
-            global_batch,
-            tp=t,
-            pp=p,
-            dp=cl.gpus // (t * p),
-            micro_batch=micro_batch,
-            recompute=recompute,
-            zero=zero,
-        )
+        lay = Layout(global_batch, t, p, cl.gpus // (t * p), micro_batch, 1, recompute, zero=zero)
+        c = evaluate(m_, cl, lay)
         if c.fits:
             return c
     return None
@@ -926,6 +928,9 @@ __all__ = [
     "search",
     "Layout",
     "Options",
+    "Space",
+    "plan_options",
+    "model_flops",
     "StepBreakdown",
     "why_nothing_fits",
     "training_seconds",

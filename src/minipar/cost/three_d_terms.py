@@ -1,8 +1,10 @@
 """The 3D planner's step time and memory as a sum of named terms, one pure function per term.
 
-:func:`minipar.cost.three_d.evaluate` calls :func:`breakdown` and copies its terms into a
-``Config``; the explorer's JavaScript (``widgets/three_d.js``) has one twin per function here,
-named in camelCase (``term_tp`` → ``termTp``), so a parity failure names the term. The model each
+:func:`minipar.cost.three_d.evaluate` calls :func:`breakdown`, which runs every term of the one
+table :data:`minipar.cost.term_table.TERMS` in order, each ``term_<name>(m_, cl, lay, opt,
+ctx)``; a ``Config`` holds the resulting :class:`~minipar.cost.breakdown.StepBreakdown`. The
+explorer's JavaScript (``widgets/three_d.js``) has one twin per function here, named in
+camelCase (``term_tp`` → ``termTp``), so a parity failure names the term. The model each
 term implements, with its sources, is stated in :mod:`minipar.cost.three_d`'s docstring and in the
 term's own.
 
@@ -31,6 +33,7 @@ from .context_parallel import allgather_collectives_per_layer, ring_sent_bytes_p
 from .expert_parallel import all_to_all_time
 from .memory_time import activation_bytes_per_layer, model_state_bytes
 from .pipeline_parallel import bubble_fraction_of_total, bubble_relative_to_ideal
+from .term_table import TERMS, python_name
 
 HEADROOM = 0.10
 """Fraction of a GPU's memory "fits" leaves free (:mod:`minipar.cost.three_d`'s docstring)."""
@@ -329,7 +332,7 @@ def tp_collectives(t: int, sp: bool, recompute: str) -> float:
 # --- memory: model states and activations of the first stage --------------------------------
 
 
-def term_states(m_, lay: Layout, opt: Options) -> float:
+def term_states(m_, cl, lay: Layout, opt: Options, ctx=None) -> float:
     """Model-state bytes on the first stage: the dense part split over t and sharded by ZeRO
     over d·cp, the experts split over ETP and sharded over EDP (:func:`expert_grid`; ZeRO §5
     via :func:`minipar.cost.memory_time.model_state_bytes`), in the bytes of
@@ -378,7 +381,7 @@ def shape_activation_bytes(m_, lay: Layout) -> float:
     return m_.seq * lay.micro_batch * per_token / lay.tp
 
 
-def term_activations(m_, lay: Layout, opt: Options) -> float:
+def term_activations(m_, cl, lay: Layout, opt: Options, ctx=None) -> float:
     """Activation bytes on the fullest stage (Korthikanti et al. 2022 Table 2 and §4.2.3, with
     :func:`shape_activation_bytes`). First stage: :func:`layers_in_flight` layers of one
     micro-batch, plus one layer's full activations under full recomputation (the layer being
@@ -428,9 +431,14 @@ def logits_bytes(m_, lay: Layout) -> float:
 
 
 class ComputeTerm(NamedTuple):
+    value: float  # L/p layers + the output layer: the compute of one pipeline slot
     layer: float  # one layer, forward + backward + recomputation, all cp key blocks
     core: float  # one (s/cp)² attention-core block, forward(s) + backward
-    microbatch: float  # L/p layers + the output layer: the compute of one pipeline slot
+
+
+class LinkTerm(NamedTuple):
+    value: float  # seconds per micro-batch
+    link: str  # the link it crosses ("-": none)
 
 
 def _gemm_pass(gpu, M: int, N: int, K: int) -> tuple[float, float]:
@@ -453,7 +461,7 @@ def _gemm_pass(gpu, M: int, N: int, K: int) -> tuple[float, float]:
     return g(M, N, K), g(M, K, N) + g(K, N, M)
 
 
-def term_compute(m_, cl, lay: Layout, opt: Options) -> ComputeTerm:
+def term_compute(m_, cl, lay: Layout, opt: Options, ctx=None) -> ComputeTerm:
     """Compute of one micro-batch on the last stage: :func:`~minipar.cost.compute.layer_seconds`
     per layer on s/cp tokens with ``opt.attention``; the attention core once more for each of
     the other cp−1 key blocks, GEMMs (or the flash kernel) and, unfused, the per-score bytes
@@ -502,11 +510,11 @@ def term_compute(m_, cl, lay: Layout, opt: Options) -> ComputeTerm:
     if scale != 1:
         lt += (scale - 1) * ((2 if rc == "full" else 1) * parts["mlp_f"] + parts["mlp_b"])
     return ComputeTerm(
-        lt, core, (m_.layers // lay.pp) * lt + logits_seconds(b, sl, h, m_.vocab, gpu, t)
+        (m_.layers // lay.pp) * lt + logits_seconds(b, sl, h, m_.vocab, gpu, t), lt, core
     )
 
 
-def term_tp(m_, cl, lay: Layout) -> tuple[float, str]:
+def term_tp(m_, cl, lay: Layout, opt: Options, ctx=None) -> LinkTerm:
     """TP collectives of one micro-batch on the critical path: :func:`tp_collectives` all-reduce
     equivalents of the (b, s/cp, h) 16-bit activation per layer (Shoeybi et al. 2019 §3;
     Korthikanti et al. 2022 §4.2.2): a ring inside a node, NCCL's multi-NIC algorithm
@@ -515,10 +523,10 @@ def term_tp(m_, cl, lay: Layout) -> tuple[float, str]:
     t = lay.tp
     act_bytes = lay.micro_batch * (m_.seq // lay.cp) * m_.hidden * 2
     ar, name = dp_allreduce_seconds(act_bytes, t, 1, cl)
-    return (m_.layers // lay.pp) * tp_collectives(t, lay.sp, lay.recompute) * ar, name
+    return LinkTerm((m_.layers // lay.pp) * tp_collectives(t, lay.sp, lay.recompute) * ar, name)
 
 
-def term_pp(m_, cl, lay: Layout) -> tuple[float, str]:
+def term_pp(m_, cl, lay: Layout, opt: Options, ctx=None) -> LinkTerm:
     """Pipeline sends of one micro-batch: the (b, s/cp, h)/t activation forward and its gradient
     backward across each stage boundary, v times with v chunks (Narayanan et al. 2021 §4.1);
     stage neighbours are t·cp·d ranks apart. Returns (seconds, link)."""
@@ -526,16 +534,18 @@ def term_pp(m_, cl, lay: Layout) -> tuple[float, str]:
     pp_link = cl.intra if t * cp * d * p <= cl.gpus_per_node else cl.inter
     act_bytes = lay.micro_batch * (m_.seq // cp) * m_.hidden * 2
     if p == 1:
-        return 0.0, "-"
-    return 2 * lay.chunks * (pp_link.alpha + act_bytes / t / pp_link.bandwidth), pp_link.name
+        return LinkTerm(0.0, "-")
+    return LinkTerm(
+        2 * lay.chunks * (pp_link.alpha + act_bytes / t / pp_link.bandwidth), pp_link.name
+    )
 
 
-def term_cp(m_, cl, lay: Layout, opt: Options, core: float) -> float:
+def term_cp(m_, cl, lay: Layout, opt: Options, ctx) -> float:
     """Context parallelism's K/V traffic of one micro-batch on the critical path.
     ``opt.cp_algorithm`` "ring" (Liu et al. 2023; Megatron-Core): per layer (cp−1) K/V blocks
     forward (twice with full recomputation), (cp−1) K/V + cp fp32 dK/dV blocks backward
     (:func:`minipar.cost.context_parallel.ring_sent_bytes_per_layer`), each step a send to the
-    next of the cp ranks (its own link, t apart), overlapped with one ``core`` block, only the
+    next of the cp ranks (its own link, t apart), overlapped with one ``core`` block (``ctx["compute"].core``), only the
     excess exposed. "all-gather" (Llama Team 2024 §3.3.2): all-gather the cp·K/V forward (again
     when fully recomputed), all-gather it and reduce-scatter the cp·dK/dV backward
     (:func:`minipar.cost.context_parallel.allgather_collectives_per_layer`), each half of
@@ -544,6 +554,7 @@ def term_cp(m_, cl, lay: Layout, opt: Options, core: float) -> float:
     cp, t, lp = lay.cp, lay.tp, m_.layers // lay.pp
     if cp == 1:
         return 0.0
+    core = ctx["compute"].core
     b, s, kvw = lay.micro_batch, m_.seq, kv_width_per_rank(m_, t)
     refwd = 2 if lay.recompute == "full" else 1
     if opt.cp_algorithm == "all-gather":
@@ -561,7 +572,7 @@ def term_cp(m_, cl, lay: Layout, opt: Options, core: float) -> float:
     return lp * max(0.0, comm - cp * core)
 
 
-def term_ep(m_, cl, lay: Layout) -> float:
+def term_ep(m_, cl, lay: Layout, opt: Options, ctx=None) -> float:
     """MoE all-to-alls of one micro-batch on the critical path: dispatch + combine forward and
     backward (six with full recomputation) of the K·b·s/cp routed 16-bit (·, h) rows per layer
     (÷ t with SP) over the ep ranks, consecutive in the rank order under folding (Lepikhin et
@@ -591,12 +602,12 @@ def ep_all_to_all_seconds(nbytes: float, ep: int, cl) -> float:
 
 
 class Zero3Term(NamedTuple):
-    exposed: float  # per micro-batch, on the critical path
+    value: float  # exposed per micro-batch, on the critical path
     per_layer: float  # all-gathers + reduce-scatter of one layer, one micro-batch
     link: str
 
 
-def term_zero3_exposed(m_, cl, lay: Layout, opt: Options, layer: float) -> Zero3Term:
+def term_zero3_exposed(m_, cl, lay: Layout, opt: Options, ctx) -> Zero3Term:
     """ZeRO-3 per layer and micro-batch: :func:`zero3_gathers` all-gathers of the 16-bit weights
     + one reduce-scatter of the gradients (:func:`zero3_collective_seconds`); prefetching hides
     each layer's collectives under the previous ``layer``'s compute, so max(0, comm − compute)
@@ -605,6 +616,7 @@ def term_zero3_exposed(m_, cl, lay: Layout, opt: Options, layer: float) -> Zero3
     if lay.zero != 3:
         return Zero3Term(0.0, 0.0, "-")
     t, dcp, lp = lay.tp, lay.dp * lay.cp, m_.layers // lay.pp
+    layer = ctx["compute"].layer  # prefetch hides the collectives under one layer
     sp_ = stage_params(m_, lay)
     _, edp, stride = expert_grid(lay)
     groups = (
@@ -645,14 +657,12 @@ def term_bubble(lay: Layout) -> tuple[float, float]:
 
 
 class DpTerm(NamedTuple):
+    value: float  # exposed, per step
     total: float
-    exposed: float
     link: str
 
 
-def term_dp_exposed(
-    m_, cl, lay: Layout, opt: Options, compute_microbatch: float, z3: Zero3Term
-) -> DpTerm:
+def term_dp_exposed(m_, cl, lay: Layout, opt: Options, ctx) -> DpTerm:
     """The data-parallel gradient reduction after the last micro-batch. ZeRO 0: all-reduce of
     the stage's gradients in ``grad_reduce_bytes`` per element; ZeRO 1-2: reduce-scatter + an
     all-gather of the 16-bit parameters; with ep > 1 the dense part over d·cp, then the experts
@@ -662,8 +672,9 @@ def term_dp_exposed(
     produces them). ZeRO-3's collectives are per layer
     (:func:`term_zero3_exposed`): here only their total, none exposed."""
     t, zero, dcp, ep = lay.tp, lay.zero, lay.dp * lay.cp, lay.ep
+    compute_microbatch, z3 = ctx["compute"].value, ctx["zero3_exposed"]
     if zero == 3:
-        return DpTerm(lay.microbatches * (m_.layers // lay.pp) * z3.per_layer, 0.0, z3.link)
+        return DpTerm(0.0, lay.microbatches * (m_.layers // lay.pp) * z3.per_layer, z3.link)
     sp_ = stage_params(m_, lay)
     etp, edp, stride = expert_grid(lay)
 
@@ -680,10 +691,10 @@ def term_dp_exposed(
         ar += reduce(sp_.expert, edp, etp, stride)[0]
     overlap = (lay.pp == 1 and opt.dp_overlap) or opt.overlap_grad_reduce
     window = (2 / 3) * compute_microbatch if overlap else 0.0
-    return DpTerm(ar, max(0.0, ar - window), name)
+    return DpTerm(max(0.0, ar - window), ar, name)
 
 
-def term_embedding(m_, cl, lay: Layout, opt: Options) -> float:
+def term_embedding(m_, cl, lay: Layout, opt: Options, ctx=None) -> float:
     """All-reduce of the tied embedding's V·h gradient between the first and the last stage
     (p > 1; Narayanan et al. 2021 §3, Megatron-LM's ``_allreduce_embedding_grads``); none for
     an untied output layer."""
@@ -694,7 +705,7 @@ def term_embedding(m_, cl, lay: Layout, opt: Options) -> float:
     return _ring("all-reduce", 2, opt.grad_reduce_bytes * m_.vocab * m_.hidden / t, link)
 
 
-def term_optimizer(m_, cl, lay: Layout, opt: Options) -> float:
+def term_optimizer(m_, cl, lay: Layout, opt: Options, ctx=None) -> float:
     """The Adam step on this rank's shard (:func:`minipar.cost.compute.optimizer_seconds`): the
     dense parameters ÷ t (÷ d·cp under ZeRO ≥ 1), the experts ÷ ETP (÷ EDP), at the recipe's
     bytes per parameter."""
@@ -709,32 +720,29 @@ def term_optimizer(m_, cl, lay: Layout, opt: Options) -> float:
     return optimizer_seconds(shard, cl.gpu, opt.recipe.adam_bytes)
 
 
+def _value(result) -> float:
+    """A term's value: the number it returns, or its record's first field (``value``)."""
+    return result if isinstance(result, (int, float)) else result[0]
+
+
 def breakdown(m_, cl, lay: Layout, opt: Options) -> StepBreakdown:
-    """Every term of one (already checked) layout, kept apart."""
-    comp = term_compute(m_, cl, lay, opt)
-    tp, tp_link = term_tp(m_, cl, lay)
-    pp, pp_link = term_pp(m_, cl, lay)
-    z3 = term_zero3_exposed(m_, cl, lay, opt, comp.layer)
+    """Every term of one (already checked) layout, kept apart: each row of
+    :data:`minipar.cost.term_table.TERMS` in order, ``term_<name>(m_, cl, lay, opt, ctx)`` with
+    ``ctx`` the results so far by name."""
+    ctx: dict = {}
+    module = globals()
+    for term in TERMS:
+        ctx[term.name] = module[python_name(term.name)](m_, cl, lay, opt, ctx)
     r, f = term_bubble(lay)
-    dp = term_dp_exposed(m_, cl, lay, opt, comp.microbatch, z3)
+    link = {k: getattr(v, "link", "-") for k, v in ctx.items()}
     return StepBreakdown(
         microbatches=lay.microbatches,
-        compute=comp.microbatch,
-        tp=tp,
-        pp=pp,
-        cp=term_cp(m_, cl, lay, opt, comp.core),
-        ep=term_ep(m_, cl, lay),
-        zero3_exposed=z3.exposed,
         bubble_relative=r,
         bubble_fraction=f,
-        dp=dp.total,
-        dp_exposed=dp.exposed,
-        embedding=term_embedding(m_, cl, lay, opt),
-        optimizer=term_optimizer(m_, cl, lay, opt),
-        states=term_states(m_, lay, opt),
-        activations=term_activations(m_, lay, opt),
         memory_limit=cl.gpu.memory_bytes * (1 - opt.headroom),
-        tp_link=tp_link,
-        pp_link=pp_link,
-        dp_link=dp.link,
+        values={k: _value(v) for k, v in ctx.items()},
+        dp=ctx["dp_exposed"].total,
+        tp_link=link["tp"],
+        pp_link=link["pp"],
+        dp_link=link["dp_exposed"],
     )

@@ -126,7 +126,7 @@ MICRO_BATCH_MODES = ("as run", "1", "planner")
 """How :func:`published_runs` sets each run's micro-batch: the one that ran (where published),
 1 (every row before), or the one the planner picks for the published layout."""
 
-PLANNER_MAX_MICRO_BATCH = inspect.signature(three_d.search).parameters["max_micro_batch"].default
+PLANNER_MAX_MICRO_BATCH = three_d.Space().max_micro_batch
 """The largest micro-batch ``minipar plan`` tries (its search's default)."""
 
 

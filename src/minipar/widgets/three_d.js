@@ -95,9 +95,9 @@ function expertParamsPerLayer(m) {                    // Python: ModelShape.expe
   return m.experts * m.mlp_matrices * m.hidden * f + router;
 }
 
-// Python: planner.check(m_, cl, global_batch, tp, pp, dp, micro_batch, chunks, zero, cp, ep)
-export function planCheck(model, cluster, globalBatch, tp, pp, dp, microBatch, chunks = 1, zero = 1, cp = 1, ep = 1) {
-  const [t, p, d, b, v] = [tp, pp, dp, microBatch, chunks];
+// Python: planner.check(m_, cl, lay)
+export function planCheck(model, cluster, lay) {
+  const {tp: t, pp: p, dp: d, micro_batch: b, chunks: v = 1, zero = 1, cp = 1, ep = 1, global_batch: globalBatch} = lay;
   model = planShape(model);
   checkModelShape(model);
   checkLayout(model.layers, model.hidden, model.heads, d, t, p, zero);
@@ -382,8 +382,8 @@ export function stageParams(model, lay) {
   return {dense_layer: denseLayer, expert_layer: expLayer, layer, stage: lp * layer + emb, dense: lp * denseLayer + emb, expert: (lp * expLayer) / lay.ep};
 }
 
-// Python: term_states(m_, lay, opt): model-state bytes of the first stage
-export function termStates(model, lay, opt) {
+// Python: term_states(m_, cl, lay, opt, ctx): model-state bytes of the first stage
+export function termStates(model, cluster, lay, opt) {
   const {tp: t, pp: p, zero} = lay, dcp = lay.dp * lay.cp;
   const [etp, edp] = expertGrid(lay);
   const sp = stageParams(model, lay), rc = recipeOf(opt);
@@ -430,8 +430,8 @@ export function logitsBytes(model, lay) {
   return (LOGIT_TENSORS * 4 * lay.micro_batch * Math.floor(model.seq / lay.cp) * model.vocab) / lay.tp;
 }
 
-// Python: term_activations(m_, lay, opt): activation bytes of the fullest stage
-export function termActivations(model, lay, opt) {
+// Python: term_activations(m_, cl, lay, opt, ctx): activation bytes of the fullest stage
+export function termActivations(model, cluster, lay, opt) {
   const {seq: s, hidden: h, heads: a, layers: L} = model;
   const {micro_batch: b, tp: t, sp, recompute: rc, cp} = lay, att = opt.attention;
   const memRc = cp > 1 && rc === "none" ? "selective" : rc;   // blockwise ring attention: no s² scores
@@ -448,7 +448,7 @@ function gemmPass(gpu, M, N, K) {                    // Python: _gemm_pass
   return [gemmOf(gpu, M, N, K), gemmOf(gpu, M, K, N) + gemmOf(gpu, K, N, M)];
 }
 
-// Python: term_compute(m_, cl, lay, opt) -> {layer, core, microbatch}
+// Python: term_compute(m_, cl, lay, opt, ctx) -> {value (one micro-batch), layer, core}
 export function termCompute(model, cluster, lay, opt) {
   const m = planShape(model);
   const b = lay.micro_batch, h = m.hidden, a = m.heads, sl = Math.floor(m.seq / lay.cp), t = lay.tp, rc = lay.recompute;
@@ -470,33 +470,34 @@ export function termCompute(model, cluster, lay, opt) {
   }
   const scale = (m.top_k * m.mlp_matrices * ffnWidth(m)) / (2 * 4 * h);   // active MLP / GPT's 8h²
   if (scale !== 1) lt += (scale - 1) * ((rc === "full" ? 2 : 1) * parts.mlp_f + parts.mlp_b);
-  return {layer: lt, core, microbatch: Math.floor(m.layers / lay.pp) * lt + logitsSeconds(b, sl, h, m.vocab, gpu, t)};
+  return {value: Math.floor(m.layers / lay.pp) * lt + logitsSeconds(b, sl, h, m.vocab, gpu, t), layer: lt, core};
 }
 
-// Python: term_tp(m_, cl, lay) -> [seconds per micro-batch, link]
+// Python: term_tp(m_, cl, lay, opt, ctx) -> {value: seconds per micro-batch, link}
 export function termTp(model, cluster, lay) {
   const t = lay.tp;
   const actBytes = lay.micro_batch * Math.floor(model.seq / lay.cp) * model.hidden * 2;
   const [ar, name] = dpAllreduceSeconds(actBytes, t, 1, cluster);   // ring in a node, multi-NIC across
-  return [Math.floor(model.layers / lay.pp) * tpCollectives(t, lay.sp, lay.recompute) * ar, name];
+  return {value: Math.floor(model.layers / lay.pp) * tpCollectives(t, lay.sp, lay.recompute) * ar, link: name};
 }
 
-// Python: term_pp(m_, cl, lay) -> [seconds per micro-batch, link]
+// Python: term_pp(m_, cl, lay, opt, ctx) -> {value: seconds per micro-batch, link}
 export function termPp(model, cluster, lay) {
   const {tp: t, cp, dp: d, pp: p} = lay;
   const ppLink = t * cp * d * p <= cluster.gpus_per_node ? cluster.intra : cluster.inter;
   const actBytes = lay.micro_batch * Math.floor(model.seq / cp) * model.hidden * 2;
-  if (p === 1) return [0.0, "-"];
-  return [2 * lay.chunks * (ppLink.alpha + actBytes / t / ppLink.bandwidth), ppLink.name];
+  if (p === 1) return {value: 0.0, link: "-"};
+  return {value: 2 * lay.chunks * (ppLink.alpha + actBytes / t / ppLink.bandwidth), link: ppLink.name};
 }
 
 export const CP_ALGORITHMS = ["ring", "all-gather"];
 
-// Python: term_cp(m_, cl, lay, opt, core): ring K/V not hidden by the block compute, or the
-// all-gather CP collectives (exposed), per micro-batch
-export function termCp(model, cluster, lay, opt, core) {
+// Python: term_cp(m_, cl, lay, opt, ctx): ring K/V not hidden by the block compute
+// (ctx.compute.core), or the all-gather CP collectives (exposed), per micro-batch
+export function termCp(model, cluster, lay, opt, ctx) {
   const {cp, tp: t} = lay, lp = Math.floor(model.layers / lay.pp);
   if (cp === 1) return 0.0;
+  const core = ctx.compute.core;
   const kvHeads = model.kv_heads || model.heads;      // ⌈kv/t⌉ K/V heads per TP rank
   const hKv = Math.floor(model.hidden / model.heads) * Math.ceil(kvHeads / t);   // Python: kv_width_per_rank
   const refwd = lay.recompute === "full" ? 2 : 1;
@@ -513,7 +514,7 @@ export function termCp(model, cluster, lay, opt, core) {
   return lp * Math.max(0.0, comm - cp * core);
 }
 
-// Python: term_ep(m_, cl, lay): MoE all-to-alls per micro-batch
+// Python: term_ep(m_, cl, lay, opt, ctx): MoE all-to-alls per micro-batch
 export function termEp(model, cluster, lay) {
   const m = planShape(model);
   const {ep, tp: t} = lay;
@@ -534,9 +535,10 @@ export function epAllToAllSeconds(nbytes, ep, cluster) {
   return Math.max(near, far);
 }
 
-// Python: term_zero3_exposed(m_, cl, lay, opt, layer) -> {exposed, per_layer, link}
-export function termZero3Exposed(model, cluster, lay, opt, layer) {
-  if (lay.zero !== 3) return {exposed: 0.0, per_layer: 0.0, link: "-"};
+// Python: term_zero3_exposed(m_, cl, lay, opt, ctx) -> {value (exposed), per_layer, link}
+export function termZero3Exposed(model, cluster, lay, opt, ctx) {
+  if (lay.zero !== 3) return {value: 0.0, per_layer: 0.0, link: "-"};
+  const layer = ctx.compute.layer;
   const t = lay.tp, dcp = lay.dp * lay.cp, lp = Math.floor(model.layers / lay.pp);
   const sp = stageParams(model, lay);
   const [, edp, stride] = expertGrid(lay);
@@ -550,7 +552,7 @@ export function termZero3Exposed(model, cluster, lay, opt, layer) {
   });
   const commLayer = zero3Gathers(lay.recompute, opt.zero3_ac_inside_unit) * gather + scatter;
   const exposed = opt.zero3_overlap ? lp * Math.max(0.0, commLayer - layer) + gather : lp * commLayer;
-  return {exposed, per_layer: commLayer, link: name};
+  return {value: exposed, per_layer: commLayer, link: name};
 }
 
 // Python: term_bubble(lay) -> [relative to ideal, fraction of the step]
@@ -560,10 +562,11 @@ export function termBubble(lay) {
   return [bubbleRelativeToIdeal(...args), bubbleFractionOfTotal(...args)];
 }
 
-// Python: term_dp_exposed(m_, cl, lay, opt, compute_microbatch, z3) -> {total, exposed, link}
-export function termDpExposed(model, cluster, lay, opt, computeMicrobatch, z3) {
+// Python: term_dp_exposed(m_, cl, lay, opt, ctx) -> {value (exposed), total, link}
+export function termDpExposed(model, cluster, lay, opt, ctx) {
   const {tp: t, zero, ep} = lay, dcp = lay.dp * lay.cp;
-  if (zero === 3) return {total: layMicrobatches(lay) * Math.floor(model.layers / lay.pp) * z3.per_layer, exposed: 0.0, link: z3.link};
+  const computeMicrobatch = ctx.compute.value, z3 = ctx.zero3_exposed;
+  if (zero === 3) return {value: 0.0, total: layMicrobatches(lay) * Math.floor(model.layers / lay.pp) * z3.per_layer, link: z3.link};
   const sp = stageParams(model, lay);
   const [etp, edp, stride] = expertGrid(lay);
   const reduce = (psi, n, split, k) => {               // ZeRO 1-2: RS(grads) + AG(16-bit params)
@@ -575,10 +578,10 @@ export function termDpExposed(model, cluster, lay, opt, computeMicrobatch, z3) {
   if (ep > 1) ar += reduce(sp.expert, edp, etp, stride)[0];   // two groups, one after the other
   const overlap = (lay.pp === 1 && opt.dp_overlap) || opt.overlap_grad_reduce;
   const windowS = overlap ? (2 / 3) * computeMicrobatch : 0.0;
-  return {total: ar, exposed: Math.max(0.0, ar - windowS), link: name};
+  return {value: Math.max(0.0, ar - windowS), total: ar, link: name};
 }
 
-// Python: term_embedding(m_, cl, lay, opt): tied-embedding gradient, first <-> last stage
+// Python: term_embedding(m_, cl, lay, opt, ctx): tied-embedding gradient, first <-> last stage
 export function termEmbedding(model, cluster, lay, opt) {
   const {tp: t, cp, dp: d, pp: p} = lay;
   if (p === 1 || !planShape(model).tied) return 0.0;
@@ -586,7 +589,7 @@ export function termEmbedding(model, cluster, lay, opt) {
   return ring("all-reduce", 2, (opt.grad_reduce_bytes * model.vocab * model.hidden) / t, link);
 }
 
-// Python: term_optimizer(m_, cl, lay, opt): the Adam step on this rank's shard
+// Python: term_optimizer(m_, cl, lay, opt, ctx): the Adam step on this rank's shard
 export function termOptimizer(model, cluster, lay, opt) {
   const dcp = lay.dp * lay.cp, t = lay.tp, sp = stageParams(model, lay);
   let shard;
@@ -598,64 +601,62 @@ export function termOptimizer(model, cluster, lay, opt) {
   return optimizerSeconds(shard, cluster.gpu, recipeOf(opt).adam_bytes);
 }
 
-// Python: breakdown(m_, cl, lay, opt) -> StepBreakdown (slot terms per micro-batch)
+// BEGIN TERMS (generated from minipar/cost/term_table.json by `python -m minipar.cost.term_table`; do not edit)
+export const TERMS = [{"name": "compute", "where": "slot", "unit": "s", "column": null, "doc": "the layers and the output layer of one micro-batch"}, {"name": "tp", "where": "slot", "unit": "s", "column": "TP", "doc": "tensor-parallel collectives on the critical path"}, {"name": "pp", "where": "slot", "unit": "s", "column": "PP", "doc": "pipeline sends across stage boundaries"}, {"name": "cp", "where": "slot", "unit": "s", "column": "CP ring", "doc": "context-parallel K/V traffic not hidden by the block compute"}, {"name": "ep", "where": "slot", "unit": "s", "column": "EP a2a", "doc": "MoE all-to-alls"}, {"name": "zero3_exposed", "where": "slot", "unit": "s", "column": "ZeRO-3", "doc": "ZeRO-3 gathers and reduce-scatters not hidden by prefetching"}, {"name": "dp_exposed", "where": "step", "unit": "s", "column": "DP exp", "doc": "the data-parallel reduction not hidden under the last backward"}, {"name": "embedding", "where": "step", "unit": "s", "column": null, "doc": "the tied embedding's gradient all-reduce, first and last stage"}, {"name": "optimizer", "where": "step", "unit": "s", "column": null, "doc": "the Adam step on this rank's shard"}, {"name": "states", "where": "memory", "unit": "B", "column": null, "doc": "model states of the fullest stage"}, {"name": "activations", "where": "memory", "unit": "B", "column": null, "doc": "activations of the fullest stage"}];
+const TERM_FUNCTIONS = {compute: termCompute, tp: termTp, pp: termPp, cp: termCp, ep: termEp, zero3_exposed: termZero3Exposed, dp_exposed: termDpExposed, embedding: termEmbedding, optimizer: termOptimizer, states: termStates, activations: termActivations};
+// END TERMS
+
+const termValue = (r) => (typeof r === "number" ? r : r.value);   // Python: three_d_terms._value
+
+// Python: breakdown(m_, cl, lay, opt) -> StepBreakdown.as_dict(): every TERMS row in order,
+// term<Name>(model, cluster, lay, opt, ctx) with ctx the results so far
 export function planBreakdown(model, cluster, lay, opt) {
-  const comp = termCompute(model, cluster, lay, opt);
-  const [tp, tpLink] = termTp(model, cluster, lay);
-  const [pp, ppLink] = termPp(model, cluster, lay);
-  const z3 = termZero3Exposed(model, cluster, lay, opt, comp.layer);
+  const ctx = {};
+  for (const term of TERMS) ctx[term.name] = TERM_FUNCTIONS[term.name](model, cluster, lay, opt, ctx);
   const [r, f] = termBubble(lay);
-  const dp = termDpExposed(model, cluster, lay, opt, comp.microbatch, z3);
+  const values = Object.fromEntries(TERMS.map((term) => [term.name, termValue(ctx[term.name])]));
   return {
-    microbatches: layMicrobatches(lay), compute: comp.microbatch, tp, pp,
-    cp: termCp(model, cluster, lay, opt, comp.core), ep: termEp(model, cluster, lay), zero3_exposed: z3.exposed,
-    bubble_relative: r, bubble_fraction: f, dp: dp.total, dp_exposed: dp.exposed,
-    embedding: termEmbedding(model, cluster, lay, opt), optimizer: termOptimizer(model, cluster, lay, opt),
-    states: termStates(model, lay, opt), activations: termActivations(model, lay, opt),
-    memory_limit: cluster.gpu.memory_bytes * (1 - opt.headroom), tp_link: tpLink, pp_link: ppLink, dp_link: dp.link,
+    microbatches: layMicrobatches(lay), bubble_relative: r, bubble_fraction: f,
+    memory_limit: cluster.gpu.memory_bytes * (1 - opt.headroom), dp: ctx.dp_exposed.total,
+    ...values, tp_link: ctx.tp.link, pp_link: ctx.pp.link, dp_link: ctx.dp_exposed.link,
   };
 }
 
 // Python: three_d.terms(m_, cl, lay, **options): check, then the breakdown
 export function planTerms(model, cluster, lay, opt = {}) {
   model = planShape(model);
-  planCheck(model, cluster, lay.global_batch, lay.tp, lay.pp, lay.dp, lay.micro_batch, lay.chunks, lay.zero, lay.cp, lay.ep);
+  lay = {chunks: 1, recompute: "selective", sp: false, zero: 1, cp: 1, ep: 1, ...lay};   // Python: Layout's defaults
+  planCheck(model, cluster, lay);
   const o = resolvedOptions(planOptions(opt), attentionFor(model, cluster.gpu.name), precisionFor(cluster.gpu.name));
   return planBreakdown(model, cluster, lay, o);
 }
 
-// Python: three_d.evaluate(m_, cl, global_batch, tp, pp, dp, micro_batch, chunks, recompute, sp,
-// zero, grad_reduce_bytes, dp_overlap, headroom, zero3_collectives=..., cp=..., ep=...).as_dict():
-// the terms of planTerms copied into one Config. opt: further Options fields (zero3_overlap).
-export function planEvaluate(model, cluster, globalBatch, tp, pp, dp, microBatch, chunks = 1,
-  recompute = "selective", sp = false, zero = 1, gradReduceBytes = null, dpOverlap = true,
-  headroom = null, zero3Collectives = "hierarchical", cp = 1, ep = 1, opt = {}) {
-  const [t, p, d, b, v] = [tp, pp, dp, microBatch, chunks];
+// Python: StepBreakdown.per_step(term)
+function perStep(br, term) {
+  if (term.where === "step") return br[term.name];
+  return term.name === "compute" ? br.microbatches * br.compute : br.microbatches * (1 + br.bubble_relative) * br[term.name];
+}
+
+// Python: three_d.evaluate(m_, cl, layout, options).as_dict(): the layout, its terms (the
+// TERMS table: <term>_seconds per step, <term>_bytes), the step and MFU
+export function planEvaluate(model, cluster, lay, opt = {}) {
   model = planShape(model);
-  const {layers: L, hidden: h, seq: s, vocab: V} = model;
-  const lay = {global_batch: globalBatch, tp, pp, dp, micro_batch: microBatch, chunks, recompute, sp, zero, cp, ep};
-  const br = planTerms(model, cluster, lay, {grad_reduce_bytes: gradReduceBytes, dp_overlap: dpOverlap, headroom, zero3_collectives: zero3Collectives, ...opt});
-  const m = br.microbatches, r = br.bubble_relative;
-  const perStep = (x) => m * (1 + r) * x;              // Python: StepBreakdown.per_step
-  const slot = br.compute + br.tp + br.pp + br.zero3_exposed + br.cp + br.ep;
-  const step = m * slot * (1 + r) + br.dp_exposed + br.embedding + br.optimizer;
-  const n = t * cp * p * d;
-  const peak = cluster.peak;
-  const extra = 2 * L * globalBatch * s * (model.top_k * model.mlp_matrices * ffnWidth(model) * h - 8 * h * h + 2 * h * (kvWidth(model) - h));
-  const modelFlops = flopsPerIteration(globalBatch, s, L, h, V, "none") + 3 * extra;   // active MLP, fwd + bwd
-  const hwFlops = flopsPerIteration(globalBatch, s, L, h, V, recompute) + (recompute === "full" ? 4 : 3) * extra;
-  const total = br.states + br.activations;
-  return {
-    tp: t, pp: p, dp: d, micro_batch: b, microbatches: m, chunks: v, recompute, sp, zero,
-    bytes_per_gpu: total, model_state_bytes: br.states, activation_bytes: br.activations,
-    fits: total <= br.memory_limit, memory_limit: br.memory_limit, bubble: br.bubble_fraction, bubble_relative: r,
-    compute_seconds: m * br.compute, tp_seconds: perStep(br.tp), pp_seconds: perStep(br.pp),
-    dp_seconds: br.dp, dp_exposed_seconds: br.dp_exposed, embedding_seconds: br.embedding, optimizer_seconds: br.optimizer,
-    zero3_exposed_seconds: perStep(br.zero3_exposed), step_seconds: step,
-    mfu: modelFlops / (step * n * peak), hfu: hwFlops / (step * n * peak),
-    tp_link: br.tp_link, pp_link: br.pp_link, dp_link: br.dp_link,
-    cp, ep, cp_seconds: perStep(br.cp), ep_seconds: perStep(br.ep),
-  };
+  lay = {chunks: 1, recompute: "selective", sp: false, zero: 1, cp: 1, ep: 1, ...lay};
+  const br = planTerms(model, cluster, lay, opt);
+  const {layers: L, hidden: h, seq: s, vocab: V} = model, B = lay.global_batch;
+  const sum = (where) => TERMS.filter((t) => t.where === where).reduce((acc, t) => acc + br[t.name], 0);
+  const step = br.microbatches * sum("slot") * (1 + br.bubble_relative) + sum("step");
+  const n = lay.tp * lay.cp * lay.pp * lay.dp;
+  const extra = 2 * L * B * s * (model.top_k * model.mlp_matrices * ffnWidth(model) * h - 8 * h * h + 2 * h * (kvWidth(model) - h));
+  const modelFlops = flopsPerIteration(B, s, L, h, V, "none") + 3 * extra;   // Python: three_d.model_flops
+  const hwFlops = flopsPerIteration(B, s, L, h, V, lay.recompute) + (lay.recompute === "full" ? 4 : 3) * extra;
+  const total = sum("memory");
+  const out = {tp: lay.tp, pp: lay.pp, dp: lay.dp, micro_batch: lay.micro_batch, chunks: lay.chunks, recompute: lay.recompute, sp: lay.sp, zero: lay.zero, cp: lay.cp, ep: lay.ep,
+    microbatches: br.microbatches, bytes_per_gpu: total, model_state_bytes: br.states, activation_bytes: br.activations,
+    fits: total <= br.memory_limit, memory_limit: br.memory_limit, bubble: br.bubble_fraction, bubble_relative: br.bubble_relative};
+  for (const t of TERMS) out[t.where === "memory" ? `${t.name}_bytes` : `${t.name}_seconds`] = t.where === "memory" ? br[t.name] : perStep(br, t);
+  return {...out, dp_seconds: br.dp, step_seconds: step, mfu: modelFlops / (step * n * cluster.peak), hfu: hwFlops / (step * n * cluster.peak),
+    tp_link: br.tp_link, pp_link: br.pp_link, dp_link: br.dp_link};
 }
 
 // Python: three_d.dollars_per_million_tokens(step_seconds, gpus, tokens_per_step, dollars_per_gpu_hour)
@@ -727,13 +728,14 @@ registerExplorer("plan", {
       throw new Error(cp > 1 ? `gpus (${N}) must be divisible by t·cp·p (${t}·${cp}·${p})` : `gpus (${N}) must be divisible by t·p (${t}·${p})`);
     }
     const extra = {...(ATTENTION.includes(v.attention) ? {attention: v.attention} : {}), ...(v.precision in RECIPES ? {precision: v.precision} : {}), cp_algorithm: v.cpalg ?? "ring"};
-    const opts = [null, true, null, v.z3, cp, ep, extra];   // the recipe's bytes and headroom; ZeRO-3's algorithm, cp, ep, kernel, recipe
-    const chosen = planEvaluate(model, cluster, B, t, p, N / (t * cp * p), v.b, Number(v.v), v.recompute, v.sp, Number(v.zero), ...opts);
+    const opts = {zero3_collectives: v.z3, ...extra};   // the recipe's bytes and headroom; ZeRO-3's algorithm, kernel, recipe
+    const layOf = (q, chunks, zero) => ({global_batch: B, tp: t, pp: q, dp: N / (t * cp * q), micro_batch: v.b, chunks, recompute: v.recompute, sp: v.sp, zero, cp, ep});
+    const chosen = planEvaluate(model, cluster, layOf(p, Number(v.v), Number(v.zero)), opts);
     const rows = [];                                     // every valid p at this t, cp and ep
     for (let q = 1; q <= model.layers; q += 1) {
       if (model.layers % q || N % (t * cp * q)) continue;
       try {
-        rows.push(planEvaluate(model, cluster, B, t, q, N / (t * cp * q), v.b, q > 1 ? Number(v.v) : 1, v.recompute, v.sp, q > 1 && Number(v.zero) === 2 ? 1 : Number(v.zero), ...opts));
+        rows.push(planEvaluate(model, cluster, layOf(q, q > 1 ? Number(v.v) : 1, q > 1 && Number(v.zero) === 2 ? 1 : Number(v.zero)), opts));
       } catch (e) { /* this p breaks a rule: left out */ }
     }
     const parts = (c) => ({compute: c.compute_seconds, bubble: c.compute_seconds * c.bubble_relative,

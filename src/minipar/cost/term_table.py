@@ -1,0 +1,72 @@
+"""The one table of the planner's cost terms (``term_table.json``), read by the Python planner
+(:func:`minipar.cost.three_d_terms.breakdown`), the explorer's JavaScript (the generated block of
+``widgets/three_d.js``), ``minipar plan``'s columns and the tests.
+
+Adding a term is one row here, one Python function ``term_<name>(m_, cl, lay, opt, ctx)`` in
+:mod:`minipar.cost.three_d_terms` and its JavaScript twin ``term<Name>(model, cluster, lay, opt,
+ctx)`` in ``widgets/three_d.js``; ``python -m minipar.cost.term_table`` prints the JavaScript
+block to paste between its ``BEGIN TERMS`` and ``END TERMS`` lines (tests/test_cost_terms.py
+fails until it is there). A term returns its value (seconds or bytes), or a record whose first
+field, ``value``, is its value and whose other fields later terms may read from ``ctx`` (the
+results so far, by name).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import NamedTuple
+
+WHERE = ("slot", "step", "memory")
+
+
+class Term(NamedTuple):
+    name: str
+    where: str  # "slot" (s per micro-batch), "step" (s per step) or "memory" (bytes)
+    unit: str
+    column: str | None  # `minipar plan`'s column header, or None
+    doc: str
+
+
+def _load() -> tuple[Term, ...]:
+    rows = json.loads(Path(__file__).with_name("term_table.json").read_text())["terms"]
+    out = tuple(Term(**r) for r in rows)
+    for t in out:
+        if t.where not in WHERE:
+            raise ValueError(f"term {t.name}: where ({t.where!r}) must be one of {WHERE}")
+    return out
+
+
+TERMS: tuple[Term, ...] = _load()
+SLOT = tuple(t.name for t in TERMS if t.where == "slot")
+STEP = tuple(t.name for t in TERMS if t.where == "step")
+MEMORY = tuple(t.name for t in TERMS if t.where == "memory")
+
+
+def python_name(name: str) -> str:
+    return f"term_{name}"
+
+
+def js_name(name: str) -> str:
+    """``zero3_exposed`` -> ``termZero3Exposed``."""
+    return "term" + "".join(w[:1].upper() + w[1:] for w in name.split("_"))
+
+
+BEGIN, END = "// BEGIN TERMS", "// END TERMS"
+
+
+def js_block() -> str:
+    """The JavaScript block of ``widgets/three_d.js`` generated from the table."""
+    rows = json.dumps([t._asdict() for t in TERMS], ensure_ascii=False)
+    fns = ", ".join(f"{t.name}: {js_name(t.name)}" for t in TERMS)
+    return (
+        f"{BEGIN} (generated from minipar/cost/term_table.json by "
+        "`python -m minipar.cost.term_table`; do not edit)\n"
+        f"export const TERMS = {rows};\n"
+        f"const TERM_FUNCTIONS = {{{fns}}};\n"
+        f"{END}"
+    )
+
+
+if __name__ == "__main__":
+    print(js_block())

@@ -1,0 +1,70 @@
+"""The one table of cost terms (minipar/cost/term_table.json) is what the Python planner, the
+explorer's JavaScript, `minipar plan` and the tests read: a term missing from either language or
+from the table fails here, naming it."""
+
+import re
+from pathlib import Path
+
+from minipar.cost import term_table, three_d_terms
+from minipar.cost.term_table import TERMS, js_block, js_name, python_name
+
+JS = Path(term_table.__file__).resolve().parents[1] / "widgets" / "three_d.js"
+STRUCTURAL = {"term_bubble"}  # the pipeline's stretch factor, not an additive term
+
+
+def missing(terms, py_module, js_text: str) -> list[str]:
+    """One line per term the table, Python or JavaScript lacks."""
+    out = []
+    names = {t.name for t in terms}
+    for t in terms:
+        if not callable(getattr(py_module, python_name(t.name), None)):
+            out.append(f"term {t.name}: no Python function {python_name(t.name)}")
+        if not re.search(rf"export function {js_name(t.name)}\(", js_text):
+            out.append(f"term {t.name}: no JavaScript function {js_name(t.name)}")
+    for fn in dir(py_module):
+        if fn.startswith("term_") and fn not in STRUCTURAL and fn[5:] not in names:
+            out.append(f"Python {fn}: not in the term table")
+    for fn in re.findall(r"export function (term[A-Z]\w*)\(", js_text):
+        if fn != "termBubble" and fn not in {js_name(n) for n in names}:
+            out.append(f"JavaScript {fn}: not in the term table")
+    return out
+
+
+def test_every_term_is_in_the_table_and_both_languages():
+    assert not missing(TERMS, three_d_terms, JS.read_text())
+    assert {t.where for t in TERMS} == set(term_table.WHERE)
+
+
+def test_the_javascript_table_is_generated_from_the_json():
+    text = JS.read_text()
+    start, end = text.index(term_table.BEGIN), text.index(term_table.END) + len(term_table.END)
+    assert text[start:end] == js_block(), "run `python -m minipar.cost.term_table` and paste it"
+
+
+def test_a_term_missing_anywhere_is_named():
+    """Negative controls: a table row without functions, and a function without its row."""
+    extra = TERMS + (term_table.Term("straggler", "step", "s", None, "a planted term"),)
+    assert missing(extra, three_d_terms, JS.read_text()) == [
+        "term straggler: no Python function term_straggler",
+        "term straggler: no JavaScript function termStraggler",
+    ]
+    short = tuple(t for t in TERMS if t.name != "embedding")
+    assert missing(short, three_d_terms, JS.read_text()) == [
+        "Python term_embedding: not in the term table",
+        "JavaScript termEmbedding: not in the term table",
+    ]
+
+
+def test_breakdown_and_plan_columns_follow_the_table():
+    from minipar.cost import three_d as planner
+
+    m, cl = planner.MODELS["gpt3-175b"], planner.cluster(1024, 8)
+    c = planner.evaluate(m, cl, planner.Layout(1536, 8, 16, 8, 1, zero=3, recompute="full"))
+    assert list(c.breakdown.values) == [t.name for t in TERMS]
+    d = c.as_dict()
+    for t in TERMS:
+        key = f"{t.name}_bytes" if t.where == "memory" else f"{t.name}_seconds"
+        assert d[key] == getattr(c, key)
+    slot = sum(c.breakdown.values[t.name] for t in TERMS if t.where == "slot")
+    step = sum(c.breakdown.values[t.name] for t in TERMS if t.where == "step")
+    assert c.step_seconds == c.microbatches * slot * (1 + c.bubble_relative) + step
