@@ -87,9 +87,10 @@ _POKE_EXPLORERS = r"""
   const report = [];
   for (const root of document.querySelectorAll(".minipar-explorer")) {
     const out = root.querySelector(".minipar-explorer-output");
-    const r = {name: root.dataset.explorer, controls: 0, redrawn: 0, empty: [],
+    const r = {name: root.dataset.explorer, controls: 0, redrawn: 0, empty: [], inert: [],
                initial: out ? out.innerHTML.length : 0, svg: !!(out && out.querySelector("svg"))};
     for (const input of root.querySelectorAll(".minipar-explorer-controls input, .minipar-explorer-controls select")) {
+      if (input.disabled) continue;  // a control that does not apply to this setting
       r.controls += 1;
       const before = Number(root.dataset.redraws);
       const html = out.innerHTML;
@@ -100,7 +101,7 @@ _POKE_EXPLORERS = r"""
         input.checked = !input.checked;
       } else if (input.type === "range") {
         input.value = String(Number(input.value) > Number(input.min) ? Number(input.value) - 1 : Number(input.value) + 1);
-        ev = "input";
+        input.dispatchEvent(new Event("input", {bubbles: true}));  // dragging, then the release
       } else {
         input.value = String(Number(input.value) * 2 || 1);
       }
@@ -108,7 +109,7 @@ _POKE_EXPLORERS = r"""
       const after = Number(root.dataset.redraws);
       if (after > before && out.innerHTML.trim() !== "") r.redrawn += 1;
       if (out.innerHTML.trim() === "") r.empty.push(input.outerHTML.slice(0, 60));
-      void html;
+      if (!input.disabled && out.innerHTML === html) r.inert.push(input.outerHTML.slice(0, 80));
     }
     report.push(r);
   }
@@ -217,6 +218,60 @@ _NARROW_EXPLORERS = r"""
 """
 
 
+# Runs in the page: images shown with another aspect ratio than their own (an inline pixel
+# height that overrides height:auto stretched every notebook figure on a phone), and a page
+# that scrolls sideways as a whole.
+_STRETCHED = r"""
+() => {
+  const out = [];
+  for (const img of document.querySelectorAll("article img")) {
+    const b = img.getBoundingClientRect();
+    if (!img.naturalWidth || !img.naturalHeight || b.width === 0 || b.height === 0) continue;
+    const shown = b.width / b.height, own = img.naturalWidth / img.naturalHeight;
+    if (Math.abs(shown / own - 1) > 0.02) {
+      out.push(`${img.getAttribute("src").slice(-50)} shown at ${shown.toFixed(3)}, drawn at ${own.toFixed(3)}`);
+    }
+  }
+  const doc = document.documentElement;
+  if (doc.scrollWidth > doc.clientWidth + 1) out.push(`the page scrolls sideways by ${doc.scrollWidth - doc.clientWidth} px`);
+  return out;
+}
+"""
+
+# Runs in the page: every numeric box and slider of every explorer declares an upper bound, and
+# typing that largest accepted value key by key (an input event per key, then change) updates
+# the explorer in at most `limit` ms; the value is put back afterwards.
+_LARGEST_VALUES = r"""
+(limit) => {
+  const out = [];
+  for (const root of document.querySelectorAll(".minipar-explorer")) {
+    for (const input of root.querySelectorAll(".minipar-explorer-controls input")) {
+      if (input.disabled || (input.type !== "number" && input.type !== "range")) continue;
+      const label = (input.closest("label") || input).textContent.trim().slice(0, 30) || input.name;
+      if (input.max === "" || !isFinite(Number(input.max))) {
+        out.push(`${root.dataset.explorer}: "${label}" has no upper bound`);
+        continue;
+      }
+      const before = input.value, typed = String(input.max);
+      const t0 = performance.now();
+      for (let k = 1; k <= typed.length; k++) {
+        input.value = typed.slice(0, k);
+        input.dispatchEvent(new Event("input", {bubbles: true}));
+      }
+      input.dispatchEvent(new Event("change", {bubbles: true}));
+      const ms = performance.now() - t0;
+      if (ms > limit) out.push(`${root.dataset.explorer}: "${label}" = ${typed} took ${Math.round(ms)} ms`);
+      input.value = before;
+      input.dispatchEvent(new Event("change", {bubbles: true}));
+    }
+  }
+  return out;
+}
+"""
+#: the slowest an explorer may take to update, with the largest value of any one input
+UPDATE_LIMIT_MS = 200
+
+
 def build_paths(text: str) -> list[str]:
     """Paths of the machine that built the site, shown to readers (a rank's warning with the
     virtual environment's path, a traceback): the repository root, site-packages, .venv."""
@@ -240,6 +295,7 @@ def test_every_page_offline(server):
     external, failed, page_errors, raw, math_errors = [], [], [], [], []
     formulas = redirects = 0
     explorer_reports, wide, narrow, clipped, phone_wide, paths = [], [], [], [], [], []
+    stretched, slow = [], []
     local = urlparse(server).netloc
 
     def route(r):
@@ -296,6 +352,8 @@ def test_every_page_offline(server):
             raw += [f"{name}: {t}" for t in counts["raw"]]
             wide += [f"{name}: {w}" for w in page.evaluate(_TOO_WIDE)]
             clipped += [f"{name} at 1280 px: {w}" for w in page.evaluate(_CLIPPED)]
+            stretched += [f"{name} at 1280 px: {w}" for w in page.evaluate(_STRETCHED)]
+            slow += [f"{name}: {w}" for w in page.evaluate(_LARGEST_VALUES, UPDATE_LIMIT_MS)]
             paths += [
                 f"{name}: {x}"
                 for x in build_paths(
@@ -327,6 +385,7 @@ def test_every_page_offline(server):
             )
             phone_wide += [f"{name}: {w}" for w in small.evaluate(_TOO_WIDE)]
             clipped += [f"{name} at 390 px: {w}" for w in small.evaluate(_CLIPPED)]
+            stretched += [f"{name} at 390 px: {w}" for w in small.evaluate(_STRETCHED)]
             if name in with_explorers:
                 narrow += [{"page": name, **r} for r in small.evaluate(_NARROW_EXPLORERS, 320)]
         browser.close()
@@ -345,6 +404,9 @@ def test_every_page_offline(server):
         "raw_formulas": len(raw),
         "math_errors": len(math_errors),
         "page_errors": len(page_errors),
+        "stretched_or_sideways": len(stretched),
+        "slow_or_unbounded_inputs": len(slow),
+        "inert_controls": sum(len(r["inert"]) for r in explorer_reports),
     }
     print("\nsite test:", json.dumps(summary))
     assert not external, f"requests leaving the machine: {external[:10]}"
@@ -358,6 +420,10 @@ def test_every_page_offline(server):
     assert not phone_wide, f"wider than the article column at 390 px: {phone_wide[:10]}"
     assert not clipped, f"cut off with no way to scroll to it: {clipped[:10]}"
     assert not paths, f"paths of the build machine shown on a page: {paths[:10]}"
+    assert not stretched, f"figures stretched or pages scrolling sideways: {stretched[:10]}"
+    assert not slow, f"explorer inputs unbounded or slower than {UPDATE_LIMIT_MS} ms: {slow[:10]}"
+    inert = [f"{r['page']} {r['name']}: {c}" for r in explorer_reports for c in r["inert"]]
+    assert not inert, f"enabled controls that change nothing (disable them): {inert[:10]}"
     assert narrow and all(r["fits"] and r["legible"] for r in narrow), (
         f"explorers at 390 px (must fit the screen, charts >= 320 px wide): "
         f"{[r for r in narrow if not (r['fits'] and r['legible'])][:5]}"
@@ -463,7 +529,7 @@ def test_build_paths_are_found():
     assert len(build_paths(warning)) == 1 and not build_paths("step: 1 MiB buckets 46 ms")
 
 
-def test_the_checks_catch_what_the_issue_saw():
+def test_the_checks_catch_what_a_reader_saw():
     """Negative control: a page like the old site (a CDN script, raw TeX, a MathJax error box,
     a script error, a dead explorer control) fails every check above."""
     from playwright.sync_api import sync_playwright
@@ -492,12 +558,27 @@ def test_the_checks_catch_what_the_issue_saw():
         cut = page.evaluate(_CLIPPED)
         page.set_viewport_size({"width": 390, "height": 844})
         shrunk = page.evaluate(_NARROW_EXPLORERS, 320)
+        page.set_content(
+            '<html><body><article><img style="width:200px;height:300px" src="data:image/svg+xml,'
+            "%3Csvg xmlns='http://www.w3.org/2000/svg' width='400' height='200'%3E%3C/svg%3E\">"
+            '<div style="width:900px">wide</div></article>'
+            '<div class="minipar-explorer" data-explorer="x"><div class="minipar-explorer-controls">'
+            '<input type="number" value="1"><input type="number" max="9" value="1"></div></div>'
+            "<script>document.querySelectorAll('input')[1].addEventListener('input', () => {"
+            " const t = performance.now(); while (performance.now() - t < 300) {} });</script>"
+            "</body></html>"
+        )
+        stretched = page.evaluate(_STRETCHED)
+        slow = page.evaluate(_LARGEST_VALUES, UPDATE_LIMIT_MS)
         browser.close()
     assert external == ["https://cdn.example.org/mathjax.js"]
     assert any("THEBE_JS_URL" in e for e in errors)
     assert len(counts["raw"]) == 2 and counts["errors"] == 1
-    assert report[0]["controls"] == 1 and report[0]["redrawn"] == 0
+    assert report[0]["controls"] == 1 and report[0]["redrawn"] == 0 and report[0]["inert"]
     assert too_wide and "px past the column" in too_wide[0]
     assert shrunk and not shrunk[0]["legible"]  # an svg without the course's CSS
     assert any(c.startswith("<input>") for c in cut), cut  # a control cut off
     assert any(c.startswith("<mjx-container>") and "1900" in c for c in cut), cut  # an equation
+    assert any("shown at 0.667, drawn at 2.000" in x for x in stretched), stretched
+    assert any("scrolls sideways" in x for x in stretched), stretched
+    assert any("no upper bound" in x for x in slow) and any("took" in x for x in slow), slow
