@@ -289,3 +289,33 @@ def test_ring_schedule_is_what_the_ranks_do():
             assert (got_phase, got_k) == (phase, k)
             got = [frozenset(q for q in range(n) if int(v) >> q & 1) for v in values]
             assert got == held[r], (phase, k, r)
+
+
+# ------------------------------------------------------------------ the primitives' definitions
+def test_primitive_definitions_on_lists():
+    from minipar.collectives.primitives import example_inputs, primitive_outputs
+
+    x = example_inputs("all-to-all", 3)
+    assert primitive_outputs("all-to-all", x) == [[0, 10, 20], [1, 11, 21], [2, 12, 22]]
+    assert primitive_outputs("reduce-scatter", x) == [[30], [33], [36]]
+    assert primitive_outputs("reduce", x) == [[30, 33, 36], None, None]
+    assert primitive_outputs("send/recv", x)[0] == x[2]
+    g = example_inputs("all-gather", 3)
+    assert primitive_outputs("all-gather", g)[1] == [0, 1, 10, 11, 20, 21]
+    with pytest.raises(ValueError, match=r"op \('gather'\) must be one of"):
+        primitive_outputs("gather", x)
+
+
+@pytest.mark.slow
+def test_primitive_definitions_are_what_torch_distributed_returns():
+    """The before/after figure draws primitive_outputs; the real gloo calls must agree (reduce:
+    on the root only, the rest is unspecified)."""
+    from minipar.collectives.demo import run_primitives
+    from minipar.collectives.primitives import PRIMITIVES, primitive_outputs
+
+    real = run_primitives(n=4)
+    for op in PRIMITIVES:
+        want = primitive_outputs(op, real[op]["inputs"])
+        for r, (got, expected) in enumerate(zip(real[op]["outputs"], want)):
+            if expected is not None:
+                assert got == expected, (op, r)

@@ -1,7 +1,9 @@
 """Every ``torch.distributed`` primitive on tiny readable tensors, and the ring step by step.
 
-Inputs are chosen to be read at a glance: rank r holds ``10·r + j`` at position j, so a value's
-tens digit says which rank it came from and a sum (≥ 10·n) is plainly a sum.
+Inputs are chosen to be read at a glance (:func:`minipar.collectives.primitives.example_inputs`):
+rank r holds ``10·r + j`` at position j, so a value's tens digit says which rank it came from
+and a sum (≥ 10·n) is plainly a sum; :func:`~minipar.collectives.primitives.primitive_outputs`
+says what each call must return, and the tests hold the real calls to it.
 """
 
 from __future__ import annotations
@@ -11,47 +13,38 @@ import torch.distributed as dist
 
 from minipar import collectives as C
 from minipar.collectives import ring_all_reduce
+from minipar.collectives.primitives import PRIMITIVES, example_inputs
 from minipar.runtime.launch import run
-
-PRIMITIVES = (
-    "broadcast",
-    "reduce",
-    "all-reduce",
-    "reduce-scatter",
-    "all-gather",
-    "all-to-all",
-    "send/recv",
-)
 
 
 def _primitives_on_rank(rank: int, n: int) -> dict:
-    def x(k=n):
-        return torch.arange(k, dtype=torch.float32) + 10 * rank  # (k,)
+    def x(op):
+        return torch.tensor(example_inputs(op, n)[rank])  # (n,), all-gather (2,)
 
     out = {}
-    t = x()
+    t = x("broadcast")
     dist.broadcast(t, src=0)
-    out["broadcast"] = (x(), t)
-    t = x()
+    out["broadcast"] = (x("broadcast"), t)
+    t = x("reduce")
     dist.reduce(t, dst=0)
-    out["reduce"] = (x(), t)  # non-root: unspecified
-    t = x()
+    out["reduce"] = (x("reduce"), t)  # non-root: unspecified
+    t = x("all-reduce")
     dist.all_reduce(t)
-    out["all-reduce"] = (x(), t)
+    out["all-reduce"] = (x("all-reduce"), t)
     t = torch.empty(1)
-    dist.reduce_scatter_single(t, x())
-    out["reduce-scatter"] = (x(), t)
+    dist.reduce_scatter_single(t, x("reduce-scatter"))
+    out["reduce-scatter"] = (x("reduce-scatter"), t)
     t = torch.empty(2 * n)
-    dist.all_gather_single(t, x(2))
-    out["all-gather"] = (x(2), t)
+    dist.all_gather_single(t, x("all-gather"))
+    out["all-gather"] = (x("all-gather"), t)
     t = torch.empty(n)
-    dist.all_to_all_single(t, x())
-    out["all-to-all"] = (x(), t)
+    dist.all_to_all_single(t, x("all-to-all"))
+    out["all-to-all"] = (x("all-to-all"), t)
     t = torch.empty(n)  # ring shift right
-    reqs = [dist.isend(x(), dst=(rank + 1) % n), dist.irecv(t, src=(rank - 1) % n)]
+    reqs = [dist.isend(x("send/recv"), dst=(rank + 1) % n), dist.irecv(t, src=(rank - 1) % n)]
     for req in reqs:
         req.wait()
-    out["send/recv"] = (x(), t)
+    out["send/recv"] = (x("send/recv"), t)
     return {k: (a.tolist(), b.tolist()) for k, (a, b) in out.items()}
 
 
