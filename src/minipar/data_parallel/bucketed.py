@@ -45,6 +45,25 @@ import torch.distributed as dist
 from .naive import broadcast_parameters
 
 
+def assign_buckets(sizes: list[int], cap_bytes: float) -> list[list[int]]:
+    """Indices of parameters (in ``model.parameters()`` order, of ``sizes`` bytes each) per
+    bucket, bucket 0 first: the parameters are taken from the **last** to the first (the order
+    backward produces their gradients), and a bucket is closed once it holds ``cap_bytes`` or
+    more, as DDP does with ``bucket_cap_mb`` (so a bucket can exceed the cap by one parameter).
+    Pure: the bucketing :class:`BucketedDataParallel` uses, and the chapter's figure draws."""
+    if cap_bytes <= 0:
+        raise ValueError(f"bucket cap ({cap_bytes} bytes) must be > 0")
+    buckets: list[list[int]] = []
+    size = 0
+    for i in reversed(range(len(sizes))):  # last layer's gradients come first
+        if not buckets or size >= cap_bytes:
+            buckets.append([])
+            size = 0
+        buckets[-1].append(i)
+        size += sizes[i]
+    return buckets
+
+
 class BucketedDataParallel:
     """Attach to ``model``; ``loss.backward()`` averages the gradients; then ``optimizer.step()``."""
 
@@ -63,14 +82,10 @@ class BucketedDataParallel:
         self.find_unused = find_unused_parameters
         self.names = {id(p): name for name, p in model.named_parameters()}
         self.params = [p for p in model.parameters() if p.requires_grad]  # tied: once
-        self.buckets: list[list[torch.Tensor]] = []
-        cap, size = bucket_cap_mb * 2**20, 0
-        for p in reversed(self.params):  # last layer's gradients come first
-            if not self.buckets or size >= cap:
-                self.buckets.append([])
-                size = 0
-            self.buckets[-1].append(p)
-            size += p.numel() * p.element_size()
+        sizes = [p.numel() * p.element_size() for p in self.params]
+        self.buckets: list[list[torch.Tensor]] = [
+            [self.params[i] for i in b] for b in assign_buckets(sizes, bucket_cap_mb * 2**20)
+        ]
         self._bucket_of = {id(p): i for i, b in enumerate(self.buckets) for p in b}
         self.sync = True
         self.record, self.events = record, []  # (kind, bucket, start, end) if record

@@ -1,0 +1,163 @@
+"""Figures of the data-parallel chapter, drawn from ``minipar.cost`` and ``minipar.data_parallel``."""
+
+from __future__ import annotations
+
+from figures.kit import figure
+from minipar.cost.data_parallel import (
+    allreduce_seconds,
+    compute_seconds,
+    dp_step_time,
+    forward_backward,
+)
+from minipar.cost.memory_time import ZERO_STAGES, model_state_bytes
+from minipar.data_parallel.bucketed import assign_buckets
+
+GB = 1e9
+PARTS = (("weights", 0), ("gradients", 2), ("optimizer", 1))  # field, series colour
+
+
+@figure(draws=["minipar.cost.memory_time.model_state_bytes"])
+def zero_stacks(pal):
+    """Model-state bytes per GPU at ZeRO stages 0-3: Ψ = 7.5 B, d = 64, mixed-precision Adam."""
+    psi, d = 7.5e9, 64
+    rows = [model_state_bytes(psi, d=d, zero=s) for s in ZERO_STAGES]  # w = g = 2, K = 12
+    fig, ax = pal.subplots(6.4, 2.9)
+    names = ["stage 0\n(DDP)", "stage 1\noptimizer", "stage 2\n+ gradients", "stage 3\n+ weights"]
+    for i, r in enumerate(rows):
+        bottom = 0.0
+        for part, c in PARTS:
+            v = getattr(r, part) / GB
+            ax.bar(
+                i,
+                v,
+                bottom=bottom,
+                color=pal.color(c),
+                edgecolor=pal.fg,
+                lw=0.5,
+                width=0.6,
+                label=part if i == 0 else None,
+            )
+            bottom += v
+        ax.text(i, bottom + 2, f"{r.total / GB:.1f} GB", ha="center", va="bottom", fontsize=9)
+    ax.set_xticks(range(len(rows)), names)
+    ax.set_ylabel("GB per GPU")
+    ax.set_ylim(0, rows[0].total / GB * 1.18)
+    ax.legend(loc="upper right")
+    for s in ("top", "right"):
+        ax.spines[s].set_visible(False)
+    return fig
+
+
+def _timeline_row(ax, pal, y, spans, color, labels=None):
+    import matplotlib.pyplot as plt  # noqa: PLC0415 (matplotlib: loaded only when a figure is drawn)
+
+    for k, (t0, t1) in enumerate(spans):
+        ax.add_patch(
+            plt.Rectangle((t0, y), t1 - t0, 0.8, facecolor=color(k), edgecolor=pal.fg, lw=0.5)
+        )
+        if labels:
+            ax.text(
+                (t0 + t1) / 2,
+                y + 0.4,
+                labels[k],
+                ha="center",
+                va="center",
+                fontsize=9,
+                color="#111",
+            )
+
+
+@figure(
+    draws=[
+        "minipar.cost.data_parallel.dp_step_time",
+        "minipar.cost.data_parallel.allreduce_seconds",
+    ]
+)
+def dp_timeline(pal):
+    """One modelled step of a 1.3B-parameter model on 64 GPUs (8 nodes), 2,048 tokens per GPU,
+    bf16 gradients: ten 250 MiB buckets overlap backward; one bucket waits for all of it."""
+    psi, n = 1.3e9, 64
+    fwd, bwd = forward_backward(compute_seconds(psi, 2048))
+    ar = allreduce_seconds(n)
+    cases = [("10 buckets of 250 MiB", 250 * 2**20), ("one bucket", 2 * psi)]
+    fig, axes = pal.subplots(6.4, 3.0, nrows=2, sharex=True)
+    ms = 1e3
+    for ax, (title, cap) in zip(axes, cases):
+        st = dp_step_time(fwd, bwd, 2 * psi, cap, ar)
+        _timeline_row(
+            ax,
+            pal,
+            1,
+            [(0, fwd * ms), (fwd * ms, (fwd + bwd) * ms)],
+            lambda k: pal.color(4 if k == 0 else 0),
+            ["forward", "backward"],
+        )
+        spans = [(a * ms, b * ms) for a, b in st.intervals]
+        _timeline_row(
+            ax,
+            pal,
+            0,
+            spans,
+            lambda k: pal.color(1 if k % 2 == 0 else 5),
+            [str(k + 1) for k in range(len(spans))] if len(spans) > 1 else ["all-reduce"],
+        )
+        ax.axvline(st.step_s * ms, color=pal.fg, lw=1, ls="--")
+        ax.set_title(
+            f"{title}: step {st.step_s * ms:.1f} ms, exposed {st.exposed_s * ms:.1f} ms", loc="left"
+        )
+        ax.set_yticks([0.4, 1.4], ["all-reduce", "compute"])
+        ax.set_ylim(-0.1, 1.9)
+        for s in ("top", "right", "left"):
+            ax.spines[s].set_visible(False)
+    axes[-1].set_xlim(
+        0, max(dp_step_time(fwd, bwd, 2 * psi, c, ar).step_s for _, c in cases) * ms * 1.02
+    )
+    axes[-1].set_xlabel("time in the step (ms)")
+    fig.tight_layout()
+    return fig
+
+
+@figure(draws=["minipar.data_parallel.bucketed.assign_buckets"])
+def bucket_assignment(pal):
+    """The buckets BucketedDataParallel forms for a two-layer GPT (h = 64, fp32 gradients) with a
+    48 KiB cap: filled from the last parameter to the first, the order backward produces them."""
+    import torch  # noqa: PLC0415 (torch: only this figure builds a model)
+
+    from minipar.model import GPT, GPTConfig  # noqa: PLC0415 (as above)
+
+    torch.manual_seed(0)
+    model = GPT(GPTConfig(L=2, h=64, a=4, s=16, V=256, dropout=0.0))
+    named = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
+    sizes = [p.numel() * p.element_size() for _, p in named]
+    cap = 48 * 2**10
+    buckets = assign_buckets(sizes, cap)
+    fig, ax = pal.subplots(6.4, 0.5 * len(buckets) + 0.8)
+    import matplotlib.pyplot as plt  # noqa: PLC0415 (matplotlib: loaded only when a figure is drawn)
+
+    kib = 2**10
+    for row, bucket in enumerate(buckets):
+        x = 0.0
+        y = -row - 1
+        for i in bucket:
+            w = sizes[i] / kib
+            ax.add_patch(
+                plt.Rectangle((x, y), w, 0.8, facecolor=pal.color(row), edgecolor=pal.fg, lw=0.4)
+            )
+            if w >= 10:  # names of the large tensors; small ones (biases, norms) are slivers
+                name = named[i][0].replace("layers.", "L").replace(".weight", "")
+                ax.text(
+                    x + w / 2, y + 0.4, name, ha="center", va="center", fontsize=9, color="#111"
+                )
+            x += w
+        ax.text(x + 1, y + 0.4, f"{x:.1f} KiB, {len(bucket)} tensors", va="center", fontsize=9)
+    ax.axvline(cap / kib, color=pal.fg, lw=1, ls="--")
+    ax.text(cap / kib + 1, 0.1, "cap: 48 KiB", ha="left", va="bottom", fontsize=9)
+    ax.set_yticks(
+        [-r - 0.6 for r in range(len(buckets))], [f"bucket {r + 1}" for r in range(len(buckets))]
+    )
+    ax.set_xlim(0, 95)
+    ax.set_ylim(-len(buckets) - 0.1, 0.5)
+    ax.set_xlabel("KiB of fp32 gradients, last parameter first (the order backward produces them)")
+    for s in ("top", "right", "left"):
+        ax.spines[s].set_visible(False)
+    return fig

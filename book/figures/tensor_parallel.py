@@ -1,0 +1,214 @@
+"""Figures of the tensor-parallel chapter, drawn from ``minipar.tensor_parallel`` and
+``minipar.cost.tensor_parallel``."""
+
+from __future__ import annotations
+
+from figures.kit import figure
+from minipar.cost.hardware import gpu, link
+from minipar.cost.tensor_parallel import layer_comm_fraction, tp_collectives_per_layer
+from minipar.tensor_parallel.layers import shard
+
+
+def _owner(shape, dim, t):
+    """For every element of a (rows, cols) weight, the rank whose ``shard`` holds it."""
+    import torch  # noqa: PLC0415 (torch: loaded only when a figure is drawn)
+
+    full = torch.arange(shape[0] * shape[1]).view(shape)  # element ids
+    owner = torch.empty(shape, dtype=torch.long)
+    for r in range(t):
+        ids = shard(full, dim, r, t)  # rank r's slice, exactly as the layers cut it
+        owner.view(-1)[ids.reshape(-1)] = r
+    return owner.tolist()
+
+
+def _matrix(ax, pal, x0, y0, owner, cell, label, shape_text):
+    import matplotlib.pyplot as plt  # noqa: PLC0415 (matplotlib: loaded only when a figure is drawn)
+
+    rows, cols = len(owner), len(owner[0])
+    for i in range(rows):
+        for j in range(cols):
+            ax.add_patch(
+                plt.Rectangle(
+                    (x0 + j * cell, y0 - (i + 1) * cell),
+                    cell,
+                    cell,
+                    facecolor=pal.color(owner[i][j]),
+                    edgecolor=pal.fg,
+                    lw=0.3,
+                )
+            )
+    ax.text(x0 + cols * cell / 2, y0 + 0.15, label, ha="center", va="bottom", fontsize=10)
+    ax.text(
+        x0 + cols * cell / 2, y0 - rows * cell - 0.15, shape_text, ha="center", va="top", fontsize=9
+    )
+
+
+def _op(ax, pal, x, y, name, fwd, bwd):
+    ax.text(
+        x,
+        y,
+        name,
+        ha="center",
+        va="center",
+        fontsize=12,
+        fontweight="bold",
+        bbox=dict(boxstyle="circle,pad=0.3", fc=pal.box, ec=pal.fg, lw=0.8),
+    )
+    ax.text(x, y - 0.55, f"fwd: {fwd}\nbwd: {bwd}", ha="center", va="top", fontsize=9)
+
+
+@figure(draws=["minipar.tensor_parallel.layers.shard"])
+def mlp_split(pal):
+    """The MLP Y = GeLU(X A) B on t = 4 ranks (h = 4 for the picture): A cut by columns, B by
+    rows, exactly as ColumnParallelLinear and RowParallelLinear shard them; f before, g after."""
+    h, t = 4, 4
+    # F.linear stores A as (4h, h) and B as (h, 4h); the maths draws A (h, 4h) and B (4h, h)
+    a_stored = _owner((4 * h, h), 0, t)  # ColumnParallelLinear: shard(weight, 0, r, t)
+    b_stored = _owner((h, 4 * h), 1, t)  # RowParallelLinear:    shard(weight, 1, r, t)
+    a = [list(col) for col in zip(*a_stored)]  # (h, 4h): transpose of the stored weight
+    b = [list(col) for col in zip(*b_stored)]  # (4h, h)
+    fig, ax = pal.subplots(6.6, 3.2)
+    cell = 0.28
+    _op(ax, pal, 0.5, -0.6, "f", "copy", "all-reduce")
+    _matrix(ax, pal, 1.3, 0, a, cell, "A: column split", "(h, 4h); rank r: (h, 4h/t)")
+    ax.annotate(
+        "", xy=(6.6, -0.6), xytext=(5.95, -0.6), arrowprops=dict(arrowstyle="->", color=pal.fg)
+    )
+    ax.text(6.27, -0.4, "GeLU", ha="center", va="bottom", fontsize=9)
+    _matrix(ax, pal, 6.75, 1.6, b, cell, "B: row split", "(4h, h); rank r: (4h/t, h)")
+    _op(ax, pal, 9.7, -0.6, "g", "all-reduce", "copy")
+    for r in range(t):
+        ax.text(
+            10.8,
+            0.6 - r * 0.5,
+            f"rank {r}",
+            fontsize=9,
+            va="center",
+            bbox=dict(boxstyle="square,pad=0.2", fc=pal.color(r), ec=pal.fg, lw=0.5),
+            color="#111",
+        )
+    ax.set(xlim=(-0.2, 12.0), ylim=(-3.4, 2.2))
+    ax.set_aspect("equal")
+    ax.axis("off")
+    return fig
+
+
+@figure(draws=["minipar.cost.tensor_parallel.tp_collectives_per_layer"])
+def block_flow(pal):
+    """The MLP half of a layer under tensor parallelism (top) and with sequence parallelism
+    (bottom): the shape between steps, where f and g sit and which collective each is, with
+    the counts and sizes of the cost model for GPT-3's layer (attention is split the same way)."""
+    b, s, h, t = 1, 2048, 12288, 8
+    ((ar, size, calls),) = tp_collectives_per_layer(b, s, h, t, 2)
+    ops_sp = {op: (sz, n) for op, sz, n in tp_collectives_per_layer(b, s, h, t, 2, sp=True)}
+    stages = ["LN", "f", "fc1\ncolumn", "GeLU", "fc2\nrow", "g", "+"]
+    shapes = {
+        "tp": [
+            "(b,s,h)",
+            "(b,s,h)",
+            "(b,s,h)",
+            "(b,s,4h/t)",
+            "(b,s,4h/t)",
+            "partial\n(b,s,h)",
+            "(b,s,h)",
+        ],
+        "sp": [
+            "(b,s/t,h)",
+            "(b,s/t,h)",
+            "(b,s,h)",
+            "(b,s,4h/t)",
+            "(b,s,4h/t)",
+            "partial\n(b,s,h)",
+            "(b,s/t,h)",
+        ],
+    }
+    colls = {
+        "tp": {"f": ("identity", ar), "g": (ar, "identity")},
+        "sp": {"f": ("all-gather", "reduce-scatter"), "g": ("reduce-scatter", "all-gather")},
+    }
+    fig, axes = pal.subplots(6.8, 3.6, nrows=2)
+    dx = 1.25
+    for ax, mode in zip(axes, ("tp", "sp")):
+        for i, st in enumerate(stages):
+            comm = st in ("f", "g")
+            local = mode == "sp" and st in ("LN", "+")  # runs on the rank's s/t tokens
+            fc = pal.color(5) if comm else pal.color(2) if local else pal.box
+            ax.text(
+                i * dx,
+                0,
+                st,
+                ha="center",
+                va="center",
+                fontsize=9,
+                color="#111" if comm or local else pal.fg,
+                bbox=dict(boxstyle="round,pad=0.3", fc=fc, ec=pal.fg, lw=0.6),
+            )
+            if comm:
+                fwd, bwd = colls[mode][st]
+                ax.text(i * dx, -0.38, f"fwd {fwd}\nbwd {bwd}", ha="center", va="top", fontsize=9)
+        half = [0.2 if len(st) == 1 else 0.45 for st in stages]  # box half-widths
+        for i, shape in enumerate(shapes[mode]):  # the tensor on the arrow into stage i
+            x1 = i * dx - half[i]
+            x0 = (i - 1) * dx + half[i - 1] if i else x1 - 0.6
+            ax.annotate(
+                "",
+                xy=(x1, 0),
+                xytext=(x0, 0),
+                arrowprops=dict(arrowstyle="->", color=pal.muted, lw=0.8),
+            )
+            ax.text((x0 + x1) / 2, 0.2, shape, ha="center", va="bottom", fontsize=9)
+        if mode == "tp":
+            title = f"TP, t = {t}: per layer {calls} {ar}s of {size / 1e6:.0f} MB (attention's 2 included)"
+        else:
+            ag, rs = ops_sp["all-gather"], ops_sp["reduce-scatter"]
+            title = (
+                f"TP + SP: {ag[1]} all-gathers, {rs[1]} reduce-scatters of {ag[0] / 1e6:.0f} MB;"
+                " green steps run on s/t tokens"
+            )
+        ax.set_title(title, loc="left", fontsize=9)
+        ax.set(xlim=(-0.95, (len(stages) - 1) * dx + 0.3), ylim=(-1.05, 0.75))
+        ax.axis("off")
+    fig.tight_layout()
+    return fig
+
+
+@figure(draws=["minipar.cost.tensor_parallel.layer_comm_fraction"])
+def comm_share(pal):
+    """Share of a GPT-3 layer's forward + backward time in its four all-reduces (nothing
+    overlapped), H100 bf16 peak, b = 1, s = 2048, h = 12288, against t for three links."""
+    flops = gpu("H100-SXM").peak_flops["bf16"]
+    ts = [2, 4, 8, 16, 32, 64]
+    links = [
+        ("NVLink 4, 450 GB/s", "nvlink4-h100"),
+        ("PCIe 5 x16, 63 GB/s", "pcie5-x16"),
+        ("InfiniBand NDR, 50 GB/s", "ib-ndr400"),
+    ]
+    fig, ax = pal.subplots(6.4, 3.0)
+    for k, (label, name) in enumerate(links):
+        L = link(name)
+        share = [
+            100
+            * layer_comm_fraction(
+                1, 2048, 12288, t, flops=flops, bandwidth=L.bandwidth, alpha=L.alpha
+            )
+            for t in ts
+        ]
+        ax.plot(ts, share, "o-", color=pal.color(k), label=label)
+        ax.annotate(
+            f"{share[2]:.0f} %",
+            (8, share[2]),
+            textcoords="offset points",
+            xytext=(6, (-12, -12, 4)[k]),
+            fontsize=9,
+            color=pal.color(k),
+        )
+    ax.axvline(8, color=pal.muted, ls="--", lw=1)
+    ax.text(8.4, 3, "one 8-GPU node", fontsize=9, color=pal.muted)
+    ax.set_xscale("log", base=2)
+    ax.set_xticks(ts, [str(t) for t in ts])
+    ax.set(xlabel="tensor-parallel degree t", ylabel="% of layer time communicating", ylim=(0, 100))
+    ax.grid(True, lw=0.5)
+    ax.legend(loc="upper left")
+    for s in ("top", "right"):
+        ax.spines[s].set_visible(False)
+    return fig
