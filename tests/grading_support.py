@@ -13,7 +13,10 @@ import time
 from functools import lru_cache
 from pathlib import Path
 
+import pytest
+
 from minipar.grading import check
+from minipar.grading.declare import clauses_of
 from minipar.grading.notebooks import exercise_namespace, scripts
 
 EXERCISES = Path(__file__).resolve().parents[1] / "exercises"
@@ -54,6 +57,26 @@ def assert_no_solution_code(reason: str, fn=None) -> None:
     own = _own_source(fn)
     leaked = [line for line in solution_lines() if line in reason and line not in own]
     assert not leaked, f"the reason gives the solution away: {leaked} in {reason!r}"
+
+
+def clause_cases(chapter: str, slow=lambda task_id: True) -> list:
+    """One pytest param per clause of ``chapter``'s clause table (id: task-wrong answer), marked
+    slow where ``slow(task_id)`` (the task starts ranks)."""
+    return [
+        pytest.param(
+            task_id,
+            c,
+            id=f"{task_id.split('.', 1)[1]}-{c.wrong}",
+            marks=[pytest.mark.slow] if slow(task_id) else [],
+        )
+        for task_id, c in clauses_of(chapter)
+    ]
+
+
+def clause_fails(task_id, clause, wrong: dict, capsys, **options) -> None:
+    """The clause's wrong answer (``wrong[clause.wrong]``) fails with the clause's reason."""
+    out = failure(task_id, wrong[clause.wrong], capsys, **options)
+    assert clause.reason in out, f"{clause.wrong}: expected {clause.reason!r} in {out!r}"
 
 
 def failure(task_id, fn, capsys, **options) -> str:

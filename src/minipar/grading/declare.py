@@ -21,6 +21,7 @@ limits), and yields each rank's case (``where``, ``rank``, ``gr``, ``members``, 
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -72,6 +73,12 @@ class Clause:
     input: str
     wrong: str
     reason: str
+
+
+def clauses_of(chapter: str) -> list[tuple[str, Clause]]:
+    """(task id, clause) for every clause of the chapter grader's ``CLAUSES`` table."""
+    table = importlib.import_module(f"minipar.grading.{chapter}").CLAUSES
+    return [(task_id, c) for task_id, clauses in table.items() for c in clauses]
 
 
 @dataclass(frozen=True)

@@ -12,6 +12,7 @@ from minipar.cost.model import flops_per_iteration, param_count
 from minipar.grading.limits import run_ranks
 
 from . import GradeFailure, as_number, task
+from .declare import Clause
 
 
 def _near(x, y, rel):
@@ -387,3 +388,177 @@ def _near_prediction(predict, psi, d, stage, want, source):
         if abs(value - want) > 0.01 * want and abs(x - value) <= 0.01 * value:
             raise GradeFailure(f"{what} = {x:.4g}, {source} {want:.4g}: {reason}")
     raise GradeFailure(f"{what} = {x:.4g}, {source} {want:.4g} (tolerance 1 %)")
+
+
+# ---------------------------------------------------------------- the exercises' contracts
+# clause of the starter's text -> the input that makes it matter -> a wrong answer breaking only
+# that clause (tests/test_grading_memory_time.py) -> words of the reason it gets
+_IN_GPT3 = "GPT-3 175B, 1.7B and a tiny model"
+_IN_ZERO = "ψ = 7.5B on d = 64 at stages 0-3, 175B on d = 1, 128B on d = 16, 1B on d = 4"
+_IN_KORTH = "Korthikanti Table 2's GPT-3 rows with t = 1 and 8, with and without sp"
+_IN_TABLE5 = "Korthikanti Table 5's 22B and 175B rows and a tiny model"
+_IN_TINY = "three tiny GPTs built by the course (L = 1-3, V ≠ s)"
+_IN_ADAM = "a ZeRO step of the tiny GPT on 2 and 3 gloo ranks, stages 0-2"
+CLAUSES = {
+    "memory_time.params": (
+        Clause(
+            "Ψ counts the token embedding V·h",
+            _IN_GPT3,
+            "params_no_embedding",
+            "forgot the embedding term",
+        ),
+        Clause(
+            "Ψ counts the position embedding s·h",
+            _IN_GPT3,
+            "params_no_positions",
+            "forgot the position embeddings",
+        ),
+        Clause("the output layer is tied to the embedding", _IN_GPT3, "params_untied", "tied"),
+        Clause(
+            "each layer has 13h biases and norms besides 12h²",
+            _IN_GPT3,
+            "params_layers_only",
+            "counted only 12Lh²",
+        ),
+        Clause(
+            "a function of L, h, V, s, not one model's number", _IN_GPT3, "params_hard_coded", "too"
+        ),
+        Clause("return a number", _IN_GPT3, "params_as_text", "expected a number, got str"),
+        Clause(
+            "return one number, not a list",
+            _IN_GPT3,
+            "params_in_a_list",
+            "expected a number, got list",
+        ),
+    ),
+    "memory_time.zero_bytes": (
+        Clause("in bytes, not GB", _IN_ZERO, "zero_in_gb", "returned GB"),
+        Clause("in bytes, not GiB", _IN_ZERO, "zero_in_gib", "returned GiB"),
+        Clause(
+            "stage ≥ 1 divides the sharded states by d",
+            _IN_ZERO,
+            "zero_unsharded",
+            "did not divide the sharded states by d",
+        ),
+        Clause(
+            "a stage shards only its own states",
+            _IN_ZERO,
+            "zero_shards_everything",
+            "divided every state by d",
+        ),
+        Clause(
+            "mixed-precision Adam keeps 12 bytes per parameter",
+            _IN_ZERO,
+            "zero_no_master_weights",
+            "master weights",
+        ),
+        Clause(
+            "stage s shards what stage s shards (0 nothing, 1 the optimizer, ...)",
+            _IN_ZERO,
+            "zero_stage_off_by_one",
+            "this is stage 1's memory, not stage 0's",
+        ),
+        Clause("a function of ψ, d, stage", _IN_ZERO, "zero_hard_coded", "too"),
+    ),
+    "memory_time.activations": (
+        Clause(
+            "16-bit activations: 2 bytes per element",
+            _IN_KORTH,
+            "activations_4_bytes",
+            "counted 4-byte activations",
+        ),
+        Clause(
+            "tensor parallelism divides by t", _IN_KORTH, "activations_times_t", "multiplied by t"
+        ),
+        Clause(
+            "sequence parallelism also splits 10sbh over t",
+            _IN_KORTH,
+            "activations_sp_ignored",
+            "sequence parallelism also splits the 10sbh",
+        ),
+        Clause(
+            "selective recomputation drops the 5as²b term",
+            _IN_KORTH,
+            "activations_selective_ignored",
+            "selective recomputation drops the 5as²b",
+        ),
+    ),
+    "memory_time.mfu": (
+        Clause(
+            "model FLOPs count forward and backward (×3)",
+            _IN_TABLE5,
+            "mfu_forward_only",
+            "only the forward pass",
+        ),
+        Clause("return a fraction", _IN_TABLE5, "mfu_percent", "not a percentage"),
+        Clause(
+            "Eq. 7 with the attention s² term, not 6ND",
+            _IN_TABLE5,
+            "mfu_six_nd",
+            "6ND leaves out the attention",
+        ),
+        Clause(
+            "MFU counts model FLOPs, not recomputed ones", _IN_TABLE5, "mfu_is_hfu", "that is HFU"
+        ),
+        Clause(
+            "pass the function, not its value",
+            _IN_TABLE5,
+            "mfu_a_number",
+            "pass your function itself",
+        ),
+    ),
+    "memory_time.params_measured": (
+        Clause(
+            "count each parameter once (model.parameters())",
+            _IN_TINY,
+            "measured_nested",
+            "once per module",
+        ),
+        Clause(
+            "the output weight is tied: counted once",
+            _IN_TINY,
+            "measured_untied",
+            "tied output weight",
+        ),
+        Clause(
+            "predict exactly: Eq. 2 plus what it leaves out",
+            _IN_TINY,
+            "measured_eq2_only",
+            "Eq. 2 leaves out the final layer norm",
+        ),
+        Clause(
+            "return (measured, predicted)",
+            _IN_TINY,
+            "measured_one_number",
+            "return (measured, predicted)",
+        ),
+    ),
+    "memory_time.adam_state": (
+        Clause(
+            "count the moments' bytes, not Adam's step counter",
+            _IN_ADAM,
+            "adam_with_step",
+            "includes Adam's scalar step counter",
+        ),
+        Clause("Adam keeps two moments", _IN_ADAM, "adam_one_moment", "Adam keeps two moments"),
+        Clause(
+            "predict fp32 moments only (8 bytes per parameter here)",
+            _IN_ADAM,
+            "adam_predict_fp32",
+            "mixed precision",
+        ),
+        Clause("stages 1-2 divide the moments by d", _IN_ADAM, "adam_predict_no_d", "divide by d"),
+        Clause(
+            "stage 0 shards nothing",
+            _IN_ADAM,
+            "adam_predict_stage0_sharded",
+            "stage 0 shards nothing",
+        ),
+        Clause(
+            "pass both functions (measure, predict)",
+            _IN_ADAM,
+            "adam_predict_only",
+            "pass both functions",
+        ),
+    ),
+}
