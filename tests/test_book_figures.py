@@ -39,11 +39,18 @@ FIGURES = _all_figures()
 
 
 def _resolve(dotted: str):
-    module, _, attr = dotted.rpartition(".")
-    obj = importlib.import_module(module)
-    for part in attr.split("."):
-        obj = getattr(obj, part)
-    return inspect.unwrap(obj)
+    """A function or a method (``minipar.grid.Grid.group_of``): the longest importable module
+    prefix, then attributes."""
+    parts = dotted.split(".")
+    for i in range(len(parts) - 1, 0, -1):
+        try:
+            obj = importlib.import_module(".".join(parts[:i]))
+        except ModuleNotFoundError:
+            continue
+        for part in parts[i:]:
+            obj = getattr(obj, part)
+        return inspect.unwrap(obj)
+    raise ModuleNotFoundError(dotted)
 
 
 def test_the_chapters_are_found():
