@@ -1,0 +1,208 @@
+"""Figures of the chapter on composing the parallelisms, drawn from ``minipar.grid`` (the rank
+grid and its groups) and ``minipar.cost.three_d`` (the planner's memory and step terms)."""
+
+from __future__ import annotations
+
+from figures.kit import figure
+from minipar.cost import three_d as planner
+from minipar.grid import Grid
+
+GIB = 2**30
+
+
+def _ranks(ax, pal, world, per_row, fill, label=str, row_names=None):
+    """Ranks 0..world-1 as cells, ``per_row`` to a row (a node or a stage), filled by
+    ``fill(rank)`` (a colour, or None for the background box)."""
+    import matplotlib.pyplot as plt  # noqa: PLC0415 (matplotlib: loaded only when a figure is drawn)
+
+    rows = world // per_row
+    for r in range(world):
+        i, j = divmod(r, per_row)
+        colour = fill(r)
+        ax.add_patch(
+            plt.Rectangle(
+                (j, -i - 1),
+                1,
+                1,
+                facecolor=colour or pal.box,
+                edgecolor=pal.fg if colour else pal.muted,
+                lw=0.6,
+            )
+        )
+        ax.text(
+            j + 0.5,
+            -i - 0.5,
+            label(r),
+            ha="center",
+            va="center",
+            fontsize=9,
+            color="#111" if colour else pal.fg,
+        )
+    ax.set(xlim=(0, per_row), ylim=(-rows, 0))
+    ax.set_xticks([])
+    ax.set_yticks([-i - 0.5 for i in range(rows)], row_names or [""] * rows)
+    ax.tick_params(length=0)
+    for s in ax.spines.values():
+        s.set_visible(False)
+    ax.set_aspect("equal")
+
+
+@figure(draws=["minipar.grid.Grid.group_of"])
+def rank_grid(pal):
+    """Rank 13's tensor, data and pipeline groups on (d, t, p) = (2, 4, 4), 8 GPUs per node."""
+    grid, rank, per_node = Grid(d=2, t=4, p=4), 13, 8
+    fig, axes = pal.subplots(6.8, 1.9, ncols=3)
+    for k, (ax, kind, title) in enumerate(
+        zip(axes, ("tp", "dp", "pp"), ("tensor group", "data group", "pipeline group"))
+    ):
+        members = set(grid.group_of(kind, rank))
+        _ranks(
+            ax,
+            pal,
+            grid.world_size,
+            per_node,
+            lambda r, members=members, k=k: pal.color(k) if r in members else None,
+            row_names=[f"node {i}" for i in range(grid.world_size // per_node)] if k == 0 else None,
+        )
+        ax.set_title(f"rank {rank}'s {title}", fontsize=10)
+    fig.tight_layout(w_pad=0.6)
+    return fig
+
+
+def _gpt3(pp: int, **kw):
+    m, cl = planner.MODELS["gpt3-175b"], planner.cluster(1024, 8, "A100-80GB")
+    return planner.evaluate(
+        m, cl, 1536, tp=8, pp=pp, dp=1024 // (8 * pp), micro_batch=1, recompute="full", **kw
+    )
+
+
+@figure(draws=["minipar.cost.three_d.evaluate"])
+def memory_by_layout(pal):
+    """Memory per GPU of GPT-3 175B at t = 8 against p: states fall as 1/p, activations stay."""
+    ps = (1, 2, 4, 8, 16)
+    configs = [_gpt3(p, zero=0) for p in ps]
+    states = [c.model_state_bytes / GIB for c in configs]
+    acts = [c.activation_bytes / GIB for c in configs]
+    limit = configs[0].memory_limit / GIB
+    fig, ax = pal.subplots(6.0, 2.8)
+    x = range(len(ps))
+    ax.bar(x, states, color=pal.color(0), label="model states")
+    ax.bar(x, acts, bottom=states, color=pal.color(1), label="activations")
+    for i, (s, a) in enumerate(zip(states, acts)):
+        ax.text(i, s + a, f"{s + a:.0f} GiB", ha="center", va="bottom", fontsize=9, color=pal.fg)
+    ax.axhline(limit, color=pal.color(5), lw=1.2, ls="--")
+    ax.text(
+        len(ps) - 0.5,
+        limit,
+        f"{limit:.0f} GiB usable",
+        ha="right",
+        va="bottom",
+        fontsize=9,
+        color=pal.color(5),
+    )
+    ax.set_yscale("log")
+    ax.set_xticks(list(x), [f"p = {p}\n(d = {1024 // (8 * p)})" for p in ps])
+    ax.set_ylabel("GiB per GPU (log)")
+    ax.set_ylim(3, max(s + a for s, a in zip(states, acts)) * 2.2)
+    ax.legend(loc="upper right", ncols=2)
+    for s in ("top", "right"):
+        ax.spines[s].set_visible(False)
+    return fig
+
+
+TERMS = (  # (label, Config attribute or "bubble") in the order a step spends them
+    ("compute", "compute_seconds"),
+    ("TP collectives", "tp_seconds"),
+    ("PP messages", "pp_seconds"),
+    ("bubble", "bubble"),
+    ("after the flush", ("dp_exposed_seconds", "embedding_seconds", "optimizer_seconds")),
+)
+
+
+def _terms(c) -> list[float]:
+    """The step's seconds per term of :data:`TERMS`; the bubble is what the slots leave over."""
+    out = []
+    for _, attr in TERMS:
+        if attr == "bubble":
+            out.append(None)
+        elif isinstance(attr, tuple):
+            out.append(sum(getattr(c, a) for a in attr))
+        else:
+            out.append(getattr(c, attr))
+    out[3] = max(c.step_seconds - sum(v for v in out if v is not None), 0.0)
+    return out
+
+
+@figure(draws=["minipar.cost.three_d.evaluate", "minipar.cost.three_d.search"])
+def step_breakdown(pal):
+    """The predicted step of GPT-3 175B on 1024 A100, term by term, for four layouts."""
+    m, cl = planner.MODELS["gpt3-175b"], planner.cluster(1024, 8, "A100-80GB")
+    same = next(
+        c
+        for c in planner.search(m, cl, 1536, recompute="full", zero=0, micro_batch=1, max_chunks=1)
+        if c.fits and not c.sp
+    )
+    best = next(c for c in planner.search(m, cl, 1536) if c.fits)
+    rows = [
+        ("hand (16, 8, 8)", _gpt3(8, zero=0)),
+        ("hand (8, 8, 16)", _gpt3(16, zero=0)),
+        (f"planner, same rules\n({same.dp}, {same.tp}, {same.pp})", same),
+        (
+            f"planner, best\n({best.dp}, {best.tp}, {best.pp}) b={best.micro_batch} "
+            f"v={best.chunks}\n{best.recompute}, SP, ZeRO-{best.zero}",
+            best,
+        ),
+    ]
+    fig, ax = pal.subplots(6.8, 3.2)
+    for i, (_, c) in enumerate(rows):
+        left = 0.0
+        for k, ((name, _), v) in enumerate(zip(TERMS, _terms(c))):
+            ax.barh(-i, v, left=left, color=pal.color(k), label=name if i == 0 else None)
+            left += v
+        ax.text(left + 0.3, -i, f"{c.step_seconds:.1f} s", va="center", fontsize=9, color=pal.fg)
+    ax.set_yticks([-i for i in range(len(rows))], [r[0] for r in rows], fontsize=9)
+    ax.set_xlabel("predicted seconds per step")
+    ax.set_xlim(0, max(c.step_seconds for _, c in rows) * 1.15)
+    ax.legend(loc="upper center", bbox_to_anchor=(0.45, -0.25), ncols=3)
+    for s in ("top", "right"):
+        ax.spines[s].set_visible(False)
+    return fig
+
+
+@figure(
+    draws=["minipar.grid.Grid.coord", "minipar.grid.Grid.groups", "minipar.grid.Grid.expert_coord"]
+)
+def five_d_grid(pal):
+    """(d, t, p, cp, ep) = (2, 2, 2, 2, 4): attention coordinates above, expert groups below."""
+    grid = Grid(d=2, t=2, p=2, cp=2, ep=4)
+    S = grid.stage_size
+    fig, (top, bottom) = pal.subplots(6.4, 2.6, nrows=2)
+
+    def coords(r):
+        c = grid.coord(r)
+        return f"t{c.tp}\nc{c.cp}\nd{c.dp}"
+
+    tp_group = {r: i for i, g in enumerate(grid.groups("tp")) for r in g}
+    _ranks(
+        top,
+        pal,
+        grid.world_size,
+        S,
+        lambda r: pal.color(tp_group[r] % 4),
+        label=coords,
+        row_names=["stage 0", "stage 1"],
+    )
+    top.set_title("attention: colour = tensor group, t/c/d = indices", fontsize=10)
+    ep_group = {r: i for i, g in enumerate(grid.groups("ep")) for r in g}
+    _ranks(
+        bottom,
+        pal,
+        grid.world_size,
+        S,
+        lambda r: pal.color(4 + ep_group[r] % 2),
+        label=lambda r: "r{0}\nep{2}\nedp{1}".format(r, *grid.expert_coord(r)[1:]),
+        row_names=["stage 0", "stage 1"],
+    )
+    bottom.set_title("experts: colour = expert group, ep/edp = indices", fontsize=10)
+    fig.tight_layout(h_pad=0.8)
+    return fig
