@@ -1,0 +1,197 @@
+"""Figures of the collectives chapter: the primitives' definitions, the ring all-reduce's chunks
+step by step (from ``minipar.collectives``), and the α-β cost of the all-reduce algorithms (from
+``minipar.cost.collectives``)."""
+
+from __future__ import annotations
+
+from figures.kit import figure
+from minipar.collectives import primitives, ring
+from minipar.cost import collectives as cc
+from minipar.cost.hardware import LINKS
+
+SUM = "#c8c8c8"  # fill of a cell that holds a sum (the same in both themes, dark text on it)
+INK = "#111111"  # text on a filled cell
+
+
+def _box(ax, x, y, fill, text, pal, *, lw=0.6, edge=None, dashed=False, size=9):
+    import matplotlib.pyplot as plt  # noqa: PLC0415 (matplotlib: loaded only when a figure is drawn)
+
+    ax.add_patch(
+        plt.Rectangle(
+            (x, y),
+            1,
+            1,
+            facecolor=fill,
+            edgecolor=edge or pal.fg,
+            lw=lw,
+            ls="--" if dashed else "-",
+        )
+    )
+    ax.text(x + 0.5, y + 0.5, text, ha="center", va="center", fontsize=size, color=INK)
+
+
+def _bare(ax):
+    ax.set_xticks([])
+    ax.set_yticks([])
+    for s in ax.spines.values():
+        s.set_visible(False)
+    ax.set_aspect("equal")
+
+
+SHOWN = ("broadcast", "reduce", "all-reduce", "reduce-scatter", "all-gather", "all-to-all")
+
+
+@figure(
+    draws=[
+        "minipar.collectives.primitives.example_inputs",
+        "minipar.collectives.primitives.primitive_outputs",
+    ]
+)
+def primitives_before_after(pal):
+    """Each primitive on 3 ranks: every rank's buffer before (left) and after (right). A cell's
+    colour is the rank its value came from; grey cells hold sums; dashed: unspecified."""
+    import matplotlib.pyplot as plt  # noqa: PLC0415 (matplotlib: loaded only when a figure is drawn)
+
+    n = 3
+    fig, axes = pal.subplots(6.8, 4.4, nrows=3, ncols=2)
+    for ax, op in zip(axes.flat, SHOWN):
+        before = primitives.example_inputs(op, n)
+        after = primitives.primitive_outputs(op, before)
+        x_after = n + 1.2  # the same place in every panel
+        for r in range(n):
+            y = n - 1 - r
+            ax.text(-0.25, y + 0.5, f"r{r}", ha="right", va="center", fontsize=9, color=pal.fg)
+            for j, v in enumerate(before[r]):
+                _box(ax, j, y, pal.color(int(v) // 10), f"{v:g}", pal)
+            if after[r] is None:
+                ax.add_patch(
+                    plt.Rectangle(
+                        (x_after, y), len(before[r]), 1, fill=False, ec=pal.muted, ls="--", lw=0.6
+                    )
+                )
+                ax.text(
+                    x_after + len(before[r]) / 2,
+                    y + 0.5,
+                    "unspecified",
+                    ha="center",
+                    va="center",
+                    fontsize=9,
+                    color=pal.muted,
+                )
+                continue
+            for j, v in enumerate(after[r]):
+                fill = SUM if v >= 10 * n else pal.color(int(v) // 10)
+                _box(ax, x_after + j, y, fill, f"{v:g}", pal)
+        ax.annotate(
+            "",
+            xy=(x_after - 0.15, n / 2),
+            xytext=(len(before[0]) + 0.15, n / 2),
+            arrowprops=dict(arrowstyle="->", color=pal.fg, lw=1.2),
+        )
+        ax.set_title(op, fontsize=10, color=pal.fg)
+        ax.set(xlim=(-0.9, 3 * n + 1.3), ylim=(-0.1, n + 0.1))
+        _bare(ax)
+    fig.tight_layout(h_pad=0.6, w_pad=0.8)
+    return fig
+
+
+def _fill(count: int, n: int) -> str:
+    """Fill of a chunk that holds ``count`` of the n ranks' values: light to the full sum."""
+    if count == n:
+        return "#009E73"  # green: the finished sum
+    ramp = ("#e6e6e6", "#bfe0f5", "#7cc3ec", "#56B4E9")
+    return ramp[min(count - 1, len(ramp) - 1)]
+
+
+@figure(
+    draws=[
+        "minipar.collectives.ring.ring_all_reduce_contributions",
+        "minipar.collectives.ring.reduce_scatter_step",
+        "minipar.collectives.ring.all_gather_step",
+    ]
+)
+def ring_all_reduce(pal):
+    """The ring all-reduce on 4 ranks, one panel per step: rank (rows) × chunk (columns); a
+    cell lists the ranks whose values it sums; the cells with a thick red edge were just received."""
+    n = 4
+    snaps = ring.ring_all_reduce_contributions(n)
+    fig, axes = pal.subplots(6.8, 3.9, nrows=2, ncols=4)
+    slots = list(axes[0]) + list(axes[1][:3])
+    for ax, (phase, k, held) in zip(slots, snaps):
+        step = {"reduce-scatter": ring.reduce_scatter_step, "all-gather": ring.all_gather_step}
+        received = {r: step[phase](r, n, k)[1] for r in range(n)} if k >= 0 else {}
+        for r in range(n):
+            for c in range(n):
+                ranks = held[r][c]
+                thick = received.get(r) == c
+                _box(
+                    ax,
+                    c,
+                    n - 1 - r,
+                    _fill(len(ranks), n),
+                    "all" if len(ranks) == n else "".join(str(q) for q in sorted(ranks)),
+                    pal,
+                    lw=2.4 if thick else 0.5,
+                    edge=pal.color(5) if thick else "#666666",
+                )
+        title = "start" if phase == "start" else f"{phase}\nstep {k + 1}"
+        ax.set_title(title, fontsize=9, color=pal.fg)
+        ax.set(xlim=(0, n), ylim=(0, n))
+        _bare(ax)
+    for ax in (axes[0][0], axes[1][0]):
+        ax.set_yticks([n - 0.5 - r for r in range(n)], [f"rank {r}" for r in range(n)])
+        ax.tick_params(length=0, labelsize=9)
+    axes[0][0].set_xticks([c + 0.5 for c in range(n)], [f"c{c}" for c in range(n)])
+    axes[0][0].xaxis.tick_top()
+    axes[0][0].tick_params(length=0, labelsize=9)
+    key = axes[1][3]
+    key.axis("off")
+    key.text(
+        0.0,
+        0.5,
+        "cell: the ranks summed\ninto that chunk\n\nred edge: received\nin this step\n\n"
+        "green, all: the full sum",
+        fontsize=9,
+        va="center",
+        color=pal.fg,
+        transform=key.transAxes,
+    )
+    fig.tight_layout(h_pad=0.8, w_pad=0.4)
+    return fig
+
+
+ALGORITHMS = ("parameter-server", "binomial-tree", "recursive-doubling", "rabenseifner", "ring")
+
+
+@figure(
+    draws=[
+        "minipar.cost.collectives.collective_time",
+        "minipar.cost.collectives.double_binary_tree_all_reduce_time",
+    ]
+)
+def all_reduce_cost(pal):
+    """α-β time of each all-reduce algorithm on the InfiniBand NDR preset: against the message
+    size S on 16 ranks (left) and against the ranks n for S = 1 GB (right)."""
+    link = LINKS["ib-ndr400"]
+    sizes = [2.0**k for k in range(10, 33)]  # 1 KiB … 4 GiB
+    ranks = [2, 4, 8, 16, 32, 64, 128]
+    n, S = 16, 1e9
+
+    def t(algo, m, x):
+        if algo == "double binary tree":
+            return cc.double_binary_tree_all_reduce_time(m, x, link.alpha, link.bandwidth)
+        return cc.collective_time("all-reduce", algo, m, x, link.alpha, link.bandwidth)
+
+    fig, (a, b) = pal.subplots(6.8, 3.4, ncols=2)
+    for i, algo in enumerate((*ALGORITHMS, "double binary tree")):
+        style = dict(color=pal.color(i), lw=1.6, ls="--" if algo == "double binary tree" else "-")
+        a.loglog(sizes, [t(algo, n, x) for x in sizes], label=algo, **style)
+        b.loglog(ranks, [t(algo, m, S) for m in ranks], marker="o", ms=3, **style)
+    a.set(xlabel="S (bytes)", ylabel="time (s)", title=f"n = {n} ranks")
+    b.set(xlabel="ranks n", title="S = 1 GB")
+    b.set_xscale("log", base=2)
+    for ax in (a, b):
+        ax.grid(True, which="major", lw=0.5)
+    fig.legend(loc="lower center", ncol=3, fontsize=9, bbox_to_anchor=(0.5, -0.02))
+    fig.tight_layout(rect=(0, 0.14, 1, 1))
+    return fig
