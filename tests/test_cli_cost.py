@@ -404,3 +404,98 @@ def test_plan_prices_zero3_collectives_as_asked(capsys):
     assert (
         e.value.code == 2 and "choose from 'hierarchical', 'flat-ring'" in capsys.readouterr().err
     )
+
+
+# --- refusals that name the rule actually broken, before the search ------------------------
+
+GPT3_PLAN = ("plan", "--model", "gpt3-175b", "--gpus", "1024")
+
+
+@pytest.mark.parametrize(
+    "extra, words",
+    [
+        (
+            ("--global-batch", "1537"),
+            "global batch (1537) must be divisible by d = N/(t·cp·p) of some layout: d is one of "
+            "4, 8, … 1024 here, and none divides 1537",
+        ),
+        (
+            ("--global-batch", "1536", "--micro-batch", "1000"),
+            "global batch (1536) must be divisible by micro-batch × d: micro-batch (1000) × d",
+        ),
+        (
+            ("--global-batch", "1536", "--gpus", "1048576"),
+            "d is one of 4096, 8192, … 1048576 here, and none divides 1536",
+        ),
+        (
+            ("--global-batch", "1536", "--gpus-per-node", "2048"),
+            "gpus per node (2048) must be at most the GPUs (1024)",
+        ),
+        (
+            ("--global-batch", "1536", "--layers", "1000000000"),
+            "model states alone need 16 B × 1.812e+09 B params / 1024 GPUs",
+        ),
+        (
+            ("--global-batch", "1536", "--headroom", "0.999999"),
+            "(80 GiB of one A100-80GB less 99.9999 % headroom)",
+        ),
+        (("--global-batch", "1536", "--intra-alpha", "1e300"), "intra_alpha (1e+300) must be"),
+        (
+            ("--global-batch", "1536", "--inter-bandwidth", "1e-30"),
+            "inter_bandwidth (1e-30) must be between 1e+06 and 1e+14 B/s",
+        ),
+        (
+            ("--global-batch", "1536", "--gemm-efficiency", "1e-300"),
+            "gemm_efficiency (1e-300) must be between 0.01 and 1",
+        ),
+    ],
+)
+def test_plan_refuses_with_the_rule_broken(capsys, extra, words):
+    """Each input of a newcomer's sweep is refused with the rule it breaks and its values (the
+    planner used to answer most with "t·cp·p (24) must divide the GPUs", print 40-digit step
+    times for the constants, and name 80 GiB where the limit after headroom was 0)."""
+    status, out, err = run(capsys, *GPT3_PLAN, *extra)
+    assert status == 2 and out == "" and words in err, err
+    assert "t·cp·p (24) must divide" not in err and len(err.splitlines()) == 1
+
+
+def test_plan_answers_a_valid_batch(capsys):
+    """Control: the same command with a batch the layouts divide plans."""
+    status, out, _ = run(capsys, *GPT3_PLAN, "--global-batch", "1536", "--top", "1")
+    assert status == 0 and "step" in out
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ("memory", "--params", "1e9", "--dp", "1", "--zero", "0", "--weight-bytes", "1e308"),
+        ("collective", "--op", "all-reduce", "--algorithm", "ring", "--ranks", "4")
+        + ("--bytes", "1GB", "--alpha", "0", "--bandwidth", "1e-320"),
+        ("flops", *GPT3, "--batch", "1", "--seconds", "1e-300"),
+    ],
+)
+def test_json_outputs_refuse_non_finite_numbers(capsys, argv):
+    """--json prints valid JSON or one refusal: never Infinity, NaN, or an MFU of 10²⁹³."""
+    status, out, err = run(capsys, *argv, "--json")
+    assert status == 2 and out == "" and err.count("\n") == 1, (out, err)
+
+
+def test_calibrated_profile_plans_end_to_end(capsys, tmp_path):
+    """`minipar calibrate gpu --device cpu` writes a profile that `minipar plan --gpu-profile`
+    reads: the plan is priced with the profile's GPU (its name in the header). Negative
+    control: a profile that is not JSON is refused naming the file."""
+    prof = tmp_path / "gpu.json"
+    status, _, err = run(
+        capsys, "calibrate", "gpu", "--device", "cpu", "--quick", "--out", str(prof)
+    )
+    assert status == 0, err
+    shape = ("--layers", "4", "--hidden", "256", "--heads", "4", "--seq", "256", "--vocab", "1000")
+    argv = ("plan", *shape, "--gpus", "1", "--global-batch", "4", "--gpu-profile", str(prof))
+    status, out, err = run(capsys, *argv, "--json")
+    assert status == 0, err
+    plan = json.loads(out)
+    assert plan["gpu"] == json.loads(prof.read_text())["name"] and plan["configs"]
+    bad = tmp_path / "bad.json"
+    bad.write_text("{")
+    status, out, err = run(capsys, *argv[:-1], str(bad))
+    assert status == 2 and "gpu profile" in err and "not JSON" in err

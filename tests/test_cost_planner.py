@@ -886,7 +886,7 @@ def test_h200_runs_that_ran_are_not_refused():
                 "--inter-bandwidth",
                 "1e-320",
             ),
-            "must be finite",
+            "inter_bandwidth (9.99989e-321) must be between 1e+06 and 1e+14 B/s",
         ),
     ],
 )
@@ -981,8 +981,16 @@ def test_cluster_refuses_non_finite_links():
     """Link overrides must be finite (bandwidth > 0, α >= 0): an Infinity or NaN would reach the
     JSON; each refusal names the keyword and the value. Control: α = 0 is allowed."""
     for kw, message in (
-        (dict(inter_bandwidth=float("inf")), "inter_bandwidth (inf) must be a finite number > 0"),
-        (dict(intra_alpha=float("nan")), "intra_alpha (nan) must be a finite number >= 0"),
+        (
+            dict(inter_bandwidth=float("inf")),
+            "inter_bandwidth (inf) must be between 1e+06 and 1e+14 B/s",
+        ),
+        (dict(intra_alpha=float("nan")), "intra_alpha (nan) must be between 0 and 0.01 s"),
+        (
+            dict(inter_bandwidth=1e-30),
+            "inter_bandwidth (1e-30) must be between 1e+06 and 1e+14 B/s",
+        ),
+        (dict(intra_alpha=1e300), "intra_alpha (1e+300) must be between 0 and 0.01 s"),
     ):
         with pytest.raises(ValueError) as e:
             planner.cluster(16, 8, **kw)

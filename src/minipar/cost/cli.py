@@ -106,6 +106,11 @@ def _flops(args) -> int:
     if args.seconds is not None:
         peak = hardware.gpu(args.gpu).peak_flops["bf16"] * args.gpus
         out.update(mfu=model.mfu(mf / args.seconds, peak), hfu=model.hfu(f / args.seconds, peak))
+        if not out["hfu"] <= 1:  # faster than the peak: the seconds cannot have been measured
+            raise InputError(
+                f"seconds ({args.seconds:g}) must be at least the peak's time for these FLOPs "
+                f"({f / peak:.3g} s on {args.gpus} × {args.gpu}): HFU would be {out['hfu']:.3g}"
+            )
         rows += [("mfu", f"{out['mfu']:.1%}"), ("hfu", f"{out['hfu']:.1%}")]
     return _emit(args, "flops", out, rows)
 
@@ -348,10 +353,17 @@ def _plan_model(args) -> "planner.ModelShape":
 
 
 def _plan_cluster(args) -> "planner.Cluster":
+    per_node = 8 if args.gpus_per_node is None else args.gpus_per_node
+    if args.gpus_per_node is not None and args.gpus_per_node > args.gpus:
+        raise InputError(
+            f"gpus per node ({args.gpus_per_node}) must be at most the GPUs ({args.gpus}): "
+            "fewer GPUs than one node are given by --gpus alone"
+        )
+    gpu = hardware.load_gpu_profile(args.gpu_profile) if args.gpu_profile else args.gpu
     return planner.cluster(
         args.gpus,
-        args.gpus_per_node,
-        args.gpu,
+        per_node,
+        gpu,
         args.intra,
         args.inter,
         gemm_efficiency=args.gemm_efficiency,
@@ -401,6 +413,10 @@ def _check_space(m_, cl, space) -> None:
         raise InputError(f"gpus ({cl.gpus}) must be divisible by the fixed t·cp·p·d ({prod})")
 
 
+MAX_SECONDS = 1e9
+"""No step time `minipar plan` prints is this long (32 years): an input is out of range."""
+
+
 def _plan(args) -> int:
     if args.calibrate:  # the same code as ``minipar bench three_d``
         return _calibrate(args)
@@ -411,19 +427,26 @@ def _plan(args) -> int:
         raise InputError(f"give {' and '.join(missing)} (or --calibrate to measure this machine)")
     m_, cl, space, opts = plan_inputs(args)
     _check_space(m_, cl, space)
+    planner.preflight(m_, cl, args.global_batch, space, opts)  # the rule broken, before the search
     refusals: list[str] = []
     configs = planner.search(m_, cl, args.global_batch, space, opts, refusals=refusals)
     fitting = [c for c in configs if c.fits]
     if not fitting:
         raise InputError(
-            "nothing fits: " + planner.why_nothing_fits(m_, cl, configs, refusals, opts.precision)
+            "nothing fits: " + planner.why_nothing_fits(m_, cl, configs, refusals, opts)
         )
-    for c in fitting:  # JSON has no Infinity/NaN: an input out of range
-        bad = [k for k, v in c.as_dict().items() if isinstance(v, float) and not math.isfinite(v)]
+    for c in fitting:  # an input out of range: no Infinity/NaN, no 40-digit step time
+        d = c.as_dict()
+        bad = [
+            k
+            for k, v in d.items()
+            if isinstance(v, float)
+            and not (math.isfinite(v) and (abs(v) < MAX_SECONDS or not k.endswith("_seconds")))
+        ]
         if bad:
             raise InputError(
-                f"predicted {bad[0]} ({c.as_dict()[bad[0]]}) must be finite: an "
-                "input (bandwidth, α, batch) is out of range"
+                f"predicted {bad[0]} ({d[bad[0]]:.3g}) must be a finite number of seconds below "
+                f"{MAX_SECONDS:.0e}: an input (bandwidth, α, η, batch) is out of range"
             )
     shown = fitting if args.top == 0 else fitting[: args.top]
     if args.json:
@@ -568,8 +591,16 @@ def add_plan_parser(subparsers) -> None:
         help="with --calibrate: timed steps per layout (default 3)",
     )
     p.add_argument("--gpus", type=positive_int, help="N (required unless --calibrate)")
-    p.add_argument("--gpus-per-node", type=positive_int, default=8)
+    p.add_argument(
+        "--gpus-per-node", type=positive_int, help="GPUs per node (default 8; at most --gpus)"
+    )
     p.add_argument("--gpu", choices=tuple(hardware.GPUS), default="A100-80GB")
+    p.add_argument(
+        "--gpu-profile",
+        metavar="FILE",
+        help="the GPU's constants from this JSON profile (what `minipar calibrate gpu` writes) "
+        "instead of --gpu's preset",
+    )
     p.add_argument(
         "--intra",
         choices=tuple(hardware.LINKS),

@@ -776,22 +776,18 @@ def why_nothing_fits(
     cl: Cluster,
     configs: Iterable[Config],
     refusals: Iterable[str] = (),
-    precision: str | None = None,
+    options: Options | str | None = None,
 ) -> str:
     """One line: why no layout fits one GPU's memory, or, when no layout was valid, the rules
-    the candidates broke (``refusals`` from :func:`search`), most frequent first. The states'
-    floor is in the bytes of ``precision``'s recipe (default: the GPU's era)."""
-    psi = m_.params
-    rc = RECIPES[precision or precision_for(cl.gpu.name)]
-    per = rc.weight_bytes + rc.grad_bytes + rc.optimizer_bytes
-    floor = per * psi / cl.gpus
-    cap = cl.gpu.memory_bytes
-    if floor > cap:
-        return (
-            f"model states alone need {per:g} B × {psi / 1e9:.1f} B params / {cl.gpus} GPUs = "
-            f"{floor / 2**30:.1f} GiB per GPU even fully sharded, more than the "
-            f"{cap / 2**30:.0f} GiB of one {cl.gpu.name}"
-        )
+    the candidates broke (``refusals`` from :func:`search`), most frequent first. Memory is
+    compared with the limit after the headroom of ``options`` (an :class:`Options`, or a
+    precision recipe's name; default: the GPU's era)."""
+    if not isinstance(options, Options):
+        options = Options(precision=options)
+    opt = plan_options(m_, cl, options)
+    floor = states_floor(m_, cl, opt)
+    if floor is not None:
+        return floor
     configs = list(configs)
     if not configs:
         counts: dict[str, int] = {}
@@ -805,9 +801,83 @@ def why_nothing_fits(
     return (
         f"smallest layout (t={best.tp}, p={best.pp}, d={best.dp}, b={best.micro_batch}, "
         f"{best.recompute} recomputation, ZeRO-{best.zero}) needs "
-        f"{best.bytes_per_gpu / 2**30:.1f} GiB per GPU, more than the {cap / 2**30:.0f} GiB "
-        f"of one {cl.gpu.name}"
+        f"{best.bytes_per_gpu / 2**30:.1f} GiB per GPU, more than the "
+        f"{_limit_words(cl, opt)}"
     )
+
+
+def _limit_words(cl: Cluster, opt: Options) -> str:
+    cap = cl.gpu.memory_bytes
+    return (
+        f"{cap * (1 - opt.headroom) / 2**30:.3g} GiB limit ({cap / 2**30:.0f} GiB of one "
+        f"{cl.gpu.name} less {100 * opt.headroom:.6g} % headroom)"
+    )
+
+
+def states_floor(m_: ModelShape, cl: Cluster, opt: Options) -> str | None:
+    """Why the model states alone cannot fit even sharded over every GPU (ZeRO-3 over N, the
+    recipe's bytes per parameter) within the limit after the headroom, or ``None``: a check
+    from the parameter count alone, before any layout is searched."""
+    rc = opt.recipe
+    per = rc.weight_bytes + rc.grad_bytes + rc.optimizer_bytes
+    floor = per * m_.params / cl.gpus
+    if floor <= cl.gpu.memory_bytes * (1 - opt.headroom):
+        return None
+    return (
+        f"model states alone need {per:g} B × {m_.params / 1e9:.4g} B params / {cl.gpus} GPUs "
+        f"= {floor / 2**30:.4g} GiB per GPU even fully sharded, more than the "
+        f"{_limit_words(cl, opt)}"
+    )
+
+
+def preflight(m_: ModelShape, cl: Cluster, global_batch: int, space: Space, opt: Options) -> None:
+    """Raise ``ValueError`` with the rule and its values when no layout of ``space`` can exist,
+    before the search: the model states against memory (:func:`states_floor`), then which
+    divisibility rule every candidate breaks, the first one that none passes: t·cp·p dividing
+    the GPUs, then d = N/(t·cp·p) dividing the global batch B, then b·d dividing B."""
+    floor = states_floor(m_, cl, opt)
+    if floor:
+        raise ValueError(floor)
+    refused: list[str] = []
+    if next(_candidates(m_, cl, global_batch, space, refused), None) is not None:
+        return
+    if len(set(refused)) == 1:  # one rule, with its values
+        raise ValueError(refused[0])
+    ts = [space.tp] if space.tp else [k for k in _divisors(m_.heads) if k <= cl.gpus_per_node]
+    ps = [space.pp] if space.pp else _divisors(m_.layers)
+    cps = [space.cp] if space.cp else [1 << k for k in range(space.max_cp.bit_length())]
+    ds = sorted(
+        {
+            cl.gpus // (t * c * p)
+            for t in ts
+            for c in cps
+            for p in ps
+            if cl.gpus % (t * c * p) == 0 and (not space.dp or cl.gpus // (t * c * p) == space.dp)
+        }
+    )
+    if not ds:
+        raise ValueError(
+            f"no t·cp·p divides the GPUs ({cl.gpus}): t from {_few(ts)} (dividing the heads "
+            f"{m_.heads}, at most {cl.gpus_per_node} per node), p from {_few(ps)} (dividing the "
+            f"layers {m_.layers})"
+        )
+    ok = [d for d in ds if global_batch % d == 0]
+    if not ok:
+        raise ValueError(
+            f"global batch ({global_batch}) must be divisible by d = N/(t·cp·p) of some layout: "
+            f"d is one of {_few(ds)} here, and none divides {global_batch}"
+        )
+    b = space.micro_batch
+    raise ValueError(
+        f"global batch ({global_batch}) must be divisible by micro-batch × d: "
+        + (f"micro-batch ({b})" if b else f"micro-batch up to {space.max_micro_batch}")
+        + f" × d (one of {_few(ok)}) divides none"
+    )
+
+
+def _few(xs: list[int]) -> str:
+    xs = list(xs)
+    return ", ".join(map(str, xs)) if len(xs) <= 6 else f"{xs[0]}, {xs[1]}, … {xs[-1]}"
 
 
 # --- whole runs and money -------------------------------------------------------------------
@@ -840,10 +910,25 @@ def dollars_per_million_tokens(
     return step_seconds * gpus / 3600 / tokens_per_step * dollars_per_gpu_hour * 1e6
 
 
+BOUNDS = {
+    "bandwidth": (1e6, 1e14, " B/s"),  # 1 MB/s .. 100 TB/s per direction: any link there is
+    "alpha": (0.0, 1e-2, " s"),  # up to 10 ms per message: a wide-area network's latency
+    "gemm_efficiency": (0.01, 1.0, ""),  # 1 % .. 100 % of the dense peak
+}
+"""Physical ranges of the constants a user may override; a value outside is refused (a step
+time of 10⁴⁰ s from a bandwidth of 10⁻³⁰ B/s helps nobody)."""
+
+
+def _in_range(name: str, value: float, kind: str) -> None:
+    lo, hi, unit = BOUNDS[kind]
+    if not (math.isfinite(value) and lo <= value <= hi):
+        raise ValueError(f"{name} ({value:g}) must be between {lo:g} and {hi:g}{unit}")
+
+
 def cluster(
     gpus: int,
     gpus_per_node: int = 8,
-    gpu: str = "A100-80GB",
+    gpu: "str | GPU" = "A100-80GB",
     intra: str | None = None,
     inter: str | None = None,
     gemm_efficiency: float | None = None,
@@ -852,7 +937,9 @@ def cluster(
     """A :class:`Cluster` from presets. ``intra``/``inter`` default to the GPU generation's links
     (A100: NVLink 3 + HDR 200; H100, H200: NVLink 4 + NDR 400; :data:`hardware.GPUS`);
     ``intra_bandwidth``, ``intra_alpha``, ``inter_bandwidth``, ``inter_alpha`` keywords override a
-    link's numbers and ``gemm_efficiency`` the GPU's η."""
+    link's numbers and ``gemm_efficiency`` the GPU's η, each within :data:`BOUNDS`. ``gpu`` is a
+    preset's name or a :class:`~minipar.cost.hardware.GPU` (a measured profile,
+    :func:`minipar.cost.hardware.load_gpu_profile`)."""
     if not (
         isinstance(gpus, int)
         and gpus >= 1
@@ -862,15 +949,12 @@ def cluster(
         raise ValueError(f"gpus ({gpus}) and gpus_per_node ({gpus_per_node}) must be integers >= 1")
     if gpus > gpus_per_node and gpus % gpus_per_node:
         raise ValueError(f"gpus ({gpus}) must be a multiple of gpus_per_node ({gpus_per_node})")
-    for k, v in links.items():  # finite: no Infinity downstream
-        if v is not None and not (math.isfinite(v) and v >= 0 and (v > 0 or "alpha" in k)):
-            raise ValueError(
-                f"{k} ({v}) must be a finite number {'>= 0' if 'alpha' in k else '> 0'}"
-            )
-    g = gpu_preset(gpu)
+    for k, v in links.items():  # finite and physical: no Infinity, no 40-digit step times
+        if v is not None:
+            _in_range(k, v, "alpha" if "alpha" in k else "bandwidth")
+    g = gpu if isinstance(gpu, GPU) else gpu_preset(gpu)
     if gemm_efficiency is not None:
-        if not 0 < gemm_efficiency <= 1:
-            raise ValueError(f"gemm_efficiency ({gemm_efficiency}) must be in (0, 1]")
+        _in_range("gemm_efficiency", gemm_efficiency, "gemm_efficiency")
         g = replace(g, gemm_efficiency=gemm_efficiency)
     li, le = link_preset(intra or g.intra), link_preset(inter or g.inter)
     if links.get("intra_bandwidth") or links.get("intra_alpha") is not None:
@@ -933,6 +1017,9 @@ __all__ = [
     "model_flops",
     "StepBreakdown",
     "why_nothing_fits",
+    "preflight",
+    "states_floor",
+    "BOUNDS",
     "training_seconds",
     "implied_mfu",
     "dollars_per_million_tokens",

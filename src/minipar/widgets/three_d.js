@@ -300,7 +300,7 @@ export function planCluster(gpus, gpusPerNode, gpu, links, intra = null, inter =
   if (gpus > gpusPerNode && gpus % gpusPerNode) throw new Error(`gpus (${gpus}) must be a multiple of gpus_per_node (${gpusPerNode})`);
   let g = gpu;
   if (gemmEfficiency !== null) {
-    if (!(gemmEfficiency > 0 && gemmEfficiency <= 1)) throw new Error(`gemm_efficiency (${gemmEfficiency}) must be in (0, 1]`);
+    if (!(gemmEfficiency >= 0.01 && gemmEfficiency <= 1)) throw new Error(`gemm_efficiency (${gemmEfficiency}) must be between 0.01 and 1`);   // Python: three_d.BOUNDS
     g = {...gpu, gemm_efficiency: gemmEfficiency};
   }
   const pick = (name) => {
