@@ -21,6 +21,7 @@ import re
 from minipar.cost import collectives as cc
 from minipar.grading import GradeFailure, as_number, close_number, reason_for, task
 from minipar.grading.compare import type_error
+from minipar.grading.declare import Clause
 from minipar.grading.imports import course_calls, forbidden_modules
 from minipar.grading.limits import LimitExceeded, RankFailure, run_ranks
 from minipar.runtime.launch import RankError
@@ -473,3 +474,115 @@ def check_gradient_sync(candidate):
             "plus an all-gather, 2(n−1)/n·S·β in all"
         )
     close_number(got, want, "seconds", rel=1e-3)
+
+
+# ---------------------------------------------------------------- the exercises' contracts
+# clause of the starter's text -> the input that makes it matter -> a wrong answer breaking only
+# that clause (tests/test_grading_collectives.py) -> words of the reason it gets
+_IN_RING = "n = 2, 3, 4 ranks; 12 elements, 9 (not divisible by n), 1 (fewer than ranks)"
+_IN_GATHER = "n = 2, 3, 4 ranks; chunks of 1 and 3 elements; float32, float64, int64"
+_IN_AB = "five (n, S, α, bandwidth) cases, n = 2, 3, 8, 16, 64"
+_IN_BUSBW = "all-reduce, all-gather, reduce-scatter and broadcast at n = 2 and 8"
+_IN_SYNC = "1.5B fp32 gradients on 8 GPUs over NVLink 4 (450 GB/s per direction)"
+CLAUSES = {
+    "collectives.ring_all_reduce": (
+        Clause(
+            "each rank adds its own chunk once",
+            _IN_RING,
+            "own_chunk_twice",
+            "own value is counted 2 times",
+        ),
+        Clause(
+            "n − 1 reduce-scatter steps, then n − 1 all-gather steps",
+            _IN_RING,
+            "off_by_one",
+            "are missing",
+        ),
+        Clause(
+            "send/recv only: no dist collective",
+            _IN_RING,
+            "calls_dist",
+            "your code called all_reduce",
+        ),
+        Clause(
+            "send 2(n−1)/n·S bytes per rank",
+            _IN_RING,
+            "everyone_sends_everything",
+            "a ring all-reduce sends 2(n−1)/n·S",
+        ),
+        Clause(
+            "any size, also fewer elements than ranks",
+            _IN_RING,
+            "chunk_ring",
+            "(fewer elements than ranks), float32: IndexError",
+        ),
+        Clause(
+            "buffers in the input's dtype",
+            _IN_RING + "; float64",
+            "float32_buffers",
+            "dist.irecv on a float32 buffer while the input is float64",
+        ),
+        Clause(
+            "return the tensor", _IN_RING, "returns_none", "returned NoneType; return the tensor"
+        ),
+        Clause(
+            "return the input's dtype",
+            _IN_RING + "; float64",
+            "returns_float32",
+            "(dtype float32, expected float64",
+        ),
+        Clause(
+            "ring neighbours only",
+            _IN_RING + "; n = 3",
+            "direct_exchange",
+            "in a ring each rank sends only to one neighbour",
+        ),
+        Clause(
+            "write the ring, do not call the course's",
+            _IN_RING,
+            "course_ring",
+            "calls the course's own minipar.collectives.ring",
+        ),
+    ),
+    "collectives.all_gather": (
+        Clause(
+            "block j of the output is rank j's chunk",
+            _IN_GATHER,
+            "gather_wrong_block",
+            "holds rank",
+        ),
+        Clause("n − 1 steps", _IN_GATHER, "gather_too_few_steps", "never arrived"),
+        Clause(
+            "each rank sends (n−1)·chunk bytes (no relay through rank 0)",
+            _IN_GATHER,
+            "gather_via_rank0",
+            "each rank should send (n−1)/n·S",
+        ),
+        Clause(
+            "buffers in the input's dtype",
+            _IN_GATHER,
+            "gather_float32_out",
+            "dist.isend on a float32 buffer while the input is float64",
+        ),
+        Clause(
+            "write it, do not call the course's ring",
+            _IN_GATHER,
+            "gather_course",
+            "calls the course's own minipar.collectives.ring",
+        ),
+    ),
+    "collectives.alpha_beta_time": (
+        Clause("two phases: 2(n−1) steps", _IN_AB, "ab_one_phase", "one phase"),
+        Clause("each step sends S/n bytes", _IN_AB, "ab_whole_message_per_step", "S/n bytes"),
+    ),
+    "collectives.busbw": (
+        Clause("busbw = algbw × the collective's factor", _IN_BUSBW, "busbw_is_algbw", "is algbw"),
+        Clause("all-reduce's factor is 2(n−1)/n", _IN_BUSBW, "busbw_one_phase_factor", "too small"),
+    ),
+    "collectives.gradient_sync": (
+        Clause("S in bytes (4 per fp32 gradient)", _IN_SYNC, "sync_elements", "elements"),
+        Clause("the bandwidth of one direction", _IN_SYNC, "sync_bidirectional", "bidirectional"),
+        Clause("GB = 10⁹ bytes, not GiB", _IN_SYNC, "sync_gib", "GiB"),
+        Clause("the time in seconds", _IN_SYNC, "sync_milliseconds", "milliseconds"),
+    ),
+}
