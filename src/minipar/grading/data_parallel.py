@@ -12,6 +12,7 @@ from __future__ import annotations
 from minipar.grading import GradeFailure, task
 from minipar.grading.compare import launch as _launch
 from minipar.grading.compare import same
+from minipar.grading.declare import Clause
 
 BATCH = 12  # divisible by 2, 3 and 4 ranks
 
@@ -457,3 +458,122 @@ def check_zero1_step(fn, **_):
                 f"run (max error {(got - ref).abs().max().item():.3g}); "
                 "did you average the gradient before the step?"
             )
+
+
+# ---------------------------------------------------------------- the exercises' contracts
+# clause of the starter's text -> the input that makes it matter -> a wrong answer breaking only
+# that clause (tests/test_grading_data_parallel.py) -> words of the reason it gets
+_IN_AVG = "2 and 3 ranks with different data; on 3 ranks the groups {0, 1} and {2}"
+_IN_BUCKETS = "3 ranks, a model with a tied weight and a frozen one, bucket_cap_bytes = 2048"
+_IN_ACC = "4 micro-batches on 3 ranks"
+_IN_ZERO1 = "2 and 3 ranks, several Adam steps"
+CLAUSES = {
+    "data_parallel.average_gradients": (
+        Clause(
+            "the mean over the ranks, not the sum",
+            _IN_AVG,
+            "summing",
+            "SUM over the 2 ranks, not the mean",
+        ),
+        Clause("reduce p.grad, not p", _IN_AVG, "averaging_parameters", "instead of p.grad"),
+        Clause("every gradient is all-reduced", _IN_AVG, "nothing", "nothing was all-reduced"),
+        Clause(
+            "pass group= to the collective", _IN_AVG, "ignores_group", "ignores its group argument"
+        ),
+        Clause(
+            "divide by the group's size",
+            _IN_AVG,
+            "divides_by_world",
+            "divided by 3, the world size",
+        ),
+        Clause(
+            "n is the group's size, not a constant",
+            _IN_AVG,
+            "hard_coded_two",
+            "divided by 2, not by n = 3: is n hard-coded?",
+        ),
+    ),
+    "data_parallel.bucketed": (
+        Clause(
+            "buckets hold gradients, not parameters",
+            _IN_BUCKETS,
+            "bucketed_params",
+            "not the parameter p itself",
+        ),
+        Clause("the mean, not the sum", _IN_BUCKETS, "bucketed_sum", "SUM over the 3 ranks"),
+        Clause(
+            "an all-reduce starts from the hook as its bucket fills",
+            _IN_BUCKETS,
+            "bucketed_no_overlap",
+            "no all-reduce had started when the last gradient became ready",
+        ),
+        Clause(
+            "a tied parameter's gradient is reduced once",
+            _IN_BUCKETS,
+            "bucketed_tied_twice",
+            "reduced twice",
+        ),
+        Clause(
+            "buckets fill in reverse (backward) order",
+            _IN_BUCKETS,
+            "bucketed_forward_order",
+            "no all-reduce had started when the last gradient became ready",
+        ),
+        Clause(
+            "one all-reduce per bucket of the cap",
+            _IN_BUCKETS,
+            "bucketed_per_parameter",
+            "parameters in reverse order make 3 buckets",
+        ),
+        Clause(
+            "divide by n, not a constant",
+            _IN_BUCKETS,
+            "bucketed_halve",
+            "divided by 2, not by n = 3: is n hard-coded?",
+        ),
+    ),
+    "data_parallel.accumulation": (
+        Clause(
+            "micro-batches but the last run under dp.no_sync()",
+            _IN_ACC,
+            "sync_every_step",
+            "must run under dp.no_sync()",
+        ),
+        Clause(
+            "each micro-batch's loss is divided by their number",
+            _IN_ACC,
+            "loss_not_divided",
+            "4× too large",
+        ),
+        Clause("the step ends with dp.finish()", _IN_ACC, "no_finish", "call dp.finish()"),
+        Clause(
+            "one backward per micro-batch",
+            _IN_ACC,
+            "one_big_backward",
+            "1 backward pass(es) for 4 micro-batches",
+        ),
+    ),
+    "data_parallel.zero1_step": (
+        Clause(
+            "gradients are reduce-scattered, not all-reduced",
+            _IN_ZERO1,
+            "zero1_all_reduce",
+            "went through all_reduce, not a reduce-scatter",
+        ),
+        Clause(
+            "the updated shards are all-gathered",
+            _IN_ZERO1,
+            "zero1_no_gather",
+            "all-gather the updated shards",
+        ),
+        Clause(
+            "the mean, not the sum", _IN_ZERO1, "zero1_sum", "summed over the 2 ranks, not averaged"
+        ),
+        Clause(
+            "each shard steps on the averaged gradient",
+            _IN_ZERO1,
+            "zero1_local_grad",
+            "did you average the gradient",
+        ),
+    ),
+}
