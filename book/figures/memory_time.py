@@ -1,0 +1,178 @@
+"""Figures of the memory-and-time chapter, drawn from the cost model: the per-GPU memory stack
+under ZeRO (``minipar.cost.breakdown``), activation memory per setting of Korthikanti et al.'s
+Table 2 (``minipar.cost.memory_time``), memory against the number of GPUs for four layouts, and a
+roofline of one layer's kernels (``minipar.cost.compute``)."""
+
+from __future__ import annotations
+
+from figures.kit import figure
+from minipar.cost import compute
+from minipar.cost.breakdown import per_gpu_memory
+from minipar.cost.hardware import gpu
+from minipar.cost.memory_time import activation_bytes_per_layer
+from minipar.cost.units import GiB
+
+PARTS = ("weights", "gradients", "optimizer", "activations")
+# A 7B Llama-like shape (Touvron et al. 2023: L = 32, h = 4096, a = 32, V = 32000), 4096 tokens
+SHAPE7B = dict(L=32, h=4096, a=32, s=4096, V=32000, b=1, recompute="selective")
+
+
+def _stack(ax, pal, labels, rows, cap=None, cap_label=""):
+    """Stacked bars: one per row of ``rows`` (a MemoryBreakdown), the four parts in GiB."""
+    x = range(len(rows))
+    bottom = [0.0] * len(rows)
+    for i, part in enumerate(PARTS):
+        vals = [getattr(r, part) / GiB for r in rows]
+        ax.bar(x, vals, bottom=bottom, color=pal.color(i), edgecolor=pal.fg, lw=0.5, label=part)
+        bottom = [b + v for b, v in zip(bottom, vals)]
+    for i, total in enumerate(bottom):
+        ax.text(i, total + 2, f"{total:.0f}", ha="center", va="bottom", fontsize=9, color=pal.fg)
+    if cap is not None:
+        ax.axhline(cap, color=pal.fg, ls="--", lw=1)
+        ax.text(len(rows) - 0.5, cap - 2, cap_label, ha="right", va="top", fontsize=9)
+    ax.set_ylim(0, max(bottom) * 1.3)
+    ax.set_xticks(list(x), labels)
+    ax.tick_params(axis="x", length=0)
+    for s in ("top", "right"):
+        ax.spines[s].set_visible(False)
+
+
+@figure(
+    draws=[
+        "minipar.cost.breakdown.per_gpu_memory",
+        "minipar.cost.memory_time.model_state_bytes",
+        "minipar.cost.memory_time.pipeline_first_stage_activation_bytes",
+    ]
+)
+def memory_stack(pal):
+    """Per-GPU memory of a 7B model (mixed-precision Adam, 4096-token sequences, selective
+    recomputation): one GPU, then 8 data-parallel GPUs under each ZeRO stage."""
+    rows = [per_gpu_memory(**SHAPE7B)]
+    rows += [per_gpu_memory(**SHAPE7B, d=8, zero=z) for z in range(4)]
+    labels = ["1 GPU", "d = 8\nZeRO-0", "d = 8\nZeRO-1", "d = 8\nZeRO-2", "d = 8\nZeRO-3"]
+    cap = gpu("H100-SXM").memory_bytes / GiB
+    fig, ax = pal.subplots(6.4, 3.4)
+    _stack(ax, pal, labels, rows, cap, f"one 80 GiB GPU ({cap:.0f} GiB)")
+    ax.set_ylabel("GiB per GPU")
+    ax.legend(loc="upper right", ncol=4, fontsize=9)
+    fig.tight_layout()
+    return fig
+
+
+GPT3 = dict(s=2048, b=1, h=12288, a=96)  # Brown et al. 2020; one sequence per micro-batch
+SETTINGS = (  # label -> activation_bytes_per_layer keywords
+    ("no parallelism", {}),
+    ("t = 8", dict(t=8)),
+    ("t = 8, sequence parallel", dict(t=8, sp=True)),
+    ("t = 8, SP, selective recompute", dict(t=8, sp=True, recompute="selective")),
+    ("t = 8, full recompute", dict(t=8, recompute="full")),
+)
+
+
+@figure(draws=["minipar.cost.memory_time.activation_bytes_per_layer"])
+def activation_settings(pal):
+    """GPT-3's activations for one 2048-token sequence over all 96 layers, per GPU, in each
+    setting of Korthikanti et al.'s Table 2."""
+    L = 96
+    vals = [L * activation_bytes_per_layer(**GPT3, **kw) / GiB for _, kw in SETTINGS]
+    fig, ax = pal.subplots(6.4, 2.6)
+    y = range(len(SETTINGS))[::-1]
+    ax.barh(list(y), vals, color=pal.color(3), edgecolor=pal.fg, lw=0.5)
+    for yi, v in zip(y, vals):
+        ax.text(v + 3, yi, f"{v:.1f} GiB", va="center", fontsize=9, color=pal.fg)
+    ax.set_yticks(list(y), [label for label, _ in SETTINGS])
+    ax.set_xlabel("activation memory per GPU, 96 layers (GiB)")
+    ax.set_xlim(0, max(vals) * 1.22)
+    for s in ("top", "right"):
+        ax.spines[s].set_visible(False)
+    fig.tight_layout()
+    return fig
+
+
+LAYOUTS = (  # label -> per_gpu_memory keywords for N GPUs
+    ("data parallel (ZeRO-0)", lambda n: dict(d=n)),
+    ("data parallel + ZeRO-3", lambda n: dict(d=n, zero=3)),
+    ("tensor parallel", lambda n: dict(t=n)),
+    ("tensor + sequence parallel", lambda n: dict(t=n, sp=True)),
+)
+SHAPE70B = dict(L=80, h=8192, a=64, s=4096, V=32000, b=1, recompute="selective")
+
+
+@figure(draws=["minipar.cost.breakdown.per_gpu_memory"])
+def memory_vs_gpus(pal):
+    """Per-GPU memory of a Llama-2-70B-like shape against the number of GPUs N, for four
+    layouts, with the ideal total / N."""
+    ns = (1, 2, 4, 8)
+    one = per_gpu_memory(**SHAPE70B).total / GiB
+    fig, ax = pal.subplots(6.4, 3.4)
+    ax.plot(
+        ns, [one / n for n in ns], color=pal.fg, ls="--", lw=1.4, label="ideal: total / N", zorder=5
+    )
+    for i, (label, kw) in enumerate(LAYOUTS):
+        ys = [per_gpu_memory(**SHAPE70B, **kw(n)).total / GiB for n in ns]
+        ax.plot(ns, ys, marker="o", ms=4, color=pal.color(i), lw=1.6, label=label)
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log")
+    ax.set_xticks(ns, [str(n) for n in ns])
+    ticks = [100, 200, 500, 1000]
+    ax.set_yticks(ticks, [str(t) for t in ticks])
+    ax.minorticks_off()
+    ax.set(xlabel="GPUs N", ylabel="GiB per GPU (log scale)")
+    ax.grid(True, lw=0.5)
+    ax.legend(fontsize=9, loc="center left", bbox_to_anchor=(1.01, 0.5))
+    fig.tight_layout()
+    return fig
+
+
+@figure(
+    draws=[
+        "minipar.cost.compute.layer_gemms",
+        "minipar.cost.compute.gpu_gemm_seconds",
+        "minipar.cost.compute.optimizer_seconds",
+    ]
+)
+def roofline(pal):
+    """The H100's roofline (the bf16 GEMM ceiling P·η and the HBM slope) with the FLOP rate the
+    cost model gives each forward GEMM of one GPT-3 layer at t = 8 and the Adam step."""
+    g = gpu("H100-SXM")
+    ceiling = g.peak_flops["bf16"] * g.gemm_efficiency
+    names = ("QKV", "projection", "h→4h", "4h→h", "QKᵀ and attention·V", None)
+    points = []
+    for name, (n, M, N, K) in zip(names, compute.layer_gemms(1, 2048, 12288, 96, 8)):
+        if name is None:  # attention·V: the same shape as QKᵀ turned around, the same point
+            continue
+        flops = 2.0 * n * M * N * K
+        moved = 2.0 * n * (M * K + K * N + M * N)  # 16-bit operands and output, once each
+        points.append((name, flops / moved, flops / compute.gpu_gemm_seconds(g, M, N, K, n)))
+    params = 175e9 / 8  # one tensor-parallel rank's share of GPT-3
+    adam_flops = 10 * params  # ~10 FLOPs per parameter, 30 bytes (optimizer_seconds)
+    points.append(
+        ("Adam step", adam_flops / (30 * params), adam_flops / compute.optimizer_seconds(params, g))
+    )
+    xs = [10**k for k in range(-1, 5)]
+    xs_fine = [10 ** (k / 10) for k in range(-10, 41)]
+    fig, ax = pal.subplots(6.4, 3.6)
+    ax.loglog(
+        xs_fine,
+        [min(ceiling, x * g.hbm_bandwidth) / 1e12 for x in xs_fine],
+        color=pal.fg,
+        lw=1.6,
+        label="roofline: min(P·η, I·W)",
+    )
+    ax.axhline(
+        g.peak_flops["bf16"] / 1e12, color=pal.muted, ls=":", lw=1.2, label="datasheet peak P"
+    )
+    for i, (name, x, y) in enumerate(points):
+        ax.plot(
+            [x], [y / 1e12], "o", color=pal.color(i), ms=6, label=f"{name}: {y / 1e12:.3g} TFLOP/s"
+        )
+    ax.set(
+        xlabel="arithmetic intensity I (FLOP per byte of HBM traffic)",
+        ylabel="TFLOP/s",
+        xlim=(xs[0], xs[-1]),
+        ylim=(0.1, 2000),
+    )
+    ax.grid(True, which="major", lw=0.5)
+    ax.legend(fontsize=9, loc="center left", bbox_to_anchor=(1.01, 0.5))
+    fig.tight_layout()
+    return fig
