@@ -54,6 +54,32 @@ def plan(q_ids: list[int], k_ids: list[int], causal: bool):
                 yield i, j, "causal"
 
 
+def block_source(rank: int, step: int, cp: int) -> int:
+    """The rank whose K/V block rank ``rank`` holds at ring step ``step`` = 0 … cp−1:
+    (rank − step) mod cp (every step each block moves one rank to the right)."""
+    return (rank - step) % cp
+
+
+def ring_steps(cp: int, layout: str = "contiguous", causal: bool = True) -> list[list[dict]]:
+    """The ring's forward without tensors: ``out[step][rank]`` = {"src": the rank whose K/V
+    block it holds (:func:`block_source`), "pairs": [(query chunk, key chunk, mask), ...] it
+    computes on that block, by global chunk index (:func:`plan` over :func:`chunk_ids`, the
+    pairs the forward loop computes)}; an empty "pairs" is a skipped block. Contiguous and
+    zigzag layouts (striped and document masks take :func:`mask_plan`)."""
+    if not isinstance(cp, int) or cp < 1:
+        raise ValueError(f"cp ({cp!r}) must be an integer >= 1")
+    out = []
+    for step in range(cp):
+        row = []
+        for r in range(cp):
+            src = block_source(r, step, cp)
+            q_ids, k_ids = chunk_ids(r, cp, layout), chunk_ids(src, cp, layout)
+            pairs = [(q_ids[i], k_ids[j], mask) for i, j, mask in plan(q_ids, k_ids, causal)]
+            row.append({"src": src, "pairs": pairs})
+        out.append(row)
+    return out
+
+
 def mask_plan(q_chunks, k_chunks, causal: bool, doc_ids=None):
     """(query chunk, key chunk, mask) pairs from global positions: q_chunks and k_chunks are
     lists of position tensors; mask "full", or a boolean (n, n_k); empty pairs skipped."""
@@ -108,7 +134,7 @@ class _RingAttention(torch.autograd.Function):
         kv = torch.stack([k, v])  # (2, b, a_kv, s/cp, d): one message
         t0 = time.perf_counter()
         for step in range(cp):
-            src = (r - step) % cp
+            src = block_source(r, step, cp)
             shift = RingShift(kv, group) if step < cp - 1 else None
             c0 = time.perf_counter()
             ks, vs = kv[0].to(comp).chunk(n, dim=2), kv[1].to(comp).chunk(n, dim=2)
@@ -161,7 +187,7 @@ class _RingAttention(torch.autograd.Function):
         kv = torch.stack([k, v])  # (2, b, a_kv, s/cp, d)
         incoming = None  # dK/dV accumulator in flight
         for step in range(cp):
-            src = (r - step) % cp
+            src = block_source(r, step, cp)
             shift = RingShift(kv, group) if step < cp - 1 else None
             dkv = torch.zeros_like(kv, dtype=comp)  # this rank's share for block src
             ks, vs = kv[0].to(comp).chunk(n, dim=2), kv[1].to(comp).chunk(n, dim=2)
