@@ -2,6 +2,8 @@
 of truth), including the error messages of impossible inputs; the default view draws and an
 impossible setting gives the Python error message."""
 
+import re
+
 import pytest
 
 from minipar.widgets.parity import assert_parity, js_call, node_available
@@ -351,8 +353,6 @@ def test_the_explorer_names_the_faster_scheme_under_a_document_mask():
     """The sentence under the chart gives the model's two times and the winner: at the
     defaults (IB, cp = 16) the ring's transfers bound it and it still wins with 8 documents;
     over NVLink at cp = 8 (the chapter's example) all-gather CP wins."""
-    import re
-
     from minipar.cost import context_parallel as C
     from minipar.cost.hardware import GPUS, LINKS
     from minipar.widgets.context_parallel import cp_config
@@ -503,3 +503,142 @@ def test_widget_has_a_self_contained_static_copy():
         "http://" not in html.replace('xmlns="http://www.w3.org/2000/svg"', "")
         and "https://" not in html
     )  # works offline: nothing is fetched
+
+
+def test_closed_forms_equal_the_loops():
+    """The explorer's O(cp) closed forms (per-step maxima of the causal pairs; per-step maxima of
+    a causal document mask over equal documents that line up with the chunks) equal Python's
+    loops over every (step, rank), at every power-of-two packing of small sequences."""
+    from minipar.cost import context_parallel as C
+
+    cases, want = [], []
+    for cp in (1, 2, 4, 8):
+        for lay in ("contiguous", "zigzag", "striped"):
+            for causal in (True, False):
+                for dg in ("half", "whole"):
+                    cases.append(("stepMaxima", [cp, lay, causal, dg]))
+                    rows = [C.step_pairs(r, cp, lay, causal, dg) for r in range(cp)]
+                    want.append([max(w[i] for w in rows) for i in range(cp)])
+    for s in (16, 64, 256):
+        for cp in (1, 2, 4, 8):
+            for lay in ("contiguous", "zigzag"):
+                L = 1
+                while L <= s:
+                    work = C.document_step_work(s, cp, lay, [L] * (s // L))
+                    cases.append(("equalDocumentStepMaxima", [s, cp, lay, L]))
+                    want.append([max(row) for row in work])
+                    L *= 2
+    got = js_call("context_parallel", cases)
+    bad = [(c, g, w) for c, (_, g), w in zip(cases, got, want) if g != w]
+    assert not bad, bad[:3]
+    assert len(cases) > 150
+
+
+def test_document_times_at_powers_of_two_and_large_cp():
+    """documentAttentionTimes' closed form (equal documents on the chunk grid) against Python's
+    loop at cp up to 64, one to many documents per chunk and many chunks per document."""
+    from minipar.cost import context_parallel as C
+
+    cases = [
+        dict(
+            b=1,
+            s=s,
+            h=16384,
+            cp=cp,
+            documents=[s // n] * n,
+            flops=989.4e12,
+            bandwidth=w,
+            alpha=5e-6,
+            layout=lay,
+            bytes_per_elem=2,
+            h_kv=1024,
+            algorithm="ring",
+        )
+        for s in (8192,)
+        for cp in (2, 16, 64)
+        for n in (1, 2, 8, 64, 1024)
+        for w in (50e9, 450e9)
+        for lay in ("zigzag", "contiguous")
+    ]
+    assert_parity("context_parallel", "documentAttentionTimes", C.document_attention_times, cases)
+
+
+def _iterations(values):
+    from minipar.widgets.context_parallel import cp_config
+
+    calls = [("cpWorkReset", []), ("drawExplorer", ["cp-layer", values, cp_config(), "cp"])]
+    calls.append(("cpWorkCount", []))
+    (_, _), (_, out), (_, count) = js_call("context_parallel", calls)
+    return out, count
+
+
+def test_the_largest_accepted_inputs_cost_bounded_work():
+    """The explorer froze the tab at large cp: its models looped over every (step, rank) and
+    every document (cp = 2048 with 1,024 documents: ~4·10⁹ visits). Now cp is at most 1,024 and
+    every model it draws is O(cp): at the largest accepted values of every box the loops run a
+    few thousand iterations (counted, not timed)."""
+    worst = []
+    for s in (8192, 1048576):
+        for lay in ("zigzag", "contiguous", "striped"):
+            for n in (1, 2, 1024):
+                out, count = _iterations(
+                    {
+                        "s": s,
+                        "cp": 1024,
+                        "layout": lay,
+                        "documents": n,
+                        "b": 1024,
+                        "h": 131072,
+                        "a": 1024,
+                        "a_kv": 1024,
+                    }
+                )
+                assert out["error"] is None, out["error"]
+                worst.append(count)
+    assert max(worst) <= 40 * 1024, max(worst)
+    # the counter sees the quadratic path: a packing off the chunk grid visits every (step, rank)
+    from minipar.cost import context_parallel as C
+
+    calls = [
+        ("cpWorkReset", []),
+        ("documentAttentionTimes", [1, 1920, 48, 8, [384] * 5, 1e12, 1e9, 0, "zigzag", 2, 48]),
+        ("cpWorkCount", []),
+    ]
+    (_, _), (_, t), (_, count) = js_call("context_parallel", calls)
+    assert count >= 8 * 8
+    assert t["ring"] == pytest.approx(
+        C.document_attention_times(
+            1, 1920, 48, 8, [384] * 5, flops=1e12, bandwidth=1e9, layout="zigzag", h_kv=48
+        )["ring"],
+        rel=1e-12,
+    )
+
+
+def test_cp_over_its_bound_is_refused_with_the_labels_on_screen():
+    from minipar.widgets.context_parallel import MAX_CP, cp_config, cp_explorer, cp_layer_model
+
+    cfg = cp_config()
+    bad = {
+        2048: f"cp (2048) must be at most {MAX_CP}",
+        65536: f"cp (65536) must be at most {MAX_CP}",
+        10_000_000: f"cp (10000000) must be at most {MAX_CP}",
+    }
+    got = js_call(
+        "context_parallel", [("drawExplorer", ["cp-layer", {"cp": n}, cfg, "cp"]) for n in bad]
+    )
+    for (n, msg), (_, out) in zip(bad.items(), got):
+        assert out["error"] == msg
+        with pytest.raises(ValueError, match=re.escape(msg)):
+            cp_explorer(cp=n)
+        with pytest.raises(ValueError, match=re.escape(msg)):
+            cp_layer_model(cp=n)
+    ((_, limit),) = js_call("context_parallel", [("explorerInputs", ["cp-layer"])])
+    maxima = {c["name"]: c.get("max") for c in limit["controls"] if c["type"] == "number"}
+    assert maxima == {
+        "cp": MAX_CP,
+        "h": 131072,
+        "a": 1024,
+        "a_kv": 1024,
+        "b": 1024,
+        "documents": 1024,
+    }

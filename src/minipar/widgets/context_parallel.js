@@ -12,6 +12,20 @@
 const CP_LAYOUTS = ["contiguous", "zigzag", "striped"];
 const CP_DIAGONALS = ["half", "whole"];
 
+// Loop iterations of the per-rank and per-step models (pairsPerRank, stepMaxima,
+// documentAttentionTimes) since the last cpWorkReset(), so a test can check that the largest
+// accepted inputs cost a bounded amount of work without timing it.
+const cpWork = {iterations: 0};
+
+export function cpWorkReset() {
+  cpWork.iterations = 0;
+  return 0;
+}
+
+export function cpWorkCount() {
+  return cpWork.iterations;
+}
+
 function cpCheck(pairs) {                       // Python: _check
   for (const [k, v] of pairs) if (!Number.isInteger(v) || v < 1) throw new Error(`${k} (${v}) must be an integer >= 1`);
 }
@@ -103,6 +117,13 @@ export function ulyssesSentBytesPerLayer(b, s, h, cp, bytesPerElem = 2, hKv = nu
   return {forward: fwd, backward: fwd, total: 2 * fwd};
 }
 
+// The largest entry of a list, in a loop (Math.max(...xs) overflows the call stack on long lists).
+function cpMax(xs) {
+  let m = -Infinity;
+  for (const x of xs) if (x > m) m = x;
+  return m;
+}
+
 function cpChunkIds(rank, cp, layout) {
   return layout === "contiguous" ? [rank] : [rank, 2 * cp - 1 - rank];
 }
@@ -129,13 +150,36 @@ export function stepPairs(rank, cp, layout = "zigzag", causal = true, diagonal =
   return out;
 }
 
-// Python: pairs_per_rank(cp, layout, causal, diagonal)
+// Python: pairs_per_rank(cp, layout, causal, diagonal). Closed form, O(cp): the sum of
+// stepPairs over the steps (contiguous causal: r full pairs and the diagonal; zigzag causal:
+// 2cp−1 full pairs and two diagonals; striped: cp steps of half a pair), equal to Python's loop
+// (tests/test_context_parallel_explorer.py), so a large cp costs cp operations, not cp².
 export function pairsPerRank(cp, layout = "contiguous", causal = true, diagonal = "whole") {
   checkShape(2 * cp, cp, layout);
   cpCheckDiagonal(diagonal);
+  const half = diagonal === "half" ? 0.5 : 1;
   const out = [];
-  for (let r = 0; r < cp; r++) out.push(stepPairs(r, cp, layout, causal, diagonal).reduce((a, x) => a + x, 0));
+  cpWork.iterations += cp;
+  for (let r = 0; r < cp; r++) {
+    if (layout === "striped") out.push(cp * (causal ? half : 1));
+    else if (layout === "zigzag") out.push(causal ? 2 * cp - 1 + 2 * half : 4 * cp);
+    else out.push(causal ? r + half : cp);
+  }
   return out;
+}
+
+// The largest of the ranks' stepPairs at each step, closed form, O(cp): step 0 holds the
+// rank's own block (the diagonal pairs); every later step, some rank computes a whole pair
+// (contiguous: the last rank), two of its four chunk pairs (zigzag) or half a pair (striped).
+export function stepMaxima(cp, layout = "zigzag", causal = true, diagonal = "half") {
+  checkShape(2 * cp, cp, layout);
+  cpCheckDiagonal(diagonal);
+  const half = diagonal === "half" ? 0.5 : 1;
+  cpWork.iterations += cp;
+  if (layout === "striped") return Array(cp).fill(causal ? half : 1);
+  if (!causal) return Array(cp).fill(layout === "zigzag" ? 4 : 1);
+  const later = layout === "zigzag" ? 2 : 1;
+  return [layout === "zigzag" ? 1 + 2 * half : half, ...Array(cp - 1).fill(later)];
 }
 
 // Python: attention_flops_per_rank(b, s, h, cp, layout, causal, diagonal)
@@ -149,7 +193,7 @@ export function attentionFlopsPerRank(b, s, h, cp, layout = "contiguous", causal
 // Python: imbalance(cp, layout, causal, diagonal)
 export function imbalance(cp, layout = "contiguous", causal = true, diagonal = "half") {
   const w = pairsPerRank(cp, layout, causal, diagonal);
-  return Math.max(...w) / (w.reduce((a, x) => a + x, 0) / w.length);
+  return cpMax(w) / (w.reduce((a, x) => a + x, 0) / w.length);
 }
 
 // Python: min_tokens_per_rank_for_overlap(flops, bandwidth, bytes_per_elem, kv_fraction, causal, layout)
@@ -176,14 +220,11 @@ export function ringAttentionTime(b, s, h, cp, flops, bandwidth, alpha = 0.0, la
   cpCheck([["b", b], ["h", h], ["h_kv", hKv]]);
   const n = s / (layout === "zigzag" ? 2 * cp : cp);
   const unit = 4 * b * n * n * h / flops;
-  const perRank = [];
-  for (let r = 0; r < cp; r++) perRank.push(stepPairs(r, cp, layout, causal, diagonal));
-  const steps = [];
-  for (let i = 0; i < cp; i++) steps.push(unit * Math.max(...perRank.map((w) => w[i])));
-  const comp = unit * Math.max(...perRank.map((w) => w.reduce((a, x) => a + x, 0)));
+  const steps = stepMaxima(cp, layout, causal, diagonal).map((w) => unit * w);  // O(cp), not cp²
+  const comp = unit * cpMax(pairsPerRank(cp, layout, causal, diagonal));
   const stepComm = cp > 1 ? alpha + kvBlockBytes(b, s, hKv, cp, bytesPerElem) / bandwidth : 0.0;
   return {compute: comp, comm: (cp - 1) * stepComm, time: ringTimeFromSteps(steps, stepComm),
-          step: cp > 1 ? Math.max(...steps.slice(1)) : steps[0]};
+          step: cp > 1 ? cpMax(steps.slice(1)) : steps[0]};
 }
 
 // Python: allgather_attention_time(b, s, h, cp, *, flops, bandwidth, alpha, layout, causal, bytes_per_elem, h_kv, diagonal, algorithm)
@@ -193,7 +234,7 @@ export function allgatherAttentionTime(b, s, h, cp, flops, bandwidth, alpha = 0.
   checkShape(s, cp, layout);
   cpCheckRates(flops, bandwidth, alpha);
   cpCheck([["b", b], ["h", h], ["h_kv", hKv]]);
-  const comp = Math.max(...attentionFlopsPerRank(b, s, h, cp, layout, causal, diagonal)) / flops;
+  const comp = cpMax(attentionFlopsPerRank(b, s, h, cp, layout, causal, diagonal)) / flops;
   const gather = cp > 1 ? collectiveTime("all-gather", algorithm, cp, cp * kvBlockBytes(b, s, hKv, cp, bytesPerElem), alpha, bandwidth) : 0.0;
   return {compute: comp, gather, time: gather + comp};
 }
@@ -210,61 +251,154 @@ export function pairsBelow(a, b, c, e) {
   return S(b - c) - S(a - c);
 }
 
-// Python: document_step_work(s, cp, layout, documents) -> work[step][rank]
-export function documentStepWork(s, cp, layout, documents) {
+// Visible (query, key) entries of a causal document mask between the query positions
+// [q0, q1) and the key positions [k0, k1), for documents given by their starts and ends. With
+// documents of one length L (L > 0, starting at multiples of L) it is O(1): only the first and
+// the last document the two intervals share can be cut, every one between them lies inside both
+// and holds L(L+1)/2 entries. Otherwise it visits every document (the general case of Python's
+// document_step_work, which it equals).
+function cpDocumentEntries(q0, q1, k0, k1, bounds, L) {
+  if (L > 0) {
+    const first = Math.max(Math.floor(q0 / L), Math.floor(k0 / L));
+    const last = Math.min(Math.floor((q1 - 1) / L), Math.floor((k1 - 1) / L));
+    if (last < first) return 0;
+    const one = (d) => pairsBelow(Math.max(q0, d * L), Math.min(q1, (d + 1) * L),
+                                  Math.max(k0, d * L), Math.min(k1, (d + 1) * L));
+    if (last === first) return one(first);
+    return one(first) + one(last) + (last - first - 1) * (L * (L + 1) / 2);
+  }
+  let total = 0;
+  for (const [d0, d1] of bounds) total += pairsBelow(Math.max(q0, d0), Math.min(q1, d1), Math.max(k0, d0), Math.min(k1, d1));
+  return total;
+}
+
+function cpCheckDocuments(s, cp, layout, documents) {
   checkShape(s, cp, layout);
   if (layout === "striped") throw new Error("layout ('striped') must be contiguous or zigzag for document work");
   if (documents.some((n) => !Number.isInteger(n) || n < 1) || documents.reduce((a, x) => a + x, 0) !== s) {
     throw new Error(`document lengths ([${documents.join(", ")}]) must be integers >= 1 summing to s (${s})`);
   }
-  const n = s / (layout === "zigzag" ? 2 * cp : cp);
   const bounds = [];
   let start = 0;
   for (const length of documents) {
     bounds.push([start, start + length]);
     start += length;
   }
-  const entries = (qc, kc) => {
-    let total = 0;
-    for (const [d0, d1] of bounds) {
-      total += pairsBelow(Math.max(qc * n, d0), Math.min((qc + 1) * n, d1), Math.max(kc * n, d0), Math.min((kc + 1) * n, d1));
+  const L = documents.every((x) => x === documents[0]) ? documents[0] : 0;  // equal lengths: O(1) entries
+  const n = s / (layout === "zigzag" ? 2 * cp : cp);
+  // entries rank r computes against rank src's block: ≤ 4 chunk pairs, each O(1) for equal lengths
+  return (r, src) => {
+    let w = 0;
+    for (const qc of cpChunkIds(r, cp, layout)) {
+      for (const kc of cpChunkIds(src, cp, layout)) {
+        if (kc > qc) continue;                          // a later key chunk: nothing visible
+        w += cpDocumentEntries(qc * n, (qc + 1) * n, kc * n, (kc + 1) * n, bounds, L);
+      }
     }
-    return total;
+    return w;
   };
+}
+
+// Python: document_step_work(s, cp, layout, documents) -> work[step][rank]
+export function documentStepWork(s, cp, layout, documents) {
+  const pair = cpCheckDocuments(s, cp, layout, documents);
   const work = [];
   for (let i = 0; i < cp; i++) {
     const row = [];
-    for (let r = 0; r < cp; r++) {
-      let w = 0;
-      for (const qc of cpChunkIds(r, cp, layout)) {
-        for (const kc of cpChunkIds((((r - i) % cp) + cp) % cp, cp, layout)) w += entries(qc, kc);
-      }
-      row.push(w);
-    }
+    for (let r = 0; r < cp; r++) row.push(pair(r, (((r - i) % cp) + cp) % cp));
     work.push(row);
   }
   return work;
 }
 
+
+// Per-step maxima of the entries a rank computes, closed form, for equal documents of length L
+// whose boundaries line up with the chunks' (one of n and L divides the other: always so when s,
+// cp and the document count are powers of two, as in the explorer); null otherwise. n = chunk
+// length, g = L/n chunks per document. A document inside a chunk: only step 0 (the rank's own
+// chunks) sees anything. A document over g chunks (g divides cp): step i ≥ 1 holds one whole
+// pair on some rank when a query chunk and the key chunk i ranks back share a document, i < g,
+// and with zigzag also when the mirrored late chunks do, i > cp − g; one document (g = 2cp) is
+// the plain causal zigzag, two pairs per step. Equal to the table of documentStepWork, checked
+// against it and against Python in tests/test_context_parallel_explorer.py.
+export function equalDocumentStepMaxima(s, cp, layout, L) {
+  const c = layout === "zigzag" ? 2 : 1;
+  const n = s / (c * cp);
+  const full = n * n;
+  const diag = n * (n + 1) / 2;
+  const steps = Array(cp).fill(0);
+  cpWork.iterations += cp;
+  if (n % L === 0) {
+    steps[0] = c * (n / L) * (L * (L + 1) / 2);
+    return steps;
+  }
+  if (L % n !== 0) return null;
+  const g = L / n;
+  if (layout === "contiguous") {
+    steps[0] = diag;
+    for (let i = 1; i < cp; i++) steps[i] = i < g ? full : 0;
+    return steps;
+  }
+  if (g === 2 * cp) {
+    steps[0] = 2 * diag + full;
+    for (let i = 1; i < cp; i++) steps[i] = 2 * full;
+    return steps;
+  }
+  if (cp % g !== 0) return null;
+  steps[0] = 2 * diag;
+  for (let i = 1; i < cp; i++) steps[i] = i < g || i > cp - g ? full : 0;
+  return steps;
+}
+
+// Entries of a causal mask over equal documents of length L for the query rows [0, x): row t sees
+// (t mod L) + 1 keys.
+function cpRowsBelow(x, L) {
+  const k = Math.floor(x / L);
+  const rest = x - k * L;
+  return k * (L * (L + 1) / 2) + rest * (rest + 1) / 2;
+}
+
 // Python: document_attention_times(b, s, h, cp, documents, *, flops, bandwidth, alpha, layout, bytes_per_elem, h_kv, algorithm)
+// Equal documents aligned with the chunks take the closed forms (O(cp)); any other packing visits
+// every (step, rank), cp² visits of at most four chunk pairs, without storing the cp × cp table.
 export function documentAttentionTimes(b, s, h, cp, documents, flops, bandwidth, alpha = 0.0, layout = "zigzag",
                                        bytesPerElem = 2, hKv = null, algorithm = "ring") {
   hKv = hKv === null ? h : hKv;
   cpCheckRates(flops, bandwidth, alpha);
   cpCheck([["b", b], ["h", h], ["h_kv", hKv]]);
-  const work = documentStepWork(s, cp, layout, documents);
+  const pair = cpCheckDocuments(s, cp, layout, documents);
   const unit = 4 * b * h / flops;
-  const steps = work.map((w) => unit * Math.max(...w));
+  const equal = documents.every((x) => x === documents[0]) ? documents[0] : 0;
+  const maxima = equal ? equalDocumentStepMaxima(s, cp, layout, equal) : null;
+  let steps;
+  const total = Array(cp).fill(0);
+  if (maxima !== null) {
+    steps = maxima.map((w) => unit * w);
+    const n = s / (layout === "zigzag" ? 2 * cp : cp);
+    for (let r = 0; r < cp; r++) {             // a rank's queries see the same keys at any step
+      let w = 0;
+      for (const qc of cpChunkIds(r, cp, layout)) w += cpRowsBelow((qc + 1) * n, equal) - cpRowsBelow(qc * n, equal);
+      total[r] = unit * w;
+      cpWork.iterations += 2;
+    }
+  } else {
+    steps = [];
+    for (let i = 0; i < cp; i++) {
+      let most = 0;
+      for (let r = 0; r < cp; r++) {
+        const w = pair(r, (((r - i) % cp) + cp) % cp);
+        cpWork.iterations += 1;
+        if (w > most) most = w;
+        total[r] += w;
+      }
+      steps.push(unit * most);
+    }
+    for (let r = 0; r < cp; r++) total[r] *= unit;
+  }
   const kv = kvBlockBytes(b, s, hKv, cp, bytesPerElem);
   const stepComm = cp > 1 ? alpha + kv / bandwidth : 0.0;
   const gather = cp > 1 ? collectiveTime("all-gather", algorithm, cp, cp * kv, alpha, bandwidth) : 0.0;
-  const total = [];
-  for (let r = 0; r < cp; r++) {
-    let t = 0;
-    for (let i = 0; i < cp; i++) t += work[i][r];
-    total.push(unit * t);
-  }
-  const maxTotal = Math.max(...total);
+  const maxTotal = cpMax(total);
   return {
     ring: ringTimeFromSteps(steps, stepComm),
     ring_compute: steps.reduce((a, x) => a + x, 0),
@@ -295,6 +429,16 @@ export function activationBytesPerRank(s, b, h, a, cp = 1, blockwise = true) {
 // documents at s = 1M; the document work grows with their number.
 export const CP_MAX_DOCUMENTS = 1024;
 
+// The largest cp the explorer accepts (Python: MAX_CP): 1,024 GPUs on one sequence, 64 times
+// Llama 3's 16. Every model here is O(cp) at the explorer's settings (cpWorkCount counts it).
+export const CP_MAX_CP = 1024;
+
+// Upper bounds of the width boxes (Python: MAX_H, MAX_HEADS, MAX_B): wider than any published
+// model, so a typing slip is refused with a message instead of drawn.
+export const CP_MAX_H = 131072;
+export const CP_MAX_HEADS = 1024;
+export const CP_MAX_B = 1024;
+
 // Python: minipar.widgets.context_parallel.equal_documents
 export function equalDocuments(s, documents) {
   checkNumbers({integer: true, min: 1, max: CP_MAX_DOCUMENTS}, [["documents", documents]]);
@@ -304,6 +448,7 @@ export function equalDocuments(s, documents) {
 
 // Python: minipar.widgets.context_parallel.cp_layer_model
 export function cpLayerModel(s, cp, layout, h, a, aKv, b, flops, bandwidth, alpha, documents = 1) {
+  checkNumbers({integer: true, min: 1, max: CP_MAX_CP}, [["cp", cp]]);
   checkShape(s, cp, layout);
   cpCheck([["h", h], ["a", a], ["a_kv", aKv], ["b", b]]);
   if (a % aKv) throw new Error(`heads (${a}) must be divisible by K/V heads (${aKv})`);
@@ -336,16 +481,18 @@ const CP_CPS = [1, 2, 4, 8, 16, 32, 64];
 // config (Python: minipar.widgets.context_parallel.cp_config): {links: {name: {alpha, bandwidth}}, gpus: {name: bf16 flops}}
 registerExplorer("cp-layer", {
   title: "Context parallelism, one causal attention layer (bf16; Llama-3-405B-like widths by default)",
+  // the boxes' max are CP_MAX_CP, CP_MAX_H, CP_MAX_HEADS, CP_MAX_B and CP_MAX_DOCUMENTS written
+  // out (minipar.widgets.inputs reads them from this source; a test checks they agree)
   controls: [
     {name: "s", label: "s (tokens)", type: "range", values: CP_SS, labels: CP_SS_LABELS, value: 131072},
-    {name: "cp", label: "cp", type: "number", min: 1, step: 1, value: 16},
+    {name: "cp", label: "cp", type: "number", min: 1, max: 1024, step: 1, value: 16},
     {name: "layout", label: "layout", type: "select", options: ["zigzag", "striped", "contiguous"], value: "zigzag"},
     {name: "link", label: "link between the cp GPUs", type: "select", options: ["ib-ndr400", "nvlink4-h100", "pcie5-x16", "eth-100g"], value: "ib-ndr400", configOptions: "links"},
     {name: "gpu", label: "GPU", type: "select", options: ["H100-SXM"], value: "H100-SXM", configOptions: "gpus"},
-    {name: "h", label: "h", type: "number", min: 1, step: 1, value: 16384},
-    {name: "a", label: "a (heads)", type: "number", min: 1, step: 1, value: 128},
-    {name: "a_kv", label: "K/V heads", type: "number", min: 1, step: 1, value: 8},
-    {name: "b", label: "b", type: "number", min: 1, step: 1, value: 1},
+    {name: "h", label: "h", type: "number", min: 1, max: 131072, step: 1, value: 16384},
+    {name: "a", label: "a (heads)", type: "number", min: 1, max: 1024, step: 1, value: 128},
+    {name: "a_kv", label: "K/V heads", type: "number", min: 1, max: 1024, step: 1, value: 8},
+    {name: "b", label: "b", type: "number", min: 1, max: 1024, step: 1, value: 1},
     {name: "documents", label: "documents", type: "number", min: 1, max: 1024, step: 1, value: 1},
   ],
   divisible: [["h", "a"], ["a", "a_kv"], ["s", "documents"]],

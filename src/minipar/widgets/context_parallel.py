@@ -21,6 +21,11 @@ from minipar.widgets.inputs import check_numbers, check_values
 #: number.
 MAX_DOCUMENTS = 1024
 
+#: The largest cp the explorer accepts (``CP_MAX_CP`` in the JavaScript, the box's max): 1,024
+#: GPUs on one sequence, 64 times Llama 3's 16. With packed documents the model's work grows as
+#: cp² unless the documents line up with the chunks (the JavaScript's closed form).
+MAX_CP = 1024
+
 #: The explorer's default sequence length (the s slider's value in context_parallel.js).
 DEFAULT_S = 131072
 
@@ -59,6 +64,7 @@ def cp_layer_model(
     :func:`minipar.cost.context_parallel.document_attention_times` for them (forward seconds of
     the ring, which pays each step's slowest rank, and of all-gather CP, which pays its gather
     and its slowest rank's total), None for striped shards, which that model does not cover."""
+    check_numbers({"integer": True, "min": 1, "max": MAX_CP}, cp=cp)
     C.check_shape(s, cp, layout)
     C._check(h=h, a=a, a_kv=a_kv, b=b)
     if a % a_kv:

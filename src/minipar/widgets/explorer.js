@@ -215,6 +215,9 @@ function makeControl(doc, c, value) {
   return {label, input, read};
 }
 
+// How long an explorer waits after a keystroke or a slider move before it redraws (ms).
+export const REDRAW_DELAY_MS = 150;
+
 // Build the explorer inside `container`; onChange(values) is called after each user change.
 export function mountExplorer(container, name, values, config, onChange) {
   const doc = container.ownerDocument;
@@ -252,9 +255,22 @@ export function mountExplorer(container, name, values, config, onChange) {
     root.dataset.redraws = String(Number(root.dataset.redraws) + 1);
     if (user && onChange) onChange(v);
   };
+  // Typing or dragging (input events) redraws once the reader pauses for REDRAW_DELAY_MS; a
+  // committed change (change event: Enter, leaving the box, releasing the slider, a menu)
+  // redraws at once and cancels the pending one. So typing "65536" draws once, not five times.
+  let pending = null;
+  const now = (changed) => {
+    if (pending !== null) clearTimeout(pending);
+    pending = null;
+    redraw(true, changed);
+  };
+  const later = (changed) => {
+    if (pending !== null) clearTimeout(pending);
+    pending = setTimeout(() => { pending = null; redraw(true, changed); }, REDRAW_DELAY_MS);
+  };
   for (const m of made) {
-    m.input.addEventListener(m.c.type === "range" ? "input" : "change", () => redraw(true, m.c.name));
-    if (m.c.type === "number") m.input.addEventListener("input", () => redraw(true, m.c.name));
+    m.input.addEventListener("change", () => now(m.c.name));
+    if (m.c.type === "number" || m.c.type === "range") m.input.addEventListener("input", () => later(m.c.name));
   }
   root.append(title, controls, output);
   container.replaceChildren(root);
