@@ -1,0 +1,214 @@
+"""Figures of the expert-parallel chapter, drawn from ``minipar.expert_parallel`` (the router's
+top-K gates, the all-to-all dispatcher's index map, DeepSeek-V3's bias step), the cost model's
+row counts and the folded rank grid of ``minipar.grid``."""
+
+from __future__ import annotations
+
+from figures.kit import figure
+from minipar.cost import expert_parallel as cost
+from minipar.grid import Grid
+
+E, K, EP = 8, 2, 4  # experts, top-K, expert-parallel degree x of the pictures
+
+
+def _routed(tokens: int, seed: int, skew: float = 0.0, bias=None):
+    """(probs, gates, experts) of ``tokens`` random tokens through a random router; ``skew``
+    raises expert 0's logit (a router that favours it)."""
+    import torch  # noqa: PLC0415 (torch: loaded only when a figure is drawn)
+
+    from minipar.expert_parallel.routing import top_k_gates  # noqa: PLC0415 (imports torch)
+
+    g = torch.Generator().manual_seed(seed)
+    logits = torch.randn(tokens, E, generator=g, dtype=torch.float64)
+    logits[:, 0] += skew
+    return top_k_gates(logits, K, bias=bias)
+
+
+@figure(draws=["minipar.expert_parallel.routing.top_k_gates"])
+def routing(pal):
+    """Eight tokens' router probabilities over eight experts; each token's top-2 boxed with its
+    gate; the experts grouped by the rank that owns them (x = 4)."""
+    import matplotlib.pyplot as plt  # noqa: PLC0415 (matplotlib: loaded only when a figure is drawn)
+
+    n = 8
+    probs, gates, experts = _routed(n, seed=3)
+    fig, ax = pal.subplots(6.4, 3.4)
+    ax.imshow(probs.numpy(), cmap="Blues", vmin=0, vmax=1.6 * float(probs.max()), aspect="auto")
+    for i in range(n):
+        for j in range(K):
+            e = int(experts[i, j])
+            ax.add_patch(
+                plt.Rectangle((e - 0.5, i - 0.5), 1, 1, fill=False, edgecolor=pal.color(5), lw=2.2)
+            )
+            ax.text(
+                e,
+                i,
+                f"{float(gates[i, j]):.2f}",
+                ha="center",
+                va="center",
+                fontsize=9,
+                color="#111",
+                fontweight="bold",
+            )
+    for r in range(1, EP):
+        ax.axvline(r * E // EP - 0.5, color=pal.fg, lw=1.5)
+    ax.set_xticks(range(E), [f"e{e}" for e in range(E)])
+    ax.set_yticks(range(n), [f"token {i}" for i in range(n)])
+    sec = ax.secondary_xaxis("top")
+    sec.set_xticks(
+        [r * E // EP + (E // EP - 1) / 2 for r in range(EP)], [f"rank {r}" for r in range(EP)]
+    )
+    sec.tick_params(length=0)
+    ax.set_xlabel("expert (shade: router probability; box: chosen, with its gate)")
+    return fig
+
+
+@figure(
+    draws=[
+        "minipar.expert_parallel.routing.top_k_gates",
+        "minipar.expert_parallel.dispatchers.assignments",
+        "minipar.cost.expert_parallel.node_dedup_rows",
+    ]
+)
+def dispatch(pal):
+    """Rows each rank sends each rank in the all-to-all dispatch (x = 4, 16 tokens per rank,
+    top-2), from the dispatcher's sorted index map; and the rows that cross between two nodes
+    of two ranks, per choice (all-to-all) and per node (node-deduplicated)."""
+    import torch  # noqa: PLC0415 (torch: loaded only when a figure is drawn)
+
+    from minipar.expert_parallel.dispatchers import assignments  # noqa: PLC0415 (imports torch)
+
+    n, node_size = 16, 2
+    send, choices = [], []
+    for rank in range(EP):
+        _, gates, experts = _routed(n, seed=10 + rank)
+        kept = torch.ones_like(experts, dtype=torch.bool)
+        _, expert, _ = assignments(experts, gates, kept)  # sorted by expert, so by owner
+        counts = torch.bincount(expert, minlength=E).view(EP, E // EP).sum(1)  # rows per owner
+        send.append(counts.tolist())
+        choices.append(experts.tolist())
+    fig, (ax, bx) = pal.subplots(6.8, 3.0, ncols=2, width_ratios=[1.1, 1])
+    ax.imshow(send, cmap="Oranges", vmin=0, vmax=max(map(max, send)) * 1.3)
+    for s in range(EP):
+        for d in range(EP):
+            ax.text(d, s, str(send[s][d]), ha="center", va="center", fontsize=10, color="#111")
+    ax.set_xticks(range(EP), [f"{d}" for d in range(EP)])
+    ax.set_yticks(range(EP), [f"{s}" for s in range(EP)])
+    ax.set_xlabel("to rank (its experts)")
+    ax.set_ylabel("from rank")
+    ax.set_title(f"dispatch rows ({n} tokens × top-{K} per rank)", fontsize=10)
+    # inter-node rows: ranks 0-1 are node 0, ranks 2-3 node 1
+    per_choice = [
+        sum(send[s][d] for d in range(EP) if d // node_size != s // node_size) for s in range(EP)
+    ]
+    rail = cost.node_dedup_rows(choices, E, node_size)["rail"]
+    per_node = [
+        sum(rail[s][v] for v in range(EP // node_size) if v != s // node_size) for s in range(EP)
+    ]
+    w = 0.38
+    bx.bar(
+        [r - w / 2 for r in range(EP)],
+        per_choice,
+        w,
+        color=pal.color(1),
+        label="all-to-all: one row per choice",
+    )
+    bx.bar(
+        [r + w / 2 for r in range(EP)],
+        per_node,
+        w,
+        color=pal.color(2),
+        label="node-deduplicated: one per node",
+    )
+    bx.set_xticks(range(EP), [f"rank {r}" for r in range(EP)])
+    bx.set_ylabel("rows leaving the node")
+    bx.set_ylim(0, max(per_choice) * 1.6)
+    bx.legend(loc="upper left", fontsize=9)
+    bx.set_title("2 nodes of 2 ranks", fontsize=10)
+    for s in ("top", "right"):
+        bx.spines[s].set_visible(False)
+    fig.tight_layout(w_pad=1.5)
+    return fig
+
+
+@figure(
+    draws=[
+        "minipar.expert_parallel.balancing.update_bias",
+        "minipar.cost.expert_parallel.imbalance",
+    ]
+)
+def load_balance(pal):
+    """Assignments per expert from a router that favours expert 0, before and after 60 steps
+    of DeepSeek-V3's bias update; each rank's load over the mean (x = 4)."""
+    import torch  # noqa: PLC0415 (torch: loaded only when a figure is drawn)
+
+    from minipar.expert_parallel.balancing import update_bias  # noqa: PLC0415 (imports torch)
+
+    n, steps = 512, 60
+    bias = torch.zeros(E, dtype=torch.float64)
+    loads = []
+    for step in range(steps + 1):
+        _, _, experts = _routed(n, seed=100 + step, skew=1.5, bias=bias)
+        load = torch.bincount(experts.reshape(-1), minlength=E)
+        if step in (0, steps):
+            loads.append(load.tolist())
+        update_bias(bias, load, rate=0.01)
+    fig, axes = pal.subplots(6.8, 2.6, ncols=2, sharey=True)
+    for ax, load, title in zip(axes, loads, ("skewed router", f"after {steps} bias steps")):
+        ranks = cost.imbalance(load, EP)
+        ax.bar(range(E), load, color=[pal.color(e // (E // EP)) for e in range(E)])
+        ax.axhline(n * K / E, color=pal.fg, lw=1, ls="--")
+        ax.set_xticks(range(E), [f"e{e}" for e in range(E)])
+        ax.set_title(f"{title}\nbusiest rank {ranks['max/mean rank']:.2f}× the mean", fontsize=10)
+        for s in ("top", "right"):
+            ax.spines[s].set_visible(False)
+    axes[0].set_ylabel("assignments per expert")
+    fig.tight_layout(w_pad=1.0)
+    return fig
+
+
+@figure(draws=["minipar.grid.Grid.groups", "minipar.cost.expert_parallel.folded_expert_dp"])
+def folding(pal):
+    """The 8 ranks of one stage with t = 4, d = 2 for attention, folded into x = 4 expert
+    ranks times 2 expert-data ranks for the MoE layer."""
+    import matplotlib.pyplot as plt  # noqa: PLC0415 (matplotlib: loaded only when a figure is drawn)
+
+    grid = Grid(d=2, t=4, ep=4)
+    edp = cost.folded_expert_dp(t=grid.t, cp=grid.cp, d=grid.d, ep=grid.ep)
+    rows = [
+        ("attention: tensor groups", "tp", lambda g, i: f"TP{i}"),
+        ("attention: data groups", "dp", lambda g, i: f"DP{i}"),
+        ("MoE: expert groups", "ep", lambda g, i: f"EP{i}"),
+        (f"MoE: expert-data groups ({edp} ranks)", "edp", lambda g, i: f"e{2 * i}-{2 * i + 1}"),
+    ]
+    fig, ax = pal.subplots(6.8, 2.6)
+    n = grid.world_size
+    for y, (name, kind, label) in enumerate(rows):
+        for i, members in enumerate(grid.groups(kind)):
+            for r in members:
+                ax.add_patch(
+                    plt.Rectangle(
+                        (r, -y - 1),
+                        1,
+                        0.8,
+                        facecolor=pal.color(i + 2 * y),
+                        edgecolor=pal.fg,
+                        lw=0.6,
+                    )
+                )
+                ax.text(
+                    r + 0.5,
+                    -y - 0.6,
+                    label(members, i),
+                    ha="center",
+                    va="center",
+                    fontsize=9,
+                    color="#111",
+                )
+        ax.text(-0.2, -y - 0.6, name, ha="right", va="center", fontsize=9, color=pal.fg)
+    for r in range(n):
+        ax.text(r + 0.5, 0.15, str(r), ha="center", va="bottom", fontsize=9, color=pal.fg)
+    ax.text(-0.2, 0.15, "rank", ha="right", va="bottom", fontsize=9, color=pal.fg)
+    ax.set(xlim=(-4.2, n), ylim=(-len(rows) - 0.1, 0.7))
+    ax.axis("off")
+    return fig
