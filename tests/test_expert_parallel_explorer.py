@@ -187,6 +187,7 @@ def test_default_view_and_messages():
     assert default["error"] is None and "<svg" in default["html"] and "</svg>" in default["html"]
     assert "minipar-explorer-output" in default["html"] or "<svg" in default["html"]
     assert skew["error"] is None and "dropped" in skew["html"]
-    assert bad["error"] == "experts (8) must be divisible by ep (3)"
-    assert bad_k["error"] == "top_k (9) must be <= experts (8)"
+    # the messages name the boxes as the page labels them, not the code's variables
+    assert bad["error"] == "experts E (8) must be divisible by expert-parallel ranks x (3)"
+    assert bad_k["error"] == "top-K (9) must be at most experts E (8)"
     assert "minipar-explorer-message" in bad["html"]

@@ -105,11 +105,11 @@ registerExplorer("ep-layer", {
   title: "Expert parallelism, one MoE layer (bf16, SwiGLU experts)",
   controls: [
     {name: "tokens", label: "tokens per rank n", type: "range", values: EP_TOKENS, value: 4096},
-    {name: "experts", label: "experts E", type: "number", min: 1, step: 1, value: 8},
-    {name: "top_k", label: "top-K", type: "number", min: 1, step: 1, value: 2},
-    {name: "ep", label: "expert-parallel ranks x", type: "number", min: 1, step: 1, value: 8},
+    {name: "experts", label: "experts E", type: "number", min: 1, max: 1024, step: 1, value: 8},
+    {name: "top_k", label: "top-K", type: "number", min: 1, max: 64, step: 1, value: 2},
+    {name: "ep", label: "expert-parallel ranks x", type: "number", min: 1, max: 1024, step: 1, value: 8},
     {name: "hidden", label: "h", type: "range", values: EP_HIDDEN, value: 4096},
-    {name: "ffn", label: "expert width f", type: "number", min: 1, step: 1, value: 14336},
+    {name: "ffn", label: "expert width f", type: "number", min: 1, max: 131072, step: 1, value: 14336},
     {name: "capacity_factor", label: "capacity factor", type: "select",
      options: [["none (no dropping)", null], ["1.0", 1.0], ["1.25", 1.25], ["2.0", 2.0]], value: null},
     {name: "hot", label: "share of assignments to expert 0", type: "range",
@@ -118,7 +118,10 @@ registerExplorer("ep-layer", {
     {name: "link", label: "link between the x GPUs", type: "select",
      options: ["nvlink4-h100", "pcie5-x16", "ib-ndr400", "eth-100g"], value: "nvlink4-h100", configOptions: "links"},
   ],
+  divisible: [["experts", "ep"]],
   draw(v, config) {
+    // the model's own checks name its arguments; the reader sees the labels on screen
+    if (v.top_k > v.experts) throw new Error(`top-K (${v.top_k}) must be at most experts E (${v.experts})`);
     const links = config.links || {};
     const L = links[v.link];
     if (!L) throw new Error(`link ('${v.link}') must be one of ${Object.keys(links).join(", ")}`);
