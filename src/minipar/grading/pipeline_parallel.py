@@ -17,7 +17,7 @@ from types import SimpleNamespace
 
 from minipar.grading import GradeFailure, task
 from minipar.grading.compare import expect_tensor
-from minipar.grading.declare import call_own
+from minipar.grading.declare import Clause, call_own
 from minipar.grading.imports import (
     course_calls,
     forbid_course_code,
@@ -110,6 +110,8 @@ def _diagnose_schedule(fn, name, cases, v_of=lambda p: 1):
                     + f": rank {r} runs {k} forwards before its first backward, "
                     f"expected {k_ref} (" + _warmup_text(name, r, p, m, v, k_ref) + ")"
                 )
+        if v > 1:
+            _backward_chunk_order(got, ref, p, m, v)
         try:
             sim = simulate(got, m)
         except ScheduleError as e:
@@ -133,6 +135,21 @@ def _diagnose_schedule(fn, name, cases, v_of=lambda p: 1):
                 raise GradeFailure(
                     f"p = {p}, m = {m}: rank {r}'s action {i} is {have}, {name} runs {need} there"
                 )
+
+
+def _backward_chunk_order(got, ref, p, m, v) -> None:
+    """Name backward units that visit a rank's chunks in forward order (chunk 0 first): a
+    micro-batch's backward enters a rank at its last chunk, c = v−1, and walks down."""
+    for r, (acts, want) in enumerate(zip(got, ref)):
+        chunks = [a.stage // p for a in acts if a.op == "B"]
+        fwd = [a.stage // p for a in want if a.op == "F"]
+        if chunks != [a.stage // p for a in want if a.op == "B"] and chunks == fwd:
+            first = next(a for a in acts if a.op == "B")
+            raise GradeFailure(
+                f"p = {p}, m = {m}, v = {v}: rank {r}'s backward units visit its chunks in "
+                f"forward order ({first} first): a micro-batch's backward reaches a rank at "
+                f"its last chunk, c = v−1 = {v - 1}, and walks down to chunk 0"
+            )
 
 
 def _train_one_step(rank, p, m, lists):
@@ -336,3 +353,128 @@ def check_interleaved(fn, **_):
         fn, "interleaved", [(2, 2), (2, 4), (3, 6), (4, 4), (4, 8)], v_of=lambda p: 2
     )
     _diagnose_schedule(fn, "interleaved", [(2, 4), (3, 3)], v_of=lambda p: 3)
+
+
+# ---------------------------------------------------------------- the exercises' contracts
+# clause of the starter's text -> the input that makes it matter -> a wrong answer breaking only
+# that clause (tests/test_grading_pipeline_parallel.py) -> words of the reason it gets
+_IN_1F1B = "(p, m) = (1, 3), (2, 2), (2, 5), (3, 3), (3, 7), (4, 8), (4, 2), simulated"
+_IN_GPIPE = "a GPipe step of the course's tiny GPT on 2 and 3 ranks, m = 3"
+_IN_BW = "one stage's output y, input x and weights, with a gradient of y"
+_IN_INTER = "(p, m) = (2, 2), (2, 4), (3, 6), (4, 4), (4, 8) at v = 2; (2, 4), (3, 3) at v = 3"
+CLAUSES = {
+    "pipeline_parallel.one_f_one_b": (
+        Clause(
+            "warm-up of min(p−r−1, m) forwards",
+            _IN_1F1B + " (p = 1)",
+            "warmup_too_long",
+            "expected 1 (warm-up min(p−r−1, m) = min(0, 3) = 0",
+        ),
+        Clause(
+            "the warm-up is capped at m",
+            _IN_1F1B + " (m < p)",
+            "warmup_uncapped",
+            "capped, so all 2 forwards run before the first backward",
+        ),
+        Clause(
+            "rank r runs only stage r", _IN_1F1B, "wrong_stage", "rank 1 runs F0.0 but owns stage 1"
+        ),
+        Clause(
+            "the last rank warms up least",
+            _IN_1F1B,
+            "mirrored",
+            "forwards before its first backward",
+        ),
+        Clause(
+            "one forward, one backward in the steady phase (not GPipe)",
+            _IN_1F1B,
+            "gpipe_order",
+            "forwards before its first backward",
+        ),
+        Clause(
+            "write the schedule, do not call the course's",
+            _IN_1F1B,
+            "schedule_from_course",
+            "course's own minipar.pipeline_parallel",
+        ),
+    ),
+    "pipeline_parallel.gpipe_send_recv": (
+        Clause(
+            "each micro-batch's loss is divided by m",
+            _IN_GPIPE,
+            "unscaled",
+            "m = 3 times too large: divide each micro-batch's loss by m",
+        ),
+        Clause(
+            "the received activation requires grad",
+            _IN_GPIPE,
+            "no_requires_grad",
+            "does the received activation require grad",
+        ),
+        Clause(
+            "send/recv yourself, not the course's P2P",
+            _IN_GPIPE,
+            "gpipe_with_course_p2p",
+            "course's own minipar.pipeline_parallel.communication (P2P)",
+        ),
+    ),
+    "pipeline_parallel.bw_split": (
+        Clause(
+            "B computes the input gradient only",
+            _IN_BW,
+            "b_with_backward",
+            "backward_input filled .grad of ",
+        ),
+        Clause(
+            "B keeps the graph for W",
+            _IN_BW,
+            "b_without_retain",
+            "backward_weight found the graph already freed",
+        ),
+        Clause("W adds to .grad", _IN_BW, "w_overwrites", "must add to .grad, not overwrite it"),
+        Clause(
+            "W written, not the course's",
+            _IN_BW,
+            "w_from_course",
+            "course's own minipar.pipeline_parallel.executor (_accumulate)",
+        ),
+        Clause(
+            "the input gradient in x's dtype",
+            _IN_BW + " (float64)",
+            "b_float32",
+            "gradient of x: dtype float32, expected float64",
+        ),
+        Clause(
+            "the input gradient in x's shape",
+            _IN_BW + " (x of shape (2, 4, 8))",
+            "b_flat",
+            "gradient of x: shape (2, 32), expected (2, 4, 8)",
+        ),
+    ),
+    "pipeline_parallel.interleaved": (
+        Clause(
+            "rank r owns stages r + c·p",
+            _IN_INTER,
+            "interleaved_chunk_major_owner",
+            "but owns stages",
+        ),
+        Clause(
+            "warm-up of min(2(p−r−1) + (v−1)p, m·v) units",
+            _IN_INTER,
+            "interleaved_short_warmup",
+            "forwards before its first backward",
+        ),
+        Clause(
+            "backward walks a rank's chunks from the last",
+            _IN_INTER,
+            "interleaved_backward_forward_order",
+            "backward units visit its chunks in forward order",
+        ),
+        Clause(
+            "the warm-up is capped at m·v",
+            _IN_INTER + " (p = 4, m = 4)",
+            "interleaved_uncapped",
+            "capped, so all 8 forward units run before the first backward",
+        ),
+    ),
+}
