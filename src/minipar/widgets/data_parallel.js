@@ -75,8 +75,29 @@ function logValues(lo, hi, steps) {          // 1, 2, 5 per decade
   return out;
 }
 
-const PARAMS_M = logValues(0, 5, [1, 2, 5]).filter((x) => x <= 200000);
-const BUCKETS_MB = logValues(-2, 4, [1, 2.5, 5]).filter((x) => x <= 10000);
+// The two sliders' ranges are cut so that every pair is a step the model accepts: the most
+// buckets, the largest Ψ in the smallest bucket, is 2·10¹⁰ bytes / 2²⁰ = 19,074 <= MAX_BUCKETS
+// (tests/test_data_parallel_explorer.py). 1 MiB is also DDP's own smallest bucket (its first).
+export const PARAMS_M = logValues(0, 4, [1, 2, 5]).filter((x) => x <= 10000);
+export const BUCKETS_MB = logValues(0, 4, [1, 2.5, 5]).filter((x) => x <= 10000);
+// The step explorer's two slider ranges (for the test that every pair is accepted).
+export function dpStepSliders() {
+  return {params_m: PARAMS_M, bucket_mb: BUCKETS_MB};
+}
+
+// At most this many all-reduce boxes are drawn; beyond, neighbouring buckets share a box.
+export const MAX_DRAWN = 200;
+
+// [[start, end, first, last], ...]: the buckets' intervals merged into at most `most` boxes
+export function drawnIntervals(intervals, most = MAX_DRAWN) {
+  const per = Math.ceil(intervals.length / most);
+  const out = [];
+  for (let i = 0; i < intervals.length; i += per) {
+    const j = Math.min(i + per, intervals.length) - 1;
+    out.push([intervals[i][0], intervals[j][1], i + 1, j + 1]);
+  }
+  return out;
+}
 const COMPUTE_MS = logValues(0, 4, [1, 2, 5]).filter((x) => x <= 10000);
 
 function linkOf(config, name) {
@@ -90,7 +111,7 @@ registerExplorer("dp-step", {
   title: "Data-parallel step: compute and bucketed all-reduce (bf16 gradients, 8 GPUs per node)",
   controls: [
     {name: "params_m", label: "Ψ (M params)", type: "range", values: PARAMS_M, value: 1000},
-    {name: "ranks", label: "GPUs", type: "number", min: 1, step: 1, value: 64},
+    {name: "ranks", label: "GPUs", type: "number", min: 1, max: 131072, step: 1, value: 64},
     {name: "intra", label: "link in a node", type: "select", options: ["nvlink4-h100", "pcie5-x16"], value: "nvlink4-h100"},
     {name: "inter", label: "link across nodes", type: "select", options: ["ib-ndr400", "eth-100g"], value: "ib-ndr400"},
     {name: "bucket_mb", label: "bucket (MiB)", type: "range", values: BUCKETS_MB, value: 25},
@@ -101,9 +122,12 @@ registerExplorer("dp-step", {
     const r = dpStepModel(v.params_m, v.ranks, linkOf(config, v.intra), linkOf(config, v.inter), v.bucket_mb, v.overlap, v.compute_ms);
     const ms = (x) => x * 1e3;
     const f = ms(r.compute_s / 3);
-    const segs = r.intervals.map(([s, e], i) => ({start: ms(s), end: ms(e), color: i % 2 ? "#fd8d3c" : "#e6550d", name: `bucket ${i + 1}: ${ms(e - s).toFixed(2)} ms`}));
+    const segs = drawnIntervals(r.intervals).map(([s, e, a, b], i) => ({start: ms(s), end: ms(e), color: i % 2 ? "#fd8d3c" : "#e6550d",
+      name: a === b ? `bucket ${a}: ${ms(e - s).toFixed(2)} ms` : `buckets ${a}–${b}: ${ms(e - s).toFixed(2)} ms`}));
+    const buckets = `${r.buckets} bucket${r.buckets > 1 ? "s" : ""}`;
+    const what = v.ranks > 1 ? `${buckets} on ${v.ranks} GPUs` : `1 GPU, nothing to all-reduce`;
     const svg = timeline({
-      title: `${r.buckets} bucket${r.buckets > 1 ? "s" : ""} on ${v.ranks} GPUs: step ${ms(r.step_s).toFixed(1)} ms, efficiency ${(100 * r.efficiency).toFixed(1)} %`,
+      title: `${what}: step ${ms(r.step_s).toFixed(1)} ms, efficiency ${(100 * r.efficiency).toFixed(1)} %`,
       xlabel: "time in the step (ms)",
       rows: [
         {label: "compute", segments: [{start: 0, end: f, color: "#9ecae1", name: "forward"}, {start: f, end: ms(r.compute_s), color: "#3182bd", name: "backward"}]},
@@ -122,9 +146,9 @@ registerExplorer("zero-memory", {
   title: "ZeRO: model states per GPU (Rajbhandari et al. 2020, Fig. 1)",
   controls: [
     {name: "params_b", label: "Ψ (B params)", type: "range", values: logValues(-1, 3, [1, 2, 5, 7.5]).filter((x) => x <= 1000), value: 7.5},
-    {name: "d", label: "d (data-parallel GPUs)", type: "number", min: 1, step: 1, value: 64},
+    {name: "d", label: "d (data-parallel GPUs)", type: "number", min: 1, max: 131072, step: 1, value: 64},
     {name: "optimizer", label: "optimizer", type: "select", options: Object.keys(OPTIMIZERS), value: "adam-mixed"},
-    {name: "gpu_gib", label: "GPU memory (GiB)", type: "number", min: 1, step: 1, value: 80},
+    {name: "gpu_gib", label: "GPU memory (GiB)", type: "number", min: 1, max: 1024, step: 1, value: 80},
   ],
   draw(v) {
     if (!(v.gpu_gib > 0)) throw new Error(`GPU memory (${v.gpu_gib} GiB) must be > 0`);

@@ -61,11 +61,11 @@ const COLORS = {"nvlink4-h100": "#3182bd", "pcie5-x16": "#31a354", "ib-ndr400": 
 registerExplorer("tp-layer", {
   title: "Tensor parallelism, one transformer layer (bf16, no overlap)",
   controls: [
-    {name: "t", label: "t", type: "number", min: 1, step: 1, value: 8},
+    {name: "t", label: "t", type: "number", min: 1, max: 64, step: 1, value: 8},
     {name: "h", label: "h", type: "range", values: HS, value: 12288},
-    {name: "a", label: "a (heads)", type: "number", min: 1, step: 1, value: 96},
+    {name: "a", label: "a (heads)", type: "number", min: 1, max: 512, step: 1, value: 96},
     {name: "s", label: "s", type: "range", values: SS, value: 2048},
-    {name: "b", label: "b", type: "number", min: 1, step: 1, value: 1},
+    {name: "b", label: "b", type: "number", min: 1, max: 1024, step: 1, value: 1},
     {name: "link", label: "link between the t GPUs", type: "select", options: ["nvlink4-h100", "pcie5-x16", "ib-ndr400", "eth-100g"], value: "nvlink4-h100", configOptions: "links"},
     {name: "gpu", label: "GPU", type: "select", options: ["H100-SXM"], value: "H100-SXM", configOptions: "gpus"},
     {name: "sp", label: "sequence parallelism", type: "checkbox", value: false},
