@@ -90,3 +90,29 @@ def test_explorer_refuses_what_python_refuses():
         [("drawExplorer", ["pp-schedule", {"schedule": "interleaved", "v": 2}, {}])],
     )
     assert ok["error"] is None and "v = 2" in ok["html"] and "unit of t_F" in ok["html"]
+
+
+def test_schedule_and_v_change_together():
+    """Choosing "interleaved" lifts v to 2 (it accepts only v >= 2) and keeps a v already >= 2;
+    any other schedule sets v to 1 and disables its box; changing another control links
+    nothing. Every linked setting then draws without an error."""
+    cases = [
+        ({"schedule": "interleaved", "v": 1}, "schedule", {"v": 2}),
+        ({"schedule": "interleaved", "v": 3}, "schedule", {}),
+        ({"schedule": "gpipe", "v": 2}, "schedule", {"v": 1}),
+        ({"schedule": "zb-h1", "v": 4}, "schedule", {"v": 1}),
+        ({"schedule": "gpipe", "v": 2}, "m", {}),
+    ]
+    got = js_call("pipeline_parallel", [("ppLink", [vals, ch]) for vals, ch, _ in cases])
+    assert [out for _, out in got] == [want for *_, want in cases]
+    off = js_call(
+        "pipeline_parallel",
+        [("ppDisabled", [{"schedule": s}]) for s in ("gpipe", "1f1b", "interleaved", "zb-h1")],
+    )
+    assert [out for _, out in off] == [["v"], ["v"], [], ["v"]]
+    linked = [
+        ("drawExplorer", ["pp-schedule", {**vals, **want}, {}])
+        for vals, ch, want in cases
+        if ch == "schedule"
+    ]
+    assert all(out["error"] is None for _, out in js_call("pipeline_parallel", linked))

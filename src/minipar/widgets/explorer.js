@@ -247,7 +247,20 @@ export function mountExplorer(container, name, values, config, onChange) {
     for (const m of made) v[m.c.name] = m.read();
     return v;
   };
+  // Linked controls: spec.link(values, changed) returns {control: value} to set after a change
+  // (a number box takes the value); spec.disabled(values) names the controls that do not apply.
+  const relink = (changed) => {
+    if (spec.link) {
+      const set = spec.link(current(), changed) || {};
+      for (const m of made) if (m.c.type === "number" && m.c.name in set) m.input.value = String(set[m.c.name]);
+    }
+    if (spec.disabled) {
+      const off = spec.disabled(current()) || [];
+      for (const m of made) m.input.disabled = off.includes(m.c.name);
+    }
+  };
   const redraw = (user, changed) => {
+    relink(changed);
     const v = current();
     const r = drawExplorer(name, v, config, changed);
     output.innerHTML = r.html;

@@ -135,18 +135,33 @@ export function ppModel(name, p, m, v, tF, tB, tW) {
 
 const COL = {F: "#4c78a8", B: "#e45756", W: "#54a24b"};
 
+// The schedule and v change together: choosing "interleaved" sets v to 2 when it was below 2,
+// choosing any other schedule sets v to 1 (the only value those accept). Returns the controls to set.
+export function ppLink(values, changed) {
+  if (changed !== "schedule") return {};
+  if (values.schedule !== "interleaved") return {v: 1};
+  return typeof values.v === "number" && values.v >= 2 ? {} : {v: 2};
+}
+
+// v applies only to the interleaved schedule: its box is disabled for the others.
+export function ppDisabled(values) {
+  return values.schedule === "interleaved" ? [] : ["v"];
+}
+
 // config: {} (nothing lives in Python but the model itself)
 registerExplorer("pp-schedule", {
   title: "Pipeline schedules: timeline, bubble and activations held",
   controls: [
     {name: "schedule", label: "schedule", type: "select", options: NAMES, value: "1f1b"},
-    {name: "p", label: "p (ranks)", type: "number", min: 1, step: 1, value: 4},
-    {name: "m", label: "m (micro-batches)", type: "number", min: 1, step: 1, value: 8},
-    {name: "v", label: "v (chunks; >= 2 for interleaved, 1 otherwise)", type: "number", min: 1, step: 1, value: 1},
+    {name: "p", label: "p (ranks)", type: "number", min: 1, max: 64, step: 1, value: 4},
+    {name: "m", label: "m (micro-batches)", type: "number", min: 1, max: 512, step: 1, value: 8},
+    {name: "v", label: "v (chunks per rank; interleaved only, >= 2)", type: "number", min: 1, max: 64, step: 1, value: 1},
     {name: "tF", label: "t_F", type: "number", min: 0, step: 0.25, value: 1},
     {name: "tB", label: "t_B (input gradient)", type: "number", min: 0, step: 0.25, value: 1},
     {name: "tW", label: "t_W (weight gradient)", type: "number", min: 0, step: 0.25, value: 1},
   ],
+  link: ppLink,
+  disabled: ppDisabled,
   draw(v) {
     // v is used as given: the interleaved schedule with v = 1 is refused with the rule it breaks
     const vv = v.v;
