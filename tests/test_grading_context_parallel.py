@@ -8,7 +8,7 @@ import cloudpickle
 import pytest
 import torch
 import torch.distributed as dist
-from grading_support import exercise_function, failure
+from grading_support import clause_cases, clause_fails, exercise_function, failure
 
 from minipar.grading import check
 
@@ -60,19 +60,6 @@ def merge_swapped(o_a, lse_a, o_b, lse_b):
     ), lse
 
 
-@pytest.mark.parametrize(
-    "fn, reason",
-    [
-        (merge_average, "o is the average of o_a and o_b"),
-        (merge_naive_exp, "exp(lse) overflows"),
-        (merge_lse_is_max, "lse is max(lse_a, lse_b)"),
-        (merge_swapped, "the two weights are swapped"),
-    ],
-)
-def test_merge_mistakes_are_named(fn, reason, capsys):
-    assert reason in failure("context_parallel.merge_softmax_blocks", fn, capsys)
-
-
 # ------------------------------------------------------------------ 02 zigzag
 def zigzag_contiguous(x, dim, group=None):
     cp, r = dist.get_world_size(group), dist.get_rank(group)
@@ -89,20 +76,6 @@ def zigzag_global_rank(x, dim, group=None):
     cp, r = dist.get_world_size(), dist.get_rank()  # ignores the group
     c = x.chunk(2 * cp, dim=dim)
     return torch.cat([c[r], c[2 * cp - 1 - r]], dim=dim)
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize(
-    "fn, reason",
-    [
-        (zigzag_contiguous, "that is chunk r of cp contiguous chunks"),
-        (zigzag_reversed, "the two chunks are in the wrong order"),
-        (zigzag_global_rank, "use the group's rank and size"),
-    ],
-)
-def test_zigzag_mistakes_are_named(fn, reason, capsys):
-    out = failure("context_parallel.zigzag_shard", fn, capsys)
-    assert reason in out and "expected" in out
 
 
 # ------------------------------------------------------------------ 03 ring step
@@ -156,20 +129,6 @@ def ring_group_ranks_as_peers(q, k, v, o, lse, group=None):
     return (o_b, l_b, *_shift(k, v, group, global_peers=False))
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize(
-    "fn, reason",
-    [
-        (ring_wrong_direction, "the ring turns the wrong way"),
-        (ring_replace, "merge each step's block result into the running (o, lse)"),
-        (ring_average, "o is the average of the"),
-        (ring_group_ranks_as_peers, "group"),
-    ],
-)
-def test_ring_mistakes_are_named(fn, reason, capsys):
-    assert reason in failure("context_parallel.ring_step", fn, capsys)
-
-
 # ------------------------------------------------------------------ 04 Ulysses
 def ulysses_interleaved(x, group=None):
     cp = dist.get_world_size(group)
@@ -201,19 +160,6 @@ def ulysses_no_check(x, group=None):
     recv = torch.empty_like(send)
     dist.all_to_all_single(recv, send, group=group)
     return recv.permute(1, 2, 0, 3, 4).reshape(b, ah, cp * n, d)
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize(
-    "fn, reason",
-    [
-        (ulysses_interleaved, "every cp-th head"),
-        (ulysses_positions_scrambled, "token positions along s are"),
-        (ulysses_no_check, "gave no error"),
-    ],
-)
-def test_ulysses_mistakes_are_named(fn, reason, capsys):
-    assert reason in failure("context_parallel.seq_to_heads", fn, capsys)
 
 
 # ------------------------------------------------------------------ 05 all-gather, documents
@@ -298,24 +244,44 @@ def test_allgather_documents_two_gathers_and_no_collective_on_one_rank_pass():
     assert check("context_parallel.allgather_documents", docs_two_gathers)
 
 
-@pytest.mark.slow
+# ------------------------------------------------------------------ the clause table's wrong answers
+WRONG = {
+    # 01 merge
+    "merge_average": merge_average,
+    "merge_naive_exp": merge_naive_exp,
+    "merge_lse_is_max": merge_lse_is_max,
+    "merge_swapped": merge_swapped,
+    # 02 zigzag
+    "zigzag_contiguous": zigzag_contiguous,
+    "zigzag_reversed": zigzag_reversed,
+    "zigzag_global_rank": zigzag_global_rank,
+    # 03 ring step
+    "ring_wrong_direction": ring_wrong_direction,
+    "ring_replace": ring_replace,
+    "ring_average": ring_average,
+    "ring_group_ranks_as_peers": ring_group_ranks_as_peers,
+    # 04 Ulysses
+    "ulysses_interleaved": ulysses_interleaved,
+    "ulysses_positions_scrambled": ulysses_positions_scrambled,
+    "ulysses_no_check": ulysses_no_check,
+    # 05 all-gather attention over documents
+    "docs_float32": docs_float32,
+    "docs_causal_only": docs_causal_only,
+    "docs_no_causal": docs_no_causal,
+    "docs_local_positions": docs_local_positions,
+    "docs_heads_repeated": docs_heads_repeated,
+    "docs_strict_causal": docs_strict_causal,
+    "docs_global_rank": docs_global_rank,
+    "docs_world_gather": docs_world_gather,
+}
+
+
 @pytest.mark.parametrize(
-    "fn, reason",
-    [
-        (docs_float32, "dtype float32, expected float64"),
-        (docs_causal_only, "attention crosses document boundaries"),
-        (docs_no_causal, "the mask must also be causal"),
-        (docs_local_positions, "the mask uses local query positions"),
-        (docs_heads_repeated, "(repeat_interleave), not i % a_kv (repeat)"),
-        (docs_strict_causal, "a query must see its own key"),
-        (docs_global_rank, "use the group's rank"),
-        (docs_world_gather, "the whole-world case passed"),
-    ],
+    "task_id, clause",
+    clause_cases("context_parallel", slow=lambda t: not t.endswith("merge_softmax_blocks")),
 )
-def test_allgather_documents_mistakes_are_named(fn, reason, capsys):
-    out = failure("context_parallel.allgather_documents", fn, capsys)
-    assert reason in out, out
-    assert "group" in out or "rank 0" in out or "rank 1" in out or "rank 2" in out
+def test_every_clause_has_a_wrong_answer_that_fails_with_its_reason(task_id, clause, capsys):
+    clause_fails(task_id, clause, WRONG, capsys)
 
 
 def test_course_code_is_rejected(capsys):

@@ -27,7 +27,7 @@ import math
 
 from minipar.grading import GradeFailure, task
 from minipar.grading.compare import err, randn, same
-from minipar.grading.declare import Layouts
+from minipar.grading.declare import Clause, Layouts
 from minipar.grading.imports import forbid_course_code
 
 CHAPTER = "context_parallel"
@@ -586,3 +586,149 @@ def check_allgather_documents(fn, **_):
             f"{where} (cp = {cp}, documents {DOCS[cp]}): "
             + (why if why else f"the output differs ({err(y, want)})")
         )
+
+
+# ---------------------------------------------------------------- the exercises' contracts
+# clause of the starter's text -> the input that makes it matter -> a wrong answer breaking only
+# that clause (tests/test_grading_context_parallel.py) -> words of the reason it gets
+_IN_MERGE = "two key blocks at logits ~1 and ~1000, and a fully masked block"
+_IN_LAYOUTS = "the whole world of 3 ranks; groups {0} and {1, 2}; groups {0, 2} and {1, 3} of 4"
+_IN_DOCS = _IN_LAYOUTS + "; documents crossing shard boundaries; a = 4 query heads, 2 K/V heads"
+CLAUSES = {
+    "context_parallel.merge_softmax_blocks": (
+        Clause(
+            "weights exp(lse_a − lse), not ½",
+            _IN_MERGE,
+            "merge_average",
+            "o is the average of o_a and o_b",
+        ),
+        Clause(
+            "stable at large logits: no exp(lse) alone",
+            _IN_MERGE,
+            "merge_naive_exp",
+            "exp(lse) overflows",
+        ),
+        Clause(
+            "lse = log(exp(lse_a) + exp(lse_b))",
+            _IN_MERGE,
+            "merge_lse_is_max",
+            "lse is max(lse_a, lse_b)",
+        ),
+        Clause(
+            "o_a takes block a's weight", _IN_MERGE, "merge_swapped", "the two weights are swapped"
+        ),
+    ),
+    "context_parallel.zigzag_shard": (
+        Clause(
+            "rank r takes chunks r and 2cp−1−r of 2cp",
+            _IN_LAYOUTS,
+            "zigzag_contiguous",
+            "that is chunk r of cp contiguous chunks",
+        ),
+        Clause(
+            "chunk r first, then chunk 2cp−1−r",
+            _IN_LAYOUTS,
+            "zigzag_reversed",
+            "the two chunks are in the wrong order",
+        ),
+        Clause(
+            "the group's rank and size",
+            _IN_LAYOUTS,
+            "zigzag_global_rank",
+            "use the group's rank and size",
+        ),
+    ),
+    "context_parallel.ring_step": (
+        Clause(
+            "receive K/V from the previous rank, send to the next",
+            _IN_LAYOUTS,
+            "ring_wrong_direction",
+            "the ring turns the wrong way",
+        ),
+        Clause(
+            "merge each block into the running (o, lse)",
+            _IN_LAYOUTS,
+            "ring_replace",
+            "merge each step's block result into the running (o, lse)",
+        ),
+        Clause(
+            "merge with the log-sum-exp weights",
+            _IN_LAYOUTS,
+            "ring_average",
+            "o is the average of the",
+        ),
+        Clause(
+            "peers are global ranks of the group's members",
+            _IN_LAYOUTS,
+            "ring_group_ranks_as_peers",
+            "dist.get_global_rank(group, r)",
+        ),
+    ),
+    "context_parallel.seq_to_heads": (
+        Clause(
+            "rank r gets heads r·a/cp … (r+1)·a/cp − 1",
+            _IN_LAYOUTS,
+            "ulysses_interleaved",
+            "every cp-th head",
+        ),
+        Clause(
+            "tokens in order of position: rank 0's first",
+            _IN_LAYOUTS,
+            "ulysses_positions_scrambled",
+            "token positions along s are",
+        ),
+        Clause(
+            "heads not divisible by cp: ValueError",
+            _IN_LAYOUTS + "; 5 heads at cp = 2 and 3",
+            "ulysses_no_check",
+            "gave no error",
+        ),
+    ),
+    "context_parallel.allgather_documents": (
+        Clause(
+            "return q's dtype (float64), within 1e-7",
+            _IN_DOCS,
+            "docs_float32",
+            "dtype float32, expected float64",
+        ),
+        Clause(
+            "keys of other documents are masked",
+            _IN_DOCS,
+            "docs_causal_only",
+            "attention crosses document boundaries",
+        ),
+        Clause(
+            "the mask is causal within a document",
+            _IN_DOCS,
+            "docs_no_causal",
+            "the mask must also be causal",
+        ),
+        Clause(
+            "queries sit at global positions r·n …",
+            _IN_DOCS,
+            "docs_local_positions",
+            "the mask uses local query positions",
+        ),
+        Clause(
+            "query head i reads K/V head i // (a/a_kv)",
+            _IN_DOCS,
+            "docs_heads_repeated",
+            "(repeat_interleave), not i % a_kv (repeat)",
+        ),
+        Clause(
+            "a query sees its own key (j ≤ i)",
+            _IN_DOCS,
+            "docs_strict_causal",
+            "a query must see its own key",
+        ),
+        Clause(
+            "positions from the group's rank", _IN_DOCS, "docs_global_rank", "use the group's rank"
+        ),
+        Clause(
+            "all-gather over the group",
+            _IN_DOCS,
+            "docs_world_gather",
+            "the whole-world case passed",
+        ),
+    ),
+}
