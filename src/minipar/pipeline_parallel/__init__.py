@@ -5,7 +5,7 @@ simulate.py       run a schedule on paper: deadlocks, bubble, micro-batches in f
 model_bubble.py   the closed-form bubble and in-flight figures each schedule should meet
 plots.py          a schedule as a text timeline and as a matplotlib chart
 stage.py          a small GPT cut into stages by layers (embedding first, head + loss last)
-communication.py  tagged isend/recv between stages, the tied-embedding all-reduce
+communication.py  untagged messages between stages in one global order, the tied-embedding all-reduce
 executor.py       PipelineExecutor: runs any action list on ranks (F, B, W)
 train.py          training on ranks with any schedule, and the one-process reference
 timed.py          fixed-duration stages for measuring the bubble (minipar bench pp)
