@@ -882,3 +882,26 @@ def test_zero_adam_skip_counts_the_step_as_documented(contract):
     gap = {k: (counted[k] - plain[k]).abs().max().item() for k in plain}
     assert gap["branch.weight"] > 1e-4 and gap["branch.bias"] > 1e-4  # the difference is real,
     assert max(gap, key=gap.get).startswith("branch.")  # the branch's above all
+
+
+def test_assign_buckets_fills_from_the_last_parameter_and_closes_at_the_cap():
+    from minipar.data_parallel.bucketed import assign_buckets
+
+    # sizes in bytes of parameters 0..4; a bucket closes once it holds the cap (10) or more
+    assert assign_buckets([4, 4, 8, 3, 3], 10) == [[4, 3, 2], [1, 0]]
+    assert assign_buckets([4, 4, 8, 3, 3], 1e9) == [[4, 3, 2, 1, 0]]  # one bucket
+    assert assign_buckets([4, 4], 1) == [[1], [0]]  # every parameter alone
+    with pytest.raises(ValueError, match=r"bucket cap \(0 bytes\) must be > 0"):
+        assign_buckets([4], 0)
+
+
+def test_run_on_ranks_names_its_backend_so_the_launcher_prints_nothing(monkeypatch, capsys):
+    """The launcher announces an "auto" choice on stdout, which lands in the notebook's page;
+    run_on_ranks resolves "auto" itself and passes the name."""
+    from minipar.data_parallel import timing
+
+    seen = []
+    monkeypatch.setattr(timing.launch, "run", lambda fn, n, *a, backend: seen.append(backend))
+    timing.run_on_ranks(print, 2)
+    assert seen and seen[0] in ("gloo", "nccl")
+    assert capsys.readouterr().out == ""

@@ -21,7 +21,7 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 from minipar.cost.collectives import collective_time, fit_alpha_beta
 from minipar.cost.data_parallel import dp_step_time
 from minipar.runtime import launch
-from minipar.runtime.device import get_device, synchronize
+from minipar.runtime.device import get_device, resolve_backend, synchronize
 
 from .bucketed import BucketedDataParallel
 from .models import mlp, mlp_params
@@ -31,8 +31,9 @@ from .naive import all_reduce_gradients
 def run_on_ranks(fn, n: int, *args, backend: str = "auto") -> list:
     """:func:`minipar.runtime.launch.run` with ``backend="auto"``: NCCL with a GPU per rank where there
     are enough GPUs, gloo on the CPU otherwise (the experiments put tensors on the rank's
-    device)."""
-    return launch.run(fn, n, *args, backend=backend)
+    device). The choice is resolved here and passed on by name, so the launcher does not print
+    its choice into the notebook's output."""
+    return launch.run(fn, n, *args, backend=resolve_backend(backend, n))
 
 
 def _clock() -> float:
