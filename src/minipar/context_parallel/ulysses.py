@@ -20,7 +20,7 @@ from __future__ import annotations
 import torch
 import torch.distributed as dist
 
-from minipar.dist import group_size
+from minipar.dist import group_rank, group_size
 
 from .online_softmax import expand_kv, full_attention
 
@@ -90,6 +90,22 @@ def kv_heads_sent(a: int, a_kv: int, cp: int) -> int:
     return max(a_kv, cp)
 
 
+def heads_after_all_to_all(a: int, a_kv: int, cp: int, rank: int) -> dict[str, range]:
+    """Which heads rank ``rank`` holds for all s tokens after :func:`seq_to_heads`: query heads
+    ``q`` (a/cp consecutive ones) and the K/V heads ``kv`` they read, numbered in the a_kv
+    original K/V heads (a_kv/cp of them, or the one head repeated cp/a_kv times when a_kv < cp).
+    Before the all-to-all it held all a query and a_kv K/V heads of its s/cp tokens."""
+    m = kv_heads_sent(a, a_kv, cp)
+    if not 0 <= rank < cp:
+        raise ValueError(f"rank ({rank}) must be in [0, cp={cp})")
+    kv = range(rank * (m // cp), (rank + 1) * (m // cp))  # of the m heads sent
+    per = m // a_kv  # copies of each K/V head: 1, or cp/a_kv when replicated
+    return {
+        "q": range(rank * (a // cp), (rank + 1) * (a // cp)),
+        "kv": range(kv.start // per, (kv.stop - 1) // per + 1),
+    }
+
+
 def ulysses_attention(q, k, v, causal: bool = False, group=None, attention=full_attention):
     """This rank's output shard (b, a, s/cp, d) of softmax(q kᵀ/√d) v; q (b, a, s/cp, d), k and
     v (b, a_kv, s/cp, d) contiguous sequence shards. ``attention(q, k, v, causal)`` is the local
@@ -103,5 +119,7 @@ def ulysses_attention(q, k, v, causal: bool = False, group=None, attention=full_
     parts = [t.reshape(b, cp, t.shape[1] // cp, n, d) for t in (q, k, v)]  # (b, cp, ·/cp, s/cp, d)
     qkv = torch.cat(parts, dim=2).reshape(b, a + 2 * m, n, d)  # per destination: its q, k, v heads
     qkv = seq_to_heads(qkv, group)  # (b, (a + 2m)/cp, s, d)
-    ql, kl, vl = qkv.split([a // cp, m // cp, m // cp], dim=1)
+    mine = heads_after_all_to_all(a, a_kv, cp, group_rank(group))
+    nq, nkv = len(mine["q"]), m // cp  # a/cp query heads; their K/V heads (copies included)
+    ql, kl, vl = qkv.split([nq, nkv, nkv], dim=1)
     return heads_to_seq(attention(ql, kl, vl, causal), group)  # (b, a, s/cp, d)

@@ -1,0 +1,264 @@
+"""Figures of the context-parallel chapter, drawn from ``minipar.context_parallel`` (the
+sharding functions, the ring's pair plan, Ulysses' head plan) and ``minipar.cost.context_parallel``
+(bytes each rank sends).
+
+The chunk maps and the ring use cp = 4 ranks, the smallest ring in which every kind of step
+(own block, earlier block, later block) appears on some rank.
+"""
+
+from __future__ import annotations
+
+from figures.kit import figure
+from minipar.context_parallel.ring import plan
+from minipar.context_parallel.sharding import chunk_ids, positions
+from minipar.context_parallel.ulysses import heads_after_all_to_all
+from minipar.cost import context_parallel as C
+
+CP = 4
+LAYOUTS = ("contiguous", "zigzag", "striped")
+
+
+def _owners(s: int, cp: int, layout: str) -> list[int]:
+    """The rank that holds each global position, from :func:`positions`."""
+    owner = [0] * s
+    for r in range(cp):
+        for p in positions(s, cp, r, layout).tolist():
+            owner[p] = r
+    return owner
+
+
+def _off(ax):
+    ax.set_facecolor("none")
+    ax.set_xticks([])
+    ax.set_yticks([])
+    for sp in ax.spines.values():
+        sp.set_visible(False)
+
+
+@figure(draws=["minipar.context_parallel.sharding.positions"])
+def chunk_maps(pal):
+    """Three layouts of s = 16 tokens on cp = 4 ranks: the strip on top says which rank holds
+    each token; below, the causal mask (query row i sees keys j ≤ i), each visible entry in the
+    colour of the rank that computes it (the query's owner); under it, each rank's entries."""
+    import matplotlib.pyplot as plt  # noqa: PLC0415 (matplotlib: loaded only when a figure is drawn)
+
+    s = 16
+    fig, axes = pal.subplots(6.8, 3.3, ncols=3)
+    for ax, layout in zip(axes, LAYOUTS):
+        owner = _owners(s, CP, layout)
+        work = [0] * CP
+        for i in range(s):  # query i sees i + 1 keys
+            work[owner[i]] += i + 1
+        for j in range(s):  # the strip: owner of each token
+            ax.add_patch(
+                plt.Rectangle(
+                    (j, 1.2), 1, 1, facecolor=pal.color(owner[j]), edgecolor=pal.fg, lw=0.4
+                )
+            )
+        for i in range(s):
+            for j in range(i + 1):
+                ax.add_patch(
+                    plt.Rectangle(
+                        (j, -i - 1), 1, 1, facecolor=pal.color(owner[i]), edgecolor="none"
+                    )
+                )
+        ax.plot([0, s, s, 0, 0], [0, 0, -s, -s, 0], color=pal.muted, lw=0.6)
+        ax.set_xlim(-0.2, s + 0.2)
+        ax.set_ylim(-s - 0.2, 2.4)
+        ax.set_aspect("equal")
+        _off(ax)
+        ratio = max(work) / (sum(work) / CP)
+        ax.set_title(f"{layout}\nslowest / mean = {ratio:.2f}", fontsize=10)
+        ax.set_xlabel("entries per rank:\n" + ", ".join(str(w) for w in work), fontsize=9)
+    axes[0].text(-0.6, 1.7, "owner", ha="right", va="center", fontsize=9)
+    axes[0].text(-0.6, -s / 2, "query →", ha="right", va="center", fontsize=9, rotation=90)
+    handles = [
+        plt.Rectangle((0, 0), 1, 1, facecolor=pal.color(r), edgecolor=pal.fg, lw=0.4)
+        for r in range(CP)
+    ]
+    fig.legend(
+        handles,
+        [f"rank {r}" for r in range(CP)],
+        loc="lower center",
+        ncol=CP,
+        bbox_to_anchor=(0.5, -0.04),
+        handlelength=1.2,
+    )
+    fig.subplots_adjust(wspace=0.12, bottom=0.2)
+    return fig
+
+
+_KIND = {"full": 2, "causal": 4}  # series colours: a whole pair (green), the diagonal (sky)
+
+
+@figure(
+    draws=[
+        "minipar.context_parallel.ring.plan",
+        "minipar.context_parallel.sharding.chunk_ids",
+    ]
+)
+def ring_steps(pal):
+    """Causal ring attention, zigzag, cp = 4: at step i rank r holds the K/V of rank r − i.
+    Each cell is the 2 × 2 grid of (query chunk, key chunk) pairs of that rank and step, as
+    ``plan`` returns them: whole, diagonal (triangular mask) or skipped."""
+    import matplotlib.patches as mpatches  # noqa: PLC0415 (matplotlib: only when drawn)
+    import matplotlib.pyplot as plt  # noqa: PLC0415 (as above)
+
+    layout = "zigzag"
+    fig, ax = pal.subplots(6.4, 4.2)
+    gap = 0.9
+    for r in range(CP):
+        q_ids = chunk_ids(r, CP, layout)
+        for step in range(CP):
+            src = (r - step) % CP
+            k_ids = chunk_ids(src, CP, layout)
+            todo = {(i, j): m for i, j, m in plan(q_ids, k_ids, causal=True)}
+            x0, y0 = step * (2 + gap), -r * (2 + gap)
+            work = 0.0
+            for i in range(2):
+                for j in range(2):
+                    kind = todo.get((i, j))
+                    work += {"full": 1, "causal": 0.5, None: 0}[kind]
+                    ax.add_patch(
+                        plt.Rectangle(
+                            (x0 + j, y0 - i - 1),
+                            1,
+                            1,
+                            facecolor=pal.box if kind is None else pal.color(_KIND[kind]),
+                            edgecolor=pal.fg,
+                            lw=0.5,
+                            hatch=None if kind else "///",
+                        )
+                    )
+            for j, kc in enumerate(k_ids):
+                ax.text(x0 + j + 0.5, y0 + 0.15, f"k{kc}", ha="center", va="bottom", fontsize=9)
+            if step == 0:
+                for i, qc in enumerate(q_ids):
+                    ax.text(x0 - 0.1, y0 - i - 0.5, f"q{qc}", ha="right", va="center", fontsize=9)
+            ax.text(
+                x0 + 2.12, y0 - 1, f"{work:g}", ha="left", va="center", fontsize=9, color=pal.muted
+            )
+    for step in range(CP):
+        ax.text(step * (2 + gap) + 1, 1.0, f"step {step}", ha="center", va="bottom", fontsize=10)
+    for r in range(CP):
+        ax.text(-0.9, -r * (2 + gap) - 1, f"rank {r}", ha="right", va="center", fontsize=10)
+    ax.set_xlim(-2.6, CP * (2 + gap))
+    ax.set_ylim(-CP * (2 + gap) + gap - 0.2, 1.7)
+    ax.set_aspect("equal")
+    _off(ax)
+    handles = [
+        mpatches.Patch(facecolor=pal.color(2), edgecolor=pal.fg, label="whole pair"),
+        mpatches.Patch(facecolor=pal.color(4), edgecolor=pal.fg, label="diagonal: half"),
+        mpatches.Patch(facecolor=pal.box, edgecolor=pal.fg, hatch="///", label="skipped"),
+    ]
+    fig.legend(handles=handles, loc="lower center", ncol=3, bbox_to_anchor=(0.5, -0.02))
+    fig.subplots_adjust(bottom=0.1)
+    return fig
+
+
+@figure(draws=["minipar.context_parallel.ulysses.heads_after_all_to_all"])
+def ulysses_repartition(pal):
+    """Ulysses at cp = 4 with a = 8 query heads and a_kv = 2 K/V heads, s = 16 tokens: before
+    the all-to-all rank r holds every head of tokens [4r, 4r + 4); after it, its two query heads
+    and the one K/V head they read, for all 16 tokens (each K/V head goes to two ranks, so it
+    is repeated before the all-to-all)."""
+    import matplotlib.pyplot as plt  # noqa: PLC0415 (matplotlib: loaded only when a figure is drawn)
+
+    a, a_kv, cp, s = 8, 2, CP, 16
+    n = s // cp
+    after_heads = [heads_after_all_to_all(a, a_kv, cp, r) for r in range(cp)]
+    kv_rows = [(h, r) for r in range(cp) for h in after_heads[r]["kv"]]  # copies, by rank
+    fig, axes = pal.subplots(6.8, 3.2, ncols=2)
+
+    def cell(ax, x, y, r, kv=False):
+        ax.add_patch(
+            plt.Rectangle(
+                (x, y - (0.5 if kv else 0) - 1),
+                1,
+                1,
+                facecolor=pal.color(r),
+                edgecolor=pal.fg,
+                lw=0.3,
+                hatch="..." if kv else None,
+            )
+        )
+
+    before, after = axes
+    for t in range(s):  # before: rank t // n holds every head of token t
+        for h in range(a):
+            cell(before, t, -h, t // n)
+        for h in range(a_kv):
+            cell(before, t, -a - h, t // n, kv=True)
+    for r, mine in enumerate(after_heads):
+        for t in range(s):
+            for h in mine["q"]:
+                cell(after, t, -h, r)
+    for row, (_, r) in enumerate(kv_rows):
+        for t in range(s):
+            cell(after, t, -a - row, r, kv=True)
+    for ax, kv_names, title in (
+        (before, [f"kv{h}" for h in range(a_kv)], f"before: {n} tokens per rank, all heads"),
+        (after, [f"kv{h}" for h, _ in kv_rows], f"after: {a // cp} query heads per rank"),
+    ):
+        for h in range(a):
+            ax.text(-0.4, -h - 0.5, f"q{h}", ha="right", va="center", fontsize=9)
+        for k, name in enumerate(kv_names):
+            ax.text(-0.4, -a - k - 1.0, name, ha="right", va="center", fontsize=9)
+        ax.set_xlim(-2.4, s + 0.2)
+        ax.set_ylim(-a - len(kv_names) - 0.7, 0.2)
+        ax.set_aspect("equal")
+        _off(ax)
+        ax.set_title(title, fontsize=10)
+        ax.set_xlabel("token position →", fontsize=9)
+    handles = [
+        plt.Rectangle((0, 0), 1, 1, facecolor=pal.color(r), edgecolor=pal.fg, lw=0.4)
+        for r in range(cp)
+    ]
+    handles.append(plt.Rectangle((0, 0), 1, 1, facecolor="none", edgecolor=pal.fg, hatch="..."))
+    fig.legend(
+        handles,
+        [f"rank {r}" for r in range(cp)] + ["K/V head"],
+        loc="lower center",
+        ncol=cp + 1,
+        bbox_to_anchor=(0.5, -0.02),
+        handlelength=1.2,
+        columnspacing=1.0,
+    )
+    fig.subplots_adjust(wspace=0.12, bottom=0.12)
+    return fig
+
+
+@figure(
+    draws=[
+        "minipar.cost.context_parallel.ring_sent_bytes_per_layer",
+        "minipar.cost.context_parallel.allgather_sent_bytes_per_layer",
+        "minipar.cost.context_parallel.ulysses_sent_bytes_per_layer",
+    ]
+)
+def traffic_vs_cp(pal):
+    """Bytes each rank sends per layer (forward + backward, bf16, float32 dK/dV) at Llama 3
+    405B's widths (h = 16384, 128 query and 8 K/V heads) and s = 131,072, as cp grows."""
+    s, h, h_kv, a_kv = 131072, 16384, 1024, 8
+    cps = [2, 4, 8, 16, 32, 64, 128]
+    ring = [C.ring_sent_bytes_per_layer(1, s, h_kv, c)["total"] / 1e9 for c in cps]
+    ag = [C.allgather_sent_bytes_per_layer(1, s, h_kv, c)["total"] / 1e9 for c in cps]
+    uly = [
+        C.ulysses_sent_bytes_per_layer(1, s, h, c, h_kv=h_kv, a_kv=a_kv)["total"] / 1e9 for c in cps
+    ]
+    fig, ax = pal.subplots(6.4, 3.0)
+    ax.plot(cps, ring, "o-", color=pal.color(5), label="ring attention")
+    ax.plot(cps, ag, "s--", color=pal.color(2), label="all-gather CP")
+    ax.plot(cps, uly, "^-", color=pal.color(0), label="Ulysses (K/V heads repeated past cp = 8)")
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log")
+    ax.set_xticks(cps, [str(c) for c in cps])
+    ticks = [0.25, 0.5, 1, 2, 4]
+    ax.set_yticks(ticks, [f"{v:g}" for v in ticks])
+    ax.minorticks_off()
+    ax.set_xlabel("cp (GPUs one sequence is split over)")
+    ax.set_ylabel("GB sent per GPU per layer")
+    ax.grid(True, which="major", lw=0.5)
+    ax.legend(loc="lower left")
+    for sp in ("top", "right"):
+        ax.spines[sp].set_visible(False)
+    return fig
