@@ -7,7 +7,7 @@ import cloudpickle
 import pytest
 import torch
 import torch.distributed as dist
-from grading_support import exercise_function, failure
+from grading_support import clause_cases, clause_fails, exercise_function, failure
 
 from minipar.expert_parallel import all_to_all
 
@@ -75,20 +75,6 @@ def gates_index_order(logits, k):
     return top / top.sum(-1, keepdim=True), idx
 
 
-@pytest.mark.parametrize(
-    "fn, words",
-    [
-        (gates_not_renormalised, "not renormalised"),
-        (gates_smallest, "LEAST likely"),
-        (gates_softmax_over_tokens, "over the tokens (dim 0)"),
-        (gates_detached, "no gradient"),
-        (gates_index_order, "not in order"),
-    ],
-)
-def test_gate_mistakes_are_named(fn, words, capsys):
-    assert words in _fail("top_k_gates", fn, capsys)
-
-
 # ------------------------------------------------------------------ 04 capacity (one process)
 def keep_token_major(experts, num_experts, capacity):
     n, K = experts.shape
@@ -151,27 +137,6 @@ def gates_int32_experts(logits, k):
     p = torch.softmax(logits, -1)
     top, idx = p.topk(k)
     return top / top.sum(-1, keepdim=True), idx.int()
-
-
-@pytest.mark.parametrize(
-    "fn, words", [(gates_float32, "expected float64"), (gates_int32_experts, "expected int64")]
-)
-def test_gate_types_are_checked(fn, words, capsys):
-    assert words in _fail("top_k_gates", fn, capsys)
-
-
-@pytest.mark.parametrize(
-    "fn, words",
-    [
-        (keep_int_mask, "expected bool"),
-        (keep_token_major, "token-major"),
-        (keep_less_equal, "not ≤ C"),
-        (keep_per_slot, "restarts for each slot"),
-        (keep_from_course, "course's own"),
-    ],
-)
-def test_capacity_mistakes_are_named(fn, words, capsys):
-    assert words in _fail("keep_mask", fn, capsys)
 
 
 # ------------------------------------------------------------------ 02 dispatch (ranks)
@@ -237,22 +202,6 @@ def dispatch_no_minlength(x, experts, num_experts, group=None):
     return _dispatch(x, experts, num_experts, group, minlength=False)
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize(
-    "fn, words",
-    [
-        (dispatch_unsorted, "not sorted by expert"),
-        (dispatch_token_major, "token-major"),
-        (dispatch_no_exchange, "exchange the counts"),
-        (dispatch_world_size, "not the whole world"),
-        (dispatch_unstable, "not stable reorders equal keys"),
-        (dispatch_no_minlength, "torch.bincount returns max + 1 bins"),
-    ],
-)
-def test_dispatch_mistakes_are_named(fn, words, capsys):
-    assert words in _fail("dispatch", fn, capsys)
-
-
 # ------------------------------------------------------------------ 03 combine (ranks)
 def combine_without_gates(out, send_counts, recv_counts, token, gate, n, group=None):
     back = all_to_all(out, send_counts.sum(1).tolist(), recv_counts.sum(1).tolist(), group)
@@ -289,21 +238,6 @@ def combine_raw_collective(out, send_counts, recv_counts, token, gate, n, group=
 def combine_splits_not_swapped(out, send_counts, recv_counts, token, gate, n, group=None):
     back = all_to_all(out, recv_counts.sum(1).tolist(), send_counts.sum(1).tolist(), group)
     return back.new_zeros(n, back.shape[1]).index_add(0, token, gate[:, None] * back)
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize(
-    "fn, words",
-    [
-        (combine_splits_not_swapped, "swaps the two lists"),
-        (combine_without_gates, "without their gates"),
-        (combine_dispatch_order, "dispatch"),
-        (combine_averaged, "divided by K"),
-        (combine_raw_collective, "no gradient"),
-    ],
-)
-def test_combine_mistakes_are_named(fn, words, capsys):
-    assert words in _fail("combine", fn, capsys)
 
 
 # ------------------------------------------------------------------ 05 dropless (ranks)
@@ -392,23 +326,51 @@ def dropless_sizes_bincount(x, experts, num_experts, group=None):
     return _dropless(x, experts, num_experts, group, sizes="bincount")
 
 
-@pytest.mark.slow
+# ------------------------------------------------------------------ the clause table's wrong answers
+WRONG = {
+    "gates_not_renormalised": gates_not_renormalised,
+    "gates_smallest": gates_smallest,
+    "gates_softmax_over_tokens": gates_softmax_over_tokens,
+    "gates_detached": gates_detached,
+    "gates_index_order": gates_index_order,
+    "keep_token_major": keep_token_major,
+    "keep_less_equal": keep_less_equal,
+    "keep_per_slot": keep_per_slot,
+    "keep_from_course": keep_from_course,
+    "keep_int_mask": keep_int_mask,
+    "gates_float32": gates_float32,
+    "gates_int32_experts": gates_int32_experts,
+    "dispatch_unsorted": dispatch_unsorted,
+    "dispatch_token_major": dispatch_token_major,
+    "dispatch_no_exchange": dispatch_no_exchange,
+    "dispatch_world_size": dispatch_world_size,
+    "dispatch_unstable": dispatch_unstable,
+    "dispatch_no_minlength": dispatch_no_minlength,
+    "combine_without_gates": combine_without_gates,
+    "combine_dispatch_order": combine_dispatch_order,
+    "combine_averaged": combine_averaged,
+    "combine_raw_collective": combine_raw_collective,
+    "combine_splits_not_swapped": combine_splits_not_swapped,
+    "dropless_source_major": dropless_source_major,
+    "dropless_sizes_per_source": dropless_sizes_per_source,
+    "dropless_sizes_sent": dropless_sizes_sent,
+    "dropless_sizes_int32": dropless_sizes_int32,
+    "dropless_token_major": dropless_token_major,
+    "dropless_sources_reversed": dropless_sources_reversed,
+    "dropless_world_size": dropless_world_size,
+    "dropless_unstable": dropless_unstable,
+    "dropless_sizes_bincount": dropless_sizes_bincount,
+}
+
+
 @pytest.mark.parametrize(
-    "fn, words",
-    [
-        (dropless_source_major, "grouped by source rank"),
-        (dropless_sizes_per_source, "sum them"),
-        (dropless_sizes_sent, "SENDS"),
-        (dropless_sizes_int32, "expected int64"),
-        (dropless_token_major, "token-major"),
-        (dropless_sources_reversed, "not in source order"),
-        (dropless_world_size, "not the whole world"),
-        (dropless_unstable, "keeps the order of equal keys"),
-        (dropless_sizes_bincount, "torch.bincount returns max + 1 bins"),
-    ],
+    "task_id, clause",
+    clause_cases(
+        "expert_parallel", slow=lambda t: t.split(".")[1] not in ("top_k_gates", "keep_mask")
+    ),
 )
-def test_dropless_mistakes_are_named(fn, words, capsys):
-    assert words in _fail("dropless_dispatch", fn, capsys)
+def test_every_clause_has_a_wrong_answer_that_fails_with_its_reason(task_id, clause, capsys):
+    clause_fails(task_id, clause, WRONG, capsys)
 
 
 # ------------------------------------------------------------------ inputs that make clauses matter

@@ -29,7 +29,7 @@ from minipar.grading import GradeFailure, task
 from minipar.grading.compare import err as _err
 from minipar.grading.compare import randn as _randn
 from minipar.grading.compare import same as _same
-from minipar.grading.declare import Layouts, current_case, not_whole_world_hint
+from minipar.grading.declare import Clause, Layouts, current_case, not_whole_world_hint
 from minipar.grading.imports import forbid_course_code
 
 CHAPTER = "expert_parallel"
@@ -707,3 +707,151 @@ def _check_dropless_case(r, where, gr, t, routing):
             "sort that keeps the order of equal keys, so the sources keep their order"
         )
     raise GradeFailure(f"{where}: the rows differ ({_err(rows, want_rows)})")
+
+
+# ---------------------------------------------------------------- the exercises' contracts
+# clause of the starter's text -> the input that makes it matter -> a wrong answer breaking only
+# that clause (tests/test_grading_expert_parallel.py) -> words of the reason it gets
+_IN_GATES = "n = 1, 7, 16 tokens; E = 4, 8; K = 1, 2, 3; float64 logits"
+_IN_KEEP = "n = 8-20 tokens, E = 3-5, top-1 and top-2, C = 1 up to no drop"
+_IN_EP = (
+    "the whole world of 3 ranks; groups {0} and {1, 2}; groups {0, 1} and {2, 3} of 4; "
+    "5 + rank tokens at random, and 24 + 3·rank tokens routed away from experts 4, 5"
+)
+_IN_COMBINE = "the whole world of 3 ranks; groups {0} and {1, 2}; groups {0, 1} and {2, 3} of 4"
+CLAUSES = {
+    "expert_parallel.top_k_gates": (
+        Clause(
+            "gates renormalised to sum to 1",
+            _IN_GATES,
+            "gates_not_renormalised",
+            "not renormalised",
+        ),
+        Clause("the K most likely experts", _IN_GATES, "gates_smallest", "LEAST likely"),
+        Clause(
+            "softmax over the experts (last dim)",
+            _IN_GATES,
+            "gates_softmax_over_tokens",
+            "over the tokens (dim 0)",
+        ),
+        Clause("gates carry the router's gradient", _IN_GATES, "gates_detached", "no gradient"),
+        Clause("experts largest probability first", _IN_GATES, "gates_index_order", "not in order"),
+        Clause("gates in the logits' dtype", _IN_GATES, "gates_float32", "expected float64"),
+        Clause("experts int64", _IN_GATES, "gates_int32_experts", "expected int64"),
+    ),
+    "expert_parallel.keep_mask": (
+        Clause(
+            "the queue is slot-major (every first choice first)",
+            _IN_KEEP,
+            "keep_token_major",
+            "token-major",
+        ),
+        Clause("keep positions < C", _IN_KEEP, "keep_less_equal", "not ≤ C"),
+        Clause("C covers all slots together", _IN_KEEP, "keep_per_slot", "restarts for each slot"),
+        Clause("a bool mask", _IN_KEEP, "keep_int_mask", "expected bool"),
+        Clause("write it, do not call the course's", _IN_KEEP, "keep_from_course", "course's own"),
+    ),
+    "expert_parallel.dispatch": (
+        Clause(
+            "sort the assignments by expert before sending",
+            _IN_EP,
+            "dispatch_unsorted",
+            "not sorted by expert",
+        ),
+        Clause(
+            "assignments numbered slot-major, a = j·n + i",
+            _IN_EP,
+            "dispatch_token_major",
+            "token-major",
+        ),
+        Clause("exchange the counts first", _IN_EP, "dispatch_no_exchange", "exchange the counts"),
+        Clause(
+            "the group's size, not the world's",
+            _IN_EP,
+            "dispatch_world_size",
+            "not the whole world",
+        ),
+        Clause(
+            "a stable sort (ties keep their order)",
+            _IN_EP + " (81 rows of one expert)",
+            "dispatch_unstable",
+            "not stable reorders equal keys",
+        ),
+        Clause(
+            "counts for all E experts, empty ones too",
+            _IN_EP + " (experts 4, 5 empty)",
+            "dispatch_no_minlength",
+            "torch.bincount returns max + 1 bins",
+        ),
+    ),
+    "expert_parallel.combine": (
+        Clause(
+            "send back with the splits swapped",
+            _IN_COMBINE,
+            "combine_splits_not_swapped",
+            "swaps the two lists",
+        ),
+        Clause(
+            "scale each row by its gate",
+            _IN_COMBINE,
+            "combine_without_gates",
+            "without their gates",
+        ),
+        Clause(
+            "add row a to y[token[a]] (token order)",
+            _IN_COMBINE,
+            "combine_dispatch_order",
+            "dispatch",
+        ),
+        Clause(
+            "add, do not average over K",
+            _IN_COMBINE + "; top-2",
+            "combine_averaged",
+            "divided by K",
+        ),
+        Clause(
+            "gradients reach gates and expert outputs",
+            _IN_COMBINE,
+            "combine_raw_collective",
+            "no gradient",
+        ),
+    ),
+    "expert_parallel.dropless_dispatch": (
+        Clause(
+            "rows expert-major, not as delivered",
+            _IN_EP,
+            "dropless_source_major",
+            "grouped by source rank",
+        ),
+        Clause(
+            "sizes (E/ep,): one per local expert", _IN_EP, "dropless_sizes_per_source", "sum them"
+        ),
+        Clause("sizes count rows received, not sent", _IN_EP, "dropless_sizes_sent", "SENDS"),
+        Clause("sizes int64", _IN_EP, "dropless_sizes_int32", "expected int64"),
+        Clause("assignments numbered slot-major", _IN_EP, "dropless_token_major", "token-major"),
+        Clause(
+            "within an expert, sources in rank order",
+            _IN_EP,
+            "dropless_sources_reversed",
+            "not in source order",
+        ),
+        Clause(
+            "the group's size, not the world's",
+            _IN_EP,
+            "dropless_world_size",
+            "not the whole world",
+        ),
+        Clause(
+            "the final permutation keeps ties in order",
+            _IN_EP + " (81 rows of one expert)",
+            "dropless_unstable",
+            "keeps the order of equal keys",
+        ),
+        Clause(
+            "a size for every local expert, empty ones too",
+            _IN_EP + " (experts 4, 5 empty)",
+            "dropless_sizes_bincount",
+            "torch.bincount returns max + 1 bins",
+        ),
+    ),
+}
