@@ -84,3 +84,44 @@ def test_every_chapter_explorer_is_a_widget_with_a_static_copy():
             and "mountExplorer(document.getElementById(" in html
         )
     assert chapter_files("data_parallel") == ["collectives", "memory_time", "data_parallel"]
+
+
+@pytest.mark.skipif(not node_available(), reason="Node.js (/usr/bin/node) not installed")
+def test_memory_calculator_greys_out_what_does_not_apply():
+    """L, h, a, V apply only to the "custom" model: a named model fills them with its shape and
+    disables them; sequence parallelism is disabled at t = 1. The filled shape is what the bars
+    use (the same total as the preset)."""
+    from minipar.widgets.memory_time import PRESETS, memory_config
+    from minipar.widgets.parity import js_call
+
+    config = memory_config()
+    got = js_call(
+        "memory_time",
+        [
+            ("memoryLink", [{"preset": "Llama-2 70B-like"}, "preset", config]),
+            ("memoryLink", [{"preset": "custom"}, "preset", config]),
+            ("memoryLink", [{"preset": "GPT-3 175B"}, "t", config]),
+            ("memoryDisabled", [{"preset": "GPT-3 175B", "t": 8}]),
+            ("memoryDisabled", [{"preset": "custom", "t": 8}]),
+            ("memoryDisabled", [{"preset": "custom", "t": 1}]),
+        ],
+    )
+    L, h, a, V = PRESETS["Llama-2 70B-like"]
+    assert [out for _, out in got] == [
+        {"L": L, "h": h, "a": a, "V": V},
+        {},
+        {},
+        ["L", "h", "a", "V"],
+        [],
+        ["sp"],
+    ]
+    named = {"preset": "Llama-2 70B-like", "t": 8, "p": 1, "d": 1, "zero": 0}
+    (_, a1), (_, a2) = js_call(
+        "memory_time",
+        [
+            ("drawExplorer", ["memory", named, config]),
+            ("drawExplorer", ["memory", {**named, "preset": "custom", **got[0][1]}, config]),
+        ],
+    )
+    total = re.compile(r"<b>([\d.]+) GiB</b>")
+    assert a1["error"] is None and total.search(a1["html"])[1] == total.search(a2["html"])[1]

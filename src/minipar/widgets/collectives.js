@@ -113,6 +113,20 @@ function sizeLabel(s) {
 const SIZES = [];
 for (let k = 10; k <= 32; k += 1) SIZES.push(2 ** k);         // 1 KiB … 4 GiB
 
+// The op and algorithm menus stay a valid pair (UI only, no Python twin): choosing an op whose
+// algorithms do not include the current one picks that op's first algorithm (broadcast ->
+// binomial-tree); choosing an algorithm the op does not run picks the first op that runs it
+// (scatter-allgather -> broadcast).
+export function collectivesLink(values, changed) {
+  const valid = ALGORITHMS[values.op] || [];
+  if (valid.includes(values.algorithm)) return {};
+  if (changed === "algorithm") {
+    const op = OPS.find((o) => ALGORITHMS[o].includes(values.algorithm));
+    return op ? {op} : {};
+  }
+  return valid.length ? {algorithm: valid[0]} : {};
+}
+
 // config (from Python, minipar.widgets.collectives.collectives_config):
 //   {links: {name: {alpha, bandwidth, source}}, default_link}
 registerExplorer("collectives", {
@@ -121,11 +135,12 @@ registerExplorer("collectives", {
     {name: "op", label: "op", type: "select", options: OPS, value: "all-reduce"},
     {name: "algorithm", label: "algorithm", type: "select",
      options: [...new Set(Object.values(ALGORITHMS).flat())].sort(), value: "ring"},
-    {name: "n", label: "ranks n", type: "number", min: 1, max: 65536, step: 1, value: 8},
+    {name: "n", label: "ranks n", type: "number", min: 2, max: 65536, step: 1, value: 8},
     {name: "size", label: "S", type: "range", values: SIZES, labels: SIZES.map(sizeLabel), value: 2 ** 26},
     {name: "link", label: "link", type: "select", options: ["nvlink4-h100", "pcie5-x16", "ib-ndr400", "eth-100g"], value: "nvlink4-h100",
      configOptions: "links"},
   ],
+  link: collectivesLink,
   draw(v, config) {
     const links = config.links || {};
     const L = links[v.link];

@@ -84,6 +84,20 @@ export function perGpuMemory(L, h, a, s, V, b = 1, d = 1, t = 1, p = 1, zero = 0
           total: st.weights + st.gradients + st.optimizer + act, psi};
 }
 
+// The model menu and the L, h, a, V boxes (UI only, no Python twin): a named model fills the
+// four boxes with its shape, so they show what is modelled, and greys them out; "custom" frees
+// them, starting from the shape last shown. Sequence parallelism does nothing at t = 1.
+export function memoryLink(values, changed, config) {
+  if (changed !== "preset" && changed !== undefined) return {};
+  const shape = ((config || {}).presets || {})[values.preset];
+  return shape ? {L: shape[0], h: shape[1], a: shape[2], V: shape[3]} : {};
+}
+
+export function memoryDisabled(values) {
+  const off = values.preset === "custom" ? [] : ["L", "h", "a", "V"];
+  return values.t === 1 ? [...off, "sp"] : off;
+}
+
 const GIB = 2 ** 30;
 const PARTS = [["weights", "#4c72b0"], ["gradients", "#dd8452"], ["optimizer", "#55a868"], ["activations", "#c44e52"]];
 
@@ -93,20 +107,22 @@ registerExplorer("memory", {
   title: "Per-GPU training memory (mixed-precision Adam, 1F1B, first pipeline stage)",
   controls: [
     {name: "preset", label: "model", type: "select", options: ["GPT-3 175B"], value: "GPT-3 175B", configOptions: "presets"},
-    {name: "L", label: "L", type: "number", min: 1, step: 1, value: 96},
-    {name: "h", label: "h", type: "number", min: 1, step: 1, value: 12288},
-    {name: "a", label: "a", type: "number", min: 1, step: 1, value: 96},
-    {name: "V", label: "V", type: "number", min: 1, step: 1, value: 51200},
-    {name: "s", label: "s", type: "number", min: 1, step: 1, value: 2048},
-    {name: "b", label: "b", type: "number", min: 1, step: 1, value: 1},
-    {name: "d", label: "d", type: "number", min: 1, step: 1, value: 4},
-    {name: "t", label: "t", type: "number", min: 1, step: 1, value: 8},
-    {name: "p", label: "p", type: "number", min: 1, step: 1, value: 8},
+    {name: "L", label: "L", type: "number", min: 1, max: 1024, step: 1, value: 96},
+    {name: "h", label: "h", type: "number", min: 1, max: 131072, step: 1, value: 12288},
+    {name: "a", label: "a", type: "number", min: 1, max: 1024, step: 1, value: 96},
+    {name: "V", label: "V", type: "number", min: 1, max: 1048576, step: 1, value: 51200},
+    {name: "s", label: "s", type: "number", min: 1, max: 1048576, step: 1, value: 2048},
+    {name: "b", label: "b", type: "number", min: 1, max: 4096, step: 1, value: 1},
+    {name: "d", label: "d", type: "number", min: 1, max: 65536, step: 1, value: 4},
+    {name: "t", label: "t", type: "number", min: 1, max: 1024, step: 1, value: 8},
+    {name: "p", label: "p", type: "number", min: 1, max: 1024, step: 1, value: 8},
     {name: "zero", label: "ZeRO", type: "select", options: [0, 1, 2, 3], value: 1},
     {name: "sp", label: "sequence parallel", type: "checkbox", value: true},
     {name: "recompute", label: "recompute", type: "select", options: RECOMPUTE, value: "selective"},
     {name: "gpu", label: "GPU", type: "select", options: ["A100-80GB"], value: "A100-80GB", configOptions: "gpus"},
   ],
+  link: memoryLink,
+  disabled: memoryDisabled,
   draw(v, config) {
     const presets = config.presets || {};
     const gpus = config.gpus || {};
@@ -131,7 +147,7 @@ registerExplorer("memory", {
       + (fits ? `fits in the ${escapeHtml(v.gpu)}'s ${cap.toFixed(0)} GiB, before buffers and fragmentation.`
         : `<b>does not fit</b> in the ${escapeHtml(v.gpu)}'s ${cap.toFixed(0)} GiB.`)
       + ` L = ${L}, h = ${h}, a = ${a}, V = ${V}, s = ${v.s}, b = ${v.b}; sequence parallel ${v.sp ? "on" : "off"}, ${escapeHtml(v.recompute)} recomputation.</p>`
-      + `<p class="minipar-explorer-note">L, h, a, V apply with the "custom" model. 1 GiB = 2³⁰ bytes.</p>`;
+      + `<p class="minipar-explorer-note">L, h, a, V can be changed with the "custom" model. 1 GiB = 2³⁰ bytes.</p>`;
   },
 });
 
