@@ -48,6 +48,11 @@ def zero_stacks(pal):
     return fig
 
 
+def _ink(pal, fill):
+    """Text colour on a box of ``fill``: white on the two dark series colours, else near-black."""
+    return "white" if fill in (pal.color(0), pal.color(5)) else "#111"
+
+
 def _timeline_row(ax, pal, y, spans, color, labels=None):
     import matplotlib.pyplot as plt  # noqa: PLC0415 (matplotlib: loaded only when a figure is drawn)
 
@@ -63,7 +68,7 @@ def _timeline_row(ax, pal, y, spans, color, labels=None):
                 ha="center",
                 va="center",
                 fontsize=9,
-                color="#111",
+                color=_ink(pal, color(k)),
             )
 
 
@@ -146,7 +151,13 @@ def bucket_assignment(pal):
             if w >= 10:  # names of the large tensors; small ones (biases, norms) are slivers
                 name = named[i][0].replace("layers.", "L").replace(".weight", "")
                 ax.text(
-                    x + w / 2, y + 0.4, name, ha="center", va="center", fontsize=9, color="#111"
+                    x + w / 2,
+                    y + 0.4,
+                    name,
+                    ha="center",
+                    va="center",
+                    fontsize=9,
+                    color=_ink(pal, pal.color(row)),
                 )
             x += w
         ax.text(x + 1, y + 0.4, f"{x:.1f} KiB, {len(bucket)} tensors", va="center", fontsize=9)

@@ -85,7 +85,7 @@ def mlp_split(pal):
             fontsize=9,
             va="center",
             bbox=dict(boxstyle="square,pad=0.2", fc=pal.color(r), ec=pal.fg, lw=0.5),
-            color="#111",
+            color="white" if r == 0 else "#111",  # white on the dark blue
         )
     ax.set(xlim=(-0.2, 12.0), ylim=(-3.4, 2.2))
     ax.set_aspect("equal")
