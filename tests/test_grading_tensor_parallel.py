@@ -14,7 +14,7 @@ import torch
 import torch.distributed as dist
 import torch.nn as nn
 import torch.nn.functional as F
-from grading_support import exercise_function, failure
+from grading_support import clause_cases, clause_fails, exercise_function
 
 import minipar.tensor_parallel as tp
 from minipar.grading import check
@@ -242,47 +242,6 @@ def g_via_importlib(x, group=None):
     )
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize(
-    "task, fn, reason",
-    [
-        ("copy_to_tp_region", _wrap(FNoAllReduce), "this rank's own partial gradient"),
-        ("copy_to_tp_region", _wrap(FMean), "MEAN over the 3 ranks"),
-        ("copy_to_tp_region", _wrap(FReducingForward), "forward all-reduced x"),
-        (
-            "copy_to_tp_region",
-            _wrap(FIgnoresGroup),
-            "2 × 2 grid, rank 0 (rank 0 of group [0, 1]): f's backward summed over all 4 ranks of the "
-            "world, not over its group [0, 1]",
-        ),
-        (
-            "copy_to_tp_region",
-            f_from_the_course,
-            "course's own minipar.tensor_parallel.mappings (copy_to_tp_region)",
-        ),
-        ("reduce_from_tp_region", _wrap(GIdentityForward), "returned this rank's partial result"),
-        ("reduce_from_tp_region", _wrap(GReducingBackward), "3 times too large"),
-        ("reduce_from_tp_region", _wrap(GInPlace), "reduced its input in place"),
-        (
-            "reduce_from_tp_region",
-            _wrap(GIgnoresGroup),
-            "TP groups {0}, {1} and {2} of 3 ranks, rank 0 (rank 0 of group [0]): g's forward summed "
-            "over all 3 ranks of the world, not over its group [0]",
-        ),
-        ("reduce_from_tp_region", _wrap(GFloat32), "dtype float32, expected float64"),
-        ("copy_to_tp_region", _wrap(FBatched), "shape (1, 4, 6), expected (4, 6)"),
-        (
-            "reduce_from_tp_region",
-            g_via_importlib,
-            "course's own minipar.tensor_parallel.mappings (reduce_from_tp_region)",
-        ),
-    ],
-)
-def test_f_and_g_mistakes(task, fn, reason, capsys):
-    line = failure(f"tensor_parallel.{task}", fn, capsys)
-    assert reason in line, line
-
-
 # ------------------------------------------------------------------ 02 MLP
 class _Sharded(nn.Module):
     """A learner's shard copies (group rank and size), for the forward mistakes below."""
@@ -374,28 +333,6 @@ class MLPFromCourse(nn.Module):
 
     def forward(self, x):
         return self.fc2(F.gelu(self.fc1(x)))
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize(
-    "cls, reason",
-    [
-        (MLPBiasPerRank, "(t−1)·bias"),
-        (MLPWithoutF, "put f (copy_to_tp_region) before fc1"),
-        (MLPReplicated, "the whole MLP"),
-        (MLPWrongSlice, "output differs from the unsharded MLP"),
-        (
-            MLPViews,
-            "parameter w1 [16, 12] uses 1536 bytes but keeps a storage of 4608 bytes alive: "
-            "it is a view of the full weight",
-        ),
-        (MLPGlobalRank, "rank 0 (rank 0 of group [0]): output differs from the unsharded MLP"),
-        (MLPFromCourse, "course's own minipar.tensor_parallel.layers"),
-    ],
-)
-def test_mlp_mistakes(cls, reason, capsys):
-    line = failure("tensor_parallel.column_row_mlp", cls, capsys)
-    assert reason in line, line
 
 
 # ------------------------------------------------------------------ 03 cross-entropy
@@ -540,44 +477,6 @@ def ce_from_course(local_logits, target, group=None):
     return vocab_parallel_cross_entropy(local_logits, target, group)
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize(
-    "fn, reason",
-    [
-        (
-            ce_no_max,
-            "logits of size ~1000: the loss is inf, while it was right with logits of "
-            "size ~1: exp overflows; subtract the global max",
-        ),
-        (ce_local_max, "each rank subtracted its own max"),
-        (ce_sum, "SUM over the 10 tokens"),
-        (ce_unmasked, "the target's logit was taken on every rank"),
-        (
-            ce_boundary_twice,
-            "token 2, target 8 (rank 1's ids 8…15 (its first id)): the target's "
-            "logit was taken 2 times, by rank 0 (id 7), rank 1 (id 8)",
-        ),
-        (
-            ce_boundary_missed,
-            "token 1, target 7 (rank 0's ids 0…7 (its last id)): no rank took the target's logit",
-        ),
-        (ce_boundary_index_error, "out of bounds"),
-        (ce_sum_not_reduced, "the sum of exponentials is this rank's own"),
-        (ce_pick_not_reduced, "the target logit is taken on its owner only and never summed"),
-        (ce_max_not_detached, "the gradient also flows through the max"),
-        (
-            ce_global_rank,
-            "(the whole-world case passed; here the TP group is [1] and rank 1 is its rank 0",
-        ),
-        (ce_all_reduce_both_ways, "the logit gradient is 3 times too large"),
-        (ce_from_course, "course's own minipar.tensor_parallel.cross_entropy"),
-    ],
-)
-def test_cross_entropy_mistakes(fn, reason, capsys):
-    line = failure("tensor_parallel.vocab_parallel_cross_entropy", fn, capsys)
-    assert reason in line, line
-
-
 # ------------------------------------------------------------------ 04 SP layer norm
 def _sp_class(backward="reduce_scatter", finish="sum", gather_group=True):
     """A learner's region: all_gather of a list then cat; backward by reduce-scatter (all-reduce
@@ -644,32 +543,54 @@ def test_sp_layernorm_alternative_passes(capsys):
     assert check("tensor_parallel.sp_layernorm", _sp_class())
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize(
-    "cls, reason",
-    [
-        (_sp_class(backward="slice"), "reduce-scatter (sum, then slice)"),
-        (
-            _sp_class(finish="none"),
-            "the layer-norm weight gradient is this rank's partial sum over its s/t = 2 tokens",
-        ),
-        (
-            _sp_class(finish="weight_only"),
-            "the layer-norm bias gradient is this rank's partial sum",
-        ),
-        (
-            _sp_class(finish="mean"),
-            "the layer-norm weight gradient is the MEAN over the group's 3 ranks",
-        ),
-        (
-            _sp_class(finish="world"),
-            "rank 0 (rank 0 of group [0]): the layer-norm weight "
-            "gradient is summed over all 3 ranks of the world",
-        ),
-        (_sp_class(gather_group=False), "the gathered output differs"),
-        (sp_from_course(), "course's own minipar.tensor_parallel.mappings"),
-    ],
-)
-def test_sp_layernorm_mistakes(cls, reason, capsys):
-    line = failure("tensor_parallel.sp_layernorm", cls, capsys)
-    assert reason in line, line
+# ------------------------------------------------------------------ the clause table's wrong answers
+WRONG = {
+    # 01 f and g
+    "f_no_all_reduce": _wrap(FNoAllReduce),
+    "f_mean": _wrap(FMean),
+    "f_reducing_forward": _wrap(FReducingForward),
+    "f_ignores_group": _wrap(FIgnoresGroup),
+    "f_from_the_course": f_from_the_course,
+    "f_batched": _wrap(FBatched),
+    "g_identity_forward": _wrap(GIdentityForward),
+    "g_reducing_backward": _wrap(GReducingBackward),
+    "g_in_place": _wrap(GInPlace),
+    "g_ignores_group": _wrap(GIgnoresGroup),
+    "g_float32": _wrap(GFloat32),
+    "g_via_importlib": g_via_importlib,
+    # 02 column-row MLP
+    "mlp_bias_per_rank": MLPBiasPerRank,
+    "mlp_without_f": MLPWithoutF,
+    "mlp_replicated": MLPReplicated,
+    "mlp_wrong_slice": MLPWrongSlice,
+    "mlp_views": MLPViews,
+    "mlp_global_rank": MLPGlobalRank,
+    "mlp_from_course": MLPFromCourse,
+    # 03 vocab-parallel cross-entropy
+    "ce_no_max": ce_no_max,
+    "ce_local_max": ce_local_max,
+    "ce_sum": ce_sum,
+    "ce_unmasked": ce_unmasked,
+    "ce_boundary_twice": ce_boundary_twice,
+    "ce_boundary_missed": ce_boundary_missed,
+    "ce_boundary_index_error": ce_boundary_index_error,
+    "ce_sum_not_reduced": ce_sum_not_reduced,
+    "ce_pick_not_reduced": ce_pick_not_reduced,
+    "ce_max_not_detached": ce_max_not_detached,
+    "ce_global_rank": ce_global_rank,
+    "ce_all_reduce_both_ways": ce_all_reduce_both_ways,
+    "ce_from_course": ce_from_course,
+    # 04 sequence-parallel layer norm
+    "sp_sliced_not_reduced": _sp_class(backward="slice"),
+    "sp_grads_not_reduced": _sp_class(finish="none"),
+    "sp_bias_not_reduced": _sp_class(finish="weight_only"),
+    "sp_grads_averaged": _sp_class(finish="mean"),
+    "sp_grads_over_world": _sp_class(finish="world"),
+    "sp_gather_over_world": _sp_class(gather_group=False),
+    "sp_from_course": sp_from_course(),
+}
+
+
+@pytest.mark.parametrize("task_id, clause", clause_cases("tensor_parallel"))
+def test_every_clause_has_a_wrong_answer_that_fails_with_its_reason(task_id, clause, capsys):
+    clause_fails(task_id, clause, WRONG, capsys)

@@ -30,7 +30,7 @@ from minipar.grading import GradeFailure, task
 from minipar.grading.compare import err as _err
 from minipar.grading.compare import randn as _randn
 from minipar.grading.compare import same as _same
-from minipar.grading.declare import Layouts, current_case, not_whole_world_hint
+from minipar.grading.declare import Clause, Layouts, current_case, not_whole_world_hint
 from minipar.grading.imports import forbid_course_code
 
 CHAPTER = "tensor_parallel"
@@ -692,3 +692,221 @@ def check_sp_layernorm(cls, **_):
                 )
             raise GradeFailure(f"{what} differs ({_err(got, want)})" + _not_whole(c, passed_whole))
         passed_whole = passed_whole or c["whole"]
+
+
+# ---------------------------------------------------------------- the exercises' contracts
+# clause of the starter's text -> the input that makes it matter -> a wrong answer breaking only
+# that clause (tests/test_grading_tensor_parallel.py) -> words of the reason it gets
+_IN_TP = (
+    "the whole world of 3 ranks; groups {0}, {1}, {2}; groups {0, 1} and {2, 3} of 4; "
+    "groups {0, 3} and {1, 2} of 4 (not consecutive)"
+)
+_IN_CE = _IN_TP + "; targets on every shard boundary, 0 and V−1; logits of size ~1 and ~1000"
+CLAUSES = {
+    "tensor_parallel.copy_to_tp_region": (
+        Clause(
+            "f's backward sums the gradient over the group",
+            _IN_TP,
+            "f_no_all_reduce",
+            "this rank's own partial gradient",
+        ),
+        Clause("the sum, not the mean", _IN_TP, "f_mean", "MEAN over the 3 ranks"),
+        Clause(
+            "f's forward is the identity", _IN_TP, "f_reducing_forward", "forward all-reduced x"
+        ),
+        Clause(
+            "all-reduce over the group, not the world",
+            _IN_TP,
+            "f_ignores_group",
+            "f's backward summed over all 4 ranks of the world, not over its group [0, 1]",
+        ),
+        Clause("x's shape is kept", _IN_TP, "f_batched", "shape (1, 4, 6), expected (4, 6)"),
+        Clause(
+            "write f, do not call the course's",
+            _IN_TP,
+            "f_from_the_course",
+            "course's own minipar.tensor_parallel.mappings (copy_to_tp_region)",
+        ),
+    ),
+    "tensor_parallel.reduce_from_tp_region": (
+        Clause(
+            "g's forward sums over the group",
+            _IN_TP,
+            "g_identity_forward",
+            "returned this rank's partial result",
+        ),
+        Clause("g's backward is the identity", _IN_TP, "g_reducing_backward", "3 times too large"),
+        Clause("the input is not modified", _IN_TP, "g_in_place", "reduced its input in place"),
+        Clause(
+            "all-reduce over the group, not the world",
+            _IN_TP,
+            "g_ignores_group",
+            "g's forward summed over all 3 ranks of the world, not over its group [0]",
+        ),
+        Clause(
+            "the input's dtype is kept",
+            _IN_TP + " (float64)",
+            "g_float32",
+            "dtype float32, expected float64",
+        ),
+        Clause(
+            "write g, do not call the course's (however imported)",
+            _IN_TP,
+            "g_via_importlib",
+            "course's own minipar.tensor_parallel.mappings (reduce_from_tp_region)",
+        ),
+    ),
+    "tensor_parallel.column_row_mlp": (
+        Clause("the row bias is added once, after g", _IN_TP, "mlp_bias_per_rank", "(t−1)·bias"),
+        Clause(
+            "f before fc1 (input gradient summed)",
+            _IN_TP,
+            "mlp_without_f",
+            "put f (copy_to_tp_region) before fc1",
+        ),
+        Clause("each rank holds a 1/t shard", _IN_TP, "mlp_replicated", "the whole MLP"),
+        Clause(
+            "fc1's rows and fc2's columns of the same slice",
+            _IN_TP,
+            "mlp_wrong_slice",
+            "output differs from the unsharded MLP",
+        ),
+        Clause(
+            "shards are copies, not views of the full weight",
+            _IN_TP,
+            "mlp_views",
+            "it is a view of the full weight",
+        ),
+        Clause(
+            "the group's rank picks the shard",
+            _IN_TP,
+            "mlp_global_rank",
+            "rank 0 (rank 0 of group [0]): output differs from the unsharded MLP",
+        ),
+        Clause(
+            "write the layers, not the course's",
+            _IN_TP,
+            "mlp_from_course",
+            "course's own minipar.tensor_parallel.layers",
+        ),
+    ),
+    "tensor_parallel.vocab_parallel_cross_entropy": (
+        Clause(
+            "subtract the global max (stable at large logits)",
+            _IN_CE,
+            "ce_no_max",
+            "exp overflows; subtract the global max",
+        ),
+        Clause(
+            "the max is all-reduced (MAX) over the group",
+            _IN_CE,
+            "ce_local_max",
+            "each rank subtracted its own max",
+        ),
+        Clause("the mean over the tokens", _IN_CE, "ce_sum", "SUM over the 10 tokens"),
+        Clause(
+            "only the owner of a target takes its logit",
+            _IN_CE,
+            "ce_unmasked",
+            "the target's logit was taken on every rank",
+        ),
+        Clause(
+            "a shard owns lo ≤ id < hi (its first id)",
+            _IN_CE,
+            "ce_boundary_twice",
+            "the target's logit was taken 2 times",
+        ),
+        Clause(
+            "a shard owns lo ≤ id < hi (its last id)",
+            _IN_CE,
+            "ce_boundary_missed",
+            "no rank took the target's logit",
+        ),
+        Clause(
+            "mask a foreign target before indexing",
+            _IN_CE,
+            "ce_boundary_index_error",
+            "out of bounds",
+        ),
+        Clause(
+            "the sum of exponentials is all-reduced",
+            _IN_CE,
+            "ce_sum_not_reduced",
+            "the sum of exponentials is this rank's own",
+        ),
+        Clause(
+            "the target logit is all-reduced",
+            _IN_CE,
+            "ce_pick_not_reduced",
+            "the target logit is taken on its owner only and never summed",
+        ),
+        Clause(
+            "the max carries no gradient",
+            _IN_CE,
+            "ce_max_not_detached",
+            "the gradient also flows through the max",
+        ),
+        Clause(
+            "the group's rank picks the vocabulary range",
+            _IN_CE,
+            "ce_global_rank",
+            "here the TP group is [1] and rank 1 is its rank 0",
+        ),
+        Clause(
+            "the backward reduces nothing more",
+            _IN_CE,
+            "ce_all_reduce_both_ways",
+            "the logit gradient is 3 times too large",
+        ),
+        Clause(
+            "write it, not the course's",
+            _IN_CE,
+            "ce_from_course",
+            "course's own minipar.tensor_parallel.cross_entropy",
+        ),
+    ),
+    "tensor_parallel.sp_layernorm": (
+        Clause(
+            "the backward of the all-gather reduce-scatters",
+            _IN_TP,
+            "sp_sliced_not_reduced",
+            "reduce-scatter (sum, then slice)",
+        ),
+        Clause(
+            "the norm's weight gradient is summed over the group",
+            _IN_TP,
+            "sp_grads_not_reduced",
+            "the layer-norm weight gradient is this rank's partial sum over its s/t = 2 tokens",
+        ),
+        Clause(
+            "the norm's bias gradient too",
+            _IN_TP,
+            "sp_bias_not_reduced",
+            "the layer-norm bias gradient is this rank's partial sum",
+        ),
+        Clause(
+            "summed, not averaged",
+            _IN_TP,
+            "sp_grads_averaged",
+            "the layer-norm weight gradient is the MEAN over the group's 3 ranks",
+        ),
+        Clause(
+            "summed over the group, not the world",
+            _IN_TP,
+            "sp_grads_over_world",
+            "the layer-norm weight gradient is summed over all 3 ranks of the world",
+        ),
+        Clause(
+            "all-gather over the group",
+            _IN_TP,
+            "sp_gather_over_world",
+            "the gathered output differs",
+        ),
+        Clause(
+            "write the mappings, not the course's",
+            _IN_TP,
+            "sp_from_course",
+            "course's own minipar.tensor_parallel.mappings",
+        ),
+    ),
+}
