@@ -144,3 +144,15 @@ def test_pages_show_only_animations_that_exist():
     for page in BOOK.glob("*.md"):
         shown |= set(DIRECTIVE.findall(page.read_text(encoding="utf-8")))
     assert shown <= set(NAMES), shown - set(NAMES)
+
+
+def test_player_is_offline_and_the_inlined_json_cannot_close_its_script():
+    """The player loads nothing (no URL, no fetch, no import), and the directive's JSON cannot
+    end its <script> element early (a label with "</script>" in it is escaped)."""
+    player = kit.player()
+    assert not re.search(r"https?://|\bfetch\(|XMLHttpRequest|^\s*import\s", player, re.M)
+    sys.path.insert(0, str(BOOK / "_ext"))
+    from minipar_animations import _inline_json  # book/_ext joins sys.path above
+
+    text = _inline_json({"title": "a </script><script>alert(1)</script>"})
+    assert "</" not in text and json.loads(text)["title"].endswith("</script>")
