@@ -17,13 +17,28 @@ FENCE = re.compile(r"^(```+|:::+)\{(?P<name>[\w-]+)\}(?P<arg>.*)$", re.M)
 
 
 def _words(text: str) -> int:
-    """Words a reader reads: prose, headings, captions; not directive option lines or code."""
-    out, in_code = [], False
+    """Words a reader reads: prose, headings, captions; not directive option lines or code.
+
+    Fences nest: a directive's fence (```{figure} or :::{dropdown}) holds prose, a plain or
+    language fence (```python) holds code; a bare fence closes the innermost open one."""
+    out, stack = [], []  # stack of (fence characters, is code)
     for line in text.splitlines():
-        if re.match(r"^\s*(```+|~~~)", line) and not FENCE.match(line.strip()):
-            in_code = not in_code
-            continue
-        if in_code or re.match(r"^\s*:[\w-]+:", line) or FENCE.match(line.strip()):
+        stripped = line.strip()
+        fence = re.match(r"^(`{3,}|:{3,}|~{3,})(.*)$", stripped)
+        if fence:
+            marks, rest = fence.groups()
+            if (
+                not rest.strip()
+                and stack
+                and stack[-1][0][0] == marks[0]
+                and len(marks) >= len(stack[-1][0])
+            ):
+                stack.pop()
+                continue
+            if rest.strip() or not stack or stack[-1][0][0] != marks[0]:
+                stack.append((marks, not rest.strip().startswith("{")))
+                continue
+        if any(code for _, code in stack) or re.match(r"^\s*:[\w-]+:", line):
             continue
         out.append(line)
     return len(" ".join(out).split())
@@ -79,5 +94,11 @@ def test_appendix_holds_the_checking_and_no_page_tells_an_earlier_version(slug):
 
 
 def test_word_count_ignores_code_and_options():
-    text = "# T\n\nOne two three.\n\n```python\nx = 1\n```\n\n```{minipar-figure} a.b\n:alt: skip me\nCaption here.\n```\n"
-    assert _words(text) == 2 + 3 + 2 - 0  # "# T" (2), "One two three." (3), "Caption here." (2)
+    text = (
+        "# T\n\nOne two three.\n\n```python\nx = 1\n```\n\n```{minipar-figure} a.b\n:alt: skip me\n"
+        "Caption here.\n```\n\nAfter the figure.\n\n:::{admonition} Worked problem: a\nAsk.\n"
+        "::::{dropdown} Answer\nSay.\n::::\n:::\nLast.\n```\nplain code\n```\n"
+    )
+    # "# T" 2, "One two three." 3, caption 2, "After the figure." 3, admonition 0 (title on the
+    # fence line), "Ask." 1, "Say." 1, "Last." 1; code and options not counted
+    assert _words(text) == 2 + 3 + 2 + 3 + 1 + 1 + 1
