@@ -1,7 +1,7 @@
 """Putting-them-together exercises: solutions pass, starters fail, wrong answers are named."""
 
 import pytest
-from grading_support import exercise_function, failure
+from grading_support import clause_cases, clause_fails, exercise_function
 
 from minipar.grading import check
 
@@ -75,93 +75,6 @@ def groups_from_the_grid(d, t, p):
 
     g = RankGrid(d, t, p)
     return {ax: g.groups(ax) for ax in ("tp", "dp", "pp")}
-
-
-@pytest.mark.parametrize(
-    "candidate, reason",
-    [
-        (_groups(("dp", "pp", "tp")), "order dp > pp > tp"),  # picotron's order
-        (_groups(("pp", "tp", "dp")), "order pp > tp > dp"),  # dp innermost
-        (
-            lambda d, t, p: {"tp": [[0]], "dp": [[0]], "pp": [[0]]},
-            "for (d, t, p) = (2, 2, 2): tp groups [[0]]; Megatron's are [[0, 1], [2, 3], [4, 5], "
-            "[6, 7]] -- yours has [[0]], which Megatron's has not; it lacks [[0, 1], [2, 3], [4, 5], "
-            "[6, 7]]",
-        ),
-        (lambda d, t, p: [[0, 1]], "return a dict"),
-        (
-            tp_without_stage,
-            "for (d, t, p) = (2, 2, 2): tp groups [[0, 1], [0, 1], [2, 3], [2, 3]]; "
-            "Megatron's are [[0, 1], [2, 3], [4, 5], [6, 7]] -- it lacks [[4, 5], "
-            "[6, 7]]",
-        ),
-        (
-            pp_stride_t,
-            "pp groups [[0, 2], [1, 3], [2, 4], [3, 5]]; Megatron's are [[0, 4], [1, 5], "
-            "[2, 6], [3, 7]]",
-        ),
-        (groups_from_the_grid, "course's own minipar.three_d.grid (RankGrid)"),
-    ],
-)
-def test_rank_group_slips(candidate, reason, capsys):
-    assert reason in failure("three_d.rank_groups", candidate, capsys)
-
-
-@pytest.mark.parametrize(
-    "layout, reason",
-    [
-        ((16, 16, 4), "exceeds the GPUs per node"),
-        ((16, 8, 4), "must equal the GPUs (1024)"),
-        ((50, 5, 4), "must equal the GPUs"),
-        ((512, 1, 2), "ZeRO-3) predicts"),  # fits only as ZeRO-3: a choice, slower
-        ((32, 2, 16), "most of the gap is the pipeline bubble"),
-        ((4, 8, 32), "slower than"),  # fits, but a big bubble at m = 384
-        ((16, 1, 64), "layers (96) must be divisible by p (64)"),
-        ("8x8x16", "return a tuple"),
-    ],
-)
-def test_choose_layout_rejects(layout, reason, capsys):
-    assert reason in failure("three_d.choose_layout", lambda: layout, capsys)
-
-
-@pytest.mark.parametrize(
-    "candidate, reason",
-    [
-        (
-            lambda step_seconds, gpus, global_batch, seq, usd_per_gpu_hour: (
-                gpus * step_seconds / 3600 * usd_per_gpu_hour / (global_batch * seq)
-            ),
-            "per token, not per million",
-        ),
-        (
-            lambda step_seconds, gpus, global_batch, seq, usd_per_gpu_hour: (
-                gpus * step_seconds / 3600 * usd_per_gpu_hour / global_batch * 1e6
-            ),
-            "per sequence",
-        ),
-        (
-            lambda step_seconds, gpus, global_batch, seq, usd_per_gpu_hour: (
-                gpus * step_seconds * usd_per_gpu_hour / (global_batch * seq) * 1e6
-            ),
-            "seconds as hours",
-        ),
-        (
-            lambda step_seconds, gpus, global_batch, seq, usd_per_gpu_hour: (
-                step_seconds / 3600 * usd_per_gpu_hour / (global_batch * seq) * 1e6
-            ),
-            "number of GPUs",
-        ),
-        (lambda **kw: 0.5, "expected"),
-        (
-            lambda step_seconds, gpus, global_batch, seq, usd_per_gpu_hour: __import__(
-                "minipar.cost.three_d", fromlist=["x"]
-            ).dollars_per_million_tokens(step_seconds, gpus, global_batch * seq, usd_per_gpu_hour),
-            "course's own minipar.cost.three_d (dollars_per_million_tokens)",
-        ),
-    ],
-)
-def test_cost_slips(candidate, reason, capsys):
-    assert reason in failure("three_d.cost_per_token", candidate, capsys)
 
 
 # --- exercise 4: the five-dimensional grid's cp, dp_cp, ep and edp groups -------------------
@@ -260,53 +173,61 @@ def test_five_d_grader_shapes_make_every_dimension_matter():
     assert (t * cp * d) % ep
 
 
-@pytest.mark.parametrize(
-    "candidate, reason",
-    [
-        (five_d_no_rule_check, "it must raise a ValueError naming the rule"),
-        (five_d_wrong_exception, "your function raised AssertionError; raise a ValueError"),
-    ],
-)
-def test_five_d_unsupported_shape_must_raise(candidate, reason, capsys):
-    assert reason in failure("three_d.five_d_groups", candidate, capsys)
+# ------------------------------------------------------------------ the clause table's wrong answers
+WRONG = {
+    # 01 rank groups
+    "groups_picotron_order": _groups(("dp", "pp", "tp")),
+    "groups_dp_innermost": _groups(("pp", "tp", "dp")),
+    "groups_one_rank": lambda d, t, p: {"tp": [[0]], "dp": [[0]], "pp": [[0]]},
+    "groups_not_a_dict": lambda d, t, p: [[0, 1]],
+    "tp_without_stage": tp_without_stage,
+    "pp_stride_t": pp_stride_t,
+    "groups_from_the_grid": groups_from_the_grid,
+    # 02 choose a layout (the answer is a function returning (d, t, p))
+    "layout_tp_across_nodes": lambda: (16, 16, 4),
+    "layout_too_few_gpus": lambda: (16, 8, 4),
+    "layout_not_the_gpus": lambda: (50, 5, 4),
+    "layout_zero3_only": lambda: (512, 1, 2),
+    "layout_bubble": lambda: (32, 2, 16),
+    "layout_slower": lambda: (4, 8, 32),
+    "layout_layers_not_divisible": lambda: (16, 1, 64),
+    "layout_as_text": lambda: "8x8x16",
+    # 03 cost per token
+    "usd_per_token": lambda step_seconds, gpus, global_batch, seq, usd_per_gpu_hour: (
+        gpus * step_seconds / 3600 * usd_per_gpu_hour / (global_batch * seq)
+    ),
+    "usd_per_sequence": lambda step_seconds, gpus, global_batch, seq, usd_per_gpu_hour: (
+        gpus * step_seconds / 3600 * usd_per_gpu_hour / global_batch * 1e6
+    ),
+    "usd_seconds_as_hours": lambda step_seconds, gpus, global_batch, seq, usd_per_gpu_hour: (
+        gpus * step_seconds * usd_per_gpu_hour / (global_batch * seq) * 1e6
+    ),
+    "usd_one_gpu": lambda step_seconds, gpus, global_batch, seq, usd_per_gpu_hour: (
+        step_seconds / 3600 * usd_per_gpu_hour / (global_batch * seq) * 1e6
+    ),
+    "usd_hard_coded": lambda **kw: 0.5,
+    "usd_from_course": lambda step_seconds, gpus, global_batch, seq, usd_per_gpu_hour: __import__(
+        "minipar.cost.three_d", fromlist=["x"]
+    ).dollars_per_million_tokens(step_seconds, gpus, global_batch * seq, usd_per_gpu_hour),
+    # 04 five-dimensional groups
+    "five_d_dp_cp_swapped": lambda *s: _five(*s, order="tdc"),
+    "five_d_cp_tp_swapped": lambda *s: _five(*s, order="ctd"),
+    "five_d_ep_inside_dp": lambda *s: _five(*s, ep_rule="inside_dp"),
+    "five_d_edp_innermost": lambda *s: _five(*s, ep_rule="edp_inner"),
+    "five_d_off_by_one": lambda *s: _five(*s, base=1),
+    "five_d_no_stage_offset": lambda *s: _five(*s, offset=False),
+    "five_d_edp_is_dp_cp": lambda *s: _five(*s, edp_rule="dense"),
+    "five_d_rank_missing": lambda *s: dict(_five(*s), edp=[[0]]),
+    "five_d_not_a_dict": lambda *s: [[0]],
+    "five_d_from_course": lambda d, t, p, cp, ep: {
+        k: __import__("minipar.grid", fromlist=["Grid"]).Grid(d, t, p, cp, ep).groups(k)
+        for k in ("cp", "dp_cp", "ep", "edp")
+    },
+    "five_d_no_rule_check": five_d_no_rule_check,
+    "five_d_wrong_exception": five_d_wrong_exception,
+}
 
 
-@pytest.mark.parametrize(
-    "candidate, reason",
-    [
-        (lambda *s: _five(*s, order="tdc"), "step by t·d = 8: dp and cp are swapped"),
-        (
-            lambda *s: _five(*s, order="ctd"),
-            "cp groups are consecutive ranks: cp and tp are swapped",
-        ),
-        (
-            lambda *s: _five(*s, ep_rule="inside_dp"),
-            "your ep groups step by t·cp = 4 through the data-parallel ranks: ep is not folded",
-        ),
-        (lambda *s: _five(*s, ep_rule="edp_inner"), "step by S/ep = 8 (ep and edp swapped)"),
-        (
-            lambda *s: _five(*s, base=1),
-            "rank 16 in your cp groups is outside [0, 16) (an off-by-one?)",
-        ),
-        (
-            lambda *s: _five(*s, offset=False),
-            "for (d, t, p, cp, ep) = (1, 2, 2, 2, 4): rank 0 is in two ep groups, [0, 1, 2, 3] and "
-            "[0, 1, 2, 3] (the same group twice",
-        ),
-        (
-            lambda *s: _five(*s, edp_rule="dense"),
-            "(1, 2, 2, 2, 4): your edp groups are the dense weights' dp_cp groups",
-        ),
-        (lambda *s: dict(_five(*s), edp=[[0]]), "rank 1 is in no edp group"),
-        (lambda *s: [[0]], "return a dict with keys 'cp', 'dp_cp', 'ep', 'edp'"),
-        (
-            lambda d, t, p, cp, ep: {
-                k: __import__("minipar.grid", fromlist=["Grid"]).Grid(d, t, p, cp, ep).groups(k)
-                for k in ("cp", "dp_cp", "ep", "edp")
-            },
-            "course's own minipar.grid",
-        ),
-    ],
-)
-def test_five_d_group_slips(candidate, reason, capsys):
-    assert reason in failure("three_d.five_d_groups", candidate, capsys)
+@pytest.mark.parametrize("task_id, clause", clause_cases("three_d", slow=lambda t: False))
+def test_every_clause_has_a_wrong_answer_that_fails_with_its_reason(task_id, clause, capsys):
+    clause_fails(task_id, clause, WRONG, capsys)

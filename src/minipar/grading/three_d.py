@@ -15,7 +15,7 @@ from minipar.grid import Grid
 from minipar.three_d.grid import RankGrid
 
 from . import GradeFailure, as_number, task
-from .declare import call_own
+from .declare import Clause, call_own
 from .imports import course_calls, forbid_course_code, reject_course_calls
 
 GRID_SHAPES = [(2, 2, 2), (3, 2, 1), (1, 3, 2), (2, 3, 4), (1, 1, 1)]
@@ -461,3 +461,174 @@ def _check_unsupported(candidate) -> None:
         at + "your function returned groups; it must raise a ValueError naming the rule "
         "(folded experts need ep to divide a stage's ranks)"
     )
+
+
+# ---------------------------------------------------------------- the exercises' contracts
+# clause of the starter's text -> the input that makes it matter -> a wrong answer breaking only
+# that clause (tests/test_grading_three_d.py) -> words of the reason it gets
+_IN_GROUPS = "(d, t, p) = (2, 2, 2), (3, 2, 1), (1, 3, 2), (2, 3, 4), (1, 1, 1)"
+_IN_LAYOUT = "GPT-3 175B on 1024 A100s (8 per node), the planner's predicted step times"
+_IN_USD = "four (step time, GPUs, batch, sequence, price) settings"
+_IN_FIVE = (
+    "(d, t, p, cp, ep) = (4, 2, 1, 2, 2), (1, 2, 2, 2, 4), (3, 1, 1, 2, 2), (2, 3, 2, 1, 3), "
+    "(1, 1, 3, 3, 1), (1, 1, 1, 1, 1), (3, 2, 2, 3, 2)"
+)
+CLAUSES = {
+    "three_d.rank_groups": (
+        Clause(
+            "tp innermost, pp outermost", _IN_GROUPS, "groups_picotron_order", "order dp > pp > tp"
+        ),
+        Clause(
+            "tp consecutive ranks, not dp", _IN_GROUPS, "groups_dp_innermost", "order pp > tp > dp"
+        ),
+        Clause(
+            "every rank in one group of each kind",
+            _IN_GROUPS,
+            "groups_one_rank",
+            "it lacks [[0, 1], [2, 3], [4, 5], [6, 7]]",
+        ),
+        Clause(
+            "return a dict with keys tp, dp, pp", _IN_GROUPS, "groups_not_a_dict", "return a dict"
+        ),
+        Clause(
+            "tp groups carry the stage's offset i_p·d·t",
+            _IN_GROUPS + " (p > 1)",
+            "tp_without_stage",
+            "it lacks [[4, 5], [6, 7]]",
+        ),
+        Clause(
+            "pp groups step by d·t",
+            _IN_GROUPS,
+            "pp_stride_t",
+            "Megatron's are [[0, 4], [1, 5], [2, 6], [3, 7]]",
+        ),
+        Clause(
+            "write the groups, not the course's grid",
+            _IN_GROUPS,
+            "groups_from_the_grid",
+            "course's own minipar.three_d.grid (RankGrid)",
+        ),
+    ),
+    "three_d.choose_layout": (
+        Clause(
+            "t at most the GPUs per node",
+            _IN_LAYOUT,
+            "layout_tp_across_nodes",
+            "exceeds the GPUs per node",
+        ),
+        Clause(
+            "d·t·p = the GPUs (not fewer)",
+            _IN_LAYOUT,
+            "layout_too_few_gpus",
+            "must equal the GPUs (1024)",
+        ),
+        Clause("d·t·p = the GPUs", _IN_LAYOUT, "layout_not_the_gpus", "must equal the GPUs"),
+        Clause(
+            "within 10 % of the best (ZeRO-3 fits, but slower)",
+            _IN_LAYOUT,
+            "layout_zero3_only",
+            "ZeRO-3) predicts",
+        ),
+        Clause(
+            "within 10 % of the best (the bubble)",
+            _IN_LAYOUT,
+            "layout_bubble",
+            "most of the gap is the pipeline bubble",
+        ),
+        Clause("within 10 % of the best", _IN_LAYOUT, "layout_slower", "slower than"),
+        Clause(
+            "p divides the layers",
+            _IN_LAYOUT,
+            "layout_layers_not_divisible",
+            "layers (96) must be divisible by p (64)",
+        ),
+        Clause("return a tuple (d, t, p)", _IN_LAYOUT, "layout_as_text", "return a tuple"),
+    ),
+    "three_d.cost_per_token": (
+        Clause("per million tokens", _IN_USD, "usd_per_token", "per token, not per million"),
+        Clause("tokens = batch × sequence", _IN_USD, "usd_per_sequence", "per sequence"),
+        Clause("step seconds / 3600 = hours", _IN_USD, "usd_seconds_as_hours", "seconds as hours"),
+        Clause("every GPU is paid for", _IN_USD, "usd_one_gpu", "number of GPUs"),
+        Clause("a function of the settings", _IN_USD, "usd_hard_coded", "expected"),
+        Clause(
+            "write it, not the course's",
+            _IN_USD,
+            "usd_from_course",
+            "course's own minipar.cost.three_d (dollars_per_million_tokens)",
+        ),
+    ),
+    "three_d.five_d_groups": (
+        Clause(
+            "cp inside dp: dp_cp steps by t·cp",
+            _IN_FIVE,
+            "five_d_dp_cp_swapped",
+            "step by t·d = 8: dp and cp are swapped",
+        ),
+        Clause(
+            "tp innermost, cp next",
+            _IN_FIVE,
+            "five_d_cp_tp_swapped",
+            "cp groups are consecutive ranks: cp and tp are swapped",
+        ),
+        Clause(
+            "ep folded over the stage's t·cp·d ranks",
+            _IN_FIVE,
+            "five_d_ep_inside_dp",
+            "ep is not folded",
+        ),
+        Clause(
+            "ep innermost within the fold",
+            _IN_FIVE,
+            "five_d_edp_innermost",
+            "step by S/ep = 8 (ep and edp swapped)",
+        ),
+        Clause(
+            "ranks 0 … N−1",
+            _IN_FIVE,
+            "five_d_off_by_one",
+            "rank 16 in your cp groups is outside [0, 16) (an off-by-one?)",
+        ),
+        Clause(
+            "each stage's groups start at i_p·t·cp·d",
+            _IN_FIVE + " (p > 1)",
+            "five_d_no_stage_offset",
+            "(the same group twice",
+        ),
+        Clause(
+            "edp groups hold the same experts, not dp_cp",
+            _IN_FIVE,
+            "five_d_edp_is_dp_cp",
+            "your edp groups are the dense weights' dp_cp groups",
+        ),
+        Clause(
+            "every rank in one group of each kind",
+            _IN_FIVE,
+            "five_d_rank_missing",
+            "rank 1 is in no edp group",
+        ),
+        Clause(
+            "return a dict with keys cp, dp_cp, ep, edp",
+            _IN_FIVE,
+            "five_d_not_a_dict",
+            "return a dict with keys 'cp', 'dp_cp', 'ep', 'edp'",
+        ),
+        Clause(
+            "write the groups, not the course's grid",
+            _IN_FIVE,
+            "five_d_from_course",
+            "course's own minipar.grid",
+        ),
+        Clause(
+            "ep must divide t·cp·d: ValueError",
+            "(d, t, p, cp, ep) = (1, 2, 1, 3, 4)",
+            "five_d_no_rule_check",
+            "it must raise a ValueError naming the rule",
+        ),
+        Clause(
+            "the exception is a ValueError",
+            "(d, t, p, cp, ep) = (1, 2, 1, 3, 4)",
+            "five_d_wrong_exception",
+            "your function raised AssertionError; raise a ValueError",
+        ),
+    ),
+}
