@@ -132,7 +132,7 @@ def memory_vs_gpus(pal):
     ]
 )
 def roofline(pal):
-    """The H100's roofline (the bf16 GEMM ceiling P·η and the HBM slope) with the FLOP rate the
+    """The H100's roofline (the bf16 GEMM ceiling η·F and the HBM slope) with the FLOP rate the
     cost model gives each forward GEMM of one GPT-3 layer at t = 8 and the Adam step."""
     g = gpu("H100-SXM")
     ceiling = g.peak_flops["bf16"] * g.gemm_efficiency
@@ -157,10 +157,10 @@ def roofline(pal):
         [min(ceiling, x * g.hbm_bandwidth) / 1e12 for x in xs_fine],
         color=pal.fg,
         lw=1.6,
-        label="roofline: min(P·η, I·W)",
+        label="roofline: min(η·F, I·W_HBM)",
     )
     ax.axhline(
-        g.peak_flops["bf16"] / 1e12, color=pal.muted, ls=":", lw=1.2, label="datasheet peak P"
+        g.peak_flops["bf16"] / 1e12, color=pal.muted, ls=":", lw=1.2, label="datasheet peak F"
     )
     for i, (name, x, y) in enumerate(points):
         ax.plot(
