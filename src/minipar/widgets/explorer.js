@@ -247,15 +247,25 @@ export function mountExplorer(container, name, values, config, onChange) {
     for (const m of made) v[m.c.name] = m.read();
     return v;
   };
-  // Linked controls: spec.link(values, changed) returns {control: value} to set after a change
-  // (a number box takes the value); spec.disabled(values) names the controls that do not apply.
+  // Linked controls: spec.link(values, changed, config) returns {control: value} to set after a
+  // change (a number box takes the value, a checkbox its truth, a menu the option of that value);
+  // spec.disabled(values, config) names the controls that do not apply.
   const relink = (changed) => {
     if (spec.link) {
-      const set = spec.link(current(), changed) || {};
-      for (const m of made) if (m.c.type === "number" && m.c.name in set) m.input.value = String(set[m.c.name]);
+      const set = spec.link(current(), changed, cfg) || {};
+      for (const m of made) {
+        if (!(m.c.name in set)) continue;
+        const want = set[m.c.name];
+        if (m.c.type === "number") m.input.value = String(want);
+        else if (m.c.type === "checkbox") m.input.checked = Boolean(want);
+        else if (m.c.type === "select") {
+          const i = m.c.options.findIndex((o) => (Array.isArray(o) ? o[1] : o) === want);
+          if (i >= 0) m.input.value = String(i);
+        }
+      }
     }
     if (spec.disabled) {
-      const off = spec.disabled(current()) || [];
+      const off = spec.disabled(current(), cfg) || [];
       for (const m of made) m.input.disabled = off.includes(m.c.name);
     }
   };
@@ -285,7 +295,9 @@ export function mountExplorer(container, name, values, config, onChange) {
     m.input.addEventListener("change", () => now(m.c.name));
     if (m.c.type === "number" || m.c.type === "range") m.input.addEventListener("input", () => later(m.c.name));
   }
-  root.append(title, controls, output);
+  // spec.chartFirst: an explorer with many controls shows its chart above them (a phone would
+  // otherwise scroll past the controls to reach it)
+  root.append(title, ...(spec.chartFirst ? [output, controls] : [controls, output]));
   container.replaceChildren(root);
   redraw(false);
   return root;

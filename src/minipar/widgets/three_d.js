@@ -674,11 +674,43 @@ function positiveInteger(name, x) {                    // Python: breakdown.chec
   if (!Number.isInteger(x) || x < 1) throw new Error(`${name} (${x}) must be a positive integer`);
 }
 
+// A preset fixes the run's layout and settings: the controls show them (planLink) and are
+// disabled (planDisabled), so no control is left on screen that the chart ignores.
+const PRESET_FIXED = ["gpus", "batch", "t", "p"];
+function presetOf(values, config) {
+  const m = ((config || {}).models || {})[values.model];
+  return values.layout === "preset" && m && m.layout ? m.layout : null;
+}
+
+// Python: the preset's values for every control it fixes, set when the model or the layout
+// changes (and when the explorer opens).
+export function planLink(values, changed, config) {
+  const preset = presetOf(values, config);
+  if (!preset || !(changed === undefined || changed === "model" || changed === "layout")) return {};
+  return {gpus: preset.gpus, batch: preset.batch, t: preset.t, p: preset.p, ...(preset.controls || {})};
+}
+
+// The controls that do not apply: those a preset fixes, ep for a dense model, the ZeRO-3
+// algorithm below ZeRO-3, the CP exchange without cp.
+export function planDisabled(values, config) {
+  const preset = presetOf(values, config);
+  const v = preset ? {...values, ...(preset.controls || {})} : values;
+  const m = ((config || {}).models || {})[values.model] || {};
+  const off = preset ? [...PRESET_FIXED, ...Object.keys(preset.controls || {})] : [];
+  if (!(m.experts > 1)) off.push("ep");
+  if (Number(v.zero) !== 3) off.push("z3");
+  if (!(Number(v.cp) > 1)) off.push("cpalg");
+  return [...new Set(off)];
+}
+
 // config (Python: minipar.widgets.three_d.plan_config): {models: {name: {layers, ..., layout:
-//   {t, p, gpus, batch}}}, gpus: {name: {memory_bytes, peak, hbm_bandwidth, sms,
+//   {t, p, gpus, batch, controls}}}, gpus: {name: {memory_bytes, peak, hbm_bandwidth, sms,
 //   gemm_efficiency, intra, inter}}, links: {name: {name, alpha, bandwidth}}}
 registerExplorer("plan", {
   title: "One layout's step time against the pipeline depth (minipar plan's model)",
+  chartFirst: true,   // about 25 controls: on a phone the chart comes before them
+  link: planLink,
+  disabled: planDisabled,
   controls: [
     {name: "model", label: "model", type: "select", options: ["gpt3-175b"], value: "gpt3-175b", configOptions: "models"},
     {name: "layout", label: "layout", type: "select", options: ["preset", "custom"], value: "preset"},
@@ -710,7 +742,7 @@ registerExplorer("plan", {
   draw(v, config) {
     const models = config.models || {}, gpus = config.gpus || {}, links = config.links || {};
     if (!(v.model in models)) throw new Error(`model ('${v.model}') must be one of ${Object.keys(models).join(", ")}`);
-    const preset = v.layout === "preset" && models[v.model].layout ? models[v.model].layout : null;
+    const preset = presetOf(v, config);
     if (preset) v = {...v, ...(preset.controls || {})};  // the published run's other settings
     if (!(v.gpu in gpus)) throw new Error(`gpu ('${v.gpu}') must be one of ${Object.keys(gpus).join(", ")}`);
     let model = {...models[v.model], ...(preset && preset.layers ? {layers: preset.layers} : {})};
@@ -742,7 +774,7 @@ registerExplorer("plan", {
       TP: c.tp_seconds, "PP, ZeRO-3, CP ring, EP all-to-all": c.pp_seconds + c.zero3_exposed_seconds + c.cp_seconds + c.ep_seconds,
       "DP, embedding, optimizer": c.dp_exposed_seconds + c.embedding_seconds + c.optimizer_seconds});
     const svg = stackedBars({
-      title: `${v.model}, N = ${N}, t = ${t}, cp = ${cp}, ep = ${ep}: step time per p (d = N/(t·cp·p)); ★ = chosen, ✗ = does not fit`,
+      title: `${v.model}, ${N} GPUs, t = ${t}${cp > 1 ? `, cp = ${cp}` : ""}${ep > 1 ? `, ep = ${ep}` : ""}: step per p`,
       ylabel: "seconds per step",
       categories: rows.map((c) => `p=${c.pp}${c.pp === chosen.pp ? "★" : ""}${c.fits ? "" : "✗"}`),
       stacks: PARTS_3D.map(([name, color]) => ({name, color, values: rows.map((c) => parts(c)[name])})),
@@ -757,6 +789,6 @@ registerExplorer("plan", {
       + `${usd.toFixed(3)} $ per million tokens at ${v.price} $/GPU-hour. Links: in a node ${bw(cluster.intra)}, between nodes ${bw(cluster.inter)} per GPU; `
       + `GEMMs at η = ${Number(cluster.gpu.gemm_efficiency.toPrecision(3))} of ${(cluster.peak / 1e12).toFixed(0)} TFLOP/s. TP on ${escapeHtml(chosen.tp_link)}, PP on ${escapeHtml(chosen.pp_link)}, DP on ${escapeHtml(chosen.dp_link)}; `
       + `ring K/V exposed ${fmtSeconds(chosen.cp_seconds)}, EP all-to-alls ${fmtSeconds(chosen.ep_seconds)} per step.</p>`
-      + `<p class="minipar-explorer-note">TP and PP sit on the critical path; DP runs after the pipeline flush (p > 1) or under the last backward (p = 1); ZeRO-2 needs p = 1, so other p are shown with ZeRO-1 then; ZeRO-3 composes with PP. cp splits each sequence (N = t·cp·p·d, weights replicated over cp); ep splits the experts over ep of the t·cp·d ranks of a stage (MoE parallel folding; MoE models only). The era's attention and precision: flash and Megatron's 18-byte recipe on H100/H200, unfused and the 2021 recipe on A100. The full search: <code>minipar plan</code>.</p>`;
+      + `<p class="minipar-explorer-note">One bar per pipeline depth p, with d = N/(t·cp·p); ★ marks the chosen p, ✗ a layout that does not fit. TP and PP sit on the critical path; DP runs after the pipeline flush (p > 1) or under the last backward (p = 1); ZeRO-2 needs p = 1, so other p are shown with ZeRO-1 then; ZeRO-3 composes with PP. cp splits each sequence (N = t·cp·p·d, weights replicated over cp); ep splits the experts over ep of the t·cp·d ranks of a stage (MoE parallel folding; MoE models only). The era's attention and precision: flash and Megatron's 18-byte recipe on H100/H200, unfused and the 2021 recipe on A100. The full search: <code>minipar plan</code>.</p>`;
   },
 });

@@ -9,9 +9,10 @@ The browser evaluates ``widgets/three_d.js``, whose ``planEvaluate`` is the Java
 from __future__ import annotations
 
 from dataclasses import asdict
+from functools import cache
 
 from minipar.cost.hardware import GPUS, LINKS
-from minipar.cost.three_d import MODELS
+from minipar.cost.three_d import MODELS, cluster, search
 from minipar.widgets import Explorer
 
 # Each preset opens on a layout that satisfies the rules (t | a, p | L, t·cp·p | N), published where
@@ -22,8 +23,12 @@ from minipar.widgets import Explorer
 # pipeline units, 6 per stage, the last holding 5 layers and the head, so the preset prices 60
 # layers (5 per stage, + the head), as minipar.cost.validation does; Llama 3 405B in
 # its 128K-context stage t = 8, cp = 16, p = 16, d = 8 on 16384 H100 (Llama Team 2024 §3.3.4),
-# full recomputation. ``controls`` are the run's other settings; ``layers`` overrides the
-# shape's for the pipeline split. Llama 2 70B: no published layout.
+# full recomputation, the interleaved schedule with v = 4 (the chapter's notebook prices the same
+# layout); its 8K pre-training stage t = 8, p = 16, d = 128 on 16384 H100, 2048 sequences (16 M
+# tokens), priced with the same settings and, like the 128K stage, its 126 layers and the
+# embedding and head as 128 pipeline units. ``controls`` are the run's other settings, shown on the page and greyed out;
+# ``layers`` overrides the shape's for the pipeline split. Models without a published layout
+# open on the planner's best (:data:`PLANNER_PRESETS`).
 PRESET_LAYOUTS = {
     "gpt3-175b": {"t": 8, "p": 16, "gpus": 1024, "batch": 1536},
     "bloom-176b": {
@@ -35,16 +40,81 @@ PRESET_LAYOUTS = {
         "controls": {"b": 2, "recompute": "full", "sp": False, "zero": 1, "inter": "opa-jean-zay"},
     },
     "mt-nlg-530b": {"t": 8, "p": 35, "gpus": 2240, "batch": 1920},
-    "llama2-70b": {"t": 8, "p": 4, "gpus": 256, "batch": 512},
     "megatron-1t": {"t": 8, "p": 64, "gpus": 3072, "batch": 3072},
+    "llama3-405b": {
+        "t": 8,
+        "p": 16,
+        "gpus": 16384,
+        "batch": 2048,
+        "layers": 128,
+        "controls": {
+            "cp": 1,
+            "b": 1,
+            "v": 4,
+            "recompute": "full",
+            "sp": True,
+            "zero": 1,
+            "gpu": "H100-SXM",
+        },
+    },
     "llama3-405b-128k": {
         "t": 8,
         "p": 16,
         "gpus": 16384,
         "batch": 128,
-        "controls": {"cp": 16, "recompute": "full", "sp": True, "zero": 1, "gpu": "H100-SXM"},
+        "controls": {
+            "cp": 16,
+            "b": 1,
+            "v": 4,
+            "recompute": "full",
+            "sp": True,
+            "zero": 1,
+            "gpu": "H100-SXM",
+        },
     },
 }
+
+#: Models with no published layout open on the planner's best for a stated run: (GPUs, global
+#: batch in sequences, GPU, the largest ep searched). Llama 3 8B and 70B on H100 at their 8K
+#: context, Llama 2 70B on A100 (its paper's GPU), Mixtral 8×7B on 64 H100 with ep up to 8.
+PLANNER_PRESETS = {
+    "llama3-8b": (64, 512, "H100-SXM", 1),
+    "llama3-70b": (512, 1024, "H100-SXM", 1),
+    "llama2-70b": (256, 512, "A100-80GB", 1),
+    "mixtral-8x7b": (64, 256, "H100-SXM", 8),
+}
+
+
+@cache
+def planner_preset(model: str) -> dict:
+    """The planner's best fitting layout for ``model``'s run in :data:`PLANNER_PRESETS`, as a
+    preset: the layout and every setting the search chose."""
+    gpus, batch, gpu, max_ep = PLANNER_PRESETS[model]
+    cl = cluster(gpus, 8, gpu)
+    best = next(c for c in search(MODELS[model], cl, batch, max_ep=max_ep) if c.fits)
+    return {
+        "t": best.tp,
+        "p": best.pp,
+        "gpus": gpus,
+        "batch": batch,
+        "controls": {
+            "cp": best.cp,
+            "ep": best.ep,
+            "b": best.micro_batch,
+            "v": best.chunks,
+            "recompute": best.recompute,
+            "sp": best.sp,
+            "zero": best.zero,
+            "gpu": gpu,
+        },
+    }
+
+
+def preset_layout(model: str) -> dict | None:
+    """The layout the explorer opens ``model`` on: published, else the planner's best."""
+    if model in PRESET_LAYOUTS:
+        return PRESET_LAYOUTS[model]
+    return planner_preset(model) if model in PLANNER_PRESETS else None
 
 
 def _link(L) -> dict:
@@ -95,7 +165,7 @@ def plan_config() -> dict:
         "models": {
             k: {
                 **{f: v for f, v in asdict(m).items() if f != "note"},
-                "layout": PRESET_LAYOUTS.get(k),
+                "layout": preset_layout(k),
             }
             for k, m in MODELS.items()
         },

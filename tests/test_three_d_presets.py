@@ -1,0 +1,100 @@
+"""The layout explorer's presets: every model opens on its published layout or the planner's
+best, draws the settings it models, shows them in the controls (planLink) and greys out every
+control the chart would ignore (planDisabled); the chart's title fits its 520-px chart."""
+
+import re
+
+import pytest
+
+from minipar.cost import three_d as planner
+from minipar.widgets.parity import js_call, node_available
+from minipar.widgets.three_d import PLANNER_PRESETS, plan_config, planner_preset, preset_layout
+
+pytestmark = pytest.mark.skipif(
+    not node_available(), reason="Node.js (/usr/bin/node) not installed"
+)
+
+CONFIG = plan_config()
+LAYOUT = re.compile(
+    r"t = (\d+), cp = (\d+), p = (\d+), d = (\d+), ep = (\d+), b = (\d+), m = \d+, B = \d+ "
+    r"\(the preset's layout\)"
+)
+TITLE = re.compile(r"<text[^>]*font-weight=\"600\"[^>]*>([^<]*)</text>")
+
+
+def test_every_model_opens_on_a_preset_layout():
+    """No model falls back to the custom boxes' t = 8, p = 16 when the page opens."""
+    assert [k for k in planner.MODELS if preset_layout(k) is None] == []
+
+
+def test_each_preset_draws_what_it_states_and_fits():
+    names = list(planner.MODELS)
+    got = js_call("three_d", [("drawExplorer", ["plan", {"model": k}, CONFIG]) for k in names])
+    for name, (kind, out) in zip(names, got):
+        assert kind == "ok" and out["error"] is None, (name, out["error"])
+        html = out["html"]
+        assert "<b>does not fit</b>" not in html, name
+        t, cp, p, d, ep, b = map(int, LAYOUT.search(html).groups())
+        preset = preset_layout(name)
+        fixed = preset.get("controls", {})
+        assert (t, p) == (preset["t"], preset["p"]), name
+        assert (cp, ep, b) == (fixed.get("cp", 1), fixed.get("ep", 1), fixed.get("b", 1)), name
+        assert d == preset["gpus"] // (t * cp * p), name
+        title = TITLE.search(html).group(1)
+        assert len(title) <= 64, (name, title)  # 12-px bold text in a 520-px chart
+
+
+@pytest.mark.parametrize("name", sorted(PLANNER_PRESETS))
+def test_planner_presets_are_the_planners_best(name):
+    gpus, batch, gpu, max_ep = PLANNER_PRESETS[name]
+    best = next(
+        c
+        for c in planner.search(
+            planner.MODELS[name], planner.cluster(gpus, 8, gpu), batch, max_ep=max_ep
+        )
+        if c.fits
+    )
+    p = planner_preset(name)
+    assert (p["t"], p["p"], p["controls"]["ep"], p["controls"]["v"]) == (
+        best.tp,
+        best.pp,
+        best.ep,
+        best.chunks,
+    )
+
+
+def test_mixtral_splits_its_experts_and_llama3_interleaves():
+    assert planner_preset("mixtral-8x7b")["controls"]["ep"] > 1
+    ((kind, out),) = js_call(
+        "three_d", [("drawExplorer", ["plan", {"model": "llama3-405b-128k"}, CONFIG])]
+    )
+    bubble = float(re.search(r"bubble ([\d.]+) % of the step", out["html"]).group(1))
+    assert bubble < 30, bubble  # v = 1 left a 48 % bubble
+    assert "nvlink4-h100" in out["html"] and "nvlink3-a100" not in out["html"]
+
+
+def test_the_controls_show_the_preset_and_grey_out_what_it_fixes():
+    base = {"layout": "preset", "zero": 1, "cp": 1}
+    calls = [
+        ("planLink", [{**base, "model": "llama3-405b-128k"}, "model", CONFIG]),
+        ("planDisabled", [{**base, "model": "llama3-405b-128k"}, CONFIG]),
+        ("planDisabled", [{**base, "model": "bloom-176b"}, CONFIG]),
+        ("planDisabled", [{**base, "model": "gpt3-175b", "layout": "custom"}, CONFIG]),
+        ("planDisabled", [{**base, "model": "gpt3-175b", "layout": "custom", "zero": 3}, CONFIG]),
+        ("planDisabled", [{**base, "model": "mixtral-8x7b"}, CONFIG]),
+        ("planLink", [{**base, "model": "gpt3-175b", "layout": "custom"}, "model", CONFIG]),
+        ("planLink", [{**base, "model": "llama3-405b-128k"}, "price", CONFIG]),
+    ]
+    (link405, off405, off_bloom, off_custom, off_z3, off_mix, link_custom, link_price) = [
+        out for _, out in js_call("three_d", calls)
+    ]
+    assert link405["gpu"] == "H100-SXM" and link405["v"] == 4 and link405["cp"] == 16
+    assert link405["t"] == 8 and link405["p"] == 16 and link405["gpus"] == 16384
+    for control in ("gpu", "recompute", "zero", "sp", "t", "p", "gpus", "batch", "ep"):
+        assert control in off405, control
+    assert "recompute" in off_bloom and "zero" in off_bloom and "gpu" not in off_bloom
+    assert not {"t", "p", "gpus", "batch", "gpu", "recompute"} & set(off_custom)
+    assert "ep" in off_custom and "z3" in off_custom and "cpalg" in off_custom
+    assert "z3" not in off_z3
+    assert "ep" in off_mix  # fixed by the preset; a dense model's ep never applies
+    assert link_custom == {} and link_price == {}
