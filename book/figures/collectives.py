@@ -11,6 +11,7 @@ from minipar.cost.hardware import LINKS
 
 SUM = "#c8c8c8"  # fill of a cell that holds a sum (the same in both themes, dark text on it)
 INK = "#111111"  # text on a filled cell
+DARK_FILLS = ("#0072B2", "#D55E00")  # the blue and vermilion series colours: white text
 
 
 def _box(ax, x, y, fill, text, pal, *, lw=0.6, edge=None, dashed=False, size=9):
@@ -27,7 +28,8 @@ def _box(ax, x, y, fill, text, pal, *, lw=0.6, edge=None, dashed=False, size=9):
             ls="--" if dashed else "-",
         )
     )
-    ax.text(x + 0.5, y + 0.5, text, ha="center", va="center", fontsize=size, color=INK)
+    ink = "white" if fill in DARK_FILLS else INK  # dark text is hard to read on these
+    ax.text(x + 0.5, y + 0.5, text, ha="center", va="center", fontsize=size, color=ink)
 
 
 def _bare(ax):
