@@ -50,3 +50,22 @@ def test_title_counts_gpus_in_words_and_boxes_are_bounded():
     assert len(drawn) <= 200 and drawn[0] == [0, 96, 1, 96]  # ceil(19074 / 200) = 96 per box
     assert drawn[-1][1] == 19074 and drawn[-1][3] == 19074
     assert sum(last - first + 1 for _, _, first, last in drawn) == 19074  # every bucket, once
+
+
+def test_controls_that_do_not_apply_are_disabled():
+    """One GPU: nothing to all-reduce; up to one 8-GPU node: nothing crosses between nodes."""
+    calls = [("dpDisabled", [{"ranks": n}]) for n in (1, 2, 8, 16, 64)]
+    got = [out for _, out in js_call("data_parallel", calls)]
+    assert got == [["intra", "inter", "bucket_mb", "overlap"], ["inter"], ["inter"], [], []]
+    # and what is greyed out really does not change the step
+    cfg = dp_config()
+    base = {"ranks": 8, "params_m": 1000, "bucket_mb": 25}
+    draws = js_call(
+        "data_parallel",
+        [
+            ("drawExplorer", ["dp-step", {**base, "inter": inter}, cfg, "inter"])
+            for inter in ("ib-ndr400", "eth-100g")
+        ],
+    )
+    (_, a), (_, b) = draws
+    assert a["html"].replace("ib-ndr400", "eth-100g") == b["html"]

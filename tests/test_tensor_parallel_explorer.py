@@ -121,3 +121,13 @@ def test_explorer_refuses_what_python_refuses():
         with pytest.raises(ValueError) as e:
             tp_layer_model(**ui)
         assert out["error"] == str(e.value), ui
+
+
+def test_link_and_sp_are_disabled_at_t_1_where_they_change_nothing():
+    from minipar.widgets.tensor_parallel import tp_layer_model
+
+    calls = [("tpDisabled", [{"t": t}]) for t in (1, 2, 8)]
+    assert [out for _, out in js_call("tensor_parallel", calls)] == [["link", "sp"], [], []]
+    slow = tp_layer_model(t=1, bandwidth=1e9, sp=True)
+    fast = tp_layer_model(t=1, bandwidth=900e9, sp=False)
+    assert slow == fast  # at t = 1 neither the link nor SP changes the layer

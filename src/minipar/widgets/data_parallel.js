@@ -106,6 +106,13 @@ function linkOf(config, name) {
   return L;
 }
 
+// The step explorer's controls that do not apply (greyed out): with one GPU there is nothing
+// to all-reduce; up to one node (8 GPUs) nothing crosses the link between nodes.
+export function dpDisabled(v) {
+  if (v.ranks === 1) return ["intra", "inter", "bucket_mb", "overlap"];
+  return v.ranks <= 8 ? ["inter"] : [];
+}
+
 // config (Python: minipar.widgets.data_parallel.dp_config): {links: {name: {alpha, bandwidth}}}
 registerExplorer("dp-step", {
   title: "Data-parallel step: compute and bucketed all-reduce (bf16 gradients, 8 GPUs per node)",
@@ -118,6 +125,7 @@ registerExplorer("dp-step", {
     {name: "overlap", label: "overlap with backward", type: "checkbox", value: true},
     {name: "compute_ms", label: "compute (ms)", type: "range", values: COMPUTE_MS, value: 200},
   ],
+  disabled: dpDisabled,
   draw(v, config) {
     const r = dpStepModel(v.params_m, v.ranks, linkOf(config, v.intra), linkOf(config, v.inter), v.bucket_mb, v.overlap, v.compute_ms);
     const ms = (x) => x * 1e3;

@@ -57,6 +57,12 @@ const HS = [1024, 2048, 4096, 5120, 8192, 12288, 16384, 20480, 25600];
 const SS = [512, 1024, 2048, 4096, 8192, 16384, 32768];
 const COLORS = {"nvlink4-h100": "#3182bd", "pcie5-x16": "#31a354", "ib-ndr400": "#e6550d", "eth-100g": "#756bb1"};
 
+// Controls that do not apply (greyed out): at t = 1 nothing is communicated, so neither the
+// link nor sequence parallelism changes anything.
+export function tpDisabled(v) {
+  return v.t === 1 ? ["link", "sp"] : [];
+}
+
 // config (Python: minipar.widgets.tensor_parallel.tp_config): {links: {name: {alpha, bandwidth}}, gpus: {name: bf16 flops}}
 registerExplorer("tp-layer", {
   title: "Tensor parallelism, one transformer layer (bf16, no overlap)",
@@ -70,6 +76,7 @@ registerExplorer("tp-layer", {
     {name: "gpu", label: "GPU", type: "select", options: ["H100-SXM"], value: "H100-SXM", configOptions: "gpus"},
     {name: "sp", label: "sequence parallelism", type: "checkbox", value: false},
   ],
+  disabled: tpDisabled,
   draw(v, config) {
     const links = config.links || {};
     const L = links[v.link];
