@@ -13,8 +13,9 @@ keeps it with cp between tp and dp.
 **Experts are folded** (Megatron-Core's "MoE parallel folding": Liu et al. 2025, "MoE Parallel
 Folding: Heterogeneous Parallelism Mappings for Efficient Large-Scale MoE Model Training with
 Megatron Core", arXiv 2504.14960): the expert
-layers see the S = t·cp·d ranks of one pipeline stage as a second grid, ETP = 1 × EP × EDP,
-with ep innermost: expert rank = i_pp·S + i_edp·ep + i_ep. So ep must divide S, not d: the
+layers see the t·cp·d ranks of one pipeline stage (``stage_size``) as a second grid, ETP = 1 × EP
+× EDP, with ep innermost: expert rank = i_pp·(t·cp·d) + i_edp·ep + i_ep. So ep must divide
+t·cp·d, not d: the
 attention may use t and cp ranks that the experts reuse as expert-parallel ranks. (torchtitan
 builds a separate "sparse" DeviceMesh for the same purpose.)
 
@@ -27,7 +28,7 @@ Groups, each a list of global ranks in increasing order:
              saw different tokens: other sequences over dp, other positions over cp)
   pp         same (dp, cp, tp): stride t·cp·d, size p (one pipeline)
   ep         ep consecutive ranks of one stage: the experts of one MoE layer are split over them
-  edp        ranks of one stage with the same expert slice (stride ep, size S/ep): expert weight
+  edp        ranks of one stage with the same expert slice (stride ep, size t·cp·d/ep): expert weight
              gradients are reduced here
   embedding  first and last stage of each pipeline (the tied embedding's gradient)
 """
@@ -77,14 +78,14 @@ class Grid:
 
     @property
     def stage_size(self) -> int:
-        """S = t·cp·d ranks per pipeline stage."""
+        """t·cp·d ranks per pipeline stage."""
         return self.t * self.cp * self.d
 
     def sizes(self) -> dict[str, int]:
         return {"tp": self.t, "cp": self.cp, "dp": self.d, "pp": self.p}
 
     def strides(self) -> dict[str, int]:
-        """Rank distance between neighbours along each dimension: tp 1, cp t, dp t·cp, pp S."""
+        """Rank distance between neighbours along each dimension: tp 1, cp t, dp t·cp, pp t·cp·d."""
         return {"tp": 1, "cp": self.t, "dp": self.t * self.cp, "pp": self.stage_size}
 
     def coord(self, rank: int) -> Coord:
@@ -121,15 +122,15 @@ class Grid:
         if kind == "dp_cp":
             return self._along(("dp", "cp"))
         if kind in ("ep", "edp"):
-            S, ep = self.stage_size, self.ep
+            stage, ep = self.stage_size, self.ep
             if kind == "ep":
                 return [
-                    [i * S + k * ep + j for j in range(ep)]
+                    [i * stage + k * ep + j for j in range(ep)]
                     for i in range(self.p)
-                    for k in range(S // ep)
+                    for k in range(stage // ep)
                 ]
             return [
-                [i * S + k * ep + j for k in range(S // ep)]
+                [i * stage + k * ep + j for k in range(stage // ep)]
                 for i in range(self.p)
                 for j in range(ep)
             ]
