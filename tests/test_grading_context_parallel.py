@@ -72,6 +72,12 @@ def zigzag_reversed(x, dim, group=None):
     return torch.cat([c[2 * cp - 1 - r], c[r]], dim=dim)
 
 
+def zigzag_float32(x, dim, group=None):
+    cp, r = dist.get_world_size(group), dist.get_rank(group)
+    c = x.float().chunk(2 * cp, dim=dim)
+    return torch.cat([c[r], c[2 * cp - 1 - r]], dim=dim)
+
+
 def zigzag_global_rank(x, dim, group=None):
     cp, r = dist.get_world_size(), dist.get_rank()  # ignores the group
     c = x.chunk(2 * cp, dim=dim)
@@ -255,6 +261,7 @@ WRONG = {
     "zigzag_contiguous": zigzag_contiguous,
     "zigzag_reversed": zigzag_reversed,
     "zigzag_global_rank": zigzag_global_rank,
+    "zigzag_float32": zigzag_float32,
     # 03 ring step
     "ring_wrong_direction": ring_wrong_direction,
     "ring_replace": ring_replace,

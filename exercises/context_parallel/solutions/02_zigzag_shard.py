@@ -11,6 +11,11 @@
 # (`group=None`: the default group). No communication is needed. The checker runs it on gloo
 # ranks with the whole world and with subgroups ({0} next to {1, 2}; {0, 2} next to {1, 3}), on
 # dims 1 and 2, and compares with the positions the layout defines.
+#
+# What the check holds you to: the values of the shard, exactly, in x's dtype (a view or a copy
+# both pass); for a one-rank group the shard is the whole of x (chunks 0 and 1 of 2). The check
+# uses only lengths divisible by 2cp; for another length raise a `ValueError` naming the rule
+# (not graded).
 
 # %%
 import torch

@@ -233,6 +233,12 @@ def check_zigzag_shard(fn, **_):
     for c in RANKS.launch(_zigzag_body, fn, what="write the zigzag shard"):
         for dim in (1, 2):
             where = f"{c['where']}, dim={dim}"
+            dtype = getattr(c[dim], "dtype", None)
+            if dtype is not None and str(dtype) != "torch.float64":
+                raise GradeFailure(
+                    f"{where}: dtype {str(dtype)[6:]}, expected float64, x's dtype (a shard "
+                    "is a part of x: no .float())"
+                )
             got = _positions_got(c[dim], dim, where)
             want = _zigzag_positions(S, c["cp"], c["gr"])
             if got != want:
@@ -636,6 +642,12 @@ CLAUSES = {
             _IN_LAYOUTS,
             "zigzag_global_rank",
             "use the group's rank and size",
+        ),
+        Clause(
+            "x's dtype",
+            _IN_LAYOUTS + "; float64 x",
+            "zigzag_float32",
+            "dtype float32, expected float64",
         ),
     ),
     "context_parallel.ring_step": (
