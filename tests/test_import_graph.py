@@ -6,6 +6,8 @@ CONTRIBUTING.md describes."""
 import ast
 from pathlib import Path
 
+from minipar import chapters
+
 ROOT = Path(__file__).resolve().parents[1]
 SRC = ROOT / "src"
 
@@ -139,15 +141,8 @@ def test_errors_is_a_leaf():
 
 
 # ------------------------------------------------------------------ layers (CONTRIBUTING.md)
-CHAPTERS = (
-    "collectives",
-    "memory_time",
-    "data_parallel",
-    "tensor_parallel",
-    "pipeline_parallel",
-    "context_parallel",
-    "expert_parallel",
-)  # in the course's order
+# the chapters of layer 1, in the course's order: the registry's, less the composition chapter
+CHAPTERS = tuple(s for s in chapters.SLUGS if s != "three_d")
 COMMANDS = (
     "minipar.cli",
     "minipar.bench",
@@ -157,6 +152,7 @@ COMMANDS = (
 FLOOR = (
     "minipar",
     "minipar.errors",
+    "minipar.chapters",
     "minipar.jsonio",
     "minipar.cost",
     "minipar.runtime",

@@ -1,0 +1,57 @@
+"""The course's chapters, in reading order: the one list every other list is derived from.
+
+A chapter ``<slug>`` has the same name everywhere (CONTRIBUTING.md, "One chapter slug
+everywhere"). :data:`CHAPTERS` names them; :func:`parts` gives the files a chapter must have;
+``tests/test_chapters.py`` checks that every chapter has all of them and that no package holds a
+chapter module the registry does not list. Tests, the book's figure checks and the explorer
+input checks read :data:`SLUGS` instead of keeping their own lists.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Chapter:
+    """One chapter: its slug and whether it has a ``minipar bench <slug>`` (memory_time measures
+    in its notebook; the others time their implementations on ranks)."""
+
+    slug: str
+    bench: bool = True
+
+
+CHAPTERS: tuple[Chapter, ...] = (
+    Chapter("collectives"),
+    Chapter("memory_time", bench=False),
+    Chapter("data_parallel"),
+    Chapter("tensor_parallel"),
+    Chapter("pipeline_parallel"),
+    Chapter("context_parallel"),
+    Chapter("expert_parallel"),
+    Chapter("three_d"),
+)
+
+#: the slugs, in reading order
+SLUGS: tuple[str, ...] = tuple(c.slug for c in CHAPTERS)
+
+
+def parts(chapter: Chapter) -> list[str]:
+    """Paths (relative to the repository root) a chapter must have."""
+    s = chapter.slug
+    out = [
+        f"book/{s}.md",
+        f"book/{s}_exercises.md",
+        f"book/{s}_appendix.md",
+        f"book/figures/{s}.py",
+        f"notebooks/{s}.ipynb",
+        f"exercises/{s}/solutions",
+        f"src/minipar/{s}/__init__.py",
+        f"src/minipar/cost/{s}.py",
+        f"src/minipar/widgets/{s}.js",
+        f"src/minipar/widgets/{s}.py",
+        f"src/minipar/grading/{s}.py",
+    ]
+    if chapter.bench:
+        out.append(f"src/minipar/bench/{s}.py")
+    return out
