@@ -62,7 +62,7 @@ def describe(demo: dict, op: str) -> str:
     fmt = lambda v: "[" + ", ".join(f"{x:g}" for x in v) + "]"
     lines = [f"{op}:"]
     for r, (a, b) in enumerate(zip(demo[op]["inputs"], demo[op]["outputs"])):
-        note = "   (unspecified: only the root's result is defined)" if op == "reduce" and r else ""
+        note = "  (unspecified off the root)" if op == "reduce" and r else ""
         lines.append(f"  rank {r}: {fmt(a):<28} -> {fmt(b)}{note}")
     return "\n".join(lines)
 
