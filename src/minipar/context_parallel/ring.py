@@ -18,12 +18,13 @@ computes cp pairs, rank 0 one) and zigzag shards are not. The striped layout and
 take the general route (:func:`mask_plan`): each pair's mask is computed from the global
 positions (and documents) of its queries and keys, and a pair whose mask is empty is skipped.
 
-Numerics (as ring-flash-attention and Megatron-Core/Transformer Engine do): each block is
-computed in ``compute`` precision (float32 for 16-bit inputs, as tensor cores accumulate), the
-running (o, lse) are merged in ``merge_dtype`` (default float32 or wider) and the output is
-rounded to the input dtype once at the end; in the backward the dK/dV accumulators that travel
-the ring are ``accum_dtype`` (default float32 or wider). Passing the input dtype for either
-reproduces what a naive 16-bit implementation does.
+Numerics: each block is computed in ``compute`` precision (float32 for 16-bit inputs, as
+tensor cores accumulate), the running (o, lse) are merged in ``merge_dtype`` (default float32 or
+wider) and the output is rounded to the input dtype once at the end; in the backward the dK/dV
+accumulators that travel the ring are ``accum_dtype`` (default float32 or wider, as
+ring-flash-attention accumulates them). Transformer Engine's ring keeps its K/V and dK/dV
+buffers in the input dtype instead (``accum_dtype=torch.bfloat16`` reproduces that, at one
+rounding per hop).
 
 Backward (its own, no all-gather of the sequence): K/V travel the ring again; beside each block
 travels its dK/dV accumulator, to which every rank adds its share, and which arrives back home

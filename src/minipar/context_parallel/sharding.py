@@ -16,7 +16,9 @@ Three layouts (``layout``):
   of a block on every rank (with a kernel that skips masked entries).
 
 Document masks (packed sequences of several documents, each causal on its own) break both
-balances: which pairs are empty depends on where the documents end, not only on the layout.
+balances when the layout shards the whole packed sequence, as these functions do: which pairs
+are empty depends on where the documents end. Transformer Engine's packed-sequence (THD) path
+and torch's per-document load balancer zigzag each document over the ranks instead.
 
 :func:`chunk_ids` and :func:`positions` say which global chunks and token positions a rank
 holds; ring attention uses them to mask by *global* position.

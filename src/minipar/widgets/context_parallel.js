@@ -2,7 +2,7 @@
 // Context-parallel chapter: JavaScript twins of minipar.cost.context_parallel and of
 // minipar.widgets.context_parallel.cp_layer_model; the cp-layer explorer. Sources: Liu et al.
 // 2023 (ring: cp−1 K/V blocks forward, overlap when block compute ≥ transfer; dK/dV accumulators
-// in float32 as ring-flash-attention and Transformer Engine circulate them); Dubey et al. 2024
+// in float32 as ring-flash-attention circulates them, Transformer Engine's in bf16); Dubey et al. 2024
 // §3.3.2 (all-gather CP); Jacobs et al. 2023 (Ulysses: 2 all-to-alls per layer each way, QKV
 // packed); Korthikanti et al. 2022 Table 2 (34·sbh per layer, no s² term with blockwise
 // attention); Dao 2023 (FlashAttention-2's variable-length kernels: a causal document mask whose
