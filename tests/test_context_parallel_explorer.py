@@ -642,3 +642,15 @@ def test_cp_over_its_bound_is_refused_with_the_labels_on_screen():
         "b": 1024,
         "documents": 1024,
     }
+
+
+def test_documents_box_is_disabled_for_striped_shards_where_it_changes_no_time():
+    from minipar.widgets.context_parallel import cp_layer_model
+
+    got = js_call("context_parallel", [("cpDisabled", [{"layout": lay}]) for lay in LAYOUTS[:3]])
+    assert [g for _, g in got] == [[], [], ["documents"]]
+    a, b = (cp_layer_model(layout="striped", documents=n) for n in (1, 8))
+    assert a["document_times"] is b["document_times"] is None
+    assert {k: v for k, v in a.items() if k != "document_length"} == {
+        k: v for k, v in b.items() if k != "document_length"
+    }

@@ -474,6 +474,12 @@ export function cpLayerModel(s, cp, layout, h, a, aKv, b, flops, bandwidth, alph
   };
 }
 
+// Controls that do not apply: the document model covers contiguous and zigzag shards, so with
+// striped shards the documents box changes no time the explorer draws.
+export function cpDisabled(v) {
+  return v.layout === "striped" ? ["documents"] : [];
+}
+
 const CP_SS = [8192, 16384, 32768, 65536, 131072, 262144, 524288, 1048576];
 const CP_SS_LABELS = ["8K", "16K", "32K", "64K", "128K", "256K", "512K", "1M"];
 const CP_CPS = [1, 2, 4, 8, 16, 32, 64];
@@ -496,6 +502,7 @@ registerExplorer("cp-layer", {
     {name: "documents", label: "documents", type: "number", min: 1, max: 1024, step: 1, value: 1},
   ],
   divisible: [["h", "a"], ["a", "a_kv"], ["s", "documents"]],
+  disabled: cpDisabled,
   draw(v, config) {
     const links = config.links || {};
     const L = links[v.link];
