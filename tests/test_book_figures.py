@@ -20,11 +20,9 @@ sys.path.insert(0, str(BOOK))
 
 from figures import kit  # noqa: E402 (book/ joins sys.path above)
 
-CHAPTERS = sorted(
-    p.stem
-    for p in (ROOT / "src" / "minipar" / "grading").glob("*.py")
-    if (BOOK / f"{p.stem}.md").exists() and (ROOT / "notebooks" / f"{p.stem}.ipynb").exists()
-)
+from minipar import chapters  # noqa: E402 (after the path set-up, with the book's imports)
+
+CHAPTERS = chapters.SLUGS
 DIRECTIVE = re.compile(r"^[`:]{3,}\{minipar-figure\}\s+(\S+)", re.M)
 
 

@@ -9,9 +9,11 @@ from pathlib import Path
 
 import pytest
 
+from minipar import chapters
+
 ROOT = Path(__file__).resolve().parents[1]
 BOOK = ROOT / "book"
-CHAPTERS = sorted(p.stem.removesuffix("_appendix") for p in BOOK.glob("*_appendix.md"))
+CHAPTERS = chapters.SLUGS
 MAIN_PATH_WORDS = 3500
 FENCE = re.compile(r"^(```+|:::+)\{(?P<name>[\w-]+)\}(?P<arg>.*)$", re.M)
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import pytest
 
+from minipar import chapters
 from minipar.widgets import inputs
 from minipar.widgets.parity import js_call, node_available
 
@@ -18,16 +19,7 @@ pytestmark = pytest.mark.skipif(
     not node_available(), reason="Node.js (/usr/bin/node) not installed"
 )
 
-SLUGS = (
-    "collectives",
-    "memory_time",
-    "data_parallel",
-    "tensor_parallel",
-    "pipeline_parallel",
-    "context_parallel",
-    "expert_parallel",
-    "three_d",
-)
+SLUGS = chapters.SLUGS
 # what a reader can type into a number box (an empty box reads as "")
 BAD = ["", "abc", 1e308, -1e308, 1e12, 1e21, 1.5e7, 0.5, 2.5, -1, 0, 1e-7]
 
