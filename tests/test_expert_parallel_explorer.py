@@ -182,12 +182,16 @@ def test_default_view_and_messages():
         ("drawExplorer", ["ep-layer", {"hot": 0.5, "capacity_factor": 1.25, "ep": 4}, cfg]),
         ("drawExplorer", ["ep-layer", {"ep": 3}, cfg]),
         ("drawExplorer", ["ep-layer", {"top_k": 9}, cfg]),
+        ("drawExplorer", ["ep-layer", {"experts": 24, "ep": 12}, cfg]),
     ]
-    (_, default), (_, skew), (_, bad), (_, bad_k) = js_call("expert_parallel", calls)
+    (_, default), (_, skew), (_, bad), (_, bad_k), (_, bad_node) = js_call("expert_parallel", calls)
     assert default["error"] is None and "<svg" in default["html"] and "</svg>" in default["html"]
     assert "minipar-explorer-output" in default["html"] or "<svg" in default["html"]
     assert skew["error"] is None and "dropped" in skew["html"]
     # the messages name the boxes as the page labels them, not the code's variables
     assert bad["error"] == "experts E (8) must be divisible by expert-parallel ranks x (3)"
     assert bad_k["error"] == "top-K (9) must be at most experts E (8)"
+    assert bad_node["error"] == (
+        "expert-parallel ranks x (12) larger than a node must be a multiple of GPUs per node (8)"
+    )
     assert "minipar-explorer-message" in bad["html"]

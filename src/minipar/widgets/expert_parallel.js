@@ -122,6 +122,9 @@ registerExplorer("ep-layer", {
   draw(v, config) {
     // the model's own checks name its arguments; the reader sees the labels on screen
     if (v.top_k > v.experts) throw new Error(`top-K (${v.top_k}) must be at most experts E (${v.experts})`);
+    if (v.ep > v.gpus_per_node && v.ep % v.gpus_per_node) {
+      throw new Error(`expert-parallel ranks x (${v.ep}) larger than a node must be a multiple of GPUs per node (${v.gpus_per_node})`);
+    }
     const links = config.links || {};
     const L = links[v.link];
     if (!L) throw new Error(`link ('${v.link}') must be one of ${Object.keys(links).join(", ")}`);
