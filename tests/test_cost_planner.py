@@ -70,8 +70,10 @@ def test_bloom_published_tp4_pp12_dp8_on_jean_zay(capsys):
     Zay's 4 × 100 Gb/s Omni-Path per node (6.25 GB/s per GPU).
 
     70 is not divisible by 12: Megatron-DeepSpeed counts the embedding and the head as pipeline
-    units (72 = 12 × 6). The planner demands p | L, so it refuses p = 12 for L = 70 and, given the
-    72-unit proxy, puts the published (t, p, d) within 10 % of its best layout."""
+    units (72 = 12 × 6), and so does the planner's "units" split, its default where p does not
+    divide L: the published layout is planned as run, 5 layers and the head on the last stage.
+    The "even" split refuses it, naming the rule; given the 72-unit proxy, the published
+    (t, p, d) is within 10 % of the planner's best layout."""
     status, out, err = plan(
         capsys,
         "--model",
@@ -86,9 +88,14 @@ def test_bloom_published_tp4_pp12_dp8_on_jean_zay(capsys):
         "12",
         "--inter",
         "opa-jean-zay",
+        "--pipeline-split",
+        "even",
     )
     assert status == 2 and out == ""
-    assert err.strip() == "minipar plan: error: layers (70) must be divisible by p (12)"
+    assert err.strip().startswith("minipar plan: error: layers (70) must be divisible by p (12)")
+    units = ("--gpus", "384", "--global-batch", "2048", "--tp", "4", "--pp", "12")
+    row = plan_json(capsys, "--model", "bloom-176b", *units, "--inter", "opa-jean-zay")
+    assert row["configs"][0]["split"] == "units" and row["configs"][0]["fits"]
     argv = (
         "--model",
         "bloom-176b",
@@ -772,6 +779,8 @@ def test_plan_llama3_8b_from_the_preset_and_from_flags(capsys):
         "--untied-embeddings",
         "--no-bias",
         "--rope",
+        "--dropout",
+        "0",
         *common,
     )
     assert a["params"] == b["params"] == 8_030_261_248

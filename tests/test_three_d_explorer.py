@@ -741,7 +741,9 @@ def test_published_presets_open_on_their_layouts_and_fit():
     """BLOOM opens on its published (d, t, p) = (8, 4, 12) (72 pipeline units, b = 2, full
     recomputation, Jean Zay's Omni-Path) and Llama 3 405B at 128K on t = 8, cp = 16, p = 16,
     d = 8 of 16384 H100, which fits (flash attention and Megatron's recipe, the H100 era's); the
-    same layout in Python fits too. Negative control: selective recomputation does not fit."""
+    same layout in Python fits too, and so does today's selective recomputation (norms and the
+    MLP's activation recomputed). Negative controls: no recomputation does not fit, nor the 2021
+    selective recomputation (the attention core only, nothing to drop under flash)."""
     calls = [
         ("drawExplorer", ["plan", {"model": k}, CONFIG]) for k in ("bloom-176b", "llama3-405b-128k")
     ]
@@ -753,7 +755,10 @@ def test_published_presets_open_on_their_layouts_and_fit():
     m, cl = planner.MODELS["llama3-405b-128k"], planner.cluster(16384, 8, "H100-SXM")
     kw = dict(tp=8, pp=16, dp=8, cp=16, micro_batch=1, sp=True, zero=1)
     assert planner.evaluate(m, cl, 128, recompute="full", **kw).fits
-    assert not planner.evaluate(m, cl, 128, recompute="selective", **kw).fits
+    assert planner.evaluate(m, cl, 128, recompute="selective", **kw).fits
+    assert not planner.evaluate(m, cl, 128, recompute="none", **kw).fits
+    core_only = dict(recompute_modules=("core_attn",))
+    assert not planner.evaluate(m, cl, 128, recompute="selective", **kw, **core_only).fits
 
 
 def test_attention_precision_and_shape_controls_reach_the_model():

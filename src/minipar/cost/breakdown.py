@@ -96,6 +96,7 @@ class StepBreakdown:
     bubble_fraction: float
     memory_limit: float
     values: dict
+    margin_limit: float = float("inf")  # above it (and within memory_limit): "tight"
     dp: float = 0.0  # the whole DP reduction (exposed or not), per step
     tp_link: str = "-"
     pp_link: str = "-"
@@ -138,12 +139,24 @@ class StepBreakdown:
     def fits(self) -> bool:
         return self.bytes_per_gpu <= self.memory_limit
 
+    @property
+    def tight(self) -> bool:
+        """Fits, but inside the allocator margin: the caching allocator may not leave room."""
+        return self.fits and self.bytes_per_gpu > self.margin_limit
+
     def as_dict(self) -> dict:
         """Flat: the scalars, then every term by name (what the JavaScript ``planTerms``
         returns)."""
         head = {
             k: getattr(self, k)
-            for k in ("microbatches", "bubble_relative", "bubble_fraction", "memory_limit", "dp")
+            for k in (
+                "microbatches",
+                "bubble_relative",
+                "bubble_fraction",
+                "memory_limit",
+                "margin_limit",
+                "dp",
+            )
         }
         links = {"tp_link": self.tp_link, "pp_link": self.pp_link, "dp_link": self.dp_link}
         return head | dict(self.values) | links

@@ -44,6 +44,10 @@ def nonnegative_float(text: str) -> float:
     return parse_number(text, float, lambda v: 0 <= v < float("inf"), "a number >= 0")
 
 
+def parse_fraction(text: str) -> float:
+    return parse_number(text, float, lambda v: 0 <= v < 1, "a number in [0, 1)")
+
+
 def size_bytes(text: str) -> float:
     """:func:`minipar.cost.units.parse_bytes` as an argparse type."""
     try:
@@ -334,6 +338,7 @@ def _plan_model(args) -> "planner.ModelShape":
             ("tied", False if args.untied_embeddings else None),
             ("bias", False if args.no_bias else None),
             ("positions", "rope" if args.rope else None),
+            ("dropout", args.dropout),
         )
         if v is not None
     }
@@ -384,6 +389,7 @@ def plan_inputs(args):
         ep=args.ep,
         max_cp=args.max_cp,
         max_ep=args.max_ep,
+        split=args.pipeline_split,
     )
     opts = planner.Options(
         grad_reduce_bytes=args.grad_reduce_bytes,
@@ -394,6 +400,11 @@ def plan_inputs(args):
         zero3_ac_inside_unit=args.fsdp2_ac,
         overlap_grad_reduce=args.overlap_grad_reduce,
         cp_algorithm=args.cp_algorithm,
+        overlap_param_gather=args.overlap_param_gather,
+        reshard_after_forward=args.reshard_after_forward,
+        recompute_modules=tuple(args.recompute_modules.split(","))
+        if args.recompute_modules
+        else None,
     )
     return m_, cl, space, planner.plan_options(m_, cl, opts)
 
@@ -404,8 +415,11 @@ def _check_space(m_, cl, space) -> None:
         raise InputError(f"--ep needs an MoE model (experts > 1), got {m_.experts} expert")
     if space.tp and m_.heads % space.tp:
         raise InputError(f"heads ({m_.heads}) must be divisible by t ({space.tp})")
-    if space.pp and m_.layers % space.pp:
-        raise InputError(f"layers ({m_.layers}) must be divisible by p ({space.pp})")
+    if space.pp and m_.layers % space.pp and space.split == "even":
+        raise InputError(
+            f"layers ({m_.layers}) must be divisible by p ({space.pp}) under --pipeline-split "
+            "even (units: the embedding and the head count as layers)"
+        )
     prod = 1
     for k in (space.tp, space.pp, space.dp, space.cp):
         prod *= k or 1
@@ -704,4 +718,34 @@ def add_plan_parser(subparsers) -> None:
     )
     p.add_argument("--no-bias", action="store_true", help="no biases (Llama family)")
     p.add_argument("--rope", action="store_true", help="rotary positions: no s·h table")
+    p.add_argument(
+        "--dropout",
+        type=parse_fraction,
+        help="dropout probability P (default: the model's; GPT 0.1, the Llama presets 0): "
+        "masks in memory and their kernels only when P > 0",
+    )
     p.add_argument("--top", type=nonneg_int, default=10, help="rows to show (0 = all)")
+    p.add_argument(
+        "--pipeline-split",
+        choices=planner.SPLITS,
+        help="even: L/p layers per stage; units: the embedding and the head count as one layer "
+        "each, any L (default: even where p divides L, else units)",
+    )
+    p.add_argument(
+        "--overlap-param-gather",
+        action=argparse.BooleanOptionalAction,
+        help="ZeRO-1/2's parameter all-gather under the next step's first forward "
+        "(default: on for the modern recipes, off for 2021)",
+    )
+    p.add_argument(
+        "--reshard-after-forward",
+        action=argparse.BooleanOptionalAction,
+        help="ZeRO-3 frees gathered weights after each forward (default: when p = 1, as "
+        "torchtitan)",
+    )
+    p.add_argument(
+        "--recompute-modules",
+        help="what selective recomputation drops, comma-separated from "
+        "core_attn,layernorm,act,mlp (default: core_attn for 2021, else "
+        "core_attn,layernorm,act)",
+    )

@@ -137,6 +137,7 @@ from .three_d_terms import (
     GRAD_REDUCE_BYTES,
     HEADROOM,
     RECIPES,
+    SPLITS,
     ZERO3_COLLECTIVES,
     Layout,
     Options,
@@ -179,6 +180,7 @@ class ModelShape:
     positions: str = "learned"  # a learned s·h table, or "rope" (rotary: no parameters)
     tied: bool = True  # output layer tied to the input embedding
     attention: str = ""  # "unfused" or "flash"; "" = the GPU's era (:func:`attention_for`)
+    dropout: float = 0.1  # GPT's (Megatron-LM's default); the Llama recipe trains without
 
     @property
     def moe(self) -> bool:
@@ -266,6 +268,8 @@ class ModelShape:
             raise ValueError(
                 f"attention ({self.attention!r}) must be one of {', '.join(ATTENTION)}"
             )
+        if not 0 <= self.dropout < 1:
+            raise ValueError(f"dropout ({self.dropout}) must be in [0, 1)")
         if self.mlp_matrices not in (2, 3):
             raise ValueError(f"mlp matrices ({self.mlp_matrices}) must be 2 (GELU) or 3 (SwiGLU)")
         kv = self.kv_heads or self.heads
@@ -279,7 +283,13 @@ class ModelShape:
 
 
 _LLAMA = dict(
-    mlp_matrices=3, norm="rmsnorm", bias=False, positions="rope", tied=False, attention="flash"
+    mlp_matrices=3,
+    norm="rmsnorm",
+    bias=False,
+    positions="rope",
+    tied=False,
+    attention="flash",
+    dropout=0.0,
 )
 
 # Shapes as published. The 2021 models (GPT-3, BLOOM, MT-NLG, the 1T model) keep the GPT
@@ -325,6 +335,18 @@ MODELS: dict[str, ModelShape] = {
         128256,
         "Llama Team 2024 (The Llama 3 Herd of Models) Table 3: GQA 8, SwiGLU f = 28672, untied",
         ffn=28672,
+        kv_heads=8,
+        **_LLAMA,
+    ),
+    "llama3-405b": ModelShape(
+        126,
+        16384,
+        128,
+        8192,
+        128256,
+        "Llama Team 2024 (The Llama 3 Herd of Models) Table 3, the 8K pre-training stage: "
+        "126 layers, GQA 8, SwiGLU f = 53248, untied",
+        ffn=53248,
         kv_heads=8,
         **_LLAMA,
     ),
@@ -452,6 +474,11 @@ class Config:
         return self.breakdown.memory_limit
 
     @property
+    def tight(self) -> bool:
+        """Fits, but inside the allocator margin (:data:`~minipar.cost.three_d_terms.RESERVE`)."""
+        return self.breakdown.tight
+
+    @property
     def bubble(self) -> float:
         """Fraction of the step (GPipe convention)."""
         return self.breakdown.bubble_fraction
@@ -494,6 +521,8 @@ class Config:
             "activation_bytes": br.activations,
             "fits": br.fits,
             "memory_limit": br.memory_limit,
+            "margin_limit": br.margin_limit,
+            "tight": br.tight,
             "bubble": br.bubble_fraction,
             "bubble_relative": br.bubble_relative,
         }
@@ -532,6 +561,22 @@ class Space:
     max_chunks: int = 4
     max_cp: int = 1
     max_ep: int = 1
+    split: str | None = None  # None: "even" where p divides L, else "units"
+
+
+def _stage_counts(m_: ModelShape, space: Space) -> list[int]:
+    """p to try: the fixed one, else the divisors of L and, for the "units" split, of L + 2
+    (Llama 3 405B's 126 layers + embedding + head on 16 stages)."""
+    if space.pp:
+        return [space.pp]
+    even = _divisors(m_.layers)
+    if space.split == "even":
+        return even
+    return sorted(set(even) | {p for p in _divisors(m_.layers + 2) if 1 < p <= m_.layers})
+
+
+def _split_for(m_: ModelShape, space: Space, p: int) -> str:
+    return space.split or ("even" if m_.layers % p == 0 else "units")
 
 
 def _split_legacy(kw: dict, fields) -> tuple[dict, dict]:
@@ -642,8 +687,16 @@ def check(m_: ModelShape, cl: Cluster, lay: Layout) -> None:
     t, p, d, b, v = lay.tp, lay.pp, lay.dp, lay.micro_batch, lay.chunks
     zero, cp, ep, global_batch = lay.zero, lay.cp, lay.ep, lay.global_batch
     m_.check()
-    check_layout(m_.layers, m_.hidden, m_.heads, d=d, t=t, p=p, zero=zero)
-    if m_.layers % (p * v):
+    if lay.split not in SPLITS:
+        raise ValueError(f"split ({lay.split!r}) must be one of {', '.join(SPLITS)}")
+    uneven = lay.split == "units"
+    check_layout(m_.layers, m_.hidden, m_.heads, d=d, t=t, p=1 if uneven else p, zero=zero)
+    if uneven and (v > 1 or not 1 <= p <= m_.layers):
+        raise ValueError(
+            f"uneven stages (split units) need v = 1 and p ({p}) in [1, layers ({m_.layers})], "
+            f"got v ({v})"
+        )
+    if not uneven and m_.layers % (p * v):
         raise ValueError(f"layers ({m_.layers}) must be divisible by p·v ({p}·{v})")
     if not (isinstance(cp, int) and cp >= 1 and isinstance(ep, int) and ep >= 1):
         raise ValueError(f"cp ({cp}) and ep ({ep}) must be integers >= 1")
@@ -682,7 +735,7 @@ def _candidates(m_: ModelShape, cl: Cluster, global_batch: int, space: Space, re
 
     sp = space
     ts = [sp.tp] if sp.tp else [k for k in _divisors(m_.heads) if k <= cl.gpus_per_node]
-    ps = [sp.pp] if sp.pp else _divisors(m_.layers)
+    ps = _stage_counts(m_, sp)
     for t, cp_, ep_, p in (
         (t, c, e, p)
         for t in ts
@@ -743,10 +796,15 @@ def search(
     out: list[Config] = []
     for t, cp_, ep_, p, d, b in list(_candidates(m_, cl, global_batch, space, refused)):
         m = global_batch // (d * b)
+        split = _split_for(m_, space, p)
         vs = [1] + [
             v
             for v in (2, 4)
-            if v <= space.max_chunks and p > 1 and m % p == 0 and m_.layers % (p * v) == 0
+            if split == "even"
+            and v <= space.max_chunks
+            and p > 1
+            and m % p == 0
+            and m_.layers % (p * v) == 0
         ]
         zs = (
             [space.zero]
@@ -762,7 +820,7 @@ def search(
             for sp in ((False, True) if t > 1 else (False,))
             for z in zs
         ):
-            lay = Layout(global_batch, t, p, d, b, v, rc, sp, z, cp_, ep_)
+            lay = Layout(global_batch, t, p, d, b, v, rc, sp, z, cp_, ep_, split)
             try:
                 out.append(evaluate(m_, cl, lay, opt))
             except ValueError as e:
@@ -844,7 +902,7 @@ def preflight(m_: ModelShape, cl: Cluster, global_batch: int, space: Space, opt:
     if len(set(refused)) == 1:  # one rule, with its values
         raise ValueError(refused[0])
     ts = [space.tp] if space.tp else [k for k in _divisors(m_.heads) if k <= cl.gpus_per_node]
-    ps = [space.pp] if space.pp else _divisors(m_.layers)
+    ps = _stage_counts(m_, space)
     cps = [space.cp] if space.cp else [1 << k for k in range(space.max_cp.bit_length())]
     ds = sorted(
         {
@@ -1013,6 +1071,7 @@ __all__ = [
     "Layout",
     "Options",
     "Space",
+    "SPLITS",
     "plan_options",
     "model_flops",
     "StepBreakdown",

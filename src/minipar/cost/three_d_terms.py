@@ -64,7 +64,8 @@ class Recipe(NamedTuple):
     accumulate_bytes: float
     adam_bytes: float
     fp32_logits: bool
-    headroom: float
+    headroom: float  # the hard reserve: "fits" keeps this fraction free
+    margin: float  # the allocator margin: a layout above it is flagged "tight", not refused
 
 
 ALLOCATOR_MARGIN = 0.12
@@ -78,19 +79,43 @@ margin is what ``max_memory_allocated`` does not count (the context, NCCL and cu
 the allocator's reserve), which that file does not measure: an assumption kept at 12 %. The
 2021 reproductions keep their 10 %."""
 
+RESERVE = 0.025
+"""Fraction of a GPU's memory the modern recipes keep free whatever the layout: the CUDA context
+(about 0.5 GiB), NCCL's buffers and cuBLAS workspaces, 2 GiB of 80 in all (an assumption: no
+file here measures them; set knowing that Llama 3 405B trained at 8K without activation
+checkpointing, which at 77.7 GiB of 80 this model admits only below a 2.9 % reserve). Above it, up to :data:`ALLOCATOR_MARGIN`, a layout is "tight": the caching allocator's
+fragmentation, measured on single-GPU runs, may or may not leave room, so the margin flags a
+layout rather than deciding against it (at scale a 1 GiB difference in a 12 % margin used to
+push Llama 3 405B to full recomputation)."""
+
+RECOMPUTE_MODULES = ("core_attn", "layernorm", "act", "mlp")
+"""What selective recomputation may drop and recompute, per module (Megatron-Core's
+``--recompute-modules``; torchtitan's selective activation checkpointing saves the matmul and
+attention outputs and recomputes the rest): the attention core's scores (Korthikanti et al.
+2022 §5; nothing to drop under flash attention, which recomputes them anyway), the two norms'
+outputs, the MLP's activation output (GeLU, or SwiGLU's product), or the whole MLP but its input."""
+
+SPLITS = ("even", "units")
+"""Pipeline splits: "even" puts L/p layers on every stage (L divisible by p; the embedding and
+the head on top of the first and last stage, Megatron-LM 2021); "units" counts the embedding
+and the head as one layer each (Megatron-Core's ``--account-for-embedding-in-pipeline-split``
+and ``--account-for-loss-in-pipeline-split``; Llama 3 405B's 126 layers on 16 stages): the
+middle stages hold u = ⌈(L + 2)/p⌉ layers, the first and the last u − 1 with the embedding or
+the head."""
+
 RECIPES: dict[str, Recipe] = {
     # The 2021 reproductions as this model priced them: ZeRO's 16 bytes per parameter
     # (Rajbhandari et al. 2020 §3.1: 2 + 2 + 12), the reduction in fp32, no logits, 10 % free.
-    "2021": Recipe(2, 2, 12, GRAD_REDUCE_BYTES, 10, 30, False, HEADROOM),
+    "2021": Recipe(2, 2, 12, GRAD_REDUCE_BYTES, 10, 30, False, HEADROOM, HEADROOM),
     # Megatron-LM's default (Megatron-Core ``DistributedDataParallel`` with fp32 main gradients,
     # ``accumulate_allreduce_grads_in_fp32``): bf16 weights, fp32 main gradients, fp32 master
     # weights and moments: 2 + 4 + 12 = 18 bytes; reduced in fp32; each micro-batch reads the
     # 16-bit gradient and reads + writes the fp32 one (10); Adam 30 bytes per parameter.
-    "megatron": Recipe(2, 4, 12, 4, 10, 30, True, ALLOCATOR_MARGIN),
+    "megatron": Recipe(2, 4, 12, 4, 10, 30, True, RESERVE, ALLOCATOR_MARGIN),
     # bf16 gradients (Megatron's ``--no-gradient-accumulation-fusion`` style, FSDP2's default
     # reduce dtype): 2 + 2 + 12 = 16 bytes, reduced in bf16; accumulation 2 + 2 + 2 = 6 bytes;
     # Adam reads a 16-bit gradient: 28 bytes.
-    "bf16-grads": Recipe(2, 2, 12, 2, 6, 28, True, ALLOCATOR_MARGIN),
+    "bf16-grads": Recipe(2, 2, 12, 2, 6, 28, True, RESERVE, ALLOCATOR_MARGIN),
 }
 
 
@@ -111,7 +136,16 @@ class Options:
     "unfused" or "flash" for every layout (``None``: the shape's, else the GPU's era,
     :func:`minipar.cost.three_d.attention_for`). ``precision``: one of :data:`RECIPES` for
     memory and time alike (``None``: the GPU's era, :func:`minipar.cost.three_d.precision_for`);
-    ``grad_reduce_bytes`` and ``headroom`` left ``None`` come from the recipe."""
+    ``grad_reduce_bytes`` and ``headroom`` left ``None`` come from the recipe.
+    ``overlap_param_gather``: ZeRO-1/2's all-gather of the updated 16-bit parameters runs under
+    the next step's first forward (Megatron-Core's ``--overlap-param-gather``; ``None``: on for
+    the modern recipes, off for "2021"). ``reshard_after_forward``: ZeRO-3 frees each layer's
+    gathered weights after its forward (``None``: torchtitan's ``not pp``: reshard when p = 1;
+    always for "2021", DeepSpeed's ZeRO-3;
+    with PP the weights stay gathered over the micro-batches, about one all-gather and one
+    reduce-scatter per step). ``recompute_modules``: what "selective" drops
+    (:data:`RECOMPUTE_MODULES`; ``None``: the attention core for "2021", else the attention
+    core, the norms and the MLP's activation, as torchtitan's selective checkpointing does)."""
 
     grad_reduce_bytes: float | None = None
     dp_overlap: bool = True
@@ -123,23 +157,42 @@ class Options:
     zero3_ac_inside_unit: bool = False
     overlap_grad_reduce: bool = False
     cp_algorithm: str = "ring"
+    overlap_param_gather: bool | None = None
+    reshard_after_forward: bool | None = None
+    recompute_modules: tuple | None = None
 
     @property
     def recipe(self) -> Recipe:
         return RECIPES[self.precision or "2021"]
 
     def resolved(self, attention: str, precision: str) -> "Options":
-        """Every ``None`` filled: the kernel and the recipe given, then the recipe's bytes."""
+        """Every ``None`` filled: the kernel and the recipe given, then the recipe's bytes and
+        the era's switches (``reshard_after_forward`` stays ``None``: it depends on p)."""
         o = replace(
             self, attention=self.attention or attention, precision=self.precision or precision
         )
+        modern = o.precision != "2021"
         return replace(
             o,
             grad_reduce_bytes=o.recipe.reduce_bytes
             if o.grad_reduce_bytes is None
             else o.grad_reduce_bytes,
             headroom=o.recipe.headroom if o.headroom is None else o.headroom,
+            overlap_param_gather=modern
+            if o.overlap_param_gather is None
+            else o.overlap_param_gather,
+            reshard_after_forward=(None if modern else True)
+            if o.reshard_after_forward is None
+            else o.reshard_after_forward,
+            recompute_modules=(("core_attn", "layernorm", "act") if modern else ("core_attn",))
+            if o.recompute_modules is None
+            else tuple(o.recompute_modules),
         )
+
+    @property
+    def margin(self) -> float:
+        """The allocator margin above which a layout is flagged tight (at least the headroom)."""
+        return max(self.headroom or 0.0, self.recipe.margin)
 
     def __post_init__(self):
         if self.zero3_collectives not in ZERO3_COLLECTIVES:
@@ -155,6 +208,11 @@ class Options:
             )
         if self.precision not in (None, *RECIPES):
             raise ValueError(f"precision ({self.precision!r}) must be one of {', '.join(RECIPES)}")
+        bad = [m for m in self.recompute_modules or () if m not in RECOMPUTE_MODULES]
+        if bad:
+            raise ValueError(
+                f"recompute module ({bad[0]!r}) must be one of {', '.join(RECOMPUTE_MODULES)}"
+            )
         grb = GRAD_REDUCE_BYTES if self.grad_reduce_bytes is None else self.grad_reduce_bytes
         room = HEADROOM if self.headroom is None else self.headroom
         if grb <= 0 or not 0 <= room < 1:
@@ -188,6 +246,7 @@ class Layout:
     zero: int = 1
     cp: int = 1
     ep: int = 1
+    split: str = "even"  # the pipeline split, one of SPLITS
 
     @property
     def microbatches(self) -> int:
@@ -197,6 +256,17 @@ class Layout:
     @property
     def schedule(self) -> str:
         return "interleaved" if self.chunks > 1 else "1f1b"
+
+
+def stage_layers(L: int, lay: Layout) -> tuple[int, int]:
+    """(layers on a middle stage, layers on the first or last stage) under ``lay.split``
+    (:data:`SPLITS`): L/p each when "even" (or p = 1); u = ⌈(L + 2)/p⌉ and u − 1 when "units"
+    (the embedding and the head take a layer's place on the end stages)."""
+    p = lay.pp
+    if lay.split == "even" or p == 1:
+        return L // p, L // p
+    u = -(-(L + 2) // p)
+    return u, u - 1
 
 
 def expert_grid(lay: Layout) -> tuple[int, int, int]:
@@ -227,12 +297,16 @@ def stage_params(m_, lay: Layout) -> StageParams:
     """Narayanan et al. 2021 Eq. 2 per stage (:class:`~minipar.cost.three_d.ModelShape`'s
     counts); Megatron keeps the whole V·h embedding (+ the s·h learned positions) on the first
     stage and a tied copy, or the untied output layer, on the last, split over t: with p = 1
-    an untied model holds both."""
-    lp = m_.layers // lay.pp
+    an untied model holds both. The fullest stage: the first (its layers and the embedding),
+    or under the "units" split a middle one when its extra layer outweighs the embedding."""
+    mid, end = stage_layers(m_.layers, lay)
     exp_layer = m_.expert_params_per_layer
     dense_layer = m_.dense_params_per_layer
     layer = dense_layer + exp_layer / lay.ep
     emb = m_.embedding_params(both_ends=lay.pp == 1)
+    lp = end
+    if mid * layer > end * layer + emb:
+        lp, emb = mid, 0
     return StageParams(
         dense_layer,
         exp_layer,
@@ -353,7 +427,10 @@ def term_states(m_, cl, lay: Layout, opt: Options, ctx=None) -> float:
         model_state_bytes(sp_.dense * p, d=dcp, t=t, **kw).total
         + model_state_bytes(sp_.expert * p, d=edp, t=etp, **kw).total
     )
-    if zero == 3:  # 2 gathered layers + 1 gradient
+    if zero == 3 and not reshards(lay, opt):  # the stage's weights gathered, its gradient whole
+        whole = sp_.stage / t if lay.ep == 1 else sp_.dense / t + sp_.expert
+        states += (2 + opt.grad_reduce_bytes) * whole
+    elif zero == 3:  # 2 gathered layers + 1 gradient
         one = sp_.layer / t if lay.ep == 1 else sp_.dense_layer / t + sp_.expert_layer / lay.ep
         states += (2 * 2 + opt.grad_reduce_bytes) * one
     return states
@@ -365,7 +442,26 @@ def layers_in_flight(L: int, lay: Layout) -> float:
     p, m = lay.pp, lay.microbatches
     if lay.chunks > 1:
         return L * (1 + (p - 1) / (p * lay.chunks))
-    return (L // p) * min(p, m)
+    mid, end = stage_layers(L, lay)  # the first stage, or the second under "units"
+    return max(end * min(p, m), mid * min(p - 1, m))
+
+
+def module_activation_bytes(m_, lay: Layout, opt: Options) -> float:
+    """Per-layer bytes selective recomputation drops beyond the attention core, per module of
+    ``opt.recompute_modules`` (:data:`RECOMPUTE_MODULES`): "layernorm" the two norms' 16-bit
+    outputs (4 bytes per token and hidden unit; ÷ t with SP), "act" the MLP activation's output
+    (2f per token for each of the K routed experts, ÷ t), "mlp" every MLP tensor but its input
+    (2·matrices·f·K, ÷ t; it includes "act")."""
+    if lay.recompute != "selective":
+        return 0.0
+    mods, sb, t = opt.recompute_modules or (), m_.seq * lay.micro_batch, lay.tp
+    out = 4 * sb * m_.hidden / (t if lay.sp else 1) if "layernorm" in mods else 0.0
+    f, k = m_.ffn_width, m_.top_k
+    if "mlp" in mods:
+        out += 2 * m_.mlp_matrices * f * k * sb / t
+    elif "act" in mods:
+        out += 2 * f * k * sb / t
+    return out
 
 
 def shape_activation_bytes(m_, lay: Layout) -> float:
@@ -373,12 +469,15 @@ def shape_activation_bytes(m_, lay: Layout) -> float:
     24/t part is Q, K, V and the projection's input, 8·sbh, and the MLP's two 4h tensors,
     16·sbh): K and V are kv_width wide (GQA), and each of the K routed experts keeps its
     2·matrices·f bytes per token (GELU: input of the down projection and of the GeLU; SwiGLU:
-    the gate, the up projection and their product). 0 under full recomputation."""
+    the gate, the up projection and their product); without dropout (``dropout`` 0, the Llama
+    recipe) the two 1-byte masks after attention and the MLP go (2 bytes per token and hidden
+    unit, ÷ t with SP). 0 under full recomputation."""
     if lay.recompute == "full":
         return 0.0
     h, f = m_.hidden, m_.ffn_width
     per_token = 4 * m_.kv_width - 4 * h + 2 * m_.mlp_matrices * f * m_.top_k - 16 * h
-    return m_.seq * lay.micro_batch * per_token / lay.tp
+    masks = 0.0 if m_.dropout > 0 else 2 * h / (lay.tp if lay.sp else 1)
+    return m_.seq * lay.micro_batch * (per_token / lay.tp - masks)
 
 
 def term_activations(m_, cl, lay: Layout, opt: Options, ctx=None) -> float:
@@ -394,9 +493,13 @@ def term_activations(m_, cl, lay: Layout, opt: Options, ctx=None) -> float:
     s, b, h, a, L = m_.seq, lay.micro_batch, m_.hidden, m_.heads, m_.layers
     t, sp, rc, cp, att = lay.tp, lay.sp, lay.recompute, lay.cp, opt.attention
     mem_rc = "selective" if cp > 1 and rc == "none" else rc
-    per_layer = activation_bytes_per_layer(
-        s, b, h, a, t=t, sp=sp, recompute=mem_rc, attention=att
-    ) + shape_activation_bytes(m_, lay)
+    if mem_rc == "selective" and "core_attn" not in (opt.recompute_modules or ()):
+        mem_rc = "none"
+    per_layer = (
+        activation_bytes_per_layer(s, b, h, a, t=t, sp=sp, recompute=mem_rc, attention=att)
+        + shape_activation_bytes(m_, lay)
+        - module_activation_bytes(m_, lay, opt)
+    )
     recomputed = 0.0
     if rc == "full":  # the layer being recomputed
         recomputed = activation_bytes_per_layer(
@@ -407,7 +510,8 @@ def term_activations(m_, cl, lay: Layout, opt: Options, ctx=None) -> float:
         return act
     if lay.pp == 1:
         return act + logits_bytes(m_, lay)
-    return max(act, (per_layer * (L // lay.pp) + recomputed) / cp + logits_bytes(m_, lay))
+    end = stage_layers(L, lay)[1]  # the last stage: one micro-batch and the logits
+    return max(act, (per_layer * end + recomputed) / cp + logits_bytes(m_, lay))
 
 
 LOGIT_TENSORS = 3
@@ -500,6 +604,8 @@ def term_compute(m_, cl, lay: Layout, opt: Options, ctx=None) -> ComputeTerm:
     if lay.cp > 1:  # the other cp−1 key blocks
         lt += (lay.cp - 1) * core
     n_qkv = h // t + 2 * kv_width_per_rank(m_, t)
+    if rc == "selective" and "core_attn" not in (opt.recompute_modules or ()):
+        lt -= parts["core_f"]  # the attention core is kept, not recomputed
     if n_qkv != 3 * h // t:  # GQA's narrower QKV GEMM
         (gf, gb), (mf, mb) = (
             _gemm_pass(gpu, b * sl, n_qkv, h),
@@ -509,9 +615,25 @@ def term_compute(m_, cl, lay: Layout, opt: Options, ctx=None) -> ComputeTerm:
     scale = m_.top_k * m_.mlp_matrices * m_.ffn_width / (2 * 4 * h)  # active MLP / GPT's 8h²
     if scale != 1:
         lt += (scale - 1) * ((2 if rc == "full" else 1) * parts["mlp_f"] + parts["mlp_b"])
-    return ComputeTerm(
-        (m_.layers // lay.pp) * lt + logits_seconds(b, sl, h, m_.vocab, gpu, t), lt, core
-    )
+    lt += module_recompute_seconds(m_, cl, lay, opt, scale * parts["mlp_f"])
+    mid, end = stage_layers(m_.layers, lay)  # the slowest stage
+    logits = logits_seconds(b, sl, h, m_.vocab, gpu, t)
+    return ComputeTerm(max(mid * lt, end * lt + logits), lt, core)
+
+
+def module_recompute_seconds(m_, cl, lay: Layout, opt: Options, mlp_forward: float) -> float:
+    """What selective recomputation of ``opt.recompute_modules`` re-runs per layer beyond the
+    attention core: the two norms (read and write (b, s, h): 8 bytes per token and hidden unit,
+    ÷ t with SP), the MLP's activation (read its inputs, write its output: 2·matrices·f bytes
+    per token and routed expert, ÷ t), or the MLP's forward GEMMs (``mlp_forward``) and its
+    activation; all memory-bound at the HBM bandwidth but the GEMMs."""
+    if lay.recompute != "selective":
+        return 0.0
+    mods, sl, t = opt.recompute_modules or (), lay.micro_batch * (m_.seq // lay.cp), lay.tp
+    moved = 8 * sl * m_.hidden / (t if lay.sp else 1) if "layernorm" in mods else 0.0
+    if "mlp" in mods or "act" in mods:
+        moved += 2 * m_.mlp_matrices * m_.ffn_width * m_.top_k * sl / t
+    return moved / cl.gpu.hbm_bandwidth + (mlp_forward if "mlp" in mods else 0.0)
 
 
 def term_tp(m_, cl, lay: Layout, opt: Options, ctx=None) -> LinkTerm:
@@ -523,7 +645,8 @@ def term_tp(m_, cl, lay: Layout, opt: Options, ctx=None) -> LinkTerm:
     t = lay.tp
     act_bytes = lay.micro_batch * (m_.seq // lay.cp) * m_.hidden * 2
     ar, name = dp_allreduce_seconds(act_bytes, t, 1, cl)
-    return LinkTerm((m_.layers // lay.pp) * tp_collectives(t, lay.sp, lay.recompute) * ar, name)
+    lp = stage_layers(m_.layers, lay)[0]
+    return LinkTerm(lp * tp_collectives(t, lay.sp, lay.recompute) * ar, name)
 
 
 def term_pp(m_, cl, lay: Layout, opt: Options, ctx=None) -> LinkTerm:
@@ -551,7 +674,7 @@ def term_cp(m_, cl, lay: Layout, opt: Options, ctx) -> float:
     (:func:`minipar.cost.context_parallel.allgather_collectives_per_layer`), each half of
     :func:`dp_allreduce_seconds` over the cp ranks (NCCL's multi-NIC algorithm across nodes),
     not overlapped."""
-    cp, t, lp = lay.cp, lay.tp, m_.layers // lay.pp
+    cp, t, lp = lay.cp, lay.tp, stage_layers(m_.layers, lay)[0]
     if cp == 1:
         return 0.0
     core = ctx["compute"].core
@@ -582,7 +705,7 @@ def term_ep(m_, cl, lay: Layout, opt: Options, ctx=None) -> float:
         return 0.0
     rows = m_.top_k * lay.micro_batch * (m_.seq // lay.cp) * m_.hidden * 2 / (t if lay.sp else 1)
     n_a2a = 6 if lay.recompute == "full" else 4
-    return (m_.layers // lay.pp) * n_a2a * ep_all_to_all_seconds(rows, ep, cl)
+    return stage_layers(m_.layers, lay)[0] * n_a2a * ep_all_to_all_seconds(rows, ep, cl)
 
 
 def ep_all_to_all_seconds(nbytes: float, ep: int, cl) -> float:
@@ -615,7 +738,7 @@ def term_zero3_exposed(m_, cl, lay: Layout, opt: Options, ctx) -> Zero3Term:
     ``zero3_overlap=False``."""
     if lay.zero != 3:
         return Zero3Term(0.0, 0.0, "-")
-    t, dcp, lp = lay.tp, lay.dp * lay.cp, m_.layers // lay.pp
+    t, dcp, lp = lay.tp, lay.dp * lay.cp, stage_layers(m_.layers, lay)[0]
     layer = ctx["compute"].layer  # prefetch hides the collectives under one layer
     sp_ = stage_params(m_, lay)
     _, edp, stride = expert_grid(lay)
@@ -635,6 +758,14 @@ def term_zero3_exposed(m_, cl, lay: Layout, opt: Options, ctx) -> Zero3Term:
         )[0]
         if i == 0:
             name = link
+    if not reshards(lay, opt):  # gathered once per step, reduced once per step
+        m = lay.microbatches
+        step = (
+            lp * max(0.0, gather + scatter - layer) + gather
+            if opt.zero3_overlap
+            else lp * (gather + scatter)
+        )
+        return Zero3Term(step / m, (gather + scatter) / m, name)
     comm_layer = zero3_gathers(lay.recompute, opt.zero3_ac_inside_unit) * gather + scatter
     exposed = (
         lp * max(0.0, comm_layer - layer) + gather  # prefetch hides ≤ one layer
@@ -642,6 +773,16 @@ def term_zero3_exposed(m_, cl, lay: Layout, opt: Options, ctx) -> Zero3Term:
         else lp * comm_layer
     )
     return Zero3Term(exposed, comm_layer, name)
+
+
+def reshards(lay: Layout, opt: Options) -> bool:
+    """ZeRO-3 frees a layer's gathered weights after its forward: ``opt.reshard_after_forward``,
+    by default torchtitan's ``reshard_after_forward = not pp`` (with PP the weights stay
+    gathered over the micro-batches: one all-gather before the first forward, one
+    reduce-scatter after the last backward, and the stage's whole 16-bit weights and unsharded
+    gradient in memory)."""
+    r = opt.reshard_after_forward
+    return lay.pp == 1 if r is None else r
 
 
 def term_bubble(lay: Layout) -> tuple[float, float]:
@@ -674,24 +815,31 @@ def term_dp_exposed(m_, cl, lay: Layout, opt: Options, ctx) -> DpTerm:
     t, zero, dcp, ep = lay.tp, lay.zero, lay.dp * lay.cp, lay.ep
     compute_microbatch, z3 = ctx["compute"].value, ctx["zero3_exposed"]
     if zero == 3:
-        return DpTerm(0.0, lay.microbatches * (m_.layers // lay.pp) * z3.per_layer, z3.link)
+        lp = stage_layers(m_.layers, lay)[0]
+        return DpTerm(0.0, lay.microbatches * lp * z3.per_layer, z3.link)
     sp_ = stage_params(m_, lay)
     etp, edp, stride = expert_grid(lay)
 
-    def reduce(psi: float, n: int, split: int, k: int) -> tuple[float, str]:
+    def reduce(psi: float, n: int, split: int, k: int) -> tuple[float, float, str]:
+        """(reduction, parameter all-gather, link)."""
         ar, name = dp_allreduce_seconds(opt.grad_reduce_bytes * psi / split, n, k, cl)
         if zero in (1, 2):  # RS(grads) + AG(16-bit params)
-            ar = ar / 2 + dp_allreduce_seconds(2 * psi / split, n, k, cl)[0] / 2
-        return ar, name
+            return ar / 2, dp_allreduce_seconds(2 * psi / split, n, k, cl)[0] / 2, name
+        return ar, 0.0, name
 
     if ep == 1:
-        ar, name = reduce(sp_.stage, dcp, t, t)
+        rs, ag, name = reduce(sp_.stage, dcp, t, t)
     else:  # two groups, one after the other
-        ar, name = reduce(sp_.dense, dcp, t, t)
-        ar += reduce(sp_.expert, edp, etp, stride)[0]
+        rs, ag, name = reduce(sp_.dense, dcp, t, t)
+        rs2, ag2, _ = reduce(sp_.expert, edp, etp, stride)
+        rs, ag = rs + rs2, ag + ag2
     overlap = (lay.pp == 1 and opt.dp_overlap) or opt.overlap_grad_reduce
     window = (2 / 3) * compute_microbatch if overlap else 0.0
-    return DpTerm(max(0.0, ar - window), ar, name)
+    if opt.overlap_param_gather:  # the gather under the next step's first forward
+        exposed = max(0.0, rs - window) + max(0.0, ag - compute_microbatch / 3)
+    else:
+        exposed = max(0.0, rs + ag - window)
+    return DpTerm(exposed, rs + ag, name)
 
 
 def term_embedding(m_, cl, lay: Layout, opt: Options, ctx=None) -> float:
@@ -740,6 +888,7 @@ def breakdown(m_, cl, lay: Layout, opt: Options) -> StepBreakdown:
         bubble_relative=r,
         bubble_fraction=f,
         memory_limit=cl.gpu.memory_bytes * (1 - opt.headroom),
+        margin_limit=cl.gpu.memory_bytes * (1 - opt.margin),
         values={k: _value(v) for k, v in ctx.items()},
         dp=ctx["dp_exposed"].total,
         tp_link=link["tp"],

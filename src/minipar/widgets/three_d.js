@@ -51,7 +51,7 @@ export function bubbleFractionOfTotal(schedule, p, m, v = 1) {
 
 // Python: ModelShape with its defaults filled in, and its expert_params_per_layer property
 function planShape(model) {
-  return {experts: 1, top_k: 1, ffn: 0, mlp_matrices: 2, kv_heads: 0, norm: "layernorm", bias: true, positions: "learned", tied: true, attention: "", ...model};
+  return {experts: 1, top_k: 1, ffn: 0, mlp_matrices: 2, kv_heads: 0, norm: "layernorm", bias: true, positions: "learned", tied: true, attention: "", dropout: 0.1, ...model};
 }
 
 const ffnWidth = (m) => m.ffn || 4 * m.hidden;                                  // Python: ModelShape.ffn_width
@@ -74,6 +74,7 @@ function checkModelShape(m) {
   if (!["layernorm", "rmsnorm"].includes(m.norm)) throw new Error(`norm ('${m.norm}') must be one of layernorm, rmsnorm`);
   if (!["learned", "rope"].includes(m.positions)) throw new Error(`positions ('${m.positions}') must be one of learned, rope`);
   if (m.attention && !ATTENTION.includes(m.attention)) throw new Error(`attention ('${m.attention}') must be one of ${ATTENTION.join(", ")}`);
+  if (!(m.dropout >= 0 && m.dropout < 1)) throw new Error(`dropout (${m.dropout}) must be in [0, 1)`);
   if (![2, 3].includes(m.mlp_matrices)) throw new Error(`mlp matrices (${m.mlp_matrices}) must be 2 (GELU) or 3 (SwiGLU)`);
   const kv = m.kv_heads || m.heads;
   if (kv < 1 || m.heads % kv) throw new Error(`heads (${m.heads}) must be divisible by kv heads (${kv})`);
@@ -97,11 +98,14 @@ function expertParamsPerLayer(m) {                    // Python: ModelShape.expe
 
 // Python: planner.check(m_, cl, lay)
 export function planCheck(model, cluster, lay) {
-  const {tp: t, pp: p, dp: d, micro_batch: b, chunks: v = 1, zero = 1, cp = 1, ep = 1, global_batch: globalBatch} = lay;
+  const {tp: t, pp: p, dp: d, micro_batch: b, chunks: v = 1, zero = 1, cp = 1, ep = 1, global_batch: globalBatch, split = "even"} = lay;
   model = planShape(model);
   checkModelShape(model);
-  checkLayout(model.layers, model.hidden, model.heads, d, t, p, zero);
-  if (model.layers % (p * v)) throw new Error(`layers (${model.layers}) must be divisible by p·v (${p}·${v})`);
+  if (!SPLITS.includes(split)) throw new Error(`split ('${split}') must be one of ${SPLITS.join(", ")}`);
+  const uneven = split === "units";
+  checkLayout(model.layers, model.hidden, model.heads, d, t, uneven ? 1 : p, zero);
+  if (uneven && (v > 1 || !(p >= 1 && p <= model.layers))) throw new Error(`uneven stages (split units) need v = 1 and p (${p}) in [1, layers (${model.layers})], got v (${v})`);
+  if (!uneven && model.layers % (p * v)) throw new Error(`layers (${model.layers}) must be divisible by p·v (${p}·${v})`);
   if (!(Number.isInteger(cp) && cp >= 1 && Number.isInteger(ep) && ep >= 1)) throw new Error(`cp (${cp}) and ep (${ep}) must be integers >= 1`);
   if (model.seq % (cp > 1 ? 2 * cp : 1)) throw new Error(`seq (${model.seq}) must be divisible by 2·cp (${2 * cp}): zigzag chunks`);
   if (ep > 1 && (!(model.experts > 1) || model.experts % ep)) throw new Error(`ep (${ep}) needs an MoE model whose experts (${model.experts}) it divides`);
@@ -324,12 +328,14 @@ export function tpCollectives(t, sp, recompute) {
 
 // Python: three_d_terms.ALLOCATOR_MARGIN and RECIPES (bytes per parameter of weights, gradients,
 // optimizer, reduction, accumulation, Adam; fp32 logits; headroom)
-export const ALLOCATOR_MARGIN = 0.12;
+export const ALLOCATOR_MARGIN = 0.12, RESERVE = 0.025;   // Python: ALLOCATOR_MARGIN, RESERVE
 export const RECIPES = {
-  "2021": {weight_bytes: 2, grad_bytes: 2, optimizer_bytes: 12, reduce_bytes: GRAD_REDUCE_BYTES, accumulate_bytes: 10, adam_bytes: 30, fp32_logits: false, headroom: HEADROOM},
-  megatron: {weight_bytes: 2, grad_bytes: 4, optimizer_bytes: 12, reduce_bytes: 4, accumulate_bytes: 10, adam_bytes: 30, fp32_logits: true, headroom: ALLOCATOR_MARGIN},
-  "bf16-grads": {weight_bytes: 2, grad_bytes: 2, optimizer_bytes: 12, reduce_bytes: 2, accumulate_bytes: 6, adam_bytes: 28, fp32_logits: true, headroom: ALLOCATOR_MARGIN},
+  "2021": {weight_bytes: 2, grad_bytes: 2, optimizer_bytes: 12, reduce_bytes: GRAD_REDUCE_BYTES, accumulate_bytes: 10, adam_bytes: 30, fp32_logits: false, headroom: HEADROOM, margin: HEADROOM},
+  megatron: {weight_bytes: 2, grad_bytes: 4, optimizer_bytes: 12, reduce_bytes: 4, accumulate_bytes: 10, adam_bytes: 30, fp32_logits: true, headroom: RESERVE, margin: ALLOCATOR_MARGIN},
+  "bf16-grads": {weight_bytes: 2, grad_bytes: 2, optimizer_bytes: 12, reduce_bytes: 2, accumulate_bytes: 6, adam_bytes: 28, fp32_logits: true, headroom: RESERVE, margin: ALLOCATOR_MARGIN},
 };
+export const RECOMPUTE_MODULES = ["core_attn", "layernorm", "act", "mlp"];   // Python: RECOMPUTE_MODULES
+export const SPLITS = ["even", "units"];                                     // Python: SPLITS
 const recipeOf = (opt) => RECIPES[opt.precision || "2021"];   // Python: Options.recipe
 
 // Python: precision_for(gpu_name)
@@ -340,20 +346,24 @@ export function precisionFor(gpuName) {
 // Python: Options.resolved(attention, precision)
 function resolvedOptions(o, attention, precision) {
   const r = {...o, attention: o.attention || attention, precision: o.precision || precision};
-  const rc = recipeOf(r);
-  return {...r, grad_reduce_bytes: r.grad_reduce_bytes ?? rc.reduce_bytes, headroom: r.headroom ?? rc.headroom};
+  const rc = recipeOf(r), modern = r.precision !== "2021";
+  return {...r, grad_reduce_bytes: r.grad_reduce_bytes ?? rc.reduce_bytes, headroom: r.headroom ?? rc.headroom,
+    overlap_param_gather: r.overlap_param_gather ?? modern, reshard_after_forward: r.reshard_after_forward ?? (modern ? null : true),
+    recompute_modules: r.recompute_modules ?? (modern ? ["core_attn", "layernorm", "act"] : ["core_attn"])};
 }
 
 // Python: Options(...) with its defaults and rules
 export function planOptions(opt = {}) {
-  const known = ["grad_reduce_bytes", "dp_overlap", "headroom", "zero3_overlap", "zero3_collectives", "attention", "precision", "zero3_ac_inside_unit", "overlap_grad_reduce", "cp_algorithm"];
+  const known = ["grad_reduce_bytes", "dp_overlap", "headroom", "zero3_overlap", "zero3_collectives", "attention", "precision", "zero3_ac_inside_unit", "overlap_grad_reduce", "cp_algorithm", "overlap_param_gather", "reshard_after_forward", "recompute_modules"];
   const unknown = Object.keys(opt).filter((k) => !known.includes(k)).sort();
   if (unknown.length) throw new Error(`option ('${unknown[0]}') must be one of ${known.join(", ")}`);
-  const o = {grad_reduce_bytes: null, dp_overlap: true, headroom: null, zero3_overlap: true, zero3_collectives: "hierarchical", attention: null, precision: null, zero3_ac_inside_unit: false, overlap_grad_reduce: false, cp_algorithm: "ring", ...opt};
+  const o = {grad_reduce_bytes: null, dp_overlap: true, headroom: null, zero3_overlap: true, zero3_collectives: "hierarchical", attention: null, precision: null, zero3_ac_inside_unit: false, overlap_grad_reduce: false, cp_algorithm: "ring", overlap_param_gather: null, reshard_after_forward: null, recompute_modules: null, ...opt};
   if (!ZERO3_COLLECTIVES.includes(o.zero3_collectives)) throw new Error(`zero3_collectives ('${o.zero3_collectives}') must be one of ${ZERO3_COLLECTIVES.join(", ")}`);
   if (!(o.attention === null || ATTENTION.includes(o.attention))) throw new Error(`attention ('${o.attention}') must be one of unfused, flash`);
   if (!CP_ALGORITHMS.includes(o.cp_algorithm)) throw new Error(`cp_algorithm ('${o.cp_algorithm}') must be one of ${CP_ALGORITHMS.join(", ")}`);
   if (!(o.precision === null || o.precision in RECIPES)) throw new Error(`precision ('${o.precision}') must be one of ${Object.keys(RECIPES).join(", ")}`);
+  const badModule = (o.recompute_modules || []).find((x) => !RECOMPUTE_MODULES.includes(x));
+  if (badModule !== undefined) throw new Error(`recompute module ('${badModule}') must be one of ${RECOMPUTE_MODULES.join(", ")}`);
   const grb = o.grad_reduce_bytes ?? GRAD_REDUCE_BYTES, room = o.headroom ?? HEADROOM;
   if (!(grb > 0) || !(room >= 0 && room < 1)) {
     throw new Error(`grad_reduce_bytes (${grb}) must be > 0 and headroom (${room}) in [0, 1)`);
@@ -363,6 +373,17 @@ export function planOptions(opt = {}) {
 
 const layMicrobatches = (lay) => Math.floor(lay.global_batch / (lay.dp * lay.micro_batch));   // Python: Layout.microbatches
 const laySchedule = (lay) => (lay.chunks > 1 ? "interleaved" : "1f1b");                       // Python: Layout.schedule
+
+// Python: stage_layers(L, lay) -> [layers on a middle stage, layers on the first or last stage]
+export function stageLayers(L, lay) {
+  const p = lay.pp;
+  if ((lay.split ?? "even") === "even" || p === 1) return [Math.floor(L / p), Math.floor(L / p)];
+  const u = Math.ceil((L + 2) / p);
+  return [u, u - 1];
+}
+
+const optMargin = (opt) => Math.max(opt.headroom || 0, recipeOf(opt).margin);   // Python: Options.margin
+const reshards = (lay, opt) => (opt.reshard_after_forward ?? null) === null ? lay.pp === 1 : opt.reshard_after_forward;   // Python: reshards
 
 // Python: expert_grid(lay) -> [ETP, EDP, EDP stride] (MoE parallel folding once ep > 1)
 export function expertGrid(lay) {
@@ -374,11 +395,12 @@ export function expertGrid(lay) {
 // Python: stage_params(m_, lay)
 export function stageParams(model, lay) {
   const m = planShape(model);
-  const lp = Math.floor(m.layers / lay.pp);
+  const [mid, end] = stageLayers(m.layers, lay);
   const expLayer = expertParamsPerLayer(m);
   const denseLayer = denseParamsPerLayer(m);
   const layer = denseLayer + expLayer / lay.ep;
-  const emb = embeddingParams(m, lay.pp === 1);
+  let emb = embeddingParams(m, lay.pp === 1), lp = end;
+  if (mid * layer > end * layer + emb) [lp, emb] = [mid, 0];   // the fullest stage
   return {dense_layer: denseLayer, expert_layer: expLayer, layer, stage: lp * layer + emb, dense: lp * denseLayer + emb, expert: (lp * expLayer) / lay.ep};
 }
 
@@ -389,7 +411,10 @@ export function termStates(model, cluster, lay, opt) {
   const sp = stageParams(model, lay), rc = recipeOf(opt);
   const msb = (psi, d, split) => modelStateBytes(psi, d, split, p, zero, rc.weight_bytes, rc.grad_bytes, rc.optimizer_bytes).total;
   let states = msb(sp.dense * p, dcp, t) + msb(sp.expert * p, edp, etp);
-  if (zero === 3) {                                    // 2 gathered layers + 1 gradient
+  if (zero === 3 && !reshards(lay, opt)) {            // the stage's weights gathered, its gradient whole
+    const whole = lay.ep === 1 ? sp.stage / t : sp.dense / t + sp.expert;
+    states += (2 + opt.grad_reduce_bytes) * whole;
+  } else if (zero === 3) {                             // 2 gathered layers + 1 gradient
     const one = lay.ep === 1 ? sp.layer / t : sp.dense_layer / t + sp.expert_layer / lay.ep;
     states += (2 * 2 + opt.grad_reduce_bytes) * one;
   }
@@ -400,7 +425,8 @@ export function termStates(model, cluster, lay, opt) {
 export function layersInFlight(L, lay) {
   const p = lay.pp, m = layMicrobatches(lay);
   if (lay.chunks > 1) return L * (1 + (p - 1) / (p * lay.chunks));
-  return Math.floor(L / p) * Math.min(p, m);
+  const [mid, end] = stageLayers(L, lay);
+  return Math.max(end * Math.min(p, m), mid * Math.min(p - 1, m));
 }
 
 // Python: shape_activation_bytes(m_, lay)
@@ -409,7 +435,28 @@ export function shapeActivationBytes(model, lay) {
   if (lay.recompute === "full") return 0.0;
   const h = m.hidden, f = ffnWidth(m);
   const perToken = 4 * kvWidth(m) - 4 * h + 2 * m.mlp_matrices * f * m.top_k - 16 * h;
-  return (m.seq * lay.micro_batch * perToken) / lay.tp;
+  const masks = m.dropout > 0 ? 0.0 : (2 * h) / (lay.sp ? lay.tp : 1);   // no dropout: no masks
+  return m.seq * lay.micro_batch * (perToken / lay.tp - masks);
+}
+
+// Python: module_activation_bytes(m_, lay, opt): what selective drops beyond the attention core
+export function moduleActivationBytes(model, lay, opt) {
+  if (lay.recompute !== "selective") return 0.0;
+  const m = planShape(model), mods = opt.recompute_modules || [], sb = m.seq * lay.micro_batch, t = lay.tp;
+  let out = mods.includes("layernorm") ? (4 * sb * m.hidden) / (lay.sp ? t : 1) : 0.0;
+  const f = ffnWidth(m), k = m.top_k;
+  if (mods.includes("mlp")) out += (2 * m.mlp_matrices * f * k * sb) / t;
+  else if (mods.includes("act")) out += (2 * f * k * sb) / t;
+  return out;
+}
+
+// Python: module_recompute_seconds(m_, cl, lay, opt, mlp_forward)
+export function moduleRecomputeSeconds(model, cluster, lay, opt, mlpForward) {
+  if (lay.recompute !== "selective") return 0.0;
+  const m = planShape(model), mods = opt.recompute_modules || [], sl = lay.micro_batch * Math.floor(m.seq / lay.cp), t = lay.tp;
+  let moved = mods.includes("layernorm") ? (8 * sl * m.hidden) / (lay.sp ? t : 1) : 0.0;
+  if (mods.includes("mlp") || mods.includes("act")) moved += (2 * m.mlp_matrices * ffnWidth(m) * m.top_k * sl) / t;
+  return moved / cluster.gpu.hbm_bandwidth + (mods.includes("mlp") ? mlpForward : 0.0);
 }
 
 // Python: memory_time.activation_bytes_per_layer(..., attention): flash keeps a logsumexp
@@ -434,14 +481,16 @@ export function logitsBytes(model, lay) {
 export function termActivations(model, cluster, lay, opt) {
   const {seq: s, hidden: h, heads: a, layers: L} = model;
   const {micro_batch: b, tp: t, sp, recompute: rc, cp} = lay, att = opt.attention;
-  const memRc = cp > 1 && rc === "none" ? "selective" : rc;   // blockwise ring attention: no s² scores
-  const perLayer = activationsWithAttention(s, b, h, a, t, sp, memRc, att) + shapeActivationBytes(model, lay);
+  let memRc = cp > 1 && rc === "none" ? "selective" : rc;   // blockwise ring attention: no s² scores
+  if (memRc === "selective" && !(opt.recompute_modules || []).includes("core_attn")) memRc = "none";
+  const perLayer = activationsWithAttention(s, b, h, a, t, sp, memRc, att) + shapeActivationBytes(model, lay) - moduleActivationBytes(model, lay, opt);
   let recomputed = 0.0;
   if (rc === "full") recomputed = activationsWithAttention(s, b, h, a, t, sp, cp > 1 ? "selective" : "none", att) + shapeActivationBytes(model, {...lay, recompute: "none"});
   const act = (perLayer * layersInFlight(L, lay) + recomputed) / cp;
   if (!recipeOf(opt).fp32_logits) return act;
   if (lay.pp === 1) return act + logitsBytes(model, lay);
-  return Math.max(act, (perLayer * Math.floor(L / lay.pp) + recomputed) / cp + logitsBytes(model, lay));
+  const end = stageLayers(L, lay)[1];                 // the last stage: one micro-batch and the logits
+  return Math.max(act, (perLayer * end + recomputed) / cp + logitsBytes(model, lay));
 }
 
 function gemmPass(gpu, M, N, K) {                    // Python: _gemm_pass
@@ -463,6 +512,7 @@ export function termCompute(model, cluster, lay, opt) {
     core += ((sb + (rc !== "none" ? fShare : 0.0)) * a * sl * sl * b) / t / gpu.hbm_bandwidth;
   }
   if (lay.cp > 1) lt += (lay.cp - 1) * core;           // the other cp−1 key blocks
+  if (rc === "selective" && !(opt.recompute_modules || []).includes("core_attn")) lt -= parts.core_f;   // the core kept
   const nQkv = Math.floor(h / t) + 2 * Math.floor(h / a) * Math.ceil((m.kv_heads || a) / t);   // Python: kv_width_per_rank
   if (nQkv !== Math.floor((3 * h) / t)) {              // GQA's narrower QKV GEMM
     const [gf, gb] = gemmPass(gpu, b * sl, nQkv, h), [mf, mb] = gemmPass(gpu, b * sl, Math.floor((3 * h) / t), h);
@@ -470,7 +520,10 @@ export function termCompute(model, cluster, lay, opt) {
   }
   const scale = (m.top_k * m.mlp_matrices * ffnWidth(m)) / (2 * 4 * h);   // active MLP / GPT's 8h²
   if (scale !== 1) lt += (scale - 1) * ((rc === "full" ? 2 : 1) * parts.mlp_f + parts.mlp_b);
-  return {value: Math.floor(m.layers / lay.pp) * lt + logitsSeconds(b, sl, h, m.vocab, gpu, t), layer: lt, core};
+  lt += moduleRecomputeSeconds(m, cluster, lay, opt, scale * parts.mlp_f);
+  const [mid, end] = stageLayers(m.layers, lay);      // the slowest stage
+  const logits = logitsSeconds(b, sl, h, m.vocab, gpu, t);
+  return {value: Math.max(mid * lt, end * lt + logits), layer: lt, core};
 }
 
 // Python: term_tp(m_, cl, lay, opt, ctx) -> {value: seconds per micro-batch, link}
@@ -478,7 +531,7 @@ export function termTp(model, cluster, lay) {
   const t = lay.tp;
   const actBytes = lay.micro_batch * Math.floor(model.seq / lay.cp) * model.hidden * 2;
   const [ar, name] = dpAllreduceSeconds(actBytes, t, 1, cluster);   // ring in a node, multi-NIC across
-  return {value: Math.floor(model.layers / lay.pp) * tpCollectives(t, lay.sp, lay.recompute) * ar, link: name};
+  return {value: stageLayers(model.layers, lay)[0] * tpCollectives(t, lay.sp, lay.recompute) * ar, link: name};
 }
 
 // Python: term_pp(m_, cl, lay, opt, ctx) -> {value: seconds per micro-batch, link}
@@ -495,7 +548,7 @@ export const CP_ALGORITHMS = ["ring", "all-gather"];
 // Python: term_cp(m_, cl, lay, opt, ctx): ring K/V not hidden by the block compute
 // (ctx.compute.core), or the all-gather CP collectives (exposed), per micro-batch
 export function termCp(model, cluster, lay, opt, ctx) {
-  const {cp, tp: t} = lay, lp = Math.floor(model.layers / lay.pp);
+  const {cp, tp: t} = lay, lp = stageLayers(model.layers, lay)[0];
   if (cp === 1) return 0.0;
   const core = ctx.compute.core;
   const kvHeads = model.kv_heads || model.heads;      // ⌈kv/t⌉ K/V heads per TP rank
@@ -521,7 +574,7 @@ export function termEp(model, cluster, lay) {
   if (ep === 1) return 0.0;
   const rows = (m.top_k * lay.micro_batch * Math.floor(m.seq / lay.cp) * m.hidden * 2) / (lay.sp ? t : 1);
   const nA2a = lay.recompute === "full" ? 6 : 4;
-  return Math.floor(m.layers / lay.pp) * nA2a * epAllToAllSeconds(rows, ep, cluster);
+  return stageLayers(m.layers, lay)[0] * nA2a * epAllToAllSeconds(rows, ep, cluster);
 }
 
 // Python: ep_all_to_all_seconds(nbytes, ep, cl): on-node peers over NVLink, off-node over each
@@ -539,7 +592,7 @@ export function epAllToAllSeconds(nbytes, ep, cluster) {
 export function termZero3Exposed(model, cluster, lay, opt, ctx) {
   if (lay.zero !== 3) return {value: 0.0, per_layer: 0.0, link: "-"};
   const layer = ctx.compute.layer;
-  const t = lay.tp, dcp = lay.dp * lay.cp, lp = Math.floor(model.layers / lay.pp);
+  const t = lay.tp, dcp = lay.dp * lay.cp, lp = stageLayers(model.layers, lay)[0];
   const sp = stageParams(model, lay);
   const [, edp, stride] = expertGrid(lay);
   const groups = lay.ep === 1 ? [[sp.layer / t, dcp, t]] : [[sp.dense_layer / t, dcp, t], [sp.expert_layer / lay.ep, edp, stride]];
@@ -550,6 +603,11 @@ export function termZero3Exposed(model, cluster, lay, opt, ctx) {
     scatter += zero3CollectiveSeconds(opt.grad_reduce_bytes * x, n, k, cluster, opt.zero3_collectives)[0];
     if (i === 0) name = link;
   });
+  if (!reshards(lay, opt)) {                           // gathered once per step, reduced once per step
+    const m = layMicrobatches(lay);
+    const step = opt.zero3_overlap ? lp * Math.max(0.0, gather + scatter - layer) + gather : lp * (gather + scatter);
+    return {value: step / m, per_layer: (gather + scatter) / m, link: name};
+  }
   const commLayer = zero3Gathers(lay.recompute, opt.zero3_ac_inside_unit) * gather + scatter;
   const exposed = opt.zero3_overlap ? lp * Math.max(0.0, commLayer - layer) + gather : lp * commLayer;
   return {value: exposed, per_layer: commLayer, link: name};
@@ -566,19 +624,23 @@ export function termBubble(lay) {
 export function termDpExposed(model, cluster, lay, opt, ctx) {
   const {tp: t, zero, ep} = lay, dcp = lay.dp * lay.cp;
   const computeMicrobatch = ctx.compute.value, z3 = ctx.zero3_exposed;
-  if (zero === 3) return {value: 0.0, total: layMicrobatches(lay) * Math.floor(model.layers / lay.pp) * z3.per_layer, link: z3.link};
+  if (zero === 3) return {value: 0.0, total: layMicrobatches(lay) * stageLayers(model.layers, lay)[0] * z3.per_layer, link: z3.link};
   const sp = stageParams(model, lay);
   const [etp, edp, stride] = expertGrid(lay);
-  const reduce = (psi, n, split, k) => {               // ZeRO 1-2: RS(grads) + AG(16-bit params)
-    let [ar, name] = dpAllreduceSeconds((opt.grad_reduce_bytes * psi) / split, n, k, cluster);
-    if (zero === 1 || zero === 2) ar = ar / 2 + dpAllreduceSeconds((2 * psi) / split, n, k, cluster)[0] / 2;
-    return [ar, name];
+  const reduce = (psi, n, split, k) => {               // [reduction, 16-bit parameter all-gather, link]
+    const [ar, name] = dpAllreduceSeconds((opt.grad_reduce_bytes * psi) / split, n, k, cluster);
+    if (zero === 1 || zero === 2) return [ar / 2, dpAllreduceSeconds((2 * psi) / split, n, k, cluster)[0] / 2, name];
+    return [ar, 0.0, name];
   };
-  let [ar, name] = ep === 1 ? reduce(sp.stage, dcp, t, t) : reduce(sp.dense, dcp, t, t);
-  if (ep > 1) ar += reduce(sp.expert, edp, etp, stride)[0];   // two groups, one after the other
+  let [rs, ag, name] = ep === 1 ? reduce(sp.stage, dcp, t, t) : reduce(sp.dense, dcp, t, t);
+  if (ep > 1) {                                        // two groups, one after the other
+    const [rs2, ag2] = reduce(sp.expert, edp, etp, stride);
+    [rs, ag] = [rs + rs2, ag + ag2];
+  }
   const overlap = (lay.pp === 1 && opt.dp_overlap) || opt.overlap_grad_reduce;
   const windowS = overlap ? (2 / 3) * computeMicrobatch : 0.0;
-  return {value: Math.max(0.0, ar - windowS), total: ar, link: name};
+  const exposed = opt.overlap_param_gather ? Math.max(0.0, rs - windowS) + Math.max(0.0, ag - computeMicrobatch / 3) : Math.max(0.0, rs + ag - windowS);
+  return {value: exposed, total: rs + ag, link: name};
 }
 
 // Python: term_embedding(m_, cl, lay, opt, ctx): tied-embedding gradient, first <-> last stage
@@ -617,7 +679,7 @@ export function planBreakdown(model, cluster, lay, opt) {
   const values = Object.fromEntries(TERMS.map((term) => [term.name, termValue(ctx[term.name])]));
   return {
     microbatches: layMicrobatches(lay), bubble_relative: r, bubble_fraction: f,
-    memory_limit: cluster.gpu.memory_bytes * (1 - opt.headroom), dp: ctx.dp_exposed.total,
+    memory_limit: cluster.gpu.memory_bytes * (1 - opt.headroom), margin_limit: cluster.gpu.memory_bytes * (1 - optMargin(opt)), dp: ctx.dp_exposed.total,
     ...values, tp_link: ctx.tp.link, pp_link: ctx.pp.link, dp_link: ctx.dp_exposed.link,
   };
 }
@@ -625,7 +687,7 @@ export function planBreakdown(model, cluster, lay, opt) {
 // Python: three_d.terms(m_, cl, lay, **options): check, then the breakdown
 export function planTerms(model, cluster, lay, opt = {}) {
   model = planShape(model);
-  lay = {chunks: 1, recompute: "selective", sp: false, zero: 1, cp: 1, ep: 1, ...lay};   // Python: Layout's defaults
+  lay = {chunks: 1, recompute: "selective", sp: false, zero: 1, cp: 1, ep: 1, split: "even", ...lay};   // Python: Layout's defaults
   planCheck(model, cluster, lay);
   const o = resolvedOptions(planOptions(opt), attentionFor(model, cluster.gpu.name), precisionFor(cluster.gpu.name));
   return planBreakdown(model, cluster, lay, o);
@@ -641,7 +703,7 @@ function perStep(br, term) {
 // TERMS table: <term>_seconds per step, <term>_bytes), the step and MFU
 export function planEvaluate(model, cluster, lay, opt = {}) {
   model = planShape(model);
-  lay = {chunks: 1, recompute: "selective", sp: false, zero: 1, cp: 1, ep: 1, ...lay};
+  lay = {chunks: 1, recompute: "selective", sp: false, zero: 1, cp: 1, ep: 1, split: "even", ...lay};
   const br = planTerms(model, cluster, lay, opt);
   const {layers: L, hidden: h, seq: s, vocab: V} = model, B = lay.global_batch;
   const sum = (where) => TERMS.filter((t) => t.where === where).reduce((acc, t) => acc + br[t.name], 0);
@@ -651,9 +713,10 @@ export function planEvaluate(model, cluster, lay, opt = {}) {
   const modelFlops = flopsPerIteration(B, s, L, h, V, "none") + 3 * extra;   // Python: three_d.model_flops
   const hwFlops = flopsPerIteration(B, s, L, h, V, lay.recompute) + (lay.recompute === "full" ? 4 : 3) * extra;
   const total = sum("memory");
-  const out = {tp: lay.tp, pp: lay.pp, dp: lay.dp, micro_batch: lay.micro_batch, chunks: lay.chunks, recompute: lay.recompute, sp: lay.sp, zero: lay.zero, cp: lay.cp, ep: lay.ep,
+  const out = {tp: lay.tp, pp: lay.pp, dp: lay.dp, micro_batch: lay.micro_batch, chunks: lay.chunks, recompute: lay.recompute, sp: lay.sp, zero: lay.zero, cp: lay.cp, ep: lay.ep, split: lay.split,
     microbatches: br.microbatches, bytes_per_gpu: total, model_state_bytes: br.states, activation_bytes: br.activations,
-    fits: total <= br.memory_limit, memory_limit: br.memory_limit, bubble: br.bubble_fraction, bubble_relative: br.bubble_relative};
+    fits: total <= br.memory_limit, memory_limit: br.memory_limit, margin_limit: br.margin_limit,
+    tight: total <= br.memory_limit && total > br.margin_limit, bubble: br.bubble_fraction, bubble_relative: br.bubble_relative};
   for (const t of TERMS) out[t.where === "memory" ? `${t.name}_bytes` : `${t.name}_seconds`] = t.where === "memory" ? br[t.name] : perStep(br, t);
   return {...out, dp_seconds: br.dp, step_seconds: step, mfu: modelFlops / (step * n * cluster.peak), hfu: hwFlops / (step * n * cluster.peak),
     tp_link: br.tp_link, pp_link: br.pp_link, dp_link: br.dp_link};

@@ -1,0 +1,99 @@
+"""Today's switches as explicit inputs with their era's defaults: uneven pipeline stages,
+selective recomputation per module, ZeRO-1/2's parameter all-gather under the next forward,
+FSDP with PP without resharding, and an allocator margin that flags rather than refuses."""
+
+import json
+
+import pytest
+
+from minipar.cli import main
+from minipar.cost import three_d as planner
+from minipar.cost.three_d_terms import stage_layers
+
+LLAMA405 = planner.MODELS["llama3-405b"]
+H100 = planner.cluster(16384, 8, "H100-SXM")
+PUBLISHED = planner.Layout(2048, 8, 16, 128, 1, recompute="none", sp=True, zero=1, split="units")
+
+
+def test_126_layers_on_16_stages_carry_the_embedding_and_the_head():
+    """Llama 3 405B's 126 layers + embedding + head = 128 units on 16 stages: 8 layers on a
+    middle stage, 7 and the embedding (or the head) on the end ones. The "even" split refuses
+    it, naming the rule."""
+    assert stage_layers(126, PUBLISHED) == (8, 7)
+    assert planner.evaluate(LLAMA405, H100, PUBLISHED).fits
+    with pytest.raises(ValueError, match=r"layers \(126\) must be divisible by p \(16\)"):
+        planner.evaluate(LLAMA405, H100, planner.Layout(2048, 8, 16, 128, 1, split="even"))
+
+
+def test_llama3_405b_at_its_published_8k_layout_does_not_recompute(capsys):
+    """The Llama 3 authors pre-trained 405B on 8K sequences without activation checkpointing
+    (Llama Team 2024, §3.3.2) on t = 8, cp = 1, p = 16, d = 128 of 16,384 H100: the plan at that
+    layout ranks no recomputation first, and full recomputation is not its choice."""
+    argv = ["plan", "--model", "llama3-405b", "--gpu", "H100-SXM", "--gpus", "16384"]
+    argv += ["--global-batch", "2048", "--tp", "8", "--pp", "16", "--micro-batch", "1"]
+    assert main(argv + ["--json"]) == 0
+    best = json.loads(capsys.readouterr().out)["configs"][0]
+    assert (best["pp"], best["dp"], best["split"]) == (16, 128, "units")
+    assert best["recompute"] == "none" and best["fits"]
+    assert best["bytes_per_gpu"] > best["margin_limit"]  # tight: inside the allocator margin
+
+
+def test_selective_recomputation_is_per_module():
+    """Under flash attention the 2021 selective recomputation (the attention core) saves
+    nothing; today's default also drops the norms' outputs and the MLP's activation, and each
+    module dropped costs its recomputation."""
+    lay = planner.Layout(2048, 8, 16, 128, 1, recompute="selective", sp=True, split="units")
+    core = planner.evaluate(LLAMA405, H100, lay, {"recompute_modules": ("core_attn",)})
+    none = planner.evaluate(LLAMA405, H100, planner.Layout(**{**lay.__dict__, "recompute": "none"}))
+    today = planner.evaluate(LLAMA405, H100, lay)
+    mlp = planner.evaluate(LLAMA405, H100, lay, {"recompute_modules": ("core_attn", "mlp")})
+    assert core.activation_bytes == pytest.approx(none.activation_bytes, rel=2e-3)  # flash's lse
+    assert today.activation_bytes < core.activation_bytes
+    assert mlp.activation_bytes < core.activation_bytes
+    assert none.compute_seconds < today.compute_seconds < mlp.compute_seconds
+    with pytest.raises(ValueError, match=r"recompute module \('attn'\) must be one of"):
+        planner.evaluate(LLAMA405, H100, lay, {"recompute_modules": ("attn",)})
+
+
+def test_zero1_parameter_gather_hides_under_the_next_forward_not_the_last_backward():
+    """ZeRO-1's all-gather of the updated parameters cannot run before the optimizer step: it
+    is hidden under the next step's first forward (--overlap-param-gather, the modern default),
+    never under the last backward. Off, reduce-scatter and gather are exposed together."""
+    m, cl = planner.MODELS["llama3-8b"], planner.cluster(64, 8, "H100-SXM")
+    lay = planner.Layout(256, 1, 2, 32, 1, zero=1, recompute="full")  # p > 1: after the flush
+    on = planner.evaluate(m, cl, lay)
+    off = planner.evaluate(m, cl, lay, {"overlap_param_gather": False})
+    assert on.dp_seconds == off.dp_seconds == off.dp_exposed_seconds  # off: all exposed
+    assert 0 < on.dp_exposed_seconds < off.dp_exposed_seconds
+    # on: the gather's share, about 2/6 of the bytes (2 of the reduce-scatter's 4 + 2), less
+    # one forward, is all that the next step's first forward cannot hide
+    assert on.dp_exposed_seconds >= 0.6 * off.dp_seconds
+
+
+def test_fsdp_with_pp_gathers_once_per_step():
+    """torchtitan sets reshard_after_forward = not pp: with PP the weights stay gathered over the
+    micro-batches, about one all-gather and one reduce-scatter per step instead of 2-3 gathers
+    per layer and micro-batch, at the price of the stage's whole 16-bit weights and gradient."""
+    m, cl = planner.MODELS["llama3-70b"], planner.cluster(256, 8, "H100-SXM")
+    lay = planner.Layout(256, 8, 4, 8, 1, zero=3, recompute="full", sp=True)
+    keep = planner.evaluate(m, cl, lay)
+    reshard = planner.evaluate(m, cl, lay, {"reshard_after_forward": True})
+    m_ = lay.microbatches  # 3 gathers (2 bytes) + 1 reduce-scatter (4) per micro-batch, or 1 + 1
+    ratio = m_ * (3 * 2 + 4) / (2 + 4)
+    assert reshard.dp_seconds == pytest.approx(keep.dp_seconds * ratio, rel=1e-2)  # α apart
+    assert keep.model_state_bytes > reshard.model_state_bytes
+
+
+def test_the_allocator_margin_flags_a_layout_it_does_not_refuse():
+    """The modern recipes keep a 2.5 % reserve; between it and the 12 % allocator margin a layout
+    fits and is flagged tight. The 2021 recipe keeps its 10 % (a hard limit)."""
+    cl = planner.cluster(1, 1, "H200")
+    limit, margin = 0.975 * cl.gpu.memory_bytes, 0.88 * cl.gpu.memory_bytes
+    rows = []
+    for layers in range(20, 130):
+        m = planner.ModelShape(layers, 2048, 16, 2048, 50304)
+        c = planner.evaluate(m, cl, planner.Layout(4, 1, 1, 1, 4, recompute="none", zero=0))
+        rows.append((c.bytes_per_gpu, c.fits, c.tight))
+    assert all(fits == (x <= limit) for x, fits, _ in rows)
+    assert all(tight == (margin < x <= limit) for x, _, tight in rows)
+    assert any(tight for *_, tight in rows)
