@@ -468,7 +468,9 @@ def test_a_signal_never_lands_inside_jupyter_clients_event_loop(monkeypatch):
             return "m"
 
         def get_iopub_msg(self, timeout):
-            os.kill(os.getpid(), signal.SIGHUP)  # the handler runs here, before the next line
+            os.kill(os.getpid(), signal.SIGHUP)
+            # the runner's signal thread takes it and the handler runs here, held
+            _wait_for(lambda: runner._shield["pending"], 60, "the signal handler")
             calls.append("returned")
             raise queue.Empty
 

@@ -244,7 +244,7 @@ def test_grade_json_cli(tmp_path):
     )
     assert out.returncode == 0, out.stderr  # failed tasks are the result, not an error
     result = json.loads(out.stdout)
-    assert set(result) == {"tasks", "passed", "total", "missing", "empty"}
+    assert set(result) == {"tasks", "passed", "total", "missing", "empty", "memory_limit_bytes"}
     assert result["passed"] == 0 and result["missing"] == []
     assert result["total"] == len(expected_tasks(SCRIPT))
     (row,) = [t for t in result["tasks"] if t["task"] == TASK]

@@ -90,8 +90,9 @@ def _hold(signum, frame):
 
 
 @contextlib.contextmanager
-def _signals(handler):
-    """``handler`` for SIGINT, SIGTERM and SIGHUP inside the block (main thread only)."""
+def _signals(handler, after=None):
+    """``handler`` for SIGINT, SIGTERM and SIGHUP inside the block (main thread only); then
+    ``after``, or the handlers there were before."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
@@ -100,7 +101,7 @@ def _signals(handler):
         yield
     finally:
         for s, h in old.items():
-            signal.signal(s, h)
+            signal.signal(s, h if after is None else after)
 
 
 def _stop_ranks() -> None:
@@ -120,6 +121,8 @@ def _quiet_stdout() -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """The console script (``argv`` None: ``sys.argv``, and the signal handlers stay holding
+    until the interpreter exits); tests pass ``argv`` and get their handlers back."""
     try:
         return _main(argv)
     except BrokenPipeError:  # `minipar ... | head`: the reader has all it wanted
@@ -129,14 +132,16 @@ def main(argv: list[str] | None = None) -> int:
 
 def _main(argv: list[str] | None) -> int:
     parser = build_parser()
-    argv = sys.argv[1:] if argv is None else argv
+    program, argv = argv is None, sys.argv[1:] if argv is None else argv
     if not argv:  # the commands, not just "required: command"
         parser.print_help(sys.stderr)
         return 2
     args = parser.parse_args(argv)
     status, stopped = 0, None
     try:
-        with _signals(_raise_stopped):
+        # the program itself: a signal after the command (in the interpreter's exit) is held,
+        # never a traceback or a second line
+        with _signals(_raise_stopped, after=_hold if program else None):
             try:
                 status = int(args.func(args) or 0)
                 sys.stdout.flush()  # a closed pipe shows here, not in the interpreter's exit
@@ -148,7 +153,7 @@ def _main(argv: list[str] | None) -> int:
         status = 2
     except KeyboardInterrupt as e:  # Ctrl-C or Stopped: one line, not a traceback
         stopped = getattr(e, "signum", signal.SIGINT)
-    if _held and stopped is None:
+    if _held and stopped is None and status < 128:  # not already reported by the command
         stopped = _held[0]
     _held.clear()
     if stopped is not None:

@@ -31,6 +31,16 @@ cell under :func:`cpu_time_limit` of :data:`CELL_LIMIT` CPU-seconds
 wall-clock timeout; ``MINIPAR_GRADE_STATS=PATH`` appends
 one JSON line per call (world size, each rank's CPU-seconds, wall seconds, verdict).
 
+**Memory.** Each kernel ``minipar grade`` starts, and every rank it launches, may hold
+:data:`KERNEL_MEMORY_BYTES` (8 GiB) of private writable memory (``RLIMIT_DATA``): an allocation
+past it fails at once as a ``MemoryError`` (torch: ``RuntimeError: ... can't allocate memory``)
+in the learner's cell, which the report names, instead of swapping the machine or waking the
+kernel's OOM killer. Graded on the CPU, eleven reference notebooks (every chapter; sampled every
+0.2 s) peaked at 0.42 GiB of it (a kernel; ranks less) and 1.7 GiB of address space, so 8 GiB
+is a 19× margin; reservations that are not writable (CUDA's address-space reservations) do
+not count. ``MINIPAR_GRADE_KERNEL_MEMORY_GIB`` overrides
+it (``0``: no limit). The report states the limit.
+
 ``run_ranks(fn, world_size, *args)`` runs ``fn(rank, world_size, *args)`` on fresh gloo ranks
 (:func:`minipar.runtime.launch.run`) and turns every way they can fail into a
 :class:`~minipar.grading.GradeFailure` whose message is the learner's one-line reason: a rank that
@@ -63,6 +73,7 @@ BUSY_SHARE = 0.25  # ...and its socket thread is seen runnable in a few samples
 CPU_LIMIT = float(os.environ.get("MINIPAR_GRADE_CPU_LIMIT", "60"))
 TIME_LIMIT = float(os.environ.get("MINIPAR_CHECK_TIME_LIMIT", "60"))
 CELL_LIMIT = float(os.environ.get("MINIPAR_GRADE_CELL_CPU_LIMIT", "120"))  # a graded cell
+KERNEL_MEMORY_BYTES = int(float(os.environ.get("MINIPAR_GRADE_KERNEL_MEMORY_GIB", "8")) * 2**30)
 DUMP_WAIT_S = 60.0  # for a stopped rank to be scheduled and write its stack
 WALL_BACKSTOP = 3600.0  # the launcher's timeout under the watcher: never reached by design
 _STATS_ENV = "MINIPAR_GRADE_STATS"

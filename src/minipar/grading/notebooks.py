@@ -46,7 +46,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from minipar.grading import learner_line, pass_line
-from minipar.grading.limits import CELL_LIMIT, cpu_time_limit
+from minipar.grading.limits import CELL_LIMIT, KERNEL_MEMORY_BYTES, cpu_time_limit
 
 if TYPE_CHECKING:  # imported by the functions that need it: nbformat alone costs ~1 s
     import nbformat
@@ -186,21 +186,77 @@ def graded_copy(nb, folder: str, log: str) -> tuple["nbformat.NotebookNode", lis
     return copy, origin
 
 
+_MEMORY_WORDS = ("can't allocate memory", "cannot allocate memory", "out of memory")
+
+
+def error_text(err: BaseException, where: str = "") -> str:
+    """``"ValueError: bad (line 3: x = f())"``; a failed allocation also names the grader's
+    memory limit per kernel (:data:`minipar.grading.limits.KERNEL_MEMORY_BYTES`)."""
+    text = f"{type(err).__name__}: {err}".rstrip(": ") + (f" ({where})" if where else "")
+    low = str(err).lower()
+    if isinstance(err, MemoryError) or any(w in low for w in _MEMORY_WORDS):
+        text += f" ({memory_limit_text()}: an allocation past it fails)"
+    return text
+
+
+def memory_limit_text() -> str:
+    """``"the grader's memory limit is 8 GiB per kernel and per rank"`` (or that there is
+    none)."""
+    if not KERNEL_MEMORY_BYTES:
+        return "the grader sets no memory limit"
+    return (
+        f"the grader's memory limit is {KERNEL_MEMORY_BYTES / 2**30:g} GiB per kernel and per rank"
+    )
+
+
 def grading_setup(folder: str, log: str) -> None:
-    """First cell of a graded copy: run in the learner's folder, log checks and cell errors."""
+    """First cell of a graded copy: run in the learner's folder, log checks and cell errors.
+
+    A cell that breaks what the grader itself needs is named in the log as that cell's error,
+    and the grader's part is put back so the checks still run and log: ``os.environ`` cleared
+    or the log variable removed (``MINIPAR_GRADE_LOG`` is set again), ``sys.stdout`` or
+    ``sys.stderr`` set to ``None`` or closed (the kernel's streams are put back)."""
     from IPython import get_ipython  # noqa: PLC0415 (IPython, the grade extra: absent from the base install; only grading_setup needs it)
 
     os.chdir(folder)
     os.environ["MINIPAR_GRADE_LOG"] = log
+    streams = {"stdout": sys.stdout, "stderr": sys.stderr}
+
+    def write(cell: str, text: str) -> None:
+        with open(log, "a", encoding="utf-8") as f:
+            f.write(json.dumps({"cell": cell, "error": text}) + "\n")
+
+    def broken_stream(name: str) -> bool:
+        s = getattr(sys, name, None)
+        return s is None or getattr(s, "closed", False)
+
+    def repair(cell: str) -> None:
+        """Name and undo what the cell broke of the grader's own (see the docstring)."""
+        if os.environ.get("MINIPAR_GRADE_LOG") != log:
+            what = "cleared os.environ" if not os.environ else "removed MINIPAR_GRADE_LOG"
+            os.environ["MINIPAR_GRADE_LOG"] = log
+            write(
+                cell,
+                f"nothing but {what} (the grader's log variable and what a launch needs; put "
+                "back for the checks: leave the environment as it is)",
+            )
+        for name, stream in streams.items():
+            if broken_stream(name):
+                gone = getattr(sys, name, None) is None
+                did = f"set sys.{name} to None" if gone else f"closed sys.{name}"
+                setattr(sys, name, stream)
+                write(
+                    cell,
+                    f"nothing but {did} (nothing printed would reach the notebook; the "
+                    "kernel's stream was put back for the checks)",
+                )
 
     def record(result):
+        repair(result.info.raw_cell)
         err = result.error_before_exec or result.error_in_exec
         if err is None:
             return
-        where = learner_line(err)
-        text = f"{type(err).__name__}: {err}" + (f" ({where})" if where else "")
-        with open(log, "a", encoding="utf-8") as f:
-            f.write(json.dumps({"cell": result.info.raw_cell, "error": text}) + "\n")
+        write(result.info.raw_cell, error_text(err, learner_line(err)))
 
     # every learner cell runs under the grader's progress limit (minipar.grading.limits): CPU
     # time of this kernel, and waiting outside the ranks; a check inside sets its own, nested

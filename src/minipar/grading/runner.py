@@ -23,28 +23,42 @@ Kernel start-up is watched the same way: the kernel may take as long as it keeps
 
 Every file the kernel makes lives in the caller's folder: its connection file, its
 ``IPYTHONDIR`` and its ``TMPDIR`` (so the launcher's socket folders too). :meth:`Kernel.stop`
-kills the kernel and every process under it, whatever session or process group they moved to.
+kills the kernel and every process it started: those seen under it while it ran, every process
+of its session (the kernel leads its own), and every process whose environment carries the
+kernel's :data:`MARKER` (a double-forked daemon that left the session keeps it), swept until
+none is left. Each kernel gets the memory limit :data:`minipar.grading.limits.KERNEL_MEMORY_BYTES`
+(``RLIMIT_DATA``, inherited by its ranks), so an allocation too big fails as a ``MemoryError``
+in the learner's cell instead of swapping the machine.
+
+**Signals.** While :func:`signals_unwind` is active, SIGINT, SIGTERM and SIGHUP are blocked in
+every thread of the grader and taken as they arrive by one thread (``sigtimedwait``), which
+tells who sent them: one that a kernel's process sent (``os.kill(os.getppid(), SIGTERM)`` in a cell:
+the kernel's parent is the grader) stops that kernel, its notebook fails naming it, and the other
+notebooks are graded; any other sender's stops the whole run.
 ``MINIPAR_GRADE_KERNEL_STALL_S`` and ``MINIPAR_GRADE_KERNEL_CPU_LIMIT`` override the numbers.
 """
 
 from __future__ import annotations
 
+import _thread
 import contextlib
 import os
 import queue
 import signal
 import threading
 import time
+import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from minipar.grading.limits import CELL_LIMIT
+from minipar.grading.limits import CELL_LIMIT, KERNEL_MEMORY_BYTES
 
 POLL_S = 0.5
 STALL_S = float(os.environ.get("MINIPAR_GRADE_KERNEL_STALL_S", "120"))
 IDLE_CPU_SHARE = 0.02
 INTERRUPT_GRACE_S = 5.0
 HEARTBEAT_S = 10.0
+MARKER = "MINIPAR_GRADE_KERNEL"  # in the environment of every process a kernel starts
 
 
 def _cpu_limit() -> float:
@@ -60,7 +74,8 @@ class Interrupted(BaseException):
 
 
 _SIGNALS = [s for s in (getattr(signal, n, None) for n in ("SIGINT", "SIGTERM", "SIGHUP")) if s]
-_shield = {"depth": 0, "pending": None, "first": None}
+_shield = {"depth": 0, "pending": None, "first": None, "blocked": False}
+_kernels: list = []  # every Kernel started under signals_unwind: who may have sent a signal
 
 
 def first_signal():
@@ -73,6 +88,34 @@ def _check_signal() -> None:
     raised inside a library's event loop can be lost)."""
     if _shield["first"] and not _shield["depth"]:
         raise Interrupted(_shield["first"])
+
+
+def _route(info, interrupt: bool = True) -> None:
+    """A signal taken by ``sigtimedwait``: one a kernel's process sent is charged to that kernel
+    (:attr:`Kernel.signalled`); any other is the run's (the first one's number is kept, in
+    order of arrival) and, with ``interrupt``, is raised in the main thread as if it had
+    arrived there (:func:`_on_signal`)."""
+    kernel = next((k for k in list(_kernels) if k.sent(info.si_pid)), None)
+    if kernel is not None:
+        kernel.signalled = kernel.signalled or info.si_signo
+        return
+    _shield["first"] = _shield["first"] or info.si_signo
+    if interrupt:
+        _thread.interrupt_main(info.si_signo)
+
+
+def _watch_signals(done: threading.Event) -> None:
+    """Thread: take SIGINT, SIGTERM and SIGHUP as they arrive (blocked in every thread) and
+    route each (:func:`_route`), until ``done``."""
+    while not done.is_set():
+        try:
+            info = signal.sigtimedwait(_SIGNALS, 0.1)
+        except InterruptedError:
+            continue
+        except OSError:
+            return
+        if info is not None:
+            _route(info)
 
 
 def _on_signal(signum, frame):
@@ -105,17 +148,61 @@ def shielded():
 
 @contextlib.contextmanager
 def signals_unwind():
-    """Turn SIGINT, SIGTERM and SIGHUP into :class:`Interrupted` in the main thread."""
+    """Turn SIGINT, SIGTERM and SIGHUP from outside the kernels into :class:`Interrupted` in the
+    main thread (see the module doc: blocked, taken by a thread that knows the sender)."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
     _shield.update(first=None, pending=None)
+    _kernels.clear()
     old = {s: signal.signal(s, _on_signal) for s in _SIGNALS}
+    old_mask = signal.pthread_sigmask(signal.SIG_BLOCK, _SIGNALS)
+    _shield["blocked"] = True
+    done = threading.Event()
+    watcher = threading.Thread(target=_watch_signals, args=(done,), daemon=True)
+    watcher.start()
+
+    def release():
+        try:
+            done.set()
+            watcher.join(timeout=10)
+            while True:  # what came since: before unblocking, so a kernel's signal stays its own
+                try:
+                    info = signal.sigtimedwait(_SIGNALS, 0)
+                except (OSError, InterruptedError):
+                    break
+                if info is None:
+                    break
+                _route(info, interrupt=False)
+        finally:
+            _shield["blocked"] = False
+            signal.pthread_sigmask(signal.SIG_SETMASK, old_mask)
+            for s, h in old.items():
+                signal.signal(s, h)
+            _kernels.clear()
+
+    try:
+        yield
+    except BaseException:
+        release()
+        raise
+    release()
+    if _shield["first"]:  # came from outside after the last look: the run still stops
+        raise Interrupted(_shield["first"])
+
+
+@contextlib.contextmanager
+def _unblocked():
+    """Signals unblocked inside (a child started here inherits the mask of this thread: the
+    kernel must get SIGINT); one arriving meanwhile goes to :func:`_on_signal`."""
+    if not _shield["blocked"] or threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, _SIGNALS)
     try:
         yield
     finally:
-        for s, h in old.items():
-            signal.signal(s, h)
+        signal.pthread_sigmask(signal.SIG_BLOCK, _SIGNALS)
 
 
 def signal_text(code) -> str:
@@ -178,6 +265,8 @@ class Kernel:
         self.kc = None
         self.pid: int | None = None
         self.stopped = False
+        self.signalled: int | None = None  # a signal the kernel's processes sent the grader
+        self.marker = uuid.uuid4().hex
         self._tree: dict[int, object] = {}  # pid -> psutil.Process seen under the kernel
         self._cpu_seen: dict[int, float] = {}  # pid -> its CPU-seconds, last sample
         kenv = dict(os.environ if env is None else env)
@@ -186,13 +275,22 @@ class Kernel:
             TMPDIR=str(self.folder / "tmp"),
             PYDEVD_DISABLE_FILE_VALIDATION="1",
         )
+        kenv[MARKER] = self.marker
         # the kernel's own stdout/stderr (ipykernel's start-up warnings, C-level output) go to
         # a log in the folder, not into the grader's progress lines
-        with open(self.folder / "kernel.log", "ab") as log:
+        with open(self.folder / "kernel.log", "ab") as log, _unblocked():
             self.km.start_kernel(cwd=cwd, env=kenv, stdout=log, stderr=log)
         self.pid = self.km.provisioner.process.pid
+        _kernels.append(self)
+        limit_memory(self.pid)
         self.kc = self.km.client()
         self.kc.start_channels()
+
+    def sent(self, pid: int) -> bool:
+        """Whether process ``pid`` is (or was) this kernel or one it started."""
+        if self.pid is None or pid <= 0:
+            return False
+        return pid == self.pid or pid in self._tree or _owned(pid, self.pid, self.marker)
 
     # ------------------------------------------------------------------------- watching
     def exit_code(self):
@@ -271,6 +369,17 @@ class Kernel:
         stdout, errors, stop_reason, interrupted_at = [], [], "", None
         while True:
             _check_signal()
+            if getattr(self, "signalled", None):
+                name = signal.Signals(self.signalled).name
+                self.stop()
+                return CellRun(
+                    "died",
+                    "".join(stdout),
+                    reason=f"stopped by the grader: the cell sent {name} to the grader, "
+                    "its parent process (os.kill(os.getppid(), ...)); the other notebooks "
+                    "are graded",
+                    seconds=time.monotonic() - t0,
+                )
             try:
                 # A signal raised inside jupyter_client's event loop would orphan one of its
                 # tasks, which prints a traceback when collected: defer it to the loop's top.
@@ -344,6 +453,9 @@ class Kernel:
         if self.pid is None or self.stopped:
             return
         self._processes()
+        for pid in _swept(self.pid, self.marker):  # left the tree: double-forked, setsid
+            with contextlib.suppress(psutil.Error):
+                self._tree.setdefault(pid, psutil.Process(pid))
         tree = [p for pid, p in self._tree.items() if pid != self.pid]
         if self.kc is not None:
             try:
@@ -362,6 +474,15 @@ class Kernel:
             except psutil.Error:
                 pass
         _wait_exited(alive, 2)
+        for _ in range(10):  # what forked meanwhile (a fork loop ends when its parents die)
+            late = []
+            for pid in _swept(self.pid, self.marker):
+                with contextlib.suppress(psutil.Error):
+                    late.append(psutil.Process(pid))
+                _kill(pid)
+            if not late:
+                break
+            _wait_exited(late, 2)
         try:
             self.km.cleanup_resources()
         except Exception:
@@ -393,6 +514,60 @@ def _wait_exited(procs: list, timeout: float) -> list:
             return alive
         time.sleep(min(delay, left))
         delay = min(2 * delay, 0.04)
+
+
+def _stat(pid: int) -> tuple[str, int] | None:
+    """(state, session id) of process ``pid`` from /proc, or None if it is gone."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return fields[0], int(fields[3])
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def _owned(pid: int, session: int, marker: str) -> bool:
+    """Process ``pid`` runs in ``session`` or carries ``MARKER=marker`` in its environment."""
+    st = _stat(pid)
+    if st is None:
+        return False
+    if st[1] == session:
+        return True
+    try:
+        env = Path(f"/proc/{pid}/environ").read_bytes()
+    except OSError:
+        return False
+    return f"{MARKER}={marker}".encode() in env.split(b"\0")
+
+
+def _swept(session: int, marker: str) -> list[int]:
+    """Live processes (zombies excluded) of ``session`` or carrying the kernel's marker."""
+    found = []
+    try:
+        names = os.listdir("/proc")
+    except OSError:
+        return found
+    me = os.getpid()
+    for name in names:
+        if not name.isdigit() or int(name) == me:
+            continue
+        pid = int(name)
+        st = _stat(pid)
+        if st is not None and st[0] != "Z" and _owned(pid, session, marker):
+            found.append(pid)
+    return found
+
+
+def limit_memory(pid: int, limit: int | None = None) -> None:
+    """Set ``RLIMIT_DATA`` (private writable memory: heap and anonymous mappings) of process
+    ``pid`` to ``limit`` bytes (default :data:`KERNEL_MEMORY_BYTES`; 0: none); its children
+    inherit it. Address-space reservations that are not writable (CUDA's) do not count."""
+    import resource  # noqa: PLC0415 (POSIX only; a few ms: `minipar --help` imports this module)
+
+    limit = KERNEL_MEMORY_BYTES if limit is None else limit
+    if not limit or not hasattr(resource, "prlimit"):
+        return
+    with contextlib.suppress(OSError, ValueError):
+        resource.prlimit(pid, resource.RLIMIT_DATA, (limit, limit))
 
 
 def _kill(pid: int) -> None:
