@@ -246,6 +246,7 @@ def traffic_vs_cp(pal):
         C.ulysses_sent_bytes_per_layer(1, s, h, c, h_kv=h_kv, a_kv=a_kv)["total"] / 1e9 for c in cps
     ]
     fig, ax = pal.subplots(6.4, 3.0)
+    ax.set_facecolor("none")
     ax.plot(cps, ring, "o-", color=pal.color(5), label="ring attention")
     ax.plot(cps, ag, "s--", color=pal.color(2), label="all-gather CP")
     ax.plot(cps, uly, "^-", color=pal.color(0), label="Ulysses (K/V heads repeated past cp = 8)")
