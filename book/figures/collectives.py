@@ -197,3 +197,59 @@ def all_reduce_cost(pal):
     fig.legend(loc="lower center", ncol=3, fontsize=9, bbox_to_anchor=(0.5, -0.02))
     fig.tight_layout(rect=(0, 0.14, 1, 1))
     return fig
+
+
+@figure(
+    draws=[
+        "minipar.cost.collectives.hierarchical_all_reduce_time",
+        "minipar.cost.collectives.collective_time",
+    ]
+)
+def hierarchical(pal):
+    """All-reduce of 1 GB over nodes of 8 GPUs: one flat ring whose every step crosses
+    InfiniBand, against the hierarchical all-reduce (NVLink inside the node, a ring or a double
+    binary tree across nodes)."""
+    intra, inter = LINKS["nvlink4-h100"], LINKS["ib-ndr400"]
+    nodes, g, S = [2, 4, 8, 16, 32, 64, 128], 8, 1e9
+    flat = [
+        cc.collective_time("all-reduce", "ring", m * g, S, inter.alpha, inter.bandwidth)
+        for m in nodes
+    ]
+    ring = [cc.hierarchical_all_reduce_time(m, g, S, intra, inter) for m in nodes]
+    tree = [
+        cc.hierarchical_all_reduce_time(m, g, S, intra, inter, "double-binary-tree") for m in nodes
+    ]
+    fig, ax = pal.subplots(6.4, 3.2)
+    ax.plot(
+        nodes,
+        [x * 1e3 for x in flat],
+        marker="o",
+        color=pal.color(5),
+        label="one flat ring, every step over InfiniBand",
+    )
+    ax.plot(
+        nodes,
+        [x * 1e3 for x in ring],
+        marker="s",
+        color=pal.color(0),
+        label="hierarchical, ring across nodes",
+    )
+    ax.plot(
+        nodes,
+        [x * 1e3 for x in tree],
+        marker="^",
+        ls="--",
+        color=pal.color(2),
+        label="hierarchical, double binary tree across nodes",
+    )
+    ax.set_xscale("log", base=2)
+    ax.set_ylim(0, max(flat) * 1e3 * 1.15)
+    ax.set_xticks(nodes, [str(m) for m in nodes])
+    ax.minorticks_off()
+    ax.set(xlabel="nodes of 8 GPUs", ylabel="time (ms)")
+    ax.grid(True, lw=0.5)
+    ax.legend(fontsize=9, loc="center right")
+    for s in ("top", "right"):
+        ax.spines[s].set_visible(False)
+    fig.tight_layout()
+    return fig
