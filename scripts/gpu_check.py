@@ -43,6 +43,7 @@ import sys
 import time
 from pathlib import Path
 
+from minipar.jsonio import dumps
 from minipar.runtime.device import gpu_count
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -420,7 +421,7 @@ def check(
     def save():
         report["elapsed_s"] = time.monotonic() - t0
         if out is not None:
-            out.write_text(json.dumps(report, indent=1))
+            out.write_text(dumps(report, indent=1))  # strict JSON: no Infinity
 
     items = (
         [("benches", b) for b in bench_plan(gpus)]
@@ -514,7 +515,7 @@ def main(argv=None) -> int:
         )
         return 0
     if a.dry_run:
-        print(json.dumps(report, indent=1))
+        print(dumps(report, indent=1))
         return 0
     counts = {
         s: sum(e["status"] == s for k in KINDS for e in report[k].values())

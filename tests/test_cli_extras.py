@@ -3,6 +3,7 @@
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -73,3 +74,14 @@ def test_a_closed_pipe_ends_a_command_quietly():
     err = p.stderr.read()
     p.wait(timeout=120)
     assert (p.returncode, err) == (141, ""), (p.returncode, err[-2000:])
+
+
+def test_an_unknown_chapter_is_refused_naming_the_chapters(capsys, monkeypatch):
+    from minipar.grading import notebooks
+
+    monkeypatch.chdir(Path(__file__).resolve().parents[1])
+    assert notebooks.main(["nosuchchapter"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("unknown chapter 'nosuchchapter': the chapters are collectives, "), err
+    assert "memory_time" in err and "three_d" in err
+    assert notebooks.main(["--check", "memory_time"]) == 0  # a known one still works

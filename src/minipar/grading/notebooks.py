@@ -327,6 +327,15 @@ def main(argv: list[str] | None = None) -> int:
         print(f"unknown option {unknown[0]!r}: use --check or --force")
         return 2
     chapters = [a for a in argv if not a.startswith("-")]  # optional: only these chapters
+    known = sorted({script.parent.parent.name for script in scripts()})
+    bad = [c for c in chapters if c not in known]
+    if bad:
+        print(
+            f"unknown chapter {bad[0]!r}: the chapters are {', '.join(known) or '(none here)'}"
+            f" (in {Path('exercises').resolve()})",
+            file=sys.stderr,
+        )
+        return 2
     stale, kept = [], []
     for script in scripts():
         if chapters and script.parent.parent.name not in chapters:
