@@ -135,7 +135,7 @@ registerExplorer("memory", {
     const cap = gpus[v.gpu] / GIB;
     const chosen = rows[v.zero];
     const svg = stackedBars({
-      title: `${v.preset}: Ψ = ${(chosen.psi / 1e9).toFixed(1)}B${llamaNote(config, v.preset)}; d = ${v.d}, t = ${v.t}, p = ${v.p} (N = ${v.d * v.t * v.p} GPUs)`,
+      title: `${v.preset}, d = ${v.d}, t = ${v.t}, p = ${v.p} (N = ${v.d * v.t * v.p})`,
       ylabel: "GiB per GPU (first pipeline stage)",
       categories: [0, 1, 2, 3].map((k) => `ZeRO-${k}${k === v.zero ? " ★" : ""}`),
       stacks: PARTS.map(([part, color]) => ({name: part, color, values: rows.map((r) => r[part] / GIB)})),
@@ -146,6 +146,7 @@ registerExplorer("memory", {
       + `(model states ${((chosen.weights + chosen.gradients + chosen.optimizer) / GIB).toFixed(1)} GiB, activations ${(chosen.activations / GIB).toFixed(1)} GiB): `
       + (fits ? `fits in the ${escapeHtml(v.gpu)}'s ${cap.toFixed(0)} GiB, before buffers and fragmentation.`
         : `<b>does not fit</b> in the ${escapeHtml(v.gpu)}'s ${cap.toFixed(0)} GiB.`)
+      + ` Ψ = ${(chosen.psi / 1e9).toFixed(1)}B${llamaNote(config, v.preset)};`
       + ` L = ${L}, h = ${h}, a = ${a}, V = ${V}, s = ${v.s}, b = ${v.b}; sequence parallel ${v.sp ? "on" : "off"}, ${escapeHtml(v.recompute)} recomputation.</p>`
       + `<p class="minipar-explorer-note">L, h, a, V can be changed with the "custom" model. 1 GiB = 2³⁰ bytes.</p>`;
   },
