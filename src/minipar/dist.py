@@ -7,6 +7,7 @@ argument, never a module-level global.
 
 from __future__ import annotations
 
+import torch
 import torch.distributed as dist
 
 
@@ -22,3 +23,18 @@ def group_rank(group=None) -> int:
     if not dist.is_available() or not dist.is_initialized():
         return 0
     return dist.get_rank(group)
+
+
+def allreduce_flat(grads: list[torch.Tensor], group=None) -> int:
+    """Sum the tensors ``grads`` over ``group`` in one all-reduce of their flattened
+    concatenation, then copy each sum back in place (forward: nothing; this runs after backward
+    on gradients). Returns the number of elements reduced; 0 for no tensors or a group of one."""
+    if not grads or group_size(group) == 1:
+        return 0
+    flat = torch.cat([g.reshape(-1) for g in grads])  # (n,)
+    dist.all_reduce(flat, group=group)
+    offset = 0
+    for g in grads:
+        g.copy_(flat[offset : offset + g.numel()].view_as(g))  # back to g's shape
+        offset += g.numel()
+    return flat.numel()

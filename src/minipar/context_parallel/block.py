@@ -22,11 +22,10 @@ from __future__ import annotations
 import copy
 
 import torch
-import torch.distributed as dist
 import torch.nn as nn
 import torch.nn.functional as F
 
-from minipar.dist import group_rank, group_size
+from minipar.dist import allreduce_flat, group_rank, group_size
 from minipar.model import GPT, Layer
 from minipar.tensor_parallel import ParallelAttention, ParallelBlock
 
@@ -143,15 +142,7 @@ def allreduce_cp_grads(module: nn.Module, group=None) -> int:
     """Sum every parameter gradient over the CP group (each rank saw s/cp tokens), one flat
     all-reduce. Returns the elements reduced; a no-op for one rank."""
     grads = [p.grad for p in module.parameters() if p.grad is not None]
-    if not grads or group_size(group) == 1:
-        return 0
-    flat = torch.cat([g.reshape(-1) for g in grads])  # (n,)
-    dist.all_reduce(flat, group=group)
-    offset = 0
-    for g in grads:
-        g.copy_(flat[offset : offset + g.numel()].view_as(g))
-        offset += g.numel()
-    return flat.numel()
+    return allreduce_flat(grads, group)
 
 
 def full_layer_forward(layer: Layer, x, causal: bool = True):

@@ -20,11 +20,10 @@ from __future__ import annotations
 
 import contextlib
 
-import torch
-import torch.distributed as dist
 import torch.nn as nn
 import torch.nn.functional as F
 
+from minipar.dist import allreduce_flat
 from minipar.model import GPTConfig, Layer, attention_core
 
 from .layers import ColumnParallelLinear, RowParallelLinear
@@ -139,12 +138,4 @@ def allreduce_sequence_parallel_grads(module: nn.Module, group=None) -> int:
         for p in module.parameters()
         if getattr(p, "sequence_parallel", False) and p.grad is not None
     ]
-    if not grads or group_size(group) == 1:
-        return 0
-    flat = torch.cat([g.reshape(-1) for g in grads])  # (n,)
-    dist.all_reduce(flat, group=group)
-    offset = 0
-    for g in grads:
-        g.copy_(flat[offset : offset + g.numel()].view_as(g))
-        offset += g.numel()
-    return flat.numel()
+    return allreduce_flat(grads, group)
