@@ -1,0 +1,56 @@
+"""Numbers the memory page states (its worked problem and its figures' captions and text
+alternatives) are the cost model's: if a preset or a formula changes, this names the sentence
+to rewrite."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from minipar.cost import compute
+from minipar.cost.breakdown import per_gpu_memory
+from minipar.cost.hardware import gpu
+from minipar.cost.memory_time import activation_bytes_per_layer
+from minipar.cost.model import six_nd
+from minipar.cost.units import GiB
+
+PAGE = (Path(__file__).resolve().parents[1] / "book" / "memory_time.md").read_text("utf-8")
+
+
+def test_worked_problem_numbers():
+    states = 16 * 7e9
+    assert f"{states / GiB:.0f} GiB" in PAGE and f"{states / 8 / GiB:.0f} GiB per GPU" in PAGE
+    h100 = gpu("H100-SXM")
+    assert f"{h100.peak_flops['bf16'] / 1e12:.0f} TFLOP/s" in PAGE
+    days = six_nd(7e9, 1e12) / (8 * 0.4 * h100.peak_flops["bf16"]) / 86400
+    assert f"about {days:.0f} days" in PAGE
+
+
+def test_memory_stack_text_alternative():
+    shape = dict(L=32, h=4096, a=32, s=4096, V=32000, b=1, recompute="selective")
+    totals = [per_gpu_memory(**shape, d=8, zero=z).total / GiB for z in range(4)]
+    assert f"both need {totals[0]:.0f} GiB" in PAGE
+    assert f"stage 1 brings it to {totals[1]:.0f} GiB" in PAGE
+    assert f"stage 2 to {totals[2]:.0f}" in PAGE and f"stage 3 to {totals[3]:.0f}" in PAGE
+    assert per_gpu_memory(**shape).total == per_gpu_memory(**shape, d=8).total
+
+
+def test_activation_settings():
+    gpt3 = dict(s=2048, b=1, h=12288, a=96)
+    for kw in ({}, dict(t=8), dict(t=8, sp=True), dict(t=8, sp=True, recompute="selective")):
+        assert f"{96 * activation_bytes_per_layer(**gpt3, **kw) / GiB:.1f} GiB" in PAGE, kw
+    assert f"{96 * activation_bytes_per_layer(**gpt3, t=8, recompute='full') / GiB:.1f} GiB" in PAGE
+
+
+def test_roofline_caption():
+    g = gpu("H100-SXM")
+    assert f"$\\eta F$ = {g.peak_flops['bf16'] * g.gemm_efficiency / 1e12:.0f} TFLOP/s" in PAGE
+    assert f"HBM {g.hbm_bandwidth / 1e12:.1f} TB/s" in PAGE
+    rates = []
+    for n, M, N, K in compute.layer_gemms(1, 2048, 12288, 96, 8):
+        rates.append((n, 2.0 * n * M * N * K / compute.gpu_gemm_seconds(g, M, N, K, n) / 1e12))
+    dense = [r for n, r in rates if n == 1]
+    batched = [r for n, r in rates if n > 1]  # QKᵀ and attention·V: one point in the figure
+    assert f"{min(dense):.0f} to {max(dense):.0f} TFLOP/s" in PAGE
+    assert max(batched) - min(batched) < 0.5 and f"{batched[0]:.0f} TFLOP/s" in PAGE
+    adam = 10 * 175e9 / 8 / compute.optimizer_seconds(175e9 / 8, g) / 1e12
+    assert f"{adam:.2f} TFLOP/s" in PAGE
