@@ -362,3 +362,88 @@ def attention_core_and_mlp_seconds(
         core_f, core_b = pass_seconds(gemms[4:], gpu)
     mlp_f, mlp_b = pass_seconds(gemms[2:4], gpu)
     return {"core_f": core_f, "core_b": core_b, "mlp_f": mlp_f, "mlp_b": mlp_b}
+
+
+# --- element-wise kernels from the recipe run, each at max(issue time, its traffic) -----------
+
+
+class Kernel(NamedTuple):
+    name: str
+    backward: bool  # runs in the backward pass (else in the forward, again when recomputed)
+    bytes_per_token: float  # bytes read + written per token
+
+
+def elementwise_kernels(
+    h: int, f: int, kv: int, t: int = 1, *, sp: bool = False, recipe: dict | None = None
+) -> list[Kernel]:
+    """The memory-bound kernels of one eager PyTorch layer (minipar's model, and what the H200
+    step files ran) on one of t ranks, from the recipe actually run (``recipe``: ``norm``,
+    ``mlp_matrices`` 2 for GeLU or 3 for SwiGLU, ``rope``, ``dropout`` > 0, ``bias``; GPT's by
+    default), in 16-bit bytes read + written per token:
+
+    forward   two norms (read and write the (·, h) stream: 4 each), the Q/K/V split into heads
+              and the attention output back (read + write, 4 per element), RoPE on Q and K
+              (2 kernels, when ``rope``), a dropout after attention and after the MLP (read,
+              write, a 1-byte mask: 5; only when ``dropout`` > 0), two residual adds (read 2,
+              write 1: 6), the activation on the f-wide hidden (GeLU 4; SwiGLU's SiLU 4 and
+              product 6);
+    backward  the norms (read the input and the gradient, write the gradient: 6 each), the
+              head layouts, RoPE, dropouts (5), the residual stream's gradient sums (6), the
+              activation (GeLU 6; SwiGLU's 3 kernels of 6) and, with ``bias``, the bias
+              gradients (read each output's gradient once: 2 per element).
+    The replicated (·, h) stream is split over t with sequence parallelism; everything else over
+    t. Megatron's fused kernels move fewer bytes (:func:`layer_memory_bytes`)."""
+    rc = {"norm": "layernorm", "mlp_matrices": 2, "rope": False, "dropout": 0.1, "bias": True}
+    rc.update(recipe or {})
+    r = h / t if sp else h  # the residual stream
+    w = lambda x: x / t  # a TP-split width
+    qkv, swiglu = h + 2 * kv, rc["mlp_matrices"] == 3
+    out = [Kernel("norm1", False, 4 * r), Kernel("qkv heads", False, 4 * w(qkv))]
+    out += [Kernel(f"rope {i}", False, 4 * w(h + kv)) for i in range(2)] if rc["rope"] else []
+    out += [Kernel("attention out", False, 4 * w(h))]
+    drop = rc["dropout"] > 0
+    for i in (1, 2):
+        out += [Kernel(f"dropout{i}", False, 5 * r)] if drop else []
+        out += [Kernel(f"residual{i}", False, 6 * r)]
+        if i == 1:
+            out += [Kernel("norm2", False, 4 * r)]
+            out += (
+                [Kernel("silu", False, 4 * w(f)), Kernel("gate * up", False, 6 * w(f))]
+                if swiglu
+                else [Kernel("gelu", False, 4 * w(f))]
+            )
+    bwd = [Kernel(f"norm{i} bwd", True, 6 * r) for i in (1, 2)]
+    bwd += [Kernel("qkv heads bwd", True, 4 * w(qkv)), Kernel("attention out bwd", True, 4 * w(h))]
+    bwd += [Kernel(f"rope {i} bwd", True, 4 * w(h + kv)) for i in range(2)] if rc["rope"] else []
+    bwd += [Kernel(f"dropout{i} bwd", True, 5 * r) for i in (1, 2)] if drop else []
+    bwd += [Kernel(f"residual{i} bwd", True, 6 * r) for i in (1, 2)]
+    bwd += [Kernel(f"act bwd {i}", True, 6 * w(f)) for i in range(3 if swiglu else 1)]
+    if rc["bias"]:
+        widths = (w(qkv), r, w(f * (rc["mlp_matrices"] - 1)), r)
+        bwd += [Kernel(f"bias grad {i}", True, 2 * x) for i, x in enumerate(widths)]
+    return out + bwd
+
+
+def elementwise_seconds(kernels: list[Kernel], tokens: int, gpu, recompute: str = "none") -> float:
+    """Forward + backward seconds of ``kernels`` on ``tokens`` tokens: each kernel takes the
+    longer of the CPU's time to issue it (``gpu.kernel_issue_s``, eager PyTorch's per-op cost)
+    and its traffic at the element-wise rate (``gpu.elementwise_bandwidth``): a kernel paid per
+    launch at few tokens, per token at many. Full recomputation runs the forward ones twice."""
+    bw, issue = gpu.elementwise_bandwidth, gpu.kernel_issue_s
+    total = 0.0
+    for k in kernels:
+        one = max(issue, tokens * k.bytes_per_token / bw)
+        total += one * (2 if recompute == "full" and not k.backward else 1)
+    return total
+
+
+def fused_activation_seconds(
+    b: int, s: int, h: int, t: int, gpu, *, sp: bool = False, recompute: str = "none"
+) -> float:
+    """The part of :func:`layer_memory_bytes` that :func:`elementwise_seconds` replaces: the
+    fused kernels' activation bytes (forward 22·r + 16·bsh/t, backward 22·r + 24·bsh/t, r the
+    replicated stream), at the HBM bandwidth, the forward twice under full recomputation."""
+    bsh = b * s * h
+    rep = bsh / t if sp else bsh
+    fwd, bwd = 22 * rep + 16 * bsh / t, 22 * rep + 24 * bsh / t
+    return ((2 if recompute == "full" else 1) * fwd + bwd) / gpu.hbm_bandwidth

@@ -48,6 +48,11 @@ class GPU:
     attention_score_bytes: float = 20.0  # unfused attention: bytes per score, fwd + bwd
     layer_overhead_s: float = 0.0  # fixed seconds per layer forward + backward
     optimizer_bandwidth: float | None = None  # bytes/s of the fused Adam step (None: HBM)
+    # the recipe's element-wise kernels one by one (compute.elementwise_kernels), each at the
+    # longer of its issue time and its traffic at this rate, in place of Megatron's fused byte
+    # count and layer_overhead_s (None: the fused count, the 2021 model)
+    elementwise_bandwidth: float | None = None
+    kernel_issue_s: float = 0.0  # CPU time to issue one kernel (eager PyTorch)
 
 
 LINKS: dict[str, Link] = {
@@ -166,6 +171,8 @@ H200_KERNELS = dict(
     attention_score_bytes=74.0,
     layer_overhead_s=0.72e-3,
     optimizer_bandwidth=3.24e12,
+    elementwise_bandwidth=1.6e12,
+    kernel_issue_s=7.4e-6,
 )
 """The H200's fitted kernel constants (above), by :class:`GPU` field."""
 
@@ -184,6 +191,7 @@ def gh100_kernels(hbm_datasheet: float) -> dict:
         hbm_bandwidth=H200_HBM_ACHIEVED * r,
         bmm_bandwidth=H200_KERNELS["bmm_bandwidth"] * r,
         optimizer_bandwidth=H200_KERNELS["optimizer_bandwidth"] * r,
+        elementwise_bandwidth=H200_KERNELS["elementwise_bandwidth"] * r,
     )
     return k
 

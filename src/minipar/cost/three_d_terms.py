@@ -24,6 +24,9 @@ from .compute import (
     SCORE_BYTES_BWD,
     SCORE_BYTES_FWD,
     attention_core_and_mlp_seconds,
+    elementwise_kernels,
+    elementwise_seconds,
+    fused_activation_seconds,
     gemm_seconds,
     layer_seconds,
     logits_seconds,
@@ -83,7 +86,8 @@ RESERVE = 0.025
 """Fraction of a GPU's memory the modern recipes keep free whatever the layout: the CUDA context
 (about 0.5 GiB), NCCL's buffers and cuBLAS workspaces, 2 GiB of 80 in all (an assumption: no
 file here measures them; set knowing that Llama 3 405B trained at 8K without activation
-checkpointing, which at 77.7 GiB of 80 this model admits only below a 2.9 % reserve). Above it, up to :data:`ALLOCATOR_MARGIN`, a layout is "tight": the caching allocator's
+checkpointing, which at 77.7 GiB of 80 this model admits only below a 2.9 % reserve).
+Above it, up to :data:`ALLOCATOR_MARGIN`, a layout is "tight": the caching allocator's
 fragmentation, measured on single-GPU runs, may or may not leave room, so the margin flags a
 layout rather than deciding against it (at scale a 1 GiB difference in a 12 % margin used to
 push Llama 3 405B to full recomputation)."""
@@ -616,9 +620,40 @@ def term_compute(m_, cl, lay: Layout, opt: Options, ctx=None) -> ComputeTerm:
     if scale != 1:
         lt += (scale - 1) * ((2 if rc == "full" else 1) * parts["mlp_f"] + parts["mlp_b"])
     lt += module_recompute_seconds(m_, cl, lay, opt, scale * parts["mlp_f"])
+    lt += recipe_kernels_seconds(m_, cl, lay)
     mid, end = stage_layers(m_.layers, lay)  # the slowest stage
     logits = logits_seconds(b, sl, h, m_.vocab, gpu, t)
     return ComputeTerm(max(mid * lt, end * lt + logits), lt, core)
+
+
+def recipe_kernels_seconds(m_, cl, lay: Layout) -> float:
+    """Where the GPU prices element-wise kernels one by one (``GPU.elementwise_bandwidth``,
+    the H200's and the H100s'): the recipe's own kernels
+    (:func:`~minipar.cost.compute.elementwise_kernels`: the shape's norm, GeLU or SwiGLU on
+    the K active experts' f, RoPE, dropout only when above 0, residual adds, bias gradients),
+    each at max(issue time, traffic) (:func:`~minipar.cost.compute.elementwise_seconds`), in
+    place of the fused byte count and the fixed per-layer time that ``layer_seconds``
+    charged."""
+    gpu = cl.gpu
+    if not gpu.elementwise_bandwidth:
+        return 0.0
+    b, sl, h, t, rc = lay.micro_batch, m_.seq // lay.cp, m_.hidden, lay.tp, lay.recompute
+    recipe = dict(
+        norm=m_.norm,
+        mlp_matrices=m_.mlp_matrices,
+        rope=m_.positions == "rope",
+        dropout=m_.dropout,
+        bias=m_.bias,
+    )
+    kernels = elementwise_kernels(
+        h, m_.ffn_width * m_.top_k, m_.kv_width, t, sp=lay.sp, recipe=recipe
+    )
+    fixed = gpu.layer_overhead_s * (4 / 3 if rc == "full" else 1)
+    return (
+        elementwise_seconds(kernels, b * sl, gpu, rc)
+        - fused_activation_seconds(b, sl, h, t, gpu, sp=lay.sp, recompute=rc)
+        - fixed
+    )
 
 
 def module_recompute_seconds(m_, cl, lay: Layout, opt: Options, mlp_forward: float) -> float:

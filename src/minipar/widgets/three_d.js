@@ -450,6 +450,61 @@ export function moduleActivationBytes(model, lay, opt) {
   return out;
 }
 
+// Python: compute.elementwise_kernels(h, f, kv, t, sp, recipe) -> [{name, backward, bytes_per_token}]
+export function elementwiseKernels(h, f, kv, t = 1, sp = false, recipe = {}) {
+  const rc = {norm: "layernorm", mlp_matrices: 2, rope: false, dropout: 0.1, bias: true, ...recipe};
+  const r = sp ? h / t : h, w = (x) => x / t, qkv = h + 2 * kv, swiglu = rc.mlp_matrices === 3;
+  const K = (name, backward, bytes) => ({name, backward, bytes_per_token: bytes});
+  const out = [K("norm1", false, 4 * r), K("qkv heads", false, 4 * w(qkv))];
+  if (rc.rope) for (let i = 0; i < 2; i += 1) out.push(K(`rope ${i}`, false, 4 * w(h + kv)));
+  out.push(K("attention out", false, 4 * w(h)));
+  const drop = rc.dropout > 0;
+  for (const i of [1, 2]) {
+    if (drop) out.push(K(`dropout${i}`, false, 5 * r));
+    out.push(K(`residual${i}`, false, 6 * r));
+    if (i === 1) {
+      out.push(K("norm2", false, 4 * r));
+      if (swiglu) out.push(K("silu", false, 4 * w(f)), K("gate * up", false, 6 * w(f)));
+      else out.push(K("gelu", false, 4 * w(f)));
+    }
+  }
+  out.push(K("norm1 bwd", true, 6 * r), K("norm2 bwd", true, 6 * r), K("qkv heads bwd", true, 4 * w(qkv)), K("attention out bwd", true, 4 * w(h)));
+  if (rc.rope) for (let i = 0; i < 2; i += 1) out.push(K(`rope ${i} bwd`, true, 4 * w(h + kv)));
+  if (drop) out.push(K("dropout1 bwd", true, 5 * r), K("dropout2 bwd", true, 5 * r));
+  out.push(K("residual1 bwd", true, 6 * r), K("residual2 bwd", true, 6 * r));
+  for (let i = 0; i < (swiglu ? 3 : 1); i += 1) out.push(K(`act bwd ${i}`, true, 6 * w(f)));
+  if (rc.bias) [w(qkv), r, w(f * (rc.mlp_matrices - 1)), r].forEach((x, i) => out.push(K(`bias grad ${i}`, true, 2 * x)));
+  return out;
+}
+
+// Python: compute.elementwise_seconds(kernels, tokens, gpu, recompute): max(issue, traffic) each
+export function elementwiseSeconds(kernels, tokens, gpu, recompute = "none") {
+  let total = 0.0;
+  for (const k of kernels) {
+    const one = Math.max(gpu.kernel_issue_s || 0, (tokens * k.bytes_per_token) / gpu.elementwise_bandwidth);
+    total += one * (recompute === "full" && !k.backward ? 2 : 1);
+  }
+  return total;
+}
+
+// Python: compute.fused_activation_seconds(b, s, h, t, gpu, sp, recompute)
+export function fusedActivationSeconds(b, s, h, t, gpu, sp = false, recompute = "none") {
+  const bsh = b * s * h, rep = sp ? bsh / t : bsh;
+  const fwd = 22 * rep + (16 * bsh) / t, bwd = 22 * rep + (24 * bsh) / t;
+  return ((recompute === "full" ? 2 : 1) * fwd + bwd) / gpu.hbm_bandwidth;
+}
+
+// Python: recipe_kernels_seconds(m_, cl, lay): the recipe's kernels in place of the fused count
+export function recipeKernelsSeconds(model, cluster, lay) {
+  const gpu = cluster.gpu, m = planShape(model);
+  if (!gpu.elementwise_bandwidth) return 0.0;
+  const b = lay.micro_batch, sl = Math.floor(m.seq / lay.cp), h = m.hidden, t = lay.tp, rc = lay.recompute;
+  const recipe = {norm: m.norm, mlp_matrices: m.mlp_matrices, rope: m.positions === "rope", dropout: m.dropout, bias: m.bias};
+  const kernels = elementwiseKernels(h, ffnWidth(m) * m.top_k, kvWidth(m), t, lay.sp, recipe);
+  const fixed = (gpu.layer_overhead_s || 0) * (rc === "full" ? 4 / 3 : 1);
+  return elementwiseSeconds(kernels, b * sl, gpu, rc) - fusedActivationSeconds(b, sl, h, t, gpu, lay.sp, rc) - fixed;
+}
+
 // Python: module_recompute_seconds(m_, cl, lay, opt, mlp_forward)
 export function moduleRecomputeSeconds(model, cluster, lay, opt, mlpForward) {
   if (lay.recompute !== "selective") return 0.0;
@@ -521,6 +576,7 @@ export function termCompute(model, cluster, lay, opt) {
   const scale = (m.top_k * m.mlp_matrices * ffnWidth(m)) / (2 * 4 * h);   // active MLP / GPT's 8h²
   if (scale !== 1) lt += (scale - 1) * ((rc === "full" ? 2 : 1) * parts.mlp_f + parts.mlp_b);
   lt += moduleRecomputeSeconds(m, cluster, lay, opt, scale * parts.mlp_f);
+  lt += recipeKernelsSeconds(m, cluster, lay);
   const [mid, end] = stageLayers(m.layers, lay);      // the slowest stage
   const logits = logitsSeconds(b, sl, h, m.vocab, gpu, t);
   return {value: Math.max(mid * lt, end * lt + logits), layer: lt, core};
@@ -777,17 +833,17 @@ registerExplorer("plan", {
   controls: [
     {name: "model", label: "model", type: "select", options: ["gpt3-175b"], value: "gpt3-175b", configOptions: "models"},
     {name: "layout", label: "layout", type: "select", options: ["preset", "custom"], value: "preset"},
-    {name: "gpus", label: "GPUs N (custom)", type: "number", min: 1, step: 1, value: 1024},
-    {name: "gpn", label: "GPUs per node", type: "number", min: 1, step: 1, value: 8},
+    {name: "gpus", label: "GPUs N (custom)", type: "number", min: 1, max: 1048576, why: "2^20, more than any cluster", step: 1, value: 1024},
+    {name: "gpn", label: "GPUs per node", type: "number", min: 1, max: 72, why: "an NVL72 rack is one NVLink domain of 72", step: 1, value: 8},
     {name: "gpu", label: "GPU", type: "select", options: ["A100-80GB"], value: "A100-80GB", configOptions: "gpus"},
     {name: "intra", label: "in a node", type: "select", options: ["GPU's own"], value: "GPU's own", configOptions: "intra_links"},
     {name: "inter", label: "between nodes", type: "select", options: ["GPU's own"], value: "GPU's own", configOptions: "inter_links"},
-    {name: "batch", label: "global batch B (custom)", type: "number", min: 1, step: 1, value: 1536},
-    {name: "t", label: "t (custom)", type: "number", min: 1, step: 1, value: 8},
-    {name: "p", label: "p (custom)", type: "number", min: 1, step: 1, value: 16},
-    {name: "cp", label: "context parallel cp", type: "number", min: 1, step: 1, value: 1},
-    {name: "ep", label: "expert parallel ep (MoE models)", type: "number", min: 1, step: 1, value: 1},
-    {name: "b", label: "micro-batch b", type: "number", min: 1, step: 1, value: 1},
+    {name: "batch", label: "global batch B (custom)", type: "number", min: 1, max: 65536, why: "sequences per step; published runs use up to a few thousand", step: 1, value: 1536},
+    {name: "t", label: "t (custom)", type: "number", min: 1, max: 256, why: "t divides the heads", step: 1, value: 8},
+    {name: "p", label: "p (custom)", type: "number", min: 1, max: 256, why: "p divides the layers", step: 1, value: 16},
+    {name: "cp", label: "context parallel cp", type: "number", min: 1, max: 1024, why: "2·cp divides the sequence (zigzag chunks)", step: 1, value: 1},
+    {name: "ep", label: "expert parallel ep (MoE models)", type: "number", min: 1, max: 1024, why: "ep divides the experts", step: 1, value: 1},
+    {name: "b", label: "micro-batch b", type: "number", min: 1, max: 4096, why: "b·d divides the global batch", step: 1, value: 1},
     {name: "v", label: "chunks v", type: "select", options: [1, 2, 4], value: 1},
     {name: "recompute", label: "recompute", type: "select", options: RECOMPUTE, value: "selective"},
     {name: "sp", label: "sequence parallel", type: "checkbox", value: true},
@@ -796,11 +852,11 @@ registerExplorer("plan", {
     {name: "cpalg", label: "CP exchange", type: "select", options: CP_ALGORITHMS, value: "ring"},
     {name: "attention", label: "attention kernel", type: "select", options: ["the era's", ...ATTENTION], value: "the era's"},
     {name: "precision", label: "precision recipe", type: "select", options: ["the era's", ...Object.keys(RECIPES)], value: "the era's"},
-    {name: "kv", label: "KV heads (0 = the model's)", type: "number", min: 0, step: 1, value: 0},
-    {name: "ffn", label: "MLP width f (0 = the model's)", type: "number", min: 0, step: 1, value: 0},
+    {name: "kv", label: "KV heads (0 = the model's)", type: "number", min: 0, max: 1024, why: "KV heads divide the heads", step: 1, value: 0},
+    {name: "ffn", label: "MLP width f (0 = the model's)", type: "number", min: 0, max: 1048576, why: "2^20, about 20 times the widest published MLP", step: 1, value: 0},
     {name: "mlp", label: "MLP", type: "select", options: ["the model's", "gelu", "swiglu"], value: "the model's"},
     {name: "eff", label: "GEMM efficiency η (0 = the GPU's)", type: "number", min: 0, max: 1, step: 0.01, value: 0},
-    {name: "price", label: "$ per GPU-hour", type: "number", min: 0, step: 0.01, value: 2.0},
+    {name: "price", label: "$ per GPU-hour", type: "number", min: 0, max: 1000, step: 0.01, value: 2.0},
   ],
   draw(v, config) {
     const models = config.models || {}, gpus = config.gpus || {}, links = config.links || {};

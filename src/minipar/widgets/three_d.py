@@ -140,6 +140,8 @@ def gpu_config(g) -> dict:
         "attention_score_bytes": g.attention_score_bytes,
         "layer_overhead_s": g.layer_overhead_s,
         "optimizer_bandwidth": g.optimizer_bandwidth,
+        "elementwise_bandwidth": g.elementwise_bandwidth,
+        "kernel_issue_s": g.kernel_issue_s,
     }
 
 
