@@ -52,7 +52,7 @@ def memory_stack(pal):
     labels = ["1 GPU", "d = 8\nZeRO-0", "d = 8\nZeRO-1", "d = 8\nZeRO-2", "d = 8\nZeRO-3"]
     cap = gpu("H100-SXM").memory_bytes / GiB
     fig, ax = pal.subplots(6.4, 3.4)
-    _stack(ax, pal, labels, rows, cap, f"one 80 GiB GPU ({cap:.0f} GiB)")
+    _stack(ax, pal, labels, rows, cap, f"one H100: {cap:.0f} GiB")
     ax.set_ylabel("GiB per GPU")
     ax.legend(loc="upper right", ncol=4, fontsize=9)
     fig.tight_layout()
