@@ -38,16 +38,15 @@ import signal
 import sys
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 from minipar.errors import InputError
-from minipar.grading.limits import KERNEL_MEMORY_BYTES
 from minipar.grading.notebooks import (
     cell_tasks,
     expected_tasks,
     find_script,
     graded_copy,
-    memory_limit_text,
     scripts,
     starter_path,
 )
@@ -150,28 +149,32 @@ def _cell_name(learner, i) -> str:
     return f"cell {i + 1} ({_first_line(learner[i].get('source') or '')})"
 
 
-def _score_notebook(nb_path, nb, script, copy, origin, records, run):
-    """Rows (notebook, task, passed, reason) and missing task ids for one notebook; ``run`` is
-    its :class:`minipar.grading.runner.NotebookRun`."""
-    name = str(Path(nb_path).resolve())
-    expected = expected_tasks(script) if script else []
-    learner = nb.cells
-    check_cell = {}  # task -> learner cell index
+def _check_cells(learner) -> dict:
+    """Task -> index of the learner's cell that calls ``check`` for it (the first one)."""
+    check_cell = {}
     for i, c in enumerate(learner):
         if c.get("cell_type") == "code":
             for t in cell_tasks(c.get("source") or ""):
                 check_cell.setdefault(t, i)
-    tasks = expected + [t for t in check_cell if t not in expected]
+    return check_cell
+
+
+def _cell_errors(records, copy, origin) -> list[tuple]:
+    """(learner cell index, error text) of every cell the side log says raised."""
     source_to_copy = {c.source: k for k, c in enumerate(copy.cells)}
-    errors = []  # (learner cell index, text)
+    errors = []
     for r in records:
         if "error" in r:
             k = source_to_copy.get(r.get("cell"))
             if k is not None and origin[k] is not None:
                 errors.append((origin[k], r["error"]))
-    # cells stopped for time (by the runner, or by the in-kernel CPU limit): the next check
-    # after each fails with that reason, even if it passes (its answer ran under a cut cell)
-    checks_at = sorted(set(check_cell.values()))
+    return errors
+
+
+def _cut_checks(run, origin, errors, checks_at) -> dict:
+    """Check cell -> (stopped cell, why) for the first check after each cell stopped for time
+    (by the runner, or by the in-kernel CPU limit): that check fails with the reason even if it
+    passes, since its answer ran under a cut cell."""
     timed = {}  # learner cell -> why it was stopped
     for k, c in run.cells.items():
         if c.status == "stopped" and origin[k] is not None:
@@ -179,85 +182,90 @@ def _score_notebook(nb_path, nb, script, copy, origin, records, run):
     for i, e in errors:
         if "CheckTimeLimit" in e and i not in checks_at:
             timed.setdefault(i, e)
-    cut = {}  # check cell -> (stopped cell, reason)
+    cut = {}
     for i, why in sorted(timed.items()):
         nxt = next((c for c in checks_at if c > i), None)
         if nxt is not None and i not in checks_at:
             cut.setdefault(nxt, (i, why))
-    died_at = None
-    if run.died is not None:
-        died_at = (run.died[0], origin[run.died[0]], run.died[1])
+    return cut
+
+
+@dataclass
+class _Graded:
+    """One graded notebook: its run, the side log's records, the cells that raised (learner
+    index, error), the checks cut by a stopped cell, the learner's cells, where it died."""
+
+    run: object
+    records: list
+    errors: list
+    cut: dict
+    learner: list
+    died_in: int | None
+
+
+def _task_verdict(t, at, k, g: _Graded) -> tuple[bool, str]:
+    """(passed, reason) of task ``t`` whose check is learner cell ``at`` (copy cell ``k``). The
+    side log is the one channel for the check's own verdict; the run says whether it ran."""
+    run, learner = g.run, g.learner
+    cell = run.cells.get(k)
+    if run.start_error:
+        return False, f"not run: {run.start_error}"
+    if run.died is not None and k >= run.died[0]:
+        how = f"the kernel died in {_cell_name(learner, g.died_in)} ({run.died[1]})"
+        return False, how if k == run.died[0] else f"not run: {how}"
+    if at in g.cut:
+        i, why = g.cut[at]
+        return False, (
+            f"{_cell_name(learner, i)} was stopped for time ({why}): the check ran after a cut cell"
+        )
+    if cell is not None and cell.status == "stopped":
+        return False, cell.reason
+    outcome = [r for r in g.records if r.get("task") == t]
+    if outcome and all(r["passed"] for r in outcome):
+        if cell is not None and cell.status == "ok":
+            return True, ""
+        return False, f"the check passed but its cell then raised {cell.error if cell else ''}"
+    if outcome:
+        return False, next(r["reason"] for r in outcome if not r["passed"])
+    before = [(i, e) for i, e in g.errors if i <= at]
+    if before:
+        i, e = before[0]
+        return False, f"the check did not run: {_cell_name(learner, i)} raised {e}"
+    if cell is not None and cell.status == "error":
+        return False, f"the check did not run: its cell raised {cell.error}"
+    return False, "the check cell did not run to completion"
+
+
+def _score_notebook(nb_path, nb, script, copy, origin, records, run):
+    """Rows (notebook, task, passed, reason) and missing task ids for one notebook; ``run`` is
+    its :class:`minipar.grading.runner.NotebookRun`, ``records`` the side log's lines."""
+    name = str(Path(nb_path).resolve())
+    learner = nb.cells
+    check_cell = _check_cells(learner)
+    expected = expected_tasks(script) if script else []
+    tasks = expected + [t for t in check_cell if t not in expected]
+    errors = _cell_errors(records, copy, origin)
+    g = _Graded(
+        run,
+        records,
+        errors,
+        _cut_checks(run, origin, errors, sorted(set(check_cell.values()))),
+        learner,
+        None if run.died is None else origin[run.died[0]],
+    )
     rows, missing = [], []
     for t in tasks:
         if t not in check_cell:
             missing.append(t)
-            rows.append(
-                (
-                    name,
-                    t,
-                    False,
-                    f"check cell for {t} is missing: restore the cell "
-                    f'check("{t}", ...) from the starter notebook',
-                )
+            why = (
+                f"check cell for {t} is missing: restore the cell "
+                f'check("{t}", ...) from the starter notebook'
             )
+            rows.append((name, t, False, why))
             continue
-        if run.start_error:
-            rows.append((name, t, False, f"not run: {run.start_error}"))
-            continue
-        k = origin.index(check_cell[t])
-        cell = run.cells.get(k)
-        if died_at is not None and k >= died_at[0]:
-            how = f"the kernel died in {_cell_name(learner, died_at[1])} ({died_at[2]})"
-            rows.append((name, t, False, how if k == died_at[0] else f"not run: {how}"))
-            continue
-        if check_cell[t] in cut:
-            i, why = cut[check_cell[t]]
-            rows.append(
-                (
-                    name,
-                    t,
-                    False,
-                    f"{_cell_name(learner, i)} was stopped for time "
-                    f"({why}): the check ran after a cut cell",
-                )
-            )
-            continue
-        if cell is not None and cell.status == "stopped":
-            rows.append((name, t, False, cell.reason))
-            continue
-        outcome = [r for r in records if r.get("task") == t]
-        if outcome and all(r["passed"] for r in outcome):
-            expected_out = "".join(o.get("text", "") for o in copy.cells[k].get("outputs", []))
-            if (
-                cell is not None
-                and cell.status == "ok"
-                and (not expected_out or cell.stdout == expected_out)
-            ):
-                rows.append((name, t, True, ""))
-            else:
-                rows.append(
-                    (
-                        name,
-                        t,
-                        False,
-                        "the check printed PASS but its cell's output is "
-                        "not only the PASS line (keep the check cell as the "
-                        "starter has it)",
-                    )
-                )
-            continue
-        if outcome:
-            rows.append((name, t, False, next(r["reason"] for r in outcome if not r["passed"])))
-            continue
-        before = [(i, e) for i, e in errors if i <= check_cell[t]]
-        if before:
-            i, e = before[0]
-            why = f"the check did not run: {_cell_name(learner, i)} raised {e}"
-        elif cell is not None and cell.status == "error":
-            why = f"the check did not run: its cell raised {cell.error}"
-        else:
-            why = "the check cell did not run to completion"
-        rows.append((name, t, False, why))
+        at = check_cell[t]
+        passed, why = _task_verdict(t, at, origin.index(at), g)
+        rows.append((name, t, passed, why))
     return rows, missing
 
 
@@ -288,24 +296,6 @@ def _remove_stale_folders() -> list[str]:
     return removed
 
 
-def _unreadable(nb_path: Path, error: Exception, covered: set) -> list[tuple]:
-    """Rows for a notebook file that is not a readable notebook (corrupt JSON, a truncated
-    save): each task of its script fails saying so (it exists, so ``make exercises``, which
-    writes only missing notebooks, would not replace it)."""
-    what = f"{type(error).__name__}: {error}".splitlines()[0]
-    if len(what) > 120:
-        what = what[:117] + "..."
-    why = (
-        "unreadable: restore it from git or delete it (`make exercises` then writes a fresh "
-        f"starter): {what}"
-    )
-    script = find_script(nb_path)
-    if script is None:
-        return [(str(nb_path.resolve()), "(notebook)", False, why)]
-    covered.add(script.resolve())
-    return [(str(nb_path.resolve()), t, False, why) for t in expected_tasks(script)]
-
-
 def _shown(path) -> str:
     shown = Path(path).resolve()
     with contextlib.suppress(ValueError):
@@ -334,8 +324,15 @@ def grade(paths, timeout: float | None = None, progress=None) -> dict:
         for j, nb_path in enumerate(nbs):
             try:
                 nb = nbformat.read(nb_path, as_version=4)
-            except Exception as e:  # a broken file is a failed notebook, never a missing one
-                rows += _unreadable(nb_path, e, covered)
+            except Exception as e:  # a broken file is a failed notebook
+                rows.append(
+                    (
+                        str(nb_path.resolve()),
+                        "(notebook)",
+                        False,
+                        f"not a readable notebook: {type(e).__name__}: {e}",
+                    )
+                )
                 continue
             script = find_script(nb_path, nb)
             if script is not None:
@@ -400,7 +397,6 @@ def grade(paths, timeout: float | None = None, progress=None) -> dict:
         "total": len(tasks),
         "missing": missing,
         "empty": empty,
-        "memory_limit_bytes": KERNEL_MEMORY_BYTES,  # per kernel and per rank; 0: none
     }
 
 
@@ -456,5 +452,4 @@ def _grade(args) -> int:
     for nb in result["empty"]:
         print(f"\n{_shown(nb)}: No tasks found (is it an exercise notebook?)")
     print(f"\nscore: {result['passed']}/{result['total']} tasks passed")
-    print(f"({memory_limit_text()}: MINIPAR_GRADE_KERNEL_MEMORY_GIB changes it)")
     return 0
