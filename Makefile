@@ -38,9 +38,11 @@ $(STAMP): requirements.txt pyproject.toml
 
 install: $(STAMP) ## create .venv: the CPU build of torch and every extra (TORCH_INDEX= for the GPU build)
 
-# ipykernel warns once per kernel that it talks to its client over loopback TCP without CurveZMQ
-# keys (jupyter_client provisions none); that one line is dropped, every other line is kept.
-QUIET_KERNEL := grep -v --line-buffered "Kernel is running over TCP without encryption" || true
+# The book builds under scripts/book_progress.py: one line per notebook as it runs ("book: running
+# notebooks/x.ipynb ...", "... ran in 41 s"), Sphinx's warnings and errors unchanged, the build's
+# exit status; it drops the one line each kernel prints about loopback TCP without CurveZMQ keys
+# (jupyter_client provisions none).
+PROGRESS := $(PY) scripts/book_progress.py
 
 # jupyter-cache keys a notebook's outputs on its cells only: a change under src/ would not
 # re-run it. The cache is dropped whenever src/ changed since the last build.
@@ -53,13 +55,13 @@ endef
 
 book: $(STAMP) ## build the site into _build/html (runs every notebook on the CPU; cached until a notebook or src/ changes)
 	$(fresh_cache)
-	@set -o pipefail; $(JB) build . --quiet 2>&1 | { $(QUIET_KERNEL); }
+	@$(PROGRESS) $(JB) build .
 
 # Executes every chapter notebook from a clean kernel (jupyter-cache; a cell error fails the
 # build), so `make test` needs no separate nbval pass over notebooks/.
 book-strict: $(STAMP) ## the book build with warnings as errors, every notebook run afresh (no cache)
 	@rm -rf _build/.jupyter_cache _build/.src-hash
-	@set -o pipefail; $(JB) build . -W -n --keep-going --quiet 2>&1 | { $(QUIET_KERNEL); }
+	@$(PROGRESS) $(JB) build . -W -n --keep-going
 
 # The built site in headless Chromium with the network blocked (tests/test_site_browser.py).
 # Outside CI a missing chromium is a note; under CI=true it fails (.ci/run installs it first).

@@ -1,6 +1,7 @@
 """`minipar` on a base install (no extras): bench and plan work, `grade` says what to install."""
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -9,6 +10,8 @@ import pytest
 
 from minipar.errors import InputError
 from minipar.jsonio import dumps
+
+ROOT = Path(__file__).resolve().parents[1]
 
 BLOCK_NBFORMAT = (
     "import sys; sys.modules['nbformat'] = None; "
@@ -85,3 +88,47 @@ def test_an_unknown_chapter_is_refused_naming_the_chapters(capsys, monkeypatch):
     assert err.startswith("unknown chapter 'nosuchchapter': the chapters are collectives, "), err
     assert "memory_time" in err and "three_d" in err
     assert notebooks.main(["--check", "memory_time"]) == 0  # a known one still works
+
+
+# ------------------------------------------------------------------ make book's progress
+FAKE_BUILD = r"""
+import sys
+print("Running Jupyter-Book v1.0.4")
+print("\x1b[01mreading sources... \x1b[39;49;00m[ 67%] \x1b[35mnotebooks/collectives\x1b[39;49;00m")
+print("/abs/notebooks/collectives.ipynb: Executing notebook using local CWD [mystnb]", flush=True)
+print("[IPKernelApp] WARNING | Kernel is running over TCP without encryption. ...", file=sys.stderr)
+print("/abs/notebooks/collectives.ipynb: Executed notebook in 41.27 seconds [mystnb]")
+print("/abs/notebooks/collectives.ipynb: Cached executed notebook: ID=3 [mystnb]")
+print("/abs/notebooks/memory_time.ipynb: Using cached notebook: ID=1 [mystnb]")
+print("/abs/book/x.md:2: WARNING: undefined label: 'nowhere'", file=sys.stderr)
+print("The HTML pages are in _build/html.")
+raise SystemExit(1)
+"""
+
+
+def test_the_book_build_shows_one_line_per_notebook_and_keeps_warnings(tmp_path):
+    r = subprocess.run(
+        [sys.executable, str(ROOT / "scripts" / "book_progress.py"), sys.executable, "-c"]
+        + [FAKE_BUILD],
+        cwd="/",
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert r.returncode == 1  # the build's own status (-W fails on a warning)
+    assert r.stdout.splitlines() == [
+        "book: running abs/notebooks/collectives.ipynb ...",
+        "book: abs/notebooks/collectives.ipynb ran in 41 s",
+        "book: abs/notebooks/memory_time.ipynb unchanged since its last run (cached)",
+        "book: the site is in _build/html (open _build/html/index.html)",
+    ], r.stdout
+    assert r.stderr == "/abs/book/x.md:2: WARNING: undefined label: 'nowhere'\n", r.stderr
+
+
+def test_make_book_runs_under_the_progress_wrapper():
+    makefile = (ROOT / "Makefile").read_text()
+    assert "PROGRESS := $(PY) scripts/book_progress.py" in makefile
+    recipes = re.findall(r"^(book(?:-strict)?):.*\n((?:\t.*\n)+)", makefile, re.M)
+    assert {name for name, _ in recipes} == {"book", "book-strict"}
+    for name, body in recipes:
+        assert "@$(PROGRESS) $(JB) build ." in body and "--quiet" not in body, (name, body)
