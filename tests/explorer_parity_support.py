@@ -1,6 +1,7 @@
 """Run a chapter's explorer JavaScript under Node.js and compare it with the Python cost model.
 
-Used by tests/test_explorer_parity.py; any chapter calls the same two helpers:
+Test support, not library code: used by tests/test_explorer_parity.py and every chapter's
+explorer test (``from explorer_parity_support import ...``), through the same two helpers:
 
 * ``js_call(slug, [(function, args), ...])`` evaluates exported functions of the bundle of
   ``widgets/<slug>.js`` (framework + required chapters + the chapter) in ONE node process and
@@ -22,7 +23,7 @@ import tempfile
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
-from . import bundle
+from minipar.widgets import bundle
 
 NODE = shutil.which("node") or "/usr/bin/node"
 

@@ -4,10 +4,10 @@ the other invalid (the default algorithm, ring, is not one for broadcast, reduce
 from __future__ import annotations
 
 import pytest
+from explorer_parity_support import js_call, node_available
 
 from minipar.cost.collectives import ALGORITHMS, OPS
 from minipar.widgets.collectives import collectives_config
-from minipar.widgets.parity import js_call, node_available
 
 pytestmark = pytest.mark.skipif(
     not node_available(), reason="Node.js (/usr/bin/node) not installed"

@@ -3,9 +3,9 @@ accepts, its title counts GPUs in words a reader can read, and it draws a bounde
 boxes however many buckets the step has."""
 
 import pytest
+from explorer_parity_support import js_call, node_available
 
 from minipar.widgets.data_parallel import MAX_BUCKETS, dp_config, dp_step_model
-from minipar.widgets.parity import js_call, node_available
 
 pytestmark = pytest.mark.skipif(not node_available(), reason="needs Node.js")
 

@@ -5,8 +5,7 @@ setting shows the rule and the value; a negative control shows the parity check 
 import itertools
 
 import pytest
-
-from minipar.widgets.parity import assert_parity, js_call, node_available
+from explorer_parity_support import assert_parity, js_call, node_available
 
 pytestmark = pytest.mark.skipif(not node_available(), reason="needs Node.js")
 

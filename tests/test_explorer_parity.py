@@ -1,14 +1,13 @@
 """The explorers' JavaScript cost models equal the Python ones (minipar.cost), run under Node.js.
 
-Each chapter adds a test here with minipar.widgets.parity.assert_parity: the Python function,
+Each chapter adds a test here with explorer_parity_support.assert_parity: the Python function,
 its JavaScript twin and a grid with non-powers of two and impossible settings.
 """
 
 import itertools
 
 import pytest
-
-from minipar.widgets.parity import assert_parity, js_call, node_available
+from explorer_parity_support import assert_parity, js_call, node_available
 
 pytestmark = pytest.mark.skipif(
     not node_available(), reason="Node.js (/usr/bin/node) not installed"
@@ -568,8 +567,9 @@ def test_three_d_plan_check_cp_ep_rules_say_what_python_says():
 def test_parity_compares_the_words_of_a_refusal():
     """assert_parity fails when both sides refuse an input with different messages (a whole
     float's trailing .0, the one difference between the languages, is folded)."""
+    from explorer_parity_support import _message, assert_parity
+
     from minipar.cost import three_d as planner
-    from minipar.widgets.parity import _message, assert_parity
 
     def other_words(**case):
         raise ValueError("zero3_collectives must be something else")

@@ -3,6 +3,7 @@
 import matplotlib
 import pytest
 import torch
+from explorer_parity_support import js_call, node_available
 
 from minipar.cost.memory_time import activation_bytes_per_layer, model_state_bytes
 from minipar.cost.model import param_count
@@ -14,7 +15,6 @@ from minipar.memory_time.activations import (
 )
 from minipar.memory_time.model_states import fp32_adam_step, mixed_precision_adam_step
 from minipar.model import GPTConfig, gpt
-from minipar.widgets.parity import js_call, node_available
 
 matplotlib.use("Agg")
 C = GPTConfig(L=2, h=32, a=4, s=16, V=50)

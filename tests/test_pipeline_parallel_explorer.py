@@ -2,8 +2,7 @@
 the default view draws and an impossible setting gives the Python error message."""
 
 import pytest
-
-from minipar.widgets.parity import assert_parity, js_call, node_available
+from explorer_parity_support import assert_parity, js_call, node_available
 
 pytestmark = pytest.mark.skipif(not node_available(), reason="needs Node.js")
 

@@ -5,11 +5,11 @@ import itertools
 from dataclasses import asdict
 
 import pytest
+from explorer_parity_support import assert_parity, js_call, mismatch, node_available
 
 from minipar.cost import compute
 from minipar.cost import three_d as planner
 from minipar.cost.hardware import GPUS
-from minipar.widgets.parity import assert_parity, js_call, mismatch, node_available
 from minipar.widgets.three_d import PRESET_LAYOUTS, cluster_config, gpu_config, plan_config
 
 pytestmark = pytest.mark.skipif(

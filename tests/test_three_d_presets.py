@@ -5,9 +5,9 @@ control the chart would ignore (planDisabled); the chart's title fits its 520-px
 import re
 
 import pytest
+from explorer_parity_support import js_call, node_available
 
 from minipar.cost import three_d as planner
-from minipar.widgets.parity import js_call, node_available
 from minipar.widgets.three_d import PLANNER_PRESETS, plan_config, planner_preset, preset_layout
 
 pytestmark = pytest.mark.skipif(

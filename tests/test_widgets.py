@@ -12,8 +12,9 @@ import pytest
 
 matplotlib.use("Agg")
 
+from explorer_parity_support import NODE, node_available
+
 from minipar.widgets import bundle, chapter_files, classic_script, static_html
-from minipar.widgets.parity import NODE, node_available
 
 SLUGS = ["collectives", "memory_time", "data_parallel"]
 
@@ -91,8 +92,9 @@ def test_memory_calculator_greys_out_what_does_not_apply():
     """L, h, a, V apply only to the "custom" model: a named model fills them with its shape and
     disables them; sequence parallelism is disabled at t = 1. The filled shape is what the bars
     use (the same total as the preset)."""
+    from explorer_parity_support import js_call
+
     from minipar.widgets.memory_time import PRESETS, memory_config
-    from minipar.widgets.parity import js_call
 
     config = memory_config()
     got = js_call(

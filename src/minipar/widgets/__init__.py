@@ -29,10 +29,10 @@ How a chapter adds an explorer (slug ``<slug>``, e.g. ``tensor_parallel``)
    ``Explorer("<slug>", "<name>", config=..., values=...)``. In the notebook, make it the last
    expression of a cell: JupyterLab shows the live widget; the executed notebook also stores a
    self-contained ``text/html`` copy (the JavaScript inlined), which is what the book shows.
-3. ``tests/test_explorer_parity.py``: call :func:`minipar.widgets.parity.assert_parity` with
-   your JavaScript function, the Python twin and a grid of inputs that includes non-powers of
-   two and impossible settings; and :func:`minipar.widgets.parity.js_call` on ``drawExplorer``
-   to check the default view draws and an impossible setting gives a message.
+3. ``tests/test_explorer_parity.py``: call ``assert_parity`` (from the test support module
+   ``tests/explorer_parity_support.py``) with your JavaScript function, the Python twin and a
+   grid of inputs that includes non-powers of two and impossible settings; and ``js_call`` on
+   ``drawExplorer`` to check the default view draws and an impossible setting gives a message.
 
 DOM contract used by the browser test (tests/test_site_browser.py): root element class
 ``minipar-explorer``, figure in ``minipar-explorer-output``, impossible settings as a
