@@ -57,6 +57,10 @@ STATED: dict[tuple[str, str], str | None] = {
     ("collectives.md", "1.5S"): "assert sent == [1.5] * 4",
     ("collectives.md", "450 GB"): None,  # NVLink 4 per direction, a datasheet figure
     ("audit.md", "1.5S"): "assert sent == [1.5] * 4",  # the collectives notebook
+    # the collectives appendix: the traced bytes (asserted), the buffer size (a setting), NVLink
+    ("collectives_appendix.md", "1.5S"): "assert sent == [1.5] * 4",
+    ("collectives_appendix.md", "256 KiB"): None,  # S = 4 * 2**16, an input of the run
+    ("collectives_appendix.md", "450 GB"): None,  # NVLink 4 per direction, a datasheet figure
     ("data_parallel.md", "50 ms"): None,  # the straggler's sleep, an input of the run
     # memory_time: the published run the notebook recomputes (its inputs, its asserted result)
     ("memory_time.md", "312 TFLOP/s"): None,
