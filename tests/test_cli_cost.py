@@ -499,3 +499,17 @@ def test_calibrated_profile_plans_end_to_end(capsys, tmp_path):
     bad.write_text("{")
     status, out, err = run(capsys, *argv[:-1], str(bad))
     assert status == 2 and "gpu profile" in err and "not JSON" in err
+
+
+def test_plan_sensitivity_moves_each_constant_alone(capsys):
+    """--sensitivity: ±20 % on η, the flash rate, α, the NIC bandwidth and the headroom, one at a
+    time; a slower GEMM or flash kernel slows the chosen layout, a faster one speeds it up."""
+    argv = ("plan", "--model", "llama3-8b", "--gpu", "H100-SXM", "--gpus", "8")
+    status, out, err = run(capsys, *argv, "--global-batch", "16", "--sensitivity", "--json")
+    assert status == 0, err
+    rows = {(r["knob"], r["factor"]): r for r in json.loads(out)["sensitivity"]}
+    assert len(rows) == 10
+    assert rows[("gemm_efficiency", 0.8)]["step_change"] > 0.05
+    assert rows[("gemm_efficiency", 1.2)]["step_change"] < -0.03
+    assert rows[("flash_efficiency", 0.8)]["step_change"] > 0.005
+    assert all(isinstance(r["same"], bool) for r in rows.values())

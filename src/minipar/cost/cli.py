@@ -463,10 +463,34 @@ def _plan(args) -> int:
                 f"{MAX_SECONDS:.0e}: an input (bandwidth, α, η, batch) is out of range"
             )
     shown = fitting if args.top == 0 else fitting[: args.top]
+    sens = planner.sensitivity(m_, cl, args.global_batch, space, opts) if args.sensitivity else None
     if args.json:
-        return _plan_json(m_, cl, opts, shown)
+        return _plan_json(m_, cl, opts, shown, sens)
     _plan_table(args, m_, cl, opts, shown, (len(fitting), len(configs)))
+    if sens is not None:
+        _sensitivity_table(sens)
     return 0
+
+
+def _sensitivity_table(rows) -> None:
+    print("  sensitivity of the first layout (each constant alone ±20 %):")
+    for r in rows:
+        b = r["best"]
+        then = (
+            "the same layout stays first"
+            if r["same"]
+            else "first becomes "
+            + (
+                "nothing (none fits)"
+                if b is None
+                else f"t={b['tp']} p={b['pp']} d={b['dp']} b={b['micro_batch']} "
+                f"{b['recompute']} ZeRO-{b['zero']}"
+            )
+        )
+        print(
+            f"    {r['knob']:<17} ×{r['factor']:.1f}: step {fmt_seconds(r['step_seconds']):>9} "
+            f"({r['step_change']:+.1%}), MFU {r['mfu']:.1%}; {then}"
+        )
 
 
 def _links(cl) -> dict:
@@ -476,10 +500,12 @@ def _links(cl) -> dict:
     }
 
 
-def _plan_json(m_, cl, opts, shown) -> int:
+def _plan_json(m_, cl, opts, shown, sens=None) -> int:
     links = _links(cl)
+    extra = {} if sens is None else {"sensitivity": sens}
     print_json(
-        {
+        extra
+        | {
             "model": asdict(m_),
             "params": m_.params,
             "gpus": cl.gpus,
@@ -725,6 +751,12 @@ def add_plan_parser(subparsers) -> None:
         "masks in memory and their kernels only when P > 0",
     )
     p.add_argument("--top", type=nonneg_int, default=10, help="rows to show (0 = all)")
+    p.add_argument(
+        "--sensitivity",
+        action="store_true",
+        help="how the first layout's step, MFU and rank move under ±20 %% on η, the flash "
+        "rate, α, the NIC bandwidth and the memory headroom",
+    )
     p.add_argument(
         "--pipeline-split",
         choices=planner.SPLITS,

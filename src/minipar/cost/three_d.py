@@ -938,6 +938,75 @@ def _few(xs: list[int]) -> str:
     return ", ".join(map(str, xs)) if len(xs) <= 6 else f"{xs[0]}, {xs[1]}, … {xs[-1]}"
 
 
+# --- what decides a plan ---------------------------------------------------------------------
+
+SENSITIVITY_KNOBS = ("gemm_efficiency", "flash_efficiency", "alpha", "inter_bandwidth", "headroom")
+"""The constants :func:`sensitivity` moves: η, the flash kernel's rate, both links' α, the NIC's
+bandwidth and the memory kept free."""
+
+
+def _perturbed(cl: Cluster, opt: Options, knob: str, f: float) -> tuple[Cluster, Options]:
+    g = cl.gpu
+    if knob == "gemm_efficiency":
+        return replace(cl, gpu=replace(g, gemm_efficiency=min(1.0, g.gemm_efficiency * f))), opt
+    if knob == "flash_efficiency":
+        return replace(cl, gpu=replace(g, flash_efficiency=min(1.0, g.flash_efficiency * f))), opt
+    if knob == "alpha":
+        links = {
+            k: replace(getattr(cl, k), alpha=getattr(cl, k).alpha * f) for k in ("intra", "inter")
+        }
+        return replace(cl, **links), opt
+    if knob == "inter_bandwidth":
+        return replace(cl, inter=replace(cl.inter, bandwidth=cl.inter.bandwidth * f)), opt
+    return cl, replace(opt, headroom=min(0.99, opt.headroom * f))
+
+
+def _key(c: Config) -> tuple:
+    lay = c.layout
+    return (lay.tp, lay.cp, lay.pp, lay.dp, lay.micro_batch, lay.chunks, lay.recompute, lay.zero)
+
+
+def sensitivity(
+    m_: ModelShape,
+    cl: Cluster,
+    global_batch: int,
+    space: Space,
+    options: Options,
+    change: float = 0.2,
+) -> list[dict]:
+    """How the plan moves when each of :data:`SENSITIVITY_KNOBS` is ``change`` lower and higher:
+    the best layout's step time and MFU under the changed constant, and the layout the search
+    then ranks first (``same``: it is still the best). What a reader sees decide a choice."""
+    opt = plan_options(m_, cl, options)
+    fitting = [c for c in search(m_, cl, global_batch, space, opt) if c.fits]
+    if not fitting:
+        return []
+    best = fitting[0]
+    rows = []
+    for knob in SENSITIVITY_KNOBS:
+        for f in (1 - change, 1 + change):
+            cl2, opt2 = _perturbed(cl, opt, knob, f)
+            same = evaluate(m_, cl2, best.layout, opt2)
+            ranked = [c for c in search(m_, cl2, global_batch, space, opt2) if c.fits]
+            top = ranked[0] if ranked else None
+            rows.append(
+                {
+                    "knob": knob,
+                    "factor": f,
+                    "step_seconds": same.step_seconds,
+                    "step_change": same.step_seconds / best.step_seconds - 1,
+                    "mfu": same.mfu,
+                    "fits": same.fits,
+                    "best": None if top is None else dict(zip(_LAYOUT_KEYS, _key(top))),
+                    "same": top is not None and _key(top) == _key(best),
+                }
+            )
+    return rows
+
+
+_LAYOUT_KEYS = ("tp", "cp", "pp", "dp", "micro_batch", "chunks", "recompute", "zero")
+
+
 # --- whole runs and money -------------------------------------------------------------------
 
 
@@ -1076,6 +1145,8 @@ __all__ = [
     "model_flops",
     "StepBreakdown",
     "why_nothing_fits",
+    "sensitivity",
+    "SENSITIVITY_KNOBS",
     "preflight",
     "states_floor",
     "BOUNDS",
