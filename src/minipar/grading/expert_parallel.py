@@ -2,10 +2,12 @@
 
 Exercises 1 (top-K gates) and 4 (capacity dropping) run in this process against a reference
 written here. Exercises 2 (dispatch) and 3 (combine) run on gloo ranks
-(:func:`minipar.grading.limits.run_ranks`) in float64 in three layouts of the EP group, since an
+(:func:`minipar.grading.limits.run_ranks`) in float64 in four layouts of the EP group, since an
 EP group is rarely the whole world: the whole world of 3 ranks; on the same 3 ranks the groups
-{0} and {1, 2}; on 4 ranks both groups {0, 1} and {2, 3} of a 2 × 2 grid. Ranks hold different
-numbers of tokens (5 + group rank), so every split is uneven.
+{0} and {1, 2}; on 4 ranks both groups {0, 1} and {2, 3} of a 2 × 2 grid, then {0, 3} and
+{1, 2} (not consecutive). Ranks hold different numbers of tokens (5 + group rank), so every
+split is uneven; exercises 2 and 5 also route 24 + 3·rank tokens away from the two
+highest-numbered experts (:data:`ROUTINGS`).
 
 A wrong answer is diagnosed from the actual result: the checker recomputes what each classic
 mistake would give (gates not renormalised, the smallest experts, softmax over the tokens;
@@ -41,7 +43,10 @@ LAYOUTS = {
         ("the whole world of 3 ranks", None),
         ("EP groups {0} and {1, 2} of 3 ranks", [[0], [1, 2]]),
     ],
-    4: [("both EP groups {0, 1} and {2, 3} of a 2 × 2 grid", [[0, 1], [2, 3]])],
+    4: [
+        ("both EP groups {0, 1} and {2, 3} of a 2 × 2 grid", [[0, 1], [2, 3]]),
+        ("EP groups {0, 3} and {1, 2} of 4 ranks (not consecutive)", [[0, 3], [1, 2]]),
+    ],
 }
 
 
@@ -292,7 +297,8 @@ def _order_fault(where, rows, want, blocks, what) -> None:
     "expert_parallel.dispatch",
     "each rank receives its experts' rows from every source, by source then local expert, in "
     "priority order, and the (ep, E/ep) counts (ep = 1, 2, 3; the whole world, a subgroup, "
-    "both groups of a 2 × 2 grid; uneven token counts, top-2)",
+    "both groups of a 2 × 2 grid, groups not consecutive; uneven token counts, top-2; a "
+    "routing that leaves experts 4 and 5 empty)",
 )
 def check_dispatch(fn, **_):
     forbid_course_code(fn, CHAPTER, what="write the dispatch")
@@ -428,7 +434,7 @@ def _combine_body(gr, t, group, fn):
     "expert_parallel.combine",
     "the combine returns Σ gate · expert output in the original token order, with the "
     "gradients of the gates and the expert outputs (ep = 1, 2, 3; the whole world, a "
-    "subgroup, both groups of a 2 × 2 grid; top-1 and top-2)",
+    "subgroup, both groups of a 2 × 2 grid, groups not consecutive; top-1 and top-2)",
 )
 def check_combine(fn, **_):
     import torch  # noqa: PLC0415 (torch ~1.5 s: this module loads without torch; only check_combine needs it)
@@ -606,7 +612,8 @@ def _same_groups_any_order(rows, want, sizes) -> bool:
     "expert_parallel.dropless_dispatch",
     "each rank receives its experts' rows expert-major (sources in order within an expert), "
     "ready for one grouped GEMM, and the (E/ep,) int64 group sizes (ep = 1, 2, 3; the whole "
-    "world, a subgroup, both groups of a 2 × 2 grid; uneven token counts, top-2)",
+    "world, a subgroup, both groups of a 2 × 2 grid, groups not consecutive; uneven token "
+    "counts, top-2; a routing that leaves experts 4 and 5 empty)",
 )
 def check_dropless_dispatch(fn, **_):
     forbid_course_code(fn, CHAPTER, what="write the dispatch")
@@ -716,9 +723,13 @@ _IN_GATES = "n = 1, 7, 16 tokens; E = 4, 8; K = 1, 2, 3; float64 logits"
 _IN_KEEP = "n = 8-20 tokens, E = 3-5, top-1 and top-2, C = 1 up to no drop"
 _IN_EP = (
     "the whole world of 3 ranks; groups {0} and {1, 2}; groups {0, 1} and {2, 3} of 4; "
-    "5 + rank tokens at random, and 24 + 3·rank tokens routed away from experts 4, 5"
+    "groups {0, 3} and {1, 2} of 4; 5 + rank tokens at random, and 24 + 3·rank tokens "
+    "routed away from experts 4, 5"
 )
-_IN_COMBINE = "the whole world of 3 ranks; groups {0} and {1, 2}; groups {0, 1} and {2, 3} of 4"
+_IN_COMBINE = (
+    "the whole world of 3 ranks; groups {0} and {1, 2}; groups {0, 1} and {2, 3} of 4; "
+    "groups {0, 3} and {1, 2} of 4"
+)
 CLAUSES = {
     "expert_parallel.top_k_gates": (
         Clause(
