@@ -11,6 +11,9 @@
 # chunks (the output has the chunk's dtype) and compares with `dist.all_gather_single`. Each
 # rank must send exactly (n−1) chunks' worth of bytes, as in a ring: routing everything through
 # one rank fails. Hint: block i of `out.view(n, numel)` is a view you can receive into.
+#
+# What the check holds you to: the output equals `dist.all_gather`'s exactly (values only move),
+# in the chunk's dtype; only send/recv, each rank sending (n−1) chunks.
 # %%
 import torch
 import torch.distributed as dist

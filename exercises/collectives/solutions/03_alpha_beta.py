@@ -5,6 +5,9 @@
 #
 # **(a)** Write `ring_all_reduce_time(n, S, alpha, bandwidth)`: the α-β time of a ring
 # all-reduce of S bytes on n ranks (Thakur, Rabenseifner & Gropp 2005).
+#
+# What the check holds you to: numbers (int or float) within 1e-6 relative; the gradient-sync
+# answer within 1e-3.
 # %%
 from minipar.grading import check
 

@@ -11,6 +11,11 @@
 # The checker runs your function on 2 and 3 gloo ranks and compares with one process; on 3
 # ranks it also passes a `group` of ranks 0 and 1 (rank 2 gets a group of its own): average
 # over the ranks of `group`, dividing by `dist.get_world_size(group)`.
+#
+# What the check holds you to: only the results: every gradient in its dtype within 1e-5 relative,
+# 1e-6 absolute of one process's full-batch gradient; any collectives every rank of the group
+# makes alike (one per parameter, or one on a flattened copy). A one-rank group has nothing to
+# average: its gradients stay as they are.
 # %%
 import torch
 import torch.distributed as dist

@@ -10,6 +10,8 @@
 # Write `keep_mask(experts, num_experts, capacity)` for the choices `experts` (n, K) of n tokens;
 # return a bool tensor (n, K), True where the assignment is kept. The check tries several
 # shapes and capacities, including a capacity no expert reaches and a capacity of 1.
+#
+# What the check holds you to: a bool mask of shape (n, K), exactly the reference's.
 # %%
 import torch
 

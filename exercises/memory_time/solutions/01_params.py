@@ -7,6 +7,9 @@
 # their biases, and the two layer norms' scale and shift; plus token and position embeddings.
 # The output layer reuses the token embedding. The checker tries GPT-3 175B, the 1.7B model of
 # the paper's Table 1 and the notebook's tiny GPT.
+#
+# What the check holds you to: a number (an int, a float or a one-element tensor) within 1e-6
+# relative.
 # %%
 from minipar.grading import check
 

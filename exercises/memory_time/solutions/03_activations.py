@@ -6,6 +6,8 @@
 # tensor-parallel GPUs, with sequence parallelism on or off (`sp`) and `recompute` one of
 # `"none"`, `"selective"`, `"full"` (Korthikanti et al. 2022, Table 2; 16-bit activations and
 # 1-byte dropout masks). Return **bytes**. The checker uses GPT-3 175B's shape.
+#
+# What the check holds you to: a number of bytes within 1e-6 relative.
 # %%
 from minipar.grading import check
 
