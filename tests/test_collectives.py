@@ -15,11 +15,11 @@ import torch.distributed as dist
 from minipar.collectives import (
     parameter_server_all_reduce,
     recursive_doubling_all_reduce,
+    ring,
     ring_all_gather,
     ring_all_reduce,
     ring_reduce_scatter,
 )
-from minipar.collectives.ring import _chunks, _exchange, _ring
 from minipar.cost.collectives import ring_bytes_per_rank
 from minipar.runtime.launch import run
 from minipar.runtime.tracer import trace
@@ -104,29 +104,34 @@ def test_ring_sends_2_n_minus_1_over_n_of_S():
             assert all(abs(s - 2 * (n - 1) / n * S) <= 2 * 4 for s in sent), sent
 
 
-def _buggy_ring_all_reduce(tensor, group=None):
-    """Negative control: the reduce-scatter phase stops one step early (n−2 steps)."""
-    r, n, right, left = _ring(group)
-    chunks = _chunks(tensor.view(-1), n)
-    buf = torch.empty_like(chunks[0])
-    for k in range(n - 2):  # BUG: n − 1
-        send, recv = chunks[(r - k - 1) % n], chunks[(r - k - 2) % n]
-        _exchange(send, buf[: recv.numel()], right, left, group)
-        recv += buf[: recv.numel()]
-    return ring_all_gather(tensor, group)
+def _off_by_one_step(r, n, k):
+    """A plausible slip: the reduce-scatter takes the all-gather's chunk indices (r−k, r−k−1),
+    one chunk off, so no rank ever adds into the chunk it later broadcasts."""
+    return (r - k) % n, (r - k - 1) % n
 
 
 def _negative_control(rank, n):
-    x, ref = _inputs(rank, 12), _inputs(rank, 12)
-    dist.all_reduce(ref)
-    _buggy_ring_all_reduce(x)
-    return (x - ref).abs().max().item()
+    """[error as written, error with the off-by-one step planted in minipar.collectives.ring]:
+    the max difference of minipar's ring_all_reduce from dist.all_reduce on the same inputs.
+    The step is patched in the module ring_reduce_scatter reads it from, and restored (the
+    warm pool's ranks run later tests)."""
+    errors = []
+    for step in (ring.reduce_scatter_step, _off_by_one_step):
+        kept, ring.reduce_scatter_step = ring.reduce_scatter_step, step
+        try:
+            x, ref = _inputs(rank, 12), _inputs(rank, 12)
+            dist.all_reduce(ref)
+            ring_all_reduce(x)
+        finally:
+            ring.reduce_scatter_step = kept
+        errors.append((x - ref).abs().max().item())
+    return errors
 
 
 @pytest.mark.slow
 def test_equality_check_catches_an_off_by_one_ring():
     errors = run(_negative_control, 4, backend="gloo", timeout=60)
-    assert all(e > 1e-3 for e in errors), errors
+    assert all(ok < 1e-12 and planted > 1e-3 for ok, planted in errors), errors
 
 
 def _odd_ranks_and_one_rank(rank, n):
