@@ -326,6 +326,44 @@ def dropless_sizes_bincount(x, experts, num_experts, group=None):
     return _dropless(x, experts, num_experts, group, sizes="bincount")
 
 
+# ------------------------------------------------------------------ correct readings of the texts
+def dispatch_collectives_on_one_rank(x, experts, num_experts, group=None):
+    """Calls both all-to-alls even on a one-rank group (the text allows it)."""
+    n, K = experts.shape
+    ep = dist.get_world_size(group)
+    token, expert = torch.arange(n).repeat(K), experts.T.reshape(-1)
+    order = torch.sort(expert, stable=True).indices  # a stable sort by another name
+    token, expert = token[order], expert[order]
+    send = torch.bincount(expert, minlength=num_experts).view(ep, num_experts // ep)
+    recv = torch.empty_like(send)
+    dist.all_to_all_single(recv, send, group=group)
+    rows = x.new_empty(int(recv.sum()), x.shape[1])
+    dist.all_to_all_single(
+        rows, x[token].contiguous(), recv.sum(1).tolist(), send.sum(1).tolist(), group=group
+    )
+    return rows, recv
+
+
+def dropless_from_dispatch(x, experts, num_experts, group=None):
+    """Dispatch, then group rows by local expert with a stable sort of (expert, position)."""
+    rows, recv = dispatch_collectives_on_one_rank(x, experts, num_experts, group)
+    ep, per = recv.shape
+    local = torch.arange(per).repeat(ep).repeat_interleave(recv.flatten())
+    key = local * max(len(local), 1) + torch.arange(len(local))  # unique keys: any sort works
+    return rows[torch.argsort(key)], recv.sum(0)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "task, fn",
+    [("dispatch", dispatch_collectives_on_one_rank), ("dropless_dispatch", dropless_from_dispatch)],
+)
+def test_other_correct_readings_pass(task, fn):
+    from minipar.grading import check
+
+    assert check(f"expert_parallel.{task}", fn)
+
+
 # ------------------------------------------------------------------ the clause table's wrong answers
 WRONG = {
     "gates_not_renormalised": gates_not_renormalised,
