@@ -23,7 +23,15 @@
 
 const REGISTRY = {};
 
+// Every number box declares its largest accepted value (`max`, a physical bound: GPUs, tokens,
+// micro-batches a real run could have) so no value the box accepts can freeze the page; an
+// optional `why` says where the bound comes from (shown in the control's tooltip).
 export function registerExplorer(name, spec) {
+  for (const c of spec.controls || []) {
+    if (c.type === "number" && !(typeof c.max === "number" && Number.isFinite(c.max))) {
+      throw new Error(`explorer ${name}: number control ${c.name} needs a finite max (the largest value it accepts)`);
+    }
+  }
   REGISTRY[name] = spec;
 }
 
@@ -163,6 +171,26 @@ function ensureStyle(doc) {
   (doc.head || doc.body).appendChild(s);
 }
 
+// A control's value as the reader sees it: a menu's option text, a slider's label.
+function shownValue(c, value) {
+  if (c.type === "select") {
+    const opt = c.options.find((o) => (Array.isArray(o) ? o[1] : o) === value);
+    return opt === undefined ? String(value) : (Array.isArray(opt) ? opt[0] : String(opt));
+  }
+  if (c.type === "range" && c.labels) {
+    const i = c.values.indexOf(value);
+    return i < 0 ? String(value) : c.labels[i];
+  }
+  return String(value);
+}
+
+// A number box's tooltip: its accepted range, and why the bound is where it is.
+export function boundText(c) {
+  const rule = inputRule(c);
+  const range = rule.min === null ? `at most ${rule.max}` : `from ${rule.min} to ${rule.max}`;
+  return `${fieldName(c)}: ${range}${rule.integer ? ", whole" : ""}${c.why ? ` (${c.why})` : ""}`;
+}
+
 function makeControl(doc, c, value) {
   const label = doc.createElement("label");
   label.append(doc.createTextNode((c.label || c.name) + " "));
@@ -210,6 +238,7 @@ function makeControl(doc, c, value) {
     input.step = c.step === undefined ? "any" : String(c.step);
     input.value = String(value);
     read = () => (input.value.trim() === "" ? "" : Number(input.value));
+    label.title = boundText(c);
   }
   label.append(input);
   return {label, input, read};
@@ -269,11 +298,39 @@ export function mountExplorer(container, name, values, config, onChange) {
       for (const m of made) m.input.disabled = off.includes(m.c.name);
     }
   };
+  // An impossible setting shows its message; the chart below it stays live, drawn with the
+  // control that made the setting impossible (`culprit`) at its last value that worked, so the
+  // other controls keep changing the picture until the reader fixes it.
+  let lastGood = null;
+  let culprit = null;
   const redraw = (user, changed) => {
     relink(changed);
     const v = current();
     const r = drawExplorer(name, v, config, changed);
-    output.innerHTML = r.html;
+    let html = r.html;
+    if (!r.error) {
+      lastGood = v;
+      culprit = null;
+    } else {
+      if (culprit === null && changed !== undefined) culprit = changed;
+      const named = (n) => made.find((m) => m.c.name === n);
+      const tries = [];                        // [values, note]: the first that draws is shown
+      if (lastGood && named(culprit) && lastGood[culprit] !== v[culprit]) {
+        const c = named(culprit).c;
+        tries.push([{...v, [culprit]: lastGood[culprit]}, `${fieldName(c)} = ${shownValue(c, lastGood[culprit])}, its last value that worked`]);
+      }
+      if (lastGood && named(changed) && changed !== culprit) {
+        const c = named(changed).c;
+        tries.push([{...lastGood, [changed]: v[changed]}, `the last setting that worked and ${fieldName(c)} = ${shownValue(c, v[changed])}`]);
+      }
+      for (const [values, note] of tries) {
+        const fb = drawExplorer(name, values, config, changed);
+        if (fb.error) continue;
+        html += `<p class="minipar-explorer-note">Drawn with ${escapeHtml(note)}:</p>${fb.html}`;
+        break;
+      }
+    }
+    output.innerHTML = html;
     root.dataset.error = r.error ? "1" : "0";
     root.dataset.redraws = String(Number(root.dataset.redraws) + 1);
     if (user && onChange) onChange(v);
@@ -486,16 +543,56 @@ export function stackedBars(opts) {
   return lg.bottom > H - 4 ? svg.replace(`viewBox="0 0 ${W} ${H}"`, `viewBox="0 0 ${W} ${lg.bottom + 6}"`) : svg;
 }
 
+// The most segments a timeline draws one by one (each a <rect> with its tooltip); above it, each
+// row is drawn in TIMELINE_CELLS / rows columns (at most one per pixel), each column a small
+// stack of the share of its time each colour fills, so a chart costs the same at p·m = 4096 as
+// at 400 and still shows the mix (1F1B's steady state: a third F, two thirds B).
+export const TIMELINE_SEGMENTS = 1500;
+export const TIMELINE_CELLS = 4000;
+
+// Each row's segments binned into `cols` columns over [0, x1]: runs of columns with the same
+// shares, [{start, end, shares: [[color, fraction], ...]}] (shares in order of first appearance).
+function binnedRows(rows, x1, cols) {
+  const w = x1 / cols;
+  return rows.map((r) => {
+    const cover = new Map();                     // color -> Float64Array of time per column
+    for (const s of r.segments) {
+      if (!(s.end > s.start)) continue;
+      if (!cover.has(s.color)) cover.set(s.color, new Float64Array(cols));
+      const c = cover.get(s.color);
+      const a = Math.max(0, Math.floor(s.start / w)), b = Math.min(cols - 1, Math.floor(s.end / w));
+      for (let k = a; k <= b; k++) c[k] += Math.max(0, Math.min(s.end, (k + 1) * w) - Math.max(s.start, k * w));
+    }
+    const colors = [...cover.keys()], arrays = [...cover.values()];
+    const tenths = (c, k) => Math.min(10, Math.round((10 * c[k]) / w));   // shares in tenths
+    const runs = [];
+    let lastKey = -1;
+    for (let k = 0; k < cols; k++) {
+      let key = 0;
+      for (const c of arrays) key = key * 11 + tenths(c, k);
+      if (key === lastKey) { runs[runs.length - 1].end = (k + 1) * w; continue; }
+      lastKey = key;
+      if (key > 0) runs.push({start: k * w, end: (k + 1) * w, shares: colors.map((color, i) => [color, tenths(arrays[i], k) / 10])});
+      else runs.push({start: k * w, end: (k + 1) * w, shares: []});
+    }
+    return runs.filter((u) => u.shares.some(([, f]) => f > 0));
+  });
+}
+
 // Timeline (Gantt). opts: {title, xlabel, rows: [{label, segments: [{start, end, color, name}]}],
-// legend: [{name, color}], width}
+// legend: [{name, color}], width}. Above TIMELINE_SEGMENTS segments it is drawn binned (the
+// x-axis label says into how many columns).
 export function timeline(opts) {
   const W = opts.width || 640;
   const rowH = 26;
   const m = {l: 90, r: 14, t: 26, b: 50};
   const H = m.t + rowH * opts.rows.length + m.b;
   let x1 = 0;
-  for (const r of opts.rows) for (const s of r.segments) x1 = Math.max(x1, s.end);
+  let count = 0;
+  for (const r of opts.rows) for (const s of r.segments) { x1 = Math.max(x1, s.end); count += 1; }
   x1 = x1 > 0 ? x1 : 1;
+  const cols = Math.max(1, Math.min(W - m.l - m.r, Math.floor(TIMELINE_CELLS / Math.max(1, opts.rows.length))));
+  const binned = count > TIMELINE_SEGMENTS ? binnedRows(opts.rows, x1, cols) : null;
   const sx = scale(0, x1, m.l, W - m.r, false);
   let svg = `<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 ${W} ${H}" font-family="sans-serif" role="img">`;
   svg += text(W / 2, 16, opts.title || "", 'text-anchor="middle" font-size="12" font-weight="600"');
@@ -505,15 +602,31 @@ export function timeline(opts) {
     svg += `<line x1="${X}" x2="${X}" y1="${m.t}" y2="${H - m.b}" stroke="#eee"/>`;
     svg += text(X, H - m.b + 14, fmtTick(t), 'text-anchor="middle" font-size="10"');
   }
+  const paths = new Map();                       // binned: one <path> per colour
   opts.rows.forEach((r, i) => {
     const y = m.t + i * rowH + 3;
     svg += text(m.l - 6, y + rowH / 2 + 1, r.label, 'text-anchor="end" font-size="11"');
+    if (binned) {
+      for (const u of binned[i]) {
+        const x = sx(u.start), w = Math.max(0.5, sx(u.end) - x);
+        let top = y;
+        for (const [color, f] of u.shares) {
+          const h = f * (rowH - 6);
+          if (h <= 0) continue;
+          paths.set(color, (paths.get(color) || "") + `M${x.toFixed(1)} ${top.toFixed(1)}h${w.toFixed(1)}v${h.toFixed(1)}h${(-w).toFixed(1)}z`);
+          top += h;
+        }
+      }
+      return;
+    }
     for (const s of r.segments) {
       const w = Math.max(0.5, sx(s.end) - sx(s.start));
       svg += `<rect x="${sx(s.start).toFixed(2)}" y="${y}" width="${w.toFixed(2)}" height="${rowH - 6}" fill="${s.color}" stroke="#fff" stroke-width="0.4"><title>${escapeHtml(s.name || "")}</title></rect>`;
     }
   });
-  svg += text((m.l + W - m.r) / 2, H - m.b + 30, opts.xlabel || "", 'text-anchor="middle" font-size="11"');
+  for (const [color, d] of paths) svg += `<path d="${d}" fill="${color}"/>`;
+  const xlabel = (opts.xlabel || "") + (binned ? `; ${count} segments in ${cols} columns per row, by share` : "");
+  svg += text((m.l + W - m.r) / 2, H - m.b + 30, xlabel, 'text-anchor="middle" font-size="11"');
   const lg = legend((opts.legend || []).map((l) => ({...l, kind: "box"})), m.l, H - m.b + 44, W - m.l - m.r);
   svg += lg.svg + "</svg>";
   return lg.bottom > H - 4 ? svg.replace(`viewBox="0 0 ${W} ${H}"`, `viewBox="0 0 ${W} ${lg.bottom + 6}"`) : svg;

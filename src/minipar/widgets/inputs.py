@@ -123,11 +123,12 @@ def check_numbers(rule: Mapping | None = None, /, **values) -> None:
 NONNEGATIVE = {"integer": False, "min": 0, "max": MAX_INPUT}
 
 
+# a control's other keys: numbers, words, or quoted text (a `why` may hold commas)
 _NUMBER_CONTROL = re.compile(
     r'\{name: "(\w+)", label: "((?:[^"\\]|\\.)*)", type: "number"'
-    r"((?:, \w+: [^,{}]+)*)\}"
+    r'((?:, \w+: (?:"(?:[^"\\]|\\.)*"|[^,{}"]+))*)\}'
 )
-_FIELD = re.compile(r"(\w+): ([^,]+)")
+_FIELD = re.compile(r'(\w+): ("(?:[^"\\]|\\.)*"|[^,]+)')
 _DIVISIBLE = re.compile(r"divisible: (\[\[.*?\]\])", re.S)
 
 

@@ -68,43 +68,55 @@ export function schedule(name, p, m, v = 1) {
   return Array.from({length: p}, (_, r) => rankList(name, r, p, m, v));
 }
 
-// Python: simulate(actions, m, t_f, t_b, t_w, comm) (schedules from schedule() only: no checks)
+// Python: simulate(actions, m, t_f, t_b, t_w, comm) (schedules from schedule() only: no checks).
+// Done actions are kept in typed arrays indexed by (op, stage, micro-batch), not in a map of
+// strings, so p·m·v = 4096 simulates in milliseconds; same order, same floating-point sums.
 export function simulate(actions, m, tF = 1.0, tB = 1.0, tW = 1.0, comm = 0.0) {
   const p = actions.length;
-  let nSt = 0;
-  for (const l of actions) for (const a of l) nSt = Math.max(nSt, a.stage + 1);
+  let nSt = 0, nMb = 0;
+  for (const l of actions) for (const a of l) { nSt = Math.max(nSt, a.stage + 1); nMb = Math.max(nMb, a.microbatch + 1); }
   const v = nSt / p;
   const split = actions.some((l) => l.some((a) => a.op === "W"));
   const dur = {F: tF / v, B: (split ? tB : tB + tW) / v, W: tW / v};
-  const done = new Map();
+  const OPI = {F: 0, B: 1, W: 2};
+  const idx = (op, stage, mb) => (OPI[op] * nSt + stage) * nMb + mb;
+  const endAt = new Float64Array(3 * nSt * nMb);
+  const rankAt = new Int32Array(3 * nSt * nMb).fill(-1);   // -1: not done yet
   const pos = new Array(p).fill(0), free = new Array(p).fill(0.0), busy = new Array(p).fill(0.0);
   const live = new Array(p).fill(0), peak = new Array(p).fill(0);
   const timeline = [];
   const release = split ? "W" : "B";
+  const ds = [];                                     // the dependencies of one action (indices)
   const deps = (a) => {
-    if (a.op === "F") return a.stage ? [act("F", a.stage - 1, a.microbatch)] : [];
-    if (a.op === "B") return [act("F", a.stage, a.microbatch)].concat(a.stage < nSt - 1 ? [act("B", a.stage + 1, a.microbatch)] : []);
-    return [act("B", a.stage, a.microbatch)];
+    ds.length = 0;
+    if (a.op === "F") { if (a.stage) ds.push(idx("F", a.stage - 1, a.microbatch)); } else if (a.op === "B") {
+      ds.push(idx("F", a.stage, a.microbatch));
+      if (a.stage < nSt - 1) ds.push(idx("B", a.stage + 1, a.microbatch));
+    } else ds.push(idx("B", a.stage, a.microbatch));
+    return ds;
   };
-  while (actions.some((l, r) => pos[r] < l.length)) {
+  let left = actions.reduce((n, l) => n + l.length, 0);
+  while (left > 0) {
     let progressed = false;
     for (let r = 0; r < p; r++) {
       while (pos[r] < actions[r].length) {
         const a = actions[r][pos[r]];
-        const ds = deps(a);
-        if (ds.some((d) => !done.has(key(d)))) break;
+        const dd = deps(a);
+        let ready = true;
+        for (let j = 0; j < dd.length; j++) if (rankAt[dd[j]] < 0) ready = false;
+        if (!ready) break;
         let start = free[r];
-        for (const d of ds) {
-          const [dr, end] = done.get(key(d));
-          start = Math.max(start, end + (dr !== r ? comm : 0.0));
-        }
+        for (let j = 0; j < dd.length; j++) start = Math.max(start, endAt[dd[j]] + (rankAt[dd[j]] !== r ? comm : 0.0));
         const end = start + dur[a.op];
-        done.set(key(a), [r, end]);
+        const k = idx(a.op, a.stage, a.microbatch);
+        endAt[k] = end;
+        rankAt[k] = r;
         free[r] = end;
         busy[r] += dur[a.op];
         timeline.push([r, a, start, end]);
         if (a.op === "F") { live[r] += 1; peak[r] = Math.max(peak[r], live[r]); } else if (a.op === release) live[r] -= 1;
         pos[r] += 1;
+        left -= 1;
         progressed = true;
       }
     }
@@ -112,6 +124,13 @@ export function simulate(actions, m, tF = 1.0, tB = 1.0, tW = 1.0, comm = 0.0) {
   }
   const makespan = Math.max(...free);
   return {makespan, busy, peak_in_flight: peak, timeline};
+}
+
+// The summary of a simulation that ppModel returns (drawn from the one simulation the explorer runs).
+function ppSummary(sim, p, v) {
+  const idle = sim.busy.map((b) => 1 - b / sim.makespan);
+  return {bubble: idle.reduce((x, y) => x + y, 0) / p, makespan: sim.makespan,
+          peak_in_flight: sim.peak_in_flight, peak_stages: sim.peak_in_flight.map((k) => k / v)};
 }
 
 // Python: minipar.widgets.pipeline_parallel.pp_model
@@ -127,10 +146,7 @@ export function ppModel(name, p, m, v, tF, tB, tW) {
   checkNumbers(COUNT, [["p", p], ["m", m], ["v", v]]);
   checkNumbers(NONNEGATIVE, [["t_F", tF], ["t_B", tB], ["t_W", tW]]);
   checkTimes(tF, tB, tW);
-  const sim = simulate(schedule(name, p, m, v), m, tF, tB, tW);
-  const idle = sim.busy.map((b) => 1 - b / sim.makespan);
-  return {bubble: idle.reduce((x, y) => x + y, 0) / p, makespan: sim.makespan,
-          peak_in_flight: sim.peak_in_flight, peak_stages: sim.peak_in_flight.map((k) => k / v)};
+  return ppSummary(simulate(schedule(name, p, m, v), m, tF, tB, tW), p, v);
 }
 
 const COL = {F: "#4c78a8", B: "#e45756", W: "#54a24b"};
@@ -156,9 +172,9 @@ registerExplorer("pp-schedule", {
     {name: "p", label: "p (ranks)", type: "number", min: 1, max: 64, step: 1, value: 4},
     {name: "m", label: "m (micro-batches)", type: "number", min: 1, max: 512, step: 1, value: 8},
     {name: "v", label: "v (chunks per rank; interleaved only, >= 2)", type: "number", min: 1, max: 64, step: 1, value: 1},
-    {name: "tF", label: "t_F", type: "number", min: 0, step: 0.25, value: 1},
-    {name: "tB", label: "t_B (input gradient)", type: "number", min: 0, step: 0.25, value: 1},
-    {name: "tW", label: "t_W (weight gradient)", type: "number", min: 0, step: 0.25, value: 1},
+    {name: "tF", label: "t_F", type: "number", min: 0, max: 1000, step: 0.25, value: 1},
+    {name: "tB", label: "t_B (input gradient)", type: "number", min: 0, max: 1000, step: 0.25, value: 1},
+    {name: "tW", label: "t_W (weight gradient)", type: "number", min: 0, max: 1000, step: 0.25, value: 1},
   ],
   link: ppLink,
   disabled: ppDisabled,
@@ -169,9 +185,10 @@ registerExplorer("pp-schedule", {
     checkTimes(v.tF, v.tB, v.tW);
     if (v.p * v.m * vv > 4096) throw new Error(`p·m·v (${v.p * v.m * vv}) must be <= 4096 for a drawing`);
     const sim = simulate(schedule(v.schedule, v.p, v.m, vv), v.m, v.tF, v.tB, v.tW);
-    const r = ppModel(v.schedule, v.p, v.m, vv, v.tF, v.tB, v.tW);
+    const r = ppSummary(sim, v.p, vv);   // ppModel's numbers, from the same simulation
     const rows = Array.from({length: v.p}, (_, k) => ({label: `rank ${k}`, segments: []}));
-    for (const [rk, a, s, e] of sim.timeline) rows[rk].segments.push({start: s, end: e, color: COL[a.op], name: `${a.op} stage ${a.stage} mb ${a.microbatch}`});
+    const named = sim.timeline.length <= TIMELINE_SEGMENTS;   // above it the chart is binned: no tooltips
+    for (const [rk, a, s, e] of sim.timeline) rows[rk].segments.push({start: s, end: e, color: COL[a.op], name: named ? `${a.op} stage ${a.stage} mb ${a.microbatch}` : ""});
     const svg = timeline({title: `${v.schedule}, p = ${v.p}, m = ${v.m}${v.schedule === "interleaved" ? `, v = ${vv}` : ""}`,
       rows, xlabel: "time (in the unit of t_F, t_B, t_W)", legend: [{name: "F", color: COL.F}, {name: "B", color: COL.B}, {name: "W", color: COL.W}]});
     const closed = v.schedule === "zb-h1" ? null : (v.p - 1) / (vv * v.m + v.p - 1);
