@@ -99,3 +99,31 @@ def test_pipeline_chart_size_is_bounded_at_its_largest_values():
     for c, (_, out) in zip(cases, got):
         assert out["error"] is None, c
         assert len(out["html"]) < 100_000, (c, len(out["html"]))
+
+
+def test_leaving_any_preset_for_custom_draws():
+    """Choosing "custom" keeps the preset's layout where the model's own layers allow it, and
+    otherwise moves p to the nearest divisor of the layers (bloom-176b: p = 12 over 70 layers
+    was refused, and every other control then changed nothing)."""
+    from minipar.widgets.three_d import plan_config
+
+    config = plan_config()
+    models = [m for m, shape in config["models"].items() if shape.get("layout")]
+    ((_, defaults),) = js_call("three_d", [("defaultValues", ["plan", {}])])
+    opened = js_call(
+        "three_d", [("planLink", [{**defaults, "model": m}, "model", config]) for m in models]
+    )
+    custom = [
+        {**defaults, "model": m, **link, "layout": "custom"} for m, (_, link) in zip(models, opened)
+    ]
+    links = js_call("three_d", [("planLink", [v, "layout", config]) for v in custom])
+    drawn = js_call(
+        "three_d",
+        [
+            ("drawExplorer", ["plan", {**v, **link}, config, "layout"])
+            for v, (_, link) in zip(custom, links)
+        ],
+    )
+    assert [(m, out["error"]) for m, (_, out) in zip(models, drawn) if out["error"]] == []
+    bloom = dict(zip(models, [link for _, link in links]))["bloom-176b"]
+    assert bloom == {"p": 10, "gpus": 320}  # d = 8 and t = 4 kept; 2048 / (8 * 2) micro-batches

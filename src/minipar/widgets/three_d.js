@@ -805,6 +805,24 @@ function presetOf(values, config) {
 // changes (and when the explorer opens).
 export function planLink(values, changed, config) {
   const preset = presetOf(values, config);
+  // Leaving a preset for "custom" keeps its layout, unless the model's own layer count refuses
+  // its p (a preset may count the embedding as layers: bloom-176b's 12 stages over 70 layers):
+  // then p becomes the divisor of the layers nearest the preset's (at the largest chunks v that
+  // still divides them, interleaving needing m a multiple of p), and N follows p at the same t,
+  // cp and d, so the micro-batches stay as they were.
+  const shape = ((config || {}).models || {})[values.model];
+  if (changed === "layout" && values.layout === "custom" && shape) {
+    const [N, t, p, cp, v] = [values.gpus, values.t, values.p, Number(values.cp ?? 1), Number(values.v ?? 1)];
+    if (!Number.isInteger(p) || p < 1 || shape.layers % (p * v) === 0) return {};
+    const d = N / (t * cp * p), m = values.batch / (d * values.b);   // micro-batches, kept
+    const fits = (k, x) => shape.layers % (k * x) === 0 && (x === 1 || (k > 1 && m % k === 0));
+    for (const vv of [4, 2, 1].filter((x) => x <= v)) {
+      let q = 0;
+      for (let k = 1; k * vv <= shape.layers; k += 1) if (fits(k, vv) && (!q || Math.abs(k - p) < Math.abs(q - p))) q = k;
+      if (q) return {p: q, ...(vv !== v ? {v: vv} : {}), ...(Number.isInteger(d) ? {gpus: t * cp * q * d} : {})};
+    }
+    return {};
+  }
   if (!preset || !(changed === undefined || changed === "model" || changed === "layout")) return {};
   return {gpus: preset.gpus, batch: preset.batch, t: preset.t, p: preset.p, ...(preset.controls || {})};
 }
