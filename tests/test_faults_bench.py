@@ -59,7 +59,9 @@ def test_a_signalled_bench_says_one_line_and_leaves_nothing(sandbox, sig):
     assert "Traceback" not in err, err[-3000:]
     stops = [ln for ln in err.splitlines() if "stopped by" in ln]
     assert stops == [f"minipar bench: stopped by {signal.Signals(sig).name}"], err[-3000:]
-    procs, files = _settled(tag, tmp)
+    # torch's compiler cache folder (torchinductor_<user>) is made by every launch, signalled
+    # or not: torch's to keep, not the launcher's
+    procs, files = _settled(tag, tmp, ignore="torchinductor_")
     assert procs == [] and files == [], (procs, files)
 
 
@@ -81,6 +83,23 @@ def test_a_signal_while_the_ranks_are_stopped_waits_for_the_cleanup(capsys, monk
     out = capsys.readouterr()
     assert out.out == "report\n"
     assert out.err == "minipar bench: stopped by SIGTERM\n"
+
+
+def test_a_signal_while_torch_is_imported_waits_for_the_import(capsys, monkeypatch, tmp_path):
+    """A signal inside torch's import left a half-loaded C extension: the cleanup's next import
+    failed ("cannot load module more than once per process") or the process aborted. The
+    import runs with signals held; the command then stops before starting anything."""
+    (tmp_path / "slow_torch.py").write_text(
+        "import os, signal\nos.kill(os.getpid(), signal.SIGTERM)\nLOADED = True\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setitem(cli._IMPORT_FIRST, "bench", "slow_torch")
+    started = []
+    monkeypatch.setattr(bench_launch, "measure", lambda *a, **k: started.append(1))
+    assert cli.main(["bench", "launch", "--ranks", "2", "--backend", "gloo"]) == 128 + 15
+    assert sys.modules["slow_torch"].LOADED and started == []
+    assert capsys.readouterr().err == "minipar bench: stopped by SIGTERM\n"
+    assert cli._IMPORT_FIRST["calibrate"] == "torch"
 
 
 @pytest.mark.parametrize(

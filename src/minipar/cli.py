@@ -77,6 +77,10 @@ class Stopped(KeyboardInterrupt):
         self.signum = signum
 
 
+# Commands that import torch: imported first with signals held. A signal inside torch's import
+# leaves a half-loaded C extension behind (numpy's), and the cleanup's next import then fails
+# ("cannot load module more than once per process", or an abort) instead of stopping cleanly.
+_IMPORT_FIRST = {"bench": "torch.distributed", "calibrate": "torch"}
 _STOP_SIGNALS = [getattr(signal, n) for n in ("SIGINT", "SIGTERM", "SIGHUP") if hasattr(signal, n)]
 _held: list[int] = []  # signals that came while the cleanup held them
 
@@ -138,11 +142,16 @@ def _main(argv: list[str] | None) -> int:
         return 2
     args = parser.parse_args(argv)
     status, stopped = 0, None
+    if args.command in _IMPORT_FIRST:
+        with _signals(_hold):
+            importlib.import_module(_IMPORT_FIRST[args.command])
     try:
         # the program itself: a signal after the command (in the interpreter's exit) is held,
         # never a traceback or a second line
         with _signals(_raise_stopped, after=_hold if program else None):
             try:
+                if _held:  # came while torch was imported: stop before starting anything
+                    raise Stopped(_held.pop(0))
                 status = int(args.func(args) or 0)
                 sys.stdout.flush()  # a closed pipe shows here, not in the interpreter's exit
             finally:

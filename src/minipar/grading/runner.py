@@ -281,7 +281,8 @@ class Kernel:
         with open(self.folder / "kernel.log", "ab") as log, _unblocked():
             self.km.start_kernel(cwd=cwd, env=kenv, stdout=log, stderr=log)
         self.pid = self.km.provisioner.process.pid
-        _kernels.append(self)
+        if _shield["blocked"]:  # under signals_unwind: a signal may come from it
+            _kernels.append(self)
         limit_memory(self.pid)
         self.kc = self.km.client()
         self.kc.start_channels()
