@@ -15,13 +15,14 @@ from minipar.cost.tensor_parallel import (
     tp_sent_bytes_per_layer,
 )
 from minipar.dist import group_rank, group_size
-from minipar.model import GPTConfig
+from minipar.model import GPTConfig, Layer
 from minipar.runtime.launch import run
 from minipar.tensor_parallel import (
     ColumnParallelLinear,
     ParallelBlock,
     RowParallelLinear,
     VocabParallelEmbedding,
+    allreduce_sequence_parallel_grads,
     copy_to_tp_region,
     gather_from_sp_region,
     reduce_from_tp_region,
@@ -117,8 +118,27 @@ def controls(rank, t):
     return out
 
 
+def step_traffic(rank, t):
+    """Per micro-batch of b and 2b sequences: (op, bytes) of every collective one training
+    step of a TP block makes (forward, backward and the gradient sums a TP step finishes
+    with)."""
+    from minipar.runtime.tracer import trace
+
+    out = {}
+    for b in (B, 2 * B):
+        torch.manual_seed(0)
+        blk = ParallelBlock.from_full(Layer(SMALL).to(torch.float64))
+        x = _randn(b, SMALL.s, SMALL.h, seed=31)  # (b, s, h)
+        with trace() as tr:
+            blk(x).sum().backward()
+            allreduce_sequence_parallel_grads(blk)
+        out[b] = [(e.op, e.bytes) for e in tr.events]
+    return out
+
+
 def _everything(rank, t):
     return {
+        "step traffic": step_traffic(rank, t),
         "parity": all_parity(rank, t),
         "controls": controls(rank, t),
         "traffic": block_traffic(rank, t),
@@ -228,6 +248,19 @@ def test_traffic_equals_cost_model(launched):
             sent = sum(ring_bytes_per_rank(e[0].replace("_", "-"), t, e[1]) for e in events)
             assert sent == pytest.approx(tp_sent_bytes_per_layer(B, SMALL.s, SMALL.h, t, 8, sp=sp))
             assert sent == pytest.approx(tp_bytes_per_layer(B, SMALL.s, SMALL.h, t, 8))
+
+
+@pytest.mark.slow
+def test_tp_all_reduces_activations_never_weight_gradients(launched):
+    """What tensor parallelism communicates, against the reading of a data-parallel step into
+    *What Is Tensor Parallelism?*'s data-flow headings (book/audit.md): a TP training step
+    all-reduces activations and their gradients, four (b, s, h) tensors a layer, a volume that
+    doubles with the tokens; no weight gradient is all-reduced over the TP group, since each
+    rank owns a different shard of every weight."""
+    t, results = launched
+    for r in (r["step traffic"] for r in results):
+        for b in (B, 2 * B):
+            assert r[b] == [("all_reduce", b * SMALL.s * SMALL.h * 8)] * 4, (b, r[b])
 
 
 @pytest.mark.slow

@@ -112,10 +112,6 @@ def test_one_short_title_per_article():
             assert name not in text, (slug, name)
 
 
-def test_the_tp_heading_problem_is_named():
-    assert "describes **data parallelism**" in (BOOK / "audit.md").read_text()
-
-
 def test_citations_and_docs_resolve():
     bib = (BOOK / "references.bib").read_text()
     for page in (PAGE, (BOOK / "audit.md").read_text()):
