@@ -718,14 +718,19 @@ def test_pipeline_link_counts_the_context_parallel_ranks():
 
 
 def test_kv_width_per_rank_keeps_whole_heads():
-    """⌈kv/t⌉ heads of h/a per TP rank: split when t ≤ kv, one whole (replicated) head when
-    t > kv, never half a head (h_kv // t gave 64 of a 128-wide head at kv = 8, t = 16)."""
+    """kv/t heads of h/a per TP rank; Megatron-Core requires t to divide the key/value heads
+    (it does not replicate them over TP): t = 16 with 8 K/V heads is refused, and the search
+    leaves it out."""
     from minipar.cost import three_d as planner
 
     gqa = planner.ModelShape(8, 4096, 32, 8192, 32000, kv_heads=8)
     mha = planner.ModelShape(8, 768, 12, 1024, 50304)
-    assert [planner.kv_width_per_rank(gqa, t) for t in (1, 4, 8, 16)] == [1024, 256, 128, 128]
+    assert [planner.kv_width_per_rank(gqa, t) for t in (1, 4, 8)] == [1024, 256, 128]
     assert [planner.kv_width_per_rank(mha, t) for t in (1, 2, 4, 12)] == [768, 384, 192, 64]
+    cl = planner.cluster(16, 16, "H100-SXM")
+    with pytest.raises(ValueError, match=r"kv heads \(8\) must be divisible by t \(16\)"):
+        planner.evaluate(gqa, cl, planner.Layout(16, 16, 1, 1, 1, sp=True))
+    assert all(c.tp <= 8 for c in planner.search(gqa, cl, 16))
 
 
 # --- today's shapes, kernels and refusals ---------------------------------------------------

@@ -97,3 +97,14 @@ def test_the_allocator_margin_flags_a_layout_it_does_not_refuse():
     assert all(fits == (x <= limit) for x, fits, _ in rows)
     assert all(tight == (margin < x <= limit) for x, _, tight in rows)
     assert any(tight for *_, tight in rows)
+
+
+def test_megatron_refuses_moe_with_tp_but_no_sequence_parallelism():
+    """Megatron-Core: MoE with tensor parallelism needs sequence parallelism; the search only
+    tries sp on for it. Control: with sp the same layout is priced."""
+    m, cl = planner.MODELS["mixtral-8x7b"], planner.cluster(64, 8, "H100-SXM")
+    lay = planner.Layout(256, 2, 1, 32, 1, recompute="full", zero=1, ep=8)
+    with pytest.raises(ValueError, match=r"MoE model with t \(2\) > 1 needs sequence parallel"):
+        planner.evaluate(m, cl, lay)
+    assert planner.evaluate(m, cl, planner.Layout(**{**lay.__dict__, "sp": True})).fits
+    assert all(c.sp for c in planner.search(m, cl, 256, tp=2, max_ep=8) if c.tp > 1)

@@ -534,7 +534,7 @@ def test_three_d_plan_check_cp_ep_rules_say_what_python_says():
     want = []
     for m, t, p, d, cp, ep in cases:
         try:
-            planner.check(m, cl, planner.Layout(48, t, p, d, 1, cp=cp, ep=ep))
+            planner.check(m, cl, planner.Layout(48, t, p, d, 1, sp=t > 1, cp=cp, ep=ep))
             want.append(("ok", None))
         except ValueError as e:
             want.append(("error", str(e)))
@@ -553,7 +553,7 @@ def test_three_d_plan_check_cp_ep_rules_say_what_python_says():
                 [
                     {k: v for k, v in asdict(m).items() if k != "note"},
                     js_cl,
-                    asdict(planner.Layout(48, t, p, d, 1, cp=cp, ep=ep)),
+                    asdict(planner.Layout(48, t, p, d, 1, sp=t > 1, cp=cp, ep=ep)),
                 ],
             )
             for m, t, p, d, cp, ep in cases

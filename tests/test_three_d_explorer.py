@@ -371,7 +371,7 @@ def _cp_ep_cases():
                         micro_batch=b,
                         chunks=v,
                         recompute=rc,
-                        sp=sp,
+                        sp=sp or (m.experts > 1 and t > 1),  # Megatron: MoE + TP needs SP
                         zero=z,
                     )
                 )

@@ -116,9 +116,10 @@ RECIPES: dict[str, Recipe] = {
     # weights and moments: 2 + 4 + 12 = 18 bytes; reduced in fp32; each micro-batch reads the
     # 16-bit gradient and reads + writes the fp32 one (10); Adam 30 bytes per parameter.
     "megatron": Recipe(2, 4, 12, 4, 10, 30, True, RESERVE, ALLOCATOR_MARGIN),
-    # bf16 gradients (Megatron's ``--no-gradient-accumulation-fusion`` style, FSDP2's default
-    # reduce dtype): 2 + 2 + 12 = 16 bytes, reduced in bf16; accumulation 2 + 2 + 2 = 6 bytes;
-    # Adam reads a 16-bit gradient: 28 bytes.
+    # bf16 gradients, accumulated and reduced in bf16 (Megatron's ``--no-gradient-
+    # accumulation-fusion`` is something else: it only turns off the fused fp32 accumulation
+    # kernel; torchtitan's FSDP2 reduces in fp32): 2 + 2 + 12 = 16 bytes; accumulation
+    # 2 + 2 + 2 = 6 bytes; Adam reads a 16-bit gradient: 28 bytes.
     "bf16-grads": Recipe(2, 2, 12, 2, 6, 28, True, RESERVE, ALLOCATOR_MARGIN),
 }
 
@@ -378,9 +379,10 @@ def zero3_collective_seconds(
 
 
 def kv_width_per_rank(m_, t: int) -> int:
-    """Width of the K (or V) rows one TP rank holds: ⌈kv/t⌉ heads of h/a each, kv the model's
-    key/value heads (a without GQA). With t > kv each rank keeps a whole head: Megatron-LM
-    replicates K/V heads over the TP ranks that share them, it does not split a head."""
+    """Width of the K (or V) rows one TP rank holds: kv/t heads of h/a each, kv the model's
+    key/value heads (a without GQA). Megatron-Core requires t to divide the key/value heads
+    (``num_query_groups % tensor_model_parallel_size == 0``): it neither replicates nor splits
+    a head, and :func:`minipar.cost.three_d.check` refuses t > kv."""
     kv = m_.kv_heads or m_.heads
     return (m_.hidden // m_.heads) * -(-kv // t)
 

@@ -106,12 +106,15 @@ export function planCheck(model, cluster, lay) {
   checkLayout(model.layers, model.hidden, model.heads, d, t, uneven ? 1 : p, zero);
   if (uneven && (v > 1 || !(p >= 1 && p <= model.layers))) throw new Error(`uneven stages (split units) need v = 1 and p (${p}) in [1, layers (${model.layers})], got v (${v})`);
   if (!uneven && model.layers % (p * v)) throw new Error(`layers (${model.layers}) must be divisible by p·v (${p}·${v})`);
+  const kvHeads = model.kv_heads || model.heads;
+  if (kvHeads % t) throw new Error(`kv heads (${kvHeads}) must be divisible by t (${t}): Megatron-Core splits the key/value heads over TP, it does not replicate them`);
   if (!(Number.isInteger(cp) && cp >= 1 && Number.isInteger(ep) && ep >= 1)) throw new Error(`cp (${cp}) and ep (${ep}) must be integers >= 1`);
   if (model.seq % (cp > 1 ? 2 * cp : 1)) throw new Error(`seq (${model.seq}) must be divisible by 2·cp (${2 * cp}): zigzag chunks`);
   if (ep > 1 && (!(model.experts > 1) || model.experts % ep)) throw new Error(`ep (${ep}) needs an MoE model whose experts (${model.experts}) it divides`);
   if (ep > 1 && (t * cp * d) % ep) {                 // Python: expert_parallel.folded_expert_dp
     throw new Error(`etp·ep (1·${ep} = ${ep}) must divide the ranks of a stage, t·cp·d = ${t * cp * d} (MoE parallel folding)`);
   }
+  if (model.experts > 1 && t > 1 && !(lay.sp ?? false)) throw new Error(`an MoE model with t (${t}) > 1 needs sequence parallelism (Megatron-Core), got sp False`);
   if (t * cp * p * d !== cluster.gpus) {
     throw new Error(cp > 1 ? `gpus (${cluster.gpus}) must equal t·cp·p·d (${t}·${cp}·${p}·${d})` : `gpus (${cluster.gpus}) must equal t·p·d (${t}·${p}·${d})`);
   }
