@@ -96,22 +96,13 @@ from .three_d_terms import Options
 
 SEQ, VOCAB = 2048, 51200
 
-# Narayanan et al. 2021, Table 1: (params, a, h, L, t, p, GPUs, B, TFLOP/s per GPU), and from
-# the paper's reproduction script (Megatron-LM examples/sc21/run_table_1.sh): micro-batch b,
-# layers per virtual pipeline stage (None: not interleaved), DDP ("torch" overlaps the
-# gradient all-reduce with the backward; "local" is Megatron's, after the flush).
-PTD_P_TABLE1 = [
-    ("1.7B", 24, 2304, 24, 1, 1, 32, 512, 137, 16, None, "torch"),
-    ("3.6B", 32, 3072, 30, 2, 1, 64, 512, 138, 16, None, "torch"),
-    ("7.5B", 32, 4096, 36, 4, 1, 128, 512, 142, 16, None, "torch"),
-    ("18.4B", 48, 6144, 40, 8, 1, 256, 1024, 135, 8, None, "torch"),
-    ("39.1B", 64, 8192, 48, 8, 2, 512, 1536, 138, 4, None, "local"),
-    ("76.1B", 80, 10240, 60, 8, 4, 1024, 1792, 140, 2, 5, "local"),
-    ("145.6B", 96, 12288, 80, 8, 8, 1536, 2304, 148, 2, 5, "local"),
-    ("310.1B", 128, 16384, 96, 8, 16, 1920, 2160, 155, 1, 3, "local"),
-    ("529.6B", 128, 20480, 105, 8, 35, 2520, 2520, 163, 1, 1, "local"),
-    ("1008.0B", 160, 25600, 128, 8, 64, 3072, 3072, 163, 1, None, "local"),
-]
+# Narayanan et al. 2021, Table 1 with the reproduction script's micro-batch, interleaving and DDP
+# (measurements/published_2021.json, its columns and source named there), as tuples
+# (params, a, h, L, t, p, GPUs, B, TFLOP/s per GPU, b, layers per virtual stage, DDP).
+_PUBLISHED = json.loads(
+    (Path(__file__).resolve().parent / "measurements" / "published_2021.json").read_text()
+)
+PTD_P_TABLE1 = [tuple(r) for r in _PUBLISHED["rows"]]
 
 ERA_2021 = {"attention": "unfused", "precision": "2021"}
 """The inputs that changed since the A100 runs, passed explicitly as those runs had them:
