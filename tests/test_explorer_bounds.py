@@ -127,3 +127,17 @@ def test_leaving_any_preset_for_custom_draws():
     assert [(m, out["error"]) for m, (_, out) in zip(models, drawn) if out["error"]] == []
     bloom = dict(zip(models, [link for _, link in links]))["bloom-176b"]
     assert bloom == {"p": 10, "gpus": 320}  # d = 8 and t = 4 kept; 2048 / (8 * 2) micro-batches
+
+
+def test_a_long_chart_title_is_squeezed_to_the_chart():
+    long_title = "llama3-405b-128k, 16384 GPUs, t = 8, cp = 16, ep = 1: step per p at every depth"
+    calls = [
+        (
+            "stackedBars",
+            [{"title": t, "categories": ["a"], "stacks": [{"name": "x", "values": [1]}]}],
+        )
+        for t in ("short", long_title)
+    ]
+    (_, short), (_, long) = js_call("collectives", calls)
+    assert "textLength" not in short
+    assert 'textLength="508" lengthAdjust="spacingAndGlyphs"' in long

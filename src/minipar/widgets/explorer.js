@@ -415,6 +415,14 @@ function text(x, y, s, attrs) {
   return `<text x="${x.toFixed(1)}" y="${y.toFixed(1)}" ${attrs || ""}>${escapeHtml(s)}</text>`;
 }
 
+// A chart's title, squeezed to the chart's width when it is longer (about 7 px a character at
+// 12 px bold), so it is never cut at either end.
+function chartTitle(W, title) {
+  const s = String(title || "");
+  const fit = s.length * 7 > W - 12 ? ` textLength="${W - 12}" lengthAdjust="spacingAndGlyphs"` : "";
+  return text(W / 2, 16, s, `text-anchor="middle" font-size="12" font-weight="600"${fit}`);
+}
+
 function legend(items, x, y, maxWidth) {
   let out = "";
   let cx = x;
@@ -452,7 +460,7 @@ export function lineChart(opts) {
   const sx = scale(x0, x1, m.l, W - m.r, opts.xlog);
   const sy = scale(y0, y1, H - m.b, m.t, opts.ylog);
   let svg = `<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 ${W} ${H}" font-family="sans-serif" role="img">`;
-  svg += text(W / 2, 16, opts.title || "", 'text-anchor="middle" font-size="12" font-weight="600"');
+  svg += chartTitle(W, opts.title);
   const xt = opts.xlog ? logTicks(x0, x1) : linearTicks(x0, x1, 6);
   const yt = opts.ylog ? logTicks(y0, y1) : linearTicks(y0, y1, 5);
   for (const t of xt) {
@@ -508,7 +516,7 @@ export function stackedBars(opts) {
   const sy = scale(0, top, H - m.b, m.t, false);
   const slot = (W - m.l - m.r) / n;
   let svg = `<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 ${W} ${H}" font-family="sans-serif" role="img">`;
-  svg += text(W / 2, 16, opts.title || "", 'text-anchor="middle" font-size="12" font-weight="600"');
+  svg += chartTitle(W, opts.title);
   for (const t of linearTicks(0, top, 5)) {
     if (t > top) continue;
     const Y = sy(t);
@@ -595,7 +603,7 @@ export function timeline(opts) {
   const binned = count > TIMELINE_SEGMENTS ? binnedRows(opts.rows, x1, cols) : null;
   const sx = scale(0, x1, m.l, W - m.r, false);
   let svg = `<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 ${W} ${H}" font-family="sans-serif" role="img">`;
-  svg += text(W / 2, 16, opts.title || "", 'text-anchor="middle" font-size="12" font-weight="600"');
+  svg += chartTitle(W, opts.title);
   for (const t of linearTicks(0, x1, 6)) {
     if (t > x1 * (1 + 1e-9)) continue;
     const X = sx(t);
