@@ -862,3 +862,25 @@ def test_measured_kernel_model_parity_h200():
         [dict(params=p) for p in (0, 1e9, -1)],
         js_args=lambda c: [c["params"], gpu_config(g)],
     )
+
+
+def test_a_calibrated_gpu_profile_reaches_the_explorer(tmp_path):
+    """plan_config(gpu_profile) adds the measured GPU under its name, and the explorer draws a
+    layout on it; a profile that is not JSON is refused naming the file."""
+    import json
+
+    from minipar.cost.hardware import gpu_profile
+
+    profile = tmp_path / "gpu.json"
+    g = GPUS["H200"]
+    profile.write_text(json.dumps(gpu_profile(g) | {"name": "my H200"}))
+    config = plan_config(str(profile))
+    assert config["gpus"]["my H200"]["hbm_bandwidth"] == g.hbm_bandwidth
+    ((kind, out),) = js_call(
+        "three_d", [("drawExplorer", ["plan", {"model": "gpt3-175b", "gpu": "my H200"}, config])]
+    )
+    assert out["error"] is None and "fits" in out["html"]
+    bad = tmp_path / "bad.json"
+    bad.write_text("{")
+    with pytest.raises(ValueError, match="not JSON"):
+        plan_config(str(bad))

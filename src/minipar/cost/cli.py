@@ -569,9 +569,14 @@ def _plan_table(args, m_, cl, opts, shown, counts) -> None:
             + (f"{c.cp:>3} {c.ep:>3} " if extra else "")
             + f"{c.micro_batch:>2} {c.microbatches:>4} "
             f"{c.chunks:>1} {c.recompute:<9} {'y' if c.sp else 'n':<2} {c.zero:>1} "
-            f"{fmt_bytes(c.bytes_per_gpu):>10} {c.bubble:>6.1%} "
+            f"{fmt_bytes(c.bytes_per_gpu) + ('*' if c.tight else ''):>10} {c.bubble:>6.1%} "
             + "".join(f"{fmt_seconds(c.breakdown.per_step(t.name)):>9} " for t in cols)
             + f"{fmt_seconds(c.step_seconds):>9} {c.mfu:>5.1%}"
+        )
+    if any(c.tight for c in shown):
+        print(
+            f"  * tight: above the {fmt_bytes(shown[0].breakdown.margin_limit)} the allocator "
+            "margin leaves, within the limit: it may or may not fit"
         )
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import asdict
 from functools import cache
 
-from minipar.cost.hardware import GPUS, LINKS
+from minipar.cost.hardware import GPUS, LINKS, load_gpu_profile
 from minipar.cost.three_d import MODELS, cluster, search
 from minipar.widgets import Explorer
 
@@ -158,9 +158,15 @@ def cluster_config(cl) -> dict:
     }
 
 
-def plan_config() -> dict:
+def plan_config(gpu_profile=None) -> dict:
     """The explorer's data: model shapes with a valid default layout each, GPUs (memory, dense
-    bf16 peak, HBM bandwidth, SMs, η, their generation's links) and link presets."""
+    bf16 peak, HBM bandwidth, SMs, η, their generation's links) and link presets; with
+    ``gpu_profile`` (a path to what ``minipar calibrate gpu`` writes) that GPU too, under its
+    own name (:func:`minipar.cost.hardware.load_gpu_profile`)."""
+    gpus = dict(GPUS)
+    if gpu_profile is not None:
+        g = load_gpu_profile(gpu_profile)
+        gpus[g.name] = g
     links = {k: _link(L) for k, L in LINKS.items()}
     choice = {"GPU's own": None, **{k: None for k in LINKS}}
     return {
@@ -171,13 +177,14 @@ def plan_config() -> dict:
             }
             for k, m in MODELS.items()
         },
-        "gpus": {k: gpu_config(g) for k, g in GPUS.items()},
+        "gpus": {k: gpu_config(g) for k, g in gpus.items()},
         "links": links,
         "intra_links": choice,
         "inter_links": choice,
     }
 
 
-def plan_explorer(**values):
-    """The live layout explorer; ``values`` override the default controls."""
-    return Explorer("three_d", "plan", config=plan_config(), values=values)
+def plan_explorer(gpu_profile=None, **values):
+    """The live layout explorer; ``values`` override the default controls; ``gpu_profile``
+    adds a measured GPU (:func:`plan_config`)."""
+    return Explorer("three_d", "plan", config=plan_config(gpu_profile), values=values)
