@@ -1,0 +1,41 @@
+"""The planner's form and constants as frozen before modern published tables were evaluated
+(``frozen_model.json``): the term table, every GPU preset's constants and six probe plans'
+step time and memory. ``tests/test_cost_frozen.py`` holds the model to the file; after a
+deliberate change to the model, ``python -m minipar.cost.frozen`` rewrites it, to be committed
+on its own and re-validated (:mod:`minipar.cost.modern_validation`)."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+
+from . import three_d as planner
+from .hardware import GPUS
+from .term_table import TERMS
+
+PATH = Path(__file__).resolve().parent / "frozen_model.json"
+
+
+def probe(p: dict) -> dict:
+    """One probe plan (a ``probes`` entry of the file) on the model as it is now."""
+    cl = planner.cluster(p["gpus"], 8, p["gpu"])
+    c = planner.evaluate(planner.MODELS[p["model"]], cl, planner.Layout(**p["layout"]))
+    return {"step_seconds": c.step_seconds, "bytes_per_gpu": c.bytes_per_gpu, "mfu": c.mfu}
+
+
+def gpus_now() -> dict:
+    return json.loads(json.dumps({k: dataclasses.asdict(g) for k, g in GPUS.items()}))
+
+
+def rewrite() -> None:
+    """Recompute every probe of the file at its layout and write the file anew."""
+    data = json.loads(PATH.read_text())
+    data["terms"] = [t.name for t in TERMS]
+    data["gpus"] = gpus_now()
+    data["probes"] = [p | probe(p) for p in data["probes"]]
+    PATH.write_text(json.dumps(data, indent=1) + "\n")
+
+
+if __name__ == "__main__":
+    rewrite()
