@@ -167,7 +167,7 @@ def test_a_non_finite_result_is_refused_not_printed_as_json(capsys, monkeypatch)
 def test_a_long_measurement_says_it_is_still_measuring(monkeypatch):
     buf = io.StringIO()
     monkeypatch.setattr(sys, "stderr", buf)
-    with common._progress("minipar bench cp", every=0.01):
+    with common.progress("minipar bench cp", every=0.01):
         _wait_for(lambda: "still measuring" in buf.getvalue(), 60, "a progress line")
     line = buf.getvalue().splitlines()[0]
     assert line.startswith("minipar bench cp: still measuring after ") and line.endswith(" s")

@@ -102,7 +102,7 @@ def emit(args, measure, show) -> int:
     one JSON object under ``--json``, else ``show(result)`` for people. A rank's error or a
     failed allocation becomes one :class:`InputError` line."""
     name = f"minipar bench {getattr(args, 'bench', '') or ''}".rstrip()
-    with contextlib.redirect_stdout(sys.stderr if args.json else sys.stdout), _progress(name):
+    with contextlib.redirect_stdout(sys.stderr if args.json else sys.stdout), progress(name):
         result = _one_line_errors(measure)
     if args.json:
         print_json(result)
@@ -112,7 +112,7 @@ def emit(args, measure, show) -> int:
 
 
 @contextlib.contextmanager
-def _progress(name: str, every: float | None = None):
+def progress(name: str, every: float | None = None):
     """``<name>: still measuring after N s`` on stderr every ``every`` seconds (default
     :data:`PROGRESS_S`) until the block ends."""
     every = PROGRESS_S if every is None else every

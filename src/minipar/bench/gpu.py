@@ -39,6 +39,8 @@ from minipar.cost.hardware import GPU, GPUS, gpu_profile
 from minipar.errors import InputError
 from minipar.jsonio import dumps
 
+from .common import progress
+
 ROLES = ("fwd", "dgrad", "wgrad")
 
 
@@ -366,7 +368,8 @@ def _run(args) -> int:
         )
     if args.peak_tflops is not None and not args.peak_tflops > 0:
         raise InputError(f"--peak-tflops ({args.peak_tflops}) must be > 0")
-    profile = calibrate(device=args.device, quick=args.quick, peak_tflops=args.peak_tflops)
+    with progress("minipar calibrate gpu"):  # minutes on a GPU: say it is still measuring
+        profile = calibrate(device=args.device, quick=args.quick, peak_tflops=args.peak_tflops)
     text = dumps(profile, indent=1)  # a non-finite constant is refused before the file opens
     with open(args.out, "w") as f:
         f.write(text)
