@@ -14,7 +14,8 @@ How a chapter adds an explorer (slug ``<slug>``, e.g. ``tensor_parallel``)
 
        registerExplorer("<name>", {
          title: "…",
-         controls: [{name: "t", label: "t", type: "number", min: 1, step: 1, value: 8},
+         controls: [{name: "t", label: "t", type: "number", min: 1, max: 64, step: 1, value: 8,
+                     why: "t divides the heads"},   // max is required (explorer.js)
                     {name: "sched", type: "select", options: ["gpipe", "1f1b"], value: "1f1b"},
                     {name: "size", type: "range", values: [...], labels: [...], value: ...},
                     {name: "sp", type: "checkbox", value: true}],
