@@ -42,11 +42,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from minipar.errors import InputError
+from minipar.grading.limits import KERNEL_MEMORY_BYTES
 from minipar.grading.notebooks import (
     cell_tasks,
     expected_tasks,
     find_script,
     graded_copy,
+    memory_limit_text,
     scripts,
     starter_path,
 )
@@ -296,6 +298,24 @@ def _remove_stale_folders() -> list[str]:
     return removed
 
 
+def _unreadable(nb_path: Path, error: Exception, covered: set) -> list[tuple]:
+    """Rows for a notebook file that is not a readable notebook (corrupt JSON, a truncated
+    save): each task of its script fails saying so (it exists, so ``make exercises``, which
+    writes only missing notebooks, would not replace it)."""
+    what = f"{type(error).__name__}: {error}".splitlines()[0]
+    if len(what) > 120:
+        what = what[:117] + "..."
+    why = (
+        "unreadable: restore it from git or delete it (`make exercises` then writes a fresh "
+        f"starter): {what}"
+    )
+    script = find_script(nb_path)
+    if script is None:
+        return [(str(nb_path.resolve()), "(notebook)", False, why)]
+    covered.add(script.resolve())
+    return [(str(nb_path.resolve()), t, False, why) for t in expected_tasks(script)]
+
+
 def _shown(path) -> str:
     shown = Path(path).resolve()
     with contextlib.suppress(ValueError):
@@ -324,15 +344,8 @@ def grade(paths, timeout: float | None = None, progress=None) -> dict:
         for j, nb_path in enumerate(nbs):
             try:
                 nb = nbformat.read(nb_path, as_version=4)
-            except Exception as e:  # a broken file is a failed notebook
-                rows.append(
-                    (
-                        str(nb_path.resolve()),
-                        "(notebook)",
-                        False,
-                        f"not a readable notebook: {type(e).__name__}: {e}",
-                    )
-                )
+            except Exception as e:  # a broken file is a failed notebook, never a missing one
+                rows += _unreadable(nb_path, e, covered)
                 continue
             script = find_script(nb_path, nb)
             if script is not None:
@@ -397,6 +410,7 @@ def grade(paths, timeout: float | None = None, progress=None) -> dict:
         "total": len(tasks),
         "missing": missing,
         "empty": empty,
+        "memory_limit_bytes": KERNEL_MEMORY_BYTES,  # per kernel and per rank; 0: none
     }
 
 
@@ -452,4 +466,5 @@ def _grade(args) -> int:
     for nb in result["empty"]:
         print(f"\n{_shown(nb)}: No tasks found (is it an exercise notebook?)")
     print(f"\nscore: {result['passed']}/{result['total']} tasks passed")
+    print(f"({memory_limit_text()}: MINIPAR_GRADE_KERNEL_MEMORY_GIB changes it)")
     return 0
