@@ -401,10 +401,10 @@ def test_on_nccl_ring_all_reduce_matches_dist():
 @pytest.mark.gpu
 @pytest.mark.skipif(not device.gpu_count(), reason="needs CUDA (one GPU per NCCL rank)")
 def test_on_nccl_the_timed_pipeline_bench_runs():
-    from minipar.pipeline_parallel.measure import measure_bubble
+    from minipar.pipeline_parallel.measure import StageTimes, measure_bubble
 
     p = _gpu_ranks()
-    r = measure_bubble("1f1b", p, 2 * p, 1, 0.01, 0.01, 0.01, steps=1, backend="nccl")
+    r = measure_bubble("1f1b", p, 2 * p, 1, StageTimes(0.01, 0.01, 0.01), 1, backend="nccl")
     assert r["backend"] == "nccl" and 0 <= r["measured_bubble"] < 1
 
 
@@ -417,7 +417,7 @@ def test_pipeline_timeline_ends_each_action_after_the_device(one_rank, monkeypat
     calls = []
     monkeypatch.setattr(E, "synchronize", _slow_synchronize(calls))
     stage = torch.nn.Linear(4, 4)
-    ex = E.PipelineExecutor({0: stage}, 1, 0, 1, 2, loss_fn=lambda y, t: y.sum())
+    ex = E.PipelineExecutor({0: stage}, 1, 0, 1, 2, loss=E.LastStageLoss(lambda y, t: y.sum()))
     x = [torch.randn(1, 2, 4) for _ in range(2)]
     rec = ex.run(schedule("1f1b", 1, 2)[0], x, [None, None], (1, 2, 4), torch.float32)
     spans = [end - start for _, _, start, end in rec.timeline]

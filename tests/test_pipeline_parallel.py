@@ -18,6 +18,7 @@ from minipar.pipeline_parallel.executor import PipelineExecutor
 from minipar.pipeline_parallel.model_bubble import peak_in_flight
 from minipar.pipeline_parallel.stage import partition_layers
 from minipar.pipeline_parallel.train import (
+    TrainOptions,
     max_error,
     small_config,
     token_batches,
@@ -44,13 +45,13 @@ def _all_cases(rank, p):
     for name, m, v in cases(p):
         batches = token_batches(STEPS, B_MICRO * m, C)
         # m = p: trace the first step's p2p messages and bytes
-        res = train_rank(rank, p, name, m, v, C, batches, trace_first_step=(m == p))
+        res = train_rank(rank, p, name, m, v, C, batches, TrainOptions(trace_first_step=(m == p)))
         res.timeline = None
         out[name, m, v] = res
     # negative control: the loss not divided by m
     m = p
     out["unscaled"] = train_rank(
-        rank, p, "1f1b", m, 1, C, token_batches(1, B_MICRO * m, C), loss_scale=1.0
+        rank, p, "1f1b", m, 1, C, token_batches(1, B_MICRO * m, C), TrainOptions(loss_scale=1.0)
     )
     return out
 
@@ -132,7 +133,8 @@ class NoGradReceiver(PipelineExecutor):
 def test_receiver_must_require_grad(name):
     b = token_batches(1, 2 * B_MICRO, C)
     with pytest.raises(RankError, match="must be a leaf that requires grad"):
-        run(train_rank, 2, name, 2, 1, C, b, "adam", NoGradReceiver, backend="gloo", timeout=120)
+        opts = TrainOptions(executor_cls=NoGradReceiver)
+        run(train_rank, 2, name, 2, 1, C, b, opts, backend="gloo", timeout=120)
 
 
 class AttachedP2P(P2P):
@@ -166,8 +168,7 @@ def test_sent_activation_must_be_detached():
             2,
             c,
             b,
-            "adam",
-            AttachedExecutor,
+            TrainOptions(executor_cls=AttachedExecutor),
             backend="gloo",
             timeout=120,
         )
@@ -183,7 +184,7 @@ def test_wrong_warmup_deadlock_is_stopped_not_a_hang(short_stall_window):
     # (no rank gaining CPU for its window; shortened here, a true deadlock is caught whatever
     # the window) stops with each rank's stack. A hang would never return; a slow rank is busy.
     with short_stall_window() as stall_s, pytest.raises(LimitExceeded) as e:
-        run_ranks(train_rank, p, "1f1b", m, 1, C, b, "adam", PipelineExecutor, mirrored_1f1b(p, m))
+        run_ranks(train_rank, p, "1f1b", m, 1, C, b, TrainOptions(actions=mirrored_1f1b(p, m)))
     assert e.value.kind == "deadlock", str(e.value)
     assert str(e.value).startswith(
         f"deadlock on {p} ranks: for {stall_s:g} s no rank made progress"

@@ -16,7 +16,7 @@ import torch
 import torch.distributed as dist
 
 from minipar.pipeline_parallel import communication
-from minipar.pipeline_parallel.executor import PipelineExecutor
+from minipar.pipeline_parallel.executor import LastStageLoss, PipelineExecutor
 from minipar.pipeline_parallel.schedules import schedule
 from minipar.pipeline_parallel.timed import TimedStage, _zero_loss
 
@@ -52,7 +52,7 @@ def programs(name, p, m, v, ordered=True):
     out = []
     for rank in range(p):
         stages = {s: TimedStage(0.0, 0.0, 0.0) for s in range(rank, v * p, p)}
-        ex = PipelineExecutor(stages, v * p, rank, p, m, loss_fn=_zero_loss)
+        ex = PipelineExecutor(stages, v * p, rank, p, m, loss=LastStageLoss(_zero_loss))
         if not ordered:  # the control: post each message when the action list reaches it
             ex.full_schedule = lambda actions: None
         ex.run(

@@ -16,6 +16,7 @@ A benchmark reports, it never asserts.
 from __future__ import annotations
 
 from minipar.errors import InputError
+from minipar.pipeline_parallel.measure import StageTimes
 from minipar.pipeline_parallel.measure import measure_bubble as bench
 from minipar.pipeline_parallel.schedules import NAMES
 
@@ -60,9 +61,7 @@ def _main(args) -> int:
                 args.ranks,
                 args.microbatches,
                 args.chunks,
-                args.t_forward / 1e3,
-                args.t_backward / 1e3,
-                args.t_weight / 1e3,
+                StageTimes(args.t_forward / 1e3, args.t_backward / 1e3, args.t_weight / 1e3),
                 args.steps,
                 args.layers,
                 chosen,

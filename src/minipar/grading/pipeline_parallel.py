@@ -153,10 +153,10 @@ def _backward_chunk_order(got, ref, p, m, v) -> None:
 
 
 def _train_one_step(rank, p, m, lists):
-    from minipar.pipeline_parallel.train import small_config, token_batches, train_rank  # noqa: PLC0415 (torch ~1.5 s: this module loads without torch; only _train_one_step needs it)
+    from minipar.pipeline_parallel import train  # noqa: PLC0415 (torch ~1.5 s: this module loads without torch; only _train_one_step needs it)
 
-    c = small_config(L=6)
-    return train_rank(rank, p, "1f1b", m, 1, c, token_batches(1, 2 * m, c), actions=lists).grads
+    c, opts = train.small_config(L=6), train.TrainOptions(actions=lists)
+    return train.train_rank(rank, p, "1f1b", m, 1, c, train.token_batches(1, 2 * m, c), opts).grads
 
 
 # ----------------------------------------------------------------------------- 01 1F1B

@@ -22,6 +22,7 @@ The B/W split here is for exactness, not speed: W back-propagates through the st
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import torch
@@ -41,6 +42,31 @@ class StepRecord:
     peak_saved_bytes: int = 0  # bytes autograd saved for them, at peak
 
 
+@dataclass(frozen=True)
+class LastStageLoss:
+    """What the last stage back-propagates: ``fn(logits, targets)``, a mean loss (None: the
+    cross-entropy over (b·s, V)), times ``scale`` (None: 1/m, so the m micro-batches' summed
+    gradients are the whole batch's)."""
+
+    fn: Callable | None = None
+    scale: float | None = None
+
+
+@dataclass
+class _Step:
+    """One ``run``'s inputs and what it accumulates while the actions run."""
+
+    inputs: list  # tokens (b, s) per micro-batch, or a benchmark's float (b, s, h)
+    targets: list
+    act_shape: tuple  # (b, s, h) of every message
+    dtype: torch.dtype
+    t0: float  # the clock's zero for the timeline
+    split: bool  # the schedule has W actions: B computes only the input gradient
+    rec: StepRecord = field(default_factory=StepRecord)
+    stash: dict = field(default_factory=dict)  # (s, i) -> [input, output, grad_out, saved_bytes]
+    live_bytes: int = 0
+
+
 def _accumulate(params, grads) -> None:
     for prm, g in zip(params, grads):
         if g is not None:
@@ -49,8 +75,9 @@ def _accumulate(params, grads) -> None:
 
 class PipelineExecutor:
     """Runs action lists on one rank. ``stages``: {global stage: module} of this rank;
-    ``num_stages`` = v·p; ``loss_fn(logits, targets)`` returns a mean loss;
-    ``embedding_group`` the process group of the first and last stage's ranks (or None)."""
+    ``num_stages`` = v·p; ``group`` the pipeline's process group (None: the default group);
+    ``embedding_group`` the process group of the first and last stage's ranks (or None);
+    ``loss`` what the last stage back-propagates (:class:`LastStageLoss`)."""
 
     def __init__(
         self,
@@ -59,16 +86,16 @@ class PipelineExecutor:
         rank: int,
         p: int,
         m: int,
-        loss_fn=None,
         group=None,
         embedding_group=None,
-        loss_scale: float | None = None,
+        loss: LastStageLoss | None = None,
     ):
         self.stages, self.num_stages, self.rank, self.p, self.m = stages, num_stages, rank, p, m
-        self.loss_fn = loss_fn or (lambda y, t: F.cross_entropy(y.flatten(0, 1), t.flatten()))
+        loss = loss or LastStageLoss()
+        self.loss_fn = loss.fn or (lambda y, t: F.cross_entropy(y.flatten(0, 1), t.flatten()))
         self.comm = P2P(rank, p, m, group)
         self.embedding_group = embedding_group
-        self.loss_scale = 1.0 / m if loss_scale is None else loss_scale
+        self.loss_scale = 1.0 / m if loss.scale is None else loss.scale
 
     # -- hooks a learner (or a negative control) can replace ----------------------------
     def received_activation(self, x: torch.Tensor) -> torch.Tensor:
@@ -114,76 +141,84 @@ class PipelineExecutor:
         full = all_actions if all_actions is not None else self.full_schedule(actions)
         order = None if full is None else message_order(full, self.rank, self.m)
         self.comm.set_order(order, like=(act_shape, dtype))
-        rec = StepRecord()
         t0 = time.perf_counter() if t0 is None else t0
-        stash: dict[tuple, list] = {}  # (s, i) -> [input, output, grad_out, saved_bytes]
-        live_bytes = 0
-        split = any(a.op == "W" for a in actions)
+        st = _Step(inputs, targets, act_shape, dtype, t0, any(a.op == "W" for a in actions))
+        do = {"F": self._forward, "B": self._backward, "W": self._weight}
         for a in actions:
-            s, i = a.stage, a.microbatch
-            mod = self.stages[s]
-            if a.op == "F":
-                if s == 0:  # tokens; a float input (a benchmark's) is treated as received
-                    x = inputs[i]
-                    if x.is_floating_point():
-                        x = x.detach().requires_grad_()
-                else:
-                    x = self.comm.recv(act_shape, dtype, s, s - 1, i, ACTIVATION)
-                    x = self.received_activation(x)
-                start = time.perf_counter() - t0
-                saved = [0]
-
-                def pack(t, saved=saved):
-                    saved[0] += t.untyped_storage().nbytes()
-                    return t
-
-                with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
-                    y = mod(x)
-                    if s == self.num_stages - 1:
-                        loss = self.loss_fn(y, targets[i])
-                        rec.losses.append(loss.item())
-                        y = loss * self.loss_scale
-                if s < self.num_stages - 1:
-                    self.comm.send(y, s + 1, i, ACTIVATION)
-                stash[s, i] = [x, y, None, saved[0]]
-                live_bytes += saved[0]
-                rec.peak_in_flight = max(rec.peak_in_flight, len(stash))
-                rec.peak_saved_bytes = max(rec.peak_saved_bytes, live_bytes)
-            elif a.op == "B":
-                x, y, _, nbytes = stash[s, i]
-                g = (
-                    None
-                    if s == self.num_stages - 1
-                    else self.comm.recv(act_shape, dtype, s, s + 1, i, GRADIENT)
-                )
-                start = time.perf_counter() - t0
-                if split:
-                    stash[s, i][2] = g
-                    if s > 0 and not x.requires_grad:
-                        self._input_grad(s, i, x)  # raises: the rule it broke
-                    if x.requires_grad:
-                        (gx,) = torch.autograd.grad(y, [x], g, retain_graph=True)
-                        if s > 0:
-                            self.comm.send(gx, s - 1, i, GRADIENT)
-                else:
-                    torch.autograd.backward(y, g)
-                    if s > 0:
-                        self.comm.send(self._input_grad(s, i, x), s - 1, i, GRADIENT)
-                    del stash[s, i]
-                    live_bytes -= nbytes
-            else:  # W
-                start = time.perf_counter() - t0
-                x, y, g, nbytes = stash.pop((s, i))
-                params = [q for q in mod.parameters() if q.requires_grad]
-                _accumulate(params, torch.autograd.grad(y, params, g))
-                live_bytes -= nbytes
+            start = do[a.op](a.stage, a.microbatch, st)
             synchronize()  # CUDA runs asynchronously: end when the work has ended
-            rec.timeline.append((self.rank, a, start, time.perf_counter() - t0))
+            st.rec.timeline.append((self.rank, a, start, time.perf_counter() - t0))
         self.comm.wait_all()
-        if stash:
-            raise RuntimeError(f"rank {self.rank}: actions {sorted(stash)} never ran backward")
+        if st.stash:
+            raise RuntimeError(f"rank {self.rank}: actions {sorted(st.stash)} never ran backward")
         first, last = self.stages.get(0), self.stages.get(self.num_stages - 1)
         holder = first if first is not None else last
         tied = getattr(holder, "tied_weight", lambda: None)()
         all_reduce_tied_gradient(tied, self.embedding_group)
-        return rec
+        return st.rec
+
+    # -- the three actions; each returns its start on the step's clock ---------------------
+    def _forward(self, s: int, i: int, st: _Step) -> float:
+        """F(s, i): receive (or take the tokens), run the stage, send (or compute the loss)."""
+        if s == 0:  # tokens; a float input (a benchmark's) is treated as received
+            x = st.inputs[i]
+            if x.is_floating_point():
+                x = x.detach().requires_grad_()
+        else:
+            x = self.comm.recv(st.act_shape, st.dtype, s, s - 1, i, ACTIVATION)
+            x = self.received_activation(x)  # (b, s, h)
+        start = time.perf_counter() - st.t0
+        saved = [0]
+
+        def pack(t, saved=saved):
+            saved[0] += t.untyped_storage().nbytes()
+            return t
+
+        with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+            y = self.stages[s](x)
+            if s == self.num_stages - 1:
+                loss = self.loss_fn(y, st.targets[i])
+                st.rec.losses.append(loss.item())
+                y = loss * self.loss_scale
+        if s < self.num_stages - 1:
+            self.comm.send(y, s + 1, i, ACTIVATION)
+        st.stash[s, i] = [x, y, None, saved[0]]
+        st.live_bytes += saved[0]
+        st.rec.peak_in_flight = max(st.rec.peak_in_flight, len(st.stash))
+        st.rec.peak_saved_bytes = max(st.rec.peak_saved_bytes, st.live_bytes)
+        return start
+
+    def _backward(self, s: int, i: int, st: _Step) -> float:
+        """B(s, i): receive the output's gradient (the last stage starts from its loss),
+        back-propagate, send the input's gradient; only the input's when W is split off."""
+        x, y, _, nbytes = st.stash[s, i]
+        g = (
+            None
+            if s == self.num_stages - 1
+            else self.comm.recv(st.act_shape, st.dtype, s, s + 1, i, GRADIENT)
+        )
+        start = time.perf_counter() - st.t0
+        if st.split:
+            st.stash[s, i][2] = g
+            if s > 0 and not x.requires_grad:
+                self._input_grad(s, i, x)  # raises: the rule it broke
+            if x.requires_grad:
+                (gx,) = torch.autograd.grad(y, [x], g, retain_graph=True)
+                if s > 0:
+                    self.comm.send(gx, s - 1, i, GRADIENT)
+        else:
+            torch.autograd.backward(y, g)
+            if s > 0:
+                self.comm.send(self._input_grad(s, i, x), s - 1, i, GRADIENT)
+            del st.stash[s, i]
+            st.live_bytes -= nbytes
+        return start
+
+    def _weight(self, s: int, i: int, st: _Step) -> float:
+        """W(s, i): the stage's weight gradients from the output gradient B kept, added in."""
+        start = time.perf_counter() - st.t0
+        x, y, g, nbytes = st.stash.pop((s, i))
+        params = [q for q in self.stages[s].parameters() if q.requires_grad]
+        _accumulate(params, torch.autograd.grad(y, params, g))
+        st.live_bytes -= nbytes
+        return start

@@ -10,22 +10,28 @@ from __future__ import annotations
 from minipar.cost.pipeline_parallel import pp_p2p_bytes_per_microbatch
 from minipar.runtime.launch import run
 
-from .measure import measure_bubble
+from .measure import StageTimes, measure_bubble
 from .model_bubble import peak_in_flight
 from .schedules import Action, schedule
 from .timed import bubble_breakdown
-from .train import max_error, small_config, token_batches, train_rank, train_reference
+from .train import (
+    TrainOptions,
+    max_error,
+    small_config,
+    token_batches,
+    train_rank,
+    train_reference,
+)
 
 SCHEDULES = (("gpipe", 1), ("1f1b", 1), ("interleaved", 2), ("zb-h1", 1))
 STEPS, B_MICRO = 3, 2
+TRACED = TrainOptions(trace_first_step=True)  # the first step's p2p messages
 
 
 def _chapter_rank(rank, p, m):
     c = small_config(L=8)
     return {
-        name: train_rank(
-            rank, p, name, m, v, c, token_batches(STEPS, B_MICRO * m, c), trace_first_step=True
-        )
+        name: train_rank(rank, p, name, m, v, c, token_batches(STEPS, B_MICRO * m, c), TRACED)
         for name, v in SCHEDULES
     }
 
@@ -64,7 +70,7 @@ def bubble_runs(p: int = 4, m: int = 8, t: float = 0.05, steps: int = 2) -> dict
     also holds ``breakdown``, :func:`.timed.bubble_breakdown` of its timeline."""
     out = {}
     for name, v in SCHEDULES:
-        r = measure_bubble(name, p, m, v, t, t, t, steps)
+        r = measure_bubble(name, p, m, v, StageTimes(t, t, t), steps)
         r["breakdown"] = bubble_breakdown(
             parse_timeline(r["timeline"]), schedule(name, p, m, v), t, t, t
         )

@@ -9,9 +9,21 @@ both call it; the library never imports the command-line layer.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from .model_bubble import bubble_fraction
 from .schedules import schedule as make
 from .simulate import simulate
+
+
+@dataclass(frozen=True)
+class StageTimes:
+    """Seconds one stage (all v chunks of a rank together) spends on a micro-batch's forward
+    t_F, input-gradient backward t_B and weight-gradient backward t_W."""
+
+    t_f: float = 0.05
+    t_b: float = 0.05
+    t_w: float = 0.05
 
 
 def measure_bubble(
@@ -19,14 +31,13 @@ def measure_bubble(
     p: int,
     m: int,
     v: int = 1,
-    t_f: float = 0.05,
-    t_b: float = 0.05,
-    t_w: float = 0.05,
+    times: StageTimes = StageTimes(),
     steps: int = 3,
     layers: str = "timed",
     backend: str = "gloo",
 ) -> dict:
     """One JSON-ready dict: measured and model bubble, step time, hop latency, timeline.
+    ``times``: the timed stages' t_F, t_B, t_W (``layers="gpt"``: real GPT layers instead).
     ``backend``: gloo (the chapter's default: stages only wait, nothing needs a GPU) or NCCL."""
     from minipar.runtime.launch import run  # noqa: PLC0415 (minipar.runtime.launch ~25 ms, loads cloudpickle and multiprocessing: `minipar --help` imports this module)
 
@@ -34,11 +45,12 @@ def measure_bubble(
 
     make(schedule, p, m, v)  # validates the arguments before any rank starts
     per_rank = run(
-        bench_rank, p, schedule, m, v, t_f, t_b, t_w, steps, layers, backend=backend, timeout=600
+        bench_rank, p, schedule, m, v, times, steps, layers, backend=backend, timeout=600
     )
     measured, timeline = measured_bubble(per_rank)
     span = max(e for *_, e in timeline)
     hop = hop_latency(timeline, p)
+    t_f, t_b, t_w = times.t_f, times.t_b, times.t_w
     sim = simulate(make(schedule, p, m, v), m, t_f, t_b, t_w, comm=hop)
     return {
         "schedule": schedule,

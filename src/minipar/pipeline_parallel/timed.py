@@ -20,7 +20,7 @@ import torch.nn as nn
 
 from minipar.runtime.device import get_device
 
-from .executor import PipelineExecutor
+from .executor import LastStageLoss, PipelineExecutor
 from .schedules import Action, num_stages, schedule, splits_backward
 from .simulate import _deps
 from .stage import build_stages
@@ -84,26 +84,29 @@ def _zero_loss(y, _targets):
     return (y * 0).sum()
 
 
+BENCH_SHAPE = (1, 16, 64)  # (b, s, h) of every message
+
+
 def bench_rank(
     rank: int,
     p: int,
     name: str,
     m: int,
     v: int,
-    t_f: float,
-    t_b: float,
-    t_w: float,
+    times,
     steps: int,
     layers: str = "timed",
-    shape=(1, 16, 64),
 ):
     """On each rank: run the schedule ``steps`` + 1 times (the first is a warm-up) with timed
-    stages (``layers="timed"``) or real GPT layers (``"gpt"``: 2 layers per stage, h = 64);
-    returns per step (busy seconds, end second from the common start, timeline)."""
+    stages (``layers="timed"``, waiting ``times``, a :class:`.measure.StageTimes`) or real GPT
+    layers (``"gpt"``: 2 layers per stage, h = 64); returns per step (busy seconds, end second
+    from the common start, timeline)."""
+    shape = BENCH_SHAPE
+    t_f, t_b, t_w = times.t_f, times.t_b, times.t_w
     b, dev = shape[0], get_device()
     if layers == "timed":
         stages = {s: TimedStage(t_f / v, t_b / v, t_w / v).to(dev) for s in range(rank, v * p, p)}
-        ex = PipelineExecutor(stages, v * p, rank, p, m, loss_fn=_zero_loss)
+        ex = PipelineExecutor(stages, v * p, rank, p, m, loss=LastStageLoss(_zero_loss))
         inputs, targets = [torch.zeros(shape, device=dev) for _ in range(m)], [None] * m
         dtype = torch.float32
     elif layers == "gpt":

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from contextlib import nullcontext
 from dataclasses import asdict, dataclass
+from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -17,7 +18,7 @@ import torch.nn.functional as F
 
 from minipar.model import GPTConfig, token_batches  # noqa: F401  (token_batches: chapter name)
 
-from .executor import PipelineExecutor
+from .executor import LastStageLoss, PipelineExecutor
 from .schedules import schedule
 from .stage import build_stages, reference_model
 
@@ -69,6 +70,23 @@ def embedding_group(p: int):
     return dist.new_group([0, p - 1])
 
 
+@dataclass(frozen=True)
+class TrainOptions:
+    """How :func:`train_rank` trains, beyond the schedule and the data: the optimizer ("sgd" or
+    "adam"), the executor class (a negative control's subclass), explicit ``actions`` (one list
+    per rank) instead of the named schedule's, the last stage's loss scale (None: 1/m), the
+    tied embedding's group ("auto": ranks {0, p−1}), the dtype, and whether to record the
+    first step's sends with :class:`minipar.runtime.tracer.trace`."""
+
+    optimizer: str = "adam"
+    executor_cls: type = PipelineExecutor
+    actions: list | None = None
+    loss_scale: float | None = None
+    emb_group: Any = "auto"
+    dtype: torch.dtype = torch.float64
+    trace_first_step: bool = False
+
+
 def train_rank(
     rank: int,
     p: int,
@@ -77,28 +95,22 @@ def train_rank(
     v: int,
     c: GPTConfig,
     batches,
-    optimizer: str = "adam",
-    executor_cls=PipelineExecutor,
-    actions=None,
-    loss_scale: float | None = None,
-    emb_group="auto",
-    dtype=torch.float64,
-    trace_first_step: bool = False,
+    opts: TrainOptions | None = None,
 ):
-    """Train on rank ``rank`` of p with schedule ``name`` (or explicit ``actions``, one list per
-    rank); each batch of B = m·b sequences is cut into m micro-batches of b.
-    ``trace_first_step``: record the first step's sends with :class:`minipar.runtime.tracer.trace`."""
+    """Train on rank ``rank`` of p with schedule ``name`` (or ``opts.actions``); each batch of
+    B = m·b sequences is cut into m micro-batches of b. Returns this rank's :class:`RankResult`."""
     from minipar.runtime.tracer import trace  # noqa: PLC0415 (minipar.runtime.tracer ~1.6 s over torch, loads sympy: only train_rank needs it)
 
+    o = opts or TrainOptions()
+    dtype = o.dtype
     stages = build_stages(c, rank, p, v, dtype=dtype)
-    group = embedding_group(p) if emb_group == "auto" else emb_group
+    group = embedding_group(p) if o.emb_group == "auto" else o.emb_group
     params = list({id(q): q for st in stages.values() for q in st.parameters()}.values())
-    opt = _optimizer(optimizer, params)
-    lists = actions or schedule(name, p, m, v)
+    opt = _optimizer(o.optimizer, params)
+    lists = o.actions or schedule(name, p, m, v)
     acts = lists[rank]
-    ex = executor_cls(
-        stages, v * p, rank, p, m, group=None, embedding_group=group, loss_scale=loss_scale
-    )
+    loss = LastStageLoss(scale=o.loss_scale)
+    ex = o.executor_cls(stages, v * p, rank, p, m, embedding_group=group, loss=loss)
     named = {}
     for st in stages.values():
         named.update(st.reference_names())
@@ -108,7 +120,7 @@ def train_rank(
             raise ValueError(f"batch ({x.shape[0]}) must be divisible by micro-batches m ({m})")
         b = x.shape[0] // m
         opt.zero_grad()
-        with trace() if trace_first_step and step == 0 else nullcontext() as tr:
+        with trace() if o.trace_first_step and step == 0 else nullcontext() as tr:
             rec = ex.run(
                 acts, list(x.chunk(m)), list(y.chunk(m)), (b, c.s, c.h), dtype, all_actions=lists
             )
