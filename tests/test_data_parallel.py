@@ -14,6 +14,7 @@ from minipar.data_parallel.experiments import ring_bytes, zero_on_rank
 from minipar.data_parallel.models import TiedClassifier, token_batches
 from minipar.data_parallel.train import (
     VARIANTS,
+    DPOptions,
     global_losses,
     max_param_error,
     train_rank,
@@ -75,7 +76,7 @@ def _all_on_rank(rank, n):
             torch.manual_seed(0)
             tr = trace() if opt == "sgd" else None
             losses, params = train_rank(
-                rank, n, v, TiedClassifier(), opt, token_batches(STEPS, BATCH), tracer=tr
+                rank, n, v, TiedClassifier(), opt, token_batches(STEPS, BATCH), DPOptions(tracer=tr)
             )
             out["losses"][v, opt], out["params"][v, opt] = losses, params
             if tr is not None:
@@ -485,7 +486,7 @@ def _group_section(rank, n, out):
                 TiedClassifier().double(),
                 "adam",
                 token_batches(STEPS, BATCH),
-                group=group,
+                DPOptions(group=group),
             )
 
 

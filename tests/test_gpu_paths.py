@@ -280,9 +280,7 @@ def test_data_parallel_timing_waits_for_the_device(one_rank, monkeypatch):
 
     calls = []
     monkeypatch.setattr(timing, "synchronize", _slow_synchronize(calls))
-    out = timing.time_variants_on_rank(
-        0, 1, ["compute", "naive"], width=4, depth=1, batch=2, steps=1, rounds=1
-    )
+    out = timing.time_variants_on_rank(0, 1, ["compute", "naive"], timing.Workload(4, 1, 2, 1, 1))
     assert min(t for v in out.values() for t in v) >= DELAY
 
 

@@ -30,19 +30,12 @@ def bench(
     bucket_mb: float,
     backend: str = "auto",
 ) -> dict:
+    from minipar.data_parallel import timing  # noqa: PLC0415 (torch ~1.5 s: `minipar --help` imports this module; only bench needs it)
     from minipar.data_parallel.models import mlp_params  # noqa: PLC0415 (torch ~1.5 s: `minipar --help` imports this module; only bench needs it)
-    from minipar.data_parallel.timing import run_on_ranks, time_variants_on_rank  # noqa: PLC0415 (torch ~1.5 s: `minipar --help` imports this module; only bench needs it)
 
-    per_rank = run_on_ranks(
-        functools.partial(
-            time_variants_on_rank,
-            width=width,
-            depth=depth,
-            batch=batch,
-            steps=steps,
-            rounds=rounds,
-            bucket_cap_mb=bucket_mb,
-        ),
+    load = timing.Workload(width, depth, batch, steps, rounds)
+    per_rank = timing.run_on_ranks(
+        functools.partial(timing.time_variants_on_rank, load=load, bucket_cap_mb=bucket_mb),
         ranks,
         list(VARIANTS),
         backend=backend,

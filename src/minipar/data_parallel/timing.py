@@ -12,6 +12,7 @@ from __future__ import annotations
 import functools
 import statistics
 import time
+from dataclasses import dataclass, fields
 
 import torch
 import torch.distributed as dist
@@ -55,34 +56,50 @@ def make_step(variant: str, model, bucket_cap_mb: float = 25.0):
     raise ValueError(f"variant ({variant!r}) must be compute, naive, bucketed or ddp")
 
 
+@dataclass(frozen=True)
+class Workload:
+    """What each rank times: an MLP of ``depth`` layers of ``width`` (:func:`.models.mlp`) on
+    ``batch`` rows per rank, ``steps`` steps a round, ``rounds`` rounds after a warm-up one."""
+
+    width: int = 512
+    depth: int = 8
+    batch: int = 32
+    steps: int = 5
+    rounds: int = 3
+
+
+def _workload(kw: dict) -> tuple[Workload, dict]:
+    """Keyword arguments split into a :class:`Workload` and the rest."""
+    names = {f.name for f in fields(Workload)}
+    load = Workload(**{k: v for k, v in kw.items() if k in names})
+    return load, {k: v for k, v in kw.items() if k not in names}
+
+
 def time_variants_on_rank(
     rank,
     n,
     variants,
-    width=512,
-    depth=8,
-    batch=32,
-    steps=5,
-    rounds=3,
+    load: Workload = Workload(),
     bucket_cap_mb=25.0,
     slow_rank=None,
     delay_s=0.0,
 ):
-    """{variant: [seconds per step, one per round]} on this rank (rounds interleave variants)."""
+    """{variant: [seconds per step, one per round]} on this rank (rounds interleave variants);
+    rank ``slow_rank`` sleeps ``delay_s`` before every step (a straggler)."""
     dev = get_device()
-    x = torch.randn(batch, width, device=dev)  # (b, width) per rank
-    y = torch.randn(batch, width, device=dev)  # (b, width)
+    x = torch.randn(load.batch, load.width, device=dev)  # (b, width) per rank
+    y = torch.randn(load.batch, load.width, device=dev)  # (b, width)
     setups = {}
     for v in variants:
-        model = mlp(width, depth).to(dev)
+        model = mlp(load.width, load.depth).to(dev)
         fwd, after = make_step(v, model, bucket_cap_mb)
         setups[v] = (fwd, after, torch.optim.SGD(model.parameters(), lr=1e-3))
     out = {v: [] for v in variants}
-    for r in range(rounds + 1):  # round 0: warm-up
+    for r in range(load.rounds + 1):  # round 0: warm-up
         for v, (fwd, after, opt) in setups.items():
             dist.barrier()
             t0 = _clock()
-            for _ in range(steps):
+            for _ in range(load.steps):
                 if rank == slow_rank:
                     time.sleep(delay_s)  # a straggler
                 opt.zero_grad()
@@ -90,13 +107,17 @@ def time_variants_on_rank(
                 after()
                 opt.step()
             if r:
-                out[v].append((_clock() - t0) / steps)
+                out[v].append((_clock() - t0) / load.steps)
     return out
 
 
 def time_variants(n, variants, **kw) -> dict:
-    """{variant: seconds per step}: median over rounds of the slowest rank."""
-    per_rank = run_on_ranks(functools.partial(time_variants_on_rank, **kw), n, variants)
+    """{variant: seconds per step}: median over rounds of the slowest rank. ``kw``: the
+    :class:`Workload`'s fields and :func:`time_variants_on_rank`'s options."""
+    load, rest = _workload(kw)
+    per_rank = run_on_ranks(
+        functools.partial(time_variants_on_rank, load=load, **rest), n, variants
+    )
     return {
         v: statistics.median(max(r[v][i] for r in per_rank) for i in range(len(per_rank[0][v])))
         for v in variants
@@ -136,11 +157,10 @@ def timeline_on_rank(rank, n, width=512, depth=8, batch=32, bucket_cap_mb=1.0, o
 def bucket_sweep_on_rank(rank, n, caps_mb, width=512, depth=8, batch=32, steps=3, rounds=2):
     """Step times for each bucket cap (bucketed), naive and compute-only; plus this machine's
     forward/backward split and all-reduce times of two sizes (to fit α and β)."""
-    t = time_variants_on_rank(rank, n, ["compute", "naive"], width, depth, batch, steps, rounds)
+    load = Workload(width, depth, batch, steps, rounds)
+    t = time_variants_on_rank(rank, n, ["compute", "naive"], load)
     for cap in caps_mb:
-        t[cap] = time_variants_on_rank(
-            rank, n, ["bucketed"], width, depth, batch, steps, rounds, bucket_cap_mb=cap
-        )["bucketed"]
+        t[cap] = time_variants_on_rank(rank, n, ["bucketed"], load, cap)["bucketed"]
     dev = get_device()
     model, x = mlp(width, depth).to(dev), torch.randn(batch, width, device=dev)
     t0 = _clock()
@@ -189,11 +209,14 @@ def bucket_sweep(n, caps_mb, **kw) -> dict:
 
 
 def straggler(n, delay_s=0.05, **kw) -> dict:
-    """{"even"|"rank 0 slowed": [step seconds per rank]}: bucketed DP, rank 0 sleeps delay_s."""
+    """{"even"|"rank 0 slowed": [step seconds per rank]}: bucketed DP, rank 0 sleeps delay_s;
+    ``kw``: the :class:`Workload`'s fields."""
     out = {}
     for label, slow in (("even", None), (f"rank 0 sleeps {delay_s * 1e3:.0f} ms", 0)):
         per_rank = run_on_ranks(
-            functools.partial(time_variants_on_rank, slow_rank=slow, delay_s=delay_s, **kw),
+            functools.partial(
+                time_variants_on_rank, load=Workload(**kw), slow_rank=slow, delay_s=delay_s
+            ),
             n,
             ["bucketed"],
         )

@@ -8,6 +8,8 @@ equal slices and a mean loss, every correct variant ends with the reference's pa
 from __future__ import annotations
 
 import contextlib
+from dataclasses import dataclass
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -71,6 +73,19 @@ def _wrap(variant: str, model, optimizer: str, bucket_cap_mb: float, group=None)
     raise ValueError(f"variant ({variant!r}) must be one of {', '.join(VARIANTS)}")
 
 
+@dataclass(frozen=True)
+class DPOptions:
+    """How :func:`train_rank` trains beyond the variant, model, optimizer and data: the bucket
+    cap in MB (bucketed, accumulation, DDP), the micro-batches per step (accumulation), a
+    :class:`minipar.runtime.tracer.trace` entered around the steps only (not the set-up), and
+    the process group to train in (None: the default group)."""
+
+    bucket_cap_mb: float = 0.001
+    micro: int = 2
+    tracer: Any = None
+    group: Any = None
+
+
 def train_rank(
     rank: int,
     n: int,
@@ -78,16 +93,11 @@ def train_rank(
     model,
     optimizer: str,
     batches,
-    bucket_cap_mb: float = 0.001,
-    micro: int = 2,
-    tracer=None,
-    group=None,
+    opts: DPOptions = DPOptions(),
 ):
     """Train ``model`` with ``variant`` on this rank's slices; returns (local losses, params).
-
-    ``tracer``: an optional :class:`minipar.runtime.tracer` entered around the steps only. ``group``: the
-    process group to train in (then ``rank``, ``n`` are this rank's place in it and its size).
-    """
+    With ``opts.group``, ``rank`` and ``n`` are this rank's place in that group and its size."""
+    bucket_cap_mb, micro, tracer, group = opts.bucket_cap_mb, opts.micro, opts.tracer, opts.group
     wrapper, opt = _wrap(variant, model, optimizer, bucket_cap_mb, group)
     fwd = wrapper if variant in ("ddp", "fsdp2") else model
     losses = []
