@@ -204,50 +204,9 @@ class ZeRO:
         the shards are all-reduced (one number); clipping each shard by its own norm would scale
         the shards differently. Returns the global norm when clipping, else None.
         """
-        n, lo, shard = self.n, self.rank * self.shard_numel, self.shard_numel
-        nobody = self._unused()
-        self._used = set()
-        keep = torch.zeros(self.P, dtype=torch.bool, device=self.device)  # (P,)
-        for p, (a, b) in zip(self.params, self._ranges):
-            if id(p) in nobody:
-                keep[a:b] = True
-        if self.stage:
-            keep = keep[lo : lo + shard]  # (P/n,) mine
-        saved = None
-        if keep.any():  # untouched by the step, like a None grad
-            saved = (
-                self.master.detach()[keep].clone(),
-                {
-                    k: v[keep].clone()
-                    for st in [self.optimizer.state.get(self.master, {})]
-                    for k, v in st.items()
-                    if torch.is_tensor(v) and v.shape == keep.shape
-                },
-            )
-        if self.stage == 0:
-            if n > 1:
-                dist.all_reduce(self.grad, group=self.group)  # (P,)
-            self.master.grad = self.grad.div_(n)
-        else:
-            mine = torch.empty(shard, dtype=self.dtype, device=self.device)  # (P/n,)
-            dist.reduce_scatter_single(mine, self.grad, group=self.group)  # sum of my shard
-            mine.div_(n)
-            if self.stage == 1:
-                self.grad[lo : lo + shard].copy_(mine)
-                self.master.grad = self.grad[lo : lo + shard]
-            else:  # stages 2 and 3
-                for p in self.params:
-                    p.grad = None
-                _free(self.grad)
-                self.master.grad = mine
-        norm = None
-        if max_norm is not None:
-            sq = self.master.grad.detach().pow(2).sum()  # my shard's (or all, stage 0)
-            if self.stage and n > 1:
-                dist.all_reduce(sq, group=self.group)  # Σ over shards: the whole norm²
-            norm = sq.sqrt()
-            self.master.grad.mul_((max_norm / (norm + 1e-6)).clamp(max=1.0))
-            norm = norm.item()
+        keep, saved = self._save_untouched()
+        self._reduce_gradients()
+        norm = None if max_norm is None else self._clip(max_norm)
         self.optimizer.step()
         if saved is not None:
             with torch.no_grad():
@@ -262,6 +221,61 @@ class ZeRO:
         if self.stage == 3:
             _free(self.flat)  # stage 3 re-gathers before the next forward
         return norm
+
+    def _save_untouched(self):
+        """(mask of this rank's master entries no rank used this step, (their values, their
+        optimizer state) or None): the step must leave them untouched, like a None grad."""
+        lo, shard = self.rank * self.shard_numel, self.shard_numel
+        nobody = self._unused()
+        self._used = set()
+        keep = torch.zeros(self.P, dtype=torch.bool, device=self.device)  # (P,)
+        for p, (a, b) in zip(self.params, self._ranges):
+            if id(p) in nobody:
+                keep[a:b] = True
+        if self.stage:
+            keep = keep[lo : lo + shard]  # (P/n,) mine
+        if not keep.any():
+            return keep, None
+        state = self.optimizer.state.get(self.master, {})
+        return keep, (
+            self.master.detach()[keep].clone(),
+            {
+                k: v[keep].clone()
+                for k, v in state.items()
+                if torch.is_tensor(v) and v.shape == keep.shape
+            },
+        )
+
+    def _reduce_gradients(self) -> None:
+        """The averaged gradient into ``master.grad``: all of it (stage 0, all-reduce) or this
+        rank's shard (stages 1-3, reduce-scatter); stages 2 and 3 free the full gradient."""
+        n, lo, shard = self.n, self.rank * self.shard_numel, self.shard_numel
+        if self.stage == 0:
+            if n > 1:
+                dist.all_reduce(self.grad, group=self.group)  # (P,)
+            self.master.grad = self.grad.div_(n)
+            return
+        mine = torch.empty(shard, dtype=self.dtype, device=self.device)  # (P/n,)
+        dist.reduce_scatter_single(mine, self.grad, group=self.group)  # sum of my shard
+        mine.div_(n)
+        if self.stage == 1:
+            self.grad[lo : lo + shard].copy_(mine)
+            self.master.grad = self.grad[lo : lo + shard]
+        else:  # stages 2 and 3
+            for p in self.params:
+                p.grad = None
+            _free(self.grad)
+            self.master.grad = mine
+
+    def _clip(self, max_norm: float) -> float:
+        """Scale ``master.grad`` by max_norm/(norm + 1e-6), at most 1, where norm is the whole
+        averaged gradient's (the shards' squared norms all-reduced); returns the norm."""
+        sq = self.master.grad.detach().pow(2).sum()  # my shard's (or all, stage 0)
+        if self.stage and self.n > 1:
+            dist.all_reduce(sq, group=self.group)  # Σ over shards: the whole norm²
+        norm = sq.sqrt()
+        self.master.grad.mul_((max_norm / (norm + 1e-6)).clamp(max=1.0))
+        return norm.item()
 
     def state_bytes(self) -> dict:
         """Bytes this rank holds between steps: weights, gradients, optimizer state (each
