@@ -59,37 +59,48 @@ def param_diff(tp: nn.Module, expected: nn.Module, grads: bool) -> float:
 
 def layer_parity(rank: int, t: int, group=None, dtype=torch.float64) -> dict[str, float]:
     """Column, row, column→row, vocab embedding and cross-entropy against the full modules."""
-    c, res = SMALL, {}
+    c = SMALL
     torch.manual_seed(0)
     full_col, full_row = nn.Linear(c.h, 4 * c.h).to(dtype), nn.Linear(4 * c.h, c.h).to(dtype)
     x = _randn(B, c.s, c.h, seed=1, dtype=dtype).requires_grad_()  # (b, s, h)
     dy = _randn(B, c.s, c.h, seed=2, dtype=dtype)  # (b, s, h)
-
-    # column alone: output and input gradient against the full layer
-    ref = full_col(x)  # (b, s, 4h)
-    ref.backward(_randn(*ref.shape, seed=3, dtype=dtype))
-    col = ColumnParallelLinear.from_full(full_col, group)
-    xl = x.detach().clone().requires_grad_()
-    y = col(xl)  # (b, s, 4h/t)
-    y.backward(shard(_randn(*ref.shape, seed=3, dtype=dtype), -1, rank, t))
-    res["column out"] = max_diff(y, shard(ref, -1, rank, t))
-    res["column dX"] = max_diff(xl.grad, x.grad)
-    res["column dW"] = param_diff(
-        col, ColumnParallelLinear.from_full(grads_as_module(full_col), group), True
-    )
-    acol = ColumnParallelLinear.from_full(full_col, group, async_grad_allreduce=True)
-    xl = x.detach().clone().requires_grad_()
-    y = acol(xl)
-    y.backward(shard(_randn(*ref.shape, seed=3, dtype=dtype), -1, rank, t))
-    res["async column dX"] = max_diff(xl.grad, x.grad)
-    res["async column dW"] = param_diff(
-        acol, ColumnParallelLinear.from_full(grads_as_module(full_col), group), True
-    )
+    where = (rank, t, group)
+    res = _column_parity(full_col, x, where)
     x.grad = None
     for m in (full_col, full_row):
         m.zero_grad()
+    res.update(_row_and_mlp_parity(full_col, full_row, x, dy, where))
+    res.update(_vocab_parity(dy, where))
+    return res
 
-    # row alone, and column -> row (the MLP without the GeLU), against the full layers
+
+def _column_parity(full_col: nn.Linear, x, where) -> dict[str, float]:
+    """A column-parallel layer, synchronous and with the asynchronous input-gradient
+    all-reduce: output and input gradient against ``full_col``, weight gradients against its
+    slices. ``where`` = (rank, t, group)."""
+    rank, t, group = where
+    res = {}
+    ref = full_col(x)  # (b, s, 4h)
+    ref.backward(_randn(*ref.shape, seed=3, dtype=x.dtype))
+    for key, kw in (("column", {}), ("async column", {"async_grad_allreduce": True})):
+        col = ColumnParallelLinear.from_full(full_col, group, **kw)
+        xl = x.detach().clone().requires_grad_()
+        y = col(xl)  # (b, s, 4h/t)
+        y.backward(shard(_randn(*ref.shape, seed=3, dtype=x.dtype), -1, rank, t))
+        if not kw:
+            res["column out"] = max_diff(y, shard(ref, -1, rank, t))
+        res[f"{key} dX"] = max_diff(xl.grad, x.grad)
+        res[f"{key} dW"] = param_diff(
+            col, ColumnParallelLinear.from_full(grads_as_module(full_col), group), True
+        )
+    return res
+
+
+def _row_and_mlp_parity(full_col, full_row, x, dy, where) -> dict[str, float]:
+    """A row-parallel layer alone, then column → GeLU → row (the MLP), against the full
+    layers: outputs, input gradients and weight-gradient slices."""
+    rank, t, group = where
+    res, c, dtype = {}, SMALL, x.dtype
     u = _randn(B, c.s, 4 * c.h, seed=4, dtype=dtype).requires_grad_()  # (b, s, 4h)
     ref = full_row(u)
     ref.backward(dy)
@@ -119,8 +130,14 @@ def layer_parity(rank: int, t: int, group=None, dtype=torch.float64) -> dict[str
         param_diff(col, ColumnParallelLinear.from_full(grads_as_module(full_col), group), True),
         param_diff(row, RowParallelLinear.from_full(grads_as_module(full_row), group), True),
     )
+    return res
 
-    # vocabulary-parallel embedding
+
+def _vocab_parity(dy, where) -> dict[str, float]:
+    """The vocabulary-parallel embedding, and the vocabulary-parallel cross-entropy with
+    logits large enough to overflow exp() unshifted, against the full ones."""
+    rank, t, group = where
+    res, c, dtype = {}, SMALL, dy.dtype
     emb = nn.Embedding(c.V, c.h).to(dtype)
     tokens = torch.randint(0, c.V, (B, c.s), generator=torch.Generator().manual_seed(5))
     ref = emb(tokens)
@@ -131,7 +148,6 @@ def layer_parity(rank: int, t: int, group=None, dtype=torch.float64) -> dict[str
     res["embedding out"] = max_diff(y, ref)
     res["embedding dW"] = max_diff(vemb.weight.grad, shard(emb.weight.grad, 0, rank, t))
 
-    # vocabulary-parallel cross-entropy, with logits large enough to overflow exp() unshifted
     logits = (1000 * _randn(B, c.s, c.V, seed=6, dtype=dtype)).requires_grad_()  # (b, s, v)
     target = torch.randint(0, c.V, (B, c.s), generator=torch.Generator().manual_seed(7))
     ref = F.cross_entropy(logits.flatten(0, 1), target.flatten())
