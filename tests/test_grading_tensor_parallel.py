@@ -393,6 +393,19 @@ def _good_ce(
     return loss.mean() if mean else loss.sum()
 
 
+def ce_max_over_world(local_logits, target, group=None):
+    """The MAX all-reduce without group=: the max cancels out of the loss, so this is right
+    whenever every group's logits reach the same max."""
+    lo, per = _lo_per(local_logits, group)
+    m = local_logits.detach().max(dim=1).values.clone()
+    dist.all_reduce(m, op=dist.ReduceOp.MAX)  # over the world
+    z = local_logits - m[:, None]
+    mine = (target >= lo) & (target < lo + per)
+    picked = z.gather(1, (target - lo).clamp(0, per - 1)[:, None])[:, 0] * mine
+    total = reduce_from_tp_region(z.exp().sum(1), group)
+    return (total.log() - reduce_from_tp_region(picked, group)).mean()
+
+
 def ce_sum(local_logits, target, group=None):
     return _good_ce(local_logits, target, group, mean=False)
 
@@ -569,6 +582,7 @@ WRONG = {
     # 03 vocab-parallel cross-entropy
     "ce_no_max": ce_no_max,
     "ce_local_max": ce_local_max,
+    "ce_max_over_world": ce_max_over_world,
     "ce_sum": ce_sum,
     "ce_unmasked": ce_unmasked,
     "ce_boundary_twice": ce_boundary_twice,

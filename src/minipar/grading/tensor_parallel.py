@@ -334,24 +334,39 @@ V = 24
 # and two ids inside shards
 TARGETS = [0, 7, 8, 11, 12, 15, 16, V - 1, 5, 19]
 N = len(TARGETS)
-CE_SCALES = (("logits of size ~1", 1.0), ("logits of size ~1000", 1000.0))
+# the last case shifts the logits of the TP group holding world rank 0 by +1000 and leaves the
+# other groups' at size ~1: the loss does not change (a shift cancels out of a softmax), but a
+# max taken over the whole world instead of the group is ~1000 above a ~1 group's logits, and
+# exp(logit − max) underflows to 0 there
+SHIFTED = "logits +1000 in the TP group holding rank 0, of size ~1 in the others"
+SHIFT = 1000.0
+CE_SCALES = (("logits of size ~1", 1.0), ("logits of size ~1000", 1000.0), (SHIFTED, 1.0))
 
 
-def _ce_data(scale):
+def _ce_shift(label, members) -> float:
+    """The constant added to every logit of a group of ``members`` (world ranks) in ``label``."""
+    return SHIFT if label == SHIFTED and 0 in members else 0.0
+
+
+def _ce_data(scale, shift=0.0):
     import torch  # noqa: PLC0415 (torch ~1.5 s: this module loads without torch; only _ce_data needs it)
 
-    logits = scale * _randn(N, V, seed=6)  # (N, V); exp() overflows at 1000
+    logits = scale * _randn(N, V, seed=6) + shift  # (N, V); exp() overflows at 1000
     return logits, torch.tensor(TARGETS)
 
 
 def _ce_body(gr, t, group, fn):
+    import torch.distributed as dist  # noqa: PLC0415 (torch ~1.5 s: this module loads without torch; only _ce_body needs it)
+
+    members = list(range(dist.get_world_size())) if group is None else None
+    members = members or dist.get_process_group_ranks(group)
     out = {}
     for label, scale in CE_SCALES:
         os.write(
             2,
             f"minipar check: running case {current_case()}, {label}, targets {TARGETS}\n".encode(),
         )
-        logits, target = _ce_data(scale)
+        logits, target = _ce_data(scale, _ce_shift(label, members))
         per = V // t
         ll = logits[:, gr * per : (gr + 1) * per].clone().requires_grad_()  # (N, V/t)
         loss = fn(ll, target.clone(), group)
@@ -466,7 +481,7 @@ def _diagnose_picks(picks, target, t):
     "tensor_parallel.vocab_parallel_cross_entropy",
     "the loss and logit gradients equal one process's cross-entropy for t = 1, 2, 3 (the "
     "whole world, both groups of a 2 × 2 grid, a subgroup), with targets on every shard "
-    "boundary and logits of size ~1 and ~1000",
+    "boundary, logits of size ~1 and ~1000, and groups whose logits differ by ~1000",
 )
 def check_vocab_parallel_cross_entropy(fn, **_):
     import torch  # noqa: PLC0415 (torch ~1.5 s: this module loads without torch; only check_vocab_parallel_cross_entropy needs it)
@@ -475,17 +490,18 @@ def check_vocab_parallel_cross_entropy(fn, **_):
     forbid_course_code(fn, CHAPTER, allow=_FG, what="write the cross-entropy")
     refs = {}
     for label, scale in CE_SCALES:
-        logits, target = _ce_data(scale)
-        full = logits.clone().requires_grad_()
-        loss = F.cross_entropy(full, target)
-        loss.backward()
-        refs[label] = (logits, target, loss.detach(), full.grad)
+        for shift in {_ce_shift(label, []), _ce_shift(label, [0])}:
+            logits, target = _ce_data(scale, shift)
+            full = logits.clone().requires_grad_()
+            loss = F.cross_entropy(full, target)
+            loss.backward()
+            refs[label, shift] = (logits, target, loss.detach(), full.grad)
     passed_whole = False
     for c in RANKS.launch(_ce_body, fn):
         t, gr = c["t"], c["gr"]
         per = V // t
         for label, _scale in CE_SCALES:
-            logits, target, ref, ref_grad = refs[label]
+            logits, target, ref, ref_grad = refs[label, _ce_shift(label, c["members"])]
             where = f"{c['where']}, {label}"
             r = c["ce"][label]
             loss = r["loss"]
@@ -504,6 +520,16 @@ def check_vocab_parallel_cross_entropy(fn, **_):
                     [m["ce"][label]["grad"] for m in sorted(members, key=lambda m: m["gr"])], -1
                 )  # (N, V)
             if not _same(loss, ref):
+                if label == SHIFTED and not c["whole"]:  # right when every group's were ~1
+                    held = "~1000" if _ce_shift(label, c["members"]) else "of size ~1"
+                    raise GradeFailure(
+                        f"{where}: the loss is {loss.item():.6g}, expected {ref.item():.6g}, "
+                        f"while it was right when every group held logits of size ~1: here "
+                        f"TP group {c['members']} holds logits {held} and another group's "
+                        "differ by ~1000, so a value taken over the whole world (the max "
+                        "above all) is not this group's and exp(logit − max) under- or "
+                        "overflows: pass group= to every all-reduce, the MAX one too"
+                    )
                 if not torch.isfinite(loss):
                     if label != CE_SCALES[0][0]:  # the ~1 case passed
                         raise GradeFailure(
@@ -701,7 +727,10 @@ _IN_TP = (
     "the whole world of 3 ranks; groups {0}, {1}, {2}; groups {0, 1} and {2, 3} of 4; "
     "groups {0, 3} and {1, 2} of 4 (not consecutive)"
 )
-_IN_CE = _IN_TP + "; targets on every shard boundary, 0 and V−1; logits of size ~1 and ~1000"
+_IN_CE = (
+    _IN_TP + "; targets on every shard boundary, 0 and V−1; logits of size ~1 and ~1000; "
+    "logits +1000 in the group holding rank 0, of size ~1 in the other groups"
+)
 CLAUSES = {
     "tensor_parallel.copy_to_tp_region": (
         Clause(
@@ -802,6 +831,12 @@ CLAUSES = {
             _IN_CE,
             "ce_local_max",
             "each rank subtracted its own max",
+        ),
+        Clause(
+            "the max is all-reduced over the group, not the world (honour group)",
+            _IN_CE,
+            "ce_max_over_world",
+            "a value taken over the whole world (the max above all) is not this group's",
         ),
         Clause("the mean over the tokens", _IN_CE, "ce_sum", "SUM over the 10 tokens"),
         Clause(
