@@ -15,15 +15,22 @@
 #
 # For the sums, `reduce_from_tp_region` (g: all-reduce forward, identity backward) lets autograd
 # produce the right gradient: every rank computes the same loss and differentiates only through
-# its own slice. Honour `group` (rank and size in the group, `group=` in every collective). The
-# checker compares loss and logit gradients with one process for t = 1, 2 and 3 (the whole
-# world, and TP groups that are not), with targets on every shard boundary, 0 and V − 1, and
-# logits of size ~1 and ~1000 (exp overflows unless the max is subtracted).
+# its own slice. g is not required: a plain in-place `dist.all_reduce(x, group=group)` of the two
+# sums gives the same loss and, here, the same gradients (autograd does not see it, so its
+# backward is the identity, as g's is); g says what you mean. Honour `group` (rank and size in
+# the group, `group=` in every collective, the MAX one too). The checker compares loss and logit
+# gradients with one process for t = 1, 2 and 3 (the whole world, and TP groups that are not),
+# with targets on every shard boundary, 0 and V − 1, logits of size ~1 and ~1000 (exp overflows
+# unless the max is subtracted), and one case where the group holding rank 0 has its logits
+# shifted by +1000 and the other groups' stay of size ~1.
 #
 # What the check holds you to: only the results: a scalar loss in the logits' dtype (float64 in
 # the check) and the logit gradients, within 1e-7 relative, 1e-9 absolute of one process's cross-
-# entropy. Any collectives every rank of the group makes alike are fine; with a one-rank group the
-# all-reduces leave their tensors as they are.
+# entropy. "Honour `group`" is checked through those results, and it wins: a shift cancels out
+# of a group's loss, but a collective that ignores `group=` mixes in another group's values (a
+# max ~1000 too large makes exp(logit − max) underflow to 0), so the loss comes out wrong or
+# infinite in that case. Any collectives every rank of the group makes alike are fine; with a
+# one-rank group the all-reduces leave their tensors as they are.
 # %%
 import torch
 import torch.distributed as dist
