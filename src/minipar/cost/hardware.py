@@ -241,6 +241,22 @@ GPUS: dict[str, GPU] = {
         inter="ib-ndr400",
         **gh100_kernels(3.35e12),
     ),
+    "H100-HBM2e-500W": GPU(
+        "H100-HBM2e-500W",
+        96e9,
+        {"bf16": 912 * _T, "fp16": 912 * _T, "fp8": 1824 * _T},
+        source="torchtitan's benchmark H100 (Grand Teton): 96 GB HBM2e at 2.4 TB/s, run at the "
+        "default 500 W power limit; torchtitan: its peak is 'between SXM and NVL', exact value "
+        "unknown",
+        note="an ASSUMPTION throughout, added after torchtitan's rows were read (so its error "
+        "on them is not a validation): bf16 peak 912 TFLOP/s, the middle of the SXM's 989 and "
+        "the NVL's 835; kernel constants the H200's (gh100_kernels) with the bandwidth-bound "
+        "ones scaled by 2.4/4.8; NVLink 4 in the host and 400 Gb/s RDMA per GPU.",
+        sms=132,
+        intra="nvlink4-h100",
+        inter="ib-ndr400",
+        **gh100_kernels(2.4e12),
+    ),
     "H100-PCIe": GPU(
         "H100-PCIe",
         80 * 2**30,

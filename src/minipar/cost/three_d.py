@@ -386,7 +386,7 @@ MODELS: dict[str, ModelShape] = {
     ),
 }
 
-ERA_FLASH_GPUS = ("H100-SXM", "H100-PCIe", "H200")
+ERA_FLASH_GPUS = ("H100-SXM", "H100-HBM2e-500W", "H100-PCIe", "H200")
 """GPUs whose training stacks run fused attention by default (FlashAttention-2 and PyTorch's
 SDPA shipped for Hopper in 2023); the A100 presets reproduce 2021 runs, unfused."""
 

@@ -81,7 +81,7 @@ function checkModelShape(m) {
   if (m.ffn < 0 || !(m.top_k >= 1 && m.top_k <= m.experts)) throw new Error(`ffn (${m.ffn}) must be >= 0 and top_k (${m.top_k}) in [1, experts (${m.experts})]`);
 }
 
-export const ERA_FLASH_GPUS = ["H100-SXM", "H100-PCIe", "H200"];
+export const ERA_FLASH_GPUS = ["H100-SXM", "H100-HBM2e-500W", "H100-PCIe", "H200"];
 
 // Python: attention_for(m_, gpu_name)
 export function attentionFor(model, gpuName) {
