@@ -15,7 +15,8 @@ def dp_and_3d_step(rank: int, world_size: int) -> dict:
 
     from minipar.data_parallel.models import TiedClassifier, token_batches
     from minipar.data_parallel.train import max_param_error, train_rank, train_reference
-    from minipar.three_d.train import train_3d_on_rank
+    from minipar.three_d.grid import RankGrid
+    from minipar.three_d.train import Workload, train_3d_on_rank
 
     torch.manual_seed(0)
     ref = train_reference(TiedClassifier().double(), "adam", token_batches(2, 4 * world_size))[1]
@@ -28,9 +29,8 @@ def dp_and_3d_step(rank: int, world_size: int) -> dict:
         "adam",
         token_batches(2, 4 * world_size),
     )
-    three_d = train_3d_on_rank(rank, world_size, 1, 2, world_size // 2, bugs=(None,), steps=2)[
-        "correct"
-    ]
+    grid = RankGrid(1, 2, world_size // 2)
+    three_d = train_3d_on_rank(rank, world_size, grid, (None,), work=Workload(steps=2))["correct"]
     return {
         "host": socket.gethostname(),
         "local_rank": int(os.environ["LOCAL_RANK"]),

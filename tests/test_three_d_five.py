@@ -32,7 +32,7 @@ CASES = {
 def case(request):
     shape, bugs = CASES[request.param]
     grid = Grid(*shape)
-    return grid, run(train_5d_on_rank, grid.world_size, *shape, bugs, backend="gloo", timeout=600)
+    return grid, run(train_5d_on_rank, grid.world_size, grid, bugs, backend="gloo", timeout=600)
 
 
 @pytest.mark.slow

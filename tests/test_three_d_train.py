@@ -14,6 +14,7 @@ from minipar.cost.memory_time import model_state_bytes
 from minipar.cost.pipeline_parallel import pp_p2p_bytes_per_microbatch
 from minipar.cost.tensor_parallel import tp_bytes_per_layer
 from minipar.runtime.launch import run
+from minipar.three_d.grid import RankGrid
 from minipar.three_d.train import SMALL, fsdp2_tp_on_rank, train_3d_on_rank
 
 M, B, STEPS, BYTES = 2, 2, 3, 8  # micro-batches, micro-batch size, Adam steps, float64
@@ -25,7 +26,9 @@ ALL_BUGS = (None, "swapped_groups", "no_embedding_allreduce", "no_sp_grad_allred
 def case(request):
     mode = request.param
     d, t, p = CASES[mode]
-    results = run(train_3d_on_rank, d * t * p, d, t, p, ALL_BUGS, mode, backend="gloo", timeout=900)
+    results = run(
+        train_3d_on_rank, d * t * p, RankGrid(d, t, p), ALL_BUGS, mode, backend="gloo", timeout=900
+    )
     return mode, (d, t, p), results
 
 

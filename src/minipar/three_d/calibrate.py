@@ -63,34 +63,14 @@ def _burst(fn, reps: int, k: int | None = None, min_s: float | None = None) -> t
     return tuple(sum(v[i] for v in mid) / len(mid) for i in (0, 1))
 
 
-def measure_on_rank(
-    rank: int, world_size: int, config: GPTConfig = TINY, batches=BATCHES, reps: int = 3
-) -> dict:
-    """Per rank, all ranks at once, (wall, CPU) seconds per call (:func:`_burst`) of: one
-    layer's forward + backward per micro-batch size b; one micro-batch of a one-layer model
-    through the course's pipeline executor on one stage (``"stage"``: embedding, the layer,
-    final layer norm, tied head, cross-entropy, and the executor's own work); the
-    sequence-parallel block per TP degree t and b; an Adam step per number of elements; the
-    all-gather and the reduce-scatter of the course's sequence parallelism and ZeRO
-    (``all_gather_single``, ``reduce_scatter_single``) per group size n (every group of n
-    consecutive ranks busy at once) and size; a one-way send/recv between rank pairs."""
-    from .train import stage_3d  # noqa: PLC0415 (minipar.three_d.train (torch.distributed.tensor) ~0.8 s over torch, loads sympy: only measure_on_rank needs it)
+def _layer_and_stage(out: dict, cfg: GPTConfig, layer, batches, reps: int) -> None:
+    """One layer's forward + backward, and one micro-batch through a one-stage executor, per b."""
+    from .train import stage_3d  # noqa: PLC0415 (minipar.three_d.train (torch.distributed.tensor) ~0.8 s over torch, loads sympy: only the measurements need it)
 
-    torch.manual_seed(0)
-    cfg = replace(config, dropout=0.0)
-    layer = Layer(cfg)
+    world_size, rank = dist.get_world_size(), dist.get_rank()
     solo = [dist.new_group([r]) for r in range(world_size)][rank]  # every rank alone
     stage = stage_3d(GPT(replace(cfg, L=1)), 0, 1, solo)
     ex = PipelineExecutor({0: stage}, 1, 0, 1, 1, group=solo)
-    out = {
-        "layer": {},
-        "stage": {},
-        "block": {},
-        "adam": {},
-        "all-gather": {},
-        "reduce-scatter": {},
-        "p2p": {},
-    }
     for b in batches:
         x = torch.randn(b, cfg.s, cfg.h, requires_grad=True)  # (b, s, h)
         tokens = torch.randint(0, cfg.V, (b, cfg.s + 1))  # (b, s + 1)
@@ -110,11 +90,17 @@ def measure_on_rank(
         for fn, key in ((fwd_bwd, "layer"), (one_micro_batch, "stage")):
             fn()  # warm up
             out[key][b] = _burst(fn, reps)
-    for t in [
+
+
+def _blocks(out: dict, cfg: GPTConfig, layer, batches, reps: int) -> None:
+    """The sequence-parallel block per TP degree t (every group of t consecutive ranks) and b."""
+    world_size, rank = dist.get_world_size(), dist.get_rank()
+    degrees = [
         k
         for k in range(1, world_size + 1)
         if world_size % k == 0 and cfg.a % k == 0 and cfg.s % k == 0
-    ]:
+    ]
+    for t in degrees:
         groups = [dist.new_group(list(range(g, g + t))) for g in range(0, world_size, t)]
         block = ParallelBlock.from_full(layer, groups[rank // t], sequence_parallel=True)
         out["block"][t] = {}
@@ -126,12 +112,22 @@ def measure_on_rank(
 
             block_fwd_bwd()
             out["block"][t][b] = _burst(block_fwd_bwd, reps, None if t == 1 else 3)
+
+
+def _adam(out: dict, reps: int) -> None:
+    """An Adam step per number of elements."""
     for numel in OPT_SIZES:
         w = torch.nn.Parameter(torch.zeros(numel))
         w.grad = torch.ones(numel)
         opt = torch.optim.Adam([w], lr=1e-3)
         opt.step()
         out["adam"][numel] = _burst(opt.step, reps, 3)
+
+
+def _collectives(out: dict, reps: int) -> None:
+    """All-gather and reduce-scatter per group size n (every group of n consecutive ranks busy
+    at once) and size."""
+    world_size, rank = dist.get_world_size(), dist.get_rank()
     for n in [k for k in range(2, world_size + 1) if world_size % k == 0]:
         groups = [dist.new_group(list(range(g, g + n))) for g in range(0, world_size, n)]
         mine = groups[rank // n]
@@ -145,6 +141,11 @@ def measure_on_rank(
             for op, fn in calls.items():
                 fn()  # warm up this size
                 out[op][n][size] = _burst(fn, reps, 8 if size < 2**18 else 2)
+
+
+def _p2p(out: dict, reps: int) -> None:
+    """A one-way send/recv between rank pairs (2i, 2i + 1), per size."""
+    world_size, rank = dist.get_world_size(), dist.get_rank()
     peer = rank ^ 1 if (rank ^ 1) < world_size else rank
     for size in SIZES:
         buf = torch.ones(size)
@@ -160,6 +161,29 @@ def measure_on_rank(
         ping()
         w, c = _burst(ping, reps, 8 if size < 2**18 else 2)
         out["p2p"][size] = (w / 2, c / 2)  # one way
+
+
+def measure_on_rank(
+    rank: int, world_size: int, config: GPTConfig = TINY, batches=BATCHES, reps: int = 3
+) -> dict:
+    """Per rank, all ranks at once, (wall, CPU) seconds per call (:func:`_burst`) of: one
+    layer's forward + backward per micro-batch size b; one micro-batch of a one-layer model
+    through the course's pipeline executor on one stage (``"stage"``: embedding, the layer,
+    final layer norm, tied head, cross-entropy, and the executor's own work); the
+    sequence-parallel block per TP degree t and b; an Adam step per number of elements; the
+    all-gather and the reduce-scatter of the course's sequence parallelism and ZeRO
+    (``all_gather_single``, ``reduce_scatter_single``) per group size n (every group of n
+    consecutive ranks busy at once) and size; a one-way send/recv between rank pairs."""
+    torch.manual_seed(0)
+    cfg = replace(config, dropout=0.0)
+    layer = Layer(cfg)
+    keys = ("layer", "stage", "block", "adam", "all-gather", "reduce-scatter", "p2p")
+    out = {k: {} for k in keys}
+    _layer_and_stage(out, cfg, layer, batches, reps)
+    _blocks(out, cfg, layer, batches, reps)
+    _adam(out, reps)
+    _collectives(out, reps)
+    _p2p(out, reps)
     return out
 
 
@@ -224,9 +248,7 @@ def fit_machine(
 def time_layout_on_rank(
     rank: int,
     world_size: int,
-    d: int,
-    t: int,
-    p: int,
+    grid: RankGrid,
     config: GPTConfig = TINY,
     batch: int = BATCH,
     b: int = MICRO,
@@ -236,9 +258,9 @@ def time_layout_on_rank(
     composition: SP inside TP, 1F1B, ZeRO-1) on this rank, after one warm-up step."""
     from .train import stage_3d  # noqa: PLC0415 (minipar.three_d.train (torch.distributed.tensor) ~0.8 s over torch, loads sympy: only time_layout_on_rank needs it)
 
-    grid = RankGrid(d, t, p)
     groups = new_groups(grid)
     c = grid.coord(rank)
+    d, t, p = grid.d, grid.t, grid.p
     m = batch // (d * b)
     rows = slice(c.dp * m * b, (c.dp + 1) * m * b)
     torch.manual_seed(0)
@@ -279,7 +301,7 @@ def _bench_on_rank(
 
     def timed(order, k):
         return {
-            i: time_layout_on_rank(rank, world_size, *layouts[i], config, batch, b, k)
+            i: time_layout_on_rank(rank, world_size, RankGrid(*layouts[i]), config, batch, b, k)
             for i in order
         }
 

@@ -6,7 +6,7 @@ comes from :mod:`minipar.cost` (the planner :mod:`minipar.cost.three_d`, the pub
 
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 from minipar.cost import three_d as planner
 from minipar.cost import validation
@@ -45,21 +45,29 @@ PUBLISHED = {
 }
 
 
-def hand_calculation(
-    psi: float = 175e9,
-    L: int = 96,
-    h: int = 12288,
-    a: int = 96,
-    s: int = 2048,
-    gpus: int = 1024,
-    batch: int = 1536,
-    t: int = 8,
-    gpu_bytes: float = 80 * GiB,
-    inter_bw: float = 25e9,
-    intra_bw: float = 300e9,
-    x: float = 140e12,
-    gpus_per_node: int = 8,
-) -> dict:
+@dataclass(frozen=True)
+class HandSetting:
+    """The by-hand layout's inputs: GPT-3 175B (``psi`` parameters, ``L`` layers of width ``h``
+    with ``a`` heads, sequences of ``s``) on ``gpus`` A100 of ``gpu_bytes``, ``gpus_per_node`` a
+    node, a global ``batch`` of sequences, TP over ``t``; per-GPU links ``intra_bw`` (NVLink)
+    and ``inter_bw`` (one NIC), B/s; ``x`` achieved FLOP/s per GPU."""
+
+    psi: float = 175e9
+    L: int = 96
+    h: int = 12288
+    a: int = 96
+    s: int = 2048
+    gpus: int = 1024
+    batch: int = 1536
+    t: int = 8
+    gpu_bytes: float = 80 * GiB
+    inter_bw: float = 25e9
+    intra_bw: float = 300e9
+    x: float = 140e12
+    gpus_per_node: int = 8
+
+
+def hand_calculation(setting: HandSetting = HandSetting()) -> dict:
     """The chapter's by-hand layout for GPT-3 175B on 1024 A100 (no ZeRO, full recomputation,
     no sequence parallelism, b = 1), step by step: the numbers the chapter prints, recomputed.
 
@@ -68,17 +76,24 @@ def hand_calculation(
     ``tp16_ratio``: TP over two nodes (t = 16) against t = 8 on NVLink, per layer, with NCCL's
     one ring per NIC (a node's ``gpus_per_node`` NICs share the inter-node bytes);
     ``tp16_one_nic_ratio``: the same through a single NIC."""
+    psi, L, h, a, s, t = setting.psi, setting.L, setting.h, setting.a, setting.s, setting.t
+    gpus, batch, inter_bw, intra_bw = (
+        setting.gpus,
+        setting.batch,
+        setting.inter_bw,
+        setting.intra_bw,
+    )
     states = 16 * psi
     out = {
         "states_TB": states / 1e12,
-        "tp_min": states / gpu_bytes,
+        "tp_min": states / setting.gpu_bytes,
         "states_GiB": {tp: states / tp / GiB for tp in (32, 64, 128)},
         "acts_GiB": L * 2 * s * h / GiB,  # L·2sbh, b = 1
         # the layer being recomputed: Korthikanti Table 2 without SP, sbh(10 + 24/t) + 5as²b/t
         "layer_GiB": activation_bytes_per_layer(s, 1, h, a, t=t, sp=False) / GiB,
         "flops": 8 * psi * batch * s,
     }
-    out["compute_s"] = out["flops"] / gpus / x
+    out["compute_s"] = out["flops"] / gpus / setting.x
     rows = {}
     for p in (8, 16):
         d = gpus // (t * p)
@@ -98,7 +113,7 @@ def hand_calculation(
     out["tp_GB_per_layer"] = tp_layer / 1e9
     out["tp_s"] = tp_layer * (L // 8) * (batch // 16) / intra_bw  # 12 layers × 96 mb
     bytes16 = (2 * 15 / 16) / (2 * 7 / 8)  # ring bytes, t = 16 vs 8
-    out["tp16_ratio"] = bytes16 * intra_bw / (gpus_per_node * inter_bw)
+    out["tp16_ratio"] = bytes16 * intra_bw / (setting.gpus_per_node * inter_bw)
     out["tp16_one_nic_ratio"] = bytes16 * intra_bw / inter_bw
     return out
 

@@ -36,9 +36,9 @@ from __future__ import annotations
 
 import contextlib
 import copy
+from dataclasses import dataclass, field
 
 import torch
-import torch.distributed as dist
 import torch.nn as nn
 import torch.nn.functional as F
 
@@ -47,7 +47,7 @@ from minipar.context_parallel.sharding import positions, shard_sequence
 from minipar.cost.context_parallel import ring_sent_bytes_per_layer
 from minipar.cost.pipeline_parallel import pp_p2p_bytes_per_microbatch
 from minipar.cost.tensor_parallel import tp_collectives_per_layer
-from minipar.dist import group_rank, group_size
+from minipar.dist import allreduce_flat, group_rank, group_size
 from minipar.expert_parallel import ExpertParallelMoE
 from minipar.grid import Grid, new_groups
 from minipar.model import GPTConfig, token_batches
@@ -64,10 +64,21 @@ from minipar.tensor_parallel import (
 )
 
 from .moe_gpt import EXPERTS, TINY, TOP_K, MoEGPT, MoELayer, moe_gpt
-from .train import gather_from_tp_ranks
+from .train import Workload, gather_from_tp_ranks
 
 LR = 0.01
 BUGS = (None, "no_cp_grad_reduction", "experts_over_ep", "router_not_over_tp")
+
+
+@dataclass(frozen=True)
+class MoEWorkload(Workload):
+    """:class:`~minipar.three_d.train.Workload` for the MoE GPT: its ``config``, ``experts`` per
+    MoE layer, each token routed to ``top_k``; sequences sharded over cp in ``layout``."""
+
+    config: GPTConfig = field(default_factory=lambda: TINY)
+    experts: int = EXPERTS
+    top_k: int = TOP_K
+    layout: str = "zigzag"
 
 
 # ------------------------------------------------------------------ this rank's part
@@ -142,18 +153,12 @@ def _is_expert(name: str) -> bool:
 
 
 def _all_reduce_mean(grads: list, group, divisor: int) -> int:
-    """Sum ``grads`` over ``group`` in one flat all-reduce, divide by ``divisor``; elements."""
-    if not grads:
-        return 0
-    flat = torch.cat([g.reshape(-1) for g in grads])  # (n,)
-    if group_size(group) > 1:
-        dist.all_reduce(flat, group=group)
-    flat /= divisor
-    offset = 0
+    """Sum ``grads`` over ``group`` in one flat all-reduce, divide by ``divisor``; elements
+    (counted for a group of one too: the cost model's count does not depend on it)."""
+    allreduce_flat(grads, group)
     for g in grads:
-        g.copy_(flat[offset : offset + g.numel()].view_as(g))
-        offset += g.numel()
-    return flat.numel()
+        g /= divisor
+    return sum(g.numel() for g in grads)
 
 
 def reduce_gradients(stage: Stage5D, groups: dict, grid: Grid, bug: str | None = None) -> dict:
@@ -196,39 +201,27 @@ def _reference(build, batches, steps: int):
 def train_5d_on_rank(
     rank: int,
     world_size: int,
-    d: int,
-    t: int,
-    p: int,
-    cp: int,
-    ep: int,
+    grid: Grid,
     bugs=BUGS,
-    *,
-    config: GPTConfig = TINY,
-    experts: int = EXPERTS,
-    top_k: int = TOP_K,
-    m: int = 2,
-    b: int = 2,
-    steps: int = 3,
-    layout: str = "zigzag",
-    dtype=torch.float64,
+    work: MoEWorkload = MoEWorkload(),
 ) -> dict:
     """Train the MoE GPT with all five parallelisms once per entry of ``bugs`` (None: correct;
     the others negative controls) and return, per entry, max |difference| from one process of
-    the parameters after ``steps`` Adam steps and of the first step's gradients; for the correct
+    the parameters after ``work.steps`` Adam steps and of the first step's gradients; for the correct
     run also the traffic per (group, op) and this rank's coordinates and reduced elements."""
-    grid = Grid(d, t, p, cp, ep)
     groups = new_groups(grid)
     c = grid.coord(rank)
-    batches = token_batches(steps, d * m * b, config)
+    config, m, b, p, layout = work.config, work.m, work.b, grid.p, work.layout
+    batches = token_batches(work.steps, grid.d * m * b, config)
     rows = slice(c.dp * m * b, (c.dp + 1) * m * b)  # this replica's sequences
     cpg = groups["cp"]
     local = [
         (shard_sequence(x[rows], 1, cpg, layout), shard_sequence(y[rows], 1, cpg, layout))
         for x, y in batches
     ]  # (m·b, s/cp) each
-    build = lambda: moe_gpt(config, experts, top_k, dtype=dtype)
-    ref_grads, ref_model = _reference(build, batches, steps)
-    msg = (b, config.s // cp, config.h)  # (b, s/cp, h)
+    build = lambda: moe_gpt(config, work.experts, work.top_k, dtype=work.dtype)
+    ref_grads, ref_model = _reference(build, batches, work.steps)
+    msg = (b, config.s // grid.cp, config.h)  # (b, s/cp, h)
     actions = schedule("1f1b", p, m)[c.pp]
     out = {}
     for bug in (x for x in bugs if applies(x, grid)):
@@ -242,7 +235,7 @@ def train_5d_on_rank(
         with tr if bug is None else contextlib.nullcontext():
             for step, (x, y) in enumerate(local):
                 opt.zero_grad()
-                ex.run(actions, list(x.chunk(m)), list(y.chunk(m)), msg, dtype)
+                ex.run(actions, list(x.chunk(m)), list(y.chunk(m)), msg, work.dtype)
                 reduced = reduce_gradients(stage, groups, grid, bug)
                 if step == 0:
                     grads0 = [q.grad.clone() for q in stage.parameters()]
@@ -263,20 +256,10 @@ def train_5d_on_rank(
 
 # ------------------------------------------------------------------ the cost model's count
 def expected_traffic(
-    grid: Grid,
-    i_p: int,
-    reduced: dict,
-    *,
-    config: GPTConfig = TINY,
-    experts: int = EXPERTS,
-    top_k: int = TOP_K,
-    m: int = 2,
-    b: int = 2,
-    steps: int = 3,
-    bytes_per_elem: int = 8,
+    grid: Grid, i_p: int, reduced: dict, work: MoEWorkload = MoEWorkload()
 ) -> dict:
     """Bytes (nccl-tests sizes S, as :mod:`minipar.runtime.tracer` records them) one rank of
-    stage ``i_p`` moves per group over ``steps`` steps; ``"ep"`` is the total of one EP group.
+    stage ``i_p`` moves per group over ``work.steps`` steps, elements of ``work.dtype``; ``"ep"`` is the total of one EP group.
     ``reduced``: the elements :func:`reduce_gradients` reduced (router, dense, experts).
 
     tp  per layer and micro-batch four collectives of S = b·(s/cp)·h (Shoeybi et al. 2019 §3,
@@ -294,7 +277,7 @@ def expected_traffic(
     dp_cp, edp  one all-reduce of the dense and of the expert gradients per step;
     embedding  the tied (V, h) gradient per step when p > 1.
     """
-    c, B = config, bytes_per_elem
+    c, B, m, b, steps = work.config, work.bytes_per_elem, work.m, work.b, work.steps
     L = len(partition_layers(c.L, grid.p)[i_p])
     sc, t = c.s // grid.cp, grid.t
     tp_per_layer = sum(S * calls for _, S, calls in tp_collectives_per_layer(b, sc, c.h, t, B))
@@ -308,7 +291,9 @@ def expected_traffic(
         * steps
         * ((i_p > 0) + (i_p < grid.p - 1)),
         "ep": (
-            grid.ep * (experts * 8 + 4 * n * top_k * c.h * B) * L * m * steps if grid.ep > 1 else 0
+            grid.ep * (work.experts * 8 + 4 * n * work.top_k * c.h * B) * L * m * steps
+            if grid.ep > 1
+            else 0
         ),
         "dp_cp": reduced["dense"] * B * steps if grid.d * grid.cp > 1 else 0,
         "edp": reduced["experts"] * B * steps if grid.stage_size // grid.ep > 1 else 0,

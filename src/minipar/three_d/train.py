@@ -41,6 +41,7 @@ them with the course's TP + ZeRO-3 and with one process.
 from __future__ import annotations
 
 import contextlib
+from dataclasses import dataclass, field
 
 import torch
 import torch.distributed as dist
@@ -70,6 +71,22 @@ SMALL = GPTConfig(L=4, h=12, a=6, s=6, V=16, dropout=0.0)  # s and a divisible b
 LR = 0.01
 MODES = ("sp", "scatter_gather", "full")
 BUGS = (None, "swapped_groups", "no_embedding_allreduce", "no_sp_grad_allreduce")
+
+
+@dataclass(frozen=True)
+class Workload:
+    """What every rank trains: the GPT ``config``; per data-parallel replica and step ``m``
+    micro-batches of ``b`` sequences; ``steps`` Adam steps, in ``dtype``."""
+
+    config: GPTConfig = field(default_factory=lambda: SMALL)  # GPTConfig is not hashable
+    m: int = 2
+    b: int = 2
+    steps: int = 3
+    dtype: torch.dtype = torch.float64
+
+    @property
+    def bytes_per_elem(self) -> int:
+        return torch.empty((), dtype=self.dtype).element_size()
 
 
 # ------------------------------------------------------------------ the stage-boundary mapping
@@ -168,26 +185,19 @@ def _reference(config, batches, rows: slice, m: int, dtype):
 def train_3d_on_rank(
     rank: int,
     world_size: int,
-    d: int,
-    t: int,
-    p: int,
+    grid: RankGrid,
     bugs=BUGS,
     mode: str = "sp",
-    *,
-    config: GPTConfig = SMALL,
-    m: int = 2,
-    b: int = 2,
-    steps: int = 3,
-    dtype=torch.float64,
+    work: Workload = Workload(),
 ) -> dict:
     """Train 3D on this rank once per entry of ``bugs`` (None = correct; the others are
     negative controls) and return, per entry, the parity maxima against the reference; for the
     correct run also the traced traffic per (group, op) and ZeRO's measured state bytes."""
-    grid = RankGrid(d, t, p)
     groups = new_groups(grid)
     c = grid.coord(rank)
-    B = d * m * b
-    batches = token_batches(steps, B, config)
+    config, m, b, dtype = work.config, work.m, work.b, work.dtype
+    d, t, p = grid.d, grid.t, grid.p
+    batches = token_batches(work.steps, d * m * b, config)
     rows = slice(c.dp * m * b, (c.dp + 1) * m * b)  # this replica's sequences
     ref_losses, ref_grads, ref_model = _reference(config, batches, rows, m, dtype)
     msg = (b, config.s if mode == "full" else config.s // t, config.h)  # (b, s/t, h)
@@ -237,9 +247,70 @@ def train_3d_on_rank(
 
 
 # ------------------------------------------------------------------ FSDP2 + TP, torchtitan's way
+@dataclass(frozen=True)
+class MLPWorkload:
+    """The FSDP2 + TP comparison's data: ``b`` sequences of ``s`` positions and width ``h`` per
+    data-parallel replica, ``steps`` Adam steps, in ``dtype``."""
+
+    h: int = 8
+    b: int = 2
+    s: int = 3
+    steps: int = 3
+    dtype: torch.dtype = torch.float64
+
+
 def _mlp_model(h: int, dtype) -> nn.Sequential:
     torch.manual_seed(0)
     return nn.Sequential(MLPBlock(h), MLPBlock(h)).to(dtype)
+
+
+def _mlp_loss(model, x):
+    return model(x).square().mean()
+
+
+def _adam_steps(model, data, rows) -> None:
+    """One process or FSDP2: plain Adam on ``x[rows]`` of every batch."""
+    opt = torch.optim.Adam(model.parameters(), lr=LR)
+    for x in data:
+        opt.zero_grad()
+        _mlp_loss(model, x[rows]).backward()
+        opt.step()
+
+
+def _fsdp2_over_tp(mesh, work: MLPWorkload, data, rows, tr) -> dict:
+    """torchtitan: TP first, then FSDP outermost (per block, then the root); the full
+    parameters after training, by name."""
+    model = _mlp_model(work.h, work.dtype)
+    for blk in model:
+        parallelize_module(blk, mesh["tp"], {"fc1": ColwiseParallel(), "fc2": RowwiseParallel()})
+        fully_shard(blk, mesh=mesh["dp"])
+    fully_shard(model, mesh=mesh["dp"])
+    with tr:
+        _adam_steps(model, data, rows)
+    return {n: q.full_tensor() for n, q in model.named_parameters()}
+
+
+def _course_tp_zero3(groups, work: MLPWorkload, data, rows) -> tuple[dict, int]:
+    """The course: TP layers over the grid's TP group, ZeRO-3 over its DP group; this rank's
+    parameters after training by name, and their element count."""
+    torch.manual_seed(0)
+    mine = nn.Sequential(*(ours(blk, groups.tp) for blk in _mlp_model(work.h, work.dtype)))
+    zero = ZeRO(mine, 3, lambda ps: torch.optim.Adam(ps, lr=LR), group=groups.dp)
+    for x in data:
+        zero.zero_grad()
+        _mlp_loss(mine, x[rows]).backward()
+        zero.step()
+    names = [n for n, _ in mine.named_parameters()]
+    return dict(zip(names, zero.full_parameters())), sum(q.numel() for q in mine.parameters())
+
+
+def _tp_shard(name: str, full: torch.Tensor, i_t: int, t: int) -> torch.Tensor:
+    """The course's TP shard of a full MLP tensor: fc1 by rows, fc2's weight by columns."""
+    if ".fc1." in name:
+        return shard(full, 0, i_t, t)
+    if name.endswith("fc2.weight"):
+        return shard(full, 1, i_t, t)
+    return full
 
 
 def fsdp2_tp_on_rank(
@@ -248,15 +319,10 @@ def fsdp2_tp_on_rank(
     d: int,
     t: int,
     bug: str | None = None,
-    *,
-    h: int = 8,
-    b: int = 2,
-    s: int = 3,
-    steps: int = 3,
-    dtype=torch.float64,
+    work: MLPWorkload = MLPWorkload(),
 ) -> dict:
     """Two MLP blocks (LN → fc1 → GeLU → fc2, residual) on a (d, t) grid, three ways, each
-    trained ``steps`` Adam steps on the same global batch of d·b sequences:
+    trained ``work.steps`` Adam steps on the same global batch of d·b sequences:
 
       * one process on the whole batch (the reference);
       * torchtitan's composition: a 2-D ``DeviceMesh`` named (dp, tp), ``parallelize_module``
@@ -276,58 +342,26 @@ def fsdp2_tp_on_rank(
     mesh = device_mesh.init_device_mesh("cpu", (d, t), mesh_dim_names=("dp", "tp"))
     assert sorted(dist.get_process_group_ranks(mesh["tp"].get_group())) == grid.group_of("tp", rank)
     g = torch.Generator().manual_seed(1)
-    data = [torch.randn(d * b, s, h, generator=g, dtype=dtype) for _ in range(steps)]
+    b, shape = work.b, (d * work.b, work.s, work.h)
+    data = [torch.randn(*shape, generator=g, dtype=work.dtype) for _ in range(work.steps)]
     slot = c.tp % d if bug == "data_by_tp_rank" else c.dp
     rows = slice(slot * b, (slot + 1) * b)
-    loss_fn = lambda mdl, x: mdl(x).square().mean()
 
-    ref = _mlp_model(h, dtype)
-    opt = torch.optim.Adam(ref.parameters(), lr=LR)
-    for x in data:
-        opt.zero_grad()
-        loss_fn(ref, x).backward()
-        opt.step()
-
-    # torchtitan: TP first, then FSDP outermost (per block, then the root)
-    model = _mlp_model(h, dtype)
-    for blk in model:
-        parallelize_module(blk, mesh["tp"], {"fc1": ColwiseParallel(), "fc2": RowwiseParallel()})
-        fully_shard(blk, mesh=mesh["dp"])
-    fully_shard(model, mesh=mesh["dp"])
-    opt = torch.optim.Adam(model.parameters(), lr=LR)
+    ref = _mlp_model(work.h, work.dtype)
+    _adam_steps(ref, data, slice(None))
     tr = trace(
         [*groups._asdict().items(), ("dp", mesh["dp"].get_group()), ("tp", mesh["tp"].get_group())]
     )
-    with tr:
-        for x in data:
-            opt.zero_grad()
-            loss_fn(model, x[rows]).backward()
-            opt.step()
-    fsdp_full = {n: q.full_tensor() for n, q in model.named_parameters()}
-
-    # the course: TP layers over the grid's TP group, ZeRO-3 over its DP group
-    torch.manual_seed(0)
-    mine = nn.Sequential(*(ours(blk, groups.tp) for blk in _mlp_model(h, dtype)))
-    zero = ZeRO(mine, 3, lambda ps: torch.optim.Adam(ps, lr=LR), group=groups.dp)
-    for x in data:
-        zero.zero_grad()
-        loss_fn(mine, x[rows]).backward()
-        zero.step()
-    mine_params = dict(zip([n for n, _ in mine.named_parameters()], zero.full_parameters()))
-
-    def my_shard(name, full):  # the course's TP shard of a full tensor
-        if ".fc1." in name:
-            return shard(full, 0, c.tp, t)
-        if name.endswith("fc2.weight"):
-            return shard(full, 1, c.tp, t)
-        return full
+    fsdp_full = _fsdp2_over_tp(mesh, work, data, rows, tr)
+    mine, params_local = _course_tp_zero3(groups, work, data, rows)
 
     refp = dict(ref.named_parameters())
     diff = lambda a, e: (a.detach() - e.detach()).abs().max().item()
+    sh = lambda n, full: _tp_shard(n, full, c.tp, t)
     return {
         "fsdp2-ref": max(diff(fsdp_full[n], refp[n]) for n in refp),
-        "ours-ref": max(diff(mine_params[n], my_shard(n, refp[n])) for n in refp),
-        "fsdp2-ours": max(diff(my_shard(n, fsdp_full[n]), mine_params[n]) for n in refp),
+        "ours-ref": max(diff(mine[n], sh(n, refp[n])) for n in refp),
+        "fsdp2-ours": max(diff(sh(n, fsdp_full[n]), mine[n]) for n in refp),
         "traffic": {f"{k}:{op}": v for (k, op), v in sorted(tr.by_group().items())},
-        "params_local": sum(q.numel() for q in mine.parameters()),  # this rank's TP shards
+        "params_local": params_local,  # this rank's TP shards
     }
