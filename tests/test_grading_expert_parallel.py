@@ -152,8 +152,14 @@ def _dispatch(
     world_size=False,
     stable=True,
     minlength=True,
+    recv_dtype=None,
+    skip_empty=False,
 ):
     n, K = experts.shape
+    if skip_empty and n == 0:  # "nothing to send": but this rank still receives
+        return x.new_empty(0, x.shape[1]), torch.zeros(
+            dist.get_world_size(group), num_experts // dist.get_world_size(group), dtype=torch.long
+        )
     ep = dist.get_world_size() if world_size else dist.get_world_size(group)
     if order == "slot":
         token, expert = torch.arange(n).repeat(K), experts.T.reshape(-1)
@@ -171,7 +177,7 @@ def _dispatch(
         dist.all_to_all_single(recv, send, group=group)
     else:
         recv = send.clone()
-    rows = x.new_empty(int(recv.sum()), x.shape[1])
+    rows = torch.empty(int(recv.sum()), x.shape[1], dtype=recv_dtype or x.dtype)
     dist.all_to_all_single(
         rows, x[token].contiguous(), recv.sum(1).tolist(), send.sum(1).tolist(), group=group
     )
@@ -200,6 +206,15 @@ def dispatch_unstable(x, experts, num_experts, group=None):
 
 def dispatch_no_minlength(x, experts, num_experts, group=None):
     return _dispatch(x, experts, num_experts, group, minlength=False)
+
+
+def dispatch_recv_float32(x, experts, num_experts, group=None):
+    """torch.empty for the receive buffer: float32 by default, the rows are float64."""
+    return _dispatch(x, experts, num_experts, group, recv_dtype=torch.float32)
+
+
+def dispatch_no_tokens_skipped(x, experts, num_experts, group=None):
+    return _dispatch(x, experts, num_experts, group, skip_empty=True)
 
 
 # ------------------------------------------------------------------ 03 combine (ranks)
@@ -254,10 +269,17 @@ def _dropless(
     size_dtype=None,
     world_size=False,
     final_sort="stable",
+    recv_dtype=None,
+    skip_empty=False,
+    one_rank_as_is=False,
 ):
     n, K = experts.shape
     ep = dist.get_world_size() if world_size else dist.get_world_size(group)
     per = num_experts // ep
+    if skip_empty and n == 0:  # "nothing to send": but this rank still receives
+        return x.new_empty(0, x.shape[1]), torch.zeros(per, dtype=torch.long)
+    if one_rank_as_is and ep == 1:  # "nothing to exchange": rows left in assignment order
+        return x.repeat(K, 1), torch.bincount(experts.reshape(-1), minlength=num_experts)
     if order == "slot":
         token, expert = torch.arange(n).repeat(K), experts.T.reshape(-1)
     else:
@@ -270,7 +292,7 @@ def _dropless(
     else:
         recv = torch.empty_like(send)
         dist.all_to_all_single(recv, send, group=group)
-        rows = x.new_empty(int(recv.sum()), x.shape[1])
+        rows = torch.empty(int(recv.sum()), x.shape[1], dtype=recv_dtype or x.dtype)
         dist.all_to_all_single(
             rows, x[token].contiguous(), recv.sum(1).tolist(), send.sum(1).tolist(), group=group
         )
@@ -324,6 +346,41 @@ def dropless_unstable(x, experts, num_experts, group=None):
 
 def dropless_sizes_bincount(x, experts, num_experts, group=None):
     return _dropless(x, experts, num_experts, group, sizes="bincount")
+
+
+def dropless_counts_short(x, experts, num_experts, group=None):
+    """bincount without minlength before the exchange: the flat counts travel as they are."""
+    n, K = experts.shape
+    ep = dist.get_world_size(group)
+    per = num_experts // ep
+    flat = experts.T.reshape(-1)
+    order = torch.argsort(flat, stable=True)
+    counts = torch.bincount(flat)  # max + 1 bins
+    recv = torch.empty_like(counts)
+    dist.all_to_all_single(recv, counts, group=group)
+    recv = recv.view(ep, per)
+    rows = x.new_empty(int(recv.sum()), x.shape[1])
+    dist.all_to_all_single(
+        rows,
+        x[order % max(n, 1)].contiguous(),
+        recv.sum(1).tolist(),
+        counts.view(ep, per).sum(1).tolist(),
+        group=group,
+    )
+    local = torch.arange(per).repeat(ep).repeat_interleave(recv.flatten())
+    return rows[torch.argsort(local, stable=True)], recv.sum(0)
+
+
+def dropless_recv_float32(x, experts, num_experts, group=None):
+    return _dropless(x, experts, num_experts, group, recv_dtype=torch.float32)
+
+
+def dropless_one_rank_unsorted(x, experts, num_experts, group=None):
+    return _dropless(x, experts, num_experts, group, one_rank_as_is=True)
+
+
+def dropless_no_tokens_skipped(x, experts, num_experts, group=None):
+    return _dropless(x, experts, num_experts, group, skip_empty=True)
 
 
 # ------------------------------------------------------------------ correct readings of the texts
@@ -384,6 +441,8 @@ WRONG = {
     "dispatch_world_size": dispatch_world_size,
     "dispatch_unstable": dispatch_unstable,
     "dispatch_no_minlength": dispatch_no_minlength,
+    "dispatch_recv_float32": dispatch_recv_float32,
+    "dispatch_no_tokens_skipped": dispatch_no_tokens_skipped,
     "combine_without_gates": combine_without_gates,
     "combine_dispatch_order": combine_dispatch_order,
     "combine_averaged": combine_averaged,
@@ -398,6 +457,10 @@ WRONG = {
     "dropless_world_size": dropless_world_size,
     "dropless_unstable": dropless_unstable,
     "dropless_sizes_bincount": dropless_sizes_bincount,
+    "dropless_counts_short": dropless_counts_short,
+    "dropless_recv_float32": dropless_recv_float32,
+    "dropless_one_rank_unsorted": dropless_one_rank_unsorted,
+    "dropless_no_tokens_skipped": dropless_no_tokens_skipped,
 }
 
 

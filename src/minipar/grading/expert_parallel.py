@@ -55,15 +55,20 @@ LAYOUTS = {
 # skewed one that leaves the two highest-numbered experts without a token (counts shorter than
 # E betray a bincount without minlength) and sends most tokens to expert 0, so that a local
 # expert receives more rows from one source than an unstable sort keeps in order
-# (tests/test_grading_expert_parallel.py measures that count on the installed torch)
+# (tests/test_grading_expert_parallel.py measures that count on the installed torch); and one
+# where the group's rank 0 holds no token at all (n = 0: it sends nothing, but still receives)
 ROUTINGS = {
     "random": "top-2 routing of 5 + rank tokens",
     "skewed": "skewed routing of 24 + 3·rank tokens (experts 4 and 5 get none, expert 0 most)",
+    "no_tokens": "top-2 routing of 5 + rank tokens, except group rank 0, which holds no token "
+    "(n = 0)",
 }
 EMPTY_EXPERTS = (E - 2, E - 1)
 
 
 def _tokens(gr: int, routing: str = "random") -> int:
+    if routing == "no_tokens":
+        return 0 if gr == 0 else 5 + gr
     return 5 + gr if routing == "random" else 24 + 3 * gr
 
 
@@ -118,6 +123,18 @@ def _expected_rows(gr: int, t: int, order="slot", sort=True, routing="random"):
 
 # ----------------------------------------------------------------------------- ranks
 def _hint(case: str, msg: str) -> str:
+    if "different dtypes" in msg:
+        return (
+            " -- the receive buffer's dtype is not the rows' (the message names both): "
+            "allocate the all-to-all's output in the input's dtype (x.new_empty, or "
+            "dtype=x.dtype; the check's rows are float64), since torch.empty defaults to float32"
+        )
+    if "in->size % context->size" in msg:
+        return (
+            " -- the counts are short: their length is not a multiple of the group's size, "
+            "because torch.bincount returns max + 1 bins, and here the highest-numbered "
+            "experts receive no token: pass bincount minlength=E, one count per expert"
+        )
     if "of group" in case:
         return not_whole_world_hint("EP")(case, msg)
     if "get none" in case and "invalid for input of size" in msg:
@@ -135,7 +152,14 @@ def _hint(case: str, msg: str) -> str:
     return ""
 
 
-RANKS = Layouts(CHAPTER, LAYOUTS, size="t", hint=_hint)
+def _deadlock_note(world: int) -> str:
+    return (
+        " (one routing here gives each group's rank 0 no token: a rank that holds no token "
+        "(n = 0) still receives rows, so it must make every collective call too)"
+    )
+
+
+RANKS = Layouts(CHAPTER, LAYOUTS, size="t", hint=_hint, deadlock_note=_deadlock_note)
 
 
 # ----------------------------------------------------------------------------- 01 gates
@@ -298,7 +322,7 @@ def _order_fault(where, rows, want, blocks, what) -> None:
     "each rank receives its experts' rows from every source, by source then local expert, in "
     "priority order, and the (ep, E/ep) counts (ep = 1, 2, 3; the whole world, a subgroup, "
     "both groups of a 2 × 2 grid, groups not consecutive; uneven token counts, top-2; a "
-    "routing that leaves experts 4 and 5 empty)",
+    "routing that leaves experts 4 and 5 empty; a rank with no token)",
 )
 def check_dispatch(fn, **_):
     forbid_course_code(fn, CHAPTER, what="write the dispatch")
@@ -613,7 +637,7 @@ def _same_groups_any_order(rows, want, sizes) -> bool:
     "each rank receives its experts' rows expert-major (sources in order within an expert), "
     "ready for one grouped GEMM, and the (E/ep,) int64 group sizes (ep = 1, 2, 3; the whole "
     "world, a subgroup, both groups of a 2 × 2 grid, groups not consecutive; uneven token "
-    "counts, top-2; a routing that leaves experts 4 and 5 empty)",
+    "counts, top-2; a routing that leaves experts 4 and 5 empty; a rank with no token)",
 )
 def check_dropless_dispatch(fn, **_):
     forbid_course_code(fn, CHAPTER, what="write the dispatch")
@@ -697,6 +721,15 @@ def _check_dropless_case(r, where, gr, t, routing):
             f"{where}: the rows were sent in token order, not sorted by "
             "expert: sort the assignments by expert (so by destination) "
             "before the all-to-all"
+        )
+    if t == 1 and any(
+        torch.equal(rows, _expected_rows(gr, 1, order=o, sort=False, routing=routing)[0])
+        for o in ("slot", "token")
+    ):
+        raise GradeFailure(
+            f"{where}: with one rank the rows are in the order of the assignments, not "
+            "grouped by expert: nothing is sent, but the grouped GEMM still needs expert 0's "
+            "rows first, then expert 1's: sort them by expert (stably) with ep = 1 too"
         )
     if torch.equal(rows, _expert_major(*_expected_rows(gr, t, order="token", routing=routing))):
         raise GradeFailure(
@@ -794,6 +827,18 @@ CLAUSES = {
             "dispatch_no_minlength",
             "torch.bincount returns max + 1 bins",
         ),
+        Clause(
+            "rows in the input's dtype (the receive buffer too)",
+            _IN_EP + " (float64 rows)",
+            "dispatch_recv_float32",
+            "the receive buffer's dtype is not the rows'",
+        ),
+        Clause(
+            "a rank may hold no token (n = 0)",
+            _IN_EP + "; group rank 0 with n = 0",
+            "dispatch_no_tokens_skipped",
+            "holds no token (n = 0)",
+        ),
     ),
     "expert_parallel.combine": (
         Clause(
@@ -863,6 +908,30 @@ CLAUSES = {
             _IN_EP + " (experts 4, 5 empty)",
             "dropless_sizes_bincount",
             "torch.bincount returns max + 1 bins",
+        ),
+        Clause(
+            "counts for all E experts before the exchange",
+            _IN_EP + " (experts 4, 5 empty)",
+            "dropless_counts_short",
+            "the counts are short",
+        ),
+        Clause(
+            "rows in the input's dtype (the receive buffer too)",
+            _IN_EP + " (float64 rows)",
+            "dropless_recv_float32",
+            "the receive buffer's dtype is not the rows'",
+        ),
+        Clause(
+            "rows expert-major with one rank too",
+            _IN_EP + " (groups {0} of one rank)",
+            "dropless_one_rank_unsorted",
+            "with one rank the rows are in the order of the assignments",
+        ),
+        Clause(
+            "a rank may hold no token (n = 0)",
+            _IN_EP + "; group rank 0 with n = 0",
+            "dropless_no_tokens_skipped",
+            "holds no token (n = 0)",
         ),
     ),
 }
