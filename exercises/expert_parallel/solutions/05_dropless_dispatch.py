@@ -29,10 +29,13 @@
 # and `sizes` must be int64 and equal. Any collective calls are fine as long as every rank of
 # the group makes the same ones. With a one-rank group there is nothing to exchange: skip the
 # collectives or call them (a one-rank `all_to_all_single` copies its input), either passes.
-# The check routes tokens twice on every layout: at random, and skewed so that the two
+# The check routes tokens three times on every layout: at random; skewed so that the two
 # highest-numbered experts receive no token (a rank may receive no row at all: return a
 # (0, h) tensor and zero counts) while one expert receives more rows than an unstable sort
-# keeps in order. It only uses E divisible by ep; for another E raise a `ValueError` naming
+# keeps in order; and with no token at all on each group's rank 0 (n = 0: `x` is (0, h),
+# `experts` (0, K)). A rank with n = 0 sends nothing but still receives rows, so it makes the
+# same collective calls as the others. The receive buffer is in `x`'s dtype too
+# (`torch.empty` without a dtype is float32). It only uses E divisible by ep; for another E raise a `ValueError` naming
 # the rule (not graded).
 # %%
 import torch
