@@ -35,7 +35,12 @@ bare :class:`~minipar.cost.hardware.GPU`):
   :func:`layer_memory_bytes`. ``GPU.layer_overhead_s`` adds a fixed time per layer forward +
   backward: what a whole layer took beyond its kernels' modelled times (the gaps between
   dozens of small kernels, the layout copies and bias gradients the byte count leaves out),
-  fitted on whole layers; 0 for the published-run presets.
+  fitted on whole layers; 0 for the published-run presets. The planner replaces both (the
+  fused byte count and the fixed time) wherever the GPU has an element-wise rate
+  (``GPU.elementwise_bandwidth``, the H200 and the H100s): the recipe's own kernels
+  (:func:`elementwise_kernels`), each at max(issue time, traffic) (:func:`elementwise_seconds`;
+  the H200's 7.4 µs issue time from the calibration file, its 1.6 TB/s rate fitted on the SDPA
+  rows of the two step files).
 * Attention is an explicit input (``attention=``): "unfused" materialises the b·a/t·s² scores
   (QKᵀ, softmax, dropout, attention·V as separate kernels, ``GPU.attention_score_bytes`` per
   score over a forward + backward); "flash" (Dao et al. 2022, "FlashAttention"; Dao 2023,

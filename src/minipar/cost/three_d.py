@@ -95,15 +95,17 @@ GPU Clusters Using Megatron-LM", §2.2 and §3). N = d·t·p GPUs, B = d·b·m s
 Validation: :mod:`minipar.cost.validation` and tests/test_cost_validation.py hold the figures
 against the 2021 published runs (the numbers are computed there, not quoted here; GPT-3's
 140 TFLOP/s is an assumed figure, not a measured run); :mod:`minipar.cost.modern_validation`
-evaluates the frozen model (``frozen_model.json``) on modern published rows. ZeRO-3 against PTD-P (§5.2, each layout as run,
-:func:`minipar.cost.validation.zero3_comparison`): PTD-P's TFLOP/s per GPU over ZeRO-3's is
-1.54 (175B, 768 GPUs) and 1.71 (530B, 1120 GPUs) once the GPU count doubles, measured 1.69 and
-1.70; 2.95 and 3.25 at the largest count (measured 3.20, 3.31). At the smallest count the model
-puts ZeRO-3 ahead (0.79 and 0.88, measured 1.06 and 1.24): there one layer's compute can hide
-the collectives and the model hides them all, while the measured step lies between perfect and
-no overlap; and its memory rejects the 530B ZeRO-3 layout that ran on 640 GPUs (two whole
-gathered layers and a whole layer gradient; DeepSpeed gathers per sub-module)
-(:func:`minipar.cost.validation.zero3_missing_effect`).
+evaluates the frozen model (``frozen_model.json``) on modern published rows; the H200 step
+files check the kernel model (their fused-attention rows in-sample for the element-wise rate,
+:mod:`minipar.cost.hardware`). ZeRO-3 against PTD-P (§5.2, each layout as run,
+:func:`minipar.cost.validation.zero3_comparison`): once the GPU count doubles the model puts
+PTD-P ahead, as measured (about 1.7), but by less, because its ZeRO-3 is too fast; at the
+smallest count it puts ZeRO-3 ahead where PTD-P measured ahead: there one layer's compute can
+hide the collectives and the model hides them all, while the measured step lies between
+perfect and no overlap; and its memory rejects the 530B ZeRO-3 layout that ran on 640 GPUs
+(two whole gathered layers and a whole layer gradient; DeepSpeed gathers per sub-module).
+The ratios are computed, not quoted here (:func:`minipar.cost.validation.zero3_missing_effect`;
+tests/test_cost_validation.py holds them).
 
 Why the 2021 ZeRO-3 is priced as a flat ring (``zero3_collectives="flat-ring"``, which
 :func:`minipar.cost.validation.zero3_comparison` passes). In §5.2 (Table 2) the
@@ -114,10 +116,10 @@ parameters, 349 GB for 175B, four times per step (3 all-gathers + 1 reduce-scatt
 16-bit gradients, DeepSpeed's default; one micro-batch per rank there); 4 × 349 GB in 67-82 s
 is 17-21 GB/s per GPU (530B, 4 × 1059 GB: 17-24 GB/s), about one HDR NIC's 25 GB/s, where the
 hierarchical algorithm would move 1/8 of it per NIC. With the hierarchical algorithm the model
-puts ZeRO-3 ahead of PTD-P at every count (ratio 0.72-0.79), the wrong way; with the flat ring
-it gets the direction once the count doubles and the growth with N.
-Megatron's own data-parallel all-reduce (ZeRO 0-1) keeps the hierarchical algorithm: Table 1's
-rows, which use it, are within 8 % with it. The flat ring is the rate a 2021 ZeRO-3 reached, not
+puts ZeRO-3 ahead of PTD-P at every count, the wrong way; with the flat ring it gets the
+direction once the count doubles and the growth with N.
+Megatron's own data-parallel all-reduce (ZeRO 0-1) keeps the hierarchical algorithm, with which
+Table 1's rows are predicted. The flat ring is the rate a 2021 ZeRO-3 reached, not
 a bound: today's FSDP2 and NCCL spread the gathers over all of a node's NICs, which is why the
 default for every other run is the hierarchical algorithm.
 

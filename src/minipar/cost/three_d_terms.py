@@ -72,8 +72,9 @@ class Recipe(NamedTuple):
 
 
 ALLOCATOR_MARGIN = 0.12
-"""Fraction of a GPU's memory the modern recipes keep free for the CUDA context, NCCL, cuBLAS
-workspaces and the caching allocator's fragmentation, set from the whole-step rows of
+"""Fraction of a GPU's memory inside which a layout of the modern recipes is flagged "tight"
+(it no longer decides whether a layout fits: :data:`RESERVE` does). It stands for the CUDA
+context, NCCL, cuBLAS workspaces and the caching allocator's fragmentation, set from the whole-step rows of
 measurements/h200_step_times.json (one H200, the "megatron" recipe): with two fp32 logit
 tensors their ``torch.cuda.max_memory_allocated()`` exceeded this model's bytes by 2.6 % to
 12.9 % (GPT 350M, the smallest), and 12 % free admits up to 1/(1 − 0.12) = 1.136 times the

@@ -37,10 +37,13 @@ with ``"full"``): step = Eq. 3 / (N · X).
 **Measured on one H200** (:func:`h200_runs`): the rows of ``measurements/h200_step_times.json``,
 whole training steps of GPTs on one GPU (d = t = p = 1, no recomputation, ZeRO 0), predicted
 step time and peak memory from the H200's measured constants, with the attention kernel and
-the precision recipe that ran. That file is the validation set for the step times; two
-memory terms came from it (the memory the modern recipes keep free, ``ALLOCATOR_MARGIN``, and
-the third fp32 logit tensor, ``LOGIT_TENSORS``), which makes the "none refused" check and the
-peak memories in-sample.
+the precision recipe that ran. Its fused-attention (SDPA) rows are in-sample for step time:
+the element-wise rate (``GPU.elementwise_bandwidth``, 1.6 TB/s) was fitted on the nine SDPA
+rows of this file and of ``h200_step_times_batch_recompute.json``; only the unfused row is out
+of sample. Two memory terms came from this file too: the third fp32 logit tensor
+(``LOGIT_TENSORS``), which makes the peak memories in-sample, and the allocator margin
+(``ALLOCATOR_MARGIN``), which only flags a layout "tight" (the hard reserve, ``RESERVE``, is an
+assumption).
 
 What set each constant (the calibration/validation split; "in-sample" means the constant was
 settled on the same data that checks it, so that check cannot fail for it):
@@ -64,9 +67,14 @@ ZeRO-3 gradient bytes      2               DeepSpeed's default dtype            
 H200 HBM bandwidth         4.22 TB/s       same file: a 2 GiB device copy       ``h200_step_times.json``
 H200 GEMM, attention and   per preset      same file, fitted to its GEMM,       ``h200_step_times.json``
 Adam constants                             layer and Adam rows (``hardware``)
+H200 kernel issue time     7.4 µs          same file: the per-GEMM-call λ       (not identifiable on the
+                                                                                step files)
+H200 element-wise rate     1.6 TB/s        the nine SDPA rows of both step      in-sample: those rows'
+                                           files (``compute``'s kernel list)    step times
 memory headroom (2021)     10 %            assumption (module ``three_d``)      (the A100 rows fit)
-allocator margin (the      12 %            ``h200_step_times.json`` (the        in-sample: "no H200 run refused"
-18-byte recipe)                            planner's ``ALLOCATOR_MARGIN``)      cannot fail for it
+reserve (modern recipes)   2.5 %           assumption (``RESERVE``)             nothing measured
+allocator margin (the      12 %            ``h200_step_times.json`` (the        flags "tight" only;
+18-byte recipe)                            planner's ``ALLOCATOR_MARGIN``)      in-sample there
 fp32 logit tensors at the  3               autograd's saved tensors; found on   in-sample: the H200 peak
 loss's peak                                ``h200_step_times.json``'s residuals memories (within 0.5 %)
 =========================  ==============  ===================================  ====================================
@@ -860,9 +868,11 @@ H200_VOCAB = 50304
 
 def h200_gpu() -> GPU:
     """The ``"H200"`` preset of :mod:`minipar.cost.hardware`: its kernel constants were set on
-    the calibration set only (``measurements/h200_layer_gemm_times.json``: η from the 8192³
-    matmul, the HBM rate from a device copy, the GEMM, attention and Adam constants fitted to
-    its rows); :func:`h200_calibration_check` compares the first two with that file."""
+    the calibration file (``measurements/h200_layer_gemm_times.json``: η from the 8192³ matmul,
+    the HBM rate from a device copy, the GEMM, attention and Adam constants and the 7.4 µs
+    issue time per kernel fitted to its rows) but one, the element-wise rate, fitted on the
+    SDPA rows of the two step files (in-sample there); :func:`h200_calibration_check` compares
+    the first two with the calibration file."""
     return GPUS["H200"]
 
 
