@@ -403,7 +403,8 @@ def _zero1_reference(n, mode):
     w = torch.nn.Parameter(w0.clone())
     opt = torch.optim.SGD([w], lr=0.05, momentum=0.9)
     for _ in range(STEPS):
-        opt.zero_grad()
+        if mode != "accumulate":  # else step k uses the sum of steps 1..k's gradients
+            opt.zero_grad()
         ((X @ w - y) ** 2).mean().backward()
         if mode == "sum":
             w.grad.mul_(n)
@@ -440,6 +441,13 @@ def check_zero1_step(fn, **_):
             if _same(got, _zero1_reference(n, "sum"), atol=1e-5):
                 raise GradeFailure(
                     f"gradients were summed over the {n} ranks, not averaged: divide by n = {n}"
+                )
+            if _same(got, _zero1_reference(n, "accumulate"), atol=1e-5):
+                raise GradeFailure(
+                    f"rank {rank} (n={n}): the parameters match one process whose gradient "
+                    f"accumulated across the {STEPS} steps (step k used the sum of steps "
+                    "1…k's averaged gradients): shard.grad kept the previous steps' "
+                    "gradients; set it to this step's mean, do not add to it"
                 )
             if _same(got[lo:hi], ref[lo:hi], atol=1e-5):
                 raise GradeFailure(
@@ -574,6 +582,12 @@ CLAUSES = {
             _IN_ZERO1,
             "zero1_local_grad",
             "did you average the gradient",
+        ),
+        Clause(
+            "shard.grad is this step's mean (not added to the last step's)",
+            _IN_ZERO1,
+            "zero1_grad_accumulates",
+            "accumulated across the 3 steps",
         ),
     ),
 }
