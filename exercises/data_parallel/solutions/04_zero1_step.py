@@ -14,7 +14,11 @@
 #    every rank has every updated parameter for the next forward.
 #
 # The checker runs 3 steps on 2 and 3 ranks, compares `flat` with one process, and wants the
-# gradients reduce-scattered (an all-reduce moves twice the bytes).
+# gradients reduce-scattered (an all-reduce moves twice the bytes). Each step's `shard.grad` is
+# that step's mean only: set it, do not add to the previous step's. The check calls your
+# function with `group=None` (the whole world) only: subgroups are not graded in this exercise,
+# but pass `group=` to every collective and use `dist.get_world_size(group)` all the same, as
+# in exercise 1.
 #
 # What the check holds you to: the parameters after each step (within 1e-5 relative, 1e-6 absolute
 # of one process's) and the method: the gradients go through a reduce-scatter, not an all-reduce,
