@@ -263,7 +263,7 @@ def test_zero3_what_is_still_missing_at_the_smallest_count():
     ZeRO-3 ahead where the measured step (82 s) lies between the perfect-overlap prediction and
     the no-overlap one; (530B, 640 GPUs) its memory rejects the ZeRO-3 layout that ran (two whole
     gathered layers and a layer gradient; DeepSpeed gathers per sub-module). The chapter's
-    clause is written from these numbers."""
+    clause is written from these numbers, in the book's glue (tests/test_three_d_chapter.py)."""
     e175 = validation.zero3_missing_effect("gpt3-175b")
     e530 = validation.zero3_missing_effect("mt-nlg-530b")
     assert e175["ratios"][0] < 1 < e175["published"][0]
@@ -275,10 +275,7 @@ def test_zero3_what_is_still_missing_at_the_smallest_count():
     assert all(e530["zero3_fits"][1:])
     # PTD-P's side is within 10 % at every count: the misses are ZeRO-3's
     assert max(abs(x) for e in (e175, e530) for x in e["ptdp_error"]) < 10
-    text = validation.zero3_sentence([e175, e530])
-    assert "puts PTD-P ahead" in text and "hierarchical" in text
-    assert f"{e175['ratios'][1]:.2f} for 175B on 768 GPUs" in text
-    assert "640 GPUs" in text and f"{e175['zero3_step_published'][0]:.0f} s" in text
+    assert e530["limit_gib"] == pytest.approx(0.9 * e530["gpu_gib"])  # 80 GiB less 10 %
     # with Megatron's fp32 reduction instead of DeepSpeed's 16-bit one the direction holds
     fp32 = validation.zero3_comparison("gpt3-175b", zero3_grad_reduce_bytes=4)
     assert fp32[1]["ratio"] > e175["ratios"][1] > 1

@@ -219,3 +219,24 @@ def test_table1_account_holds_and_a_contradiction_is_named():
         f"{slow.name}: +15.0 % (too slow)",
         f"{fast.name}: -11.0 % (too fast)",
     ]
+
+
+def test_the_zero3_clause_is_built_in_the_books_glue_from_the_models_numbers():
+    """book/glue/three_d.py writes the §5.2 clause from zero3_missing_effect's numbers (the
+    library returns only numbers); the memory limit it quotes is named as the GPU's memory less
+    the headroom. Negative control: a planted ratio below 1 turns the clause around."""
+    sys.path.insert(0, str(BOOK / "glue"))
+    import three_d as sentences  # book/glue joins sys.path above: the book's own code
+
+    from minipar.cost import validation
+
+    e175 = validation.zero3_missing_effect("gpt3-175b")
+    e530 = validation.zero3_missing_effect("mt-nlg-530b")
+    text = sentences.zero3_sentence([e175, e530])
+    assert text.startswith("the planner puts PTD-P ahead") and "hierarchical" in text
+    assert f"{e175['ratios'][1]:.2f} for 175B on 768 GPUs" in text
+    assert "640 GPUs" in text and f"{e175['zero3_step_published'][0]:.0f} s" in text
+    limit = f"{e530['limit_gib']:.0f} GiB a layout may use, {e530['gpu_gib']:.0f} GiB less the 10 %"
+    assert f"{e530['zero3_gib'][0]:.0f} GiB against the " + limit in text
+    wrong = dict(e175, ratios=[0.5, 0.9, 0.95])
+    assert sentences.zero3_sentence(wrong).startswith("the planner does not reproduce")

@@ -730,8 +730,11 @@ def zero3_missing_effect(model: str = "gpt3-175b") -> dict:
     hidden. ``zero3_error``: the predicted ZeRO-3 TFLOP/s against the measured, in % (> 0: the
     model's ZeRO-3 too fast); ``zero3_step``, ``zero3_step_no_overlap`` and
     ``zero3_step_published``: ZeRO-3's step in s with prefetching, with none of its collectives
-    hidden, and as measured (Eq. 3 FLOPs over the published TFLOP/s). ``zero3_fits``: whether the model's memory admits each ZeRO-3
-    layout that ran, with ``zero3_gib`` its predicted GiB per GPU and ``limit_gib`` the limit."""
+    hidden, and as measured (Eq. 3 FLOPs over the published TFLOP/s). ``zero3_fits``: whether
+    the model's memory admits each ZeRO-3 layout that ran, with ``zero3_gib`` its predicted GiB
+    per GPU, ``limit_gib`` the limit and ``gpu_gib`` the GPU's memory it is taken from (the
+    limit is the GPU's memory less the 2021 runs' headroom). Numbers only: the chapter's
+    sentences are written around them in the book's glue (``book/glue/three_d.py``)."""
     rows = zero3_comparison(model)
     exposed = zero3_comparison(model, zero3_overlap=False)
     return {
@@ -755,108 +758,9 @@ def zero3_missing_effect(model: str = "gpt3-175b") -> dict:
         "zero3_fits": [x["zero3"].fits for x in rows],
         "zero3_gib": [x["zero3"].bytes_per_gpu / 2**30 for x in rows],
         "limit_gib": rows[0]["zero3"].memory_limit / 2**30,
+        "gpu_gib": three_d.cluster(8, 8, "A100-80GB").gpu.memory_bytes / 2**30,
         "published_doubled": ZERO3_PUBLISHED_DOUBLED,
     }
-
-
-def zero3_sentence(effects: dict | list[dict] | None = None) -> str:
-    """The chapter's §5.2 clause, written from :func:`zero3_missing_effect`'s numbers (175B and
-    530B) whichever way they go: the book cannot say more than the model computes."""
-    if effects is None:
-        effects = [zero3_missing_effect(m) for m in ZERO3_TABLE2]
-    es = [effects] if isinstance(effects, dict) else list(effects)
-    name = {"gpt3-175b": "175B", "mt-nlg-530b": "530B"}
-
-    def pair(e, i):
-        return (
-            f"{e['ratios'][i]:.2f} for {name.get(e['model'], e['model'])} on "
-            f"{e['gpus'][i]} GPUs (measured {e['published'][i]:.2f})"
-        )
-
-    doubled = [e["ratios"][1] for e in es]
-    if all(r > 1 for r in doubled):
-        grows = all(e["ratios"][-1] > e["ratios"][1] for e in es)
-        head = (
-            "the planner now puts PTD-P ahead too once the GPU count doubles, by a ratio of "
-            "PTD-P's to ZeRO-3's TFLOP/s per GPU of "
-            + " and ".join(pair(e, 1) for e in es)
-            + (", and the gap keeps growing" if grows else ", but the gap does not grow")
-            + " at the largest count ("
-            + ", ".join(f"{e['ratios'][-1]:.2f} against {e['published'][-1]:.2f}" for e in es)
-            + ")"
-        )
-    else:
-        head = (
-            "the planner does not reproduce the direction once the GPU count doubles: "
-            + " and ".join(pair(e, 1) for e in es)
-        )
-    hier = ", ".join(
-        f"{name.get(e['model'], e['model'])} {min(e['hierarchical']):.2f}–"
-        f"{max(e['hierarchical']):.2f}"
-        for e in es
-    )
-    nic = three_d.cluster(8, 8, "A100-80GB").inter.bandwidth / 1e9
-    e0 = es[0]
-    moved = 4 * 2 * three_d.MODELS[e0["model"]].params  # 3 AG + 1 RS, 16-bit, bytes
-    steps = e0["zero3_step_published"]
-    why = (
-        ". Its ZeRO-3 gathers every layer's 16-bit weights three times per micro-batch "
-        "(forward, recomputed forward, backward) and reduce-scatters the 16-bit gradients "
-        "once, each as a flat ring in which every GPU's whole share crosses its own "
-        f"{nic:.0f} GB/s NIC. The measurement asks for it: ZeRO-3's measured step for "
-        f"{name.get(e0['model'], e0['model'])} stays at "
-        + (
-            f"{steps[1]:.0f} s "
-            if round(steps[1]) == round(steps[2])
-            else f"{steps[1]:.0f}–{steps[2]:.0f} s "
-        )
-        + f"from {e0['gpus'][1]} to {e0['gpus'][2]} GPUs, and moving four copies of the "
-        f"weights ({moved / 1e12:.1f} TB) in that time takes {moved / steps[1] / 1e9:.0f} GB/s "
-        "per GPU, about one NIC's rate. With the NCCL-ideal hierarchical algorithm instead, "
-        f"ZeRO-3 would come out ahead (ratios {hier})"
-    )
-    small = []
-    for e in es:
-        n = name.get(e["model"], e["model"])
-        if not e["zero3_fits"][0]:
-            small.append(
-                f"for {n} its memory model rejects the ZeRO-3 layout that ran on "
-                f"{e['gpus'][0]} GPUs ({e['zero3_gib'][0]:.0f} GiB against "
-                f"{e['limit_gib']:.0f}: two whole gathered layers and a whole layer's "
-                "gradient, where DeepSpeed gathers and reduces in smaller buckets)"
-            )
-        elif (e["ratios"][0] > 1) != (e["published"][0] > 1) or abs(
-            e["ratios"][0] / e["published"][0] - 1
-        ) > 0.15:
-            small.append(
-                f"for {n} on {e['gpus'][0]} GPUs it gives {e['ratios'][0]:.2f} against "
-                f"the measured {e['published'][0]:.2f}: with {e['micro_batch'][0]} "
-                "sequences per GPU one layer's compute can hide the collectives, and "
-                f"the model hides them all ({e['zero3_step'][0]:.0f} s per step), while "
-                f"the measured {e['zero3_step_published'][0]:.0f} s lies between that "
-                f"and no overlap at all ({e['zero3_step_no_overlap'][0]:.0f} s): how "
-                "much of the collectives' time overlapping compute really hides "
-                "(NCCL kernels share the GPU's SMs and memory bandwidth) is not "
-                "modelled"
-            )
-    off = [
-        (name.get(e["model"], e["model"]), e["ratios"][1], e["zero3_error"][1])
-        for e in es
-        if abs(e["ratios"][1] / e["published_doubled"] - 1) > 0.15
-    ]
-    tail = ""
-    if small:
-        tail += ". What it still misses is at the smallest count: " + "; ".join(small)
-    if off:
-        tail += (
-            ". At the doubled count the ratio is outside ±15 % of the measured "
-            f"{es[0]['published_doubled']:.1f} for "
-            + ", ".join(
-                f"{n} ({r:.2f}; its ZeRO-3 {err:+.0f} % off the measured throughput)"
-                for n, r, err in off
-            )
-        )
-    return head + why + tail
 
 
 # --- measured on one H200: the validation set -------------------------------------------------
