@@ -13,19 +13,18 @@ LAYOUTS = {  # label -> keyword arguments of per_gpu_memory for N GPUs
 }
 
 
-def memory_vs_gpus(L, h, a, s, V, *, b=1, recompute="selective", ns=(1, 2, 4, 8), title=""):
+def memory_vs_gpus(dims: tuple, *, b=1, recompute="selective", ns=(1, 2, 4, 8), title=""):
     """Per-GPU GiB (model states + activations) against N for each layout, with the ideal
-    total/N line. Activations of one micro-batch of b sequences."""
+    total/N line, for the model ``dims`` = (L, h, a, s, V). Activations of one micro-batch of b
+    sequences."""
     import matplotlib.pyplot as plt  # noqa: PLC0415 (matplotlib ~0.5 s, the book extra: plotting is optional, only memory_vs_gpus draws)
     from matplotlib.ticker import NullFormatter  # noqa: PLC0415 (matplotlib ~0.5 s, the book extra: plotting is optional, only memory_vs_gpus draws)
 
     fig, ax = plt.subplots(figsize=(7, 4.4))
-    one = per_gpu_memory(L, h, a, s, V, b=b, recompute=recompute).total / GiB
+    one = per_gpu_memory(*dims, b=b, recompute=recompute).total / GiB
     ax.plot(ns, [one / n for n in ns], "k--", label="ideal: total / N")
     for label, kw in LAYOUTS.items():
-        ys = [
-            per_gpu_memory(L, h, a, s, V, b=b, recompute=recompute, **kw(n)).total / GiB for n in ns
-        ]
+        ys = [per_gpu_memory(*dims, b=b, recompute=recompute, **kw(n)).total / GiB for n in ns]
         ax.plot(ns, ys, "o-", label=f"{label} ({ys[-1]:.0f} GiB at N={ns[-1]})")
     ax.set_xscale("log", base=2)
     ax.set_yscale("log")
