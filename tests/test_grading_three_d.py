@@ -157,8 +157,24 @@ def five_d_wrong_exception(d, t, p, cp, ep):
     return _five(d, t, p, cp, ep)
 
 
+def five_d_ep_must_divide_d(d, t, p, cp, ep):
+    """Refuses ep ∤ d too, as if the experts folded over the data-parallel ranks only."""
+    if d % ep:
+        raise ValueError(f"ep ({ep}) must divide d ({d})")
+    return _five(d, t, p, cp, ep)
+
+
+def five_d_groups_as_tuples(d, t, p, cp, ep):
+    """Each group a tuple, each list of groups a tuple: the text accepts any sequence."""
+    return {k: tuple(tuple(g) for g in v) for k, v in _five(d, t, p, cp, ep).items()}
+
+
 def test_five_d_groups_in_any_order_pass():
     assert check("three_d.five_d_groups", five_d_groups_reversed)
+
+
+def test_five_d_groups_as_tuples_pass():
+    assert check("three_d.five_d_groups", five_d_groups_as_tuples)
 
 
 def test_five_d_grader_shapes_make_every_dimension_matter():
@@ -225,6 +241,7 @@ WRONG = {
     },
     "five_d_no_rule_check": five_d_no_rule_check,
     "five_d_wrong_exception": five_d_wrong_exception,
+    "five_d_ep_must_divide_d": five_d_ep_must_divide_d,
 }
 
 

@@ -416,7 +416,10 @@ def check_five_d_groups(candidate):
         d, t, p, cp, ep = shape
         at = f"for (d, t, p, cp, ep) = {shape}: "
         with course_calls(FIVE_D_FORBIDDEN) as used:
-            got = candidate(d, t, p, cp, ep)
+            try:
+                got = candidate(d, t, p, cp, ep)
+            except ValueError as e:
+                raise GradeFailure(at + _refused(e, d, t, cp, ep)) from None
         reject_course_calls(used, what="write the groups")
         if not isinstance(got, dict) or not set(FIVE_D_KINDS) <= set(got):
             raise GradeFailure(
@@ -441,6 +444,17 @@ def check_five_d_groups(candidate):
                 at + (_shape_fault(kind, mine, *shape) or _group_diff(kind, mine, want[kind]))
             )
     _check_unsupported(candidate)
+
+
+def _refused(e, d, t, cp, ep) -> str:
+    """Why a ValueError for a shape the exercise supports (ep divides t·cp·d) is wrong."""
+    S = t * cp * d
+    rule = ", nor t, nor cp" if d % ep and (t % ep or cp % ep) else ""
+    return (
+        f"your function raised ValueError ({e}), but this shape is supported: "
+        f"ep = {ep} divides t·cp·d = {S}, all that folding the experts over a stage's "
+        f"ranks needs; ep need not divide d{rule}, only t·cp·d"
+    )
 
 
 def _check_unsupported(candidate) -> None:
@@ -623,6 +637,12 @@ CLAUSES = {
             "(d, t, p, cp, ep) = (1, 2, 1, 3, 4)",
             "five_d_no_rule_check",
             "it must raise a ValueError naming the rule",
+        ),
+        Clause(
+            "only ep ∤ t·cp·d is refused (ep need not divide d)",
+            _IN_FIVE + " (ep = 4, d = 1)",
+            "five_d_ep_must_divide_d",
+            "ep need not divide d",
         ),
         Clause(
             "the exception is a ValueError",
