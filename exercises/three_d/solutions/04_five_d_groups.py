@@ -18,11 +18,14 @@
 # The check compares each list of groups as a set of sets: neither the order of the ranks inside
 # a group nor the order of the groups matters, because `dist.new_group(ranks)` sorts the ranks it
 # is given (a member's rank in the group is its place among the group's global ranks, in
-# whatever order you listed them). Increasing order is only the convention used here.
+# whatever order you listed them). Increasing order is only the convention used here. Lists or
+# tuples are both fine, for the groups and for the lists of groups (`new_group` takes any
+# sequence of ranks); the values must be integers.
 #
 # If ep does not divide t·cp·d, the experts cannot be folded: raise a `ValueError` that names
 # the rule, e.g. "ep (4) must divide t·cp·d (6)"; the check calls your function with such a
-# shape (only the exception's type is checked). The check tries several shapes, some not powers
+# shape (only the exception's type is checked). That is the only rule: ep need not divide d
+# (nor t, nor cp), and a `ValueError` for a shape where ep divides t·cp·d fails the check. The check tries several shapes, some not powers
 # of two, one with p, d and cp all above one, some where ep does not divide d, and names the
 # slip when your groups follow a known wrong rule.
 # %%
