@@ -18,7 +18,12 @@ from minipar.expert_parallel import (
     slot_counts,
     top_k_gates,
 )
-from minipar.expert_parallel.experiments import ep_dp_train_on_rank, parity_on_rank, traffic_on_rank
+from minipar.expert_parallel.experiments import (
+    MoETraining,
+    ep_dp_train_on_rank,
+    parity_on_rank,
+    traffic_on_rank,
+)
 from minipar.expert_parallel.grid import ep_dp_groups
 from minipar.runtime.launch import run
 
@@ -170,10 +175,10 @@ def test_traced_bytes_equal_the_model(launched):
 def _ep_dp(rank, world):
     g = ep_dp_groups(2)
     return {
-        "ok": ep_dp_train_on_rank(rank, world, 2, 4, 2, None, 3, groups=g),
-        "capacity": ep_dp_train_on_rank(rank, world, 2, 4, 2, 1.0, 3, groups=g),
+        "ok": ep_dp_train_on_rank(rank, world, 2, MoETraining(4, 2), groups=g),
+        "capacity": ep_dp_train_on_rank(rank, world, 2, MoETraining(4, 2, 1.0), groups=g),
         "divide by dp": ep_dp_train_on_rank(
-            rank, world, 2, 4, 2, None, 3, expert_divisor=2, groups=g
+            rank, world, 2, MoETraining(4, 2), expert_divisor=2, groups=g
         ),
     }
 

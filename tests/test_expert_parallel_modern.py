@@ -12,6 +12,7 @@ import torch
 from minipar.cost import expert_parallel as cost
 from minipar.expert_parallel import balancing, routing
 from minipar.expert_parallel.experiments import (
+    MoETraining,
     _randn,
     dispatcher_traffic_on_rank,
     folded_train_on_rank,
@@ -20,6 +21,7 @@ from minipar.expert_parallel.experiments import (
     run,
 )
 from minipar.expert_parallel.grouped import dropless_forward, grouped_mm, permute, unpermute
+from minipar.grid import Grid
 
 TOL = 1e-12
 KEYS = ("out", "dx", "dw1", "dw2", "drouter")
@@ -154,10 +156,7 @@ def _train_dispatchers_on_rank(rank, world):
                 rank,
                 world,
                 world,
-                2 * world,
-                2,
-                cf,
-                3,
+                MoETraining(2 * world, 2, cf, steps=3),
                 groups=groups,
                 dispatcher=disp,
                 kernel=kernel,
@@ -206,12 +205,13 @@ def test_expected_nodes_per_token_matches_sampling():
 def test_folded_layout_trains_like_one_process(world, t, d, ep):
     """EP does not divide the attention's DP degree: it reuses tensor-parallel ranks."""
     assert d % ep != 0
-    res = run(folded_train_on_rank, world, t, d, ep, 12, 2, 3)
+    grid, train = Grid(d=d, t=t, ep=ep), MoETraining(12, 2, steps=3)
+    res = run(folded_train_on_rank, world, grid, train)
     assert max(r["out"] for r in res) < TOL and max(r["dx"] for r in res) < TOL
     assert max(max(r["param diff per step"]) for r in res) < TOL
     assert res[0]["edp"] == world // ep
     if d > 1 and world // ep != d:  # negative control
-        bad = run(folded_train_on_rank, world, t, d, ep, 12, 2, 3, 0.1, True)
+        bad = run(folded_train_on_rank, world, grid, train, True)
         assert max(max(r["param diff per step"]) for r in bad) > 1e-3
 
 
@@ -319,9 +319,9 @@ def test_group_limited_routing_bounds_the_groups(score, m):
 
 
 def test_bias_balances_the_training_demo():
-    from minipar.expert_parallel.experiments import balancing_run, balancing_summary
+    from minipar.expert_parallel.experiments import Balancing, balancing_run, balancing_summary
 
     none = balancing_summary(balancing_run())
-    bias = balancing_summary(balancing_run(bias_rate=1e-2))
+    bias = balancing_summary(balancing_run(Balancing(bias_rate=1e-2)))
     assert bias["last"] < none["last"]
     assert none["dropped last"] == 0 and bias["dropped last"] == 0

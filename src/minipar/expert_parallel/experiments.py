@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import statistics
 import time
+from dataclasses import dataclass
 
 import torch
 import torch.distributed as dist
@@ -46,6 +47,20 @@ H, F = 8, 12  # hidden, expert FFN width: tiny on purpose
 
 def _randn(*shape, seed, dtype=torch.float64):
     return torch.randn(*shape, generator=torch.Generator().manual_seed(seed), dtype=dtype)
+
+
+@dataclass(frozen=True)
+class MoETraining:
+    """An MoE trained on several ranks against one process: ``experts`` experts, each token
+    routed to its ``top_k``, ``capacity_factor`` (None: dropless), ``steps`` steps of SGD with
+    momentum 0.9 at ``lr``, the balancing loss weighted ``aux_coef``."""
+
+    experts: int = 4
+    top_k: int = 2
+    capacity_factor: float | None = None
+    steps: int = 3
+    lr: float = 0.1
+    aux_coef: float = 0.01
 
 
 def max_diff(a, b) -> float:
@@ -215,17 +230,12 @@ def ep_dp_train_on_rank(
     rank: int,
     world: int,
     ep: int,
-    experts: int,
-    top_k: int,
-    capacity_factor=None,
-    steps: int = 3,
-    aux_coef: float = 0.01,
+    train: MoETraining = MoETraining(),
     expert_divisor: int | None = None,
-    lr: float = 0.1,
     groups=None,
     **layer_kw,
 ) -> dict:
-    """EP inside DP on ``world`` ranks (grid (dp, ep)), SGD with momentum for ``steps`` steps,
+    """EP inside DP on ``world`` ranks (grid (dp, ep)), ``train.steps`` steps of SGD,
     against one process that runs each replica's tokens (rank order) and averages the ranks'
     mean losses. Returns the max parameter difference (this rank's router and owned experts)
     after each step. (SGD, not Adam: Adam divides by √v and so hides a gradient off by a
@@ -234,18 +244,18 @@ def ep_dp_train_on_rank(
     ep_group, dp_group = groups if groups is not None else ep_dp_groups(ep)
     dp, d = world // ep, rank // ep
     n = 6
-    moe = make_moe(experts, top_k, capacity_factor)
+    moe = make_moe(train.experts, train.top_k, train.capacity_factor)
     layer = ExpertParallelMoE.from_full(moe, group=ep_group, **layer_kw)
-    opt_ref = torch.optim.SGD(moe.parameters(), lr=lr, momentum=0.9)
-    opt = torch.optim.SGD(layer.parameters(), lr=lr, momentum=0.9)
+    opt_ref = torch.optim.SGD(moe.parameters(), lr=train.lr, momentum=0.9)
+    opt = torch.optim.SGD(layer.parameters(), lr=train.lr, momentum=0.9)
     own = slice(layer.first, layer.first + layer.local)
     diffs, dropped = [], 0
-    for step in range(steps):
+    for step in range(train.steps):
         xs = [_randn(n, H, seed=1000 * step + s) for s in range(world)]
         ts = [_randn(n, H, seed=5000 + 1000 * step + s) for s in range(world)]
 
         def loss_of(y, t, aux):
-            return ((y - t) ** 2).mean() + aux_coef * aux
+            return ((y - t) ** 2).mean() + train.aux_coef * aux
 
         # reference: replica by replica (capacity is per EP group's batch)
         opt_ref.zero_grad()
@@ -349,7 +359,8 @@ def _chapter_on_rank(rank, ep):
 def _ep_dp_on_rank(rank, world):
     groups = ep_dp_groups(2)
     return {
-        cf: ep_dp_train_on_rank(rank, world, 2, 4, 2, cf, 3, groups=groups) for cf in (None, 1.0)
+        cf: ep_dp_train_on_rank(rank, world, 2, MoETraining(4, 2, cf), groups=groups)
+        for cf in (None, 1.0)
     }
 
 
@@ -403,36 +414,35 @@ def all_to_all_fit(n: int = 2, sizes=(2**12, 2**16, 2**19, 2**22), iters: int = 
 def folded_train_on_rank(
     rank: int,
     world: int,
-    t: int,
-    d: int,
-    ep: int,
-    experts: int = 6,
-    top_k: int = 2,
-    steps: int = 3,
-    lr: float = 0.1,
+    grid: Grid,
+    train: MoETraining = MoETraining(experts=6),
     wrong_expert_group: bool = False,
 ) -> dict:
-    """MoE parallel folding on ``world`` = t·d ranks: the dense MLP tensor- and
-    sequence-parallel over t, the experts over ep (any divisor of t·d, not of d), SGD with
-    momentum for ``steps`` steps against one process running every rank's tokens. Returns the
+    """MoE parallel folding on ``world`` = t·d ranks of ``grid``: the dense MLP tensor- and
+    sequence-parallel over t, the experts over ep (any divisor of t·d, not of d), ``train.steps``
+    steps of SGD against one process running every rank's tokens (dropless, no balancing loss). Returns the
     forward/backward differences of the first step and the largest parameter difference after
     each step. ``wrong_expert_group``: reduce expert gradients over the attention's dp group
     (the "EP inside DP" layout's group), the negative control."""
-    grid = Grid(d=d, t=t, ep=ep)
+    if train.capacity_factor is not None:
+        raise ValueError(
+            f"the folded run is dropless: capacity_factor ({train.capacity_factor}) must be None"
+        )
+    t, ep = grid.t, grid.ep
     groups = new_groups(grid, ("tp", "dp", "dp_cp", "ep", "edp"))
     n = 4  # tokens per rank (a slice)
     torch.manual_seed(0)
     dense = DenseMLP(H, F).double()  # F = 12: divisible by t = 2, 3
-    moe = make_moe(experts, top_k)
+    moe = make_moe(train.experts, train.top_k)
     block = FoldedBlock(dense, moe, groups)
     ref = list(dense.parameters()) + list(moe.parameters())
-    opt_ref = torch.optim.SGD(ref, lr=lr, momentum=0.9)
-    opt = torch.optim.SGD(block.parameters(), lr=lr, momentum=0.9)
+    opt_ref = torch.optim.SGD(ref, lr=train.lr, momentum=0.9)
+    opt = torch.optim.SGD(block.parameters(), lr=train.lr, momentum=0.9)
     k = group_rank(groups["tp"])
     cols = slice(k * F // t, (k + 1) * F // t)
     own = slice(block.moe.first, block.moe.first + block.moe.local)
     diffs, first = [], {}
-    for step in range(steps):
+    for step in range(train.steps):
         xs = [_randn(n, H, seed=1000 * step + s) for s in range(world)]
         ts = [_randn(n, H, seed=7000 + 1000 * step + s) for s in range(world)]
         opt_ref.zero_grad()
@@ -470,7 +480,7 @@ def folded_train_on_rank(
     }
 
 
-BALANCING = {  # name -> settings of balancing_run (one process, E = 8, top-2, 128 tokens a step)
+BALANCING = {  # name -> a Balancing's fields (one process, E = 8, top-2, 128 tokens a step)
     "none": {},
     "Switch aux, micro-batch": {"aux": "micro", "coef": 1e-2},
     "aux, global batch": {"aux": "global", "coef": 1e-2},
@@ -482,40 +492,57 @@ BALANCING = {  # name -> settings of balancing_run (one process, E = 8, top-2, 1
 }
 
 
-def balancing_run(
-    aux: str | None = None,
-    coef: float = 0.0,
-    z: float = 0.0,
-    bias_rate: float = 0.0,
-    capacity_factor=None,
-    drop_policy: str = "position",
-    experts: int = 8,
-    top_k: int = 2,
-    steps: int = 40,
-    tokens: int = 128,
-    micro: int = 2,
-    seq_len: int = 16,
-    lr: float = 3e-2,
-    seed: int = 0,
-) -> dict:
+@dataclass(frozen=True)
+class Balancing:
+    """One way to balance the experts' load (:data:`BALANCING`): the auxiliary loss ``aux``
+    (None, "micro", "global", "sequence") weighted ``coef``, the router z-loss weighted ``z``,
+    the aux-loss-free bias updated at ``bias_rate``, a ``capacity_factor`` (None: dropless) and
+    which tokens it drops (``drop_policy``: "position" or "probs")."""
+
+    aux: str | None = None
+    coef: float = 0.0
+    z: float = 0.0
+    bias_rate: float = 0.0
+    capacity_factor: float | None = None
+    drop_policy: str = "position"
+
+
+@dataclass(frozen=True)
+class BalancingLoad:
+    """The one-process balancing run's data: ``experts`` experts, top-``top_k``, ``steps`` Adam
+    steps at ``lr`` of ``tokens`` tokens in ``micro`` micro-batches, sequences of ``seq_len``."""
+
+    experts: int = 8
+    top_k: int = 2
+    steps: int = 40
+    tokens: int = 128
+    micro: int = 2
+    seq_len: int = 16
+    lr: float = 3e-2
+    seed: int = 0
+
+
+def balancing_run(method: Balancing = Balancing(), load: BalancingLoad = BalancingLoad()) -> dict:
     """One process: a skewed MoE learns to imitate a random teacher MoE under one balancing
-    method. A step has ``tokens`` tokens in ``micro`` micro-batches of ``tokens/micro`` (each a
+    ``method``. A step has ``load.tokens`` tokens in ``load.micro`` micro-batches (each a
     forward of its own: capacity and the micro-batch loss are per micro-batch), sequences of
-    ``seq_len``. Per step: assignments routed to each expert (before dropping), dropped fraction,
+    ``load.seq_len``. Per step: assignments routed to each expert (before dropping), dropped fraction,
     gate mass dropped, mean squared router log-partition (what the z-loss penalises), loss.
 
-    aux: None, "micro" (Switch's loss per micro-batch, averaged), "global" (f over the step's
-    ``tokens``, P per micro-batch), "sequence" (per sequence of ``seq_len``, averaged)."""
-    teacher = make_moe(experts, top_k, seed=seed + 1)
-    moe = make_moe(experts, top_k, capacity_factor, seed=seed)
-    moe.drop_policy, moe.kernel = drop_policy, "padded"  # grouped GEMMs: fewer calls
+    ``method.aux``: None, "micro" (Switch's loss per micro-batch, averaged), "global" (f over the
+    step's tokens, P per micro-batch), "sequence" (per sequence of ``seq_len``, averaged)."""
+    aux, coef, z, micro = method.aux, method.coef, method.z, load.micro
+    tokens, seq_len = load.tokens, load.seq_len
+    teacher = make_moe(load.experts, load.top_k, seed=load.seed + 1)
+    moe = make_moe(load.experts, load.top_k, method.capacity_factor, seed=load.seed)
+    moe.drop_policy, moe.kernel = method.drop_policy, "padded"  # grouped GEMMs: fewer calls
     skewed_router(moe)
-    opt = torch.optim.Adam(moe.parameters(), lr=lr)
+    opt = torch.optim.Adam(moe.parameters(), lr=load.lr)
     out = {
         k: [] for k in ("routed per expert", "dropped fraction", "dropped gate mass", "z", "loss")
     }
     m = tokens // micro
-    for step in range(steps):
+    for step in range(load.steps):
         x = _randn(tokens, H, seed=10_000 + step) + 0.5  # tokens share a mean direction
         with torch.no_grad():
             target = teacher(x)
@@ -545,10 +572,10 @@ def balancing_run(
                 loss = loss + z * router_z_loss(logits) / micro
         (loss + coef * reg).backward()
         opt.step()
-        if bias_rate:
-            update_bias(moe.expert_bias, counts, bias_rate)
+        if method.bias_rate:
+            update_bias(moe.expert_bias, counts, method.bias_rate)
         out["routed per expert"].append(counts.tolist())
-        out["dropped fraction"].append(dropped / (tokens * top_k))
+        out["dropped fraction"].append(dropped / (tokens * load.top_k))
         out["dropped gate mass"].append(mass)
         out["z"].append(sum(zs) / micro)
     return out
@@ -571,7 +598,8 @@ def balancing_summary(r: dict, ep: int = 4, window: int = 10) -> dict:
 
 def balancing_runs(steps: int = 40) -> dict:
     """Every method of :data:`BALANCING`, same seed, same data."""
-    return {name: balancing_run(steps=steps, **kw) for name, kw in BALANCING.items()}
+    load = BalancingLoad(steps=steps)
+    return {name: balancing_run(Balancing(**kw), load) for name, kw in BALANCING.items()}
 
 
 DISPATCH_CASES = [(2, None), (2, 1.0), (3, None)]  # (top_k, capacity_factor)
@@ -590,10 +618,9 @@ def _modern_on_rank(rank: int, world: int, node_size: int, t: int, d: int) -> di
             out["traffic"][disp, case] = dispatcher_traffic_on_rank(
                 rank, disp, E, *case, node_size=node_size
             )
-    out["folded"] = folded_train_on_rank(rank, world, t, d, world, 2 * world)
-    out["folded wrong"] = folded_train_on_rank(
-        rank, world, t, d, world, 2 * world, wrong_expert_group=True
-    )
+    grid, train = Grid(d=d, t=t, ep=world), MoETraining(experts=2 * world)
+    out["folded"] = folded_train_on_rank(rank, world, grid, train)
+    out["folded wrong"] = folded_train_on_rank(rank, world, grid, train, wrong_expert_group=True)
     out["folded traffic"] = folded_traffic_on_rank(rank, world, t, d, world, 2 * world)
     return out
 

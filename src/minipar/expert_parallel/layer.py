@@ -25,6 +25,8 @@ not be inside the dense weights' data-parallel group: :mod:`.folding`).
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 import torch.nn as nn
 
@@ -44,13 +46,25 @@ from .routing import (
 )
 
 
+@dataclass(frozen=True)
+class Dispatch:
+    """How an :class:`ExpertParallelMoE` moves and runs its rows: ``dispatcher`` "all_to_all",
+    "all_gather" or "node_dedup" (then ``node_group`` and ``rail_group`` from
+    :func:`.dispatchers.node_groups`); ``kernel`` "padded", "grouped_mm" or "loop"."""
+
+    dispatcher: str = "all_to_all"
+    kernel: str = "padded"
+    node_group: object = None
+    rail_group: object = None
+
+
 class ExpertParallelMoE(nn.Module):
     """The MoE layer with its experts split over ``group`` (ep ranks); see the module docstring.
 
-    ``kernel``: "padded" (one batched matmul per weight over groups padded to the largest),
-    "grouped_mm" (``torch._grouped_mm``, float32/bfloat16) or "loop" (per expert, for
-    comparison). ``dispatcher``: "all_to_all", "all_gather" or "node_dedup" (then
-    ``node_group`` and ``rail_group`` from :func:`.dispatchers.node_groups`). ``expert_bias``
+    ``dispatch`` (:class:`Dispatch`): ``kernel`` "padded" (one batched matmul per weight over
+    groups padded to the largest), "grouped_mm" (``torch._grouped_mm``, float32/bfloat16) or
+    "loop" (per expert, for comparison); ``dispatcher`` "all_to_all", "all_gather" or
+    "node_dedup" (then ``node_group`` and ``rail_group`` from :func:`.dispatchers.node_groups`). ``expert_bias``
     (E,), a non-persistent buffer of zeros, is DeepSeek-V3's balancing bias (choice only).
 
     After a forward: ``aux_loss`` (balancing loss of this rank's tokens), ``tokens_per_expert``
@@ -68,13 +82,12 @@ class ExpertParallelMoE(nn.Module):
         capacity_factor: float | None = None,
         renormalize: bool = True,
         group=None,
-        kernel: str = "padded",
-        dispatcher: str = "all_to_all",
-        node_group=None,
-        rail_group=None,
+        dispatch: Dispatch = Dispatch(),
     ):
         super().__init__()
         ep = group_size(group)
+        kernel, dispatcher = dispatch.kernel, dispatch.dispatcher
+        node_group, rail_group = dispatch.node_group, dispatch.rail_group
         if kernel not in KERNELS:
             raise ValueError(f"kernel ({kernel!r}) must be one of {KERNELS}")
         if dispatcher not in DISPATCHERS:
@@ -106,7 +119,8 @@ class ExpertParallelMoE(nn.Module):
     @classmethod
     def from_full(cls, moe: MoE, group=None, **kw) -> "ExpertParallelMoE":
         """This rank's part of ``moe``: the router copied, its experts' weights copied (not
-        views). ``kw``: ``kernel``, ``dispatcher``, ``node_group``, ``rail_group``."""
+        views). ``kw``: the :class:`Dispatch` fields (``kernel``, ``dispatcher``, ``node_group``,
+        ``rail_group``)."""
         m = cls(
             moe.hidden,
             moe.ffn,
@@ -115,7 +129,7 @@ class ExpertParallelMoE(nn.Module):
             moe.capacity_factor,
             moe.renormalize,
             group,
-            **kw,
+            Dispatch(**kw),
         ).to(moe.w1.dtype)
         if getattr(moe, "drop_policy", "position") != "position":
             raise ValueError(
