@@ -28,7 +28,7 @@ import torch.distributed as dist
 from minipar.dist import group_rank, group_size
 
 from .online_softmax import block_attention, block_attention_backward, visible
-from .ring import _dtype, check_qkv
+from .ring import Mask, _dtype, check_qkv
 from .sharding import chunks_per_rank, document_ids, positions
 
 # one tensor in, one out (torch >= 2.11 names; the older names are deprecated aliases)
@@ -72,7 +72,8 @@ def _scatter_grads(dkv_full, group, layout):
 
 class _AllGatherAttention(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, q, k, v, causal, group, layout, documents, accum_dtype):
+    def forward(ctx, q, k, v, group, mask: Mask, accum_dtype):
+        causal, layout, documents = mask
         cp, r = group_size(group), group_rank(group)
         s = q.shape[2] * cp
         comp = _dtype(None, q)
@@ -105,16 +106,7 @@ class _AllGatherAttention(torch.autograd.Function):
         delta = (dout * out.to(comp)).sum(-1)  # (b, a, s/cp)
         dq, dk, dv = block_attention_backward(q.to(comp), kv[0], kv[1], dout, lse, delta, ctx.mask)
         dkv = _scatter_grads(torch.stack([dk, dv]).to(acc), ctx.group, ctx.layout)
-        return (
-            dq.to(q.dtype),
-            dkv[0].to(k.dtype),
-            dkv[1].to(v.dtype),
-            None,
-            None,
-            None,
-            None,
-            None,
-        )
+        return dq.to(q.dtype), dkv[0].to(k.dtype), dkv[1].to(v.dtype), None, None, None
 
 
 def allgather_attention(
@@ -135,4 +127,5 @@ def allgather_attention(
     packed into the sequence (attention never crosses a document boundary)."""
     check_qkv(q, k, v)
     chunks_per_rank(layout)  # names a bad layout
-    return _AllGatherAttention.apply(q, k, v, causal, group, layout, documents, accum_dtype)
+    mask = Mask(causal, layout, documents)
+    return _AllGatherAttention.apply(q, k, v, group, mask, accum_dtype)

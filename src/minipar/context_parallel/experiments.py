@@ -28,7 +28,7 @@ from .block import (
     full_layer_forward,
 )
 from .online_softmax import block_attention, full_attention, merge_blocks
-from .ring import ring_attention
+from .ring import RingOptions, ring_attention
 from .sharding import chunk_ids, chunks_per_rank, gather_sequence, positions, shard_sequence
 from .ulysses import ulysses_attention
 
@@ -307,5 +307,5 @@ def timeline_on_rank(rank, cp, b=1, a=4, s=1536, d=32, layout="zigzag"):
         ring_attention(q, k, v, True, None, layout)  # warm-up
         dist.barrier()
         tl = []
-        ring_attention(q, k, v, True, None, layout, timeline=tl)
+        ring_attention(q, k, v, True, None, layout, options=RingOptions(timeline=tl))
     return tl

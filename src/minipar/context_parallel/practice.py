@@ -17,7 +17,7 @@ from . import ring as ring_module
 from .allgather import allgather_attention
 from .experiments import gpt_training_on_rank, rel_diff
 from .online_softmax import full_attention
-from .ring import ring_attention
+from .ring import Mask, RingOptions, ring_attention
 from .sharding import document_ids, gather_sequence, shard_sequence
 from .ulysses import ulysses_attention
 
@@ -37,10 +37,14 @@ def gqa_qkv(a=A, a_kv=4, s=S, d=D, b=2, *, logit=30.0, seed=0, dtype=torch.float
     return tuple(t.to(dtype) for t in (q, k, v))
 
 
-def run_method(method, q, k, v, causal, layout, documents=None, group=None, **kw):
-    """``method``'s output shard of this rank's shards (ring, allgather, ulysses)."""
+def run_method(method, qkv, mask: Mask, group=None, **kw):
+    """``method``'s output shard of this rank's shards ``qkv`` = (q, k, v) (ring, allgather,
+    ulysses). ``kw``: ``merge_dtype`` (ring only) and ``accum_dtype``."""
+    q, k, v = qkv
+    causal, layout, documents = mask
     if method == "ring":
-        return ring_attention(q, k, v, causal, group, layout, documents=documents, **kw)
+        opts = RingOptions(**kw)
+        return ring_attention(q, k, v, causal, group, layout, documents=documents, options=opts)
     if method == "allgather":
         return allgather_attention(q, k, v, causal, group, layout, documents=documents, **kw)
     if method == "ulysses":
@@ -70,7 +74,7 @@ def errors(
     dout = torch.randn(ref.shape, generator=torch.Generator().manual_seed(7), dtype=torch.float64)
     ref.backward(dout)
     ql, kl, vl = (shard_sequence(t, 2, None, layout).requires_grad_() for t in (q, k, v))
-    out = run_method(method, ql, kl, vl, causal, layout, documents, **kw)
+    out = run_method(method, (ql, kl, vl), Mask(causal, layout, documents), **kw)
     out.backward(shard_sequence(dout.to(dtype), 2, None, layout))
     full = lambda t: gather_sequence(t.detach(), 2, None, layout).double()
     return {
@@ -138,9 +142,8 @@ def _docs_ignored(method):
     """The reference masks documents, the parallel run does not: the output's error."""
     q, k, v = gqa_qkv()
     ref = full_attention(q, k, v, True, document_ids(DOCUMENTS, S))
-    out = run_method(
-        method, *(shard_sequence(t, 2, None, "zigzag") for t in (q, k, v)), True, "zigzag"
-    )
+    qkv = tuple(shard_sequence(t, 2, None, "zigzag") for t in (q, k, v))
+    out = run_method(method, qkv, Mask(True, "zigzag"))
     return rel_diff(gather_sequence(out, 2, None, "zigzag"), ref)
 
 
@@ -153,12 +156,12 @@ def traffic_on_rank(rank, cp, b=2, a=A, a_kv=4, s=S, d=D, dtype=torch.float64):
     out = {}
     for method, layout in (("ring", "zigzag"), ("allgather", "zigzag"), ("ulysses", "contiguous")):
         akv = a_kv if method != "ulysses" else ulysses_kv_heads(cp)[-1]
-        q, k, v = (
+        qkv = tuple(
             shard_sequence(t, 2, None, layout).requires_grad_()
             for t in gqa_qkv(a, akv, s, d, b, dtype=dtype)
         )
         with trace() as fwd:
-            o = run_method(method, q, k, v, True, layout)
+            o = run_method(method, qkv, Mask(True, layout))
         with trace() as bwd:
             o.backward(torch.ones_like(o))
         for name, tr in (("forward", fwd), ("backward", bwd)):

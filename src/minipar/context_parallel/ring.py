@@ -35,6 +35,8 @@ cp dK/dV blocks in the accumulator's dtype (:mod:`minipar.cost.context_parallel`
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
+from typing import NamedTuple
 
 import torch
 
@@ -43,6 +45,27 @@ from minipar.dist import group_rank, group_size
 from .online_softmax import block_attention, block_attention_backward, merge_blocks, visible
 from .ring_communication import RingShift
 from .sharding import chunk_ids, chunks_per_rank, document_ids, positions
+
+
+class Mask(NamedTuple):
+    """Which keys a query sees: ``causal`` by global position, within one of the ``documents``
+    (lengths summing to s; None: one document), the shards held in ``layout``."""
+
+    causal: bool = False
+    layout: str = "contiguous"
+    documents: list | None = None
+
+
+@dataclass(frozen=True)
+class RingOptions:
+    """How the ring computes and what it records: ``merge_dtype`` of the running (o, lse) and
+    ``accum_dtype`` of the travelling dK/dV (None: float32 or wider); ``timeline``, a list to
+    which the forward appends one dict per ring step (compute and transfer intervals, seconds
+    since the call began)."""
+
+    merge_dtype: torch.dtype | None = None
+    accum_dtype: torch.dtype | None = None
+    timeline: list | None = None
 
 
 def plan(q_ids: list[int], k_ids: list[int], causal: bool):
@@ -124,12 +147,13 @@ class _Pairs:
 
 class _RingAttention(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, q, k, v, causal, group, layout, timeline, documents, merge_dtype, accum_dtype):
+    def forward(ctx, q, k, v, group, mask: Mask, opts: RingOptions):
+        causal, layout, documents = mask
         cp, r = group_size(group), group_rank(group)
         n = chunks_per_rank(layout)
         pairs = _Pairs(r, cp, q.shape[2], layout, causal, documents, q.device)
         comp = _dtype(None, q)  # block compute precision
-        mdt = _dtype(merge_dtype, q)
+        mdt, timeline = _dtype(opts.merge_dtype, q), opts.timeline
         qs = q.to(comp).chunk(n, dim=2)  # n × (b, a, s/(n·cp), d)
         outs, lses = [None] * n, [None] * n
         kv = torch.stack([k, v])  # (2, b, a_kv, s/cp, d): one message
@@ -167,7 +191,7 @@ class _RingAttention(torch.autograd.Function):
         out = out.to(q.dtype)  # rounded once, at the end
         ctx.save_for_backward(q, k, v, out, lse)
         ctx.causal, ctx.group, ctx.layout, ctx.documents = causal, group, layout, documents
-        ctx.accum_dtype = accum_dtype
+        ctx.accum_dtype = opts.accum_dtype
         return out
 
     @staticmethod
@@ -205,18 +229,7 @@ class _RingAttention(torch.autograd.Function):
             if shift is not None:
                 kv = shift.wait()
         dkv = incoming.wait()  # our own block, all cp shares
-        return (
-            dq.to(q.dtype),
-            dkv[0].to(k.dtype),
-            dkv[1].to(v.dtype),
-            None,
-            None,
-            None,
-            None,
-            None,
-            None,
-            None,
-        )
+        return dq.to(q.dtype), dkv[0].to(k.dtype), dkv[1].to(v.dtype), None, None, None
 
 
 def check_qkv(q, k, v) -> None:
@@ -241,21 +254,18 @@ def ring_attention(
     causal: bool = False,
     group=None,
     layout: str = "contiguous",
-    timeline: list | None = None,
     *,
     documents=None,
-    merge_dtype=None,
-    accum_dtype=None,
+    options: RingOptions = RingOptions(),
 ):
     """This rank's output shard of softmax(q kᵀ/√d) v over the whole sequence.
 
     q (b, a, s/cp, d), k and v (b, a_kv, s/cp, d): this rank's shards in ``layout``
     (:func:`shard_sequence`); the output has q's shape and layout. ``causal`` masks by global
     position; ``documents`` (lengths summing to s) masks attention across documents.
-    ``timeline``: a list to which the forward appends one dict per ring step (compute and
-    transfer intervals, seconds since the call began). ``merge_dtype``, ``accum_dtype``: the
-    dtype of the running (o, lse) and of the travelling dK/dV (None: float32 or wider). For one
-    rank it is plain attention, no communication.
+    ``options`` (:class:`RingOptions`): the merge's and the dK/dV accumulator's dtypes, and a
+    timeline to record the ring's steps in. For one rank it is plain attention, no
+    communication.
     """
     check_qkv(q, k, v)
     n = chunks_per_rank(layout)
@@ -263,6 +273,4 @@ def ring_attention(
         raise ValueError(
             f"local sequence length ({q.shape[2]}) must be divisible by {n} for layout {layout!r}"
         )
-    return _RingAttention.apply(
-        q, k, v, causal, group, layout, timeline, documents, merge_dtype, accum_dtype
-    )
+    return _RingAttention.apply(q, k, v, group, Mask(causal, layout, documents), options)
