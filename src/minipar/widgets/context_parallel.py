@@ -11,6 +11,8 @@ tests/test_context_parallel_explorer.py checks the twins agree.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from minipar.cost import context_parallel as C
 from minipar.cost.hardware import GPUS, LINKS
 from minipar.widgets import Explorer
@@ -40,19 +42,50 @@ def equal_documents(s: int, documents: int) -> list[int]:
     return [s // documents] * documents
 
 
-def cp_layer_model(
-    s: int = 131072,
-    cp: int = 16,
-    layout: str = "zigzag",
-    h: int = 16384,
-    a: int = 128,
-    a_kv: int = 8,
-    b: int = 1,
-    flops: float = 989.4e12,
-    bandwidth: float = 50e9,
-    alpha: float = 5e-6,
-    documents: int = 1,
-) -> dict:
+@dataclass(frozen=True)
+class CPLayerControls:
+    """The cp-layer explorer's controls: sequence length ``s`` over ``cp`` ranks in ``layout``;
+    width ``h``, ``a`` query and ``a_kv`` K/V heads, ``b`` sequences; a GPU's dense ``flops``
+    (FLOP/s) and a link's per-direction ``bandwidth`` (B/s) and latency ``alpha`` (s); the
+    sequence packed as ``documents`` equal documents."""
+
+    s: int = DEFAULT_S
+    cp: int = 16
+    layout: str = "zigzag"
+    h: int = 16384
+    a: int = 128
+    a_kv: int = 8
+    b: int = 1
+    flops: float = 989.4e12
+    bandwidth: float = 50e9
+    alpha: float = 5e-6
+    documents: int = 1
+
+
+def _check_layer(c: CPLayerControls) -> list[int]:
+    """The explorer's rules on ``c``, in its words; the document lengths."""
+    check_numbers({"integer": True, "min": 1, "max": MAX_CP}, cp=c.cp)
+    C.check_shape(c.s, c.cp, c.layout)
+    C._check(h=c.h, a=c.a, a_kv=c.a_kv, b=c.b)
+    if c.a % c.a_kv:
+        raise ValueError(f"heads ({c.a}) must be divisible by K/V heads ({c.a_kv})")
+    return equal_documents(c.s, c.documents)
+
+
+def _ulysses(c: CPLayerControls, h_kv: float) -> dict:
+    """Ulysses' bytes and all-to-all time, None when its head rules fail at this cp."""
+    if not (c.a % c.cp == 0 and (c.a_kv % c.cp == 0 or c.cp % c.a_kv == 0)):
+        return {"ulysses_bytes": None, "ulysses_time": None}
+    b, s, h, cp, a_kv = c.b, c.s, c.h, c.cp, c.a_kv
+    return {
+        "ulysses_bytes": C.ulysses_sent_bytes_per_layer(b, s, h, cp, h_kv=h_kv, a_kv=a_kv)["total"],
+        "ulysses_time": C.ulysses_time(
+            b, s, h, cp, alpha=c.alpha, bandwidth=c.bandwidth, h_kv=h_kv, a_kv=a_kv
+        ),
+    }
+
+
+def cp_layer_model(**controls) -> dict:
     """One layer, bf16 activations, float32 dK/dV accumulators, causal, a causal kernel on the
     diagonal: activation bytes per rank (blockwise attention), bytes a rank sends per layer
     (ring; all-gather; Ulysses, or None when its head rules fail), the ring's forward attention
@@ -63,42 +96,21 @@ def cp_layer_model(
     under a causal document mask; ``document_times`` is
     :func:`minipar.cost.context_parallel.document_attention_times` for them (forward seconds of
     the ring, which pays each step's slowest rank, and of all-gather CP, which pays its gather
-    and its slowest rank's total), None for striped shards, which that model does not cover."""
-    check_numbers({"integer": True, "min": 1, "max": MAX_CP}, cp=cp)
-    C.check_shape(s, cp, layout)
-    C._check(h=h, a=a, a_kv=a_kv, b=b)
-    if a % a_kv:
-        raise ValueError(f"heads ({a}) must be divisible by K/V heads ({a_kv})")
-    lengths = equal_documents(s, documents)
-    h_kv = h * a_kv // a
-    ring = C.ring_attention_time(
-        b,
-        s,
-        h,
-        cp,
-        flops=flops,
-        bandwidth=bandwidth,
-        alpha=alpha,
-        layout=layout,
-        causal=True,
-        h_kv=h_kv,
-    )
-    gather = C.allgather_attention_time(
-        b,
-        s,
-        h,
-        cp,
-        flops=flops,
-        bandwidth=bandwidth,
-        alpha=alpha,
-        layout=layout,
-        causal=True,
-        h_kv=h_kv,
-    )
-    ulysses_ok = a % cp == 0 and (a_kv % cp == 0 or cp % a_kv == 0)
+    and its slowest rank's total), None for striped shards, which that model does not cover.
+
+    ``controls``: :class:`CPLayerControls`'s fields by name, as the JavaScript twin takes the
+    page's controls (an unknown name is a TypeError)."""
+    c = CPLayerControls(**controls)
+    lengths = _check_layer(c)
+    b, s, h, cp, layout = c.b, c.s, c.h, c.cp, c.layout
+    h_kv = h * c.a_kv // c.a
+    link = dict(flops=c.flops, bandwidth=c.bandwidth, alpha=c.alpha, layout=layout, h_kv=h_kv)
+    ring = C.ring_attention_time(b, s, h, cp, causal=True, **link)
+    gather = C.allgather_attention_time(b, s, h, cp, causal=True, **link)
+    docs = None if layout == "striped" else C.document_attention_times(b, s, h, cp, lengths, **link)
     return {
         "tokens_per_rank": s / cp,
-        "activation_bytes": C.activation_bytes_per_rank(s, b, h, a, cp),
+        "activation_bytes": C.activation_bytes_per_rank(s, b, h, c.a, cp),
         "ring_bytes": C.ring_sent_bytes_per_layer(b, s, h_kv, cp)["total"],
         "ring_compute": ring["compute"],
         "ring_comm": ring["comm"],
@@ -107,33 +119,13 @@ def cp_layer_model(
         "allgather_bytes": C.allgather_sent_bytes_per_layer(b, s, h_kv, cp)["total"],
         "allgather_gather": gather["gather"],
         "allgather_time": gather["time"],
-        "ulysses_bytes": C.ulysses_sent_bytes_per_layer(b, s, h, cp, h_kv=h_kv, a_kv=a_kv)["total"]
-        if ulysses_ok
-        else None,
-        "ulysses_time": C.ulysses_time(
-            b, s, h, cp, alpha=alpha, bandwidth=bandwidth, h_kv=h_kv, a_kv=a_kv
-        )
-        if ulysses_ok
-        else None,
+        **_ulysses(c, h_kv),
         "imbalance": C.imbalance(cp, layout),
         "overlap_min_tokens": C.min_tokens_per_rank_for_overlap(
-            flops, bandwidth, 2, h_kv / h, True, layout
+            c.flops, c.bandwidth, 2, h_kv / h, True, layout
         ),
         "document_length": s / len(lengths),
-        "document_times": None
-        if layout == "striped"
-        else C.document_attention_times(
-            b,
-            s,
-            h,
-            cp,
-            lengths,
-            flops=flops,
-            bandwidth=bandwidth,
-            alpha=alpha,
-            layout=layout,
-            h_kv=h_kv,
-        ),
+        "document_times": docs,
     }
 
 

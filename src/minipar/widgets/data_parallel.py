@@ -9,6 +9,7 @@ Li et al. 2020) and :func:`minipar.cost.memory_time.model_state_bytes` (ZeRO, Ra
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 from minipar.cost.data_parallel import allreduce_seconds, dp_step_time, forward_backward
 from minipar.cost.hardware import LINKS
@@ -20,36 +21,48 @@ MAX_BUCKETS = 20000
 OPTIMIZERS = {"adam-mixed": (2, 2, 12), "adam-fp32": (4, 4, 8), "sgd-fp32": (4, 4, 0)}
 
 
-def dp_step_model(
-    params_m: float = 1000.0,
-    ranks: int = 64,
-    intra: str = "nvlink4-h100",
-    inter: str = "ib-ndr400",
-    bucket_mb: float = 25.0,
-    overlap: bool = True,
-    compute_ms: float = 200.0,
-    grad_bytes: float = 2,
-    gpus_per_node: int = 8,
-) -> dict:
+@dataclass(frozen=True)
+class DPStepControls:
+    """The dp-step explorer's controls: ``params_m`` million parameters with gradients of
+    ``grad_bytes`` bytes, ``ranks`` GPUs (``gpus_per_node`` a node, ``intra`` and ``inter`` the
+    links' names), buckets of ``bucket_mb`` MiB, ``overlap`` of communication with backward,
+    ``compute_ms`` of forward + backward."""
+
+    params_m: float = 1000.0
+    ranks: int = 64
+    intra: str = "nvlink4-h100"
+    inter: str = "ib-ndr400"
+    bucket_mb: float = 25.0
+    overlap: bool = True
+    compute_ms: float = 200.0
+    grad_bytes: float = 2
+    gpus_per_node: int = 8
+
+
+def dp_step_model(**controls) -> dict:
     """One modelled step: compute split into forward and backward by
     :func:`minipar.cost.data_parallel.forward_backward` (1/3, 2/3), and each bucket's all-reduce.
 
     Up to ``gpus_per_node`` GPUs a ring over ``intra``; beyond, the hierarchical all-reduce
-    (``inter`` across nodes). Returns DPStep's fields plus ``efficiency`` and ``buckets``.
+    (``inter`` across nodes). Returns the cost model's DPStep fields plus ``efficiency`` and
+    ``buckets``. ``controls``: :class:`DPStepControls`'s fields by name, as the JavaScript twin
+    takes the page's controls.
     """
+    c = DPStepControls(**controls)
+    params_m, ranks, bucket_mb, compute_ms = c.params_m, c.ranks, c.bucket_mb, c.compute_ms
     if params_m <= 0 or compute_ms <= 0:
         raise ValueError(f"parameters ({params_m} M) and compute ({compute_ms} ms) must be > 0")
     if not isinstance(ranks, int) or ranks < 1:
         raise ValueError(f"ranks ({ranks}) must be an integer >= 1")
-    total, bucket = params_m * 1e6 * grad_bytes, bucket_mb * 2**20
+    total, bucket = params_m * 1e6 * c.grad_bytes, bucket_mb * 2**20
     if bucket > 0 and math.ceil(total / bucket) > MAX_BUCKETS:
         raise ValueError(
             f"buckets ({math.ceil(total / bucket)}) must be <= {MAX_BUCKETS}: "
             "choose a larger bucket"
         )
-    ar = allreduce_seconds(ranks, gpus_per_node, intra=intra, inter=inter)
+    ar = allreduce_seconds(ranks, c.gpus_per_node, intra=c.intra, inter=c.inter)
     forward_s, backward_s = forward_backward(compute_ms / 1e3)
-    st = dp_step_time(forward_s, backward_s, total, bucket, ar, overlap)
+    st = dp_step_time(forward_s, backward_s, total, bucket, ar, c.overlap)
     return {**st._asdict(), "efficiency": st.efficiency, "buckets": len(st.intervals)}
 
 

@@ -10,6 +10,8 @@ tests/test_tensor_parallel_explorer.py checks the twins agree.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from minipar.cost.hardware import GPUS, LINKS
 from minipar.cost.memory_time import activation_bytes_per_layer
 from minipar.cost.tensor_parallel import (
@@ -21,25 +23,36 @@ from minipar.widgets import Explorer
 from minipar.widgets.inputs import check_numbers, check_values
 
 
-def tp_layer_model(
-    h: int = 12288,
-    a: int = 96,
-    s: int = 2048,
-    b: int = 1,
-    t: int = 8,
-    flops: float = 989.4e12,
-    bandwidth: float = 450e9,
-    alpha: float = 2e-6,
-    sp: bool = False,
-) -> dict:
+@dataclass(frozen=True)
+class TPLayerControls:
+    """The tp-layer explorer's controls: width ``h``, ``a`` heads, ``b`` sequences of ``s``
+    tokens, TP over ``t``; a GPU's dense ``flops`` (FLOP/s), a link's per-direction
+    ``bandwidth`` (B/s) and latency ``alpha`` (s); ``sp``: sequence parallelism."""
+
+    h: int = 12288
+    a: int = 96
+    s: int = 2048
+    b: int = 1
+    t: int = 8
+    flops: float = 989.4e12
+    bandwidth: float = 450e9
+    alpha: float = 2e-6
+    sp: bool = False
+
+
+def tp_layer_model(**controls) -> dict:
     """One layer, bf16: forward comm/compute ratio, share of forward + backward time in the
     four all-reduces without overlap, bytes a rank sends per micro-batch, and saved activation
     bytes per rank with tensor parallelism alone and with sequence parallelism. The counts
-    are checked first by the explorers' input contract (:mod:`minipar.widgets.inputs`)."""
+    are checked first by the explorers' input contract (:mod:`minipar.widgets.inputs`).
+    ``controls``: :class:`TPLayerControls`'s fields by name, as the JavaScript twin takes the
+    page's controls."""
+    c = TPLayerControls(**controls)
+    h, a, s, b, t, sp = c.h, c.a, c.s, c.b, c.t, c.sp
     check_numbers(t=t, h=h, a=a, s=s, b=b)
 
     act = activation_bytes_per_layer(s, b, h, a, t=t, sp=sp)
-    kw = dict(flops=flops, bandwidth=bandwidth, alpha=alpha)
+    kw = dict(flops=c.flops, bandwidth=c.bandwidth, alpha=c.alpha)
     return {
         "ratio": comm_compute_ratio(b, s, h, t, **kw),
         "share": layer_comm_fraction(b, s, h, t, **kw),
