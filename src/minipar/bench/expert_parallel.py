@@ -41,6 +41,7 @@ ratios measured in one run are the figures to read, not absolute seconds.
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass, replace
 from statistics import median
 
 from minipar.cost.collectives import fit_alpha_beta
@@ -51,6 +52,22 @@ from .common import MAX_RANKS, add_common, check, emit
 
 ROUTERS = ("even", "skewed")
 FIT_SIZES = (2**12, 2**15, 2**18, 2**20)  # all-to-all buffer S in bytes (float32)
+
+
+@dataclass(frozen=True)
+class EPBench:
+    """What the bench runs: ``tokens`` per rank of width ``hidden``, ``experts`` (None: 2 per
+    rank) of FFN width ``ffn``, top-``top_k``, the skewed router's ``skew``, ``steps`` timed
+    rounds, and ``grouped_experts`` for the kernel comparison (the command's options)."""
+
+    tokens: int = 1024
+    experts: int | None = None
+    top_k: int = 1
+    hidden: int = 128
+    ffn: int = 512
+    skew: float = 3.0
+    steps: int = 5
+    grouped_experts: int = 32
 
 
 def _expert_seconds(layer, rows_per_expert: list[int], reps: int) -> float:
@@ -75,17 +92,7 @@ def _expert_seconds(layer, rows_per_expert: list[int], reps: int) -> float:
     return best
 
 
-def bench_on_rank(
-    rank: int,
-    ep: int,
-    tokens: int,
-    experts: int,
-    top_k: int,
-    hidden: int,
-    ffn: int,
-    skew: float,
-    steps: int,
-) -> dict:
+def bench_on_rank(rank: int, ep: int, load: EPBench) -> dict:
     """This rank's seconds per router and round, its expert time, counts, traced bytes and the
     all-to-all fit's timings."""
     import torch  # noqa: PLC0415 (torch ~1.5 s: `minipar --help` imports this module; only bench_on_rank needs it)
@@ -96,12 +103,14 @@ def bench_on_rank(
     from minipar.expert_parallel.moe import MoE  # noqa: PLC0415 (torch ~1.5 s: `minipar --help` imports this module; only bench_on_rank needs it)
     from minipar.runtime import tracer  # noqa: PLC0415 (torch ~1.5 s: `minipar --help` imports this module; only bench_on_rank needs it)
 
+    tokens, experts, top_k = load.tokens, load.experts, load.top_k
+    hidden, steps = load.hidden, load.steps
     layers, inputs = {}, {}
     for name in ROUTERS:
         torch.manual_seed(0)  # the same full MoE on every rank
-        moe = MoE(hidden, ffn, experts, top_k)
+        moe = MoE(hidden, load.ffn, experts, top_k)
         if name == "skewed":
-            skewed_router(moe, bias=skew)
+            skewed_router(moe, bias=load.skew)
         layers[name] = ExpertParallelMoE.from_full(moe)
         g = torch.Generator().manual_seed(100 + rank)  # this rank's own tokens
         inputs[name] = torch.randn(tokens, hidden, generator=g) + (0.5 if name == "skewed" else 0)
@@ -147,25 +156,15 @@ def bench_on_rank(
     return out
 
 
-def bench(
-    ranks: int = 4,
-    tokens: int = 1024,
-    experts: int | None = None,
-    top_k: int = 1,
-    hidden: int = 128,
-    ffn: int = 512,
-    skew: float = 3.0,
-    steps: int = 5,
-    grouped_experts: int = 32,
-) -> dict:
+def bench(ranks: int = 4, load: EPBench = EPBench()) -> dict:
     from minipar.expert_parallel.experiments import kernel_seconds  # noqa: PLC0415 (torch ~1.5 s: `minipar --help` imports this module; only bench needs it)
     from minipar.runtime.launch import run  # noqa: PLC0415 (minipar.runtime.launch ~25 ms, loads cloudpickle and multiprocessing: `minipar --help` imports this module)
 
     ep = ranks
-    E = 2 * ep if experts is None else experts
-    per = run(
-        bench_on_rank, ep, tokens, E, top_k, hidden, ffn, skew, steps, backend="gloo", timeout=900
-    )
+    E = 2 * ep if load.experts is None else load.experts
+    load = replace(load, experts=E)
+    tokens, top_k, hidden, ffn, steps = load.tokens, load.top_k, load.hidden, load.ffn, load.steps
+    per = run(bench_on_rank, ep, load, backend="gloo", timeout=900)
     t = {n: median([max(r["seconds"][n][i] for r in per) for i in range(steps)]) for n in ROUTERS}
     sizes = list(FIT_SIZES)
     a2a_s = [max(r["a2a_seconds"][i] for r in per) for i in range(len(sizes))]
@@ -210,14 +209,14 @@ def bench(
         "top_k": top_k,
         "hidden": hidden,
         "ffn": ffn,
-        "skew": skew,
+        "skew": load.skew,
         "dtype": "float32",
         "steps": steps,
         "step_seconds": t,
         "skewed_to_even": t["skewed"] / t["even"],
         "routers": routers,
         "fit": fit,
-        "kernels": kernel_seconds(ep * tokens * top_k, grouped_experts, hidden, ffn, steps),
+        "kernels": kernel_seconds(ep * tokens * top_k, load.grouped_experts, hidden, ffn, steps),
     }
 
 
@@ -295,14 +294,16 @@ def _main(args) -> int:
         args,
         lambda: bench(
             args.ranks,
-            args.tokens,
-            experts,
-            args.top_k,
-            args.hidden,
-            args.ffn,
-            args.skew,
-            args.steps,
-            args.grouped_experts,
+            EPBench(
+                args.tokens,
+                experts,
+                args.top_k,
+                args.hidden,
+                args.ffn,
+                args.skew,
+                args.steps,
+                args.grouped_experts,
+            ),
         ),
         _show,
     )
