@@ -712,8 +712,9 @@ def add_plan_parser(subparsers) -> None:
     p.add_argument(
         "--fsdp2-ac",
         action="store_true",
-        help="ZeRO-3 as FSDP2 with activation checkpointing inside each layer's unit: "
-        "2 gathers per layer and micro-batch under full recomputation, not 3",
+        help="ZeRO-3 with the activation checkpoint wrapper inside each layer's sharded unit "
+        "(torchtitan's placement; any FSDP version): 2 gathers per layer and micro-batch "
+        "under full recomputation, not 3",
     )
     p.add_argument(
         "--overlap-grad-reduce",
@@ -731,7 +732,8 @@ def add_plan_parser(subparsers) -> None:
     p.add_argument(
         "--precision",
         choices=tuple(planner.RECIPES),
-        help="mixed-precision recipe (default: megatron on H100/H200, 2021 on A100)",
+        help="mixed-precision recipe (default: megatron on H100/H200, 2021 on A100; "
+        "bf16-grads is a what-if: bf16 gradients reduced in bf16, no stack's default)",
     )
     p.add_argument(
         "--attention",

@@ -9,9 +9,11 @@ the activations, e_acc of the dK/dV accumulators.
   Near-Infinite Context", §3): a rank's K/V block is KV = 2·b·(s/cp)·h_kv·e bytes. Forward: cp−1
   blocks pass through each rank. Backward (:mod:`minipar.context_parallel.ring`): the K/V
   blocks again (cp−1) and a dK/dV accumulator cp times (the last hop takes it home), of
-  2·b·(s/cp)·h_kv·e_acc bytes: real implementations accumulate in float32 (zhuzilin's
-  ring-flash-attention, Megatron-Core/Transformer Engine), so e_acc = 4 for bf16 training
-  (``accum_bytes_per_elem``, default max(e, 4)).
+  2·b·(s/cp)·h_kv·e_acc bytes. Implementations differ: some ring-flash implementations
+  (zhuzilin's ring-flash-attention) accumulate dK/dV in float32 (e_acc = 4 for bf16
+  training), while Transformer Engine's ring (Megatron-Core) keeps K/V and dK/dV in the input
+  dtype (bf16: e_acc = 2). ``accum_bytes_per_elem`` takes either; the default, max(e, 4), is
+  the float32 one, an upper bound for Transformer Engine.
 * All-gather CP (Llama 3, Dubey et al. 2024 §3.3.2; PyTorch ``context_parallel``'s default
   rotate method): forward one all-gather of the K/V blocks (S = cp·KV), backward the same
   all-gather again and one reduce-scatter of the dK/dV contributions (S = cp·KV_acc); each
@@ -23,7 +25,12 @@ the activations, e_acc of the dK/dV accumulators.
   b·(s/cp)·(h + 2·h_kv′)·e and b·(s/cp)·h·e, h_kv′ = h_kv, or h_kv·cp/a_kv when a_kv < cp and
   K/V heads are replicated; a rank sends (cp−1)/cp of each.
 * Time: the α-β model of :mod:`minipar.cost.collectives` (Thakur et al. 2005); one ring step
-  sends and receives one block at once (full duplex): α + block/bandwidth.
+  sends and receives one block at once (full duplex): α + block/bandwidth. The overlap
+  threshold (:func:`min_tokens_per_rank_for_overlap`) and the ring-against-all-gather times
+  (:func:`ring_attention_time`, :func:`allgather_attention_time`,
+  :func:`document_attention_times`) are the FORWARD pass only; the backward moves the K/V
+  blocks again plus the dK/dV blocks (:func:`ring_sent_bytes_per_layer`) against about twice
+  the forward's attention FLOPs, so its balance differs and these figures do not decide it.
 * Causal work: attention FLOPs of one (query chunk, key chunk) pair are 4·n_q·n_k·h (QKᵀ and
   PV, Narayanan et al. 2021's 4bs²h term split by chunks); pairs planned as in
   :func:`minipar.context_parallel.ring.plan`. ``diagonal`` names the kernel: "whole" computes a
@@ -78,8 +85,9 @@ def kv_block_bytes(b: int, s: int, h_kv: int, cp: int, bytes_per_elem: float = 2
 
 
 def accum_bytes(bytes_per_elem: float = 2, accum_bytes_per_elem: float | None = None) -> float:
-    """Bytes per element of the dK/dV accumulators: as given, else max(e, 4) (float32 or wider,
-    what ring-flash-attention and Transformer Engine circulate)."""
+    """Bytes per element of the dK/dV blocks the backward circulates: as given, else max(e, 4)
+    (float32 or wider, what some ring-flash implementations accumulate in; Transformer
+    Engine keeps K/V and dK/dV in the input dtype, bf16: pass 2 for it)."""
     if accum_bytes_per_elem is None:
         return max(bytes_per_elem, 4)
     if not accum_bytes_per_elem > 0:
@@ -240,9 +248,11 @@ def pairs_per_rank(
     """(query chunk, key chunk) pairs each rank computes over the whole ring (sum of
     :func:`step_pairs`).
 
-    Contiguous causal: rank r computes r pairs and the diagonal one; zigzag: 2cp pairs and two
-    diagonals on every rank (chunk r sees r+1 key chunks, chunk 2cp−1−r sees 2cp−r). Not
-    causal: every pair (1 per step contiguous, 4 per step zigzag)."""
+    Contiguous causal: rank r computes r full pairs and the diagonal one; zigzag: 2cp − 1 full
+    pairs and two diagonal ones on every rank (chunk r sees r+1 key chunks, chunk 2cp−1−r sees
+    2cp−r: 2cp + 1 in all, two of them diagonal), so 2cp + 1 counted whole and 2cp with a
+    causal kernel on the diagonals ("half"). Not causal: every pair (1 per step contiguous, 4
+    per step zigzag)."""
     check_shape(2 * cp, cp, layout)
     _check_diagonal(diagonal)
     return [sum(step_pairs(r, cp, layout, causal, diagonal)) for r in range(cp)]
@@ -289,7 +299,9 @@ def min_tokens_per_rank_for_overlap(
     per direction, ``kv_fraction`` = h_kv/h. f = 1 without a mask or with contiguous shards (the
     slowest rank computes whole blocks); f = 1/2 for causal zigzag or striped shards, whose
     every step after the first computes half a block pair, which doubles the threshold
-    (Liu et al. 2023 §3 state the unmasked condition as block ≥ F/B)."""
+    (Liu et al. 2023 §3 state the unmasked condition as block ≥ F/B). Forward only: the
+    backward sends the K/V block again plus its dK/dV block per step against about twice the
+    forward's FLOPs, a threshold of its own not computed here."""
     _check_rates(flops=flops, bandwidth=bandwidth)
     check_shape(2, 1, layout)
     f = 0.5 if causal and layout != "contiguous" else 1.0

@@ -25,7 +25,11 @@ efficiency η; the links' α and bandwidth): nothing is fitted per run.
 How one step is timed (Narayanan et al. 2021, "Efficient Large-Scale Language Model Training on
 GPU Clusters Using Megatron-LM", §2.2 and §3). N = d·t·p GPUs, B = d·b·m sequences per step.
   rank order   t innermost, then d, then p outermost (Megatron's order), so a TP group stays
-               inside a node when t ≤ GPUs per node.
+               inside a node when t ≤ GPUs per node. Llama 3 puts DP outermost instead
+               ([TP, CP, PP, DP], Dubey et al. 2024 §3.3.2): FSDP's overlapped collectives take
+               the farthest hops, PP's critical-path sends nearer ones. The model prices only
+               whether a group crosses a node (not the hops), so it does not decide between
+               the two orders.
   one micro-batch on the slowest stage (the last: L/p layers + the output layer)
       compute  :func:`minipar.cost.compute.layer_seconds` per layer (forward, backward and the
                recomputation chosen) + :func:`~minipar.cost.compute.logits_seconds`.
@@ -44,9 +48,12 @@ GPU Clusters Using Megatron-LM", §2.2 and §3). N = d·t·p GPUs, B = d·b·m s
                for the recomputed forward under full recomputation (DeepSpeed's and FSDP's
                module hooks free a layer's gathered weights after its forward), again for the
                backward, and reduce-scatter the gradients: 3 all-gathers + 1 reduce-scatter
-               with full recomputation, 2 + 1 otherwise (selective recomputation re-runs only
-               the attention core, which has no weights); FSDP2 with the checkpoint inside the
-               unit (``zero3_ac_inside_unit``) recomputes under the backward's gather: 2 + 1. The parameters cannot stay gathered:
+               with full recomputation when the checkpoint wrapper sits outside the sharded
+               unit, 2 + 1 otherwise (selective recomputation re-runs only the attention core,
+               which has no weights); with the wrapper inside the unit
+               (``zero3_ac_inside_unit``, torchtitan's placement) the recomputation runs under
+               the backward's gather: 2 + 1. Where the wrapper sits decides the count, not the
+               FSDP version. The parameters cannot stay gathered:
                that would be ZeRO-2's memory. Prefetching hides each layer's collectives under
                the previous layer's compute, so only max(0, comm − compute) per layer and the
                first layer's gather are exposed (Zhao et al. 2023, "PyTorch FSDP" §3.4).
@@ -74,7 +81,9 @@ GPU Clusters Using Megatron-LM", §2.2 and §3). N = d·t·p GPUs, B = d·b·m s
                positions; both ends of an untied model when p = 1), split over t, ZeRO on the
                states in the precision recipe's bytes (``precision``: "2021" = ZeRO's 16 bytes
                per parameter, the A100 reproductions; "megatron" = 18, Megatron-LM's fp32 main
-               gradients, the H100/H200 default; "bf16-grads" = 16 with a bf16 reduction),
+               gradients, the H100/H200 default; "bf16-grads" = 16 with a bf16 reduction, a
+               what-if: not what Megatron's ``--no-gradient-accumulation-fusion`` means, which
+               keeps fp32 main gradients, and torchtitan's FSDP2 reduces in fp32),
                ZeRO-3's two gathered layers and one unsharded layer gradient; activations of
                min(p, m) micro-batches (1F1B) or the interleaved factor (Korthikanti §4.2.3)
                for the attention kernel used (flash keeps no s² scores), plus one layer's full
@@ -667,7 +676,9 @@ def evaluate(
     from all E, each rank holding E/ep whole experts (ETP = 1) whose states are sharded over the
     EDP = t·cp·d/ep ranks that reduce their gradients; four all-to-alls of the K·b·s/cp routed (b, ·, h) rows per MoE layer and
     micro-batch (six with full recomputation), on the critical path
-    (:mod:`minipar.cost.expert_parallel`).
+    (:mod:`minipar.cost.expert_parallel`). An MoE model with t > 1 needs sequence parallelism:
+    Megatron-Core does not allow tensor parallelism with MoE layers without it, and
+    :func:`check` refuses sp = False there.
     """
     if not isinstance(layout, Layout):  # evaluate(m_, cl, global_batch, tp=..., ...)
         lay_kw, opt_kw = _split_legacy(legacy, LAYOUT_FIELDS)

@@ -117,10 +117,11 @@ RECIPES: dict[str, Recipe] = {
     # weights and moments: 2 + 4 + 12 = 18 bytes; reduced in fp32; each micro-batch reads the
     # 16-bit gradient and reads + writes the fp32 one (10); Adam 30 bytes per parameter.
     "megatron": Recipe(2, 4, 12, 4, 10, 30, True, RESERVE, ALLOCATOR_MARGIN),
-    # bf16 gradients, accumulated and reduced in bf16 (Megatron's ``--no-gradient-
-    # accumulation-fusion`` is something else: it only turns off the fused fp32 accumulation
-    # kernel; torchtitan's FSDP2 reduces in fp32): 2 + 2 + 12 = 16 bytes; accumulation
-    # 2 + 2 + 2 = 6 bytes; Adam reads a 16-bit gradient: 28 bytes.
+    # bf16 gradients, accumulated and reduced in bf16: a what-if, no stack's default (Megatron's
+    # ``--no-gradient-accumulation-fusion`` is something else: it only turns off the fused fp32
+    # accumulation kernel, the main gradients stay fp32; torchtitan's FSDP2 reduces in fp32,
+    # ``MixedPrecisionPolicy(reduce_dtype=torch.float32)``): 2 + 2 + 12 = 16 bytes;
+    # accumulation 2 + 2 + 2 = 6 bytes; Adam reads a 16-bit gradient: 28 bytes.
     "bf16-grads": Recipe(2, 2, 12, 2, 6, 28, True, RESERVE, ALLOCATOR_MARGIN),
 }
 
@@ -133,9 +134,10 @@ class Options:
     reduction may run under the last micro-batch's backward when p = 1. ``headroom``: fraction of
     the GPU's memory kept free. ``zero3_overlap``: ZeRO-3 prefetches one layer ahead.
     ``zero3_collectives``: the algorithm of ZeRO-3's collectives across nodes.
-    ``zero3_ac_inside_unit``: FSDP2 with activation checkpointing inside each layer's unit, whose
-    recomputed forward runs under the backward's gather (2 gathers per layer and micro-batch
-    with full recomputation, not 3; :func:`zero3_gathers`). ``overlap_grad_reduce``:
+    ``zero3_ac_inside_unit``: the activation checkpoint wrapper inside each layer's sharded unit
+    (any FSDP version; torchtitan's placement), whose recomputed forward runs under the
+    backward's gather (2 gathers per layer and micro-batch with full recomputation, not 3;
+    :func:`zero3_gathers`). ``overlap_grad_reduce``:
     Megatron-Core's overlap of the DP reduction with the last micro-batch's backward, also with
     p > 1 (``--overlap-grad-reduce``). ``cp_algorithm``: context parallelism's K/V exchange,
     "ring" (Megatron-Core) or "all-gather" (Llama 3) (:func:`term_cp`). ``attention``:
@@ -390,11 +392,14 @@ def kv_width_per_rank(m_, t: int) -> int:
 
 def zero3_gathers(recompute: str, ac_inside_unit: bool = False) -> int:
     """All-gathers of a layer's weights per micro-batch under ZeRO-3: forward and backward, plus
-    the recomputed forward under full recomputation when the checkpoint sits outside the
-    sharded unit (DeepSpeed ZeRO-3, FSDP1: the hooks free the gathered weights after each
-    forward): 3. FSDP2 with activation checkpointing inside the unit recomputes under the
-    backward's gather: 2, as without recomputation; selective recomputation re-runs only the
-    weightless attention core: 2. One reduce-scatter of the gradients in every case."""
+    the recomputed forward under full recomputation when the checkpoint wrapper sits outside
+    the sharded unit (the unit's hooks free the gathered weights after its forward, and the
+    recomputation gathers them again): 3. With the checkpoint wrapper inside the unit
+    (torchtitan wraps each block in checkpointing before ``fully_shard``) the recomputation
+    runs under the backward's gather: 2, as without recomputation. Where the wrapper sits
+    decides the count, for FSDP1, FSDP2 and DeepSpeed alike, not the FSDP version. Selective
+    recomputation re-runs only the weightless attention core: 2. One reduce-scatter of the
+    gradients in every case."""
     return 3 if recompute == "full" and not ac_inside_unit else 2
 
 

@@ -20,7 +20,8 @@ with ``"full"``): step = Eq. 3 / (N · X).
     and at the micro-batch the planner picks for the published (d, t, p) and v
     (:func:`planner_micro_batch`, as ``minipar plan`` would).
   * GPT-3 175B on 1024 A100, B = 1536: 140 TFLOP/s per GPU (PTD-P §5.1, the X of its
-    training-time estimate); layout (d, t, p) = (8, 8, 16) by Megatron's rule
+    training-time estimate: an ASSUMED figure, not a measured run, so this row checks the
+    model against the paper's own estimate); layout (d, t, p) = (8, 8, 16) by Megatron's rule
     (:func:`minipar.cost.three_d.megatron_rule_layout`), b = 1, v = 1 (not published).
   * MT-NLG 530B (Smith et al. 2022): 2240 A100 (280 DGX nodes), (d, t, p) = (8, 8, 35),
     B = 1920, b = 1: 60.1 s per iteration (§2.4).
@@ -207,7 +208,8 @@ RUNS: list[Run] = _ptd_p_runs() + [
         (8, 16, 8),
         1536,
         published_tflops=140,
-        note="the X = 140 TFLOP/s of the paper's 34-day estimate; layout by Megatron's rule, "
+        note="the X = 140 TFLOP/s assumed in the paper's 34-day estimate (not a measured run); "
+        "layout by Megatron's rule, "
         "b = 1 and v = 1 (not published)",
     ),
     Run(

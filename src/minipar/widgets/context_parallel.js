@@ -51,6 +51,8 @@ export function kvBlockBytes(b, s, hKv, cp, bytesPerElem = 2) {
 }
 
 // Python: accum_bytes(bytes_per_elem, accum_bytes_per_elem)
+// Default max(e, 4): the float32 of some ring-flash implementations; Transformer Engine keeps
+// dK/dV in bf16 (pass 2).
 export function accumBytes(bytesPerElem = 2, accumBytesPerElem = null) {
   if (accumBytesPerElem === null) return Math.max(bytesPerElem, 4);
   if (!(accumBytesPerElem > 0)) throw new Error(`accum_bytes_per_elem (${accumBytesPerElem}) must be > 0`);
@@ -197,6 +199,7 @@ export function imbalance(cp, layout = "contiguous", causal = true, diagonal = "
 }
 
 // Python: min_tokens_per_rank_for_overlap(flops, bandwidth, bytes_per_elem, kv_fraction, causal, layout)
+// Forward only: the backward sends K/V again plus dK/dV against its own FLOPs.
 export function minTokensPerRankForOverlap(flops, bandwidth, bytesPerElem = 2, kvFraction = 1.0, causal = true, layout = "zigzag") {
   cpCheckRates(flops, bandwidth, null);
   checkShape(2, 1, layout);
@@ -212,6 +215,7 @@ export function ringTimeFromSteps(stepCompute, stepComm) {
 }
 
 // Python: ring_attention_time(b, s, h, cp, *, flops, bandwidth, alpha, layout, causal, bytes_per_elem, h_kv, diagonal)
+// Forward only, like allgatherAttentionTime: the ring-against-all-gather comparison leaves out the backward.
 export function ringAttentionTime(b, s, h, cp, flops, bandwidth, alpha = 0.0, layout = "contiguous",
                                   causal = true, bytesPerElem = 2, hKv = null, diagonal = "half") {
   hKv = hKv === null ? h : hKv;

@@ -161,7 +161,8 @@ export function zero3CollectiveSeconds(nbytes, n, t, cluster, algorithm = "hiera
 }
 
 // Python: zero3_gathers(recompute, ac_inside_unit): all-gathers per layer per micro-batch (fwd,
-// re-fwd unless FSDP2 checkpoints inside the unit, bwd)
+// re-fwd unless the checkpoint wrapper sits inside the sharded unit, bwd): where the wrapper
+// sits decides the count, not the FSDP version
 export function zero3Gathers(recompute, acInsideUnit = false) {
   return recompute === "full" && !acInsideUnit ? 3 : 2;
 }
@@ -335,6 +336,8 @@ export const ALLOCATOR_MARGIN = 0.12, RESERVE = 0.025;   // Python: ALLOCATOR_MA
 export const RECIPES = {
   "2021": {weight_bytes: 2, grad_bytes: 2, optimizer_bytes: 12, reduce_bytes: GRAD_REDUCE_BYTES, accumulate_bytes: 10, adam_bytes: 30, fp32_logits: false, headroom: HEADROOM, margin: HEADROOM},
   megatron: {weight_bytes: 2, grad_bytes: 4, optimizer_bytes: 12, reduce_bytes: 4, accumulate_bytes: 10, adam_bytes: 30, fp32_logits: true, headroom: RESERVE, margin: ALLOCATOR_MARGIN},
+  // a what-if, no stack's default: not --no-gradient-accumulation-fusion (fp32 main gradients
+  // stay); torchtitan's FSDP2 reduces in fp32
   "bf16-grads": {weight_bytes: 2, grad_bytes: 2, optimizer_bytes: 12, reduce_bytes: 2, accumulate_bytes: 6, adam_bytes: 28, fp32_logits: true, headroom: RESERVE, margin: ALLOCATOR_MARGIN},
 };
 export const RECOMPUTE_MODULES = ["core_attn", "layernorm", "act", "mlp"];   // Python: RECOMPUTE_MODULES
