@@ -157,6 +157,75 @@ def _fit(sizes, ring_s, a2a_s, cp) -> dict:
     return out
 
 
+F32 = 4  # bytes per element: the bench runs in float32
+
+
+def _bytes(per: list[dict], shape: tuple) -> dict:
+    """Per variant: the bytes and messages every rank traced (they must agree) against the
+    model's; ``shape`` = (b, s, h, cp)."""
+    batch, seq, h, cp = shape
+    ring = C.ring_sent_bytes_per_layer(batch, seq, h, cp, F32)
+    sends = C.ring_sends_per_layer(cp)
+    a2a = 2 * sum(S for _, S in C.ulysses_all_to_alls_per_layer(batch, seq, h, cp, F32))
+    traced = {n: [r["traced"][n] for r in per] for n in per[0]["traced"]}
+    out = {}
+    for lay in ("contiguous", "zigzag"):
+        got = [x.get("send", [0, 0]) for x in traced[f"ring/{lay}"]]
+        out[f"ring/{lay}"] = {
+            "traced_per_rank": [g[1] for g in got],
+            "traced_messages_per_rank": [g[0] for g in got],
+            "model": ring["total"],
+            "model_messages": sends["forward"] + sends["backward"],
+        }
+    got = [x.get("all_to_all", [0, 0]) for x in traced["ulysses"]]
+    out["ulysses"] = {
+        "traced_per_rank": [g[1] for g in got],
+        "traced_messages_per_rank": [g[0] for g in got],
+        "model": a2a,
+        "model_messages": 4,
+        "model_leaving_rank": C.ulysses_sent_bytes_per_layer(batch, seq, h, cp, F32)["total"],
+    }
+    for v in out.values():
+        v["equal"] = all(x == v["model"] for x in v["traced_per_rank"]) and all(
+            m == v["model_messages"] for m in v["traced_messages_per_rank"]
+        )
+    return out
+
+
+def _fit_per(per: list[dict], cp: int) -> dict:
+    """α-β of the ring shift and the all-to-all from the slowest rank's fastest time per size."""
+    n = len(FIT_SIZES)
+    ring_s = [max(r["fit"]["ring"][i] for r in per) for i in range(n)]
+    a2a_s = [max(r["fit"]["all_to_all"][i] for r in per) for i in range(n)]
+    fit = _fit(list(FIT_SIZES), ring_s, a2a_s, cp)
+    fit["sizes"], fit["ring_shift"]["seconds"] = list(FIT_SIZES), ring_s
+    fit["all_to_all"]["seconds"] = a2a_s
+    return fit
+
+
+def _predicted(bytes_: dict, fit: dict, shape: tuple) -> dict:
+    """Each variant's communication seconds from the fitted α-β (None where the fit failed)."""
+    batch, seq, h, cp = shape
+    kv = C.kv_block_bytes(batch, seq, h, cp, F32)
+    rs, aa = fit["ring_shift"], fit["all_to_all"]
+    out = {}
+    for lay in ("contiguous", "zigzag"):
+        out[f"ring/{lay}"] = (
+            bytes_[f"ring/{lay}"]["model_messages"] * (rs["alpha"] + kv / rs["bandwidth"])
+            if rs["bandwidth"]
+            else None
+        )
+    out["ulysses"] = (
+        2
+        * C.ulysses_time(
+            batch, seq, h, cp, alpha=aa["alpha"], bandwidth=aa["bandwidth"], bytes_per_elem=F32
+        )
+        if aa["bandwidth"]
+        else None
+    )
+    return out
+
+
 def bench(
     ranks: int = 4,
     seq: int = 2048,
@@ -167,62 +236,15 @@ def bench(
 ) -> dict:
     from minipar.runtime.launch import run  # noqa: PLC0415 (minipar.runtime.launch ~25 ms, loads cloudpickle and multiprocessing: `minipar --help` imports this module)
 
-    cp, e, h = ranks, 4, heads * head_dim
+    cp, h = ranks, heads * head_dim
+    shape = (batch, seq, h, cp)
     per = run(bench_on_rank, cp, batch, heads, seq, head_dim, steps, backend="gloo", timeout=900)
     per_rank = {n: [median(r["seconds"][n]) for r in per] for n in VARIANTS}
     per_rank["one_process"] = per_rank["one_process"][:1]  # rank 0 alone
     t = {n: median([max(r["seconds"][n][i] for r in per) for i in range(steps)]) for n in VARIANTS}
     t["one_process"] = median(per[0]["seconds"]["one_process"])
-    # bytes: traced on every rank (they must agree) against the model
-    ring = C.ring_sent_bytes_per_layer(batch, seq, h, cp, e)
-    sends = C.ring_sends_per_layer(cp)
-    a2a = 2 * sum(S for _, S in C.ulysses_all_to_alls_per_layer(batch, seq, h, cp, e))
-    traced = {n: [r["traced"][n] for r in per] for n in per[0]["traced"]}
-    bytes_ = {}
-    for lay in ("contiguous", "zigzag"):
-        got = [x.get("send", [0, 0]) for x in traced[f"ring/{lay}"]]
-        bytes_[f"ring/{lay}"] = {
-            "traced_per_rank": [g[1] for g in got],
-            "traced_messages_per_rank": [g[0] for g in got],
-            "model": ring["total"],
-            "model_messages": sends["forward"] + sends["backward"],
-        }
-    got = [x.get("all_to_all", [0, 0]) for x in traced["ulysses"]]
-    bytes_["ulysses"] = {
-        "traced_per_rank": [g[1] for g in got],
-        "traced_messages_per_rank": [g[0] for g in got],
-        "model": a2a,
-        "model_messages": 4,
-        "model_leaving_rank": C.ulysses_sent_bytes_per_layer(batch, seq, h, cp, e)["total"],
-    }
-    for v in bytes_.values():
-        v["equal"] = all(x == v["model"] for x in v["traced_per_rank"]) and all(
-            m == v["model_messages"] for m in v["traced_messages_per_rank"]
-        )
-    # α-β: the slowest rank's fastest time per size
-    n = len(FIT_SIZES)
-    ring_s = [max(r["fit"]["ring"][i] for r in per) for i in range(n)]
-    a2a_s = [max(r["fit"]["all_to_all"][i] for r in per) for i in range(n)]
-    fit = _fit(list(FIT_SIZES), ring_s, a2a_s, cp)
-    fit["sizes"], fit["ring_shift"]["seconds"] = list(FIT_SIZES), ring_s
-    fit["all_to_all"]["seconds"] = a2a_s
-    kv = C.kv_block_bytes(batch, seq, h, cp, e)
-    predicted = {}
-    rs, aa = fit["ring_shift"], fit["all_to_all"]
-    for lay in ("contiguous", "zigzag"):
-        predicted[f"ring/{lay}"] = (
-            bytes_[f"ring/{lay}"]["model_messages"] * (rs["alpha"] + kv / rs["bandwidth"])
-            if rs["bandwidth"]
-            else None
-        )
-    predicted["ulysses"] = (
-        2
-        * C.ulysses_time(
-            batch, seq, h, cp, alpha=aa["alpha"], bandwidth=aa["bandwidth"], bytes_per_elem=e
-        )
-        if aa["bandwidth"]
-        else None
-    )
+    bytes_ = _bytes(per, shape)
+    fit = _fit_per(per, cp)
     return {
         "ranks": cp,
         "backend": "gloo",
@@ -243,10 +265,10 @@ def bench(
             lay: C.attention_flops_per_rank(batch, seq, h, cp, lay)
             for lay in ("contiguous", "zigzag")
         },
-        "kv_block_bytes": kv,
+        "kv_block_bytes": C.kv_block_bytes(batch, seq, h, cp, F32),
         "bytes": bytes_,
         "fit": fit,
-        "predicted_comm_seconds": predicted,
+        "predicted_comm_seconds": _predicted(bytes_, fit, shape),
     }
 
 
