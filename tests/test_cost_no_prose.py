@@ -1,0 +1,125 @@
+"""minipar.cost returns numbers; the sentences that quote them are built in the book's glue
+(book/glue/), where the book is. Two static guards over the package's source:
+
+* no function or class is named like a sentence builder (``*_sentence``, ``*_paragraph``,
+  ``*_clause``, ``*_prose``);
+* no function that returns text (annotated ``-> str``, or returning an f-string with a value in
+  it) holds 40 or more words of prose in its string literals, its docstring and the messages
+  of the errors it raises left out. The plain-text table of ``python -m
+  minipar.cost.validation`` is the one listed exception.
+
+Negative controls: a planted sentence builder, and a planted ``*_sentence`` name, are named.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from pathlib import Path
+
+COST = Path(__file__).resolve().parents[1] / "src" / "minipar" / "cost"
+NAMES = re.compile(r"_(sentence|paragraph|clause|prose)s?$")
+MAX_WORDS = 40
+# a command's plain-text table, printed by `python -m minipar.cost.validation`, never glued
+ALLOWED = {("validation.py", "table_modes")}
+
+
+def _docstring_and_raises(fn: ast.AST) -> set[int]:
+    skip = set()
+    body = getattr(fn, "body", [])
+    if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant):
+        skip.add(id(body[0].value))
+    for node in ast.walk(fn):
+        if isinstance(node, ast.Raise):
+            skip.update(id(m) for m in ast.walk(node))
+    return skip
+
+
+def prose_words(fn: ast.AST) -> int:
+    """Words (two letters or more) in ``fn``'s string literals, its docstring and the messages of
+    the errors it raises left out."""
+    skip = _docstring_and_raises(fn)
+    return sum(
+        len(re.findall(r"[A-Za-z]{2,}", n.value))
+        for n in ast.walk(fn)
+        if isinstance(n, ast.Constant) and isinstance(n.value, str) and id(n) not in skip
+    )
+
+
+def _formats_a_value(node: ast.AST, skip: set[int] = frozenset()) -> bool:
+    """An f-string with a value in it under ``node`` (outside ``skip``)."""
+    return any(
+        isinstance(m, ast.JoinedStr)
+        and id(m) not in skip
+        and any(isinstance(v, ast.FormattedValue) for v in m.values)
+        for m in ast.walk(node)
+    )
+
+
+def returns_text(fn: ast.FunctionDef) -> bool:
+    """Text built from numbers: annotated to return ``str`` (or ``str | None``) or returning an
+    f-string, and formatting a value into an f-string outside the errors it raises (a
+    function returning fixed labels, such as a reason from a short list, is not one)."""
+    annotated = fn.returns is not None and ast.unparse(fn.returns) in ("str", "str | None")
+    returned = any(
+        isinstance(node, ast.Return) and node.value is not None and _formats_a_value(node.value)
+        for node in ast.walk(fn)
+    )
+    return (annotated or returned) and _formats_a_value(fn, _docstring_and_raises(fn))
+
+
+def sentence_builders(name: str, source: str) -> list[str]:
+    """'file: function (n words)' for each text-returning function over the prose limit, and
+    'file: name' for each function or class named like a sentence builder."""
+    bad = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            if NAMES.search(node.name):
+                bad.append(f"{name}: {node.name} (named like a sentence builder)")
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            if (name, node.name) in ALLOWED or not returns_text(node):
+                continue
+            words = prose_words(node)
+            if words >= MAX_WORDS:
+                bad.append(f"{name}: {node.name} returns text with {words} words of prose")
+    return bad
+
+
+def _sources():
+    for path in sorted(COST.rglob("*.py")):
+        yield str(path.relative_to(COST)), path.read_text()
+
+
+def test_the_cost_package_builds_no_sentences_for_the_book():
+    bad = [b for name, src in _sources() for b in sentence_builders(name, src)]
+    assert not bad, "\n".join(bad) + "\n(build sentences in book/glue/, return numbers here)"
+
+
+def test_the_scan_sees_every_module():
+    names = [name for name, _ in _sources()]
+    assert "validation.py" in names and "three_d.py" in names and len(names) > 15
+
+
+PLANTED = '''
+def ratio_summary(effects: dict):
+    """Docstrings may be long; they are not what a function returns."""
+    if not effects:
+        raise ValueError("effects must not be empty: this message may be as long as it needs to be")
+    r = effects["ratio"]
+    return (
+        f"the planner now puts PTD-P ahead too once the GPU count doubles, by a ratio of {r:.2f}, "
+        "and the gap keeps growing at the largest count, where its ZeRO-3 gathers every "
+        "layer's weights three times per micro-batch and reduce-scatters the gradients once, "
+        "each as a flat ring in which every GPU's whole share crosses its own NIC"
+    )
+'''
+
+
+def test_negative_control_a_planted_sentence_builder_is_named():
+    bad = sentence_builders("planted.py", PLANTED)
+    assert len(bad) == 1 and "ratio_summary returns text" in bad[0], bad
+    named = sentence_builders("planted.py", "def zero3_sentence():\n    return 1.5\n")
+    assert named == ["planted.py: zero3_sentence (named like a sentence builder)"]
+    # numbers and short labels pass: a table row, an error message
+    ok = 'def row(x: float) -> str:\n    return f"{x:.2f} s"\n'
+    assert sentence_builders("planted.py", ok) == []
