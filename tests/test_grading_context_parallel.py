@@ -177,18 +177,32 @@ def _gather(k, v, group, with_group=True):
     return torch.cat(parts, dim=3)  # (2, b, a_kv, s, d)
 
 
-def _attend(q, kv, documents, q0, *, docs=True, causal=True, strict=False, interleave=True):
+def _attend(
+    q,
+    kv,
+    documents,
+    q0,
+    *,
+    docs=True,
+    causal=True,
+    strict=False,
+    interleave=True,
+    q_doc_local=False,
+    ends_left=False,
+):
     a, d, n = q.shape[1], q.shape[3], q.shape[2]
     g = a // kv.shape[2]
     k, v = ((t.repeat_interleave(g, 1) if interleave else t.repeat(1, g, 1, 1)) for t in kv)
     s = k.shape[2]
-    doc = torch.repeat_interleave(torch.arange(len(documents)), torch.tensor(documents))
+    doc = torch.repeat_interleave(torch.arange(len(documents)), torch.as_tensor(documents))
+    if ends_left:  # a learner's ids: searchsorted on the ends, a boundary token on its left
+        doc = torch.searchsorted(torch.cumsum(torch.as_tensor(documents), 0), torch.arange(s))
     qp, kp = torch.arange(q0, q0 + n), torch.arange(s)
     keep = torch.ones(n, s, dtype=torch.bool)
     if causal:
         keep &= (kp[None] < qp[:, None]) if strict else (kp[None] <= qp[:, None])
     if docs:
-        keep &= doc[kp][None] == doc[qp][:, None]
+        keep &= doc[kp][None] == doc[qp - q0 if q_doc_local else qp][:, None]
     z = q @ k.transpose(-2, -1) / math.sqrt(d)
     return torch.softmax(z.masked_fill(~keep, float("-inf")), -1) @ v
 
@@ -229,6 +243,27 @@ def docs_world_gather(q, k, v, documents, group=None):  # gathers over the whole
 def docs_float32(q, k, v, documents, group=None):  # computes in float32
     r = dist.get_rank(group)
     return _attend(q.float(), _gather(k, v, group).float(), documents, r * q.shape[2])
+
+
+def docs_query_doc_local(q, k, v, documents, group=None):  # query doc ids at 0 … n−1
+    r = dist.get_rank(group)
+    return _attend(q, _gather(k, v, group), documents, r * q.shape[2], q_doc_local=True)
+
+
+def docs_boundary_late(q, k, v, documents, group=None):  # first token in the previous doc
+    r = dist.get_rank(group)
+    return _attend(q, _gather(k, v, group), documents, r * q.shape[2], ends_left=True)
+
+
+def docs_float32_cast_back(q, k, v, documents, group=None):  # float32 math, float64 result
+    r = dist.get_rank(group)
+    kv = _gather(k, v, group).float()
+    return _attend(q.float(), kv, documents, r * q.shape[2]).to(q.dtype)
+
+
+def docs_tensor_only(q, k, v, documents, group=None):  # documents.tolist(): a tensor assumed
+    r = dist.get_rank(group)
+    return _attend(q, _gather(k, v, group), documents.tolist(), r * q.shape[2])
 
 
 def docs_two_gathers(q, k, v, documents, group=None):
@@ -280,6 +315,10 @@ WRONG = {
     "docs_strict_causal": docs_strict_causal,
     "docs_global_rank": docs_global_rank,
     "docs_world_gather": docs_world_gather,
+    "docs_query_doc_local": docs_query_doc_local,
+    "docs_tensor_only": docs_tensor_only,
+    "docs_boundary_late": docs_boundary_late,
+    "docs_float32_cast_back": docs_float32_cast_back,
 }
 
 

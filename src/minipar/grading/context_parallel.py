@@ -454,6 +454,12 @@ def check_seq_to_heads(fn, **_):
 # ----------------------------------------------------------------------------- 05 all-gather, documents
 GB, GA, GKV, GN, GD = 1, 4, 2, 4, 4  # per rank: q (b, a, n, d), k and v (b, a_kv, n, d)
 DOCS = {1: [1, 3], 2: [3, 2, 3], 3: [5, 4, 3]}  # document lengths per cp: boundaries cross shards
+DOCS_AS_TENSOR = (2,)  # the cp for which `documents` comes as a 1-D int64 tensor, not a list
+
+
+def _docs_text(cp) -> str:
+    kind = "a 1-D int64 tensor" if cp in DOCS_AS_TENSOR else "a list"
+    return f"documents {DOCS[cp]} as {kind}"
 
 
 def _doc_qkv(cp):
@@ -464,13 +470,30 @@ def _doc_qkv(cp):
 
 
 def _doc_attention(
-    cp, r, *, docs=True, causal=True, strict=False, q_rank=None, heads="interleave", scale=True
+    cp,
+    r,
+    *,
+    docs=True,
+    causal=True,
+    strict=False,
+    q_rank=None,
+    heads="interleave",
+    scale=True,
+    q_doc_local=False,
+    boundary=0,
+    dtype=None,
 ):
     """Rank r's output under a stated semantics (the right one with the defaults): the checker
-    names a wrong answer by the semantics it matches."""
+    names a wrong answer by the semantics it matches. ``q_doc_local``: the queries' document
+    ids read at local positions 0…n−1; ``boundary``: every document id moved one position later
+    (+1: a document's first token counted in the one before) or earlier (−1); ``dtype``: the
+    arithmetic in that dtype, the result cast back to q's."""
     import torch  # noqa: PLC0415 (torch ~1.5 s: this module loads without torch; only _doc_attention needs it)
 
     q, k, v = _doc_qkv(cp)
+    out_dtype = q.dtype
+    if dtype is not None:
+        q, k, v = q.to(dtype), k.to(dtype), v.to(dtype)
     s = GN * cp
     q_rank = r if q_rank is None else q_rank
     q = q[:, :, r * GN : (r + 1) * GN]
@@ -481,14 +504,18 @@ def _doc_attention(
     )
     k, v = rep(k), rep(v)
     doc = torch.repeat_interleave(torch.arange(len(DOCS[cp])), torch.tensor(DOCS[cp]))
+    if boundary > 0:  # (s,) position p gets position p−1's document
+        doc = torch.cat([doc[:1], doc[:-1]])
+    elif boundary < 0:  # position p gets position p+1's document
+        doc = torch.cat([doc[1:], doc[-1:]])
     qp, kp = torch.arange(q_rank * GN, (q_rank + 1) * GN), torch.arange(s)
     keep = torch.ones(GN, s, dtype=torch.bool)
     if causal:
         keep &= (kp[None] < qp[:, None]) if strict else (kp[None] <= qp[:, None])
     if docs:
-        keep &= doc[kp][None] == doc[qp][:, None]
+        keep &= doc[kp][None] == doc[qp - q_rank * GN if q_doc_local else qp][:, None]
     z = q @ k.transpose(-2, -1) / (math.sqrt(GD) if scale else 1.0)
-    return torch.softmax(z.masked_fill(~keep, float("-inf")), -1) @ v
+    return (torch.softmax(z.masked_fill(~keep, float("-inf")), -1) @ v).to(out_dtype)
 
 
 def _doc_body(gr, cp, group, fn):
@@ -497,7 +524,8 @@ def _doc_body(gr, cp, group, fn):
     q, k, v = _doc_qkv(cp)
     sl = slice(gr * GN, (gr + 1) * GN)
     try:
-        y = fn(q[:, :, sl].clone(), k[:, :, sl].clone(), v[:, :, sl].clone(), list(DOCS[cp]), group)
+        docs = torch.tensor(DOCS[cp]) if cp in DOCS_AS_TENSOR else list(DOCS[cp])
+        y = fn(q[:, :, sl].clone(), k[:, :, sl].clone(), v[:, :, sl].clone(), docs, group)
     except Exception as e:  # named in the verdict, with the case
         return {"error": f"{type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''}"}
     return {"y": y.detach().clone() if isinstance(y, torch.Tensor) else y}
@@ -539,6 +567,24 @@ def _doc_mistake(y, cp, r, world_rank) -> str:
             "(repeat_interleave), not i % a_kv (repeat)",
         ),
         (dict(scale=False), "the scores are not divided by √d"),
+        (
+            dict(q_doc_local=True),
+            "the queries' document ids are read at their local positions 0…n−1 (the causal "
+            "mask is right): rank r's query i is at global position r·n + i, and its "
+            "document is that position's",
+        ),
+        (
+            dict(boundary=1),
+            "each document's first token is counted in the document before it (an "
+            "off-by-one at the boundaries): a document of start p0 and length L holds "
+            "positions p0 ≤ p < p0 + L",
+        ),
+        (
+            dict(boundary=-1),
+            "each document's last token is counted in the document after it (an "
+            "off-by-one at the boundaries): a document of start p0 and length L holds "
+            "positions p0 ≤ p < p0 + L",
+        ),
     ]
     if world_rank != r:
         named.append(
@@ -554,7 +600,20 @@ def _doc_mistake(y, cp, r, world_rank) -> str:
                 return why
         except (IndexError, RuntimeError):
             continue
+    want = _doc_attention(cp, r)
+    if y.dtype == want.dtype and same(
+        y, _doc_attention(cp, r, dtype=torch.float32), atol=1e-5, rtol=1e-5
+    ):
+        return (
+            f"the output is {_dtype_name(want)} but matches the attention computed in float32 "
+            f"and cast back ({err(y, want)}, float32's rounding): compute in q's dtype, "
+            "float64 here, within 1e-7"
+        )
     return ""
+
+
+def _dtype_name(t) -> str:
+    return str(t.dtype).removeprefix("torch.")
 
 
 @task(
@@ -576,7 +635,12 @@ def check_allgather_documents(fn, **_):
                     "(dist.get_rank(group), dist.get_world_size(group)) and pass group= "
                     "to the all-gather"
                 )
-            raise GradeFailure(f"{where} (cp = {cp}): {c['error']}{hint}")
+            if "'list' object" in c["error"] or "'Tensor' object" in c["error"]:
+                hint = (
+                    " -- documents comes as a list in some cases and as a 1-D tensor in "
+                    "others: accept both (torch.as_tensor(documents) makes either a tensor)"
+                )
+            raise GradeFailure(f"{where} (cp = {cp}, {_docs_text(cp)}): {c['error']}{hint}")
         y = _tensor(c["y"], f"{where}: the output")
         want = _doc_attention(cp, r)
         if tuple(y.shape) != tuple(want.shape):
@@ -589,7 +653,7 @@ def check_allgather_documents(fn, **_):
             continue
         why = _doc_mistake(y, cp, r, c["rank"])
         raise GradeFailure(
-            f"{where} (cp = {cp}, documents {DOCS[cp]}): "
+            f"{where} (cp = {cp}, {_docs_text(cp)}): "
             + (why if why else f"the output differs ({err(y, want)})")
         )
 
@@ -599,7 +663,10 @@ def check_allgather_documents(fn, **_):
 # that clause (tests/test_grading_context_parallel.py) -> words of the reason it gets
 _IN_MERGE = "two key blocks at logits ~1 and ~1000, and a fully masked block"
 _IN_LAYOUTS = "the whole world of 3 ranks; groups {0} and {1, 2}; groups {0, 2} and {1, 3} of 4"
-_IN_DOCS = _IN_LAYOUTS + "; documents crossing shard boundaries; a = 4 query heads, 2 K/V heads"
+_IN_DOCS = (
+    _IN_LAYOUTS + "; documents crossing shard boundaries, a list for cp = 1, 3 and a tensor "
+    "for cp = 2; a = 4 query heads, 2 K/V heads"
+)
 CLAUSES = {
     "context_parallel.merge_softmax_blocks": (
         Clause(
@@ -735,6 +802,30 @@ CLAUSES = {
         ),
         Clause(
             "positions from the group's rank", _IN_DOCS, "docs_global_rank", "use the group's rank"
+        ),
+        Clause(
+            "documents is a list or a 1-D tensor: accept both",
+            _IN_DOCS,
+            "docs_tensor_only",
+            "accept both (torch.as_tensor(documents)",
+        ),
+        Clause(
+            "a query's document is that of its global position",
+            _IN_DOCS,
+            "docs_query_doc_local",
+            "the queries' document ids are read at their local positions",
+        ),
+        Clause(
+            "a document holds positions p0 ≤ p < p0 + L (its first token)",
+            _IN_DOCS,
+            "docs_boundary_late",
+            "each document's first token is counted in the document before it",
+        ),
+        Clause(
+            "computed in q's dtype, not only returned in it",
+            _IN_DOCS,
+            "docs_float32_cast_back",
+            "matches the attention computed in float32 and cast back",
         ),
         Clause(
             "all-gather over the group",
