@@ -11,7 +11,9 @@
 # $r\,n, \dots, r\,n + n - 1$ (sequence length $s = n\,c_p$): q of shape (b, a, n, d), k and v of
 # shape (b, a_kv, n, d) with grouped-query attention (query head $i$ reads K/V head
 # $i // (a/a_{kv})$). `documents` lists the lengths of the documents packed into the sequence, in
-# order (they sum to $s$). A query at global position $i$ sees the key at position $j$ when
+# order (they sum to $s$): a Python list of ints or a 1-D int64 tensor. Accept both: the check
+# passes a list in some cases and a tensor in others (`torch.as_tensor(documents)` makes
+# either a tensor). A query at global position $i$ sees the key at position $j$ when
 # $j \le i$ and both lie in the same document.
 #
 # Write `allgather_document_attention(q, k, v, documents, group)`: all-gather K and V over the
@@ -23,9 +25,11 @@
 # What the check holds you to: only the result, not how you got it. The output must be a tensor
 # in q's dtype (float64 in the check: a float32 result is rejected, since float32 arithmetic
 # drifts far beyond the tolerance) within 1e-7 relative and 1e-9 absolute of single-process
-# attention, so any order of the same float64 operations passes. Any collectives that every
-# rank of the group makes alike are fine: two all-gathers (K, then V) or one of K and V stacked
-# into one tensor (one message instead of two, what a real implementation prefers). With a
+# attention, so any order of the same float64 operations passes; arithmetic in float32 cast
+# back to float64 does not (its rounding, ~1e-7, is the tolerance itself). Any collectives that
+# every rank of the group makes alike are fine: two all-gathers (K, then V), one of K and V
+# stacked into one tensor (one message instead of two, what a real implementation prefers),
+# `dist.all_gather_into_tensor`, or any other collective that delivers the group's K and V. With a
 # one-rank group the all-gather returns the rank's own K and V: call it or skip it. The check
 # uses only a divisible by a_kv and document lengths that sum to s; raise a `ValueError` naming
 # the rule for other inputs (not graded).
@@ -50,7 +54,7 @@ def allgather_document_attention(q, k, v, documents, group=None):
     k_all, v_all = torch.cat(parts, dim=3)  # (b, a_kv, s, d) each
     g = a // k_all.shape[1]  # query heads per K/V head
     k_all, v_all = k_all.repeat_interleave(g, 1), v_all.repeat_interleave(g, 1)  # (b, a, s, d)
-    doc = torch.repeat_interleave(torch.arange(len(documents)), torch.tensor(documents))  # (s,)
+    doc = torch.repeat_interleave(torch.arange(len(documents)), torch.as_tensor(documents))  # (s,)
     q_pos, k_pos = torch.arange(r * n, (r + 1) * n), torch.arange(n * cp)
     keep = (k_pos[None, :] <= q_pos[:, None]) & (doc[k_pos][None, :] == doc[q_pos][:, None])
     z = q @ k_all.transpose(-2, -1) / math.sqrt(d)  # (b, a, n, s)
