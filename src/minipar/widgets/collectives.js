@@ -142,9 +142,7 @@ registerExplorer("collectives", {
   ],
   link: collectivesLink,
   draw(v, config) {
-    const links = config.links || {};
-    const L = links[v.link];
-    if (!L) throw new Error(`link ('${v.link}') must be one of ${Object.keys(links).join(", ")}`);
+    const L = configEntry(config, "links", v.link);
     if (v.n < 2) throw new Error(`ranks n (${v.n}): a collective on one rank moves nothing; choose n >= 2`);
     const here = collectiveTime(v.op, v.algorithm, v.n, v.size, L.alpha, L.bandwidth);
     const times = SIZES.map((s) => collectiveTime(v.op, v.algorithm, v.n, s, L.alpha, L.bandwidth));

@@ -508,11 +508,7 @@ registerExplorer("cp-layer", {
   divisible: [["h", "a"], ["a", "a_kv"], ["s", "documents"]],
   disabled: cpDisabled,
   draw(v, config) {
-    const links = config.links || {};
-    const L = links[v.link];
-    if (!L) throw new Error(`link ('${v.link}') must be one of ${Object.keys(links).join(", ")}`);
-    const F = (config.gpus || {})[v.gpu];
-    if (!F) throw new Error(`gpu ('${v.gpu}') must be one of ${Object.keys(config.gpus || {}).join(", ")}`);
+    const L = configEntry(config, "links", v.link), F = configEntry(config, "gpus", v.gpu);
     const r = cpLayerModel(v.s, v.cp, v.layout, v.h, v.a, v.a_kv, v.b, F, L.bandwidth, L.alpha, v.documents);
     const cps = CP_CPS.filter((c) => v.s % (2 * c) === 0);
     const contiguous = cps.map((c) => cpLayerModel(v.s, c, "contiguous", v.h, v.a, v.a_kv, v.b, F, L.bandwidth, L.alpha));

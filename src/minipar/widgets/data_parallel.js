@@ -100,12 +100,6 @@ export function drawnIntervals(intervals, most = MAX_DRAWN) {
 }
 const COMPUTE_MS = logValues(0, 4, [1, 2, 5]).filter((x) => x <= 10000);
 
-function linkOf(config, name) {
-  const L = (config.links || {})[name];
-  if (!L) throw new Error(`link ('${name}') must be one of ${Object.keys(config.links || {}).join(", ")}`);
-  return L;
-}
-
 // The step explorer's controls that do not apply (greyed out): with one GPU there is nothing
 // to all-reduce; up to one node (8 GPUs) nothing crosses the link between nodes.
 export function dpDisabled(v) {
@@ -127,7 +121,7 @@ registerExplorer("dp-step", {
   ],
   disabled: dpDisabled,
   draw(v, config) {
-    const r = dpStepModel(v.params_m, v.ranks, linkOf(config, v.intra), linkOf(config, v.inter), v.bucket_mb, v.overlap, v.compute_ms);
+    const r = dpStepModel(v.params_m, v.ranks, configEntry(config, "links", v.intra), configEntry(config, "links", v.inter), v.bucket_mb, v.overlap, v.compute_ms);
     const ms = (x) => x * 1e3;
     const f = ms(r.compute_s / 3);
     const segs = drawnIntervals(r.intervals).map(([s, e, a, b], i) => ({start: ms(s), end: ms(e), color: i % 2 ? "#fd8d3c" : "#e6550d",

@@ -125,9 +125,7 @@ registerExplorer("ep-layer", {
     if (v.ep > v.gpus_per_node && v.ep % v.gpus_per_node) {
       throw new Error(`expert-parallel ranks x (${v.ep}) larger than a node must be a multiple of GPUs per node (${v.gpus_per_node})`);
     }
-    const links = config.links || {};
-    const L = links[v.link];
-    if (!L) throw new Error(`link ('${v.link}') must be one of ${Object.keys(links).join(", ")}`);
+    const L = configEntry(config, "links", v.link);
     const r = epLayerModel(v.tokens, v.experts, v.top_k, v.ep, v.hidden, v.ffn, v.capacity_factor, v.hot, L.alpha, L.bandwidth,
                            2, 3, v.gpus_per_node);
     const load = skewedLoads(v.tokens, v.experts, v.top_k, v.ep, v.hot, v.capacity_factor);

@@ -87,6 +87,17 @@ export function checkInput(field, value, rule) {
 // The rule of a count (t, p, m, b, heads ...) and of a time or price; checkNumbers(rule, pairs)
 // checks [[field, value], ...] in order: a chapter's model function calls it first, as its Python
 // twin calls minipar.widgets.inputs.check_numbers, so both refuse what the boxes refuse.
+// The entry `name` of the page's config table `table` ("links", "gpus", "presets"): every
+// explorer's one lookup of a link, a GPU or a preset by its control's value, or an Error that
+// names the choices: "link ('x') must be one of a, b".
+export function configEntry(config, table, name) {
+  const entries = (config || {})[table] || {};
+  if (!Object.hasOwn(entries, name)) {
+    throw new Error(`${table.replace(/s$/, "")} ('${name}') must be one of ${Object.keys(entries).join(", ")}`);
+  }
+  return entries[name];
+}
+
 export const COUNT = {integer: true, min: 1, max: MAX_INPUT};
 export const NONNEGATIVE = {integer: false, min: 0, max: MAX_INPUT};
 

@@ -124,15 +124,13 @@ registerExplorer("memory", {
   link: memoryLink,
   disabled: memoryDisabled,
   draw(v, config) {
-    const presets = config.presets || {};
-    const gpus = config.gpus || {};
-    if (!(v.preset in presets)) throw new Error(`preset ('${v.preset}') must be one of ${Object.keys(presets).join(", ")}`);
-    if (!(v.gpu in gpus)) throw new Error(`gpu ('${v.gpu}') must be one of ${Object.keys(gpus).join(", ")}`);
+    const preset = configEntry(config, "presets", v.preset);
+    const gpuBytes = configEntry(config, "gpus", v.gpu);
     let {L, h, a, V} = v;
-    if (presets[v.preset]) [L, h, a, V] = presets[v.preset];
+    if (preset) [L, h, a, V] = preset;
     checkInputs(v.s, v.b, V);
     const rows = [0, 1, 2, 3].map((k) => perGpuMemory(L, h, a, v.s, V, v.b, v.d, v.t, v.p, k, v.sp, v.recompute));
-    const cap = gpus[v.gpu] / GIB;
+    const cap = gpuBytes / GIB;
     const chosen = rows[v.zero];
     const svg = stackedBars({
       title: `${v.preset}, d = ${v.d}, t = ${v.t}, p = ${v.p} (N = ${v.d * v.t * v.p})`,

@@ -78,11 +78,8 @@ registerExplorer("tp-layer", {
   ],
   disabled: tpDisabled,
   draw(v, config) {
-    const links = config.links || {};
-    const L = links[v.link];
-    if (!L) throw new Error(`link ('${v.link}') must be one of ${Object.keys(links).join(", ")}`);
-    const F = (config.gpus || {})[v.gpu];
-    if (!F) throw new Error(`gpu ('${v.gpu}') must be one of ${Object.keys(config.gpus || {}).join(", ")}`);
+    const L = configEntry(config, "links", v.link), F = configEntry(config, "gpus", v.gpu);
+    const links = config.links;
     const r = tpLayerModel(v.h, v.a, v.s, v.b, v.t, F, L.bandwidth, L.alpha, v.sp);
     const series = Object.entries(links).map(([name, l]) => ({
       name, color: COLORS[name], xs: TS, ys: TS.map((t) => 100 * layerCommFraction(v.b, v.s, v.h, t, F, l.bandwidth, l.alpha)),

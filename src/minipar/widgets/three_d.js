@@ -311,10 +311,7 @@ export function planCluster(gpus, gpusPerNode, gpu, links, intra = null, inter =
     if (!(gemmEfficiency >= 0.01 && gemmEfficiency <= 1)) throw new Error(`gemm_efficiency (${gemmEfficiency}) must be between 0.01 and 1`);   // Python: three_d.BOUNDS
     g = {...gpu, gemm_efficiency: gemmEfficiency};
   }
-  const pick = (name) => {
-    if (!(name in links)) throw new Error(`link ('${name}') must be one of ${Object.keys(links).join(", ")}`);
-    return links[name];
-  };
+  const pick = (name) => configEntry({links}, "links", name);
   return {gpus, gpus_per_node: gpusPerNode, gpu: g, peak: g.peak, intra: pick(intra || g.intra), inter: pick(inter || g.inter)};
 }
 
