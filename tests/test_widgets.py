@@ -127,3 +127,37 @@ def test_memory_calculator_greys_out_what_does_not_apply():
     )
     total = re.compile(r"<b>([\d.]+) GiB</b>")
     assert a1["error"] is None and total.search(a1["html"])[1] == total.search(a2["html"])[1]
+
+
+def test_every_explorer_names_an_unknown_link_gpu_or_preset_the_same_way():
+    """The explorers look a link, a GPU or a preset up by the control's value through one
+    helper (``configEntry`` in explorer.js): an unknown name is refused with the same message,
+    naming the choices, whichever explorer draws."""
+    from explorer_parity_support import js_call
+
+    from minipar.widgets.collectives import collectives_config
+    from minipar.widgets.context_parallel import cp_config
+    from minipar.widgets.data_parallel import dp_config
+    from minipar.widgets.expert_parallel import ep_config
+    from minipar.widgets.memory_time import memory_config
+    from minipar.widgets.tensor_parallel import tp_config
+
+    cases = [  # (slug, explorer, config, control, its table)
+        ("collectives", "collectives", collectives_config(), "link", "links"),
+        ("context_parallel", "cp-layer", cp_config(), "link", "links"),
+        ("context_parallel", "cp-layer", cp_config(), "gpu", "gpus"),
+        ("data_parallel", "dp-step", dp_config(), "intra", "links"),
+        ("data_parallel", "dp-step", dp_config(), "inter", "links"),
+        ("expert_parallel", "ep-layer", ep_config(), "link", "links"),
+        ("memory_time", "memory", memory_config(), "gpu", "gpus"),
+        ("memory_time", "memory", memory_config(), "preset", "presets"),
+        ("tensor_parallel", "tp-layer", tp_config(), "link", "links"),
+        ("tensor_parallel", "tp-layer", tp_config(), "gpu", "gpus"),
+    ]
+    for slug, name, config, control, table in cases:
+        ((_, got),) = js_call(slug, [("drawExplorer", [name, {control: "nowhere"}, config])])
+        noun = {"links": "link", "gpus": "gpu", "presets": "preset"}[table]
+        want = f"{noun} ('nowhere') must be one of {', '.join(config[table])}"
+        assert got["error"] == want, (name, control, got["error"])
+        ((_, ok),) = js_call(slug, [("drawExplorer", [name, {}, config])])
+        assert ok["error"] is None, (name, ok["error"])
