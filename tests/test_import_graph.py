@@ -163,6 +163,18 @@ FLOOR = (
 )
 
 
+# What an explorer (layer 3) may import besides minipar.widgets: the pure cost model, the errors,
+# and these pure chapter modules (standard library only: the pipeline's cost model is its
+# schedule, simulated on paper). CONTRIBUTING.md's table says the same.
+EXPLORER_IMPORTS = (
+    "minipar.cost",
+    "minipar.errors",
+    "minipar.widgets",
+    "minipar.pipeline_parallel.schedules",
+    "minipar.pipeline_parallel.simulate",
+)
+
+
 def _under(module: str, prefixes) -> bool:
     return any(module == p or module.startswith(p + ".") for p in prefixes)
 
@@ -196,7 +208,8 @@ def _chapter_index(module: str) -> int:
 def layer_violations(g) -> set[tuple[str, str]]:
     """Arrows that point up a layer, a chapter importing a later chapter (a chapter may build on
     an earlier one's public API, as CP × TP builds on TP's block; shared helpers live in the
-    floor), or the pure cost model importing anything outside itself and minipar.errors."""
+    floor), the pure cost model importing anything outside itself and minipar.errors, or an
+    explorer importing anything but :data:`EXPLORER_IMPORTS`."""
     bad = set()
     for a, targets in g.items():
         for b in targets:
@@ -204,6 +217,8 @@ def layer_violations(g) -> set[tuple[str, str]]:
             if lb > la:
                 bad.add((a, b))
             elif la == lb == 1 and _chapter_index(b) > _chapter_index(a):
+                bad.add((a, b))
+            elif la == 3 and not _under(b, EXPLORER_IMPORTS):
                 bad.add((a, b))
             elif (
                 _under(a, ("minipar.cost",))
@@ -231,11 +246,29 @@ def test_the_layer_check_sees_arrows_that_break_the_layers():
     g["minipar.tensor_parallel.layers"].add("minipar.context_parallel.ring")
     g["minipar.cost.model"].add("minipar.runtime.tracer")
     g["minipar.runtime.launch"].add("minipar.collectives.ring")
+    g["minipar.widgets.pipeline_parallel"].add("minipar.pipeline_parallel.executor")
     assert layer_violations(g) == {
         ("minipar.tensor_parallel.layers", "minipar.context_parallel.ring"),
         ("minipar.cost.model", "minipar.runtime.tracer"),
         ("minipar.runtime.launch", "minipar.collectives.ring"),
+        ("minipar.widgets.pipeline_parallel", "minipar.pipeline_parallel.executor"),
     }
+
+
+def test_explorers_load_no_torch():
+    """The explorers' Python side imports only the pure modules of EXPLORER_IMPORTS, and their
+    packages' __init__ files load no torch either: importing every explorer leaves torch
+    unloaded."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, pkgutil, importlib, minipar.widgets as w\n"
+        "for m in pkgutil.iter_modules(w.__path__): importlib.import_module(f'minipar.widgets.{m.name}')\n"
+        "print('torch' in sys.modules)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False", out
 
 
 def figures() -> dict:

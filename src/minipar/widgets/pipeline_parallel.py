@@ -2,16 +2,18 @@
 activations for p, m, v and the F/B/W times.
 
 The browser evaluates ``widgets/pipeline_parallel.js``, whose ``schedule``, ``simulate`` and
-``ppModel`` are JavaScript twins of :func:`minipar.pipeline_parallel.schedule`,
-:func:`minipar.pipeline_parallel.simulate` and :func:`pp_model` (parity-tested in
-tests/test_pipeline_parallel_explorer.py).
+``ppModel`` are JavaScript twins of :func:`minipar.pipeline_parallel.schedules.schedule`,
+:func:`minipar.pipeline_parallel.simulate.simulate` and :func:`pp_model` (parity-tested in
+tests/test_pipeline_parallel_explorer.py). Those two are the chapter's pure modules (standard
+library only): the pipeline's cost model is the schedule itself, run on paper.
 """
 
 from __future__ import annotations
 
 import math
 
-from minipar.pipeline_parallel import schedule, simulate
+from minipar.pipeline_parallel.schedules import schedule
+from minipar.pipeline_parallel.simulate import simulate
 from minipar.widgets import Explorer
 from minipar.widgets.inputs import NONNEGATIVE, check_numbers, check_values
 
