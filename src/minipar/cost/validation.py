@@ -29,9 +29,10 @@ with ``"full"``): step = Eq. 3 / (N · X).
     node = 6.25 GB/s per GPU), (d, t, p) = (8, 4, 12), b = 2, B = 2048, V = 250,880, ZeRO-1:
     156 TFLOP/s per GPU as the paper reports it (the model card says about 150). Its 70 layers
     and the embedding and head are 72 pipeline units, 6 per stage: the first stage holds the
-    embedding and 5 layers, the last 5 layers and the head. The planner needs p | L and prices
-    the last stage, so the row uses 60 layers (5 per stage, + the head) and the real 70 for the
-    FLOPs. The head's GEMM (V/(12h) = 1.46 layers' forward FLOPs, not recomputed) makes that
+    embedding and 5 layers, the last 5 layers and the head. The row was set before the planner
+    had uneven stages (``split="units"``, which would take 70 layers on 12 stages) and keeps its
+    even split, which needs p | L and prices the last stage: 60 layers (5 per stage, + the
+    head) and the real 70 for the FLOPs. The head's GEMM (V/(12h) = 1.46 layers' forward FLOPs, not recomputed) makes that
     stage within 1 % of a 6-layer middle one; 72 layers would charge the last stage a sixth
     layer it does not hold (+17 % compute).
 
