@@ -13,19 +13,11 @@ import pkgutil
 import pytest
 
 import minipar.grading as grading
+from minipar import chapters
 from minipar.grading.declare import Clause, clauses_of
 from minipar.grading.registry import _TASKS
 
-CHAPTERS = [
-    "collectives",
-    "memory_time",
-    "data_parallel",
-    "tensor_parallel",
-    "pipeline_parallel",
-    "context_parallel",
-    "expert_parallel",
-    "three_d",
-]
+CHAPTERS = list(chapters.SLUGS)
 
 
 def _wrong_names(chapter: str) -> set:
@@ -36,7 +28,12 @@ def _wrong_names(chapter: str) -> set:
 def test_every_chapter_with_tasks_is_listed():
     for m in pkgutil.iter_modules(grading.__path__):
         importlib.import_module(f"minipar.grading.{m.name}")
-    assert {t.split(".")[0] for t in _TASKS} == set(CHAPTERS)
+    # tasks the course's graders register (a test may register a task of its own, e.g. the
+    # framework's "selftest.double", in the same process)
+    ours = {
+        t for t, task in _TASKS.items() if task.checker.__module__.startswith("minipar.grading.")
+    }
+    assert {t.split(".")[0] for t in ours} == set(CHAPTERS)
 
 
 @pytest.mark.parametrize("chapter", CHAPTERS)
