@@ -555,8 +555,8 @@ def test_document_times_at_powers_of_two_and_large_cp():
         )
         for s in (8192,)
         for cp in (2, 16, 64)
-        for n in (1, 2, 8, 64, 1024)
-        for w in (50e9, 450e9)
+        for n in (1, 8, 1024)  # one document, several per chunk, many chunks per document
+        for w in (50e9,)  # the bandwidth scales a term, it does not change the closed form
         for lay in ("zigzag", "contiguous")
     ]
     assert_parity("context_parallel", "documentAttentionTimes", C.document_attention_times, cases)
