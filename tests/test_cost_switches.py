@@ -108,3 +108,19 @@ def test_megatron_refuses_moe_with_tp_but_no_sequence_parallelism():
         planner.evaluate(m, cl, lay)
     assert planner.evaluate(m, cl, planner.Layout(**{**lay.__dict__, "sp": True})).fits
     assert all(c.sp for c in planner.search(m, cl, 256, tp=2, max_ep=8) if c.tp > 1)
+
+
+def test_checkpoint_inside_the_unit_is_named_for_where_the_wrapper_sits(capsys):
+    """`minipar plan --ac-inside-unit` (the older `--fsdp2-ac` still works): the gather count
+    of ZeRO-3 under full recomputation depends on where the checkpoint wrapper sits, not on
+    the FSDP version; either spelling prices the same, smaller ZeRO-3 traffic than without it."""
+    argv = ["plan", "--model", "gpt3-175b", "--gpus", "768", "--gpu", "A100-80GB"]
+    argv += ["--global-batch", "1536", "--zero", "3", "--tp", "1", "--pp", "1", "--top", "1"]
+    argv += ["--recompute", "full", "--micro-batch", "1", "--json"]
+
+    def step(*extra):
+        assert main(argv + list(extra)) == 0
+        return json.loads(capsys.readouterr().out)["configs"][0]["dp_seconds"]
+
+    outside, inside = step(), step("--ac-inside-unit")
+    assert inside == step("--fsdp2-ac") and inside < outside, (inside, outside)

@@ -397,7 +397,7 @@ def plan_inputs(args):
         zero3_collectives=args.zero3_collectives,
         attention=args.attention,
         precision=args.precision,
-        zero3_ac_inside_unit=args.fsdp2_ac,
+        zero3_ac_inside_unit=args.ac_inside_unit,
         overlap_grad_reduce=args.overlap_grad_reduce,
         cp_algorithm=args.cp_algorithm,
         overlap_param_gather=args.overlap_param_gather,
@@ -710,7 +710,9 @@ def add_plan_parser(subparsers) -> None:
         "GPU's NIC that 2021 DeepSpeed ZeRO-3 reached",
     )
     p.add_argument(
-        "--fsdp2-ac",
+        "--ac-inside-unit",
+        "--fsdp2-ac",  # the old name: the count depends on where the wrapper sits, not on FSDP2
+        dest="ac_inside_unit",
         action="store_true",
         help="ZeRO-3 with the activation checkpoint wrapper inside each layer's sharded unit "
         "(torchtitan's placement; any FSDP version): 2 gathers per layer and micro-batch "
