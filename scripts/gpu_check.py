@@ -336,9 +336,9 @@ def run_notebook(path: str, timeout: float) -> dict:
     """Execute a notebook in a fresh kernel (cwd: its folder); the backends its launches
     announced ("minipar.runtime.launch: backend=nccl (...)") are collected from its outputs."""
     try:  # the [dev] extra; a GPU node's base install may lack them
-        import nbformat  # noqa: PLC0415 (the dev extra: absent from a GPU node's base install)
-        from nbclient import NotebookClient  # noqa: PLC0415 (the dev extra, as nbformat)
-        from nbclient.exceptions import (  # noqa: PLC0415 (the dev extra, as nbformat)
+        import nbformat  # noqa: PLC0415 (lazy: dev extra)
+        from nbclient import NotebookClient  # noqa: PLC0415 (lazy: dev extra)
+        from nbclient.exceptions import (  # noqa: PLC0415 (lazy: dev extra)
             CellExecutionError,
             CellTimeoutError,
             DeadKernelError,
@@ -390,7 +390,7 @@ def run_notebook(path: str, timeout: float) -> dict:
 
 # ----------------------------------------------------------------------------- the check
 def machine() -> dict:
-    import torch  # noqa: PLC0415 (torch ~1.5 s: only machine() needs it; the items run in subprocesses)
+    import torch  # noqa: PLC0415 (lazy: torch)
 
     gpus = gpu_count()
     return dict(

@@ -24,7 +24,7 @@ CP, TOKENS, D = 4, 2, 2  # ranks, tokens per rank, head dimension
 
 
 def _inputs():
-    import torch  # noqa: PLC0415 (torch: only when the page is built)
+    import torch  # noqa: PLC0415 (lazy: torch)
 
     g = torch.Generator().manual_seed(0)
     s = CP * TOKENS
@@ -40,7 +40,7 @@ def _inputs():
     ]
 )
 def ring_attention():
-    import torch  # noqa: PLC0415 (torch: only when the page is built)
+    import torch  # noqa: PLC0415 (lazy: torch)
 
     q, k, v = _inputs()
     chunk = lambda x, c: x[:, :, c * TOKENS : (c + 1) * TOKENS]  # (b, a, TOKENS, d)

@@ -15,7 +15,7 @@ DARK_FILLS = ("#0072B2", "#D55E00")  # the blue and vermilion series colours: wh
 
 
 def _box(ax, x, y, fill, text, pal, *, lw=0.6, edge=None, dashed=False, size=9):
-    import matplotlib.pyplot as plt  # noqa: PLC0415 (matplotlib: loaded only when a figure is drawn)
+    import matplotlib.pyplot as plt  # noqa: PLC0415 (lazy: matplotlib)
 
     ax.add_patch(
         plt.Rectangle(
@@ -52,7 +52,7 @@ SHOWN = ("broadcast", "reduce", "all-reduce", "reduce-scatter", "all-gather", "a
 def primitives_before_after(pal):
     """Each primitive on 3 ranks: every rank's buffer before (left) and after (right). A cell's
     colour is the rank its value came from; grey cells hold sums; dashed: unspecified."""
-    import matplotlib.pyplot as plt  # noqa: PLC0415 (matplotlib: loaded only when a figure is drawn)
+    import matplotlib.pyplot as plt  # noqa: PLC0415 (lazy: matplotlib)
 
     n = 3
     fig, axes = pal.subplots(6.8, 4.4, nrows=3, ncols=2)

@@ -40,7 +40,7 @@ def chunk_maps(pal):
     """Three layouts of s = 16 tokens on cp = 4 ranks: the strip on top says which rank holds
     each token; below, the causal mask (query row i sees keys j ≤ i), each visible entry in the
     colour of the rank that computes it (the query's owner); under it, each rank's entries."""
-    import matplotlib.pyplot as plt  # noqa: PLC0415 (matplotlib: loaded only when a figure is drawn)
+    import matplotlib.pyplot as plt  # noqa: PLC0415 (lazy: matplotlib)
 
     s = 16
     fig, axes = pal.subplots(6.8, 3.3, ncols=3)
@@ -101,8 +101,8 @@ def ring_steps(pal):
     """Causal ring attention, zigzag, cp = 4: at step i rank r holds the K/V of rank r − i.
     Each cell is the 2 × 2 grid of (query chunk, key chunk) pairs of that rank and step, as
     ``plan`` returns them: whole, diagonal (triangular mask) or skipped."""
-    import matplotlib.patches as mpatches  # noqa: PLC0415 (matplotlib: only when drawn)
-    import matplotlib.pyplot as plt  # noqa: PLC0415 (as above)
+    import matplotlib.patches as mpatches  # noqa: PLC0415 (lazy: matplotlib)
+    import matplotlib.pyplot as plt  # noqa: PLC0415 (lazy: matplotlib)
 
     layout = "zigzag"
     fig, ax = pal.subplots(6.4, 4.2)
@@ -162,7 +162,7 @@ def ulysses_repartition(pal):
     the all-to-all rank r holds every head of tokens [4r, 4r + 4); after it, its two query heads
     and the one K/V head they read, for all 16 tokens (each K/V head goes to two ranks, so it
     is repeated before the all-to-all)."""
-    import matplotlib.pyplot as plt  # noqa: PLC0415 (matplotlib: loaded only when a figure is drawn)
+    import matplotlib.pyplot as plt  # noqa: PLC0415 (lazy: matplotlib)
 
     a, a_kv, cp, s = 8, 2, CP, 16
     n = s // cp

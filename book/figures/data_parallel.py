@@ -54,7 +54,7 @@ def _ink(pal, fill):
 
 
 def _timeline_row(ax, pal, y, spans, color, labels=None):
-    import matplotlib.pyplot as plt  # noqa: PLC0415 (matplotlib: loaded only when a figure is drawn)
+    import matplotlib.pyplot as plt  # noqa: PLC0415 (lazy: matplotlib)
 
     for k, (t0, t1) in enumerate(spans):
         ax.add_patch(
@@ -126,9 +126,9 @@ def dp_timeline(pal):
 def bucket_assignment(pal):
     """The buckets BucketedDataParallel forms for a two-layer GPT (h = 64, fp32 gradients) with a
     48 KiB cap: filled from the last parameter to the first, the order backward produces them."""
-    import torch  # noqa: PLC0415 (torch: only this figure builds a model)
+    import torch  # noqa: PLC0415 (lazy: torch)
 
-    from minipar.model import GPT, GPTConfig  # noqa: PLC0415 (as above)
+    from minipar.model import GPT, GPTConfig  # noqa: PLC0415 (lazy: torch)
 
     torch.manual_seed(0)
     model = GPT(GPTConfig(L=2, h=64, a=4, s=16, V=256, dropout=0.0))
@@ -137,7 +137,7 @@ def bucket_assignment(pal):
     cap = 48 * 2**10
     buckets = assign_buckets(sizes, cap)
     fig, ax = pal.subplots(6.4, 0.5 * len(buckets) + 0.8)
-    import matplotlib.pyplot as plt  # noqa: PLC0415 (matplotlib: loaded only when a figure is drawn)
+    import matplotlib.pyplot as plt  # noqa: PLC0415 (lazy: matplotlib)
 
     kib = 2**10
     for row, bucket in enumerate(buckets):

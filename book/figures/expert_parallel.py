@@ -14,9 +14,9 @@ E, K, EP = 8, 2, 4  # experts, top-K, expert-parallel degree x of the pictures
 def _routed(tokens: int, seed: int, skew: float = 0.0, bias=None):
     """(probs, gates, experts) of ``tokens`` random tokens through a random router; ``skew``
     raises expert 0's logit (a router that favours it)."""
-    import torch  # noqa: PLC0415 (torch: loaded only when a figure is drawn)
+    import torch  # noqa: PLC0415 (lazy: torch)
 
-    from minipar.expert_parallel.routing import top_k_gates  # noqa: PLC0415 (imports torch)
+    from minipar.expert_parallel.routing import top_k_gates  # noqa: PLC0415 (lazy: torch)
 
     g = torch.Generator().manual_seed(seed)
     logits = torch.randn(tokens, E, generator=g, dtype=torch.float64)
@@ -28,7 +28,7 @@ def _routed(tokens: int, seed: int, skew: float = 0.0, bias=None):
 def routing(pal):
     """Eight tokens' router probabilities over eight experts; each token's top-2 boxed with its
     gate; the experts grouped by the rank that owns them (x = 4)."""
-    import matplotlib.pyplot as plt  # noqa: PLC0415 (matplotlib: loaded only when a figure is drawn)
+    import matplotlib.pyplot as plt  # noqa: PLC0415 (lazy: matplotlib)
 
     n = 8
     probs, gates, experts = _routed(n, seed=3)
@@ -74,9 +74,9 @@ def dispatch(pal):
     """Rows each rank sends each rank in the all-to-all dispatch (x = 4, 16 tokens per rank,
     top-2), from the dispatcher's sorted index map; and the rows that cross between two nodes
     of two ranks, per choice (all-to-all) and per node (node-deduplicated)."""
-    import torch  # noqa: PLC0415 (torch: loaded only when a figure is drawn)
+    import torch  # noqa: PLC0415 (lazy: torch)
 
-    from minipar.expert_parallel.dispatchers import assignments  # noqa: PLC0415 (imports torch)
+    from minipar.expert_parallel.dispatchers import assignments  # noqa: PLC0415 (lazy: torch)
 
     n, node_size = 16, 2
     send, choices = [], []
@@ -140,9 +140,9 @@ def dispatch(pal):
 def load_balance(pal):
     """Assignments per expert from a router that favours expert 0, before and after 60 steps
     of DeepSeek-V3's bias update; each rank's load over the mean (x = 4)."""
-    import torch  # noqa: PLC0415 (torch: loaded only when a figure is drawn)
+    import torch  # noqa: PLC0415 (lazy: torch)
 
-    from minipar.expert_parallel.balancing import update_bias  # noqa: PLC0415 (imports torch)
+    from minipar.expert_parallel.balancing import update_bias  # noqa: PLC0415 (lazy: torch)
 
     n, steps = 512, 60
     bias = torch.zeros(E, dtype=torch.float64)
@@ -171,7 +171,7 @@ def load_balance(pal):
 def folding(pal):
     """The 8 ranks of one stage with t = 4, d = 2 for attention, folded into x = 4 expert
     ranks times 2 expert-data ranks for the MoE layer."""
-    import matplotlib.pyplot as plt  # noqa: PLC0415 (matplotlib: loaded only when a figure is drawn)
+    import matplotlib.pyplot as plt  # noqa: PLC0415 (lazy: matplotlib)
 
     grid = Grid(d=2, t=4, ep=4)
     edp = cost.folded_expert_dp(t=grid.t, cp=grid.cp, d=grid.d, ep=grid.ep)

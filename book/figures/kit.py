@@ -75,7 +75,7 @@ class Palette:
 
     def subplots(self, width: float, height: float, **kw):
         """``plt.subplots`` at ``width`` × ``height`` inches, in this theme."""
-        import matplotlib.pyplot as plt  # noqa: PLC0415 (matplotlib: loaded only when a figure is drawn)
+        import matplotlib.pyplot as plt  # noqa: PLC0415 (lazy: matplotlib)
 
         return plt.subplots(figsize=(width, height), **kw)
 
@@ -96,10 +96,10 @@ class Figure:
 
     def svg(self, pal: Palette) -> str:
         """The figure as SVG text, drawn in theme ``pal`` on a transparent background."""
-        import matplotlib  # noqa: PLC0415 (matplotlib: loaded only when a figure is drawn)
+        import matplotlib  # noqa: PLC0415 (lazy: matplotlib)
 
         matplotlib.use("Agg", force=False)
-        import matplotlib.pyplot as plt  # noqa: PLC0415 (as above)
+        import matplotlib.pyplot as plt  # noqa: PLC0415 (lazy: matplotlib)
 
         with matplotlib.rc_context(pal.rc()):
             fig = self.draw(pal)
@@ -139,7 +139,7 @@ def cells(ax, grid, pal: Palette, *, labels=None, colors=None, row_names=None):
 
     ``labels(v)`` gives a cell's text (default ``str``), ``colors(v)`` its fill (default: the
     series colour of ``int(v)``). ``row_names`` label the rows on the left."""
-    import matplotlib.pyplot as plt  # noqa: PLC0415 (matplotlib: loaded only when a figure is drawn)
+    import matplotlib.pyplot as plt  # noqa: PLC0415 (lazy: matplotlib)
 
     labels = labels or str
     colors = colors or (lambda v: pal.color(int(v)))
@@ -167,10 +167,10 @@ def cells(ax, grid, pal: Palette, *, labels=None, colors=None, row_names=None):
 
 def preview(name: str, path: str, theme: str = "light") -> None:
     """Write figure ``name`` as a PNG at ``path`` (to look at it while drawing it)."""
-    import matplotlib  # noqa: PLC0415 (matplotlib: loaded only when a figure is drawn)
+    import matplotlib  # noqa: PLC0415 (lazy: matplotlib)
 
     matplotlib.use("Agg", force=False)
-    import matplotlib.pyplot as plt  # noqa: PLC0415 (as above)
+    import matplotlib.pyplot as plt  # noqa: PLC0415 (lazy: matplotlib)
 
     pal = LIGHT if theme == "light" else DARK
     with matplotlib.rc_context(pal.rc()):

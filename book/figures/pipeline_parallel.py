@@ -28,7 +28,7 @@ def _sim(name: str, p: int = P, m: int = M, v: int = 1):
 
 def _fill(pal, op: str, chunk: int = 0) -> str:
     """A box's colour: the op's series colour; an interleaved rank's later chunks paler."""
-    from matplotlib.colors import to_hex, to_rgb  # noqa: PLC0415 (matplotlib: only when drawn)
+    from matplotlib.colors import to_hex, to_rgb  # noqa: PLC0415 (lazy: matplotlib)
 
     c = to_rgb(pal.color(OPS[op]))
     k = 0.5 if chunk else 0.0
@@ -38,7 +38,7 @@ def _fill(pal, op: str, chunk: int = 0) -> str:
 def _grid(ax, pal, sim, *, end: float | None = None, title: str = ""):
     """One row per rank, time to the right: each action a box labelled with its micro-batch
     (1-based); idle time hatched; the second chunk of an interleaved rank drawn lighter."""
-    import matplotlib.pyplot as plt  # noqa: PLC0415 (matplotlib: loaded only when a figure is drawn)
+    import matplotlib.pyplot as plt  # noqa: PLC0415 (lazy: matplotlib)
 
     p = sim.p
     end = end or sim.makespan
@@ -93,7 +93,7 @@ def _grid(ax, pal, sim, *, end: float | None = None, title: str = ""):
 
 
 def _legend(fig, pal, ops=("F", "B", "W"), extra=()):
-    import matplotlib.patches as mpatches  # noqa: PLC0415 (matplotlib: loaded only when drawn)
+    import matplotlib.patches as mpatches  # noqa: PLC0415 (lazy: matplotlib)
 
     words = {"F": "forward F", "B": "backward B", "W": "weight gradient W"}
     handles = [
@@ -141,7 +141,7 @@ def one_f_one_b(pal):
 @figure(draws=DRAWS)
 def interleaved(pal):
     """Interleaved 1F1B, v = 2: each rank's two chunks (the second lighter), half-length boxes."""
-    import matplotlib.patches as mpatches  # noqa: PLC0415 (matplotlib: loaded only when drawn)
+    import matplotlib.patches as mpatches  # noqa: PLC0415 (lazy: matplotlib)
 
     chunk2 = mpatches.Patch(
         facecolor=_fill(pal, "F", 1), edgecolor=pal.fg, label="2nd chunk: paler"

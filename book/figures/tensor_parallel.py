@@ -11,7 +11,7 @@ from minipar.tensor_parallel.layers import shard
 
 def _owner(shape, dim, t):
     """For every element of a (rows, cols) weight, the rank whose ``shard`` holds it."""
-    import torch  # noqa: PLC0415 (torch: loaded only when a figure is drawn)
+    import torch  # noqa: PLC0415 (lazy: torch)
 
     full = torch.arange(shape[0] * shape[1]).view(shape)  # element ids
     owner = torch.empty(shape, dtype=torch.long)
@@ -22,7 +22,7 @@ def _owner(shape, dim, t):
 
 
 def _matrix(ax, pal, x0, y0, owner, cell, label, shape_text):
-    import matplotlib.pyplot as plt  # noqa: PLC0415 (matplotlib: loaded only when a figure is drawn)
+    import matplotlib.pyplot as plt  # noqa: PLC0415 (lazy: matplotlib)
 
     rows, cols = len(owner), len(owner[0])
     for i in range(rows):

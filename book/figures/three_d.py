@@ -13,7 +13,7 @@ GIB = 2**30
 def _ranks(ax, pal, world, per_row, fill, label=str, row_names=None):
     """Ranks 0..world-1 as cells, ``per_row`` to a row (a node or a stage), filled by
     ``fill(rank)`` (a colour, or None for the background box)."""
-    import matplotlib.pyplot as plt  # noqa: PLC0415 (matplotlib: loaded only when a figure is drawn)
+    import matplotlib.pyplot as plt  # noqa: PLC0415 (lazy: matplotlib)
 
     rows = world // per_row
     for r in range(world):

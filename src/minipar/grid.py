@@ -187,7 +187,7 @@ def new_groups(grid: Grid, kinds: tuple[str, ...] = KINDS) -> dict:
 
     ``new_group`` is collective: every rank creates every group, in the same order. Call it
     once, after the default group exists, with ``grid.world_size`` equal to the world size."""
-    import torch.distributed as dist  # noqa: PLC0415 (torch ~1.5 s: this module loads without torch; only new_groups needs it)
+    import torch.distributed as dist  # noqa: PLC0415 (lazy: torch)
 
     n, me = dist.get_world_size(), dist.get_rank()
     if n != grid.world_size:

@@ -25,12 +25,12 @@ FORMAT = "retina"
 def book_style() -> None:
     """Apply :data:`RC`, and in a notebook kernel store inline figures as :data:`FORMAT`.
     Returns nothing, so a notebook's first cell prints nothing."""
-    import matplotlib as mpl  # noqa: PLC0415 (matplotlib ~0.5 s, the book extra: plotting is optional, only book_style draws)
+    import matplotlib as mpl  # noqa: PLC0415 (lazy: matplotlib)
 
     mpl.rcParams.update(RC)
     try:
-        from IPython import get_ipython  # noqa: PLC0415 (IPython, matplotlib_inline: optional, absent outside a notebook (ImportError handled))
-        from matplotlib_inline.backend_inline import set_matplotlib_formats  # noqa: PLC0415 (IPython, matplotlib_inline: optional, absent outside a notebook (ImportError handled))
+        from IPython import get_ipython  # noqa: PLC0415 (lazy: matplotlib)
+        from matplotlib_inline.backend_inline import set_matplotlib_formats  # noqa: PLC0415 (lazy: matplotlib)
     except ImportError:  # no IPython: a script or a test
         return
     if get_ipython() is not None:

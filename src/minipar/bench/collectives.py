@@ -50,8 +50,8 @@ def _numel(op: str, n: int, nbytes: int) -> int:
 
 def _call(op: str, numel: int, n: int):
     """A zero-argument function running one ``op`` on freshly allocated float32 buffers."""
-    import torch  # noqa: PLC0415 (torch ~1.5 s: `minipar --help` imports this module; only _call needs it)
-    import torch.distributed as dist  # noqa: PLC0415 (torch ~1.5 s: `minipar --help` imports this module; only _call needs it)
+    import torch  # noqa: PLC0415 (lazy: torch)
+    import torch.distributed as dist  # noqa: PLC0415 (lazy: torch)
 
     dev = device.get_device()
     full, part = (
@@ -69,7 +69,7 @@ def _call(op: str, numel: int, n: int):
     if op == "broadcast":
         return lambda: dist.broadcast(full, src=0)
     if op == "ring-all-reduce":
-        from minipar.collectives import ring_all_reduce  # noqa: PLC0415 (torch ~1.5 s: `minipar --help` imports this module; only _call needs it)
+        from minipar.collectives import ring_all_reduce  # noqa: PLC0415 (lazy: torch)
 
         return lambda: ring_all_reduce(full)
     raise ValueError(f"op ({op!r}) must be one of {', '.join(OPS)}")
@@ -77,7 +77,7 @@ def _call(op: str, numel: int, n: int):
 
 def _time_on_rank(rank: int, n: int, op: str, numel: int, iters: int, warmup: int) -> float:
     """Median seconds of one ``op`` on this rank (runs on every rank)."""
-    import torch.distributed as dist  # noqa: PLC0415 (torch ~1.5 s: `minipar --help` imports this module; only _time_on_rank needs it)
+    import torch.distributed as dist  # noqa: PLC0415 (lazy: torch)
 
     fn, times = _call(op, numel, n), []
     for i in range(warmup + iters):
@@ -95,7 +95,7 @@ def time_op(
     op: str, n: int, nbytes: int, iters: int = 5, warmup: int = 2, backend: str = "auto"
 ) -> tuple[int, float]:
     """(S actually used in bytes, seconds: median over iterations, max over the n ranks)."""
-    from minipar.runtime.launch import run  # noqa: PLC0415 (minipar.runtime.launch ~25 ms, loads cloudpickle and multiprocessing: `minipar --help` imports this module)
+    from minipar.runtime.launch import run  # noqa: PLC0415 (lazy: launcher)
 
     numel = _numel(op, n, nbytes)
     per_rank = run(_time_on_rank, n, op, numel, iters, warmup, backend=backend, timeout=120)
@@ -155,9 +155,9 @@ def ring_vs_dist(sizes, n: int = 4, iters: int = 5, backend: str = "auto") -> li
 
 
 def machine(backend: str = "gloo") -> dict:
-    import torch  # noqa: PLC0415 (torch ~1.5 s: `minipar --help` imports this module; only machine needs it)
+    import torch  # noqa: PLC0415 (lazy: torch)
 
-    from minipar.runtime.pool import usable_cpus  # noqa: PLC0415 (minipar.runtime.pool ~18 ms, loads cloudpickle and multiprocessing: `minipar --help` imports this module)
+    from minipar.runtime.pool import usable_cpus  # noqa: PLC0415 (lazy: launcher)
 
     gpu = torch.cuda.get_device_name(0) if backend == "nccl" else None
     return dict(
@@ -184,7 +184,7 @@ def run_benchmark(
 ) -> dict:
     """The whole benchmark as one JSON-ready dict (what ``--json`` prints); ``ring_ranks``:
     the rank count of the ring-vs-dist comparison."""
-    from minipar.runtime.launch import choose_backend  # noqa: PLC0415 (minipar.runtime.launch ~25 ms, loads cloudpickle and multiprocessing: `minipar --help` imports this module)
+    from minipar.runtime.launch import choose_backend  # noqa: PLC0415 (lazy: launcher)
 
     sizes = sizes or [4 * 4**k * 1024 for k in range(7)]  # 4 KiB … 16 MiB
     ranks = list(ranks)
@@ -227,7 +227,7 @@ def parse_sizes(text: str) -> list[int]:
 
 
 def parse_ranks(text: str) -> list[int]:
-    from minipar.runtime.launch import MAX_WORLD_SIZE  # noqa: PLC0415 (minipar.runtime.launch ~25 ms, loads cloudpickle and multiprocessing: `minipar --help` imports this module)
+    from minipar.runtime.launch import MAX_WORLD_SIZE  # noqa: PLC0415 (lazy: launcher)
 
     try:
         ranks = [int(t) for t in text.split(",")]

@@ -48,7 +48,7 @@ def table(result: dict) -> str:
 
 def plot(result: dict):
     """One log-log panel per op: measured time vs S per n (dots), fitted model (lines)."""
-    import matplotlib.pyplot as plt  # noqa: PLC0415 (matplotlib ~0.5 s, the book extra: plotting is optional, only plot draws)
+    import matplotlib.pyplot as plt  # noqa: PLC0415 (lazy: matplotlib)
 
     ops = list(dict.fromkeys(r["op"] for r in result["results"]))
     fig, axes = plt.subplots(1, len(ops), figsize=(3.6 * len(ops), 3.2), squeeze=False)

@@ -143,7 +143,7 @@ def _one_line_errors(measure):
     """``measure()``, with a rank's error (:class:`minipar.runtime.launch.RankError`, whose
     message carries the rank's whole traceback) and an allocation that failed here raised as
     one :class:`InputError` line: the rank, the error's first line, what to try."""
-    from minipar.runtime.launch import RankError  # noqa: PLC0415 (minipar.runtime.launch ~25 ms, loads cloudpickle and multiprocessing: `minipar --help` imports this module)
+    from minipar.runtime.launch import RankError  # noqa: PLC0415 (lazy: launcher)
 
     try:
         return measure()

@@ -47,7 +47,7 @@ def _fastest(fn, reps: int, inner: int = 4) -> float:
     """Fastest of ``reps`` tries of the mean over ``inner`` back-to-back calls, all ranks
     starting together: back-to-back ring shifts and all-to-alls pace themselves, so one rank
     leaving the barrier late costs 1/inner of a try, not a whole one."""
-    import torch.distributed as dist  # noqa: PLC0415 (torch ~1.5 s: `minipar --help` imports this module; only _fastest needs it)
+    import torch.distributed as dist  # noqa: PLC0415 (lazy: torch)
 
     best = float("inf")
     for _ in range(reps):
@@ -61,10 +61,10 @@ def _fastest(fn, reps: int, inner: int = 4) -> float:
 
 def _fit_times_on_rank(cp: int, reps: int) -> dict:
     """Fastest seconds of one ring shift and of one all-to-all per size in ``FIT_SIZES``."""
-    import torch  # noqa: PLC0415 (torch ~1.5 s: `minipar --help` imports this module; only _fit_times_on_rank needs it)
-    import torch.distributed as dist  # noqa: PLC0415 (torch ~1.5 s: `minipar --help` imports this module; only _fit_times_on_rank needs it)
+    import torch  # noqa: PLC0415 (lazy: torch)
+    import torch.distributed as dist  # noqa: PLC0415 (lazy: torch)
 
-    from minipar.context_parallel.ring_communication import RingShift  # noqa: PLC0415 (torch ~1.5 s: `minipar --help` imports this module; only _fit_times_on_rank needs it)
+    from minipar.context_parallel.ring_communication import RingShift  # noqa: PLC0415 (lazy: torch)
 
     out = {"ring": [], "all_to_all": []}
     for size in FIT_SIZES:
@@ -78,15 +78,15 @@ def _fit_times_on_rank(cp: int, reps: int) -> dict:
 
 def bench_on_rank(rank: int, cp: int, b: int, a: int, s: int, d: int, steps: int) -> dict:
     """This rank's seconds per variant and round, traced bytes, and the fit's timings."""
-    import torch  # noqa: PLC0415 (torch ~1.5 s: `minipar --help` imports this module; only bench_on_rank needs it)
-    import torch.distributed as dist  # noqa: PLC0415 (torch ~1.5 s: `minipar --help` imports this module; only bench_on_rank needs it)
+    import torch  # noqa: PLC0415 (lazy: torch)
+    import torch.distributed as dist  # noqa: PLC0415 (lazy: torch)
 
-    from minipar.context_parallel.experiments import qkv  # noqa: PLC0415 (torch ~1.5 s: `minipar --help` imports this module; only bench_on_rank needs it)
-    from minipar.context_parallel.online_softmax import full_attention  # noqa: PLC0415 (torch ~1.5 s: `minipar --help` imports this module; only bench_on_rank needs it)
-    from minipar.context_parallel.ring import ring_attention  # noqa: PLC0415 (torch ~1.5 s: `minipar --help` imports this module; only bench_on_rank needs it)
-    from minipar.context_parallel.sharding import shard_sequence  # noqa: PLC0415 (torch ~1.5 s: `minipar --help` imports this module; only bench_on_rank needs it)
-    from minipar.context_parallel.ulysses import ulysses_attention  # noqa: PLC0415 (torch ~1.5 s: `minipar --help` imports this module; only bench_on_rank needs it)
-    from minipar.runtime import tracer  # noqa: PLC0415 (torch ~1.5 s: `minipar --help` imports this module; only bench_on_rank needs it)
+    from minipar.context_parallel.experiments import qkv  # noqa: PLC0415 (lazy: torch)
+    from minipar.context_parallel.online_softmax import full_attention  # noqa: PLC0415 (lazy: torch)
+    from minipar.context_parallel.ring import ring_attention  # noqa: PLC0415 (lazy: torch)
+    from minipar.context_parallel.sharding import shard_sequence  # noqa: PLC0415 (lazy: torch)
+    from minipar.context_parallel.ulysses import ulysses_attention  # noqa: PLC0415 (lazy: torch)
+    from minipar.runtime import tracer  # noqa: PLC0415 (lazy: torch)
 
     full = [t.float() for t in qkv(b, a, s, d, logit=10)]  # (b, a, s, d) each
     dout = torch.randn(b, a, s, d, generator=torch.Generator().manual_seed(7))
@@ -234,7 +234,7 @@ def bench(
     head_dim: int = 32,
     steps: int = 5,
 ) -> dict:
-    from minipar.runtime.launch import run  # noqa: PLC0415 (minipar.runtime.launch ~25 ms, loads cloudpickle and multiprocessing: `minipar --help` imports this module)
+    from minipar.runtime.launch import run  # noqa: PLC0415 (lazy: launcher)
 
     cp, h = ranks, heads * head_dim
     shape = (batch, seq, h, cp)

@@ -30,8 +30,8 @@ def bench(
     bucket_mb: float,
     backend: str = "auto",
 ) -> dict:
-    from minipar.data_parallel import timing  # noqa: PLC0415 (torch ~1.5 s: `minipar --help` imports this module; only bench needs it)
-    from minipar.data_parallel.models import mlp_params  # noqa: PLC0415 (torch ~1.5 s: `minipar --help` imports this module; only bench needs it)
+    from minipar.data_parallel import timing  # noqa: PLC0415 (lazy: torch)
+    from minipar.data_parallel.models import mlp_params  # noqa: PLC0415 (lazy: torch)
 
     load = timing.Workload(width, depth, batch, steps, rounds)
     per_rank = timing.run_on_ranks(

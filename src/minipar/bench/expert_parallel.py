@@ -72,9 +72,9 @@ class EPBench:
 
 def _expert_seconds(layer, rows_per_expert: list[int], reps: int) -> float:
     """Fastest forward + backward of this rank's experts on random rows of the counted sizes."""
-    import torch  # noqa: PLC0415 (torch ~1.5 s: `minipar --help` imports this module; only _expert_seconds needs it)
+    import torch  # noqa: PLC0415 (lazy: torch)
 
-    from minipar.expert_parallel.moe import expert_mlp  # noqa: PLC0415 (torch ~1.5 s: `minipar --help` imports this module; only _expert_seconds needs it)
+    from minipar.expert_parallel.moe import expert_mlp  # noqa: PLC0415 (lazy: torch)
 
     w1 = layer.w1.detach().clone().requires_grad_()  # (E/x, h, f)
     w2 = layer.w2.detach().clone().requires_grad_()  # (E/x, f, h)
@@ -95,13 +95,13 @@ def _expert_seconds(layer, rows_per_expert: list[int], reps: int) -> float:
 def bench_on_rank(rank: int, ep: int, load: EPBench) -> dict:
     """This rank's seconds per router and round, its expert time, counts, traced bytes and the
     all-to-all fit's timings."""
-    import torch  # noqa: PLC0415 (torch ~1.5 s: `minipar --help` imports this module; only bench_on_rank needs it)
-    import torch.distributed as dist  # noqa: PLC0415 (torch ~1.5 s: `minipar --help` imports this module; only bench_on_rank needs it)
+    import torch  # noqa: PLC0415 (lazy: torch)
+    import torch.distributed as dist  # noqa: PLC0415 (lazy: torch)
 
-    from minipar.expert_parallel.experiments import _a2a_times_on_rank, skewed_router  # noqa: PLC0415 (torch ~1.5 s: `minipar --help` imports this module; only bench_on_rank needs it)
-    from minipar.expert_parallel.layer import ExpertParallelMoE  # noqa: PLC0415 (torch ~1.5 s: `minipar --help` imports this module; only bench_on_rank needs it)
-    from minipar.expert_parallel.moe import MoE  # noqa: PLC0415 (torch ~1.5 s: `minipar --help` imports this module; only bench_on_rank needs it)
-    from minipar.runtime import tracer  # noqa: PLC0415 (torch ~1.5 s: `minipar --help` imports this module; only bench_on_rank needs it)
+    from minipar.expert_parallel.experiments import _a2a_times_on_rank, skewed_router  # noqa: PLC0415 (lazy: torch)
+    from minipar.expert_parallel.layer import ExpertParallelMoE  # noqa: PLC0415 (lazy: torch)
+    from minipar.expert_parallel.moe import MoE  # noqa: PLC0415 (lazy: torch)
+    from minipar.runtime import tracer  # noqa: PLC0415 (lazy: torch)
 
     tokens, experts, top_k = load.tokens, load.experts, load.top_k
     hidden, steps = load.hidden, load.steps
@@ -157,8 +157,8 @@ def bench_on_rank(rank: int, ep: int, load: EPBench) -> dict:
 
 
 def bench(ranks: int = 4, load: EPBench = EPBench()) -> dict:
-    from minipar.expert_parallel.experiments import kernel_seconds  # noqa: PLC0415 (torch ~1.5 s: `minipar --help` imports this module; only bench needs it)
-    from minipar.runtime.launch import run  # noqa: PLC0415 (minipar.runtime.launch ~25 ms, loads cloudpickle and multiprocessing: `minipar --help` imports this module)
+    from minipar.expert_parallel.experiments import kernel_seconds  # noqa: PLC0415 (lazy: torch)
+    from minipar.runtime.launch import run  # noqa: PLC0415 (lazy: launcher)
 
     ep = ranks
     E = 2 * ep if load.experts is None else load.experts

@@ -80,7 +80,7 @@ class Probe:
 
 def _gemm_probe(kind: str, n: int, M: int, N: int, K: int, device: str) -> Probe:
     def make():
-        import torch  # noqa: PLC0415 (torch ~1.5 s: `minipar --help` imports this module; only make needs it)
+        import torch  # noqa: PLC0415 (lazy: torch)
 
         shape = (n,) if n > 1 else ()
         A = torch.randn(*shape, M, K, device=device, dtype=torch.bfloat16)  # (n, M, K)
@@ -92,7 +92,7 @@ def _gemm_probe(kind: str, n: int, M: int, N: int, K: int, device: str) -> Probe
 
 def _copy_probe(nbytes: int, device: str) -> Probe:
     def make():
-        import torch  # noqa: PLC0415 (torch ~1.5 s: `minipar --help` imports this module; only make needs it)
+        import torch  # noqa: PLC0415 (lazy: torch)
 
         src = torch.randn(nbytes // 4, device=device)
         dst = torch.empty_like(src)
@@ -105,10 +105,10 @@ def _layer_probe(b: int, s: int, h: int, a: int, attention: str, device: str) ->
     """Forward + backward of one layer; ``attention``: "unfused" or "sdpa"."""
 
     def make():
-        import torch  # noqa: PLC0415 (torch ~1.5 s: `minipar --help` imports this module; only make needs it)
-        import torch.nn.functional as F  # noqa: PLC0415 (torch ~1.5 s: `minipar --help` imports this module; only make needs it)
+        import torch  # noqa: PLC0415 (lazy: torch)
+        import torch.nn.functional as F  # noqa: PLC0415 (lazy: torch)
 
-        from minipar.model import GPTConfig, Layer  # noqa: PLC0415 (torch ~1.5 s: `minipar --help` imports this module; only make needs it)
+        from minipar.model import GPTConfig, Layer  # noqa: PLC0415 (lazy: torch)
 
         class FusedLayer(Layer):
             """:class:`minipar.model.Layer` with PyTorch's fused causal attention."""
@@ -143,7 +143,7 @@ def _layer_probe(b: int, s: int, h: int, a: int, attention: str, device: str) ->
 
 def _adam_probe(params: int, device: str) -> Probe:
     def make():
-        import torch  # noqa: PLC0415 (torch ~1.5 s: `minipar --help` imports this module; only make needs it)
+        import torch  # noqa: PLC0415 (lazy: torch)
 
         p = torch.nn.Parameter(torch.randn(params, device=device))
         p.grad = torch.randn_like(p)
@@ -176,7 +176,7 @@ def probes(plan: Plan, device: str) -> list[Probe]:
 def device_timer(device: str, repeats: int, warmup: int = 3) -> Callable[[Probe], float]:
     """Median seconds of ``repeats`` calls after ``warmup``: CUDA events around each call on
     a GPU, ``time.perf_counter`` on the CPU."""
-    import torch  # noqa: PLC0415 (torch ~1.5 s: `minipar --help` imports this module; only device_timer needs it)
+    import torch  # noqa: PLC0415 (lazy: torch)
 
     def timer(probe: Probe) -> float:
         fn = probe.make()
@@ -315,7 +315,7 @@ def calibrate(
 
 
 def _device_info(device: str) -> tuple[str, float, int]:
-    import torch  # noqa: PLC0415 (torch ~1.5 s: `minipar --help` imports this module; only _device_info needs it)
+    import torch  # noqa: PLC0415 (lazy: torch)
 
     if device == "cpu":
         return (
@@ -359,7 +359,7 @@ def add_parser(sub) -> None:
 
 
 def _run(args) -> int:
-    import torch  # noqa: PLC0415 (torch ~1.5 s: `minipar --help` imports this module; only _run needs it)
+    import torch  # noqa: PLC0415 (lazy: torch)
 
     if args.device == "cuda" and not torch.cuda.is_available():
         raise InputError(

@@ -18,8 +18,8 @@ from .common import backend as _backend
 
 
 def _one_all_reduce(rank, world_size):
-    import torch  # noqa: PLC0415 (torch ~1.5 s: `minipar --help` imports this module; only _one_all_reduce needs it)
-    import torch.distributed as dist  # noqa: PLC0415 (torch ~1.5 s: `minipar --help` imports this module; only _one_all_reduce needs it)
+    import torch  # noqa: PLC0415 (lazy: torch)
+    import torch.distributed as dist  # noqa: PLC0415 (lazy: torch)
 
     t = torch.ones(1, device=get_device())
     dist.all_reduce(t)
@@ -29,7 +29,7 @@ def _one_all_reduce(rank, world_size):
 def measure(ranks: int = 4, repeats: int = 5, backend: str = "auto") -> dict:
     """Seconds for a cold first call and the median of ``repeats`` warm calls; ``backend``
     (default: the launcher's ``"auto"`` choice) is reported resolved under ``backend``."""
-    from minipar.runtime import launch  # noqa: PLC0415 (minipar.runtime.launch ~25 ms, loads cloudpickle and multiprocessing: `minipar --help` imports this module)
+    from minipar.runtime import launch  # noqa: PLC0415 (lazy: launcher)
 
     backend = launch.choose_backend(backend, ranks)
     launch.shutdown()  # make the first call cold even if this process launched before
@@ -68,7 +68,7 @@ def _show(r: dict) -> None:
 
 
 def _main(args) -> int:
-    from minipar.runtime.launch import MAX_WORLD_SIZE  # noqa: PLC0415 (minipar.runtime.launch ~25 ms, loads cloudpickle and multiprocessing: `minipar --help` imports this module)
+    from minipar.runtime.launch import MAX_WORLD_SIZE  # noqa: PLC0415 (lazy: launcher)
 
     check(args, at_least=dict(ranks=1, repeats=1), at_most=dict(ranks=MAX_WORLD_SIZE))
     _backend(args, args.ranks)  # NCCL without a GPU per rank: exit 2 before starting

@@ -22,8 +22,8 @@ from .common import MAX_RANKS, add_backend, add_common, backend, check, emit
 def bench(
     ranks: int, h: int, b: int, s: int, steps: int, rounds: int, backend: str = "gloo"
 ) -> dict:
-    from minipar.runtime.launch import run  # noqa: PLC0415 (minipar.runtime.launch ~25 ms, loads cloudpickle and multiprocessing: `minipar --help` imports this module)
-    from minipar.tensor_parallel.dtensor import compare_on_rank, time_on_rank  # noqa: PLC0415 (torch ~1.5 s: `minipar --help` imports this module; only bench needs it)
+    from minipar.runtime.launch import run  # noqa: PLC0415 (lazy: launcher)
+    from minipar.tensor_parallel.dtensor import compare_on_rank, time_on_rank  # noqa: PLC0415 (lazy: torch)
 
     per_rank = run(time_on_rank, ranks, h, b, s, steps, rounds, backend=backend, timeout=600)
     t = {k: median([max(r[k][i] for r in per_rank) for i in range(rounds)]) for k in per_rank[0]}

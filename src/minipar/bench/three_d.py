@@ -55,7 +55,7 @@ def _show(r: dict) -> None:
 
 
 def _main(args) -> int:
-    from minipar.three_d.calibrate import bench  # noqa: PLC0415 (torch ~1.5 s: `minipar --help` imports this module; only _main needs it)
+    from minipar.three_d.calibrate import bench  # noqa: PLC0415 (lazy: torch)
 
     check(args, at_least=dict(ranks=2, steps=1), at_most=dict(ranks=MAX_RANKS))
     return emit(args, lambda: bench(args.ranks, steps=args.steps), _show)

@@ -68,7 +68,7 @@ def describe(demo: dict, op: str) -> str:
 
 
 def _ring_steps_on_rank(rank: int, n: int, numel: int) -> dict:
-    from minipar.runtime.tracer import trace  # noqa: PLC0415 (minipar.runtime.tracer ~1.6 s over torch, loads sympy: only _ring_steps_on_rank needs it)
+    from minipar.runtime.tracer import trace  # noqa: PLC0415 (lazy: tracer)
 
     x = torch.full((numel,), float(2**rank))  # (numel,): bit r set = rank r contributed
     snaps = [("start", -1, x.tolist())]
@@ -94,7 +94,7 @@ def ring_steps(n: int = 4, numel: int = 4) -> dict:
 
 
 def _sent_on_rank(rank: int, n: int, numel: int) -> dict:
-    from minipar.runtime.tracer import trace  # noqa: PLC0415 (minipar.runtime.tracer ~1.6 s over torch, loads sympy: only _sent_on_rank needs it)
+    from minipar.runtime.tracer import trace  # noqa: PLC0415 (lazy: tracer)
 
     algos = {"ring": C.ring_all_reduce, "parameter-server": C.parameter_server_all_reduce}
     if n & (n - 1) == 0:

@@ -9,7 +9,7 @@ from minipar.cost.hardware import LINKS
 
 def _cells(ax, rows, n, title, label=str, color=None):
     """Draw ``rows`` (one list of numbers per rank) as a grid of labelled, coloured cells."""
-    import matplotlib.pyplot as plt  # noqa: PLC0415 (matplotlib ~0.5 s, the book extra: plotting is optional, only _cells draws)
+    import matplotlib.pyplot as plt  # noqa: PLC0415 (lazy: matplotlib)
 
     width = max(len(r) for r in rows)
     for i, row in enumerate(rows):
@@ -26,7 +26,7 @@ def _cells(ax, rows, n, title, label=str, color=None):
 
 def draw_primitives(demo: dict, ops=None):
     """Before (left) and after (right) of each primitive; colour = source rank, grey = a sum."""
-    import matplotlib.pyplot as plt  # noqa: PLC0415 (matplotlib ~0.5 s, the book extra: plotting is optional, only draw_primitives draws)
+    import matplotlib.pyplot as plt  # noqa: PLC0415 (lazy: matplotlib)
 
     ops = ops or list(demo)
     n = len(demo[ops[0]]["inputs"])
@@ -52,7 +52,7 @@ def draw_primitives(demo: dict, ops=None):
 
 def draw_ring_steps(steps: dict):
     """Each panel: rank (rows) × chunk (columns); a cell lists the ranks summed into it."""
-    import matplotlib.pyplot as plt  # noqa: PLC0415 (matplotlib ~0.5 s, the book extra: plotting is optional, only draw_ring_steps draws)
+    import matplotlib.pyplot as plt  # noqa: PLC0415 (lazy: matplotlib)
 
     n = steps["n"]
     snaps = list(zip(*steps["snapshots"]))  # step -> per-rank snapshot
@@ -91,7 +91,7 @@ def _sizes(lo=2**10, hi=2**32):
 
 def draw_all_reduce_algorithms(link: str = "ib-ndr400", n: int = 16, S: float = 1e9):
     """α-β time of each all-reduce algorithm: vs S at n ranks (left), vs n at S bytes (right)."""
-    import matplotlib.pyplot as plt  # noqa: PLC0415 (matplotlib ~0.5 s, the book extra: plotting is optional, only draw_all_reduce_algorithms draws)
+    import matplotlib.pyplot as plt  # noqa: PLC0415 (lazy: matplotlib)
 
     L = LINKS[link]
     fig, (a, b) = plt.subplots(1, 2, figsize=(10, 3.6))
@@ -125,7 +125,7 @@ def draw_hierarchical(
 ):
     """Hierarchical all-reduce (ring RS in node, all-reduce across, ring AG) vs ONE flat ring
     whose every step waits for an inter-node hop; S bytes, ``gpus_per_node`` GPUs per node."""
-    import matplotlib.pyplot as plt  # noqa: PLC0415 (matplotlib ~0.5 s, the book extra: plotting is optional, only draw_hierarchical draws)
+    import matplotlib.pyplot as plt  # noqa: PLC0415 (lazy: matplotlib)
 
     A, B = LINKS[intra], LINKS[inter]
     flat = [
@@ -159,8 +159,8 @@ def _bytes_label(x: float) -> str:
 def draw_benchmark(result: dict, cols: int = 2):
     """Measured time vs S (dots) and the fitted α-β model (line), one panel per op, two panels
     per row so the tick labels stay legible at page width. ``result``: run_benchmark's."""
-    import matplotlib.pyplot as plt  # noqa: PLC0415 (matplotlib ~0.5 s, the book extra: plotting is optional, only draw_benchmark draws)
-    from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter  # noqa: PLC0415 (matplotlib ~0.5 s, the book extra: plotting is optional, only draw_benchmark draws)
+    import matplotlib.pyplot as plt  # noqa: PLC0415 (lazy: matplotlib)
+    from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter  # noqa: PLC0415 (lazy: matplotlib)
 
     ops = list(dict.fromkeys(r["op"] for r in result["results"]))
     rows = -(-len(ops) // cols)

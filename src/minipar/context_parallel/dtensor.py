@@ -25,8 +25,8 @@ from .sharding import gather_sequence, shard_sequence
 
 
 def _theirs(q, k, v, cp, device):
-    from torch.distributed.tensor.experimental import context_parallel  # noqa: PLC0415 (torch.distributed.tensor ~0.8 s over torch, loads sympy: only _theirs needs it)
-    from torch.distributed.tensor.experimental._attention import context_parallel_unshard  # noqa: PLC0415 (torch.distributed.tensor ~0.8 s over torch, loads sympy: only _theirs needs it)
+    from torch.distributed.tensor.experimental import context_parallel  # noqa: PLC0415 (lazy: dtensor)
+    from torch.distributed.tensor.experimental._attention import context_parallel_unshard  # noqa: PLC0415 (lazy: dtensor)
 
     mesh = device_mesh.init_device_mesh(device.type, (cp,), mesh_dim_names=("cp",))
     q, k, v = (t.clone() for t in (q, k, v))

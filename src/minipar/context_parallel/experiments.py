@@ -222,7 +222,7 @@ def cp_dp_on_rank(rank, world, cp=2, layout="zigzag", steps=3, reduce_over="dp x
 def traffic_on_rank(rank, cp, b=2, a=12, s=24, d=4):
     """Bytes and calls this rank's ring and Ulysses attention put on the wire, traced with
     :class:`minipar.runtime.tracer.trace`, forward and backward separately (float64)."""
-    from minipar.runtime.tracer import trace  # noqa: PLC0415 (minipar.runtime.tracer ~1.6 s over torch, loads sympy: only traffic_on_rank needs it)
+    from minipar.runtime.tracer import trace  # noqa: PLC0415 (lazy: tracer)
 
     out = {}
     for method in ("ring", "ulysses"):

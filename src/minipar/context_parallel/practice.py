@@ -151,7 +151,7 @@ def traffic_on_rank(rank, cp, b=2, a=A, a_kv=4, s=S, d=D, dtype=torch.float64):
     """Calls and bytes of ring, all-gather and Ulysses attention with GQA (causal, zigzag for
     the first two, Ulysses contiguous), forward and backward, traced with
     :class:`minipar.runtime.tracer.trace`."""
-    from minipar.runtime.tracer import trace  # noqa: PLC0415 (minipar.runtime.tracer ~1.6 s over torch, loads sympy: only traffic_on_rank needs it)
+    from minipar.runtime.tracer import trace  # noqa: PLC0415 (lazy: tracer)
 
     out = {}
     for method, layout in (("ring", "zigzag"), ("allgather", "zigzag"), ("ulysses", "contiguous")):

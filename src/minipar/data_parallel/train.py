@@ -60,7 +60,7 @@ def _wrap(variant: str, model, optimizer: str, bucket_cap_mb: float, group=None)
     if variant == "fsdp2":
         if group is not None:
             raise ValueError("variant 'fsdp2' runs on the default group only (group must be None)")
-        from torch.distributed.fsdp import fully_shard  # noqa: PLC0415 (torch.distributed.fsdp ~0.8 s over torch, loads sympy: only _wrap needs it)
+        from torch.distributed.fsdp import fully_shard  # noqa: PLC0415 (lazy: torch)
 
         fully_shard(model)  # one group: tied weights must share one (FSDP2 rule)
         return model, make_optimizer(optimizer)([p for p in model.parameters() if p.requires_grad])

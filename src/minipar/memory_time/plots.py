@@ -17,8 +17,8 @@ def memory_vs_gpus(dims: tuple, *, b=1, recompute="selective", ns=(1, 2, 4, 8), 
     """Per-GPU GiB (model states + activations) against N for each layout, with the ideal
     total/N line, for the model ``dims`` = (L, h, a, s, V). Activations of one micro-batch of b
     sequences."""
-    import matplotlib.pyplot as plt  # noqa: PLC0415 (matplotlib ~0.5 s, the book extra: plotting is optional, only memory_vs_gpus draws)
-    from matplotlib.ticker import NullFormatter  # noqa: PLC0415 (matplotlib ~0.5 s, the book extra: plotting is optional, only memory_vs_gpus draws)
+    import matplotlib.pyplot as plt  # noqa: PLC0415 (lazy: matplotlib)
+    from matplotlib.ticker import NullFormatter  # noqa: PLC0415 (lazy: matplotlib)
 
     fig, ax = plt.subplots(figsize=(7, 4.4))
     one = per_gpu_memory(*dims, b=b, recompute=recompute).total / GiB

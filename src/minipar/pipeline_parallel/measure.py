@@ -39,9 +39,9 @@ def measure_bubble(
     """One JSON-ready dict: measured and model bubble, step time, hop latency, timeline.
     ``times``: the timed stages' t_F, t_B, t_W (``layers="gpt"``: real GPT layers instead).
     ``backend``: gloo (the chapter's default: stages only wait, nothing needs a GPU) or NCCL."""
-    from minipar.runtime.launch import run  # noqa: PLC0415 (minipar.runtime.launch ~25 ms, loads cloudpickle and multiprocessing: `minipar --help` imports this module)
+    from minipar.runtime.launch import run  # noqa: PLC0415 (lazy: launcher)
 
-    from .timed import bench_rank, hop_latency, measured_bubble  # noqa: PLC0415 (torch ~1.5 s: `minipar --help` imports this module; only measure_bubble needs it)
+    from .timed import bench_rank, hop_latency, measured_bubble  # noqa: PLC0415 (lazy: torch)
 
     make(schedule, p, m, v)  # validates the arguments before any rank starts
     per_rank = run(

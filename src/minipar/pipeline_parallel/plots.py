@@ -28,7 +28,7 @@ def plot_timeline(timeline, p: int, ax=None, title: str = "", unit: str = "s"):
     """Matplotlib chart of ``(rank, action, start, end)`` tuples, time in ``unit`` (seconds for
     a measured timeline, "units of t" for a simulated one); the legend sits outside the axes,
     to the right, so it never covers a bar. Returns the axes."""
-    import matplotlib.pyplot as plt  # noqa: PLC0415 (matplotlib ~0.5 s, the book extra: plotting is optional, only plot_timeline draws)
+    import matplotlib.pyplot as plt  # noqa: PLC0415 (lazy: matplotlib)
 
     if ax is None:
         _, ax = plt.subplots(figsize=(9, 0.45 * p + 0.8))

@@ -39,7 +39,7 @@ def _loss(logits, targets):
 def torch_pipelining_grads(rank: int, p: int, name: str, m: int, v: int, c, batch) -> dict:
     """One step of PyTorch's schedule ``name`` on rank ``rank``; the gradients by reference name
     and the mean loss (last stage)."""
-    from torch.distributed import pipelining  # noqa: PLC0415 (torch.distributed.pipelining ~1.4 s over torch, loads sympy: only torch_pipelining_grads needs it)
+    from torch.distributed import pipelining  # noqa: PLC0415 (lazy: torch)
 
     dev = get_device()
     stages = {s: st.to(dev) for s, st in build_stages(c, rank, p, v).items()}

@@ -99,7 +99,7 @@ def train_rank(
 ):
     """Train on rank ``rank`` of p with schedule ``name`` (or ``opts.actions``); each batch of
     B = m·b sequences is cut into m micro-batches of b. Returns this rank's :class:`RankResult`."""
-    from minipar.runtime.tracer import trace  # noqa: PLC0415 (minipar.runtime.tracer ~1.6 s over torch, loads sympy: only train_rank needs it)
+    from minipar.runtime.tracer import trace  # noqa: PLC0415 (lazy: tracer)
 
     o = opts or TrainOptions()
     dtype = o.dtype

@@ -64,8 +64,8 @@ def zygote_main(address: str, caller_pid: int, folder: str) -> None:
     # A forked child cannot use CUDA if its parent initialised the driver: any check made
     # here asks NVML instead, and a CUDA build skips the warm-up imports (they may probe it).
     os.environ.setdefault("PYTORCH_NVML_BASED_CUDA_CHECK", "1")
-    import torch  # noqa: PLC0415 (torch ~1.5 s: the zygote imports it only after setting PYTORCH_NVML_BASED_CUDA_CHECK)
-    import torch.distributed  # noqa: PLC0415 (torch ~1.5 s: the zygote imports it only after setting PYTORCH_NVML_BASED_CUDA_CHECK)
+    import torch  # noqa: PLC0415 (lazy: torch)
+    import torch.distributed  # noqa: PLC0415 (lazy: torch)
 
     if torch.version.cuda or torch.version.hip:
         WARM_UP.clear()
@@ -329,13 +329,13 @@ def _run(rank, world, state, task) -> tuple:
     The time stamp, taken when the exception was caught, lets the caller tell the first
     failure from its echoes on other ranks (whose peers vanished).
     """
-    import torch.distributed as dist  # noqa: PLC0415 (torch ~1.5 s: the zygote imports it only after setting PYTORCH_NVML_BASED_CUDA_CHECK)
+    import torch.distributed as dist  # noqa: PLC0415 (lazy: torch)
 
     store = None
     try:
         _become_fresh(state)
         _quiet_torch_deprecations()
-        import torch  # noqa: PLC0415 (torch ~1.5 s: the zygote imports it only after setting PYTORCH_NVML_BASED_CUDA_CHECK)
+        import torch  # noqa: PLC0415 (lazy: torch)
 
         torch.set_num_threads(state["threads"])
         try:

@@ -17,7 +17,7 @@ BACKENDS = ("auto", "gloo", "nccl")
 
 def gpu_count() -> int:
     """GPUs this process can see (0 on a CPU-only build of torch)."""
-    import torch  # noqa: PLC0415 (torch ~1.5 s: this module loads without torch; only gpu_count needs it)
+    import torch  # noqa: PLC0415 (lazy: torch)
 
     return torch.cuda.device_count() if torch.cuda.is_available() else 0
 
@@ -41,7 +41,7 @@ def resolve_backend(backend: str, ranks: int) -> str:
 def set_backend(backend: str | None, local_rank: int = 0) -> None:
     """Record the device for this rank: ``cuda:<local_rank>`` for NCCL, ``cpu`` otherwise."""
     if backend == "nccl":
-        import torch  # noqa: PLC0415 (torch ~1.5 s: this module loads without torch; only set_backend needs it)
+        import torch  # noqa: PLC0415 (lazy: torch)
 
         torch.cuda.set_device(local_rank)
         os.environ[_ENV] = f"cuda:{local_rank}"
@@ -53,7 +53,7 @@ def set_backend(backend: str | None, local_rank: int = 0) -> None:
 
 def get_device():
     """The ``torch.device`` this rank should put its tensors on (``cpu`` outside a launch)."""
-    import torch  # noqa: PLC0415 (torch ~1.5 s: this module loads without torch; only get_device needs it)
+    import torch  # noqa: PLC0415 (lazy: torch)
 
     return torch.device(os.environ.get(_ENV, "cpu"))
 
@@ -61,7 +61,7 @@ def get_device():
 def default_device():
     """For a single-process experiment: the launcher's device if this is a rank, else the
     first GPU if there is one, else the CPU."""
-    import torch  # noqa: PLC0415 (torch ~1.5 s: this module loads without torch; only default_device needs it)
+    import torch  # noqa: PLC0415 (lazy: torch)
 
     if _ENV in os.environ:
         return get_device()
@@ -70,7 +70,7 @@ def default_device():
 
 def synchronize() -> None:
     """Wait for queued GPU work on this rank's device (a no-op on the CPU); use before timing."""
-    import torch  # noqa: PLC0415 (torch ~1.5 s: this module loads without torch; only synchronize needs it)
+    import torch  # noqa: PLC0415 (lazy: torch)
 
     dev = get_device()
     if dev.type == "cuda":

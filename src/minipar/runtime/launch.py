@@ -211,7 +211,7 @@ def _print_prefixed(rank: int, text: str) -> None:
 
 
 def _free_store():
-    import torch.distributed as dist  # noqa: PLC0415 (torch ~1.5 s: this module loads without torch; only _free_store needs it)
+    import torch.distributed as dist  # noqa: PLC0415 (lazy: torch)
 
     return dist.TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False)
 

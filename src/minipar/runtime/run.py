@@ -46,7 +46,7 @@ def main(argv: list[str] | None = None) -> int:
             "minipar.runtime.run: error: RANK and WORLD_SIZE are not set; start this "
             "module with torchrun (or use minipar.runtime.launch.run from Python)"
         )
-    import torch.distributed as dist  # noqa: PLC0415 (torch ~1.5 s: this module loads without torch; only main needs it)
+    import torch.distributed as dist  # noqa: PLC0415 (lazy: torch)
 
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     local_rank = int(os.environ.get("LOCAL_RANK", 0))

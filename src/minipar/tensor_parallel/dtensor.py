@@ -54,7 +54,7 @@ def ours(block: MLPBlock, group=None, **kw) -> MLPBlock:
 def dtensor(block: MLPBlock, t: int) -> MLPBlock:
     """The block through ``parallelize_module`` on a 1-D mesh of t ranks on this rank's device
     type (``"cpu"`` under gloo, ``"cuda"`` under NCCL)."""
-    from torch.distributed.tensor.parallel import (  # noqa: PLC0415 (torch.distributed.tensor ~0.8 s over torch, loads sympy: only dtensor needs it)
+    from torch.distributed.tensor.parallel import (  # noqa: PLC0415 (lazy: dtensor)
         ColwiseParallel,
         RowwiseParallel,
         parallelize_module,
@@ -142,8 +142,8 @@ def compare_loss_parallel_on_rank(
     Largest |difference| of loss, input gradient and the local head-weight gradient; the
     ``control`` entry is a plain cross-entropy on the local vocab slice (the classic bug: no
     all-reduce of max / sum; targets taken modulo v/t), which must differ."""
-    from torch.distributed.tensor import Shard  # noqa: PLC0415 (torch.distributed.tensor ~0.8 s over torch, loads sympy: only compare_loss_parallel_on_rank needs it)
-    from torch.distributed.tensor.parallel import ColwiseParallel, loss_parallel, parallelize_module  # noqa: PLC0415 (torch.distributed.tensor ~0.8 s over torch, loads sympy: only compare_loss_parallel_on_rank needs it)
+    from torch.distributed.tensor import Shard  # noqa: PLC0415 (lazy: dtensor)
+    from torch.distributed.tensor.parallel import ColwiseParallel, loss_parallel, parallelize_module  # noqa: PLC0415 (lazy: dtensor)
 
     dev = get_device()
     torch.manual_seed(0)

@@ -259,7 +259,7 @@ def block_traffic(
 ) -> list[tuple[str, int, int]]:
     """(op, nccl-tests bytes, group size) of every collective one :class:`ParallelBlock` makes in
     one forward and backward of a (b, s, h) micro-batch, traced with :class:`minipar.runtime.tracer`."""
-    from minipar.runtime.tracer import trace  # noqa: PLC0415 (minipar.runtime.tracer ~1.6 s over torch, loads sympy: only block_traffic needs it)
+    from minipar.runtime.tracer import trace  # noqa: PLC0415 (lazy: tracer)
 
     torch.manual_seed(0)
     blk = ParallelBlock.from_full(Layer(c).to(dtype), group, sequence_parallel=sequence_parallel)

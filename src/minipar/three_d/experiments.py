@@ -15,8 +15,8 @@ def group_members_on_rank(rank: int, world_size: int, d: int, t: int, p: int) ->
     (embedding on a middle stage) is left out. The numbers live on the rank's device
     (:func:`minipar.runtime.device.get_device`), so this runs on NCCL as well as on gloo.
     """
-    import torch  # noqa: PLC0415 (torch ~1.5 s: this module loads without torch; only group_members_on_rank needs it)
-    import torch.distributed as dist  # noqa: PLC0415 (torch ~1.5 s: this module loads without torch; only group_members_on_rank needs it)
+    import torch  # noqa: PLC0415 (lazy: torch)
+    import torch.distributed as dist  # noqa: PLC0415 (lazy: torch)
 
     dev = get_device()
     grid = RankGrid(d, t, p)

@@ -105,7 +105,7 @@ def new_groups(grid: RankGrid) -> Groups:
     the loop runs over all groups on all ranks. Call it once, after the default group exists
     (``minipar.runtime.launch.run`` creates it), with ``grid.world_size`` equal to the world size.
     """
-    import torch.distributed as dist  # noqa: PLC0415 (torch ~1.5 s: this module loads without torch; only new_groups needs it)
+    import torch.distributed as dist  # noqa: PLC0415 (lazy: torch)
 
     if dist.get_world_size() != grid.world_size:
         raise ValueError(
