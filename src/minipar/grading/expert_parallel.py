@@ -154,8 +154,9 @@ def _hint(case: str, msg: str) -> str:
 
 def _deadlock_note(world: int) -> str:
     return (
-        " (one routing here gives each group's rank 0 no token: a rank that holds no token "
-        "(n = 0) still receives rows, so it must make every collective call too)"
+        " (in the dispatch exercises one routing gives each group's rank 0 no token: a rank "
+        "that holds no token (n = 0) still receives rows, so it must make every collective "
+        "call too)"
     )
 
 
