@@ -14,22 +14,9 @@ from __future__ import annotations
 
 import html
 import json
-import sys
-from pathlib import Path
 
 from docutils import nodes
-from docutils.parsers.rst import directives
-from sphinx.util.docutils import SphinxDirective
-
-BOOK = Path(__file__).resolve().parents[1]
-
-
-def _kit():
-    if str(BOOK) not in sys.path:
-        sys.path.insert(0, str(BOOK))
-    from animations import kit  # noqa: PLC0415 (book/ joins sys.path first, above)
-
-    return kit
+from minipar_book import BOOK, CodeDrawn
 
 
 def _inline_json(data: dict) -> str:
@@ -37,25 +24,18 @@ def _inline_json(data: dict) -> str:
     return json.dumps(data, separators=(",", ":"), allow_nan=False).replace("</", "<\\/")
 
 
-class MiniparAnimation(SphinxDirective):
-    required_arguments = 1
-    has_content = True
-    option_spec = {"alt": directives.unchanged, "name": directives.unchanged}
+class MiniparAnimation(CodeDrawn):
+    PACKAGE, ID_PREFIX = "animations", "anim"
 
     def run(self):
-        kit = _kit()
+        kit = self.kit()
+        anim = self.entry(kit)
         name = self.arguments[0]
-        try:
-            anim = kit.load(name)
-        except (KeyError, ModuleNotFoundError) as exc:
-            raise self.error(f"minipar-animation: {exc}") from exc
         self.env.note_dependency(str(BOOK / "animations" / f"{name}.py"))
         self.env.note_dependency(str(kit.PLAYER))
         data, _ = anim.build()
         alt = html.escape(self.options.get("alt", ""))
-        ident = nodes.make_id(self.options.get("name", f"anim-{name}"))
-        container = nodes.figure(classes=["minipar-animation-figure"])
-        container["ids"] = [ident]
+        container = self.figure(["minipar-animation-figure"])
         markup = (
             f'<div class="minipar-animation" data-animation="{html.escape(name)}">'
             f'<script type="application/json" class="minipar-animation-data">'
@@ -64,12 +44,7 @@ class MiniparAnimation(SphinxDirective):
             f"<script>{kit.player()}</script>"
         )
         container += nodes.raw("", markup, format="html")
-        if self.content:
-            text = "\n".join(self.content)
-            inodes, messages = self.state.inline_text(text, self.lineno)
-            container += nodes.caption(text, "", *inodes)
-            container += messages
-        return [container]
+        return [self.add_caption(container)]
 
 
 def setup(app):

@@ -9,58 +9,34 @@ In HTML the figure sits in its own scrolling box with a minimum width, so it sta
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 from docutils import nodes
-from docutils.parsers.rst import directives
-from sphinx.util.docutils import SphinxDirective
-
-BOOK = Path(__file__).resolve().parents[1]
+from minipar_book import BOOK, CodeDrawn
 
 
-def _kit():
-    if str(BOOK) not in sys.path:
-        sys.path.insert(0, str(BOOK))
-    from figures import kit  # noqa: PLC0415 (book/ joins sys.path first, above)
-
-    return kit
-
-
-class MiniparFigure(SphinxDirective):
-    required_arguments = 1
-    has_content = True
-    option_spec = {"alt": directives.unchanged, "name": directives.unchanged}
+class MiniparFigure(CodeDrawn):
+    PACKAGE, ID_PREFIX = "figures", "fig"
 
     def run(self):
-        kit = _kit()
+        kit = self.kit()
+        fig = self.entry(kit)
         name = self.arguments[0]
-        try:
-            fig = kit.load(name)
-        except (KeyError, ModuleNotFoundError) as exc:
-            raise self.error(f"minipar-figure: {exc}") from exc
         slug = name.split(".", 1)[0]
         self.env.note_dependency(str(BOOK / "figures" / f"{slug}.py"))
         self.env.note_dependency(str(BOOK / "figures" / "kit.py"))
         out = Path(self.env.srcdir) / "_build" / "figures"
         out.mkdir(parents=True, exist_ok=True)
         alt = self.options.get("alt", "")
-        container = nodes.figure(classes=["minipar-figure"])
-        container["ids"] = [nodes.make_id(self.options.get("name", f"fig-{name}"))]
+        container = self.figure(["minipar-figure"])
         box = nodes.container(classes=["minipar-figure-box"])
         for pal in kit.THEMES:
             path = out / f"{name}-{pal.theme}.svg"
             path.write_text(fig.svg(pal), encoding="utf-8")
             rel = "/" + path.relative_to(self.env.srcdir).as_posix()
-            image = nodes.image(uri=rel, alt=alt, classes=[f"only-{pal.theme}"])
-            box += image
+            box += nodes.image(uri=rel, alt=alt, classes=[f"only-{pal.theme}"])
         container += box
-        if self.content:
-            text = "\n".join(self.content)
-            inodes, messages = self.state.inline_text(text, self.lineno)
-            container += nodes.caption(text, "", *inodes)
-            container += messages
-        return [container]
+        return [self.add_caption(container)]
 
 
 def setup(app):
