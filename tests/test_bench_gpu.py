@@ -9,8 +9,8 @@ import pytest
 
 from minipar.bench import gpu as calib
 from minipar.cli import main
-from minipar.cost import compute as C
-from minipar.cost.hardware import GPUS, load_gpu_profile
+from minipar.cost.kernels import compute as C
+from minipar.cost.kernels.hardware import GPUS, load_gpu_profile
 
 TRUTH = replace(
     GPUS["H200"],

@@ -350,7 +350,7 @@ def test_cost_cli_needs_nothing_from_minipar_cli():
 
 
 def test_layout_rules_have_one_wording(capsys):
-    """The CLI states the layout rules with minipar.cost.breakdown.check_layout's words."""
+    """The CLI states the layout rules with minipar.cost.planner.breakdown.check_layout's words."""
     status, _, err = run(
         capsys,
         "params",

@@ -20,7 +20,7 @@ from minipar.collectives import (
     ring_all_reduce,
     ring_reduce_scatter,
 )
-from minipar.cost.collectives import ring_bytes_per_rank
+from minipar.cost.network.collectives import ring_bytes_per_rank
 from minipar.runtime.launch import run
 from minipar.runtime.tracer import trace
 

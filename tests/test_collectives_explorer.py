@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from explorer_parity_support import js_call, node_available
 
-from minipar.cost.collectives import ALGORITHMS, OPS
+from minipar.cost.network.collectives import ALGORITHMS, OPS
 from minipar.widgets.collectives import collectives_config
 
 pytestmark = pytest.mark.skipif(

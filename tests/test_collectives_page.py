@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from minipar.cost import collectives as cc
-from minipar.cost.hardware import LINKS
+from minipar.cost.kernels.hardware import LINKS
+from minipar.cost.network import collectives as cc
 
 PAGE = (Path(__file__).resolve().parents[1] / "book" / "collectives.md").read_text("utf-8")
 

@@ -19,7 +19,7 @@ from minipar.context_parallel import (
     zigzag_indices,
 )
 from minipar.context_parallel import experiments as E
-from minipar.cost import context_parallel as C
+from minipar.cost.chapters import context_parallel as C
 from minipar.runtime.launch import run
 
 TOL = 1e-11  # float64, logits ~1e3: outputs and gradients, relative to the largest entry

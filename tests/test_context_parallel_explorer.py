@@ -14,7 +14,7 @@ LAYOUTS = ("contiguous", "zigzag", "striped", "diagonal")
 
 
 def test_cost_twins():
-    from minipar.cost import context_parallel as C
+    from minipar.cost.chapters import context_parallel as C
 
     shapes = [
         dict(s=s, cp=cp, layout=lay) for s in (8, 24, 131072, 10) for cp in CPS for lay in LAYOUTS
@@ -135,7 +135,7 @@ def test_cost_twins():
 
 
 def test_time_twins():
-    from minipar.cost import context_parallel as C
+    from minipar.cost.chapters import context_parallel as C
 
     cases = [
         dict(
@@ -216,7 +216,7 @@ DOC_LISTS = (
 def test_document_twins():
     """The causal document mask's work and times (document_step_work, document_attention_times)
     and the explorer's equal packing: JavaScript equals Python, refusals in the same words."""
-    from minipar.cost import context_parallel as C
+    from minipar.cost.chapters import context_parallel as C
     from minipar.widgets import context_parallel as W
 
     assert_parity(
@@ -352,8 +352,8 @@ def test_the_explorer_names_the_faster_scheme_under_a_document_mask():
     """The sentence under the chart gives the model's two times and the winner: at the
     defaults (IB, cp = 16) the ring's transfers bound it and it still wins with 8 documents;
     over NVLink at cp = 8 (the chapter's example) all-gather CP wins."""
-    from minipar.cost import context_parallel as C
-    from minipar.cost.hardware import GPUS, LINKS
+    from minipar.cost.chapters import context_parallel as C
+    from minipar.cost.kernels.hardware import GPUS, LINKS
     from minipar.widgets.context_parallel import cp_config
 
     cfg = cp_config()
@@ -408,7 +408,7 @@ def test_the_explorer_names_the_faster_scheme_under_a_document_mask():
 def test_parity_check_catches_an_allgather_that_waits_like_the_ring():
     """Negative control: a twin in which all-gather CP pays the ring's per-step maxima
     (Σ_steps max_ranks, not max_ranks Σ_steps: the document mask's whole point) is reported."""
-    from minipar.cost import context_parallel as C
+    from minipar.cost.chapters import context_parallel as C
 
     def wrong(**kw):
         d = C.document_attention_times(**kw)
@@ -436,7 +436,7 @@ def test_parity_check_catches_an_allgather_that_waits_like_the_ring():
 def test_parity_check_catches_the_wrong_imbalance():
     """Negative control: a twin that uses cp/(cp+1) (forgetting that the mean is (cp+1)/2 pairs,
     not cp+1) is reported."""
-    from minipar.cost import context_parallel as C
+    from minipar.cost.chapters import context_parallel as C
 
     wrong = lambda cp, layout, causal, diagonal: (
         C.imbalance(cp, layout, causal, diagonal)
@@ -454,7 +454,7 @@ def test_parity_check_catches_the_wrong_imbalance():
 def test_parity_check_catches_bf16_accumulators():
     """Negative control: a twin that sends the dK/dV accumulators at the activations' 2 bytes
     (the under-count real float32 accumulators correct) is reported."""
-    from minipar.cost import context_parallel as C
+    from minipar.cost.chapters import context_parallel as C
 
     wrong = lambda b, s, h_kv, cp, bytes_per_elem, accum_bytes_per_elem: (
         C.ring_sent_bytes_per_layer(b, s, h_kv, cp, bytes_per_elem, bytes_per_elem)
@@ -508,7 +508,7 @@ def test_closed_forms_equal_the_loops():
     """The explorer's O(cp) closed forms (per-step maxima of the causal pairs; per-step maxima of
     a causal document mask over equal documents that line up with the chunks) equal Python's
     loops over every (step, rank), at every power-of-two packing of small sequences."""
-    from minipar.cost import context_parallel as C
+    from minipar.cost.chapters import context_parallel as C
 
     cases, want = [], []
     for cp in (1, 2, 4, 8):
@@ -536,7 +536,7 @@ def test_closed_forms_equal_the_loops():
 def test_document_times_at_powers_of_two_and_large_cp():
     """documentAttentionTimes' closed form (equal documents on the chunk grid) against Python's
     loop at cp up to 64, one to many documents per chunk and many chunks per document."""
-    from minipar.cost import context_parallel as C
+    from minipar.cost.chapters import context_parallel as C
 
     cases = [
         dict(
@@ -596,7 +596,7 @@ def test_the_largest_accepted_inputs_cost_bounded_work():
                 worst.append(count)
     assert max(worst) <= 40 * 1024, max(worst)
     # the counter sees the quadratic path: a packing off the chunk grid visits every (step, rank)
-    from minipar.cost import context_parallel as C
+    from minipar.cost.chapters import context_parallel as C
 
     calls = [
         ("cpWorkReset", []),

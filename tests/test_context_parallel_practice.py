@@ -14,7 +14,7 @@ import torch
 from minipar.context_parallel import practice as P
 from minipar.context_parallel.ring import mask_plan
 from minipar.context_parallel.sharding import document_ids, positions
-from minipar.cost import context_parallel as C
+from minipar.cost.chapters import context_parallel as C
 from minipar.runtime.launch import run
 
 TOL = 1e-12
@@ -113,7 +113,7 @@ def test_document_work_equals_the_rings_masks():
 
 
 def test_cost_model_when_allgather_beats_the_ring():
-    from minipar.cost.hardware import gpu, link
+    from minipar.cost.kernels.hardware import gpu, link
 
     F, nv, ib = gpu("H100-SXM").peak_flops["bf16"], link("nvlink4-h100"), link("ib-ndr400")
     s, h, kv = 131072, 16384, 1024

@@ -2,13 +2,13 @@
 
 import pytest
 
-from minipar.cost.breakdown import per_gpu_memory
-from minipar.cost.memory_time import (
+from minipar.cost.chapters.memory_time import (
     activation_bytes_per_layer,
     model_state_bytes,
     pipeline_first_stage_activation_bytes,
 )
 from minipar.cost.model import param_count
+from minipar.cost.planner.breakdown import per_gpu_memory
 
 GPT3 = dict(L=96, h=12288, a=96, s=2048, V=51200)
 

@@ -13,13 +13,19 @@ from pathlib import Path
 
 import pytest
 
-from minipar.cost import compute as C
-from minipar.cost import hardware, kernel_fit
-from minipar.cost.hardware import GPUS
-from minipar.cost.memory_time import activation_bytes_per_layer
+from minipar.cost.chapters.memory_time import activation_bytes_per_layer
+from minipar.cost.kernels import compute as C
+from minipar.cost.kernels import hardware
+from minipar.cost.kernels.hardware import GPUS
+from minipar.cost.validation import kernel_fit
 
 DATA = json.loads(
-    (Path(hardware.__file__).parent / "measurements" / "h200_layer_gemm_times.json").read_text()
+    (
+        Path(hardware.__file__).parents[1]
+        / "validation"
+        / "measurements"
+        / "h200_layer_gemm_times.json"
+    ).read_text()
 )
 H200 = GPUS["H200"]
 
@@ -213,7 +219,7 @@ def test_a_bare_gpu_keeps_the_2021_wave_rule():
     """A GPU given only its datasheet (no kernel fields, as an old profile) gets the 2021 model:
     the layer time is the wave-rule roofline of its six GEMMs plus 9 + 11 bytes per score,
     exactly as written before attention= existed."""
-    from minipar.cost.hardware import GPU
+    from minipar.cost.kernels.hardware import GPU
 
     a100 = GPUS["A100-80GB"]
     g = GPU("bare", a100.memory_bytes, a100.peak_flops, hbm_bandwidth=2.0e12, sms=108)

@@ -1,14 +1,9 @@
-"""minipar.cost.data_parallel: the bucketed-overlap step model worked by hand, the compute
+"""minipar.cost.chapters.data_parallel: the bucketed-overlap step model worked by hand, the compute
 model, the hiding condition T ≥ q·F/(2W), and the flat-ring vs tree latency across nodes."""
 
 import pytest
 
-from minipar.cost.collectives import (
-    collective_time,
-    double_binary_tree_all_reduce_time,
-    hierarchical_all_reduce_time,
-)
-from minipar.cost.data_parallel import (
+from minipar.cost.chapters.data_parallel import (
     ACHIEVED_FLOPS,
     allreduce_seconds,
     bucket_sizes,
@@ -17,7 +12,12 @@ from minipar.cost.data_parallel import (
     forward_backward,
     min_tokens_to_hide,
 )
-from minipar.cost.hardware import link
+from minipar.cost.kernels.hardware import link
+from minipar.cost.network.collectives import (
+    collective_time,
+    double_binary_tree_all_reduce_time,
+    hierarchical_all_reduce_time,
+)
 
 
 def test_step_time_by_hand():

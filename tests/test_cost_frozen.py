@@ -1,14 +1,14 @@
-"""The planner's form and constants as frozen (minipar/cost/frozen_model.json) before any modern
+"""The planner's form and constants as frozen (minipar/cost/planner/frozen_model.json) before any modern
 published table was evaluated: the term table, every GPU preset's constants and six probe plans.
-A model change fails here until `python -m minipar.cost.frozen` rewrites the file, in a commit
+A model change fails here until `python -m minipar.cost.planner.frozen` rewrites the file, in a commit
 of its own."""
 
 import json
 
 import pytest
 
-from minipar.cost import frozen
-from minipar.cost.term_table import TERMS
+from minipar.cost.planner import frozen
+from minipar.cost.planner.term_table import TERMS
 
 FROZEN = json.loads(frozen.PATH.read_text())
 

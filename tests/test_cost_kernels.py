@@ -8,12 +8,12 @@ from pathlib import Path
 
 import pytest
 
-from minipar.cost import compute
-from minipar.cost import three_d as planner
-from minipar.cost.hardware import GPUS
+from minipar.cost.kernels import compute
+from minipar.cost.kernels.hardware import GPUS
+from minipar.cost.planner import three_d as planner
 
 FILES = ("h200_step_times.json", "h200_step_times_batch_recompute.json")
-MEASURED = Path(compute.__file__).resolve().parent / "measurements"
+MEASURED = Path(compute.__file__).resolve().parents[1] / "validation" / "measurements"
 
 
 def _rows():

@@ -4,7 +4,7 @@ import math
 
 import pytest
 
-from minipar.cost.memory_time import (
+from minipar.cost.chapters.memory_time import (
     activation_bytes_per_layer,
     model_state_bytes,
     pipeline_first_stage_activation_bytes,

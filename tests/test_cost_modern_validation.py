@@ -1,9 +1,9 @@
-"""The frozen planner on modern published rows (minipar.cost.modern_validation, the rows of
+"""The frozen planner on modern published rows (minipar.cost.validation.modern, the rows of
 measurements/published_modern.json): each priced row keeps its error and the constant-MFU
 baseline's; every other row says why it is not priced. What the numbers say is recorded, not
 hidden: on torchtitan's 500 W HBM2e H100 the H100-SXM preset is about a third too fast."""
 
-from minipar.cost import modern_validation as mv
+from minipar.cost.validation import modern as mv
 
 
 def test_every_row_is_priced_or_says_why_not():

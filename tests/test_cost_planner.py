@@ -1,4 +1,4 @@
-"""``minipar plan`` and minipar.cost.three_d against published layouts and figures.
+"""``minipar plan`` and minipar.cost.planner.three_d against published layouts and figures.
 
 A100 clusters of 2020-2022 (Selene, the MT-NLG cluster): NVLink 3 at 300 GB/s per direction
 inside a DGX A100, HDR InfiniBand 200 Gb/s = 25 GB/s per GPU between nodes: the A100 preset's
@@ -12,9 +12,9 @@ from dataclasses import replace
 import pytest
 
 from minipar.cli import main
-from minipar.cost import three_d as planner
-from minipar.cost.breakdown import per_gpu_memory
-from minipar.cost.hardware import GPUS
+from minipar.cost.kernels.hardware import GPUS
+from minipar.cost.planner import three_d as planner
+from minipar.cost.planner.breakdown import per_gpu_memory
 
 A100_ARGS = ()
 
@@ -196,7 +196,7 @@ def test_zero3_is_a_choice_not_the_answer_for_gpt3():
     """The planner used to rank ZeRO-3 (t = 1-2, p = 1) first for GPT-3 on 768-1536 A100 at
     78 GiB of 80 with no buffer for the gathered layers. Now ZeRO-3 pays two gathered layers and
     one layer gradient in memory and the 10 % headroom, its collectives across nodes run as a
-    flat ring (§5.2's measured ZeRO-3, minipar.cost.three_d), and PTD-P layouts come first."""
+    flat ring (§5.2's measured ZeRO-3, minipar.cost.planner.three_d), and PTD-P layouts come first."""
     m = planner.MODELS["gpt3-175b"]
     for n in (768, 1024, 1536):
         fitting = [c for c in planner.search(m, a100(n), 1536) if c.fits]
@@ -306,7 +306,7 @@ def test_tp_across_nodes_is_slower_negative_control():
     (hierarchical) algorithm over the 8 NICs of each node: still much slower than t = 8. Negative
     control: the one-NIC ring the planner used before is slower again (1/8 of the bytes per NIC
     with all of them)."""
-    from minipar.cost.collectives import hierarchical_all_reduce_time
+    from minipar.cost.network.collectives import hierarchical_all_reduce_time
 
     m, cl = planner.MODELS["mt-nlg-530b"], a100(2240)
     t8 = planner.evaluate(m, cl, 1920, tp=8, pp=35, dp=8, micro_batch=1, zero=1)
@@ -317,7 +317,7 @@ def test_tp_across_nodes_is_slower_negative_control():
     assert planner.dp_allreduce_seconds(act, 16, 1, cl)[0] == hierarchical_all_reduce_time(
         2, 8, act, cl.intra, cl.inter
     )
-    from minipar.cost.collectives import collective_time
+    from minipar.cost.network.collectives import collective_time
 
     one_nic = collective_time("all-reduce", "ring", 16, act, cl.inter.alpha, cl.inter.bandwidth)
     assert one_nic > 2 * planner.dp_allreduce_seconds(act, 16, 1, cl)[0]
@@ -426,7 +426,7 @@ def test_zero3_regathers_for_the_recomputed_forward_on_a_flat_ring():
     (Thakur et al. 2005): (n−1)α + (n−1)/n·S/B; inside a node a ring on NVLink. Memory: the
     same two gathered layers and one layer gradient whatever the recomputation (control: the
     old count, 2 all-gathers with full recomputation, is a different number)."""
-    from minipar.cost.collectives import collective_time
+    from minipar.cost.network.collectives import collective_time
 
     n, h = 256, 12288
     cl = a100(n)
@@ -520,7 +520,7 @@ def test_recompute_flag_fixes_recomputation(capsys):
 def test_gemm_efficiency_is_shape_dependent():
     """Smaller matrices reach less of the peak: the same FLOPs at h = 2304 (1.7 B) take longer
     per FLOP than at h = 25600 (1 T), through the memory-bound attention and kernels."""
-    from minipar.cost.compute import layer_seconds
+    from minipar.cost.kernels.compute import layer_seconds
 
     g = GPUS["A100-80GB"]
     small = layer_seconds(1, 2048, 2304, 24, g, 1).total_s / (24 * 2048 * 2304**2)
@@ -705,7 +705,7 @@ def test_plan_cli_cp_ep(capsys):
 def test_pipeline_link_counts_the_context_parallel_ranks():
     """Rank order t → cp → d → p: stage neighbours are t·cp·d ranks apart, so t = 2, cp = 4,
     d = 1, p = 2 on 8-GPU nodes puts the two stages on different nodes (16 ranks)."""
-    from minipar.cost import three_d as planner
+    from minipar.cost.planner import three_d as planner
 
     m_ = planner.ModelShape(8, 1024, 16, 4096, 32000)
     cl = planner.cluster(16, 8, "A100-80GB")
@@ -721,7 +721,7 @@ def test_kv_width_per_rank_keeps_whole_heads():
     """kv/t heads of h/a per TP rank; Megatron-Core requires t to divide the key/value heads
     (it does not replicate them over TP): t = 16 with 8 K/V heads is refused, and the search
     leaves it out."""
-    from minipar.cost import three_d as planner
+    from minipar.cost.planner import three_d as planner
 
     gqa = planner.ModelShape(8, 4096, 32, 8192, 32000, kv_heads=8)
     mha = planner.ModelShape(8, 768, 12, 1024, 50304)
@@ -824,7 +824,7 @@ def test_h200_runs_that_ran_are_not_refused():
     from importlib.resources import files
 
     rows = js.loads(
-        files("minipar.cost").joinpath("measurements/h200_step_times.json").read_text()
+        files("minipar.cost.validation").joinpath("measurements/h200_step_times.json").read_text()
     )["rows"]
     cl = planner.cluster(1, 1, "H200")
 
@@ -958,7 +958,7 @@ def test_moe_parallel_folding_ep_over_the_stage_ranks():
     t·cp·d and E (refusals name the rule and the values); each rank holds E/ep whole experts,
     whose states ZeRO shards over EDP = t·cp·d/ep ranks, and their gradients are reduced over
     those EDP ranks. Negative control: the pre-folding rule (ep | d) would refuse the first."""
-    from minipar.cost.memory_time import model_state_bytes
+    from minipar.cost.chapters.memory_time import model_state_bytes
 
     mx = planner.MODELS["mixtral-8x7b"]
     cl = planner.cluster(24, 8, "H100-SXM")
@@ -967,7 +967,7 @@ def test_moe_parallel_folding_ep_over_the_stage_ranks():
     )
     assert c.ep == 8 and 3 % 8 != 0  # ep does not divide d
     lay = planner.Layout(24, 8, 1, 3, 1, recompute="full", sp=True, zero=1, ep=8)
-    from minipar.cost.three_d_terms import expert_grid, stage_params, term_states
+    from minipar.cost.planner.three_d_terms import expert_grid, stage_params, term_states
 
     assert expert_grid(lay) == (1, 3, 8)  # ETP, EDP = 8·3/8, stride
     sp_ = stage_params(mx, lay)
@@ -1017,8 +1017,8 @@ def test_ep_all_to_all_across_nodes_sends_on_node_bytes_over_nvlink():
     peers over its own NIC, concurrently; the NIC side is the slower. Negative control: all 15
     peers through the NIC (the model before) is slower still; inside a node: the pairwise
     exchange on NVLink."""
-    from minipar.cost.expert_parallel import all_to_all_time
-    from minipar.cost.three_d_terms import ep_all_to_all_seconds
+    from minipar.cost.chapters.expert_parallel import all_to_all_time
+    from minipar.cost.planner.three_d_terms import ep_all_to_all_seconds
 
     cl, S = h100(64), 64e6
     far = 8 * cl.inter.alpha + 8 / 16 * S / cl.inter.bandwidth
@@ -1034,7 +1034,7 @@ def test_cp_all_gather_is_exposed_and_the_ring_hides_under_blocks(capsys):
     exposed, each half a multi-NIC all-reduce over the 16 cp ranks (forward twice under full
     recomputation); the ring's sends hide under the 16 blocks of compute. Negative control: the
     all-gather's time is not zero and equals the sum of its collectives."""
-    from minipar.cost.context_parallel import allgather_collectives_per_layer
+    from minipar.cost.chapters.context_parallel import allgather_collectives_per_layer
 
     m, cl = planner.MODELS["llama3-405b-128k"], h100(16384)
     kw = dict(tp=8, pp=16, dp=8, cp=16, micro_batch=1, recompute="full", sp=True, zero=1)

@@ -7,8 +7,8 @@ import json
 import pytest
 
 from minipar.cli import main
-from minipar.cost import three_d as planner
-from minipar.cost.three_d_terms import stage_layers
+from minipar.cost.planner import three_d as planner
+from minipar.cost.planner.three_d_terms import stage_layers
 
 LLAMA405 = planner.MODELS["llama3-405b"]
 H100 = planner.cluster(16384, 8, "H100-SXM")

@@ -5,8 +5,8 @@ import sys
 
 import pytest
 
-from minipar.cost.memory_time import activation_bytes_per_layer
-from minipar.cost.tensor_parallel import (
+from minipar.cost.chapters.memory_time import activation_bytes_per_layer
+from minipar.cost.chapters.tensor_parallel import (
     activation_items,
     comm_compute_ratio,
     layer_forward_flops,
@@ -20,7 +20,7 @@ GPT3 = dict(s=2048, b=1, h=12288, a=96)  # Korthikanti et al. 2022 Table 3, 175B
 
 
 def test_pure_python():
-    code = "import sys, minipar.cost.tensor_parallel; assert 'torch' not in sys.modules"
+    code = "import sys, minipar.cost.chapters.tensor_parallel; assert 'torch' not in sys.modules"
     subprocess.run([sys.executable, "-c", code], check=True)
 
 
@@ -84,7 +84,7 @@ def test_activation_items_add_up_to_table_2(t, sp):
     shape = dict(s=6, b=2, h=12, a=6)
     items = activation_items(**shape, t=t, sp=sp)
     assert items == pytest.approx(_paper_items(**shape, t=t, sp=sp))
-    # the items add up to Table 2 (minipar.cost.memory_time, written from the table itself)
+    # the items add up to Table 2 (minipar.cost.chapters.memory_time, written from the table itself)
     table_2 = activation_bytes_per_layer(**shape, t=t, sp=sp)
     assert sum(items.values()) == pytest.approx(table_2)
     if t > 1 and not sp:
@@ -139,8 +139,8 @@ def test_flops_and_errors():
 
 def test_numbers_quoted_in_the_chapter():
     """book/tensor_parallel.md quotes these; a change in the model must show up here."""
-    from minipar.cost.hardware import gpu, link
-    from minipar.cost.tensor_parallel import layer_comm_fraction
+    from minipar.cost.chapters.tensor_parallel import layer_comm_fraction
+    from minipar.cost.kernels.hardware import gpu, link
 
     F = gpu("H100-SXM").peak_flops["bf16"]
 

@@ -1,14 +1,14 @@
-"""The one table of cost terms (minipar/cost/term_table.json) is what the Python planner, the
+"""The one table of cost terms (minipar/cost/planner/term_table.json) is what the Python planner, the
 explorer's JavaScript, `minipar plan` and the tests read: a term missing from either language or
 from the table fails here, naming it."""
 
 import re
 from pathlib import Path
 
-from minipar.cost import term_table, three_d_terms
-from minipar.cost.term_table import TERMS, js_block, js_name, python_name
+from minipar.cost.planner import term_table, three_d_terms
+from minipar.cost.planner.term_table import TERMS, js_block, js_name, python_name
 
-JS = Path(term_table.__file__).resolve().parents[1] / "widgets" / "three_d.js"
+JS = Path(term_table.__file__).resolve().parents[2] / "widgets" / "three_d.js"
 STRUCTURAL = {"term_bubble"}  # the pipeline's stretch factor, not an additive term
 
 
@@ -38,7 +38,9 @@ def test_every_term_is_in_the_table_and_both_languages():
 def test_the_javascript_table_is_generated_from_the_json():
     text = JS.read_text()
     start, end = text.index(term_table.BEGIN), text.index(term_table.END) + len(term_table.END)
-    assert text[start:end] == js_block(), "run `python -m minipar.cost.term_table` and paste it"
+    assert text[start:end] == js_block(), (
+        "run `python -m minipar.cost.planner.term_table` and paste it"
+    )
 
 
 def test_a_term_missing_anywhere_is_named():
@@ -56,7 +58,7 @@ def test_a_term_missing_anywhere_is_named():
 
 
 def test_breakdown_and_plan_columns_follow_the_table():
-    from minipar.cost import three_d as planner
+    from minipar.cost.planner import three_d as planner
 
     m, cl = planner.MODELS["gpt3-175b"], planner.cluster(1024, 8)
     c = planner.evaluate(m, cl, planner.Layout(1536, 8, 16, 8, 1, zero=3, recompute="full"))

@@ -2,14 +2,14 @@
 
 import pytest
 
-from minipar.cost.collectives import ring_bytes_per_rank
-from minipar.cost.data_parallel import dp_allreduce_bytes_per_rank, zero_bytes_per_rank
-from minipar.cost.pipeline_parallel import (
+from minipar.cost.chapters.data_parallel import dp_allreduce_bytes_per_rank, zero_bytes_per_rank
+from minipar.cost.chapters.pipeline_parallel import (
     bubble_fraction_of_total,
     bubble_relative_to_ideal,
     pp_p2p_bytes_per_microbatch,
 )
-from minipar.cost.tensor_parallel import tp_bytes_per_layer
+from minipar.cost.chapters.tensor_parallel import tp_bytes_per_layer
+from minipar.cost.network.collectives import ring_bytes_per_rank
 
 
 def test_dp_and_zero_volumes():
@@ -69,7 +69,7 @@ def test_bubble_errors(args, kw, match):
 
 
 def test_zb_h1_and_peak_microbatches():
-    from minipar.cost.pipeline_parallel import peak_microbatches, zb_h1_bubble_fraction
+    from minipar.cost.chapters.pipeline_parallel import peak_microbatches, zb_h1_bubble_fraction
 
     assert zb_h1_bubble_fraction(4, 8) == pytest.approx(3 / 27)  # (p−1)/(3m+p−1)
     # a third of 1F1B's relative bubble when F, B, W take equal time

@@ -1,4 +1,4 @@
-"""The planner's model against measured runs (minipar.cost.validation).
+"""The planner's model against measured runs (minipar.cost.validation.published).
 
 Published A100 runs: one test per row, ±10 % on the step time, with the inputs as run (Table 1's
 micro-batch and interleaving from the paper's reproduction script) and at the micro-batch the
@@ -13,8 +13,9 @@ from dataclasses import replace
 
 import pytest
 
-from minipar.cost import hardware, validation
+from minipar.cost.kernels import hardware
 from minipar.cost.model import flops_per_iteration
+from minipar.cost.validation import published as validation
 
 ROWS = {r.name: r for r in validation.published_runs()}  # as run
 PLANNER = {r.name: r for r in validation.published_runs("planner")}
@@ -245,7 +246,7 @@ def test_zero3_evidence_achieved_bandwidth_is_one_nic_per_gpu():
     reduce-scatter of the 16-bit weights (one micro-batch per rank) at 16-24 GB/s per GPU,
     0.6-1.0 of one 25 GB/s HDR NIC, 5-8x what the hierarchical algorithm's bytes per NIC
     (1/8 of them) would need at that step time."""
-    from minipar.cost import three_d
+    from minipar.cost.planner import three_d
 
     nic = three_d.cluster(8, 8, "A100-80GB").inter.bandwidth
     for model in validation.ZERO3_TABLE2:
@@ -297,7 +298,7 @@ def test_module_prints_both_tables():
     import sys
 
     out = subprocess.run(
-        [sys.executable, "-m", "minipar.cost.validation"],
+        [sys.executable, "-m", "minipar.cost.validation.published"],
         capture_output=True,
         text=True,
         check=True,

@@ -7,8 +7,8 @@ import pytest
 import torch
 import torch.distributed as dist
 
-from minipar.cost.data_parallel import dp_allreduce_bytes_per_rank, zero_bytes_per_rank
-from minipar.cost.memory_time import model_state_bytes
+from minipar.cost.chapters.data_parallel import dp_allreduce_bytes_per_rank, zero_bytes_per_rank
+from minipar.cost.chapters.memory_time import model_state_bytes
 from minipar.data_parallel import BucketedDataParallel, ZeRO, all_reduce_gradients
 from minipar.data_parallel.experiments import ring_bytes, zero_on_rank
 from minipar.data_parallel.models import TiedClassifier, token_batches

@@ -7,23 +7,16 @@ import pkgutil
 import pytest
 
 import minipar
+from minipar import chapters
 
 MODULES = sorted(m.name for m in pkgutil.walk_packages(minipar.__path__, "minipar."))
 RANK_ONLY = {"minipar.runtime._rank"}  # the launcher's child: runs as a script, never imported
 
 
 def test_the_package_has_its_chapters():
-    for slug in (
-        "collectives",
-        "memory_time",
-        "data_parallel",
-        "tensor_parallel",
-        "pipeline_parallel",
-        "three_d",
-        "context_parallel",
-        "expert_parallel",
-    ):
-        assert f"minipar.{slug}" in MODULES and f"minipar.cost.{slug}" in MODULES, slug
+    for chapter in chapters.CHAPTERS:
+        assert f"minipar.{chapter.slug}" in MODULES, chapter.slug
+        assert chapter.cost_module in MODULES, chapter.cost_module
 
 
 @pytest.mark.parametrize("name", [m for m in MODULES if m not in RANK_ONLY])

@@ -3,7 +3,7 @@ all-to-all vs all-reduce, imbalance, parameters per rank, Mixtral 8×7B from its
 
 import pytest
 
-from minipar.cost.expert_parallel import (
+from minipar.cost.chapters.expert_parallel import (
     all_to_all_time,
     all_to_all_vs_all_reduce,
     capacity,

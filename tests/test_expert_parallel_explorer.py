@@ -1,4 +1,4 @@
-"""The expert-parallel explorer's JavaScript equals its Python twins (minipar.cost.expert_parallel
+"""The expert-parallel explorer's JavaScript equals its Python twins (minipar.cost.chapters.expert_parallel
 is the source of truth), invalid inputs included; the default view draws and an impossible
 setting shows the rule and the value; a negative control shows the parity check bites."""
 
@@ -23,7 +23,7 @@ SHAPES = [
 
 
 def test_cost_twins():
-    from minipar.cost.expert_parallel import (
+    from minipar.cost.chapters.expert_parallel import (
         all_to_all_time,
         capacity,
         check_shapes,
@@ -104,7 +104,7 @@ def test_cost_twins():
 
 
 def test_load_and_layer_model_twins():
-    from minipar.cost.expert_parallel import ep_layer_model, skewed_loads
+    from minipar.cost.chapters.expert_parallel import ep_layer_model, skewed_loads
 
     loads = [
         dict(tokens=n, experts=e, top_k=k, ep=x, hot=hot, capacity_factor=c)
@@ -147,7 +147,7 @@ def test_load_and_layer_model_twins():
 
 def test_off_node_fraction_twin():
     """Leaving the node is set by the EP degree x and the node size, never by E."""
-    from minipar.cost.expert_parallel import off_node_fraction
+    from minipar.cost.chapters.expert_parallel import off_node_fraction
 
     cases = [dict(ep=x, gpus_per_node=g) for x in (1, 3, 8, 12, 16, 64, 0) for g in (4, 8, 0)]
     counts = assert_parity("expert_parallel", "offNodeFraction", off_node_fraction, cases)
@@ -158,7 +158,7 @@ def test_off_node_fraction_twin():
 def test_parity_check_catches_capacity_without_top_k():
     """Negative control: a twin whose capacity forgets the K (c_f·n/E, Switch's top-1 formula
     used for top-2) differs wherever K > 1."""
-    from minipar.cost.expert_parallel import capacity
+    from minipar.cost.chapters.expert_parallel import capacity
 
     wrong = lambda tokens, experts, top_k, capacity_factor: capacity(
         tokens, experts, 1, capacity_factor

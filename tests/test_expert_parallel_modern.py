@@ -9,7 +9,7 @@ import itertools
 import pytest
 import torch
 
-from minipar.cost import expert_parallel as cost
+from minipar.cost.chapters import expert_parallel as cost
 from minipar.expert_parallel import balancing, routing
 from minipar.expert_parallel.experiments import (
     MoETraining,

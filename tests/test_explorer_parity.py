@@ -19,7 +19,7 @@ LINKS = [(2e-6, 450e9), (0.0, 1e9), (3e-5, 12.5e9)]
 
 
 def _collective_cases():
-    from minipar.cost.collectives import ALGORITHMS, OPS
+    from minipar.cost.network.collectives import ALGORITHMS, OPS
 
     algos = sorted({a for v in ALGORITHMS.values() for a in v})
     return [
@@ -29,14 +29,14 @@ def _collective_cases():
 
 
 def test_collective_time_parity():
-    from minipar.cost.collectives import collective_time
+    from minipar.cost.network.collectives import collective_time
 
     counts = assert_parity("collectives", "collectiveTime", collective_time, _collective_cases())
     assert counts["cases"] > 5000 and 0 < counts["errors"] < counts["cases"]
 
 
 def test_busbw_and_parameter_server_parity():
-    from minipar.cost.collectives import OPS, busbw, busbw_factor, parameter_server_time
+    from minipar.cost.network.collectives import OPS, busbw, busbw_factor, parameter_server_time
 
     assert_parity(
         "collectives",
@@ -65,8 +65,8 @@ def test_busbw_and_parameter_server_parity():
 
 
 def test_hierarchical_all_reduce_parity():
-    from minipar.cost.collectives import hierarchical_all_reduce_time
-    from minipar.cost.hardware import LINKS as PRESETS
+    from minipar.cost.kernels.hardware import LINKS as PRESETS
+    from minipar.cost.network.collectives import hierarchical_all_reduce_time
 
     cases = [
         dict(
@@ -104,7 +104,7 @@ def test_hierarchical_all_reduce_parity():
 def test_parity_check_catches_the_classic_busbw_bug():
     """Negative control: a Python twin using (n−1)/n for all-reduce busbw (the all-gather
     factor, a classic mix-up) must be reported, with the case that differs."""
-    from minipar.cost import collectives as cc
+    from minipar.cost.network import collectives as cc
 
     def wrong_busbw_factor(op, n):
         return (n - 1) / n if op == "all-reduce" else cc.busbw_factor(op, n)
@@ -121,7 +121,7 @@ def test_parity_check_catches_the_classic_busbw_bug():
 
 
 def test_parity_check_catches_a_small_relative_error():
-    from minipar.cost.collectives import collective_time
+    from minipar.cost.network.collectives import collective_time
 
     off = lambda **kw: collective_time(**kw) * (1 + 1e-7)
     with pytest.raises(AssertionError, match="relative 1.00e-07"):
@@ -172,9 +172,9 @@ SHAPES = [
 
 
 def test_memory_model_parity():
-    from minipar.cost.breakdown import check_layout, per_gpu_memory
-    from minipar.cost.memory_time import activation_bytes_per_layer, model_state_bytes
+    from minipar.cost.chapters.memory_time import activation_bytes_per_layer, model_state_bytes
     from minipar.cost.model import param_count
+    from minipar.cost.planner.breakdown import check_layout, per_gpu_memory
 
     assert_parity(
         "memory_time",
@@ -240,7 +240,7 @@ def test_memory_model_parity():
 
 
 def test_pipeline_activation_parity():
-    from minipar.cost.memory_time import pipeline_first_stage_activation_bytes as f
+    from minipar.cost.chapters.memory_time import pipeline_first_stage_activation_bytes as f
 
     counts = assert_parity(
         "memory_time",
@@ -276,7 +276,7 @@ def test_pipeline_activation_parity():
 
 
 def test_data_parallel_model_parity():
-    from minipar.cost.data_parallel import bucket_sizes
+    from minipar.cost.chapters.data_parallel import bucket_sizes
     from minipar.widgets.data_parallel import dp_step_model, zero_memory_model
 
     assert_parity(
@@ -330,7 +330,7 @@ def test_data_parallel_model_parity():
 
 
 def LINKS_():
-    from minipar.cost.hardware import LINKS
+    from minipar.cost.kernels.hardware import LINKS
 
     return LINKS.items()
 
@@ -426,10 +426,10 @@ def test_explorer_input_rules_are_the_python_twins():
 
 
 def test_three_d_zero3_collectives_parity():
-    """The 3D explorer's ZeRO-3 collectives equal minipar.cost.three_d's: one all-gather per
+    """The 3D explorer's ZeRO-3 collectives equal minipar.cost.planner.three_d's: one all-gather per
     algorithm (flat ring across nodes, hierarchical, a ring inside a node), and whole layouts
     with ``zero3_collectives`` set, an unknown algorithm refused with the same message."""
-    from minipar.cost import three_d as planner
+    from minipar.cost.planner import three_d as planner
     from minipar.widgets.three_d import cluster_config as js_cluster
 
     clusters = [
@@ -512,13 +512,13 @@ def test_three_d_zero3_collectives_parity():
 
 
 def test_three_d_plan_check_cp_ep_rules_say_what_python_says():
-    """planCheck's context- and expert-parallel rules equal minipar.cost.three_d.check's, message
+    """planCheck's context- and expert-parallel rules equal minipar.cost.planner.three_d.check's, message
     for message (assert_parity compares only that both refuse, so the messages are compared here):
     cp and ep integers >= 1, seq divisible by 2·cp, ep only on an MoE model whose experts and d it
     divides, gpus = t·cp·p·d; valid MoE layouts pass in both."""
     from dataclasses import asdict
 
-    from minipar.cost import three_d as planner
+    from minipar.cost.planner import three_d as planner
 
     moe = planner.MODELS["mixtral-8x7b"]
     dense = planner.ModelShape(12, 768, 12, 1020, 50304)  # 1020 % 2·cp fails at cp 4
@@ -569,7 +569,7 @@ def test_parity_compares_the_words_of_a_refusal():
     float's trailing .0, the one difference between the languages, is folded)."""
     from explorer_parity_support import _message, assert_parity
 
-    from minipar.cost import three_d as planner
+    from minipar.cost.planner import three_d as planner
 
     def other_words(**case):
         raise ValueError("zero3_collectives must be something else")

@@ -223,7 +223,7 @@ WRONG = {
     ),
     "usd_hard_coded": lambda **kw: 0.5,
     "usd_from_course": lambda step_seconds, gpus, global_batch, seq, usd_per_gpu_hour: __import__(
-        "minipar.cost.three_d", fromlist=["x"]
+        "minipar.cost.planner.three_d", fromlist=["x"]
     ).dollars_per_million_tokens(step_seconds, gpus, global_batch * seq, usd_per_gpu_hour),
     # 04 five-dimensional groups
     "five_d_dp_cp_swapped": lambda *s: _five(*s, order="tdc"),

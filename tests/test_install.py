@@ -187,9 +187,10 @@ def test_pyproject_declares_package_data_python_and_only_used_dependencies():
     assert project["requires-python"] == ">=3.11"
     package_data = data["tool"]["setuptools"]["package-data"]
     assert "*.js" in package_data["minipar.widgets"]
-    assert "measurements/*.json" in package_data["minipar.cost"]
+    assert "measurements/*.json" in package_data["minipar.cost.validation"]
+    assert "*.json" in package_data["minipar.cost.planner"]
     assert list((ROOT / "src/minipar/widgets").glob("*.js"))
-    assert list((ROOT / "src/minipar/cost/measurements").glob("*.json"))
+    assert list((ROOT / "src/minipar/cost/validation/measurements").glob("*.json"))
     names = [re.match(r"[A-Za-z0-9_.-]+", r).group(0).lower() for r in project["dependencies"]]
     assert "numpy" not in names and "pytest-timeout" not in " ".join(
         sum(project["optional-dependencies"].values(), [])
@@ -271,7 +272,7 @@ def test_a_non_editable_install_plans_launches_and_draws(tmp_path):
         "from minipar.widgets import static_html, js_source\n"
         "html = static_html('memory_time', 'memory')\n"
         "print(len(js_source('memory_time')) > 1000 and 'mountExplorer' in html)\n"
-        "from minipar.cost import validation\n"
+        "from minipar.cost.validation import published as validation\n"
         "print(validation._MEASUREMENTS.is_dir() and any(validation._MEASUREMENTS.glob('*.json')))"
     )
     out = subprocess.run(

@@ -5,7 +5,7 @@ import pytest
 import torch
 from explorer_parity_support import js_call, node_available
 
-from minipar.cost.memory_time import activation_bytes_per_layer, model_state_bytes
+from minipar.cost.chapters.memory_time import activation_bytes_per_layer, model_state_bytes
 from minipar.cost.model import param_count
 from minipar.memory_time.activations import (
     device_conventions,

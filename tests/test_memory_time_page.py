@@ -6,11 +6,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from minipar.cost import compute
-from minipar.cost.breakdown import per_gpu_memory
-from minipar.cost.hardware import gpu
-from minipar.cost.memory_time import activation_bytes_per_layer
+from minipar.cost.chapters.memory_time import activation_bytes_per_layer
+from minipar.cost.kernels import compute
+from minipar.cost.kernels.hardware import gpu
 from minipar.cost.model import six_nd
+from minipar.cost.planner.breakdown import per_gpu_memory
 from minipar.cost.units import GiB
 
 PAGE = (Path(__file__).resolve().parents[1] / "book" / "memory_time.md").read_text("utf-8")

@@ -10,7 +10,7 @@ import cloudpickle
 import pytest
 from test_pipeline_parallel_schedules import _one_f_one_b_mirrored as mirrored_1f1b  # warm-up bug
 
-from minipar.cost.pipeline_parallel import pp_p2p_bytes_per_microbatch
+from minipar.cost.chapters.pipeline_parallel import pp_p2p_bytes_per_microbatch
 from minipar.grading import LimitExceeded, run_ranks
 from minipar.pipeline_parallel import ScheduleError, simulate
 from minipar.pipeline_parallel.communication import P2P

@@ -38,7 +38,7 @@ def _paper_peak(name, r, p, m, v):
 @pytest.mark.parametrize("name, p, m, v", CASES)
 def test_bubble_and_in_flight_match_the_model(name, p, m, v):
     """The simulator (a schedule run on paper) against the closed forms of the papers, and the
-    course's cost model (minipar.cost.pipeline_parallel) against the same numbers."""
+    course's cost model (minipar.cost.chapters.pipeline_parallel) against the same numbers."""
     sim = simulate(schedule(name, p, m, v))
     assert sim.bubble == pytest.approx(_paper_bubble(name, p, m, v), abs=1e-12)
     assert sim.peak_in_flight == [_paper_peak(name, r, p, m, v) for r in range(p)]

@@ -12,7 +12,9 @@ from importlib.resources import files
 
 import pytest
 
-DATA = json.loads(files("minipar.cost").joinpath("measurements/published_modern.json").read_text())
+DATA = json.loads(
+    files("minipar.cost.validation").joinpath("measurements/published_modern.json").read_text()
+)
 ROWS = DATA["rows"]
 LAYOUT = DATA["layout_fields"]
 INTEGER_FIELDS = (

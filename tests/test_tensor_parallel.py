@@ -8,12 +8,12 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from minipar.cost.collectives import ring_bytes_per_rank
-from minipar.cost.tensor_parallel import (
+from minipar.cost.chapters.tensor_parallel import (
     tp_bytes_per_layer,
     tp_collectives_per_layer,
     tp_sent_bytes_per_layer,
 )
+from minipar.cost.network.collectives import ring_bytes_per_rank
 from minipar.dist import group_rank, group_size
 from minipar.model import GPTConfig, Layer
 from minipar.runtime.launch import run

@@ -8,7 +8,7 @@ pytestmark = pytest.mark.skipif(not node_available(), reason="needs Node.js")
 
 
 def test_cost_twins():
-    from minipar.cost.tensor_parallel import (
+    from minipar.cost.chapters.tensor_parallel import (
         comm_compute_ratio,
         layer_comm_fraction,
         layer_forward_flops,
@@ -61,7 +61,7 @@ def test_layer_model_twin():
 def test_parity_check_catches_a_model_that_amortises_with_batch():
     """Negative control: a twin that divides the traffic by b ('larger batches amortise
     communication') differs from the JavaScript wherever b > 1."""
-    from minipar.cost.tensor_parallel import comm_compute_ratio
+    from minipar.cost.chapters.tensor_parallel import comm_compute_ratio
 
     wrong = lambda b, **kw: comm_compute_ratio(b, **kw) / b
     with pytest.raises(AssertionError, match="1 of 2 cases"):

@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from minipar.cost import calibrate as cal
+from minipar.cost.validation import calibrate as cal
 
 
 def _machine(**kw):
@@ -25,7 +25,7 @@ def test_fits_recover_known_lines():
         [1e6, 2e6, 4e6, 8e6], [1e-3 + 3 * f / 2e9 for f in (1e6, 2e6, 4e6, 8e6)]
     )
     assert c0 == pytest.approx(1e-3) and rate == pytest.approx(2e9)
-    from minipar.cost.collectives import collective_time
+    from minipar.cost.network.collectives import collective_time
 
     sizes = [1e3, 6e4, 5e5, 2e6]
     alpha, bw = cal.fit_link(

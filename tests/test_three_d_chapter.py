@@ -228,7 +228,7 @@ def test_the_zero3_clause_is_built_in_the_books_glue_from_the_models_numbers():
     sys.path.insert(0, str(BOOK / "glue"))
     import three_d as sentences  # book/glue joins sys.path above: the book's own code
 
-    from minipar.cost import validation
+    from minipar.cost.validation import published as validation
 
     e175 = validation.zero3_missing_effect("gpt3-175b")
     e530 = validation.zero3_missing_effect("mt-nlg-530b")

@@ -1,4 +1,4 @@
-"""The layout explorer's JavaScript equals minipar.cost.three_d (evaluate, cluster, the compute
+"""The layout explorer's JavaScript equals minipar.cost.planner.three_d (evaluate, cluster, the compute
 roofline, the cost per token), run under Node.js, on valid and invalid inputs alike."""
 
 import itertools
@@ -7,9 +7,9 @@ from dataclasses import asdict
 import pytest
 from explorer_parity_support import assert_parity, js_call, mismatch, node_available
 
-from minipar.cost import compute
-from minipar.cost import three_d as planner
-from minipar.cost.hardware import GPUS
+from minipar.cost.kernels import compute
+from minipar.cost.kernels.hardware import GPUS
+from minipar.cost.planner import three_d as planner
 from minipar.widgets.three_d import PRESET_LAYOUTS, cluster_config, gpu_config, plan_config
 
 pytestmark = pytest.mark.skipif(
@@ -229,7 +229,10 @@ def test_cluster_and_price_parity_with_messages():
 
 
 def test_dp_allreduce_and_bubble_parity():
-    from minipar.cost.pipeline_parallel import bubble_fraction_of_total, bubble_relative_to_ideal
+    from minipar.cost.chapters.pipeline_parallel import (
+        bubble_fraction_of_total,
+        bubble_relative_to_ideal,
+    )
 
     cases = [
         dict(schedule=s, p=p, m=m, v=v)
@@ -680,7 +683,7 @@ def test_evaluate_is_the_sum_of_its_terms():
 def test_a_wrong_term_is_named_by_the_parity_check():
     """Negative control: a Python twin whose embedding term forgets the ÷ t (the vocabulary-
     parallel split) differs from the JavaScript in that term, and the report names it."""
-    from minipar.cost import three_d_terms as terms_mod
+    from minipar.cost.planner import three_d_terms as terms_mod
 
     cases = [(c, opt) for c, opt in _term_cases() if c["pp"] == 2 and c["tp"] == 2][:40]
     got = js_call(
@@ -802,7 +805,7 @@ def test_attention_precision_and_shape_controls_reach_the_model():
 
 
 def test_measured_kernel_model_parity_h200():
-    """The JavaScript compute twin follows the measured H200 kernel model of minipar.cost.compute
+    """The JavaScript compute twin follows the measured H200 kernel model of minipar.cost.kernels.compute
     (the additive GEMM rule with its per-call latency, the batched attention GEMMs at their own
     bandwidth, the flash kernel at its rate, the fixed per-layer overhead, Adam's bandwidth), for
     both attention kernels; an unknown kernel is refused with the same words."""
@@ -869,7 +872,7 @@ def test_a_calibrated_gpu_profile_reaches_the_explorer(tmp_path):
     layout on it; a profile that is not JSON is refused naming the file."""
     import json
 
-    from minipar.cost.hardware import gpu_profile
+    from minipar.cost.kernels.hardware import gpu_profile
 
     profile = tmp_path / "gpu.json"
     g = GPUS["H200"]

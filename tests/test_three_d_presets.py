@@ -7,7 +7,7 @@ import re
 import pytest
 from explorer_parity_support import js_call, node_available
 
-from minipar.cost import three_d as planner
+from minipar.cost.planner import three_d as planner
 from minipar.widgets.three_d import PLANNER_PRESETS, plan_config, planner_preset, preset_layout
 
 pytestmark = pytest.mark.skipif(

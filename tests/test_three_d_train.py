@@ -8,11 +8,11 @@ on a 2-D DeviceMesh (torchtitan's composition) equals the course's TP + ZeRO-3 a
 
 import pytest
 
-from minipar.cost.collectives import busbw_factor
-from minipar.cost.data_parallel import zero_bytes_per_rank
-from minipar.cost.memory_time import model_state_bytes
-from minipar.cost.pipeline_parallel import pp_p2p_bytes_per_microbatch
-from minipar.cost.tensor_parallel import tp_bytes_per_layer
+from minipar.cost.chapters.data_parallel import zero_bytes_per_rank
+from minipar.cost.chapters.memory_time import model_state_bytes
+from minipar.cost.chapters.pipeline_parallel import pp_p2p_bytes_per_microbatch
+from minipar.cost.chapters.tensor_parallel import tp_bytes_per_layer
+from minipar.cost.network.collectives import busbw_factor
 from minipar.runtime.launch import run
 from minipar.three_d.grid import RankGrid
 from minipar.three_d.train import SMALL, fsdp2_tp_on_rank, train_3d_on_rank

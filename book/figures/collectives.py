@@ -1,13 +1,13 @@
 """Figures of the collectives chapter: the primitives' definitions, the ring all-reduce's chunks
 step by step (from ``minipar.collectives``), and the α-β cost of the all-reduce algorithms (from
-``minipar.cost.collectives``)."""
+``minipar.cost.network.collectives``)."""
 
 from __future__ import annotations
 
 from figures.kit import figure
 from minipar.collectives import primitives, ring
-from minipar.cost import collectives as cc
-from minipar.cost.hardware import LINKS
+from minipar.cost.kernels.hardware import LINKS
+from minipar.cost.network import collectives as cc
 
 SUM = "#c8c8c8"  # fill of a cell that holds a sum (the same in both themes, dark text on it)
 INK = "#111111"  # text on a filled cell
@@ -167,8 +167,8 @@ ALGORITHMS = ("parameter-server", "binomial-tree", "recursive-doubling", "rabens
 
 @figure(
     draws=[
-        "minipar.cost.collectives.collective_time",
-        "minipar.cost.collectives.double_binary_tree_all_reduce_time",
+        "minipar.cost.network.collectives.collective_time",
+        "minipar.cost.network.collectives.double_binary_tree_all_reduce_time",
     ]
 )
 def all_reduce_cost(pal):
@@ -201,8 +201,8 @@ def all_reduce_cost(pal):
 
 @figure(
     draws=[
-        "minipar.cost.collectives.hierarchical_all_reduce_time",
-        "minipar.cost.collectives.collective_time",
+        "minipar.cost.network.collectives.hierarchical_all_reduce_time",
+        "minipar.cost.network.collectives.collective_time",
     ]
 )
 def hierarchical(pal):

@@ -1,5 +1,5 @@
 """Figures of the context-parallel chapter, drawn from ``minipar.context_parallel`` (the
-sharding functions, the ring's pair plan, Ulysses' head plan) and ``minipar.cost.context_parallel``
+sharding functions, the ring's pair plan, Ulysses' head plan) and ``minipar.cost.chapters.context_parallel``
 (bytes each rank sends).
 
 The chunk maps and the ring use cp = 4 ranks, the smallest ring in which every kind of step
@@ -12,7 +12,7 @@ from figures.kit import figure
 from minipar.context_parallel.ring import plan
 from minipar.context_parallel.sharding import chunk_ids, positions
 from minipar.context_parallel.ulysses import heads_after_all_to_all
-from minipar.cost import context_parallel as C
+from minipar.cost.chapters import context_parallel as C
 
 CP = 4
 LAYOUTS = ("contiguous", "zigzag", "striped")
@@ -230,9 +230,9 @@ def ulysses_repartition(pal):
 
 @figure(
     draws=[
-        "minipar.cost.context_parallel.ring_sent_bytes_per_layer",
-        "minipar.cost.context_parallel.allgather_sent_bytes_per_layer",
-        "minipar.cost.context_parallel.ulysses_sent_bytes_per_layer",
+        "minipar.cost.chapters.context_parallel.ring_sent_bytes_per_layer",
+        "minipar.cost.chapters.context_parallel.allgather_sent_bytes_per_layer",
+        "minipar.cost.chapters.context_parallel.ulysses_sent_bytes_per_layer",
     ]
 )
 def traffic_vs_cp(pal):

@@ -3,20 +3,20 @@
 from __future__ import annotations
 
 from figures.kit import figure
-from minipar.cost.data_parallel import (
+from minipar.cost.chapters.data_parallel import (
     allreduce_seconds,
     compute_seconds,
     dp_step_time,
     forward_backward,
 )
-from minipar.cost.memory_time import ZERO_STAGES, model_state_bytes
+from minipar.cost.chapters.memory_time import ZERO_STAGES, model_state_bytes
 from minipar.data_parallel.bucketed import assign_buckets
 
 GB = 1e9
 PARTS = (("weights", 0), ("gradients", 2), ("optimizer", 1))  # field, series colour
 
 
-@figure(draws=["minipar.cost.memory_time.model_state_bytes"])
+@figure(draws=["minipar.cost.chapters.memory_time.model_state_bytes"])
 def zero_stacks(pal):
     """Model-state bytes per GPU at ZeRO stages 0-3: Ψ = 7.5 B, d = 64, mixed-precision Adam."""
     psi, d = 7.5e9, 64
@@ -74,8 +74,8 @@ def _timeline_row(ax, pal, y, spans, color, labels=None):
 
 @figure(
     draws=[
-        "minipar.cost.data_parallel.dp_step_time",
-        "minipar.cost.data_parallel.allreduce_seconds",
+        "minipar.cost.chapters.data_parallel.dp_step_time",
+        "minipar.cost.chapters.data_parallel.allreduce_seconds",
     ]
 )
 def dp_timeline(pal):

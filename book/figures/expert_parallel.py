@@ -5,7 +5,7 @@ row counts and the folded rank grid of ``minipar.grid``."""
 from __future__ import annotations
 
 from figures.kit import figure
-from minipar.cost import expert_parallel as cost
+from minipar.cost.chapters import expert_parallel as cost
 from minipar.grid import Grid
 
 E, K, EP = 8, 2, 4  # experts, top-K, expert-parallel degree x of the pictures
@@ -67,7 +67,7 @@ def routing(pal):
     draws=[
         "minipar.expert_parallel.routing.top_k_gates",
         "minipar.expert_parallel.dispatchers.assignments",
-        "minipar.cost.expert_parallel.node_dedup_rows",
+        "minipar.cost.chapters.expert_parallel.node_dedup_rows",
     ]
 )
 def dispatch(pal):
@@ -134,7 +134,7 @@ def dispatch(pal):
 @figure(
     draws=[
         "minipar.expert_parallel.balancing.update_bias",
-        "minipar.cost.expert_parallel.imbalance",
+        "minipar.cost.chapters.expert_parallel.imbalance",
     ]
 )
 def load_balance(pal):
@@ -167,7 +167,9 @@ def load_balance(pal):
     return fig
 
 
-@figure(draws=["minipar.grid.Grid.groups", "minipar.cost.expert_parallel.folded_expert_dp"])
+@figure(
+    draws=["minipar.grid.Grid.groups", "minipar.cost.chapters.expert_parallel.folded_expert_dp"]
+)
 def folding(pal):
     """The 8 ranks of one stage with t = 4, d = 2 for attention, folded into x = 4 expert
     ranks times 2 expert-data ranks for the MoE layer."""

@@ -1,15 +1,15 @@
 """Figures of the memory-and-time chapter, drawn from the cost model: the per-GPU memory stack
-under ZeRO (``minipar.cost.breakdown``), activation memory per setting of Korthikanti et al.'s
-Table 2 (``minipar.cost.memory_time``), memory against the number of GPUs for four layouts, and a
-roofline of one layer's kernels (``minipar.cost.compute``)."""
+under ZeRO (``minipar.cost.planner.breakdown``), activation memory per setting of Korthikanti et al.'s
+Table 2 (``minipar.cost.chapters.memory_time``), memory against the number of GPUs for four layouts, and a
+roofline of one layer's kernels (``minipar.cost.kernels.compute``)."""
 
 from __future__ import annotations
 
 from figures.kit import figure
-from minipar.cost import compute
-from minipar.cost.breakdown import per_gpu_memory
-from minipar.cost.hardware import gpu
-from minipar.cost.memory_time import activation_bytes_per_layer
+from minipar.cost.chapters.memory_time import activation_bytes_per_layer
+from minipar.cost.kernels import compute
+from minipar.cost.kernels.hardware import gpu
+from minipar.cost.planner.breakdown import per_gpu_memory
 from minipar.cost.units import GiB
 
 PARTS = ("weights", "gradients", "optimizer", "activations")
@@ -39,9 +39,9 @@ def _stack(ax, pal, labels, rows, cap=None, cap_label=""):
 
 @figure(
     draws=[
-        "minipar.cost.breakdown.per_gpu_memory",
-        "minipar.cost.memory_time.model_state_bytes",
-        "minipar.cost.memory_time.pipeline_first_stage_activation_bytes",
+        "minipar.cost.planner.breakdown.per_gpu_memory",
+        "minipar.cost.chapters.memory_time.model_state_bytes",
+        "minipar.cost.chapters.memory_time.pipeline_first_stage_activation_bytes",
     ]
 )
 def memory_stack(pal):
@@ -69,7 +69,7 @@ SETTINGS = (  # label -> activation_bytes_per_layer keywords
 )
 
 
-@figure(draws=["minipar.cost.memory_time.activation_bytes_per_layer"])
+@figure(draws=["minipar.cost.chapters.memory_time.activation_bytes_per_layer"])
 def activation_settings(pal):
     """GPT-3's activations for one 2048-token sequence over all 96 layers, per GPU, in each
     setting of Korthikanti et al.'s Table 2."""
@@ -98,7 +98,7 @@ LAYOUTS = (  # label -> per_gpu_memory keywords for N GPUs
 SHAPE70B = dict(L=80, h=8192, a=64, s=4096, V=32000, b=1, recompute="selective")
 
 
-@figure(draws=["minipar.cost.breakdown.per_gpu_memory"])
+@figure(draws=["minipar.cost.planner.breakdown.per_gpu_memory"])
 def memory_vs_gpus(pal):
     """Per-GPU memory of a Llama-2-70B-like shape against the number of GPUs N, for four
     layouts, with the ideal total / N."""
@@ -126,9 +126,9 @@ def memory_vs_gpus(pal):
 
 @figure(
     draws=[
-        "minipar.cost.compute.layer_gemms",
-        "minipar.cost.compute.gpu_gemm_seconds",
-        "minipar.cost.compute.optimizer_seconds",
+        "minipar.cost.kernels.compute.layer_gemms",
+        "minipar.cost.kernels.compute.gpu_gemm_seconds",
+        "minipar.cost.kernels.compute.optimizer_seconds",
     ]
 )
 def roofline(pal):

@@ -1,5 +1,5 @@
 """Figures of the pipeline-parallel chapter, drawn from ``minipar.pipeline_parallel`` (the
-schedule functions and the simulator) and ``minipar.cost.pipeline_parallel`` (the closed forms).
+schedule functions and the simulator) and ``minipar.cost.chapters.pipeline_parallel`` (the closed forms).
 
 Every schedule grid is the simulator's timeline of the schedule function's action lists, at
 p = 4 ranks and m = 8 micro-batches, with t_F = t_B = t_W = 1 (an unsplit backward takes
@@ -9,7 +9,7 @@ t_B + t_W = 2), so the four grids share one time axis and can be compared box fo
 from __future__ import annotations
 
 from figures.kit import figure
-from minipar.cost import pipeline_parallel as cost
+from minipar.cost.chapters import pipeline_parallel as cost
 from minipar.pipeline_parallel import schedules
 from minipar.pipeline_parallel.simulate import simulate
 
@@ -157,8 +157,8 @@ def zb_h1(pal):
 
 @figure(
     draws=[
-        "minipar.cost.pipeline_parallel.bubble_fraction_of_total",
-        "minipar.cost.pipeline_parallel.zb_h1_bubble_fraction",
+        "minipar.cost.chapters.pipeline_parallel.bubble_fraction_of_total",
+        "minipar.cost.chapters.pipeline_parallel.zb_h1_bubble_fraction",
         "minipar.pipeline_parallel.simulate.simulate",
     ]
 )
@@ -204,7 +204,7 @@ def bubble_vs_m(pal):
 @figure(
     draws=[
         "minipar.pipeline_parallel.simulate.simulate",
-        "minipar.cost.pipeline_parallel.peak_microbatches",
+        "minipar.cost.chapters.pipeline_parallel.peak_microbatches",
     ]
 )
 def activation_peak(pal):

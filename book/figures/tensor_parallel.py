@@ -1,11 +1,11 @@
 """Figures of the tensor-parallel chapter, drawn from ``minipar.tensor_parallel`` and
-``minipar.cost.tensor_parallel``."""
+``minipar.cost.chapters.tensor_parallel``."""
 
 from __future__ import annotations
 
 from figures.kit import figure
-from minipar.cost.hardware import gpu, link
-from minipar.cost.tensor_parallel import layer_comm_fraction, tp_collectives_per_layer
+from minipar.cost.chapters.tensor_parallel import layer_comm_fraction, tp_collectives_per_layer
+from minipar.cost.kernels.hardware import gpu, link
 from minipar.tensor_parallel.layers import shard
 
 
@@ -93,7 +93,7 @@ def mlp_split(pal):
     return fig
 
 
-@figure(draws=["minipar.cost.tensor_parallel.tp_collectives_per_layer"])
+@figure(draws=["minipar.cost.chapters.tensor_parallel.tp_collectives_per_layer"])
 def block_flow(pal):
     """The MLP half of a layer under tensor parallelism (top) and with sequence parallelism
     (bottom): the shape between steps, where f and g sit and which collective each is, with
@@ -172,7 +172,7 @@ def block_flow(pal):
     return fig
 
 
-@figure(draws=["minipar.cost.tensor_parallel.layer_comm_fraction"])
+@figure(draws=["minipar.cost.chapters.tensor_parallel.layer_comm_fraction"])
 def comm_share(pal):
     """Share of a GPT-3 layer's forward + backward time in its four all-reduces (nothing
     overlapped), H100 bf16 peak, b = 1, s = 2048, h = 12288, against t for three links."""

@@ -1,10 +1,10 @@
 """Figures of the chapter on composing the parallelisms, drawn from ``minipar.grid`` (the rank
-grid and its groups) and ``minipar.cost.three_d`` (the planner's memory and step terms)."""
+grid and its groups) and ``minipar.cost.planner.three_d`` (the planner's memory and step terms)."""
 
 from __future__ import annotations
 
 from figures.kit import figure
-from minipar.cost import three_d as planner
+from minipar.cost.planner import three_d as planner
 from minipar.grid import Grid
 
 GIB = 2**30
@@ -76,7 +76,7 @@ def _gpt3(pp: int, **kw):
     )
 
 
-@figure(draws=["minipar.cost.three_d.evaluate"])
+@figure(draws=["minipar.cost.planner.three_d.evaluate"])
 def memory_by_layout(pal):
     """Memory per GPU of GPT-3 175B at t = 8 against p: states fall as 1/p, activations stay."""
     ps = (1, 2, 4, 8, 16)
@@ -133,7 +133,7 @@ def _terms(c) -> list[float]:
     return out
 
 
-@figure(draws=["minipar.cost.three_d.evaluate", "minipar.cost.three_d.search"])
+@figure(draws=["minipar.cost.planner.three_d.evaluate", "minipar.cost.planner.three_d.search"])
 def step_breakdown(pal):
     """The predicted step of GPT-3 175B on 1024 A100, term by term, for four layouts."""
     m, cl = planner.MODELS["gpt3-175b"], planner.cluster(1024, 8, "A100-80GB")

@@ -8,7 +8,8 @@ with ``sys.path.insert(0, "../book/glue")``, as it imports ``book/_ext/audit.py`
 
 from __future__ import annotations
 
-from minipar.cost import three_d, validation
+from minipar.cost.planner import three_d
+from minipar.cost.validation import published as validation
 
 NAMES = {"gpt3-175b": "175B", "mt-nlg-530b": "530B"}
 
@@ -96,7 +97,7 @@ def _smallest(e: dict) -> str | None:
 
 def zero3_sentence(effects: dict | list[dict] | None = None) -> str:
     """The chapter's §5.2 clause, written from
-    :func:`minipar.cost.validation.zero3_missing_effect`'s numbers (175B and 530B) whichever
+    :func:`minipar.cost.validation.published.zero3_missing_effect`'s numbers (175B and 530B) whichever
     way they go: the book cannot say more than the model computes."""
     if effects is None:
         effects = [validation.zero3_missing_effect(m) for m in validation.ZERO3_TABLE2]

@@ -15,21 +15,28 @@ from dataclasses import dataclass
 @dataclass(frozen=True)
 class Chapter:
     """One chapter: its slug and whether it has a ``minipar bench <slug>`` (memory_time measures
-    in its notebook; the others time their implementations on ranks)."""
+    in its notebook; the others time their implementations on ranks) and where its cost model
+    lives in ``minipar.cost`` (the collectives' is the network's, three_d's the planner's)."""
 
     slug: str
     bench: bool = True
+    cost: str = "chapters"
+
+    @property
+    def cost_module(self) -> str:
+        """The chapter's cost model, e.g. ``minipar.cost.chapters.data_parallel``."""
+        return f"minipar.cost.{self.cost}.{self.slug}"
 
 
 CHAPTERS: tuple[Chapter, ...] = (
-    Chapter("collectives"),
+    Chapter("collectives", cost="network"),
     Chapter("memory_time", bench=False),
     Chapter("data_parallel"),
     Chapter("tensor_parallel"),
     Chapter("pipeline_parallel"),
     Chapter("context_parallel"),
     Chapter("expert_parallel"),
-    Chapter("three_d"),
+    Chapter("three_d", cost="planner"),
 )
 
 #: the slugs, in reading order
@@ -47,7 +54,7 @@ def parts(chapter: Chapter) -> list[str]:
         f"notebooks/{s}.ipynb",
         f"exercises/{s}/solutions",
         f"src/minipar/{s}/__init__.py",
-        f"src/minipar/cost/{s}.py",
+        f"src/{chapter.cost_module.replace('.', '/')}.py",
         f"src/minipar/widgets/{s}.js",
         f"src/minipar/widgets/{s}.py",
         f"src/minipar/grading/{s}.py",

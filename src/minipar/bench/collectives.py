@@ -1,11 +1,11 @@
 """``minipar bench collectives``: time collectives on this machine, fit α and β, report busbw.
 
 For every rank count n, op and message size S (nccl-tests convention: all-gather S = gathered
-output, reduce-scatter S = input, see :mod:`minipar.cost.collectives`) each rank times ``iters``
+output, reduce-scatter S = input, see :mod:`minipar.cost.network.collectives`) each rank times ``iters``
 calls after ``warmup`` untimed ones, each call started right after a barrier. A point's time is
 the median over iterations on each rank, then the max over ranks (the slowest rank decides when
 the collective is done). Per (op, n) we fit the α-β model of the algorithm we assume the backend
-uses (``ASSUMED_ALGORITHM``) with :func:`minipar.cost.collectives.fit_alpha_beta`.
+uses (``ASSUMED_ALGORITHM``) with :func:`minipar.cost.network.collectives.fit_alpha_beta`.
 
 The backend is the launcher's choice (``--backend auto``: NCCL with one GPU per rank when the
 machine has enough GPUs, else gloo on the CPU); tensors live on :func:`minipar.runtime.device.get_device`
@@ -24,7 +24,7 @@ import statistics
 import sys
 import time
 
-from minipar.cost import collectives as cc
+from minipar.cost.network import collectives as cc
 from minipar.cost.units import parse_bytes
 from minipar.errors import InputError
 from minipar.jsonio import dumps

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from minipar.cost import collectives as cc
+from minipar.cost.network import collectives as cc
 from minipar.cost.units import fmt_bytes, fmt_seconds
 
 

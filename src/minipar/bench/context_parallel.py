@@ -10,18 +10,18 @@ other ranks wait at a barrier). Reported beside the times:
 
 * ``contiguous_to_zigzag``: slowest-rank time of contiguous shards over zigzag's, measured in
   the same run, next to the model's causal imbalance 2cp/(cp+1) for minipar's blocks, which
-  compute a diagonal pair whole (:func:`minipar.cost.context_parallel.imbalance` with
+  compute a diagonal pair whole (:func:`minipar.cost.chapters.context_parallel.imbalance` with
   ``diagonal="whole"``; zigzag's is 1). Communication, waits and
   ranks sharing this machine's cores all add to the measured ratio.
 * bytes traced with :mod:`minipar.runtime.tracer` on one forward + backward against the model: ring,
-  bytes one rank sends (:func:`~minipar.cost.context_parallel.ring_sent_bytes_per_layer`);
+  bytes one rank sends (:func:`~minipar.cost.chapters.context_parallel.ring_sent_bytes_per_layer`);
   Ulysses, the summed input size S of its four all-to-alls (packed QKV and the output, forward
   and backward; nccl-tests' convention) and the
   (cp−1)/cp of it that leaves the rank.
 * the α-β-predicted communication time (forward + backward, not overlapped): α and bandwidth
   fitted in the same launch, from ring shifts (every rank sends to r+1 and receives from r−1, as
   a ring step does: t = α + S/W) and from gloo all-to-alls (pairwise exchange,
-  :func:`minipar.cost.collectives.fit_alpha_beta`), both the fastest of a few tries of 4
+  :func:`minipar.cost.network.collectives.fit_alpha_beta`), both the fastest of a few tries of 4
   back-to-back calls per size (α clamped at 0 when noise makes it negative).
 
 A benchmark reports, it never asserts: ranks share this machine's cores, so numbers are noisy;
@@ -33,8 +33,8 @@ from __future__ import annotations
 import time
 from statistics import median
 
-from minipar.cost import context_parallel as C
-from minipar.cost.collectives import fit_alpha_beta
+from minipar.cost.chapters import context_parallel as C
+from minipar.cost.network.collectives import fit_alpha_beta
 from minipar.errors import InputError
 
 from .common import MAX_RANKS, add_common, check, emit
@@ -136,7 +136,7 @@ def bench_on_rank(rank: int, cp: int, b: int, a: int, s: int, d: int, steps: int
 def _fit(sizes, ring_s, a2a_s, cp) -> dict:
     """α (s) and bandwidth (bytes/s) of one ring shift and of the all-to-all; a fit that the
     noise made meaningless (bandwidth <= 0) says so instead of predicting."""
-    from minipar.cost.calibrate import fit_line  # noqa: PLC0415 (minipar.cost.calibrate ~14 ms: `minipar --help` imports this module)
+    from minipar.cost.validation.calibrate import fit_line  # noqa: PLC0415 (minipar.cost.validation.calibrate ~14 ms: `minipar --help` imports this module)
 
     out = {}
     for name, fitted in (

@@ -17,15 +17,15 @@ choice. Reported:
   that share this machine's cores do not slow each other down; the fastest of ``--steps`` tries.
   ``measured_imbalance`` = the most loaded rank's expert time over the mean; beside it
   ``counted_imbalance``, the most loaded rank's rows over the mean
-  (:func:`minipar.cost.expert_parallel.imbalance`).
+  (:func:`minipar.cost.chapters.expert_parallel.imbalance`).
 * bytes: every collective of one forward + backward traced with :mod:`minipar.runtime.tracer`, against
-  :func:`minipar.cost.expert_parallel.layer_events` from the routed counts (all-to-all input
+  :func:`minipar.cost.chapters.expert_parallel.layer_events` from the routed counts (all-to-all input
   size S, nccl-tests' convention).
 * the α-β-predicted time of the four token all-to-alls
-  (:func:`~minipar.cost.expert_parallel.layer_comm_time`, set by the largest buffer) with α and
+  (:func:`~minipar.cost.chapters.expert_parallel.layer_comm_time`, set by the largest buffer) with α and
   bandwidth fitted in the same launch from gloo all-to-alls timed as the chapter times them
   (median of a few tries per size; pairwise exchange,
-  :func:`minipar.cost.collectives.fit_alpha_beta`; α clamped at 0 when noise makes it negative).
+  :func:`minipar.cost.network.collectives.fit_alpha_beta`; α clamped at 0 when noise makes it negative).
 
 * ``kernels``: in this process, one forward + backward of the experts' MLPs on n·x·K rows
   spread evenly at random over ``--grouped-experts`` experts, three ways
@@ -44,8 +44,8 @@ import time
 from dataclasses import dataclass, replace
 from statistics import median
 
-from minipar.cost.collectives import fit_alpha_beta
-from minipar.cost.expert_parallel import imbalance, layer_comm_time, layer_events
+from minipar.cost.chapters.expert_parallel import imbalance, layer_comm_time, layer_events
+from minipar.cost.network.collectives import fit_alpha_beta
 from minipar.errors import InputError
 
 from .common import MAX_RANKS, add_common, check, emit

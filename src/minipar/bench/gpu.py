@@ -1,6 +1,6 @@
 """``minipar calibrate gpu``: measure this GPU's kernel constants, write its JSON profile.
 
-What :mod:`minipar.cost.compute` needs of a GPU, measured on the reader's card in well under a
+What :mod:`minipar.cost.kernels.compute` needs of a GPU, measured on the reader's card in well under a
 minute, the way ``measurements/h200_layer_gemm_times.json`` measured the H200 (bf16, CUDA
 events around each call, the median of repeats after warm-up, random data):
 
@@ -15,8 +15,8 @@ events around each call, the median of repeats after warm-up, random data):
                                                                        bytes per score
   adam      ``torch.optim.Adam(fused=True)`` on fp32 parameters      → the optimizer's bandwidth
 
-:func:`minipar.cost.kernel_fit.fit_gpu` turns the timings into a :class:`GPU`, written with the
-raw timings under ``"measured"``; :func:`minipar.cost.hardware.load_gpu_profile` reads it back
+:func:`minipar.cost.validation.kernel_fit.fit_gpu` turns the timings into a :class:`GPU`, written with the
+raw timings under ``"measured"``; :func:`minipar.cost.kernels.hardware.load_gpu_profile` reads it back
 (``minipar plan --gpu-profile FILE``). The dense bf16 peak comes from the preset whose name the
 device's matches (H200, H100 PCIe or SXM, A100), or ``--peak-tflops``; failing both, the
 measured ceiling stands in for the peak (η = 1) and the profile says so.
@@ -34,8 +34,9 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
-from minipar.cost import compute, kernel_fit
-from minipar.cost.hardware import GPU, GPUS, gpu_profile
+from minipar.cost.kernels import compute
+from minipar.cost.kernels.hardware import GPU, GPUS, gpu_profile
+from minipar.cost.validation import kernel_fit
 from minipar.errors import InputError
 from minipar.jsonio import dumps
 
@@ -207,7 +208,7 @@ def device_timer(device: str, repeats: int, warmup: int = 3) -> Callable[[Probe]
 
 
 def measure(plan: Plan, device: str, timer: Callable[[Probe], float]) -> dict:
-    """The timings in :mod:`minipar.cost.kernel_fit`'s format."""
+    """The timings in :mod:`minipar.cost.validation.kernel_fit`'s format."""
     out: dict = {"gemms": [], "layers": [], "adam": []}
     gemm_index = 0
     for p in probes(plan, device):

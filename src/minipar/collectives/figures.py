@@ -1,10 +1,10 @@
 """Figures for the collectives chapter: primitives before/after, the ring step by step, and the
-α-β cost of all-reduce algorithms (from :mod:`minipar.cost.collectives`)."""
+α-β cost of all-reduce algorithms (from :mod:`minipar.cost.network.collectives`)."""
 
 from __future__ import annotations
 
-from minipar.cost import collectives as cc
-from minipar.cost.hardware import LINKS
+from minipar.cost.kernels.hardware import LINKS
+from minipar.cost.network import collectives as cc
 
 
 def _cells(ax, rows, n, title, label=str, color=None):

@@ -15,7 +15,7 @@ dK/dV blocks, about the ring's (which sends cp dK/dV blocks). The difference is 
 gather sits before the attention kernel, exposed, while the ring's transfers hide behind its
 block compute; and the all-gather needs one synchronisation per layer where the ring needs cp,
 so per-step imbalance (document masks) and per-step latency cost it nothing
-(:mod:`minipar.cost.context_parallel`). With grouped-query attention the K/V are h/h_kv times
+(:mod:`minipar.cost.chapters.context_parallel`). With grouped-query attention the K/V are h/h_kv times
 smaller than Q, which is why Llama 3 found the exposed gather small next to attention's O(s²)
 compute, and an arbitrary mask is one kernel call over the whole K/V instead of cp slices.
 """

@@ -29,7 +29,7 @@ rounding per hop).
 Backward (its own, no all-gather of the sequence): K/V travel the ring again; beside each block
 travels its dK/dV accumulator, to which every rank adds its share, and which arrives back home
 after cp hops. Traffic per rank per call: forward cp−1 K/V blocks; backward cp−1 K/V blocks and
-cp dK/dV blocks in the accumulator's dtype (:mod:`minipar.cost.context_parallel`).
+cp dK/dV blocks in the accumulator's dtype (:mod:`minipar.cost.chapters.context_parallel`).
 """
 
 from __future__ import annotations

@@ -12,12 +12,14 @@ from dataclasses import asdict, replace
 
 from ..errors import InputError
 from ..jsonio import print_json
-from . import collectives, hardware, model
-from . import memory_time as memory
-from . import pipeline_parallel as pipeline
-from . import three_d as planner
-from .breakdown import check_layout
-from .term_table import TERMS
+from . import model
+from .chapters import memory_time as memory
+from .chapters import pipeline_parallel as pipeline
+from .kernels import hardware
+from .network import collectives
+from .planner import three_d as planner
+from .planner.breakdown import check_layout
+from .planner.term_table import TERMS
 from .units import fmt_bytes, fmt_seconds, parse_bytes
 
 
@@ -321,7 +323,7 @@ def add_parser(subparsers) -> None:
     add_plan_parser(subparsers)
 
 
-# --- minipar plan: the 3D planner (minipar.cost.three_d) ------------------------------------
+# --- minipar plan: the 3D planner (minipar.cost.planner.three_d) ------------------------------------
 
 
 def _plan_model(args) -> "planner.ModelShape":
@@ -381,7 +383,7 @@ def _plan_cluster(args) -> "planner.Cluster":
 
 def plan_inputs(args):
     """(model, cluster, space, options) of ``minipar plan``: the one place where every default
-    is decided (:func:`minipar.cost.three_d.plan_options`)."""
+    is decided (:func:`minipar.cost.planner.three_d.plan_options`)."""
     m_, cl = _plan_model(args), _plan_cluster(args)
     space = planner.Space(
         **{k: getattr(args, k) for k in ("tp", "pp", "dp", "micro_batch", "zero", "recompute")},
@@ -525,7 +527,7 @@ def _plan_json(m_, cl, opts, shown, sens=None) -> int:
 
 
 def _term_columns(shown) -> list:
-    """The term table's columns (:data:`minipar.cost.term_table.TERMS`) that are not zero in
+    """The term table's columns (:data:`minipar.cost.planner.term_table.TERMS`) that are not zero in
     every row shown, the DP and ZeRO-3 ones always."""
     always = {"tp", "pp", "dp_exposed"}
     return [

@@ -13,7 +13,7 @@ import torch.nn.functional as F
 from torch.distributed.algorithms.ddp_comm_hooks import default_hooks, powerSGD_hook
 from torch.nn.parallel import DistributedDataParallel as DDP
 
-from minipar.cost.collectives import ring_bytes_per_rank
+from minipar.cost.network.collectives import ring_bytes_per_rank
 from minipar.runtime.device import get_device
 from minipar.runtime.tracer import trace
 
@@ -128,7 +128,7 @@ _COST_OP = {
 
 def ring_bytes(op_bytes: dict, n: int) -> float:
     """Bytes one rank sends in a ring for traced nccl-tests sizes {op: bytes} (the cost model's
-    :func:`minipar.cost.collectives.ring_bytes_per_rank`, applied op by op)."""
+    :func:`minipar.cost.network.collectives.ring_bytes_per_rank`, applied op by op)."""
     return sum(
         ring_bytes_per_rank(_COST_OP[op], n, b) for op, b in op_bytes.items() if op in _COST_OP
     )

@@ -1,9 +1,9 @@
 """Modelled data-parallel scaling at cluster sizes a CPU cannot run, and the staleness toy.
 
 Every number comes from :mod:`minipar.cost`: compute from 6·Ψ·T at
-:data:`minipar.cost.data_parallel.ACHIEVED_FLOPS`, the 1 : 2 forward/backward split, link
-presets from :data:`minipar.cost.hardware.LINKS`, the all-reduce from
-:func:`minipar.cost.data_parallel.allreduce_seconds` (ring inside a node of 8 GPUs; across nodes
+:data:`minipar.cost.chapters.data_parallel.ACHIEVED_FLOPS`, the 1 : 2 forward/backward split, link
+presets from :data:`minipar.cost.kernels.hardware.LINKS`, the all-reduce from
+:func:`minipar.cost.chapters.data_parallel.allreduce_seconds` (ring inside a node of 8 GPUs; across nodes
 a flat ring or NCCL's double binary tree).
 """
 
@@ -13,7 +13,7 @@ from typing import NamedTuple
 
 import torch
 
-from minipar.cost.data_parallel import (
+from minipar.cost.chapters.data_parallel import (
     allreduce_seconds,
     compute_seconds,
     dp_step_time,

@@ -19,8 +19,8 @@ import torch.distributed as dist
 import torch.nn.functional as F
 from torch.nn.parallel import DistributedDataParallel as DDP
 
-from minipar.cost.collectives import collective_time, fit_alpha_beta
-from minipar.cost.data_parallel import dp_step_time
+from minipar.cost.chapters.data_parallel import dp_step_time
+from minipar.cost.network.collectives import collective_time, fit_alpha_beta
 from minipar.runtime import launch
 from minipar.runtime.device import get_device, resolve_backend, synchronize
 

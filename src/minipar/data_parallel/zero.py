@@ -52,7 +52,7 @@ import torch
 import torch.distributed as dist
 from torch.utils._pytree import tree_leaves
 
-from minipar.cost.memory_time import check_zero_stage
+from minipar.cost.chapters.memory_time import check_zero_stage
 
 
 def _free(t: torch.Tensor) -> None:

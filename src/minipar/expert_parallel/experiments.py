@@ -14,8 +14,7 @@ from dataclasses import dataclass
 import torch
 import torch.distributed as dist
 
-from minipar.cost.collectives import fit_alpha_beta
-from minipar.cost.expert_parallel import (
+from minipar.cost.chapters.expert_parallel import (
     all_gather_events,
     dispatch_rows,
     folded_block_events,
@@ -24,6 +23,7 @@ from minipar.cost.expert_parallel import (
     layer_events,
     node_dedup_events,
 )
+from minipar.cost.network.collectives import fit_alpha_beta
 from minipar.dist import group_rank, group_size
 from minipar.grid import Grid, new_groups
 from minipar.runtime import launch, tracer
@@ -390,7 +390,7 @@ def _a2a_times_on_rank(rank: int, n: int, sizes: list[int], iters: int) -> list[
 
 def all_to_all_fit(n: int = 2, sizes=(2**12, 2**16, 2**19, 2**22), iters: int = 5) -> dict:
     """Time gloo's all-to-all on n ranks at several S and fit the pairwise-exchange α-β model
-    (:func:`minipar.cost.collectives.fit_alpha_beta`, the collectives chapter's method, applied
+    (:func:`minipar.cost.network.collectives.fit_alpha_beta`, the collectives chapter's method, applied
     to the all-to-all). Returns sizes, seconds (max over ranks), and α, bandwidth or the fit's
     error (timings on a busy machine can make the fit meaningless: then it says so)."""
     per_rank = run(_a2a_times_on_rank, n, list(sizes), iters)
@@ -682,7 +682,7 @@ def folded_traffic_on_rank(
     rank: int, world: int, t: int, d: int, ep: int, experts: int = 12, top_k: int = 2
 ) -> dict:
     """One traced training step (forward, backward, gradient reduction) of the folded block,
-    and :func:`minipar.cost.expert_parallel.folded_block_events` from the routed counts
+    and :func:`minipar.cost.chapters.expert_parallel.folded_block_events` from the routed counts
     (gathered outside the trace). Events compared as sorted lists."""
     grid = Grid(d=d, t=t, ep=ep)
     groups = new_groups(grid, ("tp", "dp_cp", "ep", "edp"))

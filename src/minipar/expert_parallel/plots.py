@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import matplotlib.pyplot as plt
 
-from minipar.cost.expert_parallel import imbalance
+from minipar.cost.chapters.expert_parallel import imbalance
 
 
 def balance(runs: dict[str, dict], ep: int, title: str = ""):

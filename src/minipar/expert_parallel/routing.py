@@ -30,7 +30,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from minipar.cost.expert_parallel import capacity  # noqa: F401  one definition, the cost model's
+from minipar.cost.chapters.expert_parallel import capacity  # noqa: F401  one definition, the cost model's
 
 
 def top_k_gates(

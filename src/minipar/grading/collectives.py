@@ -18,7 +18,7 @@ import contextlib
 import os
 import re
 
-from minipar.cost import collectives as cc
+from minipar.cost.network import collectives as cc
 from minipar.grading import GradeFailure, as_number, close_number, reason_for, task
 from minipar.grading.compare import type_error
 from minipar.grading.declare import Clause

@@ -37,7 +37,7 @@ FORBIDDEN: dict[str, tuple[str, ...]] = {
     "pipeline_parallel": ("minipar.pipeline_parallel",),
     # 3D: the grid (exercise 1) and the planner, which holds the cost-per-token formula
     # (exercise 3) -- a checker whose exercise is *about* using the planner passes its own list
-    "three_d": ("minipar.three_d", "minipar.cost.three_d"),
+    "three_d": ("minipar.three_d", "minipar.cost.planner.three_d"),
     "context_parallel": ("minipar.context_parallel",),
     "expert_parallel": ("minipar.expert_parallel",),
 }

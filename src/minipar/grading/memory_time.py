@@ -7,7 +7,7 @@ published one, and compared with :mod:`minipar.cost`. When a wrong value equals 
 
 from __future__ import annotations
 
-from minipar.cost.memory_time import activation_bytes_per_layer, model_state_bytes
+from minipar.cost.chapters.memory_time import activation_bytes_per_layer, model_state_bytes
 from minipar.cost.model import flops_per_iteration, param_count
 from minipar.grading.limits import run_ranks
 

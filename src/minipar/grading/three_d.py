@@ -1,6 +1,6 @@
 """Checkers for the "Putting them together" exercises: rank-grid groups against
 :class:`minipar.three_d.RankGrid`, a chosen (d, t, p) against the planner's feasible set, a
-cost per token against :func:`minipar.cost.three_d.dollars_per_million_tokens`, and the cp,
+cost per token against :func:`minipar.cost.planner.three_d.dollars_per_million_tokens`, and the cp,
 dp_cp and folded ep/edp groups of the five-dimensional grid against :class:`minipar.grid.Grid`.
 Group lists are shown in full with what differs, or the known slip is named; answers to
 exercises 1, 3 and 4 that use the course's grid or planner are rejected
@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import itertools
 
-from minipar.cost import three_d as planner
+from minipar.cost.planner import three_d as planner
 from minipar.grid import Grid
 from minipar.three_d.grid import RankGrid
 
@@ -253,7 +253,7 @@ FIVE_D_SHAPES = [
 ]  # (d, t, p, cp, ep)
 FIVE_D_UNSUPPORTED = (1, 2, 1, 3, 4)  # ep = 4 does not divide t·cp·d = 6: a ValueError
 FIVE_D_KINDS = ("cp", "dp_cp", "ep", "edp")
-FIVE_D_FORBIDDEN = ("minipar.grid", "minipar.three_d", "minipar.cost.three_d")
+FIVE_D_FORBIDDEN = ("minipar.grid", "minipar.three_d", "minipar.cost.planner.three_d")
 
 
 def _five_d_slips(d, t, p, cp, ep) -> dict:
@@ -568,7 +568,7 @@ CLAUSES = {
             "write it, not the course's",
             _IN_USD,
             "usd_from_course",
-            "course's own minipar.cost.three_d (dollars_per_million_tokens)",
+            "course's own minipar.cost.planner.three_d (dollars_per_million_tokens)",
         ),
     ),
     "three_d.five_d_groups": (

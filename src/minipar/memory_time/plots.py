@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from minipar.cost.breakdown import per_gpu_memory
+from minipar.cost.planner.breakdown import per_gpu_memory
 from minipar.cost.units import GiB
 
 LAYOUTS = {  # label -> keyword arguments of per_gpu_memory for N GPUs

@@ -7,7 +7,7 @@ gloo ranks, tracing the first step's p2p messages; ``bubble_runs`` calls the ben
 
 from __future__ import annotations
 
-from minipar.cost.pipeline_parallel import pp_p2p_bytes_per_microbatch
+from minipar.cost.chapters.pipeline_parallel import pp_p2p_bytes_per_microbatch
 from minipar.runtime.launch import run
 
 from .measure import StageTimes, measure_bubble

@@ -1,5 +1,5 @@
 """What each schedule should achieve, in closed form (equal stages, free communication); the
-formulas live in :mod:`minipar.cost.pipeline_parallel`.
+formulas live in :mod:`minipar.cost.chapters.pipeline_parallel`.
 
 Bubble as a fraction of the step (GPipe's convention), with t_F, t_B, t_W the times of one
 micro-batch's forward, input-gradient and weight-gradient work on one rank's whole share:
@@ -19,7 +19,7 @@ Peak micro-batches whose activations a rank holds (in chunk units for interleave
 
 from __future__ import annotations
 
-from minipar.cost.pipeline_parallel import (
+from minipar.cost.chapters.pipeline_parallel import (
     bubble_fraction_of_total,
     peak_microbatches,
     zb_h1_bubble_fraction,

@@ -22,7 +22,7 @@ DDP's C++ reducer makes, goes through a ``c10d::*`` dispatcher op. So:
 ``bytes`` is the size nccl-tests reports for the op: the whole buffer S (all-reduce: the tensor;
 all-gather: the gathered output; reduce-scatter: the input being reduced; all-to-all: the input;
 broadcast/reduce: the tensor; send/recv: the tensor). What a rank actually puts on the wire for a
-given algorithm is the cost model's job (:func:`minipar.cost.collectives.ring_bytes_per_rank`),
+given algorithm is the cost model's job (:func:`minipar.cost.network.collectives.ring_bytes_per_rank`),
 except for send/recv, where ``bytes`` is exactly what moves.
 
 **which group**: every event records the global ranks of its process group (``group``) and the

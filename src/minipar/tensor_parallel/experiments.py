@@ -14,7 +14,7 @@ import torch.distributed
 import torch.nn as nn
 import torch.nn.functional as F
 
-from minipar.cost.tensor_parallel import activation_items
+from minipar.cost.chapters.tensor_parallel import activation_items
 from minipar.memory_time.activations import device_conventions, saved_bytes
 from minipar.model import GPT, GPTConfig, Layer
 from minipar.runtime import launch
@@ -301,7 +301,7 @@ def block_saved_bytes(
 ) -> dict:
     """Bytes one rank's :class:`ParallelBlock` saves for backward on a micro-batch (dropout on,
     measured with :func:`minipar.memory_time.activations.saved_bytes`), and the per-rank items of
-    :func:`minipar.cost.tensor_parallel.activation_items` with this device's conventions."""
+    :func:`minipar.cost.chapters.tensor_parallel.activation_items` with this device's conventions."""
     c = c or GPTConfig(L=1, h=48, a=12, s=12, V=96, dropout=0.1)
     tracker = model_parallel_seed(0, rank)
     blk = ParallelBlock.from_full(

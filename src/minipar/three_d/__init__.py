@@ -10,7 +10,7 @@
                     folded) on minipar.grid.Grid, compared with one process; traffic per group
     moe_gpt.py      the capstone's one-process MoE GPT
 
-The planner that chooses (d, t, p) is pure Python: :mod:`minipar.cost.three_d`.
+The planner that chooses (d, t, p) is pure Python: :mod:`minipar.cost.planner.three_d`.
 """
 
 from .grid import Coord, Groups, RankGrid, new_groups

@@ -1,7 +1,7 @@
 """Closing the loop on the reader's machine: measure what the tiny 3D GPT is made of (one
 layer, its sequence-parallel block per TP degree, the embedding and head, Adam, the collectives
 per group size, a send/recv) and the cores the ranks get, predict its step time under every
-(d, t, p) layout of the ranks (:mod:`minipar.cost.calibrate`), then run each layout and
+(d, t, p) layout of the ranks (:mod:`minipar.cost.validation.calibrate`), then run each layout and
 compare.
 
 Everything runs on gloo ranks of this machine through :func:`minipar.runtime.launch.run`; ranks share the
@@ -17,7 +17,7 @@ from dataclasses import asdict, replace
 import torch
 import torch.distributed as dist
 
-from minipar.cost import calibrate as model
+from minipar.cost.validation import calibrate as model
 from minipar.data_parallel.zero import ZeRO
 from minipar.model import GPT, GPTConfig, Layer, token_batches
 from minipar.pipeline_parallel.executor import PipelineExecutor
@@ -188,7 +188,7 @@ def measure_on_rank(
 
 
 def calibrate(ranks: int = 4, config: GPTConfig = TINY, reps: int = 3) -> model.Machine:
-    """Measure on ``ranks`` gloo ranks and fit :class:`minipar.cost.calibrate.Machine`."""
+    """Measure on ``ranks`` gloo ranks and fit :class:`minipar.cost.validation.calibrate.Machine`."""
     return fit_machine(
         run(measure_on_rank, ranks, config, BATCHES, reps, backend="gloo"), ranks, config
     )
@@ -207,11 +207,11 @@ def _slowest(per: list[dict], key: str, *path, i: int = 0) -> tuple[list, list]:
 def fit_machine(
     per: list[dict], ranks: int, config: GPTConfig = TINY, cores: float | None = None
 ) -> model.Machine:
-    """:class:`minipar.cost.calibrate.Machine` from every rank's :func:`measure_on_rank`:
+    """:class:`minipar.cost.validation.calibrate.Machine` from every rank's :func:`measure_on_rank`:
     compute terms from CPU seconds (the cores they share are the model's business,
     ``cores``: default what the ranks got while all of them computed (every burst without
     communication: layer, stage, t = 1 block),
-    :func:`~minipar.cost.calibrate.effective_cores`), communication terms from wall seconds
+    :func:`~minipar.cost.validation.calibrate.effective_cores`), communication terms from wall seconds
     with every group busy at once (the slowest rank per point)."""
     bs, secs = _slowest(per, "layer", i=1)
     c0, rate = model.fit_compute([model.layer_flops(b, config.s, config.h) for b in bs], secs)

@@ -1,17 +1,17 @@
 """Pure-Python helpers behind the chapter's notebook (no torch): the hand calculation, the
 planner's runs, its validation against published measurements, cost per token. Every number
-comes from :mod:`minipar.cost` (the planner :mod:`minipar.cost.three_d`, the published runs
-:mod:`minipar.cost.validation`); this module only chooses inputs and collects rows.
+comes from :mod:`minipar.cost` (the planner :mod:`minipar.cost.planner.three_d`, the published runs
+:mod:`minipar.cost.validation.published`); this module only chooses inputs and collects rows.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from minipar.cost import three_d as planner
-from minipar.cost import validation
-from minipar.cost.hardware import GPUS
-from minipar.cost.memory_time import activation_bytes_per_layer
+from minipar.cost.chapters.memory_time import activation_bytes_per_layer
+from minipar.cost.kernels.hardware import GPUS
+from minipar.cost.planner import three_d as planner
+from minipar.cost.validation import published as validation
 
 GiB = 2**30
 
@@ -72,7 +72,7 @@ def hand_calculation(setting: HandSetting = HandSetting()) -> dict:
     no sequence parallelism, b = 1), step by step: the numbers the chapter prints, recomputed.
 
     ``tp_allreduces``: 6 per layer per micro-batch with full recomputation (2 forward, 2 in
-    the recomputed forward, 2 backward; :func:`minipar.cost.three_d.tp_collectives`).
+    the recomputed forward, 2 backward; :func:`minipar.cost.planner.three_d.tp_collectives`).
     ``tp16_ratio``: TP over two nodes (t = 16) against t = 8 on NVLink, per layer, with NCCL's
     one ring per NIC (a node's ``gpus_per_node`` NICs share the inter-node bytes);
     ``tp16_one_nic_ratio``: the same through a single NIC."""
@@ -151,12 +151,12 @@ def published_rows(top: int = 3) -> dict:
 
 
 def validation_summary() -> dict:
-    """The planner against measured runs (:mod:`minipar.cost.validation`): the published rows
+    """The planner against measured runs (:mod:`minipar.cost.validation.published`): the published rows
     as run, the largest |error|, the rows outside ±10 %, Spearman's rank correlation of
     predicted and published TFLOP/s over Table 1 of Narayanan et al. 2021 as run, Table 1 under
     each micro-batch choice (``modes``: as run, 1, the planner's; ``settled``: b = v = 1),
     the A100's constants fitted on half of Table 1 and checked on the other half (``fit``,
-    :func:`minipar.cost.validation.split_check`), two negative controls settled the same way
+    :func:`minipar.cost.validation.published.split_check`), two negative controls settled the same way
     (``old``: the 2021 model, tile/wave GEMM rule and 20 bytes per score, η alone;
     ``waves_fit``: the tile rule with both constants fitted), the H200 GEMM evidence against
     the tile rule, the H200 validation set and the §5.2 ZeRO-3 comparison."""
@@ -289,7 +289,7 @@ def cost_per_token(
     """Best layout and $ per million tokens on H100 SXM (NVLink) and H100 PCIe servers, same
     InfiniBand between nodes, at the given $/GPU-hour; a third row keeps the SXM compute and
     price but puts a PCIe link between the GPUs, to separate the link from the chip.
-    ``zero3_collectives``: as :func:`minipar.cost.three_d.evaluate` (``None``: the planner's
+    ``zero3_collectives``: as :func:`minipar.cost.planner.three_d.evaluate` (``None``: the planner's
     default, NCCL's hierarchical algorithm; ``"flat-ring"``: DeepSpeed's 2021 rate)."""
     z3 = {} if zero3_collectives is None else {"zero3_collectives": zero3_collectives}
     m = planner.MODELS[model]

@@ -44,9 +44,9 @@ import torch.nn.functional as F
 
 from minipar.context_parallel.block import RingParallelAttention
 from minipar.context_parallel.sharding import positions, shard_sequence
-from minipar.cost.context_parallel import ring_sent_bytes_per_layer
-from minipar.cost.pipeline_parallel import pp_p2p_bytes_per_microbatch
-from minipar.cost.tensor_parallel import tp_collectives_per_layer
+from minipar.cost.chapters.context_parallel import ring_sent_bytes_per_layer
+from minipar.cost.chapters.pipeline_parallel import pp_p2p_bytes_per_microbatch
+from minipar.cost.chapters.tensor_parallel import tp_collectives_per_layer
 from minipar.dist import allreduce_flat, group_rank, group_size
 from minipar.expert_parallel import ExpertParallelMoE
 from minipar.grid import Grid, new_groups
@@ -263,13 +263,13 @@ def expected_traffic(
     ``reduced``: the elements :func:`reduce_gradients` reduced (router, dense, experts).
 
     tp  per layer and micro-batch four collectives of S = b·(s/cp)·h (Shoeybi et al. 2019 §3,
-        :func:`minipar.cost.tensor_parallel.tp_collectives_per_layer`: the attention's f and g
+        :func:`minipar.cost.chapters.tensor_parallel.tp_collectives_per_layer`: the attention's f and g
         stay all-reduces; the MoE's split and gather replace the MLP's two by two all-gathers of
         the same S); and once per step the router's gradient;
-    cp  ring attention's K/V sends, :func:`minipar.cost.context_parallel.ring_sent_bytes_per_layer`
+    cp  ring attention's K/V sends, :func:`minipar.cost.chapters.context_parallel.ring_sent_bytes_per_layer`
         with h_kv = h/t (each TP rank's heads);
     pp  one (b, s/cp, h) message per micro-batch and direction of each boundary the rank has
-        (:func:`minipar.cost.pipeline_parallel.pp_p2p_bytes_per_microbatch` counts both
+        (:func:`minipar.cost.chapters.pipeline_parallel.pp_p2p_bytes_per_microbatch` counts both
         directions);
     ep  per layer and micro-batch, the count exchange (E int64) and four token all-to-alls
         whose inputs sum over the group to 4·ep·n·K rows, n = b·s/(cp·t) tokens per rank

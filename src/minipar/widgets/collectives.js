@@ -1,4 +1,4 @@
-// Collectives chapter: the α-β cost model of minipar.cost.collectives, in JavaScript, and the
+// Collectives chapter: the α-β cost model of minipar.cost.network.collectives, in JavaScript, and the
 // chapter's explorer. Twin of the Python functions named in each comment; the parity test
 // (tests/test_explorer_parity.py) checks them against Python over a grid of inputs.
 // Formulas: Thakur, Rabenseifner & Gropp 2005; busbw: nccl-tests PERFORMANCE.md.

@@ -1,5 +1,5 @@
 // minipar-requires: collectives
-// Context-parallel chapter: JavaScript twins of minipar.cost.context_parallel and of
+// Context-parallel chapter: JavaScript twins of minipar.cost.chapters.context_parallel and of
 // minipar.widgets.context_parallel.cp_layer_model; the cp-layer explorer. Sources: Liu et al.
 // 2023 (ring: cp−1 K/V blocks forward, overlap when block compute ≥ transfer; dK/dV accumulators
 // in float32 as ring-flash-attention circulates them, Transformer Engine's in bf16); Dubey et al. 2024

@@ -3,7 +3,7 @@ forward time and causal imbalance as the sequence length, cp, the layout, the li
 number of packed documents vary.
 
 The browser evaluates ``widgets/context_parallel.js``; its model is the JavaScript twin of
-:func:`cp_layer_model`, which composes :mod:`minipar.cost.context_parallel` (Liu et al. 2023 for
+:func:`cp_layer_model`, which composes :mod:`minipar.cost.chapters.context_parallel` (Liu et al. 2023 for
 the ring, Jacobs et al. 2023 for Ulysses, Korthikanti et al. 2022 for the activations, Dubey et
 al. 2024 §3.3.2 and Dao 2023's variable-length kernels for the document mask).
 tests/test_context_parallel_explorer.py checks the twins agree.
@@ -13,8 +13,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from minipar.cost import context_parallel as C
-from minipar.cost.hardware import GPUS, LINKS
+from minipar.cost.chapters import context_parallel as C
+from minipar.cost.kernels.hardware import GPUS, LINKS
 from minipar.widgets import Explorer
 from minipar.widgets.inputs import check_numbers, check_values
 
@@ -94,7 +94,7 @@ def cp_layer_model(**controls) -> dict:
 
     ``documents``: the sequence packed as that many equal documents (:func:`equal_documents`)
     under a causal document mask; ``document_times`` is
-    :func:`minipar.cost.context_parallel.document_attention_times` for them (forward seconds of
+    :func:`minipar.cost.chapters.context_parallel.document_attention_times` for them (forward seconds of
     the ring, which pays each step's slowest rank, and of all-gather CP, which pays its gather
     and its slowest rank's total), None for striped shards, which that model does not cover.
 
@@ -130,7 +130,7 @@ def cp_layer_model(**controls) -> dict:
 
 
 def cp_config() -> dict:
-    """Links (α, per-direction bandwidth) and GPUs' dense bf16 peaks, from minipar.cost.hardware."""
+    """Links (α, per-direction bandwidth) and GPUs' dense bf16 peaks, from minipar.cost.kernels.hardware."""
     return {
         "links": {name: {"alpha": L.alpha, "bandwidth": L.bandwidth} for name, L in LINKS.items()},
         "gpus": {name: g.peak_flops["bf16"] for name, g in GPUS.items()},

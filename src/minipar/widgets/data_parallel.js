@@ -1,5 +1,5 @@
 // minipar-requires: collectives, memory_time
-// Data-parallel chapter: JavaScript twins of minipar.cost.data_parallel (bucket_sizes,
+// Data-parallel chapter: JavaScript twins of minipar.cost.chapters.data_parallel (bucket_sizes,
 // dp_step_time, allreduce_seconds; the DDP schedule of Li et al. 2020 §3.2.3) and of the
 // explorer models in minipar/widgets/data_parallel.py; the step-time and ZeRO explorers.
 // Parity with Python: tests/test_explorer_parity.py.

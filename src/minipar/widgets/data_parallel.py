@@ -1,8 +1,8 @@
 """Explorers for the data-parallel chapter: DP step time, and ZeRO memory per GPU.
 
 The browser evaluates ``widgets/data_parallel.js``; its models are the JavaScript twins of the
-two pure functions below, which compose :mod:`minipar.cost.data_parallel` (the DDP schedule of
-Li et al. 2020) and :func:`minipar.cost.memory_time.model_state_bytes` (ZeRO, Rajbhandari et al.
+two pure functions below, which compose :mod:`minipar.cost.chapters.data_parallel` (the DDP schedule of
+Li et al. 2020) and :func:`minipar.cost.chapters.memory_time.model_state_bytes` (ZeRO, Rajbhandari et al.
 2020). tests/test_explorer_parity.py checks the twins agree.
 """
 
@@ -11,9 +11,9 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from minipar.cost.data_parallel import allreduce_seconds, dp_step_time, forward_backward
-from minipar.cost.hardware import LINKS
-from minipar.cost.memory_time import ZERO_STAGES, model_state_bytes
+from minipar.cost.chapters.data_parallel import allreduce_seconds, dp_step_time, forward_backward
+from minipar.cost.chapters.memory_time import ZERO_STAGES, model_state_bytes
+from minipar.cost.kernels.hardware import LINKS
 from minipar.widgets import Explorer
 from minipar.widgets.inputs import check_values
 
@@ -41,7 +41,7 @@ class DPStepControls:
 
 def dp_step_model(**controls) -> dict:
     """One modelled step: compute split into forward and backward by
-    :func:`minipar.cost.data_parallel.forward_backward` (1/3, 2/3), and each bucket's all-reduce.
+    :func:`minipar.cost.chapters.data_parallel.forward_backward` (1/3, 2/3), and each bucket's all-reduce.
 
     Up to ``gpus_per_node`` GPUs a ring over ``intra``; beyond, the hierarchical all-reduce
     (``inter`` across nodes). Returns the cost model's DPStep fields plus ``efficiency`` and

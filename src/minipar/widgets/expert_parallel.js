@@ -1,5 +1,5 @@
 // minipar-requires: collectives
-// Expert-parallel chapter: JavaScript twins of minipar.cost.expert_parallel (capacity,
+// Expert-parallel chapter: JavaScript twins of minipar.cost.chapters.expert_parallel (capacity,
 // check_shapes, even_dispatch_bytes, all_to_all_time, expert_params_per_rank, moe_params,
 // skewed_loads, off_node_fraction, ep_layer_model); the ep-layer explorer. Sources: GShard (Lepikhin et al. 2021)
 // §2.2 and §3.2, Switch (Fedus et al. 2022) §2.2, Mixtral (Jiang et al. 2024) Table 1, Thakur et

@@ -4,25 +4,25 @@ number of experts), and expert memory per rank, as tokens, experts, top-K, x, th
 factor, a skewed router, the node size and the link vary.
 
 The browser evaluates ``widgets/expert_parallel.js``; its model is the JavaScript twin of
-:func:`minipar.cost.expert_parallel.ep_layer_model` (GShard §2.2 and §3.2; Switch §2.2; the
+:func:`minipar.cost.chapters.expert_parallel.ep_layer_model` (GShard §2.2 and §3.2; Switch §2.2; the
 pairwise-exchange all-to-all of Thakur et al. 2005). tests/test_expert_parallel_explorer.py
 checks the twins agree.
 """
 
 from __future__ import annotations
 
-from minipar.cost.hardware import LINKS
+from minipar.cost.kernels.hardware import LINKS
 from minipar.widgets import Explorer
 
 
 def ep_config() -> dict:
-    """Links (α, per-direction bandwidth) from minipar.cost.hardware."""
+    """Links (α, per-direction bandwidth) from minipar.cost.kernels.hardware."""
     return {
         "links": {name: {"alpha": L.alpha, "bandwidth": L.bandwidth} for name, L in LINKS.items()}
     }
 
 
 def ep_explorer(**values):
-    """Live explorer of :func:`minipar.cost.expert_parallel.ep_layer_model`; ``values``
+    """Live explorer of :func:`minipar.cost.chapters.expert_parallel.ep_layer_model`; ``values``
     override the default controls."""
     return Explorer("expert_parallel", "ep-layer", config=ep_config(), values=values)

@@ -1,6 +1,6 @@
-// Memory chapter: JavaScript twins of minipar.cost.model.param_count, minipar.cost.memory_time
+// Memory chapter: JavaScript twins of minipar.cost.model.param_count, minipar.cost.chapters.memory_time
 // (model_state_bytes, activation_bytes_per_layer, pipeline_first_stage_activation_bytes) and
-// minipar.cost.breakdown (check_layout, per_gpu_memory), and the memory calculator explorer.
+// minipar.cost.planner.breakdown (check_layout, per_gpu_memory), and the memory calculator explorer.
 // Sources: Narayanan et al. 2021 Eq. 2; Rajbhandari et al. 2020 (ZeRO) §5; Korthikanti et al.
 // 2022 Table 2 and §4.2.3. Parity with Python: tests/test_explorer_parity.py.
 

@@ -1,6 +1,6 @@
 """Memory calculator: per-GPU bytes of a d × t × p training layout, against a GPU's capacity.
 
-Every number comes from :func:`minipar.cost.breakdown.per_gpu_memory` (model states under ZeRO
+Every number comes from :func:`minipar.cost.planner.breakdown.per_gpu_memory` (model states under ZeRO
 plus the first pipeline stage's 1F1B activations). :func:`memory_time_explorer` is the live
 explorer (``widgets/memory_time.js``, parity-tested against ``per_gpu_memory``; works on the
 static site with no kernel): it shows the selected ZeRO stage next to the other three, so what
@@ -9,7 +9,7 @@ each stage shards is visible at a glance.
 
 from __future__ import annotations
 
-from minipar.cost.hardware import GPUS
+from minipar.cost.kernels.hardware import GPUS
 from minipar.cost.model import param_count, param_count_llama
 from minipar.widgets import Explorer
 from minipar.widgets.inputs import check_values

@@ -1,5 +1,5 @@
 // minipar-requires: memory_time
-// Tensor-parallel chapter: JavaScript twins of minipar.cost.tensor_parallel (layer_forward_flops,
+// Tensor-parallel chapter: JavaScript twins of minipar.cost.chapters.tensor_parallel (layer_forward_flops,
 // comm_compute_ratio, layer_comm_fraction, tp_sent_bytes_per_layer) and of
 // minipar.widgets.tensor_parallel.tp_layer_model; the tp-layer explorer. Sources: Shoeybi et al.
 // 2019 §3 (4 all-reduces of bsh per layer); Narayanan et al. 2021 §5.1 (24bsh² + 4bs²h forward

@@ -2,9 +2,9 @@
 its activation memory per GPU, as t, h, s, b and the link vary.
 
 The browser evaluates ``widgets/tensor_parallel.js``; its model is the JavaScript twin of
-:func:`tp_layer_model`, which composes :mod:`minipar.cost.tensor_parallel` (Shoeybi et al. 2019
+:func:`tp_layer_model`, which composes :mod:`minipar.cost.chapters.tensor_parallel` (Shoeybi et al. 2019
 for the collectives; Narayanan et al. 2021 for the FLOPs) and
-:func:`minipar.cost.memory_time.activation_bytes_per_layer` (Korthikanti et al. 2022, Table 2).
+:func:`minipar.cost.chapters.memory_time.activation_bytes_per_layer` (Korthikanti et al. 2022, Table 2).
 tests/test_tensor_parallel_explorer.py checks the twins agree.
 """
 
@@ -12,13 +12,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from minipar.cost.hardware import GPUS, LINKS
-from minipar.cost.memory_time import activation_bytes_per_layer
-from minipar.cost.tensor_parallel import (
+from minipar.cost.chapters.memory_time import activation_bytes_per_layer
+from minipar.cost.chapters.tensor_parallel import (
     comm_compute_ratio,
     layer_comm_fraction,
     tp_sent_bytes_per_layer,
 )
+from minipar.cost.kernels.hardware import GPUS, LINKS
 from minipar.widgets import Explorer
 from minipar.widgets.inputs import check_numbers, check_values
 
@@ -62,7 +62,7 @@ def tp_layer_model(**controls) -> dict:
 
 
 def tp_config() -> dict:
-    """Links (α, per-direction bandwidth) and GPUs' dense bf16 peaks, from minipar.cost.hardware."""
+    """Links (α, per-direction bandwidth) and GPUs' dense bf16 peaks, from minipar.cost.kernels.hardware."""
     return {
         "links": {name: {"alpha": L.alpha, "bandwidth": L.bandwidth} for name, L in LINKS.items()},
         "gpus": {name: g.peak_flops["bf16"] for name, g in GPUS.items()},

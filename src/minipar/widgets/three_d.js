@@ -1,7 +1,7 @@
 // minipar-requires: collectives, memory_time, context_parallel, expert_parallel
 // Putting-them-together chapter: JavaScript twins of minipar.cost.model.flops_per_iteration,
-// minipar.cost.pipeline_parallel (both bubble conventions), minipar.cost.compute (the roofline
-// per GEMM and per memory-bound kernel) and minipar.cost.three_d (cluster, check,
+// minipar.cost.chapters.pipeline_parallel (both bubble conventions), minipar.cost.kernels.compute (the roofline
+// per GEMM and per memory-bound kernel) and minipar.cost.planner.three_d (cluster, check,
 // dp_allreduce_seconds, zero3_collective_seconds, zero3_gathers, tp_collectives, evaluate with
 // context parallelism cp and, for MoE/SwiGLU/GQA shapes, expert parallelism ep,
 // dollars_per_million_tokens), and the layout explorer. The ring's K/V bytes and the MoE
@@ -9,7 +9,7 @@
 // et al. 2021 (Eq. 2-3, §2.2, §3), Korthikanti et al. 2022 (Eq. 7-8, Table 2), Shoeybi et al.
 // 2019 §3, Rajbhandari et al. 2020 §5 and §7, Thakur et al. 2005, Mikami et al. 2018, Williams
 // et al. 2009 (roofline), Liu et al. 2023 (ring attention), Lepikhin et al. 2021 (GShard).
-// The planner's terms mirror minipar.cost.three_d_terms one function per term, camelCase of the
+// The planner's terms mirror minipar.cost.planner.three_d_terms one function per term, camelCase of the
 // Python name (term_compute -> termCompute, breakdown -> planBreakdown, three_d.terms ->
 // planTerms); planEvaluate copies them into one Config as three_d.evaluate does.
 // Parity with Python: tests/test_three_d_explorer.py (term by term) and tests/test_explorer_parity.py.
@@ -26,7 +26,7 @@ export function flopsPerIteration(B, s, L, h, V, recompute = "none") {
 
 const SCHEDULES = ["gpipe", "1f1b", "interleaved"];
 
-function checkSchedule(schedule, p, m, v) {           // Python: minipar.cost.pipeline_parallel._check
+function checkSchedule(schedule, p, m, v) {           // Python: minipar.cost.chapters.pipeline_parallel._check
   if (!SCHEDULES.includes(schedule)) throw new Error(`schedule ('${schedule}') must be one of ${SCHEDULES.join(", ")}`);
   for (const [k, x] of [["p", p], ["m", m], ["v", v]]) if (!Number.isInteger(x) || x < 1) throw new Error(`${k} (${x}) must be an integer >= 1`);
   if (schedule !== "interleaved" && v !== 1) throw new Error(`chunks v (${v}) apply only to the interleaved schedule, not ${schedule}`);
@@ -167,7 +167,7 @@ export function zero3Gathers(recompute, acInsideUnit = false) {
   return recompute === "full" && !acInsideUnit ? 3 : 2;
 }
 
-// --- minipar.cost.compute: a roofline per kernel ------------------------------------------
+// --- minipar.cost.kernels.compute: a roofline per kernel ------------------------------------------
 const TILE_M = 256, TILE_N = 128;
 
 function positive(pairs) {
@@ -295,7 +295,7 @@ export function optimizerSeconds(params, gpu, bytesPerParam = 30) {
   return (bytesPerParam * params) / (gpu.optimizer_bandwidth || gpu.hbm_bandwidth);
 }
 
-// --- minipar.cost.three_d ------------------------------------------------------------------
+// --- minipar.cost.planner.three_d ------------------------------------------------------------------
 export const HEADROOM = 0.10, GRAD_REDUCE_BYTES = 4;
 
 // gpu: {name, memory_bytes, peak, hbm_bandwidth, sms, gemm_efficiency, intra, inter};
@@ -322,7 +322,7 @@ export function tpCollectives(t, sp, recompute) {
   return recompute === "full" ? 6.0 : 4.0;
 }
 
-// --- minipar.cost.three_d_terms: one function per named term, camelCase of the Python name
+// --- minipar.cost.planner.three_d_terms: one function per named term, camelCase of the Python name
 // (term_states -> termStates, ...). lay (Python: Layout): {global_batch, tp, pp, dp, micro_batch,
 // chunks, recompute, sp, zero, cp, ep}; opt (Python: Options): {grad_reduce_bytes, dp_overlap,
 // headroom, zero3_overlap, zero3_collectives}.
@@ -722,7 +722,7 @@ export function termOptimizer(model, cluster, lay, opt) {
   return optimizerSeconds(shard, cluster.gpu, recipeOf(opt).adam_bytes);
 }
 
-// BEGIN TERMS (generated from minipar/cost/term_table.json by `python -m minipar.cost.term_table`; do not edit)
+// BEGIN TERMS (generated from minipar/cost/planner/term_table.json by `python -m minipar.cost.planner.term_table`; do not edit)
 export const TERMS = [{"name": "compute", "where": "slot", "unit": "s", "column": null, "doc": "the layers and the output layer of one micro-batch"}, {"name": "tp", "where": "slot", "unit": "s", "column": "TP", "doc": "tensor-parallel collectives on the critical path"}, {"name": "pp", "where": "slot", "unit": "s", "column": "PP", "doc": "pipeline sends across stage boundaries"}, {"name": "cp", "where": "slot", "unit": "s", "column": "CP ring", "doc": "context-parallel K/V traffic not hidden by the block compute"}, {"name": "ep", "where": "slot", "unit": "s", "column": "EP a2a", "doc": "MoE all-to-alls"}, {"name": "zero3_exposed", "where": "slot", "unit": "s", "column": "ZeRO-3", "doc": "ZeRO-3 gathers and reduce-scatters not hidden by prefetching"}, {"name": "dp_exposed", "where": "step", "unit": "s", "column": "DP exp", "doc": "the data-parallel reduction not hidden under the last backward"}, {"name": "embedding", "where": "step", "unit": "s", "column": null, "doc": "the tied embedding's gradient all-reduce, first and last stage"}, {"name": "optimizer", "where": "step", "unit": "s", "column": null, "doc": "the Adam step on this rank's shard"}, {"name": "states", "where": "memory", "unit": "B", "column": null, "doc": "model states of the fullest stage"}, {"name": "activations", "where": "memory", "unit": "B", "column": null, "doc": "activations of the fullest stage"}];
 const TERM_FUNCTIONS = {compute: termCompute, tp: termTp, pp: termPp, cp: termCp, ep: termEp, zero3_exposed: termZero3Exposed, dp_exposed: termDpExposed, embedding: termEmbedding, optimizer: termOptimizer, states: termStates, activations: termActivations};
 // END TERMS

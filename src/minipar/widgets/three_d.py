@@ -2,7 +2,7 @@
 the same t at every other pipeline depth, from the planner's model.
 
 The browser evaluates ``widgets/three_d.js``, whose ``planEvaluate`` is the JavaScript twin of
-:func:`minipar.cost.three_d.evaluate` and ``planCluster`` of :func:`minipar.cost.three_d.cluster`
+:func:`minipar.cost.planner.three_d.evaluate` and ``planCluster`` of :func:`minipar.cost.planner.three_d.cluster`
 (parity-tested, invalid inputs included, in tests/test_three_d_explorer.py).
 """
 
@@ -11,8 +11,8 @@ from __future__ import annotations
 from dataclasses import asdict
 from functools import cache
 
-from minipar.cost.hardware import GPUS, LINKS, load_gpu_profile
-from minipar.cost.three_d import MODELS, cluster, search
+from minipar.cost.kernels.hardware import GPUS, LINKS, load_gpu_profile
+from minipar.cost.planner.three_d import MODELS, cluster, search
 from minipar.widgets import Explorer
 
 # Each preset opens on a layout that satisfies the rules (t | a, p | L, t·cp·p | N), published where
@@ -21,7 +21,7 @@ from minipar.widgets import Explorer
 # 2021 Table 1); BLOOM 176B (d, t, p) = (8, 4, 12) on 384 A100 of Jean Zay with b = 2, full
 # recomputation, ZeRO-1 (BigScience 2022 §3.4): its 70 layers and the embedding and head are 72
 # pipeline units, 6 per stage, the last holding 5 layers and the head, so the preset prices 60
-# layers (5 per stage, + the head), as minipar.cost.validation does; Llama 3 405B in
+# layers (5 per stage, + the head), as minipar.cost.validation.published does; Llama 3 405B in
 # its 128K-context stage t = 8, cp = 16, p = 16, d = 8 on 16384 H100 (Llama Team 2024 §3.3.4),
 # full recomputation, the interleaved schedule with v = 4 (the chapter's notebook prices the same
 # layout); its 8K pre-training stage t = 8, p = 16, d = 128 on 16384 H100, 2048 sequences (16 M
@@ -122,7 +122,7 @@ def _link(L) -> dict:
 
 
 def gpu_config(g) -> dict:
-    """A :class:`minipar.cost.hardware.GPU` as the explorer's JavaScript takes it."""
+    """A :class:`minipar.cost.kernels.hardware.GPU` as the explorer's JavaScript takes it."""
     return {
         "name": g.name,
         "memory_bytes": g.memory_bytes,
@@ -146,7 +146,7 @@ def gpu_config(g) -> dict:
 
 
 def cluster_config(cl) -> dict:
-    """A :class:`minipar.cost.three_d.Cluster` as ``planEvaluate`` takes it (what
+    """A :class:`minipar.cost.planner.three_d.Cluster` as ``planEvaluate`` takes it (what
     ``planCluster`` builds from the controls; the parity tests pass it directly)."""
     return {
         "gpus": cl.gpus,
@@ -162,7 +162,7 @@ def plan_config(gpu_profile=None) -> dict:
     """The explorer's data: model shapes with a valid default layout each, GPUs (memory, dense
     bf16 peak, HBM bandwidth, SMs, η, their generation's links) and link presets; with
     ``gpu_profile`` (a path to what ``minipar calibrate gpu`` writes) that GPU too, under its
-    own name (:func:`minipar.cost.hardware.load_gpu_profile`)."""
+    own name (:func:`minipar.cost.kernels.hardware.load_gpu_profile`)."""
     gpus = dict(GPUS)
     if gpu_profile is not None:
         g = load_gpu_profile(gpu_profile)

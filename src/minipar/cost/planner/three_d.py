@@ -4,19 +4,19 @@ Pure Python (the command line is ``minipar plan`` in :mod:`minipar.cost.cli`). E
 from a cost-model function that names its source:
   parameters and FLOPs      :mod:`minipar.cost.model` (Narayanan et al. 2021 Eq. 2-3,
                             Korthikanti et al. 2022 Eq. 7-8)
-  memory                    :mod:`minipar.cost.memory_time` (ZeRO §5; Korthikanti Table 2, §4.2.3)
-  compute                   :mod:`minipar.cost.compute` (each GEMM by the GPU's rule: the
+  memory                    :mod:`minipar.cost.chapters.memory_time` (ZeRO §5; Korthikanti Table 2, §4.2.3)
+  compute                   :mod:`minipar.cost.kernels.compute` (each GEMM by the GPU's rule: the
                             measured additive one on every preset; the recipe's element-wise
                             kernels at max(issue time, traffic); the optimizer step)
-  bubble                    :mod:`minipar.cost.pipeline_parallel`
-  collectives               :mod:`minipar.cost.collectives` (α-β, Thakur et al. 2005; the
+  bubble                    :mod:`minipar.cost.chapters.pipeline_parallel`
+  collectives               :mod:`minipar.cost.network.collectives` (α-β, Thakur et al. 2005; the
                             hierarchical all-reduce of Mikami et al. 2018)
-  links and GPUs            :mod:`minipar.cost.hardware` (each GPU with its generation's links)
+  links and GPUs            :mod:`minipar.cost.kernels.hardware` (each GPU with its generation's links)
 
 The step and the memory are sums of named terms, one pure function each in
-:mod:`minipar.cost.three_d_terms` (compute, bubble, tp, pp, cp, ep, zero3_exposed, dp_exposed,
+:mod:`minipar.cost.planner.three_d_terms` (compute, bubble, tp, pp, cp, ep, zero3_exposed, dp_exposed,
 embedding, optimizer; states, activations), kept apart in a
-:class:`~minipar.cost.breakdown.StepBreakdown` (:func:`terms`) that :func:`evaluate` copies into
+:class:`~minipar.cost.planner.breakdown.StepBreakdown` (:func:`terms`) that :func:`evaluate` copies into
 a :class:`Config`; the options every layout shares are one :class:`Options`.
 
 One set of constants per cluster (the GPU's peak, HBM bandwidth, SM count and large-GEMM
@@ -31,8 +31,8 @@ GPU Clusters Using Megatron-LM", §2.2 and §3). N = d·t·p GPUs, B = d·b·m s
                whether a group crosses a node (not the hops), so it does not decide between
                the two orders.
   one micro-batch on the slowest stage (the last: L/p layers + the output layer)
-      compute  :func:`minipar.cost.compute.layer_seconds` per layer (forward, backward and the
-               recomputation chosen) + :func:`~minipar.cost.compute.logits_seconds`.
+      compute  :func:`minipar.cost.kernels.compute.layer_seconds` per layer (forward, backward and the
+               recomputation chosen) + :func:`~minipar.cost.kernels.compute.logits_seconds`.
       TP       collectives of the (b, s, h) activation on the TP group, NOT overlapped (they
                sit between the GEMMs that need their result; Shoeybi et al. 2019 §3): 4
                all-reduces per layer, 6 with full recomputation. With sequence parallelism
@@ -76,7 +76,7 @@ GPU Clusters Using Megatron-LM", §2.2 and §3). N = d·t·p GPUs, B = d·b·m s
                step it needs.
       embedding  all-reduce of the tied embedding's gradient between the first and the last
                stage (p > 1; Narayanan §3 / Megatron-LM's ``_allreduce_embedding_grads``).
-      optimizer  :func:`minipar.cost.compute.optimizer_seconds` on this rank's shard.
+      optimizer  :func:`minipar.cost.kernels.compute.optimizer_seconds` on this rank's shard.
   memory       the fullest stage's: L/p layers + the V·h embedding (+ s·h learned
                positions; both ends of an untied model when p = 1), split over t, ZeRO on the
                states in the precision recipe's bytes (``precision``: "2021" = ZeRO's 16 bytes
@@ -89,35 +89,35 @@ GPU Clusters Using Megatron-LM", §2.2 and §3). N = d·t·p GPUs, B = d·b·m s
                for the attention kernel used (flash keeps no s² scores), plus one layer's full
                activations under full recomputation (the layer being recomputed); the modern
                recipes add three fp32 logit tensors on the last stage (the loss's backward
-               peak, :data:`~minipar.cost.three_d_terms.LOGIT_TENSORS`). "fits" keeps
+               peak, :data:`~minipar.cost.planner.three_d_terms.LOGIT_TENSORS`). "fits" keeps
                ``headroom`` free for the CUDA context, NCCL buffers, workspaces and allocator
                fragmentation: 10 % for the 2021 runs (Rajbhandari et al. 2020 §3.2 report
                out-of-memory errors with over 30 % free in extreme cases), a 2.5 % reserve for
-               the modern recipes (:data:`minipar.cost.three_d_terms.RESERVE`, assumed), with
+               the modern recipes (:data:`minipar.cost.planner.three_d_terms.RESERVE`, assumed), with
                a layout inside the 12 % allocator margin flagged "tight", not refused
-               (:data:`minipar.cost.three_d_terms.ALLOCATOR_MARGIN`). Under the "units" split
-               (:data:`~minipar.cost.three_d_terms.SPLITS`) the end stages hold one layer
+               (:data:`minipar.cost.planner.three_d_terms.ALLOCATOR_MARGIN`). Under the "units" split
+               (:data:`~minipar.cost.planner.three_d_terms.SPLITS`) the end stages hold one layer
                fewer and the embedding or the head.
   ignored      stragglers, NCCL kernels slowing overlapped compute, data loading, CUDA graphs
                or compiled steps (every kernel is priced as eager PyTorch issues it).
 
-Validation: :mod:`minipar.cost.validation` and tests/test_cost_validation.py hold the figures
+Validation: :mod:`minipar.cost.validation.published` and tests/test_cost_validation.py hold the figures
 against the 2021 published runs (the numbers are computed there, not quoted here; GPT-3's
-140 TFLOP/s is an assumed figure, not a measured run); :mod:`minipar.cost.modern_validation`
+140 TFLOP/s is an assumed figure, not a measured run); :mod:`minipar.cost.validation.modern`
 evaluates the frozen model (``frozen_model.json``) on modern published rows; the H200 step
 files check the kernel model (their fused-attention rows in-sample for the element-wise rate,
-:mod:`minipar.cost.hardware`). ZeRO-3 against PTD-P (§5.2, each layout as run,
-:func:`minipar.cost.validation.zero3_comparison`): once the GPU count doubles the model puts
+:mod:`minipar.cost.kernels.hardware`). ZeRO-3 against PTD-P (§5.2, each layout as run,
+:func:`minipar.cost.validation.published.zero3_comparison`): once the GPU count doubles the model puts
 PTD-P ahead, as measured (about 1.7), but by less, because its ZeRO-3 is too fast; at the
 smallest count it puts ZeRO-3 ahead where PTD-P measured ahead: there one layer's compute can
 hide the collectives and the model hides them all, while the measured step lies between
 perfect and no overlap; and its memory rejects the 530B ZeRO-3 layout that ran on 640 GPUs
 (two whole gathered layers and a whole layer gradient; DeepSpeed gathers per sub-module).
-The ratios are computed, not quoted here (:func:`minipar.cost.validation.zero3_missing_effect`;
+The ratios are computed, not quoted here (:func:`minipar.cost.validation.published.zero3_missing_effect`;
 tests/test_cost_validation.py holds them).
 
 Why the 2021 ZeRO-3 is priced as a flat ring (``zero3_collectives="flat-ring"``, which
-:func:`minipar.cost.validation.zero3_comparison` passes). In §5.2 (Table 2) the
+:func:`minipar.cost.validation.published.zero3_comparison` passes). In §5.2 (Table 2) the
 measured ZeRO-3 throughput per GPU halves each time the GPU count doubles at a fixed batch (175B:
 88 → 44 TFLOP/s from 768 to 1536 GPUs), so its step time stays constant (67 s): the step is
 bound by collectives whose bytes per GPU do not shrink with N. ZeRO-3 moves the 16-bit
@@ -143,13 +143,13 @@ import math
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass, replace
 
+from ..chapters.expert_parallel import folded_expert_dp
+from ..chapters.memory_time import ZERO_STAGES, check_zero_stage
+from ..kernels.hardware import GPU, Link
+from ..kernels.hardware import gpu as gpu_preset
+from ..kernels.hardware import link as link_preset
+from ..model import RECOMPUTE, flops_per_iteration, param_count
 from .breakdown import StepBreakdown, check_layout
-from .expert_parallel import folded_expert_dp
-from .hardware import GPU, Link
-from .hardware import gpu as gpu_preset
-from .hardware import link as link_preset
-from .memory_time import ZERO_STAGES, check_zero_stage
-from .model import RECOMPUTE, flops_per_iteration, param_count
 from .term_table import TERMS
 from .three_d_terms import (
     GRAD_REDUCE_BYTES,
@@ -169,7 +169,7 @@ from .three_d_terms import (
 from .three_d_terms import options as options_
 
 ATTENTION = ("unfused", "flash")
-"""Attention kernels (:mod:`minipar.cost.compute`): the scores materialised, or fused (flash)."""
+"""Attention kernels (:mod:`minipar.cost.kernels.compute`): the scores materialised, or fused (flash)."""
 
 NORMS = ("layernorm", "rmsnorm")
 POSITIONS = ("learned", "rope")
@@ -404,7 +404,7 @@ SDPA shipped for Hopper in 2023); the A100 presets reproduce 2021 runs, unfused.
 
 def precision_for(gpu_name: str) -> str:
     """The mixed-precision recipe a run uses by default
-    (:data:`minipar.cost.three_d_terms.RECIPES`): Megatron-LM's "megatron" (18 bytes per
+    (:data:`minipar.cost.planner.three_d_terms.RECIPES`): Megatron-LM's "megatron" (18 bytes per
     parameter, fp32 logits) on an H100/H200, the "2021" pricing of the A100 reproductions."""
     return "megatron" if gpu_name.split("*")[0] in ERA_FLASH_GPUS else "2021"
 
@@ -437,8 +437,8 @@ LAYOUT_FIELDS = tuple(f for f in Layout.__dataclass_fields__ if f != "global_bat
 @dataclass(frozen=True)
 class Config:
     """One layout and its predicted costs: the :class:`Layout`, its
-    :class:`~minipar.cost.breakdown.StepBreakdown` (every term of
-    :data:`minipar.cost.term_table.TERMS`, kept apart) and the FLOP utilisations.
+    :class:`~minipar.cost.planner.breakdown.StepBreakdown` (every term of
+    :data:`minipar.cost.planner.term_table.TERMS`, kept apart) and the FLOP utilisations.
 
     Read as before: the layout's fields (``c.tp``), ``c.<term>_seconds`` for each time term over
     the whole step (:meth:`StepBreakdown.per_step`), ``c.<term>_bytes`` for each memory term,
@@ -493,7 +493,7 @@ class Config:
 
     @property
     def tight(self) -> bool:
-        """Fits, but inside the allocator margin (:data:`~minipar.cost.three_d_terms.RESERVE`)."""
+        """Fits, but inside the allocator margin (:data:`~minipar.cost.planner.three_d_terms.RESERVE`)."""
         return self.breakdown.tight
 
     @property
@@ -651,14 +651,14 @@ def evaluate(
     """Predicted memory and step time of one layout (see the module docstring for the model):
     the named terms of :func:`terms`, held by a :class:`Config`.
 
-    ``options``: an :class:`~minipar.cost.three_d_terms.Options` (or a dict of its fields).
+    ``options``: an :class:`~minipar.cost.planner.three_d_terms.Options` (or a dict of its fields).
     The older call ``evaluate(m_, cl, global_batch, tp=..., pp=..., ..., **option_fields)``
     still works: the keywords become the :class:`Layout` and the options.
     ``dp_overlap`` lets the data-parallel reduction run under the last micro-batch's backward
     when p = 1 (PyTorch DDP's buckets, Li et al. 2020); Megatron-LM in 2021 reduced after the
     backward (``dp_overlap=False``). With p > 1 it always follows the pipeline flush.
     ``zero3_overlap=False`` exposes all of ZeRO-3's per-layer collectives (no prefetching): the
-    bound used by :func:`minipar.cost.validation.zero3_comparison` to show what overlap can and
+    bound used by :func:`minipar.cost.validation.published.zero3_comparison` to show what overlap can and
     cannot explain. ``zero3_collectives`` (``"hierarchical"``, NCCL's multi-NIC algorithm, the
     default, or ``"flat-ring"``, 2021 DeepSpeed's) is the algorithm of ZeRO-3's collectives over
     a group spanning nodes
@@ -667,7 +667,7 @@ def evaluate(
     Context parallelism (``cp``; Megatron's rank order t → cp → d → p): each rank holds s/cp
     tokens of every sequence, so activations, GEMM work and TP/PP messages shrink by cp; the
     attention core runs against all cp key blocks (zigzag-balanced causal work,
-    :mod:`minipar.cost.context_parallel`), and the ring sends (cp−1) K/V blocks per layer
+    :mod:`minipar.cost.chapters.context_parallel`), and the ring sends (cp−1) K/V blocks per layer
     forward, (cp−1) K/V + cp dK/dV backward (again (cp−1) forward when fully recomputed), each
     step overlapped with the block compute, only the excess exposed. Weights are replicated
     over cp: gradients are reduced and ZeRO shards over d·cp ranks.
@@ -676,7 +676,7 @@ def evaluate(
     from all E, each rank holding E/ep whole experts (ETP = 1) whose states are sharded over the
     EDP = t·cp·d/ep ranks that reduce their gradients; four all-to-alls of the K·b·s/cp routed (b, ·, h) rows per MoE layer and
     micro-batch (six with full recomputation), on the critical path
-    (:mod:`minipar.cost.expert_parallel`). An MoE model with t > 1 needs sequence parallelism:
+    (:mod:`minipar.cost.chapters.expert_parallel`). An MoE model with t > 1 needs sequence parallelism:
     Megatron-Core does not allow tensor parallelism with MoE layers without it, and
     :func:`check` refuses sp = False there.
     """
@@ -693,7 +693,7 @@ def evaluate(
 def terms(
     m_: ModelShape, cl: Cluster, lay: Layout, options: Options | None = None, **model_options
 ) -> StepBreakdown:
-    """The named terms of one layout (:func:`minipar.cost.three_d_terms.breakdown`), after
+    """The named terms of one layout (:func:`minipar.cost.planner.three_d_terms.breakdown`), after
     :func:`check` and the options' own rules (``options`` or its fields as keywords), every
     default decided by :func:`plan_options`."""
     check(m_, cl, lay)
@@ -703,7 +703,7 @@ def terms(
 
 def check(m_: ModelShape, cl: Cluster, lay: Layout) -> None:
     """Raise ``ValueError`` naming the first rule the layout breaks: the cost model's layout
-    rules (:func:`minipar.cost.breakdown.check_layout`), then the planner's own."""
+    rules (:func:`minipar.cost.planner.breakdown.check_layout`), then the planner's own."""
     t, p, d, b, v = lay.tp, lay.pp, lay.dp, lay.micro_batch, lay.chunks
     zero, cp, ep, global_batch = lay.zero, lay.cp, lay.ep, lay.global_batch
     m_.check()
@@ -812,7 +812,7 @@ def search(
 ) -> list[Config]:
     """Every valid layout of ``space`` (:class:`Space`; default: everything), fitting ones
     first, each group ordered by predicted step time, every layout evaluated with the same
-    ``options`` (:class:`~minipar.cost.three_d_terms.Options`; an invalid one raises
+    ``options`` (:class:`~minipar.cost.planner.three_d_terms.Options`; an invalid one raises
     ``ValueError`` here rather than leaving every layout out).
 
     Search space: t a divisor of the heads and at most the GPUs per node (Megatron's rule: keep
@@ -1101,8 +1101,8 @@ def cluster(
     (A100: NVLink 3 + HDR 200; H100, H200: NVLink 4 + NDR 400; :data:`hardware.GPUS`);
     ``intra_bandwidth``, ``intra_alpha``, ``inter_bandwidth``, ``inter_alpha`` keywords override a
     link's numbers and ``gemm_efficiency`` the GPU's η, each within :data:`BOUNDS`. ``gpu`` is a
-    preset's name or a :class:`~minipar.cost.hardware.GPU` (a measured profile,
-    :func:`minipar.cost.hardware.load_gpu_profile`)."""
+    preset's name or a :class:`~minipar.cost.kernels.hardware.GPU` (a measured profile,
+    :func:`minipar.cost.kernels.hardware.load_gpu_profile`)."""
     if not (
         isinstance(gpus, int)
         and gpus >= 1

@@ -1,4 +1,4 @@
-"""Fit the kernel model of :mod:`minipar.cost.compute` to measured kernel and layer times.
+"""Fit the kernel model of :mod:`minipar.cost.kernels.compute` to measured kernel and layer times.
 
 Pure Python. The input is a dict in the format of ``measurements/h200_layer_gemm_times.json``
 (what ``minipar calibrate gpu`` also writes under ``"measured"``):
@@ -30,8 +30,8 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from . import compute as C
-from .hardware import GPU
+from ..kernels import compute as C
+from ..kernels.hardware import GPU
 
 ADAM_FP32_BYTES = 28
 

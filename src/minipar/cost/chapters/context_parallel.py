@@ -24,7 +24,7 @@ the activations, e_acc of the dK/dV accumulators.
   together and one of the output forward (2), their adjoints backward (2); input sizes
   b·(s/cp)·(h + 2·h_kv′)·e and b·(s/cp)·h·e, h_kv′ = h_kv, or h_kv·cp/a_kv when a_kv < cp and
   K/V heads are replicated; a rank sends (cp−1)/cp of each.
-* Time: the α-β model of :mod:`minipar.cost.collectives` (Thakur et al. 2005); one ring step
+* Time: the α-β model of :mod:`minipar.cost.network.collectives` (Thakur et al. 2005); one ring step
   sends and receives one block at once (full duplex): α + block/bandwidth. The overlap
   threshold (:func:`min_tokens_per_rank_for_overlap`) and the ring-against-all-gather times
   (:func:`ring_attention_time`, :func:`allgather_attention_time`,
@@ -44,7 +44,7 @@ the activations, e_acc of the dK/dV accumulators.
 
 from __future__ import annotations
 
-from .collectives import collective_time
+from ..network.collectives import collective_time
 
 LAYOUTS = ("contiguous", "zigzag", "striped")
 DIAGONALS = ("half", "whole")

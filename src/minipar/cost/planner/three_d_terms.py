@@ -1,14 +1,14 @@
 """The 3D planner's step time and memory as a sum of named terms, one pure function per term.
 
-:func:`minipar.cost.three_d.evaluate` calls :func:`breakdown`, which runs every term of the one
-table :data:`minipar.cost.term_table.TERMS` in order, each ``term_<name>(m_, cl, lay, opt,
-ctx)``; a ``Config`` holds the resulting :class:`~minipar.cost.breakdown.StepBreakdown`. The
+:func:`minipar.cost.planner.three_d.evaluate` calls :func:`breakdown`, which runs every term of the one
+table :data:`minipar.cost.planner.term_table.TERMS` in order, each ``term_<name>(m_, cl, lay, opt,
+ctx)``; a ``Config`` holds the resulting :class:`~minipar.cost.planner.breakdown.StepBreakdown`. The
 explorer's JavaScript (``widgets/three_d.js``) has one twin per function here, named in
 camelCase (``term_tp`` → ``termTp``), so a parity failure names the term. The model each
-term implements, with its sources, is stated in :mod:`minipar.cost.three_d`'s docstring and in the
+term implements, with its sources, is stated in :mod:`minipar.cost.planner.three_d`'s docstring and in the
 term's own.
 
-Inputs: a :class:`~minipar.cost.three_d.ModelShape` ``m_``, a ``Cluster`` ``cl``, a
+Inputs: a :class:`~minipar.cost.planner.three_d.ModelShape` ``m_``, a ``Cluster`` ``cl``, a
 :class:`Layout` (the integers of one layout and the global batch) and :class:`Options` (the
 model's switches). Units: seconds, bytes; rank order t → cp → d → p (Megatron's).
 """
@@ -18,9 +18,11 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import NamedTuple
 
-from .breakdown import StepBreakdown
-from .collectives import collective_time, hierarchical_all_reduce_time
-from .compute import (
+from ..chapters.context_parallel import allgather_collectives_per_layer, ring_sent_bytes_per_layer
+from ..chapters.expert_parallel import all_to_all_time
+from ..chapters.memory_time import activation_bytes_per_layer, model_state_bytes
+from ..chapters.pipeline_parallel import bubble_fraction_of_total, bubble_relative_to_ideal
+from ..kernels.compute import (
     SCORE_BYTES_BWD,
     SCORE_BYTES_FWD,
     attention_core_and_mlp_seconds,
@@ -32,14 +34,12 @@ from .compute import (
     logits_seconds,
     optimizer_seconds,
 )
-from .context_parallel import allgather_collectives_per_layer, ring_sent_bytes_per_layer
-from .expert_parallel import all_to_all_time
-from .memory_time import activation_bytes_per_layer, model_state_bytes
-from .pipeline_parallel import bubble_fraction_of_total, bubble_relative_to_ideal
+from ..network.collectives import collective_time, hierarchical_all_reduce_time
+from .breakdown import StepBreakdown
 from .term_table import TERMS, python_name
 
 HEADROOM = 0.10
-"""Fraction of a GPU's memory "fits" leaves free (:mod:`minipar.cost.three_d`'s docstring)."""
+"""Fraction of a GPU's memory "fits" leaves free (:mod:`minipar.cost.planner.three_d`'s docstring)."""
 
 GRAD_REDUCE_BYTES = 4
 """Bytes per gradient element in the data-parallel reduction: Megatron-LM accumulates and
@@ -142,8 +142,8 @@ class Options:
     p > 1 (``--overlap-grad-reduce``). ``cp_algorithm``: context parallelism's K/V exchange,
     "ring" (Megatron-Core) or "all-gather" (Llama 3) (:func:`term_cp`). ``attention``:
     "unfused" or "flash" for every layout (``None``: the shape's, else the GPU's era,
-    :func:`minipar.cost.three_d.attention_for`). ``precision``: one of :data:`RECIPES` for
-    memory and time alike (``None``: the GPU's era, :func:`minipar.cost.three_d.precision_for`);
+    :func:`minipar.cost.planner.three_d.attention_for`). ``precision``: one of :data:`RECIPES` for
+    memory and time alike (``None``: the GPU's era, :func:`minipar.cost.planner.three_d.precision_for`);
     ``grad_reduce_bytes`` and ``headroom`` left ``None`` come from the recipe.
     ``overlap_param_gather``: ZeRO-1/2's all-gather of the updated 16-bit parameters runs under
     the next step's first forward (Megatron-Core's ``--overlap-param-gather``; ``None``: on for
@@ -281,7 +281,7 @@ def expert_grid(lay: Layout) -> tuple[int, int, int]:
     """(ETP, EDP, EDP stride) of the experts: MoE parallel folding (Liu et al. 2025, "MoE
     Parallel Folding", §3; Megatron-Core) lays ETP × EP × EDP over the t·cp·d ranks of a stage
     with ETP = 1 once ep > 1, so EDP = t·cp·d/ep ranks, ep apart, share each expert
-    (:func:`minipar.cost.expert_parallel.folded_expert_dp`); with ep = 1 the MLP is split over
+    (:func:`minipar.cost.chapters.expert_parallel.folded_expert_dp`); with ep = 1 the MLP is split over
     the t ranks like the attention and replicated over d·cp, t apart."""
     dcp = lay.dp * lay.cp
     if lay.ep == 1:
@@ -302,7 +302,7 @@ class StageParams(NamedTuple):
 
 
 def stage_params(m_, lay: Layout) -> StageParams:
-    """Narayanan et al. 2021 Eq. 2 per stage (:class:`~minipar.cost.three_d.ModelShape`'s
+    """Narayanan et al. 2021 Eq. 2 per stage (:class:`~minipar.cost.planner.three_d.ModelShape`'s
     counts); Megatron keeps the whole V·h embedding (+ the s·h learned positions) on the first
     stage and a tied copy, or the untied output layer, on the last, split over t: with p = 1
     an untied model holds both. The fullest stage: the first (its layers and the embedding),
@@ -385,7 +385,7 @@ def kv_width_per_rank(m_, t: int) -> int:
     """Width of the K (or V) rows one TP rank holds: kv/t heads of h/a each, kv the model's
     key/value heads (a without GQA). Megatron-Core requires t to divide the key/value heads
     (``num_query_groups % tensor_model_parallel_size == 0``): it neither replicates nor splits
-    a head, and :func:`minipar.cost.three_d.check` refuses t > kv."""
+    a head, and :func:`minipar.cost.planner.three_d.check` refuses t > kv."""
     kv = m_.kv_heads or m_.heads
     return (m_.hidden // m_.heads) * -(-kv // t)
 
@@ -405,7 +405,7 @@ def zero3_gathers(recompute: str, ac_inside_unit: bool = False) -> int:
 
 def tp_collectives(t: int, sp: bool, recompute: str) -> float:
     """All-reduce equivalents per layer per micro-batch on the TP group
-    (:mod:`minipar.cost.three_d`): 4 (6 with full recomputation) without SP; with SP
+    (:mod:`minipar.cost.planner.three_d`): 4 (6 with full recomputation) without SP; with SP
     all-gathers and reduce-scatters, each half an all-reduce: (4 + 4 + 2)/2 = 5, or 12/2 = 6
     with full recomputation."""
     if t == 1:
@@ -421,7 +421,7 @@ def tp_collectives(t: int, sp: bool, recompute: str) -> float:
 def term_states(m_, cl, lay: Layout, opt: Options, ctx=None) -> float:
     """Model-state bytes on the first stage: the dense part split over t and sharded by ZeRO
     over d·cp, the experts split over ETP and sharded over EDP (:func:`expert_grid`; ZeRO §5
-    via :func:`minipar.cost.memory_time.model_state_bytes`), in the bytes of
+    via :func:`minipar.cost.chapters.memory_time.model_state_bytes`), in the bytes of
     ``opt.precision``'s recipe; ZeRO-3 adds two gathered 16-bit layers and one unsharded layer
     gradient."""
     t, p, zero, dcp = lay.tp, lay.pp, lay.zero, lay.dp * lay.cp
@@ -497,7 +497,7 @@ def term_activations(m_, cl, lay: Layout, opt: Options, ctx=None) -> float:
     :func:`shape_activation_bytes`). First stage: :func:`layers_in_flight` layers of one
     micro-batch, plus one layer's full activations under full recomputation (the layer being
     recomputed). ``opt.attention`` "flash" stores no s² scores, only a logsumexp per row and
-    head (:func:`minipar.cost.memory_time.activation_bytes_per_layer`); with cp > 1 every
+    head (:func:`minipar.cost.chapters.memory_time.activation_bytes_per_layer`); with cp > 1 every
     tensor holds s/cp tokens and ring attention is blockwise: no s² scores either. With the
     recipe's fp32 logits (:func:`logits_bytes`) the last stage may be the fullest: under 1F1B it
     holds one micro-batch of its L/p layers and the logits (with p = 1 the one stage holds
@@ -559,7 +559,7 @@ class LinkTerm(NamedTuple):
 
 def _gemm_pass(gpu, M: int, N: int, K: int) -> tuple[float, float]:
     """(forward, backward) seconds of one (M, N, K) GEMM under the GPU's rule: the backward's
-    input and weight gradients (M, K, N) and (K, N, M) (:mod:`minipar.cost.compute`)."""
+    input and weight gradients (M, K, N) and (K, N, M) (:mod:`minipar.cost.kernels.compute`)."""
 
     def g(m, n, k):
         return gemm_seconds(
@@ -578,13 +578,13 @@ def _gemm_pass(gpu, M: int, N: int, K: int) -> tuple[float, float]:
 
 
 def term_compute(m_, cl, lay: Layout, opt: Options, ctx=None) -> ComputeTerm:
-    """Compute of one micro-batch on the last stage: :func:`~minipar.cost.compute.layer_seconds`
+    """Compute of one micro-batch on the last stage: :func:`~minipar.cost.kernels.compute.layer_seconds`
     per layer on s/cp tokens with ``opt.attention``; the attention core once more for each of
     the other cp−1 key blocks, GEMMs (or the flash kernel) and, unfused, the per-score bytes
     (``GPU.attention_score_bytes``, the forward's share again when recomputed); the QKV GEMM
     at the GQA width h/t + 2·kv_width_per_rank instead of 3h/t; the MLP rescaled to the active
     experts' width (K·matrices·f over GPT's 8h²); and
-    :func:`~minipar.cost.compute.logits_seconds`."""
+    :func:`~minipar.cost.kernels.compute.logits_seconds`."""
     b, h, a, sl, t, rc = (
         lay.micro_batch,
         m_.hidden,
@@ -637,9 +637,9 @@ def term_compute(m_, cl, lay: Layout, opt: Options, ctx=None) -> ComputeTerm:
 def recipe_kernels_seconds(m_, cl, lay: Layout) -> float:
     """Where the GPU prices element-wise kernels one by one (``GPU.elementwise_bandwidth``,
     the H200's and the H100s'): the recipe's own kernels
-    (:func:`~minipar.cost.compute.elementwise_kernels`: the shape's norm, GeLU or SwiGLU on
+    (:func:`~minipar.cost.kernels.compute.elementwise_kernels`: the shape's norm, GeLU or SwiGLU on
     the K active experts' f, RoPE, dropout only when above 0, residual adds, bias gradients),
-    each at max(issue time, traffic) (:func:`~minipar.cost.compute.elementwise_seconds`), in
+    each at max(issue time, traffic) (:func:`~minipar.cost.kernels.compute.elementwise_seconds`), in
     place of the fused byte count and the fixed per-layer time that ``layer_seconds``
     charged."""
     gpu = cl.gpu
@@ -710,11 +710,11 @@ def term_cp(m_, cl, lay: Layout, opt: Options, ctx) -> float:
     """Context parallelism's K/V traffic of one micro-batch on the critical path.
     ``opt.cp_algorithm`` "ring" (Liu et al. 2023; Megatron-Core): per layer (cp−1) K/V blocks
     forward (twice with full recomputation), (cp−1) K/V + cp fp32 dK/dV blocks backward
-    (:func:`minipar.cost.context_parallel.ring_sent_bytes_per_layer`), each step a send to the
+    (:func:`minipar.cost.chapters.context_parallel.ring_sent_bytes_per_layer`), each step a send to the
     next of the cp ranks (its own link, t apart), overlapped with one ``core`` block (``ctx["compute"].core``), only the
     excess exposed. "all-gather" (Llama Team 2024 §3.3.2): all-gather the cp·K/V forward (again
     when fully recomputed), all-gather it and reduce-scatter the cp·dK/dV backward
-    (:func:`minipar.cost.context_parallel.allgather_collectives_per_layer`), each half of
+    (:func:`minipar.cost.chapters.context_parallel.allgather_collectives_per_layer`), each half of
     :func:`dp_allreduce_seconds` over the cp ranks (NCCL's multi-NIC algorithm across nodes),
     not overlapped."""
     cp, t, lp = lay.cp, lay.tp, stage_layers(m_.layers, lay)[0]
@@ -742,7 +742,7 @@ def term_ep(m_, cl, lay: Layout, opt: Options, ctx=None) -> float:
     """MoE all-to-alls of one micro-batch on the critical path: dispatch + combine forward and
     backward (six with full recomputation) of the K·b·s/cp routed 16-bit (·, h) rows per layer
     (÷ t with SP) over the ep ranks, consecutive in the rank order under folding (Lepikhin et
-    al. 2021; :func:`minipar.cost.expert_parallel.all_to_all_time`)."""
+    al. 2021; :func:`minipar.cost.chapters.expert_parallel.all_to_all_time`)."""
     ep, t = lay.ep, lay.tp
     if ep == 1:
         return 0.0
@@ -753,10 +753,10 @@ def term_ep(m_, cl, lay: Layout, opt: Options, ctx=None) -> float:
 
 def ep_all_to_all_seconds(nbytes: float, ep: int, cl) -> float:
     """One all-to-all of ``nbytes`` per rank over ep consecutive ranks: inside a node the
-    pairwise exchange on the intra link (:func:`minipar.cost.expert_parallel.all_to_all_time`);
+    pairwise exchange on the intra link (:func:`minipar.cost.chapters.expert_parallel.all_to_all_time`);
     spanning nodes, a rank's min(ep, g) − 1 on-node peers over NVLink and its ep − min(ep, g)
     off-node peers over its own NIC at the same time (each GPU's rail; the off-node share
-    (ep − min(ep, g))/ep of :func:`minipar.cost.expert_parallel.off_node_fraction`), the slower
+    (ep − min(ep, g))/ep of :func:`minipar.cost.chapters.expert_parallel.off_node_fraction`), the slower
     of the two: (n−1)α + (n−1)/ep·S/B on each."""
     g = cl.gpus_per_node
     if ep <= g:
@@ -897,7 +897,7 @@ def term_embedding(m_, cl, lay: Layout, opt: Options, ctx=None) -> float:
 
 
 def term_optimizer(m_, cl, lay: Layout, opt: Options, ctx=None) -> float:
-    """The Adam step on this rank's shard (:func:`minipar.cost.compute.optimizer_seconds`): the
+    """The Adam step on this rank's shard (:func:`minipar.cost.kernels.compute.optimizer_seconds`): the
     dense parameters ÷ t (÷ d·cp under ZeRO ≥ 1), the experts ÷ ETP (÷ EDP), at the recipe's
     bytes per parameter."""
     dcp, t = lay.dp * lay.cp, lay.tp
@@ -918,7 +918,7 @@ def _value(result) -> float:
 
 def breakdown(m_, cl, lay: Layout, opt: Options) -> StepBreakdown:
     """Every term of one (already checked) layout, kept apart: each row of
-    :data:`minipar.cost.term_table.TERMS` in order, ``term_<name>(m_, cl, lay, opt, ctx)`` with
+    :data:`minipar.cost.planner.term_table.TERMS` in order, ``term_<name>(m_, cl, lay, opt, ctx)`` with
     ``ctx`` the results so far by name."""
     ctx: dict = {}
     module = globals()

@@ -14,7 +14,7 @@ rows (tokens) or elements.
   swapped (:func:`layer_events`). Bytes that leave the rank exclude rows[s][s].
 * **Even routing**: every rank sends K·n rows, (x−1)/x of them to other ranks.
 * **Time**: pairwise-exchange all-to-all (x−1)α + (x−1)/x·Sβ of
-  :func:`minipar.cost.collectives.collective_time`, with α and the bandwidth fitted in the
+  :func:`minipar.cost.network.collectives.collective_time`, with α and the bandwidth fitted in the
   collectives chapter. Uneven rows: the slowest rank sets the time (its larger S).
 * **Dispatchers** (Megatron-Core's token dispatchers; DeepSeek-V3 §3.2.2 and DeepEP): the
   all-gather dispatcher's sizes depend only on the token counts (:func:`all_gather_events`);
@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import math
 
-from .collectives import collective_time
+from ..network.collectives import collective_time
 
 COUNT_BYTES = 8  # counts travel as int64
 

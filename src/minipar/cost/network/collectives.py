@@ -21,7 +21,7 @@ switches to Bruck / pairwise algorithms there, not modelled).
 
 from __future__ import annotations
 
-from .hardware import Link
+from ..kernels.hardware import Link
 
 OPS = ("all-reduce", "all-gather", "reduce-scatter", "broadcast", "reduce", "all-to-all")
 

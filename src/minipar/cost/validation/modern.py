@@ -12,7 +12,7 @@ import json
 from dataclasses import replace
 from pathlib import Path
 
-from . import three_d as planner
+from ..planner import three_d as planner
 
 DATA = Path(__file__).resolve().parent / "measurements" / "published_modern.json"
 BASELINE_MFU = 0.40

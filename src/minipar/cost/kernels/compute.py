@@ -2,13 +2,13 @@
 
 Pure Python. Two rules for a GEMM (M, N, K) of 16-bit operands, chosen per GPU by
 ``GPU.gemm_rule`` (every preset uses "additive"; "waves", the 2021 rule, is the default of a
-bare :class:`~minipar.cost.hardware.GPU`):
+bare :class:`~minipar.cost.kernels.hardware.GPU`):
 
     "waves"     max(2MNK / (P · η · q(M, N)),  2(MK + KN + MN) / W)
     "additive"  λ + 2MNK / (P · η) + 2(MK + KN + MN) / W
 
 * P is the dense bf16 peak, W the HBM bandwidth, η (``GPU.gemm_efficiency``) the fraction of
-  P a large, well-shaped GEMM sustains (one constant per GPU model, :mod:`minipar.cost.hardware`).
+  P a large, well-shaped GEMM sustains (one constant per GPU model, :mod:`minipar.cost.kernels.hardware`).
 * "waves" is the roofline (Williams, Waterman & Patterson 2009, "Roofline: an insightful visual
   performance model", CACM 52(4)) with tile and wave quantisation q (NVIDIA, "Matrix
   Multiplication Background User's Guide"): the output is cut into ``TILE_M × TILE_N`` tiles
@@ -23,7 +23,7 @@ bare :class:`~minipar.cost.hardware.GPU`):
   written once), which a GEMM with few K steps per output tile cannot hide behind its math
   ((2048, 6144, 768) ran at 406 TFLOP/s, (2048, 4608, 12288) at 758). η and W are measured
   directly (an 8192³ GEMM, a 2 GiB copy); λ is the one constant fitted on the dense GEMMs
-  (:mod:`minipar.cost.kernel_fit`).
+  (:mod:`minipar.cost.validation.kernel_fit`).
 * The batched GEMMs of unfused attention, QKᵀ b·a/t × (s, s, h/a) and attention·V b·a/t ×
   (s, h/a, s), do h/a FLOPs per byte, below the ridge point P·η/W (184 FLOP/byte on the H200),
   so they are memory-bound; measured, they moved their bytes at their own bandwidth
@@ -53,7 +53,7 @@ SDPA (flash) layers within −12 … +12 %, the six unfused ones within −9 …
 
 With unfused attention, the small models of Narayanan et al. 2021 Table 1 (137 TFLOP/s at
 1.7 B, 163 at 1 T) reach a lower fraction of peak because the scores per FLOP fall as a/h²: the
-per-score bytes (30 on the A100, fitted on half of that table, :mod:`minipar.cost.validation`)
+per-score bytes (30 on the A100, fitted on half of that table, :mod:`minipar.cost.validation.published`)
 weigh on the small models, without any per-model constant.
 """
 
@@ -62,7 +62,7 @@ from __future__ import annotations
 import math
 from typing import NamedTuple
 
-from .memory_time import ATTENTION, check_attention  # noqa: F401  (one list, re-exported)
+from ..chapters.memory_time import ATTENTION, check_attention  # noqa: F401  (one list, re-exported)
 
 TILE_M, TILE_N = 256, 128  # cuBLAS's largest Ampere/Hopper tile (CUTLASS 256×128)
 GEMM_RULES = ("waves", "additive")
@@ -220,7 +220,7 @@ def flash_attention_flops(
 def flash_attention_seconds(b: int, s: int, h: int, a: int, gpu, t: int = 1) -> tuple[float, float]:
     """(forward, backward) seconds of the fused causal attention kernel: its FLOPs
     (:func:`flash_attention_flops`) at ``gpu.flash_efficiency`` of the bf16 peak, the rate
-    measured on whole SDPA layers (:mod:`minipar.cost.hardware`); no per-score bytes move."""
+    measured on whole SDPA layers (:mod:`minipar.cost.kernels.hardware`); no per-score bytes move."""
     _positive(a=a)
     rate = gpu.peak_flops["bf16"] * gpu.flash_efficiency
     f, bw = flash_attention_flops(b, s, h, t)
@@ -344,7 +344,7 @@ def optimizer_seconds(params: float, gpu, bytes_per_param: float = 30) -> float:
     gradient (4), read and write the fp32 master weight, momentum and variance (3 × 8) and
     write the 16-bit weight (2): 30 bytes per parameter (the kernel does ~10 FLOPs per
     parameter, far below the ridge point), over the bandwidth the fused Adam kernel reaches,
-    ``gpu.optimizer_bandwidth`` (measured, :mod:`minipar.cost.hardware`), or the HBM bandwidth
+    ``gpu.optimizer_bandwidth`` (measured, :mod:`minipar.cost.kernels.hardware`), or the HBM bandwidth
     where none was measured."""
     if params < 0:
         raise ValueError(f"params ({params}) must be >= 0")
@@ -357,7 +357,7 @@ def attention_core_and_mlp_seconds(
 ) -> dict[str, float]:
     """Forward and backward GEMM seconds of one layer's attention core (QKᵀ, attention·V, or
     the flash kernel) and of its MLP (h→4h, 4h→h) on one of t ranks: the parts
-    :mod:`minipar.cost.three_d` rescales for context parallelism (the core repeats for each of
+    :mod:`minipar.cost.planner.three_d` rescales for context parallelism (the core repeats for each of
     the other cp−1 key blocks of the ring) and for MoE or non-4h MLPs (the MLP scales with the
     active expert FLOPs)."""
     gemms = layer_gemms(b, s, h, a, t)

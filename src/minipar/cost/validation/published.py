@@ -3,7 +3,7 @@
 Pure Python. Two tables, kept apart by what set each constant:
 
 **Published runs** (:func:`published_runs`): training runs whose authors published the layout
-and the measured throughput, each predicted by :func:`minipar.cost.three_d.evaluate` with the
+and the measured throughput, each predicted by :func:`minipar.cost.planner.three_d.evaluate` with the
 inputs as run. Published TFLOP/s are turned into a step time with the authors' FLOP count
 (Narayanan et al. 2021 Eq. 3, full recomputation, :func:`minipar.cost.model.flops_per_iteration`
 with ``"full"``): step = Eq. 3 / (N · X).
@@ -22,7 +22,7 @@ with ``"full"``): step = Eq. 3 / (N · X).
   * GPT-3 175B on 1024 A100, B = 1536: 140 TFLOP/s per GPU (PTD-P §5.1, the X of its
     training-time estimate: an ASSUMED figure, not a measured run, so this row checks the
     model against the paper's own estimate); layout (d, t, p) = (8, 8, 16) by Megatron's rule
-    (:func:`minipar.cost.three_d.megatron_rule_layout`), b = 1, v = 1 (not published).
+    (:func:`minipar.cost.planner.three_d.megatron_rule_layout`), b = 1, v = 1 (not published).
   * MT-NLG 530B (Smith et al. 2022): 2240 A100 (280 DGX nodes), (d, t, p) = (8, 8, 35),
     B = 1920, b = 1: 60.1 s per iteration (§2.4).
   * BLOOM 176B (BigScience 2022 §3.4): 384 A100 on Jean Zay (4 × 100 Gb/s Omni-Path per 8-GPU
@@ -86,7 +86,7 @@ layout as run (PTD-P t = 8 with p = 12 for 175B, p = 35 for 530B, micro-batch 1;
 t = p = 1 with 4, 2, 1 sequences per GPU), full recomputation; :func:`zero3_missing_effect`
 says what the model leaves out there.
 
-``python -m minipar.cost.validation`` prints both tables.
+``python -m minipar.cost.validation.published`` prints both tables.
 """
 
 from __future__ import annotations
@@ -99,10 +99,11 @@ import statistics
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from . import compute, three_d
-from .hardware import GPU, GPUS
-from .model import flops_per_iteration
-from .three_d_terms import Options
+from ..kernels import compute
+from ..kernels.hardware import GPU, GPUS
+from ..model import flops_per_iteration
+from ..planner import three_d
+from ..planner.three_d_terms import Options
 
 SEQ, VOCAB = 2048, 51200
 
@@ -117,7 +118,7 @@ PTD_P_TABLE1 = [tuple(r) for r in _PUBLISHED["rows"]]
 ERA_2021 = {"attention": "unfused", "precision": "2021"}
 """The inputs that changed since the A100 runs, passed explicitly as those runs had them:
 Megatron-LM's unfused attention kernels (the b·a·s² scores through HBM) and the "2021"
-precision pricing (:data:`minipar.cost.three_d_terms.RECIPES`)."""
+precision pricing (:data:`minipar.cost.planner.three_d_terms.RECIPES`)."""
 
 H200_RECIPE = "megatron"
 """The recipe the H200 steps trained with: bf16 weights, fp32 main gradients, fp32 master
@@ -325,10 +326,10 @@ def predict(
     run's own), ``"1"``, ``"planner"`` (:func:`planner_micro_batch`) or an integer;
     ``interleaved=False`` drops the run's interleaving (v = 1: with b = 1, the inputs every
     Table 1 row had before, on which η was settled); ``eta`` replaces the A100's η and
-    ``gemm_rule`` its GEMM rule (:data:`minipar.cost.compute.GEMM_RULES`), ``score_bytes`` its
+    ``gemm_rule`` its GEMM rule (:data:`minipar.cost.kernels.compute.GEMM_RULES`), ``score_bytes`` its
     bytes per attention score;
     ``model_options`` go to
-    :func:`minipar.cost.three_d.evaluate` (e.g. ``grad_reduce_bytes``)."""
+    :func:`minipar.cost.planner.three_d.evaluate` (e.g. ``grad_reduce_bytes``)."""
     if not interleaved:
         run = replace(run, chunks=1)
     if micro_batch == "as run":
@@ -512,7 +513,7 @@ def split_check(
     """Constants set on :data:`CALIBRATION_ROWS` at ``micro_batch``, checked on the other five
     Table 1 rows. ``fit="both"``: η and the score bytes by :func:`fit_a100`; ``fit="eta"``: η
     alone (:func:`settle_eta`) with ``score_bytes`` fixed (the preset's if None). ``gemm_rule``
-    prices the A100's GEMMs by another rule of :mod:`minipar.cost.compute` (``"waves"``: the
+    prices the A100's GEMMs by another rule of :mod:`minipar.cost.kernels.compute` (``"waves"``: the
     2021 tile/wave rule, the negative control). Returns ``eta``, ``score_bytes``,
     ``calibration`` and ``held_out`` (:class:`Row` lists), ``held_out_within10``,
     ``held_out_worst`` (|error| in %), ``within10`` and ``worst`` over all ten, and
@@ -545,7 +546,7 @@ def split_check(
 
 
 def wave_quantisation_evidence(q_below: float = 0.8) -> dict:
-    """Why no preset keeps the 2021 tile/wave GEMM rule (:func:`minipar.cost.compute
+    """Why no preset keeps the 2021 tile/wave GEMM rule (:func:`minipar.cost.kernels.compute
     .wave_efficiency`, one 256×128 tile): checked against the H200 GEMM calibration set
     (``measurements/h200_layer_gemm_times.json``, every GEMM of a layer at b·s = 2048-8192
     rows).
@@ -635,7 +636,7 @@ ZERO3_GRAD_REDUCE_BYTES = 2
 """Bytes per gradient element in ZeRO-3's reduce-scatter as §5.2 ran it: DeepSpeed reduces in
 its ``communication_data_type``, which defaults to the 16-bit training dtype (fp16) unless
 configured; Megatron-LM's own data-parallel reduction defaults to fp32
-(:data:`minipar.cost.three_d.GRAD_REDUCE_BYTES`)."""
+(:data:`minipar.cost.planner.three_d.GRAD_REDUCE_BYTES`)."""
 
 
 def zero3_comparison(
@@ -656,7 +657,7 @@ def zero3_comparison(
     ``ratio`` = PTD-P's predicted TFLOP/s over ZeRO-3's (> 1: PTD-P faster; with equal GPU
     counts and batches, ZeRO-3's step over PTD-P's), against ``published_ratio``.
     ``zero3_overlap=False`` exposes all of ZeRO-3's collectives; ``zero3_collectives`` picks
-    their algorithm (:func:`minipar.cost.three_d.zero3_collective_seconds`; ``"hierarchical"``
+    their algorithm (:func:`minipar.cost.planner.three_d.zero3_collective_seconds`; ``"hierarchical"``
     is the NCCL-ideal one); ``bandwidth_factor`` divides both links' bandwidth for ZeRO-3 only;
     ``zero3_grad_reduce_bytes`` is ZeRO-3's gradient element in its reduce-scatter (and its
     unsharded layer-gradient buffer): 2 as DeepSpeed ran it (:data:`ZERO3_GRAD_REDUCE_BYTES`),
@@ -776,7 +777,7 @@ H200_VOCAB = 50304
 
 
 def h200_gpu() -> GPU:
-    """The ``"H200"`` preset of :mod:`minipar.cost.hardware`: its kernel constants were set on
+    """The ``"H200"`` preset of :mod:`minipar.cost.kernels.hardware`: its kernel constants were set on
     the calibration file (``measurements/h200_layer_gemm_times.json``: η from the 8192³ matmul,
     the HBM rate from a device copy, the GEMM, attention and Adam constants and the 7.4 µs
     issue time per kernel fitted to its rows) but one, the element-wise rate, fitted on the
@@ -826,8 +827,8 @@ class H200Row:
 
 
 def _supported(options: dict) -> dict:
-    """The options :func:`minipar.cost.three_d.evaluate` accepts: its named parameters and the
-    fields of :class:`minipar.cost.three_d_terms.Options` (the planner grows inputs)."""
+    """The options :func:`minipar.cost.planner.three_d.evaluate` accepts: its named parameters and the
+    fields of :class:`minipar.cost.planner.three_d_terms.Options` (the planner grows inputs)."""
     params = inspect.signature(three_d.evaluate).parameters
     names = {k for k, p in params.items() if p.kind is not p.VAR_KEYWORD}
     names |= set(Options.__dataclass_fields__)

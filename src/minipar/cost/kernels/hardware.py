@@ -4,7 +4,7 @@ Bandwidth is bytes/s PER DIRECTION (what one ring step can use). Vendors often q
 bidirectional sum; ``Link.note`` records the conversion. The α values are NOT measured: they
 are order-of-magnitude assumptions for one message's start-up cost through NCCL on that link
 (a few µs in a node, more across nodes, tens of µs over TCP). Measure your own with
-``minipar bench collectives`` and :func:`minipar.cost.collectives.fit_alpha_beta`.
+``minipar bench collectives`` and :func:`minipar.cost.network.collectives.fit_alpha_beta`.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import json
 import math
 from dataclasses import dataclass, field, fields
 
-from .units import GB
+from ..units import GB
 
 
 @dataclass(frozen=True)
@@ -37,7 +37,7 @@ class GPU:
     gemm_efficiency: float = 0.75  # η: fraction of dense peak a large GEMM sustains in training
     intra: str = "nvlink3-a100"  # the NVLink of its generation (DGX/HGX baseboard)
     inter: str = "ib-hdr200"  # the InfiniBand NIC per GPU of its generation
-    # The kernel model of minipar.cost.compute (its docstring derives each term). The defaults
+    # The kernel model of minipar.cost.kernels.compute (its docstring derives each term). The defaults
     # are the 2021 model; every preset sets its own (A100: fitted on PTD-P Table 1; H200:
     # measured; H100: the H200's, see gh100_kernels), and a measured profile sets them all.
     gemm_rule: str = "waves"  # "waves" (tile/wave roofline) or "additive" (measured)
@@ -124,7 +124,7 @@ _T = 1e12
 # the H200 (compute.py): the 2021 tile/wave rule over-charged dense shapes there by up to
 # +83 %. Two constants FITTED on the calibration half of Narayanan et al. 2021 Table 1 (1.7 B,
 # 7.5 B, 39.1 B, 145.6 B, 529.6 B: every other row), each row with its published layout and
-# interleaving at the micro-batch the planner picks: minipar.cost.validation.fit_a100, least
+# interleaving at the micro-batch the planner picks: minipar.cost.validation.published.fit_a100, least
 # squares of log(predicted / published step time). The other five rows, GPT-3 175B (an
 # assumed 140 TFLOP/s, not a measured run), BLOOM, MT-NLG and the §5.2 ZeRO-3 comparison are
 # the check (tests/test_cost_validation.py): held out from the fit, not from the choice of the
@@ -137,7 +137,7 @@ A100_GEMM_EFFICIENCY = 0.725
 A100_SCORE_BYTES = 30.0
 """Bytes per attention score, forward + backward, that Megatron-LM's fused scale-mask-softmax
 and dropout cost on the A100; fitted with :data:`A100_GEMM_EFFICIENCY`. The kernels move 9 + 11
-(:data:`minipar.cost.compute.SCORE_BYTES_FWD`): 30 is those bytes at two thirds of the
+(:data:`minipar.cost.kernels.compute.SCORE_BYTES_FWD`): 30 is those bytes at two thirds of the
 datasheet's HBM rate. Scores per FLOP fall as a/h², so this term is what separates the small
 models from the large; left at 20 with η alone fitted, the 2021 wave rule orders Table 1
 at Spearman 0.23 (η alone under the additive rule: 0.79)."""
@@ -147,7 +147,7 @@ at Spearman 0.23 (η alone under the additive rule: 0.79)."""
 #   η = 0.78        an 8192³ bf16 matmul ran at 775 TFLOP/s = 0.783 of the 989.4 dense peak;
 #   W = 4.22 TB/s   a 2 GiB device-to-device copy (bytes read + written), 88 % of the 4.8 of
 #                   the datasheet.
-# Fitted on that file's rows by minipar.cost.kernel_fit (least squares of the relative error,
+# Fitted on that file's rows by minipar.cost.validation.kernel_fit (least squares of the relative error,
 # each constant linear in its model), rounded:
 #   λ = 7.4 µs      per GEMM call, on its 72 dense GEMMs (compute.gemm_seconds, "additive");
 #   W_bmm = 3.74 TB/s, λ_bmm = 20 µs   on its 36 batched attention GEMMs (compute.bmm_seconds);

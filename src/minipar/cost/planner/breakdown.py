@@ -1,8 +1,8 @@
 """Per-GPU training memory: model states plus the activations of the busiest pipeline stage.
 
 Combines, without new formulas, :func:`minipar.cost.model.param_count` (Narayanan et al. 2021
-Eq. 2), :func:`minipar.cost.memory_time.model_state_bytes` (ZeRO, Rajbhandari et al. 2020 §5) and
-:func:`minipar.cost.memory_time.pipeline_first_stage_activation_bytes` (Korthikanti et al. 2022
+Eq. 2), :func:`minipar.cost.chapters.memory_time.model_state_bytes` (ZeRO, Rajbhandari et al. 2020 §5) and
+:func:`minipar.cost.chapters.memory_time.pipeline_first_stage_activation_bytes` (Korthikanti et al. 2022
 Table 2 and §4.2.3, 1F1B). Assumptions: mixed-precision Adam (16Ψ bytes before sharding), the
 parameters spread evenly over t·p devices (the embedding really sits on the first and last
 stages), and nothing else: no communication buffers, no temporary workspace, no
@@ -14,8 +14,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import NamedTuple
 
-from .memory_time import check_zero_stage, model_state_bytes, pipeline_first_stage_activation_bytes
-from .model import param_count
+from ..chapters.memory_time import (
+    check_zero_stage,
+    model_state_bytes,
+    pipeline_first_stage_activation_bytes,
+)
+from ..model import param_count
 from .term_table import MEMORY, SLOT, STEP
 
 
@@ -82,9 +86,9 @@ SLOT_TERMS = SLOT
 
 @dataclass(frozen=True)
 class StepBreakdown:
-    """The 3D planner's named terms of one layout (:func:`minipar.cost.three_d_terms.breakdown`).
+    """The 3D planner's named terms of one layout (:func:`minipar.cost.planner.three_d_terms.breakdown`).
 
-    ``values`` holds every term of :data:`minipar.cost.term_table.TERMS` by name: seconds per
+    ``values`` holds every term of :data:`minipar.cost.planner.term_table.TERMS` by name: seconds per
     micro-batch on the slowest stage for the terms of one pipeline slot (:data:`SLOT_TERMS`),
     seconds per step for those after the last micro-batch, bytes on the fullest stage for
     memory; a term is also read as an attribute (``br.tp``). The step is

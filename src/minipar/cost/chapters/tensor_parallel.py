@@ -9,9 +9,9 @@ t tensor-parallel ranks. Sizes are BYTES unless a name says elements.
   "Reducing Activation Recomputation in Large Transformer Models", §4.2.2) replaces each by an
   all-gather and a reduce-scatter of the same logical size: 4 + 4.
 * Bytes a rank sends: ring all-reduce 2(t−1)/t·S, all-gather / reduce-scatter (t−1)/t·S
-  (:func:`minipar.cost.collectives.ring_bytes_per_rank`), so both variants send the same bytes,
+  (:func:`minipar.cost.network.collectives.ring_bytes_per_rank`), so both variants send the same bytes,
   :func:`tp_bytes_per_layer`.
-* Activations: :func:`minipar.cost.memory_time.activation_bytes_per_layer` (Korthikanti Table 2);
+* Activations: :func:`minipar.cost.chapters.memory_time.activation_bytes_per_layer` (Korthikanti Table 2);
   :func:`activation_items` splits it into the items of §4.1 per rank.
 * Comm/compute: forward FLOPs of a layer 24bsh² + 4bs²h (Narayanan et al. 2021, "Efficient
   Large-Scale Language Model Training on GPU Clusters Using Megatron-LM", §5.1 / Appendix),
@@ -22,7 +22,7 @@ t tensor-parallel ranks. Sizes are BYTES unless a name says elements.
 
 from __future__ import annotations
 
-from .collectives import ring_bytes_per_rank
+from ..network.collectives import ring_bytes_per_rank
 
 
 def _check(**kw) -> None:
@@ -89,7 +89,7 @@ def activation_items(
     inputs, the inputs of QKV and h→4h (the f outputs), and the two dropout masks after g stay
     whole on every rank (10·sbh), unless sequence parallelism splits them along s.
     With paper conventions (2-byte activations, 1-byte masks, no statistics) the sum equals
-    :func:`minipar.cost.memory_time.activation_bytes_per_layer`.
+    :func:`minipar.cost.chapters.memory_time.activation_bytes_per_layer`.
     """
     _check(s=s, b=b, h=h, a=a, t=t)
     if a % t:

@@ -1,8 +1,8 @@
 """The planner's form and constants as frozen before modern published tables were evaluated
 (``frozen_model.json``): the term table, every GPU preset's constants and six probe plans'
 step time and memory. ``tests/test_cost_frozen.py`` holds the model to the file; after a
-deliberate change to the model, ``python -m minipar.cost.frozen`` rewrites it, to be committed
-on its own and re-validated (:mod:`minipar.cost.modern_validation`)."""
+deliberate change to the model, ``python -m minipar.cost.planner.frozen`` rewrites it, to be committed
+on its own and re-validated (:mod:`minipar.cost.validation.modern`)."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ import dataclasses
 import json
 from pathlib import Path
 
+from ..kernels.hardware import GPUS
 from . import three_d as planner
-from .hardware import GPUS
 from .term_table import TERMS
 
 PATH = Path(__file__).resolve().parent / "frozen_model.json"

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from .model import RECOMPUTE
+from ..model import RECOMPUTE
 
 ATTENTION = ("unfused", "flash")  # the attention kernel: scores materialised, or fused
 

@@ -1,10 +1,10 @@
 """The one table of the planner's cost terms (``term_table.json``), read by the Python planner
-(:func:`minipar.cost.three_d_terms.breakdown`), the explorer's JavaScript (the generated block of
+(:func:`minipar.cost.planner.three_d_terms.breakdown`), the explorer's JavaScript (the generated block of
 ``widgets/three_d.js``), ``minipar plan``'s columns and the tests.
 
 Adding a term is one row here, one Python function ``term_<name>(m_, cl, lay, opt, ctx)`` in
-:mod:`minipar.cost.three_d_terms` and its JavaScript twin ``term<Name>(model, cluster, lay, opt,
-ctx)`` in ``widgets/three_d.js``; ``python -m minipar.cost.term_table`` prints the JavaScript
+:mod:`minipar.cost.planner.three_d_terms` and its JavaScript twin ``term<Name>(model, cluster, lay, opt,
+ctx)`` in ``widgets/three_d.js``; ``python -m minipar.cost.planner.term_table`` prints the JavaScript
 block to paste between its ``BEGIN TERMS`` and ``END TERMS`` lines (tests/test_cost_terms.py
 fails until it is there). A term returns its value (seconds or bytes), or a record whose first
 field, ``value``, is its value and whose other fields later terms may read from ``ctx`` (the
@@ -60,8 +60,8 @@ def js_block() -> str:
     rows = json.dumps([t._asdict() for t in TERMS], ensure_ascii=False)
     fns = ", ".join(f"{t.name}: {js_name(t.name)}" for t in TERMS)
     return (
-        f"{BEGIN} (generated from minipar/cost/term_table.json by "
-        "`python -m minipar.cost.term_table`; do not edit)\n"
+        f"{BEGIN} (generated from minipar/cost/planner/term_table.json by "
+        "`python -m minipar.cost.planner.term_table`; do not edit)\n"
         f"export const TERMS = {rows};\n"
         f"const TERM_FUNCTIONS = {{{fns}}};\n"
         f"{END}"

@@ -2,7 +2,7 @@
 3D GPT under every (d, t, p) layout of its ranks.
 
 Pure Python. :mod:`minipar.three_d.calibrate` measures the constants (torch, gloo) and times the
-real runs; this module fits and predicts. The step of :mod:`minipar.cost.three_d` (SP inside
+real runs; this module fits and predicts. The step of :mod:`minipar.cost.planner.three_d` (SP inside
 TP, 1F1B, ZeRO-1), written for CPU ranks that may outnumber the cores:
 
   cores     n ranks share c cores (measured: :func:`effective_cores`). While k ranks compute, each
@@ -52,8 +52,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from .collectives import collective_time, fit_alpha_beta
-from .validation import spearman  # noqa: F401  (one rank correlation for both comparisons)
+from ..network.collectives import collective_time, fit_alpha_beta
+from .published import spearman  # noqa: F401  (one rank correlation for both comparisons)
 
 
 @dataclass(frozen=True)
@@ -95,7 +95,7 @@ class Machine:
 
 def fit_line(xs, ys) -> tuple[float, float]:
     """Least-squares (intercept, slope) of y = a + c·x, each point weighted by 1/y² (relative
-    error, as :func:`~minipar.cost.collectives.fit_alpha_beta`). Pure Python."""
+    error, as :func:`~minipar.cost.network.collectives.fit_alpha_beta`). Pure Python."""
     xs, ys = [float(x) for x in xs], [float(y) for y in ys]
     if len(xs) != len(ys) or len(set(xs)) < 2 or min(ys) <= 0:
         raise ValueError(
@@ -113,7 +113,7 @@ def fit_line(xs, ys) -> tuple[float, float]:
 
 def fit_link(sizes_bytes, seconds, n: int) -> tuple[float, float]:
     """(α, bandwidth) of a ring all-reduce over n ranks from timed sizes
-    (:func:`~minipar.cost.collectives.fit_alpha_beta`); on a machine so noisy that the weighted
+    (:func:`~minipar.cost.network.collectives.fit_alpha_beta`); on a machine so noisy that the weighted
     fit's slope is not positive, the two-point line through the smallest and the largest size
     (α clipped at 0). The model needs α ≥ 0 and a positive bandwidth."""
     try:
@@ -174,7 +174,7 @@ def effective_cores(ranks: int, cpu_seconds, wall_seconds, usable: int) -> float
 
 def fit_op(sizes_bytes, seconds) -> tuple[float, float]:
     """(α, bandwidth) of a measured operation's time α + bytes/bandwidth (Hockney's model, as
-    in :mod:`~minipar.cost.collectives`, but of the operation as timed, not of one link):
+    in :mod:`~minipar.cost.network.collectives`, but of the operation as timed, not of one link):
     :func:`fit_line`, and on a machine so noisy that its slope is not positive, the two-point
     line through the smallest and the largest size. α is clipped at 0 (noise); the model needs a
     positive bandwidth."""

@@ -32,10 +32,10 @@ import math
 from collections.abc import Callable
 from typing import NamedTuple
 
-from .collectives import collective_time, hierarchical_all_reduce_time
-from .hardware import link
+from ..kernels.hardware import link
+from ..model import six_nd
+from ..network.collectives import collective_time, hierarchical_all_reduce_time
 from .memory_time import check_zero_stage
-from .model import six_nd
 
 
 class DPStep(NamedTuple):
@@ -91,7 +91,7 @@ def dp_step_time(
 
 ACHIEVED_FLOPS = 400e12
 """FLOP/s per GPU the course's scaling examples assume: about 40 % of an H100 SXM's dense bf16
-peak (989 TFLOP/s, :data:`minipar.cost.hardware.GPUS`), a typical MFU for well-tuned training."""
+peak (989 TFLOP/s, :data:`minipar.cost.kernels.hardware.GPUS`), a typical MFU for well-tuned training."""
 
 
 def forward_backward(compute_s: float) -> tuple[float, float]:
@@ -138,8 +138,8 @@ def allreduce_seconds(
     """``nbytes -> seconds`` of one all-reduce over n GPUs: a ring over the ``intra`` link
     inside one node (n ≤ gpus_per_node), else the hierarchical all-reduce (ring reduce-scatter in
     each node, all-reduce across nodes over ``inter``, all-gather in each node; see
-    :func:`minipar.cost.collectives.hierarchical_all_reduce_time`). n must then be a multiple of
-    ``gpus_per_node``. Link presets: :data:`minipar.cost.hardware.LINKS`.
+    :func:`minipar.cost.network.collectives.hierarchical_all_reduce_time`). n must then be a multiple of
+    ``gpus_per_node``. Link presets: :data:`minipar.cost.kernels.hardware.LINKS`.
 
     The across-node step is a flat ring by default: its latency 2(N−1)α grows with the number of
     nodes N and is paid once per bucket (with α = 5 µs, 64 nodes and 100 buckets: 63 ms per step).
