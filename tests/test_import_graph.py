@@ -292,3 +292,32 @@ def figures() -> dict:
 
 if __name__ == "__main__":  # python tests/test_import_graph.py: the figures for a review
     print(figures())
+
+
+COST_ROOMS = ("kernels", "network", "chapters", "planner", "validation")  # CONTRIBUTING.md's order
+
+
+def cost_arrows_up(g) -> set[tuple[str, str]]:
+    """Arrows from a cost sub-package to one listed after it."""
+    room = {m: m.split(".")[2] for m in g if m.count(".") >= 3 and m.split(".")[2] in COST_ROOMS}
+    return {
+        (a, b)
+        for a, targets in g.items()
+        for b in targets
+        if a in room and b in room and COST_ROOMS.index(room[b]) > COST_ROOMS.index(room[a])
+    }
+
+
+def test_cost_sub_packages_import_only_those_before_them():
+    g = graph()
+    assert {
+        m.split(".")[2] for m in g if m.startswith("minipar.cost.") and m.count(".") >= 3
+    } == set(COST_ROOMS)
+    assert not cost_arrows_up(g)
+    # negative control: the kernels reaching up into a chapter's model is named
+    g["minipar.cost.kernels.compute"] = g["minipar.cost.kernels.compute"] | {
+        "minipar.cost.chapters.memory_time"
+    }
+    assert cost_arrows_up(g) == {
+        ("minipar.cost.kernels.compute", "minipar.cost.chapters.memory_time")
+    }

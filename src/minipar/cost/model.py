@@ -9,6 +9,15 @@ tied to the output layer; these are the assumptions of the two Megatron papers c
 from __future__ import annotations
 
 RECOMPUTE = ("none", "selective", "full")
+ATTENTION = ("unfused", "flash")  # the attention kernel: scores materialised, or fused
+
+
+def check_attention(attention: str) -> str:
+    """``attention`` if it is one of :data:`ATTENTION`, else ValueError naming it: the one check
+    that the memory and the time models share."""
+    if attention not in ATTENTION:
+        raise ValueError(f"attention ({attention!r}) must be one of {', '.join(ATTENTION)}")
+    return attention
 
 
 def _positive(**kw) -> None:

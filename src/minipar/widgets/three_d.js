@@ -224,7 +224,7 @@ function passSeconds(gemms, gpu) {                  // Python: compute.pass_seco
 }
 
 const ATTENTION = ["unfused", "flash"];
-function checkAttention(attention) {                // Python: memory_time.check_attention
+function checkAttention(attention) {                // Python: model.check_attention
   if (!ATTENTION.includes(attention)) throw new Error(`attention ('${attention}') must be one of ${ATTENTION.join(", ")}`);
   return attention;
 }

@@ -11,18 +11,7 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from ..model import RECOMPUTE
-
-ATTENTION = ("unfused", "flash")  # the attention kernel: scores materialised, or fused
-
-
-def check_attention(attention: str) -> str:
-    """``attention`` if it is one of :data:`ATTENTION`, else ValueError naming it: the one check
-    that the memory and the time models share."""
-    if attention not in ATTENTION:
-        raise ValueError(f"attention ({attention!r}) must be one of {', '.join(ATTENTION)}")
-    return attention
-
+from ..model import ATTENTION, RECOMPUTE, check_attention  # noqa: F401  (re-exported)
 
 ZERO_STAGES = (0, 1, 2, 3)
 

@@ -62,7 +62,7 @@ from __future__ import annotations
 import math
 from typing import NamedTuple
 
-from ..chapters.memory_time import ATTENTION, check_attention  # noqa: F401  (one list, re-exported)
+from ..model import ATTENTION, check_attention  # noqa: F401  (one list, re-exported)
 
 TILE_M, TILE_N = 256, 128  # cuBLAS's largest Ampere/Hopper tile (CUTLASS 256×128)
 GEMM_RULES = ("waves", "additive")
