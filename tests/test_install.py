@@ -189,6 +189,7 @@ def test_pyproject_declares_package_data_python_and_only_used_dependencies():
     assert "*.js" in package_data["minipar.widgets"]
     assert "measurements/*.json" in package_data["minipar.cost.validation"]
     assert "*.json" in package_data["minipar.cost.planner"]
+    assert "clauses/*.toml" in package_data["minipar.grading"]
     assert list((ROOT / "src/minipar/widgets").glob("*.js"))
     assert list((ROOT / "src/minipar/cost/validation/measurements").glob("*.json"))
     names = [re.match(r"[A-Za-z0-9_.-]+", r).group(0).lower() for r in project["dependencies"]]

@@ -20,8 +20,8 @@ How a chapter adds exercises (nothing else to register)
    The module is imported on first use of a ``"<slug>.<name>"`` id. A chapter whose answers
    run on process groups declares its layouts once, ``RANKS = Layouts(CHAPTER, LAYOUTS,
    size="t")``, and a checker iterates ``RANKS.launch(body, fn)``
-   (:mod:`minipar.grading.declare`). Beside the checkers, ``CLAUSES`` gives every task its
-   clause table: each clause of the starter's text, the input that makes it matter, a wrong
+   (:mod:`minipar.grading.declare`). Beside the checkers, ``grading/clauses/<slug>.toml`` gives every
+   task its clause table: each clause of the starter's text, the input that makes it matter, a wrong
    answer breaking only that clause (a function in ``tests/test_grading_<slug>.py``) and the
    words of its reason; ``tests/test_grading_clauses.py`` holds the tables complete.
 3. ``python -m minipar.grading.notebooks --force`` writes the starter

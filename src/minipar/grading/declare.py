@@ -6,8 +6,8 @@ A chapter's grader (``minipar.grading.<slug>``) is a declaration:
   for the whole world)]), with the hint a failing case gets;
 * its **tasks** (``@task("<slug>.<name>", summary)``, :mod:`minipar.grading.registry`), each a
   checker that runs its inputs and names the first mistake it recognises;
-* its **clause table** ``CLAUSES``: for every task, each clause of the starter's specification
-  (:class:`Clause`) with the input that makes it matter, a realistic wrong answer that breaks
+* its **clause table**, data in ``grading/clauses/<slug>.toml`` (:func:`clause_table`): for every
+  task, each clause of the starter's specification (:class:`Clause`) with the input that makes it matter, a realistic wrong answer that breaks
   only that clause (a function of that name in ``tests/test_grading_<slug>.py``) and the words
   of the one-line reason the grader gives it. ``tests/test_grading_clauses.py`` grades every
   clause's wrong answer and checks it fails with its reason.
@@ -21,9 +21,10 @@ limits), and yields each rank's case (``where``, ``rank``, ``gr``, ``members``, 
 
 from __future__ import annotations
 
-import importlib
+import tomllib
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 
 from minipar.grading.compare import launch_layouts
 from minipar.grading.imports import course_calls, forbidden_modules, reject_course_calls
@@ -75,10 +76,20 @@ class Clause:
     reason: str
 
 
+def clause_table(chapter: str) -> dict[str, tuple[Clause, ...]]:
+    """The chapter's clause table, ``grading/clauses/<chapter>.toml``: task id -> its clauses
+    (each clause's input is written once under ``[inputs]`` and named by its key)."""
+    data = tomllib.loads((Path(__file__).with_name("clauses") / f"{chapter}.toml").read_text())
+    inputs = data["inputs"]
+    return {
+        task_id: tuple(Clause(**{**row, "input": inputs[row["input"]]}) for row in rows)
+        for task_id, rows in data["task"].items()
+    }
+
+
 def clauses_of(chapter: str) -> list[tuple[str, Clause]]:
-    """(task id, clause) for every clause of the chapter grader's ``CLAUSES`` table."""
-    table = importlib.import_module(f"minipar.grading.{chapter}").CLAUSES
-    return [(task_id, c) for task_id, clauses in table.items() for c in clauses]
+    """(task id, clause) for every clause of the chapter's clause table."""
+    return [(t, c) for t, clauses in clause_table(chapter).items() for c in clauses]
 
 
 @dataclass(frozen=True)
