@@ -276,7 +276,7 @@ def _remove_stale_folders() -> list[str]:
     """Remove ``minipar-grade-<host>-<pid>-*`` folders of this host (boot and PID namespace)
     and user whose grader ``pid`` is gone: left by a grader killed with SIGKILL (its kernel
     and everything under it exit by themselves: the kernel polls its parent)."""
-    from minipar.runtime.pool import _pid_alive, host_token  # noqa: PLC0415 (minipar.runtime.pool ~18 ms, loads cloudpickle and multiprocessing: `minipar --help` imports this module)
+    from minipar.runtime.pool import _pid_alive, host_token  # noqa: PLC0415 (lazy: launcher)
 
     base, host, removed = tempfile.gettempdir(), host_token(), []
     try:
@@ -329,11 +329,11 @@ def grade(paths, timeout: float | None = None, progress=None) -> dict:
     the progress lines."""
     say = progress or (lambda line: None)
     nbs, wanted = notebooks(paths)  # a bad path fails here, before the import below
-    import nbformat  # noqa: PLC0415 (nbformat ~1.2 s, the grade extra: only the grade command needs it)
+    import nbformat  # noqa: PLC0415 (lazy: grade extra)
 
     rows, missing, empty = [], [], []
     covered = set()
-    from minipar.runtime.pool import host_token  # noqa: PLC0415 (minipar.runtime.pool ~18 ms, loads cloudpickle and multiprocessing: `minipar --help` imports this module)
+    from minipar.runtime.pool import host_token  # noqa: PLC0415 (lazy: launcher)
 
     with shielded():
         _remove_stale_folders()

@@ -50,7 +50,7 @@ def _describe(n, numel, dtype):
 
 
 def _input(rank, numel, dtype):
-    import torch  # noqa: PLC0415 (torch ~1.5 s: this module loads without torch; only _input needs it)
+    import torch  # noqa: PLC0415 (lazy: torch)
 
     g = torch.Generator().manual_seed(100 * rank + numel)
     if dtype == "int64":
@@ -62,7 +62,7 @@ def _input(rank, numel, dtype):
 def _guarded(dtype):
     """Within the candidate: point-to-point buffers must have the input's dtype (a mismatch
     makes gloo abort the process with nothing the learner can act on)."""
-    import torch.distributed as dist  # noqa: PLC0415 (torch ~1.5 s: this module loads without torch; only _guarded needs it)
+    import torch.distributed as dist  # noqa: PLC0415 (lazy: torch)
 
     originals = {name: getattr(dist, name) for name in ("send", "recv", "isend", "irecv")}
 
@@ -99,7 +99,7 @@ def _course_calls(used: set):
 
 def _run_case(fn, x, where):
     """``fn(x)`` under the tracer, the dtype guard and the course-call watch."""
-    from minipar.runtime.tracer import trace  # noqa: PLC0415 (torch ~1.5 s: this module loads without torch; only _run_case needs it)
+    from minipar.runtime.tracer import trace  # noqa: PLC0415 (lazy: tracer)
 
     os.write(2, f"minipar check: running case {where}\n".encode())  # shown if the rank dies
     used: set = set()
@@ -122,8 +122,8 @@ def _run_case(fn, x, where):
 
 
 def _ring_on_rank(rank, n, fn):
-    import torch  # noqa: PLC0415 (torch ~1.5 s: this module loads without torch; only _ring_on_rank needs it)
-    import torch.distributed as dist  # noqa: PLC0415 (torch ~1.5 s: this module loads without torch; only _ring_on_rank needs it)
+    import torch  # noqa: PLC0415 (lazy: torch)
+    import torch.distributed as dist  # noqa: PLC0415 (lazy: torch)
 
     out = []
     for numel, dtype in _cases(n):
@@ -154,8 +154,8 @@ def _gather_cases(n: int):
 
 
 def _gather_on_rank(rank, n, fn):
-    import torch  # noqa: PLC0415 (torch ~1.5 s: this module loads without torch; only _gather_on_rank needs it)
-    import torch.distributed as dist  # noqa: PLC0415 (torch ~1.5 s: this module loads without torch; only _gather_on_rank needs it)
+    import torch  # noqa: PLC0415 (lazy: torch)
+    import torch.distributed as dist  # noqa: PLC0415 (lazy: torch)
 
     out = []
     for numel, dtype in _gather_cases(n):
@@ -278,7 +278,7 @@ def _ring_peers(res, rank, n, what):
     "only, 2(n−1)/n·S bytes sent per rank",
 )
 def check_ring_all_reduce(candidate):
-    import torch  # noqa: PLC0415 (torch ~1.5 s: this module loads without torch; only check_ring_all_reduce needs it)
+    import torch  # noqa: PLC0415 (lazy: torch)
 
     for n in RANKS:
         per_rank = _run(_ring_on_rank, n, candidate)
@@ -333,7 +333,7 @@ def check_ring_all_reduce(candidate):
     "only, (n−1)·chunk bytes sent per rank",
 )
 def check_all_gather(candidate):
-    import torch  # noqa: PLC0415 (torch ~1.5 s: this module loads without torch; only check_all_gather needs it)
+    import torch  # noqa: PLC0415 (lazy: torch)
 
     for n in RANKS:
         for r, cases in enumerate(_run(_gather_on_rank, n, candidate)):

@@ -12,7 +12,7 @@ from minipar.grading.reasons import reason_for
 def close(actual, expected, what: str, rtol: float = 1e-5, atol: float = 1e-6) -> None:
     """Raise :class:`GradeFailure` unless tensors/numbers ``actual`` match ``expected``; the
     reason names the first element that differs most and both values."""
-    import torch  # noqa: PLC0415 (torch ~1.5 s: `minipar --help` imports this module; only close needs it)
+    import torch  # noqa: PLC0415 (lazy: torch)
 
     if not isinstance(actual, torch.Tensor):
         try:
@@ -65,7 +65,7 @@ def close_number(actual, expected: float, what: str, rel: float = 0.01) -> None:
 def randn(*shape, seed: int, dtype=None):
     """A float64 (or ``dtype``) normal tensor from its own generator: the same on every rank
     and every run for one seed."""
-    import torch  # noqa: PLC0415 (torch ~1.5 s: `minipar --help` imports this module; only randn needs it)
+    import torch  # noqa: PLC0415 (lazy: torch)
 
     return torch.randn(
         *shape, generator=torch.Generator().manual_seed(seed), dtype=dtype or torch.float64
@@ -88,7 +88,7 @@ def _dtype_name(dtype) -> str:
 def type_error(actual, expected) -> str | None:
     """What is wrong with the *type* of ``actual`` against the tensor ``expected`` (not a
     tensor, another dtype, another shape), or None: the exercise states all three."""
-    import torch  # noqa: PLC0415 (torch ~1.5 s: `minipar --help` imports this module; only type_error needs it)
+    import torch  # noqa: PLC0415 (lazy: torch)
 
     if not isinstance(actual, torch.Tensor):
         return (
@@ -108,7 +108,7 @@ def type_error(actual, expected) -> str | None:
 def same(actual, expected, atol: float = 1e-9, rtol: float = 1e-7) -> bool:
     """Same type (a tensor of ``expected``'s dtype and shape) and values within tolerance; NaN
     never matches."""
-    import torch  # noqa: PLC0415 (torch ~1.5 s: `minipar --help` imports this module; only same needs it)
+    import torch  # noqa: PLC0415 (lazy: torch)
 
     if expected is None or type_error(actual, expected):
         return False

@@ -25,10 +25,10 @@ def _same(a, b, atol=1e-6) -> bool:
 def _reference_grads(micro: int = 1, batch: int = BATCH, rank: int = 0, n: int = 1):
     """Gradients of the single-process model on the whole batch (None for frozen); with
     ``n > 1`` on rank ``rank``'s slice only (what that rank's backward computes)."""
-    import torch  # noqa: PLC0415 (torch ~1.5 s: this module loads without torch; only _reference_grads needs it)
-    import torch.nn.functional as F  # noqa: PLC0415 (torch ~1.5 s: this module loads without torch; only _reference_grads needs it)
+    import torch  # noqa: PLC0415 (lazy: torch)
+    import torch.nn.functional as F  # noqa: PLC0415 (lazy: torch)
 
-    from minipar.data_parallel.models import TiedClassifier, token_batches  # noqa: PLC0415 (torch ~1.5 s: this module loads without torch; only _reference_grads needs it)
+    from minipar.data_parallel.models import TiedClassifier, token_batches  # noqa: PLC0415 (lazy: torch)
 
     torch.manual_seed(0)
     model = TiedClassifier()
@@ -95,7 +95,7 @@ def _diagnose_grads(got, ref, n, rank, changed_params, reduced_bytes) -> None:
 
 # ----------------------------------------------------------------------------- 01 average
 def _local_grads(model_fn, x, y):
-    import torch.nn.functional as F  # noqa: PLC0415 (torch ~1.5 s: this module loads without torch; only _local_grads needs it)
+    import torch.nn.functional as F  # noqa: PLC0415 (lazy: torch)
 
     model = model_fn()
     F.cross_entropy(model(x), y).backward()
@@ -103,11 +103,11 @@ def _local_grads(model_fn, x, y):
 
 
 def _average_on_rank(rank, n, fn):
-    import torch  # noqa: PLC0415 (torch ~1.5 s: this module loads without torch; only _average_on_rank needs it)
-    import torch.distributed as dist  # noqa: PLC0415 (torch ~1.5 s: this module loads without torch; only _average_on_rank needs it)
+    import torch  # noqa: PLC0415 (lazy: torch)
+    import torch.distributed as dist  # noqa: PLC0415 (lazy: torch)
 
-    from minipar.data_parallel.models import TiedClassifier, token_batches  # noqa: PLC0415 (torch ~1.5 s: this module loads without torch; only _average_on_rank needs it)
-    from minipar.runtime.tracer import trace  # noqa: PLC0415 (torch ~1.5 s: this module loads without torch; only _average_on_rank needs it)
+    from minipar.data_parallel.models import TiedClassifier, token_batches  # noqa: PLC0415 (lazy: torch)
+    from minipar.runtime.tracer import trace  # noqa: PLC0415 (lazy: tracer)
 
     def fresh():
         torch.manual_seed(0)
@@ -193,11 +193,11 @@ def expected_buckets(model, cap: int) -> int:
 
 
 def _bucketed_on_rank(rank, n, make, cap):
-    import torch  # noqa: PLC0415 (torch ~1.5 s: this module loads without torch; only _bucketed_on_rank needs it)
-    import torch.nn.functional as F  # noqa: PLC0415 (torch ~1.5 s: this module loads without torch; only _bucketed_on_rank needs it)
+    import torch  # noqa: PLC0415 (lazy: torch)
+    import torch.nn.functional as F  # noqa: PLC0415 (lazy: torch)
 
-    from minipar.data_parallel.models import TiedClassifier, token_batches  # noqa: PLC0415 (torch ~1.5 s: this module loads without torch; only _bucketed_on_rank needs it)
-    from minipar.runtime.tracer import trace  # noqa: PLC0415 (torch ~1.5 s: this module loads without torch; only _bucketed_on_rank needs it)
+    from minipar.data_parallel.models import TiedClassifier, token_batches  # noqa: PLC0415 (lazy: torch)
+    from minipar.runtime.tracer import trace  # noqa: PLC0415 (lazy: tracer)
 
     torch.manual_seed(0)
     model = TiedClassifier()
@@ -243,10 +243,10 @@ def _bucketed_on_rank(rank, n, make, cap):
     "one all-reduce per bucket of the cap, launched before the last gradient is ready",
 )
 def check_bucketed(make, **_):
-    import torch  # noqa: PLC0415 (torch ~1.5 s: this module loads without torch; only check_bucketed needs it)
-    import torch.nn.functional as F  # noqa: PLC0415 (torch ~1.5 s: this module loads without torch; only check_bucketed needs it)
+    import torch  # noqa: PLC0415 (lazy: torch)
+    import torch.nn.functional as F  # noqa: PLC0415 (lazy: torch)
 
-    from minipar.data_parallel.models import TiedClassifier, token_batches  # noqa: PLC0415 (torch ~1.5 s: this module loads without torch; only check_bucketed needs it)
+    from minipar.data_parallel.models import TiedClassifier, token_batches  # noqa: PLC0415 (lazy: torch)
 
     n, cap = BUCKET_RANKS, CAP
     ref = _reference_grads()
@@ -295,12 +295,12 @@ K, ACC_RANKS = 4, 3  # micro-batches per step, ranks (neither is 2)
 
 
 def _accumulation_on_rank(rank, n, fn):
-    import torch  # noqa: PLC0415 (torch ~1.5 s: this module loads without torch; only _accumulation_on_rank needs it)
-    import torch.nn.functional as F  # noqa: PLC0415 (torch ~1.5 s: this module loads without torch; only _accumulation_on_rank needs it)
+    import torch  # noqa: PLC0415 (lazy: torch)
+    import torch.nn.functional as F  # noqa: PLC0415 (lazy: torch)
 
-    from minipar.data_parallel import BucketedDataParallel  # noqa: PLC0415 (torch ~1.5 s: this module loads without torch; only _accumulation_on_rank needs it)
-    from minipar.data_parallel.models import TiedClassifier, token_batches  # noqa: PLC0415 (torch ~1.5 s: this module loads without torch; only _accumulation_on_rank needs it)
-    from minipar.runtime.tracer import trace  # noqa: PLC0415 (torch ~1.5 s: this module loads without torch; only _accumulation_on_rank needs it)
+    from minipar.data_parallel import BucketedDataParallel  # noqa: PLC0415 (lazy: torch)
+    from minipar.data_parallel.models import TiedClassifier, token_batches  # noqa: PLC0415 (lazy: torch)
+    from minipar.runtime.tracer import trace  # noqa: PLC0415 (lazy: tracer)
 
     torch.manual_seed(0)
     model = TiedClassifier()
@@ -363,7 +363,7 @@ P, STEPS = 24, 3
 
 
 def _zero1_problem():
-    import torch  # noqa: PLC0415 (torch ~1.5 s: this module loads without torch; only _zero1_problem needs it)
+    import torch  # noqa: PLC0415 (lazy: torch)
 
     g = torch.Generator().manual_seed(7)
     X, y = torch.randn(BATCH, P, generator=g), torch.randn(BATCH, generator=g)  # (b, P), (b,)
@@ -371,9 +371,9 @@ def _zero1_problem():
 
 
 def _zero1_on_rank(rank, n, fn):
-    import torch  # noqa: PLC0415 (torch ~1.5 s: this module loads without torch; only _zero1_on_rank needs it)
+    import torch  # noqa: PLC0415 (lazy: torch)
 
-    from minipar.runtime.tracer import trace  # noqa: PLC0415 (torch ~1.5 s: this module loads without torch; only _zero1_on_rank needs it)
+    from minipar.runtime.tracer import trace  # noqa: PLC0415 (lazy: tracer)
 
     X, y, w0 = _zero1_problem()
     flat = w0.clone()  # (P,) on every rank
@@ -396,7 +396,7 @@ def _zero1_on_rank(rank, n, fn):
 
 def _zero1_reference(n, mode):
     """Flat parameters after STEPS steps in one process; ``mode`` simulates a mistake."""
-    import torch  # noqa: PLC0415 (torch ~1.5 s: this module loads without torch; only _zero1_reference needs it)
+    import torch  # noqa: PLC0415 (lazy: torch)
 
     X, y, w0 = _zero1_problem()
     w = torch.nn.Parameter(w0.clone())

@@ -17,7 +17,7 @@ from minipar.grading.imports import course_calls, forbidden_modules
 
 def on_every_layout(rank, world, layouts, chapter, case, allow=(), note=None):
     """[(result, groups)] for each layout of ``layouts[world]``, in order."""
-    import torch.distributed as dist  # noqa: PLC0415 (torch ~1.5 s: this module loads without torch; only on_every_layout needs it)
+    import torch.distributed as dist  # noqa: PLC0415 (lazy: torch)
 
     out = []
     for label, groups in layouts[world]:

@@ -322,7 +322,7 @@ def run_ranks(fn, world_size: int, *args, **kwargs) -> list:
 
     ``kwargs`` go to ``run`` (``threads``, ``backend``); a ``timeout`` is ignored.
     """
-    from minipar.runtime.launch import RankError, run  # noqa: PLC0415 (minipar.runtime.launch ~25 ms, loads cloudpickle and multiprocessing: `minipar --help` imports this module)
+    from minipar.runtime.launch import RankError, run  # noqa: PLC0415 (lazy: launcher)
 
     kwargs.pop("timeout", None)
     kwargs.setdefault("backend", "gloo")
@@ -460,7 +460,7 @@ def cpu_time_limit(seconds: float | None):
         return
 
     wall = 10 * seconds
-    from minipar.runtime.launch import ranks_wall_seconds  # noqa: PLC0415 (minipar.runtime.launch ~25 ms, loads cloudpickle and multiprocessing: `minipar --help` imports this module)
+    from minipar.runtime.launch import ranks_wall_seconds  # noqa: PLC0415 (lazy: launcher)
 
     start, ranks_before = time.monotonic(), ranks_wall_seconds()
     clock = _main_thread_clock()

@@ -224,7 +224,7 @@ MEASURED_CONFIGS = [
 def _gpt_counts(L, h, a, s, V):
     """(true Ψ, Ψ summed over every module's recursive parameters: each parameter counted
     once per module that contains it)."""
-    from minipar.memory_time.gpt import GPTConfig, gpt  # noqa: PLC0415 (torch ~1.5 s: this module loads without torch; only _gpt_counts needs it)
+    from minipar.memory_time.gpt import GPTConfig, gpt  # noqa: PLC0415 (lazy: torch)
 
     model = gpt(GPTConfig(L=L, h=h, a=a, s=s, V=V))
     return (
@@ -287,11 +287,11 @@ _TINY = dict(L=2, h=32, a=4, s=16, V=50)
 
 def _reference_adam_bytes(stage: int, count_step: bool = False) -> int:
     """This rank's Adam state bytes after one ZeRO step of the tiny GPT (the course's code)."""
-    import torch  # noqa: PLC0415 (torch ~1.5 s: this module loads without torch; only _reference_adam_bytes needs it)
-    import torch.nn.functional as F  # noqa: PLC0415 (torch ~1.5 s: this module loads without torch; only _reference_adam_bytes needs it)
+    import torch  # noqa: PLC0415 (lazy: torch)
+    import torch.nn.functional as F  # noqa: PLC0415 (lazy: torch)
 
-    from minipar.data_parallel.zero import ZeRO  # noqa: PLC0415 (torch ~1.5 s: this module loads without torch; only _reference_adam_bytes needs it)
-    from minipar.memory_time.gpt import GPTConfig, gpt  # noqa: PLC0415 (torch ~1.5 s: this module loads without torch; only _reference_adam_bytes needs it)
+    from minipar.data_parallel.zero import ZeRO  # noqa: PLC0415 (lazy: torch)
+    from minipar.memory_time.gpt import GPTConfig, gpt  # noqa: PLC0415 (lazy: torch)
 
     torch.manual_seed(0)
     model = gpt(GPTConfig(**_TINY))
@@ -326,7 +326,7 @@ def _adam_on_rank(rank, n, measure):
     "within 1 %",
 )
 def check_adam_state(candidate):
-    from minipar.memory_time.gpt import GPTConfig, gpt  # noqa: PLC0415 (torch ~1.5 s: this module loads without torch; only check_adam_state needs it)
+    from minipar.memory_time.gpt import GPTConfig, gpt  # noqa: PLC0415 (lazy: torch)
 
     if not (
         isinstance(candidate, (tuple, list))

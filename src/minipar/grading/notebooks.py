@@ -85,7 +85,7 @@ def exercise_id(script: Path) -> str:
 def build(script: Path, solved: bool) -> "nbformat.NotebookNode":
     """The learner's notebook (``solved=False``) or the reference notebook (``solved=True``),
     without outputs: the grader supplies the expected PASS lines (:func:`graded_copy`)."""
-    import nbformat  # noqa: PLC0415 (nbformat ~1.2 s, the grade extra: only build reads notebooks)
+    import nbformat  # noqa: PLC0415 (lazy: grade extra)
 
     nb = nbformat.v4.new_notebook()
     nb.metadata = {
@@ -157,7 +157,7 @@ SETUP = (
 def graded_copy(nb, folder: str, log: str) -> tuple["nbformat.NotebookNode", list[int | None]]:
     """The notebook ``minipar grade`` runs, and for each of its code cells the index of the
     learner's cell it came from (None for the set-up cell)."""
-    import nbformat  # noqa: PLC0415 (nbformat ~1.2 s, the grade extra: only graded_copy reads notebooks)
+    import nbformat  # noqa: PLC0415 (lazy: grade extra)
 
     copy = nbformat.v4.new_notebook()
     copy.metadata = {
@@ -216,7 +216,7 @@ def grading_setup(folder: str, log: str) -> None:
     and the grader's part is put back so the checks still run and log: ``os.environ`` cleared
     or the log variable removed (``MINIPAR_GRADE_LOG`` is set again), ``sys.stdout`` or
     ``sys.stderr`` set to ``None`` or closed (the kernel's streams are put back)."""
-    from IPython import get_ipython  # noqa: PLC0415 (IPython, the grade extra: absent from the base install; only grading_setup needs it)
+    from IPython import get_ipython  # noqa: PLC0415 (lazy: grade extra)
 
     os.chdir(folder)
     os.environ["MINIPAR_GRADE_LOG"] = log
@@ -294,7 +294,7 @@ def starter_path(script: Path) -> Path:
 
 
 def render(nb) -> str:
-    import nbformat  # noqa: PLC0415 (nbformat ~1.2 s, the grade extra: only render reads notebooks)
+    import nbformat  # noqa: PLC0415 (lazy: grade extra)
 
     return nbformat.writes(nb) + "\n"
 

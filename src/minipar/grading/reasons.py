@@ -129,7 +129,7 @@ def stderr_tail(text: str, lines: int = 4) -> str:
 
 def reason_for(exc: BaseException) -> str:
     """A learner-facing one-line reason for an exception raised while checking."""
-    from minipar.runtime.launch import RankError, StartError  # noqa: PLC0415 (minipar.runtime.launch ~25 ms, loads cloudpickle and multiprocessing: `minipar --help` imports this module)
+    from minipar.runtime.launch import RankError, StartError  # noqa: PLC0415 (lazy: launcher)
 
     if isinstance(exc, (GradeFailure, CheckTimeLimit)):
         return one_line(exc)

@@ -244,9 +244,9 @@ class Kernel:
     """One IPython kernel of this interpreter, with its files under ``folder``."""
 
     def __init__(self, folder: Path, cwd: str, env: dict | None = None):
-        import ipykernel.kernelspec  # noqa: PLC0415 (jupyter_client ~0.15 s, the grade extra: only a kernel run needs it)
-        from jupyter_client import KernelManager  # noqa: PLC0415 (jupyter_client ~0.15 s, the grade extra: only a kernel run needs it)
-        from jupyter_client.kernelspec import KernelSpec, KernelSpecManager  # noqa: PLC0415 (jupyter_client ~0.15 s, the grade extra: only a kernel run needs it)
+        import ipykernel.kernelspec  # noqa: PLC0415 (lazy: grade extra)
+        from jupyter_client import KernelManager  # noqa: PLC0415 (lazy: grade extra)
+        from jupyter_client.kernelspec import KernelSpec, KernelSpecManager  # noqa: PLC0415 (lazy: grade extra)
 
         class _ThisPython(KernelSpecManager):
             def get_kernel_spec(self, kernel_name):
@@ -302,7 +302,7 @@ class Kernel:
         return not self.stopped and self.exit_code() is None
 
     def _processes(self):
-        import psutil  # noqa: PLC0415 (psutil, the grade extra: absent from the base install; only _processes needs it)
+        import psutil  # noqa: PLC0415 (lazy: grade extra)
 
         try:
             root = psutil.Process(self.pid)
@@ -317,7 +317,7 @@ class Kernel:
         """(CPU-seconds of the kernel process, CPU-seconds the kernel and every process under
         it gained since the last call). Gains are counted per process, so a rank that exits
         (taking its CPU time with it) never hides the others' progress."""
-        import psutil  # noqa: PLC0415 (psutil, the grade extra: absent from the base install; only cpu needs it)
+        import psutil  # noqa: PLC0415 (lazy: grade extra)
 
         own, gained, now = 0.0, 0.0, {}
         for p in self._processes():
@@ -449,7 +449,7 @@ class Kernel:
     def stop(self) -> None:
         """Kill the kernel and every process seen under it; let a launcher's zygote (which
         cleans up its socket folder when its caller dies) go first. Idempotent."""
-        import psutil  # noqa: PLC0415 (psutil, the grade extra: absent from the base install; only stop needs it)
+        import psutil  # noqa: PLC0415 (lazy: grade extra)
 
         if self.pid is None or self.stopped:
             return
@@ -496,7 +496,7 @@ def _wait_exited(procs: list, timeout: float) -> list:
     exited is gone even while its zombie waits to be reaped: the processes under the kernel are
     not the grader's children, and an orphan's zombie lasts until init reaps it (up to 2 s with
     some container inits), which ``psutil.wait_procs`` would wait out for every kernel."""
-    import psutil  # noqa: PLC0415 (psutil, the grade extra: absent from the base install; only stop needs it)
+    import psutil  # noqa: PLC0415 (lazy: grade extra)
 
     def running(p) -> bool:
         try:
@@ -562,7 +562,7 @@ def limit_memory(pid: int, limit: int | None = None) -> None:
     """Set ``RLIMIT_DATA`` (private writable memory: heap and anonymous mappings) of process
     ``pid`` to ``limit`` bytes (default :data:`KERNEL_MEMORY_BYTES`; 0: none); its children
     inherit it. Address-space reservations that are not writable (CUDA's) do not count."""
-    import resource  # noqa: PLC0415 (POSIX only; a few ms: `minipar --help` imports this module)
+    import resource  # noqa: PLC0415 (POSIX only: absent on Windows)
 
     limit = KERNEL_MEMORY_BYTES if limit is None else limit
     if not limit or not hasattr(resource, "prlimit"):
