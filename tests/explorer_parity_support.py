@@ -8,12 +8,14 @@ explorer test (``from explorer_parity_support import ...``), through the same tw
   returns, per call, ``("ok", value)`` or ``("error", message)``.
 * ``assert_parity(slug, js_name, py_fn, cases)`` calls ``py_fn(**case)`` and the JavaScript
   ``js_name(*js_args(case))`` for every case and asserts equal results: numbers to ``rel``
-  (1e-9 by default), strings and booleans exactly, NamedTuples as objects with the same fields,
+  (1e-9 by default), strings and booleans exactly, NamedTuples and dataclasses as objects with
+  the same fields,
   tuples as arrays, and a ``ValueError`` in Python as a thrown ``Error`` in JavaScript.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import re
@@ -63,9 +65,12 @@ def js_call(slug: str, calls: Iterable[tuple[str, list]], timeout: float = 120) 
 
 
 def to_plain(x):
-    """Python result -> the JSON shape the JavaScript twin returns."""
+    """Python result -> the JSON shape the JavaScript twin returns (a NamedTuple or a dataclass
+    as an object with the same fields)."""
     if hasattr(x, "_asdict"):
         return {k: to_plain(v) for k, v in x._asdict().items()}
+    if dataclasses.is_dataclass(x) and not isinstance(x, type):
+        return {f.name: to_plain(getattr(x, f.name)) for f in dataclasses.fields(x)}
     if isinstance(x, dict):
         return {k: to_plain(v) for k, v in x.items()}
     if isinstance(x, (list, tuple)):

@@ -2,6 +2,7 @@
 of truth), including the error messages of impossible inputs; the default view draws and an
 impossible setting gives the Python error message."""
 
+import functools
 import re
 
 import pytest
@@ -11,6 +12,26 @@ pytestmark = pytest.mark.skipif(not node_available(), reason="needs Node.js")
 
 CPS = (1, 2, 3, 4, 16, 0)
 LAYOUTS = ("contiguous", "zigzag", "striped", "diagonal")
+SHAPE = ("b", "s", "h", "cp", "layout", "causal", "diagonal", "bytes_per_elem", "h_kv", "a_kv")
+
+
+def shaped(case: dict) -> dict:
+    """A flat case as the forward-time models take it: the AttentionShape's fields as one
+    ``shape``, then the other arguments in order (the JavaScript twin's positional order)."""
+    rest = {k: v for k, v in case.items() if k not in SHAPE}
+    return {"shape": {k: case[k] for k in SHAPE if k in case}, **rest}
+
+
+def on_shape(fn):
+    """``fn`` called as its JavaScript twin is: with the shape's fields, built (and checked) here
+    into an AttentionShape, so a refused shape is the same error in both languages."""
+    from minipar.cost.chapters.context_parallel import AttentionShape
+
+    @functools.wraps(fn)
+    def call(shape, *args, **kw):
+        return fn(AttentionShape(**shape), *args, **kw)
+
+    return call
 
 
 def test_cost_twins():
@@ -134,6 +155,41 @@ def test_cost_twins():
     )
 
 
+def test_attention_shape_twin():
+    """AttentionShape checks the shape once, in the same words in both languages, and fills
+    h_kv; a checked shape checked again comes back the same."""
+    from minipar.cost.chapters import context_parallel as C
+
+    cases = [
+        dict(b=b, s=s, h=h, cp=cp, layout=lay, causal=c, diagonal=dg, h_kv=kv, a_kv=akv)
+        for b in (1, 0)
+        for s in (24, 131072)
+        for h, kv in ((48, None), (16384, 1024), (48, 0))
+        for cp in (1, 3, 16, 0)
+        for lay in ("zigzag", "striped", "diagonal")
+        for c in (True, False)
+        for dg in ("half", "whole", "none")
+        for akv in (None, 8, 0)
+    ]
+    counts = assert_parity(
+        "context_parallel",
+        "attentionShape",
+        lambda **kw: C.AttentionShape(**kw),
+        cases,
+        js_args=lambda case: [case],
+    )
+    assert 0 < counts["errors"] < counts["cases"]
+    shape = C.AttentionShape(1, 48, 48, 3)
+    assert (shape.h_kv, shape.layout, shape.chunk, shape.kv_block) == (48, "zigzag", 8.0, 3072.0)
+    ((_, again),) = js_call("context_parallel", [("attentionShape", [dict(b=1, s=48, h=48, cp=3)])])
+    ((_, twice),) = js_call("context_parallel", [("attentionShape", [again])])
+    assert again == twice and (again["chunk"], again["kv_block"]) == (8, 3072)
+    with pytest.raises(ValueError, match=r"sequence length s \(48\) must be divisible by 2·cp"):
+        C.AttentionShape(1, 48, 48, 5)
+    with pytest.raises(AttributeError):
+        shape.cp = 2  # frozen: checked once, never changed after
+
+
 def test_time_twins():
     from minipar.cost.chapters import context_parallel as C
 
@@ -160,24 +216,29 @@ def test_time_twins():
         for c in (True, False)
         for dg in ("half", "whole")
     ]
-    counts = assert_parity("context_parallel", "ringAttentionTime", C.ring_attention_time, cases)
+    ring = on_shape(C.ring_attention_time)
+    counts = assert_parity("context_parallel", "ringAttentionTime", ring, list(map(shaped, cases)))
     assert 0 < counts["errors"] < counts["cases"]
     ag = [
-        dict(c, algorithm=alg) for c in cases[::3] for alg in ("ring", "recursive-doubling", "tree")
+        shaped(dict(c, algorithm=alg))
+        for c in cases[::3]
+        for alg in ("ring", "recursive-doubling", "tree")
     ]
     counts = assert_parity(
-        "context_parallel", "allgatherAttentionTime", C.allgather_attention_time, ag
+        "context_parallel", "allgatherAttentionTime", on_shape(C.allgather_attention_time), ag
     )
     assert 0 < counts["errors"] < counts["cases"]
     uly = [
-        dict(b=1, s=s, h=h, cp=cp, alpha=al, bandwidth=w, bytes_per_elem=2, h_kv=kv, a_kv=akv)
+        shaped(
+            dict(b=1, s=s, h=h, cp=cp, alpha=al, bandwidth=w, bytes_per_elem=2, h_kv=kv, a_kv=akv)
+        )
         for s in (4096, 131072)
         for h, kv in ((16384, 1024), (4096, None))
         for cp in (1, 2, 8, 0)
         for al, w in ((5e-6, 50e9), (0, 0), (-1, 1e9))
-        for akv in (None, 4, 8, 3)
+        for akv in (None, 4, 8, 3, 0)
     ]
-    counts = assert_parity("context_parallel", "ulyssesTime", C.ulysses_time, uly)
+    counts = assert_parity("context_parallel", "ulyssesTime", on_shape(C.ulysses_time), uly)
     assert 0 < counts["errors"] < counts["cases"]
 
 
@@ -265,7 +326,10 @@ def test_document_twins():
         for alg in ("ring", "recursive-doubling")
     ]
     counts = assert_parity(
-        "context_parallel", "documentAttentionTimes", C.document_attention_times, times
+        "context_parallel",
+        "documentAttentionTimes",
+        on_shape(C.document_attention_times),
+        list(map(shaped, times)),
     )
     assert 0 < counts["errors"] < counts["cases"]
     counts = assert_parity(
@@ -371,16 +435,11 @@ def test_the_explorer_names_the_faster_scheme_under_a_document_mask():
         s, cp, n = 131072, v.get("cp", 16), v.get("documents", 1)
         L = LINKS[v.get("link", "ib-ndr400")]
         d = C.document_attention_times(
-            1,
-            s,
-            16384,
-            cp,
+            C.AttentionShape(1, s, 16384, cp, v.get("layout", "zigzag"), h_kv=1024),
             [s // n] * n,
             flops=GPUS["H100-SXM"].peak_flops["bf16"],
             bandwidth=L.bandwidth,
             alpha=L.alpha,
-            layout=v.get("layout", "zigzag"),
-            h_kv=1024,
         )
         text = re.sub(r"<[^>]+>", "", out["html"])
         texts.append(text)
@@ -410,25 +469,29 @@ def test_parity_check_catches_an_allgather_that_waits_like_the_ring():
     (Σ_steps max_ranks, not max_ranks Σ_steps: the document mask's whole point) is reported."""
     from minipar.cost.chapters import context_parallel as C
 
+    right = on_shape(C.document_attention_times)
+
     def wrong(**kw):
-        d = C.document_attention_times(**kw)
+        d = right(**kw)
         return {**d, "allgather": d["gather"] + d["ring_compute"]}
 
-    case = dict(
-        b=1,
-        s=131072,
-        h=16384,
-        cp=8,
-        documents=[16384] * 8,
-        flops=989.4e12,
-        bandwidth=450e9,
-        alpha=2e-6,
-        layout="zigzag",
-        bytes_per_elem=2,
-        h_kv=1024,
-        algorithm="ring",
+    case = shaped(
+        dict(
+            b=1,
+            s=131072,
+            h=16384,
+            cp=8,
+            documents=[16384] * 8,
+            flops=989.4e12,
+            bandwidth=450e9,
+            alpha=2e-6,
+            layout="zigzag",
+            bytes_per_elem=2,
+            h_kv=1024,
+            algorithm="ring",
+        )
     )
-    assert_parity("context_parallel", "documentAttentionTimes", C.document_attention_times, [case])
+    assert_parity("context_parallel", "documentAttentionTimes", right, [case])
     with pytest.raises(AssertionError, match="differs"):
         assert_parity("context_parallel", "documentAttentionTimes", wrong, [case])
 
@@ -559,7 +622,12 @@ def test_document_times_at_powers_of_two_and_large_cp():
         for w in (50e9,)  # the bandwidth scales a term, it does not change the closed form
         for lay in ("zigzag", "contiguous")
     ]
-    assert_parity("context_parallel", "documentAttentionTimes", C.document_attention_times, cases)
+    assert_parity(
+        "context_parallel",
+        "documentAttentionTimes",
+        on_shape(C.document_attention_times),
+        list(map(shaped, cases)),
+    )
 
 
 def _iterations(values):
@@ -600,14 +668,14 @@ def test_the_largest_accepted_inputs_cost_bounded_work():
 
     calls = [
         ("cpWorkReset", []),
-        ("documentAttentionTimes", [1, 1920, 48, 8, [384] * 5, 1e12, 1e9, 0, "zigzag", 2, 48]),
+        ("documentAttentionTimes", [dict(b=1, s=1920, h=48, cp=8), [384] * 5, 1e12, 1e9, 0]),
         ("cpWorkCount", []),
     ]
     (_, _), (_, t), (_, count) = js_call("context_parallel", calls)
     assert count >= 8 * 8
     assert t["ring"] == pytest.approx(
         C.document_attention_times(
-            1, 1920, 48, 8, [384] * 5, flops=1e12, bandwidth=1e9, layout="zigzag", h_kv=48
+            C.AttentionShape(1, 1920, 48, 8), [384] * 5, flops=1e12, bandwidth=1e9
         )["ring"],
         rel=1e-12,
     )

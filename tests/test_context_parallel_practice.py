@@ -117,16 +117,17 @@ def test_cost_model_when_allgather_beats_the_ring():
 
     F, nv, ib = gpu("H100-SXM").peak_flops["bf16"], link("nvlink4-h100"), link("ib-ndr400")
     s, h, kv = 131072, 16384, 1024
-    one = C.document_attention_times(
-        1, s, h, 8, [s], flops=F, bandwidth=nv.bandwidth, alpha=nv.alpha, h_kv=kv
-    )
+    on_nv = dict(flops=F, bandwidth=nv.bandwidth, alpha=nv.alpha)
+    shape = C.AttentionShape(1, s, h, 8, h_kv=kv)
+    one = C.document_attention_times(shape, [s], **on_nv)
     assert one["ring"] < one["allgather"]  # one document: the ring wins
-    many = C.document_attention_times(
-        1, s, h, 8, [s // 8] * 8, flops=F, bandwidth=nv.bandwidth, alpha=nv.alpha, h_kv=kv
-    )
+    many = C.document_attention_times(shape, [s // 8] * 8, **on_nv)
     assert many["allgather"] < many["ring"]  # per-step imbalance of the ring
     r = C.ring_attention_time(
-        1, s, h, 16, flops=F, bandwidth=ib.bandwidth, alpha=ib.alpha, layout="zigzag", h_kv=kv
+        C.AttentionShape(1, s, h, 16, "zigzag", h_kv=kv),
+        flops=F,
+        bandwidth=ib.bandwidth,
+        alpha=ib.alpha,
     )
     assert r["step"] * 1e3 == pytest.approx(2.22, abs=0.01)  # Llama 3 block step: half a pair
     assert C.ring_sent_bytes_per_layer(1, s, kv, 16)["total"] / 1e9 == pytest.approx(

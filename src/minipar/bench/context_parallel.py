@@ -218,7 +218,9 @@ def _predicted(bytes_: dict, fit: dict, shape: tuple) -> dict:
     out["ulysses"] = (
         2
         * C.ulysses_time(
-            batch, seq, h, cp, alpha=aa["alpha"], bandwidth=aa["bandwidth"], bytes_per_elem=F32
+            C.AttentionShape(batch, seq, h, cp, "contiguous", bytes_per_elem=F32),
+            alpha=aa["alpha"],
+            bandwidth=aa["bandwidth"],
         )
         if aa["bandwidth"]
         else None

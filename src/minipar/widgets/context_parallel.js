@@ -44,6 +44,22 @@ export function checkShape(s, cp, layout = "contiguous") {
   if (s % n) throw new Error(`sequence length s (${s}) must be divisible by ${layout === "zigzag" ? "2·cp" : "cp"} (${n})`);
 }
 
+// Python: AttentionShape(b, s, h, cp, layout, causal, diagonal, bytes_per_elem, h_kv, a_kv), the
+// shape the forward-time models share: a plain object with the same field names, checked and
+// completed here (h_kv null: h); the forward-time models below take one (checked again, it comes
+// back the same).
+export function attentionShape({b, s, h, cp, layout = "zigzag", causal = true, diagonal = "half",
+                                bytes_per_elem = 2, h_kv = null, a_kv = null}) {
+  checkShape(s, cp, layout);
+  h_kv = h_kv === null ? h : h_kv;
+  cpCheck([["b", b], ["h", h], ["h_kv", h_kv]]);
+  if (a_kv !== null) cpCheck([["a_kv", a_kv]]);
+  cpCheckDiagonal(diagonal);
+  const chunk = s / (layout === "zigzag" ? 2 * cp : cp);
+  return {b, s, h, cp, layout, causal, diagonal, bytes_per_elem, h_kv, a_kv, chunk,
+          kv_block: kvBlockBytes(b, s, h_kv, cp, bytes_per_elem)};
+}
+
 // Python: kv_block_bytes(b, s, h_kv, cp, bytes_per_elem)
 export function kvBlockBytes(b, s, hKv, cp, bytesPerElem = 2) {
   cpCheck([["b", b], ["s", s], ["h_kv", hKv], ["cp", cp]]);
@@ -214,33 +230,30 @@ export function ringTimeFromSteps(stepCompute, stepComm) {
   return t + stepCompute[stepCompute.length - 1];
 }
 
-// Python: ring_attention_time(b, s, h, cp, *, flops, bandwidth, alpha, layout, causal, bytes_per_elem, h_kv, diagonal)
+// Python: ring_attention_time(shape, *, flops, bandwidth, alpha)
 // Forward only, like allgatherAttentionTime: the ring-against-all-gather comparison leaves out the backward.
-export function ringAttentionTime(b, s, h, cp, flops, bandwidth, alpha = 0.0, layout = "contiguous",
-                                  causal = true, bytesPerElem = 2, hKv = null, diagonal = "half") {
-  hKv = hKv === null ? h : hKv;
-  checkShape(s, cp, layout);
+export function ringAttentionTime(shape, flops, bandwidth, alpha = 0.0) {
+  const sh = attentionShape(shape), cp = sh.cp, n = sh.chunk;
   cpCheckRates(flops, bandwidth, alpha);
-  cpCheck([["b", b], ["h", h], ["h_kv", hKv]]);
-  const n = s / (layout === "zigzag" ? 2 * cp : cp);
-  const unit = 4 * b * n * n * h / flops;
-  const steps = stepMaxima(cp, layout, causal, diagonal).map((w) => unit * w);  // O(cp), not cp²
-  const comp = unit * cpMax(pairsPerRank(cp, layout, causal, diagonal));
-  const stepComm = cp > 1 ? alpha + kvBlockBytes(b, s, hKv, cp, bytesPerElem) / bandwidth : 0.0;
+  const unit = 4 * sh.b * n * n * sh.h / flops;
+  const steps = stepMaxima(cp, sh.layout, sh.causal, sh.diagonal).map((w) => unit * w);  // O(cp), not cp²
+  const comp = unit * cpMax(pairsPerRank(cp, sh.layout, sh.causal, sh.diagonal));
+  const stepComm = cp > 1 ? alpha + sh.kv_block / bandwidth : 0.0;
   return {compute: comp, comm: (cp - 1) * stepComm, time: ringTimeFromSteps(steps, stepComm),
           step: cp > 1 ? cpMax(steps.slice(1)) : steps[0]};
 }
 
-// Python: allgather_attention_time(b, s, h, cp, *, flops, bandwidth, alpha, layout, causal, bytes_per_elem, h_kv, diagonal, algorithm)
-export function allgatherAttentionTime(b, s, h, cp, flops, bandwidth, alpha = 0.0, layout = "zigzag",
-                                       causal = true, bytesPerElem = 2, hKv = null, diagonal = "half", algorithm = "ring") {
-  hKv = hKv === null ? h : hKv;
-  checkShape(s, cp, layout);
+function cpGatherTime(sh, alpha, bandwidth, algorithm) { // Python: _gather_time
+  return sh.cp === 1 ? 0.0 : collectiveTime("all-gather", algorithm, sh.cp, sh.cp * sh.kv_block, alpha, bandwidth);
+}
+
+// Python: allgather_attention_time(shape, *, flops, bandwidth, alpha, algorithm)
+export function allgatherAttentionTime(shape, flops, bandwidth, alpha = 0.0, algorithm = "ring") {
+  const sh = attentionShape(shape);
   cpCheckRates(flops, bandwidth, alpha);
-  cpCheck([["b", b], ["h", h], ["h_kv", hKv]]);
-  const comp = cpMax(attentionFlopsPerRank(b, s, h, cp, layout, causal, diagonal)) / flops;
-  const gather = cp > 1 ? collectiveTime("all-gather", algorithm, cp, cp * kvBlockBytes(b, s, hKv, cp, bytesPerElem), alpha, bandwidth) : 0.0;
-  return {compute: comp, gather, time: gather + comp};
+  const comp = cpMax(attentionFlopsPerRank(sh.b, sh.s, sh.h, sh.cp, sh.layout, sh.causal, sh.diagonal));
+  const gather = cpGatherTime(sh, alpha, bandwidth, algorithm);
+  return {compute: comp / flops, gather, time: gather + comp / flops};
 }
 
 // Python: _pairs_below(a, b, c, e)
@@ -362,23 +375,21 @@ function cpRowsBelow(x, L) {
   return k * (L * (L + 1) / 2) + rest * (rest + 1) / 2;
 }
 
-// Python: document_attention_times(b, s, h, cp, documents, *, flops, bandwidth, alpha, layout, bytes_per_elem, h_kv, algorithm)
+// Python: document_attention_times(shape, documents, *, flops, bandwidth, alpha, algorithm)
 // Equal documents aligned with the chunks take the closed forms (O(cp)); any other packing visits
 // every (step, rank), cp² visits of at most four chunk pairs, without storing the cp × cp table.
-export function documentAttentionTimes(b, s, h, cp, documents, flops, bandwidth, alpha = 0.0, layout = "zigzag",
-                                       bytesPerElem = 2, hKv = null, algorithm = "ring") {
-  hKv = hKv === null ? h : hKv;
+export function documentAttentionTimes(shape, documents, flops, bandwidth, alpha = 0.0, algorithm = "ring") {
+  const sh = attentionShape(shape), {s, cp, layout} = sh;
   cpCheckRates(flops, bandwidth, alpha);
-  cpCheck([["b", b], ["h", h], ["h_kv", hKv]]);
   const pair = cpCheckDocuments(s, cp, layout, documents);
-  const unit = 4 * b * h / flops;
+  const unit = 4 * sh.b * sh.h / flops;
   const equal = documents.every((x) => x === documents[0]) ? documents[0] : 0;
   const maxima = equal ? equalDocumentStepMaxima(s, cp, layout, equal) : null;
   let steps;
   const total = Array(cp).fill(0);
   if (maxima !== null) {
     steps = maxima.map((w) => unit * w);
-    const n = s / (layout === "zigzag" ? 2 * cp : cp);
+    const n = sh.chunk;
     for (let r = 0; r < cp; r++) {             // a rank's queries see the same keys at any step
       let w = 0;
       for (const qc of cpChunkIds(r, cp, layout)) w += cpRowsBelow((qc + 1) * n, equal) - cpRowsBelow(qc * n, equal);
@@ -399,9 +410,8 @@ export function documentAttentionTimes(b, s, h, cp, documents, flops, bandwidth,
     }
     for (let r = 0; r < cp; r++) total[r] *= unit;
   }
-  const kv = kvBlockBytes(b, s, hKv, cp, bytesPerElem);
-  const stepComm = cp > 1 ? alpha + kv / bandwidth : 0.0;
-  const gather = cp > 1 ? collectiveTime("all-gather", algorithm, cp, cp * kv, alpha, bandwidth) : 0.0;
+  const stepComm = cp > 1 ? alpha + sh.kv_block / bandwidth : 0.0;
+  const gather = cpGatherTime(sh, alpha, bandwidth, algorithm);
   const maxTotal = cpMax(total);
   return {
     ring: ringTimeFromSteps(steps, stepComm),
@@ -413,11 +423,12 @@ export function documentAttentionTimes(b, s, h, cp, documents, flops, bandwidth,
   };
 }
 
-// Python: ulysses_time(b, s, h, cp, *, alpha, bandwidth, bytes_per_elem, h_kv, a_kv)
-export function ulyssesTime(b, s, h, cp, alpha, bandwidth, bytesPerElem = 2, hKv = null, aKv = null) {
+// Python: ulysses_time(shape, *, alpha, bandwidth)
+export function ulyssesTime(shape, alpha, bandwidth) {
+  const sh = attentionShape(shape);
   let t = 0;
-  for (const [, S] of ulyssesAllToAllsPerLayer(b, s, h, cp, bytesPerElem, hKv, aKv)) {
-    t += collectiveTime("all-to-all", "pairwise-exchange", cp, S, alpha, bandwidth);
+  for (const [, S] of ulyssesAllToAllsPerLayer(sh.b, sh.s, sh.h, sh.cp, sh.bytes_per_elem, sh.h_kv, sh.a_kv)) {
+    t += collectiveTime("all-to-all", "pairwise-exchange", sh.cp, S, alpha, bandwidth);
   }
   return t;
 }
@@ -458,8 +469,9 @@ export function cpLayerModel(s, cp, layout, h, a, aKv, b, flops, bandwidth, alph
   if (a % aKv) throw new Error(`heads (${a}) must be divisible by K/V heads (${aKv})`);
   const lengths = equalDocuments(s, documents);
   const hKv = (h * aKv - ((h * aKv) % a)) / a;          // Python: h * a_kv // a
-  const ring = ringAttentionTime(b, s, h, cp, flops, bandwidth, alpha, layout, true, 2, hKv);
-  const gather = allgatherAttentionTime(b, s, h, cp, flops, bandwidth, alpha, layout, true, 2, hKv);
+  const shape = attentionShape({b, s, h, cp, layout, h_kv: hKv, a_kv: aKv});
+  const ring = ringAttentionTime(shape, flops, bandwidth, alpha);
+  const gather = allgatherAttentionTime(shape, flops, bandwidth, alpha);
   const ulyssesOk = a % cp === 0 && (aKv % cp === 0 || cp % aKv === 0);
   return {
     tokens_per_rank: s / cp,
@@ -469,12 +481,12 @@ export function cpLayerModel(s, cp, layout, h, a, aKv, b, flops, bandwidth, alph
     allgather_bytes: allgatherSentBytesPerLayer(b, s, hKv, cp).total,
     allgather_gather: gather.gather, allgather_time: gather.time,
     ulysses_bytes: ulyssesOk ? ulyssesSentBytesPerLayer(b, s, h, cp, 2, hKv, aKv).total : null,
-    ulysses_time: ulyssesOk ? ulyssesTime(b, s, h, cp, alpha, bandwidth, 2, hKv, aKv) : null,
+    ulysses_time: ulyssesOk ? ulyssesTime(shape, alpha, bandwidth) : null,
     imbalance: imbalance(cp, layout),
     overlap_min_tokens: minTokensPerRankForOverlap(flops, bandwidth, 2, hKv / h, true, layout),
     document_length: s / documents,
     document_times: layout === "striped" ? null
-      : documentAttentionTimes(b, s, h, cp, lengths, flops, bandwidth, alpha, layout, 2, hKv),
+      : documentAttentionTimes(shape, lengths, flops, bandwidth, alpha),
   };
 }
 

@@ -72,16 +72,14 @@ def _check_layer(c: CPLayerControls) -> list[int]:
     return equal_documents(c.s, c.documents)
 
 
-def _ulysses(c: CPLayerControls, h_kv: float) -> dict:
+def _ulysses(c: CPLayerControls, shape: C.AttentionShape) -> dict:
     """Ulysses' bytes and all-to-all time, None when its head rules fail at this cp."""
     if not (c.a % c.cp == 0 and (c.a_kv % c.cp == 0 or c.cp % c.a_kv == 0)):
         return {"ulysses_bytes": None, "ulysses_time": None}
-    b, s, h, cp, a_kv = c.b, c.s, c.h, c.cp, c.a_kv
+    b, s, h, cp, h_kv, a_kv = c.b, c.s, c.h, c.cp, shape.h_kv, c.a_kv
     return {
         "ulysses_bytes": C.ulysses_sent_bytes_per_layer(b, s, h, cp, h_kv=h_kv, a_kv=a_kv)["total"],
-        "ulysses_time": C.ulysses_time(
-            b, s, h, cp, alpha=c.alpha, bandwidth=c.bandwidth, h_kv=h_kv, a_kv=a_kv
-        ),
+        "ulysses_time": C.ulysses_time(shape, alpha=c.alpha, bandwidth=c.bandwidth),
     }
 
 
@@ -104,10 +102,11 @@ def cp_layer_model(**controls) -> dict:
     lengths = _check_layer(c)
     b, s, h, cp, layout = c.b, c.s, c.h, c.cp, c.layout
     h_kv = h * c.a_kv // c.a
-    link = dict(flops=c.flops, bandwidth=c.bandwidth, alpha=c.alpha, layout=layout, h_kv=h_kv)
-    ring = C.ring_attention_time(b, s, h, cp, causal=True, **link)
-    gather = C.allgather_attention_time(b, s, h, cp, causal=True, **link)
-    docs = None if layout == "striped" else C.document_attention_times(b, s, h, cp, lengths, **link)
+    shape = C.AttentionShape(b, s, h, cp, layout, h_kv=h_kv, a_kv=c.a_kv)
+    link = dict(flops=c.flops, bandwidth=c.bandwidth, alpha=c.alpha)
+    ring = C.ring_attention_time(shape, **link)
+    gather = C.allgather_attention_time(shape, **link)
+    docs = None if layout == "striped" else C.document_attention_times(shape, lengths, **link)
     return {
         "tokens_per_rank": s / cp,
         "activation_bytes": C.activation_bytes_per_rank(s, b, h, c.a, cp),
@@ -119,7 +118,7 @@ def cp_layer_model(**controls) -> dict:
         "allgather_bytes": C.allgather_sent_bytes_per_layer(b, s, h_kv, cp)["total"],
         "allgather_gather": gather["gather"],
         "allgather_time": gather["time"],
-        **_ulysses(c, h_kv),
+        **_ulysses(c, shape),
         "imbalance": C.imbalance(cp, layout),
         "overlap_min_tokens": C.min_tokens_per_rank_for_overlap(
             c.flops, c.bandwidth, 2, h_kv / h, True, layout

@@ -31,6 +31,7 @@ the activations, e_acc of the dK/dV accumulators.
   :func:`document_attention_times`) are the FORWARD pass only; the backward moves the K/V
   blocks again plus the dK/dV blocks (:func:`ring_sent_bytes_per_layer`) against about twice
   the forward's attention FLOPs, so its balance differs and these figures do not decide it.
+  They take the layer as one :class:`AttentionShape`, checked once, and the link's rates.
 * Causal work: attention FLOPs of one (query chunk, key chunk) pair are 4·n_q·n_k·h (QKᵀ and
   PV, Narayanan et al. 2021's 4bs²h term split by chunks); pairs planned as in
   :func:`minipar.context_parallel.ring.plan`. ``diagonal`` names the kernel: "whole" computes a
@@ -43,6 +44,8 @@ the activations, e_acc of the dK/dV accumulators.
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 from ..network.collectives import collective_time
 
@@ -76,6 +79,46 @@ def _check_rates(
         raise ValueError(f"bandwidth ({bandwidth}) must be > 0 bytes/s")
     if alpha is not None and not alpha >= 0:
         raise ValueError(f"alpha ({alpha}) must be >= 0 s")
+
+
+@dataclass(frozen=True)
+class AttentionShape:
+    """One attention layer split over ``cp`` ranks, the arguments the forward-time models
+    share, checked once: ``b`` sequences of ``s`` tokens, width ``h``; K/V width ``h_kv`` (None:
+    h, no grouped-query attention) and ``a_kv`` K/V heads (None: no head rule, only Ulysses
+    reads it); shards in ``layout``; a ``causal`` mask and its ``diagonal`` kernel ("half":
+    FlashAttention's causal kernel, "whole": computed and masked); ``bytes_per_elem`` of the
+    activations. Errors name the rule and the value (:func:`check_shape`)."""
+
+    b: int
+    s: int
+    h: int
+    cp: int
+    layout: str = "zigzag"
+    causal: bool = True
+    diagonal: str = "half"
+    bytes_per_elem: float = 2
+    h_kv: int | None = None
+    a_kv: int | None = None
+
+    def __post_init__(self) -> None:
+        check_shape(self.s, self.cp, self.layout)
+        if self.h_kv is None:
+            object.__setattr__(self, "h_kv", self.h)
+        _check(b=self.b, h=self.h, h_kv=self.h_kv)
+        if self.a_kv is not None:
+            _check(a_kv=self.a_kv)
+        _check_diagonal(self.diagonal)
+
+    @property
+    def chunk(self) -> float:
+        """Tokens of one chunk: s/(2cp) zigzag, s/cp otherwise."""
+        return self.s / (2 * self.cp if self.layout == "zigzag" else self.cp)
+
+    @property
+    def kv_block(self) -> float:
+        """Bytes of one rank's K and V shards (:func:`kv_block_bytes`)."""
+        return kv_block_bytes(self.b, self.s, self.h_kv, self.cp, self.bytes_per_elem)
 
 
 def kv_block_bytes(b: int, s: int, h_kv: int, cp: int, bytes_per_elem: float = 2) -> float:
@@ -316,19 +359,7 @@ def ring_time_from_steps(step_compute: list[float], step_comm: float) -> float:
 
 
 def ring_attention_time(
-    b: int,
-    s: int,
-    h: int,
-    cp: int,
-    *,
-    flops: float,
-    bandwidth: float,
-    alpha: float = 0.0,
-    layout: str = "contiguous",
-    causal: bool = True,
-    bytes_per_elem: float = 2,
-    h_kv: int | None = None,
-    diagonal: str = "half",
+    shape: AttentionShape, *, flops: float, bandwidth: float, alpha: float = 0.0
 ) -> dict[str, float]:
     """Forward seconds of ring attention, α-β link, compute at ``flops``.
 
@@ -336,62 +367,44 @@ def ring_attention_time(
     α + KV/B (:func:`ring_time_from_steps`). Returns compute (the slowest rank's total), comm
     (its transfers), time (with overlap) and step (the slowest step's compute after the
     first)."""
-    h_kv = h if h_kv is None else h_kv
-    check_shape(s, cp, layout)
     _check_rates(flops, bandwidth, alpha)
-    _check(b=b, h=h, h_kv=h_kv)
-    n = s / (2 * cp if layout == "zigzag" else cp)
-    unit = 4 * b * n * n * h / flops  # seconds of one chunk pair
-    per_rank = [step_pairs(r, cp, layout, causal, diagonal) for r in range(cp)]
+    sh, cp, n = shape, shape.cp, shape.chunk
+    unit = 4 * sh.b * n * n * sh.h / flops  # seconds of one chunk pair
+    per_rank = [step_pairs(r, cp, sh.layout, sh.causal, sh.diagonal) for r in range(cp)]
     steps = [unit * max(w[i] for w in per_rank) for i in range(cp)]
-    comp = unit * max(sum(w) for w in per_rank)
-    step_comm = (
-        (alpha + kv_block_bytes(b, s, h_kv, cp, bytes_per_elem) / bandwidth) if cp > 1 else 0.0
-    )
+    step_comm = alpha + sh.kv_block / bandwidth if cp > 1 else 0.0
     return {
-        "compute": comp,
+        "compute": unit * max(sum(w) for w in per_rank),
         "comm": (cp - 1) * step_comm,
         "time": ring_time_from_steps(steps, step_comm),
         "step": max(steps[1:]) if cp > 1 else steps[0],
     }
 
 
+def _gather_time(shape: AttentionShape, alpha: float, bandwidth: float, algorithm: str) -> float:
+    """The exposed K/V all-gather of all-gather CP: S = cp·KV, ``algorithm`` of
+    :func:`collective_time`; 0 for cp = 1."""
+    cp = shape.cp
+    if cp == 1:
+        return 0.0
+    return collective_time("all-gather", algorithm, cp, cp * shape.kv_block, alpha, bandwidth)
+
+
 def allgather_attention_time(
-    b: int,
-    s: int,
-    h: int,
-    cp: int,
+    shape: AttentionShape,
     *,
     flops: float,
     bandwidth: float,
     alpha: float = 0.0,
-    layout: str = "zigzag",
-    causal: bool = True,
-    bytes_per_elem: float = 2,
-    h_kv: int | None = None,
-    diagonal: str = "half",
     algorithm: str = "ring",
 ) -> dict[str, float]:
     """Forward seconds of all-gather CP: the K/V all-gather (S = cp·KV, ``algorithm`` of
     :func:`collective_time`), exposed, then the slowest rank's whole attention compute."""
-    h_kv = h if h_kv is None else h_kv
-    check_shape(s, cp, layout)
     _check_rates(flops, bandwidth, alpha)
-    _check(b=b, h=h, h_kv=h_kv)
-    comp = max(attention_flops_per_rank(b, s, h, cp, layout, causal, diagonal)) / flops
-    gather = (
-        collective_time(
-            "all-gather",
-            algorithm,
-            cp,
-            cp * kv_block_bytes(b, s, h_kv, cp, bytes_per_elem),
-            alpha,
-            bandwidth,
-        )
-        if cp > 1
-        else 0.0
-    )
-    return {"compute": comp, "gather": gather, "time": gather + comp}
+    sh = shape
+    comp = max(attention_flops_per_rank(sh.b, sh.s, sh.h, sh.cp, sh.layout, sh.causal, sh.diagonal))
+    gather = _gather_time(sh, alpha, bandwidth, algorithm)
+    return {"compute": comp / flops, "gather": gather, "time": gather + comp / flops}
 
 
 def _pairs_below(a: int, b: int, c: int, e: int) -> int:
@@ -450,35 +463,26 @@ def document_step_work(s: int, cp: int, layout: str, documents: list[int]) -> li
 
 
 def document_attention_times(
-    b: int,
-    s: int,
-    h: int,
-    cp: int,
+    shape: AttentionShape,
     documents: list[int],
     *,
     flops: float,
     bandwidth: float,
     alpha: float = 0.0,
-    layout: str = "zigzag",
-    bytes_per_elem: float = 2,
-    h_kv: int | None = None,
     algorithm: str = "ring",
 ) -> dict[str, float]:
     """Forward seconds of ring and of all-gather CP under a causal document mask
     (:func:`document_step_work`, 4·b·h FLOPs per visible entry). The ring pays, at every step,
     its slowest rank's work at that step (Σ_steps max_ranks); the all-gather pays its exposed
-    gather and then its slowest rank's total (max_ranks Σ_steps)."""
-    h_kv = h if h_kv is None else h_kv
+    gather and then its slowest rank's total (max_ranks Σ_steps). The mask is causal whatever
+    ``shape.causal`` and ``shape.diagonal`` say (every visible entry counted once)."""
     _check_rates(flops, bandwidth, alpha)
-    _check(b=b, h=h, h_kv=h_kv)
-    work = document_step_work(s, cp, layout, documents)
-    unit = 4 * b * h / flops
+    cp = shape.cp
+    work = document_step_work(shape.s, cp, shape.layout, documents)
+    unit = 4 * shape.b * shape.h / flops
     steps = [unit * max(w) for w in work]
-    kv = kv_block_bytes(b, s, h_kv, cp, bytes_per_elem)
-    step_comm = alpha + kv / bandwidth if cp > 1 else 0.0
-    gather = (
-        collective_time("all-gather", algorithm, cp, cp * kv, alpha, bandwidth) if cp > 1 else 0.0
-    )
+    step_comm = alpha + shape.kv_block / bandwidth if cp > 1 else 0.0
+    gather = _gather_time(shape, alpha, bandwidth, algorithm)
     total = [unit * sum(work[i][r] for i in range(cp)) for r in range(cp)]
     return {
         "ring": ring_time_from_steps(steps, step_comm),
@@ -490,22 +494,14 @@ def document_attention_times(
     }
 
 
-def ulysses_time(
-    b: int,
-    s: int,
-    h: int,
-    cp: int,
-    *,
-    alpha: float,
-    bandwidth: float,
-    bytes_per_elem: float = 2,
-    h_kv: int | None = None,
-    a_kv: int | None = None,
-) -> float:
+def ulysses_time(shape: AttentionShape, *, alpha: float, bandwidth: float) -> float:
     """Forward seconds of Ulysses' two all-to-alls (pairwise exchange, α-β), not overlapped."""
+    sh = shape
     return sum(
-        collective_time("all-to-all", "pairwise-exchange", cp, S, alpha, bandwidth)
-        for _, S in ulysses_all_to_alls_per_layer(b, s, h, cp, bytes_per_elem, h_kv, a_kv)
+        collective_time("all-to-all", "pairwise-exchange", sh.cp, S, alpha, bandwidth)
+        for _, S in ulysses_all_to_alls_per_layer(
+            sh.b, sh.s, sh.h, sh.cp, sh.bytes_per_elem, sh.h_kv, sh.a_kv
+        )
     )
 
 
