@@ -190,12 +190,12 @@ _DEFS: dict[str, str] | None = None
 
 
 def function_source(name: str) -> str:
-    """The text of ``def name`` in the package (one level: the function that builds a dict of
-    glue values for a notebook, e.g. ``validation_glue``), or ""."""
+    """The text of ``def name`` in the package or the book's glue (one level: the function that
+    builds a dict of glue values for a notebook, e.g. ``validation_glue``), or ""."""
     global _DEFS
     if _DEFS is None:
         _DEFS = {}
-        for path in sorted(SRC.rglob("*.py")):
+        for path in sorted(SRC.rglob("*.py")) + sorted((BOOK / "glue").glob("*.py")):
             text = path.read_text()
             for m in re.finditer(r"^def (\w+)\(.*?(?=^def |^class |\Z)", text, re.S | re.M):
                 _DEFS.setdefault(m.group(1), m.group(0))

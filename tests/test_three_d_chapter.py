@@ -12,7 +12,10 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 BOOK = ROOT / "book"
 sys.path.insert(0, str(BOOK / "_ext"))
+sys.path.insert(0, str(BOOK / "glue"))
 import audit  # noqa: E402 (book/_ext joins sys.path above: the audit is the book's build code)
+import three_d as sentences  # noqa: E402 (book/glue joins sys.path above: the book's sentences)
+import three_d_runs as C  # noqa: E402 (book/glue joins sys.path above: the chapter's rows)
 
 # the chapter: its main path and its appendix (calibration, validation, the runs it checks)
 PAGE = (BOOK / "three_d.md").read_text() + (BOOK / "three_d_appendix.md").read_text()
@@ -125,8 +128,6 @@ def test_citations_and_docs_resolve():
 
 def test_cost_comparison_reads_the_three_servers_rows():
     """What the chapter's cost-per-token paragraph glues, computed from cost_per_token."""
-    from minipar.three_d import chapter as C
-
     c = C.cost_comparison(2.69, 1.99)
     nv, pc, link_only = c["usd"]
     assert [r["usd_per_million_tokens"] for r in c["rows"].values()] == [nv, pc, link_only]
@@ -146,8 +147,6 @@ def test_hand_calculation_six_tp_all_reduces_and_activations_without_sp():
     recomputed layer's activations sbh(10 + 24/t) + 5as²b/t (Korthikanti Table 2 without SP).
     Negative controls: four all-reduces, or the sequence-parallel formula (34sbh + 5as²b)/t,
     give the numbers the page used to print (0.35 GB, 0.33 GiB)."""
-    from minipar.three_d import chapter as C
-
     h = C.hand_calculation()
     assert h["tp_allreduces"] == 6 and round(h["tp_GB_per_layer"], 2) == 0.53
     assert round(h["tp_s"], 1) == 2.0 and round(h["layer_GiB"], 2) == 0.54
@@ -162,8 +161,6 @@ def test_hand_calculation_six_tp_all_reduces_and_activations_without_sp():
 
 
 def test_pcie_preset_has_its_own_sms_and_hbm():
-    from minipar.three_d import chapter as C
-
     g = C.H100_PCIE
     assert (g.sms, g.peak_flops["bf16"]) == (114, 756e12)
     assert g.hbm_bandwidth == pytest.approx(2.0e12 * 4.22 / 4.8)  # datasheet × the H200's achieved
@@ -181,10 +178,8 @@ def _notebook_names() -> set:
 
 def test_every_number_the_page_quotes_is_glued_by_the_notebook():
     """Each {glue:text} key of book/three_d.md is glued in notebooks/three_d.ipynb, literally
-    or through minipar.three_d.chapter.validation_glue; the §5.2 account is glued as numbers,
+    or through book/glue/three_d_runs.py's validation_glue; the §5.2 account is glued as numbers,
     not as a paragraph. Negative control: a misspelt key is reported."""
-    from minipar.three_d import chapter as C
-
     known = _notebook_names() | set(C.validation_glue())
     keys = re.findall(r"three_d\.ipynb::(\w+):", PAGE)
     assert len(keys) > 40
@@ -199,8 +194,6 @@ def test_table1_account_holds_and_a_contradiction_is_named():
     the 2021 model with η alone fitted orders it wrongly) holds; a row predicted too slow, or
     too fast, is named."""
     from dataclasses import replace
-
-    from minipar.three_d import chapter as C
 
     val = C.validation_summary()
     assert C.table1_misses(val) == []
@@ -225,9 +218,6 @@ def test_the_zero3_clause_is_built_in_the_books_glue_from_the_models_numbers():
     """book/glue/three_d.py writes the §5.2 clause from zero3_missing_effect's numbers (the
     library returns only numbers); the memory limit it quotes is named as the GPU's memory less
     the headroom. Negative control: a planted ratio below 1 turns the clause around."""
-    sys.path.insert(0, str(BOOK / "glue"))
-    import three_d as sentences  # book/glue joins sys.path above: the book's own code
-
     from minipar.cost.validation import published as validation
 
     e175 = validation.zero3_missing_effect("gpt3-175b")

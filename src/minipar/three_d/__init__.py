@@ -5,12 +5,14 @@
     experiments.py  what the chapter's notebook runs on ranks (group membership check)
     train.py        3D training from the chapters' pieces: TP blocks in 1F1B pipeline stages,
                     ZeRO-1 over the DP group, compared with one process; traffic per group
-    chapter.py      pure-Python inputs and rows for the notebook (planner runs)
+    calibrate.py    the reader's machine: measure the tiny 3D GPT's parts, predict every
+                    (d, t, p) of its ranks, run each and compare (minipar bench three_d)
     five_d.py       all five parallelisms: a tiny MoE GPT with d × t × p × cp × ep (experts
                     folded) on minipar.grid.Grid, compared with one process; traffic per group
     moe_gpt.py      the capstone's one-process MoE GPT
 
-The planner that chooses (d, t, p) is pure Python: :mod:`minipar.cost.planner.three_d`.
+The planner that chooses (d, t, p) is pure Python: :mod:`minipar.cost.planner.three_d`; the
+chapter's inputs, rows and sentences are the book's glue (``book/glue/three_d*.py``).
 """
 
 from .grid import Coord, Groups, RankGrid, new_groups

@@ -1,7 +1,12 @@
-"""Pure-Python helpers behind the chapter's notebook (no torch): the hand calculation, the
-planner's runs, its validation against published measurements, cost per token. Every number
-comes from :mod:`minipar.cost` (the planner :mod:`minipar.cost.planner.three_d`, the published runs
-:mod:`minipar.cost.validation.published`); this module only chooses inputs and collects rows.
+"""The numbers behind the chapter "Putting them together" (book/three_d.md): the hand
+calculation, the planner's runs, its validation against published measurements, cost per token.
+
+The book's glue, not the library's: every number comes from :mod:`minipar.cost` (the planner
+:mod:`minipar.cost.planner.three_d`, the published runs :mod:`minipar.cost.validation.published`);
+this module only chooses the chapter's inputs and collects the rows and values its notebook
+glues (numbers, and the few phrases of the cost-per-token paragraph that follow them). The
+notebook imports it with ``sys.path.insert(0, "../book/glue")``, beside ``three_d.py`` (the
+sentences) and ``validation_tables.py`` (the plain-text tables).
 """
 
 from __future__ import annotations

@@ -1,0 +1,120 @@
+"""The planner against published measurements as plain-text tables: the published A100 runs as
+run, the same runs at three micro-batch choices, and the H200 validation set.
+
+The book's glue, not the library's: :mod:`minipar.cost.validation.published` returns rows and
+numbers; the chapter's notebook prints these tables (``sys.path.insert(0, "../book/glue")``),
+and ``python book/glue/validation_tables.py`` prints them all.
+"""
+
+from __future__ import annotations
+
+from minipar.cost.validation.published import (
+    MICRO_BATCH_MODES,
+    H200Row,
+    Row,
+    h200_runs,
+    published_runs,
+    split_check,
+    table1_summary,
+    wave_quantisation_evidence,
+)
+
+
+def table(rows: list[Row] | None = None) -> str:
+    """The published-run table as plain text (one line per row), layouts in the course's
+    (d, t, p) order (book/notation.md), with the micro-batch b and chunks v used."""
+    rows = published_runs() if rows is None else rows
+    lines = [
+        f"{'run':<16} {'d,t,p':>10} {'b':>3} {'v':>2} {'GPUs':>5} {'B':>5} {'pub s':>7} "
+        f"{'pred s':>7} {'pub TF':>6} {'pred TF':>7} {'err':>6}"
+    ]
+    for r in rows:
+        t, p, d = r.layout  # stored as published: (t, p, d)
+        lines.append(
+            f"{r.name:<16} {f'{d},{t},{p}':>10} {r.micro_batch:>3} {r.chunks:>2} "
+            f"{r.gpus:>5} {r.batch:>5} "
+            f"{r.published_step:>7.2f} {r.predicted_step:>7.2f} "
+            f"{r.published_tflops:>6.1f} {r.predicted_tflops:>7.1f} {r.error:>+5.1f}%"
+        )
+    return "\n".join(lines)
+
+
+def table_modes() -> str:
+    """Table 1 (and the other published runs) under each micro-batch choice, side by side:
+    b and the step-time error in % for as run, b = 1 and the planner's b."""
+    modes = {m: published_runs(m) for m in MICRO_BATCH_MODES}
+    lines = [
+        f"{'run':<16} {'d,t,p':>10} {'v':>2} {'pub s':>7} "
+        + " ".join(f"{'b':>3} {'err(' + m + ')':>13}" for m in MICRO_BATCH_MODES)
+    ]
+    for i, r in enumerate(modes["as run"]):
+        t, p, d = r.layout
+        lines.append(
+            f"{r.name:<16} {f'{d},{t},{p}':>10} {r.chunks:>2} {r.published_step:>7.2f} "
+            + " ".join(
+                f"{modes[m][i].micro_batch:>3} {modes[m][i].error:>+12.1f}%"
+                for m in MICRO_BATCH_MODES
+            )
+        )
+    for m in MICRO_BATCH_MODES:
+        s = table1_summary(m)
+        lines.append(
+            f"Table 1, b {m}: {s['within10']}/10 within ±10 %, largest |error| "
+            f"{s['worst']:.1f} %, Spearman {s['spearman']:.2f}"
+        )
+    s = table1_summary("1", interleaved=False)
+    lines.append(
+        f"Table 1, b 1 and v 1: {s['within10']}/10 "
+        f"within ±10 %, largest |error| {s['worst']:.1f} %, Spearman {s['spearman']:.2f}"
+    )
+    cases = (
+        ("planner", None, None, "both", "η and bytes per score fitted"),
+        ("as run", None, None, "both", "η and bytes per score fitted"),
+        ("planner", "waves", 20, "eta", "the 2021 model (tile rule, 20 B/score), η alone fitted"),
+    )
+    for m, rule, sb, fit, what in cases:
+        x = split_check(m, rule, sb, fit=fit)
+        lines.append(
+            f"{what} on every other Table 1 row at b {m}: η = {x['eta']:.3f}, "
+            f"{x['score_bytes']:.0f} B/score; held-out rows "
+            + ", ".join(f"{r.name[6:]} {r.error:+.1f}%" for r in x["held_out"])
+            + f"; all ten: {x['within10']}/10 within ±10 %, Spearman {x['spearman']:.2f}"
+        )
+    return "\n".join(lines)
+
+
+def h200_table(rows: list[H200Row] | None = None) -> str:
+    """The H200 validation table as plain text: step time and peak memory, measured against
+    predicted, errors in %."""
+    rows = h200_runs() if rows is None else rows
+    lines = [
+        f"{'run':<16} {'attention':<9} {'b':>2} {'m':>2} {'meas s':>7} {'pred s':>7} "
+        f"{'err':>7} {'meas GiB':>8} {'pred GiB':>8} {'err':>7}"
+    ]
+    for r in rows:
+        pred = "refused" if r.predicted_step is None else f"{r.predicted_step:.3f}"
+        terr = "" if r.predicted_step is None else f"{r.time_error:+.1f}%"
+        lines.append(
+            f"{r.name:<16} {r.attention:<9} {r.micro_batch:>2} {r.microbatches:>2} "
+            f"{r.measured_step:>7.3f} {pred:>7} {terr:>7} {r.measured_gib:>8.1f} "
+            f"{r.predicted_gib:>8.1f} {r.memory_error:>+6.1f}%"
+        )
+    return "\n".join(lines)
+
+
+def main() -> None:
+    print("Published runs (A100), as run: b and v from the authors' scripts where published\n")
+    print(table())
+    print("\nThe same runs at three micro-batch choices (step-time error, %)\n")
+    print(table_modes())
+    ev = wave_quantisation_evidence()
+    print(
+        f"\nGEMM tile quantisation, H200 calibration GEMMs with model q < 0.8 (n = {ev['n']}): "
+        f"model q {ev['q']:.2f}, measured {ev['measured']:.2f} of the ceiling"
+    )
+    print("\nMeasured on one H200 (validation set; constants from the calibration set)\n")
+    print(h200_table())
+
+
+if __name__ == "__main__":
+    main()
