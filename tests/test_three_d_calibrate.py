@@ -55,22 +55,22 @@ def test_layouts_and_prediction_terms():
         (4, 1, 1),
     ]
     assert len(cal.layouts(6)) == 9  # non-power of two
-    shape = dict(L=4, h=128, a=4, s=32, V=64, B=16)
+    shape = cal.TinyShape(L=4, h=128, a=4, s=32, V=64, B=16)
     mach = _machine()
-    pure_dp = cal.predict_tiny_step(mach, **shape, d=4, t=1, p=1, b=2)
+    pure_dp = cal.predict_tiny_step(mach, shape, d=4, t=1, p=1, b=2)
     assert pure_dp.tp_s == 0 and pure_dp.pp_s == 0 and pure_dp.bubble_s == 0 and pure_dp.dp_s > 0
-    tp = cal.predict_tiny_step(mach, **shape, d=1, t=4, p=1, b=2)
+    tp = cal.predict_tiny_step(mach, shape, d=1, t=4, p=1, b=2)
     assert tp.tp_s > 0 and tp.compute_s < 4 * pure_dp.compute_s  # FLOPs / t, more batches
-    pp = cal.predict_tiny_step(mach, **shape, d=1, t=1, p=4, b=2)
+    pp = cal.predict_tiny_step(mach, shape, d=1, t=1, p=4, b=2)
     assert pp.bubble_s == pytest.approx(3 * (pp.compute_s + pp.pp_s) / pp.m)
     # negative control: without the per-collective latency, TP's 8 collectives per layer and
     # micro-batch cost almost nothing: the alpha term is what makes t = 4 slow on gloo
     free = cal.predict_tiny_step(
-        _machine(links={2: (0.0, 1e8), 4: (0.0, 1e8)}), **shape, d=1, t=4, p=1, b=2
+        _machine(links={2: (0.0, 1e8), 4: (0.0, 1e8)}), shape, d=1, t=4, p=1, b=2
     )
     assert free.tp_s < 0.5 * tp.tp_s
     with pytest.raises(ValueError, match="breaks a rule"):
-        cal.predict_tiny_step(mach, **shape, d=1, t=3, p=1, b=2)
+        cal.predict_tiny_step(mach, shape, d=1, t=3, p=1, b=2)
 
 
 def test_fit_op_recovers_a_known_line_and_survives_noise():
@@ -97,7 +97,7 @@ def _cpu_machine(cores, **kw):
     return cal.Machine(**(base | kw))
 
 
-SHAPE = dict(L=4, h=128, a=4, s=32, V=64, B=16)
+SHAPE = cal.TinyShape(L=4, h=128, a=4, s=32, V=64, B=16)
 
 
 def test_cores_share_the_compute():
@@ -115,12 +115,12 @@ def test_cores_share_the_compute():
     # pure DP, 4 ranks on 2 cores: m = 2 micro-batches of 4 layers (1 ms) + ends (0.5 ms), at
     # 2 wall s per CPU s: 2·(4 + 0.5)·2 = 18 ms, Adam 1 ms·2: 20 ms. All ranks busy all the
     # time, so the critical path is the cores' bound: 4 ranks·(2·4.5 + 1) ms / 2 cores = 20 ms
-    dp = cal.predict_tiny_step(_cpu_machine(2), **SHAPE, d=4, t=1, p=1, b=2)
+    dp = cal.predict_tiny_step(_cpu_machine(2), SHAPE, d=4, t=1, p=1, b=2)
     assert dp.compute_s == pytest.approx(18e-3) and dp.optimizer_s == pytest.approx(2e-3)
     assert dp.critical_s == pytest.approx(20e-3) and dp.cores_s == pytest.approx(20e-3)
     assert dp.step_s == pytest.approx(20e-3)
     # negative control: a core per rank (the GPU model) predicts it twice as fast
-    own = cal.predict_tiny_step(_cpu_machine(None), **SHAPE, d=4, t=1, p=1, b=2)
+    own = cal.predict_tiny_step(_cpu_machine(None), SHAPE, d=4, t=1, p=1, b=2)
     assert own.step_s == pytest.approx(10e-3) and own.cores_s == 0
 
 
@@ -129,11 +129,11 @@ def test_the_bubble_is_partly_free_on_shared_cores():
     # fill/drain slot k has k ranks busy, shares 1, 1, 1.5 (of 2): 3 ms·(1 + 1 + 1.5)/2 = 5.25 ms
     # (not 3·3 = 9 ms); step = 8·3 + 5.25 + Adam 2 = 31.25 ms. Cores' bound: every stage's
     # 8 layers + the last's 8 ends + 4 Adams = 8·4·1 + 8·0.5 + 4 = 40 ms CPU / 2 = 20 ms.
-    pp = cal.predict_tiny_step(_cpu_machine(2), **SHAPE, d=1, t=1, p=4, b=2)
+    pp = cal.predict_tiny_step(_cpu_machine(2), SHAPE, d=1, t=1, p=4, b=2)
     assert pp.compute_s == pytest.approx(24e-3) and pp.bubble_s == pytest.approx(5.25e-3)
     assert pp.cores_s == pytest.approx(20e-3) and pp.step_s == pytest.approx(31.25e-3)
     # with a core per rank the bubble is the GPU's: p − 1 whole slots of 1.5 ms
-    own = cal.predict_tiny_step(_cpu_machine(None), **SHAPE, d=1, t=1, p=4, b=2)
+    own = cal.predict_tiny_step(_cpu_machine(None), SHAPE, d=1, t=1, p=4, b=2)
     assert own.bubble_s == pytest.approx(3 * 1.5e-3)
 
 
@@ -141,15 +141,15 @@ def test_measured_layers_and_the_cores_bound():
     # a measured SP block at t = 2: 10 ms + 1 ms per sequence wall (its 8 collectives in it):
     # (2, 2, 1), m = 4, b = 2: 4·(4·12 ms + 2·0.5 ms ends) = 196 ms of stage time
     mach = _cpu_machine(2, layers={2: (10e-3, 1e-3)})
-    x = cal.predict_tiny_step(mach, **SHAPE, d=2, t=2, p=1, b=2)
+    x = cal.predict_tiny_step(mach, SHAPE, d=2, t=2, p=1, b=2)
     assert x.compute_s == pytest.approx(196e-3) and x.step_s == x.critical_s
-    flops_only = cal.predict_tiny_step(_cpu_machine(2), **SHAPE, d=2, t=2, p=1, b=2)
+    flops_only = cal.predict_tiny_step(_cpu_machine(2), SHAPE, d=2, t=2, p=1, b=2)
     assert flops_only.compute_s < x.compute_s / 4  # negative control
     # a block measured as if it ran alone (1 ms, no sharing) cannot beat the cores: the
     # compute CPU (1 ms per layer, c₀ with infinite R) of 4 ranks·(4·(4·1 + 0.5) + 1) ms
     # = 76 ms over 2 cores is 38 ms, above the 4·(4·1 + 2·0.5) + 2 = 22 ms critical path
     alone = cal.predict_tiny_step(
-        _cpu_machine(2, layers={2: (1e-3, 0.0)}), **SHAPE, d=2, t=2, p=1, b=2
+        _cpu_machine(2, layers={2: (1e-3, 0.0)}), SHAPE, d=2, t=2, p=1, b=2
     )
     assert alone.critical_s == pytest.approx(22e-3) and alone.cores_s == pytest.approx(38e-3)
     assert alone.step_s == pytest.approx(38e-3)

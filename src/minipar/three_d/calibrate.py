@@ -65,7 +65,7 @@ def _burst(fn, reps: int, k: int | None = None, min_s: float | None = None) -> t
 
 def _layer_and_stage(out: dict, cfg: GPTConfig, layer, batches, reps: int) -> None:
     """One layer's forward + backward, and one micro-batch through a one-stage executor, per b."""
-    from .train import stage_3d  # noqa: PLC0415 (minipar.three_d.train (torch.distributed.tensor) ~0.8 s over torch, loads sympy: only the measurements need it)
+    from .train import stage_3d  # noqa: PLC0415 (lazy: dtensor)
 
     world_size, rank = dist.get_world_size(), dist.get_rank()
     solo = [dist.new_group([r]) for r in range(world_size)][rank]  # every rank alone
@@ -256,7 +256,7 @@ def time_layout_on_rank(
 ) -> float:
     """The fastest step's seconds (as :func:`_timed`) of the 3D GPT (:mod:`minipar.three_d.train`'s
     composition: SP inside TP, 1F1B, ZeRO-1) on this rank, after one warm-up step."""
-    from .train import stage_3d  # noqa: PLC0415 (minipar.three_d.train (torch.distributed.tensor) ~0.8 s over torch, loads sympy: only time_layout_on_rank needs it)
+    from .train import stage_3d  # noqa: PLC0415 (lazy: dtensor)
 
     groups = new_groups(grid)
     c = grid.coord(rank)
@@ -325,10 +325,10 @@ def bench(
     """Calibrate, predict every (d, t, p) of ``ranks``, run each, compare (Spearman of the step
     times, error per layout), all in one launch of ``ranks`` gloo ranks."""
 
+    shape = model.TinyShape(config.L, config.h, config.a, config.s, config.V, batch)
+
     def predict(mach, d, t, p):
-        return model.predict_tiny_step(
-            mach, config.L, config.h, config.a, config.s, config.V, batch, d=d, t=t, p=p, b=b
-        )
+        return model.predict_tiny_step(mach, shape, d=d, t=t, p=p, b=b)
 
     rough = model.Machine(
         ranks, 0.0, 1.0, {n: (0.0, 1.0) for n in range(2, ranks + 1)}, (0.0, 1.0), 4

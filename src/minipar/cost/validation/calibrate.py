@@ -227,33 +227,43 @@ def _share(machine: Machine, busy: int) -> float:
     return 1.0 if machine.cores is None else max(1.0, busy / machine.cores)
 
 
-def predict_tiny_step(
-    machine: Machine,
-    L: int,
-    h: int,
-    a: int,
-    s: int,
-    V: int,
-    B: int,
-    *,
-    d: int,
-    t: int,
-    p: int,
-    b: int,
-) -> TinyPrediction:
-    """Predicted seconds of one training step of the tiny GPT (module docstring):
-    max(critical path, CPU seconds of all ranks / cores)."""
+@dataclass(frozen=True)
+class TinyShape:
+    """The tiny GPT and its batch: ``L`` layers of width ``h`` with ``a`` heads, sequences of
+    ``s`` tokens, a vocabulary of ``V``, a global batch of ``B`` sequences."""
+
+    L: int
+    h: int
+    a: int
+    s: int
+    V: int
+    B: int
+
+
+def _check_layout(shape: TinyShape, d: int, t: int, p: int, b: int) -> None:
+    """Raise unless (d, t, p) and b are positive integers that divide the shape."""
     for k, v in (("d", d), ("t", t), ("p", p), ("b", b)):
         if not isinstance(v, int) or v < 1:
             raise ValueError(f"{k} ({v}) must be a positive integer")
+    L, a, s, B = shape.L, shape.a, shape.s, shape.B
     if L % p or a % t or s % t or B % (d * b):
         raise ValueError(
             f"layout (d, t, p) = ({d}, {t}, {p}), b = {b} breaks a rule: "
             f"p | L ({L}), t | a ({a}), t | s ({s}), d·b | B ({B})"
         )
-    m = B // (d * b)
+
+
+def predict_tiny_step(
+    machine: Machine, shape: TinyShape, *, d: int, t: int, p: int, b: int
+) -> TinyPrediction:
+    """Predicted seconds of one training step of the tiny GPT of ``shape`` (module docstring)
+    under the layout (d, t, p) with micro-batch b: max(critical path, CPU seconds of all
+    ranks / cores)."""
+    _check_layout(shape, d, t, p, b)
+    h, s, V = shape.h, shape.s, shape.V
+    m = shape.B // (d * b)
     q, R, f = machine.bytes_per_elem, machine.flop_rate, machine.share
-    lp = L // p
+    lp = shape.L // p
     act = b * s * h * q  # (b, s, h), whole
     ag, rs = (_coll(machine, op, t, act) for op in ("all-gather", "reduce-scatter"))
     layer_cpu = machine.layer_overhead + 3 * layer_flops(b, s, h) / (t * R)  # compute only
