@@ -31,6 +31,7 @@ from minipar.grading import GradeFailure, task
 from minipar.grading.compare import err as _err
 from minipar.grading.compare import randn as _randn
 from minipar.grading.compare import same as _same
+from minipar.grading.compare import type_error
 from minipar.grading.declare import Layouts, current_case, not_whole_world_hint
 from minipar.grading.imports import forbid_course_code
 
@@ -86,7 +87,7 @@ def _choices(gr: int, k: int = K2, routing: str = "random"):
 def _assignments(experts, order="slot", sort=True):
     """(token, expert) of every assignment: slot-major (a = j·n + i) or token-major, then a
     stable sort by expert unless ``sort`` is False."""
-    import torch  # noqa: PLC0415 (torch ~1.5 s: this module loads without torch; only _assignments needs it)
+    import torch  # noqa: PLC0415 (lazy: torch)
 
     n, k = experts.shape
     if order == "slot":
@@ -99,14 +100,14 @@ def _assignments(experts, order="slot", sort=True):
     return token, expert
 
 
-def _expected_rows(gr: int, t: int, order="slot", sort=True, routing="random"):
+def _expected_rows(gr: int, t: int, order="slot", sort=True, routing="random", k=K2):
     """Rows group rank ``gr`` receives from every source (and recv counts (t, E/t))."""
-    import torch  # noqa: PLC0415 (torch ~1.5 s: this module loads without torch; only _expected_rows needs it)
+    import torch  # noqa: PLC0415 (lazy: torch)
 
     per = E // t
     rows, counts = [], torch.zeros(t, per, dtype=torch.long)
     for s in range(t):
-        x, experts = _choices(s, routing=routing)
+        x, experts = _choices(s, k, routing)
         token, expert = _assignments(experts, order, sort)
         if sort:
             mine = (expert >= gr * per) & (expert < (gr + 1) * per)
@@ -119,6 +120,110 @@ def _expected_rows(gr: int, t: int, order="slot", sort=True, routing="random"):
         for e in expert[(expert >= gr * per) & (expert < (gr + 1) * per)].tolist():
             counts[s, e - gr * per] += 1
     return torch.cat(rows), counts
+
+
+# ----------------------------------------------------------------------------- the reasons
+# What the checker tells a wrong answer, by the mistake it recognises ({fields} are filled in
+# where the mistake shows): each check below recomputes the classic mistakes and names the
+# first one the answer matches.
+_WHY = {
+    # 01 gates
+    "experts shape": "experts must be a tensor of shape ({n}, {k}), got {got}",
+    "experts dtype": "experts has dtype {dt}, expected int64 (expert indices, as topk returns them)",
+    "gates dtype": "gates have dtype {dt}, expected {want}, the logits' (no .float())",
+    "least likely": "token {i} was sent to its {k} LEAST likely experts: take the largest "
+    "probabilities (topk's default)",
+    "experts order": "token {i}'s experts are right but not in order: list them largest "
+    "probability first",
+    "softmax over tokens": "the softmax ran over the tokens (dim 0): take it over the experts, "
+    "the last dimension",
+    "experts differ": "token {i} chose experts {got}, expected {want}",
+    "not renormalised": "the gates are the softmax probabilities of the chosen experts, not "
+    "renormalised: token 0's sum to {total:.3f}; divide by their sum",
+    "K = 1 not renormalised": "with K = 1 the renormalised gate is 1 (the probability divided by "
+    "itself): divide by the sum",
+    "gates differ": "gates differ from the reference ({err})",
+    "gates detached": "the gates carry no gradient: do not detach them or build them outside "
+    "autograd (the router learns through them)",
+    "gates' gradient differs": "the gradient with respect to the logits differs ({err})",
+    # 02 dispatch
+    "counts shape": "recv_counts must have shape (ep, E/ep) = {want}, got {got}",
+    "counts dtype": "recv_counts has dtype {dt}, expected int64 (counts, as bincount returns them)",
+    "counts sent": "recv_counts are the counts this rank SENDS: exchange them with an all-to-all "
+    "to learn what it receives",
+    "counts differ": "recv_counts[{s}, {e}] = {got}, but source rank {s} sends {want} rows to "
+    "local expert {e}",
+    "rows type": "rows must be a {dt} tensor (the input's dtype) of shape {shape}, got {got}",
+    "rows unsorted": "the rows were sent in token order, not sorted by expert: sort the "
+    "assignments by expert (so by destination) before the all-to-all",
+    "rows token-major": "within an expert the rows are in token-major order (token 0's choices, "
+    "then token 1's): number the assignments slot-major, a = j·n + i, before the stable sort",
+    "rows reordered": "the rows one source sent one expert are the right rows in another order "
+    "({size} rows share one expert there): a sort that is not stable reorders equal keys once "
+    "there are more than a few; the assignments' order must survive every sort by expert",
+    "rows received differ": "the rows received differ ({err})",
+    # 03 combine
+    "y type": "return y, a {dt} tensor (the input's dtype) of shape ({n}, {h})",
+    "no gates": "the outputs were added without their gates: scale row a by gate[a] before adding "
+    "it to its token",
+    "dispatch order": "the rows are in dispatch (expert-sorted) order, not token order: add row a "
+    "to y[token[a]] (index_add)",
+    "averaged": "the output is the gated sum divided by K: the gates already sum to one per "
+    "token; add, do not average",
+    "y differs": "y differs from Σ gate · expert output ({err}; token {i})",
+    "no gradient": "no gradient reached {which}: build y with differentiable operations and the "
+    "course's all_to_all (not dist.all_to_all_single, which autograd does not see)",
+    "dgate differs": "the gates' gradient differs ({err})",
+    # 04 capacity
+    "mask shape": "return a bool tensor of shape ({n}, {k}), got {got}",
+    "mask dtype": "the mask has dtype {dt}, expected bool: indexing with a 0/1 integer tensor "
+    "gathers rows 0 and 1 instead of selecting the kept ones",
+    "keeps C + 1": "expert {ex} keeps {kept} assignments, C + 1: keep positions 0 … C−1 "
+    "(position < C, not ≤ C)",
+    "capacity per slot": "expert {ex} keeps {kept} > C: the count restarts for each slot; the "
+    "capacity covers all slots",
+    "keeps more than C": "expert {ex} keeps {kept} assignments, more than C = {cap}",
+    "queue token-major": "the queue is token-major (token 0's choices, then token 1's): token "
+    "{i}'s choice {j} is {was} but every first choice must queue before any second choice",
+    "mask differs": "token {i}'s choice {j} (expert {chosen}) should be {should}",
+    # 05 dropless
+    "sizes per source": "sizes has shape (ep, E/ep) = {shape}, the received counts per source: a "
+    "grouped GEMM needs one size per local expert, (E/ep,): sum them over the sources",
+    "sizes short": "sizes has {m} entries, not E/ep = {per}: this rank's last experts receive "
+    "no row here, and torch.bincount returns max + 1 bins (give it the number of bins)",
+    "sizes shape": "sizes must be a tensor of shape (E/ep,) = {want}, got {got}",
+    "sizes dtype": "sizes has dtype {dt}, expected int64 (group sizes are counts: keep "
+    "bincount's dtype)",
+    "sizes sent": "sizes count rows this rank SENDS, not those its experts receive: exchange the "
+    "counts with an all-to-all first",
+    "sizes differ": "sizes[{e}] = {got}, but local expert {e} receives {want} rows",
+    "grouped rows type": "rows must be a {dt} tensor of shape {shape} (the input's dtype), got "
+    "{got}",
+    "rows source-major": "the rows are grouped by source rank (the order the all-to-all "
+    "delivers), not by local expert: permute them expert-major before the grouped GEMM",
+    "one rank unsorted": "with one rank the rows are in the order of the assignments, not grouped "
+    "by expert: nothing is sent, but the grouped GEMM still needs expert 0's rows first, then "
+    "expert 1's: sort them by expert (stably) with ep = 1 too",
+    "sources reordered": "every expert has the right rows but not in source order (up to {biggest} "
+    "rows share one expert here): permute with a sort that keeps the order of equal keys, so the "
+    "sources keep their order",
+    "rows differ": "the rows differ ({err})",
+}
+
+
+def _fail(where: str, why: str, **fields) -> GradeFailure:
+    """The failure ``where: <reason why>``, its fields filled in."""
+    return GradeFailure(f"{where}: " + _WHY[why].format(**fields))
+
+
+def _name_slip(where: str, slips: dict, otherwise: str, **fields):
+    """Raise the reason of the first slip in ``slips`` ({why: whether the answer matches the
+    mistake, recomputed}) that the answer matches, else ``otherwise``."""
+    raise _fail(where, next((why for why, hit in slips.items() if hit), otherwise), **fields)
+
+
+def _dtype(x) -> str:
+    return str(x.dtype)[6:]
 
 
 # ----------------------------------------------------------------------------- ranks
@@ -152,20 +257,22 @@ def _hint(case: str, msg: str) -> str:
     return ""
 
 
-def _deadlock_note(world: int) -> str:
-    return (
+RANKS = Layouts(
+    CHAPTER,
+    LAYOUTS,
+    size="t",
+    hint=_hint,
+    deadlock_note=lambda world: (
         " (in the dispatch exercises one routing gives each group's rank 0 no token: a rank "
         "that holds no token (n = 0) still receives rows, so it must make every collective "
         "call too)"
-    )
-
-
-RANKS = Layouts(CHAPTER, LAYOUTS, size="t", hint=_hint, deadlock_note=_deadlock_note)
+    ),
+)
 
 
 # ----------------------------------------------------------------------------- 01 gates
 def _ref_gates(logits, k):
-    import torch  # noqa: PLC0415 (torch ~1.5 s: this module loads without torch; only _ref_gates needs it)
+    import torch  # noqa: PLC0415 (lazy: torch)
 
     p = torch.softmax(logits, -1)
     top, idx = p.topk(k, dim=-1)
@@ -178,7 +285,7 @@ def _ref_gates(logits, k):
     "reference's gradients (n = 1, 7, 16; E = 4, 8; K = 1, 2, 3)",
 )
 def check_top_k_gates(fn, **_):
-    import torch  # noqa: PLC0415 (torch ~1.5 s: this module loads without torch; only check_top_k_gates needs it)
+    import torch  # noqa: PLC0415 (lazy: torch)
 
     forbid_course_code(fn, CHAPTER, what="write the gating")
     for n, e, k in ((7, 4, 2), (16, 8, 1), (1, 8, 3), (16, 8, 2)):
@@ -187,88 +294,60 @@ def check_top_k_gates(fn, **_):
         if not isinstance(got, (tuple, list)) or len(got) != 2:
             raise GradeFailure("return a pair (gates, experts)")
         gates, experts = got
-        ref_g, ref_e = _ref_gates(logits.detach(), k)
         where = f"n = {n}, E = {e}, K = {k}"
         if not isinstance(experts, torch.Tensor) or tuple(experts.shape) != (n, k):
-            raise GradeFailure(
-                f"{where}: experts must be a tensor of shape ({n}, {k}), got "
-                f"{getattr(experts, 'shape', type(experts).__name__)}"
-            )
+            got = getattr(experts, "shape", type(experts).__name__)
+            raise _fail(where, "experts shape", n=n, k=k, got=got)
         if experts.dtype != torch.int64:
-            raise GradeFailure(
-                f"{where}: experts has dtype {str(experts.dtype)[6:]}, expected "
-                "int64 (expert indices, as topk returns them)"
-            )
+            raise _fail(where, "experts dtype", dt=_dtype(experts))
         if isinstance(gates, torch.Tensor) and gates.dtype != logits.dtype:
-            raise GradeFailure(
-                f"{where}: gates have dtype {str(gates.dtype)[6:]}, expected "
-                f"{str(logits.dtype)[6:]}, the logits' (no .float())"
-            )
-        if not torch.equal(experts.long(), ref_e):
-            p = torch.softmax(logits.detach(), -1)
-            i = int((experts.long() != ref_e).any(-1).nonzero()[0])
-            if torch.equal(experts.long(), p.topk(k, dim=-1, largest=False).indices):
-                raise GradeFailure(
-                    f"{where}: token {i} was sent to its {k} LEAST likely "
-                    "experts: take the largest probabilities (topk's default)"
-                )
-            if torch.equal(experts.long().sort(-1).values, ref_e.sort(-1).values):
-                raise GradeFailure(
-                    f"{where}: token {i}'s experts are right but not in order: "
-                    "list them largest probability first"
-                )
-            if torch.equal(experts.long(), torch.softmax(logits.detach(), 0).topk(k, -1).indices):
-                raise GradeFailure(
-                    f"{where}: the softmax ran over the tokens (dim 0): take it "
-                    "over the experts, the last dimension"
-                )
-            raise GradeFailure(
-                f"{where}: token {i} chose experts {experts[i].tolist()}, "
-                f"expected {ref_e[i].tolist()}"
-            )
-        if not isinstance(gates, torch.Tensor) or not _same(gates, ref_g):
-            if (
-                isinstance(gates, torch.Tensor)
-                and k > 1
-                and _same(gates, torch.softmax(logits.detach(), -1).gather(-1, ref_e))
-            ):
-                raise GradeFailure(
-                    f"{where}: the gates are the softmax probabilities of the "
-                    f"chosen experts, not renormalised: token 0's sum to "
-                    f"{gates[0].sum().item():.3f}; divide by their sum"
-                )
-            if isinstance(gates, torch.Tensor) and _same(
-                gates,
-                torch.softmax(logits.detach(), 0).gather(-1, ref_e)
-                / torch.softmax(logits.detach(), 0).gather(-1, ref_e).sum(-1, keepdim=True),
-            ):
-                raise GradeFailure(
-                    f"{where}: the softmax ran over the tokens (dim 0): take it "
-                    "over the experts, the last dimension"
-                )
-            if (
-                isinstance(gates, torch.Tensor)
-                and k == 1
-                and _same(gates, torch.softmax(logits.detach(), -1).gather(-1, ref_e))
-            ):
-                raise GradeFailure(
-                    f"{where}: with K = 1 the renormalised gate is 1 (the "
-                    "probability divided by itself): divide by the sum"
-                )
-            raise GradeFailure(f"{where}: gates differ from the reference ({_err(gates, ref_g)})")
-        if not gates.requires_grad:
-            raise GradeFailure(
-                f"{where}: the gates carry no gradient: do not detach them or "
-                "build them outside autograd (the router learns through them)"
-            )
-        w = _randn(n, k, seed=3)
-        (g_got,) = torch.autograd.grad((gates * w).sum(), logits)
-        lg = logits.detach().requires_grad_()
-        (g_ref,) = torch.autograd.grad((_ref_gates(lg, k)[0] * w).sum(), lg)
-        if not _same(g_got, g_ref):
-            raise GradeFailure(
-                f"{where}: the gradient with respect to the logits differs ({_err(g_got, g_ref)})"
-            )
+            raise _fail(where, "gates dtype", dt=_dtype(gates), want=_dtype(logits))
+        _check_experts(where, experts, logits.detach(), k)
+        _check_gates(where, gates, logits, k)
+
+
+def _check_experts(where, experts, lg, k) -> None:
+    """The chosen experts (an int64 (n, K) tensor) against the reference's."""
+    import torch  # noqa: PLC0415 (lazy: torch)
+
+    ref = _ref_gates(lg, k)[1]
+    if torch.equal(experts, ref):
+        return
+    i = int((experts != ref).any(-1).nonzero()[0])
+    slips = {
+        "least likely": torch.equal(experts, lg.softmax(-1).topk(k, -1, largest=False).indices),
+        "experts order": torch.equal(experts.sort(-1).values, ref.sort(-1).values),
+        "softmax over tokens": torch.equal(experts, torch.softmax(lg, 0).topk(k, -1).indices),
+    }
+    got, want = experts[i].tolist(), ref[i].tolist()
+    _name_slip(where, slips, "experts differ", i=i, k=k, got=got, want=want)
+
+
+def _check_gates(where, gates, logits, k) -> None:
+    """The gates' values against the reference's (the experts are right), then their gradient."""
+    import torch  # noqa: PLC0415 (lazy: torch)
+
+    lg = logits.detach()
+    ref_g, ref_e = _ref_gates(lg, k)
+    if not _same(gates, ref_g):
+        if type_error(gates, ref_g):  # none of the slips below has another type
+            raise _fail(where, "gates differ", err=_err(gates, ref_g))
+        chosen, over_tokens = (torch.softmax(lg, dim).gather(-1, ref_e) for dim in (-1, 0))
+        slips = {
+            "not renormalised": k > 1 and _same(gates, chosen),
+            "softmax over tokens": _same(gates, over_tokens / over_tokens.sum(-1, keepdim=True)),
+            "K = 1 not renormalised": k == 1 and _same(gates, chosen),
+        }
+        total = gates[0].sum().item()
+        _name_slip(where, slips, "gates differ", total=total, err=_err(gates, ref_g))
+    if not gates.requires_grad:
+        raise _fail(where, "gates detached")
+    w = _randn(len(lg), k, seed=3)
+    (g_got,) = torch.autograd.grad((gates * w).sum(), logits)
+    lg = lg.requires_grad_()
+    (g_ref,) = torch.autograd.grad((_ref_gates(lg, k)[0] * w).sum(), lg)
+    if not _same(g_got, g_ref):
+        raise _fail(where, "gates' gradient differs", err=_err(g_got, g_ref))
 
 
 # ----------------------------------------------------------------------------- 02 dispatch
@@ -286,36 +365,33 @@ def _routed(body):
     return on_case
 
 
-def _dispatch_body(gr, t, group, fn, routing):
-    import torch  # noqa: PLC0415 (torch ~1.5 s: this module loads without torch; only _dispatch_body needs it)
+def _pair_body(gr, t, group, fn, routing):
+    """The answer's pair (rows, counts or group sizes) on this rank's tokens."""
+    import torch  # noqa: PLC0415 (lazy: torch)
 
     x, experts = _choices(gr, routing=routing)
     got = fn(x.clone(), experts.clone(), E, group)
     ok = isinstance(got, (tuple, list)) and len(got) == 2
-    tensor = lambda v: v.detach().clone() if isinstance(v, torch.Tensor) else None
+    keep = lambda v: v.detach().clone() if isinstance(v, torch.Tensor) else v
     return {
-        "rows": tensor(got[0]) if ok else None,
-        "counts": tensor(got[1]) if ok else None,
+        "rows": keep(got[0]) if ok else None,
+        "counts": keep(got[1]) if ok else None,
         "pair": ok,
     }
 
 
-def _order_fault(where, rows, want, blocks, what) -> None:
-    """Raise the unstable-sort reason when every block of ``want`` (sizes ``blocks``: one source's
-    rows for one expert) holds the right rows in another order."""
-    import torch  # noqa: PLC0415 (torch ~1.5 s: this module loads without torch; only _order_fault needs it)
+def _reordered(rows, want, blocks) -> int:
+    """When each block of ``want`` (sizes ``blocks``) holds the right rows of ``rows`` in
+    another order, the largest block reordered, else 0."""
+    import torch  # noqa: PLC0415 (lazy: torch)
 
     if rows.shape != want.shape:
-        return
+        return 0
     pairs = list(zip(rows.split(blocks), want.split(blocks)))
     key = lambda m: m[torch.argsort(m[:, 0])] if len(m) else m
-    if all(torch.equal(key(a), key(b)) for a, b in pairs):
-        size = max(len(b) for a, b in pairs if not torch.equal(a, b))
-        raise GradeFailure(
-            f"{where}: {what} are the right rows in another order ({size} rows share one "
-            "expert there): a sort that is not stable reorders equal keys once there are "
-            "more than a few; the assignments' order must survive every sort by expert"
-        )
+    if not all(torch.equal(key(a), key(b)) for a, b in pairs):
+        return 0
+    return max((len(b) for a, b in pairs if not torch.equal(a, b)), default=0)
 
 
 @task(
@@ -327,115 +403,75 @@ def _order_fault(where, rows, want, blocks, what) -> None:
 )
 def check_dispatch(fn, **_):
     forbid_course_code(fn, CHAPTER, what="write the dispatch")
-    for c in RANKS.launch(_routed(_dispatch_body), fn):
+    for c in RANKS.launch(_routed(_pair_body), fn):
         for routing, label in ROUTINGS.items():
             _check_dispatch_case(c[routing], f"{c['where']}, {label}", c["gr"], c["t"], routing)
 
 
 def _check_dispatch_case(r, where, gr, t, routing):
-    import torch  # noqa: PLC0415 (torch ~1.5 s: this module loads without torch; only _check_dispatch_case needs it)
+    import torch  # noqa: PLC0415 (lazy: torch)
 
     if not r["pair"]:
         raise GradeFailure(f"{where}: return a pair (rows, recv_counts)")
-    want_rows, want_counts = _expected_rows(gr, t, routing=routing)
-    counts = r["counts"]
-    if not isinstance(counts, torch.Tensor) or tuple(counts.shape) != tuple(want_counts.shape):
-        raise GradeFailure(
-            f"{where}: recv_counts must have shape (ep, E/ep) = "
-            f"{tuple(want_counts.shape)}, got "
-            f"{tuple(getattr(counts, 'shape', ()))}"
-        )
+    want_rows, want = _expected_rows(gr, t, routing=routing)
+    counts, rows = r["counts"], r["rows"]
+    if not isinstance(counts, torch.Tensor) or tuple(counts.shape) != tuple(want.shape):
+        got = tuple(getattr(counts, "shape", ()))
+        raise _fail(where, "counts shape", want=tuple(want.shape), got=got)
     if counts.dtype != torch.int64:
-        raise GradeFailure(
-            f"{where}: recv_counts has dtype {str(counts.dtype)[6:]}, "
-            "expected int64 (counts, as bincount returns them)"
-        )
-    if not torch.equal(counts.long(), want_counts):
+        raise _fail(where, "counts dtype", dt=_dtype(counts))
+    if not torch.equal(counts, want):
         sent = torch.bincount(_choices(gr, routing=routing)[1].reshape(-1), minlength=E)
-        if t > 1 and torch.equal(counts.long(), sent.view(t, E // t)):
-            raise GradeFailure(
-                f"{where}: recv_counts are the counts this rank SENDS: "
-                "exchange them with an all-to-all to learn what it receives"
-            )
-        s, e = (int(v) for v in (counts.long() != want_counts).nonzero()[0])
-        raise GradeFailure(
-            f"{where}: recv_counts[{s}, {e}] = {int(counts[s, e])}, but source "
-            f"rank {s} sends {int(want_counts[s, e])} rows to local expert {e}"
+        s, e = (int(v) for v in (counts != want).nonzero()[0])
+        slips = {"counts sent": t > 1 and torch.equal(counts, sent.view(t, E // t))}
+        got, want = int(counts[s, e]), int(want[s, e])
+        _name_slip(where, slips, "counts differ", s=s, e=e, got=got, want=want)
+    if not isinstance(rows, torch.Tensor) or rows.dtype != want_rows.dtype:
+        dt, shape, got = (
+            _dtype(want_rows),
+            tuple(want_rows.shape),
+            getattr(rows, "dtype", None),
         )
-    rows = r["rows"]
-    if rows is None or rows.dtype != want_rows.dtype:
-        raise GradeFailure(
-            f"{where}: rows must be a {str(want_rows.dtype)[6:]} tensor (the "
-            f"input's dtype) of shape {tuple(want_rows.shape)}, got "
-            f"{getattr(rows, 'dtype', None)}"
-        )
+        raise _fail(where, "rows type", dt=dt, shape=shape, got=got)
     if _same(rows, want_rows, atol=0):
         return
-    if t > 1 and _same(rows, _expected_rows(gr, t, sort=False, routing=routing)[0], atol=0):
-        raise GradeFailure(
-            f"{where}: the rows were sent in token order, not sorted by "
-            "expert: sort the assignments by expert (so by destination) "
-            "before the all-to-all"
-        )
-    if _same(rows, _expected_rows(gr, t, order="token", routing=routing)[0], atol=0):
-        raise GradeFailure(
-            f"{where}: within an expert the rows are in token-major order "
-            "(token 0's choices, then token 1's): number the assignments "
-            "slot-major, a = j·n + i, before the stable sort"
-        )
-    _order_fault(
-        where,
-        rows,
-        want_rows,
-        want_counts.flatten().tolist(),
-        "the rows one source sent one expert",
-    )
-    raise GradeFailure(f"{where}: the rows received differ ({_err(rows, want_rows)})")
+    rows_of = lambda **how: _expected_rows(gr, t, routing=routing, **how)[0]
+    size = _reordered(rows, want_rows, want.flatten().tolist())
+    slips = {
+        "rows unsorted": t > 1 and _same(rows, rows_of(sort=False), atol=0),
+        "rows token-major": _same(rows, rows_of(order="token"), atol=0),
+        "rows reordered": size > 0,
+    }
+    _name_slip(where, slips, "rows received differ", size=size, err=_err(rows, want_rows))
 
 
 # ----------------------------------------------------------------------------- 03 combine
 def _combine_inputs(gr, t, k):
     """This rank's dispatch (as the course's reference does it), gates and the received rows
     through a fixed per-expert map, so the combine is all that is being checked."""
-    import torch  # noqa: PLC0415 (torch ~1.5 s: this module loads without torch; only _combine_inputs needs it)
+    import torch  # noqa: PLC0415 (lazy: torch)
 
     x, experts = _choices(gr, k)
-    per = E // t
     token, expert = _assignments(experts)
     gate = _randn(len(token), seed=70 + gr).abs() + 0.1  # (A,) positive gates
-    send = torch.bincount(expert, minlength=E).view(t, per)
-    rows, recv = _expected_rows(gr, t) if k == K2 else _rows_k(gr, t, k)
-    return x, token, expert, gate, send, recv, rows
-
-
-def _rows_k(gr, t, k):
-    import torch  # noqa: PLC0415 (torch ~1.5 s: this module loads without torch; only _rows_k needs it)
-
-    per = E // t
-    rows, counts = [], torch.zeros(t, per, dtype=torch.long)
-    for s in range(t):
-        x, experts = _choices(s, k)
-        token, expert = _assignments(experts)
-        mine = (expert >= gr * per) & (expert < (gr + 1) * per)
-        rows.append(x[token[mine]])
-        for e in expert[mine].tolist():
-            counts[s, e - gr * per] += 1
-    return torch.cat(rows), counts
+    send = torch.bincount(expert, minlength=E).view(t, E // t)
+    rows, recv = _expected_rows(gr, t, k=k)
+    return x, token, gate, send, recv, rows
 
 
 def _expert_map(rows):
     """A stand-in for the experts: a fixed smooth function of each row."""
-    import torch  # noqa: PLC0415 (torch ~1.5 s: this module loads without torch; only _expert_map needs it)
+    import torch  # noqa: PLC0415 (lazy: torch)
 
     return torch.tanh(rows) * 2 + 0.5
 
 
 def _combine_body(gr, t, group, fn):
-    import torch  # noqa: PLC0415 (torch ~1.5 s: this module loads without torch; only _combine_body needs it)
+    import torch  # noqa: PLC0415 (lazy: torch)
 
     out = {}
     for k in (1, K2):
-        x, token, expert, gate, send, recv, rows = _combine_inputs(gr, t, k)
+        x, token, gate, send, recv, rows = _combine_inputs(gr, t, k)
         o = _expert_map(rows).requires_grad_()
         g = gate.clone().requires_grad_()
         y = fn(o, send.clone(), recv.clone(), token.clone(), g, len(x), group)
@@ -462,67 +498,42 @@ def _combine_body(gr, t, group, fn):
     "subgroup, both groups of a 2 × 2 grid, groups not consecutive; top-1 and top-2)",
 )
 def check_combine(fn, **_):
-    import torch  # noqa: PLC0415 (torch ~1.5 s: this module loads without torch; only check_combine needs it)
-
     forbid_course_code(fn, CHAPTER, allow=_A2A, what="write the combine")
     for c in RANKS.launch(_combine_body, fn, allow=_A2A):
-        where, gr, t = c["where"], c["gr"], c["t"]
         for k in (1, K2):
-            r = c[k]
-            x, token, expert, gate, send, recv, rows = _combine_inputs(gr, t, k)
-            back = _expert_map(x[token])  # rows back in dispatch order
-            n = len(x)
-            want = torch.zeros(n, H, dtype=torch.float64).index_add(0, token, gate[:, None] * back)
-            y, case = r["y"], f"{where}, top-{k}"
-            if y is None or y.dtype != want.dtype:
-                raise GradeFailure(
-                    f"{case}: return y, a {str(want.dtype)[6:]} tensor (the "
-                    f"input's dtype) of shape ({n}, {H})"
-                )
-            if not _same(y, want):
-                no_gate = torch.zeros(n, H, dtype=torch.float64).index_add(0, token, back)
-                if _same(y, no_gate):
-                    raise GradeFailure(
-                        f"{case}: the outputs were added without their gates: "
-                        "scale row a by gate[a] before adding it to its token"
-                    )
-                rows_g = gate[:, None] * back  # (A, h) dispatch order
-                in_dispatch_order = [rows_g] + (
-                    [rows_g.view(k, n, H).sum(0)] if len(token) == k * n else []
-                )
-                if any(_same(y, d) for d in in_dispatch_order):
-                    raise GradeFailure(
-                        f"{case}: the rows are in dispatch (expert-sorted) "
-                        "order, not token order: add row a to y[token[a]] "
-                        "(index_add)"
-                    )
-                if k > 1 and _same(y, want / k):
-                    raise GradeFailure(
-                        f"{case}: the output is the gated sum divided by K: the "
-                        "gates already sum to one per token; add, do not average"
-                    )
-                i = int((y - want).abs().amax(-1).argmax()) if y.shape == want.shape else 0
-                raise GradeFailure(
-                    f"{case}: y differs from Σ gate · expert output ({_err(y, want)}; token {i})"
-                )
-            if r["dgate"] is None or r["dout"] is None:
-                which = "the gates" if r["dgate"] is None else "the expert outputs"
-                raise GradeFailure(
-                    f"{case}: no gradient reached {which}: build y with "
-                    "differentiable operations and the course's all_to_all (not "
-                    "dist.all_to_all_single, which autograd does not see)"
-                )
-            dy = _randn(n, H, seed=90 + gr)
-            want_dgate = (dy[token] * back).sum(-1)
-            if not _same(r["dgate"], want_dgate):
-                raise GradeFailure(
-                    f"{case}: the gates' gradient differs ({_err(r['dgate'], want_dgate)})"
-                )
+            _check_combine_case(c[k], f"{c['where']}, top-{k}", c["gr"], c["t"], k)
+
+
+def _check_combine_case(r, where, gr, t, k):
+    import torch  # noqa: PLC0415 (lazy: torch)
+
+    x, token, gate, _, _, _ = _combine_inputs(gr, t, k)
+    n, back = len(x), _expert_map(x[token])  # rows back in dispatch order
+    gated = gate[:, None] * back  # (A, h) dispatch order
+    by_token = lambda rows: torch.zeros(n, H, dtype=torch.float64).index_add(0, token, rows)
+    want, y = by_token(gated), r["y"]
+    if y is None or y.dtype != want.dtype:
+        raise _fail(where, "y type", dt=_dtype(want), n=n, h=H)
+    if not _same(y, want):
+        in_dispatch_order = [gated] + ([gated.view(k, n, H).sum(0)] if len(token) == k * n else [])
+        slips = {
+            "no gates": _same(y, by_token(back)),
+            "dispatch order": any(_same(y, d) for d in in_dispatch_order),
+            "averaged": k > 1 and _same(y, want / k),
+        }
+        i = int((y - want).abs().amax(-1).argmax()) if y.shape == want.shape else 0
+        _name_slip(where, slips, "y differs", err=_err(y, want), i=i)
+    if r["dgate"] is None or r["dout"] is None:
+        which = "the gates" if r["dgate"] is None else "the expert outputs"
+        raise _fail(where, "no gradient", which=which)
+    want_dgate = (_randn(n, H, seed=90 + gr)[token] * back).sum(-1)  # dy as the ranks drew it
+    if not _same(r["dgate"], want_dgate):
+        raise _fail(where, "dgate differs", err=_err(r["dgate"], want_dgate))
 
 
 # ----------------------------------------------------------------------------- 04 capacity
 def _ref_keep(experts, num_experts, capacity, order="slot", le=False, per_slot=False):
-    import torch  # noqa: PLC0415 (torch ~1.5 s: this module loads without torch; only _ref_keep needs it)
+    import torch  # noqa: PLC0415 (lazy: torch)
 
     n, k = experts.shape
     seen = torch.zeros(num_experts, dtype=torch.long)
@@ -549,88 +560,62 @@ def _ref_keep(experts, num_experts, capacity, order="slot", le=False, per_slot=F
     "then token): top-1 and top-2, C = 1 up to no drop",
 )
 def check_keep_mask(fn, **_):
-    import torch  # noqa: PLC0415 (torch ~1.5 s: this module loads without torch; only check_keep_mask needs it)
+    import torch  # noqa: PLC0415 (lazy: torch)
 
     forbid_course_code(fn, CHAPTER, what="write the capacity rule")
-    for n, e, k, cap in ((12, 4, 2, 3), (12, 4, 1, 2), (9, 3, 2, 1), (8, 4, 2, 100), (20, 5, 2, 5)):
+    for n, e, k, cap in (
+        (12, 4, 2, 3),
+        (12, 4, 1, 2),
+        (9, 3, 2, 1),
+        (8, 4, 2, 100),
+        (20, 5, 2, 5),
+    ):
         experts = _randn(n, e, seed=n + 7 * e).topk(k, dim=-1).indices
-        want = _ref_keep(experts, e, cap)
         where = f"n = {n}, E = {e}, K = {k}, C = {cap}"
         got = fn(experts.clone(), e, cap)
         if not isinstance(got, torch.Tensor) or tuple(got.shape) != (n, k):
-            raise GradeFailure(
-                f"{where}: return a bool tensor of shape ({n}, {k}), got "
-                f"{getattr(got, 'shape', type(got).__name__)}"
+            raise _fail(
+                where,
+                "mask shape",
+                n=n,
+                k=k,
+                got=getattr(got, "shape", type(got).__name__),
             )
         if got.dtype != torch.bool:
-            raise GradeFailure(
-                f"{where}: the mask has dtype {str(got.dtype)[6:]}, expected bool: "
-                "indexing with a 0/1 integer tensor gathers rows 0 and 1 "
-                "instead of selecting the kept ones"
-            )
-        if torch.equal(got, want):
-            continue
-        kept = torch.bincount(experts[got], minlength=e)
-        if int(kept.max()) > cap:
-            ex = int(kept.argmax())
-            if torch.equal(got, _ref_keep(experts, e, cap, le=True)):
-                raise GradeFailure(
-                    f"{where}: expert {ex} keeps {int(kept[ex])} assignments, "
-                    f"C + 1: keep positions 0 … C−1 (position < C, not ≤ C)"
-                )
-            if k > 1 and torch.equal(got, _ref_keep(experts, e, cap, per_slot=True)):
-                raise GradeFailure(
-                    f"{where}: expert {ex} keeps {int(kept[ex])} > C: the count "
-                    "restarts for each slot; the capacity covers all slots"
-                )
-            raise GradeFailure(
-                f"{where}: expert {ex} keeps {int(kept[ex])} assignments, more than C = {cap}"
-            )
-        if torch.equal(got, _ref_keep(experts, e, cap, order="token")):
-            i, j = (int(v) for v in (got != want).nonzero()[0])
-            raise GradeFailure(
-                f"{where}: the queue is token-major (token 0's choices, then "
-                f"token 1's): token {i}'s choice {j} is {'kept' if got[i, j] else 'dropped'} "
-                "but every first choice must queue before any second choice"
-            )
-        i, j = (int(v) for v in (got != want).nonzero()[0])
-        raise GradeFailure(
-            f"{where}: token {i}'s choice {j} (expert {int(experts[i, j])}) "
-            f"should be {'kept' if want[i, j] else 'dropped'}"
-        )
+            raise _fail(where, "mask dtype", dt=_dtype(got))
+        if not torch.equal(got, _ref_keep(experts, e, cap)):
+            _name_keep_slip(where, got, experts, e, cap)
+
+
+def _name_keep_slip(where, got, experts, e, cap):
+    """Raise why the mask ``got`` is not the first C of every expert's queue."""
+    import torch  # noqa: PLC0415 (lazy: torch)
+
+    want, k = _ref_keep(experts, e, cap), experts.shape[1]
+    queue = lambda **rule: torch.equal(got, _ref_keep(experts, e, cap, **rule))
+    kept = torch.bincount(experts[got], minlength=e)
+    over = int(kept.max()) > cap  # an expert keeps more than C
+    slips = {
+        "keeps C + 1": over and queue(le=True),
+        "capacity per slot": over and k > 1 and queue(per_slot=True),
+        "keeps more than C": over,
+        "queue token-major": queue(order="token"),
+    }
+    i, j = (int(v) for v in (got != want).nonzero()[0])
+    ex = int(kept.argmax())
+    was, should = ("kept" if m[i, j] else "dropped" for m in (got, want))
+    fields = dict(ex=ex, kept=int(kept[ex]), cap=cap, i=i, j=j, chosen=int(experts[i, j]))
+    _name_slip(where, slips, "mask differs", was=was, should=should, **fields)
 
 
 # ----------------------------------------------------------------------------- 05 dropless
-def _dropless_body(gr, t, group, fn, routing):
-    import torch  # noqa: PLC0415 (torch ~1.5 s: this module loads without torch; only _dropless_body needs it)
-
-    x, experts = _choices(gr, routing=routing)
-    got = fn(x.clone(), experts.clone(), E, group)
-    ok = isinstance(got, (tuple, list)) and len(got) == 2
-    keep = lambda v: v.detach().clone() if isinstance(v, torch.Tensor) else v
-    return {"rows": keep(got[0]) if ok else None, "sizes": keep(got[1]) if ok else None, "pair": ok}
-
-
 def _expert_major(rows, recv):
     """Source-major received rows -> expert-major (stable: sources in order within an expert)."""
-    import torch  # noqa: PLC0415 (torch ~1.5 s: this module loads without torch; only _expert_major needs it)
+    import torch  # noqa: PLC0415 (lazy: torch)
 
     t, per = recv.shape
     local = torch.arange(per).repeat(t).repeat_interleave(recv.flatten())
     return rows[torch.argsort(local, stable=True)]
-
-
-def _same_groups_any_order(rows, want, sizes) -> bool:
-    """Each expert's group holds the right rows, in some order."""
-    import torch  # noqa: PLC0415 (torch ~1.5 s: this module loads without torch; only _same_groups_any_order needs it)
-
-    if rows.shape != want.shape:
-        return False
-    for a, b in zip(rows.split(sizes), want.split(sizes)):
-        key = lambda m: m[torch.argsort(m[:, 0])] if len(m) else m
-        if not torch.equal(key(a), key(b)):
-            return False
-    return True
 
 
 @task(
@@ -642,109 +627,67 @@ def _same_groups_any_order(rows, want, sizes) -> bool:
 )
 def check_dropless_dispatch(fn, **_):
     forbid_course_code(fn, CHAPTER, what="write the dispatch")
-    for c in RANKS.launch(_routed(_dropless_body), fn):
+    for c in RANKS.launch(_routed(_pair_body), fn):
         for routing, label in ROUTINGS.items():
-            _check_dropless_case(c[routing], f"{c['where']}, {label}", c["gr"], c["t"], routing)
+            r, where = c[routing], f"{c['where']}, {label}"
+            if not r["pair"]:
+                raise GradeFailure(f"{where}: return a pair (rows, sizes)")
+            src_rows, recv = _expected_rows(c["gr"], c["t"], routing=routing)
+            _check_group_sizes(where, r["counts"], recv, c["gr"], routing)
+            _check_grouped_rows(where, r["rows"], src_rows, recv, c["gr"], routing)
 
 
-def _check_dropless_case(r, where, gr, t, routing):
-    import torch  # noqa: PLC0415 (torch ~1.5 s: this module loads without torch; only _check_dropless_case needs it)
+def _check_group_sizes(where, sizes, recv, gr, routing):
+    """The (E/ep,) int64 count of rows each local expert receives."""
+    import torch  # noqa: PLC0415 (lazy: torch)
 
-    if not r["pair"]:
-        raise GradeFailure(f"{where}: return a pair (rows, sizes)")
-    src_rows, recv = _expected_rows(gr, t, routing=routing)
-    want_sizes, want_rows = recv.sum(0), _expert_major(src_rows, recv)
-    sizes, rows = r["sizes"], r["rows"]
-    if isinstance(sizes, torch.Tensor) and tuple(sizes.shape) == tuple(recv.shape) and t > 1:
-        raise GradeFailure(
-            f"{where}: sizes has shape (ep, E/ep) = {tuple(recv.shape)}, the "
-            "received counts per source: a grouped GEMM needs one size per "
-            "local expert, (E/ep,): sum them over the sources"
-        )
-    if (
-        isinstance(sizes, torch.Tensor)
-        and sizes.dim() == 1
-        and len(sizes) < len(want_sizes)
-        and torch.equal(sizes.long(), want_sizes[: len(sizes)])
-        and not want_sizes[len(sizes) :].any()
-    ):
-        raise GradeFailure(
-            f"{where}: sizes has {len(sizes)} entries, not E/ep = {len(want_sizes)}: this "
-            "rank's last experts receive no row here, and torch.bincount returns max + 1 "
-            "bins (give it the number of bins)"
-        )
-    if not isinstance(sizes, torch.Tensor) or tuple(sizes.shape) != tuple(want_sizes.shape):
-        raise GradeFailure(
-            f"{where}: sizes must be a tensor of shape (E/ep,) = "
-            f"{tuple(want_sizes.shape)}, got "
-            f"{getattr(sizes, 'shape', type(sizes).__name__)}"
-        )
+    t, want = len(recv), recv.sum(0)
+    if not isinstance(sizes, torch.Tensor) or tuple(sizes.shape) != tuple(want.shape):
+        if isinstance(sizes, torch.Tensor) and tuple(sizes.shape) == tuple(recv.shape) and t > 1:
+            raise _fail(where, "sizes per source", shape=tuple(recv.shape))
+        m = len(sizes) if isinstance(sizes, torch.Tensor) and sizes.dim() == 1 else len(want)
+        if m < len(want) and torch.equal(sizes.long(), want[:m]) and not want[m:].any():
+            raise _fail(where, "sizes short", m=m, per=len(want))
+        got = getattr(sizes, "shape", type(sizes).__name__)
+        raise _fail(where, "sizes shape", want=tuple(want.shape), got=got)
     if sizes.dtype != torch.int64:
-        raise GradeFailure(
-            f"{where}: sizes has dtype {str(sizes.dtype)[6:]}, expected int64 "
-            "(group sizes are counts: keep bincount's dtype)"
-        )
-    if not torch.equal(sizes, want_sizes):
-        sent = torch.bincount(_choices(gr, routing=routing)[1].reshape(-1), minlength=E)
-        sent = sent.view(t, E // t)
-        if torch.equal(sizes, sent.sum(0)) or (t > 1 and torch.equal(sizes, sent[gr])):
-            raise GradeFailure(
-                f"{where}: sizes count rows this rank SENDS, not those its "
-                "experts receive: exchange the counts with an all-to-all first"
-            )
-        e = int((sizes != want_sizes).nonzero()[0])
-        raise GradeFailure(
-            f"{where}: sizes[{e}] = {int(sizes[e])}, but local expert {e} "
-            f"receives {int(want_sizes[e])} rows"
-        )
-    if (
-        not isinstance(rows, torch.Tensor)
-        or rows.dtype != want_rows.dtype
-        or tuple(rows.shape) != tuple(want_rows.shape)
-    ):
-        raise GradeFailure(
-            f"{where}: rows must be a {str(want_rows.dtype)[6:]} tensor of "
-            f"shape {tuple(want_rows.shape)} (the input's dtype), got "
-            f"{getattr(rows, 'dtype', type(rows).__name__)} "
-            f"{tuple(getattr(rows, 'shape', ()))}"
-        )
-    if torch.equal(rows, want_rows):
+        raise _fail(where, "sizes dtype", dt=_dtype(sizes))
+    if torch.equal(sizes, want):
         return
-    if t > 1 and torch.equal(rows, src_rows):
-        raise GradeFailure(
-            f"{where}: the rows are grouped by source rank (the order the "
-            "all-to-all delivers), not by local expert: permute them "
-            "expert-major before the grouped GEMM"
+    sent = torch.bincount(_choices(gr, routing=routing)[1].reshape(-1), minlength=E).view(t, -1)
+    e = int((sizes != want).nonzero()[0])
+    slips = {
+        "sizes sent": torch.equal(sizes, sent.sum(0)) or (t > 1 and torch.equal(sizes, sent[gr]))
+    }
+    _name_slip(where, slips, "sizes differ", e=e, got=int(sizes[e]), want=int(want[e]))
+
+
+def _check_grouped_rows(where, rows, src_rows, recv, gr, routing):
+    """The received rows expert-major (sources in order within an expert), for one grouped GEMM."""
+    import torch  # noqa: PLC0415 (lazy: torch)
+
+    t, want = len(recv), _expert_major(src_rows, recv)
+    if type_error(rows, want):
+        got = f"{getattr(rows, 'dtype', type(rows).__name__)} {tuple(getattr(rows, 'shape', ()))}"
+        raise _fail(
+            where,
+            "grouped rows type",
+            dt=_dtype(want),
+            shape=tuple(want.shape),
+            got=got,
         )
-    unsorted = _expected_rows(gr, t, sort=False, routing=routing)
-    if t > 1 and torch.equal(rows, _expert_major(*unsorted)):
-        raise GradeFailure(
-            f"{where}: the rows were sent in token order, not sorted by "
-            "expert: sort the assignments by expert (so by destination) "
-            "before the all-to-all"
-        )
-    if t == 1 and any(
-        torch.equal(rows, _expected_rows(gr, 1, order=o, sort=False, routing=routing)[0])
-        for o in ("slot", "token")
-    ):
-        raise GradeFailure(
-            f"{where}: with one rank the rows are in the order of the assignments, not "
-            "grouped by expert: nothing is sent, but the grouped GEMM still needs expert 0's "
-            "rows first, then expert 1's: sort them by expert (stably) with ep = 1 too"
-        )
-    if torch.equal(rows, _expert_major(*_expected_rows(gr, t, order="token", routing=routing))):
-        raise GradeFailure(
-            f"{where}: within an expert the rows are in token-major order "
-            "(token 0's choices, then token 1's): number the assignments "
-            "slot-major, a = j·n + i, before the stable sort"
-        )
-    blocks = recv.T.flatten().tolist()  # expert-major: expert 0's sources, then expert 1's...
-    _order_fault(where, rows, want_rows, blocks, "the rows one source sent one expert")
-    if _same_groups_any_order(rows, want_rows, want_sizes.tolist()):
-        biggest = int(want_sizes.max())
-        raise GradeFailure(
-            f"{where}: every expert has the right rows but not in source "
-            f"order (up to {biggest} rows share one expert here): permute with a "
-            "sort that keeps the order of equal keys, so the sources keep their order"
-        )
-    raise GradeFailure(f"{where}: the rows differ ({_err(rows, want_rows)})")
+    if torch.equal(rows, want):
+        return
+    rows_of = lambda **how: _expected_rows(gr, t, routing=routing, **how)
+    in_assignment_order = (rows_of(order=o, sort=False)[0] for o in ("slot", "token"))
+    size = _reordered(rows, want, recv.T.flatten().tolist())  # blocks expert-major
+    slips = {
+        "rows source-major": t > 1 and torch.equal(rows, src_rows),
+        "rows unsorted": t > 1 and torch.equal(rows, _expert_major(*rows_of(sort=False))),
+        "one rank unsorted": t == 1 and any(torch.equal(rows, a) for a in in_assignment_order),
+        "rows token-major": torch.equal(rows, _expert_major(*rows_of(order="token"))),
+        "rows reordered": size > 0,
+        "sources reordered": _reordered(rows, want, recv.sum(0).tolist()) > 0,
+    }
+    biggest = int(recv.sum(0).max())
+    _name_slip(where, slips, "rows differ", size=size, biggest=biggest, err=_err(rows, want))
