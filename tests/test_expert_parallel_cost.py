@@ -4,6 +4,7 @@ all-to-all vs all-reduce, imbalance, parameters per rank, Mixtral 8×7B from its
 import pytest
 
 from minipar.cost.chapters.expert_parallel import (
+    MoELayer,
     all_to_all_time,
     all_to_all_vs_all_reduce,
     capacity,
@@ -49,7 +50,7 @@ def test_even_routing_and_times():
 
 
 def test_tokens_vs_weights():
-    r = tokens_vs_weights_bytes(4096, 2, 4096, 14336, 8, 8, bytes_per_elem=2)
+    r = tokens_vs_weights_bytes(MoELayer(4096, 4096, 14336, 8, 2, 8, matrices=2))
     assert r["ep tokens"] == pytest.approx(4 * 7 / 8 * 2 * 4096 * 4096 * 2)
     assert r["dp expert grads"] == pytest.approx(2 * 7 / 8 * 8 * 2 * 4096 * 14336 * 2)
 

@@ -2,6 +2,7 @@
 is the source of truth), invalid inputs included; the default view draws and an impossible
 setting shows the rule and the value; a negative control shows the parity check bites."""
 
+import dataclasses
 import itertools
 
 import pytest
@@ -104,7 +105,7 @@ def test_cost_twins():
 
 
 def test_load_and_layer_model_twins():
-    from minipar.cost.chapters.expert_parallel import ep_layer_model, skewed_loads
+    from minipar.cost.chapters.expert_parallel import MoELayer, ep_layer_model, skewed_loads
 
     loads = [
         dict(tokens=n, experts=e, top_k=k, ep=x, hot=hot, capacity_factor=c)
@@ -117,18 +118,20 @@ def test_load_and_layer_model_twins():
     assert 0 < counts["errors"] < counts["cases"]
     cases = [
         dict(
-            tokens=n,
-            experts=e,
-            top_k=k,
-            ep=x,
-            hidden=h,
-            ffn=14336,
+            layer=dict(
+                tokens=n,
+                hidden=h,
+                ffn=14336,
+                experts=e,
+                top_k=k,
+                ep=x,
+                matrices=3,
+                bytes_per_elem=2,
+            ),
             capacity_factor=c,
             hot=hot,
             alpha=a,
             bandwidth=b,
-            bytes_per_elem=2,
-            matrices=3,
             gpus_per_node=g,
         )
         for n, (e, k, x), h, c, hot, (a, b), g in itertools.product(
@@ -141,8 +144,33 @@ def test_load_and_layer_model_twins():
             (8, 4),
         )
     ]
-    counts = assert_parity("expert_parallel", "epLayerModel", ep_layer_model, cases)
+    on_layer = lambda layer, **kw: ep_layer_model(MoELayer(**layer), **kw)
+    counts = assert_parity("expert_parallel", "epLayerModel", on_layer, cases)
     assert 0 < counts["errors"] < counts["cases"]
+    # the defaults (Mixtral 8×7B's layer, NVLink 4) in both languages
+    ((_, default),) = js_call("expert_parallel", [("epLayerModel", [])])
+    assert default == ep_layer_model()
+    assert ep_layer_model() == ep_layer_model(MoELayer(4096, 4096, 14336, 8, 2, 8, 3, 2))
+
+
+def test_moe_layer_twin():
+    """MoELayer checks a layer once, in the same words in both languages; its defaults agree."""
+    from minipar.cost.chapters.expert_parallel import MoELayer
+
+    cases = [
+        dict(tokens=n, hidden=h, ffn=f, experts=e, top_k=k, ep=x, matrices=m, bytes_per_elem=2)
+        for n, h, f, (e, k, x), m in itertools.product(
+            (7, 0), (4096, 0), (14336, 0), SHAPES, (2, 3, 0)
+        )
+    ]
+    counts = assert_parity(
+        "expert_parallel", "moeLayer", MoELayer, cases, js_args=lambda case: [case]
+    )
+    assert 0 < counts["errors"] < counts["cases"]
+    ((_, default),) = js_call("expert_parallel", [("moeLayer", [])])
+    assert default == dataclasses.asdict(MoELayer())
+    with pytest.raises(ValueError, match=r"routed ranks \(2\) must equal ep \(8\)"):
+        MoELayer().check_ranks(2)
 
 
 def test_off_node_fraction_twin():

@@ -227,7 +227,8 @@ def test_folded_traffic_equals_model(world, t, d, ep):
     res = run(folded_traffic_on_rank, world, t, d, ep)
     assert all(r["traced"] == r["model"] for r in res)
     if world // ep != d:  # control: a model that reduces experts over d ("EP inside DP")
-        bad = cost.folded_block_events([[0] * ep] * ep, 0, 4, 8, 12, 12, 12, 2, t, d, d, world, 8)
+        layer = cost.MoELayer(4, 8, 12, 12, 2, ep, matrices=2, bytes_per_elem=8)
+        bad = cost.folded_block_events([[0] * ep] * ep, 0, layer, 12, t, d, d, world)
         reduces = lambda ev: sorted(e for e in ev if e[0] == "all_reduce")  # routing-free part
         assert reduces(bad) != reduces(res[0]["traced"])
 
@@ -245,15 +246,17 @@ def test_folding_cost_rules():
     # experts over 8-way EP stay in an 8-GPU node; 64-way EP sends 7/8 of the rows off it
     assert cost.off_node_fraction(8, 8) == 0.0
     assert cost.off_node_fraction(64, 8) == pytest.approx(7 / 8)
-    f = cost.folded_moe_traffic(4096, 7168, 2048, 256, 8, t=1, cp=1, d=64, ep=64, micro_batches=2)
+    layer = cost.MoELayer(4096, 7168, 2048, 256, 8, ep=64)
+    f = cost.folded_moe_traffic(layer, t=1, cp=1, d=64, micro_batches=2)
     _, off = cost.even_dispatch_bytes(4096, 8, 7168, 64, 2)
     assert f["ep a2a bytes"] == pytest.approx(4 * off * 2) and f["edp"] == 1
     assert f["expert grad ring bytes"] == 0  # EDP = 1: nothing to reduce
 
 
 def test_tokens_vs_weights_is_per_step():
-    one = cost.tokens_vs_weights_bytes(4096, 2, 4096, 14336, 8, 8, 2, 3)
-    eight = cost.tokens_vs_weights_bytes(4096, 2, 4096, 14336, 8, 8, 2, 3, micro_batches=8)
+    layer = cost.MoELayer(4096, 4096, 14336, experts=8, top_k=2, ep=8, matrices=3)
+    one = cost.tokens_vs_weights_bytes(layer)
+    eight = cost.tokens_vs_weights_bytes(layer, micro_batches=8)
     assert eight["ep tokens"] == 8 * one["ep tokens"]  # per micro-batch traffic adds up
     assert eight["dp expert grads"] == one["dp expert grads"]  # once per step
     assert eight["ep tokens per micro-batch"] == one["ep tokens"]

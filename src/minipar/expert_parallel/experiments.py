@@ -15,6 +15,7 @@ import torch
 import torch.distributed as dist
 
 from minipar.cost.chapters.expert_parallel import (
+    MoELayer,
     all_gather_events,
     dispatch_rows,
     folded_block_events,
@@ -205,9 +206,8 @@ def dispatcher_traffic_on_rank(
             [len(c) for c in choices], rank, H, top_k, 8, capacity_limited=cap, experts=experts
         )
     else:
-        model = node_dedup_events(
-            choices, rank, experts, top_k, H, node_size, 8, capacity_limited=cap
-        )
+        shape = MoELayer(tokens_on(rank), H, F, experts, top_k, ep, bytes_per_elem=8)
+        model = node_dedup_events(choices, rank, shape, node_size, capacity_limited=cap)
     ns = node_size if ep % node_size == 0 else 1
     return {
         "traced": sorted((e.op, e.bytes) for e in tr.events),
@@ -698,19 +698,7 @@ def folded_traffic_on_rank(
     rows[me] = block.moe.send_counts.sum(1)
     if ep > 1:
         dist.all_reduce(rows, group=groups["ep"])
-    model = folded_block_events(
-        rows.tolist(),
-        me,
-        n,
-        H,
-        F,
-        F,
-        experts,
-        top_k,
-        t,
-        group_size(groups["dp_cp"]),
-        group_size(groups["edp"]),
-        world,
-        8,
-    )
+    shape = MoELayer(n, H, F, experts, top_k, ep, matrices=2, bytes_per_elem=8)
+    dp_cp, edp = group_size(groups["dp_cp"]), group_size(groups["edp"])
+    model = folded_block_events(rows.tolist(), me, shape, F, t, dp_cp, edp, world)
     return {"traced": sorted((e.op, e.bytes) for e in tr.events), "model": sorted(model)}

@@ -1,7 +1,7 @@
 // minipar-requires: collectives
 // Expert-parallel chapter: JavaScript twins of minipar.cost.chapters.expert_parallel (capacity,
 // check_shapes, even_dispatch_bytes, all_to_all_time, expert_params_per_rank, moe_params,
-// skewed_loads, off_node_fraction, ep_layer_model); the ep-layer explorer. Sources: GShard (Lepikhin et al. 2021)
+// skewed_loads, off_node_fraction, MoELayer, ep_layer_model); the ep-layer explorer. Sources: GShard (Lepikhin et al. 2021)
 // §2.2 and §3.2, Switch (Fedus et al. 2022) §2.2, Mixtral (Jiang et al. 2024) Table 1, Thakur et
 // al. 2005 (pairwise-exchange all-to-all). Parity with Python: tests/test_expert_parallel_explorer.py.
 
@@ -14,6 +14,16 @@ export function epCheckShapes(experts, topK, ep) {
   epCheckInts([["experts", experts], ["top_k", topK], ["ep", ep]]);
   if (topK > experts) throw new Error(`top_k (${topK}) must be <= experts (${experts})`);
   if (experts % ep) throw new Error(`experts (${experts}) must be divisible by ep (${ep})`);
+}
+
+// Python: MoELayer(tokens, hidden, ffn, experts, top_k, ep, matrices, bytes_per_elem): one MoE layer
+// as a plain object with the same field names, checked once and completed (Mixtral 8×7B's layer,
+// bf16, on 8 ranks, by default)
+export function moeLayer({tokens = 4096, hidden = 4096, ffn = 14336, experts = 8, top_k = 2, ep = 8,
+                          matrices = 3, bytes_per_elem = 2} = {}) {
+  epCheckShapes(experts, top_k, ep);
+  epCheckInts([["tokens", tokens], ["hidden", hidden], ["ffn", ffn], ["matrices", matrices]]);
+  return {tokens, hidden, ffn, experts, top_k, ep, matrices, bytes_per_elem};
 }
 
 // Python: capacity(tokens, experts, top_k, capacity_factor): ⌈c_f·K·n/E⌉, null without c_f
@@ -78,14 +88,13 @@ export function offNodeFraction(ep, gpusPerNode) {
   return (ep - Math.min(ep, gpusPerNode)) / ep;
 }
 
-// Python: ep_layer_model(tokens, experts, top_k, ep, hidden, ffn, capacity_factor, hot, alpha,
-// bandwidth, bytes_per_elem, matrices, gpus_per_node)
-export function epLayerModel(tokens = 4096, experts = 8, topK = 2, ep = 8, hidden = 4096, ffn = 14336,
-                             capacityFactor = null, hot = 0.0, alpha = 2e-6, bandwidth = 450e9,
-                             bytesPerElem = 2, matrices = 3, gpusPerNode = 8) {
+// Python: ep_layer_model(layer, *, capacity_factor, hot, alpha, bandwidth, gpus_per_node)
+export function epLayerModel(layer = {}, capacityFactor = null, hot = 0.0, alpha = 2e-6, bandwidth = 450e9,
+                             gpusPerNode = 8) {
+  const {tokens, hidden, ffn, experts, top_k: topK, ep, matrices, bytes_per_elem: e} = moeLayer(layer);
   const load = skewedLoads(tokens, experts, topK, ep, hot, capacityFactor);
-  const [S, off] = evenDispatchBytes(tokens, topK, hidden, ep, bytesPerElem);
-  const worst = Math.max(load["max rank"], topK * tokens) * hidden * bytesPerElem;
+  const [S, off] = evenDispatchBytes(tokens, topK, hidden, ep, e);
+  const worst = Math.max(load["max rank"], topK * tokens) * hidden * e;
   const p = moeParams(hidden, ffn, experts, topK, 1, matrices);
   return {"max rank rows": load["max rank"],
           "imbalance": load["mean rank"] ? load["max rank"] / load["mean rank"] : 1.0,
@@ -93,7 +102,7 @@ export function epLayerModel(tokens = 4096, experts = 8, topK = 2, ep = 8, hidde
           "dispatch bytes": S, "off rank bytes": off,
           "off node bytes": S * offNodeFraction(ep, gpusPerNode),
           "layer a2a seconds": 4 * allToAllTime(worst, ep, alpha, bandwidth),
-          "expert bytes per rank": expertParamsPerRank(experts, hidden, ffn, ep, matrices) * bytesPerElem,
+          "expert bytes per rank": expertParamsPerRank(experts, hidden, ffn, ep, matrices) * e,
           "total params": p["total"], "active params": p["active"]};
 }
 
@@ -126,8 +135,8 @@ registerExplorer("ep-layer", {
       throw new Error(`expert-parallel ranks x (${v.ep}) larger than a node must be a multiple of GPUs per node (${v.gpus_per_node})`);
     }
     const L = configEntry(config, "links", v.link);
-    const r = epLayerModel(v.tokens, v.experts, v.top_k, v.ep, v.hidden, v.ffn, v.capacity_factor, v.hot, L.alpha, L.bandwidth,
-                           2, 3, v.gpus_per_node);
+    const layer = {tokens: v.tokens, hidden: v.hidden, ffn: v.ffn, experts: v.experts, top_k: v.top_k, ep: v.ep};
+    const r = epLayerModel(layer, v.capacity_factor, v.hot, L.alpha, L.bandwidth, v.gpus_per_node);
     const load = skewedLoads(v.tokens, v.experts, v.top_k, v.ep, v.hot, v.capacity_factor);
     const per = v.experts / v.ep;
     const shown = Math.min(v.ep, 16);

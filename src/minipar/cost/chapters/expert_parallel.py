@@ -32,6 +32,7 @@ rows (tokens) or elements.
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 from ..network.collectives import collective_time
 
@@ -51,6 +52,37 @@ def check_shapes(experts: int, top_k: int, ep: int) -> None:
         raise ValueError(f"top_k ({top_k}) must be <= experts ({experts})")
     if experts % ep:
         raise ValueError(f"experts ({experts}) must be divisible by ep ({ep})")
+
+
+@dataclass(frozen=True)
+class MoELayer:
+    """One MoE layer on an expert-parallel group, the arguments its traffic and parameter models
+    share, checked once (:func:`check_shapes`): n = ``tokens`` per rank at the layer, h =
+    ``hidden``, f = ``ffn`` (an expert's width), E = ``experts``, K = ``top_k``, x = ``ep`` ranks,
+    ``matrices`` h×f weights per expert (2 for GELU, 3 for SwiGLU), ``bytes_per_elem`` of the
+    tokens and weights. The defaults: Mixtral 8×7B's layer (Jiang et al. 2024, Table 1) in bf16
+    on 8 ranks. Models of routed counts read their rows, not ``tokens``."""
+
+    tokens: int = 4096
+    hidden: int = 4096
+    ffn: int = 14336
+    experts: int = 8
+    top_k: int = 2
+    ep: int = 8
+    matrices: int = 3
+    bytes_per_elem: float = 2
+
+    def __post_init__(self) -> None:
+        check_shapes(self.experts, self.top_k, self.ep)
+        _check(tokens=self.tokens, hidden=self.hidden, ffn=self.ffn, matrices=self.matrices)
+
+    def check_ranks(self, ranks: int) -> None:
+        """The routed rows (or choices) come from ``ranks`` ranks: they must be the layer's x."""
+        if ranks != self.ep:
+            raise ValueError(f"routed ranks ({ranks}) must equal ep ({self.ep})")
+
+
+MIXTRAL_LAYER = MoELayer()
 
 
 def capacity(tokens: int, experts: int, top_k: int, capacity_factor: float | None) -> int | None:
@@ -131,26 +163,16 @@ def all_to_all_vs_all_reduce(
     }
 
 
-def tokens_vs_weights_bytes(
-    tokens: int,
-    top_k: int,
-    hidden: int,
-    ffn: int,
-    experts: int,
-    ep: int,
-    bytes_per_elem: float = 4,
-    matrices: int = 2,
-    micro_batches: int = 1,
-) -> dict:
+def tokens_vs_weights_bytes(layer: MoELayer, micro_batches: int = 1) -> dict:
     """Per rank and layer, bytes that leave the rank: EP's four all-to-alls of K·n rows ((x−1)/x
     off rank), which run for **every micro-batch** of n tokens, against the ring all-reduce of
     the E experts' gradients on x ranks (2(x−1)/x·S) that data parallelism over replicated
     experts would run **once per step**. Both per step: the token bytes scale with the
     ``micro_batches`` of a step, the gradient bytes do not. "Move tokens, not weights."""
-    check_shapes(experts, top_k, ep)
     _check(micro_batches=micro_batches)
-    _, off = even_dispatch_bytes(tokens, top_k, hidden, ep, bytes_per_elem)
-    grads = experts * matrices * hidden * ffn * bytes_per_elem
+    L, ep = layer, layer.ep
+    _, off = even_dispatch_bytes(L.tokens, L.top_k, L.hidden, ep, L.bytes_per_elem)
+    grads = L.experts * L.matrices * L.hidden * L.ffn * L.bytes_per_elem
     return {
         "ep tokens per micro-batch": 4 * off,
         "ep tokens": 4 * off * micro_batches,
@@ -247,31 +269,26 @@ def skewed_loads(
 
 
 def ep_layer_model(
-    tokens: int = 4096,
-    experts: int = 8,
-    top_k: int = 2,
-    ep: int = 8,
-    hidden: int = 4096,
-    ffn: int = 14336,
+    layer: MoELayer = MIXTRAL_LAYER,
+    *,
     capacity_factor: float | None = None,
     hot: float = 0.0,
     alpha: float = 2e-6,
     bandwidth: float = 450e9,
-    bytes_per_elem: float = 2,
-    matrices: int = 3,
     gpus_per_node: int = 8,
 ) -> dict:
-    """One MoE layer on x = ``ep`` ranks with n = ``tokens`` per rank (the explorer's model):
+    """One MoE ``layer`` on its x ranks with n tokens per rank (the explorer's model):
     rows the most loaded rank processes and its ratio to the mean, the dispatch buffer S of
     even routing and the bytes leaving a rank, the four all-to-alls' time (set by the largest
     buffer, that of the most loaded rank), expert bytes per rank, total and active parameters
     of the layer, and the dispatch bytes that leave a node of ``gpus_per_node``
     (:func:`off_node_fraction`: set by x, not by E). Defaults: Mixtral 8×7B's layer (bf16),
     NVLink 4, 8 GPUs per node."""
-    load = skewed_loads(tokens, experts, top_k, ep, hot, capacity_factor)
-    S, off = even_dispatch_bytes(tokens, top_k, hidden, ep, bytes_per_elem)
-    worst = max(load["max rank"], top_k * tokens) * hidden * bytes_per_elem
-    p = moe_params(hidden, ffn, experts, top_k, 1, matrices)
+    L, ep, e = layer, layer.ep, layer.bytes_per_elem
+    load = skewed_loads(L.tokens, L.experts, L.top_k, ep, hot, capacity_factor)
+    S, off = even_dispatch_bytes(L.tokens, L.top_k, L.hidden, ep, e)
+    worst = max(load["max rank"], L.top_k * L.tokens) * L.hidden * e
+    p = moe_params(L.hidden, L.ffn, L.experts, L.top_k, 1, L.matrices)
     return {
         "max rank rows": load["max rank"],
         "imbalance": load["max rank"] / load["mean rank"] if load["mean rank"] else 1.0,
@@ -281,8 +298,8 @@ def ep_layer_model(
         "off rank bytes": off,
         "off node bytes": S * off_node_fraction(ep, gpus_per_node),
         "layer a2a seconds": 4 * all_to_all_time(worst, ep, alpha, bandwidth),
-        "expert bytes per rank": expert_params_per_rank(experts, hidden, ffn, ep, matrices)
-        * bytes_per_elem,
+        "expert bytes per rank": expert_params_per_rank(L.experts, L.hidden, L.ffn, ep, L.matrices)
+        * e,
         "total params": p["total"],
         "active params": p["active"],
     }
@@ -365,21 +382,21 @@ def node_dedup_rows(choices: list[list[list[int]]], experts: int, node_size: int
 def node_dedup_events(
     choices: list[list[list[int]]],
     rank: int,
-    experts: int,
-    top_k: int,
-    hidden: int,
+    layer: MoELayer,
     node_size: int,
-    bytes_per_elem: float = 4,
+    *,
     index_bytes: int = COUNT_BYTES,
     capacity_limited: bool = False,
 ) -> list[tuple[str, float]]:
-    """(op, S bytes) of the node-deduplicated dispatcher on ``rank``, forward + backward: over
+    """(op, S bytes) of the node-deduplicated dispatcher on ``rank`` of ``layer``'s x ranks
+    (``choices`` from each), forward + backward: over
     the rail (one rank per node) the counts (nodes int64), the S1 token rows (h), their K gates
     and K expert indices; inside the node the counts (E/nodes int64), the S2 choice rows there
     and the R2 rows back; over the rail the R1 (token, node) sums back. Backward: the adjoints
     of the five differentiable all-to-alls (S1·h, S2·h, R2·h, R1·K, R1·h). Groups of one rank
     send nothing."""
-    ep = len(choices)
+    layer.check_ranks(len(choices))
+    ep, experts, top_k = layer.ep, layer.experts, layer.top_k
     if ep == 1:
         return []
     g, nodes = node_size, ep // node_size
@@ -389,7 +406,7 @@ def node_dedup_events(
     R1 = sum(t["rail"][u * g + l][v] for u in range(nodes))
     S2 = sum(t["node"][rank])
     R2 = sum(t["node"][v * g + j][l] for j in range(g))
-    h, b = hidden, bytes_per_elem
+    h, b = layer.hidden, layer.bytes_per_elem
     ev = [("all_gather", ep * top_k * experts * COUNT_BYTES)] if capacity_limited else []
     if nodes > 1:
         ev += [
@@ -482,25 +499,19 @@ def folded_expert_dp(t: int, cp: int, d: int, ep: int, etp: int = 1) -> int:
 
 
 def folded_moe_traffic(
-    tokens: int,
-    hidden: int,
-    ffn: int,
-    experts: int,
-    top_k: int,
+    layer: MoELayer,
+    *,
     t: int,
     cp: int,
     d: int,
-    ep: int,
     etp: int = 1,
     gpus_per_node: int = 8,
     micro_batches: int = 1,
-    bytes_per_elem: float = 2,
     grad_bytes_per_elem: float = 4,
-    matrices: int = 3,
 ) -> dict:
-    """One MoE layer under MoE parallel folding, per rank and per step: ``tokens`` = tokens a
-    rank holds at the MoE layer (after sequence/context parallelism: b·s/(t·cp) per
-    micro-batch). Terms, each a separate entry:
+    """One MoE ``layer`` under MoE parallel folding, per rank and per step: its ``tokens`` = tokens
+    a rank holds at the MoE layer (after sequence/context parallelism: b·s/(t·cp) per
+    micro-batch), its ``ep`` = x. Terms, each a separate entry:
 
     * ``ep a2a bytes``: the four even all-to-alls of K·n rows, (x−1)/x of them off rank, for each
       of ``micro_batches`` micro-batches (as :func:`tokens_vs_weights_bytes`), and the share of
@@ -510,17 +521,13 @@ def folded_moe_traffic(
     * ``edp``: that group's size; ``dense grad group``: t·cp·d/t = cp·d, the group of the dense
       weights (attention, router), independent of ep.
     Megatron-Core's folding; torchtitan builds an equivalent separate expert mesh."""
-    check_shapes(experts, top_k, ep)
+    L, ep = layer, layer.ep
     edp = folded_expert_dp(t, cp, d, ep, etp)
-    _, off = even_dispatch_bytes(tokens, top_k, hidden, ep, bytes_per_elem)
-    a2a = 4 * off * micro_batches
-    grads = experts // ep * matrices * hidden * ffn // etp * grad_bytes_per_elem
+    S, off = even_dispatch_bytes(L.tokens, L.top_k, L.hidden, ep, L.bytes_per_elem)
+    grads = L.experts // ep * L.matrices * L.hidden * L.ffn // etp * grad_bytes_per_elem
     return {
-        "ep a2a bytes": a2a,
-        "ep a2a off-node bytes": 4
-        * micro_batches
-        * even_dispatch_bytes(tokens, top_k, hidden, ep, bytes_per_elem)[0]
-        * off_node_fraction(ep, gpus_per_node),
+        "ep a2a bytes": 4 * off * micro_batches,
+        "ep a2a off-node bytes": 4 * micro_batches * S * off_node_fraction(ep, gpus_per_node),
         "expert grad bytes": grads,
         "expert grad ring bytes": 2 * (edp - 1) / edp * grads,
         "edp": edp,
@@ -531,17 +538,12 @@ def folded_moe_traffic(
 def folded_block_events(
     rows: list[list[int]],
     ep_rank: int,
-    tokens: int,
-    hidden: int,
+    layer: MoELayer,
     dense_ffn: int,
-    expert_ffn: int,
-    experts: int,
-    top_k: int,
     t: int,
     dp_cp: int,
     edp: int,
     world: int,
-    bytes_per_elem: float = 4,
 ) -> list[tuple[str, float]]:
     """(op, S bytes) of one training step of :mod:`minipar.expert_parallel.folding`'s block on
     one rank, in call order:
@@ -553,21 +555,22 @@ def folded_block_events(
     3. the dense part's backward: the reduce-scatter's adjoint (all-gather), the all-gather's
        (reduce-scatter);
     4. gradient all-reduces: the two dense shards (h·f_d/t each) over the dp·cp ranks that
-       hold the same shard, the router (h·E) over all ``world`` ranks, the two weights of the
-       E/ep local experts (E/ep·h·f_e each) over EDP.
+       hold the same shard, the router (h·E) over all ``world`` ranks, the ``matrices`` weights
+       of the E/ep local experts (E/ep·h·f each) over EDP.
 
-    A group of one rank sends nothing. ``tokens`` = n, this rank's slice of the sequence; the
-    block's input needs a gradient (an earlier layer's output), so the all-gather has an
-    adjoint."""
-    b = bytes_per_elem
-    seq = t * tokens * hidden * b
+    A group of one rank sends nothing. The layer's ``tokens`` = n, this rank's slice of the
+    sequence; the block's input needs a gradient (an earlier layer's output), so the all-gather
+    has an adjoint."""
+    layer.check_ranks(len(rows))
+    L, b = layer, layer.bytes_per_elem
+    seq = t * L.tokens * L.hidden * b
     dense = [("all_gather", seq), ("reduce_scatter", seq)] if t > 1 else []
-    moe = layer_events(rows, ep_rank, hidden, experts, top_k, b)
+    moe = layer_events(rows, ep_rank, L.hidden, L.experts, L.top_k, b)
     ev = dense + moe + ([("all_gather", seq), ("reduce_scatter", seq)] if t > 1 else [])
     if dp_cp > 1:
-        ev += [("all_reduce", hidden * dense_ffn // t * b)] * 2
+        ev += [("all_reduce", L.hidden * dense_ffn // t * b)] * 2
     if world > 1:
-        ev += [("all_reduce", hidden * experts * b)]
+        ev += [("all_reduce", L.hidden * L.experts * b)]
     if edp > 1:
-        ev += [("all_reduce", experts // len(rows) * hidden * expert_ffn * b)] * 2
+        ev += [("all_reduce", L.experts // L.ep * L.hidden * L.ffn * b)] * L.matrices
     return ev
