@@ -7,6 +7,8 @@ import pytest
 
 from minipar.cost.chapters.memory_time import activation_bytes_per_layer
 from minipar.cost.chapters.tensor_parallel import (
+    PAPER_BYTES,
+    ElementBytes,
     activation_items,
     comm_compute_ratio,
     layer_forward_flops,
@@ -91,6 +93,19 @@ def test_activation_items_add_up_to_table_2(t, sp):
         # control: sharding the h→4h input (it is f's output: whole on every rank) is caught
         wrong = dict(items, **{"h→4h input": items["h→4h input"] / t})
         assert sum(wrong.values()) != pytest.approx(table_2)
+
+
+def test_element_bytes_price_each_kind_of_item():
+    """ElementBytes carries a device's sizes (activations, masks, statistics) in one value: CPU
+    float32 keeps 4-byte masks and statistics, which the paper's conventions leave at 1 and 0."""
+    shape = dict(s=6, b=2, h=12, a=6, t=2)
+    paper = activation_items(**shape)
+    fp32 = activation_items(**shape, sizes=ElementBytes(act_bytes=4, mask_bytes=4, stats_bytes=4))
+    assert paper == activation_items(**shape, sizes=PAPER_BYTES)
+    assert paper["layer-norm mean and 1/std (2 × 2)"] == 0
+    assert fp32["layer-norm mean and 1/std (2 × 2)"] == 4 * 6 * 2 * 4
+    assert fp32["Q, K, V"] == 2 * paper["Q, K, V"]
+    assert fp32["attention dropout mask"] == 4 * paper["attention dropout mask"]
 
 
 def test_tp_leaves_10_sbh_replicated_and_sp_removes_it():

@@ -14,7 +14,7 @@ import torch.distributed
 import torch.nn as nn
 import torch.nn.functional as F
 
-from minipar.cost.chapters.tensor_parallel import activation_items
+from minipar.cost.chapters.tensor_parallel import ElementBytes, activation_items
 from minipar.memory_time.activations import device_conventions, saved_bytes
 from minipar.model import GPT, GPTConfig, Layer
 from minipar.runtime import launch
@@ -312,8 +312,8 @@ def block_saved_bytes(
     x = _randn(b, s, c.h, seed=41, dtype=dtype).requires_grad_()  # (b, s or s/t, h)
     got = saved_bytes(blk, x, exclude=list(blk.parameters()))
     got.result.sum().backward()
-    conv = device_conventions("cpu", dtype)
-    items = activation_items(c.s, b, c.h, c.a, t=t, sp=sequence_parallel, **conv)
+    sizes = ElementBytes(**device_conventions("cpu", dtype))
+    items = activation_items(c.s, b, c.h, c.a, t=t, sp=sequence_parallel, sizes=sizes)
     return {
         "measured": got.total,
         "model": sum(items.values()),

@@ -22,6 +22,8 @@ t tensor-parallel ranks. Sizes are BYTES unless a name says elements.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from ..network.collectives import ring_bytes_per_rank
 
 
@@ -70,6 +72,21 @@ def sp_grad_allreduce_elements(h: int) -> int:
     return 6 * h
 
 
+@dataclass(frozen=True)
+class ElementBytes:
+    """Bytes per element of what a layer saves: activations, dropout masks, layer-norm
+    statistics. The defaults are the paper's conventions (Korthikanti §4.1: 16-bit activations,
+    1-byte masks, statistics left out); :func:`minipar.memory_time.activations.device_conventions`
+    gives a device's as keywords."""
+
+    act_bytes: float = 2
+    mask_bytes: float = 1
+    stats_bytes: float = 0
+
+
+PAPER_BYTES = ElementBytes()
+
+
 def activation_items(
     s: int,
     b: int,
@@ -78,9 +95,7 @@ def activation_items(
     *,
     t: int = 1,
     sp: bool = False,
-    act_bytes: float = 2,
-    mask_bytes: float = 1,
-    stats_bytes: float = 0,
+    sizes: ElementBytes = PAPER_BYTES,
 ) -> dict[str, float]:
     """Saved activation bytes per rank for one layer, item by item (Korthikanti §4.1-§4.2).
 
@@ -88,13 +103,13 @@ def activation_items(
     softmax, its dropout, projection input, h→4h output, GeLU): 24/t·sbh + 5as²b/t. The layer-norm
     inputs, the inputs of QKV and h→4h (the f outputs), and the two dropout masks after g stay
     whole on every rank (10·sbh), unless sequence parallelism splits them along s.
-    With paper conventions (2-byte activations, 1-byte masks, no statistics) the sum equals
+    With the paper's ``sizes`` (:data:`PAPER_BYTES`) the sum equals
     :func:`minipar.cost.chapters.memory_time.activation_bytes_per_layer`.
     """
     _check(s=s, b=b, h=h, a=a, t=t)
     if a % t:
         raise ValueError(f"heads ({a}) must be divisible by t ({t})")
-    sbh, e, mu = s * b * h, act_bytes, mask_bytes
+    sbh, e, mu, stats_bytes = s * b * h, sizes.act_bytes, sizes.mask_bytes, sizes.stats_bytes
     rep = t if sp else 1  # what TP leaves replicated, SP splits along s
     items = {
         "layer-norm inputs (2)": 2 * sbh * e / rep,
