@@ -48,35 +48,29 @@ def _group_diff(ax, mine, want) -> str:
     return f"{ax} groups {_show(mine)}; Megatron's are {_show(want)} -- " + "; ".join(parts)
 
 
+def _axis_groups(sizes: dict, inner_to_outer, vary) -> list:
+    """The groups of ranks that differ only along the axes in ``vary``, the ranks numbered with
+    the axes of ``sizes`` (axis: its size) laid out innermost first in ``inner_to_outer``."""
+    stride, s = {}, 1
+    for ax in inner_to_outer:
+        stride[ax], s = s, s * sizes[ax]
+
+    def offsets(axes):
+        ranges = (range(sizes[a]) for a in axes)
+        return [sum(i * stride[a] for a, i in zip(axes, idx)) for idx in itertools.product(*ranges)]
+
+    fixed = [ax for ax in inner_to_outer if ax not in vary]
+    return _normal([[base + o for o in offsets(vary)] for base in offsets(fixed)])
+
+
 def _other_orders(d, t, p):
     """Groups produced by the usual mix-ups of the rank order, for naming the slip."""
     sizes = {"tp": t, "dp": d, "pp": p}
-    out = {}
-    for order in itertools.permutations(("pp", "dp", "tp")):  # outermost .. innermost
-        if order == ("pp", "dp", "tp"):
-            continue
-        strides, s = {}, 1
-        for ax in reversed(order):
-            strides[ax] = s
-            s *= sizes[ax]
-
-        def groups(ax):
-            others = [a for a in order if a != ax]
-            return _normal(
-                [
-                    [
-                        sum(idx[a] * strides[a] for a in others) + k * strides[ax]
-                        for k in range(sizes[ax])
-                    ]
-                    for idx in (
-                        dict(zip(others, v))
-                        for v in itertools.product(*(range(sizes[a]) for a in others))
-                    )
-                ]
-            )
-
-        out[" > ".join(order)] = {ax: groups(ax) for ax in ("tp", "dp", "pp")}
-    return out
+    return {
+        " > ".join(order): {ax: _axis_groups(sizes, order[::-1], [ax]) for ax in sizes}
+        for order in itertools.permutations(("pp", "dp", "tp"))  # outermost .. innermost
+        if order != ("pp", "dp", "tp")
+    }
 
 
 @task(
@@ -175,8 +169,8 @@ def check_choose_layout(candidate):
         raise GradeFailure(f"global batch ({LAYOUT_BATCH}) must be divisible by d ({d})")
     if t > cl.gpus_per_node:
         raise GradeFailure(
-            f"t ({t}) exceeds the GPUs per node ({cl.gpus_per_node}): TP's "
-            "all-reduces would cross InfiniBand"
+            f"t ({t}) exceeds the GPUs per node ({cl.gpus_per_node}): TP's all-reduces would "
+            "cross InfiniBand"
         )
     if (t, p, d) not in best_of:
         raise GradeFailure(
@@ -257,65 +251,36 @@ FIVE_D_FORBIDDEN = ("minipar.grid", "minipar.three_d", "minipar.cost.planner.thr
 
 
 def _five_d_slips(d, t, p, cp, ep) -> dict:
-    """{kind: [(reason, groups), ...]}: the groups the usual wrong rules give, normalised."""
+    """{kind: [(reason, groups), ...]}: the groups the usual wrong rules give, normalised. A
+    stage's S = t·cp·d ranks are numbered along t, c(p), d in some order, or along the folded
+    expert grid's x (the ep index) and e (the edp one); the stages follow, S ranks apart."""
     S = t * cp * d
-
-    def stage(fn):  # fn(i_p) -> groups of one stage; all stages
-        return _normal([g for i in range(p) for g in fn(i)])
-
-    def rank(i, j, k, l, order="tcd"):  # (i_p, i_d, i_c, i_t) under an order, innermost first
-        stride = {"t": 1}
-        if order == "tcd":
-            stride.update(c=t, d=t * cp)
-        elif order == "tdc":
-            stride.update(d=t, c=t * d)
-        else:  # "ctd": cp innermost
-            stride.update(c=1, t=cp, d=cp * t)
-        return i * S + j * stride["d"] + k * stride["c"] + l * stride["t"]
-
-    def cp_groups(order):
-        return stage(
-            lambda i: [
-                [rank(i, j, k, l, order) for k in range(cp)] for j in range(d) for l in range(t)
-            ]
-        )
-
-    def dp_cp_groups(order):
-        return stage(
-            lambda i: [
-                [rank(i, j, k, l, order) for j in range(d) for k in range(cp)] for l in range(t)
-            ]
-        )
-
+    dense, folded = {"t": t, "c": cp, "d": d, "p": p}, {"x": ep, "e": S // ep, "p": p}
     slips = {
         "cp": [
             (
                 f"your cp groups step by t·d = {t * d}: dp and cp are swapped; in Megatron's "
                 f"order tp → cp → dp → pp the cp neighbours are t = {t} ranks apart",
-                cp_groups("tdc"),
+                _axis_groups(dense, "tdcp", "c"),
             ),
             (
                 "your cp groups are consecutive ranks: cp and tp are swapped; tp is innermost, "
                 f"so the cp neighbours are t = {t} ranks apart",
-                cp_groups("ctd"),
+                _axis_groups(dense, "ctdp", "c"),
             ),
         ],
         "dp_cp": [
             (
                 "your dp_cp groups put cp innermost (cp and tp swapped); dp_cp holds the "
                 "ranks of a stage with the same tp index",
-                dp_cp_groups("ctd"),
+                _axis_groups(dense, "ctdp", "dc"),
             )
         ],
         "ep": [
             (
                 f"your ep groups step by S/ep = {S // ep} (ep and edp swapped): on the folded "
                 "expert grid ep is innermost, ep consecutive ranks of a stage",
-                stage(
-                    lambda i: [
-                        [i * S + e + x * (S // ep) for x in range(ep)] for e in range(S // ep)
-                    ]
-                ),
+                _axis_groups(folded, "exp", "x"),
             )
         ],
         "edp": [
@@ -323,34 +288,24 @@ def _five_d_slips(d, t, p, cp, ep) -> dict:
                 "your edp groups are the dense weights' dp_cp groups: an expert is held by the "
                 f"S/ep = {S // ep} ranks of its stage with the same ep index, not by the d·cp "
                 "ranks with the same tp index",
-                dp_cp_groups("tcd"),
+                _axis_groups(dense, "tcdp", "dc"),
             ),
             (
                 f"your edp groups step by 1 (ep and edp swapped): ranks holding the same "
                 f"experts are ep = {ep} apart",
-                stage(
-                    lambda i: [
-                        [i * S + x * (S // ep) + e for e in range(S // ep)] for x in range(ep)
-                    ]
-                ),
+                _axis_groups(folded, "exp", "e"),
             ),
         ],
     }
-    if d % ep == 0:  # expert parallelism carved out of dp, not folded
+    if d % ep == 0:  # expert parallelism carved out of dp (x: ep's index in d = q·ep + x)
+        inside_dp = {"t": t, "c": cp, "x": ep, "q": d // ep, "p": p}
         slips["ep"].insert(
             0,
             (
                 f"your ep groups step by t·cp = {t * cp} through the data-parallel ranks: ep is not "
                 f"folded; folded, an ep group is ep consecutive ranks of a stage (ep divides the "
                 f"stage's t·cp·d = {S} ranks, not d)",
-                stage(
-                    lambda i: [
-                        [rank(i, q * ep + x, k, l) for x in range(ep)]
-                        for q in range(d // ep)
-                        for k in range(cp)
-                        for l in range(t)
-                    ]
-                ),
+                _axis_groups(inside_dp, "tcxqp", "x"),
             ),
         )
     return slips
