@@ -24,11 +24,13 @@ Answers that use the course's own ``minipar.context_parallel`` are rejected
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 from minipar.grading import GradeFailure, task
 from minipar.grading.compare import err, randn, same
 from minipar.grading.declare import Layouts
 from minipar.grading.imports import forbid_course_code
+from minipar.grading.tensor_parallel import after_whole, expect
 
 CHAPTER = "context_parallel"
 
@@ -57,7 +59,7 @@ RANKS = Layouts(CHAPTER, LAYOUTS, size="cp", hint=_hint)
 
 
 def _tensor(x, what: str):
-    import torch  # noqa: PLC0415 (torch ~1.5 s: this module loads without torch; only _tensor needs it)
+    import torch  # noqa: PLC0415 (lazy: torch)
 
     if not isinstance(x, torch.Tensor):
         raise GradeFailure(f"{what}: expected a tensor, got {type(x).__name__}")
@@ -67,7 +69,7 @@ def _tensor(x, what: str):
 # ----------------------------------------------------------------------------- 01 merge
 def _blocks(logit: float, seed: int):
     """Two disjoint key blocks of one attention problem: (q, k, v, block results, full result)."""
-    import torch  # noqa: PLC0415 (torch ~1.5 s: this module loads without torch; only _blocks needs it)
+    import torch  # noqa: PLC0415 (lazy: torch)
 
     q, k, v = (randn(2, 3, 5, 4, seed=seed + i) for i in range(3))
     k = torch.cat([k, randn(2, 3, 7, 4, seed=seed + 9)], dim=2)  # 12 keys
@@ -82,12 +84,13 @@ def _blocks(logit: float, seed: int):
     return out, (torch.exp(z - lse.unsqueeze(-1)) @ v, lse)
 
 
-def _call_merge(fn, o_a, l_a, o_b, l_b, case):
-    import torch  # noqa: PLC0415 (torch ~1.5 s: this module loads without torch; only _call_merge needs it)
+def _call_merge(fn, a, b, case):
+    """(o, lse) of ``fn`` merging blocks ``a`` and ``b`` (each (o, lse)), which it must not change."""
+    import torch  # noqa: PLC0415 (lazy: torch)
 
-    args = [t.clone() for t in (o_a, l_a, o_b, l_b)]
+    args = [t.clone() for t in (*a, *b)]
     res = fn(*args)
-    if not all(torch.equal(a, b) for a, b in zip(args, (o_a, l_a, o_b, l_b))):
+    if not all(torch.equal(x, y) for x, y in zip(args, (*a, *b))):
         raise GradeFailure(f"{case}: merge changed one of its inputs in place")
     if not isinstance(res, (tuple, list)) or len(res) != 2:
         raise GradeFailure(
@@ -97,11 +100,12 @@ def _call_merge(fn, o_a, l_a, o_b, l_b, case):
     return _tensor(res[0], f"{case}: o"), _tensor(res[1], f"{case}: lse")
 
 
-def _merge_diagnosis(o, lse, o_a, l_a, o_b, l_b, want_o, want_lse, case) -> None:
-    import torch  # noqa: PLC0415 (torch ~1.5 s: this module loads without torch; only _merge_diagnosis needs it)
+def _check_merge(fn, case, a, b, want) -> None:
+    """Merging blocks ``a`` and ``b`` (each (o, lse)) must give ``want`` (o, lse)."""
+    import torch  # noqa: PLC0415 (lazy: torch)
 
-    if same(o, want_o) and same(lse, want_lse):
-        return
+    (o_a, l_a), (o_b, l_b), (want_o, want_lse) = a, b, want
+    o, lse = _call_merge(fn, a, b, case)
     if not torch.isfinite(o).all():
         bad = "NaN" if torch.isnan(o).any() else "inf"
         raise GradeFailure(
@@ -114,31 +118,25 @@ def _merge_diagnosis(o, lse, o_a, l_a, o_b, l_b, want_o, want_lse, case) -> None
                 "which is <= 0"
             )
         )
-    if same(lse, torch.maximum(l_a, l_b)) and not same(lse, want_lse):
-        raise GradeFailure(
-            f"{case}: lse is max(lse_a, lse_b); it must be log(e^lse_a + e^lse_b) (torch.logaddexp)"
-        )
-    if not same(lse, want_lse):
-        raise GradeFailure(
-            f"{case}: lse differs from the log-sum-exp over both blocks ({err(lse, want_lse)})"
-        )
-    if same(o, (o_a + o_b) / 2):
-        raise GradeFailure(
-            f"{case}: o is the average of o_a and o_b: weight each block by its "
-            "share of the softmax mass, exp(lse_x - lse)"
-        )
-    if same(o, o_a + o_b):
-        raise GradeFailure(
-            f"{case}: o is o_a + o_b: each block's output is normalised by its "
-            "own sum; rescale it by exp(lse_x - lse) before adding"
-        )
+    as_max = "lse is max(lse_a, lse_b); it must be log(e^lse_a + e^lse_b) (torch.logaddexp)"
+    otherwise = f"lse differs from the log-sum-exp over both blocks ({err(lse, want_lse)})"
+    expect(case, lse, want_lse, [(torch.maximum(l_a, l_b), as_max)], otherwise)
     wa, wb = torch.exp(l_a - want_lse).unsqueeze(-1), torch.exp(l_b - want_lse).unsqueeze(-1)
-    if same(o, wb * o_a + wa * o_b):
-        raise GradeFailure(f"{case}: the two weights are swapped: o_a takes exp(lse_a - lse)")
-    if not same(o, want_o):
-        raise GradeFailure(
-            f"{case}: o differs from softmax attention over both blocks ({err(o, want_o)})"
-        )
+    mistakes = [
+        (
+            (o_a + o_b) / 2,
+            "o is the average of o_a and o_b: weight each block by its share of the softmax "
+            "mass, exp(lse_x - lse)",
+        ),
+        (
+            o_a + o_b,
+            "o is o_a + o_b: each block's output is normalised by its own sum; rescale it by "
+            "exp(lse_x - lse) before adding",
+        ),
+        (wb * o_a + wa * o_b, "the two weights are swapped: o_a takes exp(lse_a - lse)"),
+    ]
+    otherwise = f"o differs from softmax attention over both blocks ({err(o, want_o)})"
+    expect(case, o, want_o, mistakes, otherwise)
 
 
 @task(
@@ -147,21 +145,18 @@ def _merge_diagnosis(o, lse, o_a, l_a, o_b, l_b, want_o, want_lse, case) -> None
     "with a fully masked block",
 )
 def check_merge_softmax_blocks(fn, **_):
-    import torch  # noqa: PLC0415 (torch ~1.5 s: this module loads without torch; only check_merge_softmax_blocks needs it)
+    import torch  # noqa: PLC0415 (lazy: torch)
 
     forbid_course_code(fn, CHAPTER, what="write the merge")
     for logit, case in ((3.0, "small logits"), (1e3, "logits of size ~1000")):
-        ((o_a, l_a), (o_b, l_b)), (want_o, want_lse) = _blocks(logit, seed=1)
-        o, lse = _call_merge(fn, o_a, l_a, o_b, l_b, case)
-        _merge_diagnosis(o, lse, o_a, l_a, o_b, l_b, want_o, want_lse, case)
+        (a, b), want = _blocks(logit, seed=1)
+        _check_merge(fn, case, a, b, want)
     # a fully masked block: lse = -inf, o = 0; merging it changes nothing
-    ((o_a, l_a), _), _ = _blocks(10.0, seed=2)
-    o_b, l_b = torch.zeros_like(o_a), torch.full_like(l_a, float("-inf"))
+    (a, _), _ = _blocks(10.0, seed=2)
+    masked = (torch.zeros_like(a[0]), torch.full_like(a[1], float("-inf")))
     case = "block b fully masked (lse_b = -inf, o_b = 0)"
-    o, lse = _call_merge(fn, o_a, l_a, o_b, l_b, case)
-    _merge_diagnosis(o, lse, o_a, l_a, o_b, l_b, o_a, l_a, case)
-    o, lse = _call_merge(fn, o_b, l_b, o_a, l_a, case.replace("block b", "block a"))
-    _merge_diagnosis(o, lse, o_b, l_b, o_a, l_a, o_a, l_a, case.replace("block b", "block a"))
+    _check_merge(fn, case, a, masked, a)
+    _check_merge(fn, case.replace("block b", "block a"), masked, a, a)
 
 
 # ----------------------------------------------------------------------------- 02 zigzag
@@ -169,7 +164,7 @@ S = 12  # divisible by 2·cp for cp = 1, 2, 3
 
 
 def _zigzag_body(gr, cp, group, fn):
-    import torch  # noqa: PLC0415 (torch ~1.5 s: this module loads without torch; only _zigzag_body needs it)
+    import torch  # noqa: PLC0415 (lazy: torch)
 
     out = {}
     for dim in (1, 2):
@@ -189,7 +184,7 @@ def _zigzag_positions(s, cp, r):
 
 def _positions_got(y, dim, where):
     """The global positions a returned shard holds, read from its values."""
-    import torch  # noqa: PLC0415 (torch ~1.5 s: this module loads without torch; only _positions_got needs it)
+    import torch  # noqa: PLC0415 (lazy: torch)
 
     y = _tensor(y, f"{where}: the shard")
     if y.dim() != 3:
@@ -204,23 +199,30 @@ def _positions_got(y, dim, where):
 
 
 def _zigzag_mistake(got, cp, r, world_rank, world) -> str:
+    """The classic mistake whose positions rank r of cp got, or ""."""
     n = S // (2 * cp)
-    if got == list(range(r * 2 * n, (r + 1) * 2 * n)):
-        return "that is chunk r of cp contiguous chunks: zigzag takes chunks r and 2cp−1−r of 2cp"
-    if got == _zigzag_positions(S, cp, r)[n:] + _zigzag_positions(S, cp, r)[:n]:
-        return "the two chunks are in the wrong order: chunk r first, then chunk 2cp−1−r"
-    if 2 * cp - r < 2 * cp and got == list(range(r * n, (r + 1) * n)) + list(
-        range((2 * cp - r) * n, (2 * cp - r + 1) * n)
-    ):
-        return "the second chunk is 2cp−r: it is 2cp−1−r (chunks are numbered from 0)"
-    if world_rank != r or world != cp:
-        wn = S // (2 * world) if S % (2 * world) == 0 else None
-        if wn and got == _zigzag_positions(S, world, world_rank):
-            return (
-                f"that is the zigzag shard of global rank {world_rank} of {world}: use the group's rank and "
-                "size (dist.get_rank(group), dist.get_world_size(group))"
-            )
-    return ""
+    chunk = lambda i: list(range(i * n, (i + 1) * n))  # chunk i of 2cp
+    global_rank = (world_rank, world) != (r, cp) and S % (2 * world) == 0
+    named = [
+        (
+            chunk(2 * r) + chunk(2 * r + 1),
+            "that is chunk r of cp contiguous chunks: zigzag takes chunks r and 2cp−1−r of 2cp",
+        ),
+        (
+            chunk(2 * cp - 1 - r) + chunk(r),
+            "the two chunks are in the wrong order: chunk r first, then chunk 2cp−1−r",
+        ),
+        (
+            chunk(r) + chunk(2 * cp - r) if r > 0 else None,
+            "the second chunk is 2cp−r: it is 2cp−1−r (chunks are numbered from 0)",
+        ),
+        (
+            _zigzag_positions(S, world, world_rank) if global_rank else None,
+            f"that is the zigzag shard of global rank {world_rank} of {world}: use the group's "
+            "rank and size (dist.get_rank(group), dist.get_world_size(group))",
+        ),
+    ]
+    return next((why for positions, why in named if got == positions), "")
 
 
 @task(
@@ -261,7 +263,7 @@ def _full_qkv(cp):
 
 
 def _ring_body(gr, cp, group, fn):
-    import torch  # noqa: PLC0415 (torch ~1.5 s: this module loads without torch; only _ring_body needs it)
+    import torch  # noqa: PLC0415 (lazy: torch)
 
     q, k, v = _full_qkv(cp)
     sl = slice(gr * N, (gr + 1) * N)
@@ -292,7 +294,7 @@ def _ring_body(gr, cp, group, fn):
 
 def _ring_reference(cp, r):
     """The correct output of rank r, and what the classic mistakes give."""
-    import torch  # noqa: PLC0415 (torch ~1.5 s: this module loads without torch; only _ring_reference needs it)
+    import torch  # noqa: PLC0415 (lazy: torch)
 
     q, k, v = _full_qkv(cp)
     ql = q[:, :, r * N : (r + 1) * N]
@@ -312,61 +314,59 @@ def _ring_reference(cp, r):
 )
 def check_ring_step(fn, **_):
     forbid_course_code(fn, CHAPTER, what="write the ring step")
-    passed_whole = False
-    for c in RANKS.launch(_ring_body, fn, what="write the ring step"):
+    for c in after_whole(RANKS.launch(_ring_body, fn, what="write the ring step")):
         where, cp, r = c["where"], c["cp"], c["gr"]
         if "bad return" in c:
             raise GradeFailure(
                 f"{where}: ring_step must return (o, lse, k_next, v_next), got {c['bad return']}"
             )
         want_src = [(r - i - 1) % cp for i in range(cp)]
-        got = c["sources"]
-        if got != want_src:
-            if None in got:
-                i = got.index(None)
-                raise GradeFailure(
-                    f"{where}: after step {i} the returned k_next is not any "
-                    "rank's K block: return the block received from the "
-                    "previous rank, unchanged"
-                )
-            if got == [(r + i + 1) % cp for i in range(cp)]:
-                raise GradeFailure(
-                    f"{where}: the ring turns the wrong way: rank {r} received "
-                    f"the block of rank {got[0]} first; send to rank r+1, "
-                    "receive from rank r−1"
-                )
-            if not c["whole"] and passed_whole:
-                raise GradeFailure(
-                    f"{where}: received blocks from group ranks {got}, expected "
-                    f"{want_src} (the whole-world case passed: P2POp takes "
-                    "global ranks; translate with dist.get_global_rank(group, r))"
-                )
-            raise GradeFailure(f"{where}: received blocks from ranks {got}, expected {want_src}")
+        if c["sources"] != want_src:
+            raise GradeFailure(f"{where}: {_ring_sources_fault(c, want_src)}")
         o = _tensor(c["o"], f"{where}: o")
         want, blocks = _ring_reference(cp, r)
-        if same(o, want):
-            passed_whole = passed_whole or c["whole"]
-            continue
-        if cp > 1 and same(o, sum(blocks) / cp):
-            raise GradeFailure(
-                f"{where}: o is the average of the {cp} blocks' outputs: merge "
-                "with the log-sum-exp weights exp(lse_x − lse)"
-            )
-        if cp > 1 and same(o, sum(blocks)):
-            raise GradeFailure(
-                f"{where}: o is the sum of the blocks' normalised outputs: merge "
-                "with the log-sum-exp weights"
-            )
-        for j, blk in enumerate(blocks):
-            if cp > 1 and same(o, blk):
-                raise GradeFailure(
-                    f"{where}: o is attention over rank {j}'s block only: merge "
-                    "each step's block result into the running (o, lse) instead "
-                    "of replacing it"
-                )
-        raise GradeFailure(
-            f"{where}: o differs from attention over the whole sequence ({err(o, want)})"
+        replaced = (
+            "merge each step's block result into the running (o, lse) instead of replacing it"
         )
+        mistakes = [
+            (
+                sum(blocks) / cp,
+                f"o is the average of the {cp} blocks' outputs: merge with the log-sum-exp "
+                "weights exp(lse_x − lse)",
+            ),
+            (
+                sum(blocks),
+                "o is the sum of the blocks' normalised outputs: merge with the log-sum-exp "
+                "weights",
+            ),
+            *(
+                (blk, f"o is attention over rank {j}'s block only: {replaced}")
+                for j, blk in enumerate(blocks)
+            ),
+        ]
+        otherwise = f"o differs from attention over the whole sequence ({err(o, want)})"
+        expect(where, o, want, mistakes, otherwise)
+
+
+def _ring_sources_fault(c, want_src) -> str:
+    """Why rank r received the K/V blocks of group ranks ``c["sources"]``, not ``want_src``."""
+    got, r, cp = c["sources"], c["gr"], c["cp"]
+    if None in got:
+        return (
+            f"after step {got.index(None)} the returned k_next is not any rank's K block: return "
+            "the block received from the previous rank, unchanged"
+        )
+    if got == [(r + i + 1) % cp for i in range(cp)]:
+        return (
+            f"the ring turns the wrong way: rank {r} received the block of rank {got[0]} first; "
+            "send to rank r+1, receive from rank r−1"
+        )
+    if c["after_whole"]:
+        return (
+            f"received blocks from group ranks {got}, expected {want_src} (the whole-world case "
+            "passed: P2POp takes global ranks; translate with dist.get_global_rank(group, r))"
+        )
+    return f"received blocks from ranks {got}, expected {want_src}"
 
 
 # ----------------------------------------------------------------------------- 04 Ulysses
@@ -374,7 +374,7 @@ UA, US = 6, 12  # heads, sequence: divisible by cp = 1, 2, 3
 
 
 def _ulysses_full():
-    import torch  # noqa: PLC0415 (torch ~1.5 s: this module loads without torch; only _ulysses_full needs it)
+    import torch  # noqa: PLC0415 (lazy: torch)
 
     h = torch.arange(UA, dtype=torch.float64).view(1, UA, 1, 1)
     p = torch.arange(US, dtype=torch.float64).view(1, 1, US, 1)
@@ -383,7 +383,7 @@ def _ulysses_full():
 
 
 def _ulysses_body(gr, cp, group, fn):
-    import torch  # noqa: PLC0415 (torch ~1.5 s: this module loads without torch; only _ulysses_body needs it)
+    import torch  # noqa: PLC0415 (lazy: torch)
 
     n = US // cp
     x = _ulysses_full()[:, :, gr * n : (gr + 1) * n].clone()  # (b, a, s/cp, d)
@@ -420,35 +420,38 @@ def check_seq_to_heads(fn, **_):
                 f"{tuple(want.shape)} = (b, a/cp, s, d)"
             )
         if not same(y, want):
-            heads = sorted({int(v) // 1000 for v in y[0, :, 0, 0].tolist()})
-            pos = [int(round(float(v) % 1000)) for v in y[0, 0, :, 0].tolist()]
-            if heads != list(range(r * ah, (r + 1) * ah)):
-                why = (
-                    f"heads {heads}: rank r keeps the contiguous heads "
-                    f"[r·a/cp, (r+1)·a/cp) = {list(range(r * ah, (r + 1) * ah))}"
-                )
-                if heads == list(range(r, UA, cp)):
-                    why += "; these are every cp-th head (split the head dim as (cp, a/cp), not (a/cp, cp))"
-                raise GradeFailure(f"{where} (cp = {cp}): got {why}")
-            if pos != list(range(US)):
-                raise GradeFailure(
-                    f"{where} (cp = {cp}): token positions along s are {pos}, "
-                    "expected 0…s−1 in order: the parts received from ranks "
-                    "0…cp−1 are consecutive sequence chunks, stack them in that order"
-                )
-            raise GradeFailure(f"{where} (cp = {cp}): values differ ({err(y, want)})")
-        if cp > 1:
-            want_msg = f"heads (5) must be divisible by cp ({cp})"
-            if c["error"] is None:
-                raise GradeFailure(
-                    f"{where}: 5 heads on cp = {cp} ranks gave no error: raise "
-                    f'ValueError("{want_msg}")'
-                )
-            if c["error"] != want_msg:
-                raise GradeFailure(
-                    f"{where}: 5 heads on cp = {cp} ranks raised "
-                    f'"{c["error"][:120]}", expected ValueError("{want_msg}")'
-                )
+            raise GradeFailure(f"{where} (cp = {cp}): {_ulysses_fault(y, want, cp, r)}")
+        want_msg = f"heads (5) must be divisible by cp ({cp})"
+        if cp > 1 and c["error"] != want_msg:
+            said = (
+                f'raised "{c["error"][:120]}", expected'
+                if c["error"] is not None
+                else "gave no error: raise"
+            )
+            raise GradeFailure(
+                f'{where}: 5 heads on cp = {cp} ranks {said} ValueError("{want_msg}")'
+            )
+
+
+def _ulysses_fault(y, want, cp, r) -> str:
+    """What rank r of cp got instead of its a/cp heads of all tokens, read from the values."""
+    ah = UA // cp
+    heads, mine = (
+        sorted({int(v) // 1000 for v in y[0, :, 0, 0].tolist()}),
+        list(range(r * ah, (r + 1) * ah)),
+    )
+    if heads != mine:
+        why = f"got heads {heads}: rank r keeps the contiguous heads [r·a/cp, (r+1)·a/cp) = {mine}"
+        if heads == list(range(r, UA, cp)):
+            why += "; these are every cp-th head (split the head dim as (cp, a/cp), not (a/cp, cp))"
+        return why
+    pos = [int(round(float(v) % 1000)) for v in y[0, 0, :, 0].tolist()]
+    if pos != list(range(US)):
+        return (
+            f"token positions along s are {pos}, expected 0…s−1 in order: the parts received from "
+            "ranks 0…cp−1 are consecutive sequence chunks, stack them in that order"
+        )
+    return f"values differ ({err(y, want)})"
 
 
 # ----------------------------------------------------------------------------- 05 all-gather, documents
@@ -469,57 +472,61 @@ def _doc_qkv(cp):
     return q, k, v
 
 
-def _doc_attention(
-    cp,
-    r,
-    *,
-    docs=True,
-    causal=True,
-    strict=False,
-    q_rank=None,
-    heads="interleave",
-    scale=True,
-    q_doc_local=False,
-    boundary=0,
-    dtype=None,
-):
-    """Rank r's output under a stated semantics (the right one with the defaults): the checker
-    names a wrong answer by the semantics it matches. ``q_doc_local``: the queries' document
-    ids read at local positions 0…n−1; ``boundary``: every document id moved one position later
-    (+1: a document's first token counted in the one before) or earlier (−1); ``dtype``: the
+@dataclass(frozen=True)
+class Semantics:
+    """What an answer to exercise 5 computes: the right attention with the defaults, else one
+    mistake, by which the checker names a wrong answer. ``q_rank``: the rank whose positions
+    the queries take (None: their own); ``heads``: "interleave" (query head i reads K/V head
+    i // (a/a_kv)) or "repeat" (i % a_kv); ``q_doc_local``: the queries' document ids read at
+    local positions 0…n−1; ``boundary``: every document id moved one position later (+1: a
+    document's first token counted in the one before) or earlier (−1); ``dtype``: the
     arithmetic in that dtype, the result cast back to q's."""
-    import torch  # noqa: PLC0415 (torch ~1.5 s: this module loads without torch; only _doc_attention needs it)
+
+    docs: bool = True  # keys of other documents masked
+    causal: bool = True  # later keys masked ...
+    strict: bool = False  # ... and the query's own key too
+    q_rank: int | None = None
+    heads: str = "interleave"
+    scale: bool = True  # scores divided by √d
+    q_doc_local: bool = False
+    boundary: int = 0
+    dtype: object = None
+
+
+def _doc_attention(cp, r, sem: Semantics = Semantics()):
+    """Rank r's output under the semantics ``sem``."""
+    import torch  # noqa: PLC0415 (lazy: torch)
 
     q, k, v = _doc_qkv(cp)
     out_dtype = q.dtype
-    if dtype is not None:
-        q, k, v = q.to(dtype), k.to(dtype), v.to(dtype)
+    if sem.dtype is not None:
+        q, k, v = q.to(sem.dtype), k.to(sem.dtype), v.to(sem.dtype)
     s = GN * cp
-    q_rank = r if q_rank is None else q_rank
+    q_rank = r if sem.q_rank is None else sem.q_rank
     q = q[:, :, r * GN : (r + 1) * GN]
     rep = (
         (lambda t: t.repeat_interleave(GA // GKV, 1))
-        if heads == "interleave"
+        if sem.heads == "interleave"
         else (lambda t: t.repeat(1, GA // GKV, 1, 1))
     )
     k, v = rep(k), rep(v)
     doc = torch.repeat_interleave(torch.arange(len(DOCS[cp])), torch.tensor(DOCS[cp]))
-    if boundary > 0:  # (s,) position p gets position p−1's document
+    if sem.boundary > 0:  # (s,) position p gets position p−1's document
         doc = torch.cat([doc[:1], doc[:-1]])
-    elif boundary < 0:  # position p gets position p+1's document
+    elif sem.boundary < 0:  # position p gets position p+1's document
         doc = torch.cat([doc[1:], doc[-1:]])
     qp, kp = torch.arange(q_rank * GN, (q_rank + 1) * GN), torch.arange(s)
     keep = torch.ones(GN, s, dtype=torch.bool)
-    if causal:
-        keep &= (kp[None] < qp[:, None]) if strict else (kp[None] <= qp[:, None])
-    if docs:
-        keep &= doc[kp][None] == doc[qp - q_rank * GN if q_doc_local else qp][:, None]
-    z = q @ k.transpose(-2, -1) / (math.sqrt(GD) if scale else 1.0)
+    if sem.causal:
+        keep &= (kp[None] < qp[:, None]) if sem.strict else (kp[None] <= qp[:, None])
+    if sem.docs:
+        keep &= doc[kp][None] == doc[qp - q_rank * GN if sem.q_doc_local else qp][:, None]
+    z = q @ k.transpose(-2, -1) / (math.sqrt(GD) if sem.scale else 1.0)
     return (torch.softmax(z.masked_fill(~keep, float("-inf")), -1) @ v).to(out_dtype)
 
 
 def _doc_body(gr, cp, group, fn):
-    import torch  # noqa: PLC0415 (torch ~1.5 s: this module loads without torch; only _doc_body needs it)
+    import torch  # noqa: PLC0415 (lazy: torch)
 
     q, k, v = _doc_qkv(cp)
     sl = slice(gr * GN, (gr + 1) * GN)
@@ -531,89 +538,85 @@ def _doc_body(gr, cp, group, fn):
     return {"y": y.detach().clone() if isinstance(y, torch.Tensor) else y}
 
 
+_BOUNDARY = (
+    "(an off-by-one at the boundaries): a document of start p0 and length L holds positions "
+    "p0 ≤ p < p0 + L"
+)
+# (the semantics of a classic mistake, its reason), tried in this order
+DOC_MISTAKES = (
+    (
+        Semantics(docs=False),
+        "attention crosses document boundaries: keys of other documents must be masked, not "
+        "only future keys",
+    ),
+    (
+        Semantics(causal=False),
+        "queries see later keys of their document: the mask must also be causal (key position "
+        "≤ query position)",
+    ),
+    (
+        Semantics(q_rank=0),
+        "the mask uses local query positions 0…n−1: rank r's queries sit at global positions "
+        "r·n … r·n+n−1",
+    ),
+    (
+        Semantics(heads="repeat"),
+        "query head i must read K/V head i // (a/a_kv) (repeat_interleave), not i % a_kv (repeat)",
+    ),
+    (Semantics(scale=False), "the scores are not divided by √d"),
+    (
+        Semantics(q_doc_local=True),
+        "the queries' document ids are read at their local positions 0…n−1 (the causal mask is "
+        "right): rank r's query i is at global position r·n + i, and its document is that "
+        "position's",
+    ),
+    (
+        Semantics(boundary=1),
+        f"each document's first token is counted in the document before it {_BOUNDARY}",
+    ),
+    (
+        Semantics(boundary=-1),
+        f"each document's last token is counted in the document after it {_BOUNDARY}",
+    ),
+)
+
+
 def _doc_mistake(y, cp, r, world_rank) -> str:
     """The one-line reason of a wrong output, from the semantics it matches."""
-    import torch  # noqa: PLC0415 (torch ~1.5 s: this module loads without torch; only _doc_mistake needs it)
+    import torch  # noqa: PLC0415 (lazy: torch)
 
     if not torch.isfinite(y).all():
-        if same(
-            torch.nan_to_num(y, nan=0.0),
-            torch.nan_to_num(_doc_attention(cp, r, strict=True), nan=0.0),
-        ):
+        strict = torch.nan_to_num(_doc_attention(cp, r, Semantics(strict=True)), nan=0.0)
+        if same(torch.nan_to_num(y, nan=0.0), strict):
             return (
                 "NaN where a query sees no key: a query must see its own key (j ≤ i, not "
                 "j < i); the first token of a document sees only itself"
             )
         return "the output contains NaN or inf"
+    global_rank = (
+        f"the mask places the queries at global rank {world_rank}'s positions: use the group's "
+        "rank, dist.get_rank(group)"
+    )
     named = [
-        (
-            dict(docs=False),
-            "attention crosses document boundaries: keys of other "
-            "documents must be masked, not only future keys",
-        ),
-        (
-            dict(causal=False),
-            "queries see later keys of their document: the mask must "
-            "also be causal (key position ≤ query position)",
-        ),
-        (
-            dict(q_rank=0),
-            "the mask uses local query positions 0…n−1: rank r's queries sit "
-            "at global positions r·n … r·n+n−1",
-        ),
-        (
-            dict(heads="repeat"),
-            "query head i must read K/V head i // (a/a_kv) "
-            "(repeat_interleave), not i % a_kv (repeat)",
-        ),
-        (dict(scale=False), "the scores are not divided by √d"),
-        (
-            dict(q_doc_local=True),
-            "the queries' document ids are read at their local positions 0…n−1 (the causal "
-            "mask is right): rank r's query i is at global position r·n + i, and its "
-            "document is that position's",
-        ),
-        (
-            dict(boundary=1),
-            "each document's first token is counted in the document before it (an "
-            "off-by-one at the boundaries): a document of start p0 and length L holds "
-            "positions p0 ≤ p < p0 + L",
-        ),
-        (
-            dict(boundary=-1),
-            "each document's last token is counted in the document after it (an "
-            "off-by-one at the boundaries): a document of start p0 and length L holds "
-            "positions p0 ≤ p < p0 + L",
-        ),
+        *DOC_MISTAKES,
+        *([(Semantics(q_rank=world_rank), global_rank)] if world_rank != r else []),
     ]
-    if world_rank != r:
-        named.append(
-            (
-                dict(q_rank=world_rank),
-                f"the mask places the queries at global rank "
-                f"{world_rank}'s positions: use the group's rank, dist.get_rank(group)",
-            )
-        )
-    for kw, why in named:
+    for sem, why in named:
         try:
-            if same(y, _doc_attention(cp, r, **kw)):
+            if same(y, _doc_attention(cp, r, sem)):
                 return why
         except (IndexError, RuntimeError):
             continue
     want = _doc_attention(cp, r)
     if y.dtype == want.dtype and same(
-        y, _doc_attention(cp, r, dtype=torch.float32), atol=1e-5, rtol=1e-5
+        y, _doc_attention(cp, r, Semantics(dtype=torch.float32)), atol=1e-5, rtol=1e-5
     ):
         return (
-            f"the output is {_dtype_name(want)} but matches the attention computed in float32 "
-            f"and cast back ({err(y, want)}, float32's rounding): compute in q's dtype, "
-            "float64 here, within 1e-7"
+            f"the output is {str(want.dtype).removeprefix('torch.')} but matches the attention "
+            f"computed in float32 and cast back ({err(y, want)}, float32's rounding): compute in "
+            "q's dtype, float64 here, within 1e-7"
         )
     return ""
-
-
-def _dtype_name(t) -> str:
-    return str(t.dtype).removeprefix("torch.")
 
 
 @task(
@@ -624,12 +627,11 @@ def _dtype_name(t) -> str:
 )
 def check_allgather_documents(fn, **_):
     forbid_course_code(fn, CHAPTER, what="write the all-gather attention")
-    passed_whole = False
-    for c in RANKS.launch(_doc_body, fn, what="write the all-gather attention"):
+    for c in after_whole(RANKS.launch(_doc_body, fn, what="write the all-gather attention")):
         where, cp, r = c["where"], c["cp"], c["gr"]
         if "error" in c:
             hint = ""
-            if not c["whole"] and passed_whole:
+            if c["after_whole"]:
                 hint = (
                     " -- the whole-world case passed: use the group's rank and size "
                     "(dist.get_rank(group), dist.get_world_size(group)) and pass group= "
@@ -649,7 +651,6 @@ def check_allgather_documents(fn, **_):
                 f"{tuple(want.shape)} = (b, a, n, d)"
             )
         if same(y, want):
-            passed_whole = passed_whole or c["whole"]
             continue
         why = _doc_mistake(y, cp, r, c["rank"])
         raise GradeFailure(

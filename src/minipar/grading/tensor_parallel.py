@@ -16,7 +16,8 @@ over the whole world instead of the group, the row bias added per rank, a shard 
 of the full weight, a cross-entropy without the global max, with a local one, with the sum of
 exponentials or the target logit not reduced, with the max not detached, a target owned by no
 rank or by two; the sequence-parallel gradients averaged or not reduced) and names the one the
-answer matches, with the rank, token or parameter where it shows. Answers that use the course's
+answer matches, with the rank, token or parameter where it shows: each check is a table of
+``(what the mistake gives, reason)`` (:func:`expect`). Answers that use the course's
 own ``minipar.tensor_parallel`` (other than f and g, which exercise 1 builds and the later
 exercises use) are rejected (:mod:`minipar.grading.imports`).
 """
@@ -25,6 +26,7 @@ from __future__ import annotations
 
 import copy
 import os
+from functools import partial
 
 from minipar.grading import GradeFailure, task
 from minipar.grading.compare import err as _err
@@ -52,6 +54,38 @@ LAYOUTS = {
 }
 
 
+# ----------------------------------------------------------------------------- diagnosis
+def named_mistake(got, mistakes) -> str | None:
+    """The reason of the first classic mistake ``(value, reason)`` that ``got`` matches:
+    ``value`` is what that mistake gives, a function computing it only when needed (it can cost
+    a backward pass), or None where it does not apply. A mistake that gives the right answer
+    in a case (most do with a group of one rank) needs no condition: it never matches there,
+    since it is only tried on an answer that is not the right one."""
+    for value, reason in mistakes:
+        value = value() if callable(value) else value
+        if value is not None and _same(got, value):
+            return reason
+    return None
+
+
+def expect(where: str, got, want, mistakes=(), otherwise: str = "differs") -> None:
+    """Nothing if ``got`` is ``want``; else :class:`GradeFailure` "<where>: <reason>", the
+    reason of the first of ``mistakes`` it matches (:func:`named_mistake`), else ``otherwise``."""
+    if not _same(got, want):
+        raise GradeFailure(f"{where}: {named_mistake(got, mistakes) or otherwise}")
+
+
+def after_whole(cases):
+    """Each case, with ``c["after_whole"]``: it is in a subgroup and a whole-world case passed
+    before it, so a failure here comes from the group (the generator resumes only once the
+    caller has checked the case it yielded)."""
+    passed = False
+    for c in cases:
+        c["after_whole"] = passed and not c["whole"]
+        yield c
+        passed = passed or c["whole"]
+
+
 # ----------------------------------------------------------------------------- running
 def _deadlock_note(world):
     if not any(g for _, g in LAYOUTS[world]):
@@ -75,25 +109,35 @@ def _hint(case: str, msg: str) -> str:
 RANKS = Layouts(CHAPTER, LAYOUTS, size="t", allow=_FG, hint=_hint, deadlock_note=_deadlock_note)
 
 
-def _not_whole(case, passed_whole: bool) -> str:
-    """Context for a case whose TP group is not the whole world."""
-    if case["whole"] or not passed_whole:
+def _not_whole(c) -> str:
+    """Context for a case whose TP group is not the whole world, once the whole world passed."""
+    if not c["after_whole"]:
         return ""
     return (
-        f" (the whole-world case passed; here the TP group is {case['members']} and rank "
-        f"{case['rank']} is its rank {case['gr']}: use dist.get_rank(group) and "
+        f" (the whole-world case passed; here the TP group is {c['members']} and rank "
+        f"{c['rank']} is its rank {c['gr']}: use dist.get_rank(group) and "
         "dist.get_world_size(group), and pass group= to every collective)"
     )
 
 
-# ----------------------------------------------------------------------------- 01 f and g
-def _f_body(gr, t, group, fn):
-    import torch  # noqa: PLC0415 (torch ~1.5 s: this module loads without torch; only _f_body needs it)
+def _over_world(c, what: str) -> str:
+    return (
+        f"{what} summed over all {c['world']} ranks of the world, not over its group "
+        f"{c['members']}: honour the group argument (all_reduce(..., group=group))"
+    )
 
-    x = _randn(4, 6, seed=1).requires_grad_()  # (4, 6) the same on every rank
+
+# ----------------------------------------------------------------------------- 01 f and g
+def _fg_body(gr, t, group, fn, *, is_f: bool):
+    import torch  # noqa: PLC0415 (lazy: torch)
+
+    # f: x the same on every rank, each rank using y differently; g: x this rank's partial
+    # result, y replicated (the same use everywhere)
+    seed_x, seed_w = (1, 100 + gr) if is_f else (10 + gr, 7)
+    x = _randn(4, 6, seed=seed_x).requires_grad_()
     y = fn(x, group)
-    unchanged = torch.equal(x.detach(), _randn(4, 6, seed=1))
-    (y * _randn(4, 6, seed=100 + gr)).sum().backward()  # each rank uses x differently
+    unchanged = torch.equal(x.detach(), _randn(4, 6, seed=seed_x))
+    (y * _randn(4, 6, seed=seed_w)).sum().backward()
     return dict(y=y.detach(), grad=None if x.grad is None else x.grad.clone(), unchanged=unchanged)
 
 
@@ -111,57 +155,30 @@ def _group_sum(seed0, case):
 )
 def check_copy_to_tp_region(fn, **_):
     forbid_course_code(fn, CHAPTER, what="write f")
-    passed_whole = False
-    for c in RANKS.launch(_f_body, fn, allow=()):
-        _rank, t, where = c["rank"], c["t"], c["where"]
-        x = _randn(4, 6, seed=1)
+    x = _randn(4, 6, seed=1)
+    for c in after_whole(RANKS.launch(partial(_fg_body, is_f=True), fn, allow=())):
+        t, where, g = c["t"], c["where"], c["grad"]
         if not c["unchanged"]:
             raise GradeFailure(f"{where}: f modified its input x in place")
-        if not _same(c["y"], x):
-            if t > 1 and _same(c["y"], t * x):
-                raise GradeFailure(
-                    f"{where}: f's forward all-reduced x: the forward is the "
-                    "identity, every rank already holds x"
-                )
-            raise GradeFailure(f"{where}: f's forward changed x ({_err(c['y'], x)})")
-        g = c["grad"]
+        reduced = (
+            "f's forward all-reduced x: the forward is the identity, every rank already holds x"
+        )
+        expect(where, c["y"], x, [(t * x, reduced)], f"f's forward changed x ({_err(c['y'], x)})")
         if g is None:
             raise GradeFailure(f"{where}: no gradient reached x: return the gradient from backward")
         total, world_total = _group_sum(100, c)
-        own = _randn(4, 6, seed=100 + c["gr"])
-        if _same(g, total):
-            passed_whole = passed_whole or c["whole"]
-            continue
-        if t > 1 and _same(g, own):
-            raise GradeFailure(
-                f"{where}: x.grad is this rank's own partial gradient: f's "
-                f"backward must all-reduce (sum) it over the group's {t} ranks"
-            )
-        if not c["whole"] and _same(g, world_total):
-            raise GradeFailure(
-                f"{where}: f's backward summed over all {c['world']} ranks of "
-                f"the world, not over its group {c['members']}: honour the "
-                "group argument (all_reduce(..., group=group))"
-            )
-        if t > 1 and _same(g, total / t):
-            raise GradeFailure(
-                f"{where}: x.grad is the MEAN over the {t} ranks: f's backward "
-                "is the sum, not the average"
-            )
-        raise GradeFailure(
-            f"{where}: x.grad differs from the sum of the group's gradients "
-            f"({_err(g, total)})" + _not_whole(c, passed_whole)
+        own = (
+            "x.grad is this rank's own partial gradient: f's backward must all-reduce (sum) it "
+            f"over the group's {t} ranks"
         )
-
-
-def _g_body(gr, t, group, fn):
-    import torch  # noqa: PLC0415 (torch ~1.5 s: this module loads without torch; only _g_body needs it)
-
-    x = _randn(4, 6, seed=10 + gr).requires_grad_()  # this rank's partial result
-    y = fn(x, group)
-    unchanged = torch.equal(x.detach(), _randn(4, 6, seed=10 + gr))
-    (y * _randn(4, 6, seed=7)).sum().backward()  # y is replicated: same use everywhere
-    return dict(y=y.detach(), grad=None if x.grad is None else x.grad.clone(), unchanged=unchanged)
+        mean = f"x.grad is the MEAN over the {t} ranks: f's backward is the sum, not the average"
+        mistakes = [
+            (_randn(4, 6, seed=100 + c["gr"]), own),
+            (world_total, _over_world(c, "f's backward")),
+            (total / t, mean),
+        ]
+        otherwise = f"x.grad differs from the sum of the group's gradients ({_err(g, total)})"
+        expect(where, g, total, mistakes, otherwise + _not_whole(c))
 
 
 @task(
@@ -171,48 +188,34 @@ def _g_body(gr, t, group, fn):
 )
 def check_reduce_from_tp_region(fn, **_):
     forbid_course_code(fn, CHAPTER, what="write g")
-    passed_whole = False
-    for c in RANKS.launch(_g_body, fn, allow=()):
-        t, where = c["t"], c["where"]
+    w = _randn(4, 6, seed=7)
+    for c in after_whole(RANKS.launch(partial(_fg_body, is_f=False), fn, allow=())):
+        t, where, y = c["t"], c["where"], c["y"]
         total, world_total = _group_sum(10, c)
-        own, w = _randn(4, 6, seed=10 + c["gr"]), _randn(4, 6, seed=7)
         if not c["unchanged"]:
             raise GradeFailure(
-                f"{where}: g reduced its input in place: all-reduce a copy, the "
-                "caller's tensor must not change"
+                f"{where}: g reduced its input in place: all-reduce a copy, the caller's tensor "
+                "must not change"
             )
-        if not _same(c["y"], total):
-            if t > 1 and _same(c["y"], own):
-                raise GradeFailure(
-                    f"{where}: g's forward returned this rank's partial result: "
-                    f"it must all-reduce (sum) over the group's {t} ranks"
-                )
-            if not c["whole"] and _same(c["y"], world_total):
-                raise GradeFailure(
-                    f"{where}: g's forward summed over all {c['world']} ranks "
-                    f"of the world, not over its group {c['members']}: honour "
-                    "the group argument (all_reduce(..., group=group))"
-                )
-            if t > 1 and _same(c["y"], total / t):
-                raise GradeFailure(f"{where}: g's forward is the mean, not the sum")
-            raise GradeFailure(
-                f"{where}: g's forward differs from the group's sum "
-                f"({_err(c['y'], total)})" + _not_whole(c, passed_whole)
-            )
-        g = c["grad"]
-        if g is None:
-            raise GradeFailure(f"{where}: no gradient reached the input")
-        if _same(g, w):
-            passed_whole = passed_whole or c["whole"]
-            continue
-        if t > 1 and _same(g, t * w):
-            raise GradeFailure(
-                f"{where}: the gradient is {t} times too large: g's backward "
-                "all-reduced again; it must be the identity"
-            )
-        raise GradeFailure(
-            f"{where}: g's backward changed the gradient ({_err(g, w)}): it is the identity"
+        own = (
+            "g's forward returned this rank's partial result: it must all-reduce (sum) over the "
+            f"group's {t} ranks"
         )
+        mistakes = [
+            (_randn(4, 6, seed=10 + c["gr"]), own),
+            (world_total, _over_world(c, "g's forward")),
+            (total / t, "g's forward is the mean, not the sum"),
+        ]
+        otherwise = f"g's forward differs from the group's sum ({_err(y, total)})"
+        expect(where, y, total, mistakes, otherwise + _not_whole(c))
+        if c["grad"] is None:
+            raise GradeFailure(f"{where}: no gradient reached the input")
+        again = (
+            f"the gradient is {t} times too large: g's backward all-reduced again; it must be "
+            "the identity"
+        )
+        otherwise = f"g's backward changed the gradient ({_err(c['grad'], w)}): it is the identity"
+        expect(where, c["grad"], w, [(t * w, again)], otherwise)
 
 
 # ----------------------------------------------------------------------------- 02 MLP
@@ -220,8 +223,8 @@ H = 12
 
 
 def _mlp_full():
-    import torch  # noqa: PLC0415 (torch ~1.5 s: this module loads without torch; only _mlp_full needs it)
-    import torch.nn as nn  # noqa: PLC0415 (torch ~1.5 s: this module loads without torch; only _mlp_full needs it)
+    import torch  # noqa: PLC0415 (lazy: torch)
+    import torch.nn as nn  # noqa: PLC0415 (lazy: torch)
 
     torch.manual_seed(3)
     fc1, fc2 = nn.Linear(H, 4 * H).double(), nn.Linear(4 * H, H).double()
@@ -254,6 +257,34 @@ def _mlp_body(gr, t, group, cls):
     )
 
 
+def _mlp_storage(c) -> None:
+    """A rank keeps only its shards: 1/t of the weights, in tensors of their own."""
+    t, where = c["t"], c["where"]
+    want_stored = (4 * H * H + 4 * H + H * 4 * H) // t + H
+    if t > 1 and c["stored"] >= 2 * H * 4 * H:
+        raise GradeFailure(
+            f"{where} stores {c['stored']} parameters, the whole MLP: keep "
+            f"only this rank's shards ({want_stored} with t = {t})"
+        )
+    if c["storage_bytes"] > 8 * want_stored:
+        name, shape, own, nbytes = max(c["per_param"], key=lambda p: p[3] - p[2])
+        raise GradeFailure(
+            f"{where}: parameter {name} {list(shape)} uses {own} bytes but keeps a storage "
+            f"of {nbytes} bytes alive: it is a view of the full weight, so the rank still "
+            f"stores all of it ({c['storage_bytes']} bytes of parameter storage, a 1/t "
+            f"share is {8 * want_stored}); copy the shard into its own tensor"
+        )
+
+
+def _mlp_own_dx(fc1, fc2, x, dy, sl):
+    """This rank's own contribution to dL/dx (what a missing f leaves)."""
+    import torch.nn.functional as F  # noqa: PLC0415 (lazy: torch)
+
+    u = F.linear(x.detach(), fc1.weight[sl].detach(), fc1.bias[sl].detach()).requires_grad_()
+    (F.linear(F.gelu(u), fc2.weight[:, sl].detach()) * dy).sum().backward()
+    return u.grad @ fc1.weight[sl].detach()
+
+
 @task(
     "tensor_parallel.column_row_mlp",
     "the column→row MLP equals the unsharded one (output, input and weight gradients) for "
@@ -261,7 +292,7 @@ def _mlp_body(gr, t, group, cls):
     "parameters holding 1/t of the weights in storage",
 )
 def check_column_row_mlp(cls, **_):
-    import torch.nn.functional as F  # noqa: PLC0415 (torch ~1.5 s: this module loads without torch; only check_column_row_mlp needs it)
+    import torch.nn.functional as F  # noqa: PLC0415 (lazy: torch)
 
     forbid_course_code(cls, CHAPTER, allow=_FG, what="write the parallel MLP")
     fc1, fc2 = _mlp_full()
@@ -269,63 +300,41 @@ def check_column_row_mlp(cls, **_):
     dy = _randn(2, 5, H, seed=5)
     ref = fc2(F.gelu(fc1(x)))
     (ref * dy).sum().backward()
-    passed_whole = False
-    for c in RANKS.launch(_mlp_body, cls):
+    ref = ref.detach()
+    bias_per_rank = (
+        "the output is off by (t−1)·bias: fc2's bias was added on every rank before the "
+        "all-reduce; add it once, after"
+    )
+    without_f = (
+        "the input gradient is this rank's partial sum: put f (copy_to_tp_region) before fc1 "
+        "so that backward all-reduces it"
+    )
+    for c in after_whole(RANKS.launch(_mlp_body, cls)):
         t, gr, where = c["t"], c["gr"], c["where"]
         k = 4 * H // t
         sl = slice(gr * k, (gr + 1) * k)
-        want_stored = (4 * H * H + 4 * H + H * 4 * H) // t + H
-        if t > 1 and c["stored"] >= 2 * H * 4 * H:
-            raise GradeFailure(
-                f"{where} stores {c['stored']} parameters, the whole MLP: keep "
-                f"only this rank's shards ({want_stored} with t = {t})"
-            )
-        if c["storage_bytes"] > 8 * want_stored:
-            name, shape, own, nbytes = max(c["per_param"], key=lambda p: p[3] - p[2])
-            raise GradeFailure(
-                f"{where}: parameter {name} {list(shape)} uses {own} bytes but keeps a storage "
-                f"of {nbytes} bytes alive: it is a view of the full weight, so the rank still "
-                f"stores all of it ({c['storage_bytes']} bytes of parameter storage, a 1/t "
-                f"share is {8 * want_stored}); copy the shard into its own tensor"
-            )
-        if not _same(c["y"], ref.detach()):
-            if t > 1 and _same(c["y"], ref.detach() + (t - 1) * fc2.bias.detach()):
-                raise GradeFailure(
-                    f"{where}: the output is off by (t−1)·bias: fc2's bias was "
-                    "added on every rank before the all-reduce; add it once, "
-                    "after"
-                )
-            raise GradeFailure(
-                f"{where}: output differs from the unsharded MLP "
-                f"({_err(c['y'], ref)}): fc1 keeps rows (output features) "
-                "r·4h/t…, fc2 columns (input features), then g sums" + _not_whole(c, passed_whole)
-            )
-        # this rank's own contribution to dL/dx (what a missing f leaves)
-        u = F.linear(x.detach(), fc1.weight[sl].detach(), fc1.bias[sl].detach())
-        u.requires_grad_()
-        part = F.linear(F.gelu(u), fc2.weight[:, sl].detach())
-        (part * dy).sum().backward()
-        own = u.grad @ fc1.weight[sl].detach()
-        if not _same(c["dx"], x.grad):
-            if t > 1 and _same(c["dx"], own):
-                raise GradeFailure(
-                    f"{where}: the input gradient is this rank's partial sum: "
-                    "put f (copy_to_tp_region) before fc1 so that backward "
-                    "all-reduces it"
-                )
-            raise GradeFailure(
-                f"{where}: the input gradient differs ({_err(c['dx'], x.grad)})"
-                + _not_whole(c, passed_whole)
-            )
-        want = [fc1.weight.grad[sl], fc1.bias.grad[sl], fc2.weight.grad[:, sl], fc2.bias.grad]
-        names = ["fc1.weight rows", "fc1.bias slice", "fc2.weight columns", "fc2.bias"]
-        for name, w in zip(names, want):
+        _mlp_storage(c)
+        mistakes = [(ref + (t - 1) * fc2.bias.detach(), bias_per_rank)]
+        otherwise = (
+            f"output differs from the unsharded MLP ({_err(c['y'], ref)}): fc1 keeps rows "
+            "(output features) r·4h/t…, fc2 columns (input features), then g sums"
+        )
+        expect(where, c["y"], ref, mistakes, otherwise + _not_whole(c))
+        mistakes = [(partial(_mlp_own_dx, fc1, fc2, x, dy, sl) if t > 1 else None, without_f)]
+        otherwise = f"the input gradient differs ({_err(c['dx'], x.grad)})"
+        expect(where, c["dx"], x.grad, mistakes, otherwise + _not_whole(c))
+        want = {
+            "fc1.weight rows": fc1.weight.grad[sl],
+            "fc1.bias slice": fc1.bias.grad[sl],
+            "fc2.weight columns": fc2.weight.grad[:, sl],
+            "fc2.bias": fc2.bias.grad,
+        }
+        for name, w in want.items():
             if not any(_same(g, w) for g in c["grads"]):
                 raise GradeFailure(
                     f"{where}: no parameter has the gradient of the {name} of "
-                    f"this rank (t = {t})" + _not_whole(c, passed_whole)
+                    f"this rank (t = {t})" + _not_whole(c)
                 )
-        passed_whole = passed_whole or c["whole"]
 
 
 # ----------------------------------------------------------------------------- 03 cross-entropy
@@ -349,17 +358,18 @@ def _ce_shift(label, members) -> float:
 
 
 def _ce_data(scale, shift=0.0):
-    import torch  # noqa: PLC0415 (torch ~1.5 s: this module loads without torch; only _ce_data needs it)
+    import torch  # noqa: PLC0415 (lazy: torch)
 
     logits = scale * _randn(N, V, seed=6) + shift  # (N, V); exp() overflows at 1000
     return logits, torch.tensor(TARGETS)
 
 
 def _ce_body(gr, t, group, fn):
-    import torch.distributed as dist  # noqa: PLC0415 (torch ~1.5 s: this module loads without torch; only _ce_body needs it)
+    import torch.distributed as dist  # noqa: PLC0415 (lazy: torch)
 
-    members = list(range(dist.get_world_size())) if group is None else None
-    members = members or dist.get_process_group_ranks(group)
+    members = (
+        list(range(dist.get_world_size())) if group is None else dist.get_process_group_ranks(group)
+    )
     out = {}
     for label, scale in CE_SCALES:
         os.write(
@@ -379,58 +389,57 @@ def _ce_body(gr, t, group, fn):
     return dict(ce=out)
 
 
+def _ce_refs():
+    """(label, shift) -> (logits, target, loss, logit gradient) of one process's cross-entropy."""
+    import torch.nn.functional as F  # noqa: PLC0415 (lazy: torch)
+
+    refs = {}
+    for label, scale in CE_SCALES:
+        for shift in {_ce_shift(label, []), _ce_shift(label, [0])}:
+            logits, target = _ce_data(scale, shift)
+            full = logits.clone().requires_grad_()
+            loss = F.cross_entropy(full, target)
+            loss.backward()
+            refs[label, shift] = (logits, target, loss.detach(), full.grad)
+    return refs
+
+
 def _ce_variants(logits, target, t, gr):
-    """What rank gr of t returns for the classic mistakes (loss values, one process)."""
-    import torch  # noqa: PLC0415 (torch ~1.5 s: this module loads without torch; only _ce_variants needs it)
+    """The classic mistakes' losses on rank gr of t (one process), as :func:`expect`'s table."""
+    import torch  # noqa: PLC0415 (lazy: torch)
 
     per = V // t
-    lo = gr * per
-    gmax = logits.max(-1, keepdim=True).values
-    z = logits - gmax  # (N, V)
-    shard = slice(lo, lo + per)
-    owned = (target >= lo) & (target < lo + per)
-    picked = z.gather(-1, target.unsqueeze(-1)).squeeze(-1)  # (N,)
-    sum_e = z.exp().sum(-1)
-    local_sum = z[:, shard].exp().sum(-1)
-    local_pick = torch.where(owned, picked, torch.zeros_like(picked))
-    # each rank's own max: picked and sums on different scales
-    lp, ls = 0.0, 0.0
-    for r in range(t):
-        zr = logits[:, r * per : (r + 1) * per]
-        zr = zr - zr.max(-1, keepdim=True).values
-        own = (target >= r * per) & (target < (r + 1) * per)
-        lp = (
-            lp + zr.gather(-1, (target - r * per).clamp(0, per - 1).unsqueeze(-1)).squeeze(-1) * own
-        )
-        ls = ls + zr.exp().sum(-1)
-    return {
-        "exp_sum": (
-            (local_sum.log() - picked).mean(),
+    z = logits - logits.max(-1, keepdim=True).values  # (N, V), the global max subtracted
+    shards = logits.view(N, t, per)
+    zl = (shards - shards.max(-1, keepdim=True).values).view(N, V)  # each rank's own max
+    pick = lambda z: z.gather(-1, target.unsqueeze(-1)).squeeze(-1)  # (N,)
+    owned = (target >= gr * per) & (target < (gr + 1) * per)
+    return [
+        (
+            (z[:, gr * per : (gr + 1) * per].exp().sum(-1).log() - pick(z)).mean(),
             "the sum of exponentials is this rank's own: sum exp(logit − max) over "
             "the group's ranks (reduce_from_tp_region) before the log",
         ),
-        "picked": (
-            (sum_e.log() - local_pick).mean(),
+        (
+            (z.exp().sum(-1).log() - torch.where(owned, pick(z), 0.0)).mean(),
             "the target logit is taken on its owner only and never summed over the "
             "ranks, so the other ranks miss it: sum it over the group "
             "(reduce_from_tp_region)",
         ),
-        "local_max": (
-            (ls.log() - lp).mean(),
+        (  # picked and sums on different scales
+            (zl.exp().sum(-1).log() - pick(zl)).mean(),
             "each rank subtracted its own max, so the ranks' exp-sums are on "
             "different scales: all-reduce the max with ReduceOp.MAX so every rank "
             "uses the global one",
         ),
-    }
+    ]
 
 
-def _picks(grad_full, logits, target, t):
+def _picks(grad_full, logits, target):
     """Per token, the vocabulary ids whose logit was taken as the target's, read from the
     gradient (softmax − one-hot)/N; None if the gradient is not of that form."""
-    import torch  # noqa: PLC0415 (torch ~1.5 s: this module loads without torch; only _picks needs it)
+    import torch  # noqa: PLC0415 (lazy: torch)
 
-    if grad_full is None:
-        return None
     soft = torch.softmax(logits, -1)
     d = grad_full * N - soft  # −1 where a target logit was taken
     if not torch.allclose(d, d.round(), atol=1e-6) or bool((d.round() > 0).any()):
@@ -448,6 +457,7 @@ def _owner_text(T, t):
 
 
 def _diagnose_picks(picks, target, t):
+    """What is wrong with the ids whose logits were taken as the targets', or None."""
     per = V // t
     for i, got in enumerate(picks):
         T = int(target[i])
@@ -477,6 +487,88 @@ def _diagnose_picks(picks, target, t):
     return None
 
 
+def _ce_picks_reason(c, label, logits, target):
+    """What is wrong with the ids whose logits the case's group took as the targets' (read from
+    the group's gathered logit gradients), or None."""
+    import torch  # noqa: PLC0415 (lazy: torch)
+
+    group = [m for m in c["batch"] if m["label"] == c["label"] and m["members"] == c["members"]]
+    grads = [m["ce"][label]["grad"] for m in sorted(group, key=lambda m: m["gr"])]
+    if any(g is None for g in grads):
+        return None
+    picks = _picks(torch.cat(grads, -1), logits, target)  # (N, V)
+    return picks and _diagnose_picks(picks, target, c["t"])
+
+
+def _ce_loss_fault(c, label, loss, ref, logits, target) -> str:
+    """Why the case's loss under ``label`` is not ``ref``: the first classic mistake it shows."""
+    import torch  # noqa: PLC0415 (lazy: torch)
+
+    if label == SHIFTED and not c["whole"]:  # right when every group's were ~1
+        held = "~1000" if _ce_shift(label, c["members"]) else "of size ~1"
+        return (
+            f"the loss is {loss.item():.6g}, expected {ref.item():.6g}, while it was right when "
+            f"every group held logits of size ~1: here TP group {c['members']} holds logits "
+            f"{held} and another group's differ by ~1000, so a value taken over the whole "
+            "world (the max above all) is not this group's and exp(logit − max) under- or "
+            "overflows: pass group= to every all-reduce, the MAX one too"
+        )
+    if not torch.isfinite(loss):
+        if label != CE_SCALES[0][0]:  # the ~1 case passed
+            return (
+                f"the loss is {loss.item()}, while it was right with logits of size ~1: exp "
+                "overflows; subtract the global max (all-reduce the max with ReduceOp.MAX) "
+                "before exp"
+            )
+        return f"the loss is {loss.item()}"
+    if _same(loss, N * ref):
+        return f"the loss is the SUM over the {N} tokens: return the mean"
+    why = _ce_picks_reason(c, label, logits, target)
+    if why:
+        return why + _not_whole(c)
+    variants = _ce_variants(logits, target, c["t"], c["gr"]) if c["t"] > 1 else ()
+    return named_mistake(loss, variants) or (
+        f"the loss differs from F.cross_entropy on the gathered logits ({_err(loss, ref)})"
+        + _not_whole(c)
+    )
+
+
+def _ce_max_grad(logits, want, gr, per):
+    """The logit gradient when the max is not detached: backward also sends −Σ(this rank's
+    gradient) to each token's largest local logit."""
+    import torch  # noqa: PLC0415 (lazy: torch)
+
+    pred = want.clone()
+    pred[torch.arange(N), logits[:, gr * per : (gr + 1) * per].argmax(-1)] -= want.sum(-1)
+    return pred
+
+
+def _ce_grad_fault(c, label, got, want, logits, target) -> str:
+    """Why the case's logit gradient under ``label`` (its loss right) is not ``want``."""
+    t, gr = c["t"], c["gr"]
+    mistakes = [
+        (
+            t * want,
+            f"the loss is right but the logit gradient is {t} times too large: the sums' "
+            "all-reduce also ran in backward; with g (reduce_from_tp_region) backward is the "
+            "identity",
+        ),
+        (
+            partial(_ce_max_grad, logits, want, gr, V // t) if t > 1 else None,
+            "the loss is right but the gradient also flows through the max (to each token's "
+            "largest local logit): compute the max on a detached tensor; it cancels out of "
+            "the loss",
+        ),
+    ]
+    why = named_mistake(got, mistakes)
+    if why:
+        return why
+    why = _ce_picks_reason(c, label, logits, target)
+    if why:
+        return f"the loss is right but the gradient is not: {why}" + _not_whole(c)
+    return f"the loss is right but the logit gradient is not ({_err(got, want)})" + _not_whole(c)
+
+
 @task(
     "tensor_parallel.vocab_parallel_cross_entropy",
     "the loss and logit gradients equal one process's cross-entropy for t = 1, 2, 3 (the "
@@ -484,111 +576,33 @@ def _diagnose_picks(picks, target, t):
     "boundary, logits of size ~1 and ~1000, and groups whose logits differ by ~1000",
 )
 def check_vocab_parallel_cross_entropy(fn, **_):
-    import torch  # noqa: PLC0415 (torch ~1.5 s: this module loads without torch; only check_vocab_parallel_cross_entropy needs it)
-    import torch.nn.functional as F  # noqa: PLC0415 (torch ~1.5 s: this module loads without torch; only check_vocab_parallel_cross_entropy needs it)
+    import torch  # noqa: PLC0415 (lazy: torch)
 
     forbid_course_code(fn, CHAPTER, allow=_FG, what="write the cross-entropy")
-    refs = {}
-    for label, scale in CE_SCALES:
-        for shift in {_ce_shift(label, []), _ce_shift(label, [0])}:
-            logits, target = _ce_data(scale, shift)
-            full = logits.clone().requires_grad_()
-            loss = F.cross_entropy(full, target)
-            loss.backward()
-            refs[label, shift] = (logits, target, loss.detach(), full.grad)
-    passed_whole = False
-    for c in RANKS.launch(_ce_body, fn):
-        t, gr = c["t"], c["gr"]
-        per = V // t
+    refs = _ce_refs()
+    for c in after_whole(RANKS.launch(_ce_body, fn)):
+        per, gr = V // c["t"], c["gr"]
         for label, _scale in CE_SCALES:
             logits, target, ref, ref_grad = refs[label, _ce_shift(label, c["members"])]
-            where = f"{c['where']}, {label}"
             r = c["ce"][label]
-            loss = r["loss"]
+            where, loss, got = f"{c['where']}, {label}", r["loss"], r["grad"]
             if not isinstance(loss, torch.Tensor) or loss.numel() != 1:
                 shape = tuple(loss.shape) if isinstance(loss, torch.Tensor) else type(loss)
                 raise GradeFailure(
-                    f"{where}: the loss is {shape}: return the mean over the "
-                    "tokens, a scalar tensor"
+                    f"{where}: the loss is {shape}: return the mean over the tokens, a scalar "
+                    "tensor"
                 )
-            group_grad = None
-            members = [
-                m for m in c["batch"] if m["label"] == c["label"] and m["members"] == c["members"]
-            ]
-            if all(m["ce"][label]["grad"] is not None for m in members):
-                group_grad = torch.cat(
-                    [m["ce"][label]["grad"] for m in sorted(members, key=lambda m: m["gr"])], -1
-                )  # (N, V)
             if not _same(loss, ref):
-                if label == SHIFTED and not c["whole"]:  # right when every group's were ~1
-                    held = "~1000" if _ce_shift(label, c["members"]) else "of size ~1"
-                    raise GradeFailure(
-                        f"{where}: the loss is {loss.item():.6g}, expected {ref.item():.6g}, "
-                        f"while it was right when every group held logits of size ~1: here "
-                        f"TP group {c['members']} holds logits {held} and another group's "
-                        "differ by ~1000, so a value taken over the whole world (the max "
-                        "above all) is not this group's and exp(logit − max) under- or "
-                        "overflows: pass group= to every all-reduce, the MAX one too"
-                    )
-                if not torch.isfinite(loss):
-                    if label != CE_SCALES[0][0]:  # the ~1 case passed
-                        raise GradeFailure(
-                            f"{where}: the loss is {loss.item()}, while it was "
-                            "right with logits of size ~1: exp overflows; "
-                            "subtract the global max (all-reduce the max with "
-                            "ReduceOp.MAX) before exp"
-                        )
-                    raise GradeFailure(f"{where}: the loss is {loss.item()}")
-                if _same(loss, N * ref):
-                    raise GradeFailure(
-                        f"{where}: the loss is the SUM over the {N} tokens: return the mean"
-                    )
-                picks = _picks(group_grad, logits, target, t)
-                why = picks and _diagnose_picks(picks, target, t)
-                if why:
-                    raise GradeFailure(f"{where}: {why}" + _not_whole(c, passed_whole))
-                for value, reason in _ce_variants(logits, target, t, gr).values():
-                    if t > 1 and _same(loss, value):
-                        raise GradeFailure(f"{where}: {reason}")
                 raise GradeFailure(
-                    f"{where}: the loss differs from F.cross_entropy on the "
-                    f"gathered logits ({_err(loss, ref)})" + _not_whole(c, passed_whole)
+                    f"{where}: {_ce_loss_fault(c, label, loss, ref, logits, target)}"
                 )
             want = ref_grad[:, gr * per : (gr + 1) * per]
-            got = r["grad"]
             if got is None:
                 raise GradeFailure(f"{where}: the loss is right but no gradient reached the logits")
             if not _same(got, want):
-                if t > 1 and _same(got, t * want):
-                    raise GradeFailure(
-                        f"{where}: the loss is right but the logit gradient is "
-                        f"{t} times too large: the sums' all-reduce also ran in "
-                        "backward; with g (reduce_from_tp_region) backward is "
-                        "the identity"
-                    )
-                # the max not detached: backward sends −Σ(this rank's gradient) to its argmax
-                pred = want.clone()
-                idx = logits[:, gr * per : (gr + 1) * per].argmax(-1)
-                pred[torch.arange(N), idx] -= want.sum(-1)
-                if t > 1 and _same(got, pred):
-                    raise GradeFailure(
-                        f"{where}: the loss is right but the gradient also flows "
-                        "through the max (to each token's largest local logit): "
-                        "compute the max on a detached tensor; it cancels out "
-                        "of the loss"
-                    )
-                picks = _picks(group_grad, logits, target, t)
-                why = picks and _diagnose_picks(picks, target, t)
-                if why:
-                    raise GradeFailure(
-                        f"{where}: the loss is right but the gradient is not: "
-                        f"{why}" + _not_whole(c, passed_whole)
-                    )
                 raise GradeFailure(
-                    f"{where}: the loss is right but the logit gradient is not "
-                    f"({_err(got, want)})" + _not_whole(c, passed_whole)
+                    f"{where}: {_ce_grad_fault(c, label, got, want, logits, target)}"
                 )
-        passed_whole = passed_whole or c["whole"]
 
 
 # ----------------------------------------------------------------------------- 04 SP layer norm
@@ -596,8 +610,8 @@ S, HS, OUT = 6, 8, 12
 
 
 def _sp_full():
-    import torch  # noqa: PLC0415 (torch ~1.5 s: this module loads without torch; only _sp_full needs it)
-    import torch.nn as nn  # noqa: PLC0415 (torch ~1.5 s: this module loads without torch; only _sp_full needs it)
+    import torch  # noqa: PLC0415 (lazy: torch)
+    import torch.nn as nn  # noqa: PLC0415 (lazy: torch)
 
     torch.manual_seed(8)
     ln = nn.LayerNorm(HS).double()
@@ -607,7 +621,7 @@ def _sp_full():
 
 
 def _sp_body(gr, t, group, cls):
-    import torch.nn.functional as F  # noqa: PLC0415 (torch ~1.5 s: this module loads without torch; only _sp_body needs it)
+    import torch.nn.functional as F  # noqa: PLC0415 (lazy: torch)
 
     ln, A = _sp_full()
     m = cls(HS, group).double()
@@ -628,18 +642,46 @@ def _sp_body(gr, t, group, cls):
     )
 
 
-def _sp_partials(ln, x, go, t):
+def _sp_partials(x, go, t):
     """Per group rank: the layer-norm (weight, bias) gradients from its s/t tokens only."""
-    import torch.nn.functional as F  # noqa: PLC0415 (torch ~1.5 s: this module loads without torch; only _sp_partials needs it)
+    import torch.nn.functional as F  # noqa: PLC0415 (lazy: torch)
 
-    k, out = S // t, []
-    for r in range(t):
-        w = ln.weight.detach().clone().requires_grad_()
-        b = ln.bias.detach().clone().requires_grad_()
-        o = F.layer_norm(x.detach()[:, r * k : (r + 1) * k], (HS,), w, b)
-        (o * go[:, r * k : (r + 1) * k]).sum().backward()
-        out.append((w.grad, b.grad))
-    return out
+    k, wb = S // t, (F.layer_norm(x.detach(), (HS,)) * go, go)  # the weight's, the bias's terms
+    return [tuple(d[:, r * k : (r + 1) * k].sum((0, 1)) for d in wb) for r in range(t)]
+
+
+def _sp_sliced_dx(ln, A, x, dy, t, gr):
+    """The gradient of x from a backward that only slices its own gradient (no reduction)."""
+    import torch.nn.functional as F  # noqa: PLC0415 (lazy: torch)
+
+    k, cc = S // t, OUT // t
+    xs = x.detach()[:, gr * k : (gr + 1) * k].clone().requires_grad_()
+    o = F.layer_norm(xs, (HS,), ln.weight.detach(), ln.bias.detach())
+    mine = dy[..., gr * cc : (gr + 1) * cc] @ A[gr * cc : (gr + 1) * cc]
+    (o * mine[:, gr * k : (gr + 1) * k]).sum().backward()
+    return xs.grad
+
+
+def _sp_grad_mistakes(c, what, want, own, over_world):
+    """The classic mistakes of a layer-norm parameter's gradient, as :func:`expect`'s table."""
+    t = c["t"]
+    return [
+        (
+            want / t,
+            f"{what} is the MEAN over the group's {t} ranks: each rank's gradient covers "
+            "different tokens, so they add up -- sum them, do not average",
+        ),
+        (
+            own if t > 1 else None,
+            f"{what} is this rank's partial sum over its s/t = {S // t} tokens: all-reduce (sum) "
+            "it over the group in finish_grads",
+        ),
+        (
+            over_world,
+            f"{what} is summed over all {c['world']} ranks of the world, not over its group "
+            f"{c['members']}: pass group= to the all-reduce",
+        ),
+    ]
 
 
 @task(
@@ -649,7 +691,7 @@ def _sp_partials(ln, x, go, t):
     "subgroup)",
 )
 def check_sp_layernorm(cls, **_):
-    import torch.nn.functional as F  # noqa: PLC0415 (torch ~1.5 s: this module loads without torch; only check_sp_layernorm needs it)
+    import torch.nn.functional as F  # noqa: PLC0415 (lazy: torch)
 
     forbid_course_code(cls, CHAPTER, allow=_FG, what="write the sequence-parallel region")
     ln, A = _sp_full()
@@ -657,64 +699,33 @@ def check_sp_layernorm(cls, **_):
     dy = _randn(2, S, OUT, seed=13)
     out = ln(x)
     (F.linear(out, A) * dy).sum().backward()
-    go = dy @ A  # (b, s, h) gradient of the gather
-    passed_whole = False
-    for c in RANKS.launch(_sp_body, cls):
+    out, go = out.detach(), dy @ A  # go: (b, s, h) gradient of the gather
+    sliced = (
+        "backward kept this rank's slice of its own gradient: the column layer's ranks each "
+        "contribute a part, reduce-scatter (sum, then slice) along s"
+    )
+    for c in after_whole(RANKS.launch(_sp_body, cls)):
         t, gr, where = c["t"], c["gr"], c["where"]
-        k, cc = S // t, OUT // t
-        if not _same(c["g"], out.detach()):
-            raise GradeFailure(
-                f"{where}: the gathered output differs from the layer norm of the "
-                f"whole sequence ({_err(c['g'], out)}): all-gather along dim 1, "
-                "slices in rank order" + _not_whole(c, passed_whole)
-            )
-        want_dx = x.grad[:, gr * k : (gr + 1) * k]
-        if not _same(c["dx"], want_dx):
-            # what a backward that only slices its own gradient gives
-            xs = x.detach()[:, gr * k : (gr + 1) * k].clone().requires_grad_()
-            o = F.layer_norm(xs, (HS,), ln.weight.detach(), ln.bias.detach())
-            mine = dy[..., gr * cc : (gr + 1) * cc] @ A[gr * cc : (gr + 1) * cc]
-            (o * mine[:, gr * k : (gr + 1) * k]).sum().backward()
-            if t > 1 and _same(c["dx"], xs.grad):
-                raise GradeFailure(
-                    f"{where}: backward kept this rank's slice of its own "
-                    "gradient: the column layer's ranks each contribute a "
-                    "part, reduce-scatter (sum, then slice) along s"
-                )
-            raise GradeFailure(
-                f"{where}: the gradient of x differs "
-                f"({_err(c['dx'], want_dx)})" + _not_whole(c, passed_whole)
-            )
-        partial = _sp_partials(ln, x, go, t)[gr]
-        world_sum = None
+        otherwise = (
+            f"the gathered output differs from the layer norm of the whole sequence "
+            f"({_err(c['g'], out)}): all-gather along dim 1, slices in rank order"
+        )
+        expect(where, c["g"], out, (), otherwise + _not_whole(c))
+        want_dx = x.grad[:, gr * S // t : (gr + 1) * S // t]
+        mistakes = [(partial(_sp_sliced_dx, ln, A, x, dy, t, gr) if t > 1 else None, sliced)]
+        otherwise = f"the gradient of x differs ({_err(c['dx'], want_dx)})"
+        expect(where, c["dx"], want_dx, mistakes, otherwise + _not_whole(c))
+        own = _sp_partials(x, go, t)[gr]
+        world = None
         if not c["whole"]:
-            each = [_sp_partials(ln, x, go, tr)[g] for g, tr in zip(c["gr_of"], c["size_of"])]
-            world_sum = [sum(e[i] for e in each) for i in range(2)]
-        for i, (name, got, want) in enumerate(
-            (("weight", c["dw"], ln.weight.grad), ("bias", c["db"], ln.bias.grad))
-        ):
-            if _same(got, want):
-                continue
-            what = f"{where}: the layer-norm {name} gradient"
+            each = [_sp_partials(x, go, tr)[g] for g, tr in zip(c["gr_of"], c["size_of"])]
+            world = [sum(e[i] for e in each) for i in range(2)]
+        params = (("weight", c["dw"], ln.weight.grad), ("bias", c["db"], ln.bias.grad))
+        for i, (name, got, want) in enumerate(params):
+            what = f"the layer-norm {name} gradient"
             if got is None:
-                raise GradeFailure(f"{what} is None")
-            if t > 1 and _same(got, want / t):
-                raise GradeFailure(
-                    f"{what} is the MEAN over the group's {t} ranks: each rank's "
-                    "gradient covers different tokens, so they add up -- sum "
-                    "them, do not average"
-                )
-            if t > 1 and _same(got, partial[i]):
-                raise GradeFailure(
-                    f"{what} is this rank's partial sum over its s/t = {k} "
-                    "tokens: all-reduce (sum) it over the group in "
-                    "finish_grads"
-                )
-            if world_sum is not None and _same(got, world_sum[i]):
-                raise GradeFailure(
-                    f"{what} is summed over all {c['world']} ranks of the world, "
-                    f"not over its group {c['members']}: pass group= to the "
-                    "all-reduce"
-                )
-            raise GradeFailure(f"{what} differs ({_err(got, want)})" + _not_whole(c, passed_whole))
-        passed_whole = passed_whole or c["whole"]
+                raise GradeFailure(f"{where}: {what} is None")
+            mistakes = _sp_grad_mistakes(c, what, want, own[i], world and world[i])
+            expect(
+                where, got, want, mistakes, f"{what} differs ({_err(got, want)})" + _not_whole(c)
+            )
