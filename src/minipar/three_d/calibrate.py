@@ -187,13 +187,6 @@ def measure_on_rank(
     return out
 
 
-def calibrate(ranks: int = 4, config: GPTConfig = TINY, reps: int = 3) -> model.Machine:
-    """Measure on ``ranks`` gloo ranks and fit :class:`minipar.cost.validation.calibrate.Machine`."""
-    return fit_machine(
-        run(measure_on_rank, ranks, config, BATCHES, reps, backend="gloo"), ranks, config
-    )
-
-
 def _slowest(per: list[dict], key: str, *path, i: int = 0) -> tuple[list, list]:
     """(sizes, seconds) of one measurement, the slowest rank per size (a layout waits for it);
     ``i`` 0 for wall, 1 for CPU seconds."""
@@ -254,7 +247,7 @@ def time_layout_on_rank(
     b: int = MICRO,
     steps: int = 3,
 ) -> float:
-    """The fastest step's seconds (as :func:`_timed`) of the 3D GPT (:mod:`minipar.three_d.train`'s
+    """The fastest of ``steps`` steps' seconds of the 3D GPT (:mod:`minipar.three_d.train`'s
     composition: SP inside TP, 1F1B, ZeRO-1) on this rank, after one warm-up step."""
     from .train import stage_3d  # noqa: PLC0415 (lazy: dtensor)
 

@@ -64,7 +64,7 @@ from minipar.tensor_parallel import (
 )
 
 from .moe_gpt import EXPERTS, TINY, TOP_K, MoEGPT, MoELayer, moe_gpt
-from .train import Workload, gather_from_tp_ranks
+from .train import Workload, gather_from_tp_ranks, max_diff
 
 LR = 0.01
 BUGS = (None, "no_cp_grad_reduction", "experts_over_ep", "router_not_over_tp")
@@ -178,10 +178,6 @@ def reduce_gradients(stage: Stage5D, groups: dict, grid: Grid, bug: str | None =
     return {"router": router, "dense": n_dense, "experts": n_exp}
 
 
-def _max_diff(ours, expected) -> float:
-    return max((a.detach() - b.detach()).abs().max().item() for a, b in zip(ours, expected))
-
-
 def _reference(build, batches, steps: int):
     """One process on the whole batches: first-step gradients (as a model whose weights are
     them) and the model ``build()`` after ``steps`` Adam steps."""
@@ -243,8 +239,8 @@ def train_5d_on_rank(
         expected_grads = Stage5D(ref_grads, c.pp, p, groups, layout).parameters()
         expected = Stage5D(ref_model, c.pp, p, groups, layout).parameters()
         r = {
-            "params": _max_diff(list(stage.parameters()), list(expected)),
-            "grads": _max_diff(grads0, list(expected_grads)),
+            "params": max_diff(list(stage.parameters()), list(expected)),
+            "grads": max_diff(grads0, list(expected_grads)),
         }
         if bug is None:
             r["traffic"] = {f"{k}:{op}": v for (k, op), v in sorted(tr.by_group().items())}

@@ -157,7 +157,8 @@ def stage_3d(full: GPT, i_p: int, p: int, tp_group, mode: str = "sp") -> Stage3D
     return Stage3D(full, i_p, p, tp_group, mode)
 
 
-def _max_diff(ours, expected) -> float:
+def max_diff(ours, expected) -> float:
+    """The largest |a − b| over paired tensors (parameters, gradients) of two lists."""
     return max((a.detach() - b.detach()).abs().max().item() for a, b in zip(ours, expected))
 
 
@@ -231,8 +232,8 @@ def train_3d_on_rank(
         ref_stage = stage_3d(ref_grads, c.pp, p, groups.tp, mode)
         expected_params = stage_3d(ref_model, c.pp, p, groups.tp, mode).parameters()
         r = {
-            "params": _max_diff(list(stage.parameters()), list(expected_params)),
-            "grads": _max_diff(grads0, list(ref_stage.parameters())),
+            "params": max_diff(list(stage.parameters()), list(expected_params)),
+            "grads": max_diff(grads0, list(ref_stage.parameters())),
             "loss": max((abs(a - e) for a, e in zip(losses, ref_losses)), default=0.0),
         }
         if bug is None:
