@@ -32,11 +32,6 @@ CHAPTER = "pipeline_parallel"
 _STAGE = ("GPTStage",)  # the stage the checker hands to the learner's code may be called
 
 
-def _run(fn, n, *args):
-    """The ranks under the grader's shared limits (:mod:`minipar.grading.limits`)."""
-    return run_ranks(fn, n, *args)
-
-
 def _call(fn, *args, allow=()):
     """``fn(*args)`` in this process, rejecting calls into the course's pipeline code."""
     return call_own(CHAPTER, fn, *args, allow=allow)
@@ -62,7 +57,7 @@ def _warmup_text(name, r, p, m, v, k_ref) -> str:
     return f"warm-up {expr} = {w}"
 
 
-def _as_actions(lists, p, what):
+def _as_actions(lists, what):
     if not isinstance(lists, (list, tuple)):
         raise GradeFailure(f"{what} must return a list of actions, got {type(lists).__name__}")
     out = []
@@ -85,56 +80,72 @@ def _leading_forwards(acts) -> int:
 
 
 def _diagnose_schedule(fn, name, cases, v_of=lambda p: 1):
-    """Compare fn(rank, p, m[, v]) with the reference for each (p, m); raise naming the slip."""
+    """Compare fn(rank, p, m[, v]) with the reference for each (p, m); raise naming the slip:
+    a stage the rank does not own, a warm-up of the wrong length, backward units in forward
+    chunk order, a deadlock or too many micro-batches in flight, else the first difference."""
     for p, m in cases:
         v = v_of(p)
         args = (p, m) if name == "1f1b" else (p, m, v)
         ref = schedule(name, p, m, v)
-        got = [
-            _as_actions(_call(fn, r, *args), p, f"rank {r} (p = {p}, m = {m})") for r in range(p)
-        ]
-        if got == ref:
-            continue
-        for r, acts in enumerate(got):
-            owned = {r + c * p for c in range(v)}
-            for a in acts:
-                if a.stage not in owned:
-                    own = f"stage {r}" if v == 1 else f"stages {sorted(owned)} (r + c·p)"
-                    raise GradeFailure(f"p = {p}, m = {m}: rank {r} runs {a} but owns {own}")
-        for r, (acts, want) in enumerate(zip(got, ref)):
-            k, k_ref = _leading_forwards(acts), _leading_forwards(want)
-            if k != k_ref:
-                raise GradeFailure(
-                    f"p = {p}, m = {m}"
-                    + ("" if v == 1 else f", v = {v}")
-                    + f": rank {r} runs {k} forwards before its first backward, "
-                    f"expected {k_ref} (" + _warmup_text(name, r, p, m, v, k_ref) + ")"
-                )
-        if v > 1:
-            _backward_chunk_order(got, ref, p, m, v)
-        try:
-            sim = simulate(got, m)
-        except ScheduleError as e:
-            raise GradeFailure(f"p = {p}, m = {m}: {e}") from None
-        for r in range(p):
-            if sim.peak_in_flight[r] > peak_in_flight(name, r, p, m, v):
-                raise GradeFailure(
-                    f"p = {p}, m = {m}: rank {r} holds {sim.peak_in_flight[r]} "
-                    f"micro-batches at once, {name} holds at most "
-                    f"{peak_in_flight(name, r, p, m, v)}"
-                )
-        for r, (acts, want) in enumerate(zip(got, ref)):
-            if acts != want:
-                i = (
-                    next(j for j, (a, b) in enumerate(zip(acts, want)) if a != b)
-                    if any(a != b for a, b in zip(acts, want))
-                    else min(len(acts), len(want))
-                )
-                have = acts[i] if i < len(acts) else "nothing"
-                need = want[i] if i < len(want) else "nothing"
-                raise GradeFailure(
-                    f"p = {p}, m = {m}: rank {r}'s action {i} is {have}, {name} runs {need} there"
-                )
+        got = [_as_actions(_call(fn, r, *args), f"rank {r} (p = {p}, m = {m})") for r in range(p)]
+        if got != ref:
+            _stage_ownership(got, p, m, v)
+            _warmup_lengths(got, ref, name, p, m, v)
+            if v > 1:
+                _backward_chunk_order(got, ref, p, m, v)
+            _simulated(got, name, p, m, v)
+            _first_difference(got, ref, name, p, m)
+
+
+def _stage_ownership(got, p, m, v) -> None:
+    """Name an action on a stage its rank does not own (rank r owns stages r + c·p)."""
+    for r, acts in enumerate(got):
+        owned = {r + c * p for c in range(v)}
+        for a in acts:
+            if a.stage not in owned:
+                own = f"stage {r}" if v == 1 else f"stages {sorted(owned)} (r + c·p)"
+                raise GradeFailure(f"p = {p}, m = {m}: rank {r} runs {a} but owns {own}")
+
+
+def _warmup_lengths(got, ref, name, p, m, v) -> None:
+    """Name a rank whose forwards before its first backward are not the warm-up's."""
+    for r, (acts, want) in enumerate(zip(got, ref)):
+        k, k_ref = _leading_forwards(acts), _leading_forwards(want)
+        if k != k_ref:
+            raise GradeFailure(
+                f"p = {p}, m = {m}"
+                + ("" if v == 1 else f", v = {v}")
+                + f": rank {r} runs {k} forwards before its first backward, "
+                f"expected {k_ref} (" + _warmup_text(name, r, p, m, v, k_ref) + ")"
+            )
+
+
+def _simulated(got, name, p, m, v) -> None:
+    """Name a deadlock, or a rank holding more micro-batches at once than the schedule does."""
+    try:
+        sim = simulate(got, m)
+    except ScheduleError as e:
+        raise GradeFailure(f"p = {p}, m = {m}: {e}") from None
+    for r in range(p):
+        if sim.peak_in_flight[r] > peak_in_flight(name, r, p, m, v):
+            raise GradeFailure(
+                f"p = {p}, m = {m}: rank {r} holds {sim.peak_in_flight[r]} "
+                f"micro-batches at once, {name} holds at most "
+                f"{peak_in_flight(name, r, p, m, v)}"
+            )
+
+
+def _first_difference(got, ref, name, p, m) -> None:
+    """Name the first action of the first rank whose list differs from the reference's."""
+    for r, (acts, want) in enumerate(zip(got, ref)):
+        if acts != want:
+            pairs = enumerate(zip(acts, want))
+            i = next((j for j, (a, b) in pairs if a != b), min(len(acts), len(want)))
+            have = acts[i] if i < len(acts) else "nothing"
+            need = want[i] if i < len(want) else "nothing"
+            raise GradeFailure(
+                f"p = {p}, m = {m}: rank {r}'s action {i} is {have}, {name} runs {need} there"
+            )
 
 
 def _backward_chunk_order(got, ref, p, m, v) -> None:
@@ -153,7 +164,7 @@ def _backward_chunk_order(got, ref, p, m, v) -> None:
 
 
 def _train_one_step(rank, p, m, lists):
-    from minipar.pipeline_parallel import train  # noqa: PLC0415 (torch ~1.5 s: this module loads without torch; only _train_one_step needs it)
+    from minipar.pipeline_parallel import train  # noqa: PLC0415 (lazy: torch)
 
     c, opts = train.small_config(L=6), train.TrainOptions(actions=lists)
     return train.train_rank(rank, p, "1f1b", m, 1, c, train.token_batches(1, 2 * m, c), opts).grads
@@ -165,7 +176,7 @@ def _train_one_step(rank, p, m, lists):
     "equals 1F1B for p = 1..4 and several m (simulated), and trains like one process on 3 ranks",
 )
 def check_one_f_one_b(fn, **_):
-    from minipar.pipeline_parallel.train import (  # noqa: PLC0415 (torch ~1.5 s: this module loads without torch; only check_one_f_one_b needs it)
+    from minipar.pipeline_parallel.train import (  # noqa: PLC0415 (lazy: torch)
         max_error,
         small_config,
         token_batches,
@@ -175,8 +186,8 @@ def check_one_f_one_b(fn, **_):
     forbid_course_code(fn, CHAPTER, what="write the schedule")
     _diagnose_schedule(fn, "1f1b", [(1, 3), (2, 2), (2, 5), (3, 3), (3, 7), (4, 8), (4, 2)])
     p, m = 3, 5
-    lists = [_as_actions(_call(fn, r, p, m), p, "rank") for r in range(p)]
-    grads = _run(_train_one_step, p, m, lists)
+    lists = [_as_actions(_call(fn, r, p, m), "rank") for r in range(p)]
+    grads = run_ranks(_train_one_step, p, m, lists)
     c = small_config(L=6)
     _, ref, _ = train_reference(c, token_batches(1, 2 * m, c))
     err = max_error([SimpleNamespace(grads=g) for g in grads], ref, "grads")
@@ -186,8 +197,8 @@ def check_one_f_one_b(fn, **_):
 
 # ----------------------------------------------------------------------------- 02 send/recv
 def _gpipe_on_rank(rank, p, m, fn):
-    from minipar.pipeline_parallel.stage import build_stages  # noqa: PLC0415 (torch ~1.5 s: this module loads without torch; only _gpipe_on_rank needs it)
-    from minipar.pipeline_parallel.train import small_config, token_batches  # noqa: PLC0415 (torch ~1.5 s: this module loads without torch; only _gpipe_on_rank needs it)
+    from minipar.pipeline_parallel.stage import build_stages  # noqa: PLC0415 (lazy: torch)
+    from minipar.pipeline_parallel.train import small_config, token_batches  # noqa: PLC0415 (lazy: torch)
 
     c = small_config(L=6)
     stage = build_stages(c, rank, p)[rank]
@@ -200,7 +211,7 @@ def _gpipe_on_rank(rank, p, m, fn):
 
 
 def _diagnose_gpipe(results, ref, m, p):
-    import torch  # noqa: PLC0415 (torch ~1.5 s: this module loads without torch; only _diagnose_gpipe needs it)
+    import torch  # noqa: PLC0415 (lazy: torch)
 
     def same(a, b):
         return a is not None and a.shape == b.shape and torch.allclose(a, b, atol=1e-9)
@@ -234,13 +245,13 @@ def _diagnose_gpipe(results, ref, m, p):
     "a GPipe step with send/recv gives one process's gradients on 2 and 3 ranks",
 )
 def check_gpipe_send_recv(fn, **_):
-    from minipar.pipeline_parallel.train import small_config, token_batches, train_reference  # noqa: PLC0415 (torch ~1.5 s: this module loads without torch; only check_gpipe_send_recv needs it)
+    from minipar.pipeline_parallel.train import small_config, token_batches, train_reference  # noqa: PLC0415 (lazy: torch)
 
     forbid_course_code(fn, CHAPTER, what="write the send/recv step")
     c = small_config(L=6)
     for p, m in ((2, 3), (3, 4)):
         _, ref, _ = train_reference(c, token_batches(1, 2 * m, c))
-        results = _run(_gpipe_on_rank, p, m, fn)
+        results = run_ranks(_gpipe_on_rank, p, m, fn)
         _diagnose_gpipe(results, ref, m, p)
 
 
@@ -250,77 +261,92 @@ def check_gpipe_send_recv(fn, **_):
     "B gives the input gradient only, W accumulates the weight gradients; B+W = backward",
 )
 def check_bw_split(fns, **_):
-    import torch  # noqa: PLC0415 (torch ~1.5 s: this module loads without torch; only check_bw_split needs it)
-
-    from minipar.pipeline_parallel.stage import build_stages  # noqa: PLC0415 (torch ~1.5 s: this module loads without torch; only check_bw_split needs it)
-    from minipar.pipeline_parallel.train import small_config  # noqa: PLC0415 (torch ~1.5 s: this module loads without torch; only check_bw_split needs it)
-
     try:
         backward_input, backward_weight = fns
     except (TypeError, ValueError):
         raise GradeFailure("pass the pair (backward_input, backward_weight)") from None
     for fn in fns:
         forbid_course_code(fn, CHAPTER, what="write B and W")
+    stage, params, xs, gys, want_x, each_w = _bw_case()
+    # both micro-batches' B, then both W's
+    outs = [_check_b(backward_input, stage, x, gy, want) for x, gy, want in zip(xs, gys, want_x)]
+    for y, gy in outs:
+        _graph_call(
+            backward_weight,
+            (y, params, gy),
+            "backward_weight found the graph already freed: B ran through it first and "
+            "autograd frees a graph after a backward unless told to keep it; B must leave it "
+            "alive for W",
+        )
+    _check_weight_grads(stage, params, each_w)
+
+
+def _bw_case():
+    """The last of 2 stages (layers + head), its trainable weights, two micro-batches' inputs
+    and output gradients (float64), and a full backward's gradients of each: x's, the weights'."""
+    import torch  # noqa: PLC0415 (lazy: torch)
+
+    from minipar.pipeline_parallel.stage import build_stages  # noqa: PLC0415 (lazy: torch)
+    from minipar.pipeline_parallel.train import small_config  # noqa: PLC0415 (lazy: torch)
+
     c = small_config(L=4)
-    stage = build_stages(c, 1, 2)[1]  # the last of 2 stages: layers + head
+    stage = build_stages(c, 1, 2)[1]
     params = [q for q in stage.parameters() if q.requires_grad]
     g = torch.Generator().manual_seed(0)
     xs = [torch.randn(2, c.s, c.h, generator=g, dtype=torch.float64) for _ in range(2)]
     gys = [torch.randn(2, c.s, c.V, generator=g, dtype=torch.float64) for _ in range(2)]
-
     want_x, each_w = [], []
-    for x, gy in zip(xs, gys):  # reference: one full backward each
+    for x, gy in zip(xs, gys):
         x = x.clone().requires_grad_()
         gx_w = torch.autograd.grad(stage(x), [x] + params, gy)
         want_x.append(gx_w[0])
         each_w.append(gx_w[1:])
-    want_w = [a + b for a, b in zip(*each_w)]
+    return stage, params, xs, gys, want_x, each_w
 
-    outs = []
-    for x, gy in zip(xs, gys):  # both micro-batches' B, then both W's
-        x = x.clone().requires_grad_()
-        y = stage(x)
-        try:
-            gx = _call(backward_input, y, x, gy, allow=_STAGE)
-        except RuntimeError as e:
-            if "second time" in str(e):
-                raise GradeFailure(
-                    "backward_input found the graph already freed: the first "
-                    "micro-batch's B ran twice through one graph?"
-                ) from None
-            raise
-        touched = [
-            n
-            for n, q in stage.named_parameters()
-            if q.requires_grad and q.grad is not None and torch.count_nonzero(q.grad)
-        ]
-        if touched:
-            raise GradeFailure(
-                f"backward_input filled .grad of {len(touched)} of the stage's "
-                f"{len(params)} weights (e.g. {touched[0]}): B must return x's "
-                "gradient and leave every weight's .grad untouched -- a full "
-                "backward from y accumulates into every leaf; ask autograd for "
-                "x's gradient alone"
-            )
-        # the gradient of x: a tensor of x's dtype (float64) and shape (2, s, h)
-        expect_tensor(gx, want_x[len(outs)], "backward_input must return the gradient of x")
-        if not torch.allclose(gx, want_x[len(outs)], atol=1e-10):
-            raise GradeFailure(
-                "backward_input's gradient differs from a full backward's gradient of x"
-            )
-        outs.append((y, gy))
-    for y, gy in outs:
-        try:
-            _call(backward_weight, y, params, gy, allow=_STAGE)
-        except RuntimeError as e:
-            if "second time" in str(e):
-                raise GradeFailure(
-                    "backward_weight found the graph already freed: B ran "
-                    "through it first and autograd frees a graph after a "
-                    "backward unless told to keep it; B must leave it alive "
-                    "for W"
-                ) from None
-            raise
+
+def _graph_call(fn, args, freed: str):
+    """``fn(*args)`` in this process; autograd's error for a graph already freed becomes the
+    reason ``freed``."""
+    try:
+        return _call(fn, *args, allow=_STAGE)
+    except RuntimeError as e:
+        if "second time" in str(e):
+            raise GradeFailure(freed) from None
+        raise
+
+
+def _check_b(backward_input, stage, x, gy, want):
+    """One micro-batch's forward and B: x's gradient (float64, (2, s, h)), no weight's .grad."""
+    import torch  # noqa: PLC0415 (lazy: torch)
+
+    x = x.clone().requires_grad_()
+    y = stage(x)
+    gx = _graph_call(
+        backward_input,
+        (y, x, gy),
+        "backward_input found the graph already freed: the first micro-batch's B ran twice "
+        "through one graph?",
+    )
+    weights = [(n, q) for n, q in stage.named_parameters() if q.requires_grad]
+    touched = [n for n, q in weights if q.grad is not None and torch.count_nonzero(q.grad)]
+    if touched:
+        raise GradeFailure(
+            f"backward_input filled .grad of {len(touched)} of the stage's "
+            f"{len(weights)} weights (e.g. {touched[0]}): B must return x's "
+            "gradient and leave every weight's .grad untouched -- a full "
+            "backward from y accumulates into every leaf; ask autograd for "
+            "x's gradient alone"
+        )
+    expect_tensor(gx, want, "backward_input must return the gradient of x")
+    if not torch.allclose(gx, want, atol=1e-10):
+        raise GradeFailure("backward_input's gradient differs from a full backward's gradient of x")
+    return y, gy
+
+
+def _check_weight_grads(stage, params, each_w) -> None:
+    """After both W's every weight's .grad is the sum of the micro-batches' gradients."""
+    import torch  # noqa: PLC0415 (lazy: torch)
+
     if any(q.grad is None for q in params):
         raise GradeFailure("backward_weight left a weight's .grad at None")
     if all(torch.allclose(q.grad, w, atol=1e-10) for q, w in zip(params, each_w[-1])):
@@ -329,7 +355,7 @@ def check_bw_split(fns, **_):
             "backward_weight must add to .grad, not overwrite it"
         )
     names = [n for n, q in stage.named_parameters() if q.requires_grad]
-    for n, q, w in zip(names, params, want_w):
+    for n, q, w in zip(names, params, [a + b for a, b in zip(*each_w)]):
         if not torch.allclose(q.grad, w, atol=1e-10):
             if torch.allclose(q.grad, 2 * w, atol=1e-10):
                 raise GradeFailure(
