@@ -278,17 +278,9 @@ def _ring_body(gr, cp, group, fn):
                 + (f" of length {len(res)}" if isinstance(res, (tuple, list)) else "")
             }
         o, lse, kl, vl = res
-        src = next(
-            (
-                j
-                for j in range(cp)
-                if isinstance(kl, torch.Tensor)
-                and tuple(kl.shape) == (B, A, N, D)
-                and torch.equal(kl, k[:, :, j * N : (j + 1) * N])
-            ),
-            None,
-        )
-        sources.append(src)
+        is_block = isinstance(kl, torch.Tensor) and tuple(kl.shape) == (B, A, N, D)
+        blocks = k.split(N, dim=2) if is_block else ()  # every rank's K block
+        sources.append(next((j for j, blk in enumerate(blocks) if torch.equal(kl, blk)), None))
     return {"o": o.detach().clone() if isinstance(o, torch.Tensor) else o, "sources": sources}
 
 
@@ -504,12 +496,11 @@ def _doc_attention(cp, r, sem: Semantics = Semantics()):
     s = GN * cp
     q_rank = r if sem.q_rank is None else sem.q_rank
     q = q[:, :, r * GN : (r + 1) * GN]
-    rep = (
-        (lambda t: t.repeat_interleave(GA // GKV, 1))
-        if sem.heads == "interleave"
-        else (lambda t: t.repeat(1, GA // GKV, 1, 1))
+    g = GA // GKV  # query heads per K/V head
+    k, v = (
+        t.repeat_interleave(g, 1) if sem.heads == "interleave" else t.repeat(1, g, 1, 1)
+        for t in (k, v)
     )
-    k, v = rep(k), rep(v)
     doc = torch.repeat_interleave(torch.arange(len(DOCS[cp])), torch.tensor(DOCS[cp]))
     if sem.boundary > 0:  # (s,) position p gets position p−1's document
         doc = torch.cat([doc[:1], doc[:-1]])

@@ -88,8 +88,6 @@ def after_whole(cases):
 
 # ----------------------------------------------------------------------------- running
 def _deadlock_note(world):
-    if not any(g for _, g in LAYOUTS[world]):
-        return ""
     return (
         f" (this launch runs TP groups {[g for _, g in LAYOUTS[world]]} inside "
         f"a world of {world} ranks: a collective without group= waits for "
@@ -107,6 +105,11 @@ def _hint(case: str, msg: str) -> str:
 
 
 RANKS = Layouts(CHAPTER, LAYOUTS, size="t", allow=_FG, hint=_hint, deadlock_note=_deadlock_note)
+
+
+def _grad(t):
+    """A copy of a rank's gradient of ``t``, to send back (None if none reached it)."""
+    return None if t.grad is None else t.grad.clone()
 
 
 def _not_whole(c) -> str:
@@ -138,7 +141,7 @@ def _fg_body(gr, t, group, fn, *, is_f: bool):
     y = fn(x, group)
     unchanged = torch.equal(x.detach(), _randn(4, 6, seed=seed_x))
     (y * _randn(4, 6, seed=seed_w)).sum().backward()
-    return dict(y=y.detach(), grad=None if x.grad is None else x.grad.clone(), unchanged=unchanged)
+    return dict(y=y.detach(), grad=_grad(x), unchanged=unchanged)
 
 
 def _group_sum(seed0, case):
@@ -249,7 +252,7 @@ def _mlp_body(gr, t, group, cls):
     grads = [q.grad.clone() for _, q in params if q.grad is not None]
     return dict(
         y=y.detach(),
-        dx=None if x.grad is None else x.grad.clone(),
+        dx=_grad(x),
         grads=grads,
         stored=stored,
         storage_bytes=sum(storages.values()),
@@ -382,10 +385,7 @@ def _ce_body(gr, t, group, fn):
         loss = fn(ll, target.clone(), group)
         if hasattr(loss, "backward") and loss.requires_grad and loss.numel() == 1:
             loss.backward()
-        out[label] = dict(
-            loss=loss.detach() if hasattr(loss, "detach") else loss,
-            grad=None if ll.grad is None else ll.grad.clone(),
-        )
+        out[label] = dict(loss=loss.detach() if hasattr(loss, "detach") else loss, grad=_grad(ll))
     return dict(ce=out)
 
 
@@ -533,19 +533,14 @@ def _ce_loss_fault(c, label, loss, ref, logits, target) -> str:
     )
 
 
-def _ce_max_grad(logits, want, gr, per):
-    """The logit gradient when the max is not detached: backward also sends −Σ(this rank's
-    gradient) to each token's largest local logit."""
-    import torch  # noqa: PLC0415 (lazy: torch)
-
-    pred = want.clone()
-    pred[torch.arange(N), logits[:, gr * per : (gr + 1) * per].argmax(-1)] -= want.sum(-1)
-    return pred
-
-
 def _ce_grad_fault(c, label, got, want, logits, target) -> str:
     """Why the case's logit gradient under ``label`` (its loss right) is not ``want``."""
-    t, gr = c["t"], c["gr"]
+    import torch  # noqa: PLC0415 (lazy: torch)
+
+    t, gr, per = c["t"], c["gr"], V // c["t"]
+    # the max not detached: backward sends −Σ(this rank's gradient) to its largest local logit
+    through_max = want.clone()
+    through_max[torch.arange(N), logits[:, gr * per : (gr + 1) * per].argmax(-1)] -= want.sum(-1)
     mistakes = [
         (
             t * want,
@@ -554,7 +549,7 @@ def _ce_grad_fault(c, label, got, want, logits, target) -> str:
             "identity",
         ),
         (
-            partial(_ce_max_grad, logits, want, gr, V // t) if t > 1 else None,
+            through_max if t > 1 else None,
             "the loss is right but the gradient also flows through the max (to each token's "
             "largest local logit): compute the max on a detached tensor; it cancels out of "
             "the loss",
@@ -634,12 +629,7 @@ def _sp_body(gr, t, group, cls):
     y = F.linear(g, A[gr * c : (gr + 1) * c])  # (b, s, out/t) column-parallel
     (y * _randn(2, S, OUT, seed=13)[..., gr * c : (gr + 1) * c]).sum().backward()
     m.finish_grads()
-    return dict(
-        g=g.detach(),
-        dx=None if x.grad is None else x.grad.clone(),
-        dw=None if m.ln.weight.grad is None else m.ln.weight.grad.clone(),
-        db=None if m.ln.bias.grad is None else m.ln.bias.grad.clone(),
-    )
+    return dict(g=g.detach(), dx=_grad(x), dw=_grad(m.ln.weight), db=_grad(m.ln.bias))
 
 
 def _sp_partials(x, go, t):
