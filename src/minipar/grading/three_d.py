@@ -250,65 +250,56 @@ FIVE_D_KINDS = ("cp", "dp_cp", "ep", "edp")
 FIVE_D_FORBIDDEN = ("minipar.grid", "minipar.three_d", "minipar.cost.planner.three_d")
 
 
+# The usual wrong rules of exercise 4, by kind: each is a layout of the ranks, (grid, its axes
+# innermost first, the axes one group spans), and what it means. The grids number a stage's S =
+# t·cp·d ranks along t, c (cp) and d ("dense"), along the folded expert grid's x (the ep index)
+# and e (the edp one) ("folded"), or along t, c and d = q·ep + x ("inside dp", where ep divides
+# d); the stages p follow, S ranks apart.
+FIVE_D_SLIPS = {
+    "cp": {
+        ("dense", "tdcp", "c"): "your cp groups step by t·d = {td}: dp and cp are swapped; in "
+        "Megatron's order tp → cp → dp → pp the cp neighbours are t = {t} ranks apart",
+        ("dense", "ctdp", "c"): "your cp groups are consecutive ranks: cp and tp are swapped; tp "
+        "is innermost, so the cp neighbours are t = {t} ranks apart",
+    },
+    "dp_cp": {
+        ("dense", "ctdp", "dc"): "your dp_cp groups put cp innermost (cp and tp swapped); dp_cp "
+        "holds the ranks of a stage with the same tp index",
+    },
+    "ep": {
+        ("inside dp", "tcxqp", "x"): "your ep groups step by t·cp = {tcp} through the "
+        "data-parallel ranks: ep is not folded; folded, an ep group is ep consecutive ranks of a "
+        "stage (ep divides the stage's t·cp·d = {S} ranks, not d)",
+        ("folded", "exp", "x"): "your ep groups step by S/ep = {edp} (ep and edp swapped): on the "
+        "folded expert grid ep is innermost, ep consecutive ranks of a stage",
+    },
+    "edp": {
+        ("dense", "tcdp", "dc"): "your edp groups are the dense weights' dp_cp groups: an expert "
+        "is held by the S/ep = {edp} ranks of its stage with the same ep index, not by the d·cp "
+        "ranks with the same tp index",
+        ("folded", "exp", "e"): "your edp groups step by 1 (ep and edp swapped): ranks holding "
+        "the same experts are ep = {ep} apart",
+    },
+}
+
+
 def _five_d_slips(d, t, p, cp, ep) -> dict:
-    """{kind: [(reason, groups), ...]}: the groups the usual wrong rules give, normalised. A
-    stage's S = t·cp·d ranks are numbered along t, c(p), d in some order, or along the folded
-    expert grid's x (the ep index) and e (the edp one); the stages follow, S ranks apart."""
+    """{kind: [(reason, groups), ...]}: the groups the rules of :data:`FIVE_D_SLIPS` give."""
     S = t * cp * d
-    dense, folded = {"t": t, "c": cp, "d": d, "p": p}, {"x": ep, "e": S // ep, "p": p}
-    slips = {
-        "cp": [
-            (
-                f"your cp groups step by t·d = {t * d}: dp and cp are swapped; in Megatron's "
-                f"order tp → cp → dp → pp the cp neighbours are t = {t} ranks apart",
-                _axis_groups(dense, "tdcp", "c"),
-            ),
-            (
-                "your cp groups are consecutive ranks: cp and tp are swapped; tp is innermost, "
-                f"so the cp neighbours are t = {t} ranks apart",
-                _axis_groups(dense, "ctdp", "c"),
-            ),
-        ],
-        "dp_cp": [
-            (
-                "your dp_cp groups put cp innermost (cp and tp swapped); dp_cp holds the "
-                "ranks of a stage with the same tp index",
-                _axis_groups(dense, "ctdp", "dc"),
-            )
-        ],
-        "ep": [
-            (
-                f"your ep groups step by S/ep = {S // ep} (ep and edp swapped): on the folded "
-                "expert grid ep is innermost, ep consecutive ranks of a stage",
-                _axis_groups(folded, "exp", "x"),
-            )
-        ],
-        "edp": [
-            (
-                "your edp groups are the dense weights' dp_cp groups: an expert is held by the "
-                f"S/ep = {S // ep} ranks of its stage with the same ep index, not by the d·cp "
-                "ranks with the same tp index",
-                _axis_groups(dense, "tcdp", "dc"),
-            ),
-            (
-                f"your edp groups step by 1 (ep and edp swapped): ranks holding the same "
-                f"experts are ep = {ep} apart",
-                _axis_groups(folded, "exp", "e"),
-            ),
-        ],
+    grids = {
+        "dense": {"t": t, "c": cp, "d": d, "p": p},
+        "folded": {"x": ep, "e": S // ep, "p": p},
+        "inside dp": {"t": t, "c": cp, "x": ep, "q": d // ep, "p": p},
     }
-    if d % ep == 0:  # expert parallelism carved out of dp (x: ep's index in d = q·ep + x)
-        inside_dp = {"t": t, "c": cp, "x": ep, "q": d // ep, "p": p}
-        slips["ep"].insert(
-            0,
-            (
-                f"your ep groups step by t·cp = {t * cp} through the data-parallel ranks: ep is not "
-                f"folded; folded, an ep group is ep consecutive ranks of a stage (ep divides the "
-                f"stage's t·cp·d = {S} ranks, not d)",
-                _axis_groups(inside_dp, "tcxqp", "x"),
-            ),
-        )
-    return slips
+    fields = dict(t=t, td=t * d, tcp=t * cp, S=S, edp=S // ep, ep=ep)
+    return {
+        kind: [
+            (reason.format(**fields), _axis_groups(grids[grid], order, vary))
+            for (grid, order, vary), reason in slips.items()
+            if grid != "inside dp" or d % ep == 0
+        ]
+        for kind, slips in FIVE_D_SLIPS.items()
+    }
 
 
 def five_d_reference(d, t, p, cp, ep) -> dict:
