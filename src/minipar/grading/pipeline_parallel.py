@@ -129,9 +129,8 @@ def _simulated(got, name, p, m, v) -> None:
     for r in range(p):
         if sim.peak_in_flight[r] > peak_in_flight(name, r, p, m, v):
             raise GradeFailure(
-                f"p = {p}, m = {m}: rank {r} holds {sim.peak_in_flight[r]} "
-                f"micro-batches at once, {name} holds at most "
-                f"{peak_in_flight(name, r, p, m, v)}"
+                f"p = {p}, m = {m}: rank {r} holds {sim.peak_in_flight[r]} micro-batches at once, "
+                f"{name} holds at most {peak_in_flight(name, r, p, m, v)}"
             )
 
 
@@ -176,21 +175,16 @@ def _train_one_step(rank, p, m, lists):
     "equals 1F1B for p = 1..4 and several m (simulated), and trains like one process on 3 ranks",
 )
 def check_one_f_one_b(fn, **_):
-    from minipar.pipeline_parallel.train import (  # noqa: PLC0415 (lazy: torch)
-        max_error,
-        small_config,
-        token_batches,
-        train_reference,
-    )
+    from minipar.pipeline_parallel import train  # noqa: PLC0415 (lazy: torch)
 
     forbid_course_code(fn, CHAPTER, what="write the schedule")
     _diagnose_schedule(fn, "1f1b", [(1, 3), (2, 2), (2, 5), (3, 3), (3, 7), (4, 8), (4, 2)])
     p, m = 3, 5
     lists = [_as_actions(_call(fn, r, p, m), "rank") for r in range(p)]
     grads = run_ranks(_train_one_step, p, m, lists)
-    c = small_config(L=6)
-    _, ref, _ = train_reference(c, token_batches(1, 2 * m, c))
-    err = max_error([SimpleNamespace(grads=g) for g in grads], ref, "grads")
+    c = train.small_config(L=6)
+    _, ref, _ = train.train_reference(c, train.token_batches(1, 2 * m, c))
+    err = train.max_error([SimpleNamespace(grads=g) for g in grads], ref, "grads")
     if err > 1e-9:
         raise GradeFailure(f"on 3 ranks the gradients differ from one process by {err:.2g}")
 
@@ -225,14 +219,13 @@ def _diagnose_gpipe(results, ref, m, p):
                 continue
             if same(g, m * ref[n]):
                 raise GradeFailure(
-                    f"p = {p}: rank {rank}'s gradients are m = {m} times too "
-                    "large: divide each micro-batch's loss by m"
+                    f"p = {p}: rank {rank}'s gradients are m = {m} times too large: divide each "
+                    "micro-batch's loss by m"
                 )
             if g is None or torch.count_nonzero(g) == 0:
                 raise GradeFailure(
-                    f"p = {p}: rank {rank} has no gradient for {n}: does the "
-                    "received activation require grad, and does every rank "
-                    "back-propagate the gradient it receives?"
+                    f"p = {p}: rank {rank} has no gradient for {n}: does the received activation "
+                    "require grad, and does every rank back-propagate the gradient it receives?"
                 )
             err = (g - ref[n]).abs().max().item()
             raise GradeFailure(
@@ -331,10 +324,9 @@ def _check_b(backward_input, stage, x, gy, want):
     touched = [n for n, q in weights if q.grad is not None and torch.count_nonzero(q.grad)]
     if touched:
         raise GradeFailure(
-            f"backward_input filled .grad of {len(touched)} of the stage's "
-            f"{len(weights)} weights (e.g. {touched[0]}): B must return x's "
-            "gradient and leave every weight's .grad untouched -- a full "
-            "backward from y accumulates into every leaf; ask autograd for "
+            f"backward_input filled .grad of {len(touched)} of the stage's {len(weights)} weights "
+            f"(e.g. {touched[0]}): B must return x's gradient and leave every weight's .grad "
+            "untouched -- a full backward from y accumulates into every leaf; ask autograd for "
             "x's gradient alone"
         )
     expect_tensor(gx, want, "backward_input must return the gradient of x")
@@ -351,20 +343,20 @@ def _check_weight_grads(stage, params, each_w) -> None:
         raise GradeFailure("backward_weight left a weight's .grad at None")
     if all(torch.allclose(q.grad, w, atol=1e-10) for q, w in zip(params, each_w[-1])):
         raise GradeFailure(
-            "the weight gradients are the last micro-batch's only: "
-            "backward_weight must add to .grad, not overwrite it"
+            "the weight gradients are the last micro-batch's only: backward_weight must add to "
+            ".grad, not overwrite it"
         )
     names = [n for n, q in stage.named_parameters() if q.requires_grad]
     for n, q, w in zip(names, params, [a + b for a, b in zip(*each_w)]):
         if not torch.allclose(q.grad, w, atol=1e-10):
             if torch.allclose(q.grad, 2 * w, atol=1e-10):
                 raise GradeFailure(
-                    f"the gradient of {n} is twice the full backward's: W added "
-                    "each micro-batch's gradient twice"
+                    f"the gradient of {n} is twice the full backward's: W added each "
+                    "micro-batch's gradient twice"
                 )
             raise GradeFailure(
-                f"the gradient of {n} after B and W differs from a full "
-                f"backward (max error {(q.grad - w).abs().max().item():.2g})"
+                f"the gradient of {n} after B and W differs from a full backward (max error "
+                f"{(q.grad - w).abs().max().item():.2g})"
             )
 
 
