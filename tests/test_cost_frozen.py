@@ -16,6 +16,8 @@ FROZEN = json.loads(frozen.PATH.read_text())
 def test_terms_and_gpu_constants_are_the_frozen_ones():
     assert [t.name for t in TERMS] == FROZEN["terms"]
     assert frozen.gpus_now() == FROZEN["gpus"]
+    assert frozen.links_now() == FROZEN["links"]
+    assert frozen.constants_now() == FROZEN["constants"]
 
 
 @pytest.mark.parametrize("p", FROZEN["probes"], ids=lambda p: f"{p['model']}-{p['gpus']}")

@@ -341,12 +341,16 @@ def _ev(cl=None, **kw):
 
 
 def test_gpu_presets_carry_their_generation_links(capsys):
-    """A100: NVLink 3 (300 GB/s per direction) + HDR 200 (25 GB/s per GPU); H100 and H200:
-    NVLink 4 (450) + NDR 400 (50). The output prints them."""
+    """A100: NVLink 3 (300 GB/s per direction) + HDR 200 (25 GB/s per GPU), at line rate (the
+    PTD-P fit absorbed NCCL's efficiency); H100 and H200: NVLink 4 (450) + NDR 400 (50), which
+    the planner runs at NCCL's achieved bus bandwidth (0.80 and 0.90 of the line rate). The
+    output prints them."""
     assert (a100(8).intra.bandwidth, a100(8).inter.bandwidth) == (300e9, 25e9)
     for g in ("H100-SXM", "H200"):
         cl = planner.cluster(16, 8, g)
-        assert (cl.intra.bandwidth, cl.inter.bandwidth) == (450e9, 50e9)
+        line = (planner.link_preset(cl.gpu.intra), planner.link_preset(cl.gpu.inter))
+        assert (line[0].bandwidth, line[1].bandwidth) == (450e9, 50e9)
+        assert (cl.intra.bandwidth, cl.inter.bandwidth) == pytest.approx((360e9, 45e9))
     status, out, _ = plan(
         capsys, "--model", "gpt3-175b", "--gpus", "1024", "--global-batch", "1536", "--top", "1"
     )

@@ -7,6 +7,7 @@ import json
 import pytest
 
 from minipar.cli import main
+from minipar.cost.kernels import compute as C
 from minipar.cost.planner import three_d as planner
 from minipar.cost.planner.three_d_terms import stage_layers
 
@@ -124,3 +125,51 @@ def test_checkpoint_inside_the_unit_is_named_for_where_the_wrapper_sits(capsys):
 
     outside, inside = step(), step("--ac-inside-unit")
     assert inside == step("--fsdp2-ac") and inside < outside, (inside, outside)
+
+
+# --- FP8, FlashAttention-3, compiled steps, NCCL's achieved bandwidth -------------------------
+
+
+def _llama8b_terms(gpu="H100-SXM", **opt):
+    m = planner.MODELS["llama3-8b"]
+    cl = planner.cluster(8, 8, gpu)
+    return planner.terms(m, cl, planner.Layout(16, 1, 1, 8, 1, recompute="none", zero=1), **opt)
+
+
+def test_fp8_speeds_the_gemms_and_charges_casts_and_copies():
+    bf16, fp8 = _llama8b_terms(), _llama8b_terms(fp8="delayed")
+    cur = _llama8b_terms(fp8="current")
+    assert fp8.values["compute"] < 0.8 * bf16.values["compute"]
+    assert bf16.values["fp8_casts"] == 0 and fp8.values["fp8_casts"] > 0
+    assert cur.values["fp8_casts"] > fp8.values["fp8_casts"]  # the amax pass: 6 bytes, not 4
+    assert bf16.values["fp8_weights"] == 0 and fp8.values["fp8_weights"] > 0
+
+
+def test_fp8_and_fa3_are_refused_before_hopper_naming_the_rule():
+    with pytest.raises(ValueError, match="fp8 needs a GPU with FP8 tensor cores.*A100-80GB"):
+        _llama8b_terms("A100-80GB", fp8="delayed")
+    with pytest.raises(ValueError, match="fp8 needs a GPU with FP8 tensor cores.*A100-80GB"):
+        _llama8b_terms("A100-80GB", attention="fa3")
+    with pytest.raises(ValueError, match="fp8 .'rowwise'. must be one of delayed, current"):
+        _llama8b_terms(fp8="rowwise")
+
+
+def test_fa3_is_faster_than_flash_and_keeps_its_memory():
+    flash, fa3 = _llama8b_terms(attention="flash"), _llama8b_terms(attention="fa3")
+    assert fa3.values["compute"] < flash.values["compute"]
+    assert fa3.values["activations"] == flash.values["activations"]
+
+
+def test_compiled_changes_only_the_elementwise_kernels():
+    """A compiled step moves COMPILED_TRAFFIC of the eager element-wise bytes at the HBM rate,
+    with no issue time: the difference is exactly the element-wise kernels' difference."""
+    eager, comp = _llama8b_terms(), _llama8b_terms(compiled=True)
+    m, g = planner.MODELS["llama3-8b"], planner.cluster(8, 8, "H100-SXM").gpu
+    rc = dict(norm=m.norm, mlp_matrices=3, rope=True, dropout=0.0, bias=False)
+    k = C.elementwise_kernels(m.hidden, m.ffn_width, m.kv_width, 1, recipe=rc)
+    tokens = m.seq
+    diff = C.elementwise_seconds(k, tokens, g) - C.elementwise_seconds(k, tokens, g, compiled=True)
+    assert eager.values["compute"] - comp.values["compute"] == pytest.approx(m.layers * diff)
+    assert {n: v for n, v in eager.values.items() if n != "compute"} == {
+        n: v for n, v in comp.values.items() if n != "compute"
+    }

@@ -10,6 +10,7 @@ from explorer_parity_support import assert_parity, js_call, mismatch, node_avail
 from minipar.cost.kernels import compute
 from minipar.cost.kernels.hardware import GPUS
 from minipar.cost.planner import three_d as planner
+from minipar.cost.planner.term_table import TERMS
 from minipar.widgets.three_d import PRESET_LAYOUTS, cluster_config, gpu_config, plan_config
 
 pytestmark = pytest.mark.skipif(
@@ -564,8 +565,9 @@ def _lay(c, global_batch=64):
 
 
 def _term_cases():
-    """The cp/ep grid with ZeRO-3's options varied (flat ring or hierarchical, prefetch or not):
-    every term is non-zero somewhere in it."""
+    """The cp/ep grid with ZeRO-3's options varied (flat ring or hierarchical, prefetch or not),
+    FP8 (both scalings), compiled steps and FlashAttention-3 (refused on the A100 alike): every
+    term is non-zero somewhere in it."""
     out = []
     for i, c in enumerate(_cp_ep_cases()):
         opt = [
@@ -575,7 +577,9 @@ def _term_cases():
             dict(dp_overlap=False, grad_reduce_bytes=2),
             dict(precision="bf16-grads", attention="unfused"),
             dict(precision="megatron", attention="flash", headroom=0.05, cp_algorithm="all-gather"),
-        ][i % 6]
+            dict(fp8="delayed", compiled=True, attention="fa3"),  # refused on the A100
+            dict(fp8="current", precision="megatron", overlap_grad_reduce=True),
+        ][i % 8]
         out.append((c, opt))
     return out
 
@@ -650,7 +654,8 @@ def test_plan_terms_parity_term_by_term():
 
 def test_evaluate_is_the_sum_of_its_terms():
     """Config's fields are the breakdown's terms: per-step slot terms are m·(1 + r)·term, the
-    step is m·slot·(1 + r) + exposed DP + embedding + optimizer, memory states + activations."""
+    step is m·slot·(1 + r) + exposed DP + embedding + optimizer, memory the memory terms'
+    sum (states, FP8 weight copies, activations)."""
     for c, opt in _term_cases()[::37]:
         try:
             br = planner.terms(c["m"], c["cl"], _lay(c), **opt)
@@ -677,7 +682,9 @@ def test_evaluate_is_the_sum_of_its_terms():
         assert cfg.step_seconds == pytest.approx(
             m * br.slot + br.bubble_seconds + br.dp_exposed + br.embedding + br.optimizer, rel=1e-12
         )
-        assert cfg.bytes_per_gpu == br.states + br.activations and cfg.fits == br.fits
+        memory = sum(br.values[t.name] for t in TERMS if t.where == "memory")
+        assert memory == br.states + br.fp8_weights + br.activations
+        assert cfg.bytes_per_gpu == memory and cfg.fits == br.fits
 
 
 def test_a_wrong_term_is_named_by_the_parity_check():

@@ -407,6 +407,8 @@ def plan_inputs(args):
         recompute_modules=tuple(args.recompute_modules.split(","))
         if args.recompute_modules
         else None,
+        fp8=args.fp8,
+        compiled=args.compiled,
     )
     return m_, cl, space, planner.plan_options(m_, cl, opts)
 
@@ -743,7 +745,21 @@ def add_plan_parser(subparsers) -> None:
         "--attention",
         choices=planner.ATTENTION,
         help="attention kernel (default: the model's; else flash on H100/H200, "
-        "unfused on A100, as the 2021 runs)",
+        "unfused on A100, as the 2021 runs); fa3: FlashAttention-3 / cuDNN on Hopper, "
+        "its rate assumed from the paper",
+    )
+    p.add_argument(
+        "--fp8",
+        choices=("delayed", "current"),
+        help="FP8 GEMMs for the layers' linears (default: none, bf16): delayed scaling "
+        "(Transformer Engine's default) or current/tensorwise (torchao, Megatron fp8-cs); "
+        "needs a GPU with an FP8 peak",
+    )
+    p.add_argument(
+        "--compiled",
+        action="store_true",
+        help="a compiled step (torch.compile, CUDA graphs, fused kernels): element-wise "
+        "kernels fused and their launches hidden",
     )
     p.add_argument("--ffn-hidden", type=positive_int, help="f, the MLP's hidden width (4h)")
     p.add_argument("--kv-heads", type=positive_int, help="key/value heads (GQA; default a)")

@@ -9,7 +9,16 @@ tied to the output layer; these are the assumptions of the two Megatron papers c
 from __future__ import annotations
 
 RECOMPUTE = ("none", "selective", "full")
-ATTENTION = ("unfused", "flash")  # the attention kernel: scores materialised, or fused
+ATTENTION = ("unfused", "flash", "fa3")
+"""The attention kernel: scores materialised ("unfused"), or fused: "flash" (FlashAttention-2,
+PyTorch's SDPA) or "fa3" (FlashAttention-3 / cuDNN's fused attention on Hopper); the two fused
+kernels differ only in their rate (:mod:`minipar.cost.kernels.compute`)."""
+FUSED_ATTENTION = ("flash", "fa3")
+
+
+def fused(attention: str) -> bool:
+    """Whether ``attention`` keeps its scores on chip (a flash-style kernel)."""
+    return check_attention(attention) in FUSED_ATTENTION
 
 
 def check_attention(attention: str) -> str:

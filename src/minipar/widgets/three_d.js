@@ -104,7 +104,7 @@ export function planCheck(model, cluster, lay) {
   if (!SPLITS.includes(split)) throw new Error(`split ('${split}') must be one of ${SPLITS.join(", ")}`);
   const uneven = split === "units";
   checkLayout(model.layers, model.hidden, model.heads, d, t, uneven ? 1 : p, zero);
-  if (uneven && (v > 1 || !(p >= 1 && p <= model.layers))) throw new Error(`uneven stages (split units) need v = 1 and p (${p}) in [1, layers (${model.layers})], got v (${v})`);
+  if (uneven && (!(p >= 1 && p <= model.layers) || (v > 1 && (model.layers + 2) % (p * v)))) throw new Error(`uneven stages (split units) need p (${p}) in [1, layers (${model.layers})] and, interleaved, layers + 2 (${model.layers + 2}) divisible by p·v (${p}·${v})`);
   if (!uneven && model.layers % (p * v)) throw new Error(`layers (${model.layers}) must be divisible by p·v (${p}·${v})`);
   const kvHeads = model.kv_heads || model.heads;
   if (kvHeads % t) throw new Error(`kv heads (${kvHeads}) must be divisible by t (${t}): Megatron-Core splits the key/value heads over TP, it does not replicate them`);
@@ -175,6 +175,16 @@ function positive(pairs) {
 }
 
 const SCORE_BYTES_FWD = 9, SCORE_BYTES_BWD = 11, FLASH_BACKWARD = 2.5;   // Python: compute's constants
+// Python: compute.FA3_EFFICIENCY (assumed), FP8_GEMM_EFFICIENCY and COMPILED_TRAFFIC (fitted on
+// the calibration rows, validation.modern_fit), FP8_SCALING, FP8_CAST_BYTES
+export const FA3_EFFICIENCY = 0.52, FP8_GEMM_EFFICIENCY = 0.87, COMPILED_TRAFFIC = 0.56;
+export const FP8_SCALING = ["delayed", "current"], FP8_CAST_BYTES = {delayed: 4, current: 6};
+
+// Python: compute.fp8_peak(gpu)
+function fp8Peak(gpu) {
+  if (!gpu.peak_fp8) throw new Error(`fp8 needs a GPU with FP8 tensor cores (an 'fp8' peak in its preset: Hopper or later); ${gpu.name} has none`);
+  return gpu.peak_fp8;
+}
 
 // Python: gemm_seconds(M, N, K, peak, efficiency, hbm, sms, batch, bytes_per_elem, rule, latency)
 export function gemmSeconds(M, N, K, peak, efficiency, hbm, sms, batch = 1, bytesPerElem = 2, rule = "waves", latency = 0.0) {
@@ -198,8 +208,9 @@ export function bmmSeconds(M, N, K, batch, bandwidth, latency = 0.0, bytesPerEle
   return latency + (batch * (M * K + K * N + M * N) * bytesPerElem) / bandwidth;
 }
 
-function gemmOf(gpu, M, N, K, batch = 1) {          // Python: compute.gpu_gemm_seconds (batch 1)
-  return gemmSeconds(M, N, K, gpu.peak, gpu.gemm_efficiency, gpu.hbm_bandwidth, gpu.sms, batch, 2, gpu.gemm_rule || "waves", gpu.gemm_latency_s || 0.0);
+function gemmOf(gpu, M, N, K, batch = 1, fp8 = false) {   // Python: compute.gpu_gemm_seconds (batch 1)
+  const eight = fp8 && batch === 1;
+  return gemmSeconds(M, N, K, eight ? fp8Peak(gpu) : gpu.peak, gpu.gemm_efficiency * (eight ? FP8_GEMM_EFFICIENCY : 1.0), gpu.hbm_bandwidth, gpu.sms, batch, eight ? 1 : 2, gpu.gemm_rule || "waves", gpu.gemm_latency_s || 0.0);
 }
 
 function attentionGemm(gpu, M, N, K, batch) {       // Python: compute.gpu_gemm_seconds (batch > 1)
@@ -223,11 +234,12 @@ function passSeconds(gemms, gpu) {                  // Python: compute.pass_seco
   return [fwd, bwd];
 }
 
-const ATTENTION = ["unfused", "flash"];
+const ATTENTION = ["unfused", "flash", "fa3"];
 function checkAttention(attention) {                // Python: model.check_attention
   if (!ATTENTION.includes(attention)) throw new Error(`attention ('${attention}') must be one of ${ATTENTION.join(", ")}`);
   return attention;
 }
+const fused = (attention) => ["flash", "fa3"].includes(checkAttention(attention));   // Python: model.fused
 
 // Python: flash_attention_flops(b, s, h, t, causal) -> [fwd, bwd]
 export function flashAttentionFlops(b, s, h, t = 1, causal = true) {
@@ -237,9 +249,10 @@ export function flashAttentionFlops(b, s, h, t = 1, causal = true) {
 }
 
 // Python: flash_attention_seconds(b, s, h, a, gpu, t) -> [fwd, bwd]
-export function flashAttentionSeconds(b, s, h, a, gpu, t = 1) {
+export function flashAttentionSeconds(b, s, h, a, gpu, t = 1, kernel = "flash") {
   positive([["a", a]]);
-  const rate = gpu.peak * gpu.flash_efficiency;
+  if (kernel === "fa3") fp8Peak(gpu);                 // FlashAttention-3 is a Hopper kernel
+  const rate = gpu.peak * (kernel === "fa3" ? FA3_EFFICIENCY : gpu.flash_efficiency);
   const [f, bw] = flashAttentionFlops(b, s, h, t);
   return [f / rate, bw / rate];
 }
@@ -247,7 +260,7 @@ export function flashAttentionSeconds(b, s, h, a, gpu, t = 1) {
 // Python: layer_memory_bytes(b, s, h, a, t, sp, grad_accum_bytes, attention, score_bytes) -> [fwd, bwd, core]
 export function layerMemoryBytes(b, s, h, a, t = 1, sp = false, gradAccumBytes = 10, attention = "unfused", scoreBytes = SCORE_BYTES_FWD + SCORE_BYTES_BWD) {
   positive([["b", b], ["s", s], ["h", h], ["a", a], ["t", t]]);
-  if (checkAttention(attention) === "flash") scoreBytes = 0.0;
+  if (fused(attention)) scoreBytes = 0.0;
   else if (scoreBytes < 0) throw new Error(`score_bytes (${scoreBytes}) must be >= 0`);
   const bsh = b * s * h, scores = (a * s * s * b) / t;
   const fScore = (scoreBytes * SCORE_BYTES_FWD) / (SCORE_BYTES_FWD + SCORE_BYTES_BWD);
@@ -262,7 +275,7 @@ export function layerSeconds(b, s, h, a, gpu, t = 1, sp = false, recompute = "no
   checkAttention(attention);
   const gemms = layerGemms(b, s, h, a, t);
   const [denseF, denseB] = passSeconds(gemms.slice(0, 4), gpu);
-  const [coreF, coreB] = attention === "flash" ? flashAttentionSeconds(b, s, h, a, gpu, t) : passSeconds(gemms.slice(4), gpu);
+  const [coreF, coreB] = fused(attention) ? flashAttentionSeconds(b, s, h, a, gpu, t, attention) : passSeconds(gemms.slice(4), gpu);
   const sb = gpu.attention_score_bytes ?? SCORE_BYTES_FWD + SCORE_BYTES_BWD;
   const [mF, mB, mCore] = layerMemoryBytes(b, s, h, a, t, sp, gradAccumBytes, attention, sb);
   const overhead = gpu.layer_overhead_s || 0.0;
@@ -278,7 +291,7 @@ export function layerSeconds(b, s, h, a, gpu, t = 1, sp = false, recompute = "no
 // Python: attention_core_and_mlp_seconds(b, s, h, a, gpu, t, attention) -> {core_f, core_b, mlp_f, mlp_b}
 export function attentionCoreAndMlpSeconds(b, s, h, a, gpu, t = 1, attention = "unfused") {
   const gemms = layerGemms(b, s, h, a, t);
-  const [coreF, coreB] = checkAttention(attention) === "flash" ? flashAttentionSeconds(b, s, h, a, gpu, t) : passSeconds(gemms.slice(4), gpu);
+  const [coreF, coreB] = fused(attention) ? flashAttentionSeconds(b, s, h, a, gpu, t, attention) : passSeconds(gemms.slice(4), gpu);
   const [mlpF, mlpB] = passSeconds(gemms.slice(2, 4), gpu);
   return {core_f: coreF, core_b: coreB, mlp_f: mlpF, mlp_b: mlpB};
 }
@@ -311,8 +324,14 @@ export function planCluster(gpus, gpusPerNode, gpu, links, intra = null, inter =
     if (!(gemmEfficiency >= 0.01 && gemmEfficiency <= 1)) throw new Error(`gemm_efficiency (${gemmEfficiency}) must be between 0.01 and 1`);   // Python: three_d.BOUNDS
     g = {...gpu, gemm_efficiency: gemmEfficiency};
   }
-  const pick = (name) => configEntry({links}, "links", name);
+  const pick = (name) => achievedLink(configEntry({links}, "links", name));
   return {gpus, gpus_per_node: gpusPerNode, gpu: g, peak: g.peak, intra: pick(intra || g.intra), inter: pick(inter || g.inter)};
+}
+
+// Python: three_d.achieved(lk): a link at NCCL's achieved bus bandwidth
+export function achievedLink(lk) {
+  const e = lk.bus_efficiency ?? 1.0;
+  return e === 1.0 ? lk : {...lk, bandwidth: lk.bandwidth * e, bus_efficiency: 1.0};
 }
 
 // Python: tp_collectives(t, sp, recompute): all-reduce equivalents per layer per micro-batch
@@ -357,12 +376,13 @@ function resolvedOptions(o, attention, precision) {
 
 // Python: Options(...) with its defaults and rules
 export function planOptions(opt = {}) {
-  const known = ["grad_reduce_bytes", "dp_overlap", "headroom", "zero3_overlap", "zero3_collectives", "attention", "precision", "zero3_ac_inside_unit", "overlap_grad_reduce", "cp_algorithm", "overlap_param_gather", "reshard_after_forward", "recompute_modules"];
+  const known = ["grad_reduce_bytes", "dp_overlap", "headroom", "zero3_overlap", "zero3_collectives", "attention", "precision", "zero3_ac_inside_unit", "overlap_grad_reduce", "cp_algorithm", "overlap_param_gather", "reshard_after_forward", "recompute_modules", "fp8", "compiled"];
   const unknown = Object.keys(opt).filter((k) => !known.includes(k)).sort();
   if (unknown.length) throw new Error(`option ('${unknown[0]}') must be one of ${known.join(", ")}`);
-  const o = {grad_reduce_bytes: null, dp_overlap: true, headroom: null, zero3_overlap: true, zero3_collectives: "hierarchical", attention: null, precision: null, zero3_ac_inside_unit: false, overlap_grad_reduce: false, cp_algorithm: "ring", overlap_param_gather: null, reshard_after_forward: null, recompute_modules: null, ...opt};
+  const o = {grad_reduce_bytes: null, dp_overlap: true, headroom: null, zero3_overlap: true, zero3_collectives: "hierarchical", attention: null, precision: null, zero3_ac_inside_unit: false, overlap_grad_reduce: false, cp_algorithm: "ring", overlap_param_gather: null, reshard_after_forward: null, recompute_modules: null, fp8: null, compiled: false, ...opt};
   if (!ZERO3_COLLECTIVES.includes(o.zero3_collectives)) throw new Error(`zero3_collectives ('${o.zero3_collectives}') must be one of ${ZERO3_COLLECTIVES.join(", ")}`);
-  if (!(o.attention === null || ATTENTION.includes(o.attention))) throw new Error(`attention ('${o.attention}') must be one of unfused, flash`);
+  if (!(o.attention === null || ATTENTION.includes(o.attention))) throw new Error(`attention ('${o.attention}') must be one of ${ATTENTION.join(", ")}`);
+  if (!(o.fp8 === null || FP8_SCALING.includes(o.fp8))) throw new Error(`fp8 ('${o.fp8}') must be one of ${FP8_SCALING.join(", ")}`);
   if (!CP_ALGORITHMS.includes(o.cp_algorithm)) throw new Error(`cp_algorithm ('${o.cp_algorithm}') must be one of ${CP_ALGORITHMS.join(", ")}`);
   if (!(o.precision === null || o.precision in RECIPES)) throw new Error(`precision ('${o.precision}') must be one of ${Object.keys(RECIPES).join(", ")}`);
   const badModule = (o.recompute_modules || []).find((x) => !RECOMPUTE_MODULES.includes(x));
@@ -481,10 +501,11 @@ export function elementwiseKernels(h, f, kv, t = 1, sp = false, recipe = {}) {
 }
 
 // Python: compute.elementwise_seconds(kernels, tokens, gpu, recompute): max(issue, traffic) each
-export function elementwiseSeconds(kernels, tokens, gpu, recompute = "none") {
+export function elementwiseSeconds(kernels, tokens, gpu, recompute = "none", compiled = false) {
   let total = 0.0;
+  const bw = compiled ? gpu.hbm_bandwidth / COMPILED_TRAFFIC : gpu.elementwise_bandwidth, issue = compiled ? 0.0 : gpu.kernel_issue_s || 0;
   for (const k of kernels) {
-    const one = Math.max(gpu.kernel_issue_s || 0, (tokens * k.bytes_per_token) / gpu.elementwise_bandwidth);
+    const one = Math.max(issue, (tokens * k.bytes_per_token) / bw);
     total += one * (recompute === "full" && !k.backward ? 2 : 1);
   }
   return total;
@@ -497,15 +518,15 @@ export function fusedActivationSeconds(b, s, h, t, gpu, sp = false, recompute = 
   return ((recompute === "full" ? 2 : 1) * fwd + bwd) / gpu.hbm_bandwidth;
 }
 
-// Python: recipe_kernels_seconds(m_, cl, lay): the recipe's kernels in place of the fused count
-export function recipeKernelsSeconds(model, cluster, lay) {
+// Python: recipe_kernels_seconds(m_, cl, lay, opt): the recipe's kernels in place of the fused count
+export function recipeKernelsSeconds(model, cluster, lay, opt) {
   const gpu = cluster.gpu, m = planShape(model);
   if (!gpu.elementwise_bandwidth) return 0.0;
   const b = lay.micro_batch, sl = Math.floor(m.seq / lay.cp), h = m.hidden, t = lay.tp, rc = lay.recompute;
   const recipe = {norm: m.norm, mlp_matrices: m.mlp_matrices, rope: m.positions === "rope", dropout: m.dropout, bias: m.bias};
   const kernels = elementwiseKernels(h, ffnWidth(m) * m.top_k, kvWidth(m), t, lay.sp, recipe);
   const fixed = (gpu.layer_overhead_s || 0) * (rc === "full" ? 4 / 3 : 1);
-  return elementwiseSeconds(kernels, b * sl, gpu, rc) - fusedActivationSeconds(b, sl, h, t, gpu, lay.sp, rc) - fixed;
+  return elementwiseSeconds(kernels, b * sl, gpu, rc, opt.compiled) - fusedActivationSeconds(b, sl, h, t, gpu, lay.sp, rc) - fixed;
 }
 
 // Python: module_recompute_seconds(m_, cl, lay, opt, mlp_forward)
@@ -520,7 +541,7 @@ export function moduleRecomputeSeconds(model, cluster, lay, opt, mlpForward) {
 // Python: memory_time.activation_bytes_per_layer(..., attention): flash keeps a logsumexp
 // (4·a·s·b/t bytes) instead of the 5as²b/t scores
 function activationsWithAttention(s, b, h, a, t, sp, recompute, attention) {
-  if (recompute === "none" && checkAttention(attention) === "flash") {
+  if (recompute === "none" && fused(attention)) {
     const sbh = s * b * h, lse = (4 * a) / (h * t);
     return sp ? sbh * (34 / t + lse) : sbh * (10 + 24 / t + lse);
   }
@@ -551,8 +572,53 @@ export function termActivations(model, cluster, lay, opt) {
   return Math.max(act, (perLayer * end + recomputed) / cp + logitsBytes(model, lay));
 }
 
-function gemmPass(gpu, M, N, K) {                    // Python: _gemm_pass
-  return [gemmOf(gpu, M, N, K), gemmOf(gpu, M, K, N) + gemmOf(gpu, K, N, M)];
+function gemmPass(gpu, M, N, K, fp8 = false) {       // Python: _gemm_pass
+  return [gemmOf(gpu, M, N, K, 1, fp8), gemmOf(gpu, M, K, N, 1, fp8) + gemmOf(gpu, K, N, M, 1, fp8)];
+}
+
+// Python: layer_dense_gemms(m_, lay) -> [[M, N, K]]
+export function layerDenseGemms(model, lay) {
+  const m = planShape(model), t = lay.tp, h = m.hidden, bs = lay.micro_batch * Math.floor(m.seq / lay.cp);
+  const f = Math.floor((m.top_k * ffnWidth(m)) / t);
+  const nQkv = Math.floor(h / t) + 2 * Math.floor(h / m.heads) * Math.ceil((m.kv_heads || m.heads) / t);   // Python: kv_width_per_rank
+  return [[bs, nQkv, h], [bs, h, Math.floor(h / t)], [bs, (m.mlp_matrices - 1) * f, h], [bs, h, f]];
+}
+
+// Python: fp8_gemm_delta(m_, cl, lay, opt)
+export function fp8GemmDelta(model, cluster, lay, opt) {
+  if (!opt.fp8) return 0.0;
+  const refwd = lay.recompute === "full" ? 2 : 1, gpu = cluster.gpu;
+  let out = 0.0;
+  for (const [M, N, K] of layerDenseGemms(model, lay)) {
+    const [ef, eb] = gemmPass(gpu, M, N, K, true), [bf, bb] = gemmPass(gpu, M, N, K);
+    out += refwd * (ef - bf) + (eb - bb);
+  }
+  return out;
+}
+
+// Python: compute.fp8_cast_bytes_per_token(h, f, kv, t, sp, scaling, mlp_matrices) -> [fwd, bwd]
+export function fp8CastBytesPerToken(h, f, kv, t = 1, sp = false, scaling = "delayed", mlpMatrices = 2) {
+  if (!FP8_SCALING.includes(scaling)) throw new Error(`fp8 ('${scaling}') must be one of ${FP8_SCALING.join(", ")}`);
+  const per = FP8_CAST_BYTES[scaling], r = sp ? h / t : h;
+  return [per * (2 * r + h / t + f / t), per * ((h + 2 * kv) / t + 2 * r + ((mlpMatrices - 1) * f) / t)];
+}
+
+// Python: term_fp8_casts(m_, cl, lay, opt, ctx): FP8 casts of one micro-batch, slowest stage
+export function termFp8Casts(model, cluster, lay, opt) {
+  if (!opt.fp8) return 0.0;
+  const m = planShape(model), tokens = lay.micro_batch * Math.floor(m.seq / lay.cp);
+  const [fwd, bwd] = fp8CastBytesPerToken(m.hidden, m.top_k * ffnWidth(m), kvWidth(m), lay.tp, lay.sp, opt.fp8, m.mlp_matrices);
+  const weights = 4 * layerDenseGemms(m, lay).reduce((acc, [, N, K]) => acc + N * K, 0);
+  const refwd = lay.recompute === "full" ? 2 : 1;
+  return stageLayers(m.layers, lay)[0] * ((tokens * (refwd * fwd + bwd) + weights) / cluster.gpu.hbm_bandwidth);
+}
+
+// Python: term_fp8_weights(m_, cl, lay, opt, ctx): FP8 weight copies on the fullest stage
+export function termFp8Weights(model, cluster, lay, opt) {
+  if (!opt.fp8) return 0.0;
+  const m = planShape(model), perLayer = 2 * layerDenseGemms(m, lay).reduce((acc, [, N, K]) => acc + N * K, 0);
+  if (lay.zero === 3) return 2 * perLayer;
+  return Math.max(...stageLayers(m.layers, lay)) * perLayer;
 }
 
 // Python: term_compute(m_, cl, lay, opt, ctx) -> {value (one micro-batch), layer, core}
@@ -579,7 +645,7 @@ export function termCompute(model, cluster, lay, opt) {
   const scale = (m.top_k * m.mlp_matrices * ffnWidth(m)) / (2 * 4 * h);   // active MLP / GPT's 8h²
   if (scale !== 1) lt += (scale - 1) * ((rc === "full" ? 2 : 1) * parts.mlp_f + parts.mlp_b);
   lt += moduleRecomputeSeconds(m, cluster, lay, opt, scale * parts.mlp_f);
-  lt += recipeKernelsSeconds(m, cluster, lay);
+  lt += recipeKernelsSeconds(m, cluster, lay, opt) + fp8GemmDelta(m, cluster, lay, opt);
   const [mid, end] = stageLayers(m.layers, lay);      // the slowest stage
   const logits = logitsSeconds(b, sl, h, m.vocab, gpu, t);
   return {value: Math.max(mid * lt, end * lt + logits), layer: lt, core};
@@ -723,8 +789,8 @@ export function termOptimizer(model, cluster, lay, opt) {
 }
 
 // BEGIN TERMS (generated from minipar/cost/planner/term_table.json by `python -m minipar.cost.planner.term_table`; do not edit)
-export const TERMS = [{"name": "compute", "where": "slot", "unit": "s", "column": null, "doc": "the layers and the output layer of one micro-batch"}, {"name": "tp", "where": "slot", "unit": "s", "column": "TP", "doc": "tensor-parallel collectives on the critical path"}, {"name": "pp", "where": "slot", "unit": "s", "column": "PP", "doc": "pipeline sends across stage boundaries"}, {"name": "cp", "where": "slot", "unit": "s", "column": "CP ring", "doc": "context-parallel K/V traffic not hidden by the block compute"}, {"name": "ep", "where": "slot", "unit": "s", "column": "EP a2a", "doc": "MoE all-to-alls"}, {"name": "zero3_exposed", "where": "slot", "unit": "s", "column": "ZeRO-3", "doc": "ZeRO-3 gathers and reduce-scatters not hidden by prefetching"}, {"name": "dp_exposed", "where": "step", "unit": "s", "column": "DP exp", "doc": "the data-parallel reduction not hidden under the last backward"}, {"name": "embedding", "where": "step", "unit": "s", "column": null, "doc": "the tied embedding's gradient all-reduce, first and last stage"}, {"name": "optimizer", "where": "step", "unit": "s", "column": null, "doc": "the Adam step on this rank's shard"}, {"name": "states", "where": "memory", "unit": "B", "column": null, "doc": "model states of the fullest stage"}, {"name": "activations", "where": "memory", "unit": "B", "column": null, "doc": "activations of the fullest stage"}];
-const TERM_FUNCTIONS = {compute: termCompute, tp: termTp, pp: termPp, cp: termCp, ep: termEp, zero3_exposed: termZero3Exposed, dp_exposed: termDpExposed, embedding: termEmbedding, optimizer: termOptimizer, states: termStates, activations: termActivations};
+export const TERMS = [{"name": "compute", "where": "slot", "unit": "s", "column": null, "doc": "the layers and the output layer of one micro-batch"}, {"name": "fp8_casts", "where": "slot", "unit": "s", "column": "FP8 cast", "doc": "FP8 casts of the GEMMs' inputs, gradients and weights"}, {"name": "tp", "where": "slot", "unit": "s", "column": "TP", "doc": "tensor-parallel collectives on the critical path"}, {"name": "pp", "where": "slot", "unit": "s", "column": "PP", "doc": "pipeline sends across stage boundaries"}, {"name": "cp", "where": "slot", "unit": "s", "column": "CP ring", "doc": "context-parallel K/V traffic not hidden by the block compute"}, {"name": "ep", "where": "slot", "unit": "s", "column": "EP a2a", "doc": "MoE all-to-alls"}, {"name": "zero3_exposed", "where": "slot", "unit": "s", "column": "ZeRO-3", "doc": "ZeRO-3 gathers and reduce-scatters not hidden by prefetching"}, {"name": "dp_exposed", "where": "step", "unit": "s", "column": "DP exp", "doc": "the data-parallel reduction not hidden under the last backward"}, {"name": "embedding", "where": "step", "unit": "s", "column": null, "doc": "the tied embedding's gradient all-reduce, first and last stage"}, {"name": "optimizer", "where": "step", "unit": "s", "column": null, "doc": "the Adam step on this rank's shard"}, {"name": "states", "where": "memory", "unit": "B", "column": null, "doc": "model states of the fullest stage"}, {"name": "fp8_weights", "where": "memory", "unit": "B", "column": null, "doc": "FP8 copies of the linear weights"}, {"name": "activations", "where": "memory", "unit": "B", "column": null, "doc": "activations of the fullest stage"}];
+const TERM_FUNCTIONS = {compute: termCompute, fp8_casts: termFp8Casts, tp: termTp, pp: termPp, cp: termCp, ep: termEp, zero3_exposed: termZero3Exposed, dp_exposed: termDpExposed, embedding: termEmbedding, optimizer: termOptimizer, states: termStates, fp8_weights: termFp8Weights, activations: termActivations};
 // END TERMS
 
 const termValue = (r) => (typeof r === "number" ? r : r.value);   // Python: three_d_terms._value

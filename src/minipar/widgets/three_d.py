@@ -118,7 +118,12 @@ def preset_layout(model: str) -> dict | None:
 
 
 def _link(L) -> dict:
-    return {"name": L.name, "alpha": L.alpha, "bandwidth": L.bandwidth}
+    return {
+        "name": L.name,
+        "alpha": L.alpha,
+        "bandwidth": L.bandwidth,
+        "bus_efficiency": L.bus_efficiency,
+    }
 
 
 def gpu_config(g) -> dict:
@@ -127,6 +132,7 @@ def gpu_config(g) -> dict:
         "name": g.name,
         "memory_bytes": g.memory_bytes,
         "peak": g.peak_flops["bf16"],
+        "peak_fp8": g.peak_flops.get("fp8"),
         "hbm_bandwidth": g.hbm_bandwidth,
         "sms": g.sms,
         "gemm_efficiency": g.gemm_efficiency,

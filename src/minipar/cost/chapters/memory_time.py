@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from ..model import ATTENTION, RECOMPUTE, check_attention  # noqa: F401  (re-exported)
+from ..model import ATTENTION, RECOMPUTE, check_attention, fused  # noqa: F401  (re-exported)
 
 ZERO_STAGES = (0, 1, 2, 3)
 
@@ -117,7 +117,7 @@ def activation_bytes_per_layer(
         return 2 * sbh / (t if sp else 1)
     if recompute == "selective":
         scores = 0.0
-    elif attention == "flash":
+    elif fused(attention):  # "flash" or "fa3"
         scores = 4 * a / (h * t)  # the logsumexp: 4·a·s·b/t bytes = sbh · 4a/(ht)
     else:
         scores = 5 * a * s / (h * t)

@@ -62,12 +62,50 @@ from __future__ import annotations
 import math
 from typing import NamedTuple
 
-from ..model import ATTENTION, check_attention  # noqa: F401  (one list, re-exported)
+from ..model import ATTENTION, check_attention, fused  # noqa: F401  (one list, re-exported)
 
 TILE_M, TILE_N = 256, 128  # cuBLAS's largest Ampere/Hopper tile (CUTLASS 256×128)
 GEMM_RULES = ("waves", "additive")
 SCORE_BYTES_FWD, SCORE_BYTES_BWD = 9, 11  # Megatron's fused scale-mask-softmax + dropout
 FLASH_BACKWARD = 2.5  # FlashAttention-2's backward / forward FLOPs (scores recomputed)
+
+FA3_EFFICIENCY = 0.52
+"""FlashAttention-3's (or cuDNN's fused attention on Hopper) forward + backward FLOP/s over the
+bf16 dense peak: ASSUMED from the paper, no file here measures it (Shah et al. 2024,
+"FlashAttention-3", Figs. 5 and 7: bf16, head dim 128, causal, 8K-16K tokens, about
+640 TFLOP/s forward and 475 backward on an H100 SXM; with the backward's 2.5 × the forward's
+FLOPs, 3.5/(1/640 + 2.5/475) = 513 TFLOP/s, 0.52 of 989). "flash" (FlashAttention-2 / SDPA)
+keeps the GPU's measured ``flash_efficiency`` (0.40 on the H200)."""
+
+FP8_GEMM_EFFICIENCY = 0.87
+"""ρ: an FP8 GEMM's rate as a fraction of (FP8 dense peak × the GPU's bf16 η), so an FP8 GEMM
+runs at ``peak_flops["fp8"]`` · η · ρ. Fitted on one calibration row
+(:mod:`minipar.cost.validation.modern_fit`: torchtitan's Llama 3.1 8B, 8 GPUs, torch.compile
+and torchao Float8, December 2024), the other constants of that fit held; no other row of
+``published_modern.json`` set it. NVIDIA's FP8 GEMM peak is twice the bf16 one on Hopper; a
+ρ below 1 says FP8 GEMMs reach a smaller fraction of their peak (shorter K loops per byte,
+the scaling epilogue)."""
+
+COMPILED_TRAFFIC = 0.56
+"""κ: the fraction of the eager element-wise kernels' bytes a compiled step still moves
+(torch.compile's Inductor or Megatron/Transformer Engine's fused kernels fuse chains of
+element-wise ops, so intermediate tensors are not written and read back), at the GPU's
+achieved HBM rate and with no per-kernel issue time (CUDA graphs or compiled regions hide the
+launches). Fitted on one calibration row (:mod:`minipar.cost.validation.modern_fit`:
+torchtitan's Llama 3.1 8B, 8 GPUs, torch.compile, bf16, December 2024)."""
+
+FP8_SCALING = ("delayed", "current")
+"""FP8 scaling recipes: "delayed" (Transformer Engine's ``DelayedScaling``, Megatron's default
+FP8 recipe: the scale from an amax history, the amax computed inside the cast) and "current"
+(tensorwise dynamic scaling: torchao's Float8 default, Megatron's ``fp8-cs``: an amax pass over
+the tensor before its cast)."""
+
+FP8_CAST_BYTES = {"delayed": 4, "current": 6}
+"""Bytes moved per element to cast one GEMM input to FP8: read the 16-bit tensor (2), write the
+FP8 copy (1) and its transposed FP8 copy for the other GEMM of the backward (1; Hopper's FP8
+GEMMs take only the TN layout); current scaling first reads the tensor once more for its amax
+(2). Transformer Engine, "Using FP8 with Transformer Engine" (the cast-transpose kernels);
+torchao ``float8`` (tensorwise dynamic scaling)."""
 
 
 class LayerTime(NamedTuple):
@@ -151,23 +189,39 @@ def bmm_seconds(
     return latency + batch * (M * K + K * N + M * N) * bytes_per_elem / bandwidth
 
 
-def gpu_gemm_seconds(gpu, M: int, N: int, K: int, batch: int = 1) -> float:
+def fp8_peak(gpu) -> float:
+    """The GPU's dense FP8 peak; a ValueError naming the rule where its preset has none (FP8
+    tensor cores came with Hopper: the A100 has none)."""
+    peak = gpu.peak_flops.get("fp8")
+    if not peak:
+        raise ValueError(
+            f"fp8 needs a GPU with FP8 tensor cores (an 'fp8' peak in its preset: Hopper or "
+            f"later); {gpu.name} has none"
+        )
+    return peak
+
+
+def gpu_gemm_seconds(gpu, M: int, N: int, K: int, batch: int = 1, fp8: bool = False) -> float:
     """One GEMM as :func:`layer_seconds` prices it on ``gpu``: a dense one (batch 1) by the
     GPU's rule and constants (:func:`gemm_seconds`), a batched one (attention's) by
-    :func:`bmm_seconds` where the GPU has a measured ``bmm_bandwidth``, else by its rule."""
+    :func:`bmm_seconds` where the GPU has a measured ``bmm_bandwidth``, else by its rule.
+    ``fp8``: a dense GEMM of FP8 operands, at :func:`fp8_peak` · η · :data:`FP8_GEMM_EFFICIENCY`,
+    one byte per element moved (attention's batched GEMMs stay 16-bit)."""
     if batch > 1 and gpu.bmm_bandwidth is not None:
         return bmm_seconds(
             M, N, K, batch=batch, bandwidth=gpu.bmm_bandwidth, latency=gpu.bmm_latency_s
         )
+    eight = fp8 and batch == 1
     return gemm_seconds(
         M,
         N,
         K,
         batch=batch,
-        peak=gpu.peak_flops["bf16"],
-        efficiency=gpu.gemm_efficiency,
+        peak=fp8_peak(gpu) if eight else gpu.peak_flops["bf16"],
+        efficiency=gpu.gemm_efficiency * (FP8_GEMM_EFFICIENCY if eight else 1.0),
         hbm=gpu.hbm_bandwidth,
         sms=gpu.sms,
+        bytes_per_elem=1 if eight else 2,
         rule=gpu.gemm_rule,
         latency=gpu.gemm_latency_s,
     )
@@ -191,14 +245,14 @@ def layer_gemms(b: int, s: int, h: int, a: int, t: int = 1) -> list[tuple[int, i
     ]
 
 
-def pass_seconds(gemms, gpu) -> tuple[float, float]:
+def pass_seconds(gemms, gpu, fp8: bool = False) -> tuple[float, float]:
     """(forward, backward) seconds of ``gemms`` ((batch, M, N, K) each, as
     :func:`layer_gemms`): backward runs, for every forward GEMM (M, N, K), the input gradient
     (M, K, N) and the weight gradient (K, N, M) (Narayanan et al. 2021 §3.5: backward = 2 ×
-    forward FLOPs), each priced by :func:`gpu_gemm_seconds`."""
-    fwd = sum(gpu_gemm_seconds(gpu, M, N, K, n) for n, M, N, K in gemms)
+    forward FLOPs), each priced by :func:`gpu_gemm_seconds` (``fp8``: the dense ones in FP8)."""
+    fwd = sum(gpu_gemm_seconds(gpu, M, N, K, n, fp8) for n, M, N, K in gemms)
     bwd = sum(
-        gpu_gemm_seconds(gpu, M, K, N, n) + gpu_gemm_seconds(gpu, K, N, M, n)
+        gpu_gemm_seconds(gpu, M, K, N, n, fp8) + gpu_gemm_seconds(gpu, K, N, M, n, fp8)
         for n, M, N, K in gemms
     )
     return fwd, bwd
@@ -217,12 +271,20 @@ def flash_attention_flops(
     return fwd, FLASH_BACKWARD * fwd
 
 
-def flash_attention_seconds(b: int, s: int, h: int, a: int, gpu, t: int = 1) -> tuple[float, float]:
+def flash_attention_seconds(
+    b: int, s: int, h: int, a: int, gpu, t: int = 1, kernel: str = "flash"
+) -> tuple[float, float]:
     """(forward, backward) seconds of the fused causal attention kernel: its FLOPs
-    (:func:`flash_attention_flops`) at ``gpu.flash_efficiency`` of the bf16 peak, the rate
-    measured on whole SDPA layers (:mod:`minipar.cost.kernels.hardware`); no per-score bytes move."""
+    (:func:`flash_attention_flops`) at ``gpu.flash_efficiency`` of the bf16 peak for "flash"
+    (FlashAttention-2 / SDPA, the rate measured on whole SDPA layers,
+    :mod:`minipar.cost.kernels.hardware`), at :data:`FA3_EFFICIENCY` (assumed) for "fa3", a
+    Hopper kernel (refused where the GPU has no FP8 peak, i.e. before Hopper); no per-score
+    bytes move."""
     _positive(a=a)
-    rate = gpu.peak_flops["bf16"] * gpu.flash_efficiency
+    if kernel == "fa3":
+        fp8_peak(gpu)  # FlashAttention-3 is a Hopper kernel
+    eff = FA3_EFFICIENCY if kernel == "fa3" else gpu.flash_efficiency
+    rate = gpu.peak_flops["bf16"] * eff
     f, bw = flash_attention_flops(b, s, h, t)
     return f / rate, bw / rate
 
@@ -258,7 +320,7 @@ def layer_memory_bytes(
     chip; its inputs and outputs are the (b, s, h) tensors already counted).
     """
     _positive(b=b, s=s, h=h, a=a, t=t)
-    if check_attention(attention) == "flash":
+    if fused(attention):
         score_bytes = 0.0
     elif score_bytes < 0:
         raise ValueError(f"score_bytes ({score_bytes}) must be >= 0")
@@ -298,8 +360,8 @@ def layer_seconds(
     check_attention(attention)
     gemms = layer_gemms(b, s, h, a, t)
     dense_f, dense_b = pass_seconds(gemms[:4], gpu)
-    if attention == "flash":
-        core_f, core_b = flash_attention_seconds(b, s, h, a, gpu, t)
+    if fused(attention):
+        core_f, core_b = flash_attention_seconds(b, s, h, a, gpu, t, attention)
     else:
         core_f, core_b = pass_seconds(gemms[4:], gpu)
     m_f, m_b, m_core = layer_memory_bytes(
@@ -361,8 +423,8 @@ def attention_core_and_mlp_seconds(
     the other cp−1 key blocks of the ring) and for MoE or non-4h MLPs (the MLP scales with the
     active expert FLOPs)."""
     gemms = layer_gemms(b, s, h, a, t)
-    if check_attention(attention) == "flash":
-        core_f, core_b = flash_attention_seconds(b, s, h, a, gpu, t)
+    if fused(attention):
+        core_f, core_b = flash_attention_seconds(b, s, h, a, gpu, t, attention)
     else:
         core_f, core_b = pass_seconds(gemms[4:], gpu)
     mlp_f, mlp_b = pass_seconds(gemms[2:4], gpu)
@@ -429,17 +491,50 @@ def elementwise_kernels(
     return out + bwd
 
 
-def elementwise_seconds(kernels: list[Kernel], tokens: int, gpu, recompute: str = "none") -> float:
+def elementwise_seconds(
+    kernels: list[Kernel], tokens: int, gpu, recompute: str = "none", compiled: bool = False
+) -> float:
     """Forward + backward seconds of ``kernels`` on ``tokens`` tokens: each kernel takes the
     longer of the CPU's time to issue it (``gpu.kernel_issue_s``, eager PyTorch's per-op cost)
     and its traffic at the element-wise rate (``gpu.elementwise_bandwidth``): a kernel paid per
-    launch at few tokens, per token at many. Full recomputation runs the forward ones twice."""
+    launch at few tokens, per token at many. Full recomputation runs the forward ones twice.
+    ``compiled`` (torch.compile, CUDA graphs, Megatron/Transformer Engine's fused kernels):
+    :data:`COMPILED_TRAFFIC` of the same bytes at the achieved HBM rate (``gpu.hbm_bandwidth``),
+    no issue time (the launches hidden)."""
     bw, issue = gpu.elementwise_bandwidth, gpu.kernel_issue_s
+    if compiled:
+        bw, issue = gpu.hbm_bandwidth / COMPILED_TRAFFIC, 0.0
     total = 0.0
     for k in kernels:
         one = max(issue, tokens * k.bytes_per_token / bw)
         total += one * (2 if recompute == "full" and not k.backward else 1)
     return total
+
+
+def fp8_cast_bytes_per_token(
+    h: int,
+    f: int,
+    kv: int,
+    t: int = 1,
+    *,
+    sp: bool = False,
+    scaling: str = "delayed",
+    mlp_matrices: int = 2,
+) -> tuple[float, float]:
+    """(forward, backward) bytes per token of one layer's FP8 casts on one of t ranks
+    (:data:`FP8_CAST_BYTES` per element under ``scaling``, :data:`FP8_SCALING`): forward, the
+    inputs of the QKV GEMM (the replicated (·, h) stream r), of the projection (h/t), of the
+    MLP's first GEMM (r) and of its last (f/t, f the active hidden width); backward, the output
+    gradients of the same four GEMMs: (h + 2kv)/t, r, (``mlp_matrices`` − 1)·f/t (SwiGLU's
+    gate and up projection: 2f/t) and r. What stays 16-bit (attention, norms, softmax, the element-wise kernels, the
+    output layer, the optimizer) moves nothing here."""
+    if scaling not in FP8_SCALING:
+        raise ValueError(f"fp8 ({scaling!r}) must be one of {', '.join(FP8_SCALING)}")
+    per = FP8_CAST_BYTES[scaling]
+    r = h / t if sp else h
+    fwd = 2 * r + h / t + f / t
+    bwd = (h + 2 * kv) / t + 2 * r + (mlp_matrices - 1) * f / t
+    return per * fwd, per * bwd
 
 
 def fused_activation_seconds(

@@ -23,6 +23,10 @@ class Link:
     alpha: float  # s per message (assumed, see module docstring)
     source: str
     note: str = ""
+    # NCCL's achieved bus bandwidth over the line rate (nccl-tests' busbw / bandwidth), which
+    # the planner's collectives run at (minipar.cost.planner.three_d.cluster); 1.0 where a fit
+    # absorbed it (the A100 links: PTD-P Table 1's fit was made at line rate)
+    bus_efficiency: float = 1.0
 
 
 @dataclass(frozen=True)
@@ -70,7 +74,11 @@ LINKS: dict[str, Link] = {
         source="NVIDIA H100 Tensor Core GPU datasheet: NVLink 900 GB/s (18 NVLink-4 links)",
         note="900 GB/s is the bidirectional total = 450 GB/s per direction. 'What Is Tensor "
         "Parallelism? Multi-GPU Training Explained' quotes the 900 GB/s bidirectional "
-        "figure correctly; a ring step can use 450.",
+        "figure correctly; a ring step can use 450. bus_efficiency 0.80: ASSUMED, the ring "
+        "all-reduce's busbw over the line rate that nccl-tests reference tables give for 8 "
+        "NVLink GPUs without NVLink SHARP (A100: 230-250 GB/s of 300; 'NCCL-tests in "
+        "practice', Alaya NeW, 2026); NVLS (460-480 GB/s on 8 H100) is not priced.",
+        bus_efficiency=0.80,
     ),
     "pcie5-x16": Link(
         "pcie5-x16",
@@ -88,7 +96,10 @@ LINKS: dict[str, Link] = {
         400e9 / 8,
         5e-6,
         source="InfiniBand Trade Association / NVIDIA ConnectX-7: NDR 400 Gb/s per port",
-        note="400 Gb/s data rate per direction = 50 GB/s per direction (100 GB/s both ways).",
+        note="400 Gb/s data rate per direction = 50 GB/s per direction (100 GB/s both ways). "
+        "bus_efficiency 0.90: ASSUMED (about 45 of 50 GB/s busbw per GPU across nodes, "
+        "nccl-tests' usual figure on NDR rails); no file here measures it.",
+        bus_efficiency=0.90,
     ),
     "ib-hdr200": Link(
         "ib-hdr200",
@@ -189,6 +200,11 @@ H200_KERNELS = dict(
 """The H200's fitted kernel constants (above), by :class:`GPU` field."""
 
 
+POWER_500W = 0.64
+"""The 500 W HBM2e H100's sustained tensor-core rate over the 700 W SXM's, both peaks
+scaled by it: FITTED on one calibration row (:mod:`minipar.cost.validation.modern_fit`)."""
+
+
 def gh100_kernels(hbm_datasheet: float) -> dict:
     """Kernel constants for another GH100 part (H100 SXM, H100 PCIe), never measured in this
     course, taken from the H200's (same GH100 chip, same SMs and tensor cores): the
@@ -257,14 +273,19 @@ GPUS: dict[str, GPU] = {
     "H100-HBM2e-500W": GPU(
         "H100-HBM2e-500W",
         96e9,
-        {"bf16": 912 * _T, "fp16": 912 * _T, "fp8": 1824 * _T},
+        {
+            "bf16": POWER_500W * 989.4 * _T,
+            "fp16": POWER_500W * 989.4 * _T,
+            "fp8": POWER_500W * 1978.9 * _T,
+        },
         source="torchtitan's benchmark H100 (Grand Teton): 96 GB HBM2e at 2.4 TB/s, run at the "
         "default 500 W power limit; torchtitan: its peak is 'between SXM and NVL', exact value "
         "unknown",
-        note="an ASSUMPTION throughout, added after torchtitan's rows were read (so its error "
-        "on them is not a validation): bf16 peak 912 TFLOP/s, the middle of the SXM's 989 and "
-        "the NVL's 835; kernel constants the H200's (gh100_kernels) with the bandwidth-bound "
-        "ones scaled by 2.4/4.8; NVLink 4 in the host and 400 Gb/s RDMA per GPU.",
+        note="the SXM's peaks times POWER_500W, the sustained tensor-core rate under the 500 W "
+        "limit relative to the 700 W SXM, FITTED on one calibration row (torchtitan's Llama 3.1 "
+        "8B on 8 GPUs, bf16, eager, December 2024; minipar.cost.validation.modern_fit); kernel "
+        "constants the H200's (gh100_kernels) with the bandwidth-bound ones scaled by 2.4/4.8; "
+        "NVLink 4 in the host and 400 Gb/s RDMA per GPU.",
         sms=132,
         intra="nvlink4-h100",
         inter="ib-ndr400",

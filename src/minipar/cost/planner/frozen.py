@@ -1,6 +1,7 @@
 """The planner's form and constants as frozen before modern published tables were evaluated
-(``frozen_model.json``): the term table, every GPU preset's constants and six probe plans'
-step time and memory. ``tests/test_cost_frozen.py`` holds the model to the file; after a
+(``frozen_model.json``): the term table, every GPU and link preset's constants, the kernel
+model's module constants (FP8, FlashAttention-3, compiled steps) and six probe plans' step time
+and memory. ``tests/test_cost_frozen.py`` holds the model to the file; after a
 deliberate change to the model, ``python -m minipar.cost.planner.frozen`` rewrites it, to be committed
 on its own and re-validated (:mod:`minipar.cost.validation.modern`)."""
 
@@ -10,7 +11,8 @@ import dataclasses
 import json
 from pathlib import Path
 
-from ..kernels.hardware import GPUS
+from ..kernels import compute
+from ..kernels.hardware import GPUS, LINKS
 from . import three_d as planner
 from .term_table import TERMS
 
@@ -20,12 +22,25 @@ PATH = Path(__file__).resolve().parent / "frozen_model.json"
 def probe(p: dict) -> dict:
     """One probe plan (a ``probes`` entry of the file) on the model as it is now."""
     cl = planner.cluster(p["gpus"], 8, p["gpu"])
-    c = planner.evaluate(planner.MODELS[p["model"]], cl, planner.Layout(**p["layout"]))
+    opt = planner.Options(**p.get("options", {}))
+    c = planner.evaluate(planner.MODELS[p["model"]], cl, planner.Layout(**p["layout"]), opt)
     return {"step_seconds": c.step_seconds, "bytes_per_gpu": c.bytes_per_gpu, "mfu": c.mfu}
+
+
+CONSTANTS = ("FA3_EFFICIENCY", "FP8_GEMM_EFFICIENCY", "COMPILED_TRAFFIC", "FP8_CAST_BYTES")
+"""The kernel model's module constants the snapshot holds (:mod:`minipar.cost.kernels.compute`)."""
 
 
 def gpus_now() -> dict:
     return json.loads(json.dumps({k: dataclasses.asdict(g) for k, g in GPUS.items()}))
+
+
+def links_now() -> dict:
+    return json.loads(json.dumps({k: dataclasses.asdict(lk) for k, lk in LINKS.items()}))
+
+
+def constants_now() -> dict:
+    return json.loads(json.dumps({k: getattr(compute, k) for k in CONSTANTS}))
 
 
 def rewrite() -> None:
@@ -33,6 +48,8 @@ def rewrite() -> None:
     data = json.loads(PATH.read_text())
     data["terms"] = [t.name for t in TERMS]
     data["gpus"] = gpus_now()
+    data["links"] = links_now()
+    data["constants"] = constants_now()
     data["probes"] = [p | probe(p) for p in data["probes"]]
     PATH.write_text(json.dumps(data, indent=1) + "\n")
 

@@ -168,8 +168,10 @@ from .three_d_terms import (
 )
 from .three_d_terms import options as options_
 
-ATTENTION = ("unfused", "flash")
-"""Attention kernels (:mod:`minipar.cost.kernels.compute`): the scores materialised, or fused (flash)."""
+ATTENTION = ("unfused", "flash", "fa3")
+"""Attention kernels (:mod:`minipar.cost.kernels.compute`): the scores materialised, or fused:
+"flash" (FlashAttention-2, SDPA; its rate measured on the H200) or "fa3" (FlashAttention-3 /
+cuDNN on Hopper; its rate assumed from the paper, :data:`~minipar.cost.kernels.compute.FA3_EFFICIENCY`)."""
 
 NORMS = ("layernorm", "rmsnorm")
 POSITIONS = ("learned", "rope")
@@ -333,6 +335,76 @@ MODELS: dict[str, ModelShape] = {
         ffn=28672,
         kv_heads=8,
         **_LLAMA,
+    ),
+    "llama2-7b": ModelShape(
+        32,
+        4096,
+        32,
+        4096,
+        32000,
+        "Touvron et al. 2023 (Llama 2) Table 1 and its released config: MHA, SwiGLU f = 11008, "
+        "untied",
+        ffn=11008,
+        **_LLAMA,
+    ),
+    "llama2-13b": ModelShape(
+        40,
+        5120,
+        40,
+        4096,
+        32000,
+        "Touvron et al. 2023 (Llama 2) Table 1 and its released config: MHA, SwiGLU f = 13824, "
+        "untied",
+        ffn=13824,
+        **_LLAMA,
+    ),
+    "gpt3-5b": ModelShape(
+        24,
+        4096,
+        32,
+        2048,
+        50304,
+        "NeMo's GPT-3 5B configuration (NeMo-Framework-Launcher conf/training/gpt3/5b.yaml): "
+        "24 layers, h 4096, 32 heads, 4h GeLU MLP, learned positions, tied, GPT-2 vocabulary "
+        "padded to 50304",
+    ),
+    "gpt3-20b": ModelShape(
+        44,
+        6144,
+        48,
+        2048,
+        50304,
+        "NeMo's GPT-3 20B configuration (NeMo-Framework-Launcher conf/training/gpt3/20b.yaml): "
+        "44 layers, h 6144, 48 heads, 4h GeLU MLP, learned positions, tied",
+    ),
+    "nemotron-8b": ModelShape(
+        32,
+        4096,
+        32,
+        4096,
+        256000,
+        "Nemotron-3 8B (NeMo's nemotron3_8b recipe): 32 layers, h 4096, 32 heads (MHA), "
+        "squared-ReLU MLP f = 16384, RoPE, no biases, untied, vocabulary 256000",
+        ffn=16384,
+        bias=False,
+        positions="rope",
+        tied=False,
+        dropout=0.0,
+    ),
+    "nemotron-340b": ModelShape(
+        96,
+        18432,
+        96,
+        4096,
+        256000,
+        "NVIDIA 2024, Nemotron-4 340B Technical Report, Table 1: 96 layers, h 18432, 96 heads, "
+        "8 KV heads, squared-ReLU MLP f = 73728, RoPE, no biases, untied, vocabulary 256000",
+        ffn=73728,
+        kv_heads=8,
+        bias=False,
+        positions="rope",
+        tied=False,
+        dropout=0.0,
     ),
     "llama3-8b": ModelShape(
         32,
@@ -711,10 +783,10 @@ def check(m_: ModelShape, cl: Cluster, lay: Layout) -> None:
         raise ValueError(f"split ({lay.split!r}) must be one of {', '.join(SPLITS)}")
     uneven = lay.split == "units"
     check_layout(m_.layers, m_.hidden, m_.heads, d=d, t=t, p=1 if uneven else p, zero=zero)
-    if uneven and (v > 1 or not 1 <= p <= m_.layers):
+    if uneven and (not 1 <= p <= m_.layers or (v > 1 and (m_.layers + 2) % (p * v))):
         raise ValueError(
-            f"uneven stages (split units) need v = 1 and p ({p}) in [1, layers ({m_.layers})], "
-            f"got v ({v})"
+            f"uneven stages (split units) need p ({p}) in [1, layers ({m_.layers})] and, "
+            f"interleaved, layers + 2 ({m_.layers + 2}) divisible by p·v ({p}·{v})"
         )
     if not uneven and m_.layers % (p * v):
         raise ValueError(f"layers ({m_.layers}) must be divisible by p·v ({p}·{v})")
@@ -1088,6 +1160,15 @@ def _in_range(name: str, value: float, kind: str) -> None:
         raise ValueError(f"{name} ({value:g}) must be between {lo:g} and {hi:g}{unit}")
 
 
+def achieved(lk: Link) -> Link:
+    """``lk`` at NCCL's achieved bus bandwidth: its line rate times ``lk.bus_efficiency``
+    (:class:`~minipar.cost.kernels.hardware.Link`; 1.0 for the A100 links, whose fit absorbed
+    it); a bandwidth given on the command line is taken as achieved."""
+    if lk.bus_efficiency == 1.0:
+        return lk
+    return replace(lk, bandwidth=lk.bandwidth * lk.bus_efficiency, bus_efficiency=1.0)
+
+
 def cluster(
     gpus: int,
     gpus_per_node: int = 8,
@@ -1119,7 +1200,7 @@ def cluster(
     if gemm_efficiency is not None:
         _in_range("gemm_efficiency", gemm_efficiency, "gemm_efficiency")
         g = replace(g, gemm_efficiency=gemm_efficiency)
-    li, le = link_preset(intra or g.intra), link_preset(inter or g.inter)
+    li, le = (achieved(link_preset(x)) for x in (intra or g.intra, inter or g.inter))
     if links.get("intra_bandwidth") or links.get("intra_alpha") is not None:
         li = Link(
             f"{li.name}*",

@@ -23,17 +23,20 @@ from ..chapters.expert_parallel import all_to_all_time
 from ..chapters.memory_time import activation_bytes_per_layer, model_state_bytes
 from ..chapters.pipeline_parallel import bubble_fraction_of_total, bubble_relative_to_ideal
 from ..kernels.compute import (
+    FP8_SCALING,
     SCORE_BYTES_BWD,
     SCORE_BYTES_FWD,
     attention_core_and_mlp_seconds,
     elementwise_kernels,
     elementwise_seconds,
+    fp8_cast_bytes_per_token,
     fused_activation_seconds,
-    gemm_seconds,
+    gpu_gemm_seconds,
     layer_seconds,
     logits_seconds,
     optimizer_seconds,
 )
+from ..model import ATTENTION
 from ..network.collectives import collective_time, hierarchical_all_reduce_time
 from .breakdown import StepBreakdown
 from .term_table import TERMS, python_name
@@ -106,7 +109,9 @@ the head on top of the first and last stage, Megatron-LM 2021); "units" counts t
 and the head as one layer each (Megatron-Core's ``--account-for-embedding-in-pipeline-split``
 and ``--account-for-loss-in-pipeline-split``; Llama 3 405B's 126 layers on 16 stages): the
 middle stages hold u = ⌈(L + 2)/p⌉ layers, the first and the last u − 1 with the embedding or
-the head."""
+the head. Interleaved (v chunks per stage) it needs L + 2 divisible by p·v, as Megatron-Core
+does: the first and the last virtual stage are one layer short (Llama 3.1 405B on p = 8, v = 8
+in NVIDIA's recipes), and every physical stage holds what it holds with v = 1."""
 
 RECIPES: dict[str, Recipe] = {
     # The 2021 reproductions as this model priced them: ZeRO's 16 bytes per parameter
@@ -153,7 +158,17 @@ class Options:
     with PP the weights stay gathered over the micro-batches, about one all-gather and one
     reduce-scatter per step). ``recompute_modules``: what "selective" drops
     (:data:`RECOMPUTE_MODULES`; ``None``: the attention core for "2021", else the attention
-    core, the norms and the MLP's activation, as torchtitan's selective checkpointing does)."""
+    core, the norms and the MLP's activation, as torchtitan's selective checkpointing does).
+    ``fp8``: the FP8 recipe of the layers' dense GEMMs, one of
+    :data:`~minipar.cost.kernels.compute.FP8_SCALING` ("delayed": Transformer Engine's default;
+    "current": tensorwise dynamic scaling, torchao's Float8 and Megatron's ``fp8-cs``), or
+    ``None`` (bf16 GEMMs, every era's default): the GEMMs at the FP8 rate
+    (:func:`fp8_gemm_delta`), the casts (:func:`term_fp8_casts`) and the FP8 weight copies
+    (:func:`term_fp8_weights`); attention, norms, softmax, the element-wise kernels, the output
+    layer, the reductions and the optimizer stay as they were. ``compiled``: a compiled step
+    (torch.compile, CUDA graphs, or Megatron/Transformer Engine's fused kernels): the
+    element-wise kernels fused and their launches hidden
+    (:func:`~minipar.cost.kernels.compute.elementwise_seconds`); nothing else changes."""
 
     grad_reduce_bytes: float | None = None
     dp_overlap: bool = True
@@ -168,6 +183,8 @@ class Options:
     overlap_param_gather: bool | None = None
     reshard_after_forward: bool | None = None
     recompute_modules: tuple | None = None
+    fp8: str | None = None
+    compiled: bool = False
 
     @property
     def recipe(self) -> Recipe:
@@ -208,8 +225,12 @@ class Options:
                 f"zero3_collectives ({self.zero3_collectives!r}) must be one of "
                 f"{', '.join(ZERO3_COLLECTIVES)}"
             )
-        if self.attention not in (None, "unfused", "flash"):
-            raise ValueError(f"attention ({self.attention!r}) must be one of unfused, flash")
+        if self.attention not in (None, *ATTENTION):
+            raise ValueError(
+                f"attention ({self.attention!r}) must be one of {', '.join(ATTENTION)}"
+            )
+        if self.fp8 not in (None, *FP8_SCALING):
+            raise ValueError(f"fp8 ({self.fp8!r}) must be one of {', '.join(FP8_SCALING)}")
         if self.cp_algorithm not in CP_ALGORITHMS:
             raise ValueError(
                 f"cp_algorithm ({self.cp_algorithm!r}) must be one of {', '.join(CP_ALGORITHMS)}"
@@ -557,24 +578,39 @@ class LinkTerm(NamedTuple):
     link: str  # the link it crosses ("-": none)
 
 
-def _gemm_pass(gpu, M: int, N: int, K: int) -> tuple[float, float]:
+def _gemm_pass(gpu, M: int, N: int, K: int, fp8: bool = False) -> tuple[float, float]:
     """(forward, backward) seconds of one (M, N, K) GEMM under the GPU's rule: the backward's
-    input and weight gradients (M, K, N) and (K, N, M) (:mod:`minipar.cost.kernels.compute`)."""
+    input and weight gradients (M, K, N) and (K, N, M) (:mod:`minipar.cost.kernels.compute`);
+    ``fp8``: FP8 operands (:func:`~minipar.cost.kernels.compute.gpu_gemm_seconds`)."""
 
     def g(m, n, k):
-        return gemm_seconds(
-            m,
-            n,
-            k,
-            peak=gpu.peak_flops["bf16"],
-            efficiency=gpu.gemm_efficiency,
-            hbm=gpu.hbm_bandwidth,
-            sms=gpu.sms,
-            rule=gpu.gemm_rule,
-            latency=gpu.gemm_latency_s,
-        )
+        return gpu_gemm_seconds(gpu, m, n, k, 1, fp8)
 
     return g(M, N, K), g(M, K, N) + g(K, N, M)
+
+
+def layer_dense_gemms(m_, lay: Layout) -> list[tuple[int, int, int]]:
+    """The dense (M, N, K) GEMMs of one layer on one of t ranks at the shape's own widths: QKV
+    (b·s/cp, h/t + 2·kv_width_per_rank, h), the projection (·, h, h/t), the MLP's first
+    (·, (matrices − 1)·K·f/t, h) and last (·, h, K·f/t), K the routed experts."""
+    t, h, bs = lay.tp, m_.hidden, lay.micro_batch * (m_.seq // lay.cp)
+    f = m_.top_k * m_.ffn_width // t
+    n_qkv = h // t + 2 * kv_width_per_rank(m_, t)
+    return [(bs, n_qkv, h), (bs, h, h // t), (bs, (m_.mlp_matrices - 1) * f, h), (bs, h, f)]
+
+
+def fp8_gemm_delta(m_, cl, lay: Layout, opt: Options) -> float:
+    """Seconds one layer's dense GEMMs (:func:`layer_dense_gemms`) gain under ``opt.fp8``: each
+    at the FP8 rate less at the bf16 one, forward (twice under full recomputation) and
+    backward (Micikevicius et al. 2022, "FP8 Formats for Deep Learning": the three GEMMs of
+    each linear layer in FP8; Transformer Engine, torchao Float8); 0 without FP8."""
+    if not opt.fp8:
+        return 0.0
+    refwd, gpu, out = (2 if lay.recompute == "full" else 1), cl.gpu, 0.0
+    for M, N, K in layer_dense_gemms(m_, lay):
+        (ef, eb), (bf, bb) = _gemm_pass(gpu, M, N, K, True), _gemm_pass(gpu, M, N, K)
+        out += refwd * (ef - bf) + (eb - bb)
+    return out
 
 
 def term_compute(m_, cl, lay: Layout, opt: Options, ctx=None) -> ComputeTerm:
@@ -628,20 +664,20 @@ def term_compute(m_, cl, lay: Layout, opt: Options, ctx=None) -> ComputeTerm:
     if scale != 1:
         lt += (scale - 1) * ((2 if rc == "full" else 1) * parts["mlp_f"] + parts["mlp_b"])
     lt += module_recompute_seconds(m_, cl, lay, opt, scale * parts["mlp_f"])
-    lt += recipe_kernels_seconds(m_, cl, lay)
+    lt += recipe_kernels_seconds(m_, cl, lay, opt) + fp8_gemm_delta(m_, cl, lay, opt)
     mid, end = stage_layers(m_.layers, lay)  # the slowest stage
     logits = logits_seconds(b, sl, h, m_.vocab, gpu, t)
     return ComputeTerm(max(mid * lt, end * lt + logits), lt, core)
 
 
-def recipe_kernels_seconds(m_, cl, lay: Layout) -> float:
+def recipe_kernels_seconds(m_, cl, lay: Layout, opt: Options) -> float:
     """Where the GPU prices element-wise kernels one by one (``GPU.elementwise_bandwidth``,
     the H200's and the H100s'): the recipe's own kernels
     (:func:`~minipar.cost.kernels.compute.elementwise_kernels`: the shape's norm, GeLU or SwiGLU on
     the K active experts' f, RoPE, dropout only when above 0, residual adds, bias gradients),
     each at max(issue time, traffic) (:func:`~minipar.cost.kernels.compute.elementwise_seconds`), in
     place of the fused byte count and the fixed per-layer time that ``layer_seconds``
-    charged."""
+    charged; fused and without issue time when ``opt.compiled``."""
     gpu = cl.gpu
     if not gpu.elementwise_bandwidth:
         return 0.0
@@ -658,7 +694,7 @@ def recipe_kernels_seconds(m_, cl, lay: Layout) -> float:
     )
     fixed = gpu.layer_overhead_s * (4 / 3 if rc == "full" else 1)
     return (
-        elementwise_seconds(kernels, b * sl, gpu, rc)
+        elementwise_seconds(kernels, b * sl, gpu, rc, opt.compiled)
         - fused_activation_seconds(b, sl, h, t, gpu, sp=lay.sp, recompute=rc)
         - fixed
     )
@@ -677,6 +713,45 @@ def module_recompute_seconds(m_, cl, lay: Layout, opt: Options, mlp_forward: flo
     if "mlp" in mods or "act" in mods:
         moved += 2 * m_.mlp_matrices * m_.ffn_width * m_.top_k * sl / t
     return moved / cl.gpu.hbm_bandwidth + (mlp_forward if "mlp" in mods else 0.0)
+
+
+def term_fp8_casts(m_, cl, lay: Layout, opt: Options, ctx=None) -> float:
+    """FP8 scaling of one micro-batch on the slowest stage, per layer: the casts of the four
+    dense GEMMs' inputs forward (again under full recomputation) and of their output gradients
+    backward (:func:`~minipar.cost.kernels.compute.fp8_cast_bytes_per_token` under
+    ``opt.fp8``'s scaling), and the layer's weights cast once per micro-batch (read 2, write 1
+    and a transposed copy 1: 4 bytes per weight on the rank), all at the HBM rate (fused
+    cast-transpose kernels, Transformer Engine); 0 without FP8."""
+    if not opt.fp8:
+        return 0.0
+    t, tokens = lay.tp, lay.micro_batch * (m_.seq // lay.cp)
+    fwd, bwd = fp8_cast_bytes_per_token(
+        m_.hidden,
+        m_.top_k * m_.ffn_width,
+        m_.kv_width,
+        t,
+        sp=lay.sp,
+        scaling=opt.fp8,
+        mlp_matrices=m_.mlp_matrices,
+    )
+    weights = 4 * sum(N * K for _, N, K in layer_dense_gemms(m_, lay))
+    refwd = 2 if lay.recompute == "full" else 1
+    per_layer = (tokens * (refwd * fwd + bwd) + weights) / cl.gpu.hbm_bandwidth
+    return stage_layers(m_.layers, lay)[0] * per_layer
+
+
+def term_fp8_weights(m_, cl, lay: Layout, opt: Options, ctx=None) -> float:
+    """Bytes of the FP8 weight copies on the fullest stage: Transformer Engine keeps each
+    linear weight in FP8 and its transpose (2 bytes per weight on the rank) across the
+    micro-batches of a step; under ZeRO-3 only the two gathered layers have them; 0 without
+    FP8. The saved inputs of the FP8 GEMMs are counted 16-bit (an over-estimate: Transformer
+    Engine saves some in FP8)."""
+    if not opt.fp8:
+        return 0.0
+    per_layer = 2 * sum(N * K for _, N, K in layer_dense_gemms(m_, lay))
+    if lay.zero == 3:
+        return 2 * per_layer
+    return max(stage_layers(m_.layers, lay)) * per_layer
 
 
 def term_tp(m_, cl, lay: Layout, opt: Options, ctx=None) -> LinkTerm:
