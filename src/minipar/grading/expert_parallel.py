@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+from collections import Counter
 
 from minipar.grading import GradeFailure, task
 from minipar.grading.compare import err as _err
@@ -418,11 +419,7 @@ def _check_dispatch_case(r, where, gr, t, routing):
         got, want = int(counts[s, e]), int(want[s, e])
         _name_slip(where, slips, "counts differ", s=s, e=e, got=got, want=want)
     if not isinstance(rows, torch.Tensor) or rows.dtype != want_rows.dtype:
-        dt, shape, got = (
-            _dtype(want_rows),
-            tuple(want_rows.shape),
-            getattr(rows, "dtype", None),
-        )
+        dt, shape, got = _dtype(want_rows), tuple(want_rows.shape), getattr(rows, "dtype", None)
         raise _fail(where, "rows type", dt=dt, shape=shape, got=got)
     if _same(rows, want_rows, atol=0):
         return
@@ -519,24 +516,21 @@ def _check_combine_case(r, where, gr, t, k):
 
 # ----------------------------------------------------------------------------- 04 capacity
 def _ref_keep(experts, num_experts, capacity, order="slot", le=False, per_slot=False):
+    """Keep each assignment whose place in its expert's queue (slot-major or token-major) is
+    below C; the slips: ``le`` keeps place C too, ``per_slot`` restarts the queues each slot."""
     import torch  # noqa: PLC0415 (lazy: torch)
 
     n, k = experts.shape
-    seen = torch.zeros(num_experts, dtype=torch.long)
-    keep = torch.zeros(n, k, dtype=torch.bool)
     pairs = (
         [(i, j) for j in range(k) for i in range(n)]
         if order == "slot"
         else [(i, j) for i in range(n) for j in range(k)]
     )
-    last_j = 0
+    seen, keep = Counter(), torch.zeros(n, k, dtype=torch.bool)
     for i, j in pairs:
-        if per_slot and j != last_j:
-            seen.zero_()
-            last_j = j
-        e = int(experts[i, j])
-        keep[i, j] = bool(seen[e] <= capacity) if le else bool(seen[e] < capacity)
-        seen[e] += 1
+        queue = (int(experts[i, j]), j if per_slot else None)
+        keep[i, j] = seen[queue] <= capacity if le else seen[queue] < capacity
+        seen[queue] += 1
     return keep
 
 
@@ -549,23 +543,13 @@ def check_keep_mask(fn, **_):
     import torch  # noqa: PLC0415 (lazy: torch)
 
     forbid_course_code(fn, CHAPTER, what="write the capacity rule")
-    for n, e, k, cap in (
-        (12, 4, 2, 3),
-        (12, 4, 1, 2),
-        (9, 3, 2, 1),
-        (8, 4, 2, 100),
-        (20, 5, 2, 5),
-    ):
+    for n, e, k, cap in ((12, 4, 2, 3), (12, 4, 1, 2), (9, 3, 2, 1), (8, 4, 2, 100), (20, 5, 2, 5)):
         experts = _randn(n, e, seed=n + 7 * e).topk(k, dim=-1).indices
         where = f"n = {n}, E = {e}, K = {k}, C = {cap}"
         got = fn(experts.clone(), e, cap)
         if not isinstance(got, torch.Tensor) or tuple(got.shape) != (n, k):
             raise _fail(
-                where,
-                "mask shape",
-                n=n,
-                k=k,
-                got=getattr(got, "shape", type(got).__name__),
+                where, "mask shape", n=n, k=k, got=getattr(got, "shape", type(got).__name__)
             )
         if got.dtype != torch.bool:
             raise _fail(where, "mask dtype", dt=_dtype(got))
@@ -655,13 +639,7 @@ def _check_grouped_rows(where, rows, src_rows, recv, gr, routing):
     t, want = len(recv), _expert_major(src_rows, recv)
     if type_error(rows, want):
         got = f"{getattr(rows, 'dtype', type(rows).__name__)} {tuple(getattr(rows, 'shape', ()))}"
-        raise _fail(
-            where,
-            "grouped rows type",
-            dt=_dtype(want),
-            shape=tuple(want.shape),
-            got=got,
-        )
+        raise _fail(where, "grouped rows type", dt=_dtype(want), shape=tuple(want.shape), got=got)
     if torch.equal(rows, want):
         return
     rows_of = lambda **how: _expected_rows(gr, t, routing=routing, **how)
