@@ -11,10 +11,8 @@ import cloudpickle
 import nbformat
 import pytest
 
-from minipar import grading
 from minipar.grading import GradeFailure, check, close, close_number, reason_for, task
 from minipar.grading.notebooks import (
-    CHECK_MARK,
     build,
     expected_tasks,
     graded_copy,
@@ -126,9 +124,12 @@ def test_starter_and_solution_from_one_source(tmp_path):
     assert starter.metadata["minipar"]["exercise"] == "selftest/01_double"
     assert expected_tasks(sol) == ["selftest.double"]
     copy, origin = graded_copy(starter, str(tmp_path), str(tmp_path / "log"))
-    marked = [c for c in copy.cells if CHECK_MARK in c.source]
-    assert len(marked) == 1
-    assert marked[0].outputs[0]["text"] == grading.pass_line("selftest.double") + "\n"
+    code = [i for i, c in enumerate(starter.cells) if c.cell_type == "code"]
+    assert origin == [None, *code] and "grading_setup" in copy.cells[0].source
+    assert [c.source for c in copy.cells[1:]] == [starter.cells[i].source for i in code]
+    assert all(c.outputs == [] for c in copy.cells), "the side log alone carries the verdict"
+    marked = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("# NBVAL_SKIP\nx = 1")])
+    assert graded_copy(marked, str(tmp_path), "log")[0].cells[1].source == "x = 1"
     assert starter.cells[0].cell_type == "markdown" and starter.cells[0].source.startswith(
         "# Double"
     )

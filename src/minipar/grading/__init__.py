@@ -32,14 +32,12 @@ How a chapter adds exercises (nothing else to register)
 How a notebook is graded (``minipar grade PATH...``)
 ----------------------------------------------------
 The verdict depends only on the learner's code, never on what the file has saved: the grader
-builds a copy of each notebook with every output and execution count stripped, gives each check
-cell the PASS lines of its tasks (from the course's registry, not from the file) as expected
-output, runs the copy cell by cell in a fresh kernel that it watches
-(:mod:`minipar.grading.runner`: a dead kernel ends the notebook at once, a stalled one is
-stopped), and reads each task's outcome and full reason from a side log that :func:`check`
-writes (``$MINIPAR_GRADE_LOG``). A
-task of the reference script whose check cell is gone is a failed task ("check cell for X is
-missing"); results are keyed by the notebook's full path. See :mod:`minipar.grading.cli`.
+builds a copy of each notebook with every output and execution count stripped, runs it cell by
+cell in a fresh kernel that it watches (:mod:`minipar.grading.runner`: a dead kernel ends the
+notebook at once, a stalled one is stopped), and reads each task's outcome and full reason from
+a side log that :func:`check` writes (``$MINIPAR_GRADE_LOG``). A task of the reference script
+whose check cell is gone is a failed task ("check cell for X is missing"); results are keyed by
+the notebook's full path. See :mod:`minipar.grading.cli`.
 
 A check never crashes and never hangs on a learner's mistake: exceptions on any rank, wrong
 shapes, wrong values, deadlocks and endless loops each become one FAIL line with the reason.

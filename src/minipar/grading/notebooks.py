@@ -24,10 +24,9 @@ learner's notebook (metadata first, then ``solutions/<stem>.py`` beside it, then
 one.
 
 **Graded copy.** :func:`graded_copy` turns a learner's notebook into what ``minipar grade`` runs:
-outputs, execution counts, cell tags and ``NBVAL_*`` markers stripped; every cell that calls
-``check`` marked ``# NBVAL_CHECK_OUTPUT`` with the PASS lines of its tasks as the expected output;
+its code cells with outputs, execution counts, cell tags and ``NBVAL_*`` markers stripped, after
 a first cell that moves into the notebook's folder and records errors and check outcomes in a
-side log. Nothing the learner's file has saved reaches the verdict.
+side log, the one channel of every verdict. Nothing the learner's file has saved reaches it.
 
 ``python -m minipar.grading.notebooks [CHAPTER...]`` writes the missing starters (of every
 chapter, or of the chapters named) and never overwrites a learner's notebook; ``--force``
@@ -45,13 +44,12 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from minipar.grading import learner_line, pass_line
+from minipar.grading import learner_line
 from minipar.grading.limits import CELL_LIMIT, KERNEL_MEMORY_BYTES, cpu_time_limit
 
 if TYPE_CHECKING:  # imported by the functions that need it: nbformat alone costs ~1 s
     import nbformat
 
-CHECK_MARK = "# NBVAL_CHECK_OUTPUT"
 _CELL = re.compile(r"^# %%(?: \[(markdown|check)\])?[^\n]*$", re.M)
 _TASK = re.compile(r"""check\(\s*["']([\w.]+)["']""")
 _NBVAL = re.compile(r"^[ \t]*# *NBVAL_\w*[^\n]*\n?", re.M)
@@ -84,7 +82,7 @@ def exercise_id(script: Path) -> str:
 
 def build(script: Path, solved: bool) -> "nbformat.NotebookNode":
     """The learner's notebook (``solved=False``) or the reference notebook (``solved=True``),
-    without outputs: the grader supplies the expected PASS lines (:func:`graded_copy`)."""
+    without outputs (the grader reads each check's outcome from its side log)."""
     import nbformat  # noqa: PLC0415 (lazy: grade extra)
 
     nb = nbformat.v4.new_notebook()
@@ -166,23 +164,9 @@ def graded_copy(nb, folder: str, log: str) -> tuple["nbformat.NotebookNode", lis
     origin: list[int | None] = [None]
     copy.cells.append(nbformat.v4.new_code_cell(SETUP.format(folder=folder, log=log)))
     for i, cell in enumerate(nb.cells):
-        if cell.get("cell_type") != "code":
-            continue
-        source = _NBVAL.sub("", cell.get("source") or "")
-        new = nbformat.v4.new_code_cell(source)
-        tasks = cell_tasks(source)
-        if tasks:
-            try:
-                lines = [pass_line(t) + "\n" for t in tasks]
-            except KeyError:  # registered only inside the kernel: the side log decides
-                copy.cells.append(new)
-                origin.append(i)
-                continue
-            new.source = f"{CHECK_MARK}\n{source}"
-            new.outputs = [nbformat.v4.new_output("stream", name="stdout", text="".join(lines))]
-            new.execution_count = 1  # nbval compares only cells marked as run
-        copy.cells.append(new)
-        origin.append(i)
+        if cell.get("cell_type") == "code":
+            copy.cells.append(nbformat.v4.new_code_cell(_NBVAL.sub("", cell.get("source") or "")))
+            origin.append(i)
     return copy, origin
 
 
@@ -226,10 +210,6 @@ def grading_setup(folder: str, log: str) -> None:
         with open(log, "a", encoding="utf-8") as f:
             f.write(json.dumps({"cell": cell, "error": text}) + "\n")
 
-    def broken_stream(name: str) -> bool:
-        s = getattr(sys, name, None)
-        return s is None or getattr(s, "closed", False)
-
     def repair(cell: str) -> None:
         """Name and undo what the cell broke of the grader's own (see the docstring)."""
         if os.environ.get("MINIPAR_GRADE_LOG") != log:
@@ -241,22 +221,15 @@ def grading_setup(folder: str, log: str) -> None:
                 "back for the checks: leave the environment as it is)",
             )
         for name, stream in streams.items():
-            if broken_stream(name):
-                gone = getattr(sys, name, None) is None
-                did = f"set sys.{name} to None" if gone else f"closed sys.{name}"
+            now = getattr(sys, name, None)
+            if now is None or getattr(now, "closed", False):
+                did = f"set sys.{name} to None" if now is None else f"closed sys.{name}"
                 setattr(sys, name, stream)
                 write(
                     cell,
                     f"nothing but {did} (nothing printed would reach the notebook; the "
                     "kernel's stream was put back for the checks)",
                 )
-
-    def record(result):
-        repair(result.info.raw_cell)
-        err = result.error_before_exec or result.error_in_exec
-        if err is None:
-            return
-        write(result.info.raw_cell, error_text(err, learner_line(err)))
 
     # every learner cell runs under the grader's progress limit (minipar.grading.limits): CPU
     # time of this kernel, and waiting outside the ranks; a check inside sets its own, nested
@@ -267,7 +240,10 @@ def grading_setup(folder: str, log: str) -> None:
 
     def disarm(result):
         limit.close()
-        record(result)
+        repair(result.info.raw_cell)
+        err = result.error_before_exec or result.error_in_exec
+        if err is not None:
+            write(result.info.raw_cell, error_text(err, learner_line(err)))
 
     get_ipython().events.register("pre_run_cell", arm)
     get_ipython().events.register("post_run_cell", disarm)
