@@ -6,7 +6,7 @@ For every notebook under PATH the grader
    it the **expected tasks** (every ``check`` call in the script); a notebook with neither a
    script nor a check cell is not an exercise ("No tasks found in X"), and is not run;
 2. writes a **graded copy** (:func:`minipar.grading.notebooks.graded_copy`): outputs, execution
-   counts and ``NBVAL`` markers stripped, each check cell expecting the PASS lines of its tasks;
+   counts and ``NBVAL`` markers stripped, after a set-up cell that opens the side log;
 3. runs each copy in a fresh kernel, cells top to bottom, as "Restart and Run All" would
    (:mod:`minipar.grading.runner`, which watches the kernel: a kernel that dies ends that
    notebook at once, one that stops making progress is stopped; no wall-clock limit unless
@@ -38,7 +38,7 @@ import signal
 import sys
 import tempfile
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from minipar.errors import InputError
@@ -122,14 +122,8 @@ def notebooks(paths) -> tuple[list[Path], list[Path]]:
 
 
 def _first_line(source: str) -> str:
-    line = next(
-        (
-            ln.strip()
-            for ln in source.splitlines()
-            if ln.strip() and not ln.lstrip().startswith("#")
-        ),
-        "",
-    )
+    code = [ln.strip() for ln in source.splitlines() if ln.strip() and ln.strip()[0] != "#"]
+    line = code[0] if code else ""
     return line if len(line) <= 60 else line[:57] + "..."
 
 
@@ -238,37 +232,68 @@ def _task_verdict(t, at, k, g: _Graded) -> tuple[bool, str]:
     return False, "the check cell did not run to completion"
 
 
-def _score_notebook(nb_path, nb, script, copy, origin, records, run):
-    """Rows (notebook, task, passed, reason) and missing task ids for one notebook; ``run`` is
-    its :class:`minipar.grading.runner.NotebookRun`, ``records`` the side log's lines."""
-    name = str(Path(nb_path).resolve())
-    learner = nb.cells
+@dataclass
+class _Notebook:
+    """A notebook to grade: its place in the call's list, path, cells and solution script."""
+
+    index: int
+    path: Path
+    nb: object
+    script: Path | None
+
+    @property
+    def name(self) -> str:
+        return str(self.path.resolve())
+
+
+@dataclass
+class _Tally:
+    """The call's results so far: rows (notebook, task, passed, reason), the tasks whose check
+    cell or notebook is missing, the notebooks with no task, the solution scripts seen."""
+
+    rows: list = field(default_factory=list)
+    missing: list = field(default_factory=list)
+    empty: list = field(default_factory=list)
+    covered: set = field(default_factory=set)
+
+    def add(self, notebook: str, task: str, passed: bool, reason: str, missing: bool = False):
+        self.rows.append((notebook, task, passed, reason))
+        if missing:
+            self.missing.append({"notebook": notebook, "task": task})
+
+    def result(self) -> dict:
+        tasks = [dict(notebook=n, task=t, passed=ok, reason=why) for n, t, ok, why in self.rows]
+        return {
+            "tasks": tasks,
+            "passed": sum(t["passed"] for t in tasks),
+            "total": len(tasks),
+            "missing": self.missing,
+            "empty": self.empty,
+            "memory_limit_bytes": KERNEL_MEMORY_BYTES,  # per kernel and per rank; 0: none
+        }
+
+
+def _score_notebook(item: _Notebook, copy, origin, run, log: Path, tally: _Tally) -> None:
+    """Add the rows of one notebook: ``run`` is its :class:`minipar.grading.runner.NotebookRun`,
+    ``log`` its side log."""
+    learner = item.nb.cells
+    records = _read_log(log)
     check_cell = _check_cells(learner)
-    expected = expected_tasks(script) if script else []
-    tasks = expected + [t for t in check_cell if t not in expected]
+    expected = expected_tasks(item.script) if item.script else []
     errors = _cell_errors(records, copy, origin)
-    g = _Graded(
-        run,
-        records,
-        errors,
-        _cut_checks(run, origin, errors, sorted(set(check_cell.values()))),
-        learner,
-        None if run.died is None else origin[run.died[0]],
-    )
-    rows, missing = [], []
-    for t in tasks:
+    cut = _cut_checks(run, origin, errors, sorted(set(check_cell.values())))
+    died_in = None if run.died is None else origin[run.died[0]]
+    g = _Graded(run, records, errors, cut, learner, died_in)
+    for t in expected + [t for t in check_cell if t not in expected]:
         if t not in check_cell:
-            missing.append(t)
             why = (
                 f"check cell for {t} is missing: restore the cell "
                 f'check("{t}", ...) from the starter notebook'
             )
-            rows.append((name, t, False, why))
+            tally.add(item.name, t, False, why, missing=True)
             continue
         at = check_cell[t]
-        passed, why = _task_verdict(t, at, origin.index(at), g)
-        rows.append((name, t, passed, why))
-    return rows, missing
+        tally.add(item.name, t, *_task_verdict(t, at, origin.index(at), g))
 
 
 # ----------------------------------------------------------------------------- grading
@@ -298,7 +323,7 @@ def _remove_stale_folders() -> list[str]:
     return removed
 
 
-def _unreadable(nb_path: Path, error: Exception, covered: set) -> list[tuple]:
+def _unreadable(nb_path: Path, error: Exception, tally: _Tally) -> None:
     """Rows for a notebook file that is not a readable notebook (corrupt JSON, a truncated
     save): each task of its script fails saying so (it exists, so ``make exercises``, which
     writes only missing notebooks, would not replace it)."""
@@ -311,9 +336,11 @@ def _unreadable(nb_path: Path, error: Exception, covered: set) -> list[tuple]:
     )
     script = find_script(nb_path)
     if script is None:
-        return [(str(nb_path.resolve()), "(notebook)", False, why)]
-    covered.add(script.resolve())
-    return [(str(nb_path.resolve()), t, False, why) for t in expected_tasks(script)]
+        tally.add(str(nb_path.resolve()), "(notebook)", False, why)
+        return
+    tally.covered.add(script.resolve())
+    for t in expected_tasks(script):
+        tally.add(str(nb_path.resolve()), t, False, why)
 
 
 def _shown(path) -> str:
@@ -323,95 +350,89 @@ def _shown(path) -> str:
     return str(shown)
 
 
+def _to_grade(nbs: list[Path], tally: _Tally) -> list[_Notebook]:
+    """The notebooks that hold a task; an unreadable one fails, one with no task is empty."""
+    import nbformat  # noqa: PLC0415 (lazy: grade extra)
+
+    todo = []
+    for j, nb_path in enumerate(nbs):
+        try:
+            nb = nbformat.read(nb_path, as_version=4)
+        except Exception as e:  # a broken file is a failed notebook, never a missing one
+            _unreadable(nb_path, e, tally)
+            continue
+        script = find_script(nb_path, nb)
+        if script is not None:
+            tally.covered.add(script.resolve())
+        if script is None and not any(
+            cell_tasks(c.get("source") or "") for c in nb.cells if c.get("cell_type") == "code"
+        ):
+            tally.empty.append(str(nb_path.resolve()))
+            continue
+        todo.append(_Notebook(j, nb_path, nb, script))
+    return todo
+
+
+def _grade_one(item: _Notebook, tmp: Path, tag: str, timeout, say, tally: _Tally) -> None:
+    """Run one notebook's graded copy in a fresh kernel and score it; progress lines to ``say``."""
+    say(f"{tag} ...")
+    t0 = time.monotonic()
+    folder = tmp / f"nb{item.index:04d}"
+    folder.mkdir()
+    log = folder / "grade.log"
+    cwd = str(item.path.resolve().parent)
+    copy, origin = graded_copy(item.nb, cwd, str(log))
+
+    def beat(k, seconds, cpu):
+        where = _cell_name(item.nb.cells, origin[k])
+        say(f"{tag}: {where} still running after {seconds:.0f} s ({cpu:.0f} CPU-s so far)")
+
+    run = run_notebook([c.source for c in copy.cells], folder, cwd, timeout=timeout, heartbeat=beat)
+    before = len(tally.rows)
+    _score_notebook(item, copy, origin, run, log, tally)
+    rows = tally.rows[before:]
+    ok = sum(x[2] for x in rows)
+    verdict = "PASS" if rows and ok == len(rows) else f"FAIL ({ok}/{len(rows)} passed)"
+    say(f"{tag} {verdict} {time.monotonic() - t0:.0f} s")
+
+
+def _missing_notebooks(wanted: list[Path], tally: _Tally) -> None:
+    """Every task of a solution script under the folders graded whose notebook is gone fails."""
+    for script in wanted:
+        if script.resolve() in tally.covered:
+            continue
+        why = (
+            f"notebook {starter_path(script).name} is missing: "
+            "its check cells are gone (restore your copy, or "
+            "write a fresh starter with `make exercises`, which "
+            "writes only missing notebooks)"
+        )
+        for t in expected_tasks(script):
+            tally.add(str(starter_path(script).resolve()), t, False, why, missing=True)
+
+
 def grade(paths, timeout: float | None = None, progress=None) -> dict:
     """Grade; return ``{"tasks": [...], "passed", "total", "missing", "empty"}`` (see module
     doc; ``empty`` lists the notebooks with no task). ``progress(line)``, if given, receives
     the progress lines."""
     say = progress or (lambda line: None)
-    nbs, wanted = notebooks(paths)  # a bad path fails here, before the import below
-    import nbformat  # noqa: PLC0415 (lazy: grade extra)
-
-    rows, missing, empty = [], [], []
-    covered = set()
+    nbs, wanted = notebooks(paths)  # a bad path fails here, before nbformat is imported
     from minipar.runtime.pool import host_token  # noqa: PLC0415 (lazy: launcher)
 
+    tally = _Tally()
     with shielded():
         _remove_stale_folders()
         tmp_dir = tempfile.TemporaryDirectory(prefix=f"minipar-grade-{host_token()}-{os.getpid()}-")
     try:
-        tmp = Path(tmp_dir.name)
-        todo = []
-        for j, nb_path in enumerate(nbs):
-            try:
-                nb = nbformat.read(nb_path, as_version=4)
-            except Exception as e:  # a broken file is a failed notebook, never a missing one
-                rows += _unreadable(nb_path, e, covered)
-                continue
-            script = find_script(nb_path, nb)
-            if script is not None:
-                covered.add(script.resolve())
-
-            if script is None and not any(
-                cell_tasks(c.get("source") or "") for c in nb.cells if c.get("cell_type") == "code"
-            ):
-                empty.append(str(nb_path.resolve()))
-                continue
-            todo.append((j, nb_path, nb, script))
-        for n, (j, nb_path, nb, script) in enumerate(todo, 1):
-            tag = f"[{n}/{len(todo)}] {_shown(nb_path)}"
-            say(f"{tag} ...")
-            t0 = time.monotonic()
-            folder = tmp / f"nb{j:04d}"
-            folder.mkdir()
-            log = folder / "grade.log"
-            copy, origin = graded_copy(nb, str(nb_path.resolve().parent), str(log))
-
-            def beat(k, seconds, cpu, origin=origin, nb=nb, tag=tag):
-                where = _cell_name(nb.cells, origin[k])
-                say(f"{tag}: {where} still running after {seconds:.0f} s ({cpu:.0f} CPU-s so far)")
-
-            run = run_notebook(
-                [c.source for c in copy.cells],
-                folder,
-                str(nb_path.resolve().parent),
-                timeout=timeout,
-                heartbeat=beat,
-            )
-            r, m = _score_notebook(nb_path, nb, script, copy, origin, _read_log(log), run)
-            rows += r
-            missing += [{"notebook": str(Path(nb_path).resolve()), "task": t} for t in m]
-            ok = sum(x[2] for x in r)
-            verdict = "PASS" if r and ok == len(r) else f"FAIL ({ok}/{len(r)} passed)"
-            say(f"{tag} {verdict} {time.monotonic() - t0:.0f} s")
+        todo = _to_grade(nbs, tally)
+        for n, item in enumerate(todo, 1):
+            tag = f"[{n}/{len(todo)}] {_shown(item.path)}"
+            _grade_one(item, Path(tmp_dir.name), tag, timeout, say, tally)
     finally:
         with shielded():
             tmp_dir.cleanup()
-    for script in wanted:
-        if script.resolve() in covered:
-            continue
-        nb_name = str(starter_path(script).resolve())
-        for t in expected_tasks(script):
-            rows.append(
-                (
-                    nb_name,
-                    t,
-                    False,
-                    f"notebook {starter_path(script).name} is missing: "
-                    "its check cells are gone (restore your copy, or "
-                    "write a fresh starter with `make exercises`, which "
-                    "writes only missing notebooks)",
-                )
-            )
-            missing.append({"notebook": nb_name, "task": t})
-    tasks = [dict(notebook=n, task=t, passed=ok, reason=why) for n, t, ok, why in rows]
-    return {
-        "tasks": tasks,
-        "passed": sum(t["passed"] for t in tasks),
-        "total": len(tasks),
-        "missing": missing,
-        "empty": empty,
-        "memory_limit_bytes": KERNEL_MEMORY_BYTES,  # per kernel and per rank; 0: none
-    }
+    _missing_notebooks(wanted, tally)
+    return tally.result()
 
 
 def _needs_extra() -> None:

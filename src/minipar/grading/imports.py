@@ -102,13 +102,10 @@ def find_course_use(candidate, modules: tuple[str, ...], allow: tuple[str, ...] 
     """``"minipar.x.y (Name)"`` for the first forbidden object the candidate's code refers to,
     else ``None``. Follows the learner's own helpers (functions and classes defined outside
     ``minipar`` and outside libraries) that the candidate uses."""
-    itself = (
-        None
-        if isinstance(candidate, types.ModuleType)
-        else _forbidden_object(candidate, modules, allow)
-    )
-    if itself:
-        return itself
+    if not isinstance(candidate, types.ModuleType):
+        itself = _forbidden_object(candidate, modules, allow)
+        if itself:
+            return itself
     seen: set[int] = set()
     todo = [candidate]
     while todo:
@@ -116,44 +113,65 @@ def find_course_use(candidate, modules: tuple[str, ...], allow: tuple[str, ...] 
         if id(obj) in seen:
             continue
         seen.add(id(obj))
-        if isinstance(obj, type):
-            for base in obj.__mro__[1:]:
-                if _is_forbidden(base.__module__, modules) and not _allowed(
-                    base.__qualname__, allow
-                ):
-                    return f"{base.__module__} ({base.__qualname__})"
-        for fn in _functions_of(obj):
-            cells = [c.cell_contents for c in (fn.__closure__ or ()) if _filled(c)]
-            names = set()
-            for code in _code_objects(fn.__code__):
-                names.update(code.co_names)
-            env = dict(
-                vars(__builtins__) if isinstance(__builtins__, types.ModuleType) else __builtins__
-            )
-            env.update(fn.__globals__)
-            values = [
-                env[n] for n in names if n in env and not isinstance(env[n], types.ModuleType)
-            ] + cells
-            closure = dict(
-                zip(
-                    fn.__code__.co_freevars,
-                    [c.cell_contents if _filled(c) else None for c in (fn.__closure__ or ())],
-                )
-            )
-            for code in _code_objects(fn.__code__):
-                values += list(_through_modules(code, env, closure))
-            for value in values:
-                if isinstance(value, types.ModuleType):
-                    continue
-                hit = _forbidden_object(value, modules, allow)
-                if hit:
-                    return hit
-                if _learners(value):
-                    todo.append(value)
+        for base in obj.__mro__[1:] if isinstance(obj, type) else ():
+            if _is_forbidden(base.__module__, modules) and not _allowed(base.__qualname__, allow):
+                return f"{base.__module__} ({base.__qualname__})"
+        for value in (v for fn in _functions_of(obj) for v in _referenced(fn)):
+            if isinstance(value, types.ModuleType):
+                continue
+            hit = _forbidden_object(value, modules, allow)
+            if hit:
+                return hit
+            if _learners(value):
+                todo.append(value)
     return None
 
 
+def _referenced(fn) -> list:
+    """The objects function ``fn`` refers to: the globals and builtins it names (modules aside),
+    its closure's contents and what it reads through a module (:func:`_through_modules`)."""
+    cells = [c.cell_contents for c in (fn.__closure__ or ()) if _filled(c)]
+    names = set()
+    for code in _code_objects(fn.__code__):
+        names.update(code.co_names)
+    env = dict(vars(__builtins__) if isinstance(__builtins__, types.ModuleType) else __builtins__)
+    env.update(fn.__globals__)
+    values = [env[n] for n in names if n in env and not isinstance(env[n], types.ModuleType)]
+    closure = dict(
+        zip(
+            fn.__code__.co_freevars,
+            [c.cell_contents if _filled(c) else None for c in (fn.__closure__ or ())],
+        )
+    )
+    values += cells
+    for code in _code_objects(fn.__code__):
+        values += list(_through_modules(code, env, closure))
+    return values
+
+
 _SKIP = {"CACHE", "PRECALL", "EXTENDED_ARG", "NOP", "RESUME", "COPY_FREE_VARS"}
+
+
+def _import(name, fromlist):
+    """The module ``import name`` (with a ``fromlist``: ``from name import ...``) binds, for a
+    module of the course; None for any other."""
+    if not (isinstance(name, str) and name.startswith("minipar")):
+        return None
+    try:
+        return importlib.import_module(name if fromlist else name.split(".")[0])
+    except ImportError:
+        return None
+
+
+def _load(op: str, name, env: dict, local: dict, closure: dict):
+    """What a load of ``name`` pushes, as far as modules go (None for any other instruction)."""
+    if op in ("LOAD_GLOBAL", "LOAD_NAME"):
+        return env.get(name)
+    if op.startswith("LOAD_FAST"):
+        return local.get(name)
+    if op == "LOAD_DEREF":
+        return closure.get(name, local.get(name))
+    return None
 
 
 def _through_modules(code, env: dict, closure: dict):
@@ -165,41 +183,24 @@ def _through_modules(code, env: dict, closure: dict):
     cur, fromlist = None, None
     for ins in dis.get_instructions(code):
         op, arg = ins.opname, ins.argval
-        if op in _SKIP:
+        module = isinstance(cur, types.ModuleType)
+        if op in _SKIP or (module and op in ("SWAP", "POP_TOP")):  # inside `import a.b.c as m`
             continue
-        if op == "LOAD_CONST":
-            fromlist, cur = arg, None
+        if op in ("LOAD_CONST", "IMPORT_NAME"):
+            cur = _import(arg, fromlist) if op == "IMPORT_NAME" else None
+            fromlist = arg if op == "LOAD_CONST" else fromlist
             continue
-        if op in ("LOAD_GLOBAL", "LOAD_NAME"):
-            cur = env.get(arg)
-        elif op.startswith("LOAD_FAST"):
-            cur = local.get(arg)
-        elif op == "LOAD_DEREF":
-            cur = closure.get(arg, local.get(arg))
-        elif op == "IMPORT_NAME":
-            cur = None
-            if isinstance(arg, str) and arg.startswith("minipar"):
-                try:
-                    cur = importlib.import_module(arg if fromlist else arg.split(".")[0])
-                except ImportError:
-                    cur = None
+        if module and op.startswith("STORE"):
+            local[arg], cur = cur, None
             continue
-        elif op in ("LOAD_ATTR", "LOAD_METHOD", "IMPORT_FROM") and isinstance(
-            cur, types.ModuleType
-        ):
+        if module and op in ("LOAD_ATTR", "LOAD_METHOD", "IMPORT_FROM"):
             cur = getattr(cur, arg, None)
             if cur is not None and not isinstance(cur, types.ModuleType):
                 yield cur
             if op == "IMPORT_FROM" and cur is not None:
                 continue
-        elif op.startswith("STORE") and isinstance(cur, types.ModuleType):
-            local[arg] = cur
-            cur = None
-            continue
-        elif op in ("SWAP", "POP_TOP") and isinstance(cur, types.ModuleType):
-            continue  # inside `import a.b.c as m`
         else:
-            cur = None
+            cur = _load(op, arg, env, local, closure)
         fromlist = None if op != "IMPORT_FROM" else fromlist
 
 

@@ -19,17 +19,16 @@ time. It watches what the learner's processes do:
   the heaviest reference launch uses 1.5 CPU-seconds per rank, so the limit of 60 is a 40×
   margin (``tests/test_exercises.py`` measures it under load and asserts at least 10×).
 * code that runs in the caller's process (a check that calls the candidate directly) gets
-  :func:`cpu_time_limit`: :data:`TIME_LIMIT` CPU-seconds of this process's main thread (where
-  the learner's Python runs; torch's intra-op threads beside it do not count, so the limit
-  means the same on 2 cores and on 64), and ten times that in wall time as a backstop for a
-  wait that never ends.
+  :func:`cpu_time_limit`: :data:`TIME_LIMIT` CPU-seconds of this process's main thread (torch's
+  intra-op threads do not count, so the limit means the same on 2 cores and on 64), and ten
+  times that in wall time as a backstop for a wait that never ends.
 
-Without ``/proc`` (macOS) the same watch reads each rank's state and CPU time from ``ps``. ``MINIPAR_GRADE_STALL_S``, ``MINIPAR_GRADE_CPU_LIMIT`` and
-``MINIPAR_CHECK_TIME_LIMIT`` override the three numbers. ``minipar grade`` runs every learner
-cell under :func:`cpu_time_limit` of :data:`CELL_LIMIT` CPU-seconds
-(``MINIPAR_GRADE_CELL_CPU_LIMIT``; a check inside sets its own, nested), so no cell needs a
-wall-clock timeout; ``MINIPAR_GRADE_STATS=PATH`` appends
-one JSON line per call (world size, each rank's CPU-seconds, wall seconds, verdict).
+Without ``/proc`` (macOS) the same watch reads each rank's state and CPU time from ``ps``.
+``MINIPAR_GRADE_STALL_S``, ``MINIPAR_GRADE_CPU_LIMIT`` and ``MINIPAR_CHECK_TIME_LIMIT`` override
+the three numbers. ``minipar grade`` runs every learner cell under :func:`cpu_time_limit` of
+:data:`CELL_LIMIT` CPU-seconds (``MINIPAR_GRADE_CELL_CPU_LIMIT``; a check inside sets its own,
+nested); ``MINIPAR_GRADE_STATS=PATH`` appends one JSON line per call (world size, each rank's
+CPU-seconds, wall seconds, verdict).
 
 **Memory.** Each kernel ``minipar grade`` starts, and every rank it launches, may hold
 :data:`KERNEL_MEMORY_BYTES` (8 GiB) of private writable memory (``RLIMIT_DATA``): an allocation
@@ -38,16 +37,13 @@ in the learner's cell, which the report names, instead of swapping the machine o
 kernel's OOM killer. Graded on the CPU, eleven reference notebooks (every chapter; sampled every
 0.2 s) peaked at 0.42 GiB of it (a kernel; ranks less) and 1.7 GiB of address space, so 8 GiB
 is a 19× margin; reservations that are not writable (CUDA's address-space reservations) do
-not count. ``MINIPAR_GRADE_KERNEL_MEMORY_GIB`` overrides
-it (``0``: no limit). The report states the limit.
+not count. ``MINIPAR_GRADE_KERNEL_MEMORY_GIB`` overrides it (``0``: no limit). The report
+states the limit.
 
-``run_ranks(fn, world_size, *args)`` runs ``fn(rank, world_size, *args)`` on fresh gloo ranks
-(:func:`minipar.runtime.launch.run`) and turns every way they can fail into a
-:class:`~minipar.grading.GradeFailure` whose message is the learner's one-line reason: a rank that
-raised or died gives a :class:`RankFailure` that carries the launcher's ``RankError`` as
-``.error`` (``rank``, ``summary``, ``remote_traceback``, ``stderr_tail``) for a checker that wants
-to look closer; a deadlock or an endless loop gives a :class:`LimitExceeded`. Checkers pass no
-``timeout``: the limit is the grader's business, the same for every chapter.
+:func:`run_ranks` turns every way the ranks can fail into a :class:`~minipar.grading.GradeFailure`
+whose message is the learner's one-line reason: :class:`RankFailure` (a rank raised or died) or
+:class:`LimitExceeded` (a deadlock or an endless loop). Checkers pass no ``timeout``: the limit
+is the grader's business, the same for every chapter.
 """
 
 from __future__ import annotations
@@ -317,11 +313,9 @@ def waiting_at(dump: str) -> str | None:
 
 # ----------------------------------------------------------------------------- the entry point
 def run_ranks(fn, world_size: int, *args, **kwargs) -> list:
-    """``minipar.runtime.launch.run(fn, world_size, *args, backend="gloo")`` under the grader's limits:
-    per-rank results in rank order, or a :class:`GradeFailure` with the learner's reason.
-
-    ``kwargs`` go to ``run`` (``threads``, ``backend``); a ``timeout`` is ignored.
-    """
+    """``minipar.runtime.launch.run(fn, world_size, *args, backend="gloo")`` under the grader's
+    limits: per-rank results in rank order, or a :class:`GradeFailure` with the learner's reason.
+    ``kwargs`` go to ``run`` (``threads``, ``backend``); a ``timeout`` is ignored."""
     from minipar.runtime.launch import RankError, run  # noqa: PLC0415 (lazy: launcher)
 
     kwargs.pop("timeout", None)
@@ -329,10 +323,10 @@ def run_ranks(fn, world_size: int, *args, **kwargs) -> list:
     watcher = Watcher() if can_watch() else None
     t0 = time.monotonic()
     verdict = "ok"
+    if watcher is not None:
+        kwargs["on_start"] = watcher.start
     try:
-        if watcher is None:
-            return run(fn, world_size, *args, timeout=WALL_BACKSTOP, **kwargs)
-        return run(fn, world_size, *args, timeout=WALL_BACKSTOP, on_start=watcher.start, **kwargs)
+        return run(fn, world_size, *args, timeout=WALL_BACKSTOP, **kwargs)
     except RankError as e:
         if watcher is not None:
             watcher.stop()
@@ -365,18 +359,9 @@ def _record(world_size, watcher, wall, verdict) -> None:
     if not path:
         return
     cpu = [round(watcher.cpu.get(r, 0.0), 2) for r in range(world_size)] if watcher else []
+    record = {"world_size": world_size, "cpu_s": cpu, "wall_s": round(wall, 2), "verdict": verdict}
     with open(path, "a", encoding="utf-8") as f:
-        f.write(
-            json.dumps(
-                {
-                    "world_size": world_size,
-                    "cpu_s": cpu,
-                    "wall_s": round(wall, 2),
-                    "verdict": verdict,
-                }
-            )
-            + "\n"
-        )
+        f.write(json.dumps(record) + "\n")
 
 
 # ----------------------------------------------------------------------------- in this process
@@ -441,6 +426,42 @@ class _MainThreadLimit:
         _limits.remove(self)
 
 
+def _cpu_exceeded(seconds: float) -> CheckTimeLimit:
+    return CheckTimeLimit(
+        f"stopped after {seconds:g} CPU-seconds: your code was still computing (an endless loop?)"
+    )
+
+
+def _on_limit(seconds: float, thread_limit: _MainThreadLimit | None, start: float):
+    """The SIGPROF/SIGALRM handler of one :func:`cpu_time_limit` begun at ``start``."""
+    from minipar.runtime.launch import ranks_wall_seconds  # noqa: PLC0415 (lazy: launcher)
+
+    wall, ranks_before = 10 * seconds, ranks_wall_seconds()
+
+    def fire(signum, frame):
+        if signum == signal.SIGPROF and thread_limit is not None:
+            mine = thread_limit.active and _limits and _limits[-1] is thread_limit
+            if not mine or _in_launcher(frame):  # late, or an outer limit's: not ours now;
+                return  # or in the launcher: the watcher retries in 0.5 s
+            raise _cpu_exceeded(seconds)
+        timer = signal.ITIMER_PROF if signum == signal.SIGPROF else signal.ITIMER_REAL
+        if _in_launcher(frame):
+            signal.setitimer(timer, 0.5)  # retry once the launcher returns
+            return
+        if signum == signal.SIGPROF:
+            raise _cpu_exceeded(seconds)
+        here = time.monotonic() - start - (ranks_wall_seconds() - ranks_before)  # not the ranks'
+        if here < wall:
+            signal.setitimer(signal.ITIMER_REAL, wall - here)
+            return
+        raise CheckTimeLimit(
+            f"stopped after {wall:g} s of waiting: your code was still "
+            "running (a wait that never ends?)"
+        )
+
+    return fire
+
+
 @contextlib.contextmanager
 def cpu_time_limit(seconds: float | None):
     """Raise :class:`CheckTimeLimit` in this (main) thread once it has used ``seconds``
@@ -458,61 +479,24 @@ def cpu_time_limit(seconds: float | None):
     ):
         yield
         return
-
-    wall = 10 * seconds
-    from minipar.runtime.launch import ranks_wall_seconds  # noqa: PLC0415 (lazy: launcher)
-
-    start, ranks_before = time.monotonic(), ranks_wall_seconds()
-    clock = _main_thread_clock()
+    start, clock = time.monotonic(), _main_thread_clock()
     thread_limit = _MainThreadLimit(seconds, clock) if clock is not None else None
-
-    def fire(signum, frame):
-        if signum == signal.SIGPROF and thread_limit is not None:
-            if not thread_limit.active or not _limits or _limits[-1] is not thread_limit:
-                return  # late, or an outer limit's: not ours now
-            if _in_launcher(frame):
-                return  # the watcher retries in 0.5 s
-            raise CheckTimeLimit(
-                f"stopped after {seconds:g} CPU-seconds: your code was still "
-                "computing (an endless loop?)"
-            )
-        timer = signal.ITIMER_PROF if signum == signal.SIGPROF else signal.ITIMER_REAL
-        if _in_launcher(frame):
-            signal.setitimer(timer, 0.5)  # retry once the launcher returns
-            return
-        if signum == signal.SIGPROF:
-            raise CheckTimeLimit(
-                f"stopped after {seconds:g} CPU-seconds: your code was still "
-                "computing (an endless loop?)"
-            )
-        here = time.monotonic() - start - (ranks_wall_seconds() - ranks_before)  # not the ranks'
-        if here < wall:
-            signal.setitimer(signal.ITIMER_REAL, wall - here)
-            return
-        raise CheckTimeLimit(
-            f"stopped after {wall:g} s of waiting: your code was still "
-            "running (a wait that never ends?)"
-        )
-
-    old_prof = signal.signal(signal.SIGPROF, fire)
-    old_alrm = signal.signal(signal.SIGALRM, fire)
+    fire = _on_limit(seconds, thread_limit, start)
+    old = {s: signal.signal(s, fire) for s in (signal.SIGPROF, signal.SIGALRM)}
     outer_prof = 0.0
     if thread_limit is None:
         outer_prof = signal.setitimer(signal.ITIMER_PROF, seconds)[0]  # an enclosing limit's
-    outer_real = signal.setitimer(signal.ITIMER_REAL, wall)[0]  # time left, if any
+    outer_real = signal.setitimer(signal.ITIMER_REAL, 10 * seconds)[0]  # time left, if any
     cpu0 = time.process_time()
     try:
-        if thread_limit is not None:
-            with thread_limit:
-                yield
-        else:
+        with thread_limit if thread_limit is not None else contextlib.nullcontext():
             yield
     finally:
         if thread_limit is None:
             signal.setitimer(signal.ITIMER_PROF, 0)
         signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGPROF, old_prof)
-        signal.signal(signal.SIGALRM, old_alrm)
+        for s, handler in old.items():
+            signal.signal(s, handler)
         if outer_prof:  # nested (a check inside a graded cell): the outer limit goes on
             signal.setitimer(
                 signal.ITIMER_PROF, max(outer_prof - (time.process_time() - cpu0), 0.01)

@@ -9,8 +9,9 @@ segfault) left the grader waiting for that timeout. This module talks to the ker
   signal) are recorded, and the later cells are not run;
 * **no progress**: the kernel and every process under it (the ranks of a launch included) gained
   less than :data:`IDLE_CPU_SHARE` of a core (summed per process, so a rank that exits hides
-  nothing) for :data:`STALL_S` seconds (120) while sending no message: the cell is interrupted (``SIGINT``) and, if that does not end it within
-  :data:`INTERRUPT_GRACE_S`, the kernel is killed. A busy machine slows a working cell but does
+  nothing) for :data:`STALL_S` seconds (120) while sending no message: the cell is interrupted
+  (``SIGINT``) and, if that does not end it within :data:`INTERRUPT_GRACE_S`, the kernel is
+  killed. A busy machine slows a working cell but does
   not stop its CPU clock, so it never looks stalled;
 * **computing past any limit**: the kernel process itself used 2 × CELL_LIMIT + 60 CPU-seconds
   (300 by default) in one cell, far past the in-kernel limit that normally stops it first
@@ -27,8 +28,7 @@ kills the kernel and every process it started: those seen under it while it ran,
 of its session (the kernel leads its own), and every process whose environment carries the
 kernel's :data:`MARKER` (a double-forked daemon that left the session keeps it), swept until
 none is left. Each kernel gets the memory limit :data:`minipar.grading.limits.KERNEL_MEMORY_BYTES`
-(``RLIMIT_DATA``, inherited by its ranks), so an allocation too big fails as a ``MemoryError``
-in the learner's cell instead of swapping the machine.
+(:func:`limit_memory`).
 
 **Signals.** While :func:`signals_unwind` is active, SIGINT, SIGTERM and SIGHUP are blocked in
 every thread of the grader and taken as they arrive by one thread (``sigtimedwait``), which
@@ -240,6 +240,55 @@ class KernelStartError(RuntimeError):
     pass
 
 
+@dataclass
+class _Cell:
+    """One running cell: its limits, what it printed and raised, and the watch's state."""
+
+    timeout: float | None
+    stall_s: float
+    cpu_limit: float
+    heartbeat: object
+    t0: float
+    own0: float  # the kernel process's CPU-seconds when the cell started
+    last_t: float  # the last sign of progress
+    next_beat: float
+    gained: float = 0.0  # CPU-seconds since last_t
+    total_cpu: float = 0.0
+    stdout: list = field(default_factory=list)
+    errors: list = field(default_factory=list)
+    stop_reason: str = ""
+    interrupted_at: float | None = None
+
+    def take(self, msg) -> bool:
+        """Record one of the cell's messages; True once the kernel is idle (the cell ended)."""
+        kind, content = msg["msg_type"], msg["content"]
+        if kind == "stream" and content.get("name") == "stdout":
+            self.stdout.append(content.get("text", ""))
+        elif kind == "error":
+            self.errors.append(f"{content.get('ename')}: {content.get('evalue')}")
+        return kind == "status" and content.get("execution_state") == "idle"
+
+    def over_limit(self, now: float, own: float) -> str:
+        """Why the cell must stop now ("" while it may go on)."""
+        if self.timeout is not None and now - self.t0 > self.timeout:
+            return f"stopped by --timeout: the cell ran {self.timeout:g} s of wall-clock time"
+        if now - self.last_t > self.stall_s:
+            return (
+                f"stopped: for {self.stall_s:g} s the kernel and its processes made no "
+                "progress (no CPU time, no output): a wait that never ends?"
+            )
+        if own - self.own0 > self.cpu_limit:
+            return (
+                f"stopped after {self.cpu_limit:g} CPU-seconds of the kernel: your "
+                "code was still computing and did not answer the grader's "
+                "limit (an endless loop in compiled code?)"
+            )
+        return ""
+
+    def end(self, status: str, now: float, **how) -> CellRun:
+        return CellRun(status, "".join(self.stdout), seconds=now - self.t0, **how)
+
+
 class Kernel:
     """One IPython kernel of this interpreter, with its files under ``folder``."""
 
@@ -364,22 +413,18 @@ class Kernel:
         with shielded():
             msg_id = self.kc.execute(source, store_history=True, allow_stdin=False)
         t0 = time.monotonic()
-        own0, _ = self.cpu()
-        last_t, gained, total_cpu = t0, 0.0, 0.0
-        next_beat = t0 + HEARTBEAT_S
-        stdout, errors, stop_reason, interrupted_at = [], [], "", None
+        c = _Cell(timeout, stall_s, cpu_limit, heartbeat, t0, self.cpu()[0], t0, t0 + HEARTBEAT_S)
         while True:
             _check_signal()
             if getattr(self, "signalled", None):
                 name = signal.Signals(self.signalled).name
                 self.stop()
-                return CellRun(
+                return c.end(
                     "died",
-                    "".join(stdout),
+                    time.monotonic(),
                     reason=f"stopped by the grader: the cell sent {name} to the grader, "
                     "its parent process (os.kill(os.getppid(), ...)); the other notebooks "
                     "are graded",
-                    seconds=time.monotonic() - t0,
                 )
             try:
                 # A signal raised inside jupyter_client's event loop would orphan one of its
@@ -390,60 +435,42 @@ class Kernel:
                 msg = None
             now = time.monotonic()
             if msg is not None and msg.get("parent_header", {}).get("msg_id") == msg_id:
-                last_t = now  # a message is progress
-                kind, content = msg["msg_type"], msg["content"]
-                if kind == "stream" and content.get("name") == "stdout":
-                    stdout.append(content.get("text", ""))
-                elif kind == "error":
-                    errors.append(f"{content.get('ename')}: {content.get('evalue')}")
-                elif kind == "status" and content.get("execution_state") == "idle":
+                c.last_t = now  # a message is progress
+                if c.take(msg):
                     break
                 continue
-            if not self.alive():
-                return CellRun(
-                    "died", "".join(stdout), reason=signal_text(self.exit_code()), seconds=now - t0
-                )
-            if interrupted_at is not None:
-                if now - interrupted_at > INTERRUPT_GRACE_S:
-                    self.stop()  # it did not answer SIGINT: the kernel goes
-                    return CellRun("stopped", "".join(stdout), reason=stop_reason, seconds=now - t0)
-                continue
-            own, more = self.cpu()
-            gained += more
-            total_cpu += more
-            if gained > IDLE_CPU_SHARE * max(now - last_t, POLL_S):
-                last_t, gained = now, 0.0
-            if timeout is not None and now - t0 > timeout:
-                stop_reason = f"stopped by --timeout: the cell ran {timeout:g} s of wall-clock time"
-            elif now - last_t > stall_s:
-                stop_reason = (
-                    f"stopped: for {stall_s:g} s the kernel and its processes made no "
-                    "progress (no CPU time, no output): a wait that never ends?"
-                )
-            elif own - own0 > cpu_limit:
-                stop_reason = (
-                    f"stopped after {cpu_limit:g} CPU-seconds of the kernel: your "
-                    "code was still computing and did not answer the grader's "
-                    "limit (an endless loop in compiled code?)"
-                )
-            if stop_reason:
-                interrupted_at = now
-                self.interrupt()
-                continue
-            if heartbeat is not None and now >= next_beat:
-                heartbeat(now - t0, total_cpu)
-                next_beat += HEARTBEAT_S
-        if stop_reason:
-            return CellRun("stopped", "".join(stdout), reason=stop_reason, seconds=now - t0)
-        if errors:
-            return CellRun("error", "".join(stdout), error=errors[0], seconds=now - t0)
-        return CellRun("ok", "".join(stdout), seconds=now - t0)
+            ended = self._watch_cell(c, now)
+            if ended is not None:
+                return ended
+        if c.stop_reason:
+            return c.end("stopped", now, reason=c.stop_reason)
+        if c.errors:
+            return c.end("error", now, error=c.errors[0])
+        return c.end("ok", now)
 
-    def interrupt(self) -> None:
-        try:
-            os.kill(self.pid, signal.SIGINT)
-        except OSError:
-            pass
+    def _watch_cell(self, c: _Cell, now: float) -> CellRun | None:
+        """Between the cell's messages: its end if the kernel died or did not answer the
+        interrupt in time; else interrupt it past a limit, or beat the heartbeat."""
+        if not self.alive():
+            return c.end("died", now, reason=signal_text(self.exit_code()))
+        if c.interrupted_at is not None:
+            if now - c.interrupted_at <= INTERRUPT_GRACE_S:
+                return None
+            self.stop()  # it did not answer SIGINT: the kernel goes
+            return c.end("stopped", now, reason=c.stop_reason)
+        own, more = self.cpu()
+        c.gained += more
+        c.total_cpu += more
+        if c.gained > IDLE_CPU_SHARE * max(now - c.last_t, POLL_S):
+            c.last_t, c.gained = now, 0.0
+        c.stop_reason = c.over_limit(now, own)
+        if c.stop_reason:
+            c.interrupted_at = now
+            _kill(self.pid, signal.SIGINT)
+        elif c.heartbeat is not None and now >= c.next_beat:
+            c.heartbeat(now - c.t0, c.total_cpu)
+            c.next_beat += HEARTBEAT_S
+        return None
 
     # ------------------------------------------------------------------------- the end
     def stop(self) -> None:
@@ -459,21 +486,15 @@ class Kernel:
                 self._tree.setdefault(pid, psutil.Process(pid))
         tree = [p for pid, p in self._tree.items() if pid != self.pid]
         if self.kc is not None:
-            try:
+            with contextlib.suppress(Exception):  # channels half-started: nothing to stop
                 self.kc.stop_channels()
-            except Exception:  # channels half-started: nothing to stop
-                pass
         _kill(self.pid)
-        try:
+        with contextlib.suppress(Exception):
             self.km.provisioner.process.wait(timeout=5)
-        except Exception:
-            pass
         alive = _wait_exited(tree, 2)  # zygotes see their caller gone
         for p in alive:
-            try:
+            with contextlib.suppress(psutil.Error):
                 p.kill()
-            except psutil.Error:
-                pass
         _wait_exited(alive, 2)
         for _ in range(10):  # what forked meanwhile (a fork loop ends when its parents die)
             late = []
@@ -484,10 +505,8 @@ class Kernel:
             if not late:
                 break
             _wait_exited(late, 2)
-        try:
+        with contextlib.suppress(Exception):
             self.km.cleanup_resources()
-        except Exception:
-            pass
         self.stopped = True
 
 
@@ -571,11 +590,9 @@ def limit_memory(pid: int, limit: int | None = None) -> None:
         resource.prlimit(pid, resource.RLIMIT_DATA, (limit, limit))
 
 
-def _kill(pid: int) -> None:
-    try:
-        os.kill(pid, signal.SIGKILL)
-    except OSError:
-        pass
+def _kill(pid: int, sig: int = signal.SIGKILL) -> None:
+    with contextlib.suppress(OSError):
+        os.kill(pid, sig)
 
 
 def run_notebook(
