@@ -87,25 +87,14 @@ def _guarded(dtype):
             setattr(dist, name, fn)
 
 
-@contextlib.contextmanager
-def _course_calls(used: set):
-    """Record calls into the course's answer modules (``minipar.collectives``, ``minipar.cost``)."""
-    with course_calls(_FORBIDDEN) as entered:
-        try:
-            yield
-        finally:
-            used.update(entered)
-
-
 def _run_case(fn, x, where):
     """``fn(x)`` under the tracer, the dtype guard and the course-call watch."""
     from minipar.runtime.tracer import trace  # noqa: PLC0415 (lazy: tracer)
 
     os.write(2, f"minipar check: running case {where}\n".encode())  # shown if the rank dies
-    used: set = set()
     with trace() as tr:
         try:
-            with _guarded(x.dtype), _course_calls(used):
+            with _guarded(x.dtype), course_calls(_FORBIDDEN) as used:
                 returned = fn(x)
         except NotImplementedError:
             raise
@@ -149,16 +138,12 @@ def _ring_on_rank(rank, n, fn):
     return out
 
 
-def _gather_cases(n: int):
-    return [(3, "float32"), (1, "float64"), (2, "int64")]
-
-
 def _gather_on_rank(rank, n, fn):
     import torch  # noqa: PLC0415 (lazy: torch)
     import torch.distributed as dist  # noqa: PLC0415 (lazy: torch)
 
     out = []
-    for numel, dtype in _gather_cases(n):
+    for numel, dtype in ((3, "float32"), (1, "float64"), (2, "int64")):
         where = f"n={n}, chunks of {numel}, {dtype}"
         chunk = (torch.arange(numel) + 100 * rank).to(getattr(torch, dtype))  # (numel,)
         ref = torch.empty(n * numel, dtype=chunk.dtype)  # (n·numel,)

@@ -72,15 +72,6 @@ def randn(*shape, seed: int, dtype=None):
     )
 
 
-def unravel(i: int, shape) -> tuple:
-    """The index tuple of flat element ``i`` in a tensor of ``shape`` (row-major)."""
-    out = []
-    for s in reversed(tuple(shape)):
-        out.append(i % s)
-        i //= s
-    return tuple(reversed(out))
-
-
 def _dtype_name(dtype) -> str:
     return str(dtype).replace("torch.", "")
 
@@ -118,14 +109,16 @@ def same(actual, expected, atol: float = 1e-9, rtol: float = 1e-7) -> bool:
 def err(actual, expected) -> str:
     """Why ``actual`` is not ``expected``: its type (tensor, dtype, shape), else the largest
     difference and where it is (NaN counts as infinitely far)."""
+    import torch  # noqa: PLC0415 (lazy: torch)
+
     if expected is None:
         return "expected nothing here"
     wrong_type = type_error(actual, expected)
     if wrong_type:
         return wrong_type
     d = (actual.double() - expected.double()).abs().nan_to_num(nan=float("inf"))
-    idx = unravel(int(d.argmax()), actual.shape) if d.dim() else ()
-    return f"max error {d.max().item():.3g} at element {list(idx)}"
+    idx = [int(i) for i in torch.unravel_index(d.argmax(), d.shape)] if d.dim() else []
+    return f"max error {d.max().item():.3g} at element {idx}"
 
 
 def expect_tensor(actual, expected, what: str) -> None:
@@ -134,12 +127,6 @@ def expect_tensor(actual, expected, what: str) -> None:
     wrong_type = type_error(actual, expected)
     if wrong_type:
         raise GradeFailure(f"{what}: {wrong_type}")
-
-
-def launch(fn, n, *args):
-    """``fn(rank, n, *args)`` on ``n`` ranks under the grader's shared limits
-    (:func:`minipar.grading.limits.run_ranks`)."""
-    return run_ranks(fn, n, *args)
 
 
 def launch_layouts(on_rank, layouts: dict, *args, hint=None, deadlock_note=None):
@@ -152,7 +139,7 @@ def launch_layouts(on_rank, layouts: dict, *args, hint=None, deadlock_note=None)
     order = {label: i for i, label in enumerate(l for w in layouts for l, _ in layouts[w])}
     for world in layouts:
         try:
-            per_rank = launch(on_rank, world, *args)
+            per_rank = run_ranks(on_rank, world, *args)
         except Exception as e:  # a rank raised, died or hung: one reason
             inner = getattr(e, "error", e)
             tail = getattr(e, "stderr_tail", "") or getattr(inner, "stderr_tail", "") or ""

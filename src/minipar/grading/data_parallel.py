@@ -9,8 +9,7 @@ names the one the answer matches.
 
 from __future__ import annotations
 
-from minipar.grading import GradeFailure, task
-from minipar.grading.compare import launch as _launch
+from minipar.grading import GradeFailure, run_ranks, task
 from minipar.grading.compare import same
 
 BATCH = 12  # divisible by 2, 3 and 4 ranks
@@ -22,21 +21,34 @@ def _same(a, b, atol=1e-6) -> bool:
     return same(a, b, atol=atol, rtol=1e-5)
 
 
+def _model():
+    """The exercises' model, the same on every rank and in every run (seed 0)."""
+    import torch  # noqa: PLC0415 (lazy: torch)
+
+    from minipar.data_parallel.models import TiedClassifier  # noqa: PLC0415 (lazy: torch)
+
+    torch.manual_seed(0)
+    return TiedClassifier()
+
+
+def _grads(model) -> list:
+    """A copy of every parameter's gradient (None for a parameter without one)."""
+    return [None if p.grad is None else p.grad.clone() for p in model.parameters()]
+
+
 def _reference_grads(micro: int = 1, batch: int = BATCH, rank: int = 0, n: int = 1):
     """Gradients of the single-process model on the whole batch (None for frozen); with
     ``n > 1`` on rank ``rank``'s slice only (what that rank's backward computes)."""
-    import torch  # noqa: PLC0415 (lazy: torch)
     import torch.nn.functional as F  # noqa: PLC0415 (lazy: torch)
 
-    from minipar.data_parallel.models import TiedClassifier, token_batches  # noqa: PLC0415 (lazy: torch)
+    from minipar.data_parallel.models import token_batches  # noqa: PLC0415 (lazy: torch)
 
-    torch.manual_seed(0)
-    model = TiedClassifier()
+    model = _model()
     x, y = token_batches(1, batch)[0]
     x, y = x.chunk(n)[rank], y.chunk(n)[rank]
     for xc, yc in zip(x.chunk(micro), y.chunk(micro)):
         (F.cross_entropy(model(xc), yc) / micro).backward()
-    return [None if p.grad is None else p.grad.clone() for p in model.parameters()]
+    return _grads(model)
 
 
 def _diagnose_grads(got, ref, n, rank, changed_params, reduced_bytes) -> None:
@@ -94,10 +106,10 @@ def _diagnose_grads(got, ref, n, rank, changed_params, reduced_bytes) -> None:
 
 
 # ----------------------------------------------------------------------------- 01 average
-def _local_grads(model_fn, x, y):
+def _local_grads(x, y):
     import torch.nn.functional as F  # noqa: PLC0415 (lazy: torch)
 
-    model = model_fn()
+    model = _model()
     F.cross_entropy(model(x), y).backward()
     return model
 
@@ -106,29 +118,25 @@ def _average_on_rank(rank, n, fn):
     import torch  # noqa: PLC0415 (lazy: torch)
     import torch.distributed as dist  # noqa: PLC0415 (lazy: torch)
 
-    from minipar.data_parallel.models import TiedClassifier, token_batches  # noqa: PLC0415 (lazy: torch)
+    from minipar.data_parallel.models import token_batches  # noqa: PLC0415 (lazy: torch)
     from minipar.runtime.tracer import trace  # noqa: PLC0415 (lazy: tracer)
-
-    def fresh():
-        torch.manual_seed(0)
-        return TiedClassifier()
 
     x, y = token_batches(1, BATCH)[0]
     x, y = x.chunk(n)[rank], y.chunk(n)[rank]
-    model = _local_grads(fresh, x, y)
+    model = _local_grads(x, y)
     before = [p.detach().clone() for p in model.parameters()]
     with trace() as tr:
         fn(model)
     out = dict(
         changed=any(not torch.equal(a, p) for a, p in zip(before, model.parameters())),
-        grads=[None if p.grad is None else p.grad.clone() for p in model.parameters()],
+        grads=_grads(model),
         bytes=tr.bytes(),
     )
     if n == 3:  # group honoured? ranks 0 and 1 average; rank 2 is alone
         pair, alone = dist.new_group([0, 1]), dist.new_group([2])
-        model = _local_grads(fresh, x, y)
+        model = _local_grads(x, y)
         fn(model, group=pair if rank < 2 else alone)
-        out["sub"] = [None if p.grad is None else p.grad.clone() for p in model.parameters()]
+        out["sub"] = _grads(model)
     return out
 
 
@@ -170,7 +178,7 @@ def _check_subgroup(results) -> None:
 def check_average_gradients(fn, **_):
     ref = _reference_grads()
     for n in (2, 3):
-        results = _launch(_average_on_rank, n, fn)
+        results = run_ranks(_average_on_rank, n, fn)
         for rank, r in enumerate(results):
             _diagnose_grads(r["grads"], ref, n, rank, r["changed"], r["bytes"])
         if n == 3:
@@ -196,11 +204,10 @@ def _bucketed_on_rank(rank, n, make, cap):
     import torch  # noqa: PLC0415 (lazy: torch)
     import torch.nn.functional as F  # noqa: PLC0415 (lazy: torch)
 
-    from minipar.data_parallel.models import TiedClassifier, token_batches  # noqa: PLC0415 (lazy: torch)
+    from minipar.data_parallel.models import token_batches  # noqa: PLC0415 (lazy: torch)
     from minipar.runtime.tracer import trace  # noqa: PLC0415 (lazy: tracer)
 
-    torch.manual_seed(0)
-    model = TiedClassifier()
+    model = _model()
     # Our hooks go in first, so for each parameter they run before the learner's: at the last
     # gradient's hook, the all-reduces already started were launched during backward.
     current, seen = {}, []
@@ -225,7 +232,7 @@ def _bucketed_on_rank(rank, n, make, cap):
             dp.finish()
         if step == 0:
             out.update(
-                grads=[None if p.grad is None else p.grad.clone() for p in model.parameters()],
+                grads=_grads(model),
                 changed=any(not torch.equal(a, p) for a, p in zip(before, model.parameters())),
                 calls=tr.count("all_reduce"),
                 bytes=tr.bytes("all_reduce"),
@@ -246,13 +253,12 @@ def check_bucketed(make, **_):
     import torch  # noqa: PLC0415 (lazy: torch)
     import torch.nn.functional as F  # noqa: PLC0415 (lazy: torch)
 
-    from minipar.data_parallel.models import TiedClassifier, token_batches  # noqa: PLC0415 (lazy: torch)
+    from minipar.data_parallel.models import token_batches  # noqa: PLC0415 (lazy: torch)
 
     n, cap = BUCKET_RANKS, CAP
     ref = _reference_grads()
-    results = _launch(_bucketed_on_rank, n, make, cap)
-    torch.manual_seed(0)
-    model = TiedClassifier()
+    results = run_ranks(_bucketed_on_rank, n, make, cap)
+    model = _model()
     psi = sum(p.numel() for p in model.parameters() if p.requires_grad)
     buckets = expected_buckets(model, cap)
     for rank, r in enumerate(results):
@@ -295,15 +301,13 @@ K, ACC_RANKS = 4, 3  # micro-batches per step, ranks (neither is 2)
 
 
 def _accumulation_on_rank(rank, n, fn):
-    import torch  # noqa: PLC0415 (lazy: torch)
     import torch.nn.functional as F  # noqa: PLC0415 (lazy: torch)
 
     from minipar.data_parallel import BucketedDataParallel  # noqa: PLC0415 (lazy: torch)
-    from minipar.data_parallel.models import TiedClassifier, token_batches  # noqa: PLC0415 (lazy: torch)
+    from minipar.data_parallel.models import token_batches  # noqa: PLC0415 (lazy: torch)
     from minipar.runtime.tracer import trace  # noqa: PLC0415 (lazy: tracer)
 
-    torch.manual_seed(0)
-    model = TiedClassifier()
+    model = _model()
     dp = BucketedDataParallel(model, bucket_cap_mb=25.0)
     backwards = []
     model.fc2.bias.register_post_accumulate_grad_hook(lambda p: backwards.append(1))
@@ -312,7 +316,7 @@ def _accumulation_on_rank(rank, n, fn):
     with trace() as tr:
         fn(model, dp, list(zip(x.chunk(K), y.chunk(K))), F.cross_entropy)
     return dict(
-        grads=[None if p.grad is None else p.grad.clone() for p in model.parameters()],
+        grads=_grads(model),
         calls=tr.count("all_reduce"),
         backwards=len(backwards),
     )
@@ -325,7 +329,7 @@ def _accumulation_on_rank(rank, n, fn):
 )
 def check_accumulation(fn, **_):
     n = ACC_RANKS
-    results = _launch(_accumulation_on_rank, n, fn)
+    results = run_ranks(_accumulation_on_rank, n, fn)
     ref = _reference_grads(micro=1, batch=BATCH * K // 2 * n)
     for rank, r in enumerate(results):
         if r["backwards"] != K:
@@ -418,7 +422,7 @@ def _zero1_reference(n, mode):
 )
 def check_zero1_step(fn, **_):
     for n in (2, 3):
-        results = _launch(_zero1_on_rank, n, fn)
+        results = run_ranks(_zero1_on_rank, n, fn)
         ref = _zero1_reference(n, "exact")
         for rank, r in enumerate(results):
             got, lo, hi = r["flat"], rank * P // n, (rank + 1) * P // n

@@ -84,7 +84,8 @@ def unimplemented(candidate, depth: int = 0) -> bool:
 
 
 def _log(task_id: str, passed: bool, reason: str) -> None:
-    """Append this outcome to ``$MINIPAR_GRADE_LOG`` (set by ``minipar grade``) if set."""
+    """Append this outcome to ``$MINIPAR_GRADE_LOG`` (set by ``minipar grade``) if set: the one
+    channel that carries a check's verdict to the grader."""
     path = os.environ.get(_LOG_ENV)
     if path:
         with open(path, "a", encoding="utf-8") as f:
@@ -104,19 +105,11 @@ def check(task_id: str, candidate, time_limit_s: float | None = None, **options)
     try:
         t = get_task(task_id)
     except GraderImportError as e:  # the grader itself failed to import
-        line = f"FAIL {task_id}: {e.args[0]}"
-        print(line)
-        _log(task_id, False, line.split(": ", 1)[1])
-        return Result(False, line)
+        return _verdict(task_id, e.args[0])
     except KeyError as e:
-        line = f"FAIL {task_id}: {e.args[0]} (check the task id in the check cell)"
-        print(line)
-        _log(task_id, False, line.split(": ", 1)[1])
-        return Result(False, line)
+        return _verdict(task_id, f"{e.args[0]} (check the task id in the check cell)")
     if unimplemented(candidate):
-        print(f"FAIL {task_id}: {NOT_IMPLEMENTED}")
-        _log(task_id, False, NOT_IMPLEMENTED)
-        return Result(False, f"FAIL {task_id}: {NOT_IMPLEMENTED}")
+        return _verdict(task_id, NOT_IMPLEMENTED)
     sink = io.StringIO()
     limit = limits.TIME_LIMIT if time_limit_s is None else time_limit_s
     try:
@@ -129,11 +122,13 @@ def check(task_id: str, candidate, time_limit_s: float | None = None, **options)
             warnings.simplefilter("ignore")
             t.checker(candidate, **options)
     except (Exception, CheckTimeLimit) as e:  # every mistake: a FAIL line
-        reason = reason_for(e)
-        line = f"FAIL {task_id}: {reason}"
-        print(line)
-        _log(task_id, False, reason)
-        return Result(False, line)
-    print(pass_line(task_id))
-    _log(task_id, True, "")
-    return Result(True, pass_line(task_id))
+        return _verdict(task_id, reason_for(e))
+    return _verdict(task_id, None)
+
+
+def _verdict(task_id: str, reason: str | None) -> Result:
+    """Print and log the PASS line (``reason`` None) or the FAIL line with ``reason``."""
+    line = pass_line(task_id) if reason is None else f"FAIL {task_id}: {reason}"
+    print(line)
+    _log(task_id, reason is None, reason or "")
+    return Result(reason is None, line)

@@ -48,17 +48,12 @@ def get_task(task_id: str) -> Task:
         module = f"minipar.grading.{chapter}"
         try:
             importlib.import_module(module)
-        except ModuleNotFoundError as e:
-            if e.name != module:  # the grader exists; something it imports does not
+        except Exception as e:  # any error while importing the grader but its absence
+            if not (isinstance(e, ModuleNotFoundError) and e.name == module):
                 raise GraderImportError(
                     f"the grader of {task_id!r} could not be loaded: {module} failed to import "
                     f"({type(e).__name__}: {e})"
                 ) from e
-        except Exception as e:  # any error while importing the grader
-            raise GraderImportError(
-                f"the grader of {task_id!r} could not be loaded: {module} failed to import "
-                f"({type(e).__name__}: {e})"
-            ) from e
     if task_id not in _TASKS:
         raise KeyError(f"unknown exercise task {task_id!r}")
     return _TASKS[task_id]
