@@ -241,10 +241,6 @@ class _Notebook:
     nb: object
     script: Path | None
 
-    @property
-    def name(self) -> str:
-        return str(self.path.resolve())
-
 
 @dataclass
 class _Tally:
@@ -276,8 +272,7 @@ class _Tally:
 def _score_notebook(item: _Notebook, copy, origin, run, log: Path, tally: _Tally) -> None:
     """Add the rows of one notebook: ``run`` is its :class:`minipar.grading.runner.NotebookRun`,
     ``log`` its side log."""
-    learner = item.nb.cells
-    records = _read_log(log)
+    name, learner, records = str(item.path.resolve()), item.nb.cells, _read_log(log)
     check_cell = _check_cells(learner)
     expected = expected_tasks(item.script) if item.script else []
     errors = _cell_errors(records, copy, origin)
@@ -290,10 +285,10 @@ def _score_notebook(item: _Notebook, copy, origin, run, log: Path, tally: _Tally
                 f"check cell for {t} is missing: restore the cell "
                 f'check("{t}", ...) from the starter notebook'
             )
-            tally.add(item.name, t, False, why, missing=True)
+            tally.add(name, t, False, why, missing=True)
             continue
         at = check_cell[t]
-        tally.add(item.name, t, *_task_verdict(t, at, origin.index(at), g))
+        tally.add(name, t, *_task_verdict(t, at, origin.index(at), g))
 
 
 # ----------------------------------------------------------------------------- grading

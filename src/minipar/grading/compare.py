@@ -26,16 +26,24 @@ def close(actual, expected, what: str, rtol: float = 1e-5, atol: float = 1e-6) -
         raise GradeFailure(f"{what}: shape {tuple(actual.shape)}, expected {tuple(expected.shape)}")
     a, e = actual.double(), expected.double()
     if not torch.allclose(a, e, rtol=rtol, atol=atol):
-        diff = (a - e).abs().nan_to_num(nan=float("inf"))
-        err = diff.max().item()
         if a.dim() == 0:
             raise GradeFailure(f"{what}: {a.item():.6g}, expected {e.item():.6g}")
-        idx = tuple(int(i) for i in torch.unravel_index(diff.argmax(), a.shape))
-        at = idx[0] if len(idx) == 1 else list(idx)
+        err, idx = _worst(a, e)
+        at = idx[0] if len(idx) == 1 else idx
         raise GradeFailure(
             f"{what}: wrong values (max abs error {err:.3g}, at element {at}: "
-            f"{a[idx].item():.6g}, expected {e[idx].item():.6g})"
+            f"{a[tuple(idx)].item():.6g}, expected {e[tuple(idx)].item():.6g})"
         )
+
+
+def _worst(actual, expected) -> tuple[float, list[int]]:
+    """The largest difference of two tensors of one shape (NaN counts as infinitely far) and
+    the index of the first element where it is ([] for a 0-d tensor)."""
+    import torch  # noqa: PLC0415 (lazy: torch)
+
+    d = (actual.double() - expected.double()).abs().nan_to_num(nan=float("inf"))
+    idx = [int(i) for i in torch.unravel_index(d.argmax(), d.shape)] if d.dim() else []
+    return d.max().item(), idx
 
 
 def as_number(value, complaint: str) -> float:
@@ -109,16 +117,13 @@ def same(actual, expected, atol: float = 1e-9, rtol: float = 1e-7) -> bool:
 def err(actual, expected) -> str:
     """Why ``actual`` is not ``expected``: its type (tensor, dtype, shape), else the largest
     difference and where it is (NaN counts as infinitely far)."""
-    import torch  # noqa: PLC0415 (lazy: torch)
-
     if expected is None:
         return "expected nothing here"
     wrong_type = type_error(actual, expected)
     if wrong_type:
         return wrong_type
-    d = (actual.double() - expected.double()).abs().nan_to_num(nan=float("inf"))
-    idx = [int(i) for i in torch.unravel_index(d.argmax(), d.shape)] if d.dim() else []
-    return f"max error {d.max().item():.3g} at element {idx}"
+    worst, idx = _worst(actual, expected)
+    return f"max error {worst:.3g} at element {idx}"
 
 
 def expect_tensor(actual, expected, what: str) -> None:
