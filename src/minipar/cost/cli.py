@@ -250,15 +250,8 @@ def _shape_args(p, *, required: bool, names=("layers", "hidden", "heads", "seq",
         )
 
 
-def add_parser(subparsers) -> None:
-    """Register the cost-model subcommands on ``minipar``'s subparsers."""
-
-    def sub(name, fn, help_):
-        p = subparsers.add_parser(name, help=help_, description=help_)
-        p.add_argument("--json", action="store_true", help="print one JSON object")
-        p.set_defaults(func=guarded(name, fn))
-        return p
-
+def _add_count_parsers(sub) -> None:
+    """``minipar params``, ``flops`` and ``memory``: counts of parameters, FLOPs and bytes."""
     p = sub("params", _params, "parameter count, Narayanan et al. 2021 Eq. 2")
     _shape_args(p, required=True, names=("layers", "hidden", "seq", "vocab"))
     p.add_argument("--heads", type=positive_int, help="a (checked: h divisible by a)")
@@ -287,6 +280,9 @@ def add_parser(subparsers) -> None:
     p.add_argument("--grad-bytes", type=nonnegative_float, default=2.0)
     p.add_argument("--optimizer-bytes", type=nonnegative_float, default=12.0, help="K")
 
+
+def _add_activation_parsers(sub) -> None:
+    """``minipar activations``, ``bubble`` and ``collective``."""
     p = sub("activations", _activations, "activation bytes, Korthikanti et al. 2022 Table 2")
     p.add_argument("--seq", type=positive_int, required=True, help="s")
     p.add_argument("--micro-batch", type=positive_int, required=True, help="b")
@@ -320,6 +316,18 @@ def add_parser(subparsers) -> None:
     p.add_argument("--bandwidth", type=positive_float, help="bytes/s per direction")
     p.add_argument("--link", choices=tuple(hardware.LINKS), help="take α and bandwidth from here")
 
+
+def add_parser(subparsers) -> None:
+    """Register the cost-model subcommands on ``minipar``'s subparsers."""
+
+    def sub(name, fn, help_):
+        p = subparsers.add_parser(name, help=help_, description=help_)
+        p.add_argument("--json", action="store_true", help="print one JSON object")
+        p.set_defaults(func=guarded(name, fn))
+        return p
+
+    _add_count_parsers(sub)
+    _add_activation_parsers(sub)
     add_plan_parser(subparsers)
 
 
@@ -602,15 +610,6 @@ def add_plan_parser(subparsers) -> None:
     """Register ``minipar plan`` (``--calibrate`` reaches ``bench three_d`` through
     ``subparsers``, the command tree both are registered on)."""
 
-    def fraction(text: str) -> float:
-        return parse_number(text, float, lambda v: 0 < v <= 1, "a number in (0, 1]")
-
-    def headroom(text: str) -> float:
-        return parse_number(text, float, lambda v: 0 <= v < 1, "a number in [0, 1)")
-
-    def nonneg_int(text: str) -> int:
-        return parse_number(text, int, lambda v: v >= 0, "an integer >= 0")
-
     help_ = "rank data × tensor × pipeline layouts by predicted step time"
     p = subparsers.add_parser("plan", help=help_, description=help_)
     p.add_argument("--json", action="store_true", help="print one JSON object")
@@ -639,6 +638,25 @@ def add_plan_parser(subparsers) -> None:
         default=3,
         help="with --calibrate: timed steps per layout (default 3)",
     )
+    _plan_cluster_args(p)
+    _plan_layout_args(p)
+    _plan_shape_and_output_args(p)
+
+
+def _fraction(text: str) -> float:
+    return parse_number(text, float, lambda v: 0 < v <= 1, "a number in (0, 1]")
+
+
+def _headroom(text: str) -> float:
+    return parse_number(text, float, lambda v: 0 <= v < 1, "a number in [0, 1)")
+
+
+def _nonneg_int(text: str) -> int:
+    return parse_number(text, int, lambda v: v >= 0, "an integer >= 0")
+
+
+def _plan_cluster_args(p) -> None:
+    """``minipar plan``'s cluster: GPUs, the GPU and its links."""
     p.add_argument("--gpus", type=positive_int, help="N (required unless --calibrate)")
     p.add_argument(
         "--gpus-per-node", type=positive_int, help="GPUs per node (default 8; at most --gpus)"
@@ -664,6 +682,10 @@ def add_plan_parser(subparsers) -> None:
     p.add_argument("--intra-alpha", type=nonnegative_float, help="s per message")
     p.add_argument("--inter-bandwidth", type=positive_float, help="bytes/s per direction")
     p.add_argument("--inter-alpha", type=nonnegative_float, help="s per message")
+
+
+def _plan_layout_args(p) -> None:
+    """``minipar plan``'s batch and the dimensions it may fix."""
     p.add_argument(
         "--global-batch", type=positive_int, help="B, sequences/step (required unless --calibrate)"
     )
@@ -689,8 +711,15 @@ def add_plan_parser(subparsers) -> None:
     )
     p.add_argument("--zero", type=int, choices=planner.ZERO_STAGES, help="fix the ZeRO stage")
     p.add_argument("--recompute", choices=model.RECOMPUTE, help="fix the recomputation")
+    _plan_switch_args(p)
+
+
+def _plan_switch_args(p) -> None:
+    """``minipar plan``'s switches: recipe, kernels, overlaps and the rest of the options."""
     p.add_argument(
-        "--gemm-efficiency", type=fraction, help="η, override the GPU's large-GEMM fraction of peak"
+        "--gemm-efficiency",
+        type=_fraction,
+        help="η, override the GPU's large-GEMM fraction of peak",
     )
     p.add_argument(
         "--grad-reduce-bytes",
@@ -700,7 +729,7 @@ def add_plan_parser(subparsers) -> None:
     )
     p.add_argument(
         "--headroom",
-        type=headroom,
+        type=_headroom,
         help="fraction of GPU memory kept free (default: the recipe's, 10 %% for the "
         "2021 A100 runs, a 2.5 %% reserve otherwise; a layout inside the 12 %% allocator "
         "margin is flagged tight)",
@@ -761,6 +790,10 @@ def add_plan_parser(subparsers) -> None:
         help="a compiled step (torch.compile, CUDA graphs, fused kernels): element-wise "
         "kernels fused and their launches hidden",
     )
+
+
+def _plan_shape_and_output_args(p) -> None:
+    """``minipar plan``'s shape flags (over a preset) and what it prints."""
     p.add_argument("--ffn-hidden", type=positive_int, help="f, the MLP's hidden width (4h)")
     p.add_argument("--kv-heads", type=positive_int, help="key/value heads (GQA; default a)")
     p.add_argument("--mlp", choices=("gelu", "swiglu"), help="MLP: 2 matrices or 3 (SwiGLU)")
@@ -778,7 +811,7 @@ def add_plan_parser(subparsers) -> None:
         help="dropout probability P (default: the model's; GPT 0.1, the Llama presets 0): "
         "masks in memory and their kernels only when P > 0",
     )
-    p.add_argument("--top", type=nonneg_int, default=10, help="rows to show (0 = all)")
+    p.add_argument("--top", type=_nonneg_int, default=10, help="rows to show (0 = all)")
     p.add_argument(
         "--sensitivity",
         action="store_true",

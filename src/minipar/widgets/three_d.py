@@ -76,12 +76,21 @@ PRESET_LAYOUTS = {
 
 #: Models with no published layout open on the planner's best for a stated run: (GPUs, global
 #: batch in sequences, GPU, the largest ep searched). Llama 3 8B and 70B on H100 at their 8K
-#: context, Llama 2 70B on A100 (its paper's GPU), Mixtral 8×7B on 64 H100 with ep up to 8.
+#: context, Llama 2 70B on A100 (its paper's GPU), Mixtral 8×7B on 64 H100 with ep up to 8,
+#: and the shapes of NeMo 24.07's performance table on its GPUs and batches.
 PLANNER_PRESETS = {
     "llama3-8b": (64, 512, "H100-SXM", 1),
     "llama3-70b": (512, 1024, "H100-SXM", 1),
     "llama2-70b": (256, 512, "A100-80GB", 1),
     "mixtral-8x7b": (64, 256, "H100-SXM", 8),
+    # the GPUs and global batch of NeMo 24.07's published H100 runs (its layouts use FP8 and
+    # fused kernels, which the explorer does not switch): the planner's best bf16 layout there
+    "llama2-7b": (8, 128, "H100-SXM", 1),
+    "llama2-13b": (16, 128, "H100-SXM", 1),
+    "gpt3-5b": (64, 2048, "H100-SXM", 1),
+    "gpt3-20b": (64, 256, "H100-SXM", 1),
+    "nemotron-8b": (64, 256, "H100-SXM", 1),
+    "nemotron-340b": (128, 32, "H100-SXM", 1),
 }
 
 

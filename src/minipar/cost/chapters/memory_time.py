@@ -9,6 +9,7 @@ Models", §4 and Table 2, 16-bit activations with 1-byte dropout masks.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import NamedTuple
 
 from ..model import ATTENTION, RECOMPUTE, check_attention, fused  # noqa: F401  (re-exported)
@@ -126,23 +127,27 @@ def activation_bytes_per_layer(
     return sbh * (10 + 24 / t + scores)
 
 
+@dataclass(frozen=True)
+class StageLayout:
+    """The keywords of :func:`pipeline_first_stage_activation_bytes`: micro-batches in flight
+    ``m`` (``None``: m ≥ p), the TP degree, sequence parallelism, the recomputation, the
+    schedule, its chunks v and the attention kernel."""
+
+    m: int | None = None
+    t: int = 1
+    sp: bool = False
+    recompute: str = "none"
+    schedule: str = "1f1b"
+    v: int = 1
+    attention: str = "unfused"
+
+
 def pipeline_first_stage_activation_bytes(
-    s: int,
-    b: int,
-    h: int,
-    a: int,
-    L: int,
-    p: int,
-    *,
-    m: int | None = None,
-    t: int = 1,
-    sp: bool = False,
-    recompute: str = "none",
-    schedule: str = "1f1b",
-    v: int = 1,
-    attention: str = "unfused",
+    s: int, b: int, h: int, a: int, L: int, p: int, **layout
 ) -> float:
-    """Activation bytes on the first pipeline stage, the one that holds the most.
+    """Activation bytes on the first pipeline stage, the one that holds the most; ``layout``:
+    the keywords of :class:`StageLayout` (``m``, ``t``, ``sp``, ``recompute``, ``schedule``,
+    ``v``, ``attention``).
 
     Each stage has L/p layers. Under 1F1B the first stage has min(p, m) micro-batches in flight,
     so it stores min(p, m)·(L/p) layers' worth: L layers when m ≥ p, whatever p is (Narayanan et
@@ -153,10 +158,12 @@ def pipeline_first_stage_activation_bytes(
     (Korthikanti §4.3 finds them negligible). ``attention`` as in
     :func:`activation_bytes_per_layer`.
     """
+    o = StageLayout(**layout)
+    m, schedule, v = o.m, o.schedule, o.v
     if L <= 0 or p <= 0 or L % p:
         raise ValueError(f"layers ({L}) must be divisible by p ({p})")
     per_layer = activation_bytes_per_layer(
-        s, b, h, a, t=t, sp=sp, recompute=recompute, attention=attention
+        s, b, h, a, t=o.t, sp=o.sp, recompute=o.recompute, attention=o.attention
     )
     in_flight = p if m is None else m
     if in_flight <= 0:

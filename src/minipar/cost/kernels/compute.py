@@ -60,6 +60,7 @@ weigh on the small models, without any per-model constant.
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from typing import NamedTuple
 
 from ..model import ATTENTION, check_attention, fused  # noqa: F401  (one list, re-exported)
@@ -135,26 +136,32 @@ def wave_efficiency(M: int, N: int, sms: int) -> float:
     return (M * N) / (waves * sms * TILE_M * TILE_N)
 
 
-def gemm_seconds(
-    M: int,
-    N: int,
-    K: int,
-    *,
-    peak: float,
-    efficiency: float,
-    hbm: float,
-    sms: int,
-    batch: int = 1,
-    bytes_per_elem: float = 2,
-    rule: str = "waves",
-    latency: float = 0.0,
-) -> float:
-    """Seconds of ``batch`` GEMMs (M×K)·(K×N) on one GPU under ``rule`` (module docstring):
+@dataclass(frozen=True)
+class GemmRate:
+    """The keywords of :func:`gemm_seconds`: the dense peak, η, the HBM bandwidth, the SMs, the
+    GEMMs batched together, the bytes per element, the rule and its per-call latency."""
+
+    peak: float
+    efficiency: float
+    hbm: float
+    sms: int
+    batch: int = 1
+    bytes_per_elem: float = 2
+    rule: str = "waves"
+    latency: float = 0.0
+
+
+def gemm_seconds(M: int, N: int, K: int, **rate) -> float:
+    """Seconds of ``batch`` GEMMs (M×K)·(K×N) on one GPU under ``rule`` (module docstring;
+    ``rate``: the keywords of :class:`GemmRate`):
 
     "waves"     max(F / (peak·η·q), bytes / hbm); a batched GEMM shares its waves (the tiles
                 of all ``batch`` products are scheduled together);
     "additive"  latency + F / (peak·η) + bytes / hbm, one ``latency`` per call,
     with F = 2·batch·MNK and bytes = batch·(MK + KN + MN)·``bytes_per_elem``."""
+    r = GemmRate(**rate)
+    peak, efficiency, hbm, sms, batch = r.peak, r.efficiency, r.hbm, r.sms, r.batch
+    bytes_per_elem, rule, latency = r.bytes_per_elem, r.rule, r.latency
     _positive(M=M, N=N, K=K, peak=peak, efficiency=efficiency, hbm=hbm, sms=sms, batch=batch)
     flops = 2.0 * batch * M * N * K
     moved = batch * (M * K + K * N + M * N) * bytes_per_elem
@@ -289,21 +296,22 @@ def flash_attention_seconds(
     return f / rate, bw / rate
 
 
-def layer_memory_bytes(
-    b: int,
-    s: int,
-    h: int,
-    a: int,
-    t: int = 1,
-    *,
-    sp: bool = False,
-    grad_accum_bytes: float = 10,
-    attention: str = "unfused",
-    score_bytes: float = SCORE_BYTES_FWD + SCORE_BYTES_BWD,
-) -> tuple[float, float, float]:
+@dataclass(frozen=True)
+class MemoryKernels:
+    """The keywords of :func:`layer_memory_bytes`: sequence parallelism, the fp32 gradient
+    accumulation's bytes per parameter, the attention kernel and the bytes per score."""
+
+    sp: bool = False
+    grad_accum_bytes: float = 10
+    attention: str = "unfused"
+    score_bytes: float = SCORE_BYTES_FWD + SCORE_BYTES_BWD
+
+
+def layer_memory_bytes(b: int, s: int, h: int, a: int, t: int = 1, **kernels) -> tuple:
     """(forward, backward, attention-core forward) bytes of one layer's memory-bound kernels
     on one rank, 16-bit activations, 1-byte dropout masks (Korthikanti et al. 2022 §4.1's
-    tensors, read and written once per kernel):
+    tensors, read and written once per kernel; ``kernels``: the keywords of
+    :class:`MemoryKernels`):
 
     forward   two layer norms (read + write (b, s, h): 4 bytes per element each), two fused
               bias-dropout-adds (read 2 inputs, write the output and a mask: 7), the fused
@@ -319,8 +327,10 @@ def layer_memory_bytes(
     score (9 + 11 above), split 9 : 11; ``attention="flash"`` moves none (the scores stay on
     chip; its inputs and outputs are the (b, s, h) tensors already counted).
     """
+    k = MemoryKernels(**kernels)
+    sp, grad_accum_bytes, score_bytes = k.sp, k.grad_accum_bytes, k.score_bytes
     _positive(b=b, s=s, h=h, a=a, t=t)
-    if fused(attention):
+    if fused(k.attention):
         score_bytes = 0.0
     elif score_bytes < 0:
         raise ValueError(f"score_bytes ({score_bytes}) must be >= 0")
@@ -337,26 +347,28 @@ def layer_memory_bytes(
     return fwd, bwd, f_score * scores
 
 
-def layer_seconds(
-    b: int,
-    s: int,
-    h: int,
-    a: int,
-    gpu,
-    t: int = 1,
-    *,
-    sp: bool = False,
-    recompute: str = "none",
-    attention: str = "unfused",
-    grad_accum_bytes: float = 10,
-) -> LayerTime:
-    """Forward + backward of one layer for one micro-batch on one rank, with recomputation:
+@dataclass(frozen=True)
+class LayerRecipe:
+    """The keywords of :func:`layer_seconds`: sequence parallelism, the recomputation, the
+    attention kernel and the fp32 gradient accumulation's bytes per parameter."""
+
+    sp: bool = False
+    recompute: str = "none"
+    attention: str = "unfused"
+    grad_accum_bytes: float = 10
+
+
+def layer_seconds(b: int, s: int, h: int, a: int, gpu, t: int = 1, **recipe) -> LayerTime:
+    """Forward + backward of one layer for one micro-batch on one rank, with recomputation
+    (``recipe``: the keywords of :class:`LayerRecipe`):
     "full" repeats the whole forward, "selective" repeats the attention core (QKᵀ, softmax,
     dropout, attention·V, or the flash forward; Korthikanti et al. 2022 §5). ``attention``:
     "unfused" (default, the 2021 runs) or "flash" (module docstring). The GPU's fixed
     ``layer_overhead_s`` is charged once per forward + backward, a third of it again for a
     full recomputation's forward (a forward issues about a third of the layer's kernels: one
     GEMM per forward GEMM against two in the backward)."""
+    r = LayerRecipe(**recipe)
+    sp, recompute, attention, grad_accum_bytes = r.sp, r.recompute, r.attention, r.grad_accum_bytes
     check_attention(attention)
     gemms = layer_gemms(b, s, h, a, t)
     dense_f, dense_b = pass_seconds(gemms[:4], gpu)

@@ -373,55 +373,71 @@ def gpu_profile(g: GPU) -> dict:
     return {f.name: getattr(g, f.name) for f in fields(GPU)}
 
 
-def check_gpu_profile(profile: dict, where: str = "gpu profile") -> GPU:
-    """A :class:`GPU` from a profile's dict; ``ValueError`` naming the field, its value and the
-    rule it breaks (``"gpu profile p.json: hbm_bandwidth (-1) must be > 0"``)."""
-
-    def bad(rule: str):
-        raise ValueError(f"{where}: {rule}")
-
+def _profile_fields(profile, where: str) -> dict:
+    """The :class:`GPU` fields of ``profile``: ``ValueError`` for a non-object, an unknown
+    field or a missing required one."""
     if not isinstance(profile, dict):
-        bad(f"must be a JSON object, got {type(profile).__name__}")
+        raise ValueError(f"{where}: must be a JSON object, got {type(profile).__name__}")
     known = {f.name for f in fields(GPU)}
     unknown = sorted(set(profile) - known - set(PROFILE_EXTRA_KEYS))
     if unknown:
-        bad(f"unknown field {unknown[0]!r} (fields: {', '.join(sorted(known))})")
+        raise ValueError(
+            f"{where}: unknown field {unknown[0]!r} (fields: {', '.join(sorted(known))})"
+        )
     missing = [k for k in _PROFILE_REQUIRED if k not in profile]
     if missing:
-        bad(f"missing field {missing[0]!r}")
-    kw = {k: v for k, v in profile.items() if k in known}
+        raise ValueError(f"{where}: missing field {missing[0]!r}")
+    return {k: v for k, v in profile.items() if k in known}
 
-    def number(k):
-        v = kw[k]
-        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
-            bad(f"{k} ({v!r}) must be a finite number")
-        return v
+
+def _number_rules(kw: dict) -> str | None:
+    """The first numeric rule ``kw`` breaks (the peaks, fractions, positive and non-negative
+    fields, whole SMs), or ``None``."""
+
+    def finite(v) -> bool:
+        return not isinstance(v, bool) and isinstance(v, (int, float)) and math.isfinite(v)
 
     peak = kw["peak_flops"]
     if not isinstance(peak, dict) or "bf16" not in peak:
-        bad(f"peak_flops ({peak!r}) must be an object with a 'bf16' entry (dense FLOP/s)")
+        return f"peak_flops ({peak!r}) must be an object with a 'bf16' entry (dense FLOP/s)"
     for dtype, v in peak.items():
         if isinstance(v, bool) or not isinstance(v, (int, float)) or not v > 0:
-            bad(f"peak_flops[{dtype!r}] ({v!r}) must be a number > 0")
-    for k in _FRACTIONS:
-        if k in kw and not 0 < number(k) <= 1:
-            bad(f"{k} ({kw[k]!r}) must be in (0, 1]")
-    for k in _POSITIVE:
-        if k in kw and kw[k] is not None and not number(k) > 0:
-            bad(f"{k} ({kw[k]!r}) must be > 0")
-    for k in _NON_NEGATIVE:
-        if k in kw and not number(k) >= 0:
-            bad(f"{k} ({kw[k]!r}) must be >= 0")
+            return f"peak_flops[{dtype!r}] ({v!r}) must be a number > 0"
+    checks = [(k, lambda v: 0 < v <= 1, "must be in (0, 1]") for k in _FRACTIONS]
+    checks += [(k, lambda v: v > 0, "must be > 0") for k in _POSITIVE]
+    checks += [(k, lambda v: v >= 0, "must be >= 0") for k in _NON_NEGATIVE]
+    for k, ok, rule in checks:
+        if k not in kw or (kw[k] is None and k in _POSITIVE):
+            continue
+        if not finite(kw[k]):
+            return f"{k} ({kw[k]!r}) must be a finite number"
+        if not ok(kw[k]):
+            return f"{k} ({kw[k]!r}) {rule}"
     if "sms" in kw and int(kw["sms"]) != kw["sms"]:
-        bad(f"sms ({kw['sms']!r}) must be a whole number")
+        return f"sms ({kw['sms']!r}) must be a whole number"
+    return None
+
+
+def _name_rules(kw: dict) -> str | None:
+    """The first rule on the named fields (GEMM rule, links, strings) ``kw`` breaks, or ``None``."""
     if kw.get("gemm_rule", "waves") not in ("waves", "additive"):
-        bad(f"gemm_rule ({kw['gemm_rule']!r}) must be one of waves, additive")
+        return f"gemm_rule ({kw['gemm_rule']!r}) must be one of waves, additive"
     for k in ("intra", "inter"):
         if k in kw and kw[k] not in LINKS:
-            bad(f"{k} ({kw[k]!r}) must be one of {', '.join(LINKS)}")
+            return f"{k} ({kw[k]!r}) must be one of {', '.join(LINKS)}"
     for k in ("name", "source", "note"):
         if k in kw and not isinstance(kw[k], str):
-            bad(f"{k} ({kw[k]!r}) must be a string")
+            return f"{k} ({kw[k]!r}) must be a string"
+    return None
+
+
+def check_gpu_profile(profile: dict, where: str = "gpu profile") -> GPU:
+    """A :class:`GPU` from a profile's dict; ``ValueError`` naming the field, its value and the
+    rule it breaks (``"gpu profile p.json: hbm_bandwidth (-1) must be > 0"``)."""
+    kw = _profile_fields(profile, where)
+    rule = _number_rules(kw) or _name_rules(kw)
+    if rule:
+        raise ValueError(f"{where}: {rule}")
     kw["sms"] = int(kw["sms"])
     return GPU(**kw)
 

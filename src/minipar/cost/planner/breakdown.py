@@ -49,33 +49,36 @@ def check_layout(
     check_zero_stage(zero)
 
 
-def per_gpu_memory(
-    L: int,
-    h: int,
-    a: int,
-    s: int,
-    V: int,
-    *,
-    b: int = 1,
-    d: int = 1,
-    t: int = 1,
-    p: int = 1,
-    zero: int = 0,
-    sp: bool = False,
-    recompute: str = "none",
-    m: int | None = None,
-) -> MemoryBreakdown:
-    """Bytes on the first pipeline stage (the fullest) of a d × t × p layout.
+@dataclass(frozen=True)
+class MemoryLayout:
+    """The keywords of :func:`per_gpu_memory`: micro-batch b, the d × t × p grid, the ZeRO
+    stage, sequence parallelism, the recomputation and the micro-batches m (``None``: m ≥ p)."""
+
+    b: int = 1
+    d: int = 1
+    t: int = 1
+    p: int = 1
+    zero: int = 0
+    sp: bool = False
+    recompute: str = "none"
+    m: int | None = None
+
+
+def per_gpu_memory(L: int, h: int, a: int, s: int, V: int, **layout) -> MemoryBreakdown:
+    """Bytes on the first pipeline stage (the fullest) of a d × t × p layout (``layout``: the
+    keywords of :class:`MemoryLayout`).
 
     Model states: 16Ψ/(t·p), then ZeRO-``zero`` divides the sharded part by d. Activations:
     under 1F1B the first stage holds min(p, m) micro-batches of L/p layers, i.e. L layers' worth
     of one micro-batch of b sequences when m ≥ p (``m=None``); ZeRO does not touch them.
     """
+    lay = MemoryLayout(**layout)
+    d, t, p, zero = lay.d, lay.t, lay.p, lay.zero
     check_layout(L, h, a, d=d, t=t, p=p, zero=zero)
     psi = param_count(L, h, V, s)
     w, g, o, _ = model_state_bytes(psi, d=d, t=t, p=p, zero=zero)
     act = pipeline_first_stage_activation_bytes(
-        s, b, h, a, L, p, m=m, t=t, sp=sp, recompute=recompute, schedule="1f1b"
+        s, lay.b, h, a, L, p, m=lay.m, t=t, sp=lay.sp, recompute=lay.recompute, schedule="1f1b"
     )
     return MemoryBreakdown(w, g, o, act, w + g + o + act, psi)
 

@@ -773,16 +773,16 @@ def terms(
     return breakdown(m_, cl, lay, plan_options(m_, cl, opt))
 
 
-def check(m_: ModelShape, cl: Cluster, lay: Layout) -> None:
-    """Raise ``ValueError`` naming the first rule the layout breaks: the cost model's layout
-    rules (:func:`minipar.cost.planner.breakdown.check_layout`), then the planner's own."""
-    t, p, d, b, v = lay.tp, lay.pp, lay.dp, lay.micro_batch, lay.chunks
-    zero, cp, ep, global_batch = lay.zero, lay.cp, lay.ep, lay.global_batch
-    m_.check()
+def _check_stages(m_: ModelShape, lay: Layout) -> None:
+    """The split's rules (:data:`~minipar.cost.planner.three_d_terms.SPLITS`) and the cost
+    model's layout rules (:func:`minipar.cost.planner.breakdown.check_layout`)."""
+    p, v = lay.pp, lay.chunks
     if lay.split not in SPLITS:
         raise ValueError(f"split ({lay.split!r}) must be one of {', '.join(SPLITS)}")
     uneven = lay.split == "units"
-    check_layout(m_.layers, m_.hidden, m_.heads, d=d, t=t, p=1 if uneven else p, zero=zero)
+    check_layout(
+        m_.layers, m_.hidden, m_.heads, d=lay.dp, t=lay.tp, p=1 if uneven else p, zero=lay.zero
+    )
     if uneven and (not 1 <= p <= m_.layers or (v > 1 and (m_.layers + 2) % (p * v))):
         raise ValueError(
             f"uneven stages (split units) need p ({p}) in [1, layers ({m_.layers})] and, "
@@ -790,6 +790,15 @@ def check(m_: ModelShape, cl: Cluster, lay: Layout) -> None:
         )
     if not uneven and m_.layers % (p * v):
         raise ValueError(f"layers ({m_.layers}) must be divisible by p·v ({p}·{v})")
+
+
+def check(m_: ModelShape, cl: Cluster, lay: Layout) -> None:
+    """Raise ``ValueError`` naming the first rule the layout breaks: the cost model's layout
+    rules (:func:`minipar.cost.planner.breakdown.check_layout`), then the planner's own."""
+    t, p, d, b, v = lay.tp, lay.pp, lay.dp, lay.micro_batch, lay.chunks
+    zero, cp, ep, global_batch = lay.zero, lay.cp, lay.ep, lay.global_batch
+    m_.check()
+    _check_stages(m_, lay)
     kv = m_.kv_heads or m_.heads
     if kv % t:
         raise ValueError(
