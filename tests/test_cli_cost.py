@@ -513,3 +513,20 @@ def test_plan_sensitivity_moves_each_constant_alone(capsys):
     assert rows[("gemm_efficiency", 1.2)]["step_change"] < -0.03
     assert rows[("flash_efficiency", 0.8)]["step_change"] > 0.005
     assert all(isinstance(r["same"], bool) for r in rows.values())
+
+
+def test_plan_fp8_fa3_and_compiled_switches(capsys):
+    """--fp8, --attention fa3 and --compiled reach the planner: FP8 casts get a column and the
+    step is shorter than bf16's; on an A100 (no FP8 tensor cores) FP8 is refused by its rule."""
+    base = ("plan", "--model", "llama3-8b", "--gpus", "8", "--gpu", "H100-SXM")
+    base += ("--global-batch", "128", "--tp", "1", "--pp", "1", "--zero", "3")
+    bf16 = run_json(capsys, *base, "--recompute", "none")
+    fp8 = run_json(
+        capsys, *base, "--recompute", "none", "--fp8", "delayed", "--attention", "fa3", "--compiled"
+    )
+    step = lambda r: r["configs"][0]["step_seconds"]
+    assert step(fp8) < 0.8 * step(bf16)
+    status, out, _ = run(capsys, *base, "--fp8", "current")
+    assert status == 0 and "FP8 cast" in out
+    status, _, err = run(capsys, *base[:-4], "--fp8", "delayed", "--gpu", "A100-80GB")
+    assert status != 0 and "fp8 needs a GPU with FP8 tensor cores" in err
