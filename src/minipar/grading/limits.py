@@ -239,12 +239,7 @@ class Watcher:
         time.sleep(0.1)  # the last lines of a dump being written
         for pid in self.pids:
             _signal(pid, signal.SIGKILL)
-        for r, path in enumerate(self.logs):
-            try:
-                with open(path, errors="replace") as f:
-                    self.stacks[r] = f.read()[-20000:]
-            except OSError:
-                self.stacks[r] = ""
+        self.stacks = {r: _read(path)[-20000:] for r, path in enumerate(self.logs)}
 
     # ------------------------------------------------------------------------- the reason
     def reason(self, world_size: int) -> str:
@@ -267,12 +262,17 @@ class Watcher:
         )
 
 
-def _has_dump(path: str) -> bool:
+def _read(path: str) -> str:
+    """A rank's log as far as it is written ("" if it cannot be read)."""
     try:
         with open(path, errors="replace") as f:
-            text = f.read()
+            return f.read()
     except OSError:
-        return False
+        return ""
+
+
+def _has_dump(path: str) -> bool:
+    text = _read(path)
     return "most recent call first" in text and text.endswith("\n")
 
 
