@@ -257,13 +257,13 @@ def test_tensor_parallel_timing_waits_for_the_device(one_rank, monkeypatch):
     from minipar.tensor_parallel import dtensor as D
 
     calls = []
-    monkeypatch.setattr(D, "synchronize", _slow_synchronize(calls))
+    monkeypatch.setattr(device, "synchronize", _slow_synchronize(calls))
     out = D.time_on_rank(0, 1, h=8, b=1, s=2, steps=2, rounds=1)
     times = [t for v in out.values() for t in v]
     assert len(times) == 2 and min(times) >= DELAY, (
         f"step times {times} s exclude the device's work ({DELAY} s): no synchronize before the clock"
     )
-    assert len(calls) == 2 * 2 * 2  # before and after each timed step
+    assert len(calls) == 2 * 3 * 2  # before and after each step (the warm-up's too)
 
 
 def test_collectives_timing_waits_for_the_device(one_rank, monkeypatch):
@@ -279,7 +279,7 @@ def test_data_parallel_timing_waits_for_the_device(one_rank, monkeypatch):
     from minipar.data_parallel import timing
 
     calls = []
-    monkeypatch.setattr(timing, "synchronize", _slow_synchronize(calls))
+    monkeypatch.setattr(device, "synchronize", _slow_synchronize(calls))
     out = timing.time_variants_on_rank(0, 1, ["compute", "naive"], timing.Workload(4, 1, 2, 1, 1))
     assert min(t for v in out.values() for t in v) >= DELAY
 

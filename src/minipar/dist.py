@@ -38,3 +38,25 @@ def allreduce_flat(grads: list[torch.Tensor], group=None) -> int:
         g.copy_(flat[offset : offset + g.numel()].view_as(g))  # back to g's shape
         offset += g.numel()
     return flat.numel()
+
+
+def all_gather_dim0(x: torch.Tensor, group=None) -> torch.Tensor:
+    """(m, ...) on each of n ranks -> (n·m, ...), blocks in rank order: one all-gather (no
+    autograd; the chapters wrap it with its adjoint). ``x`` itself for a group of one."""
+    n = group_size(group)
+    if n == 1:
+        return x
+    out = x.new_empty((n * x.shape[0], *x.shape[1:]))
+    dist.all_gather_single(out, x.contiguous(), group=group)
+    return out
+
+
+def reduce_scatter_dim0(x: torch.Tensor, group=None) -> torch.Tensor:
+    """(n·m, ...) partial sums on each of n ranks -> (m, ...), block r summed over the ranks on
+    rank r: one reduce-scatter (no autograd). ``x`` itself for a group of one."""
+    n = group_size(group)
+    if n == 1:
+        return x
+    out = x.new_empty((x.shape[0] // n, *x.shape[1:]))
+    dist.reduce_scatter_single(out, x.contiguous(), group=group)
+    return out

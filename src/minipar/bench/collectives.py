@@ -22,13 +22,13 @@ import os
 import platform
 import statistics
 import sys
-import time
 
 from minipar.cost.network import collectives as cc
 from minipar.cost.units import parse_bytes
 from minipar.errors import InputError
 from minipar.jsonio import dumps
 from minipar.runtime import device
+from minipar.runtime.timing import timed
 
 from .collectives_report import plot, table
 from .common import add_backend, add_json, emit
@@ -77,18 +77,7 @@ def _call(op: str, numel: int, n: int):
 
 def _time_on_rank(rank: int, n: int, op: str, numel: int, iters: int, warmup: int) -> float:
     """Median seconds of one ``op`` on this rank (runs on every rank)."""
-    import torch.distributed as dist  # noqa: PLC0415 (lazy: torch)
-
-    fn, times = _call(op, numel, n), []
-    for i in range(warmup + iters):
-        dist.barrier()
-        device.synchronize()
-        t0 = time.perf_counter()
-        fn()
-        device.synchronize()  # a GPU collective is queued, not done
-        if i >= warmup:
-            times.append(time.perf_counter() - t0)
-    return statistics.median(times)
+    return statistics.median(timed(_call(op, numel, n), iters, warmup))
 
 
 def time_op(

@@ -33,28 +33,21 @@ def flag(name: str) -> str:
     return "--" + name.replace("_", "-")
 
 
-def add_common(
-    p,
-    ranks: int,
-    ranks_help: str = "ranks",
-    *,
-    also: str | None = None,
-    json_help: str | None = None,
-):
+def add_common(p, ranks: int, ranks_help: str = "ranks", *, also: str | None = None):
     """``--ranks N`` (default ``ranks``; ``also``: a second spelling such as ``--pp``) and
     ``--json``."""
     names = ["--ranks"] + ([also] if also else [])
     p.add_argument(
         *names, dest="ranks", type=int, default=ranks, help=f"{ranks_help} (default {ranks})"
     )
-    add_json(p, json_help)
+    add_json(p)
 
 
-def add_json(p, help: str | None = None) -> None:
+def add_json(p) -> None:
     p.add_argument(
         "--json",
         action="store_true",
-        help=help or "print one JSON object on stdout (everything else on stderr)",
+        help="print one JSON object on stdout (everything else on stderr)",
     )
 
 
@@ -133,6 +126,13 @@ def progress(name: str, every: float | None = None):
     finally:
         done.set()
         thread.join(timeout=5)
+
+
+def fit_text(fit: dict) -> str:
+    """An α-β fit for people: α and bandwidth, or why the fit failed."""
+    if not fit["bandwidth"]:
+        return fit["error"]
+    return f"α {fit['alpha'] * 1e6:.0f} µs, {fit['bandwidth'] / 1e9:.2f} GB/s per direction"
 
 
 def _first_line(text: str) -> str:

@@ -30,33 +30,18 @@ ratios measured in one run are the figures to read, not absolute seconds.
 
 from __future__ import annotations
 
-import time
+import functools
 from statistics import median
 
 from minipar.cost.chapters import context_parallel as C
 from minipar.cost.network.collectives import fit_alpha_beta
 from minipar.errors import InputError
+from minipar.runtime.timing import interleaved, slowest, timed
 
-from .common import MAX_RANKS, add_common, check, emit
+from .common import MAX_RANKS, add_common, check, emit, fit_text
 
 VARIANTS = ("one_process", "ring/contiguous", "ring/zigzag", "ulysses")
 FIT_SIZES = (2**12, 2**16, 2**20, 2**22)  # bytes per message / all-to-all buffer (float32)
-
-
-def _fastest(fn, reps: int, inner: int = 4) -> float:
-    """Fastest of ``reps`` tries of the mean over ``inner`` back-to-back calls, all ranks
-    starting together: back-to-back ring shifts and all-to-alls pace themselves, so one rank
-    leaving the barrier late costs 1/inner of a try, not a whole one."""
-    import torch.distributed as dist  # noqa: PLC0415 (lazy: torch)
-
-    best = float("inf")
-    for _ in range(reps):
-        dist.barrier()
-        t0 = time.perf_counter()
-        for _ in range(inner):
-            fn()
-        best = min(best, (time.perf_counter() - t0) / inner)
-    return best
 
 
 def _fit_times_on_rank(cp: int, reps: int) -> dict:
@@ -71,15 +56,15 @@ def _fit_times_on_rank(cp: int, reps: int) -> dict:
         numel = max(cp, size // 4 // cp * cp)  # (S/4,) float32
         x, y = torch.ones(numel), torch.empty(numel)
         RingShift(x).wait(), dist.all_to_all_single(y, x)  # warm up this size
-        out["ring"].append(_fastest(lambda: RingShift(x).wait(), reps))
-        out["all_to_all"].append(_fastest(lambda: dist.all_to_all_single(y, x), reps))
+        # the fastest of reps tries of 4 back-to-back calls, all ranks starting together
+        out["ring"].append(min(timed(lambda: RingShift(x).wait(), reps, inner=4)))
+        out["all_to_all"].append(min(timed(lambda: dist.all_to_all_single(y, x), reps, inner=4)))
     return out
 
 
 def bench_on_rank(rank: int, cp: int, b: int, a: int, s: int, d: int, steps: int) -> dict:
     """This rank's seconds per variant and round, traced bytes, and the fit's timings."""
     import torch  # noqa: PLC0415 (lazy: torch)
-    import torch.distributed as dist  # noqa: PLC0415 (lazy: torch)
 
     from minipar.context_parallel.experiments import qkv  # noqa: PLC0415 (lazy: torch)
     from minipar.context_parallel.online_softmax import full_attention  # noqa: PLC0415 (lazy: torch)
@@ -115,16 +100,10 @@ def bench_on_rank(rank: int, cp: int, b: int, a: int, s: int, d: int, steps: int
         q, k, v = (t.detach().requires_grad_() for t in (q, k, v))
         fn(q, k, v).backward(g)
 
-    seconds = {name: [] for name in VARIANTS}
-    for i in range(steps + 1):  # round 0: warm-up
-        for name in VARIANTS:
-            dist.barrier()
-            t0 = time.perf_counter()
-            step(name)
-            t = time.perf_counter() - t0
-            dist.barrier()
-            if i:
-                seconds[name].append(t)
+    # the ranks meet after each call too: "one_process" runs on rank 0 alone
+    seconds = interleaved(
+        {n: functools.partial(step, n) for n in VARIANTS}, steps, barrier_after=True
+    )
     traced = {}
     for name in fns:
         with tracer.trace() as tr:
@@ -243,7 +222,7 @@ def bench(
     per = run(bench_on_rank, cp, batch, heads, seq, head_dim, steps, backend="gloo", timeout=900)
     per_rank = {n: [median(r["seconds"][n]) for r in per] for n in VARIANTS}
     per_rank["one_process"] = per_rank["one_process"][:1]  # rank 0 alone
-    t = {n: median([max(r["seconds"][n][i] for r in per) for i in range(steps)]) for n in VARIANTS}
+    t = {n: slowest([r["seconds"] for r in per], n) for n in VARIANTS}
     t["one_process"] = median(per[0]["seconds"]["one_process"])
     bytes_ = _bytes(per, shape)
     fit = _fit_per(per, cp)
@@ -299,14 +278,7 @@ def _show(r: dict) -> None:
             f"{'' if v['equal'] else '   (traced differs from the model)'}"
         )
     for name, f in (("ring shift", r["fit"]["ring_shift"]), ("all-to-all", r["fit"]["all_to_all"])):
-        print(
-            f"{name}: "
-            + (
-                f"α {f['alpha'] * 1e6:.0f} µs, {f['bandwidth'] / 1e9:.2f} GB/s per direction"
-                if f["bandwidth"]
-                else f["error"]
-            )
-        )
+        print(f"{name}: {fit_text(f)}")
     print(
         "Ring bytes: what a rank sends; Ulysses: the all-to-alls' input S (nccl-tests' size). "
         "Predicted comm: forward + backward, not overlapped."

@@ -13,7 +13,8 @@ A benchmark reports, it never asserts: ranks share this machine's cores, so numb
 from __future__ import annotations
 
 import functools
-import statistics
+
+from minipar.runtime.timing import slowest
 
 from .common import MAX_RANKS, add_backend, add_common, backend, check, emit
 
@@ -40,13 +41,7 @@ def bench(
         list(VARIANTS),
         backend=backend,
     )
-    t = {
-        v: statistics.median(
-            max(r[v][i] for r in per_rank)  # slowest rank, median round
-            for i in range(len(per_rank[0][v]))
-        )
-        for v in VARIANTS
-    }
+    t = {v: slowest(per_rank, v) for v in VARIANTS}  # slowest rank, median round
     out = {
         "ranks": ranks,
         "backend": backend,

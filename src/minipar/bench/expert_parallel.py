@@ -40,15 +40,15 @@ ratios measured in one run are the figures to read, not absolute seconds.
 
 from __future__ import annotations
 
-import time
+import functools
 from dataclasses import dataclass, replace
 from statistics import median
 
 from minipar.cost.chapters.expert_parallel import imbalance, layer_comm_time, layer_events
-from minipar.cost.network.collectives import fit_alpha_beta
 from minipar.errors import InputError
+from minipar.runtime.timing import interleaved, one_rank_at_a_time, slowest, timed
 
-from .common import MAX_RANKS, add_common, check, emit
+from .common import MAX_RANKS, add_common, check, emit, fit_text
 
 ROUTERS = ("even", "skewed")
 FIT_SIZES = (2**12, 2**15, 2**18, 2**20)  # all-to-all buffer S in bytes (float32)
@@ -79,17 +79,14 @@ def _expert_seconds(layer, rows_per_expert: list[int], reps: int) -> float:
     w1 = layer.w1.detach().clone().requires_grad_()  # (E/x, h, f)
     w2 = layer.w2.detach().clone().requires_grad_()  # (E/x, f, h)
     xs = [torch.randn(m, layer.hidden) for m in rows_per_expert]  # (m_e, h) each
-    best = float("inf")
-    for i in range(reps + 1):  # i = 0: warm-up
-        t0 = time.perf_counter()
+
+    def step():
         for e, x in enumerate(xs):
             if len(x):
                 expert_mlp(x, w1[e], w2[e]).sum().backward()
-        t = time.perf_counter() - t0
         w1.grad = w2.grad = None
-        if i:
-            best = min(best, t)
-    return best
+
+    return min(timed(step, reps, 1, barrier=False))
 
 
 def bench_on_rank(rank: int, ep: int, load: EPBench) -> dict:
@@ -120,15 +117,7 @@ def bench_on_rank(rank: int, ep: int, load: EPBench) -> dict:
         layers[name](x).sum().backward()
         layers[name].zero_grad()
 
-    seconds = {name: [] for name in ROUTERS}
-    for i in range(steps + 1):  # round 0: warm-up
-        for name in ROUTERS:
-            dist.barrier()
-            t0 = time.perf_counter()
-            step(name)
-            t = time.perf_counter() - t0
-            if i:
-                seconds[name].append(t)
+    seconds = interleaved({n: functools.partial(step, n) for n in ROUTERS}, steps)
     out = {"seconds": seconds}
     for name in ROUTERS:
         layer = layers[name]
@@ -139,12 +128,7 @@ def bench_on_rank(rank: int, ep: int, load: EPBench) -> dict:
         dist.all_reduce(rows)  # rows[s][d] for every pair
         rows = rows.tolist()
         mine = layer.tokens_per_expert.tolist()  # rows each local expert processed
-        expert_s = None
-        for turn in range(ep):  # one rank computes at a time
-            dist.barrier()
-            if turn == rank:
-                expert_s = _expert_seconds(layer, mine, steps)
-        dist.barrier()
+        expert_s = one_rank_at_a_time(functools.partial(_expert_seconds, layer, mine, steps))
         out[name] = {
             "traced": [[e.op, e.bytes] for e in tr.events],
             "model": [list(e) for e in layer_events(rows, rank, hidden, experts, top_k, 4)],
@@ -157,7 +141,7 @@ def bench_on_rank(rank: int, ep: int, load: EPBench) -> dict:
 
 
 def bench(ranks: int = 4, load: EPBench = EPBench()) -> dict:
-    from minipar.expert_parallel.experiments import kernel_seconds  # noqa: PLC0415 (lazy: torch)
+    from minipar.expert_parallel.experiments import fit_all_to_all, kernel_seconds  # noqa: PLC0415 (lazy: torch)
     from minipar.runtime.launch import run  # noqa: PLC0415 (lazy: launcher)
 
     ep = ranks
@@ -165,15 +149,11 @@ def bench(ranks: int = 4, load: EPBench = EPBench()) -> dict:
     load = replace(load, experts=E)
     tokens, top_k, hidden, ffn, steps = load.tokens, load.top_k, load.hidden, load.ffn, load.steps
     per = run(bench_on_rank, ep, load, backend="gloo", timeout=900)
-    t = {n: median([max(r["seconds"][n][i] for r in per) for i in range(steps)]) for n in ROUTERS}
-    sizes = list(FIT_SIZES)
-    a2a_s = [max(r["a2a_seconds"][i] for r in per) for i in range(len(sizes))]
-    fit = {"sizes": sizes, "seconds": a2a_s, "alpha": None, "bandwidth": None, "error": None}
-    try:
-        a, bw = fit_alpha_beta(sizes, a2a_s, "all-to-all", ep, "pairwise-exchange")
-        fit["alpha"], fit["bandwidth"] = max(a, 0.0), bw
-    except ValueError as e:  # noise: times not growing with S
-        fit["error"] = str(e)
+    t = {n: slowest([r["seconds"] for r in per], n) for n in ROUTERS}
+    a2a_s = [max(r["a2a_seconds"][i] for r in per) for i in range(len(FIT_SIZES))]
+    fit = fit_all_to_all(FIT_SIZES, a2a_s, ep)
+    if fit["error"] is None:  # noise can make α negative
+        fit["alpha"] = max(fit["alpha"], 0.0)
     routers = {}
     for n in ROUTERS:
         per_expert = [c for r in per for c in r[n]["tokens_per_local_expert"]]  # (E,) in order
@@ -237,15 +217,7 @@ def _show(r: dict) -> None:
             f"{x['counted_imbalance']:>15.2f}{x['measured_imbalance']:>22.2f}"
         )
     print(f"skewed / even step time: {r['skewed_to_even']:.2f}")
-    f = r["fit"]
-    print(
-        "all-to-all fit: "
-        + (
-            f"α {f['alpha'] * 1e6:.0f} µs, {f['bandwidth'] / 1e9:.2f} GB/s per direction"
-            if f["bandwidth"]
-            else f["error"]
-        )
-    )
+    print(f"all-to-all fit: {fit_text(r['fit'])}")
     for n in ROUTERS:
         x = r["routers"][n]
         p = x["predicted_a2a_seconds"]

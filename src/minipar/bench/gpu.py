@@ -30,7 +30,6 @@ from __future__ import annotations
 import os
 import statistics
 import sys
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
@@ -39,6 +38,7 @@ from minipar.cost.kernels.hardware import GPU, GPUS, gpu_profile
 from minipar.cost.validation import kernel_fit
 from minipar.errors import InputError
 from minipar.jsonio import dumps
+from minipar.runtime.timing import timed
 
 from .common import progress
 
@@ -181,23 +181,19 @@ def device_timer(device: str, repeats: int, warmup: int = 3) -> Callable[[Probe]
 
     def timer(probe: Probe) -> float:
         fn = probe.make()
+        if not device.startswith("cuda"):
+            return statistics.median(timed(fn, repeats, warmup, barrier=False))
         for _ in range(warmup):
             fn()
         times = []
-        if device.startswith("cuda"):
-            torch.cuda.synchronize()
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            for _ in range(repeats):
-                start.record()
-                fn()
-                end.record()
-                end.synchronize()
-                times.append(start.elapsed_time(end) / 1e3)
-        else:
-            for _ in range(repeats):
-                t0 = time.perf_counter()
-                fn()
-                times.append(time.perf_counter() - t0)
+        torch.cuda.synchronize()
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        for _ in range(repeats):
+            start.record()
+            fn()
+            end.record()
+            end.synchronize()
+            times.append(start.elapsed_time(end) / 1e3)
         del fn
         return statistics.median(times)
 

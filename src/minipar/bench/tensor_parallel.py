@@ -12,9 +12,8 @@ A benchmark reports, it never asserts: ranks share this machine's cores, so numb
 
 from __future__ import annotations
 
-from statistics import median
-
 from minipar.errors import InputError
+from minipar.runtime.timing import slowest
 
 from .common import MAX_RANKS, add_backend, add_common, backend, check, emit
 
@@ -26,7 +25,7 @@ def bench(
     from minipar.tensor_parallel.dtensor import compare_on_rank, time_on_rank  # noqa: PLC0415 (lazy: torch)
 
     per_rank = run(time_on_rank, ranks, h, b, s, steps, rounds, backend=backend, timeout=600)
-    t = {k: median([max(r[k][i] for r in per_rank) for i in range(rounds)]) for k in per_rank[0]}
+    t = {k: slowest(per_rank, k) for k in per_rank[0]}
     diffs = run(compare_on_rank, ranks, backend=backend, timeout=300)
     return {
         "ranks": ranks,

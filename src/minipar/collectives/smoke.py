@@ -6,13 +6,13 @@ torchrun --nproc-per-node 8 -m minipar.runtime.run minipar.collectives.smoke:rin
 from __future__ import annotations
 
 import statistics
-import time
 
 import torch
 import torch.distributed as dist
 
 from minipar.collectives import ring_all_reduce
-from minipar.runtime.device import get_device, synchronize
+from minipar.runtime.device import get_device
+from minipar.runtime.timing import timed
 
 
 def ring_vs_dist(rank: int, world_size: int, numel: int = 2**22, iters: int = 5) -> dict:
@@ -27,16 +27,8 @@ def ring_vs_dist(rank: int, world_size: int, numel: int = 2**22, iters: int = 5)
     dist.all_reduce(ref)
     times = {}
     for name, fn in (("ring", ring_all_reduce), ("dist", dist.all_reduce)):
-        ts = []
-        for _ in range(iters):
-            y = x.clone()
-            dist.barrier()
-            synchronize()
-            t0 = time.perf_counter()
-            fn(y)
-            synchronize()
-            ts.append(time.perf_counter() - t0)
-        times[name] = statistics.median(ts)
+        y = x.clone()
+        times[name] = statistics.median(timed(lambda fn=fn, y=y: fn(y), iters))
     return dict(
         max_abs_diff=(ours - ref).abs().max().item(),
         bytes=4 * numel,

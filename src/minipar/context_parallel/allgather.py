@@ -23,17 +23,12 @@ compute, and an arbitrary mask is one kernel call over the whole K/V instead of 
 from __future__ import annotations
 
 import torch
-import torch.distributed as dist
 
-from minipar.dist import group_rank, group_size
+from minipar.dist import all_gather_dim0, group_rank, group_size, reduce_scatter_dim0
 
 from .online_softmax import block_attention, block_attention_backward, visible
 from .ring import Mask, _dtype, check_qkv
 from .sharding import chunks_per_rank, document_ids, positions
-
-# one tensor in, one out (torch >= 2.11 names; the older names are deprecated aliases)
-_all_gather = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
-_reduce_scatter = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
 
 
 def _gather_kv(kv, group, layout):
@@ -41,9 +36,7 @@ def _gather_kv(kv, group, layout):
     cp = group_size(group)
     if cp == 1:
         return kv
-    kv = kv.contiguous()
-    parts = kv.new_empty((cp * 2,) + tuple(kv.shape[1:]))  # (cp·2, b, a_kv, s/cp, d)
-    _all_gather(parts, kv, group=group)
+    parts = all_gather_dim0(kv, group)  # (cp·2, b, a_kv, s/cp, d)
     parts = parts.view((cp,) + tuple(kv.shape))  # (cp, 2, b, a_kv, s/cp, d)
     s = kv.shape[3] * cp
     full = kv.new_empty(kv.shape[:3] + (s, kv.shape[4]))  # (2, b, a_kv, s, d)
@@ -65,9 +58,7 @@ def _scatter_grads(dkv_full, group, layout):
             for j in range(cp)
         ]
     )  # (cp, 2, b, a_kv, s/cp, d)
-    out = torch.empty_like(send[0])  # (2, b, a_kv, s/cp, d)
-    _reduce_scatter(out, send.flatten(0, 1), group=group)
-    return out
+    return reduce_scatter_dim0(send.flatten(0, 1), group)  # (2, b, a_kv, s/cp, d)
 
 
 class _AllGatherAttention(torch.autograd.Function):

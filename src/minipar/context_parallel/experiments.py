@@ -8,8 +8,8 @@ reference| / max |reference|, float64.
 
 from __future__ import annotations
 
+import functools
 import math
-import time
 
 import torch
 import torch.distributed as dist
@@ -18,6 +18,7 @@ from torch.utils.flop_counter import FlopCounterMode
 from minipar.grid import Grid, new_groups
 from minipar.memory_time.activations import saved_bytes
 from minipar.model import GPT, GPTConfig, Layer
+from minipar.runtime.timing import one_rank_at_a_time, timed
 
 from . import ring as ring_module
 from .block import (
@@ -222,19 +223,27 @@ def cp_dp_on_rank(rank, world, cp=2, layout="zigzag", steps=3, reduce_over="dp x
 def traffic_on_rank(rank, cp, b=2, a=12, s=24, d=4):
     """Bytes and calls this rank's ring and Ulysses attention put on the wire, traced with
     :class:`minipar.runtime.tracer.trace`, forward and backward separately (float64)."""
-    from minipar.runtime.tracer import trace  # noqa: PLC0415 (lazy: tracer)
-
     out = {}
     for method in ("ring", "ulysses"):
         q, k, v = (shard_sequence(t, 2).requires_grad_() for t in qkv(b, a, s, d))
         fn = ring_attention if method == "ring" else ulysses_attention
-        with trace() as fwd:
-            o = fn(q, k, v, True)
-        with trace() as bwd:
-            o.backward(torch.ones_like(o))
-        for name, tr in (("forward", fwd), ("backward", bwd)):
-            out[f"{method}/{name}"] = {op: (st.calls, st.bytes) for op, st in tr.summary().items()}
+        out.update(traced_calls(method, functools.partial(fn, q, k, v, True)))
     return out
+
+
+def traced_calls(method: str, forward) -> dict:
+    """``{"<method>/forward": {op: (calls, bytes)}, "<method>/backward": ...}`` of ``forward()``
+    and the backward of its output, traced apart with :class:`minipar.runtime.tracer.trace`."""
+    from minipar.runtime.tracer import trace  # noqa: PLC0415 (lazy: tracer)
+
+    with trace() as fwd:
+        o = forward()
+    with trace() as bwd:
+        o.backward(torch.ones_like(o))
+    return {
+        f"{method}/{name}": {op: (st.calls, st.bytes) for op, st in tr.summary().items()}
+        for name, tr in (("forward", fwd), ("backward", bwd))
+    }
 
 
 def balance_on_rank(rank, cp, layout, b=1, a=4, s=768, d=32, repeats=3):
@@ -246,15 +255,8 @@ def balance_on_rank(rank, cp, layout, b=1, a=4, s=768, d=32, repeats=3):
     with FlopCounterMode(display=False) as fc:
         ring_attention(q, k, v, True, None, layout)
     shards = [[t.index_select(2, positions(s, cp, r, layout)) for t in full[1:]] for r in range(cp)]
-    best = math.inf
-    for turn in range(cp):  # one rank computes at a time
-        dist.barrier()
-        if turn == rank:
-            for _ in range(repeats):
-                t0 = time.perf_counter()
-                _ring_compute(q, shards, rank, cp, layout)
-                best = min(best, time.perf_counter() - t0)
-    dist.barrier()
+    compute = lambda: _ring_compute(q, shards, rank, cp, layout)
+    best = one_rank_at_a_time(lambda: min(timed(compute, repeats, barrier=False)))
     return {"flops": fc.get_total_flops(), "compute_s": best}
 
 

@@ -9,13 +9,13 @@ output and the q, k, v gradients, against one process in float64.
 
 from __future__ import annotations
 
-import torch
+import functools
 
-from minipar.runtime.launch import run
+import torch
 
 from . import ring as ring_module
 from .allgather import allgather_attention
-from .experiments import gpt_training_on_rank, rel_diff
+from .experiments import gpt_training_on_rank, rel_diff, traced_calls
 from .online_softmax import full_attention
 from .ring import Mask, RingOptions, ring_attention
 from .sharding import document_ids, gather_sequence, shard_sequence
@@ -151,8 +151,6 @@ def traffic_on_rank(rank, cp, b=2, a=A, a_kv=4, s=S, d=D, dtype=torch.float64):
     """Calls and bytes of ring, all-gather and Ulysses attention with GQA (causal, zigzag for
     the first two, Ulysses contiguous), forward and backward, traced with
     :class:`minipar.runtime.tracer.trace`."""
-    from minipar.runtime.tracer import trace  # noqa: PLC0415 (lazy: tracer)
-
     out = {}
     for method, layout in (("ring", "zigzag"), ("allgather", "zigzag"), ("ulysses", "contiguous")):
         akv = a_kv if method != "ulysses" else ulysses_kv_heads(cp)[-1]
@@ -160,12 +158,8 @@ def traffic_on_rank(rank, cp, b=2, a=A, a_kv=4, s=S, d=D, dtype=torch.float64):
             shard_sequence(t, 2, None, layout).requires_grad_()
             for t in gqa_qkv(a, akv, s, d, b, dtype=dtype)
         )
-        with trace() as fwd:
-            o = run_method(method, qkv, Mask(True, layout))
-        with trace() as bwd:
-            o.backward(torch.ones_like(o))
-        for name, tr in (("forward", fwd), ("backward", bwd)):
-            out[f"{method}/{name}"] = {op: (st.calls, st.bytes) for op, st in tr.summary().items()}
+        call = functools.partial(run_method, method, qkv, Mask(True, layout))
+        out.update(traced_calls(method, call))
     return out
 
 
@@ -205,8 +199,3 @@ def _practice_on_rank(rank, cp):
     if cp == 4:
         out["bf16"] = bf16_on_rank(rank, cp)
     return out
-
-
-def practice_runs(cps=(2, 3, 4)) -> dict[int, list[dict]]:
-    """The notebook's runs: one gloo launch per cp, each value the list of per-rank results."""
-    return {cp: run(_practice_on_rank, cp, backend="gloo") for cp in cps}

@@ -32,7 +32,6 @@ from .timing import (
     make_step,
     run_on_ranks,
     straggler,
-    time_variants,
     time_variants_on_rank,
     timeline_on_rank,
 )

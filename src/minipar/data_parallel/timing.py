@@ -12,7 +12,7 @@ from __future__ import annotations
 import functools
 import statistics
 import time
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 
 import torch
 import torch.distributed as dist
@@ -23,6 +23,7 @@ from minipar.cost.chapters.data_parallel import dp_step_time
 from minipar.cost.network.collectives import collective_time, fit_alpha_beta
 from minipar.runtime import launch
 from minipar.runtime.device import get_device, resolve_backend, synchronize
+from minipar.runtime.timing import interleaved, slowest, timed
 
 from .bucketed import BucketedDataParallel
 from .models import mlp, mlp_params
@@ -68,13 +69,6 @@ class Workload:
     rounds: int = 3
 
 
-def _workload(kw: dict) -> tuple[Workload, dict]:
-    """Keyword arguments split into a :class:`Workload` and the rest."""
-    names = {f.name for f in fields(Workload)}
-    load = Workload(**{k: v for k, v in kw.items() if k in names})
-    return load, {k: v for k, v in kw.items() if k not in names}
-
-
 def time_variants_on_rank(
     rank,
     n,
@@ -89,39 +83,22 @@ def time_variants_on_rank(
     dev = get_device()
     x = torch.randn(load.batch, load.width, device=dev)  # (b, width) per rank
     y = torch.randn(load.batch, load.width, device=dev)  # (b, width)
-    setups = {}
+
+    def step(fwd, after, opt):
+        if rank == slow_rank:
+            time.sleep(delay_s)  # a straggler
+        opt.zero_grad()
+        F.mse_loss(fwd(x), y).backward()
+        after()
+        opt.step()
+
+    steps = {}
     for v in variants:
         model = mlp(load.width, load.depth).to(dev)
         fwd, after = make_step(v, model, bucket_cap_mb)
-        setups[v] = (fwd, after, torch.optim.SGD(model.parameters(), lr=1e-3))
-    out = {v: [] for v in variants}
-    for r in range(load.rounds + 1):  # round 0: warm-up
-        for v, (fwd, after, opt) in setups.items():
-            dist.barrier()
-            t0 = _clock()
-            for _ in range(load.steps):
-                if rank == slow_rank:
-                    time.sleep(delay_s)  # a straggler
-                opt.zero_grad()
-                F.mse_loss(fwd(x), y).backward()
-                after()
-                opt.step()
-            if r:
-                out[v].append((_clock() - t0) / load.steps)
-    return out
-
-
-def time_variants(n, variants, **kw) -> dict:
-    """{variant: seconds per step}: median over rounds of the slowest rank. ``kw``: the
-    :class:`Workload`'s fields and :func:`time_variants_on_rank`'s options."""
-    load, rest = _workload(kw)
-    per_rank = run_on_ranks(
-        functools.partial(time_variants_on_rank, load=load, **rest), n, variants
-    )
-    return {
-        v: statistics.median(max(r[v][i] for r in per_rank) for i in range(len(per_rank[0][v])))
-        for v in variants
-    }
+        opt = torch.optim.SGD(model.parameters(), lr=1e-3)
+        steps[v] = functools.partial(step, fwd, after, opt)
+    return interleaved(steps, load.rounds, inner=load.steps)
 
 
 def timeline_on_rank(rank, n, width=512, depth=8, batch=32, bucket_cap_mb=1.0, overlap=True):
@@ -170,12 +147,8 @@ def bucket_sweep_on_rank(rank, n, caps_mb, width=512, depth=8, batch=32, steps=3
     t["fwd_bwd"] = (t1 - t0, _clock() - t1)
     t["allreduce"] = {}
     for numel in (2**8, 2**12, 2**16, 2**20):
-        buf, times = torch.ones(numel, device=dev), []
-        for _ in range(5):
-            dist.barrier()
-            s = _clock()
-            dist.all_reduce(buf)
-            times.append(_clock() - s)
+        buf = torch.ones(numel, device=dev)
+        times = timed(lambda buf=buf: dist.all_reduce(buf), 5)
         t["allreduce"][numel * 4] = min(times)  # least disturbed by the other ranks
     return t
 
@@ -183,10 +156,7 @@ def bucket_sweep_on_rank(rank, n, caps_mb, width=512, depth=8, batch=32, steps=3
 def bucket_sweep(n, caps_mb, **kw) -> dict:
     """Measured (slowest rank, median) and modelled step time per bucket cap."""
     per_rank = run_on_ranks(functools.partial(bucket_sweep_on_rank, **kw), n, list(caps_mb))
-    med = {
-        k: statistics.median(max(r[k][i] for r in per_rank) for i in range(len(per_rank[0][k])))
-        for k in ["compute", "naive", *caps_mb]
-    }
+    med = {k: slowest(per_rank, k) for k in ["compute", "naive", *caps_mb]}
     sizes = sorted(per_rank[0]["allreduce"])
     alpha, bw = fit_alpha_beta(
         sizes, [max(r["allreduce"][s] for r in per_rank) for s in sizes], "all-reduce", n

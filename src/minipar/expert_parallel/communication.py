@@ -15,7 +15,7 @@ from __future__ import annotations
 import torch
 import torch.distributed as dist
 
-from minipar.dist import group_size
+from minipar.dist import all_gather_dim0, group_size, reduce_scatter_dim0
 
 
 def _a2a(x: torch.Tensor, out_splits: list[int], in_splits: list[int], group) -> torch.Tensor:
@@ -61,26 +61,8 @@ def exchange_counts(send_counts: torch.Tensor, group=None) -> torch.Tensor:
 
 def all_gather_counts(counts: torch.Tensor, group=None) -> torch.Tensor:
     """(K, E) this rank's slot counts -> (ep, K, E) every rank's, in rank order (all-gather)."""
-    n = group_size(group)
-    if n == 1:
-        return counts[None]
-    out = counts.new_empty(n * counts.numel())  # (ep·K·E,)
-    dist.all_gather_single(out, counts.flatten(), group=group)
-    return out.view(n, *counts.shape)  # (ep, K, E)
-
-
-def _all_gather_rows(x: torch.Tensor, group) -> torch.Tensor:
-    n = group_size(group)
-    out = x.new_empty((n * x.shape[0], *x.shape[1:]))
-    dist.all_gather_single(out, x.contiguous(), group=group)
-    return out
-
-
-def _reduce_scatter_rows(x: torch.Tensor, group) -> torch.Tensor:
-    n = group_size(group)
-    out = x.new_empty((x.shape[0] // n, *x.shape[1:]))
-    dist.reduce_scatter_single(out, x.contiguous(), group=group)
-    return out
+    out = all_gather_dim0(counts.flatten(), group)  # (ep·K·E,)
+    return out.view(group_size(group), *counts.shape)  # (ep, K, E)
 
 
 class _AllGather(torch.autograd.Function):
@@ -90,11 +72,11 @@ class _AllGather(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, group):
         ctx.group = group
-        return _all_gather_rows(x, group)
+        return all_gather_dim0(x, group)
 
     @staticmethod
     def backward(ctx, grad):
-        return _reduce_scatter_rows(grad, ctx.group), None
+        return reduce_scatter_dim0(grad, ctx.group), None
 
 
 class _ReduceScatter(torch.autograd.Function):
@@ -103,11 +85,11 @@ class _ReduceScatter(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, group):
         ctx.group = group
-        return _reduce_scatter_rows(x, group)
+        return reduce_scatter_dim0(x, group)
 
     @staticmethod
     def backward(ctx, grad):
-        return _all_gather_rows(grad, ctx.group), None
+        return all_gather_dim0(grad, ctx.group), None
 
 
 def all_gather_rows(x: torch.Tensor, group=None) -> torch.Tensor:

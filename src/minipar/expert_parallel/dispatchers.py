@@ -27,7 +27,7 @@ from __future__ import annotations
 import torch
 import torch.distributed as dist
 
-from minipar.dist import group_rank
+from minipar.dist import all_gather_dim0, group_rank
 
 from .communication import (
     a2a_index,
@@ -73,10 +73,7 @@ def all_gather_dispatch(layer, x, experts, gates, kept):
     """All-gather tokens, choices (dropped and padding: -1) and gates; every rank computes its
     experts on all of them; a reduce-scatter returns each rank's outputs."""
     n, ep, g = x.shape[0], layer.ep, layer.group
-    counts = torch.tensor([n])
-    if ep > 1:  # every rank's n (ep int64)
-        counts = counts.new_empty(ep)
-        dist.all_gather_single(counts, torch.tensor([n]), group=g)
+    counts = all_gather_dim0(torch.tensor([n]), g)  # every rank's n (ep int64)
     m = int(counts.max())
     layer.gathered_rows = ep * m
     xs = all_gather_rows(_pad(x, m), g)  # (ep·m, h)

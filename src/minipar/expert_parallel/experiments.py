@@ -7,8 +7,8 @@ returns plain numbers. Float64 throughout, so "equal" means equal to ~1e-12.
 
 from __future__ import annotations
 
+import functools
 import statistics
-import time
 from dataclasses import dataclass
 
 import torch
@@ -28,6 +28,7 @@ from minipar.cost.network.collectives import fit_alpha_beta
 from minipar.dist import group_rank, group_size
 from minipar.grid import Grid, new_groups
 from minipar.runtime import launch, tracer
+from minipar.runtime.timing import timed
 
 from .balancing import (
     global_load_balancing_loss,
@@ -73,14 +74,9 @@ def tokens_on(rank: int) -> int:
     return 6 + rank
 
 
-def make_moe(
-    experts: int, top_k: int, capacity_factor=None, seed: int = 0, router_scale: float = 1.0
-) -> MoE:
+def make_moe(experts: int, top_k: int, capacity_factor=None, seed: int = 0) -> MoE:
     torch.manual_seed(seed)
-    moe = MoE(H, F, experts, top_k, capacity_factor).double()
-    with torch.no_grad():
-        moe.router.weight.mul_(router_scale)
-    return moe
+    return MoE(H, F, experts, top_k, capacity_factor).double()
 
 
 def reference(moe: MoE, chunks: list[torch.Tensor], weights: list[torch.Tensor]):
@@ -292,57 +288,11 @@ def skewed_router(moe: MoE, favourite: int = 0, bias: float = 3.0) -> None:
         )
 
 
-def balance_run(
-    experts: int = 8,
-    top_k: int = 2,
-    aux_coef: float = 0.0,
-    capacity_factor=None,
-    steps: int = 100,
-    tokens: int = 128,
-    lr: float = 3e-2,
-    seed: int = 0,
-) -> dict:
-    """One process: train a skewed MoE to imitate a random teacher MoE; record tokens per expert
-    every step. What the balancing loss and the capacity factor do to the load."""
-    teacher = make_moe(experts, top_k, seed=seed + 1)
-    moe = make_moe(experts, top_k, capacity_factor, seed=seed)
-    skewed_router(moe)
-    opt = torch.optim.Adam(moe.parameters(), lr=lr)
-    loads, losses, dropped = [], [], []
-    for step in range(steps):
-        x = _randn(tokens, H, seed=10_000 + step) + 0.5  # tokens share a mean direction
-        with torch.no_grad():
-            target = teacher(x)
-        y = moe(x)
-        loss = ((y - target) ** 2).mean()
-        loads.append(moe.routed_per_expert.tolist())  # this step's routing, before drops
-        losses.append(loss.item())
-        dropped.append(moe.dropped / (tokens * top_k))
-        opt.zero_grad()
-        (loss + aux_coef * moe.aux_loss).backward()
-        opt.step()
-    return {"routed per expert": loads, "loss": losses, "dropped fraction": dropped}
-
-
-def balance_summary(result: dict, ep: int, window: int = 10) -> dict:
-    """Most loaded rank over the mean (routed rows, experts grouped E/ep per rank) at the first
-    step and averaged over the last ``window`` steps; the dropped fraction at the end."""
-    loads = result["routed per expert"]
-    last = [imbalance(l, ep)["max/mean rank"] for l in loads[-window:]]
-    return {
-        "first": imbalance(loads[0], ep)["max/mean rank"],
-        "last": sum(last) / len(last),
-        "dropped last": sum(result["dropped fraction"][-window:]) / window,
-        "loss last": sum(result["loss"][-window:]) / window,
-    }
-
-
 PARITY_CASES = [(1, None), (2, None), (1, 1.0), (2, 1.0)]  # (top_k, capacity_factor)
 
 
-def run(fn, world: int, *args, timeout: float = 300) -> list:
-    """``minipar.runtime.launch.run`` on gloo: these functions build float64 inputs with CPU generators."""
-    return launch.run(fn, world, *args, backend="gloo", timeout=timeout)
+# launch.run on gloo: these functions build float64 inputs with CPU generators
+run = functools.partial(launch.run, backend="gloo")
 
 
 def _chapter_on_rank(rank, ep):
@@ -377,24 +327,24 @@ def _a2a_times_on_rank(rank: int, n: int, sizes: list[int], iters: int) -> list[
     for size in sizes:
         numel = max(n, size // 4 // n * n)
         inp, out = torch.ones(numel), torch.empty(numel)  # (S/4,) float32
-        ts = []
-        for i in range(iters + 2):
-            dist.barrier()
-            t0 = time.perf_counter()
-            dist.all_to_all_single(out, inp)
-            if i >= 2:
-                ts.append(time.perf_counter() - t0)
-        times.append(statistics.median(ts))
+        times.append(
+            statistics.median(timed(lambda o=out, i=inp: dist.all_to_all_single(o, i), iters, 2))
+        )
     return times
 
 
 def all_to_all_fit(n: int = 2, sizes=(2**12, 2**16, 2**19, 2**22), iters: int = 5) -> dict:
     """Time gloo's all-to-all on n ranks at several S and fit the pairwise-exchange α-β model
-    (:func:`minipar.cost.network.collectives.fit_alpha_beta`, the collectives chapter's method, applied
-    to the all-to-all). Returns sizes, seconds (max over ranks), and α, bandwidth or the fit's
-    error (timings on a busy machine can make the fit meaningless: then it says so)."""
+    (:func:`fit_all_to_all`)."""
     per_rank = run(_a2a_times_on_rank, n, list(sizes), iters)
-    seconds = [max(r[i] for r in per_rank) for i in range(len(sizes))]
+    return fit_all_to_all(sizes, [max(r[i] for r in per_rank) for i in range(len(sizes))], n)
+
+
+def fit_all_to_all(sizes, seconds: list[float], n: int) -> dict:
+    """:func:`minipar.cost.network.collectives.fit_alpha_beta`, the collectives chapter's method,
+    applied to the all-to-all on n ranks. Returns sizes, seconds (max over ranks), and α,
+    bandwidth or the fit's error (timings on a busy machine can make the fit meaningless: then
+    it says so)."""
     out = {
         "sizes": list(sizes),
         "seconds": seconds,
@@ -659,16 +609,13 @@ def kernel_seconds(
     out, threads = {}, torch.get_num_threads()
     torch.set_num_threads(1)  # one thread: no oversubscription of shared cores
     for kernel in ("loop", "padded", "grouped_mm"):
-        best = float("inf")
+
+        def step(kernel=kernel):
+            grouped_mlp(x, sizes, w1, w2, kernel).backward(dy)
+            w1.grad = w2.grad = None
+
         try:
-            for i in range(reps + 1):  # i = 0: warm-up
-                t0 = time.perf_counter()
-                grouped_mlp(x, sizes, w1, w2, kernel).backward(dy)
-                t = time.perf_counter() - t0
-                w1.grad = w2.grad = None
-                if i:
-                    best = min(best, t)
-            out[kernel] = best
+            out[kernel] = min(timed(step, reps, 1, barrier=False))
         except (RuntimeError, AttributeError, NotImplementedError):  # no such kernel here
             out[kernel] = None
     torch.set_num_threads(threads)

@@ -13,7 +13,7 @@ torch_pipelining.py  the same stages through torch.distributed.pipelining
 experiments.py    what the chapter's notebook runs
 """
 
-from .schedules import NAMES, Action, schedule, stage_owner, stages_of_rank, table
+from .schedules import NAMES, Action, schedule, table
 from .simulate import ScheduleError, Simulation, simulate
 
 __all__ = [
@@ -23,7 +23,5 @@ __all__ = [
     "Simulation",
     "schedule",
     "simulate",
-    "stage_owner",
-    "stages_of_rank",
     "table",
 ]

@@ -32,16 +32,6 @@ class Action(NamedTuple):
         return f"{self.op}{self.stage}.{self.microbatch}"
 
 
-def stage_owner(stage: int, p: int) -> int:
-    """The rank that owns global stage ``stage``: stage mod p (rank r owns r, r+p, ...)."""
-    return stage % p
-
-
-def stages_of_rank(rank: int, p: int, v: int = 1) -> list[int]:
-    """Global stages on ``rank``, in chunk order: [rank, rank+p, ..., rank+(v−1)p]."""
-    return [rank + c * p for c in range(v)]
-
-
 def _check(name: str, p: int, m: int, v: int) -> None:
     if name not in NAMES:
         raise ValueError(f"schedule ({name!r}) must be one of {', '.join(NAMES)}")

@@ -6,6 +6,7 @@
 * :mod:`minipar.runtime.run` runs the same worker functions under ``torchrun``.
 * :mod:`minipar.runtime.device` picks the backend and device (gloo on CPU, NCCL on GPUs).
 * :mod:`minipar.runtime.tracer` records every collective's bytes, to compare with the cost model.
+* :mod:`minipar.runtime.timing` holds the timing loops the chapters and benchmarks share.
 
 Nothing here imports a chapter, the cost model, grading or widgets.
 """

@@ -17,15 +17,14 @@ them measures the launch, not the work.
 from __future__ import annotations
 
 import copy
-import time
 
 import torch
-import torch.distributed as dist
 import torch.nn as nn
 import torch.nn.functional as F
 from torch.distributed import device_mesh
 
-from minipar.runtime.device import get_device, synchronize
+from minipar.runtime.device import get_device
+from minipar.runtime.timing import timed
 
 from .cross_entropy import vocab_parallel_cross_entropy
 from .layers import ColumnParallelLinear, RowParallelLinear, shard
@@ -121,16 +120,8 @@ def time_on_rank(
     out = {k: [] for k in models}
     for _ in range(rounds):
         for name, m in models.items():
-            _step(m, x)  # warm-up
-            times = []
-            for _ in range(steps):
-                dist.barrier()
-                synchronize()  # earlier queued work is not ours
-                t0 = time.perf_counter()
-                _step(m, x)
-                synchronize()  # the step's kernels have finished
-                times.append(time.perf_counter() - t0)
-            out[name].append(sorted(times)[len(times) // 2])
+            times = sorted(timed(lambda m=m: _step(m, x), steps, 1))  # after a warm-up call
+            out[name].append(times[len(times) // 2])
     return out
 
 

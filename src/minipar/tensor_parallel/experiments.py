@@ -8,6 +8,7 @@ reference, the communication events traced per layer, saved activation bytes.
 from __future__ import annotations
 
 import copy
+import functools
 
 import torch
 import torch.distributed
@@ -323,12 +324,11 @@ def block_saved_bytes(
 
 
 # ------------------------------------------------------------------ for the notebook
-def run(fn, t: int, *args, backend: str = "gloo", timeout: float = 300) -> list:
-    """``minipar.runtime.launch.run``, on gloo unless asked: the parity, traffic and saved-bytes
-    functions above build their inputs with CPU generators and measure with CPU conventions.
-    ``backend="auto"`` (NCCL with one GPU per rank, else gloo) suits functions that put their
-    tensors on :func:`minipar.runtime.device.get_device`, such as :func:`overlap_on_rank`."""
-    return launch.run(fn, t, *args, backend=backend, timeout=timeout)
+# launch.run on gloo unless asked: the parity, traffic and saved-bytes functions above build
+# their inputs with CPU generators and measure with CPU conventions. backend="auto" (NCCL with
+# one GPU per rank, else gloo) suits functions that put their tensors on the rank's device
+# (minipar.runtime.device.get_device), such as overlap_on_rank.
+run = functools.partial(launch.run, backend="gloo")
 
 
 def _chapter_on_rank(rank, t):

@@ -27,7 +27,7 @@ from __future__ import annotations
 import torch
 import torch.distributed as dist
 
-from minipar.dist import group_rank, group_size
+from minipar.dist import all_gather_dim0, group_rank, group_size, reduce_scatter_dim0
 
 
 def divide(numerator: int, denominator: int, what: str = "dimension") -> int:
@@ -48,12 +48,9 @@ def _all_reduce(x: torch.Tensor, group) -> torch.Tensor:
 
 def _gather_seq(x: torch.Tensor, group) -> torch.Tensor:
     """(b, s/t, h) on each rank -> (b, s, h), shards in rank order."""
-    t = group_size(group)
-    if t == 1:
+    if group_size(group) == 1:
         return x
-    xs = x.transpose(0, 1).contiguous()  # (s/t, b, h): gather along dim 0
-    out = xs.new_empty((xs.shape[0] * t, *xs.shape[1:]))  # (s, b, h)
-    dist.all_gather_single(out, xs, group=group)
+    out = all_gather_dim0(x.transpose(0, 1), group)  # (s, b, h): gathered along dim 0
     return out.transpose(0, 1).contiguous()  # (b, s, h)
 
 
@@ -62,10 +59,8 @@ def _reduce_scatter_seq(x: torch.Tensor, group) -> torch.Tensor:
     t = group_size(group)
     if t == 1:
         return x
-    s = divide(x.shape[1], t, "sequence length")
-    xs = x.transpose(0, 1).contiguous()  # (s, b, h)
-    out = xs.new_empty((s, *xs.shape[1:]))  # (s/t, b, h)
-    dist.reduce_scatter_single(out, xs, group=group)
+    divide(x.shape[1], t, "sequence length")
+    out = reduce_scatter_dim0(x.transpose(0, 1), group)  # (s/t, b, h)
     return out.transpose(0, 1).contiguous()  # (b, s/t, h)
 
 
