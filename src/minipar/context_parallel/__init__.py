@@ -24,14 +24,7 @@ from .block import (
 )
 from .online_softmax import block_attention, full_attention, merge_blocks
 from .ring import ring_attention
-from .sharding import (
-    chunk_ids,
-    document_ids,
-    gather_sequence,
-    positions,
-    shard_sequence,
-    zigzag_indices,
-)
+from .sharding import chunk_ids, document_ids, gather_sequence, positions, shard_sequence
 from .ulysses import heads_to_seq, seq_to_heads, ulysses_attention
 
 __all__ = [
@@ -39,7 +32,6 @@ __all__ = [
     "gather_sequence",
     "positions",
     "chunk_ids",
-    "zigzag_indices",
     "block_attention",
     "merge_blocks",
     "full_attention",

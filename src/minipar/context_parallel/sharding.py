@@ -56,11 +56,6 @@ def chunk_ids(rank: int, cp: int, layout: str = "contiguous") -> list[int]:
     return [rank] if layout == "contiguous" else [rank, 2 * cp - 1 - rank]
 
 
-def zigzag_indices(s: int, cp: int, rank: int) -> list[int]:
-    """Global token positions of rank ``rank``'s zigzag shard of a length-``s`` sequence."""
-    return positions(s, cp, rank, "zigzag").tolist()
-
-
 def positions(s: int, cp: int, rank: int, layout: str = "contiguous") -> torch.Tensor:
     """Global positions (int64, length s/cp) of the tokens this rank holds, in storage order."""
     if layout == "striped" and not 0 <= rank < cp:
