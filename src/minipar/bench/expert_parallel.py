@@ -41,7 +41,7 @@ ratios measured in one run are the figures to read, not absolute seconds.
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, fields, replace
 from statistics import median
 
 from minipar.cost.chapters.expert_parallel import imbalance, layer_comm_time, layer_events
@@ -262,23 +262,10 @@ def _main(args) -> int:
         )
     if args.top_k > experts:
         raise InputError(f"--top-k ({args.top_k}) must be <= --experts ({experts})")
-    return emit(
-        args,
-        lambda: bench(
-            args.ranks,
-            EPBench(
-                args.tokens,
-                experts,
-                args.top_k,
-                args.hidden,
-                args.ffn,
-                args.skew,
-                args.steps,
-                args.grouped_experts,
-            ),
-        ),
-        _show,
+    load = EPBench(
+        **{f.name: getattr(args, f.name) for f in fields(EPBench)} | {"experts": experts}
     )
+    return emit(args, lambda: bench(args.ranks, load), _show)
 
 
 def add_bench_parser(bench_sub) -> None:
