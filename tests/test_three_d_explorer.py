@@ -2,6 +2,7 @@
 roofline, the cost per token), run under Node.js, on valid and invalid inputs alike."""
 
 import itertools
+import re
 from dataclasses import asdict
 
 import pytest
@@ -320,6 +321,28 @@ def test_zero3_collectives_control_changes_the_zero3_layout_only():
     assert f3["error"] is None and h3["error"] is None and f3["html"] != h3["html"]
     assert f1["html"] == h1["html"]
     assert bad["error"] == "zero3_collectives ('tree') must be one of hierarchical, flat-ring"
+
+
+def test_fp8_and_compiled_controls_reach_the_explorers_plan():
+    """The explorer's FP8 and compiled-step controls change the chosen step like the planner's
+    options (a shorter step on an H100), and FP8 on an A100 is refused by its rule."""
+    step = re.compile(r"step <b>([\d.]+) (m?s)</b>")
+    h100 = {"layout": "custom", "gpus": 64, "gpu": "H100-SXM", "t": 1, "p": 1, "batch": 512}
+    h100 |= {"model": "llama3-8b", "b": 1, "zero": 1, "recompute": "full"}
+    calls = [
+        ("drawExplorer", ["plan", h100, CONFIG]),
+        ("drawExplorer", ["plan", dict(h100, fp8="delayed", compiled=True), CONFIG]),
+        ("drawExplorer", ["plan", dict(h100, gpu="A100-80GB", fp8="current"), CONFIG]),
+    ]
+    (_, bf16), (_, fp8), (_, a100) = js_call("three_d", calls)
+    assert bf16["error"] is None and fp8["error"] is None, (bf16["error"], fp8["error"])
+
+    def seconds(html):
+        value, unit = step.search(html).groups()
+        return float(value) / (1000 if unit == "ms" else 1)
+
+    assert seconds(fp8["html"]) < 0.8 * seconds(bf16["html"])
+    assert "fp8 needs a GPU with FP8 tensor cores" in (a100["error"] or a100["html"])
 
 
 # cp/ep shapes: a dense GPT, a dense SwiGLU + GQA one (Llama-style), a small MoE and Mixtral, and a
