@@ -158,7 +158,10 @@ def test_a_dead_kernel_ends_its_notebook_at_once_and_grading_goes_on(tmp_path):
         r"not run: the kernel died in cell \d+ \(import os\) \(exit code 0\)", out.stdout
     ), out.stdout
     assert "b/memory_time/01_params.ipynb: 2/2 passed" in out.stdout, out.stdout
-    progress = [ln for ln in out.stderr.splitlines() if ln.startswith("[")]
+    # a busy machine may add "still running after 10 s" lines: they are not steps
+    progress = [
+        ln for ln in out.stderr.splitlines() if ln.startswith("[") and "still running" not in ln
+    ]
     assert (
         len(progress) == 4
         and progress[0].startswith("[1/2] ")
