@@ -81,20 +81,10 @@ def _main(args) -> int:
         positive=("bucket_mb",),
     )
     chosen = backend(args, args.ranks)
-    return emit(
-        args,
-        lambda: bench(
-            args.ranks,
-            args.steps,
-            args.rounds,
-            args.width,
-            args.depth,
-            args.batch,
-            args.bucket_mb,
-            chosen,
-        ),
-        _show,
-    )
+    opts = {
+        k: getattr(args, k) for k in ("steps", "rounds", "width", "depth", "batch", "bucket_mb")
+    }
+    return emit(args, lambda: bench(args.ranks, **opts, backend=chosen), _show)
 
 
 def add_bench_parser(bench_sub) -> None:
