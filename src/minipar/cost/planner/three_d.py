@@ -199,7 +199,7 @@ class ModelShape:
     bias: bool = True  # biases in the linear layers (Llama family: none)
     positions: str = "learned"  # a learned s·h table, or "rope" (rotary: no parameters)
     tied: bool = True  # output layer tied to the input embedding
-    attention: str = ""  # "unfused" or "flash"; "" = the GPU's era (:func:`attention_for`)
+    attention: str = ""  # "unfused", "flash" or "fa3"; "" = the GPU's era (:func:`attention_for`)
     dropout: float = 0.1  # GPT's (Megatron-LM's default); the Llama recipe trains without
 
     @property

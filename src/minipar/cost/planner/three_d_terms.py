@@ -146,7 +146,7 @@ class Options:
     Megatron-Core's overlap of the DP reduction with the last micro-batch's backward, also with
     p > 1 (``--overlap-grad-reduce``). ``cp_algorithm``: context parallelism's K/V exchange,
     "ring" (Megatron-Core) or "all-gather" (Llama 3) (:func:`term_cp`). ``attention``:
-    "unfused" or "flash" for every layout (``None``: the shape's, else the GPU's era,
+    "unfused", "flash" or "fa3" for every layout (``None``: the shape's, else the GPU's era,
     :func:`minipar.cost.planner.three_d.attention_for`). ``precision``: one of :data:`RECIPES` for
     memory and time alike (``None``: the GPU's era, :func:`minipar.cost.planner.three_d.precision_for`);
     ``grad_reduce_bytes`` and ``headroom`` left ``None`` come from the recipe.
