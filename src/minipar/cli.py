@@ -132,6 +132,19 @@ def main(argv: list[str] | None = None) -> int:
     except BrokenPipeError:  # `minipar ... | head`: the reader has all it wanted
         _quiet_stdout()
         return 128 + signal.SIGPIPE
+    finally:
+        if argv is None:
+            _ignore_from_now_on()
+
+
+def _ignore_from_now_on() -> None:
+    """The command has ended and its status is decided: ignore the stop signals. The holding
+    handler would not last: the interpreter's finalisation resets Python handlers to the
+    default, so a second Ctrl-C landing there killed the process (status -2, not the 128+N
+    already chosen); an ignored signal stays ignored through the exit."""
+    if threading.current_thread() is threading.main_thread():
+        for s in _STOP_SIGNALS:
+            signal.signal(s, signal.SIG_IGN)
 
 
 def _main(argv: list[str] | None) -> int:
