@@ -22,6 +22,7 @@ at 7 inches or less. The page gives every figure a minimum width and its own scr
 
 from __future__ import annotations
 
+import importlib
 import io
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -124,8 +125,6 @@ def figure(draws: list[str] | tuple[str, ...]):
 
 def load(name: str) -> Figure:
     """The figure ``<slug>.<function>``, importing ``figures.<slug>`` on first use."""
-    import importlib  # noqa: PLC0415 (stdlib, only here)
-
     slug = name.split(".", 1)[0]
     if name not in REGISTRY:
         importlib.import_module(f"figures.{slug}")

@@ -95,7 +95,7 @@ def sweep(
     ops, ranks, sizes, iters: int = 5, progress: bool = True, backend: str = "auto"
 ) -> list[dict]:
     """One row per (n, op, S): bytes, seconds, algbw and busbw (bytes/s, nccl-tests)."""
-    from tqdm.auto import tqdm  # noqa: PLC0415 (tqdm ~40 ms: `minipar --help` imports this module)
+    from tqdm.auto import tqdm  # noqa: PLC0415 (lazy: help)
 
     rows = []
     jobs = [(n, op, s) for n in ranks for op in ops for s in sizes]

@@ -115,7 +115,7 @@ def bench_on_rank(rank: int, cp: int, b: int, a: int, s: int, d: int, steps: int
 def _fit(sizes, ring_s, a2a_s, cp) -> dict:
     """α (s) and bandwidth (bytes/s) of one ring shift and of the all-to-all; a fit that the
     noise made meaningless (bandwidth <= 0) says so instead of predicting."""
-    from minipar.cost.validation.calibrate import fit_line  # noqa: PLC0415 (minipar.cost.validation.calibrate ~14 ms: `minipar --help` imports this module)
+    from minipar.cost.validation.calibrate import fit_line  # noqa: PLC0415 (lazy: help)
 
     out = {}
     for name, fitted in (

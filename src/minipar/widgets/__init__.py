@@ -121,8 +121,8 @@ def static_html(
 
 
 def _widget_class():
-    import anywidget  # noqa: PLC0415 (anywidget ~0.15 s, the book extra: static_html and js_source load without it)
-    import traitlets  # noqa: PLC0415 (traitlets, the book extra: static_html and js_source load without it)
+    import anywidget  # noqa: PLC0415 (lazy: book extra)
+    import traitlets  # noqa: PLC0415 (lazy: book extra)
 
     class Explorer(anywidget.AnyWidget):
         """A live explorer: anywidget with a kernel, the inline HTML copy everywhere else."""
