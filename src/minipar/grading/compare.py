@@ -114,6 +114,26 @@ def same(actual, expected, atol: float = 1e-9, rtol: float = 1e-7) -> bool:
     return bool(torch.allclose(actual.double(), expected.double(), atol=atol, rtol=rtol))
 
 
+def named_mistake(got, mistakes) -> str | None:
+    """The reason of the first classic mistake ``(value, reason)`` that ``got`` matches:
+    ``value`` is what that mistake gives, a function computing it only when needed (it can cost
+    a backward pass), or None where it does not apply. A mistake that gives the right answer
+    in a case (most do with a group of one rank) needs no condition: it never matches there,
+    since it is only tried on an answer that is not the right one."""
+    for value, reason in mistakes:
+        value = value() if callable(value) else value
+        if value is not None and same(got, value):
+            return reason
+    return None
+
+
+def expect(where: str, got, want, mistakes=(), otherwise: str = "differs") -> None:
+    """Nothing if ``got`` is ``want``; else :class:`GradeFailure` "<where>: <reason>", the
+    reason of the first of ``mistakes`` it matches (:func:`named_mistake`), else ``otherwise``."""
+    if not same(got, want):
+        raise GradeFailure(f"{where}: {named_mistake(got, mistakes) or otherwise}")
+
+
 def err(actual, expected) -> str:
     """Why ``actual`` is not ``expected``: its type (tensor, dtype, shape), else the largest
     difference and where it is (NaN counts as infinitely far)."""

@@ -27,10 +27,9 @@ import math
 from dataclasses import dataclass
 
 from minipar.grading import GradeFailure, task
-from minipar.grading.compare import err, randn, same
-from minipar.grading.declare import Layouts
+from minipar.grading.compare import err, expect, randn, same
+from minipar.grading.declare import Layouts, after_whole
 from minipar.grading.imports import forbid_course_code
-from minipar.grading.tensor_parallel import after_whole, expect
 
 CHAPTER = "context_parallel"
 

@@ -154,3 +154,14 @@ class Layouts:
 
 def _run_on_rank(rank, world, layouts: Layouts, body, fn, allow):
     return layouts.on_rank(rank, world, body, fn, allow)
+
+
+def after_whole(cases):
+    """Each case, with ``c["after_whole"]``: it is in a subgroup and a whole-world case passed
+    before it, so a failure here comes from the group (the generator resumes only once the
+    caller has checked the case it yielded)."""
+    passed = False
+    for c in cases:
+        c["after_whole"] = passed and not c["whole"]
+        yield c
+        passed = passed or c["whole"]

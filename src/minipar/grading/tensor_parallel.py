@@ -30,9 +30,10 @@ from functools import partial
 
 from minipar.grading import GradeFailure, task
 from minipar.grading.compare import err as _err
+from minipar.grading.compare import expect, named_mistake
 from minipar.grading.compare import randn as _randn
 from minipar.grading.compare import same as _same
-from minipar.grading.declare import Layouts, current_case, not_whole_world_hint
+from minipar.grading.declare import Layouts, after_whole, current_case, not_whole_world_hint
 from minipar.grading.imports import forbid_course_code
 
 CHAPTER = "tensor_parallel"
@@ -55,37 +56,6 @@ LAYOUTS = {
 
 
 # ----------------------------------------------------------------------------- diagnosis
-def named_mistake(got, mistakes) -> str | None:
-    """The reason of the first classic mistake ``(value, reason)`` that ``got`` matches:
-    ``value`` is what that mistake gives, a function computing it only when needed (it can cost
-    a backward pass), or None where it does not apply. A mistake that gives the right answer
-    in a case (most do with a group of one rank) needs no condition: it never matches there,
-    since it is only tried on an answer that is not the right one."""
-    for value, reason in mistakes:
-        value = value() if callable(value) else value
-        if value is not None and _same(got, value):
-            return reason
-    return None
-
-
-def expect(where: str, got, want, mistakes=(), otherwise: str = "differs") -> None:
-    """Nothing if ``got`` is ``want``; else :class:`GradeFailure` "<where>: <reason>", the
-    reason of the first of ``mistakes`` it matches (:func:`named_mistake`), else ``otherwise``."""
-    if not _same(got, want):
-        raise GradeFailure(f"{where}: {named_mistake(got, mistakes) or otherwise}")
-
-
-def after_whole(cases):
-    """Each case, with ``c["after_whole"]``: it is in a subgroup and a whole-world case passed
-    before it, so a failure here comes from the group (the generator resumes only once the
-    caller has checked the case it yielded)."""
-    passed = False
-    for c in cases:
-        c["after_whole"] = passed and not c["whole"]
-        yield c
-        passed = passed or c["whole"]
-
-
 # ----------------------------------------------------------------------------- running
 def _deadlock_note(world):
     return (
