@@ -530,3 +530,18 @@ def test_plan_fp8_fa3_and_compiled_switches(capsys):
     assert status == 0 and "FP8 cast" in out
     status, _, err = run(capsys, *base[:-4], "--fp8", "delayed", "--gpu", "A100-80GB")
     assert status != 0 and "fp8 needs a GPU with FP8 tensor cores" in err
+
+
+def test_plan_tp_overlap_and_rowwise_switches(capsys):
+    """--tp-overlap hides TP's collectives under the GEMMs but one chunk (a smaller TP column,
+    a shorter step); --fp8 rowwise casts more than current scaling at the same GEMM rate."""
+    base = ("plan", "--model", "llama3-70b", "--gpus", "64", "--gpu", "H100-SXM")
+    base += ("--global-batch", "64", "--tp", "8", "--pp", "4", "--zero", "1")
+    base += ("--micro-batch", "1", "--recompute", "full")
+    plain, over = run_json(capsys, *base), run_json(capsys, *base, "--tp-overlap")
+    first = lambda r: r["configs"][0]
+    assert first(over)["tp_seconds"] < first(plain)["tp_seconds"] / 4
+    assert first(over)["step_seconds"] < first(plain)["step_seconds"]
+    cur = run_json(capsys, *base, "--fp8", "current")
+    row = run_json(capsys, *base, "--fp8", "rowwise")
+    assert first(row)["fp8_casts_seconds"] > first(cur)["fp8_casts_seconds"]

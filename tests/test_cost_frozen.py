@@ -1,6 +1,6 @@
 """The planner's form and constants as frozen (minipar/cost/planner/frozen_model.json) before any modern
 published table was evaluated: the term table, every GPU and link preset's constants, the
-kernel constants and seven probe plans.
+kernel constants and its probe plans.
 A model change fails here until `python -m minipar.cost.planner.frozen` rewrites the file, in a commit
 of its own."""
 

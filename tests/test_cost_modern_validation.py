@@ -16,8 +16,7 @@ from minipar.cost.validation import modern_fit
 ROWS = mv.load()["rows"]
 REASONS = {
     "precision not published",
-    "FP8 rowwise scaling: the model has tensorwise (current) and delayed scaling only",
-    "async TP: the model does not overlap TP collectives with GEMMs",
+    *mv.EXPERIMENT_2.values(),
     "no preset for this shape (MoE, or an architecture the page does not give)",
     "layout (TP, PP, DP) not published",
 }
@@ -65,6 +64,32 @@ def test_mapping_follows_the_stack():
     assert mv.options_for(by_id["mb-25.11-llama3-8b-h100-8gpu"]).fp8 == "current"
     assert mv.gpu_for(by_id["tt2412-1-8b-8gpu-fsdp"]) == "H100-HBM2e-500W"
     assert mv.gpu_for(by_id["nemo2407-llama2-7b-h100-8gpu"]) == "H100-SXM"
+
+
+def test_experiment_2_rows_and_their_mapping():
+    """The 15 rows experiment 1 could not price (async TP, FP8 rowwise) are experiment 2's:
+    async TP as tp_overlap, rowwise scaling as fp8 "rowwise"; every row of experiment 1 keeps
+    tp_overlap off and its scaling, so experiment 1's results cannot move."""
+    two = [r for r in ROWS if mv.experiment(r) == 2]
+    assert len(two) == 15
+    assert all(mv.why_not(r) in mv.EXPERIMENT_2.values() for r in two)
+    assert all(mv.why_not(r, 2) is None for r in two)
+    assert {r["id"] for r in two if r.get("async_tp")} >= {
+        "tt2412-t5-405b-1f1b",
+        "tt2412-t6-405b-fsdp1-cp8",
+        "tt2506-8b-bf16-asynctp",
+    }
+    by_id = {r["id"]: r for r in ROWS}
+    o = mv.options_for(by_id["tt2506-70b-fp8-rowwise-asynctp"])
+    assert (o.fp8, o.tp_overlap, o.compiled) == ("rowwise", True, True)
+    o = mv.options_for(by_id["tt2506-8b-fp8-rowwise-tp"])
+    assert (o.fp8, o.tp_overlap) == ("rowwise", False)
+    o = mv.options_for(by_id["tt2506-8b-bf16-asynctp"])
+    assert (o.fp8, o.tp_overlap) == (None, True)
+    one = [r for r in ROWS if mv.experiment(r) == 1]
+    assert not any(mv.options_for(r).tp_overlap for r in one if r.get("precision"))
+    assert not any(mv.options_for(r).fp8 == "rowwise" for r in one if r.get("precision"))
+    assert all(mv.why_not(r, 2) == "experiment 1's row" for r in one if r.get("precision"))
 
 
 # --- after the freeze: the validation rows, recorded (reported, not tuned on) -----------------

@@ -9,6 +9,7 @@ import pytest
 from minipar.cli import main
 from minipar.cost.kernels import compute as C
 from minipar.cost.planner import three_d as planner
+from minipar.cost.planner import three_d_terms as T
 from minipar.cost.planner.three_d_terms import stage_layers
 
 LLAMA405 = planner.MODELS["llama3-405b"]
@@ -150,8 +151,54 @@ def test_fp8_and_fa3_are_refused_before_hopper_naming_the_rule():
         _llama8b_terms("A100-80GB", fp8="delayed")
     with pytest.raises(ValueError, match="fp8 needs a GPU with FP8 tensor cores.*A100-80GB"):
         _llama8b_terms("A100-80GB", attention="fa3")
-    with pytest.raises(ValueError, match="fp8 .'rowwise'. must be one of delayed, current"):
-        _llama8b_terms(fp8="rowwise")
+    with pytest.raises(
+        ValueError, match="fp8 .'blockwise'. must be one of delayed, current, rowwise"
+    ):
+        _llama8b_terms(fp8="blockwise")
+
+
+def test_rowwise_casts_each_tensor_twice_at_the_tensorwise_gemm_rate():
+    """Rowwise scaling: each GEMM input cast along rows in the forward (3 bytes) and again along
+    columns in the backward (5), each output gradient both ways (8), each weight both ways (8);
+    the GEMMs at the same FP8 rate as tensorwise (assumed), memory unchanged."""
+    fwd, bwd = C.fp8_cast_bytes_per_token(4096, 14336, 1024, 1, scaling="rowwise")
+    f_el = 2 * 4096 + 4096 + 14336
+    b_el = 4096 + 2 * 1024 + 2 * 4096 + 14336
+    assert (fwd, bwd) == (3 * f_el, 8 * b_el + 5 * f_el)
+    assert C.fp8_weight_cast_bytes("rowwise") == 8 and C.fp8_weight_cast_bytes("current") == 4
+    cur, row = _llama8b_terms(fp8="current"), _llama8b_terms(fp8="rowwise")
+    assert row.values["compute"] == cur.values["compute"]
+    assert row.values["fp8_weights"] == cur.values["fp8_weights"]
+    assert row.values["fp8_casts"] > cur.values["fp8_casts"]
+
+
+def _tp_terms(**opt):
+    m = planner.MODELS["llama3-70b"]
+    cl = planner.cluster(64, 8, "H100-SXM")
+    lay = planner.Layout(64, 8, 1, 8, 1, recompute="selective", sp=opt.pop("sp", True), zero=1)
+    return planner.terms(m, cl, lay, **opt), (m, cl, lay)
+
+
+def test_tp_overlap_exposes_one_chunk_and_what_the_gemms_do_not_cover():
+    """tp_overlap: each layer's TP collectives in t chunks pipelined with its dense GEMMs;
+    exposed = comm/t + max(0, comm·(t−1)/t − GEMM time). Off by default; no effect without SP
+    (both stacks overlap SP's all-gathers and reduce-scatters only)."""
+    assert T.tp_overlap_exposed(8.0, 100.0, 8) == 1.0
+    assert T.tp_overlap_exposed(8.0, 3.0, 8) == 1.0 + 4.0
+    plain, (m, cl, lay) = _tp_terms()
+    over, _ = _tp_terms(tp_overlap=True)
+    assert plain.values == _tp_terms(tp_overlap=False)[0].values
+    comm = plain.values["tp"] / T.stage_layers(m.layers, lay)[0]
+    opt = planner.Options(tp_overlap=True)
+    gemm = T.layer_gemm_seconds(m, cl, lay, opt)
+    assert gemm > comm  # a 70B layer's GEMMs outlast its TP traffic: one chunk left
+    per_layer = over.values["tp"] / T.stage_layers(m.layers, lay)[0]
+    assert per_layer == pytest.approx(comm / 8)
+    assert {k: v for k, v in over.values.items() if k != "tp"} == {
+        k: v for k, v in plain.values.items() if k != "tp"
+    }
+    no_sp, _ = _tp_terms(sp=False)
+    assert _tp_terms(sp=False, tp_overlap=True)[0].values["tp"] == no_sp.values["tp"]
 
 
 def test_fa3_is_faster_than_flash_and_keeps_its_memory():

@@ -345,6 +345,23 @@ def test_fp8_and_compiled_controls_reach_the_explorers_plan():
     assert "fp8 needs a GPU with FP8 tensor cores" in (a100["error"] or a100["html"])
 
 
+def test_tp_overlap_control_reaches_the_explorers_plan():
+    """The explorer's TP-overlap control shortens a TP-8 step with SP as the planner's
+    tp_overlap does, and its rowwise choice is accepted."""
+    step = re.compile(r"step <b>([\d.]+) (m?s)</b>")
+    lay = {"layout": "custom", "gpus": 64, "gpu": "H100-SXM", "t": 8, "p": 1, "batch": 64}
+    lay |= {"model": "llama3-70b", "b": 1, "zero": 1, "recompute": "full", "sp": True}
+    calls = [
+        ("drawExplorer", ["plan", lay, CONFIG]),
+        ("drawExplorer", ["plan", dict(lay, tp_overlap=True), CONFIG]),
+        ("drawExplorer", ["plan", dict(lay, tp_overlap=True, fp8="rowwise"), CONFIG]),
+    ]
+    got = [r for _, r in js_call("three_d", calls)]
+    assert all(r["error"] is None for r in got), [r["error"] for r in got]
+    plain, over, rowwise = (float(step.search(r["html"]).group(1)) for r in got)
+    assert over < plain and rowwise < over
+
+
 # cp/ep shapes: a dense GPT, a dense SwiGLU + GQA one (Llama-style), a small MoE and Mixtral, and a
 # sequence (1020) that 2·cp = 8 does not divide
 _DENSE = planner.ModelShape(12, 768, 12, 1024, 50304)
@@ -589,8 +606,8 @@ def _lay(c, global_batch=64):
 
 def _term_cases():
     """The cp/ep grid with ZeRO-3's options varied (flat ring or hierarchical, prefetch or not),
-    FP8 (both scalings), compiled steps and FlashAttention-3 (refused on the A100 alike): every
-    term is non-zero somewhere in it."""
+    FP8 (all three scalings), compiled steps, FlashAttention-3 (refused on the A100 alike) and
+    TP overlapped with the GEMMs: every term is non-zero somewhere in it."""
     out = []
     for i, c in enumerate(_cp_ep_cases()):
         opt = [
@@ -602,7 +619,9 @@ def _term_cases():
             dict(precision="megatron", attention="flash", headroom=0.05, cp_algorithm="all-gather"),
             dict(fp8="delayed", compiled=True, attention="fa3"),  # refused on the A100
             dict(fp8="current", precision="megatron", overlap_grad_reduce=True),
-        ][i % 8]
+            dict(tp_overlap=True, precision="megatron"),
+            dict(fp8="rowwise", tp_overlap=True, compiled=True),
+        ][i % 10]
         out.append((c, opt))
     return out
 

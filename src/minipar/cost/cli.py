@@ -417,6 +417,7 @@ def plan_inputs(args):
         else None,
         fp8=args.fp8,
         compiled=args.compiled,
+        tp_overlap=args.tp_overlap,
     )
     return m_, cl, space, planner.plan_options(m_, cl, opts)
 
@@ -779,10 +780,17 @@ def _plan_switch_args(p) -> None:
     )
     p.add_argument(
         "--fp8",
-        choices=("delayed", "current"),
+        choices=("delayed", "current", "rowwise"),
         help="FP8 GEMMs for the layers' linears (default: none, bf16): delayed scaling "
-        "(Transformer Engine's default) or current/tensorwise (torchao, Megatron fp8-cs); "
+        "(Transformer Engine's default), current/tensorwise (torchao, Megatron fp8-cs) or "
+        "rowwise (torchao; GEMM rate assumed equal to tensorwise); "
         "needs a GPU with an FP8 peak",
+    )
+    p.add_argument(
+        "--tp-overlap",
+        action="store_true",
+        help="overlap TP's all-gathers and reduce-scatters (with SP) with the GEMMs, "
+        "decomposed into t chunks (torchtitan async TP, Megatron --tp-comm-overlap)",
     )
     p.add_argument(
         "--compiled",

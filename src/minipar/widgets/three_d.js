@@ -178,7 +178,13 @@ const SCORE_BYTES_FWD = 9, SCORE_BYTES_BWD = 11, FLASH_BACKWARD = 2.5;   // Pyth
 // Python: compute.FA3_EFFICIENCY (assumed), FP8_GEMM_EFFICIENCY and COMPILED_TRAFFIC (fitted on
 // the calibration rows, validation.modern_fit), FP8_SCALING, FP8_CAST_BYTES
 export const FA3_EFFICIENCY = 0.52, FP8_GEMM_EFFICIENCY = 0.87, COMPILED_TRAFFIC = 0.56;
-export const FP8_SCALING = ["delayed", "current"], FP8_CAST_BYTES = {delayed: 4, current: 6};
+export const FP8_SCALING = ["delayed", "current", "rowwise"], FP8_CAST_BYTES = {delayed: 4, current: 6, rowwise: 3};
+export const FP8_RECAST_BYTES = {delayed: 0, current: 0, rowwise: 5};   // Python: compute.FP8_RECAST_BYTES
+
+// Python: compute.fp8_weight_cast_bytes(scaling)
+export function fp8WeightCastBytes(scaling) {
+  return scaling === "rowwise" ? FP8_CAST_BYTES[scaling] + FP8_RECAST_BYTES[scaling] : 4;
+}
 
 // Python: compute.fp8_peak(gpu)
 function fp8Peak(gpu) {
@@ -376,10 +382,10 @@ function resolvedOptions(o, attention, precision) {
 
 // Python: Options(...) with its defaults and rules
 export function planOptions(opt = {}) {
-  const known = ["grad_reduce_bytes", "dp_overlap", "headroom", "zero3_overlap", "zero3_collectives", "attention", "precision", "zero3_ac_inside_unit", "overlap_grad_reduce", "cp_algorithm", "overlap_param_gather", "reshard_after_forward", "recompute_modules", "fp8", "compiled"];
+  const known = ["grad_reduce_bytes", "dp_overlap", "headroom", "zero3_overlap", "zero3_collectives", "attention", "precision", "zero3_ac_inside_unit", "overlap_grad_reduce", "cp_algorithm", "overlap_param_gather", "reshard_after_forward", "recompute_modules", "fp8", "compiled", "tp_overlap"];
   const unknown = Object.keys(opt).filter((k) => !known.includes(k)).sort();
   if (unknown.length) throw new Error(`option ('${unknown[0]}') must be one of ${known.join(", ")}`);
-  const o = {grad_reduce_bytes: null, dp_overlap: true, headroom: null, zero3_overlap: true, zero3_collectives: "hierarchical", attention: null, precision: null, zero3_ac_inside_unit: false, overlap_grad_reduce: false, cp_algorithm: "ring", overlap_param_gather: null, reshard_after_forward: null, recompute_modules: null, fp8: null, compiled: false, ...opt};
+  const o = {grad_reduce_bytes: null, dp_overlap: true, headroom: null, zero3_overlap: true, zero3_collectives: "hierarchical", attention: null, precision: null, zero3_ac_inside_unit: false, overlap_grad_reduce: false, cp_algorithm: "ring", overlap_param_gather: null, reshard_after_forward: null, recompute_modules: null, fp8: null, compiled: false, tp_overlap: false, ...opt};
   if (!ZERO3_COLLECTIVES.includes(o.zero3_collectives)) throw new Error(`zero3_collectives ('${o.zero3_collectives}') must be one of ${ZERO3_COLLECTIVES.join(", ")}`);
   if (!(o.attention === null || ATTENTION.includes(o.attention))) throw new Error(`attention ('${o.attention}') must be one of ${ATTENTION.join(", ")}`);
   if (!(o.fp8 === null || FP8_SCALING.includes(o.fp8))) throw new Error(`fp8 ('${o.fp8}') must be one of ${FP8_SCALING.join(", ")}`);
@@ -599,8 +605,9 @@ export function fp8GemmDelta(model, cluster, lay, opt) {
 // Python: compute.fp8_cast_bytes_per_token(h, f, kv, t, sp, scaling, mlp_matrices) -> [fwd, bwd]
 export function fp8CastBytesPerToken(h, f, kv, t = 1, sp = false, scaling = "delayed", mlpMatrices = 2) {
   if (!FP8_SCALING.includes(scaling)) throw new Error(`fp8 ('${scaling}') must be one of ${FP8_SCALING.join(", ")}`);
-  const per = FP8_CAST_BYTES[scaling], r = sp ? h / t : h;
-  return [per * (2 * r + h / t + f / t), per * ((h + 2 * kv) / t + 2 * r + ((mlpMatrices - 1) * f) / t)];
+  const per = FP8_CAST_BYTES[scaling], again = FP8_RECAST_BYTES[scaling], r = sp ? h / t : h;
+  const fwd = 2 * r + h / t + f / t, bwd = (h + 2 * kv) / t + 2 * r + ((mlpMatrices - 1) * f) / t;
+  return [per * fwd, per * bwd + again * (fwd + bwd)];
 }
 
 // Python: term_fp8_casts(m_, cl, lay, opt, ctx): FP8 casts of one micro-batch, slowest stage
@@ -608,7 +615,7 @@ export function termFp8Casts(model, cluster, lay, opt) {
   if (!opt.fp8) return 0.0;
   const m = planShape(model), tokens = lay.micro_batch * Math.floor(m.seq / lay.cp);
   const [fwd, bwd] = fp8CastBytesPerToken(m.hidden, m.top_k * ffnWidth(m), kvWidth(m), lay.tp, lay.sp, opt.fp8, m.mlp_matrices);
-  const weights = 4 * layerDenseGemms(m, lay).reduce((acc, [, N, K]) => acc + N * K, 0);
+  const weights = fp8WeightCastBytes(opt.fp8) * layerDenseGemms(m, lay).reduce((acc, [, N, K]) => acc + N * K, 0);
   const refwd = lay.recompute === "full" ? 2 : 1;
   return stageLayers(m.layers, lay)[0] * ((tokens * (refwd * fwd + bwd) + weights) / cluster.gpu.hbm_bandwidth);
 }
@@ -652,11 +659,29 @@ export function termCompute(model, cluster, lay, opt) {
 }
 
 // Python: term_tp(m_, cl, lay, opt, ctx) -> {value: seconds per micro-batch, link}
-export function termTp(model, cluster, lay) {
+export function termTp(model, cluster, lay, opt) {
   const t = lay.tp;
   const actBytes = lay.micro_batch * Math.floor(model.seq / lay.cp) * model.hidden * 2;
   const [ar, name] = dpAllreduceSeconds(actBytes, t, 1, cluster);   // ring in a node, multi-NIC across
-  return {value: stageLayers(model.layers, lay)[0] * tpCollectives(t, lay.sp, lay.recompute) * ar, link: name};
+  let perLayer = tpCollectives(t, lay.sp, lay.recompute) * ar;
+  if (opt.tp_overlap && lay.sp && t > 1) perLayer = tpOverlapExposed(perLayer, layerGemmSeconds(model, cluster, lay, opt), t);
+  return {value: stageLayers(model.layers, lay)[0] * perLayer, link: name};
+}
+
+// Python: tp_overlap_exposed(comm, gemm, t): one chunk, then what the GEMM does not cover
+export function tpOverlapExposed(comm, gemm, t) {
+  return comm / t + Math.max(0.0, (comm * (t - 1)) / t - gemm);
+}
+
+// Python: layer_gemm_seconds(m_, cl, lay, opt): one layer's dense GEMMs, fwd (x2 full) + bwd
+export function layerGemmSeconds(model, cluster, lay, opt) {
+  const refwd = lay.recompute === "full" ? 2 : 1;
+  let out = 0.0;
+  for (const [M, N, K] of layerDenseGemms(model, lay)) {
+    const [f, b] = gemmPass(cluster.gpu, M, N, K, Boolean(opt.fp8));
+    out += refwd * f + b;
+  }
+  return out;
 }
 
 // Python: term_pp(m_, cl, lay, opt, ctx) -> {value: seconds per micro-batch, link}
@@ -941,6 +966,7 @@ registerExplorer("plan", {
     {name: "precision", label: "precision recipe", type: "select", options: ["the era's", ...Object.keys(RECIPES)], value: "the era's"},
     {name: "fp8", label: "FP8 GEMMs (scaling)", type: "select", options: ["none", ...FP8_SCALING], value: "none"},
     {name: "compiled", label: "compiled step (fused kernels)", type: "checkbox", value: false},
+    {name: "tp_overlap", label: "TP overlapped with GEMMs (async TP)", type: "checkbox", value: false},
     {name: "kv", label: "KV heads (0 = the model's)", type: "number", min: 0, max: 1024, why: "KV heads divide the heads", step: 1, value: 0},
     {name: "ffn", label: "MLP width f (0 = the model's)", type: "number", min: 0, max: 1048576, why: "2^20, about 20 times the widest published MLP", step: 1, value: 0},
     {name: "mlp", label: "MLP", type: "select", options: ["the model's", "gelu", "swiglu"], value: "the model's"},
@@ -967,7 +993,7 @@ registerExplorer("plan", {
     if (N % (t * cp * p)) {
       throw new Error(cp > 1 ? `gpus (${N}) must be divisible by t·cp·p (${t}·${cp}·${p})` : `gpus (${N}) must be divisible by t·p (${t}·${p})`);
     }
-    const extra = {...(ATTENTION.includes(v.attention) ? {attention: v.attention} : {}), ...(v.precision in RECIPES ? {precision: v.precision} : {}), ...(FP8_SCALING.includes(v.fp8) ? {fp8: v.fp8} : {}), compiled: Boolean(v.compiled), cp_algorithm: v.cpalg ?? "ring"};
+    const extra = {...(ATTENTION.includes(v.attention) ? {attention: v.attention} : {}), ...(v.precision in RECIPES ? {precision: v.precision} : {}), ...(FP8_SCALING.includes(v.fp8) ? {fp8: v.fp8} : {}), compiled: Boolean(v.compiled), tp_overlap: Boolean(v.tp_overlap), cp_algorithm: v.cpalg ?? "ring"};
     const opts = {zero3_collectives: v.z3, ...extra};   // the recipe's bytes and headroom; ZeRO-3's algorithm, kernel, recipe
     const layOf = (q, chunks, zero) => ({global_batch: B, tp: t, pp: q, dp: N / (t * cp * q), micro_batch: v.b, chunks, recompute: v.recompute, sp: v.sp, zero, cp, ep});
     const chosen = planEvaluate(model, cluster, layOf(p, Number(v.v), Number(v.zero)), opts);

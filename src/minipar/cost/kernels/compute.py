@@ -95,18 +95,32 @@ achieved HBM rate and with no per-kernel issue time (CUDA graphs or compiled reg
 launches). Fitted on one calibration row (:mod:`minipar.cost.validation.modern_fit`:
 torchtitan's Llama 3.1 8B, 8 GPUs, torch.compile, bf16, December 2024)."""
 
-FP8_SCALING = ("delayed", "current")
+FP8_SCALING = ("delayed", "current", "rowwise")
 """FP8 scaling recipes: "delayed" (Transformer Engine's ``DelayedScaling``, Megatron's default
-FP8 recipe: the scale from an amax history, the amax computed inside the cast) and "current"
+FP8 recipe: the scale from an amax history, the amax computed inside the cast), "current"
 (tensorwise dynamic scaling: torchao's Float8 default, Megatron's ``fp8-cs``: an amax pass over
-the tensor before its cast)."""
+the tensor before its cast) and "rowwise" (torchao's ``rowwise`` recipe: one scale per row of
+each GEMM operand, along the dimension the GEMM contracts, so each tensor is cast once per GEMM
+it enters, :data:`FP8_RECAST_BYTES`). Every recipe's GEMMs run at the one FP8 rate
+(:data:`FP8_GEMM_EFFICIENCY`, fitted on a tensorwise row): for rowwise that rate is ASSUMED,
+no published ratio of rowwise to tensorwise GEMM rates being used."""
 
-FP8_CAST_BYTES = {"delayed": 4, "current": 6}
+FP8_CAST_BYTES = {"delayed": 4, "current": 6, "rowwise": 3}
 """Bytes moved per element to cast one GEMM input to FP8: read the 16-bit tensor (2), write the
 FP8 copy (1) and its transposed FP8 copy for the other GEMM of the backward (1; Hopper's FP8
 GEMMs take only the TN layout); current scaling first reads the tensor once more for its amax
 (2). Transformer Engine, "Using FP8 with Transformer Engine" (the cast-transpose kernels);
-torchao ``float8`` (tensorwise dynamic scaling)."""
+torchao ``float8`` (tensorwise dynamic scaling). Rowwise: the cast along rows for the first
+GEMM the tensor enters, its per-row amax in the same kernel (a row is one block): read 2,
+write 1; the second cast is :data:`FP8_RECAST_BYTES`."""
+
+FP8_RECAST_BYTES = {"delayed": 0, "current": 0, "rowwise": 5}
+"""Bytes per element of the second cast rowwise scaling needs, in the backward: the other GEMM
+of the backward contracts the tensor's other dimension, whose scales a row-wise cast does not
+give, so the 16-bit tensor (kept) is cast again along its columns: a column amax pass (read 2)
+then the cast (read 2, write 1). torchao ``float8`` README, the "rowwise" recipe (axiswise
+scaling of every operand along its contracted dimension). The tensorwise recipes transpose the
+one FP8 copy instead (:data:`FP8_CAST_BYTES`): 0."""
 
 
 class LayerTime(NamedTuple):
@@ -539,14 +553,25 @@ def fp8_cast_bytes_per_token(
     MLP's first GEMM (r) and of its last (f/t, f the active hidden width); backward, the output
     gradients of the same four GEMMs: (h + 2kv)/t, r, (``mlp_matrices`` − 1)·f/t (SwiGLU's
     gate and up projection: 2f/t) and r. What stays 16-bit (attention, norms, softmax, the element-wise kernels, the
-    output layer, the optimizer) moves nothing here."""
+    output layer, the optimizer) moves nothing here. Under rowwise scaling the backward also
+    casts the inputs and the output gradients a second time (:data:`FP8_RECAST_BYTES`)."""
     if scaling not in FP8_SCALING:
         raise ValueError(f"fp8 ({scaling!r}) must be one of {', '.join(FP8_SCALING)}")
-    per = FP8_CAST_BYTES[scaling]
+    per, again = FP8_CAST_BYTES[scaling], FP8_RECAST_BYTES[scaling]
     r = h / t if sp else h
     fwd = 2 * r + h / t + f / t
     bwd = (h + 2 * kv) / t + 2 * r + (mlp_matrices - 1) * f / t
-    return per * fwd, per * bwd
+    return per * fwd, per * bwd + again * (fwd + bwd)
+
+
+def fp8_weight_cast_bytes(scaling: str) -> float:
+    """Bytes per weight element cast once per micro-batch: read 2, write 1 and a transposed
+    copy 1 (4) under the tensorwise recipes; rowwise, a cast along each of the two dimensions
+    the forward and the input-gradient GEMMs contract (:data:`FP8_CAST_BYTES` +
+    :data:`FP8_RECAST_BYTES`: 8)."""
+    if scaling == "rowwise":
+        return FP8_CAST_BYTES[scaling] + FP8_RECAST_BYTES[scaling]
+    return 4
 
 
 def fused_activation_seconds(

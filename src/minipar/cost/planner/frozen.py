@@ -1,6 +1,6 @@
 """The planner's form and constants as frozen before modern published tables were evaluated
 (``frozen_model.json``): the term table, every GPU and link preset's constants, the kernel
-model's module constants (FP8, FlashAttention-3, compiled steps) and seven probe plans' step time
+model's module constants (FP8, FlashAttention-3, compiled steps) and the probe plans' step time
 and memory. ``tests/test_cost_frozen.py`` holds the model to the file; after a
 deliberate change to the model, ``python -m minipar.cost.planner.frozen`` rewrites it, to be committed
 on its own and re-validated (:mod:`minipar.cost.validation.modern`)."""
@@ -27,7 +27,13 @@ def probe(p: dict) -> dict:
     return {"step_seconds": c.step_seconds, "bytes_per_gpu": c.bytes_per_gpu, "mfu": c.mfu}
 
 
-CONSTANTS = ("FA3_EFFICIENCY", "FP8_GEMM_EFFICIENCY", "COMPILED_TRAFFIC", "FP8_CAST_BYTES")
+CONSTANTS = (
+    "FA3_EFFICIENCY",
+    "FP8_GEMM_EFFICIENCY",
+    "COMPILED_TRAFFIC",
+    "FP8_CAST_BYTES",
+    "FP8_RECAST_BYTES",
+)
 """The kernel model's module constants the snapshot holds (:mod:`minipar.cost.kernels.compute`)."""
 
 

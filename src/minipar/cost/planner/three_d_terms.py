@@ -30,6 +30,7 @@ from ..kernels.compute import (
     elementwise_kernels,
     elementwise_seconds,
     fp8_cast_bytes_per_token,
+    fp8_weight_cast_bytes,
     fused_activation_seconds,
     gpu_gemm_seconds,
     layer_seconds,
@@ -168,7 +169,10 @@ class Options:
     layer, the reductions and the optimizer stay as they were. ``compiled``: a compiled step
     (torch.compile, CUDA graphs, or Megatron/Transformer Engine's fused kernels): the
     element-wise kernels fused and their launches hidden
-    (:func:`~minipar.cost.kernels.compute.elementwise_seconds`); nothing else changes."""
+    (:func:`~minipar.cost.kernels.compute.elementwise_seconds`); nothing else changes.
+    ``tp_overlap``: TP's all-gathers and reduce-scatters (with SP) decomposed into t chunks and
+    pipelined with the GEMMs that consume or produce them (torchtitan's async TP,
+    Megatron-Core's ``--tp-comm-overlap``; :func:`tp_overlap_exposed`); off by default."""
 
     grad_reduce_bytes: float | None = None
     dp_overlap: bool = True
@@ -185,6 +189,7 @@ class Options:
     recompute_modules: tuple | None = None
     fp8: str | None = None
     compiled: bool = False
+    tp_overlap: bool = False
 
     @property
     def recipe(self) -> Recipe:
@@ -719,9 +724,9 @@ def term_fp8_casts(m_, cl, lay: Layout, opt: Options, ctx=None) -> float:
     """FP8 scaling of one micro-batch on the slowest stage, per layer: the casts of the four
     dense GEMMs' inputs forward (again under full recomputation) and of their output gradients
     backward (:func:`~minipar.cost.kernels.compute.fp8_cast_bytes_per_token` under
-    ``opt.fp8``'s scaling), and the layer's weights cast once per micro-batch (read 2, write 1
-    and a transposed copy 1: 4 bytes per weight on the rank), all at the HBM rate (fused
-    cast-transpose kernels, Transformer Engine); 0 without FP8."""
+    ``opt.fp8``'s scaling), and the layer's weights cast once per micro-batch
+    (:func:`~minipar.cost.kernels.compute.fp8_weight_cast_bytes` per weight on the rank), all
+    at the HBM rate (fused cast-transpose kernels, Transformer Engine); 0 without FP8."""
     if not opt.fp8:
         return 0.0
     t, tokens = lay.tp, lay.micro_batch * (m_.seq // lay.cp)
@@ -734,7 +739,7 @@ def term_fp8_casts(m_, cl, lay: Layout, opt: Options, ctx=None) -> float:
         scaling=opt.fp8,
         mlp_matrices=m_.mlp_matrices,
     )
-    weights = 4 * sum(N * K for _, N, K in layer_dense_gemms(m_, lay))
+    weights = fp8_weight_cast_bytes(opt.fp8) * sum(N * K for _, N, K in layer_dense_gemms(m_, lay))
     refwd = 2 if lay.recompute == "full" else 1
     per_layer = (tokens * (refwd * fwd + bwd) + weights) / cl.gpu.hbm_bandwidth
     return stage_layers(m_.layers, lay)[0] * per_layer
@@ -754,17 +759,46 @@ def term_fp8_weights(m_, cl, lay: Layout, opt: Options, ctx=None) -> float:
     return max(stage_layers(m_.layers, lay)) * per_layer
 
 
+def tp_overlap_exposed(comm: float, gemm: float, t: int) -> float:
+    """Seconds of ``comm`` left exposed when a collective over t ranks is decomposed into t
+    chunks pipelined with the ``gemm`` seconds that depend on it (Wang et al. 2023, "Overlap
+    Communication with Dependent Computation via Decomposition in Large Deep Learning Models",
+    ASPLOS: each step computes on the chunk that has arrived while the next one moves): the
+    first chunk cannot overlap (comm / t), the rest hides under the GEMM as far as it lasts.
+    The GEMM's slowdown from the SMs a collective takes and from its t smaller pieces is
+    ignored (no published figure used); so is the chunks' extra latency."""
+    return comm / t + max(0.0, comm * (t - 1) / t - gemm)
+
+
+def layer_gemm_seconds(m_, cl, lay: Layout, opt: Options) -> float:
+    """One layer's dense GEMMs (:func:`layer_dense_gemms`) forward (twice under full
+    recomputation) and backward, at the FP8 rate under ``opt.fp8``: the compute TP's
+    collectives can overlap with."""
+    refwd, out = (2 if lay.recompute == "full" else 1), 0.0
+    for M, N, K in layer_dense_gemms(m_, lay):
+        f, b = _gemm_pass(cl.gpu, M, N, K, bool(opt.fp8))
+        out += refwd * f + b
+    return out
+
+
 def term_tp(m_, cl, lay: Layout, opt: Options, ctx=None) -> LinkTerm:
     """TP collectives of one micro-batch on the critical path: :func:`tp_collectives` all-reduce
     equivalents of the (b, s/cp, h) 16-bit activation per layer (Shoeybi et al. 2019 §3;
     Korthikanti et al. 2022 §4.2.2): a ring inside a node, NCCL's multi-NIC algorithm
-    (:func:`dp_allreduce_seconds` at stride 1) for a group spanning nodes. Returns (seconds,
-    link)."""
+    (:func:`dp_allreduce_seconds` at stride 1) for a group spanning nodes. With
+    ``opt.tp_overlap`` and SP (both stacks overlap only the all-gathers and reduce-scatters of
+    sequence parallelism), each layer's collectives are pipelined with its dense GEMMs
+    (:func:`layer_gemm_seconds`, shared evenly among them: the same sum as pairing each
+    collective with an equal share) and only :func:`tp_overlap_exposed` counts. Returns
+    (seconds, link)."""
     t = lay.tp
     act_bytes = lay.micro_batch * (m_.seq // lay.cp) * m_.hidden * 2
     ar, name = dp_allreduce_seconds(act_bytes, t, 1, cl)
     lp = stage_layers(m_.layers, lay)[0]
-    return LinkTerm(lp * tp_collectives(t, lay.sp, lay.recompute) * ar, name)
+    per_layer = tp_collectives(t, lay.sp, lay.recompute) * ar
+    if opt.tp_overlap and lay.sp and t > 1:
+        per_layer = tp_overlap_exposed(per_layer, layer_gemm_seconds(m_, cl, lay, opt), t)
+    return LinkTerm(lp * per_layer, name)
 
 
 def term_pp(m_, cl, lay: Layout, opt: Options, ctx=None) -> LinkTerm:
