@@ -528,8 +528,15 @@ def test_plan_fp8_fa3_and_compiled_switches(capsys):
     assert step(fp8) < 0.8 * step(bf16)
     status, out, _ = run(capsys, *base, "--fp8", "current")
     assert status == 0 and "FP8 cast" in out
-    status, _, err = run(capsys, *base[:-4], "--fp8", "delayed", "--gpu", "A100-80GB")
-    assert status != 0 and "fp8 needs a GPU with FP8 tensor cores" in err
+    # refused before the search, naming the flag and the GPU (not as a rule every layout broke,
+    # beside an unrelated layout rule); the default --gpu is the A100
+    for flags, words in (
+        (("--fp8", "delayed"), "--fp8 delayed needs FP8 tensor cores (Hopper or later); --gpu "),
+        (("--attention", "fa3"), "--attention fa3 (FlashAttention-3) is a Hopper kernel; --gpu "),
+    ):
+        status, _, err = run(capsys, *base[:-4], *flags, "--gpu", "A100-80GB")
+        assert status == 2 and words + "A100-80GB" in err and "H100-SXM" in err, err
+        assert "no layout is valid" not in err, err
 
 
 def test_plan_tp_overlap_and_rowwise_switches(capsys):

@@ -422,6 +422,24 @@ def plan_inputs(args):
     return m_, cl, space, planner.plan_options(m_, cl, opts)
 
 
+def _check_hopper(cl, opts) -> None:
+    """``--fp8`` and ``--attention fa3`` need a Hopper GPU (an FP8 peak in its preset): said
+    before the search, naming the flag and the GPU, not as a rule every layout broke."""
+    if cl.gpu.peak_flops.get("fp8"):
+        return
+    hopper = ", ".join(k for k, g in hardware.GPUS.items() if g.peak_flops.get("fp8"))
+    if opts.fp8:
+        raise InputError(
+            f"--fp8 {opts.fp8} needs FP8 tensor cores (Hopper or later); --gpu {cl.gpu.name} "
+            f"has none: use one of {hopper}"
+        )
+    if opts.attention == "fa3":
+        raise InputError(
+            f"--attention fa3 (FlashAttention-3) is a Hopper kernel; --gpu {cl.gpu.name} is not "
+            f"Hopper: use --attention flash, or one of {hopper}"
+        )
+
+
 def _check_space(m_, cl, space) -> None:
     """The fixed dimensions' own rules, before any layout is searched."""
     if (space.ep or space.max_ep > 1) and not m_.moe:
@@ -453,6 +471,7 @@ def _plan(args) -> int:
     if missing:
         raise InputError(f"give {' and '.join(missing)} (or --calibrate to measure this machine)")
     m_, cl, space, opts = plan_inputs(args)
+    _check_hopper(cl, opts)
     _check_space(m_, cl, space)
     planner.preflight(m_, cl, args.global_batch, space, opts)  # the rule broken, before the search
     refusals: list[str] = []

@@ -257,7 +257,8 @@ export function flashAttentionFlops(b, s, h, t = 1, causal = true) {
 // Python: flash_attention_seconds(b, s, h, a, gpu, t) -> [fwd, bwd]
 export function flashAttentionSeconds(b, s, h, a, gpu, t = 1, kernel = "flash") {
   positive([["a", a]]);
-  if (kernel === "fa3") fp8Peak(gpu);                 // FlashAttention-3 is a Hopper kernel
+  if (kernel === "fa3" && !gpu.peak_fp8)              // no FP8 peak: before Hopper
+    throw new Error(`attention fa3 (FlashAttention-3) is a Hopper kernel; ${gpu.name} is not Hopper (no 'fp8' peak in its preset): use flash`);
   const rate = gpu.peak * (kernel === "fa3" ? FA3_EFFICIENCY : gpu.flash_efficiency);
   const [f, bw] = flashAttentionFlops(b, s, h, t);
   return [f / rate, bw / rate];

@@ -302,8 +302,11 @@ def flash_attention_seconds(
     Hopper kernel (refused where the GPU has no FP8 peak, i.e. before Hopper); no per-score
     bytes move."""
     _positive(a=a)
-    if kernel == "fa3":
-        fp8_peak(gpu)  # FlashAttention-3 is a Hopper kernel
+    if kernel == "fa3" and not gpu.peak_flops.get("fp8"):  # no FP8 peak: before Hopper
+        raise ValueError(
+            f"attention fa3 (FlashAttention-3) is a Hopper kernel; {gpu.name} is not Hopper "
+            "(no 'fp8' peak in its preset): use flash"
+        )
     eff = FA3_EFFICIENCY if kernel == "fa3" else gpu.flash_efficiency
     rate = gpu.peak_flops["bf16"] * eff
     f, bw = flash_attention_flops(b, s, h, t)
