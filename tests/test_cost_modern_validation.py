@@ -255,3 +255,23 @@ def test_post_hoc_column_is_apart_and_recorded():
     flat = " ".join(text.split())
     assert f"post hoc, not counted: {p['within']} of these {p['n']} rows" in flat
     assert "(2 of them within ±15 % there)" in flat
+
+
+def test_the_cp_misses_are_set_beside_attentions_share_of_the_flops():
+    """The appendix's account of the CP rows: attention's share of the FLOPs of Llama 3.1 8B's
+    step (8sh per token and layer with full recomputation, against 8 per dense weight) at each
+    row's sequence, and the model's experiment-1 errors there, which jump instead of following
+    it."""
+    from minipar.cost.model import param_count_llama
+
+    ids = [f"tt2412-t2-8b-fsdp{8 // c}-cp{c}" for c in (1, 2, 4, 8)]
+    seqs = [BY_ID[i]["seq_len"] for i in ids]
+    assert seqs == [32768, 65536, 131072, 262144]
+    L, h, V = 32, 4096, 128256
+    dense = param_count_llama(L, h, V, 32, 8, 14336) - V * h
+    share = [round(100 * L * s * h / (dense + L * s * h)) for s in seqs]
+    errors = [round(mv.evaluate_row(BY_ID[i])["error"]) for i in ids]
+    assert (share, errors) == ([36, 53, 70, 82], [-3, 3, -24, -27])
+    flat = " ".join(APPENDIX.read_text().split())
+    assert "FLOPs with it: 36, 53, 70 and 82 %" in flat
+    assert "in experiment 1 go −3, +3, −24 and −27 %" in flat
