@@ -86,6 +86,10 @@ _held: list[int] = []  # signals that came while the cleanup held them
 
 
 def _raise_stopped(signum, frame):
+    # the first stop raises; one more while the exception unwinds (it may land in a weakref's
+    # or a __del__'s callback, where Python prints an exception and drops it) is held
+    for s in _STOP_SIGNALS:
+        signal.signal(s, _hold)
     raise Stopped(signum)
 
 
