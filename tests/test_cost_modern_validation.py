@@ -10,6 +10,7 @@ import pytest
 
 from minipar.cost.kernels import compute as C
 from minipar.cost.kernels import hardware as H
+from minipar.cost.planner import three_d as planner
 from minipar.cost.validation import modern as mv
 from minipar.cost.validation import modern_fit
 
@@ -267,8 +268,9 @@ def test_the_cp_misses_are_set_beside_attentions_share_of_the_flops():
     ids = [f"tt2412-t2-8b-fsdp{8 // c}-cp{c}" for c in (1, 2, 4, 8)]
     seqs = [BY_ID[i]["seq_len"] for i in ids]
     assert seqs == [32768, 65536, 131072, 262144]
-    L, h, V = 32, 4096, 128256
-    dense = param_count_llama(L, h, V, 32, 8, 14336) - V * h
+    m = planner.MODELS["llama3-8b"]  # the rows' preset
+    L, h, V = m.layers, m.hidden, m.vocab
+    dense = param_count_llama(L, h, V, m.heads, m.kv_heads, m.ffn) - V * h
     share = [round(100 * L * s * h / (dense + L * s * h)) for s in seqs]
     errors = [round(mv.evaluate_row(BY_ID[i])["error"]) for i in ids]
     assert (share, errors) == ([36, 53, 70, 82], [-3, 3, -24, -27])

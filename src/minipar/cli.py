@@ -85,11 +85,15 @@ _STOP_SIGNALS = [getattr(signal, n) for n in ("SIGINT", "SIGTERM", "SIGHUP") if 
 _held: list[int] = []  # signals that came while the cleanup held them
 
 
+def _install(handler) -> dict:
+    """``handler`` for SIGINT, SIGTERM and SIGHUP (main thread only); the handlers before."""
+    return {s: signal.signal(s, handler) for s in _STOP_SIGNALS}
+
+
 def _raise_stopped(signum, frame):
     # the first stop raises; one more while the exception unwinds (it may land in a weakref's
     # or a __del__'s callback, where Python prints an exception and drops it) is held
-    for s in _STOP_SIGNALS:
-        signal.signal(s, _hold)
+    _install(_hold)
     raise Stopped(signum)
 
 
@@ -104,7 +108,7 @@ def _signals(handler, after=None):
     if threading.current_thread() is not threading.main_thread():
         yield
         return
-    old = {s: signal.signal(s, handler) for s in _STOP_SIGNALS}
+    old = _install(handler)
     try:
         yield
     finally:
@@ -147,8 +151,7 @@ def _ignore_from_now_on() -> None:
     default, so a second Ctrl-C landing there killed the process (status -2, not the 128+N
     already chosen); an ignored signal stays ignored through the exit."""
     if threading.current_thread() is threading.main_thread():
-        for s in _STOP_SIGNALS:
-            signal.signal(s, signal.SIG_IGN)
+        _install(signal.SIG_IGN)
 
 
 def _main(argv: list[str] | None) -> int:
