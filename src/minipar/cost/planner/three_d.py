@@ -23,114 +23,29 @@ One set of constants per cluster (the GPU's peak, HBM bandwidth, SM count and la
 efficiency η; the links' α and bandwidth): nothing is fitted per run.
 
 How one step is timed (Narayanan et al. 2021, "Efficient Large-Scale Language Model Training on
-GPU Clusters Using Megatron-LM", §2.2 and §3). N = d·t·p GPUs, B = d·b·m sequences per step.
-  rank order   t innermost, then d, then p outermost (Megatron's order), so a TP group stays
-               inside a node when t ≤ GPUs per node. Llama 3 puts DP outermost instead
-               ([TP, CP, PP, DP], Dubey et al. 2024 §3.3.2): FSDP's overlapped collectives take
-               the farthest hops, PP's critical-path sends nearer ones. The model prices only
-               whether a group crosses a node (not the hops), so it does not decide between
-               the two orders.
-  one micro-batch on the slowest stage (the last: L/p layers + the output layer)
-      compute  :func:`minipar.cost.kernels.compute.layer_seconds` per layer (forward, backward and the
-               recomputation chosen) + :func:`~minipar.cost.kernels.compute.logits_seconds`.
-      TP       collectives of the (b, s, h) activation on the TP group, NOT overlapped (they
-               sit between the GEMMs that need their result; Shoeybi et al. 2019 §3): 4
-               all-reduces per layer, 6 with full recomputation. With sequence parallelism
-               (Korthikanti et al. 2022 §4.2.2) each becomes an all-gather or a reduce-scatter
-               (half an all-reduce's time): 4 forward + 4 backward + 2 re-gathers of the layer-norm
-               outputs for the weight gradients, because the memory (34/t) keeps only the
-               scattered input (Megatron-LM does the same); with full recomputation the
-               recomputed forward's 4 replace the re-gathers: 12. A ring inside a node; a
-               group spanning nodes uses NCCL's multi-NIC algorithm, like every group.
-      PP       the (b, s, h)/t activation forward and its gradient backward cross each stage
-               boundary (scatter/gather, Narayanan §4.1), v times with v chunks.
-      ZeRO-3   per layer and micro-batch: all-gather the 16-bit weights for the forward, again
-               for the recomputed forward under full recomputation (DeepSpeed's and FSDP's
-               module hooks free a layer's gathered weights after its forward), again for the
-               backward, and reduce-scatter the gradients: 3 all-gathers + 1 reduce-scatter
-               with full recomputation when the checkpoint wrapper sits outside the sharded
-               unit, 2 + 1 otherwise (selective recomputation re-runs only the attention core,
-               which has no weights); with the wrapper inside the unit
-               (``zero3_ac_inside_unit``, torchtitan's placement) the recomputation runs under
-               the backward's gather: 2 + 1. Where the wrapper sits decides the count, not the
-               FSDP version. The parameters cannot stay gathered:
-               that would be ZeRO-2's memory. Prefetching hides each layer's collectives under
-               the previous layer's compute, so only max(0, comm − compute) per layer and the
-               first layer's gather are exposed (Zhao et al. 2023, "PyTorch FSDP" §3.4).
-               Algorithm (``zero3_collectives``): a group inside one node is a ring on the
-               intra link. A group spanning nodes uses by default (``"hierarchical"``) NCCL's
-               multi-NIC algorithm, the intra reduce-scatter + inter ring + intra all-gather of
-               Megatron's DP all-reduce (Mikami et al. 2018), which moves 1/k of the bytes
-               across each NIC with k group members per node. ``"flat-ring"`` is the 2021
-               DeepSpeed variant in which each rank's whole (n−1)/n·S crosses its own NIC: α-β
-               ring on the inter link, (n−1)α + (n−1)/n·S/B_inter (Thakur et al. 2005), the
-               achieved bandwidth of the ZeRO-3 Narayanan et al. 2021 measured (§5.2, below).
-  pipeline     (m + (p−1)/v) micro-batch slots: m useful, (p−1)/v bubble (Narayanan §2.2).
-  after the last micro-batch (exposed, except DP under the last backward when p = 1 and
-               ``dp_overlap``)
-      DP       ZeRO 0: all-reduce of the stage's gradients in ``grad_reduce_bytes`` per element
-               (4: Megatron-LM reduces bf16 gradients in fp32 by default); ZeRO 1-2:
-               reduce-scatter of the gradients + all-gather of the 16-bit parameters, the
-               gather under the next step's first forward with ``overlap_param_gather`` (the
-               modern default), never under the last backward, which precedes the optimizer
-               step it needs.
-      embedding  all-reduce of the tied embedding's gradient between the first and the last
-               stage (p > 1; Narayanan §3 / Megatron-LM's ``_allreduce_embedding_grads``).
-      optimizer  :func:`minipar.cost.kernels.compute.optimizer_seconds` on this rank's shard.
-  memory       the fullest stage's: L/p layers + the V·h embedding (+ s·h learned
-               positions; both ends of an untied model when p = 1), split over t, ZeRO on the
-               states in the precision recipe's bytes (``precision``: "2021" = ZeRO's 16 bytes
-               per parameter, the A100 reproductions; "megatron" = 18, Megatron-LM's fp32 main
-               gradients, the H100/H200 default; "bf16-grads" = 16 with a bf16 reduction, a
-               what-if: not what Megatron's ``--no-gradient-accumulation-fusion`` means, which
-               keeps fp32 main gradients, and torchtitan's FSDP2 reduces in fp32),
-               ZeRO-3's two gathered layers and one unsharded layer gradient; activations of
-               min(p, m) micro-batches (1F1B) or the interleaved factor (Korthikanti §4.2.3)
-               for the attention kernel used (flash keeps no s² scores), plus one layer's full
-               activations under full recomputation (the layer being recomputed); the modern
-               recipes add three fp32 logit tensors on the last stage (the loss's backward
-               peak, :data:`~minipar.cost.planner.three_d_terms.LOGIT_TENSORS`). "fits" keeps
-               ``headroom`` free for the CUDA context, NCCL buffers, workspaces and allocator
-               fragmentation: 10 % for the 2021 runs (Rajbhandari et al. 2020 §3.2 report
-               out-of-memory errors with over 30 % free in extreme cases), a 2.5 % reserve for
-               the modern recipes (:data:`minipar.cost.planner.three_d_terms.RESERVE`, assumed), with
-               a layout inside the 12 % allocator margin flagged "tight", not refused
-               (:data:`minipar.cost.planner.three_d_terms.ALLOCATOR_MARGIN`). Under the "units" split
-               (:data:`~minipar.cost.planner.three_d_terms.SPLITS`) the end stages hold one layer
-               fewer and the embedding or the head.
-  ignored      stragglers, NCCL kernels slowing overlapped compute, data loading, CUDA graphs
-               or compiled steps (every kernel is priced as eager PyTorch issues it).
+GPU Clusters Using Megatron-LM", §2.2 and §3); each term's docstring in
+:mod:`~minipar.cost.planner.three_d_terms` states its model and sources. N = d·t·p GPUs,
+B = d·b·m sequences per step, rank order t innermost, then d, then p (Megatron's; Llama 3's
+[TP, CP, PP, DP], Dubey et al. 2024 §3.3.2, differs only in hops, which are not priced).
+  per micro-batch on the slowest stage: compute, TP collectives on the critical path (Shoeybi
+      et al. 2019 §3; with SP, Korthikanti et al. 2022 §4.2.2), PP sends (Narayanan §4.1),
+      ZeRO-3's gathers prefetched one layer ahead (Zhao et al. 2023 §3.4), CP and EP;
+  pipeline: (m + (p−1)/v) slots, (p−1)/v of them bubble (Narayanan §2.2);
+  after the last micro-batch: the DP reduction (hierarchical across nodes, Mikami et al. 2018),
+      the tied embedding's all-reduce, the optimizer step;
+  memory: the fullest stage's states in the precision recipe's bytes and its activations
+      (Korthikanti §4.2.3), "fits" within the recipe's headroom (10 % for the 2021 runs,
+      Rajbhandari et al. 2020 §3.2; the modern recipes' reserve and allocator margin);
+  ignored: stragglers, NCCL kernels slowing overlapped compute, data loading.
 
-Validation: :mod:`minipar.cost.validation.published` and tests/test_cost_validation.py hold the figures
-against the 2021 published runs (the numbers are computed there, not quoted here; GPT-3's
-140 TFLOP/s is an assumed figure, not a measured run); :mod:`minipar.cost.validation.modern`
-evaluates the frozen model (``frozen_model.json``) on modern published rows; the H200 step
-files check the kernel model (their fused-attention rows in-sample for the element-wise rate,
-:mod:`minipar.cost.kernels.hardware`). ZeRO-3 against PTD-P (§5.2, each layout as run,
-:func:`minipar.cost.validation.published.zero3_comparison`): once the GPU count doubles the model puts
-PTD-P ahead, as measured (about 1.7), but by less, because its ZeRO-3 is too fast; at the
-smallest count it puts ZeRO-3 ahead where PTD-P measured ahead: there one layer's compute can
-hide the collectives and the model hides them all, while the measured step lies between
-perfect and no overlap; and its memory rejects the 530B ZeRO-3 layout that ran on 640 GPUs
-(two whole gathered layers and a whole layer gradient; DeepSpeed gathers per sub-module).
-The ratios are computed, not quoted here (:func:`minipar.cost.validation.published.zero3_missing_effect`;
-tests/test_cost_validation.py holds them).
-
-Why the 2021 ZeRO-3 is priced as a flat ring (``zero3_collectives="flat-ring"``, which
-:func:`minipar.cost.validation.published.zero3_comparison` passes). In §5.2 (Table 2) the
-measured ZeRO-3 throughput per GPU halves each time the GPU count doubles at a fixed batch (175B:
-88 → 44 TFLOP/s from 768 to 1536 GPUs), so its step time stays constant (67 s): the step is
-bound by collectives whose bytes per GPU do not shrink with N. ZeRO-3 moves the 16-bit
-parameters, 349 GB for 175B, four times per step (3 all-gathers + 1 reduce-scatter of the
-16-bit gradients, DeepSpeed's default; one micro-batch per rank there); 4 × 349 GB in 67-82 s
-is 17-21 GB/s per GPU (530B, 4 × 1059 GB: 17-24 GB/s), about one HDR NIC's 25 GB/s, where the
-hierarchical algorithm would move 1/8 of it per NIC. With the hierarchical algorithm the model
-puts ZeRO-3 ahead of PTD-P at every count, the wrong way; with the flat ring it gets the
-direction once the count doubles and the growth with N.
-Megatron's own data-parallel all-reduce (ZeRO 0-1) keeps the hierarchical algorithm, with which
-Table 1's rows are predicted. The flat ring is the rate a 2021 ZeRO-3 reached, not
-a bound: today's FSDP2 and NCCL spread the gathers over all of a node's NICs, which is why the
-default for every other run is the hierarchical algorithm.
+Validation: :mod:`minipar.cost.validation.published` (the 2021 published runs and §5.2's
+ZeRO-3 against PTD-P, :func:`~minipar.cost.validation.published.zero3_missing_effect`) and
+:mod:`minipar.cost.validation.modern` (the frozen model on modern published rows); the numbers
+are computed there and held by tests/test_cost_validation.py, not quoted here. The 2021 ZeRO-3
+is priced as a flat ring (``zero3_collectives="flat-ring"``, α-β as in Thakur et al. 2005):
+§5.2's measured ZeRO-3 step stays constant as the GPU count doubles, 4 × 349 GB (175B) in
+67-82 s, 17-21 GB/s per GPU, about one HDR NIC's 25 GB/s; every other run keeps NCCL's
+hierarchical algorithm.
 
 Optional dimensions (default 1, leaving every result above unchanged): context parallelism
 ``cp`` and, for MoE shapes (:class:`ModelShape` ``experts``, ``top_k``, ``ffn``), expert
@@ -514,7 +429,7 @@ class Config:
 
     Read as before: the layout's fields (``c.tp``), ``c.<term>_seconds`` for each time term over
     the whole step (:meth:`StepBreakdown.per_step`), ``c.<term>_bytes`` for each memory term,
-    and the totals below. ``mfu``: model FLOPs (Narayanan et al. 2021 Eq. 3, no recomputation;
+    and the breakdown's totals (:data:`_FROM_BREAKDOWN`). ``mfu``: model FLOPs (Narayanan et al. 2021 Eq. 3, no recomputation;
     ``hfu``: with it) over the step's peak FLOPs. Eq. 3 counts the attention scores without the
     causal saving (PaLM's convention too), so with a causal flash kernel, which skips the masked
     half, MFU credits FLOPs the GPU did not run: s/(12h) of 1 + s/(6h) per layer, a fifth at
@@ -532,104 +447,45 @@ class Config:
         if name in LAYOUT_FIELDS:
             return getattr(d["layout"], name)
         br = d["breakdown"]
+        if name in _FROM_BREAKDOWN:
+            return getattr(br, _FROM_BREAKDOWN[name])
         for suffix in ("_seconds", "_bytes"):
             if name.endswith(suffix) and name[: -len(suffix)] in br.values:
                 term = name[: -len(suffix)]
                 return br.per_step(term) if suffix == "_seconds" else br.values[term]
         raise AttributeError(name)
 
-    @property
-    def microbatches(self) -> int:
-        return self.breakdown.microbatches
-
-    @property
-    def bytes_per_gpu(self) -> float:
-        return self.breakdown.bytes_per_gpu
-
-    @property
-    def model_state_bytes(self) -> float:
-        return self.breakdown.states
-
-    @property
-    def activation_bytes(self) -> float:
-        return self.breakdown.activations
-
-    @property
-    def fits(self) -> bool:
-        return self.breakdown.fits
-
-    @property
-    def memory_limit(self) -> float:
-        """The GPU's memory less the headroom."""
-        return self.breakdown.memory_limit
-
-    @property
-    def tight(self) -> bool:
-        """Fits, but inside the allocator margin (:data:`~minipar.cost.planner.three_d_terms.RESERVE`)."""
-        return self.breakdown.tight
-
-    @property
-    def bubble(self) -> float:
-        """Fraction of the step (GPipe convention)."""
-        return self.breakdown.bubble_fraction
-
-    @property
-    def bubble_relative(self) -> float:
-        """Bubble / ideal time (Megatron convention)."""
-        return self.breakdown.bubble_relative
-
-    @property
-    def dp_seconds(self) -> float:
-        """The whole DP/ZeRO reduction, exposed or not."""
-        return self.breakdown.dp
-
-    @property
-    def step_seconds(self) -> float:
-        return self.breakdown.step_seconds
-
-    @property
-    def tp_link(self) -> str:
-        return self.breakdown.tp_link
-
-    @property
-    def pp_link(self) -> str:
-        return self.breakdown.pp_link
-
-    @property
-    def dp_link(self) -> str:
-        return self.breakdown.dp_link
-
     def as_dict(self) -> dict:
         """Flat: the layout, memory, each term per step (``<term>_seconds``, ``<term>_bytes``),
         the step and MFU (what the JavaScript ``planEvaluate`` returns)."""
-        br = self.breakdown
+        br, names = self.breakdown, list(_FROM_BREAKDOWN)
         out = {k: getattr(self.layout, k) for k in LAYOUT_FIELDS}
-        out |= {
-            "microbatches": br.microbatches,
-            "bytes_per_gpu": br.bytes_per_gpu,
-            "model_state_bytes": br.states,
-            "activation_bytes": br.activations,
-            "fits": br.fits,
-            "memory_limit": br.memory_limit,
-            "margin_limit": br.margin_limit,
-            "tight": br.tight,
-            "bubble": br.bubble_fraction,
-            "bubble_relative": br.bubble_relative,
-        }
+        out |= {k: getattr(self, k) for k in names[:10]}
         for t in TERMS:
             if t.where == "memory":
                 out[f"{t.name}_bytes"] = br.values[t.name]
             else:
                 out[f"{t.name}_seconds"] = br.per_step(t.name)
-        return out | {
-            "dp_seconds": br.dp,
-            "step_seconds": br.step_seconds,
-            "mfu": self.mfu,
-            "hfu": self.hfu,
-            "tp_link": br.tp_link,
-            "pp_link": br.pp_link,
-            "dp_link": br.dp_link,
-        }
+        return out | {k: getattr(self, k) for k in (*names[10:12], "mfu", "hfu", *names[12:])}
+
+
+_FROM_BREAKDOWN = {  # a Config's attribute: its StepBreakdown's
+    "microbatches": "microbatches",
+    "bytes_per_gpu": "bytes_per_gpu",
+    "model_state_bytes": "states",
+    "activation_bytes": "activations",
+    "fits": "fits",
+    "memory_limit": "memory_limit",  # the GPU's memory less the headroom
+    "margin_limit": "margin_limit",  # above it (within the limit): "tight", the allocator margin
+    "tight": "tight",
+    "bubble": "bubble_fraction",  # fraction of the step (GPipe convention)
+    "bubble_relative": "bubble_relative",  # bubble / ideal time (Megatron convention)
+    "dp_seconds": "dp",  # the whole DP/ZeRO reduction, exposed or not
+    "step_seconds": "step_seconds",
+    "tp_link": "tp_link",
+    "pp_link": "pp_link",
+    "dp_link": "dp_link",
+}
 
 
 @dataclass(frozen=True)
@@ -1209,22 +1065,19 @@ def cluster(
     if gemm_efficiency is not None:
         _in_range("gemm_efficiency", gemm_efficiency, "gemm_efficiency")
         g = replace(g, gemm_efficiency=gemm_efficiency)
-    li, le = (achieved(link_preset(x)) for x in (intra or g.intra, inter or g.inter))
-    if links.get("intra_bandwidth") or links.get("intra_alpha") is not None:
-        li = Link(
-            f"{li.name}*",
-            links.get("intra_bandwidth") or li.bandwidth,
-            li.alpha if links.get("intra_alpha") is None else links["intra_alpha"],
-            "given on the command line",
-        )
-    if links.get("inter_bandwidth") or links.get("inter_alpha") is not None:
-        le = Link(
-            f"{le.name}*",
-            links.get("inter_bandwidth") or le.bandwidth,
-            le.alpha if links.get("inter_alpha") is None else links["inter_alpha"],
-            "given on the command line",
-        )
-    return Cluster(gpus, gpus_per_node, g, li, le)
+    pair = []
+    for k, name in (("intra", intra or g.intra), ("inter", inter or g.inter)):
+        lk = achieved(link_preset(name))
+        bw, alpha = links.get(f"{k}_bandwidth"), links.get(f"{k}_alpha")
+        if bw or alpha is not None:
+            lk = Link(
+                f"{lk.name}*",
+                bw or lk.bandwidth,
+                lk.alpha if alpha is None else alpha,
+                "given on the command line",
+            )
+        pair.append(lk)
+    return Cluster(gpus, gpus_per_node, g, *pair)
 
 
 def megatron_rule_layout(

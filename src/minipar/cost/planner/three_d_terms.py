@@ -43,7 +43,9 @@ from .breakdown import StepBreakdown
 from .term_table import TERMS, python_name
 
 HEADROOM = 0.10
-"""Fraction of a GPU's memory "fits" leaves free (:mod:`minipar.cost.planner.three_d`'s docstring)."""
+"""Fraction of a GPU's memory "fits" leaves free in the 2021 runs, for the CUDA context, NCCL
+buffers, workspaces and fragmentation (Rajbhandari et al. 2020 §3.2 report out-of-memory errors
+with over 30 % free in extreme cases)."""
 
 GRAD_REDUCE_BYTES = 4
 """Bytes per gradient element in the data-parallel reduction: Megatron-LM accumulates and
