@@ -3,41 +3,20 @@
     PASS collectives.ring_all_reduce: equals dist.all_reduce on 2, 3 and 4 ranks
     FAIL collectives.ring_all_reduce: rank 1 differs from dist.all_reduce (max error 2.0)
 
-How a chapter adds exercises (nothing else to register)
---------------------------------------------------------
-1. Write the solved exercise once, as a percent script
-   ``exercises/<slug>/solutions/NN_name.py``: ``# %% [markdown]`` cells, ``# %%`` code cells
-   whose answer sits between ``# BEGIN SOLUTION`` and ``# END SOLUTION``, and ``# %% [check]``
-   cells that call ``check("<slug>.<task>", fn)``. Every ``check`` call in the script is an
-   **expected task** of that notebook (see :func:`minipar.grading.notebooks.expected_tasks`).
-2. Write the checker in ``src/minipar/grading/<slug>.py``::
+A chapter adds exercises (nothing else to register) by writing the solved exercise once, as a
+percent script ``exercises/<slug>/solutions/NN_name.py`` (see :mod:`minipar.grading.notebooks`:
+every ``check("<slug>.<task>", fn)`` call in it is an **expected task** of its notebook), and
+its checkers in ``src/minipar/grading/<slug>.py`` (``@task("<slug>.<task>", "what a pass
+proves")``, imported on first use of one of its ids; rank layouts declared once with
+:mod:`minipar.grading.declare`, a clause table in ``grading/clauses/<slug>.toml`` that
+``tests/test_grading_clauses.py`` holds complete: CONTRIBUTING.md, "A grader is a
+declaration"). ``python -m minipar.grading.notebooks --force`` then writes its starter
+``exercises/<slug>/NN_name.ipynb`` (``make exercises`` writes only missing ones).
 
-       @task("<slug>.<task>", "what a pass proves (the PASS line's text)")
-       def check_thing(candidate):
-           per_rank = run_ranks(worker, 3, candidate)   # ranks: grader-owned limits
-           ...            # raise GradeFailure("the reason, naming the value") when wrong
-
-   The module is imported on first use of a ``"<slug>.<name>"`` id. A chapter whose answers
-   run on process groups declares its layouts once, ``RANKS = Layouts(CHAPTER, LAYOUTS,
-   size="t")``, and a checker iterates ``RANKS.launch(body, fn)``
-   (:mod:`minipar.grading.declare`). Beside the checkers, ``grading/clauses/<slug>.toml`` gives every
-   task its clause table: each clause of the starter's text, the input that makes it matter, a wrong
-   answer breaking only that clause (a function in ``tests/test_grading_<slug>.py``) and the
-   words of its reason; ``tests/test_grading_clauses.py`` holds the tables complete.
-3. ``python -m minipar.grading.notebooks --force`` writes the starter
-   ``exercises/<slug>/NN_name.ipynb`` (``make exercises`` writes only missing ones): solution
-   blocks become ``raise NotImplementedError``, no stored outputs, and the notebook's metadata
-   names its solution script.
-
-How a notebook is graded (``minipar grade PATH...``)
-----------------------------------------------------
-The verdict depends only on the learner's code, never on what the file has saved: the grader
-builds a copy of each notebook with every output and execution count stripped, runs it cell by
-cell in a fresh kernel that it watches (:mod:`minipar.grading.runner`: a dead kernel ends the
-notebook at once, a stalled one is stopped), and reads each task's outcome and full reason from
-a side log that :func:`check` writes (``$MINIPAR_GRADE_LOG``). A task of the reference script
-whose check cell is gone is a failed task ("check cell for X is missing"); results are keyed by
-the notebook's full path. See :mod:`minipar.grading.cli`.
+``minipar grade PATH...`` (:mod:`minipar.grading.cli`) grades a notebook from the learner's code
+alone, never from what the file has saved: it runs a stripped copy in a fresh kernel that it
+watches (:mod:`minipar.grading.runner`) and reads each task's outcome from a side log that
+:func:`check` writes (``$MINIPAR_GRADE_LOG``).
 
 A check never crashes and never hangs on a learner's mistake: exceptions on any rank, wrong
 shapes, wrong values, deadlocks and endless loops each become one FAIL line with the reason.

@@ -7,13 +7,12 @@ time. It watches what the learner's processes do:
 
 * **a deadlock** is a state, not a duration: every rank is blocked (in a collective, a ``recv``,
   a ``wait``) and so uses no CPU. :func:`run_ranks` samples each rank's CPU time and scheduler
-  state (``/proc/<pid>/stat``) every :data:`SAMPLE_S` seconds; when for :data:`STALL_S` seconds
-  no rank gained more than :data:`IDLE_CPU_SHARE` of that time in CPU and their threads were
-  runnable in at most :data:`BUSY_SHARE` of the samples (gloo's socket thread wakes up now and
-  then), each rank is asked for its Python stacks (``SIGUSR1``: ``faulthandler`` writes them to
-  its log and the rank goes on), all are killed once every rank has written them or is gone,
-  and the reason names the line every rank was waiting on. A busy machine delays a
-  working rank but leaves it runnable, so it never looks stalled.
+  state (``/proc/<pid>/stat``; without ``/proc``, on macOS, ``ps``) every :data:`SAMPLE_S`
+  seconds; when for :data:`STALL_S` seconds no rank gained more than :data:`IDLE_CPU_SHARE` of
+  that time in CPU and their threads were runnable in at most :data:`BUSY_SHARE` of the samples
+  (gloo's socket thread wakes up now and then), each rank writes its Python stacks to its log
+  (``SIGUSR1``: ``faulthandler``), all are killed, and the reason names the line every rank was
+  waiting on. A busy machine delays a working rank but leaves it runnable: never stalled.
 * **an endless loop** does use CPU: it is stopped when one rank has used :data:`CPU_LIMIT`
   CPU-seconds in one call. CPU time hardly grows with the machine's load (the wall time does);
   the heaviest reference launch uses 1.5 CPU-seconds per rank, so the limit of 60 is a 40×
@@ -21,14 +20,12 @@ time. It watches what the learner's processes do:
 * code that runs in the caller's process (a check that calls the candidate directly) gets
   :func:`cpu_time_limit`: :data:`TIME_LIMIT` CPU-seconds of this process's main thread (torch's
   intra-op threads do not count, so the limit means the same on 2 cores and on 64), and ten
-  times that in wall time as a backstop for a wait that never ends.
+  times that in wall time as a backstop for a wait that never ends. ``minipar grade`` runs every
+  learner cell under it with :data:`CELL_LIMIT` CPU-seconds (a check inside sets its own).
 
-Without ``/proc`` (macOS) the same watch reads each rank's state and CPU time from ``ps``.
-``MINIPAR_GRADE_STALL_S``, ``MINIPAR_GRADE_CPU_LIMIT`` and ``MINIPAR_CHECK_TIME_LIMIT`` override
-the three numbers. ``minipar grade`` runs every learner cell under :func:`cpu_time_limit` of
-:data:`CELL_LIMIT` CPU-seconds (``MINIPAR_GRADE_CELL_CPU_LIMIT``; a check inside sets its own,
-nested); ``MINIPAR_GRADE_STATS=PATH`` appends one JSON line per call (world size, each rank's
-CPU-seconds, wall seconds, verdict).
+``MINIPAR_GRADE_STALL_S``, ``MINIPAR_GRADE_CPU_LIMIT``, ``MINIPAR_CHECK_TIME_LIMIT`` and
+``MINIPAR_GRADE_CELL_CPU_LIMIT`` override the numbers; ``MINIPAR_GRADE_STATS=PATH`` appends one
+JSON line per call (world size, each rank's CPU-seconds, wall seconds, verdict).
 
 **Memory.** Each kernel ``minipar grade`` starts, and every rank it launches, may hold
 :data:`KERNEL_MEMORY_BYTES` (8 GiB) of private writable memory (``RLIMIT_DATA``): an allocation
@@ -36,14 +33,10 @@ past it fails at once as a ``MemoryError`` (torch: ``RuntimeError: ... can't all
 in the learner's cell, which the report names, instead of swapping the machine or waking the
 kernel's OOM killer. Graded on the CPU, eleven reference notebooks (every chapter; sampled every
 0.2 s) peaked at 0.42 GiB of it (a kernel; ranks less) and 1.7 GiB of address space, so 8 GiB
-is a 19× margin; reservations that are not writable (CUDA's address-space reservations) do
-not count. ``MINIPAR_GRADE_KERNEL_MEMORY_GIB`` overrides it (``0``: no limit). The report
-states the limit.
+is a 19× margin; CUDA's address-space reservations are not writable and do not count.
+``MINIPAR_GRADE_KERNEL_MEMORY_GIB`` overrides it (``0``: no limit).
 
-:func:`run_ranks` turns every way the ranks can fail into a :class:`~minipar.grading.GradeFailure`
-whose message is the learner's one-line reason: :class:`RankFailure` (a rank raised or died) or
-:class:`LimitExceeded` (a deadlock or an endless loop). Checkers pass no ``timeout``: the limit
-is the grader's business, the same for every chapter.
+Checkers pass no ``timeout``: the limit is the grader's business, the same for every chapter.
 """
 
 from __future__ import annotations
@@ -98,8 +91,6 @@ class LimitExceeded(GradeFailure):
 
 # ----------------------------------------------------------------------------- /proc
 _TICK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
-
-
 _PROC = os.path.exists(f"/proc/{os.getpid()}/stat")
 _PS_TIME = re.compile(r"(?:(\d+)-)?(?:(\d+):)?(\d+):(\d+(?:\.\d+)?)")  # [[d-]h:]m:s[.cs]
 
@@ -130,11 +121,18 @@ def _stat_ps(pid: int):
     return out[0][0].replace("U", "D"), cpu, out[2].strip()
 
 
-def _stat_proc(pid: int):
+def _proc_fields(path: str) -> list[str] | None:
+    """The fields after the command name of a ``/proc`` stat file, or None if it is gone."""
     try:
-        with open(f"/proc/{pid}/stat") as f:
-            fields = f.read().rsplit(")", 1)[1].split()
-    except OSError:
+        with open(path) as f:
+            return f.read().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+
+
+def _stat_proc(pid: int):
+    fields = _proc_fields(f"/proc/{pid}/stat")
+    if fields is None:
         return None
     return fields[0], (int(fields[11]) + int(fields[12])) / _TICK, int(fields[19])
 
@@ -149,14 +147,7 @@ def _any_thread_running(pid: int) -> bool:
         tids = os.listdir(f"/proc/{pid}/task")
     except OSError:
         return False
-    for tid in tids:
-        try:
-            with open(f"/proc/{pid}/task/{tid}/stat") as f:
-                if f.read().rsplit(")", 1)[1].split()[0] in "RD":
-                    return True
-        except OSError:
-            pass
-    return False
+    return any((_proc_fields(f"/proc/{pid}/task/{t}/stat") or ["S"])[0] in "RD" for t in tids)
 
 
 def can_watch() -> bool:
@@ -191,10 +182,8 @@ class Watcher:
             self._thread.join()
 
     def _watch(self) -> None:
-        try:
+        with contextlib.suppress(Exception):  # the launcher's own timeout remains the backstop
             self._loop()
-        except Exception:  # the launcher's own timeout remains the backstop
-            pass
 
     def _loop(self) -> None:
         starts: dict[int, int] = {}
@@ -284,10 +273,8 @@ def _positions(where: dict) -> str:
 
 
 def _signal(pid: int, sig) -> None:
-    try:
+    with contextlib.suppress(OSError):
         os.kill(pid, sig)
-    except OSError:
-        pass
 
 
 def _alive(pid: int) -> bool:

@@ -1,41 +1,34 @@
 """Run one graded copy in a fresh kernel, cell by cell, watching the kernel the whole time.
 
-``minipar grade`` used to hand its copies to ``pytest --nbval-lax``, which waits for each cell
-up to a fixed wall-clock timeout: a learner's cell that killed the kernel (``os._exit(0)``, a
-segfault) left the grader waiting for that timeout. This module talks to the kernel itself
-(``jupyter_client``) and samples it every :data:`POLL_S` seconds while a cell runs:
+A fixed wall-clock timeout per cell (``pytest --nbval-lax``, which ``minipar grade`` used
+before) left the grader waiting it out after a cell killed the kernel (``os._exit(0)``, a
+segfault). This module talks to the kernel itself (``jupyter_client``) and samples it every
+:data:`POLL_S` seconds while a cell runs:
 
 * **a dead kernel** ends the notebook at once: the cell it died in and how (exit code or
   signal) are recorded, and the later cells are not run;
-* **no progress**: the kernel and every process under it (the ranks of a launch included) gained
-  less than :data:`IDLE_CPU_SHARE` of a core (summed per process, so a rank that exits hides
-  nothing) for :data:`STALL_S` seconds (120) while sending no message: the cell is interrupted
-  (``SIGINT``) and, if that does not end it within :data:`INTERRUPT_GRACE_S`, the kernel is
-  killed. A busy machine slows a working cell but does
-  not stop its CPU clock, so it never looks stalled;
+* **no progress**: for :data:`STALL_S` seconds (120) the kernel and every process under it (the
+  ranks of a launch included) gained less than :data:`IDLE_CPU_SHARE` of a core (summed per
+  process, so a rank that exits hides nothing) and sent no message. A busy machine slows a
+  working cell but does not stop its CPU clock, so it never looks stalled;
 * **computing past any limit**: the kernel process itself used 2 × CELL_LIMIT + 60 CPU-seconds
   (300 by default) in one cell, far past the in-kernel limit that normally stops it first
-  (:data:`minipar.grading.limits.CELL_LIMIT`): code that ignores or blocks SIGINT. Stopped the
-  same way;
+  (:data:`minipar.grading.limits.CELL_LIMIT`): code that ignores or blocks SIGINT;
 * ``--timeout SECONDS`` (optional) is a wall-clock limit per cell, named as such when it fires.
 
-Kernel start-up is watched the same way: the kernel may take as long as it keeps computing
-(importing), and fails when it exits or makes no progress for :data:`STALL_S` seconds.
+A cell past a limit is interrupted (``SIGINT``) and, if that does not end it within
+:data:`INTERRUPT_GRACE_S`, its kernel is killed. Start-up is watched the same way: the kernel may
+take as long as it keeps computing (importing). ``MINIPAR_GRADE_KERNEL_STALL_S`` and
+``MINIPAR_GRADE_KERNEL_CPU_LIMIT`` override the numbers. Every file the kernel makes (its
+connection file, ``IPYTHONDIR``, ``TMPDIR``: the launcher's socket folders too) lives in the
+caller's folder; :meth:`Kernel.stop` kills every process it started; :func:`limit_memory` bounds
+its memory.
 
-Every file the kernel makes lives in the caller's folder: its connection file, its
-``IPYTHONDIR`` and its ``TMPDIR`` (so the launcher's socket folders too). :meth:`Kernel.stop`
-kills the kernel and every process it started: those seen under it while it ran, every process
-of its session (the kernel leads its own), and every process whose environment carries the
-kernel's :data:`MARKER` (a double-forked daemon that left the session keeps it), swept until
-none is left. Each kernel gets the memory limit :data:`minipar.grading.limits.KERNEL_MEMORY_BYTES`
-(:func:`limit_memory`).
-
-**Signals.** While :func:`signals_unwind` is active, SIGINT, SIGTERM and SIGHUP are blocked in
-every thread of the grader and taken as they arrive by one thread (``sigtimedwait``), which
-tells who sent them: one that a kernel's process sent (``os.kill(os.getppid(), SIGTERM)`` in a cell:
-the kernel's parent is the grader) stops that kernel, its notebook fails naming it, and the other
-notebooks are graded; any other sender's stops the whole run.
-``MINIPAR_GRADE_KERNEL_STALL_S`` and ``MINIPAR_GRADE_KERNEL_CPU_LIMIT`` override the numbers.
+**Signals.** Under :func:`signals_unwind`, SIGINT, SIGTERM and SIGHUP are blocked in every
+thread of the grader and taken by one thread (``sigtimedwait``), which tells who sent them: one
+that a kernel's process sent (``os.kill(os.getppid(), SIGTERM)`` in a cell) stops that kernel,
+its notebook fails naming it, and the other notebooks are graded; any other sender's stops the
+whole run.
 """
 
 from __future__ import annotations
@@ -51,18 +44,14 @@ import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from minipar.grading.limits import CELL_LIMIT, KERNEL_MEMORY_BYTES
+from minipar.grading.limits import CELL_LIMIT, KERNEL_MEMORY_BYTES, _proc_fields, _signal
 
 POLL_S = 0.5
-STALL_S = float(os.environ.get("MINIPAR_GRADE_KERNEL_STALL_S", "120"))
+STALL_S = 120.0  # MINIPAR_GRADE_KERNEL_STALL_S, read when a notebook starts
 IDLE_CPU_SHARE = 0.02
 INTERRUPT_GRACE_S = 5.0
 HEARTBEAT_S = 10.0
 MARKER = "MINIPAR_GRADE_KERNEL"  # in the environment of every process a kernel starts
-
-
-def _cpu_limit() -> float:
-    return float(os.environ.get("MINIPAR_GRADE_KERNEL_CPU_LIMIT", 2 * CELL_LIMIT + 60))
 
 
 class Interrupted(BaseException):
@@ -92,9 +81,8 @@ def _check_signal() -> None:
 
 def _route(info, interrupt: bool = True) -> None:
     """A signal taken by ``sigtimedwait``: one a kernel's process sent is charged to that kernel
-    (:attr:`Kernel.signalled`); any other is the run's (the first one's number is kept, in
-    order of arrival) and, with ``interrupt``, is raised in the main thread as if it had
-    arrived there (:func:`_on_signal`)."""
+    (:attr:`Kernel.signalled`); any other is the run's (the first one is kept) and, with
+    ``interrupt``, raised in the main thread as if it had arrived there (:func:`_on_signal`)."""
     kernel = next((k for k in list(_kernels) if k.sent(info.si_pid)), None)
     if kernel is not None:
         kernel.signalled = kernel.signalled or info.si_signo
@@ -161,8 +149,9 @@ def signals_unwind():
     done = threading.Event()
     watcher = threading.Thread(target=_watch_signals, args=(done,), daemon=True)
     watcher.start()
-
-    def release():
+    try:
+        yield
+    finally:
         try:
             done.set()
             watcher.join(timeout=10)
@@ -180,13 +169,6 @@ def signals_unwind():
             for s, h in old.items():
                 signal.signal(s, h)
             _kernels.clear()
-
-    try:
-        yield
-    except BaseException:
-        release()
-        raise
-    release()
     if _shield["first"]:  # came from outside after the last look: the run still stops
         raise Interrupted(_shield["first"])
 
@@ -207,14 +189,9 @@ def _unblocked():
 
 def signal_text(code) -> str:
     """``exit code 0`` or ``signal 11 (SIGSEGV)`` for a Popen return code."""
-    if code is None:
-        return "exit code unknown"
-    if code < 0:
-        try:
-            return f"signal {-code} ({signal.Signals(-code).name})"
-        except ValueError:
-            return f"signal {-code}"
-    return f"exit code {code}"
+    from minipar.runtime.pool import signal_name  # noqa: PLC0415 (lazy: launcher)
+
+    return signal_name(code).removeprefix("killed by ")
 
 
 @dataclass
@@ -466,7 +443,7 @@ class Kernel:
         c.stop_reason = c.over_limit(now, own)
         if c.stop_reason:
             c.interrupted_at = now
-            _kill(self.pid, signal.SIGINT)
+            _signal(self.pid, signal.SIGINT)
         elif c.heartbeat is not None and now >= c.next_beat:
             c.heartbeat(now - c.t0, c.total_cpu)
             c.next_beat += HEARTBEAT_S
@@ -474,8 +451,11 @@ class Kernel:
 
     # ------------------------------------------------------------------------- the end
     def stop(self) -> None:
-        """Kill the kernel and every process seen under it; let a launcher's zygote (which
-        cleans up its socket folder when its caller dies) go first. Idempotent."""
+        """Kill the kernel and every process it started: those seen under it, every process of
+        its session (the kernel leads its own) and every one whose environment carries its
+        :data:`MARKER` (a double-forked daemon that left the session keeps it), swept until none
+        is left; a launcher's zygote (which cleans up its socket folder when its caller dies)
+        goes first. Idempotent."""
         import psutil  # noqa: PLC0415 (lazy: grade extra)
 
         if self.pid is None or self.stopped:
@@ -488,7 +468,7 @@ class Kernel:
         if self.kc is not None:
             with contextlib.suppress(Exception):  # channels half-started: nothing to stop
                 self.kc.stop_channels()
-        _kill(self.pid)
+        _signal(self.pid, signal.SIGKILL)
         with contextlib.suppress(Exception):
             self.km.provisioner.process.wait(timeout=5)
         alive = _wait_exited(tree, 2)  # zygotes see their caller gone
@@ -501,7 +481,7 @@ class Kernel:
             for pid in _swept(self.pid, self.marker):
                 with contextlib.suppress(psutil.Error):
                     late.append(psutil.Process(pid))
-                _kill(pid)
+                _signal(pid, signal.SIGKILL)
             if not late:
                 break
             _wait_exited(late, 2)
@@ -538,11 +518,8 @@ def _wait_exited(procs: list, timeout: float) -> list:
 
 def _stat(pid: int) -> tuple[str, int] | None:
     """(state, session id) of process ``pid`` from /proc, or None if it is gone."""
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-        return fields[0], int(fields[3])
-    except (OSError, IndexError, ValueError):
-        return None
+    fields = _proc_fields(f"/proc/{pid}/stat")
+    return None if fields is None else (fields[0], int(fields[3]))
 
 
 def _owned(pid: int, session: int, marker: str) -> bool:
@@ -590,11 +567,6 @@ def limit_memory(pid: int, limit: int | None = None) -> None:
         resource.prlimit(pid, resource.RLIMIT_DATA, (limit, limit))
 
 
-def _kill(pid: int, sig: int = signal.SIGKILL) -> None:
-    with contextlib.suppress(OSError):
-        os.kill(pid, sig)
-
-
 def run_notebook(
     cells: list[str],
     folder: Path,
@@ -607,7 +579,7 @@ def run_notebook(
     """Run the code ``cells`` in order in a fresh kernel whose files live in ``folder``."""
     result = NotebookRun()
     stall_s = float(os.environ.get("MINIPAR_GRADE_KERNEL_STALL_S", STALL_S))
-    cpu_limit = _cpu_limit()
+    cpu_limit = float(os.environ.get("MINIPAR_GRADE_KERNEL_CPU_LIMIT", 2 * CELL_LIMIT + 60))
     kernel = None
     try:
         try:
