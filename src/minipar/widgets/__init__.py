@@ -1,43 +1,8 @@
 """Cost-model explorers that work with a kernel (anywidget) and on the static site (no kernel,
-no network). One small JavaScript file per chapter evaluates the chapter's cost model in the
-browser and draws SVG; the Python ``minipar.cost`` functions stay the source of truth, and a test
-runs the JavaScript under Node.js and compares it with them.
-
-How a chapter adds an explorer (slug ``<slug>``, e.g. ``tensor_parallel``)
---------------------------------------------------------------------------
-1. ``src/minipar/widgets/<slug>.js``: no ``import`` statements. First line may name the chapter
-   files it builds on, ``// minipar-requires: collectives, memory_time``. Port the cost-model
-   functions you need as ``export function camelCaseName(...)``, taking the Python function's
-   parameters positionally in the same order, returning what Python returns (a NamedTuple or
-   dict as an object with the same field names, a tuple as an array) and throwing
-   ``Error(message)`` where Python raises ``ValueError``. Then register the explorer::
-
-       registerExplorer("<name>", {
-         title: "…",
-         controls: [{name: "t", label: "t", type: "number", min: 1, max: 64, step: 1, value: 8,
-                     why: "t divides the heads"},   // max is required (explorer.js)
-                    {name: "sched", type: "select", options: ["gpipe", "1f1b"], value: "1f1b"},
-                    {name: "size", type: "range", values: [...], labels: [...], value: ...},
-                    {name: "sp", type: "checkbox", value: true}],
-         draw(values, config) { /* throw Error("heads (12) must be divisible by t (5)") */
-                                return lineChart({...}) + "<p>…</p>"; },
-       });
-
-   ``draw`` returns an HTML string (the chart helpers ``lineChart``, ``stackedBars``,
-   ``timeline`` of ``explorer.js`` return SVG with units in the axis labels). Put data that lives
-   in Python (link and GPU presets, fitted numbers) in ``config``, not in the JavaScript.
-2. ``src/minipar/widgets/<slug>.py``: a function that returns
-   ``Explorer("<slug>", "<name>", config=..., values=...)``. In the notebook, make it the last
-   expression of a cell: JupyterLab shows the live widget; the executed notebook also stores a
-   self-contained ``text/html`` copy (the JavaScript inlined), which is what the book shows.
-3. ``tests/test_explorer_parity.py``: call ``assert_parity`` (from the test support module
-   ``tests/explorer_parity_support.py``) with your JavaScript function, the Python twin and a
-   grid of inputs that includes non-powers of two and impossible settings; and ``js_call`` on
-   ``drawExplorer`` to check the default view draws and an impossible setting gives a message.
-
-DOM contract used by the browser test (tests/test_site_browser.py): root element class
-``minipar-explorer``, figure in ``minipar-explorer-output``, impossible settings as a
-``minipar-explorer-message`` inside the output, every control change redraws.
+no network): one JavaScript file per chapter, ``widgets/<slug>.js``, evaluates the chapter's
+cost model in the browser and draws SVG; ``widgets/<slug>.py`` returns its :func:`Explorer`.
+The Python ``minipar.cost`` functions stay the source of truth (a test runs the JavaScript under
+Node.js and compares). How a chapter adds one, and the DOM contract: ``widgets/README.md``.
 """
 
 from __future__ import annotations
@@ -47,8 +12,24 @@ import re
 import uuid
 from pathlib import Path
 
+from minipar.cost.kernels.hardware import GPUS, LINKS
+
 JS_DIR = Path(__file__).resolve().parent
 _REQUIRES = re.compile(r"^//\s*minipar-requires:\s*(.+)$", re.M)
+
+
+def links_config(*extra: str) -> dict:
+    """Every link preset of :data:`minipar.cost.kernels.hardware.LINKS` as the JavaScript takes
+    it: α (s), per-direction bandwidth (bytes/s) and the attributes named in ``extra``."""
+    return {k: {f: getattr(L, f) for f in ("alpha", "bandwidth", *extra)} for k, L in LINKS.items()}
+
+
+def links_and_peaks() -> dict:
+    """Link presets (:func:`links_config`) and GPUs' dense bf16 peaks (FLOP/s)."""
+    return {
+        "links": links_config(),
+        "gpus": {name: g.peak_flops["bf16"] for name, g in GPUS.items()},
+    }
 
 
 def js_source(slug: str) -> str:

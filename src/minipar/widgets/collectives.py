@@ -9,8 +9,7 @@ from :data:`minipar.cost.kernels.hardware.LINKS`; "this machine, fitted" uses th
 
 from __future__ import annotations
 
-from minipar.cost.kernels.hardware import LINKS
-from minipar.widgets import Explorer
+from minipar.widgets import Explorer, links_config
 from minipar.widgets.inputs import check_values
 
 MACHINE = "this machine, fitted"
@@ -19,10 +18,7 @@ DEFAULT_FIT = (1e-3, 0.3e9)  # α (s), bandwidth (bytes/s): order of gloo on a s
 
 def collectives_config(fitted: tuple[float, float] | None = None) -> dict:
     """The explorer's data: every link preset {alpha, bandwidth, source}, plus this machine."""
-    links = {
-        name: {"alpha": L.alpha, "bandwidth": L.bandwidth, "source": L.source}
-        for name, L in LINKS.items()
-    }
+    links = links_config("source")
     alpha, bandwidth = fitted or DEFAULT_FIT
     links[MACHINE] = {
         "alpha": max(alpha, 0.0),

@@ -14,8 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from minipar.cost.chapters import context_parallel as C
-from minipar.cost.kernels.hardware import GPUS, LINKS
-from minipar.widgets import Explorer
+from minipar.widgets import Explorer, links_and_peaks
 from minipar.widgets.inputs import check_numbers, check_values
 
 #: The most documents the explorer packs into one sequence (``CP_MAX_DOCUMENTS`` in the
@@ -128,12 +127,7 @@ def cp_layer_model(**controls) -> dict:
     }
 
 
-def cp_config() -> dict:
-    """Links (α, per-direction bandwidth) and GPUs' dense bf16 peaks, from minipar.cost.kernels.hardware."""
-    return {
-        "links": {name: {"alpha": L.alpha, "bandwidth": L.bandwidth} for name, L in LINKS.items()},
-        "gpus": {name: g.peak_flops["bf16"] for name, g in GPUS.items()},
-    }
+cp_config = links_and_peaks  # the explorer's data
 
 
 def cp_explorer(**values):

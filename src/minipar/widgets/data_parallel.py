@@ -13,8 +13,7 @@ from dataclasses import dataclass
 
 from minipar.cost.chapters.data_parallel import allreduce_seconds, dp_step_time, forward_backward
 from minipar.cost.chapters.memory_time import ZERO_STAGES, model_state_bytes
-from minipar.cost.kernels.hardware import LINKS
-from minipar.widgets import Explorer
+from minipar.widgets import Explorer, links_config
 from minipar.widgets.inputs import check_values
 
 MAX_BUCKETS = 20000
@@ -82,9 +81,7 @@ def zero_memory_model(params_b: float = 7.5, d: int = 64, optimizer: str = "adam
 
 
 def dp_config() -> dict:
-    return {
-        "links": {name: {"alpha": L.alpha, "bandwidth": L.bandwidth} for name, L in LINKS.items()}
-    }
+    return {"links": links_config()}
 
 
 def dp_step_explorer(**values):

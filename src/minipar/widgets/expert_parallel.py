@@ -11,15 +11,11 @@ checks the twins agree.
 
 from __future__ import annotations
 
-from minipar.cost.kernels.hardware import LINKS
-from minipar.widgets import Explorer
+from minipar.widgets import Explorer, links_config
 
 
 def ep_config() -> dict:
-    """Links (α, per-direction bandwidth) from minipar.cost.kernels.hardware."""
-    return {
-        "links": {name: {"alpha": L.alpha, "bandwidth": L.bandwidth} for name, L in LINKS.items()}
-    }
+    return {"links": links_config()}
 
 
 def ep_explorer(**values):

@@ -18,8 +18,7 @@ from minipar.cost.chapters.tensor_parallel import (
     layer_comm_fraction,
     tp_sent_bytes_per_layer,
 )
-from minipar.cost.kernels.hardware import GPUS, LINKS
-from minipar.widgets import Explorer
+from minipar.widgets import Explorer, links_and_peaks
 from minipar.widgets.inputs import check_numbers, check_values
 
 
@@ -61,12 +60,7 @@ def tp_layer_model(**controls) -> dict:
     }
 
 
-def tp_config() -> dict:
-    """Links (α, per-direction bandwidth) and GPUs' dense bf16 peaks, from minipar.cost.kernels.hardware."""
-    return {
-        "links": {name: {"alpha": L.alpha, "bandwidth": L.bandwidth} for name, L in LINKS.items()},
-        "gpus": {name: g.peak_flops["bf16"] for name, g in GPUS.items()},
-    }
+tp_config = links_and_peaks  # the explorer's data
 
 
 def tp_explorer(**values):

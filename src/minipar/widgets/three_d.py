@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import asdict
 from functools import cache
 
-from minipar.cost.kernels.hardware import GPUS, LINKS, load_gpu_profile
+from minipar.cost.kernels.hardware import GPUS, LINKS, gpu_profile, load_gpu_profile
 from minipar.cost.planner.three_d import MODELS, cluster, search
 from minipar.widgets import Explorer
 
@@ -41,38 +41,12 @@ PRESET_LAYOUTS = {
     },
     "mt-nlg-530b": {"t": 8, "p": 35, "gpus": 2240, "batch": 1920},
     "megatron-1t": {"t": 8, "p": 64, "gpus": 3072, "batch": 3072},
-    "llama3-405b": {
-        "t": 8,
-        "p": 16,
-        "gpus": 16384,
-        "batch": 2048,
-        "layers": 128,
-        "controls": {
-            "cp": 1,
-            "b": 1,
-            "v": 4,
-            "recompute": "full",
-            "sp": True,
-            "zero": 1,
-            "gpu": "H100-SXM",
-        },
-    },
-    "llama3-405b-128k": {
-        "t": 8,
-        "p": 16,
-        "gpus": 16384,
-        "batch": 128,
-        "controls": {
-            "cp": 16,
-            "b": 1,
-            "v": 4,
-            "recompute": "full",
-            "sp": True,
-            "zero": 1,
-            "gpu": "H100-SXM",
-        },
-    },
+    "llama3-405b": {"t": 8, "p": 16, "gpus": 16384, "batch": 2048, "layers": 128},
+    "llama3-405b-128k": {"t": 8, "p": 16, "gpus": 16384, "batch": 128},
 }
+_LLAMA3 = {"b": 1, "v": 4, "recompute": "full", "sp": True, "zero": 1, "gpu": "H100-SXM"}
+PRESET_LAYOUTS["llama3-405b"]["controls"] = {"cp": 1, **_LLAMA3}
+PRESET_LAYOUTS["llama3-405b-128k"]["controls"] = {"cp": 16, **_LLAMA3}
 
 #: Models with no published layout open on the planner's best for a stated run: (GPUs, global
 #: batch in sequences, GPU, the largest ep searched). Llama 3 8B and 70B on H100 at their 8K
@@ -127,37 +101,14 @@ def preset_layout(model: str) -> dict | None:
 
 
 def _link(L) -> dict:
-    return {
-        "name": L.name,
-        "alpha": L.alpha,
-        "bandwidth": L.bandwidth,
-        "bus_efficiency": L.bus_efficiency,
-    }
+    return {f: getattr(L, f) for f in ("name", "alpha", "bandwidth", "bus_efficiency")}
 
 
 def gpu_config(g) -> dict:
-    """A :class:`minipar.cost.kernels.hardware.GPU` as the explorer's JavaScript takes it."""
-    return {
-        "name": g.name,
-        "memory_bytes": g.memory_bytes,
-        "peak": g.peak_flops["bf16"],
-        "peak_fp8": g.peak_flops.get("fp8"),
-        "hbm_bandwidth": g.hbm_bandwidth,
-        "sms": g.sms,
-        "gemm_efficiency": g.gemm_efficiency,
-        "intra": g.intra,
-        "inter": g.inter,
-        "gemm_rule": g.gemm_rule,
-        "gemm_latency_s": g.gemm_latency_s,
-        "bmm_bandwidth": g.bmm_bandwidth,
-        "bmm_latency_s": g.bmm_latency_s,
-        "flash_efficiency": g.flash_efficiency,
-        "attention_score_bytes": g.attention_score_bytes,
-        "layer_overhead_s": g.layer_overhead_s,
-        "optimizer_bandwidth": g.optimizer_bandwidth,
-        "elementwise_bandwidth": g.elementwise_bandwidth,
-        "kernel_issue_s": g.kernel_issue_s,
-    }
+    """A :class:`minipar.cost.kernels.hardware.GPU` as the explorer's JavaScript takes it: its
+    fields but the peaks (``peak``: dense bf16, ``peak_fp8``), its source and note."""
+    out = {k: v for k, v in gpu_profile(g).items() if k not in ("peak_flops", "source", "note")}
+    return out | {"peak": g.peak_flops["bf16"], "peak_fp8": g.peak_flops.get("fp8")}
 
 
 def cluster_config(cl) -> dict:
