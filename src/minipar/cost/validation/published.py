@@ -19,74 +19,30 @@ with ``"full"``): step = Eq. 3 / (N · X).
     rest. Each row is predicted three ways: as run (that b and v), at b = 1 (the v as run),
     and at the micro-batch the planner picks for the published (d, t, p) and v
     (:func:`planner_micro_batch`, as ``minipar plan`` would).
-  * GPT-3 175B on 1024 A100, B = 1536: 140 TFLOP/s per GPU (PTD-P §5.1, the X of its
-    training-time estimate: an ASSUMED figure, not a measured run, so this row checks the
-    model against the paper's own estimate); layout (d, t, p) = (8, 8, 16) by Megatron's rule
-    (:func:`minipar.cost.planner.three_d.megatron_rule_layout`), b = 1, v = 1 (not published).
-  * MT-NLG 530B (Smith et al. 2022): 2240 A100 (280 DGX nodes), (d, t, p) = (8, 8, 35),
-    B = 1920, b = 1: 60.1 s per iteration (§2.4).
-  * BLOOM 176B (BigScience 2022 §3.4): 384 A100 on Jean Zay (4 × 100 Gb/s Omni-Path per 8-GPU
-    node = 6.25 GB/s per GPU), (d, t, p) = (8, 4, 12), b = 2, B = 2048, V = 250,880, ZeRO-1:
-    156 TFLOP/s per GPU as the paper reports it (the model card says about 150). Its 70 layers
-    and the embedding and head are 72 pipeline units, 6 per stage: the first stage holds the
-    embedding and 5 layers, the last 5 layers and the head. The row was set before the planner
-    had uneven stages (``split="units"``, which would take 70 layers on 12 stages) and keeps its
-    even split, which needs p | L and prices the last stage: 60 layers (5 per stage, + the
-    head) and the real 70 for the FLOPs. The head's GEMM (V/(12h) = 1.46 layers' forward FLOPs, not recomputed) makes that
-    stage within 1 % of a 6-layer middle one; 72 layers would charge the last stage a sixth
-    layer it does not hold (+17 % compute).
+  * GPT-3 175B (PTD-P §5.1, an ASSUMED 140 TFLOP/s, not a measured run; layout by Megatron's
+    rule, :func:`minipar.cost.planner.three_d.megatron_rule_layout`), MT-NLG 530B (Smith et
+    al. 2022 §2.4) and BLOOM 176B (BigScience 2022 §3.4, Jean Zay's 6.25 GB/s Omni-Path per
+    GPU), as run: ``measurements/published_2021_other.json``. BLOOM's 70 layers and the
+    embedding and head are 72 pipeline units, 6 per stage; the row keeps the even split it was
+    set with (p | L) and prices the last stage: 60 layers (5 per stage, + the head, within 1 %
+    of a 6-layer middle stage) and the real 70 for the FLOPs.
 
 **Measured on one H200** (:func:`h200_runs`): the rows of ``measurements/h200_step_times.json``,
 whole training steps of GPTs on one GPU (d = t = p = 1, no recomputation, ZeRO 0), predicted
 step time and peak memory from the H200's measured constants, with the attention kernel and
-the precision recipe that ran. Its fused-attention (SDPA) rows are in-sample for step time:
-the element-wise rate (``GPU.elementwise_bandwidth``, 1.6 TB/s) was fitted on the nine SDPA
-rows of this file and of ``h200_step_times_batch_recompute.json``; only the unfused row is out
-of sample. Two memory terms came from this file too: the third fp32 logit tensor
-(``LOGIT_TENSORS``), which makes the peak memories in-sample, and the allocator margin
-(``ALLOCATOR_MARGIN``), which only flags a layout "tight" (the hard reserve, ``RESERVE``, is an
-assumption).
+the precision recipe that ran. Its fused-attention (SDPA) rows are in-sample for step time
+(the element-wise rate) and its peak memories for the third fp32 logit tensor.
 
-What set each constant (the calibration/validation split; "in-sample" means the constant was
-settled on the same data that checks it, so that check cannot fail for it):
-
-=========================  ==============  ===================================  ====================================
-constant                   value           calibrated on                        validated on
-=========================  ==============  ===================================  ====================================
-η, A100 GEMM efficiency    0.725           every other Table 1 row (1.7 B,      the other five Table 1 rows;
-(``hardware``)                             7.5 B, 39.1 B, 145.6 B, 529.6 B) at  GPT-3 175B §5.1, BLOOM 176B,
-A100 bytes per attention   30              the planner's micro-batch, layout    MT-NLG 530B; §5.2 ZeRO-3
-score (``hardware``)                       and v as run (:func:`fit_a100`)      (its PTD-P side)
-A100 GEMM rule             "additive"      the H200's GEMMs (below)             as η
-A100 peak, HBM, SMs        312 TFLOP/s,    datasheet                            (not fitted)
-                           2039 GB/s, 108
-links' bandwidth           per preset      datasheets; α assumed                (not fitted)
-ZeRO-3 collectives         flat ring       PTD-P §5.2 Table 2 (in-sample)       nothing independent yet
-across nodes, 2021         (the planner's default today: NCCL's hierarchical, not fitted)
-ZeRO-3 gradient bytes      2               DeepSpeed's default dtype            §5.2 (in-sample)
-η, H200                    ceiling / peak  ``h200_layer_gemm_times.json``:      ``h200_step_times.json``
-                           = 0.78          an 8192³ bf16 matmul, 775 TFLOP/s
-H200 HBM bandwidth         4.22 TB/s       same file: a 2 GiB device copy       ``h200_step_times.json``
-H200 GEMM, attention and   per preset      same file, fitted to its GEMM,       ``h200_step_times.json``
-Adam constants                             layer and Adam rows (``hardware``)
-H200 kernel issue time     7.4 µs          same file: the per-GEMM-call λ       (not identifiable on the
-                                                                                step files)
-H200 element-wise rate     1.6 TB/s        the nine SDPA rows of both step      in-sample: those rows'
-                                           files (``compute``'s kernel list)    step times
-memory headroom (2021)     10 %            assumption (module ``three_d``)      (the A100 rows fit)
-reserve (modern recipes)   2.5 %           assumption (``RESERVE``)             nothing measured
-allocator margin (the      12 %            ``h200_step_times.json`` (the        flags "tight" only;
-18-byte recipe)                            planner's ``ALLOCATOR_MARGIN``)      in-sample there
-fp32 logit tensors at the  3               autograd's saved tensors; found on   in-sample: the H200 peak
-loss's peak                                ``h200_step_times.json``'s residuals memories (within 0.5 %)
-=========================  ==============  ===================================  ====================================
+What set each constant, calibration apart from validation: ``measurements/README.md`` for the
+H200's (and the in-sample rows), :mod:`minipar.cost.kernels.hardware` for the A100's η and
+bytes per attention score (:func:`fit_a100` on :data:`CALIBRATION_ROWS`, checked on the other
+Table 1 rows, GPT-3, BLOOM, MT-NLG and §5.2) and the links (datasheets, α assumed). ZeRO-3's
+flat ring and its 2 gradient bytes were chosen on §5.2 itself (in-sample there); the memory
+headroom, the modern recipes' reserve and every α are assumptions.
 
 ZeRO-3 against PTD-P (Narayanan et al. 2021 §5.2, Table 2; :func:`zero3_comparison`): each
-layout as run (PTD-P t = 8 with p = 12 for 175B, p = 35 for 530B, micro-batch 1; ZeRO-3
-t = p = 1 with 4, 2, 1 sequences per GPU), full recomputation; :func:`zero3_missing_effect`
-says what the model leaves out there.
-
-The plain-text tables are the book's: ``python book/glue/validation_tables.py`` prints them.
+layout as run, full recomputation; :func:`zero3_missing_effect` says what the model leaves out
+there. The plain-text tables are the book's: ``python book/glue/validation_tables.py``.
 """
 
 from __future__ import annotations
@@ -110,10 +66,11 @@ SEQ, VOCAB = 2048, 51200
 # Narayanan et al. 2021, Table 1 with the reproduction script's micro-batch, interleaving and DDP
 # (measurements/published_2021.json, its columns and source named there), as tuples
 # (params, a, h, L, t, p, GPUs, B, TFLOP/s per GPU, b, layers per virtual stage, DDP).
-_PUBLISHED = json.loads(
-    (Path(__file__).resolve().parent / "measurements" / "published_2021.json").read_text()
-)
+_MEASUREMENTS = Path(__file__).resolve().parent / "measurements"
+_PUBLISHED = json.loads((_MEASUREMENTS / "published_2021.json").read_text())
 PTD_P_TABLE1 = [tuple(r) for r in _PUBLISHED["rows"]]
+# GPT-3 175B, MT-NLG 530B and BLOOM 176B as run, and §5.2's Table 2, their sources named there
+_OTHER = json.loads((_MEASUREMENTS / "published_2021_other.json").read_text())
 
 ERA_2021 = {"attention": "unfused", "precision": "2021"}
 """The inputs that changed since the A100 runs, passed explicitly as those runs had them:
@@ -200,78 +157,33 @@ def _ptd_p_runs() -> list[Run]:
     return out
 
 
-RUNS: list[Run] = _ptd_p_runs() + [
-    Run(
-        "GPT-3 175B",
-        "narayanan2021",
-        "§5.1",
-        three_d.MODELS["gpt3-175b"],
-        1024,
-        (8, 16, 8),
-        1536,
-        published_tflops=140,
-        note="the X = 140 TFLOP/s assumed in the paper's 34-day estimate (not a measured run); "
-        "layout by Megatron's rule, "
-        "b = 1 and v = 1 (not published)",
-    ),
-    Run(
-        "MT-NLG 530B",
-        "smith2022mtnlg",
-        "§2.4",
-        three_d.MODELS["mt-nlg-530b"],
-        2240,
-        (8, 35, 8),
-        1920,
-        published_step=60.1,
-        note="DeepSpeed's pipeline engine with Megatron's tensor parallelism",
-    ),
-    Run(
-        "BLOOM 176B",
-        "bigscience2022bloom",
-        "§3.4",
-        three_d.ModelShape(60, 14336, 112, 2048, 250880),
-        384,
-        (4, 12, 8),
-        2048,
-        micro_batch=2,
-        zero=1,
-        published_tflops=156,
-        inter="opa-jean-zay",
-        flops_layers=70,
-        note="Jean Zay: 4 × 100 Gb/s Omni-Path per 8 GPUs; 70 layers + 2 embedding units "
-        "= 72 pipeline units, 6 per stage: the last stage is 5 layers + the head; 156 TFLOP/s "
-        "in the paper, about 150 on the model card",
-    ),
-]
+def _other_run(r: dict) -> Run:
+    """A run of ``published_2021_other.json``: its model a preset's name or (L, h, a, s, V)."""
+    shape = r["model"]
+    m_ = three_d.MODELS[shape] if isinstance(shape, str) else three_d.ModelShape(*shape)
+    return Run(**(r | {"model": m_, "layout": tuple(r["layout"])}))
 
 
-def _cluster(
-    run: Run,
-    eta: float | None = None,
-    gemm_rule: str | None = None,
-    score_bytes: float | None = None,
-) -> three_d.Cluster:
+RUNS: list[Run] = _ptd_p_runs() + [_other_run(r) for r in _OTHER["runs"]]
+
+
+def _evaluate(run: Run, b: int, **kw) -> three_d.Config:
+    """``run`` at micro-batch ``b``. ``eta``, ``gemm_rule`` and ``score_bytes`` (``None``: the
+    preset's) replace the A100's η, its GEMM rule (:data:`minipar.cost.kernels.compute.GEMM_RULES`)
+    and its bytes per attention score; the other keywords go to
+    :func:`minipar.cost.planner.three_d.evaluate` (e.g. ``grad_reduce_bytes``)."""
+    t, p, d = run.layout
+    eta, rule, sb = (kw.pop(k, None) for k in ("eta", "gemm_rule", "score_bytes"))
     cl = three_d.cluster(
         run.gpus, 8, "A100-80GB", intra=run.intra, inter=run.inter, gemm_efficiency=eta
     )
-    swap = {"gemm_rule": gemm_rule, "attention_score_bytes": score_bytes}
-    swap = {k: v for k, v in swap.items() if v is not None}
-    return replace(cl, gpu=replace(cl.gpu, **swap)) if swap else cl
-
-
-def _evaluate(
-    run: Run,
-    b: int,
-    eta: float | None = None,
-    gemm_rule: str | None = None,
-    score_bytes: float | None = None,
-    **model_options,
-) -> three_d.Config:
-    t, p, d = run.layout
-    opts = ERA_2021 | dict(dp_overlap=run.dp_overlap) | model_options
+    swap = {k: v for k, v in (("gemm_rule", rule), ("attention_score_bytes", sb)) if v is not None}
+    if swap:
+        cl = replace(cl, gpu=replace(cl.gpu, **swap))
+    opts = ERA_2021 | dict(dp_overlap=run.dp_overlap) | kw
     return three_d.evaluate(
         run.model,
-        _cluster(run, eta, gemm_rule, score_bytes),
+        cl,
         run.batch,
         tp=t,
         pp=p,
@@ -284,25 +196,19 @@ def _evaluate(
     )
 
 
-def planner_micro_batch(
-    run: Run,
-    max_micro_batch: int = PLANNER_MAX_MICRO_BATCH,
-    eta: float | None = None,
-    gemm_rule: str | None = None,
-    score_bytes: float | None = None,
-    **model_options,
-) -> int:
+def planner_micro_batch(run: Run, max_micro_batch: int = PLANNER_MAX_MICRO_BATCH, **kw) -> int:
     """The micro-batch the planner picks for a run's published layout, v, recomputation and
     ZeRO stage: the fastest predicted b among the powers of two up to ``max_micro_batch`` that
     the layout admits (d·b | B, and m a multiple of p when interleaved) and that fit
-    (``minipar plan --tp t --pp p --dp d`` ranks the same candidates)."""
+    (``minipar plan --tp t --pp p --dp d`` ranks the same candidates); ``kw`` as
+    :func:`_evaluate`'s."""
     best = None
     for k in range(max_micro_batch.bit_length()):
         b = 1 << k
         if b > max_micro_batch:
             break
         try:
-            c = _evaluate(run, b, eta, gemm_rule, score_bytes, **model_options)
+            c = _evaluate(run, b, **kw)
         except ValueError:
             continue
         if c.fits and (best is None or c.step_seconds < best[1]):
@@ -312,33 +218,18 @@ def planner_micro_batch(
     return best[0]
 
 
-def predict(
-    run: Run,
-    micro_batch: str | int = "as run",
-    *,
-    interleaved: bool = True,
-    eta: float | None = None,
-    gemm_rule: str | None = None,
-    score_bytes: float | None = None,
-    **model_options,
-) -> Row:
+def predict(run: Run, micro_batch: str | int = "as run", *, interleaved: bool = True, **kw) -> Row:
     """The planner's prediction for one published run. ``micro_batch``: ``"as run"`` (the
     run's own), ``"1"``, ``"planner"`` (:func:`planner_micro_batch`) or an integer;
     ``interleaved=False`` drops the run's interleaving (v = 1: with b = 1, the inputs every
-    Table 1 row had before, on which η was settled); ``eta`` replaces the A100's η and
-    ``gemm_rule`` its GEMM rule (:data:`minipar.cost.kernels.compute.GEMM_RULES`), ``score_bytes`` its
-    bytes per attention score;
-    ``model_options`` go to
-    :func:`minipar.cost.planner.three_d.evaluate` (e.g. ``grad_reduce_bytes``)."""
+    Table 1 row had before, on which η was settled); ``kw``: ``eta``, ``gemm_rule``,
+    ``score_bytes`` and the model's options, as :func:`_evaluate`'s."""
     if not interleaved:
         run = replace(run, chunks=1)
     if micro_batch == "as run":
         b, mode = run.micro_batch, "as run"
     elif micro_batch == "planner":
-        b = planner_micro_batch(
-            run, eta=eta, gemm_rule=gemm_rule, score_bytes=score_bytes, **model_options
-        )
-        mode = "planner"
+        b, mode = planner_micro_batch(run, **kw), "planner"
     elif str(micro_batch).isdigit() and int(micro_batch) >= 1:
         b, mode = int(micro_batch), str(micro_batch)
     else:
@@ -346,7 +237,7 @@ def predict(
             f"micro_batch ({micro_batch!r}) must be one of "
             f"{', '.join(MICRO_BATCH_MODES)} or an integer >= 1"
         )
-    c = _evaluate(run, b, eta, gemm_rule, score_bytes, **model_options)
+    c = _evaluate(run, b, **kw)
     m_ = run.model
     flops = flops_per_iteration(
         run.batch, m_.seq, run.flops_layers or m_.layers, m_.hidden, m_.vocab, "full"
@@ -386,31 +277,13 @@ def published_runs(
     return [predict(r, micro_batch, interleaved=interleaved, **model_options) for r in RUNS]
 
 
-def table1_summary(
-    micro_batch: str | int = "as run",
-    *,
-    interleaved: bool = True,
-    eta: float | None = None,
-    gemm_rule: str | None = None,
-    score_bytes: float | None = None,
-    **model_options,
-) -> dict:
-    """Table 1's ten rows at one micro-batch choice (``interleaved``: as :func:`predict`):
-    ``rows``, ``within10`` (how many within ±10 % of the published step time), ``worst``
-    (largest |error| in %), ``too_fast`` (rows predicted more than 10 % too fast) and
-    ``spearman`` (predicted vs published TFLOP/s)."""
+def table1_summary(micro_batch: str | int = "as run", *, interleaved: bool = True, **kw) -> dict:
+    """Table 1's ten rows at one micro-batch choice (``interleaved`` and ``kw``: as
+    :func:`predict`): ``rows``, ``within10`` (how many within ±10 % of the published step
+    time), ``worst`` (largest |error| in %), ``too_fast`` (rows predicted more than 10 % too
+    fast) and ``spearman`` (predicted vs published TFLOP/s)."""
     rows = [
-        predict(
-            r,
-            micro_batch,
-            interleaved=interleaved,
-            eta=eta,
-            gemm_rule=gemm_rule,
-            score_bytes=score_bytes,
-            **model_options,
-        )
-        for r in RUNS
-        if r.where == "Table 1"
+        predict(r, micro_batch, interleaved=interleaved, **kw) for r in RUNS if r.where == "Table 1"
     ]
     return {
         "mode": str(micro_batch),
@@ -431,6 +304,13 @@ not from the choice of the model's form, which was made with all ten in view (a 
 145 TFLOP/s per GPU already puts 8 of the 10 within ±10 %)."""
 
 
+def _named(rows: tuple[str, ...]) -> list[Run]:
+    runs = [r for r in RUNS if r.name in rows]
+    if len(runs) != len(rows):
+        raise ValueError(f"rows ({', '.join(rows)}) must name runs of RUNS")
+    return runs
+
+
 def calibration_loss(
     eta: float,
     score_bytes: float,
@@ -440,11 +320,9 @@ def calibration_loss(
 ) -> float:
     """Σ log²(predicted / published step time) over ``rows`` with the A100's η and bytes per
     attention score set to ``eta`` and ``score_bytes`` (the other constants as the preset)."""
-    runs = [r for r in RUNS if r.name in rows]
-    if len(runs) != len(rows):
-        raise ValueError(f"rows ({', '.join(rows)}) must name runs of RUNS")
     preds = [
-        predict(r, micro_batch, eta=eta, gemm_rule=gemm_rule, score_bytes=score_bytes) for r in runs
+        predict(r, micro_batch, eta=eta, gemm_rule=gemm_rule, score_bytes=score_bytes)
+        for r in _named(rows)
     ]
     return sum(math.log(x.predicted_step / x.published_step) ** 2 for x in preds)
 
@@ -486,9 +364,7 @@ def settle_eta(
     """The A100 η alone that makes the geometric mean of predicted over published step time 1
     on ``rows`` (bisection; the step time falls as η grows), at ``micro_batch``
     (:func:`predict`): the one-constant calibration of the negative controls."""
-    runs = [r for r in RUNS if r.name in rows]
-    if len(runs) != len(rows):
-        raise ValueError(f"rows ({', '.join(rows)}) must name runs of RUNS")
+    runs = _named(rows)
 
     def log_ratio(eta: float) -> float:
         rows_ = [
@@ -526,22 +402,17 @@ def split_check(
         eta = settle_eta(micro_batch, gemm_rule=gemm_rule, score_bytes=sb)
     else:
         raise ValueError(f"fit ({fit!r}) must be one of both, eta")
-    rows = table1_summary(micro_batch, eta=eta, gemm_rule=gemm_rule, score_bytes=sb)["rows"]
+    summary = table1_summary(micro_batch, eta=eta, gemm_rule=gemm_rule, score_bytes=sb)
+    rows = summary["rows"]
     held = [r for r in rows if r.name not in CALIBRATION_ROWS]
-    return {
+    return {k: summary[k] for k in ("mode", "within10", "worst", "spearman")} | {
         "eta": eta,
         "score_bytes": sb,
-        "mode": str(micro_batch),
         "gemm_rule": gemm_rule or GPUS["A100-80GB"].gemm_rule,
-        "within10": sum(abs(r.error) <= 10 for r in rows),
-        "worst": max(abs(r.error) for r in rows),
         "calibration": [r for r in rows if r.name in CALIBRATION_ROWS],
         "held_out": held,
         "held_out_within10": sum(abs(r.error) <= 10 for r in held),
         "held_out_worst": max(abs(r.error) for r in held),
-        "spearman": spearman(
-            [r.predicted_tflops for r in rows], [r.published_tflops for r in rows]
-        ),
     }
 
 
@@ -594,29 +465,10 @@ def spearman(xs, ys) -> float:
     return cov / (vx * vy)
 
 
-# Narayanan et al. 2021 §5.2, Table 2: PTD-P against ZeRO-3 without model parallelism, full
-# recomputation, as run. Per model: PTD-P's (t, p) and, per GPU count, (PTD-P GPUs, B, TFLOP/s
-# per GPU) and (ZeRO-3 GPUs, B, micro-batch, TFLOP/s per GPU); PTD-P ran micro-batch 1. The
-# text's ratios check the transcription: 153/144 = 1.06 and 171/138 = 1.24 at the smallest
-# count, 149/88 = 1.69 and 167/98 = 1.70 once the count doubles.
-ZERO3_TABLE2: dict[str, dict] = {
-    "gpt3-175b": {
-        "ptdp_layout": (8, 12),
-        "rows": [
-            ((384, 1536, 153), (384, 1536, 4, 144)),
-            ((768, 1536, 149), (768, 1536, 2, 88)),
-            ((1536, 1536, 141), (1536, 1536, 1, 44)),
-        ],
-    },
-    "mt-nlg-530b": {
-        "ptdp_layout": (8, 35),
-        "rows": [
-            ((560, 2240, 171), (640, 2560, 4, 138)),
-            ((1120, 2240, 167), (1120, 2240, 2, 98)),
-            ((2240, 2240, 159), (2240, 2240, 1, 48)),
-        ],
-    },
-}
+ZERO3_TABLE2: dict[str, dict] = _OTHER["zero3_table2"]
+"""Narayanan et al. 2021 §5.2, Table 2, as run (``measurements/published_2021_other.json``, its
+columns and the transcription's check named there): per model PTD-P's ``ptdp_layout`` (t, p)
+and ``rows`` of (PTD-P GPUs, B, TFLOP/s per GPU) and (ZeRO-3 GPUs, B, micro-batch, TFLOP/s)."""
 
 ZERO3_PUBLISHED_DOUBLED = 1.7
 """Narayanan et al. 2021 §5.2: PTD-P's throughput over ZeRO-3's once the GPU count doubles at
@@ -774,7 +626,6 @@ def zero3_missing_effect(model: str = "gpt3-175b") -> dict:
 
 # --- measured on one H200: the validation set -------------------------------------------------
 
-_MEASUREMENTS = Path(__file__).resolve().parent / "measurements"
 H200_VOCAB = 50304
 """Vocabulary of the measured GPTs (``h200_step_times.json``'s method)."""
 
