@@ -382,6 +382,22 @@ MODELS: dict[str, ModelShape] = {
         kv_heads=8,
         **_LLAMA,
     ),
+    "nemotron4-15b": ModelShape(
+        32,
+        6144,
+        48,
+        4096,
+        256000,
+        "NVIDIA 2024, Nemotron-4 15B Technical Report, Table 1: 32 layers, h 6144, 48 heads, "
+        "8 KV heads, squared-ReLU MLP (f = 24576 in NeMo's nemotron4-15b configuration), RoPE, "
+        "no biases, untied, vocabulary 256000",
+        ffn=24576,
+        kv_heads=8,
+        bias=False,
+        positions="rope",
+        tied=False,
+        dropout=0.0,
+    ),
 }
 
 ERA_FLASH_GPUS = ("H100-SXM", "H100-HBM2e-500W", "H100-PCIe", "H200")

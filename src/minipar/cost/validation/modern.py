@@ -58,6 +58,7 @@ PRESETS = {
     "GPT3-175B": "gpt3-175b",
     "Nemotron-8B": "nemotron-8b",
     "Nemotron-340B": "nemotron-340b",
+    "nemotron4_15b": "nemotron4-15b",
 }
 """A row's ``model_key`` (or, where it has none, its ``model`` as printed) → the planner's
 preset (:data:`minipar.cost.planner.three_d.MODELS`, each citing its configuration)."""

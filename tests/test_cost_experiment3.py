@@ -1,0 +1,110 @@
+"""Experiment 3 of the planner's validation (minipar.cost.validation.experiment3): the DGX-H100
+rows of published_nemo_fw.json, mapped to the planner's inputs before any was evaluated.
+
+This file's first part holds the data and the mapping only: every row read is recorded, every
+kept row has a preset and a layout the planner prices, and the mapping's decisions (TP overlap,
+attention backend, FP8 scaling, recomputation) are the ones the module states. No error is
+computed here."""
+
+from collections import Counter
+
+from minipar.cost.planner import three_d as planner
+from minipar.cost.validation import experiment3 as e3
+from minipar.cost.validation import modern
+
+DATA = e3.load()
+ROWS = DATA["rows"]
+KEPT = e3.kept_rows()
+BY_ID = {r["id"]: r for r in ROWS}
+
+
+def test_every_row_read_is_recorded_kept_or_with_its_reason():
+    assert len(ROWS) == 123 and len({r["id"] for r in ROWS}) == 123
+    assert all(r["source"] in DATA["sources"] for r in ROWS)
+    assert all((r["excluded_because"] is None) == r["kept"] for r in ROWS)
+    reasons = Counter(r["excluded_because"] for r in ROWS if not r["kept"])
+    assert reasons["MoE model: the planner has no validated MoE form"] == 18
+    assert reasons["already in published_modern.json (same release, model and layout)"] == 12
+    assert reasons["fine-tuning (SFT on packed sequences, or LoRA), not pre-training"] == 22
+    assert len(KEPT) == 50
+
+
+def test_no_kept_row_is_already_in_published_modern():
+    seen = {
+        (r["model"], r.get("release"), r["gpus"], r["tp"], r["pp"], r["cp"], r["vp"])
+        for r in modern.load()["rows"]
+    }
+    for r in KEPT:
+        key = (r["model"], r["release"], r["gpus"], r["tp"], r["pp"], r["cp"], r["vp"])
+        assert key not in seen, r["id"]
+
+
+def test_kept_layouts_are_consistent_as_published():
+    """dp = GPUs/(tp·pp·cp) and GBS = dp·MBS·GA on every kept row; dense models only."""
+    for r in KEPT:
+        assert r["dp"] == r["gpus"] // (r["tp"] * r["pp"] * r["cp"]), r["id"]
+        assert r["global_batch"] == r["dp"] * r["micro_batch"] * r["ga"], r["id"]
+        assert not planner.MODELS[modern.PRESETS[r["model_key"]]].moe
+
+
+def test_the_mapping_prices_every_kept_row():
+    """Each kept row has a preset, its published layout and options the planner accepts, at the
+    published recomputation (even where the planner's memory model says it does not fit: 7 rows,
+    as experiment 1 takes a published recomputation as run), else at the least that fits; nothing
+    about the predicted time is looked at."""
+    tight = []
+    for r in KEPT:
+        _, c = e3.config_for(r)
+        same = (c.layout.tp, c.layout.pp, c.layout.dp, c.layout.cp) == (
+            r["tp"],
+            r["pp"],
+            r["dp"],
+            r["cp"],
+        )
+        assert same, r["id"]
+        assert c.layout.recompute in e3.recompute_tries(r), r["id"]
+        priced = c.step_seconds > 0 and e3.measured_seconds(r) > 0
+        assert priced, r["id"]
+        if not c.fits:
+            tight.append(r["id"])
+    assert tight == [
+        "dgxc2502-llama-3-1-8b-bf16-8gpu",
+        *(f"dgxc2502-llama-3-1-8b-fp8-{g}gpu" for g in (8, 16, 32, 64, 128)),
+        "dgxc2502-nemotron4-340b-fp8-128gpu",
+    ]
+
+
+def test_the_mapping_decisions_stated_up_front():
+    o = e3.options_for(BY_ID["nemofw2502-gpt3-175b-h100-512gpu"])
+    assert (o.tp_overlap, o.attention, o.fp8, o.compiled) == (True, "fa3", "delayed", True)
+    o = e3.options_for(BY_ID["dgxc2502-llama-3-1-8b-fp8-8gpu"])
+    assert (o.tp_overlap, o.attention, o.fp8) == (False, "fa3", "delayed")
+    o = e3.options_for(BY_ID["dgxc2502-llama-3-1-70b-bf16-64gpu"])
+    assert (o.tp_overlap, o.fp8) == (True, None)
+    o = e3.options_for(BY_ID["dgxc2502-nemotron4-340b-fp8-128gpu"])
+    assert (o.tp_overlap, o.attention) == (True, "flash")
+    assert e3.recompute_tries(BY_ID["dgxc2502-nemotron4-340b-fp8-128gpu"]) == ["selective"]
+    assert e3.recompute_tries(BY_ID["dgxc2502-nemotron4-15b-bf16-16gpu"]) == ["none"]
+    assert e3.recompute_tries(BY_ID["nemofw2502-gpt3-175b-h100-512gpu"]) == [
+        "none",
+        "selective",
+        "full",
+    ]
+    assert all(e3.tp_overlap_for(r) == (r["tp"] > 1) for r in KEPT)
+
+
+def test_configurations_are_counted_apart_from_rows():
+    """Every kept row is its own configuration here (weak scaling changes dp); four repeat the
+    configuration of a NeMo 24.07 row of experiment 1 in a later container (new rows, seen
+    configurations), which summary_3 counts apart."""
+    assert len({e3.configuration(r) for r in KEPT}) == len(KEPT)
+    earlier = {e3.configuration(r): r["id"] for r in modern.load()["rows"] if modern._preset(r)}
+    repeats = {
+        r["id"]: earlier[e3.configuration(r)] for r in KEPT if e3.configuration(r) in earlier
+    }
+    assert repeats == {
+        "nemofw2502-gpt3-175b-h100-512gpu": "nemo2407-gpt3-175b-h100-512gpu",
+        "dgxc2502-llama-3-1-8b-fp8-8gpu": "nemo2407-llama3-8b-h100-8gpu",
+        "dgxc2502-llama-3-1-70b-fp8-64gpu": "nemo2407-llama3-70b-h100-64gpu",
+        "dgxc2502-nemotron4-340b-fp8-128gpu": "nemo2407-nemotron-340b-h100-128gpu",
+    }
