@@ -108,3 +108,78 @@ def test_configurations_are_counted_apart_from_rows():
         "dgxc2502-llama-3-1-70b-fp8-64gpu": "nemo2407-llama3-70b-h100-64gpu",
         "dgxc2502-nemotron4-340b-fp8-128gpu": "nemo2407-nemotron-340b-h100-128gpu",
     }
+
+
+# --- after the mapping commit: experiment 3 as evaluated (reported, not tuned on) -------------
+
+ERRORS = {  # row: (model's error, constant-MFU baseline's error), % of the published step time
+    "nemofw2502-gpt3-175b-h100-512gpu": (19.5, 135.5),
+    "dgxc2502-llama-3-1-8b-bf16-8gpu": (-4.5, 50.1),
+    "dgxc2502-llama-3-1-8b-bf16-16gpu": (-6.1, 47.7),
+    "dgxc2502-llama-3-1-8b-bf16-32gpu": (-6.2, 47.5),
+    "dgxc2502-llama-3-1-8b-bf16-64gpu": (-6.2, 47.5),
+    "dgxc2502-llama-3-1-8b-bf16-128gpu": (-7.3, 45.7),
+    "dgxc2502-llama-3-1-8b-fp8-8gpu": (-0.9, 103.2),
+    "dgxc2502-llama-3-1-8b-fp8-16gpu": (-1.2, 102.5),
+    "dgxc2502-llama-3-1-8b-fp8-32gpu": (-2.6, 99.8),
+    "dgxc2502-llama-3-1-8b-fp8-64gpu": (-3.0, 99.0),
+    "dgxc2502-llama-3-1-8b-fp8-128gpu": (-3.9, 97.1),
+    "dgxc2502-llama-3-1-70b-bf16-64gpu": (-4.0, 36.4),
+    "dgxc2502-llama-3-1-70b-bf16-128gpu": (-4.3, 35.6),
+    "dgxc2502-llama-3-1-70b-bf16-256gpu": (-4.2, 35.4),
+    "dgxc2502-llama-3-1-70b-bf16-512gpu": (-4.6, 34.7),
+    "dgxc2502-llama-3-1-70b-bf16-1024gpu": (-4.9, 34.1),
+    "dgxc2502-llama-3-1-70b-bf16-2048gpu": (-4.7, 34.3),
+    "dgxc2502-llama-3-1-70b-fp8-64gpu": (-1.1, 90.5),
+    "dgxc2502-llama-3-1-70b-fp8-128gpu": (-1.0, 89.5),
+    "dgxc2502-llama-3-1-70b-fp8-256gpu": (-2.8, 85.4),
+    "dgxc2502-llama-3-1-70b-fp8-512gpu": (-2.7, 85.2),
+    "dgxc2502-llama-3-1-70b-fp8-1024gpu": (-3.3, 84.0),
+    "dgxc2502-llama-3-1-70b-fp8-2048gpu": (-4.6, 81.4),
+    "dgxc2502-llama-3-1-405b-bf16-576gpu": (-2.7, 35.9),
+    "dgxc2502-llama-3-1-405b-bf16-1152gpu": (-3.0, 35.1),
+    "dgxc2502-llama-3-1-405b-bf16-2304gpu": (-3.4, 34.3),
+    "dgxc2502-llama-3-1-405b-fp8-576gpu": (13.8, 116.1),
+    "dgxc2502-llama-3-1-405b-fp8-1152gpu": (13.2, 114.2),
+    "dgxc2502-llama-3-1-405b-fp8-2304gpu": (12.4, 112.3),
+    "dgxc2502-nemotron4-15b-bf16-16gpu": (-11.5, 38.4),
+    "dgxc2502-nemotron4-15b-bf16-32gpu": (-12.1, 37.8),
+    "dgxc2502-nemotron4-15b-bf16-64gpu": (-12.9, 36.8),
+    "dgxc2502-nemotron4-15b-bf16-128gpu": (-13.4, 36.1),
+    "dgxc2502-nemotron4-15b-bf16-256gpu": (-13.2, 36.4),
+    "dgxc2502-nemotron4-15b-bf16-512gpu": (-13.9, 35.3),
+    "dgxc2502-nemotron4-15b-bf16-1024gpu": (-14.5, 34.4),
+    "dgxc2502-nemotron4-15b-bf16-2048gpu": (-14.3, 34.8),
+    "dgxc2502-nemotron4-15b-fp8-16gpu": (-12.1, 90.8),
+    "dgxc2502-nemotron4-15b-fp8-32gpu": (-12.7, 90.2),
+    "dgxc2502-nemotron4-15b-fp8-64gpu": (-13.0, 90.0),
+    "dgxc2502-nemotron4-15b-fp8-128gpu": (-13.5, 89.0),
+    "dgxc2502-nemotron4-15b-fp8-256gpu": (-14.2, 87.5),
+    "dgxc2502-nemotron4-15b-fp8-512gpu": (-16.1, 83.5),
+    "dgxc2502-nemotron4-15b-fp8-1024gpu": (-15.0, 85.8),
+    "dgxc2502-nemotron4-15b-fp8-2048gpu": (-16.1, 83.5),
+    "dgxc2502-nemotron4-340b-fp8-128gpu": (6.4, 72.3),
+    "dgxc2502-nemotron4-340b-fp8-256gpu": (10.2, 69.7),
+    "dgxc2502-nemotron4-340b-fp8-512gpu": (11.1, 67.1),
+    "dgxc2502-nemotron4-340b-fp8-1024gpu": (9.8, 63.1),
+    "dgxc2502-nemotron4-340b-fp8-2048gpu": (5.7, 56.0),
+}
+
+
+def test_experiment_3_as_evaluated_after_the_mapping_commit():
+    """The frozen planner (freeze 5364c6d) on the 50 kept rows, evaluated once after the mapping
+    was committed: each row's error and the baseline's held to 0.5 percentage points, and the
+    counts within ±15 %. A change to the model or the mapping moves these and fails here."""
+    s = e3.summary_3()
+    assert {r["id"]: (r["error"], r["baseline_error"]) for r in s["rows"]}.keys() == ERRORS.keys()
+    for r in s["rows"]:
+        err, base = ERRORS[r["id"]]
+        assert abs(r["error"] - err) <= 0.5, r["id"]
+        assert abs(r["baseline_error"] - base) <= 0.5, r["id"]
+    assert (s["n"], s["within"], s["baseline_within"]) == (50, 46, 0)
+    assert (s["configurations"], s["configurations_within"]) == (50, 46)
+    assert s["by_source"] == {
+        "nemo-fw-perf-summary-2502": (1, 0),
+        "dgxc-benchmarking-25.02.01": (49, 46),
+    }
+    assert set(s["not_evaluated"]) == {r["id"] for r in ROWS if not r["kept"]}

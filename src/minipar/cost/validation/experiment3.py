@@ -111,3 +111,58 @@ def configuration(row: dict) -> tuple:
     """What makes two rows one configuration: model, precision and the whole layout."""
     keys = ("gpus", "global_batch", "micro_batch", "tp", "pp", "cp", "vp", "dp", "fsdp")
     return (modern._preset(row), row["precision"], *(row.get(k) for k in keys))
+
+
+def evaluate_row(row: dict) -> dict:
+    """One kept row on the planner: measured and predicted step time, the error and the
+    constant-MFU baseline's (:data:`modern.BASELINE_MFU` of :data:`modern.BASELINE_PEAK`, the
+    planner's model FLOPs per step), as experiment 1 computes them."""
+    m, c = config_for(row)
+    measured = measured_seconds(row)
+    baseline = planner.model_flops(m, row["global_batch"], "none")[0] / (
+        row["gpus"] * modern.BASELINE_PEAK * modern.BASELINE_MFU
+    )
+    return {
+        "id": row["id"],
+        "source": row["source"],
+        "model": row["model"],
+        "gpus": row["gpus"],
+        "precision": row["precision"],
+        "layout": (row["tp"], row["pp"], row["cp"], row["vp"], row["dp"], row["micro_batch"]),
+        "recompute": c.layout.recompute,
+        "tp_overlap": tp_overlap_for(row),
+        "measured_s": measured,
+        "predicted_s": c.step_seconds,
+        "error": 100 * (c.step_seconds / measured - 1),
+        "baseline_error": 100 * (baseline / measured - 1),
+        "fits": c.fits,
+    }
+
+
+def summary_3(band: float = 15.0) -> dict:
+    """Experiment 3: every kept row evaluated; the numbers within ±``band`` % for the model and
+    the baseline, over the rows and over the distinct configurations (a configuration counts as
+    within when all its rows are), and per source; the excluded rows with their reasons."""
+    done = [evaluate_row(r) for r in kept_rows()]
+    rows = {r["id"]: r for r in kept_rows()}
+    configs: dict[tuple, list[dict]] = {}
+    for e in done:
+        configs.setdefault(configuration(rows[e["id"]]), []).append(e)
+    by_source: dict[str, list[dict]] = {}
+    for e in done:
+        by_source.setdefault(e["source"], []).append(e)
+    return {
+        "rows": done,
+        "n": len(done),
+        "within": sum(abs(e["error"]) <= band for e in done),
+        "baseline_within": sum(abs(e["baseline_error"]) <= band for e in done),
+        "configurations": len(configs),
+        "configurations_within": sum(
+            all(abs(e["error"]) <= band for e in es) for es in configs.values()
+        ),
+        "by_source": {
+            s: (len(es), sum(abs(e["error"]) <= band for e in es)) for s, es in by_source.items()
+        },
+        "band": band,
+        "not_evaluated": {r["id"]: r["excluded_because"] for r in load()["rows"] if not r["kept"]},
+    }
