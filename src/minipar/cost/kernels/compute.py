@@ -35,26 +35,18 @@ bare :class:`~minipar.cost.kernels.hardware.GPU`):
   :func:`layer_memory_bytes`. ``GPU.layer_overhead_s`` adds a fixed time per layer forward +
   backward: what a whole layer took beyond its kernels' modelled times (the gaps between
   dozens of small kernels, the layout copies and bias gradients the byte count leaves out),
-  fitted on whole layers; 0 for the published-run presets. The planner replaces both (the
-  fused byte count and the fixed time) wherever the GPU has an element-wise rate
-  (``GPU.elementwise_bandwidth``, the H200 and the H100s): the recipe's own kernels
-  (:func:`elementwise_kernels`), each at max(issue time, traffic) (:func:`elementwise_seconds`;
-  the H200's 7.4 µs issue time from the calibration file, its 1.6 TB/s rate fitted on the SDPA
-  rows of the two step files).
+  fitted on whole layers; 0 for the published-run presets. The planner replaces both wherever
+  the GPU has an element-wise rate (``GPU.elementwise_bandwidth``): the recipe's own kernels
+  (:func:`elementwise_kernels`), each at max(issue time, traffic) (:func:`elementwise_seconds`).
 * Attention is an explicit input (``attention=``): "unfused" materialises the b·a/t·s² scores
   (QKᵀ, softmax, dropout, attention·V as separate kernels, ``GPU.attention_score_bytes`` per
   score over a forward + backward); "flash" (Dao et al. 2022, "FlashAttention"; Dao 2023,
   "FlashAttention-2") keeps the scores on chip: no per-score bytes, and its FLOPs
-  (:func:`flash_attention_flops`) at the measured rate ``GPU.flash_efficiency`` · P.
+  (:func:`flash_attention_flops`) at the measured rate ``GPU.flash_efficiency`` · P. Unfused,
+  the scores per FLOP fall as a/h², so the per-score bytes weigh on small models
+  (:data:`minipar.cost.kernels.hardware.A100_SCORE_BYTES`) without any per-model constant.
 
-On the H200 calibration file (tests/test_cost_compute_h200.py): 105 of the 108 GEMMs within
-±15 % (85 within ±10 %, median |error| 3.7 %; the 2021 rule at η = 0.70: 62 and 51), the six
-SDPA (flash) layers within −12 … +12 %, the six unfused ones within −9 … +11 %.
-
-With unfused attention, the small models of Narayanan et al. 2021 Table 1 (137 TFLOP/s at
-1.7 B, 163 at 1 T) reach a lower fraction of peak because the scores per FLOP fall as a/h²: the
-per-score bytes (30 on the A100, fitted on half of that table, :mod:`minipar.cost.validation.published`)
-weigh on the small models, without any per-model constant.
+tests/test_cost_compute_h200.py holds the model to the H200 calibration file's GEMMs and layers.
 """
 
 from __future__ import annotations

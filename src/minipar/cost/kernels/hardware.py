@@ -1,4 +1,5 @@
-"""Links and GPUs the course's cost examples use, each number with its source.
+"""Links and GPUs the course's cost examples use, each number with its source (the presets are
+data, ``presets.json`` beside this module; the fitted kernel constants are below).
 
 Bandwidth is bytes/s PER DIRECTION (what one ring step can use). Vendors often quote the
 bidirectional sum; ``Link.note`` records the conversion. The α values are NOT measured: they
@@ -12,8 +13,7 @@ from __future__ import annotations
 import json
 import math
 from dataclasses import dataclass, field, fields
-
-from ..units import GB
+from pathlib import Path
 
 
 @dataclass(frozen=True)
@@ -59,77 +59,7 @@ class GPU:
     kernel_issue_s: float = 0.0  # CPU time to issue one kernel (eager PyTorch)
 
 
-LINKS: dict[str, Link] = {
-    "nvlink3-a100": Link(
-        "nvlink3-a100",
-        300 * GB,
-        2e-6,
-        source="NVIDIA A100 Tensor Core GPU datasheet: NVLink 600 GB/s (12 NVLink-3 links)",
-        note="600 GB/s is the bidirectional total = 300 GB/s per direction (DGX A100, HGX A100).",
-    ),
-    "nvlink4-h100": Link(
-        "nvlink4-h100",
-        450 * GB,
-        2e-6,
-        source="NVIDIA H100 Tensor Core GPU datasheet: NVLink 900 GB/s (18 NVLink-4 links)",
-        note="900 GB/s is the bidirectional total = 450 GB/s per direction. 'What Is Tensor "
-        "Parallelism? Multi-GPU Training Explained' quotes the 900 GB/s bidirectional "
-        "figure correctly; a ring step can use 450. bus_efficiency 0.80: ASSUMED, the ring "
-        "all-reduce's busbw over the line rate that nccl-tests reference tables give for 8 "
-        "NVLink GPUs without NVLink SHARP (A100: 230-250 GB/s of 300; 'NCCL-tests in "
-        "practice', Alaya NeW, 2026); NVLS (460-480 GB/s on 8 H100) is not priced.",
-        bus_efficiency=0.80,
-    ),
-    "pcie5-x16": Link(
-        "pcie5-x16",
-        32e9 * 16 * (128 / 130) / 8,
-        5e-6,
-        source="PCI-SIG PCIe 5.0 base spec: 32 GT/s per lane, 128b/130b encoding",
-        note="32 GT/s x 16 lanes x 128/130 / 8 = 63.0 GB/s per direction (≈64 GB/s as usually "
-        "quoted), ≈126 GB/s bidirectional; NVIDIA's '128 GB/s' is that bidirectional sum. "
-        "'What Is Tensor Parallelism? Multi-GPU Training Explained' calls ~64 GB/s "
-        "'bidirectional': it is per direction. Measured "
-        "GPU-to-GPU copies reach roughly 50 GB/s.",
-    ),
-    "ib-ndr400": Link(
-        "ib-ndr400",
-        400e9 / 8,
-        5e-6,
-        source="InfiniBand Trade Association / NVIDIA ConnectX-7: NDR 400 Gb/s per port",
-        note="400 Gb/s data rate per direction = 50 GB/s per direction (100 GB/s both ways). "
-        "bus_efficiency 0.90: ASSUMED (about 45 of 50 GB/s busbw per GPU across nodes, "
-        "nccl-tests' usual figure on NDR rails); no file here measures it.",
-        bus_efficiency=0.90,
-    ),
-    "ib-hdr200": Link(
-        "ib-hdr200",
-        200e9 / 8,
-        5e-6,
-        source="NVIDIA DGX A100 User Guide: 8 ConnectX-6 HDR 200 Gb/s compute NICs, one per GPU",
-        note="200 Gb/s per direction = 25 GB/s per GPU per direction (rail-optimised).",
-    ),
-    "opa-jean-zay": Link(
-        "opa-jean-zay",
-        4 * 100e9 / 8 / 8,
-        5e-6,
-        source="IDRIS, Jean Zay hardware: A100 nodes with 4 Omni-Path 100 Gb/s NICs per "
-        "8-GPU node (BigScience 2022, BLOOM paper §3.4)",
-        note="4 × 100 Gb/s shared by 8 GPUs = 50 GB/s per node = 6.25 GB/s per GPU per "
-        "direction: a quarter of a DGX A100's 25 GB/s HDR per GPU.",
-    ),
-    "eth-100g": Link(
-        "eth-100g",
-        100e9 / 8,
-        30e-6,
-        source="IEEE 802.3 100 Gigabit Ethernet",
-        note="100 Gb/s per direction = 12.5 GB/s per direction; α assumes TCP sockets.",
-    ),
-}
-
-# Dense (no 2:4 structured sparsity) peak FLOP/s: datasheets print sparse numbers with an
-# asterisk, twice these. "GB" of HBM on NVIDIA datasheets is binary here (80 GB = 5 x 16 GiB
-# stacks); the driver keeps a little back, so torch reports slightly less as total memory.
-_T = 1e12
+_T = 1e12  # the presets' peaks are dense TFLOP/s (presets.json says how they were read)
 
 # The A100's kernel model. Datasheet: peak, HBM, SMs. GEMMs by the "additive" rule measured on
 # the H200 (compute.py): the 2021 tile/wave rule over-charged dense shapes there by up to
@@ -153,35 +83,20 @@ datasheet's HBM rate. Scores per FLOP fall as a/h², so this term is what separa
 models from the large; left at 20 with η alone fitted, the 2021 wave rule orders Table 1
 at Spearman 0.23 (η alone under the additive rule: 0.79)."""
 
-# The H200's kernel model, from one H200 (SXM, 132 SMs; torch 2.11, CUDA 13.0), the CALIBRATION
-# set measurements/h200_layer_gemm_times.json (its README gives the method). Measured directly:
-#   η = 0.78        an 8192³ bf16 matmul ran at 775 TFLOP/s = 0.783 of the 989.4 dense peak;
-#   W = 4.22 TB/s   a 2 GiB device-to-device copy (bytes read + written), 88 % of the 4.8 of
-#                   the datasheet.
-# Fitted on that file's rows by minipar.cost.validation.kernel_fit (least squares of the relative error,
-# each constant linear in its model), rounded:
-#   λ = 7.4 µs      per GEMM call, on its 72 dense GEMMs (compute.gemm_seconds, "additive");
-#   W_bmm = 3.74 TB/s, λ_bmm = 20 µs   on its 36 batched attention GEMMs (compute.bmm_seconds);
-#   on its 12 layers jointly: a fixed 0.72 ms per layer forward + backward, flash attention at
-#   0.40 of the peak (396 TFLOP/s) from the 6 SDPA layers, and 74 bytes per score from the 6
-#   unfused ones (the time of PyTorch's separate scale, softmax and dropout kernels and their
-#   backward, as bytes moved at W: far more than the 9 + 11 that Megatron's fused kernel
-#   moves, the other presets' default);
-#   Adam 3.24 TB/s: torch.optim.Adam(fused=True) moves 28 bytes per fp32 parameter (reads
-#   weight, gradient, momentum, variance; writes three): 9.03 ms for 2³⁰ parameters, 2.39 for
-#   2²⁸.
-# tests/test_cost_compute_h200.py re-derives every figure above. The planner does not charge
-# the 0.72 ms per layer where the GPU has an element-wise rate (three_d_terms.
-# recipe_kernels_seconds takes it back out): it prices the recipe's element-wise kernels
-# (compute.elementwise_kernels) one by one, each at max(issue time, traffic), with
-#   kernel_issue_s = 7.4 µs         the calibration file's per-GEMM-call λ (the step files
-#                                   cannot identify it: any value from 0 to 20 µs fits them);
-#   elementwise_bandwidth = 1.6 TB/s  FITTED on the nine SDPA rows of the two whole-step files,
-#                                   h200_step_times.json and h200_step_times_batch_recompute.json
-#                                   (38 % of the copy's rate: eager PyTorch's small, partly
-#                                   strided kernels), so those rows' step times are IN-SAMPLE;
-#                                   only the unfused row is out of sample. tests/test_cost_kernels.py
-#                                   holds both files within ±10 %.
+# The H200's kernel model, from one H200 (SXM, 132 SMs; torch 2.11, CUDA 13.0): the CALIBRATION
+# set measurements/h200_layer_gemm_times.json, whose README says which constant came from which
+# file and row, fitted by minipar.cost.validation.kernel_fit (its docstring gives each model) and
+# rounded; tests/test_cost_compute_h200.py re-derives every figure. Measured directly: η = 0.78
+# (an 8192³ bf16 matmul at 775 TFLOP/s of the 989.4 dense peak), W = 4.22 TB/s (a 2 GiB
+# device-to-device copy, 88 % of the datasheet's 4.8). Fitted on its rows: λ = 7.4 µs per GEMM
+# call (72 dense GEMMs); W_bmm = 3.74 TB/s and λ_bmm = 20 µs (36 batched attention GEMMs); on its
+# 12 layers, 0.72 ms per layer, flash at 0.40 of the peak and 74 bytes per unfused score
+# (PyTorch's separate softmax and dropout kernels, far more than the 9 + 11 of Megatron's fused
+# one); Adam at 3.24 TB/s (28 bytes per fp32 parameter). The planner prices the recipe's
+# element-wise kernels instead of the 0.72 ms (three_d_terms.recipe_kernels_seconds), each at
+# max(issue time, traffic): kernel_issue_s = the 7.4 µs λ (the step files cannot identify it),
+# elementwise_bandwidth = 1.6 TB/s FITTED on the nine SDPA rows of the two whole-step files, so
+# those rows' step times are IN-SAMPLE (tests/test_cost_kernels.py holds both within ±10 %).
 H200_GEMM_EFFICIENCY = 0.78
 H200_HBM_ACHIEVED = 4.22e12
 H200_DATASHEET_HBM = 4.8e12
@@ -225,117 +140,27 @@ def gh100_kernels(hbm_datasheet: float) -> dict:
     return k
 
 
-GPUS: dict[str, GPU] = {
-    "A100-80GB": GPU(
-        "A100-80GB",
-        80 * 2**30,
-        {
-            "fp64": 19.5 * _T,
-            "fp32": 19.5 * _T,
-            "tf32": 156 * _T,
-            "bf16": 312 * _T,
-            "fp16": 312 * _T,
-        },
-        source="NVIDIA A100 Tensor Core GPU datasheet (SXM, dense)",
-        note="fp64 is the FP64 Tensor Core figure; tf32/bf16/fp16 dense = half "
-        "the datasheet's sparsity numbers (312/624/624). HBM2e 2,039 GB/s, "
-        "108 SMs; NVLink 3 (300 GB/s per direction) and one HDR 200 Gb/s "
-        "NIC per GPU in a DGX A100.",
-        hbm_bandwidth=2039e9,
-        sms=108,
-        gemm_efficiency=A100_GEMM_EFFICIENCY,
-        intra="nvlink3-a100",
-        inter="ib-hdr200",
-        gemm_rule="additive",
-        attention_score_bytes=A100_SCORE_BYTES,
-    ),
-    "H100-SXM": GPU(
-        "H100-SXM",
-        80 * 2**30,
-        {
-            "fp64": 66.9 * _T,
-            "fp32": 66.9 * _T,
-            "tf32": 494.7 * _T,
-            "bf16": 989.4 * _T,
-            "fp16": 989.4 * _T,
-            "fp8": 1978.9 * _T,
-        },
-        source="NVIDIA H100 Tensor Core GPU datasheet (SXM5, dense)",
-        note="datasheet prints 989 TF32 / 1979 BF16 / 3958 FP8 'with sparsity'; "
-        "dense is half. HBM3 3.35 TB/s, 132 SMs; NVLink 4 (450 GB/s per "
-        "direction), one NDR 400 Gb/s NIC per GPU in a DGX H100. Kernel constants: the "
-        "H200's (gh100_kernels, an assumption), HBM 3.35 x 4.22/4.8 = 2.95 TB/s achieved.",
-        sms=132,
-        intra="nvlink4-h100",
-        inter="ib-ndr400",
-        **gh100_kernels(3.35e12),
-    ),
-    "H100-HBM2e-500W": GPU(
-        "H100-HBM2e-500W",
-        96e9,
-        {
-            "bf16": POWER_500W * 989.4 * _T,
-            "fp16": POWER_500W * 989.4 * _T,
-            "fp8": POWER_500W * 1978.9 * _T,
-        },
-        source="torchtitan's benchmark H100 (Grand Teton): 96 GB HBM2e at 2.4 TB/s, run at the "
-        "default 500 W power limit; torchtitan: its peak is 'between SXM and NVL', exact value "
-        "unknown",
-        note="the SXM's peaks times POWER_500W, the sustained tensor-core rate under the 500 W "
-        "limit relative to the 700 W SXM, FITTED on one calibration row (torchtitan's Llama 3.1 "
-        "8B on 8 GPUs, bf16, eager, December 2024; minipar.cost.validation.modern_fit); kernel "
-        "constants the H200's (gh100_kernels) with the bandwidth-bound ones scaled by 2.4/4.8; "
-        "NVLink 4 in the host and 400 Gb/s RDMA per GPU.",
-        sms=132,
-        intra="nvlink4-h100",
-        inter="ib-ndr400",
-        **gh100_kernels(2.4e12),
-    ),
-    "H100-PCIe": GPU(
-        "H100-PCIe",
-        80 * 2**30,
-        {
-            "fp64": 25.6 * _T,
-            "fp32": 51.2 * _T,
-            "tf32": 378 * _T,
-            "bf16": 756 * _T,
-            "fp16": 756 * _T,
-            "fp8": 1513 * _T,
-        },
-        source="NVIDIA H100 Tensor Core GPU datasheet (PCIe, dense); NVIDIA H100 "
-        "Tensor Core GPU Architecture whitepaper (114 SMs in the PCIe part)",
-        note="a smaller part than the SXM5: 114 SMs (not 132), HBM2e at 2.0 TB/s "
-        "(not HBM3 at 3.35), 300-350 W; datasheet 1,513 BF16 / 3,026 FP8 TFLOP/s "
-        "are 'with sparsity', dense is half. GPUs of a server talk over PCIe "
-        "Gen5 x16 (an NVLink bridge joins pairs only). Kernel constants: the H200's "
-        "(gh100_kernels, an assumption), HBM 2.0 x 4.22/4.8 = 1.76 TB/s achieved.",
-        sms=114,
-        intra="pcie5-x16",
-        inter="ib-ndr400",
-        **gh100_kernels(2.0e12),
-    ),
-    "H200": GPU(
-        "H200",
-        141 * 2**30,
-        {
-            "fp64": 66.9 * _T,
-            "fp32": 66.9 * _T,
-            "tf32": 494.7 * _T,
-            "bf16": 989.4 * _T,
-            "fp16": 989.4 * _T,
-            "fp8": 1978.9 * _T,
-        },
-        source="NVIDIA H200 Tensor Core GPU datasheet (SXM, dense); kernel constants "
-        "measured on one H200 (measurements/h200_layer_gemm_times.json)",
-        note="same GH100 compute as H100 SXM; 141 GB HBM3e, 4.8 TB/s on the datasheet, "
-        "4.22 achieved by a copy (the figure used); NVLink 4 and NDR 400 as in a "
-        "DGX H100 (HGX H200).",
-        sms=132,
-        intra="nvlink4-h100",
-        inter="ib-ndr400",
-        **gh100_kernels(H200_DATASHEET_HBM),
-    ),
-}
+def _preset(name: str, g: dict) -> GPU:
+    """A GPU of ``presets.json``: its peaks in TFLOP/s (times ``peak_scale``, a constant of this
+    module, where given) and its kernel constants, the A100's fitted ones or
+    :func:`gh100_kernels` of its datasheet HBM bandwidth."""
+    g = dict(g)
+    scale = {"POWER_500W": POWER_500W}[g.pop("peak_scale")] if "peak_scale" in g else 1
+    peaks = {k: scale * v * _T for k, v in g.pop("peak_tflops").items()}
+    if g.pop("kernels") == "a100":
+        kernels = dict(
+            gemm_efficiency=A100_GEMM_EFFICIENCY,
+            gemm_rule="additive",
+            attention_score_bytes=A100_SCORE_BYTES,
+        )
+    else:
+        kernels = gh100_kernels(g.pop("hbm_datasheet"))
+    return GPU(name, peak_flops=peaks, **g, **kernels)
+
+
+_PRESETS = json.loads((Path(__file__).resolve().parent / "presets.json").read_text())
+LINKS: dict[str, Link] = {k: Link(k, **v) for k, v in _PRESETS["links"].items()}
+GPUS: dict[str, GPU] = {k: _preset(k, g) for k, g in _PRESETS["gpus"].items()}
 
 
 def link(name: str) -> Link:
