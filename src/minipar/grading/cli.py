@@ -2,17 +2,14 @@
 
 For every notebook under PATH the grader
 
-1. finds the notebook's solution script (:func:`minipar.grading.notebooks.find_script`) and with
-   it the **expected tasks** (every ``check`` call in the script); a notebook with neither a
-   script nor a check cell is not an exercise ("No tasks found in X"), and is not run;
-2. writes a **graded copy** (:func:`minipar.grading.notebooks.graded_copy`): outputs, execution
-   counts and ``NBVAL`` markers stripped, after a set-up cell that opens the side log;
-3. runs each copy in a fresh kernel, cells top to bottom, as "Restart and Run All" would
-   (:mod:`minipar.grading.runner`, which watches the kernel: a kernel that dies ends that
-   notebook at once, one that stops making progress is stopped; no wall-clock limit unless
-   ``--timeout``), while :func:`minipar.grading.check` and the copy's set-up cell log each
-   task's outcome, full reason and every cell error to a side file;
-4. scores each expected task: PASS only if its check ran, printed exactly its PASS line and no
+1. finds its solution script (:func:`~minipar.grading.notebooks.find_script`) and with it the
+   **expected tasks** (every ``check`` call in the script); a notebook with neither a script nor
+   a check cell is not an exercise ("No tasks found in X"), and is not run;
+2. runs its **graded copy** (:func:`~minipar.grading.notebooks.graded_copy`) in a fresh kernel,
+   cells top to bottom as "Restart and Run All" would, watched by :mod:`minipar.grading.runner`
+   (no wall-clock limit unless ``--timeout``), while :func:`minipar.grading.check` and the
+   copy's set-up cell log each task's outcome, full reason and every cell error to a side file;
+3. scores each expected task: PASS only if its check ran, printed exactly its PASS line and no
    earlier cell was stopped for time. A task whose check cell is gone fails ("check cell for X
    is missing"); a check that did not run gets the first error of the learner's cells (with the
    learner's line), or the cell the kernel died in and how.
@@ -128,14 +125,10 @@ def _first_line(source: str) -> str:
 
 
 def _read_log(path: Path) -> list[dict]:
-    if not path.exists():
-        return []
     records = []
-    for line in path.read_text(encoding="utf-8").splitlines():
-        try:
+    for line in path.read_text(encoding="utf-8").splitlines() if path.exists() else []:
+        with contextlib.suppress(ValueError):
             records.append(json.loads(line))
-        except ValueError:
-            continue
     return records
 
 
@@ -158,13 +151,8 @@ def _check_cells(learner) -> dict:
 def _cell_errors(records, copy, origin) -> list[tuple]:
     """(learner cell index, error text) of every cell the side log says raised."""
     source_to_copy = {c.source: k for k, c in enumerate(copy.cells)}
-    errors = []
-    for r in records:
-        if "error" in r:
-            k = source_to_copy.get(r.get("cell"))
-            if k is not None and origin[k] is not None:
-                errors.append((origin[k], r["error"]))
-    return errors
+    raised = [(source_to_copy.get(r.get("cell")), r["error"]) for r in records if "error" in r]
+    return [(origin[k], e) for k, e in raised if k is not None and origin[k] is not None]
 
 
 def _cut_checks(run, origin, errors, checks_at) -> dict:
@@ -330,11 +318,9 @@ def _unreadable(nb_path: Path, error: Exception, tally: _Tally) -> None:
         f"starter): {what}"
     )
     script = find_script(nb_path)
-    if script is None:
-        tally.add(str(nb_path.resolve()), "(notebook)", False, why)
-        return
-    tally.covered.add(script.resolve())
-    for t in expected_tasks(script):
+    if script is not None:
+        tally.covered.add(script.resolve())
+    for t in expected_tasks(script) if script is not None else ["(notebook)"]:
         tally.add(str(nb_path.resolve()), t, False, why)
 
 

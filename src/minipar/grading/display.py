@@ -67,41 +67,24 @@ def unimplemented(candidate, depth: int = 0) -> bool:
     if depth > 2:
         return False
     if isinstance(candidate, functools.partial):
-        return unimplemented(candidate.func, depth + 1)
+        candidate = [candidate.func]
+    elif isinstance(candidate, dict):
+        candidate = list(candidate.values())
+    elif isinstance(candidate, type):
+        members = [(v, getattr(v, "__func__", v)) for v in vars(candidate).values()]
+        candidate = [f for v, f in members if callable(f) and not isinstance(v, type)]
     if isinstance(candidate, (tuple, list)):
         return any(unimplemented(c, depth + 1) for c in candidate)
-    if isinstance(candidate, dict):
-        return any(unimplemented(c, depth + 1) for c in candidate.values())
-    if isinstance(candidate, type):
-        return any(
-            unimplemented(getattr(v, "__func__", v), depth + 1)
-            for v in vars(candidate).values()
-            if callable(getattr(v, "__func__", v)) and not isinstance(v, type)
-        )
-    func = getattr(candidate, "__func__", candidate)  # a bound method
-    code = getattr(func, "__code__", None)
+    code = getattr(getattr(candidate, "__func__", candidate), "__code__", None)  # a bound method
     return code is not None and _raises_not_implemented(code)
-
-
-def _log(task_id: str, passed: bool, reason: str) -> None:
-    """Append this outcome to ``$MINIPAR_GRADE_LOG`` (set by ``minipar grade``) if set: the one
-    channel that carries a check's verdict to the grader."""
-    path = os.environ.get(_LOG_ENV)
-    if path:
-        with open(path, "a", encoding="utf-8") as f:
-            f.write(json.dumps({"task": task_id, "passed": passed, "reason": reason}) + "\n")
 
 
 def check(task_id: str, candidate, time_limit_s: float | None = None, **options) -> Result:
     """Grade ``candidate`` for ``task_id``; print one PASS or FAIL line; return a truthy
-    :class:`Result` when it passed.
-
-    Output of the candidate (its ranks' prints, warnings) is swallowed so that the line printed
-    is deterministic. Work done in this process is stopped after ``time_limit_s`` CPU-seconds
-    (default :data:`minipar.grading.limits.TIME_LIMIT`; see
-    :func:`minipar.grading.limits.cpu_time_limit`) with a FAIL line saying so; ranks started
-    through :func:`minipar.grading.limits.run_ranks` have their own progress-based limits.
-    """
+    :class:`Result` when it passed. The candidate's output (its ranks' prints, warnings) is
+    swallowed, so the line printed is deterministic; work in this process fails after
+    ``time_limit_s`` CPU-seconds (default :data:`~minipar.grading.limits.TIME_LIMIT`: see
+    :func:`~minipar.grading.limits.cpu_time_limit`); ranks have their own limits."""
     try:
         t = get_task(task_id)
     except GraderImportError as e:  # the grader itself failed to import
@@ -127,8 +110,13 @@ def check(task_id: str, candidate, time_limit_s: float | None = None, **options)
 
 
 def _verdict(task_id: str, reason: str | None) -> Result:
-    """Print and log the PASS line (``reason`` None) or the FAIL line with ``reason``."""
+    """Print the PASS line (``reason`` None) or the FAIL line with ``reason``; append the outcome
+    to ``$MINIPAR_GRADE_LOG`` if ``minipar grade`` set it: the one channel that carries a check's
+    verdict to the grader."""
     line = pass_line(task_id) if reason is None else f"FAIL {task_id}: {reason}"
     print(line)
-    _log(task_id, reason is None, reason or "")
+    if path := os.environ.get(_LOG_ENV):
+        with open(path, "a", encoding="utf-8") as f:
+            outcome = {"task": task_id, "passed": reason is None, "reason": reason or ""}
+            f.write(json.dumps(outcome) + "\n")
     return Result(reason is None, line)

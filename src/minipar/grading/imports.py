@@ -21,6 +21,7 @@ autograd calls ``_CopyToTPRegion.backward`` directly).
 
 from __future__ import annotations
 
+import builtins
 import contextlib
 import dis
 import importlib
@@ -48,13 +49,9 @@ def forbidden_modules(chapter: str) -> tuple[str, ...]:
     return FORBIDDEN[chapter]
 
 
-def _is_forbidden(module_name: str | None, modules: tuple[str, ...]) -> bool:
-    name = module_name or ""
-    return any(name == m or name.startswith(m + ".") for m in modules)
-
-
-def _allowed(qualname: str, allow: tuple[str, ...]) -> bool:
-    return any(qualname == a or qualname.startswith(a + ".") for a in allow)
+def _under(name: str | None, names: tuple[str, ...]) -> bool:
+    """``name`` is one of ``names`` or inside one: a submodule, a class's method."""
+    return any(name == n or (name or "").startswith(n + ".") for n in names)
 
 
 def _module_of(obj) -> str | None:
@@ -103,8 +100,7 @@ def find_course_use(candidate, modules: tuple[str, ...], allow: tuple[str, ...] 
     else ``None``. Follows the learner's own helpers (functions and classes defined outside
     ``minipar`` and outside libraries) that the candidate uses."""
     if not isinstance(candidate, types.ModuleType):
-        itself = _forbidden_object(candidate, modules, allow)
-        if itself:
+        if itself := _forbidden_object(candidate, modules, allow):
             return itself
     seen: set[int] = set()
     todo = [candidate]
@@ -114,13 +110,12 @@ def find_course_use(candidate, modules: tuple[str, ...], allow: tuple[str, ...] 
             continue
         seen.add(id(obj))
         for base in obj.__mro__[1:] if isinstance(obj, type) else ():
-            if _is_forbidden(base.__module__, modules) and not _allowed(base.__qualname__, allow):
+            if _under(base.__module__, modules) and not _under(base.__qualname__, allow):
                 return f"{base.__module__} ({base.__qualname__})"
         for value in (v for fn in _functions_of(obj) for v in _referenced(fn)):
             if isinstance(value, types.ModuleType):
                 continue
-            hit = _forbidden_object(value, modules, allow)
-            if hit:
+            if hit := _forbidden_object(value, modules, allow):
                 return hit
             if _learners(value):
                 todo.append(value)
@@ -130,23 +125,14 @@ def find_course_use(candidate, modules: tuple[str, ...], allow: tuple[str, ...] 
 def _referenced(fn) -> list:
     """The objects function ``fn`` refers to: the globals and builtins it names (modules aside),
     its closure's contents and what it reads through a module (:func:`_through_modules`)."""
-    cells = [c.cell_contents for c in (fn.__closure__ or ()) if _filled(c)]
-    names = set()
-    for code in _code_objects(fn.__code__):
-        names.update(code.co_names)
-    env = dict(vars(__builtins__) if isinstance(__builtins__, types.ModuleType) else __builtins__)
-    env.update(fn.__globals__)
+    cells = [c.cell_contents if _filled(c) else None for c in fn.__closure__ or ()]
+    codes = list(_code_objects(fn.__code__))
+    names = {n for code in codes for n in code.co_names}
+    env = {**vars(builtins), **fn.__globals__}
     values = [env[n] for n in names if n in env and not isinstance(env[n], types.ModuleType)]
-    closure = dict(
-        zip(
-            fn.__code__.co_freevars,
-            [c.cell_contents if _filled(c) else None for c in (fn.__closure__ or ())],
-        )
-    )
-    values += cells
-    for code in _code_objects(fn.__code__):
-        values += list(_through_modules(code, env, closure))
-    return values
+    values += [c.cell_contents for c in fn.__closure__ or () if _filled(c)]
+    closure = dict(zip(fn.__code__.co_freevars, cells))
+    return values + [v for code in codes for v in _through_modules(code, env, closure)]
 
 
 _SKIP = {"CACHE", "PRECALL", "EXTENDED_ARG", "NOP", "RESUME", "COPY_FREE_VARS"}
@@ -217,12 +203,12 @@ def _forbidden_object(value, modules, allow) -> str | None:
     if mod is None and not isinstance(value, (int, float, str, bytes, tuple, list, dict)):
         value = type(value)  # an instance of a course class
         mod = value.__module__
-    if not _is_forbidden(mod, modules):
+    if not _under(mod, modules):
         return None
     if isinstance(value, types.ModuleType):
         return value.__name__
     qual = getattr(value, "__qualname__", getattr(value, "__name__", "?"))
-    return None if _allowed(qual, allow) else f"{mod} ({qual})"
+    return None if _under(qual, allow) else f"{mod} ({qual})"
 
 
 def _learners(value) -> bool:
@@ -274,13 +260,13 @@ def course_calls(modules: tuple[str, ...], allow: tuple[str, ...] = ()):
         if event != "call" or frame.f_code.co_name == "<module>":  # not the import itself
             return
         mod = frame.f_globals.get("__name__", "")
-        if not _is_forbidden(mod, modules):
+        if not _under(mod, modules):
             return
         back = frame.f_back
-        if back is not None and _is_forbidden(back.f_globals.get("__name__", ""), modules):
+        if back is not None and _under(back.f_globals.get("__name__", ""), modules):
             return  # inside the course's code already
         qual = getattr(frame.f_code, "co_qualname", frame.f_code.co_name)
-        if not _allowed(qual, allow):
+        if not _under(qual, allow):
             used.setdefault(f"{mod} ({qual})")
 
     old = sys.getprofile()

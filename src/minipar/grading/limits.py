@@ -82,7 +82,7 @@ class RankFailure(GradeFailure):
 
 class LimitExceeded(GradeFailure):
     """The ranks were stopped: ``kind`` is ``"deadlock"``, ``"endless loop"`` or ``"timeout"``
-    (a system with neither ``/proc`` nor ``ps``); ``logs`` maps each rank to the end of its stderr (its stack included)."""
+    (a system with neither ``/proc`` nor ``ps``); ``logs``: rank -> the end of its stderr."""
 
     def __init__(self, reason: str, kind: str, logs: dict | None = None):
         super().__init__(reason)
@@ -97,8 +97,11 @@ _PS_TIME = re.compile(r"(?:(\d+)-)?(?:(\d+):)?(\d+):(\d+(?:\.\d+)?)")  # [[d-]h:
 
 def _stat(pid: int):
     """(state letter, CPU-seconds of all its threads, start time) or None if it is gone; from
-    ``/proc`` where there is one, else from ``ps``."""
-    return _stat_proc(pid) if _PROC else _stat_ps(pid)
+    ``/proc`` where there is one, else from ``ps`` (:func:`_stat_ps`)."""
+    if not _PROC:
+        return _stat_ps(pid)
+    f = _proc_fields(f"/proc/{pid}/stat")
+    return None if f is None else (f[0], (int(f[11]) + int(f[12])) / _TICK, int(f[19]))
 
 
 def _stat_ps(pid: int):
@@ -130,13 +133,6 @@ def _proc_fields(path: str) -> list[str] | None:
         return None
 
 
-def _stat_proc(pid: int):
-    fields = _proc_fields(f"/proc/{pid}/stat")
-    if fields is None:
-        return None
-    return fields[0], (int(fields[11]) + int(fields[12])) / _TICK, int(fields[19])
-
-
 def _any_thread_running(pid: int) -> bool:
     """A thread of ``pid`` is runnable (``R``) or in uninterruptible I/O (``D``): it is making
     progress, or would if the CPU were free. Without ``/proc`` the process's state stands for
@@ -159,9 +155,8 @@ def can_watch() -> bool:
 class Watcher:
     """Watches one call's ranks from a thread; stops them on a deadlock or an endless loop."""
 
-    def __init__(self, stall_s: float | None = None, cpu_limit: float | None = None):
-        self.stall_s = STALL_S if stall_s is None else stall_s  # read now: tests may
-        self.cpu_limit = CPU_LIMIT if cpu_limit is None else cpu_limit  # change them
+    def __init__(self):
+        self.stall_s, self.cpu_limit = STALL_S, CPU_LIMIT  # read now: tests change them
         self.pids: list[int] = []
         self.logs: list[str] = []
         self.cpu: dict[int, float] = {}  # rank -> CPU-seconds used, last sample
@@ -317,9 +312,9 @@ def run_ranks(fn, world_size: int, *args, **kwargs) -> list:
     except RankError as e:
         if watcher is not None:
             watcher.stop()
-        if watcher is not None and watcher.kind:
-            verdict = watcher.kind
-            raise LimitExceeded(watcher.reason(world_size), watcher.kind, watcher.stacks) from None
+            if watcher.kind:
+                verdict = watcher.kind
+                raise LimitExceeded(watcher.reason(world_size), verdict, watcher.stacks) from None
         if "timed out" in (e.summary or "").lower():
             verdict = "deadlock"
             raise LimitExceeded(
@@ -342,8 +337,7 @@ def run_ranks(fn, world_size: int, *args, **kwargs) -> list:
 
 
 def _record(world_size, watcher, wall, verdict) -> None:
-    path = os.environ.get(_STATS_ENV)
-    if not path:
+    if not (path := os.environ.get(_STATS_ENV)):
         return
     cpu = [round(watcher.cpu.get(r, 0.0), 2) for r in range(world_size)] if watcher else []
     record = {"world_size": world_size, "cpu_s": cpu, "wall_s": round(wall, 2), "verdict": verdict}
@@ -386,16 +380,13 @@ class _MainThreadLimit:
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._watch, name="minipar-cpu-limit", daemon=True)
 
-    def used(self) -> float:
-        return time.clock_gettime(self.clock) - self.start
-
     def _watch(self) -> None:
         main = threading.main_thread().ident
         while not self._stop.wait(0.05):
             if (
                 _limits
                 and _limits[-1] is self
-                and self.used() > self.seconds
+                and time.clock_gettime(self.clock) - self.start > self.seconds
                 and time.monotonic() >= self.retry_at
             ):
                 self.retry_at = time.monotonic() + 0.5  # the handler decides; retry later
@@ -490,17 +481,3 @@ def cpu_time_limit(seconds: float | None):
             )
         if outer_real:
             signal.setitimer(signal.ITIMER_REAL, max(outer_real - (time.monotonic() - start), 0.01))
-
-
-__all__ = [
-    "run_ranks",
-    "RankFailure",
-    "LimitExceeded",
-    "cpu_time_limit",
-    "waiting_at",
-    "Watcher",
-    "CPU_LIMIT",
-    "STALL_S",
-    "TIME_LIMIT",
-    "CELL_LIMIT",
-]

@@ -13,24 +13,13 @@ Each exercise is written once, as a solved percent-format script
     # %% [check]
     check("collectives.ring_all_reduce", ring_all_reduce)
 
-From it we build the learner's notebook ``exercises/<chapter>/NN_name.ipynb`` (each solution block
-becomes ``raise NotImplementedError``; **no stored outputs**; the notebook's metadata
-``minipar.exercise = "<chapter>/NN_name"`` names its script) and, for tests, the solved notebook.
+From it :func:`build` makes the learner's notebook ``exercises/<chapter>/NN_name.ipynb`` and, for
+tests, the solved one; :func:`expected_tasks` reads the tasks its notebook must pass, and
+:func:`find_script` finds the script of a learner's notebook, so a deleted check cell is a
+failed task, never a vanished one. :func:`graded_copy` turns a learner's notebook into what
+``minipar grade`` runs: nothing the learner's file has saved reaches it.
 
-**Registry.** :func:`expected_tasks` reads the ``check("<task>", ...)`` calls of a solution
-script: those are the tasks its notebook must pass. :func:`find_script` finds the script of a
-learner's notebook (metadata first, then ``solutions/<stem>.py`` beside it, then the course's
-``exercises/<chapter>/solutions/``), so a deleted check cell is a failed task, never a vanished
-one.
-
-**Graded copy.** :func:`graded_copy` turns a learner's notebook into what ``minipar grade`` runs:
-its code cells with outputs, execution counts, cell tags and ``NBVAL_*`` markers stripped, after
-a first cell that moves into the notebook's folder and records errors and check outcomes in a
-side log, the one channel of every verdict. Nothing the learner's file has saved reaches it.
-
-``python -m minipar.grading.notebooks [CHAPTER...]`` writes the missing starters (of every
-chapter, or of the chapters named) and never overwrites a learner's notebook; ``--force``
-overwrites them (course authors); ``--check`` fails if a starter the repository holds is stale.
+``python -m minipar.grading.notebooks [CHAPTER...]`` writes the missing starters (:func:`main`).
 """
 
 from __future__ import annotations
@@ -81,8 +70,10 @@ def exercise_id(script: Path) -> str:
 
 
 def build(script: Path, solved: bool) -> "nbformat.NotebookNode":
-    """The learner's notebook (``solved=False``) or the reference notebook (``solved=True``),
-    without outputs (the grader reads each check's outcome from its side log)."""
+    """The learner's notebook (``solved=False``: each solution block becomes ``raise
+    NotImplementedError``) or the reference notebook (``solved=True``), without outputs (the
+    grader reads each check's outcome from its side log); its metadata
+    ``minipar.exercise = "<chapter>/NN_name"`` names its script."""
     import nbformat  # noqa: PLC0415 (lazy: grade extra)
 
     nb = nbformat.v4.new_notebook()
@@ -125,7 +116,9 @@ def expected_tasks(script: Path) -> list[str]:
 
 
 def find_script(nb_path: Path, nb=None) -> Path | None:
-    """The solution script a learner's notebook was built from, or None if there is none."""
+    """The solution script a learner's notebook was built from (its metadata first, then
+    ``solutions/<stem>.py`` beside it, then the course's ``exercises/<chapter>/solutions/``), or
+    None if there is none."""
     nb_path = Path(nb_path).resolve()
     meta = ((nb or {}).get("metadata", {}) or {}).get("minipar", {}) or {}
     ident = meta.get("exercise") if isinstance(meta, dict) else None
@@ -153,8 +146,9 @@ SETUP = (
 
 
 def graded_copy(nb, folder: str, log: str) -> tuple["nbformat.NotebookNode", list[int | None]]:
-    """The notebook ``minipar grade`` runs, and for each of its code cells the index of the
-    learner's cell it came from (None for the set-up cell)."""
+    """The notebook ``minipar grade`` runs: the learner's code cells without outputs, execution
+    counts, tags and ``NBVAL_*`` markers, after the set-up cell (:func:`grading_setup`); and for
+    each of its code cells the index of the learner's cell it came from (None for the set-up)."""
     import nbformat  # noqa: PLC0415 (lazy: grade extra)
 
     copy = nbformat.v4.new_notebook()

@@ -94,9 +94,8 @@ def remote_learner_line(remote_traceback: str) -> str | None:
 
 def dump_frames(dump: str) -> list[tuple[str, str, str]]:
     """The (file, line, function) frames, innermost first, of the thread in a ``faulthandler``
-    stack ('most recent call first', one block per thread) that runs learner code; [] if no
-    thread does. The thread that handled the signal is listed first and may be a library thread
-    with no Python frame, so every block is searched."""
+    stack that runs learner code ([] if none does): the thread that handled the signal, listed
+    first, may be a library thread with no Python frame."""
     for block in re.split(r"most recent call first\):", dump or "")[1:]:
         frames = _DUMP_FRAME.findall(block)
         if any(not is_library(f) for f, _, _ in frames):
@@ -142,8 +141,7 @@ def reason_for(exc: BaseException) -> str:
         if "timed out" in summary.lower():  # gloo's own timeout (a plain launch.run)
             return one_line(f"rank {exc.rank} timed out waiting in a collective or recv -- {HINT}")
         if summary.startswith("died"):  # "died (killed by signal 6 (SIGABRT)) without..."
-            tail = exc.stderr_tail or ""
-            where = dump_learner_line(tail)
+            where, tail = dump_learner_line(exc.stderr_tail), exc.stderr_tail or ""
             return one_line(
                 f"rank {exc.rank} {summary}"
                 + (f" at {where}" if where else "")

@@ -29,23 +29,19 @@ def task(task_id: str, summary: str):
 
 
 class GraderImportError(KeyError):
-    """A chapter's grader module exists but failed to import: the task is not unknown, its
-    checker could not be loaded (a ``KeyError`` still, so callers that report an unknown task
-    report this one, with what failed)."""
+    """A chapter's grader module exists but raised while importing (a missing dependency, a
+    syntax error): a ``KeyError`` still, so callers that report an unknown task report this one,
+    with what failed."""
 
     def __str__(self) -> str:
         return str(self.args[0])
 
 
 def get_task(task_id: str) -> Task:
-    """The registered task ``task_id``, importing ``minipar.grading.<chapter>`` on first use.
-
-    ``KeyError`` "unknown exercise task" when no chapter module or no such task exists;
-    :class:`GraderImportError` naming the module and the error when the chapter's grader
-    exists but raised while importing (a missing dependency, a syntax error)."""
+    """The registered task ``task_id``, importing ``minipar.grading.<chapter>`` on first use;
+    ``KeyError`` "unknown exercise task" when no chapter module or no such task exists."""
     if task_id not in _TASKS:
-        chapter = task_id.split(".")[0]
-        module = f"minipar.grading.{chapter}"
+        module = f"minipar.grading.{task_id.split('.')[0]}"
         try:
             importlib.import_module(module)
         except Exception as e:  # any error while importing the grader but its absence

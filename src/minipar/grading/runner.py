@@ -538,20 +538,12 @@ def _owned(pid: int, session: int, marker: str) -> bool:
 
 def _swept(session: int, marker: str) -> list[int]:
     """Live processes (zombies excluded) of ``session`` or carrying the kernel's marker."""
-    found = []
     try:
-        names = os.listdir("/proc")
+        pids = [int(n) for n in os.listdir("/proc") if n.isdigit() and int(n) != os.getpid()]
     except OSError:
-        return found
-    me = os.getpid()
-    for name in names:
-        if not name.isdigit() or int(name) == me:
-            continue
-        pid = int(name)
-        st = _stat(pid)
-        if st is not None and st[0] != "Z" and _owned(pid, session, marker):
-            found.append(pid)
-    return found
+        return []
+    live = [pid for pid in pids if (st := _stat(pid)) is not None and st[0] != "Z"]
+    return [pid for pid in live if _owned(pid, session, marker)]
 
 
 def limit_memory(pid: int, limit: int | None = None) -> None:
