@@ -1,5 +1,6 @@
 """The planner against published measurements as plain-text tables: the published A100 runs as
-run, the same runs at three micro-batch choices, and the H200 validation set.
+run, the same runs at three micro-batch choices, the H200 validation set, and experiment 3's
+H100 rows (the appendix's Markdown table).
 
 The book's glue, not the library's: :mod:`minipar.cost.validation.published` returns rows and
 numbers; the chapter's notebook prints these tables (``sys.path.insert(0, "../book/glue")``),
@@ -8,6 +9,7 @@ and ``python book/glue/validation_tables.py`` prints them all.
 
 from __future__ import annotations
 
+from minipar.cost.validation import experiment3
 from minipar.cost.validation.published import (
     MICRO_BATCH_MODES,
     H200Row,
@@ -102,6 +104,36 @@ def h200_table(rows: list[H200Row] | None = None) -> str:
     return "\n".join(lines)
 
 
+def experiment_3_table(s: dict | None = None) -> str:
+    """Experiment 3's rows as ``book/three_d_appendix.md`` prints them: the layout as
+    (t, p, c, v, d; b), the recomputation and TP overlap priced, the published and predicted
+    step time, the model's error and the constant-MFU baseline's."""
+    s = experiment3.summary_3() if s is None else s
+    lines = [
+        "| row | model | GPUs | precision | t, p, c, v, d; b | recomputation | TP overlap "
+        "| published s | predicted s | error | 40 % MFU |",
+        "|---|---|---:|---|---|---|---|---:|---:|---:|---:|",
+    ]
+    for r in s["rows"]:
+        t, p, c, v, d, b = r["layout"]
+        lines.append(
+            f"| `{r['id']}` | {r['model']} | {r['gpus']} | {r['precision']} "
+            f"| {t}, {p}, {c}, {v}, {d}; {b} | {r['recompute']} "
+            f"| {'yes' if r['tp_overlap'] else 'no'} | {r['measured_s']:.2f} "
+            f"| {r['predicted_s']:.2f} | {r['error']:+.0f} % | {r['baseline_error']:+.0f} % |"
+        )
+    return "\n".join(lines)
+
+
+def experiment_3_score(s: dict | None = None) -> str:
+    """Experiment 3's counts within the band, as the appendix states them."""
+    s = experiment3.summary_3() if s is None else s
+    return (
+        f"{s['within']} of the {s['n']} rows of experiment 3 are within ±{s['band']:.0f} % of "
+        f"their published step time, the constant-MFU baseline {s['baseline_within']}"
+    )
+
+
 def main() -> None:
     print("Published runs (A100), as run: b and v from the authors' scripts where published\n")
     print(table())
@@ -114,6 +146,10 @@ def main() -> None:
     )
     print("\nMeasured on one H200 (validation set; constants from the calibration set)\n")
     print(h200_table())
+    print("\nExperiment 3: NVIDIA's H100 rows, after the freeze (step time)\n")
+    s = experiment3.summary_3()
+    print(experiment_3_table(s))
+    print(experiment_3_score(s) + ".")
 
 
 if __name__ == "__main__":
