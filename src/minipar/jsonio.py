@@ -8,11 +8,10 @@ it sits and its value (``"memory.total_bytes (inf) is not a finite number: no JS
 ``minipar`` prints one line and exits with status 2 instead of printing a document nobody can
 read. A leaf module (imports nothing from minipar but :mod:`minipar.errors`): any layer may use it.
 
-    from minipar.jsonio import dump, dumps, print_json
+    from minipar.jsonio import dumps, print_json, write
     print_json(result)                 # one line on stdout
     print_json(result, indent=1)       # pretty
-    with open(path, "w") as f:
-        dump(result, f, indent=1)      # a file
+    write(path, result, indent=1)      # a file
 """
 
 from __future__ import annotations
@@ -44,23 +43,19 @@ def first_non_finite(obj: Any, path: str = "") -> tuple[str, float] | None:
     return None
 
 
-def check_finite(obj: Any) -> None:
-    """Raise :class:`InputError` naming the first non-finite number in ``obj``."""
-    found = first_non_finite(obj)
-    if found:
-        where, value = found
-        raise InputError(f"{where} ({value}) is not a finite number: no JSON for it")
-
-
 def dumps(obj: Any, *, indent: int | None = None, **kwargs) -> str:
     """``json.dumps`` that refuses non-finite numbers (:class:`InputError` naming where)."""
-    check_finite(obj)
+    found = first_non_finite(obj)
+    if found:
+        raise InputError(f"{found[0]} ({found[1]}) is not a finite number: no JSON for it")
     return json.dumps(obj, indent=indent, allow_nan=False, **kwargs)
 
 
-def dump(obj: Any, f: IO[str], *, indent: int | None = None, **kwargs) -> None:
-    """Write ``obj`` to the open text file ``f``; checked whole before a byte is written."""
-    f.write(dumps(obj, indent=indent, **kwargs))
+def write(path, obj: Any, *, indent: int | None = None) -> None:
+    """Write ``obj`` to the file ``path``, checked whole before the file opens."""
+    text = dumps(obj, indent=indent)
+    with open(path, "w") as f:
+        f.write(text)
 
 
 def print_json(obj: Any, *, indent: int | None = None, file: IO[str] | None = None) -> None:
@@ -68,4 +63,4 @@ def print_json(obj: Any, *, indent: int | None = None, file: IO[str] | None = No
     print(dumps(obj, indent=indent), file=file or sys.stdout)
 
 
-__all__ = ["check_finite", "dump", "dumps", "first_non_finite", "print_json"]
+__all__ = ["dumps", "first_non_finite", "print_json", "write"]

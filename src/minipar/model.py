@@ -60,14 +60,15 @@ class Layer(nn.Module):
         c, (b, s, h) = self.c, x.shape
         qkv = self.qkv(self.ln1(x)).view(b, s, 3, c.a, h // c.a)  # (b, s, 3h) -> (b, s, 3, a, h/a)
         q, k, v = qkv.permute(2, 0, 3, 1, 4)  # each (b, a, s, h/a)
-        if c.recompute == "selective" and self.training:
-            ctx = checkpoint(attention_core, q, k, v, c.dropout, True, use_reentrant=True)
-        else:
-            ctx = attention_core(q, k, v, c.dropout, self.training)
-        ctx = ctx.transpose(1, 2).reshape(b, s, h)  # (b, a, s, h/a) -> (b, s, h)
+        ctx = self._attend(q, k, v).transpose(1, 2).reshape(b, s, h)  # (b, a, s, h/a) -> (b, s, h)
         x = x + F.dropout(self.proj(ctx), c.dropout, self.training)
         y = self.fc2(F.gelu(self.fc1(self.ln2(x))))  # (b, s, 4h) inside
         return x + F.dropout(y, c.dropout, self.training)
+
+    def _attend(self, q, k, v):  # q, k, v (b, a, s, h/a)
+        if self.c.recompute == "selective" and self.training:
+            return checkpoint(attention_core, q, k, v, self.c.dropout, True, use_reentrant=True)
+        return attention_core(q, k, v, self.c.dropout, self.training)
 
     def forward(self, x):
         if self.c.recompute == "full" and self.training:

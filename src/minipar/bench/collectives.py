@@ -26,12 +26,12 @@ import sys
 from minipar.cost.network import collectives as cc
 from minipar.cost.units import parse_bytes
 from minipar.errors import InputError
-from minipar.jsonio import dumps
+from minipar.jsonio import write
 from minipar.runtime import device
 from minipar.runtime.timing import timed
 
 from .collectives_report import plot, table
-from .common import add_backend, add_json, emit
+from .common import add_backend, add_json, add_options, check, emit
 
 OPS = ("all-reduce", "all-gather", "reduce-scatter", "broadcast")
 ASSUMED_ALGORITHM = {
@@ -240,15 +240,11 @@ def parse_ops(text: str) -> list[str]:
 
 
 def _main(args) -> int:
-
     preset = QUICK if args.quick else FULL
     get = lambda name: preset[name] if getattr(args, name) is None else getattr(args, name)
     ops, ranks = parse_ops(get("ops")), parse_ranks(get("ranks"))
     sizes, iters = parse_sizes(get("sizes")), get("iters")
-    if iters < 1:
-        raise InputError(f"--iters ({iters}) must be >= 1")
-    if args.ring_ranks < 2:
-        raise InputError(f"--ring-ranks ({args.ring_ranks}) must be >= 2")
+    check(args, at_least=({} if args.iters is None else dict(iters=1)) | dict(ring_ranks=2))
     if len(sizes) < 2:
         print("note: one size only, so no α-β fit", file=sys.stderr)
     if args.plot:  # before minutes of measuring, not after
@@ -277,9 +273,7 @@ def _main(args) -> int:
 
         print(table(result))  # on stderr under --json
         if args.out:
-            text = dumps(result, indent=1)  # refused before the file opens
-            with open(args.out, "w") as f:
-                f.write(text)
+            write(args.out, result, indent=1)
             print(f"wrote {args.out}")
         if args.plot:
             plot(result).savefig(args.plot, dpi=120)
@@ -302,11 +296,13 @@ def add_bench_parser(bench_sub) -> None:
     p.add_argument("--out", metavar="PATH", help="also write the result as JSON to PATH")
     p.add_argument("--plot", metavar="PATH", help="write the measured-vs-model figure")
     add_backend(p, "auto", "the chapter measures this machine's links, NCCL on GPUs")
-    p.add_argument(
-        "--ring-ranks",
-        type=int,
-        default=4,
-        help="ranks of the ring_all_reduce vs dist.all_reduce comparison (default 4)",
+    add_options(
+        p,
+        (
+            "--ring-ranks",
+            4,
+            "ranks of the ring_all_reduce vs dist.all_reduce comparison (default 4)",
+        ),
     )
     p.add_argument(
         "--quick",

@@ -43,6 +43,12 @@ def add_common(p, ranks: int, ranks_help: str = "ranks", *, also: str | None = N
     add_json(p)
 
 
+def add_options(p, *rows) -> None:
+    """``(flag, default, help)`` rows: ``--flag`` of the default's type (int or float)."""
+    for name, default, text in rows:
+        p.add_argument(name, type=type(default), default=default, help=text)
+
+
 def add_json(p) -> None:
     p.add_argument(
         "--json",

@@ -38,7 +38,7 @@ from minipar.cost.network.collectives import fit_alpha_beta
 from minipar.errors import InputError
 from minipar.runtime.timing import interleaved, slowest, timed
 
-from .common import MAX_RANKS, add_common, check, emit, fit_text
+from .common import MAX_RANKS, add_common, add_options, check, emit, fit_text
 
 VARIANTS = ("one_process", "ring/contiguous", "ring/zigzag", "ulysses")
 FIT_SIZES = (2**12, 2**16, 2**20, 2**22)  # bytes per message / all-to-all buffer (float32)
@@ -143,31 +143,26 @@ def _bytes(per: list[dict], shape: tuple) -> dict:
     """Per variant: the bytes and messages every rank traced (they must agree) against the
     model's; ``shape`` = (b, s, h, cp)."""
     batch, seq, h, cp = shape
-    ring = C.ring_sent_bytes_per_layer(batch, seq, h, cp, F32)
     sends = C.ring_sends_per_layer(cp)
+    ring = C.ring_sent_bytes_per_layer(batch, seq, h, cp, F32)["total"]
+    ring = (ring, sends["forward"] + sends["backward"])
     a2a = 2 * sum(S for _, S in C.ulysses_all_to_alls_per_layer(batch, seq, h, cp, F32))
-    traced = {n: [r["traced"][n] for r in per] for n in per[0]["traced"]}
     out = {}
-    for lay in ("contiguous", "zigzag"):
-        got = [x.get("send", [0, 0]) for x in traced[f"ring/{lay}"]]
-        out[f"ring/{lay}"] = {
+    for name, op, (model, messages) in (
+        ("ring/contiguous", "send", ring),
+        ("ring/zigzag", "send", ring),
+        ("ulysses", "all_to_all", (a2a, 4)),
+    ):
+        got = [r["traced"][name].get(op, [0, 0]) for r in per]  # [calls, bytes] per rank
+        out[name] = {
             "traced_per_rank": [g[1] for g in got],
             "traced_messages_per_rank": [g[0] for g in got],
-            "model": ring["total"],
-            "model_messages": sends["forward"] + sends["backward"],
+            "model": model,
+            "model_messages": messages,
+            "equal": all(g == [messages, model] for g in got),
         }
-    got = [x.get("all_to_all", [0, 0]) for x in traced["ulysses"]]
-    out["ulysses"] = {
-        "traced_per_rank": [g[1] for g in got],
-        "traced_messages_per_rank": [g[0] for g in got],
-        "model": a2a,
-        "model_messages": 4,
-        "model_leaving_rank": C.ulysses_sent_bytes_per_layer(batch, seq, h, cp, F32)["total"],
-    }
-    for v in out.values():
-        v["equal"] = all(x == v["model"] for x in v["traced_per_rank"]) and all(
-            m == v["model_messages"] for m in v["traced_messages_per_rank"]
-        )
+    leaving = C.ulysses_sent_bytes_per_layer(batch, seq, h, cp, F32)
+    out["ulysses"]["model_leaving_rank"] = leaving["total"]
     return out
 
 
@@ -316,9 +311,12 @@ def add_bench_parser(bench_sub) -> None:
         "one process; bytes and α-β time against the model",
     )
     add_common(p, ranks=4, ranks_help="ranks = cp")
-    p.add_argument("--seq", type=int, default=2048, help="total sequence length s (default 2048)")
-    p.add_argument("--batch", type=int, default=1, help="sequences b (default 1)")
-    p.add_argument("--heads", type=int, default=4, help="attention heads a (default 4)")
-    p.add_argument("--head-dim", type=int, default=32, help="head dimension h/a (default 32)")
-    p.add_argument("--steps", type=int, default=5, help="timed rounds (default 5)")
+    add_options(
+        p,
+        ("--seq", 2048, "total sequence length s (default 2048)"),
+        ("--batch", 1, "sequences b (default 1)"),
+        ("--heads", 4, "attention heads a (default 4)"),
+        ("--head-dim", 32, "head dimension h/a (default 32)"),
+        ("--steps", 5, "timed rounds (default 5)"),
+    )
     p.set_defaults(func=_main)

@@ -16,7 +16,7 @@ import functools
 
 from minipar.runtime.timing import slowest
 
-from .common import MAX_RANKS, add_backend, add_common, backend, check, emit
+from .common import MAX_RANKS, add_backend, add_common, add_options, backend, check, emit
 
 VARIANTS = ("compute", "naive", "bucketed", "ddp")
 
@@ -93,12 +93,13 @@ def add_bench_parser(bench_sub) -> None:
     )
     add_common(p, ranks=4, ranks_help="ranks")
     add_backend(p, "auto", "the timings are the chapter's NCCL measurement on GPUs")
-    p.add_argument("--steps", type=int, default=5, help="timed steps per round (default 5)")
-    p.add_argument("--rounds", type=int, default=3, help="interleaved rounds (default 3)")
-    p.add_argument("--width", type=int, default=512, help="MLP width (default 512)")
-    p.add_argument("--depth", type=int, default=8, help="MLP layers (default 8)")
-    p.add_argument("--batch", type=int, default=32, help="samples per rank (default 32)")
-    p.add_argument(
-        "--bucket-mb", type=float, default=1.0, help="bucket cap in MiB, ours and DDP's (default 1)"
+    add_options(
+        p,
+        ("--steps", 5, "timed steps per round (default 5)"),
+        ("--rounds", 3, "interleaved rounds (default 3)"),
+        ("--width", 512, "MLP width (default 512)"),
+        ("--depth", 8, "MLP layers (default 8)"),
+        ("--batch", 32, "samples per rank (default 32)"),
+        ("--bucket-mb", 1.0, "bucket cap in MiB, ours and DDP's (default 1)"),
     )
     p.set_defaults(func=_main)

@@ -48,7 +48,7 @@ from minipar.cost.chapters.expert_parallel import imbalance, layer_comm_time, la
 from minipar.errors import InputError
 from minipar.runtime.timing import interleaved, one_rank_at_a_time, slowest, timed
 
-from .common import MAX_RANKS, add_common, check, emit, fit_text
+from .common import MAX_RANKS, add_common, add_options, check, emit, fit_text
 
 ROUTERS = ("even", "skewed")
 FIT_SIZES = (2**12, 2**15, 2**18, 2**20)  # all-to-all buffer S in bytes (float32)
@@ -276,27 +276,15 @@ def add_bench_parser(bench_sub) -> None:
         "router; bytes and α-β all-to-all time against the model",
     )
     add_common(p, ranks=4, ranks_help="ranks = x (ep)")
-    p.add_argument("--tokens", type=int, default=1024, help="tokens per rank n (default 1024)")
     p.add_argument("--experts", type=int, default=None, help="experts E (default 2·ranks)")
-    p.add_argument(
-        "--top-k",
-        type=int,
-        default=1,
-        help="experts per token K (default 1, Switch's: the skew lands on one rank)",
-    )
-    p.add_argument("--hidden", type=int, default=128, help="hidden size h (default 128)")
-    p.add_argument("--ffn", type=int, default=512, help="expert FFN width f (default 512)")
-    p.add_argument(
-        "--skew",
-        type=float,
-        default=3.0,
-        help="router bias towards expert 0 in the skewed run (default 3)",
-    )
-    p.add_argument("--steps", type=int, default=5, help="timed rounds (default 5)")
-    p.add_argument(
-        "--grouped-experts",
-        type=int,
-        default=32,
-        help="experts of the loop-vs-grouped kernel timing (default 32)",
+    add_options(
+        p,
+        ("--tokens", 1024, "tokens per rank n (default 1024)"),
+        ("--top-k", 1, "experts per token K (default 1, Switch's: the skew lands on one rank)"),
+        ("--hidden", 128, "hidden size h (default 128)"),
+        ("--ffn", 512, "expert FFN width f (default 512)"),
+        ("--skew", 3.0, "router bias towards expert 0 in the skewed run (default 3)"),
+        ("--steps", 5, "timed rounds (default 5)"),
+        ("--grouped-experts", 32, "experts of the loop-vs-grouped kernel timing (default 32)"),
     )
     p.set_defaults(func=_main)

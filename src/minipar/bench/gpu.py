@@ -37,7 +37,7 @@ from minipar.cost.kernels import compute
 from minipar.cost.kernels.hardware import GPU, GPUS, gpu_profile
 from minipar.cost.validation import kernel_fit
 from minipar.errors import InputError
-from minipar.jsonio import dumps
+from minipar.jsonio import write
 from minipar.runtime.timing import timed
 
 from .common import progress
@@ -114,15 +114,10 @@ def _layer_probe(b: int, s: int, h: int, a: int, attention: str, device: str) ->
         class FusedLayer(Layer):
             """:class:`minipar.model.Layer` with PyTorch's fused causal attention."""
 
-            def _block(self, x):  # x (b, s, h)
-                c, (b_, s_, h_) = self.c, x.shape
-                qkv = self.qkv(self.ln1(x)).view(b_, s_, 3, c.a, h_ // c.a)  # (b, s, 3, a, h/a)
-                q, k, v = qkv.permute(2, 0, 3, 1, 4)  # each (b, a, s, h/a)
-                ctx = F.scaled_dot_product_attention(q, k, v, dropout_p=c.dropout, is_causal=True)
-                ctx = ctx.transpose(1, 2).reshape(b_, s_, h_)  # (b, s, h)
-                x = x + F.dropout(self.proj(ctx), c.dropout, True)
-                y = self.fc2(F.gelu(self.fc1(self.ln2(x))))  # (b, s, 4h) inside
-                return x + F.dropout(y, c.dropout, True)
+            def _attend(self, q, k, v):  # q, k, v (b, a, s, h/a)
+                return F.scaled_dot_product_attention(
+                    q, k, v, dropout_p=self.c.dropout, is_causal=True
+                )
 
         torch.manual_seed(0)
         c = GPTConfig(L=1, h=h, a=a, s=s, dropout=0.1)
@@ -367,9 +362,7 @@ def _run(args) -> int:
         raise InputError(f"--peak-tflops ({args.peak_tflops}) must be > 0")
     with progress("minipar calibrate gpu"):  # minutes on a GPU: say it is still measuring
         profile = calibrate(device=args.device, quick=args.quick, peak_tflops=args.peak_tflops)
-    text = dumps(profile, indent=1)  # a non-finite constant is refused before the file opens
-    with open(args.out, "w") as f:
-        f.write(text)
+    write(args.out, profile, indent=1)  # a non-finite constant is refused before the file opens
     print(
         f"{profile['name']}: η {profile['gemm_efficiency']:.2f} of "
         f"{profile['peak_flops']['bf16'] / 1e12:.0f} TFLOP/s, HBM "

@@ -20,7 +20,7 @@ from minipar.pipeline_parallel.measure import StageTimes
 from minipar.pipeline_parallel.measure import measure_bubble as bench
 from minipar.pipeline_parallel.schedules import NAMES
 
-from .common import MAX_RANKS, add_backend, add_common, backend, check, emit
+from .common import MAX_RANKS, add_backend, add_common, add_options, backend, check, emit
 
 
 def _show(r: dict) -> None:
@@ -82,26 +82,14 @@ def add_bench_parser(bench_sub) -> None:
     p.add_argument("--schedule", choices=NAMES, default="1f1b", help="schedule (default 1f1b)")
     add_common(p, ranks=4, ranks_help="pipeline ranks p", also="--pp")  # --pp: the chapter's
     add_backend(p, "gloo", "stages only wait a fixed time, nothing needs a GPU")
-    p.add_argument("--microbatches", type=int, default=8, help="micro-batches m (default 8)")
-    p.add_argument("--chunks", type=int, default=1, help="chunks per rank v (interleaved)")
-    p.add_argument("--t-forward", type=float, default=50.0, help="ms per forward (default 50)")
-    p.add_argument(
-        "--t-backward",
-        type=float,
-        default=50.0,
-        help="ms per input-gradient backward B (default 50)",
-    )
-    p.add_argument(
-        "--t-weight",
-        type=float,
-        default=50.0,
-        help="ms per weight-gradient backward W (default 50)",
-    )
-    p.add_argument(
-        "--steps",
-        type=int,
-        default=5,
-        help="timed steps after a warm-up; the median is reported (default 5)",
+    add_options(
+        p,
+        ("--microbatches", 8, "micro-batches m (default 8)"),
+        ("--chunks", 1, "chunks per rank v (interleaved)"),
+        ("--t-forward", 50.0, "ms per forward (default 50)"),
+        ("--t-backward", 50.0, "ms per input-gradient backward B (default 50)"),
+        ("--t-weight", 50.0, "ms per weight-gradient backward W (default 50)"),
+        ("--steps", 5, "timed steps after a warm-up; the median is reported (default 5)"),
     )
     p.add_argument(
         "--layers",

@@ -15,7 +15,7 @@ from __future__ import annotations
 from minipar.errors import InputError
 from minipar.runtime.timing import slowest
 
-from .common import MAX_RANKS, add_backend, add_common, backend, check, emit
+from .common import MAX_RANKS, add_backend, add_common, add_options, backend, check, emit
 
 
 def bench(
@@ -82,9 +82,12 @@ def add_bench_parser(bench_sub) -> None:
     )
     add_common(p, ranks=2, ranks_help="ranks = t")
     add_backend(p, "gloo", "the chapter compares float64 results with a CPU reference")
-    p.add_argument("--hidden", type=int, default=512, help="hidden size h (default 512)")
-    p.add_argument("--batch", type=int, default=4, help="micro-batch b (default 4)")
-    p.add_argument("--seq", type=int, default=128, help="sequence length s (default 128)")
-    p.add_argument("--steps", type=int, default=5, help="timed steps per round (default 5)")
-    p.add_argument("--rounds", type=int, default=3, help="interleaved rounds (default 3)")
+    add_options(
+        p,
+        ("--hidden", 512, "hidden size h (default 512)"),
+        ("--batch", 4, "micro-batch b (default 4)"),
+        ("--seq", 128, "sequence length s (default 128)"),
+        ("--steps", 5, "timed steps per round (default 5)"),
+        ("--rounds", 3, "interleaved rounds (default 3)"),
+    )
     p.set_defaults(func=_main)
