@@ -1,37 +1,30 @@
 """Start ``world_size`` ranks on this machine and run one function on each.
 
 ``run(fn, world_size, *args)`` is the one way notebooks, exercises, benchmarks and tests start
-ranks. ``fn(rank, world_size, *args)`` runs on every rank inside an initialised default process
-group and ``run`` returns the per-rank return values as a list in rank order.
+ranks: ``fn(rank, world_size, *args)`` runs on every rank inside an initialised default process
+group, and ``run`` returns the per-rank return values in rank order.
 
-The idea fits in :func:`run` (about forty lines):
-
-1. ``fn`` and ``args`` are pickled **by value** with cloudpickle, here, in the caller, so a
-   function defined in a notebook cell runs on the ranks (``multiprocessing``'s spawn can only
-   import functions from modules), and an argument that cannot be pickled fails this call
-   before anything starts.
-2. A warm **zygote** process, started on the first call, has imported torch (seconds, paid once;
-   it never touches CUDA). Each call asks it for **one fresh forked process per rank** (forked
-   ahead of time as spares when it can), so every call starts clean: torch's default dtype,
-   RNG, environment and imported modules of the previous call are gone. A rank takes the caller's *current* environment, working directory
-   and ``sys.path``, and imports the caller's modules afresh (an edited and reloaded module
-   runs its new code). The zygote imports no minipar or user module, so none can be stale.
+1. ``fn`` and ``args`` are pickled **by value** (cloudpickle), here in the caller, so a function
+   defined in a notebook cell runs on the ranks (``multiprocessing``'s spawn can only import
+   functions from modules), and an argument that cannot be pickled fails before anything starts.
+2. A warm **zygote**, started on the first call, has imported torch (seconds, paid once; it never
+   touches CUDA) and forks **one fresh process per rank** for each call, so torch's default
+   dtype, RNG, environment and modules of the previous call are gone. A rank takes the caller's
+   *current* environment, working directory and ``sys.path`` and imports the caller's modules
+   afresh (an edited and reloaded module runs its new code); the zygote imports no minipar or
+   user module, so none can be stale.
 3. Ranks meet at a ``TCPStore`` the caller serves on 127.0.0.1; gloo and NCCL use the loopback
    interface, so nothing listens beyond this machine. Every rank's ``print`` comes back
    prefixed ``[rank r]``.
-4. Each rank replies with its result or its traceback and exits (a rank that succeeded first
-   waits for its peers, so a slow peer is never left connecting to a closed socket). If a rank raises, ``run``
-   raises :class:`RankError` with that rank's traceback (true file and line of every frame,
-   notebook cells included); if it dies (a crash, ``abort``), with its exit status and the end
-   of its stderr (``RankError.stderr_tail``); ranks still running are killed. A call that does
-   not finish within ``timeout`` seconds raises :class:`TimeoutError`.
+4. A rank that raises makes ``run`` raise :class:`RankError` with its traceback (true file and
+   line of every frame, notebook cells included); one that dies (a crash, ``abort``), with its
+   exit status and the end of its stderr (``RankError.stderr_tail``); ranks still running are
+   killed. A call that does not finish within ``timeout`` seconds raises :class:`TimeoutError`.
 
-What is not reset per call: settings torch reads once at import (``OMP_NUM_THREADS`` in the
-environment, for instance) keep the zygote's values; the thread count is set per call.
-The robustness machinery (start-up failures reported in seconds with the cause, socket folders
-cleaned after a killed caller, ranks that die with the zygote) lives in :mod:`minipar.runtime.pool`
-(caller side) and :mod:`minipar.runtime._rank` (zygote and rank side). The same worker functions run
-under ``torchrun``; see :mod:`minipar.runtime.run`.
+Settings torch reads once at import (``OMP_NUM_THREADS``) keep the zygote's values; the thread
+count is set per call. The robustness machinery lives in :mod:`minipar.runtime.pool` (caller
+side) and :mod:`minipar.runtime._rank` (zygote and rank side); :mod:`minipar.runtime.run` runs
+the same worker functions under ``torchrun``.
 """
 
 from __future__ import annotations
@@ -121,22 +114,12 @@ def run(
     global _ranks_wall_s
     t0 = time.monotonic()
     try:
-        return _run(
-            fn,
-            world_size,
-            *args,
-            backend=backend,
-            timeout=timeout,
-            threads=threads,
-            on_start=on_start,
-        )
+        return _run(fn, world_size, args, backend, timeout, threads, on_start)
     finally:
         _ranks_wall_s += time.monotonic() - t0
 
 
-def _run(
-    fn, world_size: int, *args, backend: str, timeout: float, threads: int | None, on_start
-) -> list:
+def _run(fn, world_size: int, args, backend: str, timeout: float, threads, on_start) -> list:
     _check(fn, world_size, timeout, threads)
     backend = choose_backend(backend, world_size)
     threads = threads or max(1, pool.usable_cpus() // world_size)

@@ -74,26 +74,11 @@ _C10D_OPS = {
 }
 
 # public torch.distributed functions wrapped for wall time
-_PUBLIC = [
-    "all_reduce",
-    "all_gather",
-    "all_gather_into_tensor",
-    "all_gather_single",
-    "reduce_scatter",
-    "reduce_scatter_tensor",
-    "reduce_scatter_single",
-    "all_to_all",
-    "all_to_all_single",
-    "broadcast",
-    "reduce",
-    "gather",
-    "scatter",
-    "send",
-    "recv",
-    "isend",
-    "irecv",
-    "barrier",
-]
+_PUBLIC = (
+    "all_reduce all_gather all_gather_into_tensor all_gather_single reduce_scatter "
+    "reduce_scatter_tensor reduce_scatter_single all_to_all all_to_all_single broadcast reduce "
+    "gather scatter send recv isend irecv barrier"
+).split()
 
 
 @dataclass
@@ -163,22 +148,6 @@ _FUNCTIONAL = {
     "all_gather_into_tensor": ("all_gather", True),
     "reduce_scatter_tensor": ("reduce_scatter", False),
 }
-
-
-def _functional_event(name: str, args, start: float) -> CommEvent:
-    """A CommEvent for a ``_c10d_functional`` op, whose last argument names its group."""
-    op, gathered = _FUNCTIONAL[name]
-    size, ranks, gname = _describe(_resolve_process_group(args[-1]))
-    nbytes = _nbytes(args[0]) * (size if gathered else 1)
-    return CommEvent(
-        op=op,
-        bytes=nbytes,
-        group_size=size,
-        start=start,
-        dtype=_dtype(args[0]),
-        group=ranks,
-        group_name=gname,
-    )
 
 
 class _WaitTimedWork:
@@ -283,34 +252,29 @@ class trace(TorchDispatchMode):
 
     # -- dispatcher side: bytes, group size ------------------------------------------------
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        kwargs = kwargs or {}
-        if func.namespace == "_c10d_functional":
-            name = func._schema.name.split("::")[-1]
-            if name in _FUNCTIONAL:
-                self.events.append(
-                    _functional_event(name, args, time.perf_counter() - self.start_time)
-                )
-        if func.namespace == "c10d":
-            name = func._schema.name.split("::")[-1]
-            if name in _C10D_OPS:
-                op, idx = _C10D_OPS[name]
-                size, ranks, gname = _group_of(args)
-                ev = CommEvent(
-                    op=op,
-                    bytes=_nbytes(args[idx]) if idx is not None else 0,
-                    group_size=size,
-                    start=time.perf_counter() - self.start_time,
-                    dtype=_dtype(args[0]),
-                    group=ranks,
-                    group_name=gname,
-                )
-                if op in ("send", "recv") and len(args) > 2 and isinstance(args[2], int):
-                    ev.peer = args[2]
-                self.events.append(ev)
-                pending = getattr(_local, "pending", None)
-                if pending is not None:
-                    pending.append(ev)
-        return func(*args, **kwargs)
+        c10d, functional = func.namespace == "c10d", func.namespace == "_c10d_functional"
+        name = func._schema.name.split("::")[-1] if c10d or functional else ""
+        if c10d and name in _C10D_OPS:
+            op, idx = _C10D_OPS[name]
+            size, ranks, gname = _group_of(args)
+            nbytes = _nbytes(args[idx]) if idx is not None else 0
+        elif functional and name in _FUNCTIONAL:  # its last argument names its group
+            op, gathered = _FUNCTIONAL[name]
+            size, ranks, gname = _describe(_resolve_process_group(args[-1]))
+            nbytes = _nbytes(args[0]) * (size if gathered else 1)
+        else:
+            return func(*args, **(kwargs or {}))
+        start = time.perf_counter() - self.start_time
+        ev = CommEvent(
+            op, nbytes, size, start, dtype=_dtype(args[0]), group=ranks, group_name=gname
+        )
+        if op in ("send", "recv") and len(args) > 2 and isinstance(args[2], int):
+            ev.peer = args[2]
+        self.events.append(ev)
+        pending = getattr(_local, "pending", None)
+        if c10d and pending is not None:  # timed by the public call in progress
+            pending.append(ev)
+        return func(*args, **(kwargs or {}))
 
     # -- entering and leaving --------------------------------------------------------------
     def __enter__(self):
