@@ -43,6 +43,9 @@ install: $(STAMP) ## create .venv: the CPU build of torch and every extra (TORCH
 # exit status; it drops the one line each kernel prints about loopback TCP without CurveZMQ keys
 # (jupyter_client provisions none).
 PROGRESS := $(PY) scripts/book_progress.py
+# The notebooks run BOOK_JOBS at a time, each from a clean kernel, before the build reads them
+# from the cache: Sphinx would run them one by one, leaving a core idle while a kernel starts.
+BOOK_JOBS ?= 2
 
 # jupyter-cache keys a notebook's outputs on its cells only: a change under src/ would not
 # re-run it. The cache is dropped whenever src/ changed since the last build.
@@ -55,13 +58,13 @@ endef
 
 book: $(STAMP) ## build the site into _build/html (runs every notebook on the CPU; cached until a notebook or src/ changes)
 	$(fresh_cache)
-	@$(PROGRESS) $(JB) build .
+	@$(PROGRESS) --jobs $(BOOK_JOBS) $(JB) build .
 
 # Executes every chapter notebook from a clean kernel (jupyter-cache; a cell error fails the
 # build), so `make test` needs no separate nbval pass over notebooks/.
 book-strict: $(STAMP) ## the book build with warnings as errors, every notebook run afresh (no cache)
 	@rm -rf _build/.jupyter_cache _build/.src-hash
-	@$(PROGRESS) $(JB) build . -W -n --keep-going
+	@$(PROGRESS) --jobs $(BOOK_JOBS) $(JB) build . -W -n --keep-going
 
 # The built site in headless Chromium with the network blocked (tests/test_site_browser.py).
 # Outside CI a missing chromium is a note; under CI=true it fails (.ci/run installs it first).

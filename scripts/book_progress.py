@@ -1,7 +1,7 @@
 """Run a book build and show its progress as one line per notebook (``make book``, ``make
 book-strict``).
 
-    python scripts/book_progress.py jupyter-book build . -W -n --keep-going
+    python scripts/book_progress.py [--jobs N] jupyter-book build . -W -n --keep-going
 
 Quiet, ``jupyter-book build`` says nothing while it runs the chapter notebooks (minutes); verbose,
 it prints hundreds of lines. This wrapper runs it verbose and keeps, from its standard output,
@@ -15,6 +15,13 @@ and a closing line naming the site's folder. Standard error (Sphinx's warnings a
 failed cell) passes through unchanged, except the one line every kernel prints about
 unencrypted loopback TCP (jupyter_client provisions no CurveZMQ keys). The exit status is the
 build's, so ``-W`` still fails on the first warning.
+
+With ``--jobs N`` the chapter notebooks of ``_toc.yml`` that the cache (``_build/.jupyter_cache``)
+does not hold are first run N at a time, each from a clean kernel in its own folder, as myst-nb
+runs them (the same timeout and error rule), and their outputs stored in that cache; the build
+then finds every notebook cached. Sphinx runs notebooks one by one, and a notebook's ranks leave
+cores idle while its kernel starts and imports. A notebook that fails here is left uncached: the
+build runs it again and reports the failing cell its usual way.
 """
 
 from __future__ import annotations
@@ -23,7 +30,15 @@ import os
 import re
 import subprocess
 import sys
+import tempfile
 import threading
+import time
+from pathlib import Path
+
+import nbformat
+from jupyter_cache import get_cache
+from jupyter_cache.base import CacheBundleIn
+from jupyter_cache.executors.utils import single_nb_execution
 
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
 NOTEBOOK = re.compile(r"^(?P<path>\S+\.ipynb): (?P<what>.*?)(?: \[mystnb\])?$")
@@ -66,9 +81,84 @@ def _pass_stderr(stream) -> None:
             sys.stderr.flush()
 
 
+CACHE = Path("_build/.jupyter_cache")
+TIMEOUT_S = 900  # _config.yml's execute.timeout: a cell's limit on output, as myst-nb applies it
+
+
+def toc_notebooks(toc: Path = Path("_toc.yml")) -> list[Path]:
+    """The notebooks ``_toc.yml`` names, longest code first (the longest run starts first)."""
+
+    names = re.findall(r"file:\s*(\S+)", toc.read_text())
+    paths = [Path(n + ".ipynb") for n in names if Path(n + ".ipynb").is_file()]
+
+    def code_length(path: Path) -> int:
+        nb = nbformat.read(path, as_version=4)
+        return sum(len(c.source) for c in nb.cells if c.cell_type == "code")
+
+    return sorted(paths, key=code_length, reverse=True)
+
+
+def execute_one(path: str, out: str) -> int:
+    """Run one notebook as myst-nb's cache mode does; write it, executed, to ``out``."""
+    nb = nbformat.read(path, as_version=4)
+    cwd = str(Path(path).resolve().parent)
+    result = single_nb_execution(nb, cwd=cwd, timeout=TIMEOUT_S, allow_errors=False)
+    if result.err is not None:
+        print(ANSI.sub("", result.exc_string), file=sys.stderr)
+        return 1
+    nb.metadata["minipar_execution_seconds"] = result.time
+    nbformat.write(nb, out)
+    return 0
+
+
+def prerun(jobs: int) -> None:
+    """Run, ``jobs`` at a time, the notebooks the cache does not hold, and cache them."""
+    cache = get_cache(str(CACHE))
+    todo = []
+    for path in toc_notebooks():
+        try:
+            cache.match_cache_notebook(nbformat.read(path, as_version=4))
+        except KeyError:
+            todo.append(path)
+    running: dict = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        while todo or running:
+            while todo and len(running) < jobs:
+                path = todo.pop(0)
+                out = Path(tmp) / path.name
+                cmd = [sys.executable, __file__, "--execute-one", str(path), str(out)]
+                proc = subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True, errors="replace")
+                threading.Thread(target=_pass_stderr, args=(proc.stderr,), daemon=True).start()
+                running[proc] = (path, out, time.monotonic())
+                print(f"book: running {path} ...", flush=True)
+            done = [p for p in running if p.poll() is not None]
+            for proc in done:
+                path, out, start = running.pop(proc)
+                if proc.returncode != 0:
+                    print(f"book: {path} failed; the build runs it again to report it", flush=True)
+                    continue
+                nb = nbformat.read(out, as_version=4)
+                seconds = nb.metadata.pop("minipar_execution_seconds")
+                record = cache.add_nb_to_project(str(path.resolve()))
+                bundle = CacheBundleIn(nb, record.uri, data={"execution_seconds": seconds})
+                cache.cache_notebook_bundle(bundle, check_validity=False, overwrite=True)
+                print(f"book: {path} ran in {time.monotonic() - start:.0f} s", flush=True)
+            if not done:
+                time.sleep(0.2)
+
+
 def main(argv: list[str]) -> int:
+    if argv[:1] == ["--execute-one"] and len(argv) == 3:
+        return execute_one(argv[1], argv[2])
+    if argv[:1] == ["--jobs"] and len(argv) > 2 and argv[1].isdigit():
+        try:
+            prerun(int(argv[1]))
+        except KeyboardInterrupt:  # the notebooks' kernels got SIGINT too and end with them
+            print("book: stopped by SIGINT", file=sys.stderr)
+            return 130
+        argv = argv[2:]
     if not argv:
-        print("usage: book_progress.py COMMAND [ARG...]", file=sys.stderr)
+        print("usage: book_progress.py [--jobs N] COMMAND [ARG...]", file=sys.stderr)
         return 2
     proc = subprocess.Popen(
         argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, errors="replace"

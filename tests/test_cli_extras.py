@@ -131,4 +131,37 @@ def test_make_book_runs_under_the_progress_wrapper():
     recipes = re.findall(r"^(book(?:-strict)?):.*\n((?:\t.*\n)+)", makefile, re.M)
     assert {name for name, _ in recipes} == {"book", "book-strict"}
     for name, body in recipes:
-        assert "@$(PROGRESS) $(JB) build ." in body and "--quiet" not in body, (name, body)
+        assert "@$(PROGRESS) --jobs $(BOOK_JOBS) $(JB) build ." in body, (name, body)
+        assert "--quiet" not in body, (name, body)
+
+
+def test_notebooks_run_beforehand_are_what_the_build_finds_cached(tmp_path):
+    """``--jobs``: a notebook run ahead lands in the cache under the key myst-nb looks up; one
+    whose cell fails is named and left uncached, for the build to run and report."""
+    nbformat = pytest.importorskip("nbformat")
+    jupyter_cache = pytest.importorskip("jupyter_cache")
+    cells = {"good": "print(6 * 7)", "bad": "raise ValueError('cell fails')"}
+    for name, source in cells.items():
+        nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(source)])
+        nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3"}
+        nbformat.write(nb, tmp_path / f"{name}.ipynb")
+    (tmp_path / "_toc.yml").write_text("root: intro\nchapters:\n- file: good\n- file: bad\n")
+    build = [sys.executable, "-c", "print('The HTML pages are in _build/html.')"]
+    script = str(ROOT / "scripts" / "book_progress.py")
+    r = subprocess.run(
+        [sys.executable, script, "--jobs", "2", *build],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.splitlines()
+    assert any(re.fullmatch(r"book: good\.ipynb ran in \d+ s", line) for line in lines), r.stdout
+    assert "book: bad.ipynb failed; the build runs it again to report it" in lines, r.stdout
+    assert "ValueError: cell fails" in r.stderr
+    cache = jupyter_cache.get_cache(str(tmp_path / "_build" / ".jupyter_cache"))
+    _, merged = cache.merge_match_into_notebook(nbformat.read(tmp_path / "good.ipynb", 4))
+    assert merged.cells[0].outputs[0]["text"] == "42\n"
+    with pytest.raises(KeyError):
+        cache.match_cache_notebook(nbformat.read(tmp_path / "bad.ipynb", 4))
