@@ -20,12 +20,10 @@ watches (:mod:`minipar.grading.runner`) and reads each task's outcome from a sid
 
 A check never crashes and never hangs on a learner's mistake: exceptions on any rank, wrong
 shapes, wrong values, deadlocks and endless loops each become one FAIL line with the reason.
-No limit that a correct answer can reach counts wall time, so a busy machine never fails one:
-see :mod:`minipar.grading.limits` (ranks are stopped when none makes progress, or when one has
-computed far longer than any reference needs; code in this process gets a CPU-time limit, and a
-wall-clock backstop ten times longer only for waits outside the ranks). A candidate that still
-holds a starter's unconditional ``raise NotImplementedError`` fails at once ("not implemented
-yet"), without starting ranks (:func:`minipar.grading.display.unimplemented`).
+No limit that a correct answer can reach counts wall time, so a busy machine never fails one
+(:mod:`minipar.grading.limits`). A candidate that still holds a starter's unconditional ``raise
+NotImplementedError`` fails at once ("not implemented yet"), without starting ranks
+(:func:`minipar.grading.display.unimplemented`).
 
 Modules: :mod:`~minipar.grading.errors` (``GradeFailure``), :mod:`~minipar.grading.registry`
 (``task``, ``get_task``, ``pass_line``), :mod:`~minipar.grading.limits` (``run_ranks``,

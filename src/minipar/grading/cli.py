@@ -30,7 +30,6 @@ import json
 import math
 import os
 import re
-import shutil
 import signal
 import sys
 import tempfile
@@ -58,6 +57,8 @@ from minipar.grading.runner import (
     signals_unwind,
 )
 from minipar.jsonio import print_json
+
+_FOLDER = re.compile(r"minipar-grade-([0-9a-f]{8})-(\d+)-\w+$")  # host token, grader's pid
 
 
 def _seconds(text: str) -> float:
@@ -280,32 +281,6 @@ def _score_notebook(item: _Notebook, copy, origin, run, log: Path, tally: _Tally
 
 
 # ----------------------------------------------------------------------------- grading
-def _remove_stale_folders() -> list[str]:
-    """Remove ``minipar-grade-<host>-<pid>-*`` folders of this host (boot and PID namespace)
-    and user whose grader ``pid`` is gone: left by a grader killed with SIGKILL (its kernel
-    and everything under it exit by themselves: the kernel polls its parent)."""
-    from minipar.runtime.pool import _pid_alive, host_token  # noqa: PLC0415 (lazy: launcher)
-
-    base, host, removed = tempfile.gettempdir(), host_token(), []
-    try:
-        names = os.listdir(base)
-    except OSError:
-        return removed
-    for name in names:
-        m = re.fullmatch(r"minipar-grade-([0-9a-f]{8})-(\d+)-\w+", name)
-        if not m or m.group(1) != host or int(m.group(2)) == os.getpid():
-            continue
-        path = os.path.join(base, name)
-        try:
-            mine = os.stat(path).st_uid == os.getuid()
-        except OSError:
-            continue
-        if mine and not _pid_alive(int(m.group(2))):
-            shutil.rmtree(path, ignore_errors=True)
-            removed.append(name)
-    return removed
-
-
 def _unreadable(nb_path: Path, error: Exception, tally: _Tally) -> None:
     """Rows for a notebook file that is not a readable notebook (corrupt JSON, a truncated
     save): each task of its script fails saying so (it exists, so ``make exercises``, which
@@ -383,9 +358,8 @@ def _missing_notebooks(wanted: list[Path], tally: _Tally) -> None:
         if script.resolve() in tally.covered:
             continue
         why = (
-            f"notebook {starter_path(script).name} is missing: "
-            "its check cells are gone (restore your copy, or "
-            "write a fresh starter with `make exercises`, which "
+            f"notebook {starter_path(script).name} is missing: its check cells are gone "
+            "(restore your copy, or write a fresh starter with `make exercises`, which "
             "writes only missing notebooks)"
         )
         for t in expected_tasks(script):
@@ -398,11 +372,11 @@ def grade(paths, timeout: float | None = None, progress=None) -> dict:
     the progress lines."""
     say = progress or (lambda line: None)
     nbs, wanted = notebooks(paths)  # a bad path fails here, before nbformat is imported
-    from minipar.runtime.pool import host_token  # noqa: PLC0415 (lazy: launcher)
+    from minipar.runtime.pool import host_token, remove_stale_folders  # noqa: PLC0415 (lazy: launcher)
 
     tally = _Tally()
-    with shielded():
-        _remove_stale_folders()
+    with shielded():  # a grader killed with SIGKILL left its folder (its kernel exits by itself)
+        remove_stale_folders(tempfile.gettempdir(), _FOLDER)
         tmp_dir = tempfile.TemporaryDirectory(prefix=f"minipar-grade-{host_token()}-{os.getpid()}-")
     try:
         todo = _to_grade(nbs, tally)
@@ -446,18 +420,17 @@ def _grade(args) -> int:
             flush=True,
         )
         return 128 + signum
-    if result["total"] == 0:
+    empty = result["total"] == 0
+    if empty:
         where = ", ".join(result["empty"]) or ", ".join(map(str, args.paths))
         print(
             f"minipar grade: No tasks found in {where} (is it an exercise notebook?)",
             file=sys.stderr,
         )
-        if args.json:
-            print_json(result, indent=1)
-        return 3
     if args.json:
         print_json(result, indent=1)
-        return 0
+    if empty or args.json:
+        return 3 if empty else 0
     rows = result["tasks"]
     width = max([len(r["task"]) for r in rows] + [4])
     for nb in dict.fromkeys(r["notebook"] for r in rows):

@@ -75,20 +75,15 @@ def _code_objects(code: types.CodeType):
 
 def _functions_of(obj):
     """The Python functions that make up ``obj`` (a function, a bound method, a class)."""
-    if isinstance(obj, types.MethodType):
-        obj = obj.__func__
-    if isinstance(obj, (staticmethod, classmethod)):
+    while isinstance(obj, (types.MethodType, staticmethod, classmethod)):
         obj = obj.__func__
     if isinstance(obj, property):
         return [f for f in (obj.fget, obj.fset, obj.fdel) if f is not None]
     if isinstance(obj, types.FunctionType):
         return [obj]
     if isinstance(obj, type):
-        found = []
-        for value in vars(obj).values():
-            if isinstance(value, (types.FunctionType, staticmethod, classmethod, property)):
-                found += _functions_of(value)
-        return found
+        members = (types.FunctionType, staticmethod, classmethod, property)
+        return [f for v in vars(obj).values() if isinstance(v, members) for f in _functions_of(v)]
     call = getattr(type(obj), "__call__", None)  # noqa: B004 (the class's __call__ itself: an instance, e.g. an nn.Module)
     if call is not None and not isinstance(obj, type) and hasattr(obj, "__dict__"):
         return _functions_of(type(obj))

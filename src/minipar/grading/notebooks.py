@@ -63,12 +63,6 @@ def _markdown(text: str) -> str:
     )
 
 
-def exercise_id(script: Path) -> str:
-    """``"<chapter>/NN_name"`` of ``exercises/<chapter>/solutions/NN_name.py``."""
-    script = Path(script)
-    return f"{script.parent.parent.name}/{script.stem}"
-
-
 def build(script: Path, solved: bool) -> "nbformat.NotebookNode":
     """The learner's notebook (``solved=False``: each solution block becomes ``raise
     NotImplementedError``) or the reference notebook (``solved=True``), without outputs (the
@@ -76,13 +70,13 @@ def build(script: Path, solved: bool) -> "nbformat.NotebookNode":
     ``minipar.exercise = "<chapter>/NN_name"`` names its script."""
     import nbformat  # noqa: PLC0415 (lazy: grade extra)
 
-    nb = nbformat.v4.new_notebook()
+    script, nb = Path(script), nbformat.v4.new_notebook()
     nb.metadata = {
         "kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"},
         "language_info": {"name": "python"},
-        "minipar": {"exercise": exercise_id(script)},
+        "minipar": {"exercise": f"{script.parent.parent.name}/{script.stem}"},
     }
-    for kind, text in _cells(Path(script).read_text()):
+    for kind, text in _cells(script.read_text()):
         if kind == "markdown":
             nb.cells.append(nbformat.v4.new_markdown_cell(_markdown(text)))
             continue
@@ -96,7 +90,7 @@ def build(script: Path, solved: bool) -> "nbformat.NotebookNode":
             cell.metadata = {"tags": ["check"]}
         nb.cells.append(cell)
     for i, cell in enumerate(nb.cells):  # stable ids keep committed notebooks diff-free
-        cell.id = f"{Path(script).stem}-{i}"
+        cell.id = f"{script.stem}-{i}"
     return nb
 
 
@@ -313,8 +307,8 @@ def main(argv: list[str] | None = None) -> int:
         text, target = render(build(script, solved=False)), starter_path(script)
         if "--check" in argv:
             committed = _committed(target)
-            if committed is None:
-                committed = target.read_text() if target.exists() else None
+            if committed is None and target.exists():
+                committed = target.read_text()
             if committed != text:
                 stale.append(str(target))
         elif target.exists() and "--force" not in argv:

@@ -180,11 +180,12 @@ def host_token() -> str:
 _FOLDER = re.compile(r"minipar-([0-9a-f]{8})-(\d+)-\w+$")
 
 
-def remove_stale_folders(base: str | None = None) -> list[str]:
-    """Remove socket folders ``minipar-<host>-<pid>-*`` of this host whose caller ``pid`` is
-    gone (left when the caller and its zygote were killed at once, e.g. by the out-of-memory
-    killer). Folders of another host token (another container sharing ``/tmp``) are never
-    touched, nor folders of another user (their mode is 0700: ``listdir`` fails, skipped)."""
+def remove_stale_folders(base: str | None = None, folder: re.Pattern = _FOLDER) -> list[str]:
+    """Remove socket folders ``minipar-<host>-<pid>-*`` (or the ``folder`` pattern's) of this host
+    whose caller ``pid`` is gone (left when the caller and its zygote were killed at once, e.g. by
+    the out-of-memory killer). Folders of another host token (another container sharing ``/tmp``)
+    are never touched, nor folders of another user (their mode is 0700: ``listdir`` fails,
+    skipped)."""
     base = base or _base_dir()
     removed, host = [], host_token()
     try:
@@ -192,7 +193,7 @@ def remove_stale_folders(base: str | None = None) -> list[str]:
     except OSError:
         return removed
     for name in names:
-        m = _FOLDER.match(name)
+        m = folder.match(name)
         if not m or m.group(1) != host:
             continue
         pid = int(m.group(2))
