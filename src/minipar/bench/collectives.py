@@ -53,11 +53,8 @@ def _call(op: str, numel: int, n: int):
     import torch  # noqa: PLC0415 (lazy: torch)
     import torch.distributed as dist  # noqa: PLC0415 (lazy: torch)
 
-    dev = device.get_device()
-    full, part = (
-        torch.ones(numel, device=dev),
-        torch.ones(numel // n, device=dev),
-    )  # (S/4,), (S/4n,)
+    full = torch.ones(numel, device=device.get_device())  # (S/4,)
+    part = torch.ones(numel // n, device=device.get_device())  # (S/4n,)
     if op == "all-reduce":
         return lambda: dist.all_reduce(full)
     # the long-standing names (torch >= 2.0): all_gather_single / reduce_scatter_single are

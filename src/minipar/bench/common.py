@@ -1,16 +1,8 @@
 """What every ``minipar bench`` command shares: the same flag names, one range check, one
-``--json`` contract.
-
-* ``--ranks`` is the number of ranks (``bench collectives``: a comma list of rank counts, since
-  it sweeps them); ``--json`` prints exactly one JSON object on stdout and sends everything else
-  (the launcher's notes, ranks' prints, progress bars, tables) to stderr, so
-  ``minipar bench X --json | jq`` always parses.
-* :func:`check` raises :class:`minipar.errors.InputError` naming the flag, its value and the rule
-  (``"--ranks (1) must be >= 2"``); ``minipar`` prints it as one line and exits with status 2.
-* :func:`emit` turns a rank's error and a failed allocation (``--sizes 64GiB``) into one such
-  line too (the rank, the error's first line), prints ``still measuring after 10 s`` every
-  :data:`PROGRESS_S` seconds on stderr while a measurement runs, and writes JSON with
-  :mod:`minipar.jsonio` (a non-finite number is refused, never printed as ``Infinity``).
+``--json`` contract. ``--json`` prints exactly one JSON object on stdout and everything else
+(the launcher's notes, ranks' prints, progress, tables) on stderr, so ``minipar bench X --json |
+jq`` always parses; a broken rule, a rank's error or a failed allocation is one
+:class:`minipar.errors.InputError` line (``"--ranks (1) must be >= 2"``), exit status 2.
 """
 
 from __future__ import annotations

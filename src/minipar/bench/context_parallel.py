@@ -1,31 +1,26 @@
 """``minipar bench context_parallel`` (alias ``cp``): ring attention (contiguous and zigzag
 shards) and Ulysses against one process, causal, forward + backward, on gloo ranks.
 
-One launch on ``--ranks`` = cp gloo ranks of this machine, float32, shapes (b, a, s, d) =
-(``--batch``, ``--heads``, ``--seq``, ``--head-dim``). Per round, every variant in turn after a
-barrier; a rank's time is its own forward + backward (its waits for the ring included), the
-per-rank figure the median over ``--steps`` rounds, a variant's time the median over rounds of
-the slowest rank. "one_process" is full attention on the whole sequence on rank 0 alone (the
-other ranks wait at a barrier). Reported beside the times:
+One launch on ``--ranks`` = cp gloo ranks, float32, shapes (b, a, s, d) = (``--batch``,
+``--heads``, ``--seq``, ``--head-dim``). Each round runs every variant in turn after a barrier;
+a variant's time is the median over ``--steps`` rounds of the slowest rank's forward + backward
+(its waits for the ring included). "one_process" is full attention on rank 0 alone. Reported:
 
-* ``contiguous_to_zigzag``: slowest-rank time of contiguous shards over zigzag's, measured in
-  the same run, next to the model's causal imbalance 2cp/(cp+1) for minipar's blocks, which
-  compute a diagonal pair whole (:func:`minipar.cost.chapters.context_parallel.imbalance` with
-  ``diagonal="whole"``; zigzag's is 1). Communication, waits and
-  ranks sharing this machine's cores all add to the measured ratio.
-* bytes traced with :mod:`minipar.runtime.tracer` on one forward + backward against the model: ring,
-  bytes one rank sends (:func:`~minipar.cost.chapters.context_parallel.ring_sent_bytes_per_layer`);
-  Ulysses, the summed input size S of its four all-to-alls (packed QKV and the output, forward
-  and backward; nccl-tests' convention) and the
-  (cp−1)/cp of it that leaves the rank.
-* the α-β-predicted communication time (forward + backward, not overlapped): α and bandwidth
-  fitted in the same launch, from ring shifts (every rank sends to r+1 and receives from r−1, as
-  a ring step does: t = α + S/W) and from gloo all-to-alls (pairwise exchange,
-  :func:`minipar.cost.network.collectives.fit_alpha_beta`), both the fastest of a few tries of 4
-  back-to-back calls per size (α clamped at 0 when noise makes it negative).
+* ``contiguous_to_zigzag`` beside the model's causal imbalance 2cp/(cp+1) for blocks that
+  compute a diagonal pair whole (:func:`minipar.cost.chapters.context_parallel.imbalance`,
+  ``diagonal="whole"``; zigzag's is 1); communication, waits and shared cores add to it.
+* bytes traced (:mod:`minipar.runtime.tracer`, one forward + backward) against the model: the
+  ring's bytes one rank sends
+  (:func:`~minipar.cost.chapters.context_parallel.ring_sent_bytes_per_layer`); Ulysses' summed
+  input S of its four all-to-alls (nccl-tests' convention) and the (cp−1)/cp of it that leaves
+  the rank.
+* the α-β communication time (forward + backward, not overlapped), α and bandwidth fitted in
+  the same launch from ring shifts (t = α + S/W) and gloo all-to-alls (pairwise exchange,
+  :func:`minipar.cost.network.collectives.fit_alpha_beta`): the fastest of a few tries of 4
+  back-to-back calls per size, α clamped at 0.
 
-A benchmark reports, it never asserts: ranks share this machine's cores, so numbers are noisy;
-ratios measured in one run are the figures to read, not absolute seconds.
+A benchmark reports, it never asserts: ranks share this machine's cores, so read the ratios
+measured in one run, not absolute seconds.
 """
 
 from __future__ import annotations
@@ -112,30 +107,6 @@ def bench_on_rank(rank: int, cp: int, b: int, a: int, s: int, d: int, steps: int
     return {"seconds": seconds, "traced": traced, "fit": _fit_times_on_rank(cp, steps + 2)}
 
 
-def _fit(sizes, ring_s, a2a_s, cp) -> dict:
-    """α (s) and bandwidth (bytes/s) of one ring shift and of the all-to-all; a fit that the
-    noise made meaningless (bandwidth <= 0) says so instead of predicting."""
-    from minipar.cost.validation.calibrate import fit_line  # noqa: PLC0415 (lazy: help)
-
-    out = {}
-    for name, fitted in (
-        ("ring_shift", lambda: fit_line(sizes, ring_s)),
-        ("all_to_all", lambda: fit_alpha_beta(sizes, a2a_s, "all-to-all", cp, "pairwise-exchange")),
-    ):
-        try:
-            a, c = fitted()
-        except ValueError as e:
-            out[name] = {"alpha": None, "bandwidth": None, "error": str(e)}
-            continue
-        bw = (1 / c if name == "ring_shift" else c) if c > 0 else None
-        out[name] = {
-            "alpha": max(a, 0.0),
-            "bandwidth": bw,
-            "error": None if bw else "fitted bandwidth <= 0 (noise): no prediction",
-        }
-    return out
-
-
 F32 = 4  # bytes per element: the bench runs in float32
 
 
@@ -167,13 +138,26 @@ def _bytes(per: list[dict], shape: tuple) -> dict:
 
 
 def _fit_per(per: list[dict], cp: int) -> dict:
-    """α-β of the ring shift and the all-to-all from the slowest rank's fastest time per size."""
-    n = len(FIT_SIZES)
-    ring_s = [max(r["fit"]["ring"][i] for r in per) for i in range(n)]
-    a2a_s = [max(r["fit"]["all_to_all"][i] for r in per) for i in range(n)]
-    fit = _fit(list(FIT_SIZES), ring_s, a2a_s, cp)
-    fit["sizes"], fit["ring_shift"]["seconds"] = list(FIT_SIZES), ring_s
-    fit["all_to_all"]["seconds"] = a2a_s
+    """α (s) and bandwidth (bytes/s) of one ring shift and of the all-to-all, from the slowest
+    rank's fastest time per size; a fit that the noise made meaningless (bandwidth <= 0) says so
+    instead of predicting."""
+    from minipar.cost.validation.calibrate import fit_line  # noqa: PLC0415 (lazy: help)
+
+    sizes, fit = list(FIT_SIZES), {"sizes": list(FIT_SIZES)}
+    for name, key in (("ring_shift", "ring"), ("all_to_all", "all_to_all")):
+        seconds = [max(r["fit"][key][i] for r in per) for i in range(len(sizes))]
+        fit[name] = {"alpha": None, "bandwidth": None, "seconds": seconds}
+        try:
+            if name == "ring_shift":  # t = α + S/W: the slope is 1/W
+                a, c = fit_line(sizes, seconds)
+                c = 1 / c if c > 0 else 0
+            else:
+                a, c = fit_alpha_beta(sizes, seconds, "all-to-all", cp, "pairwise-exchange")
+        except ValueError as e:
+            fit[name]["error"] = str(e)
+            continue
+        fit[name].update(alpha=max(a, 0.0), bandwidth=c if c > 0 else None)
+        fit[name]["error"] = None if c > 0 else "fitted bandwidth <= 0 (noise): no prediction"
     return fit
 
 

@@ -1,41 +1,33 @@
 """``minipar bench expert_parallel`` (alias ``ep``): the expert-parallel MoE layer, forward +
 backward, with an even and a skewed router, on gloo ranks.
 
-One launch on ``--ranks`` = x gloo ranks of this machine, float32: every rank holds n =
-``--tokens`` tokens of width h = ``--hidden``, E = ``--experts`` experts of FFN width f =
-``--ffn`` split E/x per rank, top-K = ``--top-k``, no capacity limit (nothing dropped). "even"
-is the randomly initialised router on zero-mean tokens; "skewed" adds ``--skew`` times a shared
-direction to expert 0's router row and moves the tokens along it
-(:func:`minipar.expert_parallel.experiments.skewed_router`), so expert 0 is everyone's first
-choice. Reported:
+One launch on ``--ranks`` = x gloo ranks, float32: n = ``--tokens`` tokens of width h =
+``--hidden`` per rank, E = ``--experts`` experts of FFN width f = ``--ffn`` split E/x per rank,
+top-K = ``--top-k``, no capacity limit. "even" is the random router on zero-mean tokens;
+"skewed" adds ``--skew`` times a shared direction to expert 0's router row and moves the tokens
+along it (:func:`minipar.expert_parallel.experiments.skewed_router`). Reported:
 
-* ``step_seconds``: the layer's forward + backward, slowest rank, median over ``--steps``
-  rounds (both routers timed in every round). All ranks wait for one another in the
-  all-to-alls, so every rank's step lasts about as long as the most loaded one's.
-* ``expert_seconds``: each rank's own expert compute (forward + backward of its E/x experts on
-  the rows it received), timed one rank at a time while the others wait at a barrier, so ranks
-  that share this machine's cores do not slow each other down; the fastest of ``--steps`` tries.
-  ``measured_imbalance`` = the most loaded rank's expert time over the mean; beside it
-  ``counted_imbalance``, the most loaded rank's rows over the mean
-  (:func:`minipar.cost.chapters.expert_parallel.imbalance`).
-* bytes: every collective of one forward + backward traced with :mod:`minipar.runtime.tracer`, against
-  :func:`minipar.cost.chapters.expert_parallel.layer_events` from the routed counts (all-to-all input
-  size S, nccl-tests' convention).
-* the α-β-predicted time of the four token all-to-alls
-  (:func:`~minipar.cost.chapters.expert_parallel.layer_comm_time`, set by the largest buffer) with α and
-  bandwidth fitted in the same launch from gloo all-to-alls timed as the chapter times them
-  (median of a few tries per size; pairwise exchange,
-  :func:`minipar.cost.network.collectives.fit_alpha_beta`; α clamped at 0 when noise makes it negative).
+* ``step_seconds``: forward + backward, slowest rank, median over ``--steps`` rounds (both
+  routers in every round); the all-to-alls make every rank wait for the most loaded one.
+* ``expert_seconds``: each rank's own expert compute on the rows it received, timed one rank
+  at a time (the others wait at a barrier, so shared cores do not blur it), the fastest of
+  ``--steps`` tries; ``measured_imbalance`` (max over mean) beside ``counted_imbalance`` of the
+  rows (:func:`minipar.cost.chapters.expert_parallel.imbalance`).
+* bytes of every collective of one forward + backward (:mod:`minipar.runtime.tracer`) against
+  :func:`minipar.cost.chapters.expert_parallel.layer_events` from the routed counts (all-to-all
+  input size S, nccl-tests' convention).
+* the α-β time of the four token all-to-alls
+  (:func:`~minipar.cost.chapters.expert_parallel.layer_comm_time`) with α and bandwidth fitted
+  in the same launch from gloo all-to-alls (median of a few tries per size; pairwise exchange,
+  :func:`minipar.cost.network.collectives.fit_alpha_beta`; α clamped at 0).
+* ``kernels``: in this process, one forward + backward of the experts' MLPs on n·x·K rows over
+  ``--grouped-experts`` experts (:func:`minipar.expert_parallel.experiments.kernel_seconds`):
+  the per-expert loop, one padded batched matmul, and ``torch._grouped_mm`` where this torch
+  has it; one thread, fastest of ``--steps`` tries, with the ratios ``loop_over_padded`` and
+  ``loop_over_grouped_mm``.
 
-* ``kernels``: in this process, one forward + backward of the experts' MLPs on n·x·K rows
-  spread evenly at random over ``--grouped-experts`` experts, three ways
-  (:func:`minipar.expert_parallel.experiments.kernel_seconds`): the per-expert Python loop,
-  one padded batched matmul per weight, and ``torch._grouped_mm`` (float32, variable groups,
-  when this torch has it); one thread, fastest of ``--steps`` tries each, and ``loop_over_padded`` /
-  ``loop_over_grouped_mm``, ratios measured in the same run.
-
-A benchmark reports, it never asserts: ranks share this machine's cores, so numbers are noisy;
-ratios measured in one run are the figures to read, not absolute seconds.
+A benchmark reports, it never asserts: ranks share this machine's cores, so read the ratios
+measured in one run, not absolute seconds.
 """
 
 from __future__ import annotations

@@ -40,7 +40,7 @@ from minipar.errors import InputError
 from minipar.jsonio import write
 from minipar.runtime.timing import timed
 
-from .common import progress
+from .common import add_options, progress
 
 ROLES = ("fwd", "dgrad", "wgrad")
 
@@ -201,7 +201,6 @@ def device_timer(device: str, repeats: int, warmup: int = 3) -> Callable[[Probe]
 def measure(plan: Plan, device: str, timer: Callable[[Probe], float]) -> dict:
     """The timings in :mod:`minipar.cost.validation.kernel_fit`'s format."""
     out: dict = {"gemms": [], "layers": [], "adam": []}
-    gemm_index = 0
     for p in probes(plan, device):
         t = timer(p)
         if not t > 0:
@@ -213,26 +212,24 @@ def measure(plan: Plan, device: str, timer: Callable[[Probe], float]) -> dict:
             out["copy_bytes_per_s"] = 2.0 * p.dims[0] / t
         elif p.kind == "gemm":
             n, M, N, K = p.dims
-            out["gemms"].append(
-                {
-                    "role": ROLES[gemm_index % 3],
-                    "batch": n,
-                    "M": M,
-                    "N": N,
-                    "K": K,
-                    "measured_s": t,
-                    "tflops": 2e-12 * n * M * N * K / t,
-                }
-            )
-            gemm_index += 1
+            gemm = {"role": ROLES[len(out["gemms"]) % 3], "batch": n, "M": M, "N": N, "K": K}
+            out["gemms"].append(gemm | {"measured_s": t, "tflops": 2e-12 * n * M * N * K / t})
         elif p.kind == "layer":
-            b, s, h, a, tp, attention = p.dims
             out["layers"].append(
-                {"b": b, "s": s, "h": h, "a": a, "t": tp, "attention": attention, "measured_s": t}
+                dict(zip(("b", "s", "h", "a", "t", "attention"), p.dims), measured_s=t)
             )
         else:
             out["adam"].append({"params": p.dims[0], "measured_s": t})
     return out
+
+
+# preset -> the words a device's name must contain, most specific first
+_MATCH = {
+    "H200": ["H200"],
+    "H100-PCIe": ["H100", "PCIE"],
+    "H100-SXM": ["H100"],
+    "A100-80GB": ["A100"],
+}
 
 
 def base_gpu(
@@ -241,19 +238,7 @@ def base_gpu(
     """The GPU before fitting, and where its peak came from: ``--peak-tflops``, else the
     preset whose name the device's matches, else the measured ceiling (η = 1)."""
     upper = name.upper()
-    preset = next(
-        (
-            GPUS[k]
-            for k, keys in (
-                ("H200", ("H200",)),
-                ("H100-PCIe", ("H100", "PCIE")),
-                ("H100-SXM", ("H100",)),
-                ("A100-80GB", ("A100",)),
-            )
-            if all(x in upper for x in keys)
-        ),
-        None,
-    )
+    preset = next((GPUS[k] for k, words in _MATCH.items() if all(w in upper for w in words)), None)
     if peak_tflops is not None:
         peak, why = peak_tflops * 1e12, "--peak-tflops"
     elif preset is not None:
@@ -331,9 +316,7 @@ def add_parser(sub) -> None:
         "Adam on this CUDA GPU; writes the JSON profile that "
         "'minipar plan --gpu-profile' reads",
     )
-    g.add_argument(
-        "--out", default="gpu_profile.json", help="profile to write (default gpu_profile.json)"
-    )
+    add_options(g, ("--out", "gpu_profile.json", "profile to write (default gpu_profile.json)"))
     g.add_argument("--quick", action="store_true", help="smaller shapes, fewer repeats")
     g.add_argument(
         "--device",
