@@ -3,25 +3,21 @@
 The caller starts this file **by path** (``python _rank.py ADDRESS CALLER_PID FOLDER``), so the
 zygote imports the standard library, cloudpickle and torch, and not one minipar or user module:
 nothing a learner edits can be stale here. It never touches ``torch.cuda`` (a process that has
-initialised CUDA cannot fork usable children). Then it waits for the caller's requests:
+initialised CUDA cannot fork usable children). Then it serves the caller's requests:
 
-* ``("fork", call, world_size, state, task)``: start ``world_size`` children, one per rank, and
-  answer ``("forked", call, pids)``. A child is a spare forked ahead of time (see
-  :class:`_Children`) or, if none is left, forked on demand. Each child (:func:`rank_main`) takes the caller's
-  environment, working directory, ``sys.path`` and notebook-cell sources from ``state``, dials
-  the caller back, unpickles ``task`` (the function and its arguments), runs it in a fresh
-  process group, replies, and leaves. The zygote never unpickles a task, so a bad argument can
+* ``("fork", call, world_size, state, task)``: start one child per rank (a spare forked ahead
+  of time, see :class:`_Children`, or a fresh fork) and answer ``("forked", call, pids)``. Each
+  child (:func:`rank_main`) takes the caller's environment, working directory, ``sys.path`` and
+  cell sources from ``state``, dials the caller back, unpickles ``task``, runs it in its own
+  process group, replies and leaves. The zygote never unpickles a task, so a bad argument can
   only break its own call.
-* ``None``: leave. The zygote also leaves, killing its children and removing the socket folder,
-  when the caller disappears (its connection closes, or it stops being our parent) and on
-  SIGTERM or SIGHUP. It runs in its own session, so a kernel restart (which kills the kernel's
-  process group) does not kill it before it has cleaned up.
+* ``None``: leave. The zygote also leaves, killing its children and removing the socket
+  folder, when the caller disappears and on SIGTERM or SIGHUP; in its own session, a kernel
+  restart (which kills the kernel's process group) does not kill it before it has cleaned up.
 
-Each rank leads its own OS process group (``setpgid``): when it ends, or when the zygote
-leaves, the whole group is killed, so no process a rank started outlives its call.
-
-Every child's exit is reported as ``("exit", pid, code)`` (a negative code is a signal), so the
-caller can name how a rank died. A child writes its file descriptors 1 and 2 (C++ messages,
+When a rank ends, or the zygote leaves, the rank's whole process group is killed, so no process
+a rank started outlives its call. Every child's exit is reported as ``("exit", pid, code)`` (a
+negative code is a signal). A child writes its file descriptors 1 and 2 (C++ messages,
 ``faulthandler`` stacks) to ``FOLDER/rank-<r>.log``; its Python ``print`` goes to the caller.
 """
 

@@ -254,9 +254,7 @@ def choose_backend(backend: str, world_size: int) -> str:
             if chosen == "nccl"
             else f"{gpus} GPUs < {world_size} ranks, so ranks run on the CPU"
         )
-        print(
-            f"minipar.runtime.launch: backend={chosen} ({why})"
-        )  # stdout: part of a notebook's record
+        print(f"minipar.runtime.launch: backend={chosen} ({why})")  # stdout: a notebook's record
     return chosen
 
 

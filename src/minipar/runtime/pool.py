@@ -1,29 +1,28 @@
 """The caller side of :mod:`minipar.runtime.launch`: the robustness machinery behind ``run``.
 
-* :func:`pack` pickles a task by value, keeping the true file name of every function (cloudpickle
-  replaces it with ``<dynamic-code>``; we send code objects with :mod:`marshal`, which keeps
-  everything) and the source of notebook cells, so a rank's traceback points at the right cell
-  and line.
-* :func:`caller_state` is what a fresh rank takes from the caller: environment, working
-  directory, ``sys.path``, thread count (from the CPU affinity mask), loopback interface.
-* :class:`Zygote` starts and talks to the warm zygote (:mod:`minipar.runtime._rank`) in its own session,
-  so a kernel restart that kills the caller's process group leaves it alive long enough to clean
-  up; a zygote that cannot start is reported at once with the end of its log and a likely cause,
-  and one whose connection fails in any way is killed, so the next call starts a new one.
-* :class:`Ranks` gathers one call's ranks: their output, replies and exit codes.
-* Socket folders (``minipar-<host>-<caller pid>-<random>``, mode 0700, so only this user can
-  connect: no authentication key is needed) are removed by the zygote when the caller dies or on
-  SIGTERM/SIGHUP, and by the next caller when both died at once (a folder whose pid is gone).
-  ``<host>`` (:func:`host_token`) names this boot and PID namespace: two containers that share
-  ``/tmp`` number their processes independently, so a caller only ever removes folders of its
-  own namespace, never a live one of a neighbour whose pid happens to be free here.
-* Every blocking read has a deadline: the zygote's "ready" (no deadline while it keeps
-  computing, i.e. importing torch: :func:`cpu_seconds` must grow), its answer to a fork request
-  and each rank's "hello".
+* :func:`pack` pickles a task by value and keeps the true file name of every function
+  (cloudpickle writes ``<dynamic-code>``; code objects travel as :mod:`marshal` bytes) and the
+  source of notebook cells, so a rank's traceback points at the right cell and line.
+* :func:`caller_state`: what a fresh rank takes from the caller (environment, working
+  directory, ``sys.path``, thread count from the CPU affinity mask, loopback interface).
+* :class:`Zygote` runs the warm zygote (:mod:`minipar.runtime._rank`) in its own session, so a
+  kernel restart that kills the caller's process group leaves it alive long enough to clean
+  up; one that cannot start is reported at once with the end of its log and a likely cause,
+  one whose connection fails in any way is killed, so the next call starts a new one.
+  :class:`Ranks` gathers one call's ranks: their output, replies and exit codes.
+* Socket folders (``minipar-<host>-<caller pid>-<random>``, mode 0700: only this user can
+  connect, no authentication key needed) are removed by the zygote when the caller dies or on
+  SIGTERM/SIGHUP, and by the next caller when both died at once. ``<host>``
+  (:func:`host_token`) names this boot and PID namespace: containers sharing ``/tmp`` number
+  their processes independently, and a caller never removes a neighbour's live folder.
+* Every blocking read has a deadline: the zygote's "ready" (none while it keeps computing,
+  i.e. importing torch: :func:`cpu_seconds` must grow), its answer to a fork request, each
+  rank's "hello".
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import io
 import linecache
@@ -162,19 +161,11 @@ def host_token() -> str:
     """8 hex digits naming this boot and PID namespace (``/proc``'s boot id and the namespace's
     inode; on a system without them, the host name)."""
     parts = []
-    for path in ("/proc/sys/kernel/random/boot_id",):
-        try:
-            with open(path) as f:
-                parts.append(f.read().strip())
-        except OSError:
-            pass
-    try:
+    with contextlib.suppress(OSError), open("/proc/sys/kernel/random/boot_id") as f:
+        parts.append(f.read().strip())
+    with contextlib.suppress(OSError):
         parts.append(os.readlink("/proc/self/ns/pid"))
-    except OSError:
-        pass
-    if not parts:
-        parts.append(socket.gethostname())
-    return hashlib.sha1("|".join(parts).encode()).hexdigest()[:8]
+    return hashlib.sha1("|".join(parts or [socket.gethostname()]).encode()).hexdigest()[:8]
 
 
 _FOLDER = re.compile(r"minipar-([0-9a-f]{8})-(\d+)-\w+$")

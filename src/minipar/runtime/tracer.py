@@ -1,39 +1,34 @@
-"""Record every collective and point-to-point call a rank makes: op, bytes, group size, time.
+"""Record every collective and point-to-point call a rank makes: op, bytes, group, time.
 
     with minipar.runtime.tracer() as tr:
         dist.all_reduce(x)
     tr.summary()   # {"all_reduce": OpStats(calls=1, bytes=..., seconds=...)}
 
-Why not PyTorch's own tools? ``CommDebugMode`` (torch.distributed.tensor.debug) sees plain
-``torch.distributed`` collectives but counts calls only (no bytes, no time) and does not count
-``send``/``recv``; the profiler records GPU kernels and host ranges, not the bytes of a gloo call.
-Both rest on the same fact this tracer uses: every ``torch.distributed`` call, including the ones
-DDP's C++ reducer makes, goes through a ``c10d::*`` dispatcher op. So:
+Why not PyTorch's own tools? ``CommDebugMode`` counts calls only (no bytes, no time, no
+``send``/``recv``); the profiler records kernels and host ranges, not the bytes of a gloo call.
+Both rest on the fact used here: every ``torch.distributed`` call, DDP's C++ reducer's included,
+goes through a ``c10d::*`` dispatcher op. So:
 
-* **bytes and group size** come from a ``TorchDispatchMode`` that sees every ``c10d`` op on this
-  thread (and in autograd's backward, which inherits the mode), however the op was called;
-* **wall time** comes from wrapping the public ``torch.distributed`` functions (wrapped while any
-  trace is open in any thread, reference-counted; the wrappers time only calls made on a thread
-  that has a trace open, and pass the others straight through): a synchronous call
-  is timed until it returns (so the wait is included); an ``async_op=True`` call is timed until
-  its ``Work.wait()`` returns when waited through the handle we return, else only its launch
-  (``is_async`` marks these). Calls that bypass the Python API (DDP's reducer) record launch time.
+* **bytes and group** come from a ``TorchDispatchMode`` that sees every ``c10d`` op on this
+  thread and in autograd's backward, which inherits the mode; DTensor's functional collectives
+  (``_c10d_functional``) are recorded the same way;
+* **wall time** comes from wrapping the public ``torch.distributed`` functions while any trace
+  is open (reference-counted; only calls on a thread with a trace open are timed): a
+  synchronous call until it returns, an ``async_op=True`` call until its ``Work.wait()``
+  returns through the handle we return, else its launch only (``is_async``); calls that bypass
+  the Python API (DDP's reducer) record their launch.
 
-``bytes`` is the size nccl-tests reports for the op: the whole buffer S (all-reduce: the tensor;
-all-gather: the gathered output; reduce-scatter: the input being reduced; all-to-all: the input;
-broadcast/reduce: the tensor; send/recv: the tensor). What a rank actually puts on the wire for a
-given algorithm is the cost model's job (:func:`minipar.cost.network.collectives.ring_bytes_per_rank`),
-except for send/recv, where ``bytes`` is exactly what moves.
+``bytes`` is nccl-tests' size S: the whole buffer (all-reduce: the tensor; all-gather: the
+gathered output; reduce-scatter and all-to-all: the input; broadcast/reduce: the tensor;
+send/recv: the tensor, exactly what moves). What a rank puts on the wire for an algorithm is
+the cost model's job (:func:`minipar.cost.network.collectives.ring_bytes_per_rank`).
 
-**which group**: every event records the global ranks of its process group (``group``) and the
-group's identity (``group_name``), so traffic is attributed to the TP, DP or PP group by
-identity, never guessed from its size or bytes (on a (2, 2, 2) grid the TP and DP groups both
-have two ranks): ``trace(groups={"tp": tp_group, "dp": dp_group})`` names them and
-:meth:`trace.by_group` sums calls and bytes per (group, op). DTensor's functional collectives
-(``_c10d_functional``, which name their group by a string) are recorded the same way.
+Each event records its group's global ranks and identity (``group_name``), so traffic is
+attributed to the TP, DP or PP group by identity, never guessed from its size (on a (2, 2, 2)
+grid TP and DP groups both have two ranks): ``trace(groups={"tp": tp_group, ...})`` names them
+and :meth:`trace.by_group` sums calls and bytes per (group, op).
 
-Do not time code for benchmarks inside ``trace``: the dispatch mode adds Python overhead to
-every tensor op.
+Do not time benchmarks inside ``trace``: the dispatch mode adds Python overhead to every op.
 """
 
 from __future__ import annotations
