@@ -1,10 +1,9 @@
 """Explorer for collective costs: op, algorithm, ranks, message size, link preset.
 
-The browser evaluates ``widgets/collectives.js``, the JavaScript twin of
+``widgets/collectives.js`` is the JavaScript twin of
 :func:`minipar.cost.network.collectives.collective_time` (α-β model, Thakur et al. 2005) and of
-nccl-tests' busbw; tests/test_explorer_parity.py checks the two agree. The link presets come
-from :data:`minipar.cost.kernels.hardware.LINKS`; "this machine, fitted" uses the α and bandwidth that
-``minipar bench collectives`` fitted in the notebook (or a rough default).
+nccl-tests' busbw (tests/test_explorer_parity.py). "this machine, fitted" uses the α and
+bandwidth that ``minipar bench collectives`` fitted in the notebook (or a rough default).
 """
 
 from __future__ import annotations

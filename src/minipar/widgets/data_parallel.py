@@ -1,9 +1,9 @@
 """Explorers for the data-parallel chapter: DP step time, and ZeRO memory per GPU.
 
-The browser evaluates ``widgets/data_parallel.js``; its models are the JavaScript twins of the
-two pure functions below, which compose :mod:`minipar.cost.chapters.data_parallel` (the DDP schedule of
-Li et al. 2020) and :func:`minipar.cost.chapters.memory_time.model_state_bytes` (ZeRO, Rajbhandari et al.
-2020). tests/test_explorer_parity.py checks the twins agree.
+``widgets/data_parallel.js`` holds the JavaScript twins of the two pure functions below, which
+compose :mod:`minipar.cost.chapters.data_parallel` (the DDP schedule of Li et al. 2020) and
+:func:`minipar.cost.chapters.memory_time.model_state_bytes` (ZeRO, Rajbhandari et al. 2020);
+tests/test_explorer_parity.py checks they agree.
 """
 
 from __future__ import annotations

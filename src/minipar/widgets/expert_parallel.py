@@ -1,12 +1,11 @@
 """Explorer for the expert-parallel chapter: one MoE layer's rows per rank, all-to-all bytes and
 time, the share of the dispatch that leaves a node (set by x and the GPUs per node, not by the
-number of experts), and expert memory per rank, as tokens, experts, top-K, x, the capacity
-factor, a skewed router, the node size and the link vary.
+number of experts) and expert memory per rank.
 
-The browser evaluates ``widgets/expert_parallel.js``; its model is the JavaScript twin of
-:func:`minipar.cost.chapters.expert_parallel.ep_layer_model` (GShard §2.2 and §3.2; Switch §2.2; the
-pairwise-exchange all-to-all of Thakur et al. 2005). tests/test_expert_parallel_explorer.py
-checks the twins agree.
+``widgets/expert_parallel.js`` is the JavaScript twin of
+:func:`minipar.cost.chapters.expert_parallel.ep_layer_model` (GShard §2.2 and §3.2; Switch §2.2;
+the pairwise-exchange all-to-all of Thakur et al. 2005), checked by
+tests/test_expert_parallel_explorer.py.
 """
 
 from __future__ import annotations
@@ -19,6 +18,5 @@ def ep_config() -> dict:
 
 
 def ep_explorer(**values):
-    """Live explorer of :func:`minipar.cost.chapters.expert_parallel.ep_layer_model`; ``values``
-    override the default controls."""
+    """The live explorer; ``values`` override the default controls."""
     return Explorer("expert_parallel", "ep-layer", config=ep_config(), values=values)

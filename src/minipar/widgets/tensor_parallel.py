@@ -1,11 +1,10 @@
 """Explorer for the tensor-parallel chapter: one layer's communication against computation, and
 its activation memory per GPU, as t, h, s, b and the link vary.
 
-The browser evaluates ``widgets/tensor_parallel.js``; its model is the JavaScript twin of
-:func:`tp_layer_model`, which composes :mod:`minipar.cost.chapters.tensor_parallel` (Shoeybi et al. 2019
-for the collectives; Narayanan et al. 2021 for the FLOPs) and
-:func:`minipar.cost.chapters.memory_time.activation_bytes_per_layer` (Korthikanti et al. 2022, Table 2).
-tests/test_tensor_parallel_explorer.py checks the twins agree.
+``widgets/tensor_parallel.js`` is the JavaScript twin of :func:`tp_layer_model`, which composes
+:mod:`minipar.cost.chapters.tensor_parallel` (Shoeybi et al. 2019 for the collectives; Narayanan
+et al. 2021 for the FLOPs) and :func:`minipar.cost.chapters.memory_time.activation_bytes_per_layer`
+(Korthikanti et al. 2022, Table 2); tests/test_tensor_parallel_explorer.py checks they agree.
 """
 
 from __future__ import annotations
