@@ -239,8 +239,7 @@ def forbid_course_code(
     (or to ``modules``), except the helpers named in ``allow``; the reason names the module and
     object used."""
     mods = modules if modules is not None else forbidden_modules(chapter)
-    used = find_course_use(candidate, mods, allow)
-    if used:
+    if used := find_course_use(candidate, mods, allow):
         raise GradeFailure(_reason(used, what))
 
 

@@ -194,17 +194,15 @@ class Watcher:
             if not cpu:
                 continue  # all gone: the launcher reports
             self.cpu.update(cpu)
-            over = [r for r, c in cpu.items() if c > self.cpu_limit]
-            if over:
+            if over := [r for r, c in cpu.items() if c > self.cpu_limit]:
                 self._abort("endless loop", over)
                 return
             window.append((now, cpu, busy))
             while window and now - window[0][0] > self.stall_s:
                 window.pop(0)
             first_t, first_cpu, _ = window[0]
-            if now - first_t < self.stall_s - SAMPLE_S or sum(
-                b for _, _, b in window
-            ) > BUSY_SHARE * len(window):
+            busy_share = sum(b for _, _, b in window) / len(window)
+            if now - first_t < self.stall_s - SAMPLE_S or busy_share > BUSY_SHARE:
                 continue
             gained = max(cpu.get(r, 0.0) - first_cpu.get(r, cpu.get(r, 0.0)) for r in cpu)
             if gained <= IDLE_CPU_SHARE * (now - first_t):

@@ -84,8 +84,7 @@ def build(script: Path, solved: bool) -> "nbformat.NotebookNode":
             text = re.sub(r"^[ \t]*# (BEGIN|END) SOLUTION[^\n]*\n", "", text + "\n", flags=re.M)
         else:
             text = _BLOCK.sub(lambda m: f"{m.group(1)}{_HINT}\n", text + "\n")
-        text = text.rstrip("\n")
-        cell = nbformat.v4.new_code_cell(text)
+        cell = nbformat.v4.new_code_cell(text.rstrip("\n"))
         if kind == "check":
             cell.metadata = {"tags": ["check"]}
         nb.cells.append(cell)
@@ -121,10 +120,7 @@ def find_script(nb_path: Path, nb=None) -> Path | None:
         if isinstance(ident, str) and "/" in ident
         else (nb_path.parent.name, nb_path.stem)
     )
-    roots = [p / "exercises" for p in nb_path.parents] + [
-        Path.cwd() / "exercises",
-        COURSE_EXERCISES,
-    ]
+    roots = [p / "exercises" for p in [*nb_path.parents, Path.cwd()]] + [COURSE_EXERCISES]
     candidates = [nb_path.parent / "solutions" / f"{stem}.py"]
     candidates += [root / chapter / "solutions" / f"{stem}.py" for root in roots]
     return next((c for c in candidates if c.is_file()), None)
@@ -229,8 +225,7 @@ def grading_setup(folder: str, log: str) -> None:
     def disarm(result):
         limit.close()
         repair(result.info.raw_cell)
-        err = result.error_before_exec or result.error_in_exec
-        if err is not None:
+        if (err := result.error_before_exec or result.error_in_exec) is not None:
             write(result.info.raw_cell, error_text(err, learner_line(err)))
 
     get_ipython().events.register("pre_run_cell", arm)

@@ -11,6 +11,7 @@ import io
 import linecache
 import re
 import tokenize
+import traceback
 from pathlib import Path
 
 from minipar.grading.errors import CheckTimeLimit, GradeFailure
@@ -70,14 +71,10 @@ def _where(line: int, func: str, code: str | None) -> str:
 def learner_line(exc: BaseException) -> str | None:
     """'line 7 of ring_all_reduce: chunks = x.chunk(n)' for the learner's innermost frame."""
     found = None
-    tb = exc.__traceback__
-    while tb is not None:
-        co = tb.tb_frame.f_code
+    for frame, line in traceback.walk_tb(exc.__traceback__):
+        co = frame.f_code
         if not is_library(co.co_filename):
-            found = _where(
-                tb.tb_lineno, co.co_name, linecache.getline(co.co_filename, tb.tb_lineno)
-            )
-        tb = tb.tb_next
+            found = _where(line, co.co_name, linecache.getline(co.co_filename, line))
     if isinstance(exc, SyntaxError) and exc.lineno:
         return _where(exc.lineno, "", exc.text)
     return found

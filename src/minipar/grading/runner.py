@@ -300,8 +300,8 @@ class Kernel:
             IPYTHONDIR=str(self.folder / "ipython"),
             TMPDIR=str(self.folder / "tmp"),
             PYDEVD_DISABLE_FILE_VALIDATION="1",
+            **{MARKER: self.marker},
         )
-        kenv[MARKER] = self.marker
         # the kernel's own stdout/stderr (ipykernel's start-up warnings, C-level output) go to
         # a log in the folder, not into the grader's progress lines
         with open(self.folder / "kernel.log", "ab") as log, _unblocked():
@@ -416,8 +416,7 @@ class Kernel:
                 if c.take(msg):
                     break
                 continue
-            ended = self._watch_cell(c, now)
-            if ended is not None:
+            if (ended := self._watch_cell(c, now)) is not None:
                 return ended
         if c.stop_reason:
             return c.end("stopped", now, reason=c.stop_reason)
