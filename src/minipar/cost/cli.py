@@ -8,7 +8,9 @@ from __future__ import annotations
 import argparse
 import math
 import sys
+import tomllib
 from dataclasses import asdict, replace
+from pathlib import Path
 
 from ..errors import InputError
 from ..jsonio import print_json
@@ -16,10 +18,12 @@ from . import model
 from .chapters import memory_time as memory
 from .chapters import pipeline_parallel as pipeline
 from .kernels import hardware
+from .kernels.compute import FP8_SCALING
 from .network import collectives
 from .planner import three_d as planner
 from .planner.breakdown import check_layout
 from .planner.term_table import TERMS
+from .planner.three_d_terms import CP_ALGORITHMS
 from .units import fmt_bytes, fmt_seconds, parse_bytes
 
 
@@ -121,34 +125,35 @@ def _flops(args) -> int:
     return _emit(args, "flops", out, rows)
 
 
+_DIMS = ("layers", "hidden", "heads", "seq", "vocab")
+
+
+def _require_shape(args, instead: str) -> None:
+    """An InputError naming the shape flags missing, unless all are given."""
+    missing = [k for k in _DIMS if getattr(args, k) is None]
+    if missing:
+        raise InputError(
+            f"give {instead} or all of --layers --hidden --heads --seq --vocab "
+            f"(missing --{' --'.join(missing)})"
+        )
+
+
 def _memory(args) -> int:
-    dims = ("layers", "hidden", "heads", "seq", "vocab")
-    given = [k for k in dims if getattr(args, k) is not None]
+    given = [k for k in _DIMS if getattr(args, k) is not None]
     if args.params is not None and given:
         raise InputError(
             f"give --params or the model shape, not both (got --params and --{given[0]})"
         )
     if args.params is None:
-        missing = [k for k in dims if getattr(args, k) is None]
-        if missing:
-            raise InputError(
-                "give --params N or all of --layers --hidden --heads --seq --vocab "
-                f"(missing --{' --'.join(missing)})"
-            )
+        _require_shape(args, "--params N")
         _check_model_shape(args, args.tp, args.pp)
         psi = model.param_count(args.layers, args.hidden, args.vocab, args.seq)
     else:
         psi = args.params
-    s = memory.model_state_bytes(
-        psi,
-        d=args.dp,
-        t=args.tp,
-        p=args.pp,
-        zero=args.zero,
-        weight_bytes=args.weight_bytes,
-        grad_bytes=args.grad_bytes,
-        optimizer_bytes=args.optimizer_bytes,
-    )
+    recipe = {
+        k: getattr(args, k) for k in ("zero", "weight_bytes", "grad_bytes", "optimizer_bytes")
+    }
+    s = memory.model_state_bytes(psi, d=args.dp, t=args.tp, p=args.pp, **recipe)
     out = {
         "bytes_per_device": s.total,
         "weights": s.weights,
@@ -166,32 +171,14 @@ def _memory(args) -> int:
 
 def _activations(args) -> int:
     _check_model_shape(args, args.tp)
-    per = memory.activation_bytes_per_layer(
-        args.seq,
-        args.micro_batch,
-        args.hidden,
-        args.heads,
-        t=args.tp,
-        sp=args.sp,
-        recompute=args.recompute,
-    )
+    shape = (args.seq, args.micro_batch, args.hidden, args.heads)
+    kw = dict(t=args.tp, sp=args.sp, recompute=args.recompute)
+    per = memory.activation_bytes_per_layer(*shape, **kw)
     out = {"bytes_per_layer": per}
     rows = [("bytes_per_layer", f"{per:,.0f} B ({fmt_bytes(per)})")]
     if args.layers is not None:
-        first = memory.pipeline_first_stage_activation_bytes(
-            args.seq,
-            args.micro_batch,
-            args.hidden,
-            args.heads,
-            args.layers,
-            args.pp,
-            m=args.microbatches,
-            t=args.tp,
-            sp=args.sp,
-            recompute=args.recompute,
-            schedule=args.schedule,
-            v=args.chunks,
-        )
+        kw |= dict(m=args.microbatches, schedule=args.schedule, v=args.chunks)
+        first = memory.pipeline_first_stage_activation_bytes(*shape, args.layers, args.pp, **kw)
         out["first_stage_bytes"] = first
         rows.append(("first_stage_bytes", f"{first:,.0f} B ({fmt_bytes(first)})"))
     return _emit(args, "activations", out, rows)
@@ -240,95 +227,67 @@ def _collective(args) -> int:
     return _emit(args, "collective", out, rows)
 
 
-def _shape_args(p, *, required: bool, names=("layers", "hidden", "heads", "seq", "vocab")):
-    for name in names:
-        p.add_argument(
-            f"--{name}",
-            type=positive_int,
-            required=required,
-            help={"layers": "L", "hidden": "h", "heads": "a", "seq": "s", "vocab": "V"}[name],
-        )
+def _fraction(text: str) -> float:
+    return parse_number(text, float, lambda v: 0 < v <= 1, "a number in (0, 1]")
 
 
-def _add_count_parsers(sub) -> None:
-    """``minipar params``, ``flops`` and ``memory``: counts of parameters, FLOPs and bytes."""
-    p = sub("params", _params, "parameter count, Narayanan et al. 2021 Eq. 2")
-    _shape_args(p, required=True, names=("layers", "hidden", "seq", "vocab"))
-    p.add_argument("--heads", type=positive_int, help="a (checked: h divisible by a)")
-
-    p = sub("flops", _flops, "FLOPs per iteration (model or hardware)")
-    _shape_args(p, required=True, names=("layers", "hidden", "seq", "vocab"))
-    p.add_argument("--batch", type=positive_int, required=True, help="B, sequences/iteration")
-    p.add_argument("--recompute", choices=model.RECOMPUTE, default="none")
-    p.add_argument("--seconds", type=positive_float, help="measured iteration time -> MFU/HFU")
-    p.add_argument("--gpus", type=positive_int, default=1)
-    p.add_argument(
-        "--gpu",
-        choices=tuple(hardware.GPUS),
-        default="A100-80GB",
-        help="dense bf16 peak used for MFU/HFU",
-    )
-
-    p = sub("memory", _memory, "model-state bytes per device under TP, PP and ZeRO")
-    p.add_argument("--params", type=positive_float, help="Ψ (or give the model shape)")
-    _shape_args(p, required=False)
-    p.add_argument("--dp", type=positive_int, required=True, help="d")
-    p.add_argument("--tp", type=positive_int, default=1, help="t")
-    p.add_argument("--pp", type=positive_int, default=1, help="p")
-    p.add_argument("--zero", type=int, choices=(0, 1, 2, 3), required=True)
-    p.add_argument("--weight-bytes", type=nonnegative_float, default=2.0)
-    p.add_argument("--grad-bytes", type=nonnegative_float, default=2.0)
-    p.add_argument("--optimizer-bytes", type=nonnegative_float, default=12.0, help="K")
+def _nonneg_int(text: str) -> int:
+    return parse_number(text, int, lambda v: v >= 0, "an integer >= 0")
 
 
-def _add_activation_parsers(sub) -> None:
-    """``minipar activations``, ``bubble`` and ``collective``."""
-    p = sub("activations", _activations, "activation bytes, Korthikanti et al. 2022 Table 2")
-    p.add_argument("--seq", type=positive_int, required=True, help="s")
-    p.add_argument("--micro-batch", type=positive_int, required=True, help="b")
-    p.add_argument("--hidden", type=positive_int, required=True, help="h")
-    p.add_argument("--heads", type=positive_int, required=True, help="a")
-    p.add_argument("--tp", type=positive_int, default=1, help="t")
-    p.add_argument("--sp", action="store_true", help="sequence parallelism")
-    p.add_argument("--recompute", choices=memory.RECOMPUTE, default="none")
-    p.add_argument("--layers", type=positive_int, help="L: also report the first stage's total")
-    p.add_argument("--pp", type=positive_int, default=1, help="p")
-    p.add_argument("--microbatches", type=positive_int, help="m (default: >= p)")
-    p.add_argument("--schedule", choices=pipeline.SCHEDULES, default="1f1b")
-    p.add_argument("--chunks", type=positive_int, default=1, help="v (interleaved)")
+_FLAGS = tomllib.loads((Path(__file__).resolve().parent / "cli_flags.toml").read_text("utf-8"))
+"""Each command's help and flags, in order (``cli_flags.toml``: argparse's keywords, with a type,
+choices and action named by :func:`_flag_names`)."""
 
-    p = sub("bubble", _bubble, "pipeline bubble in both conventions")
-    p.add_argument("--schedule", choices=pipeline.SCHEDULES, required=True)
-    p.add_argument("--pp", type=positive_int, required=True, help="p")
-    p.add_argument("--microbatches", type=positive_int, required=True, help="m")
-    p.add_argument("--chunks", type=positive_int, default=1, help="v (interleaved only)")
 
-    p = sub("collective", _collective, "α-β time of one collective (Thakur et al. 2005)")
-    p.add_argument("--op", choices=collectives.OPS, required=True)
-    p.add_argument(
-        "--algorithm",
-        required=True,
-        choices=sorted({a for algs in collectives.ALGORITHMS.values() for a in algs}),
-    )
-    p.add_argument("--ranks", type=positive_int, required=True, help="n")
-    p.add_argument("--bytes", type=size_bytes, required=True, help="S, the whole buffer")
-    p.add_argument("--alpha", type=nonnegative_float, help="latency per message, s")
-    p.add_argument("--bandwidth", type=positive_float, help="bytes/s per direction")
-    p.add_argument("--link", choices=tuple(hardware.LINKS), help="take α and bandwidth from here")
+def _flag_names() -> tuple[dict, dict]:
+    """(types, choices) that ``cli_flags.toml`` names: this module's parsers, the cost model's
+    own lists."""
+    types = (int, positive_int, positive_float, nonnegative_float, parse_fraction, size_bytes)
+    types += (_fraction, _nonneg_int)
+    choices = {
+        "RECOMPUTE": model.RECOMPUTE,
+        "SCHEDULES": pipeline.SCHEDULES,
+        "OPS": collectives.OPS,
+        "ALGORITHMS": sorted({a for algs in collectives.ALGORITHMS.values() for a in algs}),
+        "LINKS": tuple(hardware.LINKS),
+        "GPUS": tuple(hardware.GPUS),
+        "MODELS": tuple(planner.MODELS),
+        "ZERO_STAGES": planner.ZERO_STAGES,
+        "ZERO3_COLLECTIVES": planner.ZERO3_COLLECTIVES,
+        "RECIPES": tuple(planner.RECIPES),
+        "ATTENTION": planner.ATTENTION,
+        "NORMS": planner.NORMS,
+        "SPLITS": planner.SPLITS,
+        "CP_ALGORITHMS": CP_ALGORITHMS,
+        "FP8_SCALING": FP8_SCALING,
+    }
+    return {f.__name__: f for f in types}, choices
 
 
 def add_parser(subparsers) -> None:
-    """Register the cost-model subcommands on ``minipar``'s subparsers."""
-
-    def sub(name, fn, help_):
-        p = subparsers.add_parser(name, help=help_, description=help_)
+    """Register the cost-model subcommands and their flags (:data:`_FLAGS`) on ``minipar``'s
+    subparsers (``plan --calibrate`` reaches ``bench three_d`` through ``subparsers``, the
+    command tree both are registered on)."""
+    handlers = dict(params=_params, flops=_flops, memory=_memory, activations=_activations)
+    handlers |= dict(bubble=_bubble, collective=_collective, plan=_plan)
+    types, choices = _flag_names()
+    actions = {"BooleanOptionalAction": argparse.BooleanOptionalAction}
+    for name, spec in _FLAGS.items():
+        p = subparsers.add_parser(name, help=spec["help"], description=spec["help"])
         p.add_argument("--json", action="store_true", help="print one JSON object")
-        p.set_defaults(func=guarded(name, fn))
-        return p
-
-    _add_count_parsers(sub)
-    _add_activation_parsers(sub)
-    add_plan_parser(subparsers)
+        p.set_defaults(func=guarded(name, handlers[name]))
+        for flag in spec["flag"]:
+            kw = dict(flag)
+            names = kw.pop("name")
+            if "type" in kw:
+                kw["type"] = types[kw["type"]]
+            if isinstance(kw.get("choices"), str):
+                kw["choices"] = choices[kw["choices"]]
+            if kw.get("action") in actions:
+                kw["action"] = actions[kw["action"]]
+            p.add_argument(*([names] if isinstance(names, str) else names), **kw)
+    subparsers.choices["plan"].set_defaults(command_tree=subparsers)
 
 
 # --- minipar plan: the 3D planner (minipar.cost.planner.three_d) ------------------------------------
@@ -336,8 +295,7 @@ def add_parser(subparsers) -> None:
 
 def _plan_model(args) -> "planner.ModelShape":
     """The model shape from ``--model`` and the shape flags (a flag overrides the preset)."""
-    dims = ("layers", "hidden", "heads", "seq", "vocab")
-    given = [k for k in dims if getattr(args, k) is not None]
+    given = [k for k in _DIMS if getattr(args, k) is not None]
     shape = {
         k: v
         for k, v in (
@@ -356,13 +314,8 @@ def _plan_model(args) -> "planner.ModelShape":
         base = planner.MODELS[args.model]
         m_ = replace(base, **{k: getattr(args, k) for k in given}, **shape)  # keeps MoE fields
     else:
-        missing = [k for k in dims if k not in given]
-        if missing:
-            raise InputError(
-                "give --model NAME or all of --layers --hidden --heads --seq "
-                f"--vocab (missing --{' --'.join(missing)})"
-            )
-        m_ = planner.ModelShape(*(getattr(args, k) for k in dims), **shape)
+        _require_shape(args, "--model NAME")
+        m_ = planner.ModelShape(*(getattr(args, k) for k in _DIMS), **shape)
     m_.check()
     return m_
 
@@ -375,49 +328,30 @@ def _plan_cluster(args) -> "planner.Cluster":
             "fewer GPUs than one node are given by --gpus alone"
         )
     gpu = hardware.load_gpu_profile(args.gpu_profile) if args.gpu_profile else args.gpu
-    return planner.cluster(
-        args.gpus,
-        per_node,
-        gpu,
-        args.intra,
-        args.inter,
-        gemm_efficiency=args.gemm_efficiency,
-        intra_bandwidth=args.intra_bandwidth,
-        intra_alpha=args.intra_alpha,
-        inter_bandwidth=args.inter_bandwidth,
-        inter_alpha=args.inter_alpha,
-    )
+    names = ("gemm_efficiency", "intra_bandwidth", "intra_alpha", "inter_bandwidth", "inter_alpha")
+    kw = {k: getattr(args, k) for k in names}  # overrides of the presets, None where not given
+    return planner.cluster(args.gpus, per_node, gpu, args.intra, args.inter, **kw)
+
+
+_PLAN_OPTIONS = (
+    "grad_reduce_bytes headroom zero3_collectives attention precision overlap_grad_reduce "
+    "cp_algorithm overlap_param_gather reshard_after_forward fp8 compiled tp_overlap"
+).split()
+"""The :class:`~minipar.cost.planner.three_d_terms.Options` fields ``minipar plan`` takes as flags
+of the same name."""
 
 
 def plan_inputs(args):
     """(model, cluster, space, options) of ``minipar plan``: the one place where every default
     is decided (:func:`minipar.cost.planner.three_d.plan_options`)."""
     m_, cl = _plan_model(args), _plan_cluster(args)
-    space = planner.Space(
-        **{k: getattr(args, k) for k in ("tp", "pp", "dp", "micro_batch", "zero", "recompute")},
-        cp=args.cp,
-        ep=args.ep,
-        max_cp=args.max_cp,
-        max_ep=args.max_ep,
-        split=args.pipeline_split,
-    )
+    dims = ("tp", "pp", "dp", "micro_batch", "zero", "recompute", "cp", "ep", "max_cp", "max_ep")
+    space = planner.Space(**{k: getattr(args, k) for k in dims}, split=args.pipeline_split)
+    modules = args.recompute_modules
     opts = planner.Options(
-        grad_reduce_bytes=args.grad_reduce_bytes,
-        headroom=args.headroom,
-        zero3_collectives=args.zero3_collectives,
-        attention=args.attention,
-        precision=args.precision,
+        **{k: getattr(args, k) for k in _PLAN_OPTIONS},
         zero3_ac_inside_unit=args.ac_inside_unit,
-        overlap_grad_reduce=args.overlap_grad_reduce,
-        cp_algorithm=args.cp_algorithm,
-        overlap_param_gather=args.overlap_param_gather,
-        reshard_after_forward=args.reshard_after_forward,
-        recompute_modules=tuple(args.recompute_modules.split(","))
-        if args.recompute_modules
-        else None,
-        fp8=args.fp8,
-        compiled=args.compiled,
-        tp_overlap=args.tp_overlap,
+        recompute_modules=tuple(modules.split(",")) if modules else None,
     )
     return m_, cl, space, planner.plan_options(m_, cl, opts)
 
@@ -525,15 +459,11 @@ def _sensitivity_table(rows) -> None:
         )
 
 
-def _links(cl) -> dict:
-    return {
+def _plan_json(m_, cl, opts, shown, sens=None) -> int:
+    links = {
         k: {"name": lk.name, "bandwidth": lk.bandwidth, "alpha": lk.alpha}
         for k, lk in (("intra", cl.intra), ("inter", cl.inter))
     }
-
-
-def _plan_json(m_, cl, opts, shown, sens=None) -> int:
-    links = _links(cl)
     extra = {} if sens is None else {"sensitivity": sens}
     print_json(
         extra
@@ -545,7 +475,6 @@ def _plan_json(m_, cl, opts, shown, sens=None) -> int:
             "precision": opts.precision,
             "headroom": opts.headroom,
             "gpu": cl.gpu.name,
-            **links,
             "intra": cl.intra.name,
             "inter": cl.inter.name,
             "links": links,
@@ -624,248 +553,3 @@ def _calibrate(args) -> int:
     argv = ["three_d", "--ranks", str(args.ranks), "--steps", str(args.steps)]
     ns = bench.parse_args(argv + (["--json"] if args.json else []))
     return ns.func(ns)
-
-
-def add_plan_parser(subparsers) -> None:
-    """Register ``minipar plan`` (``--calibrate`` reaches ``bench three_d`` through
-    ``subparsers``, the command tree both are registered on)."""
-
-    help_ = "rank data × tensor × pipeline layouts by predicted step time"
-    p = subparsers.add_parser("plan", help=help_, description=help_)
-    p.add_argument("--json", action="store_true", help="print one JSON object")
-    p.set_defaults(func=guarded("plan", _plan), command_tree=subparsers)
-    p.add_argument(
-        "--model", choices=tuple(planner.MODELS), help="a preset shape (flags override it)"
-    )
-    for name, sym in (
-        ("layers", "L"),
-        ("hidden", "h"),
-        ("heads", "a"),
-        ("seq", "s"),
-        ("vocab", "V"),
-    ):
-        p.add_argument(f"--{name}", type=positive_int, help=sym)
-    p.add_argument(
-        "--calibrate",
-        action="store_true",
-        help="measure this machine and predict vs run every (d, t, p) of --ranks "
-        "gloo ranks (the same as `minipar bench three_d`)",
-    )
-    p.add_argument("--ranks", type=positive_int, default=4, help="with --calibrate (default 4)")
-    p.add_argument(
-        "--steps",
-        type=positive_int,
-        default=3,
-        help="with --calibrate: timed steps per layout (default 3)",
-    )
-    _plan_cluster_args(p)
-    _plan_layout_args(p)
-    _plan_shape_and_output_args(p)
-
-
-def _fraction(text: str) -> float:
-    return parse_number(text, float, lambda v: 0 < v <= 1, "a number in (0, 1]")
-
-
-def _headroom(text: str) -> float:
-    return parse_number(text, float, lambda v: 0 <= v < 1, "a number in [0, 1)")
-
-
-def _nonneg_int(text: str) -> int:
-    return parse_number(text, int, lambda v: v >= 0, "an integer >= 0")
-
-
-def _plan_cluster_args(p) -> None:
-    """``minipar plan``'s cluster: GPUs, the GPU and its links."""
-    p.add_argument("--gpus", type=positive_int, help="N (required unless --calibrate)")
-    p.add_argument(
-        "--gpus-per-node", type=positive_int, help="GPUs per node (default 8; at most --gpus)"
-    )
-    p.add_argument("--gpu", choices=tuple(hardware.GPUS), default="A100-80GB")
-    p.add_argument(
-        "--gpu-profile",
-        metavar="FILE",
-        help="the GPU's constants from this JSON profile (what `minipar calibrate gpu` writes) "
-        "instead of --gpu's preset",
-    )
-    p.add_argument(
-        "--intra",
-        choices=tuple(hardware.LINKS),
-        help="link inside a node (default: the GPU generation's NVLink)",
-    )
-    p.add_argument(
-        "--inter",
-        choices=tuple(hardware.LINKS),
-        help="link between nodes, per GPU (default: the generation's InfiniBand)",
-    )
-    p.add_argument("--intra-bandwidth", type=positive_float, help="bytes/s per direction")
-    p.add_argument("--intra-alpha", type=nonnegative_float, help="s per message")
-    p.add_argument("--inter-bandwidth", type=positive_float, help="bytes/s per direction")
-    p.add_argument("--inter-alpha", type=nonnegative_float, help="s per message")
-
-
-def _plan_layout_args(p) -> None:
-    """``minipar plan``'s batch and the dimensions it may fix."""
-    p.add_argument(
-        "--global-batch", type=positive_int, help="B, sequences/step (required unless --calibrate)"
-    )
-    p.add_argument("--tp", type=positive_int, help="fix t")
-    p.add_argument("--pp", type=positive_int, help="fix p")
-    p.add_argument("--dp", type=positive_int, help="fix d")
-    p.add_argument("--micro-batch", type=positive_int, help="fix b")
-    p.add_argument("--cp", type=positive_int, help="fix the context-parallel degree (default 1)")
-    p.add_argument(
-        "--max-cp",
-        type=positive_int,
-        default=1,
-        help="search cp over powers of two up to this (default 1)",
-    )
-    p.add_argument(
-        "--ep", type=positive_int, help="fix the expert-parallel degree (MoE models; default 1)"
-    )
-    p.add_argument(
-        "--max-ep",
-        type=positive_int,
-        default=1,
-        help="search ep over powers of two up to this (MoE models; default 1)",
-    )
-    p.add_argument("--zero", type=int, choices=planner.ZERO_STAGES, help="fix the ZeRO stage")
-    p.add_argument("--recompute", choices=model.RECOMPUTE, help="fix the recomputation")
-    _plan_switch_args(p)
-
-
-def _plan_switch_args(p) -> None:
-    """``minipar plan``'s switches: recipe, kernels, overlaps and the rest of the options."""
-    p.add_argument(
-        "--gemm-efficiency",
-        type=_fraction,
-        help="η, override the GPU's large-GEMM fraction of peak",
-    )
-    p.add_argument(
-        "--grad-reduce-bytes",
-        type=positive_float,
-        help="bytes per gradient element reduced (default: the precision recipe's; "
-        "4: fp32, Megatron's default)",
-    )
-    p.add_argument(
-        "--headroom",
-        type=_headroom,
-        help="fraction of GPU memory kept free (default: the recipe's, 10 %% for the "
-        "2021 A100 runs, a 2.5 %% reserve otherwise; a layout inside the 12 %% allocator "
-        "margin is flagged tight)",
-    )
-    p.add_argument(
-        "--zero3-collectives",
-        choices=planner.ZERO3_COLLECTIVES,
-        default="hierarchical",
-        help="ZeRO-3's collectives across nodes: NCCL's "
-        "multi-NIC hierarchical algorithm (default) or the flat ring through each "
-        "GPU's NIC that 2021 DeepSpeed ZeRO-3 reached",
-    )
-    p.add_argument(
-        "--ac-inside-unit",
-        "--fsdp2-ac",  # the old name: the count depends on where the wrapper sits, not on FSDP2
-        dest="ac_inside_unit",
-        action="store_true",
-        help="ZeRO-3 with the activation checkpoint wrapper inside each layer's sharded unit "
-        "(torchtitan's placement; any FSDP version): 2 gathers per layer and micro-batch "
-        "under full recomputation, not 3",
-    )
-    p.add_argument(
-        "--overlap-grad-reduce",
-        action="store_true",
-        help="overlap the DP reduction with the last backward at any p "
-        "(Megatron-Core's --overlap-grad-reduce)",
-    )
-    p.add_argument(
-        "--cp-algorithm",
-        choices=("ring", "all-gather"),
-        default="ring",
-        help="context parallelism's K/V exchange: ring (Megatron-Core, default) or "
-        "all-gather (Llama 3)",
-    )
-    p.add_argument(
-        "--precision",
-        choices=tuple(planner.RECIPES),
-        help="mixed-precision recipe (default: megatron on H100/H200, 2021 on A100; "
-        "bf16-grads is a what-if: bf16 gradients reduced in bf16, no stack's default)",
-    )
-    p.add_argument(
-        "--attention",
-        choices=planner.ATTENTION,
-        help="attention kernel (default: the model's; else flash on H100/H200, "
-        "unfused on A100, as the 2021 runs); fa3: FlashAttention-3 / cuDNN on Hopper, "
-        "its rate assumed from the paper",
-    )
-    p.add_argument(
-        "--fp8",
-        choices=("delayed", "current", "rowwise"),
-        help="FP8 GEMMs for the layers' linears (default: none, bf16): delayed scaling "
-        "(Transformer Engine's default), current/tensorwise (torchao, Megatron fp8-cs) or "
-        "rowwise (torchao; GEMM rate assumed equal to tensorwise); "
-        "needs a GPU with an FP8 peak",
-    )
-    p.add_argument(
-        "--tp-overlap",
-        action="store_true",
-        help="overlap TP's all-gathers and reduce-scatters (with SP) with the GEMMs, "
-        "decomposed into t chunks (torchtitan async TP, Megatron --tp-comm-overlap)",
-    )
-    p.add_argument(
-        "--compiled",
-        action="store_true",
-        help="a compiled step (torch.compile, CUDA graphs, fused kernels): element-wise "
-        "kernels fused and their launches hidden",
-    )
-
-
-def _plan_shape_and_output_args(p) -> None:
-    """``minipar plan``'s shape flags (over a preset) and what it prints."""
-    p.add_argument("--ffn-hidden", type=positive_int, help="f, the MLP's hidden width (4h)")
-    p.add_argument("--kv-heads", type=positive_int, help="key/value heads (GQA; default a)")
-    p.add_argument("--mlp", choices=("gelu", "swiglu"), help="MLP: 2 matrices or 3 (SwiGLU)")
-    p.add_argument("--norm", choices=planner.NORMS, help="layernorm (2h) or rmsnorm (h)")
-    p.add_argument(
-        "--untied-embeddings",
-        action="store_true",
-        help="an output layer of its own (V·h more parameters)",
-    )
-    p.add_argument("--no-bias", action="store_true", help="no biases (Llama family)")
-    p.add_argument("--rope", action="store_true", help="rotary positions: no s·h table")
-    p.add_argument(
-        "--dropout",
-        type=parse_fraction,
-        help="dropout probability P (default: the model's; GPT 0.1, the Llama presets 0): "
-        "masks in memory and their kernels only when P > 0",
-    )
-    p.add_argument("--top", type=_nonneg_int, default=10, help="rows to show (0 = all)")
-    p.add_argument(
-        "--sensitivity",
-        action="store_true",
-        help="how the first layout's step, MFU and rank move under ±20 %% on η, the flash "
-        "rate, α, the NIC bandwidth and the memory headroom",
-    )
-    p.add_argument(
-        "--pipeline-split",
-        choices=planner.SPLITS,
-        help="even: L/p layers per stage; units: the embedding and the head count as one layer "
-        "each, any L (default: even where p divides L, else units)",
-    )
-    p.add_argument(
-        "--overlap-param-gather",
-        action=argparse.BooleanOptionalAction,
-        help="ZeRO-1/2's parameter all-gather under the next step's first forward "
-        "(default: on for the modern recipes, off for 2021)",
-    )
-    p.add_argument(
-        "--reshard-after-forward",
-        action=argparse.BooleanOptionalAction,
-        help="ZeRO-3 frees gathered weights after each forward (default: when p = 1, as "
-        "torchtitan)",
-    )
-    p.add_argument(
-        "--recompute-modules",
-        help="what selective recomputation drops, comma-separated from "
-        "core_attn,layernorm,act,mlp (default: core_attn for 2021, else "
-        "core_attn,layernorm,act)",
-    )
