@@ -2,11 +2,7 @@
 
 from __future__ import annotations
 
-import re
-
 from minipar.grading.errors import GradeFailure
-from minipar.grading.limits import run_ranks
-from minipar.grading.reasons import reason_for
 
 
 def close(actual, expected, what: str, rtol: float = 1e-5, atol: float = 1e-6) -> None:
@@ -152,34 +148,3 @@ def expect_tensor(actual, expected, what: str) -> None:
     wrong_type = type_error(actual, expected)
     if wrong_type:
         raise GradeFailure(f"{what}: {wrong_type}")
-
-
-def launch_layouts(on_rank, layouts: dict, *args, hint=None, deadlock_note=None):
-    """Run ``on_rank(rank, world, *args)`` once per world size of ``layouts`` ({world: [(label,
-    groups)]}) and yield ``(world, cases)``: every rank's cases sorted by layout, then rank.
-
-    A rank that raised, died or hung becomes one :class:`GradeFailure` with the reason and the
-    case it was running (the ``minipar check: running case ...`` line a rank writes first),
-    plus ``hint(case, message)`` and, for a deadlock, ``deadlock_note(world)``."""
-    order = {label: i for i, label in enumerate(l for w in layouts for l, _ in layouts[w])}
-    for world in layouts:
-        try:
-            per_rank = run_ranks(on_rank, world, *args)
-        except Exception as e:  # a rank raised, died or hung: one reason
-            inner = getattr(e, "error", e)
-            tail = getattr(e, "stderr_tail", "") or getattr(inner, "stderr_tail", "") or ""
-            case = re.findall(r"minipar check: running case ([^\n]*)", tail)
-            msg = reason_for(e)
-            if getattr(e, "kind", None) == "deadlock" and deadlock_note:
-                msg += deadlock_note(world)
-            if case:
-                extra = hint(case[-1], msg) if hint else ""
-                raise GradeFailure(f"{case[-1]}: {msg}{extra}") from None
-            raise GradeFailure(msg) from None
-        yield (
-            world,
-            sorted(
-                (c for cases in zip(*per_rank) for c in cases),
-                key=lambda c: (order[c["label"]], c["rank"]),
-            ),
-        )

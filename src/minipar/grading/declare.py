@@ -2,33 +2,45 @@
 
 A chapter's grader (``minipar.grading.<slug>``) is a declaration:
 
-* its **group layouts** on ranks, one :class:`Layouts` (world size -> [(label, groups or None
-  for the whole world)]), with the hint a failing case gets;
-* its **tasks** (``@task("<slug>.<name>", summary)``, :mod:`minipar.grading.registry`), each a
-  checker that runs its inputs and names the first mistake it recognises;
+* its **group layouts** on ranks, the ``[layouts]`` of its clause table read as one
+  :class:`Layouts` (``CH.layouts(...)``: world size -> [(label, groups or None for the whole
+  world)]), with the hint a failing case gets;
+* its **tasks** (``@CH.task("<name>")``, :mod:`minipar.grading.registry`), each a checker that
+  runs its inputs and names the first mistake it recognises;
 * its **clause table**, data in ``grading/clauses/<slug>.toml`` (:func:`clause_table`): for every
-  task, each clause of the starter's specification (:class:`Clause`) with the input that makes it matter, a realistic wrong answer that breaks
-  only that clause (a function of that name in ``tests/test_grading_<slug>.py``) and the words
-  of the one-line reason the grader gives it. ``tests/test_grading_clauses.py`` grades every
-  clause's wrong answer and checks it fails with its reason.
+  task, each clause of the starter's specification (:class:`Clause`) with the input that makes it
+  matter, a realistic wrong answer that breaks only that clause (a function of that name in
+  ``tests/test_grading_<slug>.py``) and the words of the one-line reason the grader gives it.
+  ``tests/test_grading_clauses.py`` grades every clause's wrong answer and checks it fails with
+  its reason;
+* beside the clauses, in the same file (:class:`Chapter`), each task's PASS line (``[summary]``)
+  and the words of its **named mistakes** (``[reasons]``): templates with {fields}, filled in
+  where the mistake shows.
 
 The rank side: :meth:`Layouts.launch` runs ``body(group_rank, group_size, group, fn)`` on every
-layout of every world size (:func:`minipar.grading.layouts.on_every_layout`, under the grader's
-limits), and yields each rank's case (``where``, ``rank``, ``gr``, ``members``, ``whole``,
-``used``, the group size under the chapter's symbol, ``gr_of``/``size_of`` for every world rank,
-``batch``: every case of its launch). :func:`current_case` is, on a rank, the case being run.
+layout of every world size (:func:`~minipar.grading.limits.run_ranks`: under the grader's limits,
+inside the chapter's course-code watch), and yields each rank's case: the dict ``body`` returned
+with ``label``, ``rank``, ``gr``, ``members``, ``world``, ``where``, ``whole`` (the default
+group), ``used`` (course modules it called), the group size under the chapter's symbol,
+``gr_of``/``size_of`` for every world rank and ``batch`` (every case of its launch).
+:func:`current_case` is, on a rank, the case being run.
 """
 
 from __future__ import annotations
 
+import os
+import re
 import tomllib
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import cache
 from pathlib import Path
 
-from minipar.grading.compare import launch_layouts
+from minipar.grading.errors import GradeFailure
 from minipar.grading.imports import course_calls, forbidden_modules, reject_course_calls
-from minipar.grading.layouts import on_every_layout
+from minipar.grading.limits import run_ranks
+from minipar.grading.reasons import reason_for
+from minipar.grading.registry import task
 
 _CURRENT = {"where": ""}  # on a rank: the case being run
 
@@ -36,10 +48,6 @@ _CURRENT = {"where": ""}  # on a rank: the case being run
 def current_case() -> str:
     """On a rank: the ``where`` of the case being run (for a body's own progress lines)."""
     return _CURRENT["where"]
-
-
-def _note(where: str) -> None:
-    _CURRENT["where"] = where
 
 
 def call_own(chapter: str, fn, *args, allow=(), what: str = "write it", **kwargs):
@@ -76,10 +84,15 @@ class Clause:
     reason: str
 
 
+@cache
+def _clauses_file(chapter: str) -> dict:
+    return tomllib.loads((Path(__file__).with_name("clauses") / f"{chapter}.toml").read_text())
+
+
 def clause_table(chapter: str) -> dict[str, tuple[Clause, ...]]:
     """The chapter's clause table, ``grading/clauses/<chapter>.toml``: task id -> its clauses
     (each clause's input is written once under ``[inputs]`` and named by its key)."""
-    data = tomllib.loads((Path(__file__).with_name("clauses") / f"{chapter}.toml").read_text())
+    data = _clauses_file(chapter)
     inputs = data["inputs"]
     return {
         task_id: tuple(Clause(**{**row, "input": inputs[row["input"]]}) for row in rows)
@@ -90,6 +103,40 @@ def clause_table(chapter: str) -> dict[str, tuple[Clause, ...]]:
 def clauses_of(chapter: str) -> list[tuple[str, Clause]]:
     """(task id, clause) for every clause of the chapter's clause table."""
     return [(t, c) for t, clauses in clause_table(chapter).items() for c in clauses]
+
+
+class Chapter:
+    """What a chapter's clause table declares beside its clauses: ``[summary]``, each task's
+    PASS line (``@CH.task(name)`` registers ``<chapter>.<name>``), and ``[reasons]``, the words
+    of each named mistake (``CH.why(name, **fields)``, its {fields} filled in by str.format)."""
+
+    def __init__(self, chapter: str):
+        self.data = data = _clauses_file(chapter)  # and any other table the grader reads
+        self.chapter, self.summary = chapter, data.get("summary", {})
+        self.reasons = data.get("reasons", {})
+
+    def task(self, name: str):
+        """The decorator registering a checker as ``<chapter>.<name>`` (:func:`task`)."""
+        return task(f"{self.chapter}.{name}", self.summary[name])
+
+    def layouts(self, **how) -> Layouts:
+        """The chapter's ``[layouts]`` (world size -> [label, groups, [] for the whole world]),
+        run in this order, as :class:`Layouts` (``how``: its other fields)."""
+        rows = self.data["layouts"].items()
+        by_world = {int(w): [(label, groups or None) for label, groups in r] for w, r in rows}
+        return Layouts(self.chapter, by_world, **how)
+
+    def why(self, name: str, /, **fields) -> str:
+        return self.reasons[name].format(**fields)
+
+    def fail(self, name: str, where: str = "", /, **fields) -> GradeFailure:
+        """The failure "<where>: <reason name>" (the reason alone without ``where``)."""
+        return GradeFailure((f"{where}: " if where else "") + self.why(name, **fields))
+
+    def first(self, where: str, slips: dict, otherwise: str, /, **fields) -> GradeFailure:
+        """The failure of the first name in ``slips`` ({name: whether the answer matches that
+        mistake, recomputed}) that the answer matches, else of ``otherwise``."""
+        return self.fail(next((n for n, hit in slips.items() if hit), otherwise), where, **fields)
 
 
 @dataclass(frozen=True)
@@ -110,19 +157,25 @@ class Layouts:
     reject_course: str | None = "write this part"
 
     def on_rank(self, rank, world, body, fn, allow):
-        """On one rank: every layout of ``world``'s cases (see the module's docstring)."""
+        """On one rank: every layout of ``world``'s cases (see the module's docstring). Every rank
+        creates every group of a layout (``new_group`` is collective); the case in progress is
+        written to stderr first, so that a rank that dies mid-case names it."""
+        import torch.distributed as dist  # noqa: PLC0415 (lazy: torch)
+
         out = []
-        for res, groups in on_every_layout(
-            rank,
-            world,
-            self.by_world,
-            self.chapter,
-            lambda gr, size, group: body(gr, size, group, fn),
-            allow,
-            note=_note,
-        ):
+        for label, groups in self.by_world[world]:
             every = groups or [list(range(world))]
-            res[self.size] = len(res["members"])
+            handles = [dist.new_group(g) for g in groups] if groups else [None]
+            k = next(i for i, g in enumerate(every) if rank in g)
+            members, gr = every[k], every[k].index(rank)
+            where = f"{label}, rank {rank}" + (f" (rank {gr} of group {members})" if groups else "")
+            os.write(2, f"minipar check: running case {where}\n".encode())
+            _CURRENT["where"] = where
+            with course_calls(forbidden_modules(self.chapter), allow) as used:
+                res = body(gr, len(members), handles[k], fn)
+            res.update(label=label, rank=rank, gr=gr, members=members, world=world, where=where)
+            res.update(whole=groups is None, used=list(used))  # used: in the order of first use
+            res[self.size] = len(members)
             res["gr_of"] = [next(g.index(r) for g in every if r in g) for r in range(world)]
             res["size_of"] = [next(len(g) for g in every if r in g) for r in range(world)]
             out.append(res)
@@ -135,21 +188,32 @@ class Layouts:
         called the course's implementation is rejected ("... <what> yourself")."""
         allow = self.allow if allow is None else allow
         what = what or self.reject_course
-        for _, batch in launch_layouts(
-            _run_on_rank,
-            self.by_world,
-            self,
-            body,
-            fn,
-            allow,
-            hint=self.hint,
-            deadlock_note=self.deadlock_note,
-        ):
+        labels = [label for rows in self.by_world.values() for label, _ in rows]
+        for world in self.by_world:
+            try:
+                per_rank = run_ranks(_run_on_rank, world, self, body, fn, allow)
+            except Exception as e:  # a rank raised, died or hung: one reason
+                raise self._failure(e, world) from None
+            batch = [c for cases in zip(*per_rank) for c in cases]
+            batch.sort(key=lambda c: (labels.index(c["label"]), c["rank"]))
             for c in batch:
                 c["batch"] = batch
                 if what:
                     reject_course_calls(c["used"], what)
             yield from batch
+
+    def _failure(self, e: Exception, world: int) -> GradeFailure:
+        """A rank's exception as one reason, with the case it was running (the line a rank
+        writes first), ``hint(case, message)`` and, for a deadlock, ``deadlock_note(world)``."""
+        inner = getattr(e, "error", e)
+        tail = getattr(e, "stderr_tail", "") or getattr(inner, "stderr_tail", "") or ""
+        case = re.findall(r"minipar check: running case ([^\n]*)", tail)
+        msg = reason_for(e)
+        if getattr(e, "kind", None) == "deadlock" and self.deadlock_note:
+            msg += self.deadlock_note(world)
+        if not case:
+            return GradeFailure(msg)
+        return GradeFailure(f"{case[-1]}: {msg}" + (self.hint(case[-1], msg) if self.hint else ""))
 
 
 def _run_on_rank(rank, world, layouts: Layouts, body, fn, allow):
