@@ -1,25 +1,13 @@
 """Checkers for the tensor-parallel exercises (``exercises/tensor_parallel``).
 
-Each runs the learner's code on gloo ranks (:func:`minipar.grading.limits.run_ranks`) in float64
-and compares with one process on the unsharded computation. Every answer runs in three layouts
-of the tensor-parallel group, because a TP group is rarely the whole world (inside a 3D grid it
-is one of several):
-
-* the whole world of 3 ranks (``group=None``, t = 3), then on the same ranks a group of one
-  rank each (t = 1);
-* on 4 ranks, both TP groups of a 2 × 2 grid ({0, 1} and {2, 3}) at once, then groups {0, 3}
-  and {1, 2} (not consecutive ranks).
-
-A wrong answer is diagnosed from the actual difference: the checker recomputes in one process
-what each classic mistake would give on that rank (f without its backward all-reduce, a sum
-over the whole world instead of the group, the row bias added per rank, a shard that is a view
-of the full weight, a cross-entropy without the global max, with a local one, with the sum of
-exponentials or the target logit not reduced, with the max not detached, a target owned by no
-rank or by two; the sequence-parallel gradients averaged or not reduced) and names the one the
-answer matches, with the rank, token or parameter where it shows: each check is a table of
-``(what the mistake gives, reason)`` (:func:`expect`). Answers that use the course's
-own ``minipar.tensor_parallel`` (other than f and g, which exercise 1 builds and the later
-exercises use) are rejected (:mod:`minipar.grading.imports`).
+Each runs the learner's code on gloo ranks in float64 on every layout of :data:`RANKS` (a TP
+group is rarely the whole world: inside a 3D grid it is one of several) and compares with one
+process on the unsharded computation. A wrong answer is diagnosed from the actual difference:
+each check recomputes in one process what each classic mistake would give on that rank, a table
+of ``(what the mistake gives, reason)`` (:func:`~minipar.grading.compare.expect`), and names
+the one the answer matches, with the rank, token or parameter where it shows. Answers that use
+the course's own ``minipar.tensor_parallel`` (other than f and g, which exercise 1 builds and the
+later exercises use) are rejected (:mod:`minipar.grading.imports`).
 """
 
 from __future__ import annotations
@@ -28,53 +16,31 @@ import copy
 import os
 from functools import partial
 
-from minipar.grading import GradeFailure, task
+from minipar.grading import GradeFailure
 from minipar.grading.compare import err as _err
 from minipar.grading.compare import expect, named_mistake
 from minipar.grading.compare import randn as _randn
 from minipar.grading.compare import same as _same
-from minipar.grading.declare import Layouts, after_whole, current_case, not_whole_world_hint
+from minipar.grading.declare import Chapter, after_whole, current_case, not_whole_world_hint
 from minipar.grading.imports import forbid_course_code
 
 CHAPTER = "tensor_parallel"
+CH = Chapter(CHAPTER)  # its tasks' PASS lines and named mistakes: clauses/tensor_parallel.toml
 _FG = ("copy_to_tp_region", "reduce_from_tp_region", "_CopyToTPRegion", "_ReduceFromTPRegion")
 
-# world size -> [(label, TP groups or None for the whole world)], run in this order. In each
-# layout every group has the same size, so code that ignores its group makes the same calls on
-# every rank: it sums over the world (a wrong value, named) instead of waiting for a rank that
-# never joins (a deadlock, which would hide which layout broke it)
-LAYOUTS = {
-    3: [
-        ("the whole world of 3 ranks", None),
-        ("TP groups {0}, {1} and {2} of 3 ranks", [[0], [1], [2]]),
-    ],
-    4: [
-        ("both TP groups {0, 1} and {2, 3} of a 2 × 2 grid", [[0, 1], [2, 3]]),
-        ("TP groups {0, 3} and {1, 2} of 4 ranks", [[0, 3], [1, 2]]),
-    ],
-}
 
-
-# ----------------------------------------------------------------------------- diagnosis
 # ----------------------------------------------------------------------------- running
 def _deadlock_note(world):
-    return (
-        f" (this launch runs TP groups {[g for _, g in LAYOUTS[world]]} inside "
-        f"a world of {world} ranks: a collective without group= waits for "
-        "ranks of other groups)"
-    )
+    return CH.why("deadlock note", groups=[g for _, g in RANKS.by_world[world]], world=world)
 
 
 def _hint(case: str, msg: str) -> str:
     if "out of bounds" in msg and "target" in case:
-        return (
-            " -- the targets include every shard boundary, 0 and V−1: is a target outside "
-            "this rank's ids lo ≤ target < hi masked before it is used as an index?"
-        )
+        return CH.why("target out of bounds hint")
     return not_whole_world_hint("TP")(case, msg)
 
 
-RANKS = Layouts(CHAPTER, LAYOUTS, size="t", allow=_FG, hint=_hint, deadlock_note=_deadlock_note)
+RANKS = CH.layouts(size="t", allow=_FG, hint=_hint, deadlock_note=_deadlock_note)
 
 
 def _grad(t):
@@ -86,18 +52,11 @@ def _not_whole(c) -> str:
     """Context for a case whose TP group is not the whole world, once the whole world passed."""
     if not c["after_whole"]:
         return ""
-    return (
-        f" (the whole-world case passed; here the TP group is {c['members']} and rank "
-        f"{c['rank']} is its rank {c['gr']}: use dist.get_rank(group) and "
-        "dist.get_world_size(group), and pass group= to every collective)"
-    )
+    return CH.why("not the whole world", members=c["members"], rank=c["rank"], gr=c["gr"])
 
 
 def _over_world(c, what: str) -> str:
-    return (
-        f"{what} summed over all {c['world']} ranks of the world, not over its group "
-        f"{c['members']}: honour the group argument (all_reduce(..., group=group))"
-    )
+    return CH.why("summed over the world", what=what, world=c["world"], members=c["members"])
 
 
 # ----------------------------------------------------------------------------- 01 f and g
@@ -121,11 +80,7 @@ def _group_sum(seed0, case):
     return group, world
 
 
-@task(
-    "tensor_parallel.copy_to_tp_region",
-    "f is the identity forward and sums the gradient over its group backward (t = 1, 2, 3; "
-    "the whole world, both groups of a 2 × 2 grid, a subgroup)",
-)
+@CH.task("copy_to_tp_region")
 def check_copy_to_tp_region(fn, **_):
     forbid_course_code(fn, CHAPTER, what="write f")
     x = _randn(4, 6, seed=1)
@@ -140,10 +95,7 @@ def check_copy_to_tp_region(fn, **_):
         if g is None:
             raise GradeFailure(f"{where}: no gradient reached x: return the gradient from backward")
         total, world_total = _group_sum(100, c)
-        own = (
-            "x.grad is this rank's own partial gradient: f's backward must all-reduce (sum) it "
-            f"over the group's {t} ranks"
-        )
+        own = CH.why("f backward not reduced", t=t)
         mean = f"x.grad is the MEAN over the {t} ranks: f's backward is the sum, not the average"
         mistakes = [
             (_randn(4, 6, seed=100 + c["gr"]), own),
@@ -154,11 +106,7 @@ def check_copy_to_tp_region(fn, **_):
         expect(where, g, total, mistakes, otherwise + _not_whole(c))
 
 
-@task(
-    "tensor_parallel.reduce_from_tp_region",
-    "g sums the partial results over its group forward and is the identity backward (t = 1, "
-    "2, 3; the whole world, both groups of a 2 × 2 grid, a subgroup)",
-)
+@CH.task("reduce_from_tp_region")
 def check_reduce_from_tp_region(fn, **_):
     forbid_course_code(fn, CHAPTER, what="write g")
     w = _randn(4, 6, seed=7)
@@ -166,14 +114,8 @@ def check_reduce_from_tp_region(fn, **_):
         t, where, y = c["t"], c["where"], c["y"]
         total, world_total = _group_sum(10, c)
         if not c["unchanged"]:
-            raise GradeFailure(
-                f"{where}: g reduced its input in place: all-reduce a copy, the caller's tensor "
-                "must not change"
-            )
-        own = (
-            "g's forward returned this rank's partial result: it must all-reduce (sum) over the "
-            f"group's {t} ranks"
-        )
+            raise CH.fail("g in place", where)
+        own = CH.why("g forward not reduced", t=t)
         mistakes = [
             (_randn(4, 6, seed=10 + c["gr"]), own),
             (world_total, _over_world(c, "g's forward")),
@@ -183,10 +125,7 @@ def check_reduce_from_tp_region(fn, **_):
         expect(where, y, total, mistakes, otherwise + _not_whole(c))
         if c["grad"] is None:
             raise GradeFailure(f"{where}: no gradient reached the input")
-        again = (
-            f"the gradient is {t} times too large: g's backward all-reduced again; it must be "
-            "the identity"
-        )
+        again = CH.why("g backward reduced", t=t)
         otherwise = f"g's backward changed the gradient ({_err(c['grad'], w)}): it is the identity"
         expect(where, c["grad"], w, [(t * w, again)], otherwise)
 
@@ -235,17 +174,20 @@ def _mlp_storage(c) -> None:
     t, where = c["t"], c["where"]
     want_stored = (4 * H * H + 4 * H + H * 4 * H) // t + H
     if t > 1 and c["stored"] >= 2 * H * 4 * H:
-        raise GradeFailure(
-            f"{where} stores {c['stored']} parameters, the whole MLP: keep "
-            f"only this rank's shards ({want_stored} with t = {t})"
+        raise CH.fail(
+            "whole MLP stored", case=where, stored=c["stored"], want_stored=want_stored, t=t
         )
     if c["storage_bytes"] > 8 * want_stored:
         name, shape, own, nbytes = max(c["per_param"], key=lambda p: p[3] - p[2])
-        raise GradeFailure(
-            f"{where}: parameter {name} {list(shape)} uses {own} bytes but keeps a storage "
-            f"of {nbytes} bytes alive: it is a view of the full weight, so the rank still "
-            f"stores all of it ({c['storage_bytes']} bytes of parameter storage, a 1/t "
-            f"share is {8 * want_stored}); copy the shard into its own tensor"
+        raise CH.fail(
+            "shard is a view",
+            where,
+            name=name,
+            shape=list(shape),
+            own=own,
+            nbytes=nbytes,
+            storage_bytes=c["storage_bytes"],
+            share=8 * want_stored,
         )
 
 
@@ -258,12 +200,7 @@ def _mlp_own_dx(fc1, fc2, x, dy, sl):
     return u.grad @ fc1.weight[sl].detach()
 
 
-@task(
-    "tensor_parallel.column_row_mlp",
-    "the column→row MLP equals the unsharded one (output, input and weight gradients) for "
-    "t = 1, 2, 3 (the whole world, both groups of a 2 × 2 grid, a subgroup), each rank's "
-    "parameters holding 1/t of the weights in storage",
-)
+@CH.task("column_row_mlp")
 def check_column_row_mlp(cls, **_):
     import torch.nn.functional as F  # noqa: PLC0415 (lazy: torch)
 
@@ -274,24 +211,15 @@ def check_column_row_mlp(cls, **_):
     ref = fc2(F.gelu(fc1(x)))
     (ref * dy).sum().backward()
     ref = ref.detach()
-    bias_per_rank = (
-        "the output is off by (t−1)·bias: fc2's bias was added on every rank before the "
-        "all-reduce; add it once, after"
-    )
-    without_f = (
-        "the input gradient is this rank's partial sum: put f (copy_to_tp_region) before fc1 "
-        "so that backward all-reduces it"
-    )
+    bias_per_rank = CH.why("bias per rank")
+    without_f = CH.why("without f")
     for c in after_whole(RANKS.launch(_mlp_body, cls)):
         t, gr, where = c["t"], c["gr"], c["where"]
         k = 4 * H // t
         sl = slice(gr * k, (gr + 1) * k)
         _mlp_storage(c)
         mistakes = [(ref + (t - 1) * fc2.bias.detach(), bias_per_rank)]
-        otherwise = (
-            f"output differs from the unsharded MLP ({_err(c['y'], ref)}): fc1 keeps rows "
-            "(output features) r·4h/t…, fc2 columns (input features), then g sums"
-        )
+        otherwise = CH.why("MLP output differs", err=_err(c["y"], ref))
         expect(where, c["y"], ref, mistakes, otherwise + _not_whole(c))
         mistakes = [(partial(_mlp_own_dx, fc1, fc2, x, dy, sl) if t > 1 else None, without_f)]
         otherwise = f"the input gradient differs ({_err(c['dx'], x.grad)})"
@@ -305,8 +233,7 @@ def check_column_row_mlp(cls, **_):
         for name, w in want.items():
             if not any(_same(g, w) for g in c["grads"]):
                 raise GradeFailure(
-                    f"{where}: no parameter has the gradient of the {name} of "
-                    f"this rank (t = {t})" + _not_whole(c)
+                    CH.why("no weight gradient", case=where, name=name, t=t) + _not_whole(c)
                 )
 
 
@@ -387,20 +314,15 @@ def _ce_variants(logits, target, t, gr):
     return [
         (
             (z[:, gr * per : (gr + 1) * per].exp().sum(-1).log() - pick(z)).mean(),
-            "the sum of exponentials is this rank's own: sum exp(logit − max) over "
-            "the group's ranks (reduce_from_tp_region) before the log",
+            CH.why("exp-sum not reduced"),
         ),
         (
             (z.exp().sum(-1).log() - torch.where(owned, pick(z), 0.0)).mean(),
-            "the target logit is taken on its owner only and never summed over the "
-            "ranks, so the other ranks miss it: sum it over the group "
-            "(reduce_from_tp_region)",
+            CH.why("target logit not reduced"),
         ),
         (  # picked and sums on different scales
             (zl.exp().sum(-1).log() - pick(zl)).mean(),
-            "each rank subtracted its own max, so the ranks' exp-sums are on "
-            "different scales: all-reduce the max with ReduceOp.MAX so every rank "
-            "uses the global one",
+            CH.why("local max"),
         ),
     ]
 
@@ -436,24 +358,12 @@ def _diagnose_picks(picks, target, t):
         who = ", ".join(f"rank {j // per} (id {j})" for j in got)
         head = f"token {i}, target {T} ({_owner_text(T, t)})"
         if not got:
-            return (
-                f"{head}: no rank took the target's logit: the ownership test misses it; "
-                "a rank owns lo ≤ target < hi = lo + V/t"
-            )
+            return CH.why("target taken by no rank", head=head)
         if len(got) == 1:
-            return (
-                f"{head}: the logit taken for it is {who}'s: a rank's first id is lo = "
-                "(its rank in the group)·V/t, and the target's column there is target − lo"
-            )
+            return CH.why("target taken by another rank", head=head, who=who)
         if len(got) == t and t > 1:
-            return (
-                f"{head}: the target's logit was taken on every rank ({who}): take it only "
-                "where the rank owns the target, 0 elsewhere"
-            )
-        return (
-            f"{head}: the target's logit was taken {len(got)} times, by {who}: a rank owns "
-            "lo ≤ target < hi = lo + V/t (the boundary id belongs to one rank only)"
-        )
+            return CH.why("target taken on every rank", head=head, who=who)
+        return CH.why("target taken twice", head=head, times=len(got), who=who)
     return None
 
 
@@ -476,20 +386,12 @@ def _ce_loss_fault(c, label, loss, ref, logits, target) -> str:
 
     if label == SHIFTED and not c["whole"]:  # right when every group's were ~1
         held = "~1000" if _ce_shift(label, c["members"]) else "of size ~1"
-        return (
-            f"the loss is {loss.item():.6g}, expected {ref.item():.6g}, while it was right when "
-            f"every group held logits of size ~1: here TP group {c['members']} holds logits "
-            f"{held} and another group's differ by ~1000, so a value taken over the whole "
-            "world (the max above all) is not this group's and exp(logit − max) under- or "
-            "overflows: pass group= to every all-reduce, the MAX one too"
+        return CH.why(
+            "max over the world", loss=loss.item(), ref=ref.item(), members=c["members"], held=held
         )
     if not torch.isfinite(loss):
         if label != CE_SCALES[0][0]:  # the ~1 case passed
-            return (
-                f"the loss is {loss.item()}, while it was right with logits of size ~1: exp "
-                "overflows; subtract the global max (all-reduce the max with ReduceOp.MAX) "
-                "before exp"
-            )
+            return CH.why("exp overflows", loss=loss.item())
         return f"the loss is {loss.item()}"
     if _same(loss, N * ref):
         return f"the loss is the SUM over the {N} tokens: return the mean"
@@ -512,18 +414,8 @@ def _ce_grad_fault(c, label, got, want, logits, target) -> str:
     through_max = want.clone()
     through_max[torch.arange(N), logits[:, gr * per : (gr + 1) * per].argmax(-1)] -= want.sum(-1)
     mistakes = [
-        (
-            t * want,
-            f"the loss is right but the logit gradient is {t} times too large: the sums' "
-            "all-reduce also ran in backward; with g (reduce_from_tp_region) backward is the "
-            "identity",
-        ),
-        (
-            through_max if t > 1 else None,
-            "the loss is right but the gradient also flows through the max (to each token's "
-            "largest local logit): compute the max on a detached tensor; it cancels out of "
-            "the loss",
-        ),
+        (t * want, CH.why("sums reduced in backward", t=t)),
+        (through_max if t > 1 else None, CH.why("max not detached")),
     ]
     why = named_mistake(got, mistakes)
     if why:
@@ -534,12 +426,7 @@ def _ce_grad_fault(c, label, got, want, logits, target) -> str:
     return f"the loss is right but the logit gradient is not ({_err(got, want)})" + _not_whole(c)
 
 
-@task(
-    "tensor_parallel.vocab_parallel_cross_entropy",
-    "the loss and logit gradients equal one process's cross-entropy for t = 1, 2, 3 (the "
-    "whole world, both groups of a 2 × 2 grid, a subgroup), with targets on every shard "
-    "boundary, logits of size ~1 and ~1000, and groups whose logits differ by ~1000",
-)
+@CH.task("vocab_parallel_cross_entropy")
 def check_vocab_parallel_cross_entropy(fn, **_):
     import torch  # noqa: PLC0415 (lazy: torch)
 
@@ -553,21 +440,16 @@ def check_vocab_parallel_cross_entropy(fn, **_):
             where, loss, got = f"{c['where']}, {label}", r["loss"], r["grad"]
             if not isinstance(loss, torch.Tensor) or loss.numel() != 1:
                 shape = tuple(loss.shape) if isinstance(loss, torch.Tensor) else type(loss)
-                raise GradeFailure(
-                    f"{where}: the loss is {shape}: return the mean over the tokens, a scalar "
-                    "tensor"
-                )
+                raise CH.fail("loss not a scalar", where, shape=shape)
             if not _same(loss, ref):
-                raise GradeFailure(
-                    f"{where}: {_ce_loss_fault(c, label, loss, ref, logits, target)}"
-                )
+                why = _ce_loss_fault(c, label, loss, ref, logits, target)
+                raise GradeFailure(f"{where}: {why}")
             want = ref_grad[:, gr * per : (gr + 1) * per]
             if got is None:
                 raise GradeFailure(f"{where}: the loss is right but no gradient reached the logits")
             if not _same(got, want):
-                raise GradeFailure(
-                    f"{where}: {_ce_grad_fault(c, label, got, want, logits, target)}"
-                )
+                why = _ce_grad_fault(c, label, got, want, logits, target)
+                raise GradeFailure(f"{where}: {why}")
 
 
 # ----------------------------------------------------------------------------- 04 SP layer norm
@@ -626,30 +508,16 @@ def _sp_grad_mistakes(c, what, want, own, over_world):
     """The classic mistakes of a layer-norm parameter's gradient, as :func:`expect`'s table."""
     t = c["t"]
     return [
-        (
-            want / t,
-            f"{what} is the MEAN over the group's {t} ranks: each rank's gradient covers "
-            "different tokens, so they add up -- sum them, do not average",
-        ),
-        (
-            own if t > 1 else None,
-            f"{what} is this rank's partial sum over its s/t = {S // t} tokens: all-reduce (sum) "
-            "it over the group in finish_grads",
-        ),
+        (want / t, CH.why("LN gradient averaged", what=what, t=t)),
+        (own if t > 1 else None, CH.why("LN gradient not reduced", what=what, tokens=S // t)),
         (
             over_world,
-            f"{what} is summed over all {c['world']} ranks of the world, not over its group "
-            f"{c['members']}: pass group= to the all-reduce",
+            CH.why("LN gradient over the world", what=what, world=c["world"], members=c["members"]),
         ),
     ]
 
 
-@task(
-    "tensor_parallel.sp_layernorm",
-    "the sequence-parallel layer-norm region equals one process (gathered output, input and "
-    "layer-norm gradients) for t = 1, 2, 3 (the whole world, both groups of a 2 × 2 grid, a "
-    "subgroup)",
-)
+@CH.task("sp_layernorm")
 def check_sp_layernorm(cls, **_):
     import torch.nn.functional as F  # noqa: PLC0415 (lazy: torch)
 
@@ -660,16 +528,10 @@ def check_sp_layernorm(cls, **_):
     out = ln(x)
     (F.linear(out, A) * dy).sum().backward()
     out, go = out.detach(), dy @ A  # go: (b, s, h) gradient of the gather
-    sliced = (
-        "backward kept this rank's slice of its own gradient: the column layer's ranks each "
-        "contribute a part, reduce-scatter (sum, then slice) along s"
-    )
+    sliced = CH.why("sliced, not reduce-scattered")
     for c in after_whole(RANKS.launch(_sp_body, cls)):
         t, gr, where = c["t"], c["gr"], c["where"]
-        otherwise = (
-            f"the gathered output differs from the layer norm of the whole sequence "
-            f"({_err(c['g'], out)}): all-gather along dim 1, slices in rank order"
-        )
+        otherwise = CH.why("gathered output differs", err=_err(c["g"], out))
         expect(where, c["g"], out, (), otherwise + _not_whole(c))
         want_dx = x.grad[:, gr * S // t : (gr + 1) * S // t]
         mistakes = [(partial(_sp_sliced_dx, ln, A, x, dy, t, gr) if t > 1 else None, sliced)]
