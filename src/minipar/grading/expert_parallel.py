@@ -1,24 +1,13 @@
 """Checkers for the expert-parallel exercises (``exercises/expert_parallel``).
 
-Exercises 1 (top-K gates) and 4 (capacity dropping) run in this process against a reference
-written here. Exercises 2 (dispatch) and 3 (combine) run on gloo ranks
-(:func:`minipar.grading.limits.run_ranks`) in float64 in four layouts of the EP group, since an
-EP group is rarely the whole world: the whole world of 3 ranks; on the same 3 ranks the groups
-{0} and {1, 2}; on 4 ranks both groups {0, 1} and {2, 3} of a 2 × 2 grid, then {0, 3} and
-{1, 2} (not consecutive). Ranks hold different numbers of tokens (5 + group rank), so every
-split is uneven; exercises 2 and 5 also route 24 + 3·rank tokens away from the two
-highest-numbered experts (:data:`ROUTINGS`).
-
-A wrong answer is diagnosed from the actual result: the checker recomputes what each classic
-mistake would give (gates not renormalised, the smallest experts, softmax over the tokens;
-rows not sorted by expert, token-major instead of slot-major order, counts not exchanged; the
-combine without gates, in dispatch order, with the splits not swapped; a capacity applied
-token-major, with ≤ C, per slot; dropless rows left in source order, group sizes per source or
-as sent) and names the one the answer matches, with the rank, token or element where it shows.
-Every returned tensor's dtype and shape are checked against what the exercise states (a 0/1
-int64 mask is not a bool mask: indexing with it gathers rows 0 and 1). Exercise 5 (dropless
-dispatch, expert-major rows and group sizes for one grouped GEMM) runs on ranks like 2 and 3.
-Answers that call the course's ``minipar.expert_parallel`` are rejected
+Exercises 1 (top-K gates) and 4 (capacity dropping) run in this process; 2 (dispatch), 3
+(combine) and 5 (dropless dispatch) run on gloo ranks in float64 on every layout of
+:data:`RANKS`, the ranks holding different numbers of tokens (5 + group rank), the dispatches
+under every routing of :data:`ROUTINGS`. A wrong answer is diagnosed from the actual result: the
+checker recomputes what each classic mistake would give and names the one the answer matches,
+with the rank, token or element where it shows. Every returned tensor's dtype and shape are
+checked against what the exercise states (a 0/1 int64 mask is not a bool mask: indexing with it
+gathers rows 0 and 1). Answers that call the course's ``minipar.expert_parallel`` are rejected
 (:mod:`minipar.grading.imports`), except its ``all_to_all`` in exercise 3, which the exercise
 hands the learner.
 """
@@ -29,43 +18,22 @@ import contextlib
 import os
 from collections import Counter
 
-from minipar.grading import GradeFailure, task
+from minipar.grading import GradeFailure
 from minipar.grading.compare import err as _err
 from minipar.grading.compare import randn as _randn
 from minipar.grading.compare import same as _same
 from minipar.grading.compare import type_error
-from minipar.grading.declare import Layouts, current_case, not_whole_world_hint
+from minipar.grading.declare import Chapter, current_case, not_whole_world_hint
 from minipar.grading.imports import forbid_course_code
 
 CHAPTER = "expert_parallel"
 _A2A = ("all_to_all", "_AllToAll")
 E, K2, H = 6, 2, 4  # experts (divisible by 1, 2, 3), top-2, hidden
-
-LAYOUTS = {
-    3: [
-        ("the whole world of 3 ranks", None),
-        ("EP groups {0} and {1, 2} of 3 ranks", [[0], [1, 2]]),
-    ],
-    4: [
-        ("both EP groups {0, 1} and {2, 3} of a 2 × 2 grid", [[0, 1], [2, 3]]),
-        ("EP groups {0, 3} and {1, 2} of 4 ranks (not consecutive)", [[0, 3], [1, 2]]),
-    ],
-}
+CH = Chapter(CHAPTER)  # its tasks' PASS lines and named mistakes: clauses/expert_parallel.toml
 
 
 # ----------------------------------------------------------------------------- helpers
-# the routings exercises 2 and 5 run on every layout: a random one (every expert chosen), and a
-# skewed one that leaves the two highest-numbered experts without a token (counts shorter than
-# E betray a bincount without minlength) and sends most tokens to expert 0, so that a local
-# expert receives more rows from one source than an unstable sort keeps in order
-# (tests/test_grading_expert_parallel.py measures that count on the installed torch); and one
-# where the group's rank 0 holds no token at all (n = 0: it sends nothing, but still receives)
-ROUTINGS = {
-    "random": "top-2 routing of 5 + rank tokens",
-    "skewed": "skewed routing of 24 + 3·rank tokens (experts 4 and 5 get none, expert 0 most)",
-    "no_tokens": "top-2 routing of 5 + rank tokens, except group rank 0, which holds no token "
-    "(n = 0)",
-}
+ROUTINGS = CH.data["routings"]  # name -> label: the routings exercises 2 and 5 run on
 EMPTY_EXPERTS = (E - 2, E - 1)
 
 
@@ -124,106 +92,6 @@ def _expected_rows(gr: int, t: int, order="slot", sort=True, routing="random", k
     return torch.cat(rows), counts
 
 
-# ----------------------------------------------------------------------------- the reasons
-# What the checker tells a wrong answer, by the mistake it recognises ({fields} are filled in
-# where the mistake shows): each check below recomputes the classic mistakes and names the
-# first one the answer matches.
-_WHY = {
-    # 01 gates
-    "experts shape": "experts must be a tensor of shape ({n}, {k}), got {got}",
-    "experts dtype": "experts has dtype {dt}, expected int64 (expert indices, as topk returns them)",
-    "gates dtype": "gates have dtype {dt}, expected {want}, the logits' (no .float())",
-    "least likely": "token {i} was sent to its {k} LEAST likely experts: take the largest "
-    "probabilities (topk's default)",
-    "experts order": "token {i}'s experts are right but not in order: list them largest "
-    "probability first",
-    "softmax over tokens": "the softmax ran over the tokens (dim 0): take it over the experts, "
-    "the last dimension",
-    "experts differ": "token {i} chose experts {got}, expected {want}",
-    "not renormalised": "the gates are the softmax probabilities of the chosen experts, not "
-    "renormalised: token 0's sum to {total:.3f}; divide by their sum",
-    "K = 1 not renormalised": "with K = 1 the renormalised gate is 1 (the probability divided by "
-    "itself): divide by the sum",
-    "gates differ": "gates differ from the reference ({err})",
-    "gates detached": "the gates carry no gradient: do not detach them or build them outside "
-    "autograd (the router learns through them)",
-    "gates' gradient differs": "the gradient with respect to the logits differs ({err})",
-    # 02 dispatch
-    "counts shape": "recv_counts must have shape (ep, E/ep) = {want}, got {got}",
-    "counts dtype": "recv_counts has dtype {dt}, expected int64 (counts, as bincount returns them)",
-    "counts sent": "recv_counts are the counts this rank SENDS: exchange them with an all-to-all "
-    "to learn what it receives",
-    "counts differ": "recv_counts[{s}, {e}] = {got}, but source rank {s} sends {want} rows to "
-    "local expert {e}",
-    "rows type": "rows must be a {dt} tensor (the input's dtype) of shape {shape}, got {got}",
-    "rows unsorted": "the rows were sent in token order, not sorted by expert: sort the "
-    "assignments by expert (so by destination) before the all-to-all",
-    "rows token-major": "within an expert the rows are in token-major order (token 0's choices, "
-    "then token 1's): number the assignments slot-major, a = j·n + i, before the stable sort",
-    "rows reordered": "the rows one source sent one expert are the right rows in another order "
-    "({size} rows share one expert there): a sort that is not stable reorders equal keys once "
-    "there are more than a few; the assignments' order must survive every sort by expert",
-    "rows received differ": "the rows received differ ({err})",
-    # 03 combine
-    "y type": "return y, a {dt} tensor (the input's dtype) of shape ({n}, {h})",
-    "no gates": "the outputs were added without their gates: scale row a by gate[a] before adding "
-    "it to its token",
-    "dispatch order": "the rows are in dispatch (expert-sorted) order, not token order: add row a "
-    "to y[token[a]] (index_add)",
-    "averaged": "the output is the gated sum divided by K: the gates already sum to one per "
-    "token; add, do not average",
-    "y differs": "y differs from Σ gate · expert output ({err}; token {i})",
-    "no gradient": "no gradient reached {which}: build y with differentiable operations and the "
-    "course's all_to_all (not dist.all_to_all_single, which autograd does not see)",
-    "dgate differs": "the gates' gradient differs ({err})",
-    # 04 capacity
-    "mask shape": "return a bool tensor of shape ({n}, {k}), got {got}",
-    "mask dtype": "the mask has dtype {dt}, expected bool: indexing with a 0/1 integer tensor "
-    "gathers rows 0 and 1 instead of selecting the kept ones",
-    "keeps C + 1": "expert {ex} keeps {kept} assignments, C + 1: keep positions 0 … C−1 "
-    "(position < C, not ≤ C)",
-    "capacity per slot": "expert {ex} keeps {kept} > C: the count restarts for each slot; the "
-    "capacity covers all slots",
-    "keeps more than C": "expert {ex} keeps {kept} assignments, more than C = {cap}",
-    "queue token-major": "the queue is token-major (token 0's choices, then token 1's): token "
-    "{i}'s choice {j} is {was} but every first choice must queue before any second choice",
-    "mask differs": "token {i}'s choice {j} (expert {chosen}) should be {should}",
-    # 05 dropless
-    "sizes per source": "sizes has shape (ep, E/ep) = {shape}, the received counts per source: a "
-    "grouped GEMM needs one size per local expert, (E/ep,): sum them over the sources",
-    "sizes short": "sizes has {m} entries, not E/ep = {per}: this rank's last experts receive "
-    "no row here, and torch.bincount returns max + 1 bins (give it the number of bins)",
-    "sizes shape": "sizes must be a tensor of shape (E/ep,) = {want}, got {got}",
-    "sizes dtype": "sizes has dtype {dt}, expected int64 (group sizes are counts: keep "
-    "bincount's dtype)",
-    "sizes sent": "sizes count rows this rank SENDS, not those its experts receive: exchange the "
-    "counts with an all-to-all first",
-    "sizes differ": "sizes[{e}] = {got}, but local expert {e} receives {want} rows",
-    "grouped rows type": "rows must be a {dt} tensor of shape {shape} (the input's dtype), got "
-    "{got}",
-    "rows source-major": "the rows are grouped by source rank (the order the all-to-all "
-    "delivers), not by local expert: permute them expert-major before the grouped GEMM",
-    "one rank unsorted": "with one rank the rows are in the order of the assignments, not grouped "
-    "by expert: nothing is sent, but the grouped GEMM still needs expert 0's rows first, then "
-    "expert 1's: sort them by expert (stably) with ep = 1 too",
-    "sources reordered": "every expert has the right rows but not in source order (up to {biggest} "
-    "rows share one expert here): permute with a sort that keeps the order of equal keys, so the "
-    "sources keep their order",
-    "rows differ": "the rows differ ({err})",
-}
-
-
-def _fail(where: str, why: str, **fields) -> GradeFailure:
-    """The failure ``where: <reason why>``, its fields filled in."""
-    return GradeFailure(f"{where}: " + _WHY[why].format(**fields))
-
-
-def _name_slip(where: str, slips: dict, otherwise: str, **fields):
-    """Raise the reason of the first slip in ``slips`` ({why: whether the answer matches the
-    mistake, recomputed}) that the answer matches, else ``otherwise``."""
-    raise _fail(where, next((why for why, hit in slips.items() if hit), otherwise), **fields)
-
-
 def _dtype(x) -> str:
     return str(x.dtype)[6:]
 
@@ -231,35 +99,20 @@ def _dtype(x) -> str:
 # ----------------------------------------------------------------------------- ranks
 def _hint(case: str, msg: str) -> str:
     """Words for a rank's exception: the first hint whose symptom shows in the case or message."""
-    hints = {
-        " -- the receive buffer's dtype is not the rows' (the message names both): allocate the "
-        "all-to-all's output in the input's dtype (x.new_empty, or dtype=x.dtype; the check's "
-        "rows are float64), since torch.empty defaults to float32": "different dtypes" in msg,
-        " -- the counts are short: their length is not a multiple of the group's size, because "
-        "torch.bincount returns max + 1 bins, and here the highest-numbered experts receive no "
-        "token: pass bincount minlength=E, one count per expert": "in->size % context->size" in msg,
-        not_whole_world_hint("EP")(case, msg): "of group" in case,
-        " -- the counts have fewer than E entries: torch.bincount returns max + 1 bins, and here "
-        f"experts {EMPTY_EXPERTS[0]} and {EMPTY_EXPERTS[1]} receive no token (give bincount the "
-        "number of bins)": "get none" in case and "invalid for input of size" in msg,
-        " -- the split sizes disagree between ranks: a rank's output splits must be what the "
-        "others send it (exchange the counts with an all-to-all first; the combine swaps the two "
-        "lists)": "expected size" in msg or "split" in msg.lower(),
+    shows = {
+        "receive buffer dtype hint": "different dtypes" in msg,
+        "counts not a multiple hint": "in->size % context->size" in msg,
+        "group": "of group" in case,
+        "counts short hint": "get none" in case and "invalid for input of size" in msg,
+        "splits disagree hint": "expected size" in msg or "split" in msg.lower(),
     }
-    return next((hint for hint, shows in hints.items() if shows), "")
+    hint = next((name for name, hit in shows.items() if hit), None)
+    if hint == "group":
+        return not_whole_world_hint("EP")(case, msg)
+    return CH.why(hint, lo=EMPTY_EXPERTS[0], hi=EMPTY_EXPERTS[1]) if hint else ""
 
 
-RANKS = Layouts(
-    CHAPTER,
-    LAYOUTS,
-    size="t",
-    hint=_hint,
-    deadlock_note=lambda world: (
-        " (in the dispatch exercises one routing gives each group's rank 0 no token: a rank "
-        "that holds no token (n = 0) still receives rows, so it must make every collective "
-        "call too)"
-    ),
-)
+RANKS = CH.layouts(size="t", hint=_hint, deadlock_note=lambda world: CH.why("deadlock note"))
 
 
 # ----------------------------------------------------------------------------- 01 gates
@@ -271,11 +124,7 @@ def _ref_gates(logits, k):
     return top / top.sum(-1, keepdim=True), idx
 
 
-@task(
-    "expert_parallel.top_k_gates",
-    "gates are the top-K softmax probabilities renormalised to 1, largest first, with the "
-    "reference's gradients (n = 1, 7, 16; E = 4, 8; K = 1, 2, 3)",
-)
+@CH.task("top_k_gates")
 def check_top_k_gates(fn, **_):
     import torch  # noqa: PLC0415 (lazy: torch)
 
@@ -289,11 +138,11 @@ def check_top_k_gates(fn, **_):
         where = f"n = {n}, E = {e}, K = {k}"
         if not isinstance(experts, torch.Tensor) or tuple(experts.shape) != (n, k):
             got = getattr(experts, "shape", type(experts).__name__)
-            raise _fail(where, "experts shape", n=n, k=k, got=got)
+            raise CH.fail("experts shape", where, n=n, k=k, got=got)
         if experts.dtype != torch.int64:
-            raise _fail(where, "experts dtype", dt=_dtype(experts))
+            raise CH.fail("experts dtype", where, dt=_dtype(experts))
         if isinstance(gates, torch.Tensor) and gates.dtype != logits.dtype:
-            raise _fail(where, "gates dtype", dt=_dtype(gates), want=_dtype(logits))
+            raise CH.fail("gates dtype", where, dt=_dtype(gates), want=_dtype(logits))
         _check_experts(where, experts, logits.detach(), k)
         _check_gates(where, gates, logits, k)
 
@@ -312,7 +161,7 @@ def _check_experts(where, experts, lg, k) -> None:
         "softmax over tokens": torch.equal(experts, torch.softmax(lg, 0).topk(k, -1).indices),
     }
     got, want = experts[i].tolist(), ref[i].tolist()
-    _name_slip(where, slips, "experts differ", i=i, k=k, got=got, want=want)
+    raise CH.first(where, slips, "experts differ", i=i, k=k, got=got, want=want)
 
 
 def _check_gates(where, gates, logits, k) -> None:
@@ -323,7 +172,7 @@ def _check_gates(where, gates, logits, k) -> None:
     ref_g, ref_e = _ref_gates(lg, k)
     if not _same(gates, ref_g):
         if type_error(gates, ref_g):  # none of the slips below has another type
-            raise _fail(where, "gates differ", err=_err(gates, ref_g))
+            raise CH.fail("gates differ", where, err=_err(gates, ref_g))
         chosen, over_tokens = (torch.softmax(lg, dim).gather(-1, ref_e) for dim in (-1, 0))
         slips = {
             "not renormalised": k > 1 and _same(gates, chosen),
@@ -331,15 +180,15 @@ def _check_gates(where, gates, logits, k) -> None:
             "K = 1 not renormalised": k == 1 and _same(gates, chosen),
         }
         total = gates[0].sum().item()
-        _name_slip(where, slips, "gates differ", total=total, err=_err(gates, ref_g))
+        raise CH.first(where, slips, "gates differ", total=total, err=_err(gates, ref_g))
     if not gates.requires_grad:
-        raise _fail(where, "gates detached")
+        raise CH.fail("gates detached", where)
     w = _randn(len(lg), k, seed=3)
     (g_got,) = torch.autograd.grad((gates * w).sum(), logits)
     lg = lg.requires_grad_()
     (g_ref,) = torch.autograd.grad((_ref_gates(lg, k)[0] * w).sum(), lg)
     if not _same(g_got, g_ref):
-        raise _fail(where, "gates' gradient differs", err=_err(g_got, g_ref))
+        raise CH.fail("gates' gradient differs", where, err=_err(g_got, g_ref))
 
 
 # ----------------------------------------------------------------------------- 02 dispatch
@@ -386,13 +235,7 @@ def _reordered(rows, want, blocks) -> int:
     return max((len(b) for a, b in pairs if not torch.equal(a, b)), default=0)
 
 
-@task(
-    "expert_parallel.dispatch",
-    "each rank receives its experts' rows from every source, by source then local expert, in "
-    "priority order, and the (ep, E/ep) counts (ep = 1, 2, 3; the whole world, a subgroup, "
-    "both groups of a 2 × 2 grid, groups not consecutive; uneven token counts, top-2; a "
-    "routing that leaves experts 4 and 5 empty; a rank with no token)",
-)
+@CH.task("dispatch")
 def check_dispatch(fn, **_):
     forbid_course_code(fn, CHAPTER, what="write the dispatch")
     for c in RANKS.launch(_routed(_pair_body), fn):
@@ -409,18 +252,18 @@ def _check_dispatch_case(r, where, gr, t, routing):
     counts, rows = r["counts"], r["rows"]
     if not isinstance(counts, torch.Tensor) or tuple(counts.shape) != tuple(want.shape):
         got = tuple(getattr(counts, "shape", ()))
-        raise _fail(where, "counts shape", want=tuple(want.shape), got=got)
+        raise CH.fail("counts shape", where, want=tuple(want.shape), got=got)
     if counts.dtype != torch.int64:
-        raise _fail(where, "counts dtype", dt=_dtype(counts))
+        raise CH.fail("counts dtype", where, dt=_dtype(counts))
     if not torch.equal(counts, want):
         sent = torch.bincount(_choices(gr, routing=routing)[1].reshape(-1), minlength=E)
         s, e = (int(v) for v in (counts != want).nonzero()[0])
         slips = {"counts sent": t > 1 and torch.equal(counts, sent.view(t, E // t))}
         got, want = int(counts[s, e]), int(want[s, e])
-        _name_slip(where, slips, "counts differ", s=s, e=e, got=got, want=want)
+        raise CH.first(where, slips, "counts differ", s=s, e=e, got=got, want=want)
     if not isinstance(rows, torch.Tensor) or rows.dtype != want_rows.dtype:
         dt, shape, got = _dtype(want_rows), tuple(want_rows.shape), getattr(rows, "dtype", None)
-        raise _fail(where, "rows type", dt=dt, shape=shape, got=got)
+        raise CH.fail("rows type", where, dt=dt, shape=shape, got=got)
     if _same(rows, want_rows, atol=0):
         return
     rows_of = lambda **how: _expected_rows(gr, t, routing=routing, **how)[0]
@@ -430,7 +273,7 @@ def _check_dispatch_case(r, where, gr, t, routing):
         "rows token-major": _same(rows, rows_of(order="token"), atol=0),
         "rows reordered": size > 0,
     }
-    _name_slip(where, slips, "rows received differ", size=size, err=_err(rows, want_rows))
+    raise CH.first(where, slips, "rows received differ", size=size, err=_err(rows, want_rows))
 
 
 # ----------------------------------------------------------------------------- 03 combine
@@ -474,12 +317,7 @@ def _combine_body(gr, t, group, fn):
     return out
 
 
-@task(
-    "expert_parallel.combine",
-    "the combine returns Σ gate · expert output in the original token order, with the "
-    "gradients of the gates and the expert outputs (ep = 1, 2, 3; the whole world, a "
-    "subgroup, both groups of a 2 × 2 grid, groups not consecutive; top-1 and top-2)",
-)
+@CH.task("combine")
 def check_combine(fn, **_):
     forbid_course_code(fn, CHAPTER, allow=_A2A, what="write the combine")
     for c in RANKS.launch(_combine_body, fn, allow=_A2A):
@@ -496,7 +334,7 @@ def _check_combine_case(r, where, gr, t, k):
     by_token = lambda rows: torch.zeros(n, H, dtype=torch.float64).index_add(0, token, rows)
     want, y = by_token(gated), r["y"]
     if y is None or y.dtype != want.dtype:
-        raise _fail(where, "y type", dt=_dtype(want), n=n, h=H)
+        raise CH.fail("y type", where, dt=_dtype(want), n=n, h=H)
     if not _same(y, want):
         in_dispatch_order = [gated] + ([gated.view(k, n, H).sum(0)] if len(token) == k * n else [])
         slips = {
@@ -505,13 +343,13 @@ def _check_combine_case(r, where, gr, t, k):
             "averaged": k > 1 and _same(y, want / k),
         }
         i = int((y - want).abs().amax(-1).argmax()) if y.shape == want.shape else 0
-        _name_slip(where, slips, "y differs", err=_err(y, want), i=i)
+        raise CH.first(where, slips, "y differs", err=_err(y, want), i=i)
     if r["dgate"] is None or r["dout"] is None:
         which = "the gates" if r["dgate"] is None else "the expert outputs"
-        raise _fail(where, "no gradient", which=which)
+        raise CH.fail("no gradient", where, which=which)
     want_dgate = (_randn(n, H, seed=90 + gr)[token] * back).sum(-1)  # dy as the ranks drew it
     if not _same(r["dgate"], want_dgate):
-        raise _fail(where, "dgate differs", err=_err(r["dgate"], want_dgate))
+        raise CH.fail("dgate differs", where, err=_err(r["dgate"], want_dgate))
 
 
 # ----------------------------------------------------------------------------- 04 capacity
@@ -534,11 +372,7 @@ def _ref_keep(experts, num_experts, capacity, order="slot", le=False, per_slot=F
     return keep
 
 
-@task(
-    "expert_parallel.keep_mask",
-    "the kept assignments are the first C of each expert's queue in priority order (slot, "
-    "then token): top-1 and top-2, C = 1 up to no drop",
-)
+@CH.task("keep_mask")
 def check_keep_mask(fn, **_):
     import torch  # noqa: PLC0415 (lazy: torch)
 
@@ -548,11 +382,11 @@ def check_keep_mask(fn, **_):
         where = f"n = {n}, E = {e}, K = {k}, C = {cap}"
         got = fn(experts.clone(), e, cap)
         if not isinstance(got, torch.Tensor) or tuple(got.shape) != (n, k):
-            raise _fail(
-                where, "mask shape", n=n, k=k, got=getattr(got, "shape", type(got).__name__)
+            raise CH.fail(
+                "mask shape", where, n=n, k=k, got=getattr(got, "shape", type(got).__name__)
             )
         if got.dtype != torch.bool:
-            raise _fail(where, "mask dtype", dt=_dtype(got))
+            raise CH.fail("mask dtype", where, dt=_dtype(got))
         if not torch.equal(got, _ref_keep(experts, e, cap)):
             _name_keep_slip(where, got, experts, e, cap)
 
@@ -575,7 +409,7 @@ def _name_keep_slip(where, got, experts, e, cap):
     ex = int(kept.argmax())
     was, should = ("kept" if m[i, j] else "dropped" for m in (got, want))
     fields = dict(ex=ex, kept=int(kept[ex]), cap=cap, i=i, j=j, chosen=int(experts[i, j]))
-    _name_slip(where, slips, "mask differs", was=was, should=should, **fields)
+    raise CH.first(where, slips, "mask differs", was=was, should=should, **fields)
 
 
 # ----------------------------------------------------------------------------- 05 dropless
@@ -588,13 +422,7 @@ def _expert_major(rows, recv):
     return rows[torch.argsort(local, stable=True)]
 
 
-@task(
-    "expert_parallel.dropless_dispatch",
-    "each rank receives its experts' rows expert-major (sources in order within an expert), "
-    "ready for one grouped GEMM, and the (E/ep,) int64 group sizes (ep = 1, 2, 3; the whole "
-    "world, a subgroup, both groups of a 2 × 2 grid, groups not consecutive; uneven token "
-    "counts, top-2; a routing that leaves experts 4 and 5 empty; a rank with no token)",
-)
+@CH.task("dropless_dispatch")
 def check_dropless_dispatch(fn, **_):
     forbid_course_code(fn, CHAPTER, what="write the dispatch")
     for c in RANKS.launch(_routed(_pair_body), fn):
@@ -614,14 +442,14 @@ def _check_group_sizes(where, sizes, recv, gr, routing):
     t, want = len(recv), recv.sum(0)
     if not isinstance(sizes, torch.Tensor) or tuple(sizes.shape) != tuple(want.shape):
         if isinstance(sizes, torch.Tensor) and tuple(sizes.shape) == tuple(recv.shape) and t > 1:
-            raise _fail(where, "sizes per source", shape=tuple(recv.shape))
+            raise CH.fail("sizes per source", where, shape=tuple(recv.shape))
         m = len(sizes) if isinstance(sizes, torch.Tensor) and sizes.dim() == 1 else len(want)
         if m < len(want) and torch.equal(sizes.long(), want[:m]) and not want[m:].any():
-            raise _fail(where, "sizes short", m=m, per=len(want))
+            raise CH.fail("sizes short", where, m=m, per=len(want))
         got = getattr(sizes, "shape", type(sizes).__name__)
-        raise _fail(where, "sizes shape", want=tuple(want.shape), got=got)
+        raise CH.fail("sizes shape", where, want=tuple(want.shape), got=got)
     if sizes.dtype != torch.int64:
-        raise _fail(where, "sizes dtype", dt=_dtype(sizes))
+        raise CH.fail("sizes dtype", where, dt=_dtype(sizes))
     if torch.equal(sizes, want):
         return
     sent = torch.bincount(_choices(gr, routing=routing)[1].reshape(-1), minlength=E).view(t, -1)
@@ -629,7 +457,7 @@ def _check_group_sizes(where, sizes, recv, gr, routing):
     slips = {
         "sizes sent": torch.equal(sizes, sent.sum(0)) or (t > 1 and torch.equal(sizes, sent[gr]))
     }
-    _name_slip(where, slips, "sizes differ", e=e, got=int(sizes[e]), want=int(want[e]))
+    raise CH.first(where, slips, "sizes differ", e=e, got=int(sizes[e]), want=int(want[e]))
 
 
 def _check_grouped_rows(where, rows, src_rows, recv, gr, routing):
@@ -639,7 +467,7 @@ def _check_grouped_rows(where, rows, src_rows, recv, gr, routing):
     t, want = len(recv), _expert_major(src_rows, recv)
     if type_error(rows, want):
         got = f"{getattr(rows, 'dtype', type(rows).__name__)} {tuple(getattr(rows, 'shape', ()))}"
-        raise _fail(where, "grouped rows type", dt=_dtype(want), shape=tuple(want.shape), got=got)
+        raise CH.fail("grouped rows type", where, dt=_dtype(want), shape=tuple(want.shape), got=got)
     if torch.equal(rows, want):
         return
     rows_of = lambda **how: _expected_rows(gr, t, routing=routing, **how)
@@ -654,4 +482,4 @@ def _check_grouped_rows(where, rows, src_rows, recv, gr, routing):
         "sources reordered": _reordered(rows, want, recv.sum(0).tolist()) > 0,
     }
     biggest = int(recv.sum(0).max())
-    _name_slip(where, slips, "rows differ", size=size, biggest=biggest, err=_err(rows, want))
+    raise CH.first(where, slips, "rows differ", size=size, biggest=biggest, err=_err(rows, want))
