@@ -1,24 +1,12 @@
 """Checkers for the context-parallel exercises (``exercises/context_parallel``).
 
-Exercise 1 (merging two softmax blocks) runs in this process under the grader's CPU-time limit.
-Exercises 2-5 run the learner's code on gloo ranks (:func:`minipar.grading.limits.run_ranks`) in
-float64, in three layouts of the CP group, because a CP group is rarely the whole world (in a
-grid with TP innermost it is strided):
-
-* the whole world of 3 ranks (``group=None``, cp = 3);
-* on the same 3 ranks, a group of one rank ({0}, cp = 1) next to the group {1, 2} (cp = 2);
-* on 4 ranks, both CP groups {0, 2} and {1, 3} of a (cp = 2, t = 2) grid at once.
-
-The inputs encode where each element came from (a token's global position, a head's index), so a
-wrong answer is diagnosed from what it actually returned: the checker names the positions, heads
-or source rank a rank got and the classic mistake that gives them (a contiguous split, the
-mirrored chunk off by one, chunks in the wrong order, global instead of group ranks, the ring
-turning the wrong way, blocks merged without their log-sum-exp weights, heads interleaved). Exercise
-5 (all-gather attention over packed documents) names a wrong output by the semantics it matches:
-no document mask, no causal mask, a strict causal mask, local or global-rank positions, K/V heads
-repeated instead of interleaved, scores not scaled.
-Answers that use the course's own ``minipar.context_parallel`` are rejected
-(:mod:`minipar.grading.imports`).
+Exercise 1 (merging two softmax blocks) runs in this process; exercises 2-5 run on gloo ranks in
+float64 on every layout of :data:`RANKS` (a CP group is rarely the whole world: in a grid with
+TP innermost it is strided). The inputs encode where each element came from (a token's global
+position, a head's index), so the checker names the positions, heads or source rank a rank got
+and the classic mistake that gives them; exercise 5 names a wrong output by the
+:class:`Semantics` it matches. Answers that use the course's own ``minipar.context_parallel``
+are rejected (:mod:`minipar.grading.imports`).
 """
 
 from __future__ import annotations
@@ -26,35 +14,23 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from minipar.grading import GradeFailure, task
+from minipar.grading import GradeFailure
 from minipar.grading.compare import err, expect, randn, same
-from minipar.grading.declare import Layouts, after_whole
+from minipar.grading.declare import Chapter, after_whole
 from minipar.grading.imports import forbid_course_code
 
 CHAPTER = "context_parallel"
-
-# world size -> [(label, CP groups or None for the whole world)], run in this order
-LAYOUTS = {
-    3: [
-        ("the whole world of 3 ranks", None),
-        ("CP groups {0} and {1, 2} of 3 ranks", [[0], [1, 2]]),
-    ],
-    4: [("both CP groups {0, 2} and {1, 3} of a (cp = 2, t = 2) grid", [[0, 2], [1, 3]])],
-}
+CH = Chapter(CHAPTER)  # its tasks' PASS lines and named mistakes: clauses/context_parallel.toml
 
 
 # ----------------------------------------------------------------------------- running
 def _hint(case: str, msg: str) -> str:
     if "of group" in case and ("rank" in msg.lower() or "peer" in msg.lower()):
-        return (
-            " -- this case's CP group is not the whole world: use dist.get_rank(group), "
-            "dist.get_world_size(group), and global ranks (dist.get_global_rank(group, r)) "
-            "where torch asks for them"
-        )
+        return CH.why("subgroup hint")
     return ""
 
 
-RANKS = Layouts(CHAPTER, LAYOUTS, size="cp", hint=_hint)
+RANKS = CH.layouts(size="cp", hint=_hint)
 
 
 def _tensor(x, what: str):
@@ -93,7 +69,7 @@ def _call_merge(fn, a, b, case):
         raise GradeFailure(f"{case}: merge changed one of its inputs in place")
     if not isinstance(res, (tuple, list)) or len(res) != 2:
         raise GradeFailure(
-            f"{case}: merge must return (o, lse), got {type(res).__name__}"
+            CH.why("merge return", case=case, kind=type(res).__name__)
             + (f" of length {len(res)}" if isinstance(res, (tuple, list)) else "")
         )
     return _tensor(res[0], f"{case}: o"), _tensor(res[1], f"{case}: lse")
@@ -109,40 +85,22 @@ def _check_merge(fn, case, a, b, want) -> None:
         bad = "NaN" if torch.isnan(o).any() else "inf"
         raise GradeFailure(
             f"{case}: o contains {bad}: "
-            + (
-                "a fully masked block has lse = -inf, and -inf - (-inf) is NaN: use weights "
-                "exp(lse_x - lse) with lse = logaddexp(lse_a, lse_b), guarding lse = -inf"
-                if torch.isneginf(l_b).any()
-                else "the logits are ~1000, so exp(lse) overflows: exponentiate only lse_x - lse, "
-                "which is <= 0"
-            )
+            + (CH.why("masked block NaN") if torch.isneginf(l_b).any() else CH.why("lse overflows"))
         )
     as_max = "lse is max(lse_a, lse_b); it must be log(e^lse_a + e^lse_b) (torch.logaddexp)"
     otherwise = f"lse differs from the log-sum-exp over both blocks ({err(lse, want_lse)})"
     expect(case, lse, want_lse, [(torch.maximum(l_a, l_b), as_max)], otherwise)
     wa, wb = torch.exp(l_a - want_lse).unsqueeze(-1), torch.exp(l_b - want_lse).unsqueeze(-1)
     mistakes = [
-        (
-            (o_a + o_b) / 2,
-            "o is the average of o_a and o_b: weight each block by its share of the softmax "
-            "mass, exp(lse_x - lse)",
-        ),
-        (
-            o_a + o_b,
-            "o is o_a + o_b: each block's output is normalised by its own sum; rescale it by "
-            "exp(lse_x - lse) before adding",
-        ),
-        (wb * o_a + wa * o_b, "the two weights are swapped: o_a takes exp(lse_a - lse)"),
+        ((o_a + o_b) / 2, CH.why("blocks averaged")),
+        (o_a + o_b, CH.why("blocks added unweighted")),
+        (wb * o_a + wa * o_b, CH.why("weights swapped")),
     ]
     otherwise = f"o differs from softmax attention over both blocks ({err(o, want_o)})"
     expect(case, o, want_o, mistakes, otherwise)
 
 
-@task(
-    "context_parallel.merge_softmax_blocks",
-    "merging two blocks' (o, lse) equals softmax attention over both, at logits ~1000 and "
-    "with a fully masked block",
-)
+@CH.task("merge_softmax_blocks")
 def check_merge_softmax_blocks(fn, **_):
     import torch  # noqa: PLC0415 (lazy: torch)
 
@@ -190,10 +148,7 @@ def _positions_got(y, dim, where):
         raise GradeFailure(f"{where}: the shard has {y.dim()} dimensions, expected 3 (same as x)")
     first = y.movedim(dim, 0).reshape(y.shape[dim], -1)
     if not torch.equal(first, first[:, :1].expand_as(first)):
-        raise GradeFailure(
-            f"{where}: the shard mixes positions across dimension {dim}: "
-            f"split x along dim={dim} only"
-        )
+        raise CH.fail("positions mixed across dims", where, dim=dim)
     return [int(v) for v in first[:, 0].tolist()]
 
 
@@ -203,32 +158,18 @@ def _zigzag_mistake(got, cp, r, world_rank, world) -> str:
     chunk = lambda i: list(range(i * n, (i + 1) * n))  # chunk i of 2cp
     global_rank = (world_rank, world) != (r, cp) and S % (2 * world) == 0
     named = [
-        (
-            chunk(2 * r) + chunk(2 * r + 1),
-            "that is chunk r of cp contiguous chunks: zigzag takes chunks r and 2cp−1−r of 2cp",
-        ),
-        (
-            chunk(2 * cp - 1 - r) + chunk(r),
-            "the two chunks are in the wrong order: chunk r first, then chunk 2cp−1−r",
-        ),
-        (
-            chunk(r) + chunk(2 * cp - r) if r > 0 else None,
-            "the second chunk is 2cp−r: it is 2cp−1−r (chunks are numbered from 0)",
-        ),
+        (chunk(2 * r) + chunk(2 * r + 1), CH.why("contiguous chunk")),
+        (chunk(2 * cp - 1 - r) + chunk(r), CH.why("chunks in the wrong order")),
+        (chunk(r) + chunk(2 * cp - r) if r > 0 else None, CH.why("second chunk off by one")),
         (
             _zigzag_positions(S, world, world_rank) if global_rank else None,
-            f"that is the zigzag shard of global rank {world_rank} of {world}: use the group's "
-            "rank and size (dist.get_rank(group), dist.get_world_size(group))",
+            CH.why("zigzag of the global rank", world_rank=world_rank, world=world),
         ),
     ]
     return next((why for positions, why in named if got == positions), "")
 
 
-@task(
-    "context_parallel.zigzag_shard",
-    "zigzag_shard gives rank r chunks r and 2cp−1−r of 2cp (cp = 1, 2, 3; the whole world, "
-    "subgroups, both CP groups of a 2 × 2 grid; dims 1 and 2)",
-)
+@CH.task("zigzag_shard")
 def check_zigzag_shard(fn, **_):
     forbid_course_code(fn, CHAPTER, what="write the zigzag shard")
     for c in RANKS.launch(_zigzag_body, fn, what="write the zigzag shard"):
@@ -236,17 +177,16 @@ def check_zigzag_shard(fn, **_):
             where = f"{c['where']}, dim={dim}"
             dtype = getattr(c[dim], "dtype", None)
             if dtype is not None and str(dtype) != "torch.float64":
-                raise GradeFailure(
-                    f"{where}: dtype {str(dtype)[6:]}, expected float64, x's dtype (a shard "
-                    "is a part of x: no .float())"
-                )
+                raise CH.fail("shard dtype", where, dtype=str(dtype)[6:])
             got = _positions_got(c[dim], dim, where)
             want = _zigzag_positions(S, c["cp"], c["gr"])
             if got != want:
                 why = _zigzag_mistake(got, c["cp"], c["gr"], c["rank"], c["world"])
                 raise GradeFailure(
-                    f"{where} (cp = {c['cp']}, s = {S}): got positions {got}, "
-                    f"expected {want}" + (f": {why}" if why else "")
+                    CH.why(
+                        "zigzag positions differ", case=where, cp=c["cp"], S=S, got=got, want=want
+                    )
+                    + (f": {why}" if why else "")
                 )
 
 
@@ -298,40 +238,24 @@ def _ring_reference(cp, r):
     return want, blocks
 
 
-@task(
-    "context_parallel.ring_step",
-    "cp ring steps give exact attention, each block received from the previous rank "
-    "(cp = 1, 2, 3; the whole world, subgroups, both CP groups of a 2 × 2 grid)",
-)
+@CH.task("ring_step")
 def check_ring_step(fn, **_):
     forbid_course_code(fn, CHAPTER, what="write the ring step")
     for c in after_whole(RANKS.launch(_ring_body, fn, what="write the ring step")):
         where, cp, r = c["where"], c["cp"], c["gr"]
         if "bad return" in c:
-            raise GradeFailure(
-                f"{where}: ring_step must return (o, lse, k_next, v_next), got {c['bad return']}"
-            )
+            raise CH.fail("ring step return", where, bad_return=c["bad return"])
         want_src = [(r - i - 1) % cp for i in range(cp)]
         if c["sources"] != want_src:
             raise GradeFailure(f"{where}: {_ring_sources_fault(c, want_src)}")
         o = _tensor(c["o"], f"{where}: o")
         want, blocks = _ring_reference(cp, r)
-        replaced = (
-            "merge each step's block result into the running (o, lse) instead of replacing it"
-        )
+        replaced = CH.why("merge, do not replace")
         mistakes = [
-            (
-                sum(blocks) / cp,
-                f"o is the average of the {cp} blocks' outputs: merge with the log-sum-exp "
-                "weights exp(lse_x − lse)",
-            ),
-            (
-                sum(blocks),
-                "o is the sum of the blocks' normalised outputs: merge with the log-sum-exp "
-                "weights",
-            ),
+            (sum(blocks) / cp, CH.why("ring blocks averaged", cp=cp)),
+            (sum(blocks), CH.why("ring blocks added")),
             *(
-                (blk, f"o is attention over rank {j}'s block only: {replaced}")
+                (blk, CH.why("one rank's block only", j=j, replaced=replaced))
                 for j, blk in enumerate(blocks)
             ),
         ]
@@ -343,20 +267,11 @@ def _ring_sources_fault(c, want_src) -> str:
     """Why rank r received the K/V blocks of group ranks ``c["sources"]``, not ``want_src``."""
     got, r, cp = c["sources"], c["gr"], c["cp"]
     if None in got:
-        return (
-            f"after step {got.index(None)} the returned k_next is not any rank's K block: return "
-            "the block received from the previous rank, unchanged"
-        )
+        return CH.why("k_next not a block", step=got.index(None))
     if got == [(r + i + 1) % cp for i in range(cp)]:
-        return (
-            f"the ring turns the wrong way: rank {r} received the block of rank {got[0]} first; "
-            "send to rank r+1, receive from rank r−1"
-        )
+        return CH.why("ring turns the wrong way", r=r, first=got[0])
     if c["after_whole"]:
-        return (
-            f"received blocks from group ranks {got}, expected {want_src} (the whole-world case "
-            "passed: P2POp takes global ranks; translate with dist.get_global_rank(group, r))"
-        )
+        return CH.why("group ranks as global", got=got, want_src=want_src)
     return f"received blocks from ranks {got}, expected {want_src}"
 
 
@@ -391,12 +306,7 @@ def _ulysses_body(gr, cp, group, fn):
     return out
 
 
-@task(
-    "context_parallel.seq_to_heads",
-    "seq_to_heads turns (b, a, s/cp, d) into this rank's a/cp heads of all s tokens, and "
-    "rejects heads not divisible by cp (cp = 1, 2, 3; the whole world, subgroups, both CP "
-    "groups of a 2 × 2 grid)",
-)
+@CH.task("seq_to_heads")
 def check_seq_to_heads(fn, **_):
     forbid_course_code(fn, CHAPTER, what="write the all-to-all")
     full = _ulysses_full()
@@ -406,9 +316,8 @@ def check_seq_to_heads(fn, **_):
         ah = UA // cp
         want = full[:, r * ah : (r + 1) * ah]
         if tuple(y.shape) != tuple(want.shape):
-            raise GradeFailure(
-                f"{where} (cp = {cp}): shape {tuple(y.shape)}, expected "
-                f"{tuple(want.shape)} = (b, a/cp, s, d)"
+            raise CH.fail(
+                "heads shape", case=where, cp=cp, shape=tuple(y.shape), want=tuple(want.shape)
             )
         if not same(y, want):
             raise GradeFailure(f"{where} (cp = {cp}): {_ulysses_fault(y, want, cp, r)}")
@@ -419,9 +328,7 @@ def check_seq_to_heads(fn, **_):
                 if c["error"] is not None
                 else "gave no error: raise"
             )
-            raise GradeFailure(
-                f'{where}: 5 heads on cp = {cp} ranks {said} ValueError("{want_msg}")'
-            )
+            raise CH.fail("heads not divisible", where, cp=cp, said=said, want_msg=want_msg)
 
 
 def _ulysses_fault(y, want, cp, r) -> str:
@@ -438,10 +345,7 @@ def _ulysses_fault(y, want, cp, r) -> str:
         return why
     pos = [int(round(float(v) % 1000)) for v in y[0, 0, :, 0].tolist()]
     if pos != list(range(US)):
-        return (
-            f"token positions along s are {pos}, expected 0…s−1 in order: the parts received from "
-            "ranks 0…cp−1 are consecutive sequence chunks, stack them in that order"
-        )
+        return CH.why("chunks out of order", pos=pos)
     return f"values differ ({err(y, want)})"
 
 
@@ -528,46 +432,11 @@ def _doc_body(gr, cp, group, fn):
     return {"y": y.detach().clone() if isinstance(y, torch.Tensor) else y}
 
 
-_BOUNDARY = (
-    "(an off-by-one at the boundaries): a document of start p0 and length L holds positions "
-    "p0 ≤ p < p0 + L"
-)
-# (the semantics of a classic mistake, its reason), tried in this order
-DOC_MISTAKES = (
-    (
-        Semantics(docs=False),
-        "attention crosses document boundaries: keys of other documents must be masked, not "
-        "only future keys",
-    ),
-    (
-        Semantics(causal=False),
-        "queries see later keys of their document: the mask must also be causal (key position "
-        "≤ query position)",
-    ),
-    (
-        Semantics(q_rank=0),
-        "the mask uses local query positions 0…n−1: rank r's queries sit at global positions "
-        "r·n … r·n+n−1",
-    ),
-    (
-        Semantics(heads="repeat"),
-        "query head i must read K/V head i // (a/a_kv) (repeat_interleave), not i % a_kv (repeat)",
-    ),
-    (Semantics(scale=False), "the scores are not divided by √d"),
-    (
-        Semantics(q_doc_local=True),
-        "the queries' document ids are read at their local positions 0…n−1 (the causal mask is "
-        "right): rank r's query i is at global position r·n + i, and its document is that "
-        "position's",
-    ),
-    (
-        Semantics(boundary=1),
-        f"each document's first token is counted in the document before it {_BOUNDARY}",
-    ),
-    (
-        Semantics(boundary=-1),
-        f"each document's last token is counted in the document after it {_BOUNDARY}",
-    ),
+_BOUNDARY = CH.why("boundary off by one")
+# (the semantics of a classic mistake, its reason), tried in this order: [mistakes] of its clauses
+DOC_MISTAKES = tuple(
+    (Semantics(**sem), CH.why(name, boundary=_BOUNDARY))
+    for sem, name in CH.data["mistakes"]["allgather_documents"]
 )
 
 
@@ -578,15 +447,9 @@ def _doc_mistake(y, cp, r, world_rank) -> str:
     if not torch.isfinite(y).all():
         strict = torch.nan_to_num(_doc_attention(cp, r, Semantics(strict=True)), nan=0.0)
         if same(torch.nan_to_num(y, nan=0.0), strict):
-            return (
-                "NaN where a query sees no key: a query must see its own key (j ≤ i, not "
-                "j < i); the first token of a document sees only itself"
-            )
+            return CH.why("strict causal mask")
         return "the output contains NaN or inf"
-    global_rank = (
-        f"the mask places the queries at global rank {world_rank}'s positions: use the group's "
-        "rank, dist.get_rank(group)"
-    )
+    global_rank = CH.why("global rank positions", world_rank=world_rank)
     named = [
         *DOC_MISTAKES,
         *([(Semantics(q_rank=world_rank), global_rank)] if world_rank != r else []),
@@ -601,20 +464,13 @@ def _doc_mistake(y, cp, r, world_rank) -> str:
     if y.dtype == want.dtype and same(
         y, _doc_attention(cp, r, Semantics(dtype=torch.float32)), atol=1e-5, rtol=1e-5
     ):
-        return (
-            f"the output is {str(want.dtype).removeprefix('torch.')} but matches the attention "
-            f"computed in float32 and cast back ({err(y, want)}, float32's rounding): compute in "
-            "q's dtype, float64 here, within 1e-7"
+        return CH.why(
+            "computed in float32", dtype=str(want.dtype).removeprefix("torch."), err=err(y, want)
         )
     return ""
 
 
-@task(
-    "context_parallel.allgather_documents",
-    "all-gather K/V, then causal attention within each packed document by global position, "
-    "with grouped-query attention (cp = 1, 2, 3; the whole world, subgroups, both CP groups "
-    "of a 2 × 2 grid)",
-)
+@CH.task("allgather_documents")
 def check_allgather_documents(fn, **_):
     forbid_course_code(fn, CHAPTER, what="write the all-gather attention")
     for c in after_whole(RANKS.launch(_doc_body, fn, what="write the all-gather attention")):
@@ -622,23 +478,15 @@ def check_allgather_documents(fn, **_):
         if "error" in c:
             hint = ""
             if c["after_whole"]:
-                hint = (
-                    " -- the whole-world case passed: use the group's rank and size "
-                    "(dist.get_rank(group), dist.get_world_size(group)) and pass group= "
-                    "to the all-gather"
-                )
+                hint = CH.why("whole world passed hint")
             if "'list' object" in c["error"] or "'Tensor' object" in c["error"]:
-                hint = (
-                    " -- documents comes as a list in some cases and as a 1-D tensor in "
-                    "others: accept both (torch.as_tensor(documents) makes either a tensor)"
-                )
+                hint = CH.why("documents list or tensor hint")
             raise GradeFailure(f"{where} (cp = {cp}, {_docs_text(cp)}): {c['error']}{hint}")
         y = _tensor(c["y"], f"{where}: the output")
         want = _doc_attention(cp, r)
         if tuple(y.shape) != tuple(want.shape):
-            raise GradeFailure(
-                f"{where} (cp = {cp}): shape {tuple(y.shape)}, expected "
-                f"{tuple(want.shape)} = (b, a, n, d)"
+            raise CH.fail(
+                "output shape", case=where, cp=cp, shape=tuple(y.shape), want=tuple(want.shape)
             )
         if same(y, want):
             continue
