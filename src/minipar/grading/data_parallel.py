@@ -9,15 +9,18 @@ names the one the answer matches.
 
 from __future__ import annotations
 
-from minipar.grading import GradeFailure, run_ranks, task
+from minipar.grading import GradeFailure, run_ranks
 from minipar.grading.compare import same
+from minipar.grading.declare import Chapter
+
+# its tasks' PASS lines and the words of the mistakes it names: clauses/data_parallel.toml
+CH = Chapter("data_parallel")
 
 BATCH = 12  # divisible by 2, 3 and 4 ranks
 
 
 def _same(a, b, atol=1e-6) -> bool:
-    """float32 gradients: the shared comparison (type, dtype, shape, values) at float32's
-    tolerances."""
+    """The shared comparison (type, dtype, shape, values) at float32's tolerances."""
     return same(a, b, atol=atol, rtol=1e-5)
 
 
@@ -62,10 +65,7 @@ def _diagnose_grads(got, ref, n, rank, changed_params, reduced_bytes) -> None:
         "scale (frozen)",
     ]
     if changed_params:
-        raise GradeFailure(
-            "the parameters changed during communication: average each "
-            "parameter's gradient p.grad, not the parameter p itself"
-        )
+        raise CH.fail("parameters averaged")
     local = _reference_grads(rank=rank, n=n)
     for name, g, l, r in zip(names, got, local, ref):
         if r is None:
@@ -75,34 +75,18 @@ def _diagnose_grads(got, ref, n, rank, changed_params, reduced_bytes) -> None:
         if _same(g, r):
             continue
         if _same(g, n * r):
-            raise GradeFailure(
-                f"rank {rank}: gradients are the SUM over the {n} ranks, not the "
-                f"mean: divide by n = {n}"
-            )
+            raise CH.fail("summed", rank=rank, n=n)
         for k in (2, 4, 8):
             if k != n and _same(g, n * r / k):
-                raise GradeFailure(
-                    f"rank {rank}: gradients are the sum over the {n} ranks "
-                    f"divided by {k}, not by n = {n}: is n hard-coded? use "
-                    "dist.get_world_size(group)"
-                )
+                raise CH.fail("divided by a hard-coded n", rank=rank, n=n, k=k)
         if _same(g, l) and reduced_bytes:
-            raise GradeFailure(
-                f"rank {rank}: gradients are still this rank's own although "
-                f"{reduced_bytes} bytes were all-reduced: did you average the "
-                "parameters p (identical on every rank, so nothing changes) "
-                "instead of p.grad?"
+            raise CH.fail(
+                "parameters averaged, gradients own", rank=rank, reduced_bytes=reduced_bytes
             )
         if _same(g, l):
-            raise GradeFailure(
-                f"rank {rank}: gradient of {name} is still this rank's own "
-                "gradient: nothing was all-reduced"
-            )
+            raise CH.fail("not all-reduced", rank=rank, name=name)
         err = (g - r).abs().max().item() if g is not None and g.shape == r.shape else float("nan")
-        raise GradeFailure(
-            f"rank {rank}: gradient of {name} differs from the single-process "
-            f"gradient on the whole batch (max error {err:.3g})"
-        )
+        raise CH.fail("gradient differs", rank=rank, name=name, err=err)
 
 
 # ----------------------------------------------------------------------------- 01 average
@@ -152,29 +136,13 @@ def _check_subgroup(results) -> None:
         if all(w is None or _same(g, w) for g, w in zip(got, want)):
             continue
         if rank < 2 and all(w is None or _same(g, w) for g, w in zip(got, everyone)):
-            raise GradeFailure(
-                f"with group = ranks [0, 1] of 3, rank {rank} holds the mean "
-                "over all 3 ranks: your code ignores its group argument; pass "
-                "group=group to all_reduce and use dist.get_world_size(group)"
-            )
+            raise CH.fail("group ignored", rank=rank)
         if rank < 2 and all(w is None or _same(g, w) for g, w in zip(got, summed_pair_over_3)):
-            raise GradeFailure(
-                f"with group = ranks [0, 1] of 3, rank {rank}'s gradient is the "
-                "group's sum divided by 3, the world size: divide by the group's "
-                "size, dist.get_world_size(group) = 2"
-            )
-        raise GradeFailure(
-            f"with group = ranks [0, 1] of 3 (rank 2 alone in its own group), "
-            f"rank {rank}'s gradient is not the mean over its group: use the "
-            "group for the all-reduce and for n"
-        )
+            raise CH.fail("divided by the world size", rank=rank)
+        raise CH.fail("not the group's mean", rank=rank)
 
 
-@task(
-    "data_parallel.average_gradients",
-    "after your call every rank holds the full-batch gradient on 2 and 3 ranks, and a "
-    "group of 2 of the 3 ranks averages over that group only",
-)
+@CH.task("average_gradients")
 def check_average_gradients(fn, **_):
     ref = _reference_grads()
     for n in (2, 3):
@@ -244,11 +212,7 @@ def _bucketed_on_rank(rank, n, make, cap):
     return out
 
 
-@task(
-    "data_parallel.bucketed",
-    "bucketed all-reduce from gradient hooks on 3 ranks: full-batch gradients, Ψ·4 bytes, "
-    "one all-reduce per bucket of the cap, launched before the last gradient is ready",
-)
+@CH.task("bucketed")
 def check_bucketed(make, **_):
     import torch  # noqa: PLC0415 (lazy: torch)
     import torch.nn.functional as F  # noqa: PLC0415 (lazy: torch)
@@ -264,25 +228,17 @@ def check_bucketed(make, **_):
     for rank, r in enumerate(results):
         _diagnose_grads(r["grads"], ref, n, rank, r["changed"], r["all_bytes"])
         if r["bytes"] != psi * 4:
-            raise GradeFailure(
-                f"rank {rank}: all-reduced {r['bytes']} bytes per step, expected "
-                f"Ψ·4 = {psi * 4}: is a gradient reduced twice (a tied weight "
-                "appears once in model.parameters()) or a frozen one included?"
-            )
+            raise CH.fail("bytes not Ψ·4", rank=rank, bytes=r["bytes"], want=psi * 4)
         if r["calls"] != buckets:
-            raise GradeFailure(
-                f"rank {rank}: {r['calls']} all-reduces per step; with "
-                f"bucket_cap_bytes={cap} the trainable parameters in reverse "
-                f"order make {buckets} buckets (close a bucket once it holds "
-                "the cap or more), one all-reduce each"
+            raise CH.fail(
+                "not one all-reduce per bucket",
+                rank=rank,
+                calls=r["calls"],
+                cap=cap,
+                buckets=buckets,
             )
         if r["before_last"] == 0:
-            raise GradeFailure(
-                "no all-reduce had started when the last gradient became ready: "
-                "buckets must be filled in reverse order (backward's order) and "
-                "each launched from the hook, with async_op=True, as soon as it "
-                "is full — launched in forward order, nothing overlaps backward"
-            )
+            raise CH.fail("no overlap")
     opt = torch.optim.SGD([p for p in model.parameters() if p.requires_grad], lr=0.1)
     for x, y in token_batches(2, BATCH):
         opt.zero_grad()
@@ -290,10 +246,7 @@ def check_bucketed(make, **_):
         opt.step()
     for rank, r in enumerate(results):
         if not all(_same(a, b) for a, b in zip(r["params"], model.parameters())):
-            raise GradeFailure(
-                f"rank {rank}: step 1 is right but step 2 is not: reset your "
-                "bucket state in finish() for the next backward"
-            )
+            raise CH.fail("bucket state not reset", rank=rank)
 
 
 # ----------------------------------------------------------------------------- 03 accumulation
@@ -315,51 +268,30 @@ def _accumulation_on_rank(rank, n, fn):
     x, y = x.chunk(n)[rank], y.chunk(n)[rank]  # (K·b,) this rank's slice
     with trace() as tr:
         fn(model, dp, list(zip(x.chunk(K), y.chunk(K))), F.cross_entropy)
-    return dict(
-        grads=_grads(model),
-        calls=tr.count("all_reduce"),
-        backwards=len(backwards),
-    )
+    return dict(grads=_grads(model), calls=tr.count("all_reduce"), backwards=len(backwards))
 
 
-@task(
-    "data_parallel.accumulation",
-    "4 micro-batches on 3 ranks: one backward per micro-batch, one all-reduce per step, "
-    "gradients of the global batch",
-)
+@CH.task("accumulation")
 def check_accumulation(fn, **_):
     n = ACC_RANKS
     results = run_ranks(_accumulation_on_rank, n, fn)
     ref = _reference_grads(micro=1, batch=BATCH * K // 2 * n)
     for rank, r in enumerate(results):
         if r["backwards"] != K:
-            raise GradeFailure(
-                f"rank {rank}: {r['backwards']} backward pass(es) for {K} "
-                "micro-batches: run forward and backward once per micro-batch "
-                "(one backward over the concatenated batch keeps every "
-                "micro-batch's activations alive at once, which accumulation "
-                "exists to avoid)"
+            raise CH.fail(
+                "not one backward per micro-batch", rank=rank, backwards=r["backwards"], K=K
             )
         if r["calls"] == 0:
             raise GradeFailure("no all-reduce at all: call dp.finish() after the last backward")
         if r["calls"] > 1:
-            raise GradeFailure(
-                f"{r['calls']} all-reduces per step: the first {K - 1} "
-                "micro-batches must run under dp.no_sync(), only the last syncs"
-            )
+            raise CH.fail("synced every micro-batch", calls=r["calls"], synced=K - 1)
         for g, want in zip(r["grads"], ref):
             if want is None:
                 continue
             if _same(g, K * want, atol=1e-5):
-                raise GradeFailure(
-                    f"gradients are {K}× too large: divide each micro-batch "
-                    f"loss by the number of micro-batches ({K})"
-                )
+                raise CH.fail("loss not divided by K", K=K)
             if not _same(g, want, atol=1e-5):
-                raise GradeFailure(
-                    f"rank {rank}: gradients differ from the single-process "
-                    "gradient of the global batch"
-                )
+                raise CH.fail("accumulated gradients differ", rank=rank)
 
 
 # ----------------------------------------------------------------------------- 04 ZeRO-1
@@ -415,11 +347,7 @@ def _zero1_reference(n, mode):
     return w.detach()
 
 
-@task(
-    "data_parallel.zero1_step",
-    "ZeRO-1 step on 2 and 3 ranks: gradients reduce-scattered, optimizer state 1/n, every "
-    "rank ends with the single-process parameters",
-)
+@CH.task("zero1_step")
 def check_zero1_step(fn, **_):
     for n in (2, 3):
         results = run_ranks(_zero1_on_rank, n, fn)
@@ -428,44 +356,17 @@ def check_zero1_step(fn, **_):
             got, lo, hi = r["flat"], rank * P // n, (rank + 1) * P // n
             if _same(got, ref, atol=1e-5):
                 if r["state"] > P // n:
-                    raise GradeFailure(
-                        "parameters right, but the optimizer holds state for "
-                        "more than this rank's shard"
-                    )
+                    raise CH.fail("optimizer state not sharded")
                 if "reduce_scatter" not in r["ops"] or "all_reduce" in r["ops"]:
                     used = ", ".join(sorted(set(r["ops"]) - {"all_gather"})) or "nothing"
-                    raise GradeFailure(
-                        f"n={n}: parameters right, but the gradients went through "
-                        f"{used}, not a reduce-scatter: ZeRO-1 reduce-scatters "
-                        "so that each rank receives only its own shard's mean "
-                        "((n−1)/n·Ψ per rank, half an all-reduce's traffic)"
-                    )
+                    raise CH.fail("no reduce-scatter", n=n, used=used)
                 continue
             if _same(got, _zero1_reference(n, "sum"), atol=1e-5):
-                raise GradeFailure(
-                    f"gradients were summed over the {n} ranks, not averaged: divide by n = {n}"
-                )
+                raise CH.fail("zero1 summed", n=n)
             if _same(got, _zero1_reference(n, "accumulate"), atol=1e-5):
-                raise GradeFailure(
-                    f"rank {rank} (n={n}): the parameters match one process whose gradient "
-                    f"accumulated across the {STEPS} steps (step k used the sum of steps "
-                    "1…k's averaged gradients): shard.grad kept the previous steps' "
-                    "gradients; set it to this step's mean, do not add to it"
-                )
+                raise CH.fail("gradient accumulated across steps", rank=rank, n=n, STEPS=STEPS)
             if _same(got[lo:hi], ref[lo:hi], atol=1e-5):
-                raise GradeFailure(
-                    f"rank {rank} (n={n}): its own shard is right but the other "
-                    "ranks' shards are stale: all-gather the updated shards "
-                    "into the full parameters"
-                )
+                raise CH.fail("shards not all-gathered", rank=rank, n=n)
             if "all_gather" not in r["ops"]:
-                raise GradeFailure(
-                    f"rank {rank} (n={n}): parameters differ and no all-gather "
-                    "was called: all-gather the updated shards into the full "
-                    "parameters"
-                )
-            raise GradeFailure(
-                f"rank {rank} (n={n}): parameters differ from the single-process "
-                f"run (max error {(got - ref).abs().max().item():.3g}); "
-                "did you average the gradient before the step?"
-            )
+                raise CH.fail("no all-gather", rank=rank, n=n)
+            raise CH.fail("parameters differ", rank=rank, n=n, err=(got - ref).abs().max().item())
