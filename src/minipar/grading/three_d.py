@@ -14,10 +14,11 @@ from minipar.cost.planner import three_d as planner
 from minipar.grid import Grid
 from minipar.three_d.grid import RankGrid
 
-from . import GradeFailure, as_number, task
-from .declare import call_own
+from . import GradeFailure, as_number
+from .declare import Chapter, call_own
 from .imports import course_calls, forbid_course_code, reject_course_calls
 
+CH = Chapter("three_d")  # its tasks' PASS lines and named mistakes: clauses/three_d.toml
 GRID_SHAPES = [(2, 2, 2), (3, 2, 1), (1, 3, 2), (2, 3, 4), (1, 1, 1)]
 
 
@@ -73,11 +74,7 @@ def _other_orders(d, t, p):
     }
 
 
-@task(
-    "three_d.rank_groups",
-    "tp/dp/pp groups equal Megatron's order (tp innermost, pp outermost) "
-    "for (d, t, p) = (2,2,2), (3,2,1), (1,3,2), (2,3,4), (1,1,1)",
-)
+@CH.task("rank_groups")
 def check_rank_groups(candidate):
     if not callable(candidate):
         raise GradeFailure("pass your function itself, not its result")
@@ -85,27 +82,18 @@ def check_rank_groups(candidate):
     for d, t, p in GRID_SHAPES:
         got = _call(candidate, d, t, p)
         if not isinstance(got, dict) or not {"tp", "dp", "pp"} <= set(got):
-            raise GradeFailure(
-                f"for (d, t, p) = ({d}, {t}, {p}): return a dict with keys "
-                f"'tp', 'dp', 'pp', got {type(got).__name__}"
-            )
+            raise CH.fail("groups not a dict", d=d, t=t, p=p, kind=type(got).__name__)
         grid = RankGrid(d, t, p)
         try:
             mine = {ax: _normal(got[ax]) for ax in ("tp", "dp", "pp")}
         except (TypeError, ValueError):
-            raise GradeFailure(
-                f"for (d, t, p) = ({d}, {t}, {p}): each value must be a list of lists of ranks"
-            ) from None
+            raise CH.fail("groups not lists", d=d, t=t, p=p) from None
         want = {ax: _normal(grid.groups(ax)) for ax in ("tp", "dp", "pp")}
         if mine == want:
             continue
         for order, groups in _other_orders(d, t, p).items():
             if mine == groups:
-                raise GradeFailure(
-                    f"for (d, t, p) = ({d}, {t}, {p}): your groups follow the "
-                    f"order {order} (outermost to innermost); Megatron's is "
-                    "pp > dp > tp"
-                )
+                raise CH.fail("another rank order", d=d, t=t, p=p, order=order)
         bad = next(ax for ax in ("tp", "dp", "pp") if mine[ax] != want[ax])
         raise GradeFailure(
             f"for (d, t, p) = ({d}, {t}, {p}): " + _group_diff(bad, mine[bad], want[bad])
@@ -142,12 +130,7 @@ def _parts(c) -> dict:
     }
 
 
-@task(
-    "three_d.choose_layout",
-    "the layout fits GPT-3 175B on 1024 A100 for some micro-batch, "
-    "recomputation and ZeRO stage (ZeRO-3 included) and is within 10 % of the planner's best "
-    "predicted step time",
-)
+@CH.task("choose_layout")
 def check_choose_layout(candidate):
     value = candidate() if callable(candidate) else candidate
     if not isinstance(value, (tuple, list)) or len(value) != 3:
@@ -168,38 +151,37 @@ def check_choose_layout(candidate):
     if LAYOUT_BATCH % d:
         raise GradeFailure(f"global batch ({LAYOUT_BATCH}) must be divisible by d ({d})")
     if t > cl.gpus_per_node:
-        raise GradeFailure(
-            f"t ({t}) exceeds the GPUs per node ({cl.gpus_per_node}): TP's all-reduces would "
-            "cross InfiniBand"
-        )
+        raise CH.fail("t crosses nodes", t=t, gpus_per_node=cl.gpus_per_node)
     if (t, p, d) not in best_of:
-        raise GradeFailure(
-            f"(d, t, p) = ({d}, {t}, {p}) does not fit in "
-            f"{cl.gpu.memory_bytes * (1 - planner.HEADROOM) / 2**30:.0f} GiB "
-            "(80 GiB less 10 % headroom) for any micro-batch, recomputation or "
-            "ZeRO stage: raise t·p"
+        raise CH.fail(
+            "layout does not fit",
+            d=d,
+            t=t,
+            p=p,
+            gib=cl.gpu.memory_bytes * (1 - planner.HEADROOM) / 2**30,
         )
     mine = best_of[t, p, d]
     if mine.step_seconds > LAYOUT_SLACK * best.step_seconds:
         gap = {k: v - _parts(best)[k] for k, v in _parts(mine).items()}
         worst = max(gap, key=gap.get)
-        raise GradeFailure(
-            f"(d, t, p) = ({d}, {t}, {p}) fits, but its fastest variant (b = "
-            f"{mine.micro_batch}, {'no' if mine.recompute == 'none' else mine.recompute} "
-            f"recomputation, ZeRO-{mine.zero}) predicts "
-            f"{mine.step_seconds:.1f} s per step, {mine.step_seconds / best.step_seconds - 1:.0%} "
-            f"slower than the planner's best at {best.step_seconds:.1f} s; most of the gap is "
-            f"{worst} (+{gap[worst]:.1f} s)"
+        raise CH.fail(
+            "layout too slow",
+            d=d,
+            t=t,
+            p=p,
+            micro_batch=mine.micro_batch,
+            recompute="no" if mine.recompute == "none" else mine.recompute,
+            zero=mine.zero,
+            step_seconds=mine.step_seconds,
+            v2=mine.step_seconds / best.step_seconds - 1,
+            step_seconds2=best.step_seconds,
+            worst=worst,
+            v3=gap[worst],
         )
 
 
 # --- cost per token -------------------------------------------------------------------------
-COST_CONFIGS = [
-    dict(step_seconds=12.9, gpus=64, global_batch=256, seq=4096, usd_per_gpu_hour=2.69),
-    dict(step_seconds=20.2, gpus=64, global_batch=256, seq=4096, usd_per_gpu_hour=1.99),
-    dict(step_seconds=36.8, gpus=2240, global_batch=1920, seq=2048, usd_per_gpu_hour=1.5),
-    dict(step_seconds=0.5, gpus=3, global_batch=6, seq=1000, usd_per_gpu_hour=7.0),
-]
+COST_CONFIGS = CH.data["configs"]["cost_per_token"]  # the inputs: [configs] of its clause table
 
 
 def _cost(step_seconds, gpus, global_batch, seq, usd_per_gpu_hour):
@@ -208,10 +190,7 @@ def _cost(step_seconds, gpus, global_batch, seq, usd_per_gpu_hour):
     )
 
 
-@task(
-    "three_d.cost_per_token",
-    "$ per million tokens = GPU-hours per step × price / tokens per step × 10⁶ on four settings",
-)
+@CH.task("cost_per_token")
 def check_cost_per_token(candidate):
     if not callable(candidate):
         raise GradeFailure("pass your function itself, not its result")
@@ -222,65 +201,30 @@ def check_cost_per_token(candidate):
         if abs(x - want) <= 1e-6 * want:
             continue
         slips = {
-            "per token, not per million tokens": want / 1e6,
-            "per sequence: multiply the sequences by seq to count tokens": want * cfg["seq"],
-            "used seconds as hours: divide GPU-seconds by 3600": want * 3600,
-            "left out the number of GPUs: every GPU is paid for": want / cfg["gpus"],
-            "per billion tokens, not per million": want * 1e3,
+            "per token": want / 1e6,
+            "per sequence": want * cfg["seq"],
+            "seconds as hours": want * 3600,
+            "GPUs left out": want / cfg["gpus"],
+            "per billion tokens": want * 1e3,
         }
         what = ", ".join(f"{k}={v}" for k, v in cfg.items())
-        for reason, value in slips.items():
+        for name, value in slips.items():
             if abs(x - value) <= 1e-6 * abs(value):
-                raise GradeFailure(f"for {what}: {x:.4g} -- {reason}")
+                raise GradeFailure(f"for {what}: {x:.4g} -- {CH.why(name)}")
         raise GradeFailure(f"for {what}: {x:.4g}, expected {want:.4g} dollars per million tokens")
 
 
 # --- the five-dimensional grid: cp, dp_cp and the folded expert groups ----------------------
-FIVE_D_SHAPES = [
-    (4, 2, 1, 2, 2),
-    (1, 2, 2, 2, 4),
-    (3, 1, 1, 2, 2),
-    (2, 3, 2, 1, 3),
-    (1, 1, 3, 3, 1),
-    (1, 1, 1, 1, 1),
-    (3, 2, 2, 3, 2),  # p, d and cp all > 1, none a power of two, ep not dividing d
-]  # (d, t, p, cp, ep)
+FIVE_D_SHAPES = [tuple(shape) for shape in CH.data["configs"]["five_d_groups"]]  # (d, t, p, cp, ep)
 FIVE_D_UNSUPPORTED = (1, 2, 1, 3, 4)  # ep = 4 does not divide t·cp·d = 6: a ValueError
 FIVE_D_KINDS = ("cp", "dp_cp", "ep", "edp")
 FIVE_D_FORBIDDEN = ("minipar.grid", "minipar.three_d", "minipar.cost.planner.three_d")
 
 
-# The usual wrong rules of exercise 4, by kind: each is a layout of the ranks, (grid, its axes
-# innermost first, the axes one group spans), and what it means. The grids number a stage's S =
-# t·cp·d ranks along t, c (cp) and d ("dense"), along the folded expert grid's x (the ep index)
-# and e (the edp one) ("folded"), or along t, c and d = q·ep + x ("inside dp", where ep divides
-# d); the stages p follow, S ranks apart.
-FIVE_D_SLIPS = {
-    "cp": {
-        ("dense", "tdcp", "c"): "your cp groups step by t·d = {td}: dp and cp are swapped; in "
-        "Megatron's order tp → cp → dp → pp the cp neighbours are t = {t} ranks apart",
-        ("dense", "ctdp", "c"): "your cp groups are consecutive ranks: cp and tp are swapped; tp "
-        "is innermost, so the cp neighbours are t = {t} ranks apart",
-    },
-    "dp_cp": {
-        ("dense", "ctdp", "dc"): "your dp_cp groups put cp innermost (cp and tp swapped); dp_cp "
-        "holds the ranks of a stage with the same tp index",
-    },
-    "ep": {
-        ("inside dp", "tcxqp", "x"): "your ep groups step by t·cp = {tcp} through the "
-        "data-parallel ranks: ep is not folded; folded, an ep group is ep consecutive ranks of a "
-        "stage (ep divides the stage's t·cp·d = {S} ranks, not d)",
-        ("folded", "exp", "x"): "your ep groups step by S/ep = {edp} (ep and edp swapped): on the "
-        "folded expert grid ep is innermost, ep consecutive ranks of a stage",
-    },
-    "edp": {
-        ("dense", "tcdp", "dc"): "your edp groups are the dense weights' dp_cp groups: an expert "
-        "is held by the S/ep = {edp} ranks of its stage with the same ep index, not by the d·cp "
-        "ranks with the same tp index",
-        ("folded", "exp", "e"): "your edp groups step by 1 (ep and edp swapped): ranks holding "
-        "the same experts are ep = {ep} apart",
-    },
-}
+# The usual wrong rules of exercise 4, by kind (``[[five_d_slip]]`` of clauses/three_d.toml):
+# each a layout of the ranks (grid, its axes innermost first, the axes one group spans) and what
+# it means, {fields} filled in by :func:`_five_d_slips`.
+FIVE_D_SLIPS = CH.data["five_d_slip"]
 
 
 def _five_d_slips(d, t, p, cp, ep) -> dict:
@@ -294,11 +238,11 @@ def _five_d_slips(d, t, p, cp, ep) -> dict:
     fields = dict(t=t, td=t * d, tcp=t * cp, S=S, edp=S // ep, ep=ep)
     return {
         kind: [
-            (reason.format(**fields), _axis_groups(grids[grid], order, vary))
-            for (grid, order, vary), reason in slips.items()
-            if grid != "inside dp" or d % ep == 0
+            (s["reason"].format(**fields), _axis_groups(grids[s["grid"]], s["order"], s["vary"]))
+            for s in FIVE_D_SLIPS
+            if s["kind"] == kind and (s["grid"] != "inside dp" or d % ep == 0)
         ]
-        for kind, slips in FIVE_D_SLIPS.items()
+        for kind in FIVE_D_KINDS
     }
 
 
@@ -317,11 +261,7 @@ def _partition_fault(kind, groups, d, t, p, cp, ep) -> str | None:
             if not 0 <= r < N:
                 return f"rank {r} in your {kind} groups is outside [0, {N}) (an off-by-one?)"
             if r in where:
-                same = (
-                    " (the same group twice: each stage's groups start at i_p·t·cp·d)"
-                    if where[r] == g
-                    else ""
-                )
+                same = CH.why("same group twice") if where[r] == g else ""
                 return f"rank {r} is in two {kind} groups, {where[r]} and {g}{same}"
             where[r] = g
     missing = [r for r in range(N) if r not in where]
@@ -337,23 +277,14 @@ def _shape_fault(kind, groups, d, t, p, cp, ep) -> str | None:
     rule = {"cp": "cp", "dp_cp": "d·cp", "ep": "ep", "edp": "t·cp·d/ep"}[kind]
     for g in groups:
         if len({r // S for r in g}) > 1:
-            return (
-                f"your {kind} group {g} spans pipeline stages (each stage has its own "
-                f"{S} ranks and layers)"
-            )
+            return CH.why("group spans stages", kind=kind, g=g, S=S)
     bad = next((g for g in groups if len(g) != size), None)
     if bad is not None:
         return f"{kind} groups must have {rule} = {size} ranks; yours has {bad}"
     return None
 
 
-@task(
-    "three_d.five_d_groups",
-    "cp, dp_cp and the folded ep and edp groups equal minipar.grid's "
-    "as sets (tp → cp → dp → pp; ep × edp over a stage's t·cp·d ranks) for seven shapes, some "
-    "not powers of two, some with ep not dividing d, and a ValueError when ep does not divide "
-    "t·cp·d",
-)
+@CH.task("five_d_groups")
 def check_five_d_groups(candidate):
     if not callable(candidate):
         raise GradeFailure("pass your function itself, not its result")
@@ -368,9 +299,7 @@ def check_five_d_groups(candidate):
                 raise GradeFailure(at + _refused(e, d, t, cp, ep)) from None
         reject_course_calls(used, what="write the groups")
         if not isinstance(got, dict) or not set(FIVE_D_KINDS) <= set(got):
-            raise GradeFailure(
-                at + "return a dict with keys 'cp', 'dp_cp', 'ep', 'edp', got " + type(got).__name__
-            )
+            raise GradeFailure(at + CH.why("groups not a dict of kinds", kind=type(got).__name__))
         want = five_d_reference(*shape)
         slips = _five_d_slips(*shape)
         for kind in FIVE_D_KINDS:
@@ -396,11 +325,7 @@ def _refused(e, d, t, cp, ep) -> str:
     """Why a ValueError for a shape the exercise supports (ep divides t·cp·d) is wrong."""
     S = t * cp * d
     rule = ", nor t, nor cp" if d % ep and (t % ep or cp % ep) else ""
-    return (
-        f"your function raised ValueError ({e}), but this shape is supported: "
-        f"ep = {ep} divides t·cp·d = {S}, all that folding the experts over a stage's "
-        f"ranks needs; ep need not divide d{rule}, only t·cp·d"
-    )
+    return CH.why("supported shape refused", e=e, ep=ep, S=S, rule=rule)
 
 
 def _check_unsupported(candidate) -> None:
@@ -414,10 +339,5 @@ def _check_unsupported(candidate) -> None:
     except GradeFailure:
         raise
     except Exception as e:
-        raise GradeFailure(
-            at + f"your function raised {type(e).__name__}; raise a ValueError naming the rule"
-        ) from None
-    raise GradeFailure(
-        at + "your function returned groups; it must raise a ValueError naming the rule "
-        "(folded experts need ep to divide a stage's ranks)"
-    )
+        raise GradeFailure(at + CH.why("raised another error", kind=type(e).__name__)) from None
+    raise GradeFailure(at + CH.why("unsupported shape accepted"))
