@@ -1,23 +1,21 @@
 """Checkers for the pipeline-parallel exercises (``exercises/pipeline_parallel``).
 
-Schedules are checked by simulation (deadlock, stage ownership, warm-up, in-flight count,
-bubble) against the reference lists, and the 1F1B answer also by training one step on gloo
-ranks with the course's executor; the send/recv exercise runs the learner's GPipe step on 2 and
-3 ranks and compares the gradients with one process; the B/W split is compared with a full
-backward in one process. Wrong answers get one line naming the likely mistake, computed from
-the first difference (a warm-up's length is explained with its formula, min(p−r−1, m) or
-min(2(p−r−1)+(v−1)p, m·v), and the cap). Answers that use the course's own
-``minipar.pipeline_parallel`` are rejected (:mod:`minipar.grading.imports`); the stage the
-checker hands to the send/recv and B/W answers is the one course object they may call.
+Schedules are checked by simulation against the reference lists (stage ownership, warm-up with
+its formula, min(p−r−1, m) or min(2(p−r−1)+(v−1)p, m·v), deadlock, in-flight count, then the
+first difference), and the 1F1B answer also by training one step on gloo ranks with the course's
+executor; the send/recv exercise (the learner's GPipe step on 2 and 3 ranks) and the B/W split
+are compared with one process's gradients. Answers that use the course's own
+``minipar.pipeline_parallel`` are rejected (:mod:`minipar.grading.imports`), except the stage
+the checker hands the send/recv and B/W answers.
 """
 
 from __future__ import annotations
 
 from types import SimpleNamespace
 
-from minipar.grading import GradeFailure, task
+from minipar.grading import GradeFailure
 from minipar.grading.compare import expect_tensor
-from minipar.grading.declare import call_own
+from minipar.grading.declare import Chapter, call_own
 from minipar.grading.imports import (
     course_calls,
     forbid_course_code,
@@ -29,6 +27,7 @@ from minipar.pipeline_parallel import Action, ScheduleError, schedule, simulate
 from minipar.pipeline_parallel.model_bubble import peak_in_flight
 
 CHAPTER = "pipeline_parallel"
+CH = Chapter(CHAPTER)  # its tasks' PASS lines and named mistakes: clauses/pipeline_parallel.toml
 _STAGE = ("GPTStage",)  # the stage the checker hands to the learner's code may be called
 
 
@@ -66,9 +65,7 @@ def _as_actions(lists, what):
             op, stage, mb = a
             out.append(Action(str(op), int(stage), int(mb)))
         except (TypeError, ValueError):
-            raise GradeFailure(
-                f"{what}: each action must be (op, stage, microbatch), got {a!r}"
-            ) from None
+            raise CH.fail("not an action", what=what, a=a) from None
     return out
 
 
@@ -112,12 +109,9 @@ def _warmup_lengths(got, ref, name, p, m, v) -> None:
     for r, (acts, want) in enumerate(zip(got, ref)):
         k, k_ref = _leading_forwards(acts), _leading_forwards(want)
         if k != k_ref:
-            raise GradeFailure(
-                f"p = {p}, m = {m}"
-                + ("" if v == 1 else f", v = {v}")
-                + f": rank {r} runs {k} forwards before its first backward, "
-                f"expected {k_ref} (" + _warmup_text(name, r, p, m, v, k_ref) + ")"
-            )
+            at = f"p = {p}, m = {m}" + ("" if v == 1 else f", v = {v}")
+            why = _warmup_text(name, r, p, m, v, k_ref)
+            raise CH.fail("warm-up length", at, r=r, k=k, k_ref=k_ref, why=why)
 
 
 def _simulated(got, name, p, m, v) -> None:
@@ -128,9 +122,14 @@ def _simulated(got, name, p, m, v) -> None:
         raise GradeFailure(f"p = {p}, m = {m}: {e}") from None
     for r in range(p):
         if sim.peak_in_flight[r] > peak_in_flight(name, r, p, m, v):
-            raise GradeFailure(
-                f"p = {p}, m = {m}: rank {r} holds {sim.peak_in_flight[r]} micro-batches at once, "
-                f"{name} holds at most {peak_in_flight(name, r, p, m, v)}"
+            raise CH.fail(
+                "too many in flight",
+                p=p,
+                m=m,
+                r=r,
+                held=sim.peak_in_flight[r],
+                name=name,
+                most=peak_in_flight(name, r, p, m, v),
             )
 
 
@@ -142,9 +141,7 @@ def _first_difference(got, ref, name, p, m) -> None:
             i = next((j for j, (a, b) in pairs if a != b), min(len(acts), len(want)))
             have = acts[i] if i < len(acts) else "nothing"
             need = want[i] if i < len(want) else "nothing"
-            raise GradeFailure(
-                f"p = {p}, m = {m}: rank {r}'s action {i} is {have}, {name} runs {need} there"
-            )
+            raise CH.fail("first difference", p=p, m=m, r=r, i=i, have=have, name=name, need=need)
 
 
 def _backward_chunk_order(got, ref, p, m, v) -> None:
@@ -155,10 +152,8 @@ def _backward_chunk_order(got, ref, p, m, v) -> None:
         fwd = [a.stage // p for a in want if a.op == "F"]
         if chunks != [a.stage // p for a in want if a.op == "B"] and chunks == fwd:
             first = next(a for a in acts if a.op == "B")
-            raise GradeFailure(
-                f"p = {p}, m = {m}, v = {v}: rank {r}'s backward units visit its chunks in "
-                f"forward order ({first} first): a micro-batch's backward reaches a rank at "
-                f"its last chunk, c = v−1 = {v - 1}, and walks down to chunk 0"
+            raise CH.fail(
+                "backward chunks in forward order", p=p, m=m, v=v, r=r, first=first, last=v - 1
             )
 
 
@@ -170,10 +165,7 @@ def _train_one_step(rank, p, m, lists):
 
 
 # ----------------------------------------------------------------------------- 01 1F1B
-@task(
-    "pipeline_parallel.one_f_one_b",
-    "equals 1F1B for p = 1..4 and several m (simulated), and trains like one process on 3 ranks",
-)
+@CH.task("one_f_one_b")
 def check_one_f_one_b(fn, **_):
     from minipar.pipeline_parallel import train  # noqa: PLC0415 (lazy: torch)
 
@@ -218,25 +210,14 @@ def _diagnose_gpipe(results, ref, m, p):
             if same(g, ref[n]):
                 continue
             if same(g, m * ref[n]):
-                raise GradeFailure(
-                    f"p = {p}: rank {rank}'s gradients are m = {m} times too large: divide each "
-                    "micro-batch's loss by m"
-                )
+                raise CH.fail("loss not divided by m", p=p, rank=rank, m=m)
             if g is None or torch.count_nonzero(g) == 0:
-                raise GradeFailure(
-                    f"p = {p}: rank {rank} has no gradient for {n}: does the received activation "
-                    "require grad, and does every rank back-propagate the gradient it receives?"
-                )
+                raise CH.fail("no gradient", p=p, rank=rank, n=n)
             err = (g - ref[n]).abs().max().item()
-            raise GradeFailure(
-                f"p = {p}: rank {rank}'s gradient of {n} differs from one process by {err:.2g}"
-            )
+            raise CH.fail("gradient differs", p=p, rank=rank, n=n, err=err)
 
 
-@task(
-    "pipeline_parallel.gpipe_send_recv",
-    "a GPipe step with send/recv gives one process's gradients on 2 and 3 ranks",
-)
+@CH.task("gpipe_send_recv")
 def check_gpipe_send_recv(fn, **_):
     from minipar.pipeline_parallel.train import small_config, token_batches, train_reference  # noqa: PLC0415 (lazy: torch)
 
@@ -249,10 +230,7 @@ def check_gpipe_send_recv(fn, **_):
 
 
 # ----------------------------------------------------------------------------- 03 B/W split
-@task(
-    "pipeline_parallel.bw_split",
-    "B gives the input gradient only, W accumulates the weight gradients; B+W = backward",
-)
+@CH.task("bw_split")
 def check_bw_split(fns, **_):
     try:
         backward_input, backward_weight = fns
@@ -264,13 +242,7 @@ def check_bw_split(fns, **_):
     # both micro-batches' B, then both W's
     outs = [_check_b(backward_input, stage, x, gy, want) for x, gy, want in zip(xs, gys, want_x)]
     for y, gy in outs:
-        _graph_call(
-            backward_weight,
-            (y, params, gy),
-            "backward_weight found the graph already freed: B ran through it first and "
-            "autograd frees a graph after a backward unless told to keep it; B must leave it "
-            "alive for W",
-        )
+        _graph_call(backward_weight, (y, params, gy), CH.why("W found the graph freed"))
     _check_weight_grads(stage, params, each_w)
 
 
@@ -314,20 +286,12 @@ def _check_b(backward_input, stage, x, gy, want):
 
     x = x.clone().requires_grad_()
     y = stage(x)
-    gx = _graph_call(
-        backward_input,
-        (y, x, gy),
-        "backward_input found the graph already freed: the first micro-batch's B ran twice "
-        "through one graph?",
-    )
+    gx = _graph_call(backward_input, (y, x, gy), CH.why("B found the graph freed"))
     weights = [(n, q) for n, q in stage.named_parameters() if q.requires_grad]
     touched = [n for n, q in weights if q.grad is not None and torch.count_nonzero(q.grad)]
     if touched:
-        raise GradeFailure(
-            f"backward_input filled .grad of {len(touched)} of the stage's {len(weights)} weights "
-            f"(e.g. {touched[0]}): B must return x's gradient and leave every weight's .grad "
-            "untouched -- a full backward from y accumulates into every leaf; ask autograd for "
-            "x's gradient alone"
+        raise CH.fail(
+            "B filled weight grads", touched=len(touched), weights=len(weights), first=touched[0]
         )
     expect_tensor(gx, want, "backward_input must return the gradient of x")
     if not torch.allclose(gx, want, atol=1e-10):
@@ -342,29 +306,17 @@ def _check_weight_grads(stage, params, each_w) -> None:
     if any(q.grad is None for q in params):
         raise GradeFailure("backward_weight left a weight's .grad at None")
     if all(torch.allclose(q.grad, w, atol=1e-10) for q, w in zip(params, each_w[-1])):
-        raise GradeFailure(
-            "the weight gradients are the last micro-batch's only: backward_weight must add to "
-            ".grad, not overwrite it"
-        )
+        raise CH.fail("W overwrote .grad")
     names = [n for n, q in stage.named_parameters() if q.requires_grad]
     for n, q, w in zip(names, params, [a + b for a, b in zip(*each_w)]):
         if not torch.allclose(q.grad, w, atol=1e-10):
             if torch.allclose(q.grad, 2 * w, atol=1e-10):
-                raise GradeFailure(
-                    f"the gradient of {n} is twice the full backward's: W added each "
-                    "micro-batch's gradient twice"
-                )
-            raise GradeFailure(
-                f"the gradient of {n} after B and W differs from a full backward (max error "
-                f"{(q.grad - w).abs().max().item():.2g})"
-            )
+                raise CH.fail("W added twice", n=n)
+            raise CH.fail("B and W differ", n=n, err=(q.grad - w).abs().max().item())
 
 
 # ----------------------------------------------------------------------------- 04 interleaved
-@task(
-    "pipeline_parallel.interleaved",
-    "equals Megatron's interleaved order for p = 2..4, v = 2..3 (simulated)",
-)
+@CH.task("interleaved")
 def check_interleaved(fn, **_):
     forbid_course_code(fn, CHAPTER, what="write the schedule")
     _diagnose_schedule(
