@@ -4,20 +4,18 @@ N = t·cp·d·p ranks in Megatron-LM's order, innermost (consecutive ranks) firs
 
     tp → cp → dp → pp        rank = i_pp·(d·cp·t) + i_dp·(cp·t) + i_cp·t + i_tp
 
-TP is innermost because it talks most (four activation all-reduces per layer), so its t ranks
-stay inside one node; CP next (a ring of K/V blocks per layer); DP next (one gradient reduction
-per step); PP outermost (one activation per micro-batch and boundary: the least traffic takes
-the slowest links). Narayanan et al. 2021 §3.3 derive this order for tp, dp, pp; Megatron-Core
-keeps it with cp between tp and dp.
+TP talks most (four activation all-reduces per layer), so its t ranks stay inside one node; CP
+next (a ring of K/V blocks per layer), DP next (one gradient reduction per step), PP outermost
+(one activation per micro-batch and boundary: the least traffic takes the slowest links).
+Narayanan et al. 2021 §3.3 derive this order for tp, dp, pp; Megatron-Core keeps it with cp
+between tp and dp.
 
 **Experts are folded** (Megatron-Core's "MoE parallel folding": Liu et al. 2025, "MoE Parallel
 Folding: Heterogeneous Parallelism Mappings for Efficient Large-Scale MoE Model Training with
-Megatron Core", arXiv 2504.14960): the expert
-layers see the t·cp·d ranks of one pipeline stage (``stage_size``) as a second grid, ETP = 1 × EP
-× EDP, with ep innermost: expert rank = i_pp·(t·cp·d) + i_edp·ep + i_ep. So ep must divide
-t·cp·d, not d: the
-attention may use t and cp ranks that the experts reuse as expert-parallel ranks. (torchtitan
-builds a separate "sparse" DeviceMesh for the same purpose.)
+Megatron Core", arXiv 2504.14960): the expert layers see the t·cp·d ranks of one pipeline stage
+(``stage_size``) as a second grid, ETP = 1 × EP × EDP, ep innermost: expert rank =
+i_pp·(t·cp·d) + i_edp·ep + i_ep. So ep must divide t·cp·d, not d: the experts may reuse the
+attention's t and cp ranks. (torchtitan builds a separate "sparse" DeviceMesh for the same.)
 
 Groups, each a list of global ranks in increasing order:
 

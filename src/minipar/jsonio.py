@@ -1,14 +1,10 @@
-"""The one JSON writer behind every ``--json`` output and every JSON file a command writes: standard
-JSON or a refusal, never ``Infinity`` or ``NaN``.
+"""The one JSON writer behind every ``--json`` output and JSON file a command writes: standard
+JSON or a refusal, never ``Infinity`` or ``NaN`` (which ``jq``, ``JSON.parse`` and every strict
+reader reject). A non-finite number raises :class:`minipar.errors.InputError` naming where it
+sits and its value (``"memory.total_bytes (inf) is not a finite number: no JSON for it"``), so
+``minipar`` prints one line and exits with status 2. A leaf module (imports nothing from
+minipar but :mod:`minipar.errors`): any layer may use it.
 
-Python's :mod:`json` writes ``float("inf")`` as ``Infinity`` and ``float("nan")`` as ``NaN``, which
-``jq``, JavaScript's ``JSON.parse`` and every other strict reader reject. :func:`dumps` checks the
-object first and refuses a non-finite number with :class:`minipar.errors.InputError` naming where
-it sits and its value (``"memory.total_bytes (inf) is not a finite number: no JSON for it"``), so
-``minipar`` prints one line and exits with status 2 instead of printing a document nobody can
-read. A leaf module (imports nothing from minipar but :mod:`minipar.errors`): any layer may use it.
-
-    from minipar.jsonio import dumps, print_json, write
     print_json(result)                 # one line on stdout
     print_json(result, indent=1)       # pretty
     write(path, result, indent=1)      # a file

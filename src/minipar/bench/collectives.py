@@ -1,16 +1,14 @@
 """``minipar bench collectives``: time collectives on this machine, fit α and β, report busbw.
 
-For every rank count n, op and message size S (nccl-tests convention: all-gather S = gathered
-output, reduce-scatter S = input, see :mod:`minipar.cost.network.collectives`) each rank times ``iters``
-calls after ``warmup`` untimed ones, each call started right after a barrier. A point's time is
-the median over iterations on each rank, then the max over ranks (the slowest rank decides when
-the collective is done). Per (op, n) we fit the α-β model of the algorithm we assume the backend
-uses (``ASSUMED_ALGORITHM``) with :func:`minipar.cost.network.collectives.fit_alpha_beta`.
-
-The backend is the launcher's choice (``--backend auto``: NCCL with one GPU per rank when the
-machine has enough GPUs, else gloo on the CPU); tensors live on :func:`minipar.runtime.device.get_device`
-and every timed call is followed by :func:`minipar.runtime.device.synchronize`, so a GPU workstation
-reports its NVLink or PCIe numbers next to the model's prediction.
+For every rank count n, op and message size S (nccl-tests convention, see
+:mod:`minipar.cost.network.collectives`) each rank times ``iters`` calls after ``warmup``
+untimed ones, each right after a barrier; a point's time is the median over iterations, then
+the max over ranks (the slowest rank decides when the collective is done). Per (op, n) we fit
+the α-β model of the algorithm we assume the backend uses (``ASSUMED_ALGORITHM``) with
+:func:`minipar.cost.network.collectives.fit_alpha_beta`. The backend is the launcher's choice
+(``--backend auto``: NCCL with one GPU per rank when there are enough, else gloo), tensors live
+on :func:`minipar.runtime.device.get_device` and every call is synchronised, so a GPU
+workstation reports its NVLink or PCIe numbers next to the model's prediction.
 
 A benchmark reports; it never asserts a speed. Numbers on a shared 2-core CPU are noisy.
 """

@@ -164,26 +164,15 @@ def _fit_per(per: list[dict], cp: int) -> dict:
 def _predicted(bytes_: dict, fit: dict, shape: tuple) -> dict:
     """Each variant's communication seconds from the fitted α-β (None where the fit failed)."""
     batch, seq, h, cp = shape
-    kv = C.kv_block_bytes(batch, seq, h, cp, F32)
     rs, aa = fit["ring_shift"], fit["all_to_all"]
-    out = {}
-    for lay in ("contiguous", "zigzag"):
-        out[f"ring/{lay}"] = (
-            bytes_[f"ring/{lay}"]["model_messages"] * (rs["alpha"] + kv / rs["bandwidth"])
-            if rs["bandwidth"]
-            else None
-        )
-    out["ulysses"] = (
-        2
-        * C.ulysses_time(
-            C.AttentionShape(batch, seq, h, cp, "contiguous", bytes_per_elem=F32),
-            alpha=aa["alpha"],
-            bandwidth=aa["bandwidth"],
-        )
-        if aa["bandwidth"]
-        else None
-    )
-    return out
+    ring = ulysses = None
+    if rs["bandwidth"]:  # every message carries one K/V block
+        kv = C.kv_block_bytes(batch, seq, h, cp, F32)
+        ring = bytes_["ring/zigzag"]["model_messages"] * (rs["alpha"] + kv / rs["bandwidth"])
+    if aa["bandwidth"]:
+        attn = C.AttentionShape(batch, seq, h, cp, "contiguous", bytes_per_elem=F32)
+        ulysses = 2 * C.ulysses_time(attn, alpha=aa["alpha"], bandwidth=aa["bandwidth"])
+    return {"ring/contiguous": ring, "ring/zigzag": ring, "ulysses": ulysses}
 
 
 def bench(

@@ -7,6 +7,7 @@ Node.js and compares). How a chapter adds one, and the DOM contract: ``widgets/R
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 import uuid
@@ -101,6 +102,7 @@ def static_html(
     )
 
 
+@functools.cache
 def _widget_class():
     import anywidget  # noqa: PLC0415 (lazy: book extra)
     import traitlets  # noqa: PLC0415 (lazy: book extra)
@@ -133,16 +135,10 @@ def _widget_class():
     return Explorer
 
 
-_EXPLORER_CLASS = None
-
-
 def Explorer(slug: str, explorer: str, config: dict | None = None, values: dict | None = None):
     """The explorer ``explorer`` registered in ``widgets/<slug>.js``, as a widget.
 
     ``config``: data the JavaScript needs (JSON-serialisable); ``values``: control values that
     override the defaults.
     """
-    global _EXPLORER_CLASS
-    if _EXPLORER_CLASS is None:
-        _EXPLORER_CLASS = _widget_class()
-    return _EXPLORER_CLASS(slug, explorer, config=config, values=values)
+    return _widget_class()(slug, explorer, config=config, values=values)
