@@ -274,7 +274,9 @@ def test_a_non_editable_install_plans_launches_and_draws(tmp_path):
         "html = static_html('memory_time', 'memory')\n"
         "print(len(js_source('memory_time')) > 1000 and 'mountExplorer' in html)\n"
         "from minipar.cost.validation import published as validation\n"
-        "print(validation._MEASUREMENTS.is_dir() and any(validation._MEASUREMENTS.glob('*.json')))"
+        "print(validation._MEASUREMENTS.is_dir() and any(validation._MEASUREMENTS.glob('*.json')))\n"
+        "from minipar.widgets.three_d import PRESET_LAYOUTS\n"
+        "print('gpt3-175b' in PRESET_LAYOUTS)"
     )
     out = subprocess.run(
         [sys.executable, "-c", code],
@@ -284,7 +286,7 @@ def test_a_non_editable_install_plans_launches_and_draws(tmp_path):
         timeout=120,
         cwd=tmp_path,
     )
-    assert out.stdout.split() == ["True", "True"], out.stderr[-2000:]
+    assert out.stdout.split() == ["True", "True", "True"], out.stderr[-2000:]
 
 
 # ----------------------------------------------------------------------------- exercises
