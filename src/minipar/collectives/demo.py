@@ -21,31 +21,20 @@ def _primitives_on_rank(rank: int, n: int) -> dict:
     def x(op):
         return torch.tensor(example_inputs(op, n)[rank])  # (n,), all-gather (2,)
 
-    out = {}
-    t = x("broadcast")
-    dist.broadcast(t, src=0)
-    out["broadcast"] = (x("broadcast"), t)
-    t = x("reduce")
-    dist.reduce(t, dst=0)
-    out["reduce"] = (x("reduce"), t)  # non-root: unspecified
-    t = x("all-reduce")
-    dist.all_reduce(t)
-    out["all-reduce"] = (x("all-reduce"), t)
-    t = torch.empty(1)
-    dist.reduce_scatter_single(t, x("reduce-scatter"))
-    out["reduce-scatter"] = (x("reduce-scatter"), t)
-    t = torch.empty(2 * n)
-    dist.all_gather_single(t, x("all-gather"))
-    out["all-gather"] = (x("all-gather"), t)
-    t = torch.empty(n)
-    dist.all_to_all_single(t, x("all-to-all"))
-    out["all-to-all"] = (x("all-to-all"), t)
-    t = torch.empty(n)  # ring shift right
-    reqs = [dist.isend(x("send/recv"), dst=(rank + 1) % n), dist.irecv(t, src=(rank - 1) % n)]
+    out = {op: x(op) for op in ("broadcast", "reduce", "all-reduce")}  # in place
+    out.update({"reduce-scatter": torch.empty(1), "all-gather": torch.empty(2 * n)})
+    out.update({"all-to-all": torch.empty(n), "send/recv": torch.empty(n)})
+    dist.broadcast(out["broadcast"], src=0)
+    dist.reduce(out["reduce"], dst=0)  # non-root: unspecified
+    dist.all_reduce(out["all-reduce"])
+    dist.reduce_scatter_single(out["reduce-scatter"], x("reduce-scatter"))
+    dist.all_gather_single(out["all-gather"], x("all-gather"))
+    dist.all_to_all_single(out["all-to-all"], x("all-to-all"))
+    right, left = (rank + 1) % n, (rank - 1) % n  # send/recv: a ring shift right
+    reqs = [dist.isend(x("send/recv"), dst=right), dist.irecv(out["send/recv"], src=left)]
     for req in reqs:
         req.wait()
-    out["send/recv"] = (x("send/recv"), t)
-    return {k: (a.tolist(), b.tolist()) for k, (a, b) in out.items()}
+    return {op: (x(op).tolist(), t.tolist()) for op, t in out.items()}
 
 
 def run_primitives(n: int = 4) -> dict:
@@ -78,11 +67,9 @@ def _ring_steps_on_rank(rank: int, n: int, numel: int) -> dict:
 
 
 def ring_steps(n: int = 4, numel: int = 4) -> dict:
-    """A traced ring all-reduce of ``numel`` float32 values on n ranks, rank r holding 2^r.
-
-    Returns ``snapshots[rank]`` = [(phase, k, values)], ``sent[rank]`` (bytes, from the tracer),
-    ``messages[rank]`` and ``S`` (bytes). A value's binary digits name the ranks summed into it.
-    """
+    """A traced ring all-reduce of ``numel`` float32 values on n ranks, rank r holding 2^r (a
+    value's binary digits name the ranks summed into it): ``snapshots[rank]`` = [(phase, k,
+    values)], ``sent[rank]`` (bytes, traced), ``messages[rank]`` and ``S`` (bytes)."""
     per_rank = run(_ring_steps_on_rank, n, numel, backend="gloo", timeout=60)
     return dict(
         n=n,
@@ -123,13 +110,10 @@ def sent_bytes_by_algorithm(n: int = 4, numel: int = 2**16) -> dict:
 
 
 def fit_ranges(bench: dict) -> dict:
-    """The spread of the α-β fits of a :func:`minipar.bench.collectives.run_benchmark` result,
-    for the chapter to quote (glue) instead of writing numbers down.
-
-    Returns ``alpha_us`` and ``bandwidth_gbps`` as (lowest, highest) over the fits that
-    succeeded (α in µs per message, bandwidth in GB/s = 10⁹ bytes/s per direction), ``ops`` the
-    ops they cover, and ``alpha_text``/``bandwidth_text`` ready to print ("59–314 µs").
-    ValueError if no fit succeeded.
+    """The spread of a :func:`minipar.bench.collectives.run_benchmark` result's α-β fits, for the
+    chapter to glue: ``alpha_us`` (µs per message) and ``bandwidth_gbps`` (GB/s = 10⁹ bytes/s
+    per direction) as (lowest, highest) over the fits that succeeded, the ``ops`` they cover,
+    and ``alpha_text``/``bandwidth_text`` ready to print ("59–314 µs"); ValueError if none did.
     """
     ok = [f for f in bench["fits"] if not f.get("error")]
     if not ok:

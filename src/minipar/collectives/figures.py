@@ -30,22 +30,12 @@ def draw_primitives(demo: dict, ops=None):
 
     ops = ops or list(demo)
     n = len(demo[ops[0]]["inputs"])
-    fig, axes = plt.subplots(
-        len(ops),
-        2,
-        figsize=(9, 1.45 * n * len(ops) / 3.2),
-        squeeze=False,
-        gridspec_kw=dict(width_ratios=[1, 2]),
-    )
+    size, ratios = (9, 1.45 * n * len(ops) / 3.2), dict(width_ratios=[1, 2])
+    fig, axes = plt.subplots(len(ops), 2, figsize=size, squeeze=False, gridspec_kw=ratios)
     for (left, right), op in zip(axes, ops):
+        note = " (non-root ranks: unspecified)" if op == "reduce" else ""
         _cells(left, demo[op]["inputs"], n, f"{op}: before", label=lambda v: f"{v:g}")
-        _cells(
-            right,
-            demo[op]["outputs"],
-            n,
-            f"{op}: after" + (" (non-root ranks: unspecified)" if op == "reduce" else ""),
-            label=lambda v: f"{v:g}",
-        )
+        _cells(right, demo[op]["outputs"], n, f"{op}: after{note}", label=lambda v: f"{v:g}")
     fig.tight_layout()
     return fig
 
@@ -67,14 +57,9 @@ def draw_ring_steps(steps: dict):
         _cells(ax, rows, n, title, label=who, color=shade)
         ax.title.set_fontsize(9)
     axes[1][n - 1].axis("off")
-    axes[1][n - 1].text(
-        0,
-        0.5,
-        "cell text = ranks\nwhose values are\nsummed into it\n\n"
-        f"sent per rank:\n{steps['sent'][0]} B = 2(n−1)/n·S\n(S = {steps['S']} B)",
-        fontsize=9,
-        va="center",
-    )
+    note = "cell text = ranks\nwhose values are\nsummed into it\n\n"
+    note += f"sent per rank:\n{steps['sent'][0]} B = 2(n−1)/n·S\n(S = {steps['S']} B)"
+    axes[1][n - 1].text(0, 0.5, note, fontsize=9, va="center")
     fig.tight_layout()
     return fig
 
@@ -97,17 +82,11 @@ def draw_all_reduce_algorithms(link: str = "ib-ndr400", n: int = 16, S: float = 
     fig, (a, b) = plt.subplots(1, 2, figsize=(10, 3.6))
     sizes, ranks = _sizes(), [2, 4, 8, 16, 32, 64, 128]
     for algo in ALL_REDUCE:
-        a.loglog(
-            sizes,
-            [cc.collective_time("all-reduce", algo, n, s, L.alpha, L.bandwidth) for s in sizes],
-            label=algo,
+        t = lambda m, s, algo=algo: cc.collective_time(
+            "all-reduce", algo, m, s, L.alpha, L.bandwidth
         )
-        b.loglog(
-            ranks,
-            [cc.collective_time("all-reduce", algo, m, S, L.alpha, L.bandwidth) for m in ranks],
-            "o-",
-            label=algo,
-        )
+        a.loglog(sizes, [t(n, s) for s in sizes], label=algo)
+        b.loglog(ranks, [t(m, S) for m in ranks], "o-", label=algo)
     a.set(title=f"all-reduce on {n} ranks, {link}", xlabel="S (bytes)", ylabel="time (s)")
     b.set(title=f"all-reduce of S = {S / 1e9:g} GB, {link}", xlabel="ranks n", ylabel="time (s)")
     b.set_xscale("log", base=2)
@@ -136,13 +115,8 @@ def draw_hierarchical(
     fig, ax = plt.subplots(figsize=(5.2, 3.4))
     ax.plot(nodes, flat, "o-", label=f"one flat ring, every step over {inter}")
     ax.plot(nodes, hier, "s-", label=f"hierarchical: {intra} in node, {inter} across")
-    ax.set(
-        xscale="log",
-        yscale="log",
-        xlabel="nodes",
-        ylabel="time (s)",
-        title=f"all-reduce of {S / 1e9:g} GB, {gpus_per_node} GPUs per node",
-    )
+    title = f"all-reduce of {S / 1e9:g} GB, {gpus_per_node} GPUs per node"
+    ax.set(xscale="log", yscale="log", xlabel="nodes", ylabel="time (s)", title=title)
     ax.set_xscale("log", base=2)
     ax.legend(fontsize=8)
     fig.tight_layout()
@@ -168,22 +142,12 @@ def draw_benchmark(result: dict, cols: int = 2):
     for ax, op in zip(axes.flat, ops):
         for k, f in enumerate(x for x in result["fits"] if x["op"] == op):
             pts = [r for r in result["results"] if (r["op"], r["n"]) == (op, f["n"])]
-            xs = [r["bytes"] for r in pts]
-            ax.loglog(
-                xs,
-                [r["seconds"] * 1e3 for r in pts],
-                "o",
-                color=f"C{k}",
-                label=f"n = {f['n']}, measured",
-            )
+            xs, ms = [r["bytes"] for r in pts], [r["seconds"] * 1e3 for r in pts]
+            ax.loglog(xs, ms, "o", color=f"C{k}", label=f"n = {f['n']}, measured")
             if f["error"] is None:
-                model = [
-                    cc.collective_time(
-                        op, f["algorithm"], f["n"], x, max(f["alpha"], 0.0), f["bandwidth"]
-                    )
-                    * 1e3
-                    for x in xs
-                ]
+                fit = (f["algorithm"], f["n"])
+                ab = (max(f["alpha"], 0.0), f["bandwidth"])
+                model = [cc.collective_time(op, *fit, x, *ab) * 1e3 for x in xs]
                 ax.loglog(xs, model, "-", color=f"C{k}", label=f"n = {f['n']}, α-β fit")
         sizes = sorted({r["bytes"] for r in result["results"] if r["op"] == op})
         ax.set_xticks(sizes, [_bytes_label(s) for s in sizes])

@@ -44,13 +44,8 @@ def _chunks(x: list, n: int) -> list[list]:
 
 
 def primitive_outputs(op: str, inputs: list[list[float]], root: int = 0) -> list[list | None]:
-    """Every rank's buffer after ``op``, given every rank's buffer before (``inputs[r]``).
-
-    broadcast: the root's buffer everywhere; reduce: the element-wise sum on the root, ``None``
-    (unspecified) elsewhere; all-reduce: the sum everywhere; reduce-scatter: chunk r of the sum
-    on rank r; all-gather: every rank's buffer, concatenated in rank order, everywhere;
-    all-to-all: rank r receives chunk r of every rank (a transpose); send/recv: rank r
-    receives rank r − 1's buffer."""
+    """Every rank's buffer after ``op``, given every rank's buffer before (``inputs[r]``): the
+    module's conventions; all-to-all is a transpose (rank r receives chunk r of every rank)."""
     n = len(inputs)
     _check(op, n)
     total = [sum(col) for col in zip(*inputs)]

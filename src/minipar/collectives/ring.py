@@ -11,13 +11,10 @@ Sizes not divisible by n: ``tensor_split`` makes the first (numel mod n) chunks 
 longer, so a rank sends 2S − |chunk r| − |chunk r+1| bytes, within 2 elements of 2(n−1)/n·S; the
 total over all ranks is exactly 2(n−1)·S.
 
-Each step's send and receive are posted together in one ``dist.batch_isend_irecv`` call and
-both are waited on. On NCCL that is one group, whose send and receive progress together: NCCL
-matches point-to-point messages by posting order (it ignores tags), a send does not complete
-until its receiver has posted, and a rank's calls run one after another, so n separate
-``isend``-then-``irecv`` pairs would leave every rank's send waiting for a receive its
-neighbour has queued behind its own send. On gloo the batch is a loop of ``isend``/``irecv``.
-(``tests/test_collectives_ring_p2p.py`` pins this call pattern.)
+Each step's send and receive are posted together in one ``dist.batch_isend_irecv`` call: on
+NCCL a send completes only once its receiver has posted, so separate ``isend``-then-``irecv``
+pairs would leave every rank's send waiting for a receive its neighbour queued behind its own
+send (``tests/test_collectives_ring_p2p.py`` pins this call pattern).
 """
 
 from __future__ import annotations
@@ -59,14 +56,10 @@ def all_gather_step(r: int, n: int, k: int) -> tuple[int, int]:
 
 
 def ring_all_reduce_contributions(n: int) -> list[tuple[str, int, list[list[frozenset]]]]:
-    """The ring all-reduce on ``n`` ranks without tensors: which ranks' values each chunk of
-    each rank holds after every step, from :func:`reduce_scatter_step` and
-    :func:`all_gather_step` (the indices :func:`ring_reduce_scatter` and
-    :func:`ring_all_gather` use).
-
-    Returns ``[(phase, k, held)]``: first ``("start", -1, held)``, then one entry per step of
-    the reduce-scatter and of the all-gather; ``held[r][c]`` is the set of ranks summed into
-    chunk ``c`` on rank ``r``. Pure Python (the book's ring figure draws it)."""
+    """The ring all-reduce on ``n`` ranks without tensors (pure Python, for the book's figure):
+    ``[(phase, k, held)]``, first ``("start", -1, held)``, then one entry per step of the
+    reduce-scatter and of the all-gather (the indices of :func:`reduce_scatter_step` and
+    :func:`all_gather_step`), ``held[r][c]`` the ranks summed into chunk ``c`` on rank ``r``."""
     if not isinstance(n, int) or n < 1:
         raise ValueError(f"ranks n ({n}) must be an integer >= 1")
     held = [[frozenset({r}) for _ in range(n)] for r in range(n)]
@@ -87,12 +80,9 @@ def _chunks(flat: torch.Tensor, n: int) -> list[torch.Tensor]:
 
 
 def ring_reduce_scatter(tensor: torch.Tensor, group=None, on_step=None) -> torch.Tensor:
-    """In place: afterwards chunk r of ``tensor`` on rank r holds the sum over ranks of chunk r.
-
-    Returns that chunk (a view). The other chunks hold partial sums (unspecified). ``tensor`` must
-    be contiguous. Step k: send chunk (r−k−1) mod n, receive chunk (r−k−2) mod n and add it in.
-    ``on_step(phase, k)``, if given, is called after each step (the notebook snapshots there).
-    """
+    """In place: afterwards chunk r of ``tensor`` (contiguous) on rank r holds the sum over
+    ranks of chunk r; returns it (a view; the other chunks hold unspecified partial sums).
+    ``on_step(phase, k)``, if given, is called after each step (the notebook snapshots there)."""
     r, n, right, left = _ring(group)
     chunks = _chunks(tensor.view(-1), n)  # n × (S/n,)
     if n == 1:
@@ -109,10 +99,7 @@ def ring_reduce_scatter(tensor: torch.Tensor, group=None, on_step=None) -> torch
 
 
 def ring_all_gather(tensor: torch.Tensor, group=None, on_step=None) -> torch.Tensor:
-    """In place: rank r's chunk r of ``tensor`` is copied to chunk r of every rank.
-
-    Step k: send chunk (r−k) mod n, receive chunk (r−k−1) mod n straight into place.
-    """
+    """In place: rank r's chunk r of ``tensor`` is copied to chunk r of every rank."""
     r, n, right, left = _ring(group)
     chunks = _chunks(tensor.view(-1), n)  # n × (S/n,)
     for k in range(n - 1):
@@ -124,10 +111,8 @@ def ring_all_gather(tensor: torch.Tensor, group=None, on_step=None) -> torch.Ten
 
 
 def ring_all_reduce(tensor: torch.Tensor, group=None, on_step=None) -> torch.Tensor:
-    """In-place sum over the group's ranks, like ``dist.all_reduce(tensor)``; returns ``tensor``.
-
-    ``on_step(phase, k)`` is called after every step (for the notebook's step-by-step view).
-    """
+    """In-place sum over the group's ranks, like ``dist.all_reduce(tensor)``; returns ``tensor``
+    (``on_step``: :func:`ring_reduce_scatter`'s)."""
     if dist.get_world_size(group) == 1:
         return tensor
     work = tensor if tensor.is_contiguous() else tensor.contiguous()
