@@ -23,11 +23,8 @@ class SavedBytes:
 
 
 def saved_bytes(fn, *args, exclude=()) -> SavedBytes:
-    """Run ``fn(*args)`` and count the bytes of the distinct storages it saves for backward.
-
-    ``exclude``: tensors (the parameters) whose storages are not activations. Returns the
-    count; the graph is freed when ``fn``'s output goes out of scope.
-    """
+    """Run ``fn(*args)`` and count the bytes of the distinct storages it saves for backward,
+    but those of ``exclude`` (the parameters); the graph lives as long as ``result``."""
     seen = {t.untyped_storage().data_ptr() for t in exclude}
     out = SavedBytes()
 
@@ -78,13 +75,9 @@ def expected_items(
     recompute: str = "none",
 ) -> dict[str, float]:
     """Korthikanti et al. 2022 §4.1, item by item, for one layer without tensor parallelism.
-
-    The paper assumes 16-bit activations (``act_bytes=2``), 1-byte dropout masks and ignores
-    the layer norms' per-token mean and 1/std (``stats_bytes=0``); with those defaults the items
-    add up to Table 2: sbh(34 + 5as/h), 34sbh with selective and 2sbh with full recomputation.
-    Other values describe what a given device and dtype really save (see
-    :func:`device_conventions`).
-    """
+    With the paper's assumptions (the defaults: 16-bit activations, 1-byte dropout masks, the
+    layer norms' mean and 1/std ignored) they add up to Table 2: sbh(34 + 5as/h), 34sbh with
+    selective and 2sbh with full recomputation; :func:`device_conventions` gives real ones."""
     sbh, e, mu = s * b * h, act_bytes, mask_bytes
     if recompute == "full":
         return {"layer input (recomputation checkpoint)": sbh * e}
@@ -111,12 +104,9 @@ def expected_items(
 
 
 def device_conventions(device, dtype) -> dict[str, int]:
-    """Bytes per element that PyTorch really uses for the items of :func:`expected_items`.
-
-    CUDA's fused dropout keeps a 1-byte bool mask and layer norm keeps fp32 statistics. On the
-    CPU, dropout is computed as ``x * mask`` with the mask in x's dtype, and layer norm keeps
-    its statistics in x's dtype.
-    """
+    """Bytes per element PyTorch really uses for the items of :func:`expected_items`: CUDA's
+    fused dropout keeps a 1-byte mask and layer norm fp32 statistics; on the CPU both are in
+    x's dtype (dropout is ``x * mask``)."""
     e = torch.empty((), dtype=dtype).element_size()
     if torch.device(device).type == "cuda":
         return {"act_bytes": e, "mask_bytes": 1, "stats_bytes": 4}

@@ -48,10 +48,17 @@ def _tokens(model, b: int):
     return torch.randint(c.V, (b, c.s + 1), generator=g).to(dev)[:, : c.s]
 
 
-def _adam_state(opt):
+def _state_bytes(params, opt, masters=()) -> StateBytes:
+    """What ``params`` and Adam ``opt`` (with fp32 ``masters``, if any) keep between steps."""
     moments = [v for st in opt.state.values() for k, v in st.items() if k != "step"]
     steps = [v for st in opt.state.values() for k, v in st.items() if k == "step"]
-    return moments, steps
+    return StateBytes(
+        sum(p.numel() for p in params),
+        _nbytes(params),
+        _nbytes(p.grad for p in params),
+        _nbytes(masters) + _nbytes(moments),
+        _nbytes(steps),
+    )
 
 
 def fp32_adam_step(model, b: int = 2) -> StateBytes:
@@ -60,14 +67,7 @@ def fp32_adam_step(model, b: int = 2) -> StateBytes:
     opt = torch.optim.Adam(params, lr=1e-3)
     _loss(model, _tokens(model, b)).backward()
     opt.step()
-    moments, steps = _adam_state(opt)
-    return StateBytes(
-        sum(p.numel() for p in params),
-        _nbytes(params),
-        _nbytes(p.grad for p in params),
-        _nbytes(moments),
-        _nbytes(steps),
-    )
+    return _state_bytes(params, opt)
 
 
 def mixed_precision_adam_step(model, b: int = 2) -> StateBytes:
@@ -84,11 +84,4 @@ def mixed_precision_adam_step(model, b: int = 2) -> StateBytes:
         for p, w in zip(params, masters):
             w.grad = None  # ...then dropped: transient
             p.copy_(w)  # round the master back to bf16
-    moments, steps = _adam_state(opt)
-    return StateBytes(
-        sum(p.numel() for p in params),
-        _nbytes(params),
-        _nbytes(p.grad for p in params),
-        _nbytes(masters) + _nbytes(moments),
-        _nbytes(steps),
-    )
+    return _state_bytes(params, opt, masters)

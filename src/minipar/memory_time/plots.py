@@ -31,13 +31,9 @@ def memory_vs_gpus(dims: tuple, *, b=1, recompute="selective", ns=(1, 2, 4, 8), 
     ax.set_xticks(ns, [str(n) for n in ns])
     ax.set_xlabel("GPUs N")
     ax.set_ylabel("GiB per GPU (log scale)")
-    ticks = [
-        t
-        for t in (10, 20, 50, 100, 200, 500, 1000, 2000, 5000)
-        if min(y for line in ax.get_lines() for y in line.get_ydata()) / 1.5
-        <= t
-        <= max(y for line in ax.get_lines() for y in line.get_ydata()) * 1.5
-    ]
+    ys = [y for line in ax.get_lines() for y in line.get_ydata()]
+    lo, hi = min(ys) / 1.5, max(ys) * 1.5
+    ticks = [t for t in (10, 20, 50, 100, 200, 500, 1000, 2000, 5000) if lo <= t <= hi]
     ax.set_yticks(ticks, [f"{t:g}" for t in ticks])
     ax.yaxis.set_minor_formatter(NullFormatter())
     ax.set_title(title, fontsize=9)
