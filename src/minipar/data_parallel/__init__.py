@@ -12,10 +12,6 @@ average their gradients so that every replica takes the same optimizer step.
     measurements.py  counted experiments (traced bytes, ZeRO memory, PyTorch comparison)
     scaling.py       modelled scaling at cluster sizes (minipar.cost), the staleness toy
     experiments.py   the three above in one namespace for the chapter's notebook
-
-Contract, shared with PyTorch DDP: replicas start from rank 0's parameters; every synced
-backward averages gradients; a parameter without gradient is an error unless
-``find_unused_parameters=True``, and then a parameter no rank used keeps ``grad = None``.
 """
 
 from .accumulation import accumulation_step

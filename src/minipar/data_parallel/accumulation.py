@@ -1,13 +1,11 @@
 """Gradient accumulation: k micro-batches per optimizer step, one synchronisation per step.
 
 Summing the gradients of k micro-batches, each loss weighted by its share b_i/Σb of the rank's
-samples, gives the gradient of the mean loss over their union (with equal micro-batches the
-weight is 1/k), so a rank can process a batch k times larger than fits in memory. The gradient
-only has to be averaged across ranks once, after the last micro-batch: the first k−1 backward
-passes run under ``no_sync`` (DDP's context manager of the same name) and communicate nothing.
-Traffic per optimizer step stays Ψ·4 bytes while compute grows k-fold, so communication is
-amortised; the update is still synchronous and exactly the one a single process computes on the
-global batch of n·k·b samples (not "periodic synchronisation with staleness").
+samples (1/k for equal ones), gives the gradient of the mean loss over their union. It is
+averaged across ranks once, after the last micro-batch: the first k−1 backward passes run under
+``no_sync`` (DDP's name) and communicate nothing, so Ψ·4 bytes per step are amortised over k
+times the compute, and the update is exactly the one a single process computes on the global
+batch of n·k·b samples (not "periodic synchronisation with staleness").
 
 Averaging over ranks divides by n, which is the global mean only if every rank holds the same
 number of samples. When they differ, pass ``global_samples`` (the global batch size B): each
@@ -33,13 +31,10 @@ def accumulation_step(
     global_samples: int | None = None,
     global_loss: bool = False,
 ) -> float:
-    """Forward and backward over ``micro_batches`` [(x, y), ...]; gradients averaged once.
-
-    ``loss_fn`` must return the mean loss over its micro-batch. Returns this rank's mean loss
-    over its samples; with ``global_loss=True`` one extra all-reduce of two numbers returns the
-    mean over every sample of the group (the loss a single process would report). Call
-    ``optimizer.step()`` afterwards (and ``zero_grad`` before).
-    """
+    """Forward and backward over ``micro_batches`` [(x, y), ...] (``loss_fn`` a mean over its
+    micro-batch), gradients averaged once; returns this rank's mean loss over its samples, or
+    with ``global_loss=True`` (one extra all-reduce of two numbers) the mean over every sample
+    of the group. Call ``zero_grad`` before and ``optimizer.step()`` after."""
     if not micro_batches:
         raise ValueError("micro_batches (0) must hold at least one (x, y) pair")
     sizes = [len(x) for x, _ in micro_batches]

@@ -9,29 +9,21 @@ asynchronously** and backward continues computing earlier layers' gradients mean
 (4) at the end of backward the outstanding all-reduces are awaited and the averaged gradients
 written into ``.grad``.
 
-"Ready" comes from ``Tensor.register_post_accumulate_grad_hook`` on each **parameter**: it fires
-once autograd has accumulated the parameter's full gradient into ``p.grad`` for this backward,
-once per backward even for a tied weight used twice in the forward (its two contributions are
-summed before the accumulation). Reducing anything other than ``p.grad`` here (the classic bug is
-averaging ``p`` itself) leaves replicas that agree with each other but not with a single process.
+"Ready" is ``Tensor.register_post_accumulate_grad_hook`` on each **parameter**: it fires once
+per backward, after autograd accumulated the full gradient into ``p.grad`` (a tied weight's two
+contributions included). Reducing anything but ``p.grad`` (the classic bug: averaging ``p``)
+leaves replicas that agree with each other but not with one process.
 
-Semantics, the same as ``torch.nn.parallel.DistributedDataParallel``:
-
-* construction broadcasts rank 0's parameters and buffers (replicas start equal);
-* **every** backward outside :meth:`no_sync` all-reduces and, when it ends, leaves the average
-  over ranks of the accumulated ``.grad`` (a queued autograd callback, as in DDP). Several synced
-  backward passes in a row are therefore correct, only wasteful: each pays a full all-reduce.
-  Under :meth:`no_sync` backward only accumulates locally; the next synced backward reduces the
-  sum. :meth:`finish` is kept for the course's explicit style: it waits if anything is in flight
-  and is otherwise a no-op;
-* a trainable parameter that got no gradient in a synced backward is an error unless
-  ``find_unused_parameters=True`` (DDP's flag of the same name). With it, such a parameter
-  contributes zeros; one extra all-reduce of a used-flag per parameter tells the ranks which
-  parameters nobody used, and those keep their ``.grad`` untouched (``None`` stays ``None``, so
-  momentum and Adam do not move them);
-* buckets are launched in bucket order on every rank (a later bucket that fills first waits for
-  the earlier ones), so all ranks issue the same collectives in the same order. Frozen
-  parameters are left out; a tied parameter is reduced once.
+Semantics of ``torch.nn.parallel.DistributedDataParallel``: construction broadcasts rank 0's
+parameters and buffers; **every** backward outside :meth:`no_sync` all-reduces and, when it ends
+(a queued autograd callback), leaves the average of the accumulated ``.grad`` (several synced
+backwards in a row are correct, only wasteful); under :meth:`no_sync` backward only accumulates.
+:meth:`finish` waits if anything is in flight, else does nothing. A trainable parameter without
+gradient in a synced backward is an error unless ``find_unused_parameters=True``: then it
+contributes zeros, and one extra all-reduce of a used-flag per parameter finds those no rank
+used, whose ``.grad`` is left untouched (``None`` stays ``None``). Buckets are launched in bucket
+order on every rank (a later bucket that fills first waits), so all ranks issue the same
+collectives in the same order; frozen parameters are left out, a tied one is reduced once.
 """
 
 from __future__ import annotations
@@ -46,11 +38,10 @@ from .naive import broadcast_parameters
 
 
 def assign_buckets(sizes: list[int], cap_bytes: float) -> list[list[int]]:
-    """Indices of parameters (in ``model.parameters()`` order, of ``sizes`` bytes each) per
-    bucket, bucket 0 first: the parameters are taken from the **last** to the first (the order
-    backward produces their gradients), and a bucket is closed once it holds ``cap_bytes`` or
-    more, as DDP does with ``bucket_cap_mb`` (so a bucket can exceed the cap by one parameter).
-    Pure: the bucketing :class:`BucketedDataParallel` uses, and the chapter's figure draws."""
+    """Indices of parameters (``model.parameters()`` order, ``sizes`` bytes each) per bucket,
+    taken from the **last** to the first (the order backward produces gradients), a bucket
+    closed once it holds ``cap_bytes`` or more, as DDP's ``bucket_cap_mb`` (so it can exceed the
+    cap by one parameter). Pure: what :class:`BucketedDataParallel` uses and the figure draws."""
     if cap_bytes <= 0:
         raise ValueError(f"bucket cap ({cap_bytes} bytes) must be > 0")
     buckets: list[list[int]] = []

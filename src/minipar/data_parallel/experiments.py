@@ -1,10 +1,5 @@
-"""What the chapter's notebook calls, in one namespace (``from ... import experiments as E``).
-
-The code lives in three modules, one concern each:
-
-    timing.py        step times, the overlap timeline, the bucket sweep, a straggler
-    measurements.py  traced bytes and calls, ZeRO's memory, PyTorch comparison, compression
-    scaling.py       modelled scaling at cluster sizes, the staleness toy
+"""What the chapter's notebook calls from :mod:`.timing`, :mod:`.measurements` and
+:mod:`.scaling`, in one namespace (``from ... import experiments as E``).
 
 ``run`` is :func:`minipar.runtime.launch.run` forced onto gloo (the notebook's counted experiments keep
 their tensors on the CPU); prefer ``run_on_ranks`` (``backend="auto"``) in new code.

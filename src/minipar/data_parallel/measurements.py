@@ -1,7 +1,6 @@
-"""Counted (not timed) data-parallel experiments: traced bytes and calls, ZeRO's memory, the
-comparison with PyTorch's DDP and FSDP2, DDP's compression hooks. Each ``*_on_rank`` function
-runs on every rank under :func:`minipar.data_parallel.timing.run_on_ranks` (or
-``minipar.runtime.launch.run``); tensors go on :func:`minipar.runtime.device.get_device`.
+"""Counted (not timed) data-parallel experiments, on the rank's device under
+:func:`.timing.run_on_ranks`: traced bytes and calls, ZeRO's memory, the comparison with
+PyTorch's DDP and FSDP2, DDP's compression hooks.
 """
 
 from __future__ import annotations
@@ -119,11 +118,7 @@ def compression_on_rank(rank, n, hooks=("none", "fp16", "powersgd"), steps=30, w
     return out, sum(p.numel() for p in model.parameters())
 
 
-_COST_OP = {
-    "all_reduce": "all-reduce",
-    "all_gather": "all-gather",
-    "reduce_scatter": "reduce-scatter",
-}
+_COST_OP = {op: op.replace("_", "-") for op in ("all_reduce", "all_gather", "reduce_scatter")}
 
 
 def ring_bytes(op_bytes: dict, n: int) -> float:

@@ -10,13 +10,10 @@ from minipar.model import GPTConfig
 
 
 class TiedClassifier(nn.Module):
-    """Token classifier with the two things that trip data-parallel code up:
-
-    * a **tied** weight: the output layer reuses the embedding matrix (one parameter, two uses);
-    * a **frozen** parameter: ``scale`` has ``requires_grad=False`` (no gradient, never reduced).
-
-    Ψ (trainable) = V·h + 4h² + 4h + 4h·h + h = with V=32, h=16: 512 + 1024 + 64 + 1024 + 16.
-    """
+    """Token classifier with the two things that trip data-parallel code up: a **tied** weight
+    (the output layer reuses the embedding matrix) and a **frozen** parameter (``scale``, no
+    gradient, never reduced). Ψ (trainable) = V·h + 4h² + 4h + 4h·h + h = with V=32, h=16:
+    512 + 1024 + 64 + 1024 + 16."""
 
     def __init__(self, vocab: int = 32, h: int = 16, tied: bool = True, frozen: bool = True):
         super().__init__()
@@ -49,14 +46,11 @@ def mlp(width: int = 256, depth: int = 4, seed: int = 0) -> nn.Sequential:
 
 
 def token_batches(steps: int, batch: int, vocab: int = 32, seed: int = 2) -> list:
-    """``steps`` global batches [(tokens (batch,), targets (batch,)), ...]; same on every rank.
-
-    :func:`minipar.model.token_batches` with one position per sequence (s = 1), flattened: this
-    chapter's models classify single tokens. Seed 2 is chosen so that no gradient entry cancels
-    to ~1e-8: Adam divides by √v + ε, so an entry that small turns float32 rounding (which
-    depends on how the batch is split) into a parameter difference of ~1e-5, and no split of
-    the batch could match to 1e-6 (seed 1 does).
-    """
+    """``steps`` global batches [(tokens (batch,), targets (batch,)), ...], the same on every
+    rank: :func:`minipar.model.token_batches` with s = 1, flattened (this chapter classifies
+    single tokens). Seed 2 leaves no gradient entry near 1e-8 (seed 1 does): Adam divides by
+    √v + ε, so such an entry turns float32 rounding, which depends on how the batch is split,
+    into a parameter difference of ~1e-5."""
     c = GPTConfig(V=vocab, s=1)
     return [
         (x.view(batch), y.view(batch))  # (batch, 1) -> (batch,)

@@ -10,11 +10,9 @@ the batch size, and none of it starts before backward has finished (no overlap).
 parameters (``requires_grad=False``) have no gradient and are skipped; a tied parameter appears
 once in ``model.parameters()`` and is reduced once.
 
-Unused parameters follow PyTorch DDP: by default every trainable parameter must have a gradient
-(a ``None`` gradient raises before any collective, naming the parameter: the ranks would otherwise
-issue different collectives and abort or hang). With ``find_unused_parameters=True`` one extra
-all-reduce of a used-flag per parameter comes first; a parameter some rank used is averaged with
-zeros from the ranks that did not use it, and one that no rank used keeps ``grad = None``.
+Unused parameters follow PyTorch DDP (:mod:`.bucketed`): a ``None`` gradient raises before any
+collective (the ranks would otherwise issue different collectives and hang), unless
+``find_unused_parameters=True``.
 """
 
 from __future__ import annotations

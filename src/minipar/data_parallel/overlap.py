@@ -1,20 +1,16 @@
 """ZeRO-1's parameter all-gather overlapped with the next forward pass.
 
 DDP's all-reduce cannot hide behind the *next* forward: the optimizer step needs the whole
-averaged gradient first (and so does global-norm clipping). ZeRO-1/2 split that all-reduce into
-a reduce-scatter (before the step) and an all-gather of the updated parameters (after it), and
-the all-gather has a consumer that arrives gradually: the next forward uses layer 0's
-parameters first. So launch one asynchronous all-gather per layer, in forward order, right
-after the step, and let each layer wait only for its own (a forward pre-hook). Layer 0 computes
-while later layers' parameters are still on the wire. DeepSpeed's ZeRO stage 3 and FSDP
-prefetch parameters the same way; priority schedulers (P3, Jayarajan et al. 2019; ByteScheduler,
-Peng et al. 2019) reorder communication so the first layers' traffic goes first.
+averaged gradient first. ZeRO-1/2 split it into a reduce-scatter (before the step) and an
+all-gather of the updated parameters (after it), whose consumer arrives gradually: the next
+forward uses layer 0's parameters first. So one asynchronous all-gather per layer is launched,
+in forward order, right after the step, and each layer waits only for its own (a forward
+pre-hook). DeepSpeed's ZeRO-3 and FSDP prefetch the same way; priority schedulers (P3,
+Jayarajan et al. 2019; ByteScheduler, Peng et al. 2019) send the first layers' traffic first.
 
-Per layer ℓ with parameters flattened to P_ℓ (padded to a multiple of n), rank r owns
-shard r of P_ℓ/n elements and its optimizer state. A step: reduce-scatter the gradient of every
-layer (sum of my shard, ÷ n), step my shards, launch all-gathers; the next forward waits layer by
-layer. Bytes per rank per step are the same as ZeRO-1's (a ring reduce-scatter plus all-gather:
-2(n−1)/n·4Ψ); only *when* the all-gather has to be finished changes.
+Per layer ℓ, flattened to P_ℓ (padded to a multiple of n), rank r owns shard r of P_ℓ/n
+elements and its optimizer state. Bytes per rank per step are ZeRO-1's (2(n−1)/n·4Ψ); only
+*when* the all-gather must be finished changes.
 """
 
 from __future__ import annotations

@@ -14,18 +14,10 @@ def timeline(per_rank: list[dict], title: str = ""):
     fig, ax = plt.subplots(figsize=(9, 1.6 + 0.9 * len(per_rank)))
     for r, t in enumerate(per_rank):
         y = 2 * r
-        ax.broken_barh(
-            [(t["forward"][0] * 1e3, (t["forward"][1] - t["forward"][0]) * 1e3)],
-            (y + 1, 0.8),
-            color="#9ecae1",
-            label="forward" if r == 0 else None,
-        )
-        ax.broken_barh(
-            [(t["backward"][0] * 1e3, (t["backward"][1] - t["backward"][0]) * 1e3)],
-            (y + 1, 0.8),
-            color="#3182bd",
-            label="backward" if r == 0 else None,
-        )
+        for key, color in (("forward", "#9ecae1"), ("backward", "#3182bd")):
+            s, e = t[key]
+            label = key if r == 0 else None
+            ax.broken_barh([(s * 1e3, (e - s) * 1e3)], (y + 1, 0.8), color=color, label=label)
         ax.vlines(
             [s * 1e3 for s in t["ready"]],
             y + 1,
@@ -41,15 +33,8 @@ def timeline(per_rank: list[dict], title: str = ""):
                 color="#e6550d",
                 label="bucket all-reduce" if r == 0 and i == 0 else None,
             )
-        ax.axvline(
-            t["finish"] * 1e3,
-            ymin=0,
-            ymax=1,
-            color="grey",
-            ls=":",
-            lw=0.8,
-            label="finish() returns" if r == 0 else None,
-        )
+        label = "finish() returns" if r == 0 else None
+        ax.axvline(t["finish"] * 1e3, color="grey", ls=":", lw=0.8, label=label)
     ax.set_yticks(
         [2 * r + 1 for r in range(len(per_rank))], [f"rank {r}" for r in range(len(per_rank))]
     )
@@ -113,15 +98,9 @@ def memory_bars(measured: dict, modelled: dict, n: int):
             bottom = 0
             for part, c in zip(parts, colors):
                 v = src[stage][part] / 1024
-                ax.bar(
-                    stage + off,
-                    v,
-                    0.38,
-                    bottom=bottom,
-                    color=c,
-                    alpha=1 if j == 0 else 0.5,
-                    label=f"{part} ({'measured' if j == 0 else 'model'})" if stage == 0 else None,
-                )
+                label = f"{part} ({'measured' if j == 0 else 'model'})" if stage == 0 else None
+                alpha = 1 if j == 0 else 0.5
+                ax.bar(stage + off, v, 0.38, bottom=bottom, color=c, alpha=alpha, label=label)
                 bottom += v
     ax.set_xticks(sorted(measured), [f"ZeRO-{s}" for s in sorted(measured)])
     ax.set_ylabel(f"KiB per rank (n = {n})")

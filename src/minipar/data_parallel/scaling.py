@@ -51,15 +51,10 @@ def scaling_curves(ns=(8, 64, 512), scenarios=None) -> dict:
     for name, sc in scenarios.items():
         sc = Scenario(*sc)
         f, b = forward_backward(compute_seconds(sc.params, sc.tokens_per_gpu))
+        grad, bucket = sc.params * sc.grad_bytes, sc.bucket_mib * 2**20
+        kw = dict(inter=sc.inter, inter_algorithm=sc.inter_algorithm)
         out[name] = [
-            dp_step_time(
-                f,
-                b,
-                sc.params * sc.grad_bytes,
-                sc.bucket_mib * 2**20,
-                allreduce_seconds(n, inter=sc.inter, inter_algorithm=sc.inter_algorithm),
-                sc.overlap,
-            ).efficiency
+            dp_step_time(f, b, grad, bucket, allreduce_seconds(n, **kw), sc.overlap).efficiency
             for n in ns
         ]
     return out

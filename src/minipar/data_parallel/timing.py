@@ -1,10 +1,7 @@
 """Timed data-parallel experiments: step time per variant, the overlap timeline, the bucket
-sweep, a straggler. Each ``*_on_rank`` function runs on every rank under :func:`run_on_ranks`;
-the plain-named wrappers launch it and reduce the per-rank results.
-
-Models and tensors go on :func:`minipar.runtime.device.get_device` (a GPU per rank under NCCL, the CPU
-under gloo) and every clock read waits for the device first (:func:`minipar.runtime.device.synchronize`).
-Timings are never taken inside ``minipar.runtime.tracer`` (its dispatch mode slows every tensor op).
+sweep, a straggler (``*_on_rank`` under :func:`run_on_ranks`; the plain-named wrappers launch
+it and reduce the per-rank results). Tensors live on the rank's device, every clock read waits
+for it first, and no timing is taken inside ``minipar.runtime.tracer`` (it slows every op).
 """
 
 from __future__ import annotations
@@ -70,13 +67,7 @@ class Workload:
 
 
 def time_variants_on_rank(
-    rank,
-    n,
-    variants,
-    load: Workload = Workload(),
-    bucket_cap_mb=25.0,
-    slow_rank=None,
-    delay_s=0.0,
+    rank, n, variants, load: Workload = Workload(), bucket_cap_mb=25.0, slow_rank=None, delay_s=0.0
 ):
     """{variant: [seconds per step, one per round]} on this rank (rounds interleave variants);
     rank ``slow_rank`` sleeps ``delay_s`` before every step (a straggler)."""
@@ -165,30 +156,17 @@ def bucket_sweep(n, caps_mb, **kw) -> dict:
     scale = med["compute"] / (f + b)  # the timed steps include the optimizer step etc.
     width, depth = kw.get("width", 512), kw.get("depth", 8)
     grad = 4 * mlp_params(width, depth)  # fp32 bytes
-    model = {
-        cap: dp_step_time(
-            f * scale,
-            b * scale,
-            grad,
-            cap * 2**20,
-            lambda s: collective_time("all-reduce", "ring", n, s, alpha, bw),
-        ).step_s
-        for cap in caps_mb
-    }
+    ring = lambda s: collective_time("all-reduce", "ring", n, s, alpha, bw)
+    model = {c: dp_step_time(f * scale, b * scale, grad, c * 2**20, ring).step_s for c in caps_mb}
     return dict(measured=med, model=model, alpha=alpha, bandwidth=bw, forward=f, backward=b)
 
 
 def straggler(n, delay_s=0.05, **kw) -> dict:
     """{"even"|"rank 0 slowed": [step seconds per rank]}: bucketed DP, rank 0 sleeps delay_s;
     ``kw``: the :class:`Workload`'s fields."""
-    out = {}
+    out, load = {}, Workload(**kw)
     for label, slow in (("even", None), (f"rank 0 sleeps {delay_s * 1e3:.0f} ms", 0)):
-        per_rank = run_on_ranks(
-            functools.partial(
-                time_variants_on_rank, load=Workload(**kw), slow_rank=slow, delay_s=delay_s
-            ),
-            n,
-            ["bucketed"],
-        )
+        fn = functools.partial(time_variants_on_rank, load=load, slow_rank=slow, delay_s=delay_s)
+        per_rank = run_on_ranks(fn, n, ["bucketed"])
         out[label] = [statistics.median(r["bucketed"]) for r in per_rank]
     return out

@@ -1,7 +1,5 @@
-"""One training loop for every data-parallel variant, and the single-process reference.
-
-``train_reference`` trains on the whole global batch in one process; ``train_rank`` runs on one
-rank of ``minipar.runtime.launch.run`` and trains on that rank's slice with the chosen variant. With
+"""One training loop for every data-parallel variant (:func:`train_rank`, on this rank's slice)
+and the single-process reference on the whole global batch (:func:`train_reference`): with
 equal slices and a mean loss, every correct variant ends with the reference's parameters.
 """
 
@@ -51,26 +49,24 @@ def train_reference(model, optimizer: str, batches, micro: int = 1):
 
 def _wrap(variant: str, model, optimizer: str, bucket_cap_mb: float, group=None):
     """The variant's object and its optimizer (None where the variant owns it)."""
-    trainable = [p for p in model.parameters() if p.requires_grad]
     if variant.startswith("zero"):
         return ZeRO(model, int(variant[-1]), make_optimizer(optimizer), group=group), None
     if variant == "ddp":
-        ddp = DDP(model, bucket_cap_mb=bucket_cap_mb, process_group=group)
-        return ddp, make_optimizer(optimizer)(trainable)
-    if variant == "fsdp2":
+        wrapper = DDP(model, bucket_cap_mb=bucket_cap_mb, process_group=group)
+    elif variant == "fsdp2":
         if group is not None:
             raise ValueError("variant 'fsdp2' runs on the default group only (group must be None)")
         from torch.distributed.fsdp import fully_shard  # noqa: PLC0415 (lazy: torch)
 
         fully_shard(model)  # one group: tied weights must share one (FSDP2 rule)
-        return model, make_optimizer(optimizer)([p for p in model.parameters() if p.requires_grad])
-    if variant in ("bucketed", "accumulation"):
-        return BucketedDataParallel(model, group, bucket_cap_mb=bucket_cap_mb), make_optimizer(
-            optimizer
-        )(trainable)
-    if variant == "naive":
-        return None, make_optimizer(optimizer)(trainable)
-    raise ValueError(f"variant ({variant!r}) must be one of {', '.join(VARIANTS)}")
+        wrapper = model
+    elif variant in ("bucketed", "accumulation"):
+        wrapper = BucketedDataParallel(model, group, bucket_cap_mb=bucket_cap_mb)
+    elif variant == "naive":
+        wrapper = None
+    else:
+        raise ValueError(f"variant ({variant!r}) must be one of {', '.join(VARIANTS)}")
+    return wrapper, make_optimizer(optimizer)([p for p in model.parameters() if p.requires_grad])
 
 
 @dataclass(frozen=True)
@@ -87,27 +83,19 @@ class DPOptions:
 
 
 def train_rank(
-    rank: int,
-    n: int,
-    variant: str,
-    model,
-    optimizer: str,
-    batches,
-    opts: DPOptions = DPOptions(),
+    rank: int, n: int, variant: str, model, optimizer: str, batches, opts: DPOptions = DPOptions()
 ):
     """Train ``model`` with ``variant`` on this rank's slices; returns (local losses, params).
     With ``opts.group``, ``rank`` and ``n`` are this rank's place in that group and its size."""
     bucket_cap_mb, micro, tracer, group = opts.bucket_cap_mb, opts.micro, opts.tracer, opts.group
     wrapper, opt = _wrap(variant, model, optimizer, bucket_cap_mb, group)
     fwd = wrapper if variant in ("ddp", "fsdp2") else model
+    stepper = wrapper if variant.startswith("zero") else opt  # ZeRO owns its optimizer
     losses = []
     with tracer or contextlib.nullcontext():
         for x, y in batches:
             x, y = shard_batch(x, rank, n), shard_batch(y, rank, n)  # (b/n,)
-            if variant.startswith("zero"):
-                wrapper.zero_grad()
-            else:
-                opt.zero_grad()
+            stepper.zero_grad()
             if variant == "accumulation":
                 mb = list(zip(x.chunk(micro), y.chunk(micro)))
                 losses.append(accumulation_step(model, wrapper, mb, F.cross_entropy))
@@ -119,10 +107,7 @@ def train_rank(
                 all_reduce_gradients(model, group)
             elif variant in ("bucketed", "accumulation"):
                 wrapper.finish()
-            if variant.startswith("zero"):
-                wrapper.step()
-            else:
-                opt.step()
+            stepper.step()
     if variant.startswith("zero"):  # ZeRO's documented way to read them
         full = iter(wrapper.full_parameters())
         params = [next(full) if p.requires_grad else p for p in model.parameters()]

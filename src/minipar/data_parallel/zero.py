@@ -22,28 +22,15 @@ gradient until backward ends (ZeRO-2 reduce-scatters bucket by bucket during bac
 each stage keeps *between* steps — what :func:`state_bytes` measures — is exactly ZeRO's.
 Frozen parameters stay ordinary replicated tensors.
 
-Contract (the same as :mod:`.bucketed`, i.e. PyTorch DDP's): construction broadcasts rank 0's
-parameters (replicas start equal); the flat buffers take the parameters' dtype and device (a
-float64 model trains in float64; mixed dtypes are rejected); a trainable parameter with no
-gradient in a step is an error unless ``find_unused_parameters=True``, and then one extra
-all-reduce of a used-flag per parameter finds the parameters no rank used: the optimizer step
-leaves their values and their optimizer state untouched, as it leaves a ``None`` gradient, with
-one difference for optimizers that count steps. The shard is one tensor, so Adam keeps one step
-count k for all of it, and k advances in a step that skipped a parameter; one process keeps a
-count per parameter and does not. When the parameter is used again, its bias corrections
-1 − β₁ᵏ and 1 − β₂ᵏ use the larger k, so it moves slightly differently from one process
-(``test_zero_adam_skip_counts_the_step_as_documented`` pins this: ZeRO equals one process whose
-Adam also counted the skipped step). SGD has no count and agrees exactly. FSDP2
-(``fully_shard``, one sharded tensor per parameter) keeps per-parameter counts and skips like
-one process; FSDP1's flat parameter and DeepSpeed's ZeRO-1/2 partitions fill a missing
-gradient with zeros, so Adam moves an unused parameter by its momentum and counts the step.
-Stage 3
-accepts any forward output (tensor, tuple, dict): backward gathers the parameters when it
-reaches the first output that needs a gradient.
-
-Reading the state: :meth:`ZeRO.shard` is this rank's slice of the flat parameter (what its
-optimizer updates) and its range; :meth:`ZeRO.full_parameters` returns every parameter in full
-(stage 3 all-gathers them, so every rank of the group must call it).
+Contract: :mod:`.bucketed`'s (PyTorch DDP's), on flat buffers of the parameters' one dtype and
+device (mixed dtypes are rejected); stage 3 accepts any forward output (tensor, tuple, dict) and
+gathers the parameters when backward reaches the first output that needs a gradient. A
+parameter no rank used (``find_unused_parameters=True``) keeps its value and optimizer state, as
+with a ``None`` gradient, but the shard is one tensor with ONE Adam step count k, which advances
+in a step that skipped the parameter; its later bias corrections 1 − β₁ᵏ, 1 − β₂ᵏ therefore use
+the larger k (``test_zero_adam_skip_counts_the_step_as_documented``). SGD agrees exactly. FSDP2
+(``fully_shard``) keeps per-parameter counts like one process; FSDP1's flat parameter and
+DeepSpeed's ZeRO-1/2 fill a missing gradient with zeros, so Adam moves it and counts the step.
 """
 
 from __future__ import annotations
@@ -196,14 +183,10 @@ class ZeRO:
         return {id(p) for p, f in zip(self.params, flags.tolist()) if f == 0}
 
     def step(self, max_norm: float | None = None):
-        """Reduce the gradients, step this rank's shard, share the result (see the table above).
-
-        ``max_norm``: clip by the norm of the WHOLE averaged gradient first, as
-        ``torch.nn.utils.clip_grad_norm_`` does in one process (coefficient
-        max_norm/(norm + 1e-6), at most 1). A rank holds only its shard, so the squared norms of
-        the shards are all-reduced (one number); clipping each shard by its own norm would scale
-        the shards differently. Returns the global norm when clipping, else None.
-        """
+        """Reduce the gradients, step this rank's shard, share the result (the module's table).
+        ``max_norm``: first clip by the norm of the WHOLE averaged gradient, as
+        ``torch.nn.utils.clip_grad_norm_`` in one process (:meth:`_clip`: clipping each shard by
+        its own norm would scale the shards differently); returns that norm, else None."""
         keep, saved = self._save_untouched()
         self._reduce_gradients()
         norm = None if max_norm is None else self._clip(max_norm)
@@ -293,17 +276,6 @@ class ZeRO:
 
         weights = size([p.data for p in self.params] + [self.master.data])
         grads = size([p.grad for p in self.params + [self.master] if p.grad is not None])
-        opt = size(
-            [
-                v
-                for st in self.optimizer.state.values()
-                for v in st.values()
-                if torch.is_tensor(v) and v.dim() > 0
-            ]
-        )
-        return {
-            "weights": weights,
-            "gradients": grads,
-            "optimizer": opt,
-            "total": weights + grads + opt,
-        }
+        states = [v for st in self.optimizer.state.values() for v in st.values()]
+        opt = size([v for v in states if torch.is_tensor(v) and v.dim() > 0])
+        return dict(weights=weights, gradients=grads, optimizer=opt, total=weights + grads + opt)
