@@ -16,12 +16,4 @@ experiments.py    what the chapter's notebook runs
 from .schedules import NAMES, Action, schedule, table
 from .simulate import ScheduleError, Simulation, simulate
 
-__all__ = [
-    "Action",
-    "NAMES",
-    "ScheduleError",
-    "Simulation",
-    "schedule",
-    "simulate",
-    "table",
-]
+__all__ = ["Action", "NAMES", "ScheduleError", "Simulation", "schedule", "simulate", "table"]

@@ -4,33 +4,26 @@ Forward, stage s sends its output activation (b, s, h) to stage s+1; backward, s
 the gradient of that activation back. Two rules make this correct on gloo *and* NCCL:
 
 1. **Matching is by posting order, not by tag.** NCCL ignores point-to-point tags: the k-th
-   send from rank a to rank b meets the k-th receive on b from a. (gloo honours tags; we pass
-   none, so the gloo runs test the same matching NCCL does.) Both ends must therefore post a
-   link's messages in the same order, even when two ranks exchange activations and gradients
-   in both directions (the interleaved schedule with p = 2 does).
-2. **No cycle of waiting sends.** On NCCL a send does not complete until the receiver has
-   posted its receive, and a rank's point-to-point calls run one after another on one stream.
-   Posting in the order of its own action list, every rank would start 1F1B's steady state by
-   sending to a neighbour that is itself sending: a deadlock (``message_order`` shows it).
+   send from rank a to rank b meets the k-th receive on b from a (we pass no tags, so gloo
+   tests the same matching). Both ends must post a link's messages in the same order, even
+   when two ranks exchange activations and gradients both ways (interleaved, p = 2).
+2. **No cycle of waiting sends.** On NCCL a send completes only once the receiver has posted
+   its receive, and a rank's point-to-point calls run one after another; posted in action-list
+   order, 1F1B's steady state would start with every rank sending to a neighbour that is
+   itself sending: a deadlock (``message_order`` shows it).
 
-Both follow from one global order: every rank posts its messages sorted by the time at which
-each message is produced when the schedule runs on paper (``simulate`` with equal action
-times), ties broken by (sender, receiver, stage, micro-batch, kind). The sender and the
-receiver sort a message by the same key, so every link's order agrees, and the message with
-the smallest key is always at the head of both its ends' queues, so something always
-progresses. A receive that is due before a send is posted early (prefetched into its buffer).
-The messages a rank posts at one moment go in one ``dist.batch_isend_irecv`` call, as
-Megatron-LM's ``p2p_communication`` does: on NCCL it is one group whose sends and receives
-progress together; on gloo it is a loop of ``isend``/``irecv``. A schedule that cannot run on
-paper (a learner's deadlocking list) falls back to posting in call order.
+Both follow from one global order: every rank posts its messages sorted by the time each is
+produced when the schedule runs on paper (``simulate``, equal action times), ties broken by
+(sender, receiver, stage, micro-batch, kind). Both ends sort a message by the same key, and the
+smallest key is at the head of both its ends' queues, so something always progresses; a receive
+due before a send is prefetched. The messages a rank posts at one moment go in one
+``dist.batch_isend_irecv`` call, as Megatron-LM's ``p2p_communication`` does. A schedule that
+cannot run on paper (a learner's deadlocking list) falls back to posting in call order. A
+message between two stages on the same rank never touches the network.
 
-A message between two stages on the same rank never touches the network.
-
-A receive returns once its message is here, on both backends. On gloo ``wait()`` blocks until
-then; on NCCL it only makes this rank's CUDA stream wait, and the Python code goes on at once,
-so :meth:`P2P.recv` also calls :func:`minipar.runtime.device.synchronize` (a no-op on the CPU). Without
-it a timed stage would start its clock before its input had arrived, and the measured bubble
-would be the launch order's, not the schedule's.
+On NCCL a receive's ``wait()`` only makes the CUDA stream wait, so :meth:`P2P.recv` also calls
+:func:`minipar.runtime.device.synchronize`: a timed stage would otherwise start its clock before
+its input arrived and measure the launch order's bubble, not the schedule's.
 """
 
 from __future__ import annotations
@@ -52,16 +45,13 @@ def messages(actions, p: int, num_stages: int) -> list[tuple]:
     out = []
     for k, a in enumerate(actions):
         s, i, rank = a.stage, a.microbatch, a.stage % p
-        if a.op == "F":
-            if s > 0 and (s - 1) % p != rank:
-                out.append(("recv", (s - 1) % p, (s, i, ACTIVATION), k))
-            if s < num_stages - 1 and (s + 1) % p != rank:
-                out.append(("send", (s + 1) % p, (s + 1, i, ACTIVATION), k))
-        elif a.op == "B":
-            if s < num_stages - 1 and (s + 1) % p != rank:
-                out.append(("recv", (s + 1) % p, (s, i, GRADIENT), k))
-            if s > 0 and (s - 1) % p != rank:
-                out.append(("send", (s - 1) % p, (s - 1, i, GRADIENT), k))
+        if a.op not in ("F", "B"):
+            continue
+        src, dst, kind = (s - 1, s + 1, ACTIVATION) if a.op == "F" else (s + 1, s - 1, GRADIENT)
+        if 0 <= src < num_stages and src % p != rank:
+            out.append(("recv", src % p, (s, i, kind), k))
+        if 0 <= dst < num_stages and dst % p != rank:
+            out.append(("send", dst % p, (dst, i, kind), k))
     return out
 
 

@@ -1,21 +1,17 @@
 """One executor for every schedule: run a rank's action list on real ranks.
 
-    F(s, i)  receive the activation from stage s−1 (stage 0: take the tokens), mark it
-             ``requires_grad`` so autograd computes its gradient, run the stage, send the
-             output to stage s+1 (the last stage computes the loss instead, scaled by 1/m);
-    B(s, i)  receive the output's gradient from stage s+1 (the last stage starts from its loss),
-             back-propagate, send the input's gradient to stage s−1; in a schedule with W's,
-             B computes only the input gradient (``torch.autograd.grad(out, inp)``);
+    F(s, i)  receive the activation from stage s−1 (stage 0: the tokens) as a leaf that
+             requires grad, run the stage, send the output on (the last stage computes the
+             loss, scaled by 1/m, so the m micro-batches' summed gradients are the batch's);
+    B(s, i)  receive the output's gradient (the last stage starts from its loss),
+             back-propagate, send the input's gradient back; with W's in the schedule, B
+             computes only the input gradient (``torch.autograd.grad(out, inp)``);
     W(s, i)  the weight gradients (``torch.autograd.grad(out, params)``), accumulated.
 
-Loss scaling: the full batch's loss is the mean over m equal micro-batches of their mean loss,
-so each micro-batch's loss is divided by m and the summed gradients equal the full batch's.
-After the last action, the tied embedding's gradient is all-reduced between the first and last
-stage. The executor records per action the wall-clock start and end of its work (after the
-receive it waited for, so waiting shows as idle), and the activations held (count and bytes
-saved for backward) so their high-water can be compared with the model.
-
-The B/W split here is for exactness, not speed: W back-propagates through the stage again
+After the last action the tied embedding's gradient is all-reduced between the first and last
+stage. Per action the executor records the wall-clock start and end of its work (after its
+receive, so waiting shows as idle) and the activations held (count and saved bytes). The B/W
+split is for exactness, not speed: W back-propagates through the stage again
 (``retain_graph``), where the zero-bubble papers split each matmul's backward in two.
 """
 
@@ -192,11 +188,8 @@ class PipelineExecutor:
         """B(s, i): receive the output's gradient (the last stage starts from its loss),
         back-propagate, send the input's gradient; only the input's when W is split off."""
         x, y, _, nbytes = st.stash[s, i]
-        g = (
-            None
-            if s == self.num_stages - 1
-            else self.comm.recv(st.act_shape, st.dtype, s, s + 1, i, GRADIENT)
-        )
+        last = s == self.num_stages - 1
+        g = None if last else self.comm.recv(st.act_shape, st.dtype, s, s + 1, i, GRADIENT)
         start = time.perf_counter() - st.t0
         if st.split:
             st.stash[s, i][2] = g

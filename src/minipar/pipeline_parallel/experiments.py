@@ -14,14 +14,7 @@ from .measure import StageTimes, measure_bubble
 from .model_bubble import peak_in_flight
 from .schedules import Action, schedule
 from .timed import bubble_breakdown
-from .train import (
-    TrainOptions,
-    max_error,
-    small_config,
-    token_batches,
-    train_rank,
-    train_reference,
-)
+from .train import TrainOptions, max_error, small_config, token_batches, train_rank, train_reference
 
 SCHEDULES = (("gpipe", 1), ("1f1b", 1), ("interleaved", 2), ("zb-h1", 1))
 STEPS, B_MICRO = 3, 2

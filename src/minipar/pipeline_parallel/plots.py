@@ -35,27 +35,14 @@ def plot_timeline(timeline, p: int, ax=None, title: str = "", unit: str = "s"):
     for r, a, t0, t1 in timeline:
         ax.barh(r, t1 - t0, left=t0, color=COLORS[a.op], edgecolor="white", linewidth=0.5)
         if t1 - t0 > 0.02 * max(e for *_, e in timeline):
-            ax.text(
-                (t0 + t1) / 2,
-                r,
-                str(a.microbatch),
-                ha="center",
-                va="center",
-                color="white",
-                fontsize=7,
-            )
+            kw = dict(ha="center", va="center", color="white", fontsize=7)
+            ax.text((t0 + t1) / 2, r, str(a.microbatch), **kw)
     ax.set_yticks(range(p), [f"rank {r}" for r in range(p)])
     ax.invert_yaxis()
     ax.set_xlabel(f"time ({unit})")
     handles = [plt.Rectangle((0, 0), 1, 1, color=c) for c in COLORS.values()]
-    ax.legend(
-        handles,
-        ["F", "B", "W"],
-        loc="upper left",
-        bbox_to_anchor=(1.01, 1.0),
-        fontsize=7,
-        borderaxespad=0.0,
-    )
+    kw = dict(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=7, borderaxespad=0.0)
+    ax.legend(handles, ["F", "B", "W"], **kw)
     if title:
         ax.set_title(title)
     return ax

@@ -100,14 +100,12 @@ def interleaved_schedule(rank: int, p: int, m: int, v: int) -> list[Action]:
 
 
 def zb_h1_schedule(rank: int, p: int, m: int) -> list[Action]:
-    """ZB-H1 (Qi et al. 2024, "Zero Bubble Pipeline Parallelism" §3): 1F1B's order of F and B,
-    where B is only the input gradient, and rank r keeps up to r weight gradients W pending:
-    after each B it runs the oldest W once more than r are waiting; the rest close the list.
-    The last rank defers most, so its B's (which the ranks before it wait for) come sooner;
-    the deferred W's fill the cool-down where 1F1B idles. Every rank then holds at most
-    min(p, m) micro-batches (1F1B's rank-0 figure); with t_F = t_B = t_W the bubble falls
-    from 1F1B's (p−1)(t_F+t_B+t_W) to (p−1)(t_F+t_B−t_W).
-    """
+    """ZB-H1 (Qi et al. 2024, "Zero Bubble Pipeline Parallelism" §3): 1F1B's order of F and B (B
+    only the input gradient), rank r keeping up to r weight gradients W pending (the oldest runs
+    after a B once more than r wait; the rest close the list). The last rank defers most, so
+    the B's the others wait for come sooner, and deferred W's fill 1F1B's idle cool-down: every
+    rank holds at most min(p, m) micro-batches, and the bubble falls from 1F1B's
+    (p−1)(t_F+t_B+t_W) to (p−1)(t_F+t_B−t_W)."""
     warmup = min(p - rank - 1, m)
     acts = [Action("F", rank, i) for i in range(warmup)]
     next_w = 0

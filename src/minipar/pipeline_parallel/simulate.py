@@ -1,11 +1,10 @@
 """Run a schedule on paper: start times, the bubble, and micro-batches in flight per rank.
 
 Every rank runs its list in order; an action starts when its rank is free and its inputs exist:
-F(s, i) needs F(s−1, i); B(s, i) needs F(s, i) and B(s+1, i) (the last stage needs only its own
-F); W(s, i) needs B(s, i). If no rank can start its next action the schedule deadlocks, and
-:class:`ScheduleError` names the blocked actions. Durations are per *rank's whole share* of the
-model (t_F, t_B, t_W); with v chunks each action takes 1/v of them. In a schedule without W, a
-B is the whole backward and takes t_B + t_W.
+F(s, i) needs F(s−1, i); B(s, i) F(s, i) and B(s+1, i); W(s, i) B(s, i). If no rank can start
+its next action the schedule deadlocks (:class:`ScheduleError` names the blocked actions).
+Durations are per *rank's whole share* of the model (t_F, t_B, t_W), 1/v of them per chunk; in
+a schedule without W, B is the whole backward, t_B + t_W.
 """
 
 from __future__ import annotations

@@ -31,12 +31,9 @@ def partition_layers(L: int, num_stages: int) -> list[range]:
 
 
 class GPTStage(nn.Module):
-    """Stage ``stage`` of ``num_stages`` of a GPT built from ``full`` (every rank builds the full
-    model from one seed and keeps its part, so all stages start from the reference weights).
-
-    forward: stage 0 takes tokens (b, s) int64, later stages the activation (b, s, h); the last
-    stage returns logits (b, s, V), the others the activation (b, s, h).
-    """
+    """Stage ``stage`` of ``num_stages`` of ``full`` (every rank builds the full model from one
+    seed and keeps its part): tokens (b, s) into stage 0, else the activation (b, s, h); logits
+    (b, s, V) out of the last stage, else the activation."""
 
     def __init__(self, full: GPT, stage: int, num_stages: int):
         super().__init__()

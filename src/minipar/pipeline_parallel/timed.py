@@ -88,14 +88,7 @@ BENCH_SHAPE = (1, 16, 64)  # (b, s, h) of every message
 
 
 def bench_rank(
-    rank: int,
-    p: int,
-    name: str,
-    m: int,
-    v: int,
-    times,
-    steps: int,
-    layers: str = "timed",
+    rank: int, p: int, name: str, m: int, v: int, times, steps: int, layers: str = "timed"
 ):
     """On each rank: run the schedule ``steps`` + 1 times (the first is a warm-up) with timed
     stages (``layers="timed"``, waiting ``times``, a :class:`.measure.StageTimes`) or real GPT
@@ -127,15 +120,11 @@ def bench_rank(
         t0 = torch.tensor([time.perf_counter()], dtype=torch.float64, device=dev)
         dist.all_reduce(t0, op=dist.ReduceOp.MAX)  # one start for all ranks (same clock)
         rec = ex.run(acts, inputs, targets, shape, dtype, t0=t0.item())
-        for prm in ex_params(stages):
-            prm.grad = None
+        for st in stages.values():
+            st.zero_grad()
         busy = sum(e - s for _, _, s, e in rec.timeline)
         out.append((busy, max(e for *_, e in rec.timeline), rec.timeline))
     return out[1:]
-
-
-def ex_params(stages):
-    return [q for st in stages.values() for q in st.parameters()]
 
 
 def measured_bubble(per_rank: list) -> tuple[float, list]:

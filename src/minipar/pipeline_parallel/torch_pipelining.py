@@ -1,17 +1,12 @@
 """The same stages through PyTorch's ``torch.distributed.pipelining``, for comparison.
 
 ``PipelineStage`` wraps each of our :class:`GPTStage` modules; ``ScheduleGPipe``,
-``Schedule1F1B`` (one stage per rank), ``ScheduleInterleaved1F1B`` and
-``ScheduleInterleavedZeroBubble`` (v stages per rank, stage s on rank s mod p, as ours) run
-them. ``scale_grads=True`` divides the summed gradients by the number of micro-batches, as our
-1/m loss scaling does. PyTorch does not know that the first and last stage share the tied
-embedding, so we all-reduce its gradient ourselves after ``step``. Needs torch >= 2.8 (its P2P
-batching could deadlock on gloo before) and numpy.
-
-The stages, their ``PipelineStage`` wrappers and the batch live on the rank's device
-(:func:`minipar.runtime.device.get_device`: ``cuda:<rank>`` under NCCL, the CPU under gloo), since
-PyTorch's schedule allocates its receive buffers on the stage's device and NCCL moves only GPU
-tensors. The returned gradients are copied to the CPU once every message has arrived.
+``Schedule1F1B``, ``ScheduleInterleaved1F1B`` and ``ScheduleInterleavedZeroBubble`` (stage s on
+rank s mod p, as ours) run them with ``scale_grads=True`` (our 1/m loss scaling). PyTorch does
+not know that the first and last stage share the tied embedding, so we all-reduce its gradient
+after ``step``. Needs torch >= 2.8 (its P2P batching could deadlock on gloo before) and numpy.
+Stages and batch live on the rank's device (PyTorch allocates its receive buffers there and
+NCCL moves only GPU tensors); the gradients are copied to the CPU once every message arrived.
 """
 
 from __future__ import annotations
@@ -46,10 +41,7 @@ def torch_pipelining_grads(rank: int, p: int, name: str, m: int, v: int, c, batc
     last = v * p - 1
     pstages = [pipelining.PipelineStage(stages[s], s, v * p, dev) for s in sorted(stages)]
     cls = getattr(pipelining, TORCH_SCHEDULES[name])
-    if v == 1:
-        sched = cls(pstages[0], m, loss_fn=_loss, scale_grads=True)
-    else:
-        sched = cls(pstages, m, loss_fn=_loss, scale_grads=True)
+    sched = cls(pstages[0] if v == 1 else pstages, m, loss_fn=_loss, scale_grads=True)
     x, y = (t.to(dev) for t in batch)  # tokens (m·b, s), targets (m·b, s)
     losses: list = []
     kwargs = {"target": y, "losses": losses} if last in stages else {}
@@ -59,10 +51,11 @@ def torch_pipelining_grads(rank: int, p: int, name: str, m: int, v: int, c, batc
         sched.step(**kwargs)
     holder = stages.get(0) or stages.get(last)
     all_reduce_tied_gradient(holder.tied_weight() if holder else None, embedding_group(p))
-    grads = {}
-    for st in stages.values():
-        for n, q in st.reference_names().items():
-            if q.grad is not None:
-                grads[n] = q.grad.detach().to("cpu", copy=True)  # step() has returned
+    grads = {  # step() has returned: every message is here
+        n: q.grad.detach().to("cpu", copy=True)
+        for st in stages.values()
+        for n, q in st.reference_names().items()
+        if q.grad is not None
+    }
     loss = sum(l.item() for l in losses) / m if losses else None
     return {"grads": grads, "loss": loss}

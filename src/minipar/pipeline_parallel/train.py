@@ -1,21 +1,19 @@
-"""Train the stage-split GPT with any schedule on ranks, and the one-process reference.
-
-``train_reference`` runs the whole GPT on the whole batch (B = m·b sequences) with a mean loss;
-``train_rank`` runs on rank r of :func:`minipar.runtime.launch.run`, splits each batch into m
-micro-batches and runs the schedule's action list with :class:`PipelineExecutor`. With the loss
-scaled by 1/m both take the same optimizer steps, so the parameters must agree.
+"""Train the stage-split GPT with any schedule on ranks (:func:`train_rank`: m micro-batches
+per batch through :class:`PipelineExecutor`, the loss scaled by 1/m) and in one process on the
+whole batch (:func:`train_reference`): both take the same optimizer steps.
 """
 
 from __future__ import annotations
 
 from contextlib import nullcontext
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Any
 
 import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 
+from minipar.data_parallel.train import make_optimizer
 from minipar.model import GPTConfig, token_batches  # noqa: F401  (token_batches: chapter name)
 
 from .executor import LastStageLoss, PipelineExecutor
@@ -28,18 +26,10 @@ def small_config(L: int = 8) -> GPTConfig:
     return GPTConfig(L=L, h=8, a=2, s=4, V=16, dropout=0.0)
 
 
-def _optimizer(name: str, params):
-    if name == "sgd":
-        return torch.optim.SGD(params, lr=0.1)
-    if name == "adam":
-        return torch.optim.Adam(params, lr=0.01)
-    raise ValueError(f"optimizer ({name!r}) must be 'sgd' or 'adam'")
-
-
 def train_reference(c: GPTConfig, batches, optimizer: str = "adam", dtype=torch.float64):
     """One process, whole batch: (losses, first-step gradients, final parameters) by name."""
     model = reference_model(c, dtype=dtype)
-    opt = _optimizer(optimizer, model.parameters())
+    opt = make_optimizer(optimizer)(model.parameters())
     losses, grads = [], None
     for x, y in batches:
         opt.zero_grad()
@@ -106,14 +96,12 @@ def train_rank(
     stages = build_stages(c, rank, p, v, dtype=dtype)
     group = embedding_group(p) if o.emb_group == "auto" else o.emb_group
     params = list({id(q): q for st in stages.values() for q in st.parameters()}.values())
-    opt = _optimizer(o.optimizer, params)
+    opt = make_optimizer(o.optimizer)(params)
     lists = o.actions or schedule(name, p, m, v)
     acts = lists[rank]
     loss = LastStageLoss(scale=o.loss_scale)
     ex = o.executor_cls(stages, v * p, rank, p, m, embedding_group=group, loss=loss)
-    named = {}
-    for st in stages.values():
-        named.update(st.reference_names())
+    named = {n: q for st in stages.values() for n, q in st.reference_names().items()}
     out = RankResult([], {}, {}, 0, 0, [])
     for step, (x, y) in enumerate(batches):
         if x.shape[0] % m:
@@ -150,7 +138,3 @@ def max_error(ranks: list[RankResult], ref: dict, what: str = "params") -> float
     if missing:
         raise AssertionError(f"reference parameters not held by any rank: {sorted(missing)}")
     return worst
-
-
-def as_dict(r: RankResult) -> dict:
-    return asdict(r)
