@@ -1,19 +1,17 @@
 """A tensor-parallel transformer layer: attention heads split across ranks, MLP column → row.
 
-The layer is :class:`minipar.model.Layer` (Korthikanti et al. 2022, Figure 2) sharded the
-Megatron way (Shoeybi et al. 2019 §3, Figures 3 and 4):
+:class:`minipar.model.Layer` (Korthikanti et al. 2022, Figure 2) sharded the Megatron way
+(Shoeybi et al. 2019 §3, Figures 3 and 4):
 
     LN1 → f → QKV (column, a/t heads) → attention on those heads → proj (row) → g → dropout → +
     LN2 → f → fc1 (column, 4h/t) → GeLU → fc2 (row) → g → dropout → +
 
-Two all-reduces forward (the g's) and two backward (the f's) per layer. With sequence
-parallelism (Korthikanti et al. 2022 §4.2.2, Figure 5) the layer's input is (b, s/t, h): layer
-norms, dropouts and residual adds run on the rank's sequence slice, each f becomes an all-gather
-along s (reduce-scatter backward) and each g a reduce-scatter (all-gather backward). The
-layer-norm weights and row biases then see only s/t tokens on each rank, so their gradients must
-be summed over the TP group after backward: :func:`allreduce_sequence_parallel_grads`
-(Megatron's ``finalize_model_grads``). Forgetting it is the classic "sequence parallelism gives
-wrong results" bug.
+Two all-reduces forward (the g's) and two backward (the f's). With sequence parallelism
+(Korthikanti et al. 2022 §4.2.2) the input is (b, s/t, h), each f an all-gather along s and each
+g a reduce-scatter; the layer norms and row biases then see s/t tokens on each rank, so their
+gradients must be summed over the TP group after backward
+(:func:`allreduce_sequence_parallel_grads`, Megatron's ``finalize_model_grads``): forgetting it
+is the classic "sequence parallelism gives wrong results" bug.
 """
 
 from __future__ import annotations
@@ -51,11 +49,15 @@ class ParallelAttention(nn.Module):
         b, s, _ = qkv.shape
         hd = self.c.h // self.c.a
         q, k, v = qkv.view(b, s, 3, self.local_heads, hd).permute(2, 0, 3, 1, 4)  # (b, a/t, s, h/a)
-        fork = self.tracker.fork() if self.tracker is not None else contextlib.nullcontext()
-        with fork:  # different heads: different masks
-            ctx = attention_core(q, k, v, self.c.dropout, self.training)  # (b, a/t, s, h/a)
+        ctx = self.core(q, k, v)  # (b, a/t, s, h/a)
         ctx = ctx.transpose(1, 2).reshape(b, s, self.local_heads * hd)  # (b, s, h/t)
         return self.proj(ctx)  # (b, s, h) or (b, s/t, h)
+
+    def core(self, q, k, v):
+        """Attention on this rank's heads, dropout on the tensor-parallel RNG stream."""
+        fork = self.tracker.fork() if self.tracker is not None else contextlib.nullcontext()
+        with fork:  # different heads: different masks
+            return attention_core(q, k, v, self.c.dropout, self.training)
 
 
 class ParallelBlock(nn.Module):
@@ -75,12 +77,8 @@ class ParallelBlock(nn.Module):
         divide(c.a, t, "heads")
         if c.h % c.a:
             raise ValueError(f"hidden size ({c.h}) must be divisible by heads ({c.a})")
-        self.c, self.group, self.sequence_parallel, self.tracker = (
-            c,
-            group,
-            sequence_parallel,
-            tracker,
-        )
+        self.c, self.group, self.sequence_parallel = c, group, sequence_parallel
+        self.tracker = tracker
         kw = dict(sequence_parallel=sequence_parallel)
         col = dict(kw, async_grad_allreduce=async_grad_allreduce)
         self.ln1, self.ln2 = nn.LayerNorm(c.h), nn.LayerNorm(c.h)

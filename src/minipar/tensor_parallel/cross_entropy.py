@@ -1,17 +1,16 @@
 """Cross-entropy over vocabulary-parallel logits, without gathering the (b, s, v) logits.
 
-Megatron-LM's ``vocab_parallel_cross_entropy`` (``core/tensor_parallel/cross_entropy.py``;
-Shoeybi et al. 2019 §3 fuse the output GEMM with the loss so that only b·s scalars cross the
-link instead of b·s·v logits). Rank r holds logits for vocabulary ids [r·v/t, (r+1)·v/t):
+Megatron-LM's ``vocab_parallel_cross_entropy`` (Shoeybi et al. 2019 §3 fuse the output GEMM with
+the loss so that b·s scalars cross the link instead of b·s·v logits). Rank r holds the logits
+of vocabulary ids [r·v/t, (r+1)·v/t):
 
-1. m = max over the whole vocabulary: local max, then all-reduce MAX. Subtracting it keeps exp()
-   finite; skipping it overflows as soon as a logit exceeds ~709 (float64) or ~88 (float32).
-2. the target's logit: a rank that does not own the target contributes 0 (masked), all-reduce SUM;
+1. m = the global max (local max, all-reduce MAX); without it exp() overflows as soon as a logit
+   exceeds ~709 (float64) or ~88 (float32);
+2. the target's logit: ranks that do not own the target contribute 0, all-reduce SUM;
 3. Σ exp(z − m): local sum, all-reduce SUM;
 4. loss = log Σ exp(z − m) − (z_target − m), averaged over tokens.
 
-Backward is local: ∂loss/∂z = (softmax(z) − onehot(target)) / N on this rank's slice, where the
-one-hot is zero for targets this rank does not own.
+Backward is local: (softmax(z) − onehot(target)) / N on this rank's slice.
 """
 
 from __future__ import annotations

@@ -1,8 +1,6 @@
-"""Rank functions behind the tests and the chapter: every piece against the unsharded module.
-
-Each ``*_on_rank(rank, t, ...)`` runs under :func:`minipar.runtime.launch.run` (or with t = 1 in one
-process) and returns plain numbers: maximum absolute differences from the single-process
-reference, the communication events traced per layer, saved activation bytes.
+"""Rank functions behind the tests and the chapter (``*_on_rank(rank, t, ...)`` under
+:func:`minipar.runtime.launch.run`, or t = 1 in one process): every piece against the unsharded
+module (maximum absolute differences), the communication traced per layer, saved bytes.
 """
 
 from __future__ import annotations
@@ -58,6 +56,12 @@ def param_diff(tp: nn.Module, expected: nn.Module, grads: bool) -> float:
     return out
 
 
+def grad_diff(sharded: nn.Module, full: nn.Module, group=None, **kw) -> float:
+    """Largest |difference| of ``sharded``'s gradients from its shard of ``full``'s gradients
+    (``type(sharded).from_full`` with ``kw``)."""
+    return param_diff(sharded, type(sharded).from_full(grads_as_module(full), group, **kw), True)
+
+
 def layer_parity(rank: int, t: int, group=None, dtype=torch.float64) -> dict[str, float]:
     """Column, row, column→row, vocab embedding and cross-entropy against the full modules."""
     c = SMALL
@@ -91,9 +95,7 @@ def _column_parity(full_col: nn.Linear, x, where) -> dict[str, float]:
         if not kw:
             res["column out"] = max_diff(y, shard(ref, -1, rank, t))
         res[f"{key} dX"] = max_diff(xl.grad, x.grad)
-        res[f"{key} dW"] = param_diff(
-            col, ColumnParallelLinear.from_full(grads_as_module(full_col), group), True
-        )
+        res[f"{key} dW"] = grad_diff(col, full_col, group)
     return res
 
 
@@ -111,26 +113,19 @@ def _row_and_mlp_parity(full_col, full_row, x, dy, where) -> dict[str, float]:
     y.backward(dy)
     res["row out"] = max_diff(y, ref)
     res["row dX"] = max_diff(ul.grad, shard(u.grad, -1, rank, t))
-    res["row dW"] = param_diff(
-        row, RowParallelLinear.from_full(grads_as_module(full_row), group), True
-    )
+    res["row dW"] = grad_diff(row, full_row, group)
     full_row.zero_grad()
 
     ref = full_row(F.gelu(full_col(x)))
     ref.backward(dy)
-    col, row = (
-        ColumnParallelLinear.from_full(full_col, group),
-        RowParallelLinear.from_full(full_row, group),
-    )
+    col = ColumnParallelLinear.from_full(full_col, group)
+    row = RowParallelLinear.from_full(full_row, group)
     xl = x.detach().clone().requires_grad_()
     y = row(F.gelu(col(xl)))
     y.backward(dy)
     res["mlp out"] = max_diff(y, ref)
     res["mlp dX"] = max_diff(xl.grad, x.grad)
-    res["mlp dW"] = max(
-        param_diff(col, ColumnParallelLinear.from_full(grads_as_module(full_col), group), True),
-        param_diff(row, RowParallelLinear.from_full(grads_as_module(full_row), group), True),
-    )
+    res["mlp dW"] = max(grad_diff(col, full_col, group), grad_diff(row, full_row, group))
     return res
 
 
@@ -192,10 +187,8 @@ def block_parity(
         y = blk(xl)
         y.backward(dy)
         out, dx = max_diff(y, ref), max_diff(xl.grad, x.grad)
-    expected = ParallelBlock.from_full(
-        grads_as_module(layer), group, sequence_parallel=sequence_parallel
-    )
-    return {"block out": out, "block dX": dx, "block dW": param_diff(blk, expected, True)}
+    dw = grad_diff(blk, layer, group, sequence_parallel=sequence_parallel)
+    return {"block out": out, "block dX": dx, "block dW": dw}
 
 
 def gpt_training(
@@ -237,14 +230,9 @@ def all_parity(rank: int, t: int, group=None) -> dict[str, float]:
     """Every parity number at once (one launch): layers, block with and without sequence
     parallelism, and GPT training with and without it."""
     res = layer_parity(rank, t, group)
-    res.update({f"{k}": v for k, v in block_parity(rank, t, group).items()})
-    res.update(
-        {f"sp {k}": v for k, v in block_parity(rank, t, group, sequence_parallel=True).items()}
-    )
-    res.update(gpt_training(rank, t, group))
-    res.update(
-        {f"sp {k}": v for k, v in gpt_training(rank, t, group, sequence_parallel=True).items()}
-    )
+    for fn in (block_parity, gpt_training):
+        for prefix, sp in (("", False), ("sp ", True)):
+            res.update({prefix + k: v for k, v in fn(rank, t, group, sequence_parallel=sp).items()})
     return res
 
 
@@ -324,10 +312,8 @@ def block_saved_bytes(
 
 
 # ------------------------------------------------------------------ for the notebook
-# launch.run on gloo unless asked: the parity, traffic and saved-bytes functions above build
-# their inputs with CPU generators and measure with CPU conventions. backend="auto" (NCCL with
-# one GPU per rank, else gloo) suits functions that put their tensors on the rank's device
-# (minipar.runtime.device.get_device), such as overlap_on_rank.
+# gloo unless asked: the functions above draw CPU inputs and measure with CPU conventions;
+# backend="auto" suits those that use the rank's device, such as overlap_on_rank
 run = functools.partial(launch.run, backend="gloo")
 
 

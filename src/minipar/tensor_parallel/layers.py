@@ -1,28 +1,25 @@
 """Column-, row- and vocabulary-parallel layers (Shoeybi et al. 2019, Megatron-LM, §3).
 
-Storage follows ``F.linear``, which computes ``Y = X Aᵀ + b`` with ``A`` of shape (out, in):
+Storage follows ``F.linear``, ``Y = X Aᵀ + b`` with ``A`` of shape (out, in):
 
 * :class:`ColumnParallelLinear`: ``A = [A_1; …; A_t]`` split along the *output* features; rank r
-  keeps ``A_r`` (out/t, in) and its bias slice and computes ``Y_r = X A_rᵀ + b_r``, a disjoint
-  slice of the output. Forward needs no communication (the input goes through f, the identity);
-  backward all-reduces the input gradient (each rank's ``∂L/∂X = ∂L/∂Y_r · A_r`` is a partial sum).
-* :class:`RowParallelLinear`: ``A = [A_1 … A_t]`` split along the *input* features; rank r keeps
-  ``A_r`` (out, in/t) and reads its slice ``X_r`` of the input (what a column-parallel layer
-  produced). ``X A_rᵀ`` is a partial sum of the output: g all-reduces it, then the replicated
-  bias is added **once**, after the reduction.
+  computes ``Y_r = X A_rᵀ + b_r``, a disjoint slice of the output. Forward needs no
+  communication (f); backward all-reduces the input gradient (each rank's is a partial sum).
+* :class:`RowParallelLinear`: ``A = [A_1 … A_t]`` split along the *input* features; rank r reads
+  its slice ``X_r``, ``X_r A_rᵀ`` is a partial sum that g all-reduces, then the replicated bias
+  is added **once**.
 * :class:`VocabParallelEmbedding`: the (v, h) table split along the vocabulary; a token outside
   this rank's rows looks up zeros, and g sums the one non-zero row across ranks.
 
-Every layer has ``from_full(module, group=None, ...)``: contiguous equal slices in rank order, so a
-sharded model starts from exactly the weights of the unsharded one. A fresh layer does the same
-thing from a master weight drawn whole from the default generator (identical on every rank when
-the ranks share a seed, Megatron's ``_initialize_affine_weight_cpu``): initialising each shard on
-its own would give a different model (and identical shards when the seeds agree).
+``from_full(module, group=None, ...)`` takes contiguous equal slices in rank order, so a sharded
+model starts from exactly the unsharded one's weights. A fresh layer slices a master weight drawn
+whole from the default generator (Megatron's ``_initialize_affine_weight_cpu``; identical on
+every rank when the ranks share a seed): shards initialised on their own would be another model.
 
 With ``sequence_parallel=True`` (Korthikanti et al. 2022 §4.2.2) the column layer all-gathers its
-(b, s/t, h) input along s instead of f, and the row layer reduce-scatters its output along s
-instead of g; the row bias is then added to a sequence shard, so its gradient is partial and is
-marked ``p.sequence_parallel = True`` for :func:`minipar.tensor_parallel.block.allreduce_sequence_parallel_grads`.
+(b, s/t, h) input along s instead of f, and the row layer reduce-scatters its output instead of
+g; the row bias then sees a sequence shard, so it is marked ``p.sequence_parallel = True`` for
+:func:`minipar.tensor_parallel.block.allreduce_sequence_parallel_grads`.
 """
 
 from __future__ import annotations
@@ -102,14 +99,11 @@ class _LinearAsyncGradAllReduce(torch.autograd.Function):
 
 
 class ColumnParallelLinear(nn.Module):
-    """Y = XAᵀ + b with A split along its output features: rank r computes Y_r = X A_rᵀ + b_r.
-
-    Forward: f (identity) or, under sequence parallelism, all-gather of the (b, s/t, in) input;
-    then the local GEMM; output (b, s, out/t), or (b, s, out) with ``gather_output=True``.
-    Backward: the input gradient is all-reduced over ``group`` (reduce-scattered under sequence
-    parallelism); weight and bias gradients are local, already slices of the full ones.
-    ``async_grad_allreduce=True`` overlaps that all-reduce with the weight-gradient GEMM.
-    """
+    """Y = XAᵀ + b with A split along its output features: rank r computes Y_r = X A_rᵀ + b_r,
+    (b, s, out/t) (or all of it with ``gather_output=True``) from X through f (an all-gather of
+    the (b, s/t, in) input under sequence parallelism). Backward all-reduces (reduce-scatters)
+    the input gradient, ``async_grad_allreduce=True`` overlapping it with the weight-gradient
+    GEMM; weight and bias gradients are already slices of the full ones."""
 
     def __init__(
         self,
@@ -130,21 +124,14 @@ class ColumnParallelLinear(nn.Module):
             raise ValueError(
                 f"output features ({out_features}) must be divisible by stride ({stride})"
             )
-        divide(
-            out_features // stride,
-            self.t,
-            "output features" if stride == 1 else "output features per block",
-        )
+        per_block = "output features" if stride == 1 else "output features per block"
+        divide(out_features // stride, self.t, per_block)
         self.gather_output, self.sequence_parallel = gather_output, sequence_parallel
         self.async_grad_allreduce = async_grad_allreduce and not sequence_parallel
         self.timeline = None  # a list: backward appends its event times (async path only)
         master = nn.Linear(in_features, out_features, bias=bias)  # same on every rank
-        self.weight = nn.Parameter(shard(master.weight.detach(), 0, self.rank, self.t, stride))
-        self.bias = (
-            nn.Parameter(shard(master.bias.detach(), 0, self.rank, self.t, stride))
-            if bias
-            else None
-        )
+        mine = lambda w: nn.Parameter(shard(w.detach(), 0, self.rank, self.t, stride))
+        self.weight, self.bias = mine(master.weight), mine(master.bias) if bias else None
 
     @classmethod
     def from_full(cls, linear: nn.Linear, group=None, *, stride: int = 1, **kw):
@@ -177,12 +164,9 @@ class ColumnParallelLinear(nn.Module):
 
 
 class RowParallelLinear(nn.Module):
-    """Y = XAᵀ + b with A split along its input features: rank r reads X_r (b, s, in/t).
-
-    Forward: the local GEMM X_r A_rᵀ is a partial sum; g all-reduces it (under sequence
-    parallelism a reduce-scatter along s gives (b, s/t, out)); the bias is added once, after.
-    Backward: identity for the output gradient; weight gradients are local slices.
-    """
+    """Y = XAᵀ + b with A split along its input features: rank r reads X_r (b, s, in/t); the
+    partial sum X_r A_rᵀ goes through g (a reduce-scatter along s to (b, s/t, out) under
+    sequence parallelism), then the bias is added once. Weight gradients are local slices."""
 
     def __init__(
         self,
@@ -224,12 +208,9 @@ class RowParallelLinear(nn.Module):
 
 
 class VocabParallelEmbedding(nn.Module):
-    """A (v, h) embedding split along the vocabulary: rank r keeps rows [r·v/t, (r+1)·v/t).
-
-    Forward: tokens outside the range look up zeros, then g sums over ranks (reduce-scatter
-    along s under sequence parallelism, giving (b, s/t, h)). Backward: each rank's weight
-    gradient touches only its own rows.
-    """
+    """A (v, h) embedding split along the vocabulary: rank r keeps rows [r·v/t, (r+1)·v/t);
+    tokens outside them look up zeros, then g sums over ranks (a reduce-scatter to (b, s/t, h)
+    under sequence parallelism). Each rank's weight gradient touches only its own rows."""
 
     def __init__(
         self,

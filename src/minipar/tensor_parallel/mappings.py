@@ -1,25 +1,20 @@
 """The conjugate communication operators of Megatron tensor parallelism, as autograd functions.
 
 Shoeybi et al. 2019, "Megatron-LM: Training Multi-Billion Parameter Language Models Using Model
-Parallelism", §3 and Figure 3, name two operators:
+Parallelism", §3 and Figure 3:
 
-* **f** (:func:`copy_to_tp_region`): forward the identity (every rank already holds the whole
-  input), backward an all-reduce (each rank's column shard produced only a part of the input's
-  gradient: the parts add up).
+* **f** (:func:`copy_to_tp_region`): forward the identity (every rank holds the whole input),
+  backward an all-reduce (each rank's column shard produced a part of the input's gradient);
 * **g** (:func:`reduce_from_tp_region`): forward an all-reduce (each rank's row shard produced a
-  partial sum of the output), backward the identity (the output gradient is already whole).
+  partial sum of the output), backward the identity.
 
-They are conjugate: one's forward is the other's backward. Sequence parallelism (Korthikanti et
-al. 2022, "Reducing Activation Recomputation in Large Transformer Models", §4.2.2, Figure 5)
-splits each all-reduce into its two halves, a reduce-scatter and an all-gather along the
-sequence, and gives a second conjugate pair:
-
-* **g** (:func:`gather_from_sp_region`): forward all-gather along s, backward reduce-scatter;
-* **ḡ** (:func:`reduce_scatter_to_sp_region`): forward reduce-scatter along s, backward all-gather.
+Sequence parallelism (Korthikanti et al. 2022, "Reducing Activation Recomputation in Large
+Transformer Models", §4.2.2, Figure 5) splits each all-reduce into a reduce-scatter and an
+all-gather along the sequence: **g** (:func:`gather_from_sp_region`, all-gather forward,
+reduce-scatter backward) and **ḡ** (:func:`reduce_scatter_to_sp_region`, the reverse).
 
 Every operator takes the process group as an argument and is the identity for a group of one
-rank (or when no process group exists), so the same model code runs in a single process.
-Activations are batch-first, ``(b, s, h)``; the sequence dimension is 1.
+rank, so the same model code runs in one process. Activations are ``(b, s, h)``.
 """
 
 from __future__ import annotations
@@ -119,56 +114,39 @@ class _ReduceFromTPRegion(torch.autograd.Function):
         return grad, None
 
 
-class _GatherFromSPRegion(torch.autograd.Function):
-    """all-gather along s forward, reduce-scatter backward."""
+def _conjugate(name: str, forward, backward, doc: str) -> type:
+    """An autograd function ``name`` whose forward is ``forward(x, group)`` and backward
+    ``backward(grad, group)``."""
 
-    @staticmethod
-    def forward(ctx, x, group):
+    def fwd(ctx, x, group):
         ctx.group = group
-        return _gather_seq(x, group)
+        return forward(x, group)
 
-    @staticmethod
-    def backward(ctx, grad):
-        return _reduce_scatter_seq(grad, ctx.group), None
+    def bwd(ctx, grad):
+        return backward(grad, ctx.group), None
 
-
-class _ReduceScatterToSPRegion(torch.autograd.Function):
-    """reduce-scatter along s forward, all-gather backward."""
-
-    @staticmethod
-    def forward(ctx, x, group):
-        ctx.group = group
-        return _reduce_scatter_seq(x, group)
-
-    @staticmethod
-    def backward(ctx, grad):
-        return _gather_seq(grad, ctx.group), None
+    body = {"forward": staticmethod(fwd), "backward": staticmethod(bwd), "__doc__": doc}
+    return type(name, (torch.autograd.Function,), body)
 
 
-class _ScatterToSPRegion(torch.autograd.Function):
-    """split along s forward (no traffic), all-gather backward."""
-
-    @staticmethod
-    def forward(ctx, x, group):
-        ctx.group = group
-        return _split_seq(x, group)
-
-    @staticmethod
-    def backward(ctx, grad):
-        return _gather_seq(grad, ctx.group), None
-
-
-class _GatherFromTPRegion(torch.autograd.Function):
-    """all-gather along the last dim forward, split backward."""
-
-    @staticmethod
-    def forward(ctx, x, group):
-        ctx.group = group
-        return _gather_last(x, group)
-
-    @staticmethod
-    def backward(ctx, grad):
-        return _split_last(grad, ctx.group), None
+_GatherFromSPRegion = _conjugate(
+    "_GatherFromSPRegion", _gather_seq, _reduce_scatter_seq, "all-gather along s, reduce-scatter"
+)
+_ReduceScatterToSPRegion = _conjugate(
+    "_ReduceScatterToSPRegion",
+    _reduce_scatter_seq,
+    _gather_seq,
+    "reduce-scatter along s, all-gather",
+)
+_ScatterToSPRegion = _conjugate(
+    "_ScatterToSPRegion", _split_seq, _gather_seq, "split along s (no traffic), all-gather"
+)
+_GatherToTPRanks = _conjugate(
+    "_GatherToTPRanks", _gather_seq, _split_seq, "all-gather along s, keep own slice"
+)
+_GatherFromTPRegion = _conjugate(
+    "_GatherFromTPRegion", _gather_last, _split_last, "all-gather along the last dim, split"
+)
 
 
 # ------------------------------------------------------------------ public, Megatron's names
@@ -200,3 +178,10 @@ def scatter_to_sp_region(x: torch.Tensor, group=None) -> torch.Tensor:
 def gather_from_tp_region(x: torch.Tensor, group=None) -> torch.Tensor:
     """(..., n/t) -> (..., n): forward all-gather along the last dim, backward keep own slice."""
     return _GatherFromTPRegion.apply(x, group)
+
+
+def gather_from_tp_ranks(x: torch.Tensor, group=None) -> torch.Tensor:
+    """(b, s/t, h) -> (b, s, h): forward all-gather along s, backward keep this rank's slice (the
+    gradient of a replicated activation is the same on every TP rank): the conjugate of
+    :func:`scatter_to_sp_region`, for a replicated activation such as a pipeline message."""
+    return x if group_size(group) == 1 else _GatherToTPRanks.apply(x, group)

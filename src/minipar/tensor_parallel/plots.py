@@ -14,29 +14,12 @@ def activations(ts, measured, model, measured_sp, model_sp, title=""):
     """Saved bytes per rank of one layer: measured bars, Korthikanti's items as markers."""
     fig, ax = plt.subplots(figsize=(7, 3.2))
     x = range(len(ts))
-    ax.bar(
-        [i - 0.2 for i in x],
-        [m / 1e3 for m in measured],
-        0.4,
-        label="TP, measured",
-        color="#3182bd",
-    )
-    ax.bar(
-        [i + 0.2 for i in x],
-        [m / 1e3 for m in measured_sp],
-        0.4,
-        label="TP + SP, measured",
-        color="#9ecae1",
-    )
-    ax.plot(
-        [i - 0.2 for i in x],
-        [m / 1e3 for m in model],
-        "k_",
-        ms=18,
-        mew=2,
-        label="Korthikanti items",
-    )
-    ax.plot([i + 0.2 for i in x], [m / 1e3 for m in model_sp], "k_", ms=18, mew=2)
+    left, right = [i - 0.2 for i in x], [i + 0.2 for i in x]
+    kb = lambda values: [m / 1e3 for m in values]
+    ax.bar(left, kb(measured), 0.4, label="TP, measured", color="#3182bd")
+    ax.bar(right, kb(measured_sp), 0.4, label="TP + SP, measured", color="#9ecae1")
+    ax.plot(left, kb(model), "k_", ms=18, mew=2, label="Korthikanti items")
+    ax.plot(right, kb(model_sp), "k_", ms=18, mew=2)
     ax.set_xticks(list(x), [f"t = {t}" for t in ts])
     ax.set_ylabel("saved kB per rank")
     ax.set_title(title)
@@ -71,12 +54,8 @@ def overlap(per_rank: list[dict], title=""):
     for r, ev in enumerate(per_rank):
         for k, c in colors.items():
             s, e = ev[k]
-            ax.broken_barh(
-                [(s * 1e3, (e - s) * 1e3)],
-                (2 * r + rows[k], 0.4),
-                color=c,
-                label=k.replace("_", " ") if r == 0 else None,
-            )
+            label = k.replace("_", " ") if r == 0 else None
+            ax.broken_barh([(s * 1e3, (e - s) * 1e3)], (2 * r + rows[k], 0.4), color=c, label=label)
     ax.set_yticks(
         [2 * r + 0.5 for r in range(len(per_rank))], [f"rank {r}" for r in range(len(per_rank))]
     )

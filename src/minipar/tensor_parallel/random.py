@@ -1,22 +1,18 @@
 """Random streams for tensor parallelism: which dropout masks must agree across ranks, which not.
 
 Megatron-LM ``core/tensor_parallel/random.py`` (Shoeybi et al. 2019 §3, "we maintain a separate
-random number generator for dropout within model parallel regions"):
-
-* the **default** stream is seeded identically on every TP rank: dropout on a replicated
-  activation (after g, e.g. on the output of the attention projection) must draw the same mask
-  everywhere, or the "replicated" copies silently diverge;
-* the **tensor-parallel** stream, used inside the parallel region (attention-probability dropout
-  on this rank's heads), is seeded ``seed + 2718 + tp_rank``: each rank's heads are different
-  heads and must get independent masks. With a shared seed every rank would drop the same
-  positions of its heads, correlating what should be independent.
+random number generator for dropout within model parallel regions"): the **default** stream is
+seeded identically on every TP rank, since dropout on a replicated activation (after g) must
+draw the same mask everywhere or the copies silently diverge; the **tensor-parallel** stream,
+used inside the parallel region (attention-probability dropout on this rank's heads), is seeded
+``seed + 2718 + tp_rank``, since different heads need independent masks.
 
     tracker = model_parallel_seed(1234, tp_rank)
     with tracker.fork():            # inside the parallel region
         probs = F.dropout(probs, 0.1)
 
-The tracker is an object passed to the model, not a module-level global. It saves and restores
-the CPU generator (and the current CUDA generator when the rank computes on a GPU).
+The tracker is passed to the model, not a module-level global; it saves and restores the CPU
+generator (and the current CUDA generator when the rank computes on a GPU).
 """
 
 from __future__ import annotations
