@@ -11,13 +11,11 @@ contributions and hands each rank the gradient of its own block (accumulated in 
 float32 or wider by default, as the ring's accumulators).
 
 Traffic per rank per layer: forward (cp−1) K/V blocks, backward (cp−1) K/V blocks and (cp−1)
-dK/dV blocks, about the ring's (which sends cp dK/dV blocks). The difference is when: the
-gather sits before the attention kernel, exposed, while the ring's transfers hide behind its
-block compute; and the all-gather needs one synchronisation per layer where the ring needs cp,
-so per-step imbalance (document masks) and per-step latency cost it nothing
-(:mod:`minipar.cost.chapters.context_parallel`). With grouped-query attention the K/V are h/h_kv times
-smaller than Q, which is why Llama 3 found the exposed gather small next to attention's O(s²)
-compute, and an arbitrary mask is one kernel call over the whole K/V instead of cp slices.
+dK/dV blocks, about the ring's (cp dK/dV blocks); but the gather is exposed before the kernel,
+and it synchronises once per layer where the ring does cp times, so per-step imbalance
+(document masks) and latency cost it nothing (:mod:`minipar.cost.chapters.context_parallel`).
+With grouped-query attention K/V are a/a_kv times smaller than Q: Llama 3 found the exposed
+gather small next to attention's O(s²) compute, and any mask is one kernel call.
 """
 
 from __future__ import annotations
@@ -79,13 +77,7 @@ class _AllGatherAttention(torch.autograd.Function):
         o, lse = block_attention(q.to(comp), kv[0], kv[1], mask)
         out = o.to(q.dtype)
         ctx.save_for_backward(q, k, v, out, lse)
-        ctx.causal, ctx.group, ctx.layout, ctx.mask, ctx.accum_dtype = (
-            causal,
-            group,
-            layout,
-            mask,
-            accum_dtype,
-        )
+        ctx.group, ctx.layout, ctx.mask, ctx.accum_dtype = group, layout, mask, accum_dtype
         return out
 
     @staticmethod

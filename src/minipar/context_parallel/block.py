@@ -1,18 +1,14 @@
 """A transformer layer and the course's tiny GPT with the sequence sharded over a CP group.
 
-Every rank holds all the weights and s/cp tokens of every activation. Layer norms, linear
-layers, GeLU and residual adds act token by token, so they run on the shard as they are; only
-attention mixes tokens, and it is replaced by :func:`ring_attention`, :func:`allgather_attention`
-or :func:`ulysses_attention`
-(Megatron-LM's context parallelism, Korthikanti et al. 2022 extended: "only attention
-communicates"). Because each rank sees s/cp of the tokens, each weight gradient is a partial
-sum: :func:`allreduce_cp_grads` sums them over the CP group (Megatron folds this into the data-
-parallel all-reduce over the combined dp × cp group). Positions are global: rank r adds the
-position embeddings of the positions it holds (:func:`positions`).
+Every rank holds all the weights and s/cp tokens of every activation. Everything but attention
+acts token by token and runs on the shard as it is; attention is replaced by ring, all-gather or
+Ulysses attention (Megatron-LM's context parallelism: "only attention communicates"). Each weight
+gradient is then a partial sum: :func:`allreduce_cp_grads` sums it over the CP group (Megatron
+folds this into the data-parallel all-reduce over dp × cp). Rank r adds the position
+embeddings of the global positions it holds (:func:`positions`).
 
-The layer is :class:`minipar.model.Layer` (weights copied by ``from_full``) with an
-optional causal mask and without attention dropout (ring attention here does not draw dropout
-masks; the configurations quoted in the chapter train without dropout).
+The layer is :class:`minipar.model.Layer` with an optional causal mask and without attention
+dropout (the ring draws no dropout masks; the chapter's configurations train without dropout).
 CP × TP: :class:`ContextTensorParallelBlock` is :class:`minipar.tensor_parallel.ParallelBlock`
 (heads split over the TP group) whose attention is ring attention over the CP group.
 """
@@ -31,22 +27,28 @@ from minipar.tensor_parallel import ParallelAttention, ParallelBlock
 
 from .allgather import allgather_attention
 from .online_softmax import full_attention
-from .ring import ring_attention
+from .ring import RingOptions, ring_attention
 from .sharding import positions
 from .ulysses import ulysses_attention
 
 ATTENTIONS = ("ring", "allgather", "ulysses")
 
 
-def cp_attention(q, k, v, *, causal: bool, group, attention: str, layout: str):
-    """Dispatch to ring, all-gather or Ulysses attention (Ulysses takes contiguous shards only)."""
+def cp_attention(
+    q, k, v, *, causal: bool, group, attention: str, layout: str, documents=None, **kw
+):
+    """Dispatch to ring, all-gather or Ulysses attention (Ulysses takes contiguous shards and no
+    document mask). ``kw``: ``merge_dtype`` (ring only) and ``accum_dtype``."""
     if attention == "ring":
-        return ring_attention(q, k, v, causal, group, layout)
+        opts = RingOptions(**kw)
+        return ring_attention(q, k, v, causal, group, layout, documents=documents, options=opts)
     if attention == "allgather":
-        return allgather_attention(q, k, v, causal, group, layout)
+        return allgather_attention(q, k, v, causal, group, layout, documents=documents, **kw)
     if attention == "ulysses":
-        if layout != "contiguous":
-            raise ValueError(f"ulysses attention takes layout 'contiguous', got {layout!r}")
+        if documents is not None or layout != "contiguous":
+            raise ValueError(
+                f"ulysses attention takes layout 'contiguous' and no document mask, got {layout!r}"
+            )
         return ulysses_attention(q, k, v, causal, group)
     raise ValueError(f"attention must be one of {ATTENTIONS}, got {attention!r}")
 
@@ -70,31 +72,14 @@ class ContextParallelBlock(nn.Module):
     ):
         super().__init__()
         _check_dropout(layer.c)
-        self.c, self.group, self.attention, self.layout, self.causal = (
-            layer.c,
-            group,
-            attention,
-            layout,
-            causal,
-        )
+        self.c, self.group, self.layout = layer.c, group, layout
+        self.attention, self.causal = attention, causal
         for name in ("ln1", "qkv", "proj", "ln2", "fc1", "fc2"):
             setattr(self, name, copy.deepcopy(getattr(layer, name)))
 
     def forward(self, x):  # x (b, s/cp, h)
-        c, (b, n, h) = self.c, x.shape
-        qkv = self.qkv(self.ln1(x)).view(b, n, 3, c.a, h // c.a)  # (b, s/cp, 3, a, h/a)
-        q, k, v = qkv.permute(2, 0, 3, 1, 4)  # each (b, a, s/cp, h/a)
-        ctx = cp_attention(
-            q,
-            k,
-            v,
-            causal=self.causal,
-            group=self.group,
-            attention=self.attention,
-            layout=self.layout,
-        )
-        x = x + self.proj(ctx.transpose(1, 2).reshape(b, n, h))  # (b, s/cp, h)
-        return x + self.fc2(F.gelu(self.fc1(self.ln2(x))))
+        kw = dict(causal=self.causal, group=self.group, attention=self.attention)
+        return _layer_forward(self, x, lambda *qkv: cp_attention(*qkv, **kw, layout=self.layout))
 
 
 class ContextParallelGPT(nn.Module):
@@ -145,15 +130,19 @@ def allreduce_cp_grads(module: nn.Module, group=None) -> int:
     return allreduce_flat(grads, group)
 
 
+def _layer_forward(layer, x, attend):
+    """:class:`Layer`'s forward on x (b, n, h) with ``attend(q, k, v)`` as its attention."""
+    c, (b, n, h) = layer.c, x.shape
+    qkv = layer.qkv(layer.ln1(x)).view(b, n, 3, c.a, h // c.a)  # (b, n, 3, a, h/a)
+    q, k, v = qkv.permute(2, 0, 3, 1, 4)  # each (b, a, n, h/a)
+    x = x + layer.proj(attend(q, k, v).transpose(1, 2).reshape(b, n, h))  # (b, n, h)
+    return x + layer.fc2(F.gelu(layer.fc1(layer.ln2(x))))
+
+
 def full_layer_forward(layer: Layer, x, causal: bool = True):
     """Single-process reference of one layer: ``layer``'s weights, (optionally causal) attention
     over the whole sequence, no dropout; x (b, s, h) → (b, s, h)."""
-    c, (b, s, h) = layer.c, x.shape
-    qkv = layer.qkv(layer.ln1(x)).view(b, s, 3, c.a, h // c.a)  # (b, s, 3, a, h/a)
-    q, k, v = qkv.permute(2, 0, 3, 1, 4)  # (b, a, s, h/a)
-    ctx = full_attention(q, k, v, causal).transpose(1, 2).reshape(b, s, h)  # (b, s, h)
-    x = x + layer.proj(ctx)
-    return x + layer.fc2(F.gelu(layer.fc1(layer.ln2(x))))
+    return _layer_forward(layer, x, lambda q, k, v: full_attention(q, k, v, causal))
 
 
 def full_gpt_loss(model: GPT, tokens, targets, causal: bool = True):
@@ -174,16 +163,8 @@ class RingParallelAttention(ParallelAttention):
         super().__init__(base.qkv, base.proj, base.c)
         self.cp_group, self.layout, self.causal = cp_group, layout, causal
 
-    def forward(self, x):  # x (b, s/cp, h), replicated over TP
-        qkv = self.qkv(x)  # (b, s/cp, 3h/t)
-        b, n, _ = qkv.shape
-        hd = self.c.h // self.c.a
-        q, k, v = qkv.view(b, n, 3, self.local_heads, hd).permute(
-            2, 0, 3, 1, 4
-        )  # (b, a/t, s/cp, h/a)
-        ctx = ring_attention(q, k, v, self.causal, self.cp_group, self.layout)
-        ctx = ctx.transpose(1, 2).reshape(b, n, self.local_heads * hd)  # (b, s/cp, h/t)
-        return self.proj(ctx)  # (b, s/cp, h) after g over TP
+    def core(self, q, k, v):  # (b, a/t, s/cp, h/a), x replicated over TP
+        return ring_attention(q, k, v, self.causal, self.cp_group, self.layout)
 
 
 class ContextTensorParallelBlock(ParallelBlock):

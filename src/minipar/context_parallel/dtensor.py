@@ -44,11 +44,9 @@ def compare_on_rank(rank, cp, dtype=torch.bfloat16):
     ref = full_attention(q, k, v, causal=True)  # float64
     low = [t.to(dtype) for t in (q, k, v)]
     theirs = _theirs(*low, cp, device).double()
+    shards = [shard_sequence(t, 2, None, "zigzag") for t in low]
     ours = gather_sequence(
-        ring_attention(*(shard_sequence(t, 2, None, "zigzag") for t in low), True, None, "zigzag"),
-        2,
-        None,
-        "zigzag",
+        ring_attention(*shards, True, None, "zigzag"), 2, None, "zigzag"
     ).double()
     return {
         "ours-theirs": rel_diff(ours, theirs),

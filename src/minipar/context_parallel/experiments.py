@@ -1,9 +1,7 @@
-"""Rank functions behind the chapter's tests and notebook: parity with one process, negative
-controls, traffic, causal load balance, activation memory and a ring-step timeline.
-
-Each ``*_on_rank(rank, cp, ...)`` runs inside :func:`minipar.runtime.launch.run` on the default group
-(the CP group is the whole world) and returns plain numbers. Errors are relative: max |ours −
-reference| / max |reference|, float64.
+"""Rank functions behind the chapter's tests and notebook (``*_on_rank(rank, cp, ...)`` under
+:func:`minipar.runtime.launch.run`, the CP group the whole world): parity with one process,
+negative controls, traffic, causal load balance, activation memory and a ring-step timeline.
+Errors are relative, max |ours − reference| / max |reference|, in float64.
 """
 
 from __future__ import annotations
@@ -25,13 +23,20 @@ from .block import (
     ContextParallelGPT,
     ContextTensorParallelBlock,
     allreduce_cp_grads,
+    cp_attention,
     full_gpt_loss,
     full_layer_forward,
 )
 from .online_softmax import block_attention, full_attention, merge_blocks
-from .ring import RingOptions, ring_attention
-from .sharding import chunk_ids, chunks_per_rank, gather_sequence, positions, shard_sequence
-from .ulysses import ulysses_attention
+from .ring import Mask, RingOptions, ring_attention
+from .sharding import (
+    chunk_ids,
+    chunks_per_rank,
+    document_ids,
+    gather_sequence,
+    positions,
+    shard_sequence,
+)
 
 METHODS = (("ring", "contiguous"), ("ring", "zigzag"), ("ulysses", "contiguous"))
 
@@ -50,25 +55,40 @@ def qkv(b=2, a=6, s=24, d=8, *, logit=1e3, seed=0, dtype=torch.float64):
     return q, k, v
 
 
-def attention_errors(rank, cp, method, layout, causal, *, logit=1e3, a=12, s=24):
-    """Relative errors of the output and q, k, v gradients of ``method`` against full attention."""
-    q, k, v = (t.requires_grad_() for t in qkv(a=a, s=s, logit=logit))
-    ref = full_attention(q, k, v, causal)
-    dout = torch.randn(ref.shape, generator=torch.Generator().manual_seed(7), dtype=ref.dtype)
+def run_method(method, qkv, mask: Mask, group=None, **kw):
+    """``method``'s output shard of this rank's shards ``qkv`` = (q, k, v) (ring, allgather,
+    ulysses) under ``mask``; ``kw``: :func:`.block.cp_attention`'s."""
+    causal, layout, documents = mask
+    return cp_attention(
+        *qkv, causal=causal, group=group, attention=method, layout=layout, documents=documents, **kw
+    )
+
+
+def errors(method, layout, inputs, *, causal=True, documents=None, **kw) -> dict:
+    """{out, dq, dk, dv}: ``method`` on ``inputs`` = (q, k, v) against one process in float64
+    (the reference takes the same, possibly rounded, inputs, so only the parallel computation's
+    error is measured). ``kw``: :func:`run_method`'s."""
+    q, k, v = inputs
+    doc_ids = None if documents is None else document_ids(documents, q.shape[2])
+    qr, kr, vr = (t.detach().double().clone().requires_grad_() for t in (q, k, v))
+    ref = full_attention(qr, kr, vr, causal, doc_ids)
+    dout = torch.randn(ref.shape, generator=torch.Generator().manual_seed(7), dtype=torch.float64)
     ref.backward(dout)
-    ql, kl, vl = (shard_sequence(t.detach(), 2, None, layout).requires_grad_() for t in (q, k, v))
-    if method == "ring":
-        out = ring_attention(ql, kl, vl, causal, None, layout)
-    else:
-        out = ulysses_attention(ql, kl, vl, causal)
-    out.backward(shard_sequence(dout, 2, None, layout))
-    full = lambda t: gather_sequence(t.detach(), 2, None, layout)
+    ql, kl, vl = (shard_sequence(t, 2, None, layout).requires_grad_() for t in (q, k, v))
+    out = run_method(method, (ql, kl, vl), Mask(causal, layout, documents), **kw)
+    out.backward(shard_sequence(dout.to(q.dtype), 2, None, layout))
+    full = lambda t: gather_sequence(t.detach(), 2, None, layout).double()
     return {
         "out": rel_diff(full(out), ref),
-        "dq": rel_diff(full(ql.grad), q.grad),
-        "dk": rel_diff(full(kl.grad), k.grad),
-        "dv": rel_diff(full(vl.grad), v.grad),
+        "dq": rel_diff(full(ql.grad), qr.grad),
+        "dk": rel_diff(full(kl.grad), kr.grad),
+        "dv": rel_diff(full(vl.grad), vr.grad),
     }
+
+
+def attention_errors(rank, cp, method, layout, causal, *, logit=1e3, a=12, s=24):
+    """Relative errors of the output and q, k, v gradients of ``method`` against full attention."""
+    return errors(method, layout, qkv(a=a, s=s, logit=logit), causal=causal)
 
 
 def attention_parity_on_rank(rank, cp, logit=1e3):
@@ -128,22 +148,36 @@ def max_param_diff(a, b) -> float:
 
 
 def gpt_training_on_rank(
-    rank, cp, attention="ring", layout="contiguous", causal=True, steps=3, finish=True
+    rank, world, attention="ring", layout="contiguous", causal=True, steps=3, finish=True, dp=1
 ):
-    """Max relative parameter difference after ``steps`` Adam steps, CP GPT vs one process."""
+    """Max relative loss and parameter differences after ``steps`` Adam steps of the CP GPT
+    against one process on the whole batch. ``dp`` > 1: CP × DP on a :class:`minipar.grid.Grid`,
+    CP innermost (tp → cp → dp), each DP replica taking its 2 sequences of the global batch;
+    every rank's loss is its share of the global mean, so one all-reduce over the combined
+    dp × cp group sums the gradients (``finish="cp"``, the classic bug: over the CP group only,
+    the replicas never averaged; ``finish=False``: not summed at all)."""
+    cpg = reduce = None  # the world
+    di = 0
+    if dp > 1:
+        grid = Grid(d=dp, cp=world // dp)  # rank = i_dp·cp + i_cp
+        groups = new_groups(grid, ("cp", "dp_cp"))
+        di, cpg = grid.coord(rank).dp, groups["cp"]
+        reduce = cpg if finish == "cp" else groups["dp_cp"]
     ref = small_gpt()
-    cpm = ContextParallelGPT(ref, None, attention=attention, layout=layout, causal=causal)
+    cpm = ContextParallelGPT(ref, cpg, attention=attention, layout=layout, causal=causal)
     opt_r = torch.optim.Adam(ref.parameters(), lr=1e-2)
     opt_c = torch.optim.Adam(cpm.parameters(), lr=1e-2)
     losses = []
     for step in range(steps):
-        x, y = batch(seed=3 + step)
+        x, y = batch(b=2 * dp, seed=3 + step)  # the global batch (2·dp, s)
         loss_r = full_gpt_loss(ref, x, y, causal)
         loss_r.backward()
-        loss_c = cpm.loss(shard_sequence(x, 1, None, layout), shard_sequence(y, 1, None, layout))
+        mine = slice(2 * di, 2 * di + 2)  # this replica's 2 sequences
+        xl, yl = (shard_sequence(t[mine], 1, cpg, layout) for t in (x, y))
+        loss_c = cpm.loss(xl, yl) / dp  # this rank's share of the global mean
         loss_c.backward()
         if finish:
-            cpm.finish_grads()
+            allreduce_cp_grads(cpm, reduce)
         summed = loss_c.detach().clone()
         dist.all_reduce(summed)
         losses.append(abs(summed.item() - loss_r.item()) / abs(loss_r.item()))
@@ -188,35 +222,10 @@ def cp_tp_on_rank(rank, world, cp=2, layout="zigzag", steps=3):
 
 
 def cp_dp_on_rank(rank, world, cp=2, layout="zigzag", steps=3, reduce_over="dp x cp"):
-    """CP × DP on dp·cp ranks of a :class:`minipar.grid.Grid`, CP innermost (tp → cp → dp): each DP
-    replica takes its share of a global batch, each CP rank its tokens; every rank's loss is its
-    share of the global mean, so one all-reduce over the combined DP × CP group (the grid's
-    dp_cp group, here the world) sums the gradients. Returns the max relative parameter
-    difference after ``steps`` Adam steps against one process on the whole batch. ``reduce_over="cp"`` is the classic bug (the
-    gradients summed over the CP group only, the DP replicas never averaged)."""
-    dp = world // cp
-    grid = Grid(d=dp, cp=cp)  # rank = i_dp·cp + i_cp
-    groups = new_groups(grid, ("cp", "dp_cp"))
-    di, cpg = grid.coord(rank).dp, groups["cp"]
-    ref = small_gpt()
-    cpm = ContextParallelGPT(ref, cpg, attention="ring", layout=layout, causal=True)
-    opt_r = torch.optim.Adam(ref.parameters(), lr=1e-2)
-    opt_c = torch.optim.Adam(cpm.parameters(), lr=1e-2)
-    for step in range(steps):
-        x, y = batch(b=2 * dp, seed=3 + step)  # the global batch (2·dp, s)
-        full_gpt_loss(ref, x, y, True).backward()
-        mine = slice(2 * di, 2 * di + 2)  # this replica's 2 sequences
-        xl = shard_sequence(x[mine], 1, cpg, layout)
-        yl = shard_sequence(y[mine], 1, cpg, layout)
-        logits = cpm(xl)  # (2, s/cp, V)
-        loss = (
-            torch.nn.functional.cross_entropy(logits.flatten(0, 1), yl.flatten(), reduction="sum")
-            / y.numel()
-        )
-        loss.backward()
-        allreduce_cp_grads(cpm, groups["dp_cp"] if reduce_over == "dp x cp" else cpg)
-        opt_r.step(), opt_c.step(), opt_r.zero_grad(), opt_c.zero_grad()
-    return {"params": max_param_diff(cpm, ref)}
+    """CP × DP on dp·cp ranks with ring attention: :func:`gpt_training_on_rank` with dp =
+    world/cp; ``reduce_over="cp"`` is the classic bug."""
+    finish = "cp" if reduce_over == "cp" else True
+    return gpt_training_on_rank(rank, world, "ring", layout, True, steps, finish, world // cp)
 
 
 # ------------------------------------------------------------------ traffic, balance, memory
@@ -225,9 +234,8 @@ def traffic_on_rank(rank, cp, b=2, a=12, s=24, d=4):
     :class:`minipar.runtime.tracer.trace`, forward and backward separately (float64)."""
     out = {}
     for method in ("ring", "ulysses"):
-        q, k, v = (shard_sequence(t, 2).requires_grad_() for t in qkv(b, a, s, d))
-        fn = ring_attention if method == "ring" else ulysses_attention
-        out.update(traced_calls(method, functools.partial(fn, q, k, v, True)))
+        local = tuple(shard_sequence(t, 2).requires_grad_() for t in qkv(b, a, s, d))
+        out.update(traced_calls(method, functools.partial(run_method, method, local, Mask(True))))
     return out
 
 

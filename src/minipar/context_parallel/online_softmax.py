@@ -2,30 +2,22 @@
 
 For one query row with scores z_j = q·k_j/√d over a block of keys, the block's result is
 
-    o = Σ_j e^{z_j − m} v_j / ℓ,   m = max_j z_j,   ℓ = Σ_j e^{z_j − m},   lse = m + log ℓ.
+    o = Σ_j e^{z_j − m} v_j / ℓ,   m = max_j z_j,   ℓ = Σ_j e^{z_j − m},   lse = m + log ℓ,
 
-``lse`` (the log of Σ_j e^{z_j}) is all the merge needs: for two blocks A and B over disjoint keys
-the softmax over A ∪ B is
+and for two blocks A and B over disjoint keys the softmax over A ∪ B is, exactly,
 
     lse = log(e^{lse_A} + e^{lse_B}),   o = e^{lse_A − lse} o_A + e^{lse_B − lse} o_B,
 
-exact, and every exponent is ≤ 0, so logits of any size are safe (Milakov & Gimelshein 2018,
-"Online normalizer calculation for softmax"; the same identity is the inner loop of
-FlashAttention, Dao et al. 2022, and of ring attention, Liu et al. 2023). Merging the normalised
-outputs without the e^{lse − lse_new} weights (``merge_without_lse`` in the tests) is the classic bug.
+every exponent ≤ 0, so logits of any size are safe (Milakov & Gimelshein 2018, "Online normalizer
+calculation for softmax"; the inner loop of FlashAttention, Dao et al. 2022, and of ring
+attention, Liu et al. 2023). Merging without the e^{lse − lse_new} weights is the classic bug.
+A block's backward needs only the *final* lse and δ = rowsum(dO ∘ O) (Dao et al. 2022,
+Algorithm 4): P = e^{Z − lse}, dV = Pᵀ dO, dS = P ∘ (dO Vᵀ − δ), dQ = dS K/√d, dK = dSᵀ Q/√d.
 
-The backward of a block needs only the *final* lse and δ = rowsum(dO ∘ O) (Dao et al. 2022,
-Algorithm 4, FlashAttention's backward pass): P = e^{Z − lse}, dV = Pᵀ dO, dS = P ∘ (dO Vᵀ − δ),
-dQ = dS K/√d, dK = dSᵀ Q/√d.
-
-Shapes: q (b, a, n, d), k and v (b, a_kv, n_k, d) with a divisible by a_kv (grouped-query
-attention, Ainslie et al. 2023: query head i reads K/V head i // (a/a_kv), the grouping of
-``repeat_interleave``; a_kv = a is multi-head attention); lse and δ (b, a, n). The backward sums
-each K/V head's gradient over the a/a_kv query heads that read it.
-
-``mask`` is "full", "causal" (q and k are the same chunk of positions) or a boolean tensor
-(n, n_k), True where the key is visible: the general form document masks and the striped
-layout need (:func:`visible`).
+Shapes: q (b, a, n, d), k and v (b, a_kv, n_k, d) (grouped-query attention, Ainslie et al. 2023:
+query head i reads K/V head i // (a/a_kv); the backward sums each K/V head's gradient over its
+query heads); lse and δ (b, a, n). ``mask`` is "full", "causal" (q and k the same chunk of
+positions) or a boolean (n, n_k), True where the key is visible (:func:`visible`).
 """
 
 from __future__ import annotations

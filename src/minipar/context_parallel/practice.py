@@ -1,10 +1,7 @@
-"""Rank functions for context parallelism as trained at scale: all-gather CP beside the ring and
-Ulysses, grouped-query attention, document masks (packed sequences), the striped layout, and
-the numerics of 16-bit training (the log-sum-exp merge and the dK/dV accumulators in float32).
-
-Each ``*_on_rank(rank, cp, ...)`` runs inside :func:`minipar.runtime.launch.run` on the default
-group and returns plain numbers; errors are max |ours − reference| / max |reference| over the
-output and the q, k, v gradients, against one process in float64.
+"""Rank functions for context parallelism as trained at scale (as :mod:`.experiments`'s):
+all-gather CP beside the ring and Ulysses, grouped-query attention, document masks (packed
+sequences), the striped layout, and 16-bit numerics (the log-sum-exp merge and the dK/dV
+accumulators in float32).
 """
 
 from __future__ import annotations
@@ -14,12 +11,10 @@ import functools
 import torch
 
 from . import ring as ring_module
-from .allgather import allgather_attention
-from .experiments import gpt_training_on_rank, rel_diff, traced_calls
+from .experiments import errors, gpt_training_on_rank, rel_diff, run_method, traced_calls
 from .online_softmax import full_attention
-from .ring import Mask, RingOptions, ring_attention
+from .ring import Mask
 from .sharding import document_ids, gather_sequence, shard_sequence
-from .ulysses import ulysses_attention
 
 DOCUMENTS = [5, 11, 3, 5]  # a packed sequence of s = 24 tokens: four documents
 A, S, D = 12, 24, 4  # query heads, sequence, head dimension of the parity runs
@@ -35,54 +30,6 @@ def gqa_qkv(a=A, a_kv=4, s=S, d=D, b=2, *, logit=30.0, seed=0, dtype=torch.float
     q = q * (logit / z) ** 0.5
     k = k * (logit / z) ** 0.5
     return tuple(t.to(dtype) for t in (q, k, v))
-
-
-def run_method(method, qkv, mask: Mask, group=None, **kw):
-    """``method``'s output shard of this rank's shards ``qkv`` = (q, k, v) (ring, allgather,
-    ulysses). ``kw``: ``merge_dtype`` (ring only) and ``accum_dtype``."""
-    q, k, v = qkv
-    causal, layout, documents = mask
-    if method == "ring":
-        opts = RingOptions(**kw)
-        return ring_attention(q, k, v, causal, group, layout, documents=documents, options=opts)
-    if method == "allgather":
-        return allgather_attention(q, k, v, causal, group, layout, documents=documents, **kw)
-    if method == "ulysses":
-        if documents is not None or layout != "contiguous":
-            raise ValueError("ulysses here takes contiguous shards and no document mask")
-        return ulysses_attention(q, k, v, causal, group)
-    raise ValueError(f"method must be ring, allgather or ulysses, got {method!r}")
-
-
-def errors(
-    method,
-    layout,
-    *,
-    a_kv=4,
-    causal=True,
-    documents=None,
-    dtype=torch.float64,
-    ref_inputs_rounded=True,
-    **kw,
-):
-    """{out, dq, dk, dv}: ``method`` against one process in float64 (the reference takes the
-    same, possibly rounded, inputs, so only the parallel computation's error is measured)."""
-    q, k, v = gqa_qkv(a_kv=a_kv, dtype=dtype)
-    doc_ids = None if documents is None else document_ids(documents, S)
-    qr, kr, vr = (t.detach().double().clone().requires_grad_() for t in (q, k, v))
-    ref = full_attention(qr, kr, vr, causal, doc_ids)
-    dout = torch.randn(ref.shape, generator=torch.Generator().manual_seed(7), dtype=torch.float64)
-    ref.backward(dout)
-    ql, kl, vl = (shard_sequence(t, 2, None, layout).requires_grad_() for t in (q, k, v))
-    out = run_method(method, (ql, kl, vl), Mask(causal, layout, documents), **kw)
-    out.backward(shard_sequence(dout.to(dtype), 2, None, layout))
-    full = lambda t: gather_sequence(t.detach(), 2, None, layout).double()
-    return {
-        "out": rel_diff(full(out), ref),
-        "dq": rel_diff(full(ql.grad), qr.grad),
-        "dk": rel_diff(full(kl.grad), kr.grad),
-        "dv": rel_diff(full(vl.grad), vr.grad),
-    }
 
 
 def ulysses_kv_heads(cp: int) -> list[int]:
@@ -110,10 +57,10 @@ def parity_on_rank(rank, cp):
     out = {}
     for method, layout, docs in CASES:
         key = f"{method}/{layout}" + ("/documents" if docs else "")
-        out[key] = max(errors(method, layout, documents=docs).values())
+        out[key] = max(errors(method, layout, gqa_qkv(), documents=docs).values())
     for a_kv in ulysses_kv_heads(cp):
         how = "K/V heads replicated" if a_kv < cp else "K/V heads split"
-        out[f"ulysses/{how}"] = max(errors("ulysses", "contiguous", a_kv=a_kv).values())
+        out[f"ulysses/{how}"] = max(errors("ulysses", "contiguous", gqa_qkv(a_kv=a_kv)).values())
     return out
 
 
@@ -131,7 +78,7 @@ def controls_on_rank(rank, cp):
     ring_module.mask_plan = local_plan
     try:
         out["documents by local position/ring"] = max(
-            errors("ring", "zigzag", documents=DOCUMENTS).values()
+            errors("ring", "zigzag", gqa_qkv(), documents=DOCUMENTS).values()
         )
     finally:
         ring_module.mask_plan = ok
@@ -175,11 +122,9 @@ def bf16_on_rank(rank, cp, logit=30.0):
         "allgather, fp32 accumulators": dict(method="allgather"),
         "allgather, bf16 accumulators": dict(method="allgather", accum_dtype=bf),
     }
-    out = {}
-    for name, kw in cases.items():
-        method = kw.pop("method")
-        out[name] = errors(method, "zigzag", dtype=bf, **kw)
-    return out
+    return {
+        n: errors(kw.pop("method"), "zigzag", gqa_qkv(dtype=bf), **kw) for n, kw in cases.items()
+    }
 
 
 def gpt_on_rank(rank, cp):

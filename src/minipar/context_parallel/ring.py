@@ -1,35 +1,29 @@
 """Ring attention (Liu et al. 2023, "Ring Attention with Blockwise Transformers for
 Near-Infinite Context"): exact softmax attention with the sequence sharded over cp ranks.
 
-Each rank keeps its queries and, for cp steps, holds one rank's K/V block: at step i rank r
-holds the block of rank r−i. While it computes attention of its queries over that block, the
-block travels on to rank r+1 and the block of rank r−i−1 arrives (:class:`RingShift`), so the
-transfer hides behind the compute when block compute ≥ block transfer. The per-block results are
-merged with the log-sum-exp rule (:func:`merge_blocks`), never materialising more than one
-(s/cp × s/cp) score block. With grouped-query attention K and V have a_kv < a heads, and the
-blocks that travel are a_kv heads wide.
+Each rank keeps its queries and, for cp steps, holds one rank's K/V block (a_kv heads wide): at
+step i rank r holds the block of rank r−i. While it computes attention over that block, the block
+travels on to rank r+1 (:class:`RingShift`), so the transfer hides behind the compute when block
+compute ≥ block transfer. Per-block results are merged with the log-sum-exp rule
+(:func:`merge_blocks`), never materialising more than one (s/cp × s/cp) score block.
 
 Causal masking is by *global* position. A contiguous or zigzag shard is 1 or 2 chunks of global
-chunk indices :func:`chunk_ids`; a (query chunk, key chunk) pair is computed in full when the key
-chunk comes earlier, with the triangular mask when it is the same chunk, and skipped when it
-comes later (:func:`plan`). Skipped pairs are why contiguous shards are unbalanced (rank cp−1
-computes cp pairs, rank 0 one) and zigzag shards are not. The striped layout and document masks
-(``documents``: the lengths of the documents packed into the sequence, each causal on its own)
-take the general route (:func:`mask_plan`): each pair's mask is computed from the global
-positions (and documents) of its queries and keys, and a pair whose mask is empty is skipped.
+chunk indices (:func:`chunk_ids`); a (query chunk, key chunk) pair is computed in full when the
+key chunk comes earlier, with the triangular mask when it is the same chunk, and skipped when it
+comes later (:func:`plan`): why contiguous shards are unbalanced (rank cp−1 computes cp pairs,
+rank 0 one) and zigzag shards are not. The striped layout and document masks (``documents``:
+lengths of the documents packed into the sequence) take :func:`mask_plan`: each pair's mask from
+the global positions (and documents) of its queries and keys; an empty mask is skipped.
 
-Numerics: each block is computed in ``compute`` precision (float32 for 16-bit inputs, as
-tensor cores accumulate), the running (o, lse) are merged in ``merge_dtype`` (default float32 or
-wider) and the output is rounded to the input dtype once at the end; in the backward the dK/dV
-accumulators that travel the ring are ``accum_dtype`` (default float32 or wider, as
-ring-flash-attention accumulates them). Transformer Engine's ring keeps its K/V and dK/dV
-buffers in the input dtype instead (``accum_dtype=torch.bfloat16`` reproduces that, at one
-rounding per hop).
+Numerics: blocks are computed in float32 for 16-bit inputs (as tensor cores accumulate), the
+running (o, lse) merged in ``merge_dtype`` (default float32 or wider), the output rounded to the
+input dtype once; the dK/dV accumulators travelling the ring backward are ``accum_dtype``
+(default float32 or wider, as ring-flash-attention; ``torch.bfloat16`` reproduces Transformer
+Engine's ring, at one rounding per hop).
 
-Backward (its own, no all-gather of the sequence): K/V travel the ring again; beside each block
-travels its dK/dV accumulator, to which every rank adds its share, and which arrives back home
-after cp hops. Traffic per rank per call: forward cp−1 K/V blocks; backward cp−1 K/V blocks and
-cp dK/dV blocks in the accumulator's dtype (:mod:`minipar.cost.chapters.context_parallel`).
+Backward: K/V travel the ring again, each beside its dK/dV accumulator, to which every rank adds
+its share and which arrives home after cp hops. Traffic per rank per call: forward cp−1 K/V
+blocks; backward cp−1 K/V blocks and cp dK/dV blocks (:mod:`minipar.cost.chapters.context_parallel`).
 """
 
 from __future__ import annotations
@@ -174,14 +168,8 @@ class _RingAttention(torch.autograd.Function):
             if shift is not None:
                 kv = shift.wait()
             if timeline is not None:
-                timeline.append(
-                    dict(
-                        step=step,
-                        src=src,
-                        compute=(c0 - t0, c1 - t0),
-                        comm=(c0 - t0, time.perf_counter() - t0) if shift else None,
-                    )
-                )
+                comm = (c0 - t0, time.perf_counter() - t0) if shift else None
+                timeline.append(dict(step=step, src=src, compute=(c0 - t0, c1 - t0), comm=comm))
         b, a, m, d = q.shape
         for i in range(n):  # a row no key can see: o = 0
             if outs[i] is None:
@@ -258,15 +246,10 @@ def ring_attention(
     documents=None,
     options: RingOptions = RingOptions(),
 ):
-    """This rank's output shard of softmax(q kᵀ/√d) v over the whole sequence.
-
-    q (b, a, s/cp, d), k and v (b, a_kv, s/cp, d): this rank's shards in ``layout``
-    (:func:`shard_sequence`); the output has q's shape and layout. ``causal`` masks by global
-    position; ``documents`` (lengths summing to s) masks attention across documents.
-    ``options`` (:class:`RingOptions`): the merge's and the dK/dV accumulator's dtypes, and a
-    timeline to record the ring's steps in. For one rank it is plain attention, no
-    communication.
-    """
+    """This rank's output shard (q's shape and layout) of softmax(q kᵀ/√d) v over the whole
+    sequence; q (b, a, s/cp, d), k and v (b, a_kv, s/cp, d) this rank's shards in ``layout``.
+    ``causal`` masks by global position, ``documents`` (lengths summing to s) across documents;
+    ``options``: :class:`RingOptions`. For one rank: plain attention, no communication."""
     check_qkv(q, k, v)
     n = chunks_per_rank(layout)
     if q.shape[2] % n:

@@ -4,24 +4,17 @@ Three layouts (``layout``):
 
 * ``"contiguous"``: the sequence is cut into cp equal chunks; rank r keeps chunk r.
 * ``"zigzag"``: the sequence is cut into 2·cp equal chunks; rank r keeps chunks r and
-  2·cp−1−r, concatenated in that order. Under a causal mask the token at global position i
-  attends to i+1 keys, so the early chunks are cheap and the late ones expensive; pairing chunk r
-  with its mirror 2·cp−1−r gives every rank the same work. This is the layout of Megatron-LM's
-  context parallelism and of the Llama 3 report (Dubey et al. 2024, §3.3.2), also called
-  "load-balanced" sharding in torch's ``context_parallel``.
+  2·cp−1−r, in that order. Under a causal mask early chunks are cheap and late ones expensive;
+  pairing chunk r with its mirror gives every rank the same work (Megatron-LM's context
+  parallelism, the Llama 3 report, Dubey et al. 2024, §3.3.2; torch's "load-balanced" sharding).
 * ``"striped"``: rank r keeps tokens r, r+cp, r+2·cp, … (Brandon et al. 2023, "Striped
-  Attention: Faster Ring Attention for Causal Transformers"). Every block pair then straddles
-  the diagonal: rank r's queries see a block from rank src ≤ r with the mask "key index ≤ query
-  index" and from src > r with "key index < query index", so every ring step does about half
-  of a block on every rank (with a kernel that skips masked entries).
+  Attention: Faster Ring Attention for Causal Transformers"). Every block pair straddles the
+  diagonal ("key index ≤ query index" from ranks src ≤ r, "<" from src > r), so every ring step
+  does about half a block on every rank (with a kernel that skips masked entries).
 
-Document masks (packed sequences of several documents, each causal on its own) break both
-balances when the layout shards the whole packed sequence, as these functions do: which pairs
-are empty depends on where the documents end. Transformer Engine's packed-sequence (THD) path
-and torch's per-document load balancer zigzag each document over the ranks instead.
-
-:func:`chunk_ids` and :func:`positions` say which global chunks and token positions a rank
-holds; ring attention uses them to mask by *global* position.
+Document masks (packed sequences, each document causal on its own) break both balances when the
+whole packed sequence is sharded, as here; Transformer Engine's packed-sequence (THD) path and
+torch's per-document load balancer zigzag each document over the ranks instead.
 """
 
 from __future__ import annotations

@@ -2,17 +2,13 @@
 Enabling Training of Extreme Long Sequence Transformer Models"): trade the sequence shard for a
 head shard around attention.
 
-Each rank holds q (a heads) and k, v (a_kv heads, grouped-query attention when a_kv < a) on its
-contiguous s/cp tokens. One all-to-all of q, k and v packed together regroups them to a/cp query
-heads (and their K/V heads) on all s tokens; attention then runs locally (any attention kernel,
-causal mask by position as usual); one all-to-all takes the output back to s/cp tokens of all
-heads. Two all-to-alls per layer forward (packed QKV, output) and two backward (the all-to-all's
-adjoint is the inverse all-to-all), as DeepSpeed-Ulysses does.
-
-It needs a divisible by cp. K/V heads: when a_kv is divisible by cp each rank gets a_kv/cp of
-them; when a_kv < cp (and cp is divisible by a_kv) every K/V head is first repeated cp/a_kv
-times, so each rank receives the one K/V head its a/cp query heads read, and the backward sums
-the copies' gradients. Repetition makes the K/V all-to-all carry cp heads instead of a_kv.
+Each rank holds q (a heads) and k, v (a_kv heads) on its contiguous s/cp tokens. One all-to-all
+of q, k and v packed together regroups them to a/cp query heads (and their K/V heads) on all s
+tokens; attention runs locally; one all-to-all takes the output back to s/cp tokens of all
+heads: two all-to-alls forward and two backward (each one's adjoint is the inverse). It needs a
+divisible by cp. When a_kv < cp (and cp divisible by a_kv) every K/V head is first repeated
+cp/a_kv times, so each rank receives the K/V head its query heads read (the backward sums the
+copies' gradients): the K/V all-to-all then carries cp heads instead of a_kv.
 """
 
 from __future__ import annotations
