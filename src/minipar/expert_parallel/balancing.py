@@ -1,29 +1,21 @@
-"""Keeping the experts evenly loaded, beyond Switch's auxiliary loss (:mod:`.routing`).
+"""Keeping the experts evenly loaded, beyond Switch's auxiliary loss (:mod:`.routing`'s symbols).
 
-Pure functions on router outputs; symbols as in :mod:`.routing` (n tokens, E experts, top-K).
-
-* **Sequence-level auxiliary loss** (DeepSeek-AI 2024, "DeepSeek-V3", Eq. 17–20, their
-  "complementary sequence-wise balance loss"): Switch's E·Σ f_e P_e computed on each sequence
-  of T tokens and averaged over sequences, so no single sequence may pile onto a few experts.
+* **Sequence-level auxiliary loss** (DeepSeek-AI 2024, "DeepSeek-V3", Eq. 17–20): Switch's
+  E·Σ f_e P_e on each sequence of T tokens, averaged, so no sequence piles onto a few experts.
 * **Global-batch auxiliary loss** (Qiu et al. 2025, "Demons in the Detail"; Megatron-Core
-  ``--moe-router-load-balancing-type global_aux_loss``): f_e counted over the whole global batch
-  (all micro-batches, all data-parallel ranks: an all-reduce of E counts), P_e over the local
-  tokens. A micro-batch may then be unbalanced as long as the batch is not, which leaves experts
-  room to specialise.
-* **Router z-loss** (Zoph et al. 2022, "ST-MoE", Eq. 5): mean over tokens of
-  (log Σ_e exp(logit_e))². It does not balance anything; it keeps router logits small, so the
-  softmax does not saturate and rounding in low precision does not flip choices.
-* **Auxiliary-loss-free bias** (DeepSeek-V3 §2.1.2, Eq. 16): a per-expert bias b_e is added to
-  the scores only to CHOOSE the top-K; gates use the unbiased scores. After each step
-  b_e ← b_e + γ·sign(mean load − load_e): overloaded experts become less attractive. No gradient,
-  no loss term, no token dropped.
-* **Drop by probability** (Megatron-Core ``--moe-token-drop-policy probs``, against
-  ``position``): with a capacity C, an expert keeps the C assignments with the highest router
-  probability instead of the first C in queue order.
-* **Group-limited routing**: DeepSeek-V2 (§2.2.2, "device-limited routing") first picks the
-  M = 3 devices whose best expert scores highest, then the top-K among their experts;
-  DeepSeek-V3 (§2.1.2, "node-limited routing") picks the M = 4 nodes with the largest sum of
-  their K/M highest expert scores. Both bound the machines a token visits to M.
+  ``--moe-router-load-balancing-type global_aux_loss``): f_e over the whole global batch (an
+  all-reduce of E counts), P_e over the local tokens: a micro-batch may be unbalanced as long as
+  the batch is not, which leaves experts room to specialise.
+* **Router z-loss** (Zoph et al. 2022, "ST-MoE", Eq. 5): mean of (log Σ_e exp(logit_e))². It
+  balances nothing; it keeps router logits small, so low-precision rounding flips no choices.
+* **Auxiliary-loss-free bias** (DeepSeek-V3 §2.1.2, Eq. 16): a bias b_e added to the scores only
+  to CHOOSE the top-K, b_e ← b_e + γ·sign(mean load − load_e) after each step. No gradient, no
+  loss term, no token dropped.
+* **Drop by probability** (Megatron-Core ``--moe-token-drop-policy probs``): with a capacity C,
+  an expert keeps its C most probable assignments instead of the first C in queue order.
+* **Group-limited routing**: DeepSeek-V2 (§2.2.2, "device-limited") picks the M = 3 devices whose
+  best expert scores highest, then the top-K among their experts; DeepSeek-V3 (§2.1.2,
+  "node-limited") the M = 4 nodes with the largest sum of their K/M highest scores.
 """
 
 from __future__ import annotations

@@ -7,7 +7,7 @@ rows from rank s: ``torch.distributed.all_to_all_single`` with uneven splits (gl
 on CPU in torch 2.13; tested in ``tests/test_expert_parallel.py``).
 
 Backward of an all-to-all is the all-to-all with the splits swapped: the gradient of the rows
-rank r received from s goes back to s. Every helper is the identity for a group of one rank.
+rank r received from s goes back to s.
 """
 
 from __future__ import annotations

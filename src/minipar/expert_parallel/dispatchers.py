@@ -4,19 +4,17 @@ all three give the same numbers, they differ in what crosses the network.
 
 * ``all_to_all`` (GShard, Lepikhin et al. 2021, §3.2; Megatron ``--moe-token-dispatcher-type
   alltoall``): one row per (token, kept choice) to the expert's owner, an uneven all-to-all
-  there and back (:mod:`.layer`'s default; the code is there).
-* ``all_gather`` (Megatron ``allgather``): every rank all-gathers every rank's tokens, expert
-  choices and gates (tokens padded to the largest rank's count), computes its own experts'
-  share of every token, and a reduce-scatter sums the shares and hands each rank its tokens'
-  outputs. Sends x·n_max·h per call whatever the routing: simple, and cheap only when x is small
-  or tokens are few.
-* ``node_dedup`` (DeepSeek-V3, DeepSeek-AI 2024, §3.2.2; DeepEP's "normal" kernels): ranks form
-  nodes of ``node_size`` consecutive EP ranks. A token goes **once per destination node** (to the
-  rank of that node with its own local index, over the "rail" group of same-index ranks) with
-  its K choices and gates, however many of its experts live there; that rank forwards one row per
-  choice to the experts' owners inside the node (the node group: NVLink in a real machine),
-  collects their outputs, sums them with the gates, and sends back **one** row per (token, node).
-  Inter-node rows: distinct (token, node) pairs instead of (token, choice) pairs.
+  there and back (:mod:`.layer`'s default).
+* ``all_gather`` (Megatron ``allgather``): every rank all-gathers every rank's tokens, choices
+  and gates (padded to the largest rank's count), computes its own experts' share of every
+  token, and a reduce-scatter sums the shares and hands each rank its tokens' outputs: x·n_max·h
+  per call whatever the routing, cheap only when x is small or tokens are few.
+* ``node_dedup`` (DeepSeek-V3, DeepSeek-AI 2024, §3.2.2; DeepEP's "normal" kernels): nodes of
+  ``node_size`` consecutive EP ranks. A token goes **once per destination node** (over the
+  "rail" group of same-index ranks) with its K choices and gates; that rank forwards one row per
+  choice to the owners inside the node (the node group: NVLink in a real machine), sums their
+  outputs with the gates and sends back **one** row per (token, node): inter-node rows are
+  distinct (token, node) pairs instead of (token, choice) pairs.
 
 Dropped assignments (a capacity) are removed at the source in all three; backward runs each
 collective's adjoint (all-to-all with splits swapped; all-gather ↔ reduce-scatter).
@@ -36,6 +34,7 @@ from .communication import (
     exchange_counts,
     reduce_scatter_rows,
 )
+from .grouped import unpermute
 
 DISPATCHERS = ("all_to_all", "all_gather", "node_dedup")
 
@@ -86,8 +85,7 @@ def all_gather_dispatch(layer, x, experts, gates, kept):
     sizes = torch.bincount(expert, minlength=layer.local)  # (E/ep,)
     layer.tokens_per_expert = sizes
     out = layer.grouped(xs[token], sizes)  # (a, h)
-    part = xs.new_zeros(ep * m, x.shape[1]).index_add(0, token, gate[:, None] * out)
-    return reduce_scatter_rows(part, g)[:n]  # (n, h)
+    return reduce_scatter_rows(unpermute(out, token, gate, ep * m), g)[:n]  # (n, h)
 
 
 def node_groups(node_size: int, ep_groups: list[list[int]] | None = None):
@@ -143,7 +141,7 @@ def node_dedup_dispatch(layer, x, experts, gates, kept):
     rows = all_to_all(x1[row], out2, in2, node_g)  # (m2, h)
     out = layer.run_experts(rows, recv2)
     back = all_to_all(out, in2, out2, node_g)  # (a2, h)
-    y1 = back.new_zeros(x1.shape[0], x.shape[1]).index_add(0, row, gate[:, None] * back)
+    y1 = unpermute(back, row, gate, x1.shape[0])  # (r1, h)
     yb = all_to_all(y1, in1, out1, rail)  # (m1, h) one per pair
     return yb.new_zeros(n, x.shape[1]).index_add(0, token1, yb)
 

@@ -1,8 +1,6 @@
-"""Runs shared by the tests and the notebook: parity with one process, traced traffic against
-the cost model, EP × DP training, and load balance under a skewed router.
-
-Each ``*_on_rank`` function runs inside ``minipar.runtime.launch.run`` (one call, several cases) and
-returns plain numbers. Float64 throughout, so "equal" means equal to ~1e-12.
+"""Runs shared by the tests and the notebook (``*_on_rank`` under ``minipar.runtime.launch.run``,
+plain numbers out, float64: "equal" means equal to ~1e-12): parity with one process, traced
+traffic against the cost model, EP × DP training, load balance under a skewed router.
 """
 
 from __future__ import annotations
@@ -231,12 +229,11 @@ def ep_dp_train_on_rank(
     groups=None,
     **layer_kw,
 ) -> dict:
-    """EP inside DP on ``world`` ranks (grid (dp, ep)), ``train.steps`` steps of SGD,
-    against one process that runs each replica's tokens (rank order) and averages the ranks'
-    mean losses. Returns the max parameter difference (this rank's router and owned experts)
-    after each step. (SGD, not Adam: Adam divides by √v and so hides a gradient off by a
-    constant factor, the very bug ``expert_divisor`` plants.) ``layer_kw``: the layer's
-    ``kernel``, ``dispatcher``, ``node_group``, ``rail_group``."""
+    """EP inside DP on ``world`` ranks (grid (dp, ep)), ``train.steps`` steps of SGD against one
+    process that runs each replica's tokens (rank order) and averages the ranks' mean losses:
+    the max difference of this rank's router and experts after each step. (SGD, not Adam: Adam
+    divides by √v and so hides a gradient off by a constant factor, the very bug
+    ``expert_divisor`` plants.) ``layer_kw``: as :func:`parity_on_rank`'s."""
     ep_group, dp_group = groups if groups is not None else ep_dp_groups(ep)
     dp, d = world // ep, rank // ep
     n = 6
@@ -341,17 +338,10 @@ def all_to_all_fit(n: int = 2, sizes=(2**12, 2**16, 2**19, 2**22), iters: int = 
 
 
 def fit_all_to_all(sizes, seconds: list[float], n: int) -> dict:
-    """:func:`minipar.cost.network.collectives.fit_alpha_beta`, the collectives chapter's method,
-    applied to the all-to-all on n ranks. Returns sizes, seconds (max over ranks), and α,
-    bandwidth or the fit's error (timings on a busy machine can make the fit meaningless: then
-    it says so)."""
-    out = {
-        "sizes": list(sizes),
-        "seconds": seconds,
-        "alpha": None,
-        "bandwidth": None,
-        "error": None,
-    }
+    """:func:`minipar.cost.network.collectives.fit_alpha_beta` (the collectives chapter's method)
+    of the all-to-all on n ranks: sizes, seconds (max over ranks), and α and bandwidth, or the
+    fit's error (timings on a busy machine can make the fit meaningless: then it says so)."""
+    out = dict(sizes=list(sizes), seconds=seconds, alpha=None, bandwidth=None, error=None)
     try:
         out["alpha"], out["bandwidth"] = fit_alpha_beta(
             sizes, seconds, "all-to-all", n, "pairwise-exchange"
@@ -369,11 +359,10 @@ def folded_train_on_rank(
     wrong_expert_group: bool = False,
 ) -> dict:
     """MoE parallel folding on ``world`` = t·d ranks of ``grid``: the dense MLP tensor- and
-    sequence-parallel over t, the experts over ep (any divisor of t·d, not of d), ``train.steps``
-    steps of SGD against one process running every rank's tokens (dropless, no balancing loss). Returns the
-    forward/backward differences of the first step and the largest parameter difference after
-    each step. ``wrong_expert_group``: reduce expert gradients over the attention's dp group
-    (the "EP inside DP" layout's group), the negative control."""
+    sequence-parallel over t, the experts over ep (any divisor of t·d), ``train.steps`` steps of
+    SGD against one process on every rank's tokens (dropless, no balancing loss): the first
+    step's output and input-gradient differences, the largest parameter difference per step.
+    ``wrong_expert_group``, the negative control: expert gradients reduced over the dp group."""
     if train.capacity_factor is not None:
         raise ValueError(
             f"the folded run is dropless: capacity_factor ({train.capacity_factor}) must be None"
@@ -474,13 +463,12 @@ class BalancingLoad:
 
 def balancing_run(method: Balancing = Balancing(), load: BalancingLoad = BalancingLoad()) -> dict:
     """One process: a skewed MoE learns to imitate a random teacher MoE under one balancing
-    ``method``. A step has ``load.tokens`` tokens in ``load.micro`` micro-batches (each a
-    forward of its own: capacity and the micro-batch loss are per micro-batch), sequences of
-    ``load.seq_len``. Per step: assignments routed to each expert (before dropping), dropped fraction,
-    gate mass dropped, mean squared router log-partition (what the z-loss penalises), loss.
-
-    ``method.aux``: None, "micro" (Switch's loss per micro-batch, averaged), "global" (f over the
-    step's tokens, P per micro-batch), "sequence" (per sequence of ``seq_len``, averaged)."""
+    ``method``; each of ``load.micro`` micro-batches is a forward of its own (capacity and the
+    micro-batch loss are per micro-batch). Per step: assignments routed to each expert (before
+    dropping), dropped fraction, gate mass dropped, mean squared router log-partition (what the
+    z-loss penalises), loss. ``method.aux``: None, "micro" (Switch's loss per micro-batch,
+    averaged), "global" (f over the step's tokens, P per micro-batch), "sequence" (per sequence
+    of ``seq_len``, averaged)."""
     aux, coef, z, micro = method.aux, method.coef, method.z, load.micro
     tokens, seq_len = load.tokens, load.seq_len
     teacher = make_moe(load.experts, load.top_k, seed=load.seed + 1)

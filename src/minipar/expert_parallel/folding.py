@@ -1,15 +1,13 @@
 """MoE parallel folding: the experts' layout chosen independently of the attention's.
 
-Megatron-Core (Liu et al. 2025, "MoE Parallel Folding", §3) lays out the dense part of a
-transformer layer over TP × CP × DP × PP and, separately, the MoE part over the SAME ranks of a
-pipeline stage as ETP × EP × EDP; torchtitan builds a separate expert mesh for the same purpose.
-EP is therefore not carved out of DP: it may reuse the ranks the attention spends on tensor or
-context parallelism (EP = 4 on a stage of TP 2 × DP 2), and it need not divide DP.
-
-This works because, with sequence parallelism, every rank of a stage holds DIFFERENT tokens at
-the MoE layer's input (its slice of the sequence), so any grouping of the stage's ranks can be
-an EP group. The grid is :class:`minipar.grid.Grid` (tp innermost; experts ep × edp with ep
-innermost, expert TP = 1). :class:`FoldedBlock` is the smallest block that shows it:
+Megatron-Core (Liu et al. 2025, "MoE Parallel Folding", §3) lays out the dense part of a layer
+over TP × CP × DP × PP and, separately, the MoE part over the SAME ranks of a pipeline stage as
+ETP × EP × EDP (torchtitan: a separate expert mesh). EP may then reuse the ranks attention
+spends on tensor or context parallelism (EP = 4 on a stage of TP 2 × DP 2) and need not divide
+DP: with sequence parallelism every rank of a stage holds DIFFERENT tokens at the MoE input, so
+any grouping of the stage's ranks can be an EP group. The grid is :class:`minipar.grid.Grid`
+(tp innermost; experts ep × edp, ep innermost, expert TP = 1); :class:`FoldedBlock` is the
+smallest block that shows it:
 
     u = x + gelu(x W1) W2        dense MLP, tensor- and sequence-parallel over the tp group
                                  (all-gather the sequence, column- then row-parallel,

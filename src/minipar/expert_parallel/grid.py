@@ -1,12 +1,10 @@
 """Expert parallelism beside data parallelism: the groups and the two gradient reductions.
 
-The groups come from the course's one rank grid, :class:`minipar.grid.Grid` with d = world and
-no tensor or context parallelism, on which the experts are folded as ep × edp, ep innermost:
-an EP group is ep consecutive ranks (one model replica whose experts are split over them), an
-EDP group the ranks that hold the same experts (stride ep). With t = cp = 1 this is the layout
-``arange(world).view(dp, ep)``; with tensor or context parallelism the same grid lets EP reuse
-those ranks instead (MoE parallel folding, :mod:`.folding`). Every rank reads different tokens,
-so:
+The groups come from :class:`minipar.grid.Grid` with d = world (no TP or CP), the experts
+folded as ep × edp, ep innermost: an EP group is ep consecutive ranks (one replica whose experts
+are split over them), an EDP group the ranks holding the same experts (stride ep), i.e. the
+layout ``arange(world).view(dp, ep)`` (with TP or CP, :mod:`.folding`). Every rank reads
+different tokens, so:
 
 * dense parameters (here the router), replicated on all dp·ep ranks, are averaged over **all**
   ranks — the data-parallel group of dense weights contains the EP group;
@@ -25,10 +23,8 @@ from minipar.grid import Grid, new_groups
 
 def ep_dp_groups(ep: int):
     """(ep_group, dp_group) of this rank: the ``ep`` and ``edp`` groups of
-    ``minipar.grid.Grid(d=world, ep=ep)``, i.e. the rows and columns of
-    ``arange(world).view(world // ep, ep)``.
-
-    Every rank creates every group, in the same order (``new_group`` is collective)."""
+    ``minipar.grid.Grid(d=world, ep=ep)``, the rows and columns of ``arange(world).view(-1, ep)``
+    (collective: every rank creates every group, in the same order)."""
     world = dist.get_world_size()
     if world % ep:
         raise ValueError(f"world size ({world}) must be divisible by ep ({ep})")

@@ -1,9 +1,8 @@
 """Dropless MoE as production layers run it: permute, one grouped GEMM, unpermute.
 
-A loop over experts (``for e in range(E): expert(x[tokens of e])``) launches 2E small matrix
-products and E gathers and scatters per layer; on an accelerator each is a kernel launch and a
-small, badly shaped GEMM. Real layers instead (Gale et al. 2023, "MegaBlocks", §4–5;
-Megatron-Core's ``--moe-grouped-gemm`` and its token permutation):
+A loop over experts launches 2E small, badly shaped GEMMs and E gathers and scatters per layer.
+Real layers instead (Gale et al. 2023, "MegaBlocks", §4–5; Megatron-Core's
+``--moe-grouped-gemm`` and its token permutation):
 
 1. **permute**: sort the K·n (token, choice) assignments by expert with one stable argsort and
    gather their rows once: ``rows`` (A, h), expert-major, and the variable group sizes
@@ -16,9 +15,6 @@ Megatron-Core's ``--moe-grouped-gemm`` and its token permutation):
    measure what the grouped forms save (``minipar bench expert_parallel``);
 3. **unpermute**: scale each row by its gate and add it back into its token's row
    (``index_add``), which is the inverse permutation and the sum over the K choices at once.
-
-``dropless_forward(moe, x)`` runs an :class:`~.moe.MoE` without capacity this way; it equals
-``moe(x)`` (the per-expert reference) to rounding.
 """
 
 from __future__ import annotations

@@ -1,26 +1,24 @@
 """Expert parallelism: each rank of the EP group owns E/ep experts and the tokens travel.
 
 Rank r owns experts [r·E/ep, (r+1)·E/ep) as its own ``w1`` (E/ep, h, f) and ``w2`` (E/ep, f, h)
-and a replicated router. ``forward(x)`` takes this rank's own tokens (n, h) and (GShard, Lepikhin
+and a replicated router. ``forward(x)`` takes this rank's tokens (n, h) and (GShard, Lepikhin
 et al. 2021, §3.2; Fedus et al. 2022, §2.2 and Figure 3):
 
-1. **routes** them locally (same gates, same capacity decisions as :class:`~.moe.MoE` on all
-   ranks' tokens concatenated in rank order: with a capacity, every rank's (K, E) slot counts
-   are all-gathered so a rank knows how many assignments queue before its own);
-2. sorts the kept assignments by expert (so by destination rank), **exchanges counts** (one
-   all-to-all of E integers: how many rows each rank will receive for each local expert);
-3. **dispatch**: an all-to-all with uneven splits sends each row to its expert's owner;
-4. runs each local expert on the rows it received (from all sources): the rows are permuted
-   expert-major and go through one grouped GEMM per weight (:mod:`.grouped`; ``kernel="loop"``
-   is the per-expert Python loop kept for comparison);
-5. **combine**: the inverse all-to-all brings the results back in dispatch order; each row is
-   scaled by its gate and added into its token's output row, restoring the original order.
+1. **routes** them locally, with the decisions :class:`~.moe.MoE` makes on all ranks' tokens
+   concatenated in rank order (with a capacity, the ranks' (K, E) slot counts are all-gathered
+   so a rank knows how many assignments queue before its own);
+2. sorts the kept assignments by expert (so by owner) and **exchanges counts** (one all-to-all
+   of E integers);
+3. **dispatch**: an uneven all-to-all sends each row to its expert's owner;
+4. runs each local expert on the rows it received, permuted expert-major through one grouped
+   GEMM per weight (:mod:`.grouped`);
+5. **combine**: the inverse all-to-all brings the results back; each row, scaled by its gate,
+   is added into its token's output row.
 
-Steps 2-5 are the ``all_to_all`` dispatcher; ``dispatcher="all_gather"`` or ``"node_dedup"``
-moves the same rows differently (:mod:`.dispatchers`). Backward runs the collectives' adjoints
-(:mod:`.communication`). The router's gradient on a rank is its own tokens' contribution;
-summing it over every rank that holds different tokens gives the full one (the EP group need
-not be inside the dense weights' data-parallel group: :mod:`.folding`).
+Steps 2-5 are the ``all_to_all`` dispatcher; ``"all_gather"`` and ``"node_dedup"`` move the same
+rows differently (:mod:`.dispatchers`). Backward runs the collectives' adjoints. A rank's router
+gradient is its own tokens' contribution: summed over every rank holding different tokens it is
+the full one (that need not be the dense weights' data-parallel group: :mod:`.folding`).
 """
 
 from __future__ import annotations
@@ -34,7 +32,7 @@ from minipar.dist import group_rank, group_size
 
 from .communication import all_gather_counts
 from .dispatchers import DISPATCHERS, FORWARD
-from .grouped import KERNELS, grouped_mlp
+from .grouped import KERNELS, grouped_mlp, unpermute
 from .moe import MoE, init_experts
 from .routing import (
     capacity,
@@ -50,7 +48,9 @@ from .routing import (
 class Dispatch:
     """How an :class:`ExpertParallelMoE` moves and runs its rows: ``dispatcher`` "all_to_all",
     "all_gather" or "node_dedup" (then ``node_group`` and ``rail_group`` from
-    :func:`.dispatchers.node_groups`); ``kernel`` "padded", "grouped_mm" or "loop"."""
+    :func:`.dispatchers.node_groups`); ``kernel`` "padded" (one batched matmul per weight over
+    groups padded to the largest), "grouped_mm" (``torch._grouped_mm``, float32/bfloat16) or
+    "loop" (per expert, for comparison)."""
 
     dispatcher: str = "all_to_all"
     kernel: str = "padded"
@@ -59,13 +59,9 @@ class Dispatch:
 
 
 class ExpertParallelMoE(nn.Module):
-    """The MoE layer with its experts split over ``group`` (ep ranks); see the module docstring.
-
-    ``dispatch`` (:class:`Dispatch`): ``kernel`` "padded" (one batched matmul per weight over
-    groups padded to the largest), "grouped_mm" (``torch._grouped_mm``, float32/bfloat16) or
-    "loop" (per expert, for comparison); ``dispatcher`` "all_to_all", "all_gather" or
-    "node_dedup" (then ``node_group`` and ``rail_group`` from :func:`.dispatchers.node_groups`). ``expert_bias``
-    (E,), a non-persistent buffer of zeros, is DeepSeek-V3's balancing bias (choice only).
+    """The MoE layer with its experts split over ``group`` (ep ranks); see the module docstring
+    and :class:`Dispatch`. ``expert_bias`` (E,), a non-persistent buffer of zeros, is
+    DeepSeek-V3's balancing bias (choice only).
 
     After a forward: ``aux_loss`` (balancing loss of this rank's tokens), ``tokens_per_expert``
     (E/ep,) rows each local expert processed, ``send_counts`` / ``recv_counts`` ((ep, E/ep) for
@@ -118,9 +114,8 @@ class ExpertParallelMoE(nn.Module):
 
     @classmethod
     def from_full(cls, moe: MoE, group=None, **kw) -> "ExpertParallelMoE":
-        """This rank's part of ``moe``: the router copied, its experts' weights copied (not
-        views). ``kw``: the :class:`Dispatch` fields (``kernel``, ``dispatcher``, ``node_group``,
-        ``rail_group``)."""
+        """This rank's part of ``moe``: the router and its experts' weights copied (not views).
+        ``kw``: the :class:`Dispatch` fields."""
         m = cls(
             moe.hidden,
             moe.ffn,
@@ -170,11 +165,9 @@ class ExpertParallelMoE(nn.Module):
         out = self.grouped(rows[order], recv_counts.sum(0))  # (m, h) expert-major
         return out[torch.argsort(order)]  # back to source-major
 
-    def combine(
-        self, back: torch.Tensor, token: torch.Tensor, gate: torch.Tensor, n: int
-    ) -> torch.Tensor:
+    def combine(self, back, token, gate, n: int) -> torch.Tensor:
         """Rows in dispatch order -> (n, h): y[token[a]] += gate[a] · back[a]."""
-        return back.new_zeros(n, self.hidden).index_add(0, token, gate[:, None] * back)
+        return unpermute(back, token, gate, n)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         shape = x.shape

@@ -41,20 +41,18 @@ def init_experts(experts: int, hidden: int, ffn: int, dtype=None):
 class MoE(nn.Module):
     """Mixture of experts on one process: ``forward(x)`` for x of shape (..., h).
 
-    ``capacity_factor=None``: no token is dropped. Else each expert takes at most
-    C = ⌈c_f·K·n/E⌉ of the n tokens of the call, in priority order (slot, then token index);
-    the rest are dropped (zero contribution). After a forward: ``aux_loss`` (Switch's balancing
-    loss of this call's tokens), ``routed_per_expert`` (E,) assignments routed to each expert,
-    ``tokens_per_expert`` (E,) those it processed (after dropping), ``kept`` (n, K) bool and
-    ``dropped`` (number of dropped assignments), ``logits`` (n, E), ``probs`` (n, E) and
-    ``choices`` (n, K) for the balancing losses of :mod:`.balancing`.
+    ``capacity_factor=None``: no token is dropped; else each expert takes at most C = ⌈c_f·K·n/E⌉
+    of the call's n tokens (:mod:`.routing`), the rest contribute zero. After a forward:
+    ``aux_loss`` (Switch's balancing loss of this call's tokens), ``routed_per_expert`` (E,)
+    assignments routed to each expert, ``tokens_per_expert`` (E,) those it processed, ``kept``
+    (n, K) bool, ``dropped`` (count), and ``logits`` (n, E), ``probs`` (n, E) and ``choices``
+    (n, K) for the losses of :mod:`.balancing`.
 
-    ``kernel``: "loop" (the per-expert loop below, the reference) or a grouped kernel of
-    :mod:`.grouped` ("padded", "grouped_mm"): permute, grouped GEMMs, unpermute.
+    ``kernel``: "loop" (the per-expert loop below, the reference) or a kernel of :mod:`.grouped`.
     ``drop_policy``: "position" (the first C of an expert's queue) or "probs" (its C most
-    probable assignments, Megatron-Core's ``--moe-token-drop-policy probs``). ``expert_bias``
-    (E,), a buffer of zeros, is DeepSeek-V3's balancing bias: added to the probabilities only to
-    choose the experts (:func:`.balancing.update_bias` moves it).
+    probable, Megatron-Core's ``--moe-token-drop-policy probs``). ``expert_bias`` (E,), zeros, is
+    DeepSeek-V3's balancing bias, added to the probabilities only to choose the experts
+    (:func:`.balancing.update_bias` moves it).
     """
 
     def __init__(
@@ -84,10 +82,9 @@ class MoE(nn.Module):
     def from_config(
         cls, c: GPTConfig, experts: int, top_k: int, ffn: int | None = None, **kw
     ) -> "MoE":
-        """The MoE that replaces a :class:`minipar.model.Layer`'s MLP (fc1 → GeLU → fc2, h → 4h
-        → h) in the course GPT: hidden size ``c.h``, expert width ``ffn`` (default 4·c.h, the
-        dense MLP's), E = ``experts`` experts of which each token uses ``top_k``. What changes
-        from the dense layer: E expert MLPs without biases and a router instead of one MLP."""
+        """The MoE that replaces a :class:`minipar.model.Layer`'s MLP (h → 4h → h) in the course
+        GPT: E = ``experts`` bias-free expert MLPs of width ``ffn`` (default 4·c.h, the dense
+        MLP's) and a router; each token uses ``top_k``."""
         return cls(c.h, 4 * c.h if ffn is None else ffn, experts, top_k, **kw)
 
     def route(self, x: torch.Tensor):

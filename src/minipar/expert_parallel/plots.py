@@ -7,14 +7,21 @@ import matplotlib.pyplot as plt
 from minipar.cost.chapters.expert_parallel import imbalance
 
 
-def balance(runs: dict[str, dict], ep: int, title: str = ""):
+def _imbalance(ax, runs: dict[str, dict], ep: int, **kw) -> None:
     """Most loaded rank / mean rank (routed rows) at every training step, one line per run."""
-    fig, ax = plt.subplots(figsize=(7, 3.2))
     for label, r in runs.items():
-        ax.plot([imbalance(l, ep)["max/mean rank"] for l in r["routed per expert"]], label=label)
+        ax.plot(
+            [imbalance(l, ep)["max/mean rank"] for l in r["routed per expert"]], label=label, **kw
+        )
     ax.axhline(1.0, color="grey", ls=":", lw=0.8)
     ax.set_xlabel("training step")
     ax.set_ylabel(f"most loaded rank / mean (ep = {ep})")
+
+
+def balance(runs: dict[str, dict], ep: int, title: str = ""):
+    """:func:`_imbalance` of every run."""
+    fig, ax = plt.subplots(figsize=(7, 3.2))
+    _imbalance(ax, runs, ep)
     ax.set_title(title)
     ax.legend(fontsize=8)
     fig.tight_layout()
@@ -42,15 +49,10 @@ def balancing(runs: dict[str, dict], ep: int = 4):
     """Left: most loaded of ``ep`` ranks over the mean per step, one line per method. Right:
     dropped fraction of the assignments per step (the runs with a capacity)."""
     fig, (a, b) = plt.subplots(1, 2, figsize=(10, 3.4))
+    _imbalance(a, runs, ep, lw=1)
     for label, r in runs.items():
-        a.plot(
-            [imbalance(l, ep)["max/mean rank"] for l in r["routed per expert"]], label=label, lw=1
-        )
         if any(r["dropped fraction"]):
             b.plot(r["dropped fraction"], label=label, lw=1)
-    a.axhline(1.0, color="grey", ls=":", lw=0.8)
-    a.set_xlabel("training step")
-    a.set_ylabel(f"most loaded rank / mean (ep = {ep})")
     a.legend(fontsize=7)
     b.set_xlabel("training step")
     b.set_ylabel("dropped fraction of assignments")

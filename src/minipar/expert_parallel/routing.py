@@ -1,28 +1,22 @@
 """Routing a token to its experts: top-K gates, the capacity limit, and the balancing loss.
 
-Pure functions on tensors, shared by the one-process :class:`~minipar.expert_parallel.MoE` and the
+Pure functions shared by the one-process :class:`~minipar.expert_parallel.MoE` and the
 expert-parallel layer, so both make exactly the same decisions. Symbols: E experts, K experts per
-token (top-K), n tokens, C tokens an expert may take (its capacity), c_f the capacity factor.
+token, n tokens, C tokens an expert may take (its capacity), c_f the capacity factor.
 
 * **Gates** (Shazeer et al. 2017, "Outrageously Large Neural Networks", §2.1; Jiang et al. 2024,
-  "Mixtral of Experts", Eq. 1): p = softmax(router logits) over all E experts; keep the K
-  largest and renormalise them to sum 1. With K = 1 the gate is then always 1 and the router
-  learns only through the balancing loss (Switch keeps the unnormalised p instead:
-  ``renormalize=False``).
+  "Mixtral of Experts", Eq. 1): p = softmax(router logits) over all E experts, the K largest
+  renormalised to sum 1 (with K = 1 the gate is then 1 and the router learns only through the
+  balancing loss; Switch keeps the unnormalised p: ``renormalize=False``).
 * **Capacity** (Lepikhin et al. 2021, "GShard", §2.2; Fedus et al. 2022, "Switch Transformers",
-  §2.2): C = ⌈c_f · K · n / E⌉, the tokens an expert processes when the load is perfectly even,
-  times c_f. GShard's K = 2 capacity is 2n/E; Switch's K = 1 capacity is c_f · n / E.
-* **Dropping order** (stated, deterministic): an expert accepts assignments in *priority order*
-  slot first, then token index: every token's first choice (in token order) before any second
-  choice, as GShard's Algorithm 1 fills an expert's buffer with first choices first. The
-  assignments past C are dropped: they contribute zero to the output (the residual connection
-  around the layer, not modelled here, carries the token on).
-* **Balancing loss** (Fedus et al. 2022, Eq. 4–6): aux = E · Σ_e f_e · P_e with f_e the fraction
-  of the n·K assignments routed to e (before dropping) and P_e the mean router probability of e.
-  It is 1 for a perfectly even router; its maximum, E/K, is reached when every token sends its K
-  choices to the same K experts (E for top-1); only P carries a gradient. (Switch has K = 1;
-  dividing the counts by n·K keeps aux = 1 at balance for any K, as Megatron-LM's
-  ``switch_load_balancing_loss_func`` does.)
+  §2.2): C = ⌈c_f · K · n / E⌉, an expert's share of a perfectly even load times c_f.
+* **Dropping order**: an expert accepts assignments in *priority order*, slot first, then token
+  index (every first choice before any second choice, as GShard's Algorithm 1); those past C are
+  dropped and contribute zero (the residual connection, not modelled here, carries the token on).
+* **Balancing loss** (Fedus et al. 2022, Eq. 4–6): aux = E · Σ_e f_e · P_e, f_e the fraction of
+  the n·K assignments routed to e (before dropping), P_e the mean router probability of e: 1 for
+  an even router, at most E/K; only P carries a gradient. (Dividing the counts by n·K keeps
+  aux = 1 at balance for any K, as Megatron-LM's ``switch_load_balancing_loss_func`` does.)
 """
 
 from __future__ import annotations
@@ -36,13 +30,10 @@ from minipar.cost.chapters.expert_parallel import capacity  # noqa: F401  one de
 def top_k_gates(
     logits: torch.Tensor, top_k: int, renormalize: bool = True, bias: torch.Tensor | None = None
 ):
-    """Router logits (n, E) -> (probs (n, E), gates (n, K), experts (n, K)).
-
-    ``experts[i, j]`` is token i's j-th choice (largest probability first, ties to the lower
-    expert index as ``torch.topk`` breaks them); ``gates[i]`` sums to 1 when ``renormalize``.
-    ``bias`` (E,), DeepSeek-V3's balancing bias, is added to the probabilities only to choose
-    the experts; the gates are the unbiased probabilities of the chosen ones.
-    """
+    """Router logits (n, E) -> (probs (n, E), gates (n, K), experts (n, K)): ``experts[i, j]``
+    token i's j-th choice (largest probability first, ties to the lower index as ``torch.topk``),
+    ``gates[i]`` summing to 1 when ``renormalize``. ``bias`` (E,), DeepSeek-V3's balancing bias,
+    only chooses: the gates are the unbiased probabilities of the chosen experts."""
     E = logits.shape[-1]
     if not 1 <= top_k <= E:
         raise ValueError(f"top_k ({top_k}) must be between 1 and experts ({E})")
@@ -65,13 +56,10 @@ def slot_counts(experts: torch.Tensor, num_experts: int) -> torch.Tensor:
 def priority_positions(
     experts: torch.Tensor, num_experts: int, ahead: torch.Tensor | None = None
 ) -> torch.Tensor:
-    """(n, K) choices -> (n, K) position of each assignment in its expert's queue (kept: < C).
-
-    Priority is (slot j, token i): all first choices in token order, then all second choices.
-    ``ahead`` (K, E) counts the assignments queued before this block's j-th choices at expert e;
-    None for one process, where that is this block's own earlier slots. With expert parallelism
-    the block is one rank's tokens and :func:`queue_ahead` adds the other ranks'.
-    """
+    """(n, K) choices -> (n, K) position of each assignment in its expert's queue (kept: < C),
+    priority (slot j, token i). ``ahead`` (K, E) counts the assignments queued before this
+    block's j-th choices at expert e: None for one process (this block's earlier slots); with
+    expert parallelism the block is one rank's tokens and :func:`queue_ahead` adds the others'."""
     onehot = F.one_hot(experts.T, num_experts)  # (K, n, E)
     if ahead is None:
         counts = onehot.sum(1)  # (K, E)
