@@ -36,18 +36,15 @@ OPT_SIZES = (2**14, 2**20)  # Adam step sizes, elements
 
 
 def _burst(fn, reps: int, k: int | None = None, min_s: float | None = None) -> tuple[float, float]:
-    """(wall, CPU) seconds per call of ``fn`` in bursts, all ranks starting each burst together,
-    the median of ``reps`` bursts: ``k`` calls (``fn`` communicates: every rank must make as
-    many), or as many as fill ``min_s`` seconds (compute only; default 8 ms per rank, so every
-    rank gets a few of the scheduler's time slices). A burst, not one call: a layout makes
-    hundreds of calls in a row and pays their mean, scheduling included, which the
-    luckiest call on a shared machine underestimates several times over (4 ranks on 2 cores,
-    32 KiB all-gathers over 4 ranks: fastest call 0.37 ms, mean 2.7 ms). Long, because a burst
-    shorter than the scheduler's time slice runs alone on a core and never sees the sharing
-    (a 5 ms burst of 1.2 ms layers: wall = CPU with 4 ranks on 2 cores). The median, not the
-    fastest: a burst of tens of ms finds a quiet moment on a shared machine more often than a
-    step of hundreds does, so the fastest burst is more optimistic than the fastest step of
-    :func:`time_layout_on_rank`. CPU is this process's, every thread (gloo's included)."""
+    """(wall, CPU) seconds per call of ``fn``, the median of ``reps`` bursts that all ranks start
+    together: ``k`` calls (``fn`` communicates: every rank must make as many), or as many as fill
+    ``min_s`` seconds (compute only; default 8 ms per rank). A burst, because a layout pays the
+    mean of hundreds of calls in a row, which the luckiest call on a shared machine
+    underestimates several times over (4 ranks on 2 cores, 32 KiB all-gathers: fastest 0.37 ms,
+    mean 2.7 ms); long, because a burst shorter than the scheduler's time slice runs alone on a
+    core (a 5 ms burst of 1.2 ms layers: wall = CPU with 4 ranks on 2 cores); the median, because
+    the fastest burst finds quieter moments than a whole step of :func:`time_layout_on_rank`
+    does. CPU is this process's, every thread (gloo's included)."""
     got = []
     min_s = 0.008 * dist.get_world_size() if min_s is None else min_s
     for _ in range(reps):
@@ -70,22 +67,17 @@ def _layer_and_stage(out: dict, cfg: GPTConfig, layer, batches, reps: int) -> No
     world_size, rank = dist.get_world_size(), dist.get_rank()
     solo = [dist.new_group([r]) for r in range(world_size)][rank]  # every rank alone
     stage = stage_3d(GPT(replace(cfg, L=1)), 0, 1, solo)
-    ex = PipelineExecutor({0: stage}, 1, 0, 1, 1, group=solo)
+    ex, acts = PipelineExecutor({0: stage}, 1, 0, 1, 1, group=solo), schedule("1f1b", 1, 1)[0]
     for b in batches:
         x = torch.randn(b, cfg.s, cfg.h, requires_grad=True)  # (b, s, h)
         tokens = torch.randint(0, cfg.V, (b, cfg.s + 1))  # (b, s + 1)
+        shape = (b, cfg.s, cfg.h)
 
         def fwd_bwd():
             layer(x).sum().backward()
 
         def one_micro_batch():
-            ex.run(
-                schedule("1f1b", 1, 1)[0],
-                [tokens[:, :-1]],
-                [tokens[:, 1:]],
-                (b, cfg.s, cfg.h),
-                torch.float32,
-            )
+            ex.run(acts, [tokens[:, :-1]], [tokens[:, 1:]], shape, torch.float32)
 
         for fn, key in ((fwd_bwd, "layer"), (one_micro_batch, "stage")):
             fn()  # warm up
@@ -166,14 +158,12 @@ def _p2p(out: dict, reps: int) -> None:
 def measure_on_rank(
     rank: int, world_size: int, config: GPTConfig = TINY, batches=BATCHES, reps: int = 3
 ) -> dict:
-    """Per rank, all ranks at once, (wall, CPU) seconds per call (:func:`_burst`) of: one
-    layer's forward + backward per micro-batch size b; one micro-batch of a one-layer model
-    through the course's pipeline executor on one stage (``"stage"``: embedding, the layer,
-    final layer norm, tied head, cross-entropy, and the executor's own work); the
-    sequence-parallel block per TP degree t and b; an Adam step per number of elements; the
-    all-gather and the reduce-scatter of the course's sequence parallelism and ZeRO
-    (``all_gather_single``, ``reduce_scatter_single``) per group size n (every group of n
-    consecutive ranks busy at once) and size; a one-way send/recv between rank pairs."""
+    """Per rank, all ranks at once, (wall, CPU) seconds per call (:func:`_burst`) of each part:
+    the layer and one micro-batch through a one-stage executor (``"stage"``: embedding, layer,
+    final layer norm, tied head, cross-entropy and the executor's own work) per b, the
+    sequence-parallel block per t and b, Adam, the collectives per group size and size (the
+    ``all_gather_single`` and ``reduce_scatter_single`` of sequence parallelism and ZeRO), a
+    send/recv."""
     torch.manual_seed(0)
     cfg = replace(config, dropout=0.0)
     layer = Layer(cfg)
@@ -286,11 +276,10 @@ def _bench_on_rank(
     reps: int,
     layouts: list[tuple[int, int, int]],
 ) -> dict:
-    """One launch does it all (each launch of fresh ranks costs more CPU than the measurements
-    it would hold): every layout's fastest step, in two passes when ``steps`` > 1 (the first
-    half of the steps in order, the rest in reverse order), with the calibration between them.
-    On a shared machine the load drifts: a layout is then not timed only at one moment, and the
-    calibration sits in the middle of the runs it predicts, not before all of them."""
+    """One launch (fresh ranks cost more CPU than the measurements): every layout's fastest step,
+    in two passes when ``steps`` > 1 (the first half of the steps in order, the rest in reverse)
+    with the calibration between them, so on a shared machine whose load drifts no layout is
+    timed at one moment only and the calibration sits amid the runs it predicts."""
 
     def timed(order, k):
         return {

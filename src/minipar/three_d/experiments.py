@@ -8,13 +8,10 @@ from .grid import RankGrid, new_groups
 
 
 def group_members_on_rank(rank: int, world_size: int, d: int, t: int, p: int) -> dict:
-    """Create the grid's groups, then in each of this rank's groups all-reduce the rank's own
-    number (→ the sum of the members) and all-gather it (→ the members, in group order).
-
-    Returns ``{kind: {"sum": int, "members": [ranks]}}``; a kind this rank has no group of
-    (embedding on a middle stage) is left out. The numbers live on the rank's device
-    (:func:`minipar.runtime.device.get_device`), so this runs on NCCL as well as on gloo.
-    """
+    """In each of this rank's groups of the grid, all-reduce the rank's own number (→ the sum of
+    the members) and all-gather it (→ the members, in group order): ``{kind: {"sum": int,
+    "members": [ranks]}}``, without the kinds this rank has no group of (embedding on a middle
+    stage). The numbers live on the rank's device, so this runs on NCCL as well as on gloo."""
     import torch  # noqa: PLC0415 (lazy: torch)
     import torch.distributed as dist  # noqa: PLC0415 (lazy: torch)
 

@@ -1,35 +1,25 @@
-"""All five parallelisms in one training run: a tiny mixture-of-experts GPT trained with
-d × t × p × cp (and ep folded over them) on the groups of one :class:`minipar.grid.Grid`.
+"""All five parallelisms in one training run: a tiny mixture-of-experts GPT (:mod:`.moe_gpt`:
+every MLP a dropless MoE, causal attention) trained with d × t × p × cp (and ep folded over
+them) on the groups of one :class:`minipar.grid.Grid`. Rank r with coordinates
+(i_pp, i_dp, i_cp, i_tp) and expert coordinates (i_edp, i_ep) holds, from the one-process
+model's weights:
 
-The model (:mod:`.moe_gpt`) is the course's GPT with every layer's MLP replaced by an MoE
-(:class:`minipar.expert_parallel.MoE`, dropless: no capacity, so routing one token never depends
-on the others) and causal attention. Rank r with coordinates (i_pp, i_dp, i_cp, i_tp) and
-expert coordinates (i_edp, i_ep) holds, built from the one-process model's weights:
-
-  * **pp**: the layers of pipeline stage i_pp (:func:`minipar.pipeline_parallel.stage.
-    partition_layers`), run by the course's 1F1B executor; the first stage holds the embeddings,
-    the last the final LayerNorm and the tied output layer;
+  * **pp**: the layers of stage i_pp (:func:`minipar.pipeline_parallel.stage.partition_layers`),
+    run by the course's 1F1B executor; embeddings on the first stage, the final LayerNorm and
+    the tied output layer on the last;
   * **dp**: the micro-batches of sequences i_dp·m·b … (i_dp+1)·m·b of every global batch;
-  * **cp**: sequence shard i_cp of those sequences (zigzag by default, with the positions it holds),
-    attention exact by ring attention over the cp group (:mod:`minipar.context_parallel`);
+  * **cp**: zigzag sequence shard i_cp of those, attention exact by ring attention over cp;
   * **tp**: a/t heads of every attention (QKV column-, output row-parallel, Megatron);
-  * **ep**: E/ep experts of every MoE layer. Before the MoE each TP rank keeps 1/t of its
-    tokens (the sequence-parallel split: (b, s/cp, h) → (b, s/(cp·t), h)), so the ep ranks of an
-    expert group, which include TP and CP neighbours, all bring different tokens; after it the
-    TP group all-gathers the outputs back ((b, s/cp, h), backward: keep own slice).
+  * **ep**: E/ep experts of every MoE layer. Before the MoE each TP rank keeps 1/t of its tokens
+    ((b, s/cp, h) → (b, s/(cp·t), h)), so an expert group's ranks, TP and CP neighbours
+    included, all bring different tokens; after it the TP group all-gathers the outputs back.
 
 After backward, :func:`reduce_gradients` finishes what each rank's partial view leaves out
-(Megatron-Core's finalize_model_grads, in the same three groups):
-
-  1. the router saw only this TP rank's tokens: sum its gradient over **tp**;
-  2. dense weights saw other sequences (dp) and other positions (cp): sum over **dp_cp**;
-  3. each expert's gradient sums the tokens its EP group sent it; the edp ranks hold the same
-     experts and saw other tokens: sum over **edp**.
-
-Each rank's loss is the mean over its own tokens, the global loss the mean over the d·cp ranks
-of distinct tokens, so both sums are divided by d·cp. :func:`train_5d_on_rank` compares the
-result with one process (parameters after ``steps`` Adam steps, gradients of the first step) and
-returns the traffic per group, which :func:`expected_traffic` predicts from the cost model.
+(Megatron-Core's finalize_model_grads): (1) the router saw only this TP rank's tokens: sum over
+**tp**; (2) dense weights saw other sequences and positions: sum over **dp_cp**; (3) an expert's
+gradient sums its EP group's tokens, and the edp ranks holding the same experts saw others: sum
+over **edp**. Each rank's loss is the mean over its own tokens, the global loss the mean over
+the d·cp ranks of distinct tokens, so both sums are divided by d·cp.
 """
 
 from __future__ import annotations
@@ -40,7 +30,6 @@ from dataclasses import dataclass, field
 
 import torch
 import torch.nn as nn
-import torch.nn.functional as F
 
 from minipar.context_parallel.block import RingParallelAttention
 from minipar.context_parallel.sharding import positions, shard_sequence
@@ -53,7 +42,7 @@ from minipar.grid import Grid, new_groups
 from minipar.model import GPTConfig, token_batches
 from minipar.pipeline_parallel.executor import PipelineExecutor
 from minipar.pipeline_parallel.schedules import schedule
-from minipar.pipeline_parallel.stage import partition_layers
+from minipar.pipeline_parallel.stage import GPTStage, partition_layers
 from minipar.runtime.tracer import trace
 from minipar.tensor_parallel import (
     ColumnParallelLinear,
@@ -62,9 +51,10 @@ from minipar.tensor_parallel import (
     allreduce_sequence_parallel_grads,
     scatter_to_sp_region,
 )
+from minipar.tensor_parallel.mappings import gather_from_tp_ranks
 
 from .moe_gpt import EXPERTS, TINY, TOP_K, MoEGPT, MoELayer, moe_gpt
-from .train import Workload, gather_from_tp_ranks, max_diff
+from .train import Workload, max_diff, reference_run
 
 LR = 0.01
 BUGS = (None, "no_cp_grad_reduction", "experts_over_ep", "router_not_over_tp")
@@ -107,23 +97,15 @@ class Layer5D(nn.Module):
         return x + y
 
 
-class Stage5D(nn.Module):
-    """Pipeline stage ``i_p`` of ``model``: tokens (b, s/cp) on the first stage, else the
-    received (b, s/cp, h); logits (b, s/cp, V) on the last stage, else the message."""
+class Stage5D(GPTStage):
+    """Pipeline stage ``i_p`` of ``model``, its layers :class:`Layer5D`: tokens
+    (b, s/cp) on the first stage, else the received (b, s/cp, h); logits (b, s/cp, V) on the
+    last stage, else the message."""
 
     def __init__(self, model: MoEGPT, i_p: int, p: int, groups: dict, layout: str = "zigzag"):
-        super().__init__()
-        self.first, self.last = i_p == 0, i_p == p - 1
+        super().__init__(model, i_p, p)
         self.cp_group, self.layout = groups["cp"], layout
-        ids = partition_layers(model.c.L, p)[i_p]
-        self.layers = nn.ModuleList(Layer5D(model.layers[i], groups, layout) for i in ids)
-        if self.first:
-            self.tok, self.pos = copy.deepcopy(model.tok), copy.deepcopy(model.pos)
-        if self.last:
-            self.ln_f = copy.deepcopy(model.ln_f)
-            self.head = (
-                self.tok.weight if self.first else nn.Parameter(model.tok.weight.detach().clone())
-            )
+        self.layers = nn.ModuleList(Layer5D(layer, groups, layout) for layer in self.layers)
 
     def forward(self, x):
         if self.first:  # tokens (b, s/cp)
@@ -133,9 +115,6 @@ class Stage5D(nn.Module):
         for layer in self.layers:
             x = layer(x)
         return self.ln_f(x) @ self.head.T if self.last else x  # (b, s/cp, V)
-
-    def tied_weight(self):
-        return self.tok.weight if self.first else (self.head if self.last else None)
 
 
 def applies(bug: str | None, grid: Grid) -> bool:
@@ -178,28 +157,8 @@ def reduce_gradients(stage: Stage5D, groups: dict, grid: Grid, bug: str | None =
     return {"router": router, "dense": n_dense, "experts": n_exp}
 
 
-def _reference(build, batches, steps: int):
-    """One process on the whole batches: first-step gradients (as a model whose weights are
-    them) and the model ``build()`` after ``steps`` Adam steps."""
-    model, grads = build(), build()
-    x, y = batches[0]
-    F.cross_entropy(model(x).flatten(0, 1), y.flatten()).backward()  # (B·s, V)
-    for g, q in zip(grads.parameters(), model.parameters()):
-        g.data = q.grad.detach().clone()
-    opt = torch.optim.Adam(model.parameters(), lr=LR)
-    for xb, yb in batches[:steps]:
-        opt.zero_grad()
-        F.cross_entropy(model(xb).flatten(0, 1), yb.flatten()).backward()
-        opt.step()
-    return grads, model
-
-
 def train_5d_on_rank(
-    rank: int,
-    world_size: int,
-    grid: Grid,
-    bugs=BUGS,
-    work: MoEWorkload = MoEWorkload(),
+    rank: int, world_size: int, grid: Grid, bugs=BUGS, work: MoEWorkload = MoEWorkload()
 ) -> dict:
     """Train the MoE GPT with all five parallelisms once per entry of ``bugs`` (None: correct;
     the others negative controls) and return, per entry, max |difference| from one process of
@@ -216,7 +175,7 @@ def train_5d_on_rank(
         for x, y in batches
     ]  # (m·b, s/cp) each
     build = lambda: moe_gpt(config, work.experts, work.top_k, dtype=work.dtype)
-    ref_grads, ref_model = _reference(build, batches, work.steps)
+    _, ref_grads, ref_model = reference_run(build, batches)
     msg = (b, config.s // grid.cp, config.h)  # (b, s/cp, h)
     actions = schedule("1f1b", p, m)[c.pp]
     out = {}
@@ -278,14 +237,11 @@ def expected_traffic(
     sc, t = c.s // grid.cp, grid.t
     tp_per_layer = sum(S * calls for _, S, calls in tp_collectives_per_layer(b, sc, c.h, t, B))
     n = b * sc // t
+    boundaries = (i_p > 0) + (i_p < grid.p - 1)  # pipeline links this stage has
     out = {
         "tp": (tp_per_layer * L * m + (reduced["router"] * B if t > 1 else 0)) * steps,
         "cp:send": ring_sent_bytes_per_layer(b, c.s, c.h // t, grid.cp, B)["total"] * L * m * steps,
-        "pp:send": pp_p2p_bytes_per_microbatch(b, sc, c.h, B)
-        / 2
-        * m
-        * steps
-        * ((i_p > 0) + (i_p < grid.p - 1)),
+        "pp:send": pp_p2p_bytes_per_microbatch(b, sc, c.h, B) / 2 * m * steps * boundaries,
         "ep": (
             grid.ep * (work.experts * 8 + 4 * n * work.top_k * c.h * B) * L * m * steps
             if grid.ep > 1

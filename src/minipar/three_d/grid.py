@@ -1,28 +1,17 @@
-"""The 3D chapter's view of the course's rank grid (:mod:`minipar.grid`): data × tensor ×
-pipeline parallelism, with context and expert parallelism left at one rank.
-
-N = d·t·p ranks are laid out as a (p, d, t) array in row-major order, so
+"""The 3D chapter's view of the course's rank grid (:class:`minipar.grid.Grid` with cp = ep = 1):
+data × tensor × pipeline parallelism, N = d·t·p ranks laid out as a (p, d, t) array,
 
     rank = pp_index·(d·t) + dp_index·t + tp_index
 
-``tp`` is innermost (consecutive ranks: a TP group of t ≤ GPUs per node stays on NVLink), ``dp``
-next, ``pp`` outermost (stage neighbours are d·t ranks apart, usually on other nodes: pipeline
-traffic is the smallest, so it takes the slowest links). This is Megatron-LM's order
-("tp-cp-ep-dp-pp" from innermost to outermost, Narayanan et al. 2021 §3.3). torchtitan builds the
-same physical order with a DeviceMesh whose dims are named (pp, dp_replicate, dp_shard, cp, tp),
-last dim fastest; picotron views ``arange(world)`` as (dp, pp, tp), which keeps TP consecutive
-but puts DP outermost.
+``tp`` innermost (a TP group of t ≤ GPUs per node stays on NVLink), ``pp`` outermost (pipeline
+traffic is the smallest, so it takes the slowest links): Megatron-LM's order (Narayanan et al.
+2021 §3.3); torchtitan's DeviceMesh (pp, dp_replicate, dp_shard, cp, tp) is the same physical
+order, while picotron's (dp, pp, tp) puts DP outermost.
 
-Groups (each a list of global ranks):
-  tp         ranks with the same (pp, dp): consecutive, size t
-  dp         ranks with the same (pp, tp): stride t, size d
-  pp         ranks with the same (dp, tp): stride d·t, size p (one pipeline)
-  embedding  first and last stage of each pipeline (tied input/output embedding gradients are
-             all-reduced here, Shoeybi et al. 2019 / Megatron-LM); one rank when p = 1
-
-The whole grid, with cp between tp and dp and the experts folded over a stage, is
-:class:`minipar.grid.Grid`; this class is that grid with cp = ep = 1 and (pp, dp, tp)
-coordinates.
+Groups (lists of global ranks): ``tp`` (same (pp, dp), consecutive), ``dp`` (same (pp, tp),
+stride t), ``pp`` (same (dp, tp), stride d·t: one pipeline), ``embedding`` (first and last
+stage of each pipeline, where the tied embedding's gradients are all-reduced, Shoeybi et al.
+2019; one rank when p = 1).
 """
 
 from __future__ import annotations
@@ -98,13 +87,9 @@ class Groups(NamedTuple):
 
 
 def new_groups(grid: RankGrid) -> Groups:
-    """Create every tp, dp, pp and embedding group with ``torch.distributed.new_group`` and return
-    the ones this rank belongs to (:func:`minipar.grid.new_groups` for these four kinds).
-
-    Every rank must call ``new_group`` for every group, in the same order (the torch rule), so
-    the loop runs over all groups on all ranks. Call it once, after the default group exists
-    (``minipar.runtime.launch.run`` creates it), with ``grid.world_size`` equal to the world size.
-    """
+    """This rank's tp, dp, pp and embedding groups (:func:`minipar.grid.new_groups` for these
+    four kinds: every rank creates every group, in the same order). Call it once, after the
+    default group exists, with ``grid.world_size`` equal to the world size."""
     import torch.distributed as dist  # noqa: PLC0415 (lazy: torch)
 
     if dist.get_world_size() != grid.world_size:

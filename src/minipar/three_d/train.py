@@ -1,41 +1,29 @@
 """3D training from the chapters' own pieces, composed as Megatron-LM composes them: pipeline
-stages (minipar.pipeline_parallel) whose layers are tensor-parallel blocks with sequence
-parallelism (minipar.tensor_parallel), each stage's parameters trained by ZeRO-1 over its
-data-parallel group (minipar.data_parallel), on the groups of one RankGrid.
+stages (minipar.pipeline_parallel) of tensor-parallel blocks with sequence parallelism
+(minipar.tensor_parallel), each stage trained by ZeRO-1 over its data-parallel group
+(minipar.data_parallel), on the groups of one RankGrid.
 
-Rank r with grid coordinates (i_p, i_d, i_t):
-  * builds the whole GPT from seed 0 and keeps pipeline stage i_p (:class:`Stage3D`), every
-    layer replaced by its i_t-th ``ParallelBlock`` shard over the TP group; embeddings, final
-    layer norm and the tied output layer stay replicated over the TP group;
-  * takes slice i_d of every global batch and runs 1F1B over m micro-batches with
-    ``PipelineExecutor`` on its PP group (which also all-reduces the tied embedding's gradient
-    in the embedding group);
-  * steps with ``ZeRO(stage, 1, Adam)`` over its DP group: reduce-scatter of the gradient,
-    Adam on its shard, all-gather of the parameters.
+Rank r with grid coordinates (i_p, i_d, i_t) builds the whole GPT from seed 0 and keeps pipeline
+stage i_p (:class:`Stage3D`), every layer its i_t-th ``ParallelBlock`` shard (embeddings, final
+layer norm and the tied output layer replicated over TP); it takes slice i_d of every global
+batch, runs 1F1B over m micro-batches with ``PipelineExecutor`` on its PP group (which also
+all-reduces the tied embedding's gradient in the embedding group), and steps with
+``ZeRO(stage, 1, Adam)`` over its DP group.
 
 Stage messages (``mode``):
-  ``"sp"``              sequence parallelism inside TP (Korthikanti et al. 2022 §4.2.2): the
-                        activation between layers is the rank's (b, s/t, h) sequence slice, so
-                        each TP rank sends only its slice to its peer in the next stage. This is
-                        Narayanan et al. 2021 §4.1's scatter/gather for free: the receiver needs
-                        no all-gather, its first layer norm runs on the slice. The layer-norm
-                        and row-bias gradients are summed over TP after backward
-                        (``allreduce_sequence_parallel_grads``, Megatron's finalize_model_grads).
-  ``"scatter_gather"``  no sequence parallelism; Narayanan et al. 2021 §4.1: the sender keeps
-                        1/t of the replicated (b, s, h) output (``scatter_to_sp_region``), each
-                        TP rank sends its 1/t over the slow link, the receiver all-gathers over
-                        TP (fast link) before its first layer. Backward the mirror image.
-  ``"full"``            no sequence parallelism, every TP rank sends the whole (b, s, h): t
-                        copies of the same bytes cross the pipeline link.
+  ``"sp"``              sequence parallelism inside TP (Korthikanti et al. 2022 §4.2.2): each TP
+                        rank sends its (b, s/t, h) slice, Narayanan et al. 2021 §4.1's
+                        scatter/gather for free; the layer-norm and row-bias gradients are then
+                        summed over TP (``allreduce_sequence_parallel_grads``).
+  ``"scatter_gather"``  Narayanan et al. 2021 §4.1 without SP: the sender keeps 1/t of the
+                        replicated (b, s, h) output, the receiver all-gathers over TP (fast link).
+  ``"full"``            every TP rank sends the whole (b, s, h): t copies over the pipeline link.
 
-Every rank also trains the one-process reference (the whole GPT on the whole batch) and compares
-with its own shard of it: losses and gradients of the first step on its own micro-batches, and
-parameters after the last step. :mod:`minipar.runtime.tracer` attributes every traced call to the process
-group it ran on (tp, dp, pp, embedding), by the group's identity, not by its size or bytes.
-
+Every rank also trains the one-process reference and compares with its own shard of it (first
+step's losses and gradients, parameters after the last step); :mod:`minipar.runtime.tracer`
+attributes every traced call to its process group (tp, dp, pp, embedding) by identity.
 :func:`fsdp2_tp_on_rank` composes PyTorch's own pieces the torchtitan way (``parallelize_module``
-over the ``tp`` axis of a 2-D ``DeviceMesh``, then ``fully_shard`` over ``dp``) and compares
-them with the course's TP + ZeRO-3 and with one process.
+over ``tp``, then ``fully_shard`` over ``dp``) and compares them with the course's TP + ZeRO-3.
 """
 
 from __future__ import annotations
@@ -52,7 +40,6 @@ from torch.distributed.fsdp import fully_shard
 from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
 
 from minipar.data_parallel.zero import ZeRO
-from minipar.dist import group_rank, group_size
 from minipar.model import GPT, GPTConfig, token_batches
 from minipar.pipeline_parallel.executor import PipelineExecutor
 from minipar.pipeline_parallel.schedules import schedule
@@ -60,10 +47,8 @@ from minipar.pipeline_parallel.stage import GPTStage
 from minipar.runtime.tracer import trace
 from minipar.tensor_parallel import ParallelBlock
 from minipar.tensor_parallel.block import allreduce_sequence_parallel_grads
-from minipar.tensor_parallel.dtensor import MLPBlock, ours
-from minipar.tensor_parallel.experiments import grads_as_module
-from minipar.tensor_parallel.layers import shard
-from minipar.tensor_parallel.mappings import scatter_to_sp_region
+from minipar.tensor_parallel.dtensor import MLPBlock, ours, shard_of
+from minipar.tensor_parallel.mappings import gather_from_tp_ranks, scatter_to_sp_region
 
 from .grid import RankGrid, new_groups
 
@@ -87,30 +72,6 @@ class Workload:
     @property
     def bytes_per_elem(self) -> int:
         return torch.empty((), dtype=self.dtype).element_size()
-
-
-# ------------------------------------------------------------------ the stage-boundary mapping
-class _GatherFromTPRanks(torch.autograd.Function):
-    """(b, s/t, h) slices -> (b, s, h): forward all-gather along s over the TP group, backward
-    keep this rank's slice (the gradient of a replicated activation is the same on every TP
-    rank). The conjugate of ``scatter_to_sp_region``."""
-
-    @staticmethod
-    def forward(ctx, x, group):
-        ctx.group = group
-        parts = [torch.empty_like(x) for _ in range(group_size(group))]
-        dist.all_gather(parts, x.contiguous(), group=group)  # t × (b, s/t, h)
-        return torch.cat(parts, dim=1)  # (b, s, h)
-
-    @staticmethod
-    def backward(ctx, grad):  # grad (b, s, h)
-        t, r = group_size(ctx.group), group_rank(ctx.group)
-        return grad.chunk(t, dim=1)[r].contiguous(), None  # (b, s/t, h)
-
-
-def gather_from_tp_ranks(x: torch.Tensor, group=None) -> torch.Tensor:
-    """(b, s/t, h) -> (b, s, h), backward own slice; the identity for one rank."""
-    return x if group_size(group) == 1 else _GatherFromTPRanks.apply(x, group)
 
 
 class Stage3D(nn.Module):
@@ -162,25 +123,34 @@ def max_diff(ours, expected) -> float:
     return max((a.detach() - b.detach()).abs().max().item() for a, b in zip(ours, expected))
 
 
-def _reference(config, batches, rows: slice, m: int, dtype):
-    """One process: first-step losses per micro-batch and gradients on ``rows`` of the first
-    batch (a fresh model), and the model after Adam on every whole batch."""
-    torch.manual_seed(0)
-    model = GPT(config).to(dtype)
+def ce_loss(model, x, y):
+    """The mean cross-entropy of ``model``'s logits (B, s, V) for next tokens ``y`` (B, s)."""
+    return F.cross_entropy(model(x).flatten(0, 1), y.flatten())  # (B·s, V)
+
+
+def reference_run(build, batches, rows: slice = slice(None), m: int = 1):
+    """One process on a fresh ``build()``: the first-step losses per micro-batch and gradients
+    (as a model whose weights are them) on ``rows`` of the first batch, and the model after
+    Adam on every whole batch."""
+    model = build()
     x, y = batches[0][0][rows], batches[0][1][rows]
-    losses = [
-        F.cross_entropy(model(xm).flatten(0, 1), ym.flatten()).item()
-        for xm, ym in zip(x.chunk(m), y.chunk(m))
-    ]
-    F.cross_entropy(model(x).flatten(0, 1), y.flatten()).backward()
-    grads = grads_as_module(model)
-    model.zero_grad()
+    losses = [ce_loss(model, xm, ym).item() for xm, ym in zip(x.chunk(m), y.chunk(m))]
+    ce_loss(model, x, y).backward()
+    grads = build()  # a copy whose weights are the gradients
+    for g, q in zip(grads.parameters(), model.parameters()):
+        g.data = q.grad.detach().clone()
     opt = torch.optim.Adam(model.parameters(), lr=LR)
     for xb, yb in batches:
         opt.zero_grad()
-        F.cross_entropy(model(xb).flatten(0, 1), yb.flatten()).backward()  # (B·s, V)
+        ce_loss(model, xb, yb).backward()
         opt.step()
     return losses, grads, model
+
+
+def seeded_gpt(config: GPTConfig, dtype) -> GPT:
+    """The course's GPT from seed 0: every rank and the reference build the same weights."""
+    torch.manual_seed(0)
+    return GPT(config).to(dtype)
 
 
 def train_3d_on_rank(
@@ -200,7 +170,8 @@ def train_3d_on_rank(
     d, t, p = grid.d, grid.t, grid.p
     batches = token_batches(work.steps, d * m * b, config)
     rows = slice(c.dp * m * b, (c.dp + 1) * m * b)  # this replica's sequences
-    ref_losses, ref_grads, ref_model = _reference(config, batches, rows, m, dtype)
+    build = lambda: seeded_gpt(config, dtype)
+    ref_losses, ref_grads, ref_model = reference_run(build, batches, rows, m)
     msg = (b, config.s if mode == "full" else config.s // t, config.h)  # (b, s/t, h)
     out = {}
     for bug in bugs:
@@ -212,8 +183,7 @@ def train_3d_on_rank(
             (groups.dp, groups.tp) if bug == "swapped_groups" else (groups.tp, groups.dp)
         )
         emb = None if bug == "no_embedding_allreduce" else groups.embedding
-        torch.manual_seed(0)
-        stage = stage_3d(GPT(config).to(dtype), c.pp, p, tp_group, mode)
+        stage = stage_3d(build(), c.pp, p, tp_group, mode)
         zero = ZeRO(stage, 1, lambda ps: torch.optim.Adam(ps, lr=LR), group=dp_group)
         ex = PipelineExecutor({c.pp: stage}, p, c.pp, p, m, group=groups.pp, embedding_group=emb)
         actions = schedule("1f1b", p, m)[c.pp]
@@ -305,15 +275,6 @@ def _course_tp_zero3(groups, work: MLPWorkload, data, rows) -> tuple[dict, int]:
     return dict(zip(names, zero.full_parameters())), sum(q.numel() for q in mine.parameters())
 
 
-def _tp_shard(name: str, full: torch.Tensor, i_t: int, t: int) -> torch.Tensor:
-    """The course's TP shard of a full MLP tensor: fc1 by rows, fc2's weight by columns."""
-    if ".fc1." in name:
-        return shard(full, 0, i_t, t)
-    if name.endswith("fc2.weight"):
-        return shard(full, 1, i_t, t)
-    return full
-
-
 def fsdp2_tp_on_rank(
     rank: int,
     world_size: int,
@@ -322,21 +283,17 @@ def fsdp2_tp_on_rank(
     bug: str | None = None,
     work: MLPWorkload = MLPWorkload(),
 ) -> dict:
-    """Two MLP blocks (LN → fc1 → GeLU → fc2, residual) on a (d, t) grid, three ways, each
-    trained ``work.steps`` Adam steps on the same global batch of d·b sequences:
+    """Two MLP blocks (LN → fc1 → GeLU → fc2, residual) on a (d, t) grid, trained ``work.steps``
+    Adam steps on the same global batch of d·b sequences three ways: one process (the
+    reference); torchtitan's (a (dp, tp) ``DeviceMesh``, fc1 ``ColwiseParallel`` and fc2
+    ``RowwiseParallel`` over ``tp``, then ``fully_shard`` per block and on the root over ``dp``);
+    the course's (``Column``/``RowParallelLinear`` over the TP group, ``ZeRO(model, 3, Adam)``
+    over the DP group).
 
-      * one process on the whole batch (the reference);
-      * torchtitan's composition: a 2-D ``DeviceMesh`` named (dp, tp), ``parallelize_module``
-        (fc1 ``ColwiseParallel``, fc2 ``RowwiseParallel``) over ``tp``, then ``fully_shard``
-        per block and on the root over ``dp`` (FSDP2);
-      * the course's: ``ColumnParallelLinear``/``RowParallelLinear`` over the RankGrid's TP
-        group, ``ZeRO(model, 3, Adam)`` over its DP group.
-
-    Returns max |difference| of the parameters after the last step: FSDP2 vs one process
-    (full tensors), course vs one process (this rank's TP shards), FSDP2 vs course (shards),
-    and the FSDP2 run's traffic per mesh dimension. ``bug="data_by_tp_rank"`` is the classic
-    composition bug, a negative control: each rank takes its batch slice by its TP index
-    instead of its DP index, so the ranks of one TP group see different data."""
+    Returns max |difference| of the final parameters, FSDP2 vs one process, course vs one process
+    and FSDP2 vs course (on this rank's TP shards), and the FSDP2 run's traffic per mesh
+    dimension. ``bug="data_by_tp_rank"``, the negative control: each rank takes its batch slice
+    by its TP index instead of its DP index, so the ranks of one TP group see different data."""
     grid = RankGrid(d, t, 1)
     groups = new_groups(grid)
     c = grid.coord(rank)
@@ -358,7 +315,7 @@ def fsdp2_tp_on_rank(
 
     refp = dict(ref.named_parameters())
     diff = lambda a, e: (a.detach() - e.detach()).abs().max().item()
-    sh = lambda n, full: _tp_shard(n, full, c.tp, t)
+    sh = lambda n, full: shard_of(n, full, c.tp, t)
     return {
         "fsdp2-ref": max(diff(fsdp_full[n], refp[n]) for n in refp),
         "ours-ref": max(diff(mine[n], sh(n, refp[n])) for n in refp),
