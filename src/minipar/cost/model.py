@@ -29,7 +29,15 @@ def check_attention(attention: str) -> str:
     return attention
 
 
-def _positive(**kw) -> None:
+def check_counts(**kw) -> None:
+    """A ValueError naming the first keyword that is not an integer >= 1 (a count: a bool is not)."""
+    for k, v in kw.items():
+        if not isinstance(v, int) or isinstance(v, bool) or v < 1:
+            raise ValueError(f"{k} ({v}) must be an integer >= 1")
+
+
+def check_positive(**kw) -> None:
+    """A ValueError naming the first keyword that is not > 0."""
     for k, v in kw.items():
         if v <= 0:
             raise ValueError(f"{k} ({v}) must be > 0")
@@ -42,7 +50,7 @@ def param_count(L: int, h: int, V: int, s: int) -> int:
     Megatron-LM"), Eq. 2: 12h² weights per layer (4h² attention, 8h² MLP), 13h biases and
     layer-norm parameters per layer, Vh token and sh position embeddings.
     """
-    _positive(L=L, h=h, V=V, s=s)
+    check_positive(L=L, h=h, V=V, s=s)
     return 12 * L * h**2 + 13 * L * h + (V + s) * h  # Eq. 2 multiplied out: exact integer
 
 
@@ -58,7 +66,7 @@ def param_count_llama(L: int, h: int, V: int, a: int, a_kv: int, f: int, tied: b
     exactly: Llama 2 7B (32, 4096, 32000, 32, 32, 11008) = 6 738 415 616; Llama 2 70B
     (80, 8192, 32000, 64, 8, 28672) = 68 976 648 192.
     """
-    _positive(L=L, h=h, V=V, a=a, a_kv=a_kv, f=f)
+    check_positive(L=L, h=h, V=V, a=a, a_kv=a_kv, f=f)
     if a % a_kv:
         raise ValueError(f"heads ({a}) must be divisible by key-value heads a_kv ({a_kv})")
     if h % a:
@@ -82,7 +90,7 @@ def flops_per_iteration(B: int, s: int, L: int, h: int, V: int, recompute: str =
       "full"      full recomputation, one extra forward of every layer (not the logits):
                   Narayanan et al. 2021 Eq. 3:          96BsLh²(1 + s/(6h) + V/(16hL))
     """
-    _positive(B=B, s=s, L=L, h=h, V=V)
+    check_positive(B=B, s=s, L=L, h=h, V=V)
     base = B * s * L * h**2
     if recompute == "none":
         return 72 * base * (1 + s / (6 * h) + V / (12 * h * L))
@@ -105,11 +113,11 @@ def mfu(model_flops_per_s: float, peak: float) -> float:
     Chowdhery et al. 2022 (PaLM, Appendix B); Korthikanti et al. 2022 §6. Use per-device values
     (or totals for both). ``peak`` is the dense peak, e.g. 312e12 for an A100 in bf16.
     """
-    _positive(peak=peak)
+    check_positive(peak=peak)
     return model_flops_per_s / peak
 
 
 def hfu(hardware_flops_per_s: float, peak: float) -> float:
     """Hardware FLOPs utilisation: FLOPs actually executed (recomputation included) / peak."""
-    _positive(peak=peak)
+    check_positive(peak=peak)
     return hardware_flops_per_s / peak

@@ -47,16 +47,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ..model import check_counts as _check
 from ..network.collectives import collective_time
 
 LAYOUTS = ("contiguous", "zigzag", "striped")
 DIAGONALS = ("half", "whole")
-
-
-def _check(**kw) -> None:
-    for k, v in kw.items():
-        if not isinstance(v, int) or isinstance(v, bool) or v < 1:
-            raise ValueError(f"{k} ({v}) must be an integer >= 1")
 
 
 def check_shape(s: int, cp: int, layout: str = "contiguous") -> None:

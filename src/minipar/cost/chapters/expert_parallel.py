@@ -34,15 +34,10 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from ..model import check_counts as _check
 from ..network.collectives import collective_time
 
 COUNT_BYTES = 8  # counts travel as int64
-
-
-def _check(**kw) -> None:
-    for k, v in kw.items():
-        if not isinstance(v, int) or v < 1:
-            raise ValueError(f"{k} ({v}) must be an integer >= 1")
 
 
 def check_shapes(experts: int, top_k: int, ep: int) -> None:

@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import NamedTuple
 
-from ..model import ATTENTION, RECOMPUTE, check_attention, fused  # noqa: F401  (re-exported)
+from ..model import ATTENTION, RECOMPUTE, check_attention, check_positive, fused  # noqa: F401  (re-exported)
 
 ZERO_STAGES = (0, 1, 2, 3)
 
@@ -56,9 +56,7 @@ def model_state_bytes(
     Ignores buffers, fragmentation and activations (ZeRO's "residual states").
     """
     check_zero_stage(zero)
-    for k, v in (("psi", psi), ("d", d), ("t", t), ("p", p)):
-        if v <= 0:
-            raise ValueError(f"{k} ({v}) must be > 0")
+    check_positive(psi=psi, d=d, t=t, p=p)
     for k, v in (
         ("weight_bytes", weight_bytes),
         ("grad_bytes", grad_bytes),
@@ -105,9 +103,7 @@ def activation_bytes_per_layer(
     4·a·s·b/t bytes. With selective or full recomputation the attention core is recomputed
     either way, so flash changes nothing there.
     """
-    for k, v in (("s", s), ("b", b), ("h", h), ("a", a), ("t", t)):
-        if v <= 0:
-            raise ValueError(f"{k} ({v}) must be > 0")
+    check_positive(s=s, b=b, h=h, a=a, t=t)
     if a % t:
         raise ValueError(f"heads ({a}) must be divisible by t ({t})")
     if recompute not in RECOMPUTE:

@@ -24,13 +24,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ..model import check_counts as _check
 from ..network.collectives import ring_bytes_per_rank
-
-
-def _check(**kw) -> None:
-    for k, v in kw.items():
-        if not isinstance(v, int) or v < 1:
-            raise ValueError(f"{k} ({v}) must be an integer >= 1")
 
 
 def tp_collectives_per_layer(
