@@ -55,6 +55,7 @@ parallelism ``ep``; :func:`evaluate` states what each changes.
 from __future__ import annotations
 
 import math
+from collections import Counter
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass, replace
 
@@ -66,22 +67,17 @@ from ..kernels.hardware import link as link_preset
 from ..model import RECOMPUTE, flops_per_iteration, param_count
 from .breakdown import StepBreakdown, check_layout
 from .term_table import TERMS
-from .three_d_terms import (
-    GRAD_REDUCE_BYTES,
-    HEADROOM,
-    RECIPES,
-    SPLITS,
-    ZERO3_COLLECTIVES,
-    Layout,
-    Options,
-    breakdown,
-    dp_allreduce_seconds,
-    kv_width_per_rank,
-    tp_collectives,
-    zero3_collective_seconds,
-    zero3_gathers,
-)
+from .three_d_terms import GRAD_REDUCE_BYTES as GRAD_REDUCE_BYTES
+from .three_d_terms import HEADROOM as HEADROOM
+from .three_d_terms import RECIPES as RECIPES
+from .three_d_terms import SPLITS, Layout, Options, breakdown
+from .three_d_terms import ZERO3_COLLECTIVES as ZERO3_COLLECTIVES
+from .three_d_terms import dp_allreduce_seconds as dp_allreduce_seconds
+from .three_d_terms import kv_width_per_rank as kv_width_per_rank
 from .three_d_terms import options as options_
+from .three_d_terms import tp_collectives as tp_collectives
+from .three_d_terms import zero3_collective_seconds as zero3_collective_seconds
+from .three_d_terms import zero3_gathers as zero3_gathers
 
 ATTENTION = ("unfused", "flash", "fa3")
 """Attention kernels (:mod:`minipar.cost.kernels.compute`): the scores materialised, or fused:
@@ -193,16 +189,10 @@ class ModelShape:
 
     def check(self) -> None:
         """Raise ``ValueError`` naming the rule a shape breaks."""
-        if self.norm not in NORMS:
-            raise ValueError(f"norm ({self.norm!r}) must be one of {', '.join(NORMS)}")
-        if self.positions not in POSITIONS:
-            raise ValueError(
-                f"positions ({self.positions!r}) must be one of {', '.join(POSITIONS)}"
-            )
-        if self.attention and self.attention not in ATTENTION:
-            raise ValueError(
-                f"attention ({self.attention!r}) must be one of {', '.join(ATTENTION)}"
-            )
+        for name, allowed in (("norm", NORMS), ("positions", POSITIONS), ("attention", ATTENTION)):
+            value = getattr(self, name)
+            if value not in allowed and (value or name != "attention"):  # "": the GPU's era
+                raise ValueError(f"{name} ({value!r}) must be one of {', '.join(allowed)}")
         if not 0 <= self.dropout < 1:
             raise ValueError(f"dropout ({self.dropout}) must be in [0, 1)")
         if self.mlp_matrices not in (2, 3):
@@ -597,32 +587,13 @@ def evaluate(
 
     ``options``: an :class:`~minipar.cost.planner.three_d_terms.Options` (or a dict of its fields).
     The older call ``evaluate(m_, cl, global_batch, tp=..., pp=..., ..., **option_fields)``
-    still works: the keywords become the :class:`Layout` and the options.
-    ``dp_overlap`` lets the data-parallel reduction run under the last micro-batch's backward
-    when p = 1 (PyTorch DDP's buckets, Li et al. 2020); Megatron-LM in 2021 reduced after the
-    backward (``dp_overlap=False``). With p > 1 it always follows the pipeline flush.
-    ``zero3_overlap=False`` exposes all of ZeRO-3's per-layer collectives (no prefetching): the
-    bound used by :func:`minipar.cost.validation.published.zero3_comparison` to show what overlap can and
-    cannot explain. ``zero3_collectives`` (``"hierarchical"``, NCCL's multi-NIC algorithm, the
-    default, or ``"flat-ring"``, 2021 DeepSpeed's) is the algorithm of ZeRO-3's collectives over
-    a group spanning nodes
-    (:func:`zero3_collective_seconds`).
-
-    Context parallelism (``cp``; Megatron's rank order t → cp → d → p): each rank holds s/cp
-    tokens of every sequence, so activations, GEMM work and TP/PP messages shrink by cp; the
-    attention core runs against all cp key blocks (zigzag-balanced causal work,
-    :mod:`minipar.cost.chapters.context_parallel`), and the ring sends (cp−1) K/V blocks per layer
-    forward, (cp−1) K/V + cp dK/dV backward (again (cp−1) forward when fully recomputed), each
-    step overlapped with the block compute, only the excess exposed. Weights are replicated
-    over cp: gradients are reduced and ZeRO shards over d·cp ranks.
-    Expert parallelism (``ep``, an MoE :class:`ModelShape`; ep divides E and t·cp·d: MoE
-    parallel folding, Liu et al. 2025; Megatron-Core): FLOPs from the K active experts, memory
-    from all E, each rank holding E/ep whole experts (ETP = 1) whose states are sharded over the
-    EDP = t·cp·d/ep ranks that reduce their gradients; four all-to-alls of the K·b·s/cp routed (b, ·, h) rows per MoE layer and
-    micro-batch (six with full recomputation), on the critical path
-    (:mod:`minipar.cost.chapters.expert_parallel`). An MoE model with t > 1 needs sequence parallelism:
-    Megatron-Core does not allow tensor parallelism with MoE layers without it, and
-    :func:`check` refuses sp = False there.
+    still works: the keywords become the :class:`Layout` and the options. What each option and
+    the optional dimensions change is said by the term that prices it
+    (:mod:`~minipar.cost.planner.three_d_terms`): context parallelism (``cp``, rank order
+    t → cp → d → p) holds s/cp tokens per rank and replicates the weights over cp (``term_cp``);
+    expert parallelism (``ep``, an MoE :class:`ModelShape`) folds the experts over the stage's
+    ranks (MoE parallel folding, Liu et al. 2025; ``expert_grid``, ``term_ep``), and with t > 1
+    needs sequence parallelism (Megatron-Core), which :func:`check` enforces.
     """
     if not isinstance(layout, Layout):  # evaluate(m_, cl, global_batch, tp=..., ...)
         lay_kw, opt_kw = _split_legacy(legacy, LAYOUT_FIELDS)
@@ -768,14 +739,11 @@ def search(
     ``options`` (:class:`~minipar.cost.planner.three_d_terms.Options`; an invalid one raises
     ``ValueError`` here rather than leaving every layout out).
 
-    Search space: t a divisor of the heads and at most the GPUs per node (Megatron's rule: keep
-    TP inside the NVLink domain, Narayanan et al. 2021 §3.3 Takeaway 1) unless fixed; p a
-    divisor of L; d = N/(t·p); b a power of two up to ``max_micro_batch`` dividing B/d; v in 1,
-    2, 4; recomputation none/selective/full; sequence parallelism on or off (t > 1); ZeRO 0-3
-    (2 only with p = 1; 1-3 only with d > 1; FSDP = ZeRO-3 composes with PP as in torchtitan).
-    cp is 1 (default), fixed, or every power of two up to ``max_cp``; ep likewise (MoE shapes
-    only). ``refusals``, a list, receives the rule and the values of each candidate left out
-    (for :func:`why_nothing_fits`). The older keywords (``tp=``, ``max_micro_batch=``, an
+    Beyond :class:`Space`'s ranges: t within a node (Megatron's rule: keep TP inside the NVLink
+    domain, Narayanan et al. 2021 §3.3 Takeaway 1), SP on and off when t > 1, ZeRO 2 only with
+    p = 1 and 1-3 only with d > 1 (ZeRO-3 composes with PP as in torchtitan). ``refusals``, a
+    list, receives the rule and the values of each candidate left out (for
+    :func:`why_nothing_fits`). The older keywords (``tp=``, ``max_micro_batch=``, an
     option's field) still work: :class:`Space` fields go to the space, the rest to the options.
     """
     refused = refusals if refusals is not None else []
@@ -837,10 +805,7 @@ def why_nothing_fits(
         return floor
     configs = list(configs)
     if not configs:
-        counts: dict[str, int] = {}
-        for r in refusals:
-            counts[r] = counts.get(r, 0) + 1
-        rules = sorted(counts, key=lambda r: -counts[r])[:2]
+        rules = [r for r, _ in Counter(refusals).most_common(2)]
         return "no layout is valid: " + (
             "; ".join(rules) if rules else f"no t divides the heads ({m_.heads}) within a node"
         )
@@ -936,10 +901,8 @@ bandwidth and the memory kept free."""
 
 def _perturbed(cl: Cluster, opt: Options, knob: str, f: float) -> tuple[Cluster, Options]:
     g = cl.gpu
-    if knob == "gemm_efficiency":
-        return replace(cl, gpu=replace(g, gemm_efficiency=min(1.0, g.gemm_efficiency * f))), opt
-    if knob == "flash_efficiency":
-        return replace(cl, gpu=replace(g, flash_efficiency=min(1.0, g.flash_efficiency * f))), opt
+    if knob in ("gemm_efficiency", "flash_efficiency"):  # fractions of the peak, at most 1
+        return replace(cl, gpu=replace(g, **{knob: min(1.0, getattr(g, knob) * f)})), opt
     if knob == "alpha":
         links = {
             k: replace(getattr(cl, k), alpha=getattr(cl, k).alpha * f) for k in ("intra", "inter")
@@ -951,8 +914,7 @@ def _perturbed(cl: Cluster, opt: Options, knob: str, f: float) -> tuple[Cluster,
 
 
 def _key(c: Config) -> tuple:
-    lay = c.layout
-    return (lay.tp, lay.cp, lay.pp, lay.dp, lay.micro_batch, lay.chunks, lay.recompute, lay.zero)
+    return tuple(getattr(c.layout, k) for k in _LAYOUT_KEYS)
 
 
 def sensitivity(
@@ -1115,46 +1077,3 @@ def megatron_rule_layout(
         if c.fits:
             return c
     return None
-
-
-__all__ = [
-    "ATTENTION",
-    "NORMS",
-    "attention_for",
-    "precision_for",
-    "RECIPES",
-    "ModelShape",
-    "MODELS",
-    "Cluster",
-    "Config",
-    "cluster",
-    "evaluate",
-    "terms",
-    "check",
-    "search",
-    "Layout",
-    "Options",
-    "Space",
-    "SPLITS",
-    "plan_options",
-    "model_flops",
-    "StepBreakdown",
-    "why_nothing_fits",
-    "sensitivity",
-    "SENSITIVITY_KNOBS",
-    "preflight",
-    "states_floor",
-    "BOUNDS",
-    "training_seconds",
-    "implied_mfu",
-    "dollars_per_million_tokens",
-    "dp_allreduce_seconds",
-    "megatron_rule_layout",
-    "tp_collectives",
-    "HEADROOM",
-    "GRAD_REDUCE_BYTES",
-    "ZERO3_COLLECTIVES",
-    "zero3_collective_seconds",
-    "zero3_gathers",
-    "kv_width_per_rank",
-]

@@ -137,60 +137,37 @@ RECIPES: dict[str, Recipe] = {
 @dataclass(frozen=True)
 class Options:
     """The planner's switches, one config for every layout of a search (nanoGPT's one config).
+    A field left ``None`` is decided once by :meth:`resolved`: the kernel and the recipe by the
+    shape and the GPU's era (:func:`minipar.cost.planner.three_d.attention_for`,
+    :func:`~minipar.cost.planner.three_d.precision_for`), the rest by the recipe."""
 
-    ``grad_reduce_bytes``: bytes per gradient element in the DP reduction. ``dp_overlap``: the DP
-    reduction may run under the last micro-batch's backward when p = 1. ``headroom``: fraction of
-    the GPU's memory kept free. ``zero3_overlap``: ZeRO-3 prefetches one layer ahead.
-    ``zero3_collectives``: the algorithm of ZeRO-3's collectives across nodes.
-    ``zero3_ac_inside_unit``: the activation checkpoint wrapper inside each layer's sharded unit
-    (any FSDP version; torchtitan's placement), whose recomputed forward runs under the
-    backward's gather (2 gathers per layer and micro-batch with full recomputation, not 3;
-    :func:`zero3_gathers`). ``overlap_grad_reduce``:
-    Megatron-Core's overlap of the DP reduction with the last micro-batch's backward, also with
-    p > 1 (``--overlap-grad-reduce``). ``cp_algorithm``: context parallelism's K/V exchange,
-    "ring" (Megatron-Core) or "all-gather" (Llama 3) (:func:`term_cp`). ``attention``:
-    "unfused", "flash" or "fa3" for every layout (``None``: the shape's, else the GPU's era,
-    :func:`minipar.cost.planner.three_d.attention_for`). ``precision``: one of :data:`RECIPES` for
-    memory and time alike (``None``: the GPU's era, :func:`minipar.cost.planner.three_d.precision_for`);
-    ``grad_reduce_bytes`` and ``headroom`` left ``None`` come from the recipe.
-    ``overlap_param_gather``: ZeRO-1/2's all-gather of the updated 16-bit parameters runs under
-    the next step's first forward (Megatron-Core's ``--overlap-param-gather``; ``None``: on for
-    the modern recipes, off for "2021"). ``reshard_after_forward``: ZeRO-3 frees each layer's
-    gathered weights after its forward (``None``: torchtitan's ``not pp``: reshard when p = 1;
-    always for "2021", DeepSpeed's ZeRO-3;
-    with PP the weights stay gathered over the micro-batches, about one all-gather and one
-    reduce-scatter per step). ``recompute_modules``: what "selective" drops
-    (:data:`RECOMPUTE_MODULES`; ``None``: the attention core for "2021", else the attention
-    core, the norms and the MLP's activation, as torchtitan's selective checkpointing does).
-    ``fp8``: the FP8 recipe of the layers' dense GEMMs, one of
-    :data:`~minipar.cost.kernels.compute.FP8_SCALING` ("delayed": Transformer Engine's default;
-    "current": tensorwise dynamic scaling, torchao's Float8 and Megatron's ``fp8-cs``), or
-    ``None`` (bf16 GEMMs, every era's default): the GEMMs at the FP8 rate
-    (:func:`fp8_gemm_delta`), the casts (:func:`term_fp8_casts`) and the FP8 weight copies
-    (:func:`term_fp8_weights`); attention, norms, softmax, the element-wise kernels, the output
-    layer, the reductions and the optimizer stay as they were. ``compiled``: a compiled step
-    (torch.compile, CUDA graphs, or Megatron/Transformer Engine's fused kernels): the
-    element-wise kernels fused and their launches hidden
-    (:func:`~minipar.cost.kernels.compute.elementwise_seconds`); nothing else changes.
-    ``tp_overlap``: TP's all-gathers and reduce-scatters (with SP) decomposed into t chunks and
-    pipelined with the GEMMs that consume or produce them (torchtitan's async TP,
-    Megatron-Core's ``--tp-comm-overlap``; :func:`tp_overlap_exposed`); off by default."""
-
-    grad_reduce_bytes: float | None = None
-    dp_overlap: bool = True
-    headroom: float | None = None
-    zero3_overlap: bool = True
-    zero3_collectives: str = "hierarchical"
-    attention: str | None = None
-    precision: str | None = None
-    zero3_ac_inside_unit: bool = False
-    overlap_grad_reduce: bool = False
-    cp_algorithm: str = "ring"
+    grad_reduce_bytes: float | None = None  # per gradient element in the DP reduction
+    dp_overlap: bool = True  # the DP reduction under the last micro-batch's backward when p = 1
+    headroom: float | None = None  # fraction of the GPU's memory kept free
+    zero3_overlap: bool = True  # ZeRO-3 prefetches one layer ahead
+    zero3_collectives: str = "hierarchical"  # ZeRO-3's algorithm across nodes (ZERO3_COLLECTIVES)
+    attention: str | None = None  # "unfused", "flash" or "fa3" for every layout
+    precision: str | None = None  # one of RECIPES, for memory and time alike
+    # the activation checkpoint wrapper inside each layer's sharded unit (torchtitan's placement,
+    # any FSDP version): 2 gathers per layer and micro-batch under full recomputation, not 3
+    zero3_ac_inside_unit: bool = False  # (zero3_gathers)
+    overlap_grad_reduce: bool = False  # also with p > 1 (Megatron-Core's --overlap-grad-reduce)
+    cp_algorithm: str = "ring"  # "ring" (Megatron-Core) or "all-gather" (Llama 3): term_cp
+    # ZeRO-1/2's all-gather of the updated parameters under the next step's first forward
+    # (Megatron-Core's --overlap-param-gather; None: on for the modern recipes, off for "2021")
     overlap_param_gather: bool | None = None
+    # ZeRO-3 frees each layer's gathered weights after its forward (None: torchtitan's `not pp`;
+    # always for "2021", DeepSpeed's ZeRO-3): reshards
     reshard_after_forward: bool | None = None
-    recompute_modules: tuple | None = None
+    recompute_modules: tuple | None = None  # what "selective" drops (RECOMPUTE_MODULES)
+    # FP8 GEMMs of the layers' linears, one of compute.FP8_SCALING or None (bf16): the FP8 rate
+    # (fp8_gemm_delta), the casts (term_fp8_casts) and the weight copies (term_fp8_weights)
     fp8: str | None = None
+    # a compiled step (torch.compile, CUDA graphs, Megatron/Transformer Engine's fused kernels):
+    # element-wise kernels fused, launches hidden (compute.elementwise_seconds)
     compiled: bool = False
+    # TP's all-gathers and reduce-scatters (with SP) in t chunks under the GEMMs (torchtitan's
+    # async TP, Megatron-Core's --tp-comm-overlap): tp_overlap_exposed
     tp_overlap: bool = False
 
     @property
@@ -204,22 +181,16 @@ class Options:
             self, attention=self.attention or attention, precision=self.precision or precision
         )
         modern = o.precision != "2021"
-        return replace(
-            o,
-            grad_reduce_bytes=o.recipe.reduce_bytes
-            if o.grad_reduce_bytes is None
-            else o.grad_reduce_bytes,
-            headroom=o.recipe.headroom if o.headroom is None else o.headroom,
-            overlap_param_gather=modern
-            if o.overlap_param_gather is None
-            else o.overlap_param_gather,
-            reshard_after_forward=(None if modern else True)
-            if o.reshard_after_forward is None
-            else o.reshard_after_forward,
-            recompute_modules=(("core_attn", "layernorm", "act") if modern else ("core_attn",))
-            if o.recompute_modules is None
-            else tuple(o.recompute_modules),
+        default = dict(
+            grad_reduce_bytes=o.recipe.reduce_bytes,
+            headroom=o.recipe.headroom,
+            overlap_param_gather=modern,
+            reshard_after_forward=None if modern else True,
+            recompute_modules=("core_attn", "layernorm", "act") if modern else ("core_attn",),
         )
+        given = {k: getattr(o, k) for k in default if getattr(o, k) is not None}
+        o = replace(o, **(default | given))
+        return replace(o, recompute_modules=tuple(o.recompute_modules))
 
     @property
     def margin(self) -> float:
@@ -227,23 +198,16 @@ class Options:
         return max(self.headroom or 0.0, self.recipe.margin)
 
     def __post_init__(self):
-        if self.zero3_collectives not in ZERO3_COLLECTIVES:
-            raise ValueError(
-                f"zero3_collectives ({self.zero3_collectives!r}) must be one of "
-                f"{', '.join(ZERO3_COLLECTIVES)}"
-            )
-        if self.attention not in (None, *ATTENTION):
-            raise ValueError(
-                f"attention ({self.attention!r}) must be one of {', '.join(ATTENTION)}"
-            )
-        if self.fp8 not in (None, *FP8_SCALING):
-            raise ValueError(f"fp8 ({self.fp8!r}) must be one of {', '.join(FP8_SCALING)}")
-        if self.cp_algorithm not in CP_ALGORITHMS:
-            raise ValueError(
-                f"cp_algorithm ({self.cp_algorithm!r}) must be one of {', '.join(CP_ALGORITHMS)}"
-            )
-        if self.precision not in (None, *RECIPES):
-            raise ValueError(f"precision ({self.precision!r}) must be one of {', '.join(RECIPES)}")
+        for name, allowed, none_ok in (
+            ("zero3_collectives", ZERO3_COLLECTIVES, False),
+            ("attention", ATTENTION, True),
+            ("fp8", FP8_SCALING, True),
+            ("cp_algorithm", CP_ALGORITHMS, False),
+            ("precision", RECIPES, True),
+        ):
+            value = getattr(self, name)
+            if value not in allowed and not (none_ok and value is None):
+                raise ValueError(f"{name} ({value!r}) must be one of {', '.join(allowed)}")
         bad = [m for m in self.recompute_modules or () if m not in RECOMPUTE_MODULES]
         if bad:
             raise ValueError(
@@ -628,27 +592,11 @@ def term_compute(m_, cl, lay: Layout, opt: Options, ctx=None) -> ComputeTerm:
     at the GQA width h/t + 2·kv_width_per_rank instead of 3h/t; the MLP rescaled to the active
     experts' width (K·matrices·f over GPT's 8h²); and
     :func:`~minipar.cost.kernels.compute.logits_seconds`."""
-    b, h, a, sl, t, rc = (
-        lay.micro_batch,
-        m_.hidden,
-        m_.heads,
-        m_.seq // lay.cp,
-        lay.tp,
-        lay.recompute,
-    )
-    gpu, att = cl.gpu, opt.attention
-    lt = layer_seconds(
-        b,
-        sl,
-        h,
-        a,
-        gpu,
-        t,
-        sp=lay.sp,
-        recompute=rc,
-        attention=att,
-        grad_accum_bytes=opt.recipe.accumulate_bytes,
-    ).total_s
+    b, h, a, t, rc = lay.micro_batch, m_.hidden, m_.heads, lay.tp, lay.recompute
+    sl, gpu, att = m_.seq // lay.cp, cl.gpu, opt.attention
+    accumulate = opt.recipe.accumulate_bytes
+    kw = dict(sp=lay.sp, recompute=rc, attention=att, grad_accum_bytes=accumulate)
+    lt = layer_seconds(b, sl, h, a, gpu, t, **kw).total_s
     parts = attention_core_and_mlp_seconds(b, sl, h, a, gpu, t, attention=att)
     refwd = 1 if rc == "none" else 2  # the core is recomputed
     core = refwd * parts["core_f"] + parts["core_b"]  # one (s/cp)² block
@@ -732,15 +680,9 @@ def term_fp8_casts(m_, cl, lay: Layout, opt: Options, ctx=None) -> float:
     if not opt.fp8:
         return 0.0
     t, tokens = lay.tp, lay.micro_batch * (m_.seq // lay.cp)
-    fwd, bwd = fp8_cast_bytes_per_token(
-        m_.hidden,
-        m_.top_k * m_.ffn_width,
-        m_.kv_width,
-        t,
-        sp=lay.sp,
-        scaling=opt.fp8,
-        mlp_matrices=m_.mlp_matrices,
-    )
+    widths = (m_.hidden, m_.top_k * m_.ffn_width, m_.kv_width, t)
+    kw = dict(sp=lay.sp, scaling=opt.fp8, mlp_matrices=m_.mlp_matrices)
+    fwd, bwd = fp8_cast_bytes_per_token(*widths, **kw)
     weights = fp8_weight_cast_bytes(opt.fp8) * sum(N * K for _, N, K in layer_dense_gemms(m_, lay))
     refwd = 2 if lay.recompute == "full" else 1
     per_layer = (tokens * (refwd * fwd + bwd) + weights) / cl.gpu.hbm_bandwidth
