@@ -385,16 +385,9 @@ def layer_seconds(b: int, s: int, h: int, a: int, gpu, t: int = 1, **recipe) -> 
         core_f, core_b = flash_attention_seconds(b, s, h, a, gpu, t, attention)
     else:
         core_f, core_b = pass_seconds(gemms[4:], gpu)
+    kernels = dict(sp=sp, grad_accum_bytes=grad_accum_bytes, attention=attention)
     m_f, m_b, m_core = layer_memory_bytes(
-        b,
-        s,
-        h,
-        a,
-        t,
-        sp=sp,
-        grad_accum_bytes=grad_accum_bytes,
-        attention=attention,
-        score_bytes=gpu.attention_score_bytes,
+        b, s, h, a, t, **kernels, score_bytes=gpu.attention_score_bytes
     )
     overhead = gpu.layer_overhead_s
     fwd = dense_f + core_f

@@ -71,19 +71,7 @@ def fit_gemm_latency(gemms: list[dict], gpu: GPU) -> float:
     if not dense:
         raise ValueError("gemms: no dense row (batch 1) to fit the GEMM latency")
     g0 = replace(gpu, gemm_rule="additive", gemm_latency_s=0.0)
-    fixed = [
-        C.gemm_seconds(
-            g["M"],
-            g["N"],
-            g["K"],
-            peak=g0.peak_flops["bf16"],
-            efficiency=g0.gemm_efficiency,
-            hbm=g0.hbm_bandwidth,
-            sms=g0.sms,
-            rule="additive",
-        )
-        for g in dense
-    ]
+    fixed = [C.gpu_gemm_seconds(g0, g["M"], g["N"], g["K"]) for g in dense]
     (lam,) = _relative(fixed, [[1.0]] * len(dense), [g["measured_s"] for g in dense])
     return max(0.0, lam)
 

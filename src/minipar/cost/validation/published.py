@@ -180,20 +180,9 @@ def _evaluate(run: Run, b: int, **kw) -> three_d.Config:
     swap = {k: v for k, v in (("gemm_rule", rule), ("attention_score_bytes", sb)) if v is not None}
     if swap:
         cl = replace(cl, gpu=replace(cl.gpu, **swap))
+    lay = dict(tp=t, pp=p, dp=d, micro_batch=b, chunks=run.chunks, recompute=run.recompute)
     opts = ERA_2021 | dict(dp_overlap=run.dp_overlap) | kw
-    return three_d.evaluate(
-        run.model,
-        cl,
-        run.batch,
-        tp=t,
-        pp=p,
-        dp=d,
-        micro_batch=b,
-        chunks=run.chunks,
-        recompute=run.recompute,
-        zero=run.zero,
-        **opts,
-    )
+    return three_d.evaluate(run.model, cl, run.batch, zero=run.zero, **lay, **opts)
 
 
 def planner_micro_batch(run: Run, max_micro_batch: int = PLANNER_MAX_MICRO_BATCH, **kw) -> int:
@@ -533,36 +522,19 @@ def zero3_comparison(
         raise ValueError(f"bandwidth_factor ({bandwidth_factor}) must be > 0")
     m_ = three_d.MODELS[model]
     t, p = ZERO3_TABLE2[model]["ptdp_layout"]
+    ptdp_opts = ERA_2021 | {"dp_overlap": False}
+    z3_opts = ERA_2021 | dict(
+        zero3_overlap=zero3_overlap,
+        zero3_collectives=zero3_collectives,
+        grad_reduce_bytes=zero3_grad_reduce_bytes,
+    )
     out = []
     for (n_p, b_p, x_p), (n_z, b_z, mb_z, x_z) in ZERO3_TABLE2[model]["rows"]:
-        ptdp = three_d.evaluate(
-            m_,
-            three_d.cluster(n_p, 8, "A100-80GB"),
-            b_p,
-            tp=t,
-            pp=p,
-            dp=n_p // (t * p),
-            micro_batch=1,
-            recompute="full",
-            zero=0,
-            dp_overlap=False,
-            **ERA_2021,
-        )
-        z3 = three_d.evaluate(
-            m_,
-            _slowed(three_d.cluster(n_z, 8, "A100-80GB"), bandwidth_factor),
-            b_z,
-            tp=1,
-            pp=1,
-            dp=n_z,
-            micro_batch=mb_z,
-            recompute="full",
-            zero=3,
-            zero3_overlap=zero3_overlap,
-            zero3_collectives=zero3_collectives,
-            grad_reduce_bytes=zero3_grad_reduce_bytes,
-            **ERA_2021,
-        )
+        lay = three_d.Layout(b_p, t, p, n_p // (t * p), 1, recompute="full", zero=0)
+        ptdp = three_d.evaluate(m_, three_d.cluster(n_p, 8, "A100-80GB"), lay, ptdp_opts)
+        cl = _slowed(three_d.cluster(n_z, 8, "A100-80GB"), bandwidth_factor)
+        lay = three_d.Layout(b_z, 1, 1, n_z, mb_z, recompute="full", zero=3)
+        z3 = three_d.evaluate(m_, cl, lay, z3_opts)
         xp, xz = _tflops(m_, b_p, n_p, ptdp.step_seconds), _tflops(m_, b_z, n_z, z3.step_seconds)
         out.append(
             {
@@ -631,12 +603,9 @@ H200_VOCAB = 50304
 
 
 def h200_gpu() -> GPU:
-    """The ``"H200"`` preset of :mod:`minipar.cost.kernels.hardware`: its kernel constants were set on
-    the calibration file (``measurements/h200_layer_gemm_times.json``: η from the 8192³ matmul,
-    the HBM rate from a device copy, the GEMM, attention and Adam constants and the 7.4 µs
-    issue time per kernel fitted to its rows) but one, the element-wise rate, fitted on the
-    SDPA rows of the two step files (in-sample there); :func:`h200_calibration_check` compares
-    the first two with the calibration file."""
+    """The ``"H200"`` preset of :mod:`minipar.cost.kernels.hardware` (what set each of its
+    constants: its comment there); :func:`h200_calibration_check` compares η and the HBM rate
+    with the calibration file."""
     return GPUS["H200"]
 
 
@@ -706,18 +675,9 @@ def h200_runs(
         kernel = attention or {"sdpa": "flash"}.get(r["attention"], r["attention"])
         m_ = three_d.ModelShape(r["L"], r["h"], r["a"], r["s"], H200_VOCAB, attention=kernel)
         cl = replace(three_d.cluster(1, 1, "H200"), gpu=gpu)
-        c = three_d.evaluate(
-            m_,
-            cl,
-            r["b"] * r["m"],
-            tp=1,
-            pp=1,
-            dp=1,
-            micro_batch=r["b"],
-            recompute="none",
-            zero=0,
-            **_supported({"precision": H200_RECIPE} | model_options),
-        )
+        lay = dict(tp=1, pp=1, dp=1, micro_batch=r["b"], recompute="none", zero=0)
+        opts = _supported({"precision": H200_RECIPE} | model_options)
+        c = three_d.evaluate(m_, cl, r["b"] * r["m"], **lay, **opts)
         out.append(
             H200Row(
                 r["name"],
