@@ -105,13 +105,18 @@ class Grid:
         edp, ep = divmod(i, self.ep)
         return pp, edp, ep
 
-    def _along(self, dims: tuple[str, ...]) -> list[list[int]]:
-        """Groups of ranks whose coordinates differ only along ``dims``."""
+    def _by(self, key) -> list[list[int]]:
+        """Groups of the ranks with equal ``key(rank)``, ordered by first member."""
         out: dict[tuple, list[int]] = {}
         for r in range(self.world_size):
-            key = tuple(v for k, v in Grid.coord(self, r)._asdict().items() if k not in dims)
-            out.setdefault(key, []).append(r)
+            out.setdefault(key(r), []).append(r)
         return list(out.values())
+
+    def _along(self, dims: tuple[str, ...]) -> list[list[int]]:
+        """Groups of ranks whose coordinates differ only along ``dims``."""
+        return self._by(
+            lambda r: tuple(v for k, v in Grid.coord(self, r)._asdict().items() if k not in dims)
+        )
 
     def groups(self, kind: str) -> list[list[int]]:
         """Every group of ``kind`` (one of :data:`KINDS`), ordered by first member."""
@@ -119,19 +124,10 @@ class Grid:
             return self._along((kind,))
         if kind == "dp_cp":
             return self._along(("dp", "cp"))
-        if kind in ("ep", "edp"):
-            stage, ep = self.stage_size, self.ep
-            if kind == "ep":
-                return [
-                    [i * stage + k * ep + j for j in range(ep)]
-                    for i in range(self.p)
-                    for k in range(stage // ep)
-                ]
-            return [
-                [i * stage + k * ep + j for k in range(stage // ep)]
-                for i in range(self.p)
-                for j in range(ep)
-            ]
+        if kind == "ep":  # same (pp, edp)
+            return self._by(lambda r: self.expert_coord(r)[:2])
+        if kind == "edp":  # same (pp, ep)
+            return self._by(lambda r: self.expert_coord(r)[::2])
         if kind == "embedding":
             return [sorted({g[0], g[-1]}) for g in self._along(("pp",))]
         raise ValueError(f"group kind ({kind!r}) must be one of {', '.join(KINDS)}")

@@ -105,10 +105,5 @@ def token_batches(steps: int, batch: int, c: GPTConfig, seed: int = 3) -> list:
     """``steps`` batches [(tokens (batch, s), targets (batch, s)), ...] of ids < c.V, the same
     on every rank (one generator seeded ``seed``)."""
     g = torch.Generator().manual_seed(seed)
-    return [
-        (
-            torch.randint(c.V, (batch, c.s), generator=g),
-            torch.randint(c.V, (batch, c.s), generator=g),
-        )
-        for _ in range(steps)
-    ]
+    draw = lambda: torch.randint(c.V, (batch, c.s), generator=g)  # (batch, s): tokens, targets
+    return [(draw(), draw()) for _ in range(steps)]

@@ -295,11 +295,8 @@ def _device_info(device: str) -> tuple[str, float, int]:
     import torch  # noqa: PLC0415 (lazy: torch)
 
     if device == "cpu":
-        return (
-            "CPU",
-            float(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")),
-            os.cpu_count() or 1,
-        )
+        memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+        return "CPU", float(memory), os.cpu_count() or 1
     props = torch.cuda.get_device_properties(torch.cuda.current_device())
     return props.name, float(props.total_memory), props.multi_processor_count
 

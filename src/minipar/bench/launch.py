@@ -33,15 +33,12 @@ def measure(ranks: int = 4, repeats: int = 5, backend: str = "auto") -> dict:
 
     backend = launch.choose_backend(backend, ranks)
     launch.shutdown()  # make the first call cold even if this process launched before
-    t0 = time.perf_counter()
-    launch.run(_one_all_reduce, ranks, backend=backend)
-    first = time.perf_counter() - t0
-    warm = []
-    for _ in range(repeats):
+    times = []
+    for _ in range(1 + repeats):
         t0 = time.perf_counter()
         launch.run(_one_all_reduce, ranks, backend=backend)
-        warm.append(time.perf_counter() - t0)
-    repeat = statistics.median(warm)
+        times.append(time.perf_counter() - t0)
+    first, repeat = times[0], statistics.median(times[1:])
     return {
         "ranks": ranks,
         "backend": backend,
