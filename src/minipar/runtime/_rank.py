@@ -273,11 +273,9 @@ def _become_fresh(state: dict) -> None:
 
 
 def _quiet_torch_deprecations() -> None:
-    """The pinned torch warns (FutureWarning, once per process, so once per rank) when its own
-    code or a chapter calls a collective it renamed (``all_gather_into_tensor`` ->
-    ``all_gather_single``): the same line from every rank of every call buries the output. Those
-    warnings are issued from torch's modules; they are ignored on the ranks, and every other
-    warning is kept."""
+    """Ignore the FutureWarning the pinned torch's modules give, once per rank, for a collective
+    it renamed (``all_gather_into_tensor`` -> ``all_gather_single``): the same line from every
+    rank of every call buries the output. Every other warning is kept."""
     warnings.filterwarnings(
         "ignore",
         category=FutureWarning,

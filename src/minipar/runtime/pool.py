@@ -45,6 +45,8 @@ from collections import ChainMap
 
 import cloudpickle
 
+from minipar.runtime._rank import _kill_group as _kill_pid  # a rank and its process group
+
 RANK_SOURCE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_rank.py")
 
 
@@ -560,15 +562,6 @@ class Ranks:
         self.kill([r for r in range(len(self.pids)) if r not in self.replies])
         for c in self.conns.values():
             c.close()
-
-
-def _kill_pid(pid: int) -> None:
-    """Kill a rank and its process group (a rank leads its own: its child processes go too)."""
-    for kill in (os.killpg, os.kill) if hasattr(os, "killpg") else (os.kill,):
-        try:
-            kill(pid, signal.SIGKILL)
-        except OSError:
-            pass
 
 
 class _EarlyDeath(Exception):
