@@ -17,14 +17,11 @@ from minipar.cost.chapters import context_parallel as C
 from minipar.widgets import Explorer, links_and_peaks
 from minipar.widgets.inputs import check_numbers, check_values
 
-#: The most documents the explorer packs into one sequence (``CP_MAX_DOCUMENTS`` in the
-#: JavaScript, the box's max): 1K-token documents at s = 1M; the document work grows with their
-#: number.
+#: The most documents packed into one sequence (``CP_MAX_DOCUMENTS`` in the JavaScript, the
+#: box's max): 1K-token documents at s = 1M; the document work grows with their number.
 MAX_DOCUMENTS = 1024
-
-#: The largest cp the explorer accepts (``CP_MAX_CP`` in the JavaScript, the box's max): 1,024
-#: GPUs on one sequence, 64 times Llama 3's 16. With packed documents the model's work grows as
-#: cp² unless the documents line up with the chunks (the JavaScript's closed form).
+#: The largest cp (``CP_MAX_CP``, the box's max): 1,024 GPUs on one sequence, 64 times Llama 3's
+#: 16; with packed documents the work grows as cp² unless they line up with the chunks.
 MAX_CP = 1024
 
 #: The explorer's default sequence length (the s slider's value in context_parallel.js).
@@ -85,16 +82,11 @@ def _ulysses(c: CPLayerControls, shape: C.AttentionShape) -> dict:
 def cp_layer_model(**controls) -> dict:
     """One layer, bf16 activations, float32 dK/dV accumulators, causal, a causal kernel on the
     diagonal: activation bytes per rank (blockwise attention), bytes a rank sends per layer
-    (ring; all-gather; Ulysses, or None when its head rules fail), the ring's forward attention
-    time (compute, transfers, with overlap), all-gather CP's (exposed gather, compute), Ulysses'
-    all-to-all time, the causal imbalance and the overlap threshold in tokens per rank.
-
-    ``documents``: the sequence packed as that many equal documents (:func:`equal_documents`)
-    under a causal document mask; ``document_times`` is
-    :func:`minipar.cost.chapters.context_parallel.document_attention_times` for them (forward seconds of
-    the ring, which pays each step's slowest rank, and of all-gather CP, which pays its gather
-    and its slowest rank's total), None for striped shards, which that model does not cover.
-
+    (ring; all-gather; Ulysses, or None when its head rules fail), the ring's forward time
+    (compute, transfers, with overlap), all-gather CP's (exposed gather, compute), Ulysses'
+    all-to-all time, the causal imbalance and the overlap threshold in tokens per rank;
+    ``document_times``: :func:`minipar.cost.chapters.context_parallel.document_attention_times`
+    for the ``documents`` equal documents (None for striped shards, which it does not cover).
     ``controls``: :class:`CPLayerControls`'s fields by name, as the JavaScript twin takes the
     page's controls (an unknown name is a TypeError)."""
     c = CPLayerControls(**controls)
