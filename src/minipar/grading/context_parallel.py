@@ -476,9 +476,7 @@ def check_allgather_documents(fn, **_):
     for c in after_whole(RANKS.launch(_doc_body, fn, what="write the all-gather attention")):
         where, cp, r = c["where"], c["cp"], c["gr"]
         if "error" in c:
-            hint = ""
-            if c["after_whole"]:
-                hint = CH.why("whole world passed hint")
+            hint = CH.why("whole world passed hint") if c["after_whole"] else ""
             if "'list' object" in c["error"] or "'Tensor' object" in c["error"]:
                 hint = CH.why("documents list or tensor hint")
             raise GradeFailure(f"{where} (cp = {cp}, {_docs_text(cp)}): {c['error']}{hint}")

@@ -243,11 +243,8 @@ def _adam_on_rank(rank, n, measure):
 def check_adam_state(candidate):
     from minipar.memory_time.gpt import GPTConfig, gpt  # noqa: PLC0415 (lazy: torch)
 
-    if not (
-        isinstance(candidate, (tuple, list))
-        and len(candidate) == 2
-        and all(callable(c) for c in candidate)
-    ):
+    pair = isinstance(candidate, (tuple, list)) and len(candidate) == 2
+    if not (pair and all(callable(c) for c in candidate)):
         raise CH.fail("pass both functions")
     measure, predict = candidate
     psi = sum(p.numel() for p in gpt(GPTConfig(**_TINY)).parameters())

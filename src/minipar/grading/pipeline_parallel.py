@@ -11,6 +11,7 @@ the checker hands the send/recv and B/W answers.
 
 from __future__ import annotations
 
+from functools import partial
 from types import SimpleNamespace
 
 from minipar.grading import GradeFailure
@@ -29,11 +30,7 @@ from minipar.pipeline_parallel.model_bubble import peak_in_flight
 CHAPTER = "pipeline_parallel"
 CH = Chapter(CHAPTER)  # its tasks' PASS lines and named mistakes: clauses/pipeline_parallel.toml
 _STAGE = ("GPTStage",)  # the stage the checker hands to the learner's code may be called
-
-
-def _call(fn, *args, allow=()):
-    """``fn(*args)`` in this process, rejecting calls into the course's pipeline code."""
-    return call_own(CHAPTER, fn, *args, allow=allow)
+_call = partial(call_own, CHAPTER)  # fn(*args) here, rejecting calls into the course's pipeline
 
 
 def _warmup_text(name, r, p, m, v, k_ref) -> str:
@@ -70,10 +67,7 @@ def _as_actions(lists, what):
 
 
 def _leading_forwards(acts) -> int:
-    k = 0
-    while k < len(acts) and acts[k].op == "F":
-        k += 1
-    return k
+    return next((k for k, a in enumerate(acts) if a.op != "F"), len(acts))
 
 
 def _diagnose_schedule(fn, name, cases, v_of=lambda p: 1):
@@ -199,9 +193,7 @@ def _gpipe_on_rank(rank, p, m, fn):
 def _diagnose_gpipe(results, ref, m, p):
     import torch  # noqa: PLC0415 (lazy: torch)
 
-    def same(a, b):
-        return a is not None and a.shape == b.shape and torch.allclose(a, b, atol=1e-9)
-
+    same = lambda a, b: a is not None and a.shape == b.shape and torch.allclose(a, b, atol=1e-9)
     for rank, (grads, used) in enumerate(results):
         reject_course_calls(used, "write the send/recv step")
         for n, g in grads.items():

@@ -50,9 +50,8 @@ def _grad(t):
 
 def _not_whole(c) -> str:
     """Context for a case whose TP group is not the whole world, once the whole world passed."""
-    if not c["after_whole"]:
-        return ""
-    return CH.why("not the whole world", members=c["members"], rank=c["rank"], gr=c["gr"])
+    why = CH.why("not the whole world", members=c["members"], rank=c["rank"], gr=c["gr"])
+    return why if c["after_whole"] else ""
 
 
 def _over_world(c, what: str) -> str:

@@ -9,6 +9,7 @@ exercises 1, 3 and 4 that use the course's grid or planner are rejected
 from __future__ import annotations
 
 import itertools
+from functools import partial
 
 from minipar.cost.planner import three_d as planner
 from minipar.grid import Grid
@@ -19,16 +20,12 @@ from .declare import Chapter, call_own
 from .imports import course_calls, forbid_course_code, reject_course_calls
 
 CH = Chapter("three_d")  # its tasks' PASS lines and named mistakes: clauses/three_d.toml
+_call = partial(call_own, "three_d")  # fn(...) here, rejecting calls into the grid or planner
 GRID_SHAPES = [(2, 2, 2), (3, 2, 1), (1, 3, 2), (2, 3, 4), (1, 1, 1)]
 
 
 def _normal(groups):
     return sorted(sorted(int(r) for r in g) for g in groups)
-
-
-def _call(fn, *args, **kwargs):
-    """``fn(...)`` in this process, rejecting calls into the course's grid or planner."""
-    return call_own("three_d", fn, *args, **kwargs)
 
 
 def _show(groups) -> str:
@@ -166,17 +163,13 @@ def check_choose_layout(candidate):
         worst = max(gap, key=gap.get)
         raise CH.fail(
             "layout too slow",
-            d=d,
-            t=t,
-            p=p,
-            micro_batch=mine.micro_batch,
+            dtp=(d, t, p),
+            mine=mine,
+            best=best,
             recompute="no" if mine.recompute == "none" else mine.recompute,
-            zero=mine.zero,
-            step_seconds=mine.step_seconds,
-            v2=mine.step_seconds / best.step_seconds - 1,
-            step_seconds2=best.step_seconds,
+            slower=mine.step_seconds / best.step_seconds - 1,
             worst=worst,
-            v3=gap[worst],
+            gap=gap[worst],
         )
 
 
