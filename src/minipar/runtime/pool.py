@@ -40,8 +40,10 @@ import sys
 import tempfile
 import threading
 import time
+import tomllib
 import types
 from collections import ChainMap
+from pathlib import Path
 
 import cloudpickle
 
@@ -223,34 +225,14 @@ def cpu_seconds(pid: int) -> float | None:
 
 
 # ----------------------------------------------------------------------------- start failures
-_CAUSES = [
-    (
-        r"init_fs_encoding|No module named 'encodings'|PYTHONHOME",
-        "the worker interpreter cannot start: check PYTHONHOME (now {PYTHONHOME!r}) and "
-        "PYTHONPATH; unset them, or point them at this Python's installation",
-    ),
-    (
-        r"in zygote_main\s+import torch\b|No module named '?torch\b",
-        "torch cannot be imported in the worker interpreter ({exe}), PYTHONPATH {PYTHONPATH!r}: "
-        "see its error below",
-    ),
-    (
-        r"No module named '?cloudpickle",
-        "cloudpickle is not importable in the worker interpreter ({exe}); install it there",
-    ),
-    (
-        r"No module named '?minipar",
-        "minipar is not importable in the ranks: install it into this environment "
-        "(pip install -e .) or put its src folder on sys.path",
-    ),
-    (r"Error|error", "the worker's own error is above (PYTHONPATH now {PYTHONPATH!r})"),
-]
+_CAUSES = tomllib.loads(Path(__file__).with_name("start_causes.toml").read_text("utf-8"))["cause"]
 
 
 def likely_cause(log: str) -> str:
-    for pattern, text in _CAUSES:
-        if re.search(pattern, log):
-            return text.format(
+    """Why a zygote whose log is ``log`` could not start (``start_causes.toml``)."""
+    for cause in _CAUSES:
+        if re.search(cause["pattern"], log):
+            return cause["text"].format(
                 exe=sys.executable,
                 PYTHONHOME=os.environ.get("PYTHONHOME"),
                 PYTHONPATH=os.environ.get("PYTHONPATH"),
