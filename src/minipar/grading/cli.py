@@ -62,10 +62,9 @@ _FOLDER = re.compile(r"minipar-grade-([0-9a-f]{8})-(\d+)-\w+$")  # host token, g
 
 
 def _seconds(text: str) -> float:
-    try:
+    value = float("nan")
+    with contextlib.suppress(ValueError):
         value = float(text)
-    except ValueError:
-        value = float("nan")
     if not math.isfinite(value) or value <= 0:
         raise argparse.ArgumentTypeError(
             f"--timeout must be a finite number of seconds > 0, got {text!r}"
@@ -393,10 +392,9 @@ def grade(paths, timeout: float | None = None, progress=None) -> dict:
 def _needs_extra() -> None:
     """``minipar grade`` without the [grade] extra: one line saying what to install."""
     for module in ("nbformat", "jupyter_client", "ipykernel", "psutil"):
-        try:
+        found = False
+        with contextlib.suppress(ImportError, ValueError):
             found = importlib.util.find_spec(module) is not None
-        except (ImportError, ValueError):
-            found = False
         if not found:
             raise InputError(
                 f"needs the [grade] extra ({module} is not installed): pip install -e '.[grade]'"

@@ -49,6 +49,7 @@ import signal
 import subprocess
 import threading
 import time
+from pathlib import Path
 
 from minipar.grading.errors import CheckTimeLimit, GradeFailure
 from minipar.grading.reasons import _PACKAGE as _COURSE
@@ -246,11 +247,9 @@ class Watcher:
 
 def _read(path: str) -> str:
     """A rank's log as far as it is written ("" if it cannot be read)."""
-    try:
-        with open(path, errors="replace") as f:
-            return f.read()
-    except OSError:
-        return ""
+    with contextlib.suppress(OSError):
+        return Path(path).read_text(errors="replace")
+    return ""
 
 
 def _has_dump(path: str) -> bool:

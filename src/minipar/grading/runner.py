@@ -330,11 +330,10 @@ class Kernel:
     def _processes(self):
         import psutil  # noqa: PLC0415 (lazy: grade extra)
 
-        try:
+        found = []
+        with contextlib.suppress(psutil.Error):
             root = psutil.Process(self.pid)
             found = [root] + root.children(recursive=True)
-        except psutil.Error:
-            found = []
         for p in found:
             self._tree.setdefault(p.pid, p)
         return found
@@ -345,19 +344,14 @@ class Kernel:
         (taking its CPU time with it) never hides the others' progress."""
         import psutil  # noqa: PLC0415 (lazy: grade extra)
 
-        own, gained, now = 0.0, 0.0, {}
+        now = {}
         for p in self._processes():
-            try:
+            with contextlib.suppress(psutil.Error):
                 t = p.cpu_times()
-            except psutil.Error:
-                continue
-            used = t.user + t.system
-            now[p.pid] = used
-            gained += max(0.0, used - self._cpu_seen.get(p.pid, 0.0))
-            if p.pid == self.pid:
-                own = used
+                now[p.pid] = t.user + t.system
+        gained = sum(max(0.0, used - self._cpu_seen.get(pid, 0.0)) for pid, used in now.items())
         self._cpu_seen = now
-        return own, gained
+        return now.get(self.pid, 0.0), gained
 
     def wait_ready(self, stall_s: float) -> None:
         """Wait while the kernel is starting and making progress."""
@@ -368,12 +362,9 @@ class Kernel:
                 raise KernelStartError(
                     f"the kernel exited while starting ({signal_text(self.exit_code())})"
                 )
-            try:
-                with shielded():  # never raise inside jupyter_client's event loop
-                    self.kc.wait_for_ready(timeout=2)
+            with contextlib.suppress(RuntimeError), shielded():  # no raise in jupyter_client's loop
+                self.kc.wait_for_ready(timeout=2)
                 return
-            except RuntimeError:
-                pass
             now = time.monotonic()
             gained += self.cpu()[1]
             if gained > IDLE_CPU_SHARE * (now - last_t):
@@ -403,13 +394,11 @@ class Kernel:
                     "its parent process (os.kill(os.getppid(), ...)); the other notebooks "
                     "are graded",
                 )
-            try:
-                # A signal raised inside jupyter_client's event loop would orphan one of its
-                # tasks, which prints a traceback when collected: defer it to the loop's top.
-                with shielded():
-                    msg = self.kc.get_iopub_msg(timeout=POLL_S)
-            except queue.Empty:
-                msg = None
+            msg = None
+            # A signal raised inside jupyter_client's event loop would orphan one of its tasks,
+            # which prints a traceback when collected: defer it to the loop's top.
+            with contextlib.suppress(queue.Empty), shielded():
+                msg = self.kc.get_iopub_msg(timeout=POLL_S)
             now = time.monotonic()
             if msg is not None and msg.get("parent_header", {}).get("msg_id") == msg_id:
                 c.last_t = now  # a message is progress
@@ -578,10 +567,9 @@ def run_notebook(
                 kernel = Kernel(folder, cwd, env)
             kernel.wait_ready(stall_s)
         except KernelStartError as e:
-            try:  # the kernel's own words, if it said any
+            said = ""
+            with contextlib.suppress(OSError):  # the kernel's own words, if it said any
                 said = (Path(folder) / "kernel.log").read_text(errors="replace").strip()
-            except OSError:
-                said = ""
             last = said.splitlines()[-1].strip() if said else ""
             result.start_error = str(e) + (f": {last}" if last else "")
             return result
