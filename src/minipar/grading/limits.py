@@ -35,8 +35,6 @@ kernel's OOM killer. Graded on the CPU, eleven reference notebooks (every chapte
 0.2 s) peaked at 0.42 GiB of it (a kernel; ranks less) and 1.7 GiB of address space, so 8 GiB
 is a 19× margin; CUDA's address-space reservations are not writable and do not count.
 ``MINIPAR_GRADE_KERNEL_MEMORY_GIB`` overrides it (``0``: no limit).
-
-Checkers pass no ``timeout``: the limit is the grader's business, the same for every chapter.
 """
 
 from __future__ import annotations
@@ -294,7 +292,8 @@ def waiting_at(dump: str) -> str | None:
 def run_ranks(fn, world_size: int, *args, **kwargs) -> list:
     """``minipar.runtime.launch.run(fn, world_size, *args, backend="gloo")`` under the grader's
     limits: per-rank results in rank order, or a :class:`GradeFailure` with the learner's reason.
-    ``kwargs`` go to ``run`` (``threads``, ``backend``); a ``timeout`` is ignored."""
+    ``kwargs`` go to ``run`` (``threads``, ``backend``); a ``timeout`` is ignored: the limit is
+    the grader's business, the same for every chapter."""
     from minipar.runtime.launch import RankError, run  # noqa: PLC0415 (lazy: launcher)
 
     kwargs.pop("timeout", None)
