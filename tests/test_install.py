@@ -278,7 +278,9 @@ def test_a_non_editable_install_plans_launches_and_draws(tmp_path):
         "from minipar.widgets.three_d import PRESET_LAYOUTS\n"
         "print('gpt3-175b' in PRESET_LAYOUTS)\n"
         "from minipar.runtime.pool import likely_cause\n"
-        "print(likely_cause(\"No module named 'cloudpickle'\").startswith('cloudpickle'))"
+        "print(likely_cause(\"No module named 'cloudpickle'\").startswith('cloudpickle'))\n"
+        "from minipar.runtime import tracer\n"
+        "print(tracer._C10D_OPS['allreduce_'] == ('all_reduce', 0))"
     )
     out = subprocess.run(
         [sys.executable, "-c", code],
@@ -288,7 +290,7 @@ def test_a_non_editable_install_plans_launches_and_draws(tmp_path):
         timeout=120,
         cwd=tmp_path,
     )
-    assert out.stdout.split() == ["True"] * 4, out.stderr[-2000:]
+    assert out.stdout.split() == ["True"] * 5, out.stderr[-2000:]
 
 
 # ----------------------------------------------------------------------------- exercises

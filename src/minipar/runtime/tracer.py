@@ -36,8 +36,10 @@ from __future__ import annotations
 import functools
 import threading
 import time
+import tomllib
 from collections import OrderedDict
 from dataclasses import dataclass
+from pathlib import Path
 
 import torch
 import torch._dynamo
@@ -45,35 +47,12 @@ import torch.distributed as dist  # not inside the first traced call's wall time
 from torch.distributed.distributed_c10d import _resolve_process_group
 from torch.utils._python_dispatch import TorchDispatchMode, _get_current_dispatch_mode_stack
 
-# c10d dispatcher op -> (course name, index of the argument whose bytes we report)
-_C10D_OPS = {
-    "allreduce_": ("all_reduce", 0),
-    "allreduce_coalesced_": ("all_reduce", 0),
-    "allgather_": ("all_gather", 0),
-    "_allgather_base_": ("all_gather", 0),
-    "allgather_coalesced_": ("all_gather", 0),
-    "allgather_into_tensor_coalesced_": ("all_gather", 0),
-    "reduce_scatter_": ("reduce_scatter", 1),
-    "_reduce_scatter_base_": ("reduce_scatter", 1),
-    "reduce_scatter_tensor_coalesced_": ("reduce_scatter", 1),
-    "alltoall_": ("all_to_all", 1),
-    "alltoall_base_": ("all_to_all", 1),
-    "broadcast_": ("broadcast", 0),
-    "reduce_": ("reduce", 0),
-    "gather_": ("gather", 1),
-    "scatter_": ("scatter", 0),
-    "send": ("send", 0),
-    "recv_": ("recv", 0),
-    "recv_any_source_": ("recv", 0),
-    "barrier": ("barrier", None),
-}
-
-# public torch.distributed functions wrapped for wall time
-_PUBLIC = (
-    "all_reduce all_gather all_gather_into_tensor all_gather_single reduce_scatter "
-    "reduce_scatter_tensor reduce_scatter_single all_to_all all_to_all_single broadcast reduce "
-    "gather scatter send recv isend irecv barrier"
-).split()
+_OPS = tomllib.loads(Path(__file__).with_name("tracer_ops.toml").read_text("utf-8"))
+# c10d dispatcher op -> (course name, index of the argument whose bytes we report, or None)
+_C10D_OPS = {k: (v[0], v[1] if len(v) > 1 else None) for k, v in _OPS["c10d"].items()}
+# DTensor's functional collectives: op -> (course name, bytes = input × group size?)
+_FUNCTIONAL = {k: tuple(v) for k, v in _OPS["functional"].items()}
+_PUBLIC = _OPS["public"]["wrapped"]  # public torch.distributed functions wrapped for wall time
 
 
 @dataclass
@@ -135,14 +114,6 @@ def _group_of(args) -> tuple[int, tuple[int, ...], str]:
     if dist.is_initialized():
         return _describe(dist.group.WORLD)
     return 1, (), ""
-
-
-# DTensor's functional collectives: op -> (course name, bytes = input × group size?)
-_FUNCTIONAL = {
-    "all_reduce": ("all_reduce", False),
-    "all_gather_into_tensor": ("all_gather", True),
-    "reduce_scatter_tensor": ("reduce_scatter", False),
-}
 
 
 class _WaitTimedWork:
