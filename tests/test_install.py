@@ -280,7 +280,9 @@ def test_a_non_editable_install_plans_launches_and_draws(tmp_path):
         "from minipar.runtime.pool import likely_cause\n"
         "print(likely_cause(\"No module named 'cloudpickle'\").startswith('cloudpickle'))\n"
         "from minipar.runtime import tracer\n"
-        "print(tracer._C10D_OPS['allreduce_'] == ('all_reduce', 0))"
+        "print(tracer._C10D_OPS['allreduce_'] == ('all_reduce', 0))\n"
+        "from minipar.widgets.memory_time import PRESETS\n"
+        "print(PRESETS['GPT-3 175B'] == (96, 12288, 96, 51200))"
     )
     out = subprocess.run(
         [sys.executable, "-c", code],
@@ -290,7 +292,7 @@ def test_a_non_editable_install_plans_launches_and_draws(tmp_path):
         timeout=120,
         cwd=tmp_path,
     )
-    assert out.stdout.split() == ["True"] * 5, out.stderr[-2000:]
+    assert out.stdout.split() == ["True"] * 6, out.stderr[-2000:]
 
 
 # ----------------------------------------------------------------------------- exercises

@@ -9,26 +9,19 @@ each stage shards is visible at a glance.
 
 from __future__ import annotations
 
+import tomllib
+from pathlib import Path
+
 from minipar.cost.kernels.hardware import GPUS
 from minipar.cost.model import param_count, param_count_llama
 from minipar.widgets import Explorer
 from minipar.widgets.inputs import check_values
 
-# name -> (L, h, a, V). Shapes as in the papers. Eq. 2 (param_count) assumes a 4h GeLU MLP and
-# one K/V per head, so a Llama shape counts fewer parameters than the published model
-# (SwiGLU, grouped K/V): see preset_params.
-PRESETS = {
-    "GPT-3 175B": (96, 12288, 96, 51200),  # Brown et al. 2020; Megatron's vocabulary
-    "Llama-2 70B-like": (80, 8192, 64, 32000),
-    "7B (Llama-like)": (32, 4096, 32, 32000),
-    "custom": None,
-}
-# name -> the published Llama 2 architecture (L, h, V, a, a_kv, f) of param_count_llama
-# (Touvron et al. 2023, "Llama 2: Open Foundation and Fine-Tuned Chat Models", Table 1).
-LLAMA_SHAPES = {
-    "Llama-2 70B-like": (80, 8192, 32000, 64, 8, 28672),
-    "7B (Llama-like)": (32, 4096, 32000, 32, 32, 11008),
-}
+_DATA = tomllib.loads(Path(__file__).with_name("memory_time_presets.toml").read_text("utf-8"))
+#: name -> (L, h, a, V), and "custom" (sources in memory_time_presets.toml)
+PRESETS = {k: tuple(v) for k, v in _DATA["shapes"].items()} | {"custom": None}
+#: name -> the published Llama 2 architecture (L, h, V, a, a_kv, f) of param_count_llama
+LLAMA_SHAPES = {k: tuple(v) for k, v in _DATA["llama"].items()}
 
 
 def preset_params(name: str, s: int = 2048) -> dict:
