@@ -1,13 +1,10 @@
-"""``minipar bench data_parallel`` (alias ``dp``): time naive, bucketed-with-overlap and PyTorch DDP data parallelism.
-
-The same MLP (``--depth`` Linear(width, width)+Tanh layers), the same per-rank batch and the same
-bucket cap for ours and DDP, on ``--ranks`` gloo ranks of this machine. Variants are interleaved
-round by round (``--backend``: NCCL with one GPU per rank when there are enough, else gloo on
-the CPU); a variant's step time is the median over rounds of the slowest rank. Also timed:
-"compute", the same step with no communication at all (the ideal). Throughput is samples per
-second over all ranks; ``*_to_ddp`` is our throughput divided by DDP's (1.0 = as fast as DDP).
-
-A benchmark reports, it never asserts: ranks share this machine's cores, so numbers are noisy.
+"""``minipar bench data_parallel`` (alias ``dp``): naive, bucketed-with-overlap and PyTorch DDP
+data parallelism on the same MLP (``--depth`` Linear(width, width)+Tanh layers), per-rank batch
+and bucket cap, interleaved round by round on ``--ranks`` ranks (``--backend``). A variant's
+step time is the median over rounds of the slowest rank; "compute" is the same step with no
+communication (the ideal). Throughput is samples per second over all ranks; ``*_to_ddp`` is our
+throughput over DDP's (1.0 = as fast). A benchmark reports, it never asserts: ranks share this
+machine's cores, so numbers are noisy.
 """
 
 from __future__ import annotations

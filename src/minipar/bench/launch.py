@@ -1,9 +1,7 @@
-"""``minipar bench launch``: how long ``minipar.runtime.launch.run`` takes to start ranks.
-
-The first call starts the zygote (an interpreter that imports torch); each repeat call forks
-fresh ranks from it, which rendezvous, run one all-reduce on the rank's device (the launcher's
-backend choice: NCCL with one GPU per rank when there are enough GPUs) and exit. Both are timed
-in one run; the repeat figure is the median.
+"""``minipar bench launch``: how long ``minipar.runtime.launch.run`` takes to start ranks: the
+first call starts the zygote (an interpreter that imports torch), each repeat call forks fresh
+ranks from it, which rendezvous, run one all-reduce on the launcher's backend and device and
+exit. Both in one run; the repeat figure is the median.
 """
 
 from __future__ import annotations

@@ -1,15 +1,14 @@
 """``minipar bench pipeline_parallel`` (alias ``pp``): a schedule's bubble measured on ranks.
 
-Each stage waits a fixed time per action (t_F forward, t_B input gradient, t_W weight
-gradient; see :mod:`minipar.pipeline_parallel.timed`), so ranks do not compete for this
-machine's cores and the step's idle time is the schedule's bubble plus send/receive overhead.
-``measured_bubble`` is the median over steps of the mean over ranks of the idle fraction of the
-step; ``model_bubble`` the closed form ((p−1)/(v·m+p−1) for gpipe, 1f1b, interleaved; ZB-H1's
-(p−1)(t_F+t_B−t_W) idle for zb-h1); ``hop_latency`` the median time from a sender's end to a
-waiting receiver's start, and ``model_bubble_with_latency`` the simulator's bubble when every
-message takes that long (what the measurement should approach on a busy machine). ``--layers gpt`` runs real GPT layers instead (then the
-ranks share the cores and the number is this machine's, not the schedule's).
-
+Each stage waits a fixed time per action (t_F forward, t_B input gradient, t_W weight gradient;
+:mod:`minipar.pipeline_parallel.timed`), so ranks do not compete for cores and the step's idle
+time is the schedule's bubble plus send/receive overhead. ``measured_bubble``: the median over
+steps of the ranks' mean idle fraction; ``model_bubble``: the closed form ((p−1)/(v·m+p−1) for
+gpipe, 1f1b, interleaved; ZB-H1's (p−1)(t_F+t_B−t_W) idle for zb-h1); ``hop_latency``: the
+median time from a sender's end to a waiting receiver's start, and
+``model_bubble_with_latency`` the simulator's bubble when every message takes that long (what
+the measurement should approach on a busy machine). ``--layers gpt`` runs real GPT layers
+instead (then the ranks share the cores: the number is this machine's, not the schedule's).
 A benchmark reports, it never asserts.
 """
 

@@ -1,13 +1,11 @@
 """``minipar bench tensor_parallel`` (alias ``tp``): our tensor-parallel MLP block against
-DTensor's (``parallelize_module`` with ColwiseParallel / RowwiseParallel) on the same shapes.
-
-One launch on ``--ranks`` gloo ranks of this machine; forward + backward of each, interleaved
-round by round; a round's time is the median over ``--steps`` of that rank, a variant's time the
-median over rounds of the slowest rank. ``ours_to_dtensor`` is our throughput divided by
-DTensor's (1.0 = as fast; the course's target is >= 0.9). Also reported: the largest differences
-of loss and gradients between the two (float64, same weights).
-
-A benchmark reports, it never asserts: ranks share this machine's cores, so numbers are noisy.
+DTensor's (``parallelize_module`` with ColwiseParallel / RowwiseParallel) on the same shapes,
+forward + backward, interleaved round by round on ``--ranks`` ranks; a round's time is a
+rank's median over ``--steps``, a variant's the median over rounds of the slowest rank.
+``ours_to_dtensor``: our throughput over DTensor's (1.0 = as fast; the course's target is >=
+0.9); also the largest differences of loss and gradients between the two (float64, same
+weights). A benchmark reports, it never asserts: ranks share this machine's cores, so numbers
+are noisy.
 """
 
 from __future__ import annotations
