@@ -1,10 +1,9 @@
 """The course's chapters, in reading order: the one list every other list is derived from.
 
 A chapter ``<slug>`` has the same name everywhere (CONTRIBUTING.md, "One chapter slug
-everywhere"). :data:`CHAPTERS` names them; :func:`parts` gives the files a chapter must have;
-``tests/test_chapters.py`` checks that every chapter has all of them and that no package holds a
-chapter module the registry does not list. Tests, the book's figure checks and the explorer
-input checks read :data:`SLUGS` instead of keeping their own lists.
+everywhere"). :func:`parts` gives the files a chapter must have (``tests/test_chapters.py``
+checks them, and that no package holds a chapter the registry does not list); tests, the book's
+figure checks and the explorer input checks read :data:`SLUGS`.
 """
 
 from __future__ import annotations

@@ -1,14 +1,13 @@
 """The ``minipar`` console script.
 
-Each subcommand lives beside the code it drives and registers itself through an
-``add_parser(subparsers)`` function listed in ``_COMMAND_MODULES``. Bad input exits with status 2
-and one line naming the rule and the value (:class:`minipar.errors.InputError`), never a
-traceback. SIGINT (Ctrl-C), SIGTERM and SIGHUP stop any command with one line (``minipar
-bench: stopped by SIGTERM``) and status 128 + N, the ranks and the launcher's socket folder gone
-first; a signal during that cleanup is held until it ends. A closed pipe (``minipar plan ... |
-head``) ends the command quietly with status 141 (128 + SIGPIPE), as ``yes | head`` does.
-``minipar`` alone lists the commands. This is the top layer: it imports the library, never the
-other way round.
+Each subcommand lives beside the code it drives and registers itself through the
+``add_parser(subparsers)`` of a module in ``_COMMAND_MODULES``. Bad input exits with status 2 and
+one line naming the rule and the value (:class:`minipar.errors.InputError`), never a traceback.
+SIGINT, SIGTERM and SIGHUP stop any command with one line (``minipar bench: stopped by
+SIGTERM``) and status 128 + N, the ranks and the launcher's socket folder gone first (a signal
+during that cleanup is held until it ends); a closed pipe (``minipar plan ... | head``) ends it
+quietly with status 141, as ``yes | head`` does. ``minipar`` alone lists the commands. The top
+layer: it imports the library, never the other way round.
 """
 
 from __future__ import annotations

@@ -1,9 +1,8 @@
-"""The one error type for bad input, in a leaf module (imports nothing from minipar).
-
-Library code and every command-line layer raise :class:`InputError` when an argument breaks a
-rule; ``minipar`` (:mod:`minipar.cli`) prints it as one line and exits with status 2. Its
-message names the rule and the value that broke it: ``"heads (12) must be divisible by t (5)"``.
-It is a ``ValueError``, so code that already catches ``ValueError`` keeps working.
+"""The one error type for bad input, in a leaf module (imports nothing from minipar): library
+code and every command-line layer raise :class:`InputError` when an argument breaks a rule, its
+message naming the rule and the value (``"heads (12) must be divisible by t (5)"``); ``minipar``
+prints it as one line and exits with status 2. A ``ValueError``, so code that catches
+``ValueError`` keeps working.
 """
 
 from __future__ import annotations

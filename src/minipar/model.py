@@ -1,20 +1,17 @@
 """The course's one GPT: a config dataclass with tiny defaults, the single-process reference
-model every chapter shards, and the token batches every chapter trains it on.
+model every chapter shards (copying the weights of a :class:`GPT` built from one
+:class:`GPTConfig`), and the token batches every chapter trains it on.
 
 Each layer is the one Korthikanti et al. 2022 (§4.1, Figure 2) count activations for:
 LayerNorm → QKV linear → softmax(QKᵀ/√(h/a)) → dropout → ·V → output linear → dropout →
-residual; LayerNorm → h→4h linear → GeLU → 4h→h linear → dropout → residual.
-Attention is written out (no fused kernel) so that what autograd saves is exactly what the
-paper counts. Embeddings are tied to the output layer, as Narayanan et al. 2021 Eq. 2 assumes.
+residual; LayerNorm → h→4h linear → GeLU → 4h→h linear → dropout → residual. Attention is
+written out (no fused kernel) so that what autograd saves is exactly what the paper counts.
+Embeddings are tied to the output layer, as Narayanan et al. 2021 Eq. 2 assumes.
 
 ``recompute``: "none"; "selective" re-runs softmax(QKᵀ)·V in the backward (Korthikanti §5);
 "full" keeps only each layer's input (Chen et al. 2016). Both use reentrant
 ``torch.utils.checkpoint``, whose saved inputs go through ``saved_tensors_hooks`` and so are
 measured like any other saved tensor.
-
-Every chapter builds its GPT from here: the tensor-parallel ``ParallelGPT``, the
-pipeline stages, the 3D stages and the context-parallel GPT copy the weights of a :class:`GPT`
-built from one :class:`GPTConfig`; chapters pick their sizes with ``GPTConfig(L=..., h=...)``.
 """
 
 from __future__ import annotations

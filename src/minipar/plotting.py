@@ -1,10 +1,8 @@
-"""How the course's matplotlib figures look on the site, set in one place.
-
-Every chapter notebook calls :func:`book_style` in its first cell. Figures are stored at twice
-their CSS size (``retina``: a PNG of 2× the pixels shown at 1×), so a phone's high-density
-screen and a zoomed page show them sharp; the page's CSS (``_static/minipar.css``) scales them
-down to the column on a narrow screen. The rcParams below are the only style settings: a
-chapter's plotting module sets sizes and labels per figure, never global state.
+"""How the course's matplotlib figures look on the site, set in one place: every chapter
+notebook calls :func:`book_style` first. Figures are stored at twice their CSS size (a 2× PNG),
+so high-density screens and zoomed pages show them sharp; ``_static/minipar.css`` scales them
+to the column. The rcParams below are the only style settings: a chapter's plotting module sets
+sizes and labels per figure, never global state.
 """
 
 from __future__ import annotations

@@ -1,28 +1,25 @@
 """``minipar calibrate gpu``: measure this GPU's kernel constants, write its JSON profile.
 
-What :mod:`minipar.cost.kernels.compute` needs of a GPU, measured on the reader's card in well under a
-minute, the way ``measurements/h200_layer_gemm_times.json`` measured the H200 (bf16, CUDA
-events around each call, the median of repeats after warm-up, random data):
+What :mod:`minipar.cost.kernels.compute` needs of a GPU, measured on the reader's card in well
+under a minute, the way ``measurements/h200_layer_gemm_times.json`` measured the H200 (bf16,
+CUDA events around each call, the median of repeats after warm-up, random data):
 
   ceiling   one large square bf16 ``torch.matmul``                  → η = FLOP/s / peak
   copy      a device-to-device copy, bytes read + written            → W (HBM bandwidth)
   gemms     every GEMM of a layer (forward, input and weight gradient) at two layer shapes,
             the attention ones with ``torch.bmm``                    → λ, W_bmm, λ_bmm
   layers    one :class:`minipar.model.Layer` forward + backward at the two shapes, attention
-            unfused (the course's layer as written) and fused (``torch.nn.functional.
-            scaled_dot_product_attention``, causal: flash where PyTorch has it)
-                                                                     → overhead, flash rate,
-                                                                       bytes per score
+            unfused (as written) and fused (``scaled_dot_product_attention``, causal: flash
+            where PyTorch has it)                  → overhead, flash rate, bytes per score
   adam      ``torch.optim.Adam(fused=True)`` on fp32 parameters      → the optimizer's bandwidth
 
-:func:`minipar.cost.validation.kernel_fit.fit_gpu` turns the timings into a :class:`GPU`, written with the
-raw timings under ``"measured"``; :func:`minipar.cost.kernels.hardware.load_gpu_profile` reads it back
-(``minipar plan --gpu-profile FILE``). The dense bf16 peak comes from the preset whose name the
-device's matches (H200, H100 PCIe or SXM, A100), or ``--peak-tflops``; failing both, the
-measured ceiling stands in for the peak (η = 1) and the profile says so.
-
-``--device cpu`` runs the same code on tiny shapes on the CPU: a check of the plumbing, not a
-GPU profile. :func:`calibrate` takes a ``timer`` so that tests can replace the clock.
+:func:`minipar.cost.validation.kernel_fit.fit_gpu` turns the timings into a :class:`GPU`,
+written with the raw timings under ``"measured"``;
+:func:`minipar.cost.kernels.hardware.load_gpu_profile` reads it back (``minipar plan
+--gpu-profile FILE``). The dense bf16 peak is ``--peak-tflops``, else the matching preset's
+(H200, H100 PCIe or SXM, A100), else the measured ceiling (η = 1, and the profile says so).
+``--device cpu`` runs the same code on tiny shapes: a check of the plumbing, not a GPU profile.
+:func:`calibrate` takes a ``timer`` so that tests can replace the clock.
 """
 
 from __future__ import annotations

@@ -2,9 +2,9 @@
 
 Nothing else in minipar calls ``torch.cuda`` unconditionally: code asks :func:`get_device`
 (ranks) or :func:`default_device` (single-process experiments). :func:`resolve_backend` turns
-``"auto"`` into NCCL when there is one GPU per rank, else gloo on the CPU; the launcher
-(:func:`minipar.runtime.launch.choose_backend`) and :mod:`minipar.runtime.run` under torchrun both use it, then
-call :func:`set_backend` on each rank. Time GPU work only after :func:`synchronize`.
+``"auto"`` into NCCL when there is one GPU per rank, else gloo; the launcher and
+:mod:`minipar.runtime.run` use it, then call :func:`set_backend` on each rank. Time GPU work
+only after :func:`synchronize`.
 """
 
 from __future__ import annotations

@@ -1,10 +1,8 @@
-"""The timing loops the chapters and ``minipar bench`` share, written once.
-
-Every interval waits for the device at both ends (:func:`minipar.runtime.device.synchronize`: a
-GPU's kernels are queued, not done), and on several ranks a timed call starts right after a
-barrier, so the ranks start together and the slowest one decides when the step is done.
-A variant's figure is the median over rounds of the slowest rank (:func:`slowest`). Nothing here
-asserts a speed: a benchmark reports ratios measured in one run.
+"""The timing loops the chapters and ``minipar bench`` share. Every interval waits for the
+device at both ends (:func:`minipar.runtime.device.synchronize`: a GPU's kernels are queued, not
+done); on several ranks a timed call starts right after a barrier, so the slowest rank decides
+when the step is done, and a variant's figure is the median over rounds of the slowest rank
+(:func:`slowest`). Nothing here asserts a speed: a benchmark reports ratios measured in one run.
 """
 
 from __future__ import annotations

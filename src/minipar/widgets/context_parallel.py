@@ -1,12 +1,10 @@
 """Explorer for the context-parallel chapter: one attention layer's memory per rank, traffic,
-forward time and causal imbalance as the sequence length, cp, the layout, the link and the
-number of packed documents vary.
-
-The browser evaluates ``widgets/context_parallel.js``; its model is the JavaScript twin of
-:func:`cp_layer_model`, which composes :mod:`minipar.cost.chapters.context_parallel` (Liu et al. 2023 for
-the ring, Jacobs et al. 2023 for Ulysses, Korthikanti et al. 2022 for the activations, Dubey et
-al. 2024 §3.3.2 and Dao 2023's variable-length kernels for the document mask).
-tests/test_context_parallel_explorer.py checks the twins agree.
+forward time and causal imbalance as s, cp, the layout, the link and the number of packed
+documents vary. ``widgets/context_parallel.js`` is the JavaScript twin of :func:`cp_layer_model`
+(tests/test_context_parallel_explorer.py), which composes
+:mod:`minipar.cost.chapters.context_parallel` (Liu et al. 2023 for the ring, Jacobs et al. 2023
+for Ulysses, Korthikanti et al. 2022 for the activations, Dubey et al. 2024 §3.3.2 and Dao
+2023's variable-length kernels for the document mask).
 """
 
 from __future__ import annotations

@@ -1,18 +1,12 @@
-"""The explorers' input contract, the Python twin of ``checkControls`` in ``explorer.js``.
-
-One contract for every explorer, in both languages, with the same messages (the parity test
-compares them on every registered explorer's number boxes):
-
-* a box that is empty says so: ``"t is empty"``;
-* the value is a finite number: ``"h (1e+308) ..."`` is refused before any model sees it;
-* a whole number where the control's step is whole: ``"b (1.5) must be a whole number"``;
-* at least the control's ``min`` and at most its ``max``, never above :data:`MAX_INPUT`;
-* ``divisible = [(field, by), ...]``: ``"h (3) must be divisible by a (128)"``;
-* the field the reader changed is checked first, so the message names that field.
-
-A control is a dict with the JavaScript control's keys (``name``, ``label``, ``type``, ``min``,
-``max``, ``step``, ``integer``). Numbers in messages are written as JavaScript writes them
-(``1e+21``, ``10000000``), so the two languages give the same words.
+"""The explorers' input contract, the Python twin of ``checkControls`` in ``explorer.js``, with
+the same messages (the parity test compares them on every registered explorer's number boxes):
+an empty box says so (``"t is empty"``); a value must be a finite number, a whole number where
+the control's step is whole (``"b (1.5) must be a whole number"``), at least the control's
+``min`` and at most its ``max`` (never above :data:`MAX_INPUT`); ``divisible = [(field, by),
+...]`` pairs (``"h (3) must be divisible by a (128)"``); the field the reader changed is checked
+first, so the message names it. A control is a dict with the JavaScript control's keys (``name``,
+``label``, ``type``, ``min``, ``max``, ``step``, ``integer``); numbers in messages are written as
+JavaScript writes them (``1e+21``, ``10000000``).
 """
 
 from __future__ import annotations

@@ -1,10 +1,8 @@
-"""Memory calculator: per-GPU bytes of a d × t × p training layout, against a GPU's capacity.
-
-Every number comes from :func:`minipar.cost.planner.breakdown.per_gpu_memory` (model states under ZeRO
-plus the first pipeline stage's 1F1B activations). :func:`memory_time_explorer` is the live
-explorer (``widgets/memory_time.js``, parity-tested against ``per_gpu_memory``; works on the
-static site with no kernel): it shows the selected ZeRO stage next to the other three, so what
-each stage shards is visible at a glance.
+"""Memory calculator: per-GPU bytes of a d × t × p training layout against a GPU's capacity,
+every number from :func:`minipar.cost.planner.breakdown.per_gpu_memory` (model states under
+ZeRO plus the first pipeline stage's 1F1B activations). The live explorer
+(``widgets/memory_time.js``, parity-tested) shows the selected ZeRO stage next to the other
+three, so what each stage shards is visible at a glance.
 """
 
 from __future__ import annotations

@@ -1,11 +1,10 @@
 """Explorer for the pipeline-parallel chapter: any schedule's timeline, bubble and peak
-activations for p, m, v and the F/B/W times.
-
-The browser evaluates ``widgets/pipeline_parallel.js``, whose ``schedule``, ``simulate`` and
-``ppModel`` are JavaScript twins of :func:`minipar.pipeline_parallel.schedules.schedule`,
-:func:`minipar.pipeline_parallel.simulate.simulate` and :func:`pp_model` (parity-tested in
-tests/test_pipeline_parallel_explorer.py). Those two are the chapter's pure modules (standard
-library only): the pipeline's cost model is the schedule itself, run on paper.
+activations for p, m, v and the F/B/W times. ``widgets/pipeline_parallel.js``'s ``schedule``,
+``simulate`` and ``ppModel`` are the JavaScript twins of
+:func:`minipar.pipeline_parallel.schedules.schedule`,
+:func:`minipar.pipeline_parallel.simulate.simulate` and :func:`pp_model`
+(tests/test_pipeline_parallel_explorer.py): the pipeline's cost model is the schedule itself,
+run on paper by those two pure modules.
 """
 
 from __future__ import annotations

@@ -1,9 +1,7 @@
 """Explorer for the putting-them-together chapter: one layout's memory, step time and cost, and
-the same t at every other pipeline depth, from the planner's model.
-
-The browser evaluates ``widgets/three_d.js``, whose ``planEvaluate`` is the JavaScript twin of
-:func:`minipar.cost.planner.three_d.evaluate` and ``planCluster`` of :func:`minipar.cost.planner.three_d.cluster`
-(parity-tested, invalid inputs included, in tests/test_three_d_explorer.py).
+the same t at every other pipeline depth. ``widgets/three_d.js``'s ``planEvaluate`` and
+``planCluster`` are the JavaScript twins of :func:`minipar.cost.planner.three_d.evaluate` and
+:func:`~minipar.cost.planner.three_d.cluster` (parity-tested in tests/test_three_d_explorer.py).
 """
 
 from __future__ import annotations
