@@ -442,17 +442,12 @@ def _sensitivity_table(rows) -> None:
     print("  sensitivity of the first layout (each constant alone ±20 %):")
     for r in rows:
         b = r["best"]
-        then = (
-            "the same layout stays first"
-            if r["same"]
-            else "first becomes "
-            + (
-                "nothing (none fits)"
-                if b is None
-                else f"t={b['tp']} p={b['pp']} d={b['dp']} b={b['micro_batch']} "
-                f"{b['recompute']} ZeRO-{b['zero']}"
-            )
-        )
+        then = "first becomes nothing (none fits)"
+        if r["same"]:
+            then = "the same layout stays first"
+        elif b is not None:
+            then = f"first becomes t={b['tp']} p={b['pp']} d={b['dp']} b={b['micro_batch']} "
+            then += f"{b['recompute']} ZeRO-{b['zero']}"
         print(
             f"    {r['knob']:<17} ×{r['factor']:.1f}: step {fmt_seconds(r['step_seconds']):>9} "
             f"({r['step_change']:+.1%}), MFU {r['mfu']:.1%}; {then}"

@@ -117,8 +117,7 @@ one FP8 copy instead (:data:`FP8_CAST_BYTES`): 0."""
 
 class LayerTime(NamedTuple):
     gemm_s: float  # matrix kernels: GEMMs, attention's batched GEMMs or flash kernel
-    memory_s: float  # memory-bound kernels (elementwise, softmax, fp32 grad accumulation)
-    #                        and the layer's fixed overhead (GPU.layer_overhead_s)
+    memory_s: float  # memory-bound kernels and the fixed overhead (GPU.layer_overhead_s)
 
     @property
     def total_s(self) -> float:

@@ -130,14 +130,11 @@ def gh100_kernels(hbm_datasheet: float) -> dict:
     step, the element-wise rate) scaled by the part's datasheet HBM bandwidth over the H200's (4.8 TB/s). An
     ASSUMPTION, labelled as such: no H100 step was measured to check it."""
     r = hbm_datasheet / H200_DATASHEET_HBM
-    k = dict(H200_KERNELS, gemm_efficiency=H200_GEMM_EFFICIENCY)
-    k.update(
-        hbm_bandwidth=H200_HBM_ACHIEVED * r,
-        bmm_bandwidth=H200_KERNELS["bmm_bandwidth"] * r,
-        optimizer_bandwidth=H200_KERNELS["optimizer_bandwidth"] * r,
-        elementwise_bandwidth=H200_KERNELS["elementwise_bandwidth"] * r,
+    k = dict(
+        H200_KERNELS, gemm_efficiency=H200_GEMM_EFFICIENCY, hbm_bandwidth=H200_HBM_ACHIEVED * r
     )
-    return k
+    scaled = ("bmm_bandwidth", "optimizer_bandwidth", "elementwise_bandwidth")
+    return k | {f: H200_KERNELS[f] * r for f in scaled}
 
 
 def _preset(name: str, g: dict) -> GPU:

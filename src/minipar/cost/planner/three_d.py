@@ -681,13 +681,14 @@ def check(m_: ModelShape, cl: Cluster, lay: Layout) -> None:
         )
 
 
+def _powers(fixed: int | None, top: int) -> list[int]:
+    """``[fixed]`` if given, else the powers of two up to ``top``."""
+    return [fixed] if fixed else [1 << k for k in range(top.bit_length())]
+
+
 def _candidates(m_: ModelShape, cl: Cluster, global_batch: int, space: Space, refused: list):
     """(t, cp, ep, p, d, b) of ``space`` that divide the GPUs and the batch; the rule and the
     values of each one left out go to ``refused``."""
-
-    def powers(fixed, top):
-        return [fixed] if fixed else [1 << k for k in range(top.bit_length()) if 1 << k <= top]
-
     sp = space
     kv = m_.kv_heads or m_.heads  # t divides the heads and the key/value heads
     ts = (
@@ -699,8 +700,8 @@ def _candidates(m_: ModelShape, cl: Cluster, global_batch: int, space: Space, re
     for t, cp_, ep_, p in (
         (t, c, e, p)
         for t in ts
-        for c in powers(sp.cp, sp.max_cp)
-        for e in powers(sp.ep, sp.max_ep)
+        for c in _powers(sp.cp, sp.max_cp)
+        for e in _powers(sp.ep, sp.max_ep)
         for p in ps
     ):
         if ep_ > 1 and not m_.moe:
@@ -715,7 +716,7 @@ def _candidates(m_: ModelShape, cl: Cluster, global_batch: int, space: Space, re
         if global_batch % d:
             refused.append(f"d ({d}) must divide the global batch ({global_batch})")
             continue
-        for b in powers(sp.micro_batch, sp.max_micro_batch):
+        for b in _powers(sp.micro_batch, sp.max_micro_batch):
             if global_batch % (d * b):
                 refused.append(
                     f"micro-batch ({b}) × d ({d}) must divide the global batch ({global_batch})"
@@ -763,13 +764,8 @@ def search(
             and m % p == 0
             and m_.layers % (p * v) == 0
         ]
-        zs = (
-            [space.zero]
-            if space.zero is not None
-            else [0]
-            if d == 1
-            else (list(ZERO_STAGES) if p == 1 else [0, 1, 3])
-        )
+        zs = list(ZERO_STAGES) if p == 1 else [0, 1, 3]  # ZeRO-2 needs p = 1
+        zs = [space.zero] if space.zero is not None else [0] if d == 1 else zs
         for v, rc, sp, z in (
             (v, rc, sp, z)
             for v in vs
@@ -857,7 +853,7 @@ def preflight(m_: ModelShape, cl: Cluster, global_batch: int, space: Space, opt:
         raise ValueError(refused[0])
     ts = [space.tp] if space.tp else [k for k in _divisors(m_.heads) if k <= cl.gpus_per_node]
     ps = _stage_counts(m_, space)
-    cps = [space.cp] if space.cp else [1 << k for k in range(space.max_cp.bit_length())]
+    cps = _powers(space.cp, space.max_cp)
     ds = sorted(
         {
             cl.gpus // (t * c * p)

@@ -638,11 +638,9 @@ class H200Row:
     @property
     def time_error(self) -> float:
         """(predicted − measured) / measured step time, in % (inf when refused)."""
-        return (
-            math.inf
-            if self.predicted_step is None
-            else 100 * (self.predicted_step / self.measured_step - 1)
-        )
+        if self.predicted_step is None:
+            return math.inf
+        return 100 * (self.predicted_step / self.measured_step - 1)
 
     @property
     def memory_error(self) -> float:
