@@ -176,11 +176,10 @@ class Grid:
 
 
 def new_groups(grid: Grid, kinds: tuple[str, ...] = KINDS) -> dict:
-    """Create every group of each kind in ``kinds`` with ``torch.distributed.new_group`` and
-    return {kind: this rank's group} (None for a middle stage's embedding group).
-
-    ``new_group`` is collective: every rank creates every group, in the same order. Call it
-    once, after the default group exists, with ``grid.world_size`` equal to the world size."""
+    """Create every group of each kind in ``kinds`` with ``torch.distributed.new_group`` (a
+    collective: every rank creates every group, in the same order) and return {kind: this rank's
+    group} (None for a middle stage's embedding group). Call it once, on ``grid.world_size``
+    ranks, after the default group exists."""
     import torch.distributed as dist  # noqa: PLC0415 (lazy: torch)
 
     n, me = dist.get_world_size(), dist.get_rank()

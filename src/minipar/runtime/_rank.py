@@ -318,11 +318,8 @@ def rank_main(rank, world, state, task, address, folder) -> None:
 
 
 def _run(rank, world, state, task) -> tuple:
-    """Run the task; ``("ok", pickled result)`` or ``("err", (summary, traceback, time))``.
-
-    The time stamp, taken when the exception was caught, lets the caller tell the first
-    failure from its echoes on other ranks (whose peers vanished).
-    """
+    """Run the task; ``("ok", pickled result)`` or ``("err", (summary, traceback, time))``: the
+    time the exception was caught tells the caller the first failure from its echoes."""
     import torch.distributed as dist  # noqa: PLC0415 (lazy: torch)
 
     store = None

@@ -49,12 +49,9 @@ START_STALL_S = 60.0
 
 
 class RankError(RuntimeError):
-    """A rank raised or died.
-
-    ``rank``: the first rank that failed; ``summary``: ``"ValueError: ..."`` or how it died;
-    ``remote_traceback``: its Python traceback; ``stderr_tail``: the last lines its process
-    wrote to its file descriptor 2 (C++ messages, a ``faulthandler`` stack of a crash).
-    """
+    """A rank raised or died: ``rank``, the first rank that failed; ``summary``, ``"ValueError:
+    ..."`` or how it died; ``remote_traceback``, its Python traceback; ``stderr_tail``, the last
+    lines its process wrote to its file descriptor 2 (C++ messages, a ``faulthandler`` stack)."""
 
     def __init__(self, rank, summary: str, remote_traceback: str, stderr_tail: str = ""):
         self.rank, self.summary = rank, summary
@@ -238,11 +235,8 @@ _announced: set[tuple[str, int]] = set()
 
 
 def choose_backend(backend: str, world_size: int) -> str:
-    """Resolve ``"auto"`` to NCCL (one GPU per rank) or gloo (CPU); check explicit choices.
-
-    The one place that decides: ranks then put their tensors on
-    :func:`minipar.runtime.device.get_device` (``cuda:<rank>`` under NCCL, the CPU under gloo).
-    """
+    """Resolve ``"auto"`` to NCCL (one GPU per rank) or gloo (CPU), check explicit choices, and
+    say once per (backend, ranks) why "auto" chose what it did."""
     chosen = resolve_backend(backend, world_size)
     if backend != "auto":
         return chosen

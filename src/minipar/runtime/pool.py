@@ -74,10 +74,8 @@ class _Pickler(cloudpickle.Pickler):
 
 
 def pack(fn, args) -> tuple[bytes, dict]:
-    """``(fn, args)`` pickled by value, and the cell sources its functions come from.
-
-    Raises ``TypeError`` naming the argument that cannot be sent (nothing has started yet).
-    """
+    """``(fn, args)`` pickled by value, and the cell sources its functions come from; a
+    ``TypeError`` naming the argument that cannot be sent (nothing has started yet)."""
     _seen.filenames = set()
     buf = io.BytesIO()
     try:

@@ -4,25 +4,21 @@
         dist.all_reduce(x)
     tr.summary()   # {"all_reduce": OpStats(calls=1, bytes=..., seconds=...)}
 
-Why not PyTorch's own tools? ``CommDebugMode`` counts calls only (no bytes, no time, no
-``send``/``recv``); the profiler records kernels and host ranges, not the bytes of a gloo call.
-Both rest on the fact used here: every ``torch.distributed`` call, DDP's C++ reducer's included,
-goes through a ``c10d::*`` dispatcher op. So:
+PyTorch's ``CommDebugMode`` counts calls only (no bytes, no time, no ``send``/``recv``); its
+profiler records kernels and host ranges, not the bytes of a gloo call. Both rest on the fact
+used here: every ``torch.distributed`` call, DDP's C++ reducer's included, goes through a
+``c10d::*`` dispatcher op. So **bytes and group** come from a ``TorchDispatchMode`` that sees
+every ``c10d`` op on this thread and in autograd's backward (which inherits the mode), DTensor's
+functional collectives too; **wall time** comes from wrapping the public ``torch.distributed``
+functions while any trace is open (reference-counted; only calls on a thread with a trace open
+are timed): a synchronous call until it returns, an ``async_op=True`` one until its
+``Work.wait()`` returns through the handle we return, else its launch only (``is_async``), as
+for calls that bypass the Python API (DDP's reducer).
 
-* **bytes and group** come from a ``TorchDispatchMode`` that sees every ``c10d`` op on this
-  thread and in autograd's backward, which inherits the mode; DTensor's functional collectives
-  (``_c10d_functional``) are recorded the same way;
-* **wall time** comes from wrapping the public ``torch.distributed`` functions while any trace
-  is open (reference-counted; only calls on a thread with a trace open are timed): a
-  synchronous call until it returns, an ``async_op=True`` call until its ``Work.wait()``
-  returns through the handle we return, else its launch only (``is_async``); calls that bypass
-  the Python API (DDP's reducer) record their launch.
-
-``bytes`` is nccl-tests' size S: the whole buffer (all-reduce: the tensor; all-gather: the
-gathered output; reduce-scatter and all-to-all: the input; broadcast/reduce: the tensor;
-send/recv: the tensor, exactly what moves). What a rank puts on the wire for an algorithm is
-the cost model's job (:func:`minipar.cost.network.collectives.ring_bytes_per_rank`).
-
+``bytes`` is nccl-tests' size S: the whole buffer (all-reduce, broadcast, reduce, send/recv: the
+tensor; all-gather: the gathered output; reduce-scatter and all-to-all: the input). What a rank
+puts on the wire for an algorithm is the cost model's job
+(:func:`minipar.cost.network.collectives.ring_bytes_per_rank`); for send/recv it is ``bytes``.
 Each event records its group's global ranks and identity (``group_name``), so traffic is
 attributed to the TP, DP or PP group by identity, never guessed from its size (on a (2, 2, 2)
 grid TP and DP groups both have two ranks): ``trace(groups={"tp": tp_group, ...})`` names them

@@ -87,10 +87,8 @@ def _script_safe(text: str) -> str:
 def static_html(
     slug: str, name: str, values: dict | None = None, config: dict | None = None
 ) -> str:
-    """A self-contained HTML mount: a <div> and an inline script that draws the explorer.
-
-    No request leaves the page, so it works on the static site, offline, and from file://.
-    """
+    """A self-contained HTML mount: a <div> and an inline script that draws the explorer (no
+    request leaves the page: it works on the static site, offline, and from file://)."""
     mount = f"minipar-{name}-{uuid.uuid4().hex[:10]}"
     args = ", ".join(_script_safe(json.dumps(x)) for x in (name, values or {}, config or {}))
     return (
@@ -136,9 +134,6 @@ def _widget_class():
 
 
 def Explorer(slug: str, explorer: str, config: dict | None = None, values: dict | None = None):
-    """The explorer ``explorer`` registered in ``widgets/<slug>.js``, as a widget.
-
-    ``config``: data the JavaScript needs (JSON-serialisable); ``values``: control values that
-    override the defaults.
-    """
+    """The explorer ``explorer`` registered in ``widgets/<slug>.js``, as a widget; ``config``:
+    data the JavaScript needs (JSON); ``values``: control values that override the defaults."""
     return _widget_class()(slug, explorer, config=config, values=values)
