@@ -90,14 +90,13 @@ class ZeRO:
         self._used: set[int] = set()
         for p in self.params:
             p.register_post_accumulate_grad_hook(lambda p: self._used.add(id(p)))
-        lo = self.rank * self.shard_numel
-        shard = self.shard_numel
+        self.mine = slice(self.rank * self.shard_numel, (self.rank + 1) * self.shard_numel)  # r·P/n
         if stage == 0:
             self.master = torch.nn.Parameter(self.flat)  # (P,) shares storage
         elif stage in (1, 2):
-            self.master = torch.nn.Parameter(self.flat[lo : lo + shard])  # (P/n,) a view
+            self.master = torch.nn.Parameter(self.flat[self.mine])  # (P/n,) a view
         else:
-            self.master = torch.nn.Parameter(self.flat[lo : lo + shard].clone())  # own copy
+            self.master = torch.nn.Parameter(self.flat[self.mine].clone())  # own copy
             _free(self.flat)
             model.register_forward_pre_hook(lambda m, a: self._gather_params())
             model.register_forward_hook(self._after_forward)
@@ -149,8 +148,7 @@ class ZeRO:
     def shard(self) -> tuple[int, int, torch.Tensor]:
         """(lo, hi, values): this rank's slice flat[lo:hi] of the flat parameter, the part its
         optimizer updates (a detached view; the last shard may end in zero padding)."""
-        lo = self.rank * self.shard_numel
-        return lo, lo + self.shard_numel, self.master.detach()
+        return self.mine.start, self.mine.stop, self.master.detach()
 
     def full_parameters(self) -> list[torch.Tensor]:
         """Every trainable parameter in full (clones, in ``model.parameters()`` order). Stage 3
@@ -208,7 +206,6 @@ class ZeRO:
     def _save_untouched(self):
         """(mask of this rank's master entries no rank used this step, (their values, their
         optimizer state) or None): the step must leave them untouched, like a None grad."""
-        lo, shard = self.rank * self.shard_numel, self.shard_numel
         nobody = self._unused()
         self._used = set()
         keep = torch.zeros(self.P, dtype=torch.bool, device=self.device)  # (P,)
@@ -216,7 +213,7 @@ class ZeRO:
             if id(p) in nobody:
                 keep[a:b] = True
         if self.stage:
-            keep = keep[lo : lo + shard]  # (P/n,) mine
+            keep = keep[self.mine]  # (P/n,)
         if not keep.any():
             return keep, None
         state = self.optimizer.state.get(self.master, {})
@@ -232,18 +229,18 @@ class ZeRO:
     def _reduce_gradients(self) -> None:
         """The averaged gradient into ``master.grad``: all of it (stage 0, all-reduce) or this
         rank's shard (stages 1-3, reduce-scatter); stages 2 and 3 free the full gradient."""
-        n, lo, shard = self.n, self.rank * self.shard_numel, self.shard_numel
+        n = self.n
         if self.stage == 0:
             if n > 1:
                 dist.all_reduce(self.grad, group=self.group)  # (P,)
             self.master.grad = self.grad.div_(n)
             return
-        mine = torch.empty(shard, dtype=self.dtype, device=self.device)  # (P/n,)
+        mine = torch.empty(self.shard_numel, dtype=self.dtype, device=self.device)  # (P/n,)
         dist.reduce_scatter_single(mine, self.grad, group=self.group)  # sum of my shard
         mine.div_(n)
         if self.stage == 1:
-            self.grad[lo : lo + shard].copy_(mine)
-            self.master.grad = self.grad[lo : lo + shard]
+            self.grad[self.mine].copy_(mine)
+            self.master.grad = self.grad[self.mine]
         else:  # stages 2 and 3
             for p in self.params:
                 p.grad = None

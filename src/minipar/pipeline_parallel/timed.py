@@ -21,7 +21,7 @@ import torch.nn as nn
 from minipar.runtime.device import get_device
 
 from .executor import LastStageLoss, PipelineExecutor
-from .schedules import Action, num_stages, schedule, splits_backward
+from .schedules import num_stages, schedule, splits_backward
 from .simulate import _deps
 from .stage import build_stages
 from .train import small_config, token_batches
@@ -151,13 +151,7 @@ def hop_latency(timeline, p: int) -> float:
     n_st = 1 + max(a.stage for _, a, _, _ in timeline)
     gaps = []
     for r, a, s, _ in timeline:
-        src = (
-            Action("F", a.stage - 1, a.microbatch)
-            if a.op == "F" and a.stage > 0
-            else Action("B", a.stage + 1, a.microbatch)
-            if a.op == "B" and a.stage < n_st - 1
-            else None
-        )
+        src = next((d for d in _deps(a, n_st) if d.stage != a.stage), None)  # its message
         if src is None or src.stage % p == r or src not in end:
             continue
         if prev_end[a] <= end[src]:

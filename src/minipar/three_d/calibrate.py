@@ -87,11 +87,7 @@ def _layer_and_stage(out: dict, cfg: GPTConfig, layer, batches, reps: int) -> No
 def _blocks(out: dict, cfg: GPTConfig, layer, batches, reps: int) -> None:
     """The sequence-parallel block per TP degree t (every group of t consecutive ranks) and b."""
     world_size, rank = dist.get_world_size(), dist.get_rank()
-    degrees = [
-        k
-        for k in range(1, world_size + 1)
-        if world_size % k == 0 and cfg.a % k == 0 and cfg.s % k == 0
-    ]
+    degrees = [k for k in range(1, world_size + 1) if world_size % k == cfg.a % k == cfg.s % k == 0]
     for t in degrees:
         groups = [dist.new_group(list(range(g, g + t))) for g in range(0, world_size, t)]
         block = ParallelBlock.from_full(layer, groups[rank // t], sequence_parallel=True)
