@@ -1,8 +1,6 @@
-"""Process-group helpers every chapter shares, each correct without a process group.
-
-Every helper answers for a single process too (no ``torch.distributed`` set up, or a group of
-one rank), so the same model code runs sharded and unsharded. The process group is always an
-argument, never a module-level global.
+"""Process-group helpers every chapter shares, each correct for a single process too (no
+``torch.distributed`` set up, or a group of one rank), so the same model code runs sharded and
+unsharded. The process group is always an argument, never a module-level global.
 """
 
 from __future__ import annotations

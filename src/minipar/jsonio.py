@@ -22,8 +22,7 @@ from minipar.errors import InputError
 
 def first_non_finite(obj: Any, path: str = "") -> tuple[str, float] | None:
     """``(path, value)`` of the first ``inf``/``-inf``/``nan`` in ``obj`` (dicts, lists, tuples
-    walked in order; ``path`` like ``"steps[3].time_s"``), or ``None`` when every number is
-    finite."""
+    in order; ``path`` like ``"steps[3].time_s"``), or ``None`` when every number is finite."""
     if isinstance(obj, float):
         return None if math.isfinite(obj) else (path or "value", obj)
     if isinstance(obj, dict):

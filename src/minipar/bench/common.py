@@ -89,9 +89,8 @@ def check(
 
 
 def emit(args, measure, show) -> int:
-    """Run ``measure()`` (its prints go to stderr under ``--json``), then print the result:
-    one JSON object under ``--json``, else ``show(result)`` for people. A rank's error or a
-    failed allocation becomes one :class:`InputError` line."""
+    """Run ``measure()`` (its prints go to stderr under ``--json``), then print the result: one
+    JSON object under ``--json``, else ``show(result)``; errors as :func:`_one_line_errors`."""
     name = f"minipar bench {getattr(args, 'bench', '') or ''}".rstrip()
     with contextlib.redirect_stdout(sys.stderr if args.json else sys.stdout), progress(name):
         result = _one_line_errors(measure)

@@ -1,7 +1,7 @@
 """``minipar bench three_d``: calibrate this machine (compute rate and per-layer cost, α-β per
 group size), predict the tiny 3D GPT's step time under every (d, t, p) layout of ``--ranks``
-(:mod:`minipar.cost.validation.calibrate`), run each layout and report predicted against measured: the
-error per layout and Spearman's rank correlation. A benchmark reports, it never asserts.
+(:mod:`minipar.cost.validation.calibrate`), run each layout and report predicted against
+measured: the error per layout and Spearman's rank correlation. It never asserts.
 """
 
 from __future__ import annotations

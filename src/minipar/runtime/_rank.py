@@ -1,22 +1,21 @@
 """The rank side of :mod:`minipar.runtime.launch`: a warm zygote that forks one fresh rank per call.
 
 The caller starts this file **by path** (``python _rank.py ADDRESS CALLER_PID FOLDER``), so the
-zygote imports the standard library, cloudpickle and torch, and not one minipar or user module:
-nothing a learner edits can be stale here. It never touches ``torch.cuda`` (a process that has
-initialised CUDA cannot fork usable children). Then it serves the caller's requests:
+zygote imports the standard library, cloudpickle and torch, not one minipar or user module
+(nothing a learner edits can be stale here), and never touches ``torch.cuda`` (a process that
+has initialised CUDA cannot fork usable children). Then it serves the caller's requests:
 
-* ``("fork", call, world_size, state, task)``: start one child per rank (a spare forked ahead
-  of time, see :class:`_Children`, or a fresh fork) and answer ``("forked", call, pids)``. Each
-  child (:func:`rank_main`) takes the caller's environment, working directory, ``sys.path`` and
-  cell sources from ``state``, dials the caller back, unpickles ``task``, runs it in its own
-  process group, replies and leaves. The zygote never unpickles a task, so a bad argument can
-  only break its own call.
+* ``("fork", call, world_size, state, task)``: start one child per rank (a spare, see
+  :class:`_Children`, or a fresh fork) and answer ``("forked", call, pids)``. Each child
+  (:func:`rank_main`) takes the caller's environment, working directory, ``sys.path`` and cell
+  sources from ``state``, dials the caller back, unpickles ``task`` (never the zygote: a bad
+  argument only breaks its own call), runs it in its own process group, replies and leaves.
 * ``None``: leave. The zygote also leaves, killing its children and removing the socket
   folder, when the caller disappears and on SIGTERM or SIGHUP; in its own session, a kernel
   restart (which kills the kernel's process group) does not kill it before it has cleaned up.
 
-When a rank ends, or the zygote leaves, the rank's whole process group is killed, so no process
-a rank started outlives its call. Every child's exit is reported as ``("exit", pid, code)`` (a
+When a rank ends, or the zygote leaves, the rank's whole process group is killed: no process a
+rank started outlives its call. Every child's exit is reported as ``("exit", pid, code)`` (a
 negative code is a signal). A child writes its file descriptors 1 and 2 (C++ messages,
 ``faulthandler`` stacks) to ``FOLDER/rank-<r>.log``; its Python ``print`` goes to the caller.
 """
@@ -109,13 +108,11 @@ def _leave_early(folder: str) -> None:
 
 
 class _Children:
-    """The zygote's children: ranks running a call, and spares forked ahead of the next call.
-
-    A spare is a fork of the zygote that waits on a pipe for its task, so a call need not wait
-    for ``fork()`` (tens of milliseconds for a process holding torch). It is exactly as fresh as
-    a child forked on demand: the zygote's state does not change between the two moments
-    (spares forked before a warm-up import are dropped).
-    """
+    """The zygote's children: ranks running a call, and spares forked ahead of the next call,
+    waiting on a pipe for their task, so a call need not wait for ``fork()`` (tens of
+    milliseconds for a process holding torch). A spare is exactly as fresh as a child forked on
+    demand: the zygote's state does not change in between (spares forked before a warm-up
+    import are dropped)."""
 
     def __init__(self, conn, where):
         self.conn, self.where = conn, where

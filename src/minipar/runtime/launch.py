@@ -4,7 +4,7 @@
 ranks: ``fn(rank, world_size, *args)`` runs on every rank inside an initialised default process
 group, and ``run`` returns the per-rank return values in rank order.
 
-1. ``fn`` and ``args`` are pickled **by value** (cloudpickle), here in the caller, so a function
+1. ``fn`` and ``args`` are pickled **by value** (cloudpickle) in the caller, so a function
    defined in a notebook cell runs on the ranks (``multiprocessing``'s spawn can only import
    functions from modules), and an argument that cannot be pickled fails before anything starts.
 2. A warm **zygote**, started on the first call, has imported torch (seconds, paid once; it never
@@ -13,18 +13,18 @@ group, and ``run`` returns the per-rank return values in rank order.
    *current* environment, working directory and ``sys.path`` and imports the caller's modules
    afresh (an edited and reloaded module runs its new code); the zygote imports no minipar or
    user module, so none can be stale.
-3. Ranks meet at a ``TCPStore`` the caller serves on 127.0.0.1; gloo and NCCL use the loopback
-   interface, so nothing listens beyond this machine. Every rank's ``print`` comes back
+3. Ranks meet at a ``TCPStore`` the caller serves on 127.0.0.1 and talk over the loopback
+   interface, so nothing listens beyond this machine; every rank's ``print`` comes back
    prefixed ``[rank r]``.
 4. A rank that raises makes ``run`` raise :class:`RankError` with its traceback (true file and
    line of every frame, notebook cells included); one that dies (a crash, ``abort``), with its
-   exit status and the end of its stderr (``RankError.stderr_tail``); ranks still running are
-   killed. A call that does not finish within ``timeout`` seconds raises :class:`TimeoutError`.
+   exit status and the end of its stderr; ranks still running are killed. A call that does not
+   finish within ``timeout`` seconds raises :class:`TimeoutError`.
 
 Settings torch reads once at import (``OMP_NUM_THREADS``) keep the zygote's values; the thread
-count is set per call. The robustness machinery lives in :mod:`minipar.runtime.pool` (caller
-side) and :mod:`minipar.runtime._rank` (zygote and rank side); :mod:`minipar.runtime.run` runs
-the same worker functions under ``torchrun``.
+count is set per call. The machinery lives in :mod:`minipar.runtime.pool` (caller side) and
+:mod:`minipar.runtime._rank` (zygote and rank side); :mod:`minipar.runtime.run` runs the same
+worker functions under ``torchrun``.
 """
 
 from __future__ import annotations

@@ -39,14 +39,11 @@ class DPStepControls:
 
 
 def dp_step_model(**controls) -> dict:
-    """One modelled step: compute split into forward and backward by
-    :func:`minipar.cost.chapters.data_parallel.forward_backward` (1/3, 2/3), and each bucket's all-reduce.
-
-    Up to ``gpus_per_node`` GPUs a ring over ``intra``; beyond, the hierarchical all-reduce
-    (``inter`` across nodes). Returns the cost model's DPStep fields plus ``efficiency`` and
-    ``buckets``. ``controls``: :class:`DPStepControls`'s fields by name, as the JavaScript twin
-    takes the page's controls.
-    """
+    """One modelled step: compute split into forward and backward (1/3, 2/3:
+    :func:`minipar.cost.chapters.data_parallel.forward_backward`) and each bucket's all-reduce,
+    a ring over ``intra`` up to ``gpus_per_node`` GPUs, hierarchical (``inter`` across nodes)
+    beyond. The cost model's DPStep fields plus ``efficiency`` and ``buckets``; ``controls``:
+    :class:`DPStepControls`'s fields by name, as the JavaScript twin takes the page's controls."""
     c = DPStepControls(**controls)
     params_m, ranks, bucket_mb, compute_ms = c.params_m, c.ranks, c.bucket_mb, c.compute_ms
     if params_m <= 0 or compute_ms <= 0:

@@ -104,10 +104,9 @@ def check_controls(
 
 
 def check_numbers(rule: Mapping | None = None, /, **values) -> None:
-    """``check_input`` for several keyword values under one rule (default: a whole number
-    from 1 to :data:`MAX_INPUT`, the rule of a count such as t, p, m, b or heads), in order:
-    the Python model function of an explorer calls it first, so it refuses what the
-    explorer's boxes refuse, in the same words."""
+    """``check_input`` for keyword values in order under one rule (default: a count such as t,
+    p, m, b or heads, a whole number from 1 to :data:`MAX_INPUT`): an explorer's Python model
+    refuses what its boxes refuse, in the same words."""
     rule = rule or {"integer": True, "min": 1, "max": MAX_INPUT}
     for field, value in values.items():
         check_input(field, value, rule)
@@ -127,10 +126,9 @@ _DIVISIBLE = re.compile(r"divisible: (\[\[.*?\]\])", re.S)
 
 
 def js_controls(slug: str, name: str) -> tuple[list[dict], list]:
-    """The number boxes (and ``divisible`` pairs) of explorer ``name`` as ``widgets/<slug>.js``
-    registers them, read from its source: the Python side checks the same rules without
-    running JavaScript (tests/test_explorer_inputs.py compares this with the JavaScript's own
-    ``explorerInputs``)."""
+    """The number boxes (and ``divisible`` pairs) of explorer ``name`` read from the source of
+    ``widgets/<slug>.js``, so Python checks the same rules without running JavaScript
+    (tests/test_explorer_inputs.py compares this with the JavaScript's ``explorerInputs``)."""
     src = js_source(slug)
     start = src.index(f'registerExplorer("{name}"')
     end = src.find("registerExplorer(", start + 1)

@@ -41,10 +41,8 @@ class TPLayerControls:
 def tp_layer_model(**controls) -> dict:
     """One layer, bf16: forward comm/compute ratio, share of forward + backward time in the
     four all-reduces without overlap, bytes a rank sends per micro-batch, and saved activation
-    bytes per rank with tensor parallelism alone and with sequence parallelism. The counts
-    are checked first by the explorers' input contract (:mod:`minipar.widgets.inputs`).
-    ``controls``: :class:`TPLayerControls`'s fields by name, as the JavaScript twin takes the
-    page's controls."""
+    bytes per rank (``sp``: with sequence parallelism), the counts checked first
+    (:mod:`minipar.widgets.inputs`); ``controls``: :class:`TPLayerControls`'s fields by name."""
     c = TPLayerControls(**controls)
     h, a, s, b, t, sp = c.h, c.a, c.s, c.b, c.t, c.sp
     check_numbers(t=t, h=h, a=a, s=s, b=b)
