@@ -282,7 +282,9 @@ def test_a_non_editable_install_plans_launches_and_draws(tmp_path):
         "from minipar.runtime import tracer\n"
         "print(tracer._C10D_OPS['allreduce_'] == ('all_reduce', 0))\n"
         "from minipar.widgets.memory_time import PRESETS\n"
-        "print(PRESETS['GPT-3 175B'] == (96, 12288, 96, 51200))"
+        "print(PRESETS['GPT-3 175B'] == (96, 12288, 96, 51200))\n"
+        "from minipar.bench.collectives import OPS\n"
+        "print('broadcast' in OPS)"
     )
     out = subprocess.run(
         [sys.executable, "-c", code],
@@ -292,7 +294,7 @@ def test_a_non_editable_install_plans_launches_and_draws(tmp_path):
         timeout=120,
         cwd=tmp_path,
     )
-    assert out.stdout.split() == ["True"] * 6, out.stderr[-2000:]
+    assert out.stdout.split() == ["True"] * 7, out.stderr[-2000:]
 
 
 # ----------------------------------------------------------------------------- exercises

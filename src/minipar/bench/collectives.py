@@ -20,6 +20,8 @@ import os
 import platform
 import statistics
 import sys
+import tomllib
+from pathlib import Path
 
 from minipar.cost.network import collectives as cc
 from minipar.cost.units import parse_bytes
@@ -31,13 +33,9 @@ from minipar.runtime.timing import timed
 from .collectives_report import plot, table
 from .common import add_backend, add_json, add_options, check, emit
 
-OPS = ("all-reduce", "all-gather", "reduce-scatter", "broadcast")
-ASSUMED_ALGORITHM = {
-    "all-reduce": "ring",
-    "all-gather": "ring",
-    "reduce-scatter": "ring",
-    "broadcast": "binomial-tree",
-}
+_SWEEPS = tomllib.loads(Path(__file__).with_name("collectives_sweeps.toml").read_text("utf-8"))
+ASSUMED_ALGORITHM = _SWEEPS["algorithm"]  # op -> the algorithm we assume the backend uses
+OPS = tuple(ASSUMED_ALGORITHM)
 ELEMENT_BYTES = 4  # float32
 
 
@@ -181,12 +179,7 @@ def run_benchmark(
 
 
 # ----------------------------------------------------------------------------- command line
-QUICK = dict(
-    ops="all-reduce,all-gather", ranks="2", sizes="4KiB..256KiB", iters=3, ring_sizes="64KiB"
-)
-FULL = dict(
-    ops=",".join(OPS), ranks="2,4", sizes="4KiB..16MiB", iters=5, ring_sizes="64KiB,1MiB,4MiB"
-)
+QUICK, FULL = _SWEEPS["quick"], _SWEEPS["full"]  # the --quick and the default sweep
 
 
 def parse_size(text: str) -> int:
