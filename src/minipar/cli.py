@@ -145,10 +145,9 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _ignore_from_now_on() -> None:
-    """The command has ended and its status is decided: ignore the stop signals. The holding
-    handler would not last: the interpreter's finalisation resets Python handlers to the
-    default, so a second Ctrl-C landing there killed the process (status -2, not the 128+N
-    already chosen); an ignored signal stays ignored through the exit."""
+    """Ignore the stop signals once the status is decided: a holding handler would not last (the
+    interpreter's finalisation resets Python handlers to the default, so a second Ctrl-C there
+    killed the process: status -2, not the 128+N chosen); an ignored one stays ignored."""
     if threading.current_thread() is threading.main_thread():
         _install(signal.SIG_IGN)
 

@@ -70,12 +70,9 @@ def bench_on_rank(rank: int, cp: int, b: int, a: int, s: int, d: int, steps: int
 
     full = [t.float() for t in qkv(b, a, s, d, logit=10)]  # (b, a, s, d) each
     dout = torch.randn(b, a, s, d, generator=torch.Generator().manual_seed(7))
+    shard = lambda t, lay: shard_sequence(t, 2, None, lay)  # (b, a, s/cp, d)
     shards = {
-        lay: (
-            [shard_sequence(t, 2, None, lay) for t in full],  # (b, a, s/cp, d)
-            shard_sequence(dout, 2, None, lay),
-        )
-        for lay in ("contiguous", "zigzag")
+        lay: ([shard(t, lay) for t in full], shard(dout, lay)) for lay in ("contiguous", "zigzag")
     }
     fns = {
         "ring/contiguous": lambda q, k, v: ring_attention(q, k, v, True, None, "contiguous"),

@@ -45,10 +45,10 @@ import warnings
 import cloudpickle
 
 POLL_S = 0.2  # how often the zygote reaps children and checks that the caller is alive
-# torch modules that take seconds to import and that ranks often need (minipar.runtime.tracer enters a
-# dispatch mode, which imports dynamo): imported when the zygote is idle with no rank alive, so
-# the first call does not wait for them, a rank's exit is still reported at once, and later
-# ranks inherit them. torch only: nothing a learner edits.
+# torch modules (nothing a learner edits) that take seconds to import and that ranks often need
+# (the tracer's dispatch mode imports dynamo): imported when the zygote is idle with no rank alive
+# (a rank's exit is still reported at once), so the first call does not wait and later ranks
+# inherit them.
 WARM_UP = ["torch._dynamo", "torch.distributed.pipelining"]
 
 

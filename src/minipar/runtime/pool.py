@@ -1,10 +1,9 @@
 """The caller side of :mod:`minipar.runtime.launch`: the robustness machinery behind ``run``.
 
-* :func:`pack` pickles a task by value and keeps the true file name of every function
+* :func:`pack` pickles a task by value, keeping the true file name of every function
   (cloudpickle writes ``<dynamic-code>``; code objects travel as :mod:`marshal` bytes) and the
-  source of notebook cells, so a rank's traceback points at the right cell and line.
-* :func:`caller_state`: what a fresh rank takes from the caller (environment, working
-  directory, ``sys.path``, thread count from the CPU affinity mask, loopback interface).
+  source of notebook cells, so a rank's traceback points at the right cell and line;
+  :func:`caller_state` is what a fresh rank takes from the caller.
 * :class:`Zygote` runs the warm zygote (:mod:`minipar.runtime._rank`) in its own session, so a
   kernel restart that kills the caller's process group leaves it alive long enough to clean
   up; one that cannot start is reported at once with the end of its log and a likely cause,
@@ -120,10 +119,8 @@ def loopback_interface() -> str:
         names = [name for _, name in socket.if_nameindex()]
     except (AttributeError, OSError):
         names = []
-    for name in ("lo", "lo0"):
-        if name in names:
-            return name
-    return "lo" if sys.platform.startswith("linux") else "lo0"
+    default = "lo" if sys.platform.startswith("linux") else "lo0"
+    return next((name for name in ("lo", "lo0") if name in names), default)
 
 
 def caller_state(backend: str, port: int, timeout: float, threads: int, lines: dict) -> dict:

@@ -14,10 +14,9 @@ from minipar.runtime import device
 
 
 def timed(fn, iters: int, warmup: int = 0, *, barrier: bool = True, inner: int = 1) -> list[float]:
-    """Seconds of each of ``iters`` calls of ``fn`` after ``warmup`` untimed ones; a call is
-    the mean over ``inner`` back-to-back calls (collectives that pace themselves: one rank
-    leaving the barrier late costs 1/inner of a call). ``barrier``: every call starts after a
-    barrier of the default group."""
+    """Seconds of each of ``iters`` calls of ``fn`` after ``warmup`` untimed ones, each after a
+    barrier of the default group unless ``barrier`` is False; a call is the mean over ``inner``
+    back-to-back calls (one rank leaving the barrier late then costs 1/inner of a call)."""
     import torch.distributed as dist  # noqa: PLC0415 (lazy: torch)
 
     out = []
@@ -37,10 +36,9 @@ def timed(fn, iters: int, warmup: int = 0, *, barrier: bool = True, inner: int =
 def interleaved(
     fns: dict, rounds: int, *, inner: int = 1, barrier_after: bool = False
 ) -> dict[str, list[float]]:
-    """``{name: [seconds per round]}``: every function of ``fns`` in turn each round, so that
-    machine noise hits all alike, after a warm-up round; a round's time is the mean over
-    ``inner`` calls. ``barrier_after``: the ranks also meet after each call (a function that
-    only some ranks run)."""
+    """``{name: [seconds per round]}``: every function of ``fns`` in turn each round (machine
+    noise hits all alike) after a warm-up round, a round's time the mean over ``inner`` calls;
+    ``barrier_after``: the ranks also meet after each call (for a function some ranks skip)."""
     import torch.distributed as dist  # noqa: PLC0415 (lazy: torch)
 
     out = {name: [] for name in fns}

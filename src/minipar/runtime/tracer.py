@@ -191,13 +191,11 @@ def _uninstall() -> None:
 
 
 class trace(TorchDispatchMode):
-    """Context manager recording this thread's communication calls in ``self.events``.
-
-    Traces in several threads at once are safe: each sees only its own thread's calls, and
+    """Context manager recording this thread's communication calls in ``self.events``. Traces
+    in several threads at once are safe: each sees only its own thread's calls, and
     ``torch.distributed`` is back to its own functions once the last one closes, whatever the
-    order. ``start_time`` (a ``time.perf_counter()`` value) is when the trace began; event
-    ``start`` times and :meth:`elapsed` are seconds since then.
-    """
+    order. Event ``start`` times and :meth:`elapsed` are seconds since ``start_time`` (a
+    ``time.perf_counter()`` value), when the trace began."""
 
     def __init__(self, groups=None):
         super().__init__()

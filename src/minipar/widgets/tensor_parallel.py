@@ -46,14 +46,12 @@ def tp_layer_model(**controls) -> dict:
     c = TPLayerControls(**controls)
     h, a, s, b, t, sp = c.h, c.a, c.s, c.b, c.t, c.sp
     check_numbers(t=t, h=h, a=a, s=s, b=b)
-
-    act = activation_bytes_per_layer(s, b, h, a, t=t, sp=sp)
     kw = dict(flops=c.flops, bandwidth=c.bandwidth, alpha=c.alpha)
     return {
         "ratio": comm_compute_ratio(b, s, h, t, **kw),
         "share": layer_comm_fraction(b, s, h, t, **kw),
         "sent_bytes": tp_sent_bytes_per_layer(b, s, h, t, 2, sp=sp),
-        "activation_bytes": act,
+        "activation_bytes": activation_bytes_per_layer(s, b, h, a, t=t, sp=sp),
     }
 
 
