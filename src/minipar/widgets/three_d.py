@@ -23,6 +23,11 @@ PRESET_LAYOUTS = _PRESETS["published"]
 PLANNER_PRESETS = {k: tuple(v) for k, v in _PRESETS["planner"].items()}
 
 
+# the explorer's control -> the field of the planner's candidate that sets it
+_SAME = ("cp", "ep", "recompute", "sp", "zero")  # controls named as the fields
+_CONTROLS = {"b": "micro_batch", "v": "chunks"} | {k: k for k in _SAME}
+
+
 @cache
 def planner_preset(model: str) -> dict:
     """The planner's best fitting layout for ``model``'s run in :data:`PLANNER_PRESETS`, as a
@@ -30,22 +35,8 @@ def planner_preset(model: str) -> dict:
     gpus, batch, gpu, max_ep = PLANNER_PRESETS[model]
     cl = cluster(gpus, 8, gpu)
     best = next(c for c in search(MODELS[model], cl, batch, max_ep=max_ep) if c.fits)
-    return {
-        "t": best.tp,
-        "p": best.pp,
-        "gpus": gpus,
-        "batch": batch,
-        "controls": {
-            "cp": best.cp,
-            "ep": best.ep,
-            "b": best.micro_batch,
-            "v": best.chunks,
-            "recompute": best.recompute,
-            "sp": best.sp,
-            "zero": best.zero,
-            "gpu": gpu,
-        },
-    }
+    controls = {k: getattr(best, f) for k, f in _CONTROLS.items()} | {"gpu": gpu}
+    return {"t": best.tp, "p": best.pp, "gpus": gpus, "batch": batch, "controls": controls}
 
 
 def preset_layout(model: str) -> dict | None:
