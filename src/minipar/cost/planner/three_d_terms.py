@@ -400,11 +400,7 @@ def tp_collectives(t: int, sp: bool, recompute: str) -> float:
     (:mod:`minipar.cost.planner.three_d`): 4 (6 with full recomputation) without SP; with SP
     all-gathers and reduce-scatters, each half an all-reduce: (4 + 4 + 2)/2 = 5, or 12/2 = 6
     with full recomputation."""
-    if t == 1:
-        return 0.0
-    if sp:
-        return 6.0 if recompute == "full" else 5.0
-    return 6.0 if recompute == "full" else 4.0
+    return 0.0 if t == 1 else 6.0 if recompute == "full" else 5.0 if sp else 4.0
 
 
 # --- memory: model states and activations of the first stage --------------------------------
@@ -553,11 +549,8 @@ def _gemm_pass(gpu, M: int, N: int, K: int, fp8: bool = False) -> tuple[float, f
     """(forward, backward) seconds of one (M, N, K) GEMM under the GPU's rule: the backward's
     input and weight gradients (M, K, N) and (K, N, M) (:mod:`minipar.cost.kernels.compute`);
     ``fp8``: FP8 operands (:func:`~minipar.cost.kernels.compute.gpu_gemm_seconds`)."""
-
-    def g(m, n, k):
-        return gpu_gemm_seconds(gpu, m, n, k, 1, fp8)
-
-    return g(M, N, K), g(M, K, N) + g(K, N, M)
+    f, di, dw = (gpu_gemm_seconds(gpu, *mnk, 1, fp8) for mnk in ((M, N, K), (M, K, N), (K, N, M)))
+    return f, di + dw
 
 
 def layer_dense_gemms(m_, lay: Layout) -> list[tuple[int, int, int]]:
@@ -577,11 +570,9 @@ def fp8_gemm_delta(m_, cl, lay: Layout, opt: Options) -> float:
     each linear layer in FP8; Transformer Engine, torchao Float8); 0 without FP8."""
     if not opt.fp8:
         return 0.0
-    refwd, gpu, out = (2 if lay.recompute == "full" else 1), cl.gpu, 0.0
-    for M, N, K in layer_dense_gemms(m_, lay):
-        (ef, eb), (bf, bb) = _gemm_pass(gpu, M, N, K, True), _gemm_pass(gpu, M, N, K)
-        out += refwd * (ef - bf) + (eb - bb)
-    return out
+    return layer_gemm_seconds(m_, cl, lay, opt) - layer_gemm_seconds(
+        m_, cl, lay, replace(opt, fp8=None)
+    )
 
 
 def term_compute(m_, cl, lay: Layout, opt: Options, ctx=None) -> ComputeTerm:
@@ -610,10 +601,7 @@ def term_compute(m_, cl, lay: Layout, opt: Options, ctx=None) -> ComputeTerm:
     if rc == "selective" and "core_attn" not in (opt.recompute_modules or ()):
         lt -= parts["core_f"]  # the attention core is kept, not recomputed
     if n_qkv != 3 * h // t:  # GQA's narrower QKV GEMM
-        (gf, gb), (mf, mb) = (
-            _gemm_pass(gpu, b * sl, n_qkv, h),
-            _gemm_pass(gpu, b * sl, 3 * h // t, h),
-        )
+        (gf, gb), (mf, mb) = (_gemm_pass(gpu, b * sl, n, h) for n in (n_qkv, 3 * h // t))
         lt += (2 if rc == "full" else 1) * (gf - mf) + (gb - mb)
     scale = m_.top_k * m_.mlp_matrices * m_.ffn_width / (2 * 4 * h)  # active MLP / GPT's 8h²
     if scale != 1:
@@ -854,21 +842,17 @@ def term_zero3_exposed(m_, cl, lay: Layout, opt: Options, ctx) -> Zero3Term:
         )[0]
         if i == 0:
             name = link
-    if not reshards(lay, opt):  # gathered once per step, reduced once per step
-        m = lay.microbatches
-        step = (
-            lp * max(0.0, gather + scatter - layer) + gather
-            if opt.zero3_overlap
-            else lp * (gather + scatter)
-        )
-        return Zero3Term(step / m, (gather + scatter) / m, name)
-    comm_layer = zero3_gathers(lay.recompute, opt.zero3_ac_inside_unit) * gather + scatter
+    # without resharding: gathered once per step, reduced once per step (÷ m per micro-batch)
+    m, gathers = 1, zero3_gathers(lay.recompute, opt.zero3_ac_inside_unit)
+    if not reshards(lay, opt):
+        m, gathers = lay.microbatches, 1
+    comm_layer = gathers * gather + scatter
     exposed = (
         lp * max(0.0, comm_layer - layer) + gather  # prefetch hides ≤ one layer
         if opt.zero3_overlap
         else lp * comm_layer
     )
-    return Zero3Term(exposed, comm_layer, name)
+    return Zero3Term(exposed / m, comm_layer / m, name)
 
 
 def reshards(lay: Layout, opt: Options) -> bool:
