@@ -559,13 +559,10 @@ def model_flops(m_: ModelShape, global_batch: int, recompute: str) -> tuple[floa
     L, h, s, V = m_.layers, m_.hidden, m_.seq, m_.vocab
     mf = flops_per_iteration(global_batch, s, L, h, V, "none")
     hw = flops_per_iteration(global_batch, s, L, h, V, recompute)
-    extra = (
-        2
-        * L
-        * global_batch
-        * s
-        * (m_.top_k * m_.mlp_matrices * m_.ffn_width * h - 8 * h * h + 2 * h * (m_.kv_width - h))
+    per_token = (
+        m_.top_k * m_.mlp_matrices * m_.ffn_width * h - 8 * h * h + 2 * h * (m_.kv_width - h)
     )
+    extra = 2 * L * global_batch * s * per_token
     return mf + 3 * extra, hw + (4 if recompute == "full" else 3) * extra
 
 
@@ -691,11 +688,8 @@ def _candidates(m_: ModelShape, cl: Cluster, global_batch: int, space: Space, re
     values of each one left out go to ``refused``."""
     sp = space
     kv = m_.kv_heads or m_.heads  # t divides the heads and the key/value heads
-    ts = (
-        [sp.tp]
-        if sp.tp
-        else [k for k in _divisors(math.gcd(m_.heads, kv)) if k <= cl.gpus_per_node]
-    )
+    within_node = [k for k in _divisors(math.gcd(m_.heads, kv)) if k <= cl.gpus_per_node]
+    ts = [sp.tp] if sp.tp else within_node
     ps = _stage_counts(m_, sp)
     for t, cp_, ep_, p in (
         (t, c, e, p)
@@ -755,14 +749,9 @@ def search(
     for t, cp_, ep_, p, d, b in list(_candidates(m_, cl, global_batch, space, refused)):
         m = global_batch // (d * b)
         split = _split_for(m_, space, p)
+        interleaves = split == "even" and p > 1 and m % p == 0
         vs = [1] + [
-            v
-            for v in (2, 4)
-            if split == "even"
-            and v <= space.max_chunks
-            and p > 1
-            and m % p == 0
-            and m_.layers % (p * v) == 0
+            v for v in (2, 4) if interleaves and v <= space.max_chunks and m_.layers % (p * v) == 0
         ]
         zs = list(ZERO_STAGES) if p == 1 else [0, 1, 3]  # ZeRO-2 needs p = 1
         zs = [space.zero] if space.zero is not None else [0] if d == 1 else zs
@@ -854,15 +843,8 @@ def preflight(m_: ModelShape, cl: Cluster, global_batch: int, space: Space, opt:
     ts = [space.tp] if space.tp else [k for k in _divisors(m_.heads) if k <= cl.gpus_per_node]
     ps = _stage_counts(m_, space)
     cps = _powers(space.cp, space.max_cp)
-    ds = sorted(
-        {
-            cl.gpus // (t * c * p)
-            for t in ts
-            for c in cps
-            for p in ps
-            if cl.gpus % (t * c * p) == 0 and (not space.dp or cl.gpus // (t * c * p) == space.dp)
-        }
-    )
+    tcps = {t * c * p for t in ts for c in cps for p in ps if cl.gpus % (t * c * p) == 0}
+    ds = sorted(d for d in {cl.gpus // n for n in tcps} if not space.dp or d == space.dp)
     if not ds:
         raise ValueError(
             f"no t·cp·p divides the GPUs ({cl.gpus}): t from {_few(ts)} (dividing the heads "
@@ -1023,12 +1005,7 @@ def cluster(
     link's numbers and ``gemm_efficiency`` the GPU's η, each within :data:`BOUNDS`. ``gpu`` is a
     preset's name or a :class:`~minipar.cost.kernels.hardware.GPU` (a measured profile,
     :func:`minipar.cost.kernels.hardware.load_gpu_profile`)."""
-    if not (
-        isinstance(gpus, int)
-        and gpus >= 1
-        and isinstance(gpus_per_node, int)
-        and gpus_per_node >= 1
-    ):
+    if not all(isinstance(n, int) and n >= 1 for n in (gpus, gpus_per_node)):
         raise ValueError(f"gpus ({gpus}) and gpus_per_node ({gpus_per_node}) must be integers >= 1")
     if gpus > gpus_per_node and gpus % gpus_per_node:
         raise ValueError(f"gpus ({gpus}) must be a multiple of gpus_per_node ({gpus_per_node})")
