@@ -48,12 +48,8 @@ def grads_as_module(module: nn.Module) -> nn.Module:
 
 
 def param_diff(tp: nn.Module, expected: nn.Module, grads: bool) -> float:
-    ours = dict(tp.named_parameters())
-    out = 0.0
-    for name, e in expected.named_parameters():
-        o = ours[name].grad if grads else ours[name]
-        out = max(out, max_diff(o, e))
-    return out
+    ours = {n: p.grad if grads else p for n, p in tp.named_parameters()}
+    return max(max_diff(ours[name], e) for name, e in expected.named_parameters())
 
 
 def grad_diff(sharded: nn.Module, full: nn.Module, group=None, **kw) -> float:
@@ -175,20 +171,17 @@ def block_parity(
     ref = layer(x)
     ref.backward(dy)
     blk = ParallelBlock.from_full(layer, group, sequence_parallel=sequence_parallel)
-    if sequence_parallel:
-        xl = shard(x.detach(), 1, rank, t).requires_grad_()  # (b, s/t, h)
-        y = blk(xl)
-        y.backward(shard(dy, 1, rank, t))
-        if finish:
-            allreduce_sequence_parallel_grads(blk, group)
-        out, dx = max_diff(y, shard(ref, 1, rank, t)), max_diff(xl.grad, shard(x.grad, 1, rank, t))
-    else:
-        xl = x.detach().clone().requires_grad_()
-        y = blk(xl)
-        y.backward(dy)
-        out, dx = max_diff(y, ref), max_diff(xl.grad, x.grad)
-    dw = grad_diff(blk, layer, group, sequence_parallel=sequence_parallel)
-    return {"block out": out, "block dX": dx, "block dW": dw}
+    mine = (lambda v: shard(v, 1, rank, t)) if sequence_parallel else (lambda v: v)  # (b, s/t, h)
+    xl = mine(x.detach()).clone().requires_grad_()
+    y = blk(xl)
+    y.backward(mine(dy))
+    if sequence_parallel and finish:
+        allreduce_sequence_parallel_grads(blk, group)
+    return {
+        "block out": max_diff(y, mine(ref)),
+        "block dX": max_diff(xl.grad, mine(x.grad)),
+        "block dW": grad_diff(blk, layer, group, sequence_parallel=sequence_parallel),
+    }
 
 
 def gpt_training(
