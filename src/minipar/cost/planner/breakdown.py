@@ -11,7 +11,7 @@ fragmentation, no logits. Real runs need headroom on top.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import NamedTuple
 
 from ..chapters.memory_time import (
@@ -154,16 +154,6 @@ class StepBreakdown:
     def as_dict(self) -> dict:
         """Flat: the scalars, then every term by name (what the JavaScript ``planTerms``
         returns)."""
-        head = {
-            k: getattr(self, k)
-            for k in (
-                "microbatches",
-                "bubble_relative",
-                "bubble_fraction",
-                "memory_limit",
-                "margin_limit",
-                "dp",
-            )
-        }
-        links = {"tp_link": self.tp_link, "pp_link": self.pp_link, "dp_link": self.dp_link}
+        head = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "values"}
+        links = {k: head.pop(k) for k in ("tp_link", "pp_link", "dp_link")}
         return head | dict(self.values) | links

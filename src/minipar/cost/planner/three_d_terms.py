@@ -415,14 +415,8 @@ def term_states(m_, cl, lay: Layout, opt: Options, ctx=None) -> float:
     t, p, zero, dcp = lay.tp, lay.pp, lay.zero, lay.dp * lay.cp
     etp, edp, _ = expert_grid(lay)
     sp_ = stage_params(m_, lay)
-    rc = opt.recipe
-    kw = dict(
-        p=p,
-        zero=zero,
-        weight_bytes=rc.weight_bytes,
-        grad_bytes=rc.grad_bytes,
-        optimizer_bytes=rc.optimizer_bytes,
-    )
+    kw = {k: getattr(opt.recipe, k) for k in ("weight_bytes", "grad_bytes", "optimizer_bytes")}
+    kw |= dict(p=p, zero=zero)
     states = (
         model_state_bytes(sp_.dense * p, d=dcp, t=t, **kw).total
         + model_state_bytes(sp_.expert * p, d=edp, t=etp, **kw).total
@@ -625,13 +619,8 @@ def recipe_kernels_seconds(m_, cl, lay: Layout, opt: Options) -> float:
     if not gpu.elementwise_bandwidth:
         return 0.0
     b, sl, h, t, rc = lay.micro_batch, m_.seq // lay.cp, m_.hidden, lay.tp, lay.recompute
-    recipe = dict(
-        norm=m_.norm,
-        mlp_matrices=m_.mlp_matrices,
-        rope=m_.positions == "rope",
-        dropout=m_.dropout,
-        bias=m_.bias,
-    )
+    recipe = {k: getattr(m_, k) for k in ("norm", "mlp_matrices", "dropout", "bias")}
+    recipe["rope"] = m_.positions == "rope"
     kernels = elementwise_kernels(
         h, m_.ffn_width * m_.top_k, m_.kv_width, t, sp=lay.sp, recipe=recipe
     )
