@@ -34,10 +34,9 @@ def _gather_kv(kv, group, layout):
     cp = group_size(group)
     if cp == 1:
         return kv
-    parts = all_gather_dim0(kv, group)  # (cp·2, b, a_kv, s/cp, d)
-    parts = parts.view((cp,) + tuple(kv.shape))  # (cp, 2, b, a_kv, s/cp, d)
+    parts = all_gather_dim0(kv, group).view((cp, *kv.shape))  # (cp, 2, b, a_kv, s/cp, d)
     s = kv.shape[3] * cp
-    full = kv.new_empty(kv.shape[:3] + (s, kv.shape[4]))  # (2, b, a_kv, s, d)
+    full = torch.cat(tuple(parts), dim=3)  # (2, b, a_kv, s, d) in rank order
     for j in range(cp):
         full.index_copy_(3, positions(s, cp, j, layout).to(kv.device), parts[j])
     return full
@@ -49,13 +48,9 @@ def _scatter_grads(dkv_full, group, layout):
     cp = group_size(group)
     if cp == 1:
         return dkv_full
-    s = dkv_full.shape[3]
-    send = torch.stack(
-        [
-            dkv_full.index_select(3, positions(s, cp, j, layout).to(dkv_full.device))
-            for j in range(cp)
-        ]
-    )  # (cp, 2, b, a_kv, s/cp, d)
+    s, dev = dkv_full.shape[3], dkv_full.device
+    blocks = [dkv_full.index_select(3, positions(s, cp, j, layout).to(dev)) for j in range(cp)]
+    send = torch.stack(blocks)  # (cp, 2, b, a_kv, s/cp, d)
     return reduce_scatter_dim0(send.flatten(0, 1), group)  # (2, b, a_kv, s/cp, d)
 
 
@@ -67,12 +62,8 @@ class _AllGatherAttention(torch.autograd.Function):
         s = q.shape[2] * cp
         comp = _dtype(None, q)
         doc_ids = None if documents is None else document_ids(documents, s).to(q.device)
-        mask = visible(
-            positions(s, cp, r, layout).to(q.device),
-            torch.arange(s, device=q.device),
-            causal,
-            doc_ids,
-        )  # (s/cp, s)
+        q_pos = positions(s, cp, r, layout).to(q.device)
+        mask = visible(q_pos, torch.arange(s, device=q.device), causal, doc_ids)  # (s/cp, s)
         kv = _gather_kv(torch.stack([k, v]), group, layout).to(comp)  # (2, b, a_kv, s, d)
         o, lse = block_attention(q.to(comp), kv[0], kv[1], mask)
         out = o.to(q.dtype)

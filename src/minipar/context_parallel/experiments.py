@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import functools
 import math
+from unittest import mock
 
 import torch
 import torch.distributed as dist
@@ -27,7 +28,7 @@ from .block import (
     full_gpt_loss,
     full_layer_forward,
 )
-from .online_softmax import block_attention, full_attention, merge_blocks
+from .online_softmax import block_attention, expand_kv, full_attention, merge_blocks
 from .ring import Mask, RingOptions, ring_attention
 from .sharding import (
     chunk_ids,
@@ -45,14 +46,16 @@ def rel_diff(ours, ref) -> float:
     return ((ours - ref).abs().max() / ref.abs().max().clamp_min(1e-300)).item()
 
 
-def qkv(b=2, a=6, s=24, d=8, *, logit=1e3, seed=0, dtype=torch.float64):
-    """Random q, k, v (b, a, s, d) whose largest |q·k|/√d is about ``logit``."""
+def qkv(b=2, a=6, s=24, d=8, *, a_kv=None, logit=1e3, seed=0, dtype=torch.float64):
+    """Random q (b, a, s, d), k and v (b, a_kv, s, d) (a_kv: default a), drawn in float64 and
+    returned in ``dtype``, whose largest |q·k|/√d is about ``logit``."""
     g = torch.Generator().manual_seed(seed)
-    q, k, v = (torch.randn(b, a, s, d, generator=g, dtype=dtype) for _ in range(3))
-    z = (q @ k.transpose(-2, -1)).abs().max() / math.sqrt(d)
+    shapes = [(b, h, s, d) for h in (a, a_kv or a, a_kv or a)]
+    q, k, v = (torch.randn(*shape, generator=g, dtype=torch.float64) for shape in shapes)
+    z = (q @ expand_kv(k, a).transpose(-2, -1)).abs().max() / math.sqrt(d)
     q = q * math.sqrt(logit / z)
     k = k * math.sqrt(logit / z)
-    return q, k, v
+    return tuple(t.to(dtype) for t in (q, k, v))
 
 
 def run_method(method, qkv, mask: Mask, group=None, **kw):
@@ -86,17 +89,12 @@ def errors(method, layout, inputs, *, causal=True, documents=None, **kw) -> dict
     }
 
 
-def attention_errors(rank, cp, method, layout, causal, *, logit=1e3, a=12, s=24):
-    """Relative errors of the output and q, k, v gradients of ``method`` against full attention."""
-    return errors(method, layout, qkv(a=a, s=s, logit=logit), causal=causal)
-
-
 def attention_parity_on_rank(rank, cp, logit=1e3):
     """{"ring/contiguous/causal": max error over out, dq, dk, dv, ...} for every method."""
     out = {}
     for method, layout in METHODS:
         for causal in (False, True):
-            e = attention_errors(rank, cp, method, layout, causal, logit=logit)
+            e = errors(method, layout, qkv(a=12, logit=logit), causal=causal)
             out[f"{method}/{layout}/{'causal' if causal else 'full'}"] = max(e.values())
     return out
 
@@ -117,16 +115,12 @@ def plan_local_positions(q_ids, k_ids, causal):
 
 def controls_on_rank(rank, cp):
     """Ring attention with each classic bug, against the same reference."""
-    out = {}
-    ring_module.merge_blocks, ok_merge = merge_without_lse, ring_module.merge_blocks
-    out["merge without lse"] = max(attention_errors(rank, cp, "ring", "contiguous", False).values())
-    ring_module.merge_blocks = ok_merge
-    ring_module.plan, ok_plan = plan_local_positions, ring_module.plan
-    for layout in ("contiguous", "zigzag"):
-        out[f"causal by local position/{layout}"] = max(
-            attention_errors(rank, cp, "ring", layout, True).values()
-        )
-    ring_module.plan = ok_plan
+    err = lambda layout, causal: max(errors("ring", layout, qkv(a=12), causal=causal).values())
+    with mock.patch.object(ring_module, "merge_blocks", merge_without_lse):
+        out = {"merge without lse": err("contiguous", False)}
+    with mock.patch.object(ring_module, "plan", plan_local_positions):
+        for layout in ("contiguous", "zigzag"):
+            out[f"causal by local position/{layout}"] = err(layout, True)
     return out
 
 
@@ -156,8 +150,7 @@ def gpt_training_on_rank(
     every rank's loss is its share of the global mean, so one all-reduce over the combined
     dp × cp group sums the gradients (``finish="cp"``, the classic bug: over the CP group only,
     the replicas never averaged; ``finish=False``: not summed at all)."""
-    cpg = reduce = None  # the world
-    di = 0
+    cpg, reduce, di = None, None, 0  # the world, replica 0
     if dp > 1:
         grid = Grid(d=dp, cp=world // dp)  # rank = i_dp·cp + i_cp
         groups = new_groups(grid, ("cp", "dp_cp"))
@@ -292,19 +285,14 @@ def memory_on_rank(rank, cp, s=96, b=2, L=2, h=48, a=6, layout="zigzag"):
     cpm = ContextParallelGPT(model, None, layout=layout, causal=True)
     x = torch.randn(b, s, h, generator=torch.Generator().manual_seed(1), dtype=torch.float64)
     xl = shard_sequence(x, 1, None, layout).requires_grad_()
-
-    def stack(layers, x):
-        for layer in layers:
-            x = layer(x)
-        return x
-
-    got = saved_bytes(stack, cpm.layers, xl, exclude=list(cpm.parameters()))
+    stack = lambda layers: torch.nn.Sequential(*layers)  # the same modules, in order
+    got = saved_bytes(stack(cpm.layers), xl, exclude=list(cpm.parameters()))
     got.result.sum().backward()
     out = {"cp_layers": got.total}
     if cp == 1:
         model.train()
         full = saved_bytes(
-            stack, model.layers, x.clone().requires_grad_(), exclude=list(model.parameters())
+            stack(model.layers), x.clone().requires_grad_(), exclude=list(model.parameters())
         )
         out["materialised_scores"] = full.total
     return out

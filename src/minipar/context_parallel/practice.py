@@ -7,11 +7,12 @@ accumulators in float32).
 from __future__ import annotations
 
 import functools
+from unittest import mock
 
 import torch
 
 from . import ring as ring_module
-from .experiments import errors, gpt_training_on_rank, rel_diff, run_method, traced_calls
+from .experiments import errors, gpt_training_on_rank, qkv, rel_diff, run_method, traced_calls
 from .online_softmax import full_attention
 from .ring import Mask
 from .sharding import document_ids, gather_sequence, shard_sequence
@@ -21,15 +22,8 @@ A, S, D = 12, 24, 4  # query heads, sequence, head dimension of the parity runs
 
 
 def gqa_qkv(a=A, a_kv=4, s=S, d=D, b=2, *, logit=30.0, seed=0, dtype=torch.float64):
-    """q (b, a, s, d), k and v (b, a_kv, s, d); the largest |q·k|/√d about ``logit``."""
-    g = torch.Generator().manual_seed(seed)
-    q = torch.randn(b, a, s, d, generator=g, dtype=torch.float64)
-    k = torch.randn(b, a_kv, s, d, generator=g, dtype=torch.float64)
-    v = torch.randn(b, a_kv, s, d, generator=g, dtype=torch.float64)
-    z = (q @ k.repeat_interleave(a // a_kv, 1).transpose(-2, -1)).abs().max() / d**0.5
-    q = q * (logit / z) ** 0.5
-    k = k * (logit / z) ** 0.5
-    return tuple(t.to(dtype) for t in (q, k, v))
+    """:func:`.experiments.qkv` with grouped-query attention's shapes and this module's sizes."""
+    return qkv(b, a, s, d, a_kv=a_kv, logit=logit, seed=seed, dtype=dtype)
 
 
 def ulysses_kv_heads(cp: int) -> list[int]:
@@ -75,13 +69,10 @@ def controls_on_rank(rank, cp):
         local = [torch.arange(len(c)) + i * len(c) for i, c in enumerate(q_chunks)]
         return ok(local, local, causal, doc_ids)
 
-    ring_module.mask_plan = local_plan
-    try:
+    with mock.patch.object(ring_module, "mask_plan", local_plan):
         out["documents by local position/ring"] = max(
             errors("ring", "zigzag", gqa_qkv(), documents=DOCUMENTS).values()
         )
-    finally:
-        ring_module.mask_plan = ok
     return out
 
 

@@ -86,16 +86,13 @@ def ring_steps(cp: int, layout: str = "contiguous", causal: bool = True) -> list
     zigzag layouts (striped and document masks take :func:`mask_plan`)."""
     if not isinstance(cp, int) or cp < 1:
         raise ValueError(f"cp ({cp!r}) must be an integer >= 1")
-    out = []
-    for step in range(cp):
-        row = []
-        for r in range(cp):
-            src = block_source(r, step, cp)
-            q_ids, k_ids = chunk_ids(r, cp, layout), chunk_ids(src, cp, layout)
-            pairs = [(q_ids[i], k_ids[j], mask) for i, j, mask in plan(q_ids, k_ids, causal)]
-            row.append({"src": src, "pairs": pairs})
-        out.append(row)
-    return out
+
+    def holds(r, src):
+        q_ids, k_ids = chunk_ids(r, cp, layout), chunk_ids(src, cp, layout)
+        pairs = [(q_ids[i], k_ids[j], mask) for i, j, mask in plan(q_ids, k_ids, causal)]
+        return {"src": src, "pairs": pairs}
+
+    return [[holds(r, block_source(r, step, cp)) for r in range(cp)] for step in range(cp)]
 
 
 def mask_plan(q_chunks, k_chunks, causal: bool, doc_ids=None):
@@ -130,13 +127,8 @@ class _Pairs:
     def __call__(self, src):
         if self.general:
             return list(mask_plan(self.pos[self.r], self.pos[src], self.causal, self.doc_ids))
-        return list(
-            plan(
-                chunk_ids(self.r, self.cp, self.layout),
-                chunk_ids(src, self.cp, self.layout),
-                self.causal,
-            )
-        )
+        ids = lambda j: chunk_ids(j, self.cp, self.layout)
+        return list(plan(ids(self.r), ids(src), self.causal))
 
 
 class _RingAttention(torch.autograd.Function):
@@ -160,10 +152,8 @@ class _RingAttention(torch.autograd.Function):
             for i, j, mask in pairs(src):
                 o, lse = block_attention(qs[i], ks[j], vs[j], mask)
                 o, lse = o.to(mdt), lse.to(mdt)  # what the merge keeps
-                if outs[i] is None:
-                    outs[i], lses[i] = o, lse
-                else:
-                    outs[i], lses[i] = merge_blocks(outs[i], lses[i], o, lse)
+                first = outs[i] is None
+                outs[i], lses[i] = (o, lse) if first else merge_blocks(outs[i], lses[i], o, lse)
             c1 = time.perf_counter()
             if shift is not None:
                 kv = shift.wait()
@@ -178,17 +168,14 @@ class _RingAttention(torch.autograd.Function):
         out, lse = torch.cat(outs, dim=2), torch.cat(lses, dim=2)  # (b, a, s/cp, d), (b, a, s/cp)
         out = out.to(q.dtype)  # rounded once, at the end
         ctx.save_for_backward(q, k, v, out, lse)
-        ctx.causal, ctx.group, ctx.layout, ctx.documents = causal, group, layout, documents
-        ctx.accum_dtype = opts.accum_dtype
+        ctx.group, ctx.pairs, ctx.accum_dtype = group, pairs, opts.accum_dtype
         return out
 
     @staticmethod
     def backward(ctx, dout):
         q, k, v, out, lse = ctx.saved_tensors
-        group, layout = ctx.group, ctx.layout
-        cp, r = group_size(group), group_rank(group)
-        n = chunks_per_rank(layout)
-        pairs = _Pairs(r, cp, q.shape[2], layout, ctx.causal, ctx.documents, q.device)
+        group, pairs = ctx.group, ctx.pairs
+        cp, r, n = pairs.cp, pairs.r, pairs.n
         comp = _dtype(None, q)
         acc = _dtype(ctx.accum_dtype, k)  # dK/dV accumulator on the wire
         dout = dout.contiguous().to(comp)

@@ -86,9 +86,7 @@ def gather_sequence(
     parts = [torch.empty_like(x_local) for _ in range(cp)]
     dist.all_gather(parts, x_local.contiguous(), group=group)  # cp × (…, s/cp, …)
     s = x_local.shape[dim] * cp
-    full_shape = list(x_local.shape)
-    full_shape[dim] = s
-    out = x_local.new_empty(full_shape)  # (…, s, …)
+    out = torch.cat(parts, dim)  # (…, s, …) in rank order; each part goes to its positions
     for r, part in enumerate(parts):
         out.index_copy_(dim, positions(s, cp, r, layout).to(x_local.device), part)
     return out

@@ -35,44 +35,34 @@ def _heads_to_seq(x: torch.Tensor, group) -> torch.Tensor:
     """(b, a/cp, s, d) on each rank → (b, a, s/cp, d): the inverse of :func:`_seq_to_heads`."""
     cp = group_size(group)
     b, ah, s, d = x.shape
-    send = (
-        x.reshape(b, ah, cp, s // cp, d).permute(2, 0, 1, 3, 4).contiguous()
-    )  # (cp, b, a/cp, s/cp, d)
+    # (cp, b, a/cp, s/cp, d)
+    send = x.reshape(b, ah, cp, s // cp, d).permute(2, 0, 1, 3, 4).contiguous()
     recv = torch.empty_like(send)  # dim 0 = source rank = head group
     dist.all_to_all_single(recv, send, group=group)
     return recv.transpose(0, 1).reshape(b, cp * ah, s // cp, d)  # (b, a, s/cp, d)
 
 
-class _SeqToHeads(torch.autograd.Function):
+class _AllToAll(torch.autograd.Function):
+    """``there(x, group)`` forward, its inverse ``back`` on the gradient."""
+
     @staticmethod
-    def forward(ctx, x, group):
-        ctx.group = group
-        return _seq_to_heads(x, group)
+    def forward(ctx, x, group, there, back):
+        ctx.group, ctx.back = group, back
+        return there(x, group)
 
     @staticmethod
     def backward(ctx, grad):
-        return _heads_to_seq(grad.contiguous(), ctx.group), None
-
-
-class _HeadsToSeq(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, x, group):
-        ctx.group = group
-        return _heads_to_seq(x, group)
-
-    @staticmethod
-    def backward(ctx, grad):
-        return _seq_to_heads(grad.contiguous(), ctx.group), None
+        return ctx.back(grad.contiguous(), ctx.group), None, None, None
 
 
 def seq_to_heads(x, group=None):
     """All-to-all (b, a, s/cp, d) → (b, a/cp, s, d); backward the inverse all-to-all."""
-    return x if group_size(group) == 1 else _SeqToHeads.apply(x, group)
+    return x if group_size(group) == 1 else _AllToAll.apply(x, group, _seq_to_heads, _heads_to_seq)
 
 
 def heads_to_seq(x, group=None):
     """All-to-all (b, a/cp, s, d) → (b, a, s/cp, d); backward the inverse all-to-all."""
-    return x if group_size(group) == 1 else _HeadsToSeq.apply(x, group)
+    return x if group_size(group) == 1 else _AllToAll.apply(x, group, _heads_to_seq, _seq_to_heads)
 
 
 def kv_heads_sent(a: int, a_kv: int, cp: int) -> int:
