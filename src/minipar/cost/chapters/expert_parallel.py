@@ -105,14 +105,8 @@ def layer_events(
     sent = sum(rows[rank]) * hidden * bytes_per_elem
     received = sum(r[rank] for r in rows) * hidden * bytes_per_elem
     ev = [("all_gather", ep * top_k * experts * COUNT_BYTES)] if capacity_limited else []
-    ev += [
-        ("all_to_all", experts * COUNT_BYTES),  # counts
-        ("all_to_all", sent),
-        ("all_to_all", received),  # dispatch, combine
-        ("all_to_all", sent),
-        ("all_to_all", received),
-    ]  # backward: combine, dispatch
-    return ev
+    # the counts; dispatch, combine; backward: combine's adjoint, dispatch's
+    return ev + [("all_to_all", x) for x in (experts * COUNT_BYTES, sent, received, sent, received)]
 
 
 def off_rank_bytes(
@@ -183,13 +177,11 @@ def imbalance(tokens_per_expert: list[int], ep: int) -> dict[str, float]:
         raise ValueError(f"experts ({E}) must be divisible by ep ({ep})")
     per = E // ep
     ranks = [sum(tokens_per_expert[r * per : (r + 1) * per]) for r in range(ep)]
-    mean = sum(ranks) / ep
+    mean, total = sum(ranks) / ep, sum(tokens_per_expert)
     return {
         "per rank": ranks,
         "max/mean rank": max(ranks) / mean if mean else 1.0,
-        "max/mean expert": max(tokens_per_expert) / (sum(tokens_per_expert) / E)
-        if sum(tokens_per_expert)
-        else 1.0,
+        "max/mean expert": max(tokens_per_expert) / (total / E) if total else 1.0,
     }
 
 
@@ -403,26 +395,12 @@ def node_dedup_events(
     R2 = sum(t["node"][v * g + j][l] for j in range(g))
     h, b = layer.hidden, layer.bytes_per_elem
     ev = [("all_gather", ep * top_k * experts * COUNT_BYTES)] if capacity_limited else []
-    if nodes > 1:
-        ev += [
-            ("all_to_all", nodes * COUNT_BYTES),
-            ("all_to_all", S1 * h * b),
-            ("all_to_all", S1 * top_k * b),
-            ("all_to_all", S1 * top_k * index_bytes),
-        ]
-    if g > 1:
-        ev += [
-            ("all_to_all", experts // nodes * COUNT_BYTES),
-            ("all_to_all", S2 * h * b),
-            ("all_to_all", R2 * h * b),
-        ]
-    if nodes > 1:
-        ev += [("all_to_all", R1 * h * b), ("all_to_all", S1 * h * b)]
-    if g > 1:
-        ev += [("all_to_all", S2 * h * b), ("all_to_all", R2 * h * b)]
-    if nodes > 1:
-        ev += [("all_to_all", R1 * top_k * b), ("all_to_all", R1 * h * b)]
-    return ev
+    rail, local = nodes > 1, g > 1  # a list times False is empty: a group of one sends nothing
+    a2a = [nodes * COUNT_BYTES, S1 * h * b, S1 * top_k * b, S1 * top_k * index_bytes] * rail
+    a2a += [experts // nodes * COUNT_BYTES, S2 * h * b, R2 * h * b] * local
+    a2a += [R1 * h * b, S1 * h * b] * rail + [S2 * h * b, R2 * h * b] * local  # backward
+    a2a += [R1 * top_k * b, R1 * h * b] * rail
+    return ev + [("all_to_all", x) for x in a2a]
 
 
 def inter_node_rows(
