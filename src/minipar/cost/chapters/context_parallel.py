@@ -45,6 +45,7 @@ the activations, e_acc of the dK/dV accumulators.
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass
 
 from ..model import check_counts as _check
@@ -184,8 +185,7 @@ def allgather_sent_bytes_per_layer(
     """Bytes one rank sends per layer under all-gather CP: (cp−1)/cp of every collective's S
     (ring algorithms): forward (cp−1)·KV, backward (cp−1)·KV + (cp−1)·dKV."""
     c = allgather_collectives_per_layer(b, s, h_kv, cp, bytes_per_elem, accum_bytes_per_elem)
-    fwd = sum((cp - 1) / cp * S for _, S in c["forward"])
-    bwd = sum((cp - 1) / cp * S for _, S in c["backward"])
+    fwd, bwd = (sum((cp - 1) / cp * S for _, S in c[k]) for k in ("forward", "backward"))
     return {"forward": fwd, "backward": bwd, "total": fwd + bwd}
 
 
@@ -240,10 +240,8 @@ def ulysses_sent_bytes_per_layer(
 ) -> dict[str, float]:
     """Bytes one rank sends per layer: (cp−1)/cp of every all-to-all's input, forward and
     backward."""
-    fwd = sum(
-        (cp - 1) / cp * S
-        for _, S in ulysses_all_to_alls_per_layer(b, s, h, cp, bytes_per_elem, h_kv, a_kv)
-    )
+    a2a = ulysses_all_to_alls_per_layer(b, s, h, cp, bytes_per_elem, h_kv, a_kv)
+    fwd = sum((cp - 1) / cp * S for _, S in a2a)
     return {"forward": fwd, "backward": fwd, "total": 2 * fwd}
 
 
@@ -431,30 +429,20 @@ def document_step_work(s: int, cp: int, layout: str, documents: list[int]) -> li
             f"document lengths ({list(documents)}) must be integers >= 1 summing to s ({s})"
         )
     n = s // (2 * cp if layout == "zigzag" else cp)
-    bounds, start = [], 0
-    for length in documents:
-        bounds.append((start, start + length))
-        start += length
+    starts = list(itertools.accumulate(documents, initial=0))
+    bounds = list(zip(starts, starts[1:]))
 
-    def entries(qc, kc):
-        total = 0
-        for d0, d1 in bounds:
-            total += _pairs_below(
+    def entries(r, src):  # rank r's queries against rank src's keys, document by document
+        return sum(
+            _pairs_below(
                 max(qc * n, d0), min((qc + 1) * n, d1), max(kc * n, d0), min((kc + 1) * n, d1)
             )
-        return total
+            for qc in chunk_ids(r, cp, layout)
+            for kc in chunk_ids(src, cp, layout)
+            for d0, d1 in bounds
+        )
 
-    return [
-        [
-            sum(
-                entries(qc, kc)
-                for qc in chunk_ids(r, cp, layout)
-                for kc in chunk_ids((r - i) % cp, cp, layout)
-            )
-            for r in range(cp)
-        ]
-        for i in range(cp)
-    ]
+    return [[entries(r, (r - i) % cp) for r in range(cp)] for i in range(cp)]
 
 
 def document_attention_times(
