@@ -21,9 +21,9 @@ def test_groups_partition_the_ranks(d, t, p):
         assert len(groups) == count and all(len(x) == size for x in groups)
         assert sorted(itertools.chain(*groups)) == list(range(n))
     # tp consecutive; dp stride t; pp stride d·t
-    assert all(x == list(range(x[0], x[0] + t)) for x in g.tp_groups())
-    assert all(x == list(range(x[0], x[0] + d * t, t)) for x in g.dp_groups())
-    assert all(x == list(range(x[0], n, d * t)) for x in g.pp_groups())
+    assert all(x == list(range(x[0], x[0] + t)) for x in g.groups("tp"))
+    assert all(x == list(range(x[0], x[0] + d * t, t)) for x in g.groups("dp"))
+    assert all(x == list(range(x[0], n, d * t)) for x in g.groups("pp"))
     for r in range(n):
         c = g.coord(r)
         assert g.rank(*c) == r
@@ -31,7 +31,7 @@ def test_groups_partition_the_ranks(d, t, p):
         assert {g.coord(x)[:2] for x in g.group_of("tp", r)} == {(c.pp, c.dp)}
         assert {(g.coord(x).pp, g.coord(x).tp) for x in g.group_of("dp", r)} == {(c.pp, c.tp)}
         assert {g.coord(x)[1:] for x in g.group_of("pp", r)} == {(c.dp, c.tp)}
-    emb = g.embedding_groups()
+    emb = g.groups("embedding")
     assert len(emb) == d * t
     assert all(len(x) == (2 if p > 1 else 1) for x in emb)
     assert sorted(itertools.chain(*emb)) == sorted(
@@ -41,11 +41,11 @@ def test_groups_partition_the_ranks(d, t, p):
 
 def test_example_2_2_2_by_hand():
     g = RankGrid(2, 2, 2)
-    assert g.tp_groups() == [[0, 1], [2, 3], [4, 5], [6, 7]]
-    assert g.dp_groups() == [[0, 2], [1, 3], [4, 6], [5, 7]]
-    assert g.pp_groups() == [[0, 4], [1, 5], [2, 6], [3, 7]]
-    assert g.embedding_groups() == g.pp_groups()
-    assert RankGrid(1, 1, 3).embedding_groups() == [[0, 2]]
+    assert g.groups("tp") == [[0, 1], [2, 3], [4, 5], [6, 7]]
+    assert g.groups("dp") == [[0, 2], [1, 3], [4, 6], [5, 7]]
+    assert g.groups("pp") == [[0, 4], [1, 5], [2, 6], [3, 7]]
+    assert g.groups("embedding") == g.groups("pp")
+    assert RankGrid(1, 1, 3).groups("embedding") == [[0, 2]]
     assert RankGrid(1, 1, 3).group_of("embedding", 1) == []
 
 

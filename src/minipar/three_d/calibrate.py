@@ -44,7 +44,9 @@ def _burst(fn, reps: int, k: int | None = None, min_s: float | None = None) -> t
     mean 2.7 ms); long, because a burst shorter than the scheduler's time slice runs alone on a
     core (a 5 ms burst of 1.2 ms layers: wall = CPU with 4 ranks on 2 cores); the median, because
     the fastest burst finds quieter moments than a whole step of :func:`time_layout_on_rank`
-    does. CPU is this process's, every thread (gloo's included)."""
+    does. CPU is this process's, every thread (gloo's included). One untimed call first warms
+    up (every rank makes it: it may communicate)."""
+    fn()
     got = []
     min_s = 0.008 * dist.get_world_size() if min_s is None else min_s
     for _ in range(reps):
@@ -62,26 +64,18 @@ def _burst(fn, reps: int, k: int | None = None, min_s: float | None = None) -> t
 
 def _layer_and_stage(out: dict, cfg: GPTConfig, layer, batches, reps: int) -> None:
     """One layer's forward + backward, and one micro-batch through a one-stage executor, per b."""
-    from .train import stage_3d  # noqa: PLC0415 (lazy: dtensor)
+    from .train import Stage3D  # noqa: PLC0415 (lazy: dtensor)
 
     world_size, rank = dist.get_world_size(), dist.get_rank()
     solo = [dist.new_group([r]) for r in range(world_size)][rank]  # every rank alone
-    stage = stage_3d(GPT(replace(cfg, L=1)), 0, 1, solo)
+    stage = Stage3D(GPT(replace(cfg, L=1)), 0, 1, solo)
     ex, acts = PipelineExecutor({0: stage}, 1, 0, 1, 1, group=solo), schedule("1f1b", 1, 1)[0]
     for b in batches:
         x = torch.randn(b, cfg.s, cfg.h, requires_grad=True)  # (b, s, h)
         tokens = torch.randint(0, cfg.V, (b, cfg.s + 1))  # (b, s + 1)
-        shape = (b, cfg.s, cfg.h)
-
-        def fwd_bwd():
-            layer(x).sum().backward()
-
-        def one_micro_batch():
-            ex.run(acts, [tokens[:, :-1]], [tokens[:, 1:]], shape, torch.float32)
-
-        for fn, key in ((fwd_bwd, "layer"), (one_micro_batch, "stage")):
-            fn()  # warm up
-            out[key][b] = _burst(fn, reps)
+        micro = ([tokens[:, :-1]], [tokens[:, 1:]], (b, cfg.s, cfg.h), torch.float32)
+        out["layer"][b] = _burst(lambda: layer(x).sum().backward(), reps)
+        out["stage"][b] = _burst(lambda: ex.run(acts, *micro), reps)  # one micro-batch
 
 
 def _blocks(out: dict, cfg: GPTConfig, layer, batches, reps: int) -> None:
@@ -91,15 +85,10 @@ def _blocks(out: dict, cfg: GPTConfig, layer, batches, reps: int) -> None:
     for t in degrees:
         groups = [dist.new_group(list(range(g, g + t))) for g in range(0, world_size, t)]
         block = ParallelBlock.from_full(layer, groups[rank // t], sequence_parallel=True)
-        out["block"][t] = {}
         for b in batches[:3]:  # a line in b: 3 points do
             x = torch.randn(b, cfg.s // t, cfg.h, requires_grad=True)  # (b, s/t, h)
-
-            def block_fwd_bwd():
-                block(x).sum().backward()
-
-            block_fwd_bwd()
-            out["block"][t][b] = _burst(block_fwd_bwd, reps, None if t == 1 else 3)
+            fwd_bwd = lambda: block(x).sum().backward()
+            out["block"].setdefault(t, {})[b] = _burst(fwd_bwd, reps, None if t == 1 else 3)
 
 
 def _adam(out: dict, reps: int) -> None:
@@ -108,7 +97,6 @@ def _adam(out: dict, reps: int) -> None:
         w = torch.nn.Parameter(torch.zeros(numel))
         w.grad = torch.ones(numel)
         opt = torch.optim.Adam([w], lr=1e-3)
-        opt.step()
         out["adam"][numel] = _burst(opt.step, reps, 3)
 
 
@@ -119,7 +107,6 @@ def _collectives(out: dict, reps: int) -> None:
     for n in [k for k in range(2, world_size + 1) if world_size % k == 0]:
         groups = [dist.new_group(list(range(g, g + n))) for g in range(0, world_size, n)]
         mine = groups[rank // n]
-        out["all-gather"][n], out["reduce-scatter"][n] = {}, {}
         for size in SIZES:
             whole, shard = torch.ones(size), torch.ones(size // n)  # (N,), (N/n,)
             calls = {
@@ -127,8 +114,7 @@ def _collectives(out: dict, reps: int) -> None:
                 "reduce-scatter": lambda: dist.reduce_scatter_single(shard, whole, group=mine),
             }
             for op, fn in calls.items():
-                fn()  # warm up this size
-                out[op][n][size] = _burst(fn, reps, 8 if size < 2**18 else 2)
+                out[op].setdefault(n, {})[size] = _burst(fn, reps, 8 if size < 2**18 else 2)
 
 
 def _p2p(out: dict, reps: int) -> None:
@@ -146,7 +132,6 @@ def _p2p(out: dict, reps: int) -> None:
                 dist.recv(buf, peer)
                 dist.send(buf, peer)
 
-        ping()
         w, c = _burst(ping, reps, 8 if size < 2**18 else 2)
         out["p2p"][size] = (w / 2, c / 2)  # one way
 
@@ -235,7 +220,7 @@ def time_layout_on_rank(
 ) -> float:
     """The fastest of ``steps`` steps' seconds of the 3D GPT (:mod:`minipar.three_d.train`'s
     composition: SP inside TP, 1F1B, ZeRO-1) on this rank, after one warm-up step."""
-    from .train import stage_3d  # noqa: PLC0415 (lazy: dtensor)
+    from .train import Stage3D  # noqa: PLC0415 (lazy: dtensor)
 
     groups = new_groups(grid)
     c = grid.coord(rank)
@@ -243,7 +228,7 @@ def time_layout_on_rank(
     m = batch // (d * b)
     rows = slice(c.dp * m * b, (c.dp + 1) * m * b)
     torch.manual_seed(0)
-    stage = stage_3d(GPT(config), c.pp, p, groups.tp)  # SP inside TP
+    stage = Stage3D(GPT(config), c.pp, p, groups.tp)  # SP inside TP
     zero = ZeRO(stage, 1, lambda ps: torch.optim.Adam(ps, lr=1e-3), group=groups.dp)
     ex = PipelineExecutor(
         {c.pp: stage}, p, c.pp, p, m, group=groups.pp, embedding_group=groups.embedding

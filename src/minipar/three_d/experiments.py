@@ -22,11 +22,10 @@ def group_members_on_rank(rank: int, world_size: int, d: int, t: int, p: int) ->
     for kind, group in groups._asdict().items():
         if group is None:
             continue
-        n = dist.get_world_size(group)
         x = torch.tensor([rank], dtype=torch.int64, device=dev)
+        got = [torch.zeros_like(x) for _ in range(dist.get_world_size(group))]
+        dist.all_gather(got, x, group=group)  # the members, in group order
         dist.all_reduce(x, group=group)  # (1,) sum over the group
-        got = [torch.zeros(1, dtype=torch.int64, device=dev) for _ in range(n)]
-        dist.all_gather(got, torch.tensor([rank], dtype=torch.int64, device=dev), group=group)
         out[kind] = {"sum": int(x), "members": [int(g) for g in got]}
     return out
 
@@ -36,14 +35,12 @@ def check_members(grid: RankGrid, results: list[dict]) -> list[str]:
     problems = []
     for rank, seen in enumerate(results):
         for kind in ("tp", "dp", "pp", "embedding"):
-            want = grid.group_of(kind, rank)
-            got = seen.get(kind)
-            if not want:
-                if got is not None:
-                    problems.append(f"rank {rank}: {kind} group {got['members']}, expected none")
-                continue
-            if got is None or got["members"] != want or got["sum"] != sum(want):
-                problems.append(
-                    f"rank {rank}: {kind} group {got and got['members']}, expected {want}"
-                )
+            want, got = grid.group_of(kind, rank), seen.get(kind)
+            if want:
+                ok = got is not None and got["members"] == want and got["sum"] == sum(want)
+            else:
+                ok = got is None
+            if not ok:
+                members = got and got["members"]
+                problems.append(f"rank {rank}: {kind} group {members}, expected {want or 'none'}")
     return problems

@@ -185,7 +185,7 @@ def train_5d_on_rank(
         ex = PipelineExecutor(
             {c.pp: stage}, p, c.pp, p, m, group=groups["pp"], embedding_group=groups["embedding"]
         )
-        tr = trace({k: g for k, g in groups.items()})
+        tr = trace(dict(groups))
         grads0 = reduced = None
         with tr if bug is None else contextlib.nullcontext():
             for step, (x, y) in enumerate(local):
@@ -238,7 +238,7 @@ def expected_traffic(
     tp_per_layer = sum(S * calls for _, S, calls in tp_collectives_per_layer(b, sc, c.h, t, B))
     n = b * sc // t
     boundaries = (i_p > 0) + (i_p < grid.p - 1)  # pipeline links this stage has
-    out = {
+    return {
         "tp": (tp_per_layer * L * m + (reduced["router"] * B if t > 1 else 0)) * steps,
         "cp:send": ring_sent_bytes_per_layer(b, c.s, c.h // t, grid.cp, B)["total"] * L * m * steps,
         "pp:send": pp_p2p_bytes_per_microbatch(b, sc, c.h, B) / 2 * m * steps * boundaries,
@@ -251,7 +251,6 @@ def expected_traffic(
         "edp": reduced["experts"] * B * steps if grid.stage_size // grid.ep > 1 else 0,
         "embedding": c.V * c.h * B * steps if grid.p > 1 else 0,
     }
-    return out
 
 
 def measured_traffic(results: list[dict], grid: Grid) -> list[dict]:

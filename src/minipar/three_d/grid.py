@@ -50,18 +50,6 @@ class RankGrid(_grid.Grid):
     def rank(self, pp: int, dp: int, tp: int) -> int:
         return super().rank(pp=pp, dp=dp, tp=tp)
 
-    def tp_groups(self) -> list[list[int]]:
-        return self.groups("tp")
-
-    def dp_groups(self) -> list[list[int]]:
-        return self.groups("dp")
-
-    def pp_groups(self) -> list[list[int]]:
-        return self.groups("pp")
-
-    def embedding_groups(self) -> list[list[int]]:
-        return self.groups("embedding")
-
     def groups(self, kind: str) -> list[list[int]]:
         if kind not in self.kinds:
             raise ValueError(f"group kind ({kind!r}) must be one of {', '.join(self.kinds)}")

@@ -114,10 +114,6 @@ class Stage3D(nn.Module):
         return self.inner.tied_weight()
 
 
-def stage_3d(full: GPT, i_p: int, p: int, tp_group, mode: str = "sp") -> Stage3D:
-    return Stage3D(full, i_p, p, tp_group, mode)
-
-
 def max_diff(ours, expected) -> float:
     """The largest |a − b| over paired tensors (parameters, gradients) of two lists."""
     return max((a.detach() - b.detach()).abs().max().item() for a, b in zip(ours, expected))
@@ -183,7 +179,7 @@ def train_3d_on_rank(
             (groups.dp, groups.tp) if bug == "swapped_groups" else (groups.tp, groups.dp)
         )
         emb = None if bug == "no_embedding_allreduce" else groups.embedding
-        stage = stage_3d(build(), c.pp, p, tp_group, mode)
+        stage = Stage3D(build(), c.pp, p, tp_group, mode)
         zero = ZeRO(stage, 1, lambda ps: torch.optim.Adam(ps, lr=LR), group=dp_group)
         ex = PipelineExecutor({c.pp: stage}, p, c.pp, p, m, group=groups.pp, embedding_group=emb)
         actions = schedule("1f1b", p, m)[c.pp]
@@ -199,8 +195,8 @@ def train_3d_on_rank(
                     losses = rec.losses
                     grads0 = [q.grad.clone() for q in stage.parameters()]
                 zero.step()
-        ref_stage = stage_3d(ref_grads, c.pp, p, groups.tp, mode)
-        expected_params = stage_3d(ref_model, c.pp, p, groups.tp, mode).parameters()
+        ref_stage = Stage3D(ref_grads, c.pp, p, groups.tp, mode)
+        expected_params = Stage3D(ref_model, c.pp, p, groups.tp, mode).parameters()
         r = {
             "params": max_diff(list(stage.parameters()), list(expected_params)),
             "grads": max_diff(grads0, list(ref_stage.parameters())),
