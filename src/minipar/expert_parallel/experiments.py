@@ -160,11 +160,11 @@ def traffic_on_rank(
     rows = torch.zeros(ep, ep, dtype=torch.int64)
     rows[rank] = layer.send_counts.sum(1)
     dist.all_reduce(rows)  # rows[s][d] for every pair
-    traced = [(e.op, e.bytes) for e in tr.events]
-    model = layer_events(rows.tolist(), rank, H, experts, top_k, 8, capacity_factor is not None)
     return {
-        "traced": traced,
-        "model": model,
+        "traced": [(e.op, e.bytes) for e in tr.events],
+        "model": layer_events(
+            rows.tolist(), rank, H, experts, top_k, 8, capacity_factor is not None
+        ),
         "rows": rows.tolist(),
         "tokens per expert": layer.tokens_per_expert.tolist(),
     }
@@ -186,10 +186,9 @@ def dispatcher_traffic_on_rank(
     x = _randn(tokens_on(rank), H, seed=100 + rank).requires_grad_()
     with tracer.trace() as tr:
         layer(x).sum().backward()
-    mine = [
-        [int(e) for e, k in zip(es, ks) if k]  # kept choices per token
-        for es, ks in zip(layer_choices(layer, x), layer.kept.tolist())
-    ]
+    with torch.no_grad():  # (n, K) the router's choices
+        picks = top_k_gates(layer.router(x), layer.top_k, layer.renormalize)[2].tolist()
+    mine = [[int(e) for e, k in zip(es, ks) if k] for es, ks in zip(picks, layer.kept.tolist())]
     choices = [None] * ep
     dist.all_gather_object(choices, mine)
     cap = capacity_factor is not None
@@ -210,14 +209,6 @@ def dispatcher_traffic_on_rank(
             d: inter_node_rows(choices, experts, ns, d) for d in ("all_to_all", "node_dedup")
         },
     }
-
-
-def layer_choices(layer, x) -> list[list[int]]:
-    """(n, K) expert choices of ``layer``'s router for ``x`` (no gradient)."""
-    with torch.no_grad():
-        return top_k_gates(
-            layer.router(x.reshape(-1, layer.hidden)), layer.top_k, layer.renormalize
-        )[2].tolist()
 
 
 def ep_dp_train_on_rank(
