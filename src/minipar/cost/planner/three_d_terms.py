@@ -729,11 +729,8 @@ def term_pp(m_, cl, lay: Layout, opt: Options, ctx=None) -> LinkTerm:
     t, cp, d, p = lay.tp, lay.cp, lay.dp, lay.pp
     pp_link = cl.intra if t * cp * d * p <= cl.gpus_per_node else cl.inter
     act_bytes = lay.micro_batch * (m_.seq // cp) * m_.hidden * 2
-    if p == 1:
-        return LinkTerm(0.0, "-")
-    return LinkTerm(
-        2 * lay.chunks * (pp_link.alpha + act_bytes / t / pp_link.bandwidth), pp_link.name
-    )
+    seconds = 2 * lay.chunks * (pp_link.alpha + act_bytes / t / pp_link.bandwidth)
+    return LinkTerm(seconds, pp_link.name) if p > 1 else LinkTerm(0.0, "-")
 
 
 def term_cp(m_, cl, lay: Layout, opt: Options, ctx) -> float:
@@ -762,9 +759,8 @@ def term_cp(m_, cl, lay: Layout, opt: Options, ctx) -> float:
     cp_link = cl.intra if t * cp <= cl.gpus_per_node else cl.inter
     kv = ring["forward"] / (cp - 1)
     dkv = (ring["backward"] - ring["forward"]) / cp
-    comm = (refwd * (cp - 1) + (cp - 1)) * (cp_link.alpha + kv / cp_link.bandwidth) + cp * (
-        cp_link.alpha + dkv / cp_link.bandwidth
-    )
+    alpha, bw = cp_link.alpha, cp_link.bandwidth
+    comm = (refwd * (cp - 1) + (cp - 1)) * (alpha + kv / bw) + cp * (alpha + dkv / bw)
     return lp * max(0.0, comm - cp * core)
 
 
