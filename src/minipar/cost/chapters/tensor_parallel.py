@@ -52,11 +52,10 @@ def tp_sent_bytes_per_layer(
     """Bytes one rank sends per layer per micro-batch (ring algorithms): 4·2(t−1)/t·bsh·bytes,
     the same with or without sequence parallelism when the gathered input is kept (equal to
     :func:`tp_bytes_per_layer`; tests/test_cost_tensor_parallel.py checks it)."""
-    total = sum(
+    return sum(
         calls * ring_bytes_per_rank(op, t, size)
         for op, size, calls in tp_collectives_per_layer(b, s, h, t, bytes_per_elem, sp=sp)
     )
-    return total
 
 
 def sp_grad_allreduce_elements(h: int) -> int:
@@ -171,13 +170,8 @@ def layer_comm_fraction(
     """Share of a layer's forward + backward time spent in its four all-reduces when nothing
     overlaps. Backward does twice the forward FLOPs and the same two all-reduces, so over the
     whole pass the ratio is r·2/3 with r = :func:`comm_compute_ratio`; the share is x/(1 + x)."""
-    x = (
-        2
-        * comm_compute_ratio(
-            b, s, h, t, flops=flops, bandwidth=bandwidth, alpha=alpha, bytes_per_elem=bytes_per_elem
-        )
-        / 3
-    )
+    kw = dict(flops=flops, bandwidth=bandwidth, alpha=alpha, bytes_per_elem=bytes_per_elem)
+    x = 2 * comm_compute_ratio(b, s, h, t, **kw) / 3
     return x / (1 + x)
 
 
