@@ -446,11 +446,8 @@ def cpu_time_limit(seconds: float | None):
     threads have no clock of their own). Nested, the inner limit applies inside and the outer
     one goes on after it. A no-op off the main thread, without ``setitimer``, or for
     ``None``/0."""
-    if (
-        not seconds
-        or threading.current_thread() is not threading.main_thread()
-        or not hasattr(signal, "setitimer")
-    ):
+    on_main = threading.current_thread() is threading.main_thread()
+    if not seconds or not on_main or not hasattr(signal, "setitimer"):
         yield
         return
     start, clock = time.monotonic(), _main_thread_clock()
