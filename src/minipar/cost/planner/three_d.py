@@ -882,10 +882,8 @@ def _perturbed(cl: Cluster, opt: Options, knob: str, f: float) -> tuple[Cluster,
     if knob in ("gemm_efficiency", "flash_efficiency"):  # fractions of the peak, at most 1
         return replace(cl, gpu=replace(g, **{knob: min(1.0, getattr(g, knob) * f)})), opt
     if knob == "alpha":
-        links = {
-            k: replace(getattr(cl, k), alpha=getattr(cl, k).alpha * f) for k in ("intra", "inter")
-        }
-        return replace(cl, **links), opt
+        intra, inter = (replace(lk, alpha=lk.alpha * f) for lk in (cl.intra, cl.inter))
+        return replace(cl, intra=intra, inter=inter), opt
     if knob == "inter_bandwidth":
         return replace(cl, inter=replace(cl.inter, bandwidth=cl.inter.bandwidth * f)), opt
     return cl, replace(opt, headroom=min(0.99, opt.headroom * f))
