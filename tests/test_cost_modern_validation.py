@@ -4,6 +4,7 @@ rows (torchtitan's Llama 3.1 8B on 8 GPUs, December 2024) set three constants, e
 (minipar.cost.validation.modern_fit) that the presets must equal; every other row is a
 validation row, evaluated only after the model was frozen, or says why it is not priced."""
 
+import sys
 from pathlib import Path
 
 import pytest
@@ -13,6 +14,10 @@ from minipar.cost.kernels import hardware as H
 from minipar.cost.planner import three_d as planner
 from minipar.cost.validation import modern as mv
 from minipar.cost.validation import modern_fit
+
+GLUE = Path(__file__).resolve().parents[1] / "book" / "glue"
+sys.path.insert(0, str(GLUE))
+import validation_tables as tables  # noqa: E402 (book/glue joins sys.path above: the book's tables)
 
 ROWS = mv.load()["rows"]
 REASONS = {
@@ -99,22 +104,6 @@ FREEZE_COMMIT = "b045cfd"
 APPENDIX = Path(__file__).resolve().parents[1] / "book" / "three_d_appendix.md"
 
 
-def validation_table(s: dict) -> str:
-    """The appendix's table of the validation rows, as ``book/three_d_appendix.md`` prints it."""
-    lines = [
-        "| row | model | GPUs | precision | recomputation | measured s | predicted s "
-        "| error | 40 % MFU |",
-        "|---|---|---:|---|---|---:|---:|---:|---:|",
-    ]
-    for r in s["rows"]:
-        lines.append(
-            f"| `{r['id']}` | {r['model']} | {r['gpus']} | {r['precision']} | {r['recompute']} "
-            f"| {r['measured_s']:.2f} | {r['predicted_s']:.2f} | {r['error']:+.0f} % "
-            f"| {r['baseline_error']:+.0f} % |"
-        )
-    return "\n".join(lines)
-
-
 def test_the_validation_rows_as_evaluated_after_the_freeze():
     """What the frozen model scored on the 33 validation rows, recorded as evaluated once after
     the freeze commit: 17 within ±15 % (the target was 80 %), the constant-MFU baseline 5. A
@@ -122,7 +111,7 @@ def test_the_validation_rows_as_evaluated_after_the_freeze():
     s = mv.summary()
     assert (s["n"], s["within"], s["baseline_within"]) == (33, 17, 5)
     text = APPENDIX.read_text()
-    assert validation_table(s) in text
+    assert tables.experiment_1_table(s) in text
     assert f"freeze commit `{FREEZE_COMMIT}`" in text
     assert f"{s['within']} of the {s['n']} validation rows" in text
     assert f"the constant-MFU baseline {s['baseline_within']}" in text
@@ -154,41 +143,6 @@ FREEZE_2_COMMIT = "5364c6d"
 BY_ID = {r["id"]: r for r in ROWS}
 
 
-def experiment_2_table(s: dict) -> str:
-    """The appendix's table of experiment 2's rows, as ``book/three_d_appendix.md`` prints it."""
-    lines = [
-        "| row | model | GPUs | precision | FP8 scaling | TP overlap | recomputation "
-        "| measured s | predicted s | error | 40 % MFU |",
-        "|---|---|---:|---|---|---|---|---:|---:|---:|---:|",
-    ]
-    for r in s["rows"]:
-        o = mv.options_for(BY_ID[r["id"]])
-        lines.append(
-            f"| `{r['id']}` | {r['model']} | {r['gpus']} | {r['precision']} | {o.fp8 or '-'} "
-            f"| {'yes' if o.tp_overlap else 'no'} | {r['recompute']} "
-            f"| {r['measured_s']:.2f} | {r['predicted_s']:.2f} | {r['error']:+.0f} % "
-            f"| {r['baseline_error']:+.0f} % |"
-        )
-    return "\n".join(lines)
-
-
-def post_hoc_table(p: dict) -> str:
-    """The appendix's post-hoc column: experiment 1's NVIDIA rows with TP, again with
-    tp_overlap (seen rows: never counted)."""
-    lines = [
-        "| row (seen in experiment 1) | model | GPUs | measured s | experiment 1 s | error "
-        "| post hoc, tp_overlap s | error |",
-        "|---|---|---:|---:|---:|---:|---:|---:|",
-    ]
-    for r in p["rows"]:
-        lines.append(
-            f"| `{r['id']}` | {r['model']} | {r['gpus']} | {r['measured_s']:.2f} "
-            f"| {r['predicted_s']:.2f} | {r['error']:+.0f} % | {r['post_hoc_s']:.2f} "
-            f"| {r['post_hoc_error']:+.0f} % |"
-        )
-    return "\n".join(lines)
-
-
 def test_experiment_2_as_evaluated_after_the_second_freeze():
     """What the model of the second freeze scored on experiment 2's 15 rows, evaluated once
     after that freeze commit: 6 within ±15 % (the constant-MFU baseline 2). Too fast: every
@@ -199,7 +153,7 @@ def test_experiment_2_as_evaluated_after_the_second_freeze():
     assert not s["calibration"] and all(r["fits"] for r in s["rows"])
     text = APPENDIX.read_text()
     flat = " ".join(text.split())
-    assert experiment_2_table(s) in text
+    assert tables.experiment_2_table(s) in text
     assert f"freeze commit `{FREEZE_2_COMMIT}`" in flat
     assert f"{s['within']} of the {s['n']} rows of experiment 2" in flat
     assert f"the constant-MFU baseline {s['baseline_within']}." in flat
@@ -252,7 +206,7 @@ def test_post_hoc_column_is_apart_and_recorded():
     assert sum(abs(r["error"]) <= 15 for r in p["rows"]) == 2
     assert all(r["post_hoc_s"] < r["predicted_s"] for r in p["rows"])
     text = APPENDIX.read_text()
-    assert post_hoc_table(p) in text
+    assert tables.post_hoc_table(p) in text
     flat = " ".join(text.split())
     assert f"post hoc, not counted: {p['within']} of these {p['n']} rows" in flat
     assert "(2 of them within ±15 % there)" in flat

@@ -1,6 +1,6 @@
 """The planner against published measurements as plain-text tables: the published A100 runs as
-run, the same runs at three micro-batch choices, the H200 validation set, and experiment 3's
-H100 rows (the appendix's Markdown table).
+run, the same runs at three micro-batch choices, the H200 validation set, and the modern rows of
+experiments 1-3 with the post-hoc column (the appendix's Markdown tables).
 
 The book's glue, not the library's: :mod:`minipar.cost.validation.published` returns rows and
 numbers; the chapter's notebook prints these tables (``sys.path.insert(0, "../book/glue")``),
@@ -9,7 +9,7 @@ and ``python book/glue/validation_tables.py`` prints them all.
 
 from __future__ import annotations
 
-from minipar.cost.validation import experiment3
+from minipar.cost.validation import experiment3, modern
 from minipar.cost.validation.published import (
     MICRO_BATCH_MODES,
     H200Row,
@@ -104,6 +104,61 @@ def h200_table(rows: list[H200Row] | None = None) -> str:
     return "\n".join(lines)
 
 
+def experiment_1_table(s: dict | None = None) -> str:
+    """Experiment 1's validation rows, as ``book/three_d_appendix.md`` prints them."""
+    s = modern.summary() if s is None else s
+    lines = [
+        "| row | model | GPUs | precision | recomputation | measured s | predicted s "
+        "| error | 40 % MFU |",
+        "|---|---|---:|---|---|---:|---:|---:|---:|",
+    ]
+    for r in s["rows"]:
+        lines.append(
+            f"| `{r['id']}` | {r['model']} | {r['gpus']} | {r['precision']} | {r['recompute']} "
+            f"| {r['measured_s']:.2f} | {r['predicted_s']:.2f} | {r['error']:+.0f} % "
+            f"| {r['baseline_error']:+.0f} % |"
+        )
+    return "\n".join(lines)
+
+
+def experiment_2_table(s: dict | None = None) -> str:
+    """Experiment 2's rows, as ``book/three_d_appendix.md`` prints them."""
+    s = modern.summary_2() if s is None else s
+    by_id = {r["id"]: r for r in modern.load()["rows"]}
+    lines = [
+        "| row | model | GPUs | precision | FP8 scaling | TP overlap | recomputation "
+        "| measured s | predicted s | error | 40 % MFU |",
+        "|---|---|---:|---|---|---|---|---:|---:|---:|---:|",
+    ]
+    for r in s["rows"]:
+        o = modern.options_for(by_id[r["id"]])
+        lines.append(
+            f"| `{r['id']}` | {r['model']} | {r['gpus']} | {r['precision']} | {o.fp8 or '-'} "
+            f"| {'yes' if o.tp_overlap else 'no'} | {r['recompute']} "
+            f"| {r['measured_s']:.2f} | {r['predicted_s']:.2f} | {r['error']:+.0f} % "
+            f"| {r['baseline_error']:+.0f} % |"
+        )
+    return "\n".join(lines)
+
+
+def post_hoc_table(p: dict | None = None) -> str:
+    """The appendix's post-hoc column: experiment 1's NVIDIA rows with TP, again with
+    tp_overlap (seen rows: never counted)."""
+    p = modern.post_hoc() if p is None else p
+    lines = [
+        "| row (seen in experiment 1) | model | GPUs | measured s | experiment 1 s | error "
+        "| post hoc, tp_overlap s | error |",
+        "|---|---|---:|---:|---:|---:|---:|---:|",
+    ]
+    for r in p["rows"]:
+        lines.append(
+            f"| `{r['id']}` | {r['model']} | {r['gpus']} | {r['measured_s']:.2f} "
+            f"| {r['predicted_s']:.2f} | {r['error']:+.0f} % | {r['post_hoc_s']:.2f} "
+            f"| {r['post_hoc_error']:+.0f} % |"
+        )
+    return "\n".join(lines)
+
+
 def experiment_3_table(s: dict | None = None) -> str:
     """Experiment 3's rows as ``book/three_d_appendix.md`` prints them: the layout as
     (t, p, c, v, d; b), the recomputation and TP overlap priced, the published and predicted
@@ -146,6 +201,12 @@ def main() -> None:
     )
     print("\nMeasured on one H200 (validation set; constants from the calibration set)\n")
     print(h200_table())
+    print("\nExperiment 1: modern published rows, after the first freeze (step time)\n")
+    print(experiment_1_table())
+    print("\nExperiment 2: async TP and FP8 rowwise rows, after the second freeze\n")
+    print(experiment_2_table())
+    print("\nExperiment 1's NVIDIA rows with TP, again with tp_overlap (post hoc, not counted)\n")
+    print(post_hoc_table())
     print("\nExperiment 3: NVIDIA's H100 rows, after the freeze (step time)\n")
     s = experiment3.summary_3()
     print(experiment_3_table(s))
