@@ -49,7 +49,6 @@ from minipar.grading.notebooks import (
     starter_path,
 )
 from minipar.grading.runner import (
-    _SIGNALS,
     Interrupted,
     first_signal,
     run_notebook,
@@ -405,11 +404,9 @@ def _grade(args) -> int:
     _needs_extra()
     progress = lambda line: print(line, file=sys.stderr, flush=True)
     try:
-        with signals_unwind():
+        with signals_unwind(after_stop=signal.SIG_IGN):  # a second signal changes nothing
             result = grade(args.paths, args.timeout, progress=progress)
     except Interrupted as e:
-        for s in _SIGNALS:  # a second signal now changes nothing
-            signal.signal(s, signal.SIG_IGN)
         signum = first_signal() or e.signum
         print(
             f"minipar grade: stopped by {signal.Signals(signum).name}; the kernels and "

@@ -135,9 +135,11 @@ def shielded():
 
 
 @contextlib.contextmanager
-def signals_unwind():
+def signals_unwind(after_stop=None):
     """Turn SIGINT, SIGTERM and SIGHUP from outside the kernels into :class:`Interrupted` in the
-    main thread (see the module doc: blocked, taken by a thread that knows the sender)."""
+    main thread (see the module doc: blocked, taken by a thread that knows the sender). Leaving
+    after a stop, the handlers are ``after_stop`` (e.g. ``SIG_IGN``: a second signal then finds
+    no handler before the caller has reported the first), else the ones there were before."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
@@ -166,8 +168,9 @@ def signals_unwind():
         finally:
             _shield["blocked"] = False
             signal.pthread_sigmask(signal.SIG_SETMASK, old_mask)
+            stopped = _shield["first"] and after_stop is not None
             for s, h in old.items():
-                signal.signal(s, h)
+                signal.signal(s, after_stop if stopped else h)
             _kernels.clear()
     if _shield["first"]:  # came from outside after the last look: the run still stops
         raise Interrupted(_shield["first"])
