@@ -28,6 +28,29 @@ def test_timed_stage_splits_input_and_weight_backward(monkeypatch):
 
 
 @pytest.mark.slow
+def test_hop_latency_is_the_median_wait_and_never_negative():
+    from minipar.pipeline_parallel.schedules import Action
+
+    F, B = (lambda s, i, op=op: Action(op, s, i) for op in "FB")
+    # two stages on two ranks; each received message waits 3 ms, except F1.1, whose receiver
+    # started 20 µs before the sender stamped its end (the stamp follows posting the send)
+    tl = [
+        (0, F(0, 0), 0.000, 0.010),
+        (0, F(0, 1), 0.010, 0.020),
+        (1, F(1, 0), 0.013, 0.023),
+        (1, F(1, 1), 0.02398, 0.030),
+        (1, B(1, 0), 0.030, 0.040),
+        (1, B(1, 1), 0.040, 0.050),
+        (0, B(0, 0), 0.043, 0.053),
+        (0, B(0, 1), 0.056, 0.066),
+    ]
+    # F1.1 and B0.1 are skipped (their rank was busy past the sender's end); the rest wait 3 ms
+    assert timed.hop_latency(tl, 2) == pytest.approx(0.003)
+    early = [(r, a, s, e) if a != F(1, 0) else (r, a, 0.00998, e) for r, a, s, e in tl]
+    # F1.0's receiver now starts 20 µs before the stamp: a wait of 0, not −20 µs
+    assert timed.hop_latency(early[:3], 2) == 0.0
+
+
 def test_bench_json_matches_its_timeline_and_the_schedule():
     from minipar.pipeline_parallel.schedules import schedule
 

@@ -142,7 +142,9 @@ def measured_bubble(per_rank: list) -> tuple[float, list]:
 def hop_latency(timeline, p: int) -> float:
     """Median delay between a message's sender finishing and its waiting receiver starting:
     for F(s, i) after F(s−1, i) and B(s, i) after B(s+1, i) on another rank, when the receiver
-    was idle (its previous action had ended before the sender's)."""
+    was idle (its previous action had ended before the sender's). A sender stamps its end
+    after posting the message, so a receiver can start a few µs before that stamp; such a
+    gap counts as no delay, never a negative one."""
     end = {a: e for _, a, _, e in timeline}
     prev_end, by_rank = {}, {}
     for r, a, _s, e in sorted(timeline, key=lambda ev: ev[2]):
@@ -155,7 +157,7 @@ def hop_latency(timeline, p: int) -> float:
         if src is None or src.stage % p == r or src not in end:
             continue
         if prev_end[a] <= end[src]:
-            gaps.append(s - end[src])
+            gaps.append(max(0.0, s - end[src]))
     return statistics.median(gaps) if gaps else 0.0
 
 
