@@ -12,17 +12,31 @@
   truly deadlocks (every rank blocked for good: it is caught whatever the window, so waiting
   10 s proves nothing more). ``test_grading_framework.py``'s deadlock test keeps the production
   window and checks it is 10 s; a reference solution is never graded under the short one.
+* A stop signal the run was started with ignored (``nohup`` ignores SIGHUP; a shell without job
+  control ignores SIGINT in its background jobs) is set back to its default here, before any
+  worker or subprocess starts: the fault tests signal their subprocesses and expect them to
+  stop, and an ignored disposition would be inherited by every process they start.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+import signal
 
 import pytest
 
 BROWSER_TEST = "test_site_browser.py"
 SHORT_STALL_S = 2.0  # seconds; 4 samples of limits.SAMPLE_S (0.5 s)
+
+
+for _sig, _default in (
+    (signal.SIGHUP, signal.SIG_DFL),
+    (signal.SIGTERM, signal.SIG_DFL),
+    (signal.SIGINT, signal.default_int_handler),
+):
+    if signal.getsignal(_sig) == signal.SIG_IGN:
+        signal.signal(_sig, _default)
 
 
 def in_ci() -> bool:
