@@ -1,7 +1,7 @@
 """The ``minipar`` console script.
 
 Each subcommand lives beside the code it drives and registers itself through the
-``add_parser(subparsers)`` of a module in ``_COMMAND_MODULES``. Bad input exits with status 2 and
+``add_parser(subparsers)`` of a module imported below. Bad input exits with status 2 and
 one line naming the rule and the value (:class:`minipar.errors.InputError`), never a traceback.
 SIGINT, SIGTERM and SIGHUP stop any command with one line (``minipar bench: stopped by
 SIGTERM``) and status 128 + N, the ranks and the launcher's socket folder gone first (a signal
@@ -20,16 +20,17 @@ import signal
 import sys
 import threading
 
+from minipar.bench import cli as bench_cli  # bench collectives, bench dp, ...
+from minipar.bench import gpu as calibrate_cli  # calibrate gpu
+from minipar.cost import cli as cost_cli  # params, flops, memory, activations, bubble, plan
 from minipar.errors import InputError
 
-_COMMAND_MODULES = [
-    "minipar.cost.cli",  # params, flops, memory, activations, bubble, collective, plan
-    "minipar.bench.cli",  # bench collectives, bench dp, ...
-    "minipar.bench.gpu",  # calibrate gpu
-    "minipar.grading.cli",  # grade
-]
-# commands whose third-party imports come from an extra (pyproject.toml), not the base install
-_EXTRAS = {"minipar.grading.cli": ("grade", "grade")}
+try:  # grade's third-party imports come from the [grade] extra, absent from a base install
+    from minipar.grading import cli as grade_cli
+except ModuleNotFoundError as e:
+    if (e.name or "").startswith("minipar"):
+        raise
+    grade_cli, _GRADE_MISSING = None, e.name
 
 
 class _Parser(argparse.ArgumentParser):
@@ -41,15 +42,12 @@ class _Parser(argparse.ArgumentParser):
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="minipar", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
-    for name in _COMMAND_MODULES:  # a missing module is an error, never a silently absent command
-        try:
-            module = importlib.import_module(name)
-        except ModuleNotFoundError as e:
-            if name not in _EXTRAS or (e.name or "").startswith("minipar"):
-                raise
-            _needs_extra(sub, *_EXTRAS[name], e.name)
-            continue
+    for module in (cost_cli, bench_cli, calibrate_cli):
         module.add_parser(sub)
+    if grade_cli is None:  # a missing extra is said, never a silently absent command
+        _needs_extra(sub, "grade", "grade", _GRADE_MISSING)
+    else:
+        grade_cli.add_parser(sub)
     return parser
 
 
