@@ -11,6 +11,7 @@ from minipar.bench import gpu as calib
 from minipar.cli import main
 from minipar.cost.kernels import compute as C
 from minipar.cost.kernels.hardware import GPUS, load_gpu_profile
+from minipar.cost.validation import kernel_fit
 
 TRUTH = replace(
     GPUS["H200"],
@@ -21,6 +22,8 @@ TRUTH = replace(
     flash_efficiency=0.5,
     attention_score_bytes=60.0,
     optimizer_bandwidth=3.0e12,
+    elementwise_bandwidth=1.5e12,
+    kernel_issue_s=9e-6,
 )
 INFO = ("NVIDIA H200", 141 * 2**30, 132)
 FIELDS = (
@@ -29,11 +32,22 @@ FIELDS = (
     "gemm_latency_s",
     "bmm_bandwidth",
     "bmm_latency_s",
-    "layer_overhead_s",
     "flash_efficiency",
     "attention_score_bytes",
     "optimizer_bandwidth",
+    "elementwise_bandwidth",
+    "kernel_issue_s",
 )
+
+
+def layer_clock(gpu, b, s, h, a, t, attention):
+    """A layer as the planner prices it on ``gpu`` (``three_d_terms.recipe_kernels_seconds``):
+    its GEMMs and attention, and GPT's element-wise kernels each at max(τ, bytes/W_e) in place
+    of the fused byte count and the fixed per-layer time."""
+    kind = "flash" if attention == "sdpa" else "unfused"
+    lt = C.layer_seconds(b, s, h, a, gpu, t, grad_accum_bytes=0, attention=kind).total_s
+    lt -= gpu.layer_overhead_s + C.fused_activation_seconds(b, s, h, t, gpu)
+    return lt + C.elementwise_seconds(C.elementwise_kernels(h, 4 * h, h, t), b * s, gpu)
 
 
 def model_clock(gpu, *, swap_attention=False):
@@ -49,19 +63,10 @@ def model_clock(gpu, *, swap_attention=False):
             n, M, N, K = p.dims
             return C.gpu_gemm_seconds(gpu, M, N, K, n)
         if p.kind == "layer":
-            b, s, h, a, t, attention = p.dims
+            *shape, attention = p.dims
             if swap_attention:
                 attention = {"sdpa": "unfused", "unfused": "sdpa"}[attention]
-            return C.layer_seconds(
-                b,
-                s,
-                h,
-                a,
-                gpu,
-                t,
-                grad_accum_bytes=0,
-                attention="flash" if attention == "sdpa" else "unfused",
-            ).total_s
+            return layer_clock(gpu, *shape, attention)
         assert p.kind == "adam"
         return 28 * p.dims[0] / gpu.optimizer_bandwidth
 
@@ -93,6 +98,35 @@ def test_negative_control_mislabelled_attention_is_not_recovered():
     ] != pytest.approx(60, rel=0.05)
 
 
+def test_three_token_counts_tell_a_launch_from_a_token():
+    """The plan's layers span three token counts (b·s) and two widths, and some of GPT's
+    kernels are launch-bound at the smallest: τ and W_e come back. Negative controls: at one
+    token count (as the H200 file timed its layers) the fit declines, and the fixed per-layer
+    time fitted there, exact at that count, misses the others: +65 % at 2,048 tokens, −18 % at
+    32,768 (flash attention)."""
+    for plan in calib.PLANS.values():
+        assert len({b * s for b, s, h, a in plan.shapes}) >= 3
+        assert len({h for b, s, h, a in plan.shapes}) >= 2
+    measured = calib.measure(calib.PLANS["full"], "cuda", model_clock(TRUTH))
+    layers, gpu = measured["layers"], kernel_fit.fit_gpu(measured, TRUTH)
+    smallest = min(2048 * k.bytes_per_token for k in C.elementwise_kernels(2048, 8192, 2048))
+    assert layers[0]["b"] * layers[0]["s"] == 2048 and smallest / 1.5e12 < 9e-6
+    assert (gpu.kernel_issue_s, gpu.elementwise_bandwidth) == pytest.approx((9e-6, 1.5e12))
+    one = [r for r in layers if r["b"] * r["s"] == 8192 and r["h"] == 2048]
+    assert len(one) == 4 and kernel_fit.fit_elementwise(one, gpu) is None
+    adder = replace(gpu, **kernel_fit.fit_layers(one, gpu))
+    error = {
+        r["b"] * r["s"]: C.layer_seconds(
+            r["b"], r["s"], r["h"], r["a"], adder, grad_accum_bytes=0, attention="flash"
+        ).total_s
+        / r["measured_s"]
+        - 1
+        for r in layers
+        if r["attention"] == "sdpa" and r["h"] == 2048
+    }
+    assert abs(error[8192]) < 1e-6 and error[2048] > 0.5 and error[32768] < -0.15, error
+
+
 def test_base_gpu_matches_the_part_not_the_family():
     """'NVIDIA H100 PCIe' is the 756-TFLOP/s PCIe part, not the SXM5 (a substring match on
     'H100' alone would take the first); an unknown card uses its measured ceiling."""
@@ -112,7 +146,7 @@ def test_command_on_the_cpu_writes_a_profile_load_gpu_profile_reads(tmp_path, ca
     g = load_gpu_profile(out)
     data = json.loads(out.read_text())
     assert g.name == "CPU" and g.gemm_rule == "additive" and 0 < g.gemm_efficiency <= 1
-    assert len(data["measured"]["layers"]) == 4 and len(data["measured"]["adam"]) == 2
+    assert len(data["measured"]["layers"]) == 10 and len(data["measured"]["adam"]) == 2
     assert {r["attention"] for r in data["measured"]["layers"]} == {"sdpa", "unfused"}
     assert str(out) in capsys.readouterr().err
 
@@ -138,3 +172,6 @@ def test_quick_calibration_on_this_gpu(tmp_path):
     g = load_gpu_profile(out)
     assert 0 < g.gemm_efficiency <= 1 and 0 < g.flash_efficiency <= 1
     assert g.hbm_bandwidth > 1e11 and g.bmm_bandwidth > 1e11
+    assert (
+        g.elementwise_bandwidth > 1e11 and 0 <= g.kernel_issue_s < 1e-3
+    )  # measured, not a preset's

@@ -6,11 +6,12 @@ CUDA events around each call, the median of repeats after warm-up, random data):
 
   ceiling   one large square bf16 ``torch.matmul``                  → η = FLOP/s / peak
   copy      a device-to-device copy, bytes read + written            → W (HBM bandwidth)
-  gemms     every GEMM of a layer (forward, input and weight gradient) at two layer shapes,
+  gemms     every GEMM of a layer (forward, input and weight gradient) at five layer shapes,
             the attention ones with ``torch.bmm``                    → λ, W_bmm, λ_bmm
-  layers    one :class:`minipar.model.Layer` forward + backward at the two shapes, attention
-            unfused (as written) and fused (``scaled_dot_product_attention``, causal: flash
-            where PyTorch has it)                  → overhead, flash rate, bytes per score
+  layers    one :class:`minipar.model.Layer` forward + backward at the five shapes (three
+            token counts, two widths), attention unfused (as written) and fused
+            (``scaled_dot_product_attention``, causal: flash where PyTorch has it)
+                            → flash rate, bytes per score, element-wise rate and issue time
   adam      ``torch.optim.Adam(fused=True)`` on fp32 parameters      → the optimizer's bandwidth
 
 :func:`minipar.cost.validation.kernel_fit.fit_gpu` turns the timings into a :class:`GPU`,
@@ -44,8 +45,8 @@ ROLES = ("fwd", "dgrad", "wgrad")
 
 @dataclass(frozen=True)
 class Plan:
-    """What one calibration measures: the square GEMM, the copy, two layer shapes
-    (b, s, h, a), the Adam sizes, and how many timed repeats."""
+    """What one calibration measures: the square GEMM, the copy, the layer shapes (b, s, h, a),
+    the Adam sizes, and how many timed repeats."""
 
     ceiling: int
     copy_bytes: int
@@ -54,12 +55,25 @@ class Plan:
     repeats: int
 
 
+def _shapes(b: int, s: int, h: int, a: int) -> tuple[tuple[int, int, int, int], ...]:
+    """The calibration's layer shapes (b, s, h, a) around one: b·s/4, b·s (s and 2s), 4·b·s,
+    and b·s at 2h."""
+    return (
+        (b // 4, s, h, a),
+        (b, s, h, a),
+        (b // 2, 2 * s, h, a),
+        (4 * b, s, h, a),
+        (b, s, 2 * h, 2 * a),
+    )
+
+
 PLANS = {
-    # two shapes with s doubling at fixed b·s: the same dense GEMMs, twice the attention per
-    # token, so the fit can tell the per-layer overhead from the attention rate
-    "full": Plan(8192, 2**30, ((4, 2048, 2048, 16), (2, 4096, 2048, 16)), (2**24, 2**26), 10),
-    "quick": Plan(4096, 2**28, ((4, 1024, 1024, 8), (2, 2048, 1024, 8)), (2**22, 2**24), 5),
-    "cpu": Plan(128, 2**20, ((2, 32, 32, 4), (1, 64, 32, 4)), (2**10, 2**12), 2),
+    # s doubling at fixed b·s (the same dense GEMMs, twice the attention per token) tells the
+    # attention rate from the rest; three token counts b·s (1/4, 1, 4 of the first) tell a cost
+    # per kernel launch from one per token; a second width h checks both at other sizes
+    "full": Plan(8192, 2**30, _shapes(4, 2048, 2048, 16), (2**24, 2**26), 10),
+    "quick": Plan(4096, 2**28, _shapes(4, 1024, 1024, 8), (2**22, 2**24), 5),
+    "cpu": Plan(128, 2**20, _shapes(4, 32, 32, 4), (2**10, 2**12), 2),
 }
 
 
@@ -251,6 +265,8 @@ def base_gpu(
         peak_flops={"bf16": peak},
         source=f"minipar calibrate gpu on {name}",
         note=f"peak from {why}",
+        elementwise_bandwidth=None,  # measured or absent, never the template's
+        kernel_issue_s=0.0,
     )
     return g, why
 
@@ -286,6 +302,14 @@ def calibrate(
         "measured": measured,
         "method": {"device": device, "plan": plan.__dict__, "peak_from": why},
     }
+
+
+def _kernels(profile: dict) -> str:
+    """The element-wise kernels' constants, or the per-layer time where they were not fitted."""
+    if not profile["elementwise_bandwidth"]:
+        return f"layer overhead {profile['layer_overhead_s'] * 1e3:.2f} ms"
+    bw, issue = profile["elementwise_bandwidth"] / 1e12, profile["kernel_issue_s"] * 1e6
+    return f"element-wise {bw:.2f} TB/s, at least {issue:.1f} µs per kernel"
 
 
 def _device_info(device: str) -> tuple[str, float, int]:
@@ -347,8 +371,7 @@ def _run(args) -> int:
         f"{profile['gemm_latency_s'] * 1e6:.1f} µs, attention GEMMs "
         f"{profile['bmm_bandwidth'] / 1e12:.2f} TB/s + {profile['bmm_latency_s'] * 1e6:.1f} "
         f"µs, flash {profile['flash_efficiency']:.2f} of peak, unfused "
-        f"{profile['attention_score_bytes']:.0f} B/score, layer overhead "
-        f"{profile['layer_overhead_s'] * 1e3:.2f} ms, Adam "
+        f"{profile['attention_score_bytes']:.0f} B/score, {_kernels(profile)}, Adam "
         f"{profile['optimizer_bandwidth'] / 1e12:.2f} TB/s -> {args.out}",
         file=sys.stderr,
     )

@@ -20,10 +20,14 @@ the RELATIVE error Σ (predicted / measured − 1)² (a 1-ms kernel counts as mu
 
 with ``fixed`` the layer's dense GEMMs and memory-bound kernels under the GEMM constants just
 fitted (and, unfused, its batched GEMMs), O the per-layer overhead, e the flash efficiency and
-B the bytes per score. The layers are timed without fp32 gradient accumulation (autograd's
-16-bit ``.grad``), so ``grad_accum_bytes`` = 0 here. ``torch.optim.Adam(fused=True)`` on fp32
-parameters moves 28 bytes per parameter: reads weight, gradient, momentum and variance (16),
-writes weight, momentum and variance (12).
+B the bytes per score. Layers at three or more token counts (``minipar calibrate gpu``'s)
+also identify the element-wise kernels the planner prices one by one
+(:func:`~minipar.cost.kernels.compute.elementwise_kernels`, GPT's recipe): each at
+max(τ, bytes/W_e), per launch at few tokens, per token at many (:func:`fit_elementwise`).
+The layers are timed without fp32 gradient accumulation (autograd's 16-bit ``.grad``), so
+``grad_accum_bytes`` = 0 here. ``torch.optim.Adam(fused=True)`` on fp32 parameters moves 28
+bytes per parameter: reads weight, gradient, momentum and variance (16), writes weight,
+momentum and variance (12).
 """
 
 from __future__ import annotations
@@ -37,7 +41,7 @@ ADAM_FP32_BYTES = 28
 
 
 def _solve(rows: list[list[float]], target: list[float]) -> list[float]:
-    """Least squares ``rows · x ≈ target`` through the normal equations (≤ 3 unknowns),
+    """Least squares ``rows · x ≈ target`` through the normal equations (≤ 4 unknowns),
     Gaussian elimination with partial pivoting."""
     n = len(rows[0])
     A = [[sum(r[i] * r[j] for r in rows) for j in range(n)] for i in range(n)]
@@ -107,6 +111,17 @@ def _layer_terms(row: dict, gpu: GPU) -> tuple[float, float]:
     return fixed, a * s * s * b / t / gpu.hbm_bandwidth
 
 
+def _attention_constants(kinds: list[str], x: list[float]) -> dict[str, float]:
+    """``flash_efficiency`` from the SDPA rows' 1/e, ``attention_score_bytes`` from B."""
+    out = {}
+    for k, v in zip(kinds, x):
+        if k == "sdpa":
+            out["flash_efficiency"] = min(1.0, 1 / v) if v > 0 else 1.0
+        else:
+            out["attention_score_bytes"] = max(0.0, v)
+    return out
+
+
 def fit_layers(layers: list[dict], gpu: GPU) -> dict[str, float]:
     """``layer_overhead_s``, ``flash_efficiency`` (if SDPA rows), ``attention_score_bytes``
     (if unfused rows), fitted jointly on ``layers`` with ``gpu``'s GEMM constants."""
@@ -122,13 +137,56 @@ def fit_layers(layers: list[dict], gpu: GPU) -> dict[str, float]:
     x = _relative(fixed, coefs, measured)
     if x[0] < 0:  # no overhead: refit the kernels' own unknowns alone
         x = [0.0] + _relative(fixed, [c[1:] for c in coefs], measured)
-    out = {"layer_overhead_s": x[0]}
-    for k, v in zip(kinds, x[1:]):
-        if k == "sdpa":
-            out["flash_efficiency"] = min(1.0, 1 / v) if v > 0 else 1.0
+    return {"layer_overhead_s": x[0]} | _attention_constants(kinds, x[1:])
+
+
+def fit_elementwise(layers: list[dict], gpu: GPU) -> dict[str, float] | None:
+    """τ (``kernel_issue_s``), W_e (``elementwise_bandwidth``), e and B fitted jointly on
+    ``layers`` priced as the planner prices a layer: its GEMMs, its attention term, and the
+    recipe's element-wise kernels each at max(τ, bytes/W_e). ``None`` below three token counts
+    (b·s), where a cost per launch cannot be told from one per token. Once the launch-bound
+    kernels are known the model is linear, and they are the smallest by bytes: the fit solves
+    each cut of the kernels sorted by bytes and keeps the one whose constants, put back into the
+    max, leave the least relative error. With no kernel launch-bound, τ is only bounded by the
+    smallest kernel's time: it is set to that bound or the GEMM's λ, whichever is smaller."""
+    if len({r["b"] * r["s"] for r in layers}) < 3:
+        return None
+    kinds = [k for k in ("sdpa", "unfused") if any(r["attention"] == k for r in layers)]
+    rows = []  # (fixed s, attention coefficient, the kernels' bytes, attention)
+    for r in layers:
+        f, c = _layer_terms(r, gpu)
+        ks = C.elementwise_kernels(r["h"], 4 * r["h"], r["h"], r["t"])
+        f -= C.fused_activation_seconds(r["b"], r["s"], r["h"], r["t"], gpu)
+        rows.append((f, c, [r["b"] * r["s"] * k.bytes_per_token for k in ks], r["attention"]))
+    measured = [r["measured_s"] for r in layers]
+
+    def error(tau: float, inv_w: float, x: list[float]) -> float:
+        att = lambda c, a: sum(c * v for k, v in zip(kinds, x) if a == k)
+        return sum(
+            ((f + att(c, a) + sum(max(tau, y * inv_w) for y in ks)) / m - 1) ** 2
+            for (f, c, ks, a), m in zip(rows, measured)
+        )
+
+    best = None
+    for cut in sorted({y for _, _, ks, _ in rows for y in ks}):
+        coefs = [
+            [sum(y < cut for y in ks), sum(y for y in ks if y >= cut)]
+            + [c if a == k else 0.0 for k in kinds]
+            for _, c, ks, a in rows
+        ]
+        if not any(c[0] for c in coefs):  # none launch-bound: τ ≤ the smallest kernel's time
+            inv_w, *x = _relative([f for f, *_ in rows], [c[1:] for c in coefs], measured)
+            tau = min(gpu.gemm_latency_s, cut * inv_w)
         else:
-            out["attention_score_bytes"] = max(0.0, v)
-    return out
+            tau, inv_w, *x = _relative([f for f, *_ in rows], coefs, measured)
+        if inv_w > 0 and tau >= 0 and (best is None or error(tau, inv_w, x) < best[0]):
+            best = (error(tau, inv_w, x), tau, inv_w, x)
+    if best is None:
+        return None
+    _, tau, inv_w, x = best
+    return {"kernel_issue_s": tau, "elementwise_bandwidth": 1 / inv_w} | _attention_constants(
+        kinds, x
+    )
 
 
 def fit_adam(adam: list[dict]) -> float:
@@ -145,8 +203,10 @@ def fit_adam(adam: list[dict]) -> float:
 
 def fit_gpu(measured: dict, base: GPU) -> GPU:
     """``base`` (name, memory, peak, SMs, links) with every kernel constant from ``measured``:
-    η and W measured directly, then λ, (W_bmm, λ_bmm), (O, e, B) and W_adam fitted in that
-    order (each fit uses the constants before it)."""
+    η and W measured directly, then λ, (W_bmm, λ_bmm), (O, e, B), where the whole (t = 1)
+    layers allow it (τ, W_e, e, B), and W_adam fitted in that order (each fit uses the
+    constants before it); with them at fewer than three token counts (the H200 file's), τ and
+    W_e stay ``base``'s."""
     peak = base.peak_flops["bf16"]
     eta = measured["gemm_ceiling_flops"] / peak
     if not 0 < eta <= 1:
@@ -161,4 +221,6 @@ def fit_gpu(measured: dict, base: GPU) -> GPU:
     bw, lam = fit_bmm(measured["gemms"])
     gpu = replace(gpu, bmm_bandwidth=bw, bmm_latency_s=lam)
     gpu = replace(gpu, **fit_layers(measured["layers"], gpu))
+    whole = [r for r in measured["layers"] if r["t"] == 1]
+    gpu = replace(gpu, **(fit_elementwise(whole, gpu) or {}))
     return replace(gpu, optimizer_bandwidth=fit_adam(measured["adam"]))
