@@ -55,9 +55,11 @@ parallelism ``ep``; :func:`evaluate` states what each changes.
 from __future__ import annotations
 
 import math
+import tomllib
 from collections import Counter
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass, replace
+from pathlib import Path
 
 from ..chapters.expert_parallel import folded_expert_dp
 from ..chapters.memory_time import ZERO_STAGES, check_zero_stage
@@ -217,177 +219,10 @@ _LLAMA = dict(
     dropout=0.0,
 )
 
-# Shapes as published. The 2021 models (GPT-3, BLOOM, MT-NLG, the 1T model) keep the GPT
-# defaults and the GPU's era's attention: unfused on the A100s they ran on (the reproductions),
-# flash on an H100/H200; the Llama and Mixtral shapes were trained with flash attention.
-MODELS: dict[str, ModelShape] = {
-    "gpt3-175b": ModelShape(
-        96, 12288, 96, 2048, 51200, "Brown et al. 2020 Table 2.1; Narayanan et al. 2021 §5"
-    ),
-    "bloom-176b": ModelShape(
-        70, 14336, 112, 2048, 250880, "BigScience 2022, BLOOM paper Table 3 and §3.4"
-    ),
-    "mt-nlg-530b": ModelShape(
-        105, 20480, 128, 2048, 51200, "Smith et al. 2022, Megatron-Turing NLG 530B, §3"
-    ),
-    "llama2-70b": ModelShape(
-        80,
-        8192,
-        64,
-        4096,
-        32000,
-        "Touvron et al. 2023 (Llama 2): GQA 8, SwiGLU f = 28672, untied",
-        ffn=28672,
-        kv_heads=8,
-        **_LLAMA,
-    ),
-    "llama2-7b": ModelShape(
-        32,
-        4096,
-        32,
-        4096,
-        32000,
-        "Touvron et al. 2023 (Llama 2) Table 1 and its released config: MHA, SwiGLU f = 11008, "
-        "untied",
-        ffn=11008,
-        **_LLAMA,
-    ),
-    "llama2-13b": ModelShape(
-        40,
-        5120,
-        40,
-        4096,
-        32000,
-        "Touvron et al. 2023 (Llama 2) Table 1 and its released config: MHA, SwiGLU f = 13824, "
-        "untied",
-        ffn=13824,
-        **_LLAMA,
-    ),
-    "gpt3-5b": ModelShape(
-        24,
-        4096,
-        32,
-        2048,
-        50304,
-        "NeMo's GPT-3 5B configuration (NeMo-Framework-Launcher conf/training/gpt3/5b.yaml): "
-        "24 layers, h 4096, 32 heads, 4h GeLU MLP, learned positions, tied, GPT-2 vocabulary "
-        "padded to 50304",
-    ),
-    "gpt3-20b": ModelShape(
-        44,
-        6144,
-        48,
-        2048,
-        50304,
-        "NeMo's GPT-3 20B configuration (NeMo-Framework-Launcher conf/training/gpt3/20b.yaml): "
-        "44 layers, h 6144, 48 heads, 4h GeLU MLP, learned positions, tied",
-    ),
-    "nemotron-8b": ModelShape(
-        32,
-        4096,
-        32,
-        4096,
-        256000,
-        "Nemotron-3 8B (NeMo's nemotron3_8b recipe): 32 layers, h 4096, 32 heads (MHA), "
-        "squared-ReLU MLP f = 16384, RoPE, no biases, untied, vocabulary 256000",
-        ffn=16384,
-        bias=False,
-        positions="rope",
-        tied=False,
-        dropout=0.0,
-    ),
-    "nemotron-340b": ModelShape(
-        96,
-        18432,
-        96,
-        4096,
-        256000,
-        "NVIDIA 2024, Nemotron-4 340B Technical Report, Table 1: 96 layers, h 18432, 96 heads, "
-        "8 KV heads, squared-ReLU MLP f = 73728, RoPE, no biases, untied, vocabulary 256000",
-        ffn=73728,
-        kv_heads=8,
-        bias=False,
-        positions="rope",
-        tied=False,
-        dropout=0.0,
-    ),
-    "llama3-8b": ModelShape(
-        32,
-        4096,
-        32,
-        8192,
-        128256,
-        "Llama Team 2024 (The Llama 3 Herd of Models) Table 3: GQA 8, SwiGLU f = 14336, untied",
-        ffn=14336,
-        kv_heads=8,
-        **_LLAMA,
-    ),
-    "llama3-70b": ModelShape(
-        80,
-        8192,
-        64,
-        8192,
-        128256,
-        "Llama Team 2024 (The Llama 3 Herd of Models) Table 3: GQA 8, SwiGLU f = 28672, untied",
-        ffn=28672,
-        kv_heads=8,
-        **_LLAMA,
-    ),
-    "llama3-405b": ModelShape(
-        126,
-        16384,
-        128,
-        8192,
-        128256,
-        "Llama Team 2024 (The Llama 3 Herd of Models) Table 3, the 8K pre-training stage: "
-        "126 layers, GQA 8, SwiGLU f = 53248, untied",
-        ffn=53248,
-        kv_heads=8,
-        **_LLAMA,
-    ),
-    "megatron-1t": ModelShape(128, 25600, 160, 2048, 51200, "Narayanan et al. 2021 Table 1"),
-    "mixtral-8x7b": ModelShape(
-        32,
-        4096,
-        32,
-        4096,
-        32000,
-        "Jiang et al. 2024 Table 1: 8 experts, top-2, f = 14336, SwiGLU, 8 KV heads, untied",
-        experts=8,
-        top_k=2,
-        ffn=14336,
-        kv_heads=8,
-        **_LLAMA,
-    ),
-    "llama3-405b-128k": ModelShape(
-        128,
-        16384,
-        128,
-        131072,
-        128256,
-        "Llama 3 405B (Llama Team 2024 §3.3) in its 128K-context "
-        "stage: 126 layers + embedding and head as 2 pipeline units; "
-        "f = 53248, SwiGLU, 8 KV heads",
-        ffn=53248,
-        kv_heads=8,
-        **_LLAMA,
-    ),
-    "nemotron4-15b": ModelShape(
-        32,
-        6144,
-        48,
-        4096,
-        256000,
-        "NVIDIA 2024, Nemotron-4 15B Technical Report, Table 1: 32 layers, h 6144, 48 heads, "
-        "8 KV heads, squared-ReLU MLP (f = 24576 in NeMo's nemotron4-15b configuration), RoPE, "
-        "no biases, untied, vocabulary 256000",
-        ffn=24576,
-        kv_heads=8,
-        bias=False,
-        positions="rope",
-        tied=False,
-        dropout=0.0,
-    ),
+_RECIPES = {"llama": _LLAMA}
+MODELS: dict[str, ModelShape] = {  # the shapes as published, each with its source (models.toml)
+    name: ModelShape(**_RECIPES.get(m.pop("recipe", ""), {}) | m)
+    for name, m in tomllib.loads(Path(__file__).with_name("models.toml").read_text("utf-8")).items()
 }
 
 ERA_FLASH_GPUS = ("H100-SXM", "H100-HBM2e-500W", "H100-PCIe", "H200")
