@@ -272,6 +272,9 @@ _LARGEST_VALUES = r"""
 UPDATE_LIMIT_MS = 200
 
 
+_PAGE_TEXT = "() => (document.querySelector('main') || document.body).innerText"
+
+
 def build_paths(text: str) -> list[str]:
     """Paths of the machine that built the site, shown to readers (a rank's warning with the
     virtual environment's path, a traceback): the repository root, site-packages, .venv."""
@@ -354,15 +357,7 @@ def test_every_page_offline(server):
             clipped += [f"{name} at 1280 px: {w}" for w in page.evaluate(_CLIPPED)]
             stretched += [f"{name} at 1280 px: {w}" for w in page.evaluate(_STRETCHED)]
             slow += [f"{name}: {w}" for w in page.evaluate(_LARGEST_VALUES, UPDATE_LIMIT_MS)]
-            paths += [
-                f"{name}: {x}"
-                for x in build_paths(
-                    page.evaluate(
-                        "() => document.querySelector('main') ? document.querySelector('main').innerText"
-                        " : document.body.innerText"
-                    )
-                )
-            ]
+            paths += [f"{name}: {x}" for x in build_paths(page.evaluate(_PAGE_TEXT))]
             for rep in page.evaluate(_POKE_EXPLORERS):
                 explorer_reports.append({"page": name, **rep})
         phone = browser.new_context(viewport={"width": 390, "height": 844})
@@ -520,18 +515,10 @@ def test_site_opened_from_disk():
     assert sum(v[1] for v in seen.values()) > 0 and all(v[2] >= v[1] for v in seen.values()), seen
 
 
-def test_build_paths_are_found():
-    """Negative control of the path check: a rank's warning as it used to reach the page."""
-    warning = (
-        f"[rank 0] {ROOT}/.venv/lib/python3.11/site-packages/torch/distributed/"
-        "c10d_logger.py:83: FutureWarning: ...\nstep: 1 MiB buckets 46 ms"
-    )
-    assert len(build_paths(warning)) == 1 and not build_paths("step: 1 MiB buckets 46 ms")
-
-
 def test_the_checks_catch_what_a_reader_saw():
     """Negative control: a page like the old site (a CDN script, raw TeX, a MathJax error box,
-    a script error, a dead explorer control) fails every check above."""
+    a script error, a dead explorer control, a rank's warning that printed the build machine's
+    paths) fails every check above."""
     from playwright.sync_api import sync_playwright
 
     bad = r"""<html><body><p class="math">\(x^2\)</p><p>raw \(\Psi\) text</p>
@@ -544,7 +531,9 @@ def test_the_checks_catch_what_a_reader_saw():
       </div></div><div style="width:200px;overflow:hidden"><label style="white-space:nowrap">
       a label far too long for its box <input type="number" value="8"></label></div>
       <div style="width:100px;overflow:hidden"><mjx-container style="display:inline-block;
-      width:400px">T ≥ 1900 tokens</mjx-container></div></main></body></html>"""
+      width:400px">T ≥ 1900 tokens</mjx-container></div>
+      <pre>[rank 0] ROOT/.venv/lib/python3.11/site-packages/torch/distributed/c10d_logger.py:83: FutureWarning</pre><p>step: 1 MiB
+      buckets 46 ms</p></main></body></html>""".replace("ROOT", str(ROOT))
     external, errors = [], []
     with sync_playwright() as p:
         browser = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=FLAGS)
@@ -556,6 +545,7 @@ def test_the_checks_catch_what_a_reader_saw():
         report = page.evaluate(_POKE_EXPLORERS)
         too_wide = page.evaluate(_TOO_WIDE)
         cut = page.evaluate(_CLIPPED)
+        paths = build_paths(page.evaluate(_PAGE_TEXT))
         page.set_viewport_size({"width": 390, "height": 844})
         shrunk = page.evaluate(_NARROW_EXPLORERS, 320)
         page.set_content(
@@ -577,6 +567,7 @@ def test_the_checks_catch_what_a_reader_saw():
     assert report[0]["controls"] == 1 and report[0]["redrawn"] == 0 and report[0]["inert"]
     assert too_wide and "px past the column" in too_wide[0]
     assert shrunk and not shrunk[0]["legible"]  # an svg without the course's CSS
+    assert len(paths) == 1 and "c10d_logger" in paths[0], paths  # the warning, not the timing
     assert any(c.startswith("<input>") for c in cut), cut  # a control cut off
     assert any(c.startswith("<mjx-container>") and "1900" in c for c in cut), cut  # an equation
     assert any("shown at 0.667, drawn at 2.000" in x for x in stretched), stretched
