@@ -3,6 +3,8 @@ explorer's JavaScript, `minipar plan` and the tests read: a term missing from ei
 from the table fails here, naming it."""
 
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 from minipar.cost.planner import term_table, three_d_terms
@@ -70,3 +72,15 @@ def test_breakdown_and_plan_columns_follow_the_table():
     slot = sum(c.breakdown.values[t.name] for t in TERMS if t.where == "slot")
     step = sum(c.breakdown.values[t.name] for t in TERMS if t.where == "step")
     assert c.step_seconds == c.microbatches * slot * (1 + c.bubble_relative) + step
+
+
+def test_the_command_prints_the_block_to_paste():
+    """`python -m minipar.cost.planner.term_table`, as CONTRIBUTING.md's recipe runs it."""
+    out = subprocess.run(
+        [sys.executable, "-m", "minipar.cost.planner.term_table"],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=120,
+    ).stdout
+    assert out.strip() == js_block().strip()
