@@ -220,3 +220,26 @@ def test_compiled_changes_only_the_elementwise_kernels():
     assert {n: v for n, v in eager.values.items() if n != "compute"} == {
         n: v for n, v in comp.values.items() if n != "compute"
     }
+
+
+def test_moe_imbalance_slows_the_busiest_expert_rank_only_under_ep(capsys):
+    """The busiest EP rank's tokens over the mean: its all-to-alls carry that many times the
+    mean rows and its expert GEMMs that much more work. Controls: ep = 1 (every expert on one
+    rank: the same total work) and a dense model do not move; below 1 is refused by its rule."""
+    m, cl = planner.MODELS["mixtral-8x7b"], planner.cluster(64, 8, "H100-SXM")
+    lay = planner.Layout(256, 1, 1, 64, 2, recompute="none", zero=3, ep=8)
+    flat, busy = (planner.evaluate(m, cl, lay, {"moe_imbalance": x}) for x in (1.0, 1.5))
+    assert 1.45 < busy.ep_seconds / flat.ep_seconds < 1.5  # the bytes 1.5 times, not the α
+    # the routed MLP's GEMMs: 2·K·matrices·f·h FLOPs per token of the 6·... of a layer
+    assert 1.15 < busy.compute_seconds / flat.compute_seconds < 1.5
+    assert busy.step_seconds > 1.25 * flat.step_seconds
+    one = planner.Layout(256, 1, 1, 64, 2, recompute="full", zero=3, ep=1)
+    dense = planner.MODELS["llama3-8b"]
+    for model, layout in ((m, one), (dense, lay.__class__(256, 1, 1, 64, 2, zero=3))):
+        a, b = (planner.evaluate(model, cl, layout, {"moe_imbalance": x}) for x in (1.0, 1.5))
+        assert a.step_seconds == b.step_seconds
+    with pytest.raises(ValueError, match=r"moe imbalance \(0\.8\) must be >= 1"):
+        T.options(moe_imbalance=0.8)
+    argv = ["plan", "--model", "mixtral-8x7b", "--gpus", "64", "--global-batch", "256"]
+    assert main([*argv, "--moe-imbalance", "0.8"]) == 2
+    assert "moe imbalance (0.8) must be >= 1" in capsys.readouterr().err

@@ -614,12 +614,12 @@ def _term_cases():
             dict(),
             dict(zero3_collectives="flat-ring", zero3_ac_inside_unit=True),
             dict(zero3_overlap=False, overlap_grad_reduce=True),
-            dict(dp_overlap=False, grad_reduce_bytes=2),
+            dict(dp_overlap=False, grad_reduce_bytes=2, moe_imbalance=1.3),
             dict(precision="bf16-grads", attention="unfused"),
             dict(precision="megatron", attention="flash", headroom=0.05, cp_algorithm="all-gather"),
             dict(fp8="delayed", compiled=True, attention="fa3"),  # refused on the A100
             dict(fp8="current", precision="megatron", overlap_grad_reduce=True),
-            dict(tp_overlap=True, precision="megatron"),
+            dict(tp_overlap=True, precision="megatron", moe_imbalance=1.7),
             dict(fp8="rowwise", tp_overlap=True, compiled=True),
         ][i % 10]
         out.append((c, opt))

@@ -335,7 +335,7 @@ def _plan_cluster(args) -> "planner.Cluster":
 
 _PLAN_OPTIONS = (
     "grad_reduce_bytes headroom zero3_collectives attention precision overlap_grad_reduce "
-    "cp_algorithm overlap_param_gather reshard_after_forward fp8 compiled tp_overlap"
+    "cp_algorithm overlap_param_gather reshard_after_forward fp8 compiled tp_overlap moe_imbalance"
 ).split()
 """The :class:`~minipar.cost.planner.three_d_terms.Options` fields ``minipar plan`` takes as flags
 of the same name."""

@@ -383,10 +383,10 @@ function resolvedOptions(o, attention, precision) {
 
 // Python: Options(...) with its defaults and rules
 export function planOptions(opt = {}) {
-  const known = ["grad_reduce_bytes", "dp_overlap", "headroom", "zero3_overlap", "zero3_collectives", "attention", "precision", "zero3_ac_inside_unit", "overlap_grad_reduce", "cp_algorithm", "overlap_param_gather", "reshard_after_forward", "recompute_modules", "fp8", "compiled", "tp_overlap"];
+  const known = ["grad_reduce_bytes", "dp_overlap", "headroom", "zero3_overlap", "zero3_collectives", "attention", "precision", "zero3_ac_inside_unit", "overlap_grad_reduce", "cp_algorithm", "overlap_param_gather", "reshard_after_forward", "recompute_modules", "fp8", "compiled", "tp_overlap", "moe_imbalance"];
   const unknown = Object.keys(opt).filter((k) => !known.includes(k)).sort();
   if (unknown.length) throw new Error(`option ('${unknown[0]}') must be one of ${known.join(", ")}`);
-  const o = {grad_reduce_bytes: null, dp_overlap: true, headroom: null, zero3_overlap: true, zero3_collectives: "hierarchical", attention: null, precision: null, zero3_ac_inside_unit: false, overlap_grad_reduce: false, cp_algorithm: "ring", overlap_param_gather: null, reshard_after_forward: null, recompute_modules: null, fp8: null, compiled: false, tp_overlap: false, ...opt};
+  const o = {grad_reduce_bytes: null, dp_overlap: true, headroom: null, zero3_overlap: true, zero3_collectives: "hierarchical", attention: null, precision: null, zero3_ac_inside_unit: false, overlap_grad_reduce: false, cp_algorithm: "ring", overlap_param_gather: null, reshard_after_forward: null, recompute_modules: null, fp8: null, compiled: false, tp_overlap: false, moe_imbalance: 1.0, ...opt};
   if (!ZERO3_COLLECTIVES.includes(o.zero3_collectives)) throw new Error(`zero3_collectives ('${o.zero3_collectives}') must be one of ${ZERO3_COLLECTIVES.join(", ")}`);
   if (!(o.attention === null || ATTENTION.includes(o.attention))) throw new Error(`attention ('${o.attention}') must be one of ${ATTENTION.join(", ")}`);
   if (!(o.fp8 === null || FP8_SCALING.includes(o.fp8))) throw new Error(`fp8 ('${o.fp8}') must be one of ${FP8_SCALING.join(", ")}`);
@@ -394,6 +394,7 @@ export function planOptions(opt = {}) {
   if (!(o.precision === null || o.precision in RECIPES)) throw new Error(`precision ('${o.precision}') must be one of ${Object.keys(RECIPES).join(", ")}`);
   const badModule = (o.recompute_modules || []).find((x) => !RECOMPUTE_MODULES.includes(x));
   if (badModule !== undefined) throw new Error(`recompute module ('${badModule}') must be one of ${RECOMPUTE_MODULES.join(", ")}`);
+  if (!(o.moe_imbalance >= 1)) throw new Error(`moe imbalance (${o.moe_imbalance}) must be >= 1 (the busiest EP rank's tokens over the mean)`);
   const grb = o.grad_reduce_bytes ?? GRAD_REDUCE_BYTES, room = o.headroom ?? HEADROOM;
   if (!(grb > 0) || !(room >= 0 && room < 1)) {
     throw new Error(`grad_reduce_bytes (${grb}) must be > 0 and headroom (${room}) in [0, 1)`);
@@ -650,7 +651,8 @@ export function termCompute(model, cluster, lay, opt) {
     const [gf, gb] = gemmPass(gpu, b * sl, nQkv, h), [mf, mb] = gemmPass(gpu, b * sl, Math.floor((3 * h) / t), h);
     lt += (rc === "full" ? 2 : 1) * (gf - mf) + (gb - mb);
   }
-  const scale = (m.top_k * m.mlp_matrices * ffnWidth(m)) / (2 * 4 * h);   // active MLP / GPT's 8h²
+  let scale = (m.top_k * m.mlp_matrices * ffnWidth(m)) / (2 * 4 * h);   // active MLP / GPT's 8h²
+  scale *= m.experts > 1 && lay.ep > 1 ? opt.moe_imbalance : 1;          // the busiest EP rank's
   if (scale !== 1) lt += (scale - 1) * ((rc === "full" ? 2 : 1) * parts.mlp_f + parts.mlp_b);
   lt += moduleRecomputeSeconds(m, cluster, lay, opt, scale * parts.mlp_f);
   lt += recipeKernelsSeconds(m, cluster, lay, opt) + fp8GemmDelta(m, cluster, lay, opt);
@@ -719,11 +721,11 @@ export function termCp(model, cluster, lay, opt, ctx) {
 }
 
 // Python: term_ep(m_, cl, lay, opt, ctx): MoE all-to-alls per micro-batch
-export function termEp(model, cluster, lay) {
+export function termEp(model, cluster, lay, opt) {
   const m = planShape(model);
   const {ep, tp: t} = lay;
   if (ep === 1) return 0.0;
-  const rows = (m.top_k * lay.micro_batch * Math.floor(m.seq / lay.cp) * m.hidden * 2) / (lay.sp ? t : 1);
+  const rows = (opt.moe_imbalance * m.top_k * lay.micro_batch * Math.floor(m.seq / lay.cp) * m.hidden * 2) / (lay.sp ? t : 1);
   const nA2a = lay.recompute === "full" ? 6 : 4;
   return stageLayers(m.layers, lay)[0] * nA2a * epAllToAllSeconds(rows, ep, cluster);
 }

@@ -169,6 +169,10 @@ class Options:
     # TP's all-gathers and reduce-scatters (with SP) in t chunks under the GEMMs (torchtitan's
     # async TP, Megatron-Core's --tp-comm-overlap): tp_overlap_exposed
     tp_overlap: bool = False
+    # MoE routing imbalance: the busiest EP rank's routed tokens over the mean (1: perfectly
+    # balanced). It sets the step, since every rank waits for that rank's expert GEMMs and
+    # all-to-alls. The expert-parallel chapter measures it: 1.2-1.8 on its toy router.
+    moe_imbalance: float = 1.0
 
     @property
     def recipe(self) -> Recipe:
@@ -212,6 +216,11 @@ class Options:
         if bad:
             raise ValueError(
                 f"recompute module ({bad[0]!r}) must be one of {', '.join(RECOMPUTE_MODULES)}"
+            )
+        if not self.moe_imbalance >= 1:
+            raise ValueError(
+                f"moe imbalance ({self.moe_imbalance}) must be >= 1 (the busiest EP rank's "
+                "tokens over the mean)"
             )
         grb = GRAD_REDUCE_BYTES if self.grad_reduce_bytes is None else self.grad_reduce_bytes
         room = HEADROOM if self.headroom is None else self.headroom
@@ -575,7 +584,8 @@ def term_compute(m_, cl, lay: Layout, opt: Options, ctx=None) -> ComputeTerm:
     the other cp−1 key blocks, GEMMs (or the flash kernel) and, unfused, the per-score bytes
     (``GPU.attention_score_bytes``, the forward's share again when recomputed); the QKV GEMM
     at the GQA width h/t + 2·kv_width_per_rank instead of 3h/t; the MLP rescaled to the active
-    experts' width (K·matrices·f over GPT's 8h²); and
+    experts' width (K·matrices·f over GPT's 8h²), on the busiest EP rank
+    (``opt.moe_imbalance`` times the mean when ep > 1); and
     :func:`~minipar.cost.kernels.compute.logits_seconds`."""
     b, h, a, t, rc = lay.micro_batch, m_.hidden, m_.heads, lay.tp, lay.recompute
     sl, gpu, att = m_.seq // lay.cp, cl.gpu, opt.attention
@@ -598,6 +608,7 @@ def term_compute(m_, cl, lay: Layout, opt: Options, ctx=None) -> ComputeTerm:
         (gf, gb), (mf, mb) = (_gemm_pass(gpu, b * sl, n, h) for n in (n_qkv, 3 * h // t))
         lt += (2 if rc == "full" else 1) * (gf - mf) + (gb - mb)
     scale = m_.top_k * m_.mlp_matrices * m_.ffn_width / (2 * 4 * h)  # active MLP / GPT's 8h²
+    scale *= opt.moe_imbalance if m_.moe and lay.ep > 1 else 1  # the busiest EP rank's
     if scale != 1:
         lt += (scale - 1) * ((2 if rc == "full" else 1) * parts["mlp_f"] + parts["mlp_b"])
     lt += module_recompute_seconds(m_, cl, lay, opt, scale * parts["mlp_f"])
@@ -768,11 +779,13 @@ def term_ep(m_, cl, lay: Layout, opt: Options, ctx=None) -> float:
     """MoE all-to-alls of one micro-batch on the critical path: dispatch + combine forward and
     backward (six with full recomputation) of the K·b·s/cp routed 16-bit (·, h) rows per layer
     (÷ t with SP) over the ep ranks, consecutive in the rank order under folding (Lepikhin et
-    al. 2021; :func:`minipar.cost.chapters.expert_parallel.all_to_all_time`)."""
+    al. 2021; :func:`minipar.cost.chapters.expert_parallel.all_to_all_time`), the busiest rank's
+    ``opt.moe_imbalance`` times the mean."""
     ep, t = lay.ep, lay.tp
     if ep == 1:
         return 0.0
     rows = m_.top_k * lay.micro_batch * (m_.seq // lay.cp) * m_.hidden * 2 / (t if lay.sp else 1)
+    rows *= opt.moe_imbalance
     n_a2a = 6 if lay.recompute == "full" else 4
     return stage_layers(m_.layers, lay)[0] * n_a2a * ep_all_to_all_seconds(rows, ep, cl)
 
