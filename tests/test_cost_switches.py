@@ -243,3 +243,9 @@ def test_moe_imbalance_slows_the_busiest_expert_rank_only_under_ep(capsys):
     argv = ["plan", "--model", "mixtral-8x7b", "--gpus", "64", "--global-batch", "256"]
     assert main([*argv, "--moe-imbalance", "0.8"]) == 2
     assert "moe imbalance (0.8) must be >= 1" in capsys.readouterr().err
+    steps = []
+    for x in ("1", "1.5"):
+        fixed = ["--gpu", "H100-SXM", "--tp", "1", "--ep", "8", "--zero", "3", "--json"]
+        assert main([*argv, *fixed, "--moe-imbalance", x]) == 0
+        steps.append(json.loads(capsys.readouterr().out)["configs"][0]["step_seconds"])
+    assert steps[1] > 1.25 * steps[0]
