@@ -234,6 +234,7 @@ def test_the_cp_misses_are_set_beside_attentions_share_of_the_flops():
     assert "in experiment 1 go −3, +3, −24 and −27 %" in flat
 
 
+@pytest.mark.slow
 def test_the_glue_script_prints_every_experiment():
     """`python book/glue/validation_tables.py`, as the appendix names it: the tables of the
     published runs and of the three experiments, ending with experiment 3's score."""

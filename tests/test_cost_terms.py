@@ -7,6 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from minipar.cost.planner import term_table, three_d_terms
 from minipar.cost.planner.term_table import TERMS, js_block, js_name, python_name
 
@@ -74,6 +76,7 @@ def test_breakdown_and_plan_columns_follow_the_table():
     assert c.step_seconds == c.microbatches * slot * (1 + c.bubble_relative) + step
 
 
+@pytest.mark.slow
 def test_the_command_prints_the_block_to_paste():
     """`python -m minipar.cost.planner.term_table`, as CONTRIBUTING.md's recipe runs it."""
     out = subprocess.run(

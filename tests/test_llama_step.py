@@ -37,6 +37,7 @@ def test_the_timed_model_is_the_shape_the_planner_prices():
         assert gpt.params != n, name
 
 
+@pytest.mark.slow
 def test_it_runs_on_the_cpu_and_writes_each_row_with_its_plan(tmp_path):
     """`python scripts/llama_step.py --device cpu`, as the README names the script."""
     ls = _script()
