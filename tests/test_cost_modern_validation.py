@@ -247,4 +247,31 @@ def test_the_glue_script_prints_every_experiment():
     ).stdout
     for title in ("Experiment 1:", "Experiment 2:", "Experiment 3:"):
         assert title in out
-    assert out.strip().endswith(tables.experiment_3_score() + ".")
+    assert tables.experiment_3_score() + "." in out
+    assert out.strip().endswith(tables.preset_error_table())
+
+
+def test_the_appendix_says_what_error_to_expect_on_each_h100_preset():
+    """The table of each preset's errors per experiment and the figures its prose quotes."""
+    rows = {(r["gpu"], r["exp"]): r for r in tables.preset_errors()}
+    assert sorted(rows) == [
+        ("H100-HBM2e-500W", 1),
+        ("H100-HBM2e-500W", 2),
+        ("H100-SXM", 1),
+        ("H100-SXM", 3),
+    ]
+    assert [rows[k]["n"] for k in sorted(rows)] == [12, 15, 21, 50]
+    assert (rows[("H100-SXM", 3)]["within"], rows[("H100-HBM2e-500W", 1)]["within"]) == (46, 10)
+    text = APPENDIX.read_text()
+    flat = " ".join(text.split())
+    assert tables.preset_error_table() in text
+    for key, words in (
+        (("H100-SXM", 3), "(experiment 3), have a median error of {}"),
+        (
+            ("H100-SXM", 1),
+            "with every TP collective exposed, {} (14 of its 16 rows with TP too slow)",
+        ),
+        (("H100-HBM2e-500W", 1), "tensorwise FP8 rows (experiment 1) have {}"),
+        (("H100-HBM2e-500W", 2), "which the model prices too fast, {}."),
+    ):
+        assert words.format(f"{rows[key]['median']:.1f} %") in flat, words

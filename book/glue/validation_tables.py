@@ -189,6 +189,48 @@ def experiment_3_score(s: dict | None = None) -> str:
     )
 
 
+def preset_errors() -> list[dict]:
+    """Each H100 preset's step-time errors per experiment (the error to expect of a plan on it):
+    rows, median |error|, rows within ±15 %, the smallest and largest signed error."""
+    runs = {1: modern.summary()["rows"], 2: modern.summary_2()["rows"]}
+    runs[3] = [e | {"gpu": "H100-SXM"} for e in experiment3.summary_3()["rows"]]  # DGX-H100
+    out = []
+    for gpu in ("H100-SXM", "H100-HBM2e-500W"):
+        for exp, rows in runs.items():
+            errors = sorted(e["error"] for e in rows if e["gpu"] == gpu)
+            if errors:
+                middle = sorted(abs(x) for x in errors)
+                n = len(middle)
+                median = (middle[(n - 1) // 2] + middle[n // 2]) / 2
+                within = sum(abs(x) <= 15 for x in errors)
+                out.append(
+                    dict(
+                        gpu=gpu,
+                        exp=exp,
+                        n=n,
+                        median=median,
+                        within=within,
+                        lo=errors[0],
+                        hi=errors[-1],
+                    )
+                )
+    return out
+
+
+def preset_error_table(rows: list[dict] | None = None) -> str:
+    """:func:`preset_errors` as ``book/three_d_appendix.md`` prints it."""
+    lines = [
+        "| preset | experiment | rows | median error | within ±15 % | range |",
+        "|---|---:|---:|---:|---:|---|",
+    ]
+    for r in preset_errors() if rows is None else rows:
+        lines.append(
+            f"| `{r['gpu']}` | {r['exp']} | {r['n']} | {r['median']:.1f} % | {r['within']} "
+            f"| {r['lo']:+.0f} … {r['hi']:+.0f} % |"
+        )
+    return "\n".join(lines)
+
+
 def main() -> None:
     print("Published runs (A100), as run: b and v from the authors' scripts where published\n")
     print(table())
@@ -211,6 +253,8 @@ def main() -> None:
     s = experiment3.summary_3()
     print(experiment_3_table(s))
     print(experiment_3_score(s) + ".")
+    print("\nThe H100 presets' step-time error per experiment\n")
+    print(preset_error_table())
 
 
 if __name__ == "__main__":
