@@ -90,10 +90,10 @@ gpu-check: $(STAMP) ## on a GPU node: benchmarks, NCCL chapters and GPU-only tes
 # a third worker fills that time (on an idle 2-core machine, one after the other: -n 3 382 s,
 # -n 2 418 s, the same 2,052 tests).
 unit: $(STAMP) ## every unit test, multi-process ones and the exercise graders included
-	$(PYTEST) -q -n 3 --dist loadfile --durations=15 tests
+	$(PYTEST) -p no:nbval -p no:anyio -q -n 3 --dist loadfile --durations=15 tests
 
 fast: $(STAMP) ## inner loop: the unit tests not marked slow (no multi-process test)
-	$(PYTEST) -q -x -n 2 --dist loadfile -m "not slow" tests
+	$(PYTEST) -p no:nbval -p no:anyio -q -x -n 2 --dist loadfile -m "not slow" tests
 
 notebooks: $(STAMP) ## pytest --nbval-lax over notebooks/ (each from a clean kernel)
 	$(PYTEST) -q --nbval-lax --nbval-current-env --nbval-cell-timeout=900 notebooks

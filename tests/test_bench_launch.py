@@ -37,6 +37,7 @@ def test_bench_launch_json_is_stdout_and_consistent():
         (["--ranks", "x"], "invalid int value"),
     ],
 )
+@pytest.mark.slow
 def test_bench_launch_bad_input(args, rule):
     out = _cli(*args)
     assert out.returncode == 2 and rule in out.stderr and "Traceback" not in out.stderr

@@ -4,6 +4,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "scripts"))
 
@@ -32,6 +34,7 @@ def test_hook_rejects_a_long_subject(tmp_path):
     assert r.returncode == 1 and "73 characters" in r.stderr
 
 
+@pytest.mark.slow
 def test_every_commit_since_the_rule_passes():
     r = subprocess.run(
         [sys.executable, "scripts/check_commits.py"], capture_output=True, text=True, cwd=ROOT

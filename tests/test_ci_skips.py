@@ -8,6 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 
 CASES = """
@@ -38,6 +40,7 @@ def _pytest(folder: Path, ci: str | None, browser: bool = False):
     return out.stdout.splitlines()[-1], out.stdout
 
 
+@pytest.mark.slow
 def test_ci_turns_unexpected_skips_into_failures(tmp_path):
     for helper in ("conftest.py", "fault_support.py"):  # conftest registers its fixture
         shutil.copy(ROOT / "tests" / helper, tmp_path)

@@ -63,6 +63,7 @@ def test_minipar_alone_lists_its_commands():
     assert "Traceback" not in r.stderr
 
 
+@pytest.mark.slow
 def test_a_closed_pipe_ends_a_command_quietly():
     """``minipar plan ... | head``: the reader went away before the table was written (its end
     of the pipe closed before the command starts), as a ``head`` that has all it wants."""
@@ -106,6 +107,7 @@ raise SystemExit(1)
 """
 
 
+@pytest.mark.slow
 def test_the_book_build_shows_one_line_per_notebook_and_keeps_warnings(tmp_path):
     r = subprocess.run(
         [sys.executable, str(ROOT / "scripts" / "book_progress.py"), sys.executable, "-c"]
@@ -135,6 +137,7 @@ def test_make_book_runs_under_the_progress_wrapper():
         assert "--quiet" not in body, (name, body)
 
 
+@pytest.mark.slow
 def test_notebooks_run_beforehand_are_what_the_build_finds_cached(tmp_path):
     """``--jobs``: a notebook run ahead lands in the cache under the key myst-nb looks up; one
     whose cell fails is named and left uncached, for the build to run and report."""

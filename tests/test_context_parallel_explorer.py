@@ -34,6 +34,7 @@ def on_shape(fn):
     return call
 
 
+@pytest.mark.slow
 def test_cost_twins():
     from minipar.cost.chapters import context_parallel as C
 
@@ -274,6 +275,7 @@ DOC_LISTS = (
 )
 
 
+@pytest.mark.slow
 def test_document_twins():
     """The causal document mask's work and times (document_step_work, document_attention_times)
     and the explorer's equal packing: JavaScript equals Python, refusals in the same words."""
@@ -596,6 +598,7 @@ def test_closed_forms_equal_the_loops():
     assert len(cases) > 150
 
 
+@pytest.mark.slow
 def test_document_times_at_powers_of_two_and_large_cp():
     """documentAttentionTimes' closed form (equal documents on the chunk grid) against Python's
     loop at cp up to 64, one to many documents per chunk and many chunks per document."""
@@ -639,6 +642,7 @@ def _iterations(values):
     return out, count
 
 
+@pytest.mark.slow
 def test_the_largest_accepted_inputs_cost_bounded_work():
     """The explorer froze the tab at large cp: its models looped over every (step, rank) and
     every document (cp = 2048 with 1,024 documents: ~4·10⁹ visits). Now cp is at most 1,024 and

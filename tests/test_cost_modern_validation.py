@@ -4,7 +4,6 @@ rows (torchtitan's Llama 3.1 8B on 8 GPUs, December 2024) set three constants, e
 (minipar.cost.validation.modern_fit) that the presets must equal; every other row is a
 validation row, evaluated only after the model was frozen, or says why it is not priced."""
 
-import subprocess
 import sys
 from pathlib import Path
 
@@ -232,23 +231,6 @@ def test_the_cp_misses_are_set_beside_attentions_share_of_the_flops():
     flat = " ".join(APPENDIX.read_text().split())
     assert "FLOPs with it: 36, 53, 70 and 82 %" in flat
     assert "in experiment 1 go −3, +3, −24 and −27 %" in flat
-
-
-@pytest.mark.slow
-def test_the_glue_script_prints_every_experiment():
-    """`python book/glue/validation_tables.py`, as the appendix names it: the tables of the
-    published runs and of the three experiments, ending with experiment 3's score."""
-    out = subprocess.run(
-        [sys.executable, str(GLUE / "validation_tables.py")],
-        capture_output=True,
-        text=True,
-        check=True,
-        timeout=300,
-    ).stdout
-    for title in ("Experiment 1:", "Experiment 2:", "Experiment 3:"):
-        assert title in out
-    assert tables.experiment_3_score() + "." in out
-    assert out.strip().endswith(tables.preset_error_table())
 
 
 def test_the_appendix_says_what_error_to_expect_on_each_h100_preset():

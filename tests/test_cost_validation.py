@@ -299,7 +299,10 @@ def test_table_text_has_every_row():
     assert len(tables.h200_table().splitlines()) == 1 + len(validation.h200_runs())
 
 
+@pytest.mark.slow
 def test_the_books_glue_prints_every_table():
+    """`python book/glue/validation_tables.py`, as the appendix names it: the published runs,
+    the H200 set, the three experiments (experiment 3's score) and the presets' errors last."""
     import subprocess
 
     out = subprocess.run(
@@ -307,8 +310,13 @@ def test_the_books_glue_prints_every_table():
         capture_output=True,
         text=True,
         check=True,
+        timeout=300,
     ).stdout
     assert "PTD-P 1.7B" in out and "GPT 350M" in out and "err(planner)" in out
+    for title in ("Experiment 1:", "Experiment 2:", "Experiment 3:"):
+        assert title in out
+    assert tables.experiment_3_score() + "." in out
+    assert out.strip().endswith(tables.preset_error_table())
 
 
 # --- one H200: the validation set, constants from the calibration set only -----------------

@@ -15,6 +15,7 @@ def _sliders():
     return sliders["params_m"], sliders["bucket_mb"]
 
 
+@pytest.mark.slow
 def test_every_slider_pair_is_accepted_by_the_model():
     params, buckets = _sliders()
     worst = max(params) * 1e6 * 2 / (min(buckets) * 2**20)  # bf16 gradients, bytes / bucket

@@ -77,6 +77,7 @@ def _run_check_cells(script, namespace, log):
     return {r["task"]: r["reason"] for r in records if not r["passed"]}, records
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not SCRIPTS, reason="no exercises yet")
 def test_every_starter_fails_every_task_as_not_implemented(tmp_path, monkeypatch):
     """The starters' check cells, run in this process on the starters' code: each expected task

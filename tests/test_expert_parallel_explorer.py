@@ -23,6 +23,7 @@ SHAPES = [
 ]  # (experts, top_k, ep)
 
 
+@pytest.mark.slow
 def test_cost_twins():
     from minipar.cost.chapters.expert_parallel import (
         all_to_all_time,

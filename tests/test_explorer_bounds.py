@@ -22,6 +22,7 @@ def _number_controls():
     return out
 
 
+@pytest.mark.slow
 def test_every_number_box_has_a_finite_upper_bound():
     controls = _number_controls()
     assert len(controls) > 40
@@ -78,6 +79,7 @@ def _timeline(n_rows, per_row):
     return svg
 
 
+@pytest.mark.slow
 def test_a_timeline_draws_every_segment_up_to_the_limit_then_bins():
     limit, cells = 1500, 4000  # TIMELINE_SEGMENTS, TIMELINE_CELLS in explorer.js
     small = _timeline(4, 100)
@@ -101,6 +103,7 @@ def test_pipeline_chart_size_is_bounded_at_its_largest_values():
         assert len(out["html"]) < 100_000, (c, len(out["html"]))
 
 
+@pytest.mark.slow
 def test_leaving_any_preset_for_custom_draws():
     """Choosing "custom" keeps the preset's layout where the model's own layers allow it, and
     otherwise moves p to the nearest divisor of the layers (bloom-176b: p = 12 over 70 layers

@@ -171,6 +171,7 @@ SHAPES = [
 ]
 
 
+@pytest.mark.slow
 def test_memory_model_parity():
     from minipar.cost.chapters.memory_time import activation_bytes_per_layer, model_state_bytes
     from minipar.cost.model import param_count
@@ -275,6 +276,7 @@ def test_pipeline_activation_parity():
 # ---- data_parallel.js ----------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_data_parallel_model_parity():
     from minipar.cost.chapters.data_parallel import bucket_sizes
     from minipar.widgets.data_parallel import dp_step_model, zero_memory_model

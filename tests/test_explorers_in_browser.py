@@ -44,7 +44,10 @@ def _missing() -> str | None:
     return None
 
 
-pytestmark = pytest.mark.skipif(_missing() is not None, reason=str(_missing()))
+pytestmark = [  # Chromium is a process of its own: slow, as CONTRIBUTING.md defines it
+    pytest.mark.slow,
+    pytest.mark.skipif(_missing() is not None, reason=str(_missing())),
+]
 
 
 @pytest.fixture(scope="module")

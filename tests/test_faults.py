@@ -185,6 +185,7 @@ def test_timeout_expiry_is_named_not_a_keyboard_interrupt(tmp_path):
     assert "KeyboardInterrupt" not in reasons["memory_time.params"]
 
 
+@pytest.mark.slow
 def test_timeout_and_paths_are_validated_exit_2():
     for bad in ("0", "-1", "nan", "inf", "soon"):
         r = subprocess.run(
@@ -206,6 +207,7 @@ def test_timeout_and_paths_are_validated_exit_2():
     assert r.returncode == 2 and "must be a notebook (.ipynb) or a folder" in r.stderr
 
 
+@pytest.mark.slow
 def test_a_notebook_without_tasks_exits_3_and_says_so(tmp_path):
     nb = tmp_path / "notes.ipynb"
     nbformat.write(nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("1 + 1")]), nb)

@@ -27,6 +27,7 @@ def _statuses(report, kind):
     return {k: (v["status"], v["reason"]) for k, v in report[kind].items()}
 
 
+@pytest.mark.slow
 def test_no_gpu_is_reported_cleanly(tmp_path):
     out = tmp_path / "report.json"
     p = subprocess.run(
@@ -136,6 +137,7 @@ def test_runners_record_results_and_failures_on_gloo(tmp_path):
     assert got["reason"] == "code cell 1: ValueError: heads (12) must be divisible by t (5)"
 
 
+@pytest.mark.slow
 def test_test_runner_records_the_summary_and_the_failing_test(tmp_path, monkeypatch):
     """The pytest item: its closing line on success; the first FAILED line as the reason."""
     gc = _module()

@@ -104,6 +104,7 @@ def test_every_command_and_bench_is_named_in_the_readme():
         ), f"README.md never names {name!r}"
 
 
+@pytest.mark.slow
 def test_every_bench_with_backend_is_the_one_the_readme_names():
     text = " ".join((ROOT / "README.md").read_text().split())
     said = re.search(r"`minipar bench launch`, (.*?) take `--backend`", text).group(1)
@@ -145,6 +146,7 @@ HEAVY = [
     ],
     ids=lambda a: " ".join(a[:1]),
 )
+@pytest.mark.slow
 def test_light_commands_import_no_heavy_library(argv):
     code = (
         "import sys, contextlib, io\n"
@@ -163,6 +165,7 @@ def test_light_commands_import_no_heavy_library(argv):
     assert out.stdout.strip().splitlines()[-1] == "[]", out.stdout
 
 
+@pytest.mark.slow
 def test_the_import_check_sees_a_heavy_import():
     """Negative control: the same probe reports nbformat once the grader's work imports it."""
     code = (

@@ -51,6 +51,7 @@ def test_hop_latency_is_the_median_wait_and_never_negative():
     assert timed.hop_latency(early[:3], 2) == 0.0
 
 
+@pytest.mark.slow
 def test_bench_json_matches_its_timeline_and_the_schedule():
     from minipar.pipeline_parallel.schedules import schedule
 
@@ -100,6 +101,7 @@ def test_bench_json_matches_its_timeline_and_the_schedule():
     assert r["step_seconds"] == pytest.approx(span) and r["hop_latency"] >= 0
 
 
+@pytest.mark.slow
 def test_bench_rejects_bad_arguments():
     out = subprocess.run(
         [

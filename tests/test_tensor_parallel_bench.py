@@ -46,6 +46,7 @@ def test_bench_tp_json():
     assert r["max_difference_float64"] and max(r["max_difference_float64"].values()) < 1e-12
 
 
+@pytest.mark.slow
 def test_bench_tp_rejects_bad_shapes():
     out = subprocess.run(
         [sys.executable, "-m", "minipar.cli", "bench", "tp", "--ranks", "3", "--hidden", "10"],

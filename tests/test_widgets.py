@@ -129,6 +129,7 @@ def test_memory_calculator_greys_out_what_does_not_apply():
     assert a1["error"] is None and total.search(a1["html"])[1] == total.search(a2["html"])[1]
 
 
+@pytest.mark.slow
 def test_every_explorer_names_an_unknown_link_gpu_or_preset_the_same_way():
     """The explorers look a link, a GPU or a preset up by the control's value through one
     helper (``configEntry`` in explorer.js): an unknown name is refused with the same message,
