@@ -25,9 +25,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
-import statistics
 import sys
-import time
 from dataclasses import replace
 
 import torch
@@ -35,7 +33,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-from minipar.bench.gpu import _MATCH
+from minipar.bench.gpu import Probe, device_timer, preset_matching
 from minipar.cost.kernels.hardware import GPUS, load_gpu_profile
 from minipar.cost.planner import three_d as planner
 
@@ -105,7 +103,7 @@ class Llama(nn.Module):
 def shape_of(row, vocab: int = VOCAB) -> planner.ModelShape:
     """The row as the planner's :class:`ModelShape`, Llama's recipe."""
     name, L, h, a, kv, f, s, *_ = row
-    llama = planner._RECIPES["llama"]
+    llama = planner.SHAPE_RECIPES["llama"]
     return planner.ModelShape(L, h, a, s, vocab, name, ffn=f, kv_heads=kv, **llama)
 
 
@@ -141,22 +139,8 @@ def measure(row, device: str, vocab: int = VOCAB, repeats: int = 3, warmup: int 
                 p.copy_(w)
                 g.zero_()
 
-    times = []
-    for i in range(warmup + repeats):
-        if device.startswith("cuda"):
-            torch.cuda.synchronize()
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            start.record()
-            step()
-            end.record()
-            end.synchronize()
-            seconds = start.elapsed_time(end) / 1e3
-        else:
-            t0 = time.perf_counter()
-            step()
-            seconds = time.perf_counter() - t0
-        if i >= warmup:
-            times.append(seconds)
+    # CUDA events around each step on a GPU, the median after warm-up (minipar calibrate gpu's clock)
+    seconds = device_timer(device, repeats, warmup)(Probe("step", (b, s, h), lambda: step))
     peak = torch.cuda.max_memory_allocated() if device.startswith("cuda") else 0
     n = sum(p.numel() for p in params)
     return {
@@ -170,7 +154,7 @@ def measure(row, device: str, vocab: int = VOCAB, repeats: int = 3, warmup: int 
         "b": b,
         "m": m,
         "params": n,
-        "measured_s": statistics.median(times),
+        "measured_s": seconds,
         "peak_bytes": peak,
     }
 
@@ -184,15 +168,6 @@ def predict(row, gpu, vocab: int = VOCAB) -> dict:
     return {"predicted_s": c.step_seconds, "predicted_bytes": c.bytes_per_gpu, "fits": c.fits}
 
 
-def preset_for(device_name: str) -> str:
-    """The preset whose name the device's matches (as ``minipar calibrate gpu`` picks it)."""
-    upper = device_name.upper()
-    found = next((k for k, words in _MATCH.items() if all(w in upper for w in words)), None)
-    if found is None:
-        raise SystemExit(f"llama_step: no preset matches {device_name!r}: pass --gpu-profile")
-    return found
-
-
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", default="llama-step.json")
@@ -202,11 +177,15 @@ def main(argv=None) -> int:
     if args.device.startswith("cuda") and not torch.cuda.is_available():
         print("llama_step: needs a CUDA GPU (--device cpu checks the plumbing)", file=sys.stderr)
         return 2
+    on_gpu = args.device.startswith("cuda")
     if args.gpu_profile:
         gpu = load_gpu_profile(args.gpu_profile)
     else:
-        gpu = GPUS[preset_for(torch.cuda.get_device_name() if args.device != "cpu" else "H200")]
-    rows, on_gpu = [], args.device.startswith("cuda")
+        name = torch.cuda.get_device_name() if on_gpu else "H200"
+        if preset_matching(name) is None:
+            raise SystemExit(f"llama_step: no preset matches {name!r}: pass --gpu-profile")
+        gpu = GPUS[preset_matching(name)]
+    rows = []
     vocab, runs = (
         (VOCAB, dict(repeats=3, warmup=2)) if on_gpu else (CPU_VOCAB, dict(repeats=1, warmup=1))
     )

@@ -4,7 +4,6 @@ roofline, the cost per token), run under Node.js, on valid and invalid inputs al
 import itertools
 import re
 from dataclasses import asdict
-from functools import cache
 
 import pytest
 from explorer_parity_support import assert_parity, js_call, mismatch, node_available
@@ -18,13 +17,6 @@ from minipar.widgets.three_d import PRESET_LAYOUTS, cluster_config, gpu_config, 
 pytestmark = pytest.mark.skipif(
     not node_available(), reason="Node.js (/usr/bin/node) not installed"
 )
-
-
-@cache
-def config() -> dict:
-    """The explorer's data, built on first use rather than at import (plan_config searches the
-    planner's presets, about 4.5 s, and every test worker imports this file)."""
-    return plan_config()
 
 
 def _js_model(m):
@@ -198,7 +190,7 @@ def test_compute_roofline_parity():
 def test_cluster_and_price_parity_with_messages():
     """planCluster and dollarsPerMillionTokens follow the Python rules and say the same thing
     for the same bad value (0 GPUs per node, a negative price, a non-multiple of the node)."""
-    links = config()["links"]
+    links = plan_config()["links"]
     cases = [
         (8, 8, "A100-80GB", None, None, None),
         (1024, 8, "H100-SXM", None, "eth-100g", 0.5),
@@ -211,7 +203,7 @@ def test_cluster_and_price_parity_with_messages():
     js = js_call(
         "three_d",
         [
-            ("planCluster", [n, g, config()["gpus"][name], links, i, e, eff])
+            ("planCluster", [n, g, plan_config()["gpus"][name], links, i, e, eff])
             for n, g, name, i, e, eff in cases
         ],
     )
@@ -270,7 +262,7 @@ def test_dp_allreduce_and_bubble_parity():
 def test_every_preset_draws_its_layout_and_bad_input_says_why():
     """Each preset opens on a valid layout (BLOOM and MT-NLG used to open on an error); A100
     shows NVLink 3 and HDR 200; invalid inputs name the rule and the value."""
-    calls = [("drawExplorer", ["plan", {"model": k}, config()]) for k in PRESET_LAYOUTS]
+    calls = [("drawExplorer", ["plan", {"model": k}, plan_config()]) for k in PRESET_LAYOUTS]
     bad = [
         ({"layout": "custom", "t": 5}, "gpus (1024) must be divisible by t·p (5·16)"),
         ({"layout": "custom", "t": 0}, "t (0) must be at least 1"),
@@ -284,7 +276,7 @@ def test_every_preset_draws_its_layout_and_bad_input_says_why():
             "every micro-batch under PP; use ZeRO-1 or ZeRO-3), got p (16)",
         ),
     ]
-    calls += [("drawExplorer", ["plan", v, config()]) for v, _ in bad]
+    calls += [("drawExplorer", ["plan", v, plan_config()]) for v, _ in bad]
     got = js_call("three_d", calls)
     for (kind, out), name in zip(got[: len(PRESET_LAYOUTS)], PRESET_LAYOUTS):
         assert kind == "ok" and out["error"] is None, (name, out["error"])
@@ -317,11 +309,11 @@ def test_zero3_collectives_control_changes_the_zero3_layout_only():
     }
     z1 = {"zero": 1}
     calls = [
-        ("drawExplorer", ["plan", dict(v, z3=a), config()])
+        ("drawExplorer", ["plan", dict(v, z3=a), plan_config()])
         for v in (z3, z1)
         for a in ("flat-ring", "hierarchical")
     ]
-    calls.append(("drawExplorer", ["plan", dict(z3, z3="tree"), config()]))
+    calls.append(("drawExplorer", ["plan", dict(z3, z3="tree"), plan_config()]))
     got = js_call("three_d", calls)
     assert all(kind == "ok" for kind, _ in got), got
     (_, f3), (_, h3), (_, f1), (_, h1), (_, bad) = got
@@ -337,9 +329,9 @@ def test_fp8_and_compiled_controls_reach_the_explorers_plan():
     h100 = {"layout": "custom", "gpus": 64, "gpu": "H100-SXM", "t": 1, "p": 1, "batch": 512}
     h100 |= {"model": "llama3-8b", "b": 1, "zero": 1, "recompute": "full"}
     calls = [
-        ("drawExplorer", ["plan", h100, config()]),
-        ("drawExplorer", ["plan", dict(h100, fp8="delayed", compiled=True), config()]),
-        ("drawExplorer", ["plan", dict(h100, gpu="A100-80GB", fp8="current"), config()]),
+        ("drawExplorer", ["plan", h100, plan_config()]),
+        ("drawExplorer", ["plan", dict(h100, fp8="delayed", compiled=True), plan_config()]),
+        ("drawExplorer", ["plan", dict(h100, gpu="A100-80GB", fp8="current"), plan_config()]),
     ]
     (_, bf16), (_, fp8), (_, a100) = js_call("three_d", calls)
     assert bf16["error"] is None and fp8["error"] is None, (bf16["error"], fp8["error"])
@@ -359,9 +351,9 @@ def test_tp_overlap_control_reaches_the_explorers_plan():
     lay = {"layout": "custom", "gpus": 64, "gpu": "H100-SXM", "t": 8, "p": 1, "batch": 64}
     lay |= {"model": "llama3-70b", "b": 1, "zero": 1, "recompute": "full", "sp": True}
     calls = [
-        ("drawExplorer", ["plan", lay, config()]),
-        ("drawExplorer", ["plan", dict(lay, tp_overlap=True), config()]),
-        ("drawExplorer", ["plan", dict(lay, tp_overlap=True, fp8="rowwise"), config()]),
+        ("drawExplorer", ["plan", lay, plan_config()]),
+        ("drawExplorer", ["plan", dict(lay, tp_overlap=True), plan_config()]),
+        ("drawExplorer", ["plan", dict(lay, tp_overlap=True, fp8="rowwise"), plan_config()]),
     ]
     got = [r for _, r in js_call("three_d", calls)]
     assert all(r["error"] is None for r in got), [r["error"] for r in got]
@@ -551,7 +543,7 @@ def test_moe_and_long_context_presets_draw_with_ep_and_cp():
     Llama 3 405B at 128K draws with cp = 2; ep on a dense model and a cp the GPUs do not
     allow are refused with the rule and the values, as Python refuses them."""
     mix = {"model": "mixtral-8x7b", "layout": "custom", "gpus": 64, "t": 4, "p": 2, "batch": 64}
-    calls = [("drawExplorer", ["plan", dict(mix, ep=e), config()]) for e in (1, 2)]
+    calls = [("drawExplorer", ["plan", dict(mix, ep=e), plan_config()]) for e in (1, 2)]
     calls.append(
         (
             "drawExplorer",
@@ -566,7 +558,7 @@ def test_moe_and_long_context_presets_draw_with_ep_and_cp():
                     "batch": 32,
                     "cp": 2,
                 },
-                config(),
+                plan_config(),
             ],
         )
     )
@@ -578,7 +570,7 @@ def test_moe_and_long_context_presets_draw_with_ep_and_cp():
             "seq (2048) must be divisible by 2·cp (6): zigzag chunks",
         ),
     ]
-    calls += [("drawExplorer", ["plan", v, config()]) for v, _ in bad]
+    calls += [("drawExplorer", ["plan", v, plan_config()]) for v, _ in bad]
     got = js_call("three_d", calls)
     (_, ep1), (_, ep2), (_, llama) = got[:3]
     for out in (ep1, ep2, llama):
@@ -806,7 +798,7 @@ def test_published_presets_open_on_their_layouts_and_fit():
     MLP's activation recomputed). Negative controls: no recomputation does not fit, nor the 2021
     selective recomputation (the attention core only, nothing to drop under flash)."""
     calls = [
-        ("drawExplorer", ["plan", {"model": k}, config()])
+        ("drawExplorer", ["plan", {"model": k}, plan_config()])
         for k in ("bloom-176b", "llama3-405b-128k")
     ]
     (k1, bloom), (k2, llama) = js_call("three_d", calls)
@@ -837,7 +829,10 @@ def test_attention_precision_and_shape_controls_reach_the_model():
     ]
     got = js_call(
         "three_d",
-        [("drawExplorer", ["plan", dict(base, **x), config()]) for x in variants + [{"kv": 5}]],
+        [
+            ("drawExplorer", ["plan", dict(base, **x), plan_config()])
+            for x in variants + [{"kv": 5}]
+        ],
     )
     htmls = [out["html"] for _, out in got[:-1]]
     assert all(out["error"] is None for _, out in got[:-1])
@@ -855,7 +850,7 @@ def test_attention_precision_and_shape_controls_reach_the_model():
     (_, ring), (_, ag), (_, bad) = js_call(
         "three_d",
         [
-            ("drawExplorer", ["plan", dict(llama, cpalg=a), config()])
+            ("drawExplorer", ["plan", dict(llama, cpalg=a), plan_config()])
             for a in ("ring", "all-gather", "tree")
         ],
     )

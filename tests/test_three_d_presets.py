@@ -3,7 +3,6 @@ best, draws the settings it models, shows them in the controls (planLink) and gr
 control the chart would ignore (planDisabled); the chart's title fits its 520-px chart."""
 
 import re
-from functools import cache
 
 import pytest
 from explorer_parity_support import js_call, node_available
@@ -14,13 +13,6 @@ from minipar.widgets.three_d import PLANNER_PRESETS, plan_config, planner_preset
 pytestmark = pytest.mark.skipif(
     not node_available(), reason="Node.js (/usr/bin/node) not installed"
 )
-
-
-@cache
-def config() -> dict:
-    """The explorer's data, built on first use rather than at import (plan_config searches the
-    planner's presets, about 4.5 s, and every test worker imports this file)."""
-    return plan_config()
 
 
 LAYOUT = re.compile(
@@ -37,7 +29,9 @@ def test_every_model_opens_on_a_preset_layout():
 
 def test_each_preset_draws_what_it_states_and_fits():
     names = list(planner.MODELS)
-    got = js_call("three_d", [("drawExplorer", ["plan", {"model": k}, config()]) for k in names])
+    got = js_call(
+        "three_d", [("drawExplorer", ["plan", {"model": k}, plan_config()]) for k in names]
+    )
     for name, (kind, out) in zip(names, got):
         assert kind == "ok" and out["error"] is None, (name, out["error"])
         html = out["html"]
@@ -74,7 +68,7 @@ def test_planner_presets_are_the_planners_best(name):
 def test_mixtral_splits_its_experts_and_llama3_interleaves():
     assert planner_preset("mixtral-8x7b")["controls"]["ep"] > 1
     ((kind, out),) = js_call(
-        "three_d", [("drawExplorer", ["plan", {"model": "llama3-405b-128k"}, config()])]
+        "three_d", [("drawExplorer", ["plan", {"model": "llama3-405b-128k"}, plan_config()])]
     )
     bubble = float(re.search(r"bubble ([\d.]+) % of the step", out["html"]).group(1))
     assert bubble < 30, bubble  # v = 1 left a 48 % bubble
@@ -84,14 +78,17 @@ def test_mixtral_splits_its_experts_and_llama3_interleaves():
 def test_the_controls_show_the_preset_and_grey_out_what_it_fixes():
     base = {"layout": "preset", "zero": 1, "cp": 1}
     calls = [
-        ("planLink", [{**base, "model": "llama3-405b-128k"}, "model", config()]),
-        ("planDisabled", [{**base, "model": "llama3-405b-128k"}, config()]),
-        ("planDisabled", [{**base, "model": "bloom-176b"}, config()]),
-        ("planDisabled", [{**base, "model": "gpt3-175b", "layout": "custom"}, config()]),
-        ("planDisabled", [{**base, "model": "gpt3-175b", "layout": "custom", "zero": 3}, config()]),
-        ("planDisabled", [{**base, "model": "mixtral-8x7b"}, config()]),
-        ("planLink", [{**base, "model": "gpt3-175b", "layout": "custom"}, "model", config()]),
-        ("planLink", [{**base, "model": "llama3-405b-128k"}, "price", config()]),
+        ("planLink", [{**base, "model": "llama3-405b-128k"}, "model", plan_config()]),
+        ("planDisabled", [{**base, "model": "llama3-405b-128k"}, plan_config()]),
+        ("planDisabled", [{**base, "model": "bloom-176b"}, plan_config()]),
+        ("planDisabled", [{**base, "model": "gpt3-175b", "layout": "custom"}, plan_config()]),
+        (
+            "planDisabled",
+            [{**base, "model": "gpt3-175b", "layout": "custom", "zero": 3}, plan_config()],
+        ),
+        ("planDisabled", [{**base, "model": "mixtral-8x7b"}, plan_config()]),
+        ("planLink", [{**base, "model": "gpt3-175b", "layout": "custom"}, "model", plan_config()]),
+        ("planLink", [{**base, "model": "llama3-405b-128k"}, "price", plan_config()]),
     ]
     (link405, off405, off_bloom, off_custom, off_z3, off_mix, link_custom, link_price) = [
         out for _, out in js_call("three_d", calls)

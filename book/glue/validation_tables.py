@@ -9,6 +9,8 @@ and ``python book/glue/validation_tables.py`` prints them all.
 
 from __future__ import annotations
 
+import statistics
+
 from minipar.cost.validation import experiment3, modern
 from minipar.cost.validation.published import (
     MICRO_BATCH_MODES,
@@ -104,59 +106,63 @@ def h200_table(rows: list[H200Row] | None = None) -> str:
     return "\n".join(lines)
 
 
+def _markdown(columns: str, align: str, rows) -> str:
+    """A Markdown table: ``columns`` and each of ``rows`` are cells separated by `` | ``,
+    ``align`` a letter per column (``l`` or ``r``)."""
+    rule = "|" + "|".join("---:" if a == "r" else "---" for a in align) + "|"
+    return "\n".join([f"| {columns} |", rule] + [f"| {r} |" for r in rows])
+
+
 def experiment_1_table(s: dict | None = None) -> str:
     """Experiment 1's validation rows, as ``book/three_d_appendix.md`` prints them."""
     s = modern.summary() if s is None else s
-    lines = [
-        "| row | model | GPUs | precision | recomputation | measured s | predicted s "
-        "| error | 40 % MFU |",
-        "|---|---|---:|---|---|---:|---:|---:|---:|",
-    ]
-    for r in s["rows"]:
-        lines.append(
-            f"| `{r['id']}` | {r['model']} | {r['gpus']} | {r['precision']} | {r['recompute']} "
+    return _markdown(
+        "row | model | GPUs | precision | recomputation | measured s | predicted s | error "
+        "| 40 % MFU",
+        "llrllrrrr",
+        (
+            f"`{r['id']}` | {r['model']} | {r['gpus']} | {r['precision']} | {r['recompute']} "
             f"| {r['measured_s']:.2f} | {r['predicted_s']:.2f} | {r['error']:+.0f} % "
-            f"| {r['baseline_error']:+.0f} % |"
-        )
-    return "\n".join(lines)
+            f"| {r['baseline_error']:+.0f} %"
+            for r in s["rows"]
+        ),
+    )
 
 
 def experiment_2_table(s: dict | None = None) -> str:
     """Experiment 2's rows, as ``book/three_d_appendix.md`` prints them."""
     s = modern.summary_2() if s is None else s
     by_id = {r["id"]: r for r in modern.load()["rows"]}
-    lines = [
-        "| row | model | GPUs | precision | FP8 scaling | TP overlap | recomputation "
-        "| measured s | predicted s | error | 40 % MFU |",
-        "|---|---|---:|---|---|---|---|---:|---:|---:|---:|",
-    ]
-    for r in s["rows"]:
-        o = modern.options_for(by_id[r["id"]])
-        lines.append(
-            f"| `{r['id']}` | {r['model']} | {r['gpus']} | {r['precision']} | {o.fp8 or '-'} "
-            f"| {'yes' if o.tp_overlap else 'no'} | {r['recompute']} "
-            f"| {r['measured_s']:.2f} | {r['predicted_s']:.2f} | {r['error']:+.0f} % "
-            f"| {r['baseline_error']:+.0f} % |"
-        )
-    return "\n".join(lines)
+    options = {r["id"]: modern.options_for(by_id[r["id"]]) for r in s["rows"]}
+    return _markdown(
+        "row | model | GPUs | precision | FP8 scaling | TP overlap | recomputation | measured s "
+        "| predicted s | error | 40 % MFU",
+        "llrllllrrrr",
+        (
+            f"`{r['id']}` | {r['model']} | {r['gpus']} | {r['precision']} "
+            f"| {options[r['id']].fp8 or '-'} | {'yes' if options[r['id']].tp_overlap else 'no'} "
+            f"| {r['recompute']} | {r['measured_s']:.2f} | {r['predicted_s']:.2f} "
+            f"| {r['error']:+.0f} % | {r['baseline_error']:+.0f} %"
+            for r in s["rows"]
+        ),
+    )
 
 
 def post_hoc_table(p: dict | None = None) -> str:
     """The appendix's post-hoc column: experiment 1's NVIDIA rows with TP, again with
     tp_overlap (seen rows: never counted)."""
     p = modern.post_hoc() if p is None else p
-    lines = [
-        "| row (seen in experiment 1) | model | GPUs | measured s | experiment 1 s | error "
-        "| post hoc, tp_overlap s | error |",
-        "|---|---|---:|---:|---:|---:|---:|---:|",
-    ]
-    for r in p["rows"]:
-        lines.append(
-            f"| `{r['id']}` | {r['model']} | {r['gpus']} | {r['measured_s']:.2f} "
+    return _markdown(
+        "row (seen in experiment 1) | model | GPUs | measured s | experiment 1 s | error "
+        "| post hoc, tp_overlap s | error",
+        "llrrrrrr",
+        (
+            f"`{r['id']}` | {r['model']} | {r['gpus']} | {r['measured_s']:.2f} "
             f"| {r['predicted_s']:.2f} | {r['error']:+.0f} % | {r['post_hoc_s']:.2f} "
-            f"| {r['post_hoc_error']:+.0f} % |"
-        )
-    return "\n".join(lines)
+            f"| {r['post_hoc_error']:+.0f} %"
+            for r in p["rows"]
+        ),
+    )
 
 
 def experiment_3_table(s: dict | None = None) -> str:
@@ -164,20 +170,19 @@ def experiment_3_table(s: dict | None = None) -> str:
     (t, p, c, v, d; b), the recomputation and TP overlap priced, the published and predicted
     step time, the model's error and the constant-MFU baseline's."""
     s = experiment3.summary_3() if s is None else s
-    lines = [
-        "| row | model | GPUs | precision | t, p, c, v, d; b | recomputation | TP overlap "
-        "| published s | predicted s | error | 40 % MFU |",
-        "|---|---|---:|---|---|---|---|---:|---:|---:|---:|",
-    ]
-    for r in s["rows"]:
-        t, p, c, v, d, b = r["layout"]
-        lines.append(
-            f"| `{r['id']}` | {r['model']} | {r['gpus']} | {r['precision']} "
-            f"| {t}, {p}, {c}, {v}, {d}; {b} | {r['recompute']} "
-            f"| {'yes' if r['tp_overlap'] else 'no'} | {r['measured_s']:.2f} "
-            f"| {r['predicted_s']:.2f} | {r['error']:+.0f} % | {r['baseline_error']:+.0f} % |"
-        )
-    return "\n".join(lines)
+    return _markdown(
+        "row | model | GPUs | precision | t, p, c, v, d; b | recomputation | TP overlap "
+        "| published s | predicted s | error | 40 % MFU",
+        "llrllllrrrr",
+        (
+            f"`{r['id']}` | {r['model']} | {r['gpus']} | {r['precision']} "
+            "| {}, {}, {}, {}, {}; {} ".format(*r["layout"])
+            + f"| {r['recompute']} | {'yes' if r['tp_overlap'] else 'no'} "
+            f"| {r['measured_s']:.2f} | {r['predicted_s']:.2f} | {r['error']:+.0f} % "
+            f"| {r['baseline_error']:+.0f} %"
+            for r in s["rows"]
+        ),
+    )
 
 
 def experiment_3_score(s: dict | None = None) -> str:
@@ -199,36 +204,26 @@ def preset_errors() -> list[dict]:
         for exp, rows in runs.items():
             errors = sorted(e["error"] for e in rows if e["gpu"] == gpu)
             if errors:
-                middle = sorted(abs(x) for x in errors)
-                n = len(middle)
-                median = (middle[(n - 1) // 2] + middle[n // 2]) / 2
+                median = statistics.median(abs(x) for x in errors)
                 within = sum(abs(x) <= 15 for x in errors)
                 out.append(
-                    dict(
-                        gpu=gpu,
-                        exp=exp,
-                        n=n,
-                        median=median,
-                        within=within,
-                        lo=errors[0],
-                        hi=errors[-1],
-                    )
+                    dict(gpu=gpu, exp=exp, n=len(errors), median=median, within=within)
+                    | dict(lo=errors[0], hi=errors[-1])
                 )
     return out
 
 
 def preset_error_table(rows: list[dict] | None = None) -> str:
     """:func:`preset_errors` as ``book/three_d_appendix.md`` prints it."""
-    lines = [
-        "| preset | experiment | rows | median error | within ±15 % | range |",
-        "|---|---:|---:|---:|---:|---|",
-    ]
-    for r in preset_errors() if rows is None else rows:
-        lines.append(
-            f"| `{r['gpu']}` | {r['exp']} | {r['n']} | {r['median']:.1f} % | {r['within']} "
-            f"| {r['lo']:+.0f} … {r['hi']:+.0f} % |"
-        )
-    return "\n".join(lines)
+    return _markdown(
+        "preset | experiment | rows | median error | within ±15 % | range",
+        "lrrrrl",
+        (
+            f"`{r['gpu']}` | {r['exp']} | {r['n']} | {r['median']:.1f} % | {r['within']} "
+            f"| {r['lo']:+.0f} … {r['hi']:+.0f} %"
+            for r in (preset_errors() if rows is None else rows)
+        ),
+    )
 
 
 def main() -> None:

@@ -243,13 +243,18 @@ _MATCH = {
 }
 
 
+def preset_matching(name: str) -> str | None:
+    """The preset whose words the device's ``name`` contains, most specific first, or None."""
+    upper = name.upper()
+    return next((k for k, words in _MATCH.items() if all(w in upper for w in words)), None)
+
+
 def base_gpu(
     name: str, memory_bytes: float, sms: int, peak_tflops: float | None, ceiling_flops: float
 ) -> tuple[GPU, str]:
     """The GPU before fitting, and where its peak came from: ``--peak-tflops``, else the
     preset whose name the device's matches, else the measured ceiling (η = 1)."""
-    upper = name.upper()
-    preset = next((GPUS[k] for k, words in _MATCH.items() if all(w in upper for w in words)), None)
+    preset = GPUS.get(preset_matching(name))
     if peak_tflops is not None:
         peak, why = peak_tflops * 1e12, "--peak-tflops"
     elif preset is not None:

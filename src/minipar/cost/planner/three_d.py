@@ -209,19 +209,19 @@ class ModelShape:
             )
 
 
-_LLAMA = dict(
-    mlp_matrices=3,
-    norm="rmsnorm",
-    bias=False,
-    positions="rope",
-    tied=False,
-    attention="flash",
-    dropout=0.0,
-)
-
-_RECIPES = {"llama": _LLAMA}
+SHAPE_RECIPES = {  # a preset's ``recipe`` in models.toml: the fields it stands for
+    "llama": dict(
+        mlp_matrices=3,
+        norm="rmsnorm",
+        bias=False,
+        positions="rope",
+        tied=False,
+        attention="flash",
+        dropout=0.0,
+    ),
+}
 MODELS: dict[str, ModelShape] = {  # the shapes as published, each with its source (models.toml)
-    name: ModelShape(**_RECIPES.get(m.pop("recipe", ""), {}) | m)
+    name: ModelShape(**SHAPE_RECIPES.get(m.pop("recipe", ""), {}) | m)
     for name, m in tomllib.loads(Path(__file__).with_name("models.toml").read_text("utf-8")).items()
 }
 
