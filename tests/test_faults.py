@@ -490,35 +490,71 @@ def test_a_signal_never_lands_inside_jupyter_clients_event_loop(monkeypatch):
 
 
 # ------------------------------------------------------------------ a learner's saved work
-@pytest.mark.slow
-def test_the_starter_tests_pass_after_a_learner_saved_answers_and_outputs(tmp_path):
-    """A copy of the course (exercises and the starter tests, committed to its own git) in which
-    every exercise notebook then holds a learner's answers, stored outputs and execution counts:
-    the repository's starter tests read git's copies and pass."""
+COURSE_FILES = [
+    "pyproject.toml",
+    "tests/test_exercises.py",
+    "tests/grading_support.py",
+    "tests/conftest.py",
+    "tests/fault_support.py",
+    "exercises",
+]
+GIT = ["git", "-c", "user.name=learner", "-c", "user.email=l@example.invalid"]
+
+
+def _git(cwd: Path, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([*GIT, *args], cwd=cwd, check=True, capture_output=True, timeout=120)
+
+
+def course_from_git(checkout: Path, dst: Path) -> list[str]:
+    """Copy :data:`COURSE_FILES` as git's index of ``checkout`` holds them (``git ls-files``,
+    then ``git show :path``) into ``dst``: never the working tree, where a learner's saved
+    answers and outputs live. Returns the paths copied."""
+    listed = _git(checkout, "ls-files", "-z", "--", *COURSE_FILES).stdout.decode()
+    paths = [p for p in listed.split("\0") if p]
+    for rel in paths:
+        out = dst / rel
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_bytes(_git(checkout, "show", f":{rel}").stdout)
+    return paths
+
+
+def _save_answers(exercises: Path) -> int:
+    """Every exercise notebook under ``exercises`` as a learner saves it: solved, with stored
+    outputs and execution counts. Returns how many."""
     from minipar.grading.notebooks import build, scripts, starter_path
 
-    course = tmp_path / "course"
-    (course / "tests").mkdir(parents=True)
-    for name in ("test_exercises.py", "grading_support.py", "conftest.py", "fault_support.py"):
-        (course / "tests" / name).write_bytes((ROOT / "tests" / name).read_bytes())
-    (course / "pyproject.toml").write_bytes((ROOT / "pyproject.toml").read_bytes())
-    for script in scripts(ROOT / "exercises"):
-        for src in (script, starter_path(script)):
-            dst = course / src.relative_to(ROOT)
-            dst.parent.mkdir(parents=True, exist_ok=True)
-            dst.write_bytes(src.read_bytes())
-    git = ["git", "-c", "user.name=learner", "-c", "user.email=l@example.invalid"]
-    for cmd in (["init", "-q"], ["add", "."], ["commit", "-q", "-m", "course"]):
-        subprocess.run([*git, *cmd], cwd=course, check=True, capture_output=True, timeout=120)
     worked = 0
-    for script in scripts(course / "exercises"):  # the learner's work, saved
+    for script in scripts(exercises):
         nb = build(script, solved=True)
         for n, c in enumerate(c for c in nb.cells if c.cell_type == "code"):
             c.execution_count = n + 1
             c.outputs = [nbformat.v4.new_output("stream", name="stdout", text="answer\n")]
         nbformat.write(nb, starter_path(script))
         worked += 1
-    assert worked >= 10
+    return worked
+
+
+@pytest.mark.slow
+def test_the_starter_tests_pass_after_a_learner_saved_answers_and_outputs(tmp_path):
+    """A learner's checkout of the course whose exercise notebooks hold answers, stored outputs
+    and execution counts (saved in its working tree, not committed): the temporary repository
+    the starter tests run in is built from git's copies, the learner's work is saved on top, and
+    the starter tests (which read git's index) pass. Built from the working tree instead, every
+    saved starter would be committed with its answers and fail ``test_starter_is_clean``."""
+    checkout = tmp_path / "checkout"  # the learner's clone, answers saved in its working tree
+    subprocess.run(
+        ["git", "clone", "-q", "--shared", str(ROOT), str(checkout)],
+        check=True,
+        capture_output=True,
+        timeout=300,
+    )
+    assert _save_answers(checkout / "exercises") >= 10
+    course = tmp_path / "course"
+    copied = course_from_git(checkout, course)
+    assert "tests/test_exercises.py" in copied and any(p.endswith(".ipynb") for p in copied)
+    for cmd in (["init", "-q"], ["add", "."], ["commit", "-q", "-m", "course"]):
+        _git(course, *cmd)
+    worked = _save_answers(course / "exercises")  # and the learner's work on top, again
     r = subprocess.run(
         [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-n", "0"]
         + ["-k", "starter_is_clean", "tests/test_exercises.py"],
