@@ -19,7 +19,8 @@ tests, the solved one; :func:`expected_tasks` reads the tasks its notebook must 
 failed task, never a vanished one. :func:`graded_copy` turns a learner's notebook into what
 ``minipar grade`` runs: nothing the learner's file has saved reaches it.
 
-``python -m minipar.grading.notebooks [CHAPTER...]`` writes the missing starters (:func:`main`).
+``python -m minipar.grading.notebooks [CHAPTER...]`` writes the missing starters (:func:`main`);
+``--force`` rewrites changed ones only after naming them and a typed ``yes``, keeping backups.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ import os
 import re
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -275,15 +277,92 @@ def _committed(target: Path) -> str | None:
     return out.stdout if out.returncode == 0 else None
 
 
+USAGE = """\
+usage: python -m minipar.grading.notebooks [--check | --force] [CHAPTER ...]
+
+Write the exercise notebooks that are missing from their solution scripts
+(exercises/<chapter>/solutions/NN_name.py); a notebook that exists, your answers in it, is kept.
+  --check   fail if a starter in the repository is not what its script builds
+  --force   for course authors: also rewrite the notebooks that differ from their starter. It
+            lists them and asks first (a terminal is needed), erasing the answers and outputs
+            in them; each is kept beside it as NN_name.ipynb.bak-<time>
+  CHAPTER   only these chapters (e.g. memory_time)"""
+
+
+def _confirm(targets: list[Path]) -> bool:
+    """Name the notebooks ``--force`` would overwrite and ask for ``yes`` at a terminal; refuse
+    (False) when stdin is not one: erasing a learner's answers is never done unasked."""
+    print(
+        f"--force overwrites {len(targets)} notebook(s) that differ from their starter, erasing "
+        "the answers and outputs in them: " + ", ".join(str(t) for t in targets) + " (each is "
+        "kept beside it as <name>.ipynb.bak-<time>)"
+    )
+    if sys.stdin is None or not sys.stdin.isatty():
+        print(
+            "refused: --force asks before it erases answers, and stdin is not a terminal; run "
+            "it in a terminal to confirm (nothing was written)",
+            file=sys.stderr,
+        )
+        return False
+    try:
+        answer = input("type yes to overwrite them: ")
+    except EOFError:
+        answer = ""
+    if answer.strip().lower() != "yes":
+        print("nothing was written", file=sys.stderr)
+        return False
+    return True
+
+
+def _overwrite(pending: list[tuple[Path, str]]) -> None:
+    """Back up each notebook as ``<name>.bak-<time>`` beside it, then write its starter."""
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    for target, text in pending:
+        backup = target.with_name(f"{target.name}.bak-{stamp}")
+        backup.write_bytes(target.read_bytes())
+        target.write_text(text)
+        print(f"wrote {target} (the version it replaced: {backup.name})")
+
+
+def _sort_starters(chapters: list[str], check: bool, force: bool):
+    """Write the missing starters of ``chapters`` (all if empty); return (stale: differ from
+    git's copy, under ``check``; kept: existing notebooks left alone; pending: (notebook, its
+    starter's text) that ``force`` would overwrite, those that differ from it)."""
+    stale, kept, pending = [], [], []
+    for script in scripts():
+        if chapters and script.parent.parent.name not in chapters:
+            continue
+        text, target = render(build(script, solved=False)), starter_path(script)
+        if check:
+            committed = _committed(target)
+            if committed is None and target.exists():
+                committed = target.read_text()
+            if committed != text:
+                stale.append(str(target))
+        elif not target.exists():
+            target.write_text(text)
+            print(f"wrote {target}")
+        elif not force:
+            kept.append(str(target))
+        elif target.read_text(errors="replace") != text:
+            pending.append((target, text))
+    return stale, kept, pending
+
+
 def main(argv: list[str] | None = None) -> int:
     """Write the starter notebooks that are **missing** (a learner's notebook is never
-    overwritten); ``--force`` overwrites them all (for course authors: it erases answers);
-    ``--check`` fails if a starter in the repository (git's index; the file outside git) is
-    not what its script builds. ``CHAPTER`` arguments limit it to those chapters."""
+    overwritten unasked); ``--force`` also rewrites those that differ from their starter, after
+    naming them and a ``yes`` typed at a terminal, keeping a backup of each (for course authors:
+    it erases answers); ``--check`` fails if a starter in the repository (git's index; the file
+    outside git) is not what its script builds. ``CHAPTER`` arguments limit it to those
+    chapters."""
     argv = sys.argv[1:] if argv is None else argv
+    if "-h" in argv or "--help" in argv:
+        print(USAGE)
+        return 0
     unknown = [a for a in argv if a.startswith("-") and a not in ("--check", "--force")]
     if unknown:
-        print(f"unknown option {unknown[0]!r}: use --check or --force")
+        print(f"unknown option {unknown[0]!r}: use --check, --force or --help", file=sys.stderr)
         return 2
     chapters = [a for a in argv if not a.startswith("-")]  # optional: only these chapters
     known = sorted({script.parent.parent.name for script in scripts()})
@@ -295,22 +374,11 @@ def main(argv: list[str] | None = None) -> int:
             file=sys.stderr,
         )
         return 2
-    stale, kept = [], []
-    for script in scripts():
-        if chapters and script.parent.parent.name not in chapters:
-            continue
-        text, target = render(build(script, solved=False)), starter_path(script)
-        if "--check" in argv:
-            committed = _committed(target)
-            if committed is None and target.exists():
-                committed = target.read_text()
-            if committed != text:
-                stale.append(str(target))
-        elif target.exists() and "--force" not in argv:
-            kept.append(str(target))
-        else:
-            target.write_text(text)
-            print(f"wrote {target}")
+    stale, kept, pending = _sort_starters(chapters, "--check" in argv, "--force" in argv)
+    if pending:
+        if not _confirm([t for t, _ in pending]):
+            return 1
+        _overwrite(pending)
     if kept:
         print(
             f"kept {len(kept)} existing notebook(s), your work included (only missing starters "
@@ -320,7 +388,8 @@ def main(argv: list[str] | None = None) -> int:
         print(
             "stale starter notebooks in the repository: " + ", ".join(stale) + " (a course "
             "author rebuilds them with `python -m minipar.grading.notebooks --force`, which "
-            "overwrites the notebooks and any answers in them, then commits them)"
+            "asks, then overwrites the notebooks and any answers in them, keeping a backup of "
+            "each; then commits them)"
         )
         return 1
     return 0
