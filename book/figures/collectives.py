@@ -114,7 +114,7 @@ def _fill(count: int, n: int) -> str:
 )
 def ring_all_reduce(pal):
     """The ring all-reduce on 4 ranks, one panel per step: rank (rows) × chunk (columns); a
-    cell lists the ranks whose values it sums; the cells with a thick red edge were just received."""
+    cell lists the ranks whose values it sums; the cells with a thick orange edge were just received."""
     n = 4
     snaps = ring.ring_all_reduce_contributions(n)
     fig, axes = pal.subplots(6.8, 3.9, nrows=2, ncols=4)
@@ -151,7 +151,7 @@ def ring_all_reduce(pal):
     key.text(
         0.0,
         0.5,
-        "cell: the ranks summed\ninto that chunk\n\nred edge: received\nin this step\n\n"
+        "cell: the ranks summed\ninto that chunk\n\norange edge: received\nin this step\n\n"
         "green, all: the full sum",
         fontsize=9,
         va="center",
@@ -184,9 +184,15 @@ def all_reduce_cost(pal):
             return cc.double_binary_tree_all_reduce_time(m, x, link.alpha, link.bandwidth)
         return cc.collective_time("all-reduce", algo, m, x, link.alpha, link.bandwidth)
 
+    # Rabenseifner has the ring's bandwidth term, so at large S the two lines coincide: draw it
+    # dotted, wider and above the ring, so both stay visible where they overlap.
+    styles = {
+        "rabenseifner": dict(ls=":", lw=2.6, zorder=4),
+        "double binary tree": dict(ls="--", lw=1.6, zorder=3),
+    }
     fig, (a, b) = pal.subplots(6.8, 3.4, ncols=2)
     for i, algo in enumerate((*ALGORITHMS, "double binary tree")):
-        style = dict(color=pal.color(i), lw=1.6, ls="--" if algo == "double binary tree" else "-")
+        style = dict(color=pal.color(i), **styles.get(algo, dict(ls="-", lw=1.6, zorder=2)))
         a.loglog(sizes, [t(algo, n, x) for x in sizes], label=algo, **style)
         b.loglog(ranks, [t(algo, m, S) for m in ranks], marker="o", ms=3, **style)
     a.set(xlabel="S (bytes)", ylabel="time (s)", title=f"n = {n} ranks")

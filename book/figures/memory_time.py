@@ -124,6 +124,9 @@ def memory_vs_gpus(pal):
     return fig
 
 
+MARKERS = ("o", "s", "^", "D", "v", "P")  # one shape per kernel of the roofline
+
+
 @figure(
     draws=[
         "minipar.cost.kernels.compute.layer_gemms",
@@ -162,9 +165,18 @@ def roofline(pal):
     ax.axhline(
         g.peak_flops["bf16"] / 1e12, color=pal.muted, ls=":", lw=1.2, label="datasheet peak F"
     )
+    # QKV, h→4h and 4h→h land on nearly one point: hollow markers of distinct shapes, largest
+    # first, so the ones that coincide nest inside each other instead of hiding each other.
     for i, (name, x, y) in enumerate(points):
         ax.plot(
-            [x], [y / 1e12], "o", color=pal.color(i), ms=6, label=f"{name}: {y / 1e12:.3g} TFLOP/s"
+            [x],
+            [y / 1e12],
+            MARKERS[i],
+            color=pal.color(i),
+            mfc="none",
+            mew=1.6,
+            ms=12 - 1.5 * i,
+            label=f"{name}: {y / 1e12:.3g} TFLOP/s",
         )
     ax.set(
         xlabel="arithmetic intensity I (FLOP per byte of HBM traffic)",
