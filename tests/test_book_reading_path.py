@@ -22,7 +22,7 @@ sys.path.insert(0, str(BOOK))
 from figures import kit  # noqa: E402 (book/ joins sys.path above)
 
 #: chapters whose pages have been cleared of scaffolding; add a chapter when its pages are done
-DONE = ["collectives", "memory_time"]
+DONE = ["collectives", "memory_time", "data_parallel"]
 
 DIRECTIVE = re.compile(
     r"^(?P<fence>[`:]{3,})\{(?P<kind>minipar-figure|minipar-animation|figure)\}[ \t]*(?P<name>\S*)"
@@ -132,6 +132,22 @@ def test_the_checks_can_fail():
 def _caption(slug: str, name: str) -> str:
     text = (BOOK / f"{slug}.md").read_text("utf-8")
     return dict(captions(text))[name]
+
+
+def test_bucket_caption_states_the_drawn_bucket_sizes():
+    import torch
+
+    from minipar.data_parallel.bucketed import assign_buckets
+    from minipar.model import GPT, GPTConfig
+
+    torch.manual_seed(0)
+    model = GPT(GPTConfig(L=2, h=64, a=4, s=16, V=256, dropout=0.0))
+    sizes = [p.numel() * p.element_size() for p in model.parameters() if p.requires_grad]
+    ends = [sum(sizes[i] for i in b) / 2**10 for b in assign_buckets(sizes, 48 * 2**10)]
+    cap = _caption("data_parallel", "data_parallel.bucket_assignment")
+    m = re.search(r"between ([\d.]+) and ([\d.]+) KiB", cap)
+    assert m, f"the caption gives no range of bucket ends: {cap!r}"
+    assert (m[1], m[2]) == (f"{min(ends):.1f}", f"{max(ends):.1f}"), (m[0], ends)
 
 
 def test_memory_stack_caption_and_worked_answer_count_the_same_bytes():
