@@ -63,3 +63,27 @@ def test_schedule_grid_digits_do_not_touch_on_a_phone(name):
         f"{name}: two micro-batch digits are {gap:.2f} px apart at {PHONE_PX} px "
         f"(at least {MIN_GAP_PX})"
     )
+
+
+def test_ring_figure_and_prose_count_the_same_chunk_pairs():
+    """The ring figure writes each cell's work beside it (a diagonal pair counts one half); a
+    rank's four cells add up to the cost model's causal-kernel count, and the page states that
+    count and the whole-diagonal one without confusing them."""
+    import matplotlib.pyplot as plt
+
+    from minipar.cost.chapters import context_parallel as C
+
+    fig, _ = _drawn("context_parallel.ring_steps")
+    try:
+        rows: dict[float, float] = {}
+        for t in fig.axes[0].texts:
+            if t.get_color() == kit.LIGHT.muted:  # the work beside each cell
+                rows[round(t.get_position()[1], 3)] = rows.get(round(t.get_position()[1], 3), 0)
+                rows[round(t.get_position()[1], 3)] += float(t.get_text())
+    finally:
+        plt.close(fig)
+    half = C.pairs_per_rank(4, "zigzag", causal=True, diagonal="half")
+    whole = C.pairs_per_rank(4, "zigzag", causal=True, diagonal="whole")
+    assert sorted(rows.values()) == sorted(half) == [8.0] * 4
+    page = (ROOT / "book" / "context_parallel.md").read_text(encoding="utf-8")
+    assert f"{half[0]:g} pairs of work" in page and f"{whole[0]:g} with `minipar`'s blocks" in page

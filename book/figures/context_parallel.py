@@ -263,3 +263,65 @@ def traffic_vs_cp(pal):
     for sp in ("top", "right"):
         ax.spines[sp].set_visible(False)
     return fig
+
+
+@figure(
+    draws=[
+        "minipar.cost.chapters.context_parallel.ring_attention_time",
+        "minipar.cost.chapters.context_parallel.min_tokens_per_rank_for_overlap",
+    ]
+)
+def overlap_threshold(pal):
+    """The ring's roofline: one causal zigzag step's attention compute (∝ (s/cp)²) against one
+    K/V transfer (∝ s/cp) on an H100 at Llama 3 405B's width, cp = 16; a transfer hides where
+    the compute line is above it, right of the dot (the threshold, α ignored)."""
+    from minipar.cost.kernels.hardware import gpu, link  # noqa: PLC0415 (figures import lazily)
+
+    h, cp, flops = 16384, 16, gpu("H100-SXM").peak_flops["bf16"]
+    ns = [2**k for k in range(8, 17)]  # tokens per rank, 256 .. 65536
+    ib, nv = link("ib-ndr400"), link("nvlink4-h100")
+    lines = [  # (label, link, K/V width, colour, style)
+        ("transfer, InfiniBand, K/V as wide as Q", ib, h, 5, "-"),
+        ("transfer, NVLink, K/V as wide as Q", nv, h, 0, "-"),
+        ("transfer, InfiniBand, 8 of 128 K/V heads", ib, h // 16, 5, "--"),
+    ]
+    fig, ax = pal.subplots(6.4, 3.4)
+    ax.set_facecolor("none")
+    step = []
+    for n in ns:
+        shape = C.AttentionShape(1, n * cp, h, cp, layout="zigzag", h_kv=h)
+        step.append(C.ring_attention_time(shape, flops=flops, bandwidth=ib.bandwidth)["step"])
+    ax.plot(ns, [1e3 * t for t in step], color=pal.fg, lw=2.2, label="compute of one step")
+    for label, lk, h_kv, c, ls in lines:
+        kv = [C.kv_block_bytes(1, n * cp, h_kv, cp) for n in ns]
+        ax.plot(
+            ns,
+            [1e3 * (lk.alpha + b / lk.bandwidth) for b in kv],
+            ls,
+            color=pal.color(c),
+            lw=1.6,
+            label=label,
+        )
+        n0 = C.min_tokens_per_rank_for_overlap(flops, lk.bandwidth, kv_fraction=h_kv / h)
+        t0 = 1e3 * 2 * n0 * n0 * h / flops  # the step's compute at the threshold
+        ax.plot([n0], [t0], "o", color=pal.color(c), ms=7, mec=pal.fg)
+        ax.annotate(
+            f"{n0:,.0f}",
+            (n0, t0),
+            textcoords="offset points",
+            xytext=(-6, 6),
+            ha="right",
+            fontsize=9,
+            color=pal.fg,
+        )
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log")
+    ax.set_xticks(ns[::2], [f"{n // 1024}K" if n >= 1024 else str(n) for n in ns[::2]])
+    ax.minorticks_off()
+    ax.set_xlabel("tokens per rank, s / cp")
+    ax.set_ylabel("ms per ring step")
+    ax.grid(True, which="major", lw=0.5)
+    ax.legend(loc="upper left", fontsize=9)
+    for sp in ("top", "right"):
+        ax.spines[sp].set_visible(False)
+    return fig
