@@ -4,7 +4,11 @@
 from __future__ import annotations
 
 from figures.kit import figure
-from minipar.cost.chapters.tensor_parallel import layer_comm_fraction, tp_collectives_per_layer
+from minipar.cost.chapters.tensor_parallel import (
+    comm_compute_ratio,
+    layer_comm_fraction,
+    tp_collectives_per_layer,
+)
 from minipar.cost.kernels.hardware import gpu, link
 from minipar.tensor_parallel.layers import shard
 
@@ -211,4 +215,55 @@ def comm_share(pal):
     ax.legend(loc="upper left")
     for s in ("top", "right"):
         ax.spines[s].set_visible(False)
+    return fig
+
+
+#: hidden sizes of published shapes, marked on the roofline (Touvron et al. 2023; Brown et al. 2020)
+SHAPES = (("Llama 2 7B", 4096), ("Llama 2 70B", 8192), ("GPT-3", 12288))
+
+
+@figure(draws=["minipar.cost.chapters.tensor_parallel.comm_compute_ratio"])
+def tp_roofline(pal):
+    """The forward all-reduce time over the GEMM time of one layer (H100 bf16 peak, b = 1,
+    s = 2048) against the hidden size h, for t = 4 and 8 on NVLink 4 and t = 8 on InfiniBand:
+    below 1 the layer is compute-bound, above 1 communication-bound."""
+    flops = gpu("H100-SXM").peak_flops["bf16"]
+    hs = [2 ** (k / 4) for k in range(40, 62)]  # 1024 ... 32768
+    cases = [
+        ("t = 4, NVLink 4", 4, "nvlink4-h100"),
+        ("t = 8, NVLink 4", 8, "nvlink4-h100"),
+        ("t = 8, InfiniBand NDR", 8, "ib-ndr400"),
+    ]
+    fig, ax = pal.subplots(6.4, 3.2)
+    ax.axhspan(1, 100, color=pal.grid, alpha=0.5, lw=0)
+    ax.axhline(1, color=pal.fg, lw=1)
+    ax.text(1100, 1.15, "communication-bound", fontsize=9, va="bottom")
+    ax.text(1100, 0.87, "compute-bound", fontsize=9, va="top")
+    for k, (label, t, name) in enumerate(cases):
+        L = link(name)
+        ratio = [
+            comm_compute_ratio(
+                1, 2048, round(h), t, flops=flops, bandwidth=L.bandwidth, alpha=L.alpha
+            )
+            for h in hs
+        ]
+        ax.loglog(hs, ratio, color=pal.color(k), lw=1.8, label=label)
+        for j, (_, h) in enumerate(SHAPES):
+            r = comm_compute_ratio(1, 2048, h, t, flops=flops, bandwidth=L.bandwidth, alpha=L.alpha)
+            ax.plot([h], [r], ("o", "s", "^")[j], color=pal.color(k), ms=6)
+    for name_, h in SHAPES:
+        ax.axvline(h, color=pal.muted, ls=":", lw=1)
+        ax.text(h * 1.03, 0.055, name_, fontsize=9, color=pal.muted, rotation=90, va="bottom")
+    ax.set(
+        xlabel="hidden size h",
+        ylabel="all-reduce time / GEMM time",
+        xlim=(hs[0], hs[-1]),
+        ylim=(0.05, 40),
+    )
+    ax.set_xticks([1024, 2048, 4096, 8192, 16384, 32768], ["1k", "2k", "4k", "8k", "16k", "32k"])
+    ax.minorticks_off()
+    ax.legend(loc="lower left", fontsize=9)
+    for s_ in ("top", "right"):
+        ax.spines[s_].set_visible(False)
+    fig.tight_layout()
     return fig
