@@ -9,6 +9,7 @@ figure draws; their tests recompute the numbers from the same code.
 
 from __future__ import annotations
 
+import json
 import re
 import sys
 from pathlib import Path
@@ -90,6 +91,15 @@ def test_captions_lead_with_what_to_see(slug):
 def test_main_page_holds_no_scaffolding(slug):
     bad = scaffolding_problems((BOOK / f"{slug}.md").read_text("utf-8"))
     assert not bad, f"book/{slug}.md (move these to the appendix):\n" + "\n".join(bad)
+
+
+@pytest.mark.parametrize("slug", DONE)
+def test_chapter_notebook_prose_holds_no_scaffolding(slug):
+    """The run (notebooks/<slug>.ipynb) is on the main path too: its Markdown cells."""
+    cells = json.loads((ROOT / "notebooks" / f"{slug}.ipynb").read_text("utf-8"))["cells"]
+    prose = "\n".join("".join(c["source"]) for c in cells if c["cell_type"] == "markdown")
+    bad = scaffolding_problems(prose)
+    assert not bad, f"notebooks/{slug}.ipynb (move these to the appendix):\n" + "\n".join(bad)
 
 
 def test_intro_tells_no_origin_story():
