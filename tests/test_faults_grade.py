@@ -13,6 +13,7 @@ corrupt file is "unreadable", never "missing".
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import resource
@@ -21,6 +22,7 @@ import subprocess
 import sys
 import tempfile
 import textwrap
+import time
 import uuid
 from pathlib import Path
 
@@ -185,3 +187,53 @@ def test_the_report_states_the_memory_limit():
         "MemoryError (the grader's memory limit is 8 GiB per kernel and per rank: an "
         "allocation past it fails)"
     )
+
+
+def _sleeping(arg: str) -> list[int]:
+    """Live processes running ``sleep arg`` (what ``pgrep -f "sleep arg"`` finds)."""
+    found = []
+    for name in os.listdir("/proc"):
+        try:
+            cmd = Path(f"/proc/{name}/cmdline").read_bytes().split(b"\0")
+            state = Path(f"/proc/{name}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        except (OSError, IndexError):
+            continue
+        if cmd[:2] == [b"sleep", arg.encode()] and state != "Z":
+            found.append(int(name))
+    return found
+
+
+SETSID = textwrap.dedent("""
+    import os, subprocess, time
+    subprocess.Popen("setsid sleep {arg} >/dev/null 2>&1 &", shell=True, env={{"PATH": "/usr/bin:/bin"}})
+    for _ in range(200):  # until the daemon runs: its own session, parent init, no marker
+        pids = [p for p in os.listdir("/proc") if p.isdigit()
+                and open(f"/proc/{{p}}/cmdline", "rb").read().split(b"\\0")[:2] == [b"sleep", b"{arg}"]]
+        if pids:
+            open({seen!r}, "w").write(pids[0])
+            break
+        time.sleep(0.05)
+""")
+
+
+@pytest.mark.slow
+def test_a_re_sessioned_grandchild_with_a_clean_environment_is_killed(tmp_path):
+    """A cell whose shell starts ``setsid sleep`` in the background with a bare environment:
+    the daemon leaves the kernel's session, carries no marker and loses its parent at once. The
+    kernel is a child subreaper, so the daemon stays under it, and grading kills it."""
+    arg = f"304.{uuid.uuid4().int % 10**9:09d}"  # unique: runs beside this one are not touched
+    seen = tmp_path / "seen"
+    folder = tmp_path / "kernel"
+    folder.mkdir()
+    try:
+        run = runner.run_notebook([SETSID.format(arg=arg, seen=str(seen))], folder, str(tmp_path))
+        assert run.cells[0].status == "ok", run.cells[0]
+        assert seen.exists(), "the daemon never started: the check below would prove nothing"
+        deadline = time.monotonic() + 10
+        while _sleeping(arg) and time.monotonic() < deadline:  # an orphan's exit takes a moment
+            time.sleep(0.1)
+        assert _sleeping(arg) == [], f"sleep {arg} outlived grading"
+    finally:
+        for pid in _sleeping(arg):
+            with contextlib.suppress(OSError):
+                os.kill(pid, 9)

@@ -52,6 +52,17 @@ IDLE_CPU_SHARE = 0.02
 INTERRUPT_GRACE_S = 5.0
 HEARTBEAT_S = 10.0
 MARKER = "MINIPAR_GRADE_KERNEL"  # in the environment of every process a kernel starts
+# The kernel's interpreter makes itself a child subreaper (Linux's PR_SET_CHILD_SUBREAPER, 36:
+# no privilege needed, kept across exec), then execs the kernel: a process under it whose parent
+# exits (a shell's `setsid cmd &`, a double fork) is re-parented to the kernel, not to init, so
+# it stays in the tree Kernel.stop walks from the kernel's pid, whatever its session or
+# environment. Where prctl is missing (not Linux) the kernel starts as before.
+SUBREAPER = (
+    "import ctypes, os, sys\n"
+    "try:\n    ctypes.CDLL(None, use_errno=True).prctl(36, 1, 0, 0, 0)\n"
+    "except (OSError, AttributeError):\n    pass\n"
+    "os.execv(sys.executable, [sys.executable, *sys.argv[1:]])"
+)
 
 
 class Interrupted(BaseException):
@@ -280,7 +291,8 @@ class Kernel:
         class _ThisPython(KernelSpecManager):
             def get_kernel_spec(self, kernel_name):
                 spec = ipykernel.kernelspec.get_kernel_dict()
-                spec["argv"] = spec["argv"] + ["--HistoryManager.enabled=False"]
+                argv = [*spec["argv"], "--HistoryManager.enabled=False"]
+                spec["argv"] = [argv[0], "-c", SUBREAPER, *argv[1:]]
                 return KernelSpec(resource_dir=ipykernel.kernelspec.RESOURCES, **spec)
 
         self.folder = Path(folder)
@@ -442,7 +454,8 @@ class Kernel:
 
     # ------------------------------------------------------------------------- the end
     def stop(self) -> None:
-        """Kill the kernel and every process it started: those seen under it, every process of
+        """Kill the kernel and every process it started: those seen under it (an orphan among
+        them: the kernel is a child subreaper, see :data:`SUBREAPER`), every process of
         its session (the kernel leads its own) and every one whose environment carries its
         :data:`MARKER` (a double-forked daemon that left the session keeps it), swept until none
         is left; a launcher's zygote (which cleans up its socket folder when its caller dies)
