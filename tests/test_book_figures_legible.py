@@ -87,3 +87,83 @@ def test_ring_figure_and_prose_count_the_same_chunk_pairs():
     assert sorted(rows.values()) == sorted(half) == [8.0] * 4
     page = (ROOT / "book" / "context_parallel.md").read_text(encoding="utf-8")
     assert f"{half[0]:g} pairs of work" in page and f"{whole[0]:g} with `minipar`'s blocks" in page
+
+
+def _cells(ax) -> dict[tuple[int, int], str]:
+    """(column, row) of every filled rectangle of ``ax`` -> its fill colour, as hex."""
+    from matplotlib.colors import to_hex
+    from matplotlib.patches import Rectangle
+
+    return {
+        (round(p.get_x()), round(-p.get_y() - 1)): to_hex(p.get_facecolor())
+        for p in ax.patches
+        if isinstance(p, Rectangle) and p.get_fill()
+    }
+
+
+def _one_colour_per_group(groups: list[tuple[str, list[tuple[int, int]]]], cells) -> list[str]:
+    """The faults: a group drawn in two colours, or two groups drawn in one."""
+    faults, owner = [], {}
+    for name, where in groups:
+        colours = {cells[c] for c in where}
+        if len(colours) != 1:
+            faults.append(f"{name} is drawn in {sorted(colours)}")
+            continue
+        (colour,) = colours
+        if colour in owner:
+            faults.append(f"{name} and {owner[colour]} share {colour}")
+        owner[colour] = name
+    return faults
+
+
+def test_folding_figure_gives_every_group_its_own_colour():
+    import matplotlib.pyplot as plt
+
+    from minipar.grid import Grid
+
+    fig, _ = _drawn("expert_parallel.folding")
+    try:
+        cells = _cells(fig.axes[0])
+    finally:
+        plt.close(fig)
+    grid = Grid(d=2, t=4, ep=4)
+    groups = [
+        (f"{kind}{i}", [(r, y) for r in members])
+        for y, kind in enumerate(("tp", "dp", "ep", "edp"))
+        for i, members in enumerate(grid.groups(kind))
+    ]
+    assert len(groups) == 12
+    assert _one_colour_per_group(groups, cells) == []
+
+
+def test_five_d_figure_gives_every_group_its_own_colour():
+    import matplotlib.pyplot as plt
+
+    from minipar.grid import Grid
+
+    fig, _ = _drawn("three_d.five_d_grid")
+    try:
+        top, bottom = (_cells(ax) for ax in fig.axes[:2])
+    finally:
+        plt.close(fig)
+    grid = Grid(d=2, t=2, p=2, cp=2, ep=4)
+    S = grid.stage_size
+    cells = {("top", *c): v for c, v in top.items()} | {
+        ("bottom", *c): v for c, v in bottom.items()
+    }
+    groups = [
+        (f"{kind}{i}", [(panel, r % S, r // S) for r in members])
+        for panel, kind in (("top", "tp"), ("bottom", "ep"))
+        for i, members in enumerate(grid.groups(kind))
+    ]
+    assert _one_colour_per_group(groups, cells) == []
+
+
+def test_the_colour_check_names_a_shared_colour():
+    cells = {(0, 0): "#000", (1, 0): "#000", (2, 0): "#fff", (3, 0): "#111"}
+    assert _one_colour_per_group([("a", [(0, 0)]), ("b", [(1, 0)])], cells) == [
+        "b and a share #000"
+    ]
+    assert _one_colour_per_group([("c", [(2, 0), (3, 0)])], cells) == [
+        "c is drawn in ['#111', '#fff']"
+    ]

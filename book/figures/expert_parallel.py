@@ -4,7 +4,7 @@ row counts and the folded rank grid of ``minipar.grid``."""
 
 from __future__ import annotations
 
-from figures.kit import figure
+from figures.kit import figure, ink
 from minipar.cost.chapters import expert_parallel as cost
 from minipar.grid import Grid
 
@@ -185,28 +185,25 @@ def folding(pal):
     ]
     fig, ax = pal.subplots(6.8, 2.6)
     n = grid.world_size
-    for y, (name, kind, label) in enumerate(rows):
-        for i, members in enumerate(grid.groups(kind)):
-            for r in members:
-                ax.add_patch(
-                    plt.Rectangle(
-                        (r, -y - 1),
-                        1,
-                        0.8,
-                        facecolor=pal.color(i + 2 * y),
-                        edgecolor=pal.fg,
-                        lw=0.6,
-                    )
-                )
-                ax.text(
-                    r + 0.5,
-                    -y - 0.6,
-                    label(members, i),
-                    ha="center",
-                    va="center",
-                    fontsize=9,
-                    color="#111",
-                )
+    groups = [
+        (y, i, members) for y, r in enumerate(rows) for i, members in enumerate(grid.groups(r[1]))
+    ]
+    colours = pal.group_colors(len(groups))  # every group its own colour, across the four rows
+    for (y, i, members), colour in zip(groups, colours):
+        for r in members:
+            ax.add_patch(
+                plt.Rectangle((r, -y - 1), 1, 0.8, facecolor=colour, edgecolor=pal.fg, lw=0.6)
+            )
+            ax.text(
+                r + 0.5,
+                -y - 0.6,
+                rows[y][2](members, i),
+                ha="center",
+                va="center",
+                fontsize=9,
+                color=ink(colour),
+            )
+    for y, (name, _, _) in enumerate(rows):
         ax.text(-0.2, -y - 0.6, name, ha="right", va="center", fontsize=9, color=pal.fg)
     for r in range(n):
         ax.text(r + 0.5, 0.15, str(r), ha="center", va="bottom", fontsize=9, color=pal.fg)

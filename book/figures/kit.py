@@ -56,6 +56,15 @@ class Palette:
         """The ``i``-th series colour (cycles)."""
         return self.series[i % len(self.series)]
 
+    def group_colors(self, n: int) -> list[str]:
+        """``n`` colours, all different, for a figure that colours ``n`` groups: the series,
+        then four darker hues of Paul Tol's palette (wine, indigo, dark green, olive); more than
+        twelve groups need labels, not colours."""
+        more = ("#882255", "#332288", "#117733", "#999933")
+        if n > len(self.series) + len(more):
+            raise ValueError(f"groups ({n}) must be at most {len(self.series) + len(more)}")
+        return list(self.series + more)[:n]
+
     def rc(self) -> dict:
         """matplotlib rcParams of this theme (text and axes in the theme's foreground)."""
         return {
@@ -79,6 +88,14 @@ class Palette:
         import matplotlib.pyplot as plt  # noqa: PLC0415 (lazy: matplotlib)
 
         return plt.subplots(figsize=(width, height), **kw)
+
+
+def ink(fill: str) -> str:
+    """A label's colour on ``fill``: near-black on a light fill, white on a dark one."""
+    from matplotlib.colors import to_rgb  # noqa: PLC0415 (lazy: matplotlib)
+
+    r, g, b = to_rgb(fill)
+    return "#111" if 0.2126 * r + 0.7152 * g + 0.0722 * b > 0.4 else "#fff"
 
 
 LIGHT = Palette("light", fg="#222222", muted="#666666", grid="#dddddd", box="#f2f2f2")

@@ -3,7 +3,7 @@ grid and its groups) and ``minipar.cost.planner.three_d`` (the planner's memory 
 
 from __future__ import annotations
 
-from figures.kit import figure
+from figures.kit import figure, ink
 from minipar.cost.planner import three_d as planner
 from minipar.grid import Grid
 
@@ -36,7 +36,7 @@ def _ranks(ax, pal, world, per_row, fill, label=str, row_names=None):
             ha="center",
             va="center",
             fontsize=9,
-            color="#111" if colour else pal.fg,
+            color=ink(colour) if colour else pal.fg,
         )
     ax.set(xlim=(0, per_row), ylim=(-rows, 0))
     ax.set_xticks([])
@@ -69,11 +69,10 @@ def rank_grid(pal):
     return fig
 
 
-def _gpt3(pp: int, **kw):
+def _gpt3(pp: int, zero: int):
     m, cl = planner.MODELS["gpt3-175b"], planner.cluster(1024, 8, "A100-80GB")
-    return planner.evaluate(
-        m, cl, 1536, tp=8, pp=pp, dp=1024 // (8 * pp), micro_batch=1, recompute="full", **kw
-    )
+    dp = 1024 // (8 * pp)
+    return planner.evaluate(m, cl, planner.Layout(1536, 8, pp, dp, 1, recompute="full", zero=zero))
 
 
 @figure(draws=["minipar.cost.planner.three_d.evaluate"])
@@ -139,7 +138,9 @@ def step_breakdown(pal):
     m, cl = planner.MODELS["gpt3-175b"], planner.cluster(1024, 8, "A100-80GB")
     same = next(
         c
-        for c in planner.search(m, cl, 1536, recompute="full", zero=0, micro_batch=1, max_chunks=1)
+        for c in planner.search(
+            m, cl, 1536, planner.Space(recompute="full", zero=0, micro_batch=1, max_chunks=1)
+        )
         if c.fits and not c.sp
     )
     best = next(c for c in planner.search(m, cl, 1536) if c.fits)
@@ -183,23 +184,25 @@ def five_d_grid(pal):
         return f"t{c.tp}\nc{c.cp}\nd{c.dp}"
 
     tp_group = {r: i for i, g in enumerate(grid.groups("tp")) for r in g}
+    ep_group = {r: i for i, g in enumerate(grid.groups("ep")) for r in g}
+    n_tp = len(grid.groups("tp"))
+    colours = pal.group_colors(n_tp + len(grid.groups("ep")))  # every group its own colour
     _ranks(
         top,
         pal,
         grid.world_size,
         S,
-        lambda r: pal.color(tp_group[r] % 4),
+        lambda r: colours[tp_group[r]],
         label=coords,
         row_names=["stage 0", "stage 1"],
     )
     top.set_title("attention: colour = tensor group, t/c/d = indices", fontsize=10)
-    ep_group = {r: i for i, g in enumerate(grid.groups("ep")) for r in g}
     _ranks(
         bottom,
         pal,
         grid.world_size,
         S,
-        lambda r: pal.color(4 + ep_group[r] % 2),
+        lambda r: colours[n_tp + ep_group[r]],
         label=lambda r: "r{0}\nep{2}\nedp{1}".format(r, *grid.expert_coord(r)[1:]),
         row_names=["stage 0", "stage 1"],
     )
