@@ -432,9 +432,10 @@ GPT3_PLAN = ("plan", "--model", "gpt3-175b", "--gpus", "1024")
             "gpus per node (2048) must be at most the GPUs (1024)",
         ),
         (
-            ("--global-batch", "1536", "--layers", "1000000000"),
-            "model states alone need 16 B × 1.812e+09 B params / 1024 GPUs",
+            ("--global-batch", "1536", "--layers", "60000"),
+            "model states alone need 16 B × 1.087e+05 B params / 1024 GPUs",
         ),
+        (("--global-batch", "1536", "--layers", "1000000000"), "argument --layers: must be"),
         (
             ("--global-batch", "1536", "--headroom", "0.999999"),
             "(80 GiB of one A100-80GB less 99.9999 % headroom)",
@@ -480,25 +481,108 @@ def test_json_outputs_refuse_non_finite_numbers(capsys, argv):
     assert status == 2 and out == "" and err.count("\n") == 1, (out, err)
 
 
-def test_calibrated_profile_plans_end_to_end(capsys, tmp_path):
-    """`minipar calibrate gpu --device cpu` writes a profile that `minipar plan --gpu-profile`
-    reads: the plan is priced with the profile's GPU (its name in the header). Negative
-    control: a profile that is not JSON is refused naming the file."""
+def test_a_cpu_profile_is_refused_and_a_gpu_profile_plans(capsys, tmp_path):
+    """`minipar calibrate gpu --device cpu` writes a plumbing check, not a GPU: `minipar plan
+    --gpu-profile` refuses it naming the file, the field and its generation's range (it printed
+    "η = 1 of 0 TFLOP/s" and a 33,939,267 s step), as it refuses 10³⁰ FLOP/s. Control: a profile
+    with an H200's numbers plans, priced with the profile's GPU (its name in the header); one
+    that is not JSON is refused naming the file."""
+    from minipar.cost.kernels.hardware import GPUS, gpu_profile
+
     prof = tmp_path / "gpu.json"
     status, _, err = run(
         capsys, "calibrate", "gpu", "--device", "cpu", "--quick", "--out", str(prof)
     )
     assert status == 0, err
     shape = ("--layers", "4", "--hidden", "256", "--heads", "4", "--seq", "256", "--vocab", "1000")
-    argv = ("plan", *shape, "--gpus", "1", "--global-batch", "4", "--gpu-profile", str(prof))
-    status, out, err = run(capsys, *argv, "--json")
+    argv = ("plan", *shape, "--gpus", "1", "--global-batch", "4", "--gpu-profile")
+    status, out, err = run(capsys, *argv, str(prof))
+    assert (status, out) == (2, "") and err.count("\n") == 1, err
+    assert f"gpu profile {prof}: peak_flops['bf16'] (" in err, err
+    assert "TFLOP/s for a GPU of the nvlink4-h100 generation" in err
+    assert "`minipar calibrate gpu --device cpu` checks the plumbing" in err
+    good = gpu_profile(GPUS["H200"]) | {"name": "my H200"}
+    for field, value in (("peak_flops", {"bf16": 1e30}), ("hbm_bandwidth", 1e20)):
+        bad = tmp_path / f"{field}.json"
+        bad.write_text(json.dumps(good | {field: value}))
+        status, out, err = run(capsys, *argv, str(bad))
+        assert status == 2 and f"gpu profile {bad}: {field}" in err and "must be between" in err
+    ok = tmp_path / "h200.json"
+    ok.write_text(json.dumps(good))
+    status, out, err = run(capsys, *argv, str(ok), "--json")
     assert status == 0, err
     plan = json.loads(out)
-    assert plan["gpu"] == json.loads(prof.read_text())["name"] and plan["configs"]
+    assert plan["gpu"] == "my H200" and plan["configs"]
     bad = tmp_path / "bad.json"
     bad.write_text("{")
-    status, out, err = run(capsys, *argv[:-1], str(bad))
+    status, out, err = run(capsys, *argv, str(bad))
     assert status == 2 and "gpu profile" in err and "not JSON" in err
+
+
+BIG = str(10**12)
+
+
+@pytest.mark.parametrize(
+    "argv, words",
+    [
+        (
+            ("plan", "--model", "mixtral-8x7b", "--gpus", "64", "--global-batch", "512")
+            + ("--moe-imbalance", "1e300"),
+            "argument --moe-imbalance: must be between 0 and 1,024",
+        ),
+        (
+            ("plan", "--model", "mixtral-8x7b", "--gpus", "64", "--global-batch", "512")
+            + ("--moe-imbalance", "9"),
+            "--moe-imbalance (9) must be at most the experts (8)",
+        ),
+        (
+            ("plan", "--model", "gpt3-175b", "--global-batch", "1536", "--gpus", str(2**40)),
+            "argument --gpus: must be between 1 and 1,048,576",
+        ),
+        (
+            ("plan", "--model", "gpt3-175b", "--gpus", "1024", "--global-batch", "1" * 23),
+            "argument --global-batch: must be between 1 and 16,777,216",
+        ),
+        (("params", *GPT3[2:], "--layers", BIG), "argument --layers: must be between 1 and 65,536"),
+        (
+            ("memory", *GPT3[2:], "--heads", "96", "--dp", "1", "--zero", "0", "--layers", BIG),
+            "argument --layers: must be between 1 and 65,536",
+        ),
+        (
+            ("collective", "--op", "all-reduce", "--algorithm", "ring", "--ranks", "8")
+            + ("--link", "ib-ndr400", "--bytes", "1e300"),
+            "argument --bytes: must be between 0 and 1,125,899,906,842,624",
+        ),
+        (
+            ("flops", *GPT3, "--batch", "1536", "--seconds", "21.4"),
+            "--gpus is missing: these FLOPs in --seconds 21.4 need at least 508 × A100-80GB",
+        ),
+        (
+            ("flops", *GPT3, "--batch", "1536", "--seconds", "21.4", "--gpus", "8"),
+            "--seconds (21.4) must be at least the peak's time for these FLOPs (1.36e+03 s on "
+            "--gpus 8 × A100-80GB)",
+        ),
+    ],
+)
+def test_an_input_out_of_range_is_refused_naming_its_flag(capsys, argv, words):
+    """Each input of a newcomer's sweep that used to get a generic "predicted … seconds is out of
+    range", a 48-digit count or a 290-digit time, or blamed --seconds for a missing --gpus."""
+    for extra in ((), ("--json",)):
+        status, out, err = run(capsys, *argv, *extra)
+        assert (status, out) == (2, "") and words in err and err.count("\n") == 1, err
+        assert "out of range" not in err
+
+
+def test_the_largest_model_allowed_prints_what_json_says(capsys):
+    """At the flags' bounds every count the table prints is the one --json gives."""
+    shape = ("--layers", str(2**16), "--hidden", str(2**20), "--seq", "2048", "--vocab", "51200")
+    n = run_json(capsys, "params", *shape)["params"]
+    status, out, _ = run(capsys, "params", *shape)
+    assert status == 0 and f"{n:,}" in out
+    mem = run_json(capsys, "memory", *shape, "--heads", "8", "--dp", "1", "--zero", "0")
+    status, out, _ = run(capsys, "memory", *shape, "--heads", "8", "--dp", "1", "--zero", "0")
+    assert status == 0 and f"{mem['params']:,}" in out
+    assert repr(mem["bytes_per_device"]) in out  # past 2**53: the float's shortest form
 
 
 def test_plan_sensitivity_moves_each_constant_alone(capsys):

@@ -62,6 +62,68 @@ def size_bytes(text: str) -> float:
         raise argparse.ArgumentTypeError(str(e)) from None
 
 
+_CLUSTER = 2**20, "about a million: more than any cluster built"
+_BATCH = 2**24, "16.8 million sequences"
+BOUNDS: dict[str, tuple[float, float, str]] = {
+    # counts of GPUs, ranks and parallel degrees
+    **{k: (1, *_CLUSTER) for k in "gpus gpus_per_node tp pp dp cp ep max_cp max_ep".split()},
+    "ranks": (1, *_CLUSTER),
+    # sequences and micro-batches
+    **{k: (1, *_BATCH) for k in "global_batch batch micro_batch microbatches".split()},
+    # the model's shape: far past any trained transformer, small enough that every count the
+    # cost model prints stays an exact number in both the table and --json
+    "layers": (1, 2**16, "far deeper than any trained model"),
+    "hidden": (1, 2**20, "a hidden size of 1,048,576"),
+    "ffn_hidden": (1, 2**22, "an MLP width of 4,194,304"),
+    "heads": (1, 2**16, "65,536 heads"),
+    "kv_heads": (1, 2**16, "65,536 heads"),
+    "seq": (1, 2**24, "16.8 million tokens"),
+    "vocab": (1, 2**24, "16.8 million tokens"),
+    "chunks": (1, 2**16, "65,536 model chunks per stage"),
+    "steps": (1, 10**4, "10,000 timed steps"),
+    "params": (1, 1e15, "a quadrillion parameters"),
+    "seconds": (0, 1e9, "32 years"),
+    "bytes": (0, 2**50, "1 PiB in one collective"),
+    "alpha": (0, 1.0, "one second per message"),
+    "bandwidth": (1, 1e15, "1 PB/s per direction"),
+    "weight_bytes": (0, 64, "64 bytes per parameter"),
+    "grad_bytes": (0, 64, "64 bytes per parameter"),
+    "optimizer_bytes": (0, 64, "64 bytes per parameter"),
+    "grad_reduce_bytes": (0, 64, "64 bytes per element"),
+    # the busiest EP rank's routed tokens over the mean: at most the number of EP ranks (every
+    # token on one rank); the plan checks the model's experts, Options that it is >= 1
+    "moe_imbalance": (0, 1024, "the busiest of 1,024 EP ranks taking every token"),
+}
+"""Each flag's physical or practical range, by argparse ``dest``, checked as it is parsed so a
+refusal names the flag (``argument --gpus: must be between 1 and 1,048,576 ...``); the rules of the
+model itself (divisibility, memory) are checked after."""
+
+
+def _bounded(parse, dest: str):
+    """``parse`` (an argparse type) that also refuses a value outside :data:`BOUNDS`."""
+    lo, hi, why = BOUNDS[dest]
+
+    def bounded(text: str):
+        value = parse(text)
+        if isinstance(value, (int, float)) and not lo <= value <= hi:
+            ends = [f"{v:,}" if float(v).is_integer() and v < 1e16 else f"{v:g}" for v in (lo, hi)]
+            raise argparse.ArgumentTypeError(
+                f"must be between {ends[0]} and {ends[1]} ({why}), got {text!r}"
+            )
+        return value
+
+    bounded.__name__ = getattr(parse, "__name__", "value")
+    return bounded
+
+
+def _count(v: float) -> str:
+    """``v`` with thousands separators, exactly as ``--json`` gives it: an int's every digit; a
+    float past 2⁵³ (where its digits are no longer exact) as ``--json``'s shortest form."""
+    if isinstance(v, int) or abs(v) < 2**53:
+        return f"{v:,.0f}" if not isinstance(v, int) else f"{v:,}"
+    return repr(float(v))
+
+
 def _emit(args, command: str, result: dict, rows: list[tuple[str, str]]) -> int:
     if args.json:
         print_json(result)  # refuses Infinity and NaN
@@ -102,7 +164,7 @@ def _params(args) -> int:
         args,
         "params",
         {"params": n},
-        [("params", f"{n:,.0f} ({n / 1e9:.2f} B)"), ("source", "Narayanan et al. 2021, Eq. 2")],
+        [("params", f"{_count(n)} ({n / 1e9:.2f} B)"), ("source", "Narayanan et al. 2021, Eq. 2")],
     )
 
 
@@ -114,15 +176,30 @@ def _flops(args) -> int:
     out = {"flops_per_iteration": f, "model_flops_per_iteration": mf, "recompute": args.recompute}
     rows = [("flops_per_iteration", f"{f:.4g}"), ("model_flops_per_iteration", f"{mf:.4g}")]
     if args.seconds is not None:
-        peak = hardware.gpu(args.gpu).peak_flops["bf16"] * args.gpus
+        gpus = 1 if args.gpus is None else args.gpus
+        peak = hardware.gpu(args.gpu).peak_flops["bf16"] * gpus
         out.update(mfu=model.mfu(mf / args.seconds, peak), hfu=model.hfu(f / args.seconds, peak))
         if not out["hfu"] <= 1:  # faster than the peak: the seconds cannot have been measured
-            raise InputError(
-                f"seconds ({args.seconds:g}) must be at least the peak's time for these FLOPs "
-                f"({f / peak:.3g} s on {args.gpus} × {args.gpu}): HFU would be {out['hfu']:.3g}"
-            )
+            _too_fast(args, f, peak, out["hfu"])
         rows += [("mfu", f"{out['mfu']:.1%}"), ("hfu", f"{out['hfu']:.1%}")]
     return _emit(args, "flops", out, rows)
+
+
+def _too_fast(args, flops: float, peak: float, hfu: float) -> None:
+    """The InputError for ``--seconds`` shorter than the dense peak's time for ``flops``:
+    naming ``--gpus`` when it was left out (one GPU assumed), else the seconds."""
+    need = math.ceil(flops / (args.seconds * peak / (args.gpus or 1)))
+    if args.gpus is None:
+        raise InputError(
+            f"--gpus is missing: these FLOPs in --seconds {args.seconds:g} need at least {need:,} "
+            f"× {args.gpu} at its dense bf16 peak (HFU {hfu:.3g} on the 1 GPU assumed); give "
+            "--gpus N, the GPUs the step ran on"
+        )
+    raise InputError(
+        f"--seconds ({args.seconds:g}) must be at least the peak's time for these FLOPs "
+        f"({flops / peak:.3g} s on --gpus {args.gpus} × {args.gpu}): HFU would be {hfu:.3g}; "
+        f"at {args.seconds:g} s they need at least {need:,} GPUs"
+    )
 
 
 _DIMS = ("layers", "hidden", "heads", "seq", "vocab")
@@ -162,10 +239,10 @@ def _memory(args) -> int:
         "params": psi,
     }
     rows = [
-        (k, f"{v:,.0f} B ({fmt_bytes(v, binary=False)}, {fmt_bytes(v)})")
+        (k, f"{_count(v)} B ({fmt_bytes(v, binary=False)}, {fmt_bytes(v)})")
         for k, v in out.items()
         if k != "params"
-    ] + [("params", f"{psi:,.0f}")]
+    ] + [("params", _count(psi))]
     return _emit(args, "memory", out, rows)
 
 
@@ -282,6 +359,10 @@ def add_parser(subparsers) -> None:
             names = kw.pop("name")
             if "type" in kw:
                 kw["type"] = types[kw["type"]]
+                first = names if isinstance(names, str) else names[0]
+                dest = kw.get("dest", first.lstrip("-").replace("-", "_"))
+                if dest in BOUNDS:
+                    kw["type"] = _bounded(kw["type"], dest)
             if isinstance(kw.get("choices"), str):
                 kw["choices"] = choices[kw["choices"]]
             if kw.get("action") in actions:
@@ -320,6 +401,41 @@ def _plan_model(args) -> "planner.ModelShape":
     return m_
 
 
+PHYSICAL_SLACK = (8.0, 4.0)
+"""A profile's dense bf16 peak, HBM bandwidth and memory must lie between 1/8 of the least and
+4 × the most of its generation's presets (:func:`check_physical`): room for a cut-down or a
+next part, none for a CPU's 0.1 TFLOP/s or a typo's 10³⁰ FLOP/s."""
+
+
+def check_physical(g: "hardware.GPU", where: str) -> None:
+    """An InputError naming ``where``, the field and its range unless ``g``'s peak, HBM
+    bandwidth and memory are those of a GPU of its generation: the presets on the same NVLink
+    (``g.intra``; every preset if none is). A profile that ``minipar calibrate gpu --device
+    cpu`` wrote (a check of the plumbing) is refused here, before it prices any plan."""
+    same = [p for p in hardware.GPUS.values() if p.intra == g.intra]
+    era = f"the {g.intra} generation ({', '.join(p.name for p in same)})" if same else "any GPU"
+    same = same or list(hardware.GPUS.values())
+    fields = (
+        ("peak_flops['bf16']", lambda x: x.peak_flops["bf16"], 1e12, "TFLOP/s"),
+        ("hbm_bandwidth", lambda x: x.hbm_bandwidth, 1e12, "TB/s"),
+        ("memory_bytes", lambda x: x.memory_bytes, 1e9, "GB"),
+    )
+    for name, get, unit, label in fields:
+        lo = min(get(p) for p in same) / PHYSICAL_SLACK[0]
+        hi = max(get(p) for p in same) * PHYSICAL_SLACK[1]
+        if not lo <= get(g) <= hi:
+            raise InputError(
+                f"{where}: {name} ({get(g) / unit:.3g} {label}) must be between "
+                f"{lo / unit:.3g} and {hi / unit:.3g} {label} for a GPU of {era}"
+                + (
+                    "; a profile from `minipar calibrate gpu --device cpu` checks the plumbing "
+                    "and prices no plan"
+                    if g.name == "CPU"
+                    else ""
+                )
+            )
+
+
 def _plan_cluster(args) -> "planner.Cluster":
     per_node = 8 if args.gpus_per_node is None else args.gpus_per_node
     if args.gpus_per_node is not None and args.gpus_per_node > args.gpus:
@@ -328,6 +444,8 @@ def _plan_cluster(args) -> "planner.Cluster":
             "fewer GPUs than one node are given by --gpus alone"
         )
     gpu = hardware.load_gpu_profile(args.gpu_profile) if args.gpu_profile else args.gpu
+    if args.gpu_profile:
+        check_physical(gpu, f"gpu profile {args.gpu_profile}")
     names = ("gemm_efficiency", "intra_bandwidth", "intra_alpha", "inter_bandwidth", "inter_alpha")
     kw = {k: getattr(args, k) for k in names}  # overrides of the presets, None where not given
     return planner.cluster(args.gpus, per_node, gpu, args.intra, args.inter, **kw)
@@ -405,6 +523,11 @@ def _plan(args) -> int:
     if missing:
         raise InputError(f"give {' and '.join(missing)} (or --calibrate to measure this machine)")
     m_, cl, space, opts = plan_inputs(args)
+    if m_.moe and opts.moe_imbalance > m_.experts:
+        raise InputError(
+            f"--moe-imbalance ({opts.moe_imbalance:g}) must be at most the experts "
+            f"({m_.experts}): the busiest EP rank gets at most every routed token"
+        )
     _check_hopper(cl, opts)
     _check_space(m_, cl, space)
     planner.preflight(m_, cl, args.global_batch, space, opts)  # the rule broken, before the search
