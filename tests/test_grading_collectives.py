@@ -301,6 +301,16 @@ WRONG = {
     "ab_whole_message_per_step": lambda n, S, a, bw: 2 * (n - 1) * (a + S / bw),
     "busbw_is_algbw": lambda op, n, S, t: S / t,
     "busbw_one_phase_factor": lambda op, n, S, t: S / t * (n - 1) / n,
+    "busbw_underscore_ops": lambda op, n, S, t: (
+        S
+        / t
+        * {
+            "all_reduce": 2 * (n - 1) / n,
+            "all_gather": (n - 1) / n,
+            "reduce_scatter": (n - 1) / n,
+            "broadcast": 1.0,
+        }[op]
+    ),
     "sync_elements": lambda: dict(S_bytes=1.5e9, bandwidth=450e9, seconds=0.0117),
     "sync_bidirectional": lambda: dict(S_bytes=6e9, bandwidth=900e9, seconds=0.0117),
     "sync_gib": lambda: dict(S_bytes=6e9, bandwidth=450 * 2**30, seconds=0.0217),

@@ -38,6 +38,13 @@ def test_solution_passes_and_starter_fails(name, capsys):
 
 
 # ------------------------------------------------------------------ 01 merge (no ranks)
+def merge_both_masked_nan(o_a, lse_a, o_b, lse_b):
+    """logaddexp's weights, unguarded: right while one side has a finite lse."""
+    lse = torch.logaddexp(lse_a, lse_b)
+    w_a, w_b = torch.exp(lse_a - lse).unsqueeze(-1), torch.exp(lse_b - lse).unsqueeze(-1)
+    return w_a * o_a + w_b * o_b, lse
+
+
 def merge_average(o_a, lse_a, o_b, lse_b):
     return (o_a + o_b) / 2, torch.logaddexp(lse_a, lse_b)
 
@@ -107,6 +114,41 @@ def _shift(k, v, group, to_next=True, global_peers=True):
     return buf[0], buf[1]
 
 
+def _merged(q, k, v, o, lse):
+    o_b, l_b = _blk(q, k, v)
+    if o is None:
+        return o_b, l_b
+    l = torch.logaddexp(lse, l_b)
+    return torch.exp(lse - l).unsqueeze(-1) * o + torch.exp(l_b - l).unsqueeze(-1) * o_b, l
+
+
+def _send_recv(k, v, nxt, prv, group):
+    kv = torch.stack([k, v]).contiguous()
+    buf = torch.empty_like(kv)
+    for w in dist.batch_isend_irecv(
+        [dist.P2POp(dist.isend, kv, nxt, group), dist.P2POp(dist.irecv, buf, prv, group)]
+    ):
+        w.wait()
+    return buf[0], buf[1]
+
+
+def ring_global_rank_of_none(q, k, v, o, lse, group=None):
+    """Translates every peer, also with group=None (torch 2.13 raises for None)."""
+    cp, r = dist.get_world_size(group), dist.get_rank(group)
+    nxt = dist.get_global_rank(group, (r + 1) % cp)
+    prv = dist.get_global_rank(group, (r - 1) % cp)
+    return (*_merged(q, k, v, o, lse), *_send_recv(k, v, nxt, prv, group))
+
+
+def ring_sends_to_itself(q, k, v, o, lse, group=None):
+    """No special case for a one-rank group: it sends its block to itself."""
+    cp, r = dist.get_world_size(group), dist.get_rank(group)
+    nxt, prv = (r + 1) % cp, (r - 1) % cp
+    if group is not None:
+        nxt, prv = dist.get_global_rank(group, nxt), dist.get_global_rank(group, prv)
+    return (*_merged(q, k, v, o, lse), *_send_recv(k, v, nxt, prv, group))
+
+
 def ring_wrong_direction(q, k, v, o, lse, group=None):
     o_b, l_b = _blk(q, k, v)
     if o is not None:
@@ -156,6 +198,14 @@ def ulysses_positions_scrambled(x, group=None):
     recv = torch.empty_like(send)
     dist.all_to_all_single(recv, send, group=group)
     return recv.permute(1, 2, 3, 0, 4).reshape(b, a // cp, cp * n, d)  # (n, cp) not (cp, n)
+
+
+def ulysses_other_message(x, group=None):
+    """Right values; the ValueError in its own words."""
+    cp = dist.get_world_size(group)
+    if x.shape[1] % cp:
+        raise ValueError(f"cannot split {x.shape[1]} heads over {cp} ranks")
+    return ulysses_no_check(x, group)
 
 
 def ulysses_no_check(x, group=None):
@@ -288,6 +338,7 @@ def test_allgather_documents_two_gathers_and_no_collective_on_one_rank_pass():
 # ------------------------------------------------------------------ the clause table's wrong answers
 WRONG = {
     # 01 merge
+    "merge_both_masked_nan": merge_both_masked_nan,
     "merge_average": merge_average,
     "merge_naive_exp": merge_naive_exp,
     "merge_lse_is_max": merge_lse_is_max,
@@ -299,6 +350,8 @@ WRONG = {
     "zigzag_float32": zigzag_float32,
     # 03 ring step
     "ring_wrong_direction": ring_wrong_direction,
+    "ring_global_rank_of_none": ring_global_rank_of_none,
+    "ring_sends_to_itself": ring_sends_to_itself,
     "ring_replace": ring_replace,
     "ring_average": ring_average,
     "ring_group_ranks_as_peers": ring_group_ranks_as_peers,
@@ -306,6 +359,7 @@ WRONG = {
     "ulysses_interleaved": ulysses_interleaved,
     "ulysses_positions_scrambled": ulysses_positions_scrambled,
     "ulysses_no_check": ulysses_no_check,
+    "ulysses_other_message": ulysses_other_message,
     # 05 all-gather attention over documents
     "docs_float32": docs_float32,
     "docs_causal_only": docs_causal_only,

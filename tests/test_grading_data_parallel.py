@@ -201,6 +201,27 @@ def zero1_all_reduce(flat, grad, shard, optimizer, group=None):
     dist.all_gather_single(flat, shard.detach().clone(), group=group)
 
 
+def zero1_assumes_view(flat, grad, shard, optimizer, group=None):
+    """Takes shard for a view of flat: gathers flat's own (stale) slices after the step."""
+    n, r = dist.get_world_size(group), dist.get_rank(group)
+    mine = torch.empty_like(shard)
+    dist.reduce_scatter_single(mine, grad, group=group)
+    shard.grad = mine / n
+    optimizer.step()
+    k = shard.numel()
+    dist.all_gather_single(flat, flat[r * k : (r + 1) * k].clone(), group=group)
+
+
+def zero1_ignores_group(flat, grad, shard, optimizer, group=None):
+    """Right on the whole world; every collective on the whole world, whatever group is."""
+    n = dist.get_world_size()
+    mine = torch.empty_like(shard)
+    dist.reduce_scatter_single(mine, grad)
+    shard.grad = mine / n
+    optimizer.step()
+    dist.all_gather_single(flat, shard.detach().clone())
+
+
 # ------------------------------------------------------------------ the clause table's wrong answers
 WRONG = {
     # 01 average gradients
@@ -219,6 +240,8 @@ WRONG = {
     "zero1_all_reduce": zero1_all_reduce,
     "zero1_no_gather": zero1_no_gather,
     "zero1_sum": zero1_sum,
+    "zero1_assumes_view": zero1_assumes_view,
+    "zero1_ignores_group": zero1_ignores_group,
     "zero1_local_grad": zero1_local_grad,
     "zero1_grad_accumulates": zero1_grad_accumulates,
 }

@@ -38,11 +38,13 @@ def _zero(psi, d, stage, k=12, unit=1, shard_all=False):
     return (w + g + o) / unit
 
 
-def _act(s, b, h, a, t, sp, recompute, *, e=2, t_mul=False, sp_ignored=False, sel=True):
+def _act(
+    s, b, h, a, t, sp, recompute, *, e=2, t_mul=False, sp_ignored=False, sel=True, full_sp=True
+):
     sbh, tt = s * b * h, (1 / t if t_mul else t)
     sp = sp and not sp_ignored
     if recompute == "full":
-        return e * sbh / (tt if sp else 1)
+        return e * sbh / (tt if sp and full_sp else 1)
     scores = 0 if recompute == "selective" and sel else 5 * a * s / h
     return e / 2 * (sbh / tt * (34 + scores) if sp else sbh * (10 + 24 / tt + scores / tt))
 
@@ -105,6 +107,12 @@ def one_moment(rank, world_size, stage):
     return _reference_adam_bytes(stage) // 2
 
 
+def rounded_to_kib(rank, world_size, stage):
+    from minipar.grading.memory_time import _reference_adam_bytes
+
+    return round(_reference_adam_bytes(stage) / 1024) * 1024  # "close enough" is not exact
+
+
 def _right_measure():
     return _measured("02_zero_bytes", "adam_state_bytes")[0]
 
@@ -140,6 +148,7 @@ WRONG = {
     "activations_times_t": lambda *a, **k: _act(*a, **k, t_mul=True),
     "activations_sp_ignored": lambda *a, **k: _act(*a, **k, sp_ignored=True),
     "activations_selective_ignored": lambda *a, **k: _act(*a, **k, sel=False),
+    "activations_full_sp_replicated": lambda *a, **k: _act(*a, **k, full_sp=False),
     # 04 MFU
     "mfu_forward_only": lambda *a, **k: _mfu(*a, **k, fwd_only=True),
     "mfu_percent": lambda *a, **k: _mfu(*a, **k, percent=True),
@@ -149,10 +158,7 @@ WRONG = {
     # 01 measured
     "measured_nested": lambda L, h, a, s, V: (_nested(_gpt(L, h, a, s, V)), 0),
     "measured_untied": lambda L, h, a, s, V: (_count(_gpt(L, h, a, s, V)) + V * h, 0),
-    "measured_eq2_only": lambda L, h, a, s, V: (
-        _count(_gpt(L, h, a, s, V)),
-        __import__("minipar.cost.model", fromlist=["param_count"]).param_count(L, h, V, s),
-    ),
+    "measured_eq2_only": lambda L, h, a, s, V: (_count(_gpt(L, h, a, s, V)), _psi(L, h, V, s)),
     "measured_one_number": lambda L, h, a, s, V: 27584,
 }
 
@@ -165,6 +171,7 @@ def _adam(measure=None, predict=None):
 LAZY_WRONG = {
     "adam_with_step": _adam(measure=with_step),
     "adam_one_moment": _adam(measure=one_moment),
+    "adam_measure_rounded": _adam(measure=rounded_to_kib),
     "adam_predict_fp32": _adam(predict=lambda psi, d, stage: 12 * psi / (d if stage else 1)),
     "adam_predict_no_d": _adam(predict=lambda psi, d, stage: 8 * psi),
     "adam_predict_stage0_sharded": _adam(predict=lambda psi, d, stage: 8 * psi / d),

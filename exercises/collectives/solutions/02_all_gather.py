@@ -14,6 +14,11 @@
 #
 # What the check holds you to: the output equals `dist.all_gather`'s exactly (values only move),
 # in the chunk's dtype; only send/recv, each rank sending (n−1) chunks.
+#
+# The course's code: an answer may call torch, the launcher and the answers of the earlier
+# exercises it builds on, not the course's implementation of what the task asks (here
+# `minipar.collectives` and `minipar.cost`); the check fails an answer that calls it, whatever its
+# values.
 # %%
 import torch
 import torch.distributed as dist

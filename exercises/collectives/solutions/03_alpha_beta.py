@@ -8,6 +8,11 @@
 #
 # What the check holds you to: numbers (int or float) within 1e-6 relative; the gradient-sync
 # answer within 1e-3.
+#
+# The course's code: an answer may call torch, the launcher and the answers of the earlier
+# exercises it builds on, not the course's implementation of what the task asks (here the α-β
+# model and bus bandwidths of `minipar.cost`); the check fails an answer that calls it, whatever
+# its values.
 # %%
 from minipar.grading import check
 
@@ -26,7 +31,9 @@ check("collectives.alpha_beta_time", ring_all_reduce_time)
 # %% [markdown]
 # **(b)** nccl-tests reports, for an op that took `seconds` on n ranks with S bytes, the
 # algorithm bandwidth algbw = S / seconds and the bus bandwidth busbw. Write
-# `bus_bandwidth(op, n, S, seconds)` for op in all-reduce, all-gather, reduce-scatter, broadcast.
+# `bus_bandwidth(op, n, S, seconds)` for `op` one of the strings `"all-reduce"`, `"all-gather"`,
+# `"reduce-scatter"` and `"broadcast"`: nccl-tests' names, spelled with a hyphen, which are the
+# only spellings the check passes (and it passes each of them).
 # %%
 def bus_bandwidth(op, n, S, seconds):
     # BEGIN SOLUTION

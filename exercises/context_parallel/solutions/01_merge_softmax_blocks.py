@@ -13,9 +13,16 @@
 #   that are ≤ 0);
 # * a block whose rows are all masked has `lse = -inf` and `o = 0`: merging it must leave the
 #   other block's result unchanged (and produce no NaN);
+# * both blocks can be masked at once (a row that sees no key in either): the merge then gives
+#   `lse = -inf` and `o = 0`, again with no NaN;
 # * do not change the inputs in place.
 #
 # The derivation is in the chapter's section "Online softmax".
+#
+# What the check holds you to: the results, and one rule. The course's code: an answer may call
+# torch, the launcher and the answers of the earlier exercises it builds on, not the course's
+# implementation of what the task asks (here `minipar.context_parallel`); the check fails an
+# answer that calls it, whatever its values.
 
 # %%
 import torch

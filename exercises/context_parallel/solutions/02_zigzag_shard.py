@@ -16,6 +16,10 @@
 # both pass); for a one-rank group the shard is the whole of x (chunks 0 and 1 of 2). The check
 # uses only lengths divisible by 2cp; for another length raise a `ValueError` naming the rule
 # (not graded).
+#
+# The course's code: an answer may call torch, the launcher and the answers of the earlier
+# exercises it builds on, not the course's implementation of what the task asks (here
+# `minipar.context_parallel`); the check fails an answer that calls it, whatever its values.
 
 # %%
 import torch

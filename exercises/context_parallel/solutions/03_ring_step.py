@@ -7,14 +7,17 @@
 # 1. post the send of the K/V block it holds to the **next** rank $(r+1) \bmod c_p$ and the
 #    receive of the next block from the **previous** rank $(r-1) \bmod c_p$, without waiting
 #    (`dist.P2POp` + `dist.batch_isend_irecv`; `P2POp` takes *global* ranks: translate group
-#    ranks with `dist.get_global_rank(group, r)`);
+#    ranks with `dist.get_global_rank(group, r)` when a group is given; `group=None`, the
+#    default, is the whole world, whose group ranks already are global ranks, and
+#    `dist.get_global_rank(None, r)` raises in torch 2.13);
 # 2. while they travel, compute attention of its queries over the block it holds
 #    (`block_attention` below) and merge the result into the running `(o, lse)` with the
 #    log-sum-exp rule (`merge` below; `o = None` means nothing merged yet);
 # 3. wait for the transfers and return `(o, lse, k_next, v_next)`.
 #
-# Write `ring_step(q, k, v, o, lse, group)`. In a group of one rank there is no one to send to:
-# return the block it holds as the next one. The checker calls it $c_p$ times on each rank
+# Write `ring_step(q, k, v, o, lse, group)`. In a group of one rank there is no one to send to,
+# and gloo refuses a send to oneself: send nothing, merge the block's attention and return the
+# block it holds as the next one (the check runs such a group). The checker calls it $c_p$ times on each rank
 # (non-causal attention, float64, logits ~100), with the whole world and with subgroups, and
 # compares the final `o` with single-process attention and each received block with the block
 # the previous rank held.
@@ -25,6 +28,11 @@
 # what makes a ring fast, and the point of the exercise, but the check cannot see it: a step
 # that waits first passes too. `dist.batch_isend_irecv` or a pair of `isend`/`irecv` are both
 # fine.
+#
+# The course's code: an answer may call torch, the launcher and the answers of the earlier
+# exercises it builds on, not the course's implementation of what the task asks (here
+# `minipar.context_parallel`; `block_attention` and `merge` below are yours); the check fails an
+# answer that calls it, whatever its values.
 
 # %%
 import math
@@ -43,10 +51,11 @@ def block_attention(q, k, v):
 
 
 def merge(o_a, lse_a, o_b, lse_b):
-    lse = torch.logaddexp(lse_a, lse_b)
-    return (
-        torch.exp(lse_a - lse).unsqueeze(-1) * o_a + torch.exp(lse_b - lse).unsqueeze(-1) * o_b
-    ), lse
+    """Exercise 1's merge: (o, lse) over both blocks; both masked (lse = -inf) gives o = 0."""
+    lse = torch.logaddexp(lse_a, lse_b)  # (b, a, n)
+    ref = torch.where(torch.isneginf(lse), torch.zeros_like(lse), lse)  # no -inf - (-inf)
+    w_a, w_b = torch.exp(lse_a - ref).unsqueeze(-1), torch.exp(lse_b - ref).unsqueeze(-1)
+    return w_a * o_a + w_b * o_b, lse
 
 
 # %%

@@ -14,8 +14,13 @@
 #
 # What the check holds you to: the values, within 1e-7 relative, 1e-9 absolute of the full
 # tensor's slice (an all-to-all only moves them), in x's dtype and shape (b, a/cp, s, d); the
-# `ValueError` with 5 heads at cp = 2 and 3. With a one-rank group the slice is x itself: call
+# `ValueError` with 5 heads at cp = 2 and 3, whose message the check compares word for word:
+# `heads (5) must be divisible by cp (2)` (and `(3)`). With a one-rank group the slice is x itself: call
 # the all-to-all or skip it.
+#
+# The course's code: an answer may call torch, the launcher and the answers of the earlier
+# exercises it builds on, not the course's implementation of what the task asks (here
+# `minipar.context_parallel`); the check fails an answer that calls it, whatever its values.
 
 # %%
 import torch

@@ -33,6 +33,10 @@
 # one-rank group the all-gather returns the rank's own K and V: call it or skip it. The check
 # uses only a divisible by a_kv and document lengths that sum to s; raise a `ValueError` naming
 # the rule for other inputs (not graded).
+#
+# The course's code: an answer may call torch, the launcher and the answers of the earlier
+# exercises it builds on, not the course's implementation of what the task asks (here
+# `minipar.context_parallel`); the check fails an answer that calls it, whatever its values.
 
 # %%
 import math

@@ -22,6 +22,11 @@
 # What the check holds you to: here the method is the task: besides the gradients (within 1e-5
 # relative, 1e-6 absolute of one process's), the check counts the all-reduces (one per bucket of
 # the cap) and when they start (before the last gradient is ready).
+#
+# The course's code: an answer may call torch, the launcher and the answers of the earlier
+# exercises it builds on, not the course's implementation of what the task asks (here the
+# all-reduce, bucketed DDP, accumulation and ZeRO of `minipar.data_parallel`); the check fails an
+# answer that calls it, whatever its values.
 # %%
 import torch
 import torch.distributed as dist

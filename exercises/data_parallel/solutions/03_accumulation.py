@@ -4,7 +4,10 @@
 # A rank processes its slice of the batch as `k` micro-batches. Write
 # `accumulation_step(model, dp, micro_batches, loss_fn)`: forward and backward over every
 # `(x, y)` in `micro_batches` so that `.grad` ends up holding the gradient of the **mean loss
-# over all of them**, averaged over ranks, with **one** all-reduce per step.
+# over all of them**, averaged over ranks, with **one** all-reduce per step. The micro-batches
+# are of equal size, so the mean over all of them is the mean of the micro-batches' mean losses
+# (each divided by their number), which is also the mean over the slice's samples. The model's
+# `.grad` is `None` when the check calls you: there is nothing to zero first.
 #
 # `dp` is a `minipar.data_parallel.BucketedDataParallel`: backward launches its all-reduces from
 # gradient hooks, `with dp.no_sync():` turns that off, and `dp.finish()` waits for the
@@ -13,6 +16,12 @@
 #
 # What the check holds you to: the gradients (within 1e-5 relative, 1e-6 absolute of one process's
 # on the global batch) and the method: one backward per micro-batch and one all-reduce per step.
+#
+# The course's code: an answer may call torch, the launcher and the answers of the earlier
+# exercises it builds on, not the course's implementation of what the task asks (here the
+# all-reduce, accumulation and ZeRO of `minipar.data_parallel`; the `dp` you are handed is the
+# course's bucketed DDP, and calling its methods is the exercise); the check fails an answer that
+# calls it, whatever its values.
 # %%
 import contextlib
 

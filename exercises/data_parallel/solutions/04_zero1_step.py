@@ -16,13 +16,21 @@
 # The checker runs 3 steps on 2 and 3 ranks, compares `flat` with one process, and wants the
 # gradients reduce-scattered (an all-reduce moves twice the bytes). Each step's `shard.grad` is
 # that step's mean only: set it, do not add to the previous step's. The check calls your
-# function with `group=None` (the whole world) only: subgroups are not graded in this exercise,
-# but pass `group=` to every collective and use `dist.get_world_size(group)` all the same, as
-# in exercise 1.
+# function with the whole world (`group=None`) on 2 and 3 ranks, and on 3 ranks also with
+# `group=` the ranks {0, 1} (and {2} alone), each group training on its own data as a world of
+# its size would: pass `group=` to every collective and use `dist.get_world_size(group)` and
+# `dist.get_rank(group)`, as in exercise 1. `shard` is a copy of its slice of `flat`, with its
+# own storage, not a view: the optimizer step changes `shard` only, and `flat` changes only
+# through your all-gather, which writes every rank's updated shard, this rank's too.
 #
 # What the check holds you to: the parameters after each step (within 1e-5 relative, 1e-6 absolute
 # of one process's) and the method: the gradients go through a reduce-scatter, not an all-reduce,
 # and each rank keeps only its shard's optimizer state.
+#
+# The course's code: an answer may call torch, the launcher and the answers of the earlier
+# exercises it builds on, not the course's implementation of what the task asks (here the
+# all-reduce, bucketed DDP, accumulation and ZeRO of `minipar.data_parallel`); the check fails an
+# answer that calls it, whatever its values.
 # %%
 import torch
 import torch.distributed as dist

@@ -20,6 +20,11 @@
 # and be within 1e-7 relative, 1e-9 absolute of Σ gate · expert output, and so must the
 # gradients that reach `out` and `gate`. With a one-rank group the course's `all_to_all` returns
 # its input: calling it is fine.
+#
+# The course's code: an answer may call torch, the launcher and the answers of the earlier
+# exercises it builds on, not the course's implementation of what the task asks (here
+# `minipar.expert_parallel`, except its `all_to_all`, which this exercise hands you); the check
+# fails an answer that calls it, whatever its values.
 # %%
 import torch
 

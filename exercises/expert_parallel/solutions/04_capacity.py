@@ -12,6 +12,10 @@
 # shapes and capacities, including a capacity no expert reaches and a capacity of 1.
 #
 # What the check holds you to: a bool mask of shape (n, K), exactly the reference's.
+#
+# The course's code: an answer may call torch, the launcher and the answers of the earlier
+# exercises it builds on, not the course's implementation of what the task asks (here
+# `minipar.expert_parallel`); the check fails an answer that calls it, whatever its values.
 # %%
 import torch
 

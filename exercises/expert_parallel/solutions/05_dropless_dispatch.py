@@ -37,6 +37,10 @@
 # same collective calls as the others. The receive buffer is in `x`'s dtype too
 # (`torch.empty` without a dtype is float32). It only uses E divisible by ep; for another E raise a `ValueError` naming
 # the rule (not graded).
+#
+# The course's code: an answer may call torch, the launcher and the answers of the earlier
+# exercises it builds on, not the course's implementation of what the task asks (here
+# `minipar.expert_parallel`); the check fails an answer that calls it, whatever its values.
 # %%
 import torch
 import torch.distributed as dist

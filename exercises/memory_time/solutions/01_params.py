@@ -10,6 +10,11 @@
 #
 # What the check holds you to: a number (an int, a float or a one-element tensor) within 1e-6
 # relative.
+#
+# The course's code: an answer may call torch, the launcher and the answers of the earlier
+# exercises it builds on, not the course's implementation of what the task asks (here the formulas
+# of `minipar.cost`; the GPT of `minipar.model` you measure is yours to call); the check fails an
+# answer that calls it, whatever its values.
 # %%
 from minipar.grading import check
 

@@ -6,7 +6,20 @@
 # of bf16 weights, 2 of bf16 gradients, 12 of fp32 optimizer state per parameter) on `d`
 # data-parallel GPUs with ZeRO stage `stage` (0 = plain data parallelism). Return **bytes**.
 # The checker compares with ZeRO's Figure 1 (7.5B parameters, d = 64) and Table 1.
+#
+# What the check holds you to: a number of bytes within 1e-6 relative, and one rule. The course's
+# code: an answer may call torch, the launcher and the answers of the earlier exercises it builds
+# on, not the course's implementation of what the task asks (here the formulas of `minipar.cost`;
+# the GPT, ZeRO and the launcher that (b) names are yours to call); the check fails an answer that
+# calls it, whatever its values.
 # %%
+import torch
+import torch.nn.functional as F
+
+from minipar.data_parallel.zero import ZeRO
+from minipar.model import GPTConfig, gpt
+from minipar.runtime.launch import run
+
 from minipar.grading import check
 
 
@@ -41,18 +54,12 @@ check("memory_time.zero_bytes", zero_bytes)
 #
 # Then write `predict_adam_state_bytes(psi, d, stage)`: this model trains in fp32, so Adam keeps
 # two fp32 moments per parameter; from stage 1 on each of the `d` ranks keeps only its shard.
-# The checker runs your measurement on 2 and 3 ranks for stages 0, 1 and 2, compares it with
-# its own, and wants your prediction within 1 % of it (ZeRO pads Ψ up to a multiple of d).
+# The checker runs your measurement on 2 and 3 ranks for stages 0, 1 and 2 and compares it
+# with its own measurement of the same seeded step **exactly** (the same bytes, no tolerance:
+# the scalar `step` counters left out, as above; counting them fails), and wants your prediction
+# within 1 % of it (ZeRO pads Ψ up to a multiple of d).
 # Try it first: `run(adam_state_bytes, 2, 1, backend="gloo")` gives one number per rank.
 # %%
-import torch
-import torch.nn.functional as F
-
-from minipar.data_parallel.zero import ZeRO
-from minipar.model import GPTConfig, gpt
-from minipar.runtime.launch import run
-
-
 def adam_state_bytes(rank, world_size, stage):
     """On each rank: the bytes of Adam's moments this rank holds after one ZeRO step."""
     # BEGIN SOLUTION

@@ -14,6 +14,11 @@
 # The checker simulates your lists for several `p` and `m` (a deadlock, a wrong stage, a
 # warm-up off by one or too many micro-batches in flight is named), then trains one step with
 # them on 3 gloo ranks and compares the gradients with one process.
+#
+# What the check holds you to: the results, and one rule. The course's code: an answer may call
+# torch, the launcher and the answers of the earlier exercises it builds on, not the course's
+# implementation of what the task asks (here `minipar.pipeline_parallel`); the check fails an
+# answer that calls it, whatever its values.
 # %%
 from minipar.grading import check
 

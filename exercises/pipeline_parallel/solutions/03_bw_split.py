@@ -17,6 +17,11 @@
 #
 # What the check holds you to: x's gradient in x's dtype and shape, within 1e-10 absolute; the
 # weights' gradients added to `.grad` (never overwritten), within 1e-10.
+#
+# The course's code: an answer may call torch, the launcher and the answers of the earlier
+# exercises it builds on, not the course's implementation of what the task asks (here
+# `minipar.pipeline_parallel`, except the stage the check hands you); the check fails an answer
+# that calls it, whatever its values.
 # %%
 import torch
 

@@ -10,6 +10,11 @@
 #
 # Write `interleaved(rank, p, m, v)` returning rank `rank`'s actions `(op, stage, microbatch)`
 # (`m` is a multiple of `p`). The checker simulates your lists and names the first slip.
+#
+# What the check holds you to: the results, and one rule. The course's code: an answer may call
+# torch, the launcher and the answers of the earlier exercises it builds on, not the course's
+# implementation of what the task asks (here `minipar.pipeline_parallel`); the check fails an
+# answer that calls it, whatever its values.
 # %%
 from minipar.grading import check
 

@@ -28,6 +28,11 @@
 # What the check holds you to: only the results: the output and every gradient in float64 within
 # 1e-7 relative, 1e-9 absolute of the unsharded MLP's, with shards that are copies of the full
 # weights (not views). With a one-rank group the shard is the whole MLP.
+#
+# The course's code: an answer may call torch, the launcher and the answers of the earlier
+# exercises it builds on, not the course's implementation of what the task asks (here
+# `minipar.tensor_parallel`, except f and g (`copy_to_tp_region`, `reduce_from_tp_region`), the
+# answers of exercise 1); the check fails an answer that calls it, whatever its values.
 # %%
 import torch
 import torch.distributed as dist

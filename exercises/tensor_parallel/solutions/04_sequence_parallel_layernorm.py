@@ -21,6 +21,11 @@
 # What the check holds you to: only the results: the gathered output and the gradients in float64
 # within 1e-7 relative, 1e-9 absolute of one process's (an all-reduce then a slice is an accepted,
 # if chattier, reduce-scatter).
+#
+# The course's code: an answer may call torch, the launcher and the answers of the earlier
+# exercises it builds on, not the course's implementation of what the task asks (here
+# `minipar.tensor_parallel`, except f and g (`copy_to_tp_region`, `reduce_from_tp_region`), the
+# answers of exercise 1); the check fails an answer that calls it, whatever its values.
 # %%
 import torch
 import torch.distributed as dist

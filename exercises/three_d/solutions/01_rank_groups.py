@@ -9,6 +9,12 @@
 # ranks it is given (a pipeline group's stage i is still its i-th smallest rank). The check
 # tries several shapes, some of them not powers of two, and names the mix-up if your groups
 # follow another order.
+#
+# What the check holds you to: the results, and one rule. The course's code: an answer may call
+# torch, the launcher and the answers of the earlier exercises it builds on, not the course's
+# implementation of what the task asks (here the grids of `minipar.three_d` and `minipar.grid` and
+# the planner of `minipar.cost.planner`); the check fails an answer that calls it, whatever its
+# values.
 # %%
 from minipar.grading import check
 

@@ -13,6 +13,12 @@
 # each ZeRO-3 micro-batch gathers every layer again. Then check your candidate, and only your
 # candidate, with `minipar plan --model gpt3-175b --gpus 1024 --global-batch 1536 --tp T --pp P`
 # (T and P yours) and compare a neighbour or two the same way.
+#
+# What the check holds you to: the results, and one rule. The course's code: an answer may call
+# torch, the launcher and the answers of the earlier exercises it builds on, not the course's
+# implementation of what the task asks (here the planner's search in `minipar.cost.planner`
+# (running `minipar plan` on your candidate is fine)); the check fails an answer that calls it,
+# whatever its values.
 # %%
 from minipar.grading import check
 

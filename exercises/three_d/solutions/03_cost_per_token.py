@@ -6,6 +6,11 @@
 # and consumes `global_batch` sequences of `seq` tokens, at `usd_per_gpu_hour` dollars per
 # GPU-hour. The check uses, among others, the article prices of an H100 SXM ($2.69) and an
 # H100 PCIe ($1.99) GPU-hour.
+#
+# What the check holds you to: the results, and one rule. The course's code: an answer may call
+# torch, the launcher and the answers of the earlier exercises it builds on, not the course's
+# implementation of what the task asks (here the planner of `minipar.cost.planner` and the grids);
+# the check fails an answer that calls it, whatever its values.
 # %%
 from minipar.grading import check
 

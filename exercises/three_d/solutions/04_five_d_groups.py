@@ -28,6 +28,12 @@
 # (nor t, nor cp), and a `ValueError` for a shape where ep divides t·cp·d fails the check. The check tries several shapes, some not powers
 # of two, one with p, d and cp all above one, some where ep does not divide d, and names the
 # slip when your groups follow a known wrong rule.
+#
+# What the check holds you to: the results, and one rule. The course's code: an answer may call
+# torch, the launcher and the answers of the earlier exercises it builds on, not the course's
+# implementation of what the task asks (here the grids of `minipar.grid` and `minipar.three_d` and
+# the planner of `minipar.cost.planner`); the check fails an answer that calls it, whatever its
+# values.
 # %%
 from minipar.grading import check
 

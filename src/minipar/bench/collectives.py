@@ -31,7 +31,7 @@ from minipar.runtime import device
 from minipar.runtime.timing import timed
 
 from .collectives_report import plot, table
-from .common import add_backend, add_json, add_options, check, emit
+from .common import add_backend, add_json, add_options, check, check_writable, emit
 
 _SWEEPS = tomllib.loads(Path(__file__).with_name("collectives_sweeps.toml").read_text("utf-8"))
 ASSUMED_ALGORITHM = _SWEEPS["algorithm"]  # op -> the algorithm we assume the backend uses
@@ -53,8 +53,8 @@ def _call(op: str, numel: int, n: int):
     part = torch.ones(numel // n, device=device.get_device())  # (S/4n,)
     if op == "all-reduce":
         return lambda: dist.all_reduce(full)
-    # the long-standing names (torch >= 2.0): all_gather_single / reduce_scatter_single are
-    # missing from torch 2.11, which a GPU node may have
+    # the long-standing names (torch >= 2.0), which any torch a GPU node carries has; the
+    # course's pinned torch 2.13 also has all_gather_single / reduce_scatter_single
     if op == "all-gather":
         return lambda: dist.all_gather_into_tensor(full, part)
     if op == "reduce-scatter":
@@ -241,9 +241,8 @@ def _main(args) -> int:
                 f"--plot {args.plot} needs matplotlib, which is not installed "
                 "(pip install matplotlib, or the [book] extra)"
             )
-        folder = os.path.dirname(os.path.abspath(args.plot))
-        if not os.path.isdir(folder):
-            raise InputError(f"--plot {args.plot}: folder {folder} does not exist")
+    check_writable(args.out, "--out")
+    check_writable(args.plot, "--plot")
 
     def measure() -> dict:
         try:

@@ -15,7 +15,8 @@ For every notebook under PATH the grader
    learner's line), or the cell the kernel died in and how.
 
 Progress goes to stderr: one line as each notebook starts and ends, and a heartbeat for a cell
-running past 10 s. Results are keyed by the notebook's full path. Exit status: 0 whatever the
+running past 10 s, with the CPU-seconds its busiest process used of its budget
+(:func:`budget_used`). Results are keyed by the notebook's full path. Exit status: 0 whatever the
 score (the score is the result), 2 for a bad path or argument, 3 when no path holds a task (not
 an exercise notebook), 128 + N after signal N (SIGINT, SIGTERM, SIGHUP: the kernels and every
 process under them are stopped and every file the call made is removed first).
@@ -38,7 +39,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from minipar.errors import InputError
-from minipar.grading.limits import KERNEL_MEMORY_BYTES
+from minipar.grading.limits import CELL_LIMIT, CPU_LIMIT, KERNEL_MEMORY_BYTES, TIME_LIMIT
 from minipar.grading.notebooks import (
     cell_tasks,
     expected_tasks,
@@ -129,6 +130,21 @@ def _read_log(path: Path) -> list[dict]:
         with contextlib.suppress(ValueError):
             records.append(json.loads(line))
     return records
+
+
+def budget_used(cpu: float, check: bool) -> str:
+    """The progress line's CPU part: the CPU-seconds the cell's busiest process (the kernel, or
+    one rank) used, of the budget at which a runaway is stopped: a check's
+    (:data:`~minipar.grading.limits.TIME_LIMIT` in the kernel,
+    :data:`~minipar.grading.limits.CPU_LIMIT` per rank) or a cell's own
+    (:data:`~minipar.grading.limits.CELL_LIMIT`). Wall time on a busy machine is longer; the
+    budget is not."""
+    budget = max(TIME_LIMIT, CPU_LIMIT) if check else CELL_LIMIT
+    return f"{cpu:.0f} of its {budget:g} CPU-s budget used"
+
+
+def _is_check(learner, i) -> bool:
+    return i is not None and bool(cell_tasks(learner[i].get("source") or ""))
 
 
 def _cell_name(learner, i) -> str:
@@ -338,8 +354,12 @@ def _grade_one(item: _Notebook, tmp: Path, tag: str, timeout, say, tally: _Tally
     copy, origin = graded_copy(item.nb, cwd, str(log))
 
     def beat(k, seconds, cpu):
-        where = _cell_name(item.nb.cells, origin[k])
-        say(f"{tag}: {where} still running after {seconds:.0f} s ({cpu:.0f} CPU-s so far)")
+        i = origin[k]
+        where = _cell_name(item.nb.cells, i)
+        say(
+            f"{tag}: {where} still running after {seconds:.0f} s: "
+            + budget_used(cpu, _is_check(item.nb.cells, i))
+        )
 
     run = run_notebook([c.source for c in copy.cells], folder, cwd, timeout=timeout, heartbeat=beat)
     before = len(tally.rows)

@@ -1,8 +1,9 @@
 """Checkers for the collectives exercises (``exercises/collectives``).
 
 The send/recv exercises run the learner's function on 2, 3 and 4 gloo ranks, one launch per world
-size running every case in turn (sizes divisible by n and not, fewer elements than ranks,
-float32, float64 and int64), and compare with ``torch.distributed``'s own collective. The tracer
+size (the ``[layouts]`` of its clause table) running every case in turn (sizes divisible by n
+and not, fewer elements than ranks, float32, float64 and int64), and compare with
+``torch.distributed``'s own collective. The tracer
 checks the traffic (each rank sends the ring's 2(n−1)/n·S bytes) and the peers (a ring talks only
 to its two neighbours); calls into the course's own ``minipar.collectives`` are rejected. A first
 case makes mistakes readable: rank r holds 8^r, so the base-8 digits of a sum count how often
@@ -19,12 +20,11 @@ from minipar.cost.network import collectives as cc
 from minipar.grading import GradeFailure, as_number, close_number, reason_for
 from minipar.grading.compare import type_error
 from minipar.grading.declare import Chapter
-from minipar.grading.imports import course_calls, forbidden_modules
-from minipar.grading.limits import LimitExceeded, RankFailure, run_ranks
+from minipar.grading.imports import course_calls, course_reason, forbidden_modules
+from minipar.grading.limits import LimitExceeded, RankFailure
 from minipar.runtime.launch import RankError
 
 CH = Chapter("collectives")  # its tasks' PASS lines and named mistakes: clauses/collectives.toml
-RANKS = (2, 3, 4)
 _FORBIDDEN = forbidden_modules("collectives")  # minipar.collectives, minipar.cost: the answers
 
 
@@ -149,36 +149,55 @@ def _gather_on_rank(rank, n, fn):
     return out
 
 
-def _run(worker, n, fn):
-    """The ranks under the grader's shared limits; a failure names the case it happened in."""
-    try:
-        return run_ranks(worker, n, fn)
-    except LimitExceeded as e:
+def _on_error(e, n):
+    """A rank's failure as one reason naming the case it happened in (the send/recv cases write
+    their own "running case" lines; a deadlock gets the unmatched-send hint)."""
+    if isinstance(e, LimitExceeded):
         logs = " ".join(getattr(e, "logs", {}).values())
         case = re.findall(r"minipar check: running case ([^\n]*)", logs)
         hint = CH.why("unmatched send hint") if e.kind == "deadlock" else ""
-        raise GradeFailure(
+        return GradeFailure(
             (f"{case[-1]}: " if case else f"n={n}: ") + str(e).split(" -- ")[0] + hint
-        ) from None
-    except RankFailure as e:
+        )
+    if isinstance(e, RankFailure):
         m = re.match(r"(?:\w+\.)*(CaseError|BufferError_): (.*)", e.summary, re.S)
         if m and m.group(1) == "BufferError_":
-            raise GradeFailure(f"rank {e.rank}, {m.group(2)}") from None
+            return GradeFailure(f"rank {e.rank}, {m.group(2)}")
         if m:
-            raise GradeFailure(
+            return GradeFailure(
                 reason_for(RankError(e.rank, m.group(2), e.remote_traceback)).replace(
                     "your code raised on rank", "your code raised, on rank"
                 )
-            ) from None
+            )
         case = re.findall(r"minipar check: running case ([^\n]*)", e.stderr_tail)
-        raise GradeFailure((f"{case[-1]}: " if case else f"n={n}: ") + str(e)) from None
+        return GradeFailure((f"{case[-1]}: " if case else f"n={n}: ") + str(e))
+    return None
+
+
+def _ring_body(rank, n, group, fn):
+    return {"cases": _ring_on_rank(rank, n, fn)}
+
+
+def _gather_body(rank, n, group, fn):
+    return {"cases": _gather_on_rank(rank, n, fn)}
+
+
+# 2, 3 and 4 ranks, the whole world each ([layouts] of the clause table)
+RANKS = CH.layouts(on_error=_on_error)
+
+
+def _cases_of(body, candidate):
+    """(rank, world size, that rank's cases) of every launch, in order."""
+    for batch in RANKS.batches(body, candidate):
+        for c in batch:
+            yield c["rank"], c["world"], c["cases"]
 
 
 def _common(res, rank, what):
     if res["ops"]:
         raise CH.fail("called a collective", res["where"], ops=", ".join(res["ops"]), what=what)
     if res["used"]:
-        raise CH.fail("called the course", res["where"], used=", ".join(res["used"]), what=what)
+        raise GradeFailure(f"{res['where']}: " + course_reason(res["used"][0]))
 
 
 # ----------------------------------------------------------------------------- diagnosis
@@ -228,86 +247,79 @@ def _ring_peers(res, rank, n, what):
 def check_ring_all_reduce(candidate):
     import torch  # noqa: PLC0415 (lazy: torch)
 
-    for n in RANKS:
-        per_rank = _run(_ring_on_rank, n, candidate)
-        for r, cases in enumerate(per_rank):
-            for res in cases:
-                _common(res, r, "the ring all-reduce")
-                where = res["where"]
-                got, ref = res["got"], res["ref"]
-                if not torch.allclose(got.double(), ref.double(), rtol=1e-4, atol=1e-5):
-                    ret = res["returned"]
-                    if (
-                        ret is not None
-                        and ret.shape == ref.shape
-                        and torch.allclose(ret.double(), ref.double(), rtol=1e-4, atol=1e-5)
-                    ):
-                        raise CH.fail("not in place", where)
-                    why = _diagnose_sum(r, n, res["digits"]) if "digits" in res else None
-                    err = (got.double() - ref.double()).abs().max().item()
-                    raise GradeFailure(f"{where}: " + (why or CH.why("sum differs", r=r, err=err)))
-                if res["returned"] is None or not torch.equal(res["returned"], got):
-                    wrong = res["returned"] is not None and type_error(res["returned"], got)
-                    raise GradeFailure(
-                        f"{where}: rank {r} returned "
-                        + (f"a tensor of another type ({wrong})" if wrong else res["returned_type"])
-                        + "; return the tensor you summed into"
-                    )
-                S = res["numel"] * res["elsize"]
-                expected = cc.ring_bytes_per_rank("all-reduce", n, S)
-                if res["numel"] % n == 0 and res["sent"] != expected:
-                    raise CH.fail(
-                        "ring bytes", where, r=r, sent=res["sent"], expected=expected, S=S
-                    )
-                _ring_peers(res, r, n, "is this a direct exchange rather than a ring?")
+    for r, n, cases in _cases_of(_ring_body, candidate):
+        for res in cases:
+            _common(res, r, "the ring all-reduce")
+            where = res["where"]
+            got, ref = res["got"], res["ref"]
+            if not torch.allclose(got.double(), ref.double(), rtol=1e-4, atol=1e-5):
+                ret = res["returned"]
+                if (
+                    ret is not None
+                    and ret.shape == ref.shape
+                    and torch.allclose(ret.double(), ref.double(), rtol=1e-4, atol=1e-5)
+                ):
+                    raise CH.fail("not in place", where)
+                why = _diagnose_sum(r, n, res["digits"]) if "digits" in res else None
+                err = (got.double() - ref.double()).abs().max().item()
+                raise GradeFailure(f"{where}: " + (why or CH.why("sum differs", r=r, err=err)))
+            if res["returned"] is None or not torch.equal(res["returned"], got):
+                wrong = res["returned"] is not None and type_error(res["returned"], got)
+                raise GradeFailure(
+                    f"{where}: rank {r} returned "
+                    + (f"a tensor of another type ({wrong})" if wrong else res["returned_type"])
+                    + "; return the tensor you summed into"
+                )
+            S = res["numel"] * res["elsize"]
+            expected = cc.ring_bytes_per_rank("all-reduce", n, S)
+            if res["numel"] % n == 0 and res["sent"] != expected:
+                raise CH.fail("ring bytes", where, r=r, sent=res["sent"], expected=expected, S=S)
+            _ring_peers(res, r, n, "is this a direct exchange rather than a ring?")
 
 
 @CH.task("all_gather")
 def check_all_gather(candidate):
     import torch  # noqa: PLC0415 (lazy: torch)
 
-    for n in RANKS:
-        for r, cases in enumerate(_run(_gather_on_rank, n, candidate)):
-            for res in cases:
-                _common(res, r, "the all-gather")
-                got, ref, numel = res["got"], res["ref"], res["numel"]
-                where = f"{res['where']}, rank {r}"
-                if got is None:
-                    raise CH.fail("gather not a tensor", where, returned_type=res["returned_type"])
-                if tuple(got.shape) != tuple(ref.shape):
-                    raise CH.fail(
-                        "gather shape",
-                        where,
-                        shape=tuple(got.shape),
-                        want=tuple(ref.shape),
-                        numel=numel,
-                    )
-                if got.dtype != ref.dtype:
-                    raise CH.fail(
-                        "gather dtype", where, dtype=str(got.dtype)[6:], chunk=str(ref.dtype)[6:]
-                    )
-                if not torch.equal(got, ref):
-                    blocks, want = got.view(n, numel), ref.view(n, numel)  # (n, numel)
-                    for i in range(n):
-                        if torch.equal(blocks[i], want[i]):
-                            continue
-                        src = [k for k in range(n) if torch.equal(blocks[i], want[k])]
-                        if src:
-                            raise CH.fail("block from another rank", where, i=i, src=src[0])
-                        raise CH.fail("block never arrived", where, i=i)
-                S = n * numel * res["elsize"]
-                expected = cc.ring_bytes_per_rank("all-gather", n, S)
-                if res["sent"] != expected:
-                    raise CH.fail(
-                        "gather bytes", where, r=r, sent=res["sent"], expected=expected, S=S
-                    )
+    for r, n, cases in _cases_of(_gather_body, candidate):
+        for res in cases:
+            _common(res, r, "the all-gather")
+            got, ref, numel = res["got"], res["ref"], res["numel"]
+            where = f"{res['where']}, rank {r}"
+            if got is None:
+                raise CH.fail("gather not a tensor", where, returned_type=res["returned_type"])
+            if tuple(got.shape) != tuple(ref.shape):
+                raise CH.fail(
+                    "gather shape",
+                    where,
+                    shape=tuple(got.shape),
+                    want=tuple(ref.shape),
+                    numel=numel,
+                )
+            if got.dtype != ref.dtype:
+                raise CH.fail(
+                    "gather dtype", where, dtype=str(got.dtype)[6:], chunk=str(ref.dtype)[6:]
+                )
+            if not torch.equal(got, ref):
+                blocks, want = got.view(n, numel), ref.view(n, numel)  # (n, numel)
+                for i in range(n):
+                    if torch.equal(blocks[i], want[i]):
+                        continue
+                    src = [k for k in range(n) if torch.equal(blocks[i], want[k])]
+                    if src:
+                        raise CH.fail("block from another rank", where, i=i, src=src[0])
+                    raise CH.fail("block never arrived", where, i=i)
+            S = n * numel * res["elsize"]
+            expected = cc.ring_bytes_per_rank("all-gather", n, S)
+            if res["sent"] != expected:
+                raise CH.fail("gather bytes", where, r=r, sent=res["sent"], expected=expected, S=S)
 
 
 @CH.task("alpha_beta_time")
 def check_alpha_beta_time(candidate):
     for n, S, a, bw in CH.data["configs"]["alpha_beta_time"]:  # [configs] of its clause table
         want = cc.collective_time("all-reduce", "ring", n, S, a, bw)
-        got = as_number(candidate(n, S, a, bw), "return seconds as a number")
+        got = as_number(CH.call(candidate, n, S, a, bw), "return seconds as a number")
         if abs(got - want) <= 1e-6 * want:
             continue
         where = f"n={n}, S={S:g} B, α={a:g} s, bandwidth={bw:g} B/s"
@@ -327,7 +339,10 @@ def check_busbw(candidate):
         for n in (2, 8):
             S, t = 1e9, 0.02
             want = cc.busbw(op, n, S, t)
-            got = as_number(candidate(op, n, S, t), "return bytes/s as a number")
+            try:
+                got = as_number(CH.call(candidate, op, n, S, t), "return bytes/s as a number")
+            except KeyError as e:  # a table keyed on another spelling of op
+                raise CH.fail("op spelling", op=op, key=e.args[0] if e.args else "") from None
             if abs(got - want) <= 1e-6 * want:
                 continue
             where = f"{op}, n={n}, S={S:g} B, t={t} s"
@@ -338,7 +353,7 @@ def check_busbw(candidate):
 
 @CH.task("gradient_sync")
 def check_gradient_sync(candidate):
-    ans = candidate()
+    ans = CH.call(candidate)
     if not isinstance(ans, dict) or not {"S_bytes", "bandwidth", "seconds"} <= set(ans):
         raise GradeFailure("return a dict with keys S_bytes, bandwidth, seconds")
     S = 1.5e9 * 4

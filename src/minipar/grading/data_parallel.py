@@ -1,6 +1,7 @@
 """Checkers for the data-parallel exercises (``exercises/data_parallel``).
 
-Each runs the learner's code on gloo ranks through :func:`minipar.grading.limits.run_ranks` and
+Each runs the learner's code on gloo ranks, on the layouts its clause table declares
+(``[layouts.<task>]``, launched by :meth:`~minipar.grading.declare.Layouts.launch`), and
 compares with a single-process run on the whole batch. When the answer is wrong, the checker
 recomputes the outcome of each classic mistake in one process (summing instead of averaging,
 not communicating, averaging parameters, syncing every micro-step, skipping the all-gather) and
@@ -9,12 +10,13 @@ names the one the answer matches.
 
 from __future__ import annotations
 
-from minipar.grading import GradeFailure, run_ranks
+from minipar.grading import GradeFailure
 from minipar.grading.compare import same
-from minipar.grading.declare import Chapter
+from minipar.grading.declare import Chapter, after_whole, not_whole_world_hint
 
 # its tasks' PASS lines and the words of the mistakes it names: clauses/data_parallel.toml
 CH = Chapter("data_parallel")
+_DDP = ("BucketedDataParallel",)  # the accumulation exercise is handed the course's DDP
 
 BATCH = 12  # divisible by 2, 3 and 4 ranks
 
@@ -98,30 +100,27 @@ def _local_grads(x, y):
     return model
 
 
-def _average_on_rank(rank, n, fn):
+def _average_body(gr, size, group, fn):
+    """The whole world: ``fn(model)``; a subgroup: ``fn(model, group=group)`` (ranks 0 and 1
+    average, rank 2 is alone), each rank's model holding the gradients of its world slice."""
     import torch  # noqa: PLC0415 (lazy: torch)
     import torch.distributed as dist  # noqa: PLC0415 (lazy: torch)
 
     from minipar.data_parallel.models import token_batches  # noqa: PLC0415 (lazy: torch)
     from minipar.runtime.tracer import trace  # noqa: PLC0415 (lazy: tracer)
 
+    rank, n = dist.get_rank(), dist.get_world_size()
     x, y = token_batches(1, BATCH)[0]
     x, y = x.chunk(n)[rank], y.chunk(n)[rank]
     model = _local_grads(x, y)
     before = [p.detach().clone() for p in model.parameters()]
     with trace() as tr:
-        fn(model)
-    out = dict(
+        fn(model) if group is None else fn(model, group=group)
+    return dict(
         changed=any(not torch.equal(a, p) for a, p in zip(before, model.parameters())),
         grads=_grads(model),
         bytes=tr.bytes(),
     )
-    if n == 3:  # group honoured? ranks 0 and 1 average; rank 2 is alone
-        pair, alone = dist.new_group([0, 1]), dist.new_group([2])
-        model = _local_grads(x, y)
-        fn(model, group=pair if rank < 2 else alone)
-        out["sub"] = _grads(model)
-    return out
 
 
 def _check_subgroup(results) -> None:
@@ -132,7 +131,7 @@ def _check_subgroup(results) -> None:
     summed_pair_over_3 = [None if a is None else (a + b) / 3 for a, b in zip(local[0], local[1])]
     for rank, r in enumerate(results):
         want = pair if rank < 2 else local[2]
-        got = r["sub"]
+        got = r["grads"]
         if all(w is None or _same(g, w) for g, w in zip(got, want)):
             continue
         if rank < 2 and all(w is None or _same(g, w) for g, w in zip(got, everyone)):
@@ -142,19 +141,23 @@ def _check_subgroup(results) -> None:
         raise CH.fail("not the group's mean", rank=rank)
 
 
+AVERAGE = CH.layouts("average")  # 2 ranks; 3 ranks, then groups {0, 1} and {2} of them
+
+
 @CH.task("average_gradients")
 def check_average_gradients(fn, **_):
     ref = _reference_grads()
-    for n in (2, 3):
-        results = run_ranks(_average_on_rank, n, fn)
-        for rank, r in enumerate(results):
-            _diagnose_grads(r["grads"], ref, n, rank, r["changed"], r["bytes"])
-        if n == 3:
-            _check_subgroup(results)
+    for batch in AVERAGE.batches(_average_body, fn):
+        for r in (c for c in batch if c["whole"]):
+            _diagnose_grads(r["grads"], ref, r["world"], r["rank"], r["changed"], r["bytes"])
+        sub = [c for c in batch if not c["whole"]]
+        if sub:
+            _check_subgroup(sub)
 
 
 # ----------------------------------------------------------------------------- 02 bucketed
 BUCKET_RANKS, CAP = 3, 2048  # 3 ranks: a hard-coded "/ 2" shows
+BUCKETED = CH.layouts("bucketed")  # the whole world of BUCKET_RANKS ranks
 
 
 def expected_buckets(model, cap: int) -> int:
@@ -168,7 +171,8 @@ def expected_buckets(model, cap: int) -> int:
     return count
 
 
-def _bucketed_on_rank(rank, n, make, cap):
+def _bucketed_body(rank, n, group, fn):
+    make, cap = fn
     import torch  # noqa: PLC0415 (lazy: torch)
     import torch.nn.functional as F  # noqa: PLC0415 (lazy: torch)
 
@@ -221,7 +225,7 @@ def check_bucketed(make, **_):
 
     n, cap = BUCKET_RANKS, CAP
     ref = _reference_grads()
-    results = run_ranks(_bucketed_on_rank, n, make, cap)
+    results = list(BUCKETED.launch(_bucketed_body, (make, cap)))
     model = _model()
     psi = sum(p.numel() for p in model.parameters() if p.requires_grad)
     buckets = expected_buckets(model, cap)
@@ -251,9 +255,10 @@ def check_bucketed(make, **_):
 
 # ----------------------------------------------------------------------------- 03 accumulation
 K, ACC_RANKS = 4, 3  # micro-batches per step, ranks (neither is 2)
+ACCUMULATION = CH.layouts("accumulation", allow=_DDP)  # the whole world of ACC_RANKS ranks
 
 
-def _accumulation_on_rank(rank, n, fn):
+def _accumulation_body(rank, n, group, fn):
     import torch.nn.functional as F  # noqa: PLC0415 (lazy: torch)
 
     from minipar.data_parallel import BucketedDataParallel  # noqa: PLC0415 (lazy: torch)
@@ -271,10 +276,10 @@ def _accumulation_on_rank(rank, n, fn):
     return dict(grads=_grads(model), calls=tr.count("all_reduce"), backwards=len(backwards))
 
 
-@CH.task("accumulation")
+@CH.task("accumulation", allow=_DDP)
 def check_accumulation(fn, **_):
     n = ACC_RANKS
-    results = run_ranks(_accumulation_on_rank, n, fn)
+    results = list(ACCUMULATION.launch(_accumulation_body, fn))
     ref = _reference_grads(micro=1, batch=BATCH * K // 2 * n)
     for rank, r in enumerate(results):
         if r["backwards"] != K:
@@ -296,6 +301,8 @@ def check_accumulation(fn, **_):
 
 # ----------------------------------------------------------------------------- 04 ZeRO-1
 P, STEPS = 24, 3
+# the whole world of 2, then of 3 ranks, then groups {0, 1} and {2} of the 3
+ZERO1 = CH.layouts("zero1", hint=not_whole_world_hint("DP"))
 
 
 def _zero1_problem():
@@ -306,11 +313,14 @@ def _zero1_problem():
     return X, y, torch.randn(P, generator=g) / 4
 
 
-def _zero1_on_rank(rank, n, fn):
+def _zero1_body(rank, n, group, fn):
+    """``rank`` of ``n``: the rank in its group and the group's size; a group trains alone on
+    its own data, as a world of ``n`` ranks would (``fn`` gets ``group=`` only in a subgroup)."""
     import torch  # noqa: PLC0415 (lazy: torch)
 
     from minipar.runtime.tracer import trace  # noqa: PLC0415 (lazy: tracer)
 
+    kw = {} if group is None else {"group": group}
     X, y, w0 = _zero1_problem()
     flat = w0.clone()  # (P,) on every rank
     shard = torch.nn.Parameter(flat[rank * P // n : (rank + 1) * P // n].clone())  # (P/n,)
@@ -320,7 +330,7 @@ def _zero1_on_rank(rank, n, fn):
         for _ in range(STEPS):
             w = flat.clone().requires_grad_(True)
             ((Xr @ w - yr) ** 2).mean().backward()
-            fn(flat, w.grad, shard, opt)
+            fn(flat, w.grad, shard, opt, **kw)
     return dict(
         flat=flat,
         ops={op: s.bytes for op, s in tr.summary().items()},
@@ -349,24 +359,28 @@ def _zero1_reference(n, mode):
 
 @CH.task("zero1_step")
 def check_zero1_step(fn, **_):
-    for n in (2, 3):
-        results = run_ranks(_zero1_on_rank, n, fn)
+    _, _, w0 = _zero1_problem()
+    for r in after_whole(ZERO1.launch(_zero1_body, fn)):
+        n, rank, where = r["size"], r["gr"], r["where"]
         ref = _zero1_reference(n, "exact")
-        for rank, r in enumerate(results):
-            got, lo, hi = r["flat"], rank * P // n, (rank + 1) * P // n
-            if _same(got, ref, atol=1e-5):
-                if r["state"] > P // n:
-                    raise CH.fail("optimizer state not sharded")
-                if "reduce_scatter" not in r["ops"] or "all_reduce" in r["ops"]:
-                    used = ", ".join(sorted(set(r["ops"]) - {"all_gather"})) or "nothing"
-                    raise CH.fail("no reduce-scatter", n=n, used=used)
-                continue
-            if _same(got, _zero1_reference(n, "sum"), atol=1e-5):
-                raise CH.fail("zero1 summed", n=n)
-            if _same(got, _zero1_reference(n, "accumulate"), atol=1e-5):
-                raise CH.fail("gradient accumulated across steps", rank=rank, n=n, STEPS=STEPS)
-            if _same(got[lo:hi], ref[lo:hi], atol=1e-5):
-                raise CH.fail("shards not all-gathered", rank=rank, n=n)
-            if "all_gather" not in r["ops"]:
-                raise CH.fail("no all-gather", rank=rank, n=n)
-            raise CH.fail("parameters differ", rank=rank, n=n, err=(got - ref).abs().max().item())
+        got, lo, hi = r["flat"], rank * P // n, (rank + 1) * P // n
+        if _same(got, ref, atol=1e-5):
+            if r["state"] > P // n:
+                raise CH.fail("optimizer state not sharded")
+            if n > 1 and ("reduce_scatter" not in r["ops"] or "all_reduce" in r["ops"]):
+                used = ", ".join(sorted(set(r["ops"]) - {"all_gather"})) or "nothing"
+                raise CH.fail("no reduce-scatter", n=n, used=used)
+            continue
+        if _same(got, _zero1_reference(n, "sum"), atol=1e-5):
+            raise CH.fail("zero1 summed", n=n)
+        if _same(got, _zero1_reference(n, "accumulate"), atol=1e-5):
+            raise CH.fail("gradient accumulated across steps", rank=rank, n=n, STEPS=STEPS)
+        if _same(got[lo:hi], ref[lo:hi], atol=1e-5):
+            raise CH.fail("shards not all-gathered", rank=rank, n=n)
+        if "all_gather" not in r["ops"]:
+            raise CH.fail("no all-gather", rank=rank, n=n)
+        if n > 1 and _same(got, w0, atol=0):
+            raise CH.fail("shard is a copy", rank=rank, n=n)
+        if r["after_whole"]:
+            raise CH.fail("zero1 group ignored", where)
+        raise CH.fail("parameters differ", rank=rank, n=n, err=(got - ref).abs().max().item())

@@ -6,7 +6,10 @@ A chapter's grader (``minipar.grading.<slug>``) is a declaration:
   :class:`Layouts` (``CH.layouts(...)``: world size -> [(label, groups or None for the whole
   world)]), with the hint a failing case gets;
 * its **tasks** (``@CH.task("<name>")``, :mod:`minipar.grading.registry`), each a checker that
-  runs its inputs and names the first mistake it recognises;
+  runs its inputs and names the first mistake it recognises; every task holds the one rule on
+  the course's code (:data:`minipar.grading.imports.RULE`): before the checker runs, a
+  candidate that refers to the chapter's forbidden modules fails (``allow``: the course helpers
+  the task hands the learner), and its calls are watched wherever it runs;
 * its **clause table**, data in ``grading/clauses/<slug>.toml`` (:func:`clause_table`): for every
   task, each clause of the starter's specification (:class:`Clause`) with the input that makes it
   matter, a realistic wrong answer that breaks only that clause (a function of that name in
@@ -18,7 +21,8 @@ A chapter's grader (``minipar.grading.<slug>``) is a declaration:
   where the mistake shows.
 
 The rank side: :meth:`Layouts.launch` runs ``body(group_rank, group_size, group, fn)`` on every
-layout of every world size (:func:`~minipar.grading.limits.run_ranks`: under the grader's limits,
+layout of every world size (``CH.layouts()``: the table ``[layouts]``; ``CH.layouts("name")``: a
+task's own ``[layouts.name]``) (:func:`~minipar.grading.limits.run_ranks`: under the grader's limits,
 inside the chapter's course-code watch), and yields each rank's case: the dict ``body`` returned
 with ``label``, ``rank``, ``gr``, ``members``, ``world``, ``where``, ``whole`` (the default
 group), ``used`` (course modules it called), the group size under the chapter's symbol,
@@ -28,6 +32,7 @@ group), ``used`` (course modules it called), the group size under the chapter's 
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 import tomllib
@@ -37,7 +42,12 @@ from functools import cache
 from pathlib import Path
 
 from minipar.grading.errors import GradeFailure
-from minipar.grading.imports import course_calls, forbidden_modules, reject_course_calls
+from minipar.grading.imports import (
+    course_calls,
+    forbid_course_code,
+    forbidden_modules,
+    reject_course_calls,
+)
 from minipar.grading.limits import run_ranks
 from minipar.grading.reasons import reason_for
 from minipar.grading.registry import task
@@ -50,12 +60,16 @@ def current_case() -> str:
     return _CURRENT["where"]
 
 
-def call_own(chapter: str, fn, *args, allow=(), what: str = "write it", **kwargs):
+def call_own(chapter: str, fn, *args, allow=(), **kwargs):
     """``fn(*args, **kwargs)`` in this process, rejecting an answer that called the chapter's
     own implementation (:mod:`minipar.grading.imports`)."""
     with course_calls(forbidden_modules(chapter), allow) as used:
-        out = fn(*args, **kwargs)
-    reject_course_calls(used, what)
+        try:
+            out = fn(*args, **kwargs)
+        except Exception:
+            reject_course_calls(used)  # an error inside the course's code: the call is the reason
+            raise
+    reject_course_calls(used)
     return out
 
 
@@ -115,14 +129,32 @@ class Chapter:
         self.chapter, self.summary = chapter, data.get("summary", {})
         self.reasons = data.get("reasons", {})
 
-    def task(self, name: str):
-        """The decorator registering a checker as ``<chapter>.<name>`` (:func:`task`)."""
-        return task(f"{self.chapter}.{name}", self.summary[name])
+    def task(self, name: str, allow: tuple = ()):
+        """The decorator registering a checker as ``<chapter>.<name>`` (:func:`task`). Before
+        the checker runs, a candidate that refers to the course's implementation (the chapter's
+        forbidden modules, but the helpers named in ``allow``) fails with the one reason of
+        :mod:`minipar.grading.imports`."""
 
-    def layouts(self, **how) -> Layouts:
-        """The chapter's ``[layouts]`` (world size -> [label, groups, [] for the whole world]),
-        run in this order, as :class:`Layouts` (``how``: its other fields)."""
-        rows = self.data["layouts"].items()
+        def register(checker):
+            @functools.wraps(checker)
+            def checked(candidate, **options):
+                forbid_course_code(candidate, self.chapter, allow=allow)
+                return checker(candidate, **options)
+
+            return task(f"{self.chapter}.{name}", self.summary[name])(checked)
+
+        return register
+
+    def call(self, fn, *args, allow: tuple = (), **kwargs):
+        """``fn(*args, **kwargs)`` here, its calls into the course's implementation rejected."""
+        return call_own(self.chapter, fn, *args, allow=allow, **kwargs)
+
+    def layouts(self, name: str | None = None, /, **how) -> Layouts:
+        """The chapter's ``[layouts]`` (or ``[layouts.<name>]``: world size -> [label, groups,
+        [] for the whole world]), run in this order, as :class:`Layouts` (``how``: its other
+        fields)."""
+        table = self.data["layouts"] if name is None else self.data["layouts"][name]
+        rows = table.items()
         by_world = {int(w): [(label, groups or None) for label, groups in r] for w, r in rows}
         return Layouts(self.chapter, by_world, **how)
 
@@ -146,7 +178,8 @@ class Layouts:
     ``size``: the symbol of the group size in a case (``t``, ``cp``, ``ep``); ``allow``: course
     functions an answer may call (by default for every task); ``hint(case, message)``: words
     added to a rank's exception; ``deadlock_note(world)``: words added to a deadlock;
-    ``reject_course``: reject a case that called the course's implementation (what to write)."""
+    ``reject_course``: reject a case that called the course's implementation; ``on_error(e,
+    world)``: the failure a rank's exception becomes (default: :meth:`_failure`)."""
 
     chapter: str
     by_world: dict
@@ -154,7 +187,8 @@ class Layouts:
     allow: tuple = ()
     hint: Callable | None = None
     deadlock_note: Callable | None = None
-    reject_course: str | None = "write this part"
+    reject_course: bool = True
+    on_error: Callable | None = None
 
     def on_rank(self, rank, world, body, fn, allow):
         """On one rank: every layout of ``world``'s cases (see the module's docstring). Every rank
@@ -181,26 +215,33 @@ class Layouts:
             out.append(res)
         return out
 
-    def launch(self, body, fn, allow=None, what=None):
+    def launch(self, body, fn, allow=None, reject=None):
         """Every layout's cases in the order they ran (a generator: a world size is launched
         only once the previous one's cases were all checked). A rank's exception is one
         :class:`~minipar.grading.GradeFailure` naming the case it happened in; a case that
-        called the course's implementation is rejected ("... <what> yourself")."""
+        called the course's implementation is rejected (``reject``, default ``reject_course``:
+        the one reason of :mod:`minipar.grading.imports`)."""
+        for batch in self.batches(body, fn, allow, reject):
+            yield from batch
+
+    def batches(self, body, fn, allow=None, reject=None):
+        """:meth:`launch`'s cases one launch (world size) at a time: a list per world."""
         allow = self.allow if allow is None else allow
-        what = what or self.reject_course
+        reject = self.reject_course if reject is None else reject
         labels = [label for rows in self.by_world.values() for label, _ in rows]
         for world in self.by_world:
             try:
                 per_rank = run_ranks(_run_on_rank, world, self, body, fn, allow)
             except Exception as e:  # a rank raised, died or hung: one reason
-                raise self._failure(e, world) from None
+                failure = self.on_error(e, world) if self.on_error else None
+                raise (failure or self._failure(e, world)) from None
             batch = [c for cases in zip(*per_rank) for c in cases]
             batch.sort(key=lambda c: (labels.index(c["label"]), c["rank"]))
             for c in batch:
                 c["batch"] = batch
-                if what:
-                    reject_course_calls(c["used"], what)
-            yield from batch
+                if reject:
+                    reject_course_calls(c["used"])
+            yield batch
 
     def _failure(self, e: Exception, world: int) -> GradeFailure:
         """A rank's exception as one reason, with the case it was running (the line a rank

@@ -24,7 +24,6 @@ from minipar.grading.compare import randn as _randn
 from minipar.grading.compare import same as _same
 from minipar.grading.compare import type_error
 from minipar.grading.declare import Chapter, current_case, not_whole_world_hint
-from minipar.grading.imports import forbid_course_code
 
 CHAPTER = "expert_parallel"
 _A2A = ("all_to_all", "_AllToAll")
@@ -128,7 +127,6 @@ def _ref_gates(logits, k):
 def check_top_k_gates(fn, **_):
     import torch  # noqa: PLC0415 (lazy: torch)
 
-    forbid_course_code(fn, CHAPTER, what="write the gating")
     for n, e, k in ((7, 4, 2), (16, 8, 1), (1, 8, 3), (16, 8, 2)):
         logits = (2 * _randn(n, e, seed=n * 10 + e)).requires_grad_()
         got = fn(logits, k)
@@ -237,7 +235,6 @@ def _reordered(rows, want, blocks) -> int:
 
 @CH.task("dispatch")
 def check_dispatch(fn, **_):
-    forbid_course_code(fn, CHAPTER, what="write the dispatch")
     for c in RANKS.launch(_routed(_pair_body), fn):
         for routing, label in ROUTINGS.items():
             _check_dispatch_case(c[routing], f"{c['where']}, {label}", c["gr"], c["t"], routing)
@@ -315,9 +312,8 @@ def _combine_body(gr, t, group, fn):
     return out
 
 
-@CH.task("combine")
+@CH.task("combine", allow=_A2A)
 def check_combine(fn, **_):
-    forbid_course_code(fn, CHAPTER, allow=_A2A, what="write the combine")
     for c in RANKS.launch(_combine_body, fn, allow=_A2A):
         for k in (1, K2):
             _check_combine_case(c[k], f"{c['where']}, top-{k}", c["gr"], c["t"], k)
@@ -374,7 +370,6 @@ def _ref_keep(experts, num_experts, capacity, order="slot", le=False, per_slot=F
 def check_keep_mask(fn, **_):
     import torch  # noqa: PLC0415 (lazy: torch)
 
-    forbid_course_code(fn, CHAPTER, what="write the capacity rule")
     for n, e, k, cap in ((12, 4, 2, 3), (12, 4, 1, 2), (9, 3, 2, 1), (8, 4, 2, 100), (20, 5, 2, 5)):
         experts = _randn(n, e, seed=n + 7 * e).topk(k, dim=-1).indices
         where = f"n = {n}, E = {e}, K = {k}, C = {cap}"
@@ -422,7 +417,6 @@ def _expert_major(rows, recv):
 
 @CH.task("dropless_dispatch")
 def check_dropless_dispatch(fn, **_):
-    forbid_course_code(fn, CHAPTER, what="write the dispatch")
     for c in RANKS.launch(_routed(_pair_body), fn):
         for routing, label in ROUTINGS.items():
             r, where = c[routing], f"{c['where']}, {label}"

@@ -1,8 +1,12 @@
 """One rule for every chapter: an answer may not import or call the course's own implementation.
 
 The course ships a working ``minipar.tensor_parallel``, ``minipar.pipeline_parallel`` and so on;
-an exercise asks the learner to write that code, so an answer that calls it proves nothing.
-Two checks share one list of forbidden modules per chapter (:data:`FORBIDDEN`):
+an exercise asks the learner to write that code, so an answer that calls it proves nothing. The
+rule, stated once (:data:`RULE`, in the exercises' introduction and in every starter): an answer
+may call torch, the launcher and the answers of the earlier exercises it builds on; it may not
+call the course's implementation of what the task asks. Every task of every chapter enforces it
+(:meth:`minipar.grading.declare.Chapter.task`) with one reason (:func:`course_reason`). Two
+checks share one list of forbidden modules per chapter (:data:`FORBIDDEN`):
 
 * :func:`forbid_course_code` (static, in the grading process, before anything runs): the names
   the candidate's code uses -- globals, attributes of imported modules, closures, base classes,
@@ -24,6 +28,7 @@ from __future__ import annotations
 import builtins
 import contextlib
 import dis
+import functools
 import importlib
 import inspect
 import sys
@@ -33,15 +38,38 @@ from minipar.grading import GradeFailure
 
 #: chapter slug -> the modules that hold that chapter's answers
 FORBIDDEN: dict[str, tuple[str, ...]] = {
+    # the collectives and the α-β cost model (minipar.cost.network.collectives)
     "collectives": ("minipar.collectives", "minipar.cost"),
+    # the formulas (minipar.cost: Eq. 2, ZeRO's bytes, Table 2, flops_per_iteration) and the
+    # measuring helpers; the GPT, ZeRO and the launcher the measuring tasks use are not answers
+    "memory_time": (
+        "minipar.cost",
+        "minipar.memory_time.model_states",
+        "minipar.memory_time.activations",
+    ),
+    # the all-reduce, the bucketed DDP, accumulation and ZeRO; not the models and batches
+    "data_parallel": (
+        "minipar.data_parallel.naive",
+        "minipar.data_parallel.bucketed",
+        "minipar.data_parallel.accumulation",
+        "minipar.data_parallel.zero",
+        "minipar.data_parallel.overlap",
+        "minipar.data_parallel.train",
+    ),
     "tensor_parallel": ("minipar.tensor_parallel",),
     "pipeline_parallel": ("minipar.pipeline_parallel",),
-    # 3D: the grid (exercise 1) and the planner, which holds the cost-per-token formula
-    # (exercise 3) -- a checker whose exercise is *about* using the planner passes its own list
-    "three_d": ("minipar.three_d", "minipar.cost.planner.three_d"),
+    # 3D: the grids (exercises 1 and 4) and the planner, which holds the search (exercise 2)
+    # and the cost-per-token formula (exercise 3)
+    "three_d": ("minipar.grid", "minipar.three_d", "minipar.cost.planner.three_d"),
     "context_parallel": ("minipar.context_parallel",),
     "expert_parallel": ("minipar.expert_parallel",),
 }
+
+#: the rule every starter and the exercises' introduction state, in the learner's words
+RULE = (
+    "an answer may call torch, the launcher and the answers of the earlier exercises it builds "
+    "on, not the course's implementation of what the task asks"
+)
 
 
 def forbidden_modules(chapter: str) -> tuple[str, ...]:
@@ -175,7 +203,9 @@ def _through_modules(code, env: dict, closure: dict):
             local[arg], cur = cur, None
             continue
         if module and op in ("LOAD_ATTR", "LOAD_METHOD", "IMPORT_FROM"):
-            cur = getattr(cur, arg, None)
+            parent, cur = cur, getattr(cur, arg, None)
+            if cur is None and op == "IMPORT_FROM":  # a submodule not imported yet
+                cur = _import(f"{parent.__name__}.{arg}", (arg,))
             if cur is not None and not isinstance(cur, types.ModuleType):
                 yield cur
             if op == "IMPORT_FROM" and cur is not None:
@@ -220,11 +250,21 @@ def _learners(value) -> bool:
     return "site-packages" not in path and "/lib/python" not in path
 
 
-def _reason(used: str, what: str) -> str:
-    return (
-        f"your code uses the course's own {used}; {what} yourself -- the exercise is to "
-        "build it, not to call the course's version"
-    )
+def course_reason(used: str) -> str:
+    """The one reason every task gives an answer that uses the course's ``used``."""
+    return f"your code uses the course's own {used}: {RULE}"
+
+
+def _parts(candidate) -> list:
+    """The objects a candidate is made of: itself, or the members of a tuple, list, dict or
+    ``functools.partial`` (a pair of functions, a function with its arguments bound)."""
+    if isinstance(candidate, functools.partial):
+        return [candidate.func, *candidate.args, *candidate.keywords.values()]
+    if isinstance(candidate, dict):
+        return [p for v in candidate.values() for p in _parts(v)]
+    if isinstance(candidate, (tuple, list)):
+        return [p for v in candidate for p in _parts(v)]
+    return [candidate]
 
 
 def forbid_course_code(
@@ -233,14 +273,14 @@ def forbid_course_code(
     *,
     modules: tuple[str, ...] | None = None,
     allow: tuple[str, ...] = (),
-    what: str = "write it",
 ) -> None:
-    """Raise :class:`GradeFailure` if ``candidate`` refers to a module of ``chapter``'s answers
-    (or to ``modules``), except the helpers named in ``allow``; the reason names the module and
-    object used."""
+    """Raise :class:`GradeFailure` if ``candidate`` (or a member of it: :func:`_parts`) refers
+    to a module of ``chapter``'s answers (or to ``modules``), except the helpers named in
+    ``allow``; the reason (:func:`course_reason`) names the module and object used."""
     mods = modules if modules is not None else forbidden_modules(chapter)
-    if used := find_course_use(candidate, mods, allow):
-        raise GradeFailure(_reason(used, what))
+    for part in _parts(candidate):
+        if used := find_course_use(part, mods, allow):
+            raise GradeFailure(course_reason(used))
 
 
 @contextlib.contextmanager
@@ -271,7 +311,19 @@ def course_calls(modules: tuple[str, ...], allow: tuple[str, ...] = ()):
         sys.setprofile(old)
 
 
-def reject_course_calls(used, what: str = "write it") -> None:
+@contextlib.contextmanager
+def grader_code():
+    """Within :func:`course_calls`: the grader's own calls (a reference computed on a rank with
+    the course's code) are not recorded."""
+    old = sys.getprofile()
+    sys.setprofile(None)
+    try:
+        yield
+    finally:
+        sys.setprofile(old)
+
+
+def reject_course_calls(used) -> None:
     """Raise :class:`GradeFailure` naming the first recorded entry (see :func:`course_calls`)."""
     if used:
-        raise GradeFailure(_reason(next(iter(used)), what))
+        raise GradeFailure(course_reason(next(iter(used))))

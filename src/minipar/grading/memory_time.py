@@ -3,16 +3,17 @@
 Each answer is a function of the configuration, called on several configurations including a
 published one, and compared with :mod:`minipar.cost`. When a wrong value equals a known slip
 (no embeddings, GB instead of bytes, t multiplied instead of divided, ...) the FAIL line names it.
+The measured Adam state runs on the ranks of ``[layouts.adam]`` (2 and 3).
 """
 
 from __future__ import annotations
 
 from minipar.cost.chapters.memory_time import activation_bytes_per_layer, model_state_bytes
 from minipar.cost.model import flops_per_iteration, param_count
-from minipar.grading.limits import run_ranks
 
 from . import GradeFailure, as_number
 from .declare import Chapter
+from .imports import grader_code
 
 CH = Chapter("memory_time")  # its tasks' PASS lines and named mistakes: clauses/memory_time.toml
 
@@ -30,7 +31,8 @@ def _grade(candidate, configs, expected, slips, rel=1e-6, hint="units hint"):
         what = ", ".join(
             f"{k}={v:g}" if isinstance(v, float) else f"{k}={v}" for k, v in cfg.items()
         )
-        x, want = as_number(candidate(**cfg), f"for {what}: expected a number"), expected(**cfg)
+        got = CH.call(candidate, **cfg)
+        x, want = as_number(got, f"for {what}: expected a number"), expected(**cfg)
         if _near(x, want, rel):
             continue
         for name, value in slips(**cfg).items():
@@ -178,7 +180,7 @@ def check_params_measured(candidate):
         raise GradeFailure("pass your function itself, e.g. check(id, measured_and_predicted)")
     for cfg in MEASURED_CONFIGS:
         what = ", ".join(f"{k}={v}" for k, v in cfg.items())
-        got = candidate(**cfg)
+        got = CH.call(candidate, **cfg)
         if not isinstance(got, (tuple, list)) or len(got) != 2:
             raise GradeFailure(f"for {what}: return (measured, predicted), got {got!r}")
         measured = as_number(got[0], f"for {what}: measured must be a number")
@@ -200,7 +202,8 @@ def check_params_measured(candidate):
 
 
 # ---------------------------------------------------------------- 02b Adam state, measured
-ADAM_STAGES, ADAM_RANKS = (0, 1, 2), (2, 3)
+ADAM_STAGES = (0, 1, 2)
+_ZERO = ("check_zero_stage",)  # ZeRO, which the measuring answer runs, validates its stage
 _TINY = dict(L=2, h=32, a=4, s=16, V=50)
 
 
@@ -228,18 +231,21 @@ def _reference_adam_bytes(stage: int, count_step: bool = False) -> int:
     )
 
 
-def _adam_on_rank(rank, n, measure):
+def _adam_body(rank, n, group, measure):
     out = {}
     for stage in ADAM_STAGES:
-        out[stage] = dict(
-            got=measure(rank, n, stage),
-            ref=_reference_adam_bytes(stage),
-            with_step=_reference_adam_bytes(stage, count_step=True),
-        )
-    return out
+        got = measure(rank, n, stage)
+        with grader_code():  # the course's ZeRO, run by the grader: not the answer's call
+            ref = _reference_adam_bytes(stage)
+            with_step = _reference_adam_bytes(stage, count_step=True)
+        out[stage] = dict(got=got, ref=ref, with_step=with_step)
+    return {"stages": out}
 
 
-@CH.task("adam_state")
+ADAM = CH.layouts("adam", allow=_ZERO)  # the whole world of 2, then of 3 ranks
+
+
+@CH.task("adam_state", allow=_ZERO)
 def check_adam_state(candidate):
     from minipar.memory_time.gpt import GPTConfig, gpt  # noqa: PLC0415 (lazy: torch)
 
@@ -248,18 +254,18 @@ def check_adam_state(candidate):
         raise CH.fail("pass both functions")
     measure, predict = candidate
     psi = sum(p.numel() for p in gpt(GPTConfig(**_TINY)).parameters())
-    for n in ADAM_RANKS:
-        for rank, res in enumerate(run_ranks(_adam_on_rank, n, measure)):
-            for stage, r in res.items():
-                where = f"stage {stage}, {n} ranks, rank {rank}"
-                got = as_number(r["got"], f"{where}: adam_state_bytes must return a number")
-                if got != r["ref"]:
-                    if got == r["with_step"]:
-                        raise CH.fail("step counter counted", where, got=got)
-                    if got == r["ref"] / 2:
-                        raise CH.fail("one moment", where, got=got, ref=r["ref"])
-                    raise CH.fail("Adam state differs", where, got=got, ref=r["ref"])
-                _near_prediction(predict, psi, n, stage, r["ref"], "measured")
+    for c in ADAM.launch(_adam_body, measure):
+        rank, n = c["rank"], c["world"]
+        for stage, r in c["stages"].items():
+            where = f"stage {stage}, {n} ranks, rank {rank}"
+            got = as_number(r["got"], f"{where}: adam_state_bytes must return a number")
+            if got != r["ref"]:
+                if got == r["with_step"]:
+                    raise CH.fail("step counter counted", where, got=got)
+                if got == r["ref"] / 2:
+                    raise CH.fail("one moment", where, got=got, ref=r["ref"])
+                raise CH.fail("Adam state differs", where, got=got, ref=r["ref"])
+            _near_prediction(predict, psi, n, stage, r["ref"], "measured")
     for psi_big, d in ((7.5e9, 64), (1.3e9, 3)):  # ZeRO's 7.5B example, and n=3
         for stage in (0, 1, 2, 3):
             want = 8 * psi_big / (d if stage else 1)
@@ -268,7 +274,7 @@ def check_adam_state(candidate):
 
 def _near_prediction(predict, psi, d, stage, want, source):
     what = f"predict_adam_state_bytes(psi={psi:g}, d={d}, stage={stage})"
-    x = as_number(predict(psi, d, stage), f"{what}: expected a number")
+    x = as_number(CH.call(predict, psi, d, stage), f"{what}: expected a number")
     if abs(x - want) <= 0.01 * want:
         return
     slips = {

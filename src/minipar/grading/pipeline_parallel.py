@@ -17,13 +17,7 @@ from types import SimpleNamespace
 from minipar.grading import GradeFailure
 from minipar.grading.compare import expect_tensor
 from minipar.grading.declare import Chapter, call_own
-from minipar.grading.imports import (
-    course_calls,
-    forbid_course_code,
-    forbidden_modules,
-    reject_course_calls,
-)
-from minipar.grading.limits import run_ranks
+from minipar.grading.imports import grader_code
 from minipar.pipeline_parallel import Action, ScheduleError, schedule, simulate
 from minipar.pipeline_parallel.model_bubble import peak_in_flight
 
@@ -151,11 +145,20 @@ def _backward_chunk_order(got, ref, p, m, v) -> None:
             )
 
 
-def _train_one_step(rank, p, m, lists):
+def _train_one_step(rank, p, group, m_lists):
+    """One training step of the course's executor on the learner's action lists (data, not
+    code: the executor is the grader's, so its calls are not rejected)."""
     from minipar.pipeline_parallel import train  # noqa: PLC0415 (lazy: torch)
 
+    m, lists = m_lists
     c, opts = train.small_config(L=6), train.TrainOptions(actions=lists)
-    return train.train_rank(rank, p, "1f1b", m, 1, c, train.token_batches(1, 2 * m, c), opts).grads
+    batches = train.token_batches(1, 2 * m, c)
+    return {"grads": train.train_rank(rank, p, "1f1b", m, 1, c, batches, opts).grads}
+
+
+ONE_F_ONE_B = CH.layouts("one_f_one_b")  # the whole world of 3 ranks
+GPIPE = CH.layouts("gpipe", allow=_STAGE)  # the whole world of 2, then of 3 ranks
+GPIPE_M = {2: 3, 3: 4}  # micro-batches per world size
 
 
 # ----------------------------------------------------------------------------- 01 1F1B
@@ -163,11 +166,10 @@ def _train_one_step(rank, p, m, lists):
 def check_one_f_one_b(fn, **_):
     from minipar.pipeline_parallel import train  # noqa: PLC0415 (lazy: torch)
 
-    forbid_course_code(fn, CHAPTER, what="write the schedule")
     _diagnose_schedule(fn, "1f1b", [(1, 3), (2, 2), (2, 5), (3, 3), (3, 7), (4, 8), (4, 2)])
     p, m = 3, 5
     lists = [_as_actions(_call(fn, r, p, m), "rank") for r in range(p)]
-    grads = run_ranks(_train_one_step, p, m, lists)
+    grads = [c["grads"] for c in ONE_F_ONE_B.launch(_train_one_step, (m, lists), reject=False)]
     c = train.small_config(L=6)
     _, ref, _ = train.train_reference(c, train.token_batches(1, 2 * m, c))
     err = train.max_error([SimpleNamespace(grads=g) for g in grads], ref, "grads")
@@ -176,27 +178,27 @@ def check_one_f_one_b(fn, **_):
 
 
 # ----------------------------------------------------------------------------- 02 send/recv
-def _gpipe_on_rank(rank, p, m, fn):
+def _gpipe_body(rank, p, group, fn):
     from minipar.pipeline_parallel.stage import build_stages  # noqa: PLC0415 (lazy: torch)
     from minipar.pipeline_parallel.train import small_config, token_batches  # noqa: PLC0415 (lazy: torch)
 
-    c = small_config(L=6)
-    stage = build_stages(c, rank, p)[rank]
-    x, y = token_batches(1, 2 * m, c)[0]
-    with course_calls(forbidden_modules(CHAPTER), _STAGE) as used:
-        fn(stage, rank, p, list(x.chunk(m)), list(y.chunk(m)), (2, c.s, c.h))
-    return {
-        n: (None if q.grad is None else q.grad.clone()) for n, q in stage.reference_names().items()
-    }, list(used)
+    m = GPIPE_M[p]
+    with grader_code():  # the stage the grader hands the answer
+        c = small_config(L=6)
+        stage = build_stages(c, rank, p)[rank]
+        x, y = token_batches(1, 2 * m, c)[0]
+    fn(stage, rank, p, list(x.chunk(m)), list(y.chunk(m)), (2, c.s, c.h))
+    with grader_code():
+        named = stage.reference_names().items()
+    return {"grads": {n: (None if q.grad is None else q.grad.clone()) for n, q in named}}
 
 
 def _diagnose_gpipe(results, ref, m, p):
     import torch  # noqa: PLC0415 (lazy: torch)
 
     same = lambda a, b: a is not None and a.shape == b.shape and torch.allclose(a, b, atol=1e-9)
-    for rank, (grads, used) in enumerate(results):
-        reject_course_calls(used, "write the send/recv step")
-        for n, g in grads.items():
+    for rank, res in enumerate(results):
+        for n, g in res["grads"].items():
             if n == "tok.weight":  # tied: each copy has only its own use's share
                 continue
             if same(g, ref[n]):
@@ -209,27 +211,25 @@ def _diagnose_gpipe(results, ref, m, p):
             raise CH.fail("gradient differs", p=p, rank=rank, n=n, err=err)
 
 
-@CH.task("gpipe_send_recv")
+@CH.task("gpipe_send_recv", allow=_STAGE)
 def check_gpipe_send_recv(fn, **_):
     from minipar.pipeline_parallel.train import small_config, token_batches, train_reference  # noqa: PLC0415 (lazy: torch)
 
-    forbid_course_code(fn, CHAPTER, what="write the send/recv step")
     c = small_config(L=6)
-    for p, m in ((2, 3), (3, 4)):
+    for results in GPIPE.batches(_gpipe_body, fn):
+        p = len(results)
+        m = GPIPE_M[p]
         _, ref, _ = train_reference(c, token_batches(1, 2 * m, c))
-        results = run_ranks(_gpipe_on_rank, p, m, fn)
         _diagnose_gpipe(results, ref, m, p)
 
 
 # ----------------------------------------------------------------------------- 03 B/W split
-@CH.task("bw_split")
+@CH.task("bw_split", allow=_STAGE)
 def check_bw_split(fns, **_):
     try:
         backward_input, backward_weight = fns
     except (TypeError, ValueError):
         raise GradeFailure("pass the pair (backward_input, backward_weight)") from None
-    for fn in fns:
-        forbid_course_code(fn, CHAPTER, what="write B and W")
     stage, params, xs, gys, want_x, each_w = _bw_case()
     # both micro-batches' B, then both W's
     outs = [_check_b(backward_input, stage, x, gy, want) for x, gy, want in zip(xs, gys, want_x)]
@@ -310,7 +310,6 @@ def _check_weight_grads(stage, params, each_w) -> None:
 # ----------------------------------------------------------------------------- 04 interleaved
 @CH.task("interleaved")
 def check_interleaved(fn, **_):
-    forbid_course_code(fn, CHAPTER, what="write the schedule")
     _diagnose_schedule(
         fn, "interleaved", [(2, 2), (2, 4), (3, 6), (4, 4), (4, 8)], v_of=lambda p: 2
     )

@@ -245,6 +245,8 @@ class _Cell:
     next_beat: float
     gained: float = 0.0  # CPU-seconds since last_t
     total_cpu: float = 0.0
+    base: dict = field(default_factory=dict)  # pid -> its CPU-seconds when the cell started
+    busiest: float = 0.0  # the most CPU-seconds one process used in the cell
     stdout: list = field(default_factory=list)
     errors: list = field(default_factory=list)
     stop_reason: str = ""
@@ -397,6 +399,7 @@ class Kernel:
             msg_id = self.kc.execute(source, store_history=True, allow_stdin=False)
         t0 = time.monotonic()
         c = _Cell(timeout, stall_s, cpu_limit, heartbeat, t0, self.cpu()[0], t0, t0 + HEARTBEAT_S)
+        c.base = dict(self._cpu_seen)
         while True:
             _check_signal()
             if getattr(self, "signalled", None):
@@ -441,6 +444,8 @@ class Kernel:
         own, more = self.cpu()
         c.gained += more
         c.total_cpu += more
+        used = (t - c.base.get(pid, 0.0) for pid, t in self._cpu_seen.items())
+        c.busiest = max(c.busiest, *used, 0.0)
         if c.gained > IDLE_CPU_SHARE * max(now - c.last_t, POLL_S):
             c.last_t, c.gained = now, 0.0
         c.stop_reason = c.over_limit(now, own)
@@ -448,7 +453,7 @@ class Kernel:
             c.interrupted_at = now
             _signal(self.pid, signal.SIGINT)
         elif c.heartbeat is not None and now >= c.next_beat:
-            c.heartbeat(now - c.t0, c.total_cpu)
+            c.heartbeat(now - c.t0, c.busiest)
             c.next_beat += HEARTBEAT_S
         return None
 

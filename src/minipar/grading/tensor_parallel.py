@@ -22,7 +22,6 @@ from minipar.grading.compare import expect, named_mistake
 from minipar.grading.compare import randn as _randn
 from minipar.grading.compare import same as _same
 from minipar.grading.declare import Chapter, after_whole, current_case, not_whole_world_hint
-from minipar.grading.imports import forbid_course_code
 
 CHAPTER = "tensor_parallel"
 CH = Chapter(CHAPTER)  # its tasks' PASS lines and named mistakes: clauses/tensor_parallel.toml
@@ -81,7 +80,6 @@ def _group_sum(seed0, case):
 
 @CH.task("copy_to_tp_region")
 def check_copy_to_tp_region(fn, **_):
-    forbid_course_code(fn, CHAPTER, what="write f")
     x = _randn(4, 6, seed=1)
     for c in after_whole(RANKS.launch(partial(_fg_body, is_f=True), fn, allow=())):
         t, where, g = c["t"], c["where"], c["grad"]
@@ -107,7 +105,6 @@ def check_copy_to_tp_region(fn, **_):
 
 @CH.task("reduce_from_tp_region")
 def check_reduce_from_tp_region(fn, **_):
-    forbid_course_code(fn, CHAPTER, what="write g")
     w = _randn(4, 6, seed=7)
     for c in after_whole(RANKS.launch(partial(_fg_body, is_f=False), fn, allow=())):
         t, where, y = c["t"], c["where"], c["y"]
@@ -199,11 +196,10 @@ def _mlp_own_dx(fc1, fc2, x, dy, sl):
     return u.grad @ fc1.weight[sl].detach()
 
 
-@CH.task("column_row_mlp")
+@CH.task("column_row_mlp", allow=_FG)
 def check_column_row_mlp(cls, **_):
     import torch.nn.functional as F  # noqa: PLC0415 (lazy: torch)
 
-    forbid_course_code(cls, CHAPTER, allow=_FG, what="write the parallel MLP")
     fc1, fc2 = _mlp_full()
     x = _randn(2, 5, H, seed=4).requires_grad_()
     dy = _randn(2, 5, H, seed=5)
@@ -425,11 +421,10 @@ def _ce_grad_fault(c, label, got, want, logits, target) -> str:
     return f"the loss is right but the logit gradient is not ({_err(got, want)})" + _not_whole(c)
 
 
-@CH.task("vocab_parallel_cross_entropy")
+@CH.task("vocab_parallel_cross_entropy", allow=_FG)
 def check_vocab_parallel_cross_entropy(fn, **_):
     import torch  # noqa: PLC0415 (lazy: torch)
 
-    forbid_course_code(fn, CHAPTER, allow=_FG, what="write the cross-entropy")
     refs = _ce_refs()
     for c in after_whole(RANKS.launch(_ce_body, fn)):
         per, gr = V // c["t"], c["gr"]
@@ -516,11 +511,10 @@ def _sp_grad_mistakes(c, what, want, own, over_world):
     ]
 
 
-@CH.task("sp_layernorm")
+@CH.task("sp_layernorm", allow=_FG)
 def check_sp_layernorm(cls, **_):
     import torch.nn.functional as F  # noqa: PLC0415 (lazy: torch)
 
-    forbid_course_code(cls, CHAPTER, allow=_FG, what="write the sequence-parallel region")
     ln, A = _sp_full()
     x = _randn(2, S, HS, seed=12).requires_grad_()
     dy = _randn(2, S, OUT, seed=13)

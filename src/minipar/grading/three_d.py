@@ -17,7 +17,7 @@ from minipar.three_d.grid import RankGrid
 
 from . import GradeFailure, as_number
 from .declare import Chapter, call_own
-from .imports import course_calls, forbid_course_code, reject_course_calls
+from .imports import course_calls, forbidden_modules, reject_course_calls
 
 CH = Chapter("three_d")  # its tasks' PASS lines and named mistakes: clauses/three_d.toml
 _call = partial(call_own, "three_d")  # fn(...) here, rejecting calls into the grid or planner
@@ -75,7 +75,6 @@ def _other_orders(d, t, p):
 def check_rank_groups(candidate):
     if not callable(candidate):
         raise GradeFailure("pass your function itself, not its result")
-    forbid_course_code(candidate, "three_d", what="write the groups")
     for d, t, p in GRID_SHAPES:
         got = _call(candidate, d, t, p)
         if not isinstance(got, dict) or not {"tp", "dp", "pp"} <= set(got):
@@ -110,7 +109,7 @@ def layout_verdicts():
     m = planner.MODELS[LAYOUT_MODEL]
     cl = planner.cluster(LAYOUT_GPUS, 8, "A100-80GB")
     best_of = {}
-    for c in planner.search(m, cl, LAYOUT_BATCH, max_micro_batch=4):
+    for c in planner.search(m, cl, LAYOUT_BATCH, planner.Space(max_micro_batch=4)):
         if c.fits and (c.tp, c.pp, c.dp) not in best_of:
             best_of[c.tp, c.pp, c.dp] = c
     return best_of, min(best_of.values(), key=lambda c: c.step_seconds), m, cl
@@ -187,7 +186,6 @@ def _cost(step_seconds, gpus, global_batch, seq, usd_per_gpu_hour):
 def check_cost_per_token(candidate):
     if not callable(candidate):
         raise GradeFailure("pass your function itself, not its result")
-    forbid_course_code(candidate, "three_d", what="write the formula")
     for cfg in COST_CONFIGS:
         want = _cost(**cfg)
         x = as_number(_call(candidate, **cfg), "expected a number of dollars")
@@ -211,7 +209,7 @@ def check_cost_per_token(candidate):
 FIVE_D_SHAPES = [tuple(shape) for shape in CH.data["configs"]["five_d_groups"]]  # (d, t, p, cp, ep)
 FIVE_D_UNSUPPORTED = (1, 2, 1, 3, 4)  # ep = 4 does not divide t·cp·d = 6: a ValueError
 FIVE_D_KINDS = ("cp", "dp_cp", "ep", "edp")
-FIVE_D_FORBIDDEN = ("minipar.grid", "minipar.three_d", "minipar.cost.planner.three_d")
+FIVE_D_FORBIDDEN = forbidden_modules("three_d")  # the grids and the planner
 
 
 # The usual wrong rules of exercise 4, by kind (``[[five_d_slip]]`` of clauses/three_d.toml):
@@ -281,7 +279,6 @@ def _shape_fault(kind, groups, d, t, p, cp, ep) -> str | None:
 def check_five_d_groups(candidate):
     if not callable(candidate):
         raise GradeFailure("pass your function itself, not its result")
-    forbid_course_code(candidate, modules=FIVE_D_FORBIDDEN, what="write the groups")
     for shape in FIVE_D_SHAPES:
         d, t, p, cp, ep = shape
         at = f"for (d, t, p, cp, ep) = {shape}: "
@@ -290,7 +287,7 @@ def check_five_d_groups(candidate):
                 got = candidate(d, t, p, cp, ep)
             except ValueError as e:
                 raise GradeFailure(at + _refused(e, d, t, cp, ep)) from None
-        reject_course_calls(used, what="write the groups")
+        reject_course_calls(used)
         if not isinstance(got, dict) or not set(FIVE_D_KINDS) <= set(got):
             raise GradeFailure(at + CH.why("groups not a dict of kinds", kind=type(got).__name__))
         want = five_d_reference(*shape)
@@ -326,7 +323,7 @@ def _check_unsupported(candidate) -> None:
     d, t, p, cp, ep = FIVE_D_UNSUPPORTED
     at = f"for (d, t, p, cp, ep) = {FIVE_D_UNSUPPORTED}, where ep = {ep} does not divide t·cp·d = {t * cp * d}: "
     try:
-        call_own("three_d", candidate, d, t, p, cp, ep, what="write the groups")
+        call_own("three_d", candidate, d, t, p, cp, ep)
     except ValueError:
         return
     except GradeFailure:
