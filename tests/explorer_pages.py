@@ -1,7 +1,8 @@
 """Every explorer of the course as a small self-contained HTML page, without the book build.
 
 Each page holds one explorer as the book shows it (``minipar.widgets.static_html`` with the
-config its chapter's Python side passes) and links the site's stylesheet; the fast browser test
+config its chapter's Python side passes) and links the site's stylesheet and scroll-cue script;
+the fast browser test
 (tests/test_explorers_in_browser.py) opens them in Chromium. Run as a script to write the pages
 to a folder: ``python tests/explorer_pages.py /tmp/explorers``.
 """
@@ -13,6 +14,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 CSS = ROOT / "_static" / "minipar.css"
+#: the site's script that marks a box scrolling sideways with a visible cue
+CUE = ROOT / "_static" / "minipar-scroll-cue.js"
 
 
 def explorers() -> list[tuple[str, str, dict]]:
@@ -44,7 +47,8 @@ def page(slug: str, name: str, config: dict, values: dict | None = None) -> str:
     return (
         '<!doctype html><html><head><meta charset="utf-8">'
         '<meta name="viewport" content="width=device-width, initial-scale=1">'
-        f'<link rel="stylesheet" href="{CSS.as_uri()}"><title>{name}</title></head>'
+        f'<link rel="stylesheet" href="{CSS.as_uri()}"><title>{name}</title>'
+        f'<script src="{CUE.as_uri()}"></script></head>'
         f'<body><article class="bd-article">{static_html(slug, name, values, config)}'
         "</article></body></html>"
     )

@@ -5,8 +5,12 @@ machine blocked, and asserts: no external request, every formula typeset (none l
 MathJax error box), no JavaScript error, every explorer redraws when any control changes, no
 element of an article wider than its column at 1280 px or at 390 px (unless it scrolls sideways),
 nothing cut off by a box that hides its overflow (an equation, an explorer's input, select or
-slider value, a code name) at either width, and, on a 390 px phone screen, every explorer fits
-the screen with charts at least 320 px wide (they scroll sideways rather than shrink). That no legend covers data is checked where the figures
+slider value, a code name) at either width, no picture (figure, chart, animation, equation,
+table) scrolling sideways without a visible scroll cue at either width, every preset menu of
+every explorer switched between each pair of its options without an error message, no
+unformatted number (7 or more bare digits) in an explorer's output, and, on a 390 px phone
+screen, every explorer fits the screen with charts at least 320 px wide (they scroll sideways
+rather than shrink). That no legend covers data is checked where the figures
 are made (tests/test_pipeline_parallel_figures.py).
 A second test loads each explorer's ES module the way anywidget does in JupyterLab.
 
@@ -165,6 +169,36 @@ _TOO_WIDE = r"""
 }
 """
 
+# Runs in the page: boxes of the article that scroll sideways because a picture in them (an
+# image, a chart, an animation, an equation, a table) is wider than the column, with no visible
+# cue (_static/minipar-scroll-cue.js puts a line ".minipar-scroll-cue" right after such a box):
+# a reader on a phone would not know a quarter of the figure is off to the right. Code and
+# text outputs that scroll are left alone. After two frames, so the cues are up to date.
+_NO_SCROLL_CUE = r"""
+async () => {
+  await new Promise((r) => requestAnimationFrame(() => requestAnimationFrame(r)));
+  const col = document.querySelector("article.bd-article") || document.querySelector("main");
+  if (!col) return [];
+  const out = [], pictures = "img, svg, table, mjx-container, canvas, .mpa-pipe";
+  for (const box of col.querySelectorAll("*")) {
+    const o = getComputedStyle(box).overflowX;
+    if ((o !== "auto" && o !== "scroll") || box.clientWidth === 0) continue;
+    if (box.scrollWidth <= box.clientWidth + 1 || box.closest("pre")) continue;
+    if (!box.matches(pictures) && !box.querySelector(pictures)) continue;
+    const cue = box.nextElementSibling;
+    const seen = cue && cue.classList.contains("minipar-scroll-cue") && !cue.hidden
+      && cue.getBoundingClientRect().height > 0 && getComputedStyle(cue).visibility !== "hidden";
+    if (seen) continue;
+    const what = box.closest(".minipar-animation, .minipar-explorer, figure, table, .math, mjx-container") || box;
+    out.push(`<${box.tagName.toLowerCase()} class="${String(box.className).slice(0, 40)}"> in ` +
+             `<${what.tagName.toLowerCase()} class="${String(what.className).slice(0, 30)}"> shows ` +
+             `${box.clientWidth} of ${box.scrollWidth} px with no scroll cue`);
+    if (out.length >= 5) break;
+  }
+  return out;
+}
+"""
+
 # Runs in the page: content cut off by a box that hides its overflow instead of scrolling: an
 # equation, a control of an explorer (input, select, slider value) or a code name whose right
 # part a reader cannot reach. Checked at 1280 px and at 390 px.
@@ -271,6 +305,112 @@ _LARGEST_VALUES = r"""
 #: the slowest an explorer may take to update, with the largest value of any one input
 UPDATE_LIMIT_MS = 200
 
+# Runs in the page: numbers a reader cannot read at a glance in an explorer's output (chart,
+# text and message): a run of 7 or more digits with no thousands separator, with a decimal
+# point ("2281750592.4", "12345.678") or without ("1048576"). A function the
+# other snippets declare first (`unformatted(root)`).
+_UNFORMATTED_FN = r"""
+const unformatted = (root) => {
+  const out = root.querySelector(".minipar-explorer-output");
+  if (!out) return [];
+  const text = Array.from(out.querySelectorAll("p, text, li, td, th, span, b, div"))
+    .filter((e) => !e.children.length || e.tagName === "P" || e.tagName === "text")
+    .map((e) => e.textContent).join(" ");
+  const bad = [];
+  for (const m of text.matchAll(/(?<![\w.\-])\d+(?:[,\u2009\u202f]\d{3})*(?:\.\d+)?(?![\w])/g)) {
+    const s = m[0], digits = s.replace(/\D/g, "").length;
+    const grouped = /[,\u2009\u202f]/.test(s);
+    if (digits >= 7 && !grouped) bad.push(s);
+  }
+  return Array.from(new Set(bad));
+};
+"""
+
+# Runs in the page: every number box of every explorer at its largest and its smallest value
+# (a change event each), then back; the unformatted numbers its output showed meanwhile.
+_NUMBERS_AT_EXTREMES = (
+    "() => {"
+    + _UNFORMATTED_FN
+    + r"""
+  const out = [];
+  for (const root of document.querySelectorAll(".minipar-explorer")) {
+    const seen = (what) => {
+      for (const s of unformatted(root)) out.push(`${root.dataset.explorer} ${what}: ${s}`);
+    };
+    seen("as it opens");
+    for (const input of root.querySelectorAll(".minipar-explorer-controls input")) {
+      if (input.disabled || (input.type !== "number" && input.type !== "range")) continue;
+      const label = (input.closest("label") || input).textContent.trim().slice(0, 30) || input.name;
+      const before = input.value;
+      for (const end of [input.max, input.min]) {
+        if (end === "" || !isFinite(Number(end))) continue;
+        input.value = String(end);
+        input.dispatchEvent(new Event("change", {bubbles: true}));
+        seen(`"${label}" = ${end}`);
+      }
+      input.value = before;
+      input.dispatchEvent(new Event("change", {bubbles: true}));
+    }
+  }
+  return out;
+}
+"""
+)
+
+# Runs in the page: every menu that sets other controls when it changes (a model preset) is
+# switched between every ordered pair of its options, along one walk that takes each pair once
+# (an Euler circuit of the complete graph on the options), with a change event each. Reports
+# each switch that shows an error message (the explorer's data-error) and the unformatted
+# numbers the output showed.
+_PRESET_SWITCHES = (
+    "() => {"
+    + _UNFORMATTED_FN
+    + r"""
+  const report = [];
+  const controlsOf = (root) => Array.from(root.querySelectorAll(".minipar-explorer-controls input, .minipar-explorer-controls select"));
+  const state = (root, skip) => controlsOf(root).filter((c) => c !== skip)
+    .map((c) => (c.type === "checkbox" ? String(c.checked) : c.value)).join("|");
+  const pick = (sel, i) => { sel.selectedIndex = i; sel.dispatchEvent(new Event("change", {bubbles: true})); };
+  const label = (sel) => (sel.closest("label") || sel).firstChild.textContent.trim();
+  for (const root of document.querySelectorAll(".minipar-explorer")) {
+    for (const sel of root.querySelectorAll(".minipar-explorer-controls select")) {
+      if (sel.disabled || sel.options.length < 2) continue;
+      const start = sel.selectedIndex, before = state(root, sel);
+      pick(sel, (start + 1) % sel.options.length);
+      const moves = state(root, sel) !== before;   // a preset: it set other controls
+      pick(sel, start);
+      if (!moves) continue;
+      const n = sel.options.length, used = new Set(), walk = [];
+      const visit = (u) => {                        // Hierholzer on the complete digraph
+        for (let v = 0; v < n; v++) {
+          if (v === u || used.has(`${u}>${v}`)) continue;
+          used.add(`${u}>${v}`);
+          visit(v);
+        }
+        walk.push(u);
+      };
+      visit(start);
+      walk.reverse();
+      const r = {name: root.dataset.explorer, control: label(sel), switches: 0, errors: [], unformatted: []};
+      for (let k = 1; k < walk.length; k++) {
+        const from = sel.options[walk[k - 1]].text, to = sel.options[walk[k]].text;
+        pick(sel, walk[k]);
+        r.switches += 1;
+        if (root.dataset.error === "1") {
+          const msg = root.querySelector(".minipar-explorer-message");
+          r.errors.push(`${from} -> ${to}: ${msg ? msg.textContent.trim().slice(0, 160) : "?"}`);
+        }
+        for (const s of unformatted(root)) r.unformatted.push(`${to}: ${s}`);
+      }
+      pick(sel, start);
+      report.push(r);
+    }
+  }
+  return report;
+}
+"""
+)
+
 
 _PAGE_TEXT = "() => (document.querySelector('main') || document.body).innerText"
 
@@ -298,7 +438,7 @@ def test_every_page_offline(server):
     external, failed, page_errors, raw, math_errors = [], [], [], [], []
     formulas = redirects = 0
     explorer_reports, wide, narrow, clipped, phone_wide, paths = [], [], [], [], [], []
-    stretched, slow = [], []
+    stretched, slow, no_cue, preset_errors, unformatted = [], [], [], [], []
     local = urlparse(server).netloc
 
     def route(r):
@@ -358,6 +498,14 @@ def test_every_page_offline(server):
             stretched += [f"{name} at 1280 px: {w}" for w in page.evaluate(_STRETCHED)]
             slow += [f"{name}: {w}" for w in page.evaluate(_LARGEST_VALUES, UPDATE_LIMIT_MS)]
             paths += [f"{name}: {x}" for x in build_paths(page.evaluate(_PAGE_TEXT))]
+            no_cue += [f"{name} at 1280 px: {w}" for w in page.evaluate(_NO_SCROLL_CUE)]
+            if counts["explorers"]:
+                for r in page.evaluate(_PRESET_SWITCHES):
+                    preset_errors += [
+                        f"{name} {r['name']} {r['control']}: {e}" for e in r["errors"]
+                    ]
+                    unformatted += [f"{name} {r['name']} {u}" for u in r["unformatted"]]
+                unformatted += [f"{name}: {u}" for u in page.evaluate(_NUMBERS_AT_EXTREMES)]
             for rep in page.evaluate(_POKE_EXPLORERS):
                 explorer_reports.append({"page": name, **rep})
         phone = browser.new_context(viewport={"width": 390, "height": 844})
@@ -379,6 +527,7 @@ def test_every_page_offline(server):
                 " ? MathJax.startup.promise.then(() => true) : true"
             )
             phone_wide += [f"{name}: {w}" for w in small.evaluate(_TOO_WIDE)]
+            no_cue += [f"{name} at 390 px: {w}" for w in small.evaluate(_NO_SCROLL_CUE)]
             clipped += [f"{name} at 390 px: {w}" for w in small.evaluate(_CLIPPED)]
             stretched += [f"{name} at 390 px: {w}" for w in small.evaluate(_STRETCHED)]
             if name in with_explorers:
@@ -392,6 +541,9 @@ def test_every_page_offline(server):
         "too_wide": len(wide),
         "too_wide_at_390px": len(phone_wide),
         "clipped": len(clipped),
+        "scrolling_without_cue": len(no_cue),
+        "preset_switch_errors": len(preset_errors),
+        "unformatted_numbers": len(unformatted),
         "build_paths": len(paths),
         "explorers_at_390px": len(narrow),
         "controls": sum(r["controls"] for r in explorer_reports),
@@ -414,6 +566,9 @@ def test_every_page_offline(server):
     assert not wide, f"wider than the article column at 1280 px: {wide[:10]}"
     assert not phone_wide, f"wider than the article column at 390 px: {phone_wide[:10]}"
     assert not clipped, f"cut off with no way to scroll to it: {clipped[:10]}"
+    assert not no_cue, f"pictures wider than their column with no scroll cue: {no_cue[:10]}"
+    assert not preset_errors, f"preset switches that show an error: {preset_errors[:10]}"
+    assert not unformatted, f"unformatted numbers in explorers: {unformatted[:10]}"
     assert not paths, f"paths of the build machine shown on a page: {paths[:10]}"
     assert not stretched, f"figures stretched or pages scrolling sideways: {stretched[:10]}"
     assert not slow, f"explorer inputs unbounded or slower than {UPDATE_LIMIT_MS} ms: {slow[:10]}"
@@ -518,7 +673,8 @@ def test_site_opened_from_disk():
 def test_the_checks_catch_what_a_reader_saw():
     """Negative control: a page like the old site (a CDN script, raw TeX, a MathJax error box,
     a script error, a dead explorer control, a rank's warning that printed the build machine's
-    paths) fails every check above."""
+    paths, a figure scrolling with no cue, a preset switch that dead-ends, an unformatted
+    number) fails every check above."""
     from playwright.sync_api import sync_playwright
 
     bad = r"""<html><body><p class="math">\(x^2\)</p><p>raw \(\Psi\) text</p>
@@ -560,7 +716,34 @@ def test_the_checks_catch_what_a_reader_saw():
         )
         stretched = page.evaluate(_STRETCHED)
         slow = page.evaluate(_LARGEST_VALUES, UPDATE_LIMIT_MS)
+        # a figure held at 480 px in a 300 px column that scrolls with no cue; an explorer whose
+        # model menu keeps the last model's p (8 layers do not split over p = 3) and prints
+        # an unformatted number
+        page.set_content(
+            '<html><body><article class="bd-article" style="width:300px">'
+            '<div style="overflow-x:auto"><img style="min-width:480px" src="data:image/svg+xml,'
+            "%3Csvg xmlns='http://www.w3.org/2000/svg' width='480' height='100'%3E%3C/svg%3E\">"
+            '</div><div class="minipar-explorer" data-explorer="x" data-error="0">'
+            '<div class="minipar-explorer-controls"><label>model <select><option>a</option>'
+            "<option>b</option><option>c</option></select></label><label>p "
+            '<input type="number" value="4"></label><label>L <input type="number" value="12" '
+            'max="12"></label></div><div class="minipar-explorer-output"><p>2281750592.4 GiB</p>'
+            "</div></div></article><script>"
+            "const [sel, p, L] = document.querySelectorAll('select, input'), root ="
+            " document.querySelector('.minipar-explorer');"
+            "sel.addEventListener('change', () => { L.value = [12, 8, 9][sel.selectedIndex];"
+            " if (sel.selectedIndex === 2) p.value = 3;"
+            " root.dataset.error = L.value % p.value ? '1' : '0'; });"
+            "</script></body></html>"
+        )
+        no_cue = page.evaluate(_NO_SCROLL_CUE)
+        presets = page.evaluate(_PRESET_SWITCHES)
+        numbers = page.evaluate(_NUMBERS_AT_EXTREMES)
         browser.close()
+    assert no_cue and "no scroll cue" in no_cue[0], no_cue
+    assert presets[0]["switches"] == 6 and presets[0]["errors"], presets  # c -> b: L = 8, p = 3
+    assert "2281750592.4" in presets[0]["unformatted"][0], presets
+    assert any("2281750592.4" in x for x in numbers), numbers
     assert external == ["https://cdn.example.org/mathjax.js"]
     assert any("THEBE_JS_URL" in e for e in errors)
     assert len(counts["raw"]) == 2 and counts["errors"] == 1

@@ -3,7 +3,9 @@
 // No library, no network. The page inlines each animation's data (exported by
 // book/animations/<name>.py from the course's code) as JSON next to a <div class="minipar-animation">;
 // this script recomputes every step's state from that raw data (frames(data)), then draws it with
-// Back / Step / Play buttons (keyboard: the buttons, or ← → and space on the focused box).
+// Back / Step / Play buttons (keyboard: ← → step and space plays once the player has the focus;
+// clicking any of its buttons keeps the focus in it). A drawing wider than the player scrolls
+// inside it (the site's scroll cue marks it); the pipeline's timeline scales to the width first.
 // tests/test_book_animations.py runs frames(data) under Node.js and compares it with the frames
 // Python computes, so the page shows what the code does.
 (function (root) {
@@ -56,17 +58,16 @@
     return out;
   }
 
-  // Ring attention: each rank merges the block statistics (m, l, o) of every block it computes
-  // into its running state: m' = max(m, m_b), l' = l e^{m−m'} + l_b e^{m_b−m'},
-  // o' = (l e^{m−m'} o + l_b e^{m_b−m'} o_b) / l', lse = m' + log l' (online softmax).
-  function ringAttentionFrames(d) {
-    const cp = d.cp;
+  // Ring attention: each rank merges the block statistics (m, l, o) of every chunk pair it
+  // computes for its tracked query into its running state: m' = max(m, m_b),
+  // l' = l e^{m−m'} + l_b e^{m_b−m'}, o' = (l e^{m−m'} o + l_b e^{m_b−m'} o_b) / l',
+  // lse = m' + log l' (online softmax). One list of frames per layout (zigzag, contiguous).
+  function ringAttentionVariantFrames(v, cp) {
     const state = new Array(cp).fill(null);
-    return d.steps.map((row, i) => {
-      const f = {step: i, src: [], mask: [], m: [], l: [], lse: [], o: []};
+    return v.steps.map((row, i) => {
+      const f = {step: i, src: [], pairs: [], m: [], l: [], lse: [], o: []};
       row.forEach((cell, r) => {
-        const b = cell.block;
-        if (b) {
+        for (const b of cell.blocks) {
           const s = state[r];
           if (s === null) {
             state[r] = {m: b.m, l: b.l, o: b.o.slice()};
@@ -78,7 +79,7 @@
           }
         }
         f.src.push(cell.src);
-        f.mask.push(b ? b.mask : null);
+        f.pairs.push(cell.pairs.map((p) => p.slice()));
         const s = state[r];
         f.m.push(s ? s.m : null);
         f.l.push(s ? s.l : null);
@@ -87,6 +88,12 @@
       });
       return f;
     });
+  }
+
+  function ringAttentionFrames(d) {
+    const out = {};
+    for (const v of d.variants) out[v.name] = ringAttentionVariantFrames(v, d.cp);
+    return out;
   }
 
   const STEP_LOGIC = {ring: ringFrames, pipeline: pipelineFrames, ring_attention: ringAttentionFrames};
@@ -121,10 +128,10 @@
     }
     h += "</tbody></table>";
     let say;
-    if (!st) say = "Start: every rank holds its own values in all four chunks (a cell lists the ranks summed into it).";
+    if (!st) say = `Start: every rank holds its own values in all ${n} chunks (a cell lists the ranks summed into it).`;
     else {
       const moves = st.send.map((c, r) => `${r}→${(r + 1) % n}: chunk ${c}`).join("; ");
-      say = `${st.phase} step ${st.k + 1} of ${n - 1}: every rank sends one chunk to its right neighbour (${moves}) `
+      say = `Step ${i} of ${d.steps.length} (${st.phase} ${st.k + 1} of ${n - 1}): every rank sends one chunk to its right neighbour (${moves}) `
         + (st.phase === "reduce-scatter" ? "and adds the chunk it receives to its own." : "and stores the summed chunk it receives.");
       if (st.phase === "reduce-scatter" && st.k === n - 2) say += " Each rank now holds one fully summed chunk (Σ): the reduce-scatter is done.";
       if (st.phase === "all-gather" && st.k === n - 2) say += " Every rank now holds every summed chunk.";
@@ -133,21 +140,29 @@
   }
 
   const OP_CLASS = {F: "mpa-f", B: "mpa-b", W: "mpa-w"};
+  // Pipeline geometry: the label column and the pixels per time unit, chosen so the timeline
+  // fits the width the player has (`avail`, px; 0 when unknown), between MIN_UNIT and MAX_UNIT.
+  const PIPE_LABEL = 64, MIN_UNIT = 7, MAX_UNIT = 20;
 
-  function drawPipeline(d, fr, i, variant) {
+  function pipeUnit(makespan, avail) {
+    if (!(avail > 0)) return MAX_UNIT;
+    return Math.max(MIN_UNIT, Math.min(MAX_UNIT, Math.floor((avail - PIPE_LABEL - 4) / makespan)));
+  }
+
+  function drawPipeline(d, fr, i, variant, avail) {
     const v = d.variants.find((x) => x.name === variant) || d.variants[0];
     const f = fr[v.name][i];
-    const unit = 20, rowH = 26, left = 0;
+    const unit = pipeUnit(v.makespan, avail), rowH = 26;
     const width = Math.ceil(v.makespan * unit);
-    let h = `<div class="mpa-pipe" style="width:${width + 140}px">`;
+    let h = `<div class="mpa-pipe" style="width:${width + PIPE_LABEL}px">`;
     for (let r = 0; r < d.p; r++) {
-      h += `<div class="mpa-pipe-row"><span class="mpa-pipe-label">rank ${r} · holds ${f.held[r]}</span>`
+      h += `<div class="mpa-pipe-row"><span class="mpa-pipe-label" style="flex-basis:${PIPE_LABEL}px">rank ${r}<br><small>holds ${f.held[r]}</small></span>`
         + `<span class="mpa-pipe-track" style="width:${width}px;height:${rowH}px">`;
       for (const [rr, op, stage, mb, t0, t1] of v.timeline) {
         if (rr !== r) continue;
         const state = t1 <= f.t ? "mpa-done" : t0 <= f.t ? "mpa-now" : "mpa-later";
         const chunk = Math.floor(stage / d.p);
-        h += `<span class="mpa-box ${OP_CLASS[op]} ${state}${chunk ? " mpa-chunk2" : ""}" style="left:${left + t0 * unit}px;width:${(t1 - t0) * unit}px"`
+        h += `<span class="mpa-box ${OP_CLASS[op]} ${state}${chunk ? " mpa-chunk2" : ""}" style="left:${t0 * unit}px;width:${(t1 - t0) * unit}px"`
           + ` title="${op} stage ${stage} micro-batch ${mb + 1}">${mb + 1}</span>`;
       }
       h += `<span class="mpa-cursor" style="left:${f.t * unit}px"></span></span></div>`;
@@ -155,43 +170,72 @@
     h += "</div>";
     const running = f.busy.map((b, r) => (b ? `rank ${r} ${b.replace(/^(\w)(\d+)\.(\d+)$/, (_, op, s, mb) => `${op} of stage ${s}, micro-batch ${Number(mb) + 1}`)}` : `rank ${r} idle`)).join("; ");
     const say = `${v.label}: t = ${num(f.t, 1)} of ${num(v.makespan, 1)} (bubble ${(100 * v.bubble).toFixed(0)} % of the step). ${running}.`;
-    return {html: h, say};
+    return {html: h, say, cursor: PIPE_LABEL + f.t * unit};
   }
 
-  function drawRingAttention(d, fr, i) {
-    const f = fr[i], cp = d.cp;
-    let h = '<table class="mpa-grid"><thead><tr><th scope="col">queries of</th>';
-    for (let c = 0; c < cp; c++) h += `<th scope="col">K/V of rank ${c}</th>`;
-    h += '<th scope="col">m</th><th scope="col">ℓ</th><th scope="col">lse</th><th scope="col">o</th></tr></thead><tbody>';
+  // A rank's work against one K/V block: its chunk pairs by kind ("2 full", "diag. + full").
+  function pairsText(pairs) {
+    if (!pairs.length) return "skip";
+    const diag = pairs.filter((p) => p[2] === "causal").length, full = pairs.length - diag;
+    const part = (k, word) => (k === 0 ? [] : [k === 1 && pairs.length === 1 ? word : `${k} ${word}`]);
+    return [...part(diag, "diag."), ...part(full, "full")].join("<br>");
+  }
+
+  function drawRingAttention(d, fr, i, variant) {
+    const v = d.variants.find((x) => x.name === variant) || d.variants[0];
+    const frames = fr[v.name], f = frames[i], cp = d.cp;
+    let a = '<table class="mpa-grid"><caption>chunk pairs computed</caption><thead><tr><th scope="col">queries of</th>';
+    for (let c = 0; c < cp; c++) a += `<th scope="col">K/V ${c}</th>`;
+    a += "</tr></thead><tbody>";
     for (let r = 0; r < cp; r++) {
-      h += `<tr><th scope="row">rank ${r}</th>`;
+      a += `<tr><th scope="row">rank ${r}</th>`;
       for (let c = 0; c < cp; c++) {
-        let text = "", cls = "mpa-level-0";
+        let text = "", cls = "mpa-level-0", tip = "";
         for (let s = 0; s <= i; s++) {
-          if (fr[s].src[r] !== c) continue;
-          const mask = fr[s].mask[r];
-          text = mask === null ? "skip" : mask === "causal" ? "diagonal" : "full";
-          cls = mask === null ? "mpa-skip" : "mpa-level-2";
+          if (frames[s].src[r] !== c) continue;
+          const pairs = frames[s].pairs[r];
+          text = pairsText(pairs);
+          tip = pairs.map(([q, k, m]) => `query chunk ${q} × key chunk ${k} (${m === "causal" ? "diagonal" : m})`).join("; ");
+          cls = pairs.length ? "mpa-level-2" : "mpa-skip";
           if (s === i) cls += " mpa-in";
         }
-        h += `<td class="${cls}">${text}</td>`;
+        a += `<td class="${cls}"${tip ? ` title="${esc(tip)}"` : ""}>${text}</td>`;
       }
-      h += `<td>${num(f.m[r])}</td><td>${num(f.l[r])}</td><td>${num(f.lse[r])}</td>`
+      a += "</tr>";
+    }
+    a += "</tbody></table>";
+    let b = '<table class="mpa-grid mpa-merge"><caption>running state of the rank\'s last query</caption><thead><tr><th scope="col"></th>'
+      + '<th scope="col">m</th><th scope="col">ℓ</th><th scope="col">lse</th><th scope="col">o</th></tr></thead><tbody>';
+    for (let r = 0; r < cp; r++) {
+      b += `<tr><th scope="row">rank ${r}</th><td>${num(f.m[r])}</td><td>${num(f.l[r])}</td><td>${num(f.lse[r])}</td>`
         + `<td>${f.o[r] ? "(" + f.o[r].map((x) => num(x)).join(", ") + ")" : "–"}</td></tr>`;
     }
-    h += "</tbody></table>";
+    b += "</tbody></table>";
     const holds = f.src.map((s, r) => `rank ${r} holds rank ${s}'s`).join(", ");
-    const say = `Step ${i + 1} of ${cp}: ${holds} K/V block (outlined). A block after the rank's own is skipped under the causal mask; `
-      + "each computed block's max and sum merge into the rank's running m, ℓ (sum of e^(z−m)), lse = m + log ℓ and output o for its last query"
-      + (i === cp - 1 ? ", which now equal one process's attention." : ".");
-    return {html: h, say};
+    const work = f.pairs.map((p) => p.reduce((w, q) => w + (q[2] === "causal" ? 0.5 : 1), 0));
+    const even = work.every((w) => w === work[0]);
+    const layout = v.name === "zigzag"
+      ? `Zigzag: rank r holds chunks r and ${2 * cp - 1}−r, so every rank computes ${even ? `the same work, ${work[0]} full chunk pairs' worth (a diagonal pair is half),` : "its share"} at this step. `
+      : `Contiguous: rank r holds chunk r; a block after the rank's own is skipped under the causal mask, so the ranks' work this step is ${work.join(", ")} pairs (a diagonal is half). `;
+    const say = `Step ${i + 1} of ${frames.length}: ${holds} K/V block (outlined). ${layout}`
+      + "Each computed pair's max and sum merge into the rank's running m, ℓ (sum of e^(z−m)), lse = m + log ℓ and output o for its last query"
+      + (i === frames.length - 1 ? ", which now equal one process's attention." : ".");
+    return {html: `<div class="mpa-tables">${a}${b}</div>`, say};
   }
 
   const DRAW = {ring: drawRing, pipeline: drawPipeline, ring_attention: drawRingAttention};
+  const VARIANT_LABEL = {pipeline: "schedule", ring_attention: "layout"};
 
   function count(d, fr, variant) {
-    if (d.kind === "pipeline") return fr[variant].length;
-    return fr.length;
+    return variant ? fr[variant].length : fr.length;
+  }
+
+  // The counter above the stage, 1-based like the narration: "Step 2 of 4"; the ring's first
+  // frame is its start, before step 1; a schedule's frames are the moments an action starts or ends.
+  function position(d, i, n) {
+    if (d.kind === "ring") return i === 0 ? `Start (then ${n - 1} steps)` : `Step ${i} of ${n - 1}`;
+    if (d.kind === "pipeline") return `Moment ${i + 1} of ${n}`;
+    return `Step ${i + 1} of ${n}`;
   }
 
   function mount(el) {
@@ -202,8 +246,8 @@
     const fr = frames(d);
     const doc = el.ownerDocument;
     el.dataset.mounted = "1";
-    let i = 0, timer = null;
-    let variant = d.kind === "pipeline" ? d.variants[0].name : null;
+    let i = 0, timer = null, pointer = false;
+    let variant = d.variants ? d.variants[0].name : null;
     const bar = doc.createElement("div");
     bar.className = "mpa-controls";
     const mk = (label, aria) => {
@@ -216,7 +260,7 @@
     };
     if (variant) {
       const lab = doc.createElement("label");
-      lab.textContent = "schedule ";
+      lab.textContent = `${VARIANT_LABEL[d.kind] || "variant"} `;
       const sel = doc.createElement("select");
       for (const v of d.variants) {
         const o = doc.createElement("option");
@@ -224,7 +268,13 @@
         o.textContent = v.label;
         sel.append(o);
       }
-      sel.addEventListener("change", () => { variant = sel.value; stop(); i = 0; show(); });
+      sel.addEventListener("change", () => {
+        variant = sel.value;
+        stop();
+        i = 0;
+        show();
+        if (pointer) el.focus({preventScroll: true});   // chosen with the mouse: keys step again
+      });
       lab.append(sel);
       bar.append(lab);
     }
@@ -233,6 +283,7 @@
     const play = mk("Play", "play");
     const pos = doc.createElement("span");
     pos.className = "mpa-pos";
+    pos.setAttribute("aria-live", "off");
     bar.append(pos);
     const stage = doc.createElement("div");
     stage.className = "mpa-stage";
@@ -242,43 +293,63 @@
     const show = () => {
       const n = count(d, fr, variant);
       i = Math.max(0, Math.min(i, n - 1));
-      const out = DRAW[d.kind](d, fr, i, variant);
+      const out = DRAW[d.kind](d, fr, i, variant, stage.clientWidth);
       stage.innerHTML = out.html;
       say.textContent = out.say;
-      pos.textContent = `step ${i} / ${n - 1}`;
+      pos.textContent = position(d, i, n);
       back.disabled = i === 0;
       step.disabled = i === n - 1;
       el.dataset.step = String(i);
+      // a timeline wider than the stage scrolls with the cursor, so it never leaves the view
+      if (out.cursor !== undefined && stage.scrollWidth > stage.clientWidth) {
+        stage.scrollLeft = Math.max(0, out.cursor - stage.clientWidth / 2);
+      }
     };
     const stop = () => { if (timer) { clearInterval(timer); timer = null; } play.textContent = "Play"; play.setAttribute("aria-label", "play"); };
     const go = (k) => { i += k; show(); };
-    back.addEventListener("click", () => { stop(); go(-1); });
-    step.addEventListener("click", () => { stop(); go(1); });
+    // The player keeps the keyboard: a button that a click disables (Back at the start, Step at
+    // the end) would drop the focus to the page, so the focus moves to the player's box.
+    const keep = (b) => { if (b.disabled || pointer) el.focus({preventScroll: true}); };
+    back.addEventListener("click", () => { stop(); go(-1); keep(back); });
+    step.addEventListener("click", () => { stop(); go(1); keep(step); });
     play.addEventListener("click", () => {
-      if (timer) { stop(); return; }
+      if (timer) { stop(); keep(play); return; }
       if (i >= count(d, fr, variant) - 1) i = -1;
       play.textContent = "Pause";
       play.setAttribute("aria-label", "pause");
       go(1);
+      keep(play);
       timer = setInterval(() => {
         if (i >= count(d, fr, variant) - 1) { stop(); return; }
         go(1);
       }, d.kind === "pipeline" ? 450 : 1100);
     });
+    el.addEventListener("pointerdown", () => { pointer = true; });
+    el.addEventListener("keydown", () => { pointer = false; }, true);
     el.tabIndex = 0;
+    // ← → step and space plays wherever the focus is inside the player, but on the menu (its
+    // own arrows) and on a button (space presses it)
     el.addEventListener("keydown", (e) => {
-      if (e.target.tagName === "SELECT" || e.target.tagName === "BUTTON") return;
+      if (e.target.tagName === "SELECT") return;
       if (e.key === "ArrowRight") { stop(); go(1); e.preventDefault(); }
       else if (e.key === "ArrowLeft") { stop(); go(-1); e.preventDefault(); }
-      else if (e.key === " ") { play.click(); e.preventDefault(); }
+      else if (e.key === " " && e.target.tagName !== "BUTTON") { play.click(); e.preventDefault(); }
     });
     const title = doc.createElement("div");
     title.className = "mpa-title";
     title.textContent = d.title;
     el.setAttribute("role", "group");
-    el.setAttribute("aria-label", `${d.title}: step-through animation`);
+    el.setAttribute("aria-label", `${d.title}: step-through animation (← → step, space plays)`);
     el.append(title, bar, stage, say);
     show();
+    // redraw for the width the player has (a phone turned, a window resized)
+    let lastWidth = stage.clientWidth;
+    const view = doc.defaultView;
+    if (view) {
+      view.addEventListener("resize", () => {
+        if (stage.clientWidth !== lastWidth) { lastWidth = stage.clientWidth; show(); }
+      });
+    }
   }
 
   const api = {frames, mount};
