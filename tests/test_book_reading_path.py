@@ -161,10 +161,9 @@ def test_bucket_caption_states_the_drawn_bucket_sizes():
 
 
 def test_memory_stack_caption_and_worked_answer_count_the_same_bytes():
-    from minipar.cost.planner.breakdown import per_gpu_memory
-
-    sys.modules.pop("figures.memory_time", None)
     from figures.memory_time import SHAPE7B
+
+    from minipar.cost.planner.breakdown import per_gpu_memory
 
     r = per_gpu_memory(**SHAPE7B)
     states = f"{(r.weights + r.gradients + r.optimizer) / 2**30:.1f} GiB"
