@@ -285,7 +285,7 @@ def test_gpus_are_dense_peaks():
         assert GPUS[name].peak_flops["fp16"] == GPUS[name].peak_flops["bf16"]
     assert GPUS["H200"].peak_flops["bf16"] == GPUS["H100-SXM"].peak_flops["bf16"]  # same die
     with pytest.raises(ValueError, match="H100-SXM"):
-        gpu("B200")
+        gpu("B300")
     # HBM capacities are binary: 80 GiB, 141 GiB (the datasheets' "GB")
     assert GPUS["A100-80GB"].memory_bytes == GPUS["H100-SXM"].memory_bytes == 80 * 2**30
     assert GPUS["H200"].memory_bytes == 141 * 2**30

@@ -18,7 +18,7 @@ from . import model
 from .chapters import memory_time as memory
 from .chapters import pipeline_parallel as pipeline
 from .kernels import hardware
-from .kernels.compute import FP8_SCALING
+from .kernels.compute import FP8_SCALING, check_fp8_gpu
 from .network import collectives
 from .planner import three_d as planner
 from .planner.breakdown import check_layout
@@ -437,13 +437,15 @@ def check_physical(g: "hardware.GPU", where: str) -> None:
 
 
 def _plan_cluster(args) -> "planner.Cluster":
-    per_node = 8 if args.gpus_per_node is None else args.gpus_per_node
     if args.gpus_per_node is not None and args.gpus_per_node > args.gpus:
         raise InputError(
             f"gpus per node ({args.gpus_per_node}) must be at most the GPUs ({args.gpus}): "
             "fewer GPUs than one node are given by --gpus alone"
         )
     gpu = hardware.load_gpu_profile(args.gpu_profile) if args.gpu_profile else args.gpu
+    # default: the GPU's NVLink domain (8 on a baseboard, 72 on a GB200 NVL72 rack)
+    domain = (gpu if isinstance(gpu, hardware.GPU) else hardware.gpu(gpu)).nvlink_domain
+    per_node = min(domain, args.gpus) if args.gpus_per_node is None else args.gpus_per_node
     if args.gpu_profile:
         check_physical(gpu, f"gpu profile {args.gpu_profile}")
     names = ("gemm_efficiency", "intra_bandwidth", "intra_alpha", "inter_bandwidth", "inter_alpha")
@@ -476,7 +478,10 @@ def plan_inputs(args):
 
 def _check_hopper(cl, opts) -> None:
     """``--fp8`` and ``--attention fa3`` need a Hopper GPU (an FP8 peak in its preset): said
-    before the search, naming the flag and the GPU, not as a rule every layout broke."""
+    before the search, naming the flag and the GPU, not as a rule every layout broke; --fp8
+    mxfp8 needs a Blackwell GPU (:func:`~minipar.cost.kernels.compute.check_fp8_gpu`)."""
+    if opts.fp8 == "mxfp8":
+        check_fp8_gpu(cl.gpu, opts.fp8)
     if cl.gpu.peak_flops.get("fp8"):
         return
     hopper = ", ".join(k for k, g in hardware.GPUS.items() if g.peak_flops.get("fp8"))

@@ -87,7 +87,7 @@ achieved HBM rate and with no per-kernel issue time (CUDA graphs or compiled reg
 launches). Fitted on one calibration row (:mod:`minipar.cost.validation.modern_fit`:
 torchtitan's Llama 3.1 8B, 8 GPUs, torch.compile, bf16, December 2024)."""
 
-FP8_SCALING = ("delayed", "current", "rowwise")
+FP8_SCALING = ("delayed", "current", "rowwise", "mxfp8")
 """FP8 scaling recipes: "delayed" (Transformer Engine's ``DelayedScaling``, Megatron's default
 FP8 recipe: the scale from an amax history, the amax computed inside the cast), "current"
 (tensorwise dynamic scaling: torchao's Float8 default, Megatron's ``fp8-cs``: an amax pass over
@@ -95,24 +95,32 @@ the tensor before its cast) and "rowwise" (torchao's ``rowwise`` recipe: one sca
 each GEMM operand, along the dimension the GEMM contracts, so each tensor is cast once per GEMM
 it enters, :data:`FP8_RECAST_BYTES`). Every recipe's GEMMs run at the one FP8 rate
 (:data:`FP8_GEMM_EFFICIENCY`, fitted on a tensorwise row): for rowwise that rate is ASSUMED,
-no published ratio of rowwise to tensorwise GEMM rates being used."""
+no published ratio of rowwise to tensorwise GEMM rates being used. "mxfp8" (Transformer
+Engine's ``MXFP8BlockScaling``; the OCP "Microscaling Formats (MX) Specification v1.0": blocks
+of 32 elements along the contracted dimension share one 8-bit power-of-two scale) needs a
+Blackwell GPU (:func:`check_fp8_gpu`), whose tensor cores apply the block scales at the FP8
+rate: its GEMMs run at the same FP8 rate, an ASSUMPTION (no MXFP8 row was measured here)."""
 
-FP8_CAST_BYTES = {"delayed": 4, "current": 6, "rowwise": 3}
+FP8_CAST_BYTES = {"delayed": 4, "current": 6, "rowwise": 3, "mxfp8": 4 + 2 / 32}
 """Bytes moved per element to cast one GEMM input to FP8: read the 16-bit tensor (2), write the
 FP8 copy (1) and its transposed FP8 copy for the other GEMM of the backward (1; Hopper's FP8
 GEMMs take only the TN layout); current scaling first reads the tensor once more for its amax
 (2). Transformer Engine, "Using FP8 with Transformer Engine" (the cast-transpose kernels);
 torchao ``float8`` (tensorwise dynamic scaling). Rowwise: the cast along rows for the first
 GEMM the tensor enters, its per-row amax in the same kernel (a row is one block): read 2,
-write 1; the second cast is :data:`FP8_RECAST_BYTES`."""
+write 1; the second cast is :data:`FP8_RECAST_BYTES`. MXFP8: one kernel reads the 16-bit tensor
+(2) and writes it blocked along rows and along columns (1 + 1), each copy with one scale byte
+per 32 elements (2/32), each block's amax in the same pass (Transformer Engine, "Using FP8 with
+Transformer Engine", MXFP8: the columnwise copy feeds the backward GEMM that contracts the
+other dimension)."""
 
-FP8_RECAST_BYTES = {"delayed": 0, "current": 0, "rowwise": 5}
+FP8_RECAST_BYTES = {"delayed": 0, "current": 0, "rowwise": 5, "mxfp8": 0}
 """Bytes per element of the second cast rowwise scaling needs, in the backward: the other GEMM
 of the backward contracts the tensor's other dimension, whose scales a row-wise cast does not
 give, so the 16-bit tensor (kept) is cast again along its columns: a column amax pass (read 2)
 then the cast (read 2, write 1). torchao ``float8`` README, the "rowwise" recipe (axiswise
 scaling of every operand along its contracted dimension). The tensorwise recipes transpose the
-one FP8 copy instead (:data:`FP8_CAST_BYTES`): 0."""
+one FP8 copy instead (:data:`FP8_CAST_BYTES`): 0; MXFP8 writes both blockings in its one cast: 0."""
 
 
 class LayerTime(NamedTuple):
@@ -211,6 +219,22 @@ def fp8_peak(gpu) -> float:
             f"later); {gpu.name} has none"
         )
     return peak
+
+
+def check_fp8_gpu(gpu, scaling: str | None) -> None:
+    """A ValueError naming the rule where FP8 recipe ``scaling`` (:data:`FP8_SCALING`, or None:
+    bf16) cannot run on ``gpu``: MXFP8 needs Blackwell's block-scaled tensor cores, i.e. an
+    'mxfp8' peak in the GPU's preset (B200, GB200); the other recipes an FP8 peak
+    (:func:`fp8_peak`)."""
+    if scaling is None:
+        return
+    if scaling not in FP8_SCALING:
+        raise ValueError(f"fp8 ({scaling!r}) must be one of {', '.join(FP8_SCALING)}")
+    if scaling == "mxfp8" and not gpu.peak_flops.get("mxfp8"):
+        raise ValueError(
+            f"precision mxfp8 needs a Blackwell GPU (B200, GB200), got {gpu.name}"
+        )
+    fp8_peak(gpu)
 
 
 def gpu_gemm_seconds(gpu, M: int, N: int, K: int, batch: int = 1, fp8: bool = False) -> float:
@@ -555,8 +579,8 @@ def fp8_weight_cast_bytes(scaling: str) -> float:
     """Bytes per weight element cast once per micro-batch: read 2, write 1 and a transposed
     copy 1 (4) under the tensorwise recipes; rowwise, a cast along each of the two dimensions
     the forward and the input-gradient GEMMs contract (:data:`FP8_CAST_BYTES` +
-    :data:`FP8_RECAST_BYTES`: 8)."""
-    if scaling == "rowwise":
+    :data:`FP8_RECAST_BYTES`: 8); MXFP8, both blockings in one cast (4 + 2/32)."""
+    if scaling in ("rowwise", "mxfp8"):
         return FP8_CAST_BYTES[scaling] + FP8_RECAST_BYTES[scaling]
     return 4
 

@@ -41,6 +41,9 @@ class GPU:
     gemm_efficiency: float = 0.75  # η: fraction of dense peak a large GEMM sustains in training
     intra: str = "nvlink3-a100"  # the NVLink of its generation (DGX/HGX baseboard)
     inter: str = "ib-hdr200"  # the InfiniBand NIC per GPU of its generation
+    # GPUs on one NVLink domain: the planner's default GPUs per node (an HGX/DGX baseboard: 8;
+    # a GB200 NVL72 rack: 72, its NVLink Switch trays joining every GPU of the rack)
+    nvlink_domain: int = 8
     # The kernel model of minipar.cost.kernels.compute (its docstring derives each term). The defaults
     # are the 2021 model; every preset sets its own (A100: fitted on PTD-P Table 1; H200:
     # measured; H100: the H200's, see gh100_kernels), and a measured profile sets them all.
@@ -137,14 +140,29 @@ def gh100_kernels(hbm_datasheet: float) -> dict:
     return k | {f: H200_KERNELS[f] * r for f in scaled}
 
 
+KERNEL_KINDS = ("a100", "gh100", "h200-assumed")
+"""Where a preset's kernel constants come from: the A100's fitted ones; the H200's measured
+ones on a GH100 part (:func:`gh100_kernels`); or the same carried to a Blackwell part
+("h200-assumed", the B200 and GB200: no Blackwell step was measured, an assumption)."""
+
+BLACKWELL_ONLY = ("mxfp8",)
+"""Peaks only Blackwell presets have: MXFP8 (the OCP Microscaling format, FP8 elements in blocks
+of 32 sharing an 8-bit power-of-two scale) runs on Blackwell's fifth-generation tensor cores at
+the FP8 rate (NVIDIA Blackwell Architecture Technical Brief, micro-tensor scaling); Hopper's
+tensor cores take one scale per tensor (or per row in software), not per block."""
+
+
 def _preset(name: str, g: dict) -> GPU:
     """A GPU of ``presets.json``: its peaks in TFLOP/s (times ``peak_scale``, a constant of this
-    module, where given) and its kernel constants, the A100's fitted ones or
-    :func:`gh100_kernels` of its datasheet HBM bandwidth."""
+    module, where given) and its kernel constants (:data:`KERNEL_KINDS`), the A100's fitted ones
+    or :func:`gh100_kernels` of its datasheet HBM bandwidth."""
     g = dict(g)
     scale = {"POWER_500W": POWER_500W}[g.pop("peak_scale")] if "peak_scale" in g else 1
     peaks = {k: scale * v * _T for k, v in g.pop("peak_tflops").items()}
-    if g.pop("kernels") == "a100":
+    kind = g.pop("kernels")
+    if kind not in KERNEL_KINDS:
+        raise ValueError(f"{name}: kernels ({kind!r}) must be one of {', '.join(KERNEL_KINDS)}")
+    if kind == "a100":
         kernels = dict(
             gemm_efficiency=A100_GEMM_EFFICIENCY,
             gemm_rule="additive",
@@ -187,6 +205,7 @@ _PROFILE_REQUIRED = (
 )
 _FRACTIONS = ("gemm_efficiency", "flash_efficiency")  # in (0, 1]
 _POSITIVE = ("memory_bytes", "hbm_bandwidth", "sms", "bmm_bandwidth", "optimizer_bandwidth")
+_POSITIVE += ("nvlink_domain",)
 _NON_NEGATIVE = ("gemm_latency_s", "bmm_latency_s", "attention_score_bytes", "layer_overhead_s")
 
 
@@ -235,8 +254,9 @@ def _number_rules(kw: dict) -> str | None:
             return f"{k} ({kw[k]!r}) must be a finite number"
         if not ok(kw[k]):
             return f"{k} ({kw[k]!r}) {rule}"
-    if "sms" in kw and int(kw["sms"]) != kw["sms"]:
-        return f"sms ({kw['sms']!r}) must be a whole number"
+    for k in ("sms", "nvlink_domain"):
+        if k in kw and int(kw[k]) != kw[k]:
+            return f"{k} ({kw[k]!r}) must be a whole number"
     return None
 
 
@@ -261,6 +281,8 @@ def check_gpu_profile(profile: dict, where: str = "gpu profile") -> GPU:
     if rule:
         raise ValueError(f"{where}: {rule}")
     kw["sms"] = int(kw["sms"])
+    if "nvlink_domain" in kw:
+        kw["nvlink_domain"] = int(kw["nvlink_domain"])
     return GPU(**kw)
 
 
