@@ -25,15 +25,26 @@ help: ## this list
 CPU_INDEX := --extra-index-url https://download.pytorch.org/whl/cpu
 TORCH_PIN := $(shell sed -n 's/^torch==//p' requirements.txt)
 
+# PYTHON makes .venv (3.11 or later, checked first: pip would run minutes before an older
+# one failed). pip's "Collecting"/"Installing" lines show as it goes; all it says is in the log.
+PYTHON ?= python3
 $(STAMP): requirements.txt pyproject.toml
-	@test -x $(PY) || python3 -m venv .venv
-	@echo "installing requirements into .venv (log: .venv/pip.log)"
-	@if [ "$(origin TORCH_INDEX)" != undefined ]; then idx='$(TORCH_INDEX)'; \
+	@py=$(PY); test -x $$py || py='$(PYTHON)'; \
+	 $$py -c 'import sys; sys.exit(sys.version_info < (3, 11))' > /dev/null 2>&1 || { \
+	   echo "make install: minipar needs Python >= 3.11; $$py is" \
+	        "$$($$py -V 2>&1 || echo missing) (give one: make install PYTHON=python3.11;" \
+	        "an older .venv: remove it first)"; exit 1; }
+	@test -x $(PY) || $(PYTHON) -m venv .venv
+	@echo "installing requirements into .venv (log: .venv/pip.log; minutes the first time)"
+	@set -o pipefail; \
+	 if [ "$(origin TORCH_INDEX)" != undefined ]; then idx='$(TORCH_INDEX)'; \
 	 elif $(PY) -m pip install --dry-run --no-deps --no-index --ignore-installed -q \
 	        "torch==$(TORCH_PIN)" > /dev/null 2>&1; then idx=""; \
 	 else idx='$(CPU_INDEX)'; fi; \
-	 $(PY) -m pip install --disable-pip-version-check -q -r requirements.txt $$idx \
-	  > .venv/pip.log 2>&1 || { grep -v "is ignored" .venv/pip.log; exit 1; }
+	 $(PY) -m pip install --disable-pip-version-check --progress-bar off -r requirements.txt \
+	   $$idx 2>&1 | tee .venv/pip.log \
+	  | { grep --line-buffered -E '^(Collecting|Downloading|Installing|Successfully)' || true; } \
+	  || { grep -v "is ignored" .venv/pip.log | tail -40; exit 1; }
 	@touch $@
 
 install: $(STAMP) ## create .venv: the CPU build of torch and every extra (TORCH_INDEX= for the GPU build)
@@ -58,13 +69,22 @@ define fresh_cache
 	  rm -rf _build/.jupyter_cache; echo "$(SRC_HASH)" > _build/.src-hash; fi
 endef
 
+# A read-only checkout: one line before the build, not Sphinx's traceback after it.
+define writable_build
+	@{ mkdir -p _build && : > _build/.writable && rm -f _build/.writable; } 2>/dev/null || { \
+	  echo "make $@: cannot write _build/ in $(CURDIR) (a read-only checkout?): build in a" \
+	       "copy you can write"; exit 1; }
+endef
+
 book: $(STAMP) ## build the site into _build/html (runs every notebook on the CPU; cached until a notebook or src/ changes)
+	$(writable_build)
 	$(fresh_cache)
 	@$(PROGRESS) --jobs $(BOOK_JOBS) $(JB) build .
 
 # Executes every chapter notebook from a clean kernel (jupyter-cache; a cell error fails the
 # build), so `make test` needs no separate nbval pass over notebooks/.
 book-strict: $(STAMP) ## the book build with warnings as errors, every notebook run afresh (no cache)
+	$(writable_build)
 	@rm -rf _build/.jupyter_cache _build/.src-hash
 	@$(PROGRESS) --jobs $(BOOK_JOBS) $(JB) build . -W -n --keep-going
 
@@ -119,8 +139,9 @@ test: $(STAMP) ## everything CI runs: lint, exercises-check, unit, book-strict, 
 grade: $(STAMP) ## grade your exercise notebooks and print a score table
 	.venv/bin/minipar grade exercises
 
+# As root (a container) Jupyter refuses to start without --allow-root.
 lab: $(STAMP) ## JupyterLab on the course, with the .venv kernel
-	.venv/bin/jupyter lab --ServerApp.root_dir=.   # kernel "Python 3" is .venv's python
+	.venv/bin/jupyter lab --ServerApp.root_dir=. $$([ "$$(id -u)" = 0 ] && echo --allow-root)
 
 bench: $(STAMP) ## every minipar bench on this machine's CPU ranks (launch, collectives, the five chapters)
 	.venv/bin/minipar bench launch --ranks 4

@@ -387,3 +387,87 @@ def test_the_book_cache_is_dropped_when_src_changes(tmp_path):
     strict = make.split("\nbook-strict:")[1].split("\n\n")[0]
     assert "$(fresh_cache)" in book and "rm -rf _build/.jupyter_cache" in make
     assert strict.index("rm -rf _build/.jupyter_cache") < strict.index("$(JB) build")
+
+
+# ----------------------------------------------------------------------------- make install, lab
+FAKE_PIP = """#!/bin/bash
+# a stand-in for .venv/bin/python: pip's lines, no network
+case "$*" in
+  *"pip install"*"--dry-run"*) exit 1 ;;
+  *"pip install"*) echo "Collecting fakepkg==1.0"; echo "  Downloading fakepkg-1.0.whl";
+                   echo "Installing collected packages: fakepkg";
+                   echo "Successfully installed fakepkg-1.0" ;;
+  *) exec "$REAL_PYTHON" "$@" ;;
+esac
+"""
+
+
+def _course(tmp_path: Path, venv_python: str | None) -> Path:
+    """The Makefile, requirements.txt and pyproject.toml in a folder; ``venv_python``: the
+    text of a stand-in ``.venv/bin/python`` (None: no .venv)."""
+    course = tmp_path / "course"
+    course.mkdir()
+    for name in ("Makefile", "requirements.txt", "pyproject.toml"):
+        shutil.copy(ROOT / name, course / name)
+    if venv_python is not None:
+        py = course / ".venv" / "bin" / "python"
+        py.parent.mkdir(parents=True)
+        py.write_text(venv_python)
+        py.chmod(0o755)
+    return course
+
+
+def _make(course: Path, *argv: str, env: dict | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        ["make", "--no-print-directory", *argv],
+        cwd=course,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=dict(os.environ, REAL_PYTHON=sys.executable) | (env or {}),
+    )
+
+
+@pytest.mark.slow
+def test_make_install_shows_pips_progress_and_logs_all(tmp_path):
+    """`make install` printed one line, then minutes of silence: pip's Collecting, Downloading
+    and Installing lines now show as they come, and the log keeps everything."""
+    course = _course(tmp_path, FAKE_PIP)
+    r = _make(course, "install", "TORCH_INDEX=")
+    assert r.returncode == 0, r.stdout + r.stderr
+    for line in ("Collecting fakepkg==1.0", "Installing collected packages: fakepkg"):
+        assert line in r.stdout, r.stdout
+    assert "Successfully installed fakepkg-1.0" in (course / ".venv" / "pip.log").read_text()
+    assert (course / ".venv" / ".installed").exists()
+
+
+@pytest.mark.slow
+def test_make_install_refuses_a_python_older_than_3_11_first(tmp_path):
+    """With python3 3.10 it ran over 5 minutes before failing: the version is checked first,
+    and nothing is made."""
+    old = tmp_path / "python3.10"
+    old.write_text(
+        '#!/bin/bash\n[ "$1" = -V ] && { echo "Python 3.10.12"; exit 0; }\n'
+        '[ "$1" = -c ] && exit 1\necho "made a venv" >&2; exit 0\n'
+    )
+    old.chmod(0o755)
+    course = _course(tmp_path, None)
+    r = _make(course, "install", f"PYTHON={old}")
+    assert r.returncode != 0
+    said = r.stdout + r.stderr
+    assert "make install: minipar needs Python >= 3.11;" in said and "Python 3.10.12" in said
+    assert "made a venv" not in said and not (course / ".venv").exists()
+
+
+@pytest.mark.slow
+def test_make_lab_allows_root_only_as_root(tmp_path):
+    """Jupyter refuses to run as root without --allow-root (a container's usual user)."""
+    course = _course(tmp_path, "#!/bin/bash\n")
+    (course / ".venv" / ".installed").touch()
+    jupyter = course / ".venv" / "bin" / "jupyter"
+    jupyter.write_text('#!/bin/bash\necho "jupyter $*"\n')
+    jupyter.chmod(0o755)
+    r = _make(course, "lab")
+    assert r.returncode == 0, r.stdout + r.stderr
+    line = next(ln for ln in r.stdout.splitlines() if ln.startswith("jupyter lab"))
+    assert ("--allow-root" in line) == (os.geteuid() == 0), line
