@@ -66,7 +66,15 @@ from ..chapters.memory_time import ZERO_STAGES, check_zero_stage
 from ..kernels.hardware import GPU, Link
 from ..kernels.hardware import gpu as gpu_preset
 from ..kernels.hardware import link as link_preset
-from ..model import RECOMPUTE, flops_per_iteration, param_count
+from ..model import (
+    EXTENDED_FIELDS,
+    RECOMPUTE,
+    DecoderCounts,
+    check_extended,
+    decoder_counts,
+    flops_per_iteration,
+    param_count,
+)
 from .breakdown import StepBreakdown, check_layout
 from .term_table import TERMS
 from .three_d_terms import GRAD_REDUCE_BYTES as GRAD_REDUCE_BYTES
@@ -114,10 +122,35 @@ class ModelShape:
     tied: bool = True  # output layer tied to the input embedding
     attention: str = ""  # "unfused", "flash" or "fa3"; "" = the GPU's era (:func:`attention_for`)
     dropout: float = 0.1  # GPT's (Megatron-LM's default); the Llama recipe trains without
+    # DeepSeek-V3 / Qwen3-MoE shapes (minipar.cost.model.decoder_counts; 0: absent). What the
+    # step's terms price of them: the routed experts as before; the rest counts parameters only
+    shared_experts: int = 0  # experts every token uses besides its top_k (DeepSeekMoE)
+    dense_layers: int = 0  # the first layers' MLP is dense, of width dense_ffn
+    dense_ffn: int = 0  # the dense-first layers' MLP width (0: ffn)
+    node_limit: int = 0  # nodes a token's experts may span (node-limited routing; 0: any)
+    head_dim: int = 0  # attention head width (0: h/a; Qwen3: 128)
+    qk_norm: bool = False  # RMSNorm on each head's queries and keys (Qwen3)
+    q_lora: int = 0  # MLA: query down-projection width (0: none)
+    kv_lora: int = 0  # MLA: key-value latent width (0: not MLA)
+    qk_rope_dim: int = 0  # MLA: the decoupled RoPE part of a query/key head
+    qk_nope_dim: int = 0  # MLA: the no-RoPE part of a query/key head
+    v_head_dim: int = 0  # MLA: a value head's width
+    mtp_depth: int = 0  # multi-token prediction modules (DeepSeek-V3: 1)
 
     @property
     def moe(self) -> bool:
         return self.experts > 1
+
+    @property
+    def extended(self) -> bool:
+        """Whether a DeepSeek-V3 / Qwen3-MoE field is set (counted by
+        :func:`minipar.cost.model.decoder_counts`)."""
+        return any(getattr(self, k) for k in EXTENDED_FIELDS)
+
+    @property
+    def counts(self) -> DecoderCounts:
+        """Total, active and MTP parameters (:func:`minipar.cost.model.decoder_counts`)."""
+        return decoder_counts(self)
 
     @property
     def ffn_width(self) -> int:
@@ -127,7 +160,7 @@ class ModelShape:
     @property
     def kv_width(self) -> int:
         """Width of K (and of V): (h/a)·kv heads (h without GQA; Ainslie et al. 2023, "GQA")."""
-        return (self.hidden // self.heads) * (self.kv_heads or self.heads)
+        return (self.head_dim or self.hidden // self.heads) * (self.kv_heads or self.heads)
 
     @property
     def expert_params_per_layer(self) -> int:
@@ -176,6 +209,8 @@ class ModelShape:
         :func:`minipar.cost.model.param_count_llama` exactly."""
         if self.is_gpt:
             return param_count(self.layers, self.hidden, self.vocab, self.seq)
+        if self.extended:
+            return self.counts.total
         final = 2 * self.hidden if self.norm == "layernorm" else self.hidden
         return (
             self.layers * (self.dense_params_per_layer + self.expert_params_per_layer)
@@ -186,6 +221,8 @@ class ModelShape:
     @property
     def active_params(self) -> int:
         """Parameters one token uses: K of the E experts (all of them when dense)."""
+        if self.extended:
+            return self.counts.active
         unused = (self.experts - self.top_k) * self.mlp_matrices * self.hidden * self.ffn_width
         return self.params - self.layers * unused
 
@@ -207,6 +244,7 @@ class ModelShape:
                 f"ffn ({self.ffn}) must be >= 0 and top_k ({self.top_k}) in "
                 f"[1, experts ({self.experts})]"
             )
+        check_extended(self)
 
 
 SHAPE_RECIPES = {  # a preset's ``recipe`` in models.toml: the fields it stands for
