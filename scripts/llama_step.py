@@ -164,7 +164,7 @@ def predict(row, gpu, vocab: int = VOCAB) -> dict:
     *_, b, m = row
     cl = replace(planner.cluster(1, 1, "H200"), gpu=gpu)
     lay = planner.Layout(b * m, 1, 1, 1, b, recompute="none", zero=0)
-    c = planner.evaluate(shape_of(row, vocab), cl, lay, {"precision": "megatron"})
+    c = planner.evaluate(shape_of(row, vocab), cl, lay, planner.Options(precision="megatron"))
     return {"predicted_s": c.step_seconds, "predicted_bytes": c.bytes_per_gpu, "fits": c.fits}
 
 

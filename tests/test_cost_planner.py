@@ -149,9 +149,15 @@ def test_megatron_1t_table1_layout_near_best():
     al. 2022 measured."""
     m, cl = planner.MODELS["megatron-1t"], a100(3072)
     best = [c for c in planner.search(m, cl, 3072) if c.fits][0]
-    pub = planner.evaluate(m, cl, 3072, tp=8, pp=64, dp=6, micro_batch=1, recompute="full", zero=0)
+    pub = planner.evaluate(
+        m, cl, planner.Layout(3072, tp=8, pp=64, dp=6, micro_batch=1, recompute="full", zero=0)
+    )
     same = planner.evaluate(
-        m, cl, 3072, tp=8, pp=64, dp=6, micro_batch=1, recompute="selective", sp=True, zero=0
+        m,
+        cl,
+        planner.Layout(
+            3072, tp=8, pp=64, dp=6, micro_batch=1, recompute="selective", sp=True, zero=0
+        ),
     )
     assert pub.fits and same.fits and same.step_seconds <= 1.15 * best.step_seconds
     assert 1.2 <= pub.step_seconds / same.step_seconds <= 1.45
@@ -177,7 +183,9 @@ def test_megatron_table1_layouts(name, L, h, a, t, p, n, B):
     selective recomputation, published a year later)."""
     m, cl = planner.ModelShape(L, h, a, 2048, 51200), a100(n)
     pub = planner.evaluate(
-        m, cl, B, tp=t, pp=p, dp=n // (t * p), micro_batch=1, recompute="full", zero=0
+        m,
+        cl,
+        planner.Layout(B, tp=t, pp=p, dp=n // (t * p), micro_batch=1, recompute="full", zero=0),
     )
     assert pub.fits and pub.tp_link.startswith("nvlink3")
     fitting = [c for c in planner.search(m, cl, B) if c.fits]
@@ -216,7 +224,11 @@ def test_llama2_70b_gpu_hours_imply_about_43_percent_mfu():
 def test_memory_is_the_breakdown_plus_the_embedding_on_the_first_stage():
     m, cl = planner.MODELS["gpt3-175b"], a100(1024)
     c = planner.evaluate(
-        m, cl, 1536, tp=8, pp=16, dp=8, micro_batch=1, recompute="selective", sp=True, zero=1
+        m,
+        cl,
+        planner.Layout(
+            1536, tp=8, pp=16, dp=8, micro_batch=1, recompute="selective", sp=True, zero=1
+        ),
     )
     ref = per_gpu_memory(
         96,
@@ -290,12 +302,12 @@ def test_nvlink_vs_pcie_changes_the_best_t():
     """With PCIe between GPUs TP's all-reduces cost ~7× more: the best layout uses a smaller t
     (a planner that ignored the link would return the same layout: negative control)."""
     m = planner.MODELS["gpt3-175b"]
-    nv = planner.search(m, a100(1024), 1536, zero=1)[0]
+    nv = planner.search(m, a100(1024), 1536, planner.Space(zero=1))[0]
     pc = planner.search(
         m,
         planner.cluster(1024, 8, "A100-80GB", intra="pcie5-x16", inter_bandwidth=25e9),
         1536,
-        zero=1,
+        planner.Space(zero=1),
     )[0]
     assert pc.step_seconds > nv.step_seconds
     assert pc.tp <= nv.tp and pc.tp_seconds / pc.tp > 0
@@ -309,8 +321,8 @@ def test_tp_across_nodes_is_slower_negative_control():
     from minipar.cost.network.collectives import hierarchical_all_reduce_time
 
     m, cl = planner.MODELS["mt-nlg-530b"], a100(2240)
-    t8 = planner.evaluate(m, cl, 1920, tp=8, pp=35, dp=8, micro_batch=1, zero=1)
-    t16 = planner.evaluate(m, cl, 1920, tp=16, pp=35, dp=4, micro_batch=1, zero=1)
+    t8 = planner.evaluate(m, cl, planner.Layout(1920, tp=8, pp=35, dp=8, micro_batch=1, zero=1))
+    t16 = planner.evaluate(m, cl, planner.Layout(1920, tp=16, pp=35, dp=4, micro_batch=1, zero=1))
     assert t8.tp_link == "nvlink3-a100" and t16.tp_link == "nvlink3-a100+ib-hdr200"
     assert t16.tp_seconds > 3 * t8.tp_seconds and t16.step_seconds > t8.step_seconds
     act = 1 * 2048 * 20480 * 2
@@ -334,10 +346,10 @@ def test_cost_per_token():
 GPT3 = planner.MODELS["gpt3-175b"]
 
 
-def _ev(cl=None, **kw):
+def _ev(cl=None, options=None, **kw):
     args = dict(tp=8, pp=16, dp=8, micro_batch=1, recompute="selective", sp=False, zero=1)
     args.update(kw)
-    return planner.evaluate(GPT3, cl or a100(1024), 1536, **args)
+    return planner.evaluate(GPT3, cl or a100(1024), planner.Layout(1536, **args), options)
 
 
 def test_gpu_presets_carry_their_generation_links(capsys):
@@ -372,7 +384,7 @@ def test_sequence_parallel_traffic_matches_its_memory():
 def test_gradients_reduced_in_fp32_by_default():
     """Megatron reduces bf16 gradients in fp32: twice the bytes of a 16-bit reduction (ZeRO-0:
     one all-reduce of the gradients)."""
-    fp32, bf16 = _ev(zero=0), _ev(zero=0, grad_reduce_bytes=2)
+    fp32, bf16 = _ev(zero=0), _ev(zero=0, options=planner.Options(grad_reduce_bytes=2))
     assert fp32.dp_seconds == pytest.approx(2 * bf16.dp_seconds, rel=1e-3)
 
 
@@ -381,7 +393,9 @@ def test_embedding_allreduce_and_optimizer_step():
     is 30 bytes per parameter of this rank's shard over HBM, divided by d under ZeRO-1."""
     assert _ev().embedding_seconds > 0
     one = planner.evaluate(
-        planner.ModelShape(12, 768, 16, 1024, 50304), a100(8), 8, tp=8, pp=1, dp=1, micro_batch=1
+        planner.ModelShape(12, 768, 16, 1024, 50304),
+        a100(8),
+        planner.Layout(8, tp=8, pp=1, dp=1, micro_batch=1),
     )
     assert one.embedding_seconds == 0
     z0, z1 = _ev(zero=0), _ev(zero=1)
@@ -396,7 +410,7 @@ def test_zero3_buffers_prefetch_and_pipeline():
     network prefetching hides its gathers, with 100 Gb/s Ethernet it cannot (control). ZeRO-3
     composes with PP (FSDP + PP, torchtitan); ZeRO-2 with PP is refused."""
     cl = a100(1024)
-    z3 = planner.evaluate(GPT3, cl, 1536, tp=8, pp=4, dp=32, micro_batch=1, zero=3)
+    z3 = planner.evaluate(GPT3, cl, planner.Layout(1536, tp=8, pp=4, dp=32, micro_batch=1, zero=3))
     h = 12288
     shards = per_gpu_memory(96, h, 96, 2048, 51200, b=1, d=32, t=8, p=4, zero=3)
     assert z3.model_state_bytes > shards.weights + shards.gradients + shards.optimizer
@@ -408,9 +422,13 @@ def test_zero3_buffers_prefetch_and_pipeline():
     # NCCL's multi-NIC hierarchical collectives (the default) hide under one layer's compute;
     # the 2021 flat ring (each GPU's whole share through its own NIC) cannot, nor can it over
     # 100 Gb/s Ethernet
-    ideal_z3 = planner.evaluate(GPT3, cl, 2048, **kw)  # the default
-    flat_z3 = planner.evaluate(GPT3, cl, 2048, zero3_collectives="flat-ring", **kw)
-    slow_z3 = planner.evaluate(GPT3, slow, 2048, zero3_collectives="flat-ring", **kw)
+    ideal_z3 = planner.evaluate(GPT3, cl, planner.Layout(2048, **kw))  # the default
+    flat_z3 = planner.evaluate(
+        GPT3, cl, planner.Layout(2048, **kw), planner.Options(zero3_collectives="flat-ring")
+    )
+    slow_z3 = planner.evaluate(
+        GPT3, slow, planner.Layout(2048, **kw), planner.Options(zero3_collectives="flat-ring")
+    )
     assert ideal_z3.zero3_exposed_seconds < 0.02 * ideal_z3.step_seconds
     assert flat_z3.zero3_exposed_seconds > 0.5 * flat_z3.step_seconds
     assert slow_z3.zero3_exposed_seconds > flat_z3.zero3_exposed_seconds
@@ -419,8 +437,10 @@ def test_zero3_buffers_prefetch_and_pipeline():
         flat_z3.compute_seconds,
     )
     with pytest.raises(ValueError, match=r"ZeRO stage \(2\) needs p = 1"):
-        planner.evaluate(GPT3, cl, 1536, tp=8, pp=4, dp=32, micro_batch=1, zero=2)
-    assert any(c.zero == 3 and c.pp > 1 for c in planner.search(GPT3, cl, 1536, tp=8, pp=4))
+        planner.evaluate(GPT3, cl, planner.Layout(1536, tp=8, pp=4, dp=32, micro_batch=1, zero=2))
+    assert any(
+        c.zero == 3 and c.pp > 1 for c in planner.search(GPT3, cl, 1536, planner.Space(tp=8, pp=4))
+    )
 
 
 def test_zero3_regathers_for_the_recomputed_forward_on_a_flat_ring():
@@ -435,12 +455,20 @@ def test_zero3_regathers_for_the_recomputed_forward_on_a_flat_ring():
     n, h = 256, 12288
     cl = a100(n)
     layer = 12 * h * h + 13 * h
-    kw = dict(
-        tp=1, pp=1, dp=n, micro_batch=2, zero=3, grad_reduce_bytes=4, zero3_collectives="flat-ring"
+    kw = dict(tp=1, pp=1, dp=n, micro_batch=2, zero=3)
+    opt = dict(grad_reduce_bytes=4, zero3_collectives="flat-ring")
+    full = planner.evaluate(
+        GPT3, cl, planner.Layout(2048, recompute="full", **kw), planner.Options(**opt)
     )
-    full = planner.evaluate(GPT3, cl, 2048, recompute="full", **kw)
-    fsdp2 = planner.evaluate(GPT3, cl, 2048, recompute="full", zero3_ac_inside_unit=True, **kw)
-    sel = planner.evaluate(GPT3, cl, 2048, recompute="selective", **kw)
+    fsdp2 = planner.evaluate(
+        GPT3,
+        cl,
+        planner.Layout(2048, recompute="full", **kw),
+        planner.Options(zero3_ac_inside_unit=True, **opt),
+    )
+    sel = planner.evaluate(
+        GPT3, cl, planner.Layout(2048, recompute="selective", **kw), planner.Options(**opt)
+    )
     ag = collective_time("all-gather", "ring", n, 2 * layer, cl.inter.alpha, cl.inter.bandwidth)
     rs = collective_time("reduce-scatter", "ring", n, 4 * layer, cl.inter.alpha, cl.inter.bandwidth)
     assert planner.zero3_collective_seconds(2 * layer, n, 1, cl, "flat-ring") == (
@@ -471,9 +499,16 @@ def test_zero3_regathers_for_the_recomputed_forward_on_a_flat_ring():
         match=r"zero3_collectives \('tree'\) must be one of "
         r"hierarchical, flat-ring",
     ):
-        planner.evaluate(GPT3, cl, 2048, recompute="full", **{**kw, "zero3_collectives": "tree"})
+        planner.evaluate(
+            GPT3,
+            cl,
+            planner.Layout(2048, recompute="full", **kw),
+            planner.Options(**{**opt, "zero3_collectives": "tree"}),
+        )
     with pytest.raises(ValueError, match=r"zero3_collectives \('tree'\)"):
-        planner.search(GPT3, cl, 2048, tp=1, pp=1, zero3_collectives="tree")
+        planner.search(
+            GPT3, cl, 2048, planner.Space(tp=1, pp=1), planner.Options(zero3_collectives="tree")
+        )
 
 
 def test_memory_headroom_decides_fits():
@@ -485,19 +520,21 @@ def test_memory_headroom_decides_fits():
             planner.evaluate(
                 GPT3,
                 cl,
-                1536,
-                tp=c.tp,
-                pp=c.pp,
-                dp=c.dp,
-                micro_batch=c.micro_batch,
-                chunks=c.chunks,
-                recompute=c.recompute,
-                sp=c.sp,
-                zero=c.zero,
-                headroom=0.0,
+                planner.Layout(
+                    1536,
+                    tp=c.tp,
+                    pp=c.pp,
+                    dp=c.dp,
+                    micro_batch=c.micro_batch,
+                    chunks=c.chunks,
+                    recompute=c.recompute,
+                    sp=c.sp,
+                    zero=c.zero,
+                ),
+                planner.Options(headroom=0.0),
             ),
         )
-        for c in planner.search(GPT3, cl, 1536, tp=8, pp=8)
+        for c in planner.search(GPT3, cl, 1536, planner.Space(tp=8, pp=8))
     ]
     assert all(c.memory_limit == pytest.approx(0.9 * 80 * 2**30) for c, _ in layouts)
     between = [c for c, c0 in layouts if c0.fits and not c.fits]
@@ -590,13 +627,13 @@ def h100(n):
 def test_cp_and_ep_default_to_one_and_change_nothing():
     m = planner.MODELS["gpt3-175b"]
     kw = dict(tp=8, pp=16, dp=8, micro_batch=1, recompute="full", zero=1)
-    base = planner.evaluate(m, a100(1024), 1536, **kw)
-    same = planner.evaluate(m, a100(1024), 1536, cp=1, ep=1, **kw)
+    base = planner.evaluate(m, a100(1024), planner.Layout(1536, **kw))
+    same = planner.evaluate(m, a100(1024), planner.Layout(1536, cp=1, ep=1, **kw))
     assert base == same and base.cp == 1 and base.ep == 1 and base.cp_seconds == 0
     with pytest.raises(ValueError, match="ep .2. needs an MoE model"):
-        planner.evaluate(m, a100(1024), 1536, ep=2, **kw)
+        planner.evaluate(m, a100(1024), planner.Layout(1536, ep=2, **kw))
     with pytest.raises(ValueError, match=r"t·cp·p·d"):
-        planner.evaluate(m, a100(1024), 1536, cp=2, **kw)
+        planner.evaluate(m, a100(1024), planner.Layout(1536, cp=2, **kw))
 
 
 def test_llama3_405b_at_128k_needs_cp_and_its_published_layout_fits():
@@ -610,17 +647,17 @@ def test_llama3_405b_at_128k_needs_cp_and_its_published_layout_fits():
     m, cl = planner.MODELS["llama3-405b-128k"], h100(16384)
     inputs = 2 * m.seq * 1 * m.hidden / 8 * (m.layers // 16) * 16
     assert inputs + 4 * m.params / (8 * 16) > cl.gpu.memory_bytes * (1 - planner.HEADROOM)
-    no_cp = [c for c in planner.search(m, cl, 128, tp=8, pp=16) if c.fits]
+    no_cp = [c for c in planner.search(m, cl, 128, planner.Space(tp=8, pp=16)) if c.fits]
     assert all(c.microbatches < c.pp and c.bubble > 0.9 for c in no_cp)
-    fits = [c for c in planner.search(m, cl, 128, tp=8, pp=16, max_cp=32) if c.fits]
+    fits = [c for c in planner.search(m, cl, 128, planner.Space(tp=8, pp=16, max_cp=32)) if c.fits]
     assert fits and fits[0].cp > 1
     assert fits[0].step_seconds < min(c.step_seconds for c in no_cp) / 3
     published = [c for c in fits if (c.cp, c.dp) == (16, 8)]
     assert published, "the published layout (t 8, cp 16, p 16, d 8) must fit"
     # activations per rank ∝ 1/cp (same m, so the same micro-batches in flight)
     kw = dict(tp=8, pp=16, micro_batch=1, recompute="full", sp=True, zero=1)
-    a8 = planner.evaluate(m, cl, 256, cp=8, dp=16, **kw).activation_bytes
-    a16 = planner.evaluate(m, cl, 256, cp=16, dp=8, **kw).activation_bytes
+    a8 = planner.evaluate(m, cl, planner.Layout(256, cp=8, dp=16, **kw)).activation_bytes
+    a16 = planner.evaluate(m, cl, planner.Layout(256, cp=16, dp=8, **kw)).activation_bytes
     assert a8 == pytest.approx(2 * a16)
 
 
@@ -632,11 +669,13 @@ def test_cp_ring_is_hidden_by_block_compute_only_when_blocks_are_long():
     (negative control: a model that ignored the ring would show 0 in both)."""
     m = planner.MODELS["llama3-405b-128k"]
     kw = dict(tp=8, pp=16, dp=8, cp=16, micro_batch=1, recompute="full", sp=True, zero=1)
-    assert planner.evaluate(m, h100(16384), 128, **kw).cp_seconds == 0
+    assert planner.evaluate(m, h100(16384), planner.Layout(128, **kw)).cp_seconds == 0
     short = replace(m, seq=8192)
     slow = [
         planner.evaluate(
-            short, planner.cluster(16384, 8, "H100-SXM", inter_bandwidth=bw), 128, **kw
+            short,
+            planner.cluster(16384, 8, "H100-SXM", inter_bandwidth=bw),
+            planner.Layout(128, **kw),
         ).cp_seconds
         for bw in (12.5e9, 1e9)
     ]
@@ -651,7 +690,7 @@ def test_mixtral_moe_active_vs_total_and_experts_split_over_ep():
     mx, cl = planner.MODELS["mixtral-8x7b"], h100(64)
     assert 46e9 < mx.params < 48.5e9 and 12.5e9 < mx.active_params < 14e9
     kw = dict(tp=1, pp=1, dp=64, micro_batch=1, recompute="selective", zero=2)
-    by_ep = {ep: planner.evaluate(mx, cl, 256, ep=ep, **kw) for ep in (1, 2, 4, 8)}
+    by_ep = {ep: planner.evaluate(mx, cl, planner.Layout(256, ep=ep, **kw)) for ep in (1, 2, 4, 8)}
     st = [by_ep[e].model_state_bytes for e in (1, 2, 4, 8)]
     assert st[0] - st[1] == pytest.approx(2 * (st[1] - st[2]), rel=1e-6)
     assert st[1] - st[2] == pytest.approx(2 * (st[2] - st[3]), rel=1e-6)
@@ -713,10 +752,12 @@ def test_pipeline_link_counts_the_context_parallel_ranks():
 
     m_ = planner.ModelShape(8, 1024, 16, 4096, 32000)
     cl = planner.cluster(16, 8, "A100-80GB")
-    c = planner.evaluate(m_, cl, 8, tp=2, pp=2, dp=1, micro_batch=1, cp=4, sp=True)
+    c = planner.evaluate(m_, cl, planner.Layout(8, tp=2, pp=2, dp=1, micro_batch=1, cp=4, sp=True))
     assert c.pp_link == cl.inter.name, c.pp_link
     same_node = planner.evaluate(
-        m_, planner.cluster(16, 16, "A100-80GB"), 8, tp=2, pp=2, dp=1, micro_batch=1, cp=4, sp=True
+        m_,
+        planner.cluster(16, 16, "A100-80GB"),
+        planner.Layout(8, tp=2, pp=2, dp=1, micro_batch=1, cp=4, sp=True),
     )
     assert same_node.pp_link == cl.intra.name and same_node.embedding_seconds < c.embedding_seconds
 
@@ -806,8 +847,8 @@ def test_flash_stores_no_scores_and_unfused_does():
     m = planner.ModelShape(24, 2048, 16, 2048, 50304)
     cl = planner.cluster(1, 1, "H200")
     kw = dict(tp=1, pp=1, dp=1, micro_batch=4, recompute="none", zero=0)
-    flash = planner.evaluate(m, cl, 16, **kw)
-    unf = planner.evaluate(m, cl, 16, attention="unfused", **kw)
+    flash = planner.evaluate(m, cl, planner.Layout(16, **kw))
+    unf = planner.evaluate(m, cl, planner.Layout(16, **kw), planner.Options(attention="unfused"))
     s, b, _h, a, L = 2048, 4, 2048, 16, 24
     assert unf.activation_bytes - flash.activation_bytes == pytest.approx(
         L * (5 * a * s * s * b - 4 * a * s * b), rel=1e-12
@@ -835,7 +876,11 @@ def test_h200_runs_that_ran_are_not_refused():
     def fits(r, attention):
         m = planner.ModelShape(r["L"], r["h"], r["a"], r["s"], 50304, attention=attention)
         return planner.evaluate(
-            m, cl, r["b"] * r["m"], tp=1, pp=1, dp=1, micro_batch=r["b"], recompute="none", zero=0
+            m,
+            cl,
+            planner.Layout(
+                r["b"] * r["m"], tp=1, pp=1, dp=1, micro_batch=r["b"], recompute="none", zero=0
+            ),
         ).fits
 
     ran = [r for r in rows if r["measured_s"]]
@@ -967,7 +1012,11 @@ def test_moe_parallel_folding_ep_over_the_stage_ranks():
     mx = planner.MODELS["mixtral-8x7b"]
     cl = planner.cluster(24, 8, "H100-SXM")
     c = planner.evaluate(
-        mx, cl, 24, tp=8, pp=1, dp=3, micro_batch=1, ep=8, sp=True, zero=1, recompute="full"
+        mx,
+        cl,
+        planner.Layout(
+            24, tp=8, pp=1, dp=3, micro_batch=1, ep=8, sp=True, zero=1, recompute="full"
+        ),
     )
     assert c.ep == 8 and 3 % 8 != 0  # ep does not divide d
     lay = planner.Layout(24, 8, 1, 3, 1, recompute="full", sp=True, zero=1, ep=8)
@@ -991,7 +1040,7 @@ def test_moe_parallel_folding_ep_over_the_stage_ranks():
         ),
     ):
         with pytest.raises(ValueError) as e:
-            planner.evaluate(mx, cl, 24, **{"pp": 1, **kw})
+            planner.evaluate(mx, cl, planner.Layout(24, **{"pp": 1, **kw}))
         assert message in str(e.value)
 
 
@@ -1042,8 +1091,10 @@ def test_cp_all_gather_is_exposed_and_the_ring_hides_under_blocks(capsys):
 
     m, cl = planner.MODELS["llama3-405b-128k"], h100(16384)
     kw = dict(tp=8, pp=16, dp=8, cp=16, micro_batch=1, recompute="full", sp=True, zero=1)
-    ring = planner.evaluate(m, cl, 128, **kw)
-    ag = planner.evaluate(m, cl, 128, cp_algorithm="all-gather", **kw)
+    ring = planner.evaluate(m, cl, planner.Layout(128, **kw))
+    ag = planner.evaluate(
+        m, cl, planner.Layout(128, **kw), planner.Options(cp_algorithm="all-gather")
+    )
     assert ring.cp_seconds == 0 and ag.cp_seconds > 0 and ag.step_seconds > ring.step_seconds
     colls = allgather_collectives_per_layer(1, m.seq, planner.kv_width_per_rank(m, 8), 16)
     half = [

@@ -45,16 +45,18 @@ def test_selective_recomputation_is_per_module():
     nothing; today's default also drops the norms' outputs and the MLP's activation, and each
     module dropped costs its recomputation."""
     lay = planner.Layout(2048, 8, 16, 128, 1, recompute="selective", sp=True, split="units")
-    core = planner.evaluate(LLAMA405, H100, lay, {"recompute_modules": ("core_attn",)})
+    core = planner.evaluate(LLAMA405, H100, lay, planner.Options(recompute_modules=("core_attn",)))
     none = planner.evaluate(LLAMA405, H100, planner.Layout(**{**lay.__dict__, "recompute": "none"}))
     today = planner.evaluate(LLAMA405, H100, lay)
-    mlp = planner.evaluate(LLAMA405, H100, lay, {"recompute_modules": ("core_attn", "mlp")})
+    mlp = planner.evaluate(
+        LLAMA405, H100, lay, planner.Options(recompute_modules=("core_attn", "mlp"))
+    )
     assert core.activation_bytes == pytest.approx(none.activation_bytes, rel=2e-3)  # flash's lse
     assert today.activation_bytes < core.activation_bytes
     assert mlp.activation_bytes < core.activation_bytes
     assert none.compute_seconds < today.compute_seconds < mlp.compute_seconds
     with pytest.raises(ValueError, match=r"recompute module \('attn'\) must be one of"):
-        planner.evaluate(LLAMA405, H100, lay, {"recompute_modules": ("attn",)})
+        planner.evaluate(LLAMA405, H100, lay, planner.Options(recompute_modules=("attn",)))
 
 
 def test_zero1_parameter_gather_hides_under_the_next_forward_not_the_last_backward():
@@ -64,7 +66,7 @@ def test_zero1_parameter_gather_hides_under_the_next_forward_not_the_last_backwa
     m, cl = planner.MODELS["llama3-8b"], planner.cluster(64, 8, "H100-SXM")
     lay = planner.Layout(256, 1, 2, 32, 1, zero=1, recompute="full")  # p > 1: after the flush
     on = planner.evaluate(m, cl, lay)
-    off = planner.evaluate(m, cl, lay, {"overlap_param_gather": False})
+    off = planner.evaluate(m, cl, lay, planner.Options(overlap_param_gather=False))
     assert on.dp_seconds == off.dp_seconds == off.dp_exposed_seconds  # off: all exposed
     assert 0 < on.dp_exposed_seconds < off.dp_exposed_seconds
     # on: the gather's share, about 2/6 of the bytes (2 of the reduce-scatter's 4 + 2), less
@@ -79,7 +81,7 @@ def test_fsdp_with_pp_gathers_once_per_step():
     m, cl = planner.MODELS["llama3-70b"], planner.cluster(256, 8, "H100-SXM")
     lay = planner.Layout(256, 8, 4, 8, 1, zero=3, recompute="full", sp=True)
     keep = planner.evaluate(m, cl, lay)
-    reshard = planner.evaluate(m, cl, lay, {"reshard_after_forward": True})
+    reshard = planner.evaluate(m, cl, lay, planner.Options(reshard_after_forward=True))
     m_ = lay.microbatches  # 3 gathers (2 bytes) + 1 reduce-scatter (4) per micro-batch, or 1 + 1
     ratio = m_ * (3 * 2 + 4) / (2 + 4)
     assert reshard.dp_seconds == pytest.approx(keep.dp_seconds * ratio, rel=1e-2)  # α apart
@@ -109,7 +111,7 @@ def test_megatron_refuses_moe_with_tp_but_no_sequence_parallelism():
     with pytest.raises(ValueError, match=r"MoE model with t \(2\) > 1 needs sequence parallel"):
         planner.evaluate(m, cl, lay)
     assert planner.evaluate(m, cl, planner.Layout(**{**lay.__dict__, "sp": True})).fits
-    assert all(c.sp for c in planner.search(m, cl, 256, tp=2, max_ep=8) if c.tp > 1)
+    assert all(c.sp for c in planner.search(m, cl, 256, planner.Space(tp=2, max_ep=8)) if c.tp > 1)
 
 
 def test_checkpoint_inside_the_unit_is_named_for_where_the_wrapper_sits(capsys):
@@ -134,7 +136,8 @@ def test_checkpoint_inside_the_unit_is_named_for_where_the_wrapper_sits(capsys):
 def _llama8b_terms(gpu="H100-SXM", **opt):
     m = planner.MODELS["llama3-8b"]
     cl = planner.cluster(8, 8, gpu)
-    return planner.terms(m, cl, planner.Layout(16, 1, 1, 8, 1, recompute="none", zero=1), **opt)
+    lay = planner.Layout(16, 1, 1, 8, 1, recompute="none", zero=1)
+    return planner.terms(m, cl, lay, planner.Options(**opt))
 
 
 def test_fp8_speeds_the_gemms_and_charges_casts_and_copies():
@@ -176,7 +179,7 @@ def _tp_terms(**opt):
     m = planner.MODELS["llama3-70b"]
     cl = planner.cluster(64, 8, "H100-SXM")
     lay = planner.Layout(64, 8, 1, 8, 1, recompute="selective", sp=opt.pop("sp", True), zero=1)
-    return planner.terms(m, cl, lay, **opt), (m, cl, lay)
+    return planner.terms(m, cl, lay, planner.Options(**opt)), (m, cl, lay)
 
 
 def test_tp_overlap_exposes_one_chunk_and_what_the_gemms_do_not_cover():
@@ -228,7 +231,9 @@ def test_moe_imbalance_slows_the_busiest_expert_rank_only_under_ep(capsys):
     rank: the same total work) and a dense model do not move; below 1 is refused by its rule."""
     m, cl = planner.MODELS["mixtral-8x7b"], planner.cluster(64, 8, "H100-SXM")
     lay = planner.Layout(256, 1, 1, 64, 2, recompute="none", zero=3, ep=8)
-    flat, busy = (planner.evaluate(m, cl, lay, {"moe_imbalance": x}) for x in (1.0, 1.5))
+    flat, busy = (
+        planner.evaluate(m, cl, lay, planner.Options(moe_imbalance=x)) for x in (1.0, 1.5)
+    )
     assert 1.45 < busy.ep_seconds / flat.ep_seconds < 1.5  # the bytes 1.5 times, not the α
     # the routed MLP's GEMMs: 2·K·matrices·f·h FLOPs per token of the 6·... of a layer
     assert 1.15 < busy.compute_seconds / flat.compute_seconds < 1.5
@@ -236,7 +241,10 @@ def test_moe_imbalance_slows_the_busiest_expert_rank_only_under_ep(capsys):
     one = planner.Layout(256, 1, 1, 64, 2, recompute="full", zero=3, ep=1)
     dense = planner.MODELS["llama3-8b"]
     for model, layout in ((m, one), (dense, lay.__class__(256, 1, 1, 64, 2, zero=3))):
-        a, b = (planner.evaluate(model, cl, layout, {"moe_imbalance": x}) for x in (1.0, 1.5))
+        a, b = (
+            planner.evaluate(model, cl, layout, planner.Options(moe_imbalance=x))
+            for x in (1.0, 1.5)
+        )
         assert a.step_seconds == b.step_seconds
     with pytest.raises(ValueError, match=r"moe imbalance \(0\.8\) must be >= 1"):
         T.options(moe_imbalance=0.8)

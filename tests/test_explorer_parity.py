@@ -466,14 +466,8 @@ def test_three_d_zero3_collectives_parity():
         return planner.evaluate(
             gpt,
             cl,
-            128,
-            tp=tp,
-            pp=1,
-            dp=dp,
-            micro_batch=1,
-            recompute=recompute,
-            zero=3,
-            zero3_collectives=algorithm,
+            planner.Layout(128, tp=tp, pp=1, dp=dp, micro_batch=1, recompute=recompute, zero=3),
+            planner.Options(zero3_collectives=algorithm),
         ).as_dict()
 
     model = {"layers": 12, "hidden": 768, "heads": 12, "seq": 1024, "vocab": 50304}

@@ -12,6 +12,7 @@ from minipar.cost.kernels import compute
 from minipar.cost.kernels.hardware import GPUS
 from minipar.cost.planner import three_d as planner
 from minipar.cost.planner.term_table import TERMS
+from minipar.cost.planner.three_d_terms import options
 from minipar.widgets.three_d import PRESET_LAYOUTS, cluster_config, gpu_config, plan_config
 
 pytestmark = pytest.mark.skipif(
@@ -40,22 +41,10 @@ def _evaluate(
     overlap,
     headroom,
 ):
-    return planner.evaluate(
-        m,
-        cl,
-        global_batch,
-        tp=tp,
-        pp=pp,
-        dp=dp,
-        micro_batch=micro_batch,
-        chunks=chunks,
-        recompute=recompute,
-        sp=sp,
-        zero=zero,
-        grad_reduce_bytes=grb,
-        dp_overlap=overlap,
-        headroom=headroom,
-    ).as_dict()
+    lay = planner.Layout(global_batch, tp, pp, dp, micro_batch, chunks, recompute, sp, zero)
+    planner.check(m, cl, lay)  # the layout's rules first, as planEvaluate checks them
+    opt = planner.Options(grad_reduce_bytes=grb, dp_overlap=overlap, headroom=headroom)
+    return planner.evaluate(m, cl, lay, opt).as_dict()
 
 
 def _cases():
@@ -460,17 +449,19 @@ def _evaluate_cp_ep(c):
     return planner.evaluate(
         c["m"],
         c["cl"],
-        64,
-        tp=c["tp"],
-        pp=c["pp"],
-        dp=c["dp"],
-        micro_batch=c["micro_batch"],
-        chunks=c["chunks"],
-        recompute=c["recompute"],
-        sp=c["sp"],
-        zero=c["zero"],
-        cp=c["cp"],
-        ep=c["ep"],
+        planner.Layout(
+            64,
+            tp=c["tp"],
+            pp=c["pp"],
+            dp=c["dp"],
+            micro_batch=c["micro_batch"],
+            chunks=c["chunks"],
+            recompute=c["recompute"],
+            sp=c["sp"],
+            zero=c["zero"],
+            cp=c["cp"],
+            ep=c["ep"],
+        ),
     ).as_dict()
 
 
@@ -632,7 +623,9 @@ def _python_terms(cases, term_fns=None):
     out = []
     for c, opt in cases:
         try:
-            out.append(("ok", planner.terms(c["m"], c["cl"], _lay(c), **opt).as_dict()))
+            out.append(
+                ("ok", planner.terms(c["m"], c["cl"], _lay(c), planner.Options(**opt)).as_dict())
+            )
         except ValueError as e:
             out.append(("error", str(e)))
     return out
@@ -701,25 +694,10 @@ def test_evaluate_is_the_sum_of_its_terms():
     sum (states, FP8 weight copies, activations)."""
     for c, opt in _term_cases()[::37]:
         try:
-            br = planner.terms(c["m"], c["cl"], _lay(c), **opt)
+            br = planner.terms(c["m"], c["cl"], _lay(c), planner.Options(**opt))
         except ValueError:
             continue
-        cfg = planner.evaluate(
-            c["m"],
-            c["cl"],
-            64,
-            tp=c["tp"],
-            pp=c["pp"],
-            dp=c["dp"],
-            micro_batch=c["micro_batch"],
-            chunks=c["chunks"],
-            recompute=c["recompute"],
-            sp=c["sp"],
-            zero=c["zero"],
-            cp=c["cp"],
-            ep=c["ep"],
-            **opt,
-        )
+        cfg = planner.evaluate(c["m"], c["cl"], _lay(c), planner.Options(**opt))
         m, r = br.microbatches, br.bubble_relative
         assert cfg.tp_seconds == m * (1 + r) * br.tp and cfg.compute_seconds == m * br.compute
         assert cfg.step_seconds == pytest.approx(
@@ -758,10 +736,10 @@ def test_a_wrong_term_is_named_by_the_parity_check():
 
 
 def test_options_are_one_config_and_unknown_ones_are_named():
-    """evaluate's keyword options are three_d_terms.Options fields; an unknown one (a typo) is
-    refused by name in Python and JavaScript alike, as are the options' own rules."""
+    """Options are three_d_terms.Options fields, the only way into evaluate; an unknown one (a
+    typo) is refused by name in Python and JavaScript alike, as are the options' own rules."""
     m, cl = _DENSE, planner.cluster(8, 8)
-    kw = dict(tp=2, pp=1, dp=4, micro_batch=1)
+    lay = planner.Layout(8, tp=2, pp=1, dp=4, micro_batch=1)
     for bad, message in (
         (
             dict(zero3_colectives="flat-ring"),
@@ -773,7 +751,7 @@ def test_options_are_one_config_and_unknown_ones_are_named():
         (dict(headroom=1.5), "headroom (1.5) in [0, 1)"),
     ):
         with pytest.raises(ValueError) as e:
-            planner.evaluate(m, cl, 8, **kw, **bad)
+            planner.evaluate(m, cl, lay, options(**bad))
         assert message in str(e.value)
         ((kind, got),) = js_call(
             "three_d",
@@ -785,9 +763,11 @@ def test_options_are_one_config_and_unknown_ones_are_named():
             ],
         )
         assert kind == "error" and got == str(e.value)
-    assert planner.evaluate(m, cl, 8, **kw) == planner.evaluate(
-        m, cl, 8, **kw, **asdict(planner.Options())
-    )
+    assert planner.evaluate(m, cl, lay) == planner.evaluate(m, cl, lay, planner.Options())
+    with pytest.raises(TypeError, match="options .* must be an Options"):
+        planner.evaluate(m, cl, lay, {"headroom": 0.1})
+    with pytest.raises(TypeError, match="layout .* must be a Layout"):
+        planner.evaluate(m, cl, 8)
 
 
 def test_published_presets_open_on_their_layouts_and_fit():
@@ -808,11 +788,13 @@ def test_published_presets_open_on_their_layouts_and_fit():
     assert "flash attention, megatron precision" in llama["html"]
     m, cl = planner.MODELS["llama3-405b-128k"], planner.cluster(16384, 8, "H100-SXM")
     kw = dict(tp=8, pp=16, dp=8, cp=16, micro_batch=1, sp=True, zero=1)
-    assert planner.evaluate(m, cl, 128, recompute="full", **kw).fits
-    assert planner.evaluate(m, cl, 128, recompute="selective", **kw).fits
-    assert not planner.evaluate(m, cl, 128, recompute="none", **kw).fits
-    core_only = dict(recompute_modules=("core_attn",))
-    assert not planner.evaluate(m, cl, 128, recompute="selective", **kw, **core_only).fits
+    assert planner.evaluate(m, cl, planner.Layout(128, recompute="full", **kw)).fits
+    assert planner.evaluate(m, cl, planner.Layout(128, recompute="selective", **kw)).fits
+    assert not planner.evaluate(m, cl, planner.Layout(128, recompute="none", **kw)).fits
+    core_only = planner.Options(recompute_modules=("core_attn",))
+    assert not planner.evaluate(
+        m, cl, planner.Layout(128, recompute="selective", **kw), core_only
+    ).fits
 
 
 def test_attention_precision_and_shape_controls_reach_the_model():

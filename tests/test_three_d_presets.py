@@ -52,7 +52,10 @@ def test_planner_presets_are_the_planners_best(name):
     best = next(
         c
         for c in planner.search(
-            planner.MODELS[name], planner.cluster(gpus, 8, gpu), batch, max_ep=max_ep
+            planner.MODELS[name],
+            planner.cluster(gpus, 8, gpu),
+            batch,
+            planner.Space(max_ep=max_ep),
         )
         if c.fits
     )

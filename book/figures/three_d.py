@@ -69,11 +69,10 @@ def rank_grid(pal):
     return fig
 
 
-def _gpt3(pp: int, **kw):
+def _gpt3(pp: int, zero: int):
     m, cl = planner.MODELS["gpt3-175b"], planner.cluster(1024, 8, "A100-80GB")
-    return planner.evaluate(
-        m, cl, 1536, tp=8, pp=pp, dp=1024 // (8 * pp), micro_batch=1, recompute="full", **kw
-    )
+    dp = 1024 // (8 * pp)
+    return planner.evaluate(m, cl, planner.Layout(1536, 8, pp, dp, 1, recompute="full", zero=zero))
 
 
 @figure(draws=["minipar.cost.planner.three_d.evaluate"])
@@ -139,7 +138,9 @@ def step_breakdown(pal):
     m, cl = planner.MODELS["gpt3-175b"], planner.cluster(1024, 8, "A100-80GB")
     same = next(
         c
-        for c in planner.search(m, cl, 1536, recompute="full", zero=0, micro_batch=1, max_chunks=1)
+        for c in planner.search(
+            m, cl, 1536, planner.Space(recompute="full", zero=0, micro_batch=1, max_chunks=1)
+        )
         if c.fits and not c.sp
     )
     best = next(c for c in planner.search(m, cl, 1536) if c.fits)

@@ -277,9 +277,9 @@ def worked_layouts(
         fitting = [c for c in configs if c.fits]
         return min(fitting, key=lambda c: c.step_seconds) if fitting else None
 
-    three_d = best(c for c in planner.search(m, cl, batch, zero=1) if c.pp > 1)
-    fsdp = best(planner.search(m, cl, batch, tp=1, pp=1, zero=3))
-    fsdp_tp = best(c for c in planner.search(m, cl, batch, pp=1, zero=3) if c.tp > 1)
+    three_d = best(c for c in planner.search(m, cl, batch, planner.Space(zero=1)) if c.pp > 1)
+    fsdp = best(planner.search(m, cl, batch, planner.Space(tp=1, pp=1, zero=3)))
+    fsdp_tp = best(c for c in planner.search(m, cl, batch, planner.Space(pp=1, zero=3)) if c.tp > 1)
     return {"3D (ZeRO-1)": three_d, "FSDP only": fsdp, "FSDP + TP": fsdp_tp}
 
 
@@ -297,6 +297,7 @@ def cost_per_token(
     ``zero3_collectives``: as :func:`minipar.cost.planner.three_d.evaluate` (``None``: the planner's
     default, NCCL's hierarchical algorithm; ``"flat-ring"``: DeepSpeed's 2021 rate)."""
     z3 = {} if zero3_collectives is None else {"zero3_collectives": zero3_collectives}
+    opt = planner.Options(**z3)
     m = planner.MODELS[model]
     out = {}
     rows = (
@@ -307,7 +308,7 @@ def cost_per_token(
     )
     for name, gpu, intra, price in rows:
         cl = replace(planner.cluster(gpus, 8, "H100-SXM", intra=intra), gpu=gpu)
-        c = next(c for c in planner.search(m, cl, batch, **z3) if c.fits)
+        c = next(c for c in planner.search(m, cl, batch, options=opt) if c.fits)
         tokens = batch * m.seq
         out[name] = {
             "config": c,
@@ -401,14 +402,16 @@ def tp_share(model: str = "mt-nlg-530b", gpus: int = 2240, batch: int = 1920) ->
         t: planner.evaluate(
             m,
             cl,
-            batch,
-            tp=t,
-            pp=35,
-            dp=gpus // (35 * t),
-            micro_batch=1,
-            recompute="selective",
-            sp=True,
-            zero=1,
+            planner.Layout(
+                batch,
+                tp=t,
+                pp=35,
+                dp=gpus // (35 * t),
+                micro_batch=1,
+                recompute="selective",
+                sp=True,
+                zero=1,
+            ),
         )
         for t in (8, 16)
     }

@@ -12,7 +12,7 @@ from functools import cache
 from pathlib import Path
 
 from minipar.cost.kernels.hardware import GPUS, LINKS, gpu_profile, load_gpu_profile
-from minipar.cost.planner.three_d import MODELS, cluster, search
+from minipar.cost.planner.three_d import MODELS, Space, cluster, search
 from minipar.widgets import Explorer
 
 _PRESETS = tomllib.loads(Path(__file__).with_name("three_d_presets.toml").read_text("utf-8"))
@@ -34,7 +34,7 @@ def planner_preset(model: str) -> dict:
     preset: the layout and every setting the search chose."""
     gpus, batch, gpu, max_ep = PLANNER_PRESETS[model]
     cl = cluster(gpus, 8, gpu)
-    best = next(c for c in search(MODELS[model], cl, batch, max_ep=max_ep) if c.fits)
+    best = next(c for c in search(MODELS[model], cl, batch, Space(max_ep=max_ep)) if c.fits)
     controls = {k: getattr(best, f) for k, f in _CONTROLS.items()} | {"gpu": gpu}
     return {"t": best.tp, "p": best.pp, "gpus": gpus, "batch": batch, "controls": controls}
 

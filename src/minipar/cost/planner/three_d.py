@@ -58,7 +58,7 @@ import math
 import tomllib
 from collections import Counter
 from collections.abc import Iterable
-from dataclasses import asdict, dataclass, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from ..chapters.expert_parallel import folded_expert_dp
@@ -84,7 +84,6 @@ from .three_d_terms import SPLITS, Layout, Options, breakdown
 from .three_d_terms import ZERO3_COLLECTIVES as ZERO3_COLLECTIVES
 from .three_d_terms import dp_allreduce_seconds as dp_allreduce_seconds
 from .three_d_terms import kv_width_per_rank as kv_width_per_rank
-from .three_d_terms import options as options_
 from .three_d_terms import tp_collectives as tp_collectives
 from .three_d_terms import zero3_collective_seconds as zero3_collective_seconds
 from .three_d_terms import zero3_gathers as zero3_gathers
@@ -404,16 +403,13 @@ def _split_for(m_: ModelShape, space: Space, p: int) -> str:
     return space.split or ("even" if m_.layers % p == 0 else "units")
 
 
-def _split_legacy(kw: dict, fields) -> tuple[dict, dict]:
-    """Keywords of ``fields`` and the others (the :class:`Options` fields)."""
-    mine = {k: v for k, v in kw.items() if k in fields}
-    return mine, {k: v for k, v in kw.items() if k not in fields}
-
-
-def _as_options(options, extra: dict) -> Options:
-    if isinstance(options, Options):
-        return options_(**{**asdict(options), **extra}) if extra else options
-    return options_(**{**(options or {}), **extra})
+def _as_options(options) -> Options:
+    """``options``, or the defaults for ``None``: an :class:`Options` is the only way in."""
+    if options is None:
+        return Options()
+    if not isinstance(options, Options):
+        raise TypeError(f"options ({options!r}) must be an Options (or None)")
+    return options
 
 
 def plan_options(m_: ModelShape, cl: Cluster, options: Options | None = None) -> Options:
@@ -445,30 +441,21 @@ def _divisors(n: int) -> list[int]:
     return small + [n // k for k in reversed(small) if k * k != n]
 
 
-def evaluate(
-    m_: ModelShape,
-    cl: Cluster,
-    layout: Layout | int,
-    options: Options | dict | None = None,
-    **legacy,
-) -> Config:
-    """Predicted memory and step time of one layout (see the module docstring for the model):
-    the named terms of :func:`terms`, held by a :class:`Config`.
-
-    ``options``: an :class:`~minipar.cost.planner.three_d_terms.Options` (or a dict of its fields).
-    The older call ``evaluate(m_, cl, global_batch, tp=..., pp=..., ..., **option_fields)``
-    still works: the keywords become the :class:`Layout` and the options. What each option and
-    the optional dimensions change is said by the term that prices it
-    (:mod:`~minipar.cost.planner.three_d_terms`): context parallelism (``cp``, rank order
-    t → cp → d → p) holds s/cp tokens per rank and replicates the weights over cp (``term_cp``);
-    expert parallelism (``ep``, an MoE :class:`ModelShape`) folds the experts over the stage's
-    ranks (MoE parallel folding, Liu et al. 2025; ``expert_grid``, ``term_ep``), and with t > 1
-    needs sequence parallelism (Megatron-Core), which :func:`check` enforces.
+def evaluate(m_: ModelShape, cl: Cluster, layout: Layout, options: Options | None = None) -> Config:
+    """Predicted memory and step time of one :class:`Layout` under ``options`` (an
+    :class:`~minipar.cost.planner.three_d_terms.Options`; ``None``: every default) (see the
+    module docstring for the model): the named terms of :func:`terms`, held by a
+    :class:`Config`. What each option and the optional dimensions change is said by the term
+    that prices it (:mod:`~minipar.cost.planner.three_d_terms`): context parallelism (``cp``,
+    rank order t → cp → d → p) holds s/cp tokens per rank and replicates the weights over cp
+    (``term_cp``); expert parallelism (``ep``, an MoE :class:`ModelShape`) folds the experts
+    over the stage's ranks (MoE parallel folding, Liu et al. 2025; ``expert_grid``,
+    ``term_ep``), and with t > 1 needs sequence parallelism (Megatron-Core), which
+    :func:`check` enforces.
     """
-    if not isinstance(layout, Layout):  # evaluate(m_, cl, global_batch, tp=..., ...)
-        lay_kw, opt_kw = _split_legacy(legacy, LAYOUT_FIELDS)
-        layout, legacy = Layout(layout, **lay_kw), opt_kw
-    br = terms(m_, cl, layout, options, **legacy)
+    if not isinstance(layout, Layout):
+        raise TypeError(f"layout ({layout!r}) must be a Layout")
+    br = terms(m_, cl, layout, options)
     step = br.step_seconds
     n = layout.tp * layout.cp * layout.pp * layout.dp
     mf, hw = model_flops(m_, layout.global_batch, layout.recompute)
@@ -476,14 +463,12 @@ def evaluate(
 
 
 def terms(
-    m_: ModelShape, cl: Cluster, lay: Layout, options: Options | None = None, **model_options
+    m_: ModelShape, cl: Cluster, lay: Layout, options: Options | None = None
 ) -> StepBreakdown:
     """The named terms of one layout (:func:`minipar.cost.planner.three_d_terms.breakdown`), after
-    :func:`check` and the options' own rules (``options`` or its fields as keywords), every
-    default decided by :func:`plan_options`."""
+    :func:`check` and the options' own rules, every default decided by :func:`plan_options`."""
     check(m_, cl, lay)
-    opt = _as_options(options, model_options)
-    return breakdown(m_, cl, lay, plan_options(m_, cl, opt))
+    return breakdown(m_, cl, lay, plan_options(m_, cl, _as_options(options)))
 
 
 def _check_stages(m_: ModelShape, lay: Layout) -> None:
@@ -597,10 +582,9 @@ def search(
     cl: Cluster,
     global_batch: int,
     space: Space | None = None,
-    options: Options | dict | None = None,
+    options: Options | None = None,
     *,
     refusals: list[str] | None = None,
-    **legacy,
 ) -> list[Config]:
     """Every valid layout of ``space`` (:class:`Space`; default: everything), fitting ones
     first, each group ordered by predicted step time, every layout evaluated with the same
@@ -611,13 +595,11 @@ def search(
     domain, Narayanan et al. 2021 §3.3 Takeaway 1), SP on and off when t > 1, ZeRO 2 only with
     p = 1 and 1-3 only with d > 1 (ZeRO-3 composes with PP as in torchtitan). ``refusals``, a
     list, receives the rule and the values of each candidate left out (for
-    :func:`why_nothing_fits`). The older keywords (``tp=``, ``max_micro_batch=``, an
-    option's field) still work: :class:`Space` fields go to the space, the rest to the options.
+    :func:`why_nothing_fits`).
     """
     refused = refusals if refusals is not None else []
-    space_kw, opt_kw = _split_legacy(legacy, Space.__dataclass_fields__)
-    space = replace(space or Space(), **space_kw)
-    opt = plan_options(m_, cl, _as_options(options, opt_kw))  # its rules and defaults, once
+    space = space or Space()
+    opt = plan_options(m_, cl, _as_options(options))  # its rules and defaults, once
     out: list[Config] = []
     for t, cp_, ep_, p, d, b in list(_candidates(m_, cl, global_batch, space, refused)):
         m = global_batch // (d * b)

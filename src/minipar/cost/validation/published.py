@@ -48,7 +48,6 @@ there. The plain-text tables are the book's: ``python book/glue/validation_table
 from __future__ import annotations
 
 import functools
-import inspect
 import json
 import math
 import statistics
@@ -180,9 +179,9 @@ def _evaluate(run: Run, b: int, **kw) -> three_d.Config:
     swap = {k: v for k, v in (("gemm_rule", rule), ("attention_score_bytes", sb)) if v is not None}
     if swap:
         cl = replace(cl, gpu=replace(cl.gpu, **swap))
-    lay = dict(tp=t, pp=p, dp=d, micro_batch=b, chunks=run.chunks, recompute=run.recompute)
-    opts = ERA_2021 | dict(dp_overlap=run.dp_overlap) | kw
-    return three_d.evaluate(run.model, cl, run.batch, zero=run.zero, **lay, **opts)
+    lay = three_d.Layout(run.batch, t, p, d, b, run.chunks, run.recompute, zero=run.zero)
+    opts = Options(**(ERA_2021 | dict(dp_overlap=run.dp_overlap) | kw))
+    return three_d.evaluate(run.model, cl, lay, opts)
 
 
 def planner_micro_batch(run: Run, max_micro_batch: int = PLANNER_MAX_MICRO_BATCH, **kw) -> int:
@@ -522,8 +521,9 @@ def zero3_comparison(
         raise ValueError(f"bandwidth_factor ({bandwidth_factor}) must be > 0")
     m_ = three_d.MODELS[model]
     t, p = ZERO3_TABLE2[model]["ptdp_layout"]
-    ptdp_opts = ERA_2021 | {"dp_overlap": False}
-    z3_opts = ERA_2021 | dict(
+    ptdp_opts = Options(**ERA_2021, dp_overlap=False)
+    z3_opts = Options(
+        **ERA_2021,
         zero3_overlap=zero3_overlap,
         zero3_collectives=zero3_collectives,
         grad_reduce_bytes=zero3_grad_reduce_bytes,
@@ -648,12 +648,9 @@ class H200Row:
 
 
 def _supported(options: dict) -> dict:
-    """The options :func:`minipar.cost.planner.three_d.evaluate` accepts: its named parameters and the
-    fields of :class:`minipar.cost.planner.three_d_terms.Options` (the planner grows inputs)."""
-    params = inspect.signature(three_d.evaluate).parameters
-    names = {k for k, p in params.items() if p.kind is not p.VAR_KEYWORD}
-    names |= set(Options.__dataclass_fields__)
-    return {k: v for k, v in options.items() if k in names}
+    """The options :func:`minipar.cost.planner.three_d.evaluate` accepts: the fields of
+    :class:`minipar.cost.planner.three_d_terms.Options` (the planner grows inputs)."""
+    return {k: v for k, v in options.items() if k in Options.__dataclass_fields__}
 
 
 def h200_runs(
@@ -673,9 +670,9 @@ def h200_runs(
         kernel = attention or {"sdpa": "flash"}.get(r["attention"], r["attention"])
         m_ = three_d.ModelShape(r["L"], r["h"], r["a"], r["s"], H200_VOCAB, attention=kernel)
         cl = replace(three_d.cluster(1, 1, "H200"), gpu=gpu)
-        lay = dict(tp=1, pp=1, dp=1, micro_batch=r["b"], recompute="none", zero=0)
-        opts = _supported({"precision": H200_RECIPE} | model_options)
-        c = three_d.evaluate(m_, cl, r["b"] * r["m"], **lay, **opts)
+        lay = three_d.Layout(r["b"] * r["m"], 1, 1, 1, r["b"], recompute="none", zero=0)
+        opts = Options(**_supported({"precision": H200_RECIPE} | model_options))
+        c = three_d.evaluate(m_, cl, lay, opts)
         out.append(
             H200Row(
                 r["name"],
