@@ -23,7 +23,15 @@ sys.path.insert(0, str(BOOK))
 from figures import kit  # noqa: E402 (book/ joins sys.path above)
 
 #: chapters whose pages have been cleared of scaffolding; add a chapter when its pages are done
-DONE = ["collectives", "memory_time", "data_parallel", "tensor_parallel"]
+DONE = [
+    "collectives",
+    "memory_time",
+    "data_parallel",
+    "tensor_parallel",
+    "pipeline_parallel",
+    "context_parallel",
+    "expert_parallel",
+]
 
 DIRECTIVE = re.compile(
     r"^(?P<fence>[`:]{3,})\{(?P<kind>minipar-figure|minipar-animation|figure)\}[ \t]*(?P<name>\S*)"
