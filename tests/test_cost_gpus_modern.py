@@ -158,3 +158,16 @@ def test_plan_puts_a_gb200_rack_on_one_nvlink_domain(capsys):
         capsys, *args, "--gpu", "GB200-NVL72", "--gpus", "144", "--gpus-per-node", "4"
     )
     assert status == 0 and "(4/node)" in out
+
+
+def test_the_planner_refuses_mxfp8_before_blackwell():
+    """The rule holds in the Python API too (every default is decided in plan_options)."""
+    from minipar.cost.planner import three_d as planner
+
+    m = planner.MODELS["llama3-8b"]
+    lay = planner.Layout(64, 1, 1, 8, 1)
+    opt = planner.Options(fp8="mxfp8", precision="megatron")
+    with pytest.raises(ValueError, match=r"needs a Blackwell GPU \(B200, GB200\), got H800"):
+        planner.evaluate(m, planner.cluster(8, 8, "H800"), lay, opt)
+    c = planner.evaluate(m, planner.cluster(8, 8, "B200"), lay, opt)
+    assert c.as_dict()["fp8_casts_seconds"] > 0

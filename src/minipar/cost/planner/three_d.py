@@ -63,6 +63,7 @@ from pathlib import Path
 
 from ..chapters.expert_parallel import folded_expert_dp
 from ..chapters.memory_time import ZERO_STAGES, check_zero_stage
+from ..kernels.compute import check_fp8_gpu
 from ..kernels.hardware import GPU, Link
 from ..kernels.hardware import gpu as gpu_preset
 from ..kernels.hardware import link as link_preset
@@ -416,6 +417,8 @@ def plan_options(m_: ModelShape, cl: Cluster, options: Options | None = None) ->
     """``options`` with every default decided, once: the attention kernel (the shape's, else the
     GPU's era, :func:`attention_for`), the precision recipe (:func:`precision_for`), then the
     recipe's reduction bytes and headroom (:meth:`Options.resolved`)."""
+    if options is not None and options.fp8 == "mxfp8":  # Blackwell only
+        check_fp8_gpu(cl.gpu, options.fp8)
     return (options or Options()).resolved(
         attention_for(m_, cl.gpu.name), precision_for(cl.gpu.name)
     )
