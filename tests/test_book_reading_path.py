@@ -31,6 +31,7 @@ DONE = [
     "pipeline_parallel",
     "context_parallel",
     "expert_parallel",
+    "three_d",
 ]
 
 DIRECTIVE = re.compile(
