@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+import os
 import sys
 import threading
 import time
@@ -86,6 +87,33 @@ def check(
         v = getattr(args, name)
         if not (v > 0 and math.isfinite(v)):
             raise InputError(f"{flag(name)} ({v}) must be > 0")
+
+
+def check_writable(path: str | None, flag_name: str, *, make_folder: bool = False) -> None:
+    """Refuse now, before minutes of measuring, a destination the run could not write at its end:
+    a folder missing (``make_folder``: made, for a default path), not writable (a read-only
+    checkout), or ``path`` itself a folder or a read-only file. ``InputError`` names the flag."""
+    if not path:
+        return
+    target = os.path.abspath(path)
+    folder = os.path.dirname(target)
+    said = f"{flag_name} {path}"
+    if os.path.isdir(target):
+        raise InputError(f"{said}: is a folder; give a file's path (nothing was measured)")
+    if make_folder and not os.path.exists(folder):
+        try:
+            os.makedirs(folder, exist_ok=True)
+        except OSError as e:
+            raise InputError(f"{said}: cannot make folder {folder} ({e.strerror})") from None
+    if not os.path.isdir(folder):
+        raise InputError(f"{said}: folder {folder} does not exist (nothing was measured)")
+    if os.path.exists(target) and not os.access(target, os.W_OK):
+        raise InputError(f"{said}: the file is read-only (nothing was measured)")
+    if not os.path.exists(target) and not os.access(folder, os.W_OK | os.X_OK):
+        raise InputError(
+            f"{said}: folder {folder} is not writable (a read-only checkout?); give --out "
+            "a path you can write (nothing was measured)"
+        )
 
 
 def emit(args, measure, show) -> int:

@@ -38,7 +38,7 @@ from minipar.errors import InputError
 from minipar.jsonio import write
 from minipar.runtime.timing import timed
 
-from .common import add_options, progress
+from .common import add_options, check_writable, progress
 
 ROLES = ("fwd", "dgrad", "wgrad")
 
@@ -330,6 +330,11 @@ def _device_info(device: str) -> tuple[str, float, int]:
 # --- the command -----------------------------------------------------------------------------
 
 
+DEFAULT_OUT = os.path.join("bench-results", "gpu_profile.json")
+"""Where ``--out`` writes by default: a folder git ignores, made when missing, so a run in the
+course's checkout leaves no untracked file at its root."""
+
+
 def add_parser(sub) -> None:
     p = sub.add_parser("calibrate", help="measure this machine's constants for the cost model")
     what = p.add_subparsers(dest="what", required=True)
@@ -339,7 +344,7 @@ def add_parser(sub) -> None:
         "Adam on this CUDA GPU; writes the JSON profile that "
         "'minipar plan --gpu-profile' reads",
     )
-    add_options(g, ("--out", "gpu_profile.json", "profile to write (default gpu_profile.json)"))
+    add_options(g, ("--out", DEFAULT_OUT, f"profile to write (default {DEFAULT_OUT})"))
     g.add_argument("--quick", action="store_true", help="smaller shapes, fewer repeats")
     g.add_argument(
         "--device",
@@ -366,6 +371,7 @@ def _run(args) -> int:
         )
     if args.peak_tflops is not None and not args.peak_tflops > 0:
         raise InputError(f"--peak-tflops ({args.peak_tflops}) must be > 0")
+    check_writable(args.out, "--out", make_folder=args.out == DEFAULT_OUT)  # before minutes
     with progress("minipar calibrate gpu"):  # minutes on a GPU: say it is still measuring
         profile = calibrate(device=args.device, quick=args.quick, peak_tflops=args.peak_tflops)
     write(args.out, profile, indent=1)  # a non-finite constant is refused before the file opens

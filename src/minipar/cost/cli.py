@@ -443,11 +443,11 @@ def _plan_cluster(args) -> "planner.Cluster":
             "fewer GPUs than one node are given by --gpus alone"
         )
     gpu = hardware.load_gpu_profile(args.gpu_profile) if args.gpu_profile else args.gpu
+    if args.gpu_profile:
+        check_physical(gpu, f"gpu profile {args.gpu_profile}")
     # default: the GPU's NVLink domain (8 on a baseboard, 72 on a GB200 NVL72 rack)
     domain = (gpu if isinstance(gpu, hardware.GPU) else hardware.gpu(gpu)).nvlink_domain
     per_node = min(domain, args.gpus) if args.gpus_per_node is None else args.gpus_per_node
-    if args.gpu_profile:
-        check_physical(gpu, f"gpu profile {args.gpu_profile}")
     names = ("gemm_efficiency", "intra_bandwidth", "intra_alpha", "inter_bandwidth", "inter_alpha")
     kw = {k: getattr(args, k) for k in names}  # overrides of the presets, None where not given
     return planner.cluster(args.gpus, per_node, gpu, args.intra, args.inter, **kw)
@@ -521,6 +521,17 @@ MAX_SECONDS = 1e9
 
 def _plan(args) -> int:
     if args.calibrate:  # the same code as ``minipar bench three_d``
+        given = [
+            f
+            for f, k in (("--gpus", "gpus"), ("--global-batch", "global_batch"))
+            if getattr(args, k) is not None
+        ]
+        if given:
+            raise InputError(
+                f"--calibrate measures this machine's --ranks ({args.ranks}) gloo ranks, so "
+                f"{' and '.join(given)} would be ignored: drop {'them' if len(given) > 1 else 'it'}"
+                ", or drop --calibrate to plan that cluster"
+            )
         return _calibrate(args)
     missing = [
         f"--{k.replace('_', '-')}" for k in ("gpus", "global_batch") if getattr(args, k) is None
