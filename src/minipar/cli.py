@@ -12,18 +12,43 @@ layer: it imports the library, never the other way round.
 
 from __future__ import annotations
 
-import argparse
-import contextlib
-import importlib
 import os
 import signal
 import sys
 import threading
 
-from minipar.bench import cli as bench_cli  # bench collectives, bench dp, ...
-from minipar.bench import gpu as calibrate_cli  # calibrate gpu
-from minipar.cost import cli as cost_cli  # params, flops, memory, activations, bubble, plan
-from minipar.errors import InputError
+
+def _stopped_early(signum, frame):
+    """A stop signal while the commands are imported or parsed (nothing started yet): one line
+    and 128 + N, not the import's 20-line traceback."""
+    os.write(2, f"minipar: stopped by {signal.Signals(signum).name}\n".encode())
+    os._exit(128 + signum)
+
+
+def _early_handlers() -> dict:
+    """:func:`_stopped_early` for the stop signals that still have their default handling (a
+    test runner's own handler is left alone); the handlers before, to put back."""
+    if threading.current_thread() is not threading.main_thread():
+        return {}
+    before = {}
+    for name in ("SIGINT", "SIGTERM", "SIGHUP"):
+        s = getattr(signal, name, None)
+        if s is not None and signal.getsignal(s) in (signal.default_int_handler, signal.SIG_DFL):
+            before[s] = signal.signal(s, _stopped_early)
+    return before
+
+
+_BEFORE_IMPORTS = _early_handlers()
+
+import argparse  # noqa: E402 (after the early signal handlers: imports take ~0.3 s)
+import codecs  # noqa: E402
+import contextlib  # noqa: E402
+import importlib  # noqa: E402
+
+from minipar.bench import cli as bench_cli  # noqa: E402  # bench collectives, bench dp, ...
+from minipar.bench import gpu as calibrate_cli  # noqa: E402 (calibrate gpu)
+from minipar.cost import cli as cost_cli  # noqa: E402 (params, flops, memory, ..., plan)
+from minipar.errors import InputError  # noqa: E402
 
 try:  # grade's third-party imports come from the [grade] extra, absent from a base install
     from minipar.grading import cli as grade_cli
@@ -33,6 +58,38 @@ except ModuleNotFoundError as e:
     grade_cli, _GRADE_MISSING = None, e.name
 
 
+for _s, _h in _BEFORE_IMPORTS.items():  # imported: a caller's own handling is back
+    signal.signal(_s, _h)
+
+# An ASCII terminal (PYTHONIOENCODING=ascii, LANG=C on an old Python): the symbols the tables and
+# help use are written out ("eta", "x", "us"), any other character as "?", never an error.
+_ASCII = {"η": "eta", "×": "x", "µ": "u", "·": "*", "≥": ">=", "≤": "<=", "±": "+-", "→": "->"}
+_ASCII |= {"α": "alpha", "β": "beta", "λ": "lambda", "τ": "tau", "Ψ": "Psi", "−": "-", "–": "-"}
+_ASCII |= {"—": "-", "…": "...", "²": "^2", "³": "^3", "⁹": "^9", "≈": "~", "Σ": "sum", "’": "'"}
+
+
+def _spell_out(err: UnicodeEncodeError):
+    return "".join(_ASCII.get(c, "?") for c in err.object[err.start : err.end]), err.end
+
+
+codecs.register_error("minipar-ascii", _spell_out)
+
+
+def _plain_streams() -> None:
+    """stdout and stderr spell out what their encoding cannot write (:data:`_ASCII`)."""
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(AttributeError, ValueError, OSError):
+            stream.reconfigure(errors="minipar-ascii")
+
+
+DESCRIPTION = (
+    "minipar: the course's cost model (params, flops, memory, activations, bubble, collective, "
+    "plan), its benchmarks and calibration on this machine, and the exercises' grader. "
+    "`minipar COMMAND --help` describes each."
+)
+"""What ``minipar --help`` says first: plain words (the module docstring is reStructuredText)."""
+
+
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str):  # one line, no usage dump
         print(f"{self.prog}: error: {message}", file=sys.stderr)
@@ -40,7 +97,7 @@ class _Parser(argparse.ArgumentParser):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(prog="minipar", description=__doc__.splitlines()[0])
+    parser = _Parser(prog="minipar", description=DESCRIPTION)
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
     for module in (cost_cli, bench_cli, calibrate_cli):
         module.add_parser(sub)
@@ -132,6 +189,9 @@ def _quiet_stdout() -> None:
 def main(argv: list[str] | None = None) -> int:
     """The console script (``argv`` None: ``sys.argv``, and the signal handlers stay holding
     until the interpreter exits); tests pass ``argv`` and get their handlers back."""
+    if argv is None:  # the program: a stop while the parser is built is one line too
+        _early_handlers()
+    _plain_streams()
     try:
         return _main(argv)
     except BrokenPipeError:  # `minipar ... | head`: the reader has all it wanted
