@@ -54,7 +54,7 @@ def test_selective_recomputation_is_per_module():
     assert core.activation_bytes == pytest.approx(none.activation_bytes, rel=2e-3)  # flash's lse
     assert today.activation_bytes < core.activation_bytes
     assert mlp.activation_bytes < core.activation_bytes
-    assert none.compute_seconds < today.compute_seconds < mlp.compute_seconds
+    assert none.seconds("compute") < today.seconds("compute") < mlp.seconds("compute")
     with pytest.raises(ValueError, match=r"recompute module \('attn'\) must be one of"):
         planner.evaluate(LLAMA405, H100, lay, planner.Options(recompute_modules=("attn",)))
 
@@ -67,11 +67,11 @@ def test_zero1_parameter_gather_hides_under_the_next_forward_not_the_last_backwa
     lay = planner.Layout(256, 1, 2, 32, 1, zero=1, recompute="full")  # p > 1: after the flush
     on = planner.evaluate(m, cl, lay)
     off = planner.evaluate(m, cl, lay, planner.Options(overlap_param_gather=False))
-    assert on.dp_seconds == off.dp_seconds == off.dp_exposed_seconds  # off: all exposed
-    assert 0 < on.dp_exposed_seconds < off.dp_exposed_seconds
+    assert on.dp_seconds == off.dp_seconds == off.seconds("dp_exposed")  # off: all exposed
+    assert 0 < on.seconds("dp_exposed") < off.seconds("dp_exposed")
     # on: the gather's share, about 2/6 of the bytes (2 of the reduce-scatter's 4 + 2), less
     # one forward, is all that the next step's first forward cannot hide
-    assert on.dp_exposed_seconds >= 0.6 * off.dp_seconds
+    assert on.seconds("dp_exposed") >= 0.6 * off.dp_seconds
 
 
 def test_fsdp_with_pp_gathers_once_per_step():
@@ -234,9 +234,9 @@ def test_moe_imbalance_slows_the_busiest_expert_rank_only_under_ep(capsys):
     flat, busy = (
         planner.evaluate(m, cl, lay, planner.Options(moe_imbalance=x)) for x in (1.0, 1.5)
     )
-    assert 1.45 < busy.ep_seconds / flat.ep_seconds < 1.5  # the bytes 1.5 times, not the α
+    assert 1.45 < busy.seconds("ep") / flat.seconds("ep") < 1.5  # the bytes 1.5 times, not the α
     # the routed MLP's GEMMs: 2·K·matrices·f·h FLOPs per token of the 6·... of a layer
-    assert 1.15 < busy.compute_seconds / flat.compute_seconds < 1.5
+    assert 1.15 < busy.seconds("compute") / flat.seconds("compute") < 1.5
     assert busy.step_seconds > 1.25 * flat.step_seconds
     one = planner.Layout(256, 1, 1, 64, 2, recompute="full", zero=3, ep=1)
     dense = planner.MODELS["llama3-8b"]

@@ -49,7 +49,7 @@ def test_the_javascript_table_is_generated_from_the_json():
 
 def test_a_term_missing_anywhere_is_named():
     """Negative controls: a table row without functions, and a function without its row."""
-    extra = TERMS + (term_table.Term("straggler", "step", "s", None, "a planted term"),)
+    extra = TERMS + (term_table.Term("straggler", "step", "s", None, "compute", "a planted term"),)
     assert missing(extra, three_d_terms, JS.read_text()) == [
         "term straggler: no Python function term_straggler",
         "term straggler: no JavaScript function termStraggler",
@@ -69,8 +69,26 @@ def test_breakdown_and_plan_columns_follow_the_table():
     assert list(c.breakdown.values) == [t.name for t in TERMS]
     d = c.as_dict()
     for t in TERMS:
-        key = f"{t.name}_bytes" if t.where == "memory" else f"{t.name}_seconds"
-        assert d[key] == getattr(c, key)
+        if t.where == "memory":
+            assert d[f"{t.name}_bytes"] == c.bytes(t.name)
+        else:
+            assert d[f"{t.name}_seconds"] == c.seconds(t.name)
+    # a term is read by name, never through an invented attribute
+    assert not hasattr(c, "tp_seconds") and not hasattr(c, "states_bytes")
+    with pytest.raises(KeyError, match="must be one of the time terms"):
+        c.seconds("states")
+    with pytest.raises(KeyError, match="must be one of the memory terms"):
+        c.bytes("tp")
+    assert list(d)[:11] == [f for f in planner.Layout.__dataclass_fields__ if f != "global_batch"]
+    assert list(d)[-7:] == [
+        "dp_seconds",
+        "step_seconds",
+        "mfu",
+        "hfu",
+        "tp_link",
+        "pp_link",
+        "dp_link",
+    ]
     slot = sum(c.breakdown.values[t.name] for t in TERMS if t.where == "slot")
     step = sum(c.breakdown.values[t.name] for t in TERMS if t.where == "step")
     assert c.step_seconds == c.microbatches * slot * (1 + c.bubble_relative) + step

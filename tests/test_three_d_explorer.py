@@ -11,7 +11,7 @@ from explorer_parity_support import assert_parity, js_call, mismatch, node_avail
 from minipar.cost.kernels import compute
 from minipar.cost.kernels.hardware import GPUS
 from minipar.cost.planner import three_d as planner
-from minipar.cost.planner.term_table import TERMS
+from minipar.cost.planner.term_table import TERMS, TIME_GROUPS
 from minipar.cost.planner.three_d_terms import options
 from minipar.widgets.three_d import PRESET_LAYOUTS, cluster_config, gpu_config, plan_config
 
@@ -699,7 +699,7 @@ def test_evaluate_is_the_sum_of_its_terms():
             continue
         cfg = planner.evaluate(c["m"], c["cl"], _lay(c), planner.Options(**opt))
         m, r = br.microbatches, br.bubble_relative
-        assert cfg.tp_seconds == m * (1 + r) * br.tp and cfg.compute_seconds == m * br.compute
+        assert cfg.seconds("tp") == m * (1 + r) * br.tp and cfg.seconds("compute") == m * br.compute
         assert cfg.step_seconds == pytest.approx(
             m * br.slot + br.bubble_seconds + br.dp_exposed + br.embedding + br.optimizer, rel=1e-12
         )
@@ -923,3 +923,42 @@ def test_a_calibrated_gpu_profile_reaches_the_explorer(tmp_path):
     bad.write_text("{")
     with pytest.raises(ValueError, match="not JSON"):
         plan_config(str(bad))
+
+
+def _every_term_cases():
+    """Layouts on which, together, every time term of the table is above zero."""
+    P, L = planner, planner.Layout
+    h100 = planner.cluster(64, 8, "H100-SXM")
+    return [
+        P.evaluate(
+            P.MODELS["llama3-70b"], h100, L(128, 8, 2, 4, 1, sp=True), P.Options(fp8="delayed")
+        ),
+        P.evaluate(P.MODELS["gpt3-175b"], P.cluster(1024, 8), L(1536, 8, 4, 32, 1, zero=3)),
+        P.evaluate(
+            P.MODELS["llama3-405b-128k"],
+            P.cluster(16384, 8, "H100-SXM"),
+            L(128, 8, 16, 8, 1, recompute="full", sp=True, cp=16),
+            P.Options(cp_algorithm="all-gather"),
+        ),
+        P.evaluate(P.MODELS["mixtral-8x7b"], h100, L(256, 1, 1, 64, 1, zero=2, ep=8)),
+    ]
+
+
+@pytest.mark.slow
+def test_chart_bars_sum_to_the_step_for_every_term():
+    """The explorer's stacked chart (planStacks) has one stack per part of the step, read from
+    the term table's group column, so each bar is its layout's step time with every term in it
+    (the hand-listed chart dropped fp8_casts: 23.70 s of bars for a 24.56 s step), and its parts
+    are Python's Config.group_seconds. Negative control: the cases make every time term count,
+    so a bar without any one term would fall short of its step."""
+    configs = _every_term_cases()
+    ((kind, stacks),) = js_call("three_d", [("planStacks", [[c.as_dict() for c in configs]])])
+    assert kind == "ok", stacks
+    assert [s["name"] for s in stacks] == list(TIME_GROUPS)
+    for i, c in enumerate(configs):
+        bars = [s["values"][i] for s in stacks]
+        assert sum(bars) == pytest.approx(c.step_seconds, rel=1e-12)
+        assert bars == pytest.approx(list(c.group_seconds().values()), rel=1e-12)
+    for t in TERMS:
+        if t.where != "memory":  # dropping this term leaves some bar short of its step
+            assert any(c.seconds(t.name) > 1e-6 * c.step_seconds for c in configs), t.name

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from figures.kit import figure, ink
 from minipar.cost.planner import three_d as planner
+from minipar.cost.planner.term_table import TIME_GROUPS
 from minipar.grid import Grid
 
 GIB = 2**30
@@ -109,27 +110,14 @@ def memory_by_layout(pal):
     return fig
 
 
-TERMS = (  # (label, Config attribute or "bubble") in the order a step spends them
-    ("compute", "compute_seconds"),
-    ("TP collectives", "tp_seconds"),
-    ("PP messages", "pp_seconds"),
-    ("bubble", "bubble"),
-    ("after the flush", ("dp_exposed_seconds", "embedding_seconds", "optimizer_seconds")),
-)
+TERMS = TIME_GROUPS
+"""The parts of a step, in the order it spends them: the term table's ``group`` column
+(:data:`minipar.cost.planner.term_table.TIME_GROUPS`), so every term is drawn."""
 
 
 def _terms(c) -> list[float]:
-    """The step's seconds per term of :data:`TERMS`; the bubble is what the slots leave over."""
-    out = []
-    for _, attr in TERMS:
-        if attr == "bubble":
-            out.append(None)
-        elif isinstance(attr, tuple):
-            out.append(sum(getattr(c, a) for a in attr))
-        else:
-            out.append(getattr(c, attr))
-    out[3] = max(c.step_seconds - sum(v for v in out if v is not None), 0.0)
-    return out
+    """The step's seconds per part of :data:`TERMS` (:meth:`Config.group_seconds`)."""
+    return list(c.group_seconds().values())
 
 
 @figure(draws=["minipar.cost.planner.three_d.evaluate", "minipar.cost.planner.three_d.search"])
@@ -157,7 +145,7 @@ def step_breakdown(pal):
     fig, ax = pal.subplots(6.8, 3.2)
     for i, (_, c) in enumerate(rows):
         left = 0.0
-        for k, ((name, _), v) in enumerate(zip(TERMS, _terms(c))):
+        for k, (name, v) in enumerate(zip(TERMS, _terms(c))):
             ax.barh(-i, v, left=left, color=pal.color(k), label=name if i == 0 else None)
             left += v
         ax.text(left + 0.3, -i, f"{c.step_seconds:.1f} s", va="center", fontsize=9, color=pal.fg)

@@ -116,14 +116,9 @@ def layout_verdicts():
 
 
 def _parts(c) -> dict:
-    """Where a layout's step goes, in the planner's terms (seconds)."""
-    return {
-        "the pipeline bubble": c.compute_seconds * c.bubble_relative,
-        "TP communication": c.tp_seconds,
-        "PP messages": c.pp_seconds,
-        "exposed DP/ZeRO communication": c.dp_exposed_seconds + c.zero3_exposed_seconds,
-        "compute": c.compute_seconds,
-    }
+    """Where a layout's step goes, in seconds: the parts of the term table's ``group`` column
+    (:meth:`minipar.cost.planner.three_d.Config.group_seconds`), every term in one of them."""
+    return {f"the {group}": seconds for group, seconds in c.group_seconds().items()}
 
 
 @CH.task("choose_layout")

@@ -817,7 +817,7 @@ export function termOptimizer(model, cluster, lay, opt) {
 }
 
 // BEGIN TERMS (generated from minipar/cost/planner/term_table.json by `python -m minipar.cost.planner.term_table`; do not edit)
-export const TERMS = [{"name": "compute", "where": "slot", "unit": "s", "column": null, "doc": "the layers and the output layer of one micro-batch"}, {"name": "fp8_casts", "where": "slot", "unit": "s", "column": "FP8 cast", "doc": "FP8 casts of the GEMMs' inputs, gradients and weights"}, {"name": "tp", "where": "slot", "unit": "s", "column": "TP", "doc": "tensor-parallel collectives on the critical path"}, {"name": "pp", "where": "slot", "unit": "s", "column": "PP", "doc": "pipeline sends across stage boundaries"}, {"name": "cp", "where": "slot", "unit": "s", "column": "CP ring", "doc": "context-parallel K/V traffic not hidden by the block compute"}, {"name": "ep", "where": "slot", "unit": "s", "column": "EP a2a", "doc": "MoE all-to-alls"}, {"name": "zero3_exposed", "where": "slot", "unit": "s", "column": "ZeRO-3", "doc": "ZeRO-3 gathers and reduce-scatters not hidden by prefetching"}, {"name": "dp_exposed", "where": "step", "unit": "s", "column": "DP exp", "doc": "the data-parallel reduction not hidden under the last backward"}, {"name": "embedding", "where": "step", "unit": "s", "column": null, "doc": "the tied embedding's gradient all-reduce, first and last stage"}, {"name": "optimizer", "where": "step", "unit": "s", "column": null, "doc": "the Adam step on this rank's shard"}, {"name": "states", "where": "memory", "unit": "B", "column": null, "doc": "model states of the fullest stage"}, {"name": "fp8_weights", "where": "memory", "unit": "B", "column": null, "doc": "FP8 copies of the linear weights"}, {"name": "activations", "where": "memory", "unit": "B", "column": null, "doc": "activations of the fullest stage"}];
+export const TERMS = [{"name": "compute", "where": "slot", "unit": "s", "column": null, "group": "compute", "doc": "the layers and the output layer of one micro-batch"}, {"name": "fp8_casts", "where": "slot", "unit": "s", "column": "FP8 cast", "group": "compute", "doc": "FP8 casts of the GEMMs' inputs, gradients and weights"}, {"name": "tp", "where": "slot", "unit": "s", "column": "TP", "group": "TP communication", "doc": "tensor-parallel collectives on the critical path"}, {"name": "pp", "where": "slot", "unit": "s", "column": "PP", "group": "PP, CP and EP communication", "doc": "pipeline sends across stage boundaries"}, {"name": "cp", "where": "slot", "unit": "s", "column": "CP ring", "group": "PP, CP and EP communication", "doc": "context-parallel K/V traffic not hidden by the block compute"}, {"name": "ep", "where": "slot", "unit": "s", "column": "EP a2a", "group": "PP, CP and EP communication", "doc": "MoE all-to-alls"}, {"name": "zero3_exposed", "where": "slot", "unit": "s", "column": "ZeRO-3", "group": "DP and ZeRO communication", "doc": "ZeRO-3 gathers and reduce-scatters not hidden by prefetching"}, {"name": "dp_exposed", "where": "step", "unit": "s", "column": "DP exp", "group": "DP and ZeRO communication", "doc": "the data-parallel reduction not hidden under the last backward"}, {"name": "embedding", "where": "step", "unit": "s", "column": null, "group": "embedding and optimizer", "doc": "the tied embedding's gradient all-reduce, first and last stage"}, {"name": "optimizer", "where": "step", "unit": "s", "column": null, "group": "embedding and optimizer", "doc": "the Adam step on this rank's shard"}, {"name": "states", "where": "memory", "unit": "B", "column": null, "group": "model states", "doc": "model states of the fullest stage"}, {"name": "fp8_weights", "where": "memory", "unit": "B", "column": null, "group": "model states", "doc": "FP8 copies of the linear weights"}, {"name": "activations", "where": "memory", "unit": "B", "column": null, "group": "activations", "doc": "activations of the fullest stage"}];
 const TERM_FUNCTIONS = {compute: termCompute, fp8_casts: termFp8Casts, tp: termTp, pp: termPp, cp: termCp, ep: termEp, zero3_exposed: termZero3Exposed, dp_exposed: termDpExposed, embedding: termEmbedding, optimizer: termOptimizer, states: termStates, fp8_weights: termFp8Weights, activations: termActivations};
 // END TERMS
 
@@ -875,6 +875,19 @@ export function planEvaluate(model, cluster, lay, opt = {}) {
     tp_link: br.tp_link, pp_link: br.pp_link, dp_link: br.dp_link};
 }
 
+// Python: term_table.BUBBLE and TIME_GROUPS: the parts of a step, from the table's group column
+export const BUBBLE = "pipeline bubble";
+export const TIME_GROUPS = [...new Set(TERMS.filter((t) => t.where !== "memory").flatMap((t) => (t.name === "compute" ? [t.group, BUBBLE] : [t.group])))];
+
+// Python: Config.group_seconds() (StepBreakdown.group_seconds): seconds per step of each part of
+// TIME_GROUPS from planEvaluate's result, the compute's bubble apart; they sum to the step
+export function planGroupSeconds(c) {
+  const out = Object.fromEntries(TIME_GROUPS.map((g) => [g, 0]));
+  for (const t of TERMS) if (t.where !== "memory") out[t.group] += c[`${t.name}_seconds`];
+  out[BUBBLE] = c.compute_seconds * c.bubble_relative;
+  return out;
+}
+
 // Python: three_d.dollars_per_million_tokens(step_seconds, gpus, tokens_per_step, dollars_per_gpu_hour)
 export function dollarsPerMillionTokens(stepSeconds, gpus, tokensPerStep, dollarsPerGpuHour) {
   if (Math.min(stepSeconds, gpus, tokensPerStep) <= 0 || dollarsPerGpuHour < 0) {
@@ -884,7 +897,14 @@ export function dollarsPerMillionTokens(stepSeconds, gpus, tokensPerStep, dollar
 }
 
 const GIB_3D = 2 ** 30;
-const PARTS_3D = [["compute", "#4c72b0"], ["bubble", "#8172b3"], ["TP", "#dd8452"], ["PP, ZeRO-3, CP ring, EP all-to-all", "#55a868"], ["DP, embedding, optimizer", "#c44e52"]];
+const COLORS_3D = ["#4c72b0", "#8172b3", "#dd8452", "#55a868", "#c44e52", "#937860", "#da8bc3", "#8c8c8c"];
+
+// The stacked chart's stacks: one per part of the step (TIME_GROUPS, the term table's group
+// column), each bar one planEvaluate result; every term is in a part, so a bar is its step.
+export function planStacks(rows) {
+  const parts = rows.map(planGroupSeconds);
+  return TIME_GROUPS.map((name, i) => ({name, color: COLORS_3D[i % COLORS_3D.length], values: parts.map((p) => p[name])}));
+}
 
 function positiveInteger(name, x) {                    // Python: breakdown.check_layout's rule
   if (!Number.isInteger(x) || x < 1) throw new Error(`${name} (${x}) must be a positive integer`);
@@ -1007,14 +1027,11 @@ registerExplorer("plan", {
         rows.push(planEvaluate(model, cluster, layOf(q, q > 1 ? Number(v.v) : 1, q > 1 && Number(v.zero) === 2 ? 1 : Number(v.zero)), opts));
       } catch (e) { /* this p breaks a rule: left out */ }
     }
-    const parts = (c) => ({compute: c.compute_seconds, bubble: c.compute_seconds * c.bubble_relative,
-      TP: c.tp_seconds, "PP, ZeRO-3, CP ring, EP all-to-all": c.pp_seconds + c.zero3_exposed_seconds + c.cp_seconds + c.ep_seconds,
-      "DP, embedding, optimizer": c.dp_exposed_seconds + c.embedding_seconds + c.optimizer_seconds});
     const svg = stackedBars({
       title: `${v.model}, ${N} GPUs, t = ${t}${cp > 1 ? `, cp = ${cp}` : ""}${ep > 1 ? `, ep = ${ep}` : ""}: step per p`,
       ylabel: "seconds per step",
       categories: rows.map((c) => `p=${c.pp}${c.pp === chosen.pp ? "★" : ""}${c.fits ? "" : "✗"}`),
-      stacks: PARTS_3D.map(([name, color]) => ({name, color, values: rows.map((c) => parts(c)[name])})),
+      stacks: planStacks(rows),
       valueFormat: (x) => x.toFixed(x < 10 ? 2 : 1),
     });
     const usd = dollarsPerMillionTokens(chosen.step_seconds, N, B * model.seq, v.price);

@@ -20,7 +20,7 @@ from ..chapters.memory_time import (
     pipeline_first_stage_activation_bytes,
 )
 from ..model import param_count
-from .term_table import MEMORY, SLOT, STEP
+from .term_table import BUBBLE, MEMORY, SLOT, STEP, TERMS, TIME_GROUPS
 
 
 class MemoryBreakdown(NamedTuple):
@@ -128,6 +128,18 @@ class StepBreakdown:
         m, r = self.microbatches, self.bubble_relative
         x = self.values[term]
         return m * x if term == "compute" else m * (1 + r) * x
+
+    def group_seconds(self) -> dict[str, float]:
+        """Seconds per step of each part of :data:`~minipar.cost.planner.term_table.TIME_GROUPS`
+        (the term table's ``group`` column): every time term's :meth:`per_step` in its group,
+        and the compute's share of the bubble (m·compute·r) as :data:`BUBBLE`. They sum to
+        :attr:`step_seconds`: the other slot terms' per-step seconds carry their own bubble."""
+        out = dict.fromkeys(TIME_GROUPS, 0.0)
+        for t in TERMS:
+            if t.where != "memory":
+                out[t.group] += self.per_step(t.name)
+        out[BUBBLE] = self.microbatches * self.values["compute"] * self.bubble_relative
+        return out
 
     @property
     def bubble_seconds(self) -> float:

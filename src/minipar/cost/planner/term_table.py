@@ -25,6 +25,7 @@ class Term(NamedTuple):
     where: str  # "slot" (s per micro-batch), "step" (s per step) or "memory" (bytes)
     unit: str
     column: str | None  # `minipar plan`'s column header, or None
+    group: str  # the part of the step or memory it is drawn in (charts, figure, grader)
     doc: str
 
 
@@ -41,6 +42,23 @@ TERMS: tuple[Term, ...] = _load()
 SLOT = tuple(t.name for t in TERMS if t.where == "slot")
 STEP = tuple(t.name for t in TERMS if t.where == "step")
 MEMORY = tuple(t.name for t in TERMS if t.where == "memory")
+BUBBLE = "pipeline bubble"
+"""The part of a step's chart that is the compute's pipeline bubble (the other slot terms' share
+of the bubble stays in their own group: their per-step seconds include it)."""
+
+
+def _time_groups() -> tuple[str, ...]:
+    out: list[str] = []
+    for t in TERMS:
+        for g in (t.group, BUBBLE) if t.name == "compute" else (t.group,):
+            if t.where != "memory" and g not in out:
+                out.append(g)
+    return tuple(out)
+
+
+TIME_GROUPS = _time_groups()
+"""The parts of a step, in the table's order, the bubble after the compute's group: what the
+explorer's chart, the book's figure and the grader draw or name."""
 
 
 def python_name(name: str) -> str:

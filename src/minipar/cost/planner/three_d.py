@@ -77,7 +77,7 @@ from ..model import (
     param_count,
 )
 from .breakdown import StepBreakdown, check_layout
-from .term_table import TERMS
+from .term_table import MEMORY, SLOT, STEP, TERMS
 from .three_d_terms import GRAD_REDUCE_BYTES as GRAD_REDUCE_BYTES
 from .three_d_terms import HEADROOM as HEADROOM
 from .three_d_terms import RECIPES as RECIPES
@@ -300,71 +300,102 @@ class Cluster:
 LAYOUT_FIELDS = tuple(f for f in Layout.__dataclass_fields__ if f != "global_batch")
 
 
+def _from_layout(name: str) -> property:
+    return property(lambda self: getattr(self.layout, name), doc=f"The layout's ``{name}``.")
+
+
+def _from_breakdown(name: str, doc: str) -> property:
+    return property(lambda self: getattr(self.breakdown, name), doc=doc)
+
+
 @dataclass(frozen=True)
 class Config:
     """One layout and its predicted costs: the :class:`Layout`, its
     :class:`~minipar.cost.planner.breakdown.StepBreakdown` (every term of
     :data:`minipar.cost.planner.term_table.TERMS`, kept apart) and the FLOP utilisations.
 
-    Read as before: the layout's fields (``c.tp``), ``c.<term>_seconds`` for each time term over
-    the whole step (:meth:`StepBreakdown.per_step`), ``c.<term>_bytes`` for each memory term,
-    and the breakdown's totals (:data:`_FROM_BREAKDOWN`). ``mfu``: model FLOPs (Narayanan et al. 2021 Eq. 3, no recomputation;
-    ``hfu``: with it) over the step's peak FLOPs. Eq. 3 counts the attention scores without the
-    causal saving (PaLM's convention too), so with a causal flash kernel, which skips the masked
-    half, MFU credits FLOPs the GPU did not run: s/(12h) of 1 + s/(6h) per layer, a fifth at
-    s = 8192, h = 2048."""
+    Read: the layout's fields (``c.tp``), :meth:`seconds` of a time term over the whole step
+    (:meth:`StepBreakdown.per_step`), :meth:`bytes` of a memory term, and the breakdown's
+    totals (``c.step_seconds``, ``c.bytes_per_gpu``, ...). ``mfu``: model FLOPs (Narayanan et
+    al. 2021 Eq. 3, no recomputation; ``hfu``: with it) over the step's peak FLOPs. Eq. 3 counts
+    the attention scores without the causal saving (PaLM's convention too), so with a causal
+    flash kernel, which skips the masked half, MFU credits FLOPs the GPU did not run: s/(12h) of
+    1 + s/(6h) per layer, a fifth at s = 8192, h = 2048."""
 
     layout: Layout
     breakdown: StepBreakdown
     mfu: float
     hfu: float
 
-    def __getattr__(self, name: str):
-        d = self.__dict__
-        if "layout" not in d:
-            raise AttributeError(name)
-        if name in LAYOUT_FIELDS:
-            return getattr(d["layout"], name)
-        br = d["breakdown"]
-        if name in _FROM_BREAKDOWN:
-            return getattr(br, _FROM_BREAKDOWN[name])
-        for suffix in ("_seconds", "_bytes"):
-            if name.endswith(suffix) and name[: -len(suffix)] in br.values:
-                term = name[: -len(suffix)]
-                return br.per_step(term) if suffix == "_seconds" else br.values[term]
-        raise AttributeError(name)
+    tp = _from_layout("tp")
+    pp = _from_layout("pp")
+    dp = _from_layout("dp")
+    micro_batch = _from_layout("micro_batch")
+    chunks = _from_layout("chunks")
+    recompute = _from_layout("recompute")
+    sp = _from_layout("sp")
+    zero = _from_layout("zero")
+    cp = _from_layout("cp")
+    ep = _from_layout("ep")
+    split = _from_layout("split")
+
+    microbatches = _from_breakdown("microbatches", "m = B/(d·b).")
+    bytes_per_gpu = _from_breakdown("bytes_per_gpu", "Every memory term, on the fullest stage.")
+    model_state_bytes = _from_breakdown("states", "The model states of the fullest stage.")
+    activation_bytes = _from_breakdown("activations", "The activations of the fullest stage.")
+    fits = _from_breakdown("fits", "Within the memory limit.")
+    memory_limit = _from_breakdown("memory_limit", "The GPU's memory less the headroom.")
+    margin_limit = _from_breakdown("margin_limit", "Above it (within the limit): tight.")
+    tight = _from_breakdown("tight", "Fits, but inside the allocator margin.")
+    bubble = _from_breakdown("bubble_fraction", "The bubble's fraction of the step (GPipe's).")
+    bubble_relative = _from_breakdown("bubble_relative", "Bubble / ideal time (Megatron's).")
+    dp_seconds = _from_breakdown("dp", "The whole DP/ZeRO reduction per step, exposed or not.")
+    step_seconds = _from_breakdown("step_seconds", "Seconds per step.")
+    tp_link = _from_breakdown("tp_link", "The link TP's collectives cross.")
+    pp_link = _from_breakdown("pp_link", "The link PP's sends cross.")
+    dp_link = _from_breakdown("dp_link", "The link DP's reduction crosses.")
+
+    def seconds(self, term: str) -> float:
+        """A time term of :data:`~minipar.cost.planner.term_table.TERMS` over the whole step
+        (:meth:`StepBreakdown.per_step`); a ``KeyError`` names an unknown or memory term."""
+        if term not in SLOT + STEP:
+            raise KeyError(
+                f"term ({term!r}) must be one of the time terms: {', '.join(SLOT + STEP)}"
+            )
+        return self.breakdown.per_step(term)
+
+    def bytes(self, term: str) -> float:
+        """A memory term of :data:`~minipar.cost.planner.term_table.TERMS`, in bytes on the
+        fullest stage; a ``KeyError`` names an unknown or time term."""
+        if term not in MEMORY:
+            raise KeyError(f"term ({term!r}) must be one of the memory terms: {', '.join(MEMORY)}")
+        return self.breakdown.values[term]
+
+    def group_seconds(self) -> dict[str, float]:
+        """Seconds per step of each part of the step (:meth:`StepBreakdown.group_seconds`)."""
+        return self.breakdown.group_seconds()
 
     def as_dict(self) -> dict:
-        """Flat: the layout, memory, each term per step (``<term>_seconds``, ``<term>_bytes``),
-        the step and MFU (what the JavaScript ``planEvaluate`` returns)."""
-        br, names = self.breakdown, list(_FROM_BREAKDOWN)
+        """Flat, by name: the layout, memory, each term (``<term>_seconds`` per step,
+        ``<term>_bytes``), the step, MFU and the links (what the JavaScript ``planEvaluate``
+        returns)."""
         out = {k: getattr(self.layout, k) for k in LAYOUT_FIELDS}
-        out |= {k: getattr(self, k) for k in names[:10]}
+        for k in _HEAD:
+            out[k] = getattr(self, k)
         for t in TERMS:
             if t.where == "memory":
-                out[f"{t.name}_bytes"] = br.values[t.name]
+                out[f"{t.name}_bytes"] = self.bytes(t.name)
             else:
-                out[f"{t.name}_seconds"] = br.per_step(t.name)
-        return out | {k: getattr(self, k) for k in (*names[10:12], "mfu", "hfu", *names[12:])}
+                out[f"{t.name}_seconds"] = self.seconds(t.name)
+        for k in _TAIL:
+            out[k] = getattr(self, k)
+        return out
 
 
-_FROM_BREAKDOWN = {  # a Config's attribute: its StepBreakdown's
-    "microbatches": "microbatches",
-    "bytes_per_gpu": "bytes_per_gpu",
-    "model_state_bytes": "states",
-    "activation_bytes": "activations",
-    "fits": "fits",
-    "memory_limit": "memory_limit",  # the GPU's memory less the headroom
-    "margin_limit": "margin_limit",  # above it (within the limit): "tight", the allocator margin
-    "tight": "tight",
-    "bubble": "bubble_fraction",  # fraction of the step (GPipe convention)
-    "bubble_relative": "bubble_relative",  # bubble / ideal time (Megatron convention)
-    "dp_seconds": "dp",  # the whole DP/ZeRO reduction, exposed or not
-    "step_seconds": "step_seconds",
-    "tp_link": "tp_link",
-    "pp_link": "pp_link",
-    "dp_link": "dp_link",
-}
+_HEAD = ("microbatches", "bytes_per_gpu", "model_state_bytes", "activation_bytes", "fits")
+_HEAD += ("memory_limit", "margin_limit", "tight", "bubble", "bubble_relative")
+_TAIL = ("dp_seconds", "step_seconds", "mfu", "hfu", "tp_link", "pp_link", "dp_link")
+"""The order of :meth:`Config.as_dict`: the layout, :data:`_HEAD`, the terms, :data:`_TAIL`."""
 
 
 @dataclass(frozen=True)
