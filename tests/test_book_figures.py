@@ -1,12 +1,17 @@
 """The chapter pages' figures (book/figures/, the {minipar-figure} directive): each renders in both
 themes as SVG, each is computed by the library functions it names, and each chapter page shows
-at least three of them."""
+at least three of them.
+
+The figures are listed from their modules' source (every function under ``@figure(...)``), not by
+importing them: collection imports no figure module, hence neither matplotlib nor torch (2.6
+CPU-s of every worker's collection); the one figure a test draws is imported then, and
+``test_the_listed_figures_are_the_registered_ones`` imports them all to check the listing."""
 
 from __future__ import annotations
 
+import ast
 import importlib
 import inspect
-import pkgutil
 import re
 import sys
 import xml.etree.ElementTree as ET
@@ -24,16 +29,29 @@ from minipar import chapters  # noqa: E402 (after the path set-up, with the book
 
 CHAPTERS = chapters.SLUGS
 DIRECTIVE = re.compile(r"^[`:]{3,}\{minipar-figure\}\s+(\S+)", re.M)
+MODULES = sorted(p for p in (BOOK / "figures").glob("*.py") if p.stem not in ("__init__", "kit"))
 
 
-def _all_figures() -> list[str]:
-    for mod in pkgutil.iter_modules([str(BOOK / "figures")]):
-        if mod.name != "kit":
-            importlib.import_module(f"figures.{mod.name}")
-    return sorted(kit.REGISTRY)
+def _is_figure_decorator(node: ast.expr) -> bool:
+    """``@figure(...)`` or ``@kit.figure(...)``."""
+    func = node.func if isinstance(node, ast.Call) else node
+    return (isinstance(func, ast.Name) and func.id == "figure") or (
+        isinstance(func, ast.Attribute) and func.attr == "figure"
+    )
 
 
-FIGURES = _all_figures()
+def _listed_figures() -> list[str]:
+    """``<module>.<function>`` of every top-level function a figure module decorates with
+    ``@figure``: the names :func:`kit.figure` registers, read without importing."""
+    return sorted(
+        f"{path.stem}.{node.name}"
+        for path in MODULES
+        for node in ast.parse(path.read_text(encoding="utf-8")).body
+        if isinstance(node, ast.FunctionDef) and any(map(_is_figure_decorator, node.decorator_list))
+    )
+
+
+FIGURES = _listed_figures()
 
 
 def _resolve(dotted: str):
@@ -53,6 +71,14 @@ def _resolve(dotted: str):
 
 def test_the_chapters_are_found():
     assert len(CHAPTERS) == 8, CHAPTERS
+
+
+def test_the_listed_figures_are_the_registered_ones():
+    """The source listing misses no figure (one registered some other way) and invents none."""
+    for path in MODULES:
+        importlib.import_module(f"figures.{path.stem}")
+    registered = sorted(n for n in kit.REGISTRY if not n.startswith("test_book_figures."))
+    assert registered == FIGURES
 
 
 @pytest.mark.parametrize("name", FIGURES)
