@@ -12,6 +12,7 @@
   const BOXES = [
     "figure.minipar-figure .minipar-figure-box",
     "div.cell_output",
+    ".minipar-explorer-chart",
     ".minipar-explorer-output",
     ".minipar-animation .mpa-stage",
     "div.math",
@@ -20,6 +21,7 @@
     "article table.docutils",
   ].join(", ");
   const CUE = "◂ scroll sideways for the rest ▸";
+  const SLACK = 3;  // px: an overflow this small is sub-pixel rounding (MathJax), nothing hidden
 
   function cueOf(box) {
     const next = box.nextElementSibling;
@@ -29,7 +31,7 @@
   function update(box) {
     const o = getComputedStyle(box).overflowX;
     const over = (o === "auto" || o === "scroll") && box.clientWidth > 0
-      && box.scrollWidth > box.clientWidth + 1;
+      && box.scrollWidth > box.clientWidth + SLACK;
     box.classList.toggle("minipar-overflows", over);
     box.classList.toggle("minipar-at-end", over && box.scrollLeft + box.clientWidth >= box.scrollWidth - 1);
     let cue = cueOf(box);

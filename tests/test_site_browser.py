@@ -183,7 +183,7 @@ async () => {
   for (const box of col.querySelectorAll("*")) {
     const o = getComputedStyle(box).overflowX;
     if ((o !== "auto" && o !== "scroll") || box.clientWidth === 0) continue;
-    if (box.scrollWidth <= box.clientWidth + 1 || box.closest("pre")) continue;
+    if (box.scrollWidth <= box.clientWidth + 3 || box.closest("pre")) continue;  // 3 px: rounding
     if (!box.matches(pictures) && !box.querySelector(pictures)) continue;
     const cue = box.nextElementSibling;
     const seen = cue && cue.classList.contains("minipar-scroll-cue") && !cue.hidden

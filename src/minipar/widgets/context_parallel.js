@@ -537,7 +537,7 @@ registerExplorer("cp-layer", {
         xs: cps, ys: zigzag.map((m) => 1e3 * m.document_times.allgather)});
     }
     const svg = lineChart({
-      title: `forward attention time per layer, slowest rank, s = ${v.s}, over ${v.link}`,
+      title: `forward attention time per layer, slowest rank, s = ${fmtNumber(v.s)}, over ${v.link}`,
       xlabel: "cp (GPUs the sequence is split over)", ylabel: "time (ms)", xlog: true, ylog: true,
       series, points: [{x: v.cp, y: 1e3 * r.ring_time, color: "#c00", label: `cp = ${v.cp}, ${v.layout}`}],
     });

@@ -152,8 +152,57 @@ export function drawExplorer(name, values, config, changed) {
     return {html, error: null};
   } catch (e) {
     const msg = e && e.message ? e.message : String(e);
-    return {html: `<p class="minipar-explorer-message"><b>Impossible setting:</b> ${escapeHtml(msg)}</p>`, error: msg};
+    return {html: `<p class="minipar-explorer-message"><b>Impossible setting:</b> ${escapeHtml(readerMessage(spec, msg))}</p>`, error: msg};
   }
+}
+
+// Code names the cost models' messages use (they twin Python's ValueError texts, which the
+// parity tests compare), in the words the explorer's controls use. A name not listed here or
+// among an explorer's controls is shown with its underscores as spaces.
+export const READER_WORDS = {
+  gpus_per_node: "GPUs per node", gpus: "GPUs", global_batch: "global batch", micro_batch: "micro-batch b",
+  zero3_collectives: "ZeRO-3 collectives", cp_algorithm: "CP exchange", moe_imbalance: "MoE imbalance",
+  grad_reduce_bytes: "gradient-reduction bytes", score_bytes: "attention-score bytes",
+  gemm_efficiency: "GEMM efficiency η", kv_heads: "KV heads", mlp_matrices: "MLP matrices", top_k: "top-k",
+  step_seconds: "step time", tokens_per_step: "tokens per step", bus_efficiency: "bus efficiency",
+  memory_bytes: "GPU memory", peak_fp8: "FP8 peak", merge_dtype: "merge precision", accum_dtype: "accumulator precision",
+};
+
+// A number as a reader reads it: `digits` decimals with the thousands grouped ("12,345.68"),
+// a whole number of a million or more grouped ("1,048,576"), any other number of a million or
+// more in scientific notation ("2.3×10⁹"). Never a run of seven bare digits.
+export function fmtNumber(x, digits = 0) {
+  if (typeof x !== "number" || !Number.isFinite(x)) return String(x);
+  const a = Math.abs(x);
+  if (a < 1e6) return groupDigits(x.toFixed(digits));
+  if (Number.isInteger(x) && a < 1e15) return groupDigits(String(x));
+  return fmtTick(x);
+}
+
+function groupDigits(s) {
+  const [whole, frac] = s.split(".");
+  const g = whole.replace(/\B(?=(\d{3})+(?!\d))/g, ",");
+  return frac === undefined ? g : `${g}.${frac}`;
+}
+
+// An error message in the reader's words: each control's code name that starts a "name (value)"
+// becomes its label ("gpus (1024)" -> "GPUs N (1024)"), other code names their words
+// (READER_WORDS), and long numbers are grouped ("1048576" -> "1,048,576").
+export function readerMessage(spec, msg) {
+  let out = String(msg);
+  for (const c of (spec && spec.controls) || []) {
+    const label = fieldName(c);
+    if (label === c.name || !/^[A-Za-z_]\w*$/.test(c.name)) continue;
+    const re = new RegExp(`(^|[\\s(,;:])${c.name}(?= \\()`, "g");
+    out = out.replace(re, (whole, pre, at, str) => {
+      const before = str.slice(0, at + pre.length);
+      const lead = label.endsWith(` ${c.name}`) ? label.slice(0, -c.name.length) : null;
+      return lead !== null && before.endsWith(lead) ? whole : `${pre}${label}`;
+    });
+  }
+  out = out.replace(/\b[a-z][a-z0-9]*(?:_[a-z0-9]+)+\b/g, (w) => READER_WORDS[w] || w.replace(/_/g, " "));
+  out = out.replace(/\bgpus\b(?= \()/g, READER_WORDS.gpus);
+  return out.replace(/(?<![\w.,\-])\d{5,}(?:\.\d+)?(?![\w.])/g, (n) => fmtNumber(Number(n), n.includes(".") ? 2 : 0));
 }
 
 const CSS = `
@@ -166,12 +215,28 @@ const CSS = `
 .minipar-explorer-controls select{max-width:100%}
 .minipar-explorer-controls output{min-width:4.5em;font-variant-numeric:tabular-nums;overflow-wrap:anywhere}
 .minipar-explorer-output{overflow-x:auto}
+.minipar-explorer-chart{overflow-x:auto;max-width:100%}
 .minipar-explorer-output svg{width:100%;min-width:480px;height:auto;display:block}
 .minipar-explorer-output .row{display:flex;flex-wrap:wrap;gap:.5em}
 .minipar-explorer-output .row>svg{flex:1 1 480px;min-width:480px;width:auto}
 .minipar-explorer-output p{margin:.3em 0}
 .minipar-explorer-message{color:#a40000}
 .minipar-explorer-note{color:#555;font-size:.9em}
+.minipar-explorer code{color:inherit;background:rgba(128,128,128,.15);padding:0 .2em;border-radius:3px}
+.minipar-explorer a{color:#0b62a4}
+.minipar-explorer svg text{fill:currentColor}
+.minipar-explorer svg [stroke="#000"]{stroke:currentColor}
+html[data-theme=dark] .minipar-explorer,body[data-jp-theme-light=false] .minipar-explorer{background:#1b1f24;color:#e6e6e6;border-color:#4a5058}
+html[data-theme=dark] .minipar-explorer input,html[data-theme=dark] .minipar-explorer select,
+body[data-jp-theme-light=false] .minipar-explorer input,body[data-jp-theme-light=false] .minipar-explorer select{background:#2a2f36;color:#e6e6e6;border:1px solid #5a6170;color-scheme:dark}
+html[data-theme=dark] .minipar-explorer svg [stroke="#eee"],body[data-jp-theme-light=false] .minipar-explorer svg [stroke="#eee"]{stroke:#3a3f46}
+html[data-theme=dark] .minipar-explorer svg [stroke="#888"],body[data-jp-theme-light=false] .minipar-explorer svg [stroke="#888"]{stroke:#9aa0a6}
+html[data-theme=dark] .minipar-explorer svg [stroke="#555"],body[data-jp-theme-light=false] .minipar-explorer svg [stroke="#555"]{stroke:#b0b6bd}
+html[data-theme=dark] .minipar-explorer svg [stroke="#fff"],body[data-jp-theme-light=false] .minipar-explorer svg [stroke="#fff"]{stroke:#1b1f24}
+html[data-theme=dark] .minipar-explorer :disabled,body[data-jp-theme-light=false] .minipar-explorer :disabled{opacity:.55}
+html[data-theme=dark] .minipar-explorer-message,body[data-jp-theme-light=false] .minipar-explorer-message{color:#ff8a80}
+html[data-theme=dark] .minipar-explorer-note,body[data-jp-theme-light=false] .minipar-explorer-note{color:#b0b6bd}
+html[data-theme=dark] .minipar-explorer a,body[data-jp-theme-light=false] .minipar-explorer a{color:#8ec5ff}
 `;
 
 function ensureStyle(doc) {
@@ -290,24 +355,70 @@ export function mountExplorer(container, name, values, config, onChange) {
   // Linked controls: spec.link(values, changed, config) returns {control: value} to set after a
   // change (a number box takes the value, a checkbox its truth, a menu the option of that value);
   // spec.disabled(values, config) names the controls that do not apply.
+  const setControl = (m, want) => {
+    if (m.c.type === "number") m.input.value = String(want);
+    else if (m.c.type === "checkbox") m.input.checked = Boolean(want);
+    else if (m.c.type === "select") {
+      const i = m.c.options.findIndex((o) => (Array.isArray(o) ? o[1] : o) === want);
+      if (i >= 0) m.input.value = String(i);
+    } else if (m.c.type === "range") {
+      const i = m.c.values.indexOf(want);
+      const out = m.label.querySelector("output");
+      if (i >= 0) m.input.value = String(i);
+      if (i >= 0 && out) out.textContent = m.c.labels ? m.c.labels[i] : String(want);
+    }
+  };
+  // Returns the names of the controls the link set. A reader's switch to a preset (a change
+  // after which the link sets other controls) also puts back the defaults of the controls in
+  // spec.presetResets that the preset does not set: the settings a preset implies.
   const relink = (changed) => {
+    let set = {};
     if (spec.link) {
-      const set = spec.link(current(), changed, cfg) || {};
-      for (const m of made) {
-        if (!(m.c.name in set)) continue;
-        const want = set[m.c.name];
-        if (m.c.type === "number") m.input.value = String(want);
-        else if (m.c.type === "checkbox") m.input.checked = Boolean(want);
-        else if (m.c.type === "select") {
-          const i = m.c.options.findIndex((o) => (Array.isArray(o) ? o[1] : o) === want);
-          if (i >= 0) m.input.value = String(i);
-        }
+      set = spec.link(current(), changed, cfg) || {};
+      if (changed !== undefined && Object.keys(set).length && spec.presetResets) {
+        const defaults = defaultValues(name, {});
+        for (const k of spec.presetResets) if (!(k in set) && k !== changed) set[k] = defaults[k];
       }
+      for (const m of made) if (m.c.name in set) setControl(m, set[m.c.name]);
     }
     if (spec.disabled) {
       const off = spec.disabled(current(), cfg) || [];
       for (const m of made) m.input.disabled = off.includes(m.c.name);
     }
+    return Object.keys(set).filter((k) => made.some((m) => m.c.name === k));
+  };
+  // A preset switch (a change whose link set other controls, e.g. a model) never dead-ends: if
+  // the reader's other settings make the preset impossible, they go back to their defaults, all
+  // of them, then each reader value that still draws is put back; the note names what was reset.
+  // Returns [values, result, note].
+  const rescuePreset = (changed, setByLink) => {
+    const defaults = defaultValues(name, {});
+    const keep = new Set([changed, ...setByLink]);
+    const mine = made.filter((m) => !keep.has(m.c.name) && m.read() !== defaults[m.c.name]);
+    if (!mine.length) return null;
+    const readerValue = new Map(mine.map((m) => [m, m.read()]));
+    for (const m of mine) setControl(m, defaults[m.c.name]);
+    relink(changed);
+    if (drawExplorer(name, current(), config, changed).error) {   // not the reader's settings
+      for (const m of mine) setControl(m, readerValue.get(m));
+      relink(changed);
+      return null;
+    }
+    const reset = [];
+    for (const m of mine) {
+      setControl(m, readerValue.get(m));
+      relink(changed);
+      if (drawExplorer(name, current(), config, changed).error) {
+        setControl(m, defaults[m.c.name]);
+        relink(changed);
+        reset.push(`${fieldName(m.c)} = ${shownValue(m.c, defaults[m.c.name])}`);
+      }
+    }
+    const v = current();
+    const sw = made.find((m) => m.c.name === changed);
+    const note = `<p class="minipar-explorer-note">${escapeHtml(sw ? shownValue(sw.c, v[changed]) : "This preset")} `
+      + `does not work with your earlier ${reset.length > 1 ? "settings" : "setting"}: back to the default ${escapeHtml(reset.join(", "))}.</p>`;
+    return [v, drawExplorer(name, v, config, changed), note];
   };
   // An impossible setting shows its message; the chart below it stays live, drawn with the
   // control that made the setting impossible (`culprit`) at its last value that worked, so the
@@ -315,10 +426,15 @@ export function mountExplorer(container, name, values, config, onChange) {
   let lastGood = null;
   let culprit = null;
   const redraw = (user, changed) => {
-    relink(changed);
-    const v = current();
-    const r = drawExplorer(name, v, config, changed);
-    let html = r.html;
+    const setByLink = relink(changed);
+    let v = current();
+    let r = drawExplorer(name, v, config, changed);
+    let note = "";
+    if (r.error && user && setByLink.length) {
+      const rescued = rescuePreset(changed, setByLink);
+      if (rescued) [v, r, note] = rescued;
+    }
+    let html = note + r.html;
     if (!r.error) {
       lastGood = v;
       culprit = null;
@@ -342,6 +458,14 @@ export function mountExplorer(container, name, values, config, onChange) {
       }
     }
     output.innerHTML = html;
+    // each chart scrolls in its own box (below 480 px), so the page's scroll cue sits right
+    // under the chart, not under the text that follows it
+    for (const chart of output.querySelectorAll(":scope > svg, :scope > .row")) {
+      const box = doc.createElement("div");
+      box.className = "minipar-explorer-chart";
+      chart.replaceWith(box);
+      box.append(chart);
+    }
     root.dataset.error = r.error ? "1" : "0";
     root.dataset.redraws = String(Number(root.dataset.redraws) + 1);
     if (user && onChange) onChange(v);
@@ -535,7 +659,7 @@ export function stackedBars(opts) {
     svg += text(m.l - 4, Y + 3, fmtTick(t), 'text-anchor="end" font-size="10"');
   }
   svg += `<text transform="translate(14 ${(m.t + H - m.b) / 2}) rotate(-90)" text-anchor="middle" font-size="11">${escapeHtml(opts.ylabel || "")}</text>`;
-  const fmt = opts.valueFormat || ((v) => v.toFixed(1));
+  const fmt = opts.valueFormat || ((v) => fmtNumber(v, 1));
   opts.categories.forEach((cat, i) => {
     const x = m.l + slot * i + slot * 0.2;
     const w = slot * 0.6;
@@ -656,7 +780,7 @@ export function fmtBytes(x, binary = true) {
   const [base, names] = binary ? [1024, ["B", "KiB", "MiB", "GiB", "TiB", "PiB"]] : [1000, ["B", "kB", "MB", "GB", "TB", "PB"]];
   let v = Math.abs(x);
   for (const name of names) {
-    if (v < base || name === names[names.length - 1]) return (x < 0 ? "-" : "") + (name === "B" ? `${v.toFixed(0)} B` : `${v.toFixed(2)} ${name}`);
+    if (v < base || name === names[names.length - 1]) return (x < 0 ? "-" : "") + (name === "B" ? `${v.toFixed(0)} B` : `${fmtNumber(v, 2)} ${name}`);
     v /= base;
   }
   return String(x);
@@ -665,7 +789,7 @@ export function fmtBytes(x, binary = true) {
 export function fmtSeconds(x) {
   const v = Math.abs(x);
   if (v === 0) return "0 s";
-  for (const [s, name] of [[1, "s"], [1e-3, "ms"], [1e-6, "µs"]]) if (v >= s) return `${(x / s).toFixed(2)} ${name}`;
+  for (const [s, name] of [[1, "s"], [1e-3, "ms"], [1e-6, "µs"]]) if (v >= s) return `${fmtNumber(x / s, 2)} ${name}`;
   return `${(x / 1e-9).toFixed(2)} ns`;
 }
 

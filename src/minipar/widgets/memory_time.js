@@ -133,19 +133,19 @@ registerExplorer("memory", {
     const cap = gpuBytes / GIB;
     const chosen = rows[v.zero];
     const svg = stackedBars({
-      title: `${v.preset}, d = ${v.d}, t = ${v.t}, p = ${v.p} (N = ${v.d * v.t * v.p})`,
+      title: `${v.preset}, d = ${v.d}, t = ${v.t}, p = ${v.p} (N = ${fmtNumber(v.d * v.t * v.p)})`,
       ylabel: "GiB per GPU (first pipeline stage)",
       categories: [0, 1, 2, 3].map((k) => `ZeRO-${k}${k === v.zero ? " ★" : ""}`),
       stacks: PARTS.map(([part, color]) => ({name: part, color, values: rows.map((r) => r[part] / GIB)})),
       hline: {y: cap, label: `${v.gpu}: ${cap.toFixed(0)} GiB`},
     });
     const fits = chosen.total / GIB <= cap;
-    return svg + `<p>ZeRO-${v.zero}: <b>${(chosen.total / GIB).toFixed(1)} GiB</b> per GPU `
-      + `(model states ${((chosen.weights + chosen.gradients + chosen.optimizer) / GIB).toFixed(1)} GiB, activations ${(chosen.activations / GIB).toFixed(1)} GiB): `
+    return svg + `<p>ZeRO-${v.zero}: <b>${fmtNumber(chosen.total / GIB, 1)} GiB</b> per GPU `
+      + `(model states ${fmtNumber((chosen.weights + chosen.gradients + chosen.optimizer) / GIB, 1)} GiB, activations ${fmtNumber(chosen.activations / GIB, 1)} GiB): `
       + (fits ? `fits in the ${escapeHtml(v.gpu)}'s ${cap.toFixed(0)} GiB, before buffers and fragmentation.`
         : `<b>does not fit</b> in the ${escapeHtml(v.gpu)}'s ${cap.toFixed(0)} GiB.`)
-      + ` Ψ = ${(chosen.psi / 1e9).toFixed(1)}B${llamaNote(config, v.preset)};`
-      + ` L = ${L}, h = ${h}, a = ${a}, V = ${V}, s = ${v.s}, b = ${v.b}; sequence parallel ${v.sp ? "on" : "off"}, ${escapeHtml(v.recompute)} recomputation.</p>`
+      + ` Ψ = ${fmtNumber(chosen.psi / 1e9, 1)}B${llamaNote(config, v.preset)};`
+      + ` L = ${fmtNumber(L)}, h = ${fmtNumber(h)}, a = ${fmtNumber(a)}, V = ${fmtNumber(V)}, s = ${fmtNumber(v.s)}, b = ${fmtNumber(v.b)}; sequence parallel ${v.sp ? "on" : "off"}, ${escapeHtml(v.recompute)} recomputation.</p>`
       + `<p class="minipar-explorer-note">L, h, a, V can be changed with the "custom" model. 1 GiB = 2³⁰ bytes.</p>`;
   },
 });

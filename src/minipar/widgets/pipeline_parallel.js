@@ -197,6 +197,6 @@ registerExplorer("pp-schedule", {
       + `. Relative to the ideal time: ${(r.bubble / (1 - r.bubble)).toFixed(3)}.</p>`
       + `<p>Micro-batches whose activations each rank holds at its peak: [${r.peak_in_flight.join(", ")}]`
       + (vv > 1 ? ` chunks, i.e. [${r.peak_stages.map((x) => x.toFixed(2)).join(", ")}] stage-equivalents` : "")
-      + `. Step time ${r.makespan.toFixed(2)}.</p>`;
+      + `. Step time ${fmtNumber(r.makespan, 2)}.</p>`;
   },
 });
