@@ -185,3 +185,42 @@ def test_negative_control_a_twin_that_names_the_wrong_field_is_caught(monkeypatc
     )
     with pytest.raises(AssertionError, match="python"):
         test_every_explorer_refuses_what_the_python_twin_refuses_in_the_same_words(slug, name, spec)
+
+
+def test_messages_on_screen_use_the_readers_words_and_numbers():
+    """The error the cost model raises keeps its code names (Python says the same), but the
+    explorer shows it in the controls' labels and reader words, long numbers grouped; the number
+    helpers never print seven bare digits. Negative control: a message without code names or
+    long numbers is shown as it is."""
+    spec = {
+        "controls": [
+            {"name": "gpus", "label": "GPUs N (custom)"},
+            {"name": "t", "label": "t"},
+            {"name": "s", "label": "sequence length s"},
+        ]
+    }
+    msgs = [
+        "gpus (1024) must be a multiple of gpus_per_node (72)",
+        "sequence length s (131072) must be divisible by 2·cp (10)",
+        "gpus (1048576) must be divisible by t·p (5·16)",
+        "heads (12) must be divisible by t (5)",
+    ]
+    got = js_call("collectives", [("readerMessage", [spec, m]) for m in msgs])
+    assert [out for _, out in got] == [
+        "GPUs N (1024) must be a multiple of GPUs per node (72)",
+        "sequence length s (131,072) must be divisible by 2·cp (10)",
+        "GPUs N (1,048,576) must be divisible by t·p (5·16)",
+        "heads (12) must be divisible by t (5)",
+    ]
+    nums = js_call(
+        "collectives",
+        [
+            ("fmtNumber", [2281750592.4, 1]),
+            ("fmtNumber", [1048576]),
+            ("fmtNumber", [12345.678, 2]),
+            ("fmtBytes", [2**70]),
+            ("fmtSeconds", [1234567.5]),
+        ],
+    )
+    want = ["2.3×10⁹", "1,048,576", "12,345.68", "1,048,576 PiB", "1.2×10⁶ s"]
+    assert [out for _, out in nums] == want
