@@ -78,7 +78,10 @@ def add_parser(sub) -> None:
         help="grade exercise notebooks from a fresh kernel and print a score table (or --json)",
     )
     p.add_argument(
-        "paths", nargs="*", default=["exercises"], help="notebooks or folders (default: exercises)"
+        "paths",
+        nargs="*",
+        help="notebooks or folders (default: the course's exercises/ folder, found from here: "
+        "./exercises, or the exercises folder you are in)",
     )
     p.add_argument(
         "--json",
@@ -110,7 +113,11 @@ def notebooks(paths) -> tuple[list[Path], list[Path]]:
         elif p.suffix == ".ipynb" and p.is_file():
             found.append(p)
         elif not p.exists():
-            raise InputError(f"a path to grade must exist, got {str(p)!r} (no such file or folder)")
+            raise InputError(
+                f"a path to grade must exist, got {str(p)!r} (no such file or folder in "
+                f"{Path.cwd()}): run it from the course's root or inside exercises/, or name "
+                "the notebooks (minipar grade path/to/NN_name.ipynb)"
+            )
         else:
             raise InputError(
                 f"a path to grade must be a notebook (.ipynb) or a folder, got {str(p)!r}"
@@ -420,7 +427,20 @@ def _needs_extra() -> None:
             )
 
 
+def default_paths(cwd: Path | None = None) -> list[str]:
+    """What ``minipar grade`` grades when given no path: ``./exercises`` at the course's root;
+    inside an ``exercises`` folder (or a chapter's folder under it), that folder."""
+    cwd = Path.cwd() if cwd is None else cwd
+    if (cwd / "exercises").is_dir():
+        return ["exercises"]
+    for up in [cwd, *cwd.parents]:
+        if up.name == "exercises":
+            return ["."]
+    return ["exercises"]  # refused by name: run from the course's root, or give the notebooks
+
+
 def _grade(args) -> int:
+    args.paths = args.paths or default_paths()
     _needs_extra()
     progress = lambda line: print(line, file=sys.stderr, flush=True)
     try:
