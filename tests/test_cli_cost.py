@@ -636,3 +636,17 @@ def test_plan_tp_overlap_and_rowwise_switches(capsys):
     cur = run_json(capsys, *base, "--fp8", "current")
     row = run_json(capsys, *base, "--fp8", "rowwise")
     assert first(row)["fp8_casts_seconds"] > first(cur)["fp8_casts_seconds"]
+
+
+def test_a_tight_first_layout_names_the_first_that_surely_fits(capsys):
+    """Llama 3 8B on 8 H100s: the fastest layout is tight (inside the allocator margin) and the
+    next, 0.1 % slower, surely fits: the plan says so under the table. Control: a plan whose
+    first layout is not tight prints no such line."""
+    argv = ("plan", "--model", "llama3-8b", "--gpu", "H100-SXM", "--gpus", "8")
+    status, out, err = run(capsys, *argv, "--global-batch", "64", "--top", "3")
+    assert status == 0, err
+    rows = [ln for ln in out.splitlines() if ln.strip().endswith("%")]
+    assert "*" in rows[0] and "*" not in rows[1], out
+    assert "the first is tight, ranked by time alone: row 2, 0.1% slower, surely fits" in out
+    status, out, err = run(capsys, *GPT3_PLAN, "--global-batch", "1536", "--top", "3")
+    assert status == 0 and "the first is tight" not in out

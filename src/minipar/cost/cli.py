@@ -673,6 +673,23 @@ def _plan_table(args, m_, cl, opts, shown, counts) -> None:
             f"  * tight: above the {fmt_bytes(shown[0].breakdown.margin_limit)} the allocator "
             "margin leaves, within the limit: it may or may not fit"
         )
+        _tight_first(shown)
+
+
+def _tight_first(shown) -> None:
+    """Say so when the first layout is tight: the ranking is by time alone, and the first that
+    surely fits may be nearly as fast."""
+    if not shown[0].tight:
+        return
+    safe = next((i for i, c in enumerate(shown) if not c.tight), None)
+    if safe is None:
+        print("    the first is tight, ranked by time alone; none shown surely fits (--top 0: all)")
+        return
+    slower = shown[safe].step_seconds / shown[0].step_seconds - 1
+    print(
+        f"    the first is tight, ranked by time alone: row {safe + 1}, {slower:.1%} slower, "
+        "surely fits (take it where memory is short)"
+    )
 
 
 def _calibrate(args) -> int:
