@@ -650,3 +650,32 @@ def test_a_tight_first_layout_names_the_first_that_surely_fits(capsys):
     assert "the first is tight, ranked by time alone: row 2, 0.1% slower, surely fits" in out
     status, out, err = run(capsys, *GPT3_PLAN, "--global-batch", "1536", "--top", "3")
     assert status == 0 and "the first is tight" not in out
+
+
+MIXTRAL = ("plan", "--model", "mixtral-8x7b", "--gpus", "64", "--global-batch", "512")
+
+
+@pytest.mark.parametrize(
+    "extra, cause",
+    [
+        (("--ep", "3"), "ep (3) needs an MoE model whose experts (8) it divides"),
+        (("--hidden", "4097"), "hidden size (4097) must be divisible by heads (32)"),
+        (("--cp", "8", "--seq", "100"), "seq (100) must be divisible by 2·cp (16)"),
+        (("--tp", "8", "--kv-heads", "4"), "kv heads (4) must be divisible by t (8)"),
+    ],
+)
+def test_a_refusal_names_its_cause_alone(capsys, extra, cause):
+    """Each used to add "; t·cp·p (128) must divide the GPUs (64)": a layout the search leaves
+    out for not dividing the GPUs, not why no layout was valid."""
+    status, out, err = run(capsys, *MIXTRAL, *extra)
+    assert (status, out) == (2, "") and cause in err, err
+    assert "t·cp·p" not in err and err.count(";") == 0, err
+
+
+def test_the_divisibility_rules_are_the_cause_when_no_layout_passes_them():
+    from minipar.cost.planner.three_d import _causes
+
+    pruned = ["t·cp·p (128) must divide the GPUs (64)"] * 3 + ["d (3) must divide the global batch"]
+    assert _causes(pruned) == [pruned[0]]
+    both = ["rule A"] * 2 + ["rule B"] * 2 + pruned
+    assert _causes(both) == ["rule A", "rule B"]  # both hold as often: both named

@@ -679,9 +679,8 @@ def why_nothing_fits(
         return floor
     configs = list(configs)
     if not configs:
-        rules = [r for r, _ in Counter(refusals).most_common(2)]
         return "no layout is valid: " + (
-            "; ".join(rules) if rules else f"no t divides the heads ({m_.heads}) within a node"
+            "; ".join(_causes(refusals)) or f"no t divides the heads ({m_.heads}) within a node"
         )
     best = min(configs, key=lambda c: c.bytes_per_gpu)
     return (
@@ -690,6 +689,21 @@ def why_nothing_fits(
         f"{best.bytes_per_gpu / 2**30:.1f} GiB per GPU, more than the "
         f"{_limit_words(cl, opt)}"
     )
+
+
+_PRUNED = ("t·cp·p (", "t·cp·p·d (", "d (", "micro-batch (")
+"""How :func:`_candidates`' refusals begin: (t, cp, p, d, b) that do not divide the GPUs or
+the batch, which the search leaves out of any plan; a cause only when no candidate passed."""
+
+
+def _causes(refusals: Iterable[str]) -> list[str]:
+    """The rules that made no layout valid: those the layouts that divide the GPUs and the batch
+    broke (else the divisibility ones), the most frequent, and a second only if it was broken
+    as often (both hold); never a pruned candidate's rule beside a layout rule."""
+    rules = Counter(refusals)
+    deeper = Counter({r: n for r, n in rules.items() if not r.startswith(_PRUNED)})
+    ranked = (deeper or rules).most_common(2)
+    return [r for r, n in ranked if n == ranked[0][1]]
 
 
 def _limit_words(cl: Cluster, opt: Options) -> str:
