@@ -50,13 +50,15 @@ DAEMONS = textwrap.dedent("""
         os._exit(0)
     os.wait()
 """)
-CELLS = {  # folder -> (learner cell, where: "before" the first code cell or "inside" it)
+CELLS = {  # folder -> (learner cell, where: "before" the first code cell, "inside" or "after" it)
     "daemons": (DAEMONS, "before"),
     "parent": ("import os, signal\nos.kill(os.getppid(), signal.SIGTERM)", "before"),
     "memory": ("_hoard = bytearray(50 * 10**9)", "inside"),
     "environ": ("import os\nos.environ.clear()", "before"),
     "stdout": ("import sys\nsys.stdout = None", "before"),
     "good": ("", "before"),
+    # a learner's own check, after the grader's is imported: the check cells call it
+    "owncheck": ("def check(task, fn):\n    print('my check of', task)", "after"),
 }
 
 
@@ -67,6 +69,8 @@ def _notebook(folder: Path, cell: str, where: str) -> Path:
     k = next(i for i, c in enumerate(nb.cells) if c.cell_type == "code")
     if where == "inside":  # before the answer's definition, in the same cell
         nb.cells[k].source = cell + "\n" + nb.cells[k].source
+    elif where == "after":  # after the first code cell (the grader's import)
+        nb.cells.insert(k + 1, nbformat.v4.new_code_cell(cell))
     elif cell:
         nb.cells.insert(k, nbformat.v4.new_code_cell(cell))
     for i, c in enumerate(nb.cells):
@@ -237,3 +241,13 @@ def test_a_re_sessioned_grandchild_with_a_clean_environment_is_killed(tmp_path):
         for pid in _sleeping(arg):
             with contextlib.suppress(OSError):
                 os.kill(pid, 9)
+
+
+@pytest.mark.slow
+def test_a_learners_own_check_is_named(graded):
+    """Before: "the check cell did not run to completion", which says nothing of the cause."""
+    r, rows, _ = graded
+    for task in TASKS:
+        passed, reason = rows["owncheck"][task]
+        assert not passed
+        assert "defined its own `check` (a function), which hides the grader's check()" in reason

@@ -185,7 +185,8 @@ def grading_setup(folder: str, log: str) -> None:
     A cell that breaks what the grader itself needs is named in the log as that cell's error,
     and the grader's part is put back so the checks still run and log: ``os.environ`` cleared
     or the log variable removed (``MINIPAR_GRADE_LOG`` is set again), ``sys.stdout`` or
-    ``sys.stderr`` set to ``None`` or closed (the kernel's streams are put back)."""
+    ``sys.stderr`` set to ``None`` or closed (the kernel's streams are put back). A cell that
+    defines its own ``check`` is named too (the check cells would call it and grade nothing)."""
     from IPython import get_ipython  # noqa: PLC0415 (lazy: grade extra)
 
     os.chdir(folder)
@@ -217,6 +218,23 @@ def grading_setup(folder: str, log: str) -> None:
                     "kernel's stream was put back for the checks)",
                 )
 
+    bound = {"check": None}  # what the learner's ``check`` was after the last cell
+
+    def own_check(cell: str) -> None:
+        """Name the cell that binds ``check`` to something not the grader's: the check cells
+        would call it, and nothing would be graded."""
+        now = get_ipython().user_ns.get("check")
+        if now is bound["check"]:
+            return
+        bound["check"] = now
+        if now is not None and not getattr(now, "__module__", "").startswith("minipar.grading"):
+            write(
+                cell,
+                f"nothing, but defined its own `check` (a {type(now).__name__}), which hides "
+                "the grader's check(): the check cells call yours and nothing is graded; give "
+                "yours another name",
+            )
+
     # every learner cell runs under the grader's progress limit (minipar.grading.limits): CPU
     # time of this kernel, and waiting outside the ranks; a check inside sets its own, nested
     limit = contextlib.ExitStack()
@@ -227,6 +245,7 @@ def grading_setup(folder: str, log: str) -> None:
     def disarm(result):
         limit.close()
         repair(result.info.raw_cell)
+        own_check(result.info.raw_cell)
         if (err := result.error_before_exec or result.error_in_exec) is not None:
             write(result.info.raw_cell, error_text(err, learner_line(err)))
 
