@@ -291,8 +291,8 @@ def course_calls(modules: tuple[str, ...], allow: tuple[str, ...] = ()):
     used: dict[str, None] = {}
 
     def profile(frame, event, arg):
-        if event != "call" or frame.f_code.co_name == "<module>":  # not the import itself
-            return
+        if event != "call" or frame.f_code.co_name in ("<module>", "__create_fn__"):
+            return  # not an import itself, nor the functions a dataclass makes while imported
         mod = frame.f_globals.get("__name__", "")
         if not _under(mod, modules):
             return
