@@ -61,12 +61,15 @@ PROGRESS := $(PY) scripts/book_progress.py
 BOOK_JOBS ?= 2
 
 # jupyter-cache keys a notebook's outputs on its cells only: a change under src/ would not
-# re-run it. The cache is dropped whenever src/ changed since the last build.
+# re-run it. The cache is dropped whenever src/ changed since the last build, and so is Sphinx's
+# environment (_build/.doctrees): Sphinx re-reads only the sources that changed, so a notebook
+# whose cells did not change would keep the page of its previous run (an explorer drawn by the
+# old JavaScript) even though it ran again.
 SRC_HASH = $(shell find src -type f \( -name '*.py' -o -name '*.js' -o -name '*.json' \) \
              -not -path '*/__pycache__/*' | LC_ALL=C sort | xargs cat | sha1sum | cut -c1-16)
 define fresh_cache
 	@mkdir -p _build; if [ "$$(cat _build/.src-hash 2>/dev/null)" != "$(SRC_HASH)" ]; then \
-	  rm -rf _build/.jupyter_cache; echo "$(SRC_HASH)" > _build/.src-hash; fi
+	  rm -rf _build/.jupyter_cache _build/.doctrees; echo "$(SRC_HASH)" > _build/.src-hash; fi
 endef
 
 # A read-only checkout: one line before the build, not Sphinx's traceback after it.
