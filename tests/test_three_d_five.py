@@ -79,7 +79,31 @@ def test_one_rank_is_the_one_process_model():
     assert not any(expected_traffic(Grid(), 0, {"router": 32, "dense": 9, "experts": 7}).values())
 
 
-def test_bugs_that_change_nothing_are_skipped():
-    assert not applies("no_cp_grad_reduction", Grid(2, 2, 1))
-    assert not applies("router_not_over_tp", Grid(2, 1, 1, 2, 2))
-    assert applies("experts_over_ep", Grid(2, 1, 1, 1, 1)) and applies(None, Grid())
+def _reductions(bug, grid: Grid) -> tuple:
+    """What :func:`reduce_gradients` reduces under ``bug``: (router groups, dense groups and
+    divisor, expert groups): a bug changes nothing where this equals the correct run's."""
+    router = [] if bug == "router_not_over_tp" else grid.groups("tp")
+    dense = ("dp", grid.d) if bug == "no_cp_grad_reduction" else ("dp_cp", grid.d * grid.cp)
+    experts = grid.groups("ep" if bug == "experts_over_ep" else "edp")
+    singletons = lambda groups: [g for g in groups if len(g) > 1]  # a group of one: no-op
+    return singletons(router), grid.groups(dense[0]), dense[1], singletons(experts), experts
+
+
+def test_a_bug_is_skipped_exactly_where_it_changes_no_reduction():
+    """On every grid up to 3 along each axis (ep every divisor of a stage), ``applies`` is False
+    exactly where the bug reduces over the same groups with the same divisor as the correct
+    run (forgetting cp at cp = 1, the router at t = 1, ep for edp at one rank per stage)."""
+    grids = [
+        Grid(d, t, p, cp, ep)
+        for d in (1, 2, 3)
+        for t in (1, 2, 3)
+        for p in (1, 2)
+        for cp in (1, 2, 3)
+        for ep in range(1, d * t * cp + 1)
+        if (d * t * cp) % ep == 0
+    ]
+    for bug in TESTED_BUGS[1:] + ("router_not_over_tp",):
+        for grid in grids:
+            changes = _reductions(bug, grid) != _reductions(None, grid)
+            assert applies(bug, grid) == changes, (bug, grid)
+    assert all(applies(None, g) for g in grids)
