@@ -165,10 +165,18 @@ def test_a_non_finite_result_is_refused_not_printed_as_json(capsys, monkeypatch)
 
 
 def test_a_long_measurement_says_it_is_still_measuring(monkeypatch):
+    """Every PROGRESS_S seconds a line on stderr, none once the block ended; a block shorter
+    than the period says nothing."""
     buf = io.StringIO()
     monkeypatch.setattr(sys, "stderr", buf)
-    with common.progress("minipar bench cp", every=0.01):
+    with common.progress("minipar bench cp"):  # 0.2 s, well inside the default period
+        time.sleep(0.2)
+    assert buf.getvalue() == ""
+    monkeypatch.setattr(common, "PROGRESS_S", 0.01)  # the default, read when the block starts
+    with common.progress("minipar bench cp"):
         _wait_for(lambda: "still measuring" in buf.getvalue(), 60, "a progress line")
-    line = buf.getvalue().splitlines()[0]
-    assert line.startswith("minipar bench cp: still measuring after ") and line.endswith(" s")
-    assert common.PROGRESS_S == 10.0
+    lines = buf.getvalue().splitlines()
+    assert lines[0].startswith("minipar bench cp: still measuring after ")
+    assert lines[0].endswith(" s")
+    time.sleep(0.1)  # ten periods: the beat stopped with the block
+    assert buf.getvalue().splitlines() == lines
