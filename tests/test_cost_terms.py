@@ -2,6 +2,7 @@
 explorer's JavaScript, `minipar plan` and the tests read: a term missing from either language or
 from the table fails here, naming it."""
 
+import inspect
 import re
 import subprocess
 import sys
@@ -34,6 +35,20 @@ def missing(terms, py_module, js_text: str) -> list[str]:
     return out
 
 
+def test_a_term_takes_what_its_row_needs_in_both_languages():
+    """A term's arguments after (m_, cl, lay, opt) are the earlier terms its row ``needs``, by
+    name, in Python and (camelCase) in JavaScript: no results dict passed around."""
+    text = JS.read_text()
+    for t in TERMS:
+        params = list(inspect.signature(getattr(three_d_terms, python_name(t.name))).parameters)
+        assert params[4:] == list(t.needs), t.name
+        js = re.search(rf"export function {js_name(t.name)}\(([^)]*)\)", text).group(1)
+        camel = [js_name(n)[4].lower() + js_name(n)[5:] for n in t.needs]
+        assert [a.strip() for a in js.split(",")][4:] == camel, t.name
+    with pytest.raises(ValueError, match=r"needs \('dp_exposed'\) must be a term before it"):
+        term_table._check_needs(TERMS[:1] + (TERMS[0]._replace(name="x", needs=("dp_exposed",)),))
+
+
 def test_every_term_is_in_the_table_and_both_languages():
     assert not missing(TERMS, three_d_terms, JS.read_text())
     assert {t.where for t in TERMS} == set(term_table.WHERE)
@@ -49,7 +64,7 @@ def test_the_javascript_table_is_generated_from_the_json():
 
 def test_a_term_missing_anywhere_is_named():
     """Negative controls: a table row without functions, and a function without its row."""
-    extra = TERMS + (term_table.Term("straggler", "step", "s", None, "compute", "a planted term"),)
+    extra = TERMS + (term_table.Term("straggler", "step", "s", None, "compute", (), "planted"),)
     assert missing(extra, three_d_terms, JS.read_text()) == [
         "term straggler: no Python function term_straggler",
         "term straggler: no JavaScript function termStraggler",

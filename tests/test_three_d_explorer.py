@@ -723,8 +723,8 @@ def test_a_wrong_term_is_named_by_the_parity_check():
     )
     right = terms_mod.term_embedding
 
-    def wrong(m_, cl, lay, opt, ctx=None):
-        return right(m_, cl, planner.Layout(**{**asdict(lay), "tp": 1}), opt, ctx)
+    def wrong(m_, cl, lay, opt):
+        return right(m_, cl, planner.Layout(**{**asdict(lay), "tp": 1}), opt)
 
     terms_mod.term_embedding = wrong
     try:

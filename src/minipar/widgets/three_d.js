@@ -435,7 +435,7 @@ export function stageParams(model, lay) {
   return {dense_layer: denseLayer, expert_layer: expLayer, layer, stage: lp * layer + emb, dense: lp * denseLayer + emb, expert: (lp * expLayer) / lay.ep};
 }
 
-// Python: term_states(m_, cl, lay, opt, ctx): model-state bytes of the first stage
+// Python: term_states(m_, cl, lay, opt): model-state bytes of the first stage
 export function termStates(model, cluster, lay, opt) {
   const {tp: t, pp: p, zero} = lay, dcp = lay.dp * lay.cp;
   const [etp, edp] = expertGrid(lay);
@@ -564,7 +564,7 @@ export function logitsBytes(model, lay) {
   return (LOGIT_TENSORS * 4 * lay.micro_batch * Math.floor(model.seq / lay.cp) * model.vocab) / lay.tp;
 }
 
-// Python: term_activations(m_, cl, lay, opt, ctx): activation bytes of the fullest stage
+// Python: term_activations(m_, cl, lay, opt): activation bytes of the fullest stage
 export function termActivations(model, cluster, lay, opt) {
   const {seq: s, hidden: h, heads: a, layers: L} = model;
   const {micro_batch: b, tp: t, sp, recompute: rc, cp} = lay, att = opt.attention;
@@ -612,7 +612,7 @@ export function fp8CastBytesPerToken(h, f, kv, t = 1, sp = false, scaling = "del
   return [per * fwd, per * bwd + again * (fwd + bwd)];
 }
 
-// Python: term_fp8_casts(m_, cl, lay, opt, ctx): FP8 casts of one micro-batch, slowest stage
+// Python: term_fp8_casts(m_, cl, lay, opt): FP8 casts of one micro-batch, slowest stage
 export function termFp8Casts(model, cluster, lay, opt) {
   if (!opt.fp8) return 0.0;
   const m = planShape(model), tokens = lay.micro_batch * Math.floor(m.seq / lay.cp);
@@ -622,7 +622,7 @@ export function termFp8Casts(model, cluster, lay, opt) {
   return stageLayers(m.layers, lay)[0] * ((tokens * (refwd * fwd + bwd) + weights) / cluster.gpu.hbm_bandwidth);
 }
 
-// Python: term_fp8_weights(m_, cl, lay, opt, ctx): FP8 weight copies on the fullest stage
+// Python: term_fp8_weights(m_, cl, lay, opt): FP8 weight copies on the fullest stage
 export function termFp8Weights(model, cluster, lay, opt) {
   if (!opt.fp8) return 0.0;
   const m = planShape(model), perLayer = 2 * layerDenseGemms(m, lay).reduce((acc, [, N, K]) => acc + N * K, 0);
@@ -630,7 +630,7 @@ export function termFp8Weights(model, cluster, lay, opt) {
   return Math.max(...stageLayers(m.layers, lay)) * perLayer;
 }
 
-// Python: term_compute(m_, cl, lay, opt, ctx) -> {value (one micro-batch), layer, core}
+// Python: term_compute(m_, cl, lay, opt) -> {value (one micro-batch), layer, core}
 export function termCompute(model, cluster, lay, opt) {
   const m = planShape(model);
   const b = lay.micro_batch, h = m.hidden, a = m.heads, sl = Math.floor(m.seq / lay.cp), t = lay.tp, rc = lay.recompute;
@@ -661,7 +661,7 @@ export function termCompute(model, cluster, lay, opt) {
   return {value: Math.max(mid * lt, end * lt + logits), layer: lt, core};
 }
 
-// Python: term_tp(m_, cl, lay, opt, ctx) -> {value: seconds per micro-batch, link}
+// Python: term_tp(m_, cl, lay, opt) -> {value: seconds per micro-batch, link}
 export function termTp(model, cluster, lay, opt) {
   const t = lay.tp;
   const actBytes = lay.micro_batch * Math.floor(model.seq / lay.cp) * model.hidden * 2;
@@ -687,7 +687,7 @@ export function layerGemmSeconds(model, cluster, lay, opt) {
   return out;
 }
 
-// Python: term_pp(m_, cl, lay, opt, ctx) -> {value: seconds per micro-batch, link}
+// Python: term_pp(m_, cl, lay, opt) -> {value: seconds per micro-batch, link}
 export function termPp(model, cluster, lay) {
   const {tp: t, cp, dp: d, pp: p} = lay;
   const ppLink = t * cp * d * p <= cluster.gpus_per_node ? cluster.intra : cluster.inter;
@@ -698,12 +698,12 @@ export function termPp(model, cluster, lay) {
 
 export const CP_ALGORITHMS = ["ring", "all-gather"];
 
-// Python: term_cp(m_, cl, lay, opt, ctx): ring K/V not hidden by the block compute
-// (ctx.compute.core), or the all-gather CP collectives (exposed), per micro-batch
-export function termCp(model, cluster, lay, opt, ctx) {
+// Python: term_cp(m_, cl, lay, opt, compute): ring K/V not hidden by the block compute
+// (compute.core), or the all-gather CP collectives (exposed), per micro-batch
+export function termCp(model, cluster, lay, opt, compute) {
   const {cp, tp: t} = lay, lp = stageLayers(model.layers, lay)[0];
   if (cp === 1) return 0.0;
-  const core = ctx.compute.core;
+  const core = compute.core;
   const kvHeads = model.kv_heads || model.heads;      // ⌈kv/t⌉ K/V heads per TP rank
   const hKv = Math.floor(model.hidden / model.heads) * Math.ceil(kvHeads / t);   // Python: kv_width_per_rank
   const refwd = lay.recompute === "full" ? 2 : 1;
@@ -720,7 +720,7 @@ export function termCp(model, cluster, lay, opt, ctx) {
   return lp * Math.max(0.0, comm - cp * core);
 }
 
-// Python: term_ep(m_, cl, lay, opt, ctx): MoE all-to-alls per micro-batch
+// Python: term_ep(m_, cl, lay, opt): MoE all-to-alls per micro-batch
 export function termEp(model, cluster, lay, opt) {
   const m = planShape(model);
   const {ep, tp: t} = lay;
@@ -741,10 +741,10 @@ export function epAllToAllSeconds(nbytes, ep, cluster) {
   return Math.max(near, far);
 }
 
-// Python: term_zero3_exposed(m_, cl, lay, opt, ctx) -> {value (exposed), per_layer, link}
-export function termZero3Exposed(model, cluster, lay, opt, ctx) {
+// Python: term_zero3_exposed(m_, cl, lay, opt, compute) -> {value (exposed), per_layer, link}
+export function termZero3Exposed(model, cluster, lay, opt, compute) {
   if (lay.zero !== 3) return {value: 0.0, per_layer: 0.0, link: "-"};
-  const layer = ctx.compute.layer;
+  const layer = compute.layer;
   const t = lay.tp, dcp = lay.dp * lay.cp, lp = stageLayers(model.layers, lay)[0];
   const sp = stageParams(model, lay);
   const [, edp, stride] = expertGrid(lay);
@@ -773,10 +773,10 @@ export function termBubble(lay) {
   return [bubbleRelativeToIdeal(...args), bubbleFractionOfTotal(...args)];
 }
 
-// Python: term_dp_exposed(m_, cl, lay, opt, ctx) -> {value (exposed), total, link}
-export function termDpExposed(model, cluster, lay, opt, ctx) {
+// Python: term_dp_exposed(m_, cl, lay, opt, compute, zero3_exposed) -> {value (exposed), total, link}
+export function termDpExposed(model, cluster, lay, opt, compute, zero3Exposed) {
   const {tp: t, zero, ep} = lay, dcp = lay.dp * lay.cp;
-  const computeMicrobatch = ctx.compute.value, z3 = ctx.zero3_exposed;
+  const computeMicrobatch = compute.value, z3 = zero3Exposed;
   if (zero === 3) return {value: 0.0, total: layMicrobatches(lay) * stageLayers(model.layers, lay)[0] * z3.per_layer, link: z3.link};
   const sp = stageParams(model, lay);
   const [etp, edp, stride] = expertGrid(lay);
@@ -796,7 +796,7 @@ export function termDpExposed(model, cluster, lay, opt, ctx) {
   return {value: exposed, total: rs + ag, link: name};
 }
 
-// Python: term_embedding(m_, cl, lay, opt, ctx): tied-embedding gradient, first <-> last stage
+// Python: term_embedding(m_, cl, lay, opt): tied-embedding gradient, first <-> last stage
 export function termEmbedding(model, cluster, lay, opt) {
   const {tp: t, cp, dp: d, pp: p} = lay;
   if (p === 1 || !planShape(model).tied) return 0.0;
@@ -804,7 +804,7 @@ export function termEmbedding(model, cluster, lay, opt) {
   return ring("all-reduce", 2, (opt.grad_reduce_bytes * model.vocab * model.hidden) / t, link);
 }
 
-// Python: term_optimizer(m_, cl, lay, opt, ctx): the Adam step on this rank's shard
+// Python: term_optimizer(m_, cl, lay, opt): the Adam step on this rank's shard
 export function termOptimizer(model, cluster, lay, opt) {
   const dcp = lay.dp * lay.cp, t = lay.tp, sp = stageParams(model, lay);
   let shard;
@@ -817,23 +817,23 @@ export function termOptimizer(model, cluster, lay, opt) {
 }
 
 // BEGIN TERMS (generated from minipar/cost/planner/term_table.json by `python -m minipar.cost.planner.term_table`; do not edit)
-export const TERMS = [{"name": "compute", "where": "slot", "unit": "s", "column": null, "group": "compute", "doc": "the layers and the output layer of one micro-batch"}, {"name": "fp8_casts", "where": "slot", "unit": "s", "column": "FP8 cast", "group": "compute", "doc": "FP8 casts of the GEMMs' inputs, gradients and weights"}, {"name": "tp", "where": "slot", "unit": "s", "column": "TP", "group": "TP communication", "doc": "tensor-parallel collectives on the critical path"}, {"name": "pp", "where": "slot", "unit": "s", "column": "PP", "group": "PP, CP and EP communication", "doc": "pipeline sends across stage boundaries"}, {"name": "cp", "where": "slot", "unit": "s", "column": "CP ring", "group": "PP, CP and EP communication", "doc": "context-parallel K/V traffic not hidden by the block compute"}, {"name": "ep", "where": "slot", "unit": "s", "column": "EP a2a", "group": "PP, CP and EP communication", "doc": "MoE all-to-alls"}, {"name": "zero3_exposed", "where": "slot", "unit": "s", "column": "ZeRO-3", "group": "DP and ZeRO communication", "doc": "ZeRO-3 gathers and reduce-scatters not hidden by prefetching"}, {"name": "dp_exposed", "where": "step", "unit": "s", "column": "DP exp", "group": "DP and ZeRO communication", "doc": "the data-parallel reduction not hidden under the last backward"}, {"name": "embedding", "where": "step", "unit": "s", "column": null, "group": "embedding and optimizer", "doc": "the tied embedding's gradient all-reduce, first and last stage"}, {"name": "optimizer", "where": "step", "unit": "s", "column": null, "group": "embedding and optimizer", "doc": "the Adam step on this rank's shard"}, {"name": "states", "where": "memory", "unit": "B", "column": null, "group": "model states", "doc": "model states of the fullest stage"}, {"name": "fp8_weights", "where": "memory", "unit": "B", "column": null, "group": "model states", "doc": "FP8 copies of the linear weights"}, {"name": "activations", "where": "memory", "unit": "B", "column": null, "group": "activations", "doc": "activations of the fullest stage"}];
+export const TERMS = [{"name": "compute", "where": "slot", "unit": "s", "column": null, "group": "compute", "needs": [], "doc": "the layers and the output layer of one micro-batch"}, {"name": "fp8_casts", "where": "slot", "unit": "s", "column": "FP8 cast", "group": "compute", "needs": [], "doc": "FP8 casts of the GEMMs' inputs, gradients and weights"}, {"name": "tp", "where": "slot", "unit": "s", "column": "TP", "group": "TP communication", "needs": [], "doc": "tensor-parallel collectives on the critical path"}, {"name": "pp", "where": "slot", "unit": "s", "column": "PP", "group": "PP, CP and EP communication", "needs": [], "doc": "pipeline sends across stage boundaries"}, {"name": "cp", "where": "slot", "unit": "s", "column": "CP ring", "group": "PP, CP and EP communication", "needs": ["compute"], "doc": "context-parallel K/V traffic not hidden by the block compute"}, {"name": "ep", "where": "slot", "unit": "s", "column": "EP a2a", "group": "PP, CP and EP communication", "needs": [], "doc": "MoE all-to-alls"}, {"name": "zero3_exposed", "where": "slot", "unit": "s", "column": "ZeRO-3", "group": "DP and ZeRO communication", "needs": ["compute"], "doc": "ZeRO-3 gathers and reduce-scatters not hidden by prefetching"}, {"name": "dp_exposed", "where": "step", "unit": "s", "column": "DP exp", "group": "DP and ZeRO communication", "needs": ["compute", "zero3_exposed"], "doc": "the data-parallel reduction not hidden under the last backward"}, {"name": "embedding", "where": "step", "unit": "s", "column": null, "group": "embedding and optimizer", "needs": [], "doc": "the tied embedding's gradient all-reduce, first and last stage"}, {"name": "optimizer", "where": "step", "unit": "s", "column": null, "group": "embedding and optimizer", "needs": [], "doc": "the Adam step on this rank's shard"}, {"name": "states", "where": "memory", "unit": "B", "column": null, "group": "model states", "needs": [], "doc": "model states of the fullest stage"}, {"name": "fp8_weights", "where": "memory", "unit": "B", "column": null, "group": "model states", "needs": [], "doc": "FP8 copies of the linear weights"}, {"name": "activations", "where": "memory", "unit": "B", "column": null, "group": "activations", "needs": [], "doc": "activations of the fullest stage"}];
 const TERM_FUNCTIONS = {compute: termCompute, fp8_casts: termFp8Casts, tp: termTp, pp: termPp, cp: termCp, ep: termEp, zero3_exposed: termZero3Exposed, dp_exposed: termDpExposed, embedding: termEmbedding, optimizer: termOptimizer, states: termStates, fp8_weights: termFp8Weights, activations: termActivations};
 // END TERMS
 
 const termValue = (r) => (typeof r === "number" ? r : r.value);   // Python: three_d_terms._value
 
 // Python: breakdown(m_, cl, lay, opt) -> StepBreakdown.as_dict(): every TERMS row in order,
-// term<Name>(model, cluster, lay, opt, ctx) with ctx the results so far
+// term<Name>(model, cluster, lay, opt, ...needs) with the results of the terms its row needs
 export function planBreakdown(model, cluster, lay, opt) {
-  const ctx = {};
-  for (const term of TERMS) ctx[term.name] = TERM_FUNCTIONS[term.name](model, cluster, lay, opt, ctx);
+  const done = {};
+  for (const term of TERMS) done[term.name] = TERM_FUNCTIONS[term.name](model, cluster, lay, opt, ...term.needs.map((n) => done[n]));
   const [r, f] = termBubble(lay);
-  const values = Object.fromEntries(TERMS.map((term) => [term.name, termValue(ctx[term.name])]));
+  const values = Object.fromEntries(TERMS.map((term) => [term.name, termValue(done[term.name])]));
   return {
     microbatches: layMicrobatches(lay), bubble_relative: r, bubble_fraction: f,
-    memory_limit: cluster.gpu.memory_bytes * (1 - opt.headroom), margin_limit: cluster.gpu.memory_bytes * (1 - optMargin(opt)), dp: ctx.dp_exposed.total,
-    ...values, tp_link: ctx.tp.link, pp_link: ctx.pp.link, dp_link: ctx.dp_exposed.link,
+    memory_limit: cluster.gpu.memory_bytes * (1 - opt.headroom), margin_limit: cluster.gpu.memory_bytes * (1 - optMargin(opt)), dp: done.dp_exposed.total,
+    ...values, tp_link: done.tp.link, pp_link: done.pp.link, dp_link: done.dp_exposed.link,
   };
 }
 

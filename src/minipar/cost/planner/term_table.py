@@ -1,14 +1,17 @@
 """The one table of the planner's cost terms (``term_table.json``), read by the Python planner
 (:func:`minipar.cost.planner.three_d_terms.breakdown`), the explorer's JavaScript (the generated block of
-``widgets/three_d.js``), ``minipar plan``'s columns and the tests.
+``widgets/three_d.js``), ``minipar plan``'s columns, the charts and the tests.
 
-Adding a term is one row here, one Python function ``term_<name>(m_, cl, lay, opt, ctx)`` in
-:mod:`minipar.cost.planner.three_d_terms` and its JavaScript twin ``term<Name>(model, cluster, lay, opt,
-ctx)`` in ``widgets/three_d.js``; ``python -m minipar.cost.planner.term_table`` prints the JavaScript
-block to paste between its ``BEGIN TERMS`` and ``END TERMS`` lines (tests/test_cost_terms.py
-fails until it is there). A term returns its value (seconds or bytes), or a record whose first
-field, ``value``, is its value and whose other fields later terms may read from ``ctx`` (the
-results so far, by name).
+Adding a term is one row here, one Python function ``term_<name>(m_, cl, lay, opt, *needs)`` in
+the module of its kind (:mod:`~minipar.cost.planner.compute_terms`,
+:mod:`~minipar.cost.planner.communication_terms`, :mod:`~minipar.cost.planner.memory_terms`,
+imported by :mod:`~minipar.cost.planner.three_d_terms`) and its JavaScript twin
+``term<Name>(model, cluster, lay, opt, ...needs)`` in ``widgets/three_d.js``; ``python -m
+minipar.cost.planner.term_table`` prints the JavaScript block to paste between its ``BEGIN
+TERMS`` and ``END TERMS`` lines (tests/test_cost_terms.py fails until it is there). A term
+returns its value (seconds or bytes), or a record (a ``NamedTuple``) whose first field,
+``value``, is its value; a later term that needs its other fields lists it in ``needs`` and
+takes it as an argument of the same name.
 """
 
 from __future__ import annotations
@@ -26,16 +29,25 @@ class Term(NamedTuple):
     unit: str
     column: str | None  # `minipar plan`'s column header, or None
     group: str  # the part of the step or memory it is drawn in (charts, figure, grader)
+    needs: tuple[str, ...]  # earlier terms whose results it takes as arguments, by name
     doc: str
 
 
 def _load() -> tuple[Term, ...]:
     rows = json.loads(Path(__file__).with_name("term_table.json").read_text())["terms"]
-    out = tuple(Term(**r) for r in rows)
-    for t in out:
+    return _check_needs(tuple(Term(**r | {"needs": tuple(r["needs"])}) for r in rows))
+
+
+def _check_needs(terms: tuple[Term, ...]) -> tuple[Term, ...]:
+    """``terms``, after checking each row's ``where`` and that it needs only earlier terms."""
+    for i, t in enumerate(terms):
         if t.where not in WHERE:
             raise ValueError(f"term {t.name}: where ({t.where!r}) must be one of {WHERE}")
-    return out
+        earlier = {u.name for u in terms[:i]}
+        for n in t.needs:
+            if n not in earlier:
+                raise ValueError(f"term {t.name}: needs ({n!r}) must be a term before it")
+    return terms
 
 
 TERMS: tuple[Term, ...] = _load()

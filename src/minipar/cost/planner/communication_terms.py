@@ -1,0 +1,304 @@
+"""The planner's communication terms: TP, PP, CP, EP and ZeRO-3 per micro-batch, the DP
+reduction and the tied embedding's all-reduce per step, and the collectives they are priced
+with (α-β rings, NCCL's hierarchical all-reduce). Each ``term_<name>`` is a row of
+``term_table.json``; a term that needs an earlier one's result takes it as a typed argument
+named after it (the table's ``needs`` column)."""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+from ..chapters.context_parallel import allgather_collectives_per_layer, ring_sent_bytes_per_layer
+from ..chapters.expert_parallel import all_to_all_time
+from ..network.collectives import collective_time, hierarchical_all_reduce_time
+from .compute_terms import ComputeTerm, layer_gemm_seconds
+from .layout import ZERO3_COLLECTIVES, Layout, Options, expert_grid, reshards, stage_layers
+from .shapes import kv_width_per_rank, stage_params
+
+
+def _ring(op: str, n: int, nbytes: float, lk) -> float:
+    return collective_time(op, "ring", n, nbytes, lk.alpha, lk.bandwidth)
+
+
+def dp_allreduce_seconds(nbytes: float, d: int, t: int, cl) -> tuple[float, str]:
+    """All-reduce of ``nbytes`` over the d ranks of one DP group (stride t in the rank order).
+
+    Inside one node: a ring on the intra link. Spanning nodes with k = gpus_per_node/t group
+    members per node: the hierarchical all-reduce (intra reduce-scatter, inter all-reduce on
+    each rail, intra all-gather; Mikami et al. 2018). One member per node: a ring on the inter
+    link. A reduce-scatter or an all-gather of the same bytes takes half this time (ring).
+    """
+    g = cl.gpus_per_node
+    if d == 1:
+        return 0.0, "-"
+    if t * d <= g:
+        return _ring("all-reduce", d, nbytes, cl.intra), cl.intra.name
+    k = max(1, g // t)
+    if k > 1 and d % k == 0:
+        return hierarchical_all_reduce_time(
+            d // k, k, nbytes, cl.intra, cl.inter
+        ), f"{cl.intra.name}+{cl.inter.name}"
+    return _ring("all-reduce", d, nbytes, cl.inter), cl.inter.name
+
+
+def zero3_collective_seconds(
+    nbytes: float, n: int, t: int, cl, algorithm: str = "hierarchical"
+) -> tuple[float, str]:
+    """One ZeRO-3 all-gather (S = ``nbytes``, the whole gathered buffer) or reduce-scatter (S the
+    whole input) over the n ranks of one data-parallel group (stride t in the rank order).
+
+    Inside one node (t·n ≤ GPUs per node): ring on the intra link. Spanning nodes:
+    ``"flat-ring"``: one ring whose slowest hop limits it, so each rank's (n−1)/n·S crosses its
+    own NIC: (n−1)α + (n−1)/n·S/B with B the slower of the two links (the NIC on a DGX; PCIe
+    inside a PCIe server whose NIC is faster) and α the larger (Thakur et al. 2005 §4);
+    ``"hierarchical"``: half of :func:`dp_allreduce_seconds` (Mikami et al. 2018), the NCCL-ideal
+    algorithm that spreads the inter-node bytes over the node's NICs. Returns (seconds, link).
+    """
+    if algorithm not in ZERO3_COLLECTIVES:
+        raise ValueError(
+            f"zero3_collectives ({algorithm!r}) must be one of {', '.join(ZERO3_COLLECTIVES)}"
+        )
+    if n == 1:
+        return 0.0, "-"
+    if t * n <= cl.gpus_per_node or algorithm == "hierarchical":
+        ar, name = dp_allreduce_seconds(nbytes, n, t, cl)
+        return ar / 2, name
+    slow = min(cl.intra, cl.inter, key=lambda lk: lk.bandwidth)  # the ring's slowest hop
+    return collective_time(
+        "all-gather", "ring", n, nbytes, max(cl.intra.alpha, cl.inter.alpha), slow.bandwidth
+    ), slow.name
+
+
+def zero3_gathers(recompute: str, ac_inside_unit: bool = False) -> int:
+    """All-gathers of a layer's weights per micro-batch under ZeRO-3: forward and backward, plus
+    the recomputed forward under full recomputation when the checkpoint wrapper sits outside
+    the sharded unit (the unit's hooks free the gathered weights after its forward, and the
+    recomputation gathers them again): 3. With the checkpoint wrapper inside the unit
+    (torchtitan wraps each block in checkpointing before ``fully_shard``) the recomputation
+    runs under the backward's gather: 2, as without recomputation. Where the wrapper sits
+    decides the count, for FSDP1, FSDP2 and DeepSpeed alike, not the FSDP version. Selective
+    recomputation re-runs only the weightless attention core: 2. One reduce-scatter of the
+    gradients in every case."""
+    return 3 if recompute == "full" and not ac_inside_unit else 2
+
+
+def tp_collectives(t: int, sp: bool, recompute: str) -> float:
+    """All-reduce equivalents per layer per micro-batch on the TP group
+    (:mod:`minipar.cost.planner.three_d`): 4 (6 with full recomputation) without SP; with SP
+    all-gathers and reduce-scatters, each half an all-reduce: (4 + 4 + 2)/2 = 5, or 12/2 = 6
+    with full recomputation."""
+    return 0.0 if t == 1 else 6.0 if recompute == "full" else 5.0 if sp else 4.0
+
+
+class LinkTerm(NamedTuple):
+    value: float  # seconds per micro-batch
+    link: str  # the link it crosses ("-": none)
+
+
+def tp_overlap_exposed(comm: float, gemm: float, t: int) -> float:
+    """Seconds of ``comm`` left exposed when a collective over t ranks is decomposed into t
+    chunks pipelined with the ``gemm`` seconds that depend on it (Wang et al. 2023, "Overlap
+    Communication with Dependent Computation via Decomposition in Large Deep Learning Models",
+    ASPLOS: each step computes on the chunk that has arrived while the next one moves): the
+    first chunk cannot overlap (comm / t), the rest hides under the GEMM as far as it lasts.
+    The GEMM's slowdown from the SMs a collective takes and from its t smaller pieces is
+    ignored (no published figure used); so is the chunks' extra latency."""
+    return comm / t + max(0.0, comm * (t - 1) / t - gemm)
+
+
+def term_tp(m_, cl, lay: Layout, opt: Options) -> LinkTerm:
+    """TP collectives of one micro-batch on the critical path: :func:`tp_collectives` all-reduce
+    equivalents of the (b, s/cp, h) 16-bit activation per layer (Shoeybi et al. 2019 §3;
+    Korthikanti et al. 2022 §4.2.2): a ring inside a node, NCCL's multi-NIC algorithm
+    (:func:`dp_allreduce_seconds` at stride 1) for a group spanning nodes. With
+    ``opt.tp_overlap`` and SP (both stacks overlap only the all-gathers and reduce-scatters of
+    sequence parallelism), each layer's collectives are pipelined with its dense GEMMs
+    (:func:`layer_gemm_seconds`, shared evenly among them: the same sum as pairing each
+    collective with an equal share) and only :func:`tp_overlap_exposed` counts. Returns
+    (seconds, link)."""
+    t = lay.tp
+    act_bytes = lay.micro_batch * (m_.seq // lay.cp) * m_.hidden * 2
+    ar, name = dp_allreduce_seconds(act_bytes, t, 1, cl)
+    lp = stage_layers(m_.layers, lay)[0]
+    per_layer = tp_collectives(t, lay.sp, lay.recompute) * ar
+    if opt.tp_overlap and lay.sp and t > 1:
+        per_layer = tp_overlap_exposed(per_layer, layer_gemm_seconds(m_, cl, lay, opt), t)
+    return LinkTerm(lp * per_layer, name)
+
+
+def term_pp(m_, cl, lay: Layout, opt: Options) -> LinkTerm:
+    """Pipeline sends of one micro-batch: the (b, s/cp, h)/t activation forward and its gradient
+    backward across each stage boundary, v times with v chunks (Narayanan et al. 2021 §4.1);
+    stage neighbours are t·cp·d ranks apart. Returns (seconds, link)."""
+    t, cp, d, p = lay.tp, lay.cp, lay.dp, lay.pp
+    pp_link = cl.intra if t * cp * d * p <= cl.gpus_per_node else cl.inter
+    act_bytes = lay.micro_batch * (m_.seq // cp) * m_.hidden * 2
+    seconds = 2 * lay.chunks * (pp_link.alpha + act_bytes / t / pp_link.bandwidth)
+    return LinkTerm(seconds, pp_link.name) if p > 1 else LinkTerm(0.0, "-")
+
+
+def term_cp(m_, cl, lay: Layout, opt: Options, compute: ComputeTerm) -> float:
+    """Context parallelism's K/V traffic of one micro-batch on the critical path.
+    ``opt.cp_algorithm`` "ring" (Liu et al. 2023; Megatron-Core): per layer (cp−1) K/V blocks
+    forward (twice with full recomputation), (cp−1) K/V + cp fp32 dK/dV blocks backward
+    (:func:`minipar.cost.chapters.context_parallel.ring_sent_bytes_per_layer`), each step a send to the
+    next of the cp ranks (its own link, t apart), overlapped with one ``core`` block (``compute.core``), only the
+    excess exposed. "all-gather" (Llama Team 2024 §3.3.2): all-gather the cp·K/V forward (again
+    when fully recomputed), all-gather it and reduce-scatter the cp·dK/dV backward
+    (:func:`minipar.cost.chapters.context_parallel.allgather_collectives_per_layer`), each half of
+    :func:`dp_allreduce_seconds` over the cp ranks (NCCL's multi-NIC algorithm across nodes),
+    not overlapped."""
+    cp, t, lp = lay.cp, lay.tp, stage_layers(m_.layers, lay)[0]
+    if cp == 1:
+        return 0.0
+    core = compute.core
+    b, s, kvw = lay.micro_batch, m_.seq, kv_width_per_rank(m_, t)
+    refwd = 2 if lay.recompute == "full" else 1
+    if opt.cp_algorithm == "all-gather":
+        colls = allgather_collectives_per_layer(b, s, kvw, cp)
+        one = [dp_allreduce_seconds(S, cp, t, cl)[0] / 2 for _, S in colls["forward"]]
+        two = [dp_allreduce_seconds(S, cp, t, cl)[0] / 2 for _, S in colls["backward"]]
+        return lp * (refwd * sum(one) + sum(two))
+    ring = ring_sent_bytes_per_layer(b, s, kvw, cp)
+    cp_link = cl.intra if t * cp <= cl.gpus_per_node else cl.inter
+    kv = ring["forward"] / (cp - 1)
+    dkv = (ring["backward"] - ring["forward"]) / cp
+    alpha, bw = cp_link.alpha, cp_link.bandwidth
+    comm = (refwd * (cp - 1) + (cp - 1)) * (alpha + kv / bw) + cp * (alpha + dkv / bw)
+    return lp * max(0.0, comm - cp * core)
+
+
+def term_ep(m_, cl, lay: Layout, opt: Options) -> float:
+    """MoE all-to-alls of one micro-batch on the critical path: dispatch + combine forward and
+    backward (six with full recomputation) of the K·b·s/cp routed 16-bit (·, h) rows per layer
+    (÷ t with SP) over the ep ranks, consecutive in the rank order under folding (Lepikhin et
+    al. 2021; :func:`minipar.cost.chapters.expert_parallel.all_to_all_time`), the busiest rank's
+    ``opt.moe_imbalance`` times the mean."""
+    ep, t = lay.ep, lay.tp
+    if ep == 1:
+        return 0.0
+    rows = m_.top_k * lay.micro_batch * (m_.seq // lay.cp) * m_.hidden * 2 / (t if lay.sp else 1)
+    rows *= opt.moe_imbalance
+    n_a2a = 6 if lay.recompute == "full" else 4
+    return stage_layers(m_.layers, lay)[0] * n_a2a * ep_all_to_all_seconds(rows, ep, cl)
+
+
+def ep_all_to_all_seconds(nbytes: float, ep: int, cl) -> float:
+    """One all-to-all of ``nbytes`` per rank over ep consecutive ranks: inside a node the
+    pairwise exchange on the intra link (:func:`minipar.cost.chapters.expert_parallel.all_to_all_time`);
+    spanning nodes, a rank's min(ep, g) − 1 on-node peers over NVLink and its ep − min(ep, g)
+    off-node peers over its own NIC at the same time (each GPU's rail; the off-node share
+    (ep − min(ep, g))/ep of :func:`minipar.cost.chapters.expert_parallel.off_node_fraction`), the slower
+    of the two: (n−1)α + (n−1)/ep·S/B on each."""
+    g = cl.gpus_per_node
+    if ep <= g:
+        return all_to_all_time(nbytes, ep, cl.intra.alpha, cl.intra.bandwidth)
+    on = min(ep, g)
+    near = (on - 1) * cl.intra.alpha + (on - 1) / ep * nbytes / cl.intra.bandwidth
+    far = (ep - on) * cl.inter.alpha + (ep - on) / ep * nbytes / cl.inter.bandwidth
+    return max(near, far)
+
+
+class Zero3Term(NamedTuple):
+    value: float  # exposed per micro-batch, on the critical path
+    per_layer: float  # all-gathers + reduce-scatter of one layer, one micro-batch
+    link: str
+
+
+def term_zero3_exposed(m_, cl, lay: Layout, opt: Options, compute: ComputeTerm) -> Zero3Term:
+    """ZeRO-3 per layer and micro-batch: :func:`zero3_gathers` all-gathers of the 16-bit weights
+    + one reduce-scatter of the gradients (:func:`zero3_collective_seconds`); prefetching hides
+    each layer's collectives under the previous ``layer``'s compute, so max(0, comm − compute)
+    per layer and the first layer's gather are exposed (Zhao et al. 2023 §3.4); all of it with
+    ``zero3_overlap=False``."""
+    if lay.zero != 3:
+        return Zero3Term(0.0, 0.0, "-")
+    t, dcp, lp = lay.tp, lay.dp * lay.cp, stage_layers(m_.layers, lay)[0]
+    layer = compute.layer  # prefetch hides the collectives under one layer
+    sp_ = stage_params(m_, lay)
+    _, edp, stride = expert_grid(lay)
+    groups = (
+        [(sp_.layer / t, dcp, t)]
+        if lay.ep == 1
+        # dense, then the experts
+        else [(sp_.dense_layer / t, dcp, t), (sp_.expert_layer / lay.ep, edp, stride)]
+    )
+    gather = scatter = 0.0
+    name = "-"
+    for i, (x, n, k) in enumerate(groups):
+        g, link = zero3_collective_seconds(2 * x, n, k, cl, opt.zero3_collectives)
+        gather += g
+        scatter += zero3_collective_seconds(
+            opt.grad_reduce_bytes * x, n, k, cl, opt.zero3_collectives
+        )[0]
+        if i == 0:
+            name = link
+    # without resharding: gathered once per step, reduced once per step (÷ m per micro-batch)
+    m, gathers = 1, zero3_gathers(lay.recompute, opt.zero3_ac_inside_unit)
+    if not reshards(lay, opt):
+        m, gathers = lay.microbatches, 1
+    comm_layer = gathers * gather + scatter
+    exposed = (
+        lp * max(0.0, comm_layer - layer) + gather  # prefetch hides ≤ one layer
+        if opt.zero3_overlap
+        else lp * comm_layer
+    )
+    return Zero3Term(exposed / m, comm_layer / m, name)
+
+
+class DpTerm(NamedTuple):
+    value: float  # exposed, per step
+    total: float
+    link: str
+
+
+def term_dp_exposed(
+    m_, cl, lay: Layout, opt: Options, compute: ComputeTerm, zero3_exposed: Zero3Term
+) -> DpTerm:
+    """The data-parallel gradient reduction after the last micro-batch. ZeRO 0: all-reduce of
+    the stage's gradients in ``grad_reduce_bytes`` per element; ZeRO 1-2: reduce-scatter + an
+    all-gather of the 16-bit parameters; with ep > 1 the dense part over d·cp, then the experts
+    over the EDP ranks of :func:`expert_grid` (t·cp·d/ep, ep apart). Exposed: all of it, less 2/3 of the last micro-batch's compute (its backward)
+    when p = 1 and ``dp_overlap`` (Li et al. 2020), or at any p with ``overlap_grad_reduce``
+    (Megatron-Core's ``--overlap-grad-reduce``: the buckets reduce as the stage's last backward
+    produces them). ZeRO-3's collectives are per layer
+    (:func:`term_zero3_exposed`): here only their total, none exposed."""
+    t, zero, dcp, ep = lay.tp, lay.zero, lay.dp * lay.cp, lay.ep
+    compute_microbatch, z3 = compute.value, zero3_exposed
+    if zero == 3:
+        lp = stage_layers(m_.layers, lay)[0]
+        return DpTerm(0.0, lay.microbatches * lp * z3.per_layer, z3.link)
+    sp_ = stage_params(m_, lay)
+    etp, edp, stride = expert_grid(lay)
+
+    def reduce(psi: float, n: int, split: int, k: int) -> tuple[float, float, str]:
+        """(reduction, parameter all-gather, link)."""
+        ar, name = dp_allreduce_seconds(opt.grad_reduce_bytes * psi / split, n, k, cl)
+        if zero in (1, 2):  # RS(grads) + AG(16-bit params)
+            return ar / 2, dp_allreduce_seconds(2 * psi / split, n, k, cl)[0] / 2, name
+        return ar, 0.0, name
+
+    if ep == 1:
+        rs, ag, name = reduce(sp_.stage, dcp, t, t)
+    else:  # two groups, one after the other
+        rs, ag, name = reduce(sp_.dense, dcp, t, t)
+        rs2, ag2, _ = reduce(sp_.expert, edp, etp, stride)
+        rs, ag = rs + rs2, ag + ag2
+    overlap = (lay.pp == 1 and opt.dp_overlap) or opt.overlap_grad_reduce
+    window = (2 / 3) * compute_microbatch if overlap else 0.0
+    if opt.overlap_param_gather:  # the gather under the next step's first forward
+        exposed = max(0.0, rs - window) + max(0.0, ag - compute_microbatch / 3)
+    else:
+        exposed = max(0.0, rs + ag - window)
+    return DpTerm(exposed, rs + ag, name)
+
+
+def term_embedding(m_, cl, lay: Layout, opt: Options) -> float:
+    """All-reduce of the tied embedding's V·h gradient between the first and the last stage
+    (p > 1; Narayanan et al. 2021 §3, Megatron-LM's ``_allreduce_embedding_grads``); none for
+    an untied output layer."""
+    t, cp, d, p = lay.tp, lay.cp, lay.dp, lay.pp
+    if p == 1 or not m_.tied:
+        return 0.0
+    link = cl.inter if t * cp * d * p > cl.gpus_per_node else cl.intra
+    return _ring("all-reduce", 2, opt.grad_reduce_bytes * m_.vocab * m_.hidden / t, link)

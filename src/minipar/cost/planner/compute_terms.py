@@ -1,0 +1,176 @@
+"""The planner's compute terms: one micro-batch's layers and output layer on the slowest stage,
+its FP8 casts, and the optimizer step, from the kernel model (:mod:`minipar.cost.kernels.compute`).
+Each ``term_<name>`` is a row of ``term_table.json``."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import NamedTuple
+
+from ..kernels.compute import (
+    SCORE_BYTES_BWD,
+    SCORE_BYTES_FWD,
+    attention_core_and_mlp_seconds,
+    elementwise_kernels,
+    elementwise_seconds,
+    fp8_cast_bytes_per_token,
+    fp8_weight_cast_bytes,
+    fused_activation_seconds,
+    gpu_gemm_seconds,
+    layer_seconds,
+    logits_seconds,
+    optimizer_seconds,
+)
+from .layout import Layout, Options, expert_grid, stage_layers
+from .shapes import kv_width_per_rank, layer_dense_gemms, stage_params
+
+
+class ComputeTerm(NamedTuple):
+    value: float  # L/p layers + the output layer: the compute of one pipeline slot
+    layer: float  # one layer, forward + backward + recomputation, all cp key blocks
+    core: float  # one (s/cp)² attention-core block, forward(s) + backward
+
+
+def _gemm_pass(gpu, M: int, N: int, K: int, fp8: bool = False) -> tuple[float, float]:
+    """(forward, backward) seconds of one (M, N, K) GEMM under the GPU's rule: the backward's
+    input and weight gradients (M, K, N) and (K, N, M) (:mod:`minipar.cost.kernels.compute`);
+    ``fp8``: FP8 operands (:func:`~minipar.cost.kernels.compute.gpu_gemm_seconds`)."""
+    f, di, dw = (gpu_gemm_seconds(gpu, *mnk, 1, fp8) for mnk in ((M, N, K), (M, K, N), (K, N, M)))
+    return f, di + dw
+
+
+def fp8_gemm_delta(m_, cl, lay: Layout, opt: Options) -> float:
+    """Seconds one layer's dense GEMMs (:func:`layer_dense_gemms`) gain under ``opt.fp8``: each
+    at the FP8 rate less at the bf16 one, forward (twice under full recomputation) and
+    backward (Micikevicius et al. 2022, "FP8 Formats for Deep Learning": the three GEMMs of
+    each linear layer in FP8; Transformer Engine, torchao Float8); 0 without FP8."""
+    if not opt.fp8:
+        return 0.0
+    return layer_gemm_seconds(m_, cl, lay, opt) - layer_gemm_seconds(
+        m_, cl, lay, replace(opt, fp8=None)
+    )
+
+
+def term_compute(m_, cl, lay: Layout, opt: Options) -> ComputeTerm:
+    """Compute of one micro-batch on the last stage: :func:`~minipar.cost.kernels.compute.layer_seconds`
+    per layer on s/cp tokens with ``opt.attention``; the attention core once more for each of
+    the other cp−1 key blocks, GEMMs (or the flash kernel) and, unfused, the per-score bytes
+    (``GPU.attention_score_bytes``, the forward's share again when recomputed); the QKV GEMM
+    at the GQA width h/t + 2·kv_width_per_rank instead of 3h/t; the MLP rescaled to the active
+    experts' width (K·matrices·f over GPT's 8h²), on the busiest EP rank
+    (``opt.moe_imbalance`` times the mean when ep > 1); and
+    :func:`~minipar.cost.kernels.compute.logits_seconds`."""
+    b, h, a, t, rc = lay.micro_batch, m_.hidden, m_.heads, lay.tp, lay.recompute
+    sl, gpu, att = m_.seq // lay.cp, cl.gpu, opt.attention
+    accumulate = opt.recipe.accumulate_bytes
+    kw = dict(sp=lay.sp, recompute=rc, attention=att, grad_accum_bytes=accumulate)
+    lt = layer_seconds(b, sl, h, a, gpu, t, **kw).total_s
+    parts = attention_core_and_mlp_seconds(b, sl, h, a, gpu, t, attention=att)
+    refwd = 1 if rc == "none" else 2  # the core is recomputed
+    core = refwd * parts["core_f"] + parts["core_b"]  # one (s/cp)² block
+    if att == "unfused":  # its scores' bytes
+        sb = gpu.attention_score_bytes
+        f_share = sb * SCORE_BYTES_FWD / (SCORE_BYTES_FWD + SCORE_BYTES_BWD)
+        core += (sb + (f_share if rc != "none" else 0.0)) * a * sl * sl * b / t / gpu.hbm_bandwidth
+    if lay.cp > 1:  # the other cp−1 key blocks
+        lt += (lay.cp - 1) * core
+    n_qkv = h // t + 2 * kv_width_per_rank(m_, t)
+    if rc == "selective" and "core_attn" not in (opt.recompute_modules or ()):
+        lt -= parts["core_f"]  # the attention core is kept, not recomputed
+    if n_qkv != 3 * h // t:  # GQA's narrower QKV GEMM
+        (gf, gb), (mf, mb) = (_gemm_pass(gpu, b * sl, n, h) for n in (n_qkv, 3 * h // t))
+        lt += (2 if rc == "full" else 1) * (gf - mf) + (gb - mb)
+    scale = m_.top_k * m_.mlp_matrices * m_.ffn_width / (2 * 4 * h)  # active MLP / GPT's 8h²
+    scale *= opt.moe_imbalance if m_.moe and lay.ep > 1 else 1  # the busiest EP rank's
+    if scale != 1:
+        lt += (scale - 1) * ((2 if rc == "full" else 1) * parts["mlp_f"] + parts["mlp_b"])
+    lt += module_recompute_seconds(m_, cl, lay, opt, scale * parts["mlp_f"])
+    lt += recipe_kernels_seconds(m_, cl, lay, opt) + fp8_gemm_delta(m_, cl, lay, opt)
+    mid, end = stage_layers(m_.layers, lay)  # the slowest stage
+    logits = logits_seconds(b, sl, h, m_.vocab, gpu, t)
+    return ComputeTerm(max(mid * lt, end * lt + logits), lt, core)
+
+
+def recipe_kernels_seconds(m_, cl, lay: Layout, opt: Options) -> float:
+    """Where the GPU prices element-wise kernels one by one (``GPU.elementwise_bandwidth``,
+    the H200's and the H100s'): the recipe's own kernels
+    (:func:`~minipar.cost.kernels.compute.elementwise_kernels`: the shape's norm, GeLU or SwiGLU on
+    the K active experts' f, RoPE, dropout only when above 0, residual adds, bias gradients),
+    each at max(issue time, traffic) (:func:`~minipar.cost.kernels.compute.elementwise_seconds`), in
+    place of the fused byte count and the fixed per-layer time that ``layer_seconds``
+    charged; fused and without issue time when ``opt.compiled``."""
+    gpu = cl.gpu
+    if not gpu.elementwise_bandwidth:
+        return 0.0
+    b, sl, h, t, rc = lay.micro_batch, m_.seq // lay.cp, m_.hidden, lay.tp, lay.recompute
+    recipe = {k: getattr(m_, k) for k in ("norm", "mlp_matrices", "dropout", "bias")}
+    recipe["rope"] = m_.positions == "rope"
+    kernels = elementwise_kernels(
+        h, m_.ffn_width * m_.top_k, m_.kv_width, t, sp=lay.sp, recipe=recipe
+    )
+    fixed = gpu.layer_overhead_s * (4 / 3 if rc == "full" else 1)
+    return (
+        elementwise_seconds(kernels, b * sl, gpu, rc, opt.compiled)
+        - fused_activation_seconds(b, sl, h, t, gpu, sp=lay.sp, recompute=rc)
+        - fixed
+    )
+
+
+def module_recompute_seconds(m_, cl, lay: Layout, opt: Options, mlp_forward: float) -> float:
+    """What selective recomputation of ``opt.recompute_modules`` re-runs per layer beyond the
+    attention core: the two norms (read and write (b, s, h): 8 bytes per token and hidden unit,
+    ÷ t with SP), the MLP's activation (read its inputs, write its output: 2·matrices·f bytes
+    per token and routed expert, ÷ t), or the MLP's forward GEMMs (``mlp_forward``) and its
+    activation; all memory-bound at the HBM bandwidth but the GEMMs."""
+    if lay.recompute != "selective":
+        return 0.0
+    mods, sl, t = opt.recompute_modules or (), lay.micro_batch * (m_.seq // lay.cp), lay.tp
+    moved = 8 * sl * m_.hidden / (t if lay.sp else 1) if "layernorm" in mods else 0.0
+    if "mlp" in mods or "act" in mods:
+        moved += 2 * m_.mlp_matrices * m_.ffn_width * m_.top_k * sl / t
+    return moved / cl.gpu.hbm_bandwidth + (mlp_forward if "mlp" in mods else 0.0)
+
+
+def term_fp8_casts(m_, cl, lay: Layout, opt: Options) -> float:
+    """FP8 scaling of one micro-batch on the slowest stage, per layer: the casts of the four
+    dense GEMMs' inputs forward (again under full recomputation) and of their output gradients
+    backward (:func:`~minipar.cost.kernels.compute.fp8_cast_bytes_per_token` under
+    ``opt.fp8``'s scaling), and the layer's weights cast once per micro-batch
+    (:func:`~minipar.cost.kernels.compute.fp8_weight_cast_bytes` per weight on the rank), all
+    at the HBM rate (fused cast-transpose kernels, Transformer Engine); 0 without FP8."""
+    if not opt.fp8:
+        return 0.0
+    t, tokens = lay.tp, lay.micro_batch * (m_.seq // lay.cp)
+    widths = (m_.hidden, m_.top_k * m_.ffn_width, m_.kv_width, t)
+    kw = dict(sp=lay.sp, scaling=opt.fp8, mlp_matrices=m_.mlp_matrices)
+    fwd, bwd = fp8_cast_bytes_per_token(*widths, **kw)
+    weights = fp8_weight_cast_bytes(opt.fp8) * sum(N * K for _, N, K in layer_dense_gemms(m_, lay))
+    refwd = 2 if lay.recompute == "full" else 1
+    per_layer = (tokens * (refwd * fwd + bwd) + weights) / cl.gpu.hbm_bandwidth
+    return stage_layers(m_.layers, lay)[0] * per_layer
+
+
+def layer_gemm_seconds(m_, cl, lay: Layout, opt: Options) -> float:
+    """One layer's dense GEMMs (:func:`layer_dense_gemms`) forward (twice under full
+    recomputation) and backward, at the FP8 rate under ``opt.fp8``: the compute TP's
+    collectives can overlap with."""
+    refwd, out = (2 if lay.recompute == "full" else 1), 0.0
+    for M, N, K in layer_dense_gemms(m_, lay):
+        f, b = _gemm_pass(cl.gpu, M, N, K, bool(opt.fp8))
+        out += refwd * f + b
+    return out
+
+
+def term_optimizer(m_, cl, lay: Layout, opt: Options) -> float:
+    """The Adam step on this rank's shard (:func:`minipar.cost.kernels.compute.optimizer_seconds`): the
+    dense parameters ÷ t (÷ d·cp under ZeRO ≥ 1), the experts ÷ ETP (÷ EDP), at the recipe's
+    bytes per parameter."""
+    dcp, t = lay.dp * lay.cp, lay.tp
+    sp_ = stage_params(m_, lay)
+    if lay.ep == 1:
+        shard = ((sp_.dense / dcp + sp_.expert / dcp) if lay.zero >= 1 else sp_.stage) / t
+    else:
+        etp, edp, _ = expert_grid(lay)
+        z = lay.zero >= 1
+        shard = sp_.dense / t / (dcp if z else 1) + sp_.expert / etp / (edp if z else 1)
+    return optimizer_seconds(shard, cl.gpu, opt.recipe.adam_bytes)

@@ -1,0 +1,144 @@
+"""The planner's memory terms: the fullest stage's model states, FP8 weight copies and
+activations (Korthikanti et al. 2022 Table 2 and §4.2.3; ZeRO §5), in bytes. Each
+``term_<name>`` is a row of ``term_table.json``."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from ..chapters.memory_time import activation_bytes_per_layer, model_state_bytes
+from .layout import Layout, Options, expert_grid, reshards, stage_layers
+from .shapes import layer_dense_gemms, stage_params
+
+
+def term_states(m_, cl, lay: Layout, opt: Options) -> float:
+    """Model-state bytes on the first stage: the dense part split over t and sharded by ZeRO
+    over d·cp, the experts split over ETP and sharded over EDP (:func:`expert_grid`; ZeRO §5
+    via :func:`minipar.cost.chapters.memory_time.model_state_bytes`), in the bytes of
+    ``opt.precision``'s recipe; ZeRO-3 adds two gathered 16-bit layers and one unsharded layer
+    gradient."""
+    t, p, zero, dcp = lay.tp, lay.pp, lay.zero, lay.dp * lay.cp
+    etp, edp, _ = expert_grid(lay)
+    sp_ = stage_params(m_, lay)
+    kw = {k: getattr(opt.recipe, k) for k in ("weight_bytes", "grad_bytes", "optimizer_bytes")}
+    kw |= dict(p=p, zero=zero)
+    states = (
+        model_state_bytes(sp_.dense * p, d=dcp, t=t, **kw).total
+        + model_state_bytes(sp_.expert * p, d=edp, t=etp, **kw).total
+    )
+    if zero == 3 and not reshards(lay, opt):  # the stage's weights gathered, its gradient whole
+        whole = sp_.stage / t if lay.ep == 1 else sp_.dense / t + sp_.expert
+        states += (2 + opt.grad_reduce_bytes) * whole
+    elif zero == 3:  # 2 gathered layers + 1 gradient
+        one = sp_.layer / t if lay.ep == 1 else sp_.dense_layer / t + sp_.expert_layer / lay.ep
+        states += (2 * 2 + opt.grad_reduce_bytes) * one
+    return states
+
+
+def layers_in_flight(L: int, lay: Layout) -> float:
+    """Layers' worth of one micro-batch's activations the first stage holds: min(p, m)·L/p under
+    1F1B, L·(1 + (p−1)/(p·v)) interleaved (Korthikanti et al. 2022 §4.2.3, Eq. 5)."""
+    p, m = lay.pp, lay.microbatches
+    if lay.chunks > 1:
+        return L * (1 + (p - 1) / (p * lay.chunks))
+    mid, end = stage_layers(L, lay)  # the first stage, or the second under "units"
+    return max(end * min(p, m), mid * min(p - 1, m))
+
+
+def module_activation_bytes(m_, lay: Layout, opt: Options) -> float:
+    """Per-layer bytes selective recomputation drops beyond the attention core, per module of
+    ``opt.recompute_modules`` (:data:`RECOMPUTE_MODULES`): "layernorm" the two norms' 16-bit
+    outputs (4 bytes per token and hidden unit; ÷ t with SP), "act" the MLP activation's output
+    (2f per token for each of the K routed experts, ÷ t), "mlp" every MLP tensor but its input
+    (2·matrices·f·K, ÷ t; it includes "act")."""
+    if lay.recompute != "selective":
+        return 0.0
+    mods, sb, t = opt.recompute_modules or (), m_.seq * lay.micro_batch, lay.tp
+    out = 4 * sb * m_.hidden / (t if lay.sp else 1) if "layernorm" in mods else 0.0
+    f, k = m_.ffn_width, m_.top_k
+    if "mlp" in mods:
+        out += 2 * m_.mlp_matrices * f * k * sb / t
+    elif "act" in mods:
+        out += 2 * f * k * sb / t
+    return out
+
+
+def shape_activation_bytes(m_, lay: Layout) -> float:
+    """Per-layer activation bytes a shape adds to Korthikanti et al. 2022's GPT count (whose
+    24/t part is Q, K, V and the projection's input, 8·sbh, and the MLP's two 4h tensors,
+    16·sbh): K and V are kv_width wide (GQA), and each of the K routed experts keeps its
+    2·matrices·f bytes per token (GELU: input of the down projection and of the GeLU; SwiGLU:
+    the gate, the up projection and their product); without dropout (``dropout`` 0, the Llama
+    recipe) the two 1-byte masks after attention and the MLP go (2 bytes per token and hidden
+    unit, ÷ t with SP). 0 under full recomputation."""
+    if lay.recompute == "full":
+        return 0.0
+    h, f = m_.hidden, m_.ffn_width
+    per_token = 4 * m_.kv_width - 4 * h + 2 * m_.mlp_matrices * f * m_.top_k - 16 * h
+    masks = 0.0 if m_.dropout > 0 else 2 * h / (lay.tp if lay.sp else 1)
+    return m_.seq * lay.micro_batch * (per_token / lay.tp - masks)
+
+
+def term_activations(m_, cl, lay: Layout, opt: Options) -> float:
+    """Activation bytes on the fullest stage (Korthikanti et al. 2022 Table 2 and §4.2.3, with
+    :func:`shape_activation_bytes`). First stage: :func:`layers_in_flight` layers of one
+    micro-batch, plus one layer's full activations under full recomputation (the layer being
+    recomputed). ``opt.attention`` "flash" stores no s² scores, only a logsumexp per row and
+    head (:func:`minipar.cost.chapters.memory_time.activation_bytes_per_layer`); with cp > 1 every
+    tensor holds s/cp tokens and ring attention is blockwise: no s² scores either. With the
+    recipe's fp32 logits (:func:`logits_bytes`) the last stage may be the fullest: under 1F1B it
+    holds one micro-batch of its L/p layers and the logits (with p = 1 the one stage holds
+    both)."""
+    s, b, h, a, L = m_.seq, lay.micro_batch, m_.hidden, m_.heads, m_.layers
+    t, sp, rc, cp, att = lay.tp, lay.sp, lay.recompute, lay.cp, opt.attention
+    mem_rc = "selective" if cp > 1 and rc == "none" else rc
+    if mem_rc == "selective" and "core_attn" not in (opt.recompute_modules or ()):
+        mem_rc = "none"
+    per_layer = (
+        activation_bytes_per_layer(s, b, h, a, t=t, sp=sp, recompute=mem_rc, attention=att)
+        + shape_activation_bytes(m_, lay)
+        - module_activation_bytes(m_, lay, opt)
+    )
+    recomputed = 0.0
+    if rc == "full":  # the layer being recomputed
+        recomputed = activation_bytes_per_layer(
+            s, b, h, a, t=t, sp=sp, recompute="selective" if cp > 1 else "none", attention=att
+        ) + shape_activation_bytes(m_, replace(lay, recompute="none"))
+    act = (per_layer * layers_in_flight(L, lay) + recomputed) / cp
+    if not opt.recipe.fp32_logits:
+        return act
+    if lay.pp == 1:
+        return act + logits_bytes(m_, lay)
+    end = stage_layers(L, lay)[1]  # the last stage: one micro-batch and the logits
+    return max(act, (per_layer * end + recomputed) / cp + logits_bytes(m_, lay))
+
+
+LOGIT_TENSORS = 3
+"""fp32 (b, s/cp, V/t) tensors alive at the loss's backward peak: PyTorch's cross-entropy on
+fp32 logits saves the log-probabilities, and its backward holds them with the incoming
+gradient and the logits' gradient (autograd's saved tensors). Megatron-LM's fused
+vocabulary-parallel cross-entropy keeps one buffer and writes the gradient into it, so it needs
+less. Found on the H200 step-time rows (the validation set, so the memory check is in-sample
+for this term): with 2 tensors every row's peak was short by 4·b·s·V bytes within 0.25 GiB;
+with 3 all five are within 0.5 %."""
+
+
+def logits_bytes(m_, lay: Layout) -> float:
+    """The fp32 (b, s/cp, V/t) logits on the last stage at the loss's backward peak:
+    :data:`LOGIT_TENSORS`·4·b·s·V/(cp·t) bytes (the loss in fp32; the vocabulary split over t,
+    Shoeybi et al. 2019 §3)."""
+    return LOGIT_TENSORS * 4 * lay.micro_batch * (m_.seq // lay.cp) * m_.vocab / lay.tp
+
+
+def term_fp8_weights(m_, cl, lay: Layout, opt: Options) -> float:
+    """Bytes of the FP8 weight copies on the fullest stage: Transformer Engine keeps each
+    linear weight in FP8 and its transpose (2 bytes per weight on the rank) across the
+    micro-batches of a step; under ZeRO-3 only the two gathered layers have them; 0 without
+    FP8. The saved inputs of the FP8 GEMMs are counted 16-bit (an over-estimate: Transformer
+    Engine saves some in FP8)."""
+    if not opt.fp8:
+        return 0.0
+    per_layer = 2 * sum(N * K for _, N, K in layer_dense_gemms(m_, lay))
+    if lay.zero == 3:
+        return 2 * per_layer
+    return max(stage_layers(m_.layers, lay)) * per_layer
