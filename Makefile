@@ -127,7 +127,7 @@ exercises: $(STAMP) ## write the missing starter notebooks from exercises/*/solu
 exercises-check: $(STAMP) ## the repository's starter notebooks (git's copies, not your edits) match their scripts
 	$(PY) -m minipar.grading.notebooks --check
 
-lint: $(STAMP) ## ruff: lint and format check (rules in ruff.toml); commit subjects ≤ 72 characters
+lint: $(STAMP) ## ruff: lint and format check (rules in ruff.toml); commit messages (subject ≤ 72 characters, body lines ≤ 100)
 	.venv/bin/ruff check .
 	.venv/bin/ruff format --check .
 	$(PY) scripts/check_commits.py

@@ -40,3 +40,51 @@ def test_every_commit_since_the_rule_passes():
         [sys.executable, "scripts/check_commits.py"], capture_output=True, text=True, cwd=ROOT
     )
     assert r.returncode == 0, r.stdout
+
+
+def test_a_body_is_needed_past_a_trivial_change_and_wraps_at_100():
+    subject_only = "Fix a typo in the TP chapter\n"
+    assert check_commits.problems(subject_only, changed=2) == []  # trivial: no body needed
+    bad = check_commits.problems(subject_only, changed=3)
+    assert bad == [
+        "no body: a commit changing 3 lines (more than 2) says below the subject why, "
+        "and what was measured"
+    ]
+    wrapped = "Price SwiGLU's bytes\n\n" + "x" * 100 + "\n" + "y" * 40 + "\n"
+    assert check_commits.problems(wrapped, changed=50) == []
+    long = "Price SwiGLU's bytes\n\nfirst line\n" + "y" * 101 + "\n"
+    assert check_commits.problems(long, changed=50) == ["line 4 has 101 characters (at most 100)"]
+    # before the body rule (changed=None): the subject rule only
+    assert check_commits.problems(subject_only) == [] and check_commits.problems(long) == []
+
+
+def test_changed_lines_counts_added_removed_and_binary_files():
+    numstat = "3\t1\tsrc/a.py\n-\t-\tbook/fig.png\n0\t12\tREADME.md\n"
+    assert check_commits.changed_lines(numstat) == 3 + 1 + 1 + 12
+    assert check_commits.changed_lines("") == 0
+
+
+@pytest.mark.slow
+def test_history_checks_bodies_only_after_the_body_rule(tmp_path, monkeypatch, capsys):
+    """In a repository: a body-less commit up to BODY_SINCE passes, one after it fails."""
+    git = ["git", "-c", "user.name=t", "-c", "user.email=t@example.invalid"]
+
+    def commit(name, message):
+        (tmp_path / name).write_text("a\nb\nc\nd\n")  # 4 lines: not trivial
+        for args in (["add", name], ["commit", "-q", "-m", message]):
+            subprocess.run([*git, *args], cwd=tmp_path, check=True, capture_output=True)
+        return subprocess.run(
+            ["git", "rev-parse", "HEAD"], cwd=tmp_path, check=True, capture_output=True, text=True
+        ).stdout.strip()
+
+    subprocess.run(["git", "init", "-q"], cwd=tmp_path, check=True)
+    first = commit("a.txt", "Start")
+    before = commit("b.txt", "Add b without a body")
+    after = commit("c.txt", "Add c without a body")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(check_commits, "BODY_SINCE", before)
+    assert check_commits.main(["--since", first]) == 1
+    out = capsys.readouterr().out
+    assert out.startswith(f"{after[:10]}: no body") and before[:10] not in out, out
+    monkeypatch.setattr(check_commits, "BODY_SINCE", after)
+    assert check_commits.main(["--since", first]) == 0, capsys.readouterr().out
