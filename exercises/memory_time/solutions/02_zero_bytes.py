@@ -17,10 +17,9 @@ import torch
 import torch.nn.functional as F
 
 from minipar.data_parallel.zero import ZeRO
+from minipar.grading import check
 from minipar.model import GPTConfig, gpt
 from minipar.runtime.launch import run
-
-from minipar.grading import check
 
 
 # %%
@@ -40,6 +39,7 @@ def zero_bytes(psi, d, stage):
 
 # %% [check]
 check("memory_time.zero_bytes", zero_bytes)
+
 
 # %% [markdown]
 # **(b) Measure it over gloo.** Write `adam_state_bytes(rank, world_size, stage)`, which
