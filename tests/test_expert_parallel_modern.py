@@ -18,7 +18,7 @@ from minipar.expert_parallel.experiments import (
     folded_train_on_rank,
     make_moe,
     parity_on_rank,
-    run,
+    run_on_gloo,
 )
 from minipar.expert_parallel.grouped import dropless_forward, grouped_mm, permute, unpermute
 from minipar.grid import Grid
@@ -119,7 +119,7 @@ def _dispatchers_on_rank(rank, world, node_size):
 @pytest.mark.slow
 @pytest.mark.parametrize("world, node_size", [(3, 3), (3, 1), (4, 2), (6, 3)])
 def test_dispatchers_equal_one_process_and_bytes_equal_model(world, node_size):
-    res = run(_dispatchers_on_rank, world, node_size)
+    res = run_on_gloo(_dispatchers_on_rank, world, node_size)
     for key in res[0]:
         if key == "swapped":
             continue
@@ -169,7 +169,7 @@ def _train_dispatchers_on_rank(rank, world):
 @pytest.mark.slow
 def test_dispatchers_train_like_one_process():
     """Three SGD steps with momentum on 4 ranks (2 nodes of 2): parameters equal one process."""
-    res = run(_train_dispatchers_on_rank, 4)
+    res = run_on_gloo(_train_dispatchers_on_rank, 4)
     for key in res[0]:
         assert max(r[key] for r in res) < TOL, key
 
@@ -206,12 +206,12 @@ def test_folded_layout_trains_like_one_process(world, t, d, ep):
     """EP does not divide the attention's DP degree: it reuses tensor-parallel ranks."""
     assert d % ep != 0
     grid, train = Grid(d=d, t=t, ep=ep), MoETraining(12, 2, steps=3)
-    res = run(folded_train_on_rank, world, grid, train)
+    res = run_on_gloo(folded_train_on_rank, world, grid, train)
     assert max(r["out"] for r in res) < TOL and max(r["dx"] for r in res) < TOL
     assert max(max(r["param diff per step"]) for r in res) < TOL
     assert res[0]["edp"] == world // ep
     if d > 1 and world // ep != d:  # negative control
-        bad = run(folded_train_on_rank, world, grid, train, True)
+        bad = run_on_gloo(folded_train_on_rank, world, grid, train, True)
         assert max(max(r["param diff per step"]) for r in bad) > 1e-3
 
 
@@ -224,7 +224,7 @@ def test_folded_traffic_equals_model(world, t, d, ep):
     all-to-alls over ep, the dense shards' reduction over dp·cp, the experts' over EDP."""
     from minipar.expert_parallel.experiments import folded_traffic_on_rank
 
-    res = run(folded_traffic_on_rank, world, t, d, ep)
+    res = run_on_gloo(folded_traffic_on_rank, world, t, d, ep)
     assert all(r["traced"] == r["model"] for r in res)
     if world // ep != d:  # control: a model that reduces experts over d ("EP inside DP")
         layer = cost.MoELayer(4, 8, 12, 12, 2, ep, matrices=2, bytes_per_elem=8)

@@ -5,7 +5,6 @@ traffic against the cost model, EP × DP training, load balance under a skewed r
 
 from __future__ import annotations
 
-import functools
 import statistics
 from dataclasses import dataclass
 
@@ -279,8 +278,10 @@ def skewed_router(moe: MoE, favourite: int = 0, bias: float = 3.0) -> None:
 PARITY_CASES = [(1, None), (2, None), (1, 1.0), (2, 1.0)]  # (top_k, capacity_factor)
 
 
-# launch.run on gloo: these functions build float64 inputs with CPU generators
-run = functools.partial(launch.run, backend="gloo")
+def run_on_gloo(fn, world_size: int, *args, **kwargs) -> list:
+    """:func:`minipar.runtime.launch.run` on gloo, whatever GPUs there are: these functions
+    build float64 inputs with CPU generators."""
+    return launch.run(fn, world_size, *args, backend="gloo", **kwargs)
 
 
 def _chapter_on_rank(rank, ep):
@@ -304,8 +305,8 @@ def _ep_dp_on_rank(rank, world):
 
 def chapter_runs(eps=(2, 3)) -> dict:
     """One launch per ep (all ranks' results) and one EP × DP launch on 4 ranks (dp = ep = 2)."""
-    out = {ep: run(_chapter_on_rank, ep) for ep in eps}
-    out["ep x dp"] = run(_ep_dp_on_rank, 4)
+    out = {ep: run_on_gloo(_chapter_on_rank, ep) for ep in eps}
+    out["ep x dp"] = run_on_gloo(_ep_dp_on_rank, 4)
     return out
 
 
@@ -324,7 +325,7 @@ def _a2a_times_on_rank(rank: int, n: int, sizes: list[int], iters: int) -> list[
 def all_to_all_fit(n: int = 2, sizes=(2**12, 2**16, 2**19, 2**22), iters: int = 5) -> dict:
     """Time gloo's all-to-all on n ranks at several S and fit the pairwise-exchange α-β model
     (:func:`fit_all_to_all`)."""
-    per_rank = run(_a2a_times_on_rank, n, list(sizes), iters)
+    per_rank = run_on_gloo(_a2a_times_on_rank, n, list(sizes), iters)
     return fit_all_to_all(sizes, [max(r[i] for r in per_rank) for i in range(len(sizes))], n)
 
 
@@ -559,7 +560,7 @@ def modern_runs(world: int = 4, node_size: int = 2, t: int = 2, d: int = 2) -> l
     traced bytes against the model (nodes of ``node_size`` ranks, E = 2·world), and MoE
     parallel folding with the dense part over t and the experts over all world ranks (ep =
     world, which does not divide d), with its negative control."""
-    return run(_modern_on_rank, world, node_size, t, d)
+    return run_on_gloo(_modern_on_rank, world, node_size, t, d)
 
 
 def balancing_runs_one_thread(steps: int = 40) -> dict:
