@@ -8,7 +8,10 @@ from __future__ import annotations
 import os
 import shutil
 import signal
+import subprocess
+import sys
 import tempfile
+import textwrap
 import time
 import uuid
 from pathlib import Path
@@ -75,3 +78,81 @@ def _wait_for(predicate, seconds: float, what: str) -> None:
     while not predicate():
         assert time.monotonic() < deadline, f"timed out waiting for {what}"
         time.sleep(0.05)
+
+
+# ----------------------------------------------------------------------------- minipar grade
+# (shared by tests/test_faults*.py, which signal or kill a `minipar grade` subprocess)
+ROOT = Path(__file__).resolve().parents[1]
+SCRIPT = ROOT / "exercises" / "memory_time" / "solutions" / "01_params.py"
+
+# cell 1 of the mid-check notebook: two ranks, each starting a child that would sleep on, and
+# writing a marker once both exist; then they wait for a long time
+RANKS_CELL = textwrap.dedent("""
+    import os, subprocess, time
+    from minipar.runtime.launch import run
+
+    def sleeper(rank, world_size, marker):
+        child = subprocess.Popen(["sleep", "600"])
+        open(f"{marker}.{rank}", "w").write(str(child.pid))
+        time.sleep(600)
+
+    run(sleeper, 2, os.environ["MINIPAR_FAULT_MARKER"], backend="gloo", timeout=900)
+""")
+
+
+def exercise_notebook(folder: Path, first_cell: str) -> Path:
+    """The params exercise (solved) with ``first_cell`` inserted before its first code cell."""
+    import nbformat
+
+    from minipar.grading.notebooks import build
+
+    nb = build(SCRIPT, solved=True)
+    k = next(i for i, c in enumerate(nb.cells) if c.cell_type == "code")
+    nb.cells.insert(k, nbformat.v4.new_code_cell(first_cell))
+    for i, c in enumerate(nb.cells):
+        c.id = f"c{i}"
+    path = folder / "memory_time" / "01_params.ipynb"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    nbformat.write(nb, path)
+    return path
+
+
+def grade_process(env, *args) -> subprocess.Popen:
+    return subprocess.Popen(
+        [sys.executable, "-m", "minipar.cli", "grade", *map(str, args)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+        cwd=ROOT,
+        start_new_session=True,
+    )
+
+
+def assert_clean_exit(p, sig, tag, tmp, side):
+    out, err = p.communicate(timeout=120)
+    assert p.returncode == 128 + sig, (p.returncode, err[-3000:])
+    assert "Traceback" not in err, err[-3000:]
+    stops = [ln for ln in err.splitlines() if ln.startswith("minipar grade: stopped by")]
+    assert stops == [
+        f"minipar grade: stopped by {signal.Signals(sig).name}; the kernels and "
+        "their files are gone"
+    ], err[-3000:]
+    procs, files = _settled(tag, tmp)
+    assert procs == [], f"processes left: {procs}"
+    assert files == [], f"files left in TMPDIR: {files}"
+    runtime = side / "rt"
+    assert not runtime.exists() or list(runtime.iterdir()) == [], "a kernel connection file"
+
+
+SIGNALS = [signal.SIGINT, signal.SIGTERM, signal.SIGHUP]
+
+
+def wait_for_both_ranks(p, side: Path) -> None:
+    """Until the mid-check notebook's two ranks and their children exist (or grade ended)."""
+    markers = [side / "rank.0", side / "rank.1"]
+    _wait_for(
+        lambda: all(m.exists() and m.read_text() for m in markers) or p.poll() is not None,
+        240,
+        "both ranks and their children",
+    )
