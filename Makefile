@@ -146,14 +146,15 @@ grade: $(STAMP) ## grade your exercise notebooks and print a score table
 lab: $(STAMP) ## JupyterLab on the course, with the .venv kernel
 	.venv/bin/jupyter lab --ServerApp.root_dir=. $$([ "$$(id -u)" = 0 ] && echo --allow-root)
 
-bench: $(STAMP) ## every minipar bench on this machine's CPU ranks (launch, collectives, the five chapters)
+# The chapters' benches come from the registry (minipar.chapters, Chapter.bench), in reading order,
+# each with its defaults unless BENCH_ARGS_<slug> says otherwise (the pipeline chapter runs p = 2).
+BENCH_CHAPTERS = $(shell $(PY) -c 'from minipar.chapters import CHAPTERS; \
+                   print(*(c.slug for c in CHAPTERS if c.bench))')
+BENCH_ARGS_pipeline_parallel := --pp 2
+
+bench: $(STAMP) ## every minipar bench on this machine's CPU ranks (launch, then each chapter's)
 	.venv/bin/minipar bench launch --ranks 4
-	.venv/bin/minipar bench collectives
-	.venv/bin/minipar bench data_parallel --ranks 4
-	.venv/bin/minipar bench tensor_parallel --ranks 2
-	.venv/bin/minipar bench pipeline_parallel --pp 2
-	.venv/bin/minipar bench context_parallel --ranks 4
-	.venv/bin/minipar bench expert_parallel --ranks 4
+	$(foreach s,$(BENCH_CHAPTERS),.venv/bin/minipar bench $(s) $(BENCH_ARGS_$(s)) &&) true
 
 clean: ## remove _build (the site and the notebook cache)
 	rm -rf _build

@@ -105,6 +105,27 @@ def test_every_command_and_bench_is_named_in_the_readme():
 
 
 @pytest.mark.slow
+def test_make_bench_takes_its_chapters_from_the_registry():
+    """`make bench` runs the launcher's bench, then every chapter's that has one
+    (``minipar.chapters``), in reading order, and names no chapter in its recipe."""
+    from minipar.chapters import CHAPTERS
+
+    out = subprocess.run(
+        ["make", "-n", "--no-print-directory", "bench"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert out.returncode == 0, out.stderr
+    ran = re.findall(r"minipar bench (\w+)", out.stdout)
+    assert ran == ["launch"] + [c.slug for c in CHAPTERS if c.bench], out.stdout
+    text = (ROOT / "Makefile").read_text()
+    recipe = text[text.index("\nbench:") :].split("\n\n")[0]
+    assert [c.slug for c in CHAPTERS if c.slug in recipe] == []
+
+
+@pytest.mark.slow
 def test_every_bench_with_backend_is_the_one_the_readme_names():
     text = " ".join((ROOT / "README.md").read_text().split())
     said = re.search(r"`minipar bench launch`, (.*?) take `--backend`", text).group(1)
