@@ -13,7 +13,7 @@ import pytest
 from minipar.cost.planner import term_table, three_d_terms
 from minipar.cost.planner.term_table import TERMS, js_block, js_name, python_name
 
-JS = Path(term_table.__file__).resolve().parents[2] / "widgets" / "three_d.js"
+JS = Path(term_table.__file__).resolve().parents[2] / "widgets" / "three_d_model.js"
 STRUCTURAL = {"term_bubble"}  # the pipeline's stretch factor, not an additive term
 
 

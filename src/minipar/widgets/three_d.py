@@ -1,5 +1,5 @@
 """Explorer for the putting-them-together chapter: one layout's memory, step time and cost, and
-the same t at every other pipeline depth. ``widgets/three_d.js``'s ``planEvaluate`` and
+the same t at every other pipeline depth. ``widgets/three_d_model.js``'s ``planEvaluate`` and
 ``planCluster`` are the JavaScript twins of :func:`minipar.cost.planner.three_d.evaluate` and
 :func:`~minipar.cost.planner.three_d.cluster` (parity-tested in tests/test_three_d_explorer.py).
 """

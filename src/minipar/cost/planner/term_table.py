@@ -1,12 +1,12 @@
 """The one table of the planner's cost terms (``term_table.json``), read by the Python planner
 (:func:`minipar.cost.planner.three_d_terms.breakdown`), the explorer's JavaScript (the generated block of
-``widgets/three_d.js``), ``minipar plan``'s columns, the charts and the tests.
+``widgets/three_d_model.js``), ``minipar plan``'s columns, the charts and the tests.
 
 Adding a term is one row here, one Python function ``term_<name>(m_, cl, lay, opt, *needs)`` in
 the module of its kind (:mod:`~minipar.cost.planner.compute_terms`,
 :mod:`~minipar.cost.planner.communication_terms`, :mod:`~minipar.cost.planner.memory_terms`,
 imported by :mod:`~minipar.cost.planner.three_d_terms`) and its JavaScript twin
-``term<Name>(model, cluster, lay, opt, ...needs)`` in ``widgets/three_d.js``; ``python -m
+``term<Name>(model, cluster, lay, opt, ...needs)`` in ``widgets/three_d_model.js``; ``python -m
 minipar.cost.planner.term_table`` prints the JavaScript block to paste between its ``BEGIN
 TERMS`` and ``END TERMS`` lines (tests/test_cost_terms.py fails until it is there). A term
 returns its value (seconds or bytes), or a record (a ``NamedTuple``) whose first field,
@@ -86,7 +86,7 @@ BEGIN, END = "// BEGIN TERMS", "// END TERMS"
 
 
 def js_block() -> str:
-    """The JavaScript block of ``widgets/three_d.js`` generated from the table."""
+    """The JavaScript block of ``widgets/three_d_model.js`` generated from the table."""
     rows = json.dumps([t._asdict() for t in TERMS], ensure_ascii=False)
     fns = ", ".join(f"{t.name}: {js_name(t.name)}" for t in TERMS)
     return (

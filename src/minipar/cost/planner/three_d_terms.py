@@ -10,7 +10,7 @@ live by kind: :mod:`~minipar.cost.planner.layout` (the options and the layout),
 :mod:`~minipar.cost.planner.compute_terms`, :mod:`~minipar.cost.planner.communication_terms`
 and :mod:`~minipar.cost.planner.memory_terms`; this module imports them all, so
 ``three_d_terms.term_tp`` and the helpers are read here as before. The explorer's JavaScript
-(``widgets/three_d.js``) has one twin per term, camelCase (``term_tp`` → ``termTp``), so a
+(``widgets/three_d_model.js``) has one twin per term, camelCase (``term_tp`` → ``termTp``), so a
 parity failure names the term. The model each term implements, with its sources, is stated in
 :mod:`minipar.cost.planner.three_d`'s docstring and in the term's own.
 
