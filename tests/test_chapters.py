@@ -41,3 +41,18 @@ def test_removing_a_part_is_caught(tmp_path, monkeypatch):
     monkeypatch.setattr(chapters, "CHAPTERS", (chapters.Chapter("no_such_chapter"),))
     with pytest.raises(AssertionError, match="lacks"):
         test_every_chapter_has_all_its_parts(chapters.Chapter("no_such_chapter"))
+
+
+def test_every_chapter_forbids_its_answers_and_only_registered_chapters_are_named():
+    """The grader's forbidden modules (minipar.grading.imports) cover every registered chapter,
+    its own package unless an exception says otherwise, and name no chapter the registry
+    lacks."""
+    from minipar.grading import imports
+
+    assert list(imports.FORBIDDEN) == list(chapters.SLUGS)
+    assert set(imports._ANSWERS) <= set(chapters.SLUGS), sorted(imports._ANSWERS)
+    for slug, modules in imports.FORBIDDEN.items():
+        assert any(m == f"minipar.{slug}" or m.startswith(f"minipar.{slug}.") for m in modules), (
+            slug,
+            modules,
+        )

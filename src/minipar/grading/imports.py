@@ -34,10 +34,11 @@ import inspect
 import sys
 import types
 
+from minipar.chapters import SLUGS
 from minipar.grading import GradeFailure
 
-#: chapter slug -> the modules that hold that chapter's answers
-FORBIDDEN: dict[str, tuple[str, ...]] = {
+#: the chapters whose answers are not exactly their own package ``minipar.<slug>``
+_ANSWERS: dict[str, tuple[str, ...]] = {
     # the collectives and the α-β cost model (minipar.cost.network.collectives)
     "collectives": ("minipar.collectives", "minipar.cost"),
     # the formulas (minipar.cost: Eq. 2, ZeRO's bytes, Table 2, flops_per_iteration) and the
@@ -56,14 +57,13 @@ FORBIDDEN: dict[str, tuple[str, ...]] = {
         "minipar.data_parallel.overlap",
         "minipar.data_parallel.train",
     ),
-    "tensor_parallel": ("minipar.tensor_parallel",),
-    "pipeline_parallel": ("minipar.pipeline_parallel",),
     # 3D: the grids (exercises 1 and 4) and the planner, which holds the search (exercise 2)
     # and the cost-per-token formula (exercise 3)
     "three_d": ("minipar.grid", "minipar.three_d", "minipar.cost.planner.three_d"),
-    "context_parallel": ("minipar.context_parallel",),
-    "expert_parallel": ("minipar.expert_parallel",),
 }
+
+#: chapter slug (every one of :mod:`minipar.chapters`) -> the modules that hold its answers
+FORBIDDEN: dict[str, tuple[str, ...]] = {s: _ANSWERS.get(s, (f"minipar.{s}",)) for s in SLUGS}
 
 #: the rule every starter and the exercises' introduction state, in the learner's words
 RULE = (
