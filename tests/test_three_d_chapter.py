@@ -260,3 +260,19 @@ def test_the_chapter_makes_no_retracted_claim():
     assert retracted_claims("planted", planted) == [
         "planted: 'tens of thousands of tokens' (NVIDIA's H100 recipes use cp = 2 at 8K)"
     ]
+
+
+def test_an_audit_row_naming_an_unknown_page_or_verdict_is_refused(tmp_path):
+    """audit_claims.toml is checked as it loads: a section must be a chapter of minipar.chapters
+    (or its notebook, or empty), a verdict one of VERDICTS."""
+    row = 'id = "A1"\nclaim = "c"\nevidence = "e"\n'
+    bad = tmp_path / "claims.toml"
+    bad.write_text(f'[[claim]]\n{row}verdict = "right"\nsection = "data_paralel"\n')
+    with pytest.raises(ValueError, match=r"claim 1 \(A1\): section 'data_paralel' is neither"):
+        audit.load(bad)
+    bad.write_text(f'[[claim]]\n{row}verdict = "mostly"\nsection = ""\n')
+    with pytest.raises(ValueError, match="verdict 'mostly' is not one of"):
+        audit.load(bad)
+    good = f'[[claim]]\n{row}verdict = "wrong"\nsection = "../notebooks/three_d"\n'
+    bad.write_text(good)
+    assert audit.load(bad) == (audit.Claim("A1", "c", "wrong", "e", "../notebooks/three_d"),)
