@@ -34,7 +34,10 @@ def planner_preset(model: str) -> dict:
     preset: the layout and every setting the search chose."""
     gpus, batch, gpu, max_ep = PLANNER_PRESETS[model]
     cl = cluster(gpus, 8, gpu)
-    best = next(c for c in search(MODELS[model], cl, batch, Space(max_ep=max_ep)) if c.fits)
+    # the explorer prices even stages (p divides the layers): a 94-layer model's best would
+    # otherwise be an uneven split the explorer refuses
+    space = Space(max_ep=max_ep, split="even")
+    best = next(c for c in search(MODELS[model], cl, batch, space) if c.fits)
     controls = {k: getattr(best, f) for k, f in _CONTROLS.items()} | {"gpu": gpu}
     return {"t": best.tp, "p": best.pp, "gpus": gpus, "batch": batch, "controls": controls}
 
