@@ -107,6 +107,7 @@ def test_a_signal_never_lands_inside_jupyter_clients_event_loop(monkeypatch):
     kernel = object.__new__(runner.Kernel)
     kernel.kc = Client()
     kernel.cpu = lambda: (0.0, 0.0)
+    kernel._cpu_seen = {}  # pid -> CPU-seconds at the last sample (none taken here)
     kernel.alive = lambda: True
     with pytest.raises(runner.Interrupted) as caught, runner.signals_unwind():
         kernel.run_cell("x = 1", None, 60.0, 60.0)

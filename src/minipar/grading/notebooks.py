@@ -20,7 +20,7 @@ failed task, never a vanished one. :func:`graded_copy` turns a learner's noteboo
 ``minipar grade`` runs: nothing the learner's file has saved reaches it.
 
 ``python -m minipar.grading.notebooks [CHAPTER...]`` writes the missing starters (:func:`main`);
-``--force`` rewrites changed ones only after naming them and a typed ``yes``, keeping backups.
+``--force`` overwrites changed ones only after naming them and a typed ``yes``, keeping backups.
 """
 
 from __future__ import annotations
