@@ -336,6 +336,7 @@ def _flag_names() -> tuple[dict, dict]:
         "ATTENTION": planner.ATTENTION,
         "NORMS": planner.NORMS,
         "SPLITS": planner.SPLITS,
+        "PLAN_SCHEDULES": planner.SCHEDULES,
         "CP_ALGORITHMS": CP_ALGORITHMS,
         "FP8_SCALING": FP8_SCALING,
     }
@@ -466,6 +467,7 @@ def plan_inputs(args):
     is decided (:func:`minipar.cost.planner.three_d.plan_options`)."""
     m_, cl = _plan_model(args), _plan_cluster(args)
     dims = ("tp", "pp", "dp", "micro_batch", "zero", "recompute", "cp", "ep", "max_cp", "max_ep")
+    dims += ("chunks", "schedule")
     space = planner.Space(**{k: getattr(args, k) for k in dims}, split=args.pipeline_split)
     modules = args.recompute_modules
     opts = planner.Options(

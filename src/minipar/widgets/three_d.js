@@ -86,7 +86,7 @@ registerExplorer("plan", {
     {name: "cp", label: "context parallel cp", type: "number", min: 1, max: 1024, why: "2·cp divides the sequence (zigzag chunks)", step: 1, value: 1},
     {name: "ep", label: "expert parallel ep (MoE models)", type: "number", min: 1, max: 1024, why: "ep divides the experts", step: 1, value: 1},
     {name: "b", label: "micro-batch b", type: "number", min: 1, max: 4096, why: "b·d divides the global batch", step: 1, value: 1},
-    {name: "v", label: "chunks v", type: "select", options: [1, 2, 4], value: 1},
+    {name: "v", label: "chunks v", type: "select", options: [1, 2, 4, 8], value: 1},
     {name: "recompute", label: "recompute", type: "select", options: RECOMPUTE, value: "selective"},
     {name: "sp", label: "sequence parallel", type: "checkbox", value: true},
     {name: "zero", label: "ZeRO", type: "select", options: [0, 1, 2, 3], value: 1},

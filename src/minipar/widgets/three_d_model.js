@@ -120,7 +120,7 @@ export function planCheck(model, cluster, lay) {
   }
   if (globalBatch % (d * b)) throw new Error(`global batch (${globalBatch}) must be divisible by d·b (${d}·${b})`);
   const m = Math.floor(globalBatch / (d * b));
-  if (v > 1 && (p === 1 || m % p)) throw new Error(`interleaving (v=${v}) needs p > 1 and microbatches m (${m}) a multiple of p (${p})`);
+  if (v > 1 && (p === 1 || m < p)) throw new Error(`interleaving (v=${v}) needs p > 1 and microbatches m (${m}) at least p (${p})`);
   if (zero === 2 && p > 1) throw new Error(`ZeRO stage (2) needs p = 1 (its sharded gradients would be reduced every micro-batch under PP; use ZeRO-1 or ZeRO-3), got p (${p})`);
   return null;
 }
@@ -403,7 +403,6 @@ export function planOptions(opt = {}) {
 }
 
 const layMicrobatches = (lay) => Math.floor(lay.global_batch / (lay.dp * lay.micro_batch));   // Python: Layout.microbatches
-const laySchedule = (lay) => (lay.chunks > 1 ? "interleaved" : "1f1b");                       // Python: Layout.schedule
 
 // Python: stage_layers(L, lay) -> [layers on a middle stage, layers on the first or last stage]
 export function stageLayers(L, lay) {
@@ -454,10 +453,16 @@ export function termStates(model, cluster, lay, opt) {
 
 // Python: layers_in_flight(L, lay)
 export function layersInFlight(L, lay) {
-  const p = lay.pp, m = layMicrobatches(lay);
-  if (lay.chunks > 1) return L * (1 + (p - 1) / (p * lay.chunks));
-  const [mid, end] = stageLayers(L, lay);
-  return Math.max(end * Math.min(p, m), mid * Math.min(p - 1, m));
+  const v = lay.chunks, [mid, end] = stageLayers(L, lay);
+  const first = end * chunksInFlight(lay, 0) / v;
+  return lay.pp > 1 ? Math.max(first, mid * chunksInFlight(lay, 1) / v) : first;
+}
+
+// Python: chunks_in_flight(lay, rank): 1F1B's p − rank, interleaved Megatron's warm-up + 1, at most m·v
+export function chunksInFlight(lay, rank) {
+  const p = lay.pp, m = layMicrobatches(lay), v = lay.chunks;
+  if (v === 1) return Math.min(p - rank, m);
+  return Math.min(2 * (p - rank - 1) + (v - 1) * p + 1, m * v);
 }
 
 // Python: shape_activation_bytes(m_, lay)
@@ -769,8 +774,8 @@ export function termZero3Exposed(model, cluster, lay, opt, compute) {
 // Python: term_bubble(lay) -> [relative to ideal, fraction of the step]
 export function termBubble(lay) {
   if (lay.pp === 1) return [0.0, 0.0];
-  const args = [laySchedule(lay), lay.pp, layMicrobatches(lay), lay.chunks];
-  return [bubbleRelativeToIdeal(...args), bubbleFractionOfTotal(...args)];
+  const r = (lay.pp - 1) / (lay.chunks * layMicrobatches(lay));   // any m >= p (flexible schedule)
+  return [r, r / (1 + r)];
 }
 
 // Python: term_dp_exposed(m_, cl, lay, opt, compute, zero3_exposed) -> {value (exposed), total, link}

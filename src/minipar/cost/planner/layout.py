@@ -10,7 +10,6 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import NamedTuple
 
-from ..chapters.pipeline_parallel import bubble_fraction_of_total, bubble_relative_to_ideal
 from ..kernels.compute import FP8_SCALING
 from ..model import ATTENTION
 
@@ -273,9 +272,12 @@ def reshards(lay: Layout, opt: Options) -> bool:
 
 
 def term_bubble(lay: Layout) -> tuple[float, float]:
-    """(relative to the ideal time, fraction of the step) of the pipeline bubble: (p−1)/(v·m)
-    and its share of the step (Narayanan et al. 2021 §2.2; 0 when p = 1)."""
+    """(relative to the ideal time, fraction of the step) of the pipeline bubble: r = (p−1)/(v·m)
+    and r/(1 + r) (Narayanan et al. 2021 §2.2; 0 when p = 1). Interleaved, m need only be at
+    least p, not a multiple of it: Llama 3's flexible schedule runs any number of micro-batches
+    per round (Llama Team 2024 §3.3.2), and Megatron-Core's interleaved schedule takes any
+    m ≥ p in groups of p."""
     if lay.pp == 1:
         return 0.0, 0.0
-    args = (lay.schedule, lay.pp, lay.microbatches, lay.chunks)
-    return bubble_relative_to_ideal(*args), bubble_fraction_of_total(*args)
+    r = (lay.pp - 1) / (lay.chunks * lay.microbatches)
+    return r, r / (1 + r)

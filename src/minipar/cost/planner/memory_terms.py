@@ -35,14 +35,28 @@ def term_states(m_, cl, lay: Layout, opt: Options) -> float:
     return states
 
 
+def chunks_in_flight(lay: Layout, rank: int) -> int:
+    """Micro-batch chunks whose activations stage ``rank`` holds at its peak: under 1F1B its
+    p − rank warm-up forwards, at most m (Narayanan et al. 2021 §2.2.1); interleaved, Megatron's
+    warm-up of 2·(p − rank − 1) + (v − 1)·p chunks plus the one running, at most all m·v
+    (``get_forward_backward_func``'s interleaved schedule; Korthikanti et al. 2022 §4.2.3)."""
+    p, m, v = lay.pp, lay.microbatches, lay.chunks
+    if v == 1:
+        return min(p - rank, m)
+    return min(2 * (p - rank - 1) + (v - 1) * p + 1, m * v)
+
+
 def layers_in_flight(L: int, lay: Layout) -> float:
-    """Layers' worth of one micro-batch's activations the first stage holds: min(p, m)·L/p under
-    1F1B, L·(1 + (p−1)/(p·v)) interleaved (Korthikanti et al. 2022 §4.2.3, Eq. 5)."""
-    p, m = lay.pp, lay.microbatches
-    if lay.chunks > 1:
-        return L * (1 + (p - 1) / (p * lay.chunks))
+    """Layers' worth of one micro-batch's activations the fullest stage holds: the chunks in
+    flight (:func:`chunks_in_flight`) times the layers of one chunk, 1/v of the stage's, on the
+    first stage and, under the "units" split, on the second (a layer more than the first, a
+    chunk fewer in flight). Interleaved with m large it is L·(1 + (p−1)/(p·v)), Korthikanti et
+    al. 2022 Eq. 5: the first stage holds more micro-batches than under 1F1B; with m·v chunks
+    or fewer every stage holds all of them."""
+    v = lay.chunks
     mid, end = stage_layers(L, lay)  # the first stage, or the second under "units"
-    return max(end * min(p, m), mid * min(p - 1, m))
+    first = end * chunks_in_flight(lay, 0) / v
+    return max(first, mid * chunks_in_flight(lay, 1) / v) if lay.pp > 1 else first
 
 
 def module_activation_bytes(m_, lay: Layout, opt: Options) -> float:

@@ -401,9 +401,10 @@ _TAIL = ("dp_seconds", "step_seconds", "mfu", "hfu", "tp_link", "pp_link", "dp_l
 @dataclass(frozen=True)
 class Space:
     """What :func:`search` ranges over: a field left ``None`` is searched (t a divisor of the
-    heads within a node, p a divisor of L, b a power of two up to ``max_micro_batch``, v in 1, 2,
-    4 up to ``max_chunks``, every recomputation, every ZeRO stage the layout allows, cp and ep
-    over powers of two up to ``max_cp`` and ``max_ep``), a value fixes it."""
+    heads within a node, p a divisor of L, b a power of two up to ``max_micro_batch``, v every
+    chunk count the split allows (:func:`chunk_counts`) up to ``max_chunks`` under
+    ``schedule``, every recomputation, every ZeRO stage the layout allows, cp and ep over powers
+    of two up to ``max_cp`` and ``max_ep``), a value fixes it."""
 
     tp: int | None = None
     pp: int | None = None
@@ -413,11 +414,25 @@ class Space:
     recompute: str | None = None
     cp: int | None = None
     ep: int | None = None
+    chunks: int | None = None  # v, model chunks per stage (1: no interleaving)
+    schedule: str | None = None  # "1f1b" (v = 1) or "interleaved" (v > 1); None: both
     max_micro_batch: int = 8
-    max_chunks: int = 4
+    max_chunks: int | None = None  # None: up to the layers per stage
     max_cp: int = 1
     max_ep: int = 1
     split: str | None = None  # None: "even" where p divides L, else "units"
+
+    def __post_init__(self):
+        if self.schedule not in (None, *SCHEDULES):
+            raise ValueError(f"schedule ({self.schedule!r}) must be one of {', '.join(SCHEDULES)}")
+        v = self.chunks
+        if v is not None and (int(v) != v or v < 1):
+            raise ValueError(f"chunks ({v}) must be a positive integer")
+        if v and (self.schedule, v > 1) in (("1f1b", True), ("interleaved", False)):
+            raise ValueError(
+                f"chunks ({v}) contradicts schedule ({self.schedule}): 1f1b is v = 1, "
+                "interleaved v > 1"
+            )
 
 
 def _stage_counts(m_: ModelShape, space: Space) -> list[int]:
@@ -429,6 +444,28 @@ def _stage_counts(m_: ModelShape, space: Space) -> list[int]:
     if space.split == "even":
         return even
     return sorted(set(even) | {p for p in _divisors(m_.layers + 2) if 1 < p <= m_.layers})
+
+
+SCHEDULES = ("1f1b", "interleaved")
+"""Pipeline schedules the search prices: 1F1B (v = 1, Narayanan et al. 2021 §2.2.1) and
+interleaved 1F1B (v > 1 model chunks per stage, §2.2.2). The zero-bubble schedules the pipeline
+chapter teaches (ZB-H1) split the backward into two passes, which this model does not price."""
+
+
+def chunk_counts(m_: ModelShape, space: Space, p: int, m: int, split: str) -> list[int]:
+    """v to try for p stages and m micro-batches: 1 and every v > 1 the split allows, L (even)
+    or L + 2 ("units") divisible by p·v, so every chunk has the same count of layers (v up to
+    the layers per stage), when m ≥ p (Llama 3's flexible schedule, Llama Team 2024 §3.3.2:
+    m need not be a multiple of p); capped by ``space.max_chunks``, narrowed by
+    ``space.schedule`` and fixed by ``space.chunks``."""
+    if space.chunks:
+        return [space.chunks]
+    units = m_.layers + 2 if split == "units" else m_.layers
+    top = space.max_chunks or units
+    inter = []
+    if p > 1 and m >= p and units % p == 0:
+        inter = [v for v in _divisors(units // p) if 1 < v <= top]
+    return {"1f1b": [1], "interleaved": inter}.get(space.schedule, [1, *inter])
 
 
 def _split_for(m_: ModelShape, space: Space, p: int) -> str:
@@ -559,9 +596,9 @@ def check(m_: ModelShape, cl: Cluster, lay: Layout) -> None:
     if global_batch % (d * b):
         raise ValueError(f"global batch ({global_batch}) must be divisible by d·b ({d}·{b})")
     m = global_batch // (d * b)
-    if v > 1 and (p == 1 or m % p):
+    if v > 1 and (p == 1 or m < p):
         raise ValueError(
-            f"interleaving (v={v}) needs p > 1 and microbatches m ({m}) a multiple of p ({p})"
+            f"interleaving (v={v}) needs p > 1 and microbatches m ({m}) at least p ({p})"
         )
     if check_zero_stage(zero) == 2 and p > 1:
         raise ValueError(
@@ -638,10 +675,7 @@ def search(
     for t, cp_, ep_, p, d, b in list(_candidates(m_, cl, global_batch, space, refused)):
         m = global_batch // (d * b)
         split = _split_for(m_, space, p)
-        interleaves = split == "even" and p > 1 and m % p == 0
-        vs = [1] + [
-            v for v in (2, 4) if interleaves and v <= space.max_chunks and m_.layers % (p * v) == 0
-        ]
+        vs = chunk_counts(m_, space, p, m, split)
         zs = list(ZERO_STAGES) if p == 1 else [0, 1, 3]  # ZeRO-2 needs p = 1
         zs = [space.zero] if space.zero is not None else [0] if d == 1 else zs
         for v, rc, sp, z in (
