@@ -1220,3 +1220,19 @@ def test_plan_fixes_the_schedule_and_the_chunks(capsys):
     ):
         status, _, err = plan(capsys, *base, *extra)
         assert status == 2 and words in err, err
+
+
+def test_plan_header_prints_the_recipe_it_assumed(capsys):
+    """The plan's header says what it assumed: the gradient reduction's dtype (the recipe's
+    fp32, or what --grad-reduce-bytes gives), FP8 and its scaling, each overlap switch and the
+    schedules searched. Negative control: another input prints other words."""
+    base = ("--model", "llama3-8b", "--gpus", "8", "--gpu", "H100-SXM", "--global-batch", "16")
+    status, out, _ = plan(capsys, *base, "--top", "1")
+    line = next(x for x in out.splitlines() if x.startswith("  recipe: "))
+    assert status == 0 and "gradients reduced in fp32; FP8 GEMMs off; TP overlap off" in line
+    assert "param-gather overlap on" in line and "1f1b, interleaved" in line
+    status, out, _ = plan(
+        capsys, *base, "--top", "1", "--grad-reduce-bytes", "2", "--fp8", "delayed", "--tp-overlap"
+    )
+    line = next(x for x in out.splitlines() if x.startswith("  recipe: "))
+    assert "gradients reduced in bf16; FP8 GEMMs delayed; TP overlap on" in line

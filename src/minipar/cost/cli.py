@@ -632,6 +632,23 @@ def _term_columns(shown) -> list:
     ]
 
 
+_DTYPES = {4: "fp32", 2: "bf16", 1: "fp8"}
+
+
+def recipe_words(opts) -> str:
+    """The recipe inputs a plan assumed, in words (every default decided): the gradient
+    reduction's dtype, FP8 and its scaling, and each overlap switch."""
+    grb = opts.grad_reduce_bytes
+    dtype = _DTYPES.get(grb, f"{grb:g} bytes")
+    on = {True: "on", False: "off", None: "off"}
+    return (
+        f"gradients reduced in {dtype}; FP8 GEMMs {opts.fp8 or 'off'}; "
+        f"TP overlap {on[opts.tp_overlap]}; grad-reduce overlap (p>1) "
+        f"{on[opts.overlap_grad_reduce]}; param-gather overlap {on[opts.overlap_param_gather]}; "
+        f"pipeline schedules {', '.join(planner.SCHEDULES)} (v up to the layers per stage)"
+    )
+
+
 def _plan_table(args, m_, cl, opts, shown, counts) -> None:
     n_fit, n_all = counts
     print(
@@ -650,12 +667,13 @@ def _plan_table(args, m_, cl, opts, shown, counts) -> None:
         "  overlap: TP and PP on the critical path; DP after the flush (p>1) or under the last "
         "backward (p=1); ZeRO-3 gathers prefetched one layer ahead"
     )
+    print("  recipe: " + recipe_words(opts))
     extra = any(c.cp > 1 or c.ep > 1 for c in shown)  # cp/ep columns when used
     cols = _term_columns(shown)
     print(
         f"  {'t':>2} {'p':>3} {'d':>4} "
         + (f"{'cp':>3} {'ep':>3} " if extra else "")
-        + f"{'b':>2} {'m':>4} {'v':>1} {'recomp':<9} {'sp':<2} "
+        + f"{'b':>2} {'m':>4} {'v':>2} {'recomp':<9} {'sp':<2} "
         f"{'Z':>1} {'mem/GPU':>10} {'bubble':>6} "
         + "".join(f"{t.column:>9} " for t in cols)
         + f"{'step':>9} {'MFU':>5}"
@@ -665,7 +683,7 @@ def _plan_table(args, m_, cl, opts, shown, counts) -> None:
             f"  {c.tp:>2} {c.pp:>3} {c.dp:>4} "
             + (f"{c.cp:>3} {c.ep:>3} " if extra else "")
             + f"{c.micro_batch:>2} {c.microbatches:>4} "
-            f"{c.chunks:>1} {c.recompute:<9} {'y' if c.sp else 'n':<2} {c.zero:>1} "
+            f"{c.chunks:>2} {c.recompute:<9} {'y' if c.sp else 'n':<2} {c.zero:>1} "
             f"{fmt_bytes(c.bytes_per_gpu) + ('*' if c.tight else ''):>10} {c.bubble:>6.1%} "
             + "".join(f"{fmt_seconds(c.breakdown.per_step(t.name)):>9} " for t in cols)
             + f"{fmt_seconds(c.step_seconds):>9} {c.mfu:>5.1%}"
