@@ -266,3 +266,27 @@ def test_moe_imbalance_slows_the_busiest_expert_rank_only_under_ep(capsys):
         assert main([*argv, *fixed, "--moe-imbalance", x]) == 0
         steps.append(json.loads(capsys.readouterr().out)["configs"][0]["step_seconds"])
     assert steps[1] > 1.25 * steps[0]
+
+
+def test_fp8_params_keep_no_16_bit_copy_of_the_fp8_linears():
+    """With FP8 parameters (--fp8-param-gather) the FP8 linears' weights have no 16-bit copy:
+    the states fall by 2 bytes per linear weight on the rank (t = 8: the layer's dense GEMM
+    weights ÷ 8, 80 layers), sharded over d·cp under ZeRO-3; time does not move. Without FP8
+    GEMMs the option is refused by its rule. Negative control: off, the states are as before."""
+    from minipar.cost.planner.shapes import layer_dense_gemms
+
+    m, cl = planner.MODELS["llama3-70b"], planner.cluster(64, 8, "H100-SXM")
+    lay = planner.Layout(128, 8, 1, 8, 1, recompute="none", sp=True, zero=1)
+    bf16 = planner.evaluate(m, cl, lay, planner.Options(fp8="delayed"))
+    fp8p = planner.evaluate(m, cl, lay, planner.Options(fp8="delayed", fp8_params=True))
+    linear = 80 * sum(N * K for _, N, K in layer_dense_gemms(m, lay))
+    assert bf16.model_state_bytes - fp8p.model_state_bytes == pytest.approx(2 * linear)
+    assert fp8p.step_seconds == bf16.step_seconds
+    z3 = planner.Layout(128, 8, 1, 8, 1, recompute="none", sp=True, zero=3)
+    saved = [
+        planner.evaluate(m, cl, z3, planner.Options(fp8="delayed", fp8_params=x)).bytes("states")
+        for x in (False, True)
+    ]
+    assert saved[0] - saved[1] == pytest.approx(2 * linear / 8)
+    with pytest.raises(ValueError, match=r"fp8_params \(True\) needs fp8 GEMMs"):
+        planner.Options(fp8_params=True)

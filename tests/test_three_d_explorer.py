@@ -962,3 +962,26 @@ def test_chart_bars_sum_to_the_step_for_every_term():
     for t in TERMS:
         if t.where != "memory":  # dropping this term leaves some bar short of its step
             assert any(c.seconds(t.name) > 1e-6 * c.step_seconds for c in configs), t.name
+
+
+@pytest.mark.slow
+def test_fp8_params_parity():
+    """fp8_params in JavaScript: the same states (no 16-bit copy of the FP8 linears) at ZeRO-1
+    and ZeRO-3, and the same refusal without FP8 GEMMs."""
+    m, cl = planner.MODELS["llama3-70b"], planner.cluster(64, 8, "H100-SXM")
+    cases = [
+        (planner.Layout(128, 8, 1, 8, 1, recompute="none", sp=True, zero=z), opt)
+        for z in (1, 3)
+        for opt in ({"fp8": "delayed", "fp8_params": True}, {"fp8_params": True})
+    ]
+    got = js_call(
+        "three_d",
+        [("planTerms", [_js_model(m), cluster_config(cl), asdict(lay), o]) for lay, o in cases],
+    )
+    for (lay, o), (kind, value) in zip(cases, got):
+        try:
+            want = planner.terms(m, cl, lay, planner.Options(**o)).values["states"]
+        except ValueError as e:
+            assert kind == "error" and value == str(e)
+            continue
+        assert kind == "ok" and value["states"] == pytest.approx(want, rel=1e-12)

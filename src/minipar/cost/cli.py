@@ -456,7 +456,8 @@ def _plan_cluster(args) -> "planner.Cluster":
 
 _PLAN_OPTIONS = (
     "grad_reduce_bytes headroom zero3_collectives attention precision overlap_grad_reduce "
-    "cp_algorithm overlap_param_gather reshard_after_forward fp8 compiled tp_overlap moe_imbalance"
+    "cp_algorithm overlap_param_gather reshard_after_forward fp8 compiled tp_overlap moe_imbalance "
+    "fp8_params"
 ).split()
 """The :class:`~minipar.cost.planner.three_d_terms.Options` fields ``minipar plan`` takes as flags
 of the same name."""
@@ -642,7 +643,8 @@ def recipe_words(opts) -> str:
     dtype = _DTYPES.get(grb, f"{grb:g} bytes")
     on = {True: "on", False: "off", None: "off"}
     return (
-        f"gradients reduced in {dtype}; FP8 GEMMs {opts.fp8 or 'off'}; "
+        f"gradients reduced in {dtype}; FP8 GEMMs {opts.fp8 or 'off'}"
+        f"{', FP8 parameters (no 16-bit copy)' if opts.fp8_params else ''}; "
         f"TP overlap {on[opts.tp_overlap]}; grad-reduce overlap (p>1) "
         f"{on[opts.overlap_grad_reduce]}; param-gather overlap {on[opts.overlap_param_gather]}; "
         f"pipeline schedules {', '.join(planner.SCHEDULES)} (v up to the layers per stage)"

@@ -383,10 +383,10 @@ function resolvedOptions(o, attention, precision) {
 
 // Python: Options(...) with its defaults and rules
 export function planOptions(opt = {}) {
-  const known = ["grad_reduce_bytes", "dp_overlap", "headroom", "zero3_overlap", "zero3_collectives", "attention", "precision", "zero3_ac_inside_unit", "overlap_grad_reduce", "cp_algorithm", "overlap_param_gather", "reshard_after_forward", "recompute_modules", "fp8", "compiled", "tp_overlap", "moe_imbalance"];
+  const known = ["grad_reduce_bytes", "dp_overlap", "headroom", "zero3_overlap", "zero3_collectives", "attention", "precision", "zero3_ac_inside_unit", "overlap_grad_reduce", "cp_algorithm", "overlap_param_gather", "reshard_after_forward", "recompute_modules", "fp8", "compiled", "tp_overlap", "moe_imbalance", "fp8_params"];
   const unknown = Object.keys(opt).filter((k) => !known.includes(k)).sort();
   if (unknown.length) throw new Error(`option ('${unknown[0]}') must be one of ${known.join(", ")}`);
-  const o = {grad_reduce_bytes: null, dp_overlap: true, headroom: null, zero3_overlap: true, zero3_collectives: "hierarchical", attention: null, precision: null, zero3_ac_inside_unit: false, overlap_grad_reduce: false, cp_algorithm: "ring", overlap_param_gather: null, reshard_after_forward: null, recompute_modules: null, fp8: null, compiled: false, tp_overlap: false, moe_imbalance: 1.0, ...opt};
+  const o = {grad_reduce_bytes: null, dp_overlap: true, headroom: null, zero3_overlap: true, zero3_collectives: "hierarchical", attention: null, precision: null, zero3_ac_inside_unit: false, overlap_grad_reduce: false, cp_algorithm: "ring", overlap_param_gather: null, reshard_after_forward: null, recompute_modules: null, fp8: null, compiled: false, tp_overlap: false, moe_imbalance: 1.0, fp8_params: false, ...opt};
   if (!ZERO3_COLLECTIVES.includes(o.zero3_collectives)) throw new Error(`zero3_collectives ('${o.zero3_collectives}') must be one of ${ZERO3_COLLECTIVES.join(", ")}`);
   if (!(o.attention === null || ATTENTION.includes(o.attention))) throw new Error(`attention ('${o.attention}') must be one of ${ATTENTION.join(", ")}`);
   if (!(o.fp8 === null || FP8_SCALING.includes(o.fp8))) throw new Error(`fp8 ('${o.fp8}') must be one of ${FP8_SCALING.join(", ")}`);
@@ -394,6 +394,7 @@ export function planOptions(opt = {}) {
   if (!(o.precision === null || o.precision in RECIPES)) throw new Error(`precision ('${o.precision}') must be one of ${Object.keys(RECIPES).join(", ")}`);
   const badModule = (o.recompute_modules || []).find((x) => !RECOMPUTE_MODULES.includes(x));
   if (badModule !== undefined) throw new Error(`recompute module ('${badModule}') must be one of ${RECOMPUTE_MODULES.join(", ")}`);
+  if (o.fp8_params && !o.fp8) throw new Error(`fp8_params (${o.fp8_params ? "True" : "False"}) needs fp8 GEMMs (a scaling), got fp8 (${o.fp8 ?? "None"})`);
   if (!(o.moe_imbalance >= 1)) throw new Error(`moe imbalance (${o.moe_imbalance}) must be >= 1 (the busiest EP rank's tokens over the mean)`);
   const grb = o.grad_reduce_bytes ?? GRAD_REDUCE_BYTES, room = o.headroom ?? HEADROOM;
   if (!(grb > 0) || !(room >= 0 && room < 1)) {
@@ -448,7 +449,15 @@ export function termStates(model, cluster, lay, opt) {
     const one = lay.ep === 1 ? sp.layer / t : sp.dense_layer / t + sp.expert_layer / lay.ep;
     states += (2 * 2 + opt.grad_reduce_bytes) * one;
   }
-  return states;
+  return states - fp8ParamBytesSaved(model, lay, opt);
+}
+
+// Python: fp8_param_bytes_saved(m_, lay, opt): no 16-bit copy of the FP8 linears' weights
+export function fp8ParamBytesSaved(model, lay, opt) {
+  if (!(opt.fp8 && opt.fp8_params)) return 0.0;
+  const linear = layerDenseGemms(model, lay).reduce((acc, [, N, K]) => acc + N * K, 0);
+  const shard = lay.zero === 3 ? lay.dp * lay.cp : 1;
+  return recipeOf(opt).weight_bytes * Math.max(...stageLayers(model.layers, lay)) * linear / shard;
 }
 
 // Python: layers_in_flight(L, lay)

@@ -47,7 +47,7 @@ def fp8_gemm_delta(m_, cl, lay: Layout, opt: Options) -> float:
     if not opt.fp8:
         return 0.0
     return layer_gemm_seconds(m_, cl, lay, opt) - layer_gemm_seconds(
-        m_, cl, lay, replace(opt, fp8=None)
+        m_, cl, lay, replace(opt, fp8=None, fp8_params=False)
     )
 
 

@@ -144,6 +144,9 @@ class Options:
     # balanced). It sets the step, since every rank waits for that rank's expert GEMMs and
     # all-to-alls. The expert-parallel chapter measures it: 1.2-1.8 on its toy router.
     moe_imbalance: float = 1.0
+    # FP8 parameters (Megatron-Core's --fp8-param-gather, Transformer Engine's fp8_model_init):
+    # the FP8 linears' weights live only in FP8, no 16-bit copy (memory_terms.fp8_param_bytes_saved)
+    fp8_params: bool = False
 
     @property
     def recipe(self) -> Recipe:
@@ -187,6 +190,10 @@ class Options:
         if bad:
             raise ValueError(
                 f"recompute module ({bad[0]!r}) must be one of {', '.join(RECOMPUTE_MODULES)}"
+            )
+        if self.fp8_params and not self.fp8:
+            raise ValueError(
+                f"fp8_params ({self.fp8_params}) needs fp8 GEMMs (a scaling), got fp8 ({self.fp8})"
             )
         if not self.moe_imbalance >= 1:
             raise ValueError(

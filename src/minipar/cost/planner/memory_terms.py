@@ -32,7 +32,21 @@ def term_states(m_, cl, lay: Layout, opt: Options) -> float:
     elif zero == 3:  # 2 gathered layers + 1 gradient
         one = sp_.layer / t if lay.ep == 1 else sp_.dense_layer / t + sp_.expert_layer / lay.ep
         states += (2 * 2 + opt.grad_reduce_bytes) * one
-    return states
+    return states - fp8_param_bytes_saved(m_, lay, opt)
+
+
+def fp8_param_bytes_saved(m_, lay: Layout, opt: Options) -> float:
+    """The 16-bit weights of the FP8 linears (:func:`layer_dense_gemms`, the fullest stage's
+    layers as :func:`term_fp8_weights` counts them) that ``opt.fp8_params`` does not keep:
+    with FP8 parameters (Megatron-Core's ``--fp8-param-gather``, Transformer Engine's
+    ``fp8_model_init``) the weights live only as the FP8 copies term_fp8_weights holds, and the
+    fp32 master weights stay with the optimizer. Sharded over d·cp under ZeRO-3; for an MoE
+    shape it counts the K active experts' widths, as the GEMMs do. 0 without it."""
+    if not (opt.fp8 and opt.fp8_params):
+        return 0.0
+    linear = sum(N * K for _, N, K in layer_dense_gemms(m_, lay))
+    shard = lay.dp * lay.cp if lay.zero == 3 else 1
+    return opt.recipe.weight_bytes * max(stage_layers(m_.layers, lay)) * linear / shard
 
 
 def chunks_in_flight(lay: Layout, rank: int) -> int:
