@@ -9,7 +9,11 @@ from disk with every request leaving the machine refused. The checks are the bui
   holds them to its limit;
 * every enabled control changes the output when changed in turn (a control that does not apply
   must be disabled), every change redraws, no JavaScript error;
-* at 390 px every explorer fits the screen with charts at least 320 px wide.
+* at 390 px every explorer fits the screen with charts at least 320 px wide, and a chart that
+  scrolls sideways inside it has a visible scroll cue;
+* switching a preset menu (a model) between every ordered pair of its options never shows an
+  error, and no output shows an unformatted number (a run of 7 or more digits with no
+  thousands separator), at any box's largest or smallest value or after any preset.
 
 Needs Debian's chromium and Playwright for Python; it skips without them, and under CI=true
 a skip fails (tests/conftest.py).
@@ -26,7 +30,10 @@ from explorer_pages import write_pages
 from test_site_browser import (
     _LARGEST_VALUES,
     _NARROW_EXPLORERS,
+    _NO_SCROLL_CUE,
+    _NUMBERS_AT_EXTREMES,
     _POKE_EXPLORERS,
+    _PRESET_SWITCHES,
     CHROMIUM,
     FLAGS,
 )
@@ -44,6 +51,27 @@ def _missing() -> str | None:
     return None
 
 
+# Runs on the layout explorer's page: the reader picks FP8 GEMMs on an H100 model (Llama 3 8B),
+# then a model whose published run is on A100s (GPT-3 175B), which have no FP8 tensor cores.
+_FP8_THEN_A100 = r"""
+() => {
+  const root = document.querySelector(".minipar-explorer");
+  const menu = (label) => Array.from(root.querySelectorAll("label"))
+    .find((l) => l.firstChild.textContent.trim() === label).querySelector("select");
+  const pick = (sel, text) => {
+    sel.selectedIndex = Array.from(sel.options).findIndex((o) => o.text === text);
+    sel.dispatchEvent(new Event("change", {bubbles: true}));
+  };
+  pick(menu("model"), "llama3-8b");
+  pick(menu("FP8 GEMMs (scaling)"), "current");
+  const before = root.dataset.error;
+  pick(menu("model"), "gpt3-175b");
+  const note = Array.from(root.querySelectorAll(".minipar-explorer-note")).map((n) => n.textContent);
+  return {before, after: root.dataset.error, fp8: menu("FP8 GEMMs (scaling)").value,
+          gpu: menu("GPU").selectedOptions[0].text, note: note.join(" ")};
+}
+"""
+
 pytestmark = [  # Chromium is a process of its own: slow, as CONTRIBUTING.md defines it
     pytest.mark.slow,
     pytest.mark.skipif(_missing() is not None, reason=str(_missing())),
@@ -56,7 +84,7 @@ def reports(tmp_path_factory):
 
     pages = write_pages(tmp_path_factory.mktemp("explorers"))
     out = {"pages": [p.stem for p in pages], "errors": [], "external": [], "largest": []}
-    out.update(poke=[], narrow=[])
+    out.update(poke=[], narrow=[], presets=[], unformatted=[], no_cue=[])
 
     def route(r):
         if r.request.url.startswith(("file:", "data:", "about:")):
@@ -74,10 +102,20 @@ def reports(tmp_path_factory):
             page.on("pageerror", lambda e: out["errors"].append(str(e)))
             for path in pages:
                 page.goto(path.as_uri(), wait_until="load")
+                out["no_cue"] += [
+                    f"{path.stem} at {width} px: {w}" for w in page.evaluate(_NO_SCROLL_CUE)
+                ]
                 if width == 390:
                     out["narrow"] += page.evaluate(_NARROW_EXPLORERS, 320)
                     continue
                 out["largest"] += page.evaluate(_LARGEST_VALUES, -1)  # every box, with its time
+                if path.stem == "plan":
+                    page.goto(path.as_uri(), wait_until="load")
+                    out["rescue"] = page.evaluate(_FP8_THEN_A100)
+                page.goto(path.as_uri(), wait_until="load")
+                out["presets"] += page.evaluate(_PRESET_SWITCHES)
+                page.goto(path.as_uri(), wait_until="load")
+                out["unformatted"] += page.evaluate(_NUMBERS_AT_EXTREMES)
                 page.goto(path.as_uri(), wait_until="load")
                 out["poke"] += page.evaluate(_POKE_EXPLORERS)
                 # the poke leaves other controls enabled (a layout or model set to "custom")
@@ -108,7 +146,39 @@ def test_every_enabled_control_changes_the_output(reports):
         assert not r["inert"], f"{r['name']}: enabled controls that change nothing: {r['inert']}"
 
 
+def test_switching_between_any_two_presets_shows_no_error(reports):
+    """A menu that sets other controls (a model preset) resets every setting its preset implies:
+    each ordered pair of its options, switched in turn, draws without an error message."""
+    presets = {(r["name"], r["control"]): r for r in reports["presets"]}
+    assert {("plan", "model"), ("memory", "model")} <= set(presets), sorted(presets)
+    assert all(r["switches"] >= 2 for r in reports["presets"]), reports["presets"]
+    errors = [f"{r['name']} {r['control']}: {e}" for r in reports["presets"] for e in r["errors"]]
+    assert not errors, f"{len(errors)} preset switches show an error: {errors[:8]}"
+
+
+def test_a_preset_resets_what_the_readers_settings_break(reports):
+    """FP8 chosen on an H100 model, then a model whose run is on A100s: the explorer draws the
+    A100 run with FP8 back at its default and says so, instead of an error."""
+    r = reports["rescue"]
+    assert r["before"] == "0" and r["after"] == "0", r
+    assert r["gpu"] == "A100-80GB" and "back to the default FP8 GEMMs = none" in r["note"], r
+
+
+def test_explorers_show_formatted_numbers(reports):
+    """No output (chart, text or message) shows a 7-digit number with a decimal point or an
+    ungrouped 7-digit integer, at any box's largest or smallest value or after any preset."""
+    bad = list(reports["unformatted"])
+    bad += [f"{r['name']} {r['control']} {u}" for r in reports["presets"] for u in r["unformatted"]]
+    assert not bad, f"{len(bad)} unformatted numbers: {bad[:10]}"
+
+
 def test_every_explorer_fits_a_phone(reports):
     assert len(reports["narrow"]) == 9
     bad = [r for r in reports["narrow"] if not (r["fits"] and r["legible"])]
     assert not bad, bad
+
+
+def test_a_chart_wider_than_a_phone_shows_a_scroll_cue(reports):
+    """At 390 px a chart keeps its 480 px (legible) and scrolls inside the explorer; a line under
+    it says so (the site's minipar-scroll-cue.js), so the right quarter is not hidden silently."""
+    assert not reports["no_cue"], reports["no_cue"][:5]

@@ -72,6 +72,8 @@ registerExplorer("plan", {
   chartFirst: true,   // about 25 controls: on a phone the chart comes before them
   link: planLink,
   disabled: planDisabled,
+  // a model's preset is its run: these go back to their defaults unless the preset sets them
+  presetResets: ["gpn", "intra", "inter", "cp", "ep", "b", "v", "recompute", "sp", "zero", "z3", "cpalg", "gpu", "kv", "ffn", "mlp"],
   controls: [
     {name: "model", label: "model", type: "select", options: ["gpt3-175b"], value: "gpt3-175b", configOptions: "models"},
     {name: "layout", label: "layout", type: "select", options: ["preset", "custom"], value: "preset"},
@@ -147,7 +149,7 @@ registerExplorer("plan", {
     return svg + `<p>t = ${chosen.tp}, cp = ${chosen.cp}, p = ${chosen.pp}, d = ${chosen.dp}, ep = ${chosen.ep}, b = ${chosen.micro_batch}, m = ${chosen.microbatches}, B = ${B}${preset ? " (the preset's layout)" : ""}: `
       + `<b>${fmtBytes(chosen.bytes_per_gpu)}</b> per GPU (${chosen.fits ? "fits" : "<b>does not fit</b>"} in ${(chosen.memory_limit / GIB_3D).toFixed(1)} GiB, ${(cluster.gpu.memory_bytes / GIB_3D).toFixed(0)} GiB less ${(100 * (1 - chosen.memory_limit / cluster.gpu.memory_bytes)).toFixed(0)} % headroom; ${escapeHtml(att)} attention, ${escapeHtml(prec)} precision), `
       + `bubble ${(100 * chosen.bubble).toFixed(1)} % of the step, step <b>${fmtSeconds(chosen.step_seconds)}</b>, MFU <b>${(100 * chosen.mfu).toFixed(1)} %</b>, `
-      + `${usd.toFixed(3)} $ per million tokens at ${v.price} $/GPU-hour. Links: in a node ${bw(cluster.intra)}, between nodes ${bw(cluster.inter)} per GPU; `
+      + `${fmtNumber(usd, 3)} $ per million tokens at ${v.price} $/GPU-hour. Links: in a node ${bw(cluster.intra)}, between nodes ${bw(cluster.inter)} per GPU; `
       + `GEMMs at η = ${Number(cluster.gpu.gemm_efficiency.toPrecision(3))} of ${(cluster.peak / 1e12).toFixed(0)} TFLOP/s. TP on ${escapeHtml(chosen.tp_link)}, PP on ${escapeHtml(chosen.pp_link)}, DP on ${escapeHtml(chosen.dp_link)}; `
       + `ring K/V exposed ${fmtSeconds(chosen.cp_seconds)}, EP all-to-alls ${fmtSeconds(chosen.ep_seconds)} per step.</p>`
       + `<p class="minipar-explorer-note">One bar per pipeline depth p, with d = N/(t·cp·p); ★ marks the chosen p, ✗ a layout that does not fit. TP and PP sit on the critical path; DP runs after the pipeline flush (p > 1) or under the last backward (p = 1); ZeRO-2 needs p = 1, so other p are shown with ZeRO-1 then; ZeRO-3 composes with PP. cp splits each sequence (N = t·cp·p·d, weights replicated over cp); ep splits the experts over ep of the t·cp·d ranks of a stage (MoE parallel folding; MoE models only). The era's attention and precision: flash and Megatron's 18-byte recipe on H100/H200, unfused and the 2021 recipe on A100. The full search: <code>minipar plan</code>.</p>`;
