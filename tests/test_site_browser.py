@@ -327,7 +327,8 @@ const unformatted = (root) => {
 """
 
 # Runs in the page: every number box of every explorer at its largest and its smallest value
-# (a change event each), then back; the unformatted numbers its output showed meanwhile.
+# (a change event each), then back, then all of them at their largest together; the
+# unformatted numbers its output showed meanwhile.
 _NUMBERS_AT_EXTREMES = (
     "() => {"
     + _UNFORMATTED_FN
@@ -351,6 +352,20 @@ _NUMBERS_AT_EXTREMES = (
       input.value = before;
       input.dispatchEvent(new Event("change", {bubbles: true}));
     }
+    // then every box at its largest value at once, box after box (a setting that becomes
+    // impossible on the way shows its message over the last drawable chart), and back
+    const boxes = Array.from(root.querySelectorAll(".minipar-explorer-controls input"))
+      .filter((i) => !i.disabled && (i.type === "number" || i.type === "range") && isFinite(Number(i.max)) && i.max !== "");
+    const saved = boxes.map((i) => i.value);
+    for (const input of boxes) {
+      input.value = String(input.max);
+      input.dispatchEvent(new Event("change", {bubbles: true}));
+      seen(`every box up to "${(input.closest("label") || input).textContent.trim().slice(0, 30)}" at its largest`);
+    }
+    boxes.forEach((input, k) => {
+      input.value = saved[k];
+      input.dispatchEvent(new Event("change", {bubbles: true}));
+    });
   }
   return out;
 }

@@ -129,7 +129,7 @@ registerExplorer("dp-step", {
     const buckets = `${r.buckets} bucket${r.buckets > 1 ? "s" : ""}`;
     const what = v.ranks > 1 ? `${buckets} on ${v.ranks} GPUs` : `1 GPU, nothing to all-reduce`;
     const svg = timeline({
-      title: `${what}: step ${ms(r.step_s).toFixed(1)} ms, efficiency ${(100 * r.efficiency).toFixed(1)} %`,
+      title: `${what}: step ${fmtNumber(ms(r.step_s), 1)} ms, efficiency ${(100 * r.efficiency).toFixed(1)} %`,
       xlabel: "time in the step (ms)",
       rows: [
         {label: "compute", segments: [{start: 0, end: f, color: "#9ecae1", name: "forward"}, {start: f, end: ms(r.compute_s), color: "#3182bd", name: "backward"}]},
@@ -137,7 +137,7 @@ registerExplorer("dp-step", {
       ],
       legend: [{name: "forward", color: "#9ecae1"}, {name: "backward", color: "#3182bd"}, {name: "bucket all-reduce", color: "#e6550d"}],
     });
-    return svg + `<p>Communication ${ms(r.comm_s).toFixed(1)} ms in total, of which <b>${ms(r.exposed_s).toFixed(1)} ms exposed</b> `
+    return svg + `<p>Communication ${fmtNumber(ms(r.comm_s), 1)} ms in total, of which <b>${fmtNumber(ms(r.exposed_s), 1)} ms exposed</b> `
       + `(not hidden behind backward); compute ${ms(r.compute_s).toFixed(0)} ms (forward 1/3, backward 2/3). `
       + `Efficiency = compute / step = ${(100 * r.efficiency).toFixed(1)} %.</p>`
       + `<p class="minipar-explorer-note">Up to 8 GPUs: ring all-reduce over ${escapeHtml(v.intra)}; beyond: reduce-scatter in each node, all-reduce across nodes over ${escapeHtml(v.inter)}, all-gather in each node. Gradient bytes 2Ψ; 1 MiB = 2²⁰ bytes.</p>`;
@@ -165,10 +165,10 @@ registerExplorer("zero-memory", {
       ylabel: "GB per GPU (10⁹ bytes)",
       categories: ["ZeRO-0 (DP)", "ZeRO-1 (os)", "ZeRO-2 (os+g)", "ZeRO-3 (os+g+p)"],
       stacks: [["weights", "#3182bd"], ["gradients", "#31a354"], ["optimizer", "#e6550d"]].map(([part, color]) => ({name: part, color, values: rows.map((r) => r[part] / GB)})),
-      hline: {y: capacity, label: `GPU: ${v.gpu_gib} GiB = ${capacity.toFixed(1)} GB`},
+      hline: {y: capacity, label: `GPU: ${v.gpu_gib} GiB = ${fmtNumber(capacity, 1)} GB`},
     });
     const fit = rows.map((r, s) => (r.total / GB <= capacity ? `ZeRO-${s}` : null)).filter(Boolean);
-    return svg + `<p>Fits in ${v.gpu_gib} GiB (${capacity.toFixed(1)} GB; model states only): ${fit.length ? fit.join(", ") : "<b>none</b>"}. `
+    return svg + `<p>Fits in ${v.gpu_gib} GiB (${fmtNumber(capacity, 1)} GB; model states only): ${fit.length ? fit.join(", ") : "<b>none</b>"}. `
       + `ZeRO-3 holds (${w}+${g}+${k})Ψ/d = ${(rows[3].total / GB).toFixed(2)} GB. Activations, buffers and fragmentation come on top. 1 GB = 10⁹ bytes; 1 GiB = 2³⁰ bytes.</p>`;
   },
 });

@@ -148,19 +148,19 @@ registerExplorer("ep-layer", {
       dropped.push(routed - load["per rank"][k]);
     }
     const svg = stackedBars({
-      title: `rows per rank per step (E = ${v.experts}, top-${v.top_k}, x = ${v.ep}${v.ep > shown ? `, first ${shown} ranks` : ""})`,
+      title: `rows per rank per step (E = ${fmtNumber(v.experts)}, top-${fmtNumber(v.top_k)}, x = ${fmtNumber(v.ep)}${v.ep > shown ? `, first ${shown} ranks` : ""})`,
       ylabel: "assignments (rows)",
       categories: cats,
       stacks: [{name: "processed", color: "#3182bd", values: kept}, {name: "dropped (over capacity)", color: "#e6550d", values: dropped}],
       hline: {y: load["mean rank"], label: "mean"},
     });
-    const cap = r.capacity === null ? "no capacity limit" : `capacity C = ${r.capacity} per expert`;
-    return svg + `<p>Most loaded rank: <b>${r["max rank rows"].toFixed(0)}</b> rows, <b>${r.imbalance.toFixed(2)}×</b> the mean; ${cap}; `
+    const cap = r.capacity === null ? "no capacity limit" : `capacity C = ${fmtNumber(r.capacity)} per expert`;
+    return svg + `<p>Most loaded rank: <b>${fmtNumber(r["max rank rows"])}</b> rows, <b>${r.imbalance.toFixed(2)}×</b> the mean; ${cap}; `
       + `dropped ${(100 * r["dropped fraction"]).toFixed(1)} % of the assignments.</p>`
       + `<p>Dispatch buffer per rank (even routing): ${fmtBytes(r["dispatch bytes"], false)}, of which ${fmtBytes(r["off rank bytes"], false)} leave the rank and ${fmtBytes(r["off node bytes"], false)} `
       + `leave its node of ${v.gpus_per_node} GPUs (set by x, not by E). `
       + `Four all-to-alls per layer and step over ${escapeHtml(v.link)}: <b>${fmtSeconds(r["layer a2a seconds"])}</b> (set by the most loaded rank's buffer).</p>`
-      + `<p>Expert weights per rank: ${fmtBytes(r["expert bytes per rank"], false)} (∝ 1/x). This layer: ${(r["total params"] / 1e9).toFixed(2)}e9 parameters stored, `
-      + `${(r["active params"] / 1e9).toFixed(2)}e9 used per token.</p>`;
+      + `<p>Expert weights per rank: ${fmtBytes(r["expert bytes per rank"], false)} (∝ 1/x). This layer: ${fmtNumber(r["total params"] / 1e9, 2)}e9 parameters stored, `
+      + `${fmtNumber(r["active params"] / 1e9, 2)}e9 used per token.</p>`;
   },
 });

@@ -257,7 +257,7 @@ function shownValue(c, value) {
     const i = c.values.indexOf(value);
     return i < 0 ? String(value) : c.labels[i];
   }
-  return String(value);
+  return typeof value === "number" && Math.abs(value) >= 1e4 ? fmtNumber(value, Number.isInteger(value) ? 0 : 2) : String(value);
 }
 
 // A number box's tooltip: its accepted range, and why the bound is where it is.
