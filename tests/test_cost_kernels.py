@@ -27,7 +27,7 @@ def _predict(r, gpu):
     cl = replace(planner.cluster(1, 1, "H200"), gpu=gpu)
     rc = "full" if r["attention"].endswith("+full") else "none"
     lay = planner.Layout(r["b"] * r["m"], 1, 1, 1, r["b"], recompute=rc, zero=0)
-    return planner.evaluate(m, cl, lay, {"precision": "megatron"})
+    return planner.evaluate(m, cl, lay, planner.Options(precision="megatron"))
 
 
 def _errors(gpu):
