@@ -9,7 +9,7 @@ from pathlib import Path
 from minipar.cost.chapters.memory_time import activation_bytes_per_layer
 from minipar.cost.kernels import compute
 from minipar.cost.kernels.hardware import gpu
-from minipar.cost.model import six_nd
+from minipar.cost.model import param_count, six_nd
 from minipar.cost.planner.breakdown import per_gpu_memory
 from minipar.cost.units import GiB
 
@@ -17,11 +17,13 @@ PAGE = (Path(__file__).resolve().parents[1] / "book" / "memory_time.md").read_te
 
 
 def test_worked_problem_numbers():
-    states = 16 * 7e9
-    assert f"{states / GiB:.0f} GiB" in PAGE and f"{states / 8 / GiB:.0f} GiB per GPU" in PAGE
+    n = param_count(L=32, h=4096, V=32000, s=4096)  # the figure's Llama 2 7B shape, Eq. 2
+    assert f"{n / 1e9:.2f} billion parameters" in PAGE
+    states = 16 * n
+    assert f"{states / GiB:.1f} GiB" in PAGE and f"{states / 8 / GiB:.1f} GiB per GPU" in PAGE
     h100 = gpu("H100-SXM")
     assert f"{h100.peak_flops['bf16'] / 1e12:.0f} TFLOP/s" in PAGE
-    days = six_nd(7e9, 1e12) / (8 * 0.4 * h100.peak_flops["bf16"]) / 86400
+    days = six_nd(n, 1e12) / (8 * 0.4 * h100.peak_flops["bf16"]) / 86400
     assert f"about {days:.0f} days" in PAGE
 
 
