@@ -231,9 +231,7 @@ def check_fp8_gpu(gpu, scaling: str | None) -> None:
     if scaling not in FP8_SCALING:
         raise ValueError(f"fp8 ({scaling!r}) must be one of {', '.join(FP8_SCALING)}")
     if scaling == "mxfp8" and not gpu.peak_flops.get("mxfp8"):
-        raise ValueError(
-            f"precision mxfp8 needs a Blackwell GPU (B200, GB200), got {gpu.name}"
-        )
+        raise ValueError(f"precision mxfp8 needs a Blackwell GPU (B200, GB200), got {gpu.name}")
     fp8_peak(gpu)
 
 
