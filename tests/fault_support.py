@@ -100,15 +100,22 @@ RANKS_CELL = textwrap.dedent("""
 """)
 
 
-def exercise_notebook(folder: Path, first_cell: str) -> Path:
-    """The params exercise (solved) with ``first_cell`` inserted before its first code cell."""
+def exercise_notebook(folder: Path, first_cell: str, where: str = "before") -> Path:
+    """The params exercise (solved) with ``first_cell`` inserted before its first code cell
+    (``where="before"``; nothing when the cell is empty), after it (``"after"``: after the
+    grader's import), or at the top of that cell (``"inside"``: before the answer's definition)."""
     import nbformat
 
     from minipar.grading.notebooks import build
 
     nb = build(SCRIPT, solved=True)
     k = next(i for i, c in enumerate(nb.cells) if c.cell_type == "code")
-    nb.cells.insert(k, nbformat.v4.new_code_cell(first_cell))
+    if where == "inside":
+        nb.cells[k].source = first_cell + "\n" + nb.cells[k].source
+    elif where == "after":
+        nb.cells.insert(k + 1, nbformat.v4.new_code_cell(first_cell))
+    elif first_cell:
+        nb.cells.insert(k, nbformat.v4.new_code_cell(first_cell))
     for i, c in enumerate(nb.cells):
         c.id = f"c{i}"
     path = folder / "memory_time" / "01_params.ipynb"

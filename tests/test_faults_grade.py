@@ -26,9 +26,8 @@ import time
 import uuid
 from pathlib import Path
 
-import nbformat
 import pytest
-from fault_support import _settled, _tagged
+from fault_support import _settled, _tagged, exercise_notebook
 
 from minipar.grading import limits, runner
 
@@ -62,25 +61,6 @@ CELLS = {  # folder -> (learner cell, where: "before" the first code cell, "insi
 }
 
 
-def _notebook(folder: Path, cell: str, where: str) -> Path:
-    from minipar.grading.notebooks import build
-
-    nb = build(SCRIPT, solved=True)
-    k = next(i for i, c in enumerate(nb.cells) if c.cell_type == "code")
-    if where == "inside":  # before the answer's definition, in the same cell
-        nb.cells[k].source = cell + "\n" + nb.cells[k].source
-    elif where == "after":  # after the first code cell (the grader's import)
-        nb.cells.insert(k + 1, nbformat.v4.new_code_cell(cell))
-    elif cell:
-        nb.cells.insert(k, nbformat.v4.new_code_cell(cell))
-    for i, c in enumerate(nb.cells):
-        c.id = f"c{i}"
-    path = folder / "memory_time" / "01_params.ipynb"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    nbformat.write(nb, path)
-    return path
-
-
 @pytest.fixture(scope="module")
 def graded():
     base = Path(tempfile.mkdtemp(prefix="mg", dir="/tmp"))
@@ -88,7 +68,7 @@ def graded():
     tmp.mkdir()
     tag = uuid.uuid4().hex
     env = dict(os.environ, TMPDIR=str(tmp), MINIPAR_FAULT_TAG=tag, PYTHONUNBUFFERED="1")
-    paths = {name: _notebook(base / name, *spec) for name, spec in CELLS.items()}
+    paths = {name: exercise_notebook(base / name, *spec) for name, spec in CELLS.items()}
     corrupt = base / "corrupt" / "memory_time" / "01_params.ipynb"
     corrupt.parent.mkdir(parents=True)
     corrupt.write_text('{"cells": [{"cell_type": "code", "sou')  # a save cut short
