@@ -324,7 +324,7 @@ def test_a_non_editable_install_plans_launches_and_draws(tmp_path):
 # ----------------------------------------------------------------------------- exercises
 
 
-def _course(tmp_path: Path) -> Path:
+def _exercise_course(tmp_path: Path) -> Path:
     course = tmp_path / "course"
     (course / "exercises" / "memory_time" / "solutions").mkdir(parents=True)
     shutil.copy(SCRIPT, course / "exercises" / "memory_time" / "solutions" / SCRIPT.name)
@@ -334,14 +334,17 @@ def _course(tmp_path: Path) -> Path:
 def test_make_exercises_writes_only_missing_starters(tmp_path, monkeypatch):
     from minipar.grading.notebooks import main
 
-    course = _course(tmp_path)
+    course = _exercise_course(tmp_path)
     monkeypatch.chdir(course)
     starter = course / "exercises" / "memory_time" / "01_params.ipynb"
     assert main([]) == 0 and starter.exists()  # missing: written
     mine = starter.read_text().replace("your code here", "my answer")
     starter.write_text(mine)
     assert main([]) == 0 and starter.read_text() == mine  # the learner's work is kept
+    assert main(["--force"]) == 1 and starter.read_text() == mine  # no terminal: refused
+    monkeypatch.setattr("minipar.grading.notebooks._confirm", lambda targets: True)
     assert main(["--force"]) == 0 and starter.read_text() != mine  # an author's overwrite
+    assert [b.read_text() for b in starter.parent.glob("01_params.ipynb.bak-*")] == [mine]
     assert main(["--bogus"]) == 2
 
 
@@ -350,7 +353,7 @@ def test_exercises_check_reads_the_repository_not_the_learners_copy(tmp_path, mo
 
     if shutil.which("git") is None:
         pytest.skip("git is not installed")
-    course = _course(tmp_path)
+    course = _exercise_course(tmp_path)
     monkeypatch.chdir(course)
     git = lambda *a: subprocess.run(
         ["git", *a],
