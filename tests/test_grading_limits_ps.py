@@ -43,6 +43,22 @@ def test_ps_reads_state_and_cpu_time():
     assert limits._stat_ps(2**22 + 12345) is None  # no such process
 
 
+def test_a_slow_ps_is_no_sample_not_an_exit(monkeypatch):
+    """On a busy machine `ps` may not answer in time: the rank stays alive and watched, and
+    the wait grows with the load (an idle machine's 5 s at load 1 per core, 20 s at 4)."""
+
+    def slow(cmd, **kw):
+        raise limits.subprocess.TimeoutExpired(cmd, kw["timeout"])
+
+    monkeypatch.setattr(limits, "_PROC", False)
+    monkeypatch.setattr(limits.subprocess, "run", slow)
+    assert limits._stat(limits.os.getpid()) is limits.UNKNOWN
+    assert limits._alive(limits.os.getpid()) and limits.can_watch()
+    monkeypatch.setattr(limits.os, "getloadavg", lambda: (8.0, 8.0, 8.0))
+    monkeypatch.setattr(limits.os, "cpu_count", lambda: 2)
+    assert limits._busy_factor() == 4.0
+
+
 @pytest.mark.slow  # starts ranks: not part of make fast
 def test_a_deadlock_is_reported_from_ps(without_proc):
     with pytest.raises(LimitExceeded) as e:

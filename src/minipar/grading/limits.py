@@ -103,6 +103,21 @@ def _stat(pid: int):
     return None if f is None else (f[0], (int(f[11]) + int(f[12])) / _TICK, int(f[19]))
 
 
+PS_WAIT_S = 5.0
+"""How long one ``ps`` may take on an idle machine; :func:`_busy_factor` stretches it."""
+UNKNOWN = ("?", 0.0, None)
+""":func:`_stat`'s answer when ``ps`` did not answer in time: alive, state and CPU unknown."""
+
+
+def _busy_factor() -> float:
+    """Runnable processes per core (at least 1): a wait that an idle machine meets in ``t``
+    seconds gets ``t`` times this, so a busy machine never turns a slow answer into a verdict."""
+    try:
+        return max(1.0, os.getloadavg()[0] / (os.cpu_count() or 1))
+    except OSError:
+        return 1.0
+
+
 def _stat_ps(pid: int):
     """:func:`_stat` from ``ps -o stat=,time=,lstart=`` (macOS; Linux prints whole seconds).
     macOS's ``U`` (uninterruptible wait) counts as Linux's ``D``."""
@@ -111,8 +126,10 @@ def _stat_ps(pid: int):
             ["ps", "-o", "stat=,time=,lstart=", "-p", str(pid)],
             capture_output=True,
             text=True,
-            timeout=5,
+            timeout=PS_WAIT_S * _busy_factor(),
         ).stdout.split(None, 2)
+    except subprocess.TimeoutExpired:
+        return UNKNOWN  # a slow ``ps`` on a busy machine: no sample, not "exited"
     except (OSError, subprocess.SubprocessError):
         return None
     m = _PS_TIME.fullmatch(out[1]) if len(out) == 3 else None
@@ -186,6 +203,8 @@ class Watcher:
             now, cpu, busy = time.monotonic(), {}, False
             for r, pid in enumerate(self.pids):
                 st = _stat(pid)
+                if st is UNKNOWN:
+                    continue  # no sample this time; the rank is still watched
                 if st is None or starts.setdefault(r, st[2]) != st[2] or st[0] in "ZX":
                     continue  # exited (or the pid was reused)
                 cpu[r] = st[1]

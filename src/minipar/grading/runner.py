@@ -48,6 +48,8 @@ from minipar.grading.limits import CELL_LIMIT, KERNEL_MEMORY_BYTES, _proc_fields
 
 POLL_S = 0.5
 STALL_S = 120.0  # MINIPAR_GRADE_KERNEL_STALL_S, read when a notebook starts
+READY_POLL_S = 2.0  # a poll while the kernel starts, not a budget: only `stall_s` without
+# progress ends the wait (:meth:`Kernel.wait_ready`)
 IDLE_CPU_SHARE = 0.02
 INTERRUPT_GRACE_S = 5.0
 HEARTBEAT_S = 10.0
@@ -167,7 +169,7 @@ def signals_unwind(after_stop=None):
     finally:
         try:
             done.set()
-            watcher.join(timeout=10)
+            watcher.join()  # its loop looks at `done` every 0.1 s: no budget to run out
             while True:  # what came since: before unblocking, so a kernel's signal stays its own
                 try:
                     info = signal.sigtimedwait(_SIGNALS, 0)
@@ -380,7 +382,7 @@ class Kernel:
                     f"the kernel exited while starting ({signal_text(self.exit_code())})"
                 )
             with contextlib.suppress(RuntimeError), shielded():  # no raise in jupyter_client's loop
-                self.kc.wait_for_ready(timeout=2)
+                self.kc.wait_for_ready(timeout=READY_POLL_S)
                 return
             now = time.monotonic()
             gained += self.cpu()[1]
