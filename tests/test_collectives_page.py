@@ -45,3 +45,36 @@ def test_hierarchical_caption_numbers_are_the_models():
     assert f"about {tree[3] * 1e3:.0f} ms" in PAGE
     cross = next(m for m, r, d in zip(nodes, ring, tree) if d < r)
     assert f"between {cross // 2} and {cross} nodes" in PAGE
+
+
+def test_section_problems_numbers_are_the_models():
+    """The primitives' and the overlap section's worked problems."""
+    for op in ("reduce-scatter", "all-gather"):
+        assert cc.ring_bytes_per_rank(op, 4, 64e6) == 48e6
+    assert "**48 MB**" in PAGE and cc.ring_bytes_per_rank("all-reduce", 4, 64e6) == 96e6
+    assert "at least **96 MB**" in PAGE
+    ib = LINKS["ib-ndr400"]
+
+    def t(op):
+        return cc.collective_time(op, "ring", 16, 2.6e9, ib.alpha, ib.bandwidth) * 1e3
+
+    from minipar.cost.chapters.data_parallel import compute_seconds, forward_backward
+
+    fwd, bwd = (x * 1e3 for x in forward_backward(compute_seconds(1.3e9, 2048)))
+    assert f"forward takes {fwd:.1f} ms and backward {bwd:.1f} ms" in PAGE
+    ddp = t("all-reduce") - bwd
+    rs, ag = t("reduce-scatter"), t("all-gather")
+    zero1 = (rs - bwd) + (ag - fwd)
+    for text in (
+        f"**{t('all-reduce'):.1f} ms**",
+        f"**{ddp:.1f} ms**",
+        f"reduce-scatter ({rs:.1f} ms)",
+        f"leaving {rs - bwd:.1f} ms",
+        f"leaving {ag - fwd:.1f} ms: **{zero1:.1f} ms**",
+    ):
+        assert text in PAGE, text
+
+
+def test_no_control_characters_in_the_math():
+    """A backslash eaten on the way in (\\f of \\frac becomes a form feed) breaks the math."""
+    assert not [c for c in PAGE if ord(c) < 32 and c not in "\n\t"]
