@@ -113,7 +113,7 @@ def test_llama_presets_name_the_published_parameter_count():
 
 def test_memory_vs_gpus_figure_and_peak_skips_cpu():
     from minipar.memory_time.peak import peak_allocated
-    from minipar.memory_time.plots import memory_vs_gpus
+    from minipar.plotting.memory_time import memory_vs_gpus
 
     fig = memory_vs_gpus((80, 8192, 64, 4096, 32000))
     assert len(fig.axes[0].lines) == 5

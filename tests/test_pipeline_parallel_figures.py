@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 
 from minipar.pipeline_parallel import schedule, simulate
-from minipar.pipeline_parallel.plots import COLORS, plot_timeline
-from minipar.tensor_parallel import plots as tp_plots
+from minipar.plotting import tensor_parallel as tp_plots
+from minipar.plotting.pipeline_parallel import COLORS, plot_timeline
 
 
 def legend_overlaps(fig) -> list[str]:

@@ -5,8 +5,8 @@ import pytest
 
 from minipar.pipeline_parallel import Action, ScheduleError, schedule, simulate, table
 from minipar.pipeline_parallel.model_bubble import bubble_fraction, peak_in_flight
-from minipar.pipeline_parallel.plots import text_timeline
 from minipar.pipeline_parallel.schedules import one_f_one_b_schedule
+from minipar.plotting.pipeline_parallel import text_timeline
 
 CASES = [
     (name, p, m, v)

@@ -10,7 +10,6 @@ ulysses.py             ulysses_attention (Jacobs et al. 2023): packed all-to-all
 block.py               ContextParallelBlock / ContextParallelGPT, allreduce_cp_grads, CP × TP
 experiments.py         parity, traffic, load balance, memory and timeline runs for the chapter
 practice.py            all-gather, GQA, documents, striped, bf16: parity, controls, traffic
-plots.py               the notebook's figures
 dtensor.py             against torch's context_parallel (GPU only; why, for CPU)
 """
 

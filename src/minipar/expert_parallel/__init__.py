@@ -13,7 +13,6 @@ balancing.py      sequence/global aux losses, z-loss, aux-free bias, drop by pro
 grid.py           EP × EDP groups from minipar.grid and gradient reduction
 folding.py        MoE parallel folding: experts laid out independently of the dense part
 experiments.py    parity, traffic, EP × DP and load-balance runs used by the tests and the notebook
-plots.py          figures of the notebook
 """
 
 from .communication import all_gather_rows, all_to_all, exchange_counts, reduce_scatter_rows

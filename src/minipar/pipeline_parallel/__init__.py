@@ -3,7 +3,6 @@
 schedules.py      schedules as data: per rank, the ordered (op, stage, microbatch) actions
 simulate.py       run a schedule on paper: deadlocks, bubble, micro-batches in flight
 model_bubble.py   the closed-form bubble and in-flight figures each schedule should meet
-plots.py          a schedule as a text timeline and as a matplotlib chart
 stage.py          a small GPT cut into stages by layers (embedding first, head + loss last)
 communication.py  untagged messages between stages in one global order, the tied-embedding all-reduce
 executor.py       PipelineExecutor: runs any action list on ranks (F, B, W)

@@ -1,8 +1,12 @@
-"""How the course's matplotlib figures look on the site, set in one place: every chapter
-notebook calls :func:`book_style` first. Figures are stored at twice their CSS size (a 2× PNG),
-so high-density screens and zoomed pages show them sharp; ``_static/minipar.css`` scales them
-to the column. The rcParams below are the only style settings: a chapter's plotting module sets
-sizes and labels per figure, never global state.
+"""The notebooks' figures, in one place: how they look (:func:`book_style`, here) and what each
+chapter draws (``minipar.plotting.<slug>``, one module per chapter, each function returning a
+matplotlib Figure). Only notebooks import this package; importing it loads no matplotlib, a
+chapter's module does. The chapter pages' own figures are drawn by ``book/figures/<slug>.py``.
+
+Every chapter notebook calls :func:`book_style` first. Figures are stored at twice their CSS
+size (a 2× PNG), so high-density screens and zoomed pages show them sharp;
+``_static/minipar.css`` scales them to the column. The rcParams below are the only style
+settings: a chapter's module sets sizes and labels per figure, never global state.
 """
 
 from __future__ import annotations
