@@ -84,6 +84,50 @@ def _deps(a: Action, n_st: int) -> list[Action]:
     return [Action("B", a.stage, a.microbatch)]
 
 
+def op_durations(actions: list[list[Action]], t_f: float, t_b: float, t_w: float) -> dict:
+    """Seconds of one F, B and W action: a rank's share (t_F, t_B, t_W) over its v chunks; in a
+    schedule without W, B is the whole backward, t_B + t_W."""
+    v, split = num_stages(actions) // len(actions), splits_backward(actions)
+    return {"F": t_f / v, "B": (t_b if split else t_b + t_w) / v, "W": t_w / v}
+
+
+def play(
+    actions: list[list[Action]], duration, *, comm: float = 0.0, wait: float = 0.0
+) -> list[tuple[int, Action, float, float]]:
+    """The event loop of the simulator: every rank runs its list in order, an action as soon as
+    its rank is free and its inputs exist (:func:`_deps`). It takes ``duration(a)`` seconds and
+    starts ``comm`` after each input made on another rank, and ``wait`` after the latest of all
+    when any input crossed ranks. Returns (rank, action, start, end) in the order the actions
+    ran; raises :class:`ScheduleError` when no rank can start its next action."""
+    p, n_st = len(actions), num_stages(actions)
+    done: dict[Action, tuple[int, float]] = {}  # action -> (rank, end time)
+    pos, free = [0] * p, [0.0] * p
+    timeline = []
+    while any(pos[r] < len(actions[r]) for r in range(p)):
+        progressed = False
+        for r in range(p):
+            while pos[r] < len(actions[r]):
+                a = actions[r][pos[r]]
+                deps = _deps(a, n_st)
+                if any(d not in done for d in deps):
+                    break
+                remote = [done[d][0] != r for d in deps]
+                start = max(
+                    [free[r]] + [done[d][1] + (comm if x else 0.0) for d, x in zip(deps, remote)]
+                ) + (wait if any(remote) else 0.0)
+                end = start + duration(a)
+                done[a], free[r] = (r, end), end
+                timeline.append((r, a, start, end))
+                pos[r] += 1
+                progressed = True
+        if not progressed:
+            blocked = [
+                f"rank {r} at {actions[r][pos[r]]}" for r in range(p) if pos[r] < len(actions[r])
+            ]
+            raise ScheduleError("deadlock: every rank waits (" + ", ".join(blocked) + ")")
+    return timeline
+
+
 def simulate(
     actions: list[list[Action]],
     m: int | None = None,
@@ -97,40 +141,17 @@ def simulate(
     if m is None:
         m = 1 + max(a.microbatch for acts in actions for a in acts)
     check_actions(actions, m)
-    p, n_st = len(actions), num_stages(actions)
-    v = n_st // p
-    split = splits_backward(actions)
-    dur = {"F": t_f / v, "B": (t_b if split else t_b + t_w) / v, "W": t_w / v}
-    done: dict[Action, tuple[int, float]] = {}  # action -> (rank, end time)
-    pos, free = [0] * p, [0.0] * p
-    busy, live, peak = [0.0] * p, [0] * p, [0] * p
-    timeline = []
-    release = "W" if split else "B"
-    while any(pos[r] < len(actions[r]) for r in range(p)):
-        progressed = False
-        for r in range(p):
-            while pos[r] < len(actions[r]):
-                a = actions[r][pos[r]]
-                deps = _deps(a, n_st)
-                if any(d not in done for d in deps):
-                    break
-                start = max(
-                    [free[r]] + [done[d][1] + (comm if done[d][0] != r else 0.0) for d in deps]
-                )
-                end = start + dur[a.op]
-                done[a], free[r] = (r, end), end
-                busy[r] += dur[a.op]
-                timeline.append((r, a, start, end))
-                if a.op == "F":
-                    live[r] += 1
-                    peak[r] = max(peak[r], live[r])
-                elif a.op == release:
-                    live[r] -= 1
-                pos[r] += 1
-                progressed = True
-        if not progressed:
-            blocked = [
-                f"rank {r} at {actions[r][pos[r]]}" for r in range(p) if pos[r] < len(actions[r])
-            ]
-            raise ScheduleError("deadlock: every rank waits (" + ", ".join(blocked) + ")")
+    p, v = len(actions), num_stages(actions) // len(actions)
+    dur = op_durations(actions, t_f, t_b, t_w)
+    timeline = play(actions, lambda a: dur[a.op], comm=comm)
+    free, busy, live, peak = [0.0] * p, [0.0] * p, [0] * p, [0] * p
+    release = "W" if splits_backward(actions) else "B"
+    for r, a, _, end in timeline:
+        free[r] = end
+        busy[r] += dur[a.op]
+        if a.op == "F":
+            live[r] += 1
+            peak[r] = max(peak[r], live[r])
+        elif a.op == release:
+            live[r] -= 1
     return Simulation(p, v, m, max(free), busy, peak, timeline)

@@ -21,8 +21,8 @@ import torch.nn as nn
 from minipar.runtime.device import get_device
 
 from .executor import LastStageLoss, PipelineExecutor
-from .schedules import num_stages, schedule, splits_backward
-from .simulate import _deps
+from .schedules import num_stages, schedule
+from .simulate import _deps, op_durations, play
 from .stage import build_stages
 from .train import small_config, token_batches
 
@@ -164,20 +164,11 @@ def hop_latency(timeline, p: int) -> float:
 def _replay(actions, dur, wait) -> float:
     """Bubble of ``actions`` when action a takes ``dur[a]`` and, if it receives a message,
     starts ``wait`` after both its rank is free and the message's sender has finished."""
-    p, n_st = len(actions), num_stages(actions)
-    done, pos, free, busy = {}, [0] * p, [0.0] * p, [0.0] * p
-    while any(pos[r] < len(actions[r]) for r in range(p)):
-        for r in range(p):
-            while pos[r] < len(actions[r]):
-                a = actions[r][pos[r]]
-                deps = _deps(a, n_st)
-                if any(d not in done for d in deps):
-                    break
-                remote = any(done[d][0] != r for d in deps)
-                start = max([free[r]] + [done[d][1] for d in deps]) + (wait if remote else 0.0)
-                done[a], free[r] = (r, start + dur[a]), start + dur[a]
-                busy[r] += dur[a]
-                pos[r] += 1
+    p = len(actions)
+    free, busy = [0.0] * p, [0.0] * p  # per rank: its last action's end, its busy seconds
+    for r, a, _, end in play(actions, dur.__getitem__, wait=wait):
+        free[r] = end
+        busy[r] += dur[a]
     span = max(free)
     return sum(1 - b / span for b in busy) / p
 
@@ -194,8 +185,7 @@ def bubble_breakdown(timeline, actions, t_f: float, t_b: float, t_w: float) -> d
 
     Also the mean overrun of the actions over their nominal time, and that median wait."""
     p, n_st = len(actions), num_stages(actions)
-    v, split = n_st // p, splits_backward(actions)
-    nominal = {"F": t_f / v, "B": (t_b if split else t_b + t_w) / v, "W": t_w / v}
+    nominal = op_durations(actions, t_f, t_b, t_w)
     start = {a: s for _, a, s, _ in timeline}
     end = {a: e for _, a, _, e in timeline}
     owner = {a: r for r, a, _, _ in timeline}
