@@ -10,6 +10,8 @@ from minipar.cost.chapters.data_parallel import (
     forward_backward,
 )
 from minipar.cost.chapters.memory_time import ZERO_STAGES, model_state_bytes
+from minipar.cost.kernels.hardware import link
+from minipar.cost.network.collectives import collective_time
 from minipar.data_parallel.bucketed import assign_buckets
 
 GB = 1e9
@@ -171,4 +173,70 @@ def bucket_assignment(pal):
     ax.set_xlabel("KiB of fp32 gradients, last parameter first (the order backward produces them)")
     for s in ("top", "right", "left"):
         ax.spines[s].set_visible(False)
+    return fig
+
+
+#: the all-reduces of the roofline: (label, n GPUs, nbytes -> seconds)
+def roofline_links(n: int = 64):
+    """The four ways of all-reducing over ``n`` GPUs the roofline compares: one NVLink node, the
+    hierarchical all-reduce over nodes of 8, and a flat ring over InfiniBand or Ethernet."""
+
+    def flat(name):
+        lk = link(name)
+        return lambda s: collective_time("all-reduce", "ring", n, s, lk.alpha, lk.bandwidth)
+
+    return [
+        ("8 GPUs, one NVLink node", allreduce_seconds(8)),
+        (f"{n} GPUs, NVLink + InfiniBand", allreduce_seconds(n)),
+        (f"{n} GPUs, flat ring, InfiniBand", flat("ib-ndr400")),
+        (f"{n} GPUs, flat ring, 100 Gb Ethernet", flat("eth-100g")),
+    ]
+
+
+def tokens_to_hide(allreduce_s: float, psi: float) -> float:
+    """Tokens per GPU at which backward (2/3 of 6ΨT at the achieved rate) lasts as long as one
+    all-reduce of ``allreduce_s`` seconds: backward is linear in T."""
+    return allreduce_s / forward_backward(compute_seconds(psi, 1))[1]
+
+
+def three_figures(x: float) -> str:
+    """``x`` to three significant figures with thousands separators: 1,660, 7,920, 780."""
+    return f"{float(f'{x:.3g}'):,.0f}"
+
+
+@figure(
+    draws=[
+        "minipar.cost.chapters.data_parallel.compute_seconds",
+        "minipar.cost.chapters.data_parallel.allreduce_seconds",
+        "minipar.cost.network.collectives.collective_time",
+    ]
+)
+def dp_roofline(pal):
+    """Backward time against tokens per GPU beside the time of one all-reduce of the whole bf16
+    gradient (1.3B parameters) over four networks: right of a crossing, communication can hide."""
+    psi = 1.3e9
+    ts = [2 ** (k / 4) for k in range(32, 69)]  # 256 ... 131072 tokens per GPU
+    ms = 1e3
+    fig, ax = pal.subplots(6.4, 3.4)
+    back = [forward_backward(compute_seconds(psi, t))[1] * ms for t in ts]
+    ax.loglog(ts, back, color=pal.fg, lw=2.2)
+    ax.text(300, back[0] * 2.2, "backward", fontsize=9, rotation=27, color=pal.fg)
+    for k, (label, ar) in enumerate(roofline_links()):
+        y = ar(2 * psi) * ms
+        ax.axhline(y, color=pal.color(k), lw=1.6, ls=("-", "--", "-.", ":")[k], label=label)
+        t_star = tokens_to_hide(y / ms, psi)
+        ax.plot([t_star], [y], "o", color=pal.color(k), ms=7, mec=pal.fg, mew=0.6)
+        ax.text(t_star * 1.15, y * 0.8, three_figures(t_star), fontsize=9, va="top")
+    ax.set(
+        xlabel="tokens per GPU per step",
+        ylabel="ms per step",
+        xlim=(ts[0], ts[-1]),
+        ylim=(2, 4e4),
+    )
+    ax.set_xticks([256, 1024, 4096, 16384, 65536], ["256", "1k", "4k", "16k", "64k"])
+    ax.minorticks_off()
+    ax.legend(loc="upper left", title="all-reduce of 2.6 GB over", title_fontsize=9)
+    for s_ in ("top", "right"):
+        ax.spines[s_].set_visible(False)
+    fig.tight_layout()
     return fig
