@@ -1,10 +1,13 @@
 """Figures of the parallelism chapters that a reader reported illegible or ambiguous, each held to
-what now fixes it: no two labels of a schedule grid touch at a 390 px phone's width, and a
-figure that colours groups gives every group its own colour."""
+what now fixes it: no two labels of a schedule grid touch at a 390 px phone's width, a figure with
+a phone layout draws it within a phone's column and loses nothing in it, and a figure that
+colours groups gives every group its own colour."""
 
 from __future__ import annotations
 
+import ast
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -18,43 +21,65 @@ PHONE_PX = 390  # the narrowest column a figure is shown in (its box scrolls bel
 MIN_GAP_PX = 1.5  # labels closer than this on screen run into each other
 
 
-def _drawn(name: str):
-    """The figure ``name`` drawn in the light theme, rendered, with its renderer."""
+def _drawn(name: str, phone: bool = False):
+    """The figure ``name`` drawn in the light theme (its phone layout if ``phone``), rendered,
+    with its renderer."""
     import matplotlib
 
     matplotlib.use("Agg", force=False)
     with matplotlib.rc_context(kit.LIGHT.rc()):
-        fig = kit.load(name).draw(kit.LIGHT)
+        fig = kit.load(name).draw(replace(kit.LIGHT, phone=phone))
         fig.canvas.draw()
     return fig, fig.canvas.get_renderer()
 
 
 def label_gap_px(fig, renderer) -> float:
-    """The smallest distance between two digit labels of the first axes, in pixels at
+    """The smallest distance between two digit labels of one axes, in pixels at
     :data:`PHONE_PX` (the figure is scaled to the column as a whole)."""
-    boxes = [t.get_window_extent(renderer) for t in fig.axes[0].texts if t.get_text().isdigit()]
-    gap = min(
-        max(b.x0 - a.x1, a.x0 - b.x1, b.y0 - a.y1, a.y0 - b.y1)
-        for i, a in enumerate(boxes)
-        for b in boxes[i + 1 :]
-    )
+    gaps = []
+    for ax in fig.axes:
+        boxes = [t.get_window_extent(renderer) for t in ax.texts if t.get_text().isdigit()]
+        gaps += [
+            max(b.x0 - a.x1, a.x0 - b.x1, b.y0 - a.y1, a.y0 - b.y1)
+            for i, a in enumerate(boxes)
+            for b in boxes[i + 1 :]
+        ]
     width = fig.get_tightbbox(renderer).width * fig.dpi
-    return gap * min(1.0, PHONE_PX / width)
+    return min(gaps) * min(1.0, PHONE_PX / width)
 
 
-@pytest.mark.parametrize(
-    "name",
-    [
-        "pipeline_parallel.gpipe",
-        "pipeline_parallel.one_f_one_b",
-        "pipeline_parallel.interleaved",
-        "pipeline_parallel.zb_h1",
-    ],
-)
-def test_schedule_grid_digits_do_not_touch_on_a_phone(name):
+def _phone_figures() -> list[str]:
+    """``<module>.<function>`` of every figure registered with ``phone=True``, read from the
+    figure modules' source (no import at collection)."""
+    out = []
+    for path in sorted((ROOT / "book" / "figures").glob("*.py")):
+        for node in ast.parse(path.read_text(encoding="utf-8")).body:
+            if not isinstance(node, ast.FunctionDef):
+                continue
+            for d in node.decorator_list:
+                kws = {k.arg: k.value for k in getattr(d, "keywords", [])}
+                if isinstance(kws.get("phone"), ast.Constant) and kws["phone"].value is True:
+                    out.append(f"{path.stem}.{node.name}")
+    return out
+
+
+PHONE_FIGURES = _phone_figures()
+
+
+SCHEDULE_GRIDS = [
+    "pipeline_parallel.gpipe",
+    "pipeline_parallel.one_f_one_b",
+    "pipeline_parallel.interleaved",
+    "pipeline_parallel.zb_h1",
+]
+
+
+@pytest.mark.parametrize("phone", [False, True], ids=["wide", "phone"])
+@pytest.mark.parametrize("name", SCHEDULE_GRIDS)
+def test_schedule_grid_digits_do_not_touch_on_a_phone(name, phone):
     import matplotlib.pyplot as plt
 
-    fig, renderer = _drawn(name)
+    fig, renderer = _drawn(name, phone)
     try:
         gap = label_gap_px(fig, renderer)
     finally:
@@ -167,3 +192,52 @@ def test_the_colour_check_names_a_shared_colour():
     assert _one_colour_per_group([("c", [(2, 0), (3, 0)])], cells) == [
         "c is drawn in ['#111', '#fff']"
     ]
+
+
+def test_the_phone_figures_are_found():
+    assert set(SCHEDULE_GRIDS) | {"three_d.step_breakdown", "three_d.memory_by_layout"} <= set(
+        PHONE_FIGURES
+    ), PHONE_FIGURES
+
+
+@pytest.mark.parametrize("name", PHONE_FIGURES)
+def test_phone_layout_fits_a_phone_column(name):
+    """The phone layout is shown at about its own size in a 358 px column (no minimum width,
+    no scrolling), so it must be at most ``kit.PHONE_WIDTH_IN`` wide, text at 8 pt or more,
+    and be a layout of its own, not the wide one again."""
+    import matplotlib.pyplot as plt
+
+    fig, renderer = _drawn(name, phone=True)
+    wide, _ = _drawn(name, phone=False)
+    try:
+        width = fig.get_tightbbox(renderer).width
+        sizes = [t.get_fontsize() for ax in fig.axes for t in ax.texts]
+        wide_width = wide.get_tightbbox(wide.canvas.get_renderer()).width
+    finally:
+        plt.close(fig)
+        plt.close(wide)
+    assert width <= kit.PHONE_WIDTH_IN + 0.02, (
+        f"{name}: its phone layout is {width:.2f} in wide (at most {kit.PHONE_WIDTH_IN})"
+    )
+    assert min(sizes, default=9) >= 8, f"{name}: text at {min(sizes)} pt on a phone"
+    assert width < wide_width - 0.5, f"{name}: the phone layout is as wide as the wide one"
+
+
+def _digits(fig) -> list[str]:
+    return sorted(t.get_text() for ax in fig.axes for t in ax.texts if t.get_text().isdigit())
+
+
+@pytest.mark.parametrize("name", SCHEDULE_GRIDS)
+def test_wrapped_schedule_grid_labels_every_action_once(name):
+    """Wrapping the time axis in two halves loses no box's micro-batch digit and doubles none:
+    the phone grid's digits are the wide grid's."""
+    import matplotlib.pyplot as plt
+
+    phone, _ = _drawn(name, phone=True)
+    wide, _ = _drawn(name, phone=False)
+    try:
+        assert len(phone.axes) >= 2, f"{name}: the phone layout does not wrap"
+        assert _digits(phone) == _digits(wide)
+    finally:
+        plt.close(phone)
+        plt.close(wide)

@@ -4,7 +4,10 @@ The directive imports ``book/figures/<slug>.py``, calls the figure's function in
 the dark theme (``figures.kit``), writes both SVGs under ``_build/figures/`` and shows the one
 that matches the reader's theme. The content is the caption; ``:alt:`` the text alternative.
 In HTML the figure sits in its own scrolling box with a minimum width, so it stays legible on a
-390 px phone (``_static/minipar.css``, ``.minipar-figure``).
+390 px phone (``_static/minipar.css``, ``.minipar-figure``). A figure with a phone layout
+(``@figure(..., phone=True)``) writes two SVGs more, ``<name>-phone-<theme>.svg``, tagged
+``minipar-phone`` (its wide images ``minipar-wide``): a narrow page shows them instead, at the
+column's width, with nothing to scroll.
 """
 
 from __future__ import annotations
@@ -30,11 +33,13 @@ class MiniparFigure(CodeDrawn):
         alt = self.options.get("alt", "")
         container = self.figure(["minipar-figure"])
         box = nodes.container(classes=["minipar-figure-box"])
-        for pal in kit.THEMES:
-            path = out / f"{name}-{pal.theme}.svg"
+        for pal in fig.palettes():
+            layout = "phone" if pal.phone else "wide"
+            path = out / f"{name}-{'phone-' if pal.phone else ''}{pal.theme}.svg"
             path.write_text(fig.svg(pal), encoding="utf-8")
             rel = "/" + path.relative_to(self.env.srcdir).as_posix()
-            box += nodes.image(uri=rel, alt=alt, classes=[f"only-{pal.theme}"])
+            classes = [f"only-{pal.theme}"] + ([f"minipar-{layout}"] if fig.phone else [])
+            box += nodes.image(uri=rel, alt=alt, classes=classes)
         container += box
         return [self.add_caption(container)]
 

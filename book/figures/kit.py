@@ -18,6 +18,12 @@ function), never from a copy of their logic.
 Sizes: figures are laid out at 100 px per inch and shown at most at the column's width; a
 6.4-inch figure at 390 px is shown at 0.6 of its size, so keep text at 9 pt or more and widths
 at 7 inches or less. The page gives every figure a minimum width and its own scrolling box.
+
+Phones: a figure registered with ``phone=True`` is drawn twice more, with ``pal.phone`` true,
+and a page narrower than 540 px shows that layout instead of the wide one. The function then
+lays the same data out for a 358 px column: at most :data:`PHONE_WIDTH_IN` inches wide (shown at
+about its own size, so 9 pt text stays 9 pt), bars in two rows, labels above instead of beside.
+The phone layout has no minimum width and never scrolls.
 """
 
 from __future__ import annotations
@@ -25,7 +31,7 @@ from __future__ import annotations
 import importlib
 import io
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 #: name ("<slug>.<function>") -> registered figure
 REGISTRY: dict[str, Figure] = {}
@@ -41,6 +47,7 @@ class Palette:
     muted: str
     grid: str
     box: str
+    phone: bool = False  # draw the narrow layout (a figure registered with phone=True)
     series: tuple[str, ...] = (
         "#0072B2",  # blue
         "#E69F00",  # orange
@@ -101,16 +108,26 @@ def ink(fill: str) -> str:
 LIGHT = Palette("light", fg="#222222", muted="#666666", grid="#dddddd", box="#f2f2f2")
 DARK = Palette("dark", fg="#e6e6e6", muted="#aaaaaa", grid="#444444", box="#2a2a2a")
 THEMES = (LIGHT, DARK)
+#: the two themes with ``phone`` set: the narrow layout of a figure registered with phone=True
+PHONE_THEMES = tuple(replace(p, phone=True) for p in THEMES)
+#: the widest a phone layout may be, in inches: a 390 px phone's column is 358 px
+PHONE_WIDTH_IN = 3.7
 
 
 @dataclass(frozen=True)
 class Figure:
     """A registered figure: its name, the function that draws it, the library functions it is
-    computed from."""
+    computed from, and whether it has a phone layout."""
 
     name: str
     draw: Callable
     draws: tuple[str, ...] = field(default_factory=tuple)
+    phone: bool = False
+
+    def palettes(self) -> tuple[Palette, ...]:
+        """The palettes the page draws it in: both themes, and both phone themes if it has a
+        phone layout."""
+        return THEMES + (PHONE_THEMES if self.phone else ())
 
     def svg(self, pal: Palette) -> str:
         """The figure as SVG text, drawn in theme ``pal`` on a transparent background."""
@@ -127,14 +144,15 @@ class Figure:
         return buf.getvalue()
 
 
-def figure(draws: list[str] | tuple[str, ...]):
-    """Register the decorated function as figure ``<module's last name>.<function name>``."""
+def figure(draws: list[str] | tuple[str, ...], *, phone: bool = False):
+    """Register the decorated function as figure ``<module's last name>.<function name>``;
+    ``phone=True``: it also draws a narrow layout when ``pal.phone`` is set."""
 
     def register(fn):
         name = f"{fn.__module__.rsplit('.', 1)[-1]}.{fn.__name__}"
         if name in REGISTRY and REGISTRY[name].draw is not fn:
             raise ValueError(f"figure {name} is registered twice")
-        REGISTRY[name] = Figure(name, fn, tuple(draws))
+        REGISTRY[name] = Figure(name, fn, tuple(draws), phone)
         return fn
 
     return register
@@ -181,14 +199,15 @@ def cells(ax, grid, pal: Palette, *, labels=None, colors=None, row_names=None):
     ax.set_aspect("equal")
 
 
-def preview(name: str, path: str, theme: str = "light") -> None:
-    """Write figure ``name`` as a PNG at ``path`` (to look at it while drawing it)."""
+def preview(name: str, path: str, theme: str = "light", phone: bool = False) -> None:
+    """Write figure ``name`` as a PNG at ``path`` (to look at it while drawing it); ``phone``:
+    its phone layout."""
     import matplotlib  # noqa: PLC0415 (lazy: matplotlib)
 
     matplotlib.use("Agg", force=False)
     import matplotlib.pyplot as plt  # noqa: PLC0415 (lazy: matplotlib)
 
-    pal = LIGHT if theme == "light" else DARK
+    pal = replace(LIGHT if theme == "light" else DARK, phone=phone)
     with matplotlib.rc_context(pal.rc()):
         fig = load(name).draw(pal)
         fig.savefig(

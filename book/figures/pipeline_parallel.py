@@ -3,7 +3,9 @@ schedule functions and the simulator) and ``minipar.cost.chapters.pipeline_paral
 
 Every schedule grid is the simulator's timeline of the schedule function's action lists, at
 p = 4 ranks and m = 8 micro-batches, with t_F = t_B = t_W = 1 (an unsplit backward takes
-t_B + t_W = 2), so the four grids share one time axis and can be compared box for box.
+t_B + t_W = 2), so the four grids share one time axis and can be compared box for box. On a
+phone the time axis wraps: its first half above, its second half below, each at the width the
+wide grid has for the whole step.
 """
 
 from __future__ import annotations
@@ -35,9 +37,11 @@ def _fill(pal, op: str, chunk: int = 0) -> str:
     return to_hex(tuple(x + (1 - x) * k for x in c))
 
 
-def _grid(ax, pal, sim, *, end: float | None = None, title: str = ""):
-    """One row per rank, time to the right: each action a box labelled with its micro-batch
-    (1-based); idle time hatched; the second chunk of an interleaved rank drawn lighter."""
+def _grid(ax, pal, sim, *, end: float | None = None, title: str = "", start: float = 0.0):
+    """One row per rank, time to the right from ``start`` to ``end``: each action a box labelled
+    with its micro-batch (1-based); idle time hatched; the second chunk of an interleaved rank
+    drawn lighter. A box cut by ``start`` or ``end`` keeps its digit on the side holding its
+    middle, centred in the part shown."""
     import matplotlib.pyplot as plt  # noqa: PLC0415 (lazy: matplotlib)
 
     p = sim.p
@@ -61,7 +65,8 @@ def _grid(ax, pal, sim, *, end: float | None = None, title: str = ""):
     seen = [0] * p  # boxes drawn so far on each rank: a narrow box's digit alternates up, down
     for r, a, t0, t1 in sorted(sim.timeline, key=lambda e: (e[0], e[2])):
         chunk = a.stage // p
-        narrow = t1 - t0 < 0.75  # interleaved chunks: digits side by side would touch at 390 px
+        shown = min(t1, end) - max(t0, start)  # the part of the box this grid shows
+        narrow = shown < 0.75  # interleaved chunks: digits side by side would touch at 390 px
         shift = (0.25 if seen[r] % 2 else -0.25) if narrow else 0.0
         seen[r] += 1
         ax.add_patch(
@@ -74,8 +79,10 @@ def _grid(ax, pal, sim, *, end: float | None = None, title: str = ""):
                 lw=0.5,
             )
         )
+        if not start <= (t0 + t1) / 2 < end:
+            continue  # its digit is drawn in the other half of a wrapped grid
         ax.text(
-            (t0 + t1) / 2,
+            (max(t0, start) + min(t1, end)) / 2,
             -r - 0.5 + shift,
             str(a.microbatch + 1),
             ha="center",
@@ -83,7 +90,7 @@ def _grid(ax, pal, sim, *, end: float | None = None, title: str = ""):
             fontsize=8 if narrow else 9,
             color="#111",
         )
-    ax.set(xlim=(0, end), ylim=(-p, 0))
+    ax.set(xlim=(start, end), ylim=(-p, 0))
     ax.set_yticks([-r - 0.5 for r in range(p)], [f"rank {r}" for r in range(p)])
     ax.tick_params(axis="y", length=0)
     for s in ("top", "right", "left"):
@@ -96,7 +103,7 @@ def _grid(ax, pal, sim, *, end: float | None = None, title: str = ""):
         )
 
 
-def _legend(fig, pal, ops=("F", "B", "W"), extra=()):
+def _legend(fig, pal, ops=("F", "B", "W"), extra=(), ncol: int | None = None):
     import matplotlib.patches as mpatches  # noqa: PLC0415 (lazy: matplotlib)
 
     words = {"F": "forward F", "B": "backward B", "W": "weight gradient W"}
@@ -110,7 +117,7 @@ def _legend(fig, pal, ops=("F", "B", "W"), extra=()):
     fig.legend(
         handles=handles,
         loc="lower center",
-        ncol=len(handles),
+        ncol=ncol or len(handles),
         fontsize=9,
         bbox_to_anchor=(0.5, -0.02),
         handlelength=1.4,
@@ -118,31 +125,57 @@ def _legend(fig, pal, ops=("F", "B", "W"), extra=()):
     )
 
 
+def _split(sim, end: float) -> float:
+    """Where a wrapped grid's time axis breaks: the time within 3 units of the middle, on a
+    quarter-unit grid, that cuts the fewest boxes in two (nearest the middle among those)."""
+    mid = end / 2 - (end / 2) % 0.25
+    cands = [mid + k / 4 for k in range(-12, 13)]
+
+    def cut(c: float) -> int:
+        return sum(t0 < c - 1e-9 and c + 1e-9 < t1 for _, _, t0, t1 in sim.timeline)
+
+    return min(cands, key=lambda c: (cut(c), abs(c - end / 2)))
+
+
 def _one(name: str, pal, v: int = 1, ops=("F", "B"), extra=()):
     sim = _sim(name, v=v)
+    title = NAMES[name] + (f", v = {v}" if v > 1 else "")
+    end = _sim("1f1b").makespan
+    if pal.phone:  # the step wrapped in two halves, one above the other
+        fig, (top, bottom) = pal.subplots(3.7, 4.5, nrows=2)
+        half = _split(sim, end)
+        _grid(top, pal, sim, end=half, title=title)
+        _grid(bottom, pal, sim, start=half, end=end)
+        top.set_title(
+            f"{title}: step {sim.makespan:g},\nbubble {sim.bubble:.0%} of the step",
+            loc="left",
+            fontsize=10,
+        )
+        bottom.set_xlabel("time (units of t_F), continued")
+        _legend(fig, pal, ops, extra, ncol=2)
+        fig.subplots_adjust(bottom=0.24 + 0.03 * (len(ops) + len(extra) > 3), top=0.88, hspace=0.3)
+        return fig
     fig, ax = pal.subplots(6.8, 2.3)
-    _grid(
-        ax, pal, sim, end=_sim("1f1b").makespan, title=NAMES[name] + (f", v = {v}" if v > 1 else "")
-    )
+    _grid(ax, pal, sim, end=end, title=title)
     ax.set_xlabel("time (units of t_F)")
     _legend(fig, pal, ops, extra)
     fig.subplots_adjust(bottom=0.36, top=0.86)
     return fig
 
 
-@figure(draws=DRAWS)
+@figure(draws=DRAWS, phone=True)
 def gpipe(pal):
     """GPipe on p = 4, m = 8: all forwards, then all backwards; the bubble at both ends."""
     return _one("gpipe", pal)
 
 
-@figure(draws=DRAWS)
+@figure(draws=DRAWS, phone=True)
 def one_f_one_b(pal):
     """1F1B on p = 4, m = 8: the same bubble as GPipe, each rank alternating F and B."""
     return _one("1f1b", pal)
 
 
-@figure(draws=DRAWS)
+@figure(draws=DRAWS, phone=True)
 def interleaved(pal):
     """Interleaved 1F1B, v = 2: each rank's two chunks (the second lighter), half-length boxes."""
     import matplotlib.patches as mpatches  # noqa: PLC0415 (lazy: matplotlib)
@@ -153,7 +186,7 @@ def interleaved(pal):
     return _one("interleaved", pal, v=2, extra=[chunk2])
 
 
-@figure(draws=DRAWS)
+@figure(draws=DRAWS, phone=True)
 def zb_h1(pal):
     """ZB-H1: the backward split into B (input gradient) and W (weight gradient)."""
     return _one("zb-h1", pal, ops=("F", "B", "W"))

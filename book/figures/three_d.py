@@ -48,11 +48,15 @@ def _ranks(ax, pal, world, per_row, fill, label=str, row_names=None):
     ax.set_aspect("equal")
 
 
-@figure(draws=["minipar.grid.Grid.group_of"])
+@figure(draws=["minipar.grid.Grid.group_of"], phone=True)
 def rank_grid(pal):
-    """Rank 13's tensor, data and pipeline groups on (d, t, p) = (2, 4, 4), 8 GPUs per node."""
+    """Rank 13's tensor, data and pipeline groups on (d, t, p) = (2, 4, 4), 8 GPUs per node;
+    the three panels side by side, or one above the other on a phone."""
     grid, rank, per_node = Grid(d=2, t=4, p=4), 13, 8
-    fig, axes = pal.subplots(6.8, 1.9, ncols=3)
+    if pal.phone:
+        fig, axes = pal.subplots(3.4, 5.2, nrows=3)
+    else:
+        fig, axes = pal.subplots(6.8, 1.9, ncols=3)
     for k, (ax, kind, title) in enumerate(
         zip(axes, ("tp", "dp", "pp"), ("tensor group", "data group", "pipeline group"))
     ):
@@ -63,10 +67,12 @@ def rank_grid(pal):
             grid.world_size,
             per_node,
             lambda r, members=members, k=k: pal.color(k) if r in members else None,
-            row_names=[f"node {i}" for i in range(grid.world_size // per_node)] if k == 0 else None,
+            row_names=[f"node {i}" for i in range(grid.world_size // per_node)]
+            if k == 0 or pal.phone
+            else None,
         )
         ax.set_title(f"rank {rank}'s {title}", fontsize=10)
-    fig.tight_layout(w_pad=0.6)
+    fig.tight_layout(w_pad=0.6, h_pad=0.8)
     return fig
 
 
@@ -76,20 +82,22 @@ def _gpt3(pp: int, zero: int):
     return planner.evaluate(m, cl, planner.Layout(1536, 8, pp, dp, 1, recompute="full", zero=zero))
 
 
-@figure(draws=["minipar.cost.planner.three_d.evaluate"])
+@figure(draws=["minipar.cost.planner.three_d.evaluate"], phone=True)
 def memory_by_layout(pal):
-    """Memory per GPU of GPT-3 175B at t = 8 against p: states fall as 1/p, activations stay."""
+    """Memory per GPU of GPT-3 175B at t = 8 against p: states fall as 1/p, activations stay.
+    On a phone the same five bars, narrower, with the legend above the axes."""
     ps = (1, 2, 4, 8, 16)
     configs = [_gpt3(p, zero=0) for p in ps]
     states = [c.model_state_bytes / GIB for c in configs]
     acts = [c.activation_bytes / GIB for c in configs]
     limit = configs[0].memory_limit / GIB
-    fig, ax = pal.subplots(6.0, 2.8)
+    fig, ax = pal.subplots(3.6, 3.0) if pal.phone else pal.subplots(6.0, 2.8)
     x = range(len(ps))
     ax.bar(x, states, color=pal.color(0), label="model states")
     ax.bar(x, acts, bottom=states, color=pal.color(1), label="activations")
     for i, (s, a) in enumerate(zip(states, acts)):
-        ax.text(i, s + a, f"{s + a:.0f} GiB", ha="center", va="bottom", fontsize=9, color=pal.fg)
+        label = f"{s + a:.0f}" if pal.phone else f"{s + a:.0f} GiB"  # phone: GiB on the axis
+        ax.text(i, s + a, label, ha="center", va="bottom", fontsize=9, color=pal.fg)
     ax.axhline(limit, color=pal.color(5), lw=1.2, ls="--")
     ax.text(
         len(ps) - 0.5,
@@ -101,10 +109,14 @@ def memory_by_layout(pal):
         color=pal.color(5),
     )
     ax.set_yscale("log")
-    ax.set_xticks(list(x), [f"p = {p}\n(d = {1024 // (8 * p)})" for p in ps])
+    tick = "p={}\nd={}" if pal.phone else "p = {}\n(d = {})"
+    ax.set_xticks(list(x), [tick.format(p, 1024 // (8 * p)) for p in ps])
     ax.set_ylabel("GiB per GPU (log)")
     ax.set_ylim(3, max(s + a for s, a in zip(states, acts)) * 2.2)
-    ax.legend(loc="upper right", ncols=2)
+    if pal.phone:
+        ax.legend(loc="lower left", bbox_to_anchor=(-0.05, 1.0), ncols=2)
+    else:
+        ax.legend(loc="upper right", ncols=2)
     for s in ("top", "right"):
         ax.spines[s].set_visible(False)
     return fig
@@ -120,9 +132,13 @@ def _terms(c) -> list[float]:
     return list(c.group_seconds().values())
 
 
-@figure(draws=["minipar.cost.planner.three_d.evaluate", "minipar.cost.planner.three_d.search"])
+@figure(
+    draws=["minipar.cost.planner.three_d.evaluate", "minipar.cost.planner.three_d.search"],
+    phone=True,
+)
 def step_breakdown(pal):
-    """The predicted step of GPT-3 175B on 1024 A100, term by term, for four layouts."""
+    """The predicted step of GPT-3 175B on 1024 A100, term by term, for four layouts; on a
+    phone each layout's name sits above its bar, which then spans the column."""
     m, cl = planner.MODELS["gpt3-175b"], planner.cluster(1024, 8, "A100-80GB")
     same = next(
         c
@@ -142,17 +158,32 @@ def step_breakdown(pal):
             best,
         ),
     ]
-    fig, ax = pal.subplots(6.8, 3.2)
-    for i, (_, c) in enumerate(rows):
+    if pal.phone:
+        rows = [(name.replace("\n", " ", 1), c) for name, c in rows]
+    fig, ax = pal.subplots(3.6, 5.4) if pal.phone else pal.subplots(6.8, 3.2)
+    gap = 1.6 if pal.phone else 1.0  # phone: room above each bar for its name
+    for i, (label, c) in enumerate(rows):
         left = 0.0
         for k, (name, v) in enumerate(zip(TERMS, _terms(c))):
-            ax.barh(-i, v, left=left, color=pal.color(k), label=name if i == 0 else None)
+            ax.barh(-i * gap, v, left=left, color=pal.color(k), label=name if i == 0 else None)
             left += v
-        ax.text(left + 0.3, -i, f"{c.step_seconds:.1f} s", va="center", fontsize=9, color=pal.fg)
-    ax.set_yticks([-i for i in range(len(rows))], [r[0] for r in rows], fontsize=9)
+        ax.text(
+            left + 0.3, -i * gap, f"{c.step_seconds:.1f} s", va="center", fontsize=9, color=pal.fg
+        )
+        if pal.phone:
+            ax.text(0, -i * gap + 0.45, label, va="bottom", fontsize=9, color=pal.fg)
+    if pal.phone:
+        ax.set_yticks([])
+        ax.spines["left"].set_visible(False)
+    else:
+        ax.set_yticks([-i for i in range(len(rows))], [r[0] for r in rows], fontsize=9)
     ax.set_xlabel("predicted seconds per step")
-    ax.set_xlim(0, max(c.step_seconds for _, c in rows) * 1.15)
-    ax.legend(loc="upper center", bbox_to_anchor=(0.45, -0.25), ncols=3)
+    ax.set_xlim(0, max(c.step_seconds for _, c in rows) * (1.25 if pal.phone else 1.15))
+    if pal.phone:
+        ax.set_ylim(-(len(rows) - 1) * gap - 0.5, 1.0)
+        ax.legend(loc="upper left", bbox_to_anchor=(-0.02, -0.12), ncols=1)
+    else:
+        ax.legend(loc="upper center", bbox_to_anchor=(0.45, -0.25), ncols=3)
     for s in ("top", "right"):
         ax.spines[s].set_visible(False)
     return fig
