@@ -8,7 +8,14 @@ import pytest
 from explorer_parity_support import js_call, node_available
 
 from minipar.cost.planner import three_d as planner
-from minipar.widgets.three_d import PLANNER_PRESETS, plan_config, planner_preset, preset_layout
+from minipar.widgets.three_d import (
+    PLANNER_PRESETS,
+    PRESET_LAYOUTS,
+    plan_config,
+    planner_preset,
+    preset_layout,
+    preset_run,
+)
 
 pytestmark = pytest.mark.skipif(
     not node_available(), reason="Node.js (/usr/bin/node) not installed"
@@ -106,3 +113,37 @@ def test_the_controls_show_the_preset_and_grey_out_what_it_fixes():
     assert "z3" not in off_z3
     assert "ep" in off_mix  # fixed by the preset; a dense model's ep never applies
     assert link_custom == {} and link_price == {}
+
+
+def test_deepseek_v3_opens_on_its_published_layout():
+    """DeepSeek-V3 opens on its report's layout (16-way PP, 64-way EP across 8 nodes, ZeRO-1
+    data parallelism, no TP) on 2048 H800 with FP8 GEMMs, its 61 layers on uneven stages; the
+    controls show it and grey it out."""
+    base = {"layout": "preset", "model": "deepseek-v3"}
+    (_, out), (_, link), (_, off) = js_call(
+        "three_d",
+        [
+            ("drawExplorer", ["plan", {"model": "deepseek-v3"}, plan_config()]),
+            ("planLink", [base, "model", plan_config()]),
+            ("planDisabled", [base, plan_config()]),
+        ],
+    )
+    assert out["error"] is None, out["error"]
+    html = out["html"]
+    assert "t = 1, cp = 1, p = 16, d = 128, ep = 64, b = 1, m = 120, B = 15360" in html
+    assert "(the preset's layout), uneven stages" in html
+    assert "nvlink4-h800" in html and "ib-ndr400" in html
+    assert link["gpu"] == "H800" and link["fp8"] == "rowwise" and link["zero"] == 1
+    assert (link["t"], link["p"], link["ep"], link["gpus"]) == (1, 16, 64, 2048)
+    for control in ("gpu", "fp8", "ep", "t", "p", "zero"):
+        assert control in off, control
+
+
+@pytest.mark.parametrize("name", sorted(PRESET_LAYOUTS))
+def test_published_preset_draws_what_the_planner_prices(name):
+    """The explorer's chart of a published preset and the planner's evaluation of
+    :func:`preset_run` (what the book's figures read) give the same MFU: the preset's split,
+    FP8 recipe, GPU and links reach both."""
+    ((_, out),) = js_call("three_d", [("drawExplorer", ["plan", {"model": name}, plan_config()])])
+    c = planner.evaluate(*preset_run(name))
+    assert f"MFU <b>{100 * c.mfu:.1f} %</b>" in out["html"], (name, c.mfu)

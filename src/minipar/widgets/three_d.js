@@ -73,7 +73,7 @@ registerExplorer("plan", {
   link: planLink,
   disabled: planDisabled,
   // a model's preset is its run: these go back to their defaults unless the preset sets them
-  presetResets: ["gpn", "intra", "inter", "cp", "ep", "b", "v", "recompute", "sp", "zero", "z3", "cpalg", "gpu", "kv", "ffn", "mlp"],
+  presetResets: ["gpn", "intra", "inter", "cp", "ep", "b", "v", "recompute", "sp", "zero", "z3", "cpalg", "gpu", "fp8", "kv", "ffn", "mlp"],
   controls: [
     {name: "model", label: "model", type: "select", options: ["gpt3-175b"], value: "gpt3-175b", configOptions: "models"},
     {name: "layout", label: "layout", type: "select", options: ["preset", "custom"], value: "preset"},
@@ -127,11 +127,12 @@ registerExplorer("plan", {
     }
     const extra = {...(ATTENTION.includes(v.attention) ? {attention: v.attention} : {}), ...(v.precision in RECIPES ? {precision: v.precision} : {}), ...(FP8_SCALING.includes(v.fp8) ? {fp8: v.fp8} : {}), compiled: Boolean(v.compiled), tp_overlap: Boolean(v.tp_overlap), cp_algorithm: v.cpalg ?? "ring"};
     const opts = {zero3_collectives: v.z3, ...extra};   // the recipe's bytes and headroom; ZeRO-3's algorithm, kernel, recipe
-    const layOf = (q, chunks, zero) => ({global_batch: B, tp: t, pp: q, dp: N / (t * cp * q), micro_batch: v.b, chunks, recompute: v.recompute, sp: v.sp, zero, cp, ep});
+    const split = (preset && preset.split) || "even";   // a preset may put its layers on uneven stages
+    const layOf = (q, chunks, zero) => ({global_batch: B, tp: t, pp: q, dp: N / (t * cp * q), micro_batch: v.b, chunks, recompute: v.recompute, sp: v.sp, zero, cp, ep, split});
     const chosen = planEvaluate(model, cluster, layOf(p, Number(v.v), Number(v.zero)), opts);
     const rows = [];                                     // every valid p at this t, cp and ep
     for (let q = 1; q <= model.layers; q += 1) {
-      if (model.layers % q || N % (t * cp * q)) continue;
+      if ((split === "even" && model.layers % q) || N % (t * cp * q)) continue;
       try {
         rows.push(planEvaluate(model, cluster, layOf(q, q > 1 ? Number(v.v) : 1, q > 1 && Number(v.zero) === 2 ? 1 : Number(v.zero)), opts));
       } catch (e) { /* this p breaks a rule: left out */ }
@@ -146,7 +147,7 @@ registerExplorer("plan", {
     const usd = dollarsPerMillionTokens(chosen.step_seconds, N, B * model.seq, v.price);
     const att = extra.attention || attentionFor(model, cluster.gpu.name), prec = extra.precision || precisionFor(cluster.gpu.name);
     const bw = (lk) => `${escapeHtml(lk.name)} ${(lk.bandwidth / 1e9).toFixed(2)} GB/s per direction`;
-    return svg + `<p>t = ${chosen.tp}, cp = ${chosen.cp}, p = ${chosen.pp}, d = ${chosen.dp}, ep = ${chosen.ep}, b = ${chosen.micro_batch}, m = ${chosen.microbatches}, B = ${B}${preset ? " (the preset's layout)" : ""}: `
+    return svg + `<p>t = ${chosen.tp}, cp = ${chosen.cp}, p = ${chosen.pp}, d = ${chosen.dp}, ep = ${chosen.ep}, b = ${chosen.micro_batch}, m = ${chosen.microbatches}, B = ${B}${preset ? " (the preset's layout)" : ""}${split === "units" ? ", uneven stages (the embedding and the head each in a layer's place)" : ""}: `
       + `<b>${fmtBytes(chosen.bytes_per_gpu)}</b> per GPU (${chosen.fits ? "fits" : "<b>does not fit</b>"} in ${(chosen.memory_limit / GIB_3D).toFixed(1)} GiB, ${(cluster.gpu.memory_bytes / GIB_3D).toFixed(0)} GiB less ${(100 * (1 - chosen.memory_limit / cluster.gpu.memory_bytes)).toFixed(0)} % headroom; ${escapeHtml(att)} attention, ${escapeHtml(prec)} precision), `
       + `bubble ${(100 * chosen.bubble).toFixed(1)} % of the step, step <b>${fmtSeconds(chosen.step_seconds)}</b>, MFU <b>${(100 * chosen.mfu).toFixed(1)} %</b>, `
       + `${fmtNumber(usd, 3)} $ per million tokens at ${v.price} $/GPU-hour. Links: in a node ${bw(cluster.intra)}, between nodes ${bw(cluster.inter)} per GPU; `

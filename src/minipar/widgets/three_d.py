@@ -7,11 +7,12 @@ the same t at every other pipeline depth. ``widgets/three_d_model.js``'s ``planE
 from __future__ import annotations
 
 import tomllib
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from functools import cache
 from pathlib import Path
 
 from minipar.cost.kernels.hardware import GPUS, LINKS, gpu_profile, load_gpu_profile
+from minipar.cost.planner.layout import Layout, Options
 from minipar.cost.planner.three_d import MODELS, Space, cluster, search
 from minipar.widgets import Explorer
 
@@ -47,6 +48,35 @@ def preset_layout(model: str) -> dict | None:
     if model in PRESET_LAYOUTS:
         return PRESET_LAYOUTS[model]
     return planner_preset(model) if model in PLANNER_PRESETS else None
+
+
+def preset_run(model: str) -> tuple:
+    """(shape, cluster, layout, options) of the run the explorer opens ``model`` on
+    (:func:`preset_layout`), as :func:`minipar.cost.planner.three_d.evaluate` takes them: the
+    Python side of what the explorer's chart prices (the controls a preset leaves unset at the
+    explorer's defaults: A100-80GB, b = 1, v = 1, selective recomputation, SP, ZeRO-1)."""
+    pre = preset_layout(model)
+    c = pre.get("controls", {})
+    m_ = MODELS[model]
+    if "layers" in pre:
+        m_ = replace(m_, layers=pre["layers"])
+    cl = cluster(pre["gpus"], 8, c.get("gpu", "A100-80GB"), c.get("intra"), c.get("inter"))
+    t, p, cp = pre["t"], pre["p"], c.get("cp", 1)
+    lay = Layout(
+        pre["batch"],
+        t,
+        p,
+        pre["gpus"] // (t * cp * p),
+        c.get("b", 1),
+        c.get("v", 1),
+        c.get("recompute", "selective"),
+        c.get("sp", True),
+        c.get("zero", 1),
+        cp,
+        c.get("ep", 1),
+        pre.get("split", "even"),
+    )
+    return m_, cl, lay, Options(fp8=c.get("fp8"))
 
 
 def _link(L) -> dict:
