@@ -26,14 +26,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
-import torch.nn as nn
 
 from minipar.dist import group_rank, group_size
 
 from .communication import all_gather_counts
 from .dispatchers import DISPATCHERS, FORWARD
 from .grouped import KERNELS, grouped_mlp, unpermute
-from .moe import MoE, init_experts
+from .moe import MoE, RoutedExperts, check_top_k
 from .routing import (
     capacity,
     load_balancing_loss,
@@ -58,7 +57,7 @@ class Dispatch:
     rail_group: object = None
 
 
-class ExpertParallelMoE(nn.Module):
+class ExpertParallelMoE(RoutedExperts):
     """The MoE layer with its experts split over ``group`` (ep ranks); see the module docstring
     and :class:`Dispatch`. ``expert_bias`` (E,), a non-persistent buffer of zeros, is
     DeepSeek-V3's balancing bias (choice only).
@@ -80,7 +79,6 @@ class ExpertParallelMoE(nn.Module):
         group=None,
         dispatch: Dispatch = Dispatch(),
     ):
-        super().__init__()
         ep = group_size(group)
         kernel, dispatcher = dispatch.kernel, dispatch.dispatcher
         node_group, rail_group = dispatch.node_group, dispatch.rail_group
@@ -88,29 +86,22 @@ class ExpertParallelMoE(nn.Module):
             raise ValueError(f"kernel ({kernel!r}) must be one of {KERNELS}")
         if dispatcher not in DISPATCHERS:
             raise ValueError(f"dispatcher ({dispatcher!r}) must be one of {DISPATCHERS}")
-        self.kernel, self.dispatcher = kernel, dispatcher
-        self.node_group, self.rail_group = node_group, rail_group
-        self.node_size = group_size(node_group) if dispatcher == "node_dedup" else 1
-        if dispatcher == "node_dedup" and ep != self.node_size * group_size(rail_group):
+        node_size = group_size(node_group) if dispatcher == "node_dedup" else 1
+        if dispatcher == "node_dedup" and ep != node_size * group_size(rail_group):
             raise ValueError(
-                f"ep ({ep}) must equal node_size ({self.node_size}) × nodes "
+                f"ep ({ep}) must equal node_size ({node_size}) × nodes "
                 f"({group_size(rail_group)}): build the groups with node_groups()"
             )
         if experts % ep:
             raise ValueError(f"experts ({experts}) must be divisible by ep ({ep})")
-        if not 1 <= top_k <= experts:
-            raise ValueError(f"top_k ({top_k}) must be between 1 and experts ({experts})")
-        self.hidden, self.ffn, self.experts, self.top_k = hidden, ffn, experts, top_k
-        self.capacity_factor, self.renormalize, self.group = capacity_factor, renormalize, group
-        self.ep, self.rank, self.local = ep, group_rank(group), experts // ep
-        self.first = self.rank * self.local  # first expert this rank owns
-        self.router = nn.Linear(hidden, experts, bias=False)
-        self.register_buffer("expert_bias", torch.zeros(experts), persistent=False)
-        # every rank draws the whole stack under the same seed and keeps its slice (course sizes)
-        w1, w2 = init_experts(experts, hidden, ffn)
-        own = slice(self.first, self.first + self.local)
-        self.w1 = nn.Parameter(w1.data[own].clone())  # (E/ep, h, f)
-        self.w2 = nn.Parameter(w2.data[own].clone())  # (E/ep, f, h)
+        check_top_k(top_k, experts)
+        rank, local = group_rank(group), experts // ep
+        own = slice(rank * local, (rank + 1) * local)  # the experts this rank owns
+        super().__init__(hidden, ffn, experts, top_k, capacity_factor, renormalize, own)
+        self.kernel, self.dispatcher, self.group = kernel, dispatcher, group
+        self.node_group, self.rail_group, self.node_size = node_group, rail_group, node_size
+        self.ep, self.rank, self.local = ep, rank, local
+        self.first = own.start  # first expert this rank owns
 
     @classmethod
     def from_full(cls, moe: MoE, group=None, **kw) -> "ExpertParallelMoE":

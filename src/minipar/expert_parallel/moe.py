@@ -38,7 +38,39 @@ def init_experts(experts: int, hidden: int, ffn: int, dtype=None):
     return nn.Parameter(w1), nn.Parameter(w2)
 
 
-class MoE(nn.Module):
+def check_top_k(top_k: int, experts: int) -> None:
+    if not 1 <= top_k <= experts:
+        raise ValueError(f"top_k ({top_k}) must be between 1 and experts ({experts})")
+
+
+class RoutedExperts(nn.Module):
+    """What every MoE layer of the chapter holds: its sizes (``hidden`` h, ``ffn`` f, ``experts``
+    E, ``top_k`` K), the routing options, a bias-free router h → E, DeepSeek-V3's balancing bias
+    ``expert_bias`` (E,) (zeros, not saved), and the experts ``own`` of the stack
+    :func:`init_experts` draws for all E after the router (every expert-parallel rank draws it
+    under the same seed and keeps its slice): ``w1`` (·, h, f), ``w2`` (·, f, h)."""
+
+    def __init__(
+        self,
+        hidden: int,
+        ffn: int,
+        experts: int,
+        top_k: int,
+        capacity_factor: float | None,
+        renormalize: bool,
+        own: slice = slice(None),
+    ):
+        super().__init__()
+        self.hidden, self.ffn, self.experts, self.top_k = hidden, ffn, experts, top_k
+        self.capacity_factor, self.renormalize = capacity_factor, renormalize
+        self.router = nn.Linear(hidden, experts, bias=False)
+        w1, w2 = init_experts(experts, hidden, ffn)
+        self.w1 = nn.Parameter(w1.data[own].clone())  # (E or E/ep, h, f)
+        self.w2 = nn.Parameter(w2.data[own].clone())  # (E or E/ep, f, h)
+        self.register_buffer("expert_bias", torch.zeros(experts), persistent=False)
+
+
+class MoE(RoutedExperts):
     """Mixture of experts on one process: ``forward(x)`` for x of shape (..., h).
 
     ``capacity_factor=None``: no token is dropped; else each expert takes at most C = ⌈c_f·K·n/E⌉
@@ -66,17 +98,11 @@ class MoE(nn.Module):
         drop_policy: str = "position",
         kernel: str = "loop",
     ):
-        super().__init__()
-        if not 1 <= top_k <= experts:
-            raise ValueError(f"top_k ({top_k}) must be between 1 and experts ({experts})")
+        check_top_k(top_k, experts)
         if drop_policy not in ("position", "probs"):
             raise ValueError(f"drop_policy ({drop_policy!r}) must be 'position' or 'probs'")
-        self.hidden, self.ffn, self.experts, self.top_k = hidden, ffn, experts, top_k
-        self.capacity_factor, self.renormalize = capacity_factor, renormalize
+        super().__init__(hidden, ffn, experts, top_k, capacity_factor, renormalize)
         self.drop_policy, self.kernel = drop_policy, kernel
-        self.router = nn.Linear(hidden, experts, bias=False)
-        self.w1, self.w2 = init_experts(experts, hidden, ffn)
-        self.register_buffer("expert_bias", torch.zeros(experts), persistent=False)
 
     @classmethod
     def from_config(
