@@ -267,3 +267,63 @@ def tp_roofline(pal):
         ax.spines[s_].set_visible(False)
     fig.tight_layout()
     return fig
+
+
+#: the links the bandwidth view marks: (label, preset)
+LINK_MARKS = (
+    ("Ethernet", "eth-100g"),
+    ("InfiniBand", "ib-ndr400"),
+    ("NVLink 4", "nvlink4-h100"),
+    ("NVLink 5", "nvlink5-b200"),
+)
+
+
+def bandwidth_to_break_even(h: int, t: int = 8, alpha: float = 2e-6) -> float:
+    """Per-direction bandwidth (bytes/s) at which a layer's forward all-reduce time equals its
+    GEMM time (b = 1, s = 2048, H100 bf16 peak), found by bisection on ``comm_compute_ratio``."""
+    flops = gpu("H100-SXM").peak_flops["bf16"]
+    lo, hi = 1e9, 1e14
+    for _ in range(100):
+        mid = (lo * hi) ** 0.5
+        r = comm_compute_ratio(1, 2048, h, t, flops=flops, bandwidth=mid, alpha=alpha)
+        lo, hi = (mid, hi) if r > 1 else (lo, mid)
+    return hi
+
+
+@figure(draws=["minipar.cost.chapters.tensor_parallel.comm_compute_ratio"])
+def tp_ratio_bandwidth(pal):
+    """The forward all-reduce time over the GEMM time of one layer at t = 8 (H100 bf16 peak,
+    b = 1, s = 2048, α = 2 µs) against the link's per-direction bandwidth, for three hidden
+    sizes, with the link presets marked."""
+    flops = gpu("H100-SXM").peak_flops["bf16"]
+    ws = [10 ** (k / 20) for k in range(186, 251)]  # 2 GB/s ... 3.2 TB/s
+    fig, ax = pal.subplots(6.4, 3.2)
+    ax.axhspan(1, 1000, color=pal.grid, alpha=0.5, lw=0)
+    ax.axhline(1, color=pal.fg, lw=1)
+    ax.text(2.2e9, 1.15, "communication-bound", fontsize=9, va="bottom")
+    ax.text(2.2e9, 0.87, "compute-bound", fontsize=9, va="top")
+    for j, (name, h) in enumerate(SHAPES):
+        ratio = [
+            comm_compute_ratio(1, 2048, h, 8, flops=flops, bandwidth=w, alpha=2e-6) for w in ws
+        ]
+        ax.loglog(ws, ratio, color=pal.color(j), lw=1.8, label=f"{name} (h = {h})")
+        w_star = bandwidth_to_break_even(h)
+        ax.plot([w_star], [1], "o", color=pal.color(j), ms=6, mec=pal.fg, mew=0.6)
+    for label, name in LINK_MARKS:
+        w = link(name).bandwidth
+        ax.axvline(w, color=pal.muted, ls=":", lw=1)
+        ax.text(w * 1.06, 0.033, label, fontsize=9, color=pal.muted, rotation=90, va="bottom")
+    ax.set(
+        xlabel="link bandwidth per direction (GB/s)",
+        ylabel="all-reduce time / GEMM time",
+        xlim=(ws[0], ws[-1]),
+        ylim=(0.03, 100),
+    )
+    ticks = [1e10, 1e11, 1e12]
+    ax.set_xticks(ticks, [f"{w / 1e9:.0f}" for w in ticks])
+    ax.minorticks_off()
+    ax.legend(loc="upper right", fontsize=9)
+    for s_ in ("top", "right"):
+        ax.spines[s_].set_visible(False)
+    fig.tight_layout()
+    return fig
