@@ -147,11 +147,12 @@ def _install(handler) -> dict:
 def _raise_stopped(signum, frame):
     # the first stop raises; one more while the exception unwinds (it may land in a weakref's
     # or a __del__'s callback, where Python prints an exception and drops it) is held
-    _install(_hold)
+    _install(_hold_signal)
     raise Stopped(signum)
 
 
-def _hold(signum, frame):
+def _hold_signal(signum, frame):
+    """Keep the stop signal in :data:`_held` instead of acting on it now."""
     _held.append(signum)
 
 
@@ -219,19 +220,19 @@ def _main(argv: list[str] | None) -> int:
     args = parser.parse_args(argv)
     status, stopped = 0, None
     if args.command in _IMPORT_FIRST:
-        with _signals(_hold):
+        with _signals(_hold_signal):
             importlib.import_module(_IMPORT_FIRST[args.command])
     try:
         # the program itself: a signal after the command (in the interpreter's exit) is held,
         # never a traceback or a second line
-        with _signals(_raise_stopped, after=_hold if program else None):
+        with _signals(_raise_stopped, after=_hold_signal if program else None):
             try:
                 if _held:  # came while torch was imported: stop before starting anything
                     raise Stopped(_held.pop(0))
                 status = int(args.func(args) or 0)
                 sys.stdout.flush()  # a closed pipe shows here, not in the interpreter's exit
             finally:
-                with _signals(_hold):  # a signal now waits for the ranks to be gone
+                with _signals(_hold_signal):  # a signal now waits for the ranks to be gone
                     _stop_ranks()
     except InputError as e:
         print(f"minipar {args.command}: error: {e}", file=sys.stderr)

@@ -23,7 +23,7 @@ import torch
 import torch.distributed as dist
 
 
-def _ring(group):
+def _ring_neighbours(group):
     """(rank, size, right neighbour, left neighbour), all group ranks."""
     r, n = dist.get_rank(group), dist.get_world_size(group)
     return r, n, (r + 1) % n, (r - 1) % n
@@ -83,7 +83,7 @@ def ring_reduce_scatter(tensor: torch.Tensor, group=None, on_step=None) -> torch
     """In place: afterwards chunk r of ``tensor`` (contiguous) on rank r holds the sum over
     ranks of chunk r; returns it (a view; the other chunks hold unspecified partial sums).
     ``on_step(phase, k)``, if given, is called after each step (the notebook snapshots there)."""
-    r, n, right, left = _ring(group)
+    r, n, right, left = _ring_neighbours(group)
     chunks = _chunks(tensor.view(-1), n)  # n × (S/n,)
     if n == 1:
         return chunks[0]
@@ -100,7 +100,7 @@ def ring_reduce_scatter(tensor: torch.Tensor, group=None, on_step=None) -> torch
 
 def ring_all_gather(tensor: torch.Tensor, group=None, on_step=None) -> torch.Tensor:
     """In place: rank r's chunk r of ``tensor`` is copied to chunk r of every rank."""
-    r, n, right, left = _ring(group)
+    r, n, right, left = _ring_neighbours(group)
     chunks = _chunks(tensor.view(-1), n)  # n × (S/n,)
     for k in range(n - 1):
         i_send, i_recv = all_gather_step(r, n, k)

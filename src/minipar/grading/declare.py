@@ -165,7 +165,7 @@ class Chapter:
         """The failure "<where>: <reason name>" (the reason alone without ``where``)."""
         return GradeFailure((f"{where}: " if where else "") + self.why(name, **fields))
 
-    def first(self, where: str, slips: dict, otherwise: str, /, **fields) -> GradeFailure:
+    def first_slip(self, where: str, slips: dict, otherwise: str, /, **fields) -> GradeFailure:
         """The failure of the first name in ``slips`` ({name: whether the answer matches that
         mistake, recomputed}) that the answer matches, else of ``otherwise``."""
         return self.fail(next((n for n, hit in slips.items() if hit), otherwise), where, **fields)

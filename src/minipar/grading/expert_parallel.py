@@ -159,7 +159,7 @@ def _check_experts(where, experts, lg, k) -> None:
         "softmax over tokens": torch.equal(experts, torch.softmax(lg, 0).topk(k, -1).indices),
     }
     got, want = experts[i].tolist(), ref[i].tolist()
-    raise CH.first(where, slips, "experts differ", i=i, k=k, got=got, want=want)
+    raise CH.first_slip(where, slips, "experts differ", i=i, k=k, got=got, want=want)
 
 
 def _check_gates(where, gates, logits, k) -> None:
@@ -178,7 +178,7 @@ def _check_gates(where, gates, logits, k) -> None:
             "K = 1 not renormalised": k == 1 and _same(gates, chosen),
         }
         total = gates[0].sum().item()
-        raise CH.first(where, slips, "gates differ", total=total, err=_err(gates, ref_g))
+        raise CH.first_slip(where, slips, "gates differ", total=total, err=_err(gates, ref_g))
     if not gates.requires_grad:
         raise CH.fail("gates detached", where)
     w = _randn(len(lg), k, seed=3)
@@ -257,7 +257,7 @@ def _check_dispatch_case(r, where, gr, t, routing):
         s, e = (int(v) for v in (counts != want).nonzero()[0])
         slips = {"counts sent": t > 1 and torch.equal(counts, sent.view(t, E // t))}
         got, want = int(counts[s, e]), int(want[s, e])
-        raise CH.first(where, slips, "counts differ", s=s, e=e, got=got, want=want)
+        raise CH.first_slip(where, slips, "counts differ", s=s, e=e, got=got, want=want)
     if not isinstance(rows, torch.Tensor) or rows.dtype != want_rows.dtype:
         dt, shape, got = _dtype(want_rows), tuple(want_rows.shape), getattr(rows, "dtype", None)
         raise CH.fail("rows type", where, dt=dt, shape=shape, got=got)
@@ -270,7 +270,7 @@ def _check_dispatch_case(r, where, gr, t, routing):
         "rows token-major": _same(rows, rows_of(order="token"), atol=0),
         "rows reordered": size > 0,
     }
-    raise CH.first(where, slips, "rows received differ", size=size, err=_err(rows, want_rows))
+    raise CH.first_slip(where, slips, "rows received differ", size=size, err=_err(rows, want_rows))
 
 
 # ----------------------------------------------------------------------------- 03 combine
@@ -337,7 +337,7 @@ def _check_combine_case(r, where, gr, t, k):
             "averaged": k > 1 and _same(y, want / k),
         }
         i = int((y - want).abs().amax(-1).argmax()) if y.shape == want.shape else 0
-        raise CH.first(where, slips, "y differs", err=_err(y, want), i=i)
+        raise CH.first_slip(where, slips, "y differs", err=_err(y, want), i=i)
     if r["dgate"] is None or r["dout"] is None:
         which = "the gates" if r["dgate"] is None else "the expert outputs"
         raise CH.fail("no gradient", where, which=which)
@@ -402,7 +402,7 @@ def _name_keep_slip(where, got, experts, e, cap):
     ex = int(kept.argmax())
     was, should = ("kept" if m[i, j] else "dropped" for m in (got, want))
     fields = dict(ex=ex, kept=int(kept[ex]), cap=cap, i=i, j=j, chosen=int(experts[i, j]))
-    raise CH.first(where, slips, "mask differs", was=was, should=should, **fields)
+    raise CH.first_slip(where, slips, "mask differs", was=was, should=should, **fields)
 
 
 # ----------------------------------------------------------------------------- 05 dropless
@@ -449,7 +449,7 @@ def _check_group_sizes(where, sizes, recv, gr, routing):
     slips = {
         "sizes sent": torch.equal(sizes, sent.sum(0)) or (t > 1 and torch.equal(sizes, sent[gr]))
     }
-    raise CH.first(where, slips, "sizes differ", e=e, got=int(sizes[e]), want=int(want[e]))
+    raise CH.first_slip(where, slips, "sizes differ", e=e, got=int(sizes[e]), want=int(want[e]))
 
 
 def _check_grouped_rows(where, rows, src_rows, recv, gr, routing):
@@ -474,4 +474,6 @@ def _check_grouped_rows(where, rows, src_rows, recv, gr, routing):
         "sources reordered": _reordered(rows, want, recv.sum(0).tolist()) > 0,
     }
     biggest = int(recv.sum(0).max())
-    raise CH.first(where, slips, "rows differ", size=size, biggest=biggest, err=_err(rows, want))
+    raise CH.first_slip(
+        where, slips, "rows differ", size=size, biggest=biggest, err=_err(rows, want)
+    )
