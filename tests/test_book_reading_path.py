@@ -16,23 +16,13 @@ from pathlib import Path
 
 import pytest
 
+from minipar.chapters import SLUGS
+
 ROOT = Path(__file__).resolve().parents[1]
 BOOK = ROOT / "book"
 sys.path.insert(0, str(BOOK))
 
 from figures import kit  # noqa: E402 (book/ joins sys.path above)
-
-#: chapters whose pages have been cleared of scaffolding; add a chapter when its pages are done
-DONE = [
-    "collectives",
-    "memory_time",
-    "data_parallel",
-    "tensor_parallel",
-    "pipeline_parallel",
-    "context_parallel",
-    "expert_parallel",
-    "three_d",
-]
 
 DIRECTIVE = re.compile(
     r"^(?P<fence>[`:]{3,})\{(?P<kind>minipar-figure|minipar-animation|figure)\}[ \t]*(?P<name>\S*)"
@@ -90,19 +80,19 @@ def _pages(slug: str) -> list[Path]:
     return [p for p in (BOOK / f"{slug}.md", BOOK / f"{slug}_appendix.md") if p.exists()]
 
 
-@pytest.mark.parametrize("slug", DONE)
+@pytest.mark.parametrize("slug", SLUGS)
 def test_captions_lead_with_what_to_see(slug):
     bad = [f"{p.name}: {b}" for p in _pages(slug) for b in caption_problems(p.read_text("utf-8"))]
     assert not bad, "a caption's first sentence names its provenance:\n" + "\n".join(bad)
 
 
-@pytest.mark.parametrize("slug", DONE)
+@pytest.mark.parametrize("slug", SLUGS)
 def test_main_page_holds_no_scaffolding(slug):
     bad = scaffolding_problems((BOOK / f"{slug}.md").read_text("utf-8"))
     assert not bad, f"book/{slug}.md (move these to the appendix):\n" + "\n".join(bad)
 
 
-@pytest.mark.parametrize("slug", DONE)
+@pytest.mark.parametrize("slug", SLUGS)
 def test_chapter_notebook_prose_holds_no_scaffolding(slug):
     """The run (notebooks/<slug>.ipynb) is on the main path too: its Markdown cells."""
     cells = json.loads((ROOT / "notebooks" / f"{slug}.ipynb").read_text("utf-8"))["cells"]
@@ -119,7 +109,7 @@ def test_intro_tells_no_origin_story():
 def test_done_chapters_have_worked_problems_in_their_sections():
     """Each done chapter has a worked problem with a dropdown answer in at least three of its
     sections (the opening one included)."""
-    for slug in DONE:
+    for slug in SLUGS:
         text = (BOOK / f"{slug}.md").read_text("utf-8")
         sections = re.split(r"^## ", text, flags=re.M)
         with_problem = [s for s in sections if "Worked problem" in s and "{dropdown}" in s]
