@@ -4,6 +4,7 @@ to rewrite."""
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 from minipar.cost.chapters.memory_time import activation_bytes_per_layer
@@ -56,3 +57,55 @@ def test_roofline_caption():
     assert max(batched) - min(batched) < 0.5 and f"{batched[0]:.0f} TFLOP/s" in PAGE
     adam = 10 * 175e9 / 8 / compute.optimizer_seconds(175e9 / 8, g) / 1e12
     assert f"{adam:.2f} TFLOP/s" in PAGE
+
+
+def _problem(title: str) -> str:
+    """The text of the worked problem whose title starts with ``title``, answer included."""
+    start = PAGE.index(f"Worked problem: {title}")
+    return PAGE[start : PAGE.index("\n:::\n", start)]
+
+
+def test_section_problems():
+    """The parameters', model states', leftovers' and one-GPU sections' worked problems."""
+    gpt2 = dict(L=48, h=1600, V=50257, s=1024)
+    n = param_count(**gpt2)
+    text = _problem("GPT-2 XL")
+    assert f"**{n:,}**" in text and f"**{n + 2 * 1600:,}**" in text  # 1,557,611,200 published
+    assert f"**{100 * 12 * 48 * 1600**2 / n:.1f} %**" in text
+    for kw, total in (({}, 208), (dict(weight_bytes=4, grad_bytes=4, optimizer_bytes=8), 208)):
+        assert model_state_bytes_total(13e9, **kw) == total * 1e9
+    text = _problem("a 13B model")
+    assert f"{208e9 / GiB:.1f} GiB" in text
+    assert f"**{model_state_bytes_total(13e9, grad_bytes=4) / 1e9:.0f} GB** (18Ψ)" in text
+    layer = activation_bytes_per_layer(8192, 1, 4096, 32, recompute="selective")
+    logits = 4 * 8192 * 128_256
+    text = _problem("the logits")
+    assert f"**{logits / 1e9:.2f} GB**" in text and f"{layer / 1e9:.2f} GB per layer" in text
+    assert (
+        f"**{logits / layer:.1f} layers**" in text
+        and f"as much as {3 * logits / layer:.0f}" in text
+    )
+    assert f"{3 * logits / 1e9:.1f} GB" in text and f"**{logits / 8 / 1e9:.2f} GB**" in text
+    flops = six_nd(70e9, 2e12)
+    rate = 0.4 * gpu("H100-SXM").peak_flops["bf16"]
+    text = _problem("what sets the GPU count")
+    assert f"about **{flops / rate / (365.25 * 86400):.0f} years**" in text
+    assert f"**{math.ceil(flops / rate / (30 * 86400))} GPUs**" in text
+    states = model_state_bytes_total(70e9) / (80 * GiB)
+    assert f"{states:.2f} times" in text and f"**{math.ceil(states)} GPUs**" in text
+
+
+def test_appendix_llama_count():
+    from minipar.cost.model import param_count_llama
+
+    text = (Path(__file__).resolve().parents[1] / "book" / "memory_time_appendix.md").read_text()
+    n = param_count_llama(L=80, h=8192, V=32000, a=64, a_kv=8, f=28672)
+    assert f"{n / 1e9:.1f} \\text{{ billion}}" in text
+    assert f"{12 * 80 * 8192**2 / 1e9:.1f} billion for $12Lh^2$" in text
+
+
+def model_state_bytes_total(psi: float, **kw) -> float:
+    """Model-state bytes of Ψ = ``psi`` parameters on one GPU (mixed-precision Adam unless told)."""
+    from minipar.cost.chapters.memory_time import model_state_bytes
+
+    return model_state_bytes(psi, **kw).total
