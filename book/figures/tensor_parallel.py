@@ -290,18 +290,22 @@ def bandwidth_to_break_even(h: int, t: int = 8, alpha: float = 2e-6) -> float:
     return hi
 
 
-@figure(draws=["minipar.cost.chapters.tensor_parallel.comm_compute_ratio"])
+@figure(draws=["minipar.cost.chapters.tensor_parallel.comm_compute_ratio"], phone=True)
 def tp_ratio_bandwidth(pal):
     """The forward all-reduce time over the GEMM time of one layer at t = 8 (H100 bf16 peak,
     b = 1, s = 2048, α = 2 µs) against the link's per-direction bandwidth, for three hidden
-    sizes, with the link presets marked."""
+    sizes, with the link presets marked. On a phone the legend goes below the axes."""
     flops = gpu("H100-SXM").peak_flops["bf16"]
     ws = [10 ** (k / 20) for k in range(186, 251)]  # 2 GB/s ... 3.2 TB/s
-    fig, ax = pal.subplots(6.4, 3.2)
+    fig, ax = pal.subplots(3.7, 4.2) if pal.phone else pal.subplots(6.4, 3.2)
     ax.axhspan(1, 1000, color=pal.grid, alpha=0.5, lw=0)
     ax.axhline(1, color=pal.fg, lw=1)
-    ax.text(2.2e9, 1.15, "communication-bound", fontsize=9, va="bottom")
-    ax.text(2.2e9, 0.87, "compute-bound", fontsize=9, va="top")
+    if pal.phone:  # the corners the lines leave empty
+        ax.text(3e12, 40, "communication-\nbound", fontsize=9, va="center", ha="right")
+        ax.text(2.2e9, 0.45, "compute-bound", fontsize=9, va="center")
+    else:
+        ax.text(2.2e9, 1.15, "communication-bound", fontsize=9, va="bottom")
+        ax.text(2.2e9, 0.87, "compute-bound", fontsize=9, va="top")
     for j, (name, h) in enumerate(SHAPES):
         ratio = [
             comm_compute_ratio(1, 2048, h, 8, flops=flops, bandwidth=w, alpha=2e-6) for w in ws
@@ -322,7 +326,8 @@ def tp_ratio_bandwidth(pal):
     ticks = [1e10, 1e11, 1e12]
     ax.set_xticks(ticks, [f"{w / 1e9:.0f}" for w in ticks])
     ax.minorticks_off()
-    ax.legend(loc="upper right", fontsize=9)
+    where = dict(loc="upper left", bbox_to_anchor=(-0.25, -0.2)) if pal.phone else {}
+    ax.legend(**({"loc": "upper right"} | where), fontsize=9)
     for s_ in ("top", "right"):
         ax.spines[s_].set_visible(False)
     fig.tight_layout()
