@@ -16,7 +16,7 @@ from .layout import ZERO3_COLLECTIVES, Layout, Options, expert_grid, reshards, s
 from .shapes import kv_width_per_rank, stage_params
 
 
-def _ring(op: str, n: int, nbytes: float, lk) -> float:
+def _ring_seconds(op: str, n: int, nbytes: float, lk) -> float:
     return collective_time(op, "ring", n, nbytes, lk.alpha, lk.bandwidth)
 
 
@@ -32,13 +32,13 @@ def dp_allreduce_seconds(nbytes: float, d: int, t: int, cl) -> tuple[float, str]
     if d == 1:
         return 0.0, "-"
     if t * d <= g:
-        return _ring("all-reduce", d, nbytes, cl.intra), cl.intra.name
+        return _ring_seconds("all-reduce", d, nbytes, cl.intra), cl.intra.name
     k = max(1, g // t)
     if k > 1 and d % k == 0:
         return hierarchical_all_reduce_time(
             d // k, k, nbytes, cl.intra, cl.inter
         ), f"{cl.intra.name}+{cl.inter.name}"
-    return _ring("all-reduce", d, nbytes, cl.inter), cl.inter.name
+    return _ring_seconds("all-reduce", d, nbytes, cl.inter), cl.inter.name
 
 
 def zero3_collective_seconds(
@@ -301,4 +301,4 @@ def term_embedding(m_, cl, lay: Layout, opt: Options) -> float:
     if p == 1 or not m_.tied:
         return 0.0
     link = cl.inter if t * cp * d * p > cl.gpus_per_node else cl.intra
-    return _ring("all-reduce", 2, opt.grad_reduce_bytes * m_.vocab * m_.hidden / t, link)
+    return _ring_seconds("all-reduce", 2, opt.grad_reduce_bytes * m_.vocab * m_.hidden / t, link)

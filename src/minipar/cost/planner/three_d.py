@@ -784,25 +784,25 @@ def preflight(m_: ModelShape, cl: Cluster, global_batch: int, space: Space, opt:
     ds = sorted(d for d in {cl.gpus // n for n in tcps} if not space.dp or d == space.dp)
     if not ds:
         raise ValueError(
-            f"no t·cp·p divides the GPUs ({cl.gpus}): t from {_few(ts)} (dividing the heads "
-            f"{m_.heads}, at most {cl.gpus_per_node} per node), p from {_few(ps)} (dividing the "
+            f"no t·cp·p divides the GPUs ({cl.gpus}): t from {_short_list(ts)} (dividing the heads "
+            f"{m_.heads}, at most {cl.gpus_per_node} per node), p from {_short_list(ps)} (dividing the "
             f"layers {m_.layers})"
         )
     ok = [d for d in ds if global_batch % d == 0]
     if not ok:
         raise ValueError(
             f"global batch ({global_batch}) must be divisible by d = N/(t·cp·p) of some layout: "
-            f"d is one of {_few(ds)} here, and none divides {global_batch}"
+            f"d is one of {_short_list(ds)} here, and none divides {global_batch}"
         )
     b = space.micro_batch
     raise ValueError(
         f"global batch ({global_batch}) must be divisible by micro-batch × d: "
         + (f"micro-batch ({b})" if b else f"micro-batch up to {space.max_micro_batch}")
-        + f" × d (one of {_few(ok)}) divides none"
+        + f" × d (one of {_short_list(ok)}) divides none"
     )
 
 
-def _few(xs: list[int]) -> str:
+def _short_list(xs: list[int]) -> str:
     xs = list(xs)
     return ", ".join(map(str, xs)) if len(xs) <= 6 else f"{xs[0]}, {xs[1]}, … {xs[-1]}"
 
@@ -826,7 +826,7 @@ def _perturbed(cl: Cluster, opt: Options, knob: str, f: float) -> tuple[Cluster,
     return cl, replace(opt, headroom=min(0.99, opt.headroom * f))
 
 
-def _key(c: Config) -> tuple:
+def _layout_values(c: Config) -> tuple:
     return tuple(getattr(c.layout, k) for k in _LAYOUT_KEYS)
 
 
@@ -861,8 +861,8 @@ def sensitivity(
                     "step_change": same.step_seconds / best.step_seconds - 1,
                     "mfu": same.mfu,
                     "fits": same.fits,
-                    "best": None if top is None else dict(zip(_LAYOUT_KEYS, _key(top))),
-                    "same": top is not None and _key(top) == _key(best),
+                    "best": None if top is None else dict(zip(_LAYOUT_KEYS, _layout_values(top))),
+                    "same": top is not None and _layout_values(top) == _layout_values(best),
                 }
             )
     return rows

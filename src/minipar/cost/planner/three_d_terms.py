@@ -138,7 +138,7 @@ __all__ = [  # the terms and what the planner, the validation and the tests read
 ]
 
 
-def _value(result) -> float:
+def _term_value(result) -> float:
     """A term's value: the number it returns, or its record's first field (``value``)."""
     return result if isinstance(result, (int, float)) else result[0]
 
@@ -162,7 +162,7 @@ def breakdown(m_, cl, lay: Layout, opt: Options) -> StepBreakdown:
         bubble_fraction=f,
         memory_limit=cl.gpu.memory_bytes * (1 - opt.headroom),
         margin_limit=cl.gpu.memory_bytes * (1 - opt.margin),
-        values={k: _value(v) for k, v in done.items()},
+        values={k: _term_value(v) for k, v in done.items()},
         dp=dp.total,
         tp_link=link["tp"],
         pp_link=link["pp"],
