@@ -78,3 +78,66 @@ def test_section_problems_numbers_are_the_models():
 def test_no_control_characters_in_the_math():
     """A backslash eaten on the way in (\\f of \\frac becomes a form feed) breaks the math."""
     assert not [c for c in PAGE if ord(c) < 32 and c not in "\n\t"]
+
+
+def _problem(title: str) -> str:
+    """The text of the worked problem whose title starts with ``title``, answer included."""
+    start = PAGE.index(f"Worked problem: {title}")
+    return PAGE[start : PAGE.index("\n:::\n", start)]
+
+
+def _us(x: float) -> str:
+    return f"{x * 1e6:.0f} µs"
+
+
+def test_algorithm_choice_problem():
+    ib = LINKS["ib-ndr400"]
+
+    def t(algo, nbytes):
+        return cc.collective_time("all-reduce", algo, 16, nbytes, ib.alpha, ib.bandwidth)
+
+    text = _problem("which algorithm")
+    assert (
+        f"**{_us(t('ring', 64e3))}**" in text
+        and f"**{_us(t('recursive-doubling', 64e3))}**" in text
+    )
+    assert round(t("ring", 64e3) / t("recursive-doubling", 64e3)) == 6 and "six times" in text
+    for algo in ("ring", "recursive-doubling", "rabenseifner"):
+        assert f"**{_us(t(algo, 16e6))}**" in text, algo
+    # the crossover the text derives: recursive doubling wins below about 12 α/β, 3 MB
+    lo = next(
+        s for s in (x * 1e5 for x in range(1, 100)) if t("ring", s) < t("recursive-doubling", s)
+    )
+    assert 2.5e6 < lo < 3.5e6 and "about 3 MB" in PAGE
+
+
+def test_nccl_tests_problem():
+    text = _problem("reading an nccl-tests")
+    alg = cc.algbw(1e9, 4.0e-3)
+    bus = cc.busbw("all-reduce", 8, 1e9, 4.0e-3)
+    assert f"**{alg / 1e9:.0f} GB/s**" in text and f"**{bus / 1e9:.1f} GB/s**" in text
+    assert f"{100 * bus / 450e9:.0f} %" in text and f"{100 * bus / 900e9:.0f} %" in text
+    assert cc.busbw_factor("all-reduce", 2) == 1
+
+
+def test_hierarchical_problem():
+    intra, inter = LINKS["nvlink4-h100"], LINKS["ib-ndr400"]
+    text = _problem("1 GB over 4 nodes")
+    flat_bytes = cc.ring_bytes_per_rank("all-reduce", 32, 1e9)
+    hier_bytes = cc.ring_bytes_per_rank("all-reduce", 4, 1e9 / 8)
+    assert f"**{flat_bytes / 1e9:.2f} GB**" in text and f"**{hier_bytes / 1e9:.2f} GB**" in text
+    assert round(flat_bytes / hier_bytes) == 10 and "ten times less" in text
+    flat = cc.collective_time("all-reduce", "ring", 32, 1e9, inter.alpha, inter.bandwidth)
+    hier = cc.hierarchical_all_reduce_time(4, 8, 1e9, intra, inter)
+    nv = cc.collective_time("all-reduce", "ring", 8, 1e9, intra.alpha, intra.bandwidth)
+    ib = cc.collective_time("all-reduce", "ring", 4, 1e9 / 8, inter.alpha, inter.bandwidth)
+    assert abs(nv + ib - hier) < 1e-12
+    for x, d in ((flat, 1), (hier, 1), (nv, 2), (ib, 2)):
+        assert _ms(x, d) in text, _ms(x, d)
+    assert round(flat / hier) == 5 and "five times faster" in text
+
+
+def test_datasheet_problem():
+    text = _problem("reading a datasheet")
+    for name, digits in (("nvlink4-h100", 1), ("ib-ndr400", 0)):
+        assert f"**{_ms(1e9 / LINKS[name].bandwidth, digits)}**" in text, name

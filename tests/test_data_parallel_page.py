@@ -127,3 +127,64 @@ def test_scaling_table_is_the_models():
     summary = PAGE[PAGE.index("**Latency decides the rest.**") :]
     curves = list(scaling_curves().values())
     _has(summary, f"{100 * curves[1][2]:.0f} %", f"{100 * curves[2][2]:.0f} %")
+
+
+def test_opening_figure_and_problem():
+    from minipar.cost.chapters.data_parallel import (
+        allreduce_seconds,
+        dp_step_time,
+        min_tokens_to_hide,
+    )
+
+    fwd, bwd = forward_backward(compute_seconds(PSI, 2048))
+    ar = allreduce_seconds(64)
+    buckets = dp_step_time(fwd, bwd, 2 * PSI, 250 * 2**20, ar)
+    one = dp_step_time(fwd, bwd, 2 * PSI, 2 * PSI, ar)
+    start = PAGE.index("{minipar-figure} data_parallel.dp_timeline")
+    figure = PAGE[start : PAGE.index("```", start)]
+    assert len(buckets.intervals) == 10
+    _has(
+        figure,
+        "ten numbered",
+        "ten 250 MiB buckets",
+        f"{buckets.step_s * 1e3:.1f} ms per step",
+        f"{one.step_s * 1e3:.1f} ms, {one.exposed_s * 1e3:.1f} ms of it exposed",
+        f"end {buckets.exposed_s * 1e3:.1f} ms after it",
+    )
+    sent = dp_allreduce_bytes_per_rank(2 * PSI, 64)
+    text = _problem("does the all-reduce")
+    _has(text, f"**{sent / 1e9:.2f} GB**", f"**{sent / 50e9 * 1e3:.0f} ms**")
+    _has(text, f"**{bwd * 1e3:.1f} ms**", f"{fwd * 3 * 1e3:.0f} ms at 400 TFLOP/s")
+    assert round(sent / 50e9 / bwd) == 4 and "four times shorter" in text
+    assert min_tokens_to_hide(400e12, 50e9) == 8000
+
+
+def test_bytes_buckets_zero_and_ethernet_problems():
+    from minipar.cost.chapters.data_parallel import (
+        allreduce_seconds,
+        bucket_sizes,
+        dp_step_time,
+        min_tokens_to_hide,
+        zero_bytes_per_rank,
+    )
+    from minipar.cost.chapters.memory_time import model_state_bytes
+
+    text = _problem("a 7B model")
+    _has(text, f"**{dp_allreduce_bytes_per_rank(4 * 7e9, 16) / 1e9:.1f} GB**")
+    fwd, bwd = forward_backward(compute_seconds(PSI, 2048))
+    ar = allreduce_seconds(8)
+    buckets = dp_step_time(fwd, bwd, 2 * PSI, 25 * 2**20, ar)
+    one = dp_step_time(fwd, bwd, 2 * PSI, 2 * PSI, ar)
+    n = len(bucket_sizes(2 * PSI, 25 * 2**20))
+    text = _problem("how many buckets")
+    _has(text, f"**{n} buckets**", f"**{n * 2 * 7 * 2e-6 * 1e3:.1f} ms**")
+    _has(text, f"{one.comm_s * 1e3:.1f} ms after backward", f"**{buckets.exposed_s * 1e3:.2f} ms**")
+    _has(text, f"{buckets.step_s * 1e3:.1f} ms instead of {one.step_s * 1e3:.1f} ms")
+    text = _problem("what ZeRO costs")
+    fp32 = dict(d=8, weight_bytes=4, grad_bytes=4, optimizer_bytes=8)
+    for z in range(4):
+        held = model_state_bytes(PSI, zero=z, **fp32).total / 1e9
+        _has(text, f"**{held:g} GB**")
+    _has(text, f"**{zero_bytes_per_rank(0, 4 * PSI, 8) / 1e9:g} GB**")
+    _has(text, f"**{zero_bytes_per_rank(3, 4 * PSI, 8) / 1e9:g} GB**")
+    _has(_problem("data parallelism over"), f"**{min_tokens_to_hide(400e12, 12.5e9):,.0f} tokens**")

@@ -109,3 +109,34 @@ def model_state_bytes_total(psi: float, **kw) -> float:
     from minipar.cost.chapters.memory_time import model_state_bytes
 
     return model_state_bytes(psi, **kw).total
+
+
+def test_zero_activation_pipeline_and_mfu_problems():
+    """The ZeRO, activations, pipeline and MFU sections' worked problems."""
+    from minipar.cost.chapters.memory_time import (
+        model_state_bytes,
+        pipeline_first_stage_activation_bytes,
+    )
+    from minipar.cost.model import flops_per_iteration, mfu
+
+    text = _problem("a 70B model on 64 GPUs")
+    for z in range(4):
+        total = model_state_bytes(70e9, d=64, zero=z).total / 1e9
+        assert f"**{total:.1f} GB**".replace(".0 GB", " GB") in text, (z, total)
+    full = activation_bytes_per_layer(4096, 1, 4096, 32)
+    sel = activation_bytes_per_layer(4096, 1, 4096, 32, recompute="selective")
+    text = _problem("the 7B model's activations")
+    assert f"**{full / GiB:.2f} GiB**" in text and f"{32 * full / GiB:.0f} GiB for the model" in text
+    assert f"{100 * 5 * 32 * 4096**2 / full:.0f} %" in text
+    assert f"{sel / GiB:.2f} GiB per layer, **{32 * sel / GiB:.1f} GiB**" in text
+    shape = dict(s=4096, b=1, h=4096, a=32, L=32, p=4, m=16, recompute="selective")
+    text = _problem("GPipe against 1F1B")
+    for schedule in ("gpipe", "1f1b"):
+        peak = pipeline_first_stage_activation_bytes(**shape, schedule=schedule) / GiB
+        assert f"**{peak:.0f} GiB**" in text, (schedule, peak)
+    flops = flops_per_iteration(256, 4096, 32, 4096, 32000)
+    peak = 8 * gpu("H100-SXM").peak_flops["bf16"]
+    n = param_count(L=32, h=4096, V=32000, s=4096)
+    text = _problem("the MFU of a 7B step")
+    assert f"**MFU {100 * mfu(flops / 15, peak):.1f} %**" in text
+    assert f"**{100 * six_nd(n, 256 * 4096) / 15 / peak:.1f} %**" in text

@@ -106,3 +106,93 @@ def test_dtensor_problem():
         f"{size / 1e6:.1f} MB",
         f"**{ring_bytes_per_rank('all-reduce', t, size) / 1e6:.1f} MB**",
     )
+
+
+def _ratio(h: int, t: int, name: str) -> float:
+    lk = link(name)
+    return comm_compute_ratio(1, 2048, h, t, flops=F, bandwidth=lk.bandwidth, alpha=lk.alpha)
+
+
+def _crossing(t: int, name: str) -> float:
+    """The hidden size at which the forward ratio falls to 1 (bisection on the model)."""
+    lo, hi = 256.0, 200_000.0
+    for _ in range(60):
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if _ratio(round(mid), t, name) > 1 else (lo, mid)
+    return hi
+
+
+def test_opening_problem():
+    from minipar.cost.chapters.tensor_parallel import layer_comm_fraction, layer_forward_flops
+
+    nv = link("nvlink4-h100")
+    size = 2048 * 12288 * 2
+    sent = ring_bytes_per_rank("all-reduce", 8, size)
+    flops = layer_forward_flops(1, 2048, 12288, 8)
+    share = layer_comm_fraction(1, 2048, 12288, 8, flops=F, bandwidth=nv.bandwidth, alpha=nv.alpha)
+    one = 2 * 7 * nv.alpha + sent / nv.bandwidth
+    _has(
+        _problem("what does one GPT-3 layer"),
+        f"**{size / 1e6:.1f} MB**",
+        f"**{sent / 1e6:.1f} MB**",
+        f"{sent / nv.bandwidth * 1e6:.0f} µs of bandwidth",
+        f"**{one * 1e6:.0f} µs**",
+        f"{flops / 1e11:.1f} \\cdot 10^{{11}}",
+        f"{flops / F * 1e3:.2f} ms at peak",
+        f"take {2 * one * 1e3:.2f} ms",
+        f"**{_ratio(12288, 8, 'nvlink4-h100'):.2f}**",
+        f"{100 * share:.0f} %",
+        f"ratio is {_ratio(12288, 8, 'ib-ndr400'):.1f}",
+    )
+
+
+def test_split_logits_and_sequence_parallel_problems():
+    from minipar.cost.chapters.memory_time import activation_bytes_per_layer
+
+    shard = 4096 * 4096 * 2
+    partial = 8192 * 4096 * 2
+    ((_, size, _),) = tp_collectives_per_layer(8192, 1, 4096, 4)
+    assert size == partial
+    row_cut = ring_bytes_per_rank("all-reduce", 4, 8192 * 16384 * 2)
+    _has(
+        _problem("cutting the MLP"),
+        f"{shard / 1e6:.1f} MB each",
+        f"{partial / 1e6:.1f} MB",
+        f"**{ring_bytes_per_rank('all-reduce', 4, partial) / 1e6:.0f} MB**",
+        f"**{row_cut / 1e6:.0f} MB**",
+    )
+    gather = ring_bytes_per_rank("all-gather", 4, 8 * 1024 * 50304 * 4)
+    scalars = 3 * ring_bytes_per_rank("all-reduce", 4, 8192 * 4)
+    _has(
+        _problem("gather the logits"),
+        f"**{gather / 1e9:.2f} GB**",
+        f"({8192 * 4 / 1e3:.1f} kB)",
+        f"**{scalars / 1e3:.0f} kB**",
+        f"about {round(gather / scalars, -3):,.0f} times less",
+    )
+    tp = activation_bytes_per_layer(2048, 1, 12288, 96, t=8)
+    sp = activation_bytes_per_layer(2048, 1, 12288, 96, t=8, sp=True)
+    _has(
+        _problem("what sequence parallelism saves"),
+        f"**{tp / 2**20:.0f} MiB**",
+        f"**{sp / 2**20:.0f} MiB**",
+        f"{100 * (1 - sp / tp):.0f} % less",
+        f"({96 * tp / 2**30:.1f} against\n{96 * sp / 2**30:.1f} GiB",
+    )
+
+
+def test_how_wide_problem_and_h_roofline_caption():
+    nv, ib = link("nvlink4-h100"), link("ib-ndr400")
+    bound = 7 * F * 2 / nv.bandwidth
+    text = _problem("how wide")
+    _has(text, f"{round(bound, -1):,.0f}", f"**{round((bound - 2048) / 6, -1):,.0f}**")
+    _has(text, f"**{round(_crossing(8, 'nvlink4-h100'), -1):,.0f}**")
+    ib_bound = round((7 * F * 2 / ib.bandwidth - 2048) / 6, -2)
+    _has(text, f"$h > {ib_bound:,.0f}$".replace(",", "{,}"))
+    start = PAGE.index("{minipar-figure} tensor_parallel.tp_roofline")
+    figure = PAGE[start : PAGE.index("```", start)]
+    ratios = [_ratio(h, 8, "nvlink4-h100") for _, h in SHAPES]
+    _has(figure, *(f"{r:.2f}" for r in ratios), f"{_ratio(12288, 8, 'ib-ndr400'):.1f}")
+    _has(figure, f"about {round(_crossing(4, 'nvlink4-h100'), -2):.0f}")
+    _has(figure, f"about {round(_crossing(8, 'nvlink4-h100'), -2):,.0f}")
+    assert all(_ratio(h, 8, "ib-ndr400") > 1 for _, h in SHAPES)
