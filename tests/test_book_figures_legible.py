@@ -12,6 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from minipar.plotting.themes import PHONE_WIDTH_IN
+
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "book"))
 
@@ -203,7 +205,7 @@ def test_the_phone_figures_are_found():
 @pytest.mark.parametrize("name", PHONE_FIGURES)
 def test_phone_layout_fits_a_phone_column(name):
     """The phone layout is shown at about its own size in a 358 px column (no minimum width,
-    no scrolling), so it must be at most ``kit.PHONE_WIDTH_IN`` wide, text at 8 pt or more,
+    no scrolling), so it must be at most ``PHONE_WIDTH_IN`` wide, text at 8 pt or more,
     and be a layout of its own, not the wide one again."""
     import matplotlib.pyplot as plt
 
@@ -216,8 +218,8 @@ def test_phone_layout_fits_a_phone_column(name):
     finally:
         plt.close(fig)
         plt.close(wide)
-    assert width <= kit.PHONE_WIDTH_IN + 0.02, (
-        f"{name}: its phone layout is {width:.2f} in wide (at most {kit.PHONE_WIDTH_IN})"
+    assert width <= PHONE_WIDTH_IN + 0.02, (
+        f"{name}: its phone layout is {width:.2f} in wide (at most {PHONE_WIDTH_IN})"
     )
     assert min(sizes, default=9) >= 8, f"{name}: text at {min(sizes)} pt on a phone"
     assert width < wide_width - 0.5, f"{name}: the phone layout is as wide as the wide one"

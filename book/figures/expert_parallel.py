@@ -4,9 +4,10 @@ row counts and the folded rank grid of ``minipar.grid``."""
 
 from __future__ import annotations
 
-from figures.kit import figure, ink
+from figures.kit import figure
 from minipar.cost.chapters import expert_parallel as cost
 from minipar.grid import Grid
+from minipar.plotting.themes import ink
 
 E, K, EP = 8, 2, 4  # experts, top-K, expert-parallel degree x of the pictures
 

@@ -3,10 +3,11 @@ grid and its groups) and ``minipar.cost.planner.three_d`` (the planner's memory 
 
 from __future__ import annotations
 
-from figures.kit import figure, ink
+from figures.kit import figure
 from minipar.cost.planner import three_d as planner
 from minipar.cost.planner.term_table import TIME_GROUPS
 from minipar.grid import Grid
+from minipar.plotting.themes import ink
 
 GIB = 2**30
 

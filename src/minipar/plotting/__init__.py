@@ -1,7 +1,8 @@
-"""The notebooks' figures, in one place: how they look (:func:`book_style`, here) and what each
-chapter draws (``minipar.plotting.<slug>``, one module per chapter, each function returning a
-matplotlib Figure). Only notebooks import this package; importing it loads no matplotlib, a
-chapter's module does. The chapter pages' own figures are drawn by ``book/figures/<slug>.py``.
+"""The course's figures, in one place: how they look (the notebooks' :func:`book_style`, here; the
+chapter pages' light and dark themes, :mod:`minipar.plotting.themes`) and what each notebook
+draws (``minipar.plotting.<slug>``, one module per chapter, each function returning a matplotlib
+Figure). No other minipar module imports this package, only the notebooks and the pages' own
+figures (``book/figures/<slug>.py``); importing it loads no matplotlib, a chapter's module does.
 
 Every chapter notebook calls :func:`book_style` first. Figures are stored at twice their CSS
 size (a 2× PNG), so high-density screens and zoomed pages show them sharp;
