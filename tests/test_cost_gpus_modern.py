@@ -61,9 +61,12 @@ def test_blackwell_presets(name, sparse, memory_gb, hbm, domain):
     # MXFP8 runs on Blackwell's tensor cores at the FP8 rate
     assert g.peak_flops["mxfp8"] == g.peak_flops["fp8"] == 2 * g.peak_flops["bf16"]
     assert g.memory_bytes == memory_gb * GiB
-    # the kernel constants carried from the H200 scale with the datasheet HBM bandwidth
-    assert g.hbm_bandwidth == pytest.approx(H.H200_HBM_ACHIEVED * hbm / H.H200_DATASHEET_HBM)
-    assert g.elementwise_bandwidth == pytest.approx(1.6e12 * hbm / 4.8e12)
+    # Blackwell's own kernel constants (hardware.blackwell_kernels): the achieved HBM rate a
+    # B200 measured, scaled by the datasheet; the H200's bandwidth-bound constants scaled by it
+    achieved = H.B200_HBM_ACHIEVED * hbm / H.B200_DATASHEET_HBM
+    assert g.hbm_bandwidth == pytest.approx(achieved)
+    assert g.elementwise_bandwidth == pytest.approx(1.6e12 * achieved / H.H200_HBM_ACHIEVED)
+    assert g.gemm_efficiency == H.BLACKWELL_GEMM_EFFICIENCY != H.H200_GEMM_EFFICIENCY
     assert g.gemm_rule == "additive"  # the SM count (an assumption) is not read
     assert g.nvlink_domain == domain
     nv = H.LINKS[g.intra]

@@ -358,6 +358,32 @@ _MOE = planner.ModelShape(
     8, 768, 12, 1024, 50304, experts=8, top_k=2, ffn=2048, mlp_matrices=3, kv_heads=4
 )
 _MIXTRAL = planner.MODELS["mixtral-8x7b"]
+_DSV3_SMALL = planner.ModelShape(  # DeepSeek-V3's form at toy size: every MoE field set
+    8,
+    768,
+    12,
+    1024,
+    32000,
+    experts=16,
+    top_k=4,
+    ffn=256,
+    mlp_matrices=3,
+    norm="rmsnorm",
+    bias=False,
+    positions="rope",
+    tied=False,
+    dropout=0.0,
+    shared_experts=1,
+    dense_layers=1,
+    dense_ffn=1024,
+    node_limit=2,
+    q_lora=96,
+    kv_lora=64,
+    qk_rope_dim=16,
+    qk_nope_dim=32,
+    v_head_dim=32,
+    mtp_depth=1,
+)
 _GQA2 = planner.ModelShape(8, 768, 12, 1024, 32000, ffn=2048, mlp_matrices=3, kv_heads=2)  # t > kv
 _LLAMA_SMALL = planner.ModelShape(
     8,
@@ -387,7 +413,7 @@ def _cp_ep_cases():
     clusters = [planner.cluster(64, 8), planner.cluster(64, 4, "H100-SXM")]
     out = []
     for cl, m in itertools.product(
-        clusters, (_DENSE, _SWIGLU_GQA, _MOE, _MIXTRAL, _GQA2, _LLAMA_SMALL)
+        clusters, (_DENSE, _SWIGLU_GQA, _MOE, _MIXTRAL, _GQA2, _LLAMA_SMALL, _DSV3_SMALL)
     ):
         for t, cp, ep, p in itertools.product((1, 2, 4), (1, 2, 4), (1, 2, 4), (1, 2)):
             for b, v, rc, sp, z in _CP_EP_OPTIONS:
@@ -425,10 +451,10 @@ def _cp_ep_cases():
                 zero=1,
             )
         )  # cp/ep rules, gpus ≠ t·cp·p·d
-    for z, c in itertools.product((0, 1, 3), (cl, clusters[1])):  # folding: ep = 8 over t·d =
-        out.append(
+    for z, c, m in itertools.product((0, 1, 3), (cl, clusters[1]), (_MOE, _DSV3_SMALL)):
+        out.append(  # folding: ep = 8 over t·d; on 4-GPU nodes node-limited for _DSV3_SMALL
             dict(
-                m=_MOE,
+                m=m,
                 cl=c,
                 tp=4,
                 pp=8,
@@ -605,12 +631,12 @@ def _term_cases():
             dict(),
             dict(zero3_collectives="flat-ring", zero3_ac_inside_unit=True),
             dict(zero3_overlap=False, overlap_grad_reduce=True),
-            dict(dp_overlap=False, grad_reduce_bytes=2, moe_imbalance=1.3),
+            dict(dp_overlap=False, grad_reduce_bytes=2, moe_imbalance=1.3, moe_capacity=1.1),
             dict(precision="bf16-grads", attention="unfused"),
             dict(precision="megatron", attention="flash", headroom=0.05, cp_algorithm="all-gather"),
             dict(fp8="delayed", compiled=True, attention="fa3"),  # refused on the A100
             dict(fp8="current", precision="megatron", overlap_grad_reduce=True),
-            dict(tp_overlap=True, precision="megatron", moe_imbalance=1.7),
+            dict(tp_overlap=True, precision="megatron", moe_imbalance=1.7, ep_overlap=True),
             dict(fp8="rowwise", tp_overlap=True, compiled=True),
         ][i % 10]
         out.append((c, opt))
@@ -676,6 +702,10 @@ def test_plan_terms_parity_term_by_term():
         "pp",
         "cp",
         "ep",
+        "ep_overlap",
+        "router",
+        "permute",
+        "grouped_gemm",
         "zero3_exposed",
         "bubble_relative",
         "dp",
@@ -941,6 +971,12 @@ def _every_term_cases():
             P.Options(cp_algorithm="all-gather"),
         ),
         P.evaluate(P.MODELS["mixtral-8x7b"], h100, L(256, 1, 1, 64, 1, zero=2, ep=8)),
+        P.evaluate(  # all-to-alls overlapped at the SMs they take; 32 experts a rank, K = 8
+            P.MODELS["deepseek-v3"],
+            P.cluster(2048, 8, "H800"),
+            L(16384, 1, 1, 2048, 1, ep=8),
+            P.Options(ep_overlap=True),
+        ),
     ]
 
 

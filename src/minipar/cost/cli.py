@@ -446,9 +446,12 @@ def _plan_cluster(args) -> "planner.Cluster":
     gpu = hardware.load_gpu_profile(args.gpu_profile) if args.gpu_profile else args.gpu
     if args.gpu_profile:
         check_physical(gpu, f"gpu profile {args.gpu_profile}")
-    # default: the GPU's NVLink domain (8 on a baseboard, 72 on a GB200 NVL72 rack)
+    # default: the GPU's NVLink domain (8 on a baseboard, 72 on a GB200 NVL72 rack); of a rack's
+    # domain a job takes the largest share that divides its GPUs (2048 GPUs: 64 of each 72)
     domain = (gpu if isinstance(gpu, hardware.GPU) else hardware.gpu(gpu)).nvlink_domain
     per_node = min(domain, args.gpus) if args.gpus_per_node is None else args.gpus_per_node
+    if args.gpus_per_node is None and domain > 8 and args.gpus % per_node:
+        per_node = max(k for k in range(1, per_node + 1) if args.gpus % k == 0)
     names = ("gemm_efficiency", "intra_bandwidth", "intra_alpha", "inter_bandwidth", "inter_alpha")
     kw = {k: getattr(args, k) for k in names}  # overrides of the presets, None where not given
     return planner.cluster(args.gpus, per_node, gpu, args.intra, args.inter, **kw)

@@ -81,7 +81,7 @@ function checkModelShape(m) {
   if (m.ffn < 0 || !(m.top_k >= 1 && m.top_k <= m.experts)) throw new Error(`ffn (${m.ffn}) must be >= 0 and top_k (${m.top_k}) in [1, experts (${m.experts})]`);
 }
 
-export const ERA_FLASH_GPUS = ["H100-SXM", "H100-HBM2e-500W", "H100-PCIe", "H200"];
+export const ERA_FLASH_GPUS = ["H100-SXM", "H100-HBM2e-500W", "H100-PCIe", "H200", "H800", "B200", "GB200-NVL72"];
 
 // Python: attention_for(m_, gpu_name)
 export function attentionFor(model, gpuName) {
@@ -383,10 +383,10 @@ function resolvedOptions(o, attention, precision) {
 
 // Python: Options(...) with its defaults and rules
 export function planOptions(opt = {}) {
-  const known = ["grad_reduce_bytes", "dp_overlap", "headroom", "zero3_overlap", "zero3_collectives", "attention", "precision", "zero3_ac_inside_unit", "overlap_grad_reduce", "cp_algorithm", "overlap_param_gather", "reshard_after_forward", "recompute_modules", "fp8", "compiled", "tp_overlap", "moe_imbalance", "fp8_params"];
+  const known = ["grad_reduce_bytes", "dp_overlap", "headroom", "zero3_overlap", "zero3_collectives", "attention", "precision", "zero3_ac_inside_unit", "overlap_grad_reduce", "cp_algorithm", "overlap_param_gather", "reshard_after_forward", "recompute_modules", "fp8", "compiled", "tp_overlap", "moe_imbalance", "fp8_params", "moe_capacity", "ep_overlap"];
   const unknown = Object.keys(opt).filter((k) => !known.includes(k)).sort();
   if (unknown.length) throw new Error(`option ('${unknown[0]}') must be one of ${known.join(", ")}`);
-  const o = {grad_reduce_bytes: null, dp_overlap: true, headroom: null, zero3_overlap: true, zero3_collectives: "hierarchical", attention: null, precision: null, zero3_ac_inside_unit: false, overlap_grad_reduce: false, cp_algorithm: "ring", overlap_param_gather: null, reshard_after_forward: null, recompute_modules: null, fp8: null, compiled: false, tp_overlap: false, moe_imbalance: 1.0, fp8_params: false, ...opt};
+  const o = {grad_reduce_bytes: null, dp_overlap: true, headroom: null, zero3_overlap: true, zero3_collectives: "hierarchical", attention: null, precision: null, zero3_ac_inside_unit: false, overlap_grad_reduce: false, cp_algorithm: "ring", overlap_param_gather: null, reshard_after_forward: null, recompute_modules: null, fp8: null, compiled: false, tp_overlap: false, moe_imbalance: 1.0, fp8_params: false, moe_capacity: null, ep_overlap: false, ...opt};
   if (!ZERO3_COLLECTIVES.includes(o.zero3_collectives)) throw new Error(`zero3_collectives ('${o.zero3_collectives}') must be one of ${ZERO3_COLLECTIVES.join(", ")}`);
   if (!(o.attention === null || ATTENTION.includes(o.attention))) throw new Error(`attention ('${o.attention}') must be one of ${ATTENTION.join(", ")}`);
   if (!(o.fp8 === null || FP8_SCALING.includes(o.fp8))) throw new Error(`fp8 ('${o.fp8}') must be one of ${FP8_SCALING.join(", ")}`);
@@ -395,6 +395,7 @@ export function planOptions(opt = {}) {
   const badModule = (o.recompute_modules || []).find((x) => !RECOMPUTE_MODULES.includes(x));
   if (badModule !== undefined) throw new Error(`recompute module ('${badModule}') must be one of ${RECOMPUTE_MODULES.join(", ")}`);
   if (o.fp8_params && !o.fp8) throw new Error(`fp8_params (${o.fp8_params ? "True" : "False"}) needs fp8 GEMMs (a scaling), got fp8 (${o.fp8 ?? "None"})`);
+  if (o.moe_capacity !== null && !(o.moe_capacity > 0)) throw new Error(`moe capacity (${o.moe_capacity}) must be > 0 (a capacity factor), or None (dropless)`);
   if (!(o.moe_imbalance >= 1)) throw new Error(`moe imbalance (${o.moe_imbalance}) must be >= 1 (the busiest EP rank's tokens over the mean)`);
   const grb = o.grad_reduce_bytes ?? GRAD_REDUCE_BYTES, room = o.headroom ?? HEADROOM;
   if (!(grb > 0) || !(room >= 0 && room < 1)) {
@@ -666,7 +667,7 @@ export function termCompute(model, cluster, lay, opt) {
     lt += (rc === "full" ? 2 : 1) * (gf - mf) + (gb - mb);
   }
   let scale = (m.top_k * m.mlp_matrices * ffnWidth(m)) / (2 * 4 * h);   // active MLP / GPT's 8h²
-  scale *= m.experts > 1 && lay.ep > 1 ? opt.moe_imbalance : 1;          // the busiest EP rank's
+  scale *= moeLoad(m, lay, opt);                                         // the busiest EP rank's
   if (scale !== 1) lt += (scale - 1) * ((rc === "full" ? 2 : 1) * parts.mlp_f + parts.mlp_b);
   lt += moduleRecomputeSeconds(m, cluster, lay, opt, scale * parts.mlp_f);
   lt += recipeKernelsSeconds(m, cluster, lay, opt) + fp8GemmDelta(m, cluster, lay, opt);
@@ -734,25 +735,122 @@ export function termCp(model, cluster, lay, opt, compute) {
   return lp * Math.max(0.0, comm - cp * core);
 }
 
-// Python: term_ep(m_, cl, lay, opt): MoE all-to-alls per micro-batch
-export function termEp(model, cluster, lay, opt) {
+// Python: term_ep(m_, cl, lay, opt, compute) -> {value (exposed), total, hidden}: MoE
+// all-to-alls per micro-batch, node-limited, under another micro-batch's compute with ep_overlap
+export function termEp(model, cluster, lay, opt, compute) {
   const m = planShape(model);
   const {ep, tp: t} = lay;
-  if (ep === 1) return 0.0;
-  const rows = (opt.moe_imbalance * m.top_k * lay.micro_batch * Math.floor(m.seq / lay.cp) * m.hidden * 2) / (lay.sp ? t : 1);
+  if (ep === 1) return {value: 0.0, total: 0.0, hidden: 0.0};
+  let rows = (m.top_k * lay.micro_batch * Math.floor(m.seq / lay.cp) * m.hidden * 2) / (lay.sp ? t : 1);
+  rows *= moeLoad(m, lay, opt);
   const nA2a = lay.recompute === "full" ? 6 : 4;
-  return stageLayers(m.layers, lay)[0] * nA2a * epAllToAllSeconds(rows, ep, cluster);
+  const total = moeLayers(m, lay) * nA2a * epAllToAllSeconds(rows, ep, cluster, m.node_limit || 0, m.top_k);
+  const hidden = opt.ep_overlap && layMicrobatches(lay) > 1 ? Math.min(total, compute.value) : 0.0;
+  return {value: total - hidden, total, hidden};
 }
 
-// Python: ep_all_to_all_seconds(nbytes, ep, cl): on-node peers over NVLink, off-node over each
-// GPU's NIC, at the same time
-export function epAllToAllSeconds(nbytes, ep, cluster) {
+// Python: ep_all_to_all_seconds(nbytes, ep, cl, node_limit, top_k): on-node peers over NVLink,
+// off-node over each GPU's NIC, at the same time; node-limited: min(K, M)/K of the off-node
+// bytes on the NIC, (g − 1)/g of all of them forwarded over NVLink
+export function epAllToAllSeconds(nbytes, ep, cluster, nodeLimit = 0, topK = 1) {
   const g = cluster.gpus_per_node;
   if (ep <= g) return allToAllTime(nbytes, ep, cluster.intra.alpha, cluster.intra.bandwidth);
   const on = Math.min(ep, g);
-  const near = (on - 1) * cluster.intra.alpha + ((on - 1) / ep) * nbytes / cluster.intra.bandwidth;
-  const far = (ep - on) * cluster.inter.alpha + ((ep - on) / ep) * nbytes / cluster.inter.bandwidth;
+  let nearShare = (on - 1) / ep, farShare = (ep - on) / ep;
+  if (nodeLimit) [nearShare, farShare] = [(g - 1) / g, (farShare * Math.min(topK, nodeLimit)) / topK];
+  const near = (on - 1) * cluster.intra.alpha + (nearShare * nbytes) / cluster.intra.bandwidth;
+  const far = (ep - on) * cluster.inter.alpha + (farShare * nbytes) / cluster.inter.bandwidth;
   return Math.max(near, far);
+}
+
+// --- mixture of experts (Python: minipar.cost.planner.moe_terms) ---------------------------
+
+export const EP_COMM_SMS = 20, ROUTER_BYTES_PER_EXPERT = 16, ROUTER_KERNELS = 3;   // Python: moe_terms
+
+// Python: moe_load(m_, lay, opt): the busiest EP rank's tokens over the mean (dropless, or capped)
+export function moeLoad(model, lay, opt) {
+  if (!(model.experts > 1) || lay.ep === 1) return 1.0;
+  if (opt.moe_capacity === null || opt.moe_capacity === undefined) return opt.moe_imbalance;
+  return Math.min(opt.moe_imbalance, opt.moe_capacity);
+}
+
+// Python: moe_layers(m_, lay): MoE layers on the slowest stage
+export function moeLayers(model, lay) {
+  const lp = stageLayers(model.layers, lay)[0];
+  return model.experts > 1 ? Math.min(lp, model.layers - (model.dense_layers || 0)) : 0;
+}
+
+// Python: routed_tokens(m_, lay): b·s/cp, ÷ t with SP
+export function routedTokens(model, lay) {
+  const tokens = lay.micro_batch * Math.floor(model.seq / lay.cp);
+  return lay.sp ? Math.floor(tokens / lay.tp) : tokens;
+}
+
+// Python: memory_bound_seconds(nbytes, kernels, gpu, compiled)
+export function memoryBoundSeconds(nbytes, kernels, gpu, compiled) {
+  const bw = gpu.elementwise_bandwidth || gpu.hbm_bandwidth;
+  const issue = compiled ? 0.0 : kernels * (gpu.kernel_issue_s || 0);
+  return Math.max(issue, nbytes / bw);
+}
+
+const movePasses = (lay) => (lay.recompute === "full" ? 2 : 1);   // Python: moe_terms._passes
+
+// Python: term_router(m_, cl, lay, opt): the router's GEMM and element-wise kernels
+export function termRouter(model, cluster, lay, opt) {
+  const m = planShape(model);
+  if (!(m.experts > 1)) return 0.0;
+  const T = routedTokens(m, lay), E = m.experts, gpu = cluster.gpu;
+  const gemm = gemmOf(gpu, T, E, m.hidden);
+  const back = gemmOf(gpu, T, m.hidden, E) + gemmOf(gpu, m.hidden, E, T);
+  const moved = T * (ROUTER_BYTES_PER_EXPERT * E + 12 * m.top_k);
+  const one = memoryBoundSeconds(moved, ROUTER_KERNELS, gpu, opt.compiled);
+  return moeLayers(m, lay) * (movePasses(lay) * (gemm + one) + back + one);
+}
+
+// Python: permute_bytes(m_, lay, opt): permute + unpermute bytes per MoE layer and forward
+export function permuteBytes(model, lay, opt) {
+  const T = routedTokens(model, lay), K = model.top_k, h = model.hidden;
+  let out = 2 * (1 + K) * T * h * 2;
+  if (lay.ep > 1) out += 2 * 2 * K * T * moeLoad(model, lay, opt) * h * 2;
+  return out;
+}
+
+// Python: term_permute(m_, cl, lay, opt)
+export function termPermute(model, cluster, lay, opt) {
+  const m = planShape(model);
+  if (!(m.experts > 1)) return 0.0;
+  const one = memoryBoundSeconds(permuteBytes(m, lay, opt), lay.ep > 1 ? 4 : 2, cluster.gpu, opt.compiled);
+  return moeLayers(m, lay) * (movePasses(lay) + 1) * one;
+}
+
+// Python: grouped_gemm_half_rows(gpu, fp8): r₀ = b·P·η/(2W)
+export function groupedGemmHalfRows(gpu, fp8 = false) {
+  return ((fp8 ? 1 : 2) * (fp8 ? fp8Peak(gpu) : gpu.peak) * gpu.gemm_efficiency) / (2 * gpu.hbm_bandwidth);
+}
+
+// Python: grouped_gemm_efficiency(rows, gpu, fp8): r/(r + r₀)
+export function groupedGemmEfficiency(rows, gpu, fp8 = false) {
+  return rows > 0 ? rows / (rows + groupedGemmHalfRows(gpu, fp8)) : 1.0;
+}
+
+// Python: term_grouped_gemm(m_, cl, lay, opt) -> {value, rows, efficiency}
+export function termGroupedGemm(model, cluster, lay, opt) {
+  const m = planShape(model);
+  if (!(m.experts > 1)) return {value: 0.0, rows: 0.0, efficiency: 1.0};
+  const etp = expertGrid(lay)[0], eLocal = Math.floor(m.experts / lay.ep);
+  const rows = lay.ep > 1
+    ? (m.top_k * routedTokens(m, lay) * moeLoad(m, lay, opt) * lay.ep) / m.experts
+    : (m.top_k * lay.micro_batch * Math.floor(m.seq / lay.cp)) / m.experts;
+  const one = m.mlp_matrices * m.hidden * ffnWidth(m);   // one expert's weights
+  const extra = Math.max(0.0, (eLocal * one) / etp - (m.top_k * one) / lay.tp);
+  const perLayer = ((movePasses(lay) + 2) * (opt.fp8 ? 1 : 2) * extra) / cluster.gpu.hbm_bandwidth;
+  return {value: moeLayers(m, lay) * perLayer, rows, efficiency: groupedGemmEfficiency(rows, cluster.gpu, Boolean(opt.fp8))};
+}
+
+// Python: term_ep_overlap(m_, cl, lay, opt, ep): the SMs the overlapped all-to-alls hold
+export function termEpOverlap(model, cluster, lay, opt, ep) {
+  if (!opt.ep_overlap) return 0.0;
+  return ep.hidden * Math.min(1.0, EP_COMM_SMS / cluster.gpu.sms);
 }
 
 // Python: term_zero3_exposed(m_, cl, lay, opt, compute) -> {value (exposed), per_layer, link}
@@ -831,8 +929,8 @@ export function termOptimizer(model, cluster, lay, opt) {
 }
 
 // BEGIN TERMS (generated from minipar/cost/planner/term_table.json by `python -m minipar.cost.planner.term_table`; do not edit)
-export const TERMS = [{"name": "compute", "where": "slot", "unit": "s", "column": null, "group": "compute", "needs": [], "doc": "the layers and the output layer of one micro-batch"}, {"name": "fp8_casts", "where": "slot", "unit": "s", "column": "FP8 cast", "group": "compute", "needs": [], "doc": "FP8 casts of the GEMMs' inputs, gradients and weights"}, {"name": "tp", "where": "slot", "unit": "s", "column": "TP", "group": "TP communication", "needs": [], "doc": "tensor-parallel collectives on the critical path"}, {"name": "pp", "where": "slot", "unit": "s", "column": "PP", "group": "PP, CP and EP communication", "needs": [], "doc": "pipeline sends across stage boundaries"}, {"name": "cp", "where": "slot", "unit": "s", "column": "CP ring", "group": "PP, CP and EP communication", "needs": ["compute"], "doc": "context-parallel K/V traffic not hidden by the block compute"}, {"name": "ep", "where": "slot", "unit": "s", "column": "EP a2a", "group": "PP, CP and EP communication", "needs": [], "doc": "MoE all-to-alls"}, {"name": "zero3_exposed", "where": "slot", "unit": "s", "column": "ZeRO-3", "group": "DP and ZeRO communication", "needs": ["compute"], "doc": "ZeRO-3 gathers and reduce-scatters not hidden by prefetching"}, {"name": "dp_exposed", "where": "step", "unit": "s", "column": "DP exp", "group": "DP and ZeRO communication", "needs": ["compute", "zero3_exposed"], "doc": "the data-parallel reduction not hidden under the last backward"}, {"name": "embedding", "where": "step", "unit": "s", "column": null, "group": "embedding and optimizer", "needs": [], "doc": "the tied embedding's gradient all-reduce, first and last stage"}, {"name": "optimizer", "where": "step", "unit": "s", "column": null, "group": "embedding and optimizer", "needs": [], "doc": "the Adam step on this rank's shard"}, {"name": "states", "where": "memory", "unit": "B", "column": null, "group": "model states", "needs": [], "doc": "model states of the fullest stage"}, {"name": "fp8_weights", "where": "memory", "unit": "B", "column": null, "group": "model states", "needs": [], "doc": "FP8 copies of the linear weights"}, {"name": "activations", "where": "memory", "unit": "B", "column": null, "group": "activations", "needs": [], "doc": "activations of the fullest stage"}];
-const TERM_FUNCTIONS = {compute: termCompute, fp8_casts: termFp8Casts, tp: termTp, pp: termPp, cp: termCp, ep: termEp, zero3_exposed: termZero3Exposed, dp_exposed: termDpExposed, embedding: termEmbedding, optimizer: termOptimizer, states: termStates, fp8_weights: termFp8Weights, activations: termActivations};
+export const TERMS = [{"name": "compute", "where": "slot", "unit": "s", "column": null, "group": "compute", "needs": [], "doc": "the layers and the output layer of one micro-batch"}, {"name": "fp8_casts", "where": "slot", "unit": "s", "column": "FP8 cast", "group": "compute", "needs": [], "doc": "FP8 casts of the GEMMs' inputs, gradients and weights"}, {"name": "tp", "where": "slot", "unit": "s", "column": "TP", "group": "TP communication", "needs": [], "doc": "tensor-parallel collectives on the critical path"}, {"name": "pp", "where": "slot", "unit": "s", "column": "PP", "group": "PP, CP and EP communication", "needs": [], "doc": "pipeline sends across stage boundaries"}, {"name": "cp", "where": "slot", "unit": "s", "column": "CP ring", "group": "PP, CP and EP communication", "needs": ["compute"], "doc": "context-parallel K/V traffic not hidden by the block compute"}, {"name": "ep", "where": "slot", "unit": "s", "column": "EP a2a", "group": "PP, CP and EP communication", "needs": ["compute"], "doc": "MoE all-to-alls not hidden under another micro-batch's compute"}, {"name": "ep_overlap", "where": "slot", "unit": "s", "column": "EP ovl", "group": "PP, CP and EP communication", "needs": ["ep"], "doc": "the compute the overlapped all-to-alls slow down (the SMs they hold)"}, {"name": "router", "where": "slot", "unit": "s", "column": "Router", "group": "MoE router and permute", "needs": [], "doc": "the MoE router's GEMM, scores and top-k"}, {"name": "permute", "where": "slot", "unit": "s", "column": "Permute", "group": "MoE router and permute", "needs": [], "doc": "permute and unpermute of the routed tokens around the all-to-alls"}, {"name": "grouped_gemm", "where": "slot", "unit": "s", "column": "GG rows", "group": "expert GEMMs at few rows", "needs": [], "doc": "the grouped expert GEMMs' weight reads at few rows per expert, beyond the dense pricing"}, {"name": "zero3_exposed", "where": "slot", "unit": "s", "column": "ZeRO-3", "group": "DP and ZeRO communication", "needs": ["compute"], "doc": "ZeRO-3 gathers and reduce-scatters not hidden by prefetching"}, {"name": "dp_exposed", "where": "step", "unit": "s", "column": "DP exp", "group": "DP and ZeRO communication", "needs": ["compute", "zero3_exposed"], "doc": "the data-parallel reduction not hidden under the last backward"}, {"name": "embedding", "where": "step", "unit": "s", "column": null, "group": "embedding and optimizer", "needs": [], "doc": "the tied embedding's gradient all-reduce, first and last stage"}, {"name": "optimizer", "where": "step", "unit": "s", "column": null, "group": "embedding and optimizer", "needs": [], "doc": "the Adam step on this rank's shard"}, {"name": "states", "where": "memory", "unit": "B", "column": null, "group": "model states", "needs": [], "doc": "model states of the fullest stage"}, {"name": "fp8_weights", "where": "memory", "unit": "B", "column": null, "group": "model states", "needs": [], "doc": "FP8 copies of the linear weights"}, {"name": "activations", "where": "memory", "unit": "B", "column": null, "group": "activations", "needs": [], "doc": "activations of the fullest stage"}];
+const TERM_FUNCTIONS = {compute: termCompute, fp8_casts: termFp8Casts, tp: termTp, pp: termPp, cp: termCp, ep: termEp, ep_overlap: termEpOverlap, router: termRouter, permute: termPermute, grouped_gemm: termGroupedGemm, zero3_exposed: termZero3Exposed, dp_exposed: termDpExposed, embedding: termEmbedding, optimizer: termOptimizer, states: termStates, fp8_weights: termFp8Weights, activations: termActivations};
 // END TERMS
 
 const termValue = (r) => (typeof r === "number" ? r : r.value);   // Python: three_d_terms._value

@@ -140,10 +140,57 @@ def gh100_kernels(hbm_datasheet: float) -> dict:
     return k | {f: H200_KERNELS[f] * r for f in scaled}
 
 
-KERNEL_KINDS = ("a100", "gh100", "h200-assumed")
+# Blackwell's kernel constants, each from a published measurement of a B200 (none was measured
+# in this course: no Blackwell GPU was lent), the rest carried from the H200 where they are
+# properties of the host or of the kernel's form rather than of the chip:
+BLACKWELL_GEMM_EFFICIENCY = 0.63
+"""η on Blackwell: a bf16 8192³ torch.matmul on a B200 at 1.42 PFLOP/s, 0.631 of the 2.25 dense
+peak (torchao's ``benchmarks/float8/bench_matmul.py`` as run on an NVIDIA B200 in pytorch/ao
+pull request 2427: 0.63-0.67 from 3072³ to 8192³), the same measurement as the H200's η
+(8192³). The GB200 keeps 0.63 of its own peak: an ASSUMPTION (no GB200 matmul read)."""
+
+B200_HBM_ACHIEVED = 6.72e12
+"""A B200's achieved HBM rate: 6.72 TB/s, 87.6 % of 7.67, by CUB's ``DeviceTransform`` add of
+2²⁸ bf16 elements (NVIDIA/cccl pull request 7391's benchmark table on an NVIDIA B200); the
+H200's copy reached 88 % of its datasheet, so the ratio carries to the GB200's 8 TB/s."""
+
+B200_DATASHEET_HBM = 7.7e12
+
+BLACKWELL_FLASH_EFFICIENCY = 0.44
+"""Fused attention's forward + backward FLOP/s over the bf16 peak on Blackwell: cuDNN 9.13's
+forward at 1605/1.3 = 1235 TFLOP/s, 0.55 of the B200's 2.25 PFLOP/s (Together AI's
+FlashAttention-4 report: FA4 reaches 1605 TFLOP/s forward, 1.3 × cuDNN 9.13, bf16, head dim
+128), times the backward's share of FlashAttention-3's forward + backward rate on an H100
+(0.52/0.65, :data:`minipar.cost.kernels.compute.FA3_EFFICIENCY`'s derivation): 0.44. A
+derivation from two published figures, not a measurement of a training step."""
+
+
+def blackwell_kernels(hbm_datasheet: float) -> dict:
+    """Kernel constants for a Blackwell part (B200, GB200): η
+    (:data:`BLACKWELL_GEMM_EFFICIENCY`) and fused attention's rate
+    (:data:`BLACKWELL_FLASH_EFFICIENCY`) from published B200 kernel figures; the achieved HBM
+    rate :data:`B200_HBM_ACHIEVED`, times the part's datasheet over the B200's 7.7 TB/s; the
+    bandwidth-bound constants (attention's batched GEMMs, the fused Adam step, the element-wise
+    rate) the H200's measured ones times the achieved HBM ratio (their form: traffic at a share
+    of the HBM rate); the per-call λ and the kernel issue time the H200's (7.4 µs: the host and
+    the launch path, not the GPU's arithmetic)."""
+    hbm = B200_HBM_ACHIEVED * hbm_datasheet / B200_DATASHEET_HBM
+    r = hbm / H200_HBM_ACHIEVED
+    k = dict(
+        H200_KERNELS,
+        gemm_efficiency=BLACKWELL_GEMM_EFFICIENCY,
+        hbm_bandwidth=hbm,
+        flash_efficiency=BLACKWELL_FLASH_EFFICIENCY,
+    )
+    scaled = ("bmm_bandwidth", "optimizer_bandwidth", "elementwise_bandwidth")
+    return k | {f: H200_KERNELS[f] * r for f in scaled}
+
+
+KERNEL_KINDS = ("a100", "gh100", "h200-assumed", "blackwell")
 """Where a preset's kernel constants come from: the A100's fitted ones; the H200's measured
 ones on a GH100 part (:func:`gh100_kernels`); or the same carried to a Blackwell part
-("h200-assumed", the B200 and GB200: no Blackwell step was measured, an assumption)."""
+("h200-assumed": no preset now); or Blackwell's published kernel figures
+(:func:`blackwell_kernels`, the B200 and GB200)."""
 
 BLACKWELL_ONLY = ("mxfp8",)
 """Peaks only Blackwell presets have: MXFP8 (the OCP Microscaling format, FP8 elements in blocks
@@ -168,6 +215,8 @@ def _preset(name: str, g: dict) -> GPU:
             gemm_rule="additive",
             attention_score_bytes=A100_SCORE_BYTES,
         )
+    elif kind == "blackwell":
+        kernels = blackwell_kernels(g.pop("hbm_datasheet"))
     else:
         kernels = gh100_kernels(g.pop("hbm_datasheet"))
     return GPU(name, peak_flops=peaks, **g, **kernels)

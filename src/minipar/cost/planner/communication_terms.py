@@ -13,6 +13,7 @@ from ..chapters.expert_parallel import all_to_all_time
 from ..network.collectives import collective_time, hierarchical_all_reduce_time
 from .compute_terms import ComputeTerm, layer_gemm_seconds
 from .layout import ZERO3_COLLECTIVES, Layout, Options, expert_grid, reshards, stage_layers
+from .moe_terms import moe_layers, moe_load
 from .shapes import kv_width_per_rank, stage_params
 
 
@@ -168,34 +169,54 @@ def term_cp(m_, cl, lay: Layout, opt: Options, compute: ComputeTerm) -> float:
     return lp * max(0.0, comm - cp * core)
 
 
-def term_ep(m_, cl, lay: Layout, opt: Options) -> float:
+class EpTerm(NamedTuple):
+    value: float  # exposed seconds per micro-batch, on the critical path
+    total: float  # every all-to-all of the micro-batch, exposed or not
+    hidden: float  # of total, what runs under compute (opt.ep_overlap)
+
+
+def term_ep(m_, cl, lay: Layout, opt: Options, compute: ComputeTerm) -> EpTerm:
     """MoE all-to-alls of one micro-batch on the critical path: dispatch + combine forward and
-    backward (six with full recomputation) of the K·b·s/cp routed 16-bit (·, h) rows per layer
-    (÷ t with SP) over the ep ranks, consecutive in the rank order under folding (Lepikhin et
-    al. 2021; :func:`minipar.cost.chapters.expert_parallel.all_to_all_time`), the busiest rank's
-    ``opt.moe_imbalance`` times the mean."""
+    backward (six with full recomputation) of the K·b·s/cp routed 16-bit (·, h) rows per MoE
+    layer (÷ t with SP) over the ep ranks, consecutive in the rank order under folding (Lepikhin
+    et al. 2021; :func:`ep_all_to_all_seconds`, node-limited when the shape's ``node_limit``
+    is set), the busiest rank's load (:func:`~minipar.cost.planner.moe_terms.moe_load`) times
+    the mean. With ``opt.ep_overlap`` and at least two micro-batches, one micro-batch's
+    all-to-alls run under another's compute (``compute.value``), so only what exceeds it is
+    exposed; the overlap's price is :func:`~minipar.cost.planner.moe_terms.term_ep_overlap`."""
     ep, t = lay.ep, lay.tp
     if ep == 1:
-        return 0.0
+        return EpTerm(0.0, 0.0, 0.0)
     rows = m_.top_k * lay.micro_batch * (m_.seq // lay.cp) * m_.hidden * 2 / (t if lay.sp else 1)
-    rows *= opt.moe_imbalance
+    rows *= moe_load(m_, lay, opt)
     n_a2a = 6 if lay.recompute == "full" else 4
-    return stage_layers(m_.layers, lay)[0] * n_a2a * ep_all_to_all_seconds(rows, ep, cl)
+    one = ep_all_to_all_seconds(rows, ep, cl, m_.node_limit, m_.top_k)
+    total = moe_layers(m_, lay) * n_a2a * one
+    hidden = min(total, compute.value) if opt.ep_overlap and lay.microbatches > 1 else 0.0
+    return EpTerm(total - hidden, total, hidden)
 
 
-def ep_all_to_all_seconds(nbytes: float, ep: int, cl) -> float:
-    """One all-to-all of ``nbytes`` per rank over ep consecutive ranks: inside a node the
-    pairwise exchange on the intra link (:func:`minipar.cost.chapters.expert_parallel.all_to_all_time`);
-    spanning nodes, a rank's min(ep, g) − 1 on-node peers over NVLink and its ep − min(ep, g)
-    off-node peers over its own NIC at the same time (each GPU's rail; the off-node share
-    (ep − min(ep, g))/ep of :func:`minipar.cost.chapters.expert_parallel.off_node_fraction`), the slower
-    of the two: (n−1)α + (n−1)/ep·S/B on each."""
+def ep_all_to_all_seconds(nbytes: float, ep: int, cl, node_limit: int = 0, top_k: int = 1) -> float:
+    """One all-to-all of ``nbytes`` per rank over ep consecutive ranks: inside a node (an NVLink
+    domain) the pairwise exchange on the intra link
+    (:func:`minipar.cost.chapters.expert_parallel.all_to_all_time`); spanning nodes, a rank's
+    min(ep, g) − 1 on-node peers over NVLink and its ep − min(ep, g) off-node peers over its own
+    NIC at the same time (each GPU's rail; the off-node share (ep − min(ep, g))/ep of
+    :func:`minipar.cost.chapters.expert_parallel.off_node_fraction`), the slower of the two:
+    (n−1)α + (n−1)/ep·S/B on each. Node-limited routing (``node_limit`` M > 0, DeepSeek-V3's
+    M = 4, DeepSeek-AI 2024 §2.1.2 and §3.2.2): each token crosses the network once per
+    destination node, at most M of the N = ep/g nodes, and is forwarded to its experts over
+    NVLink there (DeepEP's dispatch): the NIC carries min(K, M)/K of the off-node bytes, the
+    NVLink (g − 1)/g of all of them."""
     g = cl.gpus_per_node
     if ep <= g:
         return all_to_all_time(nbytes, ep, cl.intra.alpha, cl.intra.bandwidth)
     on = min(ep, g)
-    near = (on - 1) * cl.intra.alpha + (on - 1) / ep * nbytes / cl.intra.bandwidth
-    far = (ep - on) * cl.inter.alpha + (ep - on) / ep * nbytes / cl.inter.bandwidth
+    near_share, far_share = (on - 1) / ep, (ep - on) / ep
+    if node_limit:
+        near_share, far_share = (g - 1) / g, far_share * min(top_k, node_limit) / top_k
+    near = (on - 1) * cl.intra.alpha + near_share * nbytes / cl.intra.bandwidth
+    far = (ep - on) * cl.inter.alpha + far_share * nbytes / cl.inter.bandwidth
     return max(near, far)
 
 

@@ -22,6 +22,7 @@ from ..kernels.compute import (
     optimizer_seconds,
 )
 from .layout import Layout, Options, expert_grid, stage_layers
+from .moe_terms import moe_load
 from .shapes import kv_width_per_rank, layer_dense_gemms, stage_params
 
 
@@ -58,7 +59,7 @@ def term_compute(m_, cl, lay: Layout, opt: Options) -> ComputeTerm:
     (``GPU.attention_score_bytes``, the forward's share again when recomputed); the QKV GEMM
     at the GQA width h/t + 2·kv_width_per_rank instead of 3h/t; the MLP rescaled to the active
     experts' width (K·matrices·f over GPT's 8h²), on the busiest EP rank
-    (``opt.moe_imbalance`` times the mean when ep > 1); and
+    (:func:`~minipar.cost.planner.moe_terms.moe_load` times the mean when ep > 1); and
     :func:`~minipar.cost.kernels.compute.logits_seconds`."""
     b, h, a, t, rc = lay.micro_batch, m_.hidden, m_.heads, lay.tp, lay.recompute
     sl, gpu, att = m_.seq // lay.cp, cl.gpu, opt.attention
@@ -81,7 +82,7 @@ def term_compute(m_, cl, lay: Layout, opt: Options) -> ComputeTerm:
         (gf, gb), (mf, mb) = (_gemm_pass(gpu, b * sl, n, h) for n in (n_qkv, 3 * h // t))
         lt += (2 if rc == "full" else 1) * (gf - mf) + (gb - mb)
     scale = m_.top_k * m_.mlp_matrices * m_.ffn_width / (2 * 4 * h)  # active MLP / GPT's 8h²
-    scale *= opt.moe_imbalance if m_.moe and lay.ep > 1 else 1  # the busiest EP rank's
+    scale *= moe_load(m_, lay, opt)  # the busiest EP rank's
     if scale != 1:
         lt += (scale - 1) * ((2 if rc == "full" else 1) * parts["mlp_f"] + parts["mlp_b"])
     lt += module_recompute_seconds(m_, cl, lay, opt, scale * parts["mlp_f"])

@@ -147,6 +147,13 @@ class Options:
     # FP8 parameters (Megatron-Core's --fp8-param-gather, Transformer Engine's fp8_model_init):
     # the FP8 linears' weights live only in FP8, no 16-bit copy (memory_terms.fp8_param_bytes_saved)
     fp8_params: bool = False
+    # MoE capacity factor (GShard's; Megatron-Core's --moe-expert-capacity-factor): tokens above
+    # c times an expert's mean are dropped (moe_terms.moe_load); None: dropless (the default)
+    moe_capacity: float | None = None
+    # the all-to-alls under another micro-batch's compute (Megatron-Core's
+    # --overlap-moe-expert-parallel-comm, DeepSeek-V3's DualPipe), at the SMs they take:
+    # communication_terms.term_ep, moe_terms.term_ep_overlap
+    ep_overlap: bool = False
 
     @property
     def recipe(self) -> Recipe:
@@ -194,6 +201,11 @@ class Options:
         if self.fp8_params and not self.fp8:
             raise ValueError(
                 f"fp8_params ({self.fp8_params}) needs fp8 GEMMs (a scaling), got fp8 ({self.fp8})"
+            )
+        if self.moe_capacity is not None and not self.moe_capacity > 0:
+            raise ValueError(
+                f"moe capacity ({self.moe_capacity}) must be > 0 (a capacity factor), or None "
+                "(dropless)"
             )
         if not self.moe_imbalance >= 1:
             raise ValueError(

@@ -5,7 +5,7 @@
 Adding a term is one row here, one Python function ``term_<name>(m_, cl, lay, opt, *needs)`` in
 the module of its kind (:mod:`~minipar.cost.planner.compute_terms`,
 :mod:`~minipar.cost.planner.communication_terms`, :mod:`~minipar.cost.planner.memory_terms`,
-imported by :mod:`~minipar.cost.planner.three_d_terms`) and its JavaScript twin
+:mod:`~minipar.cost.planner.moe_terms`, imported by :mod:`~minipar.cost.planner.three_d_terms`) and its JavaScript twin
 ``term<Name>(model, cluster, lay, opt, ...needs)`` in ``widgets/three_d_model.js``; ``python -m
 minipar.cost.planner.term_table`` prints the JavaScript block to paste between its ``BEGIN
 TERMS`` and ``END TERMS`` lines (tests/test_cost_terms.py fails until it is there). A term

@@ -263,9 +263,11 @@ MODELS: dict[str, ModelShape] = {  # the shapes as published, each with its sour
     for name, m in tomllib.loads(Path(__file__).with_name("models.toml").read_text("utf-8")).items()
 }
 
-ERA_FLASH_GPUS = ("H100-SXM", "H100-HBM2e-500W", "H100-PCIe", "H200")
+ERA_FLASH_GPUS = ("H100-SXM", "H100-HBM2e-500W", "H100-PCIe", "H200", "H800", "B200", "GB200-NVL72")
 """GPUs whose training stacks run fused attention by default (FlashAttention-2 and PyTorch's
-SDPA shipped for Hopper in 2023); the A100 presets reproduce 2021 runs, unfused."""
+SDPA shipped for Hopper in 2023; cuDNN's fused attention for Blackwell in Transformer Engine)
+and today's recipe (:func:`precision_for`): every Hopper and Blackwell preset; the A100
+presets reproduce 2021 runs, unfused."""
 
 
 def precision_for(gpu_name: str) -> str:

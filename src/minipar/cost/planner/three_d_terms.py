@@ -22,6 +22,7 @@ from __future__ import annotations
 from .breakdown import StepBreakdown
 from .communication_terms import (
     DpTerm,
+    EpTerm,
     LinkTerm,
     Zero3Term,
     dp_allreduce_seconds,
@@ -76,6 +77,20 @@ from .memory_terms import (
     term_activations,
     term_fp8_weights,
     term_states,
+)
+from .moe_terms import (
+    EP_COMM_SMS,
+    GroupedGemmTerm,
+    grouped_gemm_efficiency,
+    grouped_gemm_half_rows,
+    moe_layers,
+    moe_load,
+    permute_bytes,
+    routed_tokens,
+    term_ep_overlap,
+    term_grouped_gemm,
+    term_permute,
+    term_router,
 )
 from .shapes import StageParams, kv_width_per_rank, layer_dense_gemms, stage_params
 from .term_table import TERMS, python_name
@@ -135,6 +150,20 @@ __all__ = [  # the terms and what the planner, the validation and the tests read
     "tp_overlap_exposed",
     "zero3_collective_seconds",
     "zero3_gathers",
+    # mixture of experts (moe_terms)
+    "EP_COMM_SMS",
+    "EpTerm",
+    "GroupedGemmTerm",
+    "grouped_gemm_efficiency",
+    "grouped_gemm_half_rows",
+    "moe_layers",
+    "moe_load",
+    "permute_bytes",
+    "routed_tokens",
+    "term_ep_overlap",
+    "term_grouped_gemm",
+    "term_permute",
+    "term_router",
 ]
 
 

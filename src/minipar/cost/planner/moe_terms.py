@@ -1,0 +1,179 @@
+"""The planner's mixture-of-experts terms: the router, the permute and unpermute around the
+all-to-alls, the grouped expert GEMMs at few rows per expert, and the cost of overlapping the
+all-to-alls with compute; with the load the busiest EP rank carries (dropless or capped by a
+capacity factor). Each ``term_<name>`` is a row of ``term_table.json``; the all-to-alls
+themselves are :func:`~minipar.cost.planner.communication_terms.term_ep`.
+
+Tokens per rank: b·s/cp, ÷ t with sequence parallelism (Megatron-Core routes each TP rank's
+sequence shard); a token goes to K routed experts (the shared experts are dense MLPs and stay
+in the compute term). Units: seconds, bytes."""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+from ..kernels.compute import fp8_peak, gpu_gemm_seconds
+from .layout import Layout, Options, expert_grid, stage_layers
+
+EP_COMM_SMS = 20
+"""Streaming multiprocessors the dispatch and combine kernels keep while they overlap compute:
+DeepSeek-V3's 20 of the H800's 132 (DeepSeek-AI 2024, "DeepSeek-V3 Technical Report", §3.2.2:
+20 SMs suffice to saturate IB and NVLink); DeepEP's training kernels default to the same
+20. The same count on every GPU, an assumption (no file here measures it on Blackwell)."""
+
+ROUTER_BYTES_PER_EXPERT = 16
+"""Bytes per token and expert the router's element-wise kernels move forward (and again
+backward): the fp32 logits written by the router GEMM and read by the score function
+(softmax or sigmoid), the fp32 scores written and read by top-k: 4 × 4 bytes. The top-k
+indices and weights (12 bytes per chosen expert) are added on top. Megatron-Core computes the
+router's scores in fp32 (``--moe-router-dtype fp32``, the DeepSeek-V3 recipe)."""
+
+ROUTER_KERNELS = 3
+"""Kernels of the router per pass beyond its GEMM: the score function, top-k and the
+auxiliary (load-balancing) loss or bias update."""
+
+
+def moe_load(m_, lay: Layout, opt: Options) -> float:
+    """The busiest EP rank's routed tokens over the mean: 1 without EP; dropless (Megatron-Core's
+    default, ``opt.moe_capacity`` None) ``opt.moe_imbalance``; with a capacity factor c
+    (GShard's, Lepikhin et al. 2021 §2.2; ``--moe-expert-capacity-factor``) the tokens above
+    c times the mean are dropped, not padded: min(imbalance, c)."""
+    if not m_.moe or lay.ep == 1:
+        return 1.0
+    if opt.moe_capacity is None:
+        return opt.moe_imbalance
+    return min(opt.moe_imbalance, opt.moe_capacity)
+
+
+def moe_layers(m_, lay: Layout) -> int:
+    """MoE layers on the slowest (first-stage-sized) stage: the stage's layers, less the
+    dense-first layers (DeepSeek-V3's first 3) where they can all sit on it (the first stage
+    holds them; the slowest stage is priced with L/p layers)."""
+    lp = stage_layers(m_.layers, lay)[0]
+    return min(lp, m_.layers - m_.dense_layers) if m_.moe else 0
+
+
+def routed_tokens(m_, lay: Layout) -> int:
+    """Tokens one rank routes per micro-batch: b·s/cp, ÷ t with SP."""
+    tokens = lay.micro_batch * (m_.seq // lay.cp)
+    return tokens // lay.tp if lay.sp else tokens
+
+
+def memory_bound_seconds(nbytes: float, kernels: int, gpu, compiled: bool) -> float:
+    """``kernels`` element-wise kernels moving ``nbytes``: the longer of their issue time
+    (``GPU.kernel_issue_s`` each; none when ``compiled``) and their traffic at the GPU's
+    element-wise rate (``GPU.elementwise_bandwidth``, else its HBM bandwidth): the rule of
+    :func:`minipar.cost.kernels.compute.elementwise_seconds`."""
+    bw = gpu.elementwise_bandwidth or gpu.hbm_bandwidth
+    issue = 0.0 if compiled else kernels * gpu.kernel_issue_s
+    return max(issue, nbytes / bw)
+
+
+def _passes(lay: Layout) -> int:
+    """Forward passes per micro-batch: two under full recomputation."""
+    return 2 if lay.recompute == "full" else 1
+
+
+def term_router(m_, cl, lay: Layout, opt: Options) -> float:
+    """The router of one micro-batch on the slowest stage, per MoE layer: its (T, E, h) GEMM
+    forward and the two backward ones at the GPU's GEMM rule, and its element-wise kernels
+    (:data:`ROUTER_KERNELS`, :data:`ROUTER_BYTES_PER_EXPERT` per token and expert, 12 bytes per
+    chosen expert) forward and backward as memory-bound kernels
+    (:func:`memory_bound_seconds`). T = :func:`routed_tokens` (Fedus et al. 2022, "Switch
+    Transformers", §2.1; DeepSeek-AI 2024 §2.1.2's sigmoid scores)."""
+    if not m_.moe:
+        return 0.0
+    T, E, gpu = routed_tokens(m_, lay), m_.experts, cl.gpu
+    gemm = gpu_gemm_seconds(gpu, T, E, m_.hidden)
+    back = gpu_gemm_seconds(gpu, T, m_.hidden, E) + gpu_gemm_seconds(gpu, m_.hidden, E, T)
+    moved = T * (ROUTER_BYTES_PER_EXPERT * E + 12 * m_.top_k)
+    one = memory_bound_seconds(moved, ROUTER_KERNELS, gpu, opt.compiled)
+    per_layer = _passes(lay) * (gemm + one) + back + one
+    return moe_layers(m_, lay) * per_layer
+
+
+def permute_bytes(m_, lay: Layout, opt: Options) -> float:
+    """Bytes one rank's permute and unpermute move per MoE layer and forward pass: the sender's
+    permute reads T rows of h and writes K·T (16-bit), its unpermute reads the K·T returned
+    rows and writes T; with ep > 1 the receiver sorts the K·T·load rows it got by local expert
+    and back (Megatron-Core's ``MoEAlltoAllTokenDispatcher``: ``permute`` and
+    ``sort_chunks_by_idxs``), each a read and a write."""
+    T, K, h = routed_tokens(m_, lay), m_.top_k, m_.hidden
+    out = 2 * (1 + K) * T * h * 2
+    if lay.ep > 1:
+        out += 2 * 2 * K * T * moe_load(m_, lay, opt) * h * 2
+    return out
+
+
+def term_permute(m_, cl, lay: Layout, opt: Options) -> float:
+    """Permute and unpermute of one micro-batch on the slowest stage: :func:`permute_bytes`
+    forward (twice under full recomputation) and the same backward, as memory-bound kernels
+    (:func:`memory_bound_seconds`, two kernels per pass, four with ep > 1), per MoE layer."""
+    if not m_.moe:
+        return 0.0
+    kernels = 4 if lay.ep > 1 else 2
+    one = memory_bound_seconds(permute_bytes(m_, lay, opt), kernels, cl.gpu, opt.compiled)
+    return moe_layers(m_, lay) * (_passes(lay) + 1) * one
+
+
+def grouped_gemm_half_rows(gpu, fp8: bool = False) -> float:
+    """r₀: the rows per expert at which an expert's GEMM spends as long reading its weights as
+    multiplying, b·P·η/(2W) (b bytes per element, P the peak, η the GEMM efficiency, W the HBM
+    rate), from the additive GEMM rule measured on the H200
+    (:mod:`minipar.cost.kernels.compute`: λ + 2MNK/(Pη) + 2(MK + KN + MN)/W): an expert GEMM of
+    r rows reads its N·K weights once whatever r, so it runs at r/(r + r₀) of a large GEMM's
+    rate (:func:`grouped_gemm_efficiency`). H800, bf16: about 260 rows."""
+    b = 1 if fp8 else 2
+    peak = fp8_peak(gpu) if fp8 else gpu.peak_flops["bf16"]
+    return b * peak * gpu.gemm_efficiency / (2 * gpu.hbm_bandwidth)
+
+
+def grouped_gemm_efficiency(rows: float, gpu, fp8: bool = False) -> float:
+    """An expert GEMM's rate over a large GEMM's at ``rows`` rows per expert: r/(r + r₀)
+    (:func:`grouped_gemm_half_rows`); 1 for no rows."""
+    return rows / (rows + grouped_gemm_half_rows(gpu, fp8)) if rows > 0 else 1.0
+
+
+class GroupedGemmTerm(NamedTuple):
+    value: float  # seconds per micro-batch on the slowest stage
+    rows: float  # routed rows per local expert on the busiest rank
+    efficiency: float  # grouped_gemm_efficiency at those rows
+
+
+def term_grouped_gemm(m_, cl, lay: Layout, opt: Options) -> GroupedGemmTerm:
+    """What the grouped expert GEMMs cost beyond the compute term's pricing of the routed MLP as
+    one dense MLP of width K·f: a rank holding E/ep experts (each split over ETP,
+    :func:`expert_grid`) reads every local expert's weights in each GEMM pass (forward, twice
+    under full recomputation, input and weight gradients), where the dense pricing read K
+    experts' worth: the difference (never below 0) in bytes at the HBM rate, per MoE layer.
+    Equivalently, the expert GEMMs run at :func:`grouped_gemm_efficiency` of r routed rows per
+    local expert, r = K·T·load·ep/E (Megatron-Core's ``GroupedMLP``; DeepSeek-AI 2024 §3.3's
+    grouped GEMMs; the rows are not padded to the kernel's tile, an approximation)."""
+    if not m_.moe:
+        return GroupedGemmTerm(0.0, 0.0, 1.0)
+    etp = expert_grid(lay)[0]
+    e_local = m_.experts // lay.ep
+    if lay.ep > 1:  # a rank's K·T rows, gathered from the ep ranks, over its E/ep experts
+        rows = m_.top_k * routed_tokens(m_, lay) * moe_load(m_, lay, opt) * lay.ep / m_.experts
+    else:  # every TP rank runs all b·s/cp tokens through its slice of every expert
+        rows = m_.top_k * lay.micro_batch * (m_.seq // lay.cp) / m_.experts
+    one = m_.mlp_matrices * m_.hidden * m_.ffn_width  # one expert's weights
+    extra = max(0.0, e_local * one / etp - m_.top_k * one / lay.tp)
+    b = 1 if opt.fp8 else 2
+    per_layer = (_passes(lay) + 2) * b * extra / cl.gpu.hbm_bandwidth
+    eff = grouped_gemm_efficiency(rows, cl.gpu, bool(opt.fp8))
+    return GroupedGemmTerm(moe_layers(m_, lay) * per_layer, rows, eff)
+
+
+def term_ep_overlap(m_, cl, lay: Layout, opt: Options, ep) -> float:
+    """What overlapping the all-to-alls with compute costs (``opt.ep_overlap``: Megatron-Core's
+    ``--overlap-moe-expert-parallel-comm``, which pairs one micro-batch's forward with
+    another's backward, and DeepSeek-V3's DualPipe, which does the same inside its
+    bidirectional schedule, DeepSeek-AI 2024 §3.2.1): the dispatch and combine kernels hold
+    :data:`EP_COMM_SMS` of the GPU's SMs while they run, so the compute they overlap loses that
+    share of the GPU for as long as they last: ``ep.hidden`` × EP_COMM_SMS/SMs (the hidden
+    all-to-all seconds of :func:`~minipar.cost.planner.communication_terms.term_ep`). DualPipe's
+    own bubble and its second copy of the weights are not priced."""
+    if not opt.ep_overlap:
+        return 0.0
+    return ep.hidden * min(1.0, EP_COMM_SMS / cl.gpu.sms)
