@@ -260,3 +260,77 @@ def a2a_roofline(pal):
     for sp in ("top", "right"):
         ax.spines[sp].set_visible(False)
     return fig
+
+
+def deepseek_v3_runs():
+    """(label, Config) of DeepSeek-V3's step in the planner: its published layout on 2048 H800
+    (the explorer's preset, PP 16 × EP 64 over 8 nodes, ZeRO-1, no TP), the same with TP 8
+    inside each node, and both again with a 72-GPU NVLink domain (GB200 NVL72, 64 GPUs of each
+    rack in use, so an EP group of 64 is one NVLink domain)."""
+    from dataclasses import replace  # noqa: PLC0415 (figures import lazily)
+
+    from minipar.cost.planner.three_d import cluster, evaluate  # noqa: PLC0415
+    from minipar.widgets.three_d import preset_run  # noqa: PLC0415
+
+    m_, h800, lay, opt = preset_run("deepseek-v3")
+    nvl72 = cluster(lay.tp * lay.pp * lay.dp, 64, "GB200-NVL72")
+    tp8 = replace(lay, tp=8, dp=lay.dp // 8, sp=True)
+    runs = (
+        ("H800, published:\nPP 16, EP 64, no TP", h800, lay),
+        ("H800, TP 8 added", h800, tp8),
+        ("GB200 NVL72:\nPP 16, EP 64, no TP", nvl72, lay),
+        ("GB200 NVL72,\nTP 8 added", nvl72, tp8),
+    )
+    return [(label, evaluate(m_, cl, la, opt)) for label, cl, la in runs]
+
+
+@figure(
+    draws=[
+        "minipar.cost.planner.three_d.evaluate",
+        "minipar.cost.planner.breakdown.StepBreakdown.group_seconds",
+    ],
+    phone=True,
+)
+def deepseek_v3_step(pal):
+    """Seconds per step of DeepSeek-V3 (15360 sequences of 4096 tokens) in the planner, split
+    by the term table's groups, at its published layout on H800, with TP 8 added, and both on
+    GB200 NVL72: every part of the step the planner prices, each in its own colour. On a phone
+    the run names are short and the legend one column below the axes."""
+    from minipar.cost.planner.term_table import TIME_GROUPS  # noqa: PLC0415
+
+    runs = deepseek_v3_runs()
+    parts = [c.group_seconds() for _, c in runs]
+    colors = dict(zip(TIME_GROUPS, pal.group_colors(len(TIME_GROUPS))))
+    shown = [
+        g
+        for g in TIME_GROUPS
+        if any(p[g] > 0.005 * max(sum(q.values()) for q in parts) for p in parts)
+    ]
+    fig, ax = pal.subplots(3.7, 5.2) if pal.phone else pal.subplots(6.4, 3.6)
+    ys = list(range(len(runs)))[::-1]
+    for y, p in zip(ys, parts):
+        left = 0.0
+        for g in TIME_GROUPS:
+            ax.barh(
+                y,
+                p[g],
+                left=left,
+                color=colors[g],
+                edgecolor=pal.fg,
+                lw=0.4,
+                label=g if y == ys[0] and g in shown else None,
+            )
+            left += p[g]
+        ax.text(left, y, f" {left:.1f} s", va="center", fontsize=9, color=pal.fg)
+    short = ("H800\npublished", "H800\n+ TP 8", "NVL72\npublished", "NVL72\n+ TP 8")
+    ax.set_yticks(ys, short if pal.phone else [label for label, _ in runs])
+    ax.set_xlabel("seconds per step (planner)")
+    ax.set_xlim(0, 1.18 * max(sum(p.values()) for p in parts))
+    ax.legend(
+        loc="upper center",
+        bbox_to_anchor=(0.3 if pal.phone else 0.45, -0.14 if pal.phone else -0.2),
+        ncol=1 if pal.phone else 2,
+    )
+    for sp in ("top", "right"):
+        ax.spines[sp].set_visible(False)
+    return fig
