@@ -1,13 +1,12 @@
 """What the chapter's notebook calls from :mod:`.timing`, :mod:`.measurements` and
 :mod:`.scaling`, in one namespace (``from ... import experiments as E``).
 
-``run`` is :func:`minipar.runtime.launch.run` forced onto gloo (the notebook's counted experiments keep
-their tensors on the CPU); prefer ``run_on_ranks`` (``backend="auto"``) in new code.
+:func:`run_on_gloo` is :func:`minipar.runtime.launch.run` forced onto gloo (the notebook's counted
+experiments keep their tensors on the CPU); prefer ``run_on_ranks`` (``backend="auto"``) in new
+code.
 """
 
 from __future__ import annotations
-
-import functools
 
 from minipar.runtime import launch
 
@@ -31,7 +30,8 @@ from .timing import (
     timeline_on_rank,
 )
 
-run = functools.partial(launch.run, backend="gloo")
-run.__doc__ = (
-    "minipar.runtime.launch.run(fn, n, *args, backend='gloo'): CPU ranks for counted runs."
-)
+
+def run_on_gloo(fn, world_size: int, *args, **kwargs) -> list:
+    """:func:`minipar.runtime.launch.run` on gloo, whatever GPUs there are: CPU ranks for the
+    counted runs."""
+    return launch.run(fn, world_size, *args, backend="gloo", **kwargs)
