@@ -35,15 +35,19 @@ def _off(ax):
         sp.set_visible(False)
 
 
-@figure(draws=["minipar.context_parallel.sharding.positions"])
+@figure(draws=["minipar.context_parallel.sharding.positions"], phone=True)
 def chunk_maps(pal):
     """Three layouts of s = 16 tokens on cp = 4 ranks: the strip on top says which rank holds
     each token; below, the causal mask (query row i sees keys j ≤ i), each visible entry in the
-    colour of the rank that computes it (the query's owner); under it, each rank's entries."""
+    colour of the rank that computes it (the query's owner); under it, each rank's entries. On a
+    phone the three panels are rows, each layout's name and counts to the right of its mask."""
     import matplotlib.pyplot as plt  # noqa: PLC0415 (lazy: matplotlib)
 
     s = 16
-    fig, axes = pal.subplots(6.8, 3.3, ncols=3)
+    if pal.phone:
+        fig, axes = pal.subplots(3.6, 6.0, nrows=3)
+    else:
+        fig, axes = pal.subplots(6.8, 3.3, ncols=3)
     for ax, layout in zip(axes, LAYOUTS):
         owner = _owners(s, CP, layout)
         work = [0] * CP
@@ -63,13 +67,25 @@ def chunk_maps(pal):
                     )
                 )
         ax.plot([0, s, s, 0, 0], [0, 0, -s, -s, 0], color=pal.muted, lw=0.6)
-        ax.set_xlim(-0.2, s + 0.2)
+        ax.set_xlim(-0.2, s + (15 if pal.phone else 0.2))
         ax.set_ylim(-s - 0.2, 2.4)
         ax.set_aspect("equal")
         _off(ax)
         ratio = max(work) / (sum(work) / CP)
+        counts = ", ".join(str(w) for w in work)
+        if pal.phone:  # the words beside the mask, not above and below it
+            ax.text(s + 1.2, 1.7, layout, va="center", fontsize=10, color=pal.fg)
+            ax.text(
+                s + 1.2,
+                -1.0,
+                f"slowest / mean\n= {ratio:.2f}\n\nentries per rank:\n{counts}",
+                va="top",
+                fontsize=9,
+                color=pal.fg,
+            )
+            continue
         ax.set_title(f"{layout}\nslowest / mean = {ratio:.2f}", fontsize=10)
-        ax.set_xlabel("entries per rank:\n" + ", ".join(str(w) for w in work), fontsize=9)
+        ax.set_xlabel("entries per rank:\n" + counts, fontsize=9)
     axes[0].text(-0.6, 1.7, "owner", ha="right", va="center", fontsize=9)
     axes[0].text(-0.6, -s / 2, "query →", ha="right", va="center", fontsize=9, rotation=90)
     handles = [
@@ -80,11 +96,14 @@ def chunk_maps(pal):
         handles,
         [f"rank {r}" for r in range(CP)],
         loc="lower center",
-        ncol=CP,
+        ncol=2 if pal.phone else CP,
         bbox_to_anchor=(0.5, -0.04),
         handlelength=1.2,
     )
-    fig.subplots_adjust(wspace=0.12, bottom=0.2)
+    if pal.phone:
+        fig.subplots_adjust(hspace=0.1, bottom=0.1, top=0.99)
+    else:
+        fig.subplots_adjust(wspace=0.12, bottom=0.2)
     return fig
 
 
@@ -156,19 +175,22 @@ def ring_steps(pal):
     return fig
 
 
-@figure(draws=["minipar.context_parallel.ulysses.heads_after_all_to_all"])
+@figure(draws=["minipar.context_parallel.ulysses.heads_after_all_to_all"], phone=True)
 def ulysses_repartition(pal):
     """Ulysses at cp = 4 with a = 8 query heads and a_kv = 2 K/V heads, s = 16 tokens: before
     the all-to-all rank r holds every head of tokens [4r, 4r + 4); after it, its two query heads
     and the one K/V head they read, for all 16 tokens (each K/V head goes to two ranks, so it
-    is repeated before the all-to-all)."""
+    is repeated before the all-to-all). On a phone, "before" above "after"."""
     import matplotlib.pyplot as plt  # noqa: PLC0415 (lazy: matplotlib)
 
     a, a_kv, cp, s = 8, 2, CP, 16
     n = s // cp
     after_heads = [heads_after_all_to_all(a, a_kv, cp, r) for r in range(cp)]
     kv_rows = [(h, r) for r in range(cp) for h in after_heads[r]["kv"]]  # copies, by rank
-    fig, axes = pal.subplots(6.8, 3.2, ncols=2)
+    if pal.phone:
+        fig, axes = pal.subplots(3.6, 5.6, nrows=2, height_ratios=[a + a_kv + 1, a + 4 + 1])
+    else:
+        fig, axes = pal.subplots(6.8, 3.2, ncols=2)
 
     def cell(ax, x, y, r, kv=False):
         ax.add_patch(
@@ -219,12 +241,15 @@ def ulysses_repartition(pal):
         handles,
         [f"rank {r}" for r in range(cp)] + ["K/V head"],
         loc="lower center",
-        ncol=cp + 1,
+        ncol=3 if pal.phone else cp + 1,
         bbox_to_anchor=(0.5, -0.02),
         handlelength=1.2,
         columnspacing=1.0,
     )
-    fig.subplots_adjust(wspace=0.12, bottom=0.12)
+    if pal.phone:
+        fig.subplots_adjust(hspace=0.35, bottom=0.12, top=0.95)
+    else:
+        fig.subplots_adjust(wspace=0.12, bottom=0.12)
     return fig
 
 
@@ -233,11 +258,13 @@ def ulysses_repartition(pal):
         "minipar.cost.chapters.context_parallel.ring_sent_bytes_per_layer",
         "minipar.cost.chapters.context_parallel.allgather_sent_bytes_per_layer",
         "minipar.cost.chapters.context_parallel.ulysses_sent_bytes_per_layer",
-    ]
+    ],
+    phone=True,
 )
 def traffic_vs_cp(pal):
     """Bytes each rank sends per layer (forward + backward, bf16, float32 dK/dV) at Llama 3
-    405B's widths (h = 16384, 128 query and 8 K/V heads) and s = 131,072, as cp grows."""
+    405B's widths (h = 16384, 128 query and 8 K/V heads) and s = 131,072, as cp grows. On a
+    phone: narrower, the legend under the axes."""
     s, h, h_kv, a_kv = 131072, 16384, 1024, 8
     cps = [2, 4, 8, 16, 32, 64, 128]
     ring = [C.ring_sent_bytes_per_layer(1, s, h_kv, c)["total"] / 1e9 for c in cps]
@@ -245,7 +272,7 @@ def traffic_vs_cp(pal):
     uly = [
         C.ulysses_sent_bytes_per_layer(1, s, h, c, h_kv=h_kv, a_kv=a_kv)["total"] / 1e9 for c in cps
     ]
-    fig, ax = pal.subplots(6.4, 3.0)
+    fig, ax = pal.subplots(3.6, 3.0) if pal.phone else pal.subplots(6.4, 3.0)
     ax.set_facecolor("none")
     ax.plot(cps, ring, "o-", color=pal.color(5), label="ring attention")
     ax.plot(cps, ag, "s--", color=pal.color(2), label="all-gather CP")
@@ -259,7 +286,11 @@ def traffic_vs_cp(pal):
     ax.set_xlabel("cp (GPUs one sequence is split over)")
     ax.set_ylabel("GB sent per GPU per layer")
     ax.grid(True, which="major", lw=0.5)
-    ax.legend(loc="lower left")
+    if pal.phone:
+        ax.set_xlabel("cp (GPUs per sequence)")
+        ax.legend(loc="upper left", bbox_to_anchor=(-0.25, -0.22))
+    else:
+        ax.legend(loc="lower left")
     for sp in ("top", "right"):
         ax.spines[sp].set_visible(False)
     return fig
@@ -269,12 +300,14 @@ def traffic_vs_cp(pal):
     draws=[
         "minipar.cost.chapters.context_parallel.ring_attention_time",
         "minipar.cost.chapters.context_parallel.min_tokens_per_rank_for_overlap",
-    ]
+    ],
+    phone=True,
 )
 def overlap_threshold(pal):
     """The ring's roofline: one causal zigzag step's attention compute (∝ (s/cp)²) against one
     K/V transfer (∝ s/cp) on an H100 at Llama 3 405B's width, cp = 16; a transfer hides where
-    the compute line is above it, right of the dot (the threshold, α ignored)."""
+    the compute line is above it, right of the dot (the threshold, α ignored). On a phone:
+    narrower, the legend under the axes."""
     from minipar.cost.kernels.hardware import gpu, link  # noqa: PLC0415 (figures import lazily)
 
     h, cp, flops = 16384, 16, gpu("H100-SXM").peak_flops["bf16"]
@@ -285,7 +318,7 @@ def overlap_threshold(pal):
         ("transfer, NVLink, K/V as wide as Q", nv, h, 0, "-"),
         ("transfer, InfiniBand, 8 of 128 K/V heads", ib, h // 16, 5, "--"),
     ]
-    fig, ax = pal.subplots(6.4, 3.4)
+    fig, ax = pal.subplots(3.6, 3.2) if pal.phone else pal.subplots(6.4, 3.4)
     ax.set_facecolor("none")
     step = []
     for n in ns:
@@ -321,7 +354,10 @@ def overlap_threshold(pal):
     ax.set_xlabel("tokens per rank, s / cp")
     ax.set_ylabel("ms per ring step")
     ax.grid(True, which="major", lw=0.5)
-    ax.legend(loc="upper left", fontsize=9)
+    if pal.phone:
+        ax.legend(loc="upper left", bbox_to_anchor=(-0.25, -0.2), fontsize=9)
+    else:
+        ax.legend(loc="upper left", fontsize=9)
     for sp in ("top", "right"):
         ax.spines[sp].set_visible(False)
     return fig

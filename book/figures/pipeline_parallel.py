@@ -197,13 +197,14 @@ def zb_h1(pal):
         "minipar.cost.chapters.pipeline_parallel.bubble_fraction_of_total",
         "minipar.cost.chapters.pipeline_parallel.zb_h1_bubble_fraction",
         "minipar.pipeline_parallel.simulate.simulate",
-    ]
+    ],
+    phone=True,
 )
 def bubble_vs_m(pal):
     """The bubble (fraction of the step) against m at p = 4: closed forms as lines, the
-    simulator's timelines as dots on them."""
+    simulator's timelines as dots on them. On a phone: narrower, the legend under the axes."""
     p, ms = 4, [4, 8, 12, 16, 24, 32, 48, 64]
-    fig, ax = pal.subplots(6.4, 3.2)
+    fig, ax = pal.subplots(3.6, 3.0) if pal.phone else pal.subplots(6.4, 3.2)
     curves = [
         ("GPipe, 1F1B", "1f1b", 1, lambda m: cost.bubble_fraction_of_total("1f1b", p, m)),
         (
@@ -225,16 +226,23 @@ def bubble_vs_m(pal):
         ax.plot(ms, [f(m) for m in ms], color=c, lw=1.8, label=label)
         ax.plot(ms, [_sim(name, p, m, v).bubble for m in ms], "o", color=c, ms=4)
     ax.set_xscale("log", base=2)
-    ax.set_xticks(ms, [str(m) for m in ms])
+    shown = ms[::2] + [ms[-1]] if pal.phone else ms  # phone: every other tick, and the last
+    ax.set_xticks(shown, [str(m) for m in shown])
     ax.minorticks_off()
     ax.set_ylim(0, 0.5)
     ax.yaxis.set_major_formatter(lambda y, _: f"{y:.0%}")
     ax.set(xlabel="micro-batches m per step", ylabel="bubble (fraction of the step)")
     ax.grid(True, lw=0.5)
-    ax.set_title(f"p = {p}: lines are the closed forms, dots the simulated schedules", loc="left")
+    if pal.phone:
+        ax.set_title(f"p = {p}: lines closed forms,\ndots simulated schedules", loc="left")
+        ax.legend(loc="upper left", bbox_to_anchor=(-0.25, -0.2))
+    else:
+        ax.set_title(
+            f"p = {p}: lines are the closed forms, dots the simulated schedules", loc="left"
+        )
+        ax.legend(loc="upper right")
     for s in ("top", "right"):
         ax.spines[s].set_visible(False)
-    ax.legend(loc="upper right")
     return fig
 
 
@@ -242,14 +250,18 @@ def bubble_vs_m(pal):
     draws=[
         "minipar.pipeline_parallel.simulate.simulate",
         "minipar.cost.chapters.pipeline_parallel.peak_microbatches",
-    ]
+    ],
+    phone=True,
 )
 def activation_peak(pal):
     """Peak activations each rank holds (in stage-equivalents: one stage's activations for one
-    micro-batch), p = 4, m = 8, from the simulator; the cost model's count as a tick."""
+    micro-batch), p = 4, m = 8, from the simulator; the cost model's count as a tick. On a phone
+    one small panel per schedule, two by two."""
     import numpy as np  # noqa: PLC0415 (only to place the bars)
 
     runs = [("gpipe", 1), ("1f1b", 1), ("interleaved", 2), ("zb-h1", 1)]
+    if pal.phone:
+        return _activation_panels(pal, runs)
     fig, ax = pal.subplots(6.4, 3.0)
     x = np.arange(P)
     w = 0.2
@@ -271,4 +283,27 @@ def activation_peak(pal):
     for s in ("top", "right"):
         ax.spines[s].set_visible(False)
     ax.legend(loc="upper center", ncol=4, bbox_to_anchor=(0.5, 1.0))
+    return fig
+
+
+def _activation_panels(pal, runs):
+    """:func:`activation_peak` on a phone: a panel per schedule, its four ranks' bars, the
+    cost model's count as a tick on each."""
+    fig, axes = pal.subplots(3.6, 4.0, nrows=2, ncols=2, sharey=True)
+    for i, (ax, (name, v)) in enumerate(zip(axes.flat, runs)):
+        ys = _sim(name, v=v).peak_in_flight_stages
+        ax.bar(range(P), ys, 0.7, color=pal.color(i), edgecolor=pal.fg, lw=0.5)
+        model = [cost.peak_microbatches(name, r, P, M, v) / v for r in range(P)]
+        ax.plot(range(P), model, "_", color=pal.fg, ms=12, mew=1.5)
+        for x, y in enumerate(ys):
+            ax.text(x, y + 0.2, f"{y:g}", ha="center", va="bottom", fontsize=9)
+        ax.set_title(NAMES[name] + (f", v = {v}" if v > 1 else ""), fontsize=10)
+        ax.set_xticks(range(P), [f"r{r}" for r in range(P)])
+        ax.set_ylim(0, M + 2.5)
+        for s in ("top", "right"):
+            ax.spines[s].set_visible(False)
+    for ax in axes[:, 0]:
+        ax.set_ylabel("stage-equiv.")
+    fig.suptitle(f"peak held per rank r, p = {P}, m = {M}", fontsize=10, x=0.05, ha="left")
+    fig.tight_layout(h_pad=0.8, w_pad=0.4)
     return fig

@@ -191,13 +191,22 @@ def step_breakdown(pal):
 
 
 @figure(
-    draws=["minipar.grid.Grid.coord", "minipar.grid.Grid.groups", "minipar.grid.Grid.expert_coord"]
+    draws=["minipar.grid.Grid.coord", "minipar.grid.Grid.groups", "minipar.grid.Grid.expert_coord"],
+    phone=True,
 )
 def five_d_grid(pal):
-    """(d, t, p, cp, ep) = (2, 2, 2, 2, 4): attention coordinates above, expert groups below."""
+    """(d, t, p, cp, ep) = (2, 2, 2, 2, 4): attention coordinates above, expert groups below;
+    on a phone the same cells, smaller, under titles in two lines."""
     grid = Grid(d=2, t=2, p=2, cp=2, ep=4)
     S = grid.stage_size
-    fig, (top, bottom) = pal.subplots(6.4, 2.6, nrows=2)
+    fig, (top, bottom) = (
+        pal.subplots(3.2, 5.4, nrows=2) if pal.phone else pal.subplots(6.4, 2.6, nrows=2)
+    )
+    br = "\n" if pal.phone else " "
+    # phone: a stage's ranks wrap onto two rows of S/2
+    per_row = S // 2 if pal.phone else S
+    stages = [f"stage {i}" for i in range(grid.p)]
+    row_names = [n for n in stages for _ in range(2)] if pal.phone else stages
 
     def coords(r):
         c = grid.coord(r)
@@ -211,21 +220,21 @@ def five_d_grid(pal):
         top,
         pal,
         grid.world_size,
-        S,
+        per_row,
         lambda r: colours[tp_group[r]],
         label=coords,
-        row_names=["stage 0", "stage 1"],
+        row_names=row_names,
     )
-    top.set_title("attention: colour = tensor group, t/c/d = indices", fontsize=10)
+    top.set_title(f"attention: colour = tensor group,{br}t/c/d = indices", fontsize=10)
     _ranks(
         bottom,
         pal,
         grid.world_size,
-        S,
+        per_row,
         lambda r: colours[n_tp + ep_group[r]],
         label=lambda r: "r{0}\nep{2}\nedp{1}".format(r, *grid.expert_coord(r)[1:]),
-        row_names=["stage 0", "stage 1"],
+        row_names=row_names,
     )
-    bottom.set_title("experts: colour = expert group, ep/edp = indices", fontsize=10)
+    bottom.set_title(f"experts: colour = expert group,{br}ep/edp = indices", fontsize=10)
     fig.tight_layout(h_pad=0.8)
     return fig
