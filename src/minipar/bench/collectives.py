@@ -30,7 +30,7 @@ from minipar.jsonio import write
 from minipar.runtime import device
 from minipar.runtime.timing import timed
 
-from .collectives_report import plot, table
+from .collectives_report import table
 from .common import add_backend, add_json, add_options, check, check_writable, emit
 
 _SWEEPS = tomllib.loads(Path(__file__).with_name("collectives_sweeps.toml").read_text("utf-8"))
@@ -263,7 +263,9 @@ def _main(args) -> int:
             write(args.out, result, indent=1)
             print(f"wrote {args.out}")
         if args.plot:
-            plot(result).savefig(args.plot, dpi=120)
+            from minipar.plotting.collectives import draw_benchmark  # noqa: PLC0415 (lazy: matplotlib)
+
+            draw_benchmark(result).savefig(args.plot, dpi=120)
             print(f"wrote {args.plot}")
         return result
 

@@ -1,8 +1,8 @@
-"""Text table and log-log figure of a ``minipar bench collectives`` result (measured vs α-β)."""
+"""Text table of a ``minipar bench collectives`` result, measured vs α-β (its figure:
+:func:`minipar.plotting.collectives.draw_benchmark`)."""
 
 from __future__ import annotations
 
-from minipar.cost.network import collectives as cc
 from minipar.cost.units import fmt_bytes, fmt_seconds
 
 
@@ -44,30 +44,3 @@ def table(result: dict) -> str:
         "link's per-direction bandwidth.",
     ]
     return "\n".join(lines)
-
-
-def plot(result: dict):
-    """One log-log panel per op: measured time vs S per n (dots), fitted model (lines)."""
-    import matplotlib.pyplot as plt  # noqa: PLC0415 (lazy: matplotlib)
-
-    ops = list(dict.fromkeys(r["op"] for r in result["results"]))
-    fig, axes = plt.subplots(1, len(ops), figsize=(3.6 * len(ops), 3.2), squeeze=False)
-    for ax, op in zip(axes[0], ops):
-        for k, f in enumerate(x for x in result["fits"] if x["op"] == op):
-            pts = [r for r in result["results"] if (r["op"], r["n"]) == (op, f["n"])]
-            xs = [r["bytes"] for r in pts]
-            ax.loglog(
-                xs, [r["seconds"] for r in pts], "o", color=f"C{k}", label=f"n={f['n']} measured"
-            )
-            if f["error"] is None:
-                model = [
-                    cc.collective_time(
-                        op, f["algorithm"], f["n"], x, max(f["alpha"], 0.0), f["bandwidth"]
-                    )
-                    for x in xs
-                ]
-                ax.loglog(xs, model, "-", color=f"C{k}", label=f"n={f['n']} α-β fit")
-        ax.set(title=op, xlabel="S (bytes)", ylabel="time (s)")
-        ax.legend(fontsize=7)
-    fig.tight_layout()
-    return fig
