@@ -169,11 +169,13 @@ ALGORITHMS = ("parameter-server", "binomial-tree", "recursive-doubling", "rabens
     draws=[
         "minipar.cost.network.collectives.collective_time",
         "minipar.cost.network.collectives.double_binary_tree_all_reduce_time",
-    ]
+    ],
+    phone=True,
 )
 def all_reduce_cost(pal):
     """α-β time of each all-reduce algorithm on the InfiniBand NDR preset: against the message
-    size S on 16 ranks (left) and against the ranks n for S = 1 GB (right)."""
+    size S on 16 ranks (left) and against the ranks n for S = 1 GB (right). On a phone the two
+    panels stack."""
     link = LINKS["ib-ndr400"]
     sizes = [2.0**k for k in range(10, 33)]  # 1 KiB … 4 GiB
     ranks = [2, 4, 8, 16, 32, 64, 128]
@@ -190,18 +192,22 @@ def all_reduce_cost(pal):
         "rabenseifner": dict(ls=":", lw=2.6, zorder=4),
         "double binary tree": dict(ls="--", lw=1.6, zorder=3),
     }
-    fig, (a, b) = pal.subplots(6.8, 3.4, ncols=2)
+    if pal.phone:
+        fig, (a, b) = pal.subplots(3.7, 6.8, nrows=2)
+    else:
+        fig, (a, b) = pal.subplots(6.8, 3.4, ncols=2)
     for i, algo in enumerate((*ALGORITHMS, "double binary tree")):
         style = dict(color=pal.color(i), **styles.get(algo, dict(ls="-", lw=1.6, zorder=2)))
         a.loglog(sizes, [t(algo, n, x) for x in sizes], label=algo, **style)
         b.loglog(ranks, [t(algo, m, S) for m in ranks], marker="o", ms=3, **style)
     a.set(xlabel="S (bytes)", ylabel="time (s)", title=f"n = {n} ranks")
-    b.set(xlabel="ranks n", title="S = 1 GB")
+    b.set(xlabel="ranks n", title="S = 1 GB", ylabel="time (s)" if pal.phone else "")
     b.set_xscale("log", base=2)
     for ax in (a, b):
         ax.grid(True, which="major", lw=0.5)
-    fig.legend(loc="lower center", ncol=3, fontsize=9, bbox_to_anchor=(0.5, -0.02))
-    fig.tight_layout(rect=(0, 0.14, 1, 1))
+    ncol, bottom = (2, 0.09) if pal.phone else (3, 0.14)
+    fig.legend(loc="lower center", ncol=ncol, fontsize=9, bbox_to_anchor=(0.5, -0.02))
+    fig.tight_layout(rect=(0, bottom, 1, 1))
     return fig
 
 

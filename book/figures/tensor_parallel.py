@@ -222,7 +222,7 @@ def comm_share(pal):
 SHAPES = (("Llama 2 7B", 4096), ("Llama 2 70B", 8192), ("GPT-3", 12288))
 
 
-@figure(draws=["minipar.cost.chapters.tensor_parallel.comm_compute_ratio"])
+@figure(draws=["minipar.cost.chapters.tensor_parallel.comm_compute_ratio"], phone=True)
 def tp_roofline(pal):
     """The forward all-reduce time over the GEMM time of one layer (H100 bf16 peak, b = 1,
     s = 2048) against the hidden size h, for t = 4 and 8 on NVLink 4 and t = 8 on InfiniBand:
@@ -234,7 +234,7 @@ def tp_roofline(pal):
         ("t = 8, NVLink 4", 8, "nvlink4-h100"),
         ("t = 8, InfiniBand NDR", 8, "ib-ndr400"),
     ]
-    fig, ax = pal.subplots(6.4, 3.2)
+    fig, ax = pal.subplots(3.7, 4.2) if pal.phone else pal.subplots(6.4, 3.2)
     ax.axhspan(1, 100, color=pal.grid, alpha=0.5, lw=0)
     ax.axhline(1, color=pal.fg, lw=1)
     ax.text(1100, 1.15, "communication-bound", fontsize=9, va="bottom")
@@ -262,7 +262,8 @@ def tp_roofline(pal):
     )
     ax.set_xticks([1024, 2048, 4096, 8192, 16384, 32768], ["1k", "2k", "4k", "8k", "16k", "32k"])
     ax.minorticks_off()
-    ax.legend(loc="lower left", fontsize=9)
+    where = dict(loc="upper left", bbox_to_anchor=(-0.25, -0.2)) if pal.phone else {}
+    ax.legend(**({"loc": "lower left"} | where), fontsize=9)
     for s_ in ("top", "right"):
         ax.spines[s_].set_visible(False)
     fig.tight_layout()
