@@ -114,17 +114,19 @@ _KIND = {"full": 2, "causal": 4}  # series colours: a whole pair (green), the di
     draws=[
         "minipar.context_parallel.ring.plan",
         "minipar.context_parallel.sharding.chunk_ids",
-    ]
+    ],
+    phone=True,
 )
 def ring_steps(pal):
     """Causal ring attention, zigzag, cp = 4: at step i rank r holds the K/V of rank r − i.
     Each cell is the 2 × 2 grid of (query chunk, key chunk) pairs of that rank and step, as
-    ``plan`` returns them: whole, diagonal (triangular mask) or skipped."""
+    ``plan`` returns them: whole, diagonal (triangular mask) or skipped. On a phone the same
+    grid a little smaller, its legend in two columns."""
     import matplotlib.patches as mpatches  # noqa: PLC0415 (lazy: matplotlib)
     import matplotlib.pyplot as plt  # noqa: PLC0415 (lazy: matplotlib)
 
     layout = "zigzag"
-    fig, ax = pal.subplots(6.4, 4.2)
+    fig, ax = pal.subplots(6.4, 4.0) if pal.phone else pal.subplots(6.4, 4.2)
     gap = 0.9
     for r in range(CP):
         q_ids = chunk_ids(r, CP, layout)
@@ -170,8 +172,10 @@ def ring_steps(pal):
         mpatches.Patch(facecolor=pal.color(4), edgecolor=pal.fg, label="diagonal: half"),
         mpatches.Patch(facecolor=pal.box, edgecolor=pal.fg, hatch="///", label="skipped"),
     ]
-    fig.legend(handles=handles, loc="lower center", ncol=3, bbox_to_anchor=(0.5, -0.02))
-    fig.subplots_adjust(bottom=0.1)
+    fig.legend(
+        handles=handles, loc="lower center", ncol=2 if pal.phone else 3, bbox_to_anchor=(0.5, -0.02)
+    )
+    fig.subplots_adjust(bottom=0.14 if pal.phone else 0.1)
     return fig
 
 
