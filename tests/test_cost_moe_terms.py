@@ -174,3 +174,25 @@ def test_nvl72_keeps_ep_64_and_tp8_ep8_inside_the_nvlink_domain():
         rows = 8 * 4096 * DSV3.hidden * 2 / t
         one = all_to_all_time(rows, ep, nvl.intra.alpha, nvl.intra.bandwidth)
         assert a2a == pytest.approx(58 * 4 * one, rel=1e-12)
+
+
+def test_shared_experts_and_mla_attention_core_are_computed():
+    """DeepSeek-V3's shared expert runs on every token: one more expert's MLP per layer, at
+    (3f/8h) of the kernel model's MLP; MLA's heads (d_qk 192, d_v 128 against h/a = 56) make
+    each attention-core block 2.86 × as long, forward twice (recomputed) and backward, on all 61
+    layers. Catches: the shared expert counted in parameters only, or MLA priced as h/a heads."""
+    from minipar.cost.kernels.compute import attention_core_and_mlp_seconds
+    from minipar.cost.planner.compute_terms import mla_core_scale
+
+    lay = _lay(ep=1, dp=2048)
+    cl, h, f = _h800(), DSV3.hidden, DSV3.ffn_width
+    parts = attention_core_and_mlp_seconds(1, 4096, h, DSV3.heads, cl.gpu, 1, attention="flash")
+    base = _terms(lay=lay).values["compute"]
+    no_shared = _terms(m=dataclasses.replace(DSV3, shared_experts=0), lay=lay).values["compute"]
+    want = 61 * 3 * f / (8 * h) * (parts["mlp_f"] + parts["mlp_b"])
+    assert base - no_shared == pytest.approx(want, rel=1e-9)
+    assert mla_core_scale(DSV3) == pytest.approx(128 * 320 / (2 * 7168))
+    mla = dict(q_lora=0, kv_lora=0, qk_rope_dim=0, qk_nope_dim=0, v_head_dim=0)
+    mha = _terms(m=dataclasses.replace(DSV3, **mla), lay=lay).values["compute"]
+    core = 2 * parts["core_f"] + parts["core_b"]
+    assert base - mha == pytest.approx(61 * (mla_core_scale(DSV3) - 1) * core, rel=1e-9)

@@ -645,6 +645,12 @@ export function termFp8Weights(model, cluster, lay, opt) {
   return Math.max(...stageLayers(m.layers, lay)) * perLayer;
 }
 
+// Python: mla_core_scale(m_): MLA's attention core over the h/a-wide heads priced
+export function mlaCoreScale(model) {
+  if (!model.kv_lora) return 1.0;
+  return (model.heads * (model.qk_nope_dim + model.qk_rope_dim + model.v_head_dim)) / (2 * model.hidden);
+}
+
 // Python: term_compute(m_, cl, lay, opt) -> {value (one micro-batch), layer, core}
 export function termCompute(model, cluster, lay, opt) {
   const m = planShape(model);
@@ -660,14 +666,21 @@ export function termCompute(model, cluster, lay, opt) {
     core += ((sb + (rc !== "none" ? fShare : 0.0)) * a * sl * sl * b) / t / gpu.hbm_bandwidth;
   }
   if (lay.cp > 1) lt += (lay.cp - 1) * core;           // the other cp−1 key blocks
-  if (rc === "selective" && !(opt.recompute_modules || []).includes("core_attn")) lt -= parts.core_f;   // the core kept
+  const kept = rc === "selective" && !(opt.recompute_modules || []).includes("core_attn");
+  if (kept) lt -= parts.core_f;                        // the core kept
+  const mla = mlaCoreScale(m);
+  if (mla !== 1) {                                     // MLA's wider heads, every core block
+    const nF = (rc === "none" ? 1 : 2) - (kept ? 1 : 0);
+    lt += (mla - 1) * (nF * parts.core_f + parts.core_b + (lay.cp - 1) * core);
+    core *= mla;
+  }
   const nQkv = Math.floor(h / t) + 2 * Math.floor(h / a) * Math.ceil((m.kv_heads || a) / t);   // Python: kv_width_per_rank
   if (nQkv !== Math.floor((3 * h) / t)) {              // GQA's narrower QKV GEMM
     const [gf, gb] = gemmPass(gpu, b * sl, nQkv, h), [mf, mb] = gemmPass(gpu, b * sl, Math.floor((3 * h) / t), h);
     lt += (rc === "full" ? 2 : 1) * (gf - mf) + (gb - mb);
   }
-  let scale = (m.top_k * m.mlp_matrices * ffnWidth(m)) / (2 * 4 * h);   // active MLP / GPT's 8h²
-  scale *= moeLoad(m, lay, opt);                                         // the busiest EP rank's
+  const routed = m.top_k * moeLoad(m, lay, opt) + (m.shared_experts || 0);   // busiest rank's + shared
+  const scale = (routed * m.mlp_matrices * ffnWidth(m)) / (2 * 4 * h);   // active MLP / GPT's 8h²
   if (scale !== 1) lt += (scale - 1) * ((rc === "full" ? 2 : 1) * parts.mlp_f + parts.mlp_b);
   lt += moduleRecomputeSeconds(m, cluster, lay, opt, scale * parts.mlp_f);
   lt += recipeKernelsSeconds(m, cluster, lay, opt) + fp8GemmDelta(m, cluster, lay, opt);

@@ -59,7 +59,9 @@ def term_compute(m_, cl, lay: Layout, opt: Options) -> ComputeTerm:
     (``GPU.attention_score_bytes``, the forward's share again when recomputed); the QKV GEMM
     at the GQA width h/t + 2·kv_width_per_rank instead of 3h/t; the MLP rescaled to the active
     experts' width (K·matrices·f over GPT's 8h²), on the busiest EP rank
-    (:func:`~minipar.cost.planner.moe_terms.moe_load` times the mean when ep > 1); and
+    (:func:`~minipar.cost.planner.moe_terms.moe_load` times the mean when ep > 1), plus the
+    shared experts every token runs (DeepSeekMoE); under multi-head latent attention the
+    attention core's blocks at :func:`mla_core_scale`; and
     :func:`~minipar.cost.kernels.compute.logits_seconds`."""
     b, h, a, t, rc = lay.micro_batch, m_.hidden, m_.heads, lay.tp, lay.recompute
     sl, gpu, att = m_.seq // lay.cp, cl.gpu, opt.attention
@@ -76,13 +78,20 @@ def term_compute(m_, cl, lay: Layout, opt: Options) -> ComputeTerm:
     if lay.cp > 1:  # the other cp−1 key blocks
         lt += (lay.cp - 1) * core
     n_qkv = h // t + 2 * kv_width_per_rank(m_, t)
-    if rc == "selective" and "core_attn" not in (opt.recompute_modules or ()):
+    kept = rc == "selective" and "core_attn" not in (opt.recompute_modules or ())
+    if kept:
         lt -= parts["core_f"]  # the attention core is kept, not recomputed
+    mla = mla_core_scale(m_)
+    if mla != 1:  # MLA's wider heads: every core block priced above at h/a, scaled
+        n_f = (1 if rc == "none" else 2) - (1 if kept else 0)
+        lt += (mla - 1) * (n_f * parts["core_f"] + parts["core_b"] + (lay.cp - 1) * core)
+        core *= mla
     if n_qkv != 3 * h // t:  # GQA's narrower QKV GEMM
         (gf, gb), (mf, mb) = (_gemm_pass(gpu, b * sl, n, h) for n in (n_qkv, 3 * h // t))
         lt += (2 if rc == "full" else 1) * (gf - mf) + (gb - mb)
-    scale = m_.top_k * m_.mlp_matrices * m_.ffn_width / (2 * 4 * h)  # active MLP / GPT's 8h²
-    scale *= moe_load(m_, lay, opt)  # the busiest EP rank's
+    # active MLP / GPT's 8h²: the routed experts on the busiest EP rank, and the shared ones
+    routed = m_.top_k * moe_load(m_, lay, opt) + m_.shared_experts
+    scale = routed * m_.mlp_matrices * m_.ffn_width / (2 * 4 * h)
     if scale != 1:
         lt += (scale - 1) * ((2 if rc == "full" else 1) * parts["mlp_f"] + parts["mlp_b"])
     lt += module_recompute_seconds(m_, cl, lay, opt, scale * parts["mlp_f"])
@@ -90,6 +99,18 @@ def term_compute(m_, cl, lay: Layout, opt: Options) -> ComputeTerm:
     mid, end = stage_layers(m_.layers, lay)  # the slowest stage
     logits = logits_seconds(b, sl, h, m_.vocab, gpu, t)
     return ComputeTerm(max(mid * lt, end * lt + logits), lt, core)
+
+
+def mla_core_scale(m_) -> float:
+    """The attention core of multi-head latent attention over the h/a-wide heads the kernel
+    model prices: a heads of d_qk = nope + rope in the scores and d_v in attention·V, against
+    2·h/a (DeepSeek-AI 2024, "DeepSeek-V3 Technical Report", §2.1.1: d_qk = 192, d_v = 128,
+    h/a = 56: 2.86 ×); 1 without MLA. MLA's projections (the low-rank down and up ones) are
+    priced as the QKV and output GEMMs of h/a heads (DeepSeek-V3: 187 M against 206 M
+    multiply-adds per token, an approximation)."""
+    if not m_.kv_lora:
+        return 1.0
+    return m_.heads * (m_.qk_nope_dim + m_.qk_rope_dim + m_.v_head_dim) / (2 * m_.hidden)
 
 
 def recipe_kernels_seconds(m_, cl, lay: Layout, opt: Options) -> float:
