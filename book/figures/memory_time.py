@@ -132,11 +132,13 @@ MARKERS = ("o", "s", "^", "D", "v", "P")  # one shape per kernel of the roofline
         "minipar.cost.kernels.compute.layer_gemms",
         "minipar.cost.kernels.compute.gpu_gemm_seconds",
         "minipar.cost.kernels.compute.optimizer_seconds",
-    ]
+    ],
+    phone=True,
 )
 def roofline(pal):
     """The H100's roofline (the bf16 GEMM ceiling η·F and the HBM slope) with the FLOP rate the
-    cost model gives each forward GEMM of one GPT-3 layer at t = 8 and the Adam step."""
+    cost model gives each forward GEMM of one GPT-3 layer at t = 8 and the Adam step. On a phone
+    the legend goes below the axes."""
     g = gpu("H100-SXM")
     ceiling = g.peak_flops["bf16"] * g.gemm_efficiency
     names = ("QKV", "projection", "h→4h", "4h→h", "QKᵀ and attention·V", None)
@@ -154,7 +156,7 @@ def roofline(pal):
     )
     xs = [10**k for k in range(-1, 5)]
     xs_fine = [10 ** (k / 10) for k in range(-10, 41)]
-    fig, ax = pal.subplots(6.4, 3.6)
+    fig, ax = pal.subplots(3.7, 5.6) if pal.phone else pal.subplots(6.4, 3.6)
     ax.loglog(
         xs_fine,
         [min(ceiling, x * g.hbm_bandwidth) / 1e12 for x in xs_fine],
@@ -179,12 +181,15 @@ def roofline(pal):
             label=f"{name}: {y / 1e12:.3g} TFLOP/s",
         )
     ax.set(
-        xlabel="arithmetic intensity I (FLOP per byte of HBM traffic)",
+        xlabel="arithmetic intensity I\n(FLOP per byte of HBM traffic)"
+        if pal.phone
+        else "arithmetic intensity I (FLOP per byte of HBM traffic)",
         ylabel="TFLOP/s",
         xlim=(xs[0], xs[-1]),
         ylim=(0.1, 2000),
     )
     ax.grid(True, which="major", lw=0.5)
-    ax.legend(fontsize=9, loc="center left", bbox_to_anchor=(1.01, 0.5))
+    where = dict(loc="upper left", bbox_to_anchor=(-0.2, -0.27)) if pal.phone else {}
+    ax.legend(fontsize=9, **({"loc": "center left", "bbox_to_anchor": (1.01, 0.5)} | where))
     fig.tight_layout()
     return fig
