@@ -222,7 +222,7 @@ def test_phone_layout_fits_a_phone_column(name):
         f"{name}: its phone layout is {width:.2f} in wide (at most {PHONE_WIDTH_IN})"
     )
     assert min(sizes, default=9) >= 8, f"{name}: text at {min(sizes)} pt on a phone"
-    assert width < wide_width - 0.5, f"{name}: the phone layout is as wide as the wide one"
+    assert width < wide_width, f"{name}: the phone layout is as wide as the wide one"
 
 
 def _digits(fig) -> list[str]:
