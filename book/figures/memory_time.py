@@ -98,13 +98,13 @@ LAYOUTS = (  # label -> per_gpu_memory keywords for N GPUs
 SHAPE70B = dict(L=80, h=8192, a=64, s=4096, V=32000, b=1, recompute="selective")
 
 
-@figure(draws=["minipar.cost.planner.breakdown.per_gpu_memory"])
+@figure(draws=["minipar.cost.planner.breakdown.per_gpu_memory"], phone=True)
 def memory_vs_gpus(pal):
     """Per-GPU memory of a Llama-2-70B-like shape against the number of GPUs N, for four
-    layouts, with the ideal total / N."""
+    layouts, with the ideal total / N. On a phone the legend goes below the axes."""
     ns = (1, 2, 4, 8)
     one = per_gpu_memory(**SHAPE70B).total / GiB
-    fig, ax = pal.subplots(6.4, 3.4)
+    fig, ax = pal.subplots(3.7, 4.4) if pal.phone else pal.subplots(6.4, 3.4)
     ax.plot(
         ns, [one / n for n in ns], color=pal.fg, ls="--", lw=1.4, label="ideal: total / N", zorder=5
     )
@@ -119,7 +119,8 @@ def memory_vs_gpus(pal):
     ax.minorticks_off()
     ax.set(xlabel="GPUs N", ylabel="GiB per GPU (log scale)")
     ax.grid(True, lw=0.5)
-    ax.legend(fontsize=9, loc="center left", bbox_to_anchor=(1.01, 0.5))
+    where = dict(loc="upper left", bbox_to_anchor=(-0.2, -0.2)) if pal.phone else {}
+    ax.legend(fontsize=9, **({"loc": "center left", "bbox_to_anchor": (1.01, 0.5)} | where))
     fig.tight_layout()
     return fig
 

@@ -176,10 +176,11 @@ def block_flow(pal):
     return fig
 
 
-@figure(draws=["minipar.cost.chapters.tensor_parallel.layer_comm_fraction"])
+@figure(draws=["minipar.cost.chapters.tensor_parallel.layer_comm_fraction"], phone=True)
 def comm_share(pal):
     """Share of a GPT-3 layer's forward + backward time in its four all-reduces (nothing
-    overlapped), H100 bf16 peak, b = 1, s = 2048, h = 12288, against t for three links."""
+    overlapped), H100 bf16 peak, b = 1, s = 2048, h = 12288, against t for three links. On a
+    phone the legend goes below the axes."""
     flops = gpu("H100-SXM").peak_flops["bf16"]
     ts = [2, 4, 8, 16, 32, 64]
     links = [
@@ -187,7 +188,7 @@ def comm_share(pal):
         ("PCIe 5 x16, 63 GB/s", "pcie5-x16"),
         ("InfiniBand NDR, 50 GB/s", "ib-ndr400"),
     ]
-    fig, ax = pal.subplots(6.4, 3.0)
+    fig, ax = pal.subplots(3.7, 4.0) if pal.phone else pal.subplots(6.4, 3.0)
     for k, (label, name) in enumerate(links):
         L = link(name)
         share = [
@@ -212,7 +213,8 @@ def comm_share(pal):
     ax.set_xticks(ts, [str(t) for t in ts])
     ax.set(xlabel="tensor-parallel degree t", ylabel="% of layer time communicating", ylim=(0, 100))
     ax.grid(True, lw=0.5)
-    ax.legend(loc="upper left")
+    where = dict(loc="upper left", bbox_to_anchor=(-0.2, -0.2)) if pal.phone else {}
+    ax.legend(**({"loc": "upper left"} | where))
     for s in ("top", "right"):
         ax.spines[s].set_visible(False)
     return fig
