@@ -1229,10 +1229,20 @@ def test_plan_header_prints_the_recipe_it_assumed(capsys):
     base = ("--model", "llama3-8b", "--gpus", "8", "--gpu", "H100-SXM", "--global-batch", "16")
     status, out, _ = plan(capsys, *base, "--top", "1")
     line = next(x for x in out.splitlines() if x.startswith("  recipe: "))
-    assert status == 0 and "gradients reduced in fp32; FP8 GEMMs off; TP overlap off" in line
-    assert "param-gather overlap on" in line and "1f1b, interleaved" in line
+    assert status == 0 and "main gradients fp32 (default), reduced in fp32 (default)" in line
+    assert "FP8 GEMMs off; TP overlap on (default)" in line  # the era's, on an H100
+    assert "grad-reduce overlap (p>1) on (default); param-gather overlap on (default)" in line
+    assert "(1: the distributed optimizer)" in line and "1f1b, interleaved" in line
     status, out, _ = plan(
-        capsys, *base, "--top", "1", "--grad-reduce-bytes", "2", "--fp8", "delayed", "--tp-overlap"
+        capsys,
+        *base,
+        *("--top", "1", "--grad-reduce-bytes", "2", "--fp8", "delayed", "--no-tp-overlap"),
+        *("--main-grad-bytes", "2", "--zero", "1"),
     )
     line = next(x for x in out.splitlines() if x.startswith("  recipe: "))
-    assert "gradients reduced in bf16; FP8 GEMMs delayed; TP overlap on" in line
+    assert "main gradients bf16, reduced in bf16; FP8 GEMMs delayed; TP overlap off;" in line
+    assert "optimizer states: ZeRO-1;" in line
+    base = ("--model", "llama2-7b", "--gpus", "8", "--global-batch", "16")  # the A100: 2021
+    status, out, _ = plan(capsys, *base, "--top", "1")
+    line = next(x for x in out.splitlines() if x.startswith("  recipe: "))
+    assert "TP overlap off (default); grad-reduce overlap (p>1) off (default)" in line

@@ -31,19 +31,24 @@ def test_llama3_405b_at_its_published_8k_layout_interleaves(capsys):
     """The Llama 3 authors pre-trained 405B on 8K sequences on t = 8, cp = 1, p = 16, d = 128
     of 16,384 H100 (Llama Team 2024, §3.3.2, Table 4: 41 % MFU), with an interleaved schedule
     and without activation checkpointing. The plan at that layout ranks interleaving first
-    (v = 8, one layer per chunk: 6.4 s, MFU 43 %), with selective recomputation: with m = p =
-    16, Megatron's interleaved warm-up holds every chunk of the batch on the early stages
-    (16 micro-batches of 8 layers), 81.7 GiB without recomputation, over the 78 GiB limit;
-    1F1B without recomputation fits, tight, at 10.5 s (MFU 26 %). What this model lacks to
-    agree with the authors is the schedule's micro-batch group (Llama 3's N), which bounds the
-    chunks in flight."""
+    (v = 8, one layer per chunk), with selective recomputation: with m = p = 16, Megatron's
+    interleaved warm-up holds every chunk of the batch on the early stages (16 micro-batches of
+    8 layers), 81.7 GiB without recomputation, over the 78 GiB limit; 1F1B without
+    recomputation fits, tight. With every TP collective and the gradient reduction exposed
+    (--no-tp-overlap --no-overlap-grad-reduce) the first plan runs at MFU 42-43 %, the
+    authors' figure; with today's defaults (both overlapped, at their cost) at 48-49 %. What
+    this model lacks to agree with the authors is the schedule's micro-batch group (Llama 3's
+    N), which bounds the chunks in flight."""
     argv = ["plan", "--model", "llama3-405b", "--gpu", "H100-SXM", "--gpus", "16384"]
     argv += ["--global-batch", "2048", "--tp", "8", "--pp", "16", "--micro-batch", "1"]
+    assert main(argv + ["--json", "--top", "0", "--no-tp-overlap", "--no-overlap-grad-reduce"]) == 0
+    exposed = json.loads(capsys.readouterr().out)["configs"][0]
+    assert exposed["chunks"] == 8 and 0.40 < exposed["mfu"] < 0.45
     assert main(argv + ["--json", "--top", "0"]) == 0
     configs = json.loads(capsys.readouterr().out)["configs"]
     best = configs[0]
     assert (best["pp"], best["dp"], best["split"], best["chunks"]) == (16, 128, "units", 8)
-    assert best["recompute"] == "selective" and best["fits"] and 0.40 < best["mfu"] < 0.45
+    assert best["recompute"] == "selective" and best["fits"] and 0.45 < best["mfu"] < 0.50
     none = [c for c in configs if c["recompute"] == "none" and c["fits"]]
     assert none and {c["chunks"] for c in none} == {1}
     assert all(c["bytes_per_gpu"] > c["margin_limit"] for c in none)  # tight
@@ -74,8 +79,9 @@ def test_zero1_parameter_gather_hides_under_the_next_forward_not_the_last_backwa
     never under the last backward. Off, reduce-scatter and gather are exposed together."""
     m, cl = planner.MODELS["llama3-8b"], planner.cluster(64, 8, "H100-SXM")
     lay = planner.Layout(256, 1, 2, 32, 1, zero=1, recompute="full")  # p > 1: after the flush
-    on = planner.evaluate(m, cl, lay)
-    off = planner.evaluate(m, cl, lay, planner.Options(overlap_param_gather=False))
+    serial = dict(overlap_grad_reduce=False)  # the reduce-scatter after the flush, exposed
+    on = planner.evaluate(m, cl, lay, planner.Options(**serial))
+    off = planner.evaluate(m, cl, lay, planner.Options(overlap_param_gather=False, **serial))
     assert on.dp_seconds == off.dp_seconds == off.seconds("dp_exposed")  # off: all exposed
     assert 0 < on.seconds("dp_exposed") < off.seconds("dp_exposed")
     # on: the gather's share, about 2/6 of the bytes (2 of the reduce-scatter's 4 + 2), less
@@ -169,17 +175,17 @@ def test_fp8_and_fa3_are_refused_before_hopper_naming_the_rule():
         _llama8b_terms(fp8="blockwise")
 
 
-def test_rowwise_casts_each_tensor_twice_at_the_tensorwise_gemm_rate():
+def test_rowwise_casts_each_tensor_twice_at_its_own_gemm_rate():
     """Rowwise scaling: each GEMM input cast along rows in the forward (3 bytes) and again along
     columns in the backward (5), each output gradient both ways (8), each weight both ways (8);
-    the GEMMs at the same FP8 rate as tensorwise (assumed), memory unchanged."""
+    the GEMMs slower than tensorwise (FP8_ROWWISE_GEMM_RATIO of its rate), memory unchanged."""
     fwd, bwd = C.fp8_cast_bytes_per_token(4096, 14336, 1024, 1, scaling="rowwise")
     f_el = 2 * 4096 + 4096 + 14336
     b_el = 4096 + 2 * 1024 + 2 * 4096 + 14336
     assert (fwd, bwd) == (3 * f_el, 8 * b_el + 5 * f_el)
     assert C.fp8_weight_cast_bytes("rowwise") == 8 and C.fp8_weight_cast_bytes("current") == 4
     cur, row = _llama8b_terms(fp8="current"), _llama8b_terms(fp8="rowwise")
-    assert row.values["compute"] == cur.values["compute"]
+    assert row.values["compute"] > cur.values["compute"]
     assert row.values["fp8_weights"] == cur.values["fp8_weights"]
     assert row.values["fp8_casts"] > cur.values["fp8_casts"]
 
@@ -193,23 +199,25 @@ def _tp_terms(**opt):
 
 def test_tp_overlap_exposes_one_chunk_and_what_the_gemms_do_not_cover():
     """tp_overlap: each layer's TP collectives in t chunks pipelined with its dense GEMMs;
-    exposed = comm/t + max(0, comm·(t−1)/t − GEMM time). Off by default; no effect without SP
+    exposed = comm/t + max(0, comm·(t−1)/t − GEMM time), plus what the overlap costs the
+    GEMMs (tp_overlap_cost). On by default on the H100 (the era's recipe); no effect without SP
     (both stacks overlap SP's all-gathers and reduce-scatters only)."""
     assert T.tp_overlap_exposed(8.0, 100.0, 8) == 1.0
     assert T.tp_overlap_exposed(8.0, 3.0, 8) == 1.0 + 4.0
-    plain, (m, cl, lay) = _tp_terms()
+    plain, (m, cl, lay) = _tp_terms(tp_overlap=False)
     over, _ = _tp_terms(tp_overlap=True)
-    assert plain.values == _tp_terms(tp_overlap=False)[0].values
+    assert over.values == _tp_terms()[0].values  # the default
     comm = plain.values["tp"] / T.stage_layers(m.layers, lay)[0]
     opt = planner.Options(tp_overlap=True)
     gemm = T.layer_gemm_seconds(m, cl, lay, opt)
     assert gemm > comm  # a 70B layer's GEMMs outlast its TP traffic: one chunk left
     per_layer = over.values["tp"] / T.stage_layers(m.layers, lay)[0]
-    assert per_layer == pytest.approx(comm / 8)
+    cost = T.tp_overlap_cost(m, cl, lay, planner.plan_options(m, cl, opt))
+    assert 0 < cost and per_layer == pytest.approx(comm / 8 + cost)
     assert {k: v for k, v in over.values.items() if k != "tp"} == {
         k: v for k, v in plain.values.items() if k != "tp"
     }
-    no_sp, _ = _tp_terms(sp=False)
+    no_sp, _ = _tp_terms(sp=False, tp_overlap=False)
     assert _tp_terms(sp=False, tp_overlap=True)[0].values["tp"] == no_sp.values["tp"]
 
 

@@ -335,19 +335,21 @@ def test_fp8_and_compiled_controls_reach_the_explorers_plan():
 
 def test_tp_overlap_control_reaches_the_explorers_plan():
     """The explorer's TP-overlap control shortens a TP-8 step with SP as the planner's
-    tp_overlap does, and its rowwise choice is accepted."""
+    tp_overlap does ("the era's" is on for an H100, "off" exposes every collective), and its
+    rowwise choice is accepted."""
     step = re.compile(r"step <b>([\d.]+) (m?s)</b>")
     lay = {"layout": "custom", "gpus": 64, "gpu": "H100-SXM", "t": 8, "p": 1, "batch": 64}
     lay |= {"model": "llama3-70b", "b": 1, "zero": 1, "recompute": "full", "sp": True}
     calls = [
+        ("drawExplorer", ["plan", dict(lay, tp_overlap="off"), plan_config()]),
+        ("drawExplorer", ["plan", dict(lay, tp_overlap="on"), plan_config()]),
+        ("drawExplorer", ["plan", dict(lay, tp_overlap="on", fp8="rowwise"), plan_config()]),
         ("drawExplorer", ["plan", lay, plan_config()]),
-        ("drawExplorer", ["plan", dict(lay, tp_overlap=True), plan_config()]),
-        ("drawExplorer", ["plan", dict(lay, tp_overlap=True, fp8="rowwise"), plan_config()]),
     ]
     got = [r for _, r in js_call("three_d", calls)]
     assert all(r["error"] is None for r in got), [r["error"] for r in got]
-    plain, over, rowwise = (float(step.search(r["html"]).group(1)) for r in got)
-    assert over < plain and rowwise < over
+    plain, over, rowwise, era = (float(step.search(r["html"]).group(1)) for r in got)
+    assert over < plain and rowwise < over and era == over
 
 
 # cp/ep shapes: a dense GPT, a dense SwiGLU + GQA one (Llama-style), a small MoE and Mixtral, and a

@@ -114,8 +114,9 @@ def _markdown(columns: str, align: str, rows) -> str:
 
 
 def experiment_1_table(s: dict | None = None) -> str:
-    """Experiment 1's validation rows, as ``book/three_d_appendix.md`` prints them."""
-    s = modern.summary() if s is None else s
+    """Experiment 1's validation rows as evaluated after its freeze (the record), as
+    ``book/three_d_appendix.md`` prints them."""
+    s = modern.as_evaluated(1) if s is None else s
     return _markdown(
         "row | model | GPUs | precision | recomputation | measured s | predicted s | error "
         "| 40 % MFU",
@@ -130,8 +131,9 @@ def experiment_1_table(s: dict | None = None) -> str:
 
 
 def experiment_2_table(s: dict | None = None) -> str:
-    """Experiment 2's rows, as ``book/three_d_appendix.md`` prints them."""
-    s = modern.summary_2() if s is None else s
+    """Experiment 2's rows as evaluated after its freeze (the record), as
+    ``book/three_d_appendix.md`` prints them."""
+    s = modern.as_evaluated(2) if s is None else s
     by_id = {r["id"]: r for r in modern.load()["rows"]}
     options = {r["id"]: modern.options_for(by_id[r["id"]]) for r in s["rows"]}
     return _markdown(
@@ -151,7 +153,7 @@ def experiment_2_table(s: dict | None = None) -> str:
 def post_hoc_table(p: dict | None = None) -> str:
     """The appendix's post-hoc column: experiment 1's NVIDIA rows with TP, again with
     tp_overlap (seen rows: never counted)."""
-    p = modern.post_hoc() if p is None else p
+    p = modern.as_evaluated(2)["post_hoc"] if p is None else p
     return _markdown(
         "row (seen in experiment 1) | model | GPUs | measured s | experiment 1 s | error "
         "| post hoc, tp_overlap s | error",
@@ -169,7 +171,7 @@ def experiment_3_table(s: dict | None = None) -> str:
     """Experiment 3's rows as ``book/three_d_appendix.md`` prints them: the layout as
     (t, p, c, v, d; b), the recomputation and TP overlap priced, the published and predicted
     step time, the model's error and the constant-MFU baseline's."""
-    s = experiment3.summary_3() if s is None else s
+    s = experiment3.as_evaluated() if s is None else s
     return _markdown(
         "row | model | GPUs | precision | t, p, c, v, d; b | recomputation | TP overlap "
         "| published s | predicted s | error | 40 % MFU",
@@ -187,7 +189,7 @@ def experiment_3_table(s: dict | None = None) -> str:
 
 def experiment_3_score(s: dict | None = None) -> str:
     """Experiment 3's counts within the band, as the appendix states them."""
-    s = experiment3.summary_3() if s is None else s
+    s = experiment3.as_evaluated() if s is None else s
     return (
         f"{s['within']} of the {s['n']} rows of experiment 3 are within ±{s['band']:.0f} % of "
         f"their published step time, the constant-MFU baseline {s['baseline_within']}"
@@ -197,8 +199,8 @@ def experiment_3_score(s: dict | None = None) -> str:
 def preset_errors() -> list[dict]:
     """Each H100 preset's step-time errors per experiment (the error to expect of a plan on it):
     rows, median |error|, rows within ±15 %, the smallest and largest signed error."""
-    runs = {1: modern.summary()["rows"], 2: modern.summary_2()["rows"]}
-    runs[3] = [e | {"gpu": "H100-SXM"} for e in experiment3.summary_3()["rows"]]  # DGX-H100
+    runs = {1: modern.as_evaluated(1)["rows"], 2: modern.as_evaluated(2)["rows"]}
+    runs[3] = [e | {"gpu": "H100-SXM"} for e in experiment3.as_evaluated()["rows"]]  # DGX-H100
     out = []
     for gpu in ("H100-SXM", "H100-HBM2e-500W"):
         for exp, rows in runs.items():
@@ -226,6 +228,42 @@ def preset_error_table(rows: list[dict] | None = None) -> str:
     )
 
 
+def calibration_3_table(c: dict | None = None) -> str:
+    """Experiment 3's rows as the calibration set of FP8 as it runs, TP overlap at its cost and
+    the recipes' memory settings (:func:`minipar.cost.validation.experiment3.calibration_3`):
+    the recorded error and predicted memory (freeze ``5364c6d``) beside today's, "no" where the
+    predicted peak does not fit; rows read after the record show "-" before."""
+    c = experiment3.calibration_3() if c is None else c
+
+    def gib(x, fits) -> str:
+        return "-" if x is None else f"{x:.1f}" + ("" if fits else " (no)")
+
+    def err(x) -> str:
+        return "-" if x is None else f"{x:+.1f} %"
+
+    return _markdown(
+        "row | precision | GPUs | recorded error | error now | recorded GiB | GiB now",
+        "llrrrrr",
+        (
+            f"`{r['id']}` | {r['precision']} | {r['gpus']} | {err(r['before_error'])} "
+            f"| {err(r['error'])} | {gib(r['before_gib'], r['before_fits'])} "
+            f"| {gib(r['predicted_gib'], r['fits'])}"
+            for r in c["rows"]
+        ),
+    )
+
+
+def calibration_3_score(c: dict | None = None) -> str:
+    """The calibration counts as the appendix states them."""
+    c = experiment3.calibration_3() if c is None else c
+    return (
+        f"Of the {c['n']} recorded rows, {c['within_before']} were within ±{c['band']:.0f} % and "
+        f"{c['not_fit_before']} did not fit; now {c['within_after']} are within and "
+        f"{c['not_fit_after']} do not fit (all {c['n_all']} rows: {c['within_all']} within, "
+        f"{c['not_fit_all']} refused)"
+    )
+
+
 def main() -> None:
     print("Published runs (A100), as run: b and v from the authors' scripts where published\n")
     print(table())
@@ -245,11 +283,15 @@ def main() -> None:
     print("\nExperiment 1's NVIDIA rows with TP, again with tp_overlap (post hoc, not counted)\n")
     print(post_hoc_table())
     print("\nExperiment 3: NVIDIA's H100 rows, after the freeze (step time)\n")
-    s = experiment3.summary_3()
+    s = experiment3.as_evaluated()
     print(experiment_3_table(s))
     print(experiment_3_score(s) + ".")
-    print("\nThe H100 presets' step-time error per experiment\n")
+    print("\nThe H100 presets' step-time error per experiment, as evaluated\n")
     print(preset_error_table())
+    print("\nExperiment 3 as the calibration set: recorded and today's error and memory\n")
+    c = experiment3.calibration_3()
+    print(calibration_3_table(c))
+    print(calibration_3_score(c) + ".")
 
 
 if __name__ == "__main__":

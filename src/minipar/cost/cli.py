@@ -460,7 +460,7 @@ def _plan_cluster(args) -> "planner.Cluster":
 _PLAN_OPTIONS = (
     "grad_reduce_bytes headroom zero3_collectives attention precision overlap_grad_reduce "
     "cp_algorithm overlap_param_gather reshard_after_forward fp8 compiled tp_overlap moe_imbalance "
-    "fp8_params"
+    "fp8_params main_grad_bytes"
 ).split()
 """The :class:`~minipar.cost.planner.three_d_terms.Options` fields ``minipar plan`` takes as flags
 of the same name."""
@@ -639,18 +639,35 @@ def _term_columns(shown) -> list:
 _DTYPES = {4: "fp32", 2: "bf16", 1: "fp8"}
 
 
-def recipe_words(opts) -> str:
-    """The recipe inputs a plan assumed, in words (every default decided): the gradient
-    reduction's dtype, FP8 and its scaling, and each overlap switch."""
-    grb = opts.grad_reduce_bytes
-    dtype = _DTYPES.get(grb, f"{grb:g} bytes")
+def recipe_words(opts, given=(), zero=None) -> str:
+    """The recipe inputs a plan assumed, in words (every default decided): the main gradients'
+    and the reduction's dtypes, FP8, its scaling and FP8 parameters, each overlap switch, the
+    optimizer's sharding and the schedules searched. A switch not in ``given`` (the flags the
+    command line set) is marked "(default)": the era's, on for the modern recipes (H100 and
+    later) as NVIDIA's Hopper recipes and torchtitan run them, off for the 2021 A100 runs."""
     on = {True: "on", False: "off", None: "off"}
+
+    def dtype(nbytes) -> str:
+        return _DTYPES.get(nbytes, f"{nbytes:g} bytes")
+
+    def mark(name: str) -> str:
+        return "" if name in given else " (default)"
+
+    sharding = (
+        "the Z column's ZeRO stage searched (1: the distributed optimizer)"
+        if zero is None
+        else f"ZeRO-{zero}"
+    )
     return (
-        f"gradients reduced in {dtype}; FP8 GEMMs {opts.fp8 or 'off'}"
+        f"main gradients {dtype(opts.recipe.grad_bytes)}{mark('main_grad_bytes')}, "
+        f"reduced in {dtype(opts.grad_reduce_bytes)}{mark('grad_reduce_bytes')}; "
+        f"FP8 GEMMs {opts.fp8 or 'off'}"
         f"{', FP8 parameters (no 16-bit copy)' if opts.fp8_params else ''}; "
-        f"TP overlap {on[opts.tp_overlap]}; grad-reduce overlap (p>1) "
-        f"{on[opts.overlap_grad_reduce]}; param-gather overlap {on[opts.overlap_param_gather]}; "
-        f"pipeline schedules {', '.join(planner.SCHEDULES)} (v up to the layers per stage)"
+        f"TP overlap {on[opts.tp_overlap]}{mark('tp_overlap')}; grad-reduce overlap (p>1) "
+        f"{on[opts.overlap_grad_reduce]}{mark('overlap_grad_reduce')}; param-gather overlap "
+        f"{on[opts.overlap_param_gather]}{mark('overlap_param_gather')}; optimizer states: "
+        f"{sharding}; pipeline schedules {', '.join(planner.SCHEDULES)} (v up to the layers "
+        "per stage)"
     )
 
 
@@ -672,7 +689,9 @@ def _plan_table(args, m_, cl, opts, shown, counts) -> None:
         "  overlap: TP and PP on the critical path; DP after the flush (p>1) or under the last "
         "backward (p=1); ZeRO-3 gathers prefetched one layer ahead"
     )
-    print("  recipe: " + recipe_words(opts))
+    marked = ("main_grad_bytes", "grad_reduce_bytes", "tp_overlap", "overlap_grad_reduce")
+    given = {k for k in (*marked, "overlap_param_gather") if getattr(args, k, None) is not None}
+    print("  recipe: " + recipe_words(opts, given, args.zero))
     extra = any(c.cp > 1 or c.ep > 1 for c in shown)  # cp/ep columns when used
     cols = _term_columns(shown)
     print(

@@ -178,6 +178,7 @@ const SCORE_BYTES_FWD = 9, SCORE_BYTES_BWD = 11, FLASH_BACKWARD = 2.5;   // Pyth
 // Python: compute.FA3_EFFICIENCY (assumed), FP8_GEMM_EFFICIENCY and COMPILED_TRAFFIC (fitted on
 // the calibration rows, validation.modern_fit), FP8_SCALING, FP8_CAST_BYTES
 export const FA3_EFFICIENCY = 0.52, FP8_GEMM_EFFICIENCY = 0.87, COMPILED_TRAFFIC = 0.56;
+export const FP8_ROWWISE_GEMM_RATIO = 0.90;   // Python: compute.FP8_ROWWISE_GEMM_RATIO (a kernel benchmark)
 export const FP8_SCALING = ["delayed", "current", "rowwise"], FP8_CAST_BYTES = {delayed: 4, current: 6, rowwise: 3};
 export const FP8_RECAST_BYTES = {delayed: 0, current: 0, rowwise: 5};   // Python: compute.FP8_RECAST_BYTES
 
@@ -216,7 +217,8 @@ export function bmmSeconds(M, N, K, batch, bandwidth, latency = 0.0, bytesPerEle
 
 function gemmOf(gpu, M, N, K, batch = 1, fp8 = false) {   // Python: compute.gpu_gemm_seconds (batch 1)
   const eight = fp8 && batch === 1;
-  return gemmSeconds(M, N, K, eight ? fp8Peak(gpu) : gpu.peak, gpu.gemm_efficiency * (eight ? FP8_GEMM_EFFICIENCY : 1.0), gpu.hbm_bandwidth, gpu.sms, batch, eight ? 1 : 2, gpu.gemm_rule || "waves", gpu.gemm_latency_s || 0.0);
+  const rate = eight ? FP8_GEMM_EFFICIENCY * (fp8 === "rowwise" ? FP8_ROWWISE_GEMM_RATIO : 1.0) : 1.0;
+  return gemmSeconds(M, N, K, eight ? fp8Peak(gpu) : gpu.peak, gpu.gemm_efficiency * rate, gpu.hbm_bandwidth, gpu.sms, batch, eight ? 1 : 2, gpu.gemm_rule || "waves", gpu.gemm_latency_s || 0.0);
 }
 
 function attentionGemm(gpu, M, N, K, batch) {       // Python: compute.gpu_gemm_seconds (batch > 1)
@@ -365,7 +367,12 @@ export const RECIPES = {
 };
 export const RECOMPUTE_MODULES = ["core_attn", "layernorm", "act", "mlp"];   // Python: RECOMPUTE_MODULES
 export const SPLITS = ["even", "units"];                                     // Python: SPLITS
-const recipeOf = (opt) => RECIPES[opt.precision || "2021"];   // Python: Options.recipe
+// Python: MAIN_GRADS: a recipe's bytes by main-gradient dtype (fp32 or bf16 main gradients)
+export const MAIN_GRADS = {4: {grad_bytes: 4, reduce_bytes: 4, accumulate_bytes: 10, adam_bytes: 30}, 2: {grad_bytes: 2, reduce_bytes: 2, accumulate_bytes: 6, adam_bytes: 28}};
+function recipeOf(opt) {   // Python: Options.recipe
+  const base = RECIPES[opt.precision || "2021"], g = opt.main_grad_bytes ?? null;
+  return g === null || g === base.grad_bytes ? base : {...base, ...MAIN_GRADS[g]};
+}
 
 // Python: precision_for(gpu_name)
 export function precisionFor(gpuName) {
@@ -377,16 +384,16 @@ function resolvedOptions(o, attention, precision) {
   const r = {...o, attention: o.attention || attention, precision: o.precision || precision};
   const rc = recipeOf(r), modern = r.precision !== "2021";
   return {...r, grad_reduce_bytes: r.grad_reduce_bytes ?? rc.reduce_bytes, headroom: r.headroom ?? rc.headroom,
-    overlap_param_gather: r.overlap_param_gather ?? modern, reshard_after_forward: r.reshard_after_forward ?? (modern ? null : true),
+    overlap_param_gather: r.overlap_param_gather ?? modern, overlap_grad_reduce: r.overlap_grad_reduce ?? modern, tp_overlap: r.tp_overlap ?? modern, reshard_after_forward: r.reshard_after_forward ?? (modern ? null : true),
     recompute_modules: r.recompute_modules ?? (modern ? ["core_attn", "layernorm", "act"] : ["core_attn"])};
 }
 
 // Python: Options(...) with its defaults and rules
 export function planOptions(opt = {}) {
-  const known = ["grad_reduce_bytes", "dp_overlap", "headroom", "zero3_overlap", "zero3_collectives", "attention", "precision", "zero3_ac_inside_unit", "overlap_grad_reduce", "cp_algorithm", "overlap_param_gather", "reshard_after_forward", "recompute_modules", "fp8", "compiled", "tp_overlap", "moe_imbalance", "fp8_params", "moe_capacity", "ep_overlap"];
+  const known = ["grad_reduce_bytes", "dp_overlap", "headroom", "zero3_overlap", "zero3_collectives", "attention", "precision", "zero3_ac_inside_unit", "overlap_grad_reduce", "cp_algorithm", "overlap_param_gather", "reshard_after_forward", "recompute_modules", "fp8", "compiled", "tp_overlap", "moe_imbalance", "fp8_params", "moe_capacity", "ep_overlap", "main_grad_bytes"];
   const unknown = Object.keys(opt).filter((k) => !known.includes(k)).sort();
   if (unknown.length) throw new Error(`option ('${unknown[0]}') must be one of ${known.join(", ")}`);
-  const o = {grad_reduce_bytes: null, dp_overlap: true, headroom: null, zero3_overlap: true, zero3_collectives: "hierarchical", attention: null, precision: null, zero3_ac_inside_unit: false, overlap_grad_reduce: false, cp_algorithm: "ring", overlap_param_gather: null, reshard_after_forward: null, recompute_modules: null, fp8: null, compiled: false, tp_overlap: false, moe_imbalance: 1.0, fp8_params: false, moe_capacity: null, ep_overlap: false, ...opt};
+  const o = {grad_reduce_bytes: null, dp_overlap: true, headroom: null, zero3_overlap: true, zero3_collectives: "hierarchical", attention: null, precision: null, zero3_ac_inside_unit: false, overlap_grad_reduce: null, cp_algorithm: "ring", overlap_param_gather: null, reshard_after_forward: null, recompute_modules: null, fp8: null, compiled: false, tp_overlap: null, moe_imbalance: 1.0, fp8_params: false, moe_capacity: null, ep_overlap: false, main_grad_bytes: null, ...opt};
   if (!ZERO3_COLLECTIVES.includes(o.zero3_collectives)) throw new Error(`zero3_collectives ('${o.zero3_collectives}') must be one of ${ZERO3_COLLECTIVES.join(", ")}`);
   if (!(o.attention === null || ATTENTION.includes(o.attention))) throw new Error(`attention ('${o.attention}') must be one of ${ATTENTION.join(", ")}`);
   if (!(o.fp8 === null || FP8_SCALING.includes(o.fp8))) throw new Error(`fp8 ('${o.fp8}') must be one of ${FP8_SCALING.join(", ")}`);
@@ -397,6 +404,7 @@ export function planOptions(opt = {}) {
   if (o.fp8_params && !o.fp8) throw new Error(`fp8_params (${o.fp8_params ? "True" : "False"}) needs fp8 GEMMs (a scaling), got fp8 (${o.fp8 ?? "None"})`);
   if (o.moe_capacity !== null && !(o.moe_capacity > 0)) throw new Error(`moe capacity (${o.moe_capacity}) must be > 0 (a capacity factor), or None (dropless)`);
   if (!(o.moe_imbalance >= 1)) throw new Error(`moe imbalance (${o.moe_imbalance}) must be >= 1 (the busiest EP rank's tokens over the mean)`);
+  if (!(o.main_grad_bytes === null || o.main_grad_bytes in MAIN_GRADS)) throw new Error(`main_grad_bytes (${o.main_grad_bytes}) must be one of 4, 2 (fp32 or bf16 main gradients)`);
   const grb = o.grad_reduce_bytes ?? GRAD_REDUCE_BYTES, room = o.headroom ?? HEADROOM;
   if (!(grb > 0) || !(room >= 0 && room < 1)) {
     throw new Error(`grad_reduce_bytes (${grb}) must be > 0 and headroom (${room}) in [0, 1)`);
@@ -613,7 +621,7 @@ export function fp8GemmDelta(model, cluster, lay, opt) {
   const refwd = lay.recompute === "full" ? 2 : 1, gpu = cluster.gpu;
   let out = 0.0;
   for (const [M, N, K] of layerDenseGemms(model, lay)) {
-    const [ef, eb] = gemmPass(gpu, M, N, K, true), [bf, bb] = gemmPass(gpu, M, N, K);
+    const [ef, eb] = gemmPass(gpu, M, N, K, opt.fp8), [bf, bb] = gemmPass(gpu, M, N, K);
     out += refwd * (ef - bf) + (eb - bb);
   }
   return out;
@@ -632,9 +640,17 @@ export function termFp8Casts(model, cluster, lay, opt) {
   if (!opt.fp8) return 0.0;
   const m = planShape(model), tokens = lay.micro_batch * Math.floor(m.seq / lay.cp);
   const [fwd, bwd] = fp8CastBytesPerToken(m.hidden, m.top_k * ffnWidth(m), kvWidth(m), lay.tp, lay.sp, opt.fp8, m.mlp_matrices);
-  const weights = fp8WeightCastBytes(opt.fp8) * layerDenseGemms(m, lay).reduce((acc, [, N, K]) => acc + N * K, 0);
   const refwd = lay.recompute === "full" ? 2 : 1;
-  return stageLayers(m.layers, lay)[0] * ((tokens * (refwd * fwd + bwd) + weights) / cluster.gpu.hbm_bandwidth);
+  const perLayer = (tokens * (refwd * fwd + bwd)) / cluster.gpu.hbm_bandwidth;
+  return stageLayers(m.layers, lay)[0] * (perLayer + weightCastsPerMicrobatch(m, cluster, lay, opt));
+}
+
+// Python: weight_casts_per_microbatch(m_, cl, lay, opt): one layer's FP8 weight casts, once
+// per optimizer step (Transformer Engine's is_first_microbatch), spread over the m micro-batches
+export function weightCastsPerMicrobatch(model, cluster, lay, opt) {
+  if (!opt.fp8) return 0.0;
+  const weights = fp8WeightCastBytes(opt.fp8) * layerDenseGemms(model, lay).reduce((acc, [, N, K]) => acc + N * K, 0);
+  return weights / cluster.gpu.hbm_bandwidth / layMicrobatches(lay);
 }
 
 // Python: term_fp8_weights(m_, cl, lay, opt): FP8 weight copies on the fullest stage
@@ -695,8 +711,37 @@ export function termTp(model, cluster, lay, opt) {
   const actBytes = lay.micro_batch * Math.floor(model.seq / lay.cp) * model.hidden * 2;
   const [ar, name] = dpAllreduceSeconds(actBytes, t, 1, cluster);   // ring in a node, multi-NIC across
   let perLayer = tpCollectives(t, lay.sp, lay.recompute) * ar;
-  if (opt.tp_overlap && lay.sp && t > 1) perLayer = tpOverlapExposed(perLayer, layerGemmSeconds(model, cluster, lay, opt), t);
+  if (opt.tp_overlap && lay.sp && t > 1) {
+    perLayer = tpOverlapExposed(perLayer, layerGemmSeconds(model, cluster, lay, opt), t);
+    perLayer += tpOverlapCost(model, cluster, lay, opt);
+  }
   return {value: stageLayers(model.layers, lay)[0] * perLayer, link: name};
+}
+
+// Python: TP_OVERLAP_PIPELINE: (splits, SMs reserved) of the reduce-scatter overlaps (userbuffers'
+// pipeline method in NVIDIA's Llama 3.1 405B recipe)
+export const TP_OVERLAP_PIPELINE = {proj: [4, 24], fc2: [4, 8]};
+
+// Python: split_gemm_extra(gpu, M, N, K, pieces, reserved, fp8): the GEMM as pieces of ⌈M/pieces⌉
+// rows on SMs less reserved, each by the roofline + one launch, less the whole GEMM
+export function splitGemmExtra(gpu, M, N, K, pieces, reserved = 0, fp8 = false) {
+  let rate = fp8 ? fp8Peak(gpu) * FP8_GEMM_EFFICIENCY * (fp8 === "rowwise" ? FP8_ROWWISE_GEMM_RATIO : 1) : gpu.peak;
+  rate *= gpu.gemm_efficiency;
+  const size = fp8 ? 1 : 2, latency = gpu.gemm_latency_s || 0.0;
+  const one = (rows) => latency + Math.max((2.0 * rows * N * K) / rate, ((rows * K + K * N + rows * N) * size) / gpu.hbm_bandwidth);
+  return (pieces * one(Math.ceil(M / pieces)) * gpu.sms) / (gpu.sms - reserved) - one(M);
+}
+
+// Python: tp_overlap_cost(m_, cl, lay, opt): what TP overlap adds to the GEMMs, per layer
+export function tpOverlapCost(model, cluster, lay, opt) {
+  const t = lay.tp;
+  if (!(opt.tp_overlap && lay.sp && t > 1)) return 0.0;
+  const gpu = cluster.gpu, fp8 = opt.fp8 || false;
+  const [qkv, proj, fc1, fc2] = layerDenseGemms(model, lay);
+  let forward = splitGemmExtra(gpu, ...qkv, t, 0, fp8) + splitGemmExtra(gpu, ...fc1, t, 0, fp8);
+  forward += splitGemmExtra(gpu, ...proj, ...TP_OVERLAP_PIPELINE.proj, fp8) + splitGemmExtra(gpu, ...fc2, ...TP_OVERLAP_PIPELINE.fc2, fp8);
+  const backward = [proj, fc2].reduce((acc, [M, N, K]) => acc + splitGemmExtra(gpu, M, K, N, t, 0, fp8), 0);
+  return (lay.recompute === "full" ? 2 : 1) * forward + backward;
 }
 
 // Python: tp_overlap_exposed(comm, gemm, t): one chunk, then what the GEMM does not cover
@@ -709,7 +754,7 @@ export function layerGemmSeconds(model, cluster, lay, opt) {
   const refwd = lay.recompute === "full" ? 2 : 1;
   let out = 0.0;
   for (const [M, N, K] of layerDenseGemms(model, lay)) {
-    const [f, b] = gemmPass(cluster.gpu, M, N, K, Boolean(opt.fp8));
+    const [f, b] = gemmPass(cluster.gpu, M, N, K, opt.fp8 || false);
     out += refwd * f + b;
   }
   return out;
@@ -942,7 +987,7 @@ export function termOptimizer(model, cluster, lay, opt) {
 }
 
 // BEGIN TERMS (generated from minipar/cost/planner/term_table.json by `python -m minipar.cost.planner.term_table`; do not edit)
-export const TERMS = [{"name": "compute", "where": "slot", "unit": "s", "column": null, "group": "compute", "needs": [], "doc": "the layers and the output layer of one micro-batch"}, {"name": "fp8_casts", "where": "slot", "unit": "s", "column": "FP8 cast", "group": "compute", "needs": [], "doc": "FP8 casts of the GEMMs' inputs, gradients and weights"}, {"name": "tp", "where": "slot", "unit": "s", "column": "TP", "group": "TP communication", "needs": [], "doc": "tensor-parallel collectives on the critical path"}, {"name": "pp", "where": "slot", "unit": "s", "column": "PP", "group": "PP, CP and EP communication", "needs": [], "doc": "pipeline sends across stage boundaries"}, {"name": "cp", "where": "slot", "unit": "s", "column": "CP ring", "group": "PP, CP and EP communication", "needs": ["compute"], "doc": "context-parallel K/V traffic not hidden by the block compute"}, {"name": "ep", "where": "slot", "unit": "s", "column": "EP a2a", "group": "PP, CP and EP communication", "needs": ["compute"], "doc": "MoE all-to-alls not hidden under another micro-batch's compute"}, {"name": "ep_overlap", "where": "slot", "unit": "s", "column": "EP ovl", "group": "PP, CP and EP communication", "needs": ["ep"], "doc": "the compute the overlapped all-to-alls slow down (the SMs they hold)"}, {"name": "router", "where": "slot", "unit": "s", "column": "Router", "group": "MoE router and permute", "needs": [], "doc": "the MoE router's GEMM, scores and top-k"}, {"name": "permute", "where": "slot", "unit": "s", "column": "Permute", "group": "MoE router and permute", "needs": [], "doc": "permute and unpermute of the routed tokens around the all-to-alls"}, {"name": "grouped_gemm", "where": "slot", "unit": "s", "column": "GG rows", "group": "expert GEMMs at few rows", "needs": [], "doc": "the grouped expert GEMMs' weight reads at few rows per expert, beyond the dense pricing"}, {"name": "zero3_exposed", "where": "slot", "unit": "s", "column": "ZeRO-3", "group": "DP and ZeRO communication", "needs": ["compute"], "doc": "ZeRO-3 gathers and reduce-scatters not hidden by prefetching"}, {"name": "dp_exposed", "where": "step", "unit": "s", "column": "DP exp", "group": "DP and ZeRO communication", "needs": ["compute", "zero3_exposed"], "doc": "the data-parallel reduction not hidden under the last backward"}, {"name": "embedding", "where": "step", "unit": "s", "column": null, "group": "embedding and optimizer", "needs": [], "doc": "the tied embedding's gradient all-reduce, first and last stage"}, {"name": "optimizer", "where": "step", "unit": "s", "column": null, "group": "embedding and optimizer", "needs": [], "doc": "the Adam step on this rank's shard"}, {"name": "states", "where": "memory", "unit": "B", "column": null, "group": "model states", "needs": [], "doc": "model states of the fullest stage"}, {"name": "fp8_weights", "where": "memory", "unit": "B", "column": null, "group": "model states", "needs": [], "doc": "FP8 copies of the linear weights"}, {"name": "activations", "where": "memory", "unit": "B", "column": null, "group": "activations", "needs": [], "doc": "activations of the fullest stage"}];
+export const TERMS = [{"name": "compute", "where": "slot", "unit": "s", "column": null, "group": "compute", "needs": [], "doc": "the layers and the output layer of one micro-batch"}, {"name": "fp8_casts", "where": "slot", "unit": "s", "column": "FP8 cast", "group": "compute", "needs": [], "doc": "FP8 casts of the GEMMs' inputs and gradients, and of the weights once per optimizer step"}, {"name": "tp", "where": "slot", "unit": "s", "column": "TP", "group": "TP communication", "needs": [], "doc": "tensor-parallel collectives on the critical path, and what overlapping them costs the GEMMs"}, {"name": "pp", "where": "slot", "unit": "s", "column": "PP", "group": "PP, CP and EP communication", "needs": [], "doc": "pipeline sends across stage boundaries"}, {"name": "cp", "where": "slot", "unit": "s", "column": "CP ring", "group": "PP, CP and EP communication", "needs": ["compute"], "doc": "context-parallel K/V traffic not hidden by the block compute"}, {"name": "ep", "where": "slot", "unit": "s", "column": "EP a2a", "group": "PP, CP and EP communication", "needs": ["compute"], "doc": "MoE all-to-alls not hidden under another micro-batch's compute"}, {"name": "ep_overlap", "where": "slot", "unit": "s", "column": "EP ovl", "group": "PP, CP and EP communication", "needs": ["ep"], "doc": "the compute the overlapped all-to-alls slow down (the SMs they hold)"}, {"name": "router", "where": "slot", "unit": "s", "column": "Router", "group": "MoE router and permute", "needs": [], "doc": "the MoE router's GEMM, scores and top-k"}, {"name": "permute", "where": "slot", "unit": "s", "column": "Permute", "group": "MoE router and permute", "needs": [], "doc": "permute and unpermute of the routed tokens around the all-to-alls"}, {"name": "grouped_gemm", "where": "slot", "unit": "s", "column": "GG rows", "group": "expert GEMMs at few rows", "needs": [], "doc": "the grouped expert GEMMs' weight reads at few rows per expert, beyond the dense pricing"}, {"name": "zero3_exposed", "where": "slot", "unit": "s", "column": "ZeRO-3", "group": "DP and ZeRO communication", "needs": ["compute"], "doc": "ZeRO-3 gathers and reduce-scatters not hidden by prefetching"}, {"name": "dp_exposed", "where": "step", "unit": "s", "column": "DP exp", "group": "DP and ZeRO communication", "needs": ["compute", "zero3_exposed"], "doc": "the data-parallel reduction not hidden under the last backward"}, {"name": "embedding", "where": "step", "unit": "s", "column": null, "group": "embedding and optimizer", "needs": [], "doc": "the tied embedding's gradient all-reduce, first and last stage"}, {"name": "optimizer", "where": "step", "unit": "s", "column": null, "group": "embedding and optimizer", "needs": [], "doc": "the Adam step on this rank's shard"}, {"name": "states", "where": "memory", "unit": "B", "column": null, "group": "model states", "needs": [], "doc": "model states of the fullest stage"}, {"name": "fp8_weights", "where": "memory", "unit": "B", "column": null, "group": "model states", "needs": [], "doc": "FP8 copies of the linear weights"}, {"name": "activations", "where": "memory", "unit": "B", "column": null, "group": "activations", "needs": [], "doc": "activations of the fullest stage"}];
 const TERM_FUNCTIONS = {compute: termCompute, fp8_casts: termFp8Casts, tp: termTp, pp: termPp, cp: termCp, ep: termEp, ep_overlap: termEpOverlap, router: termRouter, permute: termPermute, grouped_gemm: termGroupedGemm, zero3_exposed: termZero3Exposed, dp_exposed: termDpExposed, embedding: termEmbedding, optimizer: termOptimizer, states: termStates, fp8_weights: termFp8Weights, activations: termActivations};
 // END TERMS
 

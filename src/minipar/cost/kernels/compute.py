@@ -79,6 +79,20 @@ and torchao Float8, December 2024), the other constants of that fit held; no oth
 ρ below 1 says FP8 GEMMs reach a smaller fraction of their peak (shorter K loops per byte,
 the scaling epilogue)."""
 
+FP8_ROWWISE_GEMM_RATIO = 0.90
+"""An FP8 GEMM with rowwise scales (one per row of each operand) over the same GEMM with one
+scale per tensor, in rate: on an H100 PyTorch's ``_scaled_mm`` runs the tensorwise case in
+cuBLAS and the rowwise case in its own CUTLASS kernel, whose latency, measured over the power-of-
+two shapes from 512 to 16384, is within 90-100 % of the tensorwise rate for most shapes with fast
+accumulation, with a tail to 50 % (PyTorch issue 147971, "Fp8 scaled-mm row-wise is substantially
+slower than tensor-wise", February 2025; torchao's ``Float8LinearRecipeName`` calls the
+tensorwise recipe the fastest). The lower end of the common range, 0.90, is taken: a kernel
+microbenchmark, not a training row, so no row of the validation sets set it. The backward's
+slow-accumulation GEMMs were slower still (torchao worked around them with the cuBLAS kernel and
+a separate rescaling kernel, pytorch/ao pull request 1325), which this ratio does not price:
+an ASSUMPTION on the optimistic side. Rowwise runs at ``peak_flops["fp8"]`` · η ·
+:data:`FP8_GEMM_EFFICIENCY` · this ratio."""
+
 COMPILED_TRAFFIC = 0.56
 """κ: the fraction of the eager element-wise kernels' bytes a compiled step still moves
 (torch.compile's Inductor or Megatron/Transformer Engine's fused kernels fuse chains of
@@ -93,9 +107,9 @@ FP8 recipe: the scale from an amax history, the amax computed inside the cast), 
 (tensorwise dynamic scaling: torchao's Float8 default, Megatron's ``fp8-cs``: an amax pass over
 the tensor before its cast) and "rowwise" (torchao's ``rowwise`` recipe: one scale per row of
 each GEMM operand, along the dimension the GEMM contracts, so each tensor is cast once per GEMM
-it enters, :data:`FP8_RECAST_BYTES`). Every recipe's GEMMs run at the one FP8 rate
-(:data:`FP8_GEMM_EFFICIENCY`, fitted on a tensorwise row): for rowwise that rate is ASSUMED,
-no published ratio of rowwise to tensorwise GEMM rates being used. "mxfp8" (Transformer
+it enters, :data:`FP8_RECAST_BYTES`). The tensorwise recipes' GEMMs run at the FP8 rate
+(:data:`FP8_GEMM_EFFICIENCY`, fitted on a tensorwise row); rowwise GEMMs at that rate times
+:data:`FP8_ROWWISE_GEMM_RATIO` (its own constant, from a kernel benchmark). "mxfp8" (Transformer
 Engine's ``MXFP8BlockScaling``; the OCP "Microscaling Formats (MX) Specification v1.0": blocks
 of 32 elements along the contracted dimension share one 8-bit power-of-two scale) needs a
 Blackwell GPU (:func:`check_fp8_gpu`), whose tensor cores apply the block scales at the FP8
@@ -235,12 +249,13 @@ def check_fp8_gpu(gpu, scaling: str | None) -> None:
     fp8_peak(gpu)
 
 
-def gpu_gemm_seconds(gpu, M: int, N: int, K: int, batch: int = 1, fp8: bool = False) -> float:
+def gpu_gemm_seconds(gpu, M: int, N: int, K: int, batch: int = 1, fp8: bool | str = False) -> float:
     """One GEMM as :func:`layer_seconds` prices it on ``gpu``: a dense one (batch 1) by the
     GPU's rule and constants (:func:`gemm_seconds`), a batched one (attention's) by
     :func:`bmm_seconds` where the GPU has a measured ``bmm_bandwidth``, else by its rule.
-    ``fp8``: a dense GEMM of FP8 operands, at :func:`fp8_peak` · η · :data:`FP8_GEMM_EFFICIENCY`,
-    one byte per element moved (attention's batched GEMMs stay 16-bit)."""
+    ``fp8`` (True or a scaling of :data:`FP8_SCALING`): a dense GEMM of FP8 operands, at
+    :func:`fp8_peak` · η · :data:`FP8_GEMM_EFFICIENCY` (· :data:`FP8_ROWWISE_GEMM_RATIO` when
+    ``fp8`` is "rowwise"), one byte per element moved (attention's batched GEMMs stay 16-bit)."""
     if batch > 1 and gpu.bmm_bandwidth is not None:
         return bmm_seconds(
             M, N, K, batch=batch, bandwidth=gpu.bmm_bandwidth, latency=gpu.bmm_latency_s
@@ -252,7 +267,9 @@ def gpu_gemm_seconds(gpu, M: int, N: int, K: int, batch: int = 1, fp8: bool = Fa
         K,
         batch=batch,
         peak=fp8_peak(gpu) if eight else gpu.peak_flops["bf16"],
-        efficiency=gpu.gemm_efficiency * (FP8_GEMM_EFFICIENCY if eight else 1.0),
+        efficiency=gpu.gemm_efficiency
+        * (FP8_GEMM_EFFICIENCY if eight else 1.0)
+        * (FP8_ROWWISE_GEMM_RATIO if eight and fp8 == "rowwise" else 1.0),
         hbm=gpu.hbm_bandwidth,
         sms=gpu.sms,
         bytes_per_elem=1 if eight else 2,

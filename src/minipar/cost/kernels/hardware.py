@@ -119,8 +119,13 @@ H200_KERNELS = dict(
 
 
 POWER_500W = 0.64
-"""The 500 W HBM2e H100's sustained tensor-core rate over the 700 W SXM's, both peaks
-scaled by it: FITTED on one calibration row (:mod:`minipar.cost.validation.modern_fit`)."""
+"""The 500 W HBM2e H100 preset's peaks over the 700 W SXM's: FITTED on one calibration row
+(:mod:`minipar.cost.validation.modern_fit`: torchtitan's Llama 3.1 8B, bf16, eager). It is not
+a hardware rate: the one constant fitted on an eager step absorbs whatever that step lost
+besides the power cap (launch gaps, unfused element-wise kernels, host-side stalls), which is
+why the preset's bf16 peak (633 TFLOP/s) sits below the smaller H100 PCIe's datasheet 756. Read
+it as "this part under torchtitan's stack of December 2024": right for the rows of that stack,
+wrong for comparing parts (no power-capped H100 was measured to separate the two)."""
 
 
 def gh100_kernels(hbm_datasheet: float) -> dict:

@@ -10,11 +10,12 @@ from typing import NamedTuple
 
 from ..chapters.context_parallel import allgather_collectives_per_layer, ring_sent_bytes_per_layer
 from ..chapters.expert_parallel import all_to_all_time
+from ..kernels.compute import FP8_GEMM_EFFICIENCY, FP8_ROWWISE_GEMM_RATIO, fp8_peak
 from ..network.collectives import collective_time, hierarchical_all_reduce_time
 from .compute_terms import ComputeTerm, layer_gemm_seconds
 from .layout import ZERO3_COLLECTIVES, Layout, Options, expert_grid, reshards, stage_layers
 from .moe_terms import moe_layers, moe_load
-from .shapes import kv_width_per_rank, stage_params
+from .shapes import kv_width_per_rank, layer_dense_gemms, stage_params
 
 
 def _ring_seconds(op: str, n: int, nbytes: float, lk) -> float:
@@ -102,9 +103,74 @@ def tp_overlap_exposed(comm: float, gemm: float, t: int) -> float:
     Communication with Dependent Computation via Decomposition in Large Deep Learning Models",
     ASPLOS: each step computes on the chunk that has arrived while the next one moves): the
     first chunk cannot overlap (comm / t), the rest hides under the GEMM as far as it lasts.
-    The GEMM's slowdown from the SMs a collective takes and from its t smaller pieces is
-    ignored (no published figure used); so is the chunks' extra latency."""
+    What the overlap costs the GEMMs (SMs taken, smaller pieces) is :func:`tp_overlap_cost`."""
     return comm / t + max(0.0, comm * (t - 1) / t - gemm)
+
+
+TP_OVERLAP_RING_SPLITS = "t"
+"""The all-gather overlaps are ring exchanges: the GEMM after the gather runs as t pieces of M/t
+rows, one per chunk received (Transformer Engine's userbuffers ``ring_exchange`` method, one SM
+for the exchange, the copy engines moving the data)."""
+
+TP_OVERLAP_PIPELINE = {"proj": (4, 24), "fc2": (4, 8)}
+"""The reduce-scatter overlaps after the attention projection and after the second MLP GEMM:
+(splits, SMs) of Transformer Engine's userbuffers ``pipeline`` method, the GEMM run as 4 pieces
+on the GPU's SMs less 24 (projection) and 8 (second MLP GEMM) reserved for the reduce-scatter
+(``set_sm_margin``). Source: the ``ub_tp_comm_overlap_cfg`` of NVIDIA's Llama 3.1 405B recipe
+(dgxc-benchmarking 25.02, ``llama3.1/llama3.1_405b.yaml``: ``proj_fprop`` and ``fc2_fprop``);
+the same file's backward ``bulk`` overlaps take 2 SMs each (24 for the QKV weight gradient's)
+while their collective runs and are not priced here (2 SMs of 132 is 1.5 %). Read from the
+recipe, not fitted; experiment 3's TP-overlap rows (Nemotron-4 15B and 340B, Llama 3.1 70B and
+405B, GPT-3 175B; :mod:`minipar.cost.validation.experiment3`) are the calibration rows it is
+checked on."""
+
+
+def split_gemm_extra(gpu, M: int, N: int, K: int, pieces: int, reserved: int = 0, fp8=False):
+    """Seconds a (M, N, K) GEMM gains when run as ``pieces`` GEMMs of ⌈M/pieces⌉ rows on the
+    GPU's SMs less ``reserved``: each piece by the roofline (Williams et al. 2009: the larger of
+    its FLOPs at the GPU's GEMM rate, :func:`~minipar.cost.kernels.compute.gpu_gemm_seconds`'s
+    peak · η (· ρ for FP8), and its bytes at the HBM rate) plus the GPU's per-call
+    ``gemm_latency_s``, times SMs/(SMs − reserved); less the whole GEMM by the same roofline.
+    The roofline, not the additive rule, because a compute-bound piece's weight reads overlap its
+    math: what splitting costs is the extra launches and any piece that turns memory-bound."""
+    if fp8:
+        rate = (
+            fp8_peak(gpu)
+            * FP8_GEMM_EFFICIENCY
+            * (FP8_ROWWISE_GEMM_RATIO if fp8 == "rowwise" else 1)
+        )
+    else:
+        rate = gpu.peak_flops["bf16"]
+    rate *= gpu.gemm_efficiency
+    size = 1 if fp8 else 2
+
+    def one(rows: int) -> float:
+        moved = (rows * K + K * N + rows * N) * size / gpu.hbm_bandwidth
+        return gpu.gemm_latency_s + max(2.0 * rows * N * K / rate, moved)
+
+    split = pieces * one(-(-M // pieces)) * gpu.sms / (gpu.sms - reserved)
+    return split - one(M)
+
+
+def tp_overlap_cost(m_, cl, lay: Layout, opt: Options) -> float:
+    """Seconds per layer and micro-batch that TP communication overlap adds to the GEMMs it
+    runs under (Wang et al. 2023's decomposition as Transformer Engine runs it), each by
+    :func:`split_gemm_extra`: the forward's QKV and first MLP GEMMs and the backward's input
+    gradients of the projection and the second MLP GEMM as t pieces
+    (:data:`TP_OVERLAP_RING_SPLITS`); the forward's projection and second MLP GEMM as 4 pieces
+    on the SMs their reduce-scatter leaves them (:data:`TP_OVERLAP_PIPELINE`); FP8 under
+    ``opt.fp8``; the forward's twice under full recomputation. 0 without overlap."""
+    t = lay.tp
+    if not (opt.tp_overlap and lay.sp and t > 1):
+        return 0.0
+    gpu, fp8 = cl.gpu, opt.fp8 or False
+    qkv, proj, fc1, fc2 = layer_dense_gemms(m_, lay)
+    forward = sum(split_gemm_extra(gpu, *g, t, fp8=fp8) for g in (qkv, fc1))
+    for g, name in ((proj, "proj"), (fc2, "fc2")):
+        forward += split_gemm_extra(gpu, *g, *TP_OVERLAP_PIPELINE[name], fp8=fp8)
+    # the input gradients (M, K, N) of the projection and the second MLP GEMM
+    backward = sum(split_gemm_extra(gpu, M, K, N, t, fp8=fp8) for M, N, K in (proj, fc2))
+    return (2 if lay.recompute == "full" else 1) * forward + backward
 
 
 def term_tp(m_, cl, lay: Layout, opt: Options) -> LinkTerm:
@@ -115,8 +181,8 @@ def term_tp(m_, cl, lay: Layout, opt: Options) -> LinkTerm:
     ``opt.tp_overlap`` and SP (both stacks overlap only the all-gathers and reduce-scatters of
     sequence parallelism), each layer's collectives are pipelined with its dense GEMMs
     (:func:`layer_gemm_seconds`, shared evenly among them: the same sum as pairing each
-    collective with an equal share) and only :func:`tp_overlap_exposed` counts. Returns
-    (seconds, link)."""
+    collective with an equal share): :func:`tp_overlap_exposed` counts, and what the overlap
+    costs the GEMMs, :func:`tp_overlap_cost`. Returns (seconds, link)."""
     t = lay.tp
     act_bytes = lay.micro_batch * (m_.seq // lay.cp) * m_.hidden * 2
     ar, name = dp_allreduce_seconds(act_bytes, t, 1, cl)
@@ -124,6 +190,7 @@ def term_tp(m_, cl, lay: Layout, opt: Options) -> LinkTerm:
     per_layer = tp_collectives(t, lay.sp, lay.recompute) * ar
     if opt.tp_overlap and lay.sp and t > 1:
         per_layer = tp_overlap_exposed(per_layer, layer_gemm_seconds(m_, cl, lay, opt), t)
+        per_layer += tp_overlap_cost(m_, cl, lay, opt)
     return LinkTerm(lp * per_layer, name)
 
 

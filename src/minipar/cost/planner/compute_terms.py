@@ -32,10 +32,10 @@ class ComputeTerm(NamedTuple):
     core: float  # one (s/cp)² attention-core block, forward(s) + backward
 
 
-def _gemm_pass(gpu, M: int, N: int, K: int, fp8: bool = False) -> tuple[float, float]:
+def _gemm_pass(gpu, M: int, N: int, K: int, fp8: bool | str = False) -> tuple[float, float]:
     """(forward, backward) seconds of one (M, N, K) GEMM under the GPU's rule: the backward's
     input and weight gradients (M, K, N) and (K, N, M) (:mod:`minipar.cost.kernels.compute`);
-    ``fp8``: FP8 operands (:func:`~minipar.cost.kernels.compute.gpu_gemm_seconds`)."""
+    ``fp8``: FP8 operands under that scaling (:func:`~minipar.cost.kernels.compute.gpu_gemm_seconds`)."""
     f, di, dw = (gpu_gemm_seconds(gpu, *mnk, 1, fp8) for mnk in ((M, N, K), (M, K, N), (K, N, M)))
     return f, di + dw
 
@@ -157,19 +157,35 @@ def term_fp8_casts(m_, cl, lay: Layout, opt: Options) -> float:
     """FP8 scaling of one micro-batch on the slowest stage, per layer: the casts of the four
     dense GEMMs' inputs forward (again under full recomputation) and of their output gradients
     backward (:func:`~minipar.cost.kernels.compute.fp8_cast_bytes_per_token` under
-    ``opt.fp8``'s scaling), and the layer's weights cast once per micro-batch
-    (:func:`~minipar.cost.kernels.compute.fp8_weight_cast_bytes` per weight on the rank), all
-    at the HBM rate (fused cast-transpose kernels, Transformer Engine); 0 without FP8."""
+    ``opt.fp8``'s scaling), all at the HBM rate (fused cast-transpose kernels, Transformer
+    Engine); and the layer's weights (:func:`weight_casts_per_microbatch`): cast once per
+    optimizer step, not once per micro-batch. 0 without FP8."""
     if not opt.fp8:
         return 0.0
     t, tokens = lay.tp, lay.micro_batch * (m_.seq // lay.cp)
     widths = (m_.hidden, m_.top_k * m_.ffn_width, m_.kv_width, t)
     kw = dict(sp=lay.sp, scaling=opt.fp8, mlp_matrices=m_.mlp_matrices)
     fwd, bwd = fp8_cast_bytes_per_token(*widths, **kw)
-    weights = fp8_weight_cast_bytes(opt.fp8) * sum(N * K for _, N, K in layer_dense_gemms(m_, lay))
     refwd = 2 if lay.recompute == "full" else 1
-    per_layer = (tokens * (refwd * fwd + bwd) + weights) / cl.gpu.hbm_bandwidth
-    return stage_layers(m_.layers, lay)[0] * per_layer
+    per_layer = tokens * (refwd * fwd + bwd) / cl.gpu.hbm_bandwidth
+    return stage_layers(m_.layers, lay)[0] * (
+        per_layer + weight_casts_per_microbatch(m_, cl, lay, opt)
+    )
+
+
+def weight_casts_per_microbatch(m_, cl, lay: Layout, opt: Options) -> float:
+    """One layer's FP8 weight casts (:func:`~minipar.cost.kernels.compute.fp8_weight_cast_bytes`
+    per weight on the rank, at the HBM rate) spread over the step's m micro-batches: once per
+    optimizer step. Transformer Engine casts a weight on the first micro-batch of a step and
+    reuses the cached FP8 copy for the rest (its modules' ``is_first_microbatch`` argument,
+    "Using FP8 with Transformer Engine", FP8 weight caching; Megatron-Core passes it on each
+    step's first micro-batch); with FP8 parameters the optimizer writes the FP8 weight once per
+    step instead. Per micro-batch that is 1/m of the cast (a share the bubble stretches, as it
+    stretches every slot term). 0 without FP8."""
+    if not opt.fp8:
+        return 0.0
+    weights = fp8_weight_cast_bytes(opt.fp8) * sum(N * K for _, N, K in layer_dense_gemms(m_, lay))
+    return weights / cl.gpu.hbm_bandwidth / lay.microbatches
 
 
 def layer_gemm_seconds(m_, cl, lay: Layout, opt: Options) -> float:
@@ -178,7 +194,7 @@ def layer_gemm_seconds(m_, cl, lay: Layout, opt: Options) -> float:
     collectives can overlap with."""
     refwd, out = (2 if lay.recompute == "full" else 1), 0.0
     for M, N, K in layer_dense_gemms(m_, lay):
-        f, b = _gemm_pass(cl.gpu, M, N, K, bool(opt.fp8))
+        f, b = _gemm_pass(cl.gpu, M, N, K, opt.fp8 or False)
         out += refwd * f + b
     return out
 

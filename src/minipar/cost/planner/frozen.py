@@ -13,6 +13,7 @@ from pathlib import Path
 
 from ..kernels import compute
 from ..kernels.hardware import GPUS, LINKS
+from . import communication_terms
 from . import three_d as planner
 from .term_table import TERMS
 
@@ -30,11 +31,16 @@ def probe(p: dict) -> dict:
 CONSTANTS = (
     "FA3_EFFICIENCY",
     "FP8_GEMM_EFFICIENCY",
+    "FP8_ROWWISE_GEMM_RATIO",
     "COMPILED_TRAFFIC",
     "FP8_CAST_BYTES",
     "FP8_RECAST_BYTES",
 )
 """The kernel model's module constants the snapshot holds (:mod:`minipar.cost.kernels.compute`)."""
+
+PLANNER_CONSTANTS = ("TP_OVERLAP_PIPELINE",)
+"""The planner's own constants the snapshot holds
+(:mod:`minipar.cost.planner.communication_terms`: what TP overlap costs the GEMMs)."""
 
 
 def gpus_now() -> dict:
@@ -46,7 +52,9 @@ def links_now() -> dict:
 
 
 def constants_now() -> dict:
-    return json.loads(json.dumps({k: getattr(compute, k) for k in CONSTANTS}))
+    now = {k: getattr(compute, k) for k in CONSTANTS}
+    now |= {k: getattr(communication_terms, k) for k in PLANNER_CONSTANTS}
+    return json.loads(json.dumps(now))
 
 
 def rewrite() -> None:

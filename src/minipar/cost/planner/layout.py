@@ -96,13 +96,23 @@ RECIPES: dict[str, Recipe] = {
     # weights and moments: 2 + 4 + 12 = 18 bytes; reduced in fp32; each micro-batch reads the
     # 16-bit gradient and reads + writes the fp32 one (10); Adam 30 bytes per parameter.
     "megatron": Recipe(2, 4, 12, 4, 10, 30, True, RESERVE, ALLOCATOR_MARGIN),
-    # bf16 gradients, accumulated and reduced in bf16: a what-if, no stack's default (Megatron's
-    # ``--no-gradient-accumulation-fusion`` is something else: it only turns off the fused fp32
-    # accumulation kernel, the main gradients stay fp32; torchtitan's FSDP2 reduces in fp32,
-    # ``MixedPrecisionPolicy(reduce_dtype=torch.float32)``): 2 + 2 + 12 = 16 bytes;
+    # bf16 gradients, accumulated and reduced in bf16: NeMo's distributed optimizer with
+    # ``grad_sync_dtype: bf16``, as NVIDIA's DGX Cloud Llama 3.1 and Nemotron-4 340B recipes set
+    # it (Megatron-Core's and torchtitan's defaults keep fp32: Megatron's
+    # ``--no-gradient-accumulation-fusion`` only turns off the fused fp32 accumulation kernel;
+    # FSDP2 reduces with ``MixedPrecisionPolicy(reduce_dtype=torch.float32)``): 2 + 2 + 12 = 16 bytes;
     # accumulation 2 + 2 + 2 = 6 bytes; Adam reads a 16-bit gradient: 28 bytes.
     "bf16-grads": Recipe(2, 2, 12, 2, 6, 28, True, RESERVE, ALLOCATOR_MARGIN),
 }
+
+
+MAIN_GRADS = {
+    4: dict(grad_bytes=4, reduce_bytes=4, accumulate_bytes=10, adam_bytes=30),
+    2: dict(grad_bytes=2, reduce_bytes=2, accumulate_bytes=6, adam_bytes=28),
+}
+"""A recipe's bytes per parameter by main-gradient dtype (``Options.main_grad_bytes``): fp32
+main gradients, Megatron-Core's default ("megatron"), or bf16 ones accumulated and reduced in
+bf16, the "bf16-grads" recipe's (NeMo's distributed optimizer with ``grad_sync_dtype: bf16``)."""
 
 
 @dataclass(frozen=True)
@@ -122,7 +132,9 @@ class Options:
     # the activation checkpoint wrapper inside each layer's sharded unit (torchtitan's placement,
     # any FSDP version): 2 gathers per layer and micro-batch under full recomputation, not 3
     zero3_ac_inside_unit: bool = False  # (zero3_gathers)
-    overlap_grad_reduce: bool = False  # also with p > 1 (Megatron-Core's --overlap-grad-reduce)
+    # the DP reduction under the last backward also with p > 1 (Megatron-Core's
+    # --overlap-grad-reduce; None: the era's, on for the modern recipes, off for "2021")
+    overlap_grad_reduce: bool | None = None
     cp_algorithm: str = "ring"  # "ring" (Megatron-Core) or "all-gather" (Llama 3): term_cp
     # ZeRO-1/2's all-gather of the updated parameters under the next step's first forward
     # (Megatron-Core's --overlap-param-gather; None: on for the modern recipes, off for "2021")
@@ -138,8 +150,9 @@ class Options:
     # element-wise kernels fused, launches hidden (compute.elementwise_seconds)
     compiled: bool = False
     # TP's all-gathers and reduce-scatters (with SP) in t chunks under the GEMMs (torchtitan's
-    # async TP, Megatron-Core's --tp-comm-overlap): tp_overlap_exposed
-    tp_overlap: bool = False
+    # async TP, Megatron-Core's --tp-comm-overlap): tp_overlap_exposed, tp_overlap_cost (None:
+    # the era's, on for the modern recipes as in NVIDIA's Hopper recipes, off for "2021")
+    tp_overlap: bool | None = None
     # MoE routing imbalance: the busiest EP rank's routed tokens over the mean (1: perfectly
     # balanced). It sets the step, since every rank waits for that rank's expert GEMMs and
     # all-to-alls. The expert-parallel chapter measures it: 1.2-1.8 on its toy router.
@@ -155,9 +168,18 @@ class Options:
     # communication_terms.term_ep, moe_terms.term_ep_overlap
     ep_overlap: bool = False
 
+    # bytes per main-gradient element, the buffer the micro-batches accumulate into (4: fp32,
+    # Megatron-Core's default; 2: bf16, NeMo's grad_sync_dtype bf16); None: the recipe's
+    main_grad_bytes: float | None = None
+
     @property
     def recipe(self) -> Recipe:
-        return RECIPES[self.precision or "2021"]
+        """The precision recipe, with :data:`MAIN_GRADS` ``[main_grad_bytes]`` in place of its
+        gradient, accumulation and Adam bytes where a main-gradient dtype is given."""
+        base = RECIPES[self.precision or "2021"]
+        if self.main_grad_bytes is None or self.main_grad_bytes == base.grad_bytes:
+            return base
+        return base._replace(**MAIN_GRADS[self.main_grad_bytes])
 
     def resolved(self, attention: str, precision: str) -> "Options":
         """Every ``None`` filled: the kernel and the recipe given, then the recipe's bytes and
@@ -170,6 +192,8 @@ class Options:
             grad_reduce_bytes=o.recipe.reduce_bytes,
             headroom=o.recipe.headroom,
             overlap_param_gather=modern,
+            overlap_grad_reduce=modern,
+            tp_overlap=modern,
             reshard_after_forward=None if modern else True,
             recompute_modules=("core_attn", "layernorm", "act") if modern else ("core_attn",),
         )
@@ -211,6 +235,11 @@ class Options:
             raise ValueError(
                 f"moe imbalance ({self.moe_imbalance}) must be >= 1 (the busiest EP rank's "
                 "tokens over the mean)"
+            )
+        if self.main_grad_bytes not in (None, *MAIN_GRADS):
+            raise ValueError(
+                f"main_grad_bytes ({self.main_grad_bytes}) must be one of "
+                f"{', '.join(map(str, MAIN_GRADS))} (fp32 or bf16 main gradients)"
             )
         grb = GRAD_REDUCE_BYTES if self.grad_reduce_bytes is None else self.grad_reduce_bytes
         room = HEADROOM if self.headroom is None else self.headroom

@@ -27,6 +27,7 @@ from .communication_terms import (
     Zero3Term,
     dp_allreduce_seconds,
     ep_all_to_all_seconds,
+    split_gemm_extra,
     term_cp,
     term_dp_exposed,
     term_embedding,
@@ -35,6 +36,7 @@ from .communication_terms import (
     term_tp,
     term_zero3_exposed,
     tp_collectives,
+    tp_overlap_cost,
     tp_overlap_exposed,
     zero3_collective_seconds,
     zero3_gathers,
@@ -48,6 +50,7 @@ from .compute_terms import (
     term_compute,
     term_fp8_casts,
     term_optimizer,
+    weight_casts_per_microbatch,
 )
 from .layout import (
     ALLOCATOR_MARGIN,
@@ -146,8 +149,11 @@ __all__ = [  # the terms and what the planner, the validation and the tests read
     "term_states",
     "term_tp",
     "term_zero3_exposed",
+    "split_gemm_extra",
     "tp_collectives",
+    "tp_overlap_cost",
     "tp_overlap_exposed",
+    "weight_casts_per_microbatch",
     "zero3_collective_seconds",
     "zero3_gathers",
     # mixture of experts (moe_terms)

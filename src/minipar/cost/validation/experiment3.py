@@ -42,6 +42,9 @@ from dataclasses import replace
 from pathlib import Path
 
 from ..planner import three_d as planner
+from ..planner.communication_terms import tp_overlap_cost
+from ..planner.compute_terms import weight_casts_per_microbatch
+from ..planner.layout import stage_layers
 from ..planner.three_d_terms import Options
 from . import modern
 
@@ -70,12 +73,46 @@ def tp_overlap_for(row: dict) -> bool:
     return bool(published) if published is not None else row["tp"] > 1
 
 
+RECIPE_FILES = {
+    "llama3_8b": ("llama3.1/llama3.1_8b.yaml", "bf16", "llama3.1/configure.sh"),
+    "llama3_70b": ("llama3.1/llama3.1_70b.yaml", "bf16", "llama3.1/configure.sh"),
+    "llama3_405b": ("llama3.1/llama3.1_405b.yaml", "bf16", "llama3.1/configure.sh"),
+    "nemotron4_15b": ("nemotron/nemotron4-15b-synth.yaml", None, "nemotron/configure.sh"),
+    "Nemotron-340B": ("nemotron/nemotron4-340b-synth.yaml", "bf16", "nemotron/configure.sh"),
+}
+"""The recipe settings of the DGX Cloud rows (dgxc-benchmarking at 0b71cfd, the commit the rows'
+``config_defaults`` name) that the rows' own entries do not carry, by ``model_key``: (the YAML
+file, its ``optim.grad_sync_dtype`` or ``None`` where it sets none, the launch script that
+passes ``+model.fp8_params=$FP8_ENABLED``, i.e. FP8 parameters on every FP8 row). Read from
+the recipe files, never from a measurement. Not priced: the Nemotron-4 340B file's
+``optim.dtype: bf16`` (16-bit optimizer states), which would lower its memory further."""
+
+
+def recipe_settings(row: dict) -> dict:
+    """The recipe settings a DGX Cloud row ran with, as :class:`Options` fields: the main
+    gradients and their reduction in bf16 where the recipe sets ``grad_sync_dtype: bf16``
+    (``main_grad_bytes`` 2, NeMo's distributed optimizer keeps its gradient buffer in that
+    dtype), and FP8 parameters on its FP8 rows (``fp8_params``); the row's own
+    ``config_defaults`` first, else :data:`RECIPE_FILES`. Other sources: none (the defaults)."""
+    if not row["source"].startswith("dgxc-benchmarking"):
+        return {}
+    _, grad_dtype, _ = RECIPE_FILES.get(row.get("model_key"), (None, None, None))
+    grad_dtype = _config_value(row, "grad_sync_dtype") or grad_dtype
+    fp8_params = _config_value(row, "fp8_params")
+    fp8 = row["precision"] != "bf16"
+    out = {"fp8_params": bool(fp8 if fp8_params is None else fp8_params and fp8)}
+    if grad_dtype == "bf16":
+        out["main_grad_bytes"] = 2
+    return out
+
+
 def options_for(row: dict) -> Options:
     """Experiment 1's Megatron-Core switches (:func:`modern.options_for`) with the decisions of
-    the module docstring: TP overlap, the attention backend, FP8 as delayed scaling."""
+    the module docstring: TP overlap, the attention backend, FP8 as delayed scaling; and the
+    recipe's settings (:func:`recipe_settings`: bf16 main gradients, FP8 parameters)."""
     o = modern.options_for(row)
     attention = "flash" if _config_value(row, "attention") == "flash" else "fa3"
-    return replace(o, tp_overlap=tp_overlap_for(row), attention=attention)
+    return replace(o, tp_overlap=tp_overlap_for(row), attention=attention, **recipe_settings(row))
 
 
 def recompute_tries(row: dict) -> list[str]:
@@ -137,6 +174,7 @@ def evaluate_row(row: dict) -> dict:
         "error": 100 * (c.step_seconds / measured - 1),
         "baseline_error": 100 * (baseline / measured - 1),
         "fits": c.fits,
+        "predicted_gib": c.bytes_per_gpu / 2**30,
     }
 
 
@@ -184,3 +222,146 @@ def summary_3(band: float = 15.0) -> dict:
         "band": band,
         "not_evaluated": {r["id"]: r["excluded_because"] for r in load()["rows"] if not r["kept"]},
     }
+
+
+RECORD = Path(__file__).resolve().parent / "experiment3_as_evaluated.json"
+
+
+def as_evaluated(band: float = 15.0) -> dict:
+    """Experiment 3 as it was evaluated (:data:`RECORD`: the freeze ``5364c6d`` on the 50 rows of
+    the mapping commit), in :func:`summary_3`'s form: the record of what that model predicted,
+    not the planner of today, which prices the same rows as the calibration set of the changes
+    since (:func:`calibration_3`)."""
+    rows = {r["id"]: r for r in load()["rows"]}
+    done = []
+    for rec in json.loads(RECORD.read_text())["rows"]:
+        r = rows[rec["id"]]
+        done.append(
+            {k: r[k] for k in ("id", "source", "model", "gpus", "precision")}
+            | {"layout": (r["tp"], r["pp"], r["cp"], r["vp"], r["dp"], r["micro_batch"])}
+            | {"measured_s": measured_seconds(r)}
+            | {k: rec[k] for k in ("recompute", "tp_overlap", "predicted_s", "error")}
+            | {k: rec[k] for k in ("baseline_error", "fits", "predicted_gib")}
+        )
+    configs = {configuration(rows[e["id"]]) for e in done}
+    replicas = _replica_layouts(done, rows)
+    return {
+        "rows": done,
+        "n": len(done),
+        "within": sum(abs(e["error"]) <= band for e in done),
+        "baseline_within": sum(abs(e["baseline_error"]) <= band for e in done),
+        "configurations": len(configs),
+        "configurations_within": sum(
+            all(abs(e["error"]) <= band for e in done if configuration(rows[e["id"]]) == k)
+            for k in configs
+        ),
+        "replica_layouts": len(replicas),
+        "replica_layouts_within": sum(
+            all(abs(e["error"]) <= band for e in es) for es in replicas.values()
+        ),
+        "by_source": {
+            s: (
+                sum(e["source"] == s for e in done),
+                sum(e["source"] == s and abs(e["error"]) <= band for e in done),
+            )
+            for s in dict.fromkeys(e["source"] for e in done)
+        },
+        "band": band,
+        "not_evaluated": {r["id"]: r["excluded_because"] for r in load()["rows"] if not r["kept"]},
+    }
+
+
+CALIBRATION_NOTE = (
+    "experiment 3's rows are the calibration set of FP8 as it runs (weight casts once per step, "
+    "FP8 parameters), TP overlap at its cost and the recipes' memory settings"
+)
+
+
+def calibration_3(band: float = 15.0) -> dict:
+    """Experiment 3's recorded rows (:data:`RECORD`) before and after the planner's changes for
+    which they are the CALIBRATION set (FP8 weight casts once per optimizer step, FP8 parameters
+    and bf16 main gradients as the recipes set them, :func:`recipe_settings`, and what TP
+    overlap costs the GEMMs): per row the recorded and today's error and fit, and the counts.
+    Rows added to the file since the record are priced today only (``before`` ``None``)."""
+    before = {r["id"]: r for r in as_evaluated(band)["rows"]}
+    now = summary_3(band)["rows"]
+    rows = [
+        e
+        | {
+            "before_error": before[e["id"]]["error"] if e["id"] in before else None,
+            "before_fits": before[e["id"]]["fits"] if e["id"] in before else None,
+            "before_gib": before[e["id"]]["predicted_gib"] if e["id"] in before else None,
+        }
+        for e in now
+    ]
+    old = [r for r in rows if r["before_error"] is not None]
+    return {
+        "rows": rows,
+        "n": len(old),
+        "within_before": sum(abs(r["before_error"]) <= band for r in old),
+        "within_after": sum(abs(r["error"]) <= band for r in old),
+        "not_fit_before": sum(not r["before_fits"] for r in old),
+        "not_fit_after": sum(not r["fits"] for r in old),
+        "n_all": len(rows),
+        "within_all": sum(abs(r["error"]) <= band for r in rows),
+        "not_fit_all": sum(not r["fits"] for r in rows),
+        "band": band,
+    }
+
+
+RESERVES = (0.0, 0.025, 0.05, 0.10)
+"""Reserves the memory score is shown at (:func:`memory_score`): none, the modern recipes'
+2.5 % (:data:`~minipar.cost.planner.layout.RESERVE`, an assumption), twice it and the 2021
+runs' 10 %."""
+
+
+def memory_score(reserves=RESERVES) -> dict:
+    """Predicted peak memory scored as fits / does not fit on every kept row of experiment 3 (each
+    ran, so each should fit) as priced today (:func:`config_for`, the recipe's settings
+    included), and the sensitivity to the reserve: at each of ``reserves`` the rows whose
+    predicted bytes exceed the GPU's memory less that fraction; the fullest row and the
+    reserve above which it would be refused. The allocator margin
+    (:data:`~minipar.cost.planner.layout.ALLOCATOR_MARGIN`) never refuses: a row above it is
+    counted as ``tight``."""
+    used = []
+    for r in kept_rows():
+        _, c = config_for(r)
+        cap = planner.cluster(r["gpus"], min(8, r["gpus"]), "H100-SXM").gpu.memory_bytes
+        used.append((r["id"], c.bytes_per_gpu / cap, c.fits, c.tight))
+    fullest = max(used, key=lambda u: u[1])
+    return {
+        "n": len(used),
+        "not_fit": sum(not f for _, _, f, _ in used),
+        "tight": sum(t for *_, t in used),
+        "by_reserve": {x: sum(u > 1 - x for _, u, _, _ in used) for x in reserves},
+        "fullest": fullest[0],
+        "fullest_fraction": fullest[1],
+        "refused_above": 1 - fullest[1],
+    }
+
+
+def weight_cast_saving(row_id: str) -> float:
+    """Seconds per step that casting the FP8 weights once per optimizer step, not once per
+    micro-batch, takes off ``row_id``'s predicted step: the per-micro-batch share of the casts
+    (:func:`~minipar.cost.planner.compute_terms.weight_casts_per_microbatch`) on the slowest
+    stage's layers, m − 1 of every m, stretched by the bubble as every slot term is."""
+    row = {r["id"]: r for r in kept_rows()}[row_id]
+    m_, c = config_for(row)
+    cl = planner.cluster(row["gpus"], min(8, row["gpus"]), "H100-SXM")
+    opt = planner.plan_options(m_, cl, options_for(row))
+    lay, m = c.layout, c.layout.microbatches
+    once = weight_casts_per_microbatch(m_, cl, lay, opt) * stage_layers(m_.layers, lay)[0]
+    return once * (m - 1) * m * (1 + c.bubble_relative)
+
+
+def tp_overlap_cost_seconds(row_id: str) -> float:
+    """Seconds per step that TP overlap's cost to the GEMMs
+    (:func:`~minipar.cost.planner.communication_terms.tp_overlap_cost`: pieces and reserved SMs)
+    adds to ``row_id``'s predicted step, on the slowest stage, stretched by the bubble."""
+    row = {r["id"]: r for r in kept_rows()}[row_id]
+    m_, c = config_for(row)
+    cl = planner.cluster(row["gpus"], min(8, row["gpus"]), "H100-SXM")
+    opt = planner.plan_options(m_, cl, options_for(row))
+    lay = c.layout
+    per_layer = tp_overlap_cost(m_, cl, lay, opt)
+    return per_layer * stage_layers(m_.layers, lay)[0] * lay.microbatches * (1 + c.bubble_relative)

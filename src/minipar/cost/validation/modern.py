@@ -289,3 +289,34 @@ def summary_2(band: float = 15.0) -> dict:
     the second freeze, as :func:`summary` does; and the post-hoc column (:func:`post_hoc`),
     apart."""
     return _evaluated(2, band) | {"post_hoc": post_hoc(band)}
+
+
+RECORD = Path(__file__).resolve().parent / "modern_as_evaluated.json"
+
+
+def as_evaluated(exp: int = 1, band: float = 15.0) -> dict:
+    """Experiment ``exp`` (1 or 2) as it was evaluated once after its freeze (:data:`RECORD`),
+    in :func:`summary`'s form, experiment 2 with its post-hoc column: the record of what the
+    frozen model predicted, not the planner of today (changed since, with experiment 3 as its
+    calibration set)."""
+    rec = json.loads(RECORD.read_text())
+    part = rec[f"experiment_{exp}"]
+    done = part["rows"]
+    out = {
+        "rows": done,
+        "calibration": part["calibration"],
+        "n": len(done),
+        "within": sum(abs(r["error"]) <= band for r in done),
+        "baseline_within": sum(abs(r["baseline_error"]) <= band for r in done),
+        "band": band,
+        "not_evaluated": part["not_evaluated"],
+    }
+    if exp == 2:
+        post = rec["post_hoc"]
+        out["post_hoc"] = {
+            "rows": post,
+            "n": len(post),
+            "within": sum(abs(r["post_hoc_error"]) <= band for r in post),
+            "band": band,
+        }
+    return out
