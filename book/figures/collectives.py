@@ -110,15 +110,23 @@ def _fill(count: int, n: int) -> str:
         "minipar.collectives.ring.ring_all_reduce_contributions",
         "minipar.collectives.ring.reduce_scatter_step",
         "minipar.collectives.ring.all_gather_step",
-    ]
+    ],
+    phone=True,
 )
 def ring_all_reduce(pal):
     """The ring all-reduce on 4 ranks, one panel per step: rank (rows) × chunk (columns); a
-    cell lists the ranks whose values it sums; the cells with a thick orange edge were just received."""
+    cell lists the ranks whose values it sums; the cells with a thick orange edge were just received.
+    On a phone the panels stand in four rows of two."""
     n = 4
     snaps = ring.ring_all_reduce_contributions(n)
-    fig, axes = pal.subplots(6.8, 3.9, nrows=2, ncols=4)
-    slots = list(axes[0]) + list(axes[1][:3])
+    if pal.phone:  # four rows of two panels, the key in the last slot
+        fig, axes = pal.subplots(3.7, 7.6, nrows=4, ncols=2)
+        panels = [ax for row in axes for ax in row]
+        slots, key, labelled = panels[:7], panels[7], [row[0] for row in axes]
+    else:
+        fig, axes = pal.subplots(6.8, 3.9, nrows=2, ncols=4)
+        slots, key = list(axes[0]) + list(axes[1][:3]), axes[1][3]
+        labelled = [axes[0][0], axes[1][0]]
     for ax, (phase, k, held) in zip(slots, snaps):
         step = {"reduce-scatter": ring.reduce_scatter_step, "all-gather": ring.all_gather_step}
         received = {r: step[phase](r, n, k)[1] for r in range(n)} if k >= 0 else {}
@@ -140,13 +148,12 @@ def ring_all_reduce(pal):
         ax.set_title(title, fontsize=9, color=pal.fg)
         ax.set(xlim=(0, n), ylim=(0, n))
         _bare(ax)
-    for ax in (axes[0][0], axes[1][0]):
+    for ax in labelled:
         ax.set_yticks([n - 0.5 - r for r in range(n)], [f"rank {r}" for r in range(n)])
         ax.tick_params(length=0, labelsize=9)
     axes[0][0].set_xticks([c + 0.5 for c in range(n)], [f"c{c}" for c in range(n)])
     axes[0][0].xaxis.tick_top()
     axes[0][0].tick_params(length=0, labelsize=9)
-    key = axes[1][3]
     key.axis("off")
     key.text(
         0.0,
