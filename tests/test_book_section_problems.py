@@ -12,7 +12,15 @@ import pytest
 
 BOOK = Path(__file__).resolve().parents[1] / "book"
 
-EVERY_SECTION = ["collectives", "memory_time", "data_parallel", "tensor_parallel"]
+EVERY_SECTION = [
+    "collectives",
+    "memory_time",
+    "data_parallel",
+    "tensor_parallel",
+    "pipeline_parallel",
+    "context_parallel",
+    "three_d",
+]
 #: sections that list files or exercises and teach nothing a problem could test
 POINTERS = {"In the code", "Code", "Exercises"}
 PROBLEM = re.compile(

@@ -75,3 +75,10 @@ def test_the_ring_section_problem_is_the_model_these_refer_to():
     assert "$h = 8192$ with 64 query and 8 K/V heads ($h_{kv} = 1024$)" in text
     threshold = C.min_tokens_per_rank_for_overlap(F, IB.bandwidth, kv_fraction=H_KV / H)
     assert f"**{threshold:,.0f}** over InfiniBand" in text
+
+
+def test_one_ring_on_four_ranks():
+    text = _answer("one ring on four ranks")
+    assert 32768 // 4 == 8192 and "**8,192 tokens**" in text
+    sends = C.ring_sends_per_layer(4)["forward"]
+    assert sends == 3 and f"receives the other **{sends}**" in text

@@ -41,3 +41,16 @@ def test_what_pytorch_leaves_to_you():
     last = v * p - 1
     assert rank_of[last] == 3 and f"$vp - 1 = {last}$" in text and "on rank **3**" in text
     assert f"sum of {m} micro-batch means, **{m} times**" in text
+
+
+def test_what_micro_batches_buy():
+    text = _problem("what micro-batches buy")
+    p, t_f, t_b = 4, 4.0, 8.0  # ms for the whole batch on one rank
+    one = C.bubble_fraction_of_total("gpipe", p, 1)
+    assert (p - 1 + 1) * (t_f + t_b) == 48 and "**48 ms**" in text
+    assert f"**{one:.0%}**".replace("%", " %") in text  # 75 %
+    m = 4
+    four = C.bubble_fraction_of_total("gpipe", p, m)
+    step = (m + p - 1) * (t_f + t_b) / m
+    assert step == 21 and "**21 ms**" in text
+    assert f"**{four:.0%}**".replace("%", " %") in text and "(3/7)" in text  # 43 %
