@@ -47,15 +47,20 @@ SHOWN = ("broadcast", "reduce", "all-reduce", "reduce-scatter", "all-gather", "a
     draws=[
         "minipar.collectives.primitives.example_inputs",
         "minipar.collectives.primitives.primitive_outputs",
-    ]
+    ],
+    phone=True,
 )
 def primitives_before_after(pal):
     """Each primitive on 3 ranks: every rank's buffer before (left) and after (right). A cell's
-    colour is the rank its value came from; grey cells hold sums; dashed: unspecified."""
+    colour is the rank its value came from; grey cells hold sums; dashed: unspecified. On a
+    phone the six panels stand in one column."""
     import matplotlib.pyplot as plt  # noqa: PLC0415 (lazy: matplotlib)
 
     n = 3
-    fig, axes = pal.subplots(6.8, 4.4, nrows=3, ncols=2)
+    if pal.phone:
+        fig, axes = pal.subplots(3.7, 8.4, nrows=6, ncols=1)
+    else:
+        fig, axes = pal.subplots(6.8, 4.4, nrows=3, ncols=2)
     for ax, op in zip(axes.flat, SHOWN):
         before = primitives.example_inputs(op, n)
         after = primitives.primitive_outputs(op, before)
