@@ -154,3 +154,29 @@ def test_deepseek_v3_figure_prices_the_preset_and_shows_what_its_caption_says():
         r"\{minipar-figure\} expert_parallel.deepseek_v3_step\n(.*?)^```$", PAGE, re.M | re.S
     )
     assert "TP 8 adds a part of its own on both machines" in cap[1]
+
+
+def test_why_no_tp_states_the_presets_links():
+    """The question's link figures are the planner's presets (its answer is glued)."""
+    text = problem("why no tensor parallelism on H800, and what NVL72 changes")
+    h800, nv5, ib = gpu("H800"), link("nvlink5-b200"), link("ib-ndr400")
+    nv4 = link(h800.intra)
+    assert h800.nvlink_domain == 8 and gpu("GB200-NVL72").nvlink_domain == 72
+    _has(text, f"{h800.nvlink_domain} GPUs by NVLink at {nv4.bandwidth / 1e9:.0f} GB/s")
+    _has(text, f"({nv4.bandwidth * nv4.bus_efficiency / 1e9:.0f} GB/s achieved")
+    _has(text, f"one {ib.bandwidth / 1e9:.0f} GB/s InfiniBand NIC")
+    _has(text, f"joins 72 GPUs by NVLink 5 at {nv5.bandwidth / 1e9:.0f} GB/s per direction")
+    assert gpu("GB200-NVL72").intra == "nvlink5-b200" and h800.inter == "ib-ndr400"
+
+
+def test_citations_resolve():
+    bib = (ROOT / "book" / "references.bib").read_text("utf-8")
+    appendix = (ROOT / "book" / "expert_parallel_appendix.md").read_text("utf-8")
+    keys = {
+        k.strip()
+        for page in (PAGE, appendix)
+        for g in re.findall(r"\{cite:[pt]\}`([^`]*)`", page)
+        for k in g.split(",")
+    }
+    assert "nvidia2024gb200" in keys and "deepseek2024v3" in keys
+    assert [k for k in keys if "{" + k + "," not in bib] == []
