@@ -42,19 +42,27 @@ def _stack(ax, pal, labels, rows, cap=None, cap_label=""):
         "minipar.cost.planner.breakdown.per_gpu_memory",
         "minipar.cost.chapters.memory_time.model_state_bytes",
         "minipar.cost.chapters.memory_time.pipeline_first_stage_activation_bytes",
-    ]
+    ],
+    phone=True,
 )
 def memory_stack(pal):
     """Per-GPU memory of a 7B model (mixed-precision Adam, 4096-token sequences, selective
-    recomputation): one GPU, then 8 data-parallel GPUs under each ZeRO stage."""
+    recomputation): one GPU, then 8 data-parallel GPUs under each ZeRO stage. On a phone the
+    legend goes below the bars, in two columns."""
     rows = [per_gpu_memory(**SHAPE7B)]
     rows += [per_gpu_memory(**SHAPE7B, d=8, zero=z) for z in range(4)]
     labels = ["1 GPU", "d = 8\nZeRO-0", "d = 8\nZeRO-1", "d = 8\nZeRO-2", "d = 8\nZeRO-3"]
+    if pal.phone:  # the stage alone under each bar, d = 8 said once
+        labels = ["1 GPU", "0", "1", "2", "3"]
     cap = gpu("H100-SXM").memory_bytes / GiB
-    fig, ax = pal.subplots(6.4, 3.4)
+    fig, ax = pal.subplots(3.7, 4.4) if pal.phone else pal.subplots(6.4, 3.4)
     _stack(ax, pal, labels, rows, cap, f"one H100: {cap:.0f} GiB")
     ax.set_ylabel("GiB per GPU")
-    ax.legend(loc="upper right", ncol=4, fontsize=9)
+    if pal.phone:
+        ax.set_xlabel("d = 8 GPUs at ZeRO stage")
+        ax.legend(loc="upper left", bbox_to_anchor=(-0.2, -0.2), ncol=2, fontsize=9)
+    else:
+        ax.legend(loc="upper right", ncol=4, fontsize=9)
     fig.tight_layout()
     return fig
 
@@ -69,18 +77,31 @@ SETTINGS = (  # label -> activation_bytes_per_layer keywords
 )
 
 
-@figure(draws=["minipar.cost.chapters.memory_time.activation_bytes_per_layer"])
+@figure(draws=["minipar.cost.chapters.memory_time.activation_bytes_per_layer"], phone=True)
 def activation_settings(pal):
     """GPT-3's activations for one 2048-token sequence over all 96 layers, per GPU, in each
-    setting of Korthikanti et al.'s Table 2."""
+    setting of Korthikanti et al.'s Table 2. On a phone each setting's name sits above its bar."""
     L = 96
     vals = [L * activation_bytes_per_layer(**GPT3, **kw) / GiB for _, kw in SETTINGS]
-    fig, ax = pal.subplots(6.4, 2.6)
+    fig, ax = pal.subplots(3.7, 3.9) if pal.phone else pal.subplots(6.4, 2.6)
     y = range(len(SETTINGS))[::-1]
-    ax.barh(list(y), vals, color=pal.color(3), edgecolor=pal.fg, lw=0.5)
+    ax.barh(
+        list(y),
+        vals,
+        height=0.45 if pal.phone else 0.8,
+        color=pal.color(3),
+        edgecolor=pal.fg,
+        lw=0.5,
+    )
     for yi, v in zip(y, vals):
         ax.text(v + 3, yi, f"{v:.1f} GiB", va="center", fontsize=9, color=pal.fg)
-    ax.set_yticks(list(y), [label for label, _ in SETTINGS])
+    if pal.phone:
+        for yi, (label, _) in zip(y, SETTINGS):
+            ax.text(2, yi + 0.3, label, va="bottom", fontsize=9, color=pal.fg)
+        ax.set_yticks([])
+        ax.set_ylim(-0.5, len(SETTINGS) - 0.1)
+    else:
+        ax.set_yticks(list(y), [label for label, _ in SETTINGS])
     ax.set_xlabel("activation memory per GPU, 96 layers (GiB)")
     ax.set_xlim(0, max(vals) * 1.22)
     for s in ("top", "right"):
