@@ -27,14 +27,39 @@ BY_ID = {r["id"]: r for r in ROWS}
 
 
 def test_every_row_read_is_recorded_kept_or_with_its_reason():
-    assert len(ROWS) == 123 and len({r["id"] for r in ROWS}) == 123
+    assert len(ROWS) == 133 and len({r["id"] for r in ROWS}) == 133
     assert all(r["source"] in DATA["sources"] for r in ROWS)
     assert all((r["excluded_because"] is None) == r["kept"] for r in ROWS)
     reasons = Counter(r["excluded_because"] for r in ROWS if not r["kept"])
     assert reasons["MoE model: the planner has no validated MoE form"] == 18
     assert reasons["already in published_modern.json (same release, model and layout)"] == 12
     assert reasons["fine-tuning (SFT on packed sequences, or LoRA), not pre-training"] == 22
-    assert len(KEPT) == 50
+    assert len(KEPT) == 60
+    late = [r["id"] for r in KEPT if "README_175b" in r["where"]]
+    assert late == [f"dgxc2502-gpt3-175b-{p}-{g}gpu" for p in ("bf16", "fp8") for g in GPUS_175B]
+
+
+GPUS_175B = (128, 256, 512, 1024, 2048)
+
+
+def test_the_gpt3_175b_rows_are_as_published():
+    """The ten GPT-3 175B rows read after experiment 3's evaluation (the same source and release):
+    the table's layout (TP 4, PP 8, VP 12, MBS 1, 2048 tokens; GBS 16 per node) and step times;
+    the recipe's settings beside them, its VP 6 recorded apart from the published 12."""
+    steps = {
+        "bf16": (8.309, 8.408, 8.42, 8.453, 8.49),
+        "fp8": (5.626, 5.725, 5.774, 5.82, 5.96),
+    }
+    for p, times in steps.items():
+        for g, t in zip(GPUS_175B, times, strict=True):
+            r = BY_ID[f"dgxc2502-gpt3-175b-{p}-{g}gpu"]
+            layout = (r["tp"], r["pp"], r["cp"], r["vp"], r["micro_batch"], r["seq_len"])
+            assert layout == (4, 8, 1, 12, 1, 2048) and r["precision"] == p
+            assert (r["global_batch"], r["dp"]) == (2 * g, g // 32)
+            assert e3.measured_seconds(r) == t
+            cfg = r["config_defaults"]
+            assert cfg["vp_in_recipe"]["value"] == 6 and cfg["recompute"]["value"] == "none"
+            assert ("fp8_params" in cfg) == (p == "fp8")
 
 
 def test_no_kept_row_is_already_in_published_modern():
