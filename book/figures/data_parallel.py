@@ -18,13 +18,16 @@ GB = 1e9
 PARTS = (("weights", 0), ("gradients", 2), ("optimizer", 1))  # field, series colour
 
 
-@figure(draws=["minipar.cost.chapters.memory_time.model_state_bytes"])
+@figure(draws=["minipar.cost.chapters.memory_time.model_state_bytes"], phone=True)
 def zero_stacks(pal):
-    """Model-state bytes per GPU at ZeRO stages 0-3: Ψ = 7.5 B, d = 64, mixed-precision Adam."""
+    """Model-state bytes per GPU at ZeRO stages 0-3: Ψ = 7.5 B, d = 64, mixed-precision Adam.
+    On a phone the bars are narrower and the legend goes below them."""
     psi, d = 7.5e9, 64
     rows = [model_state_bytes(psi, d=d, zero=s) for s in ZERO_STAGES]  # w = g = 2, K = 12
-    fig, ax = pal.subplots(6.4, 2.9)
+    fig, ax = pal.subplots(3.7, 3.9) if pal.phone else pal.subplots(6.4, 2.9)
     names = ["stage 0\n(DDP)", "stage 1\noptimizer", "stage 2\n+ gradients", "stage 3\n+ weights"]
+    if pal.phone:  # the stage and what it adds, short enough for a 0.8 in slot
+        names = ["0\nDDP", "1\noptimizer", "2\n+ grads", "3\n+ weights"]
     for i, r in enumerate(rows):
         bottom = 0.0
         for part, c in PARTS:
@@ -44,7 +47,11 @@ def zero_stacks(pal):
     ax.set_xticks(range(len(rows)), names)
     ax.set_ylabel("GB per GPU")
     ax.set_ylim(0, rows[0].total / GB * 1.18)
-    ax.legend(loc="upper right")
+    if pal.phone:
+        ax.set_xlabel("ZeRO stage")
+        ax.legend(loc="upper left", bbox_to_anchor=(-0.2, -0.3), ncol=3)
+    else:
+        ax.legend(loc="upper right")
     for s in ("top", "right"):
         ax.spines[s].set_visible(False)
     return fig
