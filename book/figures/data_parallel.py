@@ -85,16 +85,18 @@ def _timeline_row(ax, pal, y, spans, color, labels=None):
     draws=[
         "minipar.cost.chapters.data_parallel.dp_step_time",
         "minipar.cost.chapters.data_parallel.allreduce_seconds",
-    ]
+    ],
+    phone=True,
 )
 def dp_timeline(pal):
     """One modelled step of a 1.3B-parameter model on 64 GPUs (8 nodes), 2,048 tokens per GPU,
-    bf16 gradients: ten 250 MiB buckets overlap backward; one bucket waits for all of it."""
+    bf16 gradients: ten 250 MiB buckets overlap backward; one bucket waits for all of it. On a
+    phone the buckets go unnumbered and each title takes two lines."""
     psi, n = 1.3e9, 64
     fwd, bwd = forward_backward(compute_seconds(psi, 2048))
     ar = allreduce_seconds(n)
     cases = [("10 buckets of 250 MiB", 250 * 2**20), ("one bucket", 2 * psi)]
-    fig, axes = pal.subplots(6.4, 3.0, nrows=2, sharex=True)
+    fig, axes = pal.subplots(*((3.7, 3.8) if pal.phone else (6.4, 3.0)), nrows=2, sharex=True)
     ms = 1e3
     for ax, (title, cap) in zip(axes, cases):
         st = dp_step_time(fwd, bwd, 2 * psi, cap, ar)
@@ -113,11 +115,17 @@ def dp_timeline(pal):
             0,
             spans,
             lambda k: pal.color(1 if k % 2 == 0 else 5),
-            [str(k + 1) for k in range(len(spans))] if len(spans) > 1 else ["all-reduce"],
+            None
+            if pal.phone and len(spans) > 1  # 0.13 in per bucket: no room for "10"
+            else [str(k + 1) for k in range(len(spans))]
+            if len(spans) > 1
+            else ["all-reduce"],
         )
         ax.axvline(st.step_s * ms, color=pal.fg, lw=1, ls="--")
+        sep = ":\n" if pal.phone else ": "
         ax.set_title(
-            f"{title}: step {st.step_s * ms:.1f} ms, exposed {st.exposed_s * ms:.1f} ms", loc="left"
+            f"{title}{sep}step {st.step_s * ms:.1f} ms, exposed {st.exposed_s * ms:.1f} ms",
+            loc="left",
         )
         ax.set_yticks([0.4, 1.4], ["all-reduce", "compute"])
         ax.set_ylim(-0.1, 1.9)
