@@ -139,10 +139,11 @@ def dp_timeline(pal):
     return fig
 
 
-@figure(draws=["minipar.data_parallel.bucketed.assign_buckets"])
+@figure(draws=["minipar.data_parallel.bucketed.assign_buckets"], phone=True)
 def bucket_assignment(pal):
     """The buckets BucketedDataParallel forms for a two-layer GPT (h = 64, fp32 gradients) with a
-    48 KiB cap: filled from the last parameter to the first, the order backward produces them."""
+    48 KiB cap: filled from the last parameter to the first, the order backward produces them.
+    On a phone each bar ends with its size only and the axis label is shorter."""
     import torch  # noqa: PLC0415 (lazy: torch)
 
     from minipar.model import GPT, GPTConfig  # noqa: PLC0415 (lazy: torch)
@@ -153,7 +154,7 @@ def bucket_assignment(pal):
     sizes = [p.numel() * p.element_size() for _, p in named]
     cap = 48 * 2**10
     buckets = assign_buckets(sizes, cap)
-    fig, ax = pal.subplots(6.4, 0.5 * len(buckets) + 0.8)
+    fig, ax = pal.subplots(3.7 if pal.phone else 6.4, 0.5 * len(buckets) + 0.8)
     import matplotlib.pyplot as plt  # noqa: PLC0415 (lazy: matplotlib)
 
     kib = 2**10
@@ -177,7 +178,8 @@ def bucket_assignment(pal):
                     color=_ink(pal, pal.color(row)),
                 )
             x += w
-        ax.text(x + 1, y + 0.4, f"{x:.1f} KiB, {len(bucket)} tensors", va="center", fontsize=9)
+        end = f"{x:.1f} KiB" if pal.phone else f"{x:.1f} KiB, {len(bucket)} tensors"
+        ax.text(x + 1, y + 0.4, end, va="center", fontsize=9)
     ax.axvline(cap / kib, color=pal.fg, lw=1, ls="--")
     ax.text(cap / kib + 1, 0.1, "cap: 48 KiB", ha="left", va="bottom", fontsize=9)
     ax.set_yticks(
@@ -185,7 +187,11 @@ def bucket_assignment(pal):
     )
     ax.set_xlim(0, 95)
     ax.set_ylim(-len(buckets) - 0.1, 0.5)
-    ax.set_xlabel("KiB of fp32 gradients, last parameter first (the order backward produces them)")
+    ax.set_xlabel(
+        "KiB of fp32 gradients, last parameter first"
+        if pal.phone
+        else "KiB of fp32 gradients, last parameter first (the order backward produces them)"
+    )
     for s in ("top", "right", "left"):
         ax.spines[s].set_visible(False)
     return fig
