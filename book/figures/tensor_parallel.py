@@ -61,37 +61,54 @@ def _op(ax, pal, x, y, name, fwd, bwd):
     ax.text(x, y - 0.55, f"fwd: {fwd}\nbwd: {bwd}", ha="center", va="top", fontsize=9)
 
 
-@figure(draws=["minipar.tensor_parallel.layers.shard"])
+@figure(draws=["minipar.tensor_parallel.layers.shard"], phone=True)
 def mlp_split(pal):
     """The MLP Y = GeLU(X A) B on t = 4 ranks (h = 4 for the picture): A cut by columns, B by
-    rows, exactly as ColumnParallelLinear and RowParallelLinear shard them; f before, g after."""
+    rows, exactly as ColumnParallelLinear and RowParallelLinear shard them; f before, g after.
+    On a phone B stands below A, the GeLU arrow pointing down."""
     h, t = 4, 4
     # F.linear stores A as (4h, h) and B as (h, 4h); the maths draws A (h, 4h) and B (4h, h)
     a_stored = _owner((4 * h, h), 0, t)  # ColumnParallelLinear: shard(weight, 0, r, t)
     b_stored = _owner((h, 4 * h), 1, t)  # RowParallelLinear:    shard(weight, 1, r, t)
     a = [list(col) for col in zip(*a_stored)]  # (h, 4h): transpose of the stored weight
     b = [list(col) for col in zip(*b_stored)]  # (4h, h)
-    fig, ax = pal.subplots(6.6, 3.2)
     cell = 0.28
-    _op(ax, pal, 0.5, -0.6, "f", "copy", "all-reduce")
-    _matrix(ax, pal, 1.3, 0, a, cell, "A: column split", "(h, 4h); rank r: (h, 4h/t)")
-    ax.annotate(
-        "", xy=(6.6, -0.6), xytext=(5.95, -0.6), arrowprops=dict(arrowstyle="->", color=pal.fg)
-    )
-    ax.text(6.27, -0.4, "GeLU", ha="center", va="bottom", fontsize=9)
-    _matrix(ax, pal, 6.75, 1.6, b, cell, "B: row split", "(4h, h); rank r: (4h/t, h)")
-    _op(ax, pal, 9.7, -0.6, "g", "all-reduce", "copy")
+    if pal.phone:
+        fig, ax = pal.subplots(3.7, 5.0)
+        _op(ax, pal, 0.5, -0.6, "f", "copy", "all-reduce")
+        _matrix(ax, pal, 1.3, 0, a, cell, "A: column split", "(h, 4h); rank r: (h, 4h/t)")
+        ax.annotate(
+            "",
+            xy=(3.54, -2.55),
+            xytext=(3.54, -1.85),
+            arrowprops=dict(arrowstyle="->", color=pal.fg),
+        )
+        ax.text(3.7, -2.2, "GeLU", ha="left", va="center", fontsize=9)
+        _matrix(ax, pal, 2.98, -3.0, b, cell, "B: row split", "(4h, h); rank r: (4h/t, h)")
+        _op(ax, pal, 5.3, -5.2, "g", "all-reduce", "copy")
+        ranks_at, limits = (0.0, -3.0), dict(xlim=(-0.2, 6.6), ylim=(-8.4, 0.8))
+    else:
+        fig, ax = pal.subplots(6.6, 3.2)
+        _op(ax, pal, 0.5, -0.6, "f", "copy", "all-reduce")
+        _matrix(ax, pal, 1.3, 0, a, cell, "A: column split", "(h, 4h); rank r: (h, 4h/t)")
+        ax.annotate(
+            "", xy=(6.6, -0.6), xytext=(5.95, -0.6), arrowprops=dict(arrowstyle="->", color=pal.fg)
+        )
+        ax.text(6.27, -0.4, "GeLU", ha="center", va="bottom", fontsize=9)
+        _matrix(ax, pal, 6.75, 1.6, b, cell, "B: row split", "(4h, h); rank r: (4h/t, h)")
+        _op(ax, pal, 9.7, -0.6, "g", "all-reduce", "copy")
+        ranks_at, limits = (10.8, 0.6), dict(xlim=(-0.2, 12.0), ylim=(-3.4, 2.2))
     for r in range(t):
         ax.text(
-            10.8,
-            0.6 - r * 0.5,
+            ranks_at[0],
+            ranks_at[1] - r * 0.5,
             f"rank {r}",
             fontsize=9,
             va="center",
             bbox=dict(boxstyle="square,pad=0.2", fc=pal.color(r), ec=pal.fg, lw=0.5),
             color="white" if r == 0 else "#111",  # white on the dark blue
         )
-    ax.set(xlim=(-0.2, 12.0), ylim=(-3.4, 2.2))
+    ax.set(**limits)
     ax.set_aspect("equal")
     ax.axis("off")
     return fig
