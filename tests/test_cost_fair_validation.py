@@ -34,8 +34,11 @@ def test_the_baseline_fits_one_mfu_per_precision_of_that_precisions_peak():
     mfu = baseline.fit([_row("bf16", 0.4), _row("bf16", 0.625), _row("fp8-cs", 0.3)])
     assert mfu["bf16"] == pytest.approx(0.5) and mfu["fp8"] == pytest.approx(0.3)
     assert baseline.peak("H100-HBM2e-500W", "fp8") == baseline.peak("H100-SXM", "fp8") == 1978.9e12
+    assert baseline.family("mxfp8") == baseline.family("fp8-cs") == "fp8"
+    only_bf16 = baseline.fit([_row("bf16", 0.4)])
+    assert only_bf16 == {"bf16": pytest.approx(0.4)}
     with pytest.raises(ValueError, match="no calibration row of precision fp8"):
-        baseline.fit([_row("bf16", 0.4)])
+        baseline.seconds(_row("fp8", 0.3), only_bf16)
 
 
 def test_rows_that_differ_only_in_d_are_one_layout():

@@ -25,7 +25,7 @@ def _markdown(columns: str, align: str, rows) -> str:
 
 
 def _mfu(m: dict) -> str:
-    return f"{100 * m['bf16']:.0f} / {100 * m['fp8']:.0f} %"
+    return " / ".join(f"{100 * m[k]:.0f}" if k in m else "-" for k in ("bf16", "fp8")) + " %"
 
 
 def fair_score_table(scores: list[dict] | None = None) -> str:

@@ -29,9 +29,9 @@ DATASHEET = {"H100-HBM2e-500W": "H100-SXM"}
 
 
 def family(precision: str) -> str:
-    """``"fp8"`` for every FP8 recipe (delayed, current, rowwise: ``fp8``, ``fp8-cs``, ...),
-    else ``"bf16"``."""
-    return "fp8" if str(precision).lower().startswith("fp8") else "bf16"
+    """``"fp8"`` for every FP8 recipe (delayed, current, rowwise, block-scaled: ``fp8``,
+    ``fp8-cs``, ``mxfp8``, ...), else ``"bf16"``."""
+    return "fp8" if "fp8" in str(precision).lower() else "bf16"
 
 
 def peak(gpu: str, precision: str) -> float:
@@ -46,21 +46,22 @@ def implied_mfu(e: dict) -> float:
 
 
 def fit(calibration: list[dict]) -> dict[str, float]:
-    """One MFU per precision family, the geometric mean of :func:`implied_mfu` over the
-    calibration rows of that family (the least-squares fit of the log error); ``ValueError``
-    where a family has no calibration row."""
+    """One MFU per precision family of the calibration rows, the geometric mean of
+    :func:`implied_mfu` over that family's rows (the least-squares fit of the log error)."""
     out = {}
     for fam in ("bf16", "fp8"):
         xs = [implied_mfu(e) for e in calibration if family(e["precision"]) == fam]
-        if not xs:
-            raise ValueError(f"no calibration row of precision {fam} to fit its MFU on")
-        out[fam] = math.exp(statistics.fmean(math.log(x) for x in xs))
+        if xs:
+            out[fam] = math.exp(statistics.fmean(math.log(x) for x in xs))
     return out
 
 
 def seconds(e: dict, mfu: dict[str, float]) -> float:
-    """The baseline's step time for an evaluated row at the fitted ``mfu``."""
+    """The baseline's step time for an evaluated row at the fitted ``mfu``; ``ValueError``
+    where no calibration row had the row's precision family."""
     fam = family(e["precision"])
+    if fam not in mfu:
+        raise ValueError(f"no calibration row of precision {fam} to fit its MFU on")
     return e["model_flops"] / (e["gpus"] * peak(e["gpu"], e["precision"]) * mfu[fam])
 
 

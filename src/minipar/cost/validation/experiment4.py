@@ -51,7 +51,7 @@ from . import baseline, fair, modern
 
 DATA = Path(__file__).resolve().parent / "measurements" / "published_current.json"
 SNAPSHOT = Path(__file__).resolve().parents[1] / "planner" / "frozen_experiment4.json"
-FREEZE_COMMIT: str | None = None
+FREEZE_COMMIT = "62885ed"
 """The commit that holds :data:`SNAPSHOT` alone; set after it, before any row is read."""
 BAND = 15.0
 TARGETS = {"layouts_within_share": 0.80, "median_vs_baseline": 0.5}
