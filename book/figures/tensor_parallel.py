@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import textwrap
+
 from figures.kit import figure
 from minipar.cost.chapters.tensor_parallel import (
     comm_compute_ratio,
@@ -114,11 +116,79 @@ def mlp_split(pal):
     return fig
 
 
-@figure(draws=["minipar.cost.chapters.tensor_parallel.tp_collectives_per_layer"])
+def _flow_row(ax, pal, stages, shapes, colls, mode):
+    """One row of :func:`block_flow`: the steps left to right, the tensor's shape on each arrow,
+    f's and g's collectives under their boxes."""
+    dx = 1.25
+    for i, st in enumerate(stages):
+        comm = st in ("f", "g")
+        local = mode == "sp" and st in ("LN", "+")  # runs on the rank's s/t tokens
+        fc = pal.color(5) if comm else pal.color(2) if local else pal.box
+        ax.text(
+            i * dx,
+            0,
+            st,
+            ha="center",
+            va="center",
+            fontsize=9,
+            color="#111" if comm or local else pal.fg,
+            bbox=dict(boxstyle="round,pad=0.3", fc=fc, ec=pal.fg, lw=0.6),
+        )
+        if comm:
+            fwd, bwd = colls[mode][st]
+            ax.text(i * dx, -0.38, f"fwd {fwd}\nbwd {bwd}", ha="center", va="top", fontsize=9)
+    half = [0.2 if len(st) == 1 else 0.45 for st in stages]  # box half-widths
+    for i, shape in enumerate(shapes[mode]):  # the tensor on the arrow into stage i
+        x1 = i * dx - half[i]
+        x0 = (i - 1) * dx + half[i - 1] if i else x1 - 0.6
+        ax.annotate(
+            "",
+            xy=(x1, 0),
+            xytext=(x0, 0),
+            arrowprops=dict(arrowstyle="->", color=pal.muted, lw=0.8),
+        )
+        ax.text((x0 + x1) / 2, 0.2, shape, ha="center", va="bottom", fontsize=9)
+    ax.set(xlim=(-0.95, (len(stages) - 1) * dx + 0.3), ylim=(-1.05, 0.75))
+    ax.axis("off")
+
+
+def _flow_column(ax, pal, stages, shapes, colls, mode):
+    """The phone layout of one row of :func:`block_flow`: the steps top to bottom, the tensor's
+    shape beside each arrow, f's and g's collectives beside their boxes."""
+    dy = 1.0
+    half = [0.4 if "\n" in st else 0.24 for st in stages]  # box half-heights, data units
+    for i, st in enumerate(stages):
+        comm = st in ("f", "g")
+        local = mode == "sp" and st in ("LN", "+")
+        fc = pal.color(5) if comm else pal.color(2) if local else pal.box
+        ink = "#111" if comm or local else pal.fg
+        box = dict(boxstyle="round,pad=0.3", fc=fc, ec=pal.fg, lw=0.6)
+        ax.text(0, -i * dy, st, ha="center", va="center", fontsize=9, color=ink, bbox=box)
+        if comm:
+            fwd, bwd = colls[mode][st]
+            ax.text(0.45, -i * dy, f"fwd {fwd}\nbwd {bwd}", va="center", fontsize=9)
+        y1 = -i * dy + half[i]
+        y0 = -(i - 1) * dy - half[i - 1] if i else y1 + 0.45
+        arrow = dict(arrowstyle="->", color=pal.muted, lw=0.8)
+        ax.annotate("", xy=(0, y1), xytext=(0, y0), arrowprops=arrow)
+        ax.text(
+            -0.12,
+            (y0 + y1) / 2,
+            shapes[mode][i].replace("\n", " "),
+            ha="right",
+            va="center",
+            fontsize=9,
+        )
+    ax.set(xlim=(-2.1, 2.4), ylim=(-(len(stages) - 1) * dy - 0.4, 0.75))
+    ax.axis("off")
+
+
+@figure(draws=["minipar.cost.chapters.tensor_parallel.tp_collectives_per_layer"], phone=True)
 def block_flow(pal):
     """The MLP half of a layer under tensor parallelism (top) and with sequence parallelism
     (bottom): the shape between steps, where f and g sit and which collective each is, with
-    the counts and sizes of the cost model for GPT-3's layer (attention is split the same way)."""
+    the counts and sizes of the cost model for GPT-3's layer (attention is split the same way).
+    On a phone each half runs top to bottom."""
     b, s, h, t = 1, 2048, 12288, 8
     ((ar, size, calls),) = tp_collectives_per_layer(b, s, h, t, 2)
     ops_sp = {op: (sz, n) for op, sz, n in tp_collectives_per_layer(b, s, h, t, 2, sp=True)}
@@ -147,37 +217,9 @@ def block_flow(pal):
         "tp": {"f": ("identity", ar), "g": (ar, "identity")},
         "sp": {"f": ("all-gather", "reduce-scatter"), "g": ("reduce-scatter", "all-gather")},
     }
-    fig, axes = pal.subplots(6.8, 3.6, nrows=2)
-    dx = 1.25
+    fig, axes = pal.subplots(3.7, 9.4, nrows=2) if pal.phone else pal.subplots(6.8, 3.6, nrows=2)
     for ax, mode in zip(axes, ("tp", "sp")):
-        for i, st in enumerate(stages):
-            comm = st in ("f", "g")
-            local = mode == "sp" and st in ("LN", "+")  # runs on the rank's s/t tokens
-            fc = pal.color(5) if comm else pal.color(2) if local else pal.box
-            ax.text(
-                i * dx,
-                0,
-                st,
-                ha="center",
-                va="center",
-                fontsize=9,
-                color="#111" if comm or local else pal.fg,
-                bbox=dict(boxstyle="round,pad=0.3", fc=fc, ec=pal.fg, lw=0.6),
-            )
-            if comm:
-                fwd, bwd = colls[mode][st]
-                ax.text(i * dx, -0.38, f"fwd {fwd}\nbwd {bwd}", ha="center", va="top", fontsize=9)
-        half = [0.2 if len(st) == 1 else 0.45 for st in stages]  # box half-widths
-        for i, shape in enumerate(shapes[mode]):  # the tensor on the arrow into stage i
-            x1 = i * dx - half[i]
-            x0 = (i - 1) * dx + half[i - 1] if i else x1 - 0.6
-            ax.annotate(
-                "",
-                xy=(x1, 0),
-                xytext=(x0, 0),
-                arrowprops=dict(arrowstyle="->", color=pal.muted, lw=0.8),
-            )
-            ax.text((x0 + x1) / 2, 0.2, shape, ha="center", va="bottom", fontsize=9)
+        (_flow_column if pal.phone else _flow_row)(ax, pal, stages, shapes, colls, mode)
         if mode == "tp":
             title = f"TP, t = {t}: per layer {calls} {ar}s of {size / 1e6:.0f} MB (attention's 2 included)"
         else:
@@ -186,9 +228,7 @@ def block_flow(pal):
                 f"TP + SP: {ag[1]} all-gathers, {rs[1]} reduce-scatters of {ag[0] / 1e6:.0f} MB;"
                 " green steps run on s/t tokens"
             )
-        ax.set_title(title, loc="left", fontsize=9)
-        ax.set(xlim=(-0.95, (len(stages) - 1) * dx + 0.3), ylim=(-1.05, 0.75))
-        ax.axis("off")
+        ax.set_title(textwrap.fill(title, 40) if pal.phone else title, loc="left", fontsize=9)
     fig.tight_layout()
     return fig
 
