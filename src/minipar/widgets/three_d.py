@@ -54,7 +54,8 @@ def preset_run(model: str) -> tuple:
     """(shape, cluster, layout, options) of the run the explorer opens ``model`` on
     (:func:`preset_layout`), as :func:`minipar.cost.planner.three_d.evaluate` takes them: the
     Python side of what the explorer's chart prices (the controls a preset leaves unset at the
-    explorer's defaults: A100-80GB, b = 1, v = 1, selective recomputation, SP, ZeRO-1)."""
+    explorer's defaults: A100-80GB, b = 1, v = 1, selective recomputation, SP, ZeRO-1, no FP8,
+    all-to-alls not overlapped)."""
     pre = preset_layout(model)
     c = pre.get("controls", {})
     m_ = MODELS[model]
@@ -76,7 +77,7 @@ def preset_run(model: str) -> tuple:
         c.get("ep", 1),
         pre.get("split", "even"),
     )
-    return m_, cl, lay, Options(fp8=c.get("fp8"))
+    return m_, cl, lay, Options(fp8=c.get("fp8"), ep_overlap=c.get("ep_overlap", False))
 
 
 def _link(L) -> dict:
