@@ -5,11 +5,14 @@ The first part holds the data and the mapping only: every row read is recorded, 
 has a preset, a GPU and a layout the planner prices, and the mapping's decisions (the GPU per
 NVLink domain, FP8 recipe, pipeline chunks, recomputation) are the ones the module states."""
 
+import sys
 from collections import Counter
+from pathlib import Path
 
 import pytest
 
 from minipar.cost.planner import three_d as planner
+from minipar.cost.validation import baseline
 from minipar.cost.validation import experiment5 as e5
 
 DATA = e5.load()
@@ -62,3 +65,71 @@ def test_the_mapping_decisions():
     assert (o.attention, o.compiled, o.ep_overlap, o.moe_capacity) == ("fa3", True, False, None)
     with pytest.raises(KeyError):
         e5.PRESETS["GPT OSS 120B"]
+
+
+# --- the one evaluation, as recorded ---------------------------------------------------------
+
+GLUE = Path(__file__).resolve().parents[1] / "book" / "glue"
+sys.path.insert(0, str(GLUE))
+import experiment5_tables as tables  # noqa: E402 (book/glue joins sys.path above)
+
+APPENDIX = Path(__file__).resolve().parents[1] / "book" / "three_d_appendix.md"
+
+
+def test_the_record_is_the_frozen_model_scored_beside_the_baseline():
+    """The record holds every kept row once, evaluated on the frozen model (a live evaluation
+    gives the same numbers while the freeze holds), and its counts are baseline.score of its
+    rows with the MFUs fitted on experiment 3's rows, none of experiment 5's."""
+    s = e5.as_evaluated()
+    assert s["freeze"] == "62885ed" and [e["id"] for e in s["rows"]] == [r["id"] for r in KEPT]
+    live = e5.summary()
+    for e, f in zip(s["rows"], live["rows"], strict=True):
+        assert e["predicted_s"] == pytest.approx(f["predicted_s"], rel=1e-9), e["id"]
+    cal = e5.calibration()
+    assert not {e["id"] for e in cal} & {r["id"] for r in ROWS}
+    again = baseline.score(s["rows"], baseline.fit(cal), 15.0)
+    for k in ("n", "within", "layouts", "layouts_within", "baseline_within"):
+        assert again[k] == s[k], k
+    assert (s["n"], s["within"], s["layouts"], s["layouts_within"]) == (14, 5, 11, 2)
+    assert s["baseline_within"] == 0 and all(e["baseline_error"] < 0 for e in s["rows"])
+
+
+def test_the_appendix_prints_experiment_5_as_evaluated():
+    """book/three_d_appendix.md: the glue's table and score, the protocol's commits, the rows read
+    and left out, and every figure of its account of the errors, from the record."""
+    s = e5.as_evaluated()
+    text = APPENDIX.read_text()
+    flat = " ".join(text.split())
+    assert tables.experiment_5_table(s) in text
+    assert tables.experiment_5_score(s) in flat
+    assert "(freeze commit `62885ed`)" in flat and "(commit `fc4a405`)" in flat
+    reasons = Counter(r["excluded_because"] for r in ROWS if not r["kept"])
+    no_gpu = sum(
+        n for k, n in reasons.items() if k.startswith("no planner preset for G") or "B300" in k
+    )
+    no_model = sum(n for k, n in reasons.items() if k.startswith("no planner preset for the model"))
+    assert (len(ROWS), no_gpu, no_model, len(KEPT)) == (55, 24, 13, 14)
+    assert (
+        "Read: 55 rows" in flat
+        and "no preset (24), models without a preset (13), NVFP4 (3)" in flat
+    )
+    err = [e["error"] for e in s["rows"]]
+    base = [e["baseline_error"] for e in s["rows"]]
+
+    def pct(x):
+        return f"{x:+.1f} %".replace("-", "−")
+
+    assert f"from {pct(min(err))} to {pct(max(err))}" in flat
+    assert f"({pct(max(base))} to {pct(min(base))})" in flat
+    m = {e["id"]: e for e in s["rows"]}
+    old, new = (
+        m[f"mb-{v}-deepseekv3-gb200-256gpu-mxfp8"]["measured_s"] for v in ("26.04.01", "26.08")
+    )
+    assert f"took {old:.2f} s in 26.04.01 and {new:.2f} s in 26.08" in flat
+    q_old, q_new = (
+        m[f"mb-{v}-qwen3-30b-a3b-gb200-8gpu-mxfp8"]["measured_s"] for v in ("26.04.01", "26.08")
+    )
+    assert f"{q_old:.2f} s and {q_new:.2f} s" in flat
+    worst = m["dgxc-nemo-deepseekv3-gb200-128gpu-bf16"]
+    assert 2.9 < worst["measured_s"] / worst["predicted_s"] < 3.1  # "at a third"
+    assert m["mb-26.04.01-deepseekv3-b200-256gpu-mxfp8"]["error"] == max(err)

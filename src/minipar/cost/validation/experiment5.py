@@ -238,3 +238,14 @@ def summary(band: float = 15.0) -> dict:
         "rows": rows,
         "not_evaluated": {r["id"]: r["excluded_because"] for r in load()["rows"] if not r["kept"]},
     }
+
+
+def as_evaluated() -> dict:
+    """The record of the one evaluation (``experiment5_as_evaluated.json``: :func:`summary` at
+    the commit it names), each row with its baseline error; what the appendix and the tests
+    read, never recomputed."""
+    rec = json.loads(RECORD.read_text())
+    for e, b in zip(rec["rows"], rec["baseline_errors"], strict=True):
+        e["layout_key"] = tuple(tuple(v) if isinstance(v, list) else v for v in e["layout_key"])
+        e["baseline_error"] = b
+    return rec
