@@ -17,6 +17,7 @@ from minipar.cost.planner import three_d as P
 from minipar.cost.planner.layout import MAIN_GRADS, RECIPES
 from minipar.cost.planner.shapes import layer_dense_gemms
 from minipar.cost.validation import experiment3 as e3
+from minipar.cost.validation import published
 from minipar.widgets.three_d import cluster_config
 
 H100 = P.cluster(64, 8, "H100-SXM")
@@ -211,6 +212,9 @@ def test_the_appendix_states_the_calibration_as_computed():
     assert f"the fullest row (`{m['fullest']}`) uses {100 * m['fullest_fraction']:.1f} %" in flat
     assert f"only a reserve above {100 * m['refused_above']:.1f} % would refuse it" in flat
     assert e3.as_evaluated()["rows"][0]["predicted_gib"] > 0  # the record's memory column
+    h200 = published.h200_summary()
+    assert h200["n"] == 5 and h200["refused"] == []
+    assert "The five H200 step rows above are not refused either." in flat
 
 
 @pytest.mark.slow

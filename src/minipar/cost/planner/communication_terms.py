@@ -215,7 +215,11 @@ def term_cp(m_, cl, lay: Layout, opt: Options, compute: ComputeTerm) -> float:
     when fully recomputed), all-gather it and reduce-scatter the cp·dK/dV backward
     (:func:`minipar.cost.chapters.context_parallel.allgather_collectives_per_layer`), each half of
     :func:`dp_allreduce_seconds` over the cp ranks (NCCL's multi-NIC algorithm across nodes),
-    not overlapped."""
+    not overlapped. What the ring's overlap costs: its split is priced where the attention is
+    (one kernel per (s/cp)² block, :func:`term_compute`'s cp − 1 extra blocks); the SMs the
+    ring's send and receive kernels take from the attention kernel are not, an ASSUMPTION
+    checked on experiment 3's CP rows (Llama 3.1 8B, 70B and 405B at cp = 2, the calibration
+    set), where the ring hides entirely under the blocks."""
     cp, t, lp = lay.cp, lay.tp, stage_layers(m_.layers, lay)[0]
     if cp == 1:
         return 0.0

@@ -68,7 +68,9 @@ checkpointing, which at 77.7 GiB of 80 this model admits only below a 2.9 % rese
 Above it, up to :data:`ALLOCATOR_MARGIN`, a layout is "tight": the caching allocator's
 fragmentation, measured on single-GPU runs, may or may not leave room, so the margin flags a
 layout rather than deciding against it (at scale a 1 GiB difference in a 12 % margin used to
-push Llama 3 405B to full recomputation)."""
+push Llama 3 405B to full recomputation). The score of predicted memory does not hang on it: of
+experiment 3's rows, every one of which ran, none is refused at a reserve of 0, 2.5 or 5 %
+(:func:`minipar.cost.validation.experiment3.memory_score`, with the recipes' settings)."""
 
 RECOMPUTE_MODULES = ("core_attn", "layernorm", "act", "mlp")
 """What selective recomputation may drop and recompute, per module (Megatron-Core's
