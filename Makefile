@@ -132,12 +132,11 @@ lint: $(STAMP) ## ruff: lint and format check (rules in ruff.toml); commit messa
 	.venv/bin/ruff format --check .
 	$(PY) scripts/check_commits.py
 
+# unit beside book-strict (then site-test): scripts/side_by_side.sh, which names each failed part.
 test: $(STAMP) ## everything CI runs: lint, exercises-check, unit, book-strict, site-test
 	$(MAKE) --no-print-directory lint
 	$(MAKE) --no-print-directory exercises-check
-	$(MAKE) --no-print-directory unit
-	$(MAKE) --no-print-directory book-strict
-	$(MAKE) --no-print-directory site-test
+	@scripts/side_by_side.sh $(MAKE)
 
 grade: $(STAMP) ## grade your exercise notebooks and print a score table
 	.venv/bin/minipar grade exercises

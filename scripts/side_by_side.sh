@@ -1,0 +1,53 @@
+#!/usr/bin/env bash
+# make test's long parts, side by side: `make unit` in the foreground; `make book-strict`, then
+# `make site-test` once the site is built, in the background. Each leaves a core idle at times
+# (the unit tests' last file on one worker, the book's one-threaded Sphinx pass, kernels and ranks
+# starting), which the other fills. The background part's output is held in a log and shown
+# after the unit tests, so the two never interleave; every part that failed is named on the last
+# lines, and the exit status is 1 if any did.
+#
+#   scripts/side_by_side.sh MAKE   # MAKE: the make to run the parts with ($(MAKE) in the Makefile)
+set -uo pipefail
+make_=${1:-make}
+log=$(mktemp)
+status=$(mktemp)
+# Job control: the background part gets a process group of its own, which an interrupt or an
+# early exit stops whole (jupyter-book, its kernels and their ranks); without it a shell runs its
+# background jobs with SIGINT ignored.
+set -m
+{
+    "$make_" --no-print-directory book-strict
+    book=$?
+    echo "book-strict $book" > "$status"
+    if [ "$book" = 0 ]; then
+        "$make_" --no-print-directory site-test
+        echo "site-test $?" >> "$status"
+    fi
+} > "$log" 2>&1 &
+bg=$!
+set +m
+trap 'kill -- -$bg 2> /dev/null; rm -f "$log" "$status"' EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+
+"$make_" --no-print-directory unit
+unit=$?
+if kill -0 "$bg" 2> /dev/null; then
+    echo "make test: the unit tests are done; waiting for the book build (and the browser test)"
+fi
+wait "$bg"
+cat "$log"
+failed=()
+[ "$unit" = 0 ] || failed+=("make unit (exit status $unit)")
+while read -r part code; do
+    [ "$code" = 0 ] || failed+=("make $part (exit status $code)")
+done < "$status"
+if ! grep -q '^book-strict ' "$status"; then
+    failed+=("make book-strict (it did not finish)")
+elif ! grep -q '^site-test ' "$status"; then
+    echo "make test: the browser test was not run (the book build failed)"
+fi
+if [ ${#failed[@]} -gt 0 ]; then
+    for f in "${failed[@]}"; do echo "FAILED: $f"; done
+    exit 1
+fi
