@@ -270,3 +270,18 @@ def test_the_javascript_twins_price_the_recipe_alike():
     ]
     assert not bad, "\n".join(bad[:8])
     assert any(w["fp8_casts"] > 0 for w in want) and any(w["tp"] > 0 for w in want)
+
+
+def test_fp8_parameters_count_each_linear_weight_once():
+    """With FP8 parameters the FP8 weight and its transpose are the linears' only weights (2
+    bytes, term_fp8_weights) and the states hold no 16-bit copy: states + FP8 weights equal a
+    bf16 run's states. Without them the FP8 copies come on top of the 16-bit weights. Fails if
+    the copies are added whether or not FP8 parameters are set."""
+    lay = P.Layout(64, 8, 1, 8, 1, sp=True, recompute="selective")
+    bf16 = P.evaluate(L70, H100, lay, _opt())
+    params = P.evaluate(L70, H100, lay, _opt(fp8="delayed", fp8_params=True))
+    copies = P.evaluate(L70, H100, lay, _opt(fp8="delayed"))
+    held = params.bytes("states") + params.bytes("fp8_weights")
+    assert held == pytest.approx(bf16.bytes("states"))
+    assert copies.bytes("states") + copies.bytes("fp8_weights") > held
+    assert copies.bytes("fp8_weights") == params.bytes("fp8_weights") > 0

@@ -162,8 +162,12 @@ def term_fp8_weights(m_, cl, lay: Layout, opt: Options) -> float:
     """Bytes of the FP8 weight copies on the fullest stage: Transformer Engine keeps each
     linear weight in FP8 and its transpose (2 bytes per weight on the rank) across the
     micro-batches of a step; under ZeRO-3 only the two gathered layers have them; 0 without
-    FP8. The saved inputs of the FP8 GEMMs are counted 16-bit (an over-estimate: Transformer
-    Engine saves some in FP8)."""
+    FP8. With ``opt.fp8_params`` these bytes are the weights themselves (the FP8 parameter and
+    its transpose), not copies: :func:`term_states` then holds no 16-bit weight for those
+    linears (:func:`fp8_param_bytes_saved`), so a weight is counted once either way. Not
+    priced: the distributed optimizer's parameter all-gather in FP8 under FP8 parameters (the
+    gather is priced at 2 bytes per weight, ``term_dp_exposed``). The saved inputs of the FP8
+    GEMMs are counted 16-bit (an over-estimate: Transformer Engine saves some in FP8)."""
     if not opt.fp8:
         return 0.0
     per_layer = 2 * sum(N * K for _, N, K in layer_dense_gemms(m_, lay))
