@@ -142,18 +142,23 @@ def test_deepseek_v3_figure_prices_the_preset_and_shows_what_its_caption_says():
     from minipar.widgets.three_d import preset_run
 
     runs = [c for _, c in deepseek_v3_runs()]
-    assert runs[0].layout == preset_run("deepseek-v3")[2]  # the explorer's preset, unchanged
-    assert [c.tp for c in runs] == [1, 8, 1, 8] and [c.ep for c in runs] == [64] * 4
+    _, _, lay, opt = preset_run("deepseek-v3")
+    assert runs[0].layout == lay and opt.ep_overlap  # the explorer's preset, overlapped
+    assert [c.tp for c in runs] == [1, 1, 8, 1, 8] and [c.ep for c in runs] == [64] * 5
     for c in runs:
         parts = c.group_seconds()
         assert math.isclose(sum(parts.values()), c.step_seconds, rel_tol=1e-9)
         assert (parts["TP communication"] > 0) == (c.tp > 1)  # "TP 8 adds a part of its own"
-    h800, _, nvl72, _ = runs
-    assert nvl72.seconds("ep") < h800.seconds("ep")  # "the all-to-alls shrink ... InfiniBand"
+    h800, exposed, _, nvl72, _ = runs
+    a2a = "PP, CP and EP communication"
+    assert exposed.seconds("ep") > 0 and h800.seconds("ep") < exposed.seconds("ep")
+    assert h800.group_seconds()[a2a] < exposed.group_seconds()[a2a] / 2  # "hides most of it"
+    assert nvl72.seconds("ep_overlap") < h800.seconds("ep_overlap")  # "shrinks on NVL72"
     cap = re.search(
         r"\{minipar-figure\} expert_parallel.deepseek_v3_step\n(.*?)^```$", PAGE, re.M | re.S
     )
-    assert "TP 8 adds a part of its own on both machines" in cap[1]
+    for claim in ("hides most of the all-to-all", "TP 8 adds a part of its own on both machines"):
+        assert claim in " ".join(cap[1].split()), claim
 
 
 def test_why_no_tp_states_the_presets_links():

@@ -270,9 +270,11 @@ def a2a_roofline(pal):
 
 def deepseek_v3_runs():
     """(label, Config) of DeepSeek-V3's step in the planner: its published layout on 2048 H800
-    (the explorer's preset, PP 16 × EP 64 over 8 nodes, ZeRO-1, no TP), the same with TP 8
-    inside each node, and both again with a 72-GPU NVLink domain (GB200 NVL72, 64 GPUs of each
-    rack in use, so an EP group of 64 is one NVLink domain)."""
+    (the explorer's preset: PP 16 × EP 64 over 8 nodes, ZeRO-1, no TP, FP8, the all-to-alls
+    overlapped with another micro-batch), the same with the all-to-alls exposed, and with TP 8
+    inside each node; then the published layout and TP 8 with a 72-GPU NVLink domain (GB200
+    NVL72, 64 GPUs of each rack in use, so an EP group of 64 is one NVLink domain). The notebook
+    prices the same runs."""
     from dataclasses import replace  # noqa: PLC0415 (figures import lazily)
 
     from minipar.cost.planner.three_d import cluster, evaluate  # noqa: PLC0415
@@ -281,13 +283,15 @@ def deepseek_v3_runs():
     m_, h800, lay, opt = preset_run("deepseek-v3")
     nvl72 = cluster(lay.tp * lay.pp * lay.dp, 64, "GB200-NVL72")
     tp8 = replace(lay, tp=8, dp=lay.dp // 8, sp=True)
+    exposed = replace(opt, ep_overlap=False)
     runs = (
-        ("H800, published:\nPP 16, EP 64, no TP", h800, lay),
-        ("H800, TP 8 added", h800, tp8),
-        ("GB200 NVL72:\nPP 16, EP 64, no TP", nvl72, lay),
-        ("GB200 NVL72,\nTP 8 added", nvl72, tp8),
+        ("H800, published:\nPP 16, EP 64, no TP", h800, lay, opt),
+        ("H800, all-to-alls\nnot overlapped", h800, lay, exposed),
+        ("H800, TP 8 added", h800, tp8, opt),
+        ("GB200 NVL72:\nPP 16, EP 64, no TP", nvl72, lay, opt),
+        ("GB200 NVL72,\nTP 8 added", nvl72, tp8, opt),
     )
-    return [(label, evaluate(m_, cl, la, opt)) for label, cl, la in runs]
+    return [(label, evaluate(m_, cl, la, o)) for label, cl, la, o in runs]
 
 
 @figure(
@@ -299,9 +303,10 @@ def deepseek_v3_runs():
 )
 def deepseek_v3_step(pal):
     """Seconds per step of DeepSeek-V3 (15360 sequences of 4096 tokens) in the planner, split
-    by the term table's groups, at its published layout on H800, with TP 8 added, and both on
-    GB200 NVL72: every part of the step the planner prices, each in its own colour. On a phone
-    the run names are short and the legend one column below the axes."""
+    by the term table's groups: at its published layout on H800, without the all-to-all overlap,
+    with TP 8 added, and the published layout and TP 8 on GB200 NVL72; every part of the step the
+    planner prices, each in its own colour. On a phone the run names are short and the legend
+    one column below the axes."""
     from minipar.cost.planner.term_table import TIME_GROUPS  # noqa: PLC0415
 
     runs = deepseek_v3_runs()
@@ -312,7 +317,7 @@ def deepseek_v3_step(pal):
         for g in TIME_GROUPS
         if any(p[g] > 0.005 * max(sum(q.values()) for q in parts) for p in parts)
     ]
-    fig, ax = pal.subplots(3.7, 5.2) if pal.phone else pal.subplots(6.4, 3.6)
+    fig, ax = pal.subplots(3.7, 5.8) if pal.phone else pal.subplots(6.4, 4.2)
     ys = list(range(len(runs)))[::-1]
     for y, p in zip(ys, parts):
         left = 0.0
@@ -328,7 +333,13 @@ def deepseek_v3_step(pal):
             )
             left += p[g]
         ax.text(left, y, f" {left:.1f} s", va="center", fontsize=9, color=pal.fg)
-    short = ("H800\npublished", "H800\n+ TP 8", "NVL72\npublished", "NVL72\n+ TP 8")
+    short = (
+        "H800\npublished",
+        "H800 no\noverlap",
+        "H800\n+ TP 8",
+        "NVL72\npublished",
+        "NVL72\n+ TP 8",
+    )
     ax.set_yticks(ys, short if pal.phone else [label for label, _ in runs])
     ax.set_xlabel("seconds per step (planner)")
     ax.set_xlim(0, 1.18 * max(sum(p.values()) for p in parts))
