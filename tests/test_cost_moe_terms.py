@@ -196,3 +196,21 @@ def test_shared_experts_and_mla_attention_core_are_computed():
     mha = _terms(m=dataclasses.replace(DSV3, **mla), lay=lay).values["compute"]
     core = 2 * parts["core_f"] + parts["core_b"]
     assert base - mha == pytest.approx(61 * (mla_core_scale(DSV3) - 1) * core, rel=1e-9)
+
+
+def test_plan_flags_reach_the_overlap_and_capacity_options(capsys):
+    """`minipar plan --ep-overlap` prices the all-to-alls hidden at the SMs they take and
+    `--moe-capacity` caps the busiest rank's load. Catches: a flag parsed and dropped."""
+    from test_cli_cost import run_json
+
+    argv = ["plan", "--model", "deepseek-v3", "--gpu", "H800", "--gpus", "2048"]
+    fixed = ["--global-batch", "16384", "--tp", "1", "--pp", "1", "--ep", "64", "--zero", "3"]
+    fixed += ["--micro-batch", "1", "--recompute", "selective"]
+    plain = run_json(capsys, *argv, *fixed)["configs"][0]
+    over = run_json(capsys, *argv, *fixed, "--ep-overlap")["configs"][0]
+    assert plain["ep_overlap_seconds"] == 0 < over["ep_overlap_seconds"]
+    assert over["ep_seconds"] < plain["ep_seconds"] and over["step_seconds"] < plain["step_seconds"]
+    skew = ["--moe-imbalance", "1.5"]
+    loose = run_json(capsys, *argv, *fixed, *skew)["configs"][0]
+    capped = run_json(capsys, *argv, *fixed, *skew, "--moe-capacity", "1.2")["configs"][0]
+    assert capped["ep_seconds"] < loose["ep_seconds"]

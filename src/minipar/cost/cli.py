@@ -460,7 +460,7 @@ def _plan_cluster(args) -> "planner.Cluster":
 _PLAN_OPTIONS = (
     "grad_reduce_bytes headroom zero3_collectives attention precision overlap_grad_reduce "
     "cp_algorithm overlap_param_gather reshard_after_forward fp8 compiled tp_overlap moe_imbalance "
-    "fp8_params main_grad_bytes"
+    "fp8_params main_grad_bytes moe_capacity ep_overlap"
 ).split()
 """The :class:`~minipar.cost.planner.three_d_terms.Options` fields ``minipar plan`` takes as flags
 of the same name."""
