@@ -243,3 +243,24 @@ def test_wrapped_schedule_grid_labels_every_action_once(name):
     finally:
         plt.close(phone)
         plt.close(wide)
+
+
+def test_the_page_tags_each_layout_for_the_stylesheet():
+    """A figure with a phone layout gets four images, each tagged with its theme and layout;
+    the stylesheet shows the phone ones below 540 px and hides the wide ones there. A figure
+    without one keeps its two theme images, untagged, scrolling with a cue."""
+    sys.path.insert(0, str(ROOT / "book" / "_ext"))
+    from minipar_figures import variants
+
+    css = (ROOT / "_static" / "minipar.css").read_text(encoding="utf-8")
+    assert "@media (max-width: 540px)" in css and "img.minipar-phone" in css
+    phone = kit.load("three_d.step_breakdown")
+    assert [(f, c) for _, f, c in variants(phone)] == [
+        ("three_d.step_breakdown-light.svg", ["only-light", "minipar-wide"]),
+        ("three_d.step_breakdown-dark.svg", ["only-dark", "minipar-wide"]),
+        ("three_d.step_breakdown-phone-light.svg", ["only-light", "minipar-phone"]),
+        ("three_d.step_breakdown-phone-dark.svg", ["only-dark", "minipar-phone"]),
+    ]
+    assert [p.phone for p, _, _ in variants(phone)] == [False, False, True, True]
+    plain = kit.Figure("x.y", lambda pal: None)
+    assert [c for _, _, c in variants(plain)] == [["only-light"], ["only-dark"]]

@@ -18,6 +18,22 @@ from docutils import nodes
 from minipar_book import BOOK, CodeDrawn
 
 
+def variants(fig) -> list[tuple[object, str, list[str]]]:
+    """(palette, SVG file name, image classes) of every image the page shows for ``fig``: one
+    per theme (``only-light``, ``only-dark``), and for a figure with a phone layout each also
+    tagged ``minipar-wide`` or ``minipar-phone``, which ``_static/minipar.css`` switches at
+    540 px. An untagged wide image of such a figure would show on a phone beside its phone
+    layout."""
+    out = []
+    for pal in fig.palettes():
+        layout = "phone" if pal.phone else "wide"
+        file = f"{fig.name}-{'phone-' if pal.phone else ''}{pal.theme}.svg"
+        out.append(
+            (pal, file, [f"only-{pal.theme}"] + ([f"minipar-{layout}"] if fig.phone else []))
+        )
+    return out
+
+
 class MiniparFigure(CodeDrawn):
     PACKAGE, ID_PREFIX = "figures", "fig"
 
@@ -33,12 +49,10 @@ class MiniparFigure(CodeDrawn):
         alt = self.options.get("alt", "")
         container = self.figure(["minipar-figure"])
         box = nodes.container(classes=["minipar-figure-box"])
-        for pal in fig.palettes():
-            layout = "phone" if pal.phone else "wide"
-            path = out / f"{name}-{'phone-' if pal.phone else ''}{pal.theme}.svg"
+        for pal, file, classes in variants(fig):
+            path = out / file
             path.write_text(fig.svg(pal), encoding="utf-8")
             rel = "/" + path.relative_to(self.env.srcdir).as_posix()
-            classes = [f"only-{pal.theme}"] + ([f"minipar-{layout}"] if fig.phone else [])
             box += nodes.image(uri=rel, alt=alt, classes=classes)
         container += box
         return [self.add_caption(container)]
