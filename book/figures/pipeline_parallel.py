@@ -296,7 +296,7 @@ def _activation_panels(pal, runs):
         model = [cost.peak_microbatches(name, r, P, M, v) / v for r in range(P)]
         ax.plot(range(P), model, "_", color=pal.fg, ms=12, mew=1.5)
         for x, y in enumerate(ys):
-            ax.text(x, y + 0.2, f"{y:g}", ha="center", va="bottom", fontsize=9)
+            ax.text(x, y + 0.4, f"{y:g}", ha="center", va="bottom", fontsize=9, color=pal.fg)
         ax.set_title(NAMES[name] + (f", v = {v}" if v > 1 else ""), fontsize=10)
         ax.set_xticks(range(P), [f"r{r}" for r in range(P)])
         ax.set_ylim(0, M + 2.5)
