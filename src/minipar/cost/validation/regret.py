@@ -10,8 +10,9 @@ interleaving v, the recomputation, the ZeRO stage and sequence parallelism, and 
 parallelism up to the published degree (a row with c = 2 may come out at c = 1 or 2; the
 search does not go beyond, to keep it to seconds per row). The published layout is then in
 the space searched (``published_searched``), but where the search's rules leave it out (ZeRO
-over one data-parallel rank, which torchtitan runs over its CP ranks), so a choice is never
-predicted slower than a published layout the search saw and that fits.
+over one data-parallel rank, which torchtitan runs over its CP ranks; a micro-batch that is not
+a power of two), so a choice is never predicted slower than a published layout the search saw
+and that fits.
 
 Each row gives the published layout's predicted step time (as the row's experiment priced it)
 against the first choice's, the regret: how much faster the planner predicts its choice,
