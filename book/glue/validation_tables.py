@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import statistics
 
-from minipar.cost.validation import experiment3, modern
+from minipar.cost.validation import experiment3, fair, modern
 from minipar.cost.validation.published import (
     MICRO_BATCH_MODES,
     H200Row,
@@ -198,9 +198,15 @@ def experiment_3_score(s: dict | None = None) -> str:
 
 def preset_errors() -> list[dict]:
     """Each H100 preset's step-time errors per experiment (the error to expect of a plan on it):
-    rows, median |error|, rows within ±15 %, the smallest and largest signed error."""
+    rows, median |error|, rows within ±15 %, the smallest and largest signed error; beside them
+    the constant-MFU baseline fitted on the calibration rows (:mod:`minipar.cost.validation.fair`):
+    its median |error| and rows within."""
     runs = {1: modern.as_evaluated(1)["rows"], 2: modern.as_evaluated(2)["rows"]}
     runs[3] = [e | {"gpu": "H100-SXM"} for e in experiment3.as_evaluated()["rows"]]  # DGX-H100
+    base = {}
+    for exp in runs:
+        s = fair.score(str(exp))
+        base |= {e["id"]: x for e, x in zip(fair.rows(str(exp)), s["baseline_errors"], strict=True)}
     out = []
     for gpu in ("H100-SXM", "H100-HBM2e-500W"):
         for exp, rows in runs.items():
@@ -208,9 +214,12 @@ def preset_errors() -> list[dict]:
             if errors:
                 median = statistics.median(abs(x) for x in errors)
                 within = sum(abs(x) <= 15 for x in errors)
+                b = [base[e["id"]] for e in rows if e["gpu"] == gpu]
                 out.append(
                     dict(gpu=gpu, exp=exp, n=len(errors), median=median, within=within)
                     | dict(lo=errors[0], hi=errors[-1])
+                    | dict(base_median=statistics.median(abs(x) for x in b))
+                    | dict(base_within=sum(abs(x) <= 15 for x in b))
                 )
     return out
 
@@ -218,11 +227,13 @@ def preset_errors() -> list[dict]:
 def preset_error_table(rows: list[dict] | None = None) -> str:
     """:func:`preset_errors` as ``book/three_d_appendix.md`` prints it."""
     return _markdown(
-        "preset | experiment | rows | median error | within ±15 % | range",
-        "lrrrrl",
+        "preset | experiment | rows | median error | within ±15 % | range | baseline median "
+        "| baseline within",
+        "lrrrrlrr",
         (
             f"`{r['gpu']}` | {r['exp']} | {r['n']} | {r['median']:.1f} % | {r['within']} "
-            f"| {r['lo']:+.0f} … {r['hi']:+.0f} %"
+            f"| {r['lo']:+.0f} … {r['hi']:+.0f} % | {r['base_median']:.1f} % "
+            f"| {r['base_within']}"
             for r in (preset_errors() if rows is None else rows)
         ),
     )
