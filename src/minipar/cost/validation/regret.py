@@ -1,6 +1,6 @@
 """Ranking: would the planner have chosen the layout a published run's authors chose?
 
-For every published modern row the planner prices (experiments 1 to 3 and the calibration
+For every published modern row the planner prices (experiments 1 to 4 and the calibration
 rows), :func:`minipar.cost.planner.three_d.search` is run free over the layout with what the
 authors could not change held fixed: the model and its sequence, the GPU and their count, the
 global batch, the precision and the stack's switches (the row's mapping: attention kernel, FP8
@@ -31,7 +31,7 @@ from pathlib import Path
 
 from ..planner import three_d as planner
 from ..planner.term_table import BUBBLE, TERMS
-from . import experiment3, modern
+from . import experiment3, experiment4, modern
 
 PATH = Path(__file__).resolve().parent / "regret.json"
 NAMED_ABOVE = 10.0
@@ -66,6 +66,10 @@ def cases() -> list[dict]:
         m, c = experiment3.config_for(r)
         cl = planner.cluster(r["gpus"], min(8, r["gpus"]), "H100-SXM")
         out.append(dict(row=r, exp="3", m=m, cl=cl, c=c, opt=experiment3.options_for(r)))
+    for r in experiment4.kept_rows():
+        m, c = experiment4.config_for(r)
+        cl = planner.cluster(r["gpus"], experiment4.per_node(r), experiment4.gpu_for(r))
+        out.append(dict(row=r, exp="4", m=m, cl=cl, c=c, opt=experiment4.options_for(r)))
     return out
 
 
