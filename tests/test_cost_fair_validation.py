@@ -123,6 +123,10 @@ def test_the_appendix_prints_every_score_beside_its_baseline():
     fp = [e["error"] for e in late if "-fp8-" in e["id"]]
     assert f"the BF16 rows are {min(bf):+.1f} % to {max(bf):+.1f} %" in flat
     assert f"the FP8 rows {min(fp):+.1f} % to {max(fp):+.1f} %" in flat
+    bf6 = [e["error_recipe_vp6"] for e in late if "-bf16-" in e["id"]]
+    fp6 = [e["error_recipe_vp6"] for e in late if "-fp8-" in e["id"]]
+    six = f"{min(bf6):+.1f} % to {max(bf6):+.1f} % and {min(fp6):+.1f} % to {max(fp6):+.1f} %"
+    assert f"in place of the table's 12, {six})" in flat
 
 
 def test_the_presets_table_sets_the_baseline_beside_each_score():
