@@ -78,7 +78,15 @@ def test_the_choice_is_never_slower_than_a_published_layout_that_fits():
         assert (lay[4], lay[7]) == (1, 3) or lay[5] == 12
 
 
+def _well_formed(table: str) -> bool:
+    """A Markdown table whose header, rule and every row have the same number of cells."""
+    lines = table.splitlines()
+    cells = {line.count("|") for line in lines}
+    return len(lines) > 2 and len(cells) == 1 and lines[1].startswith("|---")
+
+
 def test_the_appendix_prints_the_ranking():
     text = APPENDIX.read_text()
+    assert _well_formed(tables.regret_table()) and _well_formed(tables.fair_score_table())
     assert tables.regret_table() in text
     assert tables.regret_sentence() in " ".join(text.split())

@@ -89,7 +89,7 @@ def regret_table(rows: list[dict] | None = None) -> str:
     rows = regret.load() if rows is None else rows
     return _markdown(
         "row | experiment | published layout | s | first choice | s | faster by | what makes it so",
-        "llllrlrrl",
+        "lllrlrrl",
         (
             f"`{e['id']}` | {e['experiment']} | {_layout(e['published'])}"
             f"{'' if e['published_fits'] else ' (does not fit)'} | {e['published_s']:.2f} "
