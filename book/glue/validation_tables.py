@@ -297,12 +297,12 @@ def main() -> None:
     s = experiment3.as_evaluated()
     print(experiment_3_table(s))
     print(experiment_3_score(s) + ".")
-    print("\nThe H100 presets' step-time error per experiment, as evaluated\n")
-    print(preset_error_table())
     print("\nExperiment 3 as the calibration set: recorded and today's error and memory\n")
     c = experiment3.calibration_3()
     print(calibration_3_table(c))
     print(calibration_3_score(c) + ".")
+    print("\nThe H100 presets' step-time error per experiment, as evaluated\n")
+    print(preset_error_table())
 
 
 if __name__ == "__main__":
