@@ -21,6 +21,12 @@ from pathlib import Path
 RULE_SINCE = "9240e59c86eb051528c7115944d9f34591968dbc"
 #: the last commit made before the body rule; the commits after it also have their bodies checked
 BODY_SINCE = "7bfc44a02532ccb7aaa839dcd3a1a52d742984b4"
+#: commits whose message broke a rule and that later commits name by hash (a freeze, a record), so
+#: rewording them would break those references: each with what it broke; it is not checked
+WAIVED = {
+    "ea78903147a6b8ca149eb7868df964abda6f55c7": "a 73-character subject, made before the hook "
+    "was installed; later commits (the experiment 4 freeze among them) are named by hash",
+}
 MAX_SUBJECT = 72
 MAX_LINE = 100  # characters per body line
 TRIVIAL_LINES = 2  # a commit changing at most this many lines (added + removed) needs no body
@@ -99,6 +105,8 @@ def main(argv: list[str] | None = None) -> int:
         set(_git("rev-list", f"{BODY_SINCE}..HEAD").split()) if _known(BODY_SINCE) else set()
     )
     for sha in _git("rev-list", f"{args.since}..HEAD").split():
+        if sha in WAIVED:
+            continue
         changed = None
         if sha in with_body:
             changed = changed_lines(_git("show", "--numstat", "--format=", sha))

@@ -88,3 +88,30 @@ def test_history_checks_bodies_only_after_the_body_rule(tmp_path, monkeypatch, c
     assert out.startswith(f"{after[:10]}: no body") and before[:10] not in out, out
     monkeypatch.setattr(check_commits, "BODY_SINCE", after)
     assert check_commits.main(["--since", first]) == 0, capsys.readouterr().out
+
+
+@pytest.mark.slow
+def test_a_waived_commit_is_skipped_and_only_it(tmp_path, monkeypatch, capsys):
+    """WAIVED names one commit by hash; the same message on any other commit still fails."""
+    git = ["git", "-c", "user.name=t", "-c", "user.email=t@example.invalid"]
+    subprocess.run(["git", "init", "-q"], cwd=tmp_path, check=True)
+    shas = []
+    for name in ("a", "b", "c"):
+        (tmp_path / name).write_text("x\n")
+        subject = "Start" if name == "a" else "S" * 73
+        for args in (["add", name], ["commit", "-q", "-m", subject + "\n\nWhy."]):
+            subprocess.run([*git, *args], cwd=tmp_path, check=True, capture_output=True)
+        shas.append(
+            subprocess.run(
+                ["git", "rev-parse", "HEAD"],
+                cwd=tmp_path,
+                check=True,
+                capture_output=True,
+                text=True,
+            ).stdout.strip()
+        )
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(check_commits, "WAIVED", {shas[1]: "a test"})
+    assert check_commits.main(["--since", shas[0]]) == 1
+    out = capsys.readouterr().out
+    assert out.startswith(f"{shas[2][:10]}: the subject has 73") and shas[1][:10] not in out, out
