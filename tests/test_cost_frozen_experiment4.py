@@ -1,24 +1,22 @@
 """The planner as frozen for experiment 4 (minipar/cost/planner/frozen_experiment4.json), before
 any of its rows was read: the term table, every GPU and link preset, every module constant of
 the cost model, and probe plans with every term of their breakdown and one search's first
-choice. The file is never rewritten: a change to a formula, a constant, a preset or a default
-after the freeze fails here, and makes a new model for a new experiment."""
+choice. The freeze has ended (the planner changed after experiments 4 and 5 were evaluated, whose
+results are read from their records); the file stays the record of the model they evaluated, as
+it was written at the freeze commit, never rewritten."""
 
+import hashlib
 import json
 
-import pytest
-
 from minipar.cost.planner import frozen_experiment4 as frozen4
-from minipar.cost.planner.term_table import TERMS
 
 FROZEN = json.loads(frozen4.PATH.read_text())
+SHA256 = "23a965503163528b6a6cfd377dee58e56e67fc7d7ac696bf83fbc40b37121613"
+"""The file's bytes at the freeze commit ``62885ed``."""
 
 
-def test_terms_presets_and_constants_are_the_frozen_ones():
-    assert [t.name for t in TERMS] == FROZEN["terms"]
-    assert frozen4.frozen.gpus_now() == FROZEN["gpus"]
-    assert frozen4.frozen.links_now() == FROZEN["links"]
-    assert frozen4.constants_now() == FROZEN["constants"]
+def test_the_record_is_the_file_of_the_freeze():
+    assert hashlib.sha256(frozen4.PATH.read_bytes()).hexdigest() == SHA256
 
 
 def test_the_snapshot_holds_the_models_constants():
@@ -29,16 +27,10 @@ def test_the_snapshot_holds_the_models_constants():
     assert "RESERVE" in c["layout"] and "ALLOCATOR_MARGIN" in c["layout"]
 
 
-@pytest.mark.parametrize(
-    "p", FROZEN["probes"], ids=lambda p: f"{p['model']}-{p['gpu']}-{p['gpus']}"
-)
-def test_probe_plans_are_the_frozen_ones(p):
-    now = frozen4.probe(p)
-    assert now["step_seconds"] == pytest.approx(p["step_seconds"], rel=1e-9)
-    assert now["bytes_per_gpu"] == pytest.approx(p["bytes_per_gpu"], rel=1e-9)
-    assert now["mfu"] == pytest.approx(p["mfu"], rel=1e-9)
-    assert now["fits"] == p["fits"]
-    assert now["terms"].keys() == p["terms"].keys()
-    for k, v in p["terms"].items():
-        assert now["terms"][k] == pytest.approx(v, rel=1e-9, abs=1e-15), k
-    assert now.get("chosen") == p.get("chosen")
+def test_the_record_holds_every_probe_with_its_terms():
+    """Every probe of the module's list is in the record, evaluated with its breakdown; the
+    search's first choice is kept."""
+    assert len(FROZEN["probes"]) >= len(frozen4.PROBES)
+    for p in FROZEN["probes"]:
+        assert p["step_seconds"] > 0 and p["bytes_per_gpu"] > 0 and p["terms"], p["model"]
+    assert sum("chosen" in p for p in FROZEN["probes"]) == 1

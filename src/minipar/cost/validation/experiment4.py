@@ -51,6 +51,9 @@ from . import baseline, fair, modern
 
 DATA = Path(__file__).resolve().parent / "measurements" / "published_current.json"
 SNAPSHOT = Path(__file__).resolve().parents[1] / "planner" / "frozen_experiment4.json"
+RECORD = Path(__file__).resolve().parent / "experiment4_as_evaluated.json"
+"""The evaluation as it came out (:func:`summary` on the frozen model), kept when the freeze
+ended: what the appendix and the tests read (:func:`as_evaluated`)."""
 FREEZE_COMMIT = "62885ed"
 """The commit that holds :data:`SNAPSHOT` alone; set after it, before any row is read."""
 BAND = 15.0
@@ -199,3 +202,23 @@ def summary(band: float = BAND) -> dict:
         },
         "not_evaluated": {r["id"]: r["excluded_because"] for r in load()["rows"] if not r["kept"]},
     }
+
+
+def _record(s: dict) -> dict:
+    """:func:`summary`'s result as the record keeps it (JSON; the rows not kept are read from
+    the rows file)."""
+    keep = {k: v for k, v in s.items() if k != "not_evaluated"}
+    return json.loads(json.dumps(keep))
+
+
+def as_evaluated() -> dict:
+    """Experiment 4 as it was evaluated, once, on the planner of the freeze :data:`FREEZE_COMMIT`
+    (:data:`RECORD`), in :func:`summary`'s form: the record, not the planner of today, which
+    changed after the freeze ended."""
+    rec = json.loads(RECORD.read_text())
+    for e in rec["rows"]:
+        e["layout"] = tuple(e["layout"])
+        e["layout_key"] = tuple(tuple(v) if isinstance(v, list) else v for v in e["layout_key"])
+    rec["by_source"] = {k: tuple(v) for k, v in rec["by_source"].items()}
+    rec["not_evaluated"] = {r["id"]: r["excluded_because"] for r in load()["rows"] if not r["kept"]}
+    return rec
