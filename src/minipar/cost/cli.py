@@ -505,7 +505,7 @@ def _check_hopper(cl, opts) -> None:
 
 def _check_space(m_, cl, space) -> None:
     """The fixed dimensions' own rules, before any layout is searched."""
-    if (space.ep or space.max_ep > 1) and not m_.moe:
+    if (space.ep or (space.max_ep or 1) > 1) and not m_.moe:
         raise InputError(f"--ep needs an MoE model (experts > 1), got {m_.experts} expert")
     if space.tp and m_.heads % space.tp:
         raise InputError(f"heads ({m_.heads}) must be divisible by t ({space.tp})")

@@ -406,7 +406,8 @@ class Space:
     heads within a node, p a divisor of L, b a power of two up to ``max_micro_batch``, v every
     chunk count the split allows (:func:`chunk_counts`) up to ``max_chunks`` under
     ``schedule``, every recomputation, every ZeRO stage the layout allows, cp and ep over powers
-    of two up to ``max_cp`` and ``max_ep``), a value fixes it."""
+    of two up to ``max_cp`` and ``max_ep``), a value fixes it. ``max_ep`` None: up to the
+    experts of an MoE model (:func:`ep_limit`), 1 for a dense one."""
 
     tp: int | None = None
     pp: int | None = None
@@ -421,7 +422,7 @@ class Space:
     max_micro_batch: int = 8
     max_chunks: int | None = None  # None: up to the layers per stage
     max_cp: int = 1
-    max_ep: int = 1
+    max_ep: int | None = None  # None: the experts of an MoE model, 1 dense
     split: str | None = None  # None: "even" where p divides L, else "units"
 
     def __post_init__(self):
@@ -614,9 +615,26 @@ def _powers(fixed: int | None, top: int) -> list[int]:
     return [fixed] if fixed else [1 << k for k in range(top.bit_length())]
 
 
+def ep_limit(m_: ModelShape, space: Space) -> int:
+    """The largest ep :func:`search` tries: ``space.max_ep`` when given, else the experts of an
+    MoE model (every expert on its own rank at most: DeepSeek-V3 trained with EP 64 over its 256,
+    DeepSeek-AI 2024 §3.2), 1 for a dense model."""
+    if space.max_ep is not None:
+        return space.max_ep
+    return m_.experts if m_.moe else 1
+
+
+def _ep_fits(m_: ModelShape, e: int, t: int, cp_: int, d: int) -> bool:
+    """ep = ``e`` divides the experts and the t·cp·d ranks of a stage it folds over (MoE
+    parallel folding, :func:`~minipar.cost.chapters.expert_parallel.folded_expert_dp`)."""
+    return m_.experts % e == 0 and (t * cp_ * d) % e == 0
+
+
 def _candidates(m_: ModelShape, cl: Cluster, global_batch: int, space: Space, refused: list):
     """(t, cp, ep, p, d, b) of ``space`` that divide the GPUs and the batch; the rule and the
-    values of each one left out go to ``refused``."""
+    values of each one left out go to ``refused``. A searched ep (``space.ep`` None) that does
+    not fold onto the grid (:func:`_ep_fits`) is skipped without a refusal: the default search
+    of an MoE model tries every power of two up to its experts (:func:`ep_limit`)."""
     sp = space
     kv = m_.kv_heads or m_.heads  # t divides the heads and the key/value heads
     within_node = [k for k in _divisors(math.gcd(m_.heads, kv)) if k <= cl.gpus_per_node]
@@ -626,7 +644,7 @@ def _candidates(m_: ModelShape, cl: Cluster, global_batch: int, space: Space, re
         (t, c, e, p)
         for t in ts
         for c in _powers(sp.cp, sp.max_cp)
-        for e in _powers(sp.ep, sp.max_ep)
+        for e in _powers(sp.ep, ep_limit(m_, sp))
         for p in ps
     ):
         if ep_ > 1 and not m_.moe:
@@ -635,6 +653,8 @@ def _candidates(m_: ModelShape, cl: Cluster, global_batch: int, space: Space, re
             refused.append(f"t·cp·p ({t * cp_ * p}) must divide the GPUs ({cl.gpus})")
             continue
         d = cl.gpus // (t * cp_ * p)
+        if ep_ > 1 and not sp.ep and not _ep_fits(m_, ep_, t, cp_, d):
+            continue
         if sp.dp and d != sp.dp:
             refused.append(f"t·cp·p·d ({t * cp_ * p * sp.dp}) must equal the GPUs ({cl.gpus})")
             continue
