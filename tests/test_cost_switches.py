@@ -36,9 +36,10 @@ def test_llama3_405b_at_its_published_8k_layout_interleaves(capsys):
     8 layers), 81.7 GiB without recomputation, over the 78 GiB limit; 1F1B without
     recomputation fits, tight. With every TP collective and the gradient reduction exposed
     (--no-tp-overlap --no-overlap-grad-reduce) the first plan runs at MFU 42-43 %, the
-    authors' figure; with today's defaults (both overlapped, at their cost) at 48-49 %. What
-    this model lacks to agree with the authors is the schedule's micro-batch group (Llama 3's
-    N), which bounds the chunks in flight."""
+    authors' figure; with today's defaults (both overlapped, at their cost) at 48-49 %. The
+    schedule's micro-batch group (Llama 3's N) does not bound the chunks in flight here: with
+    m = p any N from p holds every chunk on the early stages. What fits without recomputation
+    is an MLP that keeps less (--mlp-saves inputs, tests/test_cost_pipeline_memory.py)."""
     argv = ["plan", "--model", "llama3-405b", "--gpu", "H100-SXM", "--gpus", "16384"]
     argv += ["--global-batch", "2048", "--tp", "8", "--pp", "16", "--micro-batch", "1"]
     assert main(argv + ["--json", "--top", "0", "--no-tp-overlap", "--no-overlap-grad-reduce"]) == 0

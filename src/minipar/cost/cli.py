@@ -22,6 +22,7 @@ from .kernels.compute import FP8_SCALING, check_fp8_gpu
 from .network import collectives
 from .planner import three_d as planner
 from .planner.breakdown import check_layout
+from .planner.layout import MLP_SAVES
 from .planner.term_table import TERMS
 from .planner.three_d_terms import CP_ALGORITHMS
 from .units import fmt_bytes, fmt_seconds, parse_bytes
@@ -339,6 +340,7 @@ def _flag_names() -> tuple[dict, dict]:
         "PLAN_SCHEDULES": planner.SCHEDULES,
         "CP_ALGORITHMS": CP_ALGORITHMS,
         "FP8_SCALING": FP8_SCALING,
+        "MLP_SAVES": MLP_SAVES,
     }
     return {f.__name__: f for f in types}, choices
 
@@ -460,7 +462,7 @@ def _plan_cluster(args) -> "planner.Cluster":
 _PLAN_OPTIONS = (
     "grad_reduce_bytes headroom zero3_collectives attention precision overlap_grad_reduce "
     "cp_algorithm overlap_param_gather reshard_after_forward fp8 compiled tp_overlap moe_imbalance "
-    "fp8_params main_grad_bytes moe_capacity ep_overlap"
+    "fp8_params main_grad_bytes moe_capacity ep_overlap mlp_saves microbatch_group"
 ).split()
 """The :class:`~minipar.cost.planner.three_d_terms.Options` fields ``minipar plan`` takes as flags
 of the same name."""
@@ -667,8 +669,16 @@ def recipe_words(opts, given=(), zero=None) -> str:
         f"{on[opts.overlap_grad_reduce]}{mark('overlap_grad_reduce')}; param-gather overlap "
         f"{on[opts.overlap_param_gather]}{mark('overlap_param_gather')}; optimizer states: "
         f"{sharding}; pipeline schedules {', '.join(planner.SCHEDULES)} (v up to the layers "
-        "per stage)"
+        f"per stage; interleaved micro-batch group N = {opts.microbatch_group or 'p'}); the MLP "
+        f"keeps {MLP_KEEPS[opts.mlp_saves]}"
     )
+
+
+MLP_KEEPS = {
+    "product": "its activation's inputs and output",
+    "inputs": "its activation's inputs, the output rewritten in the backward",
+}
+"""What the plan's header says the MLP keeps, per :data:`~minipar.cost.planner.layout.MLP_SAVES`."""
 
 
 def _plan_table(args, m_, cl, opts, shown, counts) -> None:

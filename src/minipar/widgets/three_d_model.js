@@ -366,6 +366,7 @@ export const RECIPES = {
   "bf16-grads": {weight_bytes: 2, grad_bytes: 2, optimizer_bytes: 12, reduce_bytes: 2, accumulate_bytes: 6, adam_bytes: 28, fp32_logits: true, headroom: RESERVE, margin: ALLOCATOR_MARGIN},
 };
 export const RECOMPUTE_MODULES = ["core_attn", "layernorm", "act", "mlp"];   // Python: RECOMPUTE_MODULES
+export const MLP_SAVES = ["product", "inputs"];   // Python: MLP_SAVES
 export const SPLITS = ["even", "units"];                                     // Python: SPLITS
 // Python: MAIN_GRADS: a recipe's bytes by main-gradient dtype (fp32 or bf16 main gradients)
 export const MAIN_GRADS = {4: {grad_bytes: 4, reduce_bytes: 4, accumulate_bytes: 10, adam_bytes: 30}, 2: {grad_bytes: 2, reduce_bytes: 2, accumulate_bytes: 6, adam_bytes: 28}};
@@ -390,21 +391,24 @@ function resolvedOptions(o, attention, precision) {
 
 // Python: Options(...) with its defaults and rules
 export function planOptions(opt = {}) {
-  const known = ["grad_reduce_bytes", "dp_overlap", "headroom", "zero3_overlap", "zero3_collectives", "attention", "precision", "zero3_ac_inside_unit", "overlap_grad_reduce", "cp_algorithm", "overlap_param_gather", "reshard_after_forward", "recompute_modules", "fp8", "compiled", "tp_overlap", "moe_imbalance", "fp8_params", "moe_capacity", "ep_overlap", "main_grad_bytes"];
+  const known = ["grad_reduce_bytes", "dp_overlap", "headroom", "zero3_overlap", "zero3_collectives", "attention", "precision", "zero3_ac_inside_unit", "overlap_grad_reduce", "cp_algorithm", "overlap_param_gather", "reshard_after_forward", "recompute_modules", "fp8", "compiled", "tp_overlap", "moe_imbalance", "fp8_params", "moe_capacity", "ep_overlap", "main_grad_bytes", "mlp_saves", "microbatch_group"];
   const unknown = Object.keys(opt).filter((k) => !known.includes(k)).sort();
   if (unknown.length) throw new Error(`option ('${unknown[0]}') must be one of ${known.join(", ")}`);
-  const o = {grad_reduce_bytes: null, dp_overlap: true, headroom: null, zero3_overlap: true, zero3_collectives: "hierarchical", attention: null, precision: null, zero3_ac_inside_unit: false, overlap_grad_reduce: null, cp_algorithm: "ring", overlap_param_gather: null, reshard_after_forward: null, recompute_modules: null, fp8: null, compiled: false, tp_overlap: null, moe_imbalance: 1.0, fp8_params: false, moe_capacity: null, ep_overlap: false, main_grad_bytes: null, ...opt};
+  const o = {grad_reduce_bytes: null, dp_overlap: true, headroom: null, zero3_overlap: true, zero3_collectives: "hierarchical", attention: null, precision: null, zero3_ac_inside_unit: false, overlap_grad_reduce: null, cp_algorithm: "ring", overlap_param_gather: null, reshard_after_forward: null, recompute_modules: null, fp8: null, compiled: false, tp_overlap: null, moe_imbalance: 1.0, fp8_params: false, moe_capacity: null, ep_overlap: false, main_grad_bytes: null, mlp_saves: "product", microbatch_group: null, ...opt};
   if (!ZERO3_COLLECTIVES.includes(o.zero3_collectives)) throw new Error(`zero3_collectives ('${o.zero3_collectives}') must be one of ${ZERO3_COLLECTIVES.join(", ")}`);
   if (!(o.attention === null || ATTENTION.includes(o.attention))) throw new Error(`attention ('${o.attention}') must be one of ${ATTENTION.join(", ")}`);
   if (!(o.fp8 === null || FP8_SCALING.includes(o.fp8))) throw new Error(`fp8 ('${o.fp8}') must be one of ${FP8_SCALING.join(", ")}`);
   if (!CP_ALGORITHMS.includes(o.cp_algorithm)) throw new Error(`cp_algorithm ('${o.cp_algorithm}') must be one of ${CP_ALGORITHMS.join(", ")}`);
   if (!(o.precision === null || o.precision in RECIPES)) throw new Error(`precision ('${o.precision}') must be one of ${Object.keys(RECIPES).join(", ")}`);
+  if (!MLP_SAVES.includes(o.mlp_saves)) throw new Error(`mlp_saves ('${o.mlp_saves}') must be one of ${MLP_SAVES.join(", ")}`);
   const badModule = (o.recompute_modules || []).find((x) => !RECOMPUTE_MODULES.includes(x));
   if (badModule !== undefined) throw new Error(`recompute module ('${badModule}') must be one of ${RECOMPUTE_MODULES.join(", ")}`);
   if (o.fp8_params && !o.fp8) throw new Error(`fp8_params (${o.fp8_params ? "True" : "False"}) needs fp8 GEMMs (a scaling), got fp8 (${o.fp8 ?? "None"})`);
   if (o.moe_capacity !== null && !(o.moe_capacity > 0)) throw new Error(`moe capacity (${o.moe_capacity}) must be > 0 (a capacity factor), or None (dropless)`);
   if (!(o.moe_imbalance >= 1)) throw new Error(`moe imbalance (${o.moe_imbalance}) must be >= 1 (the busiest EP rank's tokens over the mean)`);
   if (!(o.main_grad_bytes === null || o.main_grad_bytes in MAIN_GRADS)) throw new Error(`main_grad_bytes (${o.main_grad_bytes}) must be one of 4, 2 (fp32 or bf16 main gradients)`);
+  const n = o.microbatch_group;
+  if (n !== null && !(Number.isInteger(n) && n >= 1)) throw new Error(`microbatch group (${n}) must be a positive integer, or None (p)`);
   const grb = o.grad_reduce_bytes ?? GRAD_REDUCE_BYTES, room = o.headroom ?? HEADROOM;
   if (!(grb > 0) || !(room >= 0 && room < 1)) {
     throw new Error(`grad_reduce_bytes (${grb}) must be > 0 and headroom (${room}) in [0, 1)`);
@@ -469,26 +473,29 @@ export function fp8ParamBytesSaved(model, lay, opt) {
   return recipeOf(opt).weight_bytes * Math.max(...stageLayers(model.layers, lay)) * linear / shard;
 }
 
-// Python: layers_in_flight(L, lay)
-export function layersInFlight(L, lay) {
+// Python: layers_in_flight(L, lay, group)
+export function layersInFlight(L, lay, group = null) {
   const v = lay.chunks, [mid, end] = stageLayers(L, lay);
-  const first = end * chunksInFlight(lay, 0) / v;
-  return lay.pp > 1 ? Math.max(first, mid * chunksInFlight(lay, 1) / v) : first;
+  const first = end * chunksInFlight(lay, 0, group) / v;
+  return lay.pp > 1 ? Math.max(first, mid * chunksInFlight(lay, 1, group) / v) : first;
 }
 
-// Python: chunks_in_flight(lay, rank): 1F1B's p − rank, interleaved Megatron's warm-up + 1, at most m·v
-export function chunksInFlight(lay, rank) {
+// Python: chunks_in_flight(lay, rank, group): 1F1B's p − rank, interleaved the warm-up of the
+// micro-batch group N (p by default, from p to m) + 1, at most m·v
+export function chunksInFlight(lay, rank, group = null) {
   const p = lay.pp, m = layMicrobatches(lay), v = lay.chunks;
   if (v === 1) return Math.min(p - rank, m);
-  return Math.min(2 * (p - rank - 1) + (v - 1) * p + 1, m * v);
+  const n = group ?? p;
+  if (!(p <= n && n <= m)) throw new Error(`microbatch group N (${n}) must be at least p (${p}) and at most m (${m}) under interleaving`);
+  return Math.min(2 * (p - rank - 1) + (v - 1) * n + 1, m * v);
 }
 
-// Python: shape_activation_bytes(m_, lay)
-export function shapeActivationBytes(model, lay) {
+// Python: shape_activation_bytes(m_, lay, mlp_saves)
+export function shapeActivationBytes(model, lay, mlpSaves = "product") {
   const m = planShape(model);
   if (lay.recompute === "full") return 0.0;
-  const h = m.hidden, f = ffnWidth(m);
-  const perToken = 4 * kvWidth(m) - 4 * h + 2 * m.mlp_matrices * f * m.top_k - 16 * h;
+  const h = m.hidden, f = ffnWidth(m), kept = m.mlp_matrices - (mlpSaves === "inputs" ? 1 : 0);
+  const perToken = 4 * kvWidth(m) - 4 * h + 2 * kept * f * m.top_k - 16 * h;
   const masks = m.dropout > 0 ? 0.0 : (2 * h) / (lay.sp ? lay.tp : 1);   // no dropout: no masks
   return m.seq * lay.micro_batch * (perToken / lay.tp - masks);
 }
@@ -498,9 +505,9 @@ export function moduleActivationBytes(model, lay, opt) {
   if (lay.recompute !== "selective") return 0.0;
   const m = planShape(model), mods = opt.recompute_modules || [], sb = m.seq * lay.micro_batch, t = lay.tp;
   let out = mods.includes("layernorm") ? (4 * sb * m.hidden) / (lay.sp ? t : 1) : 0.0;
-  const f = ffnWidth(m), k = m.top_k;
-  if (mods.includes("mlp")) out += (2 * m.mlp_matrices * f * k * sb) / t;
-  else if (mods.includes("act")) out += (2 * f * k * sb) / t;
+  const f = ffnWidth(m), k = m.top_k, kept = m.mlp_matrices - (opt.mlp_saves === "inputs" ? 1 : 0);
+  if (mods.includes("mlp")) out += (2 * kept * f * k * sb) / t;
+  else if (mods.includes("act") && opt.mlp_saves !== "inputs") out += (2 * f * k * sb) / t;   // "inputs" keeps no output
   return out;
 }
 
@@ -562,10 +569,10 @@ export function recipeKernelsSeconds(model, cluster, lay, opt) {
 
 // Python: module_recompute_seconds(m_, cl, lay, opt, mlp_forward)
 export function moduleRecomputeSeconds(model, cluster, lay, opt, mlpForward) {
-  if (lay.recompute !== "selective") return 0.0;
-  const m = planShape(model), mods = opt.recompute_modules || [], sl = lay.micro_batch * Math.floor(m.seq / lay.cp), t = lay.tp;
+  const m = planShape(model), mods = lay.recompute === "selective" ? opt.recompute_modules || [] : [], sl = lay.micro_batch * Math.floor(m.seq / lay.cp), t = lay.tp;
   let moved = mods.includes("layernorm") ? (8 * sl * m.hidden) / (lay.sp ? t : 1) : 0.0;
   if (mods.includes("mlp") || mods.includes("act")) moved += (2 * m.mlp_matrices * ffnWidth(m) * m.top_k * sl) / t;
+  else if (opt.mlp_saves === "inputs") moved += (2 * ffnWidth(m) * m.top_k * sl) / t;   // the product written again
   return moved / cluster.gpu.hbm_bandwidth + (mods.includes("mlp") ? mlpForward : 0.0);
 }
 
@@ -593,10 +600,10 @@ export function termActivations(model, cluster, lay, opt) {
   const {micro_batch: b, tp: t, sp, recompute: rc, cp} = lay, att = opt.attention;
   let memRc = cp > 1 && rc === "none" ? "selective" : rc;   // blockwise ring attention: no s² scores
   if (memRc === "selective" && !(opt.recompute_modules || []).includes("core_attn")) memRc = "none";
-  const perLayer = activationsWithAttention(s, b, h, a, t, sp, memRc, att) + shapeActivationBytes(model, lay) - moduleActivationBytes(model, lay, opt);
+  const perLayer = activationsWithAttention(s, b, h, a, t, sp, memRc, att) + shapeActivationBytes(model, lay, opt.mlp_saves) - moduleActivationBytes(model, lay, opt);
   let recomputed = 0.0;
-  if (rc === "full") recomputed = activationsWithAttention(s, b, h, a, t, sp, cp > 1 ? "selective" : "none", att) + shapeActivationBytes(model, {...lay, recompute: "none"});
-  const act = (perLayer * layersInFlight(L, lay) + recomputed) / cp;
+  if (rc === "full") recomputed = activationsWithAttention(s, b, h, a, t, sp, cp > 1 ? "selective" : "none", att) + shapeActivationBytes(model, {...lay, recompute: "none"}, opt.mlp_saves);
+  const act = (perLayer * layersInFlight(L, lay, opt.microbatch_group ?? null) + recomputed) / cp;
   if (!recipeOf(opt).fp32_logits) return act;
   if (lay.pp === 1) return act + logitsBytes(model, lay);
   const end = stageLayers(L, lay)[1];                 // the last stage: one micro-batch and the logits

@@ -143,13 +143,17 @@ def module_recompute_seconds(m_, cl, lay: Layout, opt: Options, mlp_forward: flo
     attention core: the two norms (read and write (b, s, h): 8 bytes per token and hidden unit,
     ÷ t with SP), the MLP's activation (read its inputs, write its output: 2·matrices·f bytes
     per token and routed expert, ÷ t), or the MLP's forward GEMMs (``mlp_forward``) and its
-    activation; all memory-bound at the HBM bandwidth but the GEMMs."""
-    if lay.recompute != "selective":
-        return 0.0
-    mods, sl, t = opt.recompute_modules or (), lay.micro_batch * (m_.seq // lay.cp), lay.tp
+    activation; all memory-bound at the HBM bandwidth but the GEMMs. With ``opt.mlp_saves``
+    "inputs" the backward writes the activation's output again (2·f bytes per token and routed
+    expert, ÷ t: xFormers' ``silu_bw_fused`` returns it beside the gradients it writes anyway)
+    under any recomputation, unless the modules recompute the activation already."""
+    mods = (opt.recompute_modules or ()) if lay.recompute == "selective" else ()
+    sl, t = lay.micro_batch * (m_.seq // lay.cp), lay.tp
     moved = 8 * sl * m_.hidden / (t if lay.sp else 1) if "layernorm" in mods else 0.0
     if "mlp" in mods or "act" in mods:
         moved += 2 * m_.mlp_matrices * m_.ffn_width * m_.top_k * sl / t
+    elif opt.mlp_saves == "inputs":
+        moved += 2 * m_.ffn_width * m_.top_k * sl / t
     return moved / cl.gpu.hbm_bandwidth + (mlp_forward if "mlp" in mods else 0.0)
 
 

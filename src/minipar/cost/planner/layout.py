@@ -79,6 +79,14 @@ attention outputs and recomputes the rest): the attention core's scores (Korthik
 2022 §5; nothing to drop under flash attention, which recomputes them anyway), the two norms'
 outputs, the MLP's activation output (GeLU, or SwiGLU's product), or the whole MLP but its input."""
 
+MLP_SAVES = ("product", "inputs")
+"""What the MLP keeps for its backward besides its input
+(:func:`~minipar.cost.planner.memory_terms.shape_activation_bytes`): "product" the activation's inputs and its output, the
+down projection's input (Megatron-Core's fused SwiGLU and Transformer Engine's LayerNormMLP
+save both); "inputs" the activation's inputs only, its output written again by the backward's
+fused kernel for the down projection's weight gradient (xFormers' fused SwiGLU, ``swiglu_op``:
+``silu_bw_fused`` returns the product beside the gradients)."""
+
 SPLITS = ("even", "units")
 """Pipeline splits: "even" puts L/p layers on every stage (L divisible by p; the embedding and
 the head on top of the first and last stage, Megatron-LM 2021); "units" counts the embedding
@@ -173,6 +181,14 @@ class Options:
     # bytes per main-gradient element, the buffer the micro-batches accumulate into (4: fp32,
     # Megatron-Core's default; 2: bf16, NeMo's grad_sync_dtype bf16); None: the recipe's
     main_grad_bytes: float | None = None
+    # what the MLP keeps for its backward (MLP_SAVES): "product" its activation's inputs and
+    # output (Megatron-Core, Transformer Engine), "inputs" the inputs only (xFormers' fused
+    # SwiGLU: the output rewritten in the backward; memory_terms.shape_activation_bytes)
+    mlp_saves: str = "product"
+    # the interleaved schedule's micro-batch group N: each model chunk runs N consecutive
+    # micro-batches (Llama 3's flexible N, Llama Team 2024 §3.3.2; Megatron-Core's
+    # microbatch_group_size_per_vp_stage); None: p (memory_terms.chunks_in_flight)
+    microbatch_group: int | None = None
 
     @property
     def recipe(self) -> Recipe:
@@ -215,6 +231,7 @@ class Options:
             ("fp8", FP8_SCALING, True),
             ("cp_algorithm", CP_ALGORITHMS, False),
             ("precision", RECIPES, True),
+            ("mlp_saves", MLP_SAVES, False),
         ):
             value = getattr(self, name)
             if value not in allowed and not (none_ok and value is None):
@@ -243,6 +260,9 @@ class Options:
                 f"main_grad_bytes ({self.main_grad_bytes}) must be one of "
                 f"{', '.join(map(str, MAIN_GRADS))} (fp32 or bf16 main gradients)"
             )
+        n = self.microbatch_group
+        if n is not None and not (isinstance(n, int) and n >= 1):
+            raise ValueError(f"microbatch group ({n}) must be a positive integer, or None (p)")
         grb = GRAD_REDUCE_BYTES if self.grad_reduce_bytes is None else self.grad_reduce_bytes
         room = HEADROOM if self.headroom is None else self.headroom
         if grb <= 0 or not 0 <= room < 1:

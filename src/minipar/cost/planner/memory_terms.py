@@ -49,28 +49,40 @@ def fp8_param_bytes_saved(m_, lay: Layout, opt: Options) -> float:
     return opt.recipe.weight_bytes * max(stage_layers(m_.layers, lay)) * linear / shard
 
 
-def chunks_in_flight(lay: Layout, rank: int) -> int:
+def chunks_in_flight(lay: Layout, rank: int, group: int | None = None) -> int:
     """Micro-batch chunks whose activations stage ``rank`` holds at its peak: under 1F1B its
-    p − rank warm-up forwards, at most m (Narayanan et al. 2021 §2.2.1); interleaved, Megatron's
-    warm-up of 2·(p − rank − 1) + (v − 1)·p chunks plus the one running, at most all m·v
-    (``get_forward_backward_func``'s interleaved schedule; Korthikanti et al. 2022 §4.2.3)."""
+    p − rank warm-up forwards, at most m (Narayanan et al. 2021 §2.2.1); interleaved, the
+    warm-up of 2·(p − rank − 1) + (v − 1)·N chunks plus the one running, at most all m·v, where
+    N (``group``; None: p) is the micro-batch group, the consecutive micro-batches each model
+    chunk runs before the next (Megatron-Core's ``get_forward_backward_func`` interleaved
+    schedule with ``microbatch_group_size_per_vp_stage``, p by default; Korthikanti et al. 2022
+    §4.2.3; Llama 3's flexible N, Llama Team 2024 §3.3.2, from p, depth-first, to m,
+    breadth-first). N below p would leave a stage idle p − N slots per chunk, a bubble the
+    planner does not price: refused, as is N above m. With m = p the warm-up reaches m·v on
+    every stage up to (p − 1)/2 whatever N: those stages hold every chunk of the batch."""
     p, m, v = lay.pp, lay.microbatches, lay.chunks
     if v == 1:
         return min(p - rank, m)
-    return min(2 * (p - rank - 1) + (v - 1) * p + 1, m * v)
+    n = p if group is None else group
+    if not p <= n <= m:
+        raise ValueError(
+            f"microbatch group N ({n}) must be at least p ({p}) and at most m ({m}) under "
+            "interleaving"
+        )
+    return min(2 * (p - rank - 1) + (v - 1) * n + 1, m * v)
 
 
-def layers_in_flight(L: int, lay: Layout) -> float:
+def layers_in_flight(L: int, lay: Layout, group: int | None = None) -> float:
     """Layers' worth of one micro-batch's activations the fullest stage holds: the chunks in
-    flight (:func:`chunks_in_flight`) times the layers of one chunk, 1/v of the stage's, on the
-    first stage and, under the "units" split, on the second (a layer more than the first, a
-    chunk fewer in flight). Interleaved with m large it is L·(1 + (p−1)/(p·v)), Korthikanti et
-    al. 2022 Eq. 5: the first stage holds more micro-batches than under 1F1B; with m·v chunks
-    or fewer every stage holds all of them."""
+    flight (:func:`chunks_in_flight`, micro-batch group ``group``) times the layers of one chunk,
+    1/v of the stage's, on the first stage and, under the "units" split, on the second (a layer
+    more than the first, a chunk fewer in flight). Interleaved with m large it is
+    L·(1 + (p−1)/(p·v)), Korthikanti et al. 2022 Eq. 5: the first stage holds more micro-batches
+    than under 1F1B; with m·v chunks or fewer every stage holds all of them."""
     v = lay.chunks
     mid, end = stage_layers(L, lay)  # the first stage, or the second under "units"
-    first = end * chunks_in_flight(lay, 0) / v
-    return max(first, mid * chunks_in_flight(lay, 1) / v) if lay.pp > 1 else first
+    first = end * chunks_in_flight(lay, 0, group) / v
+    return max(first, mid * chunks_in_flight(lay, 1, group) / v) if lay.pp > 1 else first
 
 
 def module_activation_bytes(m_, lay: Layout, opt: Options) -> float:
@@ -84,25 +96,35 @@ def module_activation_bytes(m_, lay: Layout, opt: Options) -> float:
     mods, sb, t = opt.recompute_modules or (), m_.seq * lay.micro_batch, lay.tp
     out = 4 * sb * m_.hidden / (t if lay.sp else 1) if "layernorm" in mods else 0.0
     f, k = m_.ffn_width, m_.top_k
+    kept = m_.mlp_matrices - (opt.mlp_saves == "inputs")  # tensors of f the MLP keeps
     if "mlp" in mods:
-        out += 2 * m_.mlp_matrices * f * k * sb / t
-    elif "act" in mods:
+        out += 2 * kept * f * k * sb / t
+    elif "act" in mods and opt.mlp_saves == "product":  # "inputs" keeps no output to drop
         out += 2 * f * k * sb / t
     return out
 
 
-def shape_activation_bytes(m_, lay: Layout) -> float:
+def shape_activation_bytes(m_, lay: Layout, mlp_saves: str = "product") -> float:
     """Per-layer activation bytes a shape adds to Korthikanti et al. 2022's GPT count (whose
     24/t part is Q, K, V and the projection's input, 8·sbh, and the MLP's two 4h tensors,
     16·sbh): K and V are kv_width wide (GQA), and each of the K routed experts keeps its
     2·matrices·f bytes per token (GELU: input of the down projection and of the GeLU; SwiGLU:
-    the gate, the up projection and their product); without dropout (``dropout`` 0, the Llama
-    recipe) the two 1-byte masks after attention and the MLP go (2 bytes per token and hidden
-    unit, ÷ t with SP). 0 under full recomputation."""
+    the gate, the up projection and their product), one f-wide tensor fewer when
+    ``mlp_saves`` is "inputs" (:data:`~minipar.cost.planner.layout.MLP_SAVES`: the product
+    written again in the backward); without dropout (``dropout`` 0, the Llama recipe) the two
+    1-byte masks after attention and the MLP go (2 bytes per token and hidden unit, ÷ t with
+    SP). 0 under full recomputation.
+
+    For a Llama layer (RMSNorm, GQA, RoPE, SwiGLU, flash attention, no dropout) with SP the
+    whole count is (12h + 4·kv_width + 4a + 6f)/t bytes per token: the two norms' inputs (4h),
+    the QKV and MLP GEMMs' inputs (4h), Q and the attention output, the projection's input (4h),
+    K and V (4·kv_width), flash attention's fp32 logsumexp (4a) and SwiGLU's gate, up and
+    product (6f); a fused RoPE keeps nothing, nor do the residual adds."""
     if lay.recompute == "full":
         return 0.0
     h, f = m_.hidden, m_.ffn_width
-    per_token = 4 * m_.kv_width - 4 * h + 2 * m_.mlp_matrices * f * m_.top_k - 16 * h
+    kept = m_.mlp_matrices - (mlp_saves == "inputs")
+    per_token = 4 * m_.kv_width - 4 * h + 2 * kept * f * m_.top_k - 16 * h
     masks = 0.0 if m_.dropout > 0 else 2 * h / (lay.tp if lay.sp else 1)
     return m_.seq * lay.micro_batch * (per_token / lay.tp - masks)
 
@@ -124,15 +146,15 @@ def term_activations(m_, cl, lay: Layout, opt: Options) -> float:
         mem_rc = "none"
     per_layer = (
         activation_bytes_per_layer(s, b, h, a, t=t, sp=sp, recompute=mem_rc, attention=att)
-        + shape_activation_bytes(m_, lay)
+        + shape_activation_bytes(m_, lay, opt.mlp_saves)
         - module_activation_bytes(m_, lay, opt)
     )
     recomputed = 0.0
     if rc == "full":  # the layer being recomputed
         recomputed = activation_bytes_per_layer(
             s, b, h, a, t=t, sp=sp, recompute="selective" if cp > 1 else "none", attention=att
-        ) + shape_activation_bytes(m_, replace(lay, recompute="none"))
-    act = (per_layer * layers_in_flight(L, lay) + recomputed) / cp
+        ) + shape_activation_bytes(m_, replace(lay, recompute="none"), opt.mlp_saves)
+    act = (per_layer * layers_in_flight(L, lay, opt.microbatch_group) + recomputed) / cp
     if not opt.recipe.fp32_logits:
         return act
     if lay.pp == 1:
