@@ -682,9 +682,9 @@ def _term_differences(cases, want, got):
 @pytest.mark.slow
 def test_plan_terms_parity_term_by_term():
     """Each named term of three_d_terms.breakdown (compute, tp, pp, cp, ep, zero3_exposed, the
-    bubble, dp, dp_exposed, embedding, optimizer, states, activations, the links) equals its
-    JavaScript twin's (planTerms: termCompute, termTp, ...), compared term by term so a
-    failure names the term; refusals compare word for word."""
+    bubble, dp, dp_exposed, edp_exposed, embedding, optimizer, states, activations, the links)
+    equals its JavaScript twin's (planTerms: termCompute, termTp, ...), compared term by term so
+    a failure names the term; refusals compare word for word."""
     cases = _term_cases()
     want = _python_terms(cases)
     got = js_call(
@@ -712,6 +712,7 @@ def test_plan_terms_parity_term_by_term():
         "bubble_relative",
         "dp",
         "dp_exposed",
+        "edp_exposed",
         "embedding",
         "optimizer",
         "states",
@@ -722,7 +723,7 @@ def test_plan_terms_parity_term_by_term():
 
 def test_evaluate_is_the_sum_of_its_terms():
     """Config's fields are the breakdown's terms: per-step slot terms are m·(1 + r)·term, the
-    step is m·slot·(1 + r) + exposed DP + embedding + optimizer, memory the memory terms'
+    step is m·slot·(1 + r) + exposed DP and EDP + embedding + optimizer, memory the memory terms'
     sum (states, FP8 weight copies, activations)."""
     for c, opt in _term_cases()[::37]:
         try:
@@ -733,7 +734,13 @@ def test_evaluate_is_the_sum_of_its_terms():
         m, r = br.microbatches, br.bubble_relative
         assert cfg.seconds("tp") == m * (1 + r) * br.tp and cfg.seconds("compute") == m * br.compute
         assert cfg.step_seconds == pytest.approx(
-            m * br.slot + br.bubble_seconds + br.dp_exposed + br.embedding + br.optimizer, rel=1e-12
+            m * br.slot
+            + br.bubble_seconds
+            + br.dp_exposed
+            + br.edp_exposed
+            + br.embedding
+            + br.optimizer,
+            rel=1e-12,
         )
         memory = sum(br.values[t.name] for t in TERMS if t.where == "memory")
         assert memory == br.states + br.fp8_weights + br.activations

@@ -950,27 +950,45 @@ export function termBubble(lay) {
   return [r, r / (1 + r)];
 }
 
-// Python: term_dp_exposed(m_, cl, lay, opt, compute, zero3_exposed) -> {value (exposed), total, link}
-export function termDpExposed(model, cluster, lay, opt, compute, zero3Exposed) {
-  const {tp: t, zero, ep} = lay, dcp = lay.dp * lay.cp;
-  const computeMicrobatch = compute.value, z3 = zero3Exposed;
-  if (zero === 3) return {value: 0.0, total: layMicrobatches(lay) * stageLayers(model.layers, lay)[0] * z3.per_layer, link: z3.link};
-  const sp = stageParams(model, lay);
-  const [etp, edp, stride] = expertGrid(lay);
-  const reduce = (psi, n, split, k) => {               // [reduction, 16-bit parameter all-gather, link]
-    const [ar, name] = dpAllreduceSeconds((opt.grad_reduce_bytes * psi) / split, n, k, cluster);
-    if (zero === 1 || zero === 2) return [ar / 2, dpAllreduceSeconds((2 * psi) / split, n, k, cluster)[0] / 2, name];
-    return [ar, 0.0, name];
-  };
-  let [rs, ag, name] = ep === 1 ? reduce(sp.stage, dcp, t, t) : reduce(sp.dense, dcp, t, t);
-  if (ep > 1) {                                        // two groups, one after the other
-    const [rs2, ag2] = reduce(sp.expert, edp, etp, stride);
-    [rs, ag] = [rs + rs2, ag + ag2];
-  }
+// Python: dp_reduce_seconds(psi, n, split, k, zero, cl, opt) -> [reduction, 16-bit parameter all-gather, link]
+export function dpReduceSeconds(psi, n, split, k, zero, cluster, opt) {
+  const [ar, name] = dpAllreduceSeconds((opt.grad_reduce_bytes * psi) / split, n, k, cluster);
+  if (zero === 1 || zero === 2) return [ar / 2, dpAllreduceSeconds((2 * psi) / split, n, k, cluster)[0] / 2, name];
+  return [ar, 0.0, name];
+}
+
+// Python: dp_windows(lay, opt, compute) -> [reduction window, gather window]
+export function dpWindows(lay, opt, compute) {
   const overlap = (lay.pp === 1 && opt.dp_overlap) || opt.overlap_grad_reduce;
-  const windowS = overlap ? (2 / 3) * computeMicrobatch : 0.0;
-  const exposed = opt.overlap_param_gather ? Math.max(0.0, rs - windowS) + Math.max(0.0, ag - computeMicrobatch / 3) : Math.max(0.0, rs + ag - windowS);
-  return {value: exposed, total: rs + ag, link: name};
+  return [overlap ? (2 / 3) * compute.value : 0.0, opt.overlap_param_gather ? compute.value / 3 : 0.0];
+}
+
+// Python: dp_exposed_seconds(rs, ag, window, gather_window, opt)
+export function dpExposedSeconds(rs, ag, windowS, gatherWindow, opt) {
+  if (opt.overlap_param_gather) return Math.max(0.0, rs - windowS) + Math.max(0.0, ag - gatherWindow);
+  return Math.max(0.0, rs + ag - windowS);
+}
+
+// Python: term_dp_exposed(m_, cl, lay, opt, compute, zero3_exposed) -> {value (exposed), total, link, reduce, gather}
+export function termDpExposed(model, cluster, lay, opt, compute, zero3Exposed) {
+  const {tp: t, zero, ep} = lay, dcp = lay.dp * lay.cp, z3 = zero3Exposed;
+  if (zero === 3) return {value: 0.0, total: layMicrobatches(lay) * stageLayers(model.layers, lay)[0] * z3.per_layer, link: z3.link, reduce: 0.0, gather: 0.0};
+  const sp = stageParams(model, lay);
+  const [rs, ag, name] = dpReduceSeconds(ep === 1 ? sp.stage : sp.dense, dcp, t, t, zero, cluster, opt);
+  const [windowS, gatherWindow] = dpWindows(lay, opt, compute);
+  return {value: dpExposedSeconds(rs, ag, windowS, gatherWindow, opt), total: rs + ag, link: name, reduce: rs, gather: ag};
+}
+
+// Python: term_edp_exposed(m_, cl, lay, opt, compute, dp_exposed): the experts over the EDP group
+export function termEdpExposed(model, cluster, lay, opt, compute, dpExposed) {
+  if (lay.ep === 1 || lay.zero === 3) return {value: 0.0, total: 0.0, link: "-", reduce: 0.0, gather: 0.0};
+  const [etp, edp, stride] = expertGrid(lay);
+  const [rs, ag, name] = dpReduceSeconds(stageParams(model, lay).expert, edp, etp, stride, lay.zero, cluster, opt);
+  let [windowS, gatherWindow] = dpWindows(lay, opt, compute);
+  const dense = dpExposed;
+  if (opt.overlap_param_gather) [windowS, gatherWindow] = [Math.max(0.0, windowS - dense.reduce), Math.max(0.0, gatherWindow - dense.gather)];
+  else windowS = Math.max(0.0, windowS - dense.reduce - dense.gather);
+  return {value: dpExposedSeconds(rs, ag, windowS, gatherWindow, opt), total: rs + ag, link: name, reduce: rs, gather: ag};
 }
 
 // Python: term_embedding(m_, cl, lay, opt): tied-embedding gradient, first <-> last stage
@@ -994,8 +1012,8 @@ export function termOptimizer(model, cluster, lay, opt) {
 }
 
 // BEGIN TERMS (generated from minipar/cost/planner/term_table.json by `python -m minipar.cost.planner.term_table`; do not edit)
-export const TERMS = [{"name": "compute", "where": "slot", "unit": "s", "column": null, "group": "compute", "needs": [], "doc": "the layers and the output layer of one micro-batch"}, {"name": "fp8_casts", "where": "slot", "unit": "s", "column": "FP8 cast", "group": "compute", "needs": [], "doc": "FP8 casts of the GEMMs' inputs and gradients, and of the weights once per optimizer step"}, {"name": "tp", "where": "slot", "unit": "s", "column": "TP", "group": "TP communication", "needs": [], "doc": "tensor-parallel collectives on the critical path, and what overlapping them costs the GEMMs"}, {"name": "pp", "where": "slot", "unit": "s", "column": "PP", "group": "PP, CP and EP communication", "needs": [], "doc": "pipeline sends across stage boundaries"}, {"name": "cp", "where": "slot", "unit": "s", "column": "CP ring", "group": "PP, CP and EP communication", "needs": ["compute"], "doc": "context-parallel K/V traffic not hidden by the block compute"}, {"name": "ep", "where": "slot", "unit": "s", "column": "EP a2a", "group": "PP, CP and EP communication", "needs": ["compute"], "doc": "MoE all-to-alls not hidden under another micro-batch's compute"}, {"name": "ep_overlap", "where": "slot", "unit": "s", "column": "EP ovl", "group": "PP, CP and EP communication", "needs": ["ep"], "doc": "the compute the overlapped all-to-alls slow down (the SMs they hold)"}, {"name": "router", "where": "slot", "unit": "s", "column": "Router", "group": "MoE router and permute", "needs": [], "doc": "the MoE router's GEMM, scores and top-k"}, {"name": "permute", "where": "slot", "unit": "s", "column": "Permute", "group": "MoE router and permute", "needs": [], "doc": "permute and unpermute of the routed tokens around the all-to-alls"}, {"name": "grouped_gemm", "where": "slot", "unit": "s", "column": "GG rows", "group": "expert GEMMs at few rows", "needs": [], "doc": "the grouped expert GEMMs' weight reads at few rows per expert, beyond the dense pricing"}, {"name": "zero3_exposed", "where": "slot", "unit": "s", "column": "ZeRO-3", "group": "DP and ZeRO communication", "needs": ["compute"], "doc": "ZeRO-3 gathers and reduce-scatters not hidden by prefetching"}, {"name": "dp_exposed", "where": "step", "unit": "s", "column": "DP exp", "group": "DP and ZeRO communication", "needs": ["compute", "zero3_exposed"], "doc": "the data-parallel reduction not hidden under the last backward"}, {"name": "embedding", "where": "step", "unit": "s", "column": null, "group": "embedding and optimizer", "needs": [], "doc": "the tied embedding's gradient all-reduce, first and last stage"}, {"name": "optimizer", "where": "step", "unit": "s", "column": null, "group": "embedding and optimizer", "needs": [], "doc": "the Adam step on this rank's shard"}, {"name": "states", "where": "memory", "unit": "B", "column": null, "group": "model states", "needs": [], "doc": "model states of the fullest stage"}, {"name": "fp8_weights", "where": "memory", "unit": "B", "column": null, "group": "model states", "needs": [], "doc": "FP8 copies of the linear weights"}, {"name": "activations", "where": "memory", "unit": "B", "column": null, "group": "activations", "needs": [], "doc": "activations of the fullest stage"}];
-const TERM_FUNCTIONS = {compute: termCompute, fp8_casts: termFp8Casts, tp: termTp, pp: termPp, cp: termCp, ep: termEp, ep_overlap: termEpOverlap, router: termRouter, permute: termPermute, grouped_gemm: termGroupedGemm, zero3_exposed: termZero3Exposed, dp_exposed: termDpExposed, embedding: termEmbedding, optimizer: termOptimizer, states: termStates, fp8_weights: termFp8Weights, activations: termActivations};
+export const TERMS = [{"name": "compute", "where": "slot", "unit": "s", "column": null, "group": "compute", "needs": [], "doc": "the layers and the output layer of one micro-batch"}, {"name": "fp8_casts", "where": "slot", "unit": "s", "column": "FP8 cast", "group": "compute", "needs": [], "doc": "FP8 casts of the GEMMs' inputs and gradients, and of the weights once per optimizer step"}, {"name": "tp", "where": "slot", "unit": "s", "column": "TP", "group": "TP communication", "needs": [], "doc": "tensor-parallel collectives on the critical path, and what overlapping them costs the GEMMs"}, {"name": "pp", "where": "slot", "unit": "s", "column": "PP", "group": "PP, CP and EP communication", "needs": [], "doc": "pipeline sends across stage boundaries"}, {"name": "cp", "where": "slot", "unit": "s", "column": "CP ring", "group": "PP, CP and EP communication", "needs": ["compute"], "doc": "context-parallel K/V traffic not hidden by the block compute"}, {"name": "ep", "where": "slot", "unit": "s", "column": "EP a2a", "group": "PP, CP and EP communication", "needs": ["compute"], "doc": "MoE all-to-alls not hidden under another micro-batch's compute"}, {"name": "ep_overlap", "where": "slot", "unit": "s", "column": "EP ovl", "group": "PP, CP and EP communication", "needs": ["ep"], "doc": "the compute the overlapped all-to-alls slow down (the SMs they hold)"}, {"name": "router", "where": "slot", "unit": "s", "column": "Router", "group": "MoE router and permute", "needs": [], "doc": "the MoE router's GEMM, scores and top-k"}, {"name": "permute", "where": "slot", "unit": "s", "column": "Permute", "group": "MoE router and permute", "needs": [], "doc": "permute and unpermute of the routed tokens around the all-to-alls"}, {"name": "grouped_gemm", "where": "slot", "unit": "s", "column": "GG rows", "group": "expert GEMMs at few rows", "needs": [], "doc": "the grouped expert GEMMs' weight reads at few rows per expert, beyond the dense pricing"}, {"name": "zero3_exposed", "where": "slot", "unit": "s", "column": "ZeRO-3", "group": "DP and ZeRO communication", "needs": ["compute"], "doc": "ZeRO-3 gathers and reduce-scatters not hidden by prefetching"}, {"name": "dp_exposed", "where": "step", "unit": "s", "column": "DP exp", "group": "DP and ZeRO communication", "needs": ["compute", "zero3_exposed"], "doc": "the data-parallel reduction not hidden under the last backward (with ep > 1 the dense weights')"}, {"name": "edp_exposed", "where": "step", "unit": "s", "column": "EDP exp", "group": "DP and ZeRO communication", "needs": ["compute", "dp_exposed"], "doc": "the experts' gradient reduction over the expert-data-parallel group (ep > 1), not hidden under what the dense reduction left of the last backward"}, {"name": "embedding", "where": "step", "unit": "s", "column": null, "group": "embedding and optimizer", "needs": [], "doc": "the tied embedding's gradient all-reduce, first and last stage"}, {"name": "optimizer", "where": "step", "unit": "s", "column": null, "group": "embedding and optimizer", "needs": [], "doc": "the Adam step on this rank's shard"}, {"name": "states", "where": "memory", "unit": "B", "column": null, "group": "model states", "needs": [], "doc": "model states of the fullest stage"}, {"name": "fp8_weights", "where": "memory", "unit": "B", "column": null, "group": "model states", "needs": [], "doc": "FP8 copies of the linear weights"}, {"name": "activations", "where": "memory", "unit": "B", "column": null, "group": "activations", "needs": [], "doc": "activations of the fullest stage"}];
+const TERM_FUNCTIONS = {compute: termCompute, fp8_casts: termFp8Casts, tp: termTp, pp: termPp, cp: termCp, ep: termEp, ep_overlap: termEpOverlap, router: termRouter, permute: termPermute, grouped_gemm: termGroupedGemm, zero3_exposed: termZero3Exposed, dp_exposed: termDpExposed, edp_exposed: termEdpExposed, embedding: termEmbedding, optimizer: termOptimizer, states: termStates, fp8_weights: termFp8Weights, activations: termActivations};
 // END TERMS
 
 const termValue = (r) => (typeof r === "number" ? r : r.value);   // Python: three_d_terms._value
@@ -1009,7 +1027,7 @@ export function planBreakdown(model, cluster, lay, opt) {
   const values = Object.fromEntries(TERMS.map((term) => [term.name, termValue(done[term.name])]));
   return {
     microbatches: layMicrobatches(lay), bubble_relative: r, bubble_fraction: f,
-    memory_limit: cluster.gpu.memory_bytes * (1 - opt.headroom), margin_limit: cluster.gpu.memory_bytes * (1 - optMargin(opt)), dp: done.dp_exposed.total,
+    memory_limit: cluster.gpu.memory_bytes * (1 - opt.headroom), margin_limit: cluster.gpu.memory_bytes * (1 - optMargin(opt)), dp: done.dp_exposed.total + done.edp_exposed.total,
     ...values, tp_link: done.tp.link, pp_link: done.pp.link, dp_link: done.dp_exposed.link,
   };
 }

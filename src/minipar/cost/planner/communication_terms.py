@@ -342,47 +342,94 @@ class DpTerm(NamedTuple):
     value: float  # exposed, per step
     total: float
     link: str
+    reduce: float = 0.0  # its gradient reduction (reduce-scatter or all-reduce), per step
+    gather: float = 0.0  # its 16-bit parameter all-gather (ZeRO 1-2), per step
+
+
+def dp_reduce_seconds(psi: float, n: int, split: int, k: int, zero: int, cl, opt: Options):
+    """(reduction, parameter all-gather, link) of ``psi`` parameters, each rank holding
+    1/``split`` of them, over the n ranks of one group, k apart
+    (:func:`dp_allreduce_seconds`): ZeRO 0 an all-reduce of the gradients in
+    ``grad_reduce_bytes`` per element; ZeRO 1-2 a reduce-scatter of them and an all-gather of
+    the 16-bit parameters, each half an all-reduce."""
+    ar, name = dp_allreduce_seconds(opt.grad_reduce_bytes * psi / split, n, k, cl)
+    if zero in (1, 2):  # RS(grads) + AG(16-bit params)
+        return ar / 2, dp_allreduce_seconds(2 * psi / split, n, k, cl)[0] / 2, name
+    return ar, 0.0, name
+
+
+def dp_windows(lay: Layout, opt: Options, compute: ComputeTerm) -> tuple[float, float]:
+    """(reduction window, gather window): the compute the DP collectives after the last
+    micro-batch may hide under. The reduction: 2/3 of the last micro-batch's compute (its
+    backward) when p = 1 and ``dp_overlap`` (Li et al. 2020), or at any p with
+    ``overlap_grad_reduce`` (Megatron-Core's ``--overlap-grad-reduce``: the buckets reduce as
+    the stage's last backward produces them), else none. The parameter all-gather: with
+    ``overlap_param_gather`` the next step's first forward (1/3), else it shares the
+    reduction's window."""
+    overlap = (lay.pp == 1 and opt.dp_overlap) or opt.overlap_grad_reduce
+    window = (2 / 3) * compute.value if overlap else 0.0
+    return window, compute.value / 3 if opt.overlap_param_gather else 0.0
+
+
+def dp_exposed_seconds(rs: float, ag: float, window: float, gather_window: float, opt) -> float:
+    """What a reduction of ``rs`` seconds and a gather of ``ag`` leave exposed under their
+    windows (:func:`dp_windows`)."""
+    if opt.overlap_param_gather:
+        return max(0.0, rs - window) + max(0.0, ag - gather_window)
+    return max(0.0, rs + ag - window)
 
 
 def term_dp_exposed(
     m_, cl, lay: Layout, opt: Options, compute: ComputeTerm, zero3_exposed: Zero3Term
 ) -> DpTerm:
-    """The data-parallel gradient reduction after the last micro-batch. ZeRO 0: all-reduce of
-    the stage's gradients in ``grad_reduce_bytes`` per element; ZeRO 1-2: reduce-scatter + an
-    all-gather of the 16-bit parameters; with ep > 1 the dense part over d·cp, then the experts
-    over the EDP ranks of :func:`expert_grid` (t·cp·d/ep, ep apart). Exposed: all of it, less 2/3 of the last micro-batch's compute (its backward)
-    when p = 1 and ``dp_overlap`` (Li et al. 2020), or at any p with ``overlap_grad_reduce``
-    (Megatron-Core's ``--overlap-grad-reduce``: the buckets reduce as the stage's last backward
-    produces them). ZeRO-3's collectives are per layer
+    """The data-parallel gradient reduction after the last micro-batch, over the d·cp ranks that
+    hold each weight (t apart): the stage's weights, or with ep > 1 the dense ones only (the
+    experts' reduction over their own group is :func:`term_edp_exposed`, after this one).
+    :func:`dp_reduce_seconds` prices it; exposed: what its windows (:func:`dp_windows`) do not
+    hide (:func:`dp_exposed_seconds`). ZeRO-3's collectives are per layer
     (:func:`term_zero3_exposed`): here only their total, none exposed."""
-    t, zero, dcp, ep = lay.tp, lay.zero, lay.dp * lay.cp, lay.ep
-    compute_microbatch, z3 = compute.value, zero3_exposed
+    t, zero, dcp = lay.tp, lay.zero, lay.dp * lay.cp
     if zero == 3:
         lp = stage_layers(m_.layers, lay)[0]
-        return DpTerm(0.0, lay.microbatches * lp * z3.per_layer, z3.link)
+        return DpTerm(0.0, lay.microbatches * lp * zero3_exposed.per_layer, zero3_exposed.link)
     sp_ = stage_params(m_, lay)
+    rs, ag, name = dp_reduce_seconds(
+        sp_.stage if lay.ep == 1 else sp_.dense, dcp, t, t, zero, cl, opt
+    )
+    exposed = dp_exposed_seconds(rs, ag, *dp_windows(lay, opt, compute), opt)
+    return DpTerm(exposed, rs + ag, name, rs, ag)
+
+
+def term_edp_exposed(
+    m_, cl, lay: Layout, opt: Options, compute: ComputeTerm, dp_exposed: DpTerm
+) -> DpTerm:
+    """The experts' gradient reduction over the expert-data-parallel group, after the dense one
+    (:func:`term_dp_exposed`), with ep > 1 and ZeRO 0-2: each routed expert's weights (E/ep
+    local experts, ETP = 1) are held by the EDP = t·cp·d/ep ranks of a stage that share its EP
+    index, ep apart (:func:`expert_grid`; Megatron-Core's ``parallel_state``
+    ``initialize_model_parallel``: expert_data_parallel_size = the t·cp·p·d ranks ÷
+    (expert_tensor_parallel_size · expert_model_parallel_size · pipeline_model_parallel_size),
+    its ranks generated with ep inside dp; Liu et al. 2025, "MoE Parallel Folding", §3), priced
+    by :func:`dp_reduce_seconds`. Exposed: what the windows of :func:`dp_windows` left after the
+    dense reduction (and gather) do not hide. None with ep = 1 (the experts are replicated
+    as the dense MLP, over d·cp, and reduced with it) or ZeRO-3 (per layer, in
+    :func:`term_zero3_exposed`)."""
+    if lay.ep == 1 or lay.zero == 3:
+        return DpTerm(0.0, 0.0, "-")
     etp, edp, stride = expert_grid(lay)
-
-    def reduce(psi: float, n: int, split: int, k: int) -> tuple[float, float, str]:
-        """(reduction, parameter all-gather, link)."""
-        ar, name = dp_allreduce_seconds(opt.grad_reduce_bytes * psi / split, n, k, cl)
-        if zero in (1, 2):  # RS(grads) + AG(16-bit params)
-            return ar / 2, dp_allreduce_seconds(2 * psi / split, n, k, cl)[0] / 2, name
-        return ar, 0.0, name
-
-    if ep == 1:
-        rs, ag, name = reduce(sp_.stage, dcp, t, t)
-    else:  # two groups, one after the other
-        rs, ag, name = reduce(sp_.dense, dcp, t, t)
-        rs2, ag2, _ = reduce(sp_.expert, edp, etp, stride)
-        rs, ag = rs + rs2, ag + ag2
-    overlap = (lay.pp == 1 and opt.dp_overlap) or opt.overlap_grad_reduce
-    window = (2 / 3) * compute_microbatch if overlap else 0.0
-    if opt.overlap_param_gather:  # the gather under the next step's first forward
-        exposed = max(0.0, rs - window) + max(0.0, ag - compute_microbatch / 3)
+    rs, ag, name = dp_reduce_seconds(
+        stage_params(m_, lay).expert, edp, etp, stride, lay.zero, cl, opt
+    )
+    window, gather_window = dp_windows(lay, opt, compute)
+    dense = dp_exposed
+    if opt.overlap_param_gather:  # each window less what the dense collective took of it
+        window, gather_window = (
+            max(0.0, window - dense.reduce),
+            max(0.0, gather_window - dense.gather),
+        )
     else:
-        exposed = max(0.0, rs + ag - window)
-    return DpTerm(exposed, rs + ag, name)
+        window = max(0.0, window - dense.reduce - dense.gather)
+    return DpTerm(dp_exposed_seconds(rs, ag, window, gather_window, opt), rs + ag, name, rs, ag)
 
 
 def term_embedding(m_, cl, lay: Layout, opt: Options) -> float:

@@ -15,7 +15,7 @@ from a cost-model function that names its source:
 
 The step and the memory are sums of named terms, one pure function each in
 :mod:`minipar.cost.planner.three_d_terms` (compute, bubble, tp, pp, cp, ep, zero3_exposed, dp_exposed,
-embedding, optimizer; states, activations), kept apart in a
+edp_exposed, embedding, optimizer; states, activations), kept apart in a
 :class:`~minipar.cost.planner.breakdown.StepBreakdown` (:func:`terms`) that :func:`evaluate` copies into
 a :class:`Config`; the options every layout shares are one :class:`Options`.
 
@@ -32,7 +32,8 @@ B = d·b·m sequences per step, rank order t innermost, then d, then p (Megatron
       ZeRO-3's gathers prefetched one layer ahead (Zhao et al. 2023 §3.4), CP and EP;
   pipeline: (m + (p−1)/v) slots, (p−1)/v of them bubble (Narayanan §2.2);
   after the last micro-batch: the DP reduction (hierarchical across nodes, Mikami et al. 2018),
-      the tied embedding's all-reduce, the optimizer step;
+      the experts' over their expert-data-parallel group (ep > 1), the tied embedding's
+      all-reduce, the optimizer step;
   memory: the fullest stage's states in the precision recipe's bytes and its activations
       (Korthikanti §4.2.3), "fits" within the recipe's headroom (10 % for the 2021 runs,
       Rajbhandari et al. 2020 §3.2; the modern recipes' reserve and allocator margin);
@@ -47,9 +48,10 @@ is priced as a flat ring (``zero3_collectives="flat-ring"``, α-β as in Thakur 
 67-82 s, 17-21 GB/s per GPU, about one HDR NIC's 25 GB/s; every other run keeps NCCL's
 hierarchical algorithm.
 
-Optional dimensions (default 1, leaving every result above unchanged): context parallelism
-``cp`` and, for MoE shapes (:class:`ModelShape` ``experts``, ``top_k``, ``ffn``), expert
-parallelism ``ep``; :func:`evaluate` states what each changes.
+Optional dimensions (at 1, every result above is unchanged): context parallelism ``cp``
+(default 1) and, for MoE shapes (:class:`ModelShape` ``experts``, ``top_k``, ``ffn``), expert
+parallelism ``ep``, which :func:`search` ranges over by default (:func:`ep_limit`; a dense
+model keeps 1); :func:`evaluate` states what each changes.
 """
 
 from __future__ import annotations

@@ -26,10 +26,14 @@ from .communication_terms import (
     LinkTerm,
     Zero3Term,
     dp_allreduce_seconds,
+    dp_exposed_seconds,
+    dp_reduce_seconds,
+    dp_windows,
     ep_all_to_all_seconds,
     split_gemm_extra,
     term_cp,
     term_dp_exposed,
+    term_edp_exposed,
     term_embedding,
     term_ep,
     term_pp,
@@ -119,6 +123,9 @@ __all__ = [  # the terms and what the planner, the validation and the tests read
     "Zero3Term",
     "breakdown",
     "dp_allreduce_seconds",
+    "dp_exposed_seconds",
+    "dp_reduce_seconds",
+    "dp_windows",
     "ep_all_to_all_seconds",
     "expert_grid",
     "fp8_gemm_delta",
@@ -140,6 +147,7 @@ __all__ = [  # the terms and what the planner, the validation and the tests read
     "term_compute",
     "term_cp",
     "term_dp_exposed",
+    "term_edp_exposed",
     "term_embedding",
     "term_ep",
     "term_fp8_casts",
@@ -191,6 +199,7 @@ def breakdown(m_, cl, lay: Layout, opt: Options) -> StepBreakdown:
     r, f = term_bubble(lay)
     link = {k: getattr(v, "link", "-") for k, v in done.items()}
     dp: DpTerm = done["dp_exposed"]
+    edp: DpTerm = done["edp_exposed"]
     return StepBreakdown(
         microbatches=lay.microbatches,
         bubble_relative=r,
@@ -198,7 +207,7 @@ def breakdown(m_, cl, lay: Layout, opt: Options) -> StepBreakdown:
         memory_limit=cl.gpu.memory_bytes * (1 - opt.headroom),
         margin_limit=cl.gpu.memory_bytes * (1 - opt.margin),
         values={k: _term_value(v) for k, v in done.items()},
-        dp=dp.total,
+        dp=dp.total + edp.total,  # the dense and the experts' reductions
         tp_link=link["tp"],
         pp_link=link["pp"],
         dp_link=link["dp_exposed"],
