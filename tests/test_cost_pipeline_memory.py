@@ -200,3 +200,70 @@ def test_the_explorer_prices_the_group_and_the_mlp_alike():
         assert not bad, (bad, lay, o)
         ok += 1
     assert ok >= 18
+
+
+TABLE4 = {16384: (128, 400e12), 8192: (64, 430e12)}
+"""Llama Team 2024 Table 4's 8K rows: GPUs → (d, published TFLOP/s per GPU)."""
+
+
+def test_the_appendix_sets_the_plans_beside_table_4():
+    """book/three_d_appendix.md: every number of its account of Llama 3 405B's 8K pipeline is the
+    planner's (searched at the published t, cp, p, d) or Table 4's, and the model change it
+    names is the commit that made it."""
+    from pathlib import Path
+
+    text = (Path(__file__).resolve().parents[1] / "book" / "three_d_appendix.md").read_text()
+    flat = " ".join(text.split())
+    sec = flat[flat.index("## Llama 3 405B's pipeline") : flat.index("## The source articles")]
+
+    def pct(x):
+        return f"{x:+.1f} %".replace("-", "−")
+
+    def first(gpus, **o):
+        d, _ = TABLE4[gpus]
+        cl = planner.cluster(gpus, 8, "H100-SXM")
+        space = planner.Space(tp=8, pp=16, dp=d, cp=1)
+        return planner.search(LLAMA405, cl, 2048, space, planner.Options(**o))
+
+    def published(gpus):
+        d, rate = TABLE4[gpus]
+        return planner.model_flops(LLAMA405, 2048, "none")[0] / (gpus * rate)
+
+    pub = published(16384)
+    assert f"steps of {pub:.2f} s and {published(8192):.2f} s" in sec
+    sel = first(16384)[0]
+    assert (sel.chunks, sel.recompute) == (8, "selective")
+    assert (
+        f"v = 8, {sel.bytes_per_gpu / 2**30:.1f} GiB, {sel.step_seconds:.2f} s "
+        f"(MFU {100 * sel.mfu:.1f} %, {pct(100 * (sel.step_seconds / pub - 1))}" in sec
+    )
+    one = next(c for c in first(16384) if c.recompute == "none" and c.fits)
+    assert one.chunks == 1 and one.tight
+    assert f"{one.bytes_per_gpu / 2**30:.1f} GiB and {one.step_seconds:.2f} s" in sec
+    assert pct(100 * (one.step_seconds / pub - 1)) in sec
+    lean = first(16384, mlp_saves="inputs")[0]
+    assert (lean.chunks, lean.recompute, lean.tight) == (8, "none", False)
+    assert f"at {lean.bytes_per_gpu / 2**30:.1f} GiB (within the allocator margin)" in sec
+    assert f"and {lean.step_seconds:.2f} s (MFU {100 * lean.mfu:.1f} %," in sec
+    assert pct(100 * (lean.step_seconds / pub - 1)) in sec
+    exposed = first(16384, mlp_saves="inputs", tp_overlap=False, overlap_grad_reduce=False)[0]
+    assert (
+        f"{exposed.step_seconds:.2f} s (MFU {100 * exposed.mfu:.1f} %, "
+        f"{pct(100 * (exposed.step_seconds / pub - 1))})" in sec
+    )
+    small = first(8192, mlp_saves="inputs")[0]
+    assert (small.chunks, small.recompute, small.tight) == (8, "none", True)
+    assert (
+        f"{small.bytes_per_gpu / 2**30:.1f} GiB, tight, at {small.step_seconds:.2f} s "
+        f"({pct(100 * (small.step_seconds / published(8192) - 1))})" in sec
+    )
+    bf16 = planner.evaluate(
+        LLAMA405, H100, PUBLISHED, planner.Options(main_grad_bytes=2)
+    ).bytes_per_gpu
+    assert f"tight, at {bf16 / 2**30:.1f} GiB" in sec
+    product = planner.evaluate(LLAMA405, H100, PUBLISHED)
+    assert not product.fits and f"needs {product.bytes_per_gpu / 2**30:.1f} GiB" in sec
+    assert f"{product.model_state_bytes / 2**30:.1f} GiB" in sec
+    assert f"{product.activation_bytes / 2**30:.1f} GiB" in sec
+    assert "65,088 bytes per token" in sec and "commit `7c1dc02`" in sec
+    assert "in commit `7c1dc02`" in flat  # the experiments' note names the change
