@@ -626,7 +626,7 @@ def _lay(c, global_batch=64):
 def _term_cases():
     """The cp/ep grid with ZeRO-3's options varied (flat ring or hierarchical, prefetch or not),
     FP8 (all three scalings), compiled steps, FlashAttention-3 (refused on the A100 alike) and
-    TP overlapped with the GEMMs: every term is non-zero somewhere in it."""
+    TP overlapped with the GEMMs, DualPipe: every term is non-zero somewhere in it."""
     out = []
     for i, c in enumerate(_cp_ep_cases()):
         opt = [
@@ -638,7 +638,13 @@ def _term_cases():
             dict(precision="megatron", attention="flash", headroom=0.05, cp_algorithm="all-gather"),
             dict(fp8="delayed", compiled=True, attention="fa3"),  # refused on the A100
             dict(fp8="current", precision="megatron", overlap_grad_reduce=True),
-            dict(tp_overlap=True, precision="megatron", moe_imbalance=1.7, ep_overlap=True),
+            dict(
+                tp_overlap=True,
+                precision="megatron",
+                moe_imbalance=1.7,
+                ep_overlap=True,
+                dualpipe=True,
+            ),
             dict(fp8="rowwise", tp_overlap=True, compiled=True),
         ][i % 10]
         out.append((c, opt))
@@ -717,6 +723,7 @@ def test_plan_terms_parity_term_by_term():
         "optimizer",
         "states",
         "activations",
+        "dualpipe",
     ):
         assert any(w[term] > 0 for w in ok), term
 
@@ -724,7 +731,7 @@ def test_plan_terms_parity_term_by_term():
 def test_evaluate_is_the_sum_of_its_terms():
     """Config's fields are the breakdown's terms: per-step slot terms are m·(1 + r)·term, the
     step is m·slot·(1 + r) + exposed DP and EDP + embedding + optimizer, memory the memory terms'
-    sum (states, FP8 weight copies, activations)."""
+    sum (states, FP8 weight copies, activations, DualPipe's second copy)."""
     for c, opt in _term_cases()[::37]:
         try:
             br = planner.terms(c["m"], c["cl"], _lay(c), planner.Options(**opt))
@@ -743,7 +750,7 @@ def test_evaluate_is_the_sum_of_its_terms():
             rel=1e-12,
         )
         memory = sum(br.values[t.name] for t in TERMS if t.where == "memory")
-        assert memory == br.states + br.fp8_weights + br.activations
+        assert memory == br.states + br.fp8_weights + br.activations + br.dualpipe
         assert cfg.bytes_per_gpu == memory and cfg.fits == br.fits
 
 

@@ -462,7 +462,7 @@ def _plan_cluster(args) -> "planner.Cluster":
 _PLAN_OPTIONS = (
     "grad_reduce_bytes headroom zero3_collectives attention precision overlap_grad_reduce "
     "cp_algorithm overlap_param_gather reshard_after_forward fp8 compiled tp_overlap moe_imbalance "
-    "fp8_params main_grad_bytes moe_capacity ep_overlap mlp_saves microbatch_group"
+    "fp8_params main_grad_bytes moe_capacity ep_overlap mlp_saves microbatch_group dualpipe"
 ).split()
 """The :class:`~minipar.cost.planner.three_d_terms.Options` fields ``minipar plan`` takes as flags
 of the same name."""
@@ -655,6 +655,12 @@ def recipe_words(opts, given=(), zero=None) -> str:
     def mark(name: str) -> str:
         return "" if name in given else " (default)"
 
+    schedules = (
+        "pipeline schedule DualPipe (v = 1, p and m even)"
+        if opts.dualpipe
+        else f"pipeline schedules {', '.join(planner.SCHEDULES)} (v up to the layers per stage; "
+        f"interleaved micro-batch group N = {opts.microbatch_group or 'p'})"
+    )
     sharding = (
         "the Z column's ZeRO stage searched (1: the distributed optimizer)"
         if zero is None
@@ -668,9 +674,7 @@ def recipe_words(opts, given=(), zero=None) -> str:
         f"TP overlap {on[opts.tp_overlap]}{mark('tp_overlap')}; grad-reduce overlap (p>1) "
         f"{on[opts.overlap_grad_reduce]}{mark('overlap_grad_reduce')}; param-gather overlap "
         f"{on[opts.overlap_param_gather]}{mark('overlap_param_gather')}; optimizer states: "
-        f"{sharding}; pipeline schedules {', '.join(planner.SCHEDULES)} (v up to the layers "
-        f"per stage; interleaved micro-batch group N = {opts.microbatch_group or 'p'}); the MLP "
-        f"keeps {MLP_KEEPS[opts.mlp_saves]}"
+        f"{sharding}; {schedules}; the MLP keeps {MLP_KEEPS[opts.mlp_saves]}"
     )
 
 

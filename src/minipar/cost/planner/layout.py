@@ -177,6 +177,9 @@ class Options:
     # --overlap-moe-expert-parallel-comm, DeepSeek-V3's DualPipe), at the SMs they take:
     # communication_terms.term_ep, moe_terms.term_ep_overlap
     ep_overlap: bool = False
+    # DeepSeek-V3's DualPipe schedule (needs ep_overlap, v = 1, p and m even): its bubble
+    # (moe_terms.dualpipe_bubble) and its second copy of the stage (moe_terms.term_dualpipe)
+    dualpipe: bool = False
 
     # bytes per main-gradient element, the buffer the micro-batches accumulate into (4: fp32,
     # Megatron-Core's default; 2: bf16, NeMo's grad_sync_dtype bf16); None: the recipe's
@@ -254,6 +257,11 @@ class Options:
             raise ValueError(
                 f"moe imbalance ({self.moe_imbalance}) must be >= 1 (the busiest EP rank's "
                 "tokens over the mean)"
+            )
+        if self.dualpipe and not self.ep_overlap:
+            raise ValueError(
+                f"dualpipe ({self.dualpipe}) needs ep_overlap: DualPipe overlaps the all-to-alls "
+                f"with another micro-batch's compute, got ep_overlap ({self.ep_overlap})"
             )
         if self.main_grad_bytes not in (None, *MAIN_GRADS):
             raise ValueError(

@@ -173,7 +173,47 @@ def term_ep_overlap(m_, cl, lay: Layout, opt: Options, ep) -> float:
     :data:`EP_COMM_SMS` of the GPU's SMs while they run, so the compute they overlap loses that
     share of the GPU for as long as they last: ``ep.hidden`` × EP_COMM_SMS/SMs (the hidden
     all-to-all seconds of :func:`~minipar.cost.planner.communication_terms.term_ep`). DualPipe's
-    own bubble and its second copy of the weights are not priced."""
+    own bubble and its second copy of the weights are :func:`dualpipe_bubble` and
+    :func:`term_dualpipe` (``opt.dualpipe``)."""
     if not opt.ep_overlap:
         return 0.0
     return ep.hidden * min(1.0, EP_COMM_SMS / cl.gpu.sms)
+
+
+DUALPIPE_W = 1 / 3
+"""W, a "backward for weights" chunk, as a share of one micro-batch's forward and backward on a
+stage (F + B): the backward runs two GEMMs per forward GEMM (B = 2F) and W is its weight-gradient
+half (W = F), so W = (F + B)/3. A ratio of FLOPs, not a measurement of DualPipe's chunks."""
+
+
+def dualpipe_bubble(lay: Layout) -> tuple[float, float]:
+    """(relative to the ideal time, fraction of the step) of DualPipe's bubble, in place of
+    :func:`~minipar.cost.planner.layout.term_bubble`'s 1F1B (p − 1)(F + B): DeepSeek-AI 2024,
+    "DeepSeek-V3 Technical Report", §3.2.1 Table 2, (p/2 − 1)(F&B + B − 3W), F, B and W one
+    micro-batch's forward, full backward and weight-gradient backward on a stage, F&B a forward
+    and a backward overlapped. Overlapping hides their communication, not their compute, so
+    F&B = F + B, and with :data:`DUALPIPE_W` the bubble is (p/2 − 1)·(2/3)·(F + B): relative to
+    m micro-batches, r = (p/2 − 1)·(2/3)/m, and r/(1 + r) of the step. DualPipe feeds
+    micro-batches from both ends of the pipeline and needs p and m even (ibid.), and v = 1 here
+    (its chunks are not the interleaved schedule's)."""
+    p, m = lay.pp, lay.microbatches
+    if lay.chunks != 1 or p % 2 or m % 2:
+        raise ValueError(
+            f"DualPipe needs p ({p}) and microbatches m ({m}) even and v ({lay.chunks}) = 1"
+        )
+    fb, b, w = 1.0, 2 * DUALPIPE_W, DUALPIPE_W  # F&B = F + B = 1 slot; B = 2F = 2W
+    r = (p / 2 - 1) * (fb + b - 3 * w) / m
+    return r, r / (1 + r)
+
+
+def term_dualpipe(m_, cl, lay: Layout, opt: Options, states, fp8_weights, activations) -> float:
+    """DualPipe's extra memory (``opt.dualpipe``): each rank holds two stages, one per
+    direction, so a second copy of its model states (the stage's weights, gradients and
+    optimizer states, and its FP8 weight copies: Table 2's parameters 2×, an upper bound where
+    the two copies' optimizer states could be shared) and 1/p more activations (Table 2's
+    activations p + 1 against 1F1B's p) (DeepSeek-AI 2024, "DeepSeek-V3 Technical Report",
+    §3.2.1; :func:`dualpipe_bubble`). Checks the schedule's rules (:func:`dualpipe_bubble`)."""
+    if not opt.dualpipe:
+        return 0.0
+    dualpipe_bubble(lay)
+    return states + fp8_weights + activations / lay.pp

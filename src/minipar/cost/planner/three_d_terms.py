@@ -86,14 +86,17 @@ from .memory_terms import (
     term_states,
 )
 from .moe_terms import (
+    DUALPIPE_W,
     EP_COMM_SMS,
     GroupedGemmTerm,
+    dualpipe_bubble,
     grouped_gemm_efficiency,
     grouped_gemm_half_rows,
     moe_layers,
     moe_load,
     permute_bytes,
     routed_tokens,
+    term_dualpipe,
     term_ep_overlap,
     term_grouped_gemm,
     term_permute,
@@ -165,15 +168,18 @@ __all__ = [  # the terms and what the planner, the validation and the tests read
     "zero3_collective_seconds",
     "zero3_gathers",
     # mixture of experts (moe_terms)
+    "DUALPIPE_W",
     "EP_COMM_SMS",
     "EpTerm",
     "GroupedGemmTerm",
+    "dualpipe_bubble",
     "grouped_gemm_efficiency",
     "grouped_gemm_half_rows",
     "moe_layers",
     "moe_load",
     "permute_bytes",
     "routed_tokens",
+    "term_dualpipe",
     "term_ep_overlap",
     "term_grouped_gemm",
     "term_permute",
@@ -196,7 +202,7 @@ def breakdown(m_, cl, lay: Layout, opt: Options) -> StepBreakdown:
     for term in TERMS:
         needs = (done[n] for n in term.needs)
         done[term.name] = module[python_name(term.name)](m_, cl, lay, opt, *needs)
-    r, f = term_bubble(lay)
+    r, f = dualpipe_bubble(lay) if opt.dualpipe else term_bubble(lay)  # DualPipe's, or 1F1B's
     link = {k: getattr(v, "link", "-") for k, v in done.items()}
     dp: DpTerm = done["dp_exposed"]
     edp: DpTerm = done["edp_exposed"]
