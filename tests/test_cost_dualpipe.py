@@ -3,6 +3,7 @@ Table 2, its rules (v = 1, p and m even, the all-to-alls overlapped), its second
 stage's model states and the DeepSeek-V3 preset with it. Each test names the bug it catches."""
 
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 
@@ -62,8 +63,8 @@ def test_deepseek_v3_preset_with_dualpipe():
     limit, as the report says a large EP allows. Catches: the second copy not counted, or the
     bubble not replaced."""
     m, cl, lay, opt = preset_run("deepseek-v3")
-    one = planner.evaluate(m, cl, lay, opt)
-    dual = planner.evaluate(m, cl, lay, replace(opt, dualpipe=True))
+    one = planner.evaluate(m, cl, lay, replace(opt, ep_overlap=True, dualpipe=False))
+    dual = planner.evaluate(m, cl, lay, replace(opt, ep_overlap=True, dualpipe=True))
     br, b1 = dual.breakdown, one.breakdown
     assert br.bubble_relative / b1.bubble_relative == pytest.approx(14 / 45, rel=1e-12)
     assert br.dualpipe == pytest.approx(
@@ -89,3 +90,20 @@ def test_plan_flag_dualpipe(capsys):
     assert dual and all(c["chunks"] == 1 and c["dualpipe_bytes"] > 0 for c in dual)
     flat = next(c for c in plain if c["chunks"] == 1)
     assert dual[0]["bubble_relative"] < flat["bubble_relative"]
+
+
+def test_appendix_states_the_dualpipe_numbers():
+    """The expert-parallel appendix's DualPipe sentence quotes the planner's step and memory at
+    the published layout. Catches: the prose left behind a change of the model."""
+    text = " ".join(
+        (Path(__file__).parents[1] / "book" / "expert_parallel_appendix.md").read_text().split()
+    )
+    m, cl, lay, opt = preset_run("deepseek-v3")
+    one = planner.evaluate(m, cl, lay, replace(opt, ep_overlap=True, dualpipe=False))
+    dual = planner.evaluate(m, cl, lay, replace(opt, ep_overlap=True, dualpipe=True))
+    gib = 2**30
+    assert f"step from {one.step_seconds:.1f} s to {dual.step_seconds:.1f} s" in text
+    assert f"from {one.bytes_per_gpu / gib:.1f} GiB to {dual.bytes_per_gpu / gib:.1f} GiB" in text
+    assert f"inside the {dual.breakdown.memory_limit / gib:.0f} GiB" in text
+    r = dual.breakdown.bubble_relative / one.breakdown.bubble_relative
+    assert "is 14/45 of" in text and r == pytest.approx(14 / 45)
