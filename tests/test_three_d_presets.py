@@ -115,9 +115,14 @@ def test_the_controls_show_the_preset_and_grey_out_what_it_fixes():
     assert link_custom == {} and link_price == {}
 
 
+def disabled_controls(values: dict) -> list:
+    ((_, off),) = js_call("three_d", [("planDisabled", [values, plan_config()])])
+    return off
+
+
 def test_deepseek_v3_opens_on_its_published_layout():
     """DeepSeek-V3 opens on its report's layout (16-way PP, 64-way EP across 8 nodes, ZeRO-1
-    data parallelism, no TP) on 2048 H800 with FP8 GEMMs and overlapped all-to-alls, its 61
+    data parallelism, no TP) on 2048 H800 with FP8 GEMMs and DualPipe's overlapped all-to-alls, its 61
     layers on uneven stages; the controls show it and grey it out; the overlap control is greyed
     out where there is no all-to-all (a dense model, or ep = 1)."""
     base = {"layout": "preset", "model": "deepseek-v3"}
@@ -139,11 +144,15 @@ def test_deepseek_v3_opens_on_its_published_layout():
     assert "(the preset's layout), uneven stages" in html
     assert "nvlink4-h800" in html and "ib-ndr400" in html
     assert link["gpu"] == "H800" and link["fp8"] == "rowwise" and link["zero"] == 1
-    assert link["ep_overlap"] is True
+    assert link["ep_overlap"] is True and link["dualpipe"] is True
     assert (link["t"], link["p"], link["ep"], link["gpus"]) == (1, 16, 64, 2048)
-    for control in ("gpu", "fp8", "ep", "ep_overlap", "t", "p", "zero"):
+    for control in ("gpu", "fp8", "ep", "ep_overlap", "dualpipe", "t", "p", "zero"):
         assert control in off, control
     assert "ep_overlap" in dense and "ep_overlap" in ep1 and "ep_overlap" not in ep8
+    assert "dualpipe" in ep8  # greyed out until the all-to-alls are overlapped
+    assert "dualpipe" not in disabled_controls(
+        {**custom, "model": "deepseek-v3", "ep": 8, "ep_overlap": True}
+    )
 
 
 @pytest.mark.parametrize("name", sorted(PRESET_LAYOUTS))

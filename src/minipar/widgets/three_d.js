@@ -59,7 +59,8 @@ export function planDisabled(values, config) {
   const m = ((config || {}).models || {})[values.model] || {};
   const off = preset ? [...PRESET_FIXED, ...Object.keys(preset.controls || {})] : [];
   if (!(m.experts > 1)) off.push("ep");
-  if (!(m.experts > 1) || !(Number(v.ep) > 1)) off.push("ep_overlap");   // no all-to-all to overlap
+  if (!(m.experts > 1) || !(Number(v.ep) > 1)) off.push("ep_overlap", "dualpipe");   // no all-to-all to overlap
+  else if (!v.ep_overlap) off.push("dualpipe");                        // DualPipe overlaps the all-to-alls
   if (Number(v.zero) !== 3) off.push("z3");
   if (!(Number(v.cp) > 1)) off.push("cpalg");
   return [...new Set(off)];
@@ -74,7 +75,7 @@ registerExplorer("plan", {
   link: planLink,
   disabled: planDisabled,
   // a model's preset is its run: these go back to their defaults unless the preset sets them
-  presetResets: ["gpn", "intra", "inter", "cp", "ep", "b", "v", "recompute", "sp", "zero", "z3", "cpalg", "gpu", "fp8", "ep_overlap", "kv", "ffn", "mlp"],
+  presetResets: ["gpn", "intra", "inter", "cp", "ep", "b", "v", "recompute", "sp", "zero", "z3", "cpalg", "gpu", "fp8", "ep_overlap", "dualpipe", "kv", "ffn", "mlp"],
   controls: [
     {name: "model", label: "model", type: "select", options: ["gpt3-175b"], value: "gpt3-175b", configOptions: "models"},
     {name: "layout", label: "layout", type: "select", options: ["preset", "custom"], value: "preset"},
@@ -100,7 +101,8 @@ registerExplorer("plan", {
     {name: "fp8", label: "FP8 GEMMs (scaling)", type: "select", options: ["none", ...FP8_SCALING], value: "none"},
     {name: "compiled", label: "compiled step (fused kernels)", type: "checkbox", value: false},
     {name: "tp_overlap", label: "TP overlapped with GEMMs (async TP; the era's: on from the H100)", type: "select", options: ["the era's", "on", "off"], value: "the era's"},
-    {name: "ep_overlap", label: "EP all-to-alls under another micro-batch (DualPipe)", type: "checkbox", value: false},
+    {name: "ep_overlap", label: "EP all-to-alls under another micro-batch's compute", type: "checkbox", value: false},
+    {name: "dualpipe", label: "DualPipe schedule (with the EP overlap; p and m even, v = 1)", type: "checkbox", value: false},
     {name: "kv", label: "KV heads (0 = the model's)", type: "number", min: 0, max: 1024, why: "KV heads divide the heads", step: 1, value: 0},
     {name: "ffn", label: "MLP width f (0 = the model's)", type: "number", min: 0, max: 1048576, why: "2^20, about 20 times the widest published MLP", step: 1, value: 0},
     {name: "mlp", label: "MLP", type: "select", options: ["the model's", "gelu", "swiglu"], value: "the model's"},
@@ -127,7 +129,7 @@ registerExplorer("plan", {
     if (N % (t * cp * p)) {
       throw new Error(cp > 1 ? `gpus (${N}) must be divisible by t·cp·p (${t}·${cp}·${p})` : `gpus (${N}) must be divisible by t·p (${t}·${p})`);
     }
-    const extra = {...(ATTENTION.includes(v.attention) ? {attention: v.attention} : {}), ...(v.precision in RECIPES ? {precision: v.precision} : {}), ...(FP8_SCALING.includes(v.fp8) ? {fp8: v.fp8} : {}), compiled: Boolean(v.compiled), tp_overlap: ({on: true, off: false, true: true, false: false})[v.tp_overlap] ?? null, ep_overlap: Boolean(v.ep_overlap), cp_algorithm: v.cpalg ?? "ring"};
+    const extra = {...(ATTENTION.includes(v.attention) ? {attention: v.attention} : {}), ...(v.precision in RECIPES ? {precision: v.precision} : {}), ...(FP8_SCALING.includes(v.fp8) ? {fp8: v.fp8} : {}), compiled: Boolean(v.compiled), tp_overlap: ({on: true, off: false, true: true, false: false})[v.tp_overlap] ?? null, ep_overlap: Boolean(v.ep_overlap), dualpipe: Boolean(v.dualpipe) && Boolean(v.ep_overlap), cp_algorithm: v.cpalg ?? "ring"};
     const opts = {zero3_collectives: v.z3, ...extra};   // the recipe's bytes and headroom; ZeRO-3's algorithm, kernel, recipe
     const split = (preset && preset.split) || "even";   // a preset may put its layers on uneven stages
     const layOf = (q, chunks, zero) => ({global_batch: B, tp: t, pp: q, dp: N / (t * cp * q), micro_batch: v.b, chunks, recompute: v.recompute, sp: v.sp, zero, cp, ep, split});

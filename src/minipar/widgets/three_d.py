@@ -55,7 +55,7 @@ def preset_run(model: str) -> tuple:
     (:func:`preset_layout`), as :func:`minipar.cost.planner.three_d.evaluate` takes them: the
     Python side of what the explorer's chart prices (the controls a preset leaves unset at the
     explorer's defaults: A100-80GB, b = 1, v = 1, selective recomputation, SP, ZeRO-1, no FP8,
-    all-to-alls not overlapped)."""
+    all-to-alls not overlapped, no DualPipe)."""
     pre = preset_layout(model)
     c = pre.get("controls", {})
     m_ = MODELS[model]
@@ -77,7 +77,9 @@ def preset_run(model: str) -> tuple:
         c.get("ep", 1),
         pre.get("split", "even"),
     )
-    return m_, cl, lay, Options(fp8=c.get("fp8"), ep_overlap=c.get("ep_overlap", False))
+    overlap = c.get("ep_overlap", False)
+    dualpipe = c.get("dualpipe", False) and overlap  # as the chart: DualPipe needs the overlap
+    return m_, cl, lay, Options(fp8=c.get("fp8"), ep_overlap=overlap, dualpipe=dualpipe)
 
 
 def _link(L) -> dict:
