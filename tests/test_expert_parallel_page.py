@@ -143,7 +143,7 @@ def test_deepseek_v3_figure_prices_the_preset_and_shows_what_its_caption_says():
 
     runs = [c for _, c in deepseek_v3_runs()]
     _, _, lay, opt = preset_run("deepseek-v3")
-    assert runs[0].layout == lay and opt.ep_overlap  # the explorer's preset, overlapped
+    assert runs[0].layout == lay and opt.ep_overlap and opt.dualpipe  # the explorer's preset
     assert [c.tp for c in runs] == [1, 1, 8, 1, 8] and [c.ep for c in runs] == [64] * 5
     for c in runs:
         parts = c.group_seconds()
@@ -157,7 +157,7 @@ def test_deepseek_v3_figure_prices_the_preset_and_shows_what_its_caption_says():
     cap = re.search(
         r"\{minipar-figure\} expert_parallel.deepseek_v3_step\n(.*?)^```$", PAGE, re.M | re.S
     )
-    for claim in ("hides most of the all-to-all", "TP 8 adds a part of its own on both machines"):
+    for claim in ("DualPipe hides most of the all-to-all", "TP 8 adds a part of its own on both"):
         assert claim in " ".join(cap[1].split()), claim
 
 

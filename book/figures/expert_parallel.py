@@ -270,8 +270,8 @@ def a2a_roofline(pal):
 
 def deepseek_v3_runs():
     """(label, Config) of DeepSeek-V3's step in the planner: its published layout on 2048 H800
-    (the explorer's preset: PP 16 × EP 64 over 8 nodes, ZeRO-1, no TP, FP8, the all-to-alls
-    overlapped with another micro-batch), the same with the all-to-alls exposed, and with TP 8
+    (the explorer's preset: PP 16 × EP 64 over 8 nodes, ZeRO-1, no TP, FP8, DualPipe with the
+    all-to-alls overlapped), the same under 1F1B with the all-to-alls exposed, and with TP 8
     inside each node; then the published layout and TP 8 with a 72-GPU NVLink domain (GB200
     NVL72, 64 GPUs of each rack in use, so an EP group of 64 is one NVLink domain). The notebook
     prices the same runs."""
@@ -283,10 +283,10 @@ def deepseek_v3_runs():
     m_, h800, lay, opt = preset_run("deepseek-v3")
     nvl72 = cluster(lay.tp * lay.pp * lay.dp, 64, "GB200-NVL72")
     tp8 = replace(lay, tp=8, dp=lay.dp // 8, sp=True)
-    exposed = replace(opt, ep_overlap=False)
+    exposed = replace(opt, ep_overlap=False, dualpipe=False)
     runs = (
         ("H800, published:\nPP 16, EP 64, no TP", h800, lay, opt),
-        ("H800, all-to-alls\nnot overlapped", h800, lay, exposed),
+        ("H800, no DualPipe:\nall-to-alls exposed", h800, lay, exposed),
         ("H800, TP 8 added", h800, tp8, opt),
         ("GB200 NVL72:\nPP 16, EP 64, no TP", nvl72, lay, opt),
         ("GB200 NVL72,\nTP 8 added", nvl72, tp8, opt),
@@ -303,7 +303,7 @@ def deepseek_v3_runs():
 )
 def deepseek_v3_step(pal):
     """Seconds per step of DeepSeek-V3 (15360 sequences of 4096 tokens) in the planner, split
-    by the term table's groups: at its published layout on H800, without the all-to-all overlap,
+    by the term table's groups: at its published layout on H800, without DualPipe's overlap,
     with TP 8 added, and the published layout and TP 8 on GB200 NVL72; every part of the step the
     planner prices, each in its own colour. On a phone the run names are short and the legend
     one column below the axes."""
@@ -335,7 +335,7 @@ def deepseek_v3_step(pal):
         ax.text(left, y, f" {left:.1f} s", va="center", fontsize=9, color=pal.fg)
     short = (
         "H800\npublished",
-        "H800 no\noverlap",
+        "H800 no\nDualPipe",
         "H800\n+ TP 8",
         "NVL72\npublished",
         "NVL72\n+ TP 8",
