@@ -6,7 +6,8 @@ MathJax error box), no JavaScript error, every explorer redraws when any control
 element of an article wider than its column at 1280 px or at 390 px (unless it scrolls sideways),
 nothing cut off by a box that hides its overflow (an equation, an explorer's input, select or
 slider value, a code name) at either width, no picture (figure, chart, animation, equation,
-table) scrolling sideways without a visible scroll cue at either width, every preset menu of
+table) scrolling sideways without a visible scroll cue at either width, no cue beside its box
+or under a formula that fits, nothing left of a scrolling box's edge, every preset menu of
 every explorer switched between each pair of its options without an error message, no
 unformatted number (7 or more bare digits) in an explorer's output, and, on a 390 px phone
 screen, every explorer fits the screen with charts at least 320 px wide (they scroll sideways
@@ -199,6 +200,33 @@ async () => {
 }
 """
 
+# Runs in the page: scroll cues that mislead. A cue sits under its box, on a line of its own: one
+# beside it (a flex row, as the theme's inline math is) takes the formula's room and squeezes it
+# into a scrolling sliver. And a formula whose drawing fits its box has no cue: MathJax's hidden
+# MathML copy for screen readers, wider than the drawing, once put a faded formula and a
+# "scroll sideways" line after every short inline formula with a subscript ($c_p$, $t_b$).
+_MISLEADING_CUES = r"""
+async () => {
+  await new Promise((r) => requestAnimationFrame(() => requestAnimationFrame(r)));
+  const out = [];
+  for (const cue of document.querySelectorAll(".minipar-scroll-cue")) {
+    if (cue.hidden || cue.getBoundingClientRect().height === 0) continue;
+    const box = cue.previousElementSibling;
+    if (!box) continue;
+    const b = box.getBoundingClientRect(), c = cue.getBoundingClientRect();
+    const name = `<${box.tagName.toLowerCase()}> "${box.textContent.trim().slice(0, 30)}"`;
+    if (c.top < b.bottom - 1) out.push(`${name}: its scroll cue sits beside it, not under it`);
+    const drawing = box.matches("mjx-container") && box.querySelector(":scope > svg, :scope > mjx-math");
+    if (drawing && drawing.getBoundingClientRect().width <= box.clientWidth + 3) {
+      out.push(`${name}: a scroll cue though its drawing (${Math.round(drawing.getBoundingClientRect().width)} px) ` +
+               `fits its box (${box.clientWidth} px)`);
+    }
+    if (out.length >= 5) break;
+  }
+  return out;
+}
+"""
+
 # Runs in the page: content cut off by a box that hides its overflow instead of scrolling: an
 # equation, a control of an explorer (input, select, slider value) or a code name whose right
 # part a reader cannot reach. Checked at 1280 px and at 390 px.
@@ -231,6 +259,29 @@ _CLIPPED = r"""
                  `<${a.tagName.toLowerCase()} class="${String(a.className).slice(0, 30)}">`);
       }
       break;
+    }
+    if (out.length >= 5) break;
+  }
+  return out;
+}
+"""
+
+# Runs in the page: what a box that scrolls sideways holds left of its own left edge, where no
+# scrolling reaches (a chart row with Bootstrap's negative margins cut its first 12 px off).
+_CUT_AT_LEFT = r"""
+() => {
+  const col = document.querySelector("article.bd-article") || document.querySelector("main");
+  if (!col) return [];
+  const out = [];
+  for (const box of col.querySelectorAll("*")) {
+    const o = getComputedStyle(box).overflowX;
+    if ((o !== "auto" && o !== "scroll") || box.clientWidth === 0 || box.scrollLeft > 0) continue;
+    const left = box.getBoundingClientRect().left + box.clientLeft;
+    for (const el of box.children) {
+      const r = el.getBoundingClientRect();
+      if (r.width === 0 || r.height === 0 || r.left >= left - 1) continue;
+      out.push(`<${el.tagName.toLowerCase()} class="${String(el.className).slice(0, 30)}"> starts ` +
+               `${Math.round(left - r.left)} px left of its scrolling box, out of reach`);
     }
     if (out.length >= 5) break;
   }
@@ -510,10 +561,12 @@ def test_every_page_offline(server):
             raw += [f"{name}: {t}" for t in counts["raw"]]
             wide += [f"{name}: {w}" for w in page.evaluate(_TOO_WIDE)]
             clipped += [f"{name} at 1280 px: {w}" for w in page.evaluate(_CLIPPED)]
+            clipped += [f"{name} at 1280 px: {w}" for w in page.evaluate(_CUT_AT_LEFT)]
             stretched += [f"{name} at 1280 px: {w}" for w in page.evaluate(_STRETCHED)]
             slow += [f"{name}: {w}" for w in page.evaluate(_LARGEST_VALUES, UPDATE_LIMIT_MS)]
             paths += [f"{name}: {x}" for x in build_paths(page.evaluate(_PAGE_TEXT))]
             no_cue += [f"{name} at 1280 px: {w}" for w in page.evaluate(_NO_SCROLL_CUE)]
+            no_cue += [f"{name} at 1280 px: {w}" for w in page.evaluate(_MISLEADING_CUES)]
             if counts["explorers"]:
                 for r in page.evaluate(_PRESET_SWITCHES):
                     preset_errors += [
@@ -543,7 +596,9 @@ def test_every_page_offline(server):
             )
             phone_wide += [f"{name}: {w}" for w in small.evaluate(_TOO_WIDE)]
             no_cue += [f"{name} at 390 px: {w}" for w in small.evaluate(_NO_SCROLL_CUE)]
+            no_cue += [f"{name} at 390 px: {w}" for w in small.evaluate(_MISLEADING_CUES)]
             clipped += [f"{name} at 390 px: {w}" for w in small.evaluate(_CLIPPED)]
+            clipped += [f"{name} at 390 px: {w}" for w in small.evaluate(_CUT_AT_LEFT)]
             stretched += [f"{name} at 390 px: {w}" for w in small.evaluate(_STRETCHED)]
             if name in with_explorers:
                 narrow += [{"page": name, **r} for r in small.evaluate(_NARROW_EXPLORERS, 320)]
@@ -581,7 +636,7 @@ def test_every_page_offline(server):
     assert not wide, f"wider than the article column at 1280 px: {wide[:10]}"
     assert not phone_wide, f"wider than the article column at 390 px: {phone_wide[:10]}"
     assert not clipped, f"cut off with no way to scroll to it: {clipped[:10]}"
-    assert not no_cue, f"pictures wider than their column with no scroll cue: {no_cue[:10]}"
+    assert not no_cue, f"pictures scrolling with no cue, or a misleading cue: {no_cue[:10]}"
     assert not preset_errors, f"preset switches that show an error: {preset_errors[:10]}"
     assert not unformatted, f"unformatted numbers in explorers: {unformatted[:10]}"
     assert not paths, f"paths of the build machine shown on a page: {paths[:10]}"
@@ -754,8 +809,30 @@ def test_the_checks_catch_what_a_reader_saw():
         no_cue = page.evaluate(_NO_SCROLL_CUE)
         presets = page.evaluate(_PRESET_SWITCHES)
         numbers = page.evaluate(_NUMBERS_AT_EXTREMES)
+        # an inline formula in the theme's inline-flex math span, 20 px drawn, whose hidden
+        # MathML copy is 40 px wide, so the box scrolls: its cue beside it, with nothing to see
+        page.set_content(
+            '<html><body><article class="bd-article" style="width:300px"><p>the '
+            '<span class="math" style="display:inline-flex;overflow-x:auto;max-width:100%">'
+            '<mjx-container style="display:inline-block;overflow-x:auto;max-width:100%;'
+            'position:relative"><svg width="20" height="10"></svg><mjx-assistive-mml '
+            'style="position:absolute;left:0;top:0;display:block;overflow:hidden;'
+            'clip:rect(1px,1px,1px,1px)"><span style="display:inline-block;width:40px">c</span>'
+            '</mjx-assistive-mml></mjx-container><span class="minipar-scroll-cue" '
+            'style="display:block">more</span></span> term</p></article></body></html>'
+        )
+        misleading = page.evaluate(_MISLEADING_CUES)
+        page.set_content(
+            '<html><body><article class="bd-article" style="width:300px">'
+            '<div style="overflow-x:auto"><div style="display:flex;margin:0 -12px">'
+            '<svg width="480" height="50"></svg></div></div></article></body></html>'
+        )
+        cut_left = page.evaluate(_CUT_AT_LEFT)
         browser.close()
     assert no_cue and "no scroll cue" in no_cue[0], no_cue
+    assert any("beside it" in m for m in misleading), misleading
+    assert any("fits its box (20 px)" in m for m in misleading), misleading
+    assert cut_left and "12 px left of its scrolling box" in cut_left[0], cut_left
     assert presets[0]["switches"] == 6 and presets[0]["errors"], presets  # c -> b: L = 8, p = 3
     assert "2281750592.4" in presets[0]["unformatted"][0], presets
     assert any("2281750592.4" in x for x in numbers), numbers

@@ -205,6 +205,8 @@ export function readerMessage(spec, msg) {
   return out.replace(/(?<![\w.,\-])\d{5,}(?:\.\d+)?(?![\w.])/g, (n) => fmtNumber(Number(n), n.includes(".") ? 2 : 0));
 }
 
+// `.row` is also Bootstrap's grid row on the book's theme (negative side margins, padded
+// children, which put a chart's left edge out of reach): its margins and padding are reset here.
 const CSS = `
 .minipar-explorer{border:1px solid #d0d7de;border-radius:6px;padding:.6em .8em;margin:1em 0;font-size:.9em;max-width:100%;overflow:hidden}
 .minipar-explorer-title{font-weight:600;margin-bottom:.4em}
@@ -217,8 +219,8 @@ const CSS = `
 .minipar-explorer-output{overflow-x:auto}
 .minipar-explorer-chart{overflow-x:auto;max-width:100%}
 .minipar-explorer-output svg{width:100%;min-width:480px;height:auto;display:block}
-.minipar-explorer-output .row{display:flex;flex-wrap:wrap;gap:.5em}
-.minipar-explorer-output .row>svg{flex:1 1 480px;min-width:480px;width:auto}
+.minipar-explorer-output .row{display:flex;flex-wrap:wrap;gap:.5em;margin:0}
+.minipar-explorer-output .row>svg{flex:1 1 480px;min-width:480px;width:auto;padding:0;margin:0}
 .minipar-explorer-output p{margin:.3em 0}
 .minipar-explorer-message{color:#a40000}
 .minipar-explorer-note{color:#555;font-size:.9em}
