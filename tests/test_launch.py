@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from minipar.runtime.launch import RankError, choose_backend, run
+from minipar.runtime.launch import RankError, choose_backend, run, shutdown
 
 pytestmark = pytest.mark.slow
 
@@ -79,6 +79,20 @@ def test_a_failed_call_keeps_the_zygote_warm():
     after = run(lambda r, w: os.getpid(), 2, backend="gloo")
     assert launch._zygote.proc.pid == zygote
     assert set(after).isdisjoint(before)  # a fresh process per rank and call
+
+
+def _dynamo_imported(rank, world_size):
+    return "torch._dynamo" in sys.modules  # before the rank imports anything itself
+
+
+def test_a_call_right_after_another_inherits_the_warm_up_imports():
+    """A call made at once after the previous one (a grader's next world size) finds the
+    zygote's warm-up imports (torch._dynamo, which the tracer needs) already in its ranks:
+    waiting for an idle moment that back-to-back calls never leave, every rank imported them
+    again (2.2 CPU-s each). A fresh zygote, so no earlier test's pause has warmed it up."""
+    shutdown()
+    run(_dynamo_imported, 2, backend="gloo")
+    assert run(_dynamo_imported, 2, backend="gloo") == [True, True]
 
 
 def test_hung_collective_times_out():
