@@ -29,8 +29,9 @@ def _explorers():
     for slug in SLUGS:
         ((_, names),) = js_call(slug, [("explorerNames", [])])
         own = [n for n in names if n not in {x for _, x, _ in out}]
-        specs = js_call(slug, [("explorerInputs", [n]) for n in own])
-        defaults = js_call(slug, [("defaultValues", [n, {}]) for n in own])
+        calls = [("explorerInputs", [n]) for n in own] + [("defaultValues", [n, {}]) for n in own]
+        got = js_call(slug, calls)  # one Node.js run: this runs at collection, in every worker
+        specs, defaults = got[: len(own)], got[len(own) :]
         out += [
             (slug, n, {**spec, "defaults": d}) for n, (_, spec), (_, d) in zip(own, specs, defaults)
         ]
