@@ -14,6 +14,9 @@ from disk with every request leaving the machine refused. The checks are the bui
 * switching a preset menu (a model) between every ordered pair of its options never shows an
   error, and no output shows an unformatted number (a run of 7 or more digits with no
   thousands separator), at any box's largest or smallest value or after any preset.
+* in the book's light and dark themes, every explorer's panel follows the theme and its text
+  (labels, values, notes, messages, links, chart labels) keeps a readable contrast: 4.5:1, and
+  3:1 for chart text (WCAG AA for text and for graphics).
 
 Needs Debian's chromium and Playwright for Python; it skips without them, and under CI=true
 a skip fails (tests/conftest.py).
@@ -72,6 +75,53 @@ _FP8_THEN_A100 = r"""
 }
 """
 
+# Runs on a page in the given theme ("light" or "dark", as the book's theme sets data-theme on
+# <html>): explorers whose panel does not follow the theme (a light box on a dark page), and text
+# below WCAG AA contrast against what is behind it (4.5:1; 3:1 for chart text). Disabled
+# controls are exempt, as in WCAG.
+_THEME_CONTRAST = r"""
+(theme) => {
+  document.documentElement.dataset.theme = theme;
+  const rgb = (c) => (c.match(/[\d.]+/g) || []).map(Number);
+  const lum = (c) => {
+    const [r, g, b] = rgb(c).slice(0, 3).map((x) => {
+      x /= 255;
+      return x <= 0.03928 ? x / 12.92 : ((x + 0.055) / 1.055) ** 2.4;
+    });
+    return 0.2126 * r + 0.7152 * g + 0.0722 * b;
+  };
+  const bg = (el) => {
+    for (let a = el; a; a = a.parentElement) {
+      const c = getComputedStyle(a).backgroundColor, v = rgb(c);
+      if (v.length === 3 || v[3] > 0.5) return c;
+    }
+    return theme === "dark" ? "rgb(18, 18, 18)" : "rgb(255, 255, 255)";
+  };
+  const ratio = (a, b) => {
+    const x = lum(a), y = lum(b);
+    return (Math.max(x, y) + 0.05) / (Math.min(x, y) + 0.05);
+  };
+  const out = [];
+  for (const root of document.querySelectorAll(".minipar-explorer")) {
+    const name = root.dataset.explorer;
+    if ((theme === "dark") !== (lum(bg(root)) < 0.2)) out.push(`${name}: its panel (${bg(root)}) does not follow the ${theme} theme`);
+    const texts = "label, p, a, output, button, select, input, li, td, th, span, b, code";
+    for (const e of root.querySelectorAll(texts)) {
+      if (e.type === "range" || e.type === "checkbox") continue;  // no text to read
+      if (e.matches(":disabled") || e.querySelector(":disabled") || !e.textContent.trim() && e.tagName !== "INPUT") continue;
+      if (e.getBoundingClientRect().width === 0) continue;
+      const k = ratio(getComputedStyle(e).color, bg(e));
+      if (k < 4.5) out.push(`${name}: <${e.tagName.toLowerCase()}> "${(e.textContent || e.value).trim().slice(0, 30)}" at contrast ${k.toFixed(2)}`);
+    }
+    for (const t of root.querySelectorAll("svg text")) {
+      const k = ratio(getComputedStyle(t).fill, bg(t.closest("svg")));
+      if (k < 3) out.push(`${name}: chart text "${t.textContent.slice(0, 30)}" at contrast ${k.toFixed(2)}`);
+    }
+  }
+  return Array.from(new Set(out));
+}
+"""
+
 pytestmark = [  # Chromium is a process of its own: slow, as CONTRIBUTING.md defines it
     pytest.mark.slow,
     pytest.mark.skipif(_missing() is not None, reason=str(_missing())),
@@ -84,7 +134,7 @@ def reports(tmp_path_factory):
 
     pages = write_pages(tmp_path_factory.mktemp("explorers"))
     out = {"pages": [p.stem for p in pages], "errors": [], "external": [], "largest": []}
-    out.update(poke=[], narrow=[], presets=[], unformatted=[], no_cue=[])
+    out.update(poke=[], narrow=[], presets=[], unformatted=[], no_cue=[], themes=[])
 
     def route(r):
         if r.request.url.startswith(("file:", "data:", "about:")):
@@ -108,6 +158,11 @@ def reports(tmp_path_factory):
                 if width == 390:
                     out["narrow"] += page.evaluate(_NARROW_EXPLORERS, 320)
                     continue
+                for theme in ("light", "dark"):
+                    out["themes"] += [
+                        f"{theme}: {x}" for x in page.evaluate(_THEME_CONTRAST, theme)
+                    ]
+                page.goto(path.as_uri(), wait_until="load")
                 out["largest"] += page.evaluate(_LARGEST_VALUES, -1)  # every box, with its time
                 if path.stem == "plan":
                     page.goto(path.as_uri(), wait_until="load")
@@ -182,3 +237,31 @@ def test_a_chart_wider_than_a_phone_shows_a_scroll_cue(reports):
     """At 390 px a chart keeps its 480 px (legible) and scrolls inside the explorer; a line under
     it says so (the site's minipar-scroll-cue.js), so the right quarter is not hidden silently."""
     assert not reports["no_cue"], reports["no_cue"][:5]
+
+
+def test_every_explorer_follows_the_theme_legibly(reports):
+    """In the dark theme an explorer is a dark panel, not a light box on a dark page, and every
+    text in it (the "minipar plan" link, a message, a chart's labels) reads in both themes."""
+    assert not reports["themes"], reports["themes"][:10]
+
+
+def test_the_theme_check_can_fail():
+    """Negative control: a light panel on a dark page, and the light theme's link blue on the
+    dark panel, are both named."""
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=FLAGS)
+        page = browser.new_page()
+        page.route("**/*", lambda r: r.abort())
+        page.set_content(
+            '<html><body><div class="minipar-explorer" data-explorer="light-box" '
+            'style="background:#fff;color:#111"><p>step 2.1 s</p></div>'
+            '<div class="minipar-explorer" data-explorer="dim-link" '
+            'style="background:#1b1f24;color:#e6e6e6"><p>The full search: '
+            '<a href="#" style="color:#0b62a4">minipar plan</a></p></div></body></html>'
+        )
+        found = page.evaluate(_THEME_CONTRAST, "dark")
+        browser.close()
+    assert any(x.startswith("light-box: its panel") for x in found), found
+    assert any(x.startswith('dim-link: <a> "minipar plan"') for x in found), found
