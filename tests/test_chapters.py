@@ -11,7 +11,7 @@ from minipar import chapters
 
 ROOT = Path(__file__).resolve().parents[1]
 #: the packages of src/minipar that are floors or commands, not chapters (CONTRIBUTING.md, Layers)
-FLOORS = {"bench", "cost", "grading", "runtime", "widgets"}
+FLOORS = {"bench", "cost", "grading", "plotting", "runtime", "widgets"}
 
 
 @pytest.mark.parametrize("chapter", chapters.CHAPTERS, ids=lambda c: c.slug)

@@ -8,8 +8,8 @@ module of ``src/minipar``:
   it, alone or inside a dict or list) holds 40 or more words of prose in its string literals, its
   docstring, the messages of the errors it raises and one-word strings (dict keys, labels) left
   out. The library's own output is not the book's: the grader's verdicts and hints (what
-  ``minipar grade`` tells a learner) and the reports ``minipar bench`` prints are held to the
-  first rule only.
+  ``minipar grade`` tells a learner), the reports ``minipar bench`` prints and the recipe line
+  ``minipar plan`` prints are held to the first rule only.
 
 Negative controls: a planted sentence builder (returning its sentence, or a dict holding it), and
 a planted ``*_sentence`` name, are named, in any package.
@@ -24,8 +24,9 @@ from pathlib import Path
 SRC = Path(__file__).resolve().parents[1] / "src" / "minipar"
 NAMES = re.compile(r"_(sentence|paragraph|clause|prose)s?$")
 MAX_WORDS = 40
-# the library's own text, printed or returned to a learner: the grader's reasons, bench reports
-OUTPUT = ("grading/", "bench/")
+# the library's own text, printed or returned to a learner: the grader's reasons, bench reports,
+# and the recipe line `minipar plan` prints above its table
+OUTPUT = ("grading/", "bench/", "cost/cli.py")
 
 
 def _docstring_and_raises(fn: ast.AST) -> set[int]:
