@@ -101,6 +101,16 @@ def test_chapter_notebook_prose_holds_no_scaffolding(slug):
     assert not bad, f"notebooks/{slug}.ipynb (move these to the appendix):\n" + "\n".join(bad)
 
 
+@pytest.mark.parametrize("slug", SLUGS)
+def test_chapter_notebook_prints_no_scaffolding(slug):
+    """What the run page prints comes from its code cells' strings (f-strings included)."""
+    cells = json.loads((ROOT / "notebooks" / f"{slug}.ipynb").read_text("utf-8"))["cells"]
+    code = "\n".join("".join(c["source"]) for c in cells if c["cell_type"] == "code")
+    printed = "\n".join(re.findall(r"print\((.*?)\)\s*$", code, re.M | re.S))
+    bad = [b for b in scaffolding_problems(printed) if "Spearman" in b or "in-sample" in b]
+    assert not bad, f"notebooks/{slug}.ipynb prints:\n" + "\n".join(bad)
+
+
 def test_intro_tells_no_origin_story():
     bad = scaffolding_problems((BOOK / "intro.md").read_text("utf-8"))
     assert not bad, "book/intro.md:\n" + "\n".join(bad)

@@ -296,6 +296,7 @@ def test_table_text_has_every_row():
     assert "MT-NLG 530B" in text and "BLOOM 176B" in text
     modes = tables.table_modes()
     assert len(modes.splitlines()) == 1 + len(validation.RUNS) + 7
+    assert "Spearman" not in modes  # the run page prints it: the reader's words, not a statistic's
     assert len(tables.h200_table().splitlines()) == 1 + len(validation.h200_runs())
 
 

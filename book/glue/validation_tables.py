@@ -64,12 +64,12 @@ def table_modes() -> str:
         s = table1_summary(m)
         lines.append(
             f"Table 1, b {m}: {s['within10']}/10 within ±10 %, largest |error| "
-            f"{s['worst']:.1f} %, Spearman {s['spearman']:.2f}"
+            f"{s['worst']:.1f} %, rank agreement {s['spearman']:.2f}"
         )
     s = table1_summary("1", interleaved=False)
     lines.append(
         f"Table 1, b 1 and v 1: {s['within10']}/10 "
-        f"within ±10 %, largest |error| {s['worst']:.1f} %, Spearman {s['spearman']:.2f}"
+        f"within ±10 %, largest |error| {s['worst']:.1f} %, rank agreement {s['spearman']:.2f}"
     )
     cases = (
         ("planner", None, None, "both", "η and bytes per score fitted"),
@@ -82,7 +82,7 @@ def table_modes() -> str:
             f"{what} on every other Table 1 row at b {m}: η = {x['eta']:.3f}, "
             f"{x['score_bytes']:.0f} B/score; held-out rows "
             + ", ".join(f"{r.name[6:]} {r.error:+.1f}%" for r in x["held_out"])
-            + f"; all ten: {x['within10']}/10 within ±10 %, Spearman {x['spearman']:.2f}"
+            + f"; all ten: {x['within10']}/10 within ±10 %, rank agreement {x['spearman']:.2f}"
         )
     return "\n".join(lines)
 
