@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from page_support import worked_problem
+
 from minipar.cost.kernels.hardware import LINKS
 from minipar.cost.network import collectives as cc
 
@@ -80,12 +82,6 @@ def test_no_control_characters_in_the_math():
     assert not [c for c in PAGE if ord(c) < 32 and c not in "\n\t"]
 
 
-def _problem(title: str) -> str:
-    """The text of the worked problem whose title starts with ``title``, answer included."""
-    start = PAGE.index(f"Worked problem: {title}")
-    return PAGE[start : PAGE.index("\n:::\n", start)]
-
-
 def _us(x: float) -> str:
     return f"{x * 1e6:.0f} µs"
 
@@ -96,7 +92,7 @@ def test_algorithm_choice_problem():
     def t(algo, nbytes):
         return cc.collective_time("all-reduce", algo, 16, nbytes, ib.alpha, ib.bandwidth)
 
-    text = _problem("which algorithm")
+    text = worked_problem(PAGE, "which algorithm")
     assert (
         f"**{_us(t('ring', 64e3))}**" in text
         and f"**{_us(t('recursive-doubling', 64e3))}**" in text
@@ -112,7 +108,7 @@ def test_algorithm_choice_problem():
 
 
 def test_nccl_tests_problem():
-    text = _problem("reading an nccl-tests")
+    text = worked_problem(PAGE, "reading an nccl-tests")
     alg = cc.algbw(1e9, 4.0e-3)
     bus = cc.busbw("all-reduce", 8, 1e9, 4.0e-3)
     assert f"**{alg / 1e9:.0f} GB/s**" in text and f"**{bus / 1e9:.1f} GB/s**" in text
@@ -122,7 +118,7 @@ def test_nccl_tests_problem():
 
 def test_hierarchical_problem():
     intra, inter = LINKS["nvlink4-h100"], LINKS["ib-ndr400"]
-    text = _problem("1 GB over 4 nodes")
+    text = worked_problem(PAGE, "1 GB over 4 nodes")
     flat_bytes = cc.ring_bytes_per_rank("all-reduce", 32, 1e9)
     hier_bytes = cc.ring_bytes_per_rank("all-reduce", 4, 1e9 / 8)
     assert f"**{flat_bytes / 1e9:.2f} GB**" in text and f"**{hier_bytes / 1e9:.2f} GB**" in text
@@ -138,6 +134,6 @@ def test_hierarchical_problem():
 
 
 def test_datasheet_problem():
-    text = _problem("reading a datasheet")
+    text = worked_problem(PAGE, "reading a datasheet")
     for name, digits in (("nvlink4-h100", 1), ("ib-ndr400", 0)):
         assert f"**{_ms(1e9 / LINKS[name].bandwidth, digits)}**" in text, name

@@ -13,6 +13,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "book"))
 
 from figures.data_parallel import roofline_links, three_figures, tokens_to_hide  # noqa: E402
+from page_support import has, worked_problem  # noqa: E402
 
 from minipar.cost.chapters.data_parallel import (  # noqa: E402
     compute_seconds,
@@ -25,23 +26,12 @@ APPENDIX = (ROOT / "book" / "data_parallel_appendix.md").read_text("utf-8")
 PSI = 1.3e9
 
 
-def _problem(title: str) -> str:
-    """The text of the worked problem whose title starts with ``title``, answer included."""
-    start = PAGE.index(f"Worked problem: {title}")
-    return PAGE[start : PAGE.index("\n:::\n", start)]
-
-
-def _has(text: str, *parts: str) -> None:
-    missing = [p for p in parts if p not in text]
-    assert not missing, missing
-
-
 def test_roofline_caption_and_alt_state_the_drawn_crossings():
     start = PAGE.index("{minipar-figure} data_parallel.dp_roofline")
     figure = PAGE[start : PAGE.index("```", start)]
     for _, allreduce in roofline_links():
         seconds = allreduce(2 * PSI)
-        _has(figure, three_figures(tokens_to_hide(seconds, PSI)), f"{seconds * 1e3:.0f} ms")
+        has(figure, three_figures(tokens_to_hide(seconds, PSI)), f"{seconds * 1e3:.0f} ms")
     # the crossing is where backward equals the all-reduce
     seconds = roofline_links()[2][1](2 * PSI)
     backward = forward_backward(compute_seconds(PSI, tokens_to_hide(seconds, PSI)))[1]
@@ -49,14 +39,14 @@ def test_roofline_caption_and_alt_state_the_drawn_crossings():
 
 
 def test_summing_instead_of_averaging():
-    _has(_problem("summing"), f"**{8 * 0.01:.2f}**", f"**{8 * 0.2:.1f}**")
+    has(worked_problem(PAGE, "summing"), f"**{8 * 0.01:.2f}**", f"**{8 * 0.2:.1f}**")
 
 
 def test_accumulation_problem():
     k = 1024 // (64 * 2)
     micro = compute_seconds(PSI, 2 * 2048)
-    _has(
-        _problem("accumulating"),
+    has(
+        worked_problem(PAGE, "accumulating"),
         f"**{k}**",
         f"**{dp_allreduce_bytes_per_rank(2 * PSI, 64) / 1e9:.2f} GB**",
         f"{k} × {micro * 1e3:.1f} = **{k * micro * 1e3:.0f} ms**",
@@ -70,14 +60,19 @@ def test_unequal_batches_problem():
     true = sum(sums) / sum(tokens)
     fixed = sum(s * d / sum(tokens) for s in sums) / d
     assert fixed == true
-    _has(_problem("two ranks"), f"**{means:.1f}**", f"**{true:.2f}**")
+    has(worked_problem(PAGE, "two ranks"), f"**{means:.1f}**", f"**{true:.2f}**")
 
 
 def test_clipping_problem():
     norms, c = (3, 4, 0, 0), 1
     total = math.sqrt(sum(n * n for n in norms))
     per_shard = math.sqrt(sum(min(n, c) ** 2 for n in norms))  # each shard clipped to norm <= c
-    _has(_problem("clipping"), f"**{total:.0f}**", f"**{c / total:.1f}**", f"{per_shard:.2f}")
+    has(
+        worked_problem(PAGE, "clipping"),
+        f"**{total:.0f}**",
+        f"**{c / total:.1f}**",
+        f"{per_shard:.2f}",
+    )
 
 
 def _steps(x: float) -> float:
@@ -92,26 +87,26 @@ def _steps(x: float) -> float:
 
 def test_critical_batch_problem():
     n_min, e_min = 10_000, 4e6 * 10_000
-    text = _problem("past the critical")
+    text = worked_problem(PAGE, "past the critical")
     for x in (1, 4):
         n = _steps(x)
-        _has(text, f"**{n * n_min:,.0f} steps**", f"{n * x * e_min / 1e9:.0f} billion tokens")
-    _has(text, f"only {_steps(1) / _steps(4):.1f} times", f"{4 * _steps(4) / _steps(1):.1f} times")
+        has(text, f"**{n * n_min:,.0f} steps**", f"{n * x * e_min / 1e9:.0f} billion tokens")
+    has(text, f"only {_steps(1) / _steps(4):.1f} times", f"{4 * _steps(4) / _steps(1):.1f} times")
 
 
 def test_straggler_problem():
-    text = _problem("rare stalls")
+    text = worked_problem(PAGE, "rare stalls")
     means = {d: 40 + 50 * (1 - 0.99**d) for d in (1, 8, 512)}
-    _has(text, *(f"**{m:.1f} ms**" for m in means.values()))
-    _has(text, f"{100 * (means[1] / 40 - 1):.2f} %", f"{100 * (means[512] / 40 - 1):.0f} %")
+    has(text, *(f"**{m:.1f} ms**" for m in means.values()))
+    has(text, f"{100 * (means[1] / 40 - 1):.2f} %", f"{100 * (means[512] / 40 - 1):.0f} %")
 
 
 def test_powersgd_problem():
-    text = _problem("PowerSGD")
+    text = worked_problem(PAGE, "PowerSGD")
     for m, n, share in ((4096, 16384, "0.061 %"), (64, 64, "6.25 %")):
         assert f"{100 * 2 * (m + n) / (m * n):.3g} %" == share
-        _has(text, f"**{share}**")
-    _has(text, f"{2 * (4096 + 16384):,}", f"{4096 * 16384:,}")
+        has(text, f"**{share}**")
+    has(text, f"{2 * (4096 + 16384):,}", f"{4096 * 16384:,}")
 
 
 def test_scaling_table_is_the_models():
@@ -126,7 +121,7 @@ def test_scaling_table_is_the_models():
             assert text == f"{100 * eff:.{digits}f}", (name, cell, eff)
     summary = PAGE[PAGE.index("**Latency decides the rest.**") :]
     curves = list(scaling_curves().values())
-    _has(summary, f"{100 * curves[1][2]:.0f} %", f"{100 * curves[2][2]:.0f} %")
+    has(summary, f"{100 * curves[1][2]:.0f} %", f"{100 * curves[2][2]:.0f} %")
 
 
 def test_opening_figure_and_problem():
@@ -143,7 +138,7 @@ def test_opening_figure_and_problem():
     start = PAGE.index("{minipar-figure} data_parallel.dp_timeline")
     figure = PAGE[start : PAGE.index("```", start)]
     assert len(buckets.intervals) == 10
-    _has(
+    has(
         figure,
         "ten numbered",
         "ten 250 MiB buckets",
@@ -152,9 +147,9 @@ def test_opening_figure_and_problem():
         f"end {buckets.exposed_s * 1e3:.1f} ms after it",
     )
     sent = dp_allreduce_bytes_per_rank(2 * PSI, 64)
-    text = _problem("does the all-reduce")
-    _has(text, f"**{sent / 1e9:.2f} GB**", f"**{sent / 50e9 * 1e3:.0f} ms**")
-    _has(text, f"**{bwd * 1e3:.1f} ms**", f"{fwd * 3 * 1e3:.0f} ms at 400 TFLOP/s")
+    text = worked_problem(PAGE, "does the all-reduce")
+    has(text, f"**{sent / 1e9:.2f} GB**", f"**{sent / 50e9 * 1e3:.0f} ms**")
+    has(text, f"**{bwd * 1e3:.1f} ms**", f"{fwd * 3 * 1e3:.0f} ms at 400 TFLOP/s")
     assert round(sent / 50e9 / bwd) == 4 and "four times shorter" in text
     assert min_tokens_to_hide(400e12, 50e9) == 8000
 
@@ -169,22 +164,25 @@ def test_bytes_buckets_zero_and_ethernet_problems():
     )
     from minipar.cost.chapters.memory_time import model_state_bytes
 
-    text = _problem("a 7B model")
-    _has(text, f"**{dp_allreduce_bytes_per_rank(4 * 7e9, 16) / 1e9:.1f} GB**")
+    text = worked_problem(PAGE, "a 7B model")
+    has(text, f"**{dp_allreduce_bytes_per_rank(4 * 7e9, 16) / 1e9:.1f} GB**")
     fwd, bwd = forward_backward(compute_seconds(PSI, 2048))
     ar = allreduce_seconds(8)
     buckets = dp_step_time(fwd, bwd, 2 * PSI, 25 * 2**20, ar)
     one = dp_step_time(fwd, bwd, 2 * PSI, 2 * PSI, ar)
     n = len(bucket_sizes(2 * PSI, 25 * 2**20))
-    text = _problem("how many buckets")
-    _has(text, f"**{n} buckets**", f"**{n * 2 * 7 * 2e-6 * 1e3:.1f} ms**")
-    _has(text, f"{one.comm_s * 1e3:.1f} ms after backward", f"**{buckets.exposed_s * 1e3:.2f} ms**")
-    _has(text, f"{buckets.step_s * 1e3:.1f} ms instead of {one.step_s * 1e3:.1f} ms")
-    text = _problem("what ZeRO costs")
+    text = worked_problem(PAGE, "how many buckets")
+    has(text, f"**{n} buckets**", f"**{n * 2 * 7 * 2e-6 * 1e3:.1f} ms**")
+    has(text, f"{one.comm_s * 1e3:.1f} ms after backward", f"**{buckets.exposed_s * 1e3:.2f} ms**")
+    has(text, f"{buckets.step_s * 1e3:.1f} ms instead of {one.step_s * 1e3:.1f} ms")
+    text = worked_problem(PAGE, "what ZeRO costs")
     fp32 = dict(d=8, weight_bytes=4, grad_bytes=4, optimizer_bytes=8)
     for z in range(4):
         held = model_state_bytes(PSI, zero=z, **fp32).total / 1e9
-        _has(text, f"**{held:g} GB**")
-    _has(text, f"**{zero_bytes_per_rank(0, 4 * PSI, 8) / 1e9:g} GB**")
-    _has(text, f"**{zero_bytes_per_rank(3, 4 * PSI, 8) / 1e9:g} GB**")
-    _has(_problem("data parallelism over"), f"**{min_tokens_to_hide(400e12, 12.5e9):,.0f} tokens**")
+        has(text, f"**{held:g} GB**")
+    has(text, f"**{zero_bytes_per_rank(0, 4 * PSI, 8) / 1e9:g} GB**")
+    has(text, f"**{zero_bytes_per_rank(3, 4 * PSI, 8) / 1e9:g} GB**")
+    has(
+        worked_problem(PAGE, "data parallelism over"),
+        f"**{min_tokens_to_hide(400e12, 12.5e9):,.0f} tokens**",
+    )

@@ -7,6 +7,8 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
+from page_support import worked_problem
+
 from minipar.cost.chapters.memory_time import activation_bytes_per_layer
 from minipar.cost.kernels import compute
 from minipar.cost.kernels.hardware import gpu
@@ -59,27 +61,21 @@ def test_roofline_caption():
     assert f"{adam:.2f} TFLOP/s" in PAGE
 
 
-def _problem(title: str) -> str:
-    """The text of the worked problem whose title starts with ``title``, answer included."""
-    start = PAGE.index(f"Worked problem: {title}")
-    return PAGE[start : PAGE.index("\n:::\n", start)]
-
-
 def test_section_problems():
     """The parameters', model states', leftovers' and one-GPU sections' worked problems."""
     gpt2 = dict(L=48, h=1600, V=50257, s=1024)
     n = param_count(**gpt2)
-    text = _problem("GPT-2 XL")
+    text = worked_problem(PAGE, "GPT-2 XL")
     assert f"**{n:,}**" in text and f"**{n + 2 * 1600:,}**" in text  # 1,557,611,200 published
     assert f"**{100 * 12 * 48 * 1600**2 / n:.1f} %**" in text
     for kw, total in (({}, 208), (dict(weight_bytes=4, grad_bytes=4, optimizer_bytes=8), 208)):
         assert model_state_bytes_total(13e9, **kw) == total * 1e9
-    text = _problem("a 13B model")
+    text = worked_problem(PAGE, "a 13B model")
     assert f"{208e9 / GiB:.1f} GiB" in text
     assert f"**{model_state_bytes_total(13e9, grad_bytes=4) / 1e9:.0f} GB** (18Ψ)" in text
     layer = activation_bytes_per_layer(8192, 1, 4096, 32, recompute="selective")
     logits = 4 * 8192 * 128_256
-    text = _problem("the logits")
+    text = worked_problem(PAGE, "the logits")
     assert f"**{logits / 1e9:.2f} GB**" in text and f"{layer / 1e9:.2f} GB per layer" in text
     assert (
         f"**{logits / layer:.1f} layers**" in text
@@ -88,7 +84,7 @@ def test_section_problems():
     assert f"{3 * logits / 1e9:.1f} GB" in text and f"**{logits / 8 / 1e9:.2f} GB**" in text
     flops = six_nd(70e9, 2e12)
     rate = 0.4 * gpu("H100-SXM").peak_flops["bf16"]
-    text = _problem("what sets the GPU count")
+    text = worked_problem(PAGE, "what sets the GPU count")
     assert f"about **{flops / rate / (365.25 * 86400):.0f} years**" in text
     assert f"**{math.ceil(flops / rate / (30 * 86400))} GPUs**" in text
     states = model_state_bytes_total(70e9) / (80 * GiB)
@@ -119,24 +115,26 @@ def test_zero_activation_pipeline_and_mfu_problems():
     )
     from minipar.cost.model import flops_per_iteration, mfu
 
-    text = _problem("a 70B model on 64 GPUs")
+    text = worked_problem(PAGE, "a 70B model on 64 GPUs")
     for z in range(4):
         total = model_state_bytes(70e9, d=64, zero=z).total / 1e9
         assert f"**{total:.1f} GB**".replace(".0 GB", " GB") in text, (z, total)
     full = activation_bytes_per_layer(4096, 1, 4096, 32)
     sel = activation_bytes_per_layer(4096, 1, 4096, 32, recompute="selective")
-    text = _problem("the 7B model's activations")
-    assert f"**{full / GiB:.2f} GiB**" in text and f"{32 * full / GiB:.0f} GiB for the model" in text
+    text = worked_problem(PAGE, "the 7B model's activations")
+    assert (
+        f"**{full / GiB:.2f} GiB**" in text and f"{32 * full / GiB:.0f} GiB for the model" in text
+    )
     assert f"{100 * 5 * 32 * 4096**2 / full:.0f} %" in text
     assert f"{sel / GiB:.2f} GiB per layer, **{32 * sel / GiB:.1f} GiB**" in text
     shape = dict(s=4096, b=1, h=4096, a=32, L=32, p=4, m=16, recompute="selective")
-    text = _problem("GPipe against 1F1B")
+    text = worked_problem(PAGE, "GPipe against 1F1B")
     for schedule in ("gpipe", "1f1b"):
         peak = pipeline_first_stage_activation_bytes(**shape, schedule=schedule) / GiB
         assert f"**{peak:.0f} GiB**" in text, (schedule, peak)
     flops = flops_per_iteration(256, 4096, 32, 4096, 32000)
     peak = 8 * gpu("H100-SXM").peak_flops["bf16"]
     n = param_count(L=32, h=4096, V=32000, s=4096)
-    text = _problem("the MFU of a 7B step")
+    text = worked_problem(PAGE, "the MFU of a 7B step")
     assert f"**MFU {100 * mfu(flops / 15, peak):.1f} %**" in text
     assert f"**{100 * six_nd(n, 256 * 4096) / 15 / peak:.1f} %**" in text

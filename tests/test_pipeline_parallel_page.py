@@ -5,20 +5,16 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from page_support import worked_problem
+
 from minipar.cost.chapters import pipeline_parallel as C
 from minipar.pipeline_parallel.schedules import schedule
 
 PAGE = (Path(__file__).resolve().parents[1] / "book" / "pipeline_parallel.md").read_text("utf-8")
 
 
-def _problem(title: str) -> str:
-    """The text of the worked problem titled ``title``, question and answer."""
-    start = PAGE.index(f"Worked problem: {title}")
-    return PAGE[start : PAGE.index("\n:::\n", start)]
-
-
 def test_which_convention():
-    text = _problem("which convention?")
+    text = worked_problem(PAGE, "which convention?")
     p = 8
     m = next(m for m in range(1, 1000) if C.bubble_relative_to_ideal("1f1b", p, m) <= 0.25)
     assert m == 28 and "**$m = 28$**" in text and "25 %" in text
@@ -33,7 +29,7 @@ def test_which_convention():
 
 
 def test_what_pytorch_leaves_to_you():
-    text = _problem("what PyTorch leaves to you")
+    text = worked_problem(PAGE, "what PyTorch leaves to you")
     p, v, m = 4, 2, 8
     lists = schedule("interleaved", p, m, v)
     rank_of = {a.stage: r for r, acts in enumerate(lists) for a in acts}
@@ -44,7 +40,7 @@ def test_what_pytorch_leaves_to_you():
 
 
 def test_what_micro_batches_buy():
-    text = _problem("what micro-batches buy")
+    text = worked_problem(PAGE, "what micro-batches buy")
     p, t_f, t_b = 4, 4.0, 8.0  # ms for the whole batch on one rank
     one = C.bubble_fraction_of_total("gpipe", p, 1)
     assert (p - 1 + 1) * (t_f + t_b) == 48 and "**48 ms**" in text

@@ -5,16 +5,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from page_support import worked_problem
+
 from minipar.cost.chapters import pipeline_parallel as PP
 from minipar.grid import Grid
 
 PAGE = (Path(__file__).resolve().parents[1] / "book" / "three_d.md").read_text("utf-8")
-
-
-def _problem(title: str) -> str:
-    """The text of the worked problem titled ``title``, question and answer."""
-    start = PAGE.index(f"Worked problem: {title}")
-    return PAGE[start : PAGE.index("\n:::\n", start)]
 
 
 def _pct(x: float) -> str:
@@ -22,7 +18,7 @@ def _pct(x: float) -> str:
 
 
 def test_what_interleaving_buys():
-    text = _problem("what interleaving buys")
+    text = worked_problem(PAGE, "what interleaving buys")
     B, p = 1536, 8
     m_hand, m_best = B // (16 * 1), B // (32 * 2)
     assert (m_hand, m_best) == (96, 24) and m_best % p == 0 and "= **24**" in text
@@ -33,7 +29,7 @@ def test_what_interleaving_buys():
 
 
 def test_the_groups_of_gpt3s_layout():
-    text = _problem("the groups of GPT-3's layout")
+    text = worked_problem(PAGE, "the groups of GPT-3's layout")
     g, per_node = Grid(d=16, t=8, p=8), 8
     count = {k: len(g.groups(k)) for k in ("tp", "dp", "pp", "embedding")}
     assert count == {"tp": 128, "dp": 64, "pp": 128, "embedding": 128}
@@ -51,7 +47,7 @@ def test_the_groups_of_gpt3s_layout():
 
 
 def test_what_the_scatter_gather_saves():
-    text = _problem("what the scatter/gather saves")
+    text = worked_problem(PAGE, "what the scatter/gather saves")
     s, h, t, nic = 2048, 12288, 8, 25e9
     whole = PP.pp_p2p_bytes_per_microbatch(1, s, h) / 2  # one direction
     assert f"= {whole / 1e6:.1f} MB" in text
