@@ -195,14 +195,16 @@ def summary_3(band: float = 15.0) -> dict:
     the baseline, over the rows, over the distinct configurations and over the layouts per
     replica (:func:`_replica_layouts`; a group counts as within when all its rows are), and per
     source; the excluded rows with their reasons."""
-    done = [evaluate_row(r) for r in kept_rows()]
     rows = {r["id"]: r for r in kept_rows()}
+    return _score([evaluate_row(r) for r in rows.values()], rows, band)
+
+
+def _score(done: list[dict], rows: dict, band: float) -> dict:
+    """:func:`summary_3`'s counts of evaluated rows ``done`` (``rows`` by id: their mapping)."""
     configs: dict[tuple, list[dict]] = {}
     for e in done:
         configs.setdefault(configuration(rows[e["id"]]), []).append(e)
-    by_source: dict[str, list[dict]] = {}
-    for e in done:
-        by_source.setdefault(e["source"], []).append(e)
+    replicas = _replica_layouts(done, rows)
     return {
         "rows": done,
         "n": len(done),
@@ -212,12 +214,16 @@ def summary_3(band: float = 15.0) -> dict:
         "configurations_within": sum(
             all(abs(e["error"]) <= band for e in es) for es in configs.values()
         ),
-        "replica_layouts": len(replicas := _replica_layouts(done, rows)),
+        "replica_layouts": len(replicas),
         "replica_layouts_within": sum(
             all(abs(e["error"]) <= band for e in es) for es in replicas.values()
         ),
         "by_source": {
-            s: (len(es), sum(abs(e["error"]) <= band for e in es)) for s, es in by_source.items()
+            s: (
+                sum(e["source"] == s for e in done),
+                sum(e["source"] == s and abs(e["error"]) <= band for e in done),
+            )
+            for s in dict.fromkeys(e["source"] for e in done)
         },
         "band": band,
         "not_evaluated": {r["id"]: r["excluded_because"] for r in load()["rows"] if not r["kept"]},
@@ -243,32 +249,7 @@ def as_evaluated(band: float = 15.0) -> dict:
             | {k: rec[k] for k in ("recompute", "tp_overlap", "predicted_s", "error")}
             | {k: rec[k] for k in ("baseline_error", "fits", "predicted_gib")}
         )
-    configs = {configuration(rows[e["id"]]) for e in done}
-    replicas = _replica_layouts(done, rows)
-    return {
-        "rows": done,
-        "n": len(done),
-        "within": sum(abs(e["error"]) <= band for e in done),
-        "baseline_within": sum(abs(e["baseline_error"]) <= band for e in done),
-        "configurations": len(configs),
-        "configurations_within": sum(
-            all(abs(e["error"]) <= band for e in done if configuration(rows[e["id"]]) == k)
-            for k in configs
-        ),
-        "replica_layouts": len(replicas),
-        "replica_layouts_within": sum(
-            all(abs(e["error"]) <= band for e in es) for es in replicas.values()
-        ),
-        "by_source": {
-            s: (
-                sum(e["source"] == s for e in done),
-                sum(e["source"] == s and abs(e["error"]) <= band for e in done),
-            )
-            for s in dict.fromkeys(e["source"] for e in done)
-        },
-        "band": band,
-        "not_evaluated": {r["id"]: r["excluded_because"] for r in load()["rows"] if not r["kept"]},
-    }
+    return _score(done, rows, band)
 
 
 CALIBRATION_NOTE = (
