@@ -1,7 +1,6 @@
-"""A worked problem in every major section: each ``## `` section of a listed chapter page (and
-its opening, before the first ``## ``) holds a ``:::{admonition} Worked problem: ...`` whose
-answer is a ``{dropdown}``, except sections that only point elsewhere (the code, the exercises).
-Add a chapter to :data:`EVERY_SECTION` when each of its sections has one."""
+"""A worked problem in every major section: each ``## `` section of every chapter page (and its
+opening, before the first ``## ``) holds a ``:::{admonition} Worked problem: ...`` whose answer
+is a ``{dropdown}``, except sections that only point elsewhere (the code, the exercises)."""
 
 from __future__ import annotations
 
@@ -10,17 +9,11 @@ from pathlib import Path
 
 import pytest
 
+from minipar.chapters import SLUGS
+
 BOOK = Path(__file__).resolve().parents[1] / "book"
 
-EVERY_SECTION = [
-    "collectives",
-    "memory_time",
-    "data_parallel",
-    "tensor_parallel",
-    "pipeline_parallel",
-    "context_parallel",
-    "three_d",
-]
+EVERY_SECTION = list(SLUGS)  # the registry's chapters, all of them
 #: sections that list files or exercises and teach nothing a problem could test
 POINTERS = {"In the code", "Code", "Exercises"}
 PROBLEM = re.compile(

@@ -277,8 +277,8 @@ def deepseek_v3_runs():
     prices the same runs."""
     from dataclasses import replace  # noqa: PLC0415 (figures import lazily)
 
-    from minipar.cost.planner.three_d import cluster, evaluate  # noqa: PLC0415
-    from minipar.widgets.three_d import preset_run  # noqa: PLC0415
+    from minipar.cost.planner.three_d import cluster, evaluate  # noqa: PLC0415 (figures import lazily)
+    from minipar.widgets.three_d import preset_run  # noqa: PLC0415 (figures import lazily)
 
     m_, h800, lay, opt = preset_run("deepseek-v3")
     nvl72 = cluster(lay.tp * lay.pp * lay.dp, 64, "GB200-NVL72")
@@ -307,7 +307,7 @@ def deepseek_v3_step(pal):
     with TP 8 added, and the published layout and TP 8 on GB200 NVL72; every part of the step the
     planner prices, each in its own colour. On a phone the run names are short and the legend
     one column below the axes."""
-    from minipar.cost.planner.term_table import TIME_GROUPS  # noqa: PLC0415
+    from minipar.cost.planner.term_table import TIME_GROUPS  # noqa: PLC0415 (figures import lazily)
 
     runs = deepseek_v3_runs()
     parts = [c.group_seconds() for _, c in runs]
