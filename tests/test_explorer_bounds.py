@@ -130,6 +130,9 @@ def test_leaving_any_preset_for_custom_draws():
     assert [(m, out["error"]) for m, (_, out) in zip(models, drawn) if out["error"]] == []
     bloom = dict(zip(models, [link for _, link in links]))["bloom-176b"]
     assert bloom == {"p": 10, "gpus": 320}  # d = 8 and t = 4 kept; 2048 / (8 * 2) micro-batches
+    # DeepSeek-V3's 61 layers take p = 1 evenly: its DualPipe schedule (p even) goes off
+    deepseek = dict(zip(models, [link for _, link in links]))["deepseek-v3"]
+    assert deepseek == {"p": 1, "gpus": 128, "dualpipe": False}
 
 
 def test_a_long_chart_title_is_squeezed_to_the_chart():

@@ -75,6 +75,53 @@ _FP8_THEN_A100 = r"""
 }
 """
 
+# Runs on the layout explorer's page: DeepSeek-V3's preset (its DualPipe schedule on p = 16 over
+# 61 layers, on uneven stages), then the "custom" layout, whose even split moves p to 1.
+_DEEPSEEK_THEN_CUSTOM = r"""
+() => {
+  const root = document.querySelector(".minipar-explorer");
+  const field = (label) => Array.from(root.querySelectorAll("label"))
+    .find((l) => l.firstChild.textContent.trim() === label).querySelector("select, input");
+  const pick = (sel, text) => {
+    sel.selectedIndex = Array.from(sel.options).findIndex((o) => o.text === text);
+    sel.dispatchEvent(new Event("change", {bubbles: true}));
+  };
+  pick(field("model"), "deepseek-v3");
+  pick(field("layout"), "custom");
+  const note = Array.from(root.querySelectorAll(".minipar-explorer-note")).map((n) => n.textContent);
+  return {error: root.dataset.error, p: field("p (custom)").value, ep: field("expert parallel ep (MoE models)").value,
+          fp8: field("FP8 GEMMs (scaling)").selectedOptions[0].text,
+          dualpipe: field("DualPipe schedule (with the EP overlap; p and m even, v = 1)").checked,
+          note: note.join(" ")};
+}
+"""
+
+# Runs on the layout explorer's page: p = 20 over BLOOM's 70 layers is impossible, and ZeRO-2
+# (p = 1 only) keeps the chart from being drawn at the last p that worked; then a KV-head
+# count (1) that t = 8 does not divide, a value that breaks a rule of its own.
+_TWO_IMPOSSIBLE_SETTINGS = r"""
+() => {
+  const root = document.querySelector(".minipar-explorer");
+  const out = root.querySelector(".minipar-explorer-output");
+  const field = (label) => Array.from(root.querySelectorAll("label"))
+    .find((l) => l.firstChild.textContent.trim() === label).querySelector("select, input");
+  const set = (label, value) => {
+    const el = field(label);
+    if (el.tagName === "SELECT") el.selectedIndex = Array.from(el.options).findIndex((o) => o.text === value);
+    else el.value = value;
+    el.dispatchEvent(new Event("change", {bubbles: true}));
+  };
+  set("model", "bloom-176b");
+  set("layout", "custom");
+  set("t (custom)", "8");
+  set("p (custom)", "20");
+  set("ZeRO", "2");
+  const before = out.textContent;
+  set("KV heads (0 = the model's)", "1");
+  return {before, after: out.textContent};
+}
+"""
+
 # Runs on a page in the given theme ("light" or "dark", as the book's theme sets data-theme on
 # <html>): explorers whose panel does not follow the theme (a light box on a dark page), and text
 # below WCAG AA contrast against what is behind it (4.5:1; 3:1 for chart text). Disabled
@@ -167,6 +214,10 @@ def reports(tmp_path_factory):
                 if path.stem == "plan":
                     page.goto(path.as_uri(), wait_until="load")
                     out["rescue"] = page.evaluate(_FP8_THEN_A100)
+                    page.goto(path.as_uri(), wait_until="load")
+                    out["custom"] = page.evaluate(_DEEPSEEK_THEN_CUSTOM)
+                    page.goto(path.as_uri(), wait_until="load")
+                    out["stuck"] = page.evaluate(_TWO_IMPOSSIBLE_SETTINGS)
                 page.goto(path.as_uri(), wait_until="load")
                 out["presets"] += page.evaluate(_PRESET_SWITCHES)
                 page.goto(path.as_uri(), wait_until="load")
@@ -217,6 +268,26 @@ def test_a_preset_resets_what_the_readers_settings_break(reports):
     r = reports["rescue"]
     assert r["before"] == "0" and r["after"] == "0", r
     assert r["gpu"] == "A100-80GB" and "back to the default FP8 GEMMs = none" in r["note"], r
+
+
+def test_a_box_answers_while_an_earlier_setting_is_impossible(reports):
+    """With p = 20 over 70 layers and ZeRO-2 on screen, nothing draws; a new KV-head count still
+    changes the output: the explorer says the new value breaks a rule of its own too."""
+    r = reports["stuck"]
+    assert "layers (70) must be divisible by p (20)" in r["before"], r
+    assert r["after"] != r["before"], r
+    assert "With the last setting that worked, KV heads = 1 is impossible too" in r["after"], r
+
+
+def test_leaving_a_preset_for_custom_keeps_its_run_and_says_what_it_turned_off(reports):
+    """DeepSeek-V3's preset, then "custom": its run's settings (ep = 64, rowwise FP8) stay, p
+    moves to a divisor of the 61 layers, and DualPipe, which needs p even, goes off with a note."""
+    r = reports["custom"]
+    assert r["error"] == "0" and (r["p"], r["ep"], r["fp8"]) == ("1", "64", "rowwise"), r
+    assert (
+        not r["dualpipe"]
+        and "the earlier setting: back to the default DualPipe schedule = false" in r["note"]
+    ), r
 
 
 def test_explorers_show_formatted_numbers(reports):

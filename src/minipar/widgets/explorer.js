@@ -372,12 +372,17 @@ export function mountExplorer(container, name, values, config, onChange) {
   };
   // Returns the names of the controls the link set. A reader's switch to a preset (a change
   // after which the link sets other controls) also puts back the defaults of the controls in
-  // spec.presetResets that the preset does not set: the settings a preset implies.
+  // spec.presetResets that the preset does not set: the settings a preset implies. A link that
+  // leaves a preset (spec.presetOn(values, config) false after it) keeps the reader's settings.
+  let linkOwn = [];                                  // the names the link itself set, last time
   const relink = (changed) => {
     let set = {};
+    linkOwn = [];
     if (spec.link) {
       set = spec.link(current(), changed, cfg) || {};
-      if (changed !== undefined && Object.keys(set).length && spec.presetResets) {
+      linkOwn = Object.keys(set);
+      const onPreset = !spec.presetOn || spec.presetOn(current(), cfg);   // not a link leaving one
+      if (changed !== undefined && Object.keys(set).length && spec.presetResets && onPreset) {
         const defaults = defaultValues(name, {});
         for (const k of spec.presetResets) if (!(k in set) && k !== changed) set[k] = defaults[k];
       }
@@ -427,7 +432,9 @@ export function mountExplorer(container, name, values, config, onChange) {
   // other controls keep changing the picture until the reader fixes it.
   let lastGood = null;
   let culprit = null;
+  const readerSet = new Set();                       // controls the reader set, not a link
   const redraw = (user, changed) => {
+    const before = current();
     const setByLink = relink(changed);
     let v = current();
     let r = drawExplorer(name, v, config, changed);
@@ -435,6 +442,26 @@ export function mountExplorer(container, name, values, config, onChange) {
     if (r.error && user && setByLink.length) {
       const rescued = rescuePreset(changed, setByLink);
       if (rescued) [v, r, note] = rescued;
+    } else if (user && setByLink.length) {
+      // The link put settings back to their defaults: the reader's own (reset with a preset's
+      // run) or any the link itself turned off (a layout a setting cannot run on). Those that
+      // would not have drawn are named.
+      const defaults = defaultValues(name, {});
+      const reset = made.filter((m) => m.c.name !== changed && setByLink.includes(m.c.name)
+        && (readerSet.has(m.c.name) || linkOwn.includes(m.c.name))
+        && before[m.c.name] !== defaults[m.c.name] && v[m.c.name] === defaults[m.c.name]
+        && drawExplorer(name, {...v, [m.c.name]: before[m.c.name]}, config, changed).error);
+      if (reset.length) {
+        const sw = made.find((m) => m.c.name === changed);
+        note = `<p class="minipar-explorer-note">${escapeHtml(sw ? shownValue(sw.c, v[changed]) : "This preset")} `
+          + `does not work with ${reset.every((m) => readerSet.has(m.c.name)) ? "your" : "the"} earlier `
+          + `${reset.length > 1 ? "settings" : "setting"}: back to the default `
+          + `${escapeHtml(reset.map((m) => `${fieldName(m.c)} = ${shownValue(m.c, defaults[m.c.name])}`).join(", "))}.</p>`;
+      }
+    }
+    if (user) {
+      for (const k of setByLink) readerSet.delete(k);
+      if (changed !== undefined) readerSet.add(changed);
     }
     let html = note + r.html;
     if (!r.error) {
@@ -443,20 +470,32 @@ export function mountExplorer(container, name, values, config, onChange) {
     } else {
       if (culprit === null && changed !== undefined) culprit = changed;
       const named = (n) => made.find((m) => m.c.name === n);
-      const tries = [];                        // [values, note]: the first that draws is shown
+      const tries = [];                        // [values, note, isOwn]: the first that draws is shown
       if (lastGood && named(culprit) && lastGood[culprit] !== v[culprit]) {
         const c = named(culprit).c;
         tries.push([{...v, [culprit]: lastGood[culprit]}, `${fieldName(c)} = ${shownValue(c, lastGood[culprit])}, its last value that worked`]);
       }
       if (lastGood && named(changed) && changed !== culprit) {
         const c = named(changed).c;
-        tries.push([{...lastGood, [changed]: v[changed]}, `the last setting that worked and ${fieldName(c)} = ${shownValue(c, v[changed])}`]);
+        tries.push([{...lastGood, [changed]: v[changed]}, `the last setting that worked and ${fieldName(c)} = ${shownValue(c, v[changed])}`, true]);
       }
-      for (const [values, note] of tries) {
+      let drawn = false, own = null;
+      for (const [values, note, isOwn] of tries) {   // isOwn: the reader's new value alone
         const fb = drawExplorer(name, values, config, changed);
-        if (fb.error) continue;
+        if (fb.error) {
+          if (isOwn) own = fb.error;
+          continue;
+        }
         html += `<p class="minipar-explorer-note">Drawn with ${escapeHtml(note)}:</p>${fb.html}`;
+        drawn = true;
         break;
+      }
+      // Nothing draws: the reader's new value breaks a rule of its own too; say which, so every
+      // control still answers while an earlier setting is impossible.
+      if (!drawn && own !== null && own !== r.error) {
+        const c = named(changed).c;
+        html += `<p class="minipar-explorer-message">With the last setting that worked, ${escapeHtml(fieldName(c))} = `
+          + `${escapeHtml(shownValue(c, v[changed]))} is impossible too: ${escapeHtml(readerMessage(spec, own))}</p>`;
       }
     }
     output.innerHTML = html;

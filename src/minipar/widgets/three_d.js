@@ -33,7 +33,8 @@ export function planLink(values, changed, config) {
   // its p (a preset may count the embedding as layers: bloom-176b's 12 stages over 70 layers):
   // then p becomes the divisor of the layers nearest the preset's (at the largest chunks v that
   // still divides them, interleaving needing m a multiple of p), and N follows p at the same t,
-  // cp and d, so the micro-batches stay as they were.
+  // cp and d, so the micro-batches stay as they were; the DualPipe schedule goes off when the
+  // new p cannot run it.
   const shape = ((config || {}).models || {})[values.model];
   if (changed === "layout" && values.layout === "custom" && shape) {
     const [N, t, p, cp, v] = [values.gpus, values.t, values.p, Number(values.cp ?? 1), Number(values.v ?? 1)];
@@ -43,7 +44,9 @@ export function planLink(values, changed, config) {
     for (const vv of [4, 2, 1].filter((x) => x <= v)) {
       let q = 0;
       for (let k = 1; k * vv <= shape.layers; k += 1) if (fits(k, vv) && (!q || Math.abs(k - p) < Math.abs(q - p))) q = k;
-      if (q) return {p: q, ...(vv !== v ? {v: vv} : {}), ...(Number.isInteger(d) ? {gpus: t * cp * q * d} : {})};
+      // DualPipe (a preset's, DeepSeek-V3's) runs only on p and m even and v = 1: off otherwise
+      const dual = values.dualpipe && (q % 2 || m % 2 || vv !== 1) ? {dualpipe: false} : {};
+      if (q) return {p: q, ...(vv !== v ? {v: vv} : {}), ...(Number.isInteger(d) ? {gpus: t * cp * q * d} : {}), ...dual};
     }
     return {};
   }
@@ -75,6 +78,7 @@ registerExplorer("plan", {
   link: planLink,
   disabled: planDisabled,
   // a model's preset is its run: these go back to their defaults unless the preset sets them
+  presetOn: (v, config) => presetOf(v, config) !== null,   // "custom" keeps the preset's run
   presetResets: ["gpn", "intra", "inter", "cp", "ep", "b", "v", "recompute", "sp", "zero", "z3", "cpalg", "gpu", "fp8", "ep_overlap", "dualpipe", "kv", "ffn", "mlp"],
   controls: [
     {name: "model", label: "model", type: "select", options: ["gpt3-175b"], value: "gpt3-175b", configOptions: "models"},
