@@ -273,8 +273,7 @@ def hierarchical(pal):
     ax.minorticks_off()
     ax.set(xlabel="nodes of 8 GPUs", ylabel="time (ms)")
     ax.grid(True, lw=0.5)
-    where = dict(loc="upper left", bbox_to_anchor=(-0.2, -0.2)) if pal.phone else {}
-    ax.legend(fontsize=9, **({"loc": "center right"} | where))
+    pal.legend(ax, "center right", below=(-0.2, -0.2), fontsize=9)
     for s in ("top", "right"):
         ax.spines[s].set_visible(False)
     fig.tight_layout()

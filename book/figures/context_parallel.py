@@ -292,9 +292,7 @@ def traffic_vs_cp(pal):
     ax.grid(True, which="major", lw=0.5)
     if pal.phone:
         ax.set_xlabel("cp (GPUs per sequence)")
-        ax.legend(loc="upper left", bbox_to_anchor=(-0.25, -0.22))
-    else:
-        ax.legend(loc="lower left")
+    pal.legend(ax, "lower left", below=(-0.25, -0.22))
     for sp in ("top", "right"):
         ax.spines[sp].set_visible(False)
     return fig
@@ -358,10 +356,7 @@ def overlap_threshold(pal):
     ax.set_xlabel("tokens per rank, s / cp")
     ax.set_ylabel("ms per ring step")
     ax.grid(True, which="major", lw=0.5)
-    if pal.phone:
-        ax.legend(loc="upper left", bbox_to_anchor=(-0.25, -0.2), fontsize=9)
-    else:
-        ax.legend(loc="upper left", fontsize=9)
+    pal.legend(ax, "upper left", fontsize=9)
     for sp in ("top", "right"):
         ax.spines[sp].set_visible(False)
     return fig

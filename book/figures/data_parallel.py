@@ -258,10 +258,7 @@ def dp_roofline(pal):
     )
     ax.set_xticks([256, 1024, 4096, 16384, 65536], ["256", "1k", "4k", "16k", "64k"])
     ax.minorticks_off()
-    where = dict(loc="upper left", bbox_to_anchor=(-0.25, -0.2)) if pal.phone else {}
-    ax.legend(
-        **({"loc": "upper left"} | where), title="all-reduce of 2.6 GB over", title_fontsize=9
-    )
+    pal.legend(ax, "upper left", title="all-reduce of 2.6 GB over", title_fontsize=9)
     for s_ in ("top", "right"):
         ax.spines[s_].set_visible(False)
     fig.tight_layout()

@@ -259,10 +259,7 @@ def a2a_roofline(pal):
     ax.set_xlabel("expert width f")
     ax.set_ylabel("all-to-all time / expert GEMM time")
     ax.grid(True, which="major", lw=0.5)
-    if pal.phone:  # below the axes: the lines fill the narrow plot
-        ax.legend(loc="upper left", bbox_to_anchor=(-0.25, -0.2))
-    else:
-        ax.legend(loc="upper right")
+    pal.legend(ax, "upper right")
     for sp in ("top", "right"):
         ax.spines[sp].set_visible(False)
     return fig

@@ -140,8 +140,7 @@ def memory_vs_gpus(pal):
     ax.minorticks_off()
     ax.set(xlabel="GPUs N", ylabel="GiB per GPU (log scale)")
     ax.grid(True, lw=0.5)
-    where = dict(loc="upper left", bbox_to_anchor=(-0.2, -0.2)) if pal.phone else {}
-    ax.legend(fontsize=9, **({"loc": "center left", "bbox_to_anchor": (1.01, 0.5)} | where))
+    pal.legend(ax, "center left", at=(1.01, 0.5), below=(-0.2, -0.2), fontsize=9)
     fig.tight_layout()
     return fig
 
@@ -211,7 +210,6 @@ def roofline(pal):
         ylim=(0.1, 2000),
     )
     ax.grid(True, which="major", lw=0.5)
-    where = dict(loc="upper left", bbox_to_anchor=(-0.2, -0.27)) if pal.phone else {}
-    ax.legend(fontsize=9, **({"loc": "center left", "bbox_to_anchor": (1.01, 0.5)} | where))
+    pal.legend(ax, "center left", at=(1.01, 0.5), below=(-0.2, -0.27), fontsize=9)
     fig.tight_layout()
     return fig

@@ -270,8 +270,7 @@ def comm_share(pal):
     ax.set_xticks(ts, [str(t) for t in ts])
     ax.set(xlabel="tensor-parallel degree t", ylabel="% of layer time communicating", ylim=(0, 100))
     ax.grid(True, lw=0.5)
-    where = dict(loc="upper left", bbox_to_anchor=(-0.2, -0.2)) if pal.phone else {}
-    ax.legend(**({"loc": "upper left"} | where))
+    pal.legend(ax, "upper left", below=(-0.2, -0.2))
     for s in ("top", "right"):
         ax.spines[s].set_visible(False)
     return fig
@@ -321,8 +320,7 @@ def tp_roofline(pal):
     )
     ax.set_xticks([1024, 2048, 4096, 8192, 16384, 32768], ["1k", "2k", "4k", "8k", "16k", "32k"])
     ax.minorticks_off()
-    where = dict(loc="upper left", bbox_to_anchor=(-0.25, -0.2)) if pal.phone else {}
-    ax.legend(**({"loc": "lower left"} | where), fontsize=9)
+    pal.legend(ax, "lower left", fontsize=9)
     for s_ in ("top", "right"):
         ax.spines[s_].set_visible(False)
     fig.tight_layout()
@@ -386,8 +384,7 @@ def tp_ratio_bandwidth(pal):
     ticks = [1e10, 1e11, 1e12]
     ax.set_xticks(ticks, [f"{w / 1e9:.0f}" for w in ticks])
     ax.minorticks_off()
-    where = dict(loc="upper left", bbox_to_anchor=(-0.25, -0.2)) if pal.phone else {}
-    ax.legend(**({"loc": "upper right"} | where), fontsize=9)
+    pal.legend(ax, "upper right", fontsize=9)
     for s_ in ("top", "right"):
         ax.spines[s_].set_visible(False)
     fig.tight_layout()

@@ -62,6 +62,14 @@ class Palette:
             "svg.hashsalt": "minipar",  # ids that do not change between builds
         }
 
+    def legend(self, ax, loc: str, *, below=(-0.25, -0.2), at=None, **kw):
+        """``ax``'s legend at ``loc`` (``at``: its ``bbox_to_anchor``) in the wide layout; in the
+        phone layout under the axes, its upper left corner at ``below`` (axes fractions), where
+        the narrow plot leaves the lines their room. ``kw`` goes to ``ax.legend`` in both."""
+        if self.phone:
+            return ax.legend(loc="upper left", bbox_to_anchor=below, **kw)
+        return ax.legend(loc=loc, **({} if at is None else {"bbox_to_anchor": at}), **kw)
+
     def subplots(self, width: float, height: float, **kw):
         """``plt.subplots`` at ``width`` × ``height`` inches, in this theme."""
         import matplotlib.pyplot as plt  # noqa: PLC0415 (lazy: matplotlib)
