@@ -56,7 +56,7 @@ def test_a_slow_ps_is_no_sample_not_an_exit(monkeypatch):
     assert limits._alive(limits.os.getpid()) and limits.can_watch()
     monkeypatch.setattr(limits.os, "getloadavg", lambda: (8.0, 8.0, 8.0))
     monkeypatch.setattr(limits.os, "cpu_count", lambda: 2)
-    assert limits._busy_factor() == 4.0
+    assert limits.busy_factor() == 4.0
 
 
 @pytest.mark.slow  # starts ranks: not part of make fast

@@ -104,12 +104,12 @@ def _stat(pid: int):
 
 
 PS_WAIT_S = 5.0
-"""How long one ``ps`` may take on an idle machine; :func:`_busy_factor` stretches it."""
+"""How long one ``ps`` may take on an idle machine; :func:`busy_factor` stretches it."""
 UNKNOWN = ("?", 0.0, None)
 """:func:`_stat`'s answer when ``ps`` did not answer in time: alive, state and CPU unknown."""
 
 
-def _busy_factor() -> float:
+def busy_factor() -> float:
     """Runnable processes per core (at least 1): a wait that an idle machine meets in ``t``
     seconds gets ``t`` times this, so a busy machine never turns a slow answer into a verdict."""
     try:
@@ -126,7 +126,7 @@ def _stat_ps(pid: int):
             ["ps", "-o", "stat=,time=,lstart=", "-p", str(pid)],
             capture_output=True,
             text=True,
-            timeout=PS_WAIT_S * _busy_factor(),
+            timeout=PS_WAIT_S * busy_factor(),
         ).stdout.split(None, 2)
     except subprocess.TimeoutExpired:
         return UNKNOWN  # a slow ``ps`` on a busy machine: no sample, not "exited"

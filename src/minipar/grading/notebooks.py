@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from minipar.grading import learner_line
-from minipar.grading.limits import CELL_LIMIT, KERNEL_MEMORY_BYTES, cpu_time_limit
+from minipar.grading.limits import CELL_LIMIT, KERNEL_MEMORY_BYTES, busy_factor, cpu_time_limit
 
 if TYPE_CHECKING:  # imported by the functions that need it: nbformat alone costs ~1 s
     import nbformat
@@ -48,6 +48,7 @@ _BLOCK = re.compile(
     r"^([ \t]*)# BEGIN SOLUTION[^\n]*\n.*?^[ \t]*# END SOLUTION[^\n]*\n", re.M | re.S
 )
 _HINT = 'raise NotImplementedError("your code here")'
+GIT_WAIT_S = 30.0  # `git show` of one starter, idle machine (times busy_factor())
 COURSE_EXERCISES = Path(__file__).resolve().parents[3] / "exercises"  # a source checkout
 
 
@@ -289,7 +290,7 @@ def _committed(target: Path) -> str | None:
             cwd=target.parent,
             capture_output=True,
             text=True,
-            timeout=30,
+            timeout=GIT_WAIT_S * busy_factor(),
         )
     except (OSError, subprocess.SubprocessError):
         return None

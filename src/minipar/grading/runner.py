@@ -44,7 +44,13 @@ import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from minipar.grading.limits import CELL_LIMIT, KERNEL_MEMORY_BYTES, _proc_fields, _signal
+from minipar.grading.limits import (
+    CELL_LIMIT,
+    KERNEL_MEMORY_BYTES,
+    _proc_fields,
+    _signal,
+    busy_factor,
+)
 
 POLL_S = 0.5
 STALL_S = 120.0  # MINIPAR_GRADE_KERNEL_STALL_S, read when a notebook starts
@@ -53,6 +59,7 @@ READY_POLL_S = 2.0  # a poll while the kernel starts, not a budget: only `stall_
 IDLE_CPU_SHARE = 0.02
 INTERRUPT_GRACE_S = 5.0
 HEARTBEAT_S = 10.0
+EXIT_WAIT_S = 2.0  # a killed kernel's processes to exit, idle machine (times busy_factor())
 MARKER = "MINIPAR_GRADE_KERNEL"  # in the environment of every process a kernel starts
 # The kernel's interpreter makes itself a child subreaper (Linux's PR_SET_CHILD_SUBREAPER, 36:
 # no privilege needed, kept across exec), then execs the kernel: a process under it whose parent
@@ -480,13 +487,14 @@ class Kernel:
             with contextlib.suppress(Exception):  # channels half-started: nothing to stop
                 self.kc.stop_channels()
         _signal(self.pid, signal.SIGKILL)
+        wait = EXIT_WAIT_S * busy_factor()  # only how long to wait before killing what is left
         with contextlib.suppress(Exception):
-            self.km.provisioner.process.wait(timeout=5)
-        alive = _wait_exited(tree, 2)  # zygotes see their caller gone
+            self.km.provisioner.process.wait(timeout=wait)
+        alive = _wait_exited(tree, wait)  # zygotes see their caller gone
         for p in alive:
             with contextlib.suppress(psutil.Error):
                 p.kill()
-        _wait_exited(alive, 2)
+        _wait_exited(alive, wait)
         for _ in range(10):  # what forked meanwhile (a fork loop ends when its parents die)
             late = []
             for pid in _swept(self.pid, self.marker):
@@ -495,7 +503,7 @@ class Kernel:
                 _signal(pid, signal.SIGKILL)
             if not late:
                 break
-            _wait_exited(late, 2)
+            _wait_exited(late, wait)
         with contextlib.suppress(Exception):
             self.km.cleanup_resources()
         self.stopped = True
