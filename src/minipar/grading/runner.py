@@ -59,7 +59,8 @@ READY_POLL_S = 2.0  # a poll while the kernel starts, not a budget: only `stall_
 IDLE_CPU_SHARE = 0.02
 INTERRUPT_GRACE_S = 5.0
 HEARTBEAT_S = 10.0
-EXIT_WAIT_S = 2.0  # a killed kernel's processes to exit, idle machine (times busy_factor())
+KERNEL_EXIT_WAIT_S = 5.0  # a killed kernel to exit, idle machine (times busy_factor())
+EXIT_WAIT_S = 2.0  # the processes under it to exit, likewise
 MARKER = "MINIPAR_GRADE_KERNEL"  # in the environment of every process a kernel starts
 # The kernel's interpreter makes itself a child subreaper (Linux's PR_SET_CHILD_SUBREAPER, 36:
 # no privilege needed, kept across exec), then execs the kernel: a process under it whose parent
@@ -487,9 +488,10 @@ class Kernel:
             with contextlib.suppress(Exception):  # channels half-started: nothing to stop
                 self.kc.stop_channels()
         _signal(self.pid, signal.SIGKILL)
-        wait = EXIT_WAIT_S * busy_factor()  # only how long to wait before killing what is left
+        busy = busy_factor()  # the waits only say how long before killing what is left
         with contextlib.suppress(Exception):
-            self.km.provisioner.process.wait(timeout=wait)
+            self.km.provisioner.process.wait(timeout=KERNEL_EXIT_WAIT_S * busy)
+        wait = EXIT_WAIT_S * busy
         alive = _wait_exited(tree, wait)  # zygotes see their caller gone
         for p in alive:
             with contextlib.suppress(psutil.Error):
