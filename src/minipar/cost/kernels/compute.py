@@ -84,10 +84,11 @@ FP8_ROWWISE_GEMM_RATIO = 0.90
 scale per tensor, in rate: on an H100 PyTorch's ``_scaled_mm`` runs the tensorwise case in
 cuBLAS and the rowwise case in its own CUTLASS kernel, whose latency, measured over the power-of-
 two shapes from 512 to 16384, is within 90-100 % of the tensorwise rate for most shapes with fast
-accumulation, with a tail to 50 % (PyTorch issue 147971, "Fp8 scaled-mm row-wise is substantially
-slower than tensor-wise", February 2025; torchao's ``Float8LinearRecipeName`` calls the
-tensorwise recipe the fastest). The lower end of the common range, 0.90, is taken: a kernel
-microbenchmark, not a training row, so no row of the validation sets set it. The backward's
+accumulation, with a tail to 50 % (a benchmark table reported to PyTorch in February 2025 under
+the title "Fp8 scaled-mm row-wise is substantially slower than tensor-wise"; torchao's
+``Float8LinearRecipeName`` calls the tensorwise recipe the fastest). The lower end of the common
+range, 0.90, is taken: a kernel microbenchmark, not a training row, so no row of the validation
+sets set it. The backward's
 slow-accumulation GEMMs were slower still (torchao worked around them with the cuBLAS kernel and
 a separate rescaling kernel, pytorch/ao pull request 1325), which this ratio does not price:
 an ASSUMPTION on the optimistic side. Rowwise runs at ``peak_flops["fp8"]`` · η ·
