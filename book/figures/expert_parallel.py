@@ -266,29 +266,21 @@ def a2a_roofline(pal):
 
 
 def deepseek_v3_runs():
-    """(label, Config) of DeepSeek-V3's step in the planner: its published layout on 2048 H800
-    (the explorer's preset: PP 16 × EP 64 over 8 nodes, ZeRO-1, no TP, FP8, DualPipe with the
-    all-to-alls overlapped), the same under 1F1B with the all-to-alls exposed, and with TP 8
-    inside each node; then the published layout and TP 8 with a 72-GPU NVLink domain (GB200
-    NVL72, 64 GPUs of each rack in use, so an EP group of 64 is one NVLink domain). The notebook
-    prices the same runs."""
-    from dataclasses import replace  # noqa: PLC0415 (figures import lazily)
+    """(label, Config) of the runs the figure draws, from
+    :func:`minipar.widgets.three_d.deepseek_v3_what_ifs`: DeepSeek-V3 as published on 2048 H800,
+    without DualPipe's overlap, with TP 8; as published and with TP 8 on GB200 NVL72."""
+    from minipar.cost.planner.three_d import evaluate  # noqa: PLC0415 (figures import lazily)
+    from minipar.widgets.three_d import deepseek_v3_what_ifs  # noqa: PLC0415 (figures import lazily)
 
-    from minipar.cost.planner.three_d import cluster, evaluate  # noqa: PLC0415 (figures import lazily)
-    from minipar.widgets.three_d import preset_run  # noqa: PLC0415 (figures import lazily)
-
-    m_, h800, lay, opt = preset_run("deepseek-v3")
-    nvl72 = cluster(lay.tp * lay.pp * lay.dp, 64, "GB200-NVL72")
-    tp8 = replace(lay, tp=8, dp=lay.dp // 8, sp=True)
-    exposed = replace(opt, ep_overlap=False, dualpipe=False)
-    runs = (
-        ("H800, published:\nPP 16, EP 64, no TP", h800, lay, opt),
-        ("H800, no DualPipe:\nall-to-alls exposed", h800, lay, exposed),
-        ("H800, TP 8 added", h800, tp8, opt),
-        ("GB200 NVL72:\nPP 16, EP 64, no TP", nvl72, lay, opt),
-        ("GB200 NVL72,\nTP 8 added", nvl72, tp8, opt),
-    )
-    return [(label, evaluate(m_, cl, la, o)) for label, cl, la, o in runs]
+    m_, runs = deepseek_v3_what_ifs()
+    labels = {
+        "h800": "H800, published:\nPP 16, EP 64, no TP",
+        "h800_exposed": "H800, no DualPipe:\nall-to-alls exposed",
+        "h800_tp8": "H800, TP 8 added",
+        "nvl72": "GB200 NVL72:\nPP 16, EP 64, no TP",
+        "nvl72_tp8": "GB200 NVL72,\nTP 8 added",
+    }
+    return [(label, evaluate(m_, *runs[key])) for key, label in labels.items()]
 
 
 @figure(

@@ -82,6 +82,24 @@ def preset_run(model: str) -> tuple:
     return m_, cl, lay, Options(fp8=c.get("fp8"), ep_overlap=overlap, dualpipe=dualpipe)
 
 
+def deepseek_v3_what_ifs() -> tuple:
+    """(shape, {name: (cluster, layout, options)}) of DeepSeek-V3's run as the explorer opens it
+    (:func:`preset_run`: PP 16 × EP 64 over 8 nodes of H800, ZeRO-1, no TP, FP8, DualPipe with
+    the all-to-alls overlapped) and its what-ifs: ``h800`` as published, ``h800_exposed`` under
+    1F1B with the all-to-alls exposed, ``h800_tp8`` with TP 8 inside each node; ``nvl72``,
+    ``nvl72_exposed`` and ``nvl72_tp8`` the same on GB200 NVL72 (64 GPUs of each rack in use,
+    so an EP group of 64 is one NVLink domain). The chapter's figure and notebook price these."""
+    m_, h800, lay, opt = preset_run("deepseek-v3")
+    nvl72 = cluster(lay.tp * lay.pp * lay.dp, 64, "GB200-NVL72")
+    tp8 = replace(lay, tp=8, dp=lay.dp // 8, sp=True)
+    exposed = replace(opt, ep_overlap=False, dualpipe=False)
+    runs = {}
+    for name, cl in (("h800", h800), ("nvl72", nvl72)):
+        runs |= {name: (cl, lay, opt), f"{name}_exposed": (cl, lay, exposed)}
+        runs[f"{name}_tp8"] = (cl, tp8, opt)
+    return m_, runs
+
+
 def _link(L) -> dict:
     return {f: getattr(L, f) for f in ("name", "alpha", "bandwidth", "bus_efficiency")}
 
