@@ -53,6 +53,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import NamedTuple
 
 from ..model import ATTENTION, check_attention, fused  # noqa: F401  (one list, re-exported)
@@ -257,6 +258,15 @@ def gpu_gemm_seconds(gpu, M: int, N: int, K: int, batch: int = 1, fp8: bool | st
     ``fp8`` (True or a scaling of :data:`FP8_SCALING`): a dense GEMM of FP8 operands, at
     :func:`fp8_peak` · η · :data:`FP8_GEMM_EFFICIENCY` (· :data:`FP8_ROWWISE_GEMM_RATIO` when
     ``fp8`` is "rowwise"), one byte per element moved (attention's batched GEMMs stay 16-bit)."""
+    return _gpu_gemm_seconds(gpu, M, N, K, batch, fp8, FP8_GEMM_EFFICIENCY, FP8_ROWWISE_GEMM_RATIO)
+
+
+# A planner search prices the same few GEMM shapes for thousands of layouts (Mixtral 8×7B's
+# preset: 297,198 calls, 240 distinct): a pure function of hashable arguments (GPU is a frozen
+# dataclass), computed once each. The module's FP8 constants are arguments, so a fit that sets
+# them (minipar.cost.validation.modern_fit) is never answered from an older value.
+@lru_cache(maxsize=1 << 16)
+def _gpu_gemm_seconds(gpu, M, N, K, batch, fp8, fp8_efficiency, rowwise_ratio) -> float:
     if batch > 1 and gpu.bmm_bandwidth is not None:
         return bmm_seconds(
             M, N, K, batch=batch, bandwidth=gpu.bmm_bandwidth, latency=gpu.bmm_latency_s
@@ -269,8 +279,8 @@ def gpu_gemm_seconds(gpu, M: int, N: int, K: int, batch: int = 1, fp8: bool | st
         batch=batch,
         peak=fp8_peak(gpu) if eight else gpu.peak_flops["bf16"],
         efficiency=gpu.gemm_efficiency
-        * (FP8_GEMM_EFFICIENCY if eight else 1.0)
-        * (FP8_ROWWISE_GEMM_RATIO if eight and fp8 == "rowwise" else 1.0),
+        * (fp8_efficiency if eight else 1.0)
+        * (rowwise_ratio if eight and fp8 == "rowwise" else 1.0),
         hbm=gpu.hbm_bandwidth,
         sms=gpu.sms,
         bytes_per_elem=1 if eight else 2,
