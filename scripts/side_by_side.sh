@@ -4,7 +4,8 @@
 # (the unit tests' last file on one worker, the book's one-threaded Sphinx pass, kernels and ranks
 # starting), which the other fills. The background part's output is held in a log and shown
 # after the unit tests, so the two never interleave; every part that failed is named on the last
-# lines, and the exit status is 1 if any did.
+# lines, and the exit status is 1 if any did. Each part's end is printed in seconds after the
+# start ("make test: book-strict ended 251 s after the start"): which part a slow run waited on.
 #
 #   scripts/side_by_side.sh MAKE   # MAKE: the make to run the parts with ($(MAKE) in the Makefile)
 set -uo pipefail
@@ -15,13 +16,17 @@ status=$(mktemp)
 # early exit stops whole (jupyter-book, its kernels and their ranks); without it a shell runs its
 # background jobs with SIGINT ignored.
 set -m
+start=$SECONDS
+ended() { echo "make test: $1 ended $((SECONDS - start)) s after the start"; }
 {
     "$make_" --no-print-directory book-strict
     book=$?
     echo "book-strict $book" > "$status"
+    ended book-strict
     if [ "$book" = 0 ]; then
         "$make_" --no-print-directory site-test
         echo "site-test $?" >> "$status"
+        ended site-test
     fi
 } > "$log" 2>&1 &
 bg=$!
@@ -32,6 +37,7 @@ trap 'exit 143' TERM
 
 "$make_" --no-print-directory unit
 unit=$?
+ended unit
 if kill -0 "$bg" 2> /dev/null; then
     echo "make test: the unit tests are done; waiting for the book build (and the browser test)"
 fi
