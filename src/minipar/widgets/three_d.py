@@ -6,6 +6,8 @@ the same t at every other pipeline depth. ``widgets/three_d_model.js``'s ``planE
 
 from __future__ import annotations
 
+import json
+import sys
 import tomllib
 from dataclasses import asdict, replace
 from functools import cache
@@ -43,11 +45,37 @@ def planner_preset(model: str) -> dict:
     return {"t": best.tp, "p": best.pp, "gpus": gpus, "batch": batch, "controls": controls}
 
 
+#: :func:`planner_preset` of every run in :data:`PLANNER_PRESETS`, as stored: the explorer,
+#: its notebooks and tests read them here rather than run fourteen searches (6 to 14 CPU-s) in
+#: every process. ``python -m minipar.widgets.three_d`` rewrites the file after a change to the
+#: planner; tests/test_three_d_presets.py fails while it is not the search's answer.
+PLANNER_LAYOUTS = Path(__file__).with_name("three_d_planner_layouts.json")
+
+
+@cache
+def planner_layouts() -> dict:
+    """{model: :func:`planner_preset`} as stored in :data:`PLANNER_LAYOUTS`."""
+    return json.loads(PLANNER_LAYOUTS.read_text("utf-8"))["layouts"]
+
+
+def write_planner_layouts(path: Path = PLANNER_LAYOUTS) -> None:
+    """Search every run of :data:`PLANNER_PRESETS` and store the best layouts at ``path``."""
+    about = (
+        "The planner's best fitting layout for each run of three_d_presets.toml's [planner] "
+        "table, as minipar.widgets.three_d.planner_preset finds it; written by "
+        "`python -m minipar.widgets.three_d`, checked by tests/test_three_d_presets.py."
+    )
+    layouts = {k: planner_preset(k) for k in PLANNER_PRESETS}
+    text = json.dumps({"about": about, "layouts": layouts}, indent=1, sort_keys=True)
+    Path(path).write_text(text + "\n", "utf-8")
+
+
 def preset_layout(model: str) -> dict | None:
-    """The layout the explorer opens ``model`` on: published, else the planner's best."""
+    """The layout the explorer opens ``model`` on: published, else the planner's best
+    (:data:`PLANNER_LAYOUTS`)."""
     if model in PRESET_LAYOUTS:
         return PRESET_LAYOUTS[model]
-    return planner_preset(model) if model in PLANNER_PRESETS else None
+    return planner_layouts().get(model) if model in PLANNER_PRESETS else None
 
 
 def preset_run(model: str) -> tuple:
@@ -154,3 +182,7 @@ def plan_explorer(gpu_profile=None, **values):
     """The live layout explorer; ``values`` override the default controls; ``gpu_profile``
     adds a measured GPU (:func:`plan_config`)."""
     return Explorer("three_d", "plan", config=plan_config(gpu_profile), values=values)
+
+
+if __name__ == "__main__":  # python -m minipar.widgets.three_d [PATH]
+    write_planner_layouts(*(Path(a) for a in sys.argv[1:2]))
