@@ -2,9 +2,9 @@
 # Every target bootstraps .venv from requirements.txt when it is missing or stale.
 SHELL := /bin/bash
 # Python may write the course's own bytecode (__pycache__/, ignored by git) even where the
-# environment says not to: with PYTHONDONTWRITEBYTECODE=1 (this course's container images set
-# it) every test worker, rank, kernel and CLI call compiled src/ and the tests afresh; pytest's
-# collection alone took 8.2 instead of 5.1 s per worker on an idle 2-core machine.
+# environment says not to: with PYTHONDONTWRITEBYTECODE=1 (as on the machines this course is
+# developed on) every test worker, rank, kernel and CLI call compiled src/ and the tests afresh;
+# pytest's collection alone took 8.2 instead of 5.1 s per worker on an idle 2-core machine.
 unexport PYTHONDONTWRITEBYTECODE
 PY    := .venv/bin/python
 STAMP := .venv/.installed
@@ -120,7 +120,7 @@ gpu-check: $(STAMP) ## on a GPU node: benchmarks, NCCL chapters and GPU-only tes
 unit: $(STAMP) ## every unit test, multi-process ones and the exercise graders included
 	$(PYTEST) -p no:nbval -p no:anyio -q -n 3 --dist loadfile --durations=15 tests
 
-fast: $(STAMP) ## inner loop: the unit tests not marked slow (no multi-process test)
+fast: $(STAMP) ## inner loop: the unit tests not marked slow (no other process, none over a CPU-second)
 	$(PYTEST) -p no:nbval -p no:anyio -q -x -n 2 --dist loadfile -m "not slow" tests
 
 notebooks: $(STAMP) ## pytest --nbval-lax over notebooks/ (each from a clean kernel)

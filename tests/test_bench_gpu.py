@@ -140,6 +140,7 @@ def test_base_gpu_matches_the_part_not_the_family():
     assert g.peak_flops["bf16"] == 165e12 and why == "--peak-tflops"
 
 
+@pytest.mark.slow  # over a CPU-second (CONTRIBUTING.md, Tests)
 def test_command_on_the_cpu_writes_a_profile_load_gpu_profile_reads(tmp_path, capsys):
     out = tmp_path / "cpu.json"
     assert main(["calibrate", "gpu", "--device", "cpu", "--out", str(out)]) == 0

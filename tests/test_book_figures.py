@@ -81,6 +81,7 @@ def test_the_listed_figures_are_the_registered_ones():
     assert registered == FIGURES
 
 
+@pytest.mark.slow  # over a CPU-second (CONTRIBUTING.md, Tests)
 @pytest.mark.parametrize("name", FIGURES)
 def test_figure_renders_in_both_themes_from_the_code_it_names(name):
     fig = kit.load(name)

@@ -202,6 +202,7 @@ def test_the_phone_figures_are_found():
     ), PHONE_FIGURES
 
 
+@pytest.mark.slow  # over a CPU-second (CONTRIBUTING.md, Tests)
 @pytest.mark.parametrize("name", PHONE_FIGURES)
 def test_phone_layout_fits_a_phone_column(name):
     """The phone layout is shown at about its own size in a 358 px column (no minimum width,

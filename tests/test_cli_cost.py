@@ -460,6 +460,7 @@ def test_plan_refuses_with_the_rule_broken(capsys, extra, words):
     assert "t·cp·p (24) must divide" not in err and len(err.splitlines()) == 1
 
 
+@pytest.mark.slow  # over a CPU-second (CONTRIBUTING.md, Tests)
 def test_plan_answers_a_valid_batch(capsys):
     """Control: the same command with a batch the layouts divide plans."""
     status, out, _ = run(capsys, *GPT3_PLAN, "--global-batch", "1536", "--top", "1")
@@ -481,6 +482,7 @@ def test_json_outputs_refuse_non_finite_numbers(capsys, argv):
     assert status == 2 and out == "" and err.count("\n") == 1, (out, err)
 
 
+@pytest.mark.slow  # over a CPU-second (CONTRIBUTING.md, Tests)
 def test_a_cpu_profile_is_refused_and_a_gpu_profile_plans(capsys, tmp_path):
     """`minipar calibrate gpu --device cpu` writes a plumbing check, not a GPU: `minipar plan
     --gpu-profile` refuses it naming the file, the field and its generation's range (it printed
@@ -585,6 +587,7 @@ def test_the_largest_model_allowed_prints_what_json_says(capsys):
     assert repr(mem["bytes_per_device"]) in out  # past 2**53: the float's shortest form
 
 
+@pytest.mark.slow  # over a CPU-second (CONTRIBUTING.md, Tests)
 def test_plan_sensitivity_moves_each_constant_alone(capsys):
     """--sensitivity: ±20 % on η, the flash rate, α, the NIC bandwidth and the headroom, one at a
     time; a slower GEMM or flash kernel slows the chosen layout, a faster one speeds it up."""
@@ -643,6 +646,7 @@ def test_plan_tp_overlap_and_rowwise_switches(capsys):
     assert first(row)["fp8_casts_seconds"] > first(cur)["fp8_casts_seconds"]
 
 
+@pytest.mark.slow  # over a CPU-second (CONTRIBUTING.md, Tests)
 def test_a_tight_first_layout_names_the_first_that_surely_fits(capsys):
     """Llama 3 8B on 8 H100s: the fastest layout is tight (inside the allocator margin) and the
     next, 0.1 % slower, surely fits: the plan says so under the table. Control: a plan whose

@@ -100,6 +100,7 @@ def test_the_scores_beside_their_baselines_as_recorded():
         assert e["error"] == pytest.approx(100 * (e["predicted_s"] / e["measured_s"] - 1))
 
 
+@pytest.mark.slow  # over a CPU-second (CONTRIBUTING.md, Tests)
 def test_the_a100_check_beside_a_constant_fitted_on_its_calibration_rows():
     a = fair.a100()
     assert round(a["tflops"]) == 145 and math.isclose(a["band"], 10.0)

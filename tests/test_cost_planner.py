@@ -148,6 +148,7 @@ def test_bloom_published_tp4_pp12_dp8_on_jean_zay(capsys):
     assert 3 * same["dp_seconds"] < pub["dp_seconds"] < 4 * same["dp_seconds"]
 
 
+@pytest.mark.slow  # over a CPU-second (CONTRIBUTING.md, Tests)
 def test_megatron_1t_table1_layout_near_best():
     """Narayanan et al. 2021 Table 1: 1 T parameters, t = 8, p = 64, 3072 GPUs, B = 3072, full
     recomputation. The same layout with selective recomputation + sequence parallelism is near
@@ -206,6 +207,7 @@ def test_gpt3_175b_34_days_on_1024_a100():
     assert round(days) == 34
 
 
+@pytest.mark.slow  # over a CPU-second (CONTRIBUTING.md, Tests)
 def test_zero3_is_a_choice_not_the_answer_for_gpt3():
     """The planner used to rank ZeRO-3 (t = 1-2, p = 1) first for GPT-3 on 768-1536 A100 at
     78 GiB of 80 with no buffer for the gathered layers. Now ZeRO-3 pays two gathered layers and
@@ -710,6 +712,7 @@ def test_mixtral_moe_active_vs_total_and_experts_split_over_ep():
     assert 6 * mx.params * 256 * mx.seq > 3 * model_flops
 
 
+@pytest.mark.slow  # over a CPU-second (CONTRIBUTING.md, Tests)
 def test_plan_cli_cp_ep(capsys):
     out = plan_json(
         capsys,
@@ -986,6 +989,7 @@ def test_refusals_name_the_rule_and_the_value(capsys, argv, message):
     assert ok["configs"]
 
 
+@pytest.mark.slow  # over a CPU-second (CONTRIBUTING.md, Tests)
 def test_cp_and_ep_times_are_in_the_text_output(capsys):
     status, text, _ = plan(
         capsys,

@@ -65,6 +65,7 @@ def test_table1_row_at_the_planners_micro_batch(name):
     assert flops / (r.gpus * r.published_step) / 1e12 == pytest.approx(r.published_tflops)
 
 
+@pytest.mark.slow  # over a CPU-second (CONTRIBUTING.md, Tests)
 def test_a100_constants_are_the_fit_on_the_calibration_half():
     """The preset's η and bytes per score are exactly :func:`validation.fit_a100` on the five
     calibration rows (1.7 B, 7.5 B, 39.1 B, 145.6 B, 529.6 B), whose summed log error is then
@@ -98,6 +99,7 @@ def test_table1_throughput_order_at_the_planners_micro_batch():
     assert s["spearman"] >= 0.6 and s["within10"] == 10
 
 
+@pytest.mark.slow  # over a CPU-second (CONTRIBUTING.md, Tests)
 def test_the_missing_effect_was_the_score_traffic_not_only_the_tile_rule():
     """Negative controls, each settled the same honest way on the calibration half. The 2021
     model (tile/wave GEMM rule, Megatron's kernel bytes, 20 per score) with η alone fitted
@@ -290,6 +292,7 @@ def test_zero3_what_is_still_missing_at_the_smallest_count():
         validation.zero3_comparison("llama2-70b")
 
 
+@pytest.mark.slow  # over a CPU-second (CONTRIBUTING.md, Tests)
 def test_table_text_has_every_row():
     text = tables.table()
     assert len(text.splitlines()) == 1 + len(validation.RUNS)

@@ -321,6 +321,7 @@ def test_group_limited_routing_bounds_the_groups(score, m):
     assert max(len(set((r // 4).tolist())) for r in free) > m
 
 
+@pytest.mark.slow  # over a CPU-second (CONTRIBUTING.md, Tests)
 def test_bias_balances_the_training_demo():
     from minipar.expert_parallel.experiments import Balancing, balancing_run, balancing_summary
 

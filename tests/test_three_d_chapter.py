@@ -126,6 +126,7 @@ def test_citations_and_docs_resolve():
             assert path.with_suffix(".md").exists() or path.with_suffix(".ipynb").exists(), target
 
 
+@pytest.mark.slow  # over a CPU-second (CONTRIBUTING.md, Tests)
 def test_cost_comparison_reads_the_three_servers_rows():
     """What the chapter's cost-per-token paragraph glues, computed from cost_per_token."""
     c = C.cost_comparison(2.69, 1.99)
@@ -176,6 +177,7 @@ def _notebook_names() -> set:
     return names
 
 
+@pytest.mark.slow  # over a CPU-second (CONTRIBUTING.md, Tests)
 def test_every_number_the_page_quotes_is_glued_by_the_notebook():
     """Each {glue:text} key of book/three_d.md is glued in notebooks/three_d.ipynb, literally
     or through book/glue/three_d_runs.py's validation_glue; the §5.2 account is glued as numbers,
@@ -189,6 +191,7 @@ def test_every_number_the_page_quotes_is_glued_by_the_notebook():
     assert "val_within_10" not in known  # the control: a misspelt key
 
 
+@pytest.mark.slow  # over a CPU-second (CONTRIBUTING.md, Tests)
 def test_table1_account_holds_and_a_contradiction_is_named():
     """The chapter's account of Table 1 at the planner's micro-batch (every row within ±10 %;
     the 2021 model with η alone fitted orders it wrongly) holds; a row predicted too slow, or

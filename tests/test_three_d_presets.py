@@ -56,6 +56,7 @@ def test_each_preset_draws_what_it_states_and_fits():
         assert len(title) <= 64, (name, title)  # 12-px bold text in a 520-px chart
 
 
+@pytest.mark.slow  # over a CPU-second (CONTRIBUTING.md, Tests)
 @pytest.mark.parametrize("name", sorted(PLANNER_PRESETS))
 def test_planner_presets_are_the_planners_best(name):
     """The stored layout the explorer opens ``name`` on is the search's best today: a change to
@@ -67,6 +68,7 @@ def test_planner_presets_are_the_planners_best(name):
     )
 
 
+@pytest.mark.slow  # over a CPU-second (CONTRIBUTING.md, Tests)
 def test_the_stored_layouts_are_what_the_writer_writes(tmp_path):
     """:func:`write_planner_layouts` (``python -m minipar.widgets.three_d``) writes the stored
     file byte for byte (from the searches above, cached in this process)."""
