@@ -16,6 +16,10 @@
   control ignores SIGINT in its background jobs) is set back to its default here, before any
   worker or subprocess starts: the fault tests signal their subprocesses and expect them to
   stop, and an ignored disposition would be inherited by every process they start.
+* A test not marked ``slow`` that spends over :data:`CPU_SECOND` of its process's CPU time in
+  its call is named at the end of the run (``make fast`` leaves out what is marked slow, and
+  CONTRIBUTING.md's rule marks such a test): a note to mark it, never a failure, since CPU time
+  varies from machine to machine.
 * ``rfc3987_syntax`` is never imported in a test process: ``jsonschema`` imports it, when it is
   installed (``jupyter-events`` pulls it in), only to check the "iri" string format, and it
   builds its grammars at import: 2.1 of the 2.4 CPU-seconds ``import nbformat`` costs, paid by
@@ -28,6 +32,7 @@ import contextlib
 import os
 import signal
 import sys
+import time
 
 import pytest
 
@@ -36,6 +41,8 @@ sys.modules.setdefault("rfc3987_syntax", None)
 
 BROWSER_TEST = "test_site_browser.py"
 SHORT_STALL_S = 2.0  # seconds; 4 samples of limits.SAMPLE_S (0.5 s)
+CPU_SECOND = 1.0  # CPU seconds of a test's call above which CONTRIBUTING.md marks it slow
+_UNMARKED = []  # (test id, CPU seconds) of the tests over CPU_SECOND not marked slow
 
 
 for _sig, _default in (
@@ -87,6 +94,35 @@ def pytest_runtest_makereport(item, call):
         return
     report.outcome = "failed"
     report.longrepr = unexpected_skip_message(_skip_reason(report.longrepr))
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_call(item):
+    start = time.process_time()
+    yield
+    spent = time.process_time() - start
+    if spent > CPU_SECOND and item.get_closest_marker("slow") is None:
+        item.user_properties.append(("unmarked_cpu_s", spent))
+
+
+def pytest_runtest_logreport(report):
+    """On the controller too under xdist: a worker's user_properties come with its report."""
+    if report.when == "call":
+        _UNMARKED.extend(
+            (report.nodeid, v) for k, v in report.user_properties if k == "unmarked_cpu_s"
+        )
+
+
+def pytest_terminal_summary(terminalreporter):
+    if _UNMARKED:
+        listed = ", ".join(
+            f"{n} ({v:.1f} CPU-s)" for n, v in sorted(_UNMARKED, key=lambda x: -x[1])
+        )
+        tests = f"{len(_UNMARKED)} test" + ("s" if len(_UNMARKED) > 1 else "")
+        terminalreporter.write_line(
+            f"{tests} not marked slow spent over {CPU_SECOND:g} CPU-second in "
+            f"their call (mark them @pytest.mark.slow, CONTRIBUTING.md, Tests): {listed}"
+        )
 
 
 @pytest.hookimpl(hookwrapper=True)
