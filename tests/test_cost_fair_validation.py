@@ -107,6 +107,7 @@ def test_the_a100_check_beside_a_constant_fitted_on_its_calibration_rows():
     assert (a["within"], a["baseline_within"], a["n"]) == (5, 4, 5)
 
 
+@pytest.mark.slow  # over a CPU-second (CONTRIBUTING.md, Tests)
 def test_the_appendix_prints_every_score_beside_its_baseline():
     text = APPENDIX.read_text()
     flat = " ".join(text.split())

@@ -71,6 +71,7 @@ def test_megatron_rule_of_thumb_gives_the_530b_layout():
     assert (c.tp, c.pp, c.dp) == (8, 35, 8)
 
 
+@pytest.mark.slow  # over a CPU-second (CONTRIBUTING.md, Tests)
 def test_bloom_published_tp4_pp12_dp8_on_jean_zay(capsys):
     """BigScience 2022: 70 layers on TP 4 × PP 12 × DP 8 (384 A100), b = 2, B = 2048, on Jean
     Zay's 4 × 100 Gb/s Omni-Path per node (6.25 GB/s per GPU).
@@ -184,6 +185,7 @@ PTD_P_TABLE1 = [
 @pytest.mark.parametrize(
     "name, L, h, a, t, p, n, B", PTD_P_TABLE1, ids=[r[0] for r in PTD_P_TABLE1]
 )
+@pytest.mark.slow  # over a CPU-second (CONTRIBUTING.md, Tests)
 def test_megatron_table1_layouts(name, L, h, a, t, p, n, B):
     """Each published layout (full recomputation, no ZeRO, b = 1, as run) fits with the 10 %
     headroom, and its best variant is within 20 % of the planner's best layout (which may use

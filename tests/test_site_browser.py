@@ -64,7 +64,10 @@ def _skip_reason() -> str | None:
     return None
 
 
-pytestmark = pytest.mark.skipif(_skip_reason() is not None, reason=str(_skip_reason()))
+pytestmark = [  # slow: Chromium is another process (CONTRIBUTING.md, Tests)
+    pytest.mark.skipif(_skip_reason() is not None, reason=str(_skip_reason())),
+    pytest.mark.slow,
+]
 
 # Runs in the page: count formulas, raw TeX left in the text, MathJax errors, explorers.
 _COUNT_MATH = r"""
