@@ -362,6 +362,7 @@ def _ev(cl=None, options=None, **kw):
     return planner.evaluate(GPT3, cl or a100(1024), planner.Layout(1536, **args), options)
 
 
+@pytest.mark.slow  # over a CPU-second (CONTRIBUTING.md, Tests)
 def test_gpu_presets_carry_their_generation_links(capsys):
     """A100: NVLink 3 (300 GB/s per direction) + HDR 200 (25 GB/s per GPU), at line rate (the
     PTD-P fit absorbed NCCL's efficiency); H100 and H200: NVLink 4 (450) + NDR 400 (50), which
@@ -605,6 +606,7 @@ def test_bad_input_one_line_exit_2(capsys, argv, message):
     assert len(err.strip().splitlines()) == 1 and message in err
 
 
+@pytest.mark.slow  # over a CPU-second (CONTRIBUTING.md, Tests)
 def test_plan_calibrate_is_bench_three_d(capsys, monkeypatch):
     """``minipar plan --calibrate`` runs the same code as ``minipar bench three_d`` (stubbed
     here: the real run is tests/test_three_d_calibrate.py's benchmark)."""
