@@ -189,10 +189,14 @@ def _sleeping(arg: str) -> list[int]:
 
 SETSID = textwrap.dedent("""
     import os, subprocess, time
+    def command(p):  # a process listed a moment ago may have ended since
+        try:
+            return open(f"/proc/{{p}}/cmdline", "rb").read().split(b"\\0")[:2]
+        except OSError:
+            return []
     subprocess.Popen("setsid sleep {arg} >/dev/null 2>&1 &", shell=True, env={{"PATH": "/usr/bin:/bin"}})
     for _ in range(200):  # until the daemon runs: its own session, parent init, no marker
-        pids = [p for p in os.listdir("/proc") if p.isdigit()
-                and open(f"/proc/{{p}}/cmdline", "rb").read().split(b"\\0")[:2] == [b"sleep", b"{arg}"]]
+        pids = [p for p in os.listdir("/proc") if p.isdigit() and command(p) == [b"sleep", b"{arg}"]]
         if pids:
             open({seen!r}, "w").write(pids[0])
             break
