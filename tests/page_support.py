@@ -14,4 +14,4 @@ def worked_problem(page: str, title: str) -> str:
 def has(text: str, *parts: str) -> None:
     """Every one of ``parts`` stands in ``text``; the assertion names the ones that do not."""
     missing = [p for p in parts if p not in text]
-    assert not missing, missing
+    assert not missing, f"the answer no longer says {missing}"

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from page_support import worked_problem
+
 from minipar.cost.chapters import context_parallel as C
 from minipar.cost.kernels.hardware import gpu, link
 from minipar.grid import Grid
@@ -15,14 +17,8 @@ IB = link("ib-ndr400")
 H, H_KV = 8192, 1024  # the ring section's model: 64 query heads, 8 K/V heads
 
 
-def _answer(title: str) -> str:
-    """The text of the worked problem titled ``title``, question and answer."""
-    start = PAGE.index(f"Worked problem: {title}")
-    return PAGE[start : PAGE.index("\n:::\n", start)]
-
-
 def test_gather_or_ring():
-    text = _answer("gather or ring?")
+    text = worked_problem(PAGE, "gather or ring?")
     sh = C.AttentionShape(1, 65536, H, 8, h_kv=H_KV)
     ag = C.allgather_attention_time(sh, flops=F, bandwidth=IB.bandwidth, alpha=IB.alpha)
     ring = C.ring_attention_time(sh, flops=F, bandwidth=IB.bandwidth, alpha=IB.alpha)
@@ -42,7 +38,7 @@ def test_gather_or_ring():
 
 
 def test_llama3_long_context_layout():
-    text = _answer("Llama 3's long-context layout")
+    text = worked_problem(PAGE, "Llama 3's long-context layout")
     g = Grid(d=8, t=8, p=16, cp=16)
     assert g.world_size == 16384 and "16,384 GPUs" in text
     cp = g.group_of("cp", 0)
@@ -56,7 +52,7 @@ def test_llama3_long_context_layout():
 
 
 def test_cp_or_recomputation():
-    text = _answer("CP or recomputation for 64K tokens?")
+    text = worked_problem(PAGE, "CP or recomputation for 64K tokens?")
     s, t, layers = 65536, 8, 80
 
     def gb(cp: int) -> float:
@@ -71,14 +67,14 @@ def test_cp_or_recomputation():
 
 
 def test_the_ring_section_problem_is_the_model_these_refer_to():
-    text = _answer("does this ring hide its transfers?")
+    text = worked_problem(PAGE, "does this ring hide its transfers?")
     assert "$h = 8192$ with 64 query and 8 K/V heads ($h_{kv} = 1024$)" in text
     threshold = C.min_tokens_per_rank_for_overlap(F, IB.bandwidth, kv_fraction=H_KV / H)
     assert f"**{threshold:,.0f}** over InfiniBand" in text
 
 
 def test_one_ring_on_four_ranks():
-    text = _answer("one ring on four ranks")
+    text = worked_problem(PAGE, "one ring on four ranks")
     assert 32768 // 4 == 8192 and "**8,192 tokens**" in text
     sends = C.ring_sends_per_layer(4)["forward"]
     assert sends == 3 and f"receives the other **{sends}**" in text
