@@ -54,55 +54,11 @@ def _missing() -> str | None:
     return None
 
 
-# Runs on the layout explorer's page: the reader picks FP8 GEMMs on an H100 model (Llama 3 8B),
-# then a model whose published run is on A100s (GPT-3 175B), which have no FP8 tensor cores.
-_FP8_THEN_A100 = r"""
-() => {
+# The layout explorer's controls by their label, for the scenarios below (each runs on its page):
+# ``field(label)`` is the control, ``set(label, value)`` picks an option by its text (a select)
+# or types the value, and tells the explorer as a reader's change would.
+_CONTROLS = r"""
   const root = document.querySelector(".minipar-explorer");
-  const menu = (label) => Array.from(root.querySelectorAll("label"))
-    .find((l) => l.firstChild.textContent.trim() === label).querySelector("select");
-  const pick = (sel, text) => {
-    sel.selectedIndex = Array.from(sel.options).findIndex((o) => o.text === text);
-    sel.dispatchEvent(new Event("change", {bubbles: true}));
-  };
-  pick(menu("model"), "llama3-8b");
-  pick(menu("FP8 GEMMs (scaling)"), "current");
-  const before = root.dataset.error;
-  pick(menu("model"), "gpt3-175b");
-  const note = Array.from(root.querySelectorAll(".minipar-explorer-note")).map((n) => n.textContent);
-  return {before, after: root.dataset.error, fp8: menu("FP8 GEMMs (scaling)").value,
-          gpu: menu("GPU").selectedOptions[0].text, note: note.join(" ")};
-}
-"""
-
-# Runs on the layout explorer's page: DeepSeek-V3's preset (its DualPipe schedule on p = 16 over
-# 61 layers, on uneven stages), then the "custom" layout, whose even split moves p to 1.
-_DEEPSEEK_THEN_CUSTOM = r"""
-() => {
-  const root = document.querySelector(".minipar-explorer");
-  const field = (label) => Array.from(root.querySelectorAll("label"))
-    .find((l) => l.firstChild.textContent.trim() === label).querySelector("select, input");
-  const pick = (sel, text) => {
-    sel.selectedIndex = Array.from(sel.options).findIndex((o) => o.text === text);
-    sel.dispatchEvent(new Event("change", {bubbles: true}));
-  };
-  pick(field("model"), "deepseek-v3");
-  pick(field("layout"), "custom");
-  const note = Array.from(root.querySelectorAll(".minipar-explorer-note")).map((n) => n.textContent);
-  return {error: root.dataset.error, p: field("p (custom)").value, ep: field("expert parallel ep (MoE models)").value,
-          fp8: field("FP8 GEMMs (scaling)").selectedOptions[0].text,
-          dualpipe: field("DualPipe schedule (with the EP overlap; p and m even, v = 1)").checked,
-          note: note.join(" ")};
-}
-"""
-
-# Runs on the layout explorer's page: p = 20 over BLOOM's 70 layers is impossible, and ZeRO-2
-# (p = 1 only) keeps the chart from being drawn at the last p that worked; then a KV-head
-# count (1) that t = 8 does not divide, a value that breaks a rule of its own.
-_TWO_IMPOSSIBLE_SETTINGS = r"""
-() => {
-  const root = document.querySelector(".minipar-explorer");
-  const out = root.querySelector(".minipar-explorer-output");
   const field = (label) => Array.from(root.querySelectorAll("label"))
     .find((l) => l.firstChild.textContent.trim() === label).querySelector("select, input");
   const set = (label, value) => {
@@ -111,6 +67,50 @@ _TWO_IMPOSSIBLE_SETTINGS = r"""
     else el.value = value;
     el.dispatchEvent(new Event("change", {bubbles: true}));
   };
+"""
+
+# Runs on the layout explorer's page: the reader picks FP8 GEMMs on an H100 model (Llama 3 8B),
+# then a model whose published run is on A100s (GPT-3 175B), which have no FP8 tensor cores.
+_FP8_THEN_A100 = (
+    "() => {"
+    + _CONTROLS
+    + r"""
+  set("model", "llama3-8b");
+  set("FP8 GEMMs (scaling)", "current");
+  const before = root.dataset.error;
+  set("model", "gpt3-175b");
+  const note = Array.from(root.querySelectorAll(".minipar-explorer-note")).map((n) => n.textContent);
+  return {before, after: root.dataset.error, fp8: field("FP8 GEMMs (scaling)").value,
+          gpu: field("GPU").selectedOptions[0].text, note: note.join(" ")};
+}
+"""
+)
+
+# Runs on the layout explorer's page: DeepSeek-V3's preset (its DualPipe schedule on p = 16 over
+# 61 layers, on uneven stages), then the "custom" layout, whose even split moves p to 1.
+_DEEPSEEK_THEN_CUSTOM = (
+    "() => {"
+    + _CONTROLS
+    + r"""
+  set("model", "deepseek-v3");
+  set("layout", "custom");
+  const note = Array.from(root.querySelectorAll(".minipar-explorer-note")).map((n) => n.textContent);
+  return {error: root.dataset.error, p: field("p (custom)").value, ep: field("expert parallel ep (MoE models)").value,
+          fp8: field("FP8 GEMMs (scaling)").selectedOptions[0].text,
+          dualpipe: field("DualPipe schedule (with the EP overlap; p and m even, v = 1)").checked,
+          note: note.join(" ")};
+}
+"""
+)
+
+# Runs on the layout explorer's page: p = 20 over BLOOM's 70 layers is impossible, and ZeRO-2
+# (p = 1 only) keeps the chart from being drawn at the last p that worked; then a KV-head
+# count (1) that t = 8 does not divide, a value that breaks a rule of its own.
+_TWO_IMPOSSIBLE_SETTINGS = (
+    "() => {"
+    + _CONTROLS
+    + r"""
+  const out = root.querySelector(".minipar-explorer-output");
   set("model", "bloom-176b");
   set("layout", "custom");
   set("t (custom)", "8");
@@ -121,6 +121,7 @@ _TWO_IMPOSSIBLE_SETTINGS = r"""
   return {before, after: out.textContent};
 }
 """
+)
 
 # Runs on a page in the given theme ("light" or "dark", as the book's theme sets data-theme on
 # <html>): explorers whose panel does not follow the theme (a light box on a dark page), and text
