@@ -75,7 +75,7 @@ def preset_layout(model: str) -> dict | None:
     (:data:`PLANNER_LAYOUTS`)."""
     if model in PRESET_LAYOUTS:
         return PRESET_LAYOUTS[model]
-    return planner_layouts().get(model) if model in PLANNER_PRESETS else None
+    return planner_layouts()[model] if model in PLANNER_PRESETS else None
 
 
 def preset_run(model: str) -> tuple:
