@@ -346,7 +346,8 @@ def _run(rank, world, state, task) -> tuple:
         device.set_backend(state["backend"], local_rank=rank)
         fn, args = cloudpickle.loads(task)
         limit = datetime.timedelta(seconds=state["timeout"])
-        store = dist.TCPStore("127.0.0.1", state["port"], world, is_master=False, timeout=limit)
+        store = dist.FileStore(state["store"], world)
+        store.set_timeout(limit)
         store = dist.PrefixStore(state["prefix"], store)  # this call's keys only
         # NCCL: bind the group to this rank's GPU (else its first barrier guesses the device
         # and warns); gloo takes no device

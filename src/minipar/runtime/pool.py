@@ -123,17 +123,20 @@ def loopback_interface() -> str:
     return next((name for name in ("lo", "lo0") if name in names), default)
 
 
-def caller_state(backend: str, port: int, timeout: float, threads: int, lines: dict) -> dict:
+def caller_state(backend: str, folder: str, timeout: float, threads: int, lines: dict) -> dict:
+    """What a rank takes from the caller; ``store`` is this call's ``FileStore``, a new file in
+    the zygote's socket ``folder``."""
+    prefix = f"minipar-{secrets.token_hex(8)}"
     return dict(
         env=dict(os.environ),
         cwd=os.getcwd(),
         sys_path=list(sys.path),
         lines=lines,
-        prefix=f"minipar-{secrets.token_hex(8)}",
+        prefix=prefix,
+        store=os.path.join(folder, f"store-{prefix}"),
         cpus=_affinity(),
         loopback=loopback_interface(),
         backend=backend,
-        port=port,
         timeout=timeout,
         threads=threads,
     )
