@@ -229,3 +229,23 @@ def test_a_stale_group_counter_cannot_split_the_rendezvous():
 
     assert run(poison, 2, timeout=30, backend="gloo") == [0, 1]
     assert run(lambda r, w: r, 2, timeout=30, backend="gloo") == [0, 1]
+
+
+def _listening(rank, world_size, caller):
+    """The addresses the caller and this rank listen on (TCP, IPv4 and IPv6)."""
+    import psutil
+
+    return {
+        c.laddr.ip
+        for pid in (caller, os.getpid())
+        for c in psutil.Process(pid).net_connections(kind="inet")
+        if c.status == psutil.CONN_LISTEN
+    }
+
+
+def test_nothing_listens_beyond_the_loopback_interface():
+    """While the ranks run, neither they nor the caller listen on any address but the loopback
+    interface's. (The TCPStore the caller once served listened on "::", every interface.)"""
+    addresses = set().union(*run(_listening, 3, os.getpid(), backend="gloo"))
+    assert addresses, "the ranks listen nowhere: gloo's sockets were not seen"
+    assert addresses <= {"127.0.0.1", "::1"}, addresses
