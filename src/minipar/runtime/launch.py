@@ -15,9 +15,11 @@ group, and ``run`` returns the per-rank return values in rank order.
    user module, so none can be stale.
 3. Ranks meet at a ``FileStore`` in the zygote's socket folder (mode 0700: only this user) and
    talk over the loopback interface, so nothing listens beyond this machine; every rank's
-   ``print`` comes back prefixed ``[rank r]``. (A ``TCPStore`` the caller served on 127.0.0.1
-   made about one call in ten wait 5.0 s for a rank's connection to it: 40 small calls took
-   23.6 s that way and 3.9 s at the file, for the same 4.3-4.7 CPU-s.)
+   ``print`` comes back prefixed ``[rank r]``. (A ``TCPStore`` the caller served listened on
+   every interface, ``::``, whatever host it was given, and made about one call in ten wait
+   5.0 s: torch names each connection's peer, ``::ffff:127.0.0.1``, which ``/etc/hosts`` does
+   not list, so the name is asked of DNS, and a lost answer costs glibc's 5 s timeout. 40
+   small calls took 23.6 s that way and 3.9 s at the file, for the same 4.3-4.7 CPU-s.)
 4. A rank that raises makes ``run`` raise :class:`RankError` with its traceback (true file and
    line of every frame, notebook cells included); one that dies (a crash, ``abort``), with its
    exit status and the end of its stderr; ranks still running are killed. A call that does not
