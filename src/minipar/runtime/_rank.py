@@ -387,7 +387,7 @@ def _wait_for_peers(store, world: int, wait: bool) -> None:
             store.set("all finished", "1")
         if wait:
             store.wait(["all finished"])
-    except Exception:  # the caller is gone, or a peer died: leave anyway
+    except Exception:  # a peer died and never came (the store's timeout): leave anyway
         pass
 
 
