@@ -79,6 +79,48 @@ def test_a_kernel_that_cannot_start_is_named_with_its_last_words(tmp_path):
     assert "traitlets is broken" in run.start_error, run
 
 
+@pytest.mark.slow
+def test_a_kernel_whose_port_was_taken_is_started_again_with_new_ports(tmp_path, monkeypatch):
+    """jupyter_client picks a free port, closes it, and the kernel binds it later: here another
+    socket holds the first port it picks. That kernel exits ("Address already in use"), and the
+    grader starts one with new ports and runs the cell. Control: allowed one start only, the
+    same collision ends the notebook with the kernel's last line."""
+    import socket
+
+    from jupyter_client.connect import LocalPortCache
+
+    from minipar.grading import runner
+
+    held = socket.socket()
+    held.bind(("127.0.0.1", 0))
+    held.listen()
+    port = held.getsockname()[1]
+    real = LocalPortCache.find_available_port
+    picks = []
+
+    def first_taken(self, ip):
+        picks.append(port if not picks else real(self, ip))
+        return picks[-1]
+
+    monkeypatch.setattr(LocalPortCache, "find_available_port", first_taken)
+    try:
+        (tmp_path / "k").mkdir()
+        run = runner.run_notebook(["print(6 * 7)"], tmp_path / "k", str(tmp_path))
+        assert run.start_error == "" and run.cells[0].stdout == "42\n", run
+        log = (tmp_path / "k" / "kernel.log").read_text()
+        assert log.count(f"Address already in use (addr='tcp://127.0.0.1:{port}')") == 1, log
+
+        picks.clear()
+        monkeypatch.setattr(runner, "KERNEL_START_TRIES", 1)
+        (tmp_path / "control").mkdir()
+        run = runner.run_notebook(["print(6 * 7)"], tmp_path / "control", str(tmp_path))
+    finally:
+        held.close()
+    assert run.cells == {}, run
+    assert run.start_error.startswith("the kernel exited while starting (exit code 1)"), run
+    assert run.start_error.endswith(f"Address already in use (addr='tcp://127.0.0.1:{port}')")
+
+
 def test_a_signal_never_lands_inside_jupyter_clients_event_loop(monkeypatch):
     """A signal that arrives while jupyter_client waits for a message is held until the call
     returns, then raised from the watch loop: raised inside the library's event loop, it

@@ -61,6 +61,10 @@ INTERRUPT_GRACE_S = 5.0
 HEARTBEAT_S = 10.0
 KERNEL_EXIT_WAIT_S = 5.0  # a killed kernel to exit, idle machine (times busy_factor())
 EXIT_WAIT_S = 2.0  # the processes under it to exit, likewise
+# jupyter_client picks free ports, closes them, and the kernel binds them a moment later: another
+# process can take one in between. The kernel then exits with "Address already in use" and is
+# started again with new ports, this many times in all.
+KERNEL_START_TRIES = 3
 MARKER = "MINIPAR_GRADE_KERNEL"  # in the environment of every process a kernel starts
 # The kernel's interpreter makes itself a child subreaper (Linux's PR_SET_CHILD_SUBREAPER, 36:
 # no privilege needed, kept across exec), then execs the kernel: a process under it whose parent
@@ -580,6 +584,41 @@ def limit_memory(pid: int, limit: int | None = None) -> None:
         resource.prlimit(pid, resource.RLIMIT_DATA, (limit, limit))
 
 
+def _log_lines(log: Path, start: int) -> list[str]:
+    """The non-empty lines of the kernel's log from byte ``start`` on (none if unreadable)."""
+    try:
+        with open(log, "rb") as f:
+            f.seek(start)
+            said = f.read().decode(errors="replace")
+    except OSError:
+        return []
+    return [line.strip() for line in said.splitlines() if line.strip()]
+
+
+def _start_kernel(folder: Path, cwd: str, env: dict | None, stall_s: float) -> Kernel:
+    """A ready kernel, started again with new ports (up to :data:`KERNEL_START_TRIES` starts
+    in all) while one exits because a port it was given was taken before it bound it."""
+    log = folder / "kernel.log"
+    attempt = 0
+    while True:
+        attempt += 1
+        start = log.stat().st_size if log.exists() else 0
+        kernel = None
+        try:
+            with shielded():  # a signal now would leave it half-started
+                kernel = Kernel(folder, cwd, env)
+            kernel.wait_ready(stall_s)
+            return kernel
+        except BaseException as e:
+            if kernel is not None:
+                with shielded():  # a second signal must not cut the cleanup
+                    kernel.stop()
+            said = _log_lines(log, start)
+            taken = bool(said) and "Address already in use" in said[-1]
+            if not isinstance(e, KernelStartError) or not taken or attempt == KERNEL_START_TRIES:
+                raise
+
+
 def run_notebook(
     cells: list[str],
     folder: Path,
@@ -596,15 +635,10 @@ def run_notebook(
     kernel = None
     try:
         try:
-            with shielded():  # a signal now would leave it half-started
-                kernel = Kernel(folder, cwd, env)
-            kernel.wait_ready(stall_s)
+            kernel = _start_kernel(Path(folder), cwd, env, stall_s)
         except KernelStartError as e:
-            said = ""
-            with contextlib.suppress(OSError):  # the kernel's own words, if it said any
-                said = (Path(folder) / "kernel.log").read_text(errors="replace").strip()
-            last = said.splitlines()[-1].strip() if said else ""
-            result.start_error = str(e) + (f": {last}" if last else "")
+            last = _log_lines(Path(folder) / "kernel.log", 0)[-1:]
+            result.start_error = str(e) + (f": {last[0]}" if last else "")
             return result
         for k, source in enumerate(cells):
             beat = None if heartbeat is None else (lambda s, cpu, k=k: heartbeat(k, s, cpu))
