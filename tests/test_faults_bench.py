@@ -69,20 +69,49 @@ def test_a_signal_while_the_ranks_are_stopped_waits_for_the_cleanup(capsys, monk
     """SIGTERM arriving while the launcher's zygote is being shut down (it used to arrive in
     ``atexit``, print a KeyboardInterrupt traceback and leave the socket folder): the shutdown
     finishes, then the command reports the signal."""
-    done = []
+    done, started = [], []
 
     def shutdown():
         os.kill(os.getpid(), signal.SIGTERM)  # the handler runs here, before the next line
         done.append("finished")
 
+    def measure(*a, **k):
+        started.append(object())  # the zygote this command started (stopped at its end)
+        return {"ranks": 2}
+
     monkeypatch.setattr(launch, "shutdown", shutdown)
-    monkeypatch.setattr(bench_launch, "measure", lambda *a, **k: {"ranks": 2})
+    monkeypatch.setattr(launch, "zygote", lambda: started[-1] if started else None)
+    monkeypatch.setattr(bench_launch, "measure", measure)
     monkeypatch.setattr(bench_launch, "_show", lambda r: print("report"))
     assert cli.main(["bench", "launch", "--ranks", "2", "--backend", "gloo"]) == 128 + 15
     assert done == ["finished"]
     out = capsys.readouterr()
     assert out.out == "report\n"
     assert out.err == "minipar bench: stopped by SIGTERM\n"
+
+
+@pytest.mark.slow
+def test_a_command_in_process_stops_its_own_zygote_not_the_callers(monkeypatch):
+    """``cli.main`` called in a process that already launched (a notebook, a test worker) leaves
+    that zygote warm for the next call, even when the command fails; a zygote the command
+    started itself is stopped before it returns. (It used to stop the caller's too: each test
+    file that called the CLI in-process made its worker import torch again, 2 CPU-s.)"""
+    launch.run(lambda r, w: r, 2, backend="gloo")
+    callers = launch.zygote()
+    assert callers is not None and callers.alive()
+    assert cli.main(["bench", "dp", "--ranks", "1"]) == 2
+    assert launch.zygote() is callers and callers.alive()
+
+    launch.shutdown()
+
+    def measure(*a, **k):
+        launch.run(lambda r, w: r, 2, backend="gloo")
+        return {"ranks": 2}
+
+    monkeypatch.setattr(bench_launch, "measure", measure)
+    monkeypatch.setattr(bench_launch, "_show", lambda r: None)
+    assert cli.main(["bench", "launch", "--ranks", "2", "--backend", "gloo"]) == 0
+    assert launch.zygote() is None and not callers.alive()
 
 
 def test_a_signal_while_torch_is_imported_waits_for_the_import(capsys, monkeypatch, tmp_path):

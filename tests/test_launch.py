@@ -222,6 +222,9 @@ def test_a_stale_group_counter_cannot_split_the_rendezvous():
     def poison(rank, world_size):
         import torch.distributed as dist
 
+        # first a barrier: gloo's init can return on rank 0 while rank 1 still reads the
+        # handshake, and a group destroyed then fails rank 1 ("connection closed by peer")
+        dist.barrier()
         if rank == 0:
             dist.destroy_process_group()
             dist.distributed_c10d._world.group_count = 3

@@ -171,12 +171,19 @@ def _signals(handler, after=None):
             signal.signal(s, h if after is None else after)
 
 
-def _stop_ranks() -> None:
-    """Stop the launcher's zygote and ranks and remove its socket folder now, not in ``atexit``
-    (where a Ctrl-C printed a traceback and left the folder); only if this run launched."""
+def _zygote() -> object | None:
+    """The launcher's running zygote, if this process has one."""
     launch = sys.modules.get("minipar.runtime.launch")
-    if launch is not None:
-        launch.shutdown()
+    return None if launch is None else launch.zygote()
+
+
+def _stop_ranks(before: object | None) -> None:
+    """Stop the launcher's zygote and ranks and remove its socket folder now, not in ``atexit``
+    (where a Ctrl-C printed a traceback and left the folder); only a zygote this run started,
+    not the one ``before`` it (a notebook's or a test's, which its next call reuses)."""
+    now = _zygote()
+    if now is not None and now is not before:
+        sys.modules["minipar.runtime.launch"].shutdown()
 
 
 def _quiet_stdout() -> None:
@@ -218,7 +225,7 @@ def _main(argv: list[str] | None) -> int:
         parser.print_help(sys.stderr)
         return 2
     args = parser.parse_args(argv)
-    status, stopped = 0, None
+    status, stopped, before = 0, None, _zygote()
     if args.command in _IMPORT_FIRST:
         with _signals(_hold_signal):
             importlib.import_module(_IMPORT_FIRST[args.command])
@@ -233,7 +240,7 @@ def _main(argv: list[str] | None) -> int:
                 sys.stdout.flush()  # a closed pipe shows here, not in the interpreter's exit
             finally:
                 with _signals(_hold_signal):  # a signal now waits for the ranks to be gone
-                    _stop_ranks()
+                    _stop_ranks(before)
     except InputError as e:
         print(f"minipar {args.command}: error: {e}", file=sys.stderr)
         status = 2

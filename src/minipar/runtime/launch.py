@@ -217,6 +217,12 @@ def _check(fn, world_size, timeout, threads=None) -> None:
         )
 
 
+def zygote() -> pool.Zygote | None:
+    """This process's running zygote (None before the first call and after :func:`shutdown`):
+    a caller that stops only a zygote it started compares it before and after."""
+    return _zygote if _zygote is not None and _zygote.owner == os.getpid() else None
+
+
 def shutdown() -> None:
     """Stop the zygote (and any rank) and remove the socket folder; the next call starts anew.
     Called automatically when the caller exits."""
@@ -263,6 +269,7 @@ __all__ = [
     "RankError",
     "StartError",
     "shutdown",
+    "zygote",
     "choose_backend",
     "free_port",
     "DEFAULT_TIMEOUT",
