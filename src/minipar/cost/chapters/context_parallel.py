@@ -45,6 +45,7 @@ the activations, e_acc of the dK/dV accumulators.
 
 from __future__ import annotations
 
+import bisect
 import itertools
 from dataclasses import dataclass
 
@@ -433,14 +434,18 @@ def document_step_work(s: int, cp: int, layout: str, documents: list[int]) -> li
     bounds = list(zip(starts, starts[1:]))
 
     def entries(r, src):  # rank r's queries against rank src's keys, document by document
-        return sum(
-            _pairs_below(
-                max(qc * n, d0), min((qc + 1) * n, d1), max(kc * n, d0), min((kc + 1) * n, d1)
+        total = 0
+        for qc in chunk_ids(r, cp, layout):
+            q0, q1 = qc * n, (qc + 1) * n
+            # a document outside this query chunk holds none of its entries: only those from
+            # the one holding q0 to the last that starts before q1
+            near = bounds[bisect.bisect_right(starts, q0) - 1 : bisect.bisect_left(starts, q1)]
+            total += sum(
+                _pairs_below(max(q0, d0), min(q1, d1), max(kc * n, d0), min((kc + 1) * n, d1))
+                for kc in chunk_ids(src, cp, layout)
+                for d0, d1 in near
             )
-            for qc in chunk_ids(r, cp, layout)
-            for kc in chunk_ids(src, cp, layout)
-            for d0, d1 in bounds
-        )
+        return total
 
     return [[entries(r, (r - i) % cp) for r in range(cp)] for i in range(cp)]
 
