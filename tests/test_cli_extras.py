@@ -168,3 +168,48 @@ def test_notebooks_run_beforehand_are_what_the_build_finds_cached(tmp_path):
     assert merged.cells[0].outputs[0]["text"] == "42\n"
     with pytest.raises(KeyError):
         cache.match_cache_notebook(nbformat.read(tmp_path / "bad.ipynb", 4))
+
+
+# one argument that breaks a rule, per bench; each is refused by its precheck
+BAD_BENCH_ARGS = {
+    "launch": (["--ranks", "0"], "--ranks (0) must be >= 1"),
+    "collectives": (["--ops", "gossip"], "--ops ('gossip') must be among"),
+    "data_parallel": (["--ranks", "1"], "--ranks (1) must be >= 2"),
+    "tensor_parallel": (["--ranks", "3", "--hidden", "5"], "must be divisible by t (3)"),
+    "pipeline_parallel": (["--steps", "0"], "--steps (0) must be >= 1"),
+    "context_parallel": (["--ranks", "3", "--heads", "4"], "must divide --heads (4)"),
+    "expert_parallel": (["--top-k", "9", "--experts", "8"], "--top-k (9) must be <= --experts"),
+    "three_d": (["--ranks", "1"], "--ranks (1) must be >= 2"),
+}
+
+
+@pytest.mark.slow
+def test_a_bad_bench_argument_is_refused_before_torch_is_imported():
+    """Every bench checks its arguments before the CLI imports torch (2 CPU-s, as many seconds
+    for a typo): one process refuses one bad argument per bench, in turn, and has not imported
+    torch. Control, last: a rule checked only after the import (NCCL for 64 ranks needs 64
+    GPUs) shows that the probe sees an import."""
+    from minipar.bench.cli import BENCH_MODULES
+
+    names = [m.rsplit(".", 1)[1] for m in BENCH_MODULES]
+    assert sorted(names) == sorted(BAD_BENCH_ARGS), "a bench without a bad-argument case here"
+    calls = [[name, *argv] for name, (argv, _) in BAD_BENCH_ARGS.items()]
+    calls.append(["launch", "--backend", "nccl", "--ranks", "64"])
+    code = (
+        "import io, json, sys, contextlib\nfrom minipar.cli import main\nout = []\n"
+        "for argv in json.loads(sys.argv[1]):\n"
+        "    err = io.StringIO()\n"
+        "    with contextlib.redirect_stderr(err):\n"
+        "        status = main(['bench', *argv])\n"
+        "    out.append([status, err.getvalue(), 'torch' in sys.modules])\n"
+        "print(json.dumps(out))\n"
+    )
+    r = subprocess.run(
+        [sys.executable, "-c", code, json.dumps(calls)], capture_output=True, text=True, timeout=120
+    )
+    assert r.returncode == 0, r.stderr[-3000:]
+    *got, control = json.loads(r.stdout)
+    for (name, (_, rule)), (status, err, torch_imported) in zip(BAD_BENCH_ARGS.items(), got):
+        assert status == 2 and rule in err and len(err.strip().splitlines()) == 1, (name, err)
+        assert not torch_imported, f"bench {name} imported torch before refusing its argument"
+    assert control[0] == 2 and "nccl" in control[1].lower() and control[2], control

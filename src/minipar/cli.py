@@ -226,10 +226,12 @@ def _main(argv: list[str] | None) -> int:
         return 2
     args = parser.parse_args(argv)
     status, stopped, before = 0, None, _zygote()
-    if args.command in _IMPORT_FIRST:
-        with _signals(_hold_signal):
-            importlib.import_module(_IMPORT_FIRST[args.command])
     try:
+        if getattr(args, "precheck", None) is not None:  # bad input: one line, no torch import
+            args.precheck(args)
+        if args.command in _IMPORT_FIRST:
+            with _signals(_hold_signal):
+                importlib.import_module(_IMPORT_FIRST[args.command])
         # the program itself: a signal after the command (in the interpreter's exit) is held,
         # never a traceback or a second line
         with _signals(_raise_stopped, after=_hold_signal if program else None):

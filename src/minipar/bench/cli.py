@@ -2,7 +2,9 @@
 
 Each module in ``BENCH_MODULES`` provides ``add_bench_parser(bench_sub)`` and registers one
 sub-subcommand (``minipar bench data_parallel``, alias ``dp``, ...): one per chapter that has a
-bench (:data:`minipar.chapters.CHAPTERS`), and the launcher's own.
+bench (:data:`minipar.chapters.CHAPTERS`), and the launcher's own. Each sets ``func`` (the
+command) and ``precheck`` (its arguments' rules, which ``minipar.cli`` runs before it imports
+torch: a bad argument is one line in 0.2 s, not after a 2-second import).
 """
 
 from __future__ import annotations

@@ -227,14 +227,14 @@ def parse_ops(text: str) -> list[str]:
     return ops
 
 
-def _main(args) -> int:
+def _check(args) -> tuple:
+    """The arguments' rules (run before torch is imported: a typo costs no import); the
+    preset and the parsed (ops, ranks, sizes, iters)."""
     preset = QUICK if args.quick else FULL
     get = lambda name: preset[name] if getattr(args, name) is None else getattr(args, name)
     ops, ranks = parse_ops(get("ops")), parse_ranks(get("ranks"))
     sizes, iters = parse_sizes(get("sizes")), get("iters")
     check(args, at_least=({} if args.iters is None else dict(iters=1)) | dict(ring_ranks=2))
-    if len(sizes) < 2:
-        print("note: one size only, so no α-β fit", file=sys.stderr)
     if args.plot:  # before minutes of measuring, not after
         if importlib.util.find_spec("matplotlib") is None:
             raise InputError(
@@ -243,6 +243,13 @@ def _main(args) -> int:
             )
     check_writable(args.out, "--out")
     check_writable(args.plot, "--plot")
+    return preset, (ops, ranks, sizes, iters)
+
+
+def _main(args) -> int:
+    preset, (ops, ranks, sizes, iters) = _check(args)
+    if len(sizes) < 2:
+        print("note: one size only, so no α-β fit", file=sys.stderr)
 
     def measure() -> dict:
         try:
@@ -298,4 +305,4 @@ def add_bench_parser(bench_sub) -> None:
         action="store_true",
         help="a small sweep (seconds): all-reduce,all-gather; 2 ranks; 4KiB..256KiB",
     )
-    p.set_defaults(func=_main)
+    p.set_defaults(func=_main, precheck=_check)

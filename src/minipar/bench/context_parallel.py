@@ -250,7 +250,8 @@ def _show(r: dict) -> None:
     )
 
 
-def _main(args) -> int:
+def _check(args) -> None:
+    """The arguments' rules (run before torch is imported: a typo costs no import)."""
     check(
         args,
         at_least=dict(ranks=2, seq=1, batch=1, heads=1, head_dim=1, steps=1),
@@ -266,6 +267,10 @@ def _main(args) -> int:
             f"--seq ({args.seq}) must be divisible by 2·ranks ({2 * args.ranks}) "
             f"(zigzag cuts the sequence into 2·cp chunks)"
         )
+
+
+def _main(args) -> int:
+    _check(args)
     return emit(
         args,
         lambda: bench(args.ranks, args.seq, args.batch, args.heads, args.head_dim, args.steps),
@@ -289,4 +294,4 @@ def add_bench_parser(bench_sub) -> None:
         ("--head-dim", 32, "head dimension h/a (default 32)"),
         ("--steps", 5, "timed rounds (default 5)"),
     )
-    p.set_defaults(func=_main)
+    p.set_defaults(func=_main, precheck=_check)

@@ -70,13 +70,18 @@ def _show(r: dict) -> None:
     print("'compute' communicates nothing: the ceiling. Ratios > 1 are faster than DDP.")
 
 
-def _main(args) -> int:
+def _check(args) -> None:
+    """The arguments' rules (run before torch is imported: a typo costs no import)."""
     check(
         args,
         at_least=dict(ranks=2, steps=1, rounds=1, width=1, depth=1, batch=1),
         at_most=dict(ranks=MAX_RANKS),
         positive=("bucket_mb",),
     )
+
+
+def _main(args) -> int:
+    _check(args)
     chosen = backend(args, args.ranks)
     opts = {
         k: getattr(args, k) for k in ("steps", "rounds", "width", "depth", "batch", "bucket_mb")
@@ -99,4 +104,4 @@ def add_bench_parser(bench_sub) -> None:
         ("--batch", 32, "samples per rank (default 32)"),
         ("--bucket-mb", 1.0, "bucket cap in MiB, ours and DDP's (default 1)"),
     )
-    p.set_defaults(func=_main)
+    p.set_defaults(func=_main, precheck=_check)

@@ -238,7 +238,9 @@ def _show(r: dict) -> None:
     )
 
 
-def _main(args) -> int:
+def _check(args) -> int:
+    """The arguments' rules (run before torch is imported: a typo costs no import); the
+    number of experts E."""
     check(
         args,
         at_least=dict(ranks=2, tokens=1, top_k=1, hidden=1, ffn=1, steps=1, grouped_experts=1),
@@ -254,6 +256,11 @@ def _main(args) -> int:
         )
     if args.top_k > experts:
         raise InputError(f"--top-k ({args.top_k}) must be <= --experts ({experts})")
+    return experts
+
+
+def _main(args) -> int:
+    experts = _check(args)
     load = EPBench(
         **{f.name: getattr(args, f.name) for f in fields(EPBench)} | {"experts": experts}
     )
@@ -279,4 +286,4 @@ def add_bench_parser(bench_sub) -> None:
         ("--steps", 5, "timed rounds (default 5)"),
         ("--grouped-experts", 32, "experts of the loop-vs-grouped kernel timing (default 32)"),
     )
-    p.set_defaults(func=_main)
+    p.set_defaults(func=_main, precheck=_check)

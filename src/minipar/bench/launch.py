@@ -51,7 +51,7 @@ def add_bench_parser(bench_sub) -> None:
     add_common(p, ranks=4, ranks_help="ranks per call")
     p.add_argument("--repeats", type=int, default=5, help="warm calls timed (default 5)")
     add_backend(p, "auto", "the launcher's own choice, NCCL on GPUs")
-    p.set_defaults(func=_main)
+    p.set_defaults(func=_main, precheck=_check)
 
 
 def _show(r: dict) -> None:
@@ -62,9 +62,14 @@ def _show(r: dict) -> None:
     )
 
 
-def _main(args) -> int:
+def _check(args) -> None:
+    """The arguments' rules (run before torch is imported: a typo costs no import)."""
     from minipar.runtime.launch import MAX_WORLD_SIZE  # noqa: PLC0415 (lazy: launcher)
 
     check(args, at_least=dict(ranks=1, repeats=1), at_most=dict(ranks=MAX_WORLD_SIZE))
+
+
+def _main(args) -> int:
+    _check(args)
     _backend(args, args.ranks)  # NCCL without a GPU per rank: exit 2 before starting
     return emit(args, lambda: measure(args.ranks, args.repeats, args.backend), _show)

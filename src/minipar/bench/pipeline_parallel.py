@@ -43,7 +43,8 @@ def _show(r: dict) -> None:
     )
 
 
-def _main(args) -> int:
+def _check(args) -> None:
+    """The arguments' rules (run before torch is imported: a typo costs no import)."""
     check(
         args,
         at_least=dict(
@@ -51,6 +52,10 @@ def _main(args) -> int:
         ),
         at_most=dict(ranks=MAX_RANKS),
     )
+
+
+def _main(args) -> int:
+    _check(args)
     chosen = backend(args, args.ranks)
 
     def measure() -> dict:
@@ -97,4 +102,4 @@ def add_bench_parser(bench_sub) -> None:
         help="fixed-duration stages (default) or real GPT layers",
     )
     p.add_argument("--timeline", action="store_true", help="include the timeline in --json")
-    p.set_defaults(func=_main)
+    p.set_defaults(func=_main, precheck=_check)

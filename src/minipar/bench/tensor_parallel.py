@@ -54,7 +54,8 @@ def _show(r: dict) -> None:
     )
 
 
-def _main(args) -> int:
+def _check(args) -> None:
+    """The arguments' rules (run before torch is imported: a typo costs no import)."""
     check(
         args,
         at_least=dict(ranks=2, hidden=1, batch=1, seq=1, steps=1, rounds=1),
@@ -62,6 +63,10 @@ def _main(args) -> int:
     )
     if (4 * args.hidden) % args.ranks:
         raise InputError(f"4·hidden ({4 * args.hidden}) must be divisible by t ({args.ranks})")
+
+
+def _main(args) -> int:
+    _check(args)
     chosen = backend(args, args.ranks)
     return emit(
         args,
@@ -88,4 +93,4 @@ def add_bench_parser(bench_sub) -> None:
         ("--steps", 5, "timed steps per round (default 5)"),
         ("--rounds", 3, "interleaved rounds (default 3)"),
     )
-    p.set_defaults(func=_main)
+    p.set_defaults(func=_main, precheck=_check)

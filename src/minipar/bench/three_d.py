@@ -54,10 +54,15 @@ def _show(r: dict) -> None:
     print(f"Spearman (predicted vs measured step time): {r['spearman']:.2f}")
 
 
+def _check(args) -> None:
+    """The arguments' rules (run before torch is imported: a typo costs no import)."""
+    check(args, at_least=dict(ranks=2, steps=1), at_most=dict(ranks=MAX_RANKS))
+
+
 def _main(args) -> int:
     from minipar.three_d.calibrate import bench  # noqa: PLC0415 (lazy: torch)
 
-    check(args, at_least=dict(ranks=2, steps=1), at_most=dict(ranks=MAX_RANKS))
+    _check(args)
     return emit(args, lambda: bench(args.ranks, steps=args.steps), _show)
 
 
@@ -67,4 +72,4 @@ def add_bench_parser(bench_sub) -> None:
     )
     add_common(p, 4, "ranks (every (d, t, p) with d·t·p = ranks is run)")
     p.add_argument("--steps", type=int, default=3, help="timed steps per layout (default 3)")
-    p.set_defaults(func=_main)
+    p.set_defaults(func=_main, precheck=_check)
