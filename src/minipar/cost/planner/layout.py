@@ -8,6 +8,7 @@ pipeline bubble. Units: seconds, bytes; rank order t → cp → d → p (Megatro
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from functools import lru_cache
 from typing import NamedTuple
 
 from ..kernels.compute import FP8_SCALING
@@ -204,7 +205,16 @@ class Options:
 
     def resolved(self, attention: str, precision: str) -> "Options":
         """Every ``None`` filled: the kernel and the recipe given, then the recipe's bytes and
-        the era's switches (``reshard_after_forward`` stays ``None``: it depends on p)."""
+        the era's switches (``reshard_after_forward`` stays ``None``: it depends on p). A search
+        resolves the same options for every layout it prices: each answer is kept (a pure
+        function of the fields and of this module's constant tables)."""
+        try:
+            hash(self)
+        except TypeError:  # a field given as a list, not a tuple: resolved afresh
+            return self._resolve(attention, precision)
+        return _resolved(self, attention, precision)
+
+    def _resolve(self, attention: str, precision: str) -> "Options":
         o = replace(
             self, attention=self.attention or attention, precision=self.precision or precision
         )
@@ -287,6 +297,11 @@ def options(**kw) -> Options:
             f"option ({unknown[0]!r}) must be one of {', '.join(Options.__dataclass_fields__)}"
         )
     return Options(**kw)
+
+
+@lru_cache(maxsize=256)
+def _resolved(options: Options, attention: str, precision: str) -> Options:
+    return options._resolve(attention, precision)
 
 
 @dataclass(frozen=True)
