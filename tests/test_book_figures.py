@@ -93,11 +93,7 @@ def test_figure_renders_in_both_themes_from_the_code_it_names(name):
         if event == "call" and frame.f_code in wanted:
             called.add(frame.f_code)
 
-    sys.setprofile(profile)
-    try:
-        light = fig.svg(kit.LIGHT)
-    finally:
-        sys.setprofile(None)
+    light = fig.svg(kit.LIGHT, profile=profile)  # watched while it draws
     missing = [wanted[c] for c in wanted if c not in called]
     assert not missing, f"{name} no longer calls {missing}"
     dark = fig.svg(kit.DARK)

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import importlib
 import io
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
@@ -56,15 +57,24 @@ class Figure:
         phone layout."""
         return THEMES + (PHONE_THEMES if self.phone else ())
 
-    def svg(self, pal: Palette) -> str:
-        """The figure as SVG text, drawn in theme ``pal`` on a transparent background."""
+    def svg(self, pal: Palette, profile=None) -> str:
+        """The figure as SVG text, drawn in theme ``pal`` on a transparent background;
+        ``profile``: a :func:`sys.setprofile` hook set while the figure is drawn (not while
+        matplotlib writes the SVG)."""
         import matplotlib  # noqa: PLC0415 (lazy: matplotlib)
 
         matplotlib.use("Agg", force=False)
         import matplotlib.pyplot as plt  # noqa: PLC0415 (lazy: matplotlib)
 
         with matplotlib.rc_context(pal.rc()):
-            fig = self.draw(pal)
+            if profile is None:
+                fig = self.draw(pal)
+            else:
+                sys.setprofile(profile)
+                try:
+                    fig = self.draw(pal)
+                finally:
+                    sys.setprofile(None)
             buf = io.StringIO()
             fig.savefig(buf, format="svg", transparent=True, bbox_inches="tight")
             plt.close(fig)
