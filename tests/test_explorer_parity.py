@@ -442,7 +442,7 @@ def test_three_d_zero3_collectives_parity():
         planner.cluster(64, 8, intra="ib-hdr200", inter="ib-hdr200"),
     ]  # a tie
     cases = [
-        dict(nbytes=s, n=n, t=t, cl=cl, algorithm=al)
+        dict(nbytes=s, n=n, t=t, cluster=cl, algorithm=al)
         for cl in clusters
         for n in (1, 2, 6, 8, 16)
         for t in (1, 2, 4)
@@ -455,7 +455,7 @@ def test_three_d_zero3_collectives_parity():
         "zero3CollectiveSeconds",
         planner.zero3_collective_seconds,
         cases,
-        js_args=lambda c: [c["nbytes"], c["n"], c["t"], js_cluster(c["cl"]), c["algorithm"]],
+        js_args=lambda c: [c["nbytes"], c["n"], c["t"], js_cluster(c["cluster"]), c["algorithm"]],
     )
     assert 0 < counts["errors"] < counts["cases"]
 

@@ -396,12 +396,12 @@ def _plan_model(args) -> "planner.ModelShape":
     }
     if args.model is not None:
         base = planner.MODELS[args.model]
-        m_ = replace(base, **{k: getattr(args, k) for k in given}, **shape)  # keeps MoE fields
+        model = replace(base, **{k: getattr(args, k) for k in given}, **shape)  # keeps MoE fields
     else:
         _require_shape(args, "--model NAME")
-        m_ = planner.ModelShape(*(getattr(args, k) for k in _DIMS), **shape)
-    m_.check()
-    return m_
+        model = planner.ModelShape(*(getattr(args, k) for k in _DIMS), **shape)
+    model.check()
+    return model
 
 
 PHYSICAL_SLACK = (8.0, 4.0)
@@ -471,7 +471,7 @@ of the same name."""
 def plan_inputs(args):
     """(model, cluster, space, options) of ``minipar plan``: the one place where every default
     is decided (:func:`minipar.cost.planner.three_d.plan_options`)."""
-    m_, cl = _plan_model(args), _plan_cluster(args)
+    model, cluster = _plan_model(args), _plan_cluster(args)
     dims = ("tp", "pp", "dp", "micro_batch", "zero", "recompute", "cp", "ep", "max_cp", "max_ep")
     dims += ("chunks", "schedule")
     space = planner.Space(**{k: getattr(args, k) for k in dims}, split=args.pipeline_split)
@@ -481,46 +481,46 @@ def plan_inputs(args):
         zero3_ac_inside_unit=args.ac_inside_unit,
         recompute_modules=tuple(modules.split(",")) if modules else None,
     )
-    return m_, cl, space, planner.plan_options(m_, cl, opts)
+    return model, cluster, space, planner.plan_options(model, cluster, opts)
 
 
-def _check_hopper(cl, opts) -> None:
+def _check_hopper(cluster, opts) -> None:
     """``--fp8`` and ``--attention fa3`` need a Hopper GPU (an FP8 peak in its preset): said
     before the search, naming the flag and the GPU, not as a rule every layout broke; --fp8
     mxfp8 needs a Blackwell GPU (:func:`~minipar.cost.kernels.compute.check_fp8_gpu`)."""
     if opts.fp8 == "mxfp8":
-        check_fp8_gpu(cl.gpu, opts.fp8)
-    if cl.gpu.peak_flops.get("fp8"):
+        check_fp8_gpu(cluster.gpu, opts.fp8)
+    if cluster.gpu.peak_flops.get("fp8"):
         return
     hopper = ", ".join(k for k, g in hardware.GPUS.items() if g.peak_flops.get("fp8"))
     if opts.fp8:
         raise InputError(
-            f"--fp8 {opts.fp8} needs FP8 tensor cores (Hopper or later); --gpu {cl.gpu.name} "
+            f"--fp8 {opts.fp8} needs FP8 tensor cores (Hopper or later); --gpu {cluster.gpu.name} "
             f"has none: use one of {hopper}"
         )
     if opts.attention == "fa3":
         raise InputError(
-            f"--attention fa3 (FlashAttention-3) is a Hopper kernel; --gpu {cl.gpu.name} is not "
-            f"Hopper: use --attention flash, or one of {hopper}"
+            f"--attention fa3 (FlashAttention-3) is a Hopper kernel; --gpu {cluster.gpu.name} "
+            f"is not Hopper: use --attention flash, or one of {hopper}"
         )
 
 
-def _check_space(m_, cl, space) -> None:
+def _check_space(model, cluster, space) -> None:
     """The fixed dimensions' own rules, before any layout is searched."""
-    if (space.ep or (space.max_ep or 1) > 1) and not m_.moe:
-        raise InputError(f"--ep needs an MoE model (experts > 1), got {m_.experts} expert")
-    if space.tp and m_.heads % space.tp:
-        raise InputError(f"heads ({m_.heads}) must be divisible by t ({space.tp})")
-    if space.pp and m_.layers % space.pp and space.split == "even":
+    if (space.ep or (space.max_ep or 1) > 1) and not model.moe:
+        raise InputError(f"--ep needs an MoE model (experts > 1), got {model.experts} expert")
+    if space.tp and model.heads % space.tp:
+        raise InputError(f"heads ({model.heads}) must be divisible by t ({space.tp})")
+    if space.pp and model.layers % space.pp and space.split == "even":
         raise InputError(
-            f"layers ({m_.layers}) must be divisible by p ({space.pp}) under --pipeline-split "
+            f"layers ({model.layers}) must be divisible by p ({space.pp}) under --pipeline-split "
             "even (units: the embedding and the head count as layers)"
         )
     prod = 1
     for k in (space.tp, space.pp, space.dp, space.cp):
         prod *= k or 1
-    if cl.gpus % prod:
-        raise InputError(f"gpus ({cl.gpus}) must be divisible by the fixed t·cp·p·d ({prod})")
+    if cluster.gpus % prod:
+        raise InputError(f"gpus ({cluster.gpus}) must be divisible by the fixed t·cp·p·d ({prod})")
 
 
 MAX_SECONDS = 1e9
@@ -546,21 +546,22 @@ def _plan(args) -> int:
     ]
     if missing:
         raise InputError(f"give {' and '.join(missing)} (or --calibrate to measure this machine)")
-    m_, cl, space, opts = plan_inputs(args)
-    if m_.moe and opts.moe_imbalance > m_.experts:
+    model, cluster, space, opts = plan_inputs(args)
+    if model.moe and opts.moe_imbalance > model.experts:
         raise InputError(
             f"--moe-imbalance ({opts.moe_imbalance:g}) must be at most the experts "
-            f"({m_.experts}): the busiest EP rank gets at most every routed token"
+            f"({model.experts}): the busiest EP rank gets at most every routed token"
         )
-    _check_hopper(cl, opts)
-    _check_space(m_, cl, space)
-    planner.preflight(m_, cl, args.global_batch, space, opts)  # the rule broken, before the search
+    _check_hopper(cluster, opts)
+    _check_space(model, cluster, space)
+    # the rule broken, before the search
+    planner.preflight(model, cluster, args.global_batch, space, opts)
     refusals: list[str] = []
-    configs = planner.search(m_, cl, args.global_batch, space, opts, refusals=refusals)
+    configs = planner.search(model, cluster, args.global_batch, space, opts, refusals=refusals)
     fitting = [c for c in configs if c.fits]
     if not fitting:
         raise InputError(
-            "nothing fits: " + planner.why_nothing_fits(m_, cl, configs, refusals, opts)
+            "nothing fits: " + planner.why_nothing_fits(model, cluster, configs, refusals, opts)
         )
     for c in fitting:  # an input out of range: no Infinity/NaN, no 40-digit step time
         d = c.as_dict()
@@ -576,10 +577,14 @@ def _plan(args) -> int:
                 f"{MAX_SECONDS:.0e}: an input (bandwidth, α, η, batch) is out of range"
             )
     shown = fitting if args.top == 0 else fitting[: args.top]
-    sens = planner.sensitivity(m_, cl, args.global_batch, space, opts) if args.sensitivity else None
+    sens = (
+        planner.sensitivity(model, cluster, args.global_batch, space, opts)
+        if args.sensitivity
+        else None
+    )
     if args.json:
-        return _plan_json(m_, cl, opts, shown, sens)
-    _plan_table(args, m_, cl, opts, shown, (len(fitting), len(configs)))
+        return _plan_json(model, cluster, opts, shown, sens)
+    _plan_table(args, model, cluster, opts, shown, (len(fitting), len(configs)))
     if sens is not None:
         _sensitivity_table(sens)
     return 0
@@ -601,26 +606,26 @@ def _sensitivity_table(rows) -> None:
         )
 
 
-def _plan_json(m_, cl, opts, shown, sens=None) -> int:
+def _plan_json(model, cluster, opts, shown, sens=None) -> int:
     links = {
         k: {"name": lk.name, "bandwidth": lk.bandwidth, "alpha": lk.alpha}
-        for k, lk in (("intra", cl.intra), ("inter", cl.inter))
+        for k, lk in (("intra", cluster.intra), ("inter", cluster.inter))
     }
     extra = {} if sens is None else {"sensitivity": sens}
     print_json(
         extra
         | {
-            "model": asdict(m_),
-            "params": m_.params,
-            "gpus": cl.gpus,
+            "model": asdict(model),
+            "params": model.params,
+            "gpus": cluster.gpus,
             "attention": opts.attention,
             "precision": opts.precision,
             "headroom": opts.headroom,
-            "gpu": cl.gpu.name,
-            "intra": cl.intra.name,
-            "inter": cl.inter.name,
+            "gpu": cluster.gpu.name,
+            "intra": cluster.intra.name,
+            "inter": cluster.inter.name,
             "links": links,
-            "gemm_efficiency": cl.gpu.gemm_efficiency,
+            "gemm_efficiency": cluster.gpu.gemm_efficiency,
             "configs": [c.as_dict() for c in shown],
         }
     )
@@ -685,19 +690,19 @@ MLP_KEEPS = {
 """What the plan's header says the MLP keeps, per :data:`~minipar.cost.planner.layout.MLP_SAVES`."""
 
 
-def _plan_table(args, m_, cl, opts, shown, counts) -> None:
+def _plan_table(args, model, cluster, opts, shown, counts) -> None:
     n_fit, n_all = counts
     print(
-        f"minipar plan: {m_.params / 1e9:.2f} B params, {opts.attention} attention, "
-        f"{opts.precision} precision, on {cl.gpus} × {cl.gpu.name} "
-        f"(η = {cl.gpu.gemm_efficiency:.3g} of {cl.peak / 1e12:.0f} TFLOP/s), "
+        f"minipar plan: {model.params / 1e9:.2f} B params, {opts.attention} attention, "
+        f"{opts.precision} precision, on {cluster.gpus} × {cluster.gpu.name} "
+        f"(η = {cluster.gpu.gemm_efficiency:.3g} of {cluster.peak / 1e12:.0f} TFLOP/s), "
         f"B = {args.global_batch}; {n_fit} of {n_all} layouts fit in "
         f"{fmt_bytes(shown[0].memory_limit)} ({opts.headroom:.0%} headroom)"
     )
     print(
-        f"  links: intra {cl.intra.name} {cl.intra.bandwidth / 1e9:.2f} GB/s per direction "
-        f"({cl.gpus_per_node}/node), inter {cl.inter.name} {cl.inter.bandwidth / 1e9:.2f} GB/s "
-        "per direction per GPU"
+        f"  links: intra {cluster.intra.name} {cluster.intra.bandwidth / 1e9:.2f} GB/s "
+        f"per direction ({cluster.gpus_per_node}/node), inter {cluster.inter.name} "
+        f"{cluster.inter.bandwidth / 1e9:.2f} GB/s per direction per GPU"
     )
     print(
         "  overlap: TP and PP on the critical path; DP after the flush (p>1) or under the last "

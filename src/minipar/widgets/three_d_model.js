@@ -83,7 +83,7 @@ function checkModelShape(m) {
 
 export const ERA_FLASH_GPUS = ["H100-SXM", "H100-HBM2e-500W", "H100-PCIe", "H200", "H800", "B200", "GB200-NVL72"];
 
-// Python: attention_for(m_, gpu_name)
+// Python: attention_for(model, gpu_name)
 export function attentionFor(model, gpuName) {
   const m = planShape(model);
   if (m.attention) return m.attention;
@@ -96,9 +96,9 @@ function expertParamsPerLayer(m) {                    // Python: ModelShape.expe
   return m.experts * m.mlp_matrices * m.hidden * f + router;
 }
 
-// Python: planner.check(m_, cl, lay)
-export function planCheck(model, cluster, lay) {
-  const {tp: t, pp: p, dp: d, micro_batch: b, chunks: v = 1, zero = 1, cp = 1, ep = 1, global_batch: globalBatch, split = "even"} = lay;
+// Python: planner.check(model, cluster, layout)
+export function planCheck(model, cluster, layout) {
+  const {tp: t, pp: p, dp: d, micro_batch: b, chunks: v = 1, zero = 1, cp = 1, ep = 1, global_batch: globalBatch, split = "even"} = layout;
   model = planShape(model);
   checkModelShape(model);
   if (!SPLITS.includes(split)) throw new Error(`split ('${split}') must be one of ${SPLITS.join(", ")}`);
@@ -114,7 +114,7 @@ export function planCheck(model, cluster, lay) {
   if (ep > 1 && (t * cp * d) % ep) {                 // Python: expert_parallel.folded_expert_dp
     throw new Error(`etp·ep (1·${ep} = ${ep}) must divide the ranks of a stage, t·cp·d = ${t * cp * d} (MoE parallel folding)`);
   }
-  if (model.experts > 1 && t > 1 && !(lay.sp ?? false)) throw new Error(`an MoE model with t (${t}) > 1 needs sequence parallelism (Megatron-Core), got sp False`);
+  if (model.experts > 1 && t > 1 && !(layout.sp ?? false)) throw new Error(`an MoE model with t (${t}) > 1 needs sequence parallelism (Megatron-Core), got sp False`);
   if (t * cp * p * d !== cluster.gpus) {
     throw new Error(cp > 1 ? `gpus (${cluster.gpus}) must equal t·cp·p·d (${t}·${cp}·${p}·${d})` : `gpus (${cluster.gpus}) must equal t·p·d (${t}·${p}·${d})`);
   }
@@ -129,7 +129,7 @@ function ring(op, n, nbytes, link) {
   return collectiveTime(op, "ring", n, nbytes, link.alpha, link.bandwidth);
 }
 
-// Python: dp_allreduce_seconds(nbytes, d, t, cl) -> (seconds, link name)
+// Python: dp_allreduce_seconds(nbytes, d, t, cluster) -> (seconds, link name)
 export function dpAllreduceSeconds(nbytes, d, t, cluster) {
   const g = cluster.gpus_per_node;
   if (d === 1) return [0.0, "-"];
@@ -144,7 +144,7 @@ export function dpAllreduceSeconds(nbytes, d, t, cluster) {
 
 export const ZERO3_COLLECTIVES = ["hierarchical", "flat-ring"];
 
-// Python: zero3_collective_seconds(nbytes, n, t, cl, algorithm) -> (seconds, link name): one
+// Python: zero3_collective_seconds(nbytes, n, t, cluster, algorithm) -> (seconds, link name): one
 // ZeRO-3 all-gather or reduce-scatter; spanning nodes, a flat ring limited by its slowest hop
 // (each rank's (n−1)/n·S through its own NIC; min bandwidth, max α) or half the hierarchical
 // all-reduce.
@@ -351,8 +351,8 @@ export function tpCollectives(t, sp, recompute) {
 }
 
 // --- minipar.cost.planner.three_d_terms: one function per named term, camelCase of the Python name
-// (term_states -> termStates, ...). lay (Python: Layout): {global_batch, tp, pp, dp, micro_batch,
-// chunks, recompute, sp, zero, cp, ep}; opt (Python: Options): {grad_reduce_bytes, dp_overlap,
+// (term_states -> termStates, ...). layout (Python: Layout): {global_batch, tp, pp, dp, micro_batch,
+// chunks, recompute, sp, zero, cp, ep}; options (Python: Options): {grad_reduce_bytes, dp_overlap,
 // headroom, zero3_overlap, zero3_collectives}.
 
 // Python: three_d_terms.ALLOCATOR_MARGIN and RECIPES (bytes per parameter of weights, gradients,
@@ -370,8 +370,8 @@ export const MLP_SAVES = ["product", "inputs"];   // Python: MLP_SAVES
 export const SPLITS = ["even", "units"];                                     // Python: SPLITS
 // Python: MAIN_GRADS: a recipe's bytes by main-gradient dtype (fp32 or bf16 main gradients)
 export const MAIN_GRADS = {4: {grad_bytes: 4, reduce_bytes: 4, accumulate_bytes: 10, adam_bytes: 30}, 2: {grad_bytes: 2, reduce_bytes: 2, accumulate_bytes: 6, adam_bytes: 28}};
-function recipeOf(opt) {   // Python: Options.recipe
-  const base = RECIPES[opt.precision || "2021"], g = opt.main_grad_bytes ?? null;
+function recipeOf(options) {   // Python: Options.recipe
+  const base = RECIPES[options.precision || "2021"], g = options.main_grad_bytes ?? null;
   return g === null || g === base.grad_bytes ? base : {...base, ...MAIN_GRADS[g]};
 }
 
@@ -390,11 +390,11 @@ function resolvedOptions(o, attention, precision) {
 }
 
 // Python: Options(...) with its defaults and rules
-export function planOptions(opt = {}) {
+export function planOptions(options = {}) {
   const known = ["grad_reduce_bytes", "dp_overlap", "headroom", "zero3_overlap", "zero3_collectives", "attention", "precision", "zero3_ac_inside_unit", "overlap_grad_reduce", "cp_algorithm", "overlap_param_gather", "reshard_after_forward", "recompute_modules", "fp8", "compiled", "tp_overlap", "moe_imbalance", "fp8_params", "moe_capacity", "ep_overlap", "dualpipe", "main_grad_bytes", "mlp_saves", "microbatch_group"];
-  const unknown = Object.keys(opt).filter((k) => !known.includes(k)).sort();
+  const unknown = Object.keys(options).filter((k) => !known.includes(k)).sort();
   if (unknown.length) throw new Error(`option ('${unknown[0]}') must be one of ${known.join(", ")}`);
-  const o = {grad_reduce_bytes: null, dp_overlap: true, headroom: null, zero3_overlap: true, zero3_collectives: "hierarchical", attention: null, precision: null, zero3_ac_inside_unit: false, overlap_grad_reduce: null, cp_algorithm: "ring", overlap_param_gather: null, reshard_after_forward: null, recompute_modules: null, fp8: null, compiled: false, tp_overlap: null, moe_imbalance: 1.0, fp8_params: false, moe_capacity: null, ep_overlap: false, main_grad_bytes: null, mlp_saves: "product", microbatch_group: null, dualpipe: false, ...opt};
+  const o = {grad_reduce_bytes: null, dp_overlap: true, headroom: null, zero3_overlap: true, zero3_collectives: "hierarchical", attention: null, precision: null, zero3_ac_inside_unit: false, overlap_grad_reduce: null, cp_algorithm: "ring", overlap_param_gather: null, reshard_after_forward: null, recompute_modules: null, fp8: null, compiled: false, tp_overlap: null, moe_imbalance: 1.0, fp8_params: false, moe_capacity: null, ep_overlap: false, main_grad_bytes: null, mlp_saves: "product", microbatch_group: null, dualpipe: false, ...options};
   if (!ZERO3_COLLECTIVES.includes(o.zero3_collectives)) throw new Error(`zero3_collectives ('${o.zero3_collectives}') must be one of ${ZERO3_COLLECTIVES.join(", ")}`);
   if (!(o.attention === null || ATTENTION.includes(o.attention))) throw new Error(`attention ('${o.attention}') must be one of ${ATTENTION.join(", ")}`);
   if (!(o.fp8 === null || FP8_SCALING.includes(o.fp8))) throw new Error(`fp8 ('${o.fp8}') must be one of ${FP8_SCALING.join(", ")}`);
@@ -417,98 +417,98 @@ export function planOptions(opt = {}) {
   return o;
 }
 
-const layMicrobatches = (lay) => Math.floor(lay.global_batch / (lay.dp * lay.micro_batch));   // Python: Layout.microbatches
+const layMicrobatches = (layout) => Math.floor(layout.global_batch / (layout.dp * layout.micro_batch));   // Python: Layout.microbatches
 
-// Python: stage_layers(L, lay) -> [layers on a middle stage, layers on the first or last stage]
-export function stageLayers(L, lay) {
-  const p = lay.pp;
-  if ((lay.split ?? "even") === "even" || p === 1) return [Math.floor(L / p), Math.floor(L / p)];
+// Python: stage_layers(L, layout) -> [layers on a middle stage, layers on the first or last stage]
+export function stageLayers(L, layout) {
+  const p = layout.pp;
+  if ((layout.split ?? "even") === "even" || p === 1) return [Math.floor(L / p), Math.floor(L / p)];
   const u = Math.ceil((L + 2) / p);
   return [u, u - 1];
 }
 
-const optMargin = (opt) => Math.max(opt.headroom || 0, recipeOf(opt).margin);   // Python: Options.margin
-const reshards = (lay, opt) => (opt.reshard_after_forward ?? null) === null ? lay.pp === 1 : opt.reshard_after_forward;   // Python: reshards
+const optMargin = (options) => Math.max(options.headroom || 0, recipeOf(options).margin);   // Python: Options.margin
+const reshards = (layout, options) => (options.reshard_after_forward ?? null) === null ? layout.pp === 1 : options.reshard_after_forward;   // Python: reshards
 
-// Python: expert_grid(lay) -> [ETP, EDP, EDP stride] (MoE parallel folding once ep > 1)
-export function expertGrid(lay) {
-  const dcp = lay.dp * lay.cp;
-  if (lay.ep === 1) return [lay.tp, dcp, lay.tp];
-  return [1, (lay.tp * dcp) / lay.ep, lay.ep];
+// Python: expert_grid(layout) -> [ETP, EDP, EDP stride] (MoE parallel folding once ep > 1)
+export function expertGrid(layout) {
+  const dcp = layout.dp * layout.cp;
+  if (layout.ep === 1) return [layout.tp, dcp, layout.tp];
+  return [1, (layout.tp * dcp) / layout.ep, layout.ep];
 }
 
-// Python: stage_params(m_, lay)
-export function stageParams(model, lay) {
+// Python: stage_params(model, layout)
+export function stageParams(model, layout) {
   const m = planShape(model);
-  const [mid, end] = stageLayers(m.layers, lay);
+  const [mid, end] = stageLayers(m.layers, layout);
   const expLayer = expertParamsPerLayer(m);
   const denseLayer = denseParamsPerLayer(m);
-  const layer = denseLayer + expLayer / lay.ep;
-  let emb = embeddingParams(m, lay.pp === 1), lp = end;
+  const layer = denseLayer + expLayer / layout.ep;
+  let emb = embeddingParams(m, layout.pp === 1), lp = end;
   if (mid * layer > end * layer + emb) [lp, emb] = [mid, 0];   // the fullest stage
-  return {dense_layer: denseLayer, expert_layer: expLayer, layer, stage: lp * layer + emb, dense: lp * denseLayer + emb, expert: (lp * expLayer) / lay.ep};
+  return {dense_layer: denseLayer, expert_layer: expLayer, layer, stage: lp * layer + emb, dense: lp * denseLayer + emb, expert: (lp * expLayer) / layout.ep};
 }
 
-// Python: term_states(m_, cl, lay, opt): model-state bytes of the first stage
-export function termStates(model, cluster, lay, opt) {
-  const {tp: t, pp: p, zero} = lay, dcp = lay.dp * lay.cp;
-  const [etp, edp] = expertGrid(lay);
-  const sp = stageParams(model, lay), rc = recipeOf(opt);
+// Python: term_states(model, cluster, layout, options): model-state bytes of the first stage
+export function termStates(model, cluster, layout, options) {
+  const {tp: t, pp: p, zero} = layout, dcp = layout.dp * layout.cp;
+  const [etp, edp] = expertGrid(layout);
+  const sp = stageParams(model, layout), rc = recipeOf(options);
   const msb = (psi, d, split) => modelStateBytes(psi, d, split, p, zero, rc.weight_bytes, rc.grad_bytes, rc.optimizer_bytes).total;
   let states = msb(sp.dense * p, dcp, t) + msb(sp.expert * p, edp, etp);
-  if (zero === 3 && !reshards(lay, opt)) {            // the stage's weights gathered, its gradient whole
-    const whole = lay.ep === 1 ? sp.stage / t : sp.dense / t + sp.expert;
-    states += (2 + opt.grad_reduce_bytes) * whole;
+  if (zero === 3 && !reshards(layout, options)) {            // the stage's weights gathered, its gradient whole
+    const whole = layout.ep === 1 ? sp.stage / t : sp.dense / t + sp.expert;
+    states += (2 + options.grad_reduce_bytes) * whole;
   } else if (zero === 3) {                             // 2 gathered layers + 1 gradient
-    const one = lay.ep === 1 ? sp.layer / t : sp.dense_layer / t + sp.expert_layer / lay.ep;
-    states += (2 * 2 + opt.grad_reduce_bytes) * one;
+    const one = layout.ep === 1 ? sp.layer / t : sp.dense_layer / t + sp.expert_layer / layout.ep;
+    states += (2 * 2 + options.grad_reduce_bytes) * one;
   }
-  return states - fp8ParamBytesSaved(model, lay, opt);
+  return states - fp8ParamBytesSaved(model, layout, options);
 }
 
-// Python: fp8_param_bytes_saved(m_, lay, opt): no 16-bit copy of the FP8 linears' weights
-export function fp8ParamBytesSaved(model, lay, opt) {
-  if (!(opt.fp8 && opt.fp8_params)) return 0.0;
-  const linear = layerDenseGemms(model, lay).reduce((acc, [, N, K]) => acc + N * K, 0);
-  const shard = lay.zero === 3 ? lay.dp * lay.cp : 1;
-  return recipeOf(opt).weight_bytes * Math.max(...stageLayers(model.layers, lay)) * linear / shard;
+// Python: fp8_param_bytes_saved(model, layout, options): no 16-bit copy of the FP8 linears' weights
+export function fp8ParamBytesSaved(model, layout, options) {
+  if (!(options.fp8 && options.fp8_params)) return 0.0;
+  const linear = layerDenseGemms(model, layout).reduce((acc, [, N, K]) => acc + N * K, 0);
+  const shard = layout.zero === 3 ? layout.dp * layout.cp : 1;
+  return recipeOf(options).weight_bytes * Math.max(...stageLayers(model.layers, layout)) * linear / shard;
 }
 
-// Python: layers_in_flight(L, lay, group)
-export function layersInFlight(L, lay, group = null) {
-  const v = lay.chunks, [mid, end] = stageLayers(L, lay);
-  const first = end * chunksInFlight(lay, 0, group) / v;
-  return lay.pp > 1 ? Math.max(first, mid * chunksInFlight(lay, 1, group) / v) : first;
+// Python: layers_in_flight(L, layout, group)
+export function layersInFlight(L, layout, group = null) {
+  const v = layout.chunks, [mid, end] = stageLayers(L, layout);
+  const first = end * chunksInFlight(layout, 0, group) / v;
+  return layout.pp > 1 ? Math.max(first, mid * chunksInFlight(layout, 1, group) / v) : first;
 }
 
-// Python: chunks_in_flight(lay, rank, group): 1F1B's p − rank, interleaved the warm-up of the
+// Python: chunks_in_flight(layout, rank, group): 1F1B's p − rank, interleaved the warm-up of the
 // micro-batch group N (p by default, from p to m) + 1, at most m·v
-export function chunksInFlight(lay, rank, group = null) {
-  const p = lay.pp, m = layMicrobatches(lay), v = lay.chunks;
+export function chunksInFlight(layout, rank, group = null) {
+  const p = layout.pp, m = layMicrobatches(layout), v = layout.chunks;
   if (v === 1) return Math.min(p - rank, m);
   const n = group ?? p;
   if (!(p <= n && n <= m)) throw new Error(`microbatch group N (${n}) must be at least p (${p}) and at most m (${m}) under interleaving`);
   return Math.min(2 * (p - rank - 1) + (v - 1) * n + 1, m * v);
 }
 
-// Python: shape_activation_bytes(m_, lay, mlp_saves)
-export function shapeActivationBytes(model, lay, mlpSaves = "product") {
+// Python: shape_activation_bytes(model, layout, mlp_saves)
+export function shapeActivationBytes(model, layout, mlpSaves = "product") {
   const m = planShape(model);
-  if (lay.recompute === "full") return 0.0;
+  if (layout.recompute === "full") return 0.0;
   const h = m.hidden, f = ffnWidth(m), kept = m.mlp_matrices - (mlpSaves === "inputs" ? 1 : 0);
   const perToken = 4 * kvWidth(m) - 4 * h + 2 * kept * f * m.top_k - 16 * h;
-  const masks = m.dropout > 0 ? 0.0 : (2 * h) / (lay.sp ? lay.tp : 1);   // no dropout: no masks
-  return m.seq * lay.micro_batch * (perToken / lay.tp - masks);
+  const masks = m.dropout > 0 ? 0.0 : (2 * h) / (layout.sp ? layout.tp : 1);   // no dropout: no masks
+  return m.seq * layout.micro_batch * (perToken / layout.tp - masks);
 }
 
-// Python: module_activation_bytes(m_, lay, opt): what selective drops beyond the attention core
-export function moduleActivationBytes(model, lay, opt) {
-  if (lay.recompute !== "selective") return 0.0;
-  const m = planShape(model), mods = opt.recompute_modules || [], sb = m.seq * lay.micro_batch, t = lay.tp;
-  let out = mods.includes("layernorm") ? (4 * sb * m.hidden) / (lay.sp ? t : 1) : 0.0;
-  const f = ffnWidth(m), k = m.top_k, kept = m.mlp_matrices - (opt.mlp_saves === "inputs" ? 1 : 0);
+// Python: module_activation_bytes(model, layout, options): what selective drops beyond the attention core
+export function moduleActivationBytes(model, layout, options) {
+  if (layout.recompute !== "selective") return 0.0;
+  const m = planShape(model), mods = options.recompute_modules || [], sb = m.seq * layout.micro_batch, t = layout.tp;
+  let out = mods.includes("layernorm") ? (4 * sb * m.hidden) / (layout.sp ? t : 1) : 0.0;
+  const f = ffnWidth(m), k = m.top_k, kept = m.mlp_matrices - (options.mlp_saves === "inputs" ? 1 : 0);
   if (mods.includes("mlp")) out += (2 * kept * f * k * sb) / t;
-  else if (mods.includes("act") && opt.mlp_saves !== "inputs") out += (2 * f * k * sb) / t;   // "inputs" keeps no output
+  else if (mods.includes("act") && options.mlp_saves !== "inputs") out += (2 * f * k * sb) / t;   // "inputs" keeps no output
   return out;
 }
 
@@ -557,23 +557,23 @@ export function fusedActivationSeconds(b, s, h, t, gpu, sp = false, recompute = 
   return ((recompute === "full" ? 2 : 1) * fwd + bwd) / gpu.hbm_bandwidth;
 }
 
-// Python: recipe_kernels_seconds(m_, cl, lay, opt): the recipe's kernels in place of the fused count
-export function recipeKernelsSeconds(model, cluster, lay, opt) {
+// Python: recipe_kernels_seconds(model, cluster, layout, options): the recipe's kernels in place of the fused count
+export function recipeKernelsSeconds(model, cluster, layout, options) {
   const gpu = cluster.gpu, m = planShape(model);
   if (!gpu.elementwise_bandwidth) return 0.0;
-  const b = lay.micro_batch, sl = Math.floor(m.seq / lay.cp), h = m.hidden, t = lay.tp, rc = lay.recompute;
+  const b = layout.micro_batch, sl = Math.floor(m.seq / layout.cp), h = m.hidden, t = layout.tp, rc = layout.recompute;
   const recipe = {norm: m.norm, mlp_matrices: m.mlp_matrices, rope: m.positions === "rope", dropout: m.dropout, bias: m.bias};
-  const kernels = elementwiseKernels(h, ffnWidth(m) * m.top_k, kvWidth(m), t, lay.sp, recipe);
+  const kernels = elementwiseKernels(h, ffnWidth(m) * m.top_k, kvWidth(m), t, layout.sp, recipe);
   const fixed = (gpu.layer_overhead_s || 0) * (rc === "full" ? 4 / 3 : 1);
-  return elementwiseSeconds(kernels, b * sl, gpu, rc, opt.compiled) - fusedActivationSeconds(b, sl, h, t, gpu, lay.sp, rc) - fixed;
+  return elementwiseSeconds(kernels, b * sl, gpu, rc, options.compiled) - fusedActivationSeconds(b, sl, h, t, gpu, layout.sp, rc) - fixed;
 }
 
-// Python: module_recompute_seconds(m_, cl, lay, opt, mlp_forward)
-export function moduleRecomputeSeconds(model, cluster, lay, opt, mlpForward) {
-  const m = planShape(model), mods = lay.recompute === "selective" ? opt.recompute_modules || [] : [], sl = lay.micro_batch * Math.floor(m.seq / lay.cp), t = lay.tp;
-  let moved = mods.includes("layernorm") ? (8 * sl * m.hidden) / (lay.sp ? t : 1) : 0.0;
+// Python: module_recompute_seconds(model, cluster, layout, options, mlp_forward)
+export function moduleRecomputeSeconds(model, cluster, layout, options, mlpForward) {
+  const m = planShape(model), mods = layout.recompute === "selective" ? options.recompute_modules || [] : [], sl = layout.micro_batch * Math.floor(m.seq / layout.cp), t = layout.tp;
+  let moved = mods.includes("layernorm") ? (8 * sl * m.hidden) / (layout.sp ? t : 1) : 0.0;
   if (mods.includes("mlp") || mods.includes("act")) moved += (2 * m.mlp_matrices * ffnWidth(m) * m.top_k * sl) / t;
-  else if (opt.mlp_saves === "inputs") moved += (2 * ffnWidth(m) * m.top_k * sl) / t;   // the product written again
+  else if (options.mlp_saves === "inputs") moved += (2 * ffnWidth(m) * m.top_k * sl) / t;   // the product written again
   return moved / cluster.gpu.hbm_bandwidth + (mods.includes("mlp") ? mlpForward : 0.0);
 }
 
@@ -590,46 +590,46 @@ function activationsWithAttention(s, b, h, a, t, sp, recompute, attention) {
 // Python: LOGIT_TENSORS, fp32 (b, s/cp, V/t) tensors at the loss's backward peak
 export const LOGIT_TENSORS = 3;
 
-// Python: logits_bytes(m_, lay): the fp32 logits on the last stage at the loss's backward peak
-export function logitsBytes(model, lay) {
-  return (LOGIT_TENSORS * 4 * lay.micro_batch * Math.floor(model.seq / lay.cp) * model.vocab) / lay.tp;
+// Python: logits_bytes(model, layout): the fp32 logits on the last stage at the loss's backward peak
+export function logitsBytes(model, layout) {
+  return (LOGIT_TENSORS * 4 * layout.micro_batch * Math.floor(model.seq / layout.cp) * model.vocab) / layout.tp;
 }
 
-// Python: term_activations(m_, cl, lay, opt): activation bytes of the fullest stage
-export function termActivations(model, cluster, lay, opt) {
+// Python: term_activations(model, cluster, layout, options): activation bytes of the fullest stage
+export function termActivations(model, cluster, layout, options) {
   const {seq: s, hidden: h, heads: a, layers: L} = model;
-  const {micro_batch: b, tp: t, sp, recompute: rc, cp} = lay, att = opt.attention;
+  const {micro_batch: b, tp: t, sp, recompute: rc, cp} = layout, att = options.attention;
   let memRc = cp > 1 && rc === "none" ? "selective" : rc;   // blockwise ring attention: no s² scores
-  if (memRc === "selective" && !(opt.recompute_modules || []).includes("core_attn")) memRc = "none";
-  const perLayer = activationsWithAttention(s, b, h, a, t, sp, memRc, att) + shapeActivationBytes(model, lay, opt.mlp_saves) - moduleActivationBytes(model, lay, opt);
+  if (memRc === "selective" && !(options.recompute_modules || []).includes("core_attn")) memRc = "none";
+  const perLayer = activationsWithAttention(s, b, h, a, t, sp, memRc, att) + shapeActivationBytes(model, layout, options.mlp_saves) - moduleActivationBytes(model, layout, options);
   let recomputed = 0.0;
-  if (rc === "full") recomputed = activationsWithAttention(s, b, h, a, t, sp, cp > 1 ? "selective" : "none", att) + shapeActivationBytes(model, {...lay, recompute: "none"}, opt.mlp_saves);
-  const act = (perLayer * layersInFlight(L, lay, opt.microbatch_group ?? null) + recomputed) / cp;
-  if (!recipeOf(opt).fp32_logits) return act;
-  if (lay.pp === 1) return act + logitsBytes(model, lay);
-  const end = stageLayers(L, lay)[1];                 // the last stage: one micro-batch and the logits
-  return Math.max(act, (perLayer * end + recomputed) / cp + logitsBytes(model, lay));
+  if (rc === "full") recomputed = activationsWithAttention(s, b, h, a, t, sp, cp > 1 ? "selective" : "none", att) + shapeActivationBytes(model, {...layout, recompute: "none"}, options.mlp_saves);
+  const act = (perLayer * layersInFlight(L, layout, options.microbatch_group ?? null) + recomputed) / cp;
+  if (!recipeOf(options).fp32_logits) return act;
+  if (layout.pp === 1) return act + logitsBytes(model, layout);
+  const end = stageLayers(L, layout)[1];                 // the last stage: one micro-batch and the logits
+  return Math.max(act, (perLayer * end + recomputed) / cp + logitsBytes(model, layout));
 }
 
 function gemmPass(gpu, M, N, K, fp8 = false) {       // Python: _gemm_pass
   return [gemmOf(gpu, M, N, K, 1, fp8), gemmOf(gpu, M, K, N, 1, fp8) + gemmOf(gpu, K, N, M, 1, fp8)];
 }
 
-// Python: layer_dense_gemms(m_, lay) -> [[M, N, K]]
-export function layerDenseGemms(model, lay) {
-  const m = planShape(model), t = lay.tp, h = m.hidden, bs = lay.micro_batch * Math.floor(m.seq / lay.cp);
+// Python: layer_dense_gemms(model, layout) -> [[M, N, K]]
+export function layerDenseGemms(model, layout) {
+  const m = planShape(model), t = layout.tp, h = m.hidden, bs = layout.micro_batch * Math.floor(m.seq / layout.cp);
   const f = Math.floor((m.top_k * ffnWidth(m)) / t);
   const nQkv = Math.floor(h / t) + 2 * Math.floor(h / m.heads) * Math.ceil((m.kv_heads || m.heads) / t);   // Python: kv_width_per_rank
   return [[bs, nQkv, h], [bs, h, Math.floor(h / t)], [bs, (m.mlp_matrices - 1) * f, h], [bs, h, f]];
 }
 
-// Python: fp8_gemm_delta(m_, cl, lay, opt)
-export function fp8GemmDelta(model, cluster, lay, opt) {
-  if (!opt.fp8) return 0.0;
-  const refwd = lay.recompute === "full" ? 2 : 1, gpu = cluster.gpu;
+// Python: fp8_gemm_delta(model, cluster, layout, options)
+export function fp8GemmDelta(model, cluster, layout, options) {
+  if (!options.fp8) return 0.0;
+  const refwd = layout.recompute === "full" ? 2 : 1, gpu = cluster.gpu;
   let out = 0.0;
-  for (const [M, N, K] of layerDenseGemms(model, lay)) {
-    const [ef, eb] = gemmPass(gpu, M, N, K, opt.fp8), [bf, bb] = gemmPass(gpu, M, N, K);
+  for (const [M, N, K] of layerDenseGemms(model, layout)) {
+    const [ef, eb] = gemmPass(gpu, M, N, K, options.fp8), [bf, bb] = gemmPass(gpu, M, N, K);
     out += refwd * (ef - bf) + (eb - bb);
   }
   return out;
@@ -643,44 +643,44 @@ export function fp8CastBytesPerToken(h, f, kv, t = 1, sp = false, scaling = "del
   return [per * fwd, per * bwd + again * (fwd + bwd)];
 }
 
-// Python: term_fp8_casts(m_, cl, lay, opt): FP8 casts of one micro-batch, slowest stage
-export function termFp8Casts(model, cluster, lay, opt) {
-  if (!opt.fp8) return 0.0;
-  const m = planShape(model), tokens = lay.micro_batch * Math.floor(m.seq / lay.cp);
-  const [fwd, bwd] = fp8CastBytesPerToken(m.hidden, m.top_k * ffnWidth(m), kvWidth(m), lay.tp, lay.sp, opt.fp8, m.mlp_matrices);
-  const refwd = lay.recompute === "full" ? 2 : 1;
+// Python: term_fp8_casts(model, cluster, layout, options): FP8 casts of one micro-batch, slowest stage
+export function termFp8Casts(model, cluster, layout, options) {
+  if (!options.fp8) return 0.0;
+  const m = planShape(model), tokens = layout.micro_batch * Math.floor(m.seq / layout.cp);
+  const [fwd, bwd] = fp8CastBytesPerToken(m.hidden, m.top_k * ffnWidth(m), kvWidth(m), layout.tp, layout.sp, options.fp8, m.mlp_matrices);
+  const refwd = layout.recompute === "full" ? 2 : 1;
   const perLayer = (tokens * (refwd * fwd + bwd)) / cluster.gpu.hbm_bandwidth;
-  return stageLayers(m.layers, lay)[0] * (perLayer + weightCastsPerMicrobatch(m, cluster, lay, opt));
+  return stageLayers(m.layers, layout)[0] * (perLayer + weightCastsPerMicrobatch(m, cluster, layout, options));
 }
 
-// Python: weight_casts_per_microbatch(m_, cl, lay, opt): one layer's FP8 weight casts, once
+// Python: weight_casts_per_microbatch(model, cluster, layout, options): one layer's FP8 weight casts, once
 // per optimizer step (Transformer Engine's is_first_microbatch), spread over the m micro-batches
-export function weightCastsPerMicrobatch(model, cluster, lay, opt) {
-  if (!opt.fp8) return 0.0;
-  const weights = fp8WeightCastBytes(opt.fp8) * layerDenseGemms(model, lay).reduce((acc, [, N, K]) => acc + N * K, 0);
-  return weights / cluster.gpu.hbm_bandwidth / layMicrobatches(lay);
+export function weightCastsPerMicrobatch(model, cluster, layout, options) {
+  if (!options.fp8) return 0.0;
+  const weights = fp8WeightCastBytes(options.fp8) * layerDenseGemms(model, layout).reduce((acc, [, N, K]) => acc + N * K, 0);
+  return weights / cluster.gpu.hbm_bandwidth / layMicrobatches(layout);
 }
 
-// Python: term_fp8_weights(m_, cl, lay, opt): FP8 weight copies on the fullest stage
-export function termFp8Weights(model, cluster, lay, opt) {
-  if (!opt.fp8) return 0.0;
-  const m = planShape(model), perLayer = 2 * layerDenseGemms(m, lay).reduce((acc, [, N, K]) => acc + N * K, 0);
-  if (lay.zero === 3) return 2 * perLayer;
-  return Math.max(...stageLayers(m.layers, lay)) * perLayer;
+// Python: term_fp8_weights(model, cluster, layout, options): FP8 weight copies on the fullest stage
+export function termFp8Weights(model, cluster, layout, options) {
+  if (!options.fp8) return 0.0;
+  const m = planShape(model), perLayer = 2 * layerDenseGemms(m, layout).reduce((acc, [, N, K]) => acc + N * K, 0);
+  if (layout.zero === 3) return 2 * perLayer;
+  return Math.max(...stageLayers(m.layers, layout)) * perLayer;
 }
 
-// Python: mla_core_scale(m_): MLA's attention core over the h/a-wide heads priced
+// Python: mla_core_scale(model): MLA's attention core over the h/a-wide heads priced
 export function mlaCoreScale(model) {
   if (!model.kv_lora) return 1.0;
   return (model.heads * (model.qk_nope_dim + model.qk_rope_dim + model.v_head_dim)) / (2 * model.hidden);
 }
 
-// Python: term_compute(m_, cl, lay, opt) -> {value (one micro-batch), layer, core}
-export function termCompute(model, cluster, lay, opt) {
+// Python: term_compute(model, cluster, layout, options) -> {value (one micro-batch), layer, core}
+export function termCompute(model, cluster, layout, options) {
   const m = planShape(model);
-  const b = lay.micro_batch, h = m.hidden, a = m.heads, sl = Math.floor(m.seq / lay.cp), t = lay.tp, rc = lay.recompute;
-  const gpu = cluster.gpu, att = opt.attention;
-  let lt = layerSeconds(b, sl, h, a, gpu, t, lay.sp, rc, att, recipeOf(opt).accumulate_bytes).total_s;
+  const b = layout.micro_batch, h = m.hidden, a = m.heads, sl = Math.floor(m.seq / layout.cp), t = layout.tp, rc = layout.recompute;
+  const gpu = cluster.gpu, att = options.attention;
+  let lt = layerSeconds(b, sl, h, a, gpu, t, layout.sp, rc, att, recipeOf(options).accumulate_bytes).total_s;
   const parts = attentionCoreAndMlpSeconds(b, sl, h, a, gpu, t, att);
   const refwd = rc === "none" ? 1 : 2;                 // the core is recomputed
   let core = refwd * parts.core_f + parts.core_b;      // one (s/cp)² block
@@ -689,13 +689,13 @@ export function termCompute(model, cluster, lay, opt) {
     const fShare = (sb * SCORE_BYTES_FWD) / (SCORE_BYTES_FWD + SCORE_BYTES_BWD);
     core += ((sb + (rc !== "none" ? fShare : 0.0)) * a * sl * sl * b) / t / gpu.hbm_bandwidth;
   }
-  if (lay.cp > 1) lt += (lay.cp - 1) * core;           // the other cp−1 key blocks
-  const kept = rc === "selective" && !(opt.recompute_modules || []).includes("core_attn");
+  if (layout.cp > 1) lt += (layout.cp - 1) * core;           // the other cp−1 key blocks
+  const kept = rc === "selective" && !(options.recompute_modules || []).includes("core_attn");
   if (kept) lt -= parts.core_f;                        // the core kept
   const mla = mlaCoreScale(m);
   if (mla !== 1) {                                     // MLA's wider heads, every core block
     const nF = (rc === "none" ? 1 : 2) - (kept ? 1 : 0);
-    lt += (mla - 1) * (nF * parts.core_f + parts.core_b + (lay.cp - 1) * core);
+    lt += (mla - 1) * (nF * parts.core_f + parts.core_b + (layout.cp - 1) * core);
     core *= mla;
   }
   const nQkv = Math.floor(h / t) + 2 * Math.floor(h / a) * Math.ceil((m.kv_heads || a) / t);   // Python: kv_width_per_rank
@@ -703,27 +703,27 @@ export function termCompute(model, cluster, lay, opt) {
     const [gf, gb] = gemmPass(gpu, b * sl, nQkv, h), [mf, mb] = gemmPass(gpu, b * sl, Math.floor((3 * h) / t), h);
     lt += (rc === "full" ? 2 : 1) * (gf - mf) + (gb - mb);
   }
-  const routed = m.top_k * moeLoad(m, lay, opt) + (m.shared_experts || 0);   // busiest rank's + shared
+  const routed = m.top_k * moeLoad(m, layout, options) + (m.shared_experts || 0);   // busiest rank's + shared
   const scale = (routed * m.mlp_matrices * ffnWidth(m)) / (2 * 4 * h);   // active MLP / GPT's 8h²
   if (scale !== 1) lt += (scale - 1) * ((rc === "full" ? 2 : 1) * parts.mlp_f + parts.mlp_b);
-  lt += moduleRecomputeSeconds(m, cluster, lay, opt, scale * parts.mlp_f);
-  lt += recipeKernelsSeconds(m, cluster, lay, opt) + fp8GemmDelta(m, cluster, lay, opt);
-  const [mid, end] = stageLayers(m.layers, lay);      // the slowest stage
+  lt += moduleRecomputeSeconds(m, cluster, layout, options, scale * parts.mlp_f);
+  lt += recipeKernelsSeconds(m, cluster, layout, options) + fp8GemmDelta(m, cluster, layout, options);
+  const [mid, end] = stageLayers(m.layers, layout);      // the slowest stage
   const logits = logitsSeconds(b, sl, h, m.vocab, gpu, t);
   return {value: Math.max(mid * lt, end * lt + logits), layer: lt, core};
 }
 
-// Python: term_tp(m_, cl, lay, opt) -> {value: seconds per micro-batch, link}
-export function termTp(model, cluster, lay, opt) {
-  const t = lay.tp;
-  const actBytes = lay.micro_batch * Math.floor(model.seq / lay.cp) * model.hidden * 2;
+// Python: term_tp(model, cluster, layout, options) -> {value: seconds per micro-batch, link}
+export function termTp(model, cluster, layout, options) {
+  const t = layout.tp;
+  const actBytes = layout.micro_batch * Math.floor(model.seq / layout.cp) * model.hidden * 2;
   const [ar, name] = dpAllreduceSeconds(actBytes, t, 1, cluster);   // ring in a node, multi-NIC across
-  let perLayer = tpCollectives(t, lay.sp, lay.recompute) * ar;
-  if (opt.tp_overlap && lay.sp && t > 1) {
-    perLayer = tpOverlapExposed(perLayer, layerGemmSeconds(model, cluster, lay, opt), t);
-    perLayer += tpOverlapCost(model, cluster, lay, opt);
+  let perLayer = tpCollectives(t, layout.sp, layout.recompute) * ar;
+  if (options.tp_overlap && layout.sp && t > 1) {
+    perLayer = tpOverlapExposed(perLayer, layerGemmSeconds(model, cluster, layout, options), t);
+    perLayer += tpOverlapCost(model, cluster, layout, options);
   }
-  return {value: stageLayers(model.layers, lay)[0] * perLayer, link: name};
+  return {value: stageLayers(model.layers, layout)[0] * perLayer, link: name};
 }
 
 // Python: TP_OVERLAP_PIPELINE: (splits, SMs reserved) of the reduce-scatter overlaps (userbuffers'
@@ -740,16 +740,16 @@ export function splitGemmExtra(gpu, M, N, K, pieces, reserved = 0, fp8 = false) 
   return (pieces * one(Math.ceil(M / pieces)) * gpu.sms) / (gpu.sms - reserved) - one(M);
 }
 
-// Python: tp_overlap_cost(m_, cl, lay, opt): what TP overlap adds to the GEMMs, per layer
-export function tpOverlapCost(model, cluster, lay, opt) {
-  const t = lay.tp;
-  if (!(opt.tp_overlap && lay.sp && t > 1)) return 0.0;
-  const gpu = cluster.gpu, fp8 = opt.fp8 || false;
-  const [qkv, proj, fc1, fc2] = layerDenseGemms(model, lay);
+// Python: tp_overlap_cost(model, cluster, layout, options): what TP overlap adds to the GEMMs, per layer
+export function tpOverlapCost(model, cluster, layout, options) {
+  const t = layout.tp;
+  if (!(options.tp_overlap && layout.sp && t > 1)) return 0.0;
+  const gpu = cluster.gpu, fp8 = options.fp8 || false;
+  const [qkv, proj, fc1, fc2] = layerDenseGemms(model, layout);
   let forward = splitGemmExtra(gpu, ...qkv, t, 0, fp8) + splitGemmExtra(gpu, ...fc1, t, 0, fp8);
   forward += splitGemmExtra(gpu, ...proj, ...TP_OVERLAP_PIPELINE.proj, fp8) + splitGemmExtra(gpu, ...fc2, ...TP_OVERLAP_PIPELINE.fc2, fp8);
   const backward = [proj, fc2].reduce((acc, [M, N, K]) => acc + splitGemmExtra(gpu, M, K, N, t, 0, fp8), 0);
-  return (lay.recompute === "full" ? 2 : 1) * forward + backward;
+  return (layout.recompute === "full" ? 2 : 1) * forward + backward;
 }
 
 // Python: tp_overlap_exposed(comm, gemm, t): one chunk, then what the GEMM does not cover
@@ -757,43 +757,43 @@ export function tpOverlapExposed(comm, gemm, t) {
   return comm / t + Math.max(0.0, (comm * (t - 1)) / t - gemm);
 }
 
-// Python: layer_gemm_seconds(m_, cl, lay, opt): one layer's dense GEMMs, fwd (x2 full) + bwd
-export function layerGemmSeconds(model, cluster, lay, opt) {
-  const refwd = lay.recompute === "full" ? 2 : 1;
+// Python: layer_gemm_seconds(model, cluster, layout, options): one layer's dense GEMMs, fwd (x2 full) + bwd
+export function layerGemmSeconds(model, cluster, layout, options) {
+  const refwd = layout.recompute === "full" ? 2 : 1;
   let out = 0.0;
-  for (const [M, N, K] of layerDenseGemms(model, lay)) {
-    const [f, b] = gemmPass(cluster.gpu, M, N, K, opt.fp8 || false);
+  for (const [M, N, K] of layerDenseGemms(model, layout)) {
+    const [f, b] = gemmPass(cluster.gpu, M, N, K, options.fp8 || false);
     out += refwd * f + b;
   }
   return out;
 }
 
-// Python: term_pp(m_, cl, lay, opt) -> {value: seconds per micro-batch, link}
-export function termPp(model, cluster, lay) {
-  const {tp: t, cp, dp: d, pp: p} = lay;
+// Python: term_pp(model, cluster, layout, options) -> {value: seconds per micro-batch, link}
+export function termPp(model, cluster, layout) {
+  const {tp: t, cp, dp: d, pp: p} = layout;
   const ppLink = t * cp * d * p <= cluster.gpus_per_node ? cluster.intra : cluster.inter;
-  const actBytes = lay.micro_batch * Math.floor(model.seq / cp) * model.hidden * 2;
+  const actBytes = layout.micro_batch * Math.floor(model.seq / cp) * model.hidden * 2;
   if (p === 1) return {value: 0.0, link: "-"};
-  return {value: 2 * lay.chunks * (ppLink.alpha + actBytes / t / ppLink.bandwidth), link: ppLink.name};
+  return {value: 2 * layout.chunks * (ppLink.alpha + actBytes / t / ppLink.bandwidth), link: ppLink.name};
 }
 
 export const CP_ALGORITHMS = ["ring", "all-gather"];
 
-// Python: term_cp(m_, cl, lay, opt, compute): ring K/V not hidden by the block compute
+// Python: term_cp(model, cluster, layout, options, compute): ring K/V not hidden by the block compute
 // (compute.core), or the all-gather CP collectives (exposed), per micro-batch
-export function termCp(model, cluster, lay, opt, compute) {
-  const {cp, tp: t} = lay, lp = stageLayers(model.layers, lay)[0];
+export function termCp(model, cluster, layout, options, compute) {
+  const {cp, tp: t} = layout, lp = stageLayers(model.layers, layout)[0];
   if (cp === 1) return 0.0;
   const core = compute.core;
   const kvHeads = model.kv_heads || model.heads;      // ⌈kv/t⌉ K/V heads per TP rank
   const hKv = Math.floor(model.hidden / model.heads) * Math.ceil(kvHeads / t);   // Python: kv_width_per_rank
-  const refwd = lay.recompute === "full" ? 2 : 1;
-  if (opt.cp_algorithm === "all-gather") {
-    const colls = allgatherCollectivesPerLayer(lay.micro_batch, model.seq, hKv, cp);
+  const refwd = layout.recompute === "full" ? 2 : 1;
+  if (options.cp_algorithm === "all-gather") {
+    const colls = allgatherCollectivesPerLayer(layout.micro_batch, model.seq, hKv, cp);
     const sum = (list) => list.reduce((acc, [, S]) => acc + dpAllreduceSeconds(S, cp, t, cluster)[0] / 2, 0);
     return lp * (refwd * sum(colls.forward) + sum(colls.backward));
   }
-  const ringBytes = ringSentBytesPerLayer(lay.micro_batch, model.seq, hKv, cp);
+  const ringBytes = ringSentBytesPerLayer(layout.micro_batch, model.seq, hKv, cp);
   const cpLink = t * cp <= cluster.gpus_per_node ? cluster.intra : cluster.inter;
   const kv = ringBytes.forward / (cp - 1);
   const dkv = (ringBytes.backward - ringBytes.forward) / cp;
@@ -801,21 +801,21 @@ export function termCp(model, cluster, lay, opt, compute) {
   return lp * Math.max(0.0, comm - cp * core);
 }
 
-// Python: term_ep(m_, cl, lay, opt, compute) -> {value (exposed), total, hidden}: MoE
+// Python: term_ep(model, cluster, layout, options, compute) -> {value (exposed), total, hidden}: MoE
 // all-to-alls per micro-batch, node-limited, under another micro-batch's compute with ep_overlap
-export function termEp(model, cluster, lay, opt, compute) {
+export function termEp(model, cluster, layout, options, compute) {
   const m = planShape(model);
-  const {ep, tp: t} = lay;
+  const {ep, tp: t} = layout;
   if (ep === 1) return {value: 0.0, total: 0.0, hidden: 0.0};
-  let rows = (m.top_k * lay.micro_batch * Math.floor(m.seq / lay.cp) * m.hidden * 2) / (lay.sp ? t : 1);
-  rows *= moeLoad(m, lay, opt);
-  const nA2a = lay.recompute === "full" ? 6 : 4;
-  const total = moeLayers(m, lay) * nA2a * epAllToAllSeconds(rows, ep, cluster, m.node_limit || 0, m.top_k);
-  const hidden = opt.ep_overlap && layMicrobatches(lay) > 1 ? Math.min(total, compute.value) : 0.0;
+  let rows = (m.top_k * layout.micro_batch * Math.floor(m.seq / layout.cp) * m.hidden * 2) / (layout.sp ? t : 1);
+  rows *= moeLoad(m, layout, options);
+  const nA2a = layout.recompute === "full" ? 6 : 4;
+  const total = moeLayers(m, layout) * nA2a * epAllToAllSeconds(rows, ep, cluster, m.node_limit || 0, m.top_k);
+  const hidden = options.ep_overlap && layMicrobatches(layout) > 1 ? Math.min(total, compute.value) : 0.0;
   return {value: total - hidden, total, hidden};
 }
 
-// Python: ep_all_to_all_seconds(nbytes, ep, cl, node_limit, top_k): on-node peers over NVLink,
+// Python: ep_all_to_all_seconds(nbytes, ep, cluster, node_limit, top_k): on-node peers over NVLink,
 // off-node over each GPU's NIC, at the same time; node-limited: min(K, M)/K of the off-node
 // bytes on the NIC, (g − 1)/g of all of them forwarded over NVLink
 export function epAllToAllSeconds(nbytes, ep, cluster, nodeLimit = 0, topK = 1) {
@@ -833,23 +833,23 @@ export function epAllToAllSeconds(nbytes, ep, cluster, nodeLimit = 0, topK = 1) 
 
 export const EP_COMM_SMS = 20, ROUTER_BYTES_PER_EXPERT = 16, ROUTER_KERNELS = 3;   // Python: moe_terms
 
-// Python: moe_load(m_, lay, opt): the busiest EP rank's tokens over the mean (dropless, or capped)
-export function moeLoad(model, lay, opt) {
-  if (!(model.experts > 1) || lay.ep === 1) return 1.0;
-  if (opt.moe_capacity === null || opt.moe_capacity === undefined) return opt.moe_imbalance;
-  return Math.min(opt.moe_imbalance, opt.moe_capacity);
+// Python: moe_load(model, layout, options): the busiest EP rank's tokens over the mean (dropless, or capped)
+export function moeLoad(model, layout, options) {
+  if (!(model.experts > 1) || layout.ep === 1) return 1.0;
+  if (options.moe_capacity === null || options.moe_capacity === undefined) return options.moe_imbalance;
+  return Math.min(options.moe_imbalance, options.moe_capacity);
 }
 
-// Python: moe_layers(m_, lay): MoE layers on the slowest stage
-export function moeLayers(model, lay) {
-  const lp = stageLayers(model.layers, lay)[0];
+// Python: moe_layers(model, layout): MoE layers on the slowest stage
+export function moeLayers(model, layout) {
+  const lp = stageLayers(model.layers, layout)[0];
   return model.experts > 1 ? Math.min(lp, model.layers - (model.dense_layers || 0)) : 0;
 }
 
-// Python: routed_tokens(m_, lay): b·s/cp, ÷ t with SP
-export function routedTokens(model, lay) {
-  const tokens = lay.micro_batch * Math.floor(model.seq / lay.cp);
-  return lay.sp ? Math.floor(tokens / lay.tp) : tokens;
+// Python: routed_tokens(model, layout): b·s/cp, ÷ t with SP
+export function routedTokens(model, layout) {
+  const tokens = layout.micro_batch * Math.floor(model.seq / layout.cp);
+  return layout.sp ? Math.floor(tokens / layout.tp) : tokens;
 }
 
 // Python: memory_bound_seconds(nbytes, kernels, gpu, compiled)
@@ -859,34 +859,34 @@ export function memoryBoundSeconds(nbytes, kernels, gpu, compiled) {
   return Math.max(issue, nbytes / bw);
 }
 
-const movePasses = (lay) => (lay.recompute === "full" ? 2 : 1);   // Python: moe_terms._passes
+const movePasses = (layout) => (layout.recompute === "full" ? 2 : 1);   // Python: moe_terms._passes
 
-// Python: term_router(m_, cl, lay, opt): the router's GEMM and element-wise kernels
-export function termRouter(model, cluster, lay, opt) {
+// Python: term_router(model, cluster, layout, options): the router's GEMM and element-wise kernels
+export function termRouter(model, cluster, layout, options) {
   const m = planShape(model);
   if (!(m.experts > 1)) return 0.0;
-  const T = routedTokens(m, lay), E = m.experts, gpu = cluster.gpu;
+  const T = routedTokens(m, layout), E = m.experts, gpu = cluster.gpu;
   const gemm = gemmOf(gpu, T, E, m.hidden);
   const back = gemmOf(gpu, T, m.hidden, E) + gemmOf(gpu, m.hidden, E, T);
   const moved = T * (ROUTER_BYTES_PER_EXPERT * E + 12 * m.top_k);
-  const one = memoryBoundSeconds(moved, ROUTER_KERNELS, gpu, opt.compiled);
-  return moeLayers(m, lay) * (movePasses(lay) * (gemm + one) + back + one);
+  const one = memoryBoundSeconds(moved, ROUTER_KERNELS, gpu, options.compiled);
+  return moeLayers(m, layout) * (movePasses(layout) * (gemm + one) + back + one);
 }
 
-// Python: permute_bytes(m_, lay, opt): permute + unpermute bytes per MoE layer and forward
-export function permuteBytes(model, lay, opt) {
-  const T = routedTokens(model, lay), K = model.top_k, h = model.hidden;
+// Python: permute_bytes(model, layout, options): permute + unpermute bytes per MoE layer and forward
+export function permuteBytes(model, layout, options) {
+  const T = routedTokens(model, layout), K = model.top_k, h = model.hidden;
   let out = 2 * (1 + K) * T * h * 2;
-  if (lay.ep > 1) out += 2 * 2 * K * T * moeLoad(model, lay, opt) * h * 2;
+  if (layout.ep > 1) out += 2 * 2 * K * T * moeLoad(model, layout, options) * h * 2;
   return out;
 }
 
-// Python: term_permute(m_, cl, lay, opt)
-export function termPermute(model, cluster, lay, opt) {
+// Python: term_permute(model, cluster, layout, options)
+export function termPermute(model, cluster, layout, options) {
   const m = planShape(model);
   if (!(m.experts > 1)) return 0.0;
-  const one = memoryBoundSeconds(permuteBytes(m, lay, opt), lay.ep > 1 ? 4 : 2, cluster.gpu, opt.compiled);
-  return moeLayers(m, lay) * (movePasses(lay) + 1) * one;
+  const one = memoryBoundSeconds(permuteBytes(m, layout, options), layout.ep > 1 ? 4 : 2, cluster.gpu, options.compiled);
+  return moeLayers(m, layout) * (movePasses(layout) + 1) * one;
 }
 
 // Python: grouped_gemm_half_rows(gpu, fp8): r₀ = b·P·η/(2W)
@@ -899,135 +899,135 @@ export function groupedGemmEfficiency(rows, gpu, fp8 = false) {
   return rows > 0 ? rows / (rows + groupedGemmHalfRows(gpu, fp8)) : 1.0;
 }
 
-// Python: term_grouped_gemm(m_, cl, lay, opt) -> {value, rows, efficiency}
-export function termGroupedGemm(model, cluster, lay, opt) {
+// Python: term_grouped_gemm(model, cluster, layout, options) -> {value, rows, efficiency}
+export function termGroupedGemm(model, cluster, layout, options) {
   const m = planShape(model);
   if (!(m.experts > 1)) return {value: 0.0, rows: 0.0, efficiency: 1.0};
-  const etp = expertGrid(lay)[0], eLocal = Math.floor(m.experts / lay.ep);
-  const rows = lay.ep > 1
-    ? (m.top_k * routedTokens(m, lay) * moeLoad(m, lay, opt) * lay.ep) / m.experts
-    : (m.top_k * lay.micro_batch * Math.floor(m.seq / lay.cp)) / m.experts;
+  const etp = expertGrid(layout)[0], eLocal = Math.floor(m.experts / layout.ep);
+  const rows = layout.ep > 1
+    ? (m.top_k * routedTokens(m, layout) * moeLoad(m, layout, options) * layout.ep) / m.experts
+    : (m.top_k * layout.micro_batch * Math.floor(m.seq / layout.cp)) / m.experts;
   const one = m.mlp_matrices * m.hidden * ffnWidth(m);   // one expert's weights
-  const extra = Math.max(0.0, (eLocal * one) / etp - (m.top_k * one) / lay.tp);
-  const perLayer = ((movePasses(lay) + 2) * (opt.fp8 ? 1 : 2) * extra) / cluster.gpu.hbm_bandwidth;
-  return {value: moeLayers(m, lay) * perLayer, rows, efficiency: groupedGemmEfficiency(rows, cluster.gpu, Boolean(opt.fp8))};
+  const extra = Math.max(0.0, (eLocal * one) / etp - (m.top_k * one) / layout.tp);
+  const perLayer = ((movePasses(layout) + 2) * (options.fp8 ? 1 : 2) * extra) / cluster.gpu.hbm_bandwidth;
+  return {value: moeLayers(m, layout) * perLayer, rows, efficiency: groupedGemmEfficiency(rows, cluster.gpu, Boolean(options.fp8))};
 }
 
-// Python: term_ep_overlap(m_, cl, lay, opt, ep): the SMs the overlapped all-to-alls hold
-export function termEpOverlap(model, cluster, lay, opt, ep) {
-  if (!opt.ep_overlap) return 0.0;
+// Python: term_ep_overlap(model, cluster, layout, options, ep): the SMs the overlapped all-to-alls hold
+export function termEpOverlap(model, cluster, layout, options, ep) {
+  if (!options.ep_overlap) return 0.0;
   return ep.hidden * Math.min(1.0, EP_COMM_SMS / cluster.gpu.sms);
 }
 
 export const DUALPIPE_W = 1 / 3;   // Python: moe_terms.DUALPIPE_W, W over F + B (B = 2F, W = F)
 
-// Python: dualpipe_bubble(lay): DeepSeek-V3 Table 2's (p/2 - 1)(F&B + B - 3W), F&B = F + B
-export function dualpipeBubble(lay) {
-  const p = lay.pp, m = layMicrobatches(lay);
-  if (lay.chunks !== 1 || p % 2 || m % 2) throw new Error(`DualPipe needs p (${p}) and microbatches m (${m}) even and v (${lay.chunks}) = 1`);
+// Python: dualpipe_bubble(layout): DeepSeek-V3 Table 2's (p/2 - 1)(F&B + B - 3W), F&B = F + B
+export function dualpipeBubble(layout) {
+  const p = layout.pp, m = layMicrobatches(layout);
+  if (layout.chunks !== 1 || p % 2 || m % 2) throw new Error(`DualPipe needs p (${p}) and microbatches m (${m}) even and v (${layout.chunks}) = 1`);
   const [fb, b, w] = [1.0, 2 * DUALPIPE_W, DUALPIPE_W];
   const r = ((p / 2 - 1) * (fb + b - 3 * w)) / m;
   return [r, r / (1 + r)];
 }
 
-// Python: term_dualpipe(m_, cl, lay, opt, states, fp8_weights, activations): a second copy of the stage's states, 1/p more activations
-export function termDualpipe(model, cluster, lay, opt, states, fp8Weights, activations) {
-  if (!opt.dualpipe) return 0.0;
-  dualpipeBubble(lay);
-  return states + fp8Weights + activations / lay.pp;
+// Python: term_dualpipe(model, cluster, layout, options, states, fp8_weights, activations): a second copy of the stage's states, 1/p more activations
+export function termDualpipe(model, cluster, layout, options, states, fp8Weights, activations) {
+  if (!options.dualpipe) return 0.0;
+  dualpipeBubble(layout);
+  return states + fp8Weights + activations / layout.pp;
 }
 
-// Python: term_zero3_exposed(m_, cl, lay, opt, compute) -> {value (exposed), per_layer, link}
-export function termZero3Exposed(model, cluster, lay, opt, compute) {
-  if (lay.zero !== 3) return {value: 0.0, per_layer: 0.0, link: "-"};
+// Python: term_zero3_exposed(model, cluster, layout, options, compute) -> {value (exposed), per_layer, link}
+export function termZero3Exposed(model, cluster, layout, options, compute) {
+  if (layout.zero !== 3) return {value: 0.0, per_layer: 0.0, link: "-"};
   const layer = compute.layer;
-  const t = lay.tp, dcp = lay.dp * lay.cp, lp = stageLayers(model.layers, lay)[0];
-  const sp = stageParams(model, lay);
-  const [, edp, stride] = expertGrid(lay);
-  const groups = lay.ep === 1 ? [[sp.layer / t, dcp, t]] : [[sp.dense_layer / t, dcp, t], [sp.expert_layer / lay.ep, edp, stride]];
+  const t = layout.tp, dcp = layout.dp * layout.cp, lp = stageLayers(model.layers, layout)[0];
+  const sp = stageParams(model, layout);
+  const [, edp, stride] = expertGrid(layout);
+  const groups = layout.ep === 1 ? [[sp.layer / t, dcp, t]] : [[sp.dense_layer / t, dcp, t], [sp.expert_layer / layout.ep, edp, stride]];
   let gather = 0.0, scatter = 0.0, name = "-";
   groups.forEach(([x, n, k], i) => {
-    const [g, link] = zero3CollectiveSeconds(2 * x, n, k, cluster, opt.zero3_collectives);
+    const [g, link] = zero3CollectiveSeconds(2 * x, n, k, cluster, options.zero3_collectives);
     gather += g;
-    scatter += zero3CollectiveSeconds(opt.grad_reduce_bytes * x, n, k, cluster, opt.zero3_collectives)[0];
+    scatter += zero3CollectiveSeconds(options.grad_reduce_bytes * x, n, k, cluster, options.zero3_collectives)[0];
     if (i === 0) name = link;
   });
-  if (!reshards(lay, opt)) {                           // gathered once per step, reduced once per step
-    const m = layMicrobatches(lay);
-    const step = opt.zero3_overlap ? lp * Math.max(0.0, gather + scatter - layer) + gather : lp * (gather + scatter);
+  if (!reshards(layout, options)) {                           // gathered once per step, reduced once per step
+    const m = layMicrobatches(layout);
+    const step = options.zero3_overlap ? lp * Math.max(0.0, gather + scatter - layer) + gather : lp * (gather + scatter);
     return {value: step / m, per_layer: (gather + scatter) / m, link: name};
   }
-  const commLayer = zero3Gathers(lay.recompute, opt.zero3_ac_inside_unit) * gather + scatter;
-  const exposed = opt.zero3_overlap ? lp * Math.max(0.0, commLayer - layer) + gather : lp * commLayer;
+  const commLayer = zero3Gathers(layout.recompute, options.zero3_ac_inside_unit) * gather + scatter;
+  const exposed = options.zero3_overlap ? lp * Math.max(0.0, commLayer - layer) + gather : lp * commLayer;
   return {value: exposed, per_layer: commLayer, link: name};
 }
 
-// Python: term_bubble(lay) -> [relative to ideal, fraction of the step]
-export function termBubble(lay) {
-  if (lay.pp === 1) return [0.0, 0.0];
-  const r = (lay.pp - 1) / (lay.chunks * layMicrobatches(lay));   // any m >= p (flexible schedule)
+// Python: term_bubble(layout) -> [relative to ideal, fraction of the step]
+export function termBubble(layout) {
+  if (layout.pp === 1) return [0.0, 0.0];
+  const r = (layout.pp - 1) / (layout.chunks * layMicrobatches(layout));   // any m >= p (flexible schedule)
   return [r, r / (1 + r)];
 }
 
-// Python: dp_reduce_seconds(psi, n, split, k, zero, cl, opt) -> [reduction, 16-bit parameter all-gather, link]
-export function dpReduceSeconds(psi, n, split, k, zero, cluster, opt) {
-  const [ar, name] = dpAllreduceSeconds((opt.grad_reduce_bytes * psi) / split, n, k, cluster);
+// Python: dp_reduce_seconds(psi, n, split, k, zero, cluster, options) -> [reduction, 16-bit parameter all-gather, link]
+export function dpReduceSeconds(psi, n, split, k, zero, cluster, options) {
+  const [ar, name] = dpAllreduceSeconds((options.grad_reduce_bytes * psi) / split, n, k, cluster);
   if (zero === 1 || zero === 2) return [ar / 2, dpAllreduceSeconds((2 * psi) / split, n, k, cluster)[0] / 2, name];
   return [ar, 0.0, name];
 }
 
-// Python: dp_windows(lay, opt, compute) -> [reduction window, gather window]
-export function dpWindows(lay, opt, compute) {
-  const overlap = (lay.pp === 1 && opt.dp_overlap) || opt.overlap_grad_reduce;
-  return [overlap ? (2 / 3) * compute.value : 0.0, opt.overlap_param_gather ? compute.value / 3 : 0.0];
+// Python: dp_windows(layout, options, compute) -> [reduction window, gather window]
+export function dpWindows(layout, options, compute) {
+  const overlap = (layout.pp === 1 && options.dp_overlap) || options.overlap_grad_reduce;
+  return [overlap ? (2 / 3) * compute.value : 0.0, options.overlap_param_gather ? compute.value / 3 : 0.0];
 }
 
-// Python: dp_exposed_seconds(rs, ag, window, gather_window, opt)
-export function dpExposedSeconds(rs, ag, windowS, gatherWindow, opt) {
-  if (opt.overlap_param_gather) return Math.max(0.0, rs - windowS) + Math.max(0.0, ag - gatherWindow);
+// Python: dp_exposed_seconds(rs, ag, window, gather_window, options)
+export function dpExposedSeconds(rs, ag, windowS, gatherWindow, options) {
+  if (options.overlap_param_gather) return Math.max(0.0, rs - windowS) + Math.max(0.0, ag - gatherWindow);
   return Math.max(0.0, rs + ag - windowS);
 }
 
-// Python: term_dp_exposed(m_, cl, lay, opt, compute, zero3_exposed) -> {value (exposed), total, link, reduce, gather}
-export function termDpExposed(model, cluster, lay, opt, compute, zero3Exposed) {
-  const {tp: t, zero, ep} = lay, dcp = lay.dp * lay.cp, z3 = zero3Exposed;
-  if (zero === 3) return {value: 0.0, total: layMicrobatches(lay) * stageLayers(model.layers, lay)[0] * z3.per_layer, link: z3.link, reduce: 0.0, gather: 0.0};
-  const sp = stageParams(model, lay);
-  const [rs, ag, name] = dpReduceSeconds(ep === 1 ? sp.stage : sp.dense, dcp, t, t, zero, cluster, opt);
-  const [windowS, gatherWindow] = dpWindows(lay, opt, compute);
-  return {value: dpExposedSeconds(rs, ag, windowS, gatherWindow, opt), total: rs + ag, link: name, reduce: rs, gather: ag};
+// Python: term_dp_exposed(model, cluster, layout, options, compute, zero3_exposed) -> {value (exposed), total, link, reduce, gather}
+export function termDpExposed(model, cluster, layout, options, compute, zero3Exposed) {
+  const {tp: t, zero, ep} = layout, dcp = layout.dp * layout.cp, z3 = zero3Exposed;
+  if (zero === 3) return {value: 0.0, total: layMicrobatches(layout) * stageLayers(model.layers, layout)[0] * z3.per_layer, link: z3.link, reduce: 0.0, gather: 0.0};
+  const sp = stageParams(model, layout);
+  const [rs, ag, name] = dpReduceSeconds(ep === 1 ? sp.stage : sp.dense, dcp, t, t, zero, cluster, options);
+  const [windowS, gatherWindow] = dpWindows(layout, options, compute);
+  return {value: dpExposedSeconds(rs, ag, windowS, gatherWindow, options), total: rs + ag, link: name, reduce: rs, gather: ag};
 }
 
-// Python: term_edp_exposed(m_, cl, lay, opt, compute, dp_exposed): the experts over the EDP group
-export function termEdpExposed(model, cluster, lay, opt, compute, dpExposed) {
-  if (lay.ep === 1 || lay.zero === 3) return {value: 0.0, total: 0.0, link: "-", reduce: 0.0, gather: 0.0};
-  const [etp, edp, stride] = expertGrid(lay);
-  const [rs, ag, name] = dpReduceSeconds(stageParams(model, lay).expert, edp, etp, stride, lay.zero, cluster, opt);
-  let [windowS, gatherWindow] = dpWindows(lay, opt, compute);
+// Python: term_edp_exposed(model, cluster, layout, options, compute, dp_exposed): the experts over the EDP group
+export function termEdpExposed(model, cluster, layout, options, compute, dpExposed) {
+  if (layout.ep === 1 || layout.zero === 3) return {value: 0.0, total: 0.0, link: "-", reduce: 0.0, gather: 0.0};
+  const [etp, edp, stride] = expertGrid(layout);
+  const [rs, ag, name] = dpReduceSeconds(stageParams(model, layout).expert, edp, etp, stride, layout.zero, cluster, options);
+  let [windowS, gatherWindow] = dpWindows(layout, options, compute);
   const dense = dpExposed;
-  if (opt.overlap_param_gather) [windowS, gatherWindow] = [Math.max(0.0, windowS - dense.reduce), Math.max(0.0, gatherWindow - dense.gather)];
+  if (options.overlap_param_gather) [windowS, gatherWindow] = [Math.max(0.0, windowS - dense.reduce), Math.max(0.0, gatherWindow - dense.gather)];
   else windowS = Math.max(0.0, windowS - dense.reduce - dense.gather);
-  return {value: dpExposedSeconds(rs, ag, windowS, gatherWindow, opt), total: rs + ag, link: name, reduce: rs, gather: ag};
+  return {value: dpExposedSeconds(rs, ag, windowS, gatherWindow, options), total: rs + ag, link: name, reduce: rs, gather: ag};
 }
 
-// Python: term_embedding(m_, cl, lay, opt): tied-embedding gradient, first <-> last stage
-export function termEmbedding(model, cluster, lay, opt) {
-  const {tp: t, cp, dp: d, pp: p} = lay;
+// Python: term_embedding(model, cluster, layout, options): tied-embedding gradient, first <-> last stage
+export function termEmbedding(model, cluster, layout, options) {
+  const {tp: t, cp, dp: d, pp: p} = layout;
   if (p === 1 || !planShape(model).tied) return 0.0;
   const link = t * cp * d * p > cluster.gpus_per_node ? cluster.inter : cluster.intra;
-  return ring("all-reduce", 2, (opt.grad_reduce_bytes * model.vocab * model.hidden) / t, link);
+  return ring("all-reduce", 2, (options.grad_reduce_bytes * model.vocab * model.hidden) / t, link);
 }
 
-// Python: term_optimizer(m_, cl, lay, opt): the Adam step on this rank's shard
-export function termOptimizer(model, cluster, lay, opt) {
-  const dcp = lay.dp * lay.cp, t = lay.tp, sp = stageParams(model, lay);
+// Python: term_optimizer(model, cluster, layout, options): the Adam step on this rank's shard
+export function termOptimizer(model, cluster, layout, options) {
+  const dcp = layout.dp * layout.cp, t = layout.tp, sp = stageParams(model, layout);
   let shard;
-  if (lay.ep === 1) shard = (lay.zero >= 1 ? sp.dense / dcp + sp.expert / dcp : sp.stage) / t;
+  if (layout.ep === 1) shard = (layout.zero >= 1 ? sp.dense / dcp + sp.expert / dcp : sp.stage) / t;
   else {
-    const [etp, edp] = expertGrid(lay), z = lay.zero >= 1;
+    const [etp, edp] = expertGrid(layout), z = layout.zero >= 1;
     shard = sp.dense / t / (z ? dcp : 1) + sp.expert / etp / (z ? edp : 1);
   }
-  return optimizerSeconds(shard, cluster.gpu, recipeOf(opt).adam_bytes);
+  return optimizerSeconds(shard, cluster.gpu, recipeOf(options).adam_bytes);
 }
 
 // BEGIN TERMS (generated from minipar/cost/planner/term_table.json by `python -m minipar.cost.planner.term_table`; do not edit)
@@ -1037,27 +1037,27 @@ const TERM_FUNCTIONS = {compute: termCompute, fp8_casts: termFp8Casts, tp: termT
 
 const termValue = (r) => (typeof r === "number" ? r : r.value);   // Python: three_d_terms._value
 
-// Python: breakdown(m_, cl, lay, opt) -> StepBreakdown.as_dict(): every TERMS row in order,
-// term<Name>(model, cluster, lay, opt, ...needs) with the results of the terms its row needs
-export function planBreakdown(model, cluster, lay, opt) {
+// Python: breakdown(model, cluster, layout, options) -> StepBreakdown.as_dict(): every TERMS row in order,
+// term<Name>(model, cluster, layout, options, ...needs) with the results of the terms its row needs
+export function planBreakdown(model, cluster, layout, options) {
   const done = {};
-  for (const term of TERMS) done[term.name] = TERM_FUNCTIONS[term.name](model, cluster, lay, opt, ...term.needs.map((n) => done[n]));
-  const [r, f] = opt.dualpipe ? dualpipeBubble(lay) : termBubble(lay);   // DualPipe's, or 1F1B's
+  for (const term of TERMS) done[term.name] = TERM_FUNCTIONS[term.name](model, cluster, layout, options, ...term.needs.map((n) => done[n]));
+  const [r, f] = options.dualpipe ? dualpipeBubble(layout) : termBubble(layout);   // DualPipe's, or 1F1B's
   const values = Object.fromEntries(TERMS.map((term) => [term.name, termValue(done[term.name])]));
   return {
-    microbatches: layMicrobatches(lay), bubble_relative: r, bubble_fraction: f,
-    memory_limit: cluster.gpu.memory_bytes * (1 - opt.headroom), margin_limit: cluster.gpu.memory_bytes * (1 - optMargin(opt)), dp: done.dp_exposed.total + done.edp_exposed.total,
+    microbatches: layMicrobatches(layout), bubble_relative: r, bubble_fraction: f,
+    memory_limit: cluster.gpu.memory_bytes * (1 - options.headroom), margin_limit: cluster.gpu.memory_bytes * (1 - optMargin(options)), dp: done.dp_exposed.total + done.edp_exposed.total,
     ...values, tp_link: done.tp.link, pp_link: done.pp.link, dp_link: done.dp_exposed.link,
   };
 }
 
-// Python: three_d.terms(m_, cl, lay, **options): check, then the breakdown
-export function planTerms(model, cluster, lay, opt = {}) {
+// Python: three_d.terms(model, cluster, layout, **options): check, then the breakdown
+export function planTerms(model, cluster, layout, options = {}) {
   model = planShape(model);
-  lay = {chunks: 1, recompute: "selective", sp: false, zero: 1, cp: 1, ep: 1, split: "even", ...lay};   // Python: Layout's defaults
-  planCheck(model, cluster, lay);
-  const o = resolvedOptions(planOptions(opt), attentionFor(model, cluster.gpu.name), precisionFor(cluster.gpu.name));
-  return planBreakdown(model, cluster, lay, o);
+  layout = {chunks: 1, recompute: "selective", sp: false, zero: 1, cp: 1, ep: 1, split: "even", ...layout};   // Python: Layout's defaults
+  planCheck(model, cluster, layout);
+  const o = resolvedOptions(planOptions(options), attentionFor(model, cluster.gpu.name), precisionFor(cluster.gpu.name));
+  return planBreakdown(model, cluster, layout, o);
 }
 
 // Python: StepBreakdown.per_step(term)
@@ -1066,21 +1066,21 @@ function perStep(br, term) {
   return term.name === "compute" ? br.microbatches * br.compute : br.microbatches * (1 + br.bubble_relative) * br[term.name];
 }
 
-// Python: three_d.evaluate(m_, cl, layout, options).as_dict(): the layout, its terms (the
+// Python: three_d.evaluate(model, cluster, layout, options).as_dict(): the layout, its terms (the
 // TERMS table: <term>_seconds per step, <term>_bytes), the step and MFU
-export function planEvaluate(model, cluster, lay, opt = {}) {
+export function planEvaluate(model, cluster, layout, options = {}) {
   model = planShape(model);
-  lay = {chunks: 1, recompute: "selective", sp: false, zero: 1, cp: 1, ep: 1, split: "even", ...lay};
-  const br = planTerms(model, cluster, lay, opt);
-  const {layers: L, hidden: h, seq: s, vocab: V} = model, B = lay.global_batch;
+  layout = {chunks: 1, recompute: "selective", sp: false, zero: 1, cp: 1, ep: 1, split: "even", ...layout};
+  const br = planTerms(model, cluster, layout, options);
+  const {layers: L, hidden: h, seq: s, vocab: V} = model, B = layout.global_batch;
   const sum = (where) => TERMS.filter((t) => t.where === where).reduce((acc, t) => acc + br[t.name], 0);
   const step = br.microbatches * sum("slot") * (1 + br.bubble_relative) + sum("step");
-  const n = lay.tp * lay.cp * lay.pp * lay.dp;
+  const n = layout.tp * layout.cp * layout.pp * layout.dp;
   const extra = 2 * L * B * s * (model.top_k * model.mlp_matrices * ffnWidth(model) * h - 8 * h * h + 2 * h * (kvWidth(model) - h));
   const modelFlops = flopsPerIteration(B, s, L, h, V, "none") + 3 * extra;   // Python: three_d.model_flops
-  const hwFlops = flopsPerIteration(B, s, L, h, V, lay.recompute) + (lay.recompute === "full" ? 4 : 3) * extra;
+  const hwFlops = flopsPerIteration(B, s, L, h, V, layout.recompute) + (layout.recompute === "full" ? 4 : 3) * extra;
   const total = sum("memory");
-  const out = {tp: lay.tp, pp: lay.pp, dp: lay.dp, micro_batch: lay.micro_batch, chunks: lay.chunks, recompute: lay.recompute, sp: lay.sp, zero: lay.zero, cp: lay.cp, ep: lay.ep, split: lay.split,
+  const out = {tp: layout.tp, pp: layout.pp, dp: layout.dp, micro_batch: layout.micro_batch, chunks: layout.chunks, recompute: layout.recompute, sp: layout.sp, zero: layout.zero, cp: layout.cp, ep: layout.ep, split: layout.split,
     microbatches: br.microbatches, bytes_per_gpu: total, model_state_bytes: br.states, activation_bytes: br.activations,
     fits: total <= br.memory_limit, memory_limit: br.memory_limit, margin_limit: br.margin_limit,
     tight: total <= br.memory_limit && total > br.margin_limit, bubble: br.bubble_fraction, bubble_relative: br.bubble_relative};

@@ -64,21 +64,31 @@ class MemoryLayout:
     m: int | None = None
 
 
-def per_gpu_memory(L: int, h: int, a: int, s: int, V: int, **layout) -> MemoryBreakdown:
-    """Bytes on the first pipeline stage (the fullest) of a d × t × p layout (``layout``: the
+def per_gpu_memory(L: int, h: int, a: int, s: int, V: int, **kw) -> MemoryBreakdown:
+    """Bytes on the first pipeline stage (the fullest) of a d × t × p layout (``kw``: the
     keywords of :class:`MemoryLayout`).
 
     Model states: 16Ψ/(t·p), then ZeRO-``zero`` divides the sharded part by d. Activations:
     under 1F1B the first stage holds min(p, m) micro-batches of L/p layers, i.e. L layers' worth
     of one micro-batch of b sequences when m ≥ p (``m=None``); ZeRO does not touch them.
     """
-    lay = MemoryLayout(**layout)
-    d, t, p, zero = lay.d, lay.t, lay.p, lay.zero
+    layout = MemoryLayout(**kw)
+    d, t, p, zero = layout.d, layout.t, layout.p, layout.zero
     check_layout(L, h, a, d=d, t=t, p=p, zero=zero)
     psi = param_count(L, h, V, s)
     w, g, o, _ = model_state_bytes(psi, d=d, t=t, p=p, zero=zero)
     act = pipeline_first_stage_activation_bytes(
-        s, lay.b, h, a, L, p, m=lay.m, t=t, sp=lay.sp, recompute=lay.recompute, schedule="1f1b"
+        s,
+        layout.b,
+        h,
+        a,
+        L,
+        p,
+        m=layout.m,
+        t=t,
+        sp=layout.sp,
+        recompute=layout.recompute,
+        schedule="1f1b",
     )
     return MemoryBreakdown(w, g, o, act, w + g + o + act, psi)
 

@@ -22,7 +22,7 @@ def _ring_seconds(op: str, n: int, nbytes: float, lk) -> float:
     return collective_time(op, "ring", n, nbytes, lk.alpha, lk.bandwidth)
 
 
-def dp_allreduce_seconds(nbytes: float, d: int, t: int, cl) -> tuple[float, str]:
+def dp_allreduce_seconds(nbytes: float, d: int, t: int, cluster) -> tuple[float, str]:
     """All-reduce of ``nbytes`` over the d ranks of one DP group (stride t in the rank order).
 
     Inside one node: a ring on the intra link. Spanning nodes with k = gpus_per_node/t group
@@ -30,21 +30,21 @@ def dp_allreduce_seconds(nbytes: float, d: int, t: int, cl) -> tuple[float, str]
     each rail, intra all-gather; Mikami et al. 2018). One member per node: a ring on the inter
     link. A reduce-scatter or an all-gather of the same bytes takes half this time (ring).
     """
-    g = cl.gpus_per_node
+    g = cluster.gpus_per_node
     if d == 1:
         return 0.0, "-"
     if t * d <= g:
-        return _ring_seconds("all-reduce", d, nbytes, cl.intra), cl.intra.name
+        return _ring_seconds("all-reduce", d, nbytes, cluster.intra), cluster.intra.name
     k = max(1, g // t)
     if k > 1 and d % k == 0:
         return hierarchical_all_reduce_time(
-            d // k, k, nbytes, cl.intra, cl.inter
-        ), f"{cl.intra.name}+{cl.inter.name}"
-    return _ring_seconds("all-reduce", d, nbytes, cl.inter), cl.inter.name
+            d // k, k, nbytes, cluster.intra, cluster.inter
+        ), f"{cluster.intra.name}+{cluster.inter.name}"
+    return _ring_seconds("all-reduce", d, nbytes, cluster.inter), cluster.inter.name
 
 
 def zero3_collective_seconds(
-    nbytes: float, n: int, t: int, cl, algorithm: str = "hierarchical"
+    nbytes: float, n: int, t: int, cluster, algorithm: str = "hierarchical"
 ) -> tuple[float, str]:
     """One ZeRO-3 all-gather (S = ``nbytes``, the whole gathered buffer) or reduce-scatter (S the
     whole input) over the n ranks of one data-parallel group (stride t in the rank order).
@@ -62,12 +62,17 @@ def zero3_collective_seconds(
         )
     if n == 1:
         return 0.0, "-"
-    if t * n <= cl.gpus_per_node or algorithm == "hierarchical":
-        ar, name = dp_allreduce_seconds(nbytes, n, t, cl)
+    if t * n <= cluster.gpus_per_node or algorithm == "hierarchical":
+        ar, name = dp_allreduce_seconds(nbytes, n, t, cluster)
         return ar / 2, name
-    slow = min(cl.intra, cl.inter, key=lambda lk: lk.bandwidth)  # the ring's slowest hop
+    slow = min(cluster.intra, cluster.inter, key=lambda lk: lk.bandwidth)  # the ring's slowest hop
     return collective_time(
-        "all-gather", "ring", n, nbytes, max(cl.intra.alpha, cl.inter.alpha), slow.bandwidth
+        "all-gather",
+        "ring",
+        n,
+        nbytes,
+        max(cluster.intra.alpha, cluster.inter.alpha),
+        slow.bandwidth,
     ), slow.name
 
 
@@ -152,62 +157,64 @@ def split_gemm_extra(gpu, M: int, N: int, K: int, pieces: int, reserved: int = 0
     return split - one(M)
 
 
-def tp_overlap_cost(m_, cl, lay: Layout, opt: Options) -> float:
+def tp_overlap_cost(model, cluster, layout: Layout, options: Options) -> float:
     """Seconds per layer and micro-batch that TP communication overlap adds to the GEMMs it
     runs under (Wang et al. 2023's decomposition as Transformer Engine runs it), each by
     :func:`split_gemm_extra`: the forward's QKV and first MLP GEMMs and the backward's input
     gradients of the projection and the second MLP GEMM as t pieces
     (:data:`TP_OVERLAP_RING_SPLITS`); the forward's projection and second MLP GEMM as 4 pieces
     on the SMs their reduce-scatter leaves them (:data:`TP_OVERLAP_PIPELINE`); FP8 under
-    ``opt.fp8``; the forward's twice under full recomputation. 0 without overlap."""
-    t = lay.tp
-    if not (opt.tp_overlap and lay.sp and t > 1):
+    ``options.fp8``; the forward's twice under full recomputation. 0 without overlap."""
+    t = layout.tp
+    if not (options.tp_overlap and layout.sp and t > 1):
         return 0.0
-    gpu, fp8 = cl.gpu, opt.fp8 or False
-    qkv, proj, fc1, fc2 = layer_dense_gemms(m_, lay)
+    gpu, fp8 = cluster.gpu, options.fp8 or False
+    qkv, proj, fc1, fc2 = layer_dense_gemms(model, layout)
     forward = sum(split_gemm_extra(gpu, *g, t, fp8=fp8) for g in (qkv, fc1))
     for g, name in ((proj, "proj"), (fc2, "fc2")):
         forward += split_gemm_extra(gpu, *g, *TP_OVERLAP_PIPELINE[name], fp8=fp8)
     # the input gradients (M, K, N) of the projection and the second MLP GEMM
     backward = sum(split_gemm_extra(gpu, M, K, N, t, fp8=fp8) for M, N, K in (proj, fc2))
-    return (2 if lay.recompute == "full" else 1) * forward + backward
+    return (2 if layout.recompute == "full" else 1) * forward + backward
 
 
-def term_tp(m_, cl, lay: Layout, opt: Options) -> LinkTerm:
+def term_tp(model, cluster, layout: Layout, options: Options) -> LinkTerm:
     """TP collectives of one micro-batch on the critical path: :func:`tp_collectives` all-reduce
     equivalents of the (b, s/cp, h) 16-bit activation per layer (Shoeybi et al. 2019 §3;
     Korthikanti et al. 2022 §4.2.2): a ring inside a node, NCCL's multi-NIC algorithm
     (:func:`dp_allreduce_seconds` at stride 1) for a group spanning nodes. With
-    ``opt.tp_overlap`` and SP (both stacks overlap only the all-gathers and reduce-scatters of
+    ``options.tp_overlap`` and SP (both stacks overlap only the all-gathers and reduce-scatters of
     sequence parallelism), each layer's collectives are pipelined with its dense GEMMs
     (:func:`layer_gemm_seconds`, shared evenly among them: the same sum as pairing each
     collective with an equal share): :func:`tp_overlap_exposed` counts, and what the overlap
     costs the GEMMs, :func:`tp_overlap_cost`. Returns (seconds, link)."""
-    t = lay.tp
-    act_bytes = lay.micro_batch * (m_.seq // lay.cp) * m_.hidden * 2
-    ar, name = dp_allreduce_seconds(act_bytes, t, 1, cl)
-    lp = stage_layers(m_.layers, lay)[0]
-    per_layer = tp_collectives(t, lay.sp, lay.recompute) * ar
-    if opt.tp_overlap and lay.sp and t > 1:
-        per_layer = tp_overlap_exposed(per_layer, layer_gemm_seconds(m_, cl, lay, opt), t)
-        per_layer += tp_overlap_cost(m_, cl, lay, opt)
+    t = layout.tp
+    act_bytes = layout.micro_batch * (model.seq // layout.cp) * model.hidden * 2
+    ar, name = dp_allreduce_seconds(act_bytes, t, 1, cluster)
+    lp = stage_layers(model.layers, layout)[0]
+    per_layer = tp_collectives(t, layout.sp, layout.recompute) * ar
+    if options.tp_overlap and layout.sp and t > 1:
+        per_layer = tp_overlap_exposed(
+            per_layer, layer_gemm_seconds(model, cluster, layout, options), t
+        )
+        per_layer += tp_overlap_cost(model, cluster, layout, options)
     return LinkTerm(lp * per_layer, name)
 
 
-def term_pp(m_, cl, lay: Layout, opt: Options) -> LinkTerm:
+def term_pp(model, cluster, layout: Layout, options: Options) -> LinkTerm:
     """Pipeline sends of one micro-batch: the (b, s/cp, h)/t activation forward and its gradient
     backward across each stage boundary, v times with v chunks (Narayanan et al. 2021 §4.1);
     stage neighbours are t·cp·d ranks apart. Returns (seconds, link)."""
-    t, cp, d, p = lay.tp, lay.cp, lay.dp, lay.pp
-    pp_link = cl.intra if t * cp * d * p <= cl.gpus_per_node else cl.inter
-    act_bytes = lay.micro_batch * (m_.seq // cp) * m_.hidden * 2
-    seconds = 2 * lay.chunks * (pp_link.alpha + act_bytes / t / pp_link.bandwidth)
+    t, cp, d, p = layout.tp, layout.cp, layout.dp, layout.pp
+    pp_link = cluster.intra if t * cp * d * p <= cluster.gpus_per_node else cluster.inter
+    act_bytes = layout.micro_batch * (model.seq // cp) * model.hidden * 2
+    seconds = 2 * layout.chunks * (pp_link.alpha + act_bytes / t / pp_link.bandwidth)
     return LinkTerm(seconds, pp_link.name) if p > 1 else LinkTerm(0.0, "-")
 
 
-def term_cp(m_, cl, lay: Layout, opt: Options, compute: ComputeTerm) -> float:
+def term_cp(model, cluster, layout: Layout, options: Options, compute: ComputeTerm) -> float:
     """Context parallelism's K/V traffic of one micro-batch on the critical path.
-    ``opt.cp_algorithm`` "ring" (Liu et al. 2023; Megatron-Core): per layer (cp−1) K/V blocks
+    ``options.cp_algorithm`` "ring" (Liu et al. 2023; Megatron-Core): per layer (cp−1) K/V blocks
     forward (twice with full recomputation), (cp−1) K/V + cp fp32 dK/dV blocks backward
     (:func:`minipar.cost.chapters.context_parallel.ring_sent_bytes_per_layer`), each step a send to the
     next of the cp ranks (its own link, t apart), overlapped with one ``core`` block (``compute.core``), only the
@@ -220,19 +227,19 @@ def term_cp(m_, cl, lay: Layout, opt: Options, compute: ComputeTerm) -> float:
     ring's send and receive kernels take from the attention kernel are not, an ASSUMPTION
     checked on experiment 3's CP rows (Llama 3.1 8B, 70B and 405B at cp = 2, the calibration
     set), where the ring hides entirely under the blocks."""
-    cp, t, lp = lay.cp, lay.tp, stage_layers(m_.layers, lay)[0]
+    cp, t, lp = layout.cp, layout.tp, stage_layers(model.layers, layout)[0]
     if cp == 1:
         return 0.0
     core = compute.core
-    b, s, kvw = lay.micro_batch, m_.seq, kv_width_per_rank(m_, t)
-    refwd = 2 if lay.recompute == "full" else 1
-    if opt.cp_algorithm == "all-gather":
+    b, s, kvw = layout.micro_batch, model.seq, kv_width_per_rank(model, t)
+    refwd = 2 if layout.recompute == "full" else 1
+    if options.cp_algorithm == "all-gather":
         colls = allgather_collectives_per_layer(b, s, kvw, cp)
-        one = [dp_allreduce_seconds(S, cp, t, cl)[0] / 2 for _, S in colls["forward"]]
-        two = [dp_allreduce_seconds(S, cp, t, cl)[0] / 2 for _, S in colls["backward"]]
+        one = [dp_allreduce_seconds(S, cp, t, cluster)[0] / 2 for _, S in colls["forward"]]
+        two = [dp_allreduce_seconds(S, cp, t, cluster)[0] / 2 for _, S in colls["backward"]]
         return lp * (refwd * sum(one) + sum(two))
     ring = ring_sent_bytes_per_layer(b, s, kvw, cp)
-    cp_link = cl.intra if t * cp <= cl.gpus_per_node else cl.inter
+    cp_link = cluster.intra if t * cp <= cluster.gpus_per_node else cluster.inter
     kv = ring["forward"] / (cp - 1)
     dkv = (ring["backward"] - ring["forward"]) / cp
     alpha, bw = cp_link.alpha, cp_link.bandwidth
@@ -243,31 +250,40 @@ def term_cp(m_, cl, lay: Layout, opt: Options, compute: ComputeTerm) -> float:
 class EpTerm(NamedTuple):
     value: float  # exposed seconds per micro-batch, on the critical path
     total: float  # every all-to-all of the micro-batch, exposed or not
-    hidden: float  # of total, what runs under compute (opt.ep_overlap)
+    hidden: float  # of total, what runs under compute (options.ep_overlap)
 
 
-def term_ep(m_, cl, lay: Layout, opt: Options, compute: ComputeTerm) -> EpTerm:
+def term_ep(model, cluster, layout: Layout, options: Options, compute: ComputeTerm) -> EpTerm:
     """MoE all-to-alls of one micro-batch on the critical path: dispatch + combine forward and
     backward (six with full recomputation) of the K·b·s/cp routed 16-bit (·, h) rows per MoE
     layer (÷ t with SP) over the ep ranks, consecutive in the rank order under folding (Lepikhin
     et al. 2021; :func:`ep_all_to_all_seconds`, node-limited when the shape's ``node_limit``
     is set), the busiest rank's load (:func:`~minipar.cost.planner.moe_terms.moe_load`) times
-    the mean. With ``opt.ep_overlap`` and at least two micro-batches, one micro-batch's
+    the mean. With ``options.ep_overlap`` and at least two micro-batches, one micro-batch's
     all-to-alls run under another's compute (``compute.value``), so only what exceeds it is
     exposed; the overlap's price is :func:`~minipar.cost.planner.moe_terms.term_ep_overlap`."""
-    ep, t = lay.ep, lay.tp
+    ep, t = layout.ep, layout.tp
     if ep == 1:
         return EpTerm(0.0, 0.0, 0.0)
-    rows = m_.top_k * lay.micro_batch * (m_.seq // lay.cp) * m_.hidden * 2 / (t if lay.sp else 1)
-    rows *= moe_load(m_, lay, opt)
-    n_a2a = 6 if lay.recompute == "full" else 4
-    one = ep_all_to_all_seconds(rows, ep, cl, m_.node_limit, m_.top_k)
-    total = moe_layers(m_, lay) * n_a2a * one
-    hidden = min(total, compute.value) if opt.ep_overlap and lay.microbatches > 1 else 0.0
+    rows = (
+        model.top_k
+        * layout.micro_batch
+        * (model.seq // layout.cp)
+        * model.hidden
+        * 2
+        / (t if layout.sp else 1)
+    )
+    rows *= moe_load(model, layout, options)
+    n_a2a = 6 if layout.recompute == "full" else 4
+    one = ep_all_to_all_seconds(rows, ep, cluster, model.node_limit, model.top_k)
+    total = moe_layers(model, layout) * n_a2a * one
+    hidden = min(total, compute.value) if options.ep_overlap and layout.microbatches > 1 else 0.0
     return EpTerm(total - hidden, total, hidden)
 
 
-def ep_all_to_all_seconds(nbytes: float, ep: int, cl, node_limit: int = 0, top_k: int = 1) -> float:
+def ep_all_to_all_seconds(
+    nbytes: float, ep: int, cluster, node_limit: int = 0, top_k: int = 1
+) -> float:
     """One all-to-all of ``nbytes`` per rank over ep consecutive ranks: inside a node (an NVLink
     domain) the pairwise exchange on the intra link
     (:func:`minipar.cost.chapters.expert_parallel.all_to_all_time`); spanning nodes, a rank's
@@ -279,15 +295,15 @@ def ep_all_to_all_seconds(nbytes: float, ep: int, cl, node_limit: int = 0, top_k
     destination node, at most M of the N = ep/g nodes, and is forwarded to its experts over
     NVLink there (DeepEP's dispatch): the NIC carries min(K, M)/K of the off-node bytes, the
     NVLink (g − 1)/g of all of them."""
-    g = cl.gpus_per_node
+    g = cluster.gpus_per_node
     if ep <= g:
-        return all_to_all_time(nbytes, ep, cl.intra.alpha, cl.intra.bandwidth)
+        return all_to_all_time(nbytes, ep, cluster.intra.alpha, cluster.intra.bandwidth)
     on = min(ep, g)
     near_share, far_share = (on - 1) / ep, (ep - on) / ep
     if node_limit:
         near_share, far_share = (g - 1) / g, far_share * min(top_k, node_limit) / top_k
-    near = (on - 1) * cl.intra.alpha + near_share * nbytes / cl.intra.bandwidth
-    far = (ep - on) * cl.inter.alpha + far_share * nbytes / cl.inter.bandwidth
+    near = (on - 1) * cluster.intra.alpha + near_share * nbytes / cluster.intra.bandwidth
+    far = (ep - on) * cluster.inter.alpha + far_share * nbytes / cluster.inter.bandwidth
     return max(near, far)
 
 
@@ -297,42 +313,44 @@ class Zero3Term(NamedTuple):
     link: str
 
 
-def term_zero3_exposed(m_, cl, lay: Layout, opt: Options, compute: ComputeTerm) -> Zero3Term:
+def term_zero3_exposed(
+    model, cluster, layout: Layout, options: Options, compute: ComputeTerm
+) -> Zero3Term:
     """ZeRO-3 per layer and micro-batch: :func:`zero3_gathers` all-gathers of the 16-bit weights
     + one reduce-scatter of the gradients (:func:`zero3_collective_seconds`); prefetching hides
     each layer's collectives under the previous ``layer``'s compute, so max(0, comm − compute)
     per layer and the first layer's gather are exposed (Zhao et al. 2023 §3.4); all of it with
     ``zero3_overlap=False``."""
-    if lay.zero != 3:
+    if layout.zero != 3:
         return Zero3Term(0.0, 0.0, "-")
-    t, dcp, lp = lay.tp, lay.dp * lay.cp, stage_layers(m_.layers, lay)[0]
+    t, dcp, lp = layout.tp, layout.dp * layout.cp, stage_layers(model.layers, layout)[0]
     layer = compute.layer  # prefetch hides the collectives under one layer
-    sp_ = stage_params(m_, lay)
-    _, edp, stride = expert_grid(lay)
+    sp_ = stage_params(model, layout)
+    _, edp, stride = expert_grid(layout)
     groups = (
         [(sp_.layer / t, dcp, t)]
-        if lay.ep == 1
+        if layout.ep == 1
         # dense, then the experts
-        else [(sp_.dense_layer / t, dcp, t), (sp_.expert_layer / lay.ep, edp, stride)]
+        else [(sp_.dense_layer / t, dcp, t), (sp_.expert_layer / layout.ep, edp, stride)]
     )
     gather = scatter = 0.0
     name = "-"
     for i, (x, n, k) in enumerate(groups):
-        g, link = zero3_collective_seconds(2 * x, n, k, cl, opt.zero3_collectives)
+        g, link = zero3_collective_seconds(2 * x, n, k, cluster, options.zero3_collectives)
         gather += g
         scatter += zero3_collective_seconds(
-            opt.grad_reduce_bytes * x, n, k, cl, opt.zero3_collectives
+            options.grad_reduce_bytes * x, n, k, cluster, options.zero3_collectives
         )[0]
         if i == 0:
             name = link
     # without resharding: gathered once per step, reduced once per step (÷ m per micro-batch)
-    m, gathers = 1, zero3_gathers(lay.recompute, opt.zero3_ac_inside_unit)
-    if not reshards(lay, opt):
-        m, gathers = lay.microbatches, 1
+    m, gathers = 1, zero3_gathers(layout.recompute, options.zero3_ac_inside_unit)
+    if not reshards(layout, options):
+        m, gathers = layout.microbatches, 1
     comm_layer = gathers * gather + scatter
     exposed = (
         lp * max(0.0, comm_layer - layer) + gather  # prefetch hides ≤ one layer
-        if opt.zero3_overlap
+        if options.zero3_overlap
         else lp * comm_layer
     )
     return Zero3Term(exposed / m, comm_layer / m, name)
@@ -346,19 +364,19 @@ class DpTerm(NamedTuple):
     gather: float = 0.0  # its 16-bit parameter all-gather (ZeRO 1-2), per step
 
 
-def dp_reduce_seconds(psi: float, n: int, split: int, k: int, zero: int, cl, opt: Options):
+def dp_reduce_seconds(psi: float, n: int, split: int, k: int, zero: int, cluster, options: Options):
     """(reduction, parameter all-gather, link) of ``psi`` parameters, each rank holding
     1/``split`` of them, over the n ranks of one group, k apart
     (:func:`dp_allreduce_seconds`): ZeRO 0 an all-reduce of the gradients in
     ``grad_reduce_bytes`` per element; ZeRO 1-2 a reduce-scatter of them and an all-gather of
     the 16-bit parameters, each half an all-reduce."""
-    ar, name = dp_allreduce_seconds(opt.grad_reduce_bytes * psi / split, n, k, cl)
+    ar, name = dp_allreduce_seconds(options.grad_reduce_bytes * psi / split, n, k, cluster)
     if zero in (1, 2):  # RS(grads) + AG(16-bit params)
-        return ar / 2, dp_allreduce_seconds(2 * psi / split, n, k, cl)[0] / 2, name
+        return ar / 2, dp_allreduce_seconds(2 * psi / split, n, k, cluster)[0] / 2, name
     return ar, 0.0, name
 
 
-def dp_windows(lay: Layout, opt: Options, compute: ComputeTerm) -> tuple[float, float]:
+def dp_windows(layout: Layout, options: Options, compute: ComputeTerm) -> tuple[float, float]:
     """(reduction window, gather window): the compute the DP collectives after the last
     micro-batch may hide under. The reduction: 2/3 of the last micro-batch's compute (its
     backward) when p = 1 and ``dp_overlap`` (Li et al. 2020), or at any p with
@@ -366,21 +384,21 @@ def dp_windows(lay: Layout, opt: Options, compute: ComputeTerm) -> tuple[float, 
     the stage's last backward produces them), else none. The parameter all-gather: with
     ``overlap_param_gather`` the next step's first forward (1/3), else it shares the
     reduction's window."""
-    overlap = (lay.pp == 1 and opt.dp_overlap) or opt.overlap_grad_reduce
+    overlap = (layout.pp == 1 and options.dp_overlap) or options.overlap_grad_reduce
     window = (2 / 3) * compute.value if overlap else 0.0
-    return window, compute.value / 3 if opt.overlap_param_gather else 0.0
+    return window, compute.value / 3 if options.overlap_param_gather else 0.0
 
 
-def dp_exposed_seconds(rs: float, ag: float, window: float, gather_window: float, opt) -> float:
+def dp_exposed_seconds(rs: float, ag: float, window: float, gather_window: float, options) -> float:
     """What a reduction of ``rs`` seconds and a gather of ``ag`` leave exposed under their
     windows (:func:`dp_windows`)."""
-    if opt.overlap_param_gather:
+    if options.overlap_param_gather:
         return max(0.0, rs - window) + max(0.0, ag - gather_window)
     return max(0.0, rs + ag - window)
 
 
 def term_dp_exposed(
-    m_, cl, lay: Layout, opt: Options, compute: ComputeTerm, zero3_exposed: Zero3Term
+    model, cluster, layout: Layout, options: Options, compute: ComputeTerm, zero3_exposed: Zero3Term
 ) -> DpTerm:
     """The data-parallel gradient reduction after the last micro-batch, over the d·cp ranks that
     hold each weight (t apart): the stage's weights, or with ep > 1 the dense ones only (the
@@ -388,20 +406,20 @@ def term_dp_exposed(
     :func:`dp_reduce_seconds` prices it; exposed: what its windows (:func:`dp_windows`) do not
     hide (:func:`dp_exposed_seconds`). ZeRO-3's collectives are per layer
     (:func:`term_zero3_exposed`): here only their total, none exposed."""
-    t, zero, dcp = lay.tp, lay.zero, lay.dp * lay.cp
+    t, zero, dcp = layout.tp, layout.zero, layout.dp * layout.cp
     if zero == 3:
-        lp = stage_layers(m_.layers, lay)[0]
-        return DpTerm(0.0, lay.microbatches * lp * zero3_exposed.per_layer, zero3_exposed.link)
-    sp_ = stage_params(m_, lay)
+        lp = stage_layers(model.layers, layout)[0]
+        return DpTerm(0.0, layout.microbatches * lp * zero3_exposed.per_layer, zero3_exposed.link)
+    sp_ = stage_params(model, layout)
     rs, ag, name = dp_reduce_seconds(
-        sp_.stage if lay.ep == 1 else sp_.dense, dcp, t, t, zero, cl, opt
+        sp_.stage if layout.ep == 1 else sp_.dense, dcp, t, t, zero, cluster, options
     )
-    exposed = dp_exposed_seconds(rs, ag, *dp_windows(lay, opt, compute), opt)
+    exposed = dp_exposed_seconds(rs, ag, *dp_windows(layout, options, compute), options)
     return DpTerm(exposed, rs + ag, name, rs, ag)
 
 
 def term_edp_exposed(
-    m_, cl, lay: Layout, opt: Options, compute: ComputeTerm, dp_exposed: DpTerm
+    model, cluster, layout: Layout, options: Options, compute: ComputeTerm, dp_exposed: DpTerm
 ) -> DpTerm:
     """The experts' gradient reduction over the expert-data-parallel group, after the dense one
     (:func:`term_dp_exposed`), with ep > 1 and ZeRO 0-2: each routed expert's weights (E/ep
@@ -414,30 +432,32 @@ def term_edp_exposed(
     dense reduction (and gather) do not hide. None with ep = 1 (the experts are replicated
     as the dense MLP, over d·cp, and reduced with it) or ZeRO-3 (per layer, in
     :func:`term_zero3_exposed`)."""
-    if lay.ep == 1 or lay.zero == 3:
+    if layout.ep == 1 or layout.zero == 3:
         return DpTerm(0.0, 0.0, "-")
-    etp, edp, stride = expert_grid(lay)
+    etp, edp, stride = expert_grid(layout)
     rs, ag, name = dp_reduce_seconds(
-        stage_params(m_, lay).expert, edp, etp, stride, lay.zero, cl, opt
+        stage_params(model, layout).expert, edp, etp, stride, layout.zero, cluster, options
     )
-    window, gather_window = dp_windows(lay, opt, compute)
+    window, gather_window = dp_windows(layout, options, compute)
     dense = dp_exposed
-    if opt.overlap_param_gather:  # each window less what the dense collective took of it
+    if options.overlap_param_gather:  # each window less what the dense collective took of it
         window, gather_window = (
             max(0.0, window - dense.reduce),
             max(0.0, gather_window - dense.gather),
         )
     else:
         window = max(0.0, window - dense.reduce - dense.gather)
-    return DpTerm(dp_exposed_seconds(rs, ag, window, gather_window, opt), rs + ag, name, rs, ag)
+    return DpTerm(dp_exposed_seconds(rs, ag, window, gather_window, options), rs + ag, name, rs, ag)
 
 
-def term_embedding(m_, cl, lay: Layout, opt: Options) -> float:
+def term_embedding(model, cluster, layout: Layout, options: Options) -> float:
     """All-reduce of the tied embedding's V·h gradient between the first and the last stage
     (p > 1; Narayanan et al. 2021 §3, Megatron-LM's ``_allreduce_embedding_grads``); none for
     an untied output layer."""
-    t, cp, d, p = lay.tp, lay.cp, lay.dp, lay.pp
-    if p == 1 or not m_.tied:
+    t, cp, d, p = layout.tp, layout.cp, layout.dp, layout.pp
+    if p == 1 or not model.tied:
         return 0.0
-    link = cl.inter if t * cp * d * p > cl.gpus_per_node else cl.intra
-    return _ring_seconds("all-reduce", 2, opt.grad_reduce_bytes * m_.vocab * m_.hidden / t, link)
+    link = cluster.inter if t * cp * d * p > cluster.gpus_per_node else cluster.intra
+    return _ring_seconds(
+        "all-reduce", 2, options.grad_reduce_bytes * model.vocab * model.hidden / t, link
+    )

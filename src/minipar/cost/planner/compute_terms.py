@@ -40,21 +40,21 @@ def _gemm_pass(gpu, M: int, N: int, K: int, fp8: bool | str = False) -> tuple[fl
     return f, di + dw
 
 
-def fp8_gemm_delta(m_, cl, lay: Layout, opt: Options) -> float:
-    """Seconds one layer's dense GEMMs (:func:`layer_dense_gemms`) gain under ``opt.fp8``: each
+def fp8_gemm_delta(model, cluster, layout: Layout, options: Options) -> float:
+    """Seconds one layer's dense GEMMs (:func:`layer_dense_gemms`) gain under ``options.fp8``: each
     at the FP8 rate less at the bf16 one, forward (twice under full recomputation) and
     backward (Micikevicius et al. 2022, "FP8 Formats for Deep Learning": the three GEMMs of
     each linear layer in FP8; Transformer Engine, torchao Float8); 0 without FP8."""
-    if not opt.fp8:
+    if not options.fp8:
         return 0.0
-    return layer_gemm_seconds(m_, cl, lay, opt) - layer_gemm_seconds(
-        m_, cl, lay, replace(opt, fp8=None, fp8_params=False)
+    return layer_gemm_seconds(model, cluster, layout, options) - layer_gemm_seconds(
+        model, cluster, layout, replace(options, fp8=None, fp8_params=False)
     )
 
 
-def term_compute(m_, cl, lay: Layout, opt: Options) -> ComputeTerm:
+def term_compute(model, cluster, layout: Layout, options: Options) -> ComputeTerm:
     """Compute of one micro-batch on the last stage: :func:`~minipar.cost.kernels.compute.layer_seconds`
-    per layer on s/cp tokens with ``opt.attention``; the attention core once more for each of
+    per layer on s/cp tokens with ``options.attention``; the attention core once more for each of
     the other cp−1 key blocks, GEMMs (or the flash kernel) and, unfused, the per-score bytes
     (``GPU.attention_score_bytes``, the forward's share again when recomputed); the QKV GEMM
     at the GQA width h/t + 2·kv_width_per_rank instead of 3h/t; the MLP rescaled to the active
@@ -63,10 +63,10 @@ def term_compute(m_, cl, lay: Layout, opt: Options) -> ComputeTerm:
     shared experts every token runs (DeepSeekMoE); under multi-head latent attention the
     attention core's blocks at :func:`mla_core_scale`; and
     :func:`~minipar.cost.kernels.compute.logits_seconds`."""
-    b, h, a, t, rc = lay.micro_batch, m_.hidden, m_.heads, lay.tp, lay.recompute
-    sl, gpu, att = m_.seq // lay.cp, cl.gpu, opt.attention
-    accumulate = opt.recipe.accumulate_bytes
-    kw = dict(sp=lay.sp, recompute=rc, attention=att, grad_accum_bytes=accumulate)
+    b, h, a, t, rc = layout.micro_batch, model.hidden, model.heads, layout.tp, layout.recompute
+    sl, gpu, att = model.seq // layout.cp, cluster.gpu, options.attention
+    accumulate = options.recipe.accumulate_bytes
+    kw = dict(sp=layout.sp, recompute=rc, attention=att, grad_accum_bytes=accumulate)
     lt = layer_seconds(b, sl, h, a, gpu, t, **kw).total_s
     parts = attention_core_and_mlp_seconds(b, sl, h, a, gpu, t, attention=att)
     refwd = 1 if rc == "none" else 2  # the core is recomputed
@@ -75,109 +75,123 @@ def term_compute(m_, cl, lay: Layout, opt: Options) -> ComputeTerm:
         sb = gpu.attention_score_bytes
         f_share = sb * SCORE_BYTES_FWD / (SCORE_BYTES_FWD + SCORE_BYTES_BWD)
         core += (sb + (f_share if rc != "none" else 0.0)) * a * sl * sl * b / t / gpu.hbm_bandwidth
-    if lay.cp > 1:  # the other cp−1 key blocks
-        lt += (lay.cp - 1) * core
-    n_qkv = h // t + 2 * kv_width_per_rank(m_, t)
-    kept = rc == "selective" and "core_attn" not in (opt.recompute_modules or ())
+    if layout.cp > 1:  # the other cp−1 key blocks
+        lt += (layout.cp - 1) * core
+    n_qkv = h // t + 2 * kv_width_per_rank(model, t)
+    kept = rc == "selective" and "core_attn" not in (options.recompute_modules or ())
     if kept:
         lt -= parts["core_f"]  # the attention core is kept, not recomputed
-    mla = mla_core_scale(m_)
+    mla = mla_core_scale(model)
     if mla != 1:  # MLA's wider heads: every core block priced above at h/a, scaled
         n_f = (1 if rc == "none" else 2) - (1 if kept else 0)
-        lt += (mla - 1) * (n_f * parts["core_f"] + parts["core_b"] + (lay.cp - 1) * core)
+        lt += (mla - 1) * (n_f * parts["core_f"] + parts["core_b"] + (layout.cp - 1) * core)
         core *= mla
     if n_qkv != 3 * h // t:  # GQA's narrower QKV GEMM
         (gf, gb), (mf, mb) = (_gemm_pass(gpu, b * sl, n, h) for n in (n_qkv, 3 * h // t))
         lt += (2 if rc == "full" else 1) * (gf - mf) + (gb - mb)
     # active MLP / GPT's 8h²: the routed experts on the busiest EP rank, and the shared ones
-    routed = m_.top_k * moe_load(m_, lay, opt) + m_.shared_experts
-    scale = routed * m_.mlp_matrices * m_.ffn_width / (2 * 4 * h)
+    routed = model.top_k * moe_load(model, layout, options) + model.shared_experts
+    scale = routed * model.mlp_matrices * model.ffn_width / (2 * 4 * h)
     if scale != 1:
         lt += (scale - 1) * ((2 if rc == "full" else 1) * parts["mlp_f"] + parts["mlp_b"])
-    lt += module_recompute_seconds(m_, cl, lay, opt, scale * parts["mlp_f"])
-    lt += recipe_kernels_seconds(m_, cl, lay, opt) + fp8_gemm_delta(m_, cl, lay, opt)
-    mid, end = stage_layers(m_.layers, lay)  # the slowest stage
-    logits = logits_seconds(b, sl, h, m_.vocab, gpu, t)
+    lt += module_recompute_seconds(model, cluster, layout, options, scale * parts["mlp_f"])
+    lt += recipe_kernels_seconds(model, cluster, layout, options) + fp8_gemm_delta(
+        model, cluster, layout, options
+    )
+    mid, end = stage_layers(model.layers, layout)  # the slowest stage
+    logits = logits_seconds(b, sl, h, model.vocab, gpu, t)
     return ComputeTerm(max(mid * lt, end * lt + logits), lt, core)
 
 
-def mla_core_scale(m_) -> float:
+def mla_core_scale(model) -> float:
     """The attention core of multi-head latent attention over the h/a-wide heads the kernel
     model prices: a heads of d_qk = nope + rope in the scores and d_v in attention·V, against
     2·h/a (DeepSeek-AI 2024, "DeepSeek-V3 Technical Report", §2.1.1: d_qk = 192, d_v = 128,
     h/a = 56: 2.86 ×); 1 without MLA. MLA's projections (the low-rank down and up ones) are
     priced as the QKV and output GEMMs of h/a heads (DeepSeek-V3: 187 M against 206 M
     multiply-adds per token, an approximation)."""
-    if not m_.kv_lora:
+    if not model.kv_lora:
         return 1.0
-    return m_.heads * (m_.qk_nope_dim + m_.qk_rope_dim + m_.v_head_dim) / (2 * m_.hidden)
+    return (
+        model.heads
+        * (model.qk_nope_dim + model.qk_rope_dim + model.v_head_dim)
+        / (2 * model.hidden)
+    )
 
 
-def recipe_kernels_seconds(m_, cl, lay: Layout, opt: Options) -> float:
+def recipe_kernels_seconds(model, cluster, layout: Layout, options: Options) -> float:
     """Where the GPU prices element-wise kernels one by one (``GPU.elementwise_bandwidth``,
     the H200's and the H100s'): the recipe's own kernels
     (:func:`~minipar.cost.kernels.compute.elementwise_kernels`: the shape's norm, GeLU or SwiGLU on
     the K active experts' f, RoPE, dropout only when above 0, residual adds, bias gradients),
     each at max(issue time, traffic) (:func:`~minipar.cost.kernels.compute.elementwise_seconds`), in
     place of the fused byte count and the fixed per-layer time that ``layer_seconds``
-    charged; fused and without issue time when ``opt.compiled``."""
-    gpu = cl.gpu
+    charged; fused and without issue time when ``options.compiled``."""
+    gpu = cluster.gpu
     if not gpu.elementwise_bandwidth:
         return 0.0
-    b, sl, h, t, rc = lay.micro_batch, m_.seq // lay.cp, m_.hidden, lay.tp, lay.recompute
-    recipe = {k: getattr(m_, k) for k in ("norm", "mlp_matrices", "dropout", "bias")}
-    recipe["rope"] = m_.positions == "rope"
+    b, sl, h, t, rc = (
+        layout.micro_batch,
+        model.seq // layout.cp,
+        model.hidden,
+        layout.tp,
+        layout.recompute,
+    )
+    recipe = {k: getattr(model, k) for k in ("norm", "mlp_matrices", "dropout", "bias")}
+    recipe["rope"] = model.positions == "rope"
     kernels = elementwise_kernels(
-        h, m_.ffn_width * m_.top_k, m_.kv_width, t, sp=lay.sp, recipe=recipe
+        h, model.ffn_width * model.top_k, model.kv_width, t, sp=layout.sp, recipe=recipe
     )
     fixed = gpu.layer_overhead_s * (4 / 3 if rc == "full" else 1)
     return (
-        elementwise_seconds(kernels, b * sl, gpu, rc, opt.compiled)
-        - fused_activation_seconds(b, sl, h, t, gpu, sp=lay.sp, recompute=rc)
+        elementwise_seconds(kernels, b * sl, gpu, rc, options.compiled)
+        - fused_activation_seconds(b, sl, h, t, gpu, sp=layout.sp, recompute=rc)
         - fixed
     )
 
 
-def module_recompute_seconds(m_, cl, lay: Layout, opt: Options, mlp_forward: float) -> float:
-    """What selective recomputation of ``opt.recompute_modules`` re-runs per layer beyond the
+def module_recompute_seconds(
+    model, cluster, layout: Layout, options: Options, mlp_forward: float
+) -> float:
+    """What selective recomputation of ``options.recompute_modules`` re-runs per layer beyond the
     attention core: the two norms (read and write (b, s, h): 8 bytes per token and hidden unit,
     ÷ t with SP), the MLP's activation (read its inputs, write its output: 2·matrices·f bytes
     per token and routed expert, ÷ t), or the MLP's forward GEMMs (``mlp_forward``) and its
-    activation; all memory-bound at the HBM bandwidth but the GEMMs. With ``opt.mlp_saves``
+    activation; all memory-bound at the HBM bandwidth but the GEMMs. With ``options.mlp_saves``
     "inputs" the backward writes the activation's output again (2·f bytes per token and routed
     expert, ÷ t: xFormers' ``silu_bw_fused`` returns it beside the gradients it writes anyway)
     under any recomputation, unless the modules recompute the activation already."""
-    mods = (opt.recompute_modules or ()) if lay.recompute == "selective" else ()
-    sl, t = lay.micro_batch * (m_.seq // lay.cp), lay.tp
-    moved = 8 * sl * m_.hidden / (t if lay.sp else 1) if "layernorm" in mods else 0.0
+    mods = (options.recompute_modules or ()) if layout.recompute == "selective" else ()
+    sl, t = layout.micro_batch * (model.seq // layout.cp), layout.tp
+    moved = 8 * sl * model.hidden / (t if layout.sp else 1) if "layernorm" in mods else 0.0
     if "mlp" in mods or "act" in mods:
-        moved += 2 * m_.mlp_matrices * m_.ffn_width * m_.top_k * sl / t
-    elif opt.mlp_saves == "inputs":
-        moved += 2 * m_.ffn_width * m_.top_k * sl / t
-    return moved / cl.gpu.hbm_bandwidth + (mlp_forward if "mlp" in mods else 0.0)
+        moved += 2 * model.mlp_matrices * model.ffn_width * model.top_k * sl / t
+    elif options.mlp_saves == "inputs":
+        moved += 2 * model.ffn_width * model.top_k * sl / t
+    return moved / cluster.gpu.hbm_bandwidth + (mlp_forward if "mlp" in mods else 0.0)
 
 
-def term_fp8_casts(m_, cl, lay: Layout, opt: Options) -> float:
+def term_fp8_casts(model, cluster, layout: Layout, options: Options) -> float:
     """FP8 scaling of one micro-batch on the slowest stage, per layer: the casts of the four
     dense GEMMs' inputs forward (again under full recomputation) and of their output gradients
     backward (:func:`~minipar.cost.kernels.compute.fp8_cast_bytes_per_token` under
-    ``opt.fp8``'s scaling), all at the HBM rate (fused cast-transpose kernels, Transformer
+    ``options.fp8``'s scaling), all at the HBM rate (fused cast-transpose kernels, Transformer
     Engine); and the layer's weights (:func:`weight_casts_per_microbatch`): cast once per
     optimizer step, not once per micro-batch. 0 without FP8."""
-    if not opt.fp8:
+    if not options.fp8:
         return 0.0
-    t, tokens = lay.tp, lay.micro_batch * (m_.seq // lay.cp)
-    widths = (m_.hidden, m_.top_k * m_.ffn_width, m_.kv_width, t)
-    kw = dict(sp=lay.sp, scaling=opt.fp8, mlp_matrices=m_.mlp_matrices)
+    t, tokens = layout.tp, layout.micro_batch * (model.seq // layout.cp)
+    widths = (model.hidden, model.top_k * model.ffn_width, model.kv_width, t)
+    kw = dict(sp=layout.sp, scaling=options.fp8, mlp_matrices=model.mlp_matrices)
     fwd, bwd = fp8_cast_bytes_per_token(*widths, **kw)
-    refwd = 2 if lay.recompute == "full" else 1
-    per_layer = tokens * (refwd * fwd + bwd) / cl.gpu.hbm_bandwidth
-    return stage_layers(m_.layers, lay)[0] * (
-        per_layer + weight_casts_per_microbatch(m_, cl, lay, opt)
+    refwd = 2 if layout.recompute == "full" else 1
+    per_layer = tokens * (refwd * fwd + bwd) / cluster.gpu.hbm_bandwidth
+    return stage_layers(model.layers, layout)[0] * (
+        per_layer + weight_casts_per_microbatch(model, cluster, layout, options)
     )
 
 
-def weight_casts_per_microbatch(m_, cl, lay: Layout, opt: Options) -> float:
+def weight_casts_per_microbatch(model, cluster, layout: Layout, options: Options) -> float:
     """One layer's FP8 weight casts (:func:`~minipar.cost.kernels.compute.fp8_weight_cast_bytes`
     per weight on the rank, at the HBM rate) spread over the step's m micro-batches: once per
     optimizer step. Transformer Engine casts a weight on the first micro-batch of a step and
@@ -186,33 +200,35 @@ def weight_casts_per_microbatch(m_, cl, lay: Layout, opt: Options) -> float:
     step's first micro-batch); with FP8 parameters the optimizer writes the FP8 weight once per
     step instead. Per micro-batch that is 1/m of the cast (a share the bubble stretches, as it
     stretches every slot term). 0 without FP8."""
-    if not opt.fp8:
+    if not options.fp8:
         return 0.0
-    weights = fp8_weight_cast_bytes(opt.fp8) * sum(N * K for _, N, K in layer_dense_gemms(m_, lay))
-    return weights / cl.gpu.hbm_bandwidth / lay.microbatches
+    weights = fp8_weight_cast_bytes(options.fp8) * sum(
+        N * K for _, N, K in layer_dense_gemms(model, layout)
+    )
+    return weights / cluster.gpu.hbm_bandwidth / layout.microbatches
 
 
-def layer_gemm_seconds(m_, cl, lay: Layout, opt: Options) -> float:
+def layer_gemm_seconds(model, cluster, layout: Layout, options: Options) -> float:
     """One layer's dense GEMMs (:func:`layer_dense_gemms`) forward (twice under full
-    recomputation) and backward, at the FP8 rate under ``opt.fp8``: the compute TP's
+    recomputation) and backward, at the FP8 rate under ``options.fp8``: the compute TP's
     collectives can overlap with."""
-    refwd, out = (2 if lay.recompute == "full" else 1), 0.0
-    for M, N, K in layer_dense_gemms(m_, lay):
-        f, b = _gemm_pass(cl.gpu, M, N, K, opt.fp8 or False)
+    refwd, out = (2 if layout.recompute == "full" else 1), 0.0
+    for M, N, K in layer_dense_gemms(model, layout):
+        f, b = _gemm_pass(cluster.gpu, M, N, K, options.fp8 or False)
         out += refwd * f + b
     return out
 
 
-def term_optimizer(m_, cl, lay: Layout, opt: Options) -> float:
+def term_optimizer(model, cluster, layout: Layout, options: Options) -> float:
     """The Adam step on this rank's shard (:func:`minipar.cost.kernels.compute.optimizer_seconds`): the
     dense parameters ÷ t (÷ d·cp under ZeRO ≥ 1), the experts ÷ ETP (÷ EDP), at the recipe's
     bytes per parameter."""
-    dcp, t = lay.dp * lay.cp, lay.tp
-    sp_ = stage_params(m_, lay)
-    if lay.ep == 1:
-        shard = ((sp_.dense / dcp + sp_.expert / dcp) if lay.zero >= 1 else sp_.stage) / t
+    dcp, t = layout.dp * layout.cp, layout.tp
+    sp_ = stage_params(model, layout)
+    if layout.ep == 1:
+        shard = ((sp_.dense / dcp + sp_.expert / dcp) if layout.zero >= 1 else sp_.stage) / t
     else:
-        etp, edp, _ = expert_grid(lay)
-        z = lay.zero >= 1
+        etp, edp, _ = expert_grid(layout)
+        z = layout.zero >= 1
         shard = sp_.dense / t / (dcp if z else 1) + sp_.expert / etp / (edp if z else 1)
-    return optimizer_seconds(shard, cl.gpu, opt.recipe.adam_bytes)
+    return optimizer_seconds(shard, cluster.gpu, options.recipe.adam_bytes)

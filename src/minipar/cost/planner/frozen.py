@@ -22,9 +22,11 @@ PATH = Path(__file__).resolve().parent / "frozen_model.json"
 
 def probe(p: dict) -> dict:
     """One probe plan (a ``probes`` entry of the file) on the model as it is now."""
-    cl = planner.cluster(p["gpus"], 8, p["gpu"])
-    opt = planner.Options(**p.get("options", {}))
-    c = planner.evaluate(planner.MODELS[p["model"]], cl, planner.Layout(**p["layout"]), opt)
+    cluster = planner.cluster(p["gpus"], 8, p["gpu"])
+    options = planner.Options(**p.get("options", {}))
+    c = planner.evaluate(
+        planner.MODELS[p["model"]], cluster, planner.Layout(**p["layout"]), options
+    )
     return {"step_seconds": c.step_seconds, "bytes_per_gpu": c.bytes_per_gpu, "mfu": c.mfu}
 
 

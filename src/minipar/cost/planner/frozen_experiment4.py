@@ -87,12 +87,12 @@ def _model(p: dict) -> planner.ModelShape:
 def probe(p: dict) -> dict:
     """One probe of the file on the model as it is now: a layout (``layout``) evaluated, or a
     search (``search``: the global batch) whose first choice is kept."""
-    opt = planner.Options(**p.get("options", {}))
+    options = planner.Options(**p.get("options", {}))
     if "search" in p:
-        c = planner.search(_model(p), _cluster(p), p["search"], options=opt)[0]
+        c = planner.search(_model(p), _cluster(p), p["search"], options=options)[0]
         chosen = {k: getattr(c.layout, k) for k in planner.LAYOUT_FIELDS}
     else:
-        c = planner.evaluate(_model(p), _cluster(p), planner.Layout(**p["layout"]), opt)
+        c = planner.evaluate(_model(p), _cluster(p), planner.Layout(**p["layout"]), options)
         chosen = None
     out = {
         "step_seconds": c.step_seconds,

@@ -331,46 +331,46 @@ class Layout:
         return "interleaved" if self.chunks > 1 else "1f1b"
 
 
-def stage_layers(L: int, lay: Layout) -> tuple[int, int]:
-    """(layers on a middle stage, layers on the first or last stage) under ``lay.split``
+def stage_layers(L: int, layout: Layout) -> tuple[int, int]:
+    """(layers on a middle stage, layers on the first or last stage) under ``layout.split``
     (:data:`SPLITS`): L/p each when "even" (or p = 1); u = ⌈(L + 2)/p⌉ and u − 1 when "units"
     (the embedding and the head take a layer's place on the end stages)."""
-    p = lay.pp
-    if lay.split == "even" or p == 1:
+    p = layout.pp
+    if layout.split == "even" or p == 1:
         return L // p, L // p
     u = -(-(L + 2) // p)
     return u, u - 1
 
 
-def expert_grid(lay: Layout) -> tuple[int, int, int]:
+def expert_grid(layout: Layout) -> tuple[int, int, int]:
     """(ETP, EDP, EDP stride) of the experts: MoE parallel folding (Liu et al. 2025, "MoE
     Parallel Folding", §3; Megatron-Core) lays ETP × EP × EDP over the t·cp·d ranks of a stage
     with ETP = 1 once ep > 1, so EDP = t·cp·d/ep ranks, ep apart, share each expert
     (:func:`minipar.cost.chapters.expert_parallel.folded_expert_dp`); with ep = 1 the MLP is split over
     the t ranks like the attention and replicated over d·cp, t apart."""
-    dcp = lay.dp * lay.cp
-    if lay.ep == 1:
-        return lay.tp, dcp, lay.tp
-    return 1, lay.tp * dcp // lay.ep, lay.ep
+    dcp = layout.dp * layout.cp
+    if layout.ep == 1:
+        return layout.tp, dcp, layout.tp
+    return 1, layout.tp * dcp // layout.ep, layout.ep
 
 
-def reshards(lay: Layout, opt: Options) -> bool:
-    """ZeRO-3 frees a layer's gathered weights after its forward: ``opt.reshard_after_forward``,
+def reshards(layout: Layout, options: Options) -> bool:
+    """ZeRO-3 frees a layer's gathered weights after its forward: ``options.reshard_after_forward``,
     by default torchtitan's ``reshard_after_forward = not pp`` (with PP the weights stay
     gathered over the micro-batches: one all-gather before the first forward, one
     reduce-scatter after the last backward, and the stage's whole 16-bit weights and unsharded
     gradient in memory)."""
-    r = opt.reshard_after_forward
-    return lay.pp == 1 if r is None else r
+    r = options.reshard_after_forward
+    return layout.pp == 1 if r is None else r
 
 
-def term_bubble(lay: Layout) -> tuple[float, float]:
+def term_bubble(layout: Layout) -> tuple[float, float]:
     """(relative to the ideal time, fraction of the step) of the pipeline bubble: r = (p−1)/(v·m)
     and r/(1 + r) (Narayanan et al. 2021 §2.2; 0 when p = 1). Interleaved, m need only be at
     least p, not a multiple of it: Llama 3's flexible schedule runs any number of micro-batches
     per round (Llama Team 2024 §3.3.2), and Megatron-Core's interleaved schedule takes any
     m ≥ p in groups of p."""
-    if lay.pp == 1:
+    if layout.pp == 1:
         return 0.0, 0.0
-    r = (lay.pp - 1) / (lay.chunks * lay.microbatches)
+    r = (layout.pp - 1) / (layout.chunks * layout.microbatches)
     return r, r / (1 + r)

@@ -11,45 +11,47 @@ from .layout import Layout, Options, expert_grid, reshards, stage_layers
 from .shapes import layer_dense_gemms, stage_params
 
 
-def term_states(m_, cl, lay: Layout, opt: Options) -> float:
+def term_states(model, cluster, layout: Layout, options: Options) -> float:
     """Model-state bytes on the first stage: the dense part split over t and sharded by ZeRO
     over d·cp, the experts split over ETP and sharded over EDP (:func:`expert_grid`; ZeRO §5
     via :func:`minipar.cost.chapters.memory_time.model_state_bytes`), in the bytes of
-    ``opt.precision``'s recipe; ZeRO-3 adds two gathered 16-bit layers and one unsharded layer
+    ``options.precision``'s recipe; ZeRO-3 adds two gathered 16-bit layers and one unsharded layer
     gradient."""
-    t, p, zero, dcp = lay.tp, lay.pp, lay.zero, lay.dp * lay.cp
-    etp, edp, _ = expert_grid(lay)
-    sp_ = stage_params(m_, lay)
-    kw = {k: getattr(opt.recipe, k) for k in ("weight_bytes", "grad_bytes", "optimizer_bytes")}
+    t, p, zero, dcp = layout.tp, layout.pp, layout.zero, layout.dp * layout.cp
+    etp, edp, _ = expert_grid(layout)
+    sp_ = stage_params(model, layout)
+    kw = {k: getattr(options.recipe, k) for k in ("weight_bytes", "grad_bytes", "optimizer_bytes")}
     kw |= dict(p=p, zero=zero)
     states = (
         model_state_bytes(sp_.dense * p, d=dcp, t=t, **kw).total
         + model_state_bytes(sp_.expert * p, d=edp, t=etp, **kw).total
     )
-    if zero == 3 and not reshards(lay, opt):  # the stage's weights gathered, its gradient whole
-        whole = sp_.stage / t if lay.ep == 1 else sp_.dense / t + sp_.expert
-        states += (2 + opt.grad_reduce_bytes) * whole
+    if zero == 3 and not reshards(layout, options):  # the stage's weights gathered, gradient whole
+        whole = sp_.stage / t if layout.ep == 1 else sp_.dense / t + sp_.expert
+        states += (2 + options.grad_reduce_bytes) * whole
     elif zero == 3:  # 2 gathered layers + 1 gradient
-        one = sp_.layer / t if lay.ep == 1 else sp_.dense_layer / t + sp_.expert_layer / lay.ep
-        states += (2 * 2 + opt.grad_reduce_bytes) * one
-    return states - fp8_param_bytes_saved(m_, lay, opt)
+        one = (
+            sp_.layer / t if layout.ep == 1 else sp_.dense_layer / t + sp_.expert_layer / layout.ep
+        )
+        states += (2 * 2 + options.grad_reduce_bytes) * one
+    return states - fp8_param_bytes_saved(model, layout, options)
 
 
-def fp8_param_bytes_saved(m_, lay: Layout, opt: Options) -> float:
+def fp8_param_bytes_saved(model, layout: Layout, options: Options) -> float:
     """The 16-bit weights of the FP8 linears (:func:`layer_dense_gemms`, the fullest stage's
-    layers as :func:`term_fp8_weights` counts them) that ``opt.fp8_params`` does not keep:
+    layers as :func:`term_fp8_weights` counts them) that ``options.fp8_params`` does not keep:
     with FP8 parameters (Megatron-Core's ``--fp8-param-gather``, Transformer Engine's
     ``fp8_model_init``) the weights live only as the FP8 copies term_fp8_weights holds, and the
     fp32 master weights stay with the optimizer. Sharded over d·cp under ZeRO-3; for an MoE
     shape it counts the K active experts' widths, as the GEMMs do. 0 without it."""
-    if not (opt.fp8 and opt.fp8_params):
+    if not (options.fp8 and options.fp8_params):
         return 0.0
-    linear = sum(N * K for _, N, K in layer_dense_gemms(m_, lay))
-    shard = lay.dp * lay.cp if lay.zero == 3 else 1
-    return opt.recipe.weight_bytes * max(stage_layers(m_.layers, lay)) * linear / shard
+    linear = sum(N * K for _, N, K in layer_dense_gemms(model, layout))
+    shard = layout.dp * layout.cp if layout.zero == 3 else 1
+    return options.recipe.weight_bytes * max(stage_layers(model.layers, layout)) * linear / shard
 
 
-def chunks_in_flight(lay: Layout, rank: int, group: int | None = None) -> int:
+def chunks_in_flight(layout: Layout, rank: int, group: int | None = None) -> int:
     """Micro-batch chunks whose activations stage ``rank`` holds at its peak: under 1F1B its
     p − rank warm-up forwards, at most m (Narayanan et al. 2021 §2.2.1); interleaved, the
     warm-up of 2·(p − rank − 1) + (v − 1)·N chunks plus the one running, at most all m·v, where
@@ -60,7 +62,7 @@ def chunks_in_flight(lay: Layout, rank: int, group: int | None = None) -> int:
     breadth-first). N below p would leave a stage idle p − N slots per chunk, a bubble the
     planner does not price: refused, as is N above m. With m = p the warm-up reaches m·v on
     every stage up to (p − 1)/2 whatever N: those stages hold every chunk of the batch."""
-    p, m, v = lay.pp, lay.microbatches, lay.chunks
+    p, m, v = layout.pp, layout.microbatches, layout.chunks
     if v == 1:
         return min(p - rank, m)
     n = p if group is None else group
@@ -72,39 +74,39 @@ def chunks_in_flight(lay: Layout, rank: int, group: int | None = None) -> int:
     return min(2 * (p - rank - 1) + (v - 1) * n + 1, m * v)
 
 
-def layers_in_flight(L: int, lay: Layout, group: int | None = None) -> float:
+def layers_in_flight(L: int, layout: Layout, group: int | None = None) -> float:
     """Layers' worth of one micro-batch's activations the fullest stage holds: the chunks in
     flight (:func:`chunks_in_flight`, micro-batch group ``group``) times the layers of one chunk,
     1/v of the stage's, on the first stage and, under the "units" split, on the second (a layer
     more than the first, a chunk fewer in flight). Interleaved with m large it is
     L·(1 + (p−1)/(p·v)), Korthikanti et al. 2022 Eq. 5: the first stage holds more micro-batches
     than under 1F1B; with m·v chunks or fewer every stage holds all of them."""
-    v = lay.chunks
-    mid, end = stage_layers(L, lay)  # the first stage, or the second under "units"
-    first = end * chunks_in_flight(lay, 0, group) / v
-    return max(first, mid * chunks_in_flight(lay, 1, group) / v) if lay.pp > 1 else first
+    v = layout.chunks
+    mid, end = stage_layers(L, layout)  # the first stage, or the second under "units"
+    first = end * chunks_in_flight(layout, 0, group) / v
+    return max(first, mid * chunks_in_flight(layout, 1, group) / v) if layout.pp > 1 else first
 
 
-def module_activation_bytes(m_, lay: Layout, opt: Options) -> float:
+def module_activation_bytes(model, layout: Layout, options: Options) -> float:
     """Per-layer bytes selective recomputation drops beyond the attention core, per module of
-    ``opt.recompute_modules`` (:data:`RECOMPUTE_MODULES`): "layernorm" the two norms' 16-bit
+    ``options.recompute_modules`` (:data:`RECOMPUTE_MODULES`): "layernorm" the two norms' 16-bit
     outputs (4 bytes per token and hidden unit; ÷ t with SP), "act" the MLP activation's output
     (2f per token for each of the K routed experts, ÷ t), "mlp" every MLP tensor but its input
     (2·matrices·f·K, ÷ t; it includes "act")."""
-    if lay.recompute != "selective":
+    if layout.recompute != "selective":
         return 0.0
-    mods, sb, t = opt.recompute_modules or (), m_.seq * lay.micro_batch, lay.tp
-    out = 4 * sb * m_.hidden / (t if lay.sp else 1) if "layernorm" in mods else 0.0
-    f, k = m_.ffn_width, m_.top_k
-    kept = m_.mlp_matrices - (opt.mlp_saves == "inputs")  # tensors of f the MLP keeps
+    mods, sb, t = options.recompute_modules or (), model.seq * layout.micro_batch, layout.tp
+    out = 4 * sb * model.hidden / (t if layout.sp else 1) if "layernorm" in mods else 0.0
+    f, k = model.ffn_width, model.top_k
+    kept = model.mlp_matrices - (options.mlp_saves == "inputs")  # tensors of f the MLP keeps
     if "mlp" in mods:
         out += 2 * kept * f * k * sb / t
-    elif "act" in mods and opt.mlp_saves == "product":  # "inputs" keeps no output to drop
+    elif "act" in mods and options.mlp_saves == "product":  # "inputs" keeps no output to drop
         out += 2 * f * k * sb / t
     return out
 
 
-def shape_activation_bytes(m_, lay: Layout, mlp_saves: str = "product") -> float:
+def shape_activation_bytes(model, layout: Layout, mlp_saves: str = "product") -> float:
     """Per-layer activation bytes a shape adds to Korthikanti et al. 2022's GPT count (whose
     24/t part is Q, K, V and the projection's input, 8·sbh, and the MLP's two 4h tensors,
     16·sbh): K and V are kv_width wide (GQA), and each of the K routed experts keeps its
@@ -120,47 +122,47 @@ def shape_activation_bytes(m_, lay: Layout, mlp_saves: str = "product") -> float
     the QKV and MLP GEMMs' inputs (4h), Q and the attention output, the projection's input (4h),
     K and V (4·kv_width), flash attention's fp32 logsumexp (4a) and SwiGLU's gate, up and
     product (6f); a fused RoPE keeps nothing, nor do the residual adds."""
-    if lay.recompute == "full":
+    if layout.recompute == "full":
         return 0.0
-    h, f = m_.hidden, m_.ffn_width
-    kept = m_.mlp_matrices - (mlp_saves == "inputs")
-    per_token = 4 * m_.kv_width - 4 * h + 2 * kept * f * m_.top_k - 16 * h
-    masks = 0.0 if m_.dropout > 0 else 2 * h / (lay.tp if lay.sp else 1)
-    return m_.seq * lay.micro_batch * (per_token / lay.tp - masks)
+    h, f = model.hidden, model.ffn_width
+    kept = model.mlp_matrices - (mlp_saves == "inputs")
+    per_token = 4 * model.kv_width - 4 * h + 2 * kept * f * model.top_k - 16 * h
+    masks = 0.0 if model.dropout > 0 else 2 * h / (layout.tp if layout.sp else 1)
+    return model.seq * layout.micro_batch * (per_token / layout.tp - masks)
 
 
-def term_activations(m_, cl, lay: Layout, opt: Options) -> float:
+def term_activations(model, cluster, layout: Layout, options: Options) -> float:
     """Activation bytes on the fullest stage (Korthikanti et al. 2022 Table 2 and §4.2.3, with
     :func:`shape_activation_bytes`). First stage: :func:`layers_in_flight` layers of one
     micro-batch, plus one layer's full activations under full recomputation (the layer being
-    recomputed). ``opt.attention`` "flash" stores no s² scores, only a logsumexp per row and
+    recomputed). ``options.attention`` "flash" stores no s² scores, only a logsumexp per row and
     head (:func:`minipar.cost.chapters.memory_time.activation_bytes_per_layer`); with cp > 1 every
     tensor holds s/cp tokens and ring attention is blockwise: no s² scores either. With the
     recipe's fp32 logits (:func:`logits_bytes`) the last stage may be the fullest: under 1F1B it
     holds one micro-batch of its L/p layers and the logits (with p = 1 the one stage holds
     both)."""
-    s, b, h, a, L = m_.seq, lay.micro_batch, m_.hidden, m_.heads, m_.layers
-    t, sp, rc, cp, att = lay.tp, lay.sp, lay.recompute, lay.cp, opt.attention
+    s, b, h, a, L = model.seq, layout.micro_batch, model.hidden, model.heads, model.layers
+    t, sp, rc, cp, att = layout.tp, layout.sp, layout.recompute, layout.cp, options.attention
     mem_rc = "selective" if cp > 1 and rc == "none" else rc
-    if mem_rc == "selective" and "core_attn" not in (opt.recompute_modules or ()):
+    if mem_rc == "selective" and "core_attn" not in (options.recompute_modules or ()):
         mem_rc = "none"
     per_layer = (
         activation_bytes_per_layer(s, b, h, a, t=t, sp=sp, recompute=mem_rc, attention=att)
-        + shape_activation_bytes(m_, lay, opt.mlp_saves)
-        - module_activation_bytes(m_, lay, opt)
+        + shape_activation_bytes(model, layout, options.mlp_saves)
+        - module_activation_bytes(model, layout, options)
     )
     recomputed = 0.0
     if rc == "full":  # the layer being recomputed
         recomputed = activation_bytes_per_layer(
             s, b, h, a, t=t, sp=sp, recompute="selective" if cp > 1 else "none", attention=att
-        ) + shape_activation_bytes(m_, replace(lay, recompute="none"), opt.mlp_saves)
-    act = (per_layer * layers_in_flight(L, lay, opt.microbatch_group) + recomputed) / cp
-    if not opt.recipe.fp32_logits:
+        ) + shape_activation_bytes(model, replace(layout, recompute="none"), options.mlp_saves)
+    act = (per_layer * layers_in_flight(L, layout, options.microbatch_group) + recomputed) / cp
+    if not options.recipe.fp32_logits:
         return act
-    if lay.pp == 1:
-        return act + logits_bytes(m_, lay)
-    end = stage_layers(L, lay)[1]  # the last stage: one micro-batch and the logits
-    return max(act, (per_layer * end + recomputed) / cp + logits_bytes(m_, lay))
+    if layout.pp == 1:
+        return act + logits_bytes(model, layout)
+    end = stage_layers(L, layout)[1]  # the last stage: one micro-batch and the logits
+    return max(act, (per_layer * end + recomputed) / cp + logits_bytes(model, layout))
 
 
 LOGIT_TENSORS = 3
@@ -173,26 +175,28 @@ for this term): with 2 tensors every row's peak was short by 4·b·s·V bytes wi
 with 3 all five are within 0.5 %."""
 
 
-def logits_bytes(m_, lay: Layout) -> float:
+def logits_bytes(model, layout: Layout) -> float:
     """The fp32 (b, s/cp, V/t) logits on the last stage at the loss's backward peak:
     :data:`LOGIT_TENSORS`·4·b·s·V/(cp·t) bytes (the loss in fp32; the vocabulary split over t,
     Shoeybi et al. 2019 §3)."""
-    return LOGIT_TENSORS * 4 * lay.micro_batch * (m_.seq // lay.cp) * m_.vocab / lay.tp
+    return (
+        LOGIT_TENSORS * 4 * layout.micro_batch * (model.seq // layout.cp) * model.vocab / layout.tp
+    )
 
 
-def term_fp8_weights(m_, cl, lay: Layout, opt: Options) -> float:
+def term_fp8_weights(model, cluster, layout: Layout, options: Options) -> float:
     """Bytes of the FP8 weight copies on the fullest stage: Transformer Engine keeps each
     linear weight in FP8 and its transpose (2 bytes per weight on the rank) across the
     micro-batches of a step; under ZeRO-3 only the two gathered layers have them; 0 without
-    FP8. With ``opt.fp8_params`` these bytes are the weights themselves (the FP8 parameter and
+    FP8. With ``options.fp8_params`` these bytes are the weights themselves (the FP8 parameter and
     its transpose), not copies: :func:`term_states` then holds no 16-bit weight for those
     linears (:func:`fp8_param_bytes_saved`), so a weight is counted once either way. Not
     priced: the distributed optimizer's parameter all-gather in FP8 under FP8 parameters (the
     gather is priced at 2 bytes per weight, ``term_dp_exposed``). The saved inputs of the FP8
     GEMMs are counted 16-bit (an over-estimate: Transformer Engine saves some in FP8)."""
-    if not opt.fp8:
+    if not options.fp8:
         return 0.0
-    per_layer = 2 * sum(N * K for _, N, K in layer_dense_gemms(m_, lay))
-    if lay.zero == 3:
+    per_layer = 2 * sum(N * K for _, N, K in layer_dense_gemms(model, layout))
+    if layout.zero == 3:
         return 2 * per_layer
-    return max(stage_layers(m_.layers, lay)) * per_layer
+    return max(stage_layers(model.layers, layout)) * per_layer

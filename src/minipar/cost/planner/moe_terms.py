@@ -33,30 +33,30 @@ ROUTER_KERNELS = 3
 auxiliary (load-balancing) loss or bias update."""
 
 
-def moe_load(m_, lay: Layout, opt: Options) -> float:
+def moe_load(model, layout: Layout, options: Options) -> float:
     """The busiest EP rank's routed tokens over the mean: 1 without EP; dropless (Megatron-Core's
-    default, ``opt.moe_capacity`` None) ``opt.moe_imbalance``; with a capacity factor c
+    default, ``options.moe_capacity`` None) ``options.moe_imbalance``; with a capacity factor c
     (GShard's, Lepikhin et al. 2021 §2.2; ``--moe-expert-capacity-factor``) the tokens above
     c times the mean are dropped, not padded: min(imbalance, c)."""
-    if not m_.moe or lay.ep == 1:
+    if not model.moe or layout.ep == 1:
         return 1.0
-    if opt.moe_capacity is None:
-        return opt.moe_imbalance
-    return min(opt.moe_imbalance, opt.moe_capacity)
+    if options.moe_capacity is None:
+        return options.moe_imbalance
+    return min(options.moe_imbalance, options.moe_capacity)
 
 
-def moe_layers(m_, lay: Layout) -> int:
+def moe_layers(model, layout: Layout) -> int:
     """MoE layers on the slowest (first-stage-sized) stage: the stage's layers, less the
     dense-first layers (DeepSeek-V3's first 3) where they can all sit on it (the first stage
     holds them; the slowest stage is priced with L/p layers)."""
-    lp = stage_layers(m_.layers, lay)[0]
-    return min(lp, m_.layers - m_.dense_layers) if m_.moe else 0
+    lp = stage_layers(model.layers, layout)[0]
+    return min(lp, model.layers - model.dense_layers) if model.moe else 0
 
 
-def routed_tokens(m_, lay: Layout) -> int:
+def routed_tokens(model, layout: Layout) -> int:
     """Tokens one rank routes per micro-batch: b·s/cp, ÷ t with SP."""
-    tokens = lay.micro_batch * (m_.seq // lay.cp)
-    return tokens // lay.tp if lay.sp else tokens
+    tokens = layout.micro_batch * (model.seq // layout.cp)
+    return tokens // layout.tp if layout.sp else tokens
 
 
 def memory_bound_seconds(nbytes: float, kernels: int, gpu, compiled: bool) -> float:
@@ -69,51 +69,53 @@ def memory_bound_seconds(nbytes: float, kernels: int, gpu, compiled: bool) -> fl
     return max(issue, nbytes / bw)
 
 
-def _passes(lay: Layout) -> int:
+def _passes(layout: Layout) -> int:
     """Forward passes per micro-batch: two under full recomputation."""
-    return 2 if lay.recompute == "full" else 1
+    return 2 if layout.recompute == "full" else 1
 
 
-def term_router(m_, cl, lay: Layout, opt: Options) -> float:
+def term_router(model, cluster, layout: Layout, options: Options) -> float:
     """The router of one micro-batch on the slowest stage, per MoE layer: its (T, E, h) GEMM
     forward and the two backward ones at the GPU's GEMM rule, and its element-wise kernels
     (:data:`ROUTER_KERNELS`, :data:`ROUTER_BYTES_PER_EXPERT` per token and expert, 12 bytes per
     chosen expert) forward and backward as memory-bound kernels
     (:func:`memory_bound_seconds`). T = :func:`routed_tokens` (Fedus et al. 2022, "Switch
     Transformers", §2.1; DeepSeek-AI 2024 §2.1.2's sigmoid scores)."""
-    if not m_.moe:
+    if not model.moe:
         return 0.0
-    T, E, gpu = routed_tokens(m_, lay), m_.experts, cl.gpu
-    gemm = gpu_gemm_seconds(gpu, T, E, m_.hidden)
-    back = gpu_gemm_seconds(gpu, T, m_.hidden, E) + gpu_gemm_seconds(gpu, m_.hidden, E, T)
-    moved = T * (ROUTER_BYTES_PER_EXPERT * E + 12 * m_.top_k)
-    one = memory_bound_seconds(moved, ROUTER_KERNELS, gpu, opt.compiled)
-    per_layer = _passes(lay) * (gemm + one) + back + one
-    return moe_layers(m_, lay) * per_layer
+    T, E, gpu = routed_tokens(model, layout), model.experts, cluster.gpu
+    gemm = gpu_gemm_seconds(gpu, T, E, model.hidden)
+    back = gpu_gemm_seconds(gpu, T, model.hidden, E) + gpu_gemm_seconds(gpu, model.hidden, E, T)
+    moved = T * (ROUTER_BYTES_PER_EXPERT * E + 12 * model.top_k)
+    one = memory_bound_seconds(moved, ROUTER_KERNELS, gpu, options.compiled)
+    per_layer = _passes(layout) * (gemm + one) + back + one
+    return moe_layers(model, layout) * per_layer
 
 
-def permute_bytes(m_, lay: Layout, opt: Options) -> float:
+def permute_bytes(model, layout: Layout, options: Options) -> float:
     """Bytes one rank's permute and unpermute move per MoE layer and forward pass: the sender's
     permute reads T rows of h and writes K·T (16-bit), its unpermute reads the K·T returned
     rows and writes T; with ep > 1 the receiver sorts the K·T·load rows it got by local expert
     and back (Megatron-Core's ``MoEAlltoAllTokenDispatcher``: ``permute`` and
     ``sort_chunks_by_idxs``), each a read and a write."""
-    T, K, h = routed_tokens(m_, lay), m_.top_k, m_.hidden
+    T, K, h = routed_tokens(model, layout), model.top_k, model.hidden
     out = 2 * (1 + K) * T * h * 2
-    if lay.ep > 1:
-        out += 2 * 2 * K * T * moe_load(m_, lay, opt) * h * 2
+    if layout.ep > 1:
+        out += 2 * 2 * K * T * moe_load(model, layout, options) * h * 2
     return out
 
 
-def term_permute(m_, cl, lay: Layout, opt: Options) -> float:
+def term_permute(model, cluster, layout: Layout, options: Options) -> float:
     """Permute and unpermute of one micro-batch on the slowest stage: :func:`permute_bytes`
     forward (twice under full recomputation) and the same backward, as memory-bound kernels
     (:func:`memory_bound_seconds`, two kernels per pass, four with ep > 1), per MoE layer."""
-    if not m_.moe:
+    if not model.moe:
         return 0.0
-    kernels = 4 if lay.ep > 1 else 2
-    one = memory_bound_seconds(permute_bytes(m_, lay, opt), kernels, cl.gpu, opt.compiled)
-    return moe_layers(m_, lay) * (_passes(lay) + 1) * one
+    kernels = 4 if layout.ep > 1 else 2
+    one = memory_bound_seconds(
+        permute_bytes(model, layout, options), kernels, cluster.gpu, options.compiled
+    )
+    return moe_layers(model, layout) * (_passes(layout) + 1) * one
 
 
 def grouped_gemm_half_rows(gpu, fp8: bool = False) -> float:
@@ -140,7 +142,7 @@ class GroupedGemmTerm(NamedTuple):
     efficiency: float  # grouped_gemm_efficiency at those rows
 
 
-def term_grouped_gemm(m_, cl, lay: Layout, opt: Options) -> GroupedGemmTerm:
+def term_grouped_gemm(model, cluster, layout: Layout, options: Options) -> GroupedGemmTerm:
     """What the grouped expert GEMMs cost beyond the compute term's pricing of the routed MLP as
     one dense MLP of width K·f: a rank holding E/ep experts (each split over ETP,
     :func:`expert_grid`) reads every local expert's weights in each GEMM pass (forward, twice
@@ -149,24 +151,30 @@ def term_grouped_gemm(m_, cl, lay: Layout, opt: Options) -> GroupedGemmTerm:
     Equivalently, the expert GEMMs run at :func:`grouped_gemm_efficiency` of r routed rows per
     local expert, r = K·T·load·ep/E (Megatron-Core's ``GroupedMLP``; DeepSeek-AI 2024 §3.3's
     grouped GEMMs; the rows are not padded to the kernel's tile, an approximation)."""
-    if not m_.moe:
+    if not model.moe:
         return GroupedGemmTerm(0.0, 0.0, 1.0)
-    etp = expert_grid(lay)[0]
-    e_local = m_.experts // lay.ep
-    if lay.ep > 1:  # a rank's K·T rows, gathered from the ep ranks, over its E/ep experts
-        rows = m_.top_k * routed_tokens(m_, lay) * moe_load(m_, lay, opt) * lay.ep / m_.experts
+    etp = expert_grid(layout)[0]
+    e_local = model.experts // layout.ep
+    if layout.ep > 1:  # a rank's K·T rows, gathered from the ep ranks, over its E/ep experts
+        rows = (
+            model.top_k
+            * routed_tokens(model, layout)
+            * moe_load(model, layout, options)
+            * layout.ep
+            / model.experts
+        )
     else:  # every TP rank runs all b·s/cp tokens through its slice of every expert
-        rows = m_.top_k * lay.micro_batch * (m_.seq // lay.cp) / m_.experts
-    one = m_.mlp_matrices * m_.hidden * m_.ffn_width  # one expert's weights
-    extra = max(0.0, e_local * one / etp - m_.top_k * one / lay.tp)
-    b = 1 if opt.fp8 else 2
-    per_layer = (_passes(lay) + 2) * b * extra / cl.gpu.hbm_bandwidth
-    eff = grouped_gemm_efficiency(rows, cl.gpu, bool(opt.fp8))
-    return GroupedGemmTerm(moe_layers(m_, lay) * per_layer, rows, eff)
+        rows = model.top_k * layout.micro_batch * (model.seq // layout.cp) / model.experts
+    one = model.mlp_matrices * model.hidden * model.ffn_width  # one expert's weights
+    extra = max(0.0, e_local * one / etp - model.top_k * one / layout.tp)
+    b = 1 if options.fp8 else 2
+    per_layer = (_passes(layout) + 2) * b * extra / cluster.gpu.hbm_bandwidth
+    eff = grouped_gemm_efficiency(rows, cluster.gpu, bool(options.fp8))
+    return GroupedGemmTerm(moe_layers(model, layout) * per_layer, rows, eff)
 
 
-def term_ep_overlap(m_, cl, lay: Layout, opt: Options, ep) -> float:
-    """What overlapping the all-to-alls with compute costs (``opt.ep_overlap``: Megatron-Core's
+def term_ep_overlap(model, cluster, layout: Layout, options: Options, ep) -> float:
+    """What overlapping the all-to-alls with compute costs (``options.ep_overlap``: Megatron-Core's
     ``--overlap-moe-expert-parallel-comm``, which pairs one micro-batch's forward with
     another's backward, and DeepSeek-V3's DualPipe, which does the same inside its
     bidirectional schedule, DeepSeek-AI 2024 §3.2.1): the dispatch and combine kernels hold
@@ -174,10 +182,10 @@ def term_ep_overlap(m_, cl, lay: Layout, opt: Options, ep) -> float:
     share of the GPU for as long as they last: ``ep.hidden`` × EP_COMM_SMS/SMs (the hidden
     all-to-all seconds of :func:`~minipar.cost.planner.communication_terms.term_ep`). DualPipe's
     own bubble and its second copy of the weights are :func:`dualpipe_bubble` and
-    :func:`term_dualpipe` (``opt.dualpipe``)."""
-    if not opt.ep_overlap:
+    :func:`term_dualpipe` (``options.dualpipe``)."""
+    if not options.ep_overlap:
         return 0.0
-    return ep.hidden * min(1.0, EP_COMM_SMS / cl.gpu.sms)
+    return ep.hidden * min(1.0, EP_COMM_SMS / cluster.gpu.sms)
 
 
 DUALPIPE_W = 1 / 3
@@ -186,7 +194,7 @@ stage (F + B): the backward runs two GEMMs per forward GEMM (B = 2F) and W is it
 half (W = F), so W = (F + B)/3. A ratio of FLOPs, not a measurement of DualPipe's chunks."""
 
 
-def dualpipe_bubble(lay: Layout) -> tuple[float, float]:
+def dualpipe_bubble(layout: Layout) -> tuple[float, float]:
     """(relative to the ideal time, fraction of the step) of DualPipe's bubble, in place of
     :func:`~minipar.cost.planner.layout.term_bubble`'s 1F1B (p − 1)(F + B): DeepSeek-AI 2024,
     "DeepSeek-V3 Technical Report", §3.2.1 Table 2, (p/2 − 1)(F&B + B − 3W), F, B and W one
@@ -196,24 +204,26 @@ def dualpipe_bubble(lay: Layout) -> tuple[float, float]:
     m micro-batches, r = (p/2 − 1)·(2/3)/m, and r/(1 + r) of the step. DualPipe feeds
     micro-batches from both ends of the pipeline and needs p and m even (ibid.), and v = 1 here
     (its chunks are not the interleaved schedule's)."""
-    p, m = lay.pp, lay.microbatches
-    if lay.chunks != 1 or p % 2 or m % 2:
+    p, m = layout.pp, layout.microbatches
+    if layout.chunks != 1 or p % 2 or m % 2:
         raise ValueError(
-            f"DualPipe needs p ({p}) and microbatches m ({m}) even and v ({lay.chunks}) = 1"
+            f"DualPipe needs p ({p}) and microbatches m ({m}) even and v ({layout.chunks}) = 1"
         )
     fb, b, w = 1.0, 2 * DUALPIPE_W, DUALPIPE_W  # F&B = F + B = 1 slot; B = 2F = 2W
     r = (p / 2 - 1) * (fb + b - 3 * w) / m
     return r, r / (1 + r)
 
 
-def term_dualpipe(m_, cl, lay: Layout, opt: Options, states, fp8_weights, activations) -> float:
-    """DualPipe's extra memory (``opt.dualpipe``): each rank holds two stages, one per
+def term_dualpipe(
+    model, cluster, layout: Layout, options: Options, states, fp8_weights, activations
+) -> float:
+    """DualPipe's extra memory (``options.dualpipe``): each rank holds two stages, one per
     direction, so a second copy of its model states (the stage's weights, gradients and
     optimizer states, and its FP8 weight copies: Table 2's parameters 2×, an upper bound where
     the two copies' optimizer states could be shared) and 1/p more activations (Table 2's
     activations p + 1 against 1F1B's p) (DeepSeek-AI 2024, "DeepSeek-V3 Technical Report",
     §3.2.1; :func:`dualpipe_bubble`). Checks the schedule's rules (:func:`dualpipe_bubble`)."""
-    if not opt.dualpipe:
+    if not options.dualpipe:
         return 0.0
-    dualpipe_bubble(lay)
-    return states + fp8_weights + activations / lay.pp
+    dualpipe_bubble(layout)
+    return states + fp8_weights + activations / layout.pp

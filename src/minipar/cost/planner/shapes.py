@@ -21,17 +21,17 @@ class StageParams(NamedTuple):
     expert: float  # the stage's experts ÷ ep
 
 
-def stage_params(m_, lay: Layout) -> StageParams:
+def stage_params(model, layout: Layout) -> StageParams:
     """Narayanan et al. 2021 Eq. 2 per stage (:class:`~minipar.cost.planner.three_d.ModelShape`'s
     counts); Megatron keeps the whole V·h embedding (+ the s·h learned positions) on the first
     stage and a tied copy, or the untied output layer, on the last, split over t: with p = 1
     an untied model holds both. The fullest stage: the first (its layers and the embedding),
     or under the "units" split a middle one when its extra layer outweighs the embedding."""
-    mid, end = stage_layers(m_.layers, lay)
-    exp_layer = m_.expert_params_per_layer
-    dense_layer = m_.dense_params_per_layer
-    layer = dense_layer + exp_layer / lay.ep
-    emb = m_.embedding_params(both_ends=lay.pp == 1)
+    mid, end = stage_layers(model.layers, layout)
+    exp_layer = model.expert_params_per_layer
+    dense_layer = model.dense_params_per_layer
+    layer = dense_layer + exp_layer / layout.ep
+    emb = model.embedding_params(both_ends=layout.pp == 1)
     lp = end
     if mid * layer > end * layer + emb:
         lp, emb = mid, 0
@@ -41,24 +41,24 @@ def stage_params(m_, lay: Layout) -> StageParams:
         layer,
         lp * layer + emb,
         lp * dense_layer + emb,
-        lp * exp_layer / lay.ep,
+        lp * exp_layer / layout.ep,
     )
 
 
-def kv_width_per_rank(m_, t: int) -> int:
+def kv_width_per_rank(model, t: int) -> int:
     """Width of the K (or V) rows one TP rank holds: kv/t heads of h/a each, kv the model's
     key/value heads (a without GQA). Megatron-Core requires t to divide the key/value heads
     (``num_query_groups % tensor_model_parallel_size == 0``): it neither replicates nor splits
     a head, and :func:`minipar.cost.planner.three_d.check` refuses t > kv."""
-    kv = m_.kv_heads or m_.heads
-    return (m_.hidden // m_.heads) * -(-kv // t)
+    kv = model.kv_heads or model.heads
+    return (model.hidden // model.heads) * -(-kv // t)
 
 
-def layer_dense_gemms(m_, lay: Layout) -> list[tuple[int, int, int]]:
+def layer_dense_gemms(model, layout: Layout) -> list[tuple[int, int, int]]:
     """The dense (M, N, K) GEMMs of one layer on one of t ranks at the shape's own widths: QKV
     (b·s/cp, h/t + 2·kv_width_per_rank, h), the projection (·, h, h/t), the MLP's first
     (·, (matrices − 1)·K·f/t, h) and last (·, h, K·f/t), K the routed experts."""
-    t, h, bs = lay.tp, m_.hidden, lay.micro_batch * (m_.seq // lay.cp)
-    f = m_.top_k * m_.ffn_width // t
-    n_qkv = h // t + 2 * kv_width_per_rank(m_, t)
-    return [(bs, n_qkv, h), (bs, h, h // t), (bs, (m_.mlp_matrices - 1) * f, h), (bs, h, f)]
+    t, h, bs = layout.tp, model.hidden, layout.micro_batch * (model.seq // layout.cp)
+    f = model.top_k * model.ffn_width // t
+    n_qkv = h // t + 2 * kv_width_per_rank(model, t)
+    return [(bs, n_qkv, h), (bs, h, h // t), (bs, (model.mlp_matrices - 1) * f, h), (bs, h, f)]

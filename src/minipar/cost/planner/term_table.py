@@ -2,13 +2,14 @@
 (:func:`minipar.cost.planner.three_d_terms.breakdown`), the explorer's JavaScript (the generated block of
 ``widgets/three_d_model.js``), ``minipar plan``'s columns, the charts and the tests.
 
-Adding a term is one row here, one Python function ``term_<name>(m_, cl, lay, opt, *needs)`` in
-the module of its kind (:mod:`~minipar.cost.planner.compute_terms`,
+Adding a term is one row here, one Python function
+``term_<name>(model, cluster, layout, options, *needs)`` in the module of its kind
+(:mod:`~minipar.cost.planner.compute_terms`,
 :mod:`~minipar.cost.planner.communication_terms`, :mod:`~minipar.cost.planner.memory_terms`,
 :mod:`~minipar.cost.planner.moe_terms`, imported by :mod:`~minipar.cost.planner.three_d_terms`) and its JavaScript twin
-``term<Name>(model, cluster, lay, opt, ...needs)`` in ``widgets/three_d_model.js``; ``python -m
-minipar.cost.planner.term_table`` prints the JavaScript block to paste between its ``BEGIN
-TERMS`` and ``END TERMS`` lines (tests/test_cost_terms.py fails until it is there). A term
+``term<Name>(model, cluster, layout, options, ...needs)`` in ``widgets/three_d_model.js``;
+``python -m minipar.cost.planner.term_table`` prints the JavaScript block to paste between its
+``BEGIN TERMS`` and ``END TERMS`` lines (tests/test_cost_terms.py fails until it is there). A term
 returns its value (seconds or bytes), or a record (a ``NamedTuple``) whose first field,
 ``value``, is its value; a later term that needs its other fields lists it in ``needs`` and
 takes it as an argument of the same name.

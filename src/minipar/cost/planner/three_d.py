@@ -279,11 +279,11 @@ def precision_for(gpu_name: str) -> str:
     return "megatron" if gpu_name.split("*")[0] in ERA_FLASH_GPUS else "2021"
 
 
-def attention_for(m_: "ModelShape", gpu_name: str) -> str:
+def attention_for(model: "ModelShape", gpu_name: str) -> str:
     """The attention kernel a run uses: the shape's own, else "flash" on an H100/H200 and
     "unfused" otherwise (the 2021 A100 reproductions)."""
-    if m_.attention:
-        return m_.attention
+    if model.attention:
+        return model.attention
     return "flash" if gpu_name.split("*")[0] in ERA_FLASH_GPUS else "unfused"
 
 
@@ -440,15 +440,15 @@ class Space:
             )
 
 
-def _stage_counts(m_: ModelShape, space: Space) -> list[int]:
+def _stage_counts(model: ModelShape, space: Space) -> list[int]:
     """p to try: the fixed one, else the divisors of L and, for the "units" split, of L + 2
     (Llama 3 405B's 126 layers + embedding + head on 16 stages)."""
     if space.pp:
         return [space.pp]
-    even = _divisors(m_.layers)
+    even = _divisors(model.layers)
     if space.split == "even":
         return even
-    return sorted(set(even) | {p for p in _divisors(m_.layers + 2) if 1 < p <= m_.layers})
+    return sorted(set(even) | {p for p in _divisors(model.layers + 2) if 1 < p <= model.layers})
 
 
 SCHEDULES = ("1f1b", "interleaved")
@@ -457,7 +457,7 @@ interleaved 1F1B (v > 1 model chunks per stage, §2.2.2). The zero-bubble schedu
 chapter teaches (ZB-H1) split the backward into two passes, which this model does not price."""
 
 
-def chunk_counts(m_: ModelShape, space: Space, p: int, m: int, split: str) -> list[int]:
+def chunk_counts(model: ModelShape, space: Space, p: int, m: int, split: str) -> list[int]:
     """v to try for p stages and m micro-batches: 1 and every v > 1 the split allows, L (even)
     or L + 2 ("units") divisible by p·v, so every chunk has the same count of layers (v up to
     the layers per stage), when m ≥ p (Llama 3's flexible schedule, Llama Team 2024 §3.3.2:
@@ -465,7 +465,7 @@ def chunk_counts(m_: ModelShape, space: Space, p: int, m: int, split: str) -> li
     ``space.schedule`` and fixed by ``space.chunks``."""
     if space.chunks:
         return [space.chunks]
-    units = m_.layers + 2 if split == "units" else m_.layers
+    units = model.layers + 2 if split == "units" else model.layers
     top = space.max_chunks or units
     inter = []
     if p > 1 and m >= p and units % p == 0:
@@ -473,8 +473,8 @@ def chunk_counts(m_: ModelShape, space: Space, p: int, m: int, split: str) -> li
     return {"1f1b": [1], "interleaved": inter}.get(space.schedule, [1, *inter])
 
 
-def _split_for(m_: ModelShape, space: Space, p: int) -> str:
-    return space.split or ("even" if m_.layers % p == 0 else "units")
+def _split_for(model: ModelShape, space: Space, p: int) -> str:
+    return space.split or ("even" if model.layers % p == 0 else "units")
 
 
 def _as_options(options) -> Options:
@@ -486,26 +486,28 @@ def _as_options(options) -> Options:
     return options
 
 
-def plan_options(m_: ModelShape, cl: Cluster, options: Options | None = None) -> Options:
+def plan_options(model: ModelShape, cluster: Cluster, options: Options | None = None) -> Options:
     """``options`` with every default decided, once: the attention kernel (the shape's, else the
     GPU's era, :func:`attention_for`), the precision recipe (:func:`precision_for`), then the
     recipe's reduction bytes and headroom (:meth:`Options.resolved`)."""
     if options is not None and options.fp8 == "mxfp8":  # Blackwell only
-        check_fp8_gpu(cl.gpu, options.fp8)
+        check_fp8_gpu(cluster.gpu, options.fp8)
     return (options or Options()).resolved(
-        attention_for(m_, cl.gpu.name), precision_for(cl.gpu.name)
+        attention_for(model, cluster.gpu.name), precision_for(cluster.gpu.name)
     )
 
 
-def model_flops(m_: ModelShape, global_batch: int, recompute: str) -> tuple[float, float]:
+def model_flops(model: ModelShape, global_batch: int, recompute: str) -> tuple[float, float]:
     """(model FLOPs, hardware FLOPs) of one step: Narayanan et al. 2021 Eq. 3 without and with
     the recomputation, plus the active MLP and GQA's narrower K and V against Eq. 3's 16h² MLP
     and 6h² QKV (forward ×3 for fwd + bwd, ×4 with full recomputation)."""
-    L, h, s, V = m_.layers, m_.hidden, m_.seq, m_.vocab
+    L, h, s, V = model.layers, model.hidden, model.seq, model.vocab
     mf = flops_per_iteration(global_batch, s, L, h, V, "none")
     hw = flops_per_iteration(global_batch, s, L, h, V, recompute)
     per_token = (
-        m_.top_k * m_.mlp_matrices * m_.ffn_width * h - 8 * h * h + 2 * h * (m_.kv_width - h)
+        model.top_k * model.mlp_matrices * model.ffn_width * h
+        - 8 * h * h
+        + 2 * h * (model.kv_width - h)
     )
     extra = 2 * L * global_batch * s * per_token
     return mf + 3 * extra, hw + (4 if recompute == "full" else 3) * extra
@@ -517,7 +519,9 @@ def _divisors(n: int) -> list[int]:
     return small + [n // k for k in reversed(small) if k * k != n]
 
 
-def evaluate(m_: ModelShape, cl: Cluster, layout: Layout, options: Options | None = None) -> Config:
+def evaluate(
+    model: ModelShape, cluster: Cluster, layout: Layout, options: Options | None = None
+) -> Config:
     """Predicted memory and step time of one :class:`Layout` under ``options`` (an
     :class:`~minipar.cost.planner.three_d_terms.Options`; ``None``: every default) (see the
     module docstring for the model): the named terms of :func:`terms`, held by a
@@ -531,49 +535,55 @@ def evaluate(m_: ModelShape, cl: Cluster, layout: Layout, options: Options | Non
     """
     if not isinstance(layout, Layout):
         raise TypeError(f"layout ({layout!r}) must be a Layout")
-    br = terms(m_, cl, layout, options)
+    br = terms(model, cluster, layout, options)
     step = br.step_seconds
     n = layout.tp * layout.cp * layout.pp * layout.dp
-    mf, hw = model_flops(m_, layout.global_batch, layout.recompute)
-    return Config(layout, br, mf / (step * n * cl.peak), hw / (step * n * cl.peak))
+    mf, hw = model_flops(model, layout.global_batch, layout.recompute)
+    return Config(layout, br, mf / (step * n * cluster.peak), hw / (step * n * cluster.peak))
 
 
 def terms(
-    m_: ModelShape, cl: Cluster, lay: Layout, options: Options | None = None
+    model: ModelShape, cluster: Cluster, layout: Layout, options: Options | None = None
 ) -> StepBreakdown:
     """The named terms of one layout (:func:`minipar.cost.planner.three_d_terms.breakdown`), after
     :func:`check` and the options' own rules, every default decided by :func:`plan_options`."""
-    check(m_, cl, lay)
-    return breakdown(m_, cl, lay, plan_options(m_, cl, _as_options(options)))
+    check(model, cluster, layout)
+    return breakdown(model, cluster, layout, plan_options(model, cluster, _as_options(options)))
 
 
-def _check_stages(m_: ModelShape, lay: Layout) -> None:
+def _check_stages(model: ModelShape, layout: Layout) -> None:
     """The split's rules (:data:`~minipar.cost.planner.three_d_terms.SPLITS`) and the cost
     model's layout rules (:func:`minipar.cost.planner.breakdown.check_layout`)."""
-    p, v = lay.pp, lay.chunks
-    if lay.split not in SPLITS:
-        raise ValueError(f"split ({lay.split!r}) must be one of {', '.join(SPLITS)}")
-    uneven = lay.split == "units"
+    p, v = layout.pp, layout.chunks
+    if layout.split not in SPLITS:
+        raise ValueError(f"split ({layout.split!r}) must be one of {', '.join(SPLITS)}")
+    uneven = layout.split == "units"
     check_layout(
-        m_.layers, m_.hidden, m_.heads, d=lay.dp, t=lay.tp, p=1 if uneven else p, zero=lay.zero
+        model.layers,
+        model.hidden,
+        model.heads,
+        d=layout.dp,
+        t=layout.tp,
+        p=1 if uneven else p,
+        zero=layout.zero,
     )
-    if uneven and (not 1 <= p <= m_.layers or (v > 1 and (m_.layers + 2) % (p * v))):
+    if uneven and (not 1 <= p <= model.layers or (v > 1 and (model.layers + 2) % (p * v))):
         raise ValueError(
-            f"uneven stages (split units) need p ({p}) in [1, layers ({m_.layers})] and, "
-            f"interleaved, layers + 2 ({m_.layers + 2}) divisible by p·v ({p}·{v})"
+            f"uneven stages (split units) need p ({p}) in [1, layers ({model.layers})] and, "
+            f"interleaved, layers + 2 ({model.layers + 2}) divisible by p·v ({p}·{v})"
         )
-    if not uneven and m_.layers % (p * v):
-        raise ValueError(f"layers ({m_.layers}) must be divisible by p·v ({p}·{v})")
+    if not uneven and model.layers % (p * v):
+        raise ValueError(f"layers ({model.layers}) must be divisible by p·v ({p}·{v})")
 
 
-def check(m_: ModelShape, cl: Cluster, lay: Layout) -> None:
+def check(model: ModelShape, cluster: Cluster, layout: Layout) -> None:
     """Raise ``ValueError`` naming the first rule the layout breaks: the cost model's layout
     rules (:func:`minipar.cost.planner.breakdown.check_layout`), then the planner's own."""
-    t, p, d, b, v = lay.tp, lay.pp, lay.dp, lay.micro_batch, lay.chunks
-    zero, cp, ep, global_batch = lay.zero, lay.cp, lay.ep, lay.global_batch
-    m_.check()
-    _check_stages(m_, lay)
-    kv = m_.kv_heads or m_.heads
+    t, p, d, b, v = layout.tp, layout.pp, layout.dp, layout.micro_batch, layout.chunks
+    zero, cp, ep, global_batch = layout.zero, layout.cp, layout.ep, layout.global_batch
+    model.check()
+    _check_stages(model, layout)
+    kv = model.kv_heads or model.heads
     if kv % t:
         raise ValueError(
             f"kv heads ({kv}) must be divisible by t ({t}): Megatron-Core splits the key/value "
@@ -581,22 +591,22 @@ def check(m_: ModelShape, cl: Cluster, lay: Layout) -> None:
         )
     if not (isinstance(cp, int) and cp >= 1 and isinstance(ep, int) and ep >= 1):
         raise ValueError(f"cp ({cp}) and ep ({ep}) must be integers >= 1")
-    if m_.seq % (2 * cp if cp > 1 else 1):
-        raise ValueError(f"seq ({m_.seq}) must be divisible by 2·cp ({2 * cp}): zigzag chunks")
-    if ep > 1 and (not m_.moe or m_.experts % ep):
-        raise ValueError(f"ep ({ep}) needs an MoE model whose experts ({m_.experts}) it divides")
+    if model.seq % (2 * cp if cp > 1 else 1):
+        raise ValueError(f"seq ({model.seq}) must be divisible by 2·cp ({2 * cp}): zigzag chunks")
+    if ep > 1 and (not model.moe or model.experts % ep):
+        raise ValueError(f"ep ({ep}) needs an MoE model whose experts ({model.experts}) it divides")
     if ep > 1:  # MoE parallel folding
         folded_expert_dp(t, cp, d, ep)
-    if m_.moe and t > 1 and not lay.sp:
+    if model.moe and t > 1 and not layout.sp:
         raise ValueError(
             f"an MoE model with t ({t}) > 1 needs sequence parallelism (Megatron-Core), got sp "
             "False"
         )
-    if t * cp * p * d != cl.gpus:
+    if t * cp * p * d != cluster.gpus:
         raise ValueError(
-            f"gpus ({cl.gpus}) must equal t·cp·p·d ({t}·{cp}·{p}·{d})"
+            f"gpus ({cluster.gpus}) must equal t·cp·p·d ({t}·{cp}·{p}·{d})"
             if cp > 1
-            else f"gpus ({cl.gpus}) must equal t·p·d ({t}·{p}·{d})"
+            else f"gpus ({cluster.gpus}) must equal t·p·d ({t}·{p}·{d})"
         )
     if global_batch % (d * b):
         raise ValueError(f"global batch ({global_batch}) must be divisible by d·b ({d}·{b})")
@@ -617,48 +627,50 @@ def _powers(fixed: int | None, top: int) -> list[int]:
     return [fixed] if fixed else [1 << k for k in range(top.bit_length())]
 
 
-def ep_limit(m_: ModelShape, space: Space) -> int:
+def ep_limit(model: ModelShape, space: Space) -> int:
     """The largest ep :func:`search` tries: ``space.max_ep`` when given, else the experts of an
     MoE model (every expert on its own rank at most: DeepSeek-V3 trained with EP 64 over its 256,
     DeepSeek-AI 2024 §3.2), 1 for a dense model."""
     if space.max_ep is not None:
         return space.max_ep
-    return m_.experts if m_.moe else 1
+    return model.experts if model.moe else 1
 
 
-def _ep_fits(m_: ModelShape, e: int, t: int, cp_: int, d: int) -> bool:
+def _ep_fits(model: ModelShape, e: int, t: int, cp_: int, d: int) -> bool:
     """ep = ``e`` divides the experts and the t·cp·d ranks of a stage it folds over (MoE
     parallel folding, :func:`~minipar.cost.chapters.expert_parallel.folded_expert_dp`)."""
-    return m_.experts % e == 0 and (t * cp_ * d) % e == 0
+    return model.experts % e == 0 and (t * cp_ * d) % e == 0
 
 
-def _candidates(m_: ModelShape, cl: Cluster, global_batch: int, space: Space, refused: list):
+def _candidates(
+    model: ModelShape, cluster: Cluster, global_batch: int, space: Space, refused: list
+):
     """(t, cp, ep, p, d, b) of ``space`` that divide the GPUs and the batch; the rule and the
     values of each one left out go to ``refused``. A searched ep (``space.ep`` None) that does
     not fold onto the grid (:func:`_ep_fits`) is skipped without a refusal: the default search
     of an MoE model tries every power of two up to its experts (:func:`ep_limit`)."""
     sp = space
-    kv = m_.kv_heads or m_.heads  # t divides the heads and the key/value heads
-    within_node = [k for k in _divisors(math.gcd(m_.heads, kv)) if k <= cl.gpus_per_node]
+    kv = model.kv_heads or model.heads  # t divides the heads and the key/value heads
+    within_node = [k for k in _divisors(math.gcd(model.heads, kv)) if k <= cluster.gpus_per_node]
     ts = [sp.tp] if sp.tp else within_node
-    ps = _stage_counts(m_, sp)
+    ps = _stage_counts(model, sp)
     for t, cp_, ep_, p in (
         (t, c, e, p)
         for t in ts
         for c in _powers(sp.cp, sp.max_cp)
-        for e in _powers(sp.ep, ep_limit(m_, sp))
+        for e in _powers(sp.ep, ep_limit(model, sp))
         for p in ps
     ):
-        if ep_ > 1 and not m_.moe:
+        if ep_ > 1 and not model.moe:
             continue
-        if cl.gpus % (t * cp_ * p):
-            refused.append(f"t·cp·p ({t * cp_ * p}) must divide the GPUs ({cl.gpus})")
+        if cluster.gpus % (t * cp_ * p):
+            refused.append(f"t·cp·p ({t * cp_ * p}) must divide the GPUs ({cluster.gpus})")
             continue
-        d = cl.gpus // (t * cp_ * p)
-        if ep_ > 1 and not sp.ep and not _ep_fits(m_, ep_, t, cp_, d):
+        d = cluster.gpus // (t * cp_ * p)
+        if ep_ > 1 and not sp.ep and not _ep_fits(model, ep_, t, cp_, d):
             continue
         if sp.dp and d != sp.dp:
-            refused.append(f"t·cp·p·d ({t * cp_ * p * sp.dp}) must equal the GPUs ({cl.gpus})")
+            refused.append(f"t·cp·p·d ({t * cp_ * p * sp.dp}) must equal the GPUs ({cluster.gpus})")
             continue
         if global_batch % d:
             refused.append(f"d ({d}) must divide the global batch ({global_batch})")
@@ -673,8 +685,8 @@ def _candidates(m_: ModelShape, cl: Cluster, global_batch: int, space: Space, re
 
 
 def search(
-    m_: ModelShape,
-    cl: Cluster,
+    model: ModelShape,
+    cluster: Cluster,
     global_batch: int,
     space: Space | None = None,
     options: Options | None = None,
@@ -694,24 +706,24 @@ def search(
     """
     refused = refusals if refusals is not None else []
     space = space or Space()
-    opt = plan_options(m_, cl, _as_options(options))  # its rules and defaults, once
+    options = plan_options(model, cluster, _as_options(options))  # its rules and defaults, once
     out: list[Config] = []
-    for t, cp_, ep_, p, d, b in list(_candidates(m_, cl, global_batch, space, refused)):
+    for t, cp_, ep_, p, d, b in list(_candidates(model, cluster, global_batch, space, refused)):
         m = global_batch // (d * b)
-        split = _split_for(m_, space, p)
-        vs = chunk_counts(m_, space, p, m, split)
+        split = _split_for(model, space, p)
+        vs = chunk_counts(model, space, p, m, split)
         zs = list(ZERO_STAGES) if p == 1 else [0, 1, 3]  # ZeRO-2 needs p = 1
         zs = [space.zero] if space.zero is not None else [0] if d == 1 else zs
         for v, rc, sp, z in (
             (v, rc, sp, z)
             for v in vs
             for rc in ([space.recompute] if space.recompute else RECOMPUTE)
-            for sp in ((True,) if m_.moe and t > 1 else (False, True) if t > 1 else (False,))
+            for sp in ((True,) if model.moe and t > 1 else (False, True) if t > 1 else (False,))
             for z in zs
         ):
-            lay = Layout(global_batch, t, p, d, b, v, rc, sp, z, cp_, ep_, split)
+            layout = Layout(global_batch, t, p, d, b, v, rc, sp, z, cp_, ep_, split)
             try:
-                out.append(evaluate(m_, cl, lay, opt))
+                out.append(evaluate(model, cluster, layout, options))
             except ValueError as e:
                 refused.append(str(e))
     out.sort(key=lambda c: (not c.fits, c.step_seconds, c.bytes_per_gpu))
@@ -719,8 +731,8 @@ def search(
 
 
 def why_nothing_fits(
-    m_: ModelShape,
-    cl: Cluster,
+    model: ModelShape,
+    cluster: Cluster,
     configs: Iterable[Config],
     refusals: Iterable[str] = (),
     options: Options | str | None = None,
@@ -731,21 +743,21 @@ def why_nothing_fits(
     precision recipe's name; default: the GPU's era)."""
     if not isinstance(options, Options):
         options = Options(precision=options)
-    opt = plan_options(m_, cl, options)
-    floor = states_floor(m_, cl, opt)
+    options = plan_options(model, cluster, options)
+    floor = states_floor(model, cluster, options)
     if floor is not None:
         return floor
     configs = list(configs)
     if not configs:
         return "no layout is valid: " + (
-            "; ".join(_causes(refusals)) or f"no t divides the heads ({m_.heads}) within a node"
+            "; ".join(_causes(refusals)) or f"no t divides the heads ({model.heads}) within a node"
         )
     best = min(configs, key=lambda c: c.bytes_per_gpu)
     return (
         f"smallest layout (t={best.tp}, p={best.pp}, d={best.dp}, b={best.micro_batch}, "
         f"{best.recompute} recomputation, ZeRO-{best.zero}) needs "
         f"{best.bytes_per_gpu / 2**30:.1f} GiB per GPU, more than the "
-        f"{_limit_words(cl, opt)}"
+        f"{_limit_words(cluster, options)}"
     )
 
 
@@ -764,53 +776,59 @@ def _causes(refusals: Iterable[str]) -> list[str]:
     return [r for r, n in ranked if n == ranked[0][1]]
 
 
-def _limit_words(cl: Cluster, opt: Options) -> str:
-    cap = cl.gpu.memory_bytes
+def _limit_words(cluster: Cluster, options: Options) -> str:
+    cap = cluster.gpu.memory_bytes
     return (
-        f"{cap * (1 - opt.headroom) / 2**30:.3g} GiB limit ({cap / 2**30:.0f} GiB of one "
-        f"{cl.gpu.name} less {100 * opt.headroom:.6g} % headroom)"
+        f"{cap * (1 - options.headroom) / 2**30:.3g} GiB limit ({cap / 2**30:.0f} GiB of one "
+        f"{cluster.gpu.name} less {100 * options.headroom:.6g} % headroom)"
     )
 
 
-def states_floor(m_: ModelShape, cl: Cluster, opt: Options) -> str | None:
+def states_floor(model: ModelShape, cluster: Cluster, options: Options) -> str | None:
     """Why the model states alone cannot fit even sharded over every GPU (ZeRO-3 over N, the
     recipe's bytes per parameter) within the limit after the headroom, or ``None``: a check
     from the parameter count alone, before any layout is searched."""
-    rc = opt.recipe
+    rc = options.recipe
     per = rc.weight_bytes + rc.grad_bytes + rc.optimizer_bytes
-    floor = per * m_.params / cl.gpus
-    if floor <= cl.gpu.memory_bytes * (1 - opt.headroom):
+    floor = per * model.params / cluster.gpus
+    if floor <= cluster.gpu.memory_bytes * (1 - options.headroom):
         return None
     return (
-        f"model states alone need {per:g} B × {m_.params / 1e9:.4g} B params / {cl.gpus} GPUs "
-        f"= {floor / 2**30:.4g} GiB per GPU even fully sharded, more than the "
-        f"{_limit_words(cl, opt)}"
+        f"model states alone need {per:g} B × {model.params / 1e9:.4g} B params / "
+        f"{cluster.gpus} GPUs = {floor / 2**30:.4g} GiB per GPU even fully sharded, more than the "
+        f"{_limit_words(cluster, options)}"
     )
 
 
-def preflight(m_: ModelShape, cl: Cluster, global_batch: int, space: Space, opt: Options) -> None:
+def preflight(
+    model: ModelShape, cluster: Cluster, global_batch: int, space: Space, options: Options
+) -> None:
     """Raise ``ValueError`` with the rule and its values when no layout of ``space`` can exist,
     before the search: the model states against memory (:func:`states_floor`), then which
     divisibility rule every candidate breaks, the first one that none passes: t·cp·p dividing
     the GPUs, then d = N/(t·cp·p) dividing the global batch B, then b·d dividing B."""
-    floor = states_floor(m_, cl, opt)
+    floor = states_floor(model, cluster, options)
     if floor:
         raise ValueError(floor)
     refused: list[str] = []
-    if next(_candidates(m_, cl, global_batch, space, refused), None) is not None:
+    if next(_candidates(model, cluster, global_batch, space, refused), None) is not None:
         return
     if len(set(refused)) == 1:  # one rule, with its values
         raise ValueError(refused[0])
-    ts = [space.tp] if space.tp else [k for k in _divisors(m_.heads) if k <= cl.gpus_per_node]
-    ps = _stage_counts(m_, space)
+    ts = (
+        [space.tp]
+        if space.tp
+        else [k for k in _divisors(model.heads) if k <= cluster.gpus_per_node]
+    )
+    ps = _stage_counts(model, space)
     cps = _powers(space.cp, space.max_cp)
-    tcps = {t * c * p for t in ts for c in cps for p in ps if cl.gpus % (t * c * p) == 0}
-    ds = sorted(d for d in {cl.gpus // n for n in tcps} if not space.dp or d == space.dp)
+    tcps = {t * c * p for t in ts for c in cps for p in ps if cluster.gpus % (t * c * p) == 0}
+    ds = sorted(d for d in {cluster.gpus // n for n in tcps} if not space.dp or d == space.dp)
     if not ds:
         raise ValueError(
-            f"no t·cp·p divides the GPUs ({cl.gpus}): t from {_short_list(ts)} (dividing the heads "
-            f"{m_.heads}, at most {cl.gpus_per_node} per node), p from {_short_list(ps)} (dividing the "
-            f"layers {m_.layers})"
+            f"no t·cp·p divides the GPUs ({cluster.gpus}): t from {_short_list(ts)} (dividing the "
+            f"heads {model.heads}, at most {cluster.gpus_per_node} per node), p from "
+            f"{_short_list(ps)} (dividing the layers {model.layers})"
         )
     ok = [d for d in ds if global_batch % d == 0]
     if not ok:
@@ -838,16 +856,18 @@ SENSITIVITY_KNOBS = ("gemm_efficiency", "flash_efficiency", "alpha", "inter_band
 bandwidth and the memory kept free."""
 
 
-def _perturbed(cl: Cluster, opt: Options, knob: str, f: float) -> tuple[Cluster, Options]:
-    g = cl.gpu
+def _perturbed(cluster: Cluster, options: Options, knob: str, f: float) -> tuple[Cluster, Options]:
+    g = cluster.gpu
     if knob in ("gemm_efficiency", "flash_efficiency"):  # fractions of the peak, at most 1
-        return replace(cl, gpu=replace(g, **{knob: min(1.0, getattr(g, knob) * f)})), opt
+        return replace(cluster, gpu=replace(g, **{knob: min(1.0, getattr(g, knob) * f)})), options
     if knob == "alpha":
-        intra, inter = (replace(lk, alpha=lk.alpha * f) for lk in (cl.intra, cl.inter))
-        return replace(cl, intra=intra, inter=inter), opt
+        intra, inter = (replace(lk, alpha=lk.alpha * f) for lk in (cluster.intra, cluster.inter))
+        return replace(cluster, intra=intra, inter=inter), options
     if knob == "inter_bandwidth":
-        return replace(cl, inter=replace(cl.inter, bandwidth=cl.inter.bandwidth * f)), opt
-    return cl, replace(opt, headroom=min(0.99, opt.headroom * f))
+        return replace(
+            cluster, inter=replace(cluster.inter, bandwidth=cluster.inter.bandwidth * f)
+        ), options
+    return cluster, replace(options, headroom=min(0.99, options.headroom * f))
 
 
 def _layout_values(c: Config) -> tuple:
@@ -855,8 +875,8 @@ def _layout_values(c: Config) -> tuple:
 
 
 def sensitivity(
-    m_: ModelShape,
-    cl: Cluster,
+    model: ModelShape,
+    cluster: Cluster,
     global_batch: int,
     space: Space,
     options: Options,
@@ -865,17 +885,17 @@ def sensitivity(
     """How the plan moves when each of :data:`SENSITIVITY_KNOBS` is ``change`` lower and higher:
     the best layout's step time and MFU under the changed constant, and the layout the search
     then ranks first (``same``: it is still the best). What a reader sees decide a choice."""
-    opt = plan_options(m_, cl, options)
-    fitting = [c for c in search(m_, cl, global_batch, space, opt) if c.fits]
+    options = plan_options(model, cluster, options)
+    fitting = [c for c in search(model, cluster, global_batch, space, options) if c.fits]
     if not fitting:
         return []
     best = fitting[0]
     rows = []
     for knob in SENSITIVITY_KNOBS:
         for f in (1 - change, 1 + change):
-            cl2, opt2 = _perturbed(cl, opt, knob, f)
-            same = evaluate(m_, cl2, best.layout, opt2)
-            ranked = [c for c in search(m_, cl2, global_batch, space, opt2) if c.fits]
+            cl2, opt2 = _perturbed(cluster, options, knob, f)
+            same = evaluate(model, cl2, best.layout, opt2)
+            ranked = [c for c in search(model, cl2, global_batch, space, opt2) if c.fits]
             top = ranked[0] if ranked else None
             rows.append(
                 {
@@ -991,8 +1011,8 @@ def cluster(
 
 
 def megatron_rule_layout(
-    m_: ModelShape,
-    cl: Cluster,
+    model: ModelShape,
+    cluster: Cluster,
     global_batch: int,
     micro_batch: int = 1,
     recompute: str = "full",
@@ -1000,12 +1020,16 @@ def megatron_rule_layout(
 ) -> Config | None:
     """Narayanan et al. 2021 §3.3's rule of thumb: t = GPUs per node (largest valid), then the
     smallest p that fits, then d = N/(t·p). ``None`` when no p fits."""
-    t = max(k for k in _divisors(m_.heads) if k <= cl.gpus_per_node and cl.gpus % k == 0)
-    for p in _divisors(m_.layers):
-        if cl.gpus % (t * p) or global_batch % ((cl.gpus // (t * p)) * micro_batch):
+    t = max(
+        k for k in _divisors(model.heads) if k <= cluster.gpus_per_node and cluster.gpus % k == 0
+    )
+    for p in _divisors(model.layers):
+        if cluster.gpus % (t * p) or global_batch % ((cluster.gpus // (t * p)) * micro_batch):
             continue
-        lay = Layout(global_batch, t, p, cl.gpus // (t * p), micro_batch, 1, recompute, zero=zero)
-        c = evaluate(m_, cl, lay)
+        layout = Layout(
+            global_batch, t, p, cluster.gpus // (t * p), micro_batch, 1, recompute, zero=zero
+        )
+        c = evaluate(model, cluster, layout)
         if c.fits:
             return c
     return None

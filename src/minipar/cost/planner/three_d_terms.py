@@ -2,10 +2,11 @@
 
 :func:`minipar.cost.planner.three_d.evaluate` calls :func:`breakdown`, which runs every term of
 the one table :data:`minipar.cost.planner.term_table.TERMS` in order,
-``term_<name>(m_, cl, lay, opt, *needs)``, each earlier result it ``needs`` passed as an
-argument of that name (a typed record: :class:`ComputeTerm`, :class:`Zero3Term`, ...); a
-``Config`` holds the resulting :class:`~minipar.cost.planner.breakdown.StepBreakdown`. The terms
-live by kind: :mod:`~minipar.cost.planner.layout` (the options and the layout),
+``term_<name>(model, cluster, layout, options, *needs)``, each earlier result it ``needs``
+passed as an argument of that name (a typed record: :class:`ComputeTerm`,
+:class:`Zero3Term`, ...); a ``Config`` holds the resulting
+:class:`~minipar.cost.planner.breakdown.StepBreakdown`. The terms live by kind:
+:mod:`~minipar.cost.planner.layout` (the options and the layout),
 :mod:`~minipar.cost.planner.shapes` (what one rank holds),
 :mod:`~minipar.cost.planner.compute_terms`, :mod:`~minipar.cost.planner.communication_terms`
 and :mod:`~minipar.cost.planner.memory_terms`; this module imports them all, so
@@ -192,26 +193,27 @@ def _term_value(result) -> float:
     return result if isinstance(result, (int, float)) else result[0]
 
 
-def breakdown(m_, cl, lay: Layout, opt: Options) -> StepBreakdown:
+def breakdown(model, cluster, layout: Layout, options: Options) -> StepBreakdown:
     """Every term of one (already checked) layout, kept apart: each row of
-    :data:`minipar.cost.planner.term_table.TERMS` in order, ``term_<name>(m_, cl, lay, opt,
-    *needs)`` with the results of the terms its row ``needs``, by name (the function is looked
-    up here, so a test may replace one)."""
+    :data:`minipar.cost.planner.term_table.TERMS` in order,
+    ``term_<name>(model, cluster, layout, options, *needs)`` with the results of the terms its
+    row ``needs``, by name (the function is looked up here, so a test may replace one)."""
     done: dict = {}
     module = globals()
     for term in TERMS:
         needs = (done[n] for n in term.needs)
-        done[term.name] = module[python_name(term.name)](m_, cl, lay, opt, *needs)
-    r, f = dualpipe_bubble(lay) if opt.dualpipe else term_bubble(lay)  # DualPipe's, or 1F1B's
+        done[term.name] = module[python_name(term.name)](model, cluster, layout, options, *needs)
+    # DualPipe's bubble, or 1F1B's
+    r, f = dualpipe_bubble(layout) if options.dualpipe else term_bubble(layout)
     link = {k: getattr(v, "link", "-") for k, v in done.items()}
     dp: DpTerm = done["dp_exposed"]
     edp: DpTerm = done["edp_exposed"]
     return StepBreakdown(
-        microbatches=lay.microbatches,
+        microbatches=layout.microbatches,
         bubble_relative=r,
         bubble_fraction=f,
-        memory_limit=cl.gpu.memory_bytes * (1 - opt.headroom),
-        margin_limit=cl.gpu.memory_bytes * (1 - opt.margin),
+        memory_limit=cluster.gpu.memory_bytes * (1 - options.headroom),
+        margin_limit=cluster.gpu.memory_bytes * (1 - options.margin),
         values={k: _term_value(v) for k, v in done.items()},
         dp=dp.total + edp.total,  # the dense and the experts' reductions
         tp_link=link["tp"],

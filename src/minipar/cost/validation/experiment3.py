@@ -128,9 +128,9 @@ def config_for(row: dict):
     m = planner.MODELS[modern._preset(row)]
     seq = row["seq_len"] or _config_value(row, "seq_len")
     m = replace(m, seq=seq) if seq != m.seq else m
-    cl = planner.cluster(row["gpus"], min(8, row["gpus"]), "H100-SXM")
+    cluster = planner.cluster(row["gpus"], min(8, row["gpus"]), "H100-SXM")
     for rc in recompute_tries(row):
-        c = planner.evaluate(m, cl, modern.layout_for(row, rc), options_for(row))
+        c = planner.evaluate(m, cluster, modern.layout_for(row, rc), options_for(row))
         if c.fits:
             break
     return m, c
@@ -327,11 +327,14 @@ def weight_cast_saving(row_id: str) -> float:
     (:func:`~minipar.cost.planner.compute_terms.weight_casts_per_microbatch`) on the slowest
     stage's layers, m − 1 of every m, stretched by the bubble as every slot term is."""
     row = {r["id"]: r for r in kept_rows()}[row_id]
-    m_, c = config_for(row)
-    cl = planner.cluster(row["gpus"], min(8, row["gpus"]), "H100-SXM")
-    opt = planner.plan_options(m_, cl, options_for(row))
-    lay, m = c.layout, c.layout.microbatches
-    once = weight_casts_per_microbatch(m_, cl, lay, opt) * stage_layers(m_.layers, lay)[0]
+    model, c = config_for(row)
+    cluster = planner.cluster(row["gpus"], min(8, row["gpus"]), "H100-SXM")
+    options = planner.plan_options(model, cluster, options_for(row))
+    layout, m = c.layout, c.layout.microbatches
+    once = (
+        weight_casts_per_microbatch(model, cluster, layout, options)
+        * stage_layers(model.layers, layout)[0]
+    )
     return once * (m - 1) * m * (1 + c.bubble_relative)
 
 
@@ -340,9 +343,14 @@ def tp_overlap_cost_seconds(row_id: str) -> float:
     (:func:`~minipar.cost.planner.communication_terms.tp_overlap_cost`: pieces and reserved SMs)
     adds to ``row_id``'s predicted step, on the slowest stage, stretched by the bubble."""
     row = {r["id"]: r for r in kept_rows()}[row_id]
-    m_, c = config_for(row)
-    cl = planner.cluster(row["gpus"], min(8, row["gpus"]), "H100-SXM")
-    opt = planner.plan_options(m_, cl, options_for(row))
-    lay = c.layout
-    per_layer = tp_overlap_cost(m_, cl, lay, opt)
-    return per_layer * stage_layers(m_.layers, lay)[0] * lay.microbatches * (1 + c.bubble_relative)
+    model, c = config_for(row)
+    cluster = planner.cluster(row["gpus"], min(8, row["gpus"]), "H100-SXM")
+    options = planner.plan_options(model, cluster, options_for(row))
+    layout = c.layout
+    per_layer = tp_overlap_cost(model, cluster, layout, options)
+    return (
+        per_layer
+        * stage_layers(model.layers, layout)[0]
+        * layout.microbatches
+        * (1 + c.bubble_relative)
+    )

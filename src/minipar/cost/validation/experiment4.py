@@ -135,10 +135,10 @@ def config_for(row: dict):
     the least that fits."""
     m = planner.MODELS[modern._preset(row)]
     m = replace(m, seq=_seq(row)) if _seq(row) != m.seq else m
-    cl = planner.cluster(row["gpus"], per_node(row), gpu_for(row))
+    cluster = planner.cluster(row["gpus"], per_node(row), gpu_for(row))
     tries = [row["recompute"]] if row.get("recompute") else ["none", "selective", "full"]
     for rc in tries:
-        c = planner.evaluate(m, cl, modern.layout_for(row, rc), options_for(row))
+        c = planner.evaluate(m, cluster, modern.layout_for(row, rc), options_for(row))
         if c.fits:
             break
     return m, c

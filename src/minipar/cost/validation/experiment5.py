@@ -163,10 +163,10 @@ def config_for(row: dict):
     if row["seq_len"] != m.seq:
         m = replace(m, seq=row["seq_len"])
     gpu = row["system"]
-    cl = planner.cluster(row["gpus"], gpus_per_node(gpu, row["gpus"]), gpu)
+    cluster = planner.cluster(row["gpus"], gpus_per_node(gpu, row["gpus"]), gpu)
     tries = [row["recompute"]] if row.get("recompute") else ["none", "selective", "full"]
     for rc in tries:
-        c = planner.evaluate(m, cl, layout_for(row, m, rc), options_for(row, gpu))
+        c = planner.evaluate(m, cluster, layout_for(row, m, rc), options_for(row, gpu))
         if c.fits:
             break
     return m, gpu, c

@@ -191,13 +191,13 @@ def _config(row: dict, gpu=None, tp_overlap: bool | None = None):
     m = planner.MODELS[_preset(row)]
     seq = _default(row, "seq_len")
     m = replace(m, seq=seq) if seq != m.seq else m
-    cl = planner.cluster(row["gpus"], min(8, row["gpus"]), gpu or gpu_for(row))
-    opt = options_for(row)
+    cluster = planner.cluster(row["gpus"], min(8, row["gpus"]), gpu or gpu_for(row))
+    options = options_for(row)
     if tp_overlap is not None:
-        opt = replace(opt, tp_overlap=tp_overlap)
+        options = replace(options, tp_overlap=tp_overlap)
     tries = [row["recompute"]] if row.get("recompute") else ["none", "selective", "full"]
     for rc in tries:
-        c = planner.evaluate(m, cl, layout_for(row, rc), opt)
+        c = planner.evaluate(m, cluster, layout_for(row, rc), options)
         if c.fits:
             break
     return m, c

@@ -159,8 +159,8 @@ def _ptd_p_runs() -> list[Run]:
 def _other_run(r: dict) -> Run:
     """A run of ``published_2021_other.json``: its model a preset's name or (L, h, a, s, V)."""
     shape = r["model"]
-    m_ = three_d.MODELS[shape] if isinstance(shape, str) else three_d.ModelShape(*shape)
-    return Run(**(r | {"model": m_, "layout": tuple(r["layout"])}))
+    model = three_d.MODELS[shape] if isinstance(shape, str) else three_d.ModelShape(*shape)
+    return Run(**(r | {"model": model, "layout": tuple(r["layout"])}))
 
 
 RUNS: list[Run] = _ptd_p_runs() + [_other_run(r) for r in _OTHER["runs"]]
@@ -173,15 +173,15 @@ def _evaluate(run: Run, b: int, **kw) -> three_d.Config:
     :func:`minipar.cost.planner.three_d.evaluate` (e.g. ``grad_reduce_bytes``)."""
     t, p, d = run.layout
     eta, rule, sb = (kw.pop(k, None) for k in ("eta", "gemm_rule", "score_bytes"))
-    cl = three_d.cluster(
+    cluster = three_d.cluster(
         run.gpus, 8, "A100-80GB", intra=run.intra, inter=run.inter, gemm_efficiency=eta
     )
     swap = {k: v for k, v in (("gemm_rule", rule), ("attention_score_bytes", sb)) if v is not None}
     if swap:
-        cl = replace(cl, gpu=replace(cl.gpu, **swap))
-    lay = three_d.Layout(run.batch, t, p, d, b, run.chunks, run.recompute, zero=run.zero)
+        cluster = replace(cluster, gpu=replace(cluster.gpu, **swap))
+    layout = three_d.Layout(run.batch, t, p, d, b, run.chunks, run.recompute, zero=run.zero)
     opts = Options(**(ERA_2021 | dict(dp_overlap=run.dp_overlap) | kw))
-    return three_d.evaluate(run.model, cl, lay, opts)
+    return three_d.evaluate(run.model, cluster, layout, opts)
 
 
 def planner_micro_batch(run: Run, max_micro_batch: int = PLANNER_MAX_MICRO_BATCH, **kw) -> int:
@@ -226,9 +226,9 @@ def predict(run: Run, micro_batch: str | int = "as run", *, interleaved: bool = 
             f"{', '.join(MICRO_BATCH_MODES)} or an integer >= 1"
         )
     c = _evaluate(run, b, **kw)
-    m_ = run.model
+    model = run.model
     flops = flops_per_iteration(
-        run.batch, m_.seq, run.flops_layers or m_.layers, m_.hidden, m_.vocab, "full"
+        run.batch, model.seq, run.flops_layers or model.layers, model.hidden, model.vocab, "full"
     )
     if run.published_step is not None:
         pub_step = run.published_step
@@ -463,10 +463,10 @@ ZERO3_PUBLISHED_DOUBLED = 1.7
 a fixed global batch (175B and 530B alike)."""
 
 
-def _tflops(m_: three_d.ModelShape, batch: int, gpus: int, step: float) -> float:
+def _tflops(model: three_d.ModelShape, batch: int, gpus: int, step: float) -> float:
     """TFLOP/s per GPU with the paper's FLOP count (Eq. 3, full recomputation)."""
     return (
-        flops_per_iteration(batch, m_.seq, m_.layers, m_.hidden, m_.vocab, "full")
+        flops_per_iteration(batch, model.seq, model.layers, model.hidden, model.vocab, "full")
         / (gpus * step)
         / 1e12
     )
@@ -479,14 +479,14 @@ configured; Megatron-LM's own data-parallel reduction defaults to fp32
 (:data:`minipar.cost.planner.three_d.GRAD_REDUCE_BYTES`)."""
 
 
-def _slowed(cl: three_d.Cluster, factor: float) -> three_d.Cluster:
-    """``cl`` with both links' bandwidth divided by ``factor``."""
+def _slowed(cluster: three_d.Cluster, factor: float) -> three_d.Cluster:
+    """``cluster`` with both links' bandwidth divided by ``factor``."""
     if factor == 1:
-        return cl
+        return cluster
     return replace(
-        cl,
-        intra=replace(cl.intra, bandwidth=cl.intra.bandwidth / factor),
-        inter=replace(cl.inter, bandwidth=cl.inter.bandwidth / factor),
+        cluster,
+        intra=replace(cluster.intra, bandwidth=cluster.intra.bandwidth / factor),
+        inter=replace(cluster.inter, bandwidth=cluster.inter.bandwidth / factor),
     )
 
 
@@ -519,7 +519,7 @@ def zero3_comparison(
         )
     if not bandwidth_factor > 0:
         raise ValueError(f"bandwidth_factor ({bandwidth_factor}) must be > 0")
-    m_ = three_d.MODELS[model]
+    model_shape = three_d.MODELS[model]
     t, p = ZERO3_TABLE2[model]["ptdp_layout"]
     ptdp_opts = Options(**ERA_2021, dp_overlap=False)
     z3_opts = Options(
@@ -530,12 +530,17 @@ def zero3_comparison(
     )
     out = []
     for (n_p, b_p, x_p), (n_z, b_z, mb_z, x_z) in ZERO3_TABLE2[model]["rows"]:
-        lay = three_d.Layout(b_p, t, p, n_p // (t * p), 1, recompute="full", zero=0)
-        ptdp = three_d.evaluate(m_, three_d.cluster(n_p, 8, "A100-80GB"), lay, ptdp_opts)
-        cl = _slowed(three_d.cluster(n_z, 8, "A100-80GB"), bandwidth_factor)
-        lay = three_d.Layout(b_z, 1, 1, n_z, mb_z, recompute="full", zero=3)
-        z3 = three_d.evaluate(m_, cl, lay, z3_opts)
-        xp, xz = _tflops(m_, b_p, n_p, ptdp.step_seconds), _tflops(m_, b_z, n_z, z3.step_seconds)
+        layout = three_d.Layout(b_p, t, p, n_p // (t * p), 1, recompute="full", zero=0)
+        ptdp = three_d.evaluate(
+            model_shape, three_d.cluster(n_p, 8, "A100-80GB"), layout, ptdp_opts
+        )
+        cluster = _slowed(three_d.cluster(n_z, 8, "A100-80GB"), bandwidth_factor)
+        layout = three_d.Layout(b_z, 1, 1, n_z, mb_z, recompute="full", zero=3)
+        z3 = three_d.evaluate(model_shape, cluster, layout, z3_opts)
+        xp, xz = (
+            _tflops(model_shape, b_p, n_p, ptdp.step_seconds),
+            _tflops(model_shape, b_z, n_z, z3.step_seconds),
+        )
         out.append(
             {
                 "gpus": n_z,
@@ -668,11 +673,11 @@ def h200_runs(
     out = []
     for r in data["rows"]:
         kernel = attention or {"sdpa": "flash"}.get(r["attention"], r["attention"])
-        m_ = three_d.ModelShape(r["L"], r["h"], r["a"], r["s"], H200_VOCAB, attention=kernel)
-        cl = replace(three_d.cluster(1, 1, "H200"), gpu=gpu)
-        lay = three_d.Layout(r["b"] * r["m"], 1, 1, 1, r["b"], recompute="none", zero=0)
+        model = three_d.ModelShape(r["L"], r["h"], r["a"], r["s"], H200_VOCAB, attention=kernel)
+        cluster = replace(three_d.cluster(1, 1, "H200"), gpu=gpu)
+        layout = three_d.Layout(r["b"] * r["m"], 1, 1, 1, r["b"], recompute="none", zero=0)
         opts = Options(**_supported({"precision": H200_RECIPE} | model_options))
-        c = three_d.evaluate(m_, cl, lay, opts)
+        c = three_d.evaluate(model, cluster, layout, opts)
         out.append(
             H200Row(
                 r["name"],

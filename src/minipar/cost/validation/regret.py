@@ -60,16 +60,16 @@ def cases() -> list[dict]:
     out = []
     for r, exp in _modern_rows():
         m, c = modern._config(r)
-        cl = planner.cluster(r["gpus"], min(8, r["gpus"]), modern.gpu_for(r))
-        out.append(dict(row=r, exp=exp, m=m, cl=cl, c=c, opt=modern.options_for(r)))
+        cluster = planner.cluster(r["gpus"], min(8, r["gpus"]), modern.gpu_for(r))
+        out.append(dict(row=r, exp=exp, m=m, cl=cluster, c=c, opt=modern.options_for(r)))
     for r in experiment3.kept_rows():
         m, c = experiment3.config_for(r)
-        cl = planner.cluster(r["gpus"], min(8, r["gpus"]), "H100-SXM")
-        out.append(dict(row=r, exp="3", m=m, cl=cl, c=c, opt=experiment3.options_for(r)))
+        cluster = planner.cluster(r["gpus"], min(8, r["gpus"]), "H100-SXM")
+        out.append(dict(row=r, exp="3", m=m, cl=cluster, c=c, opt=experiment3.options_for(r)))
     for r in experiment4.kept_rows():
         m, c = experiment4.config_for(r)
-        cl = planner.cluster(r["gpus"], experiment4.per_node(r), experiment4.gpu_for(r))
-        out.append(dict(row=r, exp="4", m=m, cl=cl, c=c, opt=experiment4.options_for(r)))
+        cluster = planner.cluster(r["gpus"], experiment4.per_node(r), experiment4.gpu_for(r))
+        out.append(dict(row=r, exp="4", m=m, cl=cluster, c=c, opt=experiment4.options_for(r)))
     return out
 
 
@@ -90,8 +90,17 @@ def largest_saving(published: planner.Config, chosen: planner.Config) -> tuple[s
 
 
 def _layout(c: planner.Config) -> list:
-    lay = c.layout
-    return [lay.tp, lay.pp, lay.cp, lay.chunks, lay.dp, lay.micro_batch, lay.recompute, lay.zero]
+    layout = c.layout
+    return [
+        layout.tp,
+        layout.pp,
+        layout.cp,
+        layout.chunks,
+        layout.dp,
+        layout.micro_batch,
+        layout.recompute,
+        layout.zero,
+    ]
 
 
 def rank(case: dict) -> dict:
