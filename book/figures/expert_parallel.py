@@ -272,7 +272,7 @@ def deepseek_v3_runs():
     from minipar.cost.planner.three_d import evaluate  # noqa: PLC0415 (figures import lazily)
     from minipar.widgets.three_d import deepseek_v3_what_ifs  # noqa: PLC0415 (figures import lazily)
 
-    m_, runs = deepseek_v3_what_ifs()
+    model_shape, runs = deepseek_v3_what_ifs()
     labels = {
         "h800": "H800, published:\nPP 16, EP 64, no TP",
         "h800_exposed": "H800, no DualPipe:\nall-to-alls exposed",
@@ -280,7 +280,7 @@ def deepseek_v3_runs():
         "nvl72": "GB200 NVL72:\nPP 16, EP 64, no TP",
         "nvl72_tp8": "GB200 NVL72,\nTP 8 added",
     }
-    return [(label, evaluate(m_, *runs[key])) for key, label in labels.items()]
+    return [(label, evaluate(model_shape, *runs[key])) for key, label in labels.items()]
 
 
 @figure(

@@ -125,8 +125,8 @@ def hand_calculation(setting: HandSetting = HandSetting()) -> dict:
 
 def gpt3_plan(top: int = 3, gpus: int = 1024, batch: int = 1536) -> list:
     """The planner's best ``top`` layouts for GPT-3 175B on ``gpus`` A100 (its presets' links)."""
-    m, cl = planner.MODELS["gpt3-175b"], planner.cluster(gpus, 8, "A100-80GB")
-    return [c for c in planner.search(m, cl, batch) if c.fits][:top]
+    m, cluster = planner.MODELS["gpt3-175b"], planner.cluster(gpus, 8, "A100-80GB")
+    return [c for c in planner.search(m, cluster, batch) if c.fits][:top]
 
 
 def published_rows(top: int = 3) -> dict:
@@ -134,8 +134,8 @@ def published_rows(top: int = 3) -> dict:
     out = {}
     for name, (preset, override, gpus, batch, (t, p, d), inter, source) in PUBLISHED.items():
         m = replace(planner.MODELS[preset], **override)
-        cl = planner.cluster(gpus, 8, "A100-80GB", inter=inter)
-        ranked = [c for c in planner.search(m, cl, batch) if c.fits]
+        cluster = planner.cluster(gpus, 8, "A100-80GB", inter=inter)
+        ranked = [c for c in planner.search(m, cluster, batch) if c.fits]
         rank = next((i for i, c in enumerate(ranked) if (c.tp, c.pp, c.dp) == (t, p, d)), None)
         best_pub = min(
             (c for c in ranked if (c.tp, c.pp, c.dp) == (t, p, d)),
@@ -150,7 +150,7 @@ def published_rows(top: int = 3) -> dict:
             "source": source,
             "gpus": gpus,
             "batch": batch,
-            "inter": cl.inter.name,
+            "inter": cluster.inter.name,
         }
     return out
 
@@ -271,15 +271,17 @@ def worked_layouts(
 ) -> dict:
     """The best 3D layout with ZeRO-1 (p > 1), the best FSDP-only (t = p = 1, ZeRO-3) and the
     best FSDP + TP (p = 1, ZeRO-3, t > 1) for one model on one cluster."""
-    m, cl = planner.MODELS[model], planner.cluster(gpus, 8, gpu)
+    m, cluster = planner.MODELS[model], planner.cluster(gpus, 8, gpu)
 
     def best(configs):
         fitting = [c for c in configs if c.fits]
         return min(fitting, key=lambda c: c.step_seconds) if fitting else None
 
-    three_d = best(c for c in planner.search(m, cl, batch, planner.Space(zero=1)) if c.pp > 1)
-    fsdp = best(planner.search(m, cl, batch, planner.Space(tp=1, pp=1, zero=3)))
-    fsdp_tp = best(c for c in planner.search(m, cl, batch, planner.Space(pp=1, zero=3)) if c.tp > 1)
+    three_d = best(c for c in planner.search(m, cluster, batch, planner.Space(zero=1)) if c.pp > 1)
+    fsdp = best(planner.search(m, cluster, batch, planner.Space(tp=1, pp=1, zero=3)))
+    fsdp_tp = best(
+        c for c in planner.search(m, cluster, batch, planner.Space(pp=1, zero=3)) if c.tp > 1
+    )
     return {"3D (ZeRO-1)": three_d, "FSDP only": fsdp, "FSDP + TP": fsdp_tp}
 
 
@@ -297,7 +299,7 @@ def cost_per_token(
     ``zero3_collectives``: as :func:`minipar.cost.planner.three_d.evaluate` (``None``: the planner's
     default, NCCL's hierarchical algorithm; ``"flat-ring"``: DeepSpeed's 2021 rate)."""
     z3 = {} if zero3_collectives is None else {"zero3_collectives": zero3_collectives}
-    opt = planner.Options(**z3)
+    options = planner.Options(**z3)
     m = planner.MODELS[model]
     out = {}
     rows = (
@@ -307,8 +309,8 @@ def cost_per_token(
         ("SXM compute, PCIe link", GPUS["H100-SXM"], "pcie5-x16", price_nvlink),
     )
     for name, gpu, intra, price in rows:
-        cl = replace(planner.cluster(gpus, 8, "H100-SXM", intra=intra), gpu=gpu)
-        c = next(c for c in planner.search(m, cl, batch, options=opt) if c.fits)
+        cluster = replace(planner.cluster(gpus, 8, "H100-SXM", intra=intra), gpu=gpu)
+        c = next(c for c in planner.search(m, cluster, batch, options=options) if c.fits)
         tokens = batch * m.seq
         out[name] = {
             "config": c,
@@ -397,11 +399,11 @@ def smallest_cluster_that_fits(
 def tp_share(model: str = "mt-nlg-530b", gpus: int = 2240, batch: int = 1920) -> dict:
     """Share of the step spent in TP collectives for t = 8 (in a node) and t = 16 (across two
     nodes), same p, on the A100 preset's links."""
-    m, cl = planner.MODELS[model], planner.cluster(gpus, 8, "A100-80GB")
+    m, cluster = planner.MODELS[model], planner.cluster(gpus, 8, "A100-80GB")
     return {
         t: planner.evaluate(
             m,
-            cl,
+            cluster,
             planner.Layout(
                 batch,
                 tp=t,

@@ -15,7 +15,8 @@ from pathlib import Path
 
 from minipar.cost.kernels.hardware import GPUS, LINKS, gpu_profile, load_gpu_profile
 from minipar.cost.planner.layout import Layout, Options
-from minipar.cost.planner.three_d import MODELS, Space, cluster, search
+from minipar.cost.planner.three_d import MODELS, Space, search
+from minipar.cost.planner.three_d import cluster as make_cluster
 from minipar.widgets import Explorer
 
 _PRESETS = tomllib.loads(Path(__file__).with_name("three_d_presets.toml").read_text("utf-8"))
@@ -36,11 +37,11 @@ def planner_preset(model: str) -> dict:
     """The planner's best fitting layout for ``model``'s run in :data:`PLANNER_PRESETS`, as a
     preset: the layout and every setting the search chose."""
     gpus, batch, gpu, max_ep = PLANNER_PRESETS[model]
-    cl = cluster(gpus, 8, gpu)
+    cluster = make_cluster(gpus, 8, gpu)
     # the explorer prices even stages (p divides the layers): a 94-layer model's best would
     # otherwise be an uneven split the explorer refuses
     space = Space(max_ep=max_ep, split="even")
-    best = next(c for c in search(MODELS[model], cl, batch, space) if c.fits)
+    best = next(c for c in search(MODELS[model], cluster, batch, space) if c.fits)
     controls = {k: getattr(best, f) for k, f in _CONTROLS.items()} | {"gpu": gpu}
     return {"t": best.tp, "p": best.pp, "gpus": gpus, "batch": batch, "controls": controls}
 
@@ -86,12 +87,14 @@ def preset_run(model: str) -> tuple:
     all-to-alls not overlapped, no DualPipe)."""
     pre = preset_layout(model)
     c = pre.get("controls", {})
-    m_ = MODELS[model]
+    model_shape = MODELS[model]
     if "layers" in pre:
-        m_ = replace(m_, layers=pre["layers"])
-    cl = cluster(pre["gpus"], 8, c.get("gpu", "A100-80GB"), c.get("intra"), c.get("inter"))
+        model_shape = replace(model_shape, layers=pre["layers"])
+    cluster = make_cluster(
+        pre["gpus"], 8, c.get("gpu", "A100-80GB"), c.get("intra"), c.get("inter")
+    )
     t, p, cp = pre["t"], pre["p"], c.get("cp", 1)
-    lay = Layout(
+    layout = Layout(
         pre["batch"],
         t,
         p,
@@ -107,7 +110,12 @@ def preset_run(model: str) -> tuple:
     )
     overlap = c.get("ep_overlap", False)
     dualpipe = c.get("dualpipe", False) and overlap  # as the chart: DualPipe needs the overlap
-    return m_, cl, lay, Options(fp8=c.get("fp8"), ep_overlap=overlap, dualpipe=dualpipe)
+    return (
+        model_shape,
+        cluster,
+        layout,
+        Options(fp8=c.get("fp8"), ep_overlap=overlap, dualpipe=dualpipe),
+    )
 
 
 def deepseek_v3_what_ifs() -> tuple:
@@ -117,15 +125,15 @@ def deepseek_v3_what_ifs() -> tuple:
     1F1B with the all-to-alls exposed, ``h800_tp8`` with TP 8 inside each node; ``nvl72``,
     ``nvl72_exposed`` and ``nvl72_tp8`` the same on GB200 NVL72 (64 GPUs of each rack in use,
     so an EP group of 64 is one NVLink domain). The chapter's figure and notebook price these."""
-    m_, h800, lay, opt = preset_run("deepseek-v3")
-    nvl72 = cluster(lay.tp * lay.pp * lay.dp, 64, "GB200-NVL72")
-    tp8 = replace(lay, tp=8, dp=lay.dp // 8, sp=True)
-    exposed = replace(opt, ep_overlap=False, dualpipe=False)
+    model_shape, h800, layout, options = preset_run("deepseek-v3")
+    nvl72 = make_cluster(layout.tp * layout.pp * layout.dp, 64, "GB200-NVL72")
+    tp8 = replace(layout, tp=8, dp=layout.dp // 8, sp=True)
+    exposed = replace(options, ep_overlap=False, dualpipe=False)
     runs = {}
-    for name, cl in (("h800", h800), ("nvl72", nvl72)):
-        runs |= {name: (cl, lay, opt), f"{name}_exposed": (cl, lay, exposed)}
-        runs[f"{name}_tp8"] = (cl, tp8, opt)
-    return m_, runs
+    for name, cluster in (("h800", h800), ("nvl72", nvl72)):
+        runs |= {name: (cluster, layout, options), f"{name}_exposed": (cluster, layout, exposed)}
+        runs[f"{name}_tp8"] = (cluster, tp8, options)
+    return model_shape, runs
 
 
 def _link(L) -> dict:
@@ -139,16 +147,16 @@ def gpu_config(g) -> dict:
     return out | {"peak": g.peak_flops["bf16"], "peak_fp8": g.peak_flops.get("fp8")}
 
 
-def cluster_config(cl) -> dict:
+def cluster_config(cluster) -> dict:
     """A :class:`minipar.cost.planner.three_d.Cluster` as ``planEvaluate`` takes it (what
     ``planCluster`` builds from the controls; the parity tests pass it directly)."""
     return {
-        "gpus": cl.gpus,
-        "gpus_per_node": cl.gpus_per_node,
-        "peak": cl.peak,
-        "gpu": gpu_config(cl.gpu) | {"peak": cl.peak},
-        "intra": _link(cl.intra),
-        "inter": _link(cl.inter),
+        "gpus": cluster.gpus,
+        "gpus_per_node": cluster.gpus_per_node,
+        "peak": cluster.peak,
+        "gpu": gpu_config(cluster.gpu) | {"peak": cluster.peak},
+        "intra": _link(cluster.intra),
+        "inter": _link(cluster.inter),
     }
 
 
