@@ -6,7 +6,6 @@ module (maximum absolute differences), the communication traced per layer, saved
 from __future__ import annotations
 
 import copy
-import functools
 
 import torch
 import torch.distributed
@@ -305,9 +304,11 @@ def block_saved_bytes(
 
 
 # ------------------------------------------------------------------ for the notebook
-# gloo unless asked: the functions above draw CPU inputs and measure with CPU conventions;
-# backend="auto" suits those that use the rank's device, such as overlap_on_rank
-run = functools.partial(launch.run, backend="gloo")
+def run_on_gloo(fn, world_size: int, *args, **kwargs) -> list:
+    """:func:`minipar.runtime.launch.run` on gloo, whatever GPUs there are: the functions above
+    draw CPU inputs and measure with CPU conventions (those that use the rank's device, such as
+    :func:`overlap_on_rank`, also run under ``launch.run(..., backend="auto")``)."""
+    return launch.run(fn, world_size, *args, backend="gloo", **kwargs)
 
 
 def _chapter_on_rank(rank, t):
@@ -325,7 +326,7 @@ def chapter_runs(ts=(1, 2, 3)) -> dict[int, dict]:
     ranks for every check of :func:`all_parity`; traffic and saved bytes are rank 0's."""
     out = {}
     for t in ts:
-        per_rank = [_chapter_on_rank(0, 1)] if t == 1 else run(_chapter_on_rank, t)
+        per_rank = [_chapter_on_rank(0, 1)] if t == 1 else run_on_gloo(_chapter_on_rank, t)
         out[t] = dict(per_rank[0])
         out[t]["parity"] = {k: max(r["parity"][k] for r in per_rank) for k in per_rank[0]["parity"]}
     return out
