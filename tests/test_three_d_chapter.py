@@ -9,6 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from minipar import chapters
+
 ROOT = Path(__file__).resolve().parents[1]
 BOOK = ROOT / "book"
 sys.path.insert(0, str(BOOK / "_ext"))
@@ -19,14 +21,9 @@ import three_d_runs as C  # noqa: E402 (book/glue joins sys.path above: the chap
 
 # the chapter: its main path and its appendix (calibration, validation, the runs it checks)
 PAGE = (BOOK / "three_d.md").read_text() + (BOOK / "three_d_appendix.md").read_text()
-CHAPTERS = (
-    "collectives",
-    "data_parallel",
-    "tensor_parallel",
-    "pipeline_parallel",
-    "memory_time",
-    "three_d",
-)
+# the chapters the audit of the source articles sends a reader to for a claim's evidence
+SHOWN_IN = {c.section.removeprefix("../notebooks/") for c in audit.CLAIMS}
+CHAPTERS = tuple(slug for slug in chapters.SLUGS if slug in SHOWN_IN)
 LINK = re.compile(r"<audit-([abc]\d+)>")
 
 
