@@ -4,8 +4,6 @@ reported counts and times, prediction = the reported fit); bad input exits 2 nam
 and the value. Never a speed assertion."""
 
 import json
-import subprocess
-import sys
 
 import pytest
 
@@ -13,13 +11,10 @@ from minipar.cli import main
 
 
 @pytest.mark.slow
-def test_bench_ep_json_is_consistent():
+def test_bench_ep_json_is_consistent(capsys):
     x, n, E, K, h = 2, 16, 4, 1, 8
-    out = subprocess.run(
+    status = main(
         [
-            sys.executable,
-            "-m",
-            "minipar.cli",
             "bench",
             "ep",
             "--ranks",
@@ -35,13 +30,11 @@ def test_bench_ep_json_is_consistent():
             "--steps",
             "1",
             "--json",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=600,
+        ]
     )
-    assert out.returncode == 0, out.stderr
-    r = json.loads(out.stdout)  # stdout: the JSON object and nothing else
+    out = capsys.readouterr()
+    assert status == 0, out.err
+    r = json.loads(out.out)  # stdout: the JSON object and nothing else
     assert (r["ranks"], r["tokens_per_rank"], r["experts"], r["top_k"]) == (x, n, E, K)
     t = r["step_seconds"]
     assert set(t) == set(r["routers"]) == {"even", "skewed"} and min(t.values()) > 0

@@ -2,12 +2,11 @@
 counting waits, never by timing)."""
 
 import json
-import subprocess
-import sys
 
 import pytest
 import torch
 
+from minipar.cli import main
 from minipar.pipeline_parallel import timed
 from minipar.pipeline_parallel.timed import TimedStage
 
@@ -52,14 +51,11 @@ def test_hop_latency_is_the_median_wait_and_never_negative():
 
 
 @pytest.mark.slow
-def test_bench_json_matches_its_timeline_and_the_schedule():
+def test_bench_json_matches_its_timeline_and_the_schedule(capsys):
     from minipar.pipeline_parallel.schedules import schedule
 
-    out = subprocess.run(
+    status = main(
         [
-            sys.executable,
-            "-m",
-            "minipar.cli",
             "bench",
             "pp",
             "--schedule",
@@ -80,13 +76,11 @@ def test_bench_json_matches_its_timeline_and_the_schedule():
             "1",
             "--timeline",
             "--json",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=300,
+        ]
     )
-    assert out.returncode == 0, out.stderr
-    r = json.loads(out.stdout)  # stdout: the JSON object and nothing else
+    out = capsys.readouterr()
+    assert status == 0, out.err
+    r = json.loads(out.out)  # stdout: the JSON object and nothing else
     assert (r["p"], r["m"], r["v"], r["t_forward"]) == (2, 2, 2, 0.002)
     assert r["model_bubble"] == pytest.approx(1 / 5)  # (p−1)/(v·m+p−1)
     # every rank ran exactly its actions of the schedule, in order, one at a time
@@ -102,12 +96,9 @@ def test_bench_json_matches_its_timeline_and_the_schedule():
 
 
 @pytest.mark.slow
-def test_bench_rejects_bad_arguments():
-    out = subprocess.run(
+def test_bench_rejects_bad_arguments(capsys):
+    status = main(
         [
-            sys.executable,
-            "-m",
-            "minipar.cli",
             "bench",
             "pp",
             "--schedule",
@@ -118,10 +109,8 @@ def test_bench_rejects_bad_arguments():
             "6",
             "--chunks",
             "2",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=120,
+        ]
     )
-    assert out.returncode != 0
-    assert "microbatches m (6) to be a multiple of p (4)" in out.stderr
+    out = capsys.readouterr()
+    assert status == 2
+    assert "microbatches m (6) to be a multiple of p (4)" in out.err

@@ -2,19 +2,16 @@
 from DTensor (never a speed assertion)."""
 
 import json
-import subprocess
-import sys
 
 import pytest
 
+from minipar.cli import main
+
 
 @pytest.mark.slow
-def test_bench_tp_json():
-    out = subprocess.run(
+def test_bench_tp_json(capsys):
+    status = main(
         [
-            sys.executable,
-            "-m",
-            "minipar.cli",
             "bench",
             "tp",
             "--ranks",
@@ -30,13 +27,11 @@ def test_bench_tp_json():
             "--rounds",
             "1",
             "--json",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=600,
-        check=True,
+        ]
     )
-    r = json.loads(out.stdout)  # stdout: the JSON object and nothing else
+    out = capsys.readouterr()
+    assert status == 0, out.err
+    r = json.loads(out.out)  # stdout: the JSON object and nothing else
     assert (r["ranks"], r["h"], r["b"], r["s"]) == (2, 48, 2, 8)
     t = r["step_seconds"]
     assert set(t) == {"ours", "dtensor"} and min(t.values()) > 0
@@ -47,12 +42,8 @@ def test_bench_tp_json():
 
 
 @pytest.mark.slow
-def test_bench_tp_rejects_bad_shapes():
-    out = subprocess.run(
-        [sys.executable, "-m", "minipar.cli", "bench", "tp", "--ranks", "3", "--hidden", "10"],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert out.returncode != 0
-    assert "4·hidden (40) must be divisible by t (3)" in out.stderr + out.stdout
+def test_bench_tp_rejects_bad_shapes(capsys):
+    status = main(["bench", "tp", "--ranks", "3", "--hidden", "10"])
+    out = capsys.readouterr()
+    assert status == 2
+    assert "4·hidden (40) must be divisible by t (3)" in out.err + out.out
