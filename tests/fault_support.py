@@ -41,7 +41,10 @@ def _settled(tag: str, folder: Path, seconds: float = 10.0, ignore: str | None =
     deadline = time.monotonic() + seconds
     while True:
         procs = _tagged(tag)
-        files = sorted(str(p.relative_to(folder)) for p in folder.rglob("*"))
+        try:
+            files = sorted(str(p.relative_to(folder)) for p in folder.rglob("*"))
+        except FileNotFoundError:  # a folder removed while it was walked: not settled yet
+            files = ["(a folder being removed)"]
         files = [f for f in files if not (ignore and f.startswith(ignore))]
         if (not procs and not files) or time.monotonic() > deadline:
             return procs, files
