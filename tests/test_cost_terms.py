@@ -36,8 +36,9 @@ def missing(terms, py_module, js_text: str) -> list[str]:
 
 
 def test_a_term_takes_what_its_row_needs_in_both_languages():
-    """A term's arguments after (model, cluster, layout, options) are the earlier terms its row ``needs``, by
-    name, in Python and (camelCase) in JavaScript: no results dict passed around."""
+    """A term's arguments after (model, cluster, layout, options) are the earlier terms its row
+    ``needs``, by name, in Python and (camelCase) in JavaScript: no results dict passed
+    around."""
     text = JS.read_text()
     for t in TERMS:
         params = list(inspect.signature(getattr(three_d_terms, python_name(t.name))).parameters)

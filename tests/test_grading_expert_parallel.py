@@ -1,6 +1,7 @@
 """Expert-parallel exercises: solutions pass, starters fail, and realistic wrong answers (written
 as a learner would, without the solution) fail with a reason that names their mistake."""
 
+import contextlib
 import sys
 
 import cloudpickle
@@ -473,10 +474,9 @@ WRONG = {
 def test_every_clause_has_a_wrong_answer_that_fails_with_its_reason(
     task_id, clause, capsys, short_stall_window
 ):
-    if clause.wrong not in DEADLOCKS:
-        clause_fails(task_id, clause, WRONG, capsys)
-        return
-    with short_stall_window():  # blocked for good, whatever the window: no need to wait 10 s
+    # blocked for good, whatever the window: no need to wait the grader's 10 s
+    window = short_stall_window() if clause.wrong in DEADLOCKS else contextlib.nullcontext()
+    with window:
         clause_fails(task_id, clause, WRONG, capsys)
 
 
