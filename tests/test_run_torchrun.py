@@ -16,7 +16,7 @@ from minipar.runtime.launch import free_port, run
 
 
 @pytest.mark.slow
-def test_worker_runs_under_torchrun_and_under_launch():
+def test_worker_runs_under_torchrun_and_under_launch(tmp_path):
     out = subprocess.run(
         [
             sys.executable,
@@ -40,8 +40,10 @@ def test_worker_runs_under_torchrun_and_under_launch():
         capture_output=True,
         text=True,
         timeout=300,
+        env=_agent_env(tmp_path),
     )
     assert out.returncode == 0, out.stderr[-3000:]
+    assert list(tmp_path.glob("torchelastic_*")), "torchrun's log folder was not in TMPDIR"
     diffs = dict(re.findall(r"\[rank (\d)\] \{'max_abs_diff': ([0-9.e-]+)", out.stdout))
     assert sorted(diffs) == ["0", "1"], out.stdout
     assert all(float(d) < 1e-5 for d in diffs.values())
@@ -66,13 +68,19 @@ def test_run_without_torchrun_explains():
 TESTS = os.path.dirname(os.path.abspath(__file__))
 
 
-def _two_agents(function: str, timeout: float = 150) -> list[subprocess.CompletedProcess]:
+def _agent_env(tmp_path, **extra) -> dict:
+    """The environment of a torchrun agent: TMPDIR in the test's folder, where each agent makes
+    the log folder it never removes (``torchelastic_*``; in /tmp, five per run of this file)."""
+    return dict(os.environ, TMPDIR=str(tmp_path), **extra)
+
+
+def _two_agents(function: str, tmp_path, timeout: float = 150) -> list[subprocess.CompletedProcess]:
     """Two torchrun agents (nodes) with 2 ranks each, meeting at a c10d rendezvous on
     127.0.0.1, running ``python -m minipar.runtime.run multinode_workers:FUNCTION``; each agent and its
     workers are killed (process group) if they outlive ``timeout``."""
     port = free_port()
-    env = dict(
-        os.environ,
+    env = _agent_env(
+        tmp_path,
         PYTHONPATH=os.pathsep.join([TESTS, os.environ.get("PYTHONPATH", "")]),
         GLOO_SOCKET_IFNAME="lo",
         OMP_NUM_THREADS="1",
@@ -124,11 +132,11 @@ def _two_agents(function: str, timeout: float = 150) -> list[subprocess.Complete
 
 
 @pytest.mark.slow
-def test_two_nodes_train_like_one_process():
+def test_two_nodes_train_like_one_process(tmp_path):
     """torchrun --nnodes 2 --nproc-per-node 2 (c10d rendezvous): the data-parallel step and the
     3D chapter's step (t = 2 inside a node, p = 2 across the nodes) through minipar.runtime.run equal
     the single-process reference (float64)."""
-    agents = _two_agents("dp_and_3d_step")
+    agents = _two_agents("dp_and_3d_step", tmp_path)
     for a in agents:
         assert a.returncode == 0, a.stderr[-3000:]
     ranks = {}
@@ -149,11 +157,11 @@ def test_two_nodes_train_like_one_process():
 
 
 @pytest.mark.slow
-def test_a_rank_killed_on_one_node_ends_both_agents():
+def test_a_rank_killed_on_one_node_ends_both_agents(tmp_path):
     """SIGKILL one rank mid-run: its agent reports the signal, the other node's ranks fail on
     the lost peer, and both agents exit non-zero (no hang: _two_agents' limit)."""
     t0 = time.monotonic()
-    agents = _two_agents("die_mid_run", timeout=120)
+    agents = _two_agents("die_mid_run", tmp_path, timeout=120)
     assert all(a.returncode != 0 for a in agents), [a.returncode for a in agents]
     text = [a.stderr for a in agents]
     assert sum("exitcode: -9" in t for t in text) == 1, text  # SIGKILL, on the dead rank's node
