@@ -1,0 +1,227 @@
+"""Where the unit tests' CPU goes: CPU seconds per test file (or per test), counting the pytest
+worker and every process it started: zygotes, ranks, Jupyter kernels, CLI runs, Chromium,
+Node.js. Measure with it before cutting a test, and after.
+
+    .venv/bin/python scripts/suite_cost.py                    # make unit's pytest command
+    .venv/bin/python scripts/suite_cost.py --by test --top 20 -- -n 2 tests/test_launch.py
+
+Arguments after ``--`` replace ``make unit``'s (``-q -n 3 --dist loadfile tests``). The exit
+status is pytest's.
+
+How it counts. A thread reads ``/proc`` every 0.2 s: each process's CPU time (user + system),
+parent and command line, and when it was first seen. This file, loaded into pytest as a plugin
+(``-p suite_cost``), writes when each test ran in which worker and the worker's own CPU time
+over it. After the run, a process that descends from a worker is charged to the test that
+worker was running when the process was first seen: a zygote to the test that started it
+(later tests' ranks fork from it), a spare rank forked ahead of the next call to the test
+running then. The last line compares the CPU charged with what pytest's whole process tree
+used (``RUSAGE_CHILDREN``): a process that lives less than 0.2 s, or what a process spends
+after its last sample, is not seen.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import json
+import os
+import resource
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+UNIT_ARGS = ["-q", "-n", "3", "--dist", "loadfile", "tests"]  # make unit's
+PYTEST = ["-m", "pytest", "-p", "no:cacheprovider", "-p", "no:nbval", "-p", "no:anyio"]
+INTERVAL_S = 0.2
+OUT_ENV = "MINIPAR_SUITE_COST_DIR"  # where the plugin writes each worker's tests
+BETWEEN = "(between tests: collection, module fixtures' teardown)"
+
+
+# ----------------------------------------------------------------------------- the plugin
+_rows: list[dict] = []
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    """Each test's wall interval and the worker's own CPU over it (setup, call, teardown)."""
+    t0, c0 = time.time(), time.process_time()
+    yield
+    _rows.append(
+        {"test": item.nodeid, "t0": t0, "t1": time.time(), "cpu": time.process_time() - c0}
+    )
+
+
+def pytest_sessionfinish(session):
+    folder = os.environ.get(OUT_ENV)
+    xdist_controller = getattr(session.config.option, "numprocesses", None) and not hasattr(
+        session.config, "workerinput"
+    )  # it runs no test: its workers do
+    if folder and not xdist_controller:
+        with open(os.path.join(folder, f"worker-{os.getpid()}.json"), "w") as f:
+            json.dump({"pid": os.getpid(), "cpu": time.process_time(), "tests": _rows}, f)
+
+
+# ----------------------------------------------------------------------------- the sampler
+@dataclass
+class Proc:
+    pid: int
+    ppid: int
+    first: float  # time.time() when first seen
+    cpu: float  # CPU seconds (user + system) at the last sample
+    cmd: str
+    comm: str
+
+
+class Sampler(threading.Thread):
+    """Every process under /proc, every ``INTERVAL_S``, keyed by (pid, start time): a reused
+    pid is another process."""
+
+    def __init__(self):
+        super().__init__(daemon=True)
+        self.seen: dict[tuple[int, int], Proc] = {}
+        self.done = threading.Event()
+        self.tick = os.sysconf("SC_CLK_TCK")
+
+    def run(self):
+        while not self.done.wait(INTERVAL_S):
+            self.snap()
+
+    def snap(self):
+        for name in os.listdir("/proc"):
+            if name.isdigit():
+                try:
+                    self._read(int(name))
+                except (OSError, ValueError, IndexError):  # it ended while read
+                    pass
+
+    def _read(self, pid: int):
+        with open(f"/proc/{pid}/stat") as f:
+            stat = f.read()
+        comm, rest = stat[stat.index("(") + 1 : stat.rindex(")")], stat[stat.rindex(")") + 2 :]
+        fields = rest.split()  # fields 3.. of proc(5): state, ppid, ...
+        key = (pid, int(fields[19]))
+        cpu = (int(fields[11]) + int(fields[12])) / self.tick
+        if key in self.seen:
+            self.seen[key].cpu = cpu
+            return
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            cmd = f.read().replace(b"\0", b" ").decode(errors="replace").strip()
+        self.seen[key] = Proc(pid, int(fields[1]), time.time(), cpu, cmd, comm)
+
+
+# ----------------------------------------------------------------------------- attribution
+def kind(proc: Proc, parent: Proc | None) -> str:
+    """What a process is, from its command line (a rank is a fork of the zygote: same line)."""
+    zygote = "minipar/runtime/_rank.py"
+    if zygote in proc.cmd:
+        return "rank" if parent is not None and zygote in parent.cmd else "zygote"
+    if "ipykernel" in proc.cmd:
+        return "kernel"
+    if "chrom" in proc.comm:
+        return "chromium"
+    if proc.comm == "node":
+        return "node"
+    return "python" if "python" in proc.comm else "other"
+
+
+@dataclass
+class Cost:
+    worker: float = 0.0  # CPU-s in the pytest worker itself
+    others: float = 0.0  # CPU-s in the processes it started
+    kinds: collections.Counter = field(default_factory=collections.Counter)  # kind -> count
+
+
+def attribute(procs: list[Proc], workers: list[dict]) -> dict[str, Cost]:
+    """test node id (or :data:`BETWEEN`) -> its :class:`Cost`. ``workers``: the plugin's
+    records, one per worker process. A process that descends from no worker (pytest's
+    controller, the machine's own) is not charged."""
+    by_pid = {}
+    for p in sorted(procs, key=lambda p: p.first):
+        by_pid[p.pid] = p  # the latest process of a reused pid
+    runs = {w["pid"]: w for w in workers}
+    out: dict[str, Cost] = collections.defaultdict(Cost)
+    for w in workers:
+        for row in w["tests"]:
+            out[row["test"]].worker += row["cpu"]
+        out[BETWEEN].worker += w["cpu"] - sum(row["cpu"] for row in w["tests"])
+    for p in procs:
+        if p.pid in runs:
+            continue
+        node, hops = by_pid.get(p.ppid), 0
+        while node is not None and node.pid not in runs and hops < 64:
+            node, hops = by_pid.get(node.ppid), hops + 1
+        if node is None or node.pid not in runs:
+            continue
+        test = next(
+            (r["test"] for r in runs[node.pid]["tests"] if r["t0"] <= p.first <= r["t1"]),
+            BETWEEN,
+        )
+        out[test].others += p.cpu
+        out[test].kinds[kind(p, by_pid.get(p.ppid))] += 1
+    return dict(out)
+
+
+def by_file(costs: dict[str, Cost]) -> dict[str, Cost]:
+    out: dict[str, Cost] = collections.defaultdict(Cost)
+    for test, c in costs.items():
+        f = out[test.split("::")[0]]
+        f.worker, f.others = f.worker + c.worker, f.others + c.others
+        f.kinds.update(c.kinds)
+    return dict(out)
+
+
+def table(costs: dict[str, Cost], top: int) -> list[str]:
+    rows = sorted(costs.items(), key=lambda kv: -(kv[1].worker + kv[1].others))
+    lines = [f"{'CPU-s':>7} {'worker':>7} {'started':>7}  {'processes started':26s}  test"]
+    for name, c in rows[:top]:
+        procs = ", ".join(f"{n} {k}" for k, n in c.kinds.most_common()) or "-"
+        lines.append(
+            f"{c.worker + c.others:7.1f} {c.worker:7.1f} {c.others:7.1f}  {procs:26s}  {name}"
+        )
+    return lines
+
+
+# ----------------------------------------------------------------------------- the command
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--by", choices=("file", "test"), default="file")
+    ap.add_argument("--top", type=int, default=30, help="rows shown (default 30)")
+    ap.add_argument("pytest_args", nargs="*", help="after --: pytest's arguments")
+    args = ap.parse_args(argv)
+    with tempfile.TemporaryDirectory(prefix="suite-cost-") as folder:
+        path = [str(ROOT / "scripts"), os.environ.get("PYTHONPATH", "")]
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, path)), **{OUT_ENV: folder})
+        sampler = Sampler()
+        sampler.start()
+        t0 = time.monotonic()
+        code = subprocess.call(
+            [sys.executable, *PYTEST, "-p", "suite_cost", *(args.pytest_args or UNIT_ARGS)],
+            cwd=ROOT,
+            env=env,
+        )
+        wall = time.monotonic() - t0
+        sampler.done.set()
+        sampler.join()
+        workers = [json.loads(p.read_text()) for p in Path(folder).glob("worker-*.json")]
+    costs = attribute(list(sampler.seen.values()), workers)
+    if args.by == "file":
+        costs = by_file(costs)
+    used = resource.getrusage(resource.RUSAGE_CHILDREN)
+    sampled = sum(c.worker + c.others for c in costs.values())
+    print("\n".join(table(costs, args.top)))
+    print(
+        f"suite_cost: pytest exited {code} after {wall:.0f} s; {sampled:.0f} CPU-s charged to "
+        f"tests, of {used.ru_utime + used.ru_stime:.0f} CPU-s its process tree used"
+    )
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

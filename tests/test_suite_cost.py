@@ -1,0 +1,92 @@
+"""scripts/suite_cost.py: each process a test started is charged to that test (the attribution
+on a planted process table, with controls), and the command does so on a real run."""
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "scripts"))
+
+import suite_cost as sc  # noqa: E402 (scripts/ joins sys.path above)
+
+
+def _proc(pid, ppid, first, cpu, cmd="python -c x", comm="python"):
+    return sc.Proc(pid, ppid, first, cpu, cmd, comm)
+
+
+RANK = "/repo/.venv/bin/python /repo/src/minipar/runtime/_rank.py /tmp/s 10 /tmp/f"
+
+
+def test_processes_are_charged_to_the_test_their_worker_ran_when_they_appeared():
+    """Worker 10 runs a (0-10 s) then b (10-20 s). Its zygote, started in a, is a's; a rank the
+    zygote forks in b is b's, however deep; a kernel's child is b's; a process started between
+    the tests is charged to neither; a process of no worker (pid 1's) and a rank whose
+    ancestry is lost are charged to nothing."""
+    workers = [
+        {
+            "pid": 10,
+            "cpu": 7.0,
+            "tests": [
+                {"test": "t.py::a", "t0": 0.0, "t1": 10.0, "cpu": 2.0},
+                {"test": "t.py::b", "t0": 10.0, "t1": 20.0, "cpu": 4.0},
+            ],
+        }
+    ]
+    procs = [
+        _proc(10, 1, -5.0, 7.0, "python -c import sys;exec(eval(sys.stdin.readline()))"),
+        _proc(11, 10, 1.0, 1.5, RANK),  # the zygote, in a
+        _proc(12, 11, 12.0, 0.25, RANK),  # a rank, in b
+        _proc(13, 10, 14.0, 1.0, "python -m ipykernel_launcher -f k.json"),  # a kernel, in b
+        _proc(14, 13, 15.0, 0.5),  # the kernel's child, in b
+        _proc(15, 10, 20.5, 0.125),  # between the tests
+        _proc(16, 1, 3.0, 9.0),  # no worker's
+        _proc(17, 99, 4.0, 9.0, RANK),  # its parent was never seen
+    ]
+    costs = sc.attribute(procs, workers)
+    assert (costs["t.py::a"].worker, costs["t.py::a"].others) == (2.0, 1.5)
+    assert costs["t.py::a"].kinds == {"zygote": 1}
+    assert (costs["t.py::b"].worker, costs["t.py::b"].others) == (4.0, 1.75)
+    assert costs["t.py::b"].kinds == {"rank": 1, "kernel": 1, "python": 1}
+    assert (costs[sc.BETWEEN].worker, costs[sc.BETWEEN].others) == (1.0, 0.125)
+    assert set(costs) == {"t.py::a", "t.py::b", sc.BETWEEN}
+    files = sc.by_file(costs)
+    assert files["t.py"].worker + files["t.py"].others == 9.25
+    assert files["t.py"].kinds == {"zygote": 1, "rank": 1, "kernel": 1, "python": 1}
+    assert sc.table(files, 1)[1].split()[:3] == ["9.2", "6.0", "3.2"]  # the costliest first
+
+
+@pytest.mark.slow
+def test_the_command_charges_a_tests_ranks_to_that_test(tmp_path):
+    """A real run: a test that launches two ranks spinning 0.5 CPU-s each is charged its zygote
+    and ranks (and the spares the zygote forks for a next call); a test that starts nothing is
+    charged none."""
+    (tmp_path / "test_planted.py").write_text(
+        "from minipar.runtime.launch import run\n\n\n"
+        "def _spin(rank, world_size):\n"
+        "    import time\n\n"
+        "    t = time.process_time()\n"
+        "    while time.process_time() - t < 0.5:\n"
+        "        pass\n\n\n"
+        "def test_ranks():\n"
+        "    run(_spin, 2, backend='gloo')\n\n\n"
+        "def test_nothing():\n"
+        "    pass\n"
+    )
+    out = subprocess.run(
+        [sys.executable, str(ROOT / "scripts" / "suite_cost.py"), "--by", "test", "--"]
+        + ["-q", "-n", "0", str(tmp_path / "test_planted.py")],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
+    rows = {line.split()[-1].rsplit("::", 1)[-1]: line for line in out.stdout.splitlines()}
+    ranks = rows["test_ranks"]
+    assert float(ranks.split()[2]) >= 0.5 and "1 zygote" in ranks, ranks
+    assert int(re.search(r"(\d+) rank", ranks).group(1)) >= 2, ranks  # and spares
+    assert rows["test_nothing"].split()[2:4] == ["0.0", "-"], rows["test_nothing"]
+    assert out.stdout.splitlines()[-1].startswith("suite_cost: pytest exited 0 after ")
