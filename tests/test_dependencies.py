@@ -2,6 +2,7 @@
 dependency or in an extra), and requirements.txt installs the package with the extras CI needs."""
 
 import ast
+import functools
 import re
 import sys
 import tomllib
@@ -9,6 +10,9 @@ from importlib.metadata import packages_distributions
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+
+
+_distributions = functools.cache(packages_distributions)  # every installed package's RECORD
 
 
 def _norm(name: str) -> str:
@@ -30,11 +34,23 @@ def _declared() -> dict[str, str]:
     return out
 
 
+def _statements(tree: ast.Module):
+    """Every statement of ``tree``, nested ones (a lazy import in a function) included: an
+    import is a statement, so the expressions (most of ``ast.walk``'s nodes) are skipped."""
+    stack = [tree]
+    while stack:
+        node = stack.pop()
+        yield node
+        for name in ("body", "orelse", "finalbody", "handlers", "cases"):
+            stack += getattr(node, name, [])
+
+
+@functools.cache
 def _imported() -> dict[str, str]:
     """{top-level module: first file importing it} for modules outside stdlib and minipar."""
     found = {}
     for path in sorted((ROOT / "src" / "minipar").rglob("*.py")):
-        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        for node in _statements(ast.parse(path.read_text(), str(path))):
             if isinstance(node, ast.Import):
                 names = [a.name for a in node.names]
             elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
@@ -49,7 +65,7 @@ def _imported() -> dict[str, str]:
 
 
 def _undeclared(declared: dict[str, str]) -> dict[str, str]:
-    dists = packages_distributions()
+    dists = _distributions()
     return {
         m: where
         for m, where in _imported().items()
@@ -67,6 +83,32 @@ def test_the_check_sees_a_missing_declaration():
     declared = _declared()
     assert declared.pop("matplotlib") == "book"
     assert list(_undeclared(declared)) == ["matplotlib"]
+
+
+def test_the_walk_finds_imports_however_deeply_nested():
+    """Negative control of _statements: an import under a method, a with, a loop's else, an
+    except clause, a finally clause and a match case is found (as ast.walk, which visits every
+    expression too, found it: 0.75 CPU-s for src/minipar, 0.46 this way)."""
+    tree = ast.parse(
+        "class A:\n"
+        "    def f(self):\n"
+        "        with x:\n"
+        "            for i in y:\n"
+        "                pass\n"
+        "            else:\n"
+        "                try:\n"
+        "                    pass\n"
+        "                except E:\n"
+        "                    try:\n"
+        "                        pass\n"
+        "                    finally:\n"
+        "                        match z:\n"
+        "                            case 1:\n"
+        "                                import deep\n"
+    )
+    assert [a.name for n in _statements(tree) if isinstance(n, ast.Import) for a in n.names] == [
+        "deep"
+    ]
 
 
 def test_requirements_pin_the_cpu_torch_and_install_the_extras():
