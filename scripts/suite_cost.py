@@ -16,7 +16,8 @@ worker was running when the process was first seen: a zygote to the test that st
 (later tests' ranks fork from it), a spare rank forked ahead of the next call to the test
 running then. The last line compares the CPU charged with what pytest's whole process tree
 used (``RUSAGE_CHILDREN``): a process that lives less than 0.2 s, or what a process spends
-after its last sample, is not seen.
+after its last sample, is not seen; Chromium's renderers, which leave pytest's process tree, are
+charged but not in that total.
 """
 
 from __future__ import annotations
@@ -108,11 +109,14 @@ class Sampler(threading.Thread):
         fields = rest.split()  # fields 3.. of proc(5): state, ppid, ...
         key = (pid, int(fields[19]))
         cpu = (int(fields[11]) + int(fields[12])) / self.tick
-        if key in self.seen:
-            self.seen[key].cpu = cpu
-            return
+        # read at every sample: a process first seen between fork and exec still shows its
+        # parent's command line (a zygote then looks like the pytest worker that starts it)
         with open(f"/proc/{pid}/cmdline", "rb") as f:
             cmd = f.read().replace(b"\0", b" ").decode(errors="replace").strip()
+        if key in self.seen:
+            proc = self.seen[key]
+            proc.cpu, proc.cmd, proc.comm = cpu, cmd, comm
+            return
         self.seen[key] = Proc(pid, int(fields[1]), time.time(), cpu, cmd, comm)
 
 

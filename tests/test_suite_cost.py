@@ -4,6 +4,7 @@ on a planted process table, with controls), and the command does so on a real ru
 import re
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -57,6 +58,24 @@ def test_processes_are_charged_to_the_test_their_worker_ran_when_they_appeared()
     assert files["t.py"].worker + files["t.py"].others == 9.25
     assert files["t.py"].kinds == {"zygote": 1, "rank": 1, "kernel": 1, "python": 1}
     assert sc.table(files, 1)[1].split()[:3] == ["9.2", "6.0", "3.2"]  # the costliest first
+
+
+@pytest.mark.slow
+def test_the_sampler_keeps_the_command_line_a_process_execs_into():
+    """A process first seen before its exec (a zygote, between the worker's fork and exec,
+    shows the worker's command line) is known by the line it runs after: its children are
+    then told from it (a rank from a zygote)."""
+    child = subprocess.Popen(["sh", "-c", "sleep 0.5; exec sleep 5"])
+    try:
+        sampler = sc.Sampler()
+        sampler.snap()
+        time.sleep(1.5)
+        sampler.snap()
+        (proc,) = [p for p in sampler.seen.values() if p.pid == child.pid]
+        assert proc.cmd == "sleep 5" and proc.comm == "sleep", proc
+    finally:
+        child.kill()
+        child.wait()
 
 
 @pytest.mark.slow
