@@ -5,7 +5,7 @@ Node.js. Measure with it before cutting a test, and after.
     .venv/bin/python scripts/suite_cost.py                    # make unit's pytest command
     .venv/bin/python scripts/suite_cost.py --by test --top 20 -- -n 2 tests/test_launch.py
 
-Arguments after ``--`` replace ``make unit``'s (``-q -n 3 --dist loadfile tests``). The exit
+Arguments after ``--`` replace ``make unit``'s, which are read from the Makefile. The exit
 status is pytest's.
 
 How it counts. A thread reads ``/proc`` every 0.2 s: each process's CPU time (user + system),
@@ -38,11 +38,17 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-UNIT_ARGS = ["-q", "-n", "3", "--dist", "loadfile", "tests"]  # make unit's
-PYTEST = ["-m", "pytest", "-p", "no:cacheprovider", "-p", "no:nbval", "-p", "no:anyio"]
+PYTEST = ["-m", "pytest", "-p", "no:cacheprovider"]  # the Makefile's $(PYTEST) after $(PY)
 INTERVAL_S = 0.2
 OUT_ENV = "MINIPAR_SUITE_COST_DIR"  # where the plugin writes each worker's tests
 BETWEEN = "(between tests: collection, module fixtures' teardown)"
+
+
+def unit_args(makefile: Path = ROOT / "Makefile") -> list[str]:
+    """The arguments ``make unit`` gives pytest, read from its recipe (one home: the Makefile)."""
+    lines = makefile.read_text().splitlines()
+    recipe = lines[next(i for i, ln in enumerate(lines) if ln.startswith("unit:")) + 1]
+    return recipe.split()[1:]  # after $(PYTEST)
 
 
 # ----------------------------------------------------------------------------- the plugin
@@ -206,7 +212,7 @@ def main(argv: list[str] | None = None) -> int:
         sampler.start()
         t0 = time.monotonic()
         code = subprocess.call(
-            [sys.executable, *PYTEST, "-p", "suite_cost", *(args.pytest_args or UNIT_ARGS)],
+            [sys.executable, *PYTEST, "-p", "suite_cost", *(args.pytest_args or unit_args())],
             cwd=ROOT,
             env=env,
         )

@@ -109,3 +109,11 @@ def test_the_command_charges_a_tests_ranks_to_that_test(tmp_path):
     assert int(re.search(r"(\d+) rank", ranks).group(1)) >= 2, ranks  # and spares
     assert rows["test_nothing"].split()[2:4] == ["0.0", "-"], rows["test_nothing"]
     assert out.stdout.splitlines()[-1].startswith("suite_cost: pytest exited 0 after ")
+
+
+def test_the_default_run_is_make_units_recipe(tmp_path):
+    """The default arguments are read from the Makefile's unit recipe, not copied beside it."""
+    assert sc.unit_args()[-1] == "tests" and "loadfile" in sc.unit_args()
+    makefile = tmp_path / "Makefile"
+    makefile.write_text("unit: $(STAMP) ## planted\n\t$(PYTEST) -q -n 5 tests/planted\n")
+    assert sc.unit_args(makefile) == ["-q", "-n", "5", "tests/planted"]
