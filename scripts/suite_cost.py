@@ -121,7 +121,9 @@ class Sampler(threading.Thread):
             cmd = f.read().replace(b"\0", b" ").decode(errors="replace").strip()
         if key in self.seen:
             proc = self.seen[key]
-            proc.cpu, proc.cmd, proc.comm = cpu, cmd, comm
+            proc.cpu = cpu
+            if cmd:  # a zombie (ended, not yet reaped) shows an empty command line
+                proc.cmd, proc.comm = cmd, comm
             return
         self.seen[key] = Proc(pid, int(fields[1]), time.time(), cpu, cmd, comm)
 

@@ -78,6 +78,23 @@ def test_the_sampler_keeps_the_command_line_a_process_execs_into():
         child.wait()
 
 
+def test_the_sampler_keeps_the_command_line_of_a_process_that_ended():
+    """A process that has ended but is not yet reaped (a zombie: a rank between its exit and the
+    zygote's next poll) shows an empty command line; the sampler keeps the one it saw, so the
+    rank is still told from a zygote."""
+    child = subprocess.Popen(["sleep", "0.3"])
+    try:
+        sampler = sc.Sampler()
+        sampler.snap()
+        time.sleep(0.8)  # ended, and nobody has waited for it
+        assert open(f"/proc/{child.pid}/cmdline").read() == ""  # the control: a zombie
+        sampler.snap()
+        (proc,) = [p for p in sampler.seen.values() if p.pid == child.pid]
+        assert proc.cmd == "sleep 0.3" and proc.comm == "sleep", proc
+    finally:
+        child.wait()
+
+
 @pytest.mark.slow
 def test_the_command_charges_a_tests_ranks_to_that_test(tmp_path):
     """A real run: a test that launches two ranks spinning 0.5 CPU-s each is charged its zygote
