@@ -13,6 +13,9 @@ unformatted number (7 or more bare digits) in an explorer's output, and, on a 39
 screen, every explorer fits the screen with charts at least 320 px wide (they scroll sideways
 rather than shrink). That no legend covers data is checked where the figures
 are made (tests/test_pipeline_parallel_figures.py).
+A page without an explorer is checked at 390 px by narrowing it where it was loaded (its scroll
+cues and animations redraw on a resize); a page with one is loaded afresh at 390 px, since an
+explorer sizes its charts when it first draws.
 A second test loads each explorer's ES module the way anywidget does in JupyterLab.
 
 Runs from `make site-test` (part of `make test`, after the book build), which sets
@@ -499,6 +502,10 @@ def _pages() -> list[str]:
     )
 
 
+DESKTOP, PHONE = {"width": 1280, "height": 900}, {"width": 390, "height": 844}
+_TWO_FRAMES = "() => new Promise(r => requestAnimationFrame(() => requestAnimationFrame(r)))"
+
+
 def test_every_page_offline(server):
     from playwright.sync_api import sync_playwright
 
@@ -518,9 +525,22 @@ def test_every_page_offline(server):
             external.append(r.request.url)
             r.abort()
 
+    def phone_checks(pg, name):
+        """The checks at 390 px: nothing wider than the column, cut off, stretched or
+        scrolling without a cue."""
+        phone_wide.extend(f"{name}: {w}" for w in pg.evaluate(_TOO_WIDE))
+        for check, found in (
+            (_NO_SCROLL_CUE, no_cue),
+            (_MISLEADING_CUES, no_cue),
+            (_CLIPPED, clipped),
+            (_CUT_AT_LEFT, clipped),
+            (_STRETCHED, stretched),
+        ):
+            found.extend(f"{name} at 390 px: {w}" for w in pg.evaluate(check))
+
     with sync_playwright() as p:
         browser = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=FLAGS)
-        context = browser.new_context(viewport={"width": 1280, "height": 900})
+        context = browser.new_context(viewport=DESKTOP)
         context.route("**/*", route)
         page = context.new_page()
         page.on("pageerror", lambda e: page_errors.append(f"{page.url}: {e}"))
@@ -579,32 +599,25 @@ def test_every_page_offline(server):
                 unformatted += [f"{name}: {u}" for u in page.evaluate(_NUMBERS_AT_EXTREMES)]
             for rep in page.evaluate(_POKE_EXPLORERS):
                 explorer_reports.append({"page": name, **rep})
-        phone = browser.new_context(viewport={"width": 390, "height": 844})
+            if not counts["explorers"]:  # the same page, narrowed to a phone's width
+                page.set_viewport_size(PHONE)
+                page.evaluate(_TWO_FRAMES)  # what redraws on a resize (cues, animations) has
+                phone_checks(page, name)
+                page.set_viewport_size(DESKTOP)
+        # a page with an explorer is loaded afresh at 390 px: an explorer sizes its charts
+        # when it first draws, as a phone that opens the page draws them
+        phone = browser.new_context(viewport=PHONE)
         phone.route("**/*", route)
         small = phone.new_page()
-        with_explorers = {r["page"] for r in explorer_reports}
-        for name in pages:
-            if (
-                (SITE / name)
-                .read_text(errors="replace")
-                .lstrip()
-                .lower()
-                .startswith('<meta http-equiv="refresh"')
-            ):
-                continue
+        with_explorers = sorted({r["page"] for r in explorer_reports})
+        for name in with_explorers:
             small.goto(f"{server}/{name}", wait_until="load")
             small.evaluate(
                 "() => window.MathJax && MathJax.startup && MathJax.startup.promise"
                 " ? MathJax.startup.promise.then(() => true) : true"
             )
-            phone_wide += [f"{name}: {w}" for w in small.evaluate(_TOO_WIDE)]
-            no_cue += [f"{name} at 390 px: {w}" for w in small.evaluate(_NO_SCROLL_CUE)]
-            no_cue += [f"{name} at 390 px: {w}" for w in small.evaluate(_MISLEADING_CUES)]
-            clipped += [f"{name} at 390 px: {w}" for w in small.evaluate(_CLIPPED)]
-            clipped += [f"{name} at 390 px: {w}" for w in small.evaluate(_CUT_AT_LEFT)]
-            stretched += [f"{name} at 390 px: {w}" for w in small.evaluate(_STRETCHED)]
-            if name in with_explorers:
-                narrow += [{"page": name, **r} for r in small.evaluate(_NARROW_EXPLORERS, 320)]
+            phone_checks(small, name)
+            narrow += [{"page": name, **r} for r in small.evaluate(_NARROW_EXPLORERS, 320)]
         browser.close()
 
     summary = {
