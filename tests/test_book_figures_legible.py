@@ -230,6 +230,7 @@ def _digits(fig) -> list[str]:
     return sorted(t.get_text() for ax in fig.axes for t in ax.texts if t.get_text().isdigit())
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", SCHEDULE_GRIDS)
 def test_wrapped_schedule_grid_labels_every_action_once(name):
     """Wrapping the time axis in two halves loses no box's micro-batch digit and doubles none:

@@ -21,6 +21,8 @@ import ast
 import re
 from pathlib import Path
 
+import pytest
+
 SRC = Path(__file__).resolve().parents[1] / "src" / "minipar"
 NAMES = re.compile(r"_(sentence|paragraph|clause|prose)s?$")
 MAX_WORDS = 40
@@ -98,6 +100,7 @@ def _sources():
         yield str(path.relative_to(SRC)), path.read_text()
 
 
+@pytest.mark.slow
 def test_the_package_builds_no_sentences_for_the_book():
     bad = [b for name, src in _sources() for b in sentence_builders(name, src)]
     assert not bad, "\n".join(bad) + "\n(build sentences in book/glue/, return numbers here)"

@@ -9,6 +9,8 @@ import tomllib
 from importlib.metadata import packages_distributions
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -73,6 +75,7 @@ def _undeclared(declared: dict[str, str]) -> dict[str, str]:
     }
 
 
+@pytest.mark.slow
 def test_every_import_is_declared():
     missing = _undeclared(_declared())
     assert not missing, f"imported but not declared in pyproject.toml: {missing}"
