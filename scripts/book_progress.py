@@ -35,10 +35,13 @@ import threading
 import time
 from pathlib import Path
 
-import nbformat
-from jupyter_cache import get_cache
-from jupyter_cache.base import CacheBundleIn
-from jupyter_cache.executors.utils import single_nb_execution
+# nbformat without jsonschema's "iri" checker (minipar.grading.notebooks.import_nbformat): 2.3 CPU-s
+# in this process and again in each process that runs a notebook
+sys.modules.setdefault("rfc3987_syntax", None)
+import nbformat  # noqa: E402 (after the line above: it imports jsonschema)
+from jupyter_cache import get_cache  # noqa: E402
+from jupyter_cache.base import CacheBundleIn  # noqa: E402
+from jupyter_cache.executors.utils import single_nb_execution  # noqa: E402
 
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
 NOTEBOOK = re.compile(r"^(?P<path>\S+\.ipynb): (?P<what>.*?)(?: \[mystnb\])?$")

@@ -45,6 +45,7 @@ from minipar.grading.notebooks import (
     expected_tasks,
     find_script,
     graded_copy,
+    import_nbformat,
     memory_limit_text,
     scripts,
     starter_path,
@@ -329,7 +330,7 @@ def _shown(path) -> str:
 
 def _to_grade(nbs: list[Path], tally: _Tally) -> list[_Notebook]:
     """The notebooks that hold a task; an unreadable one fails, one with no task is empty."""
-    import nbformat  # noqa: PLC0415 (lazy: grade extra)
+    nbformat = import_nbformat()
 
     todo = []
     for j, nb_path in enumerate(nbs):
