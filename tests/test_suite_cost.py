@@ -86,8 +86,13 @@ def test_the_sampler_keeps_the_command_line_of_a_process_that_ended():
     try:
         sampler = sc.Sampler()
         sampler.snap()
-        time.sleep(0.8)  # ended, and nobody has waited for it
-        assert open(f"/proc/{child.pid}/cmdline").read() == ""  # the control: a zombie
+        for _ in range(300):  # it ends, and nobody waits for it: a zombie
+            with open(f"/proc/{child.pid}/stat") as f:
+                if f.read().rsplit(")", 1)[1].split()[0] == "Z":
+                    break
+            time.sleep(0.1)
+        with open(f"/proc/{child.pid}/cmdline") as f:
+            assert f.read() == ""  # the control: what the sampler now reads
         sampler.snap()
         (proc,) = [p for p in sampler.seen.values() if p.pid == child.pid]
         assert proc.cmd == "sleep 0.3" and proc.comm == "sleep", proc
