@@ -101,6 +101,37 @@ def test_an_aborting_rank_carries_its_stderr():
     assert run(lambda r, w: r, 2, backend="gloo") == [0, 1]
 
 
+def _group_held_by_a_late_callback(rank, world_size):
+    """A callback on gloo's thread holds the last reference to a group until the rank has
+    destroyed its groups (as a DDP comm hook's future can, rarely, when the task returns)."""
+    import time
+
+    import torch
+    import torch.distributed as dist
+
+    group = dist.new_group(list(range(world_size)))
+    if rank == 1:
+        time.sleep(0.3)  # rank 0 registers its callback before its all-reduce completes
+    fut = dist.all_reduce(torch.ones(1), group=group, async_op=True).get_future()
+
+    def hold(f, group=group):
+        while dist.is_initialized():  # until the rank's teardown destroyed every group
+            pass
+
+    fut.then(hold)
+    del group
+    return rank
+
+
+def test_a_group_released_on_its_own_thread_does_not_abort_the_rank():
+    """A group whose last reference goes on one of its own threads is destroyed there, joins
+    that thread and aborts the rank ("Resource deadlock avoided"); the rank holds every group
+    until it exits. Without the hold (_rank._hold_groups) 10 of 10 such calls aborted; the
+    data-parallel chapter's PowerSGD run aborted in 3 of 160 calls under load."""
+    for _ in range(3):
+        assert run(_group_held_by_a_late_callback, 2, backend="gloo", timeout=60) == [0, 1]
+
+
 class _FailsToUnpickle:
     def __reduce__(self):
         return (_raise_on_load, ())
