@@ -35,11 +35,12 @@ import threading
 import time
 from pathlib import Path
 
-# nbformat without jsonschema's "iri" checker (minipar.grading.notebooks.import_nbformat): 2.3 CPU-s
-# in this process and again in each process that runs a notebook
-sys.modules.setdefault("rfc3987_syntax", None)
-import nbformat  # noqa: E402 (after the line above: it imports jsonschema)
-from jupyter_cache import get_cache  # noqa: E402
+from minipar.grading.notebooks import import_nbformat
+
+# before jupyter_cache, which imports nbformat too: 2.3 CPU-s less in this process and in each
+# one that runs a notebook
+nbformat = import_nbformat()
+from jupyter_cache import get_cache  # noqa: E402 (after import_nbformat)
 from jupyter_cache.base import CacheBundleIn  # noqa: E402
 from jupyter_cache.executors.utils import single_nb_execution  # noqa: E402
 

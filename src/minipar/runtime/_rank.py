@@ -387,8 +387,8 @@ def _hold_groups(dist) -> None:
     destructor then joins the thread it runs on and the rank aborts ("terminate called after
     throwing an instance of 'std::system_error' / Resource deadlock avoided"): 3 of 160 runs
     of that task under load."""
-    world = getattr(dist.distributed_c10d, "_world", None)  # every group, not just WORLD
-    _HELD.extend(list(getattr(world, "pg_map", None) or ()) or [dist.group.WORLD])
+    groups = getattr(getattr(dist.distributed_c10d, "_world", None), "pg_map", None)  # private
+    _HELD.extend(groups or [dist.group.WORLD])
 
 
 def _wait_for_peers(store, world: int, wait: bool) -> None:
