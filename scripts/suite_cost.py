@@ -4,6 +4,7 @@ Node.js. Measure with it before cutting a test, and after.
 
     .venv/bin/python scripts/suite_cost.py                    # make unit's pytest command
     .venv/bin/python scripts/suite_cost.py --by test --top 20 -- -n 2 tests/test_launch.py
+    .venv/bin/python scripts/suite_cost.py --by kind          # workers, ranks, kernels, commands
 
 Arguments after ``--`` replace ``make unit``'s, which are read from the Makefile. The exit
 status is pytest's.
@@ -180,6 +181,39 @@ def attribute(procs: list[Proc], workers: list[dict]) -> dict[str, Cost]:
     return dict(out)
 
 
+def command(proc: Proc, parent: Proc | None) -> str:
+    """A process's kind, and for a Python process what it ran (``python -m minipar``,
+    ``python script.py``): the rows of ``--by kind``."""
+    k = kind(proc, parent)
+    if k != "python":
+        return k
+    args = proc.cmd.split()[1:]
+    if "-m" in args[:-1]:
+        return "python -m " + args[args.index("-m") + 1]
+    script = next((a for a in args if a.endswith(".py") or a == "-c"), "-c")
+    return "python " + Path(script).name
+
+
+def by_kind(procs: list[Proc], workers: list[dict]) -> dict[str, Cost]:
+    """The same CPU as :func:`attribute`, summed by what each process was: the pytest workers
+    themselves, zygotes, ranks, kernels, Chromium, each Python command."""
+    by_pid = {p.pid: p for p in sorted(procs, key=lambda p: p.first)}
+    runs = {w["pid"] for w in workers}
+    out: dict[str, Cost] = collections.defaultdict(Cost)
+    out["pytest worker"].worker = sum(w["cpu"] for w in workers)
+    out["pytest worker"].kinds["pytest worker"] = len(workers)
+    for p in procs:
+        node, hops = by_pid.get(p.ppid), 0
+        while node is not None and node.pid not in runs and hops < 64:
+            node, hops = by_pid.get(node.ppid), hops + 1
+        if p.pid in runs or node is None:
+            continue
+        name = command(p, by_pid.get(p.ppid))
+        out[name].others += p.cpu
+        out[name].kinds[name] += 1
+    return dict(out)
+
+
 def by_file(costs: dict[str, Cost]) -> dict[str, Cost]:
     out: dict[str, Cost] = collections.defaultdict(Cost)
     for test, c in costs.items():
@@ -203,7 +237,7 @@ def table(costs: dict[str, Cost], top: int) -> list[str]:
 # ----------------------------------------------------------------------------- the command
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--by", choices=("file", "test"), default="file")
+    ap.add_argument("--by", choices=("file", "test", "kind"), default="file")
     ap.add_argument("--top", type=int, default=30, help="rows shown (default 30)")
     ap.add_argument("pytest_args", nargs="*", help="after --: pytest's arguments")
     args = ap.parse_args(argv)
@@ -223,7 +257,9 @@ def main(argv: list[str] | None = None) -> int:
         sampler.join()
         workers = [json.loads(p.read_text()) for p in Path(folder).glob("worker-*.json")]
     costs = attribute(list(sampler.seen.values()), workers)
-    if args.by == "file":
+    if args.by == "kind":
+        costs = by_kind(list(sampler.seen.values()), workers)
+    elif args.by == "file":
         costs = by_file(costs)
     used = resource.getrusage(resource.RUSAGE_CHILDREN)
     sampled = sum(c.worker + c.others for c in costs.values())

@@ -58,6 +58,17 @@ def test_processes_are_charged_to_the_test_their_worker_ran_when_they_appeared()
     assert files["t.py"].worker + files["t.py"].others == 9.25
     assert files["t.py"].kinds == {"zygote": 1, "rank": 1, "kernel": 1, "python": 1}
     assert sc.table(files, 1)[1].split()[:3] == ["9.2", "6.0", "3.2"]  # the costliest first
+    kinds = sc.by_kind(procs, workers)  # the same CPU, summed by what each process was
+    assert {k: c.worker + c.others for k, c in kinds.items()} == {
+        "pytest worker": 7.0,
+        "zygote": 1.5,
+        "rank": 0.25,
+        "kernel": 1.0,
+        "python -c": 0.625,
+    }
+    assert kinds["python -c"].kinds == {"python -c": 2}
+    minipar = _proc(18, 10, 1.0, 1.0, "/v/bin/python -X utf8 -m minipar plan --gpus 8")
+    assert sc.command(minipar, None) == "python -m minipar"
 
 
 @pytest.mark.slow
