@@ -158,6 +158,7 @@ def launched(request):
 
 
 # ------------------------------------------------------------------ t = 1: one process, no group
+@pytest.mark.slow  # 1.0 CPU-s: over the inner loop's CPU-second (CONTRIBUTING.md, Tests)
 def test_one_rank_is_the_unsharded_model():
     res = all_parity(0, 1)
     assert max(v for k, v in res.items() if "gpt params" not in k) < TOL, res
