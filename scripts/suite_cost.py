@@ -4,7 +4,7 @@ Node.js. Measure with it before cutting a test, and after.
 
     .venv/bin/python scripts/suite_cost.py                    # make unit's pytest command
     .venv/bin/python scripts/suite_cost.py --by test --top 20 -- -n 2 tests/test_launch.py
-    .venv/bin/python scripts/suite_cost.py --by kind          # workers, ranks, kernels, commands
+    .venv/bin/python scripts/suite_cost.py --by kind --by file  # by process kind, then file
 
 Arguments after ``--`` replace ``make unit``'s, which are read from the Makefile. The exit
 status is pytest's.
@@ -237,7 +237,13 @@ def table(costs: dict[str, Cost], top: int) -> list[str]:
 # ----------------------------------------------------------------------------- the command
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--by", choices=("file", "test", "kind"), default="file")
+    ap.add_argument(
+        "--by",
+        choices=("file", "test", "kind"),
+        action="append",
+        help="rows per test file (the default), test or process kind; repeat it for more "
+        "tables from the one run",
+    )
     ap.add_argument("--top", type=int, default=30, help="rows shown (default 30)")
     ap.add_argument("pytest_args", nargs="*", help="after --: pytest's arguments")
     args = ap.parse_args(argv)
@@ -256,14 +262,12 @@ def main(argv: list[str] | None = None) -> int:
         sampler.done.set()
         sampler.join()
         workers = [json.loads(p.read_text()) for p in Path(folder).glob("worker-*.json")]
-    costs = attribute(list(sampler.seen.values()), workers)
-    if args.by == "kind":
-        costs = by_kind(list(sampler.seen.values()), workers)
-    elif args.by == "file":
-        costs = by_file(costs)
+    procs = list(sampler.seen.values())
+    costs = attribute(procs, workers)
+    tables = {"test": costs, "file": by_file(costs), "kind": by_kind(procs, workers)}
     used = resource.getrusage(resource.RUSAGE_CHILDREN)
     sampled = sum(c.worker + c.others for c in costs.values())
-    print("\n".join(table(costs, args.top)))
+    print("\n\n".join("\n".join(table(tables[by], args.top)) for by in args.by or ["file"]))
     print(
         f"suite_cost: pytest exited {code} after {wall:.0f} s; {sampled:.0f} CPU-s charged to "
         f"tests, of {used.ru_utime + used.ru_stime:.0f} CPU-s its process tree used"

@@ -115,7 +115,7 @@ def test_the_sampler_keeps_the_command_line_of_a_process_that_ended():
 def test_the_command_charges_a_tests_ranks_to_that_test(tmp_path):
     """A real run: a test that launches two ranks spinning 0.5 CPU-s each is charged its zygote
     and ranks (and the spares the zygote forks for a next call); a test that starts nothing is
-    charged none."""
+    charged none; ``--by kind`` sums the same run's CPU by process kind."""
     (tmp_path / "test_planted.py").write_text(
         "from minipar.runtime.launch import run\n\n\n"
         "def _spin(rank, world_size):\n"
@@ -129,18 +129,22 @@ def test_the_command_charges_a_tests_ranks_to_that_test(tmp_path):
         "    pass\n"
     )
     out = subprocess.run(
-        [sys.executable, str(ROOT / "scripts" / "suite_cost.py"), "--by", "test", "--"]
+        [sys.executable, str(ROOT / "scripts" / "suite_cost.py"), "--by", "test", "--by", "kind"]
+        + ["--"]
         + ["-q", "-n", "0", str(tmp_path / "test_planted.py")],
         capture_output=True,
         text=True,
         timeout=300,
     )
     assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
-    rows = {line.split()[-1].rsplit("::", 1)[-1]: line for line in out.stdout.splitlines()}
+    rows = {ln.split()[-1].rsplit("::", 1)[-1]: ln for ln in out.stdout.splitlines() if ln.strip()}
     ranks = rows["test_ranks"]
     assert float(ranks.split()[2]) >= 0.5 and "1 zygote" in ranks, ranks
     assert int(re.search(r"(\d+) rank", ranks).group(1)) >= 2, ranks  # and spares
     assert rows["test_nothing"].split()[2:4] == ["0.0", "-"], rows["test_nothing"]
+    # the second table, from the same run: the CPU by kind of process
+    assert rows["zygote"].split()[3:5] == ["1", "zygote"], rows["zygote"]
+    assert int(rows["rank"].split()[3]) >= 2 and float(rows["rank"].split()[0]) >= 0.5, rows
     assert out.stdout.splitlines()[-1].startswith("suite_cost: pytest exited 0 after ")
 
 
