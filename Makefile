@@ -143,11 +143,12 @@ lint: $(STAMP) ## ruff: lint and format check (rules in ruff.toml); commit messa
 	.venv/bin/ruff format --check .
 	$(PY) scripts/check_commits.py
 
-# unit beside book-strict (then site-test): scripts/side_by_side.sh, which names each failed part.
+# unit, book-strict and site-test one after the other (each alone keeps two cores busy; side by
+# side they cost more CPU): scripts/make_test.sh, which names each failed part.
 test: $(STAMP) ## everything CI runs: lint, exercises-check, unit, book-strict, site-test
 	$(MAKE) --no-print-directory lint
 	$(MAKE) --no-print-directory exercises-check
-	@scripts/side_by_side.sh $(MAKE)
+	@scripts/make_test.sh $(MAKE)
 
 grade: $(STAMP) ## grade your exercise notebooks and print a score table
 	.venv/bin/minipar grade exercises

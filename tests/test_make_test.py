@@ -1,6 +1,6 @@
-"""scripts/side_by_side.sh, make test's long parts side by side, run with a stand-in for make:
-the background part's output after the unit tests', each part's end, the machine's CPU seconds,
-and every failed part named with exit status 1."""
+"""scripts/make_test.sh, make test's long parts one after the other, run with a stand-in for
+make: each part's output and end in order, the machine's CPU seconds, and every failed part
+named with exit status 1."""
 
 import os
 import re
@@ -24,12 +24,12 @@ exit 9
 """
 
 
-def _side_by_side(tmp_path, **exit_codes):
+def _make_test(tmp_path, **exit_codes):
     make = tmp_path / "make"
     make.write_text(FAKE_MAKE)
     make.chmod(0o755)
     return subprocess.run(
-        [str(ROOT / "scripts" / "side_by_side.sh"), str(make)],
+        [str(ROOT / "scripts" / "make_test.sh"), str(make)],
         capture_output=True,
         text=True,
         timeout=120,
@@ -39,10 +39,11 @@ def _side_by_side(tmp_path, **exit_codes):
 
 @pytest.mark.slow
 def test_every_part_runs_and_the_machines_cpu_seconds_are_counted(tmp_path):
-    r = _side_by_side(tmp_path)
+    r = _make_test(tmp_path)
     assert r.returncode == 0, r.stdout + r.stderr
     out = r.stdout
-    order = ["unit ran", "make test: unit ended", "book ran", "site ran", "CPUs were busy"]
+    order = ["unit ran", "unit ended", "book ran", "book-strict ended", "site ran", "site-test"]
+    order.append("CPUs were busy")
     assert [out.index(s) for s in order] == sorted(out.index(s) for s in order), out
     for part in ("unit", "book-strict", "site-test"):
         assert re.search(rf"^make test: {part} ended \d+ s after the start$", out, re.M), out
@@ -53,11 +54,11 @@ def test_every_part_runs_and_the_machines_cpu_seconds_are_counted(tmp_path):
 
 @pytest.mark.slow
 def test_every_failed_part_is_named(tmp_path):
-    r = _side_by_side(tmp_path, UNIT_RC="3", SITE_RC="4")
+    r = _make_test(tmp_path, UNIT_RC="3", SITE_RC="4")
     assert r.returncode == 1
     assert "FAILED: make unit (exit status 3)" in r.stdout, r.stdout
     assert "FAILED: make site-test (exit status 4)" in r.stdout, r.stdout
-    r = _side_by_side(tmp_path, BOOK_RC="2")
+    r = _make_test(tmp_path, BOOK_RC="2")
     assert r.returncode == 1 and "site ran" not in r.stdout
     assert "FAILED: make book-strict (exit status 2)" in r.stdout, r.stdout
     assert "the browser test was not run (the book build failed)" in r.stdout, r.stdout
