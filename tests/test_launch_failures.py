@@ -104,6 +104,7 @@ def test_an_aborting_rank_carries_its_stderr():
 def _group_held_by_a_late_callback(rank, world_size):
     """A callback on gloo's thread holds the last reference to a group until the rank has
     destroyed its groups (as a DDP comm hook's future can, rarely, when the task returns)."""
+    import threading
     import time
 
     import torch
@@ -115,6 +116,8 @@ def _group_held_by_a_late_callback(rank, world_size):
     fut = dist.all_reduce(torch.ones(1), group=group, async_op=True).get_future()
 
     def hold(f, group=group):
+        if threading.current_thread() is threading.main_thread():
+            return  # the all-reduce had completed: `then` ran it here, where nothing would end it
         while dist.is_initialized():  # until the rank's teardown destroyed every group
             pass
 
