@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
 # make test's long parts, one after the other: `make unit`, `make book-strict`, then
 # `make site-test` once the site is built. Each part alone keeps CI's two cores busy (on an idle
-# 2-core machine: unit 637 CPU-s in 327 s, book-strict 200 in 110 s, site-test 88 in 60 s);
-# run side by side, the same parts took 550 s and 1,085 CPU-s instead of 497 s and 925: the
-# oversubscribed ranks, kernels and Chromium spent the difference waiting on each other. Every
-# part that failed is named on the last lines, and the exit status is 1 if any did. Each part's
-# end is printed in seconds after the start ("make test: book-strict ended 437 s after the
-# start"): which part a slow run spent its time in.
+# 2-core machine: unit 637 CPU-s in 327 s, book-strict 200 in 110 s, site-test 88 in 60 s), so
+# running them side by side (the unit tests beside the book build, then the browser test) only
+# oversubscribed the cores: in one checkout, one run right after the other, side by side took
+# 608 s and 1,205 machine CPU-s, in turn 536 s and 1,008. Every part that failed is named on the
+# last lines, and the exit status is 1 if any did. Each part's end is printed in seconds after
+# the start ("make test: book-strict ended 469 s after the start"): where a slow run spent it.
 #
 #   scripts/make_test.sh MAKE   # MAKE: the make to run the parts with ($(MAKE) in the Makefile)
 set -uo pipefail
