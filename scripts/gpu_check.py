@@ -12,9 +12,9 @@ under 8 minutes with start-up):
   pipelining against one process, our ring all-reduce against ``dist.all_reduce``, the timed
   pipeline bench. They need one GPU, so a 1-GPU workstation checks the device placement of
   these paths too (and with 2 GPUs their point-to-point messages);
-* every chapter notebook where the chapter switches to NCCL or to the GPU (see ``NOTEBOOKS``:
-  which ones and why); the others stay on gloo on purpose and are listed as skipped with the
-  chapter's reason. Each notebook run records the backends its launches announced.
+* every chapter notebook where the chapter switches to NCCL or to the GPU (``Chapter.gpu`` in
+  :mod:`minipar.chapters`: which ones and why); the others stay on gloo on purpose and are
+  listed as skipped with the chapter's reason. Each notebook run records the backends its launches announced.
 
 An item that needs more GPUs than the node has (NCCL takes one GPU per rank) is skipped with
 that reason, so a 1-GPU workstation runs what fits and says what it skipped. Without any GPU
@@ -43,6 +43,7 @@ import sys
 import time
 from pathlib import Path
 
+from minipar.chapters import CHAPTERS
 from minipar.jsonio import dumps
 from minipar.runtime.device import gpu_count
 
@@ -50,32 +51,11 @@ ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOK_DIR = ROOT / "notebooks"
 MAX_RANKS = 8
 
-# slug -> (GPUs its NCCL/GPU part needs, or None if the chapter stays on gloo; why)
-NOTEBOOKS = {
-    "collectives": (
-        2,
-        "its sweep (minipar.bench.collectives.run_benchmark) picks NCCL with one GPU per rank",
-    ),
-    "memory_time": (1, "its memory measurements run on the first GPU (device.default_device)"),
-    "data_parallel": (2, "its step timings and bucket sweep launch with backend='auto' (NCCL)"),
-    "three_d": (
-        8,
-        "its group check launches 8 ranks with backend='auto' (NCCL with 8 GPUs); "
-        "training stays on gloo",
-    ),
-    "tensor_parallel": (
-        None,
-        "stays on gloo: float64 parity against a CPU reference on a CPU "
-        "device mesh, and a host-clock timeline",
-    ),
-    "pipeline_parallel": (
-        None,
-        "stays on gloo: float64 parity against a CPU reference, and stages that sleep a fixed time",
-    ),
-}
+# slug -> (GPUs its NCCL/GPU part needs, or None if the chapter stays on gloo; why): the registry's
+NOTEBOOKS = {c.slug: c.gpu for c in CHAPTERS if c.gpu is not None}
 UNCLASSIFIED = (
     2,
-    "not classified in scripts/gpu_check.py NOTEBOOKS: run, and report the "
+    "not classified in minipar.chapters (Chapter.gpu): run, and report the "
     "backends its launches chose",
 )
 # pytest runs; min_gpus 1: the tests use min(GPUs, 2) ranks

@@ -64,7 +64,8 @@ def test_plan_for_one_and_eight_gpus_uses_the_real_commands():
     b = _statuses(one, "benches")
     assert b["launch"] == ("planned", "")
     assert one["benches"]["launch"]["command"].startswith("minipar bench launch --ranks 1 ")
-    for name in ("collectives", "data_parallel", "tensor_parallel", "pipeline_parallel"):
+    assert len(b) > 4  # every chapter bench needs two NCCL ranks
+    for name in set(b) - {"launch"}:
         assert b[name] == ("skipped", "needs 2 GPUs (one per rank for NCCL); this node has 1")
     assert _statuses(one, "tests") == {"gpu_paths": ("planned", "")}  # fits one GPU
     assert one["tests"]["gpu_paths"]["command"].endswith("-m gpu -rfEx tests/test_gpu_paths.py")

@@ -14,12 +14,16 @@ from dataclasses import dataclass
 @dataclass(frozen=True)
 class Chapter:
     """One chapter: its slug and whether it has a ``minipar bench <slug>`` (memory_time measures
-    in its notebook; the others time their implementations on ranks) and where its cost model
-    lives in ``minipar.cost`` (the collectives' is the network's, three_d's the planner's)."""
+    in its notebook; the others time their implementations on ranks), where its cost model
+    lives in ``minipar.cost`` (the collectives' is the network's, three_d's the planner's) and
+    what its notebook needs on a GPU node (``scripts/gpu_check.py``): ``gpu`` is (the GPUs its
+    NCCL or GPU part needs, or None where the chapter stays on gloo; why), None where that is
+    not classified yet (the check then runs it on 2 GPUs and reports the backends it chose)."""
 
     slug: str
     bench: bool = True
     cost: str = "chapters"
+    gpu: tuple[int | None, str] | None = None
 
     @property
     def cost_module(self) -> str:
@@ -28,14 +32,50 @@ class Chapter:
 
 
 CHAPTERS: tuple[Chapter, ...] = (
-    Chapter("collectives", cost="network"),
-    Chapter("memory_time", bench=False),
-    Chapter("data_parallel"),
-    Chapter("tensor_parallel"),
-    Chapter("pipeline_parallel"),
+    Chapter(
+        "collectives",
+        cost="network",
+        gpu=(
+            2,
+            "its sweep (minipar.bench.collectives.run_benchmark) picks NCCL with one GPU per rank",
+        ),
+    ),
+    Chapter(
+        "memory_time",
+        bench=False,
+        gpu=(1, "its memory measurements run on the first GPU (device.default_device)"),
+    ),
+    Chapter(
+        "data_parallel",
+        gpu=(2, "its step timings and bucket sweep launch with backend='auto' (NCCL)"),
+    ),
+    Chapter(
+        "tensor_parallel",
+        gpu=(
+            None,
+            "stays on gloo: float64 parity against a CPU reference on a CPU device mesh, and a "
+            "host-clock timeline",
+        ),
+    ),
+    Chapter(
+        "pipeline_parallel",
+        gpu=(
+            None,
+            "stays on gloo: float64 parity against a CPU reference, and stages that sleep a "
+            "fixed time",
+        ),
+    ),
     Chapter("context_parallel"),
     Chapter("expert_parallel"),
-    Chapter("three_d", cost="planner"),
+    Chapter(
+        "three_d",
+        cost="planner",
+        gpu=(
+            8,
+            "its group check launches 8 ranks with backend='auto' (NCCL with 8 GPUs); training "
+            "stays on gloo",
+        ),
+    ),
 )
 
 #: the slugs, in reading order
