@@ -14,7 +14,8 @@ under 8 minutes with start-up):
   these paths too (and with 2 GPUs their point-to-point messages);
 * every chapter notebook where the chapter switches to NCCL or to the GPU (``Chapter.gpu`` in
   :mod:`minipar.chapters`: which ones and why); the others stay on gloo on purpose and are
-  listed as skipped with the chapter's reason. Each notebook run records the backends its launches announced.
+  listed as skipped with the chapter's reason. Each notebook run records the backends its
+  launches announced.
 
 An item that needs more GPUs than the node has (NCCL takes one GPU per rank) is skipped with
 that reason, so a 1-GPU workstation runs what fits and says what it skipped. Without any GPU

@@ -151,6 +151,17 @@ class Cost:
     kinds: collections.Counter = field(default_factory=collections.Counter)  # kind -> count
 
 
+def _worker_of(proc: Proc, by_pid: dict[int, Proc], workers) -> int | None:
+    """The pid of the pytest worker ``proc`` descends from (``workers``: their pids), or None
+    for a worker itself and for a process of no worker (pytest's controller, the machine's)."""
+    if proc.pid in workers:
+        return None
+    node, hops = by_pid.get(proc.ppid), 0
+    while node is not None and node.pid not in workers and hops < 64:
+        node, hops = by_pid.get(node.ppid), hops + 1
+    return node.pid if node is not None and node.pid in workers else None
+
+
 def attribute(procs: list[Proc], workers: list[dict]) -> dict[str, Cost]:
     """test node id (or :data:`BETWEEN`) -> its :class:`Cost`. ``workers``: the plugin's
     records, one per worker process. A process that descends from no worker (pytest's
@@ -165,15 +176,11 @@ def attribute(procs: list[Proc], workers: list[dict]) -> dict[str, Cost]:
             out[row["test"]].worker += row["cpu"]
         out[BETWEEN].worker += w["cpu"] - sum(row["cpu"] for row in w["tests"])
     for p in procs:
-        if p.pid in runs:
-            continue
-        node, hops = by_pid.get(p.ppid), 0
-        while node is not None and node.pid not in runs and hops < 64:
-            node, hops = by_pid.get(node.ppid), hops + 1
-        if node is None or node.pid not in runs:
+        worker = _worker_of(p, by_pid, runs)
+        if worker is None:
             continue
         test = next(
-            (r["test"] for r in runs[node.pid]["tests"] if r["t0"] <= p.first <= r["t1"]),
+            (r["test"] for r in runs[worker]["tests"] if r["t0"] <= p.first <= r["t1"]),
             BETWEEN,
         )
         out[test].others += p.cpu
@@ -203,10 +210,7 @@ def by_kind(procs: list[Proc], workers: list[dict]) -> dict[str, Cost]:
     out["pytest worker"].worker = sum(w["cpu"] for w in workers)
     out["pytest worker"].kinds["pytest worker"] = len(workers)
     for p in procs:
-        node, hops = by_pid.get(p.ppid), 0
-        while node is not None and node.pid not in runs and hops < 64:
-            node, hops = by_pid.get(node.ppid), hops + 1
-        if p.pid in runs or node is None:
+        if _worker_of(p, by_pid, runs) is None:
             continue
         name = command(p, by_pid.get(p.ppid))
         out[name].others += p.cpu

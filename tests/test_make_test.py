@@ -43,7 +43,7 @@ def test_every_part_runs_and_the_machines_cpu_seconds_are_counted(tmp_path):
     assert r.returncode == 0, r.stdout + r.stderr
     out = r.stdout
     order = ["unit ran", "unit ended", "book ran", "book-strict ended", "site ran", "site-test"]
-    order.append("CPUs were busy")
+    order += ["CPUs were busy"]
     assert [out.index(s) for s in order] == sorted(out.index(s) for s in order), out
     for part in ("unit", "book-strict", "site-test"):
         assert re.search(rf"^make test: {part} ended \d+ s after the start$", out, re.M), out
