@@ -6,7 +6,9 @@ On a node with GPUs it runs, within ``--budget`` seconds (default 450, so the wh
 under 8 minutes with start-up):
 
 * ``minipar bench`` for launch, collectives, data, tensor and pipeline parallelism on NCCL
-  (one GPU per rank; as many ranks as the node has GPUs, up to 8);
+  (one GPU per rank; as many ranks as the node has GPUs, up to 8): each bench module's
+  ``gpu_check_args`` gives its arguments, or None where it stays out of the check and why
+  (:mod:`minipar.bench.cli`: the modules, one per chapter with a bench, and the launcher's);
 * the GPU tests of ``tests/test_gpu_paths.py`` (``pytest -m gpu``, ~35 s on one H200): on
   min(GPUs, 2) NCCL ranks, our tensor parallelism against DTensor and one process, PyTorch's
   pipelining against one process, our ring all-reduce against ``dist.all_reduce``, the timed
@@ -35,6 +37,7 @@ runs the selected items on gloo without a GPU (to test this script on a CPU mach
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import os
 import platform
@@ -44,13 +47,15 @@ import sys
 import time
 from pathlib import Path
 
+from minipar.bench.cli import BENCH_MODULES
 from minipar.chapters import CHAPTERS
 from minipar.jsonio import dumps
 from minipar.runtime.device import gpu_count
 
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOK_DIR = ROOT / "notebooks"
-MAX_RANKS = 8
+MAX_RANKS = 8  # the GPUs the benches may use: one node's, at most 8
+LAUNCH = "minipar.bench.launch"
 
 # slug -> (GPUs its NCCL/GPU part needs, or None if the chapter stays on gloo; why): the registry's
 NOTEBOOKS = {c.slug: c.gpu for c in CHAPTERS if c.gpu is not None}
@@ -83,107 +88,22 @@ NOTEBOOK_TIMEOUT = 300.0
 
 
 # ----------------------------------------------------------------------------- the plan
-def _largest(choices, gpus: int) -> int:
-    return max([c for c in choices if c <= gpus] or [min(choices)])
-
-
 def bench_plan(gpus: int) -> list[dict]:
-    """One entry per benchmark: the ``minipar`` arguments and the GPUs they need."""
+    """One entry per benchmark in the check: the ``minipar`` arguments and the GPUs they need,
+    read from each module of :data:`minipar.bench.cli.BENCH_MODULES` (``gpu_check_args`` and
+    ``GPU_CHECK_MIN_GPUS``; a module whose ``gpu_check_args`` returns None is left out). The
+    launcher's bench comes first: the quickest item, and the one that shows whether NCCL ranks
+    start at all, it runs before the chapters' benches spend the budget."""
     n = min(gpus, MAX_RANKS)
-    counts = [k for k in (2, 3, 4, 8) if k <= n] or [2]
-    t = _largest((2, 4, 8), n)  # divides 4·hidden = 2048
-    p = _largest((2, 3, 4), n)
-    return [
-        dict(
-            name="launch",
-            min_gpus=1,
-            args=[
-                "bench",
-                "launch",
-                "--ranks",
-                str(max(n, 1)),
-                "--repeats",
-                "3",
-                "--backend",
-                "nccl",
-                "--json",
-            ],
-        ),
-        dict(
-            name="collectives",
-            min_gpus=2,
-            args=[
-                "bench",
-                "collectives",
-                "--ops",
-                "all-reduce,all-gather,reduce-scatter,broadcast",
-                "--ranks",
-                ",".join(map(str, counts)),
-                "--sizes",
-                "64KiB..64MiB",
-                "--iters",
-                "5",
-                "--ring-ranks",
-                str(min(4, max(counts))),
-                "--backend",
-                "nccl",
-                "--json",
-            ],
-        ),
-        dict(
-            name="data_parallel",
-            min_gpus=2,
-            args=[
-                "bench",
-                "data_parallel",
-                "--ranks",
-                str(max(n, 2)),
-                "--backend",
-                "nccl",
-                "--json",
-            ],
-        ),
-        dict(
-            name="tensor_parallel",
-            min_gpus=2,
-            args=[
-                "bench",
-                "tensor_parallel",
-                "--ranks",
-                str(t),
-                "--hidden",
-                "512",
-                "--backend",
-                "nccl",
-                "--json",
-            ],
-        ),
-        dict(
-            name="pipeline_parallel",
-            min_gpus=2,
-            args=[
-                "bench",
-                "pipeline_parallel",
-                "--schedule",
-                "1f1b",
-                "--ranks",
-                str(p),
-                "--microbatches",
-                str(4 * p),
-                "--t-forward",
-                "20",
-                "--t-backward",
-                "20",
-                "--t-weight",
-                "20",
-                "--steps",
-                "3",
-                "--backend",
-                "nccl",
-                "--json",
-            ],
-        ),
-    ]
+    plan = []
+    for name in sorted(BENCH_MODULES, key=lambda m: m != LAUNCH):  # stable: chapter order
+        mod = importlib.import_module(name)
+        args = mod.gpu_check_args(n)
+        if args is not None:
+            plan.append(
+                dict(name=name.rsplit(".", 1)[1], min_gpus=mod.GPU_CHECK_MIN_GPUS, args=args)
+            )
+    return plan
 
 
 def notebook_plan() -> list[dict]:

@@ -1,12 +1,15 @@
 """scripts/gpu_check.py (make gpu-check) on a CPU machine: it says "no GPU" and exits 0 with a
-JSON report; its plan for 1 and 8 GPUs runs what fits and names what it skips; every command it
-would run parses with the real CLI; its runners record results and failures (gloo plumbing)."""
+JSON report; its plan for 1 and 8 GPUs runs what fits and names what it skips; its benches are
+read from the bench modules (``gpu_check_args``); every command it would run parses with the real
+CLI; its runners record results and failures (gloo plumbing)."""
 
+import importlib
 import importlib.util
 import json
 import os
 import subprocess
 import sys
+import types
 from pathlib import Path
 
 import nbformat
@@ -92,6 +95,45 @@ def test_plan_for_one_and_eight_gpus_uses_the_real_commands():
         for item in plan:
             args = parser.parse_args(item["args"])  # every flag exists, every value parses
             assert args.json and getattr(args, "backend", "nccl") in ("nccl", "auto"), item
+
+
+def test_the_bench_plan_is_read_from_the_bench_modules(monkeypatch):
+    """Every bench module says whether and how it runs in the check; the plan holds exactly those
+    that give arguments, the launcher's first, each with its module's GPU_CHECK_MIN_GPUS. A
+    planted module that gives arguments joins the plan (with the GPUs capped at MAX_RANKS); one
+    that returns None does not."""
+    from minipar.bench.cli import BENCH_MODULES
+
+    gc = _module()
+    modules = {m.rsplit(".", 1)[1]: importlib.import_module(m) for m in BENCH_MODULES}
+    assert all(callable(getattr(m, "gpu_check_args", None)) for m in modules.values())
+    for gpus in (0, 1, 3, 8, 12):
+        plan = gc.bench_plan(gpus)
+        n = min(gpus, gc.MAX_RANKS)
+        names = [item["name"] for item in plan]
+        assert names[0] == "launch" and len(set(names)) == len(names), names
+        assert set(names) == {k for k, m in modules.items() if m.gpu_check_args(n) is not None}
+        for item in plan:
+            assert item["args"][:2] == ["bench", item["name"]], item
+            assert item["args"] == modules[item["name"]].gpu_check_args(n)
+            assert item["min_gpus"] == modules[item["name"]].GPU_CHECK_MIN_GPUS >= 1, item
+
+    before = gc.bench_plan(12)
+    asked = []
+    runs = types.ModuleType("minipar.bench.planted_runs")
+    runs.GPU_CHECK_MIN_GPUS = 3
+    runs.gpu_check_args = lambda g: asked.append(g) or ["bench", "planted_runs", "--ranks", str(g)]
+    stays_out = types.ModuleType("minipar.bench.planted_stays_out")
+    stays_out.gpu_check_args = lambda g: None  # and no GPU_CHECK_MIN_GPUS: never read
+    for m in (runs, stays_out):
+        monkeypatch.setitem(sys.modules, m.__name__, m)
+    monkeypatch.setattr(gc, "BENCH_MODULES", [*BENCH_MODULES, runs.__name__, stays_out.__name__])
+    planted = gc.bench_plan(12)
+    assert planted[:-1] == before
+    assert planted[-1] == dict(
+        name="planted_runs", min_gpus=3, args=["bench", "planted_runs", "--ranks", "8"]
+    )
+    assert asked == [8] and "planted_stays_out" not in [item["name"] for item in planted]
 
 
 @pytest.mark.slow

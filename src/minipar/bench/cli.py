@@ -5,6 +5,15 @@ sub-subcommand (``minipar bench data_parallel``, alias ``dp``, ...): one per cha
 bench (:data:`minipar.chapters.CHAPTERS`), and the launcher's own. Each sets ``func`` (the
 command) and ``precheck`` (its arguments' rules, which ``minipar.cli`` runs before it imports
 torch: a bad argument is one line in 0.2 s, not after a 2-second import).
+
+For ``make gpu-check`` (``scripts/gpu_check.py``, whose ``bench_plan`` reads these modules)
+each module also provides ``gpu_check_args(gpus: int) -> list[str] | None``: the ``minipar``
+arguments (``["bench", "<name>", ..., "--backend", "nccl", "--json"]``) of its run in the check
+when the check may use ``gpus`` GPUs (the node's, at most the script's ``MAX_RANKS``; 0 and 1
+included: the plan lists what it then skips), or None where the bench is not part of the check
+(its docstring says why). A module that returns arguments also sets ``GPU_CHECK_MIN_GPUS``: the
+GPUs that run needs (NCCL takes one per rank); the check skips it, with that reason, on a node
+with fewer. Like ``add_bench_parser``, they must not import torch.
 """
 
 from __future__ import annotations

@@ -306,3 +306,30 @@ def add_bench_parser(bench_sub) -> None:
         help="a small sweep (seconds): all-reduce,all-gather; 2 ranks; 4KiB..256KiB",
     )
     p.set_defaults(func=_main, precheck=_check)
+
+
+GPU_CHECK_MIN_GPUS = 2  # the smallest group, one GPU per NCCL rank
+
+
+def gpu_check_args(gpus: int) -> list[str] | None:
+    """The GPU check's run (:mod:`minipar.bench.cli`): the four ops on every group of 2, 3, 4
+    and 8 ranks that ``gpus`` GPUs hold (2 with fewer), 64 KiB to 64 MiB, the ring comparison
+    on at most 4 of them."""
+    counts = [k for k in (2, 3, 4, 8) if k <= gpus] or [2]
+    return [
+        "bench",
+        "collectives",
+        "--ops",
+        "all-reduce,all-gather,reduce-scatter,broadcast",
+        "--ranks",
+        ",".join(map(str, counts)),
+        "--sizes",
+        "64KiB..64MiB",
+        "--iters",
+        "5",
+        "--ring-ranks",
+        str(min(4, max(counts))),
+        "--backend",
+        "nccl",
+        "--json",
+    ]

@@ -26,6 +26,12 @@ def flag(name: str) -> str:
     return "--" + name.replace("_", "-")
 
 
+def largest_at_most(choices, n: int) -> int:
+    """The largest of ``choices`` that is at most ``n``, else the smallest of them (a rank
+    count for ``gpu_check_args``, see :mod:`minipar.bench.cli`)."""
+    return max([c for c in choices if c <= n] or [min(choices)])
+
+
 def add_common(p, ranks: int, ranks_help: str = "ranks", *, also: str | None = None):
     """``--ranks N`` (default ``ranks``; ``also``: a second spelling such as ``--pp``) and
     ``--json``."""

@@ -295,3 +295,10 @@ def add_bench_parser(bench_sub) -> None:
         ("--steps", 5, "timed rounds (default 5)"),
     )
     p.set_defaults(func=_main, precheck=_check)
+
+
+def gpu_check_args(gpus: int) -> list[str] | None:
+    """Not part of the GPU check (:mod:`minipar.bench.cli`): its ranks are gloo ranks (no
+    ``--backend``) and its attention runs on the CPU, so a run there would spend minutes of the
+    check's budget and prove nothing about NCCL or the GPU."""
+    return None

@@ -105,3 +105,11 @@ def add_bench_parser(bench_sub) -> None:
         ("--bucket-mb", 1.0, "bucket cap in MiB, ours and DDP's (default 1)"),
     )
     p.set_defaults(func=_main, precheck=_check)
+
+
+GPU_CHECK_MIN_GPUS = 2  # data parallelism needs two ranks, one GPU per NCCL rank
+
+
+def gpu_check_args(gpus: int) -> list[str] | None:
+    """The GPU check's run (:mod:`minipar.bench.cli`): one NCCL rank per GPU (at least 2)."""
+    return ["bench", "data_parallel", "--ranks", str(max(gpus, 2)), "--backend", "nccl", "--json"]

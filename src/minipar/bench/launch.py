@@ -54,6 +54,24 @@ def add_bench_parser(bench_sub) -> None:
     p.set_defaults(func=_main, precheck=_check)
 
 
+GPU_CHECK_MIN_GPUS = 1  # one NCCL rank per GPU: one GPU is a launch too
+
+
+def gpu_check_args(gpus: int) -> list[str] | None:
+    """The GPU check's run (:mod:`minipar.bench.cli`): one NCCL rank per GPU, 3 warm calls."""
+    return [
+        "bench",
+        "launch",
+        "--ranks",
+        str(max(gpus, 1)),
+        "--repeats",
+        "3",
+        "--backend",
+        "nccl",
+        "--json",
+    ]
+
+
 def _show(r: dict) -> None:
     print(
         f"launch of {r['ranks']} {r['backend']} ranks: first call {r['first_call_s']:.2f} s, "

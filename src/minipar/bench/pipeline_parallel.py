@@ -19,7 +19,16 @@ from minipar.pipeline_parallel.measure import StageTimes
 from minipar.pipeline_parallel.measure import measure_bubble as bench
 from minipar.pipeline_parallel.schedules import NAMES
 
-from .common import MAX_RANKS, add_backend, add_common, add_options, backend, check, emit
+from .common import (
+    MAX_RANKS,
+    add_backend,
+    add_common,
+    add_options,
+    backend,
+    check,
+    emit,
+    largest_at_most,
+)
 
 
 def _show(r: dict) -> None:
@@ -103,3 +112,33 @@ def add_bench_parser(bench_sub) -> None:
     )
     p.add_argument("--timeline", action="store_true", help="include the timeline in --json")
     p.set_defaults(func=_main, precheck=_check)
+
+
+GPU_CHECK_MIN_GPUS = 2  # p >= 2, one GPU per NCCL rank
+
+
+def gpu_check_args(gpus: int) -> list[str] | None:
+    """The GPU check's run (:mod:`minipar.bench.cli`): 1F1B on p = 2, 3 or 4 NCCL ranks, the
+    most that ``gpus`` GPUs hold, m = 4p micro-batches of 20 ms stages, 3 steps."""
+    p = largest_at_most((2, 3, 4), gpus)
+    return [
+        "bench",
+        "pipeline_parallel",
+        "--schedule",
+        "1f1b",
+        "--ranks",
+        str(p),
+        "--microbatches",
+        str(4 * p),
+        "--t-forward",
+        "20",
+        "--t-backward",
+        "20",
+        "--t-weight",
+        "20",
+        "--steps",
+        "3",
+        "--backend",
+        "nccl",
+        "--json",
+    ]

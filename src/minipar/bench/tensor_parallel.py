@@ -13,7 +13,16 @@ from __future__ import annotations
 from minipar.errors import InputError
 from minipar.runtime.timing import slowest
 
-from .common import MAX_RANKS, add_backend, add_common, add_options, backend, check, emit
+from .common import (
+    MAX_RANKS,
+    add_backend,
+    add_common,
+    add_options,
+    backend,
+    check,
+    emit,
+    largest_at_most,
+)
 
 
 def bench(
@@ -94,3 +103,23 @@ def add_bench_parser(bench_sub) -> None:
         ("--rounds", 3, "interleaved rounds (default 3)"),
     )
     p.set_defaults(func=_main, precheck=_check)
+
+
+GPU_CHECK_MIN_GPUS = 2  # t >= 2, one GPU per NCCL rank
+
+
+def gpu_check_args(gpus: int) -> list[str] | None:
+    """The GPU check's run (:mod:`minipar.bench.cli`): h = 512 on t = 2, 4 or 8 NCCL ranks, the
+    most that ``gpus`` GPUs hold (each divides 4·h = 2048)."""
+    t = largest_at_most((2, 4, 8), gpus)
+    return [
+        "bench",
+        "tensor_parallel",
+        "--ranks",
+        str(t),
+        "--hidden",
+        "512",
+        "--backend",
+        "nccl",
+        "--json",
+    ]
