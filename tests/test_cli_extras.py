@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import yaml
 
 from minipar.errors import InputError
 from minipar.jsonio import dumps
@@ -135,6 +136,42 @@ def test_make_book_runs_under_the_progress_wrapper():
     for name, body in recipes:
         assert "@$(PROGRESS) --jobs $(BOOK_JOBS) $(JB) build ." in body, (name, body)
         assert "--quiet" not in body, (name, body)
+
+
+def test_a_jupyter_book_build_reads_pages_in_parallel():
+    """``--jobs N``: the jupyter-book command runs as Sphinx's N-process build; any other
+    command, or one job, runs as given. Sphinx reads in parallel only if every extension says it
+    may: the book's own extension says so for the two of jupyter-book's that do not."""
+    sys.path.insert(0, str(ROOT / "scripts"))
+    sys.path.insert(0, str(ROOT / "book" / "_ext"))
+    import book_progress
+    import minipar_book
+
+    build = [".venv/bin/jupyter-book", "build", ".", "-W"]
+    assert book_progress.parallel_build(build, 2) == [
+        sys.executable,
+        book_progress.__file__,
+        "--jupyter-book",
+        "2",
+        "build",
+        ".",
+        "-W",
+    ]
+    assert book_progress.parallel_build(build, 1) == build
+    assert book_progress.parallel_build(["python", "-c", "pass"], 2) == ["python", "-c", "pass"]
+
+    class App:  # what the handler reads: Sphinx's loaded extensions, by name
+        extensions = {
+            name: type("Extension", (), {"parallel_read_safe": None})()
+            for name in [*minipar_book.PARALLEL_READ_SAFE, "other"]
+        }
+
+    minipar_book.declare_parallel_read_safe(App)
+    safe = {name for name, ext in App.extensions.items() if ext.parallel_read_safe}
+    assert safe == set(minipar_book.PARALLEL_READ_SAFE)  # and no extension it does not name
+    config = yaml.safe_load((ROOT / "_config.yml").read_text())["sphinx"]
+    assert "minipar_book" in config["config"]["extensions"]  # the list Sphinx loads
+    assert "minipar_book" in config["local_extensions"]  # its folder on sys.path
 
 
 @pytest.mark.slow

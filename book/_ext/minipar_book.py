@@ -1,6 +1,7 @@
 """What the book's code-drawn directives share (``{minipar-figure}``, ``{minipar-animation}``):
 the book's own packages on ``sys.path``, loading a registered entry by name (an unknown name is
-the directive's error), and the figure node with its anchor and caption."""
+the directive's error), and the figure node with its anchor and caption. Loaded as an extension
+of its own, it also lets Sphinx read pages in parallel (:data:`PARALLEL_READ_SAFE`)."""
 
 from __future__ import annotations
 
@@ -53,3 +54,24 @@ class CodeDrawn(SphinxDirective):
             container += nodes.caption(text, "", *inodes)
             container += messages
         return container
+
+
+# jupyter-book's extensions that do not say whether Sphinx may read pages in parallel, so that
+# Sphinx read one page at a time (and, under -W, failed on its warning about it). Both are
+# safe: what they do while a page is read touches that page's doctree only.
+PARALLEL_READ_SAFE = {
+    "sphinx_multitoc_numbering": "numbers sections once the readers' environments are merged",
+    "sphinx_jupyterbook_latex": "transforms one document's toctree and sections, for LaTeX",
+}
+
+
+def declare_parallel_read_safe(app) -> None:
+    for name in PARALLEL_READ_SAFE:
+        ext = app.extensions.get(name)
+        if ext is not None:
+            ext.parallel_read_safe = True
+
+
+def setup(app):
+    app.connect("builder-inited", declare_parallel_read_safe)  # all extensions loaded by then
+    return {"parallel_read_safe": True, "parallel_write_safe": True}
