@@ -159,8 +159,8 @@ def prerun(jobs: int) -> None:
 
 def jupyter_book(jobs: int, args: list[str]) -> None:
     """``jupyter-book ARGS`` whose Sphinx build runs ``jobs`` processes (Sphinx's ``-j``)."""
-    import jupyter_book.sphinx  # noqa: PLC0415 (only in this mode)
-    from jupyter_book.cli.main import main as jupyter_book_main  # noqa: PLC0415
+    import jupyter_book.sphinx  # noqa: PLC0415 (the Sphinx process only: not the wrapper's)
+    from jupyter_book.cli.main import main as jupyter_book_main  # noqa: PLC0415 (only this process: Sphinx)
 
     # the command imports build_sphinx from this module when it runs, so it finds this one
     build = functools.partial(jupyter_book.sphinx.build_sphinx, jobs=jobs)
