@@ -12,6 +12,7 @@ from __future__ import annotations
 import ast
 import importlib
 import inspect
+import io
 import re
 import sys
 import xml.etree.ElementTree as ET
@@ -123,6 +124,33 @@ def test_the_profiler_check_can_fail():
             )
     finally:
         kit.REGISTRY.pop("test_book_figures.not_from_the_code")
+
+
+def test_a_figure_drawn_again_is_the_same_file():
+    """No date and fixed ids (the theme's svg.hashsalt): two builds of the site differ only
+    where a figure does. Negative control: matplotlib's default metadata dates each file."""
+
+    @kit.figure(draws=[])
+    def two_lines(pal):
+        fig, ax = pal.subplots(1, 1)
+        ax.plot([0, 1], [0, 1], clip_on=True)
+        ax.set_title("x")
+        return fig
+
+    try:
+        fig = kit.load("test_book_figures.two_lines")
+        first = fig.svg(kit.LIGHT)
+        assert "<dc:date>" not in first and fig.svg(kit.LIGHT) == first
+        import matplotlib
+        import matplotlib.pyplot as plt
+
+        with matplotlib.rc_context(kit.LIGHT.rc()):  # the control: savefig's defaults
+            drawn, buf = two_lines(kit.LIGHT), io.StringIO()
+            drawn.savefig(buf, format="svg")
+            plt.close(drawn)
+        assert "<dc:date>" in buf.getvalue()
+    finally:
+        kit.REGISTRY.pop("test_book_figures.two_lines")
 
 
 @pytest.mark.parametrize("slug", CHAPTERS)

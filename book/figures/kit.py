@@ -76,7 +76,10 @@ class Figure:
                 finally:
                     sys.setprofile(None)
             buf = io.StringIO()
-            fig.savefig(buf, format="svg", transparent=True, bbox_inches="tight")
+            # no date: with the theme's fixed hash salt, a figure drawn again is the same file
+            fig.savefig(
+                buf, format="svg", transparent=True, bbox_inches="tight", metadata={"Date": None}
+            )
             plt.close(fig)
         return buf.getvalue()
 
