@@ -7,7 +7,8 @@ under 8 minutes with start-up):
 
 * ``minipar bench`` for launch, collectives, data, tensor and pipeline parallelism on NCCL
   (one GPU per rank; as many ranks as the node has GPUs, up to 8): each bench module's
-  ``gpu_check_args`` gives its arguments, or None where it stays out of the check and why
+  ``gpu_check_args`` gives its arguments, or None where it stays out of the check and why, and
+  its ``gpu_check_figures`` picks the report's ``figures`` from the run's JSON result
   (:mod:`minipar.bench.cli`: the modules, one per chapter with a bench, and the launcher's);
 * the GPU tests of ``tests/test_gpu_paths.py`` (``pytest -m gpu``, ~35 s on one H200): on
   min(GPUs, 2) NCCL ranks, our tensor parallelism against DTensor and one process, PyTorch's
@@ -91,18 +92,18 @@ NOTEBOOK_TIMEOUT = 300.0
 def bench_plan(gpus: int) -> list[dict]:
     """One entry per benchmark in the check: the ``minipar`` arguments and the GPUs they need,
     read from each module of :data:`minipar.bench.cli.BENCH_MODULES` (``gpu_check_args`` and
-    ``GPU_CHECK_MIN_GPUS``; a module whose ``gpu_check_args`` returns None is left out). The
-    launcher's bench comes first: the quickest item, and the one that shows whether NCCL ranks
-    start at all, it runs before the chapters' benches spend the budget."""
+    ``GPU_CHECK_MIN_GPUS``; a module whose ``gpu_check_args`` returns None is left out), and
+    the module's name (:func:`figures` asks it for the run's figures). The launcher's bench
+    comes first: the quickest item, and the one that shows whether NCCL ranks start at all, it
+    runs before the chapters' benches spend the budget."""
     n = min(gpus, MAX_RANKS)
     plan = []
     for name in sorted(BENCH_MODULES, key=lambda m: m != LAUNCH):  # stable: chapter order
         mod = importlib.import_module(name)
         args = mod.gpu_check_args(n)
         if args is not None:
-            plan.append(
-                dict(name=name.rsplit(".", 1)[1], min_gpus=mod.GPU_CHECK_MIN_GPUS, args=args)
-            )
+            short = name.rsplit(".", 1)[1]
+            plan.append(dict(name=short, module=name, min_gpus=mod.GPU_CHECK_MIN_GPUS, args=args))
     return plan
 
 
@@ -132,51 +133,10 @@ def _reason(stderr: str, rc: int) -> str:
     return (errors or lines or [f"exit status {rc}, no output"])[-1][:400]
 
 
-def figures(name: str, r: dict) -> dict:
-    """The numbers a reader compares across machines (ratios and fitted link figures)."""
-    if name == "launch":
-        return {k: r[k] for k in ("backend", "first_call_s", "repeat_call_s", "repeat_to_first")}
-    if name == "collectives":
-        fits = {
-            f"{f['op']} n={f['n']}": None
-            if f["error"]
-            else {"alpha_s": f["alpha"], "bandwidth_GB_per_s": f["bandwidth"] / 1e9}
-            for f in r["fits"]
-        }
-        busbw = max((x["busbw"] for x in r["results"]), default=0.0)
-        return {
-            "backend": r["machine"]["backend"],
-            "gpu": r["machine"]["gpu"],
-            "max_busbw_GB_per_s": busbw / 1e9,
-            "fits_per_direction": fits,
-            "ring_to_dist": [x["ratio"] for x in r["ring_vs_dist"]],
-        }
-    if name == "data_parallel":
-        return {
-            k: r[k]
-            for k in ("backend", "ranks", "naive_to_ddp", "bucketed_to_ddp", "ddp_to_compute")
-        }
-    if name == "tensor_parallel":
-        return {
-            "backend": r["backend"],
-            "ranks": r["ranks"],
-            "ours_to_dtensor": r["ours_to_dtensor"],
-            "max_difference_float64": max(r["max_difference_float64"].values()),
-        }
-    if name == "pipeline_parallel":
-        return {
-            k: r[k]
-            for k in (
-                "backend",
-                "p",
-                "m",
-                "measured_bubble",
-                "model_bubble",
-                "model_bubble_with_latency",
-                "hop_latency",
-            )
-        }
-    return {}
+def figures(item: dict, result: dict) -> dict:
+    """The numbers a reader compares across machines (ratios and fitted link figures): picked
+    from the bench's JSON ``result`` by the ``gpu_check_figures`` of the plan item's module."""
+    return importlib.import_module(item["module"]).gpu_check_figures(result)
 
 
 def run_bench(item: dict, timeout: float) -> dict:
@@ -197,7 +157,7 @@ def run_bench(item: dict, timeout: float) -> dict:
         result = json.loads(p.stdout)
     except json.JSONDecodeError as e:
         return dict(out, status="failed", reason=f"stdout is not one JSON object: {e}")
-    return dict(out, status="ran", reason="", figures=figures(item["name"], result), result=result)
+    return dict(out, status="ran", reason="", figures=figures(item, result), result=result)
 
 
 def run_tests(item: dict, timeout: float) -> dict:

@@ -1,7 +1,8 @@
 """scripts/gpu_check.py (make gpu-check) on a CPU machine: it says "no GPU" and exits 0 with a
 JSON report; its plan for 1 and 8 GPUs runs what fits and names what it skips; its benches are
 read from the bench modules (``gpu_check_args``); every command it would run parses with the real
-CLI; its runners record results and failures (gloo plumbing)."""
+CLI; each bench's figures are picked by its own module (``gpu_check_figures``); its runners record
+results and failures (gloo plumbing)."""
 
 import importlib
 import importlib.util
@@ -28,6 +29,119 @@ def _module():
 
 def _statuses(report, kind):
     return {k: (v["status"], v["reason"]) for k, v in report[kind].items()}
+
+
+# one small JSON result per bench in the check (the keys its figures read, and some they leave),
+# and the figures scripts/gpu_check.py's own dispatch picked from it before that moved into the
+# bench modules (recorded from figures(name, result) at 71cad64)
+SAMPLE_RESULTS = {
+    "launch": dict(
+        ranks=2, backend="nccl", first_call_s=1.5, repeat_call_s=0.25, repeat_to_first=0.25 / 1.5
+    ),
+    "collectives": dict(
+        machine=dict(backend="nccl", gpu="NVIDIA H100 80GB HBM3", torch="2.5.1", cpu_count=16),
+        iters=5,
+        results=[
+            dict(op="all-reduce", n=2, bytes=65536, seconds=2e-5, algbw=3.2e9, busbw=3.2e9),
+            dict(op="all-reduce", n=2, bytes=2**26, seconds=4e-4, algbw=1.6e11, busbw=1.6e11),
+            dict(op="broadcast", n=4, bytes=2**26, seconds=5e-4, algbw=1.3e11, busbw=1.3e11),
+        ],
+        fits=[
+            dict(
+                op="all-reduce", n=2, algorithm="ring", alpha=1.2e-5, bandwidth=2.5e11, error=None
+            ),
+            dict(
+                op="broadcast",
+                n=4,
+                algorithm="tree",
+                alpha=None,
+                bandwidth=None,
+                error="times do not grow with size",
+            ),
+        ],
+        ring_vs_dist=[
+            dict(n=4, bytes=65536, ring_seconds=3e-4, dist_seconds=1e-4, ratio=3.0),
+            dict(n=4, bytes=2**26, ring_seconds=1.5e-3, dist_seconds=1e-3, ratio=1.5),
+        ],
+    ),
+    "data_parallel": dict(
+        ranks=4,
+        backend="nccl",
+        params=1_000_000,
+        batch_per_rank=32,
+        bucket_cap_mb=1.0,
+        step_seconds=dict(naive=0.04, bucketed=0.025, ddp=0.02, compute=0.015),
+        samples_per_second=dict(naive=3200.0, bucketed=5120.0, ddp=6400.0, compute=8533.3),
+        naive_to_ddp=0.5,
+        bucketed_to_ddp=0.8,
+        ddp_to_compute=0.75,
+    ),
+    "tensor_parallel": dict(
+        ranks=8,
+        backend="nccl",
+        h=512,
+        b=4,
+        s=128,
+        dtype="float32",
+        step_seconds=dict(ours=0.002, dtensor=0.003),
+        tokens_per_second=dict(ours=256000.0, dtensor=170666.7),
+        ours_to_dtensor=1.5,
+        max_difference_float64=dict(forward=1e-15, grad_input=4e-15, grad_weight=2e-15),
+    ),
+    "pipeline_parallel": dict(
+        schedule="1f1b",
+        p=4,
+        m=16,
+        v=1,
+        backend="nccl",
+        steps=3,
+        measured_bubble=0.17,
+        model_bubble=0.1579,
+        model_bubble_with_latency=0.165,
+        hop_latency=1.2e-4,
+        step_seconds=0.9,
+    ),
+}
+RECORDED_FIGURES = {
+    "launch": {
+        "backend": "nccl",
+        "first_call_s": 1.5,
+        "repeat_call_s": 0.25,
+        "repeat_to_first": 0.16666666666666666,
+    },
+    "collectives": {
+        "backend": "nccl",
+        "gpu": "NVIDIA H100 80GB HBM3",
+        "max_busbw_GB_per_s": 160.0,
+        "fits_per_direction": {
+            "all-reduce n=2": {"alpha_s": 1.2e-05, "bandwidth_GB_per_s": 250.0},
+            "broadcast n=4": None,
+        },
+        "ring_to_dist": [3.0, 1.5],
+    },
+    "data_parallel": {
+        "backend": "nccl",
+        "ranks": 4,
+        "naive_to_ddp": 0.5,
+        "bucketed_to_ddp": 0.8,
+        "ddp_to_compute": 0.75,
+    },
+    "tensor_parallel": {
+        "backend": "nccl",
+        "ranks": 8,
+        "ours_to_dtensor": 1.5,
+        "max_difference_float64": 4e-15,
+    },
+    "pipeline_parallel": {
+        "backend": "nccl",
+        "p": 4,
+        "m": 16,
+        "measured_bubble": 0.17,
+        "model_bubble": 0.1579,
+        "model_bubble_with_latency": 0.165,
+        "hop_latency": 0.00012,
+    },
+}
 
 
 @pytest.mark.slow
@@ -131,9 +245,70 @@ def test_the_bench_plan_is_read_from_the_bench_modules(monkeypatch):
     planted = gc.bench_plan(12)
     assert planted[:-1] == before
     assert planted[-1] == dict(
-        name="planted_runs", min_gpus=3, args=["bench", "planted_runs", "--ranks", "8"]
+        name="planted_runs",
+        module="minipar.bench.planted_runs",
+        min_gpus=3,
+        args=["bench", "planted_runs", "--ranks", "8"],
     )
     assert asked == [8] and "planted_stays_out" not in [item["name"] for item in planted]
+
+
+def test_each_bench_module_picks_its_own_figures():
+    """Every bench in the check has a sample result here, and its module's gpu_check_figures
+    gives, through gpu_check's figures, exactly what the script's dispatch gave before it moved
+    into the modules; the modules that never run in the check define no figures. Each sample's
+    figures differ from every other's, so a dispatch that read one bench's figures with another
+    module (or answered {}) fails here."""
+    from minipar.bench.cli import BENCH_MODULES
+
+    gc = _module()
+    plan = {item["name"]: item for item in gc.bench_plan(gc.MAX_RANKS)}
+    assert set(plan) == set(SAMPLE_RESULTS) == set(RECORDED_FIGURES)
+    for name in BENCH_MODULES:
+        mod = importlib.import_module(name)
+        runs = any(mod.gpu_check_args(g) is not None for g in range(gc.MAX_RANKS + 1))
+        assert callable(getattr(mod, "gpu_check_figures", None)) == runs, name
+    for name, item in plan.items():
+        assert item["module"] == f"minipar.bench.{name}", item
+        result = json.loads(json.dumps(SAMPLE_RESULTS[name]))  # as run_bench reads it
+        got = gc.figures(item, result)
+        assert got == RECORDED_FIGURES[name], name
+        assert list(got) == list(RECORDED_FIGURES[name]), name  # the report's key order too
+        assert result == SAMPLE_RESULTS[name], name  # the result is left as it was
+    values = [json.dumps(f, sort_keys=True) for f in RECORDED_FIGURES.values()]
+    assert len(set(values)) == len(values) and "{}" not in values
+
+
+def test_run_bench_records_the_figures_of_the_items_module(monkeypatch):
+    """run_bench hands the JSON a bench printed to the gpu_check_figures of the plan item's own
+    module (a planted one here, which no name-based dispatch knows), and records both."""
+    gc = _module()
+    planted = types.ModuleType("minipar.bench.planted_figures")
+    seen = []
+    planted.gpu_check_figures = lambda r: seen.append(r) or {"doubled": 2 * r["x"]}
+    monkeypatch.setitem(sys.modules, planted.__name__, planted)
+    ran = []
+
+    def fake_run(cmd, **kw):
+        ran.append(cmd)
+        return subprocess.CompletedProcess(cmd, 0, stdout='{"x": 21, "backend": "nccl"}', stderr="")
+
+    monkeypatch.setattr(gc.subprocess, "run", fake_run)
+    item = dict(name="launch", module=planted.__name__, min_gpus=1, args=["bench", "launch"])
+    got = gc.run_bench(item, 60)
+    assert ran == [[sys.executable, "-m", "minipar.cli", "bench", "launch"]]
+    assert got["status"] == "ran" and got["figures"] == {"doubled": 42}, got
+    assert got["result"] == seen[0] == {"x": 21, "backend": "nccl"}
+    # the same item with the launcher's module: its figures, not the planted one's
+    monkeypatch.setattr(
+        gc.subprocess,
+        "run",
+        lambda cmd, **kw: subprocess.CompletedProcess(
+            cmd, 0, stdout=json.dumps(SAMPLE_RESULTS["launch"]), stderr=""
+        ),
+    )
+    got = gc.run_bench(dict(item, module="minipar.bench.launch"), 60)
+    assert got["figures"] == RECORDED_FIGURES["launch"] and len(seen) == 1
 
 
 @pytest.mark.slow

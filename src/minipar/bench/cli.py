@@ -13,7 +13,11 @@ when the check may use ``gpus`` GPUs (the node's, at most the script's ``MAX_RAN
 included: the plan lists what it then skips), or None where the bench is not part of the check
 (its docstring says why). A module that returns arguments also sets ``GPU_CHECK_MIN_GPUS``: the
 GPUs that run needs (NCCL takes one per rank); the check skips it, with that reason, on a node
-with fewer. Like ``add_bench_parser``, they must not import torch.
+with fewer. It also provides ``gpu_check_figures(result: dict) -> dict``: from the JSON object its
+run printed (``result``), the numbers a reader compares across machines (ratios, fitted link
+figures), which the report lists as the bench's ``figures``. A module whose ``gpu_check_args``
+always returns None defines neither: the check never asks it. Like ``add_bench_parser``, these
+must not import torch.
 """
 
 from __future__ import annotations

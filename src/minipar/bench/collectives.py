@@ -333,3 +333,23 @@ def gpu_check_args(gpus: int) -> list[str] | None:
         "nccl",
         "--json",
     ]
+
+
+def gpu_check_figures(result: dict) -> dict:
+    """The GPU check's figures (:mod:`minipar.bench.cli`): the backend and GPU, the largest bus
+    bandwidth, each (op, n)'s fitted α and bandwidth per direction (None where the fit failed),
+    and our ring's time over ``dist.all_reduce``'s at each size."""
+    fits = {
+        f"{f['op']} n={f['n']}": None
+        if f["error"]
+        else {"alpha_s": f["alpha"], "bandwidth_GB_per_s": f["bandwidth"] / 1e9}
+        for f in result["fits"]
+    }
+    busbw = max((x["busbw"] for x in result["results"]), default=0.0)
+    return {
+        "backend": result["machine"]["backend"],
+        "gpu": result["machine"]["gpu"],
+        "max_busbw_GB_per_s": busbw / 1e9,
+        "fits_per_direction": fits,
+        "ring_to_dist": [x["ratio"] for x in result["ring_vs_dist"]],
+    }

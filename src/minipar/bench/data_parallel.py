@@ -113,3 +113,12 @@ GPU_CHECK_MIN_GPUS = 2  # data parallelism needs two ranks, one GPU per NCCL ran
 def gpu_check_args(gpus: int) -> list[str] | None:
     """The GPU check's run (:mod:`minipar.bench.cli`): one NCCL rank per GPU (at least 2)."""
     return ["bench", "data_parallel", "--ranks", str(max(gpus, 2)), "--backend", "nccl", "--json"]
+
+
+def gpu_check_figures(result: dict) -> dict:
+    """The GPU check's figures (:mod:`minipar.bench.cli`): the backend, the ranks and the
+    step-time ratios (naive and bucketed against DDP, DDP against compute alone)."""
+    return {
+        k: result[k]
+        for k in ("backend", "ranks", "naive_to_ddp", "bucketed_to_ddp", "ddp_to_compute")
+    }

@@ -72,6 +72,12 @@ def gpu_check_args(gpus: int) -> list[str] | None:
     ]
 
 
+def gpu_check_figures(result: dict) -> dict:
+    """The GPU check's figures (:mod:`minipar.bench.cli`): the backend, the first and the
+    repeated call's seconds and their ratio."""
+    return {k: result[k] for k in ("backend", "first_call_s", "repeat_call_s", "repeat_to_first")}
+
+
 def _show(r: dict) -> None:
     print(
         f"launch of {r['ranks']} {r['backend']} ranks: first call {r['first_call_s']:.2f} s, "

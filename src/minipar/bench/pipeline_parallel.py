@@ -142,3 +142,20 @@ def gpu_check_args(gpus: int) -> list[str] | None:
         "nccl",
         "--json",
     ]
+
+
+def gpu_check_figures(result: dict) -> dict:
+    """The GPU check's figures (:mod:`minipar.bench.cli`): the backend, p and m, the measured
+    bubble against the model's (without and with the hop latency), and that latency."""
+    return {
+        k: result[k]
+        for k in (
+            "backend",
+            "p",
+            "m",
+            "measured_bubble",
+            "model_bubble",
+            "model_bubble_with_latency",
+            "hop_latency",
+        )
+    }

@@ -123,3 +123,14 @@ def gpu_check_args(gpus: int) -> list[str] | None:
         "nccl",
         "--json",
     ]
+
+
+def gpu_check_figures(result: dict) -> dict:
+    """The GPU check's figures (:mod:`minipar.bench.cli`): the backend, the ranks, DTensor's
+    step time over ours, and the largest float64 difference from one process."""
+    return {
+        "backend": result["backend"],
+        "ranks": result["ranks"],
+        "ours_to_dtensor": result["ours_to_dtensor"],
+        "max_difference_float64": max(result["max_difference_float64"].values()),
+    }
