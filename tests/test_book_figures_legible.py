@@ -6,6 +6,7 @@ colours groups gives every group its own colour."""
 from __future__ import annotations
 
 import ast
+import functools
 import sys
 from dataclasses import replace
 from pathlib import Path
@@ -23,9 +24,11 @@ PHONE_PX = 390  # the narrowest column a figure is shown in (its box scrolls bel
 MIN_GAP_PX = 1.5  # labels closer than this on screen run into each other
 
 
+@functools.cache
 def _drawn(name: str, phone: bool = False):
     """The figure ``name`` drawn in the light theme (its phone layout if ``phone``), rendered,
-    with its renderer."""
+    with its renderer: drawn once for this module's tests, which only read it (closed by
+    :func:`_close_the_figures`)."""
     import matplotlib
 
     matplotlib.use("Agg", force=False)
@@ -33,6 +36,16 @@ def _drawn(name: str, phone: bool = False):
         fig = kit.load(name).draw(replace(kit.LIGHT, phone=phone))
         fig.canvas.draw()
     return fig, fig.canvas.get_renderer()
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _close_the_figures():
+    yield
+    if _drawn.cache_info().currsize:
+        import matplotlib.pyplot as plt
+
+        plt.close("all")
+        _drawn.cache_clear()
 
 
 def label_gap_px(fig, renderer) -> float:
@@ -79,13 +92,8 @@ SCHEDULE_GRIDS = [
 @pytest.mark.parametrize("phone", [False, True], ids=["wide", "phone"])
 @pytest.mark.parametrize("name", SCHEDULE_GRIDS)
 def test_schedule_grid_digits_do_not_touch_on_a_phone(name, phone):
-    import matplotlib.pyplot as plt
-
-    fig, renderer = _drawn(name, phone)
-    try:
-        gap = label_gap_px(fig, renderer)
-    finally:
-        plt.close(fig)
+    fig, renderer = _drawn(name, phone=phone)
+    gap = label_gap_px(fig, renderer)
     assert gap >= MIN_GAP_PX, (
         f"{name}: two micro-batch digits are {gap:.2f} px apart at {PHONE_PX} px "
         f"(at least {MIN_GAP_PX})"
@@ -96,19 +104,14 @@ def test_ring_figure_and_prose_count_the_same_chunk_pairs():
     """The ring figure writes each cell's work beside it (a diagonal pair counts one half); a
     rank's four cells add up to the cost model's causal-kernel count, and the page states that
     count and the whole-diagonal one without confusing them."""
-    import matplotlib.pyplot as plt
-
     from minipar.cost.chapters import context_parallel as C
 
     fig, _ = _drawn("context_parallel.ring_steps")
-    try:
-        rows: dict[float, float] = {}
-        for t in fig.axes[0].texts:
-            if t.get_color() == kit.LIGHT.muted:  # the work beside each cell
-                rows[round(t.get_position()[1], 3)] = rows.get(round(t.get_position()[1], 3), 0)
-                rows[round(t.get_position()[1], 3)] += float(t.get_text())
-    finally:
-        plt.close(fig)
+    rows: dict[float, float] = {}
+    for t in fig.axes[0].texts:
+        if t.get_color() == kit.LIGHT.muted:  # the work beside each cell
+            rows[round(t.get_position()[1], 3)] = rows.get(round(t.get_position()[1], 3), 0)
+            rows[round(t.get_position()[1], 3)] += float(t.get_text())
     half = C.pairs_per_rank(4, "zigzag", causal=True, diagonal="half")
     whole = C.pairs_per_rank(4, "zigzag", causal=True, diagonal="whole")
     assert sorted(rows.values()) == sorted(half) == [8.0] * 4
@@ -144,15 +147,10 @@ def _one_colour_per_group(groups: list[tuple[str, list[tuple[int, int]]]], cells
 
 
 def test_folding_figure_gives_every_group_its_own_colour():
-    import matplotlib.pyplot as plt
-
     from minipar.grid import Grid
 
     fig, _ = _drawn("expert_parallel.folding")
-    try:
-        cells = _cells(fig.axes[0])
-    finally:
-        plt.close(fig)
+    cells = _cells(fig.axes[0])
     grid = Grid(d=2, t=4, ep=4)
     groups = [
         (f"{kind}{i}", [(r, y) for r in members])
@@ -164,15 +162,10 @@ def test_folding_figure_gives_every_group_its_own_colour():
 
 
 def test_five_d_figure_gives_every_group_its_own_colour():
-    import matplotlib.pyplot as plt
-
     from minipar.grid import Grid
 
     fig, _ = _drawn("three_d.five_d_grid")
-    try:
-        top, bottom = (_cells(ax) for ax in fig.axes[:2])
-    finally:
-        plt.close(fig)
+    top, bottom = (_cells(ax) for ax in fig.axes[:2])
     grid = Grid(d=2, t=2, p=2, cp=2, ep=4)
     S = grid.stage_size
     cells = {("top", *c): v for c, v in top.items()} | {
@@ -208,17 +201,11 @@ def test_phone_layout_fits_a_phone_column(name):
     """The phone layout is shown at about its own size in a 358 px column (no minimum width,
     no scrolling), so it must be at most ``PHONE_WIDTH_IN`` wide, text at 8 pt or more,
     and be a layout of its own, not the wide one again."""
-    import matplotlib.pyplot as plt
-
     fig, renderer = _drawn(name, phone=True)
     wide, _ = _drawn(name, phone=False)
-    try:
-        width = fig.get_tightbbox(renderer).width
-        sizes = [t.get_fontsize() for ax in fig.axes for t in ax.texts]
-        wide_width = wide.get_tightbbox(wide.canvas.get_renderer()).width
-    finally:
-        plt.close(fig)
-        plt.close(wide)
+    width = fig.get_tightbbox(renderer).width
+    sizes = [t.get_fontsize() for ax in fig.axes for t in ax.texts]
+    wide_width = wide.get_tightbbox(wide.canvas.get_renderer()).width
     assert width <= PHONE_WIDTH_IN + 0.02, (
         f"{name}: its phone layout is {width:.2f} in wide (at most {PHONE_WIDTH_IN})"
     )
@@ -235,16 +222,10 @@ def _digits(fig) -> list[str]:
 def test_wrapped_schedule_grid_labels_every_action_once(name):
     """Wrapping the time axis in two halves loses no box's micro-batch digit and doubles none:
     the phone grid's digits are the wide grid's."""
-    import matplotlib.pyplot as plt
-
     phone, _ = _drawn(name, phone=True)
     wide, _ = _drawn(name, phone=False)
-    try:
-        assert len(phone.axes) >= 2, f"{name}: the phone layout does not wrap"
-        assert _digits(phone) == _digits(wide)
-    finally:
-        plt.close(phone)
-        plt.close(wide)
+    assert len(phone.axes) >= 2, f"{name}: the phone layout does not wrap"
+    assert _digits(phone) == _digits(wide)
 
 
 def test_the_page_tags_each_layout_for_the_stylesheet():
