@@ -32,7 +32,8 @@ def _drawn(name: str, phone: bool = False):
     import matplotlib
 
     matplotlib.use("Agg", force=False)
-    with matplotlib.rc_context(kit.LIGHT.rc()):
+    # kept open for the module's tests: about 30 figures, so no warning about more than 20
+    with matplotlib.rc_context({**kit.LIGHT.rc(), "figure.max_open_warning": 0}):
         fig = kit.load(name).draw(replace(kit.LIGHT, phone=phone))
         fig.canvas.draw()
     return fig, fig.canvas.get_renderer()
@@ -100,6 +101,7 @@ def test_schedule_grid_digits_do_not_touch_on_a_phone(name, phone):
     )
 
 
+@pytest.mark.slow  # over a CPU-second (CONTRIBUTING.md, Tests)
 def test_ring_figure_and_prose_count_the_same_chunk_pairs():
     """The ring figure writes each cell's work beside it (a diagonal pair counts one half); a
     rank's four cells add up to the cost model's causal-kernel count, and the page states that
