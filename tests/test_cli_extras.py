@@ -138,12 +138,12 @@ def test_make_book_runs_under_the_progress_wrapper():
         assert "--quiet" not in body, (name, body)
 
 
-def test_a_jupyter_book_build_reads_pages_in_parallel():
+def test_a_jupyter_book_build_reads_pages_in_parallel(monkeypatch):
     """``--jobs N``: the jupyter-book command runs as Sphinx's N-process build; any other
     command, or one job, runs as given. Sphinx reads in parallel only if every extension says it
     may: the book's own extension says so for the two of jupyter-book's that do not."""
-    sys.path.insert(0, str(ROOT / "scripts"))
-    sys.path.insert(0, str(ROOT / "book" / "_ext"))
+    monkeypatch.syspath_prepend(ROOT / "scripts")
+    monkeypatch.syspath_prepend(ROOT / "book" / "_ext")
     import book_progress
     import minipar_book
 

@@ -8,7 +8,8 @@ torch: a bad argument is one line in 0.2 s, not after a 2-second import).
 
 For ``make gpu-check`` (``scripts/gpu_check.py``, whose ``bench_plan`` reads these modules)
 each module also provides ``gpu_check_args(gpus: int) -> list[str] | None``: the ``minipar``
-arguments (``["bench", "<name>", ..., "--backend", "nccl", "--json"]``) of its run in the check
+arguments (``["bench", "<name>", ..., "--backend", "nccl", "--json"]``, written by
+:func:`minipar.bench.common.gpu_check_command`) of its run in the check
 when the check may use ``gpus`` GPUs (the node's, at most the script's ``MAX_RANKS``; 0 and 1
 included: the plan lists what it then skips), or None where the bench is not part of the check
 (its docstring says why). A module that returns arguments also sets ``GPU_CHECK_MIN_GPUS``: the

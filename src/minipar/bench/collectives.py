@@ -31,7 +31,15 @@ from minipar.runtime import device
 from minipar.runtime.timing import timed
 
 from .collectives_report import table
-from .common import add_backend, add_json, add_options, check, check_writable, emit
+from .common import (
+    add_backend,
+    add_json,
+    add_options,
+    check,
+    check_writable,
+    emit,
+    gpu_check_command,
+)
 
 _SWEEPS = tomllib.loads(Path(__file__).with_name("collectives_sweeps.toml").read_text("utf-8"))
 ASSUMED_ALGORITHM = _SWEEPS["algorithm"]  # op -> the algorithm we assume the backend uses
@@ -316,9 +324,8 @@ def gpu_check_args(gpus: int) -> list[str] | None:
     and 8 ranks that ``gpus`` GPUs hold (2 with fewer), 64 KiB to 64 MiB, the ring comparison
     on at most 4 of them."""
     counts = [k for k in (2, 3, 4, 8) if k <= gpus] or [2]
-    return [
-        "bench",
-        "collectives",
+    return gpu_check_command(
+        __name__,
         "--ops",
         "all-reduce,all-gather,reduce-scatter,broadcast",
         "--ranks",
@@ -329,10 +336,7 @@ def gpu_check_args(gpus: int) -> list[str] | None:
         "5",
         "--ring-ranks",
         str(min(4, max(counts))),
-        "--backend",
-        "nccl",
-        "--json",
-    ]
+    )
 
 
 def gpu_check_figures(result: dict) -> dict:

@@ -26,6 +26,13 @@ def flag(name: str) -> str:
     return "--" + name.replace("_", "-")
 
 
+def gpu_check_command(module: str, *options: str) -> list[str]:
+    """The ``minipar`` arguments of a bench module's GPU-check run (``gpu_check_args``, see
+    :mod:`minipar.bench.cli`): ``bench <name> OPTIONS --backend nccl --json``, the name read from
+    ``module`` (the module's ``__name__``, e.g. ``minipar.bench.launch``)."""
+    return ["bench", module.rsplit(".", 1)[1], *options, "--backend", "nccl", "--json"]
+
+
 def largest_at_most(choices, n: int) -> int:
     """The largest of ``choices`` that is at most ``n``, else the smallest of them (a rank
     count for ``gpu_check_args``, see :mod:`minipar.bench.cli`)."""

@@ -13,7 +13,16 @@ import functools
 
 from minipar.runtime.timing import slowest
 
-from .common import MAX_RANKS, add_backend, add_common, add_options, backend, check, emit
+from .common import (
+    MAX_RANKS,
+    add_backend,
+    add_common,
+    add_options,
+    backend,
+    check,
+    emit,
+    gpu_check_command,
+)
 
 VARIANTS = ("compute", "naive", "bucketed", "ddp")
 
@@ -112,7 +121,7 @@ GPU_CHECK_MIN_GPUS = 2  # data parallelism needs two ranks, one GPU per NCCL ran
 
 def gpu_check_args(gpus: int) -> list[str] | None:
     """The GPU check's run (:mod:`minipar.bench.cli`): one NCCL rank per GPU (at least 2)."""
-    return ["bench", "data_parallel", "--ranks", str(max(gpus, 2)), "--backend", "nccl", "--json"]
+    return gpu_check_command(__name__, "--ranks", str(max(gpus, 2)))
 
 
 def gpu_check_figures(result: dict) -> dict:

@@ -11,7 +11,7 @@ import time
 
 from minipar.runtime.device import get_device
 
-from .common import add_backend, add_common, check, emit
+from .common import add_backend, add_common, check, emit, gpu_check_command
 from .common import backend as _backend
 
 
@@ -59,17 +59,7 @@ GPU_CHECK_MIN_GPUS = 1  # one NCCL rank per GPU: one GPU is a launch too
 
 def gpu_check_args(gpus: int) -> list[str] | None:
     """The GPU check's run (:mod:`minipar.bench.cli`): one NCCL rank per GPU, 3 warm calls."""
-    return [
-        "bench",
-        "launch",
-        "--ranks",
-        str(max(gpus, 1)),
-        "--repeats",
-        "3",
-        "--backend",
-        "nccl",
-        "--json",
-    ]
+    return gpu_check_command(__name__, "--ranks", str(max(gpus, 1)), "--repeats", "3")
 
 
 def gpu_check_figures(result: dict) -> dict:

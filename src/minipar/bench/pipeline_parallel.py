@@ -27,6 +27,7 @@ from .common import (
     backend,
     check,
     emit,
+    gpu_check_command,
     largest_at_most,
 )
 
@@ -121,9 +122,8 @@ def gpu_check_args(gpus: int) -> list[str] | None:
     """The GPU check's run (:mod:`minipar.bench.cli`): 1F1B on p = 2, 3 or 4 NCCL ranks, the
     most that ``gpus`` GPUs hold, m = 4p micro-batches of 20 ms stages, 3 steps."""
     p = largest_at_most((2, 3, 4), gpus)
-    return [
-        "bench",
-        "pipeline_parallel",
+    return gpu_check_command(
+        __name__,
         "--schedule",
         "1f1b",
         "--ranks",
@@ -138,10 +138,7 @@ def gpu_check_args(gpus: int) -> list[str] | None:
         "20",
         "--steps",
         "3",
-        "--backend",
-        "nccl",
-        "--json",
-    ]
+    )
 
 
 def gpu_check_figures(result: dict) -> dict:

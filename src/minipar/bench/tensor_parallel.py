@@ -21,6 +21,7 @@ from .common import (
     backend,
     check,
     emit,
+    gpu_check_command,
     largest_at_most,
 )
 
@@ -112,17 +113,7 @@ def gpu_check_args(gpus: int) -> list[str] | None:
     """The GPU check's run (:mod:`minipar.bench.cli`): h = 512 on t = 2, 4 or 8 NCCL ranks, the
     most that ``gpus`` GPUs hold (each divides 4·h = 2048)."""
     t = largest_at_most((2, 4, 8), gpus)
-    return [
-        "bench",
-        "tensor_parallel",
-        "--ranks",
-        str(t),
-        "--hidden",
-        "512",
-        "--backend",
-        "nccl",
-        "--json",
-    ]
+    return gpu_check_command(__name__, "--ranks", str(t), "--hidden", "512")
 
 
 def gpu_check_figures(result: dict) -> dict:
